@@ -1,0 +1,229 @@
+/*
+ * convlstm.h -- the public C interface of the convlstm core.
+ *
+ * Plain C11, no R headers: the R glue (src/r_*.c), the standalone library
+ * (libconvlstm.so), its C tests and benchmark driver and a Python/ctypes
+ * harness all call the core through this header and nothing else.
+ *
+ * It is not the backend interface (src/core/backend.h): callers never see
+ * kernels, device pointers or streams, only a model handle, host arrays and
+ * status codes. Every function that can fail returns a cl_status and writes a
+ * message that cl_model_error() returns; nothing here exits, aborts or jumps.
+ *
+ * Layout at this boundary is the user's: arrays are batch first,
+ * [batch, time, channels, height, width], either as R stores them (double,
+ * column-major) or as torch stores them (float, row-major); see
+ * cl_host_format. Inside, the core keeps row-major, time-major float tensors
+ * [T, B, C, H, W] and converts in one pass.
+ */
+#ifndef CONVLSTM_H
+#define CONVLSTM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CL_MAX_LAYERS 32
+#define CL_ERRMSG_LEN 512
+
+typedef enum cl_status {
+  CL_OK = 0,
+  CL_E_INVALID,     /* bad argument: shape, range, name, size overflow */
+  CL_E_OOM,         /* an allocation was refused: device memory or memory_limit */
+  CL_E_UNSUPPORTED, /* this build or backend lacks the feature */
+  CL_E_BACKEND,     /* a device call failed (CUDA, cuDNN) */
+  CL_E_STATE,       /* wrong call order, e.g. backward without a training forward */
+  CL_E_INTERNAL     /* a bug: please report */
+} cl_status;
+
+typedef enum cl_device { CL_DEVICE_CPU = 0, CL_DEVICE_CUDA = 1 } cl_device;
+
+/* Storage type of activations and convolution inputs. Parameters, gradients
+ * and optimizer state are always float32. */
+typedef enum cl_dtype { CL_F32 = 0, CL_F16 = 1, CL_BF16 = 2 } cl_dtype;
+
+/* Which output a loss or an output gradient refers to. */
+typedef enum cl_target {
+  CL_TARGET_LAST_STATE = 0, /* h of the last layer at the last step: [B, C, H, W] */
+  CL_TARGET_SEQUENCE = 1    /* the last layer's whole output: [B, T, C, H, W] */
+} cl_target;
+
+/* Every byte the core holds on the compute device has one of these. */
+typedef enum cl_mem_category {
+  CL_MEM_PARAMETERS = 0,
+  CL_MEM_GRADIENTS,
+  CL_MEM_OPTIMIZER,
+  CL_MEM_ACTIVATIONS, /* saved by a training forward for backward */
+  CL_MEM_STATES,      /* running h and c when activations are not kept */
+  CL_MEM_WORKSPACE,   /* convolution workspace, activation gradients, temporaries */
+  CL_MEM_DATA,        /* the batch's inputs and targets on the device */
+  CL_MEM_NCAT
+} cl_mem_category;
+
+/* Host array formats at the boundary. dims are always the logical,
+ * batch-first ones: [B, T, C, H, W] for sequences, [B, C, H, W] for states. */
+typedef enum cl_host_format {
+  CL_HOST_R_F64 = 0,    /* double, column-major (an R array) */
+  CL_HOST_TORCH_F32 = 1 /* float, row-major (a contiguous torch tensor) */
+} cl_host_format;
+
+typedef struct cl_host_array {
+  void *data;
+  cl_host_format format;
+  int ndim;    /* 4 or 5 */
+  int dims[5]; /* batch first */
+} cl_host_array;
+
+typedef struct cl_config {
+  int input_dim;
+  int n_layers;
+  int hidden_dims[CL_MAX_LAYERS];
+  int kernel_sizes[CL_MAX_LAYERS]; /* odd, square kernels */
+  int bias;                        /* 0 or 1 */
+  cl_device device;
+  cl_dtype dtype;
+  int n_threads;       /* CPU threads; 0: the backend's default */
+  size_t memory_limit; /* bytes the allocator may hold; 0: device capacity */
+} cl_config;
+
+typedef struct cl_model cl_model;
+
+/* ---- lifetime -------------------------------------------------------- */
+
+/* Checks cfg, creates the backend and allocates the parameters (zeros).
+ * On failure *out is NULL and err (if not NULL) holds the message. */
+cl_status cl_model_create(const cl_config *cfg, cl_model **out, char *err, size_t errlen);
+/* Releases every byte the model holds. NULL-safe. */
+void cl_model_free(cl_model *m);
+/* Number of models alive in this process (leak tests). */
+int cl_models_alive(void);
+/* The message of the model's last failure ("" when none). */
+const char *cl_model_error(const cl_model *m);
+const cl_config *cl_model_config(const cl_model *m);
+/* Name of the backend in use ("cpu", "cuda"). */
+const char *cl_model_backend_name(const cl_model *m);
+
+/* ---- parameters (torch layout and names) ----------------------------- */
+
+/* Named tensors: cell_list.<l>.conv.weight [4h, in+h, k, k] and, with bias,
+ * cell_list.<l>.conv.bias [4h]. */
+int cl_model_n_tensors(const cl_model *m);
+cl_status cl_model_tensor_info(const cl_model *m, int i, const char **name, int *ndim,
+                               int dims[4]);
+/* Total number of scalar parameters. */
+size_t cl_model_n_params(const cl_model *m);
+/* Copy a named parameter (or its gradient) to/from float host memory, torch
+ * layout, n = number of elements expected. */
+cl_status cl_model_get_param(cl_model *m, const char *name, float *out, size_t n);
+cl_status cl_model_set_param(cl_model *m, const char *name, const float *in, size_t n);
+cl_status cl_model_get_grad(cl_model *m, const char *name, float *out, size_t n);
+/* torch's Conv2d default: weight and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)),
+ * fan_in = (in+h) k k, drawn in state-dict order from uniform01(ctx) in [0,1). */
+cl_status cl_model_init_params(cl_model *m, double (*uniform01)(void *), void *ctx);
+
+/* ---- forward, loss, backward ----------------------------------------- */
+
+/* x: [B, T, input_dim, H, W]. training != 0 keeps what backward needs. */
+cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training);
+/* Shape of the last forward (0s before any). */
+cl_status cl_model_last_shape(const cl_model *m, int *B, int *T, int *H, int *W);
+/* Copy results of the last forward to host: layer output [B, T, C_l, H, W];
+ * last state h or c [B, C_l, H, W] (which: 0 = h, 1 = c). out->dims must match. */
+cl_status cl_model_read_output(cl_model *m, int layer, cl_host_array *out);
+cl_status cl_model_read_state(cl_model *m, int layer, int which, cl_host_array *out);
+/* Mean squared error of the chosen output of the last training forward
+ * against y; stores d loss / d output for cl_model_backward(m, target, NULL). */
+cl_status cl_model_mse(cl_model *m, const cl_host_array *y, cl_target target, double *loss);
+/* Backpropagate grad (shape of the target's output), or, when grad is NULL,
+ * the gradient stored by the last cl_model_mse. Gradients accumulate as in
+ * torch until cl_model_zero_grad. */
+cl_status cl_model_backward(cl_model *m, cl_target target, const cl_host_array *grad);
+cl_status cl_model_zero_grad(cl_model *m);
+
+/* ---- optimizers ------------------------------------------------------ */
+
+typedef enum cl_optim_kind { CL_OPTIM_ADAM = 1, CL_OPTIM_SGD = 2 } cl_optim_kind;
+
+/* Hyperparameters; torch.optim.Adam (L2 weight decay added to the gradient)
+ * and torch.optim.SGD (momentum buffer starts as the first gradient). */
+typedef struct cl_optim {
+  cl_optim_kind kind;
+  double lr;
+  double beta1, beta2, eps; /* Adam */
+  double momentum;          /* SGD */
+  double weight_decay;
+} cl_optim;
+
+/* One update of all parameters from their gradients. The state (Adam's
+ * moments, SGD's momentum) lives in the model; it is created at the first
+ * step and reset when the kind of optimizer changes. */
+cl_status cl_model_optimizer_step(cl_model *m, const cl_optim *opt);
+/* Number of optimizer steps taken with the current state. */
+int64_t cl_model_optimizer_steps(const cl_model *m);
+cl_status cl_model_optimizer_reset(cl_model *m);
+
+/* zero_grad, training forward, MSE, backward, update: one call. */
+cl_status cl_model_train_step(cl_model *m, const cl_host_array *x, const cl_host_array *y,
+                              cl_target target, const cl_optim *opt, double *loss);
+
+/* ---- memory ---------------------------------------------------------- */
+
+typedef struct cl_mem_stats {
+  size_t current[CL_MEM_NCAT];
+  size_t peak[CL_MEM_NCAT];
+  uint64_t n_alloc[CL_MEM_NCAT];
+  uint64_t n_free[CL_MEM_NCAT];
+  size_t allocated;      /* sum of current */
+  size_t peak_allocated; /* peak of the sum */
+  size_t reserved;       /* what the allocator holds from the device */
+  size_t peak_reserved;
+  size_t limit;        /* memory_limit, 0 when none */
+  size_t device_free;  /* as the device reports it */
+  size_t device_total; /* capacity: memory_limit if set, else the device's */
+} cl_mem_stats;
+
+cl_status cl_model_memory_stats(cl_model *m, cl_mem_stats *s);
+void cl_model_reset_peak(cl_model *m);
+/* Gives back the buffers of the last step plan (activations, workspace,
+ * data); parameters, gradients and optimizer state stay. */
+cl_status cl_model_empty_cache(cl_model *m);
+cl_status cl_model_set_memory_limit(cl_model *m, size_t bytes);
+
+const char *cl_mem_category_name(cl_mem_category c);
+
+/* A plan: every buffer one step needs, computed without allocating. The
+ * executor allocates exactly these, so estimate and measurement agree. */
+typedef struct cl_plan_entry {
+  char name[48];
+  cl_mem_category category;
+  size_t bytes;
+} cl_plan_entry;
+
+typedef struct cl_plan {
+  int n;
+  cl_plan_entry *entries;
+  size_t by_category[CL_MEM_NCAT];
+  size_t total;
+} cl_plan;
+
+/* Plan for a step of shape B, T, H, W; training != 0 includes gradients,
+ * optimizer state (for opt, may be NULL) and what backward keeps. */
+cl_status cl_model_plan(cl_model *m, int B, int T, int H, int W, int training,
+                        const cl_optim *opt, cl_target target, cl_plan *out);
+void cl_plan_free(cl_plan *p);
+
+/* ---- helpers --------------------------------------------------------- */
+
+const char *cl_status_name(cl_status s);
+/* Convert between a host array and row-major, time-major float [T, B, C, H, W]
+ * (or [B, C, H, W] when ndim = 4), in one pass. */
+void cl_pack_host(float *dst, const cl_host_array *src);
+void cl_unpack_host(cl_host_array *dst, const float *src);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

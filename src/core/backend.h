@@ -1,0 +1,132 @@
+/*
+ * core/backend.h -- the one interface both backends implement (CPU in
+ * src/cpu/, CUDA in src/cuda/), a table of function pointers in the manner of
+ * ggml's backend interface.
+ *
+ * It is not public: only the core calls it. Pointers passed to kernels are
+ * device pointers obtained from alloc(); "host" pointers appear only in
+ * upload/download. All kernels run in order on the backend's compute stream;
+ * download() and synchronize() wait for them. Kernels return a cl_status and
+ * leave a message in be->err; they never abort.
+ *
+ * Storage dtype: tensors typed void* (activations, convolution inputs) are
+ * stored in shape->dtype; parameters, gradients and optimizer state are float.
+ * A backend returns CL_E_UNSUPPORTED for a dtype it lacks.
+ *
+ * Tensor layouts are row-major NCHW. A "sequence" of T steps of B images is
+ * simply N = T*B images: time-major storage makes every step contiguous.
+ */
+#ifndef CONVLSTM_CORE_BACKEND_H
+#define CONVLSTM_CORE_BACKEND_H
+
+#include "../convlstm.h"
+
+typedef struct cl_backend cl_backend;
+
+static inline size_t cl_dtype_size(cl_dtype t) { return t == CL_F32 ? 4 : 2; }
+
+/* A stride-1, "same"-padded 2-d convolution over N images:
+ * x [N, C, H, W] -> y [N, K, H, W], weight [K, C, k, k], pad = k / 2. */
+typedef struct cl_conv_shape {
+  int N, C, H, W;
+  int K;  /* output channels */
+  int k;  /* kernel size, odd */
+  cl_dtype dtype;
+} cl_conv_shape;
+
+/* The fused ConvLSTM cell over N images of `hidden` channels and P = H*W
+ * pixels. Gates are [N, 4*hidden, P] in torch's order i, f, o, g. */
+typedef struct cl_gates_shape {
+  int N, hidden, P;
+  cl_dtype dtype;
+} cl_gates_shape;
+
+typedef struct cl_adam_hp {
+  float lr, beta1, beta2, eps, weight_decay;
+  int64_t step; /* 1 at the first update (bias correction) */
+} cl_adam_hp;
+
+typedef struct cl_sgd_hp {
+  float lr, momentum, weight_decay;
+  int first; /* 1 at the first update: the momentum buffer starts as the gradient */
+} cl_sgd_hp;
+
+struct cl_backend_i {
+  const char *name;
+  /* Nonzero when device pointers are host pointers (CPU): the core then packs
+   * host arrays straight into device buffers instead of staging them. */
+  int host_accessible;
+
+  void (*destroy)(cl_backend *be);
+
+  /* ---- memory: every call here is made by core/alloc.c only ---- */
+  cl_status (*alloc)(cl_backend *be, size_t bytes, void **out);
+  void (*free)(cl_backend *be, void *p);
+  cl_status (*memset0)(cl_backend *be, void *p, size_t bytes);
+  cl_status (*upload)(cl_backend *be, void *dst, const void *host_src, size_t bytes);
+  cl_status (*download)(cl_backend *be, void *host_dst, const void *src, size_t bytes);
+  cl_status (*copy)(cl_backend *be, void *dst, const void *src, size_t bytes);
+  /* (optional) free and total device bytes; default: physical memory */
+  cl_status (*mem_info)(cl_backend *be, size_t *free_bytes, size_t *total_bytes);
+  /* (optional) wait for queued work; default: nothing to wait for */
+  cl_status (*synchronize)(cl_backend *be);
+
+  /* ---- convolution ---- */
+  /* (optional) workspace bytes that each of the three conv calls below may
+   * use for this shape; default 0. The core allocates the maximum over all
+   * shapes of a step once, in the plan. */
+  size_t (*conv_workspace)(cl_backend *be, const cl_conv_shape *s);
+  /* y = conv(x, w) + bias (bias may be NULL); accumulate: y += instead. */
+  cl_status (*conv_forward)(cl_backend *be, const cl_conv_shape *s, const void *x,
+                            const float *w, const float *bias, void *y, int accumulate,
+                            void *ws);
+  /* dx (+)= conv_transpose(dy, w) */
+  cl_status (*conv_backward_data)(cl_backend *be, const cl_conv_shape *s, const void *dy,
+                                  const float *w, void *dx, int accumulate, void *ws);
+  /* dw += correlate(dy, x); dbias += sum of dy over N, H, W (dbias may be NULL).
+   * Always accumulates, as parameter gradients do in torch. */
+  cl_status (*conv_backward_filter)(cl_backend *be, const cl_conv_shape *s, const void *dy,
+                                    const void *x, float *dw, float *dbias, void *ws);
+
+  /* ---- the fused cell ---- */
+  /* z holds pre-activations on entry, activations (sig i, sig f, sig o, tanh g)
+   * on return. c = f*c_prev + i*g; h = o*tanh(c). c_prev NULL means zeros. */
+  cl_status (*gates_forward)(cl_backend *be, const cl_gates_shape *s, void *z,
+                             const void *c_prev, void *c, void *h);
+  /* gates: activations on entry, d loss / d pre-activations on return.
+   * dh: total gradient of h_t. dc: on entry the gradient of c_t arriving from
+   * step t+1 (zeros at the last step); on return the gradient of c_{t-1}.
+   * c_prev NULL means zeros. */
+  cl_status (*gates_backward)(cl_backend *be, const cl_gates_shape *s, void *gates,
+                              const void *c, const void *c_prev, const void *dh, float *dc);
+
+  /* ---- losses and optimizers ---- */
+  /* loss = mean((pred - target)^2) over n; grad = scale * 2 (pred - target) / n.
+   * *loss is a host double (the call synchronizes). grad may be NULL. */
+  cl_status (*mse)(cl_backend *be, const void *pred, const void *target, size_t n,
+                   cl_dtype dtype, float scale, void *grad, double *loss);
+  cl_status (*adam_update)(cl_backend *be, float *p, const float *g, float *m, float *v,
+                           size_t n, const cl_adam_hp *hp);
+  cl_status (*sgd_update)(cl_backend *be, float *p, const float *g, float *buf, size_t n,
+                          const cl_sgd_hp *hp);
+};
+
+struct cl_backend {
+  const struct cl_backend_i *iface;
+  void *context;
+  int n_threads;
+  char err[CL_ERRMSG_LEN];
+};
+
+/* Constructors; a build without CUDA returns CL_E_UNSUPPORTED for CUDA. */
+cl_status cl_backend_cpu_create(int n_threads, cl_backend **out);
+cl_status cl_backend_cuda_create(cl_backend **out, char *err, size_t errlen);
+int cl_backend_cuda_available(void);
+
+/* Wrappers that supply defaults for the optional slots. */
+cl_status cl_backend_mem_info(cl_backend *be, size_t *free_bytes, size_t *total_bytes);
+cl_status cl_backend_synchronize(cl_backend *be);
+size_t cl_backend_conv_workspace(cl_backend *be, const cl_conv_shape *s);
+void cl_backend_destroy(cl_backend *be);
+
+#endif
