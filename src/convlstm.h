@@ -105,6 +105,8 @@ const char *cl_model_error(const cl_model *m);
 const cl_config *cl_model_config(const cl_model *m);
 /* Name of the backend in use ("cpu", "cuda"). */
 const char *cl_model_backend_name(const cl_model *m);
+/* 1 when a model can be created on this device in this build and machine. */
+int cl_device_available(cl_device d);
 
 /* ---- parameters (torch layout and names) ----------------------------- */
 
@@ -200,6 +202,8 @@ typedef struct cl_plan_entry {
   char name[48];
   cl_mem_category category;
   size_t bytes;
+  int kind;  /* internal: which buffer (core/plan.h) */
+  int layer; /* layer index, -1 for model-wide buffers */
 } cl_plan_entry;
 
 typedef struct cl_plan {
@@ -210,9 +214,10 @@ typedef struct cl_plan {
 } cl_plan;
 
 /* Plan for a step of shape B, T, H, W; training != 0 includes gradients,
- * optimizer state (for opt, may be NULL) and what backward keeps. */
+ * optimizer state (for opt; NULL: the state the model holds) and what
+ * backward keeps. */
 cl_status cl_model_plan(cl_model *m, int B, int T, int H, int W, int training,
-                        const cl_optim *opt, cl_target target, cl_plan *out);
+                        const cl_optim *opt, cl_plan *out);
 void cl_plan_free(cl_plan *p);
 
 /* ---- helpers --------------------------------------------------------- */

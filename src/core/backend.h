@@ -102,7 +102,8 @@ struct cl_backend_i {
 
   /* ---- losses and optimizers ---- */
   /* loss = mean((pred - target)^2) over n; grad = scale * 2 (pred - target) / n.
-   * *loss is a host double (the call synchronizes). grad may be NULL. */
+   * *loss is a host double (the call synchronizes). grad may be NULL, and may
+   * be the target itself: the core lets the gradient overwrite the target. */
   cl_status (*mse)(cl_backend *be, const void *pred, const void *target, size_t n,
                    cl_dtype dtype, float scale, void *grad, double *loss);
   cl_status (*adam_update)(cl_backend *be, float *p, const float *g, float *m, float *v,

@@ -1,0 +1,36 @@
+/*
+ * core/alloc.h -- the accounting allocator: every byte the core holds on the
+ * compute device is allocated and freed here, under a category, against an
+ * optional capacity (memory_limit). It keeps the statistics users read with
+ * memory_stats() and formats out-of-memory errors as PyTorch users know them.
+ * It does not decide what to allocate; the plan (plan.h) does.
+ */
+#ifndef CONVLSTM_CORE_ALLOC_H
+#define CONVLSTM_CORE_ALLOC_H
+
+#include "../convlstm.h"
+#include "backend.h"
+
+typedef struct cl_allocator {
+  cl_backend *be;
+  size_t limit; /* 0: none */
+  size_t current[CL_MEM_NCAT], peak[CL_MEM_NCAT];
+  uint64_t n_alloc[CL_MEM_NCAT], n_free[CL_MEM_NCAT];
+  size_t allocated, peak_allocated;
+  size_t reserved, peak_reserved;
+} cl_allocator;
+
+/* bytes == 0 gives *out = NULL and counts nothing. On failure writes an
+ * "out of memory: tried to allocate ..." message into err. */
+cl_status cl_mem_alloc(cl_allocator *a, cl_mem_category cat, size_t bytes, void **out,
+                       char *err, size_t errlen);
+/* NULL-safe; bytes must be what was allocated. */
+void cl_mem_free(cl_allocator *a, cl_mem_category cat, void *p, size_t bytes);
+void cl_mem_reset_peak(cl_allocator *a);
+/* Capacity and free bytes as the user should see them: the limit when one is
+ * set, the device's numbers otherwise. */
+void cl_mem_capacity(cl_allocator *a, size_t *total, size_t *free_bytes);
+/* "8.74 GiB" style, as torch prints sizes. */
+void cl_format_bytes(char *buf, size_t len, size_t bytes);
+
+#endif

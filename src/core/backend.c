@@ -1,0 +1,47 @@
+/*
+ * core/backend.c -- defaults for the optional slots of the backend interface,
+ * and the CUDA constructors of a build without CUDA (they say so instead of
+ * failing to link).
+ */
+#include "backend.h"
+
+#include <stdio.h>
+#include <unistd.h>
+
+cl_status cl_backend_mem_info(cl_backend *be, size_t *free_bytes, size_t *total_bytes) {
+  if (be->iface->mem_info) return be->iface->mem_info(be, free_bytes, total_bytes);
+  long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
+  long page = sysconf(_SC_PAGESIZE);
+  *total_bytes = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
+  *free_bytes = avail > 0 && page > 0 ? (size_t)avail * (size_t)page : 0;
+  return CL_OK;
+}
+
+cl_status cl_backend_synchronize(cl_backend *be) {
+  return be->iface->synchronize ? be->iface->synchronize(be) : CL_OK;
+}
+
+size_t cl_backend_conv_workspace(cl_backend *be, const cl_conv_shape *s) {
+  return be->iface->conv_workspace ? be->iface->conv_workspace(be, s) : 0;
+}
+
+int cl_device_available(cl_device d) {
+  return d == CL_DEVICE_CPU ? 1 : cl_backend_cuda_available();
+}
+
+void cl_backend_destroy(cl_backend *be) {
+  if (be) be->iface->destroy(be);
+}
+
+#ifndef CL_HAVE_CUDA
+cl_status cl_backend_cuda_create(cl_backend **out, char *err, size_t errlen) {
+  *out = NULL;
+  if (err)
+    snprintf(err, errlen,
+             "device 'cuda' is not available: this build of convlstm has no CUDA backend "
+             "(CUDA and cuDNN were not found when it was installed)");
+  return CL_E_UNSUPPORTED;
+}
+
+int cl_backend_cuda_available(void) { return 0; }
+#endif

@@ -1,0 +1,245 @@
+/*
+ * core/model.c -- a model's lifetime: checking the configuration, laying out
+ * the layers and the flat parameter buffer, creating the backend, and
+ * releasing everything. Parameters by name are in params.c, the step in
+ * step.c, forward.c and backward.c.
+ */
+#include "internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int models_alive = 0;
+
+int cl_models_alive(void) { return models_alive; }
+
+cl_status cl_fail(cl_model *m, cl_status s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(m->err, sizeof m->err, fmt, ap);
+  va_end(ap);
+  return s;
+}
+
+cl_status cl_fail_backend(cl_model *m, cl_status s, const char *what) {
+  if (s == CL_E_OOM && m->err[0]) return s; /* the allocator already said it */
+  if (m->be && m->be->err[0])
+    snprintf(m->err, sizeof m->err, "%s", m->be->err);
+  else
+    snprintf(m->err, sizeof m->err, "%s failed (%s)", what, cl_status_name(s));
+  return s;
+}
+
+size_t cl_mul_size(size_t a, size_t b) {
+  if (a != 0 && b > SIZE_MAX / a) return 0;
+  return a * b;
+}
+
+const char *cl_status_name(cl_status s) {
+  switch (s) {
+  case CL_OK: return "ok";
+  case CL_E_INVALID: return "invalid";
+  case CL_E_OOM: return "oom";
+  case CL_E_UNSUPPORTED: return "unsupported";
+  case CL_E_BACKEND: return "backend";
+  case CL_E_STATE: return "state";
+  case CL_E_INTERNAL: return "internal";
+  }
+  return "internal";
+}
+
+const char *cl_model_error(const cl_model *m) { return m ? m->err : ""; }
+const cl_config *cl_model_config(const cl_model *m) { return &m->cfg; }
+const char *cl_model_backend_name(const cl_model *m) { return m->be->iface->name; }
+
+static cl_status check_config(const cl_config *c, char *err, size_t errlen) {
+  if (c->input_dim < 1) {
+    snprintf(err, errlen, "input_dim must be a positive integer, not %d", c->input_dim);
+    return CL_E_INVALID;
+  }
+  if (c->n_layers < 1 || c->n_layers > CL_MAX_LAYERS) {
+    snprintf(err, errlen, "n_layers must be between 1 and %d, not %d", CL_MAX_LAYERS,
+             c->n_layers);
+    return CL_E_INVALID;
+  }
+  for (int l = 0; l < c->n_layers; l++) {
+    if (c->hidden_dims[l] < 1) {
+      snprintf(err, errlen, "hidden_dims[%d] must be a positive integer, not %d", l + 1,
+               c->hidden_dims[l]);
+      return CL_E_INVALID;
+    }
+    int k = c->kernel_sizes[l];
+    if (k < 1 || k % 2 == 0) {
+      snprintf(err, errlen, "kernel_sizes[%d] must be a positive odd integer, not %d", l + 1, k);
+      return CL_E_INVALID;
+    }
+  }
+  if (c->dtype != CL_F32) {
+    snprintf(err, errlen, "dtype %s is not supported yet: only float32",
+             c->dtype == CL_F16 ? "float16" : "bfloat16");
+    return CL_E_UNSUPPORTED;
+  }
+  return CL_OK;
+}
+
+/* Flat parameter layout, layer by layer: wx, wh, bias. */
+static cl_status layout_layers(cl_model *m) {
+  size_t off = 0;
+  int nt = 0;
+  for (int l = 0; l < m->cfg.n_layers; l++) {
+    cl_layer *L = &m->layer[l];
+    L->in = l == 0 ? m->cfg.input_dim : m->cfg.hidden_dims[l - 1];
+    L->hidden = m->cfg.hidden_dims[l];
+    L->k = m->cfg.kernel_sizes[l];
+    size_t kk = cl_mul_size((size_t)L->k, (size_t)L->k), g = 4 * (size_t)L->hidden;
+    L->n_wx = cl_mul_size(cl_mul_size(g, (size_t)L->in), kk);
+    L->n_wh = cl_mul_size(cl_mul_size(g, (size_t)L->hidden), kk);
+    L->n_b = m->cfg.bias ? g : 0;
+    if (L->n_wx == 0 || L->n_wh == 0 || L->n_wx > SIZE_MAX / 8 || L->n_wh > SIZE_MAX / 8)
+      return cl_fail(m, CL_E_INVALID, "layer %d: parameter count overflows", l + 1);
+    L->off_wx = off;
+    L->off_wh = L->off_wx + L->n_wx;
+    L->off_b = L->off_wh + L->n_wh;
+    off = L->off_b + L->n_b;
+    snprintf(m->tensor_name[nt++], sizeof m->tensor_name[0], "cell_list.%d.conv.weight", l);
+    if (m->cfg.bias)
+      snprintf(m->tensor_name[nt++], sizeof m->tensor_name[0], "cell_list.%d.conv.bias", l);
+  }
+  m->n_tensors = nt;
+  m->n_params = off;
+  if (cl_mul_size(off, sizeof(float)) == 0)
+    return cl_fail(m, CL_E_INVALID, "parameter count overflows");
+  return CL_OK;
+}
+
+static cl_status create_backend(cl_model *m) {
+  if (m->cfg.device == CL_DEVICE_CUDA) return cl_backend_cuda_create(&m->be, m->err, sizeof m->err);
+  cl_status s = cl_backend_cpu_create(m->cfg.n_threads, &m->be);
+  if (s != CL_OK) return cl_fail(m, s, "could not create the CPU backend");
+  return CL_OK;
+}
+
+cl_status cl_model_create(const cl_config *cfg, cl_model **out, char *err, size_t errlen) {
+  *out = NULL;
+  char scratch[CL_ERRMSG_LEN];
+  if (!err) {
+    err = scratch;
+    errlen = sizeof scratch;
+  }
+  cl_status s = check_config(cfg, err, errlen);
+  if (s != CL_OK) return s;
+  cl_model *m = calloc(1, sizeof *m);
+  if (!m) {
+    snprintf(err, errlen, "out of host memory creating a model");
+    return CL_E_OOM;
+  }
+  m->cfg = *cfg;
+  m->cfg.bias = cfg->bias ? 1 : 0;
+  models_alive++;
+  s = layout_layers(m);
+  if (s == CL_OK) s = create_backend(m);
+  if (s == CL_OK) {
+    m->mem.be = m->be;
+    m->mem.limit = cfg->memory_limit;
+    s = cl_mem_alloc(&m->mem, CL_MEM_PARAMETERS, m->n_params * sizeof(float),
+                     (void **)&m->params, m->err, sizeof m->err);
+  }
+  if (s == CL_OK) s = m->be->iface->memset0(m->be, m->params, m->n_params * sizeof(float));
+  if (s != CL_OK) {
+    snprintf(err, errlen, "%s", m->err[0] ? m->err : (m->be ? m->be->err : "model creation failed"));
+    cl_model_free(m);
+    return s;
+  }
+  *out = m;
+  return CL_OK;
+}
+
+static void free_optimizer(cl_model *m) {
+  size_t pb = m->n_params * sizeof(float);
+  cl_mem_free(&m->mem, CL_MEM_OPTIMIZER, m->opt_m, pb);
+  cl_mem_free(&m->mem, CL_MEM_OPTIMIZER, m->opt_v, pb);
+  m->opt_m = m->opt_v = NULL;
+  m->opt_steps = 0;
+  m->opt_kind = 0;
+}
+
+cl_status cl_model_optimizer_reset(cl_model *m) {
+  free_optimizer(m);
+  return CL_OK;
+}
+
+void cl_model_free(cl_model *m) {
+  if (!m) return;
+  if (m->be) {
+    cl_step_release(m);
+    free_optimizer(m);
+    cl_mem_free(&m->mem, CL_MEM_GRADIENTS, m->grads, m->n_params * sizeof(float));
+    cl_mem_free(&m->mem, CL_MEM_PARAMETERS, m->params, m->n_params * sizeof(float));
+    cl_backend_destroy(m->be);
+  }
+  models_alive--;
+  free(m);
+}
+
+cl_status cl_grads_ensure(cl_model *m) {
+  if (m->grads) return CL_OK;
+  size_t pb = m->n_params * sizeof(float);
+  CL_TRY(cl_mem_alloc(&m->mem, CL_MEM_GRADIENTS, pb, (void **)&m->grads, m->err, sizeof m->err));
+  CL_KERNEL(m, m->be->iface->memset0(m->be, m->grads, pb));
+  return CL_OK;
+}
+
+cl_status cl_model_zero_grad(cl_model *m) {
+  if (!m->grads) return CL_OK;
+  CL_KERNEL(m, m->be->iface->memset0(m->be, m->grads, m->n_params * sizeof(float)));
+  return CL_OK;
+}
+
+const char *cl_mem_category_name(cl_mem_category c) {
+  static const char *names[CL_MEM_NCAT] = {"parameters",  "gradients", "optimizer", "activations",
+                                           "states", "workspace", "data"};
+  return (c >= 0 && c < CL_MEM_NCAT) ? names[c] : "unknown";
+}
+
+cl_status cl_model_memory_stats(cl_model *m, cl_mem_stats *s) {
+  memset(s, 0, sizeof *s);
+  cl_allocator *a = &m->mem;
+  for (int c = 0; c < CL_MEM_NCAT; c++) {
+    s->current[c] = a->current[c];
+    s->peak[c] = a->peak[c];
+    s->n_alloc[c] = a->n_alloc[c];
+    s->n_free[c] = a->n_free[c];
+  }
+  s->allocated = a->allocated;
+  s->peak_allocated = a->peak_allocated;
+  s->reserved = a->reserved;
+  s->peak_reserved = a->peak_reserved;
+  s->limit = a->limit;
+  cl_mem_capacity(a, &s->device_total, &s->device_free);
+  return CL_OK;
+}
+
+void cl_model_reset_peak(cl_model *m) { cl_mem_reset_peak(&m->mem); }
+
+cl_status cl_model_empty_cache(cl_model *m) {
+  cl_step_release(m);
+  return CL_OK;
+}
+
+cl_status cl_model_set_memory_limit(cl_model *m, size_t bytes) {
+  m->mem.limit = bytes;
+  m->cfg.memory_limit = bytes;
+  return CL_OK;
+}
+
+cl_status cl_model_plan(cl_model *m, int B, int T, int H, int W, int training,
+                        const cl_optim *opt, cl_plan *out) {
+  cl_status s = cl_plan_build(m, B, T, H, W, training, opt, out);
+  if (s != CL_OK)
+    return cl_fail(m, s, "a step of batch %d, %d steps, %dx%d pixels: sizes overflow", B, T, H, W);
+  return CL_OK;
+}
+
+int64_t cl_model_optimizer_steps(const cl_model *m) { return m->opt_steps; }

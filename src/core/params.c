@@ -1,0 +1,170 @@
+/*
+ * core/params.c -- parameters by torch name and layout. Inside, a layer's
+ * weight is two packed halves (wx, wh; see internal.h); outside, it is torch's
+ * cell_list.<l>.conv.weight [4h, in+h, k, k], so weights move between this
+ * package, R torch and PyTorch unchanged.
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cl_model_n_tensors(const cl_model *m) { return m->n_tensors; }
+size_t cl_model_n_params(const cl_model *m) { return m->n_params; }
+
+/* Tensor i -> layer and whether it is the bias. */
+static void tensor_of(const cl_model *m, int i, int *layer, int *is_bias) {
+  int per = m->cfg.bias ? 2 : 1;
+  *layer = i / per;
+  *is_bias = m->cfg.bias && (i % 2 == 1);
+}
+
+cl_status cl_model_tensor_info(const cl_model *m, int i, const char **name, int *ndim,
+                               int dims[4]) {
+  if (i < 0 || i >= m->n_tensors) return CL_E_INVALID;
+  int l, is_bias;
+  tensor_of(m, i, &l, &is_bias);
+  const cl_layer *L = &m->layer[l];
+  *name = m->tensor_name[i];
+  dims[0] = 4 * L->hidden;
+  if (is_bias) {
+    *ndim = 1;
+    dims[1] = dims[2] = dims[3] = 0;
+  } else {
+    *ndim = 4;
+    dims[1] = L->in + L->hidden;
+    dims[2] = dims[3] = L->k;
+  }
+  return CL_OK;
+}
+
+static int find_tensor(const cl_model *m, const char *name) {
+  for (int i = 0; i < m->n_tensors; i++)
+    if (strcmp(m->tensor_name[i], name) == 0) return i;
+  return -1;
+}
+
+static size_t tensor_numel(const cl_model *m, int i) {
+  int l, is_bias;
+  tensor_of(m, i, &l, &is_bias);
+  const cl_layer *L = &m->layer[l];
+  return is_bias ? L->n_b : L->n_wx + L->n_wh;
+}
+
+/* Copy between torch layout (t) and the flat buffer (flat), either way.
+ * Row o of the torch weight is wx row o followed by wh row o. */
+static void convert_tensor(const cl_model *m, int i, float *flat, float *t, int to_torch) {
+  int l, is_bias;
+  tensor_of(m, i, &l, &is_bias);
+  const cl_layer *L = &m->layer[l];
+  if (is_bias) {
+    if (to_torch)
+      memcpy(t, flat + L->off_b, L->n_b * sizeof(float));
+    else
+      memcpy(flat + L->off_b, t, L->n_b * sizeof(float));
+    return;
+  }
+  size_t kk = (size_t)L->k * L->k, rx = L->in * kk, rh = L->hidden * kk;
+  for (size_t o = 0; o < 4 * (size_t)L->hidden; o++) {
+    float *wx = flat + L->off_wx + o * rx, *wh = flat + L->off_wh + o * rh;
+    float *row = t + o * (rx + rh);
+    if (to_torch) {
+      memcpy(row, wx, rx * sizeof(float));
+      memcpy(row + rx, wh, rh * sizeof(float));
+    } else {
+      memcpy(wx, row, rx * sizeof(float));
+      memcpy(wh, row + rx, rh * sizeof(float));
+    }
+  }
+}
+
+/* The flat buffer on the host: the device buffer itself on the CPU, a
+ * downloaded copy otherwise. */
+static cl_status host_view(cl_model *m, float *dev, float **host) {
+  if (m->be->iface->host_accessible) {
+    *host = dev;
+    return CL_OK;
+  }
+  *host = malloc(m->n_params * sizeof(float));
+  if (!*host) return cl_fail(m, CL_E_OOM, "out of host memory copying parameters");
+  CL_KERNEL(m, m->be->iface->download(m->be, *host, dev, m->n_params * sizeof(float)));
+  return CL_OK;
+}
+
+static cl_status host_view_done(cl_model *m, float *dev, float *host, int write_back) {
+  if (host == dev) return CL_OK;
+  cl_status s = CL_OK;
+  if (write_back) s = m->be->iface->upload(m->be, dev, host, m->n_params * sizeof(float));
+  free(host);
+  if (s != CL_OK) return cl_fail_backend(m, s, "upload of parameters");
+  return CL_OK;
+}
+
+static cl_status lookup(cl_model *m, const char *name, size_t n, int *idx) {
+  *idx = find_tensor(m, name);
+  if (*idx < 0) return cl_fail(m, CL_E_INVALID, "no parameter named '%s'", name);
+  size_t want = tensor_numel(m, *idx);
+  if (n != want)
+    return cl_fail(m, CL_E_INVALID, "parameter '%s' has %zu elements, not %zu", name, want, n);
+  return CL_OK;
+}
+
+static cl_status copy_out(cl_model *m, float *dev, const char *name, float *out, size_t n) {
+  int i;
+  CL_TRY(lookup(m, name, n, &i));
+  float *host;
+  CL_TRY(host_view(m, dev, &host));
+  convert_tensor(m, i, host, out, 1);
+  return host_view_done(m, dev, host, 0);
+}
+
+cl_status cl_model_get_param(cl_model *m, const char *name, float *out, size_t n) {
+  return copy_out(m, m->params, name, out, n);
+}
+
+cl_status cl_model_get_grad(cl_model *m, const char *name, float *out, size_t n) {
+  if (!m->grads) {
+    int i;
+    CL_TRY(lookup(m, name, n, &i));
+    memset(out, 0, n * sizeof(float)); /* no backward yet: zero, as after zero_grad */
+    return CL_OK;
+  }
+  return copy_out(m, m->grads, name, out, n);
+}
+
+cl_status cl_model_set_param(cl_model *m, const char *name, const float *in, size_t n) {
+  int i;
+  CL_TRY(lookup(m, name, n, &i));
+  float *host;
+  CL_TRY(host_view(m, m->params, &host));
+  convert_tensor(m, i, host, (float *)in, 0);
+  return host_view_done(m, m->params, host, 1);
+}
+
+cl_status cl_model_init_params(cl_model *m, double (*uniform01)(void *), void *ctx) {
+  float *host;
+  CL_TRY(host_view(m, m->params, &host));
+  size_t maxn = 0;
+  for (int i = 0; i < m->n_tensors; i++)
+    if (tensor_numel(m, i) > maxn) maxn = tensor_numel(m, i);
+  float *t = malloc(maxn * sizeof(float));
+  if (!t) {
+    host_view_done(m, m->params, host, 0);
+    return cl_fail(m, CL_E_OOM, "out of host memory initialising parameters");
+  }
+  for (int i = 0; i < m->n_tensors; i++) {
+    int l, is_bias;
+    tensor_of(m, i, &l, &is_bias);
+    const cl_layer *L = &m->layer[l];
+    /* kaiming_uniform(a = sqrt(5)) and torch's bias rule both give this bound */
+    double fan_in = (double)(L->in + L->hidden) * L->k * L->k;
+    double bound = 1.0 / sqrt(fan_in);
+    size_t n = tensor_numel(m, i);
+    for (size_t j = 0; j < n; j++) t[j] = (float)((2.0 * uniform01(ctx) - 1.0) * bound);
+    convert_tensor(m, i, host, t, 0);
+  }
+  free(t);
+  return host_view_done(m, m->params, host, 1);
+}

@@ -1,0 +1,44 @@
+/*
+ * core/plan.h -- the memory plan: every buffer a step needs, with its
+ * category and exact size, computed from the configuration and the shape
+ * without allocating anything (as llm.c sizes its activations up front and
+ * ggml's allocator reserves a graph before running it). memory estimates read
+ * it; the executor (step.c) allocates exactly its step buffers.
+ */
+#ifndef CONVLSTM_CORE_PLAN_H
+#define CONVLSTM_CORE_PLAN_H
+
+#include "../convlstm.h"
+
+typedef enum cl_buf_kind {
+  /* held by the model across steps */
+  CL_BUF_PARAMS = 0, /* flat float [n_params]                          */
+  CL_BUF_GRADS,      /* flat float [n_params]                          */
+  CL_BUF_OPT_M,      /* Adam first moment or SGD momentum [n_params]   */
+  CL_BUF_OPT_V,      /* Adam second moment [n_params]                  */
+  /* step buffers, allocated by the executor from the plan */
+  CL_BUF_X,     /* data: input [T, B, C_in, H, W]                       */
+  CL_BUF_GATES, /* training: [T, B, 4h, H, W] per layer (pre-activations,
+                   then activations, then their gradients);
+                   inference: [B, 4 max h, H, W] shared by all layers    */
+  CL_BUF_CELL,  /* training: c_t [T, B, h, H, W]; inference: [2, B, h, H, W] */
+  CL_BUF_HID,   /* h_t, the layer's output [T, B, h, H, W]              */
+  CL_BUF_DH,    /* training: d loss / d layer output [T, B, h, H, W]; the
+                   last layer's also receives the target, which the MSE
+                   kernel turns into its gradient in place               */
+  CL_BUF_DC,    /* training: d loss / d c, one step [B, max h, H, W]     */
+  CL_BUF_WS,    /* convolution workspace, the largest any call needs    */
+  CL_BUF_NKIND
+} cl_buf_kind;
+
+static inline int cl_buf_is_step(int kind) { return kind >= CL_BUF_X; }
+
+struct cl_model;
+struct cl_backend;
+
+/* Fills *out (entries malloc'ed; free with cl_plan_free). opt may be NULL:
+ * then the optimizer state the model holds, if any, is planned. */
+cl_status cl_plan_build(const struct cl_model *m, int B, int T, int H, int W, int training,
+                        const cl_optim *opt, cl_plan *out);
+
+#endif
