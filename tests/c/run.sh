@@ -1,0 +1,41 @@
+#!/bin/sh
+# tests/c/run.sh -- runs every C unit test built by src/Makefile.standalone:
+#
+#   sh tests/c/run.sh BUILD_DIR [WRAPPER ARGS...]
+#
+# e.g. `sh tests/c/run.sh build` or `sh tests/c/run.sh build/valgrind valgrind -q`.
+# Each BUILD_DIR/test_* executable runs from the repository root (so a test
+# may read tests/c/... or tests/testthat/fixtures/... by relative path). The
+# run stops at the first test that exits nonzero and exits with its status.
+# It does not build anything and does not run the bench_* drivers.
+set -u
+if [ $# -lt 1 ]; then
+  echo "usage: $0 BUILD_DIR [WRAPPER ARGS...]" >&2
+  exit 2
+fi
+build=$1
+shift
+root=$(cd "$(dirname "$0")/../.." && pwd)
+case $build in
+  /*) ;;
+  *) build=$(cd "$build" && pwd) ;;
+esac
+cd "$root" || exit 2
+
+n=0
+for t in "$build"/test_*; do
+  [ -f "$t" ] && [ -x "$t" ] || continue
+  case $t in *.d|*.o|*.c) continue ;; esac
+  name=$(basename "$t")
+  start=$(date +%s)
+  "$@" "$t"
+  rc=$?
+  secs=$(( $(date +%s) - start ))
+  if [ $rc -ne 0 ]; then
+    echo "FAIL $name (exit $rc, ${secs}s)"
+    exit $rc
+  fi
+  echo "ok   $name (${secs}s)"
+  n=$((n + 1))
+done
+echo "C tests: $n passed${1:+ under $1}"
