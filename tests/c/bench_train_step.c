@@ -6,6 +6,7 @@
  *   bench_train_step [batch T H W input_dim hidden1,hidden2,... kernel steps device]
  *   defaults: the R torch tutorial model, 100 5 24 24 1 64,1 3 5 cpu
  */
+#define _POSIX_C_SOURCE 199309L
 #include "convlstm.h"
 
 #include <stdio.h>
