@@ -1,0 +1,269 @@
+#!/usr/bin/python3
+"""make_fixtures.py -- writes the PyTorch reference fixtures that
+tests/testthat/test-parity-torch.R compares the package against.
+
+This is a developer tool, not part of the package: it needs PyTorch (on Debian,
+python3-torch; run it with /usr/bin/python3) and is only rerun when a config is
+added or the format changes. The fixtures it writes are committed.
+
+The reference model is the R torch tutorial's convlstm (Keydana, "Convolutional
+LSTM for spatial forecasting", 2020), itself after ndrplz/ConvLSTM_pytorch: per
+layer one Conv2d over cat(x_t, h_{t-1}), gates i, f, o, g in that order, zero
+initial state, padding k // 2, batch first. It is written here from the
+equations, not imported, so the fixtures do not depend on any third-party
+ConvLSTM package.
+
+Format (version 1), one folder per config under tests/testthat/fixtures/:
+  manifest.txt   first line "convlstm-fixture 1"; then one record per line:
+                   config <key> <value> [<value> ...]
+                   tensor <name> <file> <ndim> [<d1> ... <dn>]
+                   info <key> <value>          (free-form, for people)
+  <file>         the tensor's values, little-endian float32, row-major
+                 (C order) over dims d1..dn, nothing else.
+A reader in base R: readBin(f, "numeric", size = 4, n = prod(d), endian =
+"little"), then array(v, rev(d)) and aperm(n:1) to get R's x[d1, ..., dn].
+
+Values are computed in float32, as the package computes them. The same model is
+also run in float64 and the largest float32-vs-float64 differences are written
+as info records: they show how much of any mismatch float32 alone explains.
+"""
+
+import os
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+FORMAT_VERSION = 1
+ADAM_STEPS = 3
+ADAM_LR = 1e-2
+# seeds are skipped until no Adam gradient is within this fraction of its
+# tensor's largest (see smallest_gradient)
+MIN_GRAD_RATIO = 1e-4
+
+
+class ConvLSTMCell(nn.Module):
+    def __init__(self, input_dim, hidden_dim, kernel_size, bias):
+        super().__init__()
+        self.hidden_dim = hidden_dim
+        # one convolution produces all four gates: channels [i | f | o | g]
+        self.conv = nn.Conv2d(input_dim + hidden_dim, 4 * hidden_dim, kernel_size,
+                              padding=kernel_size // 2, bias=bias)
+
+    def forward(self, x, state):
+        h_prev, c_prev = state
+        z = self.conv(torch.cat([x, h_prev], dim=1))
+        zi, zf, zo, zg = torch.split(z, self.hidden_dim, dim=1)
+        c = torch.sigmoid(zf) * c_prev + torch.sigmoid(zi) * torch.tanh(zg)
+        h = torch.sigmoid(zo) * torch.tanh(c)
+        return h, c
+
+
+class ConvLSTM(nn.Module):
+    def __init__(self, input_dim, hidden_dims, kernel_sizes, bias):
+        super().__init__()
+        # the attribute name matters: it makes the state-dict keys
+        # cell_list.<l>.conv.weight / .bias, the names the package uses
+        self.cell_list = nn.ModuleList()
+        for l, (h, k) in enumerate(zip(hidden_dims, kernel_sizes)):
+            cin = input_dim if l == 0 else hidden_dims[l - 1]
+            self.cell_list.append(ConvLSTMCell(cin, h, k, bias))
+
+    def forward(self, x):
+        B, T, _, H, W = x.shape
+        layer_outputs, last_states = [], []
+        cur = x
+        for cell in self.cell_list:
+            h = x.new_zeros(B, cell.hidden_dim, H, W)
+            c = x.new_zeros(B, cell.hidden_dim, H, W)
+            seq = []
+            for t in range(T):
+                h, c = cell(cur[:, t], (h, c))
+                seq.append(h)
+            cur = torch.stack(seq, dim=1)
+            layer_outputs.append(cur)
+            last_states.append((h, c))
+        return layer_outputs, last_states
+
+
+def prediction(out, target):
+    layer_outputs, last_states = out
+    if target == "last_state":
+        return last_states[-1][0]  # the tutorial's model(x)[[2]][[n]][[1]]
+    return layer_outputs[-1]
+
+
+# Small on purpose: every fixture stays a few KB. Together they cover 1 and 3
+# layers, kernels 1/3/5, non-square images, batch 1, T = 1, no bias, both
+# targets and Adam with weight decay.
+CONFIGS = [
+    dict(name="one_layer_k3", input_dim=2, hidden_dims=[4], kernel_sizes=[3],
+         bias=True, B=2, T=3, H=6, W=6, target="last_state", weight_decay=0.0),
+    dict(name="three_layers_k135", input_dim=1, hidden_dims=[4, 3, 2], kernel_sizes=[1, 3, 5],
+         bias=True, B=2, T=3, H=6, W=6, target="last_state", weight_decay=0.0),
+    dict(name="nonsquare_7x5", input_dim=2, hidden_dims=[3, 2], kernel_sizes=[3, 3],
+         bias=True, B=2, T=3, H=7, W=5, target="last_state", weight_decay=0.0),
+    dict(name="batch1", input_dim=1, hidden_dims=[3], kernel_sizes=[3],
+         bias=True, B=1, T=4, H=5, W=5, target="last_state", weight_decay=0.0),
+    dict(name="t1", input_dim=2, hidden_dims=[3, 2], kernel_sizes=[3, 3],
+         bias=True, B=2, T=1, H=5, W=6, target="last_state", weight_decay=0.0),
+    dict(name="nobias_wd", input_dim=1, hidden_dims=[4, 1], kernel_sizes=[3, 5],
+         bias=False, B=2, T=3, H=6, W=6, target="last_state", weight_decay=0.1),
+    dict(name="sequence_target", input_dim=1, hidden_dims=[4, 2], kernel_sizes=[3, 3],
+         bias=True, B=2, T=3, H=5, W=5, target="sequence", weight_decay=0.0),
+]
+
+
+class Writer:
+    def __init__(self, folder):
+        self.folder = folder
+        os.makedirs(folder, exist_ok=True)
+        for f in os.listdir(folder):  # a rerun must not leave stale tensors behind
+            os.remove(os.path.join(folder, f))
+        self.lines = ["convlstm-fixture %d" % FORMAT_VERSION]
+
+    def config(self, key, *values):
+        self.lines.append(" ".join(["config", key] + [str(v) for v in values]))
+
+    def info(self, key, value):
+        self.lines.append("info %s %s" % (key, value))
+
+    def tensor(self, name, t):
+        t = t.detach().to(torch.float32).contiguous()
+        fname = name.replace("/", "__") + ".bin"
+        # the bytes of a contiguous float32 tensor, forced little-endian, are the format
+        with open(os.path.join(self.folder, fname), "wb") as f:
+            f.write(t.numpy().astype("<f4").tobytes(order="C"))
+        dims = list(t.shape)
+        self.lines.append(" ".join(["tensor", name, fname, str(len(dims))] + [str(d) for d in dims]))
+
+    def close(self):
+        with open(os.path.join(self.folder, "manifest.txt"), "w") as f:
+            f.write("\n".join(self.lines) + "\n")
+
+
+def max_rel(a, b):
+    """Largest |a - b| relative to the largest |b|: the measure the R tests use."""
+    scale = b.abs().max().item()
+    return (a.double() - b.double()).abs().max().item() / (scale if scale > 0 else 1.0)
+
+
+def smallest_gradient(model, weight_decay):
+    """Smallest nonzero |g| / max |g| over each tensor's effective Adam gradient.
+
+    Adam moves a parameter by about lr * m / sqrt(v), which hardly depends on
+    |g| but can flip with the sign of g: where g is as small as float32 noise
+    (1e-7 of the largest), two correct implementations may step 2 * lr apart.
+    Exact zeros are safe (no update either way).
+    """
+    worst = float("inf")
+    for p in model.parameters():
+        g = (p.grad + weight_decay * p).detach().abs()
+        nz = g[g > 0]
+        if nz.numel() > 0:
+            worst = min(worst, (nz.min() / g.max()).item())
+    return worst
+
+
+def make(cfg, root, seed):
+    torch.manual_seed(seed)
+    model = ConvLSTM(cfg["input_dim"], cfg["hidden_dims"], cfg["kernel_sizes"], cfg["bias"])
+    B, T, H, W = cfg["B"], cfg["T"], cfg["H"], cfg["W"]
+    x = torch.rand(B, T, cfg["input_dim"], H, W)
+    c_last = cfg["hidden_dims"][-1]
+    if cfg["target"] == "last_state":
+        y = torch.rand(B, c_last, H, W)
+    else:
+        y = torch.rand(B, T, c_last, H, W)
+
+    w = Writer(os.path.join(root, cfg["name"]))
+    w.config("input_dim", cfg["input_dim"])
+    w.config("hidden_dims", *cfg["hidden_dims"])
+    w.config("kernel_sizes", *cfg["kernel_sizes"])
+    w.config("bias", "TRUE" if cfg["bias"] else "FALSE")
+    for k in ("B", "T", "H", "W", "target"):
+        w.config(k, cfg[k])
+    w.config("adam_lr", ADAM_LR)
+    w.config("adam_weight_decay", cfg["weight_decay"])
+    w.config("adam_steps", ADAM_STEPS)
+    w.info("torch_version", torch.__version__)
+    w.info("seed", seed)
+
+    initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    for k, v in initial.items():
+        w.tensor("weights/" + k, v)
+    w.tensor("x", x)
+    w.tensor("y", y)
+
+    # forward, loss and one backward, in float32
+    model.zero_grad()
+    out = model(x)
+    loss = F.mse_loss(prediction(out, cfg["target"]), y)
+    loss.backward()
+    for l, o in enumerate(out[0]):
+        w.tensor("output/%d" % l, o)
+    for l, (h, c) in enumerate(out[1]):
+        w.tensor("last_h/%d" % l, h)
+        w.tensor("last_c/%d" % l, c)
+    w.tensor("loss", loss.reshape(1))
+    for k, p in model.named_parameters():
+        w.tensor("grad/" + k, p.grad)
+
+    # the same in float64: how far float32 itself is from exact
+    m64 = ConvLSTM(cfg["input_dim"], cfg["hidden_dims"], cfg["kernel_sizes"], cfg["bias"]).double()
+    m64.load_state_dict({k: v.double() for k, v in initial.items()})
+    out64 = m64(x.double())
+    loss64 = F.mse_loss(prediction(out64, cfg["target"]), y.double())
+    loss64.backward()
+    out_err = max(max_rel(a, b) for a, b in zip(out[0], out64[0]))
+    grad_err = max(max_rel(p.grad, q.grad) for p, q in zip(model.parameters(), m64.parameters()))
+    w.info("f32_vs_f64_max_rel_output", "%.3e" % out_err)
+    w.info("f32_vs_f64_rel_loss", "%.3e" % abs(loss.item() / loss64.item() - 1))
+    w.info("f32_vs_f64_max_rel_grad", "%.3e" % grad_err)
+
+    # Adam: each step is zero_grad, forward, loss, backward, update; the loss
+    # recorded is the one before the update, as train_step returns it
+    opt = torch.optim.Adam(model.parameters(), lr=ADAM_LR, weight_decay=cfg["weight_decay"])
+    losses = []
+    ratio = float("inf")
+    for _ in range(ADAM_STEPS):
+        opt.zero_grad()
+        l = F.mse_loss(prediction(model(x), cfg["target"]), y)
+        l.backward()
+        ratio = min(ratio, smallest_gradient(model, cfg["weight_decay"]))
+        opt.step()
+        losses.append(l.item())
+    if ratio < MIN_GRAD_RATIO:
+        return None
+    w.info("adam_min_grad_ratio", "%.3e" % ratio)
+    with torch.no_grad():
+        after = F.mse_loss(prediction(model(x), cfg["target"]), y)
+    w.tensor("adam_losses", torch.tensor(losses))
+    w.tensor("adam_loss_after", after.reshape(1))
+    for k, v in model.state_dict().items():
+        w.tensor("adam_params/" + k, v)
+    w.close()
+    return out_err, grad_err, losses, after.item()
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.join(here, "..", "tests", "testthat", "fixtures")
+    if len(sys.argv) > 1:
+        root = sys.argv[1]
+    torch.set_num_threads(1)  # reproducible reductions
+    for i, cfg in enumerate(CONFIGS):
+        for attempt in range(1000):
+            res = make(cfg, root, seed=20201217 + 1000 * i + attempt)
+            if res is not None:
+                break
+        else:
+            sys.exit("no seed gives well-conditioned Adam steps for " + cfg["name"])
+        out_err, grad_err, losses, after = res
+        print("%-18s f32 vs f64: output %.1e, grad %.1e; adam losses %s -> %.5f" % (
+            cfg["name"], out_err, grad_err, " ".join("%.5f" % l for l in losses), after))
+
+
+if __name__ == "__main__":
+    main()
