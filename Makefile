@@ -1,0 +1,101 @@
+# Makefile -- developer entry points for the convlstm R package:
+#
+#   make demo     install what is missing, build + install, train the tutorial model on CPU
+#   make test     install what is missing, build + install, testthat suite, C unit tests
+#   make deps     apt-get install what is missing (root or sudo; Debian/Ubuntu)
+#   make docs     roxygen2: NAMESPACE and man/
+#   make install  R CMD INSTALL (configure runs: OpenMP, BLAS, CUDA/cuDNN)
+#   make build    docs, then R CMD build -> convlstm_<version>.tar.gz
+#   make check    build, then R CMD check --as-cran --no-manual
+#   make ctest    C unit tests only (src/Makefile.standalone), also: asan, valgrind
+#   make bench    one training step here vs PyTorch on CPU (bench/)
+#   make clean
+#
+# It is not part of the package: R CMD build ignores it, and the package
+# builds through configure and src/Makevars.in alone.
+
+R ?= R
+RSCRIPT ?= Rscript
+PKG := convlstm
+VERSION := $(shell sed -n 's/^Version: *//p' DESCRIPTION)
+TARBALL := $(PKG)_$(VERSION).tar.gz
+
+# Debian packages, and for each how to tell it is already there some other
+# way (an R package installed from CRAN, a tool built from source).
+DEB_PKGS := r-base-dev r-cran-cli r-cran-testthat r-cran-roxygen2 r-cran-knitr \
+            r-cran-rmarkdown pandoc qpdf valgrind
+
+.PHONY: all deps docs install build check test ctest asan valgrind demo bench clean
+
+all: install
+
+deps:
+	@missing=""; \
+	for p in $(DEB_PKGS); do \
+	  if command -v dpkg-query >/dev/null 2>&1 && \
+	     dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed'; then continue; fi; \
+	  case $$p in \
+	    r-base-dev) command -v R >/dev/null 2>&1 && [ -f "$$(R RHOME 2>/dev/null)/include/Rinternals.h" ] \
+	                && command -v make >/dev/null 2>&1 && command -v gcc >/dev/null 2>&1 && continue ;; \
+	    r-cran-*) r=$$(echo $$p | sed 's/^r-cran-//'); \
+	              command -v Rscript >/dev/null 2>&1 && \
+	              Rscript -e "quit(status = !requireNamespace('$$r', quietly = TRUE))" >/dev/null 2>&1 && continue ;; \
+	    *) command -v $$p >/dev/null 2>&1 && continue ;; \
+	  esac; \
+	  missing="$$missing $$p"; \
+	done; \
+	if [ -z "$$missing" ]; then echo "deps: all present"; exit 0; fi; \
+	if ! command -v apt-get >/dev/null 2>&1; then \
+	  echo "deps: missing:$$missing -- no apt-get here; install R >= 4.2 and these yourself"; exit 1; fi; \
+	if [ "$$(id -u)" = 0 ]; then sudo=""; \
+	elif command -v sudo >/dev/null 2>&1; then sudo="sudo"; \
+	else echo "deps: missing:$$missing -- run as root or with sudo to install them"; exit 1; fi; \
+	echo "deps: installing$$missing"; \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing
+
+docs:
+	$(RSCRIPT) -e 'roxygen2::roxygenise()'
+
+# --preclean runs ./cleanup before configure, so objects never outlive a
+# change of flags (say CONVLSTM_NO_CUDA) or of a header. It installs into the
+# first writable library, or creates R_LIBS_USER.
+install:
+	@lib=$$($(RSCRIPT) -e 'p <- .libPaths(); w <- p[file.access(p, 2) == 0]; \
+	  if (length(w)) cat(w[1]) else { u <- path.expand(strsplit(Sys.getenv("R_LIBS_USER"), .Platform$$path.sep)[[1]][1]); \
+	  dir.create(u, recursive = TRUE, showWarnings = FALSE); cat(u) }'); \
+	echo "install: into $$lib"; \
+	$(R) CMD INSTALL --preclean --no-multiarch -l "$$lib" .
+
+build: docs
+	$(R) CMD build .
+
+check: build
+	@mkdir -p build/check
+	cd build/check && _R_CHECK_CRAN_INCOMING_REMOTE_=false \
+	  $(R) CMD check --as-cran --no-manual ../../$(TARBALL)
+
+# The full suite (NOT_CRAN) against the installed package, then the C tests.
+test: deps install
+	NOT_CRAN=true $(RSCRIPT) -e 'testthat::test_dir("tests/testthat", package = "$(PKG)", \
+	  load_package = "installed", stop_on_failure = TRUE)'
+	$(MAKE) ctest
+
+ctest:
+	$(MAKE) -C src -f Makefile.standalone test
+
+asan:
+	$(MAKE) -C src -f Makefile.standalone asan
+
+valgrind:
+	$(MAKE) -C src -f Makefile.standalone valgrind
+
+demo: deps install
+	$(RSCRIPT) demo/tutorial.R
+
+bench: install
+	bash bench/bench_cpu.sh
+
+clean:
+	./cleanup
+	rm -rf build $(PKG).Rcheck $(PKG)_*.tar.gz

@@ -1,0 +1,59 @@
+# bench/bench_convlstm.R -- times one training step of the R torch tutorial's
+# ConvLSTM in the installed convlstm package (train_step(): forward, MSE on
+# the last state, backward and Adam in one .Call) and measures the process's
+# peak resident memory growth. Run by bench_cpu.sh, which runs the PyTorch
+# twin (bench_torch.py) in the same invocation; not a test.
+#
+# Prints one line: RESULT impl=convlstm median=<s> min=<s> rss_peak=<bytes>
+#   alloc_peak=<bytes> reserved_peak=<bytes> steps=<n> loss=<last loss>
+
+args <- commandArgs(trailingOnly = TRUE)
+arg <- function(name, default) {
+  hit <- grep(paste0("^--", name, "="), args, value = TRUE)
+  if (length(hit)) sub("^[^=]*=", "", hit[[1]]) else default
+}
+steps <- as.integer(arg("steps", "20"))
+warmup <- as.integer(arg("warmup", "2"))
+threads <- as.integer(arg("threads", "2"))
+B <- as.integer(arg("batch", "100"))
+T <- 5L; C <- 1L; H <- 24L; W <- 24L
+
+suppressPackageStartupMessages(library(convlstm))
+
+status_bytes <- function(key) {
+  s <- readLines("/proc/self/status")
+  line <- grep(paste0("^", key, ":"), s, value = TRUE)
+  as.numeric(sub("^[^0-9]*([0-9]+).*$", "\\1", line)) * 1024
+}
+# Writing 5 to clear_refs resets VmHWM to the current RSS (Linux >= 4.0).
+reset_hwm <- function() {
+  tryCatch({ cat("5\n", file = "/proc/self/clear_refs"); TRUE }, error = function(e) FALSE)
+}
+
+set.seed(1)
+x <- array(runif(B * T * C * H * W), dim = c(B, T, C, H, W))
+y <- array(runif(B * 1 * H * W), dim = c(B, 1L, H, W))
+invisible(gc())
+
+rss0 <- status_bytes("VmRSS")
+hwm_ok <- reset_hwm()
+
+model <- convlstm(input_dim = 1, hidden_dims = c(64, 1), kernel_sizes = c(3, 3),
+                  n_layers = 2, device = "cpu", threads = threads)
+opt <- optimizer_adam(lr = 1e-3)
+for (i in seq_len(warmup)) loss <- train_step(model, x, y, opt, target = "last_state")
+times <- numeric(steps)
+for (i in seq_len(steps)) {
+  t0 <- proc.time()[["elapsed"]]
+  loss <- train_step(model, x, y, opt, target = "last_state")
+  times[i] <- proc.time()[["elapsed"]] - t0
+}
+rss_peak <- if (hwm_ok) status_bytes("VmHWM") - rss0 else NA
+ms <- memory_stats(model)
+pick <- function(name) {
+  v <- tryCatch(ms[[name]], error = function(e) NULL)
+  if (is.null(v) || !length(v)) NA else sum(as.numeric(v))
+}
+cat(sprintf("RESULT impl=convlstm median=%.6f min=%.6f rss_peak=%.0f alloc_peak=%.0f reserved_peak=%.0f steps=%d loss=%.6g backend=%s\n",
+            stats::median(times), min(times), rss_peak, pick("peak_allocated"),
+            pick("peak_reserved"), steps, loss, model$backend))
