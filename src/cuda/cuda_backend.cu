@@ -1,0 +1,345 @@
+/*
+ * cuda/cuda_backend.cu -- the CUDA backend's constructor, its table of slots
+ * (core/backend.h), memory and copies, error reporting, and gpu_info().
+ *
+ * The kernels live beside it, each file named after its CPU twin in src/cpu/:
+ * cudnn_conv.cu (convolutions, the only file that calls cuDNN's convolution
+ * API), cuda_cell.cu (the fused cell), cuda_optim.cu (loss and optimizers).
+ *
+ * This file holds no model state and does no accounting: every alloc/free
+ * comes from core/alloc.c, which counts the bytes. Nothing here exits or
+ * prints; failures return a cl_status with the message in be->err.
+ */
+#include <stdio.h>  /* snprintf */
+#include <stdlib.h> /* calloc, free, getenv, strtod */
+#include <string.h> /* strrchr, strchr, memset */
+
+#include "cuda_common.h" /* context, check macros, slot prototypes */
+#include "cuda_info.h"   /* cl_cuda_info, cl_cuda_device_info */
+
+/* ---- errors ------------------------------------------------------------ */
+
+static const char *base_name(const char *path) {
+  const char *s = strrchr(path, '/');
+  return s ? s + 1 : path;
+}
+
+/* The name of the called function: "cudaMalloc(out, bytes)" -> "cudaMalloc". */
+static int call_name_len(const char *what) {
+  const char *p = strchr(what, '(');
+  return p ? (int)(p - what) : (int)strlen(what);
+}
+
+cl_status cl_cuda_fail(cl_backend *be, cudaError_t e, const char *what, const char *file,
+                       int line) {
+  (void)cudaGetLastError(); /* a non-sticky error must not resurface at the next check */
+  if (be)
+    snprintf(be->err, sizeof be->err, "%s:%d: %.*s failed: %s (%s)", base_name(file), line,
+             call_name_len(what), what, cudaGetErrorString(e), cudaGetErrorName(e));
+  switch (e) {
+  case cudaErrorMemoryAllocation:
+    return CL_E_OOM;
+  case cudaErrorNoDevice:
+  case cudaErrorInsufficientDriver:
+  case cudaErrorNoKernelImageForDevice:
+    return CL_E_UNSUPPORTED;
+  default:
+    return CL_E_BACKEND;
+  }
+}
+
+cl_status cl_cudnn_fail(cl_backend *be, cudnnStatus_t s, const char *what, const char *file,
+                        int line) {
+  char detail[256];
+  detail[0] = '\0';
+  cudnnGetLastErrorString(detail, sizeof detail);
+  (void)cudaGetLastError();
+  if (be)
+    snprintf(be->err, sizeof be->err, "%s:%d: %.*s failed: %s%s%s", base_name(file), line,
+             call_name_len(what), what, cudnnGetErrorString(s), detail[0] ? ": " : "", detail);
+  if (s == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED ||
+      s == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED)
+    return CL_E_OOM;
+  if (CUDNN_STATUS_CATEGORY(s) == CUDNN_STATUS_NOT_SUPPORTED) return CL_E_UNSUPPORTED;
+  return CL_E_BACKEND;
+}
+
+cl_status cl_cuda_bad_dtype(cl_backend *be, cl_dtype t, const char *where) {
+  snprintf(be->err, sizeof be->err, "%s: storage type %d is not supported by the cuda backend",
+           where, (int)t);
+  return CL_E_UNSUPPORTED;
+}
+
+/* ---- casts ------------------------------------------------------------- */
+
+template <typename T> __global__ void cast_from_f32_kernel(const float *src, T *dst, size_t n) {
+  CL_CUDA_FOR(i, n) dst[i] = cl_st<T>(src[i]);
+}
+
+cl_status cl_cuda_cast_from_f32(cl_backend *be, const float *src, void *dst, size_t n,
+                                cl_dtype t) {
+  if (n == 0) return CL_OK;
+  cudaStream_t st = cl_cuda_ctx_of(be)->stream;
+  switch (t) {
+  case CL_F32:
+    CL_CUDA_CHECK(be, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, st));
+    return CL_OK;
+  case CL_F16:
+    cast_from_f32_kernel<__half><<<cl_cuda_blocks(n), CL_CUDA_THREADS, 0, st>>>(src, (__half *)dst, n);
+    break;
+  case CL_BF16:
+    cast_from_f32_kernel<__nv_bfloat16>
+        <<<cl_cuda_blocks(n), CL_CUDA_THREADS, 0, st>>>(src, (__nv_bfloat16 *)dst, n);
+    break;
+  default:
+    return cl_cuda_bad_dtype(be, t, "cast");
+  }
+  CL_CUDA_LAUNCH_CHECK(be);
+  return CL_OK;
+}
+
+/* ---- memory and copies ------------------------------------------------- */
+
+static cl_status cuda_alloc(cl_backend *be, size_t bytes, void **out) {
+  *out = NULL;
+  if (bytes == 0) return CL_OK;
+  cudaError_t e = cudaMalloc(out, bytes);
+  if (e != cudaSuccess) {
+    *out = NULL;
+    return cl_cuda_fail(be, e, "cudaMalloc", __FILE__, __LINE__);
+  }
+  return CL_OK;
+}
+
+static void cuda_free(cl_backend *be, void *p) {
+  if (!p) return;
+  /* Kernels queued on the stream may still read p; cudaFree's own implicit
+   * synchronization is not promised for a non-blocking stream. */
+  (void)cudaStreamSynchronize(cl_cuda_ctx_of(be)->stream);
+  if (cudaFree(p) != cudaSuccess) (void)cudaGetLastError();
+}
+
+static cl_status cuda_memset0(cl_backend *be, void *p, size_t bytes) {
+  if (bytes == 0) return CL_OK;
+  CL_CUDA_CHECK(be, cudaMemsetAsync(p, 0, bytes, cl_cuda_ctx_of(be)->stream));
+  return CL_OK;
+}
+
+/* From pageable host memory (what the core passes) cudaMemcpyAsync returns
+ * once the source has been staged, so the caller may reuse host_src at once.
+ * From pinned memory the copy is truly asynchronous and host_src must stay
+ * unchanged until the next synchronize. */
+static cl_status cuda_upload(cl_backend *be, void *dst, const void *host_src, size_t bytes) {
+  if (bytes == 0) return CL_OK;
+  CL_CUDA_CHECK(be, cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice,
+                                    cl_cuda_ctx_of(be)->stream));
+  return CL_OK;
+}
+
+static cl_status cuda_download(cl_backend *be, void *host_dst, const void *src, size_t bytes) {
+  cudaStream_t st = cl_cuda_ctx_of(be)->stream;
+  if (bytes > 0) CL_CUDA_CHECK(be, cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, st));
+  /* also surfaces a fault of any kernel queued before the copy */
+  CL_CUDA_CHECK(be, cudaStreamSynchronize(st));
+  return CL_OK;
+}
+
+static cl_status cuda_copy(cl_backend *be, void *dst, const void *src, size_t bytes) {
+  if (bytes == 0 || dst == src) return CL_OK;
+  CL_CUDA_CHECK(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+                                    cl_cuda_ctx_of(be)->stream));
+  return CL_OK;
+}
+
+static cl_status cuda_mem_info(cl_backend *be, size_t *free_bytes, size_t *total_bytes) {
+  *free_bytes = *total_bytes = 0;
+  CL_CUDA_CHECK(be, cudaMemGetInfo(free_bytes, total_bytes));
+  return CL_OK;
+}
+
+static cl_status cuda_synchronize(cl_backend *be) {
+  CL_CUDA_CHECK(be, cudaStreamSynchronize(cl_cuda_ctx_of(be)->stream));
+  return CL_OK;
+}
+
+/* ---- lifetime ---------------------------------------------------------- */
+
+/* Also the cleanup of a half-made backend in create: every member may be unset. */
+static void cuda_destroy(cl_backend *be) {
+  if (!be) return;
+  cl_cuda_ctx *ctx = (cl_cuda_ctx *)be->context;
+  if (ctx) {
+    if (ctx->stream) (void)cudaStreamSynchronize(ctx->stream);
+    cl_cudnn_cache_free(ctx->conv);
+    if (ctx->cudnn) (void)cudnnDestroy(ctx->cudnn);
+    if (ctx->d_partials) (void)cudaFree(ctx->d_partials);
+    if (ctx->h_partials) (void)cudaFreeHost(ctx->h_partials);
+    if (ctx->stream) (void)cudaStreamDestroy(ctx->stream);
+    (void)cudaGetLastError();
+    free(ctx);
+  }
+  free(be);
+}
+
+static const struct cl_backend_i cl_cuda_iface = {
+    /* .name = */ "cuda",
+    /* .host_accessible = */ 0,
+    /* .destroy = */ cuda_destroy,
+    /* .alloc = */ cuda_alloc,
+    /* .free = */ cuda_free,
+    /* .memset0 = */ cuda_memset0,
+    /* .upload = */ cuda_upload,
+    /* .download = */ cuda_download,
+    /* .copy = */ cuda_copy,
+    /* .mem_info = */ cuda_mem_info,
+    /* .synchronize = */ cuda_synchronize,
+    /* .conv_workspace = */ cl_cuda_conv_workspace,
+    /* .conv_forward = */ cl_cuda_conv_forward,
+    /* .conv_backward_data = */ cl_cuda_conv_backward_data,
+    /* .conv_backward_filter = */ cl_cuda_conv_backward_filter,
+    /* .gates_forward = */ cl_cuda_gates_forward,
+    /* .gates_backward = */ cl_cuda_gates_backward,
+    /* .mse = */ cl_cuda_mse,
+    /* .adam_update = */ cl_cuda_adam_update,
+    /* .sgd_update = */ cl_cuda_sgd_update,
+};
+
+/* Asking for its attributes fails when the build holds no code this device
+ * can run (e.g. built for sm_80+ and run on a Turing card), which a device
+ * count alone would not reveal until the first launch. */
+__global__ void cl_cuda_probe_kernel(int *p) {
+  if (p) *p = 1;
+}
+
+static double env_double(const char *name, double dflt) {
+  const char *s = getenv(name);
+  if (!s || !*s) return dflt;
+  char *end = NULL;
+  double v = strtod(s, &end);
+  return (end && end != s && v >= 0) ? v : dflt;
+}
+
+static cl_status cuda_init(cl_backend *be, cl_cuda_ctx *ctx) {
+  int n = 0;
+  CL_CUDA_CHECK(be, cudaGetDeviceCount(&n));
+  if (n <= 0) {
+    snprintf(be->err, sizeof be->err, "no CUDA device is visible to this process");
+    return CL_E_UNSUPPORTED;
+  }
+  int dev = 0;
+  CL_CUDA_CHECK(be, cudaGetDevice(&dev));
+  CL_CUDA_CHECK(be, cudaSetDevice(dev)); /* creates the primary context now, not mid-step */
+  ctx->device = dev;
+  cudaFuncAttributes fa;
+  cudaError_t e = cudaFuncGetAttributes(&fa, cl_cuda_probe_kernel);
+  if (e != cudaSuccess) {
+    int major = 0, minor = 0;
+    (void)cudaGetLastError();
+    (void)cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    (void)cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    (void)cudaGetLastError();
+    snprintf(be->err, sizeof be->err,
+             "this build of convlstm has no GPU code for device %d (compute capability %d.%d): "
+             "%s; reinstall with its architecture",
+             dev, major, minor, cudaGetErrorString(e));
+    return CL_E_UNSUPPORTED;
+  }
+  CL_CUDA_CHECK(be, cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
+  CL_CUDNN_CHECK(be, cudnnCreate(&ctx->cudnn));
+  CL_CUDNN_CHECK(be, cudnnSetStream(ctx->cudnn, ctx->stream));
+  CL_CUDA_CHECK(be, cudaMalloc((void **)&ctx->d_partials, CL_CUDA_MAX_PARTIALS * sizeof(double)));
+  CL_CUDA_CHECK(be, cudaMallocHost((void **)&ctx->h_partials, CL_CUDA_MAX_PARTIALS * sizeof(double)));
+
+  /* Knobs with no place in cl_config yet. The workspace cap bounds what one
+   * convolution may add to the plan; 256 MiB admits cuDNN's fast implicit-GEMM
+   * and Winograd kernels at the shapes of the benchmarks. */
+  ctx->ws_limit = (size_t)(env_double("CONVLSTM_CUDA_WORKSPACE_MB", 256.0) * 1024.0 * 1024.0);
+  ctx->benchmark = env_double("CONVLSTM_CUDNN_BENCHMARK", 0.0) != 0.0;
+  /* Off by default (unlike PyTorch's cudnn.allow_tf32): float32 results then
+   * match the CPU backend to float32 rounding. */
+  ctx->allow_tf32 = env_double("CONVLSTM_CUDA_TF32", 0.0) != 0.0;
+  return CL_OK;
+}
+
+extern "C" cl_status cl_backend_cuda_create(cl_backend **out, char *err, size_t errlen) {
+  *out = NULL;
+  cl_backend *be = (cl_backend *)calloc(1, sizeof *be);
+  cl_cuda_ctx *ctx = (cl_cuda_ctx *)calloc(1, sizeof *ctx);
+  if (!be || !ctx) {
+    free(be);
+    free(ctx);
+    if (err) snprintf(err, errlen, "cuda backend: out of host memory");
+    return CL_E_OOM;
+  }
+  be->iface = &cl_cuda_iface;
+  be->context = ctx;
+  be->n_threads = 1;
+  ctx->device = -1;
+  cl_status st = cuda_init(be, ctx);
+  if (st != CL_OK) {
+    if (err) snprintf(err, errlen, "cuda backend: %s", be->err);
+    cuda_destroy(be);
+    return st;
+  }
+  *out = be;
+  return CL_OK;
+}
+
+extern "C" int cl_backend_cuda_available(void) {
+  int n = 0, dev = 0;
+  cudaFuncAttributes fa;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n <= 0 || cudaGetDevice(&dev) != cudaSuccess ||
+      cudaSetDevice(dev) != cudaSuccess ||
+      cudaFuncGetAttributes(&fa, cl_cuda_probe_kernel) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return 1;
+}
+
+/* ---- gpu_info() -------------------------------------------------------- */
+
+extern "C" cl_status cl_cuda_device_info(int device, cl_cuda_info *out, char *err,
+                                         size_t errlen) {
+  memset(out, 0, sizeof *out);
+  out->device = -1;
+  /* Versions first: they explain a missing device better than anything. */
+  (void)cudaDriverGetVersion(&out->driver_version);
+  (void)cudaRuntimeGetVersion(&out->runtime_version);
+  out->cudnn_version = cudnnGetVersion();
+  out->cudnn_build_version = CUDNN_VERSION;
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n <= 0) {
+    (void)cudaGetLastError();
+    if (err)
+      snprintf(err, errlen, "no usable CUDA device: %s",
+               e != cudaSuccess ? cudaGetErrorString(e) : "none is visible to this process");
+    return CL_E_UNSUPPORTED;
+  }
+  out->n_devices = n;
+  int cur = 0;
+  if ((e = cudaGetDevice(&cur)) != cudaSuccess) goto fail;
+  if (device < 0) device = cur;
+  if (device >= n) {
+    if (err) snprintf(err, errlen, "device %d does not exist (%d visible)", device, n);
+    return CL_E_INVALID;
+  }
+  cudaDeviceProp prop;
+  if ((e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess) goto fail;
+  out->device = device;
+  snprintf(out->name, sizeof out->name, "%s", prop.name);
+  out->cc_major = prop.major;
+  out->cc_minor = prop.minor;
+  out->multiprocessors = prop.multiProcessorCount;
+  /* cudaMemGetInfo answers for the current device only */
+  if (device != cur && (e = cudaSetDevice(device)) != cudaSuccess) goto fail;
+  e = cudaMemGetInfo(&out->mem_free, &out->mem_total);
+  if (device != cur) (void)cudaSetDevice(cur);
+  if (e != cudaSuccess) goto fail;
+  return CL_OK;
+fail:
+  (void)cudaGetLastError();
+  if (err) snprintf(err, errlen, "cuda device info: %s", cudaGetErrorString(e));
+  return CL_E_BACKEND;
+}

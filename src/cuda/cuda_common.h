@@ -1,0 +1,155 @@
+/*
+ * cuda/cuda_common.h -- what every file of the CUDA backend shares: the
+ * backend's context, the error-check macros, launch sizing, storage-type
+ * conversions for kernels, and the prototypes of the slots that
+ * cuda_backend.cu puts into the table.
+ *
+ * It is C++ (nvcc) and internal to src/cuda/; the core never includes it. The
+ * core reaches this backend only through struct cl_backend_i (core/backend.h),
+ * and the R glue only through cuda_info.h.
+ */
+#ifndef CONVLSTM_CUDA_COMMON_H
+#define CONVLSTM_CUDA_COMMON_H
+
+#include <stddef.h>
+
+#include <cuda_runtime.h> /* cudaError_t, cudaStream_t, cudaMalloc... */
+#include <cuda_fp16.h>    /* __half and its conversions */
+#include <cuda_bf16.h>    /* __nv_bfloat16 and its conversions */
+#include <cudnn.h>        /* cudnnHandle_t, cudnnStatus_t */
+
+/* backend.h is C without extern "C" guards of its own; its declarations of
+ * cl_backend_cuda_create and friends must keep C linkage. */
+extern "C" {
+#include "../core/backend.h"
+}
+
+/* The backend's context (cl_backend.context). */
+struct cl_cudnn_cache; /* cudnn_conv.cu: algorithm choices per shape */
+
+typedef struct cl_cuda_ctx {
+  int device;                  /* the device current when the backend was created */
+  cudaStream_t stream;         /* every kernel and copy of this backend runs here */
+  cudnnHandle_t cudnn;         /* bound to stream */
+  struct cl_cudnn_cache *conv; /* owned by cudnn_conv.cu, freed by destroy */
+  size_t ws_limit;             /* most convolution workspace an algorithm may ask for */
+  int benchmark;               /* 1: time algorithms (cudnnFind*); 0: cuDNN's heuristics */
+  int allow_tf32;              /* 1: float32 convolutions may use TF32 tensor cores */
+  /* Per-block partial sums of the MSE: a fixed buffer made once at create so
+   * that mse() never allocates inside a training step. */
+  double *d_partials;
+  double *h_partials; /* pinned, so the copy back is a plain DMA */
+} cl_cuda_ctx;
+
+#define CL_CUDA_MAX_PARTIALS 1024
+#define CL_CUDA_THREADS 256
+
+static inline cl_cuda_ctx *cl_cuda_ctx_of(cl_backend *be) { return (cl_cuda_ctx *)be->context; }
+
+/* ---- errors ------------------------------------------------------------ */
+
+/* Write "file:line: what: message" into be->err and return the status to
+ * hand up: CL_E_OOM for an allocation failure, CL_E_UNSUPPORTED for what
+ * cuDNN does not support, CL_E_BACKEND otherwise. Both clear CUDA's
+ * last-error so that a later launch check does not report this one again. */
+cl_status cl_cuda_fail(cl_backend *be, cudaError_t e, const char *what, const char *file,
+                       int line);
+cl_status cl_cudnn_fail(cl_backend *be, cudnnStatus_t s, const char *what, const char *file,
+                        int line);
+
+/* They return from the calling function: use them only where nothing needs
+ * cleaning up on the way out. */
+#define CL_CUDA_CHECK(be, call)                                                 \
+  do {                                                                          \
+    cudaError_t cl_e_ = (call);                                                 \
+    if (cl_e_ != cudaSuccess) return cl_cuda_fail((be), cl_e_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+#define CL_CUDNN_CHECK(be, call)                                                \
+  do {                                                                          \
+    cudnnStatus_t cl_s_ = (call);                                               \
+    if (cl_s_ != CUDNN_STATUS_SUCCESS)                                          \
+      return cl_cudnn_fail((be), cl_s_, #call, __FILE__, __LINE__);             \
+  } while (0)
+
+/* After every <<<...>>>: a bad launch configuration is reported here, a
+ * fault inside the kernel by the next synchronizing call. */
+#define CL_CUDA_LAUNCH_CHECK(be) CL_CUDA_CHECK(be, cudaGetLastError())
+
+/* ---- launches ---------------------------------------------------------- */
+
+/* Blocks for a grid-stride loop over n elements (n > 0). Capped so that huge
+ * tensors loop instead of asking for an absurd grid. */
+static inline unsigned cl_cuda_blocks(size_t n) {
+  size_t b = (n + CL_CUDA_THREADS - 1) / CL_CUDA_THREADS;
+  const size_t cap = (size_t)1 << 20;
+  return (unsigned)(b < 1 ? 1 : b > cap ? cap : b);
+}
+
+#define CL_CUDA_FOR(i, n)                                                        \
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);       \
+       i += (size_t)gridDim.x * blockDim.x)
+
+/* ---- storage types: kernels load and store T, compute in float ---------- */
+
+static __device__ __forceinline__ float cl_ld(float v) { return v; }
+static __device__ __forceinline__ float cl_ld(__half v) { return __half2float(v); }
+static __device__ __forceinline__ float cl_ld(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> static __device__ __forceinline__ T cl_st(float v);
+template <> __device__ __forceinline__ float cl_st<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half cl_st<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 cl_st<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+/* Sum of v over the block, valid in thread 0. blockDim.x must be a multiple
+ * of 32; call once per kernel (the shared scratch is not re-synchronized). */
+template <typename T> static __device__ __forceinline__ T cl_block_sum(T v) {
+  __shared__ T warp_sums[32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    const int n_warps = (blockDim.x + 31) >> 5;
+    v = lane < n_warps ? warp_sums[lane] : (T)0;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  }
+  return v;
+}
+
+cl_status cl_cuda_bad_dtype(cl_backend *be, cl_dtype t, const char *where);
+
+/* Cast n floats to the storage type (convolution weights for half types). */
+cl_status cl_cuda_cast_from_f32(cl_backend *be, const float *src, void *dst, size_t n,
+                                cl_dtype t);
+
+/* ---- the slots (one file each, named after their CPU twins) ------------ */
+
+/* cudnn_conv.cu */
+size_t cl_cuda_conv_workspace(cl_backend *be, const cl_conv_shape *s);
+cl_status cl_cuda_conv_forward(cl_backend *be, const cl_conv_shape *s, const void *x,
+                               const float *w, const float *bias, void *y, int accumulate,
+                               void *ws);
+cl_status cl_cuda_conv_backward_data(cl_backend *be, const cl_conv_shape *s, const void *dy,
+                                     const float *w, void *dx, int accumulate, void *ws);
+cl_status cl_cuda_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, const void *dy,
+                                       const void *x, float *dw, float *dbias, void *ws);
+void cl_cudnn_cache_free(struct cl_cudnn_cache *c);
+
+/* cuda_cell.cu */
+cl_status cl_cuda_gates_forward(cl_backend *be, const cl_gates_shape *s, void *z,
+                                const void *c_prev, void *c, void *h);
+cl_status cl_cuda_gates_backward(cl_backend *be, const cl_gates_shape *s, void *gates,
+                                 const void *c, const void *c_prev, const void *dh, float *dc);
+
+/* cuda_optim.cu */
+cl_status cl_cuda_mse(cl_backend *be, const void *pred, const void *target, size_t n,
+                      cl_dtype dtype, float scale, void *grad, double *loss);
+cl_status cl_cuda_adam_update(cl_backend *be, float *p, const float *g, float *m, float *v,
+                              size_t n, const cl_adam_hp *hp);
+cl_status cl_cuda_sgd_update(cl_backend *be, float *p, const float *g, float *buf, size_t n,
+                             const cl_sgd_hp *hp);
+
+#endif

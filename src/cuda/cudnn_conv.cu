@@ -1,0 +1,504 @@
+/*
+ * cuda/cudnn_conv.cu -- the convolution slots of the CUDA backend on cuDNN 9's
+ * legacy convolution API (twin of src/cpu/cpu_conv.c): forward, backward
+ * data, backward filter (with the bias gradient) and the workspace each needs.
+ *
+ * The convolution is torch's Conv2d: cross-correlation, stride 1, padding
+ * k/2, NCHW. float32 runs on FMA units unless CONVLSTM_CUDA_TF32 is set;
+ * float16 and bfloat16 run on tensor cores with float accumulation, the
+ * float32 weights being cast into the workspace first (as autocast does).
+ *
+ * Algorithms are chosen once per shape, under ctx->ws_limit, and kept with
+ * their descriptors in a cache for the backend's lifetime: conv_workspace()
+ * and the three calls therefore agree on the algorithm, so the workspace the
+ * core allocates from conv_workspace() is exactly what they use.
+ *
+ * This file does not allocate device memory: all scratch is in `ws`.
+ */
+#include <limits.h> /* INT_MAX */
+#include <stdio.h>  /* snprintf */
+#include <stdlib.h> /* calloc, realloc, free */
+
+#include "cuda_common.h" /* context, check macros, cl_ld/cl_st, cl_block_sum */
+
+/* ---- the cache of algorithm choices ------------------------------------ */
+
+typedef struct conv_entry {
+  int N, C, H, W, K, k; /* N is the images of one cuDNN call (see chunk_images) */
+  cl_dtype dtype;
+  cudnnTensorDescriptor_t x, y; /* [N, C, H, W], [N, K, H, W] */
+  cudnnTensorDescriptor_t bias; /* [1, K, 1, 1] float */
+  cudnnFilterDescriptor_t w;    /* [K, C, k, k] */
+  /* one convolution descriptor per direction: each carries the math type
+   * that its chosen algorithm was reported with */
+  cudnnConvolutionDescriptor_t conv_fwd, conv_data, conv_filter;
+  cudnnConvolutionFwdAlgo_t algo_fwd;
+  cudnnConvolutionBwdDataAlgo_t algo_data;
+  cudnnConvolutionBwdFilterAlgo_t algo_filter;
+  size_t ws_fwd, ws_data, ws_filter; /* bytes of cuDNN workspace for each */
+} conv_entry;
+
+struct cl_cudnn_cache {
+  conv_entry **e; /* pointers, so an entry stays put when the array grows */
+  int n, cap;
+};
+
+static void entry_free(conv_entry *e) {
+  if (!e) return;
+  if (e->x) cudnnDestroyTensorDescriptor(e->x);
+  if (e->y) cudnnDestroyTensorDescriptor(e->y);
+  if (e->bias) cudnnDestroyTensorDescriptor(e->bias);
+  if (e->w) cudnnDestroyFilterDescriptor(e->w);
+  if (e->conv_fwd) cudnnDestroyConvolutionDescriptor(e->conv_fwd);
+  if (e->conv_data) cudnnDestroyConvolutionDescriptor(e->conv_data);
+  if (e->conv_filter) cudnnDestroyConvolutionDescriptor(e->conv_filter);
+  free(e);
+}
+
+void cl_cudnn_cache_free(struct cl_cudnn_cache *c) {
+  if (!c) return;
+  for (int i = 0; i < c->n; i++) entry_free(c->e[i]);
+  free(c->e);
+  free(c);
+}
+
+static cudnnDataType_t cudnn_type(cl_dtype t) {
+  return t == CL_F16 ? CUDNN_DATA_HALF : t == CL_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+}
+
+/* ---- choosing an algorithm, the same way for the three directions ------ */
+
+struct fwd_op {
+  typedef cudnnConvolutionFwdAlgoPerf_t perf_t;
+  typedef cudnnConvolutionFwdAlgo_t algo_t;
+  static const char *name() { return "forward"; }
+  static cudnnStatus_t max_count(cudnnHandle_t h, int *n) {
+    return cudnnGetConvolutionForwardAlgorithmMaxCount(h, n);
+  }
+  static cudnnStatus_t heuristics(cudnnHandle_t h, const conv_entry *e,
+                                  cudnnConvolutionDescriptor_t cd, int req, int *got,
+                                  perf_t *p) {
+    return cudnnGetConvolutionForwardAlgorithm_v7(h, e->x, e->w, cd, e->y, req, got, p);
+  }
+  static cudnnStatus_t find(cudnnHandle_t h, const conv_entry *e,
+                            cudnnConvolutionDescriptor_t cd, int req, int *got, perf_t *p) {
+    return cudnnFindConvolutionForwardAlgorithm(h, e->x, e->w, cd, e->y, req, got, p);
+  }
+  static cudnnStatus_t workspace(cudnnHandle_t h, const conv_entry *e,
+                                 cudnnConvolutionDescriptor_t cd, algo_t a, size_t *bytes) {
+    return cudnnGetConvolutionForwardWorkspaceSize(h, e->x, e->w, cd, e->y, a, bytes);
+  }
+};
+
+struct data_op {
+  typedef cudnnConvolutionBwdDataAlgoPerf_t perf_t;
+  typedef cudnnConvolutionBwdDataAlgo_t algo_t;
+  static const char *name() { return "backward data"; }
+  static cudnnStatus_t max_count(cudnnHandle_t h, int *n) {
+    return cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, n);
+  }
+  static cudnnStatus_t heuristics(cudnnHandle_t h, const conv_entry *e,
+                                  cudnnConvolutionDescriptor_t cd, int req, int *got,
+                                  perf_t *p) {
+    return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, e->w, e->y, cd, e->x, req, got, p);
+  }
+  static cudnnStatus_t find(cudnnHandle_t h, const conv_entry *e,
+                            cudnnConvolutionDescriptor_t cd, int req, int *got, perf_t *p) {
+    return cudnnFindConvolutionBackwardDataAlgorithm(h, e->w, e->y, cd, e->x, req, got, p);
+  }
+  static cudnnStatus_t workspace(cudnnHandle_t h, const conv_entry *e,
+                                 cudnnConvolutionDescriptor_t cd, algo_t a, size_t *bytes) {
+    return cudnnGetConvolutionBackwardDataWorkspaceSize(h, e->w, e->y, cd, e->x, a, bytes);
+  }
+};
+
+struct filter_op {
+  typedef cudnnConvolutionBwdFilterAlgoPerf_t perf_t;
+  typedef cudnnConvolutionBwdFilterAlgo_t algo_t;
+  static const char *name() { return "backward filter"; }
+  static cudnnStatus_t max_count(cudnnHandle_t h, int *n) {
+    return cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, n);
+  }
+  static cudnnStatus_t heuristics(cudnnHandle_t h, const conv_entry *e,
+                                  cudnnConvolutionDescriptor_t cd, int req, int *got,
+                                  perf_t *p) {
+    return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, e->x, e->y, cd, e->w, req, got, p);
+  }
+  static cudnnStatus_t find(cudnnHandle_t h, const conv_entry *e,
+                            cudnnConvolutionDescriptor_t cd, int req, int *got, perf_t *p) {
+    return cudnnFindConvolutionBackwardFilterAlgorithm(h, e->x, e->y, cd, e->w, req, got, p);
+  }
+  static cudnnStatus_t workspace(cudnnHandle_t h, const conv_entry *e,
+                                 cudnnConvolutionDescriptor_t cd, algo_t a, size_t *bytes) {
+    return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, e->x, e->y, cd, e->w, a, bytes);
+  }
+};
+
+#define MAX_ALGOS 16
+
+/* Take the candidates in cuDNN's order (fastest first, by heuristics or by
+ * timing) and keep the first whose workspace fits under ws_limit; if none
+ * fits, the one needing the least. The math type goes onto cd: cuDNN decides
+ * tensor-core use from algorithm and math type together. float32 without
+ * TF32 is pinned to FMA whatever a candidate says, so that it never rounds
+ * its inputs to TF32. */
+template <class Op>
+static cl_status choose(cl_backend *be, const conv_entry *e, cudnnConvolutionDescriptor_t cd,
+                        typename Op::algo_t *algo, size_t *ws_bytes) {
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  cudnnHandle_t h = ctx->cudnn;
+  typename Op::perf_t perf[MAX_ALGOS];
+  int req = 0, got = 0;
+  CL_CUDNN_CHECK(be, Op::max_count(h, &req));
+  if (req > MAX_ALGOS) req = MAX_ALGOS;
+  if (req < 1) req = 1;
+  if (ctx->benchmark)
+    CL_CUDNN_CHECK(be, Op::find(h, e, cd, req, &got, perf));
+  else
+    CL_CUDNN_CHECK(be, Op::heuristics(h, e, cd, req, &got, perf));
+  const int pin_fma = e->dtype == CL_F32 && !ctx->allow_tf32;
+  int best = -1;
+  size_t best_ws = 0;
+  for (int pass = 0; pass < 2 && best < 0; pass++) {
+    for (int i = 0; i < got; i++) {
+      if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+      cudnnMathType_t mt = pin_fma ? CUDNN_FMA_MATH : perf[i].mathType;
+      size_t bytes = 0;
+      if (cudnnSetConvolutionMathType(cd, mt) != CUDNN_STATUS_SUCCESS ||
+          Op::workspace(h, e, cd, perf[i].algo, &bytes) != CUDNN_STATUS_SUCCESS)
+        continue;
+      if (bytes < perf[i].memory) bytes = perf[i].memory;
+      if (pass == 0 && bytes <= ctx->ws_limit) {
+        best = i, best_ws = bytes;
+        break;
+      }
+      if (pass == 1 && (best < 0 || bytes < best_ws)) best = i, best_ws = bytes;
+    }
+  }
+  (void)cudaGetLastError(); /* a failed probe above may leave an error behind */
+  if (best < 0) {
+    snprintf(be->err, sizeof be->err,
+             "cuDNN has no %s algorithm for a %dx%d convolution of [%d, %d, %d, %d] -> %d "
+             "channels (storage type %d)",
+             Op::name(), e->k, e->k, e->N, e->C, e->H, e->W, e->K, (int)e->dtype);
+    return CL_E_UNSUPPORTED;
+  }
+  CL_CUDNN_CHECK(be, cudnnSetConvolutionMathType(cd, pin_fma ? CUDNN_FMA_MATH : perf[best].mathType));
+  *algo = perf[best].algo;
+  *ws_bytes = best_ws;
+  return CL_OK;
+}
+
+static cl_status entry_init(cl_backend *be, conv_entry *e) {
+  const cudnnDataType_t dt = cudnn_type(e->dtype);
+  const int pad = e->k / 2;
+  /* what the candidates are asked for; choose() then keeps each one's own */
+  const cudnnMathType_t math = e->dtype != CL_F32                ? CUDNN_TENSOR_OP_MATH
+                               : cl_cuda_ctx_of(be)->allow_tf32 ? CUDNN_DEFAULT_MATH
+                                                                : CUDNN_FMA_MATH;
+  CL_CUDNN_CHECK(be, cudnnCreateTensorDescriptor(&e->x));
+  CL_CUDNN_CHECK(be, cudnnCreateTensorDescriptor(&e->y));
+  CL_CUDNN_CHECK(be, cudnnCreateTensorDescriptor(&e->bias));
+  CL_CUDNN_CHECK(be, cudnnCreateFilterDescriptor(&e->w));
+  CL_CUDNN_CHECK(be, cudnnSetTensor4dDescriptor(e->x, CUDNN_TENSOR_NCHW, dt, e->N, e->C, e->H, e->W));
+  CL_CUDNN_CHECK(be, cudnnSetTensor4dDescriptor(e->y, CUDNN_TENSOR_NCHW, dt, e->N, e->K, e->H, e->W));
+  CL_CUDNN_CHECK(be, cudnnSetTensor4dDescriptor(e->bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1,
+                                                e->K, 1, 1));
+  CL_CUDNN_CHECK(be, cudnnSetFilter4dDescriptor(e->w, dt, CUDNN_TENSOR_NCHW, e->K, e->C, e->k, e->k));
+  cudnnConvolutionDescriptor_t *cds[3] = {&e->conv_fwd, &e->conv_data, &e->conv_filter};
+  for (int i = 0; i < 3; i++) {
+    CL_CUDNN_CHECK(be, cudnnCreateConvolutionDescriptor(cds[i]));
+    /* float accumulation for every storage type (PSEUDO_HALF / BFLOAT16 configs) */
+    CL_CUDNN_CHECK(be, cudnnSetConvolution2dDescriptor(*cds[i], pad, pad, 1, 1, 1, 1,
+                                                       CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CL_CUDNN_CHECK(be, cudnnSetConvolutionMathType(*cds[i], math));
+  }
+  cl_status st;
+  if ((st = choose<fwd_op>(be, e, e->conv_fwd, &e->algo_fwd, &e->ws_fwd)) != CL_OK) return st;
+  if ((st = choose<data_op>(be, e, e->conv_data, &e->algo_data, &e->ws_data)) != CL_OK) return st;
+  return choose<filter_op>(be, e, e->conv_filter, &e->algo_filter, &e->ws_filter);
+}
+
+/* The entry for s with n images per call, made on first use. */
+static cl_status lookup(cl_backend *be, const cl_conv_shape *s, int n, conv_entry **out) {
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  *out = NULL;
+  if (!ctx->conv) {
+    ctx->conv = (struct cl_cudnn_cache *)calloc(1, sizeof *ctx->conv);
+    if (!ctx->conv) goto oom;
+  }
+  {
+    struct cl_cudnn_cache *c = ctx->conv;
+    for (int i = 0; i < c->n; i++) {
+      conv_entry *e = c->e[i];
+      if (e->N == n && e->C == s->C && e->H == s->H && e->W == s->W && e->K == s->K &&
+          e->k == s->k && e->dtype == s->dtype) {
+        *out = e;
+        return CL_OK;
+      }
+    }
+    if (c->n == c->cap) {
+      int cap = c->cap ? 2 * c->cap : 16;
+      conv_entry **grown = (conv_entry **)realloc(c->e, (size_t)cap * sizeof *grown);
+      if (!grown) goto oom;
+      c->e = grown;
+      c->cap = cap;
+    }
+    conv_entry *e = (conv_entry *)calloc(1, sizeof *e);
+    if (!e) goto oom;
+    e->N = n, e->C = s->C, e->H = s->H, e->W = s->W, e->K = s->K, e->k = s->k;
+    e->dtype = s->dtype;
+    cl_status st = entry_init(be, e);
+    if (st != CL_OK) {
+      entry_free(e);
+      return st;
+    }
+    c->e[c->n++] = e;
+    *out = e;
+    return CL_OK;
+  }
+oom:
+  snprintf(be->err, sizeof be->err, "cuda convolution cache: out of host memory");
+  return CL_E_OOM;
+}
+
+/* ---- shapes, chunks and the workspace layout --------------------------- */
+
+static cl_status check_shape(cl_backend *be, const cl_conv_shape *s) {
+  if (s->N < 0 || s->C < 1 || s->H < 1 || s->W < 1 || s->K < 1 || s->k < 1 || s->k % 2 == 0) {
+    snprintf(be->err, sizeof be->err,
+             "cuda convolution: bad shape N=%d C=%d H=%d W=%d K=%d k=%d (k must be odd)", s->N,
+             s->C, s->H, s->W, s->K, s->k);
+    return CL_E_INVALID;
+  }
+  if (s->dtype != CL_F32 && s->dtype != CL_F16 && s->dtype != CL_BF16)
+    return cl_cuda_bad_dtype(be, s->dtype, "cuda convolution");
+  const size_t per_image = (size_t)(s->C > s->K ? s->C : s->K) * s->H * s->W;
+  if (per_image > (size_t)INT_MAX) {
+    snprintf(be->err, sizeof be->err,
+             "cuda convolution: one image of %d x %d x %d is more than cuDNN's 2^31 elements",
+             s->C > s->K ? s->C : s->K, s->H, s->W);
+    return CL_E_UNSUPPORTED;
+  }
+  return CL_OK;
+}
+
+/* cuDNN's legacy descriptors index with int, so a tensor of more than 2^31
+ * elements is convolved in chunks of images (as PyTorch splits its batch).
+ * Every chunk but the last has this many images. */
+static int chunk_images(const cl_conv_shape *s) {
+  const size_t per_image = (size_t)(s->C > s->K ? s->C : s->K) * s->H * s->W;
+  const size_t fit = (size_t)INT_MAX / per_image;
+  return (size_t)s->N < fit ? s->N : (int)fit;
+}
+
+/* Half types keep a cast copy of the weights (or of the weight gradient, in
+ * backward filter) at the start of ws; cuDNN's workspace follows at 256 bytes
+ * alignment. */
+static size_t weight_copy_bytes(const cl_conv_shape *s) {
+  if (s->dtype == CL_F32) return 0;
+  size_t b = (size_t)s->K * s->C * s->k * s->k * cl_dtype_size(s->dtype);
+  return (b + 255) & ~(size_t)255;
+}
+
+static size_t entry_ws(const conv_entry *e) {
+  size_t m = e->ws_fwd;
+  if (e->ws_data > m) m = e->ws_data;
+  if (e->ws_filter > m) m = e->ws_filter;
+  return m;
+}
+
+/* The workspace of s: the largest of the three directions over both chunk
+ * shapes, plus the weight copy. On failure 0, the reason in be->err, and the
+ * convolution calls themselves will fail with it. */
+size_t cl_cuda_conv_workspace(cl_backend *be, const cl_conv_shape *s) {
+  if (check_shape(be, s) != CL_OK || s->N == 0) return 0;
+  const int n0 = chunk_images(s);
+  const int rest = s->N % n0;
+  conv_entry *e;
+  if (lookup(be, s, n0, &e) != CL_OK) return 0;
+  size_t need = entry_ws(e);
+  if (rest > 0) {
+    if (lookup(be, s, rest, &e) != CL_OK) return 0;
+    if (entry_ws(e) > need) need = entry_ws(e);
+  }
+  return weight_copy_bytes(s) + need;
+}
+
+static cl_status missing_ws(cl_backend *be, const char *what, size_t bytes) {
+  snprintf(be->err, sizeof be->err,
+           "cuda convolution %s: needs %zu bytes of workspace but none was given "
+           "(conv_workspace was not planned for this shape)",
+           what, bytes);
+  return CL_E_INTERNAL;
+}
+
+/* ---- small kernels for the half types ---------------------------------- */
+
+/* cuDNN's bias calls want bias and y of one type; with half storage the
+ * bias stays float and is added (and reduced) here, in float. */
+template <typename T>
+__global__ void add_bias_kernel(T *y, const float *bias, size_t total, int K, size_t P) {
+  CL_CUDA_FOR(i, total) {
+    const int k = (int)((i / P) % (size_t)K);
+    y[i] = cl_st<T>(cl_ld(y[i]) + bias[k]);
+  }
+}
+
+/* dbias[k] += sum over n, p of dy[n, k, p]: block (k, j) sums images
+ * [j*per_block, (j+1)*per_block) and adds its total atomically. */
+template <typename T>
+__global__ void bias_grad_kernel(const T *dy, float *dbias, int N, int K, size_t P,
+                                 int per_block) {
+  const int k = blockIdx.x;
+  const int n0 = blockIdx.y * per_block;
+  const int n1 = n0 + per_block < N ? n0 + per_block : N;
+  float sum = 0.0f;
+  for (int n = n0; n < n1; n++) {
+    const T *row = dy + ((size_t)n * K + k) * P;
+    for (size_t p = threadIdx.x; p < P; p += blockDim.x) sum += cl_ld(row[p]);
+  }
+  sum = cl_block_sum(sum);
+  if (threadIdx.x == 0) atomicAdd(&dbias[k], sum);
+}
+
+template <typename T> __global__ void accumulate_kernel(float *dst, const T *src, size_t n) {
+  CL_CUDA_FOR(i, n) dst[i] += cl_ld(src[i]);
+}
+
+template <typename T>
+static cl_status add_bias(cl_backend *be, const cl_conv_shape *s, void *y, const float *bias) {
+  const size_t P = (size_t)s->H * s->W, total = (size_t)s->N * s->K * P;
+  add_bias_kernel<T><<<cl_cuda_blocks(total), CL_CUDA_THREADS, 0, cl_cuda_ctx_of(be)->stream>>>(
+      (T *)y, bias, total, s->K, P);
+  CL_CUDA_LAUNCH_CHECK(be);
+  return CL_OK;
+}
+
+template <typename T>
+static cl_status bias_grad(cl_backend *be, const cl_conv_shape *s, const void *dy, float *dbias) {
+  const size_t P = (size_t)s->H * s->W;
+  const int ny = s->N < 64 ? s->N : 64; /* enough blocks to fill the GPU when K is small */
+  const int per_block = (s->N + ny - 1) / ny;
+  dim3 grid((unsigned)s->K, (unsigned)((s->N + per_block - 1) / per_block));
+  bias_grad_kernel<T><<<grid, CL_CUDA_THREADS, 0, cl_cuda_ctx_of(be)->stream>>>(
+      (const T *)dy, dbias, s->N, s->K, P, per_block);
+  CL_CUDA_LAUNCH_CHECK(be);
+  return CL_OK;
+}
+
+template <typename T>
+static cl_status accumulate(cl_backend *be, float *dst, const void *src, size_t n) {
+  accumulate_kernel<T><<<cl_cuda_blocks(n), CL_CUDA_THREADS, 0, cl_cuda_ctx_of(be)->stream>>>(
+      dst, (const T *)src, n);
+  CL_CUDA_LAUNCH_CHECK(be);
+  return CL_OK;
+}
+
+/* Weights in the storage type: w itself for float32, else a cast into ws. */
+static cl_status weights_for(cl_backend *be, const cl_conv_shape *s, const float *w, void *ws,
+                             const void **wk) {
+  *wk = w;
+  if (s->dtype == CL_F32) return CL_OK;
+  if (!ws) return missing_ws(be, "weights", weight_copy_bytes(s));
+  *wk = ws;
+  return cl_cuda_cast_from_f32(be, w, ws, (size_t)s->K * s->C * s->k * s->k, s->dtype);
+}
+
+/* ---- the slots --------------------------------------------------------- */
+
+cl_status cl_cuda_conv_forward(cl_backend *be, const cl_conv_shape *s, const void *x,
+                               const float *w, const float *bias, void *y, int accumulate,
+                               void *ws) {
+  cl_status st = check_shape(be, s);
+  if (st != CL_OK || s->N == 0) return st;
+  cudnnHandle_t h = cl_cuda_ctx_of(be)->cudnn;
+  const size_t es = cl_dtype_size(s->dtype);
+  const size_t x_img = (size_t)s->C * s->H * s->W * es, y_img = (size_t)s->K * s->H * s->W * es;
+  const void *wk;
+  if ((st = weights_for(be, s, w, ws, &wk)) != CL_OK) return st;
+  char *cws = ws ? (char *)ws + weight_copy_bytes(s) : NULL;
+  const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f; /* beta 0: y is not read */
+  const int n0 = chunk_images(s);
+  for (int n = 0; n < s->N; n += n0) {
+    const int nb = s->N - n < n0 ? s->N - n : n0;
+    conv_entry *e;
+    if ((st = lookup(be, s, nb, &e)) != CL_OK) return st;
+    if (e->ws_fwd > 0 && !cws) return missing_ws(be, "forward", e->ws_fwd);
+    const char *xp = (const char *)x + (size_t)n * x_img;
+    char *yp = (char *)y + (size_t)n * y_img;
+    CL_CUDNN_CHECK(be, cudnnConvolutionForward(h, &one, e->x, xp, e->w, wk, e->conv_fwd,
+                                               e->algo_fwd, cws, e->ws_fwd, &beta, e->y, yp));
+    if (bias && s->dtype == CL_F32)
+      CL_CUDNN_CHECK(be, cudnnAddTensor(h, &one, e->bias, bias, &one, e->y, yp));
+  }
+  if (bias && s->dtype == CL_F16) return add_bias<__half>(be, s, y, bias);
+  if (bias && s->dtype == CL_BF16) return add_bias<__nv_bfloat16>(be, s, y, bias);
+  return CL_OK;
+}
+
+cl_status cl_cuda_conv_backward_data(cl_backend *be, const cl_conv_shape *s, const void *dy,
+                                     const float *w, void *dx, int accumulate, void *ws) {
+  cl_status st = check_shape(be, s);
+  if (st != CL_OK || s->N == 0) return st;
+  cudnnHandle_t h = cl_cuda_ctx_of(be)->cudnn;
+  const size_t es = cl_dtype_size(s->dtype);
+  const size_t x_img = (size_t)s->C * s->H * s->W * es, y_img = (size_t)s->K * s->H * s->W * es;
+  const void *wk;
+  if ((st = weights_for(be, s, w, ws, &wk)) != CL_OK) return st;
+  char *cws = ws ? (char *)ws + weight_copy_bytes(s) : NULL;
+  const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  const int n0 = chunk_images(s);
+  for (int n = 0; n < s->N; n += n0) {
+    const int nb = s->N - n < n0 ? s->N - n : n0;
+    conv_entry *e;
+    if ((st = lookup(be, s, nb, &e)) != CL_OK) return st;
+    if (e->ws_data > 0 && !cws) return missing_ws(be, "backward data", e->ws_data);
+    const char *dyp = (const char *)dy + (size_t)n * y_img;
+    char *dxp = (char *)dx + (size_t)n * x_img;
+    CL_CUDNN_CHECK(be, cudnnConvolutionBackwardData(h, &one, e->w, wk, e->y, dyp, e->conv_data,
+                                                    e->algo_data, cws, e->ws_data, &beta, e->x,
+                                                    dxp));
+  }
+  return CL_OK;
+}
+
+/* float32: cuDNN accumulates into dw and dbias itself (beta 1). Half types:
+ * cuDNN writes each chunk's weight gradient in the storage type into ws (it
+ * has no mixed-type configuration), and it is added to the float dw here;
+ * the bias gradient is reduced here in float. */
+cl_status cl_cuda_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, const void *dy,
+                                       const void *x, float *dw, float *dbias, void *ws) {
+  cl_status st = check_shape(be, s);
+  if (st != CL_OK || s->N == 0) return st;
+  cudnnHandle_t h = cl_cuda_ctx_of(be)->cudnn;
+  const int narrow = s->dtype != CL_F32;
+  const size_t es = cl_dtype_size(s->dtype);
+  const size_t x_img = (size_t)s->C * s->H * s->W * es, y_img = (size_t)s->K * s->H * s->W * es;
+  const size_t nw = (size_t)s->K * s->C * s->k * s->k;
+  if (narrow && !ws) return missing_ws(be, "weight gradient", weight_copy_bytes(s));
+  void *dwk = narrow ? ws : (void *)dw;
+  char *cws = ws ? (char *)ws + weight_copy_bytes(s) : NULL;
+  const float one = 1.0f, zero = 0.0f;
+  const int n0 = chunk_images(s);
+  for (int n = 0; n < s->N; n += n0) {
+    const int nb = s->N - n < n0 ? s->N - n : n0;
+    conv_entry *e;
+    if ((st = lookup(be, s, nb, &e)) != CL_OK) return st;
+    if (e->ws_filter > 0 && !cws) return missing_ws(be, "backward filter", e->ws_filter);
+    const char *xp = (const char *)x + (size_t)n * x_img;
+    const char *dyp = (const char *)dy + (size_t)n * y_img;
+    CL_CUDNN_CHECK(be, cudnnConvolutionBackwardFilter(h, &one, e->x, xp, e->y, dyp,
+                                                      e->conv_filter, e->algo_filter, cws,
+                                                      e->ws_filter, narrow ? &zero : &one, e->w,
+                                                      dwk));
+    if (s->dtype == CL_F16 && (st = accumulate<__half>(be, dw, ws, nw)) != CL_OK) return st;
+    if (s->dtype == CL_BF16 && (st = accumulate<__nv_bfloat16>(be, dw, ws, nw)) != CL_OK)
+      return st;
+    if (dbias && !narrow)
+      CL_CUDNN_CHECK(be, cudnnConvolutionBackwardBias(h, &one, e->y, dyp, &one, e->bias, dbias));
+  }
+  if (dbias && s->dtype == CL_F16) return bias_grad<__half>(be, s, dy, dbias);
+  if (dbias && s->dtype == CL_BF16) return bias_grad<__nv_bfloat16>(be, s, dy, dbias);
+  return CL_OK;
+}

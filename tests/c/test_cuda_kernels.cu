@@ -1,0 +1,670 @@
+/*
+ * tests/c/test_cuda_kernels.cu -- every slot of the CUDA backend against plain
+ * CPU loops written here, on shapes chosen to catch indexing mistakes
+ * (kernel 1, 3, 5; H != W; odd sizes; accumulate on and off; bias or none;
+ * float32, float16, bfloat16). Prints the max abs and rel error of each check
+ * and exits 1 if any fails.
+ *
+ * Without a usable GPU it checks that creating the backend fails cleanly,
+ * prints "no GPU: skipped" and exits 0. It is not a test of the core or of
+ * the CPU backend (tests/c/test_cpu_*.c, test_core_*.c), and the references
+ * here are deliberately naive (double accumulation, direct loops).
+ *
+ * Build: nvcc -std=c++17 -Isrc tests/c/test_cuda_kernels.cu src/cuda/cu*.cu -lcudnn -lcudart
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_bf16.h> /* host-side rounding to bfloat16 */
+#include <cuda_fp16.h> /* host-side rounding to float16 */
+
+extern "C" {
+#include "core/backend.h" /* the table under test */
+}
+#include "cuda/cuda_info.h" /* cl_cuda_device_info */
+
+static int n_checks = 0, n_failed = 0;
+
+static const char *status_str(cl_status s) {
+  switch (s) {
+  case CL_OK: return "CL_OK";
+  case CL_E_INVALID: return "CL_E_INVALID";
+  case CL_E_OOM: return "CL_E_OOM";
+  case CL_E_UNSUPPORTED: return "CL_E_UNSUPPORTED";
+  case CL_E_BACKEND: return "CL_E_BACKEND";
+  case CL_E_STATE: return "CL_E_STATE";
+  case CL_E_INTERNAL: return "CL_E_INTERNAL";
+  }
+  return "?";
+}
+
+static const char *dtype_str(cl_dtype t) {
+  return t == CL_F32 ? "f32" : t == CL_F16 ? "f16" : t == CL_BF16 ? "bf16" : "?";
+}
+
+/* A failed call ends the current case (return false) after reporting it. */
+#define CALL(be, call)                                                                    \
+  do {                                                                                    \
+    cl_status s_ = (call);                                                                \
+    if (s_ != CL_OK) {                                                                    \
+      printf("FAIL  %s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, status_str(s_),    \
+             (be)->err);                                                                  \
+      n_checks++;                                                                         \
+      n_failed++;                                                                         \
+      return false;                                                                       \
+    }                                                                                     \
+  } while (0)
+
+/* ---- host helpers ------------------------------------------------------ */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static float urand(float lo, float hi) { /* splitmix64 -> [lo, hi) */
+  uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return lo + (hi - lo) * (float)((double)(z >> 11) / 9007199254740992.0);
+}
+
+static void fill(float *a, size_t n, float lo, float hi) {
+  for (size_t i = 0; i < n; i++) a[i] = urand(lo, hi);
+}
+
+/* Storage-type bytes of host floats, and back. Values are first rounded with
+ * round_to so that the reference sees exactly what the GPU reads. */
+static void to_storage(cl_dtype t, const float *src, void *dst, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (t == CL_F32) ((float *)dst)[i] = src[i];
+    else if (t == CL_F16) ((__half *)dst)[i] = __float2half_rn(src[i]);
+    else ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(src[i]);
+  }
+}
+
+static void from_storage(cl_dtype t, const void *src, float *dst, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (t == CL_F32) dst[i] = ((const float *)src)[i];
+    else if (t == CL_F16) dst[i] = __half2float(((const __half *)src)[i]);
+    else dst[i] = __bfloat162float(((const __nv_bfloat16 *)src)[i]);
+  }
+}
+
+static void round_to(cl_dtype t, float *a, size_t n) {
+  void *tmp = malloc(n * 4 + 4);
+  to_storage(t, a, tmp, n);
+  from_storage(t, tmp, a, n);
+  free(tmp);
+}
+
+/* |got - ref| <= tol * (|ref| + scale) elementwise, scale = max(1, max|ref|)
+ * so that sums whose terms cancel are judged against the size of the terms. */
+static bool compare(const char *what, const float *got, const double *ref, size_t n, double tol) {
+  double scale = 1.0, max_abs = 0.0, max_rel = 0.0;
+  for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(ref[i]));
+  size_t bad = 0, first_bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    const double d = fabs((double)got[i] - ref[i]);
+    if (!(d <= tol * (fabs(ref[i]) + scale))) { /* NaN fails too */
+      if (bad++ == 0) first_bad = i;
+    }
+    if (isnan(d)) {
+      max_abs = max_rel = NAN;
+      continue;
+    }
+    if (d > max_abs) max_abs = d; /* stays NaN once NaN */
+    const double r = d / fmax(fabs(ref[i]), 1e-30);
+    if (fabs(ref[i]) > 1e-3 * scale && r > max_rel) max_rel = r;
+  }
+  n_checks++;
+  if (bad) n_failed++;
+  printf("%s  %-58s n=%-8zu max_abs=%.3e max_rel=%.3e tol=%.1e", bad ? "FAIL" : "ok  ", what, n,
+         max_abs, max_rel, tol);
+  if (bad)
+    printf("  (%zu bad, first [%zu]: got %.9g want %.9g)", bad, first_bad, got[first_bad],
+           ref[first_bad]);
+  printf("\n");
+  return bad == 0;
+}
+
+static bool expect(bool ok, const char *what) {
+  n_checks++;
+  if (!ok) n_failed++;
+  printf("%s  %s\n", ok ? "ok  " : "FAIL", what);
+  return ok;
+}
+
+static double tol_for(cl_dtype t) { return t == CL_F32 ? 2e-5 : t == CL_F16 ? 4e-3 : 2.5e-2; }
+
+/* Device buffers freed at scope exit, so a failing case leaks nothing. */
+struct dbuf {
+  cl_backend *be;
+  void *p;
+  size_t bytes;
+  dbuf(cl_backend *b) : be(b), p(NULL), bytes(0) {}
+  ~dbuf() { be->iface->free(be, p); }
+  cl_status alloc(size_t n) {
+    bytes = n;
+    return be->iface->alloc(be, n, &p);
+  }
+};
+
+/* ---- memory slots ------------------------------------------------------ */
+
+static bool test_memory(cl_backend *be) {
+  const cl_backend_i *f = be->iface;
+  size_t fr = 0, tot = 0;
+  CALL(be, f->mem_info(be, &fr, &tot));
+  printf("      device memory: %.1f MiB free of %.1f MiB\n", fr / 1048576.0, tot / 1048576.0);
+  expect(tot > 0 && fr <= tot, "mem_info reports free <= total, total > 0");
+
+  /* an allocation that cannot succeed is CL_E_OOM, and the backend lives on */
+  void *huge = NULL;
+  cl_status s = f->alloc(be, (size_t)1 << 50, &huge);
+  expect(s == CL_E_OOM && huge == NULL, "alloc(1 PiB) -> CL_E_OOM, out NULL");
+  printf("      message: %s\n", be->err);
+
+  const size_t n = 100003;
+  float *h = (float *)malloc(n * 4), *back = (float *)malloc(n * 4);
+  double *ref = (double *)malloc(n * 8);
+  fill(h, n, -1, 1);
+  dbuf a(be), b(be);
+  bool ok = false;
+  if (a.alloc(n * 4) == CL_OK && b.alloc(n * 4) == CL_OK && f->upload(be, a.p, h, n * 4) == CL_OK &&
+      f->copy(be, b.p, a.p, n * 4) == CL_OK && f->download(be, back, b.p, n * 4) == CL_OK) {
+    for (size_t i = 0; i < n; i++) ref[i] = h[i];
+    compare("upload, copy, download round trip", back, ref, n, 0.0);
+    if (f->memset0(be, (char *)b.p + 4, (n - 2) * 4) == CL_OK &&
+        f->download(be, back, b.p, n * 4) == CL_OK && f->synchronize(be) == CL_OK) {
+      for (size_t i = 1; i + 1 < n; i++) ref[i] = 0.0;
+      compare("memset0 of the inner part only", back, ref, n, 0.0);
+      ok = true;
+    }
+  }
+  if (!ok) expect(false, "memory slots");
+  free(h);
+  free(back);
+  free(ref);
+  return ok;
+}
+
+/* ---- convolution ------------------------------------------------------- */
+
+/* y = conv(x, w) + b; dx = conv_transpose(dy, w); dw = correlate(dy, x);
+ * db = sum dy -- by scattering over the forward's index set. */
+static void conv_ref(const cl_conv_shape *s, const float *x, const float *w, const float *b,
+                     const float *dy, double *y, double *dx, double *dw, double *db) {
+  const int N = s->N, C = s->C, H = s->H, W = s->W, K = s->K, k = s->k, p = k / 2;
+  memset(y, 0, sizeof(double) * N * K * H * W);
+  memset(dx, 0, sizeof(double) * N * C * H * W);
+  memset(dw, 0, sizeof(double) * K * C * k * k);
+  memset(db, 0, sizeof(double) * K);
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < K; o++)
+      for (int ho = 0; ho < H; ho++)
+        for (int wo = 0; wo < W; wo++) {
+          const size_t yi = (((size_t)n * K + o) * H + ho) * W + wo;
+          y[yi] = b ? b[o] : 0.0;
+          db[o] += dy[yi];
+          for (int c = 0; c < C; c++)
+            for (int i = 0; i < k; i++)
+              for (int j = 0; j < k; j++) {
+                const int hi = ho + i - p, wi = wo + j - p;
+                if (hi < 0 || hi >= H || wi < 0 || wi >= W) continue;
+                const size_t xi = (((size_t)n * C + c) * H + hi) * W + wi;
+                const size_t wk = (((size_t)o * C + c) * k + i) * k + j;
+                y[yi] += (double)x[xi] * w[wk];
+                dx[xi] += (double)dy[yi] * w[wk];
+                dw[wk] += (double)dy[yi] * x[xi];
+              }
+        }
+}
+
+static bool test_conv(cl_backend *be, cl_conv_shape s, int accumulate, int with_bias) {
+  const cl_backend_i *f = be->iface;
+  const cl_dtype t = s.dtype;
+  const size_t es = cl_dtype_size(t);
+  const size_t nx = (size_t)s.N * s.C * s.H * s.W, ny = (size_t)s.N * s.K * s.H * s.W;
+  const size_t nw = (size_t)s.K * s.C * s.k * s.k, nb = (size_t)s.K;
+  char label[160];
+  snprintf(label, sizeof label, "conv %s N%d C%d %dx%d K%d k%d acc%d bias%d", dtype_str(t), s.N,
+           s.C, s.H, s.W, s.K, s.k, accumulate, with_bias);
+
+  float *x = (float *)malloc(nx * 4), *dy = (float *)malloc(ny * 4), *w = (float *)malloc(nw * 4);
+  float *b = (float *)malloc(nb * 4), *y0 = (float *)malloc(ny * 4), *dx0 = (float *)malloc(nx * 4);
+  float *dw0 = (float *)malloc(nw * 4), *db0 = (float *)malloc(nb * 4);
+  float *got = (float *)malloc((nx > ny ? nx : ny) * 4 + nw * 4);
+  double *ry = (double *)malloc(ny * 8), *rdx = (double *)malloc(nx * 8);
+  double *rdw = (double *)malloc(nw * 8), *rdb = (double *)malloc(nb * 8);
+  void *stage = malloc((nx > ny ? nx : ny) * 4 + 16);
+  fill(x, nx, -1, 1);
+  fill(dy, ny, -1, 1);
+  fill(w, nw, -0.5f, 0.5f);
+  fill(b, nb, -0.5f, 0.5f);
+  fill(y0, ny, -1, 1);
+  fill(dx0, nx, -1, 1);
+  fill(dw0, nw, -1, 1);
+  fill(db0, nb, -1, 1);
+  /* what the GPU sees: storage-rounded activations and (cast) weights; the
+   * weight and bias gradients and the bias stay float */
+  round_to(t, x, nx);
+  round_to(t, dy, ny);
+  round_to(t, y0, ny);
+  round_to(t, dx0, nx);
+  float *wr = (float *)malloc(nw * 4);
+  memcpy(wr, w, nw * 4);
+  round_to(t, wr, nw);
+  conv_ref(&s, x, wr, with_bias ? b : NULL, dy, ry, rdx, rdw, rdb);
+  for (size_t i = 0; i < ny && accumulate; i++) ry[i] += y0[i];
+  for (size_t i = 0; i < nx && accumulate; i++) rdx[i] += dx0[i];
+  for (size_t i = 0; i < nw; i++) rdw[i] += dw0[i];
+  for (size_t i = 0; i < nb; i++) rdb[i] += db0[i];
+
+  bool ok = true;
+  {
+    dbuf dX(be), dDY(be), dW(be), dB(be), dY(be), dDX(be), dDW(be), dDB(be), dWS(be);
+    const size_t ws = f->conv_workspace(be, &s);
+    printf("      %s: workspace %zu bytes\n", label, ws);
+    CALL(be, dX.alloc(nx * es));
+    CALL(be, dDY.alloc(ny * es));
+    CALL(be, dW.alloc(nw * 4));
+    CALL(be, dB.alloc(nb * 4));
+    CALL(be, dY.alloc(ny * es));
+    CALL(be, dDX.alloc(nx * es));
+    CALL(be, dDW.alloc(nw * 4));
+    CALL(be, dDB.alloc(nb * 4));
+    CALL(be, dWS.alloc(ws)); /* exactly what conv_workspace asked for */
+    to_storage(t, x, stage, nx);
+    CALL(be, f->upload(be, dX.p, stage, nx * es));
+    to_storage(t, dy, stage, ny);
+    CALL(be, f->upload(be, dDY.p, stage, ny * es));
+    CALL(be, f->upload(be, dW.p, w, nw * 4));
+    CALL(be, f->upload(be, dB.p, b, nb * 4));
+    CALL(be, f->upload(be, dDW.p, dw0, nw * 4));
+    CALL(be, f->upload(be, dDB.p, db0, nb * 4));
+    if (accumulate) {
+      to_storage(t, y0, stage, ny);
+      CALL(be, f->upload(be, dY.p, stage, ny * es));
+      to_storage(t, dx0, stage, nx);
+      CALL(be, f->upload(be, dDX.p, stage, nx * es));
+    } else {
+      /* all-ones bytes are NaN in every storage type: an output that is
+       * overwritten must not be read */
+      memset(stage, 0xFF, (nx > ny ? nx : ny) * es);
+      CALL(be, f->upload(be, dY.p, stage, ny * es));
+      CALL(be, f->upload(be, dDX.p, stage, nx * es));
+    }
+    CALL(be, f->conv_forward(be, &s, dX.p, (const float *)dW.p, with_bias ? (const float *)dB.p : NULL,
+                             dY.p, accumulate, dWS.p));
+    CALL(be, f->conv_backward_data(be, &s, dDY.p, (const float *)dW.p, dDX.p, accumulate, dWS.p));
+    CALL(be, f->conv_backward_filter(be, &s, dDY.p, dX.p, (float *)dDW.p,
+                                     with_bias ? (float *)dDB.p : NULL, dWS.p));
+    char what[200];
+    CALL(be, f->download(be, stage, dY.p, ny * es));
+    from_storage(t, stage, got, ny);
+    snprintf(what, sizeof what, "%s: forward", label);
+    ok &= compare(what, got, ry, ny, tol_for(t));
+    CALL(be, f->download(be, stage, dDX.p, nx * es));
+    from_storage(t, stage, got, nx);
+    snprintf(what, sizeof what, "%s: backward data", label);
+    ok &= compare(what, got, rdx, nx, tol_for(t));
+    CALL(be, f->download(be, got, dDW.p, nw * 4));
+    snprintf(what, sizeof what, "%s: backward filter", label);
+    ok &= compare(what, got, rdw, nw, tol_for(t));
+    if (with_bias) {
+      CALL(be, f->download(be, got, dDB.p, nb * 4));
+      snprintf(what, sizeof what, "%s: bias gradient", label);
+      ok &= compare(what, got, rdb, nb, tol_for(t));
+    }
+  }
+  free(x), free(dy), free(w), free(wr), free(b), free(y0), free(dx0), free(dw0), free(db0);
+  free(got), free(ry), free(rdx), free(rdw), free(rdb), free(stage);
+  return ok;
+}
+
+/* ---- the fused cell ---------------------------------------------------- */
+
+static double sig(double v) { return 1.0 / (1.0 + exp(-v)); }
+
+static bool test_gates(cl_backend *be, cl_gates_shape s, int with_cprev) {
+  const cl_backend_i *f = be->iface;
+  const cl_dtype t = s.dtype;
+  const size_t es = cl_dtype_size(t);
+  const size_t hp = (size_t)s.hidden * s.P, ns = (size_t)s.N * hp, nz = 4 * ns;
+  char label[120], what[200];
+  snprintf(label, sizeof label, "gates %s N%d hidden%d P%d c_prev%s", dtype_str(t), s.N, s.hidden,
+           s.P, with_cprev ? "" : "=NULL");
+  float *z = (float *)malloc(nz * 4), *cp = (float *)malloc(ns * 4), *got = (float *)malloc(nz * 4);
+  float *act = (float *)malloc(nz * 4), *c = (float *)malloc(ns * 4), *dh = (float *)malloc(ns * 4);
+  float *dc = (float *)malloc(ns * 4);
+  double *rz = (double *)malloc(nz * 8), *rc = (double *)malloc(ns * 8), *rh = (double *)malloc(ns * 8);
+  double *rdz = (double *)malloc(nz * 8), *rdc = (double *)malloc(ns * 8);
+  void *stage = malloc(nz * 4);
+  fill(z, nz, -4, 4);
+  fill(cp, ns, -2, 2);
+  round_to(t, z, nz);
+  round_to(t, cp, ns);
+  /* backward inputs: plausible activations, independent of the forward */
+  for (size_t n = 0; n < (size_t)s.N; n++)
+    for (int g = 0; g < 4; g++)
+      for (size_t r = 0; r < hp; r++)
+        act[(n * 4 + g) * hp + r] = g < 3 ? urand(0.01f, 0.99f) : urand(-0.99f, 0.99f);
+  fill(c, ns, -2, 2);
+  fill(dh, ns, -1, 1);
+  fill(dc, ns, -1, 1);
+  round_to(t, act, nz);
+  round_to(t, c, ns);
+  round_to(t, dh, ns);
+
+  for (size_t n = 0; n < (size_t)s.N; n++)
+    for (size_t r = 0; r < hp; r++) {
+      const size_t e = n * hp + r, b = n * 4 * hp + r;
+      /* forward */
+      const double i = sig(z[b]), fg = sig(z[b + hp]), o = sig(z[b + 2 * hp]), g = tanh(z[b + 3 * hp]);
+      const double cprev = with_cprev ? cp[e] : 0.0;
+      rz[b] = i, rz[b + hp] = fg, rz[b + 2 * hp] = o, rz[b + 3 * hp] = g;
+      rc[e] = fg * cprev + i * g;
+      rh[e] = o * tanh(rc[e]);
+      /* backward, the formulas of core/backend.h */
+      const double ai = act[b], af = act[b + hp], ao = act[b + 2 * hp], ag = act[b + 3 * hp];
+      const double tc = tanh((double)c[e]);
+      const double d_o = dh[e] * tc;
+      const double dct = dc[e] + dh[e] * ao * (1 - tc * tc);
+      const double di = dct * ag, dg = dct * ai, df = dct * cprev;
+      rdc[e] = dct * af;
+      rdz[b] = di * ai * (1 - ai);
+      rdz[b + hp] = df * af * (1 - af);
+      rdz[b + 2 * hp] = d_o * ao * (1 - ao);
+      rdz[b + 3 * hp] = dg * (1 - ag * ag);
+    }
+
+  bool ok = true;
+  {
+    dbuf dZ(be), dCP(be), dC(be), dH(be), dA(be), dCC(be), dDH(be), dDC(be);
+    CALL(be, dZ.alloc(nz * es));
+    CALL(be, dCP.alloc(ns * es));
+    CALL(be, dC.alloc(ns * es));
+    CALL(be, dH.alloc(ns * es));
+    CALL(be, dA.alloc(nz * es));
+    CALL(be, dCC.alloc(ns * es));
+    CALL(be, dDH.alloc(ns * es));
+    CALL(be, dDC.alloc(ns * 4));
+    to_storage(t, z, stage, nz);
+    CALL(be, f->upload(be, dZ.p, stage, nz * es));
+    to_storage(t, cp, stage, ns);
+    CALL(be, f->upload(be, dCP.p, stage, ns * es));
+    to_storage(t, act, stage, nz);
+    CALL(be, f->upload(be, dA.p, stage, nz * es));
+    to_storage(t, c, stage, ns);
+    CALL(be, f->upload(be, dCC.p, stage, ns * es));
+    to_storage(t, dh, stage, ns);
+    CALL(be, f->upload(be, dDH.p, stage, ns * es));
+    CALL(be, f->upload(be, dDC.p, dc, ns * 4));
+
+    CALL(be, f->gates_forward(be, &s, dZ.p, with_cprev ? dCP.p : NULL, dC.p, dH.p));
+    CALL(be, f->gates_backward(be, &s, dA.p, dCC.p, with_cprev ? dCP.p : NULL, dDH.p,
+                               (float *)dDC.p));
+    CALL(be, f->download(be, stage, dZ.p, nz * es));
+    from_storage(t, stage, got, nz);
+    snprintf(what, sizeof what, "%s: forward activations", label);
+    ok &= compare(what, got, rz, nz, tol_for(t));
+    CALL(be, f->download(be, stage, dC.p, ns * es));
+    from_storage(t, stage, got, ns);
+    snprintf(what, sizeof what, "%s: forward c", label);
+    ok &= compare(what, got, rc, ns, tol_for(t));
+    CALL(be, f->download(be, stage, dH.p, ns * es));
+    from_storage(t, stage, got, ns);
+    snprintf(what, sizeof what, "%s: forward h", label);
+    ok &= compare(what, got, rh, ns, tol_for(t));
+    CALL(be, f->download(be, stage, dA.p, nz * es));
+    from_storage(t, stage, got, nz);
+    snprintf(what, sizeof what, "%s: backward d pre-activations", label);
+    ok &= compare(what, got, rdz, nz, tol_for(t));
+    CALL(be, f->download(be, got, dDC.p, ns * 4));
+    snprintf(what, sizeof what, "%s: backward dc_prev", label);
+    ok &= compare(what, got, rdc, ns, tol_for(t));
+  }
+  free(z), free(cp), free(got), free(act), free(c), free(dh), free(dc);
+  free(rz), free(rc), free(rh), free(rdz), free(rdc), free(stage);
+  return ok;
+}
+
+/* ---- loss and optimizers ----------------------------------------------- */
+
+/* grad_mode 0: no gradient; 1: its own buffer; 2: overwrite the target. */
+static bool test_mse(cl_backend *be, cl_dtype t, size_t n, float scale, int grad_mode) {
+  const cl_backend_i *f = be->iface;
+  const size_t es = cl_dtype_size(t);
+  char label[120], what[200];
+  snprintf(label, sizeof label, "mse %s n=%zu scale=%g grad=%s", dtype_str(t), n, (double)scale,
+           grad_mode == 0 ? "none" : grad_mode == 1 ? "own" : "in target");
+  float *p = (float *)malloc(n * 4), *y = (float *)malloc(n * 4), *got = (float *)malloc(n * 4);
+  double *rg = (double *)malloc(n * 8);
+  void *stage = malloc(n * 4);
+  fill(p, n, -2, 2);
+  fill(y, n, -2, 2);
+  round_to(t, p, n);
+  round_to(t, y, n);
+  double sum = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    const double d = (double)p[i] - (double)y[i];
+    sum += d * d;
+    rg[i] = (double)scale * 2.0 * d / (double)n;
+  }
+  const double rloss = sum / (double)n;
+  bool ok = true;
+  {
+    dbuf dP(be), dY(be), dG(be);
+    CALL(be, dP.alloc(n * es));
+    CALL(be, dY.alloc(n * es));
+    CALL(be, dG.alloc(n * es));
+    to_storage(t, p, stage, n);
+    CALL(be, f->upload(be, dP.p, stage, n * es));
+    to_storage(t, y, stage, n);
+    CALL(be, f->upload(be, dY.p, stage, n * es));
+    void *g = grad_mode == 0 ? NULL : grad_mode == 1 ? dG.p : dY.p;
+    double loss = -1.0;
+    CALL(be, f->mse(be, dP.p, dY.p, n, t, scale, g, &loss));
+    double lr = fabs(loss - rloss) / rloss;
+    n_checks++;
+    if (!(lr <= 1e-10)) n_failed++, ok = false;
+    printf("%s  %-58s loss=%.17g want %.17g rel=%.2e\n", lr <= 1e-10 ? "ok  " : "FAIL", label,
+           loss, rloss, lr);
+    if (g) {
+      CALL(be, f->download(be, stage, g, n * es));
+      from_storage(t, stage, got, n);
+      snprintf(what, sizeof what, "%s: gradient", label);
+      /* float32 gradient: one rounding of scale*2/n and one of the product */
+      ok &= compare(what, got, rg, n, t == CL_F32 ? 1e-6 : tol_for(t));
+    }
+  }
+  free(p), free(y), free(got), free(rg), free(stage);
+  return ok;
+}
+
+static bool test_adam(cl_backend *be, size_t n, float wd) {
+  const cl_backend_i *f = be->iface;
+  char label[120], what[200];
+  snprintf(label, sizeof label, "adam n=%zu weight_decay=%g", n, (double)wd);
+  float *p = (float *)malloc(n * 4), *m = (float *)calloc(n, 4), *v = (float *)calloc(n, 4);
+  float *g = (float *)malloc(n * 4), *got = (float *)malloc(n * 4);
+  double *rp = (double *)malloc(n * 8), *rm = (double *)malloc(n * 8), *rv = (double *)malloc(n * 8);
+  fill(p, n, -1, 1);
+  cl_adam_hp hp = {1e-3f, 0.9f, 0.999f, 1e-8f, wd, 0};
+  bool ok = true;
+  {
+    dbuf dP(be), dG(be), dM(be), dV(be);
+    CALL(be, dP.alloc(n * 4));
+    CALL(be, dG.alloc(n * 4));
+    CALL(be, dM.alloc(n * 4));
+    CALL(be, dV.alloc(n * 4));
+    CALL(be, f->upload(be, dP.p, p, n * 4));
+    CALL(be, f->memset0(be, dM.p, n * 4));
+    CALL(be, f->memset0(be, dV.p, n * 4));
+    for (int step = 1; step <= 3; step++) {
+      fill(g, n, -1, 1);
+      if (step == 2) g[0] = 0.0f; /* a zero gradient after a nonzero one */
+      CALL(be, f->upload(be, dG.p, g, n * 4));
+      hp.step = step;
+      CALL(be, f->adam_update(be, (float *)dP.p, (const float *)dG.p, (float *)dM.p,
+                              (float *)dV.p, n, &hp));
+      /* reference in float, torch's order of operations */
+      const double bc1 = 1.0 - pow((double)hp.beta1, step), bc2 = 1.0 - pow((double)hp.beta2, step);
+      const float step_size = (float)((double)hp.lr / bc1), bc2s = (float)sqrt(bc2);
+      for (size_t i = 0; i < n; i++) {
+        float gi = g[i];
+        if (wd != 0.0f) gi = gi + wd * p[i];
+        m[i] = m[i] * hp.beta1 + (float)(1.0 - (double)hp.beta1) * gi;
+        v[i] = v[i] * hp.beta2 + (float)(1.0 - (double)hp.beta2) * (gi * gi);
+        const float denom = sqrtf(v[i]) / bc2s + hp.eps;
+        p[i] = p[i] - step_size * (m[i] / denom);
+      }
+    }
+    for (size_t i = 0; i < n; i++) rp[i] = p[i], rm[i] = m[i], rv[i] = v[i];
+    CALL(be, f->download(be, got, dP.p, n * 4));
+    snprintf(what, sizeof what, "%s: parameters after 3 steps", label);
+    ok &= compare(what, got, rp, n, 1e-6);
+    CALL(be, f->download(be, got, dM.p, n * 4));
+    snprintf(what, sizeof what, "%s: first moment", label);
+    ok &= compare(what, got, rm, n, 1e-6);
+    CALL(be, f->download(be, got, dV.p, n * 4));
+    snprintf(what, sizeof what, "%s: second moment", label);
+    ok &= compare(what, got, rv, n, 1e-6);
+  }
+  free(p), free(m), free(v), free(g), free(got), free(rp), free(rm), free(rv);
+  return ok;
+}
+
+static bool test_sgd(cl_backend *be, size_t n, float momentum, float wd) {
+  const cl_backend_i *f = be->iface;
+  char label[120], what[200];
+  snprintf(label, sizeof label, "sgd n=%zu momentum=%g weight_decay=%g", n, (double)momentum,
+           (double)wd);
+  float *p = (float *)malloc(n * 4), *buf = (float *)calloc(n, 4), *g = (float *)malloc(n * 4);
+  float *got = (float *)malloc(n * 4);
+  double *rp = (double *)malloc(n * 8), *rb = (double *)malloc(n * 8);
+  fill(p, n, -1, 1);
+  /* garbage in the buffer: the first step must not read it */
+  fill(buf, n, -100, 100);
+  cl_sgd_hp hp = {0.05f, momentum, wd, 1};
+  bool ok = true;
+  {
+    dbuf dP(be), dG(be), dB(be);
+    CALL(be, dP.alloc(n * 4));
+    CALL(be, dG.alloc(n * 4));
+    CALL(be, dB.alloc(n * 4));
+    CALL(be, f->upload(be, dP.p, p, n * 4));
+    CALL(be, f->upload(be, dB.p, buf, n * 4));
+    for (int step = 1; step <= 3; step++) {
+      fill(g, n, -1, 1);
+      CALL(be, f->upload(be, dG.p, g, n * 4));
+      hp.first = step == 1;
+      CALL(be, f->sgd_update(be, (float *)dP.p, (const float *)dG.p,
+                             momentum != 0.0f ? (float *)dB.p : NULL, n, &hp));
+      for (size_t i = 0; i < n; i++) {
+        float d = g[i];
+        if (wd != 0.0f) d = d + wd * p[i];
+        if (momentum != 0.0f) {
+          buf[i] = hp.first ? d : buf[i] * momentum + d;
+          d = buf[i];
+        }
+        p[i] = p[i] - hp.lr * d;
+      }
+    }
+    for (size_t i = 0; i < n; i++) rp[i] = p[i], rb[i] = buf[i];
+    CALL(be, f->download(be, got, dP.p, n * 4));
+    snprintf(what, sizeof what, "%s: parameters after 3 steps", label);
+    ok &= compare(what, got, rp, n, 1e-6);
+    if (momentum != 0.0f) {
+      CALL(be, f->download(be, got, dB.p, n * 4));
+      snprintf(what, sizeof what, "%s: momentum buffer", label);
+      ok &= compare(what, got, rb, n, 1e-6);
+    }
+  }
+  free(p), free(buf), free(g), free(got), free(rp), free(rb);
+  return ok;
+}
+
+/* ---- main -------------------------------------------------------------- */
+
+int main(void) {
+  cl_cuda_info info;
+  char err[CL_ERRMSG_LEN];
+  err[0] = '\0';
+  cl_status is = cl_cuda_device_info(-1, &info, err, sizeof err);
+  printf("CUDA driver %d, runtime %d, cuDNN %zu (built with %zu)\n", info.driver_version,
+         info.runtime_version, info.cudnn_version, info.cudnn_build_version);
+
+  if (!cl_backend_cuda_available()) {
+    /* creating the backend must fail cleanly, not crash */
+    printf("device info: %s (%s)\n", status_str(is), err[0] ? err : "-");
+    cl_backend *be = (cl_backend *)&info; /* any non-NULL value: create must reset it */
+    err[0] = '\0';
+    cl_status s = cl_backend_cuda_create(&be, err, sizeof err);
+    printf("create: %s, out %s: %s\n", status_str(s), be ? "not NULL" : "NULL", err);
+    if (s == CL_OK || be != NULL) {
+      printf("FAIL  create succeeded without a usable GPU\n");
+      return 1;
+    }
+    printf("no GPU: skipped\n");
+    return 0;
+  }
+  if (is == CL_OK)
+    printf("device %d of %d: %s, compute capability %d.%d, %d SMs, %.0f MiB\n", info.device,
+           info.n_devices, info.name, info.cc_major, info.cc_minor, info.multiprocessors,
+           info.mem_total / 1048576.0);
+
+  cl_backend *be = NULL;
+  cl_status s = cl_backend_cuda_create(&be, err, sizeof err);
+  if (s != CL_OK) {
+    printf("FAIL  cl_backend_cuda_create: %s: %s\n", status_str(s), err);
+    return 1;
+  }
+
+  test_memory(be);
+
+  const cl_dtype types[3] = {CL_F32, CL_F16, CL_BF16};
+  /* N, C, H, W, K, k */
+  const int shapes[][6] = {
+      {2, 3, 5, 7, 4, 1}, {3, 5, 6, 9, 8, 3}, {2, 4, 7, 5, 6, 5}, {4, 17, 12, 10, 32, 3}};
+  for (int ti = 0; ti < 3; ti++)
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+      for (int acc = 0; acc < 2; acc++)
+        for (int bias = 0; bias < 2; bias++) {
+          cl_conv_shape cs = {shapes[si][0], shapes[si][1], shapes[si][2], shapes[si][3],
+                              shapes[si][4], shapes[si][5], types[ti]};
+          test_conv(be, cs, acc, bias);
+        }
+
+  for (int ti = 0; ti < 3; ti++)
+    for (int cp = 0; cp < 2; cp++) {
+      cl_gates_shape g1 = {3, 4, 35, types[ti]};   /* odd pixel count */
+      cl_gates_shape g2 = {2, 16, 7 * 9, types[ti]};
+      test_gates(be, g1, cp);
+      test_gates(be, g2, cp);
+    }
+
+  for (int ti = 0; ti < 3; ti++) {
+    test_mse(be, types[ti], 1, 1.0f, 1);
+    test_mse(be, types[ti], 1000, 1.0f, 0);
+    test_mse(be, types[ti], ((size_t)1 << 20) + 3, 1024.0f, 1); /* more blocks than partials */
+    test_mse(be, types[ti], 4099, 1.0f, 2);
+  }
+
+  test_adam(be, 1000 + 7, 0.0f);
+  test_adam(be, 300001, 0.01f);
+  test_sgd(be, 1000 + 7, 0.0f, 0.0f);
+  test_sgd(be, 1000 + 7, 0.9f, 0.0f);
+  test_sgd(be, 300001, 0.9f, 0.01f);
+
+  /* a bad shape is refused with a message, and the backend stays usable */
+  cl_conv_shape bad = {1, 1, 4, 4, 1, 2, CL_F32};
+  expect(be->iface->conv_forward(be, &bad, NULL, NULL, NULL, NULL, 0, NULL) == CL_E_INVALID,
+         "even kernel size -> CL_E_INVALID");
+  expect(be->iface->synchronize(be) == CL_OK, "synchronize after all of the above");
+
+  be->iface->destroy(be);
+  printf("%d checks, %d failed\n", n_checks, n_failed);
+  return n_failed ? 1 : 0;
+}
