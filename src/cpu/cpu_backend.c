@@ -1,0 +1,153 @@
+/*
+ * cpu/cpu_backend.c -- the CPU backend's function table (core/backend.h)
+ * and its memory functions: "device" memory is host memory, so copies are
+ * memcpy and there is no queue to wait for.
+ *
+ * The kernels live in cpu_conv.c, cpu_cell.c and cpu_optim.c; the GEMM they
+ * share in cpu_gemm.c. Creating a backend decides, once, the thread count
+ * and which GEMM the convolutions use.
+ *
+ * Not here: accounting of what is allocated (core/alloc.c does it for every
+ * backend alike).
+ */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* posix_memalign, sysconf under -std=c11 */
+#endif
+#include "cpu_kernels.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h> /* sysconf */
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+cl_status cl_cpu_fail(cl_backend *be, cl_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(be->err, sizeof be->err, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+/* 64 bytes: a cache line and an AVX-512 register, so packed kernels never
+ * split a load across lines. */
+static cl_status cpu_alloc(cl_backend *be, size_t bytes, void **out) {
+  *out = NULL;
+  if (bytes == 0) return CL_OK;
+  if (posix_memalign(out, 64, bytes) != 0) {
+    *out = NULL;
+    return cl_cpu_fail(be, CL_E_OOM, "cpu backend: could not allocate %zu bytes", bytes);
+  }
+  return CL_OK;
+}
+
+static void cpu_free(cl_backend *be, void *p) {
+  (void)be;
+  free(p);
+}
+
+static cl_status cpu_memset0(cl_backend *be, void *p, size_t bytes) {
+  (void)be;
+  if (bytes) memset(p, 0, bytes);
+  return CL_OK;
+}
+
+static cl_status cpu_copy(cl_backend *be, void *dst, const void *src, size_t bytes) {
+  (void)be;
+  if (bytes && dst != src) memcpy(dst, src, bytes);
+  return CL_OK;
+}
+
+/* Linux's MemAvailable counts reclaimable page cache, which
+ * _SC_AVPHYS_PAGES (MemFree) does not; fall back to sysconf elsewhere. */
+static int meminfo_available(size_t *bytes) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[128];
+  unsigned long long kib = 0;
+  int found = 0;
+  while (!found && fgets(line, sizeof line, f))
+    found = sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+  fclose(f);
+  if (found) *bytes = (size_t)kib * 1024u;
+  return found;
+}
+
+static cl_status cpu_mem_info(cl_backend *be, size_t *free_bytes, size_t *total_bytes) {
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) {
+    *total_bytes = (size_t)pages * (size_t)page;
+    *free_bytes = *total_bytes;
+#ifdef _SC_AVPHYS_PAGES
+    long avail = sysconf(_SC_AVPHYS_PAGES);
+    if (avail > 0) *free_bytes = (size_t)avail * (size_t)page;
+#endif
+    meminfo_available(free_bytes);
+    return CL_OK;
+  }
+#endif
+  *free_bytes = *total_bytes = 0;
+  return cl_cpu_fail(be, CL_E_UNSUPPORTED, "cpu backend: physical memory size unknown");
+}
+
+static void cpu_destroy(cl_backend *be) {
+  if (!be) return;
+  free(be->context);
+  free(be);
+}
+
+static const struct cl_backend_i cpu_iface = {
+    /* .name                 = */ "cpu",
+    /* .host_accessible      = */ 1,
+    /* .destroy              = */ cpu_destroy,
+    /* .alloc                = */ cpu_alloc,
+    /* .free                 = */ cpu_free,
+    /* .memset0              = */ cpu_memset0,
+    /* .upload               = */ cpu_copy,
+    /* .download             = */ cpu_copy,
+    /* .copy                 = */ cpu_copy,
+    /* .mem_info             = */ cpu_mem_info,
+    /* .synchronize          = */ NULL, /* kernels return when done */
+    /* .conv_workspace       = */ cl_cpu_conv_workspace,
+    /* .conv_forward         = */ cl_cpu_conv_forward,
+    /* .conv_backward_data   = */ cl_cpu_conv_backward_data,
+    /* .conv_backward_filter = */ cl_cpu_conv_backward_filter,
+    /* .gates_forward        = */ cl_cpu_gates_forward,
+    /* .gates_backward       = */ cl_cpu_gates_backward,
+    /* .mse                  = */ cl_cpu_mse,
+    /* .adam_update          = */ cl_cpu_adam_update,
+    /* .sgd_update           = */ cl_cpu_sgd_update,
+};
+
+cl_status cl_backend_cpu_create(int n_threads, cl_backend **out) {
+  *out = NULL;
+  if (n_threads <= 0) {
+#ifdef _OPENMP
+    n_threads = omp_get_max_threads();
+#else
+    n_threads = 1;
+#endif
+  }
+#ifndef _OPENMP
+  n_threads = 1; /* nothing would run them */
+#endif
+  cl_backend *be = calloc(1, sizeof *be);
+  cl_cpu_ctx *ctx = calloc(1, sizeof *ctx);
+  if (!be || !ctx) {
+    free(be);
+    free(ctx);
+    return CL_E_OOM;
+  }
+  be->iface = &cpu_iface;
+  be->context = ctx;
+  be->n_threads = n_threads;
+  /* Timed here, once: the choice changes the convolution workspace size,
+   * which must stay fixed for the plans made with this backend. */
+  ctx->gemm = cl_cpu_gemm_choose(n_threads);
+  *out = be;
+  return CL_OK;
+}

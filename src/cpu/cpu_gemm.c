@@ -1,0 +1,533 @@
+/*
+ * cpu/cpu_gemm.c -- the CPU backend's single-precision GEMM (see cpu_gemm.h).
+ *
+ * The internal kernel follows the GotoBLAS/BLIS structure: C is cut into
+ * NC-column blocks, K into KC-deep slices; each KC x NC slice of op(B) is
+ * packed once into NR-wide slivers (it then lives in L2 while all of M passes
+ * over it), each MC x KC block of op(A) into MR-tall slivers (one sliver sits
+ * in L1 during a row of micro-tiles), and a micro-kernel keeps an MR x NR tile
+ * of C in vector registers for the whole KC loop. Packing makes every
+ * micro-kernel load unit-stride and aligned whatever the transposes and
+ * leading dimensions are, and zero-pads the edges so the micro-kernel always
+ * runs full tiles (only its final store is masked).
+ *
+ * Vector code is compiled per function with __attribute__((target)) and
+ * chosen with __builtin_cpu_supports at run time: R builds packages with
+ * plain -O2, so global -m flags cannot be relied on.
+ *
+ * This file is not the convolution (cpu_conv.c lowers convolutions to these
+ * calls) and holds no static mutable state.
+ */
+#include "cpu_gemm.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define CL_GEMM_X86 1
+#include <immintrin.h> /* AVX2 / AVX-512 intrinsics, usable inside target() functions */
+#else
+#define CL_GEMM_X86 0
+#endif
+
+/* Cache blocking. KC bounds the depth of one pass (an A sliver of MR x KC
+ * floats stays in L1), NC x KC floats of packed B (~720 KiB) fit the 1-2 MiB
+ * L2 of current x86 cores, and NC is a multiple of every NR below so that a
+ * 24x24 image (576 columns) is one block. MC only bounds the A pack buffer. */
+enum { GEMM_KC = 256, GEMM_MC = 240, GEMM_NC = 720 };
+
+/* Micro-kernel: C[0:m, 0:n] = alpha * (packed A sliver)(packed B sliver)
+ * + beta * C, computing the full MR x NR tile in registers. */
+typedef void (*gemm_ukernel)(int kc, const float *a, const float *b, float *c, int ldc,
+                             float alpha, float beta, int m, int n);
+
+typedef struct gemm_arch {
+  int mr, nr;
+  gemm_ukernel ukr;
+} gemm_arch;
+
+static int imin(int a, int b) { return a < b ? a : b; }
+static int round_up(int n, int m) { return (n + m - 1) / m * m; }
+
+/* Length of the blocks when n is cut into ceil(n / max) nearly equal blocks
+ * rounded up to `align`: equal blocks avoid a thin, inefficient last one. */
+static int block_len(int n, int max, int align) {
+  int nb = (n + max - 1) / max;
+  int b = round_up((n + nb - 1) / nb, align);
+  return b < n ? b : n;
+}
+
+/* ---- portable micro-kernel --------------------------------------------- */
+
+enum { GEN_MR = 4, GEN_NR = 16 };
+
+/* Writes an MR x NR tile held in memory (row stride nr) into C. */
+static void store_tile(const float *t, int nr, float *c, int ldc, float alpha, float beta,
+                       int m, int n) {
+  for (int i = 0; i < m; i++) {
+    float *cr = c + (size_t)i * ldc;
+    const float *tr = t + (size_t)i * nr;
+    if (beta == 0.0f) {
+      for (int j = 0; j < n; j++) cr[j] = alpha * tr[j];
+    } else {
+      for (int j = 0; j < n; j++) cr[j] = alpha * tr[j] + beta * cr[j];
+    }
+  }
+}
+
+static void ukr_generic(int kc, const float *a, const float *b, float *c, int ldc, float alpha,
+                        float beta, int m, int n) {
+  float acc[GEN_MR * GEN_NR] = {0};
+  for (int p = 0; p < kc; p++) {
+    const float *bp = b + (size_t)p * GEN_NR;
+    for (int i = 0; i < GEN_MR; i++) {
+      float ai = a[(size_t)p * GEN_MR + i];
+      for (int j = 0; j < GEN_NR; j++) acc[i * GEN_NR + j] += ai * bp[j];
+    }
+  }
+  store_tile(acc, GEN_NR, c, ldc, alpha, beta, m, n);
+}
+
+#if CL_GEMM_X86
+/* ---- AVX2 + FMA micro-kernel: 6 x 16, twelve ymm accumulators ----------- */
+
+#define CL_TARGET_AVX2 __attribute__((target("avx2,fma")))
+enum { AVX2_MR = 6, AVX2_NR = 16 };
+
+CL_TARGET_AVX2 static void ukr_avx2(int kc, const float *a, const float *b, float *c, int ldc,
+                                    float alpha, float beta, int m, int n) {
+  /* Every loop over acc is fully unrolled so that it lives in registers. */
+  __m256 acc[AVX2_MR][2];
+#pragma GCC unroll 6
+  for (int i = 0; i < AVX2_MR; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  for (int p = 0; p < kc; p++) {
+    __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+#pragma GCC unroll 6
+    for (int i = 0; i < AVX2_MR; i++) {
+      __m256 ai = _mm256_broadcast_ss(a + i);
+      acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
+    }
+    a += AVX2_MR;
+    b += AVX2_NR;
+  }
+  __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+  if (m == AVX2_MR && n == AVX2_NR) {
+#pragma GCC unroll 6
+    for (int i = 0; i < AVX2_MR; i++) {
+      float *cr = c + (size_t)i * ldc;
+      __m256 x0 = _mm256_mul_ps(va, acc[i][0]), x1 = _mm256_mul_ps(va, acc[i][1]);
+      if (beta != 0.0f) {
+        x0 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(cr), x0);
+        x1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(cr + 8), x1);
+      }
+      _mm256_storeu_ps(cr, x0);
+      _mm256_storeu_ps(cr + 8, x1);
+    }
+    return;
+  }
+  /* Edge tile: rare, so go through memory rather than masks. */
+  float t[AVX2_MR * AVX2_NR];
+#pragma GCC unroll 6
+  for (int i = 0; i < AVX2_MR; i++) {
+    _mm256_storeu_ps(t + i * AVX2_NR, acc[i][0]);
+    _mm256_storeu_ps(t + i * AVX2_NR + 8, acc[i][1]);
+  }
+  store_tile(t, AVX2_NR, c, ldc, alpha, beta, m, n);
+}
+
+/* ---- AVX-512F micro-kernel: 8 x 48, 24 zmm accumulators ----------------
+ * 8 rows divide the usual channel counts (4 * hidden) and 48 columns divide
+ * 24 * 24 pixels; per k step 3 loads and 8 broadcasts feed 24 FMAs, which
+ * keeps the FMA pipes busy on both Intel and Zen 4 (double-pumped). */
+
+#define CL_TARGET_AVX512 __attribute__((target("avx512f")))
+enum { AVX512_MR = 8, AVX512_NV = 3, AVX512_NR = 16 * AVX512_NV };
+
+CL_TARGET_AVX512 static void ukr_avx512_store(__m512 acc[AVX512_MR][AVX512_NV], float *c,
+                                              int ldc, float alpha, float beta, int m, int n) {
+  __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  __mmask16 mk[AVX512_NV];
+  for (int v = 0; v < AVX512_NV; v++) {
+    int left = n - 16 * v;
+    mk[v] = left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1u);
+  }
+  for (int i = 0; i < m; i++) {
+    float *cr = c + (size_t)i * ldc;
+    for (int v = 0; v < AVX512_NV; v++) {
+      __m512 x = alpha == 1.0f ? acc[i][v] : _mm512_mul_ps(va, acc[i][v]);
+      if (beta != 0.0f) x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mk[v], cr + 16 * v), x);
+      _mm512_mask_storeu_ps(cr + 16 * v, mk[v], x);
+    }
+  }
+}
+
+CL_TARGET_AVX512 static void ukr_avx512(int kc, const float *a, const float *b, float *c,
+                                        int ldc, float alpha, float beta, int m, int n) {
+  __m512 acc[AVX512_MR][AVX512_NV];
+#pragma GCC unroll 8
+  for (int i = 0; i < AVX512_MR; i++)
+#pragma GCC unroll 4
+    for (int v = 0; v < AVX512_NV; v++) acc[i][v] = _mm512_setzero_ps();
+  for (int p = 0; p < kc; p++) {
+    __m512 bv[AVX512_NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < AVX512_NV; v++) bv[v] = _mm512_loadu_ps(b + 16 * v);
+#pragma GCC unroll 8
+    for (int i = 0; i < AVX512_MR; i++) {
+      __m512 ai = _mm512_set1_ps(a[i]);
+#pragma GCC unroll 4
+      for (int v = 0; v < AVX512_NV; v++) acc[i][v] = _mm512_fmadd_ps(ai, bv[v], acc[i][v]);
+    }
+    a += AVX512_MR;
+    b += AVX512_NR;
+  }
+  ukr_avx512_store(acc, c, ldc, alpha, beta, m, n);
+}
+#endif /* CL_GEMM_X86 */
+
+static const gemm_arch ARCH_GENERIC = {GEN_MR, GEN_NR, ukr_generic};
+#if CL_GEMM_X86
+static const gemm_arch ARCH_AVX2 = {AVX2_MR, AVX2_NR, ukr_avx2};
+static const gemm_arch ARCH_AVX512 = {AVX512_MR, AVX512_NR, ukr_avx512};
+#endif
+
+static const gemm_arch *arch_of(cl_cpu_gemm_kind kind) {
+#if CL_GEMM_X86
+  if (kind == CL_CPU_GEMM_AVX512) return &ARCH_AVX512;
+  if (kind == CL_CPU_GEMM_AVX2) return &ARCH_AVX2;
+#endif
+  (void)kind;
+  return &ARCH_GENERIC;
+}
+
+int cl_cpu_gemm_available(cl_cpu_gemm_kind kind) {
+  switch (kind) {
+  case CL_CPU_GEMM_GENERIC: return 1;
+#if CL_GEMM_X86
+  /* libgcc's checks include the OS (XCR0) enabling the wide registers. */
+  case CL_CPU_GEMM_AVX2:
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  case CL_CPU_GEMM_AVX512: return __builtin_cpu_supports("avx512f");
+#endif
+#ifdef CL_HAVE_BLAS
+  case CL_CPU_GEMM_BLAS: return 1;
+#endif
+  default: return 0;
+  }
+}
+
+cl_cpu_gemm_kind cl_cpu_gemm_best_internal(void) {
+  if (cl_cpu_gemm_available(CL_CPU_GEMM_AVX512)) return CL_CPU_GEMM_AVX512;
+  if (cl_cpu_gemm_available(CL_CPU_GEMM_AVX2)) return CL_CPU_GEMM_AVX2;
+  return CL_CPU_GEMM_GENERIC;
+}
+
+const char *cl_cpu_gemm_name(cl_cpu_gemm_kind kind) {
+  switch (kind) {
+  case CL_CPU_GEMM_GENERIC: return "internal-generic";
+  case CL_CPU_GEMM_AVX2: return "internal-avx2";
+  case CL_CPU_GEMM_AVX512: return "internal-avx512";
+  case CL_CPU_GEMM_BLAS: return "blas";
+  }
+  return "?";
+}
+
+/* ---- packing ------------------------------------------------------------ */
+
+/* op(A)[i0:i0+mc, p0:p0+kc] into MR-tall slivers, element (i, p) of a sliver
+ * at [p * mr + i]; rows past mc are zero. */
+static void pack_a(int transA, const float *A, int lda, int i0, int p0, int mc, int kc, int mr,
+                   float *dst) {
+  for (int s = 0; s < mc; s += mr, dst += (size_t)mr * kc) {
+    int m = imin(mr, mc - s);
+    if (m < mr) memset(dst, 0, sizeof(float) * (size_t)mr * kc);
+    if (transA) {
+      for (int p = 0; p < kc; p++)
+        memcpy(dst + (size_t)p * mr, A + (size_t)(p0 + p) * lda + i0 + s, sizeof(float) * m);
+    } else {
+      for (int i = 0; i < m; i++) {
+        const float *src = A + (size_t)(i0 + s + i) * lda + p0;
+        for (int p = 0; p < kc; p++) dst[(size_t)p * mr + i] = src[p];
+      }
+    }
+  }
+}
+
+/* op(B)[p0:p0+kc, j0:j0+nc] into NR-wide slivers, element (p, j) of a sliver
+ * at [p * nr + j]; columns past nc are zero. */
+static void pack_b(int transB, const float *B, int ldb, int p0, int j0, int kc, int nc, int nr,
+                   float *dst) {
+  for (int t = 0; t < nc; t += nr, dst += (size_t)nr * kc) {
+    int n = imin(nr, nc - t);
+    if (n < nr) memset(dst, 0, sizeof(float) * (size_t)nr * kc);
+    if (!transB) {
+      for (int p = 0; p < kc; p++)
+        memcpy(dst + (size_t)p * nr, B + (size_t)(p0 + p) * ldb + j0 + t, sizeof(float) * n);
+    } else {
+      for (int j = 0; j < n; j++) {
+        const float *src = B + (size_t)(j0 + t + j) * ldb + p0;
+        for (int p = 0; p < kc; p++) dst[(size_t)p * nr + j] = src[p];
+      }
+    }
+  }
+}
+
+/* ---- the blocked driver -------------------------------------------------- */
+
+typedef struct gemm_blocks {
+  int kc, mc, nc;          /* block lengths */
+  size_t a_floats, b_floats; /* pack buffer sizes, each a multiple of 16 floats */
+} gemm_blocks;
+
+static gemm_blocks blocks_of(const gemm_arch *ar, int M, int N, int K) {
+  gemm_blocks bl;
+  bl.kc = block_len(K, GEMM_KC, 1);
+  bl.mc = block_len(M, GEMM_MC, ar->mr);
+  bl.nc = block_len(N, GEMM_NC, ar->nr);
+  /* 16 floats = 64 bytes keep the B buffer aligned after the A buffer. */
+  bl.a_floats = (size_t)round_up(round_up(bl.mc, ar->mr) * bl.kc, 16);
+  bl.b_floats = (size_t)round_up(round_up(bl.nc, ar->nr) * bl.kc, 16);
+  return bl;
+}
+
+static void macro_kernel(const gemm_arch *ar, int mc, int nc, int kc, const float *pa,
+                         const float *pb, float *c, int ldc, float alpha, float beta) {
+  for (int ir = 0; ir < mc; ir += ar->mr) {
+    const float *a = pa + (size_t)ir * kc;
+    for (int jr = 0; jr < nc; jr += ar->nr)
+      ar->ukr(kc, a, pb + (size_t)jr * kc, c + (size_t)ir * ldc + jr, ldc, alpha, beta,
+              imin(ar->mr, mc - ir), imin(ar->nr, nc - jr));
+  }
+}
+
+/* C = beta * C, for the degenerate products (K == 0 or alpha == 0). */
+static void scale_c(int M, int N, float beta, float *C, int ldc) {
+  for (int i = 0; i < M; i++) {
+    float *cr = C + (size_t)i * ldc;
+    if (beta == 0.0f)
+      memset(cr, 0, sizeof(float) * N);
+    else
+      for (int j = 0; j < N; j++) cr[j] *= beta;
+  }
+}
+
+static void gemm_internal(const gemm_arch *ar, int transA, int transB, int M, int N, int K,
+                          float alpha, const float *A, int lda, const float *B, int ldb,
+                          float beta, float *C, int ldc, float *scratch) {
+  gemm_blocks bl = blocks_of(ar, M, N, K);
+  float *pa = scratch, *pb = scratch + bl.a_floats;
+  for (int jc = 0; jc < N; jc += bl.nc) {
+    int nc = imin(bl.nc, N - jc);
+    for (int pc = 0; pc < K; pc += bl.kc) {
+      int kc = imin(bl.kc, K - pc);
+      /* Later K slices add to what the first one wrote. */
+      float bta = pc == 0 ? beta : 1.0f;
+      pack_b(transB, B, ldb, pc, jc, kc, nc, ar->nr, pb);
+      for (int ic = 0; ic < M; ic += bl.mc) {
+        int mc = imin(bl.mc, M - ic);
+        pack_a(transA, A, lda, ic, pc, mc, kc, ar->mr, pa);
+        macro_kernel(ar, mc, nc, kc, pa, pb, C + (size_t)ic * ldc + jc, ldc, alpha, bta);
+      }
+    }
+  }
+}
+
+/* ---- BLAS ----------------------------------------------------------------- */
+
+#ifdef CL_HAVE_BLAS
+/* Fortran sgemm_. gfortran appends one hidden length argument per character
+ * argument (size_t since gcc 8); passing them avoids the stack mismatch that
+ * R's FCONE macro exists for. R's headers declare no single-precision BLAS. */
+extern void sgemm_(const char *transa, const char *transb, const int *m, const int *n,
+                   const int *k, const float *alpha, const float *a, const int *lda,
+                   const float *b, const int *ldb, const float *beta, float *c,
+                   const int *ldc, size_t transa_len, size_t transb_len);
+
+/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the
+ * operands and keep the transpose flags. */
+static void gemm_blas(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                      int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+  const char ta = transA ? 'T' : 'N', tb = transB ? 'T' : 'N';
+  sgemm_(&tb, &ta, &N, &M, &K, &alpha, B, &ldb, A, &lda, &beta, C, &ldc, 1, 1);
+}
+#endif
+
+size_t cl_cpu_sgemm_scratch_bytes(cl_cpu_gemm_kind kind, int M, int N, int K) {
+  if (kind == CL_CPU_GEMM_BLAS || M <= 0 || N <= 0 || K <= 0) return 0;
+  gemm_blocks bl = blocks_of(arch_of(kind), M, N, K);
+  return sizeof(float) * (bl.a_floats + bl.b_floats);
+}
+
+int cl_cpu_sgemm(cl_cpu_gemm_kind kind, int transA, int transB, int M, int N, int K,
+                 float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                 float *C, int ldc, void *scratch) {
+  if (M <= 0 || N <= 0) return 0;
+  if (K <= 0 || alpha == 0.0f) {
+    scale_c(M, N, beta, C, ldc);
+    return 0;
+  }
+#ifdef CL_HAVE_BLAS
+  if (kind == CL_CPU_GEMM_BLAS) {
+    gemm_blas(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return 0;
+  }
+#endif
+  void *owned = NULL;
+  if (!scratch) {
+    /* malloc plus manual alignment: portable where posix_memalign is not. */
+    owned = malloc(cl_cpu_sgemm_scratch_bytes(kind, M, N, K) + 63);
+    if (!owned) return -1;
+    scratch = (void *)(((uintptr_t)owned + 63) & ~(uintptr_t)63);
+  }
+  gemm_internal(arch_of(kind), transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                (float *)scratch);
+  free(owned);
+  return 0;
+}
+
+/* ---- threaded entry point ------------------------------------------------ */
+
+/* How n_threads threads share one product: `parts` slices of `len` rows
+ * (split_m) or columns of C, each a whole number of micro-tiles. */
+typedef struct gemm_split {
+  int split_m, len, parts;
+} gemm_split;
+
+static gemm_split split_of(cl_cpu_gemm_kind kind, int n_threads, int M, int N) {
+  const gemm_arch *ar = arch_of(kind);
+  gemm_split s;
+  if (n_threads < 1) n_threads = 1;
+  /* Split the dimension with more micro-tiles: less rounding waste. */
+  s.split_m = M / ar->mr > N / ar->nr;
+  int dim = s.split_m ? M : N, align = s.split_m ? ar->mr : ar->nr;
+  s.len = round_up((dim + n_threads - 1) / n_threads, align);
+  if (s.len < 1) s.len = 1;
+  s.parts = (dim + s.len - 1) / s.len;
+  return s;
+}
+
+size_t cl_cpu_sgemm_threaded_scratch_bytes(cl_cpu_gemm_kind kind, int n_threads, int M,
+                                           int N, int K) {
+  if (M <= 0 || N <= 0) return 0;
+  gemm_split s = split_of(kind, n_threads, M, N);
+  size_t one = s.split_m ? cl_cpu_sgemm_scratch_bytes(kind, imin(s.len, M), N, K)
+                         : cl_cpu_sgemm_scratch_bytes(kind, M, imin(s.len, N), K);
+  return one * (size_t)s.parts;
+}
+
+static void sgemm_part(cl_cpu_gemm_kind kind, const gemm_split *s, int part, int transA,
+                       int transB, int M, int N, int K, float alpha, const float *A, int lda,
+                       const float *B, int ldb, float beta, float *C, int ldc, void *scratch) {
+  int o = part * s->len;
+  if (s->split_m) {
+    const float *Ap = transA ? A + o : A + (size_t)o * lda;
+    cl_cpu_sgemm(kind, transA, transB, imin(s->len, M - o), N, K, alpha, Ap, lda, B, ldb, beta,
+                 C + (size_t)o * ldc, ldc, scratch);
+  } else {
+    const float *Bp = transB ? B + (size_t)o * ldb : B + o;
+    cl_cpu_sgemm(kind, transA, transB, M, imin(s->len, N - o), K, alpha, A, lda, Bp, ldb, beta,
+                 C + o, ldc, scratch);
+  }
+}
+
+int cl_cpu_sgemm_threaded(cl_cpu_gemm_kind kind, int n_threads, int transA, int transB,
+                          int M, int N, int K, float alpha, const float *A, int lda,
+                          const float *B, int ldb, float beta, float *C, int ldc,
+                          void *scratch) {
+  if (M <= 0 || N <= 0) return 0;
+  void *owned = NULL;
+  size_t total = cl_cpu_sgemm_threaded_scratch_bytes(kind, n_threads, M, N, K);
+  if (!scratch && total > 0) {
+    owned = malloc(total + 63);
+    if (!owned) return -1;
+    scratch = (void *)(((uintptr_t)owned + 63) & ~(uintptr_t)63);
+  }
+  gemm_split s = split_of(kind, n_threads, M, N);
+  size_t one = total / (size_t)s.parts;
+#ifdef _OPENMP
+  /* Nested inside another parallel region the slices run on this thread. */
+#pragma omp parallel for num_threads(s.parts) schedule(static, 1) if (s.parts > 1 && !omp_in_parallel())
+#endif
+  for (int part = 0; part < s.parts; part++)
+    sgemm_part(kind, &s, part, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+               scratch ? (char *)scratch + one * (size_t)part : NULL);
+  free(owned);
+  return 0;
+}
+
+/* ---- choosing an implementation ------------------------------------------ */
+
+static double now_seconds(void) {
+  struct timespec ts;
+  timespec_get(&ts, TIME_UTC);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Best of three runs of a product shaped like a small convolution (channels x
+ * (channels * 9) x pixels), on every thread at once as the convolutions call
+ * it. Returns the slowest thread's time; a huge value if memory ran out. */
+static double time_kind(cl_cpu_gemm_kind kind, int n_threads) {
+  enum { TM = 64, TN = 192, TK = 144 };
+  double worst = 0.0;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(n_threads) reduction(max : worst)
+#endif
+  {
+    size_t nfloat = (size_t)TM * TK + (size_t)TK * TN + (size_t)TM * TN;
+    float *buf = malloc(sizeof(float) * nfloat);
+    double best = 1e30;
+    if (buf) {
+      for (size_t i = 0; i < nfloat; i++) buf[i] = (float)(i % 7) * 0.25f;
+      float *a = buf, *b = a + (size_t)TM * TK, *c = b + (size_t)TK * TN;
+      for (int rep = 0; rep < 3; rep++) {
+        double t0 = now_seconds();
+        if (cl_cpu_sgemm(kind, 0, 0, TM, TN, TK, 1.0f, a, TK, b, TN, 0.0f, c, TN, NULL) != 0)
+          break;
+        double t = now_seconds() - t0;
+        if (t < best) best = t;
+      }
+      free(buf);
+    }
+    if (best > worst) worst = best;
+  }
+  (void)n_threads;
+  return worst;
+}
+
+/* CONVLSTM_GEMM=internal|blas forces the choice; =generic|avx2|avx512 force
+ * one internal kernel (tests, benchmarks), when the CPU supports it. */
+static int kind_from_env(cl_cpu_gemm_kind *out) {
+  const char *e = getenv("CONVLSTM_GEMM");
+  if (!e) return 0;
+  static const struct { const char *name; cl_cpu_gemm_kind kind; } names[] = {
+      {"blas", CL_CPU_GEMM_BLAS},
+      {"generic", CL_CPU_GEMM_GENERIC},
+      {"avx2", CL_CPU_GEMM_AVX2},
+      {"avx512", CL_CPU_GEMM_AVX512}};
+  if (strcmp(e, "internal") == 0) {
+    *out = cl_cpu_gemm_best_internal();
+    return 1;
+  }
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strcmp(e, names[i].name) == 0 && cl_cpu_gemm_available(names[i].kind)) {
+      *out = names[i].kind;
+      return 1;
+    }
+  return 0;
+}
+
+cl_cpu_gemm_kind cl_cpu_gemm_choose(int n_threads) {
+  cl_cpu_gemm_kind kind = cl_cpu_gemm_best_internal();
+  if (kind_from_env(&kind)) return kind;
+  if (!cl_cpu_gemm_available(CL_CPU_GEMM_BLAS)) return kind;
+  if (n_threads < 1) n_threads = 1;
+  double t_internal = time_kind(kind, n_threads);
+  double t_blas = time_kind(CL_CPU_GEMM_BLAS, n_threads);
+  return t_blas < t_internal ? CL_CPU_GEMM_BLAS : kind;
+}

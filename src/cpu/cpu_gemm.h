@@ -1,0 +1,59 @@
+/*
+ * cpu/cpu_gemm.h -- row-major single-precision GEMM for the CPU backend:
+ * C = alpha * op(A) op(B) + beta * C with op(X) = X or X^T.
+ *
+ * Two implementations sit behind one call: an internal cache-blocked kernel
+ * (packing plus a register-blocked micro-kernel, built for AVX-512F,
+ * AVX2+FMA and portable C, picked at run time because R compiles with plain
+ * -O2 and no -march), and, when CL_HAVE_BLAS is defined, R's Fortran
+ * sgemm_. cl_cpu_gemm_choose() picks one per backend.
+ *
+ * It is not a general BLAS: no complex types, no argument checking beyond
+ * what the convolutions need. cl_cpu_sgemm() keeps no static state and
+ * takes its packing scratch from the caller, so threads may call it
+ * concurrently from inside an OpenMP parallel region.
+ */
+#ifndef CONVLSTM_CPU_GEMM_H
+#define CONVLSTM_CPU_GEMM_H
+
+#include <stddef.h>
+
+typedef enum cl_cpu_gemm_kind {
+  CL_CPU_GEMM_GENERIC = 0, /* internal kernel, portable C */
+  CL_CPU_GEMM_AVX2 = 1,    /* internal kernel, AVX2 + FMA */
+  CL_CPU_GEMM_AVX512 = 2,  /* internal kernel, AVX-512F */
+  CL_CPU_GEMM_BLAS = 3     /* sgemm_ of the BLAS R links (CL_HAVE_BLAS) */
+} cl_cpu_gemm_kind;
+
+/* Nonzero when this build and the running CPU can use `kind`. */
+int cl_cpu_gemm_available(cl_cpu_gemm_kind kind);
+/* The fastest internal kind the running CPU supports. */
+cl_cpu_gemm_kind cl_cpu_gemm_best_internal(void);
+const char *cl_cpu_gemm_name(cl_cpu_gemm_kind kind);
+
+/* Picks the kind a backend of n_threads threads uses: CONVLSTM_GEMM=internal
+ * or =blas forces one; otherwise a few milliseconds of timing decide. */
+cl_cpu_gemm_kind cl_cpu_gemm_choose(int n_threads);
+
+/* Bytes of scratch one cl_cpu_sgemm call of this size needs (0 for BLAS).
+ * The result is exact: the call touches no byte beyond it. */
+size_t cl_cpu_sgemm_scratch_bytes(cl_cpu_gemm_kind kind, int M, int N, int K);
+
+/* C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C, single-threaded. With
+ * beta == 0, C is not read (it may hold NaN). scratch: at least
+ * cl_cpu_sgemm_scratch_bytes() bytes, 64-byte aligned, or NULL to allocate
+ * it here. Returns 0, or -1 when scratch was NULL and allocation failed. */
+int cl_cpu_sgemm(cl_cpu_gemm_kind kind, int transA, int transB, int M, int N, int K,
+                 float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                 float *C, int ldc, void *scratch);
+
+/* The same over n_threads OpenMP threads, which split the larger of M and N.
+ * Inside an active parallel region it runs on the calling thread alone. */
+size_t cl_cpu_sgemm_threaded_scratch_bytes(cl_cpu_gemm_kind kind, int n_threads, int M,
+                                           int N, int K);
+int cl_cpu_sgemm_threaded(cl_cpu_gemm_kind kind, int n_threads, int transA, int transB,
+                          int M, int N, int K, float alpha, const float *A, int lda,
+                          const float *B, int ldb, float beta, float *C, int ldc,
+                          void *scratch);
+
+#endif

@@ -1,0 +1,55 @@
+/*
+ * cpu/cpu_kernels.h -- what the CPU backend's kernel files share: the
+ * backend's private context and the kernel entry points that
+ * cpu_backend.c puts in its function table.
+ *
+ * Not part of the backend interface (core/backend.h is); nothing outside
+ * src/cpu/ and its unit tests includes this header.
+ */
+#ifndef CONVLSTM_CPU_KERNELS_H
+#define CONVLSTM_CPU_KERNELS_H
+
+#include "../core/backend.h" /* cl_backend, shapes, hyperparameters */
+#include "cpu_gemm.h"        /* cl_cpu_gemm_kind */
+
+/* be->context of a CPU backend. */
+typedef struct cl_cpu_ctx {
+  cl_cpu_gemm_kind gemm; /* chosen once in cl_backend_cpu_create */
+} cl_cpu_ctx;
+
+static inline cl_cpu_gemm_kind cl_cpu_gemm_of(const cl_backend *be) {
+  return ((const cl_cpu_ctx *)be->context)->gemm;
+}
+
+/* Writes a message into be->err and returns st. */
+cl_status cl_cpu_fail(cl_backend *be, cl_status st, const char *fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* cpu_conv.c */
+size_t cl_cpu_conv_workspace(cl_backend *be, const cl_conv_shape *s);
+cl_status cl_cpu_conv_forward(cl_backend *be, const cl_conv_shape *s, const void *x,
+                              const float *w, const float *bias, void *y, int accumulate,
+                              void *ws);
+cl_status cl_cpu_conv_backward_data(cl_backend *be, const cl_conv_shape *s, const void *dy,
+                                    const float *w, void *dx, int accumulate, void *ws);
+cl_status cl_cpu_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, const void *dy,
+                                      const void *x, float *dw, float *dbias, void *ws);
+
+/* cpu_cell.c */
+cl_status cl_cpu_gates_forward(cl_backend *be, const cl_gates_shape *s, void *z,
+                               const void *c_prev, void *c, void *h);
+cl_status cl_cpu_gates_backward(cl_backend *be, const cl_gates_shape *s, void *gates,
+                                const void *c, const void *c_prev, const void *dh, float *dc);
+
+/* cpu_optim.c */
+cl_status cl_cpu_mse(cl_backend *be, const void *pred, const void *target, size_t n,
+                     cl_dtype dtype, float scale, void *grad, double *loss);
+cl_status cl_cpu_adam_update(cl_backend *be, float *p, const float *g, float *m, float *v,
+                             size_t n, const cl_adam_hp *hp);
+cl_status cl_cpu_sgd_update(cl_backend *be, float *p, const float *g, float *buf, size_t n,
+                            const cl_sgd_hp *hp);
+
+#endif
