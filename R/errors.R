@@ -1,0 +1,123 @@
+# errors.R -- the package's conditions and argument checks.
+#
+# Every error the package signals has class
+#   c("convlstm_error_<status>", "convlstm_error", "error", "condition")
+# with <status> one of oom, invalid, unsupported, backend, state, internal:
+# the core's status names (cl_status_name()), so an argument rejected here
+# and one rejected by the C core are caught the same way. Errors from the C
+# core arrive through signal_core_error(), which the glue (src/r_errors.c)
+# calls. This file does not print or warn; it only checks and signals.
+
+abort_convlstm <- function(message, status = "invalid", call = NULL, ...) {
+  cnd <- structure(
+    class = c(paste0("convlstm_error_", status), "convlstm_error", "error", "condition"),
+    list(message = message, call = call, status = status, ...)
+  )
+  stop(cnd)
+}
+
+# Called from C with the core's status name and message. The call shown is
+# the outermost package function on the stack, i.e. the one the user typed
+# (train_step(), convlstm_fit(), model(x), ...), not an internal helper.
+signal_core_error <- function(status, message) {
+  if (identical(status, "internal")) {
+    message <- paste0(
+      message, "\nThis is an internal error in convlstm; please report it with the code ",
+      "that triggered it."
+    )
+  }
+  if (!nzchar(message)) message <- paste0("convlstm core error (", status, ")")
+  abort_convlstm(message, status = status, call = user_call())
+}
+
+user_call <- function() {
+  ns <- topenv(environment(user_call))
+  n <- sys.nframe()
+  for (i in seq_len(n)) {
+    f <- sys.function(i)
+    if (!is.primitive(f) && identical(topenv(environment(f)), ns)) return(sys.call(i))
+  }
+  NULL
+}
+
+# ---- argument checks ---------------------------------------------------
+# Each takes the argument's value, its name (for the message) and the call to
+# report, which defaults to the call of the function that ran the check.
+
+describe <- function(x) {
+  if (is.null(x)) return("NULL")
+  if (is.function(x)) return("a function")
+  if ((is.numeric(x) || is.logical(x) || is.character(x)) && is.null(dim(x)) &&
+      length(x) >= 1 && length(x) <= 6) {
+    v <- if (is.character(x)) ifelse(is.na(x), "NA", paste0('"', x, '"')) else format(x, trim = TRUE)
+    return(if (length(v) == 1) v else paste0("c(", paste(v, collapse = ", "), ")"))
+  }
+  d <- dim(x)
+  shape <- if (is.null(d)) paste0("length ", length(x)) else paste0("dim ", paste(d, collapse = " x "))
+  cls <- class(x)[[1]]
+  paste0(if (grepl("^[aeiou]", cls)) "an " else "a ", cls, " of ", shape)
+}
+
+abort_arg <- function(arg, expected, x, call) {
+  abort_convlstm(sprintf("`%s` must be %s, not %s.", arg, expected, describe(x)), call = call)
+}
+
+is_whole <- function(x) is.numeric(x) && !anyNA(x) && all(is.finite(x)) && all(x == round(x))
+
+check_count <- function(x, arg, min = 1, call = sys.call(-1)) {
+  if (length(x) != 1 || !is_whole(x) || x < min || x > .Machine$integer.max) {
+    what <- if (min == 1) "a positive whole number" else sprintf("a whole number >= %d", min)
+    abort_arg(arg, what, x, call)
+  }
+  as.integer(x)
+}
+
+check_counts <- function(x, arg, call = sys.call(-1)) {
+  if (length(x) < 1 || !is_whole(x) || any(x < 1) || any(x > .Machine$integer.max)) {
+    abort_arg(arg, "a vector of positive whole numbers", x, call)
+  }
+  as.integer(x)
+}
+
+check_flag <- function(x, arg, call = sys.call(-1)) {
+  if (!is.logical(x) || length(x) != 1 || is.na(x)) abort_arg(arg, "TRUE or FALSE", x, call)
+  x
+}
+
+check_number <- function(x, arg, min = -Inf, max = Inf, min_inclusive = TRUE,
+                         call = sys.call(-1)) {
+  ok <- is.numeric(x) && length(x) == 1 && !is.na(x) && is.finite(x) &&
+    (if (min_inclusive) x >= min else x > min) && x <= max
+  if (!ok) {
+    lo <- if (is.finite(min)) sprintf(if (min_inclusive) ">= %s" else "> %s", format(min)) else NULL
+    hi <- if (is.finite(max)) sprintf("<= %s", format(max)) else NULL
+    range <- paste(c(lo, hi), collapse = " and ")
+    abort_arg(arg, paste0("a finite number", if (nzchar(range)) paste0(" ", range) else ""), x, call)
+  }
+  as.double(x)
+}
+
+check_choice <- function(x, choices, arg, call = sys.call(-1)) {
+  # A default of the whole choice vector means "the first", as match.arg().
+  if (identical(x, choices)) return(choices[[1]])
+  if (!is.character(x) || length(x) != 1 || is.na(x) || !x %in% choices) {
+    abort_arg(arg, paste0("one of ", paste0('"', choices, '"', collapse = ", ")), x, call)
+  }
+  x
+}
+
+# A numeric array of rank ndim (integer or logical storage is converted to
+# double, as the C core reads doubles), without missing values.
+check_array <- function(x, arg, ndim, call = sys.call(-1)) {
+  d <- dim(x)
+  if (!(is.numeric(x) || is.logical(x)) || length(d) != ndim) {
+    names <- if (ndim == 5) "[batch, time, channels, height, width]" else "[batch, channels, height, width]"
+    abort_arg(arg, sprintf("a numeric array with %d dimensions %s", ndim, names), x, call)
+  }
+  if (any(d == 0)) abort_arg(arg, "an array with no zero-length dimension", x, call)
+  if (anyNA(x)) {
+    abort_convlstm(sprintf("`%s` must not contain missing values (NA or NaN).", arg), call = call)
+  }
+  if (!is.double(x)) storage.mode(x) <- "double"
+  x
+}

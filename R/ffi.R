@@ -1,0 +1,62 @@
+# ffi.R -- the only file that calls .Call: one thin wrapper per C entry point
+# (src/init.c registers them; useDynLib(.registration = TRUE) makes the
+# ffi_* objects). The wrappers coerce types so the glue only ever sees what
+# it expects; they do not check user arguments -- the exported functions do,
+# with messages that name the argument.
+
+c_model_create <- function(input_dim, hidden_dims, kernel_sizes, bias, device, dtype,
+                           threads, memory_limit) {
+  .Call(
+    ffi_model_create, as.integer(input_dim), as.integer(hidden_dims),
+    as.integer(kernel_sizes), as.logical(bias), as.integer(device), as.integer(dtype),
+    as.integer(threads), as.double(memory_limit)
+  )
+}
+
+c_model_release <- function(ptr) .Call(ffi_model_release, ptr)
+c_model_status <- function(ptr) .Call(ffi_model_status, ptr)
+c_model_config <- function(ptr) .Call(ffi_model_config, ptr)
+c_model_init_params <- function(ptr) invisible(.Call(ffi_model_init_params, ptr))
+c_models_alive <- function() .Call(ffi_models_alive)
+c_gpu_available <- function() .Call(ffi_gpu_available)
+
+c_tensor_info <- function(ptr) .Call(ffi_tensor_info, ptr)
+c_get_tensors <- function(ptr, grad = FALSE) .Call(ffi_get_tensors, ptr, isTRUE(grad))
+c_set_tensors <- function(ptr, tensors) invisible(.Call(ffi_set_tensors, ptr, tensors))
+
+# what: see forward_modes
+c_forward <- function(ptr, x, training, what) {
+  .Call(ffi_forward, ptr, x, isTRUE(training), forward_modes[[what]])
+}
+forward_modes <- c(all = 0L, sequence = 1L, last_state = 2L, none = 3L)
+
+c_last_shape <- function(ptr) .Call(ffi_last_shape, ptr)
+c_backward <- function(ptr, grad, target) {
+  invisible(.Call(ffi_backward, ptr, grad, target_code(target)))
+}
+c_mse <- function(ptr, y, target) .Call(ffi_mse, ptr, y, target_code(target))
+c_zero_grad <- function(ptr) invisible(.Call(ffi_zero_grad, ptr))
+c_optimizer_step <- function(ptr, optimizer) {
+  invisible(.Call(ffi_optimizer_step, ptr, c_optim(optimizer)))
+}
+c_optimizer_steps <- function(ptr) .Call(ffi_optimizer_steps, ptr)
+c_optimizer_reset <- function(ptr) invisible(.Call(ffi_optimizer_reset, ptr))
+c_train_step <- function(ptr, x, y, target, optimizer) {
+  .Call(ffi_train_step, ptr, x, y, target_code(target), c_optim(optimizer))
+}
+
+c_memory_stats <- function(ptr) .Call(ffi_memory_stats, ptr)
+c_memory_reset_peak <- function(ptr) invisible(.Call(ffi_memory_reset_peak, ptr))
+c_empty_cache <- function(ptr) invisible(.Call(ffi_empty_cache, ptr))
+
+# The layouts the glue expects (src/r_train.c).
+target_code <- function(target) if (identical(target, "sequence")) 1L else 0L
+
+c_optim <- function(optimizer) {
+  kind <- switch(optimizer$kind, adam = 1, sgd = 2)
+  betas <- optimizer$betas %||% c(0, 0)
+  c(
+    kind, optimizer$lr, betas[[1]], betas[[2]], optimizer$eps %||% 0,
+    optimizer$momentum %||% 0, optimizer$weight_decay
+  )
+}

@@ -1,0 +1,241 @@
+# fit.R -- the training loop over epochs and mini-batches (convlstm_fit()),
+# evaluation of the MSE without training (convlstm_evaluate()), and the
+# history they produce with its print and plot methods.
+#
+# The loop is in R on purpose: each mini-batch is one .Call running a whole
+# training step in C, so R's per-call cost is paid once per batch, and R
+# checks for interrupts between batches (an interrupt leaves the model valid
+# and returns the history so far).
+
+#' Train a model over epochs and mini-batches
+#'
+#' Runs [train_step()] on every mini-batch of `x` and `y`, `epochs` times,
+#' showing a progress bar with the loss, the elapsed time and the peak
+#' memory, and returns the per-epoch history. The last batch of an epoch may
+#' be smaller than `batch_size`. Pressing Esc or Ctrl-C stops training after
+#' the current batch and returns the epochs completed so far.
+#'
+#' @inheritParams train_step
+#' @param x Inputs `[n, time, channels, height, width]`.
+#' @param y Targets: `[n, hidden, height, width]` for `"last_state"`,
+#'   `[n, time, hidden, height, width]` for `"sequence"`.
+#' @param epochs Number of passes over the data.
+#' @param batch_size Samples per training step.
+#' @param shuffle Draw a new order of the samples every epoch (with R's
+#'   random number generator).
+#' @param validation_data `NULL`, or `list(x, y)` on which the loss is
+#'   computed (without training) after every epoch.
+#' @param verbose Show progress and a line per epoch.
+#' @return A `convlstm_history`: a data frame with one row per epoch and
+#'   columns `epoch`, `loss` (mean training loss over the epoch's batches,
+#'   weighted by batch size), `val_loss` (`NA` without `validation_data`),
+#'   `seconds` and `peak_bytes` (peak memory the model held during the
+#'   epoch). It has `print()` and `plot()` methods.
+#' @export
+#' @examples
+#' set.seed(1)
+#' model <- convlstm(1, c(4, 1), 3, device = "cpu")
+#' x <- array(runif(16 * 3 * 6 * 6), dim = c(16, 3, 1, 6, 6))
+#' y <- array(x[, 3, 1, , ], dim = c(16, 1, 6, 6))  # predict the last frame
+#' history <- convlstm_fit(model, x, y, optimizer_adam(0.01), epochs = 3,
+#'                         batch_size = 8, verbose = FALSE)
+#' history
+#' plot(history)
+#' convlstm_release(model)
+convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
+                         target = c("last_state", "sequence"), shuffle = TRUE,
+                         validation_data = NULL, verbose = TRUE) {
+  ptr <- model_ptr(model)
+  config <- model_config(model)
+  x <- check_input(x, config, "x")
+  target <- check_choice(target, c("last_state", "sequence"), "target")
+  y <- check_target_array(y, dim(x), config, target, "y")
+  optimizer <- check_optimizer(optimizer)
+  epochs <- check_count(epochs, "epochs")
+  batch_size <- check_count(batch_size, "batch_size")
+  shuffle <- check_flag(shuffle, "shuffle")
+  verbose <- check_flag(verbose, "verbose")
+  validation <- check_validation_data(validation_data, config, target)
+
+  n <- dim(x)[[1]]
+  batch_size <- min(batch_size, n)
+  n_batches <- ceiling(n / batch_size)
+  rows <- list()
+  running <- NA_real_
+  peak <- "-"
+
+  run_epoch <- function(epoch) {
+    c_memory_reset_peak(ptr)
+    t0 <- proc.time()[["elapsed"]]
+    order <- if (shuffle && n_batches > 1) sample.int(n) else seq_len(n)
+    if (verbose) {
+      pb <- cli::cli_progress_bar(
+        format = paste0(
+          "Epoch {epoch}/{epochs} {cli::pb_bar} {cli::pb_current}/{cli::pb_total} ",
+          "| loss {format_loss(running)} | {cli::pb_elapsed} | peak {peak}"
+        ),
+        total = n_batches, clear = TRUE
+      )
+    }
+    total <- 0
+    for (b in seq_len(n_batches)) {
+      idx <- order[((b - 1L) * batch_size + 1L):min(n, b * batch_size)]
+      if (n_batches == 1) {
+        loss <- c_train_step(ptr, x, y, target, optimizer)
+      } else {
+        loss <- c_train_step(ptr, slice_batch(x, idx), slice_batch(y, idx), target, optimizer)
+      }
+      total <- total + loss * length(idx)
+      running <<- total / min(n, b * batch_size)
+      if (verbose) {
+        peak <<- format_bytes(c_memory_stats(ptr)$peak_allocated)
+        cli::cli_progress_update(id = pb)
+      }
+    }
+    if (verbose) cli::cli_progress_done(id = pb)
+    val_loss <- if (is.null(validation)) {
+      NA_real_
+    } else {
+      evaluate_mse(ptr, validation$x, validation$y, target, batch_size)
+    }
+    row <- data.frame(
+      epoch = epoch, loss = total / n, val_loss = val_loss,
+      seconds = proc.time()[["elapsed"]] - t0,
+      peak_bytes = c_memory_stats(ptr)$peak_allocated
+    )
+    if (verbose) {
+      cli::cli_text(sprintf(
+        "Epoch %d/%d: loss %s%s, %.2fs, peak %s", epoch, epochs, format_loss(row$loss),
+        if (is.na(val_loss)) "" else paste0(", val_loss ", format_loss(val_loss)),
+        row$seconds, format_bytes(row$peak_bytes)
+      ))
+    }
+    row
+  }
+
+  interrupted <- FALSE
+  tryCatch(
+    for (epoch in seq_len(epochs)) rows[[epoch]] <- run_epoch(epoch),
+    interrupt = function(cnd) interrupted <<- TRUE
+  )
+  if (interrupted && verbose) {
+    cli::cli_alert_warning(sprintf(
+      "Interrupted: returning the %d complete epoch%s.", length(rows),
+      if (length(rows) == 1) "" else "s"
+    ))
+  }
+  new_history(rows, target = target, batch_size = batch_size, optimizer = optimizer)
+}
+
+format_loss <- function(x) if (is.na(x)) "-" else formatC(x, digits = 4, format = "g")
+
+check_validation_data <- function(v, config, target, call = sys.call(-1)) {
+  if (is.null(v)) return(NULL)
+  if (!is.list(v) || length(v) != 2) {
+    abort_arg("validation_data", "NULL or a list of two arrays, list(x, y)", v, call)
+  }
+  vx <- check_input(v[[1]], config, "validation_data[[1]]", call = call)
+  vy <- check_target_array(v[[2]], dim(vx), config, target, "validation_data[[2]]", call = call)
+  list(x = vx, y = vy)
+}
+
+# Mean squared error of the chosen output over all samples, from inference
+# forwards of batch_size samples each (nothing is kept for backward).
+evaluate_mse <- function(ptr, x, y, target, batch_size) {
+  n <- dim(x)[[1]]
+  total <- 0
+  for (start in seq(1L, n, by = batch_size)) {
+    idx <- start:min(n, start + batch_size - 1L)
+    if (length(idx) == n) {
+      pred <- c_forward(ptr, x, training = FALSE, what = target)
+      total <- total + sum((pred - y)^2)
+    } else {
+      pred <- c_forward(ptr, slice_batch(x, idx), training = FALSE, what = target)
+      total <- total + sum((pred - slice_batch(y, idx))^2)
+    }
+  }
+  total / length(y)
+}
+
+#' Evaluate a model's loss without training
+#'
+#' The mean squared error between the model's chosen output and `y`, from
+#' inference forwards (no activations kept, parameters unchanged).
+#'
+#' @inheritParams convlstm_fit
+#' @param batch_size Samples per forward call.
+#' @return The mean squared error over all of `y` (a number).
+#' @export
+#' @examples
+#' model <- convlstm(1, c(4, 1), 3, device = "cpu")
+#' x <- array(runif(4 * 3 * 6 * 6), dim = c(4, 3, 1, 6, 6))
+#' y <- array(runif(4 * 6 * 6), dim = c(4, 1, 6, 6))
+#' convlstm_evaluate(model, x, y)
+#' convlstm_release(model)
+convlstm_evaluate <- function(model, x, y, target = c("last_state", "sequence"),
+                              batch_size = 32) {
+  ptr <- model_ptr(model)
+  config <- model_config(model)
+  x <- check_input(x, config, "x")
+  target <- check_choice(target, c("last_state", "sequence"), "target")
+  y <- check_target_array(y, dim(x), config, target, "y")
+  batch_size <- check_count(batch_size, "batch_size")
+  evaluate_mse(ptr, x, y, target, batch_size)
+}
+
+new_history <- function(rows, target, batch_size, optimizer) {
+  df <- if (length(rows) > 0) {
+    do.call(rbind, rows)
+  } else {
+    data.frame(epoch = integer(), loss = double(), val_loss = double(),
+               seconds = double(), peak_bytes = double())
+  }
+  structure(df, class = c("convlstm_history", "data.frame"), target = target,
+            batch_size = batch_size, optimizer = optimizer$kind)
+}
+
+#' @export
+print.convlstm_history <- function(x, ...) {
+  cat(sprintf(
+    "<convlstm_history> %d epoch%s, target %s, batch size %s, %s\n", nrow(x),
+    if (nrow(x) == 1) "" else "s", attr(x, "target") %||% "?",
+    attr(x, "batch_size") %||% "?", attr(x, "optimizer") %||% "?"
+  ))
+  if (nrow(x) == 0) return(invisible(x))
+  shown <- data.frame(
+    epoch = x$epoch,
+    loss = formatC(x$loss, digits = 5, format = "g"),
+    val_loss = ifelse(is.na(x$val_loss), "-", formatC(x$val_loss, digits = 5, format = "g")),
+    seconds = sprintf("%.2f", x$seconds),
+    peak = format_bytes(x$peak_bytes)
+  )
+  if (all(is.na(x$val_loss))) shown$val_loss <- NULL
+  print(shown, row.names = FALSE, right = TRUE)
+  invisible(x)
+}
+
+#' Plot a training history
+#'
+#' Training (and validation) loss per epoch, with base graphics.
+#'
+#' @param x A `convlstm_history` from [convlstm_fit()].
+#' @param y Unused.
+#' @param log Passed to [plot()]: `"y"` for a logarithmic loss axis.
+#' @param ... Passed to [plot()].
+#' @return `x`, invisibly.
+#' @export
+plot.convlstm_history <- function(x, y, log = "y", ...) {
+  has_val <- any(!is.na(x$val_loss))
+  losses <- c(x$loss, if (has_val) x$val_loss)
+  losses <- losses[is.finite(losses)]
+  if (grepl("y", log) && (length(losses) == 0 || any(losses <= 0))) log <- sub("y", "", log)
+  ylim <- if (length(losses) > 0) range(losses) else c(0, 1)
+  graphics::plot(x$epoch, x$loss, type = "b", pch = 19, col = "steelblue", ylim = ylim,
+                 log = log, xlab = "epoch", ylab = "MSE loss", ...)
+  if (has_val) {
+    graphics::lines(x$epoch, x$val_loss, type = "b", pch = 17, col = "darkorange")
+    graphics::legend("topright", legend = c("training", "validation"), bty = "n",
+                     col = c("steelblue", "darkorange"), pch = c(19, 17), lty = 1)
+  }
+  invisible(x)
+}

@@ -1,0 +1,84 @@
+# optimizers.R -- optimizer descriptions: validated hyperparameters in a
+# small classed list. They hold no state: Adam's moments and SGD's momentum
+# live in the model's C memory (created at the first step, reset when the
+# kind of optimizer changes), so one optimizer object can drive several
+# models and a model's state survives a new optimizer object of the same kind.
+
+#' Optimizers
+#'
+#' `optimizer_adam()` and `optimizer_sgd()` describe the update that
+#' [train_step()], [convlstm_fit()] and [optimizer_step()] apply, with the
+#' semantics of torch's `optim_adam()` / `torch.optim.Adam` (weight decay is
+#' L2, added to the gradient) and `optim_sgd()` / `torch.optim.SGD` (the
+#' momentum buffer starts as the first gradient).
+#'
+#' The optimizer's state (Adam's first and second moments and step count,
+#' SGD's momentum buffer) is kept in the model, next to the parameters it
+#' updates, so it is counted in [memory_stats()] under `optimizer`. It is
+#' created by the first step and reset when a step uses the other kind of
+#' optimizer.
+#'
+#' @param lr Learning rate.
+#' @param betas Coefficients of the running averages of the gradient and of
+#'   its square.
+#' @param eps Term added to the denominator for numerical stability.
+#' @param weight_decay L2 penalty.
+#' @param momentum Momentum factor (0: plain SGD).
+#' @return An object of class `convlstm_optimizer`.
+#' @name optimizers
+#' @examples
+#' optimizer_adam(lr = 0.01)
+#' optimizer_sgd(lr = 0.1, momentum = 0.9)
+NULL
+
+#' @rdname optimizers
+#' @export
+optimizer_adam <- function(lr = 1e-3, betas = c(0.9, 0.999), eps = 1e-8, weight_decay = 0) {
+  lr <- check_number(lr, "lr", min = 0)
+  if (!is.numeric(betas) || length(betas) != 2 || anyNA(betas) || any(betas < 0) ||
+      any(betas >= 1)) {
+    abort_arg("betas", "two numbers in [0, 1)", betas, sys.call())
+  }
+  eps <- check_number(eps, "eps", min = 0)
+  weight_decay <- check_number(weight_decay, "weight_decay", min = 0)
+  structure(
+    list(kind = "adam", lr = lr, betas = as.double(betas), eps = eps,
+         weight_decay = weight_decay),
+    class = c("convlstm_optimizer_adam", "convlstm_optimizer")
+  )
+}
+
+#' @rdname optimizers
+#' @export
+optimizer_sgd <- function(lr, momentum = 0, weight_decay = 0) {
+  if (missing(lr)) {
+    abort_convlstm("`lr` must be given: SGD has no default learning rate.", call = sys.call())
+  }
+  lr <- check_number(lr, "lr", min = 0)
+  momentum <- check_number(momentum, "momentum", min = 0)
+  weight_decay <- check_number(weight_decay, "weight_decay", min = 0)
+  structure(
+    list(kind = "sgd", lr = lr, momentum = momentum, weight_decay = weight_decay),
+    class = c("convlstm_optimizer_sgd", "convlstm_optimizer")
+  )
+}
+
+#' @export
+print.convlstm_optimizer <- function(x, ...) {
+  hp <- switch(x$kind,
+    adam = sprintf("lr = %s, betas = (%s, %s), eps = %s, weight_decay = %s",
+                   format(x$lr), format(x$betas[[1]]), format(x$betas[[2]]), format(x$eps),
+                   format(x$weight_decay)),
+    sgd = sprintf("lr = %s, momentum = %s, weight_decay = %s",
+                  format(x$lr), format(x$momentum), format(x$weight_decay))
+  )
+  cat(sprintf("<convlstm_optimizer> %s: %s\n", switch(x$kind, adam = "Adam", sgd = "SGD"), hp))
+  invisible(x)
+}
+
+check_optimizer <- function(x, arg = "optimizer", call = sys.call(-1)) {
+  if (!inherits(x, "convlstm_optimizer") || !x$kind %in% c("adam", "sgd")) {
+    abort_arg(arg, "an optimizer made by optimizer_adam() or optimizer_sgd()", x, call)
+  }
+  x
+}

@@ -1,0 +1,183 @@
+# train.R -- one training step in one .Call (train_step()), and the pieces
+# of a step for losses written in R: convlstm_forward(), convlstm_backward(),
+# optimizer_step(), zero_grad() and gradients(). The epoch loop is in fit.R.
+#
+# Shapes are checked here, before C is called, so that a wrong y or
+# grad_output is reported with the argument's name and the expected dims.
+
+#' One training step
+#'
+#' Zeroes the gradients, runs a training forward, computes the mean squared
+#' error against `y`, backpropagates and updates the parameters: the whole
+#' step runs in C in a single call. With `target = "last_state"` the loss is
+#' on the last layer's hidden state after the last step (the R torch
+#' tutorial's `model(x)[[2]][[n_layers]][[1]]`); with `"sequence"` on the
+#' last layer's output at every step.
+#'
+#' @param model A model created by [convlstm()].
+#' @param x Input array `[batch, time, channels, height, width]`.
+#' @param y Target: `[batch, hidden, height, width]` for `"last_state"`,
+#'   `[batch, time, hidden, height, width]` for `"sequence"`, where `hidden`
+#'   is the last layer's hidden dimension.
+#' @param optimizer [optimizer_adam()] or [optimizer_sgd()].
+#' @param target Which output the loss is computed on.
+#' @return The loss before the update (a number).
+#' @seealso [convlstm_fit()] for the loop over epochs and batches.
+#' @export
+#' @examples
+#' set.seed(1)
+#' model <- convlstm(1, c(4, 1), 3, device = "cpu")
+#' x <- array(runif(4 * 3 * 6 * 6), dim = c(4, 3, 1, 6, 6))
+#' y <- array(runif(4 * 6 * 6), dim = c(4, 1, 6, 6))
+#' opt <- optimizer_adam(lr = 0.01)
+#' for (i in 1:3) print(train_step(model, x, y, opt))
+#' convlstm_release(model)
+train_step <- function(model, x, y, optimizer, target = c("last_state", "sequence")) {
+  ptr <- model_ptr(model)
+  config <- model_config(model)
+  x <- check_input(x, config, "x")
+  target <- check_choice(target, c("last_state", "sequence"), "target")
+  y <- check_target_array(y, dim(x), config, target, "y")
+  optimizer <- check_optimizer(optimizer)
+  c_train_step(ptr, x, y, target, optimizer)
+}
+
+# The shape of the chosen output for an input of dims xd.
+output_dims <- function(xd, config, target) {
+  C <- config$hidden_dims[[config$n_layers]]
+  if (identical(target, "sequence")) c(xd[[1]], xd[[2]], C, xd[[4]], xd[[5]])
+  else c(xd[[1]], C, xd[[4]], xd[[5]])
+}
+
+format_dims <- function(d) paste0("[", paste(d, collapse = ", "), "]")
+
+check_target_array <- function(y, xd, config, target, arg, call = sys.call(-1)) {
+  want <- output_dims(xd, config, target)
+  y <- check_array_rank(y, arg, length(want), target, call)
+  if (!identical(as.integer(dim(y)), as.integer(want))) {
+    what <- if (identical(target, "sequence")) {
+      "[batch, time, hidden, height, width]"
+    } else {
+      "[batch, hidden, height, width]"
+    }
+    abort_convlstm(sprintf(
+      "`%s` must have dim %s (%s of the last layer for target = \"%s\"), not %s.",
+      arg, format_dims(want), what, target, format_dims(dim(y))
+    ), call = call)
+  }
+  y
+}
+
+check_array_rank <- function(y, arg, ndim, target, call) {
+  if (length(dim(y)) != ndim && (is.numeric(y) || is.logical(y))) {
+    abort_convlstm(sprintf(
+      "`%s` must be an array with %d dimensions for target = \"%s\", not %s.",
+      arg, ndim, target, describe(y)
+    ), call = call)
+  }
+  check_array(y, arg, ndim, call = call)
+}
+
+#' Forward, backward and update step by step
+#'
+#' For losses written in R, or to inspect gradients: `convlstm_forward()`
+#' runs a forward pass (a training forward keeps what backward needs),
+#' `convlstm_backward()` backpropagates the gradient of a loss with respect
+#' to the model's output, `optimizer_step()` updates the parameters from
+#' their gradients, `zero_grad()` sets the gradients to zero and
+#' `gradients()` returns them. As in torch, gradients accumulate over
+#' backward calls until `zero_grad()`.
+#'
+#' `train_step(model, x, y, opt)` is the same as
+#' `zero_grad(model)`; `out <- convlstm_forward(model, x)`; backward of the
+#' MSE `2 * (h - y) / length(y)`; `optimizer_step(model, opt)`, in one call.
+#'
+#' @param model A model created by [convlstm()].
+#' @param x Input array `[batch, time, channels, height, width]`.
+#' @param training Keep the activations that backward needs (`TRUE`), or run
+#'   an inference forward (`FALSE`).
+#' @param target `NULL` to return every layer's outputs and last states, as
+#'   `model(x)` does; `"last_state"` to return only the last layer's hidden
+#'   state after the last step, `[batch, hidden, height, width]`;
+#'   `"sequence"` to return only the last layer's output sequence,
+#'   `[batch, time, hidden, height, width]`. Returning one array avoids
+#'   copying the others out of the model.
+#' @param grad_output Gradient of the loss with respect to the last layer's
+#'   last hidden state, `[batch, hidden, height, width]` (as for
+#'   `target = "last_state"`), or with respect to its whole output sequence,
+#'   `[batch, time, hidden, height, width]` (`target = "sequence"`). Its rank
+#'   says which.
+#' @param optimizer [optimizer_adam()] or [optimizer_sgd()].
+#' @return `convlstm_forward()`: the same list as `model(x)`, or with
+#'   `target`, the chosen output.
+#'   `gradients()`: a named list of arrays with the names and shapes of
+#'   [state_dict()]. The others return `model`, invisibly.
+#' @export
+#' @examples
+#' set.seed(1)
+#' model <- convlstm(1, c(4, 1), 3, device = "cpu")
+#' x <- array(runif(2 * 3 * 6 * 6), dim = c(2, 3, 1, 6, 6))
+#' y <- array(runif(2 * 6 * 6), dim = c(2, 1, 6, 6))
+#' zero_grad(model)
+#' h <- convlstm_forward(model, x, target = "last_state")
+#' # the same array as convlstm_forward(model, x)$layer_last_states[[2]]$h
+#' loss <- mean((h - y)^2)
+#' convlstm_backward(model, 2 * (h - y) / length(y))
+#' str(gradients(model))
+#' optimizer_step(model, optimizer_sgd(lr = 0.1))
+#' convlstm_release(model)
+convlstm_forward <- function(model, x, training = TRUE, target = NULL) {
+  ptr <- model_ptr(model)
+  x <- check_input(x, model_config(model), "x")
+  training <- check_flag(training, "training")
+  what <- if (is.null(target)) "all" else check_choice(target, c("last_state", "sequence"), "target")
+  c_forward(ptr, x, training = training, what = what)
+}
+
+#' @rdname convlstm_forward
+#' @export
+convlstm_backward <- function(model, grad_output) {
+  ptr <- model_ptr(model)
+  config <- model_config(model)
+  rank <- length(dim(grad_output))
+  if (!rank %in% c(4L, 5L)) {
+    abort_convlstm(sprintf(paste0(
+      "`grad_output` must be an array of dim [batch, hidden, height, width] (gradient of the ",
+      "last state) or [batch, time, hidden, height, width] (gradient of the output sequence), ",
+      "not %s."), describe(grad_output)), call = sys.call())
+  }
+  target <- if (rank == 5L) "sequence" else "last_state"
+  shape <- c_last_shape(ptr)
+  if (shape[[1]] == 0L) {
+    abort_convlstm(
+      "No forward to backpropagate through: call convlstm_forward(model, x, training = TRUE) first.",
+      status = "state", call = sys.call()
+    )
+  }
+  xd <- c(shape[[1]], shape[[2]], config$input_dim, shape[[3]], shape[[4]])
+  grad_output <- check_target_array(grad_output, xd, config, target, "grad_output")
+  c_backward(ptr, grad_output, target)
+  invisible(model)
+}
+
+#' @rdname convlstm_forward
+#' @export
+optimizer_step <- function(model, optimizer) {
+  ptr <- model_ptr(model)
+  optimizer <- check_optimizer(optimizer)
+  c_optimizer_step(ptr, optimizer)
+  invisible(model)
+}
+
+#' @rdname convlstm_forward
+#' @export
+zero_grad <- function(model) {
+  c_zero_grad(model_ptr(model))
+  invisible(model)
+}
+
+#' @rdname convlstm_forward
+#' @export
+gradients <- function(model) {
+  c_get_tensors(model_ptr(model), grad = TRUE)
+}

@@ -1,0 +1,48 @@
+/*
+ * init.c -- registers the glue's .Call entry points with R.
+ *
+ * Exact arity for every entry, no dynamic symbol lookup, and forced symbols,
+ * so R code can only reach them as .Call(ffi_xxx, ...) through the objects
+ * that useDynLib(convlstm, .registration = TRUE) creates (R/ffi.R makes every
+ * such call). It is not where anything else happens at load time.
+ */
+#include <R_ext/Rdynload.h>   /* R_CallMethodDef, R_registerRoutines */
+#include <R_ext/Visibility.h> /* attribute_visible */
+
+#include "r_convlstm.h"
+
+/* The detour through void (*)(void), the type gcc treats as matching every
+ * function, keeps -Wextra's -Wcast-function-type quiet about the table. */
+#define CALLDEF(name, n) {#name, (DL_FUNC)(void (*)(void))&name, n}
+
+static const R_CallMethodDef call_entries[] = {
+    CALLDEF(ffi_model_create, 8),
+    CALLDEF(ffi_model_release, 1),
+    CALLDEF(ffi_model_status, 1),
+    CALLDEF(ffi_model_config, 1),
+    CALLDEF(ffi_model_init_params, 1),
+    CALLDEF(ffi_models_alive, 0),
+    CALLDEF(ffi_gpu_available, 0),
+    CALLDEF(ffi_tensor_info, 1),
+    CALLDEF(ffi_get_tensors, 2),
+    CALLDEF(ffi_set_tensors, 2),
+    CALLDEF(ffi_forward, 4),
+    CALLDEF(ffi_last_shape, 1),
+    CALLDEF(ffi_backward, 3),
+    CALLDEF(ffi_mse, 3),
+    CALLDEF(ffi_zero_grad, 1),
+    CALLDEF(ffi_optimizer_step, 2),
+    CALLDEF(ffi_optimizer_steps, 1),
+    CALLDEF(ffi_optimizer_reset, 1),
+    CALLDEF(ffi_train_step, 5),
+    CALLDEF(ffi_memory_stats, 1),
+    CALLDEF(ffi_memory_reset_peak, 1),
+    CALLDEF(ffi_empty_cache, 1),
+    {NULL, NULL, 0}};
+
+/* The one symbol the shared library exports (the build hides the rest). */
+void attribute_visible R_init_convlstm(DllInfo *dll) {
+  R_registerRoutines(dll, NULL, call_entries, NULL, NULL);
+  R_useDynamicSymbols(dll, FALSE);
+  R_forceSymbols(dll, TRUE);
+}

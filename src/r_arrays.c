@@ -1,0 +1,74 @@
+/*
+ * r_arrays.c -- R arrays at the boundary: describing an R double array as a
+ * core host array (no copy: the core converts batch-first column-major
+ * doubles to its own layout in one pass), allocating result arrays, and the
+ * row-major <-> column-major transposition that parameter tensors need.
+ *
+ * It is not where types are coerced: the R layer hands over double arrays
+ * only (storage.mode<- in R), so a wrong type here is a bug in the R layer
+ * and is reported as an invalid argument rather than silently copied.
+ */
+#include "r_convlstm.h"
+
+void r_host_array(SEXP x, int ndim, const char *arg, cl_host_array *out) {
+  if (TYPEOF(x) != REALSXP)
+    r_raise_invalid("`%s` must be a double array", arg);
+  SEXP dim = Rf_getAttrib(x, R_DimSymbol);
+  if (TYPEOF(dim) != INTSXP || Rf_length(dim) != ndim)
+    r_raise_invalid("`%s` must be an array with %d dimensions", arg, ndim);
+  out->data = REAL(x);
+  out->format = CL_HOST_R_F64;
+  out->ndim = ndim;
+  for (int i = 0; i < 5; i++) out->dims[i] = i < ndim ? INTEGER(dim)[i] : 0;
+}
+
+SEXP r_alloc_array(int ndim, const int *dims) {
+  R_xlen_t n = 1;
+  for (int i = 0; i < ndim; i++) n *= dims[i];
+  SEXP x = PROTECT(Rf_allocVector(REALSXP, n));
+  SEXP dim = PROTECT(Rf_allocVector(INTSXP, ndim));
+  for (int i = 0; i < ndim; i++) INTEGER(dim)[i] = dims[i];
+  Rf_setAttrib(x, R_DimSymbol, dim);
+  UNPROTECT(2);
+  return x;
+}
+
+/* Column-major offset of the row-major element whose multi-index is idx:
+ * both orders walk the same logical index, only the strides differ. Walking
+ * the row-major source in order and keeping an odometer of the index costs
+ * one add per element in the common case. */
+static void transpose_walk(int ndim, const int *dims, const float *fsrc, float *fdst,
+                           const double *dsrc, double *ddst) {
+  size_t cstride[8];
+  int idx[8] = {0};
+  size_t n = 1, s = 1;
+  for (int d = 0; d < ndim; d++) {
+    cstride[d] = s;
+    s *= (size_t)dims[d];
+    n *= (size_t)dims[d];
+  }
+  size_t off = 0; /* column-major offset of idx */
+  for (size_t r = 0; r < n; r++) {
+    if (fsrc != NULL)
+      ddst[off] = (double)fsrc[r];
+    else
+      fdst[r] = (float)dsrc[off];
+    /* advance the row-major odometer: the last index moves fastest */
+    for (int d = ndim - 1; d >= 0; d--) {
+      if (++idx[d] < dims[d]) {
+        off += cstride[d];
+        break;
+      }
+      off -= cstride[d] * (size_t)(dims[d] - 1);
+      idx[d] = 0;
+    }
+  }
+}
+
+void r_row_major_to_r(const float *src, int ndim, const int *dims, double *dst) {
+  transpose_walk(ndim, dims, src, NULL, NULL, dst);
+}
+
+void r_r_to_row_major(const double *src, int ndim, const int *dims, float *dst) {
+  transpose_walk(ndim, dims, NULL, dst, src, NULL);
+}

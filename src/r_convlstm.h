@@ -1,0 +1,93 @@
+/*
+ * r_convlstm.h -- what the R glue files (src/init.c, src/r_*.c) share: the
+ * .Call entry points they register and the helpers that turn SEXPs into core
+ * arguments and core failures into R conditions.
+ *
+ * It is the only header that includes R's; the core and the backends never
+ * see it. It is not a public interface: nothing outside src/r_*.c and
+ * src/init.c includes it.
+ */
+#ifndef CONVLSTM_R_CONVLSTM_H
+#define CONVLSTM_R_CONVLSTM_H
+
+/* configure may pass these as -D flags too; define them only once. */
+#ifndef R_NO_REMAP
+#define R_NO_REMAP
+#endif
+#ifndef STRICT_R_HEADERS
+#define STRICT_R_HEADERS
+#endif
+#include <R.h>           /* GetRNGstate, unif_rand, R_alloc */
+#include <Rinternals.h>  /* SEXP, PROTECT, external pointers */
+
+#include "convlstm.h"    /* the core: the only interface the glue calls */
+
+/* ---- r_errors.c ---- */
+
+/* Raises the classed R condition convlstm_error_<status> with msg, through
+ * the R function signal_core_error() so that R code builds the condition.
+ * Never returns. Callers must hold no C memory when they call it. */
+NORET void r_raise(cl_status s, const char *msg);
+/* Raises the model's last core error (cl_model_error). */
+NORET void r_raise_model(cl_status s, const cl_model *m);
+/* An invalid argument found by the glue itself (the R layer checks first, so
+ * reaching this means the R layer let something through). */
+#if defined(__GNUC__)
+#define R_CL_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define R_CL_PRINTF(a, b)
+#endif
+NORET void r_raise_invalid(const char *fmt, ...) R_CL_PRINTF(1, 2);
+
+/* ---- r_model.c ---- */
+
+/* The live model behind an external pointer, or a state error that says why
+ * there is none (released, or restored by readRDS). */
+cl_model *r_model(SEXP ptr);
+
+/* ---- r_arrays.c ---- */
+
+/* Describes an R double array as a host array (no copy). ndim is 4 or 5;
+ * arg names the argument in messages. */
+void r_host_array(SEXP x, int ndim, const char *arg, cl_host_array *out);
+/* A new, unprotected double array of the given dims. */
+SEXP r_alloc_array(int ndim, const int *dims);
+/* Reads a row-major float tensor into a new column-major double array of the
+ * same logical dims (so torch's w[o, i, kh, kw] is R's w[o+1, i+1, kh+1, kw+1]). */
+void r_row_major_to_r(const float *src, int ndim, const int *dims, double *dst);
+void r_r_to_row_major(const double *src, int ndim, const int *dims, float *dst);
+
+/* ---- entry points (registered in init.c) ---- */
+
+/* r_model.c */
+SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP kernel_sizes, SEXP bias,
+                      SEXP device, SEXP dtype, SEXP threads, SEXP memory_limit);
+SEXP ffi_model_release(SEXP ptr);
+SEXP ffi_model_status(SEXP ptr);
+SEXP ffi_model_config(SEXP ptr);
+SEXP ffi_model_init_params(SEXP ptr);
+SEXP ffi_models_alive(void);
+SEXP ffi_gpu_available(void);
+
+/* r_params.c */
+SEXP ffi_tensor_info(SEXP ptr);
+SEXP ffi_get_tensors(SEXP ptr, SEXP grad);
+SEXP ffi_set_tensors(SEXP ptr, SEXP tensors);
+
+/* r_train.c */
+SEXP ffi_forward(SEXP ptr, SEXP x, SEXP training, SEXP what);
+SEXP ffi_last_shape(SEXP ptr);
+SEXP ffi_backward(SEXP ptr, SEXP grad, SEXP target);
+SEXP ffi_mse(SEXP ptr, SEXP y, SEXP target);
+SEXP ffi_zero_grad(SEXP ptr);
+SEXP ffi_optimizer_step(SEXP ptr, SEXP opt);
+SEXP ffi_optimizer_steps(SEXP ptr);
+SEXP ffi_optimizer_reset(SEXP ptr);
+SEXP ffi_train_step(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt);
+
+/* r_memory.c */
+SEXP ffi_memory_stats(SEXP ptr);
+SEXP ffi_memory_reset_peak(SEXP ptr);
+SEXP ffi_empty_cache(SEXP ptr);
+
+#endif

@@ -1,0 +1,74 @@
+/*
+ * r_memory.c -- the model's memory accounting as R values: per category
+ * current and peak bytes and allocation counts, what the allocator reserves,
+ * and what the device reports free and in total.
+ *
+ * It is not the planner's estimate (a later issue exposes cl_model_plan);
+ * these are the allocator's measured numbers. Byte counts are returned as
+ * doubles, exact up to 2^53 bytes.
+ */
+#include "r_convlstm.h"
+
+SEXP ffi_memory_stats(SEXP ptr) {
+  cl_model *m = r_model(ptr);
+  cl_mem_stats s;
+  cl_status st = cl_model_memory_stats(m, &s);
+  if (st != CL_OK) r_raise_model(st, m);
+
+  int nprotect = 0;
+  const int K = CL_MEM_NCAT;
+  SEXP cats = PROTECT(Rf_allocVector(STRSXP, K));
+  nprotect++;
+  SEXP cur = PROTECT(Rf_allocVector(REALSXP, K));
+  nprotect++;
+  SEXP peak = PROTECT(Rf_allocVector(REALSXP, K));
+  nprotect++;
+  SEXP nal = PROTECT(Rf_allocVector(REALSXP, K));
+  nprotect++;
+  SEXP nfr = PROTECT(Rf_allocVector(REALSXP, K));
+  nprotect++;
+  for (int c = 0; c < K; c++) {
+    SET_STRING_ELT(cats, c, Rf_mkChar(cl_mem_category_name((cl_mem_category)c)));
+    REAL(cur)[c] = (double)s.current[c];
+    REAL(peak)[c] = (double)s.peak[c];
+    REAL(nal)[c] = (double)s.n_alloc[c];
+    REAL(nfr)[c] = (double)s.n_free[c];
+  }
+  const char *names[] = {"category",       "current",  "peak",          "n_alloc",
+                         "n_free",         "allocated", "peak_allocated", "reserved",
+                         "peak_reserved",  "limit",    "device_free",   "device_total"};
+  int n = (int)(sizeof names / sizeof names[0]);
+  SEXP out = PROTECT(Rf_allocVector(VECSXP, n));
+  nprotect++;
+  SEXP nms = PROTECT(Rf_allocVector(STRSXP, n));
+  nprotect++;
+  for (int i = 0; i < n; i++) SET_STRING_ELT(nms, i, Rf_mkChar(names[i]));
+  Rf_setAttrib(out, R_NamesSymbol, nms);
+  SET_VECTOR_ELT(out, 0, cats);
+  SET_VECTOR_ELT(out, 1, cur);
+  SET_VECTOR_ELT(out, 2, peak);
+  SET_VECTOR_ELT(out, 3, nal);
+  SET_VECTOR_ELT(out, 4, nfr);
+  SET_VECTOR_ELT(out, 5, Rf_ScalarReal((double)s.allocated));
+  SET_VECTOR_ELT(out, 6, Rf_ScalarReal((double)s.peak_allocated));
+  SET_VECTOR_ELT(out, 7, Rf_ScalarReal((double)s.reserved));
+  SET_VECTOR_ELT(out, 8, Rf_ScalarReal((double)s.peak_reserved));
+  SET_VECTOR_ELT(out, 9, Rf_ScalarReal((double)s.limit));
+  SET_VECTOR_ELT(out, 10, Rf_ScalarReal((double)s.device_free));
+  SET_VECTOR_ELT(out, 11, Rf_ScalarReal((double)s.device_total));
+  UNPROTECT(nprotect);
+  return out;
+}
+
+SEXP ffi_memory_reset_peak(SEXP ptr) {
+  cl_model *m = r_model(ptr);
+  cl_model_reset_peak(m);
+  return R_NilValue;
+}
+
+SEXP ffi_empty_cache(SEXP ptr) {
+  cl_model *m = r_model(ptr);
+  cl_status st = cl_model_empty_cache(m);
+  if (st != CL_OK) r_raise_model(st, m);
+  return R_NilValue;
+}

@@ -1,0 +1,195 @@
+/*
+ * r_model.c -- the model handle: a classed external pointer to a cl_model,
+ * with a finalizer (rm(model); gc() frees it), an explicit release, the check
+ * every entry point runs before touching a model, and parameter
+ * initialisation from R's random number generator.
+ *
+ * It is not the R-visible model: R/model.R wraps this pointer in a callable
+ * closure. The pointer's "protected" slot records whether the model was
+ * released on purpose, so that a pointer restored by readRDS (address NULL,
+ * never released) can be told apart and explained.
+ */
+#include <string.h>
+
+#include "r_convlstm.h"
+
+/* The protected slot: "live" while the model exists, "released" after
+ * convlstm_release(). Serialisation keeps the slot but drops the address, so
+ * a NULL address next to "live" means the pointer came back from readRDS. */
+static const char *const LIVE = "live";
+static const char *const RELEASED = "released";
+
+static SEXP model_tag(void) { return Rf_install("convlstm_model"); }
+
+static int is_model_ptr(SEXP ptr) {
+  return TYPEOF(ptr) == EXTPTRSXP && R_ExternalPtrTag(ptr) == model_tag();
+}
+
+static const char *ptr_mark(SEXP ptr) {
+  SEXP prot = R_ExternalPtrProtected(ptr);
+  if (TYPEOF(prot) == STRSXP && Rf_length(prot) == 1) return CHAR(STRING_ELT(prot, 0));
+  return "";
+}
+
+static void model_finalize(SEXP ptr) {
+  cl_model *m = (cl_model *)R_ExternalPtrAddr(ptr);
+  if (m == NULL) return;
+  cl_model_free(m);
+  R_ClearExternalPtr(ptr);
+}
+
+cl_model *r_model(SEXP ptr) {
+  if (!is_model_ptr(ptr)) r_raise_invalid("`model` is not a convlstm model");
+  cl_model *m = (cl_model *)R_ExternalPtrAddr(ptr);
+  if (m != NULL) return m;
+  if (strcmp(ptr_mark(ptr), RELEASED) == 0)
+    r_raise(CL_E_STATE,
+            "This model was released with convlstm_release() and holds no memory any more; "
+            "create a new model with convlstm().");
+  r_raise(CL_E_STATE,
+          "This model has no C memory: it was restored by readRDS(), load() or a saved "
+          "workspace, and saveRDS cannot store a model's C memory. Save models with "
+          "convlstm_save() and restore them with convlstm_load().");
+}
+
+static int int_at(SEXP x, int i) { return INTEGER(x)[i]; }
+
+SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP kernel_sizes, SEXP bias,
+                      SEXP device, SEXP dtype, SEXP threads, SEXP memory_limit) {
+  int nprotect = 0;
+  if (TYPEOF(input_dim) != INTSXP || TYPEOF(hidden_dims) != INTSXP ||
+      TYPEOF(kernel_sizes) != INTSXP || TYPEOF(bias) != LGLSXP || TYPEOF(device) != INTSXP ||
+      TYPEOF(dtype) != INTSXP || TYPEOF(threads) != INTSXP || TYPEOF(memory_limit) != REALSXP)
+    r_raise_invalid("internal: ffi_model_create() got arguments of the wrong type");
+  int n_layers = Rf_length(hidden_dims);
+  if (n_layers < 1 || n_layers > CL_MAX_LAYERS || Rf_length(kernel_sizes) != n_layers)
+    r_raise_invalid("`n_layers` must be between 1 and %d", CL_MAX_LAYERS);
+
+  cl_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.input_dim = int_at(input_dim, 0);
+  cfg.n_layers = n_layers;
+  for (int l = 0; l < n_layers; l++) {
+    cfg.hidden_dims[l] = int_at(hidden_dims, l);
+    cfg.kernel_sizes[l] = int_at(kernel_sizes, l);
+  }
+  cfg.bias = LOGICAL(bias)[0] ? 1 : 0;
+  cfg.device = int_at(device, 0) == 1 ? CL_DEVICE_CUDA : CL_DEVICE_CPU;
+  switch (int_at(dtype, 0)) {
+    case 1: cfg.dtype = CL_F16; break;
+    case 2: cfg.dtype = CL_BF16; break;
+    default: cfg.dtype = CL_F32;
+  }
+  cfg.n_threads = int_at(threads, 0);
+  double limit = REAL(memory_limit)[0];
+  cfg.memory_limit = limit > 0 ? (size_t)limit : 0;
+
+  /* The pointer exists (protected, with its finalizer) before the model, so
+   * no R allocation can fail while an unowned model is held. */
+  SEXP mark = PROTECT(Rf_mkString(LIVE));
+  nprotect++;
+  SEXP ptr = PROTECT(R_MakeExternalPtr(NULL, model_tag(), mark));
+  nprotect++;
+  R_RegisterCFinalizerEx(ptr, model_finalize, TRUE);
+  SEXP cls = PROTECT(Rf_mkString("convlstm_ptr"));
+  nprotect++;
+  Rf_setAttrib(ptr, R_ClassSymbol, cls);
+
+  char err[CL_ERRMSG_LEN] = "";
+  cl_model *m = NULL;
+  cl_status st = cl_model_create(&cfg, &m, err, sizeof err);
+  if (st != CL_OK) {
+    cl_model_free(m); /* NULL on failure by contract; harmless otherwise */
+    UNPROTECT(nprotect);
+    r_raise(st, err);
+  }
+  R_SetExternalPtrAddr(ptr, m);
+  UNPROTECT(nprotect);
+  return ptr;
+}
+
+SEXP ffi_model_release(SEXP ptr) {
+  if (!is_model_ptr(ptr)) r_raise_invalid("`model` is not a convlstm model");
+  cl_model *m = (cl_model *)R_ExternalPtrAddr(ptr);
+  int had = m != NULL;
+  if (had) {
+    cl_model_free(m);
+    R_ClearExternalPtr(ptr);
+    R_SetExternalPtrProtected(ptr, Rf_mkString(RELEASED));
+  }
+  return Rf_ScalarLogical(had);
+}
+
+/* "live", "released" or "restored", without raising: print() of a dead
+ * model should still print. */
+SEXP ffi_model_status(SEXP ptr) {
+  if (!is_model_ptr(ptr)) r_raise_invalid("`model` is not a convlstm model");
+  if (R_ExternalPtrAddr(ptr) != NULL) return Rf_mkString(LIVE);
+  return Rf_mkString(strcmp(ptr_mark(ptr), RELEASED) == 0 ? RELEASED : "restored");
+}
+
+static const char *dtype_name(cl_dtype t) {
+  switch (t) {
+    case CL_F16: return "float16";
+    case CL_BF16: return "bfloat16";
+    default: return "float32";
+  }
+}
+
+SEXP ffi_model_config(SEXP ptr) {
+  cl_model *m = r_model(ptr);
+  const cl_config *cfg = cl_model_config(m);
+  int nprotect = 0;
+  const char *names[] = {"input_dim", "hidden_dims", "kernel_sizes", "n_layers",
+                         "bias",      "device",      "dtype",        "threads",
+                         "memory_limit", "backend",  "n_params"};
+  int n = (int)(sizeof names / sizeof names[0]);
+  SEXP out = PROTECT(Rf_allocVector(VECSXP, n));
+  nprotect++;
+  SEXP nms = PROTECT(Rf_allocVector(STRSXP, n));
+  nprotect++;
+  for (int i = 0; i < n; i++) SET_STRING_ELT(nms, i, Rf_mkChar(names[i]));
+  Rf_setAttrib(out, R_NamesSymbol, nms);
+
+  SEXP hd = PROTECT(Rf_allocVector(INTSXP, cfg->n_layers));
+  nprotect++;
+  SEXP ks = PROTECT(Rf_allocVector(INTSXP, cfg->n_layers));
+  nprotect++;
+  for (int l = 0; l < cfg->n_layers; l++) {
+    INTEGER(hd)[l] = cfg->hidden_dims[l];
+    INTEGER(ks)[l] = cfg->kernel_sizes[l];
+  }
+  SET_VECTOR_ELT(out, 0, Rf_ScalarInteger(cfg->input_dim));
+  SET_VECTOR_ELT(out, 1, hd);
+  SET_VECTOR_ELT(out, 2, ks);
+  SET_VECTOR_ELT(out, 3, Rf_ScalarInteger(cfg->n_layers));
+  SET_VECTOR_ELT(out, 4, Rf_ScalarLogical(cfg->bias != 0));
+  SET_VECTOR_ELT(out, 5, Rf_mkString(cfg->device == CL_DEVICE_CUDA ? "cuda" : "cpu"));
+  SET_VECTOR_ELT(out, 6, Rf_mkString(dtype_name(cfg->dtype)));
+  SET_VECTOR_ELT(out, 7, Rf_ScalarInteger(cfg->n_threads));
+  SET_VECTOR_ELT(out, 8, Rf_ScalarReal((double)cfg->memory_limit));
+  const char *be = cl_model_backend_name(m);
+  SET_VECTOR_ELT(out, 9, Rf_mkString(be != NULL ? be : ""));
+  SET_VECTOR_ELT(out, 10, Rf_ScalarReal((double)cl_model_n_params(m)));
+  UNPROTECT(nprotect);
+  return out;
+}
+
+static double r_uniform01(void *ctx) {
+  (void)ctx;
+  return unif_rand();
+}
+
+SEXP ffi_model_init_params(SEXP ptr) {
+  cl_model *m = r_model(ptr);
+  GetRNGstate();
+  cl_status st = cl_model_init_params(m, r_uniform01, NULL);
+  /* The draws happened either way; R's seed must move on before raising. */
+  PutRNGstate();
+  if (st != CL_OK) r_raise_model(st, m);
+  return R_NilValue;
+}
+
+SEXP ffi_models_alive(void) { return Rf_ScalarInteger(cl_models_alive()); }
+
+SEXP ffi_gpu_available(void) { return Rf_ScalarLogical(cl_device_available(CL_DEVICE_CUDA) != 0); }

@@ -1,0 +1,83 @@
+# convlstm_fit(): the history it returns, that it learns a tiny problem,
+# validation, printing and plotting; convlstm_evaluate().
+
+# A tiny, learnable problem: predict the last input frame.
+fit_data <- function(n = 12) {
+  x <- array(stats::runif(n * 3 * 1 * 4 * 4), c(n, 3, 1, 4, 4))
+  list(x = x, y = array(x[, 3, 1, , ], c(n, 1, 4, 4)))
+}
+
+test_that("convlstm_fit() returns a history and lowers the loss", {
+  set.seed(8)
+  model <- convlstm(1, c(4, 1), 3, device = "cpu", threads = 1)
+  on.exit(convlstm_release(model))
+  d <- fit_data()
+  v <- fit_data(5)
+  h <- convlstm_fit(model, d$x, d$y, optimizer_adam(0.02), epochs = 8, batch_size = 5,
+                    validation_data = list(v$x, v$y), verbose = FALSE)
+  expect_s3_class(h, "convlstm_history")
+  expect_s3_class(h, "data.frame")
+  expect_named(h, c("epoch", "loss", "val_loss", "seconds", "peak_bytes"))
+  expect_equal(h$epoch, 1:8)
+  expect_true(all(h$seconds >= 0))
+  expect_true(all(h$peak_bytes > 0))
+  expect_lt(h$loss[8], h$loss[1] / 2)
+  expect_false(anyNA(h$val_loss))
+  expect_equal(h$val_loss[8], convlstm_evaluate(model, v$x, v$y), tolerance = 1e-6)
+  out <- capture.output(print(h))
+  expect_match(out[1], "<convlstm_history> 8 epochs, target last_state, batch size 5, adam")
+  expect_true(any(grepl("val_loss", out)))
+  pdf(NULL)
+  on.exit(grDevices::dev.off(), add = TRUE)
+  expect_invisible(plot(h))
+})
+
+test_that("convlstm_fit() handles sequences, one batch and verbose output", {
+  set.seed(9)
+  model <- convlstm(1, c(3, 1), 3, device = "cpu", threads = 1)
+  on.exit(convlstm_release(model))
+  d <- fit_data(4)
+  y <- d$x  # predict the input sequence itself
+  msgs <- character()
+  h <- withCallingHandlers(
+    convlstm_fit(model, d$x, y, optimizer_sgd(0.05), epochs = 2, batch_size = 64,
+                 target = "sequence", shuffle = FALSE),
+    message = function(m) {
+      msgs <<- c(msgs, conditionMessage(m))
+      invokeRestart("muffleMessage")
+    }
+  )
+  expect_true(any(grepl("Epoch 1/2: loss [0-9.e-]+, [0-9.]+s, peak [0-9.]+ KiB", msgs)))
+  expect_true(any(grepl("Epoch 2/2", msgs)))
+  expect_equal(nrow(h), 2)
+  expect_true(all(is.na(h$val_loss)))
+  expect_false(any(grepl("val_loss", capture.output(print(h)))))
+  # one batch, no shuffle: the epoch loss is the loss of the step
+  sd <- state_dict(model)
+  h1 <- convlstm_fit(model, d$x, y, optimizer_sgd(0), epochs = 1, target = "sequence",
+                     verbose = FALSE)
+  expect_equal(h1$loss, convlstm_evaluate(model, d$x, y, target = "sequence"), tolerance = 1e-5)
+  expect_identical(state_dict(model), sd)
+})
+
+test_that("convlstm_fit() checks its arguments", {
+  model <- convlstm(1, c(3, 1), 3, device = "cpu")
+  on.exit(convlstm_release(model))
+  d <- fit_data(4)
+  opt <- optimizer_adam()
+  expect_convlstm_error(convlstm_fit(model, d$x, d$y, opt, epochs = 0), regexp = "`epochs`")
+  expect_convlstm_error(convlstm_fit(model, d$x, d$y, opt, batch_size = 2.5),
+                        regexp = "`batch_size`")
+  expect_convlstm_error(convlstm_fit(model, d$x, d$y, opt, shuffle = "yes"), regexp = "`shuffle`")
+  expect_convlstm_error(convlstm_fit(model, d$x, d$y, opt, verbose = NULL), regexp = "`verbose`")
+  expect_convlstm_error(convlstm_fit(model, d$x, d$y[1:3, , , , drop = FALSE], opt),
+                        regexp = "`y` must have dim \\[4, 1, 4, 4\\]")
+  expect_convlstm_error(convlstm_fit(model, d$x, d$y, opt, validation_data = d$x),
+                        regexp = "`validation_data`")
+  expect_convlstm_error(
+    convlstm_fit(model, d$x, d$y, opt, validation_data = list(d$x, d$x)),
+    regexp = "`validation_data\\[\\[2\\]\\]`"
+  )
+  expect_convlstm_error(convlstm_evaluate(model, d$x, d$y, batch_size = 0),
+                        regexp = "`batch_size`")
+})

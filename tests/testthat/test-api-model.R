@@ -1,0 +1,177 @@
+# convlstm(): argument checks, recycling, the callable model and what it
+# returns, print/summary/$ and predict().
+
+test_that("model(x) returns the tutorial's structure and shapes", {
+  set.seed(1)
+  model <- api_model()
+  on.exit(convlstm_release(model))
+  expect_s3_class(model, "convlstm_model")
+  expect_true(is.function(model))
+  x <- api_x(B = 2, T = 3, C = 2, H = 5, W = 4)
+  out <- model(x)
+  expect_type(out, "list")
+  expect_named(out, c("layer_outputs", "layer_last_states"))
+  expect_length(out[[1]], 2)
+  expect_length(out[[2]], 2)
+  expect_equal(dim(out[[1]][[1]]), c(2, 3, 3, 5, 4))
+  expect_equal(dim(out[[1]][[2]]), c(2, 3, 2, 5, 4))
+  for (l in 1:2) {
+    hc <- out[[2]][[l]]
+    expect_named(hc, c("h", "c"))
+    expect_equal(dim(hc$h), c(2, c(3, 2)[l], 5, 4))
+    expect_equal(dim(hc$c), c(2, c(3, 2)[l], 5, 4))
+    expect_type(hc$h, "double")
+    # the last state h is the output sequence's last step
+    expect_equal(hc$h, out[[1]][[l]][, 3, , , , drop = TRUE], tolerance = 1e-6)
+  }
+  expect_true(all(abs(out[[1]][[2]]) < 1))
+  # inference is deterministic and integer input is accepted
+  expect_identical(model(x), out)
+  xi <- array(1L, dim = c(1, 2, 2, 3, 3))
+  expect_equal(dim(model(xi)[[1]][[2]]), c(1, 2, 2, 3, 3))
+})
+
+test_that("hidden_dims and kernel_sizes recycle from length 1", {
+  model <- convlstm(1, 4, 3, n_layers = 3, device = "cpu")
+  on.exit(convlstm_release(model))
+  expect_equal(model$hidden_dims, c(4L, 4L, 4L))
+  expect_equal(model$kernel_sizes, c(3L, 3L, 3L))
+  expect_equal(model$n_layers, 3L)
+  m2 <- convlstm(1, c(4, 2), c(5, 1), device = "cpu", bias = FALSE)
+  on.exit(convlstm_release(m2), add = TRUE)
+  expect_equal(m2$kernel_sizes, c(5L, 1L))
+  expect_false(m2$bias)
+  expect_equal(names(state_dict(m2)), c("cell_list.0.conv.weight", "cell_list.1.conv.weight"))
+})
+
+test_that("argument errors name the argument", {
+  expect_convlstm_error(convlstm(0, 4, 3), regexp = "`input_dim`")
+  expect_convlstm_error(convlstm(1.5, 4, 3), regexp = "`input_dim`")
+  expect_convlstm_error(convlstm("a", 4, 3), regexp = "`input_dim`")
+  expect_convlstm_error(convlstm(1, c(4, 0), 3), regexp = "`hidden_dims`")
+  expect_convlstm_error(convlstm(1, c(4, 4, 4), c(3, 3)), regexp = "`kernel_sizes`.*length 1 or `n_layers` \\(3\\)")
+  expect_convlstm_error(convlstm(1, c(4, 4), 3, n_layers = 3), regexp = "`hidden_dims`")
+  expect_convlstm_error(convlstm(1, 4, 4), regexp = "`kernel_sizes` must be odd")
+  expect_convlstm_error(convlstm(1, 4, 3, n_layers = 0), regexp = "`n_layers`")
+  expect_convlstm_error(convlstm(1, 4, 3, n_layers = 40), regexp = "`n_layers`.*at most")
+  expect_convlstm_error(convlstm(1, 4, 3, bias = NA), regexp = "`bias`")
+  expect_convlstm_error(convlstm(1, 4, 3, device = "gpu"), regexp = "`device`")
+  expect_convlstm_error(convlstm(1, 4, 3, dtype = "float64"), regexp = "`dtype`")
+  expect_convlstm_error(convlstm(1, 4, 3, memory_limit = -1), regexp = "`memory_limit`")
+  expect_convlstm_error(convlstm(1, 4, 3, memory_limit = "lots"), regexp = "`memory_limit`")
+  expect_convlstm_error(convlstm(1, 4, 3, threads = 0), regexp = "`threads`")
+  # the call reported is the user's
+  err <- tryCatch(convlstm(1, 4, 4), error = identity)
+  expect_equal(err$call[[1]], quote(convlstm))
+  expect_s3_class(err, "convlstm_error")
+})
+
+test_that("unsupported devices and dtypes are clear errors", {
+  if (!gpu_available()) {
+    expect_convlstm_error(convlstm(1, 4, 3, device = "cuda"), status = "unsupported")
+  }
+  expect_convlstm_error(convlstm(1, 4, 3, device = "cpu", dtype = "float16"),
+                        status = "unsupported")
+})
+
+test_that("memory_limit accepts bytes and sizes with units", {
+  expect_equal(convlstm:::parse_bytes("2 MiB", "m", NULL), 2^21)
+  expect_equal(convlstm:::parse_bytes("1.5GB", "m", NULL), 1.5e9)
+  expect_equal(convlstm:::parse_bytes(1e6, "m", NULL), 1e6)
+  expect_equal(convlstm:::parse_bytes(NULL, "m", NULL), 0)
+  model <- convlstm(1, 4, 3, device = "cpu", memory_limit = "64 MiB")
+  on.exit(convlstm_release(model))
+  expect_equal(model$config$memory_limit, 64 * 2^20)
+  expect_equal(memory_stats(model)$limit, 64 * 2^20)
+})
+
+test_that("x is checked before C sees it", {
+  model <- api_model()
+  on.exit(convlstm_release(model))
+  expect_convlstm_error(model(array(0, c(2, 3, 2, 4))), regexp = "`x` must be a numeric array with 5 dimensions")
+  expect_convlstm_error(model(api_x(C = 3)), regexp = "`x` must have 2 channels")
+  x <- api_x()
+  x[1] <- NA
+  expect_convlstm_error(model(x), regexp = "missing")
+  expect_convlstm_error(model("a"), regexp = "`x`")
+})
+
+test_that("$ gives fields and methods, and unknown fields are errors", {
+  model <- api_model()
+  on.exit(convlstm_release(model))
+  cfg <- model$config
+  expect_equal(cfg$input_dim, 2L)
+  expect_equal(cfg$hidden_dims, c(3L, 2L))
+  expect_equal(model$device, "cpu")
+  expect_equal(model$dtype, "float32")
+  expect_equal(model$backend, "cpu")
+  expect_equal(model$n_parameters, 4 * 3 * (2 + 3) * 9 + 12 + 4 * 2 * (3 + 2) * 9 + 8)
+  expect_equal(model$n_parameters, cfg$n_params)
+  expect_identical(model$parameters, state_dict(model))
+  expect_identical(model$state_dict(), state_dict(model))
+  expect_identical(model[["dtype"]], "float32")
+  expect_convlstm_error(model$nope, regexp = "no field `nope`")
+  expect_convlstm_error(model$bias <- FALSE, regexp = "read-only")
+  expect_true("state_dict" %in% utils::.DollarNames(model, "state"))
+})
+
+test_that("print() and summary() show layers, parameters, device and dtype", {
+  model <- api_model()
+  on.exit(convlstm_release(model))
+  out <- capture.output(print(model))
+  expect_match(out[1], "<convlstm_model> 2 layers, 920 parameters .* device cpu, dtype float32")
+  expect_true(any(grepl("layer +input +hidden +kernel +parameters", out)))
+  expect_true(any(grepl("3x3", out)))
+  s <- summary(model)
+  expect_s3_class(s, "summary.convlstm_model")
+  expect_equal(s$n_parameters, 920)
+  expect_equal(s$parameter_bytes, 920 * 4)
+  expect_equal(s$layers$input, c(2, 3))
+  expect_equal(s$layers$hidden, c(3, 2))
+  expect_s3_class(s$memory, "convlstm_memory_stats")
+  out <- capture.output(print(s))
+  expect_true(any(grepl("Total parameters: 920", out)))
+  expect_true(any(grepl("parameters", out)))
+})
+
+test_that("predict() returns the last layer's sequence or last state", {
+  set.seed(2)
+  model <- api_model()
+  on.exit(convlstm_release(model))
+  x <- api_x(B = 5)
+  full <- model(x)
+  seq <- predict(model, x)
+  expect_equal(dim(seq), c(5, 3, 2, 5, 4))
+  expect_equal(seq, full[[1]][[2]])
+  last <- predict(model, x, what = "last_state")
+  expect_equal(dim(last), c(5, 2, 5, 4))
+  expect_equal(last, full[[2]][[2]]$h)
+  # batched prediction gives the same numbers
+  expect_equal(predict(model, x, batch_size = 2), seq, tolerance = 1e-6)
+  expect_equal(predict(model, x, what = "last_state", batch_size = 3), last, tolerance = 1e-6)
+  expect_convlstm_error(predict(model, x, what = "all"), regexp = "`what`")
+})
+
+test_that("set.seed() makes initialisation reproducible", {
+  set.seed(42)
+  a <- api_model()
+  set.seed(42)
+  b <- api_model()
+  c <- api_model()
+  on.exit({
+    convlstm_release(a)
+    convlstm_release(b)
+    convlstm_release(c)
+  })
+  expect_identical(state_dict(a), state_dict(b))
+  expect_false(identical(state_dict(a), state_dict(c)))
+  # torch's default bound: 1 / sqrt(fan_in), fan_in = (in + h) k k
+  w <- state_dict(a)[["cell_list.0.conv.weight"]]
+  expect_true(all(abs(w) <= 1 / sqrt((2 + 3) * 9)))
+  expect_gt(stats::sd(w), 0.5 / sqrt(3) / sqrt((2 + 3) * 9))
+})
+
+test_that("gpu_available() answers TRUE or FALSE", {
+  expect_type(gpu_available(), "logical")
+  expect_length(gpu_available(), 1)
+})

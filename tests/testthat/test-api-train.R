@@ -1,0 +1,154 @@
+# train_step() against the step taken piece by piece; gradients,
+# zero_grad(), backward's checks; optimizers.
+
+twin_models <- function(...) {
+  a <- api_model(...)
+  b <- api_model(...)
+  load_state_dict(b, state_dict(a))
+  list(a = a, b = b)
+}
+
+release_all <- function(models) for (m in models) convlstm_release(m)
+
+manual_step <- function(model, x, y, opt, target) {
+  zero_grad(model)
+  out <- convlstm_forward(model, x, training = TRUE)
+  pred <- if (target == "sequence") out$layer_outputs[[2]] else out$layer_last_states[[2]]$h
+  convlstm_backward(model, 2 * (pred - y) / length(y))
+  optimizer_step(model, opt)
+  mean((pred - y)^2)
+}
+
+test_that("train_step() equals zero_grad, forward, backward, optimizer_step", {
+  set.seed(5)
+  for (target in c("last_state", "sequence")) {
+    for (opt in list(optimizer_sgd(lr = 0.1, momentum = 0.9), optimizer_adam(lr = 0.01))) {
+      m <- twin_models()
+      x <- api_x()
+      y <- if (target == "sequence") api_y(T = 3) else api_y()
+      for (step in 1:2) {
+        loss_a <- train_step(m$a, x, y, opt, target = target)
+        loss_b <- manual_step(m$b, x, y, opt, target)
+        expect_type(loss_a, "double")
+        expect_length(loss_a, 1)
+        expect_equal(loss_a, loss_b, tolerance = 1e-5)
+      }
+      sa <- state_dict(m$a)
+      sb <- state_dict(m$b)
+      for (name in names(sa)) expect_equal(sa[[name]], sb[[name]], tolerance = 1e-4)
+      release_all(m)
+    }
+  }
+})
+
+test_that("convlstm_forward() returns every output or the chosen one", {
+  set.seed(10)
+  model <- api_model()
+  on.exit(convlstm_release(model))
+  x <- api_x()
+  full <- convlstm_forward(model, x)
+  expect_named(full, c("layer_outputs", "layer_last_states"))
+  expect_equal(full, model(x))
+  h <- convlstm_forward(model, x, target = "last_state")
+  expect_equal(h, full$layer_last_states[[2]]$h)
+  s <- convlstm_forward(model, x, training = FALSE, target = "sequence")
+  expect_equal(s, full$layer_outputs[[2]])
+  expect_equal(model$forward(x, target = "last_state"), h)
+  expect_convlstm_error(convlstm_forward(model, x, target = "all"), regexp = "`target`")
+})
+
+test_that("gradients accumulate across backward calls and zero_grad() clears them", {
+  set.seed(6)
+  model <- api_model()
+  on.exit(convlstm_release(model))
+  x <- api_x()
+  g0 <- gradients(model)
+  expect_named(g0, names(state_dict(model)))
+  expect_equal(lapply(g0, dim), lapply(state_dict(model), dim))
+  expect_true(all(vapply(g0, function(g) all(g == 0), logical(1))))
+
+  out <- convlstm_forward(model, x)
+  dh <- array(stats::runif(2 * 2 * 5 * 4), c(2, 2, 5, 4))
+  expect_invisible(convlstm_backward(model, dh))
+  g1 <- gradients(model)
+  expect_true(any(g1[[1]] != 0))
+  convlstm_forward(model, x)
+  convlstm_backward(model, dh)
+  g2 <- gradients(model)
+  for (name in names(g1)) expect_equal(g2[[name]], 2 * g1[[name]], tolerance = 1e-5)
+
+  expect_invisible(zero_grad(model))
+  g3 <- gradients(model)
+  expect_true(all(vapply(g3, function(g) all(g == 0), logical(1))))
+  # the sequence gradient is picked from the rank of grad_output
+  convlstm_forward(model, x)
+  convlstm_backward(model, array(1, c(2, 3, 2, 5, 4)))
+  expect_true(any(gradients(model)[[3]] != 0))
+})
+
+test_that("convlstm_backward() checks grad_output and the forward it follows", {
+  model <- api_model()
+  on.exit(convlstm_release(model))
+  expect_convlstm_error(convlstm_backward(model, array(0, c(2, 2, 5, 4))), status = "state",
+                        regexp = "convlstm_forward")
+  x <- api_x()
+  convlstm_forward(model, x)
+  expect_convlstm_error(convlstm_backward(model, array(0, c(2, 3, 5, 4))),
+                        regexp = "`grad_output` must have dim \\[2, 2, 5, 4\\]")
+  expect_convlstm_error(convlstm_backward(model, array(0, c(2, 4, 2, 5, 4))),
+                        regexp = "`grad_output` must have dim \\[2, 3, 2, 5, 4\\]")
+  expect_convlstm_error(convlstm_backward(model, 1:3), regexp = "`grad_output`")
+  # an inference forward keeps nothing to backpropagate through
+  convlstm_forward(model, x, training = FALSE)
+  expect_convlstm_error(convlstm_backward(model, array(0, c(2, 2, 5, 4))), status = "state")
+  expect_convlstm_error(convlstm_forward(model, x, training = NA), regexp = "`training`")
+})
+
+test_that("train_step() checks its arguments", {
+  model <- api_model()
+  on.exit(convlstm_release(model))
+  x <- api_x()
+  opt <- optimizer_adam()
+  expect_convlstm_error(train_step(model, x, api_y(C = 3), opt),
+                        regexp = "`y` must have dim \\[2, 2, 5, 4\\]")
+  expect_convlstm_error(train_step(model, x, api_y(), opt, target = "sequence"),
+                        regexp = "`y` must be an array with 5 dimensions")
+  expect_convlstm_error(train_step(model, x, api_y(), list(lr = 1)), regexp = "`optimizer`")
+  expect_convlstm_error(train_step(model, x, api_y(), opt, target = "last"), regexp = "`target`")
+  expect_convlstm_error(train_step(function(x) x, x, api_y(), opt), regexp = "`model`")
+  err <- tryCatch(train_step(model, x, api_y(C = 3), opt), error = identity)
+  expect_equal(err$call[[1]], quote(train_step))
+})
+
+test_that("training lowers the loss and SGD with lr = 0 changes nothing", {
+  set.seed(7)
+  model <- api_model()
+  on.exit(convlstm_release(model))
+  x <- api_x()
+  y <- api_y() * 0.3
+  sd <- state_dict(model)
+  train_step(model, x, y, optimizer_sgd(lr = 0))
+  expect_identical(state_dict(model), sd)
+  opt <- optimizer_adam(lr = 0.02)
+  losses <- vapply(1:30, function(i) train_step(model, x, y, opt), numeric(1))
+  expect_lt(losses[30], losses[1] * 0.7)
+})
+
+test_that("optimizers validate hyperparameters and print", {
+  a <- optimizer_adam(lr = 0.01, betas = c(0.8, 0.99), eps = 1e-6, weight_decay = 0.1)
+  expect_s3_class(a, "convlstm_optimizer")
+  expect_equal(a$kind, "adam")
+  expect_equal(a$betas, c(0.8, 0.99))
+  expect_output(print(a), "Adam: lr = 0.01, betas = \\(0.8, 0.99\\), eps = 1e-06, weight_decay = 0.1")
+  s <- optimizer_sgd(0.1, momentum = 0.9)
+  expect_s3_class(s, "convlstm_optimizer")
+  expect_output(print(s), "SGD: lr = 0.1, momentum = 0.9, weight_decay = 0")
+  expect_convlstm_error(optimizer_adam(lr = -1), regexp = "`lr`")
+  expect_convlstm_error(optimizer_adam(betas = 0.9), regexp = "`betas`")
+  expect_convlstm_error(optimizer_adam(betas = c(0.9, 1)), regexp = "`betas`")
+  expect_convlstm_error(optimizer_adam(eps = NA), regexp = "`eps`")
+  expect_convlstm_error(optimizer_adam(weight_decay = -0.1), regexp = "`weight_decay`")
+  expect_convlstm_error(optimizer_sgd(), regexp = "`lr` must be given")
+  expect_convlstm_error(optimizer_sgd(0.1, momentum = -1), regexp = "`momentum`")
+  expect_convlstm_error(optimizer_sgd(c(0.1, 0.2)), regexp = "`lr`")
+})
