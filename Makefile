@@ -25,7 +25,8 @@ TARBALL := $(PKG)_$(VERSION).tar.gz
 DEB_PKGS := r-base-dev r-cran-cli r-cran-testthat r-cran-roxygen2 r-cran-knitr \
             r-cran-rmarkdown pandoc qpdf valgrind
 
-.PHONY: all deps docs install build check test ctest asan valgrind demo bench clean
+.NOTPARALLEL:
+.PHONY: all deps check-deps docs install build check test ctest asan valgrind demo bench clean
 
 all: install
 
@@ -61,7 +62,7 @@ docs:
 # change of flags (say CONVLSTM_NO_CUDA) or of a header. It installs into the
 # first writable library, or creates R_LIBS_USER.
 install:
-	@lib=$$($(RSCRIPT) -e 'p <- .libPaths(); w <- p[file.access(p, 2) == 0]; \
+	+@lib=$$($(RSCRIPT) -e 'p <- .libPaths(); w <- p[file.access(p, 2) == 0]; \
 	  if (length(w)) cat(w[1]) else { u <- path.expand(strsplit(Sys.getenv("R_LIBS_USER"), .Platform$$path.sep)[[1]][1]); \
 	  dir.create(u, recursive = TRUE, showWarnings = FALSE); cat(u) }'); \
 	echo "install: into $$lib"; \
@@ -70,15 +71,22 @@ install:
 build: docs
 	$(R) CMD build .
 
-check: build
+# --as-cran wants checkbashisms (Debian's devscripts) for configure and
+# cleanup. The remote CRAN queries and the clock check need the network, so
+# they are off.
+check: check-deps build
 	@mkdir -p build/check
-	cd build/check && _R_CHECK_CRAN_INCOMING_REMOTE_=false \
+	cd build/check && _R_CHECK_CRAN_INCOMING_REMOTE_=false _R_CHECK_SYSTEM_CLOCK_=false \
 	  $(R) CMD check --as-cran --no-manual ../../$(TARBALL)
 
+check-deps: deps
+	@command -v checkbashisms >/dev/null 2>&1 || $(MAKE) deps DEB_PKGS=devscripts
+
 # The full suite (NOT_CRAN) against the installed package, then the C tests.
+# A log (not a terminal) gets the summary reporter: one line per file.
+TESTTHAT = testthat::test_dir("tests/testthat", package = "$(PKG)", load_package = "installed", stop_on_failure = TRUE, reporter = if (isatty(stdout())) "progress" else "summary")
 test: deps install
-	NOT_CRAN=true $(RSCRIPT) -e 'testthat::test_dir("tests/testthat", package = "$(PKG)", \
-	  load_package = "installed", stop_on_failure = TRUE)'
+	NOT_CRAN=true $(RSCRIPT) -e '$(TESTTHAT)'
 	$(MAKE) ctest
 
 ctest:

@@ -65,11 +65,11 @@ printf '%s\n' "${results[@]}" | awk '
     }
   }
   END {
-    printf "%-22s %12s %12s %16s %18s   %s\n", "", "s/step", "min s/step", "peak RSS growth", "allocator peak", "backend"
+    printf "%-22s %12s %12s %16s %28s   %s\n", "", "s/step", "min s/step", "peak RSS growth", "allocator peak", "backend"
     split("convlstm torch", order, " ")
     for (k = 1; k <= 2; k++) {
       i = order[k]; if (!(i in best)) continue
-      printf "%-22s %12.4f %12.4f %16s %18s   %s\n", (i == "torch" ? "PyTorch" : i), best[i], mn[i],
+      printf "%-22s %12.4f %12.4f %16s %28s   %s\n", (i == "torch" ? "PyTorch" : i), best[i], mn[i],
              mib(rss[i]), (alloc[i] == "nan" || alloc[i] == "NA") ? "-" : mib(alloc[i]) " (res. " mib(res[i]) ")", be[i]
     }
     if (("convlstm" in best) && ("torch" in best) && best["torch"] > 0) {
