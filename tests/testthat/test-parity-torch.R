@@ -11,9 +11,14 @@
 
 REL <- 1e-5
 
-fixture_model <- function(fx) {
+# Every backend this build can run is held to the same fixtures (the CUDA
+# backend keeps float32 convolutions off TF32, so the same tolerance applies).
+parity_devices <- c("cpu", if (gpu_available()) "cuda")
+
+fixture_model <- function(fx, device = "cpu") {
   cfg <- fx$config
-  model <- convlstm(cfg$input_dim, cfg$hidden_dims, cfg$kernel_sizes, bias = cfg$bias)
+  model <- convlstm(cfg$input_dim, cfg$hidden_dims, cfg$kernel_sizes, bias = cfg$bias,
+                    device = device)
   load_state_dict(model, fixture_group(fx, "weights/"))
   model
 }
@@ -30,14 +35,15 @@ expect_state_dict_close <- function(actual, expected, label) {
   }
 }
 
-for (name in fixture_names()) {
-  fx <- read_fixture(name)
+for (device in parity_devices) for (fixture in fixture_names()) {
+  fx <- read_fixture(fixture)
+  name <- if (device == "cpu") fixture else paste(fixture, device)
   cfg <- fx$config
   x <- fx$tensors$x
   y <- fx$tensors$y
 
   test_that(sprintf("state_dict round-trips the PyTorch weights [%s]", name), {
-    model <- fixture_model(fx)
+    model <- fixture_model(fx, device)
     sd <- state_dict(model)
     weights <- fixture_group(fx, "weights/")
     expect_identical(names(sd), names(weights))
@@ -48,7 +54,7 @@ for (name in fixture_names()) {
   })
 
   test_that(sprintf("forward matches PyTorch [%s]", name), {
-    model <- fixture_model(fx)
+    model <- fixture_model(fx, device)
     out <- model(x)
     expect_length(out[[1]], length(cfg$hidden_dims))
     expect_length(out[[2]], length(cfg$hidden_dims))
@@ -66,7 +72,7 @@ for (name in fixture_names()) {
   })
 
   test_that(sprintf("loss gradients match PyTorch [%s]", name), {
-    model <- fixture_model(fx)
+    model <- fixture_model(fx, device)
     zero_grad(model)
     pred <- prediction_of(convlstm_forward(model, x, training = TRUE), cfg$target)
     last <- length(cfg$hidden_dims) - 1L
@@ -81,7 +87,7 @@ for (name in fixture_names()) {
   })
 
   test_that(sprintf("three Adam steps match PyTorch [%s]", name), {
-    model <- fixture_model(fx)
+    model <- fixture_model(fx, device)
     opt <- optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
     losses <- numeric(cfg$adam_steps)
     for (s in seq_len(cfg$adam_steps)) {
