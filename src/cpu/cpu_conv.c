@@ -3,8 +3,8 @@
  * conv_backward_data, conv_backward_filter, conv_workspace): stride 1,
  * "same" padding k / 2, odd k, NCHW, weight [K, C, k, k], float32.
  *
- * Each image is lowered to one GEMM on its im2col matrix (skipped for k == 1,
- * where the image already is that matrix):
+ * Most shapes lower each image to one GEMM on its im2col matrix (skipped for
+ * k == 1, where the image already is that matrix):
  *   forward      y[K, P]   = w[K, Ckk] col(x)[Ckk, P]             (+ bias)
  *   bwd data     dcol      = w^T dy, then col2im             (when K > C)
  *                dx[C, P]  = wflip[C, Kkk] col(dy)[Kkk, P]   (when K <= C)
@@ -14,13 +14,23 @@
  * (a forward convolution with weights transposed and rotated 180 degrees)
  * Kkk x P.
  *
+ * When the GEMM is thin (few output channels forward; few output channels or
+ * a small C k k in backward filter) im2col and packing would cost more than
+ * the arithmetic, so the "direct" path copies the image once into a
+ * zero-bordered buffer of width Wp = W + 2 pad instead: in that layout the
+ * im2col row of (c, i, j) is the buffer itself shifted by c Hp Wp + i Wp + j,
+ * so the unpacked kernels cl_cpu_sgemm_rows / cl_cpu_sgemm_dot read the
+ * shifted views directly. Outputs are then computed at H Wp positions, the
+ * 2 pad columns per row past W being discarded (forward) or multiplied by
+ * zeros (backward filter, whose padded dy has zero columns there).
+ *
  * OpenMP threads take contiguous runs of images, each with its own slice of
- * the workspace (column buffer and GEMM packing scratch); backward filter
- * gives every thread but the first a private dw to sum at the end. When the
- * images do not share out evenly (few images), they run one after another
- * and the threads split each GEMM instead. conv_plan_of() decides all of this
- * and the workspace size from the shape alone, so cl_cpu_conv_workspace()
- * reports exactly the bytes a call touches.
+ * the workspace; backward filter gives every thread but the first a private
+ * dw to sum at the end. When the images do not share out evenly (few
+ * images), GEMM-path images run one after another and the threads split
+ * each GEMM instead. conv_plan_of() decides all of this and the workspace
+ * layout from the shape alone, so cl_cpu_conv_workspace() reports exactly
+ * the bytes a call may touch.
  *
  * Not here: other strides, dilation, groups, half precision (the CUDA
  * backend has those dtypes; this one reports CL_E_UNSUPPORTED).
@@ -36,36 +46,52 @@
 typedef enum conv_op { OP_FORWARD, OP_BWD_DATA, OP_BWD_FILTER } conv_op;
 
 /* How one call of one op runs and where its workspace pieces lie. Offsets
- * are from the workspace rounded up to 64 bytes. */
+ * are from the workspace rounded up to 64 bytes; the shared regions come
+ * first, then one slice per thread. */
 typedef struct conv_plan {
   int threads;      /* image-parallel threads (1: images in sequence) */
   int gemm_threads; /* threads inside each GEMM (> 1 only when threads == 1) */
+  int direct;       /* padded-image kernels instead of im2col + GEMM */
   int flip;         /* backward data through flipped weights */
-  int gM, gN, gK;   /* the per-image GEMM */
-  size_t off_wflip, off_dbias, off_dw, off_slices; /* offsets of the regions */
-  size_t col_bytes, gemm_bytes, dw_bytes, slice_bytes;
-  size_t total; /* bytes including the 64 of alignment slack; 0 when none is used */
+  int gM, gN, gK;   /* the per-image GEMM (direct: the rows / dot product) */
+  int pad, Hp, Wp, nq; /* direct: padded geometry; nq = padded outputs per row of C */
+  size_t plane;        /* direct: Hp * Wp */
+  size_t off_wflip, off_boff, off_dbias, off_dw, off_slices;
+  size_t dw_bytes;   /* one thread's private dw */
+  size_t buf_bytes;  /* per slice: im2col columns, or the padded image */
+  size_t aux_bytes;  /* per slice: GEMM scratch, or the padded y / dy */
+  size_t slice_bytes;
+  size_t total; /* bytes including 64 of alignment slack; 0 when none is used */
 } conv_plan;
 
 static size_t round64(size_t b) { return (b + 63) & ~(size_t)63; }
 static int imax(int a, int b) { return a > b ? a : b; }
 static int imin(int a, int b) { return a < b ? a : b; }
+static int round_up(int n, int m) { return (n + m - 1) / m * m; }
+
+/* Few output channels (forward) or a thin filter (backward filter) leave
+ * the GEMM one tile high or wide; see the file comment. */
+static int use_direct(conv_op op, const cl_conv_shape *s) {
+  if (op == OP_FORWARD) return s->K <= 8;
+  if (op == OP_BWD_FILTER) return s->K <= 16 || s->C * s->k * s->k <= 32;
+  return 0;
+}
 
 /* Images run in parallel when they share out evenly enough among threads;
  * otherwise a thread would idle for a whole image, and splitting each GEMM
- * wastes less. */
+ * wastes less. The direct kernels are single-threaded: always by image. */
 static void plan_threads(conv_plan *pl, int N, int nt) {
   if (nt < 1) nt = 1;
   pl->threads = 1;
   pl->gemm_threads = 1;
-  if (nt == 1) return;
-  if (N % nt == 0 || N >= 4 * nt)
+  if (nt == 1 || N < 1) return;
+  if (pl->direct || N % nt == 0 || N >= 4 * nt)
     pl->threads = imin(nt, N);
   else
     pl->gemm_threads = nt;
 }
 
-/* The per-image GEMM of each op, and the size of its column buffer. */
+/* The per-image GEMM of the im2col path; returns its column buffer bytes. */
 static size_t plan_gemm(conv_plan *pl, conv_op op, const cl_conv_shape *s) {
   int kk = s->k * s->k, P = s->H * s->W;
   pl->flip = op == OP_BWD_DATA && s->k > 1 && s->K <= s->C;
@@ -83,25 +109,54 @@ static size_t plan_gemm(conv_plan *pl, conv_op op, const cl_conv_shape *s) {
   return sizeof(float) * (size_t)(pl->flip ? s->K : s->C) * kk * P;
 }
 
+/* The direct path's geometry: forward computes nq = H Wp rounded up to the
+ * rows kernel's multiple; backward filter sums over H Wp rounded up to the
+ * dot kernel's. The padded image keeps slack behind its last plane so the
+ * most shifted view can read nq floats. */
+static void plan_direct(conv_plan *pl, conv_op op, const cl_conv_shape *s) {
+  int kk = s->k * s->k;
+  pl->pad = s->k / 2;
+  pl->Hp = s->H + 2 * pl->pad;
+  pl->Wp = s->W + 2 * pl->pad;
+  pl->plane = (size_t)pl->Hp * pl->Wp;
+  int mult = op == OP_FORWARD ? CL_CPU_ROWS_PAD : CL_CPU_DOT_PAD;
+  pl->nq = round_up(s->H * pl->Wp, mult);
+  size_t last_view = (size_t)(s->C - 1) * pl->plane + (size_t)(s->k - 1) * (pl->Wp + 1);
+  pl->buf_bytes = round64(sizeof(float) * (last_view + (size_t)pl->nq));
+  pl->aux_bytes = round64(sizeof(float) * (size_t)s->K * pl->nq);
+  if (op == OP_FORWARD)
+    pl->gM = s->K, pl->gN = pl->nq, pl->gK = s->C * kk;
+  else
+    pl->gM = s->K, pl->gN = s->C * kk, pl->gK = pl->nq;
+}
+
 static conv_plan conv_plan_of(conv_op op, const cl_conv_shape *s, int n_threads,
                               cl_cpu_gemm_kind kind) {
   conv_plan pl;
   memset(&pl, 0, sizeof pl);
+  pl.direct = use_direct(op, s);
   plan_threads(&pl, s->N, n_threads);
-  pl.col_bytes = round64(plan_gemm(&pl, op, s));
-  pl.gemm_bytes = round64(
-      pl.gemm_threads > 1
-          ? cl_cpu_sgemm_threaded_scratch_bytes(kind, pl.gemm_threads, pl.gM, pl.gN, pl.gK)
-          : cl_cpu_sgemm_scratch_bytes(kind, pl.gM, pl.gN, pl.gK));
-  pl.slice_bytes = pl.col_bytes + pl.gemm_bytes;
-  size_t wflip = pl.flip ? round64(sizeof(float) * (size_t)s->C * s->K * s->k * s->k) : 0;
+  int kk = s->k * s->k;
+  if (pl.direct) {
+    plan_direct(&pl, op, s);
+  } else {
+    pl.buf_bytes = round64(plan_gemm(&pl, op, s));
+    pl.aux_bytes = round64(
+        pl.gemm_threads > 1
+            ? cl_cpu_sgemm_threaded_scratch_bytes(kind, pl.gemm_threads, pl.gM, pl.gN, pl.gK)
+            : cl_cpu_sgemm_scratch_bytes(kind, pl.gM, pl.gN, pl.gK));
+  }
+  pl.slice_bytes = pl.buf_bytes + pl.aux_bytes;
+  size_t wflip = pl.flip ? round64(sizeof(float) * (size_t)s->C * s->K * kk) : 0;
+  size_t boff = pl.direct ? round64(sizeof(ptrdiff_t) * (size_t)s->C * kk) : 0;
   size_t dbias = 0;
   if (op == OP_BWD_FILTER) {
     dbias = round64(sizeof(double) * (size_t)s->K * pl.threads);
-    pl.dw_bytes = round64(sizeof(float) * (size_t)s->K * s->C * s->k * s->k);
+    pl.dw_bytes = round64(sizeof(float) * (size_t)s->K * s->C * kk);
   }
   pl.off_wflip = 0;
-  pl.off_dbias = wflip;
+  pl.off_boff = wflip;
+  pl.off_dbias = pl.off_boff + boff;
   pl.off_dw = pl.off_dbias + dbias;
   /* The first thread adds straight into dw; the others keep partial sums. */
   pl.off_slices = pl.off_dw + pl.dw_bytes * (size_t)(pl.threads - 1);
@@ -141,49 +196,65 @@ static void valid_cols(int W, int dx, int *x0, int *x1) {
   *x1 = imin(W, W - dx);
 }
 
+/* One im2col row: out[q] = src[q + dy W + dx] for the pixels q = y W + x
+ * whose source lies inside the image, 0 elsewhere. In flattened pixel order
+ * the valid sources form one shifted block, so a single memcpy moves them
+ * (the stray pixels it carries across row ends are zeroed after), which is
+ * several times faster than copying row by row for 24-pixel rows. */
+static void shifted_row(const float *src, int H, int W, int dy, int dx, float *out) {
+  const int P = H * W;
+  int y0 = imax(0, -dy), y1 = imin(H, H - dy), x0, x1;
+  valid_cols(W, dx, &x0, &x1);
+  if (y1 <= y0 || x1 <= x0) {
+    memset(out, 0, sizeof(float) * P);
+    return;
+  }
+  int q0 = y0 * W + x0, q1 = (y1 - 1) * W + x1; /* first and one past last valid */
+  memset(out, 0, sizeof(float) * q0);
+  memcpy(out + q0, src + q0 + dy * W + dx, sizeof(float) * (q1 - q0));
+  memset(out + q1, 0, sizeof(float) * (P - q1));
+  for (int y = y0; y < y1; y++) {
+    float *r = out + (size_t)y * W;
+    for (int x = 0; x < x0; x++) r[x] = 0.0f;
+    for (int x = x1; x < W; x++) r[x] = 0.0f;
+  }
+}
+
 /* col[(c k + i) k + j][y W + x] = img[c][y + i - pad][x + j - pad], 0 outside. */
 static void im2col(const float *img, int C, int H, int W, int k, float *col) {
   const int pad = k / 2;
   const size_t P = (size_t)H * W;
-  for (int c = 0; c < C; c++) {
-    const float *src = img + (size_t)c * P;
+  for (int c = 0; c < C; c++)
     for (int i = 0; i < k; i++)
-      for (int j = 0; j < k; j++, col += P) {
-        int dx = j - pad, x0, x1;
-        valid_cols(W, dx, &x0, &x1);
-        for (int y = 0; y < H; y++) {
-          float *r = col + (size_t)y * W;
-          int yy = y + i - pad;
-          if (yy < 0 || yy >= H) {
-            memset(r, 0, sizeof(float) * W);
-            continue;
-          }
-          const float *sr = src + (size_t)yy * W + dx;
-          for (int x = 0; x < x0; x++) r[x] = 0.0f;
-          for (int x = x0; x < x1; x++) r[x] = sr[x];
-          for (int x = x1; x < W; x++) r[x] = 0.0f;
-        }
-      }
-  }
+      for (int j = 0; j < k; j++, col += P) shifted_row(img + c * P, H, W, i - pad, j - pad, col);
 }
 
-/* The adjoint of im2col: img[c][y + i - pad][x + j - pad] += col[...][y W + x]. */
-static void col2im_add(const float *col, int C, int H, int W, int k, float *img) {
+/* The adjoint of shifted_row: dst[q + dy W + dx] += row[q] over the valid
+ * pixels. The entries of invalid columns are zeroed in `row` (scratch) first,
+ * so that one flat loop over the valid block can add them harmlessly where
+ * they wrap onto a neighbouring row's edge. */
+static void shifted_row_add(float *row, int H, int W, int dy, int dx, float *dst) {
+  int y0 = imax(0, -dy), y1 = imin(H, H - dy), x0, x1;
+  valid_cols(W, dx, &x0, &x1);
+  if (y1 <= y0 || x1 <= x0) return;
+  for (int y = y0; y < y1; y++) {
+    float *r = row + (size_t)y * W;
+    for (int x = 0; x < x0; x++) r[x] = 0.0f;
+    for (int x = x1; x < W; x++) r[x] = 0.0f;
+  }
+  int q0 = y0 * W + x0, q1 = (y1 - 1) * W + x1, shift = dy * W + dx;
+  for (int q = q0; q < q1; q++) dst[q + shift] += row[q];
+}
+
+/* The adjoint of im2col: img[c][y + i - pad][x + j - pad] += col[...][y W + x].
+ * Overwrites the invalid entries of col. */
+static void col2im_add(float *col, int C, int H, int W, int k, float *img) {
   const int pad = k / 2;
   const size_t P = (size_t)H * W;
-  for (int c = 0; c < C; c++) {
-    float *dst = img + (size_t)c * P;
+  for (int c = 0; c < C; c++)
     for (int i = 0; i < k; i++)
-      for (int j = 0; j < k; j++, col += P) {
-        int dx = j - pad, x0, x1;
-        valid_cols(W, dx, &x0, &x1);
-        for (int y = imax(0, pad - i); y < imin(H, H + pad - i); y++) {
-          float *dr = dst + (size_t)(y + i - pad) * W + dx;
-          const float *r = col + (size_t)y * W;
-          for (int x = x0; x < x1; x++) dr[x] += r[x];
-        }
-      }
-  }
+      for (int j = 0; j < k; j++, col += P)
+        shifted_row_add(col, H, W, i - pad, j - pad, img + c * P);
 }
 
 /* wf[c][o][i][j] = w[o][c][k-1-i][k-1-j]: backward data as a forward
@@ -196,6 +267,25 @@ static void flip_weights(const float *w, int K, int C, int k, float *wf) {
       float *dst = wf + ((size_t)c * K + o) * kk;
       for (int t = 0; t < kk; t++) dst[t] = src[kk - 1 - t];
     }
+}
+
+/* ---- the direct path's padded layout ---------------------------------------- */
+
+/* Where the im2col row (c, i, j) starts in the padded image. */
+static void fill_offsets(const conv_plan *pl, int C, int k, ptrdiff_t *boff) {
+  for (int c = 0; c < C; c++)
+    for (int i = 0; i < k; i++)
+      for (int j = 0; j < k; j++)
+        *boff++ = (ptrdiff_t)(c * pl->plane) + (ptrdiff_t)i * pl->Wp + j;
+}
+
+/* The image's rows into the interior of the padded buffer; the border and
+ * the slack were zeroed once per call and are never written. */
+static void fill_padded(const conv_plan *pl, const float *img, int C, int H, int W, float *xp) {
+  for (int c = 0; c < C; c++)
+    for (int y = 0; y < H; y++)
+      memcpy(xp + c * pl->plane + (size_t)(y + pl->pad) * pl->Wp + pl->pad,
+             img + ((size_t)c * H + y) * W, sizeof(float) * W);
 }
 
 /* ---- per-image work ------------------------------------------------------- */
@@ -211,12 +301,16 @@ typedef struct conv_job {
   int accumulate;
 } conv_job;
 
-static float *slice_col(const conv_job *j, int tid) {
+static float *slice_buf(const conv_job *j, int tid) {
   return (float *)(j->ws + j->pl->off_slices + j->pl->slice_bytes * (size_t)tid);
 }
 
-static void *slice_gemm(const conv_job *j, int tid) {
-  return slice_col(j, tid) + j->pl->col_bytes / sizeof(float);
+static float *slice_aux(const conv_job *j, int tid) {
+  return slice_buf(j, tid) + j->pl->buf_bytes / sizeof(float);
+}
+
+static const ptrdiff_t *job_offsets(const conv_job *j) {
+  return (const ptrdiff_t *)(j->ws + j->pl->off_boff);
 }
 
 /* The per-image GEMM, threaded or not as the plan says. */
@@ -225,14 +319,42 @@ static void job_gemm(const conv_job *j, int tid, int tA, int tB, const float *A,
   const conv_plan *pl = j->pl;
   if (pl->gemm_threads > 1)
     cl_cpu_sgemm_threaded(j->kind, pl->gemm_threads, tA, tB, pl->gM, pl->gN, pl->gK, 1.0f, A,
-                          lda, B, ldb, beta, C, ldc, slice_gemm(j, tid));
+                          lda, B, ldb, beta, C, ldc, slice_aux(j, tid));
   else
     cl_cpu_sgemm(j->kind, tA, tB, pl->gM, pl->gN, pl->gK, 1.0f, A, lda, B, ldb, beta, C, ldc,
-                 slice_gemm(j, tid));
+                 slice_aux(j, tid));
 }
 
 static size_t img_floats(const cl_conv_shape *s, int channels) {
   return (size_t)channels * s->H * s->W;
+}
+
+/* y (+)= src + bias for one image, where src holds channel o's row r at
+ * src + o ldo + r lds (the direct path computes rows of Wp >= W outputs). */
+static void store_rows(const cl_conv_shape *s, const float *src, size_t ldo, size_t lds,
+                       const float *bias, int accumulate, float *y) {
+  for (int o = 0; o < s->K; o++) {
+    const float b = bias ? bias[o] : 0.0f;
+    for (int r = 0; r < s->H; r++) {
+      const float *sr = src + (size_t)o * ldo + (size_t)r * lds;
+      float *yr = y + ((size_t)o * s->H + r) * s->W;
+      if (accumulate)
+        for (int x = 0; x < s->W; x++) yr[x] += sr[x] + b;
+      else
+        for (int x = 0; x < s->W; x++) yr[x] = sr[x] + b;
+    }
+  }
+}
+
+static void forward_image_direct(const conv_job *j, int n, int tid) {
+  const cl_conv_shape *s = j->s;
+  const conv_plan *pl = j->pl;
+  float *xp = slice_buf(j, tid), *yp = slice_aux(j, tid);
+  fill_padded(pl, j->x + img_floats(s, s->C) * n, s->C, s->H, s->W, xp);
+  cl_cpu_sgemm_rows(j->kind, pl->gM, pl->gN, pl->gK, j->w, pl->gK, xp, job_offsets(j), yp,
+                    pl->nq);
+  store_rows(s, yp, (size_t)pl->nq, (size_t)pl->Wp, j->bias, j->accumulate,
+             j->y + img_floats(s, s->K) * n);
 }
 
 static void forward_image(const conv_job *j, int n, int tid) {
@@ -242,8 +364,8 @@ static void forward_image(const conv_job *j, int n, int tid) {
   float *yn = j->y + img_floats(s, s->K) * n;
   const float *B = xn;
   if (s->k > 1) {
-    im2col(xn, s->C, s->H, s->W, s->k, slice_col(j, tid));
-    B = slice_col(j, tid);
+    im2col(xn, s->C, s->H, s->W, s->k, slice_buf(j, tid));
+    B = slice_buf(j, tid);
   }
   float beta = j->accumulate ? 1.0f : 0.0f;
   /* Writing the bias first lets the GEMM add onto it while the rows of y
@@ -271,29 +393,57 @@ static void backward_data_image(const conv_job *j, int n, int tid) {
     job_gemm(j, tid, 1, 0, j->w, s->C, dyn, P, beta, dxn, P);
   } else if (j->pl->flip) {
     const float *wf = (const float *)(j->ws + j->pl->off_wflip);
-    im2col(dyn, s->K, s->H, s->W, s->k, slice_col(j, tid));
-    job_gemm(j, tid, 0, 0, wf, j->pl->gK, slice_col(j, tid), P, beta, dxn, P);
+    im2col(dyn, s->K, s->H, s->W, s->k, slice_buf(j, tid));
+    job_gemm(j, tid, 0, 0, wf, j->pl->gK, slice_buf(j, tid), P, beta, dxn, P);
   } else {
-    float *col = slice_col(j, tid);
+    float *col = slice_buf(j, tid);
     job_gemm(j, tid, 1, 0, j->w, j->pl->gM, dyn, P, 0.0f, col, P);
     if (!j->accumulate) memset(dxn, 0, sizeof(float) * img_floats(s, s->C));
     col2im_add(col, s->C, s->H, s->W, s->k, dxn);
   }
 }
 
-/* Sum of a row, with eight chains so the adds overlap. */
+/* Sum of a row: sixteen float lanes that the compiler can keep in vector
+ * registers (a single chain of adds would take four cycles per pixel), then
+ * double across lanes. */
 static double row_sum(const float *r, int n) {
-  double a[8] = {0};
+  float a[16] = {0};
   int p = 0;
-  for (; p + 8 <= n; p += 8)
-    for (int t = 0; t < 8; t++) a[t] += r[p + t];
-  for (; p < n; p++) a[0] += r[p];
-  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+  for (; p + 16 <= n; p += 16)
+    for (int t = 0; t < 16; t++) a[t] += r[p + t];
+  double s = 0.0;
+  for (int t = 0; t < 16; t++) s += a[t];
+  for (; p < n; p++) s += r[p];
+  return s;
 }
 
 static float *filter_dw_of(const conv_job *j, int tid) {
   if (tid == 0) return j->dw;
   return (float *)(j->ws + j->pl->off_dw + j->pl->dw_bytes * (size_t)(tid - 1));
+}
+
+static void add_dbias(const conv_job *j, const float *dyn, int tid) {
+  if (!j->dbias) return;
+  const int P = j->s->H * j->s->W;
+  double *db = (double *)(j->ws + j->pl->off_dbias) + (size_t)tid * j->s->K;
+  for (int o = 0; o < j->s->K; o++) db[o] += row_sum(dyn + (size_t)o * P, P);
+}
+
+static void backward_filter_image_direct(const conv_job *j, int n, int tid) {
+  const cl_conv_shape *s = j->s;
+  const conv_plan *pl = j->pl;
+  const float *dyn = j->dy + img_floats(s, s->K) * n;
+  float *xp = slice_buf(j, tid), *dyp = slice_aux(j, tid);
+  fill_padded(pl, j->x + img_floats(s, s->C) * n, s->C, s->H, s->W, xp);
+  /* dy in rows of Wp whose last 2 pad columns stay zero: products with the
+   * shifted views there vanish. */
+  for (int o = 0; o < s->K; o++)
+    for (int y = 0; y < s->H; y++)
+      memcpy(dyp + (size_t)o * pl->nq + (size_t)y * pl->Wp, dyn + ((size_t)o * s->H + y) * s->W,
+             sizeof(float) * s->W);
+  cl_cpu_sgemm_dot(j->kind, pl->gM, pl->gN, pl->gK, dyp, pl->nq, xp, job_offsets(j),
+                   filter_dw_of(j, tid), pl->gN);
+  add_dbias(j, dyn, tid);
 }
 
 static void backward_filter_image(const conv_job *j, int n, int tid) {
@@ -302,23 +452,22 @@ static void backward_filter_image(const conv_job *j, int n, int tid) {
   const float *dyn = j->dy + img_floats(s, s->K) * n;
   const float *B = j->x + img_floats(s, s->C) * n;
   if (s->k > 1) {
-    im2col(B, s->C, s->H, s->W, s->k, slice_col(j, tid));
-    B = slice_col(j, tid);
+    im2col(B, s->C, s->H, s->W, s->k, slice_buf(j, tid));
+    B = slice_buf(j, tid);
   }
   job_gemm(j, tid, 0, 1, dyn, P, B, P, 1.0f, filter_dw_of(j, tid), j->pl->gN);
-  if (j->dbias) {
-    double *db = (double *)(j->ws + j->pl->off_dbias) + (size_t)tid * s->K;
-    for (int o = 0; o < s->K; o++) db[o] += row_sum(dyn + (size_t)o * P, P);
-  }
+  add_dbias(j, dyn, tid);
 }
 
 /* ---- driving the images over threads ------------------------------------- */
 
 typedef void (*image_fn)(const conv_job *j, int n, int tid);
+typedef void (*init_fn)(const conv_job *j, int tid);
 
-/* Thread tid of a team of `team` takes images [N tid / team, N (tid+1) / team).
- * Returns the team size (smaller than planned inside a parallel region). */
-static int for_each_image(const conv_job *j, image_fn fn, void (*init)(const conv_job *, int)) {
+/* Thread tid of a team of `team` takes images [N tid / team, N (tid+1) / team),
+ * after init(j, tid). Returns the team size (smaller than planned inside an
+ * enclosing parallel region). */
+static int for_each_image(const conv_job *j, image_fn fn, init_fn init) {
   int used = 1;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(j->pl->threads) if (j->pl->threads > 1)
@@ -337,6 +486,13 @@ static int for_each_image(const conv_job *j, image_fn fn, void (*init)(const con
   return used;
 }
 
+/* Direct path: zero the thread's padded buffers once (borders, slack and
+ * dy's pad columns stay zero for every image). First touch by the thread
+ * that uses them. */
+static void direct_init(const conv_job *j, int tid) {
+  memset(slice_buf(j, tid), 0, j->pl->slice_bytes);
+}
+
 static cl_status begin(cl_backend *be, conv_op op, const cl_conv_shape *s, void *ws,
                        conv_plan *pl, conv_job *j) {
   cl_status st = check_shape(be, s);
@@ -350,6 +506,7 @@ static cl_status begin(cl_backend *be, conv_op op, const cl_conv_shape *s, void 
   j->pl = pl;
   j->kind = cl_cpu_gemm_of(be);
   j->ws = ws ? (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63) : NULL;
+  if (pl->direct) fill_offsets(pl, s->C, s->k, (ptrdiff_t *)(j->ws + pl->off_boff));
   return CL_OK;
 }
 
@@ -358,10 +515,14 @@ cl_status cl_cpu_conv_forward(cl_backend *be, const cl_conv_shape *s, const void
                               void *ws) {
   conv_plan pl;
   conv_job j;
+  if (s->N == 0) return check_shape(be, s);
   cl_status st = begin(be, OP_FORWARD, s, ws, &pl, &j);
-  if (st != CL_OK || s->N == 0) return st;
+  if (st != CL_OK) return st;
   j.x = x, j.w = w, j.bias = bias, j.y = y, j.accumulate = accumulate;
-  for_each_image(&j, forward_image, NULL);
+  if (pl.direct)
+    for_each_image(&j, forward_image_direct, direct_init);
+  else
+    for_each_image(&j, forward_image, NULL);
   return CL_OK;
 }
 
@@ -369,8 +530,9 @@ cl_status cl_cpu_conv_backward_data(cl_backend *be, const cl_conv_shape *s, cons
                                     const float *w, void *dx, int accumulate, void *ws) {
   conv_plan pl;
   conv_job j;
+  if (s->N == 0) return check_shape(be, s);
   cl_status st = begin(be, OP_BWD_DATA, s, ws, &pl, &j);
-  if (st != CL_OK || s->N == 0) return st;
+  if (st != CL_OK) return st;
   j.dy = dy, j.w = w, j.dx = dx, j.accumulate = accumulate;
   if (pl.flip) flip_weights(w, s->K, s->C, s->k, (float *)(j.ws + pl.off_wflip));
   for_each_image(&j, backward_data_image, NULL);
@@ -383,6 +545,7 @@ static void filter_init(const conv_job *j, int tid) {
   if (j->dbias)
     memset((double *)(j->ws + j->pl->off_dbias) + (size_t)tid * j->s->K, 0,
            sizeof(double) * j->s->K);
+  if (j->pl->direct) direct_init(j, tid);
 }
 
 /* dw += the partials of threads 1..team-1; dbias += every thread's sums. */
@@ -405,10 +568,12 @@ cl_status cl_cpu_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, co
                                       const void *x, float *dw, float *dbias, void *ws) {
   conv_plan pl;
   conv_job j;
+  if (s->N == 0) return check_shape(be, s);
   cl_status st = begin(be, OP_BWD_FILTER, s, ws, &pl, &j);
-  if (st != CL_OK || s->N == 0) return st;
+  if (st != CL_OK) return st;
   j.dy = dy, j.x = x, j.dw = dw, j.dbias = dbias;
-  int team = for_each_image(&j, backward_filter_image, filter_init);
+  int team = for_each_image(
+      &j, pl.direct ? backward_filter_image_direct : backward_filter_image, filter_init);
   filter_reduce(&j, team);
   return CL_OK;
 }

@@ -56,4 +56,19 @@ int cl_cpu_sgemm_threaded(cl_cpu_gemm_kind kind, int n_threads, int transA, int 
                           const float *B, int ldb, float beta, float *C, int ldc,
                           void *scratch);
 
+/* Two unpacked kernels for convolutions with few channels, where packing
+ * and im2col would cost more than the arithmetic. Row r of B starts at
+ * B + boff[r] (rows may overlap: shifted views of one padded image serve as
+ * an implicit im2col). Both are single-threaded and need no scratch.
+ *
+ * rows: C[i][q] = sum_r A[i lda + r] B[boff[r] + q], i < M, q < N, r < K;
+ *       N must be a multiple of CL_CPU_ROWS_PAD. Fast for small M.
+ * dot:  C[i][j] += sum_p A[i lda + p] B[boff[j] + p], i < M, j < N, p < K;
+ *       K must be a multiple of CL_CPU_DOT_PAD. Fast when K is long. */
+enum { CL_CPU_ROWS_PAD = 96, CL_CPU_DOT_PAD = 16 };
+void cl_cpu_sgemm_rows(cl_cpu_gemm_kind kind, int M, int N, int K, const float *A, int lda,
+                       const float *B, const ptrdiff_t *boff, float *C, int ldc);
+void cl_cpu_sgemm_dot(cl_cpu_gemm_kind kind, int M, int N, int K, const float *A, int lda,
+                      const float *B, const ptrdiff_t *boff, float *C, int ldc);
+
 #endif

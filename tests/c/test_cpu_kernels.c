@@ -43,11 +43,16 @@ static int check_close(const char *what, const float *got, const double *ref, si
   }
   double err = max_abs / (scale > 0 ? scale : 1.0);
   int ok = finite && err <= tol;
-  n_checks++;
-  if (!ok) n_failed++;
-  if (verbose || !ok)
-    printf("%s %-58s max abs %.2e  rel %.2e  (scaled %.2e, tol %.0e)\n", ok ? "ok  " : "FAIL",
-           what, max_abs, max_rel, err, tol);
+#ifdef _OPENMP
+#pragma omp critical(test_report) /* test_conv_nested checks from two threads */
+#endif
+  {
+    n_checks++;
+    if (!ok) n_failed++;
+    if (verbose || !ok)
+      printf("%s %-58s max abs %.2e  rel %.2e  (scaled %.2e, tol %.0e)\n", ok ? "ok  " : "FAIL",
+             what, max_abs, max_rel, err, tol);
+  }
   return ok;
 }
 
@@ -63,14 +68,19 @@ static void check_true(int cond, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  n_checks++;
-  if (!cond) n_failed++;
-  if (verbose || !cond) printf("%s %s\n", cond ? "ok  " : "FAIL", msg);
+#ifdef _OPENMP
+#pragma omp critical(test_report)
+#endif
+  {
+    n_checks++;
+    if (!cond) n_failed++;
+    if (verbose || !cond) printf("%s %s\n", cond ? "ok  " : "FAIL", msg);
+  }
 }
 
 /* ---- data ----------------------------------------------------------------- */
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static _Thread_local uint64_t rng_state = 0x9E3779B97F4A7C15ull; /* per thread: see test_conv_nested */
 
 static double uniform(void) { /* xorshift64*, in [-1, 1) */
   rng_state ^= rng_state >> 12;
@@ -384,13 +394,18 @@ static void conv_case(cl_backend *be, cl_conv_shape s) {
 
 static void test_conv(void) {
   /* {N, C, H, W, K, k}: k = 1, 3, 5; H != W; C = 1; K > C (col2im) and
-   * K <= C (flipped kernel) for backward data; N = 1 and N = 3, which do not
-   * share out evenly over 2 threads; a tutorial-sized image. */
+   * K <= C (flipped kernel) for backward data; forward and backward filter
+   * both through im2col + GEMM (K > 16, C k k > 32) and through the direct
+   * kernels (few channels); N = 1 and N = 3, which do not share out evenly
+   * over 2 threads; images smaller than the kernel; tutorial-sized images. */
   static const cl_conv_shape shapes[] = {
-      {3, 2, 5, 7, 4, 3, CL_F32},  {2, 1, 6, 6, 8, 3, CL_F32},   {4, 3, 7, 5, 2, 5, CL_F32},
-      {3, 5, 4, 9, 6, 1, CL_F32},  {4, 6, 8, 8, 20, 3, CL_F32},  {4, 20, 6, 5, 4, 3, CL_F32},
-      {1, 3, 5, 5, 4, 3, CL_F32},  {5, 1, 9, 4, 3, 5, CL_F32},   {2, 9, 24, 24, 12, 3, CL_F32},
-      {2, 4, 3, 3, 5, 5, CL_F32},  {4, 2, 1, 6, 3, 3, CL_F32},   {3, 17, 11, 13, 9, 1, CL_F32},
+      {3, 2, 5, 7, 4, 3, CL_F32},    {2, 1, 6, 6, 8, 3, CL_F32},    {4, 3, 7, 5, 2, 5, CL_F32},
+      {3, 5, 4, 9, 6, 1, CL_F32},    {4, 6, 8, 8, 20, 3, CL_F32},   {4, 20, 6, 5, 4, 3, CL_F32},
+      {1, 3, 5, 5, 4, 3, CL_F32},    {5, 1, 9, 4, 3, 5, CL_F32},    {2, 9, 24, 24, 12, 3, CL_F32},
+      {2, 4, 3, 3, 5, 5, CL_F32},    {4, 2, 1, 6, 3, 3, CL_F32},    {3, 17, 11, 13, 9, 1, CL_F32},
+      {3, 8, 7, 9, 24, 3, CL_F32},   {2, 40, 5, 6, 20, 1, CL_F32},  {2, 3, 6, 7, 18, 5, CL_F32},
+      {1, 10, 9, 8, 40, 3, CL_F32},  {2, 16, 24, 24, 64, 3, CL_F32}, {3, 1, 24, 24, 64, 3, CL_F32},
+      {2, 16, 24, 24, 4, 3, CL_F32},
   };
   static const int threads[] = {1, 2, 3};
   for (int kind = CL_CPU_GEMM_GENERIC; kind <= CL_CPU_GEMM_BLAS; kind++) {
@@ -403,6 +418,29 @@ static void test_conv(void) {
       be->iface->destroy(be);
     }
   }
+}
+
+/* Convolutions called from inside a parallel region run on one thread each
+ * (nested regions are inactive) and must still be right. */
+static void test_conv_nested(void) {
+  printf("-- convolutions inside a parallel region\n");
+  cl_backend *be = make_backend(2, cl_cpu_gemm_best_internal());
+  static const cl_conv_shape shapes[] = {{4, 6, 8, 8, 20, 3, CL_F32}, {4, 20, 6, 5, 4, 3, CL_F32}};
+  int before = n_failed, v = verbose;
+  verbose = 0;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(2) schedule(static, 1)
+#endif
+  for (int t = 0; t < 4; t++) {
+    cl_conv_shape s = shapes[t % 2];
+    if (t < 2)
+      conv_case_forward(be, &s, 1, 1);
+    else
+      conv_case_backward_filter(be, &s, 1);
+  }
+  verbose = v;
+  check_true(n_failed == before, "forward and backward filter, 2 outer threads");
+  be->iface->destroy(be);
 }
 
 static void test_conv_errors(void) {
@@ -732,6 +770,7 @@ int main(int argc, char **argv) {
       test_gemm_reentrant((cl_cpu_gemm_kind)kind);
     }
   test_conv();
+  test_conv_nested();
   test_conv_errors();
   test_gates();
   test_optim();

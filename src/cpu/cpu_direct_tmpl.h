@@ -1,0 +1,86 @@
+/*
+ * cpu/cpu_direct_tmpl.h -- the two unpacked GEMM kernels of cpu_gemm.c that
+ * convolutions with few channels use (see cl_cpu_sgemm_rows and
+ * cl_cpu_sgemm_dot in cpu_gemm.h), written once over a small vector
+ * vocabulary and included once per instruction set.
+ *
+ * Not a header to include anywhere else: cpu_gemm.c defines, before each
+ * inclusion, FN(name) (the suffixed function name), TGT (the target
+ * attribute), V (the vector type), VW (its float lanes), VZERO(), VLOADU(p),
+ * VSTOREU(p, v), VSET1(x), VFMA(a, b, c) = a * b + c, VSUM(v) (sum of the
+ * lanes), and the tile sizes ROWS_MR x ROWS_NV vectors and DOT_MR x DOT_NR.
+ * Every loop over a tile is fully unrolled so the tile stays in registers.
+ */
+
+/* C[i][q] = sum_r A[i lda + r] B[boff[r] + q] for i < M, q < N; N is a
+ * multiple of ROWS_NV * VW. Row blocks past M repeat the last row of A and
+ * are not stored. */
+TGT static void FN(sgemm_rows)(int M, int N, int K, const float *A, int lda, const float *B,
+                               const ptrdiff_t *boff, float *C, int ldc) {
+  for (int i0 = 0; i0 < M; i0 += ROWS_MR) {
+    const float *a[ROWS_MR];
+#pragma GCC unroll 8
+    for (int i = 0; i < ROWS_MR; i++) a[i] = A + (size_t)(i0 + i < M ? i0 + i : M - 1) * lda;
+    for (int q0 = 0; q0 < N; q0 += ROWS_NV * VW) {
+      V acc[ROWS_MR][ROWS_NV];
+#pragma GCC unroll 8
+      for (int i = 0; i < ROWS_MR; i++)
+#pragma GCC unroll 8
+        for (int v = 0; v < ROWS_NV; v++) acc[i][v] = VZERO();
+      for (int r = 0; r < K; r++) {
+        const float *b = B + boff[r] + q0;
+        V bv[ROWS_NV];
+#pragma GCC unroll 8
+        for (int v = 0; v < ROWS_NV; v++) bv[v] = VLOADU(b + v * VW);
+#pragma GCC unroll 8
+        for (int i = 0; i < ROWS_MR; i++) {
+          V ai = VSET1(a[i][r]);
+#pragma GCC unroll 8
+          for (int v = 0; v < ROWS_NV; v++) acc[i][v] = VFMA(ai, bv[v], acc[i][v]);
+        }
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < ROWS_MR; i++)
+        if (i0 + i < M)
+#pragma GCC unroll 8
+          for (int v = 0; v < ROWS_NV; v++)
+            VSTOREU(C + (size_t)(i0 + i) * ldc + q0 + v * VW, acc[i][v]);
+    }
+  }
+}
+
+/* C[i][j] += sum_p A[i lda + p] B[boff[j] + p] for i < M, j < N; K is a
+ * multiple of VW. Tiles past the edges repeat the last row and are not
+ * stored. */
+TGT static void FN(sgemm_dot)(int M, int N, int K, const float *A, int lda, const float *B,
+                              const ptrdiff_t *boff, float *C, int ldc) {
+  for (int i0 = 0; i0 < M; i0 += DOT_MR)
+    for (int j0 = 0; j0 < N; j0 += DOT_NR) {
+      const float *a[DOT_MR], *b[DOT_NR];
+#pragma GCC unroll 8
+      for (int i = 0; i < DOT_MR; i++) a[i] = A + (size_t)(i0 + i < M ? i0 + i : M - 1) * lda;
+#pragma GCC unroll 8
+      for (int j = 0; j < DOT_NR; j++) b[j] = B + boff[j0 + j < N ? j0 + j : N - 1];
+      V acc[DOT_MR][DOT_NR];
+#pragma GCC unroll 8
+      for (int i = 0; i < DOT_MR; i++)
+#pragma GCC unroll 8
+        for (int j = 0; j < DOT_NR; j++) acc[i][j] = VZERO();
+      for (int p = 0; p < K; p += VW) {
+        V av[DOT_MR];
+#pragma GCC unroll 8
+        for (int i = 0; i < DOT_MR; i++) av[i] = VLOADU(a[i] + p);
+#pragma GCC unroll 8
+        for (int j = 0; j < DOT_NR; j++) {
+          V bv = VLOADU(b[j] + p);
+#pragma GCC unroll 8
+          for (int i = 0; i < DOT_MR; i++) acc[i][j] = VFMA(av[i], bv, acc[i][j]);
+        }
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < DOT_MR; i++)
+#pragma GCC unroll 8
+        for (int j = 0; j < DOT_NR; j++)
+          if (i0 + i < M && j0 + j < N) C[(size_t)(i0 + i) * ldc + j0 + j] += VSUM(acc[i][j]);
+    }
+}
