@@ -19,6 +19,7 @@ RSCRIPT ?= Rscript
 PKG := convlstm
 VERSION := $(shell sed -n 's/^Version: *//p' DESCRIPTION)
 TARBALL := $(PKG)_$(VERSION).tar.gz
+NPROC := $(shell nproc 2>/dev/null || echo 1)
 
 # Debian packages, and for each how to tell it is already there some other
 # way (an R package installed from CRAN, a tool built from source).
@@ -60,13 +61,14 @@ docs:
 
 # --preclean runs ./cleanup before configure, so objects never outlive a
 # change of flags (say CONVLSTM_NO_CUDA) or of a header. It installs into the
-# first writable library, or creates R_LIBS_USER.
+# first writable library, or creates R_LIBS_USER. R's own make gets -j of its
+# own: it cannot share this make's jobserver.
 install:
-	+@lib=$$($(RSCRIPT) -e 'p <- .libPaths(); w <- p[file.access(p, 2) == 0]; \
+	@lib=$$($(RSCRIPT) -e 'p <- .libPaths(); w <- p[file.access(p, 2) == 0]; \
 	  if (length(w)) cat(w[1]) else { u <- path.expand(strsplit(Sys.getenv("R_LIBS_USER"), .Platform$$path.sep)[[1]][1]); \
 	  dir.create(u, recursive = TRUE, showWarnings = FALSE); cat(u) }'); \
 	echo "install: into $$lib"; \
-	$(R) CMD INSTALL --preclean --no-multiarch -l "$$lib" .
+	MAKEFLAGS=-j$(NPROC) $(R) CMD INSTALL --preclean --no-multiarch -l "$$lib" .
 
 build: docs
 	$(R) CMD build .
@@ -78,13 +80,18 @@ check: check-deps build
 	@mkdir -p build/check
 	cd build/check && _R_CHECK_CRAN_INCOMING_REMOTE_=false _R_CHECK_SYSTEM_CLOCK_=false \
 	  $(R) CMD check --as-cran --no-manual ../../$(TARBALL)
+	@if grep -q '^Status:.*\(ERROR\|WARNING\)' build/check/$(PKG).Rcheck/00check.log; then \
+	  echo "check: R CMD check reported a WARNING or an ERROR (goal: none)"; exit 1; fi
 
 check-deps: deps
 	@command -v checkbashisms >/dev/null 2>&1 || $(MAKE) deps DEB_PKGS=devscripts
 
 # The full suite (NOT_CRAN) against the installed package, then the C tests.
 # A log (not a terminal) gets the summary reporter: one line per file.
-TESTTHAT = testthat::test_dir("tests/testthat", package = "$(PKG)", load_package = "installed", stop_on_failure = TRUE, reporter = if (isatty(stdout())) "progress" else "summary")
+TESTTHAT = r <- as.data.frame(testthat::test_dir("tests/testthat", package = "$(PKG)", \
+  load_package = "installed", stop_on_failure = TRUE, reporter = if (isatty(stdout())) "progress" else "summary")); \
+  cat(sprintf("testthat: %d expectations, %d failed, %d errors, %d skipped, %d warnings, %.0fs\n", \
+  sum(r$$nb), sum(r$$failed), sum(r$$error), sum(r$$skipped), sum(r$$warning), sum(r$$real)))
 test: deps install
 	NOT_CRAN=true $(RSCRIPT) -e '$(TESTTHAT)'
 	$(MAKE) ctest
