@@ -69,11 +69,30 @@ static int imax(int a, int b) { return a > b ? a : b; }
 static int imin(int a, int b) { return a < b ? a : b; }
 static int round_up(int n, int m) { return (n + m - 1) / m * m; }
 
-/* Few output channels (forward) or a thin filter (backward filter) leave
- * the GEMM one tile high or wide; see the file comment. */
-static int use_direct(conv_op op, const cl_conv_shape *s) {
-  if (op == OP_FORWARD) return s->K <= 8;
-  if (op == OP_BWD_FILTER) return s->K <= 16 || s->C * s->k * s->k <= 32;
+/* Bytes of the im2col buffer the GEMM path would use for one image. */
+static size_t im2col_bytes(conv_op op, const cl_conv_shape *s) {
+  if (s->k == 1) return 0;
+  int ch = op == OP_BWD_DATA && s->K <= s->C ? s->K : s->C; /* flipped kernel: col(dy) */
+  return sizeof(float) * (size_t)ch * s->k * s->k * s->H * s->W;
+}
+
+/* Direct or im2col + GEMM, from measurements on AVX-512 and AVX2 cores
+ * (tests/c/bench_cpu_conv.c): the direct kernels win by far when the GEMM
+ * would be one tile high or wide (few output channels; backward filter with
+ * a small C k k), and by 15-30% up to K = 128 and whenever the im2col
+ * buffer outgrows L2 (~2 MiB: large images); the packed GEMM wins by ~6% on
+ * wide layers of small images (K = 256 at 24 x 24), where the direct path's
+ * 2 pad columns per row are 8% extra work. A BLAS GEMM (chosen only when it
+ * beat the internal one) keeps everything but the thin cases. */
+static int use_direct(conv_op op, const cl_conv_shape *s, cl_cpu_gemm_kind kind) {
+  const int thin_fwd = s->K <= 8, thin_filter = s->K <= 16 || s->C * s->k * s->k <= 32;
+  const int big = im2col_bytes(op, s) > ((size_t)2 << 20);
+  if (kind == CL_CPU_GEMM_BLAS) return op == OP_FORWARD ? thin_fwd : op == OP_BWD_FILTER && thin_filter;
+  switch (op) {
+  case OP_FORWARD: return s->K <= 128 || big;
+  case OP_BWD_FILTER: return thin_filter || s->K <= 128 || big;
+  case OP_BWD_DATA: return big && s->C >= 16 && s->K >= 16;
+  }
   return 0;
 }
 
@@ -119,23 +138,26 @@ static void plan_direct(conv_plan *pl, conv_op op, const cl_conv_shape *s) {
   pl->Hp = s->H + 2 * pl->pad;
   pl->Wp = s->W + 2 * pl->pad;
   pl->plane = (size_t)pl->Hp * pl->Wp;
-  int mult = op == OP_FORWARD ? CL_CPU_ROWS_PAD : CL_CPU_DOT_PAD;
+  int mult = op == OP_BWD_FILTER ? CL_CPU_DOT_PAD : CL_CPU_ROWS_PAD;
   pl->nq = round_up(s->H * pl->Wp, mult);
-  size_t last_view = (size_t)(s->C - 1) * pl->plane + (size_t)(s->k - 1) * (pl->Wp + 1);
+  /* Backward data pads dy (K channels) and produces C rows of dx. */
+  int in = op == OP_BWD_DATA ? s->K : s->C, out = op == OP_BWD_DATA ? s->C : s->K;
+  size_t last_view = (size_t)(in - 1) * pl->plane + (size_t)(s->k - 1) * (pl->Wp + 1);
   pl->buf_bytes = round64(sizeof(float) * (last_view + (size_t)pl->nq));
-  pl->aux_bytes = round64(sizeof(float) * (size_t)s->K * pl->nq);
-  if (op == OP_FORWARD)
-    pl->gM = s->K, pl->gN = pl->nq, pl->gK = s->C * kk;
-  else
+  pl->aux_bytes = round64(sizeof(float) * (size_t)(op == OP_BWD_DATA ? s->C : s->K) * pl->nq);
+  if (op == OP_BWD_FILTER)
     pl->gM = s->K, pl->gN = s->C * kk, pl->gK = pl->nq;
+  else
+    pl->gM = out, pl->gN = pl->nq, pl->gK = in * kk;
 }
 
-static conv_plan conv_plan_of(conv_op op, const cl_conv_shape *s, int n_threads,
-                              cl_cpu_gemm_kind kind) {
+static conv_plan conv_plan_of(conv_op op, const cl_conv_shape *s, const cl_backend *be) {
+  const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(be);
+  const int forced = ((const cl_cpu_ctx *)be->context)->conv_path;
   conv_plan pl;
   memset(&pl, 0, sizeof pl);
-  pl.direct = use_direct(op, s);
-  plan_threads(&pl, s->N, n_threads);
+  pl.direct = forced ? forced == 2 : use_direct(op, s, kind);
+  plan_threads(&pl, s->N, be->n_threads);
   int kk = s->k * s->k;
   if (pl.direct) {
     plan_direct(&pl, op, s);
@@ -147,8 +169,9 @@ static conv_plan conv_plan_of(conv_op op, const cl_conv_shape *s, int n_threads,
             : cl_cpu_sgemm_scratch_bytes(kind, pl.gM, pl.gN, pl.gK));
   }
   pl.slice_bytes = pl.buf_bytes + pl.aux_bytes;
+  if (pl.direct && op == OP_BWD_DATA) pl.flip = 1;
   size_t wflip = pl.flip ? round64(sizeof(float) * (size_t)s->C * s->K * kk) : 0;
-  size_t boff = pl.direct ? round64(sizeof(ptrdiff_t) * (size_t)s->C * kk) : 0;
+  size_t boff = pl.direct ? round64(sizeof(ptrdiff_t) * (size_t)(op == OP_BWD_DATA ? s->K : s->C) * kk) : 0;
   size_t dbias = 0;
   if (op == OP_BWD_FILTER) {
     dbias = round64(sizeof(double) * (size_t)s->K * pl.threads);
@@ -182,7 +205,7 @@ size_t cl_cpu_conv_workspace(cl_backend *be, const cl_conv_shape *s) {
   if (check_shape(be, s) != CL_OK) return 0;
   size_t best = 0;
   for (int op = OP_FORWARD; op <= OP_BWD_FILTER; op++) {
-    conv_plan pl = conv_plan_of((conv_op)op, s, be->n_threads, cl_cpu_gemm_of(be));
+    conv_plan pl = conv_plan_of((conv_op)op, s, be);
     if (pl.total > best) best = pl.total;
   }
   return best;
@@ -331,9 +354,9 @@ static size_t img_floats(const cl_conv_shape *s, int channels) {
 
 /* y (+)= src + bias for one image, where src holds channel o's row r at
  * src + o ldo + r lds (the direct path computes rows of Wp >= W outputs). */
-static void store_rows(const cl_conv_shape *s, const float *src, size_t ldo, size_t lds,
-                       const float *bias, int accumulate, float *y) {
-  for (int o = 0; o < s->K; o++) {
+static void store_rows(const cl_conv_shape *s, int channels, const float *src, size_t ldo,
+                       size_t lds, const float *bias, int accumulate, float *y) {
+  for (int o = 0; o < channels; o++) {
     const float b = bias ? bias[o] : 0.0f;
     for (int r = 0; r < s->H; r++) {
       const float *sr = src + (size_t)o * ldo + (size_t)r * lds;
@@ -353,8 +376,21 @@ static void forward_image_direct(const conv_job *j, int n, int tid) {
   fill_padded(pl, j->x + img_floats(s, s->C) * n, s->C, s->H, s->W, xp);
   cl_cpu_sgemm_rows(j->kind, pl->gM, pl->gN, pl->gK, j->w, pl->gK, xp, job_offsets(j), yp,
                     pl->nq);
-  store_rows(s, yp, (size_t)pl->nq, (size_t)pl->Wp, j->bias, j->accumulate,
+  store_rows(s, s->K, yp, (size_t)pl->nq, (size_t)pl->Wp, j->bias, j->accumulate,
              j->y + img_floats(s, s->K) * n);
+}
+
+/* Backward data as the forward convolution of dy with flipped weights. */
+static void backward_data_image_direct(const conv_job *j, int n, int tid) {
+  const cl_conv_shape *s = j->s;
+  const conv_plan *pl = j->pl;
+  float *dyp = slice_buf(j, tid), *dxp = slice_aux(j, tid);
+  const float *wf = (const float *)(j->ws + pl->off_wflip);
+  fill_padded(pl, j->dy + img_floats(s, s->K) * n, s->K, s->H, s->W, dyp);
+  cl_cpu_sgemm_rows(j->kind, pl->gM, pl->gN, pl->gK, wf, pl->gK, dyp, job_offsets(j), dxp,
+                    pl->nq);
+  store_rows(s, s->C, dxp, (size_t)pl->nq, (size_t)pl->Wp, NULL, j->accumulate,
+             j->dx + img_floats(s, s->C) * n);
 }
 
 static void forward_image(const conv_job *j, int n, int tid) {
@@ -497,7 +533,7 @@ static cl_status begin(cl_backend *be, conv_op op, const cl_conv_shape *s, void 
                        conv_plan *pl, conv_job *j) {
   cl_status st = check_shape(be, s);
   if (st != CL_OK) return st;
-  *pl = conv_plan_of(op, s, be->n_threads, cl_cpu_gemm_of(be));
+  *pl = conv_plan_of(op, s, be);
   if (pl->total > 0 && !ws)
     return cl_cpu_fail(be, CL_E_INVALID, "cpu backend: convolution needs a workspace of %zu bytes",
                        pl->total);
@@ -506,7 +542,8 @@ static cl_status begin(cl_backend *be, conv_op op, const cl_conv_shape *s, void 
   j->pl = pl;
   j->kind = cl_cpu_gemm_of(be);
   j->ws = ws ? (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63) : NULL;
-  if (pl->direct) fill_offsets(pl, s->C, s->k, (ptrdiff_t *)(j->ws + pl->off_boff));
+  if (pl->direct)
+    fill_offsets(pl, op == OP_BWD_DATA ? s->K : s->C, s->k, (ptrdiff_t *)(j->ws + pl->off_boff));
   return CL_OK;
 }
 
@@ -535,7 +572,10 @@ cl_status cl_cpu_conv_backward_data(cl_backend *be, const cl_conv_shape *s, cons
   if (st != CL_OK) return st;
   j.dy = dy, j.w = w, j.dx = dx, j.accumulate = accumulate;
   if (pl.flip) flip_weights(w, s->K, s->C, s->k, (float *)(j.ws + pl.off_wflip));
-  for_each_image(&j, backward_data_image, NULL);
+  if (pl.direct)
+    for_each_image(&j, backward_data_image_direct, direct_init);
+  else
+    for_each_image(&j, backward_data_image, NULL);
   return CL_OK;
 }
 

@@ -15,10 +15,18 @@
 /* be->context of a CPU backend. */
 typedef struct cl_cpu_ctx {
   cl_cpu_gemm_kind gemm; /* chosen once in cl_backend_cpu_create */
+  int conv_path;         /* tests and benchmarks: 0 auto, 1 im2col + GEMM, 2 direct */
 } cl_cpu_ctx;
 
 static inline cl_cpu_gemm_kind cl_cpu_gemm_of(const cl_backend *be) {
   return ((const cl_cpu_ctx *)be->context)->gemm;
+}
+
+/* The instruction set the vector kernels of a backend use: its GEMM kind,
+ * or the best internal one when the GEMM is BLAS. */
+static inline cl_cpu_gemm_kind cl_cpu_isa_of(const cl_backend *be) {
+  cl_cpu_gemm_kind k = cl_cpu_gemm_of(be);
+  return k == CL_CPU_GEMM_BLAS ? cl_cpu_gemm_best_internal() : k;
 }
 
 /* Writes a message into be->err and returns st. */

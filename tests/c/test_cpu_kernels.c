@@ -404,20 +404,25 @@ static void test_conv(void) {
       {1, 3, 5, 5, 4, 3, CL_F32},    {5, 1, 9, 4, 3, 5, CL_F32},    {2, 9, 24, 24, 12, 3, CL_F32},
       {2, 4, 3, 3, 5, 5, CL_F32},    {4, 2, 1, 6, 3, 3, CL_F32},    {3, 17, 11, 13, 9, 1, CL_F32},
       {3, 8, 7, 9, 24, 3, CL_F32},   {2, 40, 5, 6, 20, 1, CL_F32},  {2, 3, 6, 7, 18, 5, CL_F32},
-      {1, 10, 9, 8, 40, 3, CL_F32},  {2, 16, 24, 24, 64, 3, CL_F32}, {3, 1, 24, 24, 64, 3, CL_F32},
-      {2, 16, 24, 24, 4, 3, CL_F32},
+      {1, 10, 9, 8, 40, 3, CL_F32},  {1, 16, 24, 24, 64, 3, CL_F32}, {3, 1, 24, 24, 64, 3, CL_F32},
+      {2, 16, 24, 24, 4, 3, CL_F32},  {1, 16, 61, 60, 16, 3, CL_F32},
   };
-  static const int threads[] = {1, 2, 3};
-  for (int kind = CL_CPU_GEMM_GENERIC; kind <= CL_CPU_GEMM_BLAS; kind++) {
-    if (!cl_cpu_gemm_available((cl_cpu_gemm_kind)kind)) continue;
-    for (size_t t = 0; t < sizeof threads / sizeof threads[0]; t++) {
-      printf("-- convolutions, %s, %d threads\n", cl_cpu_gemm_name((cl_cpu_gemm_kind)kind),
-             threads[t]);
-      cl_backend *be = make_backend(threads[t], (cl_cpu_gemm_kind)kind);
-      for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) conv_case(be, shapes[i]);
-      be->iface->destroy(be);
+  static const char *path_names[] = {"auto", "im2col+GEMM", "direct"};
+  /* Automatic choice for every kind and thread count; each path forced for
+   * the vector kinds and the portable one. */
+  for (int path = 0; path <= 2; path++)
+    for (int kind = CL_CPU_GEMM_GENERIC; kind <= CL_CPU_GEMM_BLAS; kind++) {
+      if (!cl_cpu_gemm_available((cl_cpu_gemm_kind)kind)) continue;
+      if (path > 0 && kind == CL_CPU_GEMM_BLAS) continue;
+      for (int t = path == 0 ? 1 : 2; t <= (path == 0 ? 3 : 2); t++) {
+        printf("-- convolutions, %s, %d threads, %s\n", cl_cpu_gemm_name((cl_cpu_gemm_kind)kind), t,
+               path_names[path]);
+        cl_backend *be = make_backend(t, (cl_cpu_gemm_kind)kind);
+        ((cl_cpu_ctx *)be->context)->conv_path = path;
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) conv_case(be, shapes[i]);
+        be->iface->destroy(be);
+      }
     }
-  }
 }
 
 /* Convolutions called from inside a parallel region run on one thread each
@@ -590,23 +595,55 @@ static void test_gates_backward(cl_backend *be, cell_data *d, int with_cp) {
   free(gates), free(c), free(h), free(dc), free(dz), free(dcp);
 }
 
+/* Per-element relative accuracy of the activations over a sweep of
+ * pre-activations, including tiny ones where tanh(x) ~ x must stay relative
+ * and huge ones where sigmoid saturates: the vector exp/tanh must stay
+ * within a few ulp of the double-precision functions. */
+static void test_activation_accuracy(cl_backend *be) {
+  enum { P = 4096 };
+  cl_gates_shape s = {1, 1, P, CL_F32};
+  float *z = xmalloc(sizeof(float) * 4 * P), *c = xmalloc(sizeof(float) * P);
+  float *h = xmalloc(sizeof(float) * P), *z0 = xmalloc(sizeof(float) * P);
+  for (int p = 0; p < P; p++) {
+    double t = (double)p / (P - 1); /* magnitudes 1e-7 .. 1e2, both signs */
+    z0[p] = (float)((p % 2 ? -1 : 1) * pow(10.0, -7.0 + 9.0 * t));
+  }
+  for (int q = 0; q < 4; q++) memcpy(z + q * P, z0, sizeof(float) * P);
+  be->iface->gates_forward(be, &s, z, NULL, c, h);
+  double max_sig = 0.0, max_tanh = 0.0;
+  for (int p = 0; p < P; p++) {
+    double sg = dsig(z0[p]), th = tanh((double)z0[p]);
+    if (sg > 1e-37) max_sig = fmax(max_sig, fabs(z[p] - sg) / sg);
+    max_tanh = fmax(max_tanh, fabs(z[3 * P + p] - th) / fabs(th));
+  }
+  check_true(max_sig < 6e-7 && max_tanh < 6e-7,
+             "activation accuracy %s: sigmoid rel %.2e, tanh rel %.2e (float eps 1.19e-07)",
+             cl_cpu_gemm_name(cl_cpu_gemm_of(be)), max_sig, max_tanh);
+  free(z), free(c), free(h), free(z0);
+}
+
 static void test_gates(void) {
   printf("-- fused cell\n");
-  static const int threads[] = {1, 2};
-  for (int t = 0; t < 2; t++) {
-    cl_backend *be = make_backend(threads[t], CL_CPU_GEMM_GENERIC);
-    cell_data small = cell_make(2, 3, 7), big = cell_make(4, 16, 576);
-    for (int cp = 0; cp <= 1; cp++) {
-      test_gates_forward(be, &small, cp);
-      test_gates_forward(be, &big, cp);
-      test_gates_backward(be, &small, cp);
+  for (int kind = CL_CPU_GEMM_GENERIC; kind <= CL_CPU_GEMM_AVX512; kind++) {
+    if (!cl_cpu_gemm_available((cl_cpu_gemm_kind)kind)) continue;
+    for (int t = 1; t <= 2; t++) {
+      cl_backend *be = make_backend(t, (cl_cpu_gemm_kind)kind);
+      /* P = 37: vector body plus scalar tail. */
+      cell_data small = cell_make(2, 3, 37), big = cell_make(4, 16, 576);
+      printf("   (%s, %d threads)\n", cl_cpu_gemm_name((cl_cpu_gemm_kind)kind), t);
+      for (int cp = 0; cp <= 1; cp++) {
+        test_gates_forward(be, &small, cp);
+        test_gates_forward(be, &big, cp);
+        test_gates_backward(be, &small, cp);
+      }
+      cell_free(&small), cell_free(&big);
+      if (t == 1) test_activation_accuracy(be);
+      cl_gates_shape s16 = {1, 1, 1, CL_BF16};
+      float dummy[4] = {0};
+      cl_status st = be->iface->gates_forward(be, &s16, dummy, NULL, dummy, dummy);
+      check_true(st == CL_E_UNSUPPORTED, "bfloat16 gates: %s (%s)", status_str(st), be->err);
+      be->iface->destroy(be);
     }
-    cell_free(&small), cell_free(&big);
-    cl_gates_shape s16 = {1, 1, 1, CL_BF16};
-    float dummy[4] = {0};
-    cl_status st = be->iface->gates_forward(be, &s16, dummy, NULL, dummy, dummy);
-    check_true(st == CL_E_UNSUPPORTED, "bfloat16 gates: %s (%s)", status_str(st), be->err);
-    be->iface->destroy(be);
   }
 }
 
