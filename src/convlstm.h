@@ -126,10 +126,34 @@ cl_status cl_model_get_grad(cl_model *m, const char *name, float *out, size_t n)
  * fan_in = (in+h) k k, drawn in state-dict order from uniform01(ctx) in [0,1). */
 cl_status cl_model_init_params(cl_model *m, double (*uniform01)(void *), void *ctx);
 
+/* ---- step options ---------------------------------------------------- */
+
+/* What to keep of an inference forward. */
+typedef enum cl_outputs {
+  CL_OUTPUTS_ALL = 0, /* every layer's whole output sequence (model(x)) */
+  CL_OUTPUTS_LAST = 1 /* only the last states: memory independent of T */
+} cl_outputs;
+
+/* Knobs that change a step's schedule and memory plan; all zeros (or a NULL
+ * pointer) is the plain step. */
+typedef struct cl_step_options {
+  int checkpoint;         /* training: keep h, c every k steps, recompute the rest */
+  int tbptt;              /* train_step: backprop through windows of k steps,
+                             state carried forward detached */
+  int accumulation_steps; /* train_step: micro-batches whose gradients sum
+                             before one update; 0 or 1: none */
+  cl_outputs outputs;     /* inference forward */
+  int dtype;              /* cl_model_plan only: plan as if the model stored
+                             this cl_dtype; -1 (or 0 = float32 on a float32
+                             model) means the model's own */
+} cl_step_options;
+
 /* ---- forward, loss, backward ----------------------------------------- */
 
-/* x: [B, T, input_dim, H, W]. training != 0 keeps what backward needs. */
-cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training);
+/* x: [B, T, input_dim, H, W]. training != 0 keeps what backward needs (or,
+ * with opts->checkpoint, the states to recompute it from). opts may be NULL. */
+cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training,
+                           const cl_step_options *opts);
 /* Shape of the last forward (0s before any). */
 cl_status cl_model_last_shape(const cl_model *m, int *B, int *T, int *H, int *W);
 /* Copy results of the last forward to host: layer output [B, T, C_l, H, W];
@@ -167,9 +191,30 @@ cl_status cl_model_optimizer_step(cl_model *m, const cl_optim *opt);
 int64_t cl_model_optimizer_steps(const cl_model *m);
 cl_status cl_model_optimizer_reset(cl_model *m);
 
-/* zero_grad, training forward, MSE, backward, update: one call. */
+/* zero_grad, training forward, MSE, backward, update: one call. With
+ * accumulation_steps = m the batch runs as m micro-batches whose gradients
+ * sum (each loss weighted by its share of the batch) before one update; with
+ * tbptt = k, forward and backward run window by window. *loss is the MSE
+ * over the whole batch. opts may be NULL. */
 cl_status cl_model_train_step(cl_model *m, const cl_host_array *x, const cl_host_array *y,
-                              cl_target target, const cl_optim *opt, double *loss);
+                              cl_target target, const cl_optim *opt,
+                              const cl_step_options *opts, double *loss);
+
+/* ---- precision ------------------------------------------------------- */
+
+/* Convert the model's activation storage (float32 <-> float16 / bfloat16);
+ * parameters stay float32 (master weights). Empties the step cache. */
+cl_status cl_model_set_dtype(cl_model *m, cl_dtype dtype);
+/* float16 dynamic loss scaling, as torch.cuda.amp.GradScaler: the loss is
+ * multiplied by scale; a step whose gradients hold inf/NaN is skipped and the
+ * scale halves; after growth_interval clean steps it doubles. */
+typedef struct cl_loss_scale {
+  double scale;
+  int growth_interval;
+  int clean_steps;      /* since the last growth or skip */
+  int64_t skipped_steps;
+} cl_loss_scale;
+cl_status cl_model_get_loss_scale(const cl_model *m, cl_loss_scale *out);
 
 /* ---- memory ---------------------------------------------------------- */
 
@@ -213,11 +258,12 @@ typedef struct cl_plan {
   size_t total;
 } cl_plan;
 
-/* Plan for a step of shape B, T, H, W; training != 0 includes gradients,
- * optimizer state (for opt; NULL: the state the model holds) and what
- * backward keeps. */
+/* Plan for a step of shape B, T, H, W (the whole batch: with
+ * accumulation_steps the plan holds one micro-batch); training != 0 includes
+ * gradients, optimizer state (for opt; NULL: the state the model holds) and
+ * what backward keeps. opts may be NULL. */
 cl_status cl_model_plan(cl_model *m, int B, int T, int H, int W, int training,
-                        const cl_optim *opt, cl_plan *out);
+                        const cl_optim *opt, const cl_step_options *opts, cl_plan *out);
 void cl_plan_free(cl_plan *p);
 
 /* ---- helpers --------------------------------------------------------- */

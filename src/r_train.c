@@ -69,7 +69,7 @@ SEXP ffi_forward(SEXP ptr, SEXP x, SEXP training, SEXP what) {
   r_host_array(x, 5, "x", &hx);
   int train = Rf_asLogical(training) == TRUE;
   int mode = Rf_asInteger(what);
-  cl_status st = cl_model_forward(m, &hx, train);
+  cl_status st = cl_model_forward(m, &hx, train, NULL);
   if (st != CL_OK) r_raise_model(st, m);
   if (mode == 3) return R_NilValue;
 
@@ -189,7 +189,7 @@ SEXP ffi_train_step(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt) {
   cl_optim o;
   r_optim(opt, &o);
   double loss = 0;
-  cl_status st = cl_model_train_step(m, &hx, &hy, tg, &o, &loss);
+  cl_status st = cl_model_train_step(m, &hx, &hy, tg, &o, NULL, &loss);
   if (st != CL_OK) r_raise_model(st, m);
   return Rf_ScalarReal(loss);
 }

@@ -82,8 +82,10 @@ static cl_status check_sequence(cl_model *m, const cl_host_array *x, const char 
   return CL_OK;
 }
 
-cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training) {
+cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training,
+                           const cl_step_options *opts) {
   m->err[0] = '\0';
+  CL_TRY(cl_check_options(m, opts));
   CL_TRY(check_sequence(m, x, "x", m->cfg.input_dim));
   int B = x->dims[0], T = x->dims[1], H = x->dims[3], W = x->dims[4];
   m->phase = CL_PHASE_NONE;

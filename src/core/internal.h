@@ -84,6 +84,8 @@ cl_status cl_fail_backend(cl_model *m, cl_status s, const char *what);
     if (cl_k_s_ != CL_OK) return cl_fail_backend((m), cl_k_s_, #expr); \
   } while (0)
 
+/* Options this build cannot honour yet are refused, never ignored. */
+cl_status cl_check_options(cl_model *m, const cl_step_options *o);
 /* Sizes with overflow checks: 0 on overflow. */
 size_t cl_mul_size(size_t a, size_t b);
 

@@ -234,8 +234,17 @@ cl_status cl_model_set_memory_limit(cl_model *m, size_t bytes) {
   return CL_OK;
 }
 
+cl_status cl_check_options(cl_model *m, const cl_step_options *o) {
+  if (o && (o->checkpoint || o->tbptt || o->accumulation_steps > 1 || o->outputs != CL_OUTPUTS_ALL ||
+            (o->dtype > 0 && o->dtype != (int)m->cfg.dtype)))
+    return cl_fail(m, CL_E_UNSUPPORTED, "checkpoint, tbptt, accumulation_steps, last-state "
+                   "outputs and planning for another dtype are not implemented yet");
+  return CL_OK;
+}
+
 cl_status cl_model_plan(cl_model *m, int B, int T, int H, int W, int training,
-                        const cl_optim *opt, cl_plan *out) {
+                        const cl_optim *opt, const cl_step_options *opts, cl_plan *out) {
+  CL_TRY(cl_check_options(m, opts));
   cl_status s = cl_plan_build(m, B, T, H, W, training, opt, out);
   if (s != CL_OK)
     return cl_fail(m, s, "a step of batch %d, %d steps, %dx%d pixels: sizes overflow", B, T, H, W);

@@ -79,9 +79,10 @@ cl_status cl_model_optimizer_step(cl_model *m, const cl_optim *o) {
 }
 
 cl_status cl_model_train_step(cl_model *m, const cl_host_array *x, const cl_host_array *y,
-                              cl_target target, const cl_optim *opt, double *loss) {
+                              cl_target target, const cl_optim *opt,
+                              const cl_step_options *opts, double *loss) {
   CL_TRY(check_optim(m, opt));
-  CL_TRY(cl_model_forward(m, x, 1));
+  CL_TRY(cl_model_forward(m, x, 1, opts));
   CL_TRY(cl_model_mse(m, y, target, loss));
   if (!isfinite(*loss))
     return cl_fail(m, CL_E_INVALID, "the loss is not finite (%g): parameters left unchanged", *loss);

@@ -53,7 +53,7 @@ cl_status cl_step_prepare(cl_model *m, int B, int T, int H, int W, int training)
   if (step_fits(&m->step, B, T, H, W, training)) return CL_OK;
   cl_step_release(m);
   cl_step *st = &m->step;
-  CL_TRY(cl_model_plan(m, B, T, H, W, training, NULL, &st->plan));
+  CL_TRY(cl_model_plan(m, B, T, H, W, training, NULL, NULL, &st->plan));
   st->ptr = calloc((size_t)st->plan.n, sizeof(void *));
   if (!st->ptr) {
     cl_step_release(m);

@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
   int rc = 0;
   for (int s = -1; s < steps && rc == 0; s++) { /* one warm-up step */
     double t0 = now();
-    if (cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &adam, &loss) != CL_OK) {
+    if (cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &adam, NULL, &loss) != CL_OK) {
       fprintf(stderr, "train_step: %s\n", cl_model_error(m));
       rc = 1;
     }
@@ -79,7 +79,7 @@ int main(int argc, char **argv) {
   if (rc == 0) {
     qsort(sec, (size_t)steps, sizeof *sec, cmp);
     cl_plan p;
-    cl_model_plan(m, B, T, H, W, 1, &adam, &p);
+    cl_model_plan(m, B, T, H, W, 1, &adam, NULL, &p);
     cl_mem_stats st;
     cl_model_memory_stats(m, &st);
     printf("backend %s, batch %d, T %d, %dx%d, layers %d: median %.4f s/step (min %.4f), loss %.6f\n",

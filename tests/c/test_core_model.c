@@ -73,7 +73,7 @@ static double loss_of(cl_model *m, const float *x, const float *y, cl_target tg)
   cl_host_array xa = seq(xx, B, T, C, H, W);
   cl_host_array ya = tg == CL_TARGET_SEQUENCE ? seq(yy, B, T, CL, H, W) : state(yy, B, CL, H, W);
   double loss = NAN;
-  CHECK(cl_model_forward(m, &xa, 1) == CL_OK, "forward: %s", cl_model_error(m));
+  CHECK(cl_model_forward(m, &xa, 1, NULL) == CL_OK, "forward: %s", cl_model_error(m));
   CHECK(cl_model_mse(m, &ya, tg, &loss) == CL_OK, "mse: %s", cl_model_error(m));
   return loss;
 }
@@ -124,13 +124,13 @@ static void test_plan_matches(void) {
   cl_model *m = make_model(1, 0);
   cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0};
   cl_plan p;
-  CHECK(cl_model_plan(m, B, T, H, W, 1, &adam, &p) == CL_OK, "plan");
+  CHECK(cl_model_plan(m, B, T, H, W, 1, &adam, NULL, &p) == CL_OK, "plan");
   float x[B * T * C * H * W], y[B * CL * H * W];
   fill(x, sizeof x / sizeof *x, 1);
   fill(y, sizeof y / sizeof *y, 1);
   cl_host_array xa = seq(x, B, T, C, H, W), ya = state(y, B, CL, H, W);
   double loss;
-  CHECK(cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &adam, &loss) == CL_OK,
+  CHECK(cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &adam, NULL, &loss) == CL_OK,
         "train_step: %s", cl_model_error(m));
   cl_mem_stats s;
   cl_model_memory_stats(m, &s);
@@ -154,11 +154,11 @@ static void test_call_order(void) {
   float x[B * T * C * H * W];
   fill(x, sizeof x / sizeof *x, 1);
   cl_host_array xa = seq(x, B, T, C, H, W);
-  CHECK(cl_model_forward(m, &xa, 1) == CL_OK, "forward");
+  CHECK(cl_model_forward(m, &xa, 1, NULL) == CL_OK, "forward");
   CHECK(cl_model_backward(m, CL_TARGET_LAST_STATE, &ga) == CL_OK, "backward: %s", cl_model_error(m));
   CHECK(cl_model_backward(m, CL_TARGET_LAST_STATE, &ga) == CL_E_STATE, "second backward");
   xa.dims[2] = 3;
-  CHECK(cl_model_forward(m, &xa, 0) == CL_E_INVALID, "wrong channel count");
+  CHECK(cl_model_forward(m, &xa, 0, NULL) == CL_E_INVALID, "wrong channel count");
   CHECK(strstr(cl_model_error(m), "channels") != NULL, "message names channels: %s",
         cl_model_error(m));
   cl_model_free(m);
@@ -176,7 +176,7 @@ static void test_oom_recovery(void) {
   double loss;
   float before[4 * 3 * 5 * 9], after[4 * 3 * 5 * 9];
   cl_model_get_param(m, "cell_list.0.conv.weight", before, sizeof before / sizeof *before);
-  cl_status s = cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &adam, &loss);
+  cl_status s = cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &adam, NULL, &loss);
   CHECK(s == CL_E_OOM, "expected OOM, got %s", cl_status_name(s));
   CHECK(strncmp(cl_model_error(m), "out of memory: tried to allocate", 32) == 0, "message: %s",
         cl_model_error(m));
@@ -184,7 +184,7 @@ static void test_oom_recovery(void) {
   cl_model_get_param(m, "cell_list.0.conv.weight", after, sizeof after / sizeof *after);
   CHECK(memcmp(before, after, sizeof before) == 0, "parameters changed by a failed step");
   xa.dims[0] = ya.dims[0] = 1;
-  s = cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &adam, &loss);
+  s = cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &adam, NULL, &loss);
   CHECK(s == CL_OK, "batch 1 under the limit: %s", cl_model_error(m));
   cl_mem_stats st;
   cl_model_memory_stats(m, &st);
@@ -208,13 +208,13 @@ static void test_layouts(void) {
             xr[b + B * (t + T * (c + C * (h + H * w)))] =
               xt[(((b * T + t) * C + c) * H + h) * W + w];
   cl_host_array a = seq(xt, B, T, C, H, W), o = seq(ot, B, T, CL, H, W);
-  cl_model_forward(m, &a, 0);
+  cl_model_forward(m, &a, 0, NULL);
   cl_model_read_output(m, 1, &o);
   a.data = xr;
   a.format = CL_HOST_R_F64;
   o.data = orr;
   o.format = CL_HOST_R_F64;
-  cl_model_forward(m, &a, 0);
+  cl_model_forward(m, &a, 0, NULL);
   cl_model_read_output(m, 1, &o);
   double worst = 0;
   for (int b = 0; b < B; b++)
@@ -238,11 +238,11 @@ static void test_schedules_agree(void) {
   fill(x, sizeof x / sizeof *x, 1);
   cl_host_array a = seq(x, B, T, C, H, W);
   cl_host_array oa = seq(o1, B, T, CL, H, W), ca = state(c1, B, CL, H, W);
-  cl_model_forward(m, &a, 1);
+  cl_model_forward(m, &a, 1, NULL);
   cl_model_read_output(m, 1, &oa);
   cl_model_read_state(m, 1, 1, &ca);
   cl_model_empty_cache(m);
-  cl_model_forward(m, &a, 0);
+  cl_model_forward(m, &a, 0, NULL);
   oa.data = o2;
   ca.data = c2;
   cl_model_read_output(m, 1, &oa);
