@@ -44,8 +44,8 @@ static cl_status check(cl_backend *be, const cl_gates_shape *s) {
     return cl_cpu_fail(be, CL_E_UNSUPPORTED, "cpu backend: gates support float32 only (dtype %d)",
                        (int)s->dtype);
   if (s->N < 0 || s->hidden < 0 || s->P < 0)
-    return cl_cpu_fail(be, CL_E_INVALID, "cpu backend: bad gates shape N=%d hidden=%d P=%d",
-                       s->N, s->hidden, s->P);
+    return cl_cpu_fail(be, CL_E_INVALID, "cpu backend: bad gates shape N=%d hidden=%d P=%d", s->N,
+                       s->hidden, s->P);
   return CL_OK;
 }
 
@@ -110,8 +110,8 @@ static void forward_row(cl_cpu_gemm_kind isa, const cell_row *r) {
   forward_scalar(r, 0);
 }
 
-cl_status cl_cpu_gates_forward(cl_backend *be, const cl_gates_shape *s, void *z,
-                               const void *c_prev, void *c, void *h) {
+cl_status cl_cpu_gates_forward(cl_backend *be, const cl_gates_shape *s, void *z, const void *c_prev,
+                               void *c, void *h) {
   cl_status st = check(be, s);
   if (st != CL_OK) return st;
   const cl_cpu_gemm_kind isa = cl_cpu_isa_of(be);
@@ -156,8 +156,9 @@ __attribute__((target("avx512f"))) static void backward_avx512(const cell_row *r
     __m512 o = _mm512_loadu_ps(r->o + p), g = _mm512_loadu_ps(r->g + p);
     __m512 tc = cl_vm_tanh512(_mm512_loadu_ps(r->c + p)), dh = _mm512_loadu_ps(r->dh + p);
     __m512 d_o = _mm512_mul_ps(dh, tc);
-    __m512 dct = _mm512_add_ps(_mm512_loadu_ps(r->dc + p),
-                               _mm512_mul_ps(_mm512_mul_ps(dh, o), _mm512_sub_ps(one, _mm512_mul_ps(tc, tc))));
+    __m512 dct = _mm512_add_ps(
+        _mm512_loadu_ps(r->dc + p),
+        _mm512_mul_ps(_mm512_mul_ps(dh, o), _mm512_sub_ps(one, _mm512_mul_ps(tc, tc))));
     __m512 di = _mm512_mul_ps(dct, g), dg = _mm512_mul_ps(dct, i);
     __m512 df = r->cp ? _mm512_mul_ps(dct, _mm512_loadu_ps(r->cp + p)) : _mm512_setzero_ps();
     _mm512_storeu_ps(r->dc + p, _mm512_mul_ps(dct, f));
@@ -177,8 +178,9 @@ __attribute__((target("avx2,fma"))) static void backward_avx2(const cell_row *r)
     __m256 o = _mm256_loadu_ps(r->o + p), g = _mm256_loadu_ps(r->g + p);
     __m256 tc = cl_vm_tanh256(_mm256_loadu_ps(r->c + p)), dh = _mm256_loadu_ps(r->dh + p);
     __m256 d_o = _mm256_mul_ps(dh, tc);
-    __m256 dct = _mm256_add_ps(_mm256_loadu_ps(r->dc + p),
-                               _mm256_mul_ps(_mm256_mul_ps(dh, o), _mm256_sub_ps(one, _mm256_mul_ps(tc, tc))));
+    __m256 dct = _mm256_add_ps(
+        _mm256_loadu_ps(r->dc + p),
+        _mm256_mul_ps(_mm256_mul_ps(dh, o), _mm256_sub_ps(one, _mm256_mul_ps(tc, tc))));
     __m256 di = _mm256_mul_ps(dct, g), dg = _mm256_mul_ps(dct, i);
     __m256 df = r->cp ? _mm256_mul_ps(dct, _mm256_loadu_ps(r->cp + p)) : _mm256_setzero_ps();
     _mm256_storeu_ps(r->dc + p, _mm256_mul_ps(dct, f));
@@ -200,8 +202,8 @@ static void backward_row(cl_cpu_gemm_kind isa, const cell_row *r) {
   backward_scalar(r, 0);
 }
 
-cl_status cl_cpu_gates_backward(cl_backend *be, const cl_gates_shape *s, void *gates,
-                                const void *c, const void *c_prev, const void *dh, float *dc) {
+cl_status cl_cpu_gates_backward(cl_backend *be, const cl_gates_shape *s, void *gates, const void *c,
+                                const void *c_prev, const void *dh, float *dc) {
   cl_status st = check(be, s);
   if (st != CL_OK) return st;
   const cl_cpu_gemm_kind isa = cl_cpu_isa_of(be);

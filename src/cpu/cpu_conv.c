@@ -52,14 +52,16 @@ typedef struct conv_plan {
   int threads;      /* image-parallel threads (1: images in sequence) */
   int gemm_threads; /* threads inside each GEMM (> 1 only when threads == 1) */
   int direct;       /* padded-image kernels instead of im2col + GEMM */
+  int view;         /* GEMM path: B packed straight from the padded image */
   int flip;         /* backward data through flipped weights */
   int gM, gN, gK;   /* the per-image GEMM (direct: the rows / dot product) */
-  int pad, Hp, Wp, nq; /* direct: padded geometry; nq = padded outputs per row of C */
-  size_t plane;        /* direct: Hp * Wp */
+  int pad, Hp, Wp;  /* direct and view: the zero-bordered image copy */
+  size_t plane;     /* Hp * Wp */
+  int nq;           /* direct: outputs (or products) per channel, H Wp rounded up */
   size_t off_wflip, off_boff, off_dbias, off_dw, off_slices;
-  size_t dw_bytes;   /* one thread's private dw */
-  size_t buf_bytes;  /* per slice: im2col columns, or the padded image */
-  size_t aux_bytes;  /* per slice: GEMM scratch, or the padded y / dy */
+  size_t dw_bytes;  /* one thread's private dw */
+  size_t buf_bytes; /* per slice: im2col columns, or the padded image */
+  size_t aux_bytes; /* per slice: GEMM scratch, or the padded y / dy */
   size_t slice_bytes;
   size_t total; /* bytes including 64 of alignment slack; 0 when none is used */
 } conv_plan;
@@ -87,11 +89,12 @@ static size_t im2col_bytes(conv_op op, const cl_conv_shape *s) {
 static int use_direct(conv_op op, const cl_conv_shape *s, cl_cpu_gemm_kind kind) {
   const int thin_fwd = s->K <= 8, thin_filter = s->K <= 16 || s->C * s->k * s->k <= 32;
   const int big = im2col_bytes(op, s) > ((size_t)2 << 20);
-  if (kind == CL_CPU_GEMM_BLAS) return op == OP_FORWARD ? thin_fwd : op == OP_BWD_FILTER && thin_filter;
+  if (kind == CL_CPU_GEMM_BLAS)
+    return op == OP_FORWARD ? thin_fwd : op == OP_BWD_FILTER && thin_filter;
   switch (op) {
-  case OP_FORWARD: return s->K <= 128 || big;
-  case OP_BWD_FILTER: return thin_filter || s->K <= 128 || big;
-  case OP_BWD_DATA: return big && s->C >= 16 && s->K >= 16;
+    case OP_FORWARD: return s->K <= 128 || big;
+    case OP_BWD_FILTER: return thin_filter || s->K <= 128 || big;
+    case OP_BWD_DATA: return big && s->C >= 16 && s->K >= 16;
   }
   return 0;
 }
@@ -115,40 +118,88 @@ static size_t plan_gemm(conv_plan *pl, conv_op op, const cl_conv_shape *s) {
   int kk = s->k * s->k, P = s->H * s->W;
   pl->flip = op == OP_BWD_DATA && s->k > 1 && s->K <= s->C;
   switch (op) {
-  case OP_FORWARD: pl->gM = s->K, pl->gN = P, pl->gK = s->C * kk; break;
-  case OP_BWD_DATA:
-    if (pl->flip)
-      pl->gM = s->C, pl->gN = P, pl->gK = s->K * kk;
-    else
-      pl->gM = s->C * kk, pl->gN = P, pl->gK = s->K;
-    break;
-  case OP_BWD_FILTER: pl->gM = s->K, pl->gN = s->C * kk, pl->gK = P; break;
+    case OP_FORWARD: pl->gM = s->K, pl->gN = P, pl->gK = s->C * kk; break;
+    case OP_BWD_DATA:
+      if (pl->flip)
+        pl->gM = s->C, pl->gN = P, pl->gK = s->K * kk;
+      else
+        pl->gM = s->C * kk, pl->gN = P, pl->gK = s->K;
+      break;
+    case OP_BWD_FILTER: pl->gM = s->K, pl->gN = s->C * kk, pl->gK = P; break;
   }
   if (s->k == 1) return 0;
   return sizeof(float) * (size_t)(pl->flip ? s->K : s->C) * kk * P;
 }
 
-/* The direct path's geometry: forward computes nq = H Wp rounded up to the
- * rows kernel's multiple; backward filter sums over H Wp rounded up to the
- * dot kernel's. The padded image keeps slack behind its last plane so the
- * most shifted view can read nq floats. */
-static void plan_direct(conv_plan *pl, conv_op op, const cl_conv_shape *s) {
-  int kk = s->k * s->k;
+/* Rows of the zero-bordered copy of an image: W + 2 pad floats. */
+static void plan_padding(conv_plan *pl, const cl_conv_shape *s) {
   pl->pad = s->k / 2;
   pl->Hp = s->H + 2 * pl->pad;
   pl->Wp = s->W + 2 * pl->pad;
   pl->plane = (size_t)pl->Hp * pl->Wp;
+}
+
+/* The direct path's geometry: forward (and backward data) compute nq = H Wp
+ * outputs per channel, rounded up to the rows kernel's multiple; backward
+ * filter sums over H Wp rounded up to the dot kernel's. The padded image
+ * keeps slack behind its last plane so the most shifted view can read nq
+ * floats. */
+static void plan_direct(conv_plan *pl, conv_op op, const cl_conv_shape *s) {
+  int kk = s->k * s->k;
+  plan_padding(pl, s);
   int mult = op == OP_BWD_FILTER ? CL_CPU_DOT_PAD : CL_CPU_ROWS_PAD;
   pl->nq = round_up(s->H * pl->Wp, mult);
   /* Backward data pads dy (K channels) and produces C rows of dx. */
   int in = op == OP_BWD_DATA ? s->K : s->C, out = op == OP_BWD_DATA ? s->C : s->K;
   size_t last_view = (size_t)(in - 1) * pl->plane + (size_t)(s->k - 1) * (pl->Wp + 1);
+  pl->flip = op == OP_BWD_DATA;
   pl->buf_bytes = round64(sizeof(float) * (last_view + (size_t)pl->nq));
-  pl->aux_bytes = round64(sizeof(float) * (size_t)(op == OP_BWD_DATA ? s->C : s->K) * pl->nq);
+  pl->aux_bytes = round64(sizeof(float) * (size_t)out * pl->nq);
   if (op == OP_BWD_FILTER)
     pl->gM = s->K, pl->gN = s->C * kk, pl->gK = pl->nq;
   else
     pl->gM = out, pl->gN = pl->nq, pl->gK = in * kk;
+}
+
+/* The im2col + GEMM path. The internal GEMM can pack the im2col matrix
+ * straight from a padded copy of the image (C Hp Wp floats instead of
+ * C k^2 H W), when each image runs one GEMM on one thread. */
+static void plan_gemm_path(conv_plan *pl, conv_op op, const cl_conv_shape *s,
+                           cl_cpu_gemm_kind kind) {
+  pl->buf_bytes = round64(plan_gemm(pl, op, s));
+  pl->view = s->k > 1 && kind != CL_CPU_GEMM_BLAS && pl->gemm_threads == 1 &&
+             (op == OP_FORWARD || pl->flip);
+  if (pl->view) {
+    plan_padding(pl, s);
+    pl->buf_bytes = round64(sizeof(float) * (size_t)(pl->flip ? s->K : s->C) * pl->plane);
+  }
+  pl->aux_bytes =
+      round64(pl->gemm_threads > 1 ? cl_cpu_sgemm_threaded_scratch_bytes(kind, pl->gemm_threads,
+                                                                         pl->gM, pl->gN, pl->gK)
+                                   : cl_cpu_sgemm_scratch_bytes(kind, pl->gM, pl->gN, pl->gK));
+}
+
+/* Shared regions (flipped weights, view offsets, backward filter's partial
+ * sums) first, then one slice per thread. */
+static void plan_regions(conv_plan *pl, conv_op op, const cl_conv_shape *s) {
+  const size_t kk = (size_t)s->k * s->k;
+  const int in = op == OP_BWD_DATA ? s->K : s->C;
+  size_t wflip = pl->flip ? round64(sizeof(float) * s->C * s->K * kk) : 0;
+  size_t boff = pl->direct || pl->view ? round64(sizeof(ptrdiff_t) * in * kk) : 0;
+  size_t dbias = 0;
+  if (op == OP_BWD_FILTER) {
+    dbias = round64(sizeof(double) * (size_t)s->K * pl->threads);
+    pl->dw_bytes = round64(sizeof(float) * s->K * s->C * kk);
+  }
+  pl->slice_bytes = pl->buf_bytes + pl->aux_bytes;
+  pl->off_wflip = 0;
+  pl->off_boff = wflip;
+  pl->off_dbias = pl->off_boff + boff;
+  pl->off_dw = pl->off_dbias + dbias;
+  /* The first thread adds straight into dw; the others keep partial sums. */
+  pl->off_slices = pl->off_dw + pl->dw_bytes * (size_t)(pl->threads - 1);
+  size_t used = pl->off_slices + pl->slice_bytes * (size_t)pl->threads;
+  pl->total = used ? used + 64 : 0;
 }
 
 static conv_plan conv_plan_of(conv_op op, const cl_conv_shape *s, const cl_backend *be) {
@@ -158,43 +209,19 @@ static conv_plan conv_plan_of(conv_op op, const cl_conv_shape *s, const cl_backe
   memset(&pl, 0, sizeof pl);
   pl.direct = forced ? forced == 2 : use_direct(op, s, kind);
   plan_threads(&pl, s->N, be->n_threads);
-  int kk = s->k * s->k;
-  if (pl.direct) {
+  if (pl.direct)
     plan_direct(&pl, op, s);
-  } else {
-    pl.buf_bytes = round64(plan_gemm(&pl, op, s));
-    pl.aux_bytes = round64(
-        pl.gemm_threads > 1
-            ? cl_cpu_sgemm_threaded_scratch_bytes(kind, pl.gemm_threads, pl.gM, pl.gN, pl.gK)
-            : cl_cpu_sgemm_scratch_bytes(kind, pl.gM, pl.gN, pl.gK));
-  }
-  pl.slice_bytes = pl.buf_bytes + pl.aux_bytes;
-  if (pl.direct && op == OP_BWD_DATA) pl.flip = 1;
-  size_t wflip = pl.flip ? round64(sizeof(float) * (size_t)s->C * s->K * kk) : 0;
-  size_t boff = pl.direct ? round64(sizeof(ptrdiff_t) * (size_t)(op == OP_BWD_DATA ? s->K : s->C) * kk) : 0;
-  size_t dbias = 0;
-  if (op == OP_BWD_FILTER) {
-    dbias = round64(sizeof(double) * (size_t)s->K * pl.threads);
-    pl.dw_bytes = round64(sizeof(float) * (size_t)s->K * s->C * kk);
-  }
-  pl.off_wflip = 0;
-  pl.off_boff = wflip;
-  pl.off_dbias = pl.off_boff + boff;
-  pl.off_dw = pl.off_dbias + dbias;
-  /* The first thread adds straight into dw; the others keep partial sums. */
-  pl.off_slices = pl.off_dw + pl.dw_bytes * (size_t)(pl.threads - 1);
-  size_t used = pl.off_slices + pl.slice_bytes * (size_t)pl.threads;
-  pl.total = used ? used + 64 : 0;
+  else
+    plan_gemm_path(&pl, op, s, kind);
+  plan_regions(&pl, op, s);
   return pl;
 }
 
 static cl_status check_shape(cl_backend *be, const cl_conv_shape *s) {
   if (s->dtype != CL_F32)
     return cl_cpu_fail(be, CL_E_UNSUPPORTED,
-                       "cpu backend: convolution supports float32 only (dtype %d)",
-                       (int)s->dtype);
-  if (s->N < 0 || s->C <= 0 || s->K <= 0 || s->H <= 0 || s->W <= 0 || s->k <= 0 ||
-      s->k % 2 == 0)
+                       "cpu backend: convolution supports float32 only (dtype %d)", (int)s->dtype);
+  if (s->N < 0 || s->C <= 0 || s->K <= 0 || s->H <= 0 || s->W <= 0 || s->k <= 0 || s->k % 2 == 0)
     return cl_cpu_fail(be, CL_E_INVALID,
                        "cpu backend: bad convolution shape N=%d C=%d K=%d H=%d W=%d k=%d", s->N,
                        s->C, s->K, s->H, s->W, s->k);
@@ -298,8 +325,7 @@ static void flip_weights(const float *w, int K, int C, int k, float *wf) {
 static void fill_offsets(const conv_plan *pl, int C, int k, ptrdiff_t *boff) {
   for (int c = 0; c < C; c++)
     for (int i = 0; i < k; i++)
-      for (int j = 0; j < k; j++)
-        *boff++ = (ptrdiff_t)(c * pl->plane) + (ptrdiff_t)i * pl->Wp + j;
+      for (int j = 0; j < k; j++) *boff++ = (ptrdiff_t)(c * pl->plane) + (ptrdiff_t)i * pl->Wp + j;
 }
 
 /* The image's rows into the interior of the padded buffer; the border and
@@ -341,8 +367,8 @@ static void job_gemm(const conv_job *j, int tid, int tA, int tB, const float *A,
                      const float *B, int ldb, float beta, float *C, int ldc) {
   const conv_plan *pl = j->pl;
   if (pl->gemm_threads > 1)
-    cl_cpu_sgemm_threaded(j->kind, pl->gemm_threads, tA, tB, pl->gM, pl->gN, pl->gK, 1.0f, A,
-                          lda, B, ldb, beta, C, ldc, slice_aux(j, tid));
+    cl_cpu_sgemm_threaded(j->kind, pl->gemm_threads, tA, tB, pl->gM, pl->gN, pl->gK, 1.0f, A, lda,
+                          B, ldb, beta, C, ldc, slice_aux(j, tid));
   else
     cl_cpu_sgemm(j->kind, tA, tB, pl->gM, pl->gN, pl->gK, 1.0f, A, lda, B, ldb, beta, C, ldc,
                  slice_aux(j, tid));
@@ -350,6 +376,17 @@ static void job_gemm(const conv_job *j, int tid, int tA, int tB, const float *A,
 
 static size_t img_floats(const cl_conv_shape *s, int channels) {
   return (size_t)channels * s->H * s->W;
+}
+
+/* C (+)= A im2col(img): img padded into the thread's buffer, whose border
+ * stays zero from view_init. */
+static void view_gemm(const conv_job *j, int tid, const float *A, const float *img, int channels,
+                      float beta, float *C) {
+  const conv_plan *pl = j->pl;
+  fill_padded(pl, img, channels, j->s->H, j->s->W, slice_buf(j, tid));
+  cl_cpu_im2col_view v = {slice_buf(j, tid), job_offsets(j), j->s->W, pl->Wp};
+  cl_cpu_sgemm_im2col(j->kind, pl->gM, pl->gN, pl->gK, 1.0f, A, pl->gK, &v, beta, C, pl->gN,
+                      slice_aux(j, tid));
 }
 
 /* y (+)= src + bias for one image, where src holds channel o's row r at
@@ -374,8 +411,7 @@ static void forward_image_direct(const conv_job *j, int n, int tid) {
   const conv_plan *pl = j->pl;
   float *xp = slice_buf(j, tid), *yp = slice_aux(j, tid);
   fill_padded(pl, j->x + img_floats(s, s->C) * n, s->C, s->H, s->W, xp);
-  cl_cpu_sgemm_rows(j->kind, pl->gM, pl->gN, pl->gK, j->w, pl->gK, xp, job_offsets(j), yp,
-                    pl->nq);
+  cl_cpu_sgemm_rows(j->kind, pl->gM, pl->gN, pl->gK, j->w, pl->gK, xp, job_offsets(j), yp, pl->nq);
   store_rows(s, s->K, yp, (size_t)pl->nq, (size_t)pl->Wp, j->bias, j->accumulate,
              j->y + img_floats(s, s->K) * n);
 }
@@ -387,8 +423,7 @@ static void backward_data_image_direct(const conv_job *j, int n, int tid) {
   float *dyp = slice_buf(j, tid), *dxp = slice_aux(j, tid);
   const float *wf = (const float *)(j->ws + pl->off_wflip);
   fill_padded(pl, j->dy + img_floats(s, s->K) * n, s->K, s->H, s->W, dyp);
-  cl_cpu_sgemm_rows(j->kind, pl->gM, pl->gN, pl->gK, wf, pl->gK, dyp, job_offsets(j), dxp,
-                    pl->nq);
+  cl_cpu_sgemm_rows(j->kind, pl->gM, pl->gN, pl->gK, wf, pl->gK, dyp, job_offsets(j), dxp, pl->nq);
   store_rows(s, s->C, dxp, (size_t)pl->nq, (size_t)pl->Wp, NULL, j->accumulate,
              j->dx + img_floats(s, s->C) * n);
 }
@@ -399,7 +434,7 @@ static void forward_image(const conv_job *j, int n, int tid) {
   const float *xn = j->x + img_floats(s, s->C) * n;
   float *yn = j->y + img_floats(s, s->K) * n;
   const float *B = xn;
-  if (s->k > 1) {
+  if (s->k > 1 && !j->pl->view) {
     im2col(xn, s->C, s->H, s->W, s->k, slice_buf(j, tid));
     B = slice_buf(j, tid);
   }
@@ -416,7 +451,10 @@ static void forward_image(const conv_job *j, int n, int tid) {
     }
     beta = 1.0f;
   }
-  job_gemm(j, tid, 0, 0, j->w, j->pl->gK, B, P, beta, yn, P);
+  if (j->pl->view)
+    view_gemm(j, tid, j->w, xn, s->C, beta, yn);
+  else
+    job_gemm(j, tid, 0, 0, j->w, j->pl->gK, B, P, beta, yn, P);
 }
 
 static void backward_data_image(const conv_job *j, int n, int tid) {
@@ -429,8 +467,12 @@ static void backward_data_image(const conv_job *j, int n, int tid) {
     job_gemm(j, tid, 1, 0, j->w, s->C, dyn, P, beta, dxn, P);
   } else if (j->pl->flip) {
     const float *wf = (const float *)(j->ws + j->pl->off_wflip);
-    im2col(dyn, s->K, s->H, s->W, s->k, slice_buf(j, tid));
-    job_gemm(j, tid, 0, 0, wf, j->pl->gK, slice_buf(j, tid), P, beta, dxn, P);
+    if (j->pl->view) {
+      view_gemm(j, tid, wf, dyn, s->K, beta, dxn);
+    } else {
+      im2col(dyn, s->K, s->H, s->W, s->k, slice_buf(j, tid));
+      job_gemm(j, tid, 0, 0, wf, j->pl->gK, slice_buf(j, tid), P, beta, dxn, P);
+    }
   } else {
     float *col = slice_buf(j, tid);
     job_gemm(j, tid, 1, 0, j->w, j->pl->gM, dyn, P, 0.0f, col, P);
@@ -529,8 +571,13 @@ static void direct_init(const conv_job *j, int tid) {
   memset(slice_buf(j, tid), 0, j->pl->slice_bytes);
 }
 
-static cl_status begin(cl_backend *be, conv_op op, const cl_conv_shape *s, void *ws,
-                       conv_plan *pl, conv_job *j) {
+/* GEMM path with an im2col view: only the padded image needs zero borders. */
+static void view_init(const conv_job *j, int tid) {
+  memset(slice_buf(j, tid), 0, j->pl->buf_bytes);
+}
+
+static cl_status begin(cl_backend *be, conv_op op, const cl_conv_shape *s, void *ws, conv_plan *pl,
+                       conv_job *j) {
   cl_status st = check_shape(be, s);
   if (st != CL_OK) return st;
   *pl = conv_plan_of(op, s, be);
@@ -542,14 +589,13 @@ static cl_status begin(cl_backend *be, conv_op op, const cl_conv_shape *s, void 
   j->pl = pl;
   j->kind = cl_cpu_gemm_of(be);
   j->ws = ws ? (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63) : NULL;
-  if (pl->direct)
+  if (pl->direct || pl->view)
     fill_offsets(pl, op == OP_BWD_DATA ? s->K : s->C, s->k, (ptrdiff_t *)(j->ws + pl->off_boff));
   return CL_OK;
 }
 
-cl_status cl_cpu_conv_forward(cl_backend *be, const cl_conv_shape *s, const void *x,
-                              const float *w, const float *bias, void *y, int accumulate,
-                              void *ws) {
+cl_status cl_cpu_conv_forward(cl_backend *be, const cl_conv_shape *s, const void *x, const float *w,
+                              const float *bias, void *y, int accumulate, void *ws) {
   conv_plan pl;
   conv_job j;
   if (s->N == 0) return check_shape(be, s);
@@ -559,7 +605,7 @@ cl_status cl_cpu_conv_forward(cl_backend *be, const cl_conv_shape *s, const void
   if (pl.direct)
     for_each_image(&j, forward_image_direct, direct_init);
   else
-    for_each_image(&j, forward_image, NULL);
+    for_each_image(&j, forward_image, pl.view ? view_init : NULL);
   return CL_OK;
 }
 
@@ -575,7 +621,7 @@ cl_status cl_cpu_conv_backward_data(cl_backend *be, const cl_conv_shape *s, cons
   if (pl.direct)
     for_each_image(&j, backward_data_image_direct, direct_init);
   else
-    for_each_image(&j, backward_data_image, NULL);
+    for_each_image(&j, backward_data_image, pl.view ? view_init : NULL);
   return CL_OK;
 }
 
@@ -612,8 +658,8 @@ cl_status cl_cpu_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, co
   cl_status st = begin(be, OP_BWD_FILTER, s, ws, &pl, &j);
   if (st != CL_OK) return st;
   j.dy = dy, j.x = x, j.dw = dw, j.dbias = dbias;
-  int team = for_each_image(
-      &j, pl.direct ? backward_filter_image_direct : backward_filter_image, filter_init);
+  int team = for_each_image(&j, pl.direct ? backward_filter_image_direct : backward_filter_image,
+                            filter_init);
   filter_reduce(&j, team);
   return CL_OK;
 }

@@ -43,8 +43,8 @@ enum { GEMM_KC = 256, GEMM_MC = 240, GEMM_NC = 720 };
 
 /* Micro-kernel: C[0:m, 0:n] = alpha * (packed A sliver)(packed B sliver)
  * + beta * C, computing the full MR x NR tile in registers. */
-typedef void (*gemm_ukernel)(int kc, const float *a, const float *b, float *c, int ldc,
-                             float alpha, float beta, int m, int n);
+typedef void (*gemm_ukernel)(int kc, const float *a, const float *b, float *c, int ldc, float alpha,
+                             float beta, int m, int n);
 
 typedef struct gemm_arch {
   int mr, nr;
@@ -68,8 +68,8 @@ static int block_len(int n, int max, int align) {
 enum { GEN_MR = 4, GEN_NR = 16 };
 
 /* Writes an MR x NR tile held in memory (row stride nr) into C. */
-static void store_tile(const float *t, int nr, float *c, int ldc, float alpha, float beta,
-                       int m, int n) {
+static void store_tile(const float *t, int nr, float *c, int ldc, float alpha, float beta, int m,
+                       int n) {
   for (int i = 0; i < m; i++) {
     float *cr = c + (size_t)i * ldc;
     const float *tr = t + (size_t)i * nr;
@@ -150,8 +150,8 @@ CL_TARGET_AVX2 static void ukr_avx2(int kc, const float *a, const float *b, floa
 #define CL_TARGET_AVX512 __attribute__((target("avx512f")))
 enum { AVX512_MR = 8, AVX512_NV = 3, AVX512_NR = 16 * AVX512_NV };
 
-CL_TARGET_AVX512 static void ukr_avx512_store(__m512 acc[AVX512_MR][AVX512_NV], float *c,
-                                              int ldc, float alpha, float beta, int m, int n) {
+CL_TARGET_AVX512 static void ukr_avx512_store(__m512 acc[AVX512_MR][AVX512_NV], float *c, int ldc,
+                                              float alpha, float beta, int m, int n) {
   __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   __mmask16 mk[AVX512_NV];
   for (int v = 0; v < AVX512_NV; v++) {
@@ -168,8 +168,8 @@ CL_TARGET_AVX512 static void ukr_avx512_store(__m512 acc[AVX512_MR][AVX512_NV], 
   }
 }
 
-CL_TARGET_AVX512 static void ukr_avx512(int kc, const float *a, const float *b, float *c,
-                                        int ldc, float alpha, float beta, int m, int n) {
+CL_TARGET_AVX512 static void ukr_avx512(int kc, const float *a, const float *b, float *c, int ldc,
+                                        float alpha, float beta, int m, int n) {
   __m512 acc[AVX512_MR][AVX512_NV];
 #pragma GCC unroll 8
   for (int i = 0; i < AVX512_MR; i++)
@@ -209,17 +209,16 @@ static const gemm_arch *arch_of(cl_cpu_gemm_kind kind) {
 
 int cl_cpu_gemm_available(cl_cpu_gemm_kind kind) {
   switch (kind) {
-  case CL_CPU_GEMM_GENERIC: return 1;
+    case CL_CPU_GEMM_GENERIC: return 1;
 #if CL_GEMM_X86
-  /* libgcc's checks include the OS (XCR0) enabling the wide registers. */
-  case CL_CPU_GEMM_AVX2:
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  case CL_CPU_GEMM_AVX512: return __builtin_cpu_supports("avx512f");
+    /* libgcc's checks include the OS (XCR0) enabling the wide registers. */
+    case CL_CPU_GEMM_AVX2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case CL_CPU_GEMM_AVX512: return __builtin_cpu_supports("avx512f");
 #endif
 #ifdef CL_HAVE_BLAS
-  case CL_CPU_GEMM_BLAS: return 1;
+    case CL_CPU_GEMM_BLAS: return 1;
 #endif
-  default: return 0;
+    default: return 0;
   }
 }
 
@@ -231,10 +230,10 @@ cl_cpu_gemm_kind cl_cpu_gemm_best_internal(void) {
 
 const char *cl_cpu_gemm_name(cl_cpu_gemm_kind kind) {
   switch (kind) {
-  case CL_CPU_GEMM_GENERIC: return "internal-generic";
-  case CL_CPU_GEMM_AVX2: return "internal-avx2";
-  case CL_CPU_GEMM_AVX512: return "internal-avx512";
-  case CL_CPU_GEMM_BLAS: return "blas";
+    case CL_CPU_GEMM_GENERIC: return "internal-generic";
+    case CL_CPU_GEMM_AVX2: return "internal-avx2";
+    case CL_CPU_GEMM_AVX512: return "internal-avx512";
+    case CL_CPU_GEMM_BLAS: return "blas";
   }
   return "?";
 }
@@ -251,7 +250,7 @@ const char *cl_cpu_gemm_name(cl_cpu_gemm_kind kind) {
 
 /* dst[q * ldd + i] = src[i * lds + q] for an 8 x 8 block. */
 CL_TARGET_AVX static inline void transpose8x8(const float *src, size_t lds, float *dst,
-                                               size_t ldd) {
+                                              size_t ldd) {
   __m256 r[8], t[8], u[8];
   for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * lds);
   for (int i = 0; i < 8; i += 2) {
@@ -308,14 +307,15 @@ static inline void copy_short(float *restrict dst, const float *restrict src, in
 
 /* op(A)[i0:i0+mc, p0:p0+kc] into MR-tall slivers, element (i, p) of a sliver
  * at [p * mr + i]; rows past mc are zero. */
-static void pack_a(const gemm_arch *ar, int transA, const float *A, int lda, int i0, int p0,
-                   int mc, int kc, float *dst) {
+static void pack_a(const gemm_arch *ar, int transA, const float *A, int lda, int i0, int p0, int mc,
+                   int kc, float *dst) {
   const int mr = ar->mr;
   for (int s = 0; s < mc; s += mr, dst += (size_t)mr * kc) {
     int m = imin(mr, mc - s);
     if (m < mr) memset(dst, 0, sizeof(float) * (size_t)mr * kc);
     if (transA) {
-      for (int p = 0; p < kc; p++) copy_short(dst + (size_t)p * mr, A + (size_t)(p0 + p) * lda + i0 + s, m);
+      for (int p = 0; p < kc; p++)
+        copy_short(dst + (size_t)p * mr, A + (size_t)(p0 + p) * lda + i0 + s, m);
       continue;
     }
     const float *src = A + (size_t)(i0 + s) * lda + p0;
@@ -330,19 +330,44 @@ static void pack_a(const gemm_arch *ar, int transA, const float *A, int lda, int
   }
 }
 
+/* Where op(B) comes from: a strided matrix or, for convolutions, an
+ * implicit im2col matrix read from a padded image. */
+typedef struct gemm_bsrc {
+  int trans;
+  const float *B;
+  int ldb;
+  const cl_cpu_im2col_view *view; /* when not NULL, B is this view */
+} gemm_bsrc;
+
+/* Row p0 + p of the view, columns [q, q + n): runs of image row segments. */
+static void pack_view_row(const cl_cpu_im2col_view *v, int r, int q, int n, float *dst) {
+  const float *src = v->xp + v->boff[r];
+  int y = q / v->W, x = q % v->W;
+  for (int jj = 0; jj < n; y++, x = 0) {
+    int len = imin(v->W - x, n - jj);
+    copy_short(dst + jj, src + (size_t)y * v->Wp + x, len);
+    jj += len;
+  }
+}
+
 /* op(B)[p0:p0+kc, j0:j0+nc] into NR-wide slivers, element (p, j) of a sliver
  * at [p * nr + j]; columns past nc are zero. */
-static void pack_b(const gemm_arch *ar, int transB, const float *B, int ldb, int p0, int j0,
-                   int kc, int nc, float *dst) {
-  const int nr = ar->nr;
+static void pack_b(const gemm_arch *ar, const gemm_bsrc *b, int p0, int j0, int kc, int nc,
+                   float *dst) {
+  const int nr = ar->nr, ldb = b->ldb;
   for (int t = 0; t < nc; t += nr, dst += (size_t)nr * kc) {
     int n = imin(nr, nc - t);
     if (n < nr) memset(dst, 0, sizeof(float) * (size_t)nr * kc);
-    if (!transB) {
-      for (int p = 0; p < kc; p++) copy_short(dst + (size_t)p * nr, B + (size_t)(p0 + p) * ldb + j0 + t, n);
+    if (b->view) {
+      for (int p = 0; p < kc; p++) pack_view_row(b->view, p0 + p, j0 + t, n, dst + (size_t)p * nr);
       continue;
     }
-    const float *src = B + (size_t)(j0 + t) * ldb + p0;
+    if (!b->trans) {
+      for (int p = 0; p < kc; p++)
+        copy_short(dst + (size_t)p * nr, b->B + (size_t)(p0 + p) * ldb + j0 + t, n);
+      continue;
+    }
+    const float *src = b->B + (size_t)(j0 + t) * ldb + p0;
 #if CL_GEMM_X86
     if (ar->avx_pack && nr % 8 == 0) {
       pack_cols_avx(src, ldb, kc, n, nr, dst);
@@ -357,7 +382,7 @@ static void pack_b(const gemm_arch *ar, int transB, const float *B, int ldb, int
 /* ---- the blocked driver -------------------------------------------------- */
 
 typedef struct gemm_blocks {
-  int kc, mc, nc;          /* block lengths */
+  int kc, mc, nc;            /* block lengths */
   size_t a_floats, b_floats; /* pack buffer sizes, each a multiple of 16 floats */
 } gemm_blocks;
 
@@ -393,9 +418,9 @@ static void scale_c(int M, int N, float beta, float *C, int ldc) {
   }
 }
 
-static void gemm_internal(const gemm_arch *ar, int transA, int transB, int M, int N, int K,
-                          float alpha, const float *A, int lda, const float *B, int ldb,
-                          float beta, float *C, int ldc, float *scratch) {
+static void gemm_internal(const gemm_arch *ar, int transA, const gemm_bsrc *B, int M, int N, int K,
+                          float alpha, const float *A, int lda, float beta, float *C, int ldc,
+                          float *scratch) {
   gemm_blocks bl = blocks_of(ar, M, N, K);
   float *pa = scratch, *pb = scratch + bl.a_floats;
   for (int jc = 0; jc < N; jc += bl.nc) {
@@ -404,7 +429,7 @@ static void gemm_internal(const gemm_arch *ar, int transA, int transB, int M, in
       int kc = imin(bl.kc, K - pc);
       /* Later K slices add to what the first one wrote. */
       float bta = pc == 0 ? beta : 1.0f;
-      pack_b(ar, transB, B, ldb, pc, jc, kc, nc, pb);
+      pack_b(ar, B, pc, jc, kc, nc, pb);
       for (int ic = 0; ic < M; ic += bl.mc) {
         int mc = imin(bl.mc, M - ic);
         pack_a(ar, transA, A, lda, ic, pc, mc, kc, pa);
@@ -526,10 +551,10 @@ void cl_cpu_sgemm_rows(cl_cpu_gemm_kind kind, int M, int N, int K, const float *
   if (M <= 0 || N <= 0) return;
   switch (direct_kind(kind)) {
 #if CL_GEMM_X86
-  case CL_CPU_GEMM_AVX512: sgemm_rows_avx512(M, N, K, A, lda, B, boff, C, ldc); return;
-  case CL_CPU_GEMM_AVX2: sgemm_rows_avx2(M, N, K, A, lda, B, boff, C, ldc); return;
+    case CL_CPU_GEMM_AVX512: sgemm_rows_avx512(M, N, K, A, lda, B, boff, C, ldc); return;
+    case CL_CPU_GEMM_AVX2: sgemm_rows_avx2(M, N, K, A, lda, B, boff, C, ldc); return;
 #endif
-  default: sgemm_rows_generic(M, N, K, A, lda, B, boff, C, ldc); return;
+    default: sgemm_rows_generic(M, N, K, A, lda, B, boff, C, ldc); return;
   }
 }
 
@@ -538,10 +563,10 @@ void cl_cpu_sgemm_dot(cl_cpu_gemm_kind kind, int M, int N, int K, const float *A
   if (M <= 0 || N <= 0) return;
   switch (direct_kind(kind)) {
 #if CL_GEMM_X86
-  case CL_CPU_GEMM_AVX512: sgemm_dot_avx512(M, N, K, A, lda, B, boff, C, ldc); return;
-  case CL_CPU_GEMM_AVX2: sgemm_dot_avx2(M, N, K, A, lda, B, boff, C, ldc); return;
+    case CL_CPU_GEMM_AVX512: sgemm_dot_avx512(M, N, K, A, lda, B, boff, C, ldc); return;
+    case CL_CPU_GEMM_AVX2: sgemm_dot_avx2(M, N, K, A, lda, B, boff, C, ldc); return;
 #endif
-  default: sgemm_dot_generic(M, N, K, A, lda, B, boff, C, ldc); return;
+    default: sgemm_dot_generic(M, N, K, A, lda, B, boff, C, ldc); return;
   }
 }
 
@@ -551,10 +576,10 @@ void cl_cpu_sgemm_dot(cl_cpu_gemm_kind kind, int M, int N, int K, const float *A
 /* Fortran sgemm_. gfortran appends one hidden length argument per character
  * argument (size_t since gcc 8); passing them avoids the stack mismatch that
  * R's FCONE macro exists for. R's headers declare no single-precision BLAS. */
-extern void sgemm_(const char *transa, const char *transb, const int *m, const int *n,
-                   const int *k, const float *alpha, const float *a, const int *lda,
-                   const float *b, const int *ldb, const float *beta, float *c,
-                   const int *ldc, size_t transa_len, size_t transb_len);
+extern void sgemm_(const char *transa, const char *transb, const int *m, const int *n, const int *k,
+                   const float *alpha, const float *a, const int *lda, const float *b,
+                   const int *ldb, const float *beta, float *c, const int *ldc, size_t transa_len,
+                   size_t transb_len);
 
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the
  * operands and keep the transpose flags. */
@@ -571,9 +596,9 @@ size_t cl_cpu_sgemm_scratch_bytes(cl_cpu_gemm_kind kind, int M, int N, int K) {
   return sizeof(float) * (bl.a_floats + bl.b_floats);
 }
 
-int cl_cpu_sgemm(cl_cpu_gemm_kind kind, int transA, int transB, int M, int N, int K,
-                 float alpha, const float *A, int lda, const float *B, int ldb, float beta,
-                 float *C, int ldc, void *scratch) {
+int cl_cpu_sgemm(cl_cpu_gemm_kind kind, int transA, int transB, int M, int N, int K, float alpha,
+                 const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
+                 void *scratch) {
   if (M <= 0 || N <= 0) return 0;
   if (K <= 0 || alpha == 0.0f) {
     scale_c(M, N, beta, C, ldc);
@@ -592,8 +617,29 @@ int cl_cpu_sgemm(cl_cpu_gemm_kind kind, int transA, int transB, int M, int N, in
     if (!owned) return -1;
     scratch = (void *)(((uintptr_t)owned + 63) & ~(uintptr_t)63);
   }
-  gemm_internal(arch_of(kind), transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
-                (float *)scratch);
+  gemm_bsrc b = {transB, B, ldb, NULL};
+  gemm_internal(arch_of(kind), transA, &b, M, N, K, alpha, A, lda, beta, C, ldc, (float *)scratch);
+  free(owned);
+  return 0;
+}
+
+int cl_cpu_sgemm_im2col(cl_cpu_gemm_kind kind, int M, int N, int K, float alpha, const float *A,
+                        int lda, const cl_cpu_im2col_view *B, float beta, float *C, int ldc,
+                        void *scratch) {
+  if (M <= 0 || N <= 0) return 0;
+  if (K <= 0 || alpha == 0.0f) {
+    scale_c(M, N, beta, C, ldc);
+    return 0;
+  }
+  kind = direct_kind(kind);
+  void *owned = NULL;
+  if (!scratch) {
+    owned = malloc(cl_cpu_sgemm_scratch_bytes(kind, M, N, K) + 63);
+    if (!owned) return -1;
+    scratch = (void *)(((uintptr_t)owned + 63) & ~(uintptr_t)63);
+  }
+  gemm_bsrc b = {0, NULL, 0, B};
+  gemm_internal(arch_of(kind), 0, &b, M, N, K, alpha, A, lda, beta, C, ldc, (float *)scratch);
   free(owned);
   return 0;
 }
@@ -619,8 +665,8 @@ static gemm_split split_of(cl_cpu_gemm_kind kind, int n_threads, int M, int N) {
   return s;
 }
 
-size_t cl_cpu_sgemm_threaded_scratch_bytes(cl_cpu_gemm_kind kind, int n_threads, int M,
-                                           int N, int K) {
+size_t cl_cpu_sgemm_threaded_scratch_bytes(cl_cpu_gemm_kind kind, int n_threads, int M, int N,
+                                           int K) {
   if (M <= 0 || N <= 0) return 0;
   gemm_split s = split_of(kind, n_threads, M, N);
   size_t one = s.split_m ? cl_cpu_sgemm_scratch_bytes(kind, imin(s.len, M), N, K)
@@ -628,9 +674,9 @@ size_t cl_cpu_sgemm_threaded_scratch_bytes(cl_cpu_gemm_kind kind, int n_threads,
   return one * (size_t)s.parts;
 }
 
-static void sgemm_part(cl_cpu_gemm_kind kind, const gemm_split *s, int part, int transA,
-                       int transB, int M, int N, int K, float alpha, const float *A, int lda,
-                       const float *B, int ldb, float beta, float *C, int ldc, void *scratch) {
+static void sgemm_part(cl_cpu_gemm_kind kind, const gemm_split *s, int part, int transA, int transB,
+                       int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                       int ldb, float beta, float *C, int ldc, void *scratch) {
   int o = part * s->len;
   if (s->split_m) {
     const float *Ap = transA ? A + o : A + (size_t)o * lda;
@@ -643,10 +689,9 @@ static void sgemm_part(cl_cpu_gemm_kind kind, const gemm_split *s, int part, int
   }
 }
 
-int cl_cpu_sgemm_threaded(cl_cpu_gemm_kind kind, int n_threads, int transA, int transB,
-                          int M, int N, int K, float alpha, const float *A, int lda,
-                          const float *B, int ldb, float beta, float *C, int ldc,
-                          void *scratch) {
+int cl_cpu_sgemm_threaded(cl_cpu_gemm_kind kind, int n_threads, int transA, int transB, int M,
+                          int N, int K, float alpha, const float *A, int lda, const float *B,
+                          int ldb, float beta, float *C, int ldc, void *scratch) {
   if (M <= 0 || N <= 0) return 0;
   void *owned = NULL;
   size_t total = cl_cpu_sgemm_threaded_scratch_bytes(kind, n_threads, M, N, K);
@@ -659,7 +704,8 @@ int cl_cpu_sgemm_threaded(cl_cpu_gemm_kind kind, int n_threads, int transA, int 
   size_t one = total / (size_t)s.parts;
 #ifdef _OPENMP
   /* Nested inside another parallel region the slices run on this thread. */
-#pragma omp parallel for num_threads(s.parts) schedule(static, 1) if (s.parts > 1 && !omp_in_parallel())
+#pragma omp parallel for num_threads(s.parts) \
+    schedule(static, 1) if (s.parts > 1 && !omp_in_parallel())
 #endif
   for (int part = 0; part < s.parts; part++)
     sgemm_part(kind, &s, part, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
@@ -694,8 +740,7 @@ static double time_kind(cl_cpu_gemm_kind kind, int n_threads) {
       float *a = buf, *b = a + (size_t)TM * TK, *c = b + (size_t)TK * TN;
       for (int rep = 0; rep < 3; rep++) {
         double t0 = now_seconds();
-        if (cl_cpu_sgemm(kind, 0, 0, TM, TN, TK, 1.0f, a, TK, b, TN, 0.0f, c, TN, NULL) != 0)
-          break;
+        if (cl_cpu_sgemm(kind, 0, 0, TM, TN, TK, 1.0f, a, TK, b, TN, 0.0f, c, TN, NULL) != 0) break;
         double t = now_seconds() - t0;
         if (t < best) best = t;
       }
@@ -712,11 +757,13 @@ static double time_kind(cl_cpu_gemm_kind kind, int n_threads) {
 static int kind_from_env(cl_cpu_gemm_kind *out) {
   const char *e = getenv("CONVLSTM_GEMM");
   if (!e) return 0;
-  static const struct { const char *name; cl_cpu_gemm_kind kind; } names[] = {
-      {"blas", CL_CPU_GEMM_BLAS},
-      {"generic", CL_CPU_GEMM_GENERIC},
-      {"avx2", CL_CPU_GEMM_AVX2},
-      {"avx512", CL_CPU_GEMM_AVX512}};
+  static const struct {
+    const char *name;
+    cl_cpu_gemm_kind kind;
+  } names[] = {{"blas", CL_CPU_GEMM_BLAS},
+               {"generic", CL_CPU_GEMM_GENERIC},
+               {"avx2", CL_CPU_GEMM_AVX2},
+               {"avx512", CL_CPU_GEMM_AVX512}};
   if (strcmp(e, "internal") == 0) {
     *out = cl_cpu_gemm_best_internal();
     return 1;

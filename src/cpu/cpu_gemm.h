@@ -43,18 +43,34 @@ size_t cl_cpu_sgemm_scratch_bytes(cl_cpu_gemm_kind kind, int M, int N, int K);
  * beta == 0, C is not read (it may hold NaN). scratch: at least
  * cl_cpu_sgemm_scratch_bytes() bytes, 64-byte aligned, or NULL to allocate
  * it here. Returns 0, or -1 when scratch was NULL and allocation failed. */
-int cl_cpu_sgemm(cl_cpu_gemm_kind kind, int transA, int transB, int M, int N, int K,
-                 float alpha, const float *A, int lda, const float *B, int ldb, float beta,
-                 float *C, int ldc, void *scratch);
+int cl_cpu_sgemm(cl_cpu_gemm_kind kind, int transA, int transB, int M, int N, int K, float alpha,
+                 const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
+                 void *scratch);
 
 /* The same over n_threads OpenMP threads, which split the larger of M and N.
  * Inside an active parallel region it runs on the calling thread alone. */
-size_t cl_cpu_sgemm_threaded_scratch_bytes(cl_cpu_gemm_kind kind, int n_threads, int M,
-                                           int N, int K);
-int cl_cpu_sgemm_threaded(cl_cpu_gemm_kind kind, int n_threads, int transA, int transB,
-                          int M, int N, int K, float alpha, const float *A, int lda,
-                          const float *B, int ldb, float beta, float *C, int ldc,
-                          void *scratch);
+size_t cl_cpu_sgemm_threaded_scratch_bytes(cl_cpu_gemm_kind kind, int n_threads, int M, int N,
+                                           int K);
+int cl_cpu_sgemm_threaded(cl_cpu_gemm_kind kind, int n_threads, int transA, int transB, int M,
+                          int N, int K, float alpha, const float *A, int lda, const float *B,
+                          int ldb, float beta, float *C, int ldc, void *scratch);
+
+/* The im2col matrix of a zero-bordered image, read in place: row r starts at
+ * xp + boff[r] (the image shifted by one kernel tap), and column q is pixel
+ * (q / W, q % W), found at row offset (q / W) Wp + q % W. */
+typedef struct cl_cpu_im2col_view {
+  const float *xp;
+  const ptrdiff_t *boff;
+  int W, Wp;
+} cl_cpu_im2col_view;
+
+/* C = alpha A[M,K] B[K,N] + beta C with B an im2col view: the packing step
+ * gathers B's slivers straight from the image, so no im2col buffer is
+ * written and read back. Internal kernels only (BLAS kinds use the best
+ * internal one); scratch as for cl_cpu_sgemm with that kind. */
+int cl_cpu_sgemm_im2col(cl_cpu_gemm_kind kind, int M, int N, int K, float alpha, const float *A,
+                        int lda, const cl_cpu_im2col_view *B, float beta, float *C, int ldc,
+                        void *scratch);
 
 /* Two unpacked kernels for convolutions with few channels, where packing
  * and im2col would cost more than the arithmetic. Row r of B starts at

@@ -18,8 +18,8 @@
 /* Below this many elements a parallel region costs more than it saves. */
 #define CL_CPU_PAR_MIN 32768
 
-cl_status cl_cpu_mse(cl_backend *be, const void *pred, const void *target, size_t n,
-                     cl_dtype dtype, float scale, void *grad, double *loss) {
+cl_status cl_cpu_mse(cl_backend *be, const void *pred, const void *target, size_t n, cl_dtype dtype,
+                     float scale, void *grad, double *loss) {
   if (dtype != CL_F32)
     return cl_cpu_fail(be, CL_E_UNSUPPORTED, "cpu backend: mse supports float32 only (dtype %d)",
                        (int)dtype);
@@ -31,7 +31,8 @@ cl_status cl_cpu_mse(cl_backend *be, const void *pred, const void *target, size_
   double sum = 0.0;
   const long long nn = (long long)n;
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(be->n_threads) schedule(static) reduction(+ : sum) if (nn > CL_CPU_PAR_MIN)
+#pragma omp parallel for num_threads(be->n_threads) schedule(static) reduction(+ : sum) \
+    if (nn > CL_CPU_PAR_MIN)
 #endif
   for (long long i = 0; i < nn; i++) {
     float d = p[i] - t[i];
@@ -42,8 +43,8 @@ cl_status cl_cpu_mse(cl_backend *be, const void *pred, const void *target, size_
   return CL_OK;
 }
 
-cl_status cl_cpu_adam_update(cl_backend *be, float *p, const float *g, float *m, float *v,
-                             size_t n, const cl_adam_hp *hp) {
+cl_status cl_cpu_adam_update(cl_backend *be, float *p, const float *g, float *m, float *v, size_t n,
+                             const cl_adam_hp *hp) {
   if (hp->step < 1)
     return cl_cpu_fail(be, CL_E_INVALID, "cpu backend: adam step must be >= 1 (got %lld)",
                        (long long)hp->step);

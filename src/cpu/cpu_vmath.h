@@ -67,7 +67,8 @@ CL_VM_AVX512 __m512 cl_vm_exp512(__m512 x) {
 
 CL_VM_AVX512 __m512 cl_vm_sigmoid512(__m512 x) {
   __m512 one = _mm512_set1_ps(1.0f);
-  return _mm512_div_ps(one, _mm512_add_ps(one, cl_vm_exp512(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+  return _mm512_div_ps(one,
+                       _mm512_add_ps(one, cl_vm_exp512(_mm512_sub_ps(_mm512_setzero_ps(), x))));
 }
 
 CL_VM_AVX512 __m512 cl_vm_tanh512(__m512 x) {
@@ -81,7 +82,8 @@ CL_VM_AVX512 __m512 cl_vm_tanh512(__m512 x) {
   p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(CL_VM_TANH_P4));
   __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(p, z), x, x);
   /* Past |x| = 10, 1 - 2 / (e^{2|x|} + 1) rounds to exactly 1 anyway. */
-  __m512 e = cl_vm_exp512(_mm512_mul_ps(_mm512_min_ps(ax, _mm512_set1_ps(10.0f)), _mm512_set1_ps(2.0f)));
+  __m512 e =
+      cl_vm_exp512(_mm512_mul_ps(_mm512_min_ps(ax, _mm512_set1_ps(10.0f)), _mm512_set1_ps(2.0f)));
   __m512 big = _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
   /* big >= 0: or-ing in the sign bit of x makes it odd. */
   __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u));
@@ -111,13 +113,15 @@ CL_VM_AVX2 __m256 cl_vm_exp256(__m256 x) {
                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(CL_VM_LN2_HI), x);
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(CL_VM_LN2_LO), r);
-  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(cl_vm_exp_poly256(r), _mm256_castsi256_ps(e));
 }
 
 CL_VM_AVX2 __m256 cl_vm_sigmoid256(__m256 x) {
   __m256 one = _mm256_set1_ps(1.0f);
-  return _mm256_div_ps(one, _mm256_add_ps(one, cl_vm_exp256(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+  return _mm256_div_ps(one,
+                       _mm256_add_ps(one, cl_vm_exp256(_mm256_sub_ps(_mm256_setzero_ps(), x))));
 }
 
 CL_VM_AVX2 __m256 cl_vm_tanh256(__m256 x) {
@@ -131,7 +135,8 @@ CL_VM_AVX2 __m256 cl_vm_tanh256(__m256 x) {
   p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(CL_VM_TANH_P4));
   __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, z), x, x);
   /* Past |x| = 10, 1 - 2 / (e^{2|x|} + 1) rounds to exactly 1 anyway. */
-  __m256 e = cl_vm_exp256(_mm256_mul_ps(_mm256_min_ps(ax, _mm256_set1_ps(10.0f)), _mm256_set1_ps(2.0f)));
+  __m256 e =
+      cl_vm_exp256(_mm256_mul_ps(_mm256_min_ps(ax, _mm256_set1_ps(10.0f)), _mm256_set1_ps(2.0f)));
   __m256 big = _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one)));
   big = _mm256_or_ps(big, _mm256_and_ps(sign, x));
   __m256 is_small = _mm256_cmp_ps(ax, _mm256_set1_ps(0.625f), _CMP_LT_OQ);

@@ -57,8 +57,8 @@ static int check_close(const char *what, const float *got, const double *ref, si
 }
 
 static const char *status_str(cl_status st) {
-  static const char *names[] = {"CL_OK", "CL_E_INVALID", "CL_E_OOM", "CL_E_UNSUPPORTED",
-                                "CL_E_BACKEND", "CL_E_STATE", "CL_E_INTERNAL"};
+  static const char *names[] = {"CL_OK",        "CL_E_INVALID", "CL_E_OOM",     "CL_E_UNSUPPORTED",
+                                "CL_E_BACKEND", "CL_E_STATE",   "CL_E_INTERNAL"};
   return (unsigned)st < sizeof names / sizeof names[0] ? names[st] : "?";
 }
 
@@ -80,7 +80,8 @@ static void check_true(int cond, const char *fmt, ...) {
 
 /* ---- data ----------------------------------------------------------------- */
 
-static _Thread_local uint64_t rng_state = 0x9E3779B97F4A7C15ull; /* per thread: see test_conv_nested */
+static _Thread_local uint64_t rng_state =
+    0x9E3779B97F4A7C15ull; /* per thread: see test_conv_nested */
 
 static double uniform(void) { /* xorshift64*, in [-1, 1) */
   rng_state ^= rng_state >> 12;
@@ -133,8 +134,7 @@ static cl_backend *make_backend(int n_threads, cl_cpu_gemm_kind kind) {
 /* ---- GEMM ----------------------------------------------------------------- */
 
 static void ref_gemm(int tA, int tB, int M, int N, int K, double alpha, const float *A, int lda,
-                     const float *B, int ldb, double beta, const float *C0, int ldc,
-                     double *out) {
+                     const float *B, int ldb, double beta, const float *C0, int ldc, double *out) {
   for (int i = 0; i < M; i++)
     for (int j = 0; j < N; j++) {
       double s = 0.0;
@@ -170,15 +170,15 @@ static void gemm_case(cl_cpu_gemm_kind kind, int threads, int tA, int tB, int M,
                           : cl_cpu_sgemm_scratch_bytes(kind, M, N, K);
   unsigned char *scratch = xmalloc(sb + CANARY);
   fill_canary(scratch + sb);
-  int rc = threads > 1 ? cl_cpu_sgemm_threaded(kind, threads, tA, tB, M, N, K, alpha, A, lda, B,
-                                               ldb, beta, C, ldc, scratch)
-                       : cl_cpu_sgemm(kind, tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
-                                      scratch);
+  int rc = threads > 1
+               ? cl_cpu_sgemm_threaded(kind, threads, tA, tB, M, N, K, alpha, A, lda, B, ldb, beta,
+                                       C, ldc, scratch)
+               : cl_cpu_sgemm(kind, tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, scratch);
   float *got = xmalloc(sizeof(float) * M * N);
   for (int i = 0; i < M; i++) memcpy(got + (size_t)i * N, C + (size_t)i * ldc, sizeof(float) * N);
   char what[160];
-  snprintf(what, sizeof what, "sgemm %s t%d %c%c M=%d N=%d K=%d a=%g b=%g",
-           cl_cpu_gemm_name(kind), threads, tA ? 'T' : 'N', tB ? 'T' : 'N', M, N, K, alpha, beta);
+  snprintf(what, sizeof what, "sgemm %s t%d %c%c M=%d N=%d K=%d a=%g b=%g", cl_cpu_gemm_name(kind),
+           threads, tA ? 'T' : 'N', tB ? 'T' : 'N', M, N, K, alpha, beta);
   int v = verbose;
   verbose = v && !quiet;
   check_close(what, got, ref, (size_t)M * N, 1e-5);
@@ -198,8 +198,8 @@ static void test_gemm_kind(cl_cpu_gemm_kind kind) {
       float beta = (rep % 3 == 0) ? 0.0f : (rep % 3 == 1 ? 1.0f : -0.5f);
       gemm_case(kind, 1, t & 1, t >> 1, M, N, K, rep % 4 == 0 ? 2.0f : 1.0f, beta, rep % 5, 1);
     }
-    check_true(n_failed == before, "sgemm %s %c%c: 40 random sizes in 1..70", cl_cpu_gemm_name(kind),
-               (t & 1) ? 'T' : 'N', (t >> 1) ? 'T' : 'N');
+    check_true(n_failed == before, "sgemm %s %c%c: 40 random sizes in 1..70",
+               cl_cpu_gemm_name(kind), (t & 1) ? 'T' : 'N', (t >> 1) ? 'T' : 'N');
   }
   gemm_case(kind, 1, 0, 0, 1, 1, 1, 1.0f, 0.0f, 0, 0);
   gemm_case(kind, 1, 0, 0, 5, 7, 0, 1.0f, 0.5f, 0, 0); /* K == 0: C = beta C */
@@ -279,8 +279,7 @@ static void ref_conv_backward_data(const cl_conv_shape *s, const float *dy, cons
 }
 
 static void ref_conv_backward_filter(const cl_conv_shape *s, const float *dy, const float *x,
-                                     const float *dw0, const float *db0, double *dw,
-                                     double *db) {
+                                     const float *dw0, const float *db0, double *dw, double *db) {
   int pad = s->k / 2;
   size_t P = (size_t)s->H * s->W;
   for (int o = 0; o < s->K; o++) {
@@ -322,8 +321,8 @@ static test_ws ws_make(cl_backend *be, const cl_conv_shape *s, int skew) {
 
 static void shape_name(char *buf, size_t len, const char *op, const cl_conv_shape *s,
                        const cl_backend *be, const char *extra) {
-  snprintf(buf, len, "%s N%d C%d K%d %dx%d k%d t%d %s %s", op, s->N, s->C, s->K, s->H, s->W,
-           s->k, be->n_threads, cl_cpu_gemm_name(cl_cpu_gemm_of(be)), extra);
+  snprintf(buf, len, "%s N%d C%d K%d %dx%d k%d t%d %s %s", op, s->N, s->C, s->K, s->H, s->W, s->k,
+           be->n_threads, cl_cpu_gemm_name(cl_cpu_gemm_of(be)), extra);
 }
 
 static void conv_case_forward(cl_backend *be, const cl_conv_shape *s, int acc, int use_bias) {
@@ -335,10 +334,11 @@ static void conv_case_forward(cl_backend *be, const cl_conv_shape *s, int acc, i
   test_ws t = ws_make(be, s, 4);
   cl_status st = be->iface->conv_forward(be, s, x, w, use_bias ? b : NULL, y, acc, t.ws);
   char what[200];
-  shape_name(what, sizeof what, "conv fwd", s, be, acc ? (use_bias ? "acc bias" : "acc") : (use_bias ? "bias" : ""));
+  shape_name(what, sizeof what, "conv fwd", s, be,
+             acc ? (use_bias ? "acc bias" : "acc") : (use_bias ? "bias" : ""));
   check_close(what, y, ref, ny, 2e-5);
-  check_true(st == CL_OK && canary_intact(t.ws + t.bytes), "  status ok, workspace within %zu bytes",
-             t.bytes);
+  check_true(st == CL_OK && canary_intact(t.ws + t.bytes),
+             "  status ok, workspace within %zu bytes", t.bytes);
   free(x), free(w), free(b), free(y), free(y0), free(ref), free(t.raw);
 }
 
@@ -353,8 +353,8 @@ static void conv_case_backward_data(cl_backend *be, const cl_conv_shape *s, int 
   char what[200];
   shape_name(what, sizeof what, "conv bwd-data", s, be, acc ? "acc" : "");
   check_close(what, dx, ref, nx, 2e-5);
-  check_true(st == CL_OK && canary_intact(t.ws + t.bytes), "  status ok, workspace within %zu bytes",
-             t.bytes);
+  check_true(st == CL_OK && canary_intact(t.ws + t.bytes),
+             "  status ok, workspace within %zu bytes", t.bytes);
   free(dy), free(w), free(dx), free(dx0), free(ref), free(t.raw);
 }
 
@@ -377,8 +377,8 @@ static void conv_case_backward_filter(cl_backend *be, const cl_conv_shape *s, in
   } else {
     check_true(memcmp(db, db0, sizeof(float) * s->K) == 0, "  dbias NULL leaves it alone");
   }
-  check_true(st == CL_OK && canary_intact(t.ws + t.bytes), "  status ok, workspace within %zu bytes",
-             t.bytes);
+  check_true(st == CL_OK && canary_intact(t.ws + t.bytes),
+             "  status ok, workspace within %zu bytes", t.bytes);
   free(dy), free(x), free(dw), free(db), free(dw0), free(db0), free(rdw), free(rdb), free(t.raw);
 }
 
@@ -399,13 +399,13 @@ static void test_conv(void) {
    * kernels (few channels); N = 1 and N = 3, which do not share out evenly
    * over 2 threads; images smaller than the kernel; tutorial-sized images. */
   static const cl_conv_shape shapes[] = {
-      {3, 2, 5, 7, 4, 3, CL_F32},    {2, 1, 6, 6, 8, 3, CL_F32},    {4, 3, 7, 5, 2, 5, CL_F32},
-      {3, 5, 4, 9, 6, 1, CL_F32},    {4, 6, 8, 8, 20, 3, CL_F32},   {4, 20, 6, 5, 4, 3, CL_F32},
-      {1, 3, 5, 5, 4, 3, CL_F32},    {5, 1, 9, 4, 3, 5, CL_F32},    {2, 9, 24, 24, 12, 3, CL_F32},
-      {2, 4, 3, 3, 5, 5, CL_F32},    {4, 2, 1, 6, 3, 3, CL_F32},    {3, 17, 11, 13, 9, 1, CL_F32},
-      {3, 8, 7, 9, 24, 3, CL_F32},   {2, 40, 5, 6, 20, 1, CL_F32},  {2, 3, 6, 7, 18, 5, CL_F32},
+      {3, 2, 5, 7, 4, 3, CL_F32},    {2, 1, 6, 6, 8, 3, CL_F32},     {4, 3, 7, 5, 2, 5, CL_F32},
+      {3, 5, 4, 9, 6, 1, CL_F32},    {4, 6, 8, 8, 20, 3, CL_F32},    {4, 20, 6, 5, 4, 3, CL_F32},
+      {1, 3, 5, 5, 4, 3, CL_F32},    {5, 1, 9, 4, 3, 5, CL_F32},     {2, 9, 24, 24, 12, 3, CL_F32},
+      {2, 4, 3, 3, 5, 5, CL_F32},    {4, 2, 1, 6, 3, 3, CL_F32},     {3, 17, 11, 13, 9, 1, CL_F32},
+      {3, 8, 7, 9, 24, 3, CL_F32},   {2, 40, 5, 6, 20, 1, CL_F32},   {2, 3, 6, 7, 18, 5, CL_F32},
       {1, 10, 9, 8, 40, 3, CL_F32},  {1, 16, 24, 24, 64, 3, CL_F32}, {3, 1, 24, 24, 64, 3, CL_F32},
-      {2, 16, 24, 24, 4, 3, CL_F32},  {1, 16, 61, 60, 16, 3, CL_F32},
+      {2, 16, 24, 24, 4, 3, CL_F32}, {1, 16, 61, 60, 16, 3, CL_F32},
   };
   static const char *path_names[] = {"auto", "im2col+GEMM", "direct"};
   /* Automatic choice for every kind and thread count; each path forced for
@@ -455,8 +455,8 @@ static void test_conv_errors(void) {
   float dummy[1] = {0};
   be->err[0] = '\0';
   cl_status st = be->iface->conv_forward(be, &s, dummy, dummy, NULL, dummy, 0, dummy);
-  check_true(st == CL_E_UNSUPPORTED && be->err[0] != '\0', "float16 conv: %s (%s)",
-             status_str(st), be->err);
+  check_true(st == CL_E_UNSUPPORTED && be->err[0] != '\0', "float16 conv: %s (%s)", status_str(st),
+             be->err);
   s.dtype = CL_F32;
   s.k = 2;
   st = be->iface->conv_forward(be, &s, dummy, dummy, NULL, dummy, 0, dummy);
@@ -481,9 +481,9 @@ static void ref_cell(const double z[4], double cp, double *c, double *h) {
 
 typedef struct cell_data {
   cl_gates_shape s;
-  size_t ng, ns;   /* gate and state element counts */
-  float *z, *cp;   /* pre-activations, c_prev */
-  float *a, *b;    /* loss weights: L = sum a h + sum b c */
+  size_t ng, ns; /* gate and state element counts */
+  float *z, *cp; /* pre-activations, c_prev */
+  float *a, *b;  /* loss weights: L = sum a h + sum b c */
 } cell_data;
 
 static cell_data cell_make(int N, int hidden, int P) {
@@ -580,8 +580,8 @@ static void test_gates_backward(cl_backend *be, cell_data *d, int with_cp) {
   double *dz = xmalloc(sizeof(double) * d->ng), *dcp = xmalloc(sizeof(double) * d->ns);
   cell_fd(d, with_cp, dz, dcp);
   char what[120];
-  snprintf(what, sizeof what, "gates bwd N%d h%d P%d t%d%s vs finite diff: dz", d->s.N,
-           d->s.hidden, d->s.P, be->n_threads, with_cp ? "" : " c_prev=NULL");
+  snprintf(what, sizeof what, "gates bwd N%d h%d P%d t%d%s vs finite diff: dz", d->s.N, d->s.hidden,
+           d->s.P, be->n_threads, with_cp ? "" : " c_prev=NULL");
   check_close(what, gates, dz, d->ng, 1e-5);
   if (with_cp) {
     check_close("  dc_prev", dc, dcp, d->ns, 1e-5);
