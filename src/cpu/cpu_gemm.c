@@ -722,11 +722,11 @@ static double now_seconds(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Best of three runs of a product shaped like a small convolution (channels x
+/* Best of two runs of a product shaped like a small convolution (channels x
  * (channels * 9) x pixels), on every thread at once as the convolutions call
  * it. Returns the slowest thread's time; a huge value if memory ran out. */
 static double time_kind(cl_cpu_gemm_kind kind, int n_threads) {
-  enum { TM = 64, TN = 192, TK = 144 };
+  enum { TM = 48, TN = 96, TK = 96 };
   double worst = 0.0;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(n_threads) reduction(max : worst)
@@ -738,7 +738,7 @@ static double time_kind(cl_cpu_gemm_kind kind, int n_threads) {
     if (buf) {
       for (size_t i = 0; i < nfloat; i++) buf[i] = (float)(i % 7) * 0.25f;
       float *a = buf, *b = a + (size_t)TM * TK, *c = b + (size_t)TK * TN;
-      for (int rep = 0; rep < 3; rep++) {
+      for (int rep = 0; rep < 2; rep++) {
         double t0 = now_seconds();
         if (cl_cpu_sgemm(kind, 0, 0, TM, TN, TK, 1.0f, a, TK, b, TN, 0.0f, c, TN, NULL) != 0) break;
         double t = now_seconds() - t0;
