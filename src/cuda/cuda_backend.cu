@@ -4,7 +4,8 @@
  *
  * The kernels live beside it, each file named after its CPU twin in src/cpu/:
  * cudnn_conv.cu (convolutions, the only file that calls cuDNN's convolution
- * API), cuda_cell.cu (the fused cell), cuda_optim.cu (loss and optimizers).
+ * API), cuda_cell.cu (the fused cell), cuda_optim.cu (loss, loss-scale
+ * unscaling and optimizers).
  *
  * This file holds no model state and does no accounting: every alloc/free
  * comes from core/alloc.c, which counts the bytes. Nothing here exits or
@@ -174,6 +175,8 @@ static void cuda_destroy(cl_backend *be) {
     if (ctx->cudnn) (void)cudnnDestroy(ctx->cudnn);
     if (ctx->d_partials) (void)cudaFree(ctx->d_partials);
     if (ctx->h_partials) (void)cudaFreeHost(ctx->h_partials);
+    if (ctx->d_flag) (void)cudaFree(ctx->d_flag);
+    if (ctx->h_flag) (void)cudaFreeHost(ctx->h_flag);
     if (ctx->stream) (void)cudaStreamDestroy(ctx->stream);
     (void)cudaGetLastError();
     free(ctx);
@@ -200,6 +203,7 @@ static const struct cl_backend_i cl_cuda_iface = {
     /* .gates_forward = */ cl_cuda_gates_forward,
     /* .gates_backward = */ cl_cuda_gates_backward,
     /* .mse = */ cl_cuda_mse,
+    /* .grad_unscale = */ cl_cuda_grad_unscale,
     /* .adam_update = */ cl_cuda_adam_update,
     /* .sgd_update = */ cl_cuda_sgd_update,
 };
@@ -249,6 +253,8 @@ static cl_status cuda_init(cl_backend *be, cl_cuda_ctx *ctx) {
   CL_CUDNN_CHECK(be, cudnnSetStream(ctx->cudnn, ctx->stream));
   CL_CUDA_CHECK(be, cudaMalloc((void **)&ctx->d_partials, CL_CUDA_MAX_PARTIALS * sizeof(double)));
   CL_CUDA_CHECK(be, cudaMallocHost((void **)&ctx->h_partials, CL_CUDA_MAX_PARTIALS * sizeof(double)));
+  CL_CUDA_CHECK(be, cudaMalloc((void **)&ctx->d_flag, sizeof(int)));
+  CL_CUDA_CHECK(be, cudaMallocHost((void **)&ctx->h_flag, sizeof(int)));
 
   /* Knobs with no place in cl_config yet. The workspace cap bounds what one
    * convolution may add to the plan; 256 MiB admits cuDNN's fast implicit-GEMM
@@ -258,6 +264,12 @@ static cl_status cuda_init(cl_backend *be, cl_cuda_ctx *ctx) {
   /* Off by default (unlike PyTorch's cudnn.allow_tf32): float32 results then
    * match the CPU backend to float32 rounding. */
   ctx->allow_tf32 = env_double("CONVLSTM_CUDA_TF32", 0.0) != 0.0;
+  /* Half-type backward data converts its result into float32 through this
+   * much scratch at most, working in slices of images beyond it: 64 MiB holds
+   * 32M elements, a call large enough to keep the GPU busy, without the
+   * scratch growing with the sequence length. At least one image always. */
+  ctx->dx_scratch_limit =
+      (size_t)(env_double("CONVLSTM_CUDA_DX_SCRATCH_MB", 64.0) * 1024.0 * 1024.0);
   return CL_OK;
 }
 

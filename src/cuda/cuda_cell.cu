@@ -4,10 +4,11 @@
  * update forward, one for their gradient backward.
  *
  * Each thread owns one (image, channel, pixel) of the state and reads the four
- * gates of it, so a kernel touches every element once. Storage may be float,
- * __half or __nv_bfloat16; the arithmetic is float throughout, with accurate
- * expf/tanhf (no fast-math) so that float32 agrees with the CPU backend to
- * rounding. It is not the convolution (cudnn_conv.cu).
+ * gates of it, so a kernel touches every element once. Gates, c and h are
+ * stored as float, __half or __nv_bfloat16, the gradients dh and dc as float
+ * always; the arithmetic is float throughout, with accurate expf/tanhf (no
+ * fast-math) so that float32 agrees with the CPU backend to rounding. It is
+ * not the convolution (cudnn_conv.cu).
  */
 #include <stdio.h> /* snprintf */
 
@@ -38,11 +39,13 @@ __global__ void gates_forward_kernel(T *z, const T *c_prev, T *c, T *h, size_t t
   }
 }
 
-/* gates: activations in, d loss / d pre-activations out. dc: gradient of c_t
- * in, of c_{t-1} out (float always). tanh(c) is recomputed from the stored c,
- * which is what the forward's h was computed from up to storage rounding. */
+/* gates: activations in, d loss / d pre-activations out. dh and dc are
+ * float32 for every storage type (the core's gradients accumulate in
+ * float32); dc: gradient of c_t in, of c_{t-1} out. tanh(c) is recomputed
+ * from the stored c, which is what the forward's h was computed from up to
+ * storage rounding. */
 template <typename T>
-__global__ void gates_backward_kernel(T *gates, const T *c, const T *c_prev, const T *dh,
+__global__ void gates_backward_kernel(T *gates, const T *c, const T *c_prev, const float *dh,
                                       float *dc, size_t total, size_t hp) {
   CL_CUDA_FOR(e, total) {
     const size_t n = e / hp, r = e - n * hp;
@@ -50,7 +53,7 @@ __global__ void gates_backward_kernel(T *gates, const T *c, const T *c_prev, con
     const float i = cl_ld(gi[0]), f = cl_ld(gi[hp]), o = cl_ld(gi[2 * hp]), g = cl_ld(gi[3 * hp]);
     const float cp = c_prev ? cl_ld(c_prev[e]) : 0.0f;
     const float tc = tanhf(cl_ld(c[e]));
-    const float dhv = cl_ld(dh[e]);
+    const float dhv = dh[e];
     const float d_o = dhv * tc;
     const float dct = dc[e] + dhv * o * (1.0f - tc * tc);
     const float di = dct * g, dg = dct * i, df = dct * cp;
@@ -88,7 +91,7 @@ static cl_status backward_t(cl_backend *be, const cl_gates_shape *s, void *gates
   const size_t hp = (size_t)s->hidden * s->P, total = (size_t)s->N * hp;
   if (total == 0) return CL_OK;
   gates_backward_kernel<T><<<cl_cuda_blocks(total), CL_CUDA_THREADS, 0, cl_cuda_ctx_of(be)->stream>>>(
-      (T *)gates, (const T *)c, (const T *)c_prev, (const T *)dh, dc, total, hp);
+      (T *)gates, (const T *)c, (const T *)c_prev, (const float *)dh, dc, total, hp);
   CL_CUDA_LAUNCH_CHECK(be);
   return CL_OK;
 }

@@ -35,10 +35,16 @@ typedef struct cl_cuda_ctx {
   size_t ws_limit;             /* most convolution workspace an algorithm may ask for */
   int benchmark;               /* 1: time algorithms (cudnnFind*); 0: cuDNN's heuristics */
   int allow_tf32;              /* 1: float32 convolutions may use TF32 tensor cores */
+  /* Most bytes of half-type scratch that backward data may hold for its
+   * result before converting it into the float32 dx (cudnn_conv.cu). */
+  size_t dx_scratch_limit;
   /* Per-block partial sums of the MSE: a fixed buffer made once at create so
    * that mse() never allocates inside a training step. */
   double *d_partials;
   double *h_partials; /* pinned, so the copy back is a plain DMA */
+  /* grad_unscale's found-inf flag, on the device and its pinned mirror */
+  int *d_flag;
+  int *h_flag;
 } cl_cuda_ctx;
 
 #define CL_CUDA_MAX_PARTIALS 1024
@@ -133,20 +139,23 @@ cl_status cl_cuda_conv_forward(cl_backend *be, const cl_conv_shape *s, const voi
                                const float *w, const float *bias, void *y, int accumulate,
                                void *ws);
 cl_status cl_cuda_conv_backward_data(cl_backend *be, const cl_conv_shape *s, const void *dy,
-                                     const float *w, void *dx, int accumulate, void *ws);
+                                     const float *w, float *dx, int accumulate, void *ws);
 cl_status cl_cuda_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, const void *dy,
                                        const void *x, float *dw, float *dbias, void *ws);
 void cl_cudnn_cache_free(struct cl_cudnn_cache *c);
 
-/* cuda_cell.cu */
+/* cuda_cell.cu. backend.h types gates_backward's dh void*, but it is the
+ * float32 d_hidden of the core whatever the storage type. */
 cl_status cl_cuda_gates_forward(cl_backend *be, const cl_gates_shape *s, void *z,
                                 const void *c_prev, void *c, void *h);
 cl_status cl_cuda_gates_backward(cl_backend *be, const cl_gates_shape *s, void *gates,
                                  const void *c, const void *c_prev, const void *dh, float *dc);
 
 /* cuda_optim.cu */
-cl_status cl_cuda_mse(cl_backend *be, const void *pred, const void *target, size_t n,
-                      cl_dtype dtype, float scale, void *grad, double *loss);
+cl_status cl_cuda_mse(cl_backend *be, const void *pred, const float *target, size_t n,
+                      cl_dtype dtype, float scale, float *grad, double *loss);
+cl_status cl_cuda_grad_unscale(cl_backend *be, float *g, size_t n, float inv_scale,
+                               int *found_nonfinite);
 cl_status cl_cuda_adam_update(cl_backend *be, float *p, const float *g, float *m, float *v,
                               size_t n, const cl_adam_hp *hp);
 cl_status cl_cuda_sgd_update(cl_backend *be, float *p, const float *g, float *buf, size_t n,

@@ -1,13 +1,15 @@
 /*
  * cuda/cuda_optim.cu -- loss and optimizer slots of the CUDA backend (twin of
- * src/cpu/cpu_optim.c): the mean squared error with its gradient, and one
- * launch each for torch.optim.Adam and torch.optim.SGD over the flat array of
- * all parameters.
+ * src/cpu/cpu_optim.c): the mean squared error with its gradient, the
+ * unscale-and-check of float16 loss scaling, and one launch each for
+ * torch.optim.Adam and torch.optim.SGD over the flat array of all parameters.
  *
  * The updates follow torch 1.13's single-tensor code operation for operation
  * (weight decay added to the gradient, bias corrections in double on the
- * host, addcdiv's order), so that a run tracks PyTorch's step by step. It is
- * not the mixed-precision loss scaling, which lives in the core.
+ * host, addcdiv's order), so that a run tracks PyTorch's step by step. Only
+ * the prediction is in the storage type; targets, gradients, parameters and
+ * optimizer state are float32. The loss scaler's policy (when to grow or cut
+ * the scale, skipping a step) lives in the core, not here.
  */
 #include <math.h>  /* pow, sqrt */
 #include <stdio.h> /* snprintf */
@@ -18,30 +20,30 @@
 
 /* Each block leaves the double sum of its squared differences in
  * partials[blockIdx.x]; the host adds the partials in order, so the loss is
- * the same from run to run. grad may alias target: each element is read
- * before it is written, by the same thread. */
+ * the same from run to run. grad may alias target (no __restrict__): each
+ * element is read before it is written, by the same thread. */
 template <typename T>
-__global__ void mse_kernel(const T *pred, const T *target, size_t n, float gscale, T *grad,
-                           double *partials) {
+__global__ void mse_kernel(const T *pred, const float *target, size_t n, float gscale,
+                           float *grad, double *partials) {
   double sum = 0.0;
   CL_CUDA_FOR(i, n) {
-    const float p = cl_ld(pred[i]), t = cl_ld(target[i]);
+    const float p = cl_ld(pred[i]), t = target[i];
     const double d = (double)p - (double)t;
     sum += d * d;
-    if (grad) grad[i] = cl_st<T>(gscale * (p - t));
+    if (grad) grad[i] = gscale * (p - t);
   }
   sum = cl_block_sum(sum);
   if (threadIdx.x == 0) partials[blockIdx.x] = sum;
 }
 
 template <typename T>
-static cl_status mse_t(cl_backend *be, const void *pred, const void *target, size_t n,
-                       float gscale, void *grad, double *sum) {
+static cl_status mse_t(cl_backend *be, const void *pred, const float *target, size_t n,
+                       float gscale, float *grad, double *sum) {
   cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
   unsigned blocks = cl_cuda_blocks(n);
   if (blocks > CL_CUDA_MAX_PARTIALS) blocks = CL_CUDA_MAX_PARTIALS;
   mse_kernel<T><<<blocks, CL_CUDA_THREADS, 0, ctx->stream>>>(
-      (const T *)pred, (const T *)target, n, gscale, (T *)grad, ctx->d_partials);
+      (const T *)pred, target, n, gscale, grad, ctx->d_partials);
   CL_CUDA_LAUNCH_CHECK(be);
   CL_CUDA_CHECK(be, cudaMemcpyAsync(ctx->h_partials, ctx->d_partials, blocks * sizeof(double),
                                     cudaMemcpyDeviceToHost, ctx->stream));
@@ -52,8 +54,8 @@ static cl_status mse_t(cl_backend *be, const void *pred, const void *target, siz
   return CL_OK;
 }
 
-cl_status cl_cuda_mse(cl_backend *be, const void *pred, const void *target, size_t n,
-                      cl_dtype dtype, float scale, void *grad, double *loss) {
+cl_status cl_cuda_mse(cl_backend *be, const void *pred, const float *target, size_t n,
+                      cl_dtype dtype, float scale, float *grad, double *loss) {
   if (n == 0) {
     snprintf(be->err, sizeof be->err, "cuda mse: no elements");
     return CL_E_INVALID;
@@ -76,6 +78,39 @@ cl_status cl_cuda_mse(cl_backend *be, const void *pred, const void *target, size
   }
   if (st == CL_OK) *loss = sum / (double)n;
   return st;
+}
+
+/* ---- loss-scale unscaling ---------------------------------------------- */
+
+/* torch's _amp_foreach_non_finite_check_and_unscale_: g *= inv_scale, and
+ * *flag = 1 if any element was inf or NaN before or after. Many threads may
+ * store 1 at once, a benign race (the same value); one store per warp keeps
+ * the traffic down. Every thread of a warp reaches the vote: the loop is
+ * left by all of them, and blockDim.x is a multiple of 32. */
+__global__ void grad_unscale_kernel(float *g, size_t n, float inv_scale, int *flag) {
+  bool bad = false;
+  CL_CUDA_FOR(i, n) {
+    const float v = g[i], u = v * inv_scale;
+    bad |= !isfinite(v) || !isfinite(u);
+    g[i] = u;
+  }
+  if (__any_sync(0xffffffffu, bad) && (threadIdx.x & 31) == 0) *flag = 1;
+}
+
+cl_status cl_cuda_grad_unscale(cl_backend *be, float *g, size_t n, float inv_scale,
+                               int *found_nonfinite) {
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  *found_nonfinite = 0;
+  if (n == 0) return CL_OK;
+  CL_CUDA_CHECK(be, cudaMemsetAsync(ctx->d_flag, 0, sizeof(int), ctx->stream));
+  grad_unscale_kernel<<<cl_cuda_blocks(n), CL_CUDA_THREADS, 0, ctx->stream>>>(g, n, inv_scale,
+                                                                            ctx->d_flag);
+  CL_CUDA_LAUNCH_CHECK(be);
+  CL_CUDA_CHECK(be, cudaMemcpyAsync(ctx->h_flag, ctx->d_flag, sizeof(int), cudaMemcpyDeviceToHost,
+                                    ctx->stream));
+  CL_CUDA_CHECK(be, cudaStreamSynchronize(ctx->stream));
+  *found_nonfinite = *ctx->h_flag != 0;
+  return CL_OK;
 }
 
 /* ---- Adam -------------------------------------------------------------- */

@@ -7,11 +7,17 @@
  * k/2, NCHW. float32 runs on FMA units unless CONVLSTM_CUDA_TF32 is set;
  * float16 and bfloat16 run on tensor cores with float accumulation, the
  * float32 weights being cast into the workspace first (as autocast does).
+ * cuDNN wants x, y and w of one type, but dx (an activation gradient) and
+ * dw are float32 for every storage type: with half storage cuDNN writes them
+ * in the storage type into the workspace, and a small kernel adds them into
+ * the float32 arrays -- the rounding autocast applies when a half gradient
+ * flows back into float32.
  *
- * Algorithms are chosen once per shape, under ctx->ws_limit, and kept with
- * their descriptors in a cache for the backend's lifetime: conv_workspace()
- * and the three calls therefore agree on the algorithm, so the workspace the
- * core allocates from conv_workspace() is exactly what they use.
+ * Algorithms are chosen once per shape and direction, under ctx->ws_limit,
+ * and kept with their descriptors in a cache for the backend's lifetime:
+ * conv_workspace() and the three calls therefore agree on the algorithm, so
+ * the workspace the core allocates from conv_workspace() is exactly what
+ * they use.
  *
  * This file does not allocate device memory: all scratch is in `ws`.
  */
@@ -36,7 +42,12 @@ typedef struct conv_entry {
   cudnnConvolutionBwdDataAlgo_t algo_data;
   cudnnConvolutionBwdFilterAlgo_t algo_filter;
   size_t ws_fwd, ws_data, ws_filter; /* bytes of cuDNN workspace for each */
+  unsigned chosen;                   /* DIR_* bits: the directions chosen so far */
 } conv_entry;
+
+/* Directions are chosen on first use: a chunk size one direction never
+ * runs at (backward data slices half types finer) costs no search. */
+enum { DIR_FWD = 1, DIR_DATA = 2, DIR_FILTER = 4 };
 
 struct cl_cudnn_cache {
   conv_entry **e; /* pointers, so an entry stays put when the array grows */
@@ -213,14 +224,26 @@ static cl_status entry_init(cl_backend *be, conv_entry *e) {
                                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     CL_CUDNN_CHECK(be, cudnnSetConvolutionMathType(*cds[i], math));
   }
-  cl_status st;
-  if ((st = choose<fwd_op>(be, e, e->conv_fwd, &e->algo_fwd, &e->ws_fwd)) != CL_OK) return st;
-  if ((st = choose<data_op>(be, e, e->conv_data, &e->algo_data, &e->ws_data)) != CL_OK) return st;
-  return choose<filter_op>(be, e, e->conv_filter, &e->algo_filter, &e->ws_filter);
+  return CL_OK;
 }
 
-/* The entry for s with n images per call, made on first use. */
-static cl_status lookup(cl_backend *be, const cl_conv_shape *s, int n, conv_entry **out) {
+static cl_status entry_choose(cl_backend *be, conv_entry *e, unsigned dir) {
+  cl_status st = CL_OK;
+  if (e->chosen & dir) return CL_OK;
+  if (dir == DIR_FWD)
+    st = choose<fwd_op>(be, e, e->conv_fwd, &e->algo_fwd, &e->ws_fwd);
+  else if (dir == DIR_DATA)
+    st = choose<data_op>(be, e, e->conv_data, &e->algo_data, &e->ws_data);
+  else
+    st = choose<filter_op>(be, e, e->conv_filter, &e->algo_filter, &e->ws_filter);
+  if (st == CL_OK) e->chosen |= dir;
+  return st;
+}
+
+/* The entry for s with n images per call, made on first use, with direction
+ * dir (one DIR_* bit) chosen. */
+static cl_status lookup(cl_backend *be, const cl_conv_shape *s, int n, unsigned dir,
+                        conv_entry **out) {
   cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
   *out = NULL;
   if (!ctx->conv) {
@@ -233,8 +256,9 @@ static cl_status lookup(cl_backend *be, const cl_conv_shape *s, int n, conv_entr
       conv_entry *e = c->e[i];
       if (e->N == n && e->C == s->C && e->H == s->H && e->W == s->W && e->K == s->K &&
           e->k == s->k && e->dtype == s->dtype) {
-        *out = e;
-        return CL_OK;
+        cl_status st = entry_choose(be, e, dir);
+        if (st == CL_OK) *out = e;
+        return st;
       }
     }
     if (c->n == c->cap) {
@@ -254,6 +278,8 @@ static cl_status lookup(cl_backend *be, const cl_conv_shape *s, int n, conv_entr
       return st;
     }
     c->e[c->n++] = e;
+    /* a failed choice leaves the entry, its descriptors reusable, cached */
+    if ((st = entry_choose(be, e, dir)) != CL_OK) return st;
     *out = e;
     return CL_OK;
   }
@@ -292,36 +318,66 @@ static int chunk_images(const cl_conv_shape *s) {
   return (size_t)s->N < fit ? s->N : (int)fit;
 }
 
-/* Half types keep a cast copy of the weights (or of the weight gradient, in
- * backward filter) at the start of ws; cuDNN's workspace follows at 256 bytes
- * alignment. */
+/* Backward data with half storage goes through a scratch dx in the storage
+ * type, at most ctx->dx_scratch_limit bytes (but one image at least): its
+ * chunks are no larger than this. */
+static int data_chunk_images(cl_backend *be, const cl_conv_shape *s) {
+  const int n0 = chunk_images(s);
+  if (s->dtype == CL_F32) return n0;
+  const size_t img = (size_t)s->C * s->H * s->W * cl_dtype_size(s->dtype);
+  size_t fit = cl_cuda_ctx_of(be)->dx_scratch_limit / img;
+  if (fit < 1) fit = 1;
+  return fit < (size_t)n0 ? (int)fit : n0;
+}
+
+static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
+
+/* Layout of ws, 256-byte aligned parts:
+ *   [weight copy]  half types: the cast weights, or in backward filter the
+ *                  weight gradient of one chunk in the storage type
+ *   [dx scratch]   backward data with half types only: dx of one chunk
+ *   [cuDNN's own]  */
 static size_t weight_copy_bytes(const cl_conv_shape *s) {
   if (s->dtype == CL_F32) return 0;
-  size_t b = (size_t)s->K * s->C * s->k * s->k * cl_dtype_size(s->dtype);
-  return (b + 255) & ~(size_t)255;
+  return align256((size_t)s->K * s->C * s->k * s->k * cl_dtype_size(s->dtype));
 }
 
-static size_t entry_ws(const conv_entry *e) {
-  size_t m = e->ws_fwd;
-  if (e->ws_data > m) m = e->ws_data;
-  if (e->ws_filter > m) m = e->ws_filter;
-  return m;
+static size_t dx_scratch_bytes(const cl_conv_shape *s, int images) {
+  if (s->dtype == CL_F32) return 0;
+  return align256((size_t)images * s->C * s->H * s->W * cl_dtype_size(s->dtype));
 }
 
-/* The workspace of s: the largest of the three directions over both chunk
- * shapes, plus the weight copy. On failure 0, the reason in be->err, and the
- * convolution calls themselves will fail with it. */
+/* The most cuDNN workspace direction dir asks for over the chunks of `step`
+ * images that cover s->N (all of them `step` but the last). */
+static cl_status cudnn_ws(cl_backend *be, const cl_conv_shape *s, int step, unsigned dir,
+                          size_t *need) {
+  const int sizes[2] = {step, s->N % step};
+  *need = 0;
+  for (int i = 0; i < 2; i++) {
+    if (sizes[i] == 0) continue;
+    conv_entry *e;
+    cl_status st = lookup(be, s, sizes[i], dir, &e);
+    if (st != CL_OK) return st;
+    const size_t b = dir == DIR_FWD ? e->ws_fwd : dir == DIR_DATA ? e->ws_data : e->ws_filter;
+    if (b > *need) *need = b;
+  }
+  return CL_OK;
+}
+
+/* The workspace of s: the largest need of the three directions, each over
+ * its own chunks. On failure 0, the reason in be->err, and the convolution
+ * calls themselves will fail with it. */
 size_t cl_cuda_conv_workspace(cl_backend *be, const cl_conv_shape *s) {
   if (check_shape(be, s) != CL_OK || s->N == 0) return 0;
-  const int n0 = chunk_images(s);
-  const int rest = s->N % n0;
-  conv_entry *e;
-  if (lookup(be, s, n0, &e) != CL_OK) return 0;
-  size_t need = entry_ws(e);
-  if (rest > 0) {
-    if (lookup(be, s, rest, &e) != CL_OK) return 0;
-    if (entry_ws(e) > need) need = entry_ws(e);
-  }
+  const int n0 = chunk_images(s), nd = data_chunk_images(be, s);
+  size_t fwd, data, filter;
+  if (cudnn_ws(be, s, n0, DIR_FWD, &fwd) != CL_OK ||
+      cudnn_ws(be, s, nd, DIR_DATA, &data) != CL_OK ||
+      cudnn_ws(be, s, n0, DIR_FILTER, &filter) != CL_OK)
+    return 0;
+  data += dx_scratch_bytes(s, nd);
+  size_t need = fwd > data ? fwd : data;
+  if (filter > need) need = filter;
   return weight_copy_bytes(s) + need;
 }
 
@@ -362,8 +418,14 @@ __global__ void bias_grad_kernel(const T *dy, float *dbias, int N, int K, size_t
   if (threadIdx.x == 0) atomicAdd(&dbias[k], sum);
 }
 
-template <typename T> __global__ void accumulate_kernel(float *dst, const T *src, size_t n) {
-  CL_CUDA_FOR(i, n) dst[i] += cl_ld(src[i]);
+/* dst (+)= src widened to float; accumulate 0 does not read dst. */
+template <typename T>
+__global__ void widen_kernel(float *dst, const T *src, size_t n, int accumulate) {
+  if (accumulate) {
+    CL_CUDA_FOR(i, n) dst[i] += cl_ld(src[i]);
+  } else {
+    CL_CUDA_FOR(i, n) dst[i] = cl_ld(src[i]);
+  }
 }
 
 template <typename T>
@@ -387,10 +449,19 @@ static cl_status bias_grad(cl_backend *be, const cl_conv_shape *s, const void *d
   return CL_OK;
 }
 
-template <typename T>
-static cl_status accumulate(cl_backend *be, float *dst, const void *src, size_t n) {
-  accumulate_kernel<T><<<cl_cuda_blocks(n), CL_CUDA_THREADS, 0, cl_cuda_ctx_of(be)->stream>>>(
-      dst, (const T *)src, n);
+/* dst (+)= src, src n elements of the (half) storage type t. */
+static cl_status widen(cl_backend *be, cl_dtype t, float *dst, const void *src, size_t n,
+                       int accumulate) {
+  if (n == 0) return CL_OK;
+  cudaStream_t st = cl_cuda_ctx_of(be)->stream;
+  if (t == CL_F16)
+    widen_kernel<__half><<<cl_cuda_blocks(n), CL_CUDA_THREADS, 0, st>>>(
+        dst, (const __half *)src, n, accumulate);
+  else if (t == CL_BF16)
+    widen_kernel<__nv_bfloat16><<<cl_cuda_blocks(n), CL_CUDA_THREADS, 0, st>>>(
+        dst, (const __nv_bfloat16 *)src, n, accumulate);
+  else
+    return cl_cuda_bad_dtype(be, t, "cuda convolution (widen)");
   CL_CUDA_LAUNCH_CHECK(be);
   return CL_OK;
 }
@@ -423,7 +494,7 @@ cl_status cl_cuda_conv_forward(cl_backend *be, const cl_conv_shape *s, const voi
   for (int n = 0; n < s->N; n += n0) {
     const int nb = s->N - n < n0 ? s->N - n : n0;
     conv_entry *e;
-    if ((st = lookup(be, s, nb, &e)) != CL_OK) return st;
+    if ((st = lookup(be, s, nb, DIR_FWD, &e)) != CL_OK) return st;
     if (e->ws_fwd > 0 && !cws) return missing_ws(be, "forward", e->ws_fwd);
     const char *xp = (const char *)x + (size_t)n * x_img;
     char *yp = (char *)y + (size_t)n * y_img;
@@ -437,28 +508,40 @@ cl_status cl_cuda_conv_forward(cl_backend *be, const cl_conv_shape *s, const voi
   return CL_OK;
 }
 
+/* dx is float32 for every storage type. float32: cuDNN writes or adds into
+ * dx itself (beta). Half types: each chunk of images goes into the dx
+ * scratch in the storage type (cuDNN has no mixed-type configuration, and
+ * converting dy to float32 instead would lose the tensor cores and need
+ * twice the scratch), then is widened into dx. */
 cl_status cl_cuda_conv_backward_data(cl_backend *be, const cl_conv_shape *s, const void *dy,
-                                     const float *w, void *dx, int accumulate, void *ws) {
+                                     const float *w, float *dx, int accumulate, void *ws) {
   cl_status st = check_shape(be, s);
   if (st != CL_OK || s->N == 0) return st;
   cudnnHandle_t h = cl_cuda_ctx_of(be)->cudnn;
+  const int narrow = s->dtype != CL_F32;
   const size_t es = cl_dtype_size(s->dtype);
-  const size_t x_img = (size_t)s->C * s->H * s->W * es, y_img = (size_t)s->K * s->H * s->W * es;
+  const size_t x_elems = (size_t)s->C * s->H * s->W, y_img = (size_t)s->K * s->H * s->W * es;
+  const int nd = data_chunk_images(be, s);
   const void *wk;
   if ((st = weights_for(be, s, w, ws, &wk)) != CL_OK) return st;
-  char *cws = ws ? (char *)ws + weight_copy_bytes(s) : NULL;
-  const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  const int n0 = chunk_images(s);
-  for (int n = 0; n < s->N; n += n0) {
-    const int nb = s->N - n < n0 ? s->N - n : n0;
+  char *scratch = narrow ? (char *)ws + weight_copy_bytes(s) : NULL;
+  char *cws = ws ? (char *)ws + weight_copy_bytes(s) + dx_scratch_bytes(s, nd) : NULL;
+  const float one = 1.0f, zero = 0.0f, beta = accumulate ? 1.0f : 0.0f;
+  for (int n = 0; n < s->N; n += nd) {
+    const int nb = s->N - n < nd ? s->N - n : nd;
     conv_entry *e;
-    if ((st = lookup(be, s, nb, &e)) != CL_OK) return st;
+    if ((st = lookup(be, s, nb, DIR_DATA, &e)) != CL_OK) return st;
     if (e->ws_data > 0 && !cws) return missing_ws(be, "backward data", e->ws_data);
     const char *dyp = (const char *)dy + (size_t)n * y_img;
-    char *dxp = (char *)dx + (size_t)n * x_img;
+    float *dxp = dx + (size_t)n * x_elems;
     CL_CUDNN_CHECK(be, cudnnConvolutionBackwardData(h, &one, e->w, wk, e->y, dyp, e->conv_data,
-                                                    e->algo_data, cws, e->ws_data, &beta, e->x,
-                                                    dxp));
+                                                    e->algo_data, cws, e->ws_data,
+                                                    narrow ? &zero : &beta, e->x,
+                                                    narrow ? (void *)scratch : (void *)dxp));
+    if (narrow) {
+      st = widen(be, s->dtype, dxp, scratch, (size_t)nb * x_elems, accumulate);
+      if (st != CL_OK) return st;
+    }
   }
   return CL_OK;
 }
@@ -484,7 +567,7 @@ cl_status cl_cuda_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, c
   for (int n = 0; n < s->N; n += n0) {
     const int nb = s->N - n < n0 ? s->N - n : n0;
     conv_entry *e;
-    if ((st = lookup(be, s, nb, &e)) != CL_OK) return st;
+    if ((st = lookup(be, s, nb, DIR_FILTER, &e)) != CL_OK) return st;
     if (e->ws_filter > 0 && !cws) return missing_ws(be, "backward filter", e->ws_filter);
     const char *xp = (const char *)x + (size_t)n * x_img;
     const char *dyp = (const char *)dy + (size_t)n * y_img;
@@ -492,9 +575,7 @@ cl_status cl_cuda_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, c
                                                       e->conv_filter, e->algo_filter, cws,
                                                       e->ws_filter, narrow ? &zero : &one, e->w,
                                                       dwk));
-    if (s->dtype == CL_F16 && (st = accumulate<__half>(be, dw, ws, nw)) != CL_OK) return st;
-    if (s->dtype == CL_BF16 && (st = accumulate<__nv_bfloat16>(be, dw, ws, nw)) != CL_OK)
-      return st;
+    if (narrow && (st = widen(be, s->dtype, dw, ws, nw, 1)) != CL_OK) return st;
     if (dbias && !narrow)
       CL_CUDNN_CHECK(be, cudnnConvolutionBackwardBias(h, &one, e->y, dyp, &one, e->bias, dbias));
   }

@@ -2,8 +2,13 @@
  * tests/c/test_cuda_kernels.cu -- every slot of the CUDA backend against plain
  * CPU loops written here, on shapes chosen to catch indexing mistakes
  * (kernel 1, 3, 5; H != W; odd sizes; accumulate on and off; bias or none;
- * float32, float16, bfloat16). Prints the max abs and rel error of each check
- * and exits 1 if any fails.
+ * float32, float16, bfloat16; backward data in slices of few images). The
+ * storage types follow core/backend.h: tensors typed void* in the storage
+ * type, converted on the host by core/half.h (which the device's rounding
+ * must match bit for bit), everything typed float* in float32. Each
+ * convolution gets exactly conv_workspace() bytes, followed by a guard band
+ * that must come back untouched. Prints the max abs and rel error of each
+ * check and exits 1 if any fails.
  *
  * Without a usable GPU it checks that creating the backend fails cleanly,
  * prints "no GPU: skipped" and exits 0. It is not a test of the core or of
@@ -18,12 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cuda_bf16.h> /* host-side rounding to bfloat16 */
-#include <cuda_fp16.h> /* host-side rounding to float16 */
-
 extern "C" {
 #include "core/backend.h" /* the table under test */
 }
+#include "core/half.h"      /* the core's storage conversions, the reference */
 #include "cuda/cuda_info.h" /* cl_cuda_device_info */
 
 static int n_checks = 0, n_failed = 0;
@@ -61,47 +64,53 @@ static const char *dtype_str(cl_dtype t) {
 /* ---- host helpers ------------------------------------------------------ */
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static float urand(float lo, float hi) { /* splitmix64 -> [lo, hi) */
+static uint64_t rand_u64(void) { /* splitmix64 */
   uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return lo + (hi - lo) * (float)((double)(z >> 11) / 9007199254740992.0);
+  return z ^ (z >> 31);
+}
+
+static float urand(float lo, float hi) { /* [lo, hi) */
+  return lo + (hi - lo) * (float)((double)(rand_u64() >> 11) / 9007199254740992.0);
 }
 
 static void fill(float *a, size_t n, float lo, float hi) {
   for (size_t i = 0; i < n; i++) a[i] = urand(lo, hi);
 }
 
-/* Storage-type bytes of host floats, and back. Values are first rounded with
- * round_to so that the reference sees exactly what the GPU reads. */
+/* Storage-type bytes of host floats, and back, as the core converts them.
+ * Values are first rounded with round_to so that the reference sees exactly
+ * what the GPU reads. */
 static void to_storage(cl_dtype t, const float *src, void *dst, size_t n) {
   for (size_t i = 0; i < n; i++) {
     if (t == CL_F32) ((float *)dst)[i] = src[i];
-    else if (t == CL_F16) ((__half *)dst)[i] = __float2half_rn(src[i]);
-    else ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(src[i]);
+    else if (t == CL_F16) ((uint16_t *)dst)[i] = cl_f32_to_f16(src[i]);
+    else ((uint16_t *)dst)[i] = cl_f32_to_bf16(src[i]);
   }
 }
 
 static void from_storage(cl_dtype t, const void *src, float *dst, size_t n) {
   for (size_t i = 0; i < n; i++) {
     if (t == CL_F32) dst[i] = ((const float *)src)[i];
-    else if (t == CL_F16) dst[i] = __half2float(((const __half *)src)[i]);
-    else dst[i] = __bfloat162float(((const __nv_bfloat16 *)src)[i]);
+    else if (t == CL_F16) dst[i] = cl_f16_to_f32(((const uint16_t *)src)[i]);
+    else dst[i] = cl_bf16_to_f32(((const uint16_t *)src)[i]);
   }
 }
 
 static void round_to(cl_dtype t, float *a, size_t n) {
-  void *tmp = malloc(n * 4 + 4);
-  to_storage(t, a, tmp, n);
-  from_storage(t, tmp, a, n);
-  free(tmp);
+  for (size_t i = 0; i < n; i++) {
+    if (t == CL_F16) a[i] = cl_f16_to_f32(cl_f32_to_f16(a[i]));
+    else if (t == CL_BF16) a[i] = cl_bf16_to_f32(cl_f32_to_bf16(a[i]));
+  }
 }
 
-/* |got - ref| <= tol * (|ref| + scale) elementwise, scale = max(1, max|ref|)
- * so that sums whose terms cancel are judged against the size of the terms. */
-static bool compare(const char *what, const float *got, const double *ref, size_t n, double tol) {
-  double scale = 1.0, max_abs = 0.0, max_rel = 0.0;
+/* |got - ref| <= tol * (|ref| + scale) elementwise, scale = max(floor,
+ * max|ref|) so that sums whose terms cancel are judged against the size of
+ * the terms; floor 0 judges small arrays by their own size. */
+static bool compare(const char *what, const float *got, const double *ref, size_t n, double tol,
+                    double floor = 1.0) {
+  double scale = floor, max_abs = 0.0, max_rel = 0.0;
   for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(ref[i]));
   size_t bad = 0, first_bad = 0;
   for (size_t i = 0; i < n; i++) {
@@ -136,6 +145,21 @@ static bool expect(bool ok, const char *what) {
 }
 
 static double tol_for(cl_dtype t) { return t == CL_F32 ? 2e-5 : t == CL_F16 ? 4e-3 : 2.5e-2; }
+
+/* A convolution's workspace: exactly `bytes` (NULL when 0), followed by a
+ * guard band of a known pattern that no call may touch. */
+static const size_t GUARD = 4096;
+
+static bool guard_intact(cl_backend *be, const void *ws, size_t bytes, const char *label) {
+  if (!ws) return true;
+  unsigned char g[GUARD];
+  if (be->iface->download(be, g, (const char *)ws + bytes, GUARD) != CL_OK) return false;
+  size_t bad = 0;
+  for (size_t i = 0; i < GUARD; i++) bad += g[i] != (unsigned char)(0xA5 ^ i);
+  char what[256];
+  snprintf(what, sizeof what, "%s: nothing written past conv_workspace() bytes", label);
+  return expect(bad == 0, what);
+}
 
 /* Device buffers freed at scope exit, so a failing case leaks nothing. */
 struct dbuf {
@@ -221,15 +245,17 @@ static void conv_ref(const cl_conv_shape *s, const float *x, const float *w, con
         }
 }
 
-static bool test_conv(cl_backend *be, cl_conv_shape s, int accumulate, int with_bias) {
+/* tag names the backend when it is not the default one */
+static bool test_conv(cl_backend *be, cl_conv_shape s, int accumulate, int with_bias,
+                      const char *tag = "") {
   const cl_backend_i *f = be->iface;
   const cl_dtype t = s.dtype;
   const size_t es = cl_dtype_size(t);
   const size_t nx = (size_t)s.N * s.C * s.H * s.W, ny = (size_t)s.N * s.K * s.H * s.W;
   const size_t nw = (size_t)s.K * s.C * s.k * s.k, nb = (size_t)s.K;
   char label[160];
-  snprintf(label, sizeof label, "conv %s N%d C%d %dx%d K%d k%d acc%d bias%d", dtype_str(t), s.N,
-           s.C, s.H, s.W, s.K, s.k, accumulate, with_bias);
+  snprintf(label, sizeof label, "conv %s N%d C%d %dx%d K%d k%d acc%d bias%d%s", dtype_str(t), s.N,
+           s.C, s.H, s.W, s.K, s.k, accumulate, with_bias, tag);
 
   float *x = (float *)malloc(nx * 4), *dy = (float *)malloc(ny * 4), *w = (float *)malloc(nw * 4);
   float *b = (float *)malloc(nb * 4), *y0 = (float *)malloc(ny * 4), *dx0 = (float *)malloc(nx * 4);
@@ -246,12 +272,12 @@ static bool test_conv(cl_backend *be, cl_conv_shape s, int accumulate, int with_
   fill(dx0, nx, -1, 1);
   fill(dw0, nw, -1, 1);
   fill(db0, nb, -1, 1);
-  /* what the GPU sees: storage-rounded activations and (cast) weights; the
-   * weight and bias gradients and the bias stay float */
+  /* what the GPU sees: storage-rounded activations and (cast) weights; dx
+   * (an activation gradient), the weight and bias gradients and the bias
+   * stay float */
   round_to(t, x, nx);
   round_to(t, dy, ny);
   round_to(t, y0, ny);
-  round_to(t, dx0, nx);
   float *wr = (float *)malloc(nw * 4);
   memcpy(wr, w, nw * 4);
   round_to(t, wr, nw);
@@ -271,10 +297,18 @@ static bool test_conv(cl_backend *be, cl_conv_shape s, int accumulate, int with_
     CALL(be, dW.alloc(nw * 4));
     CALL(be, dB.alloc(nb * 4));
     CALL(be, dY.alloc(ny * es));
-    CALL(be, dDX.alloc(nx * es));
+    CALL(be, dDX.alloc(nx * 4));
     CALL(be, dDW.alloc(nw * 4));
     CALL(be, dDB.alloc(nb * 4));
-    CALL(be, dWS.alloc(ws)); /* exactly what conv_workspace asked for */
+    /* exactly what conv_workspace asked for, then the guard band */
+    void *wsp = NULL;
+    if (ws > 0) {
+      unsigned char g[GUARD];
+      for (size_t i = 0; i < GUARD; i++) g[i] = (unsigned char)(0xA5 ^ i);
+      CALL(be, dWS.alloc(ws + GUARD));
+      CALL(be, f->upload(be, (char *)dWS.p + ws, g, GUARD));
+      wsp = dWS.p;
+    }
     to_storage(t, x, stage, nx);
     CALL(be, f->upload(be, dX.p, stage, nx * es));
     to_storage(t, dy, stage, ny);
@@ -286,28 +320,28 @@ static bool test_conv(cl_backend *be, cl_conv_shape s, int accumulate, int with_
     if (accumulate) {
       to_storage(t, y0, stage, ny);
       CALL(be, f->upload(be, dY.p, stage, ny * es));
-      to_storage(t, dx0, stage, nx);
-      CALL(be, f->upload(be, dDX.p, stage, nx * es));
+      CALL(be, f->upload(be, dDX.p, dx0, nx * 4));
     } else {
       /* all-ones bytes are NaN in every storage type: an output that is
        * overwritten must not be read */
-      memset(stage, 0xFF, (nx > ny ? nx : ny) * es);
+      memset(stage, 0xFF, (nx > ny ? nx : ny) * 4);
       CALL(be, f->upload(be, dY.p, stage, ny * es));
-      CALL(be, f->upload(be, dDX.p, stage, nx * es));
+      CALL(be, f->upload(be, dDX.p, stage, nx * 4));
     }
     CALL(be, f->conv_forward(be, &s, dX.p, (const float *)dW.p, with_bias ? (const float *)dB.p : NULL,
-                             dY.p, accumulate, dWS.p));
-    CALL(be, f->conv_backward_data(be, &s, dDY.p, (const float *)dW.p, dDX.p, accumulate, dWS.p));
+                             dY.p, accumulate, wsp));
+    CALL(be, f->conv_backward_data(be, &s, dDY.p, (const float *)dW.p, (float *)dDX.p, accumulate,
+                                   wsp));
     CALL(be, f->conv_backward_filter(be, &s, dDY.p, dX.p, (float *)dDW.p,
-                                     with_bias ? (float *)dDB.p : NULL, dWS.p));
+                                     with_bias ? (float *)dDB.p : NULL, wsp));
+    ok &= guard_intact(be, wsp, ws, label);
     char what[200];
     CALL(be, f->download(be, stage, dY.p, ny * es));
     from_storage(t, stage, got, ny);
     snprintf(what, sizeof what, "%s: forward", label);
     ok &= compare(what, got, ry, ny, tol_for(t));
-    CALL(be, f->download(be, stage, dDX.p, nx * es));
-    from_storage(t, stage, got, nx);
-    snprintf(what, sizeof what, "%s: backward data", label);
+    CALL(be, f->download(be, got, dDX.p, nx * 4));
+    snprintf(what, sizeof what, "%s: backward data (float32 dx)", label);
     ok &= compare(what, got, rdx, nx, tol_for(t));
     CALL(be, f->download(be, got, dDW.p, nw * 4));
     snprintf(what, sizeof what, "%s: backward filter", label);
@@ -353,9 +387,9 @@ static bool test_gates(cl_backend *be, cl_gates_shape s, int with_cprev) {
   fill(c, ns, -2, 2);
   fill(dh, ns, -1, 1);
   fill(dc, ns, -1, 1);
+  /* dh and dc are float32 gradients for every storage type: not rounded */
   round_to(t, act, nz);
   round_to(t, c, ns);
-  round_to(t, dh, ns);
 
   for (size_t n = 0; n < (size_t)s.N; n++)
     for (size_t r = 0; r < hp; r++) {
@@ -388,7 +422,7 @@ static bool test_gates(cl_backend *be, cl_gates_shape s, int with_cprev) {
     CALL(be, dH.alloc(ns * es));
     CALL(be, dA.alloc(nz * es));
     CALL(be, dCC.alloc(ns * es));
-    CALL(be, dDH.alloc(ns * es));
+    CALL(be, dDH.alloc(ns * 4));
     CALL(be, dDC.alloc(ns * 4));
     to_storage(t, z, stage, nz);
     CALL(be, f->upload(be, dZ.p, stage, nz * es));
@@ -398,8 +432,7 @@ static bool test_gates(cl_backend *be, cl_gates_shape s, int with_cprev) {
     CALL(be, f->upload(be, dA.p, stage, nz * es));
     to_storage(t, c, stage, ns);
     CALL(be, f->upload(be, dCC.p, stage, ns * es));
-    to_storage(t, dh, stage, ns);
-    CALL(be, f->upload(be, dDH.p, stage, ns * es));
+    CALL(be, f->upload(be, dDH.p, dh, ns * 4));
     CALL(be, f->upload(be, dDC.p, dc, ns * 4));
 
     CALL(be, f->gates_forward(be, &s, dZ.p, with_cprev ? dCP.p : NULL, dC.p, dH.p));
@@ -432,7 +465,8 @@ static bool test_gates(cl_backend *be, cl_gates_shape s, int with_cprev) {
 
 /* ---- loss and optimizers ----------------------------------------------- */
 
-/* grad_mode 0: no gradient; 1: its own buffer; 2: overwrite the target. */
+/* grad_mode 0: no gradient; 1: its own buffer; 2: overwrite the target.
+ * The prediction is in the storage type, target and gradient float32. */
 static bool test_mse(cl_backend *be, cl_dtype t, size_t n, float scale, int grad_mode) {
   const cl_backend_i *f = be->iface;
   const size_t es = cl_dtype_size(t);
@@ -445,7 +479,6 @@ static bool test_mse(cl_backend *be, cl_dtype t, size_t n, float scale, int grad
   fill(p, n, -2, 2);
   fill(y, n, -2, 2);
   round_to(t, p, n);
-  round_to(t, y, n);
   double sum = 0.0;
   for (size_t i = 0; i < n; i++) {
     const double d = (double)p[i] - (double)y[i];
@@ -457,29 +490,125 @@ static bool test_mse(cl_backend *be, cl_dtype t, size_t n, float scale, int grad
   {
     dbuf dP(be), dY(be), dG(be);
     CALL(be, dP.alloc(n * es));
-    CALL(be, dY.alloc(n * es));
-    CALL(be, dG.alloc(n * es));
+    CALL(be, dY.alloc(n * 4));
+    CALL(be, dG.alloc(n * 4));
     to_storage(t, p, stage, n);
     CALL(be, f->upload(be, dP.p, stage, n * es));
-    to_storage(t, y, stage, n);
-    CALL(be, f->upload(be, dY.p, stage, n * es));
-    void *g = grad_mode == 0 ? NULL : grad_mode == 1 ? dG.p : dY.p;
+    CALL(be, f->upload(be, dY.p, y, n * 4));
+    float *g = (float *)(grad_mode == 0 ? NULL : grad_mode == 1 ? dG.p : dY.p);
     double loss = -1.0;
-    CALL(be, f->mse(be, dP.p, dY.p, n, t, scale, g, &loss));
+    CALL(be, f->mse(be, dP.p, (const float *)dY.p, n, t, scale, g, &loss));
     double lr = fabs(loss - rloss) / rloss;
     n_checks++;
     if (!(lr <= 1e-10)) n_failed++, ok = false;
     printf("%s  %-58s loss=%.17g want %.17g rel=%.2e\n", lr <= 1e-10 ? "ok  " : "FAIL", label,
            loss, rloss, lr);
     if (g) {
-      CALL(be, f->download(be, stage, g, n * es));
-      from_storage(t, stage, got, n);
-      snprintf(what, sizeof what, "%s: gradient", label);
-      /* float32 gradient: one rounding of scale*2/n and one of the product */
-      ok &= compare(what, got, rg, n, t == CL_F32 ? 1e-6 : tol_for(t));
+      CALL(be, f->download(be, got, g, n * 4));
+      snprintf(what, sizeof what, "%s: gradient (float32)", label);
+      /* roundings of scale*2/n, of the difference and of the product: a few
+       * float32 ulps of every element, however small the gradient */
+      ok &= compare(what, got, rg, n, 1e-6, 0.0);
     }
   }
   free(p), free(y), free(got), free(rg), free(stage);
+  return ok;
+}
+
+/* g *= inv_scale with the non-finite flag. bad: -1 none, else the index
+ * that gets the value `poison` (inf, NaN, or a finite value that
+ * overflows once scaled). */
+static bool test_grad_unscale(cl_backend *be, size_t n, float inv_scale, long bad, float poison) {
+  const cl_backend_i *f = be->iface;
+  char label[160];
+  snprintf(label, sizeof label, "grad_unscale n=%zu inv_scale=%g poison[%ld]=%g", n,
+           (double)inv_scale, bad, (double)poison);
+  float *g = (float *)malloc(n * 4 + 4), *got = (float *)malloc(n * 4 + 4);
+  double *ref = (double *)malloc(n * 8 + 8);
+  fill(g, n, -1000, 1000);
+  if (bad >= 0) g[bad] = poison;
+  for (size_t i = 0; i < n; i++) ref[i] = (double)(g[i] * inv_scale); /* one float rounding */
+  bool ok = true;
+  {
+    dbuf dG(be);
+    CALL(be, dG.alloc(n * 4));
+    CALL(be, f->upload(be, dG.p, g, n * 4));
+    int found = -1;
+    CALL(be, f->grad_unscale(be, (float *)dG.p, n, inv_scale, &found));
+    char what[200];
+    snprintf(what, sizeof what, "%s: found_nonfinite %d, want %d", label, found, bad >= 0);
+    ok &= expect(found == (bad >= 0), what);
+    if (n > 0) {
+      CALL(be, f->download(be, got, dG.p, n * 4));
+      if (bad >= 0) got[bad] = 0.0f, ref[bad] = 0.0; /* inf or NaN there: checked above */
+      snprintf(what, sizeof what, "%s: values", label);
+      ok &= compare(what, got, ref, n, 0.0);
+    }
+  }
+  free(g), free(got), free(ref);
+  return ok;
+}
+
+/* The device's float32 -> storage rounding against core/half.h, bit for
+ * bit, on special values (ties, subnormals, overflow, inf, NaN) and random
+ * bit patterns: y = 0 + bias rounds bias[k] into channel k of a 1x1
+ * convolution of zeros. NaN must stay NaN (its payload may differ). */
+static bool test_conversions(cl_backend *be, cl_dtype t) {
+  const cl_backend_i *f = be->iface;
+  static const float special[] = {
+      0.0f, 1.0f, -1.0f, 0.1f, 1.0f / 3.0f, 65504.0f, 65519.0f, 65520.0f, 65536.0f, 1e5f,
+      -1e5f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f,
+      0x1p-14f, 0x1p-15f + 0x1p-25f, 0x1p-24f, 0x1p-25f, 3 * 0x1p-25f, 0x1.8p-25f, 0x1p-26f,
+      6e-8f, 1e-8f, 3.0e38f, 3.389e38f, 3.4028235e38f, -3.4028235e38f, 1e-39f, 1e-45f,
+      INFINITY, -INFINITY, NAN};
+  const size_t n_special = sizeof special / sizeof special[0], n = n_special + 4096;
+  float *b = (float *)malloc(n * 4);
+  memcpy(b, special, sizeof special);
+  for (size_t i = n_special; i < n; i++) {
+    uint32_t u = (uint32_t)(rand_u64() >> 32);
+    if (u == 0x80000000u) u = 0; /* 0 + -0 is +0: the sum would not carry -0 through */
+    memcpy(&b[i], &u, 4);
+  }
+  cl_conv_shape s = {1, 1, 1, 1, (int)n, 1, t};
+  char label[120];
+  snprintf(label, sizeof label, "float32 -> %s rounding on the device, %zu values", dtype_str(t),
+           n);
+  uint16_t *got = (uint16_t *)malloc(n * 2);
+  bool ok = true;
+  {
+    dbuf dX(be), dW(be), dB(be), dY(be), dWS(be);
+    const size_t ws = f->conv_workspace(be, &s);
+    const uint16_t zero16 = 0;
+    CALL(be, dX.alloc(2));
+    CALL(be, dW.alloc(n * 4));
+    CALL(be, dB.alloc(n * 4));
+    CALL(be, dY.alloc(n * 2));
+    CALL(be, dWS.alloc(ws));
+    CALL(be, f->upload(be, dX.p, &zero16, 2));
+    CALL(be, f->memset0(be, dW.p, n * 4));
+    CALL(be, f->upload(be, dB.p, b, n * 4));
+    CALL(be, f->conv_forward(be, &s, dX.p, (const float *)dW.p, (const float *)dB.p, dY.p, 0,
+                             dWS.p));
+    CALL(be, f->download(be, got, dY.p, n * 2));
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++) {
+      const uint16_t want = t == CL_F16 ? cl_f32_to_f16(b[i]) : cl_f32_to_bf16(b[i]);
+      const float wv = t == CL_F16 ? cl_f16_to_f32(want) : cl_bf16_to_f32(want);
+      const float gv = t == CL_F16 ? cl_f16_to_f32(got[i]) : cl_bf16_to_f32(got[i]);
+      const bool same = isnan(wv) ? isnan(gv) : got[i] == want;
+      if (!same && bad++ == 0) first = i;
+    }
+    n_checks++;
+    if (bad) n_failed++, ok = false;
+    printf("%s  %s", bad ? "FAIL" : "ok  ", label);
+    if (bad) {
+      const uint16_t want = t == CL_F16 ? cl_f32_to_f16(b[first]) : cl_f32_to_bf16(b[first]);
+      printf("  (%zu differ, first %.9g: got 0x%04x want 0x%04x)", bad, (double)b[first],
+             got[first], want);
+    }
+    printf("\n");
+  }
+  free(b), free(got);
   return ok;
 }
 
@@ -645,12 +774,43 @@ int main(void) {
       test_gates(be, g2, cp);
     }
 
+  /* backward data of half types in slices of images: a scratch limit of 734
+   * bytes gives the first shape slices of 2, 2 and 1 images (324 bytes
+   * each), the second slices of one (4080 bytes, over the limit) */
+  setenv("CONVLSTM_CUDA_DX_SCRATCH_MB", "0.0007", 1);
+  cl_backend *sliced = NULL;
+  s = cl_backend_cuda_create(&sliced, err, sizeof err);
+  unsetenv("CONVLSTM_CUDA_DX_SCRATCH_MB");
+  if (s != CL_OK) {
+    expect(false, "cl_backend_cuda_create with CONVLSTM_CUDA_DX_SCRATCH_MB=0.0007");
+    printf("      %s\n", err);
+  } else {
+    for (int ti = 1; ti < 3; ti++)
+      for (int acc = 0; acc < 2; acc++) {
+        cl_conv_shape c1 = {5, 3, 6, 9, 8, 3, types[ti]}, c2 = {4, 17, 12, 10, 32, 3, types[ti]};
+        test_conv(sliced, c1, acc, 1, " [dx slices]");
+        test_conv(sliced, c2, acc, 0, " [dx slices]");
+      }
+    sliced->iface->destroy(sliced);
+  }
+
+  test_conversions(be, CL_F16);
+  test_conversions(be, CL_BF16);
+
   for (int ti = 0; ti < 3; ti++) {
     test_mse(be, types[ti], 1, 1.0f, 1);
     test_mse(be, types[ti], 1000, 1.0f, 0);
     test_mse(be, types[ti], ((size_t)1 << 20) + 3, 1024.0f, 1); /* more blocks than partials */
     test_mse(be, types[ti], 4099, 1.0f, 2);
   }
+
+  test_grad_unscale(be, 0, 0.5f, -1, 0.0f);
+  test_grad_unscale(be, 1000003, 1.0f / 1024.0f, -1, 0.0f);
+  test_grad_unscale(be, 1000003, 1.0f / 1024.0f, 777777, INFINITY);
+  test_grad_unscale(be, 4099, 1.0f / 65536.0f, 4098, NAN);
+  test_grad_unscale(be, 4099, 1.0f / 65536.0f, 0, -INFINITY);
+  test_grad_unscale(be, 4099, 4.0f, 17, 3e38f); /* finite, but not once scaled */
+  test_grad_unscale(be, 4099, 1.0f / 3.0f, -1, 0.0f); /* the flag from before was reset */
 
   test_adam(be, 1000 + 7, 0.0f);
   test_adam(be, 300001, 0.01f);
