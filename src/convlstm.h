@@ -143,9 +143,8 @@ typedef struct cl_step_options {
   int accumulation_steps; /* train_step: micro-batches whose gradients sum
                              before one update; 0 or 1: none */
   cl_outputs outputs;     /* inference forward */
-  int dtype;              /* cl_model_plan only: plan as if the model stored
-                             this cl_dtype; -1 (or 0 = float32 on a float32
-                             model) means the model's own */
+  int plan_dtype;         /* cl_model_plan only: 0 plans the model's own
+                             storage dtype, 1 + a cl_dtype plans that one */
 } cl_step_options;
 
 /* ---- forward, loss, backward ----------------------------------------- */
@@ -273,6 +272,67 @@ const char *cl_status_name(cl_status s);
  * (or [B, C, H, W] when ndim = 4), in one pass. */
 void cl_pack_host(float *dst, const cl_host_array *src);
 void cl_unpack_host(cl_host_array *dst, const float *src);
+
+/* ---- saving and loading: safetensors files (core/safetensors.c) ------ */
+
+/* A model's file is safetensors (8-byte little-endian header length N, N
+ * bytes of JSON, then the data), readable by PyTorch's safetensors and R
+ * torch. Tensors, all F32, little-endian, torch layout:
+ *   cell_list.<l>.conv.weight, cell_list.<l>.conv.bias   (the state dict)
+ *   optimizer.exp_avg.<name>, optimizer.exp_avg_sq.<name> (Adam's moments)
+ *   optimizer.momentum_buffer.<name>                      (SGD's momentum)
+ * and __metadata__ (strings, as the format requires): "format": "pt",
+ * "convlstm.format_version": "1", convlstm.input_dim, convlstm.hidden_dims
+ * and convlstm.kernel_sizes ("[8, 1]"), convlstm.bias ("true"/"false"),
+ * convlstm.dtype, convlstm.device (informative); with an optimizer
+ * convlstm.optimizer ("adam"/"sgd"), convlstm.optimizer.{lr, weight_decay,
+ * beta1, beta2, eps | momentum} (exact decimal), convlstm.optimizer.steps,
+ * and for float16 models convlstm.loss_scale.{scale, growth_interval,
+ * clean_steps, skipped_steps}; then the caller's own entries. */
+
+/* Writes m's parameters and, when opt is not NULL, opt's hyperparameters and
+ * the optimizer state m holds (none before its first step; an error when m's
+ * state belongs to the other kind of optimizer), plus n_meta caller entries
+ * (UTF-8; names "format" and "convlstm.*" are reserved). The file is written
+ * beside path and renamed over it when complete and flushed: a crash leaves
+ * the old file or the new one, never half of one. Message in
+ * cl_model_error(m). */
+cl_status cl_model_save(cl_model *m, const char *path, const cl_optim *opt, int n_meta,
+                        const char *const *meta_keys, const char *const *meta_values);
+
+/* A file read and checked: every header field, offset, size, name and shape,
+ * and that the values are finite. Files without convlstm metadata (a state
+ * dict saved by PyTorch) get their architecture from the weights' shapes;
+ * F64, F16 and BF16 parameters convert to float32. */
+typedef struct cl_saved cl_saved;
+
+cl_status cl_saved_read(const char *path, cl_saved **out, char *err, size_t errlen);
+/* The same from bytes in memory (copied). */
+cl_status cl_saved_parse(const void *bytes, size_t len, cl_saved **out, char *err,
+                         size_t errlen);
+void cl_saved_free(cl_saved *s); /* NULL-safe */
+/* The saved architecture; device CPU, n_threads and memory_limit 0. */
+const cl_config *cl_saved_config(const cl_saved *s);
+/* 1 (filling what is not NULL) when the file holds an optimizer, else 0. */
+int cl_saved_optimizer(const cl_saved *s, cl_optim *opt, int64_t *steps);
+int cl_saved_loss_scale(const cl_saved *s, cl_loss_scale *out);
+/* All metadata entries, convlstm's included, sorted by name. */
+int cl_saved_n_metadata(const cl_saved *s);
+cl_status cl_saved_metadata(const cl_saved *s, int i, const char **key, const char **value);
+/* Tensors sorted by name; dtype is the file's ("F32", ...). */
+int cl_saved_n_tensors(const cl_saved *s);
+cl_status cl_saved_tensor_info(const cl_saved *s, int i, const char **name, const char **dtype,
+                               int *ndim, int64_t dims[8]);
+/* A new model with the saved architecture and parameters; device, dtype,
+ * n_threads and memory_limit come from runtime (NULL: the saved config).
+ * with_optimizer restores the optimizer state and step count (and the loss
+ * scale of a float16 model), so the next train step continues the saved run
+ * exactly; give the optimizer the saved hyperparameters. */
+cl_status cl_saved_create_model(const cl_saved *s, const cl_config *runtime, int with_optimizer,
+                                cl_model **out, char *err, size_t errlen);
+/* cl_saved_read + cl_saved_create_model. */
+cl_status cl_model_load(const char *path, const cl_config *runtime, int with_optimizer,
+                        cl_model **out, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -9,8 +9,12 @@
  * download() and synchronize() wait for them. Kernels return a cl_status and
  * leave a message in be->err; they never abort.
  *
- * Storage dtype: tensors typed void* (activations, convolution inputs) are
- * stored in shape->dtype; parameters, gradients and optimizer state are float.
+ * Storage dtype: tensors typed void* (activations, convolution inputs and
+ * outputs, gates and their gradients dz) are stored in shape->dtype (float16
+ * and bfloat16 as uint16_t bits, converted exactly by core/half.h; compute is
+ * float32 always). Everything typed float* is float32 whatever the dtype:
+ * parameters, their gradients, optimizer state, and the activation
+ * gradients d_hidden and d_cell, so gradients accumulate in float32.
  * A backend returns CL_E_UNSUPPORTED for a dtype it lacks.
  *
  * Tensor layouts are row-major NCHW. A "sequence" of T steps of B images is
@@ -80,9 +84,10 @@ struct cl_backend_i {
   cl_status (*conv_forward)(cl_backend *be, const cl_conv_shape *s, const void *x,
                             const float *w, const float *bias, void *y, int accumulate,
                             void *ws);
-  /* dx (+)= conv_transpose(dy, w) */
+  /* dx (+)= conv_transpose(dy, w); dy in dtype, dx float32 (an activation
+   * gradient) */
   cl_status (*conv_backward_data)(cl_backend *be, const cl_conv_shape *s, const void *dy,
-                                  const float *w, void *dx, int accumulate, void *ws);
+                                  const float *w, float *dx, int accumulate, void *ws);
   /* dw += correlate(dy, x); dbias += sum of dy over N, H, W (dbias may be NULL).
    * Always accumulates, as parameter gradients do in torch. */
   cl_status (*conv_backward_filter)(cl_backend *be, const cl_conv_shape *s, const void *dy,
@@ -98,14 +103,20 @@ struct cl_backend_i {
    * step t+1 (zeros at the last step); on return the gradient of c_{t-1}.
    * c_prev NULL means zeros. */
   cl_status (*gates_backward)(cl_backend *be, const cl_gates_shape *s, void *gates,
-                              const void *c, const void *c_prev, const void *dh, float *dc);
+                              const void *c, const void *c_prev, const float *dh, float *dc);
 
   /* ---- losses and optimizers ---- */
   /* loss = mean((pred - target)^2) over n; grad = scale * 2 (pred - target) / n.
-   * *loss is a host double (the call synchronizes). grad may be NULL, and may
-   * be the target itself: the core lets the gradient overwrite the target. */
-  cl_status (*mse)(cl_backend *be, const void *pred, const void *target, size_t n,
-                   cl_dtype dtype, float scale, void *grad, double *loss);
+   * pred in dtype; target and grad float32. *loss is a host double (the call
+   * synchronizes). grad may be NULL, and may be the target itself: the core
+   * lets the gradient overwrite the target. */
+  cl_status (*mse)(cl_backend *be, const void *pred, const float *target, size_t n,
+                   cl_dtype dtype, float scale, float *grad, double *loss);
+  /* g *= inv_scale over n, and *found_nonfinite = 1 if any element is inf or
+   * NaN (before or after scaling), else 0; synchronizes. The float16 loss
+   * scaler's check before an update, as GradScaler.unscale_. */
+  cl_status (*grad_unscale)(cl_backend *be, float *g, size_t n, float inv_scale,
+                            int *found_nonfinite);
   cl_status (*adam_update)(cl_backend *be, float *p, const float *g, float *m, float *v,
                            size_t n, const cl_adam_hp *hp);
   cl_status (*sgd_update)(cl_backend *be, float *p, const float *g, float *buf, size_t n,

@@ -1,79 +1,114 @@
 /*
  * core/forward.c -- the forward pass over layers and time, and reading its
  * results. Two schedules of the same math:
- *  - training (the fast path): the input half of each layer's convolution
- *    runs once over all T*B images into the gates buffer, then per step only
- *    the hidden half is added and the fused cell applied; gates and c_t stay
- *    for backward.
- *  - inference: per step, both halves into one small gates buffer shared by
- *    all layers, and c kept for two steps only.
+ *  - training, a segment at a time (the whole sequence unless checkpointing
+ *    or truncating): the input half of each layer's convolution runs once
+ *    over all steps' images of the segment (the fast path), then per step
+ *    only the hidden half is added and the fused cell applied; gates, c_t and
+ *    h_t stay for backward.
+ *  - inference, step-major: x arrives step by step, both halves go into one
+ *    small gates buffer shared by all layers, c is kept for two steps, and h
+ *    for two steps too when only the last states are wanted, so memory does
+ *    not grow with the sequence.
  */
 #include "internal.h"
 
 #include <string.h>
 
-static cl_conv_shape conv_shape(const cl_model *m, int N, int C, int K, int k) {
-  cl_conv_shape s = {N, C, m->step.H, m->step.W, K, k, m->cfg.dtype};
-  return s;
-}
-
 static const float *bias_of(const cl_model *m, const cl_layer *L) {
   return m->cfg.bias ? m->params + L->off_b : NULL;
 }
 
-static cl_status forward_layer_train(cl_model *m, int l) {
+/* Layer l over steps 0..len-1 of the segment buffers, b sequences, from the
+ * state (prev_h, prev_c) before the segment (NULL: zeros). */
+static cl_status forward_layer(cl_model *m, int l, int b, int len, const void *in,
+                               const void *prev_h, const void *prev_c) {
   const cl_step *st = &m->step;
+  const cl_geom *g = &st->g;
   const cl_layer *L = &m->layer[l];
   const struct cl_backend_i *be = m->be->iface;
-  size_t P = (size_t)st->H * st->W, bh = (size_t)st->B * L->hidden * P;
-  const float *in = l == 0 ? st->x : st->hid[l - 1];
-  float *gates = st->gates[l], *cell = st->cell[l], *hid = st->hid[l];
-  cl_conv_shape sx = conv_shape(m, st->T * st->B, L->in, 4 * L->hidden, L->k);
-  cl_conv_shape sh = conv_shape(m, st->B, L->hidden, 4 * L->hidden, L->k);
-  cl_gates_shape gs = {st->B, L->hidden, (int)P, m->cfg.dtype};
+  cl_dtype t = g->dtype;
+  size_t P = (size_t)g->H * g->W, bh = (size_t)b * L->hidden * P;
+  cl_conv_shape sx = {len * b, L->in, g->H, g->W, 4 * L->hidden, L->k, t};
+  cl_conv_shape sh = {b, L->hidden, g->H, g->W, 4 * L->hidden, L->k, t};
+  cl_gates_shape gs = {b, L->hidden, (int)P, t};
+  void *gates = st->gates[l], *cell = st->cell[l], *hid = st->hid[l];
 
   CL_KERNEL(m, be->conv_forward(m->be, &sx, in, m->params + L->off_wx, bias_of(m, L), gates, 0,
                                 st->ws));
-  for (int t = 0; t < st->T; t++) {
-    float *z = gates + (size_t)t * 4 * bh;
-    if (t > 0)
-      CL_KERNEL(m, be->conv_forward(m->be, &sh, hid + (t - 1) * bh, m->params + L->off_wh, NULL,
-                                    z, 1, st->ws));
-    CL_KERNEL(m, be->gates_forward(m->be, &gs, z, t > 0 ? cell + (t - 1) * bh : NULL,
-                                   cell + t * bh, hid + t * bh));
+  for (int s = 0; s < len; s++) {
+    void *z = cl_at(gates, (size_t)s * 4 * bh, t);
+    const void *h_prev = s > 0 ? cl_at(hid, (s - 1) * bh, t) : prev_h;
+    const void *c_prev = s > 0 ? cl_at(cell, (s - 1) * bh, t) : prev_c;
+    if (h_prev)
+      CL_KERNEL(m, be->conv_forward(m->be, &sh, h_prev, m->params + L->off_wh, NULL, z, 1, st->ws));
+    CL_KERNEL(m, be->gates_forward(m->be, &gs, z, c_prev, cl_at(cell, s * bh, t),
+                                   cl_at(hid, s * bh, t)));
   }
   return CL_OK;
 }
 
-static cl_status forward_layer_infer(cl_model *m, int l) {
+cl_status cl_forward_segment(cl_model *m, int b, int len, const void *x, void *const *prev_h,
+                             void *const *prev_c) {
   const cl_step *st = &m->step;
-  const cl_layer *L = &m->layer[l];
-  const struct cl_backend_i *be = m->be->iface;
-  size_t P = (size_t)st->H * st->W, bh = (size_t)st->B * L->hidden * P;
-  size_t bin = (size_t)st->B * L->in * P;
-  const float *in = l == 0 ? st->x : st->hid[l - 1];
-  float *z = st->gates[l], *cell = st->cell[l], *hid = st->hid[l];
-  cl_conv_shape sx = conv_shape(m, st->B, L->in, 4 * L->hidden, L->k);
-  cl_conv_shape sh = conv_shape(m, st->B, L->hidden, 4 * L->hidden, L->k);
-  cl_gates_shape gs = {st->B, L->hidden, (int)P, m->cfg.dtype};
+  for (int l = 0; l < m->cfg.n_layers; l++)
+    CL_TRY(forward_layer(m, l, b, len, l == 0 ? x : st->hid[l - 1], prev_h ? prev_h[l] : NULL,
+                         prev_c ? prev_c[l] : NULL));
+  return CL_OK;
+}
 
-  for (int t = 0; t < st->T; t++) {
-    CL_KERNEL(m, be->conv_forward(m->be, &sx, in + t * bin, m->params + L->off_wx, bias_of(m, L),
-                                  z, 0, st->ws));
-    if (t > 0)
-      CL_KERNEL(m, be->conv_forward(m->be, &sh, hid + (t - 1) * bh, m->params + L->off_wh, NULL,
-                                    z, 1, st->ws));
-    CL_KERNEL(m, be->gates_forward(m->be, &gs, z, t > 0 ? cell + ((t - 1) % 2) * bh : NULL,
-                                   cell + (t % 2) * bh, hid + t * bh));
+/* Copy the last step's h and c of every layer to dst_h[l], dst_c[l]
+ * (checkpoints, or the state a truncation window hands to the next). */
+cl_status cl_save_segment_end(cl_model *m, int b, int len, void *const *dst_h,
+                              void *const *dst_c) {
+  const cl_step *st = &m->step;
+  cl_dtype t = st->g.dtype;
+  size_t P = (size_t)st->g.H * st->g.W;
+  for (int l = 0; l < m->cfg.n_layers; l++) {
+    size_t bh = (size_t)b * m->layer[l].hidden * P, bytes = bh * cl_dtype_size(t);
+    CL_KERNEL(m, m->be->iface->copy(m->be, dst_h[l], cl_at(st->hid[l], (len - 1) * bh, t), bytes));
+    CL_KERNEL(m, m->be->iface->copy(m->be, dst_c[l], cl_at(st->cell[l], (len - 1) * bh, t), bytes));
   }
   return CL_OK;
 }
 
-static cl_status check_sequence(cl_model *m, const cl_host_array *x, const char *what,
-                                int channels) {
+/* Inference, step-major; h slot of step s in layer l's buffer. */
+static size_t hid_slot(const cl_geom *g, int s) {
+  return g->outputs == CL_OUTPUTS_ALL ? (size_t)s : (size_t)(s % 2);
+}
+
+static cl_status infer_step(cl_model *m, int s) {
+  const cl_step *st = &m->step;
+  const cl_geom *g = &st->g;
+  const struct cl_backend_i *be = m->be->iface;
+  cl_dtype t = g->dtype;
+  size_t P = (size_t)g->H * g->W;
+  for (int l = 0; l < m->cfg.n_layers; l++) {
+    const cl_layer *L = &m->layer[l];
+    size_t bh = (size_t)g->B * L->hidden * P;
+    size_t bin = (size_t)g->B * L->in * P;
+    const void *in = l == 0 ? st->x : cl_at(st->hid[l - 1], hid_slot(g, s) * bin, t);
+    cl_conv_shape sx = {g->B, L->in, g->H, g->W, 4 * L->hidden, L->k, t};
+    cl_conv_shape sh = {g->B, L->hidden, g->H, g->W, 4 * L->hidden, L->k, t};
+    cl_gates_shape gs = {g->B, L->hidden, (int)P, t};
+    void *z = st->gates[l];
+    CL_KERNEL(m, be->conv_forward(m->be, &sx, in, m->params + L->off_wx, bias_of(m, L), z, 0,
+                                  st->ws));
+    if (s > 0)
+      CL_KERNEL(m, be->conv_forward(m->be, &sh, cl_at(st->hid[l], hid_slot(g, s - 1) * bh, t),
+                                    m->params + L->off_wh, NULL, z, 1, st->ws));
+    CL_KERNEL(m, be->gates_forward(m->be, &gs, z,
+                                   s > 0 ? cl_at(st->cell[l], ((s - 1) % 2) * bh, t) : NULL,
+                                   cl_at(st->cell[l], (s % 2) * bh, t),
+                                   cl_at(st->hid[l], hid_slot(g, s) * bh, t)));
+  }
+  return CL_OK;
+}
+
+cl_status cl_check_sequence(cl_model *m, const cl_host_array *x, const char *what, int channels) {
   if (x->ndim != 5)
-    return cl_fail(m, CL_E_INVALID, "%s must have 5 dimensions [batch, time, channels, height, width]",
-                   what);
+    return cl_fail(m, CL_E_INVALID,
+                   "%s must have 5 dimensions [batch, time, channels, height, width]", what);
   for (int i = 0; i < 5; i++)
     if (x->dims[i] < 1) return cl_fail(m, CL_E_INVALID, "%s has an empty dimension %d", what, i + 1);
   if (x->dims[2] != channels)
@@ -85,35 +120,55 @@ static cl_status check_sequence(cl_model *m, const cl_host_array *x, const char 
 cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training,
                            const cl_step_options *opts) {
   m->err[0] = '\0';
-  CL_TRY(cl_check_options(m, opts));
-  CL_TRY(check_sequence(m, x, "x", m->cfg.input_dim));
-  int B = x->dims[0], T = x->dims[1], H = x->dims[3], W = x->dims[4];
+  CL_TRY(cl_check_sequence(m, x, "x", m->cfg.input_dim));
+  if (training && opts && (opts->checkpoint || opts->tbptt || opts->accumulation_steps > 1))
+    return cl_fail(m, CL_E_INVALID,
+                   "checkpoint, tbptt and accumulation_steps apply to train_step, not to a "
+                   "forward pass followed by a separate backward");
+  int B = x->dims[0], T = x->dims[1];
+  cl_geom g;
+  CL_TRY(cl_geom_make(m, B, T, x->dims[3], x->dims[4], training, opts, &g));
   m->phase = CL_PHASE_NONE;
-  CL_TRY(cl_step_prepare(m, B, T, H, W, training));
+  CL_TRY(cl_step_prepare(m, &g));
   cl_step *st = &m->step;
-  size_t n = (size_t)T * B * m->cfg.input_dim * H * W;
-  CL_TRY(cl_put_host(m, st->x, x, n));
-  for (int l = 0; l < m->cfg.n_layers; l++)
-    CL_TRY(st->training ? forward_layer_train(m, l) : forward_layer_infer(m, l));
+  st->outputs_kept = 0;
+  if (training) {
+    CL_TRY(cl_put_host(m, st->x, g.dtype, x, cl_block_all(x)));
+    CL_TRY(cl_forward_segment(m, B, T, st->x, NULL, NULL));
+  } else {
+    for (int s = 0; s < T; s++) {
+      cl_block k = {0, B, s, 1};
+      CL_TRY(cl_put_host(m, st->x, g.dtype, x, k));
+      CL_TRY(infer_step(m, s));
+    }
+  }
+  st->outputs_kept = 1;
   m->phase = training ? CL_PHASE_TRAINING : CL_PHASE_INFERENCE;
   return CL_OK;
 }
 
 cl_status cl_model_last_shape(const cl_model *m, int *B, int *T, int *H, int *W) {
   int ok = m->phase != CL_PHASE_NONE;
-  *B = ok ? m->step.B : 0;
-  *T = ok ? m->step.T : 0;
-  *H = ok ? m->step.H : 0;
-  *W = ok ? m->step.W : 0;
+  *B = ok ? m->step.g.B : 0;
+  *T = ok ? m->step.g.T : 0;
+  *H = ok ? m->step.g.H : 0;
+  *W = ok ? m->step.g.W : 0;
   return CL_OK;
 }
 
 static cl_status check_read(cl_model *m, int layer, const cl_host_array *out, int ndim) {
+  const cl_step *st = &m->step;
   if (m->phase == CL_PHASE_NONE) return cl_fail(m, CL_E_STATE, "no forward pass has run");
+  if (!st->outputs_kept)
+    return cl_fail(m, CL_E_STATE,
+                   "the last step ran in pieces (checkpoint, tbptt or accumulation) and kept "
+                   "no outputs: run a forward pass to read them");
   if (layer < 0 || layer >= m->cfg.n_layers)
     return cl_fail(m, CL_E_INVALID, "layer %d does not exist (1..%d)", layer + 1, m->cfg.n_layers);
-  const cl_step *st = &m->step;
-  int want[5] = {st->B, st->T, m->layer[layer].hidden, st->H, st->W};
+  if (ndim == 5 && !st->g.training && st->g.outputs != CL_OUTPUTS_ALL)
+    return cl_fail(m, CL_E_STATE, "this forward pass kept only the last states");
+  const cl_geom *g = &st->g;
+  int want[5] = {g->B, g->T, m->layer[layer].hidden, g->H, g->W};
   if (ndim == 4) { /* drop T */
     want[1] = want[2]; want[2] = want[3]; want[3] = want[4];
   }
@@ -127,20 +182,19 @@ static cl_status check_read(cl_model *m, int layer, const cl_host_array *out, in
 
 cl_status cl_model_read_output(cl_model *m, int layer, cl_host_array *out) {
   CL_TRY(check_read(m, layer, out, 5));
-  const cl_step *st = &m->step;
-  size_t n = (size_t)st->T * st->B * m->layer[layer].hidden * st->H * st->W;
-  return cl_get_host(m, out, st->hid[layer], n);
+  return cl_get_host(m, out, m->step.hid[layer], m->step.g.dtype);
 }
 
 cl_status cl_model_read_state(cl_model *m, int layer, int which, cl_host_array *out) {
   CL_TRY(check_read(m, layer, out, 4));
-  const cl_step *st = &m->step;
-  size_t bh = (size_t)st->B * m->layer[layer].hidden * st->H * st->W;
-  size_t last = (size_t)(st->T - 1);
-  const float *src;
-  if (which == 0)
-    src = st->hid[layer] + last * bh;
-  else /* training keeps every c_t; inference two, alternating */
-    src = st->cell[layer] + (st->training ? last : last % 2) * bh;
-  return cl_get_host(m, out, src, bh);
+  const cl_geom *g = &m->step.g;
+  size_t bh = (size_t)g->B * m->layer[layer].hidden * g->H * g->W;
+  int last = g->T - 1;
+  size_t slot;
+  if (g->training) /* a whole-sequence training forward keeps every step */
+    slot = (size_t)last;
+  else
+    slot = which == 0 ? hid_slot(g, last) : (size_t)(last % 2);
+  void *buf = which == 0 ? m->step.hid[layer] : m->step.cell[layer];
+  return cl_get_host(m, out, cl_at(buf, slot * bh, g->dtype), g->dtype);
 }

@@ -22,18 +22,51 @@ typedef struct cl_layer {
   size_t n_wx, n_wh, n_b;
 } cl_layer;
 
-/* Buffers of one planned step, views into allocations made from the plan. */
+/* The schedule of one call, derived from its shape and options; it decides
+ * the plan, and two calls with equal geometry share step buffers.
+ *  - checkpoint: time runs in segments of S steps; only h and c at segment
+ *    ends are kept, and backward recomputes a segment before using it.
+ *  - tbptt: windows of S steps, forward then backward each, state carried
+ *    forward detached; x is uploaded window by window.
+ *  - accumulation: micro-batches of Bm sequences (the last may be smaller).
+ *  - inference: step-major, x uploaded step by step, c kept for two steps,
+ *    h for two steps too when only last states are asked for. */
+typedef struct cl_geom {
+  int B, T, H, W;
+  int training;
+  int Bm;    /* sequences held at once: the micro-batch */
+  int S;     /* steps held at once: segment or window (T when neither) */
+  int nseg;  /* checkpoint segments, 1 without checkpointing */
+  int tbptt; /* nonzero: S is a truncation window */
+  cl_dtype dtype;
+  cl_outputs outputs; /* inference */
+} cl_geom;
+
+cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
+                       const cl_step_options *o, cl_geom *g);
+
+/* Buffers of one planned step, views into allocations made from the plan.
+ * Activations are in the storage dtype (void *), gradients float. */
 typedef struct cl_step {
   int valid;
-  int B, T, H, W, training;
+  cl_geom g;
   cl_plan plan;
   void **ptr; /* one per plan entry */
-  float *x;
-  float *gates[CL_MAX_LAYERS], *cell[CL_MAX_LAYERS], *hid[CL_MAX_LAYERS];
+  void *x;
+  void *gates[CL_MAX_LAYERS], *cell[CL_MAX_LAYERS], *hid[CL_MAX_LAYERS];
+  void *ckpt_h[CL_MAX_LAYERS], *ckpt_c[CL_MAX_LAYERS]; /* checkpoint: state at segment ends */
+  void *carry_h[CL_MAX_LAYERS], *carry_c[CL_MAX_LAYERS]; /* tbptt: state between windows */
+  void *dz_carry[CL_MAX_LAYERS]; /* checkpoint: dz of a segment's first step */
   float *dh[CL_MAX_LAYERS];
-  float *dc;
+  float *dc[CL_MAX_LAYERS]; /* one shared buffer unless segments interleave layers */
   void *ws;
+  int outputs_kept; /* the buffers hold the whole call's outputs and states */
 } cl_step;
+
+/* Pointer to element i of a buffer stored in dtype t. */
+static inline void *cl_at(void *base, size_t i, cl_dtype t) {
+  return base ? (char *)base + i * cl_dtype_size(t) : NULL;
+}
 
 /* Where the model is between calls; backward consumes a training forward
  * because it overwrites the saved gate activations with their gradients. */
@@ -61,6 +94,7 @@ struct cl_model {
   cl_step step;
   cl_phase phase;
   cl_target loss_target;
+  cl_loss_scale scaler; /* float16 only */
   char err[CL_ERRMSG_LEN];
 };
 
@@ -84,18 +118,49 @@ cl_status cl_fail_backend(cl_model *m, cl_status s, const char *what);
     if (cl_k_s_ != CL_OK) return cl_fail_backend((m), cl_k_s_, #expr); \
   } while (0)
 
-/* Options this build cannot honour yet are refused, never ignored. */
-cl_status cl_check_options(cl_model *m, const cl_step_options *o);
 /* Sizes with overflow checks: 0 on overflow. */
 size_t cl_mul_size(size_t a, size_t b);
 
 /* step.c */
-cl_status cl_step_prepare(cl_model *m, int B, int T, int H, int W, int training);
+cl_status cl_step_prepare(cl_model *m, const cl_geom *g);
 void cl_step_release(cl_model *m);
 /* grads.c / params.c */
 cl_status cl_grads_ensure(cl_model *m);
-/* host <-> device with staging when the device is not host memory */
-cl_status cl_put_host(cl_model *m, float *dev, const cl_host_array *src, size_t n);
-cl_status cl_get_host(cl_model *m, cl_host_array *dst, const float *dev, size_t n);
+/* A block of a host array: sequences [b0, b0 + nb) and steps [t0, t0 + nt)
+ * (nt = 1, t0 = 0 for 4-d arrays). */
+typedef struct cl_block {
+  int b0, nb, t0, nt;
+} cl_block;
+cl_block cl_block_all(const cl_host_array *a);
+/* host <-> device, converting layout and dtype in one pass, staged through
+ * host memory when the device is not host memory. */
+cl_status cl_put_host(cl_model *m, void *dev, cl_dtype t, const cl_host_array *src, cl_block blk);
+cl_status cl_get_host(cl_model *m, cl_host_array *dst, const void *dev, cl_dtype t);
+/* forward.c / backward.c: the engine's pieces, used by train.c. A segment
+ * is len steps of b sequences in the step buffers; prev_h/prev_c give each
+ * layer's state before it (NULL: zeros); x is its input. */
+cl_status cl_check_sequence(cl_model *m, const cl_host_array *x, const char *what, int channels);
+cl_status cl_forward_segment(cl_model *m, int b, int len, const void *x, void *const *prev_h,
+                             void *const *prev_c);
+cl_status cl_save_segment_end(cl_model *m, int b, int len, void *const *dst_h,
+                              void *const *dst_c);
+/* fresh_dc: d_cell starts at zero (else it carries the later segment's);
+ * carry_in: add the recurrent gradient that the later segment left in
+ * dz_carry; save_carry: leave this segment's for the earlier one. */
+cl_status cl_backward_segment(cl_model *m, int b, int len, const void *x, void *const *prev_h,
+                              void *const *prev_c, int fresh_dc, int carry_in, int save_carry);
+/* MSE of the segment's part of the target (sequences blk.b0.., steps
+ * t0..t0+len-1 of the call) into *loss (weighted by scale / loss_scale
+ * share); with want_grad the last layer's d_hidden receives scale times its
+ * gradient (zeros at steps without a target). */
+cl_status cl_loss_segment(cl_model *m, const cl_host_array *y, cl_target target, int b0, int b,
+                          int t0, int len, double share, float loss_scale, int want_grad,
+                          double *loss);
+cl_status cl_zero(cl_model *m, void *p, size_t bytes);
+cl_status cl_check_optim(cl_model *m, const cl_optim *o);
+void cl_scaler_reset(cl_loss_scale *s);
+/* y or an output gradient shaped as the target needs for [B, T, ., H, W]. */
+cl_status cl_check_target(cl_model *m, const cl_host_array *a, cl_target target, const char *what,
+                          int B, int T, int H, int W);
 
 #endif

@@ -76,10 +76,9 @@ static cl_status check_config(const cl_config *c, char *err, size_t errlen) {
       return CL_E_INVALID;
     }
   }
-  if (c->dtype != CL_F32) {
-    snprintf(err, errlen, "dtype %s is not supported yet: only float32",
-             c->dtype == CL_F16 ? "float16" : "bfloat16");
-    return CL_E_UNSUPPORTED;
+  if (c->dtype != CL_F32 && c->dtype != CL_F16 && c->dtype != CL_BF16) {
+    snprintf(err, errlen, "unknown dtype %d", (int)c->dtype);
+    return CL_E_INVALID;
   }
   return CL_OK;
 }
@@ -137,6 +136,7 @@ cl_status cl_model_create(const cl_config *cfg, cl_model **out, char *err, size_
   }
   m->cfg = *cfg;
   m->cfg.bias = cfg->bias ? 1 : 0;
+  cl_scaler_reset(&m->scaler);
   models_alive++;
   s = layout_layers(m);
   if (s == CL_OK) s = create_backend(m);
@@ -234,20 +234,14 @@ cl_status cl_model_set_memory_limit(cl_model *m, size_t bytes) {
   return CL_OK;
 }
 
-cl_status cl_check_options(cl_model *m, const cl_step_options *o) {
-  if (o && (o->checkpoint || o->tbptt || o->accumulation_steps > 1 || o->outputs != CL_OUTPUTS_ALL ||
-            (o->dtype > 0 && o->dtype != (int)m->cfg.dtype)))
-    return cl_fail(m, CL_E_UNSUPPORTED, "checkpoint, tbptt, accumulation_steps, last-state "
-                   "outputs and planning for another dtype are not implemented yet");
-  return CL_OK;
-}
-
 cl_status cl_model_plan(cl_model *m, int B, int T, int H, int W, int training,
                         const cl_optim *opt, const cl_step_options *opts, cl_plan *out) {
-  CL_TRY(cl_check_options(m, opts));
-  cl_status s = cl_plan_build(m, B, T, H, W, training, opt, out);
-  if (s != CL_OK)
-    return cl_fail(m, s, "a step of batch %d, %d steps, %dx%d pixels: sizes overflow", B, T, H, W);
+  memset(out, 0, sizeof *out);
+  cl_geom g;
+  CL_TRY(cl_geom_make(m, B, T, H, W, training, opts, &g));
+  if (cl_plan_build(m, &g, opt, out) != CL_OK)
+    return cl_fail(m, CL_E_INVALID, "a step of batch %d, %d steps, %dx%d pixels: sizes overflow",
+                   B, T, H, W);
   return CL_OK;
 }
 

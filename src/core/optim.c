@@ -1,14 +1,14 @@
 /*
  * core/optim.c -- optimizer updates over the flat parameter buffer (one
- * kernel launch for all parameters), the optimizer state they keep, and the
- * whole training step. The update rules themselves are the backends'
- * (adam_update, sgd_update), written to match torch.optim.
+ * kernel launch for all parameters) and the optimizer state they keep. The
+ * update rules themselves are the backends' (adam_update, sgd_update),
+ * written to match torch.optim. The training step is in train.c.
  */
 #include "internal.h"
 
 #include <math.h>
 
-static cl_status check_optim(cl_model *m, const cl_optim *o) {
+cl_status cl_check_optim(cl_model *m, const cl_optim *o) {
   if (o->kind != CL_OPTIM_ADAM && o->kind != CL_OPTIM_SGD)
     return cl_fail(m, CL_E_INVALID, "unknown optimizer kind %d", (int)o->kind);
   if (!(o->lr >= 0) || !isfinite(o->lr))
@@ -61,7 +61,7 @@ static cl_status ensure_state(cl_model *m, const cl_optim *o, int *fresh) {
 
 cl_status cl_model_optimizer_step(cl_model *m, const cl_optim *o) {
   m->err[0] = '\0';
-  CL_TRY(check_optim(m, o));
+  CL_TRY(cl_check_optim(m, o));
   if (!m->grads) return cl_fail(m, CL_E_STATE, "no gradients yet: run backward first");
   int fresh;
   CL_TRY(ensure_state(m, o, &fresh));
@@ -76,17 +76,4 @@ cl_status cl_model_optimizer_step(cl_model *m, const cl_optim *o) {
   }
   m->opt_steps++;
   return CL_OK;
-}
-
-cl_status cl_model_train_step(cl_model *m, const cl_host_array *x, const cl_host_array *y,
-                              cl_target target, const cl_optim *opt,
-                              const cl_step_options *opts, double *loss) {
-  CL_TRY(check_optim(m, opt));
-  CL_TRY(cl_model_forward(m, x, 1, opts));
-  CL_TRY(cl_model_mse(m, y, target, loss));
-  if (!isfinite(*loss))
-    return cl_fail(m, CL_E_INVALID, "the loss is not finite (%g): parameters left unchanged", *loss);
-  CL_TRY(cl_model_zero_grad(m));
-  CL_TRY(cl_model_backward(m, target, NULL));
-  return cl_model_optimizer_step(m, opt);
 }

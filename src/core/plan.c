@@ -1,14 +1,58 @@
 /*
- * core/plan.c -- builds the memory plan of one step (see plan.h). Pure: it
- * reads the model's configuration and asks the backend for workspace sizes,
- * and allocates nothing on the device. The sizes written here are the sizes
- * step.c allocates, so estimate and measurement agree to the byte.
+ * core/plan.c -- the geometry of a call (how many steps and sequences are
+ * held at once, given checkpointing, truncation and accumulation) and the
+ * memory plan it implies (see plan.h). Pure: it reads the model's
+ * configuration and asks the backend for workspace sizes, and allocates
+ * nothing on the device. The sizes written here are the sizes step.c
+ * allocates, so estimate and measurement agree to the byte.
  */
 #include "internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
+                       const cl_step_options *o, cl_geom *g) {
+  static const cl_step_options none;
+  if (!o) o = &none;
+  memset(g, 0, sizeof *g);
+  if (B < 1 || T < 1 || H < 1 || W < 1)
+    return cl_fail(m, CL_E_INVALID, "batch, steps, height and width must be positive");
+  if (o->checkpoint < 0 || o->tbptt < 0 || o->accumulation_steps < 0)
+    return cl_fail(m, CL_E_INVALID, "checkpoint, tbptt and accumulation_steps must be >= 0");
+  if (o->outputs != CL_OUTPUTS_ALL && o->outputs != CL_OUTPUTS_LAST)
+    return cl_fail(m, CL_E_INVALID, "unknown outputs mode %d", (int)o->outputs);
+  if (o->plan_dtype < 0 || o->plan_dtype > 1 + CL_BF16)
+    return cl_fail(m, CL_E_INVALID, "unknown dtype %d", o->plan_dtype - 1);
+  g->B = B; g->T = T; g->H = H; g->W = W;
+  g->training = training ? 1 : 0;
+  g->dtype = o->plan_dtype ? (cl_dtype)(o->plan_dtype - 1) : m->cfg.dtype;
+  g->Bm = B;
+  g->S = T;
+  g->nseg = 1;
+  if (!training) {
+    g->outputs = o->outputs;
+    return CL_OK;
+  }
+  int ck = o->checkpoint > 0 && o->checkpoint < T, tb = o->tbptt > 0 && o->tbptt < T;
+  if (ck && tb)
+    return cl_fail(m, CL_E_INVALID, "checkpoint and tbptt cannot be combined: use one of them");
+  if (o->accumulation_steps > B)
+    return cl_fail(m, CL_E_INVALID, "accumulation_steps (%d) exceeds the batch size (%d)",
+                   o->accumulation_steps, B);
+  if (o->accumulation_steps > 1) g->Bm = ceil_div(B, o->accumulation_steps);
+  if (ck) {
+    g->S = o->checkpoint;
+    g->nseg = ceil_div(T, g->S);
+  } else if (tb) {
+    g->S = o->tbptt;
+    g->tbptt = 1;
+  }
+  return CL_OK;
+}
 
 typedef struct plan_builder {
   cl_plan *p;
@@ -17,7 +61,7 @@ typedef struct plan_builder {
 } plan_builder;
 
 static void add(plan_builder *b, int kind, int layer, cl_mem_category cat, size_t bytes,
-               const char *name) {
+                const char *name) {
   if (b->p->n == b->cap) {
     int cap = b->cap ? 2 * b->cap : 32;
     cl_plan_entry *e = realloc(b->p->entries, (size_t)cap * sizeof *e);
@@ -49,29 +93,35 @@ static size_t nbytes(plan_builder *b, size_t elt, size_t d0, size_t d1, size_t d
   return n;
 }
 
-static size_t ws_max(const struct cl_model *m, size_t cur, int N, int C, int K, int k, int H,
-                     int W) {
+static size_t ws_of(const struct cl_model *m, const cl_geom *g, size_t cur, int N, int C, int K,
+                    int k) {
   if (N <= 0) return cur;
-  cl_conv_shape s = {N, C, H, W, K, k, m->cfg.dtype};
+  cl_conv_shape s = {N, C, g->H, g->W, K, k, g->dtype};
   size_t w = cl_backend_conv_workspace(m->be, &s);
   return w > cur ? w : cur;
 }
 
-/* Workspace: the largest any convolution of the step asks for. */
-static size_t plan_workspace(const struct cl_model *m, int B, int T, int H, int W,
-                             int training) {
+/* Workspace: the largest any convolution of the call asks for, over every
+ * micro-batch size and segment length it runs. */
+static size_t plan_workspace(const struct cl_model *m, const cl_geom *g) {
   size_t ws = 0;
+  int bs[2] = {g->Bm, g->B - (ceil_div(g->B, g->Bm) - 1) * g->Bm};
+  int lens[2] = {g->S, g->T - (ceil_div(g->T, g->S) - 1) * g->S};
   for (int l = 0; l < m->cfg.n_layers; l++) {
     const cl_layer *L = &m->layer[l];
     int K = 4 * L->hidden;
-    if (training) {
-      ws = ws_max(m, ws, T * B, L->in, K, L->k, H, W);       /* input half, all steps */
-      ws = ws_max(m, ws, B, L->hidden, K, L->k, H, W);       /* hidden half, per step */
-      ws = ws_max(m, ws, (T - 1) * B, L->hidden, K, L->k, H, W); /* hidden filter grad */
-    } else {
-      ws = ws_max(m, ws, B, L->in, K, L->k, H, W);
-      ws = ws_max(m, ws, B, L->hidden, K, L->k, H, W);
+    if (!g->training) {
+      ws = ws_of(m, g, ws, g->B, L->in, K, L->k);
+      ws = ws_of(m, g, ws, g->B, L->hidden, K, L->k);
+      continue;
     }
+    for (int i = 0; i < 2; i++)
+      for (int j = 0; j < 2; j++) {
+        int b = bs[i], len = lens[j];
+        ws = ws_of(m, g, ws, len * b, L->in, K, L->k);         /* input half, all steps */
+        ws = ws_of(m, g, ws, b, L->hidden, K, L->k);           /* hidden half, per step */
+        ws = ws_of(m, g, ws, (len - 1) * b, L->hidden, K, L->k); /* hidden filter grad */
+      }
   }
   return ws;
 }
@@ -90,43 +140,67 @@ static void plan_model_buffers(plan_builder *b, const struct cl_model *m, int tr
     add(b, CL_BUF_OPT_V, -1, CL_MEM_OPTIMIZER, pb, "adam.exp_avg_sq");
 }
 
-static void plan_step_buffers(plan_builder *b, const struct cl_model *m, int B, int T, int H,
-                              int W, int training) {
-  size_t e = cl_dtype_size(m->cfg.dtype), f = sizeof(float);
-  size_t P = (size_t)H * (size_t)W, TB = (size_t)T * (size_t)B;
-  int nl = m->cfg.n_layers, maxh = 0;
-  for (int l = 0; l < nl; l++)
-    if (m->layer[l].hidden > maxh) maxh = m->layer[l].hidden;
-
-  add(b, CL_BUF_X, -1, CL_MEM_DATA, nbytes(b, e, TB, (size_t)m->cfg.input_dim, P, 1), "x");
-  if (!training) {
-    add(b, CL_BUF_GATES, -1, CL_MEM_WORKSPACE, nbytes(b, e, (size_t)B, 4 * (size_t)maxh, P, 1),
-        "gates");
-  }
-  for (int l = 0; l < nl; l++) {
-    size_t h = (size_t)m->layer[l].hidden;
-    if (training) {
-      add(b, CL_BUF_GATES, l, CL_MEM_ACTIVATIONS, nbytes(b, e, TB, 4 * h, P, 1), "gates");
-      add(b, CL_BUF_CELL, l, CL_MEM_ACTIVATIONS, nbytes(b, e, TB, h, P, 1), "cell");
-    } else {
-      add(b, CL_BUF_CELL, l, CL_MEM_STATES, nbytes(b, e, 2, (size_t)B, h, P), "cell");
-    }
-    add(b, CL_BUF_HID, l, CL_MEM_ACTIVATIONS, nbytes(b, e, TB, h, P, 1), "hidden");
-    if (training) add(b, CL_BUF_DH, l, CL_MEM_WORKSPACE, nbytes(b, f, TB, h, P, 1), "d_hidden");
-  }
-  if (training)
-    add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, (size_t)B, (size_t)maxh, P, 1), "d_cell");
-  add(b, CL_BUF_WS, -1, CL_MEM_WORKSPACE, plan_workspace(m, B, T, H, W, training),
-      "conv_workspace");
+static int max_hidden(const struct cl_model *m) {
+  int h = 0;
+  for (int l = 0; l < m->cfg.n_layers; l++)
+    if (m->layer[l].hidden > h) h = m->layer[l].hidden;
+  return h;
 }
 
-cl_status cl_plan_build(const struct cl_model *m, int B, int T, int H, int W, int training,
-                        const cl_optim *opt, cl_plan *out) {
+static void plan_inference(plan_builder *b, const struct cl_model *m, const cl_geom *g) {
+  size_t e = cl_dtype_size(g->dtype), P = (size_t)g->H * g->W, B = (size_t)g->B;
+  add(b, CL_BUF_X, -1, CL_MEM_DATA, nbytes(b, e, B, (size_t)m->cfg.input_dim, P, 1), "x");
+  add(b, CL_BUF_GATES, -1, CL_MEM_WORKSPACE, nbytes(b, e, B, 4 * (size_t)max_hidden(m), P, 1),
+      "gates");
+  int all = g->outputs == CL_OUTPUTS_ALL;
+  for (int l = 0; l < m->cfg.n_layers; l++) {
+    size_t h = (size_t)m->layer[l].hidden;
+    add(b, CL_BUF_CELL, l, CL_MEM_STATES, nbytes(b, e, 2, B, h, P), "cell");
+    if (all)
+      add(b, CL_BUF_HID, l, CL_MEM_ACTIVATIONS, nbytes(b, e, (size_t)g->T, B, h, P), "hidden");
+    else
+      add(b, CL_BUF_HID, l, CL_MEM_STATES, nbytes(b, e, 2, B, h, P), "hidden");
+  }
+}
+
+static void plan_training(plan_builder *b, const struct cl_model *m, const cl_geom *g) {
+  size_t e = cl_dtype_size(g->dtype), f = sizeof(float), P = (size_t)g->H * g->W;
+  size_t Bm = (size_t)g->Bm, S = (size_t)g->S, nseg = (size_t)g->nseg;
+  size_t Tx = g->tbptt ? S : (size_t)g->T;
+  int carry_windows = g->tbptt && g->S < g->T;
+  add(b, CL_BUF_X, -1, CL_MEM_DATA, nbytes(b, e, Tx, Bm, (size_t)m->cfg.input_dim, P), "x");
+  for (int l = 0; l < m->cfg.n_layers; l++) {
+    size_t h = (size_t)m->layer[l].hidden;
+    add(b, CL_BUF_GATES, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, 4 * h, P), "gates");
+    add(b, CL_BUF_CELL, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, h, P), "cell");
+    add(b, CL_BUF_HID, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, h, P), "hidden");
+    if (nseg > 1) {
+      add(b, CL_BUF_CKPT_H, l, CL_MEM_ACTIVATIONS, nbytes(b, e, nseg - 1, Bm, h, P), "checkpoint_h");
+      add(b, CL_BUF_CKPT_C, l, CL_MEM_ACTIVATIONS, nbytes(b, e, nseg - 1, Bm, h, P), "checkpoint_c");
+      add(b, CL_BUF_DZ_CARRY, l, CL_MEM_WORKSPACE, nbytes(b, e, Bm, 4 * h, P, 1), "dz_carry");
+      add(b, CL_BUF_DC, l, CL_MEM_WORKSPACE, nbytes(b, f, Bm, h, P, 1), "d_cell");
+    }
+    if (carry_windows) {
+      add(b, CL_BUF_CARRY_H, l, CL_MEM_STATES, nbytes(b, e, Bm, h, P, 1), "carry_h");
+      add(b, CL_BUF_CARRY_C, l, CL_MEM_STATES, nbytes(b, e, Bm, h, P, 1), "carry_c");
+    }
+    add(b, CL_BUF_DH, l, CL_MEM_WORKSPACE, nbytes(b, f, S, Bm, h, P), "d_hidden");
+  }
+  if (nseg == 1)
+    add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, (size_t)max_hidden(m), P, 1),
+        "d_cell");
+}
+
+cl_status cl_plan_build(const struct cl_model *m, const cl_geom *g, const cl_optim *opt,
+                        cl_plan *out) {
   memset(out, 0, sizeof *out);
-  if (B < 1 || T < 1 || H < 1 || W < 1) return CL_E_INVALID;
   plan_builder b = {out, 0, 0};
-  plan_model_buffers(&b, m, training, opt);
-  plan_step_buffers(&b, m, B, T, H, W, training);
+  plan_model_buffers(&b, m, g->training, opt);
+  if (g->training)
+    plan_training(&b, m, g);
+  else
+    plan_inference(&b, m, g);
+  add(&b, CL_BUF_WS, -1, CL_MEM_WORKSPACE, plan_workspace(m, g), "conv_workspace");
   if (b.overflow) {
     cl_plan_free(out);
     return CL_E_INVALID;

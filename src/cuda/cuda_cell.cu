@@ -87,11 +87,11 @@ static cl_status forward_t(cl_backend *be, const cl_gates_shape *s, void *z, con
 
 template <typename T>
 static cl_status backward_t(cl_backend *be, const cl_gates_shape *s, void *gates, const void *c,
-                            const void *c_prev, const void *dh, float *dc) {
+                            const void *c_prev, const float *dh, float *dc) {
   const size_t hp = (size_t)s->hidden * s->P, total = (size_t)s->N * hp;
   if (total == 0) return CL_OK;
   gates_backward_kernel<T><<<cl_cuda_blocks(total), CL_CUDA_THREADS, 0, cl_cuda_ctx_of(be)->stream>>>(
-      (T *)gates, (const T *)c, (const T *)c_prev, (const float *)dh, dc, total, hp);
+      (T *)gates, (const T *)c, (const T *)c_prev, dh, dc, total, hp);
   CL_CUDA_LAUNCH_CHECK(be);
   return CL_OK;
 }
@@ -112,7 +112,7 @@ cl_status cl_cuda_gates_forward(cl_backend *be, const cl_gates_shape *s, void *z
 }
 
 cl_status cl_cuda_gates_backward(cl_backend *be, const cl_gates_shape *s, void *gates,
-                                 const void *c, const void *c_prev, const void *dh, float *dc) {
+                                 const void *c, const void *c_prev, const float *dh, float *dc) {
   cl_status st = check_gates(be, s, "gates_backward");
   if (st != CL_OK) return st;
   switch (s->dtype) {

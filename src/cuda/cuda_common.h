@@ -144,12 +144,11 @@ cl_status cl_cuda_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, c
                                        const void *x, float *dw, float *dbias, void *ws);
 void cl_cudnn_cache_free(struct cl_cudnn_cache *c);
 
-/* cuda_cell.cu. backend.h types gates_backward's dh void*, but it is the
- * float32 d_hidden of the core whatever the storage type. */
+/* cuda_cell.cu */
 cl_status cl_cuda_gates_forward(cl_backend *be, const cl_gates_shape *s, void *z,
                                 const void *c_prev, void *c, void *h);
 cl_status cl_cuda_gates_backward(cl_backend *be, const cl_gates_shape *s, void *gates,
-                                 const void *c, const void *c_prev, const void *dh, float *dc);
+                                 const void *c, const void *c_prev, const float *dh, float *dc);
 
 /* cuda_optim.cu */
 cl_status cl_cuda_mse(cl_backend *be, const void *pred, const float *target, size_t n,

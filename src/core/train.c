@@ -1,0 +1,174 @@
+/*
+ * core/train.c -- the training step: zero_grad, forward, MSE, backward and
+ * the update in one call, scheduled by the step's geometry (plan.c):
+ *  - accumulation: micro-batches in turn, each loss weighted by its share of
+ *    the batch, so the summed gradients are the whole batch's;
+ *  - checkpointing: forward segment by segment keeping only the states at
+ *    segment ends, then backward from the last segment, recomputing each
+ *    earlier one from its checkpoint first -- the same gradients as without;
+ *  - truncated BPTT: window by window, forward then backward, the state
+ *    handed on detached;
+ *  - float16: the loss scaled up for backward, the gradients unscaled and
+ *    checked before the update, which is skipped on inf/NaN (GradScaler).
+ */
+#include "internal.h"
+
+#include <math.h>
+
+#define CL_SCALE_INIT 65536.0
+#define CL_SCALE_GROWTH_INTERVAL 2000
+
+void cl_scaler_reset(cl_loss_scale *s) {
+  s->scale = CL_SCALE_INIT;
+  s->growth_interval = CL_SCALE_GROWTH_INTERVAL;
+  s->clean_steps = 0;
+  s->skipped_steps = 0;
+}
+
+static int seg_len(const cl_geom *g, int s) {
+  int left = g->T - s * g->S;
+  return left < g->S ? left : g->S;
+}
+
+/* Share of the whole batch's loss elements held by b sequences, len steps. */
+static double share_of(const cl_geom *g, cl_target tg, int b, int len) {
+  if (tg == CL_TARGET_SEQUENCE) return ((double)b * len) / ((double)g->B * g->T);
+  return (double)b / g->B;
+}
+
+/* Pointers to checkpoint slot s of every layer, for b sequences. */
+static void ckpt_slot(cl_model *m, int b, int s, void **h, void **c) {
+  const cl_step *st = &m->step;
+  for (int l = 0; l < m->cfg.n_layers; l++) {
+    size_t bh = (size_t)b * m->layer[l].hidden * st->g.H * st->g.W;
+    h[l] = cl_at(st->ckpt_h[l], (size_t)s * bh, st->g.dtype);
+    c[l] = cl_at(st->ckpt_c[l], (size_t)s * bh, st->g.dtype);
+  }
+}
+
+/* The whole sequence of one micro-batch, in checkpoint segments (one
+ * segment without checkpointing). */
+static cl_status run_segments(cl_model *m, const cl_host_array *x, const cl_host_array *y,
+                              cl_target tg, int b0, int b, float ls, double *loss) {
+  cl_step *st = &m->step;
+  const cl_geom *g = &st->g;
+  size_t xstep = (size_t)b * m->cfg.input_dim * g->H * g->W;
+  void *ph[CL_MAX_LAYERS], *pc[CL_MAX_LAYERS], *eh[CL_MAX_LAYERS], *ec[CL_MAX_LAYERS];
+  cl_block all = {b0, b, 0, g->T};
+  CL_TRY(cl_put_host(m, st->x, g->dtype, x, all));
+  for (int s = 0; s < g->nseg; s++) {
+    int len = seg_len(g, s);
+    if (s > 0) ckpt_slot(m, b, s - 1, ph, pc);
+    CL_TRY(cl_forward_segment(m, b, len, cl_at(st->x, (size_t)s * g->S * xstep, g->dtype),
+                              s > 0 ? ph : NULL, s > 0 ? pc : NULL));
+    if (s < g->nseg - 1) {
+      ckpt_slot(m, b, s, eh, ec);
+      CL_TRY(cl_save_segment_end(m, b, len, eh, ec));
+    }
+  }
+  for (int s = g->nseg - 1; s >= 0; s--) {
+    int len = seg_len(g, s), last = s == g->nseg - 1;
+    void *xs = cl_at(st->x, (size_t)s * g->S * xstep, g->dtype);
+    if (s > 0) ckpt_slot(m, b, s - 1, ph, pc);
+    if (!last) /* recompute what the later segments overwrote */
+      CL_TRY(cl_forward_segment(m, b, len, xs, s > 0 ? ph : NULL, s > 0 ? pc : NULL));
+    double part;
+    CL_TRY(cl_loss_segment(m, y, tg, b0, b, s * g->S, len, share_of(g, tg, b, len), ls, 1, &part));
+    *loss += part;
+    CL_TRY(cl_backward_segment(m, b, len, xs, s > 0 ? ph : NULL, s > 0 ? pc : NULL, last, !last,
+                               s > 0));
+  }
+  return CL_OK;
+}
+
+/* Truncated BPTT over one micro-batch: windows of S steps. */
+static cl_status run_windows(cl_model *m, const cl_host_array *x, const cl_host_array *y,
+                             cl_target tg, int b0, int b, float ls, double *loss) {
+  cl_step *st = &m->step;
+  const cl_geom *g = &st->g;
+  int nwin = (g->T + g->S - 1) / g->S;
+  for (int w = 0; w < nwin; w++) {
+    int t0 = w * g->S, len = seg_len(g, w), first = w == 0;
+    cl_block k = {b0, b, t0, len};
+    CL_TRY(cl_put_host(m, st->x, g->dtype, x, k));
+    CL_TRY(cl_forward_segment(m, b, len, st->x, first ? NULL : st->carry_h,
+                              first ? NULL : st->carry_c));
+    if (tg == CL_TARGET_SEQUENCE || w == nwin - 1) {
+      double part;
+      CL_TRY(cl_loss_segment(m, y, tg, b0, b, t0, len, share_of(g, tg, b, len), ls, 1, &part));
+      *loss += part;
+      CL_TRY(cl_backward_segment(m, b, len, st->x, first ? NULL : st->carry_h,
+                                 first ? NULL : st->carry_c, 1, 0, 0));
+    }
+    /* after backward, which still reads the incoming state */
+    if (w < nwin - 1) CL_TRY(cl_save_segment_end(m, b, len, st->carry_h, st->carry_c));
+  }
+  return CL_OK;
+}
+
+/* float16: unscale, and update only when every gradient is finite. */
+static cl_status scaled_update(cl_model *m, const cl_optim *opt) {
+  cl_loss_scale *sc = &m->scaler;
+  int bad = 0;
+  CL_KERNEL(m, m->be->iface->grad_unscale(m->be, m->grads, m->n_params, (float)(1.0 / sc->scale),
+                                          &bad));
+  if (bad) {
+    sc->scale *= 0.5;
+    sc->clean_steps = 0;
+    sc->skipped_steps++;
+    return CL_OK;
+  }
+  CL_TRY(cl_model_optimizer_step(m, opt));
+  if (++sc->clean_steps >= sc->growth_interval) {
+    sc->scale *= 2.0;
+    sc->clean_steps = 0;
+  }
+  return CL_OK;
+}
+
+cl_status cl_model_train_step(cl_model *m, const cl_host_array *x, const cl_host_array *y,
+                              cl_target target, const cl_optim *opt,
+                              const cl_step_options *opts, double *loss) {
+  m->err[0] = '\0';
+  *loss = 0;
+  CL_TRY(cl_check_optim(m, opt));
+  CL_TRY(cl_check_sequence(m, x, "x", m->cfg.input_dim));
+  int B = x->dims[0], T = x->dims[1], H = x->dims[3], W = x->dims[4];
+  CL_TRY(cl_check_target(m, y, target, "y", B, T, H, W));
+  cl_geom g;
+  CL_TRY(cl_geom_make(m, B, T, H, W, 1, opts, &g));
+  m->phase = CL_PHASE_NONE;
+  CL_TRY(cl_step_prepare(m, &g));
+  CL_TRY(cl_model_zero_grad(m));
+  m->step.outputs_kept = 0;
+  m->phase = CL_PHASE_CONSUMED;
+  int half = g.dtype == CL_F16;
+  float ls = half ? (float)m->scaler.scale : 1.0f;
+  for (int b0 = 0; b0 < B; b0 += g.Bm) {
+    int b = B - b0 < g.Bm ? B - b0 : g.Bm;
+    CL_TRY(g.tbptt ? run_windows(m, x, y, target, b0, b, ls, loss)
+                   : run_segments(m, x, y, target, b0, b, ls, loss));
+  }
+  m->step.outputs_kept = g.Bm == B && g.nseg == 1 && !g.tbptt;
+  if (half) return scaled_update(m, opt);
+  if (!isfinite(*loss))
+    return cl_fail(m, CL_E_INVALID, "the loss is not finite (%g): parameters left unchanged", *loss);
+  return cl_model_optimizer_step(m, opt);
+}
+
+cl_status cl_model_set_dtype(cl_model *m, cl_dtype dtype) {
+  m->err[0] = '\0';
+  if (dtype != CL_F32 && dtype != CL_F16 && dtype != CL_BF16)
+    return cl_fail(m, CL_E_INVALID, "unknown dtype %d", (int)dtype);
+  if (dtype == m->cfg.dtype) return CL_OK;
+  cl_step_release(m); /* activations were planned in the old dtype */
+  m->cfg.dtype = dtype;
+  cl_scaler_reset(&m->scaler);
+  return CL_OK;
+}
+
+cl_status cl_model_get_loss_scale(const cl_model *m, cl_loss_scale *out) {
+  *out = m->scaler;
+  if (m->cfg.dtype != CL_F16) out->scale = 1.0;
+  return CL_OK;
+}
