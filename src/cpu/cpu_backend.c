@@ -119,6 +119,7 @@ static const struct cl_backend_i cpu_iface = {
     /* .gates_forward        = */ cl_cpu_gates_forward,
     /* .gates_backward       = */ cl_cpu_gates_backward,
     /* .mse                  = */ cl_cpu_mse,
+    /* .grad_unscale         = */ cl_cpu_grad_unscale,
     /* .adam_update          = */ cl_cpu_adam_update,
     /* .sgd_update           = */ cl_cpu_sgd_update,
 };

@@ -9,6 +9,9 @@
  * AVX-512 or AVX2 version runs 16 or 8 pixels at a time with the vector
  * exp/tanh of cpu_vmath.h, and the scalar version (other CPUs, row tails)
  * calls expf/tanhf. Both evaluate the same expressions in the same order.
+ * With float16 / bfloat16 storage (z, c, h; dh and dc are float32 always)
+ * a row goes through the same code in float chunks, converted on the way in
+ * and rounded once on the way out.
  *
  * Not here: the convolutions that produce the pre-activations (cpu_conv.c).
  */
@@ -27,11 +30,16 @@ typedef struct cell_row {
   int P;
 } cell_row;
 
-static cell_row row_of(const cl_gates_shape *s, float *z, int64_t r) {
+/* Element offset of row r's first gate (i) in [N, 4 hidden, P]. */
+static size_t gate_offset(const cl_gates_shape *s, int64_t r) {
   int64_t n = r / s->hidden, ch = r % s->hidden;
+  return ((size_t)n * 4 * s->hidden + (size_t)ch) * s->P;
+}
+
+static cell_row row_of(const cl_gates_shape *s, float *z, int64_t r) {
   size_t gate = (size_t)s->hidden * s->P;
   cell_row cr = {0};
-  cr.i = z + ((size_t)n * 4 * s->hidden + ch) * s->P;
+  cr.i = z + gate_offset(s, r);
   cr.f = cr.i + gate;
   cr.o = cr.f + gate;
   cr.g = cr.o + gate;
@@ -40,8 +48,8 @@ static cell_row row_of(const cl_gates_shape *s, float *z, int64_t r) {
 }
 
 static cl_status check(cl_backend *be, const cl_gates_shape *s) {
-  if (s->dtype != CL_F32)
-    return cl_cpu_fail(be, CL_E_UNSUPPORTED, "cpu backend: gates support float32 only (dtype %d)",
+  if (s->dtype != CL_F32 && s->dtype != CL_F16 && s->dtype != CL_BF16)
+    return cl_cpu_fail(be, CL_E_UNSUPPORTED, "cpu backend: unknown storage dtype %d",
                        (int)s->dtype);
   if (s->N < 0 || s->hidden < 0 || s->P < 0)
     return cl_cpu_fail(be, CL_E_INVALID, "cpu backend: bad gates shape N=%d hidden=%d P=%d", s->N,
@@ -110,6 +118,36 @@ static void forward_row(cl_cpu_gemm_kind isa, const cell_row *r) {
   forward_scalar(r, 0);
 }
 
+/* ---- half storage: float chunks through the same row code ----------------- */
+
+enum { HALF_CHUNK = 128 };
+
+/* Row r with z, c_prev, c, h stored in s->dtype: each chunk is converted to
+ * float, computed as float32 rows are, and rounded back once. */
+static void forward_row_half(cl_cpu_gemm_kind isa, const cl_gates_shape *s, void *z, int64_t r,
+                             const void *c_prev, void *c, void *h) {
+  const cl_dtype t = s->dtype;
+  const size_t zo = gate_offset(s, r), gate = (size_t)s->hidden * s->P, so = (size_t)r * s->P;
+  float b[7][HALF_CHUNK]; /* i, f, o, g, c_prev, c, h */
+  for (int p0 = 0; p0 < s->P; p0 += HALF_CHUNK) {
+    size_t n = (size_t)(s->P - p0 < HALF_CHUNK ? s->P - p0 : HALF_CHUNK);
+    for (int q = 0; q < 4; q++) cl_cpu_load(t, z, zo + q * gate + p0, b[q], n);
+    if (c_prev) cl_cpu_load(t, c_prev, so + p0, b[4], n);
+    cell_row cr = {.i = b[0],
+                   .f = b[1],
+                   .o = b[2],
+                   .g = b[3],
+                   .cp = c_prev ? b[4] : NULL,
+                   .cn = b[5],
+                   .h = b[6],
+                   .P = (int)n};
+    forward_row(isa, &cr);
+    for (int q = 0; q < 4; q++) cl_cpu_store(t, b[q], z, zo + q * gate + p0, n, 0);
+    cl_cpu_store(t, b[5], c, so + p0, n, 0);
+    cl_cpu_store(t, b[6], h, so + p0, n, 0);
+  }
+}
+
 cl_status cl_cpu_gates_forward(cl_backend *be, const cl_gates_shape *s, void *z, const void *c_prev,
                                void *c, void *h) {
   cl_status st = check(be, s);
@@ -120,6 +158,10 @@ cl_status cl_cpu_gates_forward(cl_backend *be, const cl_gates_shape *s, void *z,
 #pragma omp parallel for num_threads(be->n_threads) schedule(static) if (rows * s->P > 16384)
 #endif
   for (int64_t r = 0; r < rows; r++) {
+    if (s->dtype != CL_F32) {
+      forward_row_half(isa, s, z, r, c_prev, c, h);
+      continue;
+    }
     cell_row cr = row_of(s, (float *)z, r);
     size_t off = (size_t)r * s->P;
     cr.cp = c_prev ? (const float *)c_prev + off : NULL;
@@ -202,8 +244,33 @@ static void backward_row(cl_cpu_gemm_kind isa, const cell_row *r) {
   backward_scalar(r, 0);
 }
 
+/* Row r with gates, c and c_prev in s->dtype; dh and dc are float32. */
+static void backward_row_half(cl_cpu_gemm_kind isa, const cl_gates_shape *s, void *gates, int64_t r,
+                              const void *c, const void *c_prev, const float *dh, float *dc) {
+  const cl_dtype t = s->dtype;
+  const size_t zo = gate_offset(s, r), gate = (size_t)s->hidden * s->P, so = (size_t)r * s->P;
+  float b[6][HALF_CHUNK]; /* i, f, o, g, c, c_prev */
+  for (int p0 = 0; p0 < s->P; p0 += HALF_CHUNK) {
+    size_t n = (size_t)(s->P - p0 < HALF_CHUNK ? s->P - p0 : HALF_CHUNK);
+    for (int q = 0; q < 4; q++) cl_cpu_load(t, gates, zo + q * gate + p0, b[q], n);
+    cl_cpu_load(t, c, so + p0, b[4], n);
+    if (c_prev) cl_cpu_load(t, c_prev, so + p0, b[5], n);
+    cell_row cr = {.i = b[0],
+                   .f = b[1],
+                   .o = b[2],
+                   .g = b[3],
+                   .cp = c_prev ? b[5] : NULL,
+                   .c = b[4],
+                   .dh = dh + so + p0,
+                   .dc = dc + so + p0,
+                   .P = (int)n};
+    backward_row(isa, &cr);
+    for (int q = 0; q < 4; q++) cl_cpu_store(t, b[q], gates, zo + q * gate + p0, n, 0);
+  }
+}
+
 cl_status cl_cpu_gates_backward(cl_backend *be, const cl_gates_shape *s, void *gates, const void *c,
-                                const void *c_prev, const void *dh, float *dc) {
+                                const void *c_prev, const float *dh, float *dc) {
   cl_status st = check(be, s);
   if (st != CL_OK) return st;
   const cl_cpu_gemm_kind isa = cl_cpu_isa_of(be);
@@ -212,6 +279,10 @@ cl_status cl_cpu_gates_backward(cl_backend *be, const cl_gates_shape *s, void *g
 #pragma omp parallel for num_threads(be->n_threads) schedule(static) if (rows * s->P > 16384)
 #endif
   for (int64_t r = 0; r < rows; r++) {
+    if (s->dtype != CL_F32) {
+      backward_row_half(isa, s, gates, r, c, c_prev, dh, dc);
+      continue;
+    }
     cell_row cr = row_of(s, (float *)gates, r);
     size_t off = (size_t)r * s->P;
     cr.cp = c_prev ? (const float *)c_prev + off : NULL;

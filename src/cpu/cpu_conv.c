@@ -32,8 +32,13 @@
  * layout from the shape alone, so cl_cpu_conv_workspace() reports exactly
  * the bytes a call may touch.
  *
- * Not here: other strides, dilation, groups, half precision (the CUDA
- * backend has those dtypes; this one reports CL_E_UNSUPPORTED).
+ * float16 / bfloat16 storage always takes the direct path: images are
+ * converted to float32 where they are copied into the padded buffer and
+ * results rounded back where rows are written out, so the kernels compute
+ * in float32 as the CUDA backend does. dx and the weight gradients are
+ * float32 whatever the storage (backend.h).
+ *
+ * Not here: other strides, dilation, groups.
  */
 #include "cpu_kernels.h"
 
@@ -207,7 +212,9 @@ static conv_plan conv_plan_of(conv_op op, const cl_conv_shape *s, const cl_backe
   const int forced = ((const cl_cpu_ctx *)be->context)->conv_path;
   conv_plan pl;
   memset(&pl, 0, sizeof pl);
-  pl.direct = forced ? forced == 2 : use_direct(op, s, kind);
+  /* Half storage is converted where the direct path copies images in and
+   * rows out; the GEMM path reads float32 in place. */
+  pl.direct = s->dtype != CL_F32 || (forced ? forced == 2 : use_direct(op, s, kind));
   plan_threads(&pl, s->N, be->n_threads);
   if (pl.direct)
     plan_direct(&pl, op, s);
@@ -218,9 +225,9 @@ static conv_plan conv_plan_of(conv_op op, const cl_conv_shape *s, const cl_backe
 }
 
 static cl_status check_shape(cl_backend *be, const cl_conv_shape *s) {
-  if (s->dtype != CL_F32)
-    return cl_cpu_fail(be, CL_E_UNSUPPORTED,
-                       "cpu backend: convolution supports float32 only (dtype %d)", (int)s->dtype);
+  if (s->dtype != CL_F32 && s->dtype != CL_F16 && s->dtype != CL_BF16)
+    return cl_cpu_fail(be, CL_E_UNSUPPORTED, "cpu backend: unknown storage dtype %d",
+                       (int)s->dtype);
   if (s->N < 0 || s->C <= 0 || s->K <= 0 || s->H <= 0 || s->W <= 0 || s->k <= 0 || s->k % 2 == 0)
     return cl_cpu_fail(be, CL_E_INVALID,
                        "cpu backend: bad convolution shape N=%d C=%d K=%d H=%d W=%d k=%d", s->N,
@@ -328,13 +335,16 @@ static void fill_offsets(const conv_plan *pl, int C, int k, ptrdiff_t *boff) {
       for (int j = 0; j < k; j++) *boff++ = (ptrdiff_t)(c * pl->plane) + (ptrdiff_t)i * pl->Wp + j;
 }
 
-/* The image's rows into the interior of the padded buffer; the border and
- * the slack were zeroed once per call and are never written. */
-static void fill_padded(const conv_plan *pl, const float *img, int C, int H, int W, float *xp) {
+/* The rows of image n (C channels, stored in dtype t) into the interior of
+ * the padded float buffer; the border and the slack were zeroed once per
+ * call and are never written. */
+static void fill_padded(const conv_plan *pl, cl_dtype t, const void *img, int n, int C, int H,
+                        int W, float *xp) {
+  const size_t first = (size_t)n * C * H * W;
   for (int c = 0; c < C; c++)
     for (int y = 0; y < H; y++)
-      memcpy(xp + c * pl->plane + (size_t)(y + pl->pad) * pl->Wp + pl->pad,
-             img + ((size_t)c * H + y) * W, sizeof(float) * W);
+      cl_cpu_load(t, img, first + ((size_t)c * H + y) * W,
+                  xp + c * pl->plane + (size_t)(y + pl->pad) * pl->Wp + pl->pad, (size_t)W);
 }
 
 /* ---- per-image work ------------------------------------------------------- */
@@ -344,9 +354,11 @@ typedef struct conv_job {
   const cl_conv_shape *s;
   const conv_plan *pl;
   cl_cpu_gemm_kind kind;
-  char *ws; /* 64-byte aligned */
-  const float *x, *w, *bias, *dy;
-  float *y, *dx, *dw, *dbias;
+  char *ws;           /* 64-byte aligned */
+  const void *x, *dy; /* in s->dtype */
+  void *y;            /* in s->dtype */
+  const float *w, *bias;
+  float *dx, *dw, *dbias;
   int accumulate;
 } conv_job;
 
@@ -380,40 +392,55 @@ static size_t img_floats(const cl_conv_shape *s, int channels) {
 
 /* C (+)= A im2col(img): img padded into the thread's buffer, whose border
  * stays zero from view_init. */
-static void view_gemm(const conv_job *j, int tid, const float *A, const float *img, int channels,
-                      float beta, float *C) {
+static void view_gemm(const conv_job *j, int tid, const float *A, const void *img, int n,
+                      int channels, float beta, float *C) {
   const conv_plan *pl = j->pl;
-  fill_padded(pl, img, channels, j->s->H, j->s->W, slice_buf(j, tid));
+  fill_padded(pl, j->s->dtype, img, n, channels, j->s->H, j->s->W, slice_buf(j, tid));
   cl_cpu_im2col_view v = {slice_buf(j, tid), job_offsets(j), j->s->W, pl->Wp};
   cl_cpu_sgemm_im2col(j->kind, pl->gM, pl->gN, pl->gK, 1.0f, A, pl->gK, &v, beta, C, pl->gN,
                       slice_aux(j, tid));
 }
 
-/* y (+)= src + bias for one image, where src holds channel o's row r at
- * src + o ldo + r lds (the direct path computes rows of Wp >= W outputs). */
-static void store_rows(const cl_conv_shape *s, int channels, const float *src, size_t ldo,
-                       size_t lds, const float *bias, int accumulate, float *y) {
-  for (int o = 0; o < channels; o++) {
-    const float b = bias ? bias[o] : 0.0f;
-    for (int r = 0; r < s->H; r++) {
-      const float *sr = src + (size_t)o * ldo + (size_t)r * lds;
-      float *yr = y + ((size_t)o * s->H + r) * s->W;
-      if (accumulate)
-        for (int x = 0; x < s->W; x++) yr[x] += sr[x] + b;
-      else
-        for (int x = 0; x < s->W; x++) yr[x] = sr[x] + b;
-    }
+/* One row of y (+)= src + b; y in dtype t, at element `at`. Half storage
+ * goes through a float chunk so that each element is rounded once. */
+static void store_row(cl_dtype t, const float *src, float b, int W, int accumulate, void *y,
+                      size_t at) {
+  if (t == CL_F32) {
+    float *yr = (float *)y + at;
+    if (accumulate)
+      for (int x = 0; x < W; x++) yr[x] += src[x] + b;
+    else
+      for (int x = 0; x < W; x++) yr[x] = src[x] + b;
+    return;
   }
+  float tmp[256];
+  for (int x0 = 0; x0 < W; x0 += 256) {
+    int n = imin(256, W - x0);
+    for (int x = 0; x < n; x++) tmp[x] = src[x0 + x] + b;
+    cl_cpu_store(t, tmp, y, at + x0, (size_t)n, accumulate);
+  }
+}
+
+/* Image n of y (+)= src + bias, y holding `channels` channels in dtype t,
+ * src channel o's row r at src + o ldo + r lds (the direct path computes
+ * rows of Wp >= W outputs). */
+static void store_rows(const cl_conv_shape *s, int channels, const float *src, size_t ldo,
+                       size_t lds, const float *bias, int accumulate, cl_dtype t, void *y, int n) {
+  const size_t first = (size_t)n * channels * s->H * s->W;
+  for (int o = 0; o < channels; o++)
+    for (int r = 0; r < s->H; r++)
+      store_row(t, src + (size_t)o * ldo + (size_t)r * lds, bias ? bias[o] : 0.0f, s->W, accumulate,
+                y, first + ((size_t)o * s->H + r) * s->W);
 }
 
 static void forward_image_direct(const conv_job *j, int n, int tid) {
   const cl_conv_shape *s = j->s;
   const conv_plan *pl = j->pl;
   float *xp = slice_buf(j, tid), *yp = slice_aux(j, tid);
-  fill_padded(pl, j->x + img_floats(s, s->C) * n, s->C, s->H, s->W, xp);
+  fill_padded(pl, s->dtype, j->x, n, s->C, s->H, s->W, xp);
   cl_cpu_sgemm_rows(j->kind, pl->gM, pl->gN, pl->gK, j->w, pl->gK, xp, job_offsets(j), yp, pl->nq);
-  store_rows(s, s->K, yp, (size_t)pl->nq, (size_t)pl->Wp, j->bias, j->accumulate,
-             j->y + img_floats(s, s->K) * n);
+  store_rows(s, s->K, yp, (size_t)pl->nq, (size_t)pl->Wp, j->bias, j->accumulate, s->dtype, j->y,
+             n);
 }
 
 /* Backward data as the forward convolution of dy with flipped weights. */
@@ -422,17 +449,16 @@ static void backward_data_image_direct(const conv_job *j, int n, int tid) {
   const conv_plan *pl = j->pl;
   float *dyp = slice_buf(j, tid), *dxp = slice_aux(j, tid);
   const float *wf = (const float *)(j->ws + pl->off_wflip);
-  fill_padded(pl, j->dy + img_floats(s, s->K) * n, s->K, s->H, s->W, dyp);
+  fill_padded(pl, s->dtype, j->dy, n, s->K, s->H, s->W, dyp);
   cl_cpu_sgemm_rows(j->kind, pl->gM, pl->gN, pl->gK, wf, pl->gK, dyp, job_offsets(j), dxp, pl->nq);
-  store_rows(s, s->C, dxp, (size_t)pl->nq, (size_t)pl->Wp, NULL, j->accumulate,
-             j->dx + img_floats(s, s->C) * n);
+  store_rows(s, s->C, dxp, (size_t)pl->nq, (size_t)pl->Wp, NULL, j->accumulate, CL_F32, j->dx, n);
 }
 
 static void forward_image(const conv_job *j, int n, int tid) {
   const cl_conv_shape *s = j->s;
   const int P = s->H * s->W;
-  const float *xn = j->x + img_floats(s, s->C) * n;
-  float *yn = j->y + img_floats(s, s->K) * n;
+  const float *xn = (const float *)j->x + img_floats(s, s->C) * n;
+  float *yn = (float *)j->y + img_floats(s, s->K) * n;
   const float *B = xn;
   if (s->k > 1 && !j->pl->view) {
     im2col(xn, s->C, s->H, s->W, s->k, slice_buf(j, tid));
@@ -452,7 +478,7 @@ static void forward_image(const conv_job *j, int n, int tid) {
     beta = 1.0f;
   }
   if (j->pl->view)
-    view_gemm(j, tid, j->w, xn, s->C, beta, yn);
+    view_gemm(j, tid, j->w, j->x, n, s->C, beta, yn);
   else
     job_gemm(j, tid, 0, 0, j->w, j->pl->gK, B, P, beta, yn, P);
 }
@@ -460,7 +486,7 @@ static void forward_image(const conv_job *j, int n, int tid) {
 static void backward_data_image(const conv_job *j, int n, int tid) {
   const cl_conv_shape *s = j->s;
   const int P = s->H * s->W;
-  const float *dyn = j->dy + img_floats(s, s->K) * n;
+  const float *dyn = (const float *)j->dy + img_floats(s, s->K) * n;
   float *dxn = j->dx + img_floats(s, s->C) * n;
   float beta = j->accumulate ? 1.0f : 0.0f;
   if (s->k == 1) {
@@ -468,7 +494,7 @@ static void backward_data_image(const conv_job *j, int n, int tid) {
   } else if (j->pl->flip) {
     const float *wf = (const float *)(j->ws + j->pl->off_wflip);
     if (j->pl->view) {
-      view_gemm(j, tid, wf, dyn, s->K, beta, dxn);
+      view_gemm(j, tid, wf, j->dy, n, s->K, beta, dxn);
     } else {
       im2col(dyn, s->K, s->H, s->W, s->k, slice_buf(j, tid));
       job_gemm(j, tid, 0, 0, wf, j->pl->gK, slice_buf(j, tid), P, beta, dxn, P);
@@ -500,41 +526,42 @@ static float *filter_dw_of(const conv_job *j, int tid) {
   return (float *)(j->ws + j->pl->off_dw + j->pl->dw_bytes * (size_t)(tid - 1));
 }
 
-static void add_dbias(const conv_job *j, const float *dyn, int tid) {
+/* The thread's dbias sums += the sums of K rows of dy, `ld` floats apart,
+ * `len` long (any padding in them is zero). */
+static void add_dbias(const conv_job *j, const float *dy, size_t ld, int len, int tid) {
   if (!j->dbias) return;
-  const int P = j->s->H * j->s->W;
   double *db = (double *)(j->ws + j->pl->off_dbias) + (size_t)tid * j->s->K;
-  for (int o = 0; o < j->s->K; o++) db[o] += row_sum(dyn + (size_t)o * P, P);
+  for (int o = 0; o < j->s->K; o++) db[o] += row_sum(dy + (size_t)o * ld, len);
 }
 
 static void backward_filter_image_direct(const conv_job *j, int n, int tid) {
   const cl_conv_shape *s = j->s;
   const conv_plan *pl = j->pl;
-  const float *dyn = j->dy + img_floats(s, s->K) * n;
+  const size_t first = img_floats(s, s->K) * n;
   float *xp = slice_buf(j, tid), *dyp = slice_aux(j, tid);
-  fill_padded(pl, j->x + img_floats(s, s->C) * n, s->C, s->H, s->W, xp);
+  fill_padded(pl, s->dtype, j->x, n, s->C, s->H, s->W, xp);
   /* dy in rows of Wp whose last 2 pad columns stay zero: products with the
    * shifted views there vanish. */
   for (int o = 0; o < s->K; o++)
     for (int y = 0; y < s->H; y++)
-      memcpy(dyp + (size_t)o * pl->nq + (size_t)y * pl->Wp, dyn + ((size_t)o * s->H + y) * s->W,
-             sizeof(float) * s->W);
+      cl_cpu_load(s->dtype, j->dy, first + ((size_t)o * s->H + y) * s->W,
+                  dyp + (size_t)o * pl->nq + (size_t)y * pl->Wp, (size_t)s->W);
   cl_cpu_sgemm_dot(j->kind, pl->gM, pl->gN, pl->gK, dyp, pl->nq, xp, job_offsets(j),
                    filter_dw_of(j, tid), pl->gN);
-  add_dbias(j, dyn, tid);
+  add_dbias(j, dyp, (size_t)pl->nq, pl->nq, tid);
 }
 
 static void backward_filter_image(const conv_job *j, int n, int tid) {
   const cl_conv_shape *s = j->s;
   const int P = s->H * s->W;
-  const float *dyn = j->dy + img_floats(s, s->K) * n;
-  const float *B = j->x + img_floats(s, s->C) * n;
+  const float *dyn = (const float *)j->dy + img_floats(s, s->K) * n;
+  const float *B = (const float *)j->x + img_floats(s, s->C) * n;
   if (s->k > 1) {
     im2col(B, s->C, s->H, s->W, s->k, slice_buf(j, tid));
     B = slice_buf(j, tid);
   }
   job_gemm(j, tid, 0, 1, dyn, P, B, P, 1.0f, filter_dw_of(j, tid), j->pl->gN);
-  add_dbias(j, dyn, tid);
+  add_dbias(j, dyn, (size_t)P, P, tid);
 }
 
 /* ---- driving the images over threads ------------------------------------- */
@@ -610,7 +637,7 @@ cl_status cl_cpu_conv_forward(cl_backend *be, const cl_conv_shape *s, const void
 }
 
 cl_status cl_cpu_conv_backward_data(cl_backend *be, const cl_conv_shape *s, const void *dy,
-                                    const float *w, void *dx, int accumulate, void *ws) {
+                                    const float *w, float *dx, int accumulate, void *ws) {
   conv_plan pl;
   conv_job j;
   if (s->N == 0) return check_shape(be, s);

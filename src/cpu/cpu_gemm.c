@@ -7,9 +7,14 @@
  * over it), each MC x KC block of op(A) into MR-tall slivers (one sliver sits
  * in L1 during a row of micro-tiles), and a micro-kernel keeps an MR x NR tile
  * of C in vector registers for the whole KC loop. Packing makes every
- * micro-kernel load unit-stride and aligned whatever the transposes and
- * leading dimensions are, and zero-pads the edges so the micro-kernel always
- * runs full tiles (only its final store is masked).
+ * micro-kernel load unit-stride whatever the transposes and leading
+ * dimensions are, and zero-pads the edges so the micro-kernel always runs
+ * full tiles (only its final store is masked).
+ *
+ * For convolutions the packing step can also read op(B) as an im2col view of
+ * a padded image (cl_cpu_sgemm_im2col), and two unpacked kernels
+ * (cl_cpu_sgemm_rows, cl_cpu_sgemm_dot, from cpu_direct_tmpl.h) serve the
+ * shapes where packing costs more than it saves.
  *
  * Vector code is compiled per function with __attribute__((target)) and
  * chosen with __builtin_cpu_supports at run time: R builds packages with

@@ -41,8 +41,9 @@ size_t cl_cpu_sgemm_scratch_bytes(cl_cpu_gemm_kind kind, int M, int N, int K);
 
 /* C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C, single-threaded. With
  * beta == 0, C is not read (it may hold NaN). scratch: at least
- * cl_cpu_sgemm_scratch_bytes() bytes, 64-byte aligned, or NULL to allocate
- * it here. Returns 0, or -1 when scratch was NULL and allocation failed. */
+ * cl_cpu_sgemm_scratch_bytes() bytes (64-byte aligned is fastest), or NULL
+ * to allocate it here. Returns 0, or -1 when scratch was NULL and allocation
+ * failed. */
 int cl_cpu_sgemm(cl_cpu_gemm_kind kind, int transA, int transB, int M, int N, int K, float alpha,
                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
                  void *scratch);

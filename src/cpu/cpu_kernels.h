@@ -36,12 +36,18 @@ cl_status cl_cpu_fail(cl_backend *be, cl_status st, const char *fmt, ...)
 #endif
     ;
 
+/* cpu_half.c: dtype storage <-> float32. load: dst[i] = src[off + i];
+ * store: dst[off + i] = src[i] (+ dst[off + i] when accumulating), rounded
+ * to nearest even once. */
+void cl_cpu_load(cl_dtype t, const void *src, size_t off, float *dst, size_t n);
+void cl_cpu_store(cl_dtype t, const float *src, void *dst, size_t off, size_t n, int accumulate);
+
 /* cpu_conv.c */
 size_t cl_cpu_conv_workspace(cl_backend *be, const cl_conv_shape *s);
 cl_status cl_cpu_conv_forward(cl_backend *be, const cl_conv_shape *s, const void *x, const float *w,
                               const float *bias, void *y, int accumulate, void *ws);
 cl_status cl_cpu_conv_backward_data(cl_backend *be, const cl_conv_shape *s, const void *dy,
-                                    const float *w, void *dx, int accumulate, void *ws);
+                                    const float *w, float *dx, int accumulate, void *ws);
 cl_status cl_cpu_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, const void *dy,
                                       const void *x, float *dw, float *dbias, void *ws);
 
@@ -49,11 +55,13 @@ cl_status cl_cpu_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, co
 cl_status cl_cpu_gates_forward(cl_backend *be, const cl_gates_shape *s, void *z, const void *c_prev,
                                void *c, void *h);
 cl_status cl_cpu_gates_backward(cl_backend *be, const cl_gates_shape *s, void *gates, const void *c,
-                                const void *c_prev, const void *dh, float *dc);
+                                const void *c_prev, const float *dh, float *dc);
 
 /* cpu_optim.c */
-cl_status cl_cpu_mse(cl_backend *be, const void *pred, const void *target, size_t n, cl_dtype dtype,
-                     float scale, void *grad, double *loss);
+cl_status cl_cpu_mse(cl_backend *be, const void *pred, const float *target, size_t n,
+                     cl_dtype dtype, float scale, float *grad, double *loss);
+cl_status cl_cpu_grad_unscale(cl_backend *be, float *g, size_t n, float inv_scale,
+                              int *found_nonfinite);
 cl_status cl_cpu_adam_update(cl_backend *be, float *p, const float *g, float *m, float *v, size_t n,
                              const cl_adam_hp *hp);
 cl_status cl_cpu_sgd_update(cl_backend *be, float *p, const float *g, float *buf, size_t n,

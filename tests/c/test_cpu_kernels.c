@@ -11,6 +11,7 @@
  *       tests/c/test_cpu_kernels.c -lm -o /tmp/test_cpu_kernels
  */
 #include "cpu/cpu_kernels.h"
+#include "core/half.h" /* the reference float16 / bfloat16 conversions */
 
 #include <math.h>
 #include <stdarg.h>
@@ -21,6 +22,9 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+
+/* A dtype no backend knows, for the error paths. */
+#define BAD_DTYPE ((cl_dtype)7)
 
 /* ---- bookkeeping ---------------------------------------------------------- */
 
@@ -451,12 +455,12 @@ static void test_conv_nested(void) {
 static void test_conv_errors(void) {
   printf("-- convolution errors\n");
   cl_backend *be = make_backend(2, cl_cpu_gemm_best_internal());
-  cl_conv_shape s = {2, 3, 4, 4, 5, 3, CL_F16};
+  cl_conv_shape s = {2, 3, 4, 4, 5, 3, BAD_DTYPE};
   float dummy[1] = {0};
   be->err[0] = '\0';
   cl_status st = be->iface->conv_forward(be, &s, dummy, dummy, NULL, dummy, 0, dummy);
-  check_true(st == CL_E_UNSUPPORTED && be->err[0] != '\0', "float16 conv: %s (%s)", status_str(st),
-             be->err);
+  check_true(st == CL_E_UNSUPPORTED && be->err[0] != '\0', "unknown dtype conv: %s (%s)",
+             status_str(st), be->err);
   s.dtype = CL_F32;
   s.k = 2;
   st = be->iface->conv_forward(be, &s, dummy, dummy, NULL, dummy, 0, dummy);
@@ -638,10 +642,10 @@ static void test_gates(void) {
       }
       cell_free(&small), cell_free(&big);
       if (t == 1) test_activation_accuracy(be);
-      cl_gates_shape s16 = {1, 1, 1, CL_BF16};
+      cl_gates_shape bad = {1, 1, 1, BAD_DTYPE};
       float dummy[4] = {0};
-      cl_status st = be->iface->gates_forward(be, &s16, dummy, NULL, dummy, dummy);
-      check_true(st == CL_E_UNSUPPORTED, "bfloat16 gates: %s (%s)", status_str(st), be->err);
+      cl_status st = be->iface->gates_forward(be, &bad, dummy, NULL, dummy, dummy);
+      check_true(st == CL_E_UNSUPPORTED, "unknown dtype gates: %s (%s)", status_str(st), be->err);
       be->iface->destroy(be);
     }
   }
@@ -667,8 +671,8 @@ static void test_mse(cl_backend *be) {
   loss = -1.0;
   st |= be->iface->mse(be, p, t, N, CL_F32, 1.0f, NULL, &loss);
   check_true(st == CL_OK && fabs(loss - rl) <= 1e-6 * rl, "mse with grad NULL: %.17g", loss);
-  check_true(be->iface->mse(be, p, t, N, CL_F16, 1.0f, NULL, &loss) == CL_E_UNSUPPORTED,
-             "mse float16 unsupported (%s)", be->err);
+  check_true(be->iface->mse(be, p, t, N, BAD_DTYPE, 1.0f, NULL, &loss) == CL_E_UNSUPPORTED,
+             "mse of an unknown dtype (%s)", be->err);
   free(p), free(t), free(g), free(rg);
 }
 
@@ -798,6 +802,234 @@ static void test_memory(void) {
   be->iface->destroy(be);
 }
 
+/* ---- float16 / bfloat16 storage ------------------------------------------- */
+
+/* The bits of x in dtype t; x itself is rounded in place to the stored
+ * values, so references computed from x see what the kernels see. */
+static void *to_dtype(cl_dtype t, float *x, size_t n) {
+  if (t == CL_F32) return copy_floats(x, n);
+  uint16_t *h = xmalloc(sizeof(uint16_t) * n);
+  for (size_t i = 0; i < n; i++) {
+    h[i] = t == CL_F16 ? cl_f32_to_f16(x[i]) : cl_f32_to_bf16(x[i]);
+    x[i] = t == CL_F16 ? cl_f16_to_f32(h[i]) : cl_bf16_to_f32(h[i]);
+  }
+  return h;
+}
+
+static float *from_dtype(cl_dtype t, const void *p, size_t n) {
+  float *x = xmalloc(sizeof(float) * n);
+  for (size_t i = 0; i < n; i++)
+    x[i] = t == CL_F32   ? ((const float *)p)[i]
+           : t == CL_F16 ? cl_f16_to_f32(((const uint16_t *)p)[i])
+                         : cl_bf16_to_f32(((const uint16_t *)p)[i]);
+  return x;
+}
+
+static const char *dtype_name(cl_dtype t) {
+  return t == CL_F16 ? "float16" : t == CL_BF16 ? "bfloat16" : "float32";
+}
+
+/* Error allowed on results stored in t: a few roundings of 2^-11 (float16)
+ * or 2^-8 (bfloat16) relative to the largest value. */
+static double stored_tol(cl_dtype t) { return t == CL_F16 ? 1e-3 : t == CL_BF16 ? 8e-3 : 2e-5; }
+
+/* Conversions of the kernels against core/half.h on awkward values:
+ * subnormals, overflow, ties, NaN, through the vector and the scalar path. */
+static void test_half_conversions(void) {
+  static const float special[] = {
+      0.0f,     -0.0f, 1.0f,    65504.0f, 65520.0f,       1e-7f,          6.1e-5f,  5.96e-8f,
+      2.98e-8f, 1e30f, -1e-40f, 3.14159f, 1.00048828125f, 1.00146484375f, INFINITY, -INFINITY};
+  enum { N = 1000 };
+  float x[N];
+  for (int i = 0; i < N; i++)
+    x[i] = i < 16 ? special[i] : (float)(uniform() * pow(2.0, rand_int(-30, 17)));
+  for (int t = CL_F16; t <= CL_BF16; t++) {
+    uint16_t bits[N];
+    float back[N], want[N];
+    cl_cpu_store((cl_dtype)t, x, bits, 0, N, 0);
+    int same = 1;
+    for (int i = 0; i < N; i++)
+      same &= bits[i] == (t == CL_F16 ? cl_f32_to_f16(x[i]) : cl_f32_to_bf16(x[i]));
+    cl_cpu_load((cl_dtype)t, bits, 0, back, N);
+    for (int i = 0; i < N; i++)
+      want[i] = t == CL_F16 ? cl_f16_to_f32(bits[i]) : cl_bf16_to_f32(bits[i]);
+    same &= memcmp(back, want, sizeof back) == 0;
+    check_true(same, "%s store and load bit-identical to core/half.h", dtype_name((cl_dtype)t));
+  }
+}
+
+static void half_conv_forward(cl_backend *be, cl_conv_shape s, int acc) {
+  size_t nx = (size_t)s.N * s.C * s.H * s.W, ny = (size_t)s.N * s.K * s.H * s.W;
+  float *x = rand_floats(nx), *w = rand_floats((size_t)s.K * s.C * s.k * s.k);
+  float *b = rand_floats(s.K), *y0 = rand_floats(ny);
+  void *xs = to_dtype(s.dtype, x, nx), *ys = to_dtype(s.dtype, y0, ny);
+  double *ref = xmalloc(sizeof(double) * ny);
+  ref_conv_forward(&s, x, w, b, y0, acc, ref);
+  test_ws t = ws_make(be, &s, 4);
+  cl_status st = be->iface->conv_forward(be, &s, xs, w, b, ys, acc, t.ws);
+  float *got = from_dtype(s.dtype, ys, ny);
+  char what[200];
+  shape_name(what, sizeof what, "conv fwd", &s, be, dtype_name(s.dtype));
+  check_close(what, got, ref, ny, stored_tol(s.dtype));
+  check_true(st == CL_OK && canary_intact(t.ws + t.bytes), "  %s, workspace within %zu bytes",
+             acc ? "accumulating" : "bias", t.bytes);
+  free(x), free(w), free(b), free(y0), free(xs), free(ys), free(ref), free(got), free(t.raw);
+}
+
+/* dy (and x) in dtype; dx, dw, dbias float32 as backend.h says. */
+static void half_conv_backward(cl_backend *be, cl_conv_shape s) {
+  size_t nx = (size_t)s.N * s.C * s.H * s.W, ny = (size_t)s.N * s.K * s.H * s.W;
+  size_t nw = (size_t)s.K * s.C * s.k * s.k;
+  float *x = rand_floats(nx), *dy = rand_floats(ny), *w = rand_floats(nw);
+  float *dx = rand_floats(nx), *dw = rand_floats(nw), *db = rand_floats(s.K);
+  float *dx0 = copy_floats(dx, nx), *dw0 = copy_floats(dw, nw), *db0 = copy_floats(db, s.K);
+  void *xs = to_dtype(s.dtype, x, nx), *dys = to_dtype(s.dtype, dy, ny);
+  double *rdx = xmalloc(sizeof(double) * nx), *rdw = xmalloc(sizeof(double) * nw);
+  double *rdb = xmalloc(sizeof(double) * s.K);
+  ref_conv_backward_data(&s, dy, w, dx0, 1, rdx);
+  ref_conv_backward_filter(&s, dy, x, dw0, db0, rdw, rdb);
+  test_ws t = ws_make(be, &s, 8);
+  cl_status st = be->iface->conv_backward_data(be, &s, dys, w, dx, 1, t.ws);
+  st |= be->iface->conv_backward_filter(be, &s, dys, xs, dw, db, t.ws);
+  char what[200];
+  shape_name(what, sizeof what, "conv bwd", &s, be, dtype_name(s.dtype));
+  check_close(what, dx, rdx, nx, 2e-5);
+  check_close("  dw", dw, rdw, nw, 2e-5);
+  check_close("  dbias", db, rdb, s.K, 2e-5);
+  check_true(st == CL_OK && canary_intact(t.ws + t.bytes),
+             "  status ok, workspace within %zu bytes", t.bytes);
+  free(x), free(dy), free(w), free(dx), free(dw), free(db), free(dx0), free(dw0), free(db0);
+  free(xs), free(dys), free(rdx), free(rdw), free(rdb), free(t.raw);
+}
+
+/* The analytic backward of backend.h in double, from stored values. */
+static void ref_cell_backward(const double a[4], double c, double cp, double dh, double *dc,
+                              double dz[4]) {
+  double i = a[0], f = a[1], o = a[2], g = a[3], tc = tanh(c);
+  double dct = *dc + dh * o * (1 - tc * tc);
+  dz[0] = dct * g * i * (1 - i);
+  dz[1] = dct * cp * f * (1 - f);
+  dz[2] = dh * tc * o * (1 - o);
+  dz[3] = dct * i * (1 - g * g);
+  *dc = dct * f;
+}
+
+static void half_gates_backward(cl_backend *be, cell_data *d, void *zs, void *cs, void *cps) {
+  cl_dtype t = d->s.dtype;
+  float *act = from_dtype(t, zs, d->ng), *c = from_dtype(t, cs, d->ns);
+  float *cp = from_dtype(t, cps, d->ns), *dc = copy_floats(d->b, d->ns);
+  double *rdz = xmalloc(sizeof(double) * d->ng), *rdc = xmalloc(sizeof(double) * d->ns);
+  for (size_t e = 0; e < d->ns; e++) {
+    double a[4], dz[4];
+    gather_z(d, act, e, a);
+    rdc[e] = d->b[e];
+    ref_cell_backward(a, c[e], cp[e], d->a[e], &rdc[e], dz);
+    for (int q = 0; q < 4; q++) rdz[gate_index(&d->s, e, q)] = dz[q];
+  }
+  cl_status st = be->iface->gates_backward(be, &d->s, zs, cs, cps, d->a, dc);
+  float *dz = from_dtype(t, zs, d->ng);
+  check_close("  backward dz (stored)", dz, rdz, d->ng, stored_tol(t));
+  check_close("  backward dc_prev (float32)", dc, rdc, d->ns, 1e-5);
+  check_true(st == CL_OK, "  status %s", status_str(st));
+  free(act), free(c), free(cp), free(dc), free(rdz), free(rdc), free(dz);
+}
+
+static void half_gates(cl_backend *be, cl_dtype t) {
+  cell_data d = cell_make(3, 5, 150); /* 150: a full 128 chunk, a vector body and a tail */
+  d.s.dtype = t;
+  void *zs = to_dtype(t, d.z, d.ng), *cps = to_dtype(t, d.cp, d.ns);
+  size_t es = t == CL_F32 ? 4 : 2;
+  void *cs = xmalloc(es * d.ns), *hs = xmalloc(es * d.ns);
+  double *rc = xmalloc(sizeof(double) * d.ns), *rh = xmalloc(sizeof(double) * d.ns);
+  double *ract = xmalloc(sizeof(double) * d.ng);
+  for (size_t e = 0; e < d.ns; e++) {
+    double zz[4];
+    gather_z(&d, d.z, e, zz);
+    ref_cell(zz, d.cp[e], &rc[e], &rh[e]);
+    for (int q = 0; q < 4; q++) ract[gate_index(&d.s, e, q)] = q < 3 ? dsig(zz[q]) : tanh(zz[q]);
+  }
+  cl_status st = be->iface->gates_forward(be, &d.s, zs, cps, cs, hs);
+  float *c = from_dtype(t, cs, d.ns), *h = from_dtype(t, hs, d.ns), *a = from_dtype(t, zs, d.ng);
+  char what[120];
+  snprintf(what, sizeof what, "gates %s %s t%d: forward c", dtype_name(t),
+           cl_cpu_gemm_name(cl_cpu_gemm_of(be)), be->n_threads);
+  check_close(what, c, rc, d.ns, stored_tol(t));
+  check_close("  forward h", h, rh, d.ns, stored_tol(t));
+  check_close("  forward activations", a, ract, d.ng, stored_tol(t));
+  check_true(st == CL_OK, "  status %s", status_str(st));
+  half_gates_backward(be, &d, zs, cs, cps);
+  free(zs), free(cps), free(cs), free(hs), free(rc), free(rh), free(ract), free(c), free(h),
+      free(a);
+  cell_free(&d);
+}
+
+static void half_mse(cl_backend *be, cl_dtype t) {
+  enum { N = 70001 };
+  float *p = rand_floats(N), *tg = rand_floats(N), *g = xmalloc(sizeof(float) * N);
+  void *ps = to_dtype(t, p, N);
+  double *rg = xmalloc(sizeof(double) * N), sum = 0.0, loss = -1.0;
+  for (size_t i = 0; i < N; i++) {
+    double dd = (double)p[i] - tg[i];
+    sum += dd * dd;
+    rg[i] = 2.0 * dd / N;
+  }
+  cl_status st = be->iface->mse(be, ps, tg, N, t, 1.0f, g, &loss);
+  check_true(st == CL_OK && fabs(loss - sum / N) <= 1e-6 * (sum / N), "mse %s: loss %.9g",
+             dtype_name(t), loss);
+  check_close("  grad (float32)", g, rg, N, 1e-6);
+  free(p), free(tg), free(g), free(ps), free(rg);
+}
+
+static void test_half(void) {
+  printf("-- float16 / bfloat16 storage\n");
+  test_half_conversions();
+  static const cl_conv_shape shapes[] = {{3, 2, 5, 7, 4, 3, CL_F16},
+                                         {2, 9, 12, 10, 24, 3, CL_F16},
+                                         {3, 17, 11, 13, 9, 1, CL_F16},
+                                         {2, 3, 6, 7, 18, 5, CL_F16}};
+  for (int kind = CL_CPU_GEMM_GENERIC; kind <= CL_CPU_GEMM_AVX512; kind++) {
+    if (!cl_cpu_gemm_available((cl_cpu_gemm_kind)kind)) continue;
+    cl_backend *be = make_backend(2, (cl_cpu_gemm_kind)kind);
+    for (int t = CL_F16; t <= CL_BF16; t++) {
+      for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        cl_conv_shape s = shapes[i];
+        s.dtype = (cl_dtype)t;
+        half_conv_forward(be, s, 0);
+        half_conv_forward(be, s, 1);
+        half_conv_backward(be, s);
+      }
+      half_gates(be, (cl_dtype)t);
+      half_mse(be, (cl_dtype)t);
+    }
+    be->iface->destroy(be);
+  }
+}
+
+static void test_grad_unscale(void) {
+  printf("-- gradient unscaling\n");
+  enum { N = 100003 };
+  for (int t = 1; t <= 2; t++) {
+    cl_backend *be = make_backend(t, CL_CPU_GEMM_GENERIC);
+    float *g = rand_floats(N), *g0 = copy_floats(g, N);
+    int bad = -1;
+    cl_status st = be->iface->grad_unscale(be, g, N, 1.0f / 1024, &bad);
+    int exact = 1;
+    for (size_t i = 0; i < N; i++) exact &= g[i] == g0[i] / 1024;
+    check_true(st == CL_OK && bad == 0 && exact, "t%d: finite gradients scaled by 1/1024", t);
+    g[N - 5] = INFINITY;
+    be->iface->grad_unscale(be, g, N, 0.5f, &bad);
+    check_true(bad == 1, "t%d: an inf is found", t);
+    g[N - 5] = NAN;
+    be->iface->grad_unscale(be, g, N, 0.5f, &bad);
+    check_true(bad == 1, "t%d: a NaN is found", t);
+    g[N - 5] = 3e38f;
+    be->iface->grad_unscale(be, g, N, 4.0f, &bad);
+    check_true(bad == 1, "t%d: an overflow while scaling is found", t);
+    free(g), free(g0);
+    be->iface->destroy(be);
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "-q") == 0) verbose = 0;
   test_memory();
@@ -810,7 +1042,9 @@ int main(int argc, char **argv) {
   test_conv_nested();
   test_conv_errors();
   test_gates();
+  test_half();
   test_optim();
+  test_grad_unscale();
   printf("%d checks, %d failed\n", n_checks, n_failed);
   return n_failed != 0;
 }
