@@ -24,11 +24,11 @@ c_tensor_info <- function(ptr) .Call(ffi_tensor_info, ptr)
 c_get_tensors <- function(ptr, grad = FALSE) .Call(ffi_get_tensors, ptr, isTRUE(grad))
 c_set_tensors <- function(ptr, tensors) invisible(.Call(ffi_set_tensors, ptr, tensors))
 
-# what: see forward_modes
-c_forward <- function(ptr, x, training, what) {
-  .Call(ffi_forward, ptr, x, isTRUE(training), forward_modes[[what]])
+# what: see forward_modes; options: c_step_options() (NULL: the plain step)
+c_forward <- function(ptr, x, training, what, options = NULL) {
+  .Call(ffi_forward, ptr, x, isTRUE(training), forward_modes[[what]], options)
 }
-forward_modes <- c(all = 0L, sequence = 1L, last_state = 2L, none = 3L)
+forward_modes <- c(all = 0L, sequence = 1L, last_state = 2L, none = 3L, last_states = 4L)
 
 c_last_shape <- function(ptr) .Call(ffi_last_shape, ptr)
 c_backward <- function(ptr, grad, target) {
@@ -41,16 +41,46 @@ c_optimizer_step <- function(ptr, optimizer) {
 }
 c_optimizer_steps <- function(ptr) .Call(ffi_optimizer_steps, ptr)
 c_optimizer_reset <- function(ptr) invisible(.Call(ffi_optimizer_reset, ptr))
-c_train_step <- function(ptr, x, y, target, optimizer) {
-  .Call(ffi_train_step, ptr, x, y, target_code(target), c_optim(optimizer))
+c_train_step <- function(ptr, x, y, target, optimizer, options = NULL) {
+  .Call(ffi_train_step, ptr, x, y, target_code(target), c_optim(optimizer), options)
 }
 
 c_memory_stats <- function(ptr) .Call(ffi_memory_stats, ptr)
 c_memory_reset_peak <- function(ptr) invisible(.Call(ffi_memory_reset_peak, ptr))
 c_empty_cache <- function(ptr) invisible(.Call(ffi_empty_cache, ptr))
+c_set_memory_limit <- function(ptr, bytes) {
+  invisible(.Call(ffi_set_memory_limit, ptr, as.double(bytes)))
+}
+
+# shape: c(batch, time, height, width); optimizer NULL: the state the model
+# holds. Returns list(name, category, bytes, layer, by_category, total).
+c_model_plan <- function(ptr, shape, training, optimizer = NULL, options = NULL) {
+  .Call(
+    ffi_model_plan, ptr, as.integer(shape), isTRUE(training),
+    if (is.null(optimizer)) NULL else c_optim(optimizer), options
+  )
+}
+
+c_set_dtype <- function(ptr, dtype) invisible(.Call(ffi_set_dtype, ptr, dtype_code(dtype)))
+c_loss_scale <- function(ptr) .Call(ffi_loss_scale, ptr)
 
 # The layouts the glue expects (src/r_train.c).
 target_code <- function(target) if (identical(target, "sequence")) 1L else 0L
+
+dtypes <- c("float32", "float16", "bfloat16") # cl_dtype order
+dtype_code <- function(dtype) match(dtype, dtypes) - 1L
+
+# c(checkpoint, tbptt, accumulation_steps, outputs, plan_dtype): outputs 1 keeps
+# only the last states of an inference forward; plan_dtype 0 is the model's own
+# storage type, 1 + its code another one (cl_model_plan only).
+c_step_options <- function(checkpoint = 0L, tbptt = 0L, accumulation_steps = 1L,
+                           outputs = "all", dtype = NULL) {
+  c(
+    as.integer(checkpoint), as.integer(tbptt), as.integer(accumulation_steps),
+    if (identical(outputs, "last_state")) 1L else 0L,
+    if (is.null(dtype)) 0L else 1L + dtype_code(dtype)
+  )
+}
 
 c_optim <- function(optimizer) {
   kind <- switch(optimizer$kind, adam = 1, sgd = 2)

@@ -26,6 +26,9 @@
 #' @param validation_data `NULL`, or `list(x, y)` on which the loss is
 #'   computed (without training) after every epoch.
 #' @param verbose Show progress and a line per epoch.
+#' @param checkpoint,accumulation_steps,tbptt Memory-saving step options,
+#'   as in [train_step()]; `accumulation_steps` is capped by the size of
+#'   each mini-batch.
 #' @return A `convlstm_history`: a data frame with one row per epoch and
 #'   columns `epoch`, `loss` (mean training loss over the epoch's batches,
 #'   weighted by batch size), `val_loss` (`NA` without `validation_data`),
@@ -44,7 +47,8 @@
 #' convlstm_release(model)
 convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
                          target = c("last_state", "sequence"), shuffle = TRUE,
-                         validation_data = NULL, verbose = TRUE) {
+                         validation_data = NULL, verbose = TRUE, checkpoint = 0,
+                         accumulation_steps = 1, tbptt = 0) {
   ptr <- model_ptr(model)
   config <- model_config(model)
   x <- check_input(x, config, "x")
@@ -56,10 +60,16 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   shuffle <- check_flag(shuffle, "shuffle")
   verbose <- check_flag(verbose, "verbose")
   validation <- check_validation_data(validation_data, config, target)
+  check_step_options(checkpoint, accumulation_steps, tbptt)
 
   n <- dim(x)[[1]]
   batch_size <- min(batch_size, n)
   n_batches <- ceiling(n / batch_size)
+  # the last batch may be smaller than accumulation_steps
+  step_options <- function(b) {
+    check_step_options(checkpoint, min(accumulation_steps, b), tbptt)
+  }
+  options <- step_options(batch_size)
   rows <- list()
   running <- NA_real_
   peak <- "-"
@@ -80,10 +90,12 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
     total <- 0
     for (b in seq_len(n_batches)) {
       idx <- order[((b - 1L) * batch_size + 1L):min(n, b * batch_size)]
+      opts <- if (length(idx) == batch_size) options else step_options(length(idx))
       if (n_batches == 1) {
-        loss <- c_train_step(ptr, x, y, target, optimizer)
+        loss <- c_train_step(ptr, x, y, target, optimizer, opts)
       } else {
-        loss <- c_train_step(ptr, slice_batch(x, idx), slice_batch(y, idx), target, optimizer)
+        loss <- c_train_step(ptr, slice_batch(x, idx), slice_batch(y, idx), target, optimizer,
+                             opts)
       }
       total <- total + loss * length(idx)
       running <<- total / min(n, b * batch_size)
@@ -147,10 +159,11 @@ evaluate_mse <- function(ptr, x, y, target, batch_size) {
   for (start in seq(1L, n, by = batch_size)) {
     idx <- start:min(n, start + batch_size - 1L)
     if (length(idx) == n) {
-      pred <- c_forward(ptr, x, training = FALSE, what = target)
+      pred <- c_forward(ptr, x, training = FALSE, what = target, inference_options(target))
       total <- total + sum((pred - y)^2)
     } else {
-      pred <- c_forward(ptr, slice_batch(x, idx), training = FALSE, what = target)
+      pred <- c_forward(ptr, slice_batch(x, idx), training = FALSE, what = target,
+                        inference_options(target))
       total <- total + sum((pred - slice_batch(y, idx))^2)
     }
   }

@@ -1,8 +1,13 @@
-# memory.R -- what the model's accounting allocator reports: bytes per
-# category (parameters, gradients, optimizer, activations, states,
-# workspace, data), current and peak, allocation counts, what is reserved
-# from the device and what the device has free. The planner's estimates are
-# not here (a later issue adds them).
+# memory.R -- what the model's accounting allocator reports and the knobs on
+# it: bytes per category (parameters, gradients, optimizer, activations,
+# states, workspace, data), current and peak, allocation counts, what is
+# reserved from the device and what the device has free (memory_stats(),
+# memory_summary()); resetting the peaks, giving the step buffers back and
+# the memory limit. Estimates from the memory plan are in estimate.R, runs
+# over batch sizes in profile.R.
+
+mem_categories <- c("parameters", "gradients", "optimizer", "activations", "states",
+                    "workspace", "data")
 
 #' Memory held by a model
 #'
@@ -13,12 +18,28 @@
 #' from the device, the model's `memory_limit`, and the device's free and
 #' total memory.
 #'
+#' The categories: `parameters` (the weights, float32), `gradients` (one
+#' float32 per parameter), `optimizer` (Adam's two moments or SGD's momentum
+#' buffer), `activations` (what a training forward keeps for backward: gate
+#' activations, cell and hidden states per time step), `states` (the running
+#' h and c of an inference forward), `workspace` (convolution workspace,
+#' gradients of activations, temporaries) and `data` (the batch's inputs
+#' and targets on the device).
+#'
+#' Peaks run from the model's creation or the last
+#' [reset_peak_memory_stats()]. On the CPU, "device" memory is the
+#' machine's: the total is the `memory_limit` if one is set, else physical
+#' memory.
+#'
 #' @param model A model created by [convlstm()].
 #' @return An object of class `convlstm_memory_stats`: a list with
 #'   `by_category` (a data frame with columns `category`, `current`, `peak`,
 #'   `n_alloc`, `n_free`; bytes), and the numbers `allocated`,
 #'   `peak_allocated`, `reserved`, `peak_reserved`, `limit` (0: none),
-#'   `device_free` and `device_total` (bytes).
+#'   `device_free` and `device_total` (bytes). `as.data.frame()` gives
+#'   `by_category` with the totals as attributes.
+#' @seealso [memory_summary()] for a printed table, [memory_estimate()] for
+#'   what a step will take before running it.
 #' @export
 #' @examples
 #' model <- convlstm(1, c(8, 1), 3, device = "cpu")
@@ -40,6 +61,13 @@ memory_stats <- function(model) {
 }
 
 #' @export
+as.data.frame.convlstm_memory_stats <- function(x, ...) {
+  df <- x$by_category
+  for (name in setdiff(names(x), "by_category")) attr(df, name) <- x[[name]]
+  df
+}
+
+#' @export
 print.convlstm_memory_stats <- function(x, ...) {
   cat("<convlstm_memory_stats>\n")
   shown <- x$by_category
@@ -55,4 +83,141 @@ print.convlstm_memory_stats <- function(x, ...) {
               format_bytes(x$device_total),
               if (x$limit > 0) paste0("   limit: ", format_bytes(x$limit)) else ""))
   invisible(x)
+}
+
+#' A printed table of a model's memory
+#'
+#' The numbers of [memory_stats()] as one table, in the spirit of torch's
+#' `cuda_memory_summary()`: per category the bytes held now and at the
+#' peak and the number of allocations and frees; then allocated and
+#' reserved memory, the memory limit and the device's free and total memory.
+#'
+#' @param model A model created by [convlstm()].
+#' @return The table as a single string, invisibly (it is printed).
+#' @export
+#' @examples
+#' model <- convlstm(1, c(8, 1), 3, device = "cpu")
+#' x <- array(runif(2 * 3 * 8 * 8), dim = c(2, 3, 1, 8, 8))
+#' y <- array(runif(2 * 8 * 8), dim = c(2, 1, 8, 8))
+#' train_step(model, x, y, optimizer_adam())
+#' memory_summary(model)
+#' convlstm_release(model)
+memory_summary <- function(model) {
+  ptr <- model_ptr(model)
+  s <- memory_stats(model)
+  config <- c_model_config(ptr)
+  text <- format_memory_summary(s, config)
+  cat(text, "\n", sep = "")
+  invisible(text)
+}
+
+format_memory_summary <- function(s, config) {
+  width <- 75L
+  rule <- function(ch) paste0("|", strrep(ch, width), "|")
+  line <- function(txt) paste0("|", formatC(txt, width = -width), "|")
+  centre <- function(txt) {
+    pad <- max(0L, width - nchar(txt))
+    line(paste0(strrep(" ", pad %/% 2), txt))
+  }
+  row <- function(label, ...) {
+    cells <- vapply(list(...), function(v) formatC(v, width = 10), character(1))
+    paste0("| ", formatC(label, width = -21), " | ", paste(cells, collapse = " | "), " |")
+  }
+  by <- s$by_category
+  lines <- c(
+    rule("="),
+    centre(sprintf("convlstm memory summary, device %s (backend %s, %s)", config$device,
+                   config$backend, config$dtype)),
+    rule("-"),
+    row("Category", "Cur Usage", "Peak Usage", "Allocs", "Frees"),
+    rule("-"),
+    vapply(seq_len(nrow(by)), function(i) {
+      row(by$category[[i]], format_bytes(by$current[[i]]), format_bytes(by$peak[[i]]),
+          format_count(by$n_alloc[[i]]), format_count(by$n_free[[i]]))
+    }, character(1)),
+    rule("-"),
+    row("Allocated memory", format_bytes(s$allocated), format_bytes(s$peak_allocated),
+        format_count(sum(by$n_alloc)), format_count(sum(by$n_free))),
+    row("Reserved memory", format_bytes(s$reserved), format_bytes(s$peak_reserved), "", ""),
+    rule("-"),
+    row("Memory limit", if (s$limit > 0) format_bytes(s$limit) else "none", "", "", ""),
+    row("Device free / total", format_bytes(s$device_free), format_bytes(s$device_total),
+        "", ""),
+    rule("=")
+  )
+  paste(lines, collapse = "\n")
+}
+
+#' Reset peaks and give back step memory
+#'
+#' `reset_peak_memory_stats()` starts the peaks of [memory_stats()] afresh
+#' from what is held now (as torch's `cuda_reset_peak_memory_stats()`), so
+#' the peak of the next step can be read on its own. `empty_cache()` gives
+#' back the buffers of the last step (activations, states, workspace, data);
+#' parameters, gradients and optimizer state stay. The next step plans and
+#' allocates again. A model's memory is otherwise kept between steps of the
+#' same shape, so no allocation happens inside a training loop.
+#'
+#' @param model A model created by [convlstm()].
+#' @return `model`, invisibly.
+#' @export
+#' @examples
+#' model <- convlstm(1, c(8, 1), 3, device = "cpu")
+#' x <- array(runif(2 * 3 * 8 * 8), dim = c(2, 3, 1, 8, 8))
+#' y <- array(runif(2 * 8 * 8), dim = c(2, 1, 8, 8))
+#' train_step(model, x, y, optimizer_adam())
+#' memory_stats(model)$allocated
+#' empty_cache(model)
+#' memory_stats(model)$allocated    # parameters, gradients, optimizer state
+#' reset_peak_memory_stats(model)
+#' memory_stats(model)$peak_allocated
+#' convlstm_release(model)
+reset_peak_memory_stats <- function(model) {
+  c_memory_reset_peak(model_ptr(model))
+  invisible(model)
+}
+
+#' @rdname reset_peak_memory_stats
+#' @export
+empty_cache <- function(model) {
+  c_empty_cache(model_ptr(model))
+  invisible(model)
+}
+
+#' Limit the memory a model may hold
+#'
+#' Sets the most memory the model's allocator may reserve on its device, on
+#' any device. An allocation beyond it fails with an error of class
+#' `convlstm_error_oom`, in the form "out of memory: tried to allocate ...
+#' (device ...; ... total capacity; ... already allocated; ... free; ...
+#' reserved)", and the model stays usable: a smaller batch then trains. On
+#' the CPU a limit stands in for a small GPU. `convlstm(memory_limit = )`
+#' sets it at creation.
+#'
+#' A limit below what the model holds now takes effect at its next
+#' allocation; nothing held is given back (see [empty_cache()]).
+#'
+#' @param model A model created by [convlstm()].
+#' @param bytes `NULL` (no limit beyond the device's capacity), or the limit
+#'   in bytes, or as a string with a unit: `"512 MiB"`, `"2 GiB"`, `"1.5GB"`
+#'   (KiB, MiB, GiB, TiB are powers of 1024; KB, MB, GB, TB of 1000).
+#' @return `model`, invisibly.
+#' @seealso [max_batch_size()] for the largest batch under a limit.
+#' @export
+#' @examples
+#' model <- convlstm(1, c(8, 1), 3, device = "cpu")
+#' set_memory_limit(model, "64 KiB")
+#' x <- array(runif(32 * 4 * 16 * 16), dim = c(32, 4, 1, 16, 16))
+#' y <- array(runif(32 * 16 * 16), dim = c(32, 1, 16, 16))
+#' err <- tryCatch(train_step(model, x, y, optimizer_adam()),
+#'                 convlstm_error_oom = function(e) e)
+#' conditionMessage(err)
+#' set_memory_limit(model, NULL)
+#' train_step(model, x, y, optimizer_adam())
+#' convlstm_release(model)
+set_memory_limit <- function(model, bytes) {
+  ptr <- model_ptr(model)
+  bytes <- parse_bytes(bytes, "bytes", sys.call())
+  c_set_memory_limit(ptr, bytes)
+  invisible(model)
 }

@@ -29,9 +29,14 @@
 #' @param bias Whether the convolutions have a bias.
 #' @param device `"auto"` (a CUDA GPU when one is usable, else the CPU),
 #'   `"cpu"` or `"cuda"`.
-#' @param dtype Storage type of activations: `"float32"`. (`"float16"` and
-#'   `"bfloat16"` are reserved for mixed precision; builds that lack them say
-#'   so.) Parameters, gradients and optimizer state are always float32.
+#' @param dtype Storage type of activations and convolution inputs:
+#'   `"float32"`, or `"float16"` / `"bfloat16"` for mixed precision, which
+#'   halves activation memory. Parameters (the master weights), gradients and
+#'   optimizer state stay float32; with `"float16"` the loss is scaled
+#'   dynamically as torch's `GradScaler` does (see [loss_scale()]). On the CPU
+#'   the half types are storage only (round-to-nearest-even), arithmetic is
+#'   float32. [set_dtype()] (or `model$half()`, `model$bfloat16()`,
+#'   `model$float()`) converts an existing model.
 #' @param memory_limit `NULL` (no limit beyond the device's capacity), or the
 #'   most memory the model may hold, in bytes or as a string such as
 #'   `"512 MiB"` or `"2GB"`. An allocation beyond it fails with an error of
@@ -44,14 +49,19 @@
 #'   `list(layer_outputs, layer_last_states)`, where `layer_outputs[[l]]` has
 #'   dim `[batch, time, hidden_dims[l], height, width]` and
 #'   `layer_last_states[[l]]` is `list(h = , c = )`, each of dim
-#'   `[batch, hidden_dims[l], height, width]`. Fields are available with `$`:
-#'   `config`, `input_dim`, `hidden_dims`, `kernel_sizes`, `n_layers`,
-#'   `bias`, `device`, `dtype`, `backend`, `n_parameters`, `parameters`
-#'   (the state dict), and the methods `state_dict()`, `load_state_dict()`,
-#'   `zero_grad()`, `forward()`.
+#'   `[batch, hidden_dims[l], height, width]`. `model(x, outputs =
+#'   "last_states")` returns only the last states (`layer_outputs` is an
+#'   empty list) from a forward that keeps no output sequence, so its memory
+#'   does not grow with the number of time steps. Fields are available with
+#'   `$`: `config`, `input_dim`, `hidden_dims`, `kernel_sizes`, `n_layers`,
+#'   `bias`, `device`, `dtype`, `backend`, `memory_limit`, `n_parameters`,
+#'   `parameters` (the state dict), and the methods `state_dict()`,
+#'   `load_state_dict()`, `zero_grad()`, `forward()`, and `half()`,
+#'   `bfloat16()`, `float()` (storage type conversion, see [set_dtype()]).
 #'
 #' @seealso [train_step()], [convlstm_fit()], [state_dict()],
-#'   [memory_stats()], [convlstm_release()].
+#'   [memory_stats()], [memory_estimate()], [set_memory_limit()],
+#'   [convlstm_release()].
 #' @export
 #' @examples
 #' set.seed(1)
@@ -62,6 +72,8 @@
 #' out <- model(x)
 #' dim(out[[1]][[2]])      # layer 2 output: [2, 4, 1, 6, 6]
 #' dim(out[[2]][[2]]$h)    # layer 2 last h:  [2, 1, 6, 6]
+#' # only the last states: memory independent of the sequence length
+#' str(model(x, outputs = "last_states")$layer_last_states[[2]])
 #' convlstm_release(model)
 convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hidden_dims),
                      bias = TRUE, device = "auto", dtype = "float32", memory_limit = NULL,
@@ -89,8 +101,7 @@ convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hid
   ptr <- c_model_create(
     input_dim, hidden_dims, kernel_sizes, bias,
     device = match(device, c("cpu", "cuda")) - 1L,
-    dtype = match(dtype, c("float32", "float16", "bfloat16")) - 1L,
-    threads = threads, memory_limit = memory_limit
+    dtype = dtype_code(dtype), threads = threads, memory_limit = memory_limit
   )
   c_model_init_params(ptr)
   new_convlstm_model(ptr)
@@ -110,6 +121,7 @@ recycle_layers <- function(x, n_layers, arg, call = sys.call(-1)) {
   x
 }
 
+# NULL -> 0 (no limit); bytes or a size with a unit -> whole bytes.
 parse_bytes <- function(x, arg, call) {
   if (is.null(x)) return(0)
   if (is.character(x) && length(x) == 1 && !is.na(x)) {
@@ -130,9 +142,12 @@ parse_bytes <- function(x, arg, call) {
 
 new_convlstm_model <- function(ptr) {
   config <- c_model_config(ptr)
-  model <- function(x) {
+  model <- function(x, outputs = c("all", "last_states")) {
     x <- check_input(x, config, "x")
-    c_forward(ptr, x, training = FALSE, what = "all")
+    outputs <- check_choice(outputs, c("all", "last_states"), "outputs")
+    if (identical(outputs, "all")) return(c_forward(ptr, x, training = FALSE, what = "all"))
+    c_forward(ptr, x, training = FALSE, what = "last_states",
+              options = c_step_options(outputs = "last_state"))
   }
   class(model) <- c("convlstm_model", "function")
   model
@@ -202,22 +217,36 @@ print.convlstm_model <- function(x, ...) {
 #'
 #' Layers (input and hidden channels, kernel), parameter counts and bytes,
 #' device, dtype and, for a live model, the memory it holds per category.
+#' Given an `input_shape`, also what a training step on that input takes,
+#' per category, from the memory plan ([memory_estimate()]): like a
+#' keras or torchinfo summary that also knows training memory.
 #'
 #' @param object A model created by [convlstm()].
-#' @param ... Unused.
+#' @param input_shape `NULL`, or the dims of an input, `c(batch, time,
+#'   channels, height, width)`, for which to estimate a training step's
+#'   memory.
+#' @param ... Passed to [memory_estimate()] with `input_shape`: `training`,
+#'   `dtype`, `checkpoint`, `accumulation_steps`, `tbptt`, `optimizer`.
 #' @return An object of class `summary.convlstm_model`: a list with `layers`
 #'   (a data frame), `n_parameters`, `parameter_bytes`, `device`, `dtype`,
-#'   `backend`, `status` and `memory` ([memory_stats()] or `NULL`).
+#'   `backend`, `status`, `memory` ([memory_stats()] or `NULL`) and
+#'   `estimate` ([memory_estimate()] for `input_shape`, or `NULL`).
 #' @export
 #' @examples
 #' model <- convlstm(1, c(4, 2), 3, device = "cpu")
 #' summary(model)
+#' summary(model, input_shape = c(8, 10, 1, 16, 16))
 #' convlstm_release(model)
-summary.convlstm_model <- function(object, ...) {
+summary.convlstm_model <- function(object, input_shape = NULL, ...) {
   ptr <- model_ptr(object, "object")
   status <- c_model_status(ptr)
   config <- model_config(object)
   layers <- layer_table(config)
+  estimate <- NULL
+  if (!is.null(input_shape)) {
+    shape <- check_input_shape(input_shape, config)
+    estimate <- memory_estimate(object, shape[[1]], shape[[2]], shape[[4]], shape[[5]], ...)
+  }
   structure(list(
     layers = layers,
     n_parameters = sum(layers$parameters),
@@ -227,8 +256,24 @@ summary.convlstm_model <- function(object, ...) {
     backend = config$backend %||% config$device,
     bias = config$bias,
     status = status,
-    memory = if (status == "live") memory_stats(object) else NULL
+    memory = if (status == "live") memory_stats(object) else NULL,
+    input_shape = if (is.null(estimate)) NULL else as.integer(input_shape),
+    estimate = estimate
   ), class = "summary.convlstm_model")
+}
+
+check_input_shape <- function(x, config, call = sys.call(-1)) {
+  if (length(x) != 5 || !is_whole(x) || any(x < 1) || any(x > .Machine$integer.max)) {
+    abort_arg("input_shape", "five positive whole numbers c(batch, time, channels, height, width)",
+              x, call)
+  }
+  if (x[[3]] != config$input_dim) {
+    abort_convlstm(sprintf(
+      "`input_shape` must have %d channel%s (its third element), not %s.", config$input_dim,
+      if (config$input_dim == 1) "" else "s", format(x[[3]])
+    ), call = call)
+  }
+  as.integer(x)
 }
 
 #' @export
@@ -246,7 +291,10 @@ print.summary.convlstm_model <- function(x, ...) {
         row.names = FALSE)
   cat(sprintf("\nTotal parameters: %s (%s as float32)\n", format_count(x$n_parameters),
               format_bytes(x$parameter_bytes)))
-  if (!is.null(x$memory)) {
+  if (!is.null(x$estimate)) {
+    cat(sprintf("\nInput shape: %s\n", format_dims(x$input_shape)))
+    print(x$estimate)
+  } else if (!is.null(x$memory)) {
     cat("\n")
     print(x$memory)
   } else if (x$status != "live") {
@@ -257,8 +305,8 @@ print.summary.convlstm_model <- function(x, ...) {
 
 model_fields <- c(
   "config", "input_dim", "hidden_dims", "kernel_sizes", "n_layers", "bias", "device",
-  "dtype", "backend", "n_parameters", "parameters", "state_dict", "load_state_dict",
-  "zero_grad", "forward"
+  "dtype", "backend", "memory_limit", "n_parameters", "parameters", "state_dict",
+  "load_state_dict", "zero_grad", "forward", "half", "bfloat16", "float"
 )
 
 #' @export
@@ -267,7 +315,7 @@ model_fields <- c(
   switch(name,
     config = model_config(model),
     input_dim = , hidden_dims = , kernel_sizes = , n_layers = , bias = , device = ,
-    dtype = , backend = model_config(model)[[name]],
+    dtype = , backend = , memory_limit = model_config(model)[[name]],
     n_parameters = sum(layer_table(model_config(model))$parameters),
     parameters = state_dict(model),
     state_dict = function() state_dict(model),
@@ -278,6 +326,9 @@ model_fields <- c(
     forward = function(x, training = TRUE, target = NULL) {
       convlstm_forward(model, x, training = training, target = target)
     },
+    half = function() set_dtype(model, "float16"),
+    bfloat16 = function() set_dtype(model, "bfloat16"),
+    float = function() set_dtype(model, "float32"),
     abort_convlstm(sprintf(
       "A convlstm model has no field `%s`; available: %s.", name,
       paste(model_fields, collapse = ", ")
@@ -308,7 +359,9 @@ model_fields <- c(
 #'
 #' Runs an inference forward (no activations are kept for backward, so
 #' memory does not grow with training state) and returns the last layer's
-#' output.
+#' output. With `what = "last_state"` the forward keeps no output sequence
+#' either: only the running states, so its memory is the same for 10 time
+#' steps or 1000.
 #'
 #' @param object A model created by [convlstm()].
 #' @param x Input array `[batch, time, channels, height, width]`.
@@ -334,15 +387,22 @@ predict.convlstm_model <- function(object, x, what = c("sequence", "last_state")
   x <- check_input(x, model_config(object), "x")
   n <- dim(x)[[1]]
   batch_size <- if (is.null(batch_size)) n else check_count(batch_size, "batch_size")
-  if (batch_size >= n) return(c_forward(ptr, x, training = FALSE, what = what))
+  options <- inference_options(what)
+  if (batch_size >= n) return(c_forward(ptr, x, training = FALSE, what = what, options))
   out <- NULL
   for (start in seq(1L, n, by = batch_size)) {
     idx <- start:min(n, start + batch_size - 1L)
-    part <- c_forward(ptr, slice_batch(x, idx), training = FALSE, what = what)
+    part <- c_forward(ptr, slice_batch(x, idx), training = FALSE, what = what, options)
     if (is.null(out)) out <- array(0, dim = c(n, dim(part)[-1]))
     out <- assign_batch(out, idx, part)
   }
   out
+}
+
+# An inference forward whose caller reads only the last layer's last state
+# keeps only the running states (memory independent of T).
+inference_options <- function(what) {
+  if (identical(what, "last_state")) c_step_options(outputs = "last_state") else NULL
 }
 
 # x[idx, , , ...] for an array of any rank, keeping every dimension.
@@ -354,6 +414,78 @@ slice_batch <- function(x, idx) {
 assign_batch <- function(x, idx, value) {
   args <- c(list(x, idx), rep(list(quote(expr = )), length(dim(x)) - 1L), list(value = value))
   do.call(`[<-`, args)
+}
+
+#' Change a model's storage type
+#'
+#' Converts the storage of activations and convolution inputs between
+#' float32 and the half types (mixed precision). Parameters stay float32
+#' (they are the master weights), so converting back and forth loses
+#' nothing; the step buffers are given back and re-planned at the next step.
+#' `model$half()`, `model$bfloat16()` and `model$float()` do the same, as
+#' torch modules' methods of those names do.
+#'
+#' With `"float16"` the loss is scaled dynamically, as torch's `GradScaler`
+#' does: [loss_scale()] reports the scaler.
+#'
+#' @param model A model created by [convlstm()].
+#' @param dtype `"float32"`, `"float16"` or `"bfloat16"`.
+#' @return `model`, invisibly.
+#' @seealso [memory_estimate()] to see what each dtype takes before
+#'   converting.
+#' @export
+#' @examples
+#' model <- convlstm(1, c(4, 1), 3, device = "cpu")
+#' x <- array(runif(2 * 3 * 8 * 8), dim = c(2, 3, 1, 8, 8))
+#' set_dtype(model, "bfloat16")
+#' model$dtype
+#' dim(predict(model, x, what = "last_state"))
+#' model$float()
+#' model$dtype
+#' convlstm_release(model)
+set_dtype <- function(model, dtype) {
+  ptr <- model_ptr(model)
+  dtype <- check_choice(dtype, dtypes, "dtype")
+  c_set_dtype(ptr, dtype)
+  invisible(model)
+}
+
+#' The float16 loss scaler
+#'
+#' With `dtype = "float16"` small gradients would underflow, so the loss is
+#' multiplied by a scale before backward and the gradients divided by it
+#' before the update, as torch's `GradScaler` does: a step whose gradients
+#' hold an infinity or NaN is skipped and the scale halves; after
+#' `growth_interval` clean steps in a row the scale doubles.
+#'
+#' @param model A model created by [convlstm()].
+#' @return An object of class `convlstm_loss_scale`: a list with `scale`,
+#'   `growth_interval`, `clean_steps` (since the last growth or skip) and
+#'   `skipped_steps` (in all), and `dtype`, the model's storage type. The
+#'   scaler only acts for float16.
+#' @export
+#' @examples
+#' model <- convlstm(1, c(4, 1), 3, device = "cpu", dtype = "float16")
+#' x <- array(runif(2 * 3 * 8 * 8), dim = c(2, 3, 1, 8, 8))
+#' y <- array(runif(2 * 8 * 8), dim = c(2, 1, 8, 8))
+#' for (i in 1:3) train_step(model, x, y, optimizer_adam())
+#' loss_scale(model)
+#' convlstm_release(model)
+loss_scale <- function(model) {
+  ptr <- model_ptr(model)
+  structure(c(c_loss_scale(ptr), list(dtype = model_config(model)$dtype)),
+            class = "convlstm_loss_scale")
+}
+
+#' @export
+print.convlstm_loss_scale <- function(x, ...) {
+  cat(sprintf(
+    "<convlstm_loss_scale> scale %s, %d clean step%s since the last change (grows after %d), %s skipped%s\n",
+    format(x$scale), x$clean_steps, if (x$clean_steps == 1) "" else "s", x$growth_interval,
+    format_count(x$skipped_steps),
+    if (identical(x$dtype, "float16")) "" else sprintf(" (inactive: dtype %s)", x$dtype)
+  ))
+  invisible(x)
 }
 
 #' Release a model's memory now

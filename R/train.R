@@ -21,8 +21,23 @@
 #'   is the last layer's hidden dimension.
 #' @param optimizer [optimizer_adam()] or [optimizer_sgd()].
 #' @param target Which output the loss is computed on.
-#' @return The loss before the update (a number).
-#' @seealso [convlstm_fit()] for the loop over epochs and batches.
+#' @param checkpoint `0`, or keep the hidden and cell states only every
+#'   `checkpoint` time steps and recompute the rest during backward: the same
+#'   gradients with activation memory that grows as `T / checkpoint +
+#'   checkpoint` instead of `T`, for about one more forward's time.
+#' @param accumulation_steps Split the batch into this many micro-batches
+#'   whose gradients are summed (each loss weighted by its share of the
+#'   batch) before one update: the update of the whole batch, with the
+#'   activation memory of one micro-batch.
+#' @param tbptt `0`, or truncated backpropagation through time: forward and
+#'   backward run over windows of `tbptt` time steps, the state carried from
+#'   one window to the next without a gradient ("detached"), so memory does
+#'   not grow with the sequence length beyond `tbptt` steps. Not the same
+#'   gradient as full backpropagation.
+#' @return The loss before the update (a number): the mean squared error
+#'   over the whole batch.
+#' @seealso [convlstm_fit()] for the loop over epochs and batches;
+#'   [memory_estimate()] for what each option saves.
 #' @export
 #' @examples
 #' set.seed(1)
@@ -31,15 +46,42 @@
 #' y <- array(runif(4 * 6 * 6), dim = c(4, 1, 6, 6))
 #' opt <- optimizer_adam(lr = 0.01)
 #' for (i in 1:3) print(train_step(model, x, y, opt))
+#' # the same update in two micro-batches of 2, keeping states every 2 steps
+#' train_step(model, x, y, opt, accumulation_steps = 2, checkpoint = 2)
 #' convlstm_release(model)
-train_step <- function(model, x, y, optimizer, target = c("last_state", "sequence")) {
+train_step <- function(model, x, y, optimizer, target = c("last_state", "sequence"),
+                       checkpoint = 0, accumulation_steps = 1, tbptt = 0) {
   ptr <- model_ptr(model)
   config <- model_config(model)
   x <- check_input(x, config, "x")
   target <- check_choice(target, c("last_state", "sequence"), "target")
   y <- check_target_array(y, dim(x), config, target, "y")
   optimizer <- check_optimizer(optimizer)
-  c_train_step(ptr, x, y, target, optimizer)
+  options <- check_step_options(checkpoint, accumulation_steps, tbptt, batch_size = dim(x)[[1]])
+  c_train_step(ptr, x, y, target, optimizer, options)
+}
+
+# The knobs that change a training step's schedule and plan, checked and
+# encoded for the glue (NULL: the plain step). batch_size, when known, bounds
+# accumulation_steps.
+check_step_options <- function(checkpoint = 0, accumulation_steps = 1, tbptt = 0,
+                               outputs = "all", dtype = NULL, batch_size = NULL,
+                               call = sys.call(-1)) {
+  checkpoint <- check_count(checkpoint, "checkpoint", min = 0, call = call)
+  accumulation_steps <- check_count(accumulation_steps, "accumulation_steps", call = call)
+  tbptt <- check_count(tbptt, "tbptt", min = 0, call = call)
+  if (!is.null(batch_size) && accumulation_steps > batch_size) {
+    abort_convlstm(sprintf(
+      "`accumulation_steps` (%d) must not exceed the batch size (%d): each micro-batch needs a sample.",
+      accumulation_steps, batch_size
+    ), call = call)
+  }
+  if (!is.null(dtype)) dtype <- check_choice(dtype, dtypes, "dtype", call = call)
+  if (checkpoint == 0 && accumulation_steps == 1 && tbptt == 0 && identical(outputs, "all") &&
+      is.null(dtype)) {
+    return(NULL)
+  }
+  c_step_options(checkpoint, tbptt, accumulation_steps, outputs, dtype)
 }
 
 # The shape of the chosen output for an input of dims xd.
@@ -131,7 +173,8 @@ convlstm_forward <- function(model, x, training = TRUE, target = NULL) {
   x <- check_input(x, model_config(model), "x")
   training <- check_flag(training, "training")
   what <- if (is.null(target)) "all" else check_choice(target, c("last_state", "sequence"), "target")
-  c_forward(ptr, x, training = training, what = what)
+  c_forward(ptr, x, training = training, what = what,
+            if (!training) inference_options(what))
 }
 
 #' @rdname convlstm_forward

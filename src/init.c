@@ -26,7 +26,7 @@ static const R_CallMethodDef call_entries[] = {
     CALLDEF(ffi_tensor_info, 1),
     CALLDEF(ffi_get_tensors, 2),
     CALLDEF(ffi_set_tensors, 2),
-    CALLDEF(ffi_forward, 4),
+    CALLDEF(ffi_forward, 5),
     CALLDEF(ffi_last_shape, 1),
     CALLDEF(ffi_backward, 3),
     CALLDEF(ffi_mse, 3),
@@ -34,10 +34,14 @@ static const R_CallMethodDef call_entries[] = {
     CALLDEF(ffi_optimizer_step, 2),
     CALLDEF(ffi_optimizer_steps, 1),
     CALLDEF(ffi_optimizer_reset, 1),
-    CALLDEF(ffi_train_step, 5),
+    CALLDEF(ffi_train_step, 6),
     CALLDEF(ffi_memory_stats, 1),
     CALLDEF(ffi_memory_reset_peak, 1),
     CALLDEF(ffi_empty_cache, 1),
+    CALLDEF(ffi_model_plan, 5),
+    CALLDEF(ffi_set_memory_limit, 2),
+    CALLDEF(ffi_set_dtype, 2),
+    CALLDEF(ffi_loss_scale, 1),
     {NULL, NULL, 0}};
 
 /* The one symbol the shared library exports (the build hides the rest). */

@@ -57,6 +57,14 @@ SEXP r_alloc_array(int ndim, const int *dims);
 void r_row_major_to_r(const float *src, int ndim, const int *dims, double *dst);
 void r_r_to_row_major(const double *src, int ndim, const int *dims, float *dst);
 
+/* ---- r_train.c ---- */
+
+/* The R-side encodings of an optimizer (c_optim() in R/ffi.R) and of step
+ * options (c_step_options()); both raise on a malformed vector. NULL opts
+ * gives the plain step. */
+void r_optim(SEXP opt, cl_optim *out);
+void r_step_options(SEXP opts, cl_step_options *out);
+
 /* ---- entry points (registered in init.c) ---- */
 
 /* r_model.c */
@@ -75,7 +83,7 @@ SEXP ffi_get_tensors(SEXP ptr, SEXP grad);
 SEXP ffi_set_tensors(SEXP ptr, SEXP tensors);
 
 /* r_train.c */
-SEXP ffi_forward(SEXP ptr, SEXP x, SEXP training, SEXP what);
+SEXP ffi_forward(SEXP ptr, SEXP x, SEXP training, SEXP what, SEXP opts);
 SEXP ffi_last_shape(SEXP ptr);
 SEXP ffi_backward(SEXP ptr, SEXP grad, SEXP target);
 SEXP ffi_mse(SEXP ptr, SEXP y, SEXP target);
@@ -83,11 +91,17 @@ SEXP ffi_zero_grad(SEXP ptr);
 SEXP ffi_optimizer_step(SEXP ptr, SEXP opt);
 SEXP ffi_optimizer_steps(SEXP ptr);
 SEXP ffi_optimizer_reset(SEXP ptr);
-SEXP ffi_train_step(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt);
+SEXP ffi_train_step(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts);
 
 /* r_memory.c */
 SEXP ffi_memory_stats(SEXP ptr);
 SEXP ffi_memory_reset_peak(SEXP ptr);
 SEXP ffi_empty_cache(SEXP ptr);
+
+/* r_plan.c */
+SEXP ffi_model_plan(SEXP ptr, SEXP shape, SEXP training, SEXP opt, SEXP opts);
+SEXP ffi_set_memory_limit(SEXP ptr, SEXP bytes);
+SEXP ffi_set_dtype(SEXP ptr, SEXP dtype);
+SEXP ffi_loss_scale(SEXP ptr);
 
 #endif

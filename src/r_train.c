@@ -15,7 +15,7 @@
 
 /* Optimizer hyperparameters travel as c(kind, lr, beta1, beta2, eps,
  * momentum, weight_decay) -- see c_optim() in R/ffi.R. */
-static void r_optim(SEXP opt, cl_optim *out) {
+void r_optim(SEXP opt, cl_optim *out) {
   if (TYPEOF(opt) != REALSXP || Rf_length(opt) != 7)
     r_raise_invalid("`optimizer` must be made by optimizer_adam() or optimizer_sgd()");
   const double *v = REAL(opt);
@@ -27,6 +27,23 @@ static void r_optim(SEXP opt, cl_optim *out) {
   out->eps = v[4];
   out->momentum = v[5];
   out->weight_decay = v[6];
+}
+
+/* Step options travel as c(checkpoint, tbptt, accumulation_steps, outputs,
+ * plan_dtype) -- see c_step_options() in R/ffi.R; plan_dtype 0 is the
+ * model's own storage, 1 + a cl_dtype another one. */
+void r_step_options(SEXP opts, cl_step_options *out) {
+  memset(out, 0, sizeof *out);
+  if (opts == R_NilValue) return;
+  if (TYPEOF(opts) != INTSXP || Rf_length(opts) != 5)
+    r_raise_invalid("internal: step options must be c(checkpoint, tbptt, accumulation_steps, "
+                    "outputs, plan_dtype)");
+  const int *v = INTEGER(opts);
+  out->checkpoint = v[0];
+  out->tbptt = v[1];
+  out->accumulation_steps = v[2];
+  out->outputs = v[3] == 1 ? CL_OUTPUTS_LAST : CL_OUTPUTS_ALL;
+  out->plan_dtype = v[4];
 }
 
 static cl_target r_target(SEXP target) {
@@ -62,14 +79,18 @@ static SEXP read_state(cl_model *m, int layer, int which, int B, int C, int H, i
 /* what: 0 = list(layer_outputs, layer_last_states) for every layer, as the
  * R torch tutorial's model returns; 1 = the last layer's output sequence;
  * 2 = the last layer's last h; 3 = nothing (the caller only wants the
- * activations kept for backward). */
-SEXP ffi_forward(SEXP ptr, SEXP x, SEXP training, SEXP what) {
+ * activations kept for backward); 4 = list(layer_outputs = list(),
+ * layer_last_states) (for an inference forward that kept only the last
+ * states, opts outputs = CL_OUTPUTS_LAST). */
+SEXP ffi_forward(SEXP ptr, SEXP x, SEXP training, SEXP what, SEXP opts) {
   cl_model *m = r_model(ptr);
   cl_host_array hx;
   r_host_array(x, 5, "x", &hx);
   int train = Rf_asLogical(training) == TRUE;
   int mode = Rf_asInteger(what);
-  cl_status st = cl_model_forward(m, &hx, train, NULL);
+  cl_step_options so;
+  r_step_options(opts, &so);
+  cl_status st = cl_model_forward(m, &hx, train, &so);
   if (st != CL_OK) r_raise_model(st, m);
   if (mode == 3) return R_NilValue;
 
@@ -82,7 +103,7 @@ SEXP ffi_forward(SEXP ptr, SEXP x, SEXP training, SEXP what) {
   if (mode == 2) return read_state(m, L - 1, 0, B, cfg->hidden_dims[L - 1], H, W);
 
   int nprotect = 0;
-  SEXP outputs = PROTECT(Rf_allocVector(VECSXP, L));
+  SEXP outputs = PROTECT(Rf_allocVector(VECSXP, mode == 4 ? 0 : L));
   nprotect++;
   SEXP states = PROTECT(Rf_allocVector(VECSXP, L));
   nprotect++;
@@ -92,7 +113,7 @@ SEXP ffi_forward(SEXP ptr, SEXP x, SEXP training, SEXP what) {
   SET_STRING_ELT(hc_names, 1, Rf_mkChar("c"));
   for (int l = 0; l < L; l++) {
     int C = cfg->hidden_dims[l];
-    SET_VECTOR_ELT(outputs, l, read_output(m, l, B, T, C, H, W));
+    if (mode != 4) SET_VECTOR_ELT(outputs, l, read_output(m, l, B, T, C, H, W));
     SEXP hc = Rf_allocVector(VECSXP, 2);
     SET_VECTOR_ELT(states, l, hc);
     Rf_setAttrib(hc, R_NamesSymbol, hc_names);
@@ -180,7 +201,7 @@ SEXP ffi_optimizer_reset(SEXP ptr) {
   return R_NilValue;
 }
 
-SEXP ffi_train_step(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt) {
+SEXP ffi_train_step(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts) {
   cl_model *m = r_model(ptr);
   cl_target tg = r_target(target);
   cl_host_array hx, hy;
@@ -188,8 +209,10 @@ SEXP ffi_train_step(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt) {
   r_host_array(y, tg == CL_TARGET_SEQUENCE ? 5 : 4, "y", &hy);
   cl_optim o;
   r_optim(opt, &o);
+  cl_step_options so;
+  r_step_options(opts, &so);
   double loss = 0;
-  cl_status st = cl_model_train_step(m, &hx, &hy, tg, &o, NULL, &loss);
+  cl_status st = cl_model_train_step(m, &hx, &hy, tg, &o, &so, &loss);
   if (st != CL_OK) r_raise_model(st, m);
   return Rf_ScalarReal(loss);
 }

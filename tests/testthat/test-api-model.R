@@ -66,12 +66,15 @@ test_that("argument errors name the argument", {
   expect_s3_class(err, "convlstm_error")
 })
 
-test_that("unsupported devices and dtypes are clear errors", {
+test_that("unsupported devices are clear errors; half dtypes are supported", {
   if (!gpu_available()) {
     expect_convlstm_error(convlstm(1, 4, 3, device = "cuda"), status = "unsupported")
   }
-  expect_convlstm_error(convlstm(1, 4, 3, device = "cpu", dtype = "float16"),
-                        status = "unsupported")
+  expect_convlstm_error(convlstm(1, 4, 3, device = "cpu", dtype = "float64"),
+                        regexp = "`dtype`")
+  model <- convlstm(1, 4, 3, device = "cpu", dtype = "float16")
+  on.exit(convlstm_release(model))
+  expect_equal(model$dtype, "float16")
 })
 
 test_that("memory_limit accepts bytes and sizes with units", {

@@ -1,0 +1,224 @@
+# estimate.R -- memory before running: memory_estimate() reads the plan of a
+# step (every buffer the executor will allocate, with its category and
+# bytes) from the core without allocating anything, and max_batch_size()
+# searches that plan for the largest batch under a budget. The plan is the
+# allocation itself, so these numbers are the ones memory_stats() then
+# measures; measured runs over batch sizes are in profile.R.
+
+#' Estimate the memory of a step before running it
+#'
+#' Asks the model's memory planner for every buffer a step of the given
+#' shape needs -- the same plan the executor then allocates -- without
+#' allocating anything, and sums it per category. After a step of that shape
+#' on a fresh model (or after [reset_peak_memory_stats()] and
+#' [empty_cache()]), the peaks of [memory_stats()] equal these numbers to
+#' the byte.
+#'
+#' Knobs that shrink memory are planned too: a half `dtype` halves
+#' activations and data; `checkpoint` keeps states only every `checkpoint`
+#' steps; `accumulation_steps` plans one micro-batch; `tbptt` plans one
+#' window of time steps; an inference estimate (`training = FALSE`) has no
+#' activations, gradients or optimizer state beyond what the model already
+#' holds, and with `outputs = "last_state"` it does not grow with
+#' `seq_len`.
+#'
+#' @param model A model created by [convlstm()].
+#' @param batch_size,seq_len,height,width The shape of the input: `[batch,
+#'   time, channels, height, width]` (channels are the model's `input_dim`).
+#' @param training `TRUE` for a training step ([train_step()]), `FALSE` for
+#'   an inference forward (`model(x)`, [predict()]).
+#' @param dtype `NULL` for the model's storage type, or `"float32"`,
+#'   `"float16"`, `"bfloat16"` to see what the model would take after
+#'   [set_dtype()].
+#' @param checkpoint,accumulation_steps,tbptt Step options, as in
+#'   [train_step()].
+#' @param optimizer The optimizer whose state to plan ([optimizer_adam()],
+#'   [optimizer_sgd()]); `NULL`: the state the model holds, or for a
+#'   training step of a model that has not taken one, Adam's.
+#' @param outputs For an inference estimate: `"all"` keeps every layer's
+#'   output sequence (as `model(x)`), `"last_state"` only the last states
+#'   (as `predict(what = "last_state")`).
+#' @return A data frame of class `convlstm_memory_estimate` with columns
+#'   `category` and `bytes`: one row per category (`parameters`,
+#'   `gradients`, `optimizer`, `activations`, `states`, `workspace`,
+#'   `data`), then `total` (their sum: everything the step holds at its
+#'   peak) and `reserved` (what the allocator reserves from the device for
+#'   it). Attribute `plan` holds the buffers (a data frame of class
+#'   `convlstm_plan`: `name`, `category`, `bytes`, `layer`, where layers
+#'   count from 0 as in the buffer names and the state dict, and `NA`
+#'   marks model-wide buffers); `shape`,
+#'   `training`, `dtype`, `options` and `optimizer` record the question.
+#' @seealso [max_batch_size()], [memory_profile()], [memory_stats()].
+#' @export
+#' @examples
+#' model <- convlstm(1, c(64, 1), 3, device = "cpu")
+#' est <- memory_estimate(model, batch_size = 16, seq_len = 10, height = 64, width = 64)
+#' est
+#' attr(est, "plan")
+#' # half the activation memory in float16, less again with checkpointing
+#' memory_estimate(model, 16, 10, 64, 64, dtype = "float16", checkpoint = 3)
+#' # inference, keeping only the last state
+#' memory_estimate(model, 16, 1000, 64, 64, training = FALSE, outputs = "last_state")
+#' convlstm_release(model)
+memory_estimate <- function(model, batch_size, seq_len, height, width, training = TRUE,
+                            dtype = NULL, checkpoint = 0, accumulation_steps = 1, tbptt = 0,
+                            optimizer = NULL, outputs = c("all", "last_state")) {
+  ptr <- model_ptr(model)
+  shape <- c(
+    check_count(batch_size, "batch_size"), check_count(seq_len, "seq_len"),
+    check_count(height, "height"), check_count(width, "width")
+  )
+  training <- check_flag(training, "training")
+  outputs <- check_choice(outputs, c("all", "last_state"), "outputs")
+  options <- check_step_options(checkpoint, accumulation_steps, tbptt,
+                                outputs = if (training) "all" else outputs, dtype = dtype,
+                                batch_size = shape[[1]])
+  optimizer <- plan_optimizer(ptr, optimizer, training)
+  plan <- c_model_plan(ptr, shape, training, optimizer, options)
+  config <- c_model_config(ptr)
+  new_memory_estimate(
+    plan, shape = shape, training = training, dtype = dtype %||% config$dtype,
+    options = list(checkpoint = checkpoint, accumulation_steps = accumulation_steps,
+                   tbptt = tbptt, outputs = if (training) "all" else outputs),
+    optimizer = optimizer$kind %||% planned_optimizer(plan$name)
+  )
+}
+
+# The optimizer state a plan should include: the one given; else what the
+# model holds; else, for a first training step, Adam's (the usual choice and
+# the larger state), so that the estimate covers the step that creates it.
+plan_optimizer <- function(ptr, optimizer, training, call = sys.call(-1)) {
+  if (!is.null(optimizer)) return(check_optimizer(optimizer, call = call))
+  if (training && c_optimizer_steps(ptr) == 0) return(optimizer_adam())
+  NULL
+}
+
+# Which optimizer state a plan holds, from its buffer names (core/plan.c).
+planned_optimizer <- function(names) {
+  if ("adam.exp_avg_sq" %in% names) "adam" else if ("sgd.momentum_buffer" %in% names) "sgd"
+  else "none"
+}
+
+new_memory_estimate <- function(plan, shape, training, dtype, options, optimizer) {
+  by <- plan$by_category[mem_categories]
+  df <- data.frame(
+    category = c(mem_categories, "total", "reserved"),
+    bytes = unname(c(by, plan$total, plan$total))
+  )
+  buffers <- data.frame(name = plan$name, category = plan$category, bytes = plan$bytes,
+                        layer = plan$layer)
+  class(buffers) <- c("convlstm_plan", "data.frame")
+  structure(df, class = c("convlstm_memory_estimate", "data.frame"), plan = buffers,
+            shape = stats::setNames(shape, c("batch_size", "seq_len", "height", "width")),
+            training = training, dtype = dtype, options = options, optimizer = optimizer)
+}
+
+# The estimate's bytes by category name (with total and reserved).
+estimate_bytes <- function(est) stats::setNames(est$bytes, est$category)
+
+describe_options <- function(options) {
+  parts <- c(
+    if (options$checkpoint > 0) sprintf("checkpoint every %d steps", options$checkpoint),
+    if (options$accumulation_steps > 1) {
+      sprintf("%d micro-batches", options$accumulation_steps)
+    },
+    if (options$tbptt > 0) sprintf("tbptt window %d", options$tbptt),
+    if (identical(options$outputs, "last_state")) "last state only"
+  )
+  if (length(parts) == 0) "" else paste0(", ", paste(parts, collapse = ", "))
+}
+
+#' @export
+print.convlstm_memory_estimate <- function(x, ...) {
+  shape <- attr(x, "shape")
+  cat(sprintf(
+    "<convlstm_memory_estimate> %s: batch %d, %d step%s of %dx%d, %s%s%s\n",
+    if (isTRUE(attr(x, "training"))) "training step" else "inference",
+    shape[[1]], shape[[2]], if (shape[[2]] == 1) "" else "s", shape[[3]], shape[[4]],
+    attr(x, "dtype"), describe_options(attr(x, "options")),
+    if (isTRUE(attr(x, "training"))) paste0(", optimizer ", attr(x, "optimizer")) else ""
+  ))
+  total <- x$bytes[x$category == "total"]
+  shown <- data.frame(
+    category = x$category,
+    bytes = format_bytes(x$bytes),
+    share = ifelse(x$category %in% mem_categories & total > 0,
+                   sprintf("%.1f%%", 100 * x$bytes / total), "")
+  )
+  print(shown, row.names = FALSE, right = TRUE)
+  invisible(x)
+}
+
+#' @export
+print.convlstm_plan <- function(x, ...) {
+  cat(sprintf("<convlstm_plan> %d buffers, %s\n", nrow(x), format_bytes(sum(x$bytes))))
+  shown <- data.frame(
+    name = x$name, category = x$category, bytes = format_bytes(x$bytes),
+    layer = ifelse(is.na(x$layer), "-", as.character(x$layer))
+  )
+  print(shown, row.names = FALSE, right = TRUE)
+  invisible(x)
+}
+
+#' The largest batch that fits
+#'
+#' Searches the memory plan (doubling the batch, then bisecting) for the
+#' largest batch size whose step fits in `budget` bytes. Nothing is
+#' allocated, so it answers for budgets far beyond this machine, e.g. for
+#' the GPU a model is meant to train on. A model with `memory_limit =
+#' budget` trains with that batch, and one more sample fails with an error
+#' of class `convlstm_error_oom`.
+#'
+#' @inheritParams memory_estimate
+#' @param budget Bytes the step may take in all, parameters included: a
+#'   number or a string such as `"16 GiB"`. `NULL`: what the model holds now
+#'   plus what its device (or its `memory_limit`) has free.
+#' @param ... Passed to [memory_estimate()]: `training`, `dtype`,
+#'   `checkpoint`, `accumulation_steps`, `tbptt`, `optimizer`, `outputs`.
+#' @return The batch size (an integer; 0 if not even the smallest batch
+#'   fits), with attributes `bytes` (the plan's total at that batch) and
+#'   `budget`.
+#' @seealso [memory_estimate()], [set_memory_limit()].
+#' @export
+#' @examples
+#' model <- convlstm(1, c(64, 1), 3, device = "cpu")
+#' max_batch_size(model, seq_len = 10, height = 64, width = 64, budget = "16 GiB")
+#' max_batch_size(model, 10, 64, 64, budget = "16 GiB", dtype = "float16", checkpoint = 3)
+#' convlstm_release(model)
+max_batch_size <- function(model, seq_len, height, width, budget = NULL, ...) {
+  ptr <- model_ptr(model)
+  if (is.null(budget)) {
+    s <- c_memory_stats(ptr)
+    budget <- s$device_free + s$reserved
+  } else {
+    budget <- parse_bytes(budget, "budget", sys.call())
+  }
+  dots <- list(...)
+  first <- max(1L, as.integer(dots$accumulation_steps %||% 1L))
+  total_at <- function(b) {
+    est <- memory_estimate(model, b, seq_len, height, width, ...)
+    est$bytes[est$category == "total"]
+  }
+  # The first plan runs unguarded so that bad options are reported; later
+  # ones may overflow size_t for absurd batches, which just does not fit.
+  fits <- function(b) {
+    tryCatch(total_at(b) <= budget, convlstm_error_invalid = function(e) FALSE)
+  }
+  result <- function(b) {
+    structure(as.integer(b), bytes = if (b > 0) total_at(b) else 0, budget = budget)
+  }
+  if (total_at(first) > budget) return(result(0L))
+  lo <- first
+  hi <- NA_integer_
+  cap <- .Machine$integer.max
+  while (is.na(hi)) {
+    nxt <- if (lo > cap %/% 2) cap else 2L * lo
+    if (nxt == lo) return(result(lo))
+    if (fits(nxt)) lo <- nxt else hi <- nxt
+  }
+  while (hi - lo > 1L) {
+    mid <- lo + (hi - lo) %/% 2L
+    if (fits(mid)) lo <- mid else hi <- mid
+  }
+  result(lo)
+}

@@ -1,0 +1,134 @@
+/*
+ * r_plan.c -- the memory planner and the memory knobs from R: a step's plan
+ * (every buffer, its category and bytes) computed without allocating, the
+ * model's memory limit, its storage dtype and the float16 loss scaler.
+ *
+ * It is not where estimates are shaped into tables or where a batch size is
+ * searched for: R/estimate.R does that from the plan returned here. Byte
+ * counts travel as doubles, exact up to 2^53 bytes.
+ */
+#include <string.h>
+
+#include "r_convlstm.h"
+
+/* The plan is malloc'ed by the core; copying it into R vectors allocates, and
+ * an allocation failure longjmps. R_UnwindProtect runs the cleanup on that
+ * path as on the normal one, so the plan is never leaked. */
+typedef struct plan_copy {
+  cl_plan plan;
+} plan_copy;
+
+static SEXP named_list(const char *const *names, int n) {
+  SEXP out = PROTECT(Rf_allocVector(VECSXP, n));
+  SEXP nms = PROTECT(Rf_allocVector(STRSXP, n));
+  for (int i = 0; i < n; i++) SET_STRING_ELT(nms, i, Rf_mkChar(names[i]));
+  Rf_setAttrib(out, R_NamesSymbol, nms);
+  UNPROTECT(2);
+  return out;
+}
+
+static SEXP plan_to_r(void *data) {
+  const cl_plan *p = &((plan_copy *)data)->plan;
+  int nprotect = 0;
+  const char *const names[] = {"name", "category", "bytes", "layer", "by_category", "total"};
+  SEXP out = PROTECT(named_list(names, 6));
+  nprotect++;
+  SEXP name = Rf_allocVector(STRSXP, p->n);
+  SET_VECTOR_ELT(out, 0, name);
+  SEXP cat = Rf_allocVector(STRSXP, p->n);
+  SET_VECTOR_ELT(out, 1, cat);
+  SEXP bytes = Rf_allocVector(REALSXP, p->n);
+  SET_VECTOR_ELT(out, 2, bytes);
+  SEXP layer = Rf_allocVector(INTSXP, p->n);
+  SET_VECTOR_ELT(out, 3, layer);
+  for (int i = 0; i < p->n; i++) {
+    const cl_plan_entry *e = &p->entries[i];
+    SET_STRING_ELT(name, i, Rf_mkChar(e->name));
+    SET_STRING_ELT(cat, i, Rf_mkChar(cl_mem_category_name(e->category)));
+    REAL(bytes)[i] = (double)e->bytes;
+    /* from 0, as in the buffer names and the state dict; NA: model-wide */
+    INTEGER(layer)[i] = e->layer >= 0 ? e->layer : NA_INTEGER;
+  }
+  SEXP by = Rf_allocVector(REALSXP, CL_MEM_NCAT);
+  SET_VECTOR_ELT(out, 4, by);
+  SEXP by_names = Rf_allocVector(STRSXP, CL_MEM_NCAT);
+  Rf_setAttrib(by, R_NamesSymbol, by_names);
+  for (int c = 0; c < CL_MEM_NCAT; c++) {
+    REAL(by)[c] = (double)p->by_category[c];
+    SET_STRING_ELT(by_names, c, Rf_mkChar(cl_mem_category_name((cl_mem_category)c)));
+  }
+  SET_VECTOR_ELT(out, 5, Rf_ScalarReal((double)p->total));
+  UNPROTECT(nprotect);
+  return out;
+}
+
+static void plan_cleanup(void *data, Rboolean jump) {
+  (void)jump;
+  cl_plan_free(&((plan_copy *)data)->plan);
+}
+
+/* shape: c(B, T, H, W); opt: NULL (the optimizer state the model holds) or
+ * the vector r_optim() reads; opts: the vector r_step_options() reads. */
+SEXP ffi_model_plan(SEXP ptr, SEXP shape, SEXP training, SEXP opt, SEXP opts) {
+  cl_model *m = r_model(ptr);
+  if (TYPEOF(shape) != INTSXP || Rf_length(shape) != 4)
+    r_raise_invalid("internal: ffi_model_plan() needs c(batch, time, height, width)");
+  const int *s = INTEGER(shape);
+  cl_optim o;
+  const cl_optim *po = NULL;
+  if (opt != R_NilValue) {
+    r_optim(opt, &o);
+    po = &o;
+  }
+  cl_step_options so;
+  r_step_options(opts, &so);
+
+  plan_copy pc;
+  memset(&pc, 0, sizeof pc);
+  cl_status st =
+      cl_model_plan(m, s[0], s[1], s[2], s[3], Rf_asLogical(training) == TRUE, po, &so, &pc.plan);
+  if (st != CL_OK) {
+    cl_plan_free(&pc.plan);
+    r_raise_model(st, m);
+  }
+  SEXP cont = PROTECT(R_MakeUnwindCont());
+  SEXP out = R_UnwindProtect(plan_to_r, &pc, plan_cleanup, &pc, cont);
+  UNPROTECT(1);
+  return out;
+}
+
+/* bytes <= 0: no limit beyond the device's capacity. */
+SEXP ffi_set_memory_limit(SEXP ptr, SEXP bytes) {
+  cl_model *m = r_model(ptr);
+  double b = Rf_asReal(bytes);
+  cl_status st = cl_model_set_memory_limit(m, b > 0 ? (size_t)b : 0);
+  if (st != CL_OK) r_raise_model(st, m);
+  return R_NilValue;
+}
+
+/* dtype: 0 float32, 1 float16, 2 bfloat16 (cl_dtype). */
+SEXP ffi_set_dtype(SEXP ptr, SEXP dtype) {
+  cl_model *m = r_model(ptr);
+  int d = Rf_asInteger(dtype);
+  if (d != CL_F32 && d != CL_F16 && d != CL_BF16)
+    r_raise_invalid("internal: ffi_set_dtype() got dtype code %d", d);
+  cl_status st = cl_model_set_dtype(m, (cl_dtype)d);
+  if (st != CL_OK) r_raise_model(st, m);
+  return R_NilValue;
+}
+
+SEXP ffi_loss_scale(SEXP ptr) {
+  cl_model *m = r_model(ptr);
+  cl_loss_scale ls;
+  memset(&ls, 0, sizeof ls);
+  cl_status st = cl_model_get_loss_scale(m, &ls);
+  if (st != CL_OK) r_raise_model(st, m);
+  const char *const names[] = {"scale", "growth_interval", "clean_steps", "skipped_steps"};
+  SEXP out = PROTECT(named_list(names, 4));
+  SET_VECTOR_ELT(out, 0, Rf_ScalarReal(ls.scale));
+  SET_VECTOR_ELT(out, 1, Rf_ScalarInteger(ls.growth_interval));
+  SET_VECTOR_ELT(out, 2, Rf_ScalarInteger(ls.clean_steps));
+  SET_VECTOR_ELT(out, 3, Rf_ScalarReal((double)ls.skipped_steps));
+  UNPROTECT(1);
+  return out;
+}

@@ -1,0 +1,119 @@
+# test-memory-batch.R -- max_batch_size() and memory_profile(): the largest batch
+# the plan says fits does train under memory_limit = budget, one more sample is an
+# out-of-memory error after which the model still trains; the profile measures
+# what the estimate says, leaves the model and R's random stream alone, and
+# prints and plots.
+
+batch_model <- function(...) convlstm(1, c(4, 1), 3, device = "cpu", threads = 1, ...)
+batch_data <- function(B, T = 3, H = 6, W = 6) {
+  list(x = array(runif(B * T * H * W), c(B, T, 1, H, W)), y = array(runif(B * H * W), c(B, 1, H, W)))
+}
+
+test_that("the largest batch trains under memory_limit = budget; one more is an oom error", {
+  set.seed(11)
+  probe <- batch_model()
+  on.exit(convlstm_release(probe))
+  budget <- 150 * 1024
+  b <- max_batch_size(probe, seq_len = 3, height = 6, width = 6, budget = budget)
+  expect_gt(b, 1)
+  expect_lte(attr(b, "bytes"), budget)
+  expect_equal(attr(b, "budget"), budget)
+  expect_equal(attr(b, "bytes"), memory_estimate(probe, b, 3, 6, 6)$bytes[8])
+  expect_gt(memory_estimate(probe, b + 1, 3, 6, 6)$bytes[8], budget)
+
+  model <- batch_model(memory_limit = budget)
+  on.exit(convlstm_release(model), add = TRUE)
+  opt <- optimizer_adam()
+  d <- batch_data(b)
+  expect_true(is.finite(train_step(model, d$x, d$y, opt)))
+  expect_lte(memory_stats(model)$peak_reserved, budget)
+  d1 <- batch_data(b + 1)
+  expect_convlstm_error(train_step(model, d1$x, d1$y, opt), status = "oom",
+                        regexp = "^out of memory: tried to allocate")
+  expect_true(is.finite(train_step(model, d$x, d$y, opt)))
+  expect_lte(memory_stats(model)$reserved, budget)
+})
+
+test_that("max_batch_size() passes step options through and takes sizes with units", {
+  set.seed(12)
+  probe <- batch_model()
+  on.exit(convlstm_release(probe))
+  plain <- max_batch_size(probe, 20, 6, 6, budget = "1 MiB")
+  ck <- max_batch_size(probe, 20, 6, 6, budget = "1 MiB", checkpoint = 4)
+  half <- max_batch_size(probe, 20, 6, 6, budget = "1 MiB", dtype = "float16")
+  expect_gt(ck, plain)
+  expect_gt(half, plain)
+  expect_equal(attr(plain, "budget"), 2^20)
+  # the checkpointed batch trains under the limit, and one more does not
+  model <- batch_model(memory_limit = "1 MiB")
+  on.exit(convlstm_release(model), add = TRUE)
+  d <- batch_data(ck, T = 20)
+  expect_true(is.finite(train_step(model, d$x, d$y, optimizer_adam(), checkpoint = 4)))
+  d1 <- batch_data(ck + 1, T = 20)
+  expect_convlstm_error(train_step(model, d1$x, d1$y, optimizer_adam(), checkpoint = 4),
+                        status = "oom")
+  # budgets far beyond this machine are answered from the plan alone
+  b16 <- max_batch_size(probe, 10, 64, 64, budget = "16 GiB")
+  b80 <- max_batch_size(probe, 10, 64, 64, budget = "80 GiB")
+  expect_gt(b80, 4 * b16)
+  expect_lte(attr(b80, "bytes"), 80 * 2^30)
+  # the default budget is what the model holds plus what the device has free
+  s <- memory_stats(probe)
+  expect_equal(attr(max_batch_size(probe, 3, 6, 6), "budget"), s$device_free + s$reserved)
+  # not even one sample
+  expect_equal(as.integer(max_batch_size(probe, 3, 6, 6, budget = 100)), 0L)
+  expect_convlstm_error(max_batch_size(probe, 3, 6, 6, budget = "lots"), regexp = "`budget`")
+})
+
+test_that("memory_profile() measures what the estimate says, per batch size", {
+  set.seed(13)
+  model <- batch_model()
+  on.exit(convlstm_release(model))
+  before <- state_dict(model)
+  seed <- .Random.seed
+  prof <- memory_profile(model, batch_sizes = c(1, 3, 2), seq_len = 3, height = 6, width = 6)
+  expect_identical(.Random.seed, seed)
+  expect_identical(state_dict(model), before)
+  expect_s3_class(prof, c("convlstm_memory_profile", "data.frame"))
+  expect_named(prof, c("batch_size", "parameters", "gradients", "optimizer", "activations",
+                       "states", "workspace", "data", "peak", "reserved", "estimate",
+                       "seconds_per_step", "samples_per_second", "oom"))
+  expect_equal(prof$batch_size, c(1, 3, 2))
+  expect_equal(prof$peak, prof$estimate)
+  expect_equal(prof$reserved, prof$estimate)
+  for (i in seq_len(nrow(prof))) {
+    est <- memory_estimate(model, prof$batch_size[[i]], 3, 6, 6)
+    expect_equal(unlist(prof[i, est$category[1:7]]), stats::setNames(est$bytes[1:7], est$category[1:7]))
+  }
+  expect_true(all(prof$seconds_per_step > 0))
+  expect_equal(prof$samples_per_second, prof$batch_size / prof$seconds_per_step)
+  expect_false(any(prof$oom))
+  expect_equal(attr(prof, "capacity"), memory_stats(model)$device_total)
+  out <- capture.output(print(prof))
+  expect_match(out[[1]], "<convlstm_memory_profile> 3 batch sizes, 3 steps of 6x6")
+  expect_true(any(grepl("activations", out)))
+  grDevices::pdf(NULL)
+  on.exit(grDevices::dev.off(), add = TRUE)
+  expect_invisible(plot(prof))
+  expect_invisible(plot(prof, log = "x", capacity = 2 * max(prof$peak)))
+})
+
+test_that("memory_profile() records batches that run out of memory and goes on", {
+  set.seed(14)
+  model <- batch_model(memory_limit = "100 KiB")
+  on.exit(convlstm_release(model))
+  fits <- max_batch_size(model, 3, 6, 6)
+  prof <- memory_profile(model, c(1, fits, fits + 5), 3, 6, 6, steps = 1, checkpoint = 2)
+  expect_equal(prof$oom, c(FALSE, FALSE, TRUE))
+  expect_true(all(is.na(prof[3, c("activations", "peak", "seconds_per_step")])))
+  expect_equal(prof$peak[1:2], prof$estimate[1:2])
+  expect_gt(prof$estimate[[3]], 100 * 1024)
+  expect_equal(attr(prof, "capacity"), 100 * 1024)
+  expect_equal(attr(prof, "options")$checkpoint, 2)
+  expect_output(print(prof), "OOM")
+  grDevices::pdf(NULL)
+  on.exit(grDevices::dev.off(), add = TRUE)
+  expect_invisible(plot(prof))
+  expect_convlstm_error(memory_profile(model, 1, 3, 6, 6, dtype = "float16"),
+                        regexp = "`dtype`")
+})

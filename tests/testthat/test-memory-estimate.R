@@ -1,0 +1,193 @@
+# test-memory-estimate.R -- memory_estimate() equals the measurement to the byte:
+# over 60 random tiny configurations, shapes and step options (checkpoint,
+# accumulation_steps, tbptt, dtype, training or inference with all outputs or
+# the last state only), a fresh model's measured peak per category after one
+# real step equals the plan's estimate. Plus the estimate's plan, print and
+# summary(model, input_shape).
+
+est_model <- function(...) convlstm(..., device = "cpu", threads = 1)
+estimate_bytes_of <- function(est) stats::setNames(est$bytes, est$category)
+
+# One random case: a tiny model configuration, an input shape and options.
+random_case <- function(i) {
+  L <- sample(1:2, 1)
+  case <- list(
+    input_dim = sample(1:3, 1), hidden_dims = sample(1:4, L, replace = TRUE),
+    kernel_sizes = sample(c(1, 3, 5), L, replace = TRUE), bias = runif(1) < 0.8,
+    dtype = sample(c("float32", "float32", "float16", "bfloat16"), 1),
+    B = sample(1:4, 1), T = sample(1:7, 1), H = sample(2:6, 1), W = sample(2:6, 1),
+    training = runif(1) < 0.7
+  )
+  if (case$training) {
+    # checkpoint and tbptt cannot be combined; each applies only below T
+    technique <- sample(c("none", "checkpoint", "tbptt"), 1)
+    case$checkpoint <- if (technique == "checkpoint") sample(1:4, 1) else 0
+    case$tbptt <- if (technique == "tbptt") sample(1:4, 1) else 0
+    case$accumulation_steps <- if (runif(1) < 0.4) sample(seq_len(case$B), 1) else 1
+    case$target <- sample(c("last_state", "sequence"), 1)
+    case$optimizer <- switch(sample(3, 1), optimizer_adam(), optimizer_sgd(0.1),
+                             optimizer_sgd(0.1, momentum = 0.9))
+  } else {
+    case$outputs <- sample(c("all", "last_state"), 1)
+  }
+  case
+}
+
+describe_case <- function(case) {
+  shown <- case[setdiff(names(case), "optimizer")]
+  if (!is.null(case$optimizer)) {
+    shown$optimizer <- paste0(case$optimizer$kind, if (isTRUE(case$optimizer$momentum > 0)) "+m")
+  }
+  paste(names(shown), vapply(shown, function(v) paste(v, collapse = ","), ""), sep = "=",
+        collapse = " ")
+}
+
+run_case <- function(case) {
+  model <- est_model(case$input_dim, case$hidden_dims, case$kernel_sizes, bias = case$bias,
+                     dtype = case$dtype)
+  on.exit(convlstm_release(model))
+  C_out <- case$hidden_dims[[length(case$hidden_dims)]]
+  x <- array(runif(case$B * case$T * case$input_dim * case$H * case$W, -1, 1),
+             c(case$B, case$T, case$input_dim, case$H, case$W))
+  if (case$training) {
+    est <- memory_estimate(model, case$B, case$T, case$H, case$W,
+                           checkpoint = case$checkpoint, tbptt = case$tbptt,
+                           accumulation_steps = case$accumulation_steps,
+                           optimizer = case$optimizer)
+    yd <- if (case$target == "sequence") c(case$B, case$T, C_out, case$H, case$W)
+          else c(case$B, C_out, case$H, case$W)
+    loss <- train_step(model, x, array(runif(prod(yd)), yd), case$optimizer,
+                       target = case$target, checkpoint = case$checkpoint, tbptt = case$tbptt,
+                       accumulation_steps = case$accumulation_steps)
+    expect_true(is.finite(loss))
+  } else {
+    est <- memory_estimate(model, case$B, case$T, case$H, case$W, training = FALSE,
+                           outputs = case$outputs)
+    out <- if (case$outputs == "all") model(x) else predict(model, x, what = "last_state")
+  }
+  list(est = est, stats = memory_stats(model))
+}
+
+test_that("measured peaks equal the estimate to the byte over 60 random cases", {
+  set.seed(20240611)
+  n_training <- 0
+  techniques <- character()
+  for (i in 1:60) {
+    case <- random_case(i)
+    info <- describe_case(case)
+    r <- run_case(case)
+    est <- estimate_bytes_of(r$est)
+    s <- r$stats
+    measured <- stats::setNames(s$by_category$peak, s$by_category$category)
+    expect_identical(measured, est[names(measured)], info = info)
+    expect_identical(s$peak_allocated, est[["total"]], info = info)
+    expect_identical(s$peak_reserved, est[["reserved"]], info = info)
+    # the plan's buffers add up to the rows
+    plan <- attr(r$est, "plan")
+    sums <- tapply(plan$bytes, factor(plan$category, levels = names(measured)), sum)
+    sums[is.na(sums)] <- 0
+    expect_equal(as.numeric(sums), unname(est[names(measured)]), info = info)
+    n_training <- n_training + case$training
+    if (case$training) {
+      techniques <- c(techniques, if (case$checkpoint > 0) "checkpoint",
+                      if (case$tbptt > 0) "tbptt", if (case$accumulation_steps > 1) "accumulation")
+    }
+    techniques <- c(techniques, case$dtype, if (!case$training) case$outputs)
+  }
+  # the draw covers every option
+  expect_true(all(c("checkpoint", "tbptt", "accumulation", "float32", "float16", "bfloat16",
+                    "all", "last_state") %in% techniques))
+  expect_gt(n_training, 30)
+})
+
+test_that("memory_estimate() returns categories, total, reserved and the plan", {
+  model <- est_model(2, c(3, 2), 3)
+  on.exit(convlstm_release(model))
+  est <- memory_estimate(model, 2, 3, 5, 4)
+  expect_s3_class(est, c("convlstm_memory_estimate", "data.frame"))
+  expect_named(est, c("category", "bytes"))
+  expect_equal(est$category, c("parameters", "gradients", "optimizer", "activations", "states",
+                               "workspace", "data", "total", "reserved"))
+  b <- estimate_bytes_of(est)
+  expect_equal(b[["parameters"]], 920 * 4)
+  expect_equal(b[["gradients"]], 920 * 4)
+  expect_equal(b[["optimizer"]], 2 * 920 * 4)  # Adam, planned for a first step
+  expect_equal(b[["total"]], sum(b[1:7]))
+  expect_equal(attr(est, "optimizer"), "adam")
+  expect_equal(attr(est, "shape"), c(batch_size = 2L, seq_len = 3L, height = 5L, width = 4L))
+  plan <- attr(est, "plan")
+  expect_s3_class(plan, "convlstm_plan")
+  expect_named(plan, c("name", "category", "bytes", "layer"))
+  expect_true(all(c("parameters", "gradients", "adam.exp_avg", "adam.exp_avg_sq") %in% plan$name))
+  expect_true(all(is.na(plan$layer[plan$name == "parameters"])))
+  expect_true(all(plan$layer %in% c(NA, 0L, 1L)))
+  expect_equal(sum(plan$bytes), b[["total"]])
+  expect_output(print(est), "training step: batch 2, 3 steps of 5x4, float32, optimizer adam")
+  expect_output(print(est), "activations")
+  expect_output(print(plan), "<convlstm_plan> [0-9]+ buffers")
+  # plain SGD has no state; inference plans no gradients for a fresh model
+  b <- estimate_bytes_of(memory_estimate(model, 2, 3, 5, 4, optimizer = optimizer_sgd(0.1)))
+  expect_equal(b[["optimizer"]], 0)
+  b <- estimate_bytes_of(memory_estimate(model, 2, 3, 5, 4, training = FALSE))
+  expect_equal(unname(b[c("gradients", "optimizer")]), c(0, 0))
+  expect_gt(b[["states"]], 0)
+  b1 <- estimate_bytes_of(memory_estimate(model, 2, 3, 5, 4, training = FALSE,
+                                          outputs = "last_state"))
+  expect_lt(b1[["total"]], b[["total"]])
+  # nothing was allocated
+  expect_equal(memory_stats(model)$allocated, 920 * 4)
+})
+
+test_that("the estimate follows the optimizer state a model holds", {
+  set.seed(3)
+  model <- est_model(2, c(3, 2), 3)
+  on.exit(convlstm_release(model))
+  x <- array(runif(2 * 3 * 2 * 5 * 4), c(2, 3, 2, 5, 4))
+  train_step(model, x, array(runif(2 * 2 * 5 * 4), c(2, 2, 5, 4)),
+             optimizer_sgd(0.1, momentum = 0.9))
+  est <- memory_estimate(model, 2, 3, 5, 4)
+  expect_equal(attr(est, "optimizer"), "sgd")
+  expect_equal(estimate_bytes_of(est)[["optimizer"]], 920 * 4)
+  # an inference estimate counts what the model holds
+  b <- estimate_bytes_of(memory_estimate(model, 2, 3, 5, 4, training = FALSE))
+  expect_equal(b[["gradients"]], 920 * 4)
+  expect_equal(b[["optimizer"]], 920 * 4)
+})
+
+test_that("memory_estimate() checks its arguments", {
+  model <- est_model(1, 2, 3)
+  on.exit(convlstm_release(model))
+  expect_convlstm_error(memory_estimate(model, 0, 3, 4, 4), regexp = "`batch_size`")
+  expect_convlstm_error(memory_estimate(model, 2, 3.5, 4, 4), regexp = "`seq_len`")
+  expect_convlstm_error(memory_estimate(model, 2, 3, 4, 4, checkpoint = -1),
+                        regexp = "`checkpoint`")
+  expect_convlstm_error(memory_estimate(model, 2, 3, 4, 4, accumulation_steps = 3),
+                        regexp = "`accumulation_steps`")
+  expect_convlstm_error(memory_estimate(model, 2, 3, 4, 4, dtype = "float64"),
+                        regexp = "`dtype`")
+  expect_convlstm_error(memory_estimate(model, 2, 3, 4, 4, optimizer = "adam"),
+                        regexp = "`optimizer`")
+  expect_convlstm_error(memory_estimate(model, 2, 6, 4, 4, checkpoint = 2, tbptt = 2),
+                        regexp = "cannot be combined")
+  expect_convlstm_error(memory_estimate("model", 2, 3, 4, 4), regexp = "`model`")
+})
+
+test_that("summary(model, input_shape) adds the training estimate for that input", {
+  model <- est_model(1, c(8, 1), 3)
+  on.exit(convlstm_release(model))
+  s <- summary(model, input_shape = c(4, 10, 1, 16, 16))
+  expect_s3_class(s$estimate, "convlstm_memory_estimate")
+  expect_equal(s$estimate$bytes, memory_estimate(model, 4, 10, 16, 16)$bytes)
+  out <- capture.output(print(s))
+  expect_true(any(grepl("Total parameters", out)))
+  expect_true(any(grepl("Input shape: [4, 10, 1, 16, 16]", out, fixed = TRUE)))
+  expect_true(any(grepl("activations", out)))
+  expect_true(any(grepl("total", out)))
+  # options reach the estimate
+  s2 <- summary(model, input_shape = c(4, 10, 1, 16, 16), checkpoint = 3)
+  expect_lt(estimate_bytes_of(s2$estimate)[["activations"]],
+            estimate_bytes_of(s$estimate)[["activations"]])
+  expect_null(summary(model)$estimate)
+  expect_convlstm_error(summary(model, input_shape = c(4, 10, 2, 16, 16)), regexp = "channel")
+  expect_convlstm_error(summary(model, input_shape = c(4, 10, 16)), regexp = "`input_shape`")
+})

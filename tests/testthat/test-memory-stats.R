@@ -1,0 +1,108 @@
+# test-memory-stats.R -- memory_stats(), memory_summary(), reset_peak_memory_stats(),
+# empty_cache() and the memory limit (convlstm(memory_limit =), set_memory_limit()),
+# with the out-of-memory error users know. Tiny shapes: the file runs in well under a
+# second.
+
+stats_model <- function(...) convlstm(2, c(3, 2), 3, device = "cpu", threads = 1, ...)
+stats_x <- function(B = 2, T = 3, H = 5, W = 4) array(stats::runif(B * T * 2 * H * W), c(B, T, 2, H, W))
+stats_y <- function(B = 2, H = 5, W = 4) array(stats::runif(B * 2 * H * W), c(B, 2, H, W))
+
+test_that("memory_stats() has every category, totals and an as.data.frame() method", {
+  set.seed(1)
+  model <- stats_model()
+  on.exit(convlstm_release(model))
+  train_step(model, stats_x(), stats_y(), optimizer_adam())
+  s <- memory_stats(model)
+  by <- s$by_category
+  expect_equal(by$category, c("parameters", "gradients", "optimizer", "activations", "states",
+                              "workspace", "data"))
+  expect_true(all(by$peak >= by$current))
+  expect_true(all(by$n_alloc >= by$n_free))
+  expect_equal(s$allocated, sum(by$current))
+  expect_equal(s$reserved, s$allocated)
+  expect_gte(s$device_total, s$device_free)
+  df <- as.data.frame(s)
+  expect_s3_class(df, "data.frame")
+  expect_equal(df$peak, by$peak)
+  expect_equal(attr(df, "reserved"), s$reserved)
+  expect_equal(attr(df, "device_total"), s$device_total)
+})
+
+test_that("memory_summary() prints a table of every category and returns it", {
+  set.seed(1)
+  model <- stats_model()
+  on.exit(convlstm_release(model))
+  train_step(model, stats_x(), stats_y(), optimizer_adam())
+  out <- capture.output(text <- memory_summary(model))
+  expect_type(text, "character")
+  expect_match(text, "convlstm memory summary, device cpu")
+  for (cat_name in c("parameters", "gradients", "optimizer", "activations", "workspace",
+                     "data", "Allocated memory", "Reserved memory", "Memory limit",
+                     "Device free / total")) {
+    expect_true(any(grepl(cat_name, out, fixed = TRUE)), info = cat_name)
+  }
+  expect_true(any(grepl("| parameters +| +3.59 KiB | +3.59 KiB | +1 | +0 |", out)))
+  # every line has the same width, as in torch's summary
+  expect_equal(length(unique(nchar(out))), 1L)
+})
+
+test_that("reset_peak_memory_stats() restarts the peaks; empty_cache() frees step buffers", {
+  set.seed(1)
+  model <- stats_model()
+  on.exit(convlstm_release(model))
+  opt <- optimizer_adam()
+  train_step(model, stats_x(B = 4, H = 8, W = 8), stats_y(B = 4, H = 8, W = 8), opt)
+  big <- memory_stats(model)$peak_allocated
+  expect_invisible(empty_cache(model))
+  s <- memory_stats(model)
+  by <- stats::setNames(s$by_category$current, s$by_category$category)
+  expect_equal(unname(by[c("activations", "states", "workspace", "data")]), c(0, 0, 0, 0))
+  expect_equal(by[["parameters"]], 920 * 4)
+  expect_equal(by[["optimizer"]], 2 * 920 * 4)
+  expect_equal(s$peak_allocated, big)
+  expect_invisible(reset_peak_memory_stats(model))
+  s <- memory_stats(model)
+  expect_equal(s$by_category$peak, s$by_category$current)
+  expect_equal(s$peak_allocated, s$allocated)
+  train_step(model, stats_x(), stats_y(), opt)
+  expect_lt(memory_stats(model)$peak_allocated, big)
+})
+
+test_that("set_memory_limit() takes bytes, sizes with units and NULL", {
+  model <- stats_model()
+  on.exit(convlstm_release(model))
+  expect_invisible(set_memory_limit(model, "512 MiB"))
+  expect_equal(memory_stats(model)$limit, 512 * 2^20)
+  expect_equal(model$memory_limit, 512 * 2^20)
+  expect_equal(memory_stats(model)$device_total, 512 * 2^20)
+  set_memory_limit(model, "2 GiB")
+  expect_equal(memory_stats(model)$limit, 2 * 2^30)
+  set_memory_limit(model, "1.5GB")
+  expect_equal(memory_stats(model)$limit, 1.5e9)
+  set_memory_limit(model, 123456)
+  expect_equal(memory_stats(model)$limit, 123456)
+  set_memory_limit(model, NULL)
+  expect_equal(memory_stats(model)$limit, 0)
+  expect_convlstm_error(set_memory_limit(model, "lots"), regexp = "`bytes`")
+  expect_convlstm_error(set_memory_limit(model, -5), regexp = "`bytes`")
+  expect_convlstm_error(set_memory_limit(function(x) x, 10), regexp = "`model`")
+})
+
+test_that("over the limit: an oom error in torch's form, and the model stays usable", {
+  set.seed(1)
+  model <- stats_model(memory_limit = "64 KiB")
+  on.exit(convlstm_release(model))
+  x <- stats_x(B = 16, H = 16, W = 16)
+  y <- stats_y(B = 16, H = 16, W = 16)
+  err <- tryCatch(train_step(model, x, y, optimizer_adam()), error = identity)
+  expect_s3_class(err, "convlstm_error_oom")
+  expect_match(conditionMessage(err), paste0(
+    "^out of memory: tried to allocate [0-9.]+ [KMG]iB \\(device cpu; 64.00 KiB total capacity; ",
+    "[0-9.]+ (bytes|KiB) already allocated; [0-9.]+ (bytes|KiB) free; [0-9.]+ (bytes|KiB) reserved\\)$"
+  ))
+  expect_lte(memory_stats(model)$reserved, 64 * 1024)
+  expect_true(is.finite(train_step(model, stats_x(), stats_y(), optimizer_adam())))
+  # raising the limit lets the large batch train
+  set_memory_limit(model, "64 MiB")
+  expect_true(is.finite(train_step(model, x, y, optimizer_adam())))
+})

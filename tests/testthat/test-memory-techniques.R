@@ -1,0 +1,232 @@
+# test-memory-techniques.R -- each memory technique saves what it says and keeps
+# the result: float16/bfloat16 storage halves activations and tracks float32
+# losses; checkpointing keeps the gradients (1e-6 relative) with less activation
+# memory; gradient accumulation gives the full batch's update with the peak of a
+# micro-batch; truncated BPTT and last-state inference use memory independent of
+# the sequence length. Measurements are checked against memory_estimate() too.
+
+tech_model <- function(dtype = "float32", seed = 1) {
+  set.seed(seed)
+  convlstm(1, c(8, 1), 3, device = "cpu", threads = 1, dtype = dtype)
+}
+tech_data <- function(B = 4, T = 6, H = 8, W = 8, seed = 5) {
+  set.seed(seed)
+  list(x = array(runif(B * T * H * W), c(B, T, 1, H, W)), y = array(runif(B * H * W), c(B, 1, H, W)))
+}
+bytes_of <- function(est) stats::setNames(est$bytes, est$category)
+peaks_of <- function(model) {
+  s <- memory_stats(model)
+  stats::setNames(s$by_category$peak, s$by_category$category)
+}
+max_rel_diff <- function(a, b) {
+  max(unlist(Map(function(u, v) max(abs(u - v)) / max(abs(v), 1e-30), a, b)))
+}
+
+test_that("float16 and bfloat16 storage halve activations and data", {
+  model <- tech_model()
+  on.exit(convlstm_release(model))
+  f32 <- bytes_of(memory_estimate(model, 4, 6, 8, 8))
+  for (dtype in c("float16", "bfloat16")) {
+    half <- bytes_of(memory_estimate(model, 4, 6, 8, 8, dtype = dtype))
+    expect_equal(half[["activations"]], f32[["activations"]] / 2, info = dtype)
+    expect_equal(half[["data"]], f32[["data"]] / 2, info = dtype)
+    # master weights, gradients and optimizer state stay float32
+    expect_equal(half[c("parameters", "gradients", "optimizer")],
+                 f32[c("parameters", "gradients", "optimizer")], info = dtype)
+    expect_lt(half[["total"]], f32[["total"]])
+  }
+  # measured on real models of each dtype
+  d <- tech_data()
+  m16 <- tech_model("float16")
+  on.exit(convlstm_release(m16), add = TRUE)
+  train_step(model, d$x, d$y, optimizer_adam())
+  train_step(m16, d$x, d$y, optimizer_adam())
+  expect_equal(peaks_of(m16)[["activations"]], peaks_of(model)[["activations"]] / 2)
+})
+
+test_that("half-precision losses track float32 (float16 within 1e-3, bfloat16 within 1e-2 relative)", {
+  d <- tech_data()
+  losses <- sapply(c("float32", "float16", "bfloat16"), function(dtype) {
+    model <- tech_model(dtype)
+    on.exit(convlstm_release(model))
+    opt <- optimizer_adam(lr = 0.01)
+    vapply(1:12, function(i) train_step(model, d$x, d$y, opt), numeric(1))
+  })
+  rel <- abs(losses[, -1] - losses[, 1]) / losses[, 1]
+  expect_lt(max(rel[, "float16"]), 1e-3)
+  expect_lt(max(rel[, "bfloat16"]), 1e-2)
+  # and they learn: the loss falls as float32's does
+  expect_lt(losses[12, "float16"], 0.5 * losses[1, "float16"])
+})
+
+test_that("model$half(), $bfloat16(), $float() and set_dtype() convert; loss_scale() reports", {
+  d <- tech_data(B = 2)
+  model <- tech_model()
+  on.exit(convlstm_release(model))
+  f32 <- bytes_of(memory_estimate(model, 2, 6, 8, 8))
+  expect_invisible(res <- model$half())
+  expect_identical(res, model)
+  expect_equal(model$dtype, "float16")
+  expect_equal(bytes_of(memory_estimate(model, 2, 6, 8, 8))[["activations"]],
+               f32[["activations"]] / 2)
+  before <- state_dict(model)
+  for (i in 1:3) expect_true(is.finite(train_step(model, d$x, d$y, optimizer_adam())))
+  ls <- loss_scale(model)
+  expect_s3_class(ls, "convlstm_loss_scale")
+  expect_named(ls, c("scale", "growth_interval", "clean_steps", "skipped_steps", "dtype"))
+  expect_gt(ls$scale, 1)
+  expect_equal(ls$clean_steps, 3L)
+  expect_equal(ls$skipped_steps, 0)
+  expect_output(print(ls), "<convlstm_loss_scale> scale")
+  model$bfloat16()
+  expect_equal(model$dtype, "bfloat16")
+  model$float()
+  expect_equal(model$dtype, "float32")
+  expect_invisible(set_dtype(model, "float16"))
+  expect_equal(model$dtype, "float16")
+  expect_convlstm_error(set_dtype(model, "float64"), regexp = "`dtype`")
+  # parameters survive conversions (they are float32 master weights)
+  set_dtype(model, "float32")
+  expect_equal(bytes_of(memory_estimate(model, 2, 6, 8, 8))[["activations"]], f32[["activations"]])
+  expect_output(print(loss_scale(model)), "inactive: dtype float32")
+})
+
+test_that("checkpointing keeps the gradients (1e-6 relative) and shrinks activations", {
+  d <- tech_data(T = 12)
+  grads <- lapply(c(0, 1, 3, 4, 5), function(k) {
+    model <- tech_model()
+    on.exit(convlstm_release(model))
+    loss <- train_step(model, d$x, d$y, optimizer_sgd(lr = 0), checkpoint = k)
+    list(loss = loss, grads = gradients(model), peak = peaks_of(model),
+         est = bytes_of(memory_estimate(model, 4, 12, 8, 8, checkpoint = k)))
+  })
+  base <- grads[[1]]
+  for (r in grads[-1]) {
+    expect_equal(r$loss, base$loss, tolerance = 1e-6)
+    expect_lt(max_rel_diff(r$grads, base$grads), 1e-6)
+    expect_lt(r$peak[["activations"]], base$peak[["activations"]])
+    expect_equal(r$peak[names(r$peak)], r$est[names(r$peak)])
+  }
+  # activation memory O(T / k + k): k = 3 or 4 beats k = 1 and k = 5 ... near sqrt(T)
+  act <- vapply(grads, function(r) r$peak[["activations"]], numeric(1))
+  expect_lt(act[[3]], act[[2]])
+})
+
+test_that("accumulation equals the full batch's update; its peak is a micro-batch's", {
+  d <- tech_data(B = 4)
+  full <- tech_model()
+  acc <- tech_model()
+  on.exit({
+    convlstm_release(full)
+    convlstm_release(acc)
+  })
+  opt <- optimizer_sgd(lr = 0.1)
+  l_full <- train_step(full, d$x, d$y, opt)
+  l_acc <- train_step(acc, d$x, d$y, opt, accumulation_steps = 2)
+  expect_equal(l_acc, l_full, tolerance = 1e-6)
+  expect_lt(max_rel_diff(gradients(acc), gradients(full)), 1e-5)
+  expect_lt(max_rel_diff(state_dict(acc), state_dict(full)), 1e-6)
+  # a second step with Adam keeps them together
+  expect_equal(train_step(acc, d$x, d$y, optimizer_adam(0.01), accumulation_steps = 2),
+               train_step(full, d$x, d$y, optimizer_adam(0.01)), tolerance = 1e-5)
+  # the peak of activations is one micro-batch's: that of a batch of 2
+  micro <- tech_model()
+  on.exit(convlstm_release(micro), add = TRUE)
+  train_step(micro, tech_data(B = 2)$x, tech_data(B = 2)$y, opt)
+  expect_equal(peaks_of(acc)[["activations"]], peaks_of(micro)[["activations"]])
+  expect_lt(memory_stats(acc)$peak_allocated, memory_stats(full)$peak_allocated)
+  expect_equal(bytes_of(memory_estimate(acc, 4, 6, 8, 8, accumulation_steps = 2))[["activations"]],
+               bytes_of(memory_estimate(acc, 2, 6, 8, 8))[["activations"]])
+})
+
+test_that("truncated BPTT: memory independent of T beyond the window", {
+  totals <- vapply(c(8, 16, 32), function(T) {
+    d <- tech_data(B = 2, T = T)
+    model <- tech_model()
+    on.exit(convlstm_release(model))
+    expect_true(is.finite(train_step(model, d$x, d$y, optimizer_adam(), tbptt = 4)))
+    est <- bytes_of(memory_estimate(model, 2, T, 8, 8, tbptt = 4))
+    expect_equal(memory_stats(model)$peak_allocated, est[["total"]])
+    memory_stats(model)$peak_allocated
+  }, numeric(1))
+  expect_equal(totals[[2]], totals[[1]])
+  expect_equal(totals[[3]], totals[[1]])
+  # without truncation memory grows with T
+  model <- tech_model()
+  on.exit(convlstm_release(model))
+  plain <- vapply(c(8, 16), function(T) bytes_of(memory_estimate(model, 2, T, 8, 8))[["total"]],
+                  numeric(1))
+  expect_gt(plain[[2]], plain[[1]])
+  # a window as long as the sequence is full backpropagation
+  d <- tech_data(T = 6)
+  a <- tech_model()
+  b <- tech_model()
+  on.exit({
+    convlstm_release(a)
+    convlstm_release(b)
+  }, add = TRUE)
+  train_step(a, d$x, d$y, optimizer_sgd(0))
+  train_step(b, d$x, d$y, optimizer_sgd(0), tbptt = 6)
+  expect_lt(max_rel_diff(gradients(b), gradients(a)), 1e-6)
+})
+
+test_that("inference with only the last state: the same peak for T = 10 and T = 1000", {
+  peak_for <- function(T, FUN, outputs = "last_state") {
+    model <- tech_model()
+    on.exit(convlstm_release(model))
+    set.seed(7)
+    x <- array(runif(T * 16), c(1, T, 1, 4, 4))
+    out <- FUN(model, x)
+    est <- bytes_of(memory_estimate(model, 1, T, 4, 4, training = FALSE, outputs = outputs))
+    s <- memory_stats(model)
+    expect_equal(s$peak_allocated, est[["total"]])
+    list(peak = s$peak_allocated, reserved = s$peak_reserved, out = out)
+  }
+  p10 <- peak_for(10, function(m, x) predict(m, x, what = "last_state"))
+  p1000 <- peak_for(1000, function(m, x) predict(m, x, what = "last_state"))
+  expect_identical(p1000$peak, p10$peak)
+  expect_identical(p1000$reserved, p10$reserved)
+  # model(x, outputs = "last_states") too, with the same states as a full forward
+  s10 <- peak_for(10, function(m, x) m(x, outputs = "last_states"))
+  s1000 <- peak_for(1000, function(m, x) m(x, outputs = "last_states"))
+  expect_identical(s1000$peak, s10$peak)
+  expect_length(s10$out$layer_outputs, 0)
+  full <- peak_for(10, function(m, x) m(x), outputs = "all")
+  expect_gt(peak_for(1000, function(m, x) m(x), outputs = "all")$peak, full$peak)
+  expect_equal(s10$out$layer_last_states, full$out$layer_last_states, tolerance = 1e-6)
+  expect_equal(p10$out, full$out$layer_last_states[[2]]$h, tolerance = 1e-6)
+})
+
+test_that("train_step() and convlstm_fit() check and pass the step options", {
+  d <- tech_data(B = 4, T = 6)
+  model <- tech_model()
+  on.exit(convlstm_release(model))
+  opt <- optimizer_adam()
+  expect_convlstm_error(train_step(model, d$x, d$y, opt, checkpoint = -1), regexp = "`checkpoint`")
+  expect_convlstm_error(train_step(model, d$x, d$y, opt, tbptt = 1.5), regexp = "`tbptt`")
+  expect_convlstm_error(train_step(model, d$x, d$y, opt, accumulation_steps = 5),
+                        regexp = "must not exceed the batch size")
+  expect_convlstm_error(train_step(model, d$x, d$y, opt, checkpoint = 2, tbptt = 2),
+                        regexp = "cannot be combined")
+  # fit with accumulation over batches of 3 (the last batch of 1 runs whole)
+  set.seed(9)
+  h <- convlstm_fit(model, d$x, d$y, opt, epochs = 2, batch_size = 3, verbose = FALSE,
+                    accumulation_steps = 2, checkpoint = 2)
+  expect_equal(nrow(h), 2)
+  expect_true(all(is.finite(h$loss)))
+  # same data, same seeds: fit with checkpointing matches plain fit
+  a <- tech_model()
+  b <- tech_model()
+  on.exit({
+    convlstm_release(a)
+    convlstm_release(b)
+  }, add = TRUE)
+  set.seed(10)
+  ha <- convlstm_fit(a, d$x, d$y, opt, epochs = 2, batch_size = 2, verbose = FALSE)
+  set.seed(10)
+  hb <- convlstm_fit(b, d$x, d$y, opt, epochs = 2, batch_size = 2, verbose = FALSE, checkpoint = 3)
+  expect_equal(hb$loss, ha$loss, tolerance = 1e-5)
+  expect_lt(max(hb$peak_bytes), max(ha$peak_bytes))
+  expect_convlstm_error(convlstm_fit(a, d$x, d$y, opt, tbptt = -2, verbose = FALSE),
+                        regexp = "`tbptt`")
+})
