@@ -64,6 +64,17 @@ c_model_plan <- function(ptr, shape, training, optimizer = NULL, options = NULL)
 c_set_dtype <- function(ptr, dtype) invisible(.Call(ffi_set_dtype, ptr, dtype_code(dtype)))
 c_loss_scale <- function(ptr) .Call(ffi_loss_scale, ptr)
 
+# Model files (src/r_io.c): optimizer NULL or c_optim(); metadata NULL or a
+# named character vector.
+c_model_save <- function(ptr, path, optimizer, metadata) {
+  invisible(.Call(ffi_model_save, ptr, path, if (is.null(optimizer)) NULL else c_optim(optimizer),
+                  metadata))
+}
+c_file_info <- function(path) .Call(ffi_file_info, path)
+c_model_load_into <- function(ptr, path, optimizer) {
+  .Call(ffi_model_load_into, ptr, path, isTRUE(optimizer))
+}
+
 # The layouts the glue expects (src/r_train.c).
 target_code <- function(target) if (identical(target, "sequence")) 1L else 0L
 

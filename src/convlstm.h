@@ -330,6 +330,11 @@ cl_status cl_saved_tensor_info(const cl_saved *s, int i, const char **name, cons
  * exactly; give the optimizer the saved hyperparameters. */
 cl_status cl_saved_create_model(const cl_saved *s, const cl_config *runtime, int with_optimizer,
                                 cl_model **out, char *err, size_t errlen);
+/* The same into an existing model of the same architecture (input_dim,
+ * layers, hidden_dims, kernel_sizes, bias; message in cl_model_error(m)).
+ * The optimizer state is allocated before anything changes, so a failure
+ * (out of memory) leaves m as it was. */
+cl_status cl_saved_load_into(const cl_saved *s, cl_model *m, int with_optimizer);
 /* cl_saved_read + cl_saved_create_model. */
 cl_status cl_model_load(const char *path, const cl_config *runtime, int with_optimizer,
                         cl_model **out, char *err, size_t errlen);

@@ -42,6 +42,9 @@ static const R_CallMethodDef call_entries[] = {
     CALLDEF(ffi_set_memory_limit, 2),
     CALLDEF(ffi_set_dtype, 2),
     CALLDEF(ffi_loss_scale, 1),
+    CALLDEF(ffi_model_save, 4),
+    CALLDEF(ffi_file_info, 1),
+    CALLDEF(ffi_model_load_into, 3),
     {NULL, NULL, 0}};
 
 /* The one symbol the shared library exports (the build hides the rest). */

@@ -104,4 +104,9 @@ SEXP ffi_set_memory_limit(SEXP ptr, SEXP bytes);
 SEXP ffi_set_dtype(SEXP ptr, SEXP dtype);
 SEXP ffi_loss_scale(SEXP ptr);
 
+/* r_io.c */
+SEXP ffi_model_save(SEXP ptr, SEXP path, SEXP optimizer, SEXP metadata);
+SEXP ffi_file_info(SEXP path);
+SEXP ffi_model_load_into(SEXP ptr, SEXP path, SEXP with_optimizer);
+
 #endif

@@ -1,0 +1,227 @@
+/*
+ * r_io.c -- model files from R: convlstm_save() writes a model (and its
+ * optimizer) to a safetensors file, convlstm_file_info() reads what a file
+ * holds, and convlstm_load() fills a freshly created model from one.
+ *
+ * It is not where files are checked (core/safetensors.c checks every byte
+ * of them) nor where R arguments are (R/save.R). A parsed file is C memory,
+ * so it lives in an external pointer with a finalizer for as long as R
+ * allocates around it: an R error can never leak it, and it is freed
+ * explicitly before returning.
+ */
+#include <string.h>
+
+#include "r_convlstm.h"
+
+/* A path the R layer has checked to be one string, ~ expanded. */
+static const char *r_path(SEXP path) {
+  if (TYPEOF(path) != STRSXP || Rf_length(path) != 1 || STRING_ELT(path, 0) == NA_STRING)
+    r_raise_invalid("`path` must be a single string");
+  return R_ExpandFileName(Rf_translateChar(STRING_ELT(path, 0)));
+}
+
+/* The optimizer as c(kind, lr, beta1, beta2, eps, momentum, weight_decay),
+ * the layout c_optim() in R/ffi.R builds. */
+static void io_optim(SEXP opt, cl_optim *out) {
+  if (TYPEOF(opt) != REALSXP || Rf_length(opt) != 7)
+    r_raise_invalid("`optimizer` must be made by optimizer_adam() or optimizer_sgd()");
+  const double *v = REAL(opt);
+  memset(out, 0, sizeof *out);
+  out->kind = (int)v[0] == CL_OPTIM_SGD ? CL_OPTIM_SGD : CL_OPTIM_ADAM;
+  out->lr = v[1];
+  out->beta1 = v[2];
+  out->beta2 = v[3];
+  out->eps = v[4];
+  out->momentum = v[5];
+  out->weight_decay = v[6];
+}
+
+static SEXP optim_vector(const cl_optim *o) {
+  SEXP v = Rf_allocVector(REALSXP, 7);
+  double *d = REAL(v);
+  d[0] = o->kind;
+  d[1] = o->lr;
+  d[2] = o->beta1;
+  d[3] = o->beta2;
+  d[4] = o->eps;
+  d[5] = o->momentum;
+  d[6] = o->weight_decay;
+  return v;
+}
+
+SEXP ffi_model_save(SEXP ptr, SEXP path, SEXP optimizer, SEXP metadata) {
+  cl_model *m = r_model(ptr);
+  const char *p = r_path(path);
+  cl_optim o;
+  const cl_optim *po = NULL;
+  if (optimizer != R_NilValue) {
+    io_optim(optimizer, &o);
+    po = &o;
+  }
+  int n = 0;
+  const char **keys = NULL, **values = NULL;
+  if (metadata != R_NilValue) {
+    SEXP names = Rf_getAttrib(metadata, R_NamesSymbol);
+    if (TYPEOF(metadata) != STRSXP || TYPEOF(names) != STRSXP)
+      r_raise_invalid("`metadata` must be a named character vector");
+    n = Rf_length(metadata);
+    /* R_alloc: reclaimed when the call returns or raises */
+    keys = (const char **)R_alloc((size_t)(n > 0 ? n : 1), sizeof *keys);
+    values = (const char **)R_alloc((size_t)(n > 0 ? n : 1), sizeof *values);
+    for (int i = 0; i < n; i++) {
+      if (STRING_ELT(names, i) == NA_STRING || STRING_ELT(metadata, i) == NA_STRING)
+        r_raise_invalid("`metadata` must not contain NA");
+      keys[i] = Rf_translateCharUTF8(STRING_ELT(names, i));
+      values[i] = Rf_translateCharUTF8(STRING_ELT(metadata, i));
+    }
+  }
+  cl_status st = cl_model_save(m, p, po, n, keys, values);
+  if (st != CL_OK) r_raise_model(st, m);
+  return R_NilValue;
+}
+
+/* ---- a parsed file, owned by an external pointer ---------------------- */
+
+static void saved_finalize(SEXP holder) {
+  cl_saved *s = (cl_saved *)R_ExternalPtrAddr(holder);
+  if (s == NULL) return;
+  cl_saved_free(s);
+  R_ClearExternalPtr(holder);
+}
+
+/* Reads path into a new protected holder (one PROTECT for the caller to
+ * balance); raises with nothing held when the file is refused. */
+static SEXP read_saved(SEXP path, cl_saved **out) {
+  const char *p = r_path(path);
+  SEXP holder = PROTECT(R_MakeExternalPtr(NULL, R_NilValue, R_NilValue));
+  R_RegisterCFinalizerEx(holder, saved_finalize, TRUE);
+  char err[CL_ERRMSG_LEN] = "";
+  cl_saved *s = NULL;
+  cl_status st = cl_saved_read(p, &s, err, sizeof err);
+  if (st != CL_OK) {
+    UNPROTECT(1);
+    r_raise(st, err);
+  }
+  R_SetExternalPtrAddr(holder, s);
+  *out = s;
+  return holder;
+}
+
+static void done_saved(SEXP holder) {
+  saved_finalize(holder);
+}
+
+static SEXP named_list(int n, const char *const *names) {
+  SEXP out = PROTECT(Rf_allocVector(VECSXP, n));
+  SEXP nms = PROTECT(Rf_allocVector(STRSXP, n));
+  for (int i = 0; i < n; i++) SET_STRING_ELT(nms, i, Rf_mkChar(names[i]));
+  Rf_setAttrib(out, R_NamesSymbol, nms);
+  UNPROTECT(2);
+  return out;
+}
+
+static const char *dtype_label(cl_dtype t) {
+  return t == CL_F16 ? "float16" : t == CL_BF16 ? "bfloat16" : "float32";
+}
+
+static SEXP saved_info(const cl_saved *s) {
+  int nprotect = 0;
+  const char *top[] = {"config", "optimizer", "optimizer_steps", "loss_scale", "metadata", "tensors"};
+  SEXP out = PROTECT(named_list(6, top));
+  nprotect++;
+
+  const cl_config *c = cl_saved_config(s);
+  const char *cn[] = {"input_dim", "hidden_dims", "kernel_sizes", "n_layers", "bias", "dtype"};
+  SEXP cfg = named_list(6, cn);
+  SET_VECTOR_ELT(out, 0, cfg);
+  SET_VECTOR_ELT(cfg, 0, Rf_ScalarInteger(c->input_dim));
+  SEXP hd = Rf_allocVector(INTSXP, c->n_layers);
+  SET_VECTOR_ELT(cfg, 1, hd);
+  SEXP ks = Rf_allocVector(INTSXP, c->n_layers);
+  SET_VECTOR_ELT(cfg, 2, ks);
+  for (int l = 0; l < c->n_layers; l++) {
+    INTEGER(hd)[l] = c->hidden_dims[l];
+    INTEGER(ks)[l] = c->kernel_sizes[l];
+  }
+  SET_VECTOR_ELT(cfg, 3, Rf_ScalarInteger(c->n_layers));
+  SET_VECTOR_ELT(cfg, 4, Rf_ScalarLogical(c->bias != 0));
+  SET_VECTOR_ELT(cfg, 5, Rf_mkString(dtype_label(c->dtype)));
+
+  cl_optim o;
+  int64_t steps = 0;
+  if (cl_saved_optimizer(s, &o, &steps)) SET_VECTOR_ELT(out, 1, optim_vector(&o));
+  SET_VECTOR_ELT(out, 2, Rf_ScalarReal((double)steps));
+
+  cl_loss_scale ls;
+  if (cl_saved_loss_scale(s, &ls)) {
+    const char *ln[] = {"scale", "growth_interval", "clean_steps", "skipped_steps"};
+    SEXP l = named_list(4, ln);
+    SET_VECTOR_ELT(out, 3, l);
+    SET_VECTOR_ELT(l, 0, Rf_ScalarReal(ls.scale));
+    SET_VECTOR_ELT(l, 1, Rf_ScalarInteger(ls.growth_interval));
+    SET_VECTOR_ELT(l, 2, Rf_ScalarInteger(ls.clean_steps));
+    SET_VECTOR_ELT(l, 3, Rf_ScalarReal((double)ls.skipped_steps));
+  }
+
+  int nm = cl_saved_n_metadata(s);
+  SEXP meta = PROTECT(Rf_allocVector(STRSXP, nm));
+  nprotect++;
+  SEXP mnames = PROTECT(Rf_allocVector(STRSXP, nm));
+  nprotect++;
+  for (int i = 0; i < nm; i++) {
+    const char *k, *v;
+    cl_saved_metadata(s, i, &k, &v);
+    SET_STRING_ELT(mnames, i, Rf_mkCharCE(k, CE_UTF8));
+    SET_STRING_ELT(meta, i, Rf_mkCharCE(v, CE_UTF8));
+  }
+  Rf_setAttrib(meta, R_NamesSymbol, mnames);
+  SET_VECTOR_ELT(out, 4, meta);
+
+  int nt = cl_saved_n_tensors(s);
+  const char *tn[] = {"name", "dtype", "shape"};
+  SEXP tens = named_list(3, tn);
+  SET_VECTOR_ELT(out, 5, tens);
+  SEXP names = Rf_allocVector(STRSXP, nt);
+  SET_VECTOR_ELT(tens, 0, names);
+  SEXP dtypes = Rf_allocVector(STRSXP, nt);
+  SET_VECTOR_ELT(tens, 1, dtypes);
+  SEXP shapes = Rf_allocVector(VECSXP, nt);
+  SET_VECTOR_ELT(tens, 2, shapes);
+  for (int i = 0; i < nt; i++) {
+    const char *name, *dt;
+    int nd;
+    int64_t dims[8];
+    cl_saved_tensor_info(s, i, &name, &dt, &nd, dims);
+    SET_STRING_ELT(names, i, Rf_mkCharCE(name, CE_UTF8));
+    SET_STRING_ELT(dtypes, i, Rf_mkChar(dt));
+    SEXP d = Rf_allocVector(REALSXP, nd);
+    SET_VECTOR_ELT(shapes, i, d);
+    for (int k = 0; k < nd; k++) REAL(d)[k] = (double)dims[k];
+  }
+  UNPROTECT(nprotect);
+  return out;
+}
+
+SEXP ffi_file_info(SEXP path) {
+  cl_saved *s = NULL;
+  SEXP holder = read_saved(path, &s); /* protected */
+  SEXP info = PROTECT(saved_info(s));
+  done_saved(holder);
+  UNPROTECT(2);
+  return info;
+}
+
+/* Fills ptr's model (created by R with the file's architecture) from path;
+ * returns what the file holds, as ffi_file_info() does. */
+SEXP ffi_model_load_into(SEXP ptr, SEXP path, SEXP with_optimizer) {
+  cl_model *m = r_model(ptr);
+  int with_opt = Rf_asLogical(with_optimizer) == TRUE;
+  cl_saved *s = NULL;
+  SEXP holder = read_saved(path, &s); /* protected */
+  SEXP info = PROTECT(saved_info(s));
+  cl_status st = cl_saved_load_into(s, m, with_opt);
+  done_saved(holder);
+  UNPROTECT(2);
+  if (st != CL_OK) r_raise_model(st, m);
+  return info;
+}

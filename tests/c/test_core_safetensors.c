@@ -1,0 +1,567 @@
+/*
+ * tests/c/test_core_safetensors.c -- saving and loading models through the
+ * public header only (CPU): round trips of parameters, optimizer state and
+ * metadata; a loaded model and optimizer continue training with exactly the
+ * losses of the uninterrupted run; files written by others (no convlstm
+ * metadata, other float dtypes); the atomic write; and a table of broken
+ * files, each refused with a message. Last, every file in tests/fuzz/corpus/
+ * and tests/fuzz/regressions/ (inputs the fuzzer once crashed on) goes
+ * through the loader, which must not crash. Exits nonzero on any failure.
+ */
+#define _POSIX_C_SOURCE 200809L /* opendir, mkdtemp */
+#include "convlstm.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int failures = 0, checks = 0;
+#define CHECK(cond, ...)                          \
+  do {                                            \
+    checks++;                                     \
+    if (!(cond)) {                                \
+      failures++;                                 \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+      printf(__VA_ARGS__);                        \
+      printf("\n");                               \
+    }                                             \
+  } while (0)
+
+static unsigned long long rng = 88172645463325252ULL;
+static double uniform01(void *ctx) {
+  (void)ctx;
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+static char dir[256];
+
+static const char *tmp_path(const char *name) {
+  static char buf[4][512];
+  static int k = 0;
+  k = (k + 1) % 4;
+  snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+  return buf[k];
+}
+
+static cl_model *make_model(int bias) {
+  cl_config c;
+  memset(&c, 0, sizeof c);
+  c.input_dim = 2;
+  c.n_layers = 2;
+  c.hidden_dims[0] = 3;
+  c.hidden_dims[1] = 2;
+  c.kernel_sizes[0] = 3;
+  c.kernel_sizes[1] = 1;
+  c.bias = bias;
+  c.device = CL_DEVICE_CPU;
+  c.n_threads = 1;
+  cl_model *m = NULL;
+  char err[CL_ERRMSG_LEN];
+  CHECK(cl_model_create(&c, &m, err, sizeof err) == CL_OK, "create: %s", err);
+  if (m) cl_model_init_params(m, uniform01, NULL);
+  return m;
+}
+
+enum { B = 2, T = 3, C = 2, H = 5, W = 4, CL = 2 };
+static float xs[8][B * T * C * H * W], ys[8][B * CL * H * W];
+
+static double step(cl_model *m, int i, const cl_optim *o) {
+  cl_host_array x = {xs[i], CL_HOST_TORCH_F32, 5, {B, T, C, H, W}};
+  cl_host_array y = {ys[i], CL_HOST_TORCH_F32, 4, {B, CL, H, W, 0}};
+  double loss = NAN;
+  cl_status s = cl_model_train_step(m, &x, &y, CL_TARGET_LAST_STATE, o, NULL, &loss);
+  CHECK(s == CL_OK, "train step: %s", cl_model_error(m));
+  return loss;
+}
+
+/* 1 when every parameter of a and b is bitwise equal. */
+static int same_params(cl_model *a, cl_model *b) {
+  int n = cl_model_n_tensors(a);
+  if (n != cl_model_n_tensors(b)) return 0;
+  for (int i = 0; i < n; i++) {
+    const char *name;
+    int nd, d[4];
+    cl_model_tensor_info(a, i, &name, &nd, d);
+    size_t len = 1;
+    for (int k = 0; k < nd; k++) len *= (size_t)d[k];
+    float *pa = malloc(len * sizeof(float)), *pb = malloc(len * sizeof(float));
+    int ok = cl_model_get_param(a, name, pa, len) == CL_OK &&
+             cl_model_get_param(b, name, pb, len) == CL_OK &&
+             memcmp(pa, pb, len * sizeof(float)) == 0;
+    free(pa);
+    free(pb);
+    if (!ok) return 0;
+  }
+  return 1;
+}
+
+static unsigned char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *b = malloc(n > 0 ? (size_t)n : 1);
+  *len = fread(b, 1, (size_t)n, f);
+  fclose(f);
+  return b;
+}
+
+/* The uninterrupted run against save after k steps, load, continue. */
+static void test_resume(const cl_optim *o, int bias, const char *what) {
+  rng = 12345;
+  cl_model *a = make_model(bias);
+  rng = 12345;
+  cl_model *b = make_model(bias);
+  const int k = 3, n = 7;
+  double la[8], lb[8];
+  for (int i = 0; i < n; i++) la[i] = step(a, i, o);
+  for (int i = 0; i < k; i++) lb[i] = step(b, i, o);
+  const char *path = tmp_path("resume.safetensors");
+  cl_status s = cl_model_save(b, path, o, 0, NULL, NULL);
+  CHECK(s == CL_OK, "%s: save: %s", what, cl_model_error(b));
+  cl_model_free(b);
+  char err[CL_ERRMSG_LEN];
+  cl_model *c = NULL;
+  /* the thread count is the caller's (the file does not hold it): the same
+   * single thread keeps the reductions in the same order */
+  cl_config rt;
+  memset(&rt, 0, sizeof rt);
+  rt.n_threads = 1;
+  s = cl_model_load(path, &rt, 1, &c, err, sizeof err);
+  CHECK(s == CL_OK, "%s: load: %s", what, err);
+  if (!c) return;
+  CHECK(cl_model_optimizer_steps(c) == k, "%s: steps %lld", what,
+        (long long)cl_model_optimizer_steps(c));
+  cl_saved *sv = NULL;
+  CHECK(cl_saved_read(path, &sv, err, sizeof err) == CL_OK, "%s: read: %s", what, err);
+  cl_optim back;
+  int64_t steps = -1;
+  CHECK(sv && cl_saved_optimizer(sv, &back, &steps) == 1 && steps == k &&
+            memcmp(&back, o, sizeof back) == 0,
+        "%s: hyperparameters do not round-trip exactly", what);
+  cl_saved_free(sv);
+  for (int i = k; i < n; i++) lb[i] = step(c, i, o);
+  for (int i = 0; i < n; i++)
+    CHECK(la[i] == lb[i], "%s: loss %d: %.17g uninterrupted, %.17g resumed", what, i, la[i], lb[i]);
+  CHECK(same_params(a, c), "%s: parameters differ after resuming", what);
+  /* without the optimizer the resumed run differs (Adam restarts) */
+  cl_model *d = NULL;
+  CHECK(cl_model_load(path, NULL, 0, &d, err, sizeof err) == CL_OK, "load: %s", err);
+  CHECK(d && cl_model_optimizer_steps(d) == 0, "%s: optimizer restored though not asked", what);
+  cl_model_free(d);
+  cl_model_free(a);
+  cl_model_free(c);
+}
+
+static void test_metadata_and_info(void) {
+  cl_model *m = make_model(1);
+  const char *keys[] = {"epoch", "note"}, *vals[] = {"12", "quote \" backslash \\ tab\t \xc3\xa9"};
+  const char *path = tmp_path("meta.safetensors");
+  CHECK(cl_model_save(m, path, NULL, 2, keys, vals) == CL_OK, "save: %s", cl_model_error(m));
+  char err[CL_ERRMSG_LEN];
+  cl_saved *s = NULL;
+  CHECK(cl_saved_read(path, &s, err, sizeof err) == CL_OK, "read: %s", err);
+  if (!s) return;
+  int found = 0;
+  for (int i = 0; i < cl_saved_n_metadata(s); i++) {
+    const char *k, *v;
+    cl_saved_metadata(s, i, &k, &v);
+    if (strcmp(k, "note") == 0) found += strcmp(v, vals[1]) == 0;
+    if (strcmp(k, "epoch") == 0) found += strcmp(v, "12") == 0;
+  }
+  CHECK(found == 2, "user metadata did not round-trip");
+  CHECK(cl_saved_optimizer(s, NULL, NULL) == 0, "an optimizer appeared");
+  const cl_config *c = cl_saved_config(s);
+  CHECK(c->input_dim == 2 && c->n_layers == 2 && c->hidden_dims[1] == 2 && c->kernel_sizes[0] == 3 &&
+            c->bias == 1,
+        "architecture did not round-trip");
+  CHECK(cl_saved_n_tensors(s) == 4, "%d tensors", cl_saved_n_tensors(s));
+  const char *name, *dt;
+  int nd;
+  int64_t d[8];
+  CHECK(cl_saved_tensor_info(s, 0, &name, &dt, &nd, d) == CL_OK &&
+            strcmp(name, "cell_list.0.conv.bias") == 0 && strcmp(dt, "F32") == 0 && nd == 1 &&
+            d[0] == 12,
+        "tensor info");
+  cl_saved_free(s);
+  /* reserved names, duplicates */
+  const char *bad[] = {"convlstm.input_dim", "format", ""};
+  for (int i = 0; i < 3; i++) {
+    const char *v = "x";
+    CHECK(cl_model_save(m, path, NULL, 1, &bad[i], &v) == CL_E_INVALID, "reserved name %s accepted",
+          bad[i]);
+  }
+  const char *dk[] = {"a", "a"}, *dv[] = {"1", "2"};
+  CHECK(cl_model_save(m, path, NULL, 2, dk, dv) == CL_E_INVALID, "duplicate metadata accepted");
+  const char *nk = "bad", *nv = "\xff\xfe";
+  CHECK(cl_model_save(m, path, NULL, 1, &nk, &nv) == CL_E_INVALID, "non-UTF-8 accepted");
+  cl_model_free(m);
+}
+
+static void test_optimizer_mismatch(void) {
+  cl_model *m = make_model(1);
+  cl_optim adam = {CL_OPTIM_ADAM, 1e-2, 0.9, 0.999, 1e-8, 0, 0};
+  cl_optim sgd = {CL_OPTIM_SGD, 0.1, 0, 0, 0, 0.9, 0};
+  step(m, 0, &adam);
+  CHECK(cl_model_save(m, tmp_path("mismatch.safetensors"), &sgd, 0, NULL, NULL) == CL_E_INVALID,
+        "saving Adam's state as SGD's was accepted");
+  CHECK(strstr(cl_model_error(m), "Adam") != NULL, "message: %s", cl_model_error(m));
+  /* an optimizer that has not stepped yet: hyperparameters, no state */
+  cl_model *f = make_model(0);
+  CHECK(cl_model_save(f, tmp_path("fresh.safetensors"), &sgd, 0, NULL, NULL) == CL_OK, "save: %s",
+        cl_model_error(f));
+  char err[CL_ERRMSG_LEN];
+  cl_model *g = NULL;
+  CHECK(cl_model_load(tmp_path("fresh.safetensors"), NULL, 1, &g, err, sizeof err) == CL_OK,
+        "load: %s", err);
+  CHECK(g && cl_model_optimizer_steps(g) == 0, "fresh optimizer steps");
+  cl_model_free(g);
+  cl_model_free(f);
+  cl_model_free(m);
+}
+
+/* ---- files written by hand --------------------------------------------- */
+
+static size_t build(unsigned char *out, size_t cap, const char *header, const void *data,
+                    size_t dlen) {
+  size_t n = strlen(header);
+  if (8 + n + dlen > cap) return 0;
+  for (int i = 0; i < 8; i++) out[i] = (unsigned char)((unsigned long long)n >> (8 * i));
+  memcpy(out + 8, header, n);
+  if (dlen) memcpy(out + 8 + n, data, dlen);
+  return 8 + n + dlen;
+}
+
+static cl_status parse_and_create(const unsigned char *b, size_t n, char *err, size_t errlen) {
+  cl_saved *s = NULL;
+  cl_status st = cl_saved_parse(b, n, &s, err, errlen);
+  if (st != CL_OK) return st;
+  cl_model *m = NULL;
+  cl_config rt;
+  memset(&rt, 0, sizeof rt);
+  rt.n_threads = 1;
+  rt.memory_limit = 64u << 20;
+  st = cl_saved_create_model(s, &rt, 1, &m, err, errlen);
+  cl_model_free(m);
+  cl_saved_free(s);
+  return st;
+}
+
+/* A one-layer model, input 1, hidden 1, kernel 1, bias: weight [4, 2, 1, 1]
+ * (8 floats), bias [4] (4 floats): 48 bytes of data. */
+static float tiny[12] = {0.1f, -0.2f, 0.3f, -0.4f, 0.5f, -0.6f, 0.7f, -0.8f, 0.01f, 0.02f, 0.03f, 0.04f};
+#define TINY_W "\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[4,2,1,1],\"data_offsets\":[0,32]}"
+#define TINY_B "\"cell_list.0.conv.bias\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[32,48]}"
+
+static void test_foreign_files(void) {
+  unsigned char buf[4096];
+  char err[CL_ERRMSG_LEN];
+  /* PyTorch's save_file(state_dict): no metadata, architecture from shapes */
+  size_t n = build(buf, sizeof buf, "{" TINY_W "," TINY_B "}", tiny, sizeof tiny);
+  cl_saved *s = NULL;
+  CHECK(cl_saved_parse(buf, n, &s, err, sizeof err) == CL_OK, "plain state dict: %s", err);
+  if (s) {
+    const cl_config *c = cl_saved_config(s);
+    CHECK(c->input_dim == 1 && c->n_layers == 1 && c->hidden_dims[0] == 1 && c->kernel_sizes[0] == 1 &&
+              c->bias == 1,
+          "inferred architecture");
+    cl_model *m = NULL;
+    CHECK(cl_saved_create_model(s, NULL, 1, &m, err, sizeof err) == CL_OK, "create: %s", err);
+    float w[8];
+    CHECK(m && cl_model_get_param(m, "cell_list.0.conv.weight", w, 8) == CL_OK &&
+              memcmp(w, tiny, sizeof w) == 0,
+          "weights of a plain state dict");
+    cl_model_free(m);
+    cl_saved_free(s);
+  }
+  /* F64 and BF16 weights convert (0.5 and -0.25 are exact in both) */
+  double w64[8] = {0.5, -0.25, 0.5, -0.25, 0.5, -0.25, 0.5, -0.25};
+  n = build(buf, sizeof buf,
+            "{\"cell_list.0.conv.weight\":{\"dtype\":\"F64\",\"shape\":[4,2,1,1],"
+            "\"data_offsets\":[0,64]}}",
+            w64, sizeof w64);
+  CHECK(parse_and_create(buf, n, err, sizeof err) == CL_OK, "F64 weights: %s", err);
+  unsigned short w16[8] = {0x3f00, 0xbe80, 0x3f00, 0xbe80, 0x3f00, 0xbe80, 0x3f00, 0xbe80};
+  n = build(buf, sizeof buf,
+            "{\"cell_list.0.conv.weight\":{\"dtype\":\"BF16\",\"shape\":[4,2,1,1],"
+            "\"data_offsets\":[0,16]}}  ",
+            w16, sizeof w16);
+  s = NULL;
+  CHECK(cl_saved_parse(buf, n, &s, err, sizeof err) == CL_OK, "BF16 weights: %s", err);
+  if (s) {
+    cl_model *m = NULL;
+    float w[8];
+    CHECK(cl_saved_create_model(s, NULL, 0, &m, err, sizeof err) == CL_OK, "create: %s", err);
+    CHECK(m && cl_model_get_param(m, "cell_list.0.conv.weight", w, 8) == CL_OK && w[0] == 0.5f &&
+              w[1] == -0.25f,
+          "BF16 values");
+    cl_model_free(m);
+    cl_saved_free(s);
+  }
+}
+
+typedef struct bad_case {
+  const char *what, *header;
+  int data_len; /* bytes of tiny to append, -1 for 48 */
+  const char *expect; /* a piece of the message */
+} bad_case;
+
+static const bad_case BAD[] = {
+    {"not JSON", "hello", -1, "JSON object"},
+    {"array header", "[]", -1, "JSON object"},
+    {"empty object", "{}", 0, "not a convlstm"},
+    {"unterminated", "{\"a\":", -1, "ends early"},
+    {"trailing comma", "{" TINY_W "," TINY_B ",}", -1, "trailing comma"},
+    {"missing colon", "{\"cell_list.0.conv.weight\" {}}", -1, "':'"},
+    {"single quotes", "{'a':1}", -1, "expected a string"},
+    {"bad escape", "{\"a\\q\":{}}", -1, "invalid escape"},
+    {"lone surrogate", "{\"\\ud800\":{}}", -1, "surrogate"},
+    {"NUL escape", "{\"\\u0000\":{}}", -1, "NUL"},
+    {"raw control char", "{\"a\tb\":{}}", -1, "control character"},
+    {"bad UTF-8", "{\"\xc3\x28\":{}}", -1, "UTF-8"},
+    {"overlong UTF-8", "{\"\xc0\xaf\":{}}", -1, "UTF-8"},
+    {"garbage after", "{" TINY_W "," TINY_B "} x", -1, "after the header"},
+    {"tensor not object", "{\"cell_list.0.conv.weight\":5}", -1, "must be an object"},
+    {"unknown key", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[4,2,1,1],"
+                    "\"data_offsets\":[0,32],\"extra\":1}," TINY_B "}", -1, "may only have"},
+    {"missing dtype", "{\"cell_list.0.conv.weight\":{\"shape\":[4,2,1,1],\"data_offsets\":[0,32]},"
+                      TINY_B "}", -1, "lacks its dtype"},
+    {"duplicate key", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"dtype\":\"F32\","
+                      "\"shape\":[4,2,1,1],\"data_offsets\":[0,32]}," TINY_B "}", -1, "twice"},
+    {"unknown dtype", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F33\",\"shape\":[4,2,1,1],"
+                      "\"data_offsets\":[0,32]}," TINY_B "}", -1, "unknown dtype"},
+    {"integer dtype", "{\"cell_list.0.conv.weight\":{\"dtype\":\"I32\",\"shape\":[4,2,1,1],"
+                      "\"data_offsets\":[0,32]}," TINY_B "}", -1, "dtype I32"},
+    {"negative dim", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[-4,2,1,1],"
+                     "\"data_offsets\":[0,32]}," TINY_B "}", -1, "non-negative integer"},
+    {"fractional dim", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[4.0,2,1,1],"
+                       "\"data_offsets\":[0,32]}," TINY_B "}", -1, "non-negative integer"},
+    {"leading zero", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[04,2,1,1],"
+                     "\"data_offsets\":[0,32]}," TINY_B "}", -1, "leading zero"},
+    {"huge dim", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[99999999999999999999,2,1,1],"
+                 "\"data_offsets\":[0,32]}," TINY_B "}", -1, "too large"},
+    {"size overflow", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[4000000000,"
+                      "4000000000,1,1],\"data_offsets\":[0,32]}," TINY_B "}", -1, "overflows"},
+    {"rank 9", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}",
+     4, "more than 8"},
+    {"three offsets", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[4,2,1,1],"
+                      "\"data_offsets\":[0,32,48]}," TINY_B "}", -1, "exactly 2"},
+    {"offsets reversed", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[4,2,1,1],"
+                         "\"data_offsets\":[32,0]}," TINY_B "}", -1, "end before"},
+    {"size mismatch", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[4,2,1,1],"
+                      "\"data_offsets\":[0,28]}," TINY_B "}", -1, "needs 32"},
+    {"overlap", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[4,2,1,1],"
+                "\"data_offsets\":[0,32]},\"cell_list.0.conv.bias\":{\"dtype\":\"F32\",\"shape\":[4],"
+                "\"data_offsets\":[16,32]}}", -1, "overlaps"},
+    {"gap", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[4,2,1,1],"
+            "\"data_offsets\":[4,36]},\"cell_list.0.conv.bias\":{\"dtype\":\"F32\",\"shape\":[3],"
+            "\"data_offsets\":[36,48]}}", -1, "gap"},
+    {"data too short", "{" TINY_W "," TINY_B "}", 40, "cover 48 bytes"},
+    {"data too long", "{" TINY_W "}", 48, "cover 32 bytes"},
+    {"duplicate tensor", "{" TINY_W "," TINY_W "}", 32, "appears twice"},
+    {"weight odd rows", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[3,2,1,2],"
+                        "\"data_offsets\":[0,48]}}", -1, "[4 * hidden"},
+    {"even kernel", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[4,2,2,2],"
+                    "\"data_offsets\":[0,128]}}", -2, "k odd"},
+    {"extra tensor", "{" TINY_W ",\"junk\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[32,48]}}",
+     -1, "unexpected tensor \"junk\""},
+    {"missing bias of layer", "{\"__metadata__\":{\"convlstm.input_dim\":\"1\",\"convlstm.hidden_dims\":"
+                              "\"[1]\",\"convlstm.kernel_sizes\":\"[1]\",\"convlstm.bias\":\"true\"},"
+                              TINY_W "}", 32, "cell_list.0.conv.bias is missing"},
+    {"metadata shape mismatch", "{\"__metadata__\":{\"convlstm.input_dim\":\"2\",\"convlstm.hidden_dims\":"
+                                "\"[1]\",\"convlstm.kernel_sizes\":\"[1]\",\"convlstm.bias\":\"true\"},"
+                                TINY_W "," TINY_B "}", -1, "the model needs [4, 3, 1, 1]"},
+    {"metadata partial", "{\"__metadata__\":{\"convlstm.input_dim\":\"1\"}," TINY_W "," TINY_B "}", -1,
+     "only in part"},
+    {"metadata bad list", "{\"__metadata__\":{\"convlstm.input_dim\":\"1\",\"convlstm.hidden_dims\":"
+                          "\"[1,]\",\"convlstm.kernel_sizes\":\"[1]\",\"convlstm.bias\":\"true\"},"
+                          TINY_W "," TINY_B "}", -1, "hidden_dims"},
+    {"metadata non-string", "{\"__metadata__\":{\"a\":1}," TINY_W "," TINY_B "}", -1, "must be strings"},
+    {"metadata twice", "{\"__metadata__\":{},\"__metadata__\":{}," TINY_W "," TINY_B "}", -1, "twice"},
+    {"metadata dup key", "{\"__metadata__\":{\"a\":\"1\",\"a\":\"2\"}," TINY_W "," TINY_B "}", -1, "twice"},
+    {"future version", "{\"__metadata__\":{\"convlstm.format_version\":\"2\"}," TINY_W "," TINY_B "}", -1,
+     "version"},
+    {"bad optimizer", "{\"__metadata__\":{\"convlstm.optimizer\":\"rmsprop\"}," TINY_W "," TINY_B "}", -1,
+     "\"adam\" or \"sgd\""},
+    {"optimizer missing lr", "{\"__metadata__\":{\"convlstm.optimizer\":\"sgd\"}," TINY_W "," TINY_B "}",
+     -1, "optimizer.lr is missing"},
+    {"optimizer lr NaN", "{\"__metadata__\":{\"convlstm.optimizer\":\"sgd\",\"convlstm.optimizer.lr\":"
+                         "\"nan\",\"convlstm.optimizer.weight_decay\":\"0\",\"convlstm.optimizer.momentum\":"
+                         "\"0\",\"convlstm.optimizer.steps\":\"0\"}," TINY_W "," TINY_B "}", -1, "lr"},
+    {"optimizer hex lr", "{\"__metadata__\":{\"convlstm.optimizer\":\"sgd\",\"convlstm.optimizer.lr\":"
+                         "\"0x1p-3\",\"convlstm.optimizer.weight_decay\":\"0\",\"convlstm.optimizer.momentum\":"
+                         "\"0\",\"convlstm.optimizer.steps\":\"0\"}," TINY_W "," TINY_B "}", -1, "lr"},
+    {"optimizer negative steps", "{\"__metadata__\":{\"convlstm.optimizer\":\"sgd\",\"convlstm.optimizer.lr\":"
+                                 "\"0.1\",\"convlstm.optimizer.weight_decay\":\"0\",\"convlstm.optimizer.momentum\":"
+                                 "\"0\",\"convlstm.optimizer.steps\":\"-1\"}," TINY_W "," TINY_B "}", -1, "steps"},
+    {"adam beta1 = 1", "{\"__metadata__\":{\"convlstm.optimizer\":\"adam\",\"convlstm.optimizer.lr\":"
+                       "\"0.1\",\"convlstm.optimizer.weight_decay\":\"0\",\"convlstm.optimizer.beta1\":\"1\","
+                       "\"convlstm.optimizer.beta2\":\"0.9\",\"convlstm.optimizer.eps\":\"1e-8\","
+                       "\"convlstm.optimizer.steps\":\"0\"}," TINY_W "," TINY_B "}", -1, "beta1"},
+    {"adam steps without state", "{\"__metadata__\":{\"convlstm.optimizer\":\"adam\",\"convlstm.optimizer.lr\":"
+                                 "\"0.1\",\"convlstm.optimizer.weight_decay\":\"0\",\"convlstm.optimizer.beta1\":"
+                                 "\"0.9\",\"convlstm.optimizer.beta2\":\"0.9\",\"convlstm.optimizer.eps\":\"1e-8\","
+                                 "\"convlstm.optimizer.steps\":\"3\"}," TINY_W "," TINY_B "}", -1,
+     "state (exp_avg"},
+    {"orphan optimizer key", "{\"__metadata__\":{\"convlstm.optimizer.lr\":\"0.1\"}," TINY_W "," TINY_B "}",
+     -1, "convlstm.optimizer (the kind)"},
+    {"state without optimizer", "{" TINY_W ",\"optimizer.momentum_buffer.cell_list.0.conv.weight\":{\"dtype\":"
+                                "\"F32\",\"shape\":[4,2,1,1],\"data_offsets\":[32,64]}}", -3,
+     "no convlstm.optimizer"},
+};
+
+static void test_broken_files(void) {
+  unsigned char buf[8192], data[256] = {0};
+  char err[CL_ERRMSG_LEN];
+  memcpy(data, tiny, sizeof tiny);
+  memcpy(data + 48, tiny, sizeof tiny);
+  memcpy(data + 96, tiny, sizeof tiny);
+  int nbad = (int)(sizeof BAD / sizeof BAD[0]);
+  for (int i = 0; i < nbad; i++) {
+    const bad_case *c = &BAD[i];
+    size_t dl = c->data_len == -1 ? 48 : c->data_len == -2 ? 128 : c->data_len == -3 ? 64
+              : (size_t)c->data_len;
+    size_t n = build(buf, sizeof buf, c->header, data, dl);
+    err[0] = '\0';
+    cl_status st = parse_and_create(buf, n, err, sizeof err);
+    CHECK(st != CL_OK, "%s: accepted", c->what);
+    CHECK(strstr(err, c->expect) != NULL, "%s: message \"%s\" lacks \"%s\"", c->what, err, c->expect);
+  }
+  printf("broken files: %d cases\n", nbad);
+  /* header length fields */
+  size_t n = build(buf, sizeof buf, "{" TINY_W "," TINY_B "}", tiny, sizeof tiny);
+  CHECK(parse_and_create(buf, n, err, sizeof err) == CL_OK, "the valid base file: %s", err);
+  unsigned char b2[8192];
+  memcpy(b2, buf, n);
+  b2[7] = 0x80; /* 2^63 */
+  CHECK(parse_and_create(b2, n, err, sizeof err) == CL_E_INVALID && strstr(err, "header length"),
+        "huge header length: %s", err);
+  memcpy(b2, buf, n);
+  b2[0] = 1, b2[1] = b2[2] = 0;
+  CHECK(parse_and_create(b2, n, err, sizeof err) == CL_E_INVALID, "header length 1: %s", err);
+  /* every truncation of a valid file is refused, never read past */
+  int refused = 0;
+  for (size_t k = 0; k < n; k++) refused += parse_and_create(buf, k, err, sizeof err) != CL_OK;
+  CHECK(refused == (int)n, "%d of %zu truncations refused", refused, n);
+  /* non-finite parameters are counted */
+  float nanw[12];
+  memcpy(nanw, tiny, sizeof nanw);
+  nanw[2] = NAN;
+  nanw[5] = INFINITY;
+  n = build(buf, sizeof buf, "{" TINY_W "," TINY_B "}", nanw, sizeof nanw);
+  CHECK(parse_and_create(buf, n, err, sizeof err) == CL_E_INVALID && strstr(err, "2 non-finite"),
+        "non-finite: %s", err);
+  /* a file on disk: missing, a directory, too short */
+  cl_saved *s = NULL;
+  CHECK(cl_saved_read(tmp_path("nope.safetensors"), &s, err, sizeof err) == CL_E_INVALID &&
+            strstr(err, "cannot open"),
+        "missing file: %s", err);
+  CHECK(cl_saved_read(dir, &s, err, sizeof err) == CL_E_INVALID, "a directory: %s", err);
+  FILE *f = fopen(tmp_path("short.safetensors"), "wb");
+  fwrite("abc", 1, 3, f);
+  fclose(f);
+  CHECK(cl_saved_read(tmp_path("short.safetensors"), &s, err, sizeof err) == CL_E_INVALID &&
+            strstr(err, "too few"),
+        "short file: %s", err);
+}
+
+static void test_atomic_write(void) {
+  cl_model *m = make_model(1);
+  const char *path = tmp_path("atomic.safetensors");
+  CHECK(cl_model_save(m, path, NULL, 0, NULL, NULL) == CL_OK, "save: %s", cl_model_error(m));
+  size_t n1 = 0;
+  unsigned char *first = slurp(path, &n1);
+  CHECK(first && n1 > 8 && (n1 % 4) == 0, "file size %zu", n1);
+  /* the data starts 8-aligned, as safetensors writers align it */
+  unsigned long long hl = 0;
+  for (int i = 7; i >= 0; i--) hl = hl << 8 | first[i];
+  CHECK((8 + hl) % 8 == 0, "header length %llu leaves the data unaligned", hl);
+  free(first);
+  /* overwrite: the new file replaces the old one, nothing is left beside it */
+  cl_optim sgd = {CL_OPTIM_SGD, 0.1, 0, 0, 0, 0.5, 0};
+  step(m, 1, &sgd);
+  CHECK(cl_model_save(m, path, &sgd, 0, NULL, NULL) == CL_OK, "save: %s", cl_model_error(m));
+  int others = 0;
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  while (d && (e = readdir(d)))
+    if (strstr(e->d_name, ".tmp")) others++;
+  if (d) closedir(d);
+  CHECK(others == 0, "%d temporary files left", others);
+  /* a directory that does not exist: an error, nothing written */
+  CHECK(cl_model_save(m, tmp_path("no/such/dir.safetensors"), NULL, 0, NULL, NULL) == CL_E_INVALID,
+        "save into a missing directory");
+  CHECK(strstr(cl_model_error(m), "cannot create") != NULL, "message: %s", cl_model_error(m));
+  /* a path that is a directory: the temporary file is removed again */
+  CHECK(cl_model_save(m, dir, NULL, 0, NULL, NULL) == CL_E_INVALID, "save over a directory");
+  cl_model_free(m);
+}
+
+/* Every file in a folder through the loader: any status, no crash. */
+static int feed_folder(const char *folder) {
+  DIR *d = opendir(folder);
+  if (!d) return 0;
+  int n = 0;
+  struct dirent *e;
+  char path[1024], err[CL_ERRMSG_LEN];
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    snprintf(path, sizeof path, "%s/%s", folder, e->d_name);
+    size_t len = 0;
+    unsigned char *b = slurp(path, &len);
+    if (!b) continue;
+    parse_and_create(b, len, err, sizeof err);
+    free(b);
+    n++;
+  }
+  closedir(d);
+  return n;
+}
+
+int main(void) {
+  snprintf(dir, sizeof dir, "/tmp/cl_test_st_XXXXXX");
+  if (!mkdtemp(dir)) {
+    printf("FAIL cannot create a temporary directory\n");
+    return 1;
+  }
+  for (int i = 0; i < 8; i++) {
+    for (size_t j = 0; j < sizeof xs[i] / sizeof(float); j++) xs[i][j] = (float)(2 * uniform01(NULL) - 1);
+    for (size_t j = 0; j < sizeof ys[i] / sizeof(float); j++) ys[i][j] = (float)(2 * uniform01(NULL) - 1);
+  }
+  cl_optim adam = {CL_OPTIM_ADAM, 1e-2, 0.9, 0.999, 1e-8, 0, 0.01};
+  cl_optim sgd = {CL_OPTIM_SGD, 0.05, 0, 0, 0, 0.9, 0};
+  cl_optim plain = {CL_OPTIM_SGD, 0.05, 0, 0, 0, 0, 0};
+  test_resume(&adam, 1, "adam");
+  test_resume(&sgd, 1, "sgd momentum");
+  test_resume(&plain, 0, "sgd, no bias");
+  test_metadata_and_info();
+  test_optimizer_mismatch();
+  test_foreign_files();
+  test_broken_files();
+  test_atomic_write();
+  int corpus = feed_folder("tests/fuzz/corpus");
+  int regressions = feed_folder("tests/fuzz/regressions");
+  printf("fuzz corpus: %d files, regressions: %d files, loaded without a crash\n", corpus,
+         regressions);
+  CHECK(cl_models_alive() == 0, "%d models alive at the end", cl_models_alive());
+  /* leave nothing behind */
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  char p[600];
+  while (d && (e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    remove(p);
+  }
+  if (d) closedir(d);
+  rmdir(dir);
+  printf("test_core_safetensors: %d checks, %d failures\n", checks, failures);
+  return failures ? 1 : 0;
+}
