@@ -130,6 +130,9 @@ describe_options <- function(options) {
 
 #' @export
 print.convlstm_memory_estimate <- function(x, ...) {
+  if (is.null(attr(x, "shape")) || !all(c("category", "bytes") %in% names(x))) {
+    return(print(as_plain_df(x), ...))
+  }
   shape <- attr(x, "shape")
   cat(sprintf(
     "<convlstm_memory_estimate> %s: batch %d, %d step%s of %dx%d, %s%s%s\n",
@@ -151,6 +154,9 @@ print.convlstm_memory_estimate <- function(x, ...) {
 
 #' @export
 print.convlstm_plan <- function(x, ...) {
+  if (!all(c("name", "category", "bytes", "layer") %in% names(x))) {
+    return(print(as_plain_df(x), ...))
+  }
   cat(sprintf("<convlstm_plan> %d buffers, %s\n", nrow(x), format_bytes(sum(x$bytes))))
   shown <- data.frame(
     name = x$name, category = x$category, bytes = format_bytes(x$bytes),

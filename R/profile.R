@@ -22,7 +22,9 @@
 #' @inheritParams memory_estimate
 #' @param batch_sizes Batch sizes to run (whole numbers).
 #' @param steps Training steps per batch size. The first step of each size
-#'   plans and allocates; when `steps > 1` it is not timed.
+#'   plans and allocates; when `steps > 1` it is not timed. `0` runs nothing:
+#'   the category columns then hold the plan's estimate (instant for any
+#'   batch size, any budget), `peak`, `reserved` and the timings are `NA`.
 #' @param target,optimizer As in [train_step()].
 #' @param ... Step options passed to [train_step()] and [memory_estimate()]:
 #'   `checkpoint`, `accumulation_steps`, `tbptt`.
@@ -52,7 +54,7 @@ memory_profile <- function(model, batch_sizes, seq_len, height, width, steps = 2
   seq_len <- check_count(seq_len, "seq_len")
   height <- check_count(height, "height")
   width <- check_count(width, "width")
-  steps <- check_count(steps, "steps")
+  steps <- check_count(steps, "steps", min = 0)
   target <- check_choice(target, c("last_state", "sequence"), "target")
   optimizer <- check_optimizer(optimizer)
   dots <- list(...)
@@ -71,8 +73,9 @@ memory_profile <- function(model, batch_sizes, seq_len, height, width, steps = 2
   config <- c_model_config(ptr)
   seed <- get0(".Random.seed", envir = globalenv(), inherits = FALSE)
   on.exit(restore_seed(seed), add = TRUE)
-  copy <- copy_model(model, config)
-  on.exit(convlstm_release(copy), add = TRUE)
+  # estimates alone allocate nothing, so they can ask the model itself
+  copy <- if (steps == 0) model else copy_model(model, config)
+  if (steps > 0) on.exit(convlstm_release(copy), add = TRUE)
   copy_ptr <- model_ptr(copy)
 
   C <- config$input_dim
@@ -81,6 +84,14 @@ memory_profile <- function(model, batch_sizes, seq_len, height, width, steps = 2
     est <- memory_estimate(copy, B, seq_len, height, width, optimizer = optimizer,
                            checkpoint = checkpoint, accumulation_steps = accumulation_steps,
                            tbptt = tbptt)
+    if (steps == 0) {
+      eb <- estimate_bytes(est)
+      return(data.frame(
+        batch_size = B, as.list(eb[mem_categories]), peak = NA_real_, reserved = NA_real_,
+        estimate = eb[["total"]], seconds_per_step = NA_real_, samples_per_second = NA_real_,
+        oom = FALSE
+      ))
+    }
     x <- array(stats::runif(B * seq_len * C * height * width), c(B, seq_len, C, height, width))
     yd <- if (target == "sequence") c(B, seq_len, out_c, height, width) else c(B, out_c, height, width)
     y <- array(stats::runif(prod(yd)), yd)
@@ -125,6 +136,11 @@ memory_profile <- function(model, batch_sizes, seq_len, height, width, steps = 2
   )
 }
 
+as_plain_df <- function(x) {
+  class(x) <- "data.frame"
+  x
+}
+
 # Wall-clock seconds with sub-millisecond resolution (proc.time() has 1 ms,
 # too coarse for the small steps of a test or an example).
 now <- function() as.numeric(Sys.time())
@@ -160,12 +176,18 @@ restore_seed <- function(seed) {
 
 #' @export
 print.convlstm_memory_profile <- function(x, ...) {
+  # a subset (x[rows, cols]) keeps the class but not the attributes
+  if (is.null(attr(x, "steps")) || !all(c("batch_size", mem_categories) %in% names(x))) {
+    return(print(as_plain_df(x), ...))
+  }
   shape <- attr(x, "shape")
+  steps <- attr(x, "steps")
   cat(sprintf(
-    "<convlstm_memory_profile> %d batch size%s, %d steps of %dx%d, %s on %s%s, %d training step%s each\n",
+    "<convlstm_memory_profile> %d batch size%s, %d steps of %dx%d, %s on %s%s, %s\n",
     nrow(x), if (nrow(x) == 1) "" else "s", shape[["seq_len"]], shape[["height"]],
     shape[["width"]], attr(x, "dtype"), attr(x, "device"), describe_options(attr(x, "options")),
-    attr(x, "steps"), if (attr(x, "steps") == 1) "" else "s"
+    if (steps == 0) "estimated (no steps run)"
+    else sprintf("%d training step%s each", steps, if (steps == 1) "" else "s")
   ))
   shown <- data.frame(batch = x$batch_size)
   for (cat_name in c(mem_categories, "peak", "reserved", "estimate")) {
@@ -173,10 +195,14 @@ print.convlstm_memory_profile <- function(x, ...) {
     if (cat_name %in% mem_categories && all(is.na(v) | v == 0)) next
     shown[[cat_name]] <- ifelse(is.na(v), "-", format_bytes(v))
   }
-  shown[["s/step"]] <- ifelse(is.na(x$seconds_per_step), "OOM",
-                              formatC(x$seconds_per_step, digits = 3, format = "g"))
-  shown[["samples/s"]] <- ifelse(is.na(x$samples_per_second), "-",
-                                 formatC(x$samples_per_second, digits = 4, format = "g"))
+  if (steps == 0) {
+    shown$peak <- shown$reserved <- NULL
+  } else {
+    shown[["s/step"]] <- ifelse(is.na(x$seconds_per_step), "OOM",
+                                formatC(x$seconds_per_step, digits = 3, format = "g"))
+    shown[["samples/s"]] <- ifelse(is.na(x$samples_per_second), "-",
+                                   formatC(x$samples_per_second, digits = 4, format = "g"))
+  }
   print(shown, row.names = FALSE, right = TRUE)
   cat(sprintf("device capacity: %s\n", format_bytes(attr(x, "capacity"))))
   invisible(x)
@@ -188,17 +214,27 @@ print.convlstm_memory_profile <- function(x, ...) {
 #' batch size, the plan's estimate as points on top (measured and estimated
 #' totals coincide), batch sizes that ran out of memory as red crosses at
 #' their estimate, and the device's capacity as a horizontal line (noted in
-#' the legend when it lies far above the data). Base graphics.
+#' the legend when it lies far above the data). For a profile of estimates
+#' (`steps = 0`) the areas are the estimate's categories. Base graphics.
 #'
 #' @param x A `convlstm_memory_profile` from [memory_profile()].
 #' @param y Unused.
 #' @param capacity The capacity line, in bytes: the device's (or the memory
 #'   limit) by default; `NA` for none.
 #' @param log `""` or `"x"` (a logarithmic batch-size axis).
+#' @param main Title; by default the shape, dtype and options.
 #' @param ... Passed to [plot()].
 #' @return `x`, invisibly.
 #' @export
-plot.convlstm_memory_profile <- function(x, y, capacity = attr(x, "capacity"), log = "", ...) {
+plot.convlstm_memory_profile <- function(x, y, capacity = attr(x, "capacity"), log = "",
+                                         main = NULL, ...) {
+  shape <- attr(x, "shape")
+  if (is.null(main) && !is.null(shape)) {
+    main <- sprintf("%s per batch size: %d steps of %dx%d, %s%s",
+                    if (identical(attr(x, "steps"), 0L)) "Estimated memory" else "Memory",
+                    shape[["seq_len"]], shape[["height"]], shape[["width"]], attr(x, "dtype"),
+                    describe_options(attr(x, "options")))
+  }
   cats <- mem_categories[vapply(mem_categories, function(cn) any(x[[cn]] > 0, na.rm = TRUE),
                                 logical(1))]
   ok <- !x$oom
@@ -213,8 +249,10 @@ plot.convlstm_memory_profile <- function(x, y, capacity = attr(x, "capacity"), l
   unit <- c("B", "KiB", "MiB", "GiB", "TiB")[[p + 1]]
   scale <- 1024^p
   cols <- category_colours[cats]
-  graphics::plot(range(bs), c(0, ymax / scale * 1.04), type = "n", log = log,
-                 xlab = "batch size", ylab = paste0("memory (", unit, ")"), ...)
+  # headroom for the legend in the top left corner
+  graphics::plot(range(bs), c(0, ymax / scale * 1.35), type = "n", log = log,
+                 xlab = "batch size", ylab = paste0("memory (", unit, ")"), main = main,
+                 cex.main = 0.95, font.main = 1, ...)
   if (sum(ok) >= 1) {
     xs <- bs[ok]
     base <- rep(0, sum(ok))
@@ -229,13 +267,14 @@ plot.convlstm_memory_profile <- function(x, y, capacity = attr(x, "capacity"), l
       base <- top
     }
   }
-  graphics::points(bs[ok], x$estimate[ok] / scale, pch = 19, cex = 0.7)
+  measured <- !identical(attr(x, "steps"), 0L)
+  if (measured) graphics::points(bs[ok], x$estimate[ok] / scale, pch = 19, cex = 0.7)
   if (any(!ok)) graphics::points(bs[!ok], x$estimate[!ok] / scale, pch = 4, col = "red", lwd = 2)
-  labels <- c(rev(cats), "estimate (plan total)")
-  fill <- c(rev(cols), NA)
-  pch <- c(rep(NA, length(cats)), 19)
-  lty <- c(rep(0, length(cats)), 0)
-  colr <- c(rep(NA, length(cats)), "black")
+  labels <- c(rev(cats), if (measured) "estimate (plan total)")
+  fill <- c(rev(cols), if (measured) NA)
+  pch <- c(rep(NA, length(cats)), if (measured) 19)
+  lty <- c(rep(0, length(cats)), if (measured) 0)
+  colr <- c(rep(NA, length(cats)), if (measured) "black")
   if (any(!ok)) {
     labels <- c(labels, "out of memory")
     fill <- c(fill, NA); pch <- c(pch, 4); lty <- c(lty, 0); colr <- c(colr, "red")

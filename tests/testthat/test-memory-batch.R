@@ -98,6 +98,25 @@ test_that("memory_profile() measures what the estimate says, per batch size", {
   expect_invisible(plot(prof, log = "x", capacity = 2 * max(prof$peak)))
 })
 
+test_that("memory_profile(steps = 0) gives the estimate per category without running", {
+  model <- batch_model()
+  on.exit(convlstm_release(model))
+  prof <- memory_profile(model, 1:64, 3, 6, 6, steps = 0, checkpoint = 2)
+  expect_equal(nrow(prof), 64)
+  expect_equal(memory_stats(model)$peak_allocated, memory_stats(model)$allocated)
+  est <- memory_estimate(model, 40, 3, 6, 6, checkpoint = 2, optimizer = optimizer_adam())
+  expect_equal(unlist(prof[40, est$category[1:7]]),
+               stats::setNames(est$bytes[1:7], est$category[1:7]))
+  expect_equal(prof$estimate[[40]], est$bytes[[8]])
+  expect_true(all(is.na(prof$peak)) && all(is.na(prof$seconds_per_step)))
+  out <- capture.output(print(prof))
+  expect_match(out[[1]], "estimated \\(no steps run\\)")
+  expect_false(any(grepl("s/step", out)))
+  grDevices::pdf(NULL)
+  on.exit(grDevices::dev.off(), add = TRUE)
+  expect_invisible(plot(prof))
+})
+
 test_that("memory_profile() records batches that run out of memory and goes on", {
   set.seed(14)
   model <- batch_model(memory_limit = "100 KiB")
