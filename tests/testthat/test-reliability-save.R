@@ -1,0 +1,328 @@
+# Saving and resuming: convlstm_save() / convlstm_load() / convlstm_file_info()
+# round trips, training that resumes with exactly the losses of an
+# uninterrupted run, the atomic write, damaged files refused with classed
+# errors, and the file opening in PyTorch (tools/safetensors_check.py; skipped
+# without /usr/bin/python3 and torch).
+
+save_data <- function(n = 8, seed = 3) {
+  set.seed(seed)
+  x <- array(stats::runif(n * 4 * 2 * 5 * 4, -1, 1), c(n, 4, 2, 5, 4))
+  y <- array(stats::runif(n * 2 * 5 * 4, -1, 1), c(n, 2, 5, 4))
+  list(x = x, y = y)
+}
+
+st_file <- function() tempfile(fileext = ".safetensors")
+
+test_that("weights, architecture and metadata round-trip", {
+  set.seed(1)
+  model <- api_model(bias = FALSE)
+  on.exit(convlstm_release(model))
+  path <- st_file()
+  on.exit(unlink(path), add = TRUE)
+  expect_identical(convlstm_save(model, path, metadata = c(epoch = "7", note = "caf\u00e9")), path)
+  info <- convlstm_file_info(path)
+  expect_equal(info$config$input_dim, 2L)
+  expect_equal(info$config$hidden_dims, c(3L, 2L))
+  expect_equal(info$config$kernel_sizes, c(3L, 3L))
+  expect_false(info$config$bias)
+  expect_null(info$optimizer)
+  expect_equal(info$metadata, c(epoch = "7", note = "caf\u00e9"))
+  expect_equal(info$all_metadata[["convlstm.format_version"]], "1")
+  expect_equal(info$tensors$name, c("cell_list.0.conv.weight", "cell_list.1.conv.weight"))
+  expect_equal(info$tensors$shape, c("[12, 5, 3, 3]", "[8, 5, 3, 3]"))
+  loaded <- convlstm_load(path, device = "cpu")
+  on.exit(convlstm_release(loaded), add = TRUE)
+  expect_identical(state_dict(loaded), state_dict(model))
+  expect_null(attr(loaded, "optimizer"))
+  expect_equal(attr(loaded, "metadata"), c(epoch = "7", note = "caf\u00e9"))
+  x <- api_x()
+  expect_identical(predict(loaded, x), predict(model, x))
+  expect_equal(loaded$device, "cpu")
+})
+
+# The same run twice: straight through, and stopped after `first` epochs,
+# saved, loaded into a new model and continued. Everything must agree to the
+# last bit.
+resume_check <- function(optimizer, dtype = "float32", epochs = 4, first = 2, ...) {
+  d <- save_data()
+  set.seed(11)
+  a <- api_model(dtype = dtype)
+  on.exit(convlstm_release(a))
+  b <- api_model(dtype = dtype)
+  on.exit(convlstm_release(b), add = TRUE)
+  load_state_dict(b, state_dict(a))
+  set.seed(5)
+  ha <- convlstm_fit(a, d$x, d$y, optimizer, epochs = epochs, batch_size = 3, verbose = FALSE, ...)
+  set.seed(5)
+  hb1 <- convlstm_fit(b, d$x, d$y, optimizer, epochs = first, batch_size = 3, verbose = FALSE, ...)
+  path <- st_file()
+  on.exit(unlink(path), add = TRUE)
+  convlstm_save(b, path, optimizer = optimizer)
+  convlstm_release(b)
+  r <- convlstm_load(path, device = "cpu", threads = 1)
+  on.exit(convlstm_release(r), add = TRUE)
+  opt <- attr(r, "optimizer")
+  expect_identical(unclass(opt), unclass(optimizer))
+  expect_identical(class(opt), class(optimizer))
+  hb2 <- convlstm_fit(r, d$x, d$y, opt, epochs = epochs - first, batch_size = 3, verbose = FALSE,
+                      ...)
+  expect_identical(c(hb1$loss, hb2$loss), ha$loss)
+  expect_identical(state_dict(r), state_dict(a))
+  expect_identical(unclass(loss_scale(r)), unclass(loss_scale(a)))
+  # without the optimizer state the continuation differs (the optimizer starts afresh)
+  if (!identical(optimizer$kind, "sgd") || optimizer$momentum > 0) {
+    e <- convlstm_load(path, device = "cpu", threads = 1, with_optimizer = FALSE)
+    on.exit(convlstm_release(e), add = TRUE)
+    expect_null(attr(e, "optimizer"))
+    set.seed(5)
+    invisible(convlstm_fit(e, d$x, d$y, optimizer, epochs = first, batch_size = 3, verbose = FALSE))
+    he <- convlstm_fit(e, d$x, d$y, optimizer, epochs = epochs - first, batch_size = 3,
+                       verbose = FALSE, ...)
+    expect_false(identical(he$loss, hb2$loss))
+  }
+}
+
+test_that("Adam resumes with exactly the losses of an uninterrupted run", {
+  resume_check(optimizer_adam(lr = 0.01, weight_decay = 1e-3))
+})
+
+test_that("SGD with momentum resumes exactly", {
+  resume_check(optimizer_sgd(lr = 0.05, momentum = 0.9))
+})
+
+test_that("plain SGD (no optimizer state) resumes exactly", {
+  resume_check(optimizer_sgd(lr = 0.05))
+})
+
+test_that("resuming is exact with checkpointing and accumulation too", {
+  resume_check(optimizer_adam(lr = 0.01), checkpoint = 2, accumulation_steps = 2)
+})
+
+test_that("a float16 model resumes exactly, loss scale included", {
+  resume_check(optimizer_adam(lr = 0.01), dtype = "float16")
+})
+
+test_that("the loss scale after skipped steps is saved and restored", {
+  set.seed(2)
+  model <- api_model(dtype = "float16")
+  on.exit(convlstm_release(model))
+  x <- api_x()
+  huge <- api_y() * 1e6 # overflows float16 gradients: the step is skipped, the scale halves
+  opt <- optimizer_adam(lr = 0.01)
+  for (i in 1:3) train_step(model, x, huge, opt)
+  before <- loss_scale(model)
+  expect_equal(before$skipped_steps, 3)
+  expect_equal(before$scale, 65536 / 8)
+  path <- st_file()
+  on.exit(unlink(path), add = TRUE)
+  convlstm_save(model, path, optimizer = opt)
+  info <- convlstm_file_info(path)
+  expect_equal(info$loss_scale$scale, before$scale)
+  loaded <- convlstm_load(path, device = "cpu")
+  on.exit(convlstm_release(loaded), add = TRUE)
+  expect_identical(unclass(loss_scale(loaded)), unclass(before))
+})
+
+test_that("saving refuses wrong arguments with classed errors naming them", {
+  model <- api_model()
+  on.exit(convlstm_release(model))
+  path <- st_file()
+  expect_convlstm_error(convlstm_save(model, 1), regexp = "`path`")
+  expect_convlstm_error(convlstm_save(model, c("a", "b")), regexp = "`path`")
+  expect_convlstm_error(convlstm_save(model, NA_character_), regexp = "`path`")
+  expect_convlstm_error(convlstm_save(model, file.path(tempdir(), "no", "such", "x.st")),
+                        regexp = "`path`'s directory")
+  expect_convlstm_error(convlstm_save(model, tempdir()), regexp = "cannot rename")
+  expect_convlstm_error(convlstm_save(model, path, optimizer = "adam"), regexp = "`optimizer`")
+  expect_convlstm_error(convlstm_save(model, path, metadata = c("x")), regexp = "`metadata`")
+  expect_convlstm_error(convlstm_save(model, path, metadata = list(a = 1)), regexp = "`metadata`")
+  expect_convlstm_error(convlstm_save(model, path, metadata = c(a = "1", a = "2")),
+                        regexp = "`metadata`")
+  expect_convlstm_error(convlstm_save(model, path, metadata = c(format = "x")),
+                        regexp = "reserved")
+  expect_convlstm_error(convlstm_save(model, path, metadata = c(convlstm.bias = "x")),
+                        regexp = "reserved")
+  expect_convlstm_error(convlstm_save(model, path, metadata = c(a = NA)), regexp = "`metadata`")
+  expect_convlstm_error(convlstm_save("model", path), regexp = "`model`")
+  train_step(model, api_x(), api_y(), optimizer_adam())
+  expect_convlstm_error(convlstm_save(model, path, optimizer = optimizer_sgd(0.1)),
+                        regexp = "Adam's")
+  expect_false(file.exists(path))
+  convlstm_release(model)
+  expect_convlstm_error(convlstm_save(model, path), status = "state", regexp = "released")
+})
+
+test_that("saving replaces a file atomically and leaves nothing beside it", {
+  dir <- tempfile("savedir")
+  dir.create(dir)
+  on.exit(unlink(dir, recursive = TRUE))
+  path <- file.path(dir, "m.safetensors")
+  set.seed(4)
+  a <- api_model()
+  on.exit(convlstm_release(a), add = TRUE)
+  b <- api_model()
+  on.exit(convlstm_release(b), add = TRUE)
+  convlstm_save(a, path)
+  convlstm_save(b, path)
+  expect_equal(list.files(dir), "m.safetensors")
+  r <- convlstm_load(path, device = "cpu")
+  on.exit(convlstm_release(r), add = TRUE)
+  expect_identical(state_dict(r), state_dict(b))
+  # a failed save (a directory in the way) leaves the old file and no temporary one
+  expect_error(convlstm_save(a, dir))
+  expect_equal(list.files(dir), "m.safetensors")
+})
+
+test_that("damaged and foreign files are refused with classed errors", {
+  model <- api_model()
+  on.exit(convlstm_release(model))
+  path <- st_file()
+  on.exit(unlink(path), add = TRUE)
+  convlstm_save(model, path, optimizer = optimizer_adam())
+  bytes <- readBin(path, "raw", file.size(path))
+  bad <- st_file()
+  on.exit(unlink(bad), add = TRUE)
+  try_bytes <- function(b) {
+    writeBin(b, bad)
+    tryCatch({
+      m <- convlstm_load(bad, device = "cpu")
+      convlstm_release(m)
+      NULL
+    }, error = identity)
+  }
+  gc()
+  alive <- convlstm:::c_models_alive()
+  # truncated anywhere
+  for (n in c(0, 3, 8, 9, 40, length(bytes) %/% 2, length(bytes) - 1)) {
+    err <- try_bytes(bytes[seq_len(n)])
+    expect_s3_class(err, "convlstm_error_invalid")
+    expect_match(conditionMessage(err), bad, fixed = TRUE)
+  }
+  # one longer
+  expect_s3_class(try_bytes(c(bytes, as.raw(0))), "convlstm_error_invalid")
+  # an impossible header length
+  b <- bytes
+  b[8] <- as.raw(0x7f)
+  expect_match(conditionMessage(try_bytes(b)), "header length")
+  # a NaN in the weights is counted
+  hl <- sum(as.integer(bytes[1:4]) * 256^(0:3))
+  b <- bytes
+  b[8 + hl + 1:8] <- writeBin(c(NaN, Inf), raw(), size = 4, endian = "little")
+  expect_match(conditionMessage(try_bytes(b)), "2 non-finite values")
+  # random bytes
+  set.seed(6)
+  for (i in 1:20) {
+    expect_s3_class(try_bytes(as.raw(sample(0:255, sample(1:200, 1), replace = TRUE))),
+                    "convlstm_error_invalid")
+  }
+  # flipped bytes in the header: refused or loaded, never a crash
+  set.seed(7)
+  for (i in 1:200) {
+    b <- bytes
+    at <- sample(9:(8 + hl), 3)
+    b[at] <- as.raw(sample(0:255, 3))
+    err <- try_bytes(b)
+    if (!is.null(err)) expect_s3_class(err, "convlstm_error")
+  }
+  gc()
+  expect_equal(convlstm:::c_models_alive(), alive)
+  # not files
+  expect_convlstm_error(convlstm_load(file.path(tempdir(), "nope.safetensors")),
+                        regexp = "does not exist")
+  expect_convlstm_error(convlstm_load(tempdir()), regexp = "directory")
+  expect_convlstm_error(convlstm_load(42), regexp = "`path`")
+  expect_convlstm_error(convlstm_file_info(NULL), regexp = "`path`")
+  expect_convlstm_error(convlstm_load(path, device = "tpu"), regexp = "`device`")
+  expect_convlstm_error(convlstm_load(path, dtype = "int8"), regexp = "`dtype`")
+  expect_convlstm_error(convlstm_load(path, with_optimizer = NA), regexp = "`with_optimizer`")
+  expect_convlstm_error(convlstm_load(path, threads = 0), regexp = "`threads`")
+  expect_convlstm_error(convlstm_load(path, memory_limit = -1), regexp = "`memory_limit`")
+})
+
+test_that("a load that runs out of memory frees what it made", {
+  model <- api_model()
+  on.exit(convlstm_release(model))
+  path <- st_file()
+  on.exit(unlink(path), add = TRUE)
+  train_step(model, api_x(), api_y(), optimizer_adam())
+  convlstm_save(model, path, optimizer = optimizer_adam())
+  gc()
+  alive <- convlstm:::c_models_alive()
+  # parameters (3680 bytes) fit, the optimizer state does not
+  expect_convlstm_error(convlstm_load(path, device = "cpu", memory_limit = 6000), status = "oom",
+                        regexp = "out of memory")
+  gc()
+  expect_equal(convlstm:::c_models_alive(), alive)
+  ok <- convlstm_load(path, device = "cpu", memory_limit = 6000, with_optimizer = FALSE)
+  on.exit(convlstm_release(ok), add = TRUE)
+  expect_identical(state_dict(ok), state_dict(model))
+})
+
+python_torch <- function() {
+  py <- "/usr/bin/python3"
+  script <- normalizePath(test_path("..", "..", "tools", "safetensors_check.py"), mustWork = FALSE)
+  if (!file.exists(py)) testthat::skip("no /usr/bin/python3")
+  if (!file.exists(script)) testthat::skip("tools/safetensors_check.py is not here (installed tests)")
+  ok <- suppressWarnings(system2(py, c("-c", shQuote("import torch")), stdout = FALSE,
+                                 stderr = FALSE))
+  if (ok != 0) testthat::skip("python3 has no torch")
+  c(py, script)
+}
+
+write_f32 <- function(x, path) {
+  # row-major float32: R's array reversed in its dims
+  writeBin(as.vector(aperm(x, rev(seq_along(dim(x))))), path, size = 4, endian = "little")
+}
+
+read_f32 <- function(path, d) {
+  v <- readBin(path, "numeric", n = prod(d), size = 4, endian = "little")
+  aperm(array(v, rev(d)), rev(seq_along(d)))
+}
+
+test_that("the file loads in PyTorch and computes the same outputs", {
+  pt <- python_torch()
+  set.seed(12)
+  model <- convlstm(2, c(4, 3), c(3, 1), device = "cpu", threads = 1)
+  on.exit(convlstm_release(model))
+  d <- save_data(n = 3)
+  opt <- optimizer_sgd(0.05, momentum = 0.9)
+  train_step(model, d$x, array(stats::runif(3 * 3 * 5 * 4), c(3, 3, 5, 4)), opt)
+  path <- st_file()
+  xf <- tempfile()
+  of <- tempfile()
+  on.exit(unlink(c(path, xf, of)), add = TRUE)
+  convlstm_save(model, path, optimizer = opt, metadata = c(epoch = "1"))
+  write_f32(d$x, xf)
+  out <- system2(pt[[1]], c(shQuote(pt[[2]]), "read", shQuote(path), shQuote(xf),
+                            dim(d$x), shQuote(of)), stdout = TRUE, stderr = TRUE)
+  expect_null(attr(out, "status"))
+  summary <- paste(out, collapse = "\n") # one line of JSON, matched as text
+  expect_match(summary, "\"cell_list.0.conv.weight\": \\[16, 6, 3, 3\\]")
+  expect_match(summary, "\"optimizer.momentum_buffer.cell_list.1.conv.bias\": \\[12\\]")
+  expect_match(summary, "\"epoch\": \"1\"")
+  torch_out <- read_f32(of, c(3, 4, 3, 5, 4))
+  ours <- predict(model, d$x)
+  expect_equal(ours, torch_out, tolerance = 1e-5)
+})
+
+test_that("a state dict saved from PyTorch loads, architecture read from the shapes", {
+  pt <- python_torch()
+  d <- save_data(n = 2)
+  path <- st_file()
+  xf <- tempfile()
+  of <- tempfile()
+  on.exit(unlink(c(path, xf, of)))
+  write_f32(d$x, xf)
+  out <- system2(pt[[1]], c(shQuote(pt[[2]]), "write", shQuote(path), "7", "2", "5,1", "3,3",
+                            "true", shQuote(xf), dim(d$x), shQuote(of)),
+                 stdout = TRUE, stderr = TRUE)
+  expect_null(attr(out, "status"))
+  info <- convlstm_file_info(path)
+  expect_equal(info$config$hidden_dims, c(5L, 1L))
+  expect_equal(info$config$kernel_sizes, c(3L, 3L))
+  expect_true(info$config$bias)
+  expect_length(info$all_metadata, 0)
+  model <- convlstm_load(path, device = "cpu")
+  on.exit(convlstm_release(model), add = TRUE)
+  expect_equal(predict(model, d$x), read_f32(of, c(2, 4, 1, 5, 4)), tolerance = 1e-5)
+})
