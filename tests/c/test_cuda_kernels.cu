@@ -436,8 +436,8 @@ static bool test_gates(cl_backend *be, cl_gates_shape s, int with_cprev) {
     CALL(be, f->upload(be, dDC.p, dc, ns * 4));
 
     CALL(be, f->gates_forward(be, &s, dZ.p, with_cprev ? dCP.p : NULL, dC.p, dH.p));
-    CALL(be, f->gates_backward(be, &s, dA.p, dCC.p, with_cprev ? dCP.p : NULL, dDH.p,
-                               (float *)dDC.p));
+    CALL(be, f->gates_backward(be, &s, dA.p, dCC.p, with_cprev ? dCP.p : NULL,
+                               (const float *)dDH.p, (float *)dDC.p));
     CALL(be, f->download(be, stage, dZ.p, nz * es));
     from_storage(t, stage, got, nz);
     snprintf(what, sizeof what, "%s: forward activations", label);
