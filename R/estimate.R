@@ -176,6 +176,8 @@ print.convlstm_plan <- function(x, ...) {
 #' of class `convlstm_error_oom`.
 #'
 #' @inheritParams memory_estimate
+#' @param seq_len,height,width The input's number of time steps, height and
+#'   width.
 #' @param budget Bytes the step may take in all, parameters included: a
 #'   number or a string such as `"16 GiB"`. `NULL`: what the model holds now
 #'   plus what its device (or its `memory_limit`) has free.

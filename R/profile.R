@@ -21,6 +21,8 @@
 #'
 #' @inheritParams memory_estimate
 #' @param batch_sizes Batch sizes to run (whole numbers).
+#' @param seq_len,height,width The input's number of time steps, height and
+#'   width.
 #' @param steps Training steps per batch size. The first step of each size
 #'   plans and allocates; when `steps > 1` it is not timed. `0` runs nothing:
 #'   the category columns then hold the plan's estimate (instant for any
