@@ -6,31 +6,13 @@
  * freeing returns every byte. Exits nonzero on any failure.
  */
 #include "convlstm.h"
+#include "ctest.h" /* CHECK, uniform01 */
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int failures = 0;
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      failures++;                                          \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);          \
-      printf(__VA_ARGS__);                                 \
-      printf("\n");                                        \
-    }                                                      \
-  } while (0)
-
-static unsigned long long rng = 88172645463325252ULL;
-static double uniform01(void *ctx) {
-  (void)ctx;
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return (double)(rng >> 11) / 9007199254740992.0;
-}
 
 static void fill(float *p, size_t n, float scale) {
   for (size_t i = 0; i < n; i++) p[i] = (float)((2 * uniform01(NULL) - 1) * scale);
@@ -282,10 +264,5 @@ int main(void) {
   test_layouts();
   test_schedules_agree();
   test_lifetime();
-  if (failures) {
-    printf("test_core_model: %d failure(s)\n", failures);
-    return 1;
-  }
-  printf("test_core_model: all passed\n");
-  return 0;
+  return ctest_done("test_core_model");
 }

@@ -8,31 +8,13 @@
  * failure.
  */
 #include "convlstm.h"
+#include "ctest.h" /* CHECK, uniform01 */
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int failures = 0;
-#define CHECK(cond, ...)                          \
-  do {                                            \
-    if (!(cond)) {                                \
-      failures++;                                 \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      printf(__VA_ARGS__);                        \
-      printf("\n");                               \
-    }                                             \
-  } while (0)
-
-static unsigned long long rng = 0x9e3779b97f4a7c15ULL;
-static double uniform01(void *ctx) {
-  (void)ctx;
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return (double)(rng >> 11) / 9007199254740992.0;
-}
 static int randint(int lo, int hi) { return lo + (int)(uniform01(NULL) * (hi - lo + 1)); }
 
 typedef struct problem {
@@ -74,7 +56,7 @@ static cl_model *model_of(const problem *p, unsigned long long seed) {
   cl_model *m = NULL;
   char err[CL_ERRMSG_LEN];
   CHECK(cl_model_create(&p->cfg, &m, err, sizeof err) == CL_OK, "create: %s", err);
-  rng = seed;
+  ctest_rng = seed;
   cl_model_init_params(m, uniform01, NULL);
   return m;
 }
@@ -278,10 +260,5 @@ int main(void) {
   test_tbptt_truncates();
   test_memory_independent_of_T();
   test_plan_equals_measured(60);
-  if (failures) {
-    printf("test_core_options: %d failure(s)\n", failures);
-    return 1;
-  }
-  printf("test_core_options: all passed\n");
-  return 0;
+  return ctest_done("test_core_options");
 }

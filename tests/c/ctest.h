@@ -1,0 +1,43 @@
+/*
+ * tests/c/ctest.h -- what every C test of the core shares: a CHECK that
+ * counts failures and says where, and a small deterministic RNG (xorshift64)
+ * whose uniform01 also serves as cl_model_init_params' callback.
+ */
+#ifndef CONVLSTM_TESTS_CTEST_H
+#define CONVLSTM_TESTS_CTEST_H
+
+#include <stdio.h>
+
+static int ctest_failures = 0;
+
+#define CHECK(cond, ...)                          \
+  do {                                            \
+    if (!(cond)) {                                \
+      ctest_failures++;                           \
+      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+      printf(__VA_ARGS__);                        \
+      printf("\n");                               \
+    }                                             \
+  } while (0)
+
+static unsigned long long ctest_rng = 88172645463325252ULL;
+
+static double uniform01(void *ctx) {
+  (void)ctx;
+  ctest_rng ^= ctest_rng << 13;
+  ctest_rng ^= ctest_rng >> 7;
+  ctest_rng ^= ctest_rng << 17;
+  return (double)(ctest_rng >> 11) / 9007199254740992.0;
+}
+
+/* Exit status of a test program: prints the verdict. */
+static int ctest_done(const char *name) {
+  if (ctest_failures) {
+    printf("%s: %d failure(s)\n", name, ctest_failures);
+    return 1;
+  }
+  printf("%s: all passed\n", name);
+  return 0;
+}
+
+#endif
