@@ -21,8 +21,10 @@ mem_categories <- c("parameters", "gradients", "optimizer", "activations", "stat
 #' The categories: `parameters` (the weights, float32), `gradients` (one
 #' float32 per parameter), `optimizer` (Adam's two moments or SGD's momentum
 #' buffer), `activations` (what a training forward keeps for backward: gate
-#' activations, cell and hidden states per time step), `states` (the running
-#' h and c of an inference forward), `workspace` (convolution workspace,
+#' activations, cell and hidden states per time step, and checkpointed
+#' states; and the output sequences an inference forward returns), `states`
+#' (the running h and c of an inference forward, and the state truncated
+#' backpropagation carries between windows), `workspace` (convolution workspace,
 #' gradients of activations, temporaries) and `data` (the batch's inputs
 #' and targets on the device).
 #'
