@@ -8,6 +8,7 @@
 #   make build    docs, then R CMD build -> convlstm_<version>.tar.gz
 #   make check    build, then R CMD check --as-cran --no-manual
 #   make ctest    C unit tests only (src/Makefile.standalone), also: asan, valgrind
+#   make fuzz     the model-file loader under libFuzzer + ASan/UBSan, FUZZ_SECONDS (60)
 #   make bench    one training step here vs PyTorch on CPU (bench/)
 #   make clean
 #
@@ -27,7 +28,7 @@ DEB_PKGS := r-base-dev r-cran-cli r-cran-testthat r-cran-roxygen2 r-cran-knitr \
             r-cran-rmarkdown pandoc qpdf valgrind
 
 .NOTPARALLEL:
-.PHONY: all deps check-deps docs install build check test ctest asan valgrind demo bench clean
+.PHONY: all deps check-deps docs install build check test ctest asan valgrind fuzz demo bench clean
 
 all: install
 
@@ -104,6 +105,14 @@ asan:
 
 valgrind:
 	$(MAKE) -C src -f Makefile.standalone valgrind
+
+# tests/fuzz/run.sh builds the libFuzzer target with clang and fails on any
+# crash; it first replays tests/fuzz/regressions/. Debian ships libFuzzer's
+# runtime in libclang-rt-dev, only recommended by clang, so both are named.
+FUZZ_SECONDS ?= 60
+fuzz:
+	@$(MAKE) --no-print-directory deps DEB_PKGS="clang libclang-rt-dev"
+	sh tests/fuzz/run.sh $(FUZZ_SECONDS)
 
 demo: deps install
 	$(RSCRIPT) demo/tutorial.R

@@ -115,9 +115,87 @@ check_array <- function(x, arg, ndim, call = sys.call(-1)) {
     abort_arg(arg, sprintf("a numeric array with %d dimensions %s", ndim, names), x, call)
   }
   if (any(d == 0)) abort_arg(arg, "an array with no zero-length dimension", x, call)
-  if (anyNA(x)) {
-    abort_convlstm(sprintf("`%s` must not contain missing values (NA or NaN).", arg), call = call)
-  }
+  check_finite(x, arg, call)
   if (!is.double(x)) storage.mode(x) <- "double"
   x
+}
+
+# Layer sizes whose tensors' dims or byte counts overflow what the C core
+# can index (int dims, size_t bytes), refused here so the message names the
+# arguments; sizes below that are left to the allocator (an oom error).
+check_layer_sizes <- function(input_dim, hidden_dims, kernel_sizes, call = sys.call(-1)) {
+  n <- length(hidden_dims)
+  hidden_dims <- as.double(hidden_dims) # integers would overflow to NA below
+  kernel_sizes <- as.double(kernel_sizes)
+  inp <- c(as.double(input_dim), hidden_dims[-n])
+  count <- 4 * hidden_dims * (inp + hidden_dims) * kernel_sizes^2 + 4 * hidden_dims
+  big <- 4 * hidden_dims > .Machine$integer.max | inp + hidden_dims > .Machine$integer.max |
+    kernel_sizes^2 > .Machine$integer.max | count * 4 >= 2^53
+  if (any(big)) {
+    l <- which(big)[[1]]
+    abort_convlstm(sprintf(paste0(
+      "`input_dim`, `hidden_dims` and `kernel_sizes` are too large: layer %d's weight ",
+      "[4 * %s, %s + %s, %s, %s] has %s elements, beyond what sizes and byte counts can hold."),
+      l, format_count(hidden_dims[[l]]), format_count(inp[[l]]), format_count(hidden_dims[[l]]),
+      format_count(kernel_sizes[[l]]), format_count(kernel_sizes[[l]]),
+      format(count[[l]], digits = 3)
+    ), call = call)
+  }
+  invisible(TRUE)
+}
+
+# NULL (the backend's default) or a thread count. OpenMP teams of tens of
+# thousands of threads overflow libgomp's stack and take R down, and no CPU
+# gains from more than a few per core, so counts are capped.
+max_threads <- 1024L
+check_threads <- function(threads, call = sys.call(-1)) {
+  if (is.null(threads)) return(0L)
+  threads <- check_count(threads, "threads", call = call)
+  if (threads > max_threads) {
+    abort_convlstm(sprintf("`threads` must be at most %d, not %s.", max_threads,
+                           format_count(threads)), call = call)
+  }
+  threads
+}
+
+# device = "cuda" where no CUDA GPU is usable: said here, naming `device`,
+# rather than as the driver's message from deep in model creation.
+check_cuda_device <- function(device, call = sys.call(-1)) {
+  if (identical(device, "cuda") && !gpu_available()) {
+    abort_convlstm(paste0(
+      "`device` is \"cuda\", but no CUDA GPU is usable here (no device, a driver too old for ",
+      "the CUDA runtime, or a build without CUDA); use device = \"cpu\" or \"auto\"."
+    ), status = "unsupported", call = call)
+  }
+  invisible(device)
+}
+
+# No NA, NaN or Inf: they would train silently into NaN weights. sum() is one
+# pass without allocating, and is finite whenever every value is (an
+# overflowing sum of finite values is then counted and let through).
+check_finite <- function(x, arg, call = sys.call(-1)) {
+  if (is.logical(x)) {
+    if (!anyNA(x)) return(invisible(x))
+  } else if (is.finite(sum(x))) {
+    return(invisible(x))
+  }
+  bad <- !is.finite(x)
+  if (!any(bad)) return(invisible(x))
+  n_nan <- sum(is.nan(x))
+  n_na <- sum(is.na(x)) - n_nan
+  n_inf <- sum(is.infinite(x))
+  counts <- stats::setNames(c(n_na, n_nan, n_inf), c("NA", "NaN", "Inf"))
+  counts <- counts[counts > 0]
+  what <- paste(format_count(counts), names(counts))
+  what <- if (length(what) > 1) {
+    paste(paste(what[-length(what)], collapse = ", "), "and", what[[length(what)]])
+  } else {
+    what
+  }
+  first <- which(bad)[[1]]
+  at <- if (is.null(dim(x))) first else paste(arrayInd(first, dim(x)), collapse = ", ")
+  abort_convlstm(sprintf(
+    "`%s` must contain only finite numbers (no missing values, NaN or Inf), but it has %s of %s values; the first at [%s].",
+    arg, what, format_count(length(x)), at
+  ), call = call)
 }

@@ -20,7 +20,8 @@
 #' @param y Targets: `[n, hidden, height, width]` for `"last_state"`,
 #'   `[n, time, hidden, height, width]` for `"sequence"`.
 #' @param epochs Number of passes over the data.
-#' @param batch_size Samples per training step.
+#' @param batch_size Samples per training step, at most the number of
+#'   samples (the default, 32, is lowered to it).
 #' @param shuffle Draw a new order of the samples every epoch (with R's
 #'   random number generator).
 #' @param validation_data `NULL`, or `list(x, y)` on which the loss is
@@ -49,6 +50,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
                          target = c("last_state", "sequence"), shuffle = TRUE,
                          validation_data = NULL, verbose = TRUE, checkpoint = 0,
                          accumulation_steps = 1, tbptt = 0) {
+  batch_size_given <- !missing(batch_size) # before batch_size is reassigned below
   ptr <- model_ptr(model)
   config <- model_config(model)
   x <- check_input(x, config, "x")
@@ -63,6 +65,14 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   check_step_options(checkpoint, accumulation_steps, tbptt)
 
   n <- dim(x)[[1]]
+  # The default stands for "all of it" on small data; a larger size given on
+  # purpose is more likely a mix-up (of x, or of arguments) than a wish.
+  if (batch_size_given && batch_size > n) {
+    abort_convlstm(sprintf(
+      "`batch_size` (%d) must not exceed the number of samples in `x` (%d); leave it out to train on all %d at once.",
+      batch_size, n, n
+    ), call = sys.call())
+  }
   batch_size <- min(batch_size, n)
   n_batches <- ceiling(n / batch_size)
   # the last batch may be smaller than accumulation_steps

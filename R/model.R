@@ -41,7 +41,8 @@
 #'   most memory the model may hold, in bytes or as a string such as
 #'   `"512 MiB"` or `"2GB"`. An allocation beyond it fails with an error of
 #'   class `convlstm_error_oom`, leaving the model usable.
-#' @param threads `NULL` (the backend's default) or the number of CPU threads.
+#' @param threads `NULL` (the backend's default) or the number of CPU threads
+#'   (at most 1024).
 #'
 #' @return A model: a function of class `convlstm_model`. Calling it on an
 #'   array `x` of dim `[batch, time, channels, height, width]` runs an
@@ -91,11 +92,12 @@ convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hid
     abort_arg("kernel_sizes", "odd (so that padding k %/% 2 keeps the image size)",
               kernel_sizes, sys.call())
   }
+  check_layer_sizes(input_dim, hidden_dims, kernel_sizes, sys.call())
   bias <- check_flag(bias, "bias")
-  device <- check_choice(device, c("auto", "cpu", "cuda"), "device")
+  device <- check_cuda_device(check_choice(device, c("auto", "cpu", "cuda"), "device"), sys.call())
   dtype <- check_choice(dtype, c("float32", "float16", "bfloat16"), "dtype")
   memory_limit <- parse_bytes(memory_limit, "memory_limit", sys.call())
-  threads <- if (is.null(threads)) 0L else check_count(threads, "threads")
+  threads <- check_threads(threads, sys.call())
 
   if (identical(device, "auto")) device <- if (gpu_available()) "cuda" else "cpu"
   ptr <- c_model_create(

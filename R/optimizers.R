@@ -39,7 +39,7 @@ optimizer_adam <- function(lr = 1e-3, betas = c(0.9, 0.999), eps = 1e-8, weight_
       any(betas >= 1)) {
     abort_arg("betas", "two numbers in [0, 1)", betas, sys.call())
   }
-  eps <- check_number(eps, "eps", min = 0)
+  eps <- check_number(eps, "eps", min = 0, min_inclusive = FALSE)
   weight_decay <- check_number(weight_decay, "weight_decay", min = 0)
   structure(
     list(kind = "adam", lr = lr, betas = as.double(betas), eps = eps,

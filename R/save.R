@@ -97,10 +97,10 @@ convlstm_load <- function(path, device = "auto", dtype = NULL, memory_limit = NU
                           threads = NULL, with_optimizer = TRUE) {
   call <- sys.call()
   path <- check_path(path, call, must_exist = TRUE)
-  device <- check_choice(device, c("auto", "cpu", "cuda"), "device")
+  device <- check_cuda_device(check_choice(device, c("auto", "cpu", "cuda"), "device"), call)
   if (!is.null(dtype)) dtype <- check_choice(dtype, dtypes, "dtype")
   memory_limit <- parse_bytes(memory_limit, "memory_limit", call)
-  threads <- if (is.null(threads)) 0L else check_count(threads, "threads")
+  threads <- check_threads(threads, call)
   with_optimizer <- check_flag(with_optimizer, "with_optimizer")
 
   info <- c_file_info(path)

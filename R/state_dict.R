@@ -78,10 +78,7 @@ load_state_dict <- function(model, state_dict, strict = TRUE) {
         name, format_dims(want), describe(value)
       ), call = call)
     }
-    if (anyNA(value)) {
-      abort_convlstm(sprintf("`state_dict$%s` must not contain missing values.", name),
-                     call = call)
-    }
+    check_finite(value, paste0("state_dict$", name), call)
     storage.mode(value) <- "double"
     value
   })

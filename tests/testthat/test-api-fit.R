@@ -40,7 +40,7 @@ test_that("convlstm_fit() handles sequences, one batch and verbose output", {
   y <- d$x  # predict the input sequence itself
   msgs <- character()
   h <- withCallingHandlers(
-    convlstm_fit(model, d$x, y, optimizer_sgd(0.05), epochs = 2, batch_size = 64,
+    convlstm_fit(model, d$x, y, optimizer_sgd(0.05), epochs = 2, batch_size = 4,
                  target = "sequence", shuffle = FALSE),
     message = function(m) {
       msgs <<- c(msgs, conditionMessage(m))

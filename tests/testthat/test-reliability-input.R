@@ -1,0 +1,246 @@
+# Bad input, table-driven: every row is a call with one wrong argument, the
+# class of the error it must raise and the text its message must contain --
+# the argument's name in backticks, so the user is told which one is wrong
+# (and, where the argument is fine but the model is not, why). The rows
+# follow the reliability issue's list: x and y, layer sizes, device and
+# dtype, optimizer hyperparameters, epochs and batch sizes, step options,
+# released and readRDS-restored models, state dicts, files.
+
+input_env <- function() {
+  set.seed(21)
+  e <- new.env()
+  e$m <- api_model()
+  e$x <- api_x()
+  e$y <- api_y()
+  e$ys <- api_y(T = 3)
+  e$opt <- optimizer_adam()
+  e$sd <- state_dict(e$m)
+  e$released <- api_model()
+  convlstm_release(e$released)
+  path <- tempfile(fileext = ".rds")
+  saveRDS(e$m, path)
+  e$restored <- readRDS(path)
+  unlink(path)
+  e$put <- function(x, at, value) {
+    x[at] <- value
+    x
+  }
+  e
+}
+
+bad_input_cases <- list(
+  # ---- convlstm(): layer sizes ----
+  list("input_dim not a number", quote(convlstm("a", 4, 3, device = "cpu")), "`input_dim`"),
+  list("input_dim zero", quote(convlstm(0, 4, 3, device = "cpu")), "`input_dim`"),
+  list("input_dim negative", quote(convlstm(-2, 4, 3, device = "cpu")), "`input_dim`"),
+  list("input_dim fractional", quote(convlstm(1.5, 4, 3, device = "cpu")), "`input_dim`"),
+  list("input_dim NA", quote(convlstm(NA, 4, 3, device = "cpu")), "`input_dim`"),
+  list("input_dim Inf", quote(convlstm(Inf, 4, 3, device = "cpu")), "`input_dim`"),
+  list("input_dim a vector", quote(convlstm(c(1, 2), 4, 3, device = "cpu")), "`input_dim`"),
+  list("hidden_dims empty", quote(convlstm(1, integer(), 3, n_layers = 1, device = "cpu")),
+       "`hidden_dims`"),
+  list("hidden_dims zero", quote(convlstm(1, 0, 3, device = "cpu")), "`hidden_dims`"),
+  list("hidden_dims negative", quote(convlstm(1, c(4, -1), 3, device = "cpu")), "`hidden_dims`"),
+  list("hidden_dims text", quote(convlstm(1, "8", 3, device = "cpu")), "`hidden_dims`"),
+  list("hidden_dims NA", quote(convlstm(1, c(4, NA), 3, device = "cpu")), "`hidden_dims`"),
+  list("hidden_dims wrong length", quote(convlstm(1, c(4, 4, 4), 3, n_layers = 2, device = "cpu")),
+       "`hidden_dims`"),
+  list("kernel_sizes even", quote(convlstm(1, 4, 2, device = "cpu")), "`kernel_sizes`"),
+  list("kernel_sizes zero", quote(convlstm(1, 4, 0, device = "cpu")), "`kernel_sizes`"),
+  list("kernel_sizes negative", quote(convlstm(1, 4, -3, device = "cpu")), "`kernel_sizes`"),
+  list("kernel_sizes one even", quote(convlstm(1, c(4, 1), c(3, 4), device = "cpu")),
+       "`kernel_sizes`"),
+  list("kernel_sizes wrong length", quote(convlstm(1, c(4, 1), c(3, 3, 3), device = "cpu")),
+       "`kernel_sizes`"),
+  list("n_layers zero", quote(convlstm(1, 4, 3, n_layers = 0, device = "cpu")), "`n_layers`"),
+  list("n_layers negative", quote(convlstm(1, 4, 3, n_layers = -1, device = "cpu")), "`n_layers`"),
+  list("n_layers too many", quote(convlstm(1, 4, 3, n_layers = 33, device = "cpu")), "`n_layers`"),
+  list("n_layers vs hidden_dims", quote(convlstm(1, c(4, 1), 3, n_layers = 3, device = "cpu")),
+       "`hidden_dims`"),
+  list("byte count overflows (hidden)", quote(convlstm(1, 2^30, 3, device = "cpu")), "`hidden_dims`"),
+  list("byte count overflows (kernel)", quote(convlstm(1, 4, 2^27 + 1, device = "cpu")),
+       "`kernel_sizes`"),
+  list("dims overflow int (input)", quote(convlstm(.Machine$integer.max, 4, 1, device = "cpu")),
+       "`input_dim`"),
+  list("bias not a flag", quote(convlstm(1, 4, 3, bias = "yes", device = "cpu")), "`bias`"),
+  list("bias NA", quote(convlstm(1, 4, 3, bias = NA, device = "cpu")), "`bias`"),
+  # ---- device, dtype, memory ----
+  list("unknown device", quote(convlstm(1, 4, 3, device = "tpu")), "`device`"),
+  list("device a number", quote(convlstm(1, 4, 3, device = 1)), "`device`"),
+  list("unknown dtype", quote(convlstm(1, 4, 3, device = "cpu", dtype = "float64")), "`dtype`"),
+  list("dtype NA", quote(convlstm(1, 4, 3, device = "cpu", dtype = NA_character_)), "`dtype`"),
+  list("memory_limit negative", quote(convlstm(1, 4, 3, device = "cpu", memory_limit = -5)),
+       "`memory_limit`"),
+  list("memory_limit words", quote(convlstm(1, 4, 3, device = "cpu", memory_limit = "lots")),
+       "`memory_limit`"),
+  list("threads zero", quote(convlstm(1, 4, 3, device = "cpu", threads = 0)), "`threads`"),
+  list("threads absurd", quote(convlstm(1, 4, 3, device = "cpu", threads = 1e5)), "`threads`"),
+  list("set_dtype unknown", quote(set_dtype(m, "int8")), "`dtype`"),
+  list("set_memory_limit negative", quote(set_memory_limit(m, -1)), "`bytes`"),
+  # ---- x ----
+  list("x text", quote(m(array("a", c(2, 3, 2, 5, 4)))), "`x`"),
+  list("x a list", quote(m(list(1, 2))), "`x`"),
+  list("x complex", quote(m(array(1i, c(2, 3, 2, 5, 4)))), "`x`"),
+  list("x NULL", quote(predict(m, NULL)), "`x`"),
+  list("x rank 4", quote(m(array(0, c(3, 2, 5, 4)))), "`x`"),
+  list("x rank 6", quote(m(array(0, c(1, 3, 2, 5, 4, 1)))), "`x`"),
+  list("x a plain vector", quote(train_step(m, as.vector(x), y, opt)), "`x`"),
+  list("x channels != input_dim", quote(m(array(0, c(2, 3, 3, 5, 4)))), "`x`"),
+  list("x empty batch", quote(m(array(0, c(0, 3, 2, 5, 4)))), "`x`"),
+  list("x empty time", quote(train_step(m, array(0, c(2, 0, 2, 5, 4)), y, opt)), "`x`"),
+  list("x empty width", quote(predict(m, array(0, c(2, 3, 2, 5, 0)))), "`x`"),
+  list("x with NA", quote(train_step(m, put(x, 3, NA), y, opt)), "1 NA"),
+  list("x with NaN", quote(train_step(m, put(x, 1:2, NaN), y, opt)), "2 NaN"),
+  list("x with Inf", quote(train_step(m, put(x, 5, Inf), y, opt)), "1 Inf"),
+  list("x with -Inf in predict", quote(predict(m, put(x, 7, -Inf))), "`x`"),
+  list("x with all three", quote(convlstm_fit(m, put(put(put(x, 1, NA), 2, NaN), 3, Inf), y,
+                                              opt, epochs = 1, verbose = FALSE)),
+       "1 NA, 1 NaN and 1 Inf"),
+  # ---- y ----
+  list("y wrong hidden", quote(train_step(m, x, api_y(C = 3), opt)), "`y`"),
+  list("y wrong batch", quote(train_step(m, x, api_y(B = 3), opt)), "`y`"),
+  list("y wrong height", quote(train_step(m, x, api_y(H = 4), opt)), "`y`"),
+  list("y sequence for last_state", quote(train_step(m, x, ys, opt)), "`y`"),
+  list("y last_state for sequence", quote(train_step(m, x, y, opt, target = "sequence")), "`y`"),
+  list("y wrong time", quote(train_step(m, x, api_y(T = 2), opt, target = "sequence")), "`y`"),
+  list("y text", quote(train_step(m, x, array("a", dim(y)), opt)), "`y`"),
+  list("y with NA", quote(train_step(m, x, put(y, 1, NA), opt)), "`y`"),
+  list("y with Inf", quote(convlstm_fit(m, x, put(y, 2, -Inf), opt, epochs = 1, verbose = FALSE)),
+       "1 Inf"),
+  list("unknown target", quote(train_step(m, x, y, opt, target = "all")), "`target`"),
+  list("grad_output wrong shape", quote({
+    convlstm_forward(m, x)
+    convlstm_backward(m, array(0, c(2, 2, 5, 5)))
+  }), "`grad_output`"),
+  list("backward without a forward", quote({
+    predict(m, x)
+    convlstm_backward(m, y)
+  }), "training = TRUE", "state"),
+  list("grad_output rank 3", quote(convlstm_backward(m, array(0, c(2, 2, 5)))), "`grad_output`"),
+  list("validation_data one array", quote(convlstm_fit(m, x, y, opt, epochs = 1,
+                                                       validation_data = list(x),
+                                                       verbose = FALSE)),
+       "`validation_data`"),
+  list("validation_data wrong channels", quote(convlstm_fit(m, x, y, opt, epochs = 1,
+    validation_data = list(api_x(C = 1), y), verbose = FALSE)), "`validation_data[[1]]`"),
+  # ---- optimizers ----
+  list("lr negative", quote(optimizer_adam(lr = -1)), "`lr`"),
+  list("lr NA", quote(optimizer_adam(lr = NA)), "`lr`"),
+  list("lr Inf", quote(optimizer_sgd(lr = Inf)), "`lr`"),
+  list("lr text", quote(optimizer_adam(lr = "0.1")), "`lr`"),
+  list("lr missing for SGD", quote(optimizer_sgd()), "`lr`"),
+  list("betas one value", quote(optimizer_adam(betas = 0.9)), "`betas`"),
+  list("betas at 1", quote(optimizer_adam(betas = c(1, 0.999))), "`betas`"),
+  list("betas negative", quote(optimizer_adam(betas = c(-0.1, 0.9))), "`betas`"),
+  list("betas NA", quote(optimizer_adam(betas = c(0.9, NA))), "`betas`"),
+  list("eps zero", quote(optimizer_adam(eps = 0)), "`eps`"),
+  list("eps negative", quote(optimizer_adam(eps = -1e-8)), "`eps`"),
+  list("weight_decay negative", quote(optimizer_adam(weight_decay = -1)), "`weight_decay`"),
+  list("momentum negative", quote(optimizer_sgd(0.1, momentum = -0.5)), "`momentum`"),
+  list("optimizer a list", quote(train_step(m, x, y, list(kind = "adam", lr = 0.1))),
+       "`optimizer`"),
+  list("optimizer a string", quote(convlstm_fit(m, x, y, "adam", verbose = FALSE)), "`optimizer`"),
+  # ---- fit, evaluate, predict ----
+  list("epochs zero", quote(convlstm_fit(m, x, y, opt, epochs = 0, verbose = FALSE)), "`epochs`"),
+  list("epochs fractional", quote(convlstm_fit(m, x, y, opt, epochs = 2.5, verbose = FALSE)),
+       "`epochs`"),
+  list("epochs NA", quote(convlstm_fit(m, x, y, opt, epochs = NA, verbose = FALSE)), "`epochs`"),
+  list("batch_size zero", quote(convlstm_fit(m, x, y, opt, batch_size = 0, verbose = FALSE)),
+       "`batch_size`"),
+  list("batch_size negative", quote(convlstm_fit(m, x, y, opt, batch_size = -4, verbose = FALSE)),
+       "`batch_size`"),
+  list("batch_size larger than the data",
+       quote(convlstm_fit(m, x, y, opt, epochs = 1, batch_size = 3, verbose = FALSE)),
+       "`batch_size` (3) must not exceed the number of samples in `x` (2)"),
+  list("shuffle not a flag", quote(convlstm_fit(m, x, y, opt, shuffle = "yes", verbose = FALSE)),
+       "`shuffle`"),
+  list("verbose NA", quote(convlstm_fit(m, x, y, opt, verbose = NA)), "`verbose`"),
+  list("evaluate batch_size zero", quote(convlstm_evaluate(m, x, y, batch_size = 0)),
+       "`batch_size`"),
+  list("predict batch_size fractional", quote(predict(m, x, batch_size = 1.5)), "`batch_size`"),
+  list("predict unknown what", quote(predict(m, x, what = "gates")), "`what`"),
+  list("training not a flag", quote(convlstm_forward(m, x, training = "no")), "`training`"),
+  # ---- step options and estimates ----
+  list("checkpoint negative", quote(train_step(m, x, y, opt, checkpoint = -1)), "`checkpoint`"),
+  list("accumulation_steps zero", quote(train_step(m, x, y, opt, accumulation_steps = 0)),
+       "`accumulation_steps`"),
+  list("accumulation_steps above batch", quote(train_step(m, x, y, opt, accumulation_steps = 5)),
+       "`accumulation_steps`"),
+  list("tbptt fractional", quote(train_step(m, x, y, opt, tbptt = 1.5)), "`tbptt`"),
+  list("estimate batch_size zero", quote(memory_estimate(m, 0, 3, 5, 4)), "`batch_size`"),
+  list("estimate bytes overflow", quote(memory_estimate(m, 2^31 - 1, 2^31 - 1, 2^31 - 1,
+                                                        2^31 - 1)),
+       "overflow"),
+  # ---- models that are gone, and things that are not models ----
+  list("released model called", quote(released(x)), "released", "state"),
+  list("released model trained", quote(train_step(released, x, y, opt)), "released", "state"),
+  list("released model saved", quote(convlstm_save(released, tempfile())), "released", "state"),
+  list("readRDS model called", quote(restored(x)), "convlstm_save", "state"),
+  list("readRDS model predicted", quote(predict(restored, x)), "convlstm_load", "state"),
+  list("readRDS model state_dict", quote(state_dict(restored)), "readRDS", "state"),
+  list("not a model", quote(train_step(function(x) x, x, y, opt)), "`model`"),
+  list("a string as model", quote(memory_stats("m")), "`model`"),
+  # ---- state dicts ----
+  list("state dict missing entry", quote(load_state_dict(m, sd[-1])), "missing: cell_list.0.conv.weight"),
+  list("state dict extra entry", quote(load_state_dict(m, c(sd, list(extra = 1)))),
+       "unexpected: extra"),
+  list("state dict misshapen", quote(load_state_dict(m, within(sd, {
+    cell_list.0.conv.weight <- cell_list.0.conv.weight[, -1, , ]
+  }))), "`state_dict$cell_list.0.conv.weight`"),
+  list("state dict bias too long", quote(load_state_dict(m, within(sd, {
+    cell_list.1.conv.bias <- c(cell_list.1.conv.bias, 0)
+  }))), "`state_dict$cell_list.1.conv.bias`"),
+  list("state dict with Inf", quote(load_state_dict(m, within(sd, {
+    cell_list.1.conv.bias[2] <- Inf
+  }))), "`state_dict$cell_list.1.conv.bias`"),
+  list("state dict with NA", quote(load_state_dict(m, within(sd, {
+    cell_list.0.conv.weight[1] <- NA
+  }))), "missing values"),
+  list("state dict text values", quote(load_state_dict(m, within(sd, {
+    cell_list.0.conv.bias <- as.character(cell_list.0.conv.bias)
+  }))), "`state_dict$cell_list.0.conv.bias`"),
+  list("state dict unnamed", quote(load_state_dict(m, unname(sd))), "`state_dict`"),
+  list("state dict not a list", quote(load_state_dict(m, 1:3)), "`state_dict`"),
+  list("state dict of another model", quote(load_state_dict(m, list(w = 1))), "`state_dict`"),
+  # ---- files ----
+  list("load a missing file", quote(convlstm_load(tempfile())), "`path`"),
+  list("save path not text", quote(convlstm_save(m, 3)), "`path`"),
+  list("save metadata unnamed", quote(convlstm_save(m, tempfile(), metadata = "a")), "`metadata`")
+)
+
+if (gpu_available()) {
+  message("a usable GPU: the case for device = \"cuda\" without one is not run")
+} else {
+  bad_input_cases[[length(bad_input_cases) + 1]] <-
+    list("device cuda without a GPU", quote(convlstm(1, 4, 3, device = "cuda")), "`device`",
+         "unsupported")
+}
+
+test_that("the table has at least 60 cases", {
+  expect_gte(length(bad_input_cases), 60)
+})
+
+env <- input_env()
+for (i in seq_along(bad_input_cases)) {
+  case <- bad_input_cases[[i]]
+  status <- if (length(case) >= 4) case[[4]] else "invalid"
+  test_that(sprintf("bad input %d: %s -> convlstm_error_%s", i, case[[1]], status), {
+    err <- tryCatch({
+      eval(case[[2]], env)
+      NULL
+    }, error = identity)
+    expect_false(is.null(err), info = "no error was raised")
+    expect_s3_class(err, paste0("convlstm_error_", status))
+    expect_s3_class(err, "convlstm_error")
+    expect_true(grepl(case[[3]], conditionMessage(err), fixed = TRUE),
+                info = sprintf("message %s lacks %s", encodeString(conditionMessage(err), quote = "'"),
+                               case[[3]]))
+  })
+}
+
+test_that("after all the bad input the model is unchanged and trains", {
+  expect_identical(state_dict(env$m), env$sd)
+  loss <- train_step(env$m, env$x, env$y, env$opt)
+  expect_true(is.finite(loss))
+  convlstm_release(env$m)
+})
