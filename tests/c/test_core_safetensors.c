@@ -143,9 +143,14 @@ static void test_resume(const cl_optim *o, int bias, const char *what) {
   CHECK(cl_saved_read(path, &sv, err, sizeof err) == CL_OK, "%s: read: %s", what, err);
   cl_optim back;
   int64_t steps = -1;
-  CHECK(sv && cl_saved_optimizer(sv, &back, &steps) == 1 && steps == k &&
-            memcmp(&back, o, sizeof back) == 0,
-        "%s: hyperparameters do not round-trip exactly", what);
+  memset(&back, 0, sizeof back);
+  CHECK(sv && cl_saved_optimizer(sv, &back, &steps) == 1 && steps == k, "%s: no optimizer", what);
+  CHECK(back.kind == o->kind && back.lr == o->lr && back.weight_decay == o->weight_decay &&
+            (o->kind == CL_OPTIM_SGD ? back.momentum == o->momentum
+                                     : back.beta1 == o->beta1 && back.beta2 == o->beta2 &&
+                                           back.eps == o->eps),
+        "%s: hyperparameters do not round-trip exactly (lr %.17g, wd %.17g, eps %.17g)", what,
+        back.lr, back.weight_decay, back.eps);
   cl_saved_free(sv);
   for (int i = k; i < n; i++) lb[i] = step(c, i, o);
   for (int i = 0; i < n; i++)
@@ -526,6 +531,10 @@ static int feed_folder(const char *folder) {
 }
 
 int main(void) {
+  /* The CPU backend picks BLAS or its own GEMM per model by timing them;
+   * under load (or valgrind) two models may pick differently and round
+   * differently. Exact resumption needs the same kernels, so pin them. */
+  setenv("CONVLSTM_GEMM", "internal", 1);
   snprintf(dir, sizeof dir, "/tmp/cl_test_st_XXXXXX");
   if (!mkdtemp(dir)) {
     printf("FAIL cannot create a temporary directory\n");
