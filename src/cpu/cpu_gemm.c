@@ -781,12 +781,20 @@ static int kind_from_env(cl_cpu_gemm_kind *out) {
   return 0;
 }
 
+/* The timed choice is made once per process and kept: models created later
+ * (or under other load) then run the same kernel, so one seed gives the same
+ * floats in every model of a session. */
 cl_cpu_gemm_kind cl_cpu_gemm_choose(int n_threads) {
+  static int chosen = 0;
+  static cl_cpu_gemm_kind kept;
   cl_cpu_gemm_kind kind = cl_cpu_gemm_best_internal();
   if (kind_from_env(&kind)) return kind;
   if (!cl_cpu_gemm_available(CL_CPU_GEMM_BLAS)) return kind;
+  if (chosen) return kept;
   if (n_threads < 1) n_threads = 1;
   double t_internal = time_kind(kind, n_threads);
   double t_blas = time_kind(CL_CPU_GEMM_BLAS, n_threads);
-  return t_blas < t_internal ? CL_CPU_GEMM_BLAS : kind;
+  kept = t_blas < t_internal ? CL_CPU_GEMM_BLAS : kind;
+  chosen = 1;
+  return kept;
 }
