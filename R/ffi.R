@@ -19,6 +19,7 @@ c_model_config <- function(ptr) .Call(ffi_model_config, ptr)
 c_model_init_params <- function(ptr) invisible(.Call(ffi_model_init_params, ptr))
 c_models_alive <- function() .Call(ffi_models_alive)
 c_gpu_available <- function() .Call(ffi_gpu_available)
+c_gpu_info <- function() .Call(ffi_gpu_info)
 
 c_tensor_info <- function(ptr) .Call(ffi_tensor_info, ptr)
 c_get_tensors <- function(ptr, grad = FALSE) .Call(ffi_get_tensors, ptr, isTRUE(grad))

@@ -23,6 +23,7 @@ static const R_CallMethodDef call_entries[] = {
     CALLDEF(ffi_model_init_params, 1),
     CALLDEF(ffi_models_alive, 0),
     CALLDEF(ffi_gpu_available, 0),
+    CALLDEF(ffi_gpu_info, 0),
     CALLDEF(ffi_tensor_info, 1),
     CALLDEF(ffi_get_tensors, 2),
     CALLDEF(ffi_set_tensors, 2),

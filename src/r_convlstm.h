@@ -109,4 +109,7 @@ SEXP ffi_model_save(SEXP ptr, SEXP path, SEXP optimizer, SEXP metadata);
 SEXP ffi_file_info(SEXP path);
 SEXP ffi_model_load_into(SEXP ptr, SEXP path, SEXP with_optimizer);
 
+/* r_gpu.c */
+SEXP ffi_gpu_info(void);
+
 #endif

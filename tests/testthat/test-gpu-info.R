@@ -1,0 +1,74 @@
+# gpu_info() in every build, and (with a GPU only) what it reports and the
+# pinned staging of host arrays on a CUDA model.
+
+test_that("gpu_info() answers in every build, and agrees with gpu_available()", {
+  info <- gpu_info()
+  expect_s3_class(info, "convlstm_gpu_info")
+  expect_named(info, c(
+    "available", "reason", "cuda_build", "device", "n_devices", "name",
+    "compute_capability", "multiprocessors", "memory_free", "memory_total",
+    "driver_version", "runtime_version", "cudnn_version", "cudnn_build_version"
+  ))
+  expect_identical(info$available, gpu_available())
+  expect_type(info$reason, "character")
+  expect_type(info$cuda_build, "logical")
+  expect_type(info$memory_total, "double")
+  if (!info$available) {
+    expect_true(nzchar(info$reason))
+    expect_true(is.na(info$name))
+    expect_true(is.na(info$memory_total))
+  }
+  if (!info$cuda_build) {
+    expect_false(info$available)
+    expect_match(info$reason, "no CUDA backend")
+    expect_true(all(is.na(unlist(info[c("driver_version", "cudnn_version")]))))
+  } else {
+    # what this build was compiled against is known without any device
+    expect_match(info$cudnn_build_version, "^[0-9]+\\.[0-9]+\\.[0-9]+$")
+    expect_match(info$runtime_version, "^[0-9]+\\.[0-9]+$")
+  }
+  out <- capture.output(print(info))
+  expect_true(length(out) >= 1)
+  expect_match(out[[1]], if (info$available) "^GPU " else "^no usable GPU")
+})
+
+test_that("gpu_info() describes a usable GPU", {
+  skip_if_not(gpu_available(), "no usable CUDA GPU")
+  info <- gpu_info()
+  expect_true(info$cuda_build)
+  expect_identical(info$reason, "")
+  expect_true(nzchar(info$name))
+  expect_gte(info$n_devices, 1L)
+  expect_gte(info$device, 0L)
+  expect_gt(info$multiprocessors, 0L)
+  # the package is built for sm_80 and newer
+  expect_gte(as.numeric(sub("\\..*", "", info$compute_capability)), 8)
+  expect_gt(info$memory_total, 0)
+  expect_lte(info$memory_free, info$memory_total)
+  expect_gte(as.numeric(sub("\\..*", "", info$cudnn_version)), 9)
+  # the driver supports at least the runtime it runs
+  v <- function(s) sum(as.numeric(strsplit(s, ".", fixed = TRUE)[[1]]) * c(1000, 10))
+  expect_gte(v(info$driver_version), v(info$runtime_version))
+  # the model's view of the device agrees with the driver's
+  m <- convlstm(1, 4, 3, device = "cuda")
+  on.exit(convlstm_release(m))
+  expect_equal(memory_stats(m)$device_total, info$memory_total)
+})
+
+test_that("host arrays of changing sizes go through the pinned staging buffer intact", {
+  skip_if_not(gpu_available(), "no usable CUDA GPU")
+  set.seed(5)
+  cpu <- convlstm(2, c(6, 3), 3, device = "cpu")
+  gpu <- convlstm(2, c(6, 3), 3, device = "cuda")
+  on.exit({
+    convlstm_release(cpu)
+    convlstm_release(gpu)
+  })
+  load_state_dict(gpu, state_dict(cpu))
+  # small, larger (the buffer grows), smaller again (it is reused), and one
+  # above 1 MiB so that several MiB-rounded sizes are crossed
+  for (b in c(1, 9, 3, 100)) {
+    x <- array(runif(b * 4 * 2 * 13 * 11), c(b, 4, 2, 13, 11))
+    expect_equal(gpu(x), cpu(x), tolerance = 1e-4)
+  }
+})
