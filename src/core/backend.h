@@ -74,6 +74,15 @@ struct cl_backend_i {
   cl_status (*mem_info)(cl_backend *be, size_t *free_bytes, size_t *total_bytes);
   /* (optional) wait for queued work; default: nothing to wait for */
   cl_status (*synchronize)(cl_backend *be);
+  /* (optional) a host buffer of at least `bytes` that upload() reads and
+   * download() writes at full speed (page-locked memory on CUDA), for the
+   * core to stage host arrays through. The backend owns it: one buffer,
+   * reused by every call, replaced by a larger one when more is asked for
+   * (the old pointer is then invalid) and freed by destroy. It is host
+   * memory, outside the device accounting and the plan. A failure is not an
+   * error: the core stages through malloc instead, as it does when the slot
+   * is NULL. */
+  cl_status (*host_stage)(cl_backend *be, size_t bytes, void **host);
 
   /* ---- convolution ---- */
   /* (optional) workspace bytes that each of the three conv calls below may

@@ -112,6 +112,7 @@ static const struct cl_backend_i cpu_iface = {
     /* .copy                 = */ cpu_copy,
     /* .mem_info             = */ cpu_mem_info,
     /* .synchronize          = */ NULL, /* kernels return when done */
+    /* .host_stage           = */ NULL, /* host_accessible: nothing is staged */
     /* .conv_workspace       = */ cl_cpu_conv_workspace,
     /* .conv_forward         = */ cl_cpu_conv_forward,
     /* .conv_backward_data   = */ cl_cpu_conv_backward_data,

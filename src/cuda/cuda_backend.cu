@@ -126,10 +126,11 @@ static cl_status cuda_memset0(cl_backend *be, void *p, size_t bytes) {
   return CL_OK;
 }
 
-/* From pageable host memory (what the core passes) cudaMemcpyAsync returns
- * once the source has been staged, so the caller may reuse host_src at once.
- * From pinned memory the copy is truly asynchronous and host_src must stay
- * unchanged until the next synchronize. */
+/* From pageable host memory cudaMemcpyAsync returns once the source has
+ * been staged, so the caller may reuse host_src at once. From pinned memory
+ * (host_stage's buffer, what the core passes when it got one) the copy is
+ * truly asynchronous and host_src must stay unchanged until the next
+ * synchronize, which the core does after every upload. */
 static cl_status cuda_upload(cl_backend *be, void *dst, const void *host_src, size_t bytes) {
   if (bytes == 0) return CL_OK;
   CL_CUDA_CHECK(be, cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice,
@@ -163,6 +164,42 @@ static cl_status cuda_synchronize(cl_backend *be) {
   return CL_OK;
 }
 
+/* Copies from pageable memory go through the driver's own small pinned
+ * bounce buffer in pieces; from page-locked memory they are one DMA at the
+ * link's speed. One buffer serves every transfer because the core waits for
+ * each upload before it stages the next. Page-locked memory is taken from the
+ * machine's RAM, so it is capped (CONVLSTM_CUDA_PINNED_MB) and a transfer
+ * above the cap is refused here and staged by the core through malloc. */
+static cl_status cuda_host_stage(cl_backend *be, size_t bytes, void **host) {
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  *host = NULL;
+  if (bytes == 0 || bytes > ctx->stage_limit) {
+    snprintf(be->err, sizeof be->err, "host_stage: %zu bytes exceed the pinned limit of %zu",
+             bytes, ctx->stage_limit);
+    return CL_E_UNSUPPORTED;
+  }
+  if (ctx->h_stage && bytes <= ctx->h_stage_bytes) {
+    *host = ctx->h_stage;
+    return CL_OK;
+  }
+  /* a queued copy may still read the old buffer */
+  CL_CUDA_CHECK(be, cudaStreamSynchronize(ctx->stream));
+  if (ctx->h_stage) (void)cudaFreeHost(ctx->h_stage);
+  ctx->h_stage = NULL;
+  ctx->h_stage_bytes = 0;
+  /* whole MiB, so that batches of slightly different sizes reuse it */
+  const size_t mib = (size_t)1 << 20;
+  size_t want = (bytes + mib - 1) / mib * mib;
+  if (want > ctx->stage_limit) want = bytes;
+  void *p = NULL;
+  cudaError_t e = cudaHostAlloc(&p, want, cudaHostAllocDefault);
+  if (e != cudaSuccess) return cl_cuda_fail(be, e, "cudaHostAlloc", __FILE__, __LINE__);
+  ctx->h_stage = p;
+  ctx->h_stage_bytes = want;
+  *host = p;
+  return CL_OK;
+}
+
 /* ---- lifetime ---------------------------------------------------------- */
 
 /* Also the cleanup of a half-made backend in create: every member may be unset. */
@@ -177,6 +214,7 @@ static void cuda_destroy(cl_backend *be) {
     if (ctx->h_partials) (void)cudaFreeHost(ctx->h_partials);
     if (ctx->d_flag) (void)cudaFree(ctx->d_flag);
     if (ctx->h_flag) (void)cudaFreeHost(ctx->h_flag);
+    if (ctx->h_stage) (void)cudaFreeHost(ctx->h_stage);
     if (ctx->stream) (void)cudaStreamDestroy(ctx->stream);
     (void)cudaGetLastError();
     free(ctx);
@@ -196,6 +234,7 @@ static const struct cl_backend_i cl_cuda_iface = {
     /* .copy = */ cuda_copy,
     /* .mem_info = */ cuda_mem_info,
     /* .synchronize = */ cuda_synchronize,
+    /* .host_stage = */ cuda_host_stage,
     /* .conv_workspace = */ cl_cuda_conv_workspace,
     /* .conv_forward = */ cl_cuda_conv_forward,
     /* .conv_backward_data = */ cl_cuda_conv_backward_data,
@@ -270,6 +309,9 @@ static cl_status cuda_init(cl_backend *be, cl_cuda_ctx *ctx) {
    * scratch growing with the sequence length. At least one image always. */
   ctx->dx_scratch_limit =
       (size_t)(env_double("CONVLSTM_CUDA_DX_SCRATCH_MB", 64.0) * 1024.0 * 1024.0);
+  /* Pinned staging of host arrays (host_stage); 0 turns it off, which the
+   * benchmark uses to measure what it saves. */
+  ctx->stage_limit = (size_t)(env_double("CONVLSTM_CUDA_PINNED_MB", 256.0) * 1024.0 * 1024.0);
   return CL_OK;
 }
 

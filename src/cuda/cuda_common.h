@@ -45,6 +45,11 @@ typedef struct cl_cuda_ctx {
   /* grad_unscale's found-inf flag, on the device and its pinned mirror */
   int *d_flag;
   int *h_flag;
+  /* The host_stage slot's pinned buffer (host memory, not counted by the
+   * core's device accounting), grown on demand up to stage_limit bytes. */
+  void *h_stage;
+  size_t h_stage_bytes;
+  size_t stage_limit; /* 0: no pinned staging */
 } cl_cuda_ctx;
 
 #define CL_CUDA_MAX_PARTIALS 1024

@@ -213,6 +213,51 @@ static bool test_memory(cl_backend *be) {
   return ok;
 }
 
+/* The pinned staging buffer: reused while large enough, replaced by a larger
+ * one, refused (so the core falls back to malloc) above its cap, and a
+ * working source and destination of upload and download. */
+static bool test_host_stage(cl_backend *be) {
+  const cl_backend_i *f = be->iface;
+  if (!expect(f->host_stage != NULL, "host_stage slot is set")) return false;
+  void *p1 = NULL, *p2 = NULL, *p3 = NULL;
+  CALL(be, f->host_stage(be, 1000, &p1));
+  CALL(be, f->host_stage(be, 10, &p2));
+  expect(p1 != NULL && p1 == p2, "host_stage: a smaller request reuses the buffer");
+  const size_t n = (size_t)3 << 20; /* 12 MiB of floats: more than the first buffer */
+  CALL(be, f->host_stage(be, n * 4, &p3));
+  expect(p3 != NULL, "host_stage: a larger request gets a buffer");
+  cudaPointerAttributes attr;
+  bool pinned =
+      cudaPointerGetAttributes(&attr, p3) == cudaSuccess && attr.type == cudaMemoryTypeHost;
+  (void)cudaGetLastError();
+  expect(pinned, "host_stage: the buffer is page-locked host memory");
+  float *h = (float *)p3;
+  double *ref = (double *)malloc(n * 8);
+  float *back = (float *)malloc(n * 4);
+  fill(h, n, -1, 1);
+  for (size_t i = 0; i < n; i++) ref[i] = h[i];
+  bool ok = false;
+  {
+    dbuf a(be);
+    CALL(be, a.alloc(n * 4));
+    CALL(be, f->upload(be, a.p, h, n * 4));
+    CALL(be, f->synchronize(be));
+    memset(h, 0, n * 4);
+    CALL(be, f->download(be, h, a.p, n * 4));
+    memcpy(back, h, n * 4);
+    ok = compare("upload from and download into the staging buffer", back, ref, n, 0.0);
+  }
+  void *huge = NULL;
+  cl_status s = f->host_stage(be, (size_t)1 << 44, &huge);
+  expect(s != CL_OK && huge == NULL, "host_stage(16 TiB) is refused, out NULL");
+  void *p4 = NULL;
+  CALL(be, f->host_stage(be, 100, &p4));
+  expect(p4 == p3, "host_stage: the buffer survives a refused request");
+  free(ref);
+  free(back);
+  return ok;
+}
+
 /* ---- convolution ------------------------------------------------------- */
 
 /* y = conv(x, w) + b; dx = conv_transpose(dy, w); dw = correlate(dy, x);
@@ -752,6 +797,7 @@ int main(void) {
   }
 
   test_memory(be);
+  test_host_stage(be);
 
   const cl_dtype types[3] = {CL_F32, CL_F16, CL_BF16};
   /* N, C, H, W, K, k */
