@@ -111,8 +111,14 @@ __attribute__((target("avx2,fma"))) static void forward_avx2(const cell_row *r) 
 
 static void forward_row(cl_cpu_gemm_kind isa, const cell_row *r) {
 #if CL_VMATH_X86
-  if (isa == CL_CPU_GEMM_AVX512) return forward_avx512(r);
-  if (isa == CL_CPU_GEMM_AVX2) return forward_avx2(r);
+  if (isa == CL_CPU_GEMM_AVX512) {
+    forward_avx512(r);
+    return;
+  }
+  if (isa == CL_CPU_GEMM_AVX2) {
+    forward_avx2(r);
+    return;
+  }
 #endif
   (void)isa;
   forward_scalar(r, 0);
@@ -237,8 +243,14 @@ __attribute__((target("avx2,fma"))) static void backward_avx2(const cell_row *r)
 
 static void backward_row(cl_cpu_gemm_kind isa, const cell_row *r) {
 #if CL_VMATH_X86
-  if (isa == CL_CPU_GEMM_AVX512) return backward_avx512(r);
-  if (isa == CL_CPU_GEMM_AVX2) return backward_avx2(r);
+  if (isa == CL_CPU_GEMM_AVX512) {
+    backward_avx512(r);
+    return;
+  }
+  if (isa == CL_CPU_GEMM_AVX2) {
+    backward_avx2(r);
+    return;
+  }
 #endif
   (void)isa;
   backward_scalar(r, 0);
