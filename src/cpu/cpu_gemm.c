@@ -21,7 +21,8 @@
  * plain -O2, so global -m flags cannot be relied on.
  *
  * This file is not the convolution (cpu_conv.c lowers convolutions to these
- * calls) and holds no static mutable state.
+ * calls). Its only static mutable state is the once-per-process timed choice
+ * of cl_cpu_gemm_choose(), made while creating a backend (not from kernels).
  */
 #include "cpu_gemm.h"
 
