@@ -1,0 +1,1115 @@
+#!/usr/bin/env python3
+"""bench/gpu/bench_gpu.py -- convlstm (build/libconvlstm.so through ctypes)
+against the same ConvLSTM in PyTorch, eager and torch.compile, in ONE process
+on the same GPU: the benchmark and the GPU checks of issue 4.
+
+It is not a test of the R package (tests/testthat) nor of the kernels one by
+one (tests/c/test_cuda_kernels.cu), and it links nothing but the standalone
+library built by `make -C src -f Makefile.standalone CUDA=1`.
+
+Modes (several may be given; default: --bench):
+  --bench      step time (float32, float16) and peak memory of the three
+               configs of issue 4, ours vs PyTorch eager and torch.compile
+  --max-batch  the largest batch that fits: ours from cl_model_plan against
+               the free device memory, confirmed by real steps; PyTorch eager
+               by doubling and bisection on torch.cuda.OutOfMemoryError
+  --checks     parity with PyTorch (losses of 20 Adam steps, gradients),
+               plan == measured peak per category, inference peak
+               independent of T, recovery from a real device OOM
+  --layout     the ctypes structs against the C compiler's offsetof()
+  --cpu-smoke  all of the above at tiny sizes on the CPU (device CPU, PyTorch
+               on the CPU, no torch.compile where PyTorch lacks it): checks
+               the harness itself on a machine without a GPU
+
+--time-budget S bounds the whole run: a measurement that would not end in
+time is recorded as "skipped: time budget" instead (float32 of every config
+runs first, then float16, then the largest-batch searches).
+
+Results: OUTDIR/results.json (every record, rewritten after each one, so a
+run cut short still leaves what it measured), OUTDIR/results.csv and the
+table on stdout. Step times: each side returns the loss to the host every
+step (ours: cl_model_train_step's loss; PyTorch: loss.item(), as the R torch
+tutorial's loop does); "mean" is the wall time of N back-to-back steps ended
+by a full synchronization, divided by N; "median" the median single step.
+Our step also converts and uploads x and y from host memory (PyTorch's data
+sit on the GPU already); the pack_ms column is that conversion alone.
+
+Usage (from the repository root):
+  python3 bench/gpu/bench_gpu.py OUTDIR [--lib build/libconvlstm.so] [modes]
+  /usr/bin/python3 bench/gpu/bench_gpu.py /tmp/smoke --cpu-smoke
+"""
+import argparse
+import contextlib
+import ctypes as C
+import csv
+import gc
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+# torch first: on the GPU machine it loads PyTorch's own cuDNN and CUDA
+# runtime, and our library's dependencies of the same soname resolve to them.
+import torch
+from torch import nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+# ---- the C API (src/convlstm.h), declared field by field ----------------
+
+CL_MAX_LAYERS = 32
+CL_ERRMSG_LEN = 512
+CL_MEM_NCAT = 7
+CL_DEVICE_CPU, CL_DEVICE_CUDA = 0, 1
+CL_F32, CL_F16, CL_BF16 = 0, 1, 2
+CL_TARGET_LAST_STATE, CL_TARGET_SEQUENCE = 0, 1
+CL_HOST_R_F64, CL_HOST_TORCH_F32 = 0, 1
+CL_OPTIM_ADAM, CL_OPTIM_SGD = 1, 2
+CL_OUTPUTS_ALL, CL_OUTPUTS_LAST = 0, 1
+CL_E_OOM = 2
+CATEGORIES = ["parameters", "gradients", "optimizer", "activations", "states", "workspace",
+              "data"]
+DTYPES = {"float32": CL_F32, "float16": CL_F16, "bfloat16": CL_BF16}
+
+
+class cl_config(C.Structure):
+    _fields_ = [("input_dim", C.c_int), ("n_layers", C.c_int),
+                ("hidden_dims", C.c_int * CL_MAX_LAYERS),
+                ("kernel_sizes", C.c_int * CL_MAX_LAYERS), ("bias", C.c_int),
+                ("device", C.c_int), ("dtype", C.c_int), ("n_threads", C.c_int),
+                ("memory_limit", C.c_size_t)]
+
+
+class cl_host_array(C.Structure):
+    _fields_ = [("data", C.c_void_p), ("format", C.c_int), ("ndim", C.c_int),
+                ("dims", C.c_int * 5)]
+
+
+class cl_optim(C.Structure):
+    _fields_ = [("kind", C.c_int), ("lr", C.c_double), ("beta1", C.c_double),
+                ("beta2", C.c_double), ("eps", C.c_double), ("momentum", C.c_double),
+                ("weight_decay", C.c_double)]
+
+
+class cl_step_options(C.Structure):
+    _fields_ = [("checkpoint", C.c_int), ("tbptt", C.c_int), ("accumulation_steps", C.c_int),
+                ("outputs", C.c_int), ("plan_dtype", C.c_int)]
+
+
+class cl_loss_scale(C.Structure):
+    _fields_ = [("scale", C.c_double), ("growth_interval", C.c_int), ("clean_steps", C.c_int),
+                ("skipped_steps", C.c_int64)]
+
+
+class cl_mem_stats(C.Structure):
+    _fields_ = [("current", C.c_size_t * CL_MEM_NCAT), ("peak", C.c_size_t * CL_MEM_NCAT),
+                ("n_alloc", C.c_uint64 * CL_MEM_NCAT), ("n_free", C.c_uint64 * CL_MEM_NCAT),
+                ("allocated", C.c_size_t), ("peak_allocated", C.c_size_t),
+                ("reserved", C.c_size_t), ("peak_reserved", C.c_size_t), ("limit", C.c_size_t),
+                ("device_free", C.c_size_t), ("device_total", C.c_size_t)]
+
+
+class cl_plan_entry(C.Structure):
+    _fields_ = [("name", C.c_char * 48), ("category", C.c_int), ("bytes", C.c_size_t),
+                ("kind", C.c_int), ("layer", C.c_int)]
+
+
+class cl_plan(C.Structure):
+    _fields_ = [("n", C.c_int), ("entries", C.POINTER(cl_plan_entry)),
+                ("by_category", C.c_size_t * CL_MEM_NCAT), ("total", C.c_size_t)]
+
+
+class cl_cuda_info(C.Structure):  # src/cuda/cuda_info.h
+    _fields_ = [("device", C.c_int), ("n_devices", C.c_int), ("name", C.c_char * 256),
+                ("cc_major", C.c_int), ("cc_minor", C.c_int), ("multiprocessors", C.c_int),
+                ("mem_free", C.c_size_t), ("mem_total", C.c_size_t),
+                ("driver_version", C.c_int), ("runtime_version", C.c_int),
+                ("cudnn_version", C.c_size_t), ("cudnn_build_version", C.c_size_t)]
+
+
+STRUCTS = {"cl_config": cl_config, "cl_host_array": cl_host_array, "cl_optim": cl_optim,
+           "cl_step_options": cl_step_options, "cl_loss_scale": cl_loss_scale,
+           "cl_mem_stats": cl_mem_stats, "cl_plan_entry": cl_plan_entry, "cl_plan": cl_plan}
+
+
+class ClError(RuntimeError):
+    def __init__(self, status, name, message):
+        super().__init__("%s: %s" % (name, message))
+        self.status = status
+
+
+class Lib:
+    """The library's functions with their C signatures."""
+
+    def __init__(self, path):
+        self.path = os.path.abspath(path)
+        L = self.L = C.CDLL(self.path)
+        P = C.POINTER
+        sigs = {
+            "cl_model_create": (C.c_int, [P(cl_config), P(C.c_void_p), C.c_char_p, C.c_size_t]),
+            "cl_model_free": (None, [C.c_void_p]),
+            "cl_models_alive": (C.c_int, []),
+            "cl_model_error": (C.c_char_p, [C.c_void_p]),
+            "cl_model_config": (P(cl_config), [C.c_void_p]),
+            "cl_model_backend_name": (C.c_char_p, [C.c_void_p]),
+            "cl_device_available": (C.c_int, [C.c_int]),
+            "cl_model_n_tensors": (C.c_int, [C.c_void_p]),
+            "cl_model_tensor_info": (C.c_int, [C.c_void_p, C.c_int, P(C.c_char_p), P(C.c_int),
+                                               C.c_int * 4]),
+            "cl_model_n_params": (C.c_size_t, [C.c_void_p]),
+            "cl_model_get_param": (C.c_int, [C.c_void_p, C.c_char_p, P(C.c_float), C.c_size_t]),
+            "cl_model_set_param": (C.c_int, [C.c_void_p, C.c_char_p, P(C.c_float), C.c_size_t]),
+            "cl_model_get_grad": (C.c_int, [C.c_void_p, C.c_char_p, P(C.c_float), C.c_size_t]),
+            "cl_model_forward": (C.c_int, [C.c_void_p, P(cl_host_array), C.c_int,
+                                           P(cl_step_options)]),
+            "cl_model_train_step": (C.c_int, [C.c_void_p, P(cl_host_array), P(cl_host_array),
+                                              C.c_int, P(cl_optim), P(cl_step_options),
+                                              P(C.c_double)]),
+            "cl_model_get_loss_scale": (C.c_int, [C.c_void_p, P(cl_loss_scale)]),
+            "cl_model_memory_stats": (C.c_int, [C.c_void_p, P(cl_mem_stats)]),
+            "cl_model_reset_peak": (None, [C.c_void_p]),
+            "cl_model_empty_cache": (C.c_int, [C.c_void_p]),
+            "cl_model_set_memory_limit": (C.c_int, [C.c_void_p, C.c_size_t]),
+            "cl_model_plan": (C.c_int, [C.c_void_p, C.c_int, C.c_int, C.c_int, C.c_int, C.c_int,
+                                        P(cl_optim), P(cl_step_options), P(cl_plan)]),
+            "cl_plan_free": (None, [P(cl_plan)]),
+            "cl_status_name": (C.c_char_p, [C.c_int]),
+            "cl_mem_category_name": (C.c_char_p, [C.c_int]),
+            "cl_pack_host": (None, [P(C.c_float), P(cl_host_array)]),
+        }
+        for name, (res, args) in sigs.items():
+            f = getattr(L, name)
+            f.restype, f.argtypes = res, args
+        # only in a build with CUDA
+        self.cuda_info_fn = getattr(L, "cl_cuda_device_info", None)
+        if self.cuda_info_fn is not None:
+            self.cuda_info_fn.restype = C.c_int
+            self.cuda_info_fn.argtypes = [C.c_int, P(cl_cuda_info), C.c_char_p, C.c_size_t]
+
+    def status_name(self, s):
+        return self.L.cl_status_name(s).decode()
+
+    def cuda_info(self):
+        if self.cuda_info_fn is None:
+            return {"cuda_build": False}
+        info, err = cl_cuda_info(), C.create_string_buffer(CL_ERRMSG_LEN)
+        s = self.cuda_info_fn(-1, C.byref(info), err, CL_ERRMSG_LEN)
+        out = {"cuda_build": True, "status": self.status_name(s), "message": err.value.decode(),
+               "driver_version": info.driver_version, "runtime_version": info.runtime_version,
+               "cudnn_version": info.cudnn_version,
+               "cudnn_build_version": info.cudnn_build_version}
+        if s == 0:
+            out.update(name=info.name.decode(), cc="%d.%d" % (info.cc_major, info.cc_minor),
+                       multiprocessors=info.multiprocessors, mem_total=info.mem_total,
+                       mem_free=info.mem_free)
+        return out
+
+
+def host_array(t):
+    """A contiguous float32 CPU tensor as a row-major (torch) host array."""
+    assert t.dtype == torch.float32 and t.is_contiguous() and t.device.type == "cpu"
+    a = cl_host_array()
+    a.data, a.format, a.ndim = t.data_ptr(), CL_HOST_TORCH_F32, t.dim()
+    for i, d in enumerate(t.shape):
+        a.dims[i] = d
+    return a
+
+
+def adam(lr=1e-3):
+    return cl_optim(CL_OPTIM_ADAM, lr, 0.9, 0.999, 1e-8, 0.0, 0.0)
+
+
+class Ours:
+    """One convlstm model: created, trained and freed through the C API."""
+
+    def __init__(self, lib, input_dim, hidden, kernels, device, dtype, memory_limit=0):
+        self.lib, self.L = lib, lib.L
+        cfg = cl_config()
+        cfg.input_dim, cfg.n_layers, cfg.bias = input_dim, len(hidden), 1
+        for i, (h, k) in enumerate(zip(hidden, kernels)):
+            cfg.hidden_dims[i], cfg.kernel_sizes[i] = h, k
+        cfg.device, cfg.dtype, cfg.n_threads, cfg.memory_limit = device, dtype, 0, memory_limit
+        self.hidden = list(hidden)
+        self.m = C.c_void_p()
+        err = C.create_string_buffer(CL_ERRMSG_LEN)
+        s = self.L.cl_model_create(C.byref(cfg), C.byref(self.m), err, CL_ERRMSG_LEN)
+        if s != 0:
+            raise ClError(s, lib.status_name(s), err.value.decode())
+        # the config read back through the library: a check of cl_config's layout
+        back = self.L.cl_model_config(self.m).contents
+        got = (back.input_dim, back.n_layers, list(back.hidden_dims[:len(hidden)]),
+               list(back.kernel_sizes[:len(hidden)]), back.bias, back.device, back.dtype,
+               back.memory_limit)
+        want = (input_dim, len(hidden), list(hidden), list(kernels), 1, device, dtype,
+                memory_limit)
+        if got != want:
+            raise RuntimeError("cl_config layout mismatch: wrote %r, read %r" % (want, got))
+        self.tensors = []
+        for i in range(self.L.cl_model_n_tensors(self.m)):
+            name, ndim, dims = C.c_char_p(), C.c_int(), (C.c_int * 4)()
+            self.check(self.L.cl_model_tensor_info(self.m, i, C.byref(name), C.byref(ndim), dims))
+            self.tensors.append((name.value.decode(), tuple(dims[:ndim.value])))
+
+    def check(self, s):
+        if s != 0:
+            raise ClError(s, self.lib.status_name(s), self.L.cl_model_error(self.m).decode())
+
+    def free(self):
+        if self.m:
+            self.L.cl_model_free(self.m)
+            self.m = C.c_void_p()
+
+    def load_torch(self, model):
+        sd = model.state_dict()
+        for name, dims in self.tensors:
+            t = sd[name].detach().float().cpu().contiguous()
+            assert tuple(t.shape) == dims, (name, t.shape, dims)
+            self.check(self.L.cl_model_set_param(self.m, name.encode(),
+                                                 C.cast(t.data_ptr(), C.POINTER(C.c_float)),
+                                                 t.numel()))
+
+    def _get(self, fn, name):
+        dims = dict(self.tensors)[name]
+        t = torch.empty(dims, dtype=torch.float32)
+        self.check(fn(self.m, name.encode(), C.cast(t.data_ptr(), C.POINTER(C.c_float)),
+                      t.numel()))
+        return t
+
+    def param(self, name):
+        return self._get(self.L.cl_model_get_param, name)
+
+    def grad(self, name):
+        return self._get(self.L.cl_model_get_grad, name)
+
+    def sync(self):
+        # a download: waits for everything queued on the backend's stream
+        self.param(self.tensors[-1][0])
+
+    def train_step(self, xa, ya, opt, opts=None):
+        loss = C.c_double()
+        self.check(self.L.cl_model_train_step(self.m, C.byref(xa), C.byref(ya),
+                                              CL_TARGET_LAST_STATE, C.byref(opt),
+                                              C.byref(opts) if opts else None, C.byref(loss)))
+        return loss.value
+
+    def forward(self, xa, training, opts=None):
+        self.check(self.L.cl_model_forward(self.m, C.byref(xa), int(training),
+                                           C.byref(opts) if opts else None))
+
+    def stats(self):
+        s = cl_mem_stats()
+        self.check(self.L.cl_model_memory_stats(self.m, C.byref(s)))
+        d = {k: getattr(s, k) for k in ("allocated", "peak_allocated", "reserved",
+                                         "peak_reserved", "limit", "device_free",
+                                         "device_total")}
+        d["current"] = dict(zip(CATEGORIES, s.current))
+        d["peak"] = dict(zip(CATEGORIES, s.peak))
+        d["n_alloc"] = dict(zip(CATEGORIES, s.n_alloc))
+        return d
+
+    def reset_peak(self):
+        self.L.cl_model_reset_peak(self.m)
+
+    def empty_cache(self):
+        self.check(self.L.cl_model_empty_cache(self.m))
+
+    def set_memory_limit(self, b):
+        self.check(self.L.cl_model_set_memory_limit(self.m, b))
+
+    def loss_scale(self):
+        ls = cl_loss_scale()
+        self.check(self.L.cl_model_get_loss_scale(self.m, C.byref(ls)))
+        return {"scale": ls.scale, "growth_interval": ls.growth_interval,
+                "clean_steps": ls.clean_steps, "skipped_steps": ls.skipped_steps}
+
+    def plan(self, B, T, H, W, training=True, opt=None, opts=None):
+        p = cl_plan()
+        self.check(self.L.cl_model_plan(self.m, B, T, H, W, int(training),
+                                        C.byref(opt) if opt else None,
+                                        C.byref(opts) if opts else None, C.byref(p)))
+        try:
+            entries = [(p.entries[i].name.decode(), CATEGORIES[p.entries[i].category],
+                        p.entries[i].bytes) for i in range(p.n)]
+            out = {"total": p.total, "by_category": dict(zip(CATEGORIES, p.by_category)),
+                   "entries": entries}
+        finally:
+            self.L.cl_plan_free(C.byref(p))
+        # a check of cl_plan's layout: the three sums agree
+        if sum(out["by_category"].values()) != out["total"] or \
+                sum(e[2] for e in entries) != out["total"]:
+            raise RuntimeError("cl_plan layout or sums mismatch: %r" % (out["by_category"],))
+        return out
+
+
+# ---- the same ConvLSTM in PyTorch -----------------------------------------
+
+class ConvLSTMCell(nn.Module):
+    # one convolution over cat(x, h) gives the gates i, f, o, g (the tutorial's cell)
+    def __init__(self, input_dim, hidden_dim, kernel_size, bias=True):
+        super().__init__()
+        self.hidden_dim = hidden_dim
+        self.conv = nn.Conv2d(input_dim + hidden_dim, 4 * hidden_dim, kernel_size,
+                              padding=kernel_size // 2, bias=bias)
+
+    def forward(self, x, h, c):
+        z = self.conv(torch.cat([x, h], dim=1))
+        i, f, o, g = torch.split(z, self.hidden_dim, dim=1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        return h, c
+
+
+class ConvLSTM(nn.Module):
+    def __init__(self, input_dim, hidden_dims, kernel_sizes):
+        super().__init__()
+        dims = [input_dim] + list(hidden_dims[:-1])
+        self.cell_list = nn.ModuleList(
+            ConvLSTMCell(d, h, k) for d, h, k in zip(dims, hidden_dims, kernel_sizes))
+
+    def forward(self, x):
+        # x [B, T, C, H, W] -> the last layer's last h [B, C_last, H, W]
+        b, steps, _, height, width = x.shape
+        layer_input = x
+        h = None
+        for li, cell in enumerate(self.cell_list):
+            h = x.new_zeros(b, cell.hidden_dim, height, width)
+            c = torch.zeros_like(h)
+            hs = []
+            for t in range(steps):
+                h, c = cell(layer_input[:, t], h, c)
+                hs.append(h)
+            if li + 1 < len(self.cell_list):
+                layer_input = torch.stack(hs, dim=1)
+        return h
+
+
+class TorchRun:
+    """A PyTorch model, Adam and (float16/bfloat16) autocast + GradScaler."""
+
+    def __init__(self, cfg, dtype, device, compiled=False, compile_mode=None, seed=1):
+        torch.manual_seed(seed)
+        self.model = ConvLSTM(cfg["input_dim"], cfg["hidden"], cfg["kernels"]).to(device)
+        self.device = device
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+        self.amp = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(dtype)
+        self.scaler = None
+        if dtype == "float16":
+            self.scaler = (torch.amp.GradScaler("cuda") if hasattr(torch, "amp") and
+                           hasattr(torch.amp, "GradScaler") else torch.cuda.amp.GradScaler())
+        self.fwd = self.model
+        if compiled:
+            kw = {"mode": compile_mode} if compile_mode else {}
+            self.fwd = torch.compile(self.model, **kw)
+
+    def step(self, x, y):
+        self.opt.zero_grad(set_to_none=True)
+        ctx = (torch.autocast(device_type=self.device.type, dtype=self.amp) if self.amp
+               else contextlib.nullcontext())
+        with ctx:
+            h = self.fwd(x)
+            loss = nn.functional.mse_loss(h.float(), y)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.opt)
+            self.scaler.update()
+        else:
+            loss.backward()
+            self.opt.step()
+        return loss.item()
+
+    def sync(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+
+# ---- configurations -------------------------------------------------------
+
+CONFIGS = {
+    # issue 4: tutorial (1x24x24, T=5, hidden c(64, 1), k 3, batch 100),
+    # video64 (3x64x64, T=10, hidden 64, batch 16), mnist64 (1x64x64, T=10,
+    # hidden c(64, 64), batch 32)
+    "tutorial": dict(input_dim=1, H=24, W=24, T=5, hidden=[64, 1], kernels=[3, 3], batch=100),
+    "video64": dict(input_dim=3, H=64, W=64, T=10, hidden=[64], kernels=[3], batch=16),
+    "mnist64": dict(input_dim=1, H=64, W=64, T=10, hidden=[64, 64], kernels=[3, 3], batch=32),
+}
+TINY = {  # --cpu-smoke: the same shapes of model, small enough for a CPU
+    "tutorial": dict(input_dim=1, H=8, W=8, T=3, hidden=[6, 1], kernels=[3, 3], batch=4),
+    "video64": dict(input_dim=3, H=10, W=8, T=3, hidden=[5], kernels=[3], batch=3),
+    "mnist64": dict(input_dim=1, H=8, W=10, T=3, hidden=[4, 4], kernels=[3, 3], batch=2),
+}
+TARGETS = {"speedup_eager_f32": 3.0, "speedup_compile_f32": 1.5, "peak_ratio_max": 0.5,
+           "f16_over_f32_mnist64": 1.8}
+
+
+def make_data(cfg, B, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(B, cfg["T"], cfg["input_dim"], cfg["H"], cfg["W"], generator=g)
+    y = torch.rand(B, cfg["hidden"][-1], cfg["H"], cfg["W"], generator=g)
+    return x, y
+
+
+# ---- output ----------------------------------------------------------------
+
+class Results:
+    def __init__(self, outdir, meta):
+        self.outdir = outdir
+        os.makedirs(outdir, exist_ok=True)
+        self.doc = {"meta": meta, "records": [], "checks": [], "targets": TARGETS}
+        self.save()
+
+    def add(self, rec):
+        self.doc["records"].append(rec)
+        self.save()
+
+    def check(self, name, ok, **info):
+        rec = dict(name=name, ok=bool(ok), **info)
+        self.doc["checks"].append(rec)
+        print("%s  %s  %s" % ("ok  " if ok else "FAIL", name,
+                              " ".join("%s=%s" % (k, fmt(v)) for k, v in info.items())),
+              flush=True)
+        self.save()
+        return ok
+
+    def save(self):
+        tmp = os.path.join(self.outdir, "results.json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(self.doc, f, indent=1, default=str)
+        os.replace(tmp, os.path.join(self.outdir, "results.json"))
+        cols = ["mode", "config", "dtype", "impl", "batch", "mean_ms", "median_ms", "min_ms",
+                "steps", "pack_ms", "peak_allocated", "peak_reserved", "max_batch",
+                "max_batch_planned", "compile_s", "loss", "error"]
+        with open(os.path.join(self.outdir, "results.csv"), "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+            w.writeheader()
+            for r in self.doc["records"]:
+                w.writerow(r)
+
+
+def fmt(v):
+    if isinstance(v, float):
+        return "%.4g" % v
+    return str(v)
+
+
+def mib(b):
+    return "-" if b is None else "%.1f" % (b / 2**20)
+
+
+# ---- timing ----------------------------------------------------------------
+
+def time_steps(step, sync, warmup, steps):
+    """Per-step times (s) and the synced mean over `steps` back-to-back."""
+    loss = None
+    for _ in range(warmup):
+        loss = step()
+    sync()
+    times = []
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        s0 = time.perf_counter()
+        loss = step()
+        times.append(time.perf_counter() - s0)
+    sync()
+    total = time.perf_counter() - t0
+    return {"mean_ms": 1e3 * total / steps, "median_ms": 1e3 * statistics.median(times),
+            "min_ms": 1e3 * min(times), "steps": steps, "loss": loss}
+
+
+def pack_ms(lib, x, y, reps=5):
+    """What our step spends converting x and y to the core's layout (host only)."""
+    dst = torch.empty(x.numel() + y.numel(), dtype=torch.float32)
+    xa, ya = host_array(x), host_array(y)
+    p = C.cast(dst.data_ptr(), C.POINTER(C.c_float))
+    best = math.inf
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        lib.L.cl_pack_host(p, C.byref(xa))
+        lib.L.cl_pack_host(p, C.byref(ya))
+        best = min(best, time.perf_counter() - t0)
+    return 1e3 * best
+
+
+def torch_empty(dev):
+    gc.collect()
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def bench_ours(a, lib, res, name, cfg, dtype, x, y):
+    rec = dict(mode="bench", config=name, dtype=dtype, impl="convlstm", batch=cfg["batch"])
+    m = None
+    try:
+        m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device,
+                 DTYPES[dtype])
+        m.load_torch(ConvLSTM(cfg["input_dim"], cfg["hidden"], cfg["kernels"]))
+        xa, ya, opt = host_array(x), host_array(y), adam()
+        rec.update(time_steps(lambda: m.train_step(xa, ya, opt), m.sync, a.warmup, a.steps))
+        st = m.stats()
+        rec.update(peak_allocated=st["peak_allocated"], peak_reserved=st["peak_reserved"],
+                   peak_by_category=st["peak"], device_total=st["device_total"])
+        rec["pack_ms"] = pack_ms(lib, x, y)
+        if dtype == "float16":
+            rec["loss_scale"] = m.loss_scale()
+    except Exception as e:  # noqa: BLE001 -- a failed measurement is a result too
+        rec["error"] = "%s: %s" % (type(e).__name__, e)
+    finally:
+        if m:
+            m.free()
+    res.add(rec)
+    return rec
+
+
+def bench_torch(a, res, name, cfg, dtype, x, y, compiled):
+    impl = "torch_compile" if compiled else "torch_eager"
+    rec = dict(mode="bench", config=name, dtype=dtype, impl=impl, batch=cfg["batch"])
+    if compiled and not hasattr(torch, "compile"):
+        rec["error"] = "skipped: torch %s has no torch.compile" % torch.__version__
+        res.add(rec)
+        return rec
+    if dtype != "float32" and a.torch_dev.type == "cpu":
+        rec["error"] = "skipped: autocast %s on the CPU is not what is compared" % dtype
+        res.add(rec)
+        return rec
+    run = None
+    try:
+        torch_empty(a.torch_dev)
+        xd, yd = x.to(a.torch_dev), y.to(a.torch_dev)
+        run = TorchRun(cfg, dtype, a.torch_dev, compiled, a.compile_mode)
+        t0 = time.perf_counter()
+        run.step(xd, yd)  # the compile happens here
+        run.sync()
+        rec["compile_s"] = time.perf_counter() - t0 if compiled else None
+        rec.update(time_steps(lambda: run.step(xd, yd), run.sync, a.warmup, a.steps))
+        if a.torch_dev.type == "cuda":
+            rec.update(peak_allocated=torch.cuda.max_memory_allocated(),
+                       peak_reserved=torch.cuda.max_memory_reserved())
+    except Exception as e:  # noqa: BLE001
+        rec["error"] = "%s: %s" % (type(e).__name__, str(e)[:500])
+    finally:
+        run = xd = yd = None
+        torch_empty(a.torch_dev)
+        if compiled and hasattr(torch, "_dynamo"):
+            torch._dynamo.reset()
+    res.add(rec)
+    return rec
+
+
+def time_left(a):
+    return a.deadline - time.monotonic()
+
+
+def skipped(res, mode, name, dtype, impl, why):
+    r = dict(mode=mode, config=name, dtype=dtype, impl=impl, error="skipped: " + why)
+    res.add(r)
+    return r
+
+
+def run_bench(a, lib, res):
+    # float32 of every config first: the targets are float32's
+    for dtype in a.dtypes:
+        for name in a.configs:
+            cfg = a.cfg[name]
+            x, y = make_data(cfg, cfg["batch"])
+            print("-- bench %s %s batch %d (%.0fs left)" % (name, dtype, cfg["batch"],
+                                                          time_left(a)), flush=True)
+            if time_left(a) < 30:
+                for impl in ("convlstm", "torch_eager", "torch_compile"):
+                    skipped(res, "bench", name, dtype, impl, "time budget")
+                continue
+            for r in (bench_ours(a, lib, res, name, cfg, dtype, x, y),
+                      bench_torch(a, res, name, cfg, dtype, x, y, False),
+                      None if a.no_compile else
+                      skipped(res, "bench", name, dtype, "torch_compile",
+                              "time budget (a compile takes up to a minute)")
+                      if time_left(a) < 90 else
+                      bench_torch(a, res, name, cfg, dtype, x, y, True)):
+                if r:
+                    print("   %-14s %s" % (r["impl"], r.get("error") or
+                                           "mean %.3f ms, median %.3f ms, peak %s MiB" %
+                                           (r["mean_ms"], r["median_ms"],
+                                            mib(r.get("peak_allocated")))), flush=True)
+
+
+# ---- the largest batch -------------------------------------------------------
+
+def largest(fits, start, deadline, cap=1 << 22):
+    """Largest n >= 1 with fits(n), doubling from start then bisecting, until
+    the deadline; returns (n, exact) where exact is False if time ran out."""
+    lo, hi = 0, None
+    n = max(1, start)
+    while hi is None:
+        if time.monotonic() > deadline:
+            return lo, False
+        if fits(n):
+            lo = n
+            if n >= cap:
+                return lo, True
+            n = min(2 * n, cap)
+        else:
+            hi = n
+    while hi - lo > 1:
+        if time.monotonic() > deadline:
+            return lo, False
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, True
+
+
+def max_batch_ours(a, lib, res, name, cfg, dtype):
+    rec = dict(mode="max_batch", config=name, dtype=dtype, impl="convlstm")
+    m = None
+    try:
+        torch_empty(a.torch_dev)
+        m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device,
+                 DTYPES[dtype], memory_limit=a.memory_limit)
+        opt = adam()
+        st = m.stats()
+        free = st["device_free"] - a.margin_mb * 2**20
+        base = st["allocated"]
+        T, H, W = cfg["T"], cfg["H"], cfg["W"]
+
+        def plan_fits(B):
+            return m.plan(B, T, H, W, True, opt)["total"] - base <= free
+
+        planned, exact = largest(plan_fits, cfg["batch"], time.monotonic() + 30)
+        rec.update(max_batch_planned=planned, planned_exact=exact, device_free=free,
+                   plan_total=m.plan(planned, T, H, W, True, opt)["total"] if planned else 0)
+        # confirmed by real steps (two: Adam's state exists from the first on),
+        # backing off 2% at a time if the plan was too optimistic
+        x, y = make_data(cfg, max(planned, 1), seed=1)
+        B, tries, confirmed = planned, 0, None
+        while B >= 1 and tries < 10:
+            tries += 1
+            try:
+                xa, ya = host_array(x[:B].contiguous()), host_array(y[:B].contiguous())
+                for _ in range(2):
+                    m.train_step(xa, ya, opt)
+                m.sync()
+                confirmed = B
+                break
+            except ClError as e:
+                # an OOM means the plan was optimistic (a finding too); any
+                # other failure (a size cuDNN refuses) halves the batch
+                rec.setdefault("confirm_errors", []).append("B=%d: %s" % (B, e))
+                m.empty_cache()
+                B = int(B * 0.98) if e.status == CL_E_OOM else B // 2
+        rec["max_batch"] = confirmed
+        st = m.stats()
+        rec.update(peak_allocated=st["peak_allocated"], peak_reserved=st["peak_reserved"])
+    except Exception as e:  # noqa: BLE001
+        rec["error"] = "%s: %s" % (type(e).__name__, e)
+    finally:
+        if m:
+            m.free()
+    res.add(rec)
+    return rec
+
+
+def max_batch_torch(a, res, name, cfg, dtype):
+    rec = dict(mode="max_batch", config=name, dtype=dtype, impl="torch_eager")
+    if a.torch_dev.type != "cuda":
+        rec["error"] = "skipped: needs a GPU (an OOM is caught, not provoked, on the CPU)"
+        res.add(rec)
+        return rec
+    run = TorchRun(cfg, dtype, a.torch_dev)
+    shape = (cfg["T"], cfg["input_dim"], cfg["H"], cfg["W"])
+    notes = rec["notes"] = []
+
+    def fits(B):
+        ok = False
+        try:
+            x = torch.rand((B,) + shape, device=a.torch_dev)
+            y = torch.rand(B, cfg["hidden"][-1], cfg["H"], cfg["W"], device=a.torch_dev)
+            run.step(x, y)
+            run.step(x, y)
+            run.sync()
+            ok = True
+        except torch.cuda.OutOfMemoryError:
+            pass
+        except RuntimeError as e:  # cuDNN or cuBLAS refusing a size counts as not fitting
+            notes.append("B=%d: %s" % (B, str(e)[:200]))
+        x = y = None
+        run.opt.zero_grad(set_to_none=True)
+        torch_empty(a.torch_dev)
+        return ok
+
+    try:
+        B, exact = largest(fits, cfg["batch"],
+                           min(time.monotonic() + a.max_batch_seconds, a.deadline - 15))
+        rec.update(max_batch=B, exact=exact)
+    except Exception as e:  # noqa: BLE001
+        rec["error"] = "%s: %s" % (type(e).__name__, str(e)[:500])
+    finally:
+        run = None
+        torch_empty(a.torch_dev)
+    res.add(rec)
+    return rec
+
+
+def run_max_batch(a, lib, res):
+    for dtype in a.dtypes:
+        for name in a.configs:
+            cfg = a.cfg[name]
+            print("-- max batch %s %s (%.0fs left)" % (name, dtype, time_left(a)), flush=True)
+            if time_left(a) < 40:
+                o = skipped(res, "max_batch", name, dtype, "convlstm", "time budget")
+                t = skipped(res, "max_batch", name, dtype, "torch_eager", "time budget")
+            else:
+                o = max_batch_ours(a, lib, res, name, cfg, dtype)
+                t = max_batch_torch(a, res, name, cfg, dtype)
+            print("   convlstm planned %s, confirmed %s %s| torch eager %s %s" % (
+                o.get("max_batch_planned"), o.get("max_batch"), o.get("error", ""),
+                t.get("max_batch"), t.get("error", "")), flush=True)
+
+
+# ---- checks ------------------------------------------------------------------
+
+def rel_err(got, ref):
+    """Normwise: max |got - ref| / max |ref|."""
+    d = (got.double() - ref.double()).abs().max().item()
+    s = ref.double().abs().max().item()
+    return d / s if s > 0 else d
+
+
+def check_parity(a, lib, res, name, cfg, dtype, n_steps):
+    """Our losses of n Adam steps, and the gradients of the first, against
+    PyTorch's eager model on the same device from the same weights."""
+    tol = 1e-4 if dtype == "float32" else 2e-2
+    if a.torch_dev.type == "cpu" and dtype != "float32":
+        return
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    x, y = make_data(cfg, cfg["batch"], seed=2)
+    run = TorchRun(cfg, dtype, a.torch_dev, seed=3)
+    m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device, DTYPES[dtype])
+    try:
+        m.load_torch(run.model)
+        xa, ya, opt = host_array(x), host_array(y), adam()
+        xd, yd = x.to(a.torch_dev), y.to(a.torch_dev)
+        ours, theirs = [], []
+        for i in range(n_steps):
+            ours.append(m.train_step(xa, ya, opt))
+            theirs.append(run.step(xd, yd))
+            if i == 0:
+                tg = {n: p.grad.detach().float().cpu()
+                      for n, p in run.model.named_parameters() if p.grad is not None}
+                if all(torch.isfinite(t).all() for t in tg.values()):
+                    g = max(rel_err(m.grad(n), t) for n, t in tg.items())
+                    res.check("parity %s %s: gradients of step 1 vs PyTorch" % (name, dtype),
+                              g <= tol, max_rel=g, tol=tol)
+                else:  # GradScaler skipped the step: its gradients are not comparable
+                    res.check("parity %s %s: gradients of step 1 (PyTorch's scaler "
+                              "overflowed, not compared)" % (name, dtype), True)
+        lr = max(abs(o - t) / max(abs(t), 1e-12) for o, t in zip(ours, theirs))
+        res.check("parity %s %s: losses of %d Adam steps vs PyTorch" % (name, dtype, n_steps),
+                  lr <= tol * (1 if dtype == "float32" else 2), max_rel=lr,
+                  first=ours[0], last=ours[-1], torch_last=theirs[-1])
+        sd = run.model.state_dict()
+        pr = max(rel_err(m.param(n), sd[n].float().cpu()) for n, _ in m.tensors)
+        res.check("parity %s %s: parameters after %d steps" % (name, dtype, n_steps),
+                  pr <= 10 * tol, max_rel=pr, tol=10 * tol)
+    finally:
+        m.free()
+        run = None
+        torch_empty(a.torch_dev)
+        torch.backends.cudnn.allow_tf32 = a.tf32
+        torch.backends.cuda.matmul.allow_tf32 = a.tf32
+
+
+def check_plan_equals_peak(a, lib, res, name, cfg, dtype):
+    m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device, DTYPES[dtype])
+    try:
+        x, y = make_data(cfg, cfg["batch"])
+        opt = adam()
+        plan = m.plan(cfg["batch"], cfg["T"], cfg["H"], cfg["W"], True, opt)
+        for _ in range(2):
+            m.train_step(host_array(x), host_array(y), opt)
+        peak = m.stats()["peak"]
+        diff = {c: peak[c] - plan["by_category"][c] for c in CATEGORIES
+                if peak[c] != plan["by_category"][c]}
+        res.check("memory %s %s: plan == measured peak per category" % (name, dtype),
+                  not diff, plan_total=plan["total"], diff=diff or "none")
+        before = sum(m.stats()["n_alloc"].values())
+        m.train_step(host_array(x), host_array(y), opt)
+        made = sum(m.stats()["n_alloc"].values()) - before
+        res.check("memory %s %s: no allocation inside a step of a planned shape" %
+                  (name, dtype), made == 0, allocations=made)
+        # inference with last states only: the peak must not grow with T
+        m.empty_cache()
+        peaks = []
+        for T in (cfg["T"], 4 * cfg["T"]):
+            xi, _ = make_data(dict(cfg, T=T), cfg["batch"])
+            m.empty_cache()
+            m.reset_peak()
+            m.forward(host_array(xi), False, cl_step_options(0, 0, 0, CL_OUTPUTS_LAST, 0))
+            peaks.append(m.stats()["peak_allocated"])
+        res.check("memory %s %s: inference peak independent of T" % (name, dtype),
+                  peaks[0] == peaks[1], T=(cfg["T"], 4 * cfg["T"]), peaks=peaks)
+    finally:
+        m.free()
+
+
+def check_oom_recovery(a, lib, res, name, cfg):
+    """A real device OOM (or, on the CPU, the memory limit's): a clear error
+    with the numbers, and the model trains afterwards."""
+    limit = 0 if a.cl_device == CL_DEVICE_CUDA else 64 * 2**20
+    m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device, CL_F32,
+             memory_limit=limit)
+    try:
+        opt = adam()
+        st = m.stats()
+        per = m.plan(2, cfg["T"], cfg["H"], cfg["W"], True, opt)["total"] - \
+            m.plan(1, cfg["T"], cfg["H"], cfg["W"], True, opt)["total"]
+        cap = st["device_total"] if limit == 0 else limit
+        B = int(1.25 * cap / max(per, 1)) + 1
+        x, y = make_data(cfg, B, seed=4)
+        err = None
+        try:
+            m.train_step(host_array(x), host_array(y), opt)
+        except ClError as e:
+            err = e
+        ok1 = err is not None and err.status == CL_E_OOM and "tried to allocate" in str(err)
+        res.check("oom %s: a batch of %d is refused with CL_E_OOM and the numbers" % (name, B),
+                  ok1, message=str(err) if err else "no error")
+        x, y = make_data(cfg, cfg["batch"], seed=5)
+        loss = m.train_step(host_array(x), host_array(y), opt)
+        st2 = m.stats()
+        res.check("oom %s: the model trains after the OOM" % name, math.isfinite(loss),
+                  loss=loss, allocated=st2["allocated"])
+    finally:
+        m.free()
+
+
+def run_checks(a, lib, res):
+    steps = 3 if a.cpu_smoke else 20
+    for name in a.configs:
+        cfg = a.cfg[name]
+        for dtype in a.check_dtypes:
+            print("-- checks %s %s" % (name, dtype), flush=True)
+            for fn in (lambda: check_parity(a, lib, res, name, cfg, dtype, steps),
+                       lambda: check_plan_equals_peak(a, lib, res, name, cfg, dtype)):
+                try:
+                    fn()
+                except Exception as e:  # noqa: BLE001
+                    res.check("checks %s %s raised" % (name, dtype), False,
+                              error="%s: %s" % (type(e).__name__, e))
+    try:
+        check_oom_recovery(a, lib, res, a.configs[-1], a.cfg[a.configs[-1]])
+    except Exception as e:  # noqa: BLE001
+        res.check("oom check raised", False, error="%s: %s" % (type(e).__name__, e))
+
+
+# ---- struct layouts ----------------------------------------------------------
+
+def check_layout(res):
+    """sizeof and offsetof of every struct, from the C compiler, against ctypes."""
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if not cc:
+        res.check("layout: no C compiler, not checked", True)
+        return
+    lines = []
+    for sname, st in list(STRUCTS.items()) + [("cl_cuda_info", cl_cuda_info)]:
+        lines.append('printf("%s sizeof %%zu\\n", sizeof(%s));' % (sname, sname))
+        for f in st._fields_:
+            lines.append('printf("%s %s %%zu\\n", offsetof(%s, %s));' % (sname, f[0], sname,
+                                                                           f[0]))
+    src = ("#include <stdio.h>\n#include <stddef.h>\n#include \"convlstm.h\"\n"
+           "#include \"cuda/cuda_info.h\"\nint main(void) {\n%s\nreturn 0;\n}\n"
+           % "\n".join(lines))
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "l.c"), "w") as f:
+            f.write(src)
+        exe = os.path.join(d, "l")
+        r = subprocess.run([cc, "-std=c11", "-I", os.path.join(ROOT, "src"),
+                            os.path.join(d, "l.c"), "-o", exe], capture_output=True, text=True)
+        if r.returncode != 0:
+            res.check("layout: compile", False, error=r.stderr[-500:])
+            return
+        out = subprocess.run([exe], capture_output=True, text=True).stdout.split("\n")
+    bad = []
+    n = 0
+    for line in out:
+        if not line:
+            continue
+        sname, field, val = line.split()
+        st = dict(STRUCTS, cl_cuda_info=cl_cuda_info)[sname]
+        got = C.sizeof(st) if field == "sizeof" else getattr(st, field).offset
+        n += 1
+        if got != int(val):
+            bad.append("%s.%s: C %s, ctypes %d" % (sname, field, val, got))
+    res.check("layout: %d sizes and offsets of %d structs match the C compiler's" %
+              (n, len(STRUCTS) + 1), not bad, mismatches=bad or "none")
+
+
+# ---- the table ---------------------------------------------------------------
+
+def summarize(res):
+    recs = [r for r in res.doc["records"] if r["mode"] == "bench" and "mean_ms" in r]
+    by = {(r["config"], r["dtype"], r["impl"]): r for r in recs}
+    rows = []
+    # "ours x faster": their mean step time / ours; "ours/their peak": our
+    # peak_allocated / theirs (max_memory_allocated), at the same batch
+    print("\n%-9s %-8s %-14s %9s %9s %8s %11s %9s %9s  %s" % (
+        "config", "dtype", "impl", "mean ms", "median", "pack ms", "peak MiB", "ours x",
+        "ours/peak", "target"))
+    for (cfgn, dt, impl), r in sorted(by.items()):
+        ours = by.get((cfgn, dt, "convlstm"))
+        speed = ratio = None
+        target = ""
+        if ours and impl != "convlstm":
+            speed = r["mean_ms"] / ours["mean_ms"]
+            if r.get("peak_allocated") and ours.get("peak_allocated"):
+                ratio = ours["peak_allocated"] / r["peak_allocated"]
+            if dt == "float32":
+                t = TARGETS["speedup_eager_f32" if impl == "torch_eager" else
+                            "speedup_compile_f32"]
+                target = ">=%.1fx %s; peak <=%.1f %s" % (
+                    t, "ok" if speed >= t else "MISS", TARGETS["peak_ratio_max"],
+                    "-" if ratio is None else "ok" if ratio <= TARGETS["peak_ratio_max"]
+                    else "MISS")
+        if impl == "convlstm" and dt == "float16" and cfgn == "mnist64":
+            f32 = by.get((cfgn, "float32", "convlstm"))
+            if f32:
+                s = f32["mean_ms"] / r["mean_ms"]
+                t = TARGETS["f16_over_f32_mnist64"]
+                target = "f16 %.2fx our f32 (>=%.1fx %s)" % (s, t, "ok" if s >= t else "MISS")
+        row = dict(config=cfgn, dtype=dt, impl=impl, mean_ms=r["mean_ms"],
+                   median_ms=r["median_ms"], peak_allocated=r.get("peak_allocated"),
+                   ours_faster=speed, ours_peak_ratio=ratio, target=target)
+        rows.append(row)
+        print("%-9s %-8s %-14s %9.3f %9.3f %8s %11s %9s %9s  %s" % (
+            cfgn, dt, impl, r["mean_ms"], r["median_ms"],
+            "%.2f" % r["pack_ms"] if r.get("pack_ms") is not None else "",
+            mib(r.get("peak_allocated")), "" if speed is None else "%.2f" % speed,
+            "" if ratio is None else "%.2f" % ratio, target))
+    errs = [r for r in res.doc["records"] if r.get("error")]
+    for r in errs:
+        print("note: %s %s %s %s: %s" % (r["mode"], r["config"], r["dtype"], r["impl"],
+                                         r["error"][:300]))
+    mb = [r for r in res.doc["records"] if r["mode"] == "max_batch"]
+    if mb:
+        print("\nlargest batch that fits:")
+        for r in mb:
+            print("  %-9s %-8s %-12s %s%s" % (
+                r["config"], r["dtype"], r["impl"], r.get("max_batch"),
+                " (planned %s)" % r["max_batch_planned"] if "max_batch_planned" in r else ""))
+    fails = [c for c in res.doc["checks"] if not c["ok"]]
+    print("\nchecks: %d, failed %d" % (len(res.doc["checks"]), len(fails)))
+    res.doc["summary"] = rows
+    res.save()
+    return fails
+
+
+# ---- main ----------------------------------------------------------------------
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("outdir")
+    ap.add_argument("--lib", default=os.path.join(ROOT, "build", "libconvlstm.so"))
+    ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--max-batch", action="store_true")
+    ap.add_argument("--checks", action="store_true")
+    ap.add_argument("--layout", action="store_true")
+    ap.add_argument("--cpu-smoke", action="store_true",
+                    help="every mode at tiny sizes on the CPU (no GPU needed)")
+    ap.add_argument("--configs", default="tutorial,video64,mnist64")
+    ap.add_argument("--dtypes", default="float32,float16")
+    ap.add_argument("--check-dtypes", default="float32,float16,bfloat16")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--compile-mode", default=None, help="torch.compile mode, e.g. max-autotune")
+    ap.add_argument("--tf32", action="store_true",
+                    help="TF32 convolutions on both sides (PyTorch's default for cuDNN); "
+                         "default: off on both, strict float32")
+    ap.add_argument("--cudnn-benchmark", action="store_true",
+                    help="time cuDNN algorithms on both sides (torch.backends.cudnn.benchmark, "
+                         "CONVLSTM_CUDNN_BENCHMARK=1)")
+    ap.add_argument("--margin-mb", type=int, default=512,
+                    help="device memory left free when planning our largest batch")
+    ap.add_argument("--max-batch-seconds", type=float, default=45.0,
+                    help="time for each PyTorch largest-batch search")
+    ap.add_argument("--time-budget", type=float, default=1e9,
+                    help="seconds for the whole run: no measurement starts that would not "
+                         "end in time (it is recorded as skipped)")
+    a = ap.parse_args(argv)
+    if not (a.bench or a.max_batch or a.checks or a.layout):
+        a.bench = True
+    if a.cpu_smoke:
+        a.bench = a.max_batch = a.checks = a.layout = True
+        a.steps, a.warmup = min(a.steps, 3), 1
+    a.configs = [c for c in a.configs.split(",") if c]
+    a.dtypes = [d for d in a.dtypes.split(",") if d]
+    a.check_dtypes = [d for d in a.check_dtypes.split(",") if d]
+    a.cfg = TINY if a.cpu_smoke else CONFIGS
+    a.deadline = time.monotonic() + a.time_budget
+
+    # knobs read by our backend when a model is created
+    os.environ["CONVLSTM_CUDA_TF32"] = "1" if a.tf32 else "0"
+    os.environ["CONVLSTM_CUDNN_BENCHMARK"] = "1" if a.cudnn_benchmark else "0"
+    torch.backends.cudnn.allow_tf32 = a.tf32
+    torch.backends.cuda.matmul.allow_tf32 = a.tf32
+    torch.backends.cudnn.benchmark = a.cudnn_benchmark
+
+    lib = Lib(a.lib)
+    gpu = not a.cpu_smoke
+    if gpu and not (torch.cuda.is_available() and lib.L.cl_device_available(CL_DEVICE_CUDA)):
+        print("no usable GPU for both sides: torch.cuda %s, convlstm cuda %s %s" % (
+            torch.cuda.is_available(), lib.L.cl_device_available(CL_DEVICE_CUDA),
+            lib.cuda_info()), file=sys.stderr)
+        return 2
+    a.cl_device = CL_DEVICE_CUDA if gpu else CL_DEVICE_CPU
+    a.torch_dev = torch.device("cuda" if gpu else "cpu")
+    a.memory_limit = 0 if gpu else 24 * 2**20  # the CPU: plan against a limit instead
+    if not gpu:
+        a.margin_mb = 0
+    if not gpu:
+        torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "host": platform.node(),
+            "python": sys.version.split()[0], "torch": torch.__version__,
+            "torch_cudnn": torch.backends.cudnn.version() if gpu else None,
+            "device": torch.cuda.get_device_name() if gpu else platform.processor() or "cpu",
+            "lib": lib.path, "convlstm_cuda": lib.cuda_info(), "args": {
+                k: v for k, v in vars(a).items() if k not in ("cfg", "torch_dev")},
+            "configs": {n: a.cfg[n] for n in a.configs}, "tf32": a.tf32,
+            "cudnn_benchmark": a.cudnn_benchmark,
+            "git": subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                                  capture_output=True, text=True).stdout.strip()}
+    print("convlstm GPU bench: %s | torch %s | %s" % (meta["device"], torch.__version__,
+                                                     meta["convlstm_cuda"]), flush=True)
+    res = Results(a.outdir, meta)
+    if a.layout:
+        check_layout(res)
+    if a.cpu_smoke:  # the search itself, on a predicate with a known answer
+        n, exact = largest(lambda b: b <= 1234, 100, time.monotonic() + 5)
+        res.check("largest(): doubling + bisection finds 1234", n == 1234 and exact, got=n)
+    if a.checks:
+        run_checks(a, lib, res)
+    if a.bench:
+        run_bench(a, lib, res)
+    if a.max_batch:
+        run_max_batch(a, lib, res)
+    fails = summarize(res)
+    alive = lib.L.cl_models_alive()
+    if alive:
+        res.check("every model freed", False, alive=alive)
+        fails.append(alive)
+    print("results: %s" % os.path.join(a.outdir, "results.json"))
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

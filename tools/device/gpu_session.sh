@@ -1,0 +1,296 @@
+#!/usr/bin/env bash
+# tools/device/gpu_session.sh -- the GPU checks and benchmark of issue 4 as ONE
+# command for the device machine (see tools/device/README.md), each stage
+# bounded in time so that the whole fits the device tool's 10 minutes.
+#
+#   bash tools/device/gpu_session.sh [STAGE...]      (from the repository root)
+#
+# Stages, run in the order given (default: info build ctest rinstall rtest checks
+# sanitize):
+#   info      nvidia-smi, nvcc, PyTorch, cuDNN, compilers, R: what the machine is
+#   build     the standalone library with CUDA (make -C src -f Makefile.standalone),
+#             against PyTorch's pip cuDNN, for this GPU's architecture only
+#   ctest     the C tests (tests/c/run.sh build), build/test_cuda_kernels included
+#   sanitize  build/test_cuda_kernels under compute-sanitizer memcheck
+#   rinstall  R CMD INSTALL into build/rlib (R from .rt/setup.sh, see pack-r.sh)
+#   rtest     the testthat suite against that installation, GPU tests included
+#   checks    bench/gpu/bench_gpu.py --checks --layout (parity with PyTorch,
+#             plan == peak, inference peak vs T, OOM recovery)
+#   bench     bench/gpu/bench_gpu.py --bench --max-batch, for the time that is left
+#
+# It is not CI (CI has no GPU) and installs nothing outside the checkout and
+# /tmp. Without a GPU the stages that need one say "skipped" (bench then runs
+# the harness's --cpu-smoke instead), which is how it is tested off the GPU.
+#
+# Environment:
+#   OUT         where results go (the device tool's $OUT; default ./gpu-out).
+#               At most 8 files come back from the device, so it holds only
+#               summary.txt, session.log, results.json, results.csv (bench),
+#               checks.json, and logs.tar.gz with one log per stage.
+#   BUDGET_S    seconds for the whole run (default 560)
+#   DRY_RUN=1   print each stage's commands instead of running them
+#   PYTHON      the Python with torch (default: python3 if it imports torch,
+#               else /usr/bin/python3)
+#   BENCH_MODES the bench stage's modes (default "--bench --max-batch"; e.g.
+#               "--max-batch" for a second call when the first ran out of time)
+#   BENCH_ARGS  extra arguments for bench_gpu.py in the bench stage
+#               (e.g. "--configs mnist64 --dtypes float32 --no-compile")
+#   JOBS        parallel make jobs (default: nproc)
+set -u
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+SELF="$ROOT/tools/device/gpu_session.sh"
+cd "$ROOT" || exit 2
+OUT=${OUT:-$ROOT/gpu-out}
+BUDGET_S=${BUDGET_S:-560}
+JOBS=${JOBS:-$(nproc 2>/dev/null || echo 4)}
+LOGDIR=${LOGDIR:-/tmp/convlstm-gpu-logs}
+RLIB=$ROOT/build/rlib
+export PYTHONUNBUFFERED=1 NOT_CRAN=true
+# nvcc and compute-sanitizer, where the image has them but PATH does not
+export PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin"
+
+# Stage caps in seconds: what each may take at most, if the budget allows.
+cap_of() {
+  case $1 in
+    info) echo 30 ;; build) echo 300 ;; ctest) echo 150 ;; sanitize) echo 180 ;;
+    rinstall) echo 300 ;; rtest) echo 240 ;; checks) echo 240 ;; bench) echo 100000 ;;
+    *) echo 60 ;;
+  esac
+}
+
+have_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q GPU; }
+
+pick_python() {
+  if [ -n "${PYTHON:-}" ]; then echo "$PYTHON"; return; fi
+  for p in python3 /usr/bin/python3; do
+    if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import torch' >/dev/null 2>&1; then
+      echo "$p"; return
+    fi
+  done
+  echo python3
+}
+
+# A folder laid out as Makefile.standalone and configure expect
+# (include/cudnn.h, lib/libcudnn.so), pointing at PyTorch's pip cuDNN (whose
+# wheel ships only versioned names), so that our library and PyTorch use the
+# same cuDNN in one process. Headers: the wheel's, else a carried .cudnn/include
+# (README.md), else CUDA's. Prints CUDNN_HOME, or nothing.
+cudnn_home() {
+  if [ -n "${CUDNN_HOME:-}" ]; then echo "$CUDNN_HOME"; return; fi
+  local py pip inc shim so d
+  py=$(pick_python)
+  pip=$("$py" -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null)
+  if [ -n "$pip" ] && ls "$pip"/lib/libcudnn.so.[0-9]* >/dev/null 2>&1; then
+    inc=""
+    for d in "$pip/include" "$ROOT/.cudnn/include" /usr/local/cuda/include /usr/include; do
+      if [ -e "$d/cudnn.h" ]; then inc=$d; break; fi
+    done
+    if [ -n "$inc" ]; then
+      shim=/tmp/convlstm-cudnn
+      mkdir -p "$shim/lib"
+      ln -sfn "$inc" "$shim/include"
+      for so in "$pip"/lib/libcudnn*.so*; do ln -sf "$so" "$shim/lib/"; done
+      for so in "$pip"/lib/libcudnn.so.[0-9]*; do
+        [ -e "$so" ] && ln -sf "$so" "$shim/lib/libcudnn.so" && break
+      done
+      echo "$shim"
+      return
+    fi
+  fi
+  for d in /usr/local/cuda /usr; do
+    if [ -e "$d/include/cudnn.h" ]; then echo "$d"; return; fi
+  done
+}
+
+# The cuDNN of the build on the loader's path too: cuDNN loads its engine
+# libraries by name at run time.
+use_cudnn() {
+  local home
+  home=$(cudnn_home)
+  [ -n "$home" ] || return 0
+  export LD_LIBRARY_PATH="$home/lib:$home/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+
+# nvcc flags for the GPU in this machine (sm_XY plus its PTX), else sm_90.
+gencode() {
+  local cc
+  cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .')
+  case $cc in [0-9][0-9]*) ;; *) cc=90 ;; esac
+  echo "-gencode arch=compute_$cc,code=sm_$cc -gencode arch=compute_$cc,code=compute_$cc"
+}
+
+r_ready() {
+  if [ -f "$ROOT/.rt/setup.sh" ] && ! command -v Rscript >/dev/null 2>&1; then
+    # shellcheck disable=SC1091
+    . "$ROOT/.rt/setup.sh" >/dev/null 2>&1
+  fi
+  command -v Rscript >/dev/null 2>&1
+}
+
+# The whole suite (not stopping at the first failure), one line per file, and
+# a total the summary can quote.
+# shellcheck disable=SC2016
+RTEST='library(convlstm); print(gpu_info())
+r <- as.data.frame(testthat::test_dir("tests/testthat", package = "convlstm",
+  load_package = "installed", stop_on_failure = FALSE, reporter = "summary"))
+cat(sprintf("testthat: %d expectations, %d failed, %d skipped, %d files with errors\n",
+  sum(r$nb), sum(r$failed), sum(r$skipped), sum(r$error)))
+quit(status = as.integer(sum(r$failed) + sum(r$error) > 0))'
+
+# ---- one stage (run by the driver below, under `timeout`) ------------------
+
+run_stage() {
+  local stage=$1 py
+  py=$(pick_python)
+  case $stage in
+  info)
+    date -u
+    git -C "$ROOT" log --oneline -1 2>/dev/null
+    nvidia-smi || echo "no nvidia-smi: no GPU here"
+    command -v nvcc >/dev/null 2>&1 && nvcc --version | tail -n 2
+    [ -x /usr/local/cuda/bin/nvcc ] && /usr/local/cuda/bin/nvcc --version | tail -n 1
+    "$py" - <<'PY'
+import sys, torch
+gpu = torch.cuda.is_available()
+print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda,
+      "cudnn", torch.backends.cudnn.version() if gpu else None,
+      "gpu", torch.cuda.get_device_name() if gpu else None)
+PY
+    echo "CUDNN_HOME for the build: $(cudnn_home)"
+    echo "gencode: $(gencode)"
+    gcc --version | head -n 1
+    command -v compute-sanitizer || echo "no compute-sanitizer on PATH"
+    if r_ready; then
+      Rscript -e 'cat(R.version.string, "\n")'
+    else
+      echo "no R (pack .rt with ../shared/device/pack-r.sh)"
+    fi
+    nproc; free -g | head -n 2
+    ;;
+  build)
+    local home
+    home=$(cudnn_home)
+    [ -n "$home" ] || { echo "no cuDNN found (CUDNN_HOME, PyTorch's nvidia.cudnn, /usr/local/cuda)"; return 1; }
+    echo "CUDNN_HOME=$home"
+    use_cudnn
+    make -C src -f Makefile.standalone -j"$JOBS" CUDA=1 CUDNN_HOME="$home" CUDA_GENCODE="$(gencode)"
+    ;;
+  ctest)
+    use_cudnn
+    [ -x build/test_cuda_kernels ] || { echo "build/test_cuda_kernels missing: run the build stage"; return 1; }
+    sh tests/c/run.sh build
+    ;;
+  sanitize)
+    have_gpu || { echo "STAGE SKIPPED: no GPU"; return 0; }
+    command -v compute-sanitizer >/dev/null 2>&1 || { echo "STAGE SKIPPED: no compute-sanitizer"; return 0; }
+    use_cudnn
+    compute-sanitizer --tool memcheck --error-exitcode 3 build/test_cuda_kernels
+    ;;
+  rinstall)
+    r_ready || { echo "STAGE SKIPPED: no R (carry .rt made by ../shared/device/pack-r.sh)"; return 0; }
+    local home
+    home=$(cudnn_home)
+    mkdir -p "$RLIB"
+    use_cudnn
+    CUDNN_HOME="$home" CONVLSTM_CUDA_GENCODE="$(gencode)" MAKEFLAGS="-j$JOBS" \
+      R CMD INSTALL -l "$RLIB" . &&
+      R_LIBS="$RLIB" Rscript -e 'library(convlstm); print(gpu_info())'
+    ;;
+  rtest)
+    r_ready || { echo "STAGE SKIPPED: no R"; return 0; }
+    use_cudnn
+    [ -d "$RLIB/convlstm" ] || { echo "no package in $RLIB: run the rinstall stage"; return 1; }
+    R_LIBS="$RLIB" Rscript -e "$RTEST"
+    ;;
+  checks)
+    use_cudnn
+    if have_gpu; then
+      "$py" bench/gpu/bench_gpu.py "$LOGDIR/checks" --checks --layout --configs tutorial,video64,mnist64
+    else
+      echo "no GPU: the harness's checks at tiny sizes on the CPU instead"
+      "$py" bench/gpu/bench_gpu.py "$LOGDIR/checks" --cpu-smoke --dtypes float32 --configs tutorial
+    fi
+    local rc=$?
+    cp "$LOGDIR/checks/results.json" "$OUT/checks.json" 2>/dev/null
+    return $rc
+    ;;
+  bench)
+    use_cudnn
+    local budget=${STAGE_BUDGET:-300}
+    if have_gpu; then
+      # shellcheck disable=SC2086
+      "$py" bench/gpu/bench_gpu.py "$OUT" ${BENCH_MODES:---bench --max-batch} \
+        --time-budget "$budget" ${BENCH_ARGS:-}
+    else
+      echo "no GPU: the harness's --cpu-smoke instead"
+      "$py" bench/gpu/bench_gpu.py "$OUT" --cpu-smoke --time-budget "$budget"
+    fi
+    ;;
+  *)
+    echo "unknown stage '$stage'"; return 2 ;;
+  esac
+}
+
+if [ "${1:-}" = "__stage" ]; then
+  run_stage "$2"
+  exit $?
+fi
+
+# ---- the driver ----------------------------------------------------------------
+
+stages=("$@")
+[ ${#stages[@]} -gt 0 ] || stages=(info build ctest rinstall rtest checks sanitize)
+mkdir -p "$OUT" "$LOGDIR"
+t0=$(date +%s)
+summary="$OUT/summary.txt"
+session="$OUT/session.log"
+: > "$session"
+printf '%-9s %-8s %6s  %s\n' stage status secs note > "$summary"
+failed=0
+{
+  echo "convlstm GPU session: stages ${stages[*]}; BUDGET_S=$BUDGET_S; OUT=$OUT"
+  echo "python $(pick_python); CUDNN_HOME $(cudnn_home); $(gencode); GPU $(have_gpu && echo yes || echo no)"
+} | tee -a "$session"
+for st in "${stages[@]}"; do
+  left=$(( BUDGET_S - ($(date +%s) - t0) ))
+  cap=$(cap_of "$st")
+  [ "$cap" -gt $(( left - 10 )) ] && cap=$(( left - 10 ))
+  if [ "$cap" -lt 15 ]; then
+    printf '%-9s %-8s %6s  %s\n' "$st" skipped 0 "no time left in BUDGET_S=$BUDGET_S" >> "$summary"
+    continue
+  fi
+  log="$LOGDIR/$st.log"
+  echo "== $st (at most ${cap}s; $(( $(date +%s) - t0 ))s elapsed)" | tee -a "$session"
+  if [ "${DRY_RUN:-0}" = 1 ]; then
+    echo "DRY_RUN: timeout ${cap} $SELF __stage $st" | tee -a "$session"
+    sed -n "/^  $st)/,/^    ;;/p" "$SELF" | tee -a "$session"
+    printf '%-9s %-8s %6s  %s\n' "$st" dry-run 0 "" >> "$summary"
+    continue
+  fi
+  s0=$(date +%s)
+  # the bench harness stops starting measurements before its own deadline
+  STAGE_BUDGET=$(( cap - 20 )) OUT="$OUT" LOGDIR="$LOGDIR" \
+    timeout --kill-after=10 "$cap" bash "$SELF" __stage "$st" > "$log" 2>&1
+  rc=$?
+  secs=$(( $(date +%s) - s0 ))
+  tail -n 40 "$log" >> "$session"
+  note=$(grep -m1 -o 'STAGE SKIPPED: .*' "$log" | sed 's/^STAGE SKIPPED: //' | head -c 80)
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    status=timeout; failed=1
+  elif [ $rc -ne 0 ]; then
+    status=FAIL; failed=1
+  elif [ -n "$note" ]; then
+    status=skipped
+  else
+    status=ok
+  fi
+  printf '%-9s %-8s %6s  %s\n' "$st" "$status" "$secs" "$note" >> "$summary"
+  echo "== $st: $status (rc $rc, ${secs}s)" | tee -a "$session"
+  # the tail of a failed stage's log is where its reason is
+  [ "$status" = ok ] || [ "$status" = skipped ] || tail -n 15 "$log"
+done
+tar -C "$LOGDIR" -czf "$OUT/logs.tar.gz" --exclude='*.json.tmp' . 2>/dev/null
+echo "total $(( $(date +%s) - t0 ))s" >> "$summary"
+cat "$summary"
+exit $failed
