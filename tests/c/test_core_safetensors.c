@@ -232,6 +232,47 @@ static void test_optimizer_mismatch(void) {
   cl_model_free(m);
 }
 
+/* Loading into an existing model: the architecture must match, and running
+ * out of memory for the optimizer state leaves the model as it was. */
+static void test_load_into(void) {
+  cl_model *a = make_model(1);
+  cl_optim adam = {CL_OPTIM_ADAM, 1e-2, 0.9, 0.999, 1e-8, 0, 0};
+  step(a, 0, &adam);
+  const char *path = tmp_path("into.safetensors");
+  CHECK(cl_model_save(a, path, &adam, 0, NULL, NULL) == CL_OK, "save: %s", cl_model_error(a));
+  char err[CL_ERRMSG_LEN];
+  cl_saved *s = NULL;
+  CHECK(cl_saved_read(path, &s, err, sizeof err) == CL_OK, "read: %s", err);
+  if (!s) return;
+  cl_model *other = make_model(0); /* no bias: another architecture */
+  CHECK(cl_saved_load_into(s, other, 1) == CL_E_INVALID &&
+            strstr(cl_model_error(other), "architecture") != NULL,
+        "loading into another architecture: %s", cl_model_error(other));
+  cl_model_free(other);
+  /* room for the parameters (and a step) but not for Adam's state */
+  cl_model *b = make_model(1);
+  cl_mem_stats st;
+  cl_model_memory_stats(b, &st);
+  cl_model_set_memory_limit(b, st.allocated + 100);
+  float w0[12 * 5 * 9], w1[12 * 5 * 9];
+  cl_model_get_param(b, "cell_list.0.conv.weight", w0, sizeof w0 / sizeof w0[0]);
+  CHECK(cl_saved_load_into(s, b, 1) == CL_E_OOM, "load under a tight limit: %s", cl_model_error(b));
+  cl_model_get_param(b, "cell_list.0.conv.weight", w1, sizeof w1 / sizeof w1[0]);
+  CHECK(memcmp(w0, w1, sizeof w0) == 0, "a failed load changed the parameters");
+  cl_model_memory_stats(b, &st);
+  CHECK(st.current[CL_MEM_OPTIMIZER] == 0 && cl_model_optimizer_steps(b) == 0,
+        "a failed load left optimizer state");
+  /* without the optimizer it fits, and then the weights are a's */
+  CHECK(cl_saved_load_into(s, b, 0) == CL_OK, "load weights: %s", cl_model_error(b));
+  CHECK(same_params(a, b), "weights differ after loading into a model");
+  cl_model_set_memory_limit(b, 0);
+  CHECK(cl_saved_load_into(s, b, 1) == CL_OK && cl_model_optimizer_steps(b) == 1,
+        "load with optimizer: %s", cl_model_error(b));
+  cl_saved_free(s);
+  cl_model_free(a);
+  cl_model_free(b);
+}
+
 /* ---- files written by hand --------------------------------------------- */
 
 static size_t build(unsigned char *out, size_t cap, const char *header, const void *data,
@@ -552,6 +593,7 @@ int main(void) {
   test_resume(&plain, 0, "sgd, no bias");
   test_metadata_and_info();
   test_optimizer_mismatch();
+  test_load_into();
   test_foreign_files();
   test_broken_files();
   test_atomic_write();
