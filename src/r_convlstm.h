@@ -63,6 +63,7 @@ void r_r_to_row_major(const double *src, int ndim, const int *dims, float *dst);
  * options (c_step_options()); both raise on a malformed vector. NULL opts
  * gives the plain step. */
 void r_optim(SEXP opt, cl_optim *out);
+SEXP r_optim_vector(const cl_optim *o);
 void r_step_options(SEXP opts, cl_step_options *out);
 
 /* ---- entry points (registered in init.c) ---- */

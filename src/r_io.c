@@ -20,42 +20,13 @@ static const char *r_path(SEXP path) {
   return R_ExpandFileName(Rf_translateChar(STRING_ELT(path, 0)));
 }
 
-/* The optimizer as c(kind, lr, beta1, beta2, eps, momentum, weight_decay),
- * the layout c_optim() in R/ffi.R builds. */
-static void io_optim(SEXP opt, cl_optim *out) {
-  if (TYPEOF(opt) != REALSXP || Rf_length(opt) != 7)
-    r_raise_invalid("`optimizer` must be made by optimizer_adam() or optimizer_sgd()");
-  const double *v = REAL(opt);
-  memset(out, 0, sizeof *out);
-  out->kind = (int)v[0] == CL_OPTIM_SGD ? CL_OPTIM_SGD : CL_OPTIM_ADAM;
-  out->lr = v[1];
-  out->beta1 = v[2];
-  out->beta2 = v[3];
-  out->eps = v[4];
-  out->momentum = v[5];
-  out->weight_decay = v[6];
-}
-
-static SEXP optim_vector(const cl_optim *o) {
-  SEXP v = Rf_allocVector(REALSXP, 7);
-  double *d = REAL(v);
-  d[0] = o->kind;
-  d[1] = o->lr;
-  d[2] = o->beta1;
-  d[3] = o->beta2;
-  d[4] = o->eps;
-  d[5] = o->momentum;
-  d[6] = o->weight_decay;
-  return v;
-}
-
 SEXP ffi_model_save(SEXP ptr, SEXP path, SEXP optimizer, SEXP metadata) {
   cl_model *m = r_model(ptr);
   const char *p = r_path(path);
   cl_optim o;
   const cl_optim *po = NULL;
   if (optimizer != R_NilValue) {
-    io_optim(optimizer, &o);
+    r_optim(optimizer, &o);
     po = &o;
   }
   int n = 0;
@@ -149,7 +120,7 @@ static SEXP saved_info(const cl_saved *s) {
 
   cl_optim o;
   int64_t steps = 0;
-  if (cl_saved_optimizer(s, &o, &steps)) SET_VECTOR_ELT(out, 1, optim_vector(&o));
+  if (cl_saved_optimizer(s, &o, &steps)) SET_VECTOR_ELT(out, 1, r_optim_vector(&o));
   SET_VECTOR_ELT(out, 2, Rf_ScalarReal((double)steps));
 
   cl_loss_scale ls;

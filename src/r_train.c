@@ -29,6 +29,20 @@ void r_optim(SEXP opt, cl_optim *out) {
   out->weight_decay = v[6];
 }
 
+/* The inverse of r_optim (an unprotected new vector). */
+SEXP r_optim_vector(const cl_optim *o) {
+  SEXP v = Rf_allocVector(REALSXP, 7);
+  double *d = REAL(v);
+  d[0] = o->kind;
+  d[1] = o->lr;
+  d[2] = o->beta1;
+  d[3] = o->beta2;
+  d[4] = o->eps;
+  d[5] = o->momentum;
+  d[6] = o->weight_decay;
+  return v;
+}
+
 /* Step options travel as c(checkpoint, tbptt, accumulation_steps, outputs,
  * plan_dtype) -- see c_step_options() in R/ffi.R; plan_dtype 0 is the
  * model's own storage, 1 + a cl_dtype another one. */
