@@ -27,6 +27,7 @@ extern "C" {
 #endif
 
 #define CL_MAX_LAYERS 32
+#define CL_MAX_THREADS 1024
 #define CL_ERRMSG_LEN 512
 
 typedef enum cl_status {

@@ -76,6 +76,11 @@ static cl_status check_config(const cl_config *c, char *err, size_t errlen) {
       return CL_E_INVALID;
     }
   }
+  if (c->n_threads < 0 || c->n_threads > CL_MAX_THREADS) {
+    snprintf(err, errlen, "threads must be between 1 and %d (0: the default), not %d",
+             CL_MAX_THREADS, c->n_threads);
+    return CL_E_INVALID;
+  }
   if (c->dtype != CL_F32 && c->dtype != CL_F16 && c->dtype != CL_BF16) {
     snprintf(err, errlen, "unknown dtype %d", (int)c->dtype);
     return CL_E_INVALID;

@@ -236,6 +236,28 @@ static void test_schedules_agree(void) {
   cl_model_free(m);
 }
 
+/* An Inf in x saturates the gates: the loss stays finite, the weight
+ * gradients (0 * Inf) do not; the update must not happen. */
+static void test_nonfinite_gradients(void) {
+  cl_model *m = make_model(1, 0);
+  float x[B * T * C * H * W], y[B * CL * H * W];
+  fill(x, sizeof x / sizeof *x, 1);
+  fill(y, sizeof y / sizeof *y, 1);
+  x[7] = INFINITY;
+  cl_host_array xa = seq(x, B, T, C, H, W), ya = state(y, B, CL, H, W);
+  cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0};
+  float before[4 * 3 * 5 * 9], after[4 * 3 * 5 * 9];
+  size_t n = sizeof before / sizeof *before;
+  cl_model_get_param(m, "cell_list.0.conv.weight", before, n);
+  double loss;
+  cl_status s = cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &adam, NULL, &loss);
+  CHECK(s == CL_E_INVALID, "expected a refused update, got %s (loss %g)", cl_status_name(s), loss);
+  printf("x with an Inf: %s\n", cl_model_error(m));
+  cl_model_get_param(m, "cell_list.0.conv.weight", after, n);
+  CHECK(memcmp(before, after, sizeof before) == 0, "non-finite gradients reached the weights");
+  cl_model_free(m);
+}
+
 static void test_lifetime(void) {
   int before = cl_models_alive();
   cl_model *m = make_model(1, 0);
@@ -263,6 +285,7 @@ int main(void) {
   test_oom_recovery();
   test_layouts();
   test_schedules_agree();
+  test_nonfinite_gradients();
   test_lifetime();
   return ctest_done("test_core_model");
 }
