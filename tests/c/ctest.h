@@ -8,10 +8,11 @@
 
 #include <stdio.h>
 
-static int ctest_failures = 0;
+static int ctest_failures = 0, ctest_checks = 0;
 
 #define CHECK(cond, ...)                          \
   do {                                            \
+    ctest_checks++;                               \
     if (!(cond)) {                                \
       ctest_failures++;                           \
       printf("FAIL %s:%d: ", __FILE__, __LINE__); \
@@ -33,10 +34,10 @@ static double uniform01(void *ctx) {
 /* Exit status of a test program: prints the verdict. */
 static int ctest_done(const char *name) {
   if (ctest_failures) {
-    printf("%s: %d failure(s)\n", name, ctest_failures);
+    printf("%s: %d of %d checks failed\n", name, ctest_failures, ctest_checks);
     return 1;
   }
-  printf("%s: all passed\n", name);
+  printf("%s: all %d checks passed\n", name, ctest_checks);
   return 0;
 }
 

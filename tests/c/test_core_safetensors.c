@@ -10,6 +10,7 @@
  */
 #define _POSIX_C_SOURCE 200809L /* opendir, mkdtemp */
 #include "convlstm.h"
+#include "ctest.h" /* CHECK, uniform01 */
 
 #include <dirent.h>
 #include <math.h>
@@ -18,26 +19,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static int failures = 0, checks = 0;
-#define CHECK(cond, ...)                          \
-  do {                                            \
-    checks++;                                     \
-    if (!(cond)) {                                \
-      failures++;                                 \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      printf(__VA_ARGS__);                        \
-      printf("\n");                               \
-    }                                             \
-  } while (0)
-
-static unsigned long long rng = 88172645463325252ULL;
-static double uniform01(void *ctx) {
-  (void)ctx;
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return (double)(rng >> 11) / 9007199254740992.0;
-}
 
 static char dir[256];
 
@@ -115,9 +96,9 @@ static unsigned char *slurp(const char *path, size_t *len) {
 
 /* The uninterrupted run against save after k steps, load, continue. */
 static void test_resume(const cl_optim *o, int bias, const char *what) {
-  rng = 12345;
+  ctest_rng = 12345;
   cl_model *a = make_model(bias);
-  rng = 12345;
+  ctest_rng = 12345;
   cl_model *b = make_model(bias);
   const int k = 3, n = 7;
   double la[8], lb[8];
@@ -613,6 +594,5 @@ int main(void) {
   }
   if (d) closedir(d);
   rmdir(dir);
-  printf("test_core_safetensors: %d checks, %d failures\n", checks, failures);
-  return failures ? 1 : 0;
+  return ctest_done("test_core_safetensors");
 }
