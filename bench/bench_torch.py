@@ -7,53 +7,15 @@ Run by bench_cpu.sh with Debian's /usr/bin/python3 (python3-torch); not a test.
 Prints one line: RESULT impl=torch median=<s> min=<s> rss_peak=<bytes> ...
 """
 import argparse
+import os
 import statistics
+import sys
 import time
 
 import torch
-from torch import nn
 
-
-class ConvLSTMCell(nn.Module):
-    # One convolution over cat(x, h) gives all four gates, in the order i, f, o, g.
-    def __init__(self, input_dim, hidden_dim, kernel_size, bias=True):
-        super().__init__()
-        self.hidden_dim = hidden_dim
-        self.conv = nn.Conv2d(input_dim + hidden_dim, 4 * hidden_dim, kernel_size,
-                              padding=kernel_size // 2, bias=bias)
-
-    def forward(self, x, state):
-        h, c = state
-        z = self.conv(torch.cat([x, h], dim=1))
-        i, f, o, g = torch.split(z, self.hidden_dim, dim=1)
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        h = torch.sigmoid(o) * torch.tanh(c)
-        return h, c
-
-
-class ConvLSTM(nn.Module):
-    def __init__(self, input_dim, hidden_dims, kernel_sizes, bias=True):
-        super().__init__()
-        dims = [input_dim] + list(hidden_dims[:-1])
-        self.cell_list = nn.ModuleList(
-            ConvLSTMCell(d, h, k, bias) for d, h, k in zip(dims, hidden_dims, kernel_sizes))
-
-    def forward(self, x):
-        # x: [B, T, C, H, W]; returns (layer outputs, layer last states (h, c))
-        b, steps, _, height, width = x.shape
-        layer_input = x
-        outputs, last_states = [], []
-        for cell in self.cell_list:
-            h = x.new_zeros(b, cell.hidden_dim, height, width)
-            c = x.new_zeros(b, cell.hidden_dim, height, width)
-            hs = []
-            for t in range(steps):
-                h, c = cell(layer_input[:, t], (h, c))
-                hs.append(h)
-            layer_input = torch.stack(hs, dim=1)
-            outputs.append(layer_input)
-            last_states.append((h, c))
-        return outputs, last_states
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from torch_convlstm import ConvLSTM  # noqa: E402  (the one reference model)
 
 
 def status_bytes(key):
@@ -98,7 +60,7 @@ def main():
     def step():
         opt.zero_grad()
         _, last_states = model(x)
-        loss = nn.functional.mse_loss(last_states[-1][0], y)
+        loss = torch.nn.functional.mse_loss(last_states[-1][0], y)
         loss.backward()
         opt.step()
         return loss.item()

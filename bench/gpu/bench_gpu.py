@@ -57,7 +57,9 @@ import time
 # torch first: on the GPU machine it loads PyTorch's own cuDNN and CUDA
 # runtime, and our library's dependencies of the same soname resolve to them.
 import torch
-from torch import nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from torch_convlstm import ConvLSTM  # noqa: E402  (the one reference model)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -348,47 +350,7 @@ class Ours:
         return out
 
 
-# ---- the same ConvLSTM in PyTorch -----------------------------------------
-
-class ConvLSTMCell(nn.Module):
-    # one convolution over cat(x, h) gives the gates i, f, o, g (the tutorial's cell)
-    def __init__(self, input_dim, hidden_dim, kernel_size, bias=True):
-        super().__init__()
-        self.hidden_dim = hidden_dim
-        self.conv = nn.Conv2d(input_dim + hidden_dim, 4 * hidden_dim, kernel_size,
-                              padding=kernel_size // 2, bias=bias)
-
-    def forward(self, x, h, c):
-        z = self.conv(torch.cat([x, h], dim=1))
-        i, f, o, g = torch.split(z, self.hidden_dim, dim=1)
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        h = torch.sigmoid(o) * torch.tanh(c)
-        return h, c
-
-
-class ConvLSTM(nn.Module):
-    def __init__(self, input_dim, hidden_dims, kernel_sizes):
-        super().__init__()
-        dims = [input_dim] + list(hidden_dims[:-1])
-        self.cell_list = nn.ModuleList(
-            ConvLSTMCell(d, h, k) for d, h, k in zip(dims, hidden_dims, kernel_sizes))
-
-    def forward(self, x):
-        # x [B, T, C, H, W] -> the last layer's last h [B, C_last, H, W]
-        b, steps, _, height, width = x.shape
-        layer_input = x
-        h = None
-        for li, cell in enumerate(self.cell_list):
-            h = x.new_zeros(b, cell.hidden_dim, height, width)
-            c = torch.zeros_like(h)
-            hs = []
-            for t in range(steps):
-                h, c = cell(layer_input[:, t], h, c)
-                hs.append(h)
-            if li + 1 < len(self.cell_list):
-                layer_input = torch.stack(hs, dim=1)
-        return h
-
+# ---- the same ConvLSTM in PyTorch (tools/torch_convlstm.py), trained ------
 
 class TorchRun:
     """A PyTorch model, Adam and (float16/bfloat16) autocast + GradScaler."""
@@ -413,8 +375,8 @@ class TorchRun:
         ctx = (torch.autocast(device_type=self.device.type, dtype=self.amp) if self.amp
                else contextlib.nullcontext())
         with ctx:
-            h = self.fwd(x)
-            loss = nn.functional.mse_loss(h.float(), y)
+            h = self.fwd(x, last_only=True)
+            loss = torch.nn.functional.mse_loss(h.float(), y)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
             self.scaler.step(self.opt)
