@@ -108,6 +108,28 @@ const cl_config *cl_model_config(const cl_model *m);
 const char *cl_model_backend_name(const cl_model *m);
 /* 1 when a model can be created on this device in this build and machine. */
 int cl_device_available(cl_device d);
+/* 1 when this build has the CUDA backend, whether or not a GPU is present. */
+int cl_build_has_cuda(void);
+
+typedef struct cl_gpu_info {
+  int device;             /* index as CUDA numbers it (after CUDA_VISIBLE_DEVICES) */
+  int n_devices;          /* devices visible to this process */
+  char name[256];         /* e.g. "NVIDIA H100 80GB HBM3" */
+  int cc_major, cc_minor; /* compute capability */
+  int multiprocessors;
+  size_t mem_free; /* bytes, as cudaMemGetInfo reports them now */
+  size_t mem_total;
+  int driver_version;         /* CUDA driver API version, e.g. 13000 for 13.0 */
+  int runtime_version;        /* CUDA runtime this package was built with and runs */
+  size_t cudnn_version;       /* cuDNN loaded at run time, e.g. 91900 for 9.19.0 */
+  size_t cudnn_build_version; /* CUDNN_VERSION of the headers it was built with */
+} cl_gpu_info;
+
+/* Describe GPU `device` (-1: the current one), asking the driver afresh.
+ * CL_E_UNSUPPORTED when none is usable or the build has no CUDA backend,
+ * with the reason in err; the version fields are filled whenever the driver
+ * answered (an old driver is the usual reason). */
+cl_status cl_gpu_info_get(int device, cl_gpu_info *out, char *err, size_t errlen);
 
 /* ---- parameters (torch layout and names) ----------------------------- */
 

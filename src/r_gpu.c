@@ -1,21 +1,17 @@
 /*
  * r_gpu.c -- gpu_info(): a description of the CUDA device as an R list
  * (name, compute capability, memory free and total, driver, runtime and cuDNN
- * versions), asked afresh of the driver at every call.
+ * versions), asked afresh of the driver at every call through the core's
+ * cl_gpu_info_get.
  *
  * It is not gpu_available() (r_model.c asks the core, which also probes that
- * this build holds code for the device) and it holds no device state. The
- * CUDA part exists only under CL_HAVE_CUDA; a CPU-only build answers
- * available = FALSE with the reason, and every other field NA, so the R side
- * never needs to know how the package was built.
+ * this build holds code for the device) and it holds no device state. A
+ * CPU-only build answers available = FALSE with the reason, and every other
+ * field NA, so the R side never needs to know how the package was built.
  */
 #include <stdio.h> /* snprintf */
 
 #include "r_convlstm.h"
-
-#ifdef CL_HAVE_CUDA
-#include "cuda/cuda_info.h" /* cl_cuda_info, cl_cuda_device_info */
-#endif
 
 /* Field order of the list; R/gpu.R documents each. */
 static const char *const gpu_fields[] = {
@@ -51,7 +47,6 @@ static SEXP gpu_list(int available, const char *reason, int cuda_build, int *npr
   return out;
 }
 
-#ifdef CL_HAVE_CUDA
 /* CUDA numbers its versions 1000 major + 10 minor: 13000 is "13.0". */
 static SEXP cuda_version(int v) {
   if (v <= 0) return na_string();
@@ -71,22 +66,18 @@ static SEXP cudnn_version(size_t v) {
     snprintf(buf, sizeof buf, "%zu.%zu.%zu", v / 1000, (v % 1000) / 100, v % 100);
   return Rf_mkString(buf);
 }
-#endif
 
 SEXP ffi_gpu_info(void) {
   int nprotect = 0;
-#ifndef CL_HAVE_CUDA
-  SEXP out = gpu_list(0,
-                      "this build of convlstm has no CUDA backend (CUDA and cuDNN were not "
-                      "found when it was installed)",
-                      0, &nprotect);
-  UNPROTECT(nprotect);
-  return out;
-#else
-  cl_cuda_info info;
+  cl_gpu_info info;
   char err[CL_ERRMSG_LEN];
   err[0] = '\0';
-  cl_status st = cl_cuda_device_info(-1, &info, err, sizeof err);
+  cl_status st = cl_gpu_info_get(-1, &info, err, sizeof err);
+  if (!cl_build_has_cuda()) {
+    SEXP out = gpu_list(0, err, 0, &nprotect);
+    UNPROTECT(nprotect);
+    return out;
+  }
   /* The probe of gpu_available(): a device can be described and still lack
    * code in this build (an older architecture than it was compiled for). */
   int usable = st == CL_OK && cl_device_available(CL_DEVICE_CUDA);
@@ -123,5 +114,4 @@ SEXP ffi_gpu_info(void) {
   }
   UNPROTECT(nprotect);
   return out;
-#endif
 }

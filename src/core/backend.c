@@ -5,7 +5,12 @@
  */
 #include "backend.h"
 
+#ifdef CL_HAVE_CUDA
+#include "../cuda/cuda_info.h" /* cl_cuda_device_info */
+#endif
+
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 cl_status cl_backend_mem_info(cl_backend *be, size_t *free_bytes, size_t *total_bytes) {
@@ -23,6 +28,28 @@ cl_status cl_backend_synchronize(cl_backend *be) {
 
 size_t cl_backend_conv_workspace(cl_backend *be, const cl_conv_shape *s) {
   return be->iface->conv_workspace ? be->iface->conv_workspace(be, s) : 0;
+}
+
+int cl_build_has_cuda(void) {
+#ifdef CL_HAVE_CUDA
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+cl_status cl_gpu_info_get(int device, cl_gpu_info *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+#ifdef CL_HAVE_CUDA
+  return cl_cuda_device_info(device, out, err, errlen);
+#else
+  (void)device;
+  if (err)
+    snprintf(err, errlen,
+             "this build of convlstm has no CUDA backend (CUDA and cuDNN were not found when it "
+             "was installed)");
+  return CL_E_UNSUPPORTED;
+#endif
 }
 
 int cl_device_available(cl_device d) {
