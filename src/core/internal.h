@@ -121,6 +121,12 @@ cl_status cl_fail_backend(cl_model *m, cl_status s, const char *what);
 /* Sizes with overflow checks: 0 on overflow. */
 size_t cl_mul_size(size_t a, size_t b);
 
+/* params.c: tensor i (state-dict order) between the flat buffer, where a
+ * weight is two packed halves, and torch's layout (to_torch: flat -> t). */
+void cl_convert_tensor(const cl_model *m, int i, float *flat, float *t, int to_torch);
+/* Elements of tensor i. */
+size_t cl_tensor_numel(const cl_model *m, int i);
+
 /* step.c */
 cl_status cl_step_prepare(cl_model *m, const cl_geom *g);
 void cl_step_release(cl_model *m);

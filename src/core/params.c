@@ -46,7 +46,7 @@ static int find_tensor(const cl_model *m, const char *name) {
   return -1;
 }
 
-static size_t tensor_numel(const cl_model *m, int i) {
+size_t cl_tensor_numel(const cl_model *m, int i) {
   int l, is_bias;
   tensor_of(m, i, &l, &is_bias);
   const cl_layer *L = &m->layer[l];
@@ -55,7 +55,7 @@ static size_t tensor_numel(const cl_model *m, int i) {
 
 /* Copy between torch layout (t) and the flat buffer (flat), either way.
  * Row o of the torch weight is wx row o followed by wh row o. */
-static void convert_tensor(const cl_model *m, int i, float *flat, float *t, int to_torch) {
+void cl_convert_tensor(const cl_model *m, int i, float *flat, float *t, int to_torch) {
   int l, is_bias;
   tensor_of(m, i, &l, &is_bias);
   const cl_layer *L = &m->layer[l];
@@ -105,7 +105,7 @@ static cl_status host_view_done(cl_model *m, float *dev, float *host, int write_
 static cl_status lookup(cl_model *m, const char *name, size_t n, int *idx) {
   *idx = find_tensor(m, name);
   if (*idx < 0) return cl_fail(m, CL_E_INVALID, "no parameter named '%s'", name);
-  size_t want = tensor_numel(m, *idx);
+  size_t want = cl_tensor_numel(m, *idx);
   if (n != want)
     return cl_fail(m, CL_E_INVALID, "parameter '%s' has %zu elements, not %zu", name, want, n);
   return CL_OK;
@@ -116,7 +116,7 @@ static cl_status copy_out(cl_model *m, float *dev, const char *name, float *out,
   CL_TRY(lookup(m, name, n, &i));
   float *host;
   CL_TRY(host_view(m, dev, &host));
-  convert_tensor(m, i, host, out, 1);
+  cl_convert_tensor(m, i, host, out, 1);
   return host_view_done(m, dev, host, 0);
 }
 
@@ -139,7 +139,7 @@ cl_status cl_model_set_param(cl_model *m, const char *name, const float *in, siz
   CL_TRY(lookup(m, name, n, &i));
   float *host;
   CL_TRY(host_view(m, m->params, &host));
-  convert_tensor(m, i, host, (float *)in, 0);
+  cl_convert_tensor(m, i, host, (float *)in, 0);
   return host_view_done(m, m->params, host, 1);
 }
 
@@ -148,7 +148,7 @@ cl_status cl_model_init_params(cl_model *m, double (*uniform01)(void *), void *c
   CL_TRY(host_view(m, m->params, &host));
   size_t maxn = 0;
   for (int i = 0; i < m->n_tensors; i++)
-    if (tensor_numel(m, i) > maxn) maxn = tensor_numel(m, i);
+    if (cl_tensor_numel(m, i) > maxn) maxn = cl_tensor_numel(m, i);
   float *t = malloc(maxn * sizeof(float));
   if (!t) {
     host_view_done(m, m->params, host, 0);
@@ -161,9 +161,9 @@ cl_status cl_model_init_params(cl_model *m, double (*uniform01)(void *), void *c
     /* kaiming_uniform(a = sqrt(5)) and torch's bias rule both give this bound */
     double fan_in = (double)(L->in + L->hidden) * L->k * L->k;
     double bound = 1.0 / sqrt(fan_in);
-    size_t n = tensor_numel(m, i);
+    size_t n = cl_tensor_numel(m, i);
     for (size_t j = 0; j < n; j++) t[j] = (float)((2.0 * uniform01(ctx) - 1.0) * bound);
-    convert_tensor(m, i, host, t, 0);
+    cl_convert_tensor(m, i, host, t, 0);
   }
   free(t);
   return host_view_done(m, m->params, host, 1);

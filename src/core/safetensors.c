@@ -1197,37 +1197,6 @@ cl_status cl_saved_tensor_info(const cl_saved *s, int i, const char **name, cons
   return CL_OK;
 }
 
-/* ---- flat buffers <-> torch layout ------------------------------------ */
-
-/* Tensor i of the model (state-dict order) between the flat buffer, where a
- * weight is two packed halves wx, wh (internal.h), and torch's layout, where
- * row o is wx row o followed by wh row o. */
-static void flat_torch(const cl_model *m, int i, float *flat, float *t, int to_torch) {
-  int per = m->cfg.bias ? 2 : 1;
-  const cl_layer *L = &m->layer[i / per];
-  if (m->cfg.bias && i % 2) {
-    if (to_torch) memcpy(t, flat + L->off_b, L->n_b * sizeof(float));
-    else memcpy(flat + L->off_b, t, L->n_b * sizeof(float));
-    return;
-  }
-  size_t kk = (size_t)L->k * (size_t)L->k, rx = (size_t)L->in * kk, rh = (size_t)L->hidden * kk;
-  for (size_t o = 0; o < 4 * (size_t)L->hidden; o++) {
-    float *wx = flat + L->off_wx + o * rx, *wh = flat + L->off_wh + o * rh, *row = t + o * (rx + rh);
-    if (to_torch) {
-      memcpy(row, wx, rx * sizeof(float));
-      memcpy(row + rx, wh, rh * sizeof(float));
-    } else {
-      memcpy(wx, row, rx * sizeof(float));
-      memcpy(wh, row + rx, rh * sizeof(float));
-    }
-  }
-}
-
-static size_t model_tensor_numel(const cl_model *m, int i) {
-  int per = m->cfg.bias ? 2 : 1;
-  const cl_layer *L = &m->layer[i / per];
-  return m->cfg.bias && i % 2 ? L->n_b : L->n_wx + L->n_wh;
-}
 
 /* ---- creating a model from a file ------------------------------------- */
 
@@ -1241,9 +1210,9 @@ static cl_status restore_state(cl_model *m, const cl_saved *s, int r, float **ds
   if (!flat) return cl_fail(m, CL_E_OOM, "out of host memory restoring the optimizer state");
   for (int i = 0; i < s->n_params_tensors; i++) {
     const st_tensor *t = &s->t[s->idx[r][i]];
-    size_t n = model_tensor_numel(m, i);
+    size_t n = cl_tensor_numel(m, i);
     for (size_t e = 0; e < n; e++) tmp[e] = read_elem(s->data + t->begin, t->dtype, e);
-    flat_torch(m, i, flat, tmp, 0);
+    cl_convert_tensor(m, i, flat, tmp, 0);
   }
   if (flat != *dst) {
     cl_status st = be->upload(m->be, *dst, flat, pb);
@@ -1267,7 +1236,7 @@ cl_status cl_saved_load_into(const cl_saved *s, cl_model *m, int with_optimizer)
                    c->bias ? "yes" : "no");
   size_t maxn = 1;
   for (int i = 0; i < s->n_params_tensors; i++)
-    if (model_tensor_numel(m, i) > maxn) maxn = model_tensor_numel(m, i);
+    if (cl_tensor_numel(m, i) > maxn) maxn = cl_tensor_numel(m, i);
   float *tmp = malloc(maxn * sizeof(float));
   if (!tmp) return cl_fail(m, CL_E_OOM, "out of host memory loading parameters");
   /* The optimizer state is allocated first, so that running out of memory
@@ -1283,7 +1252,7 @@ cl_status cl_saved_load_into(const cl_saved *s, cl_model *m, int with_optimizer)
   char name[96];
   for (int i = 0; i < s->n_params_tensors && st == CL_OK; i++) {
     const st_tensor *t = &s->t[s->idx[R_PARAM][i]];
-    size_t n = model_tensor_numel(m, i);
+    size_t n = cl_tensor_numel(m, i);
     for (size_t e = 0; e < n; e++) tmp[e] = read_elem(s->data + t->begin, t->dtype, e);
     tensor_name(name, sizeof name, R_PARAM, i, c->bias);
     st = cl_model_set_param(m, name, tmp, n);
@@ -1542,7 +1511,7 @@ static cl_status build_header(cl_model *m, const cl_optim *opt, const save_plan 
       int nd, dims[4];
       CL_TRY(cl_model_tensor_info(m, i, &pname, &nd, dims));
       snprintf(name, sizeof name, "%s%s", ROLE_PREFIX[r], pname);
-      uint64_t bytes = 4 * (uint64_t)model_tensor_numel(m, i);
+      uint64_t bytes = 4 * (uint64_t)cl_tensor_numel(m, i);
       sb_str(h, ",");
       sb_json(h, name);
       sb_str(h, ":{\"dtype\":\"F32\",\"shape\":[");
@@ -1578,7 +1547,7 @@ static cl_status write_file(cl_model *m, const char *path, const sbuf *h, const 
     return cl_fail(m, CL_E_INVALID, "cannot create a file beside '%s': %s", path, strerror(errno));
   size_t maxn = 1;
   for (int i = 0; i < m->n_tensors; i++)
-    if (model_tensor_numel(m, i) > maxn) maxn = model_tensor_numel(m, i);
+    if (cl_tensor_numel(m, i) > maxn) maxn = cl_tensor_numel(m, i);
   const size_t chunk = 16384;
   float *t = malloc(maxn * sizeof(float));
   unsigned char *bytes = malloc(4 * chunk);
@@ -1590,14 +1559,14 @@ static cl_status write_file(cl_model *m, const char *path, const sbuf *h, const 
   for (int r = 0; r < N_ROLES && ok && st == CL_OK; r++) {
     if (!sp->roles[r]) continue;
     for (int i = 0; i < m->n_tensors && ok && st == CL_OK; i++) {
-      size_t n = model_tensor_numel(m, i);
+      size_t n = cl_tensor_numel(m, i);
       if (r == R_PARAM) {
         const char *pname;
         int nd, dims[4];
         st = cl_model_tensor_info(m, i, &pname, &nd, dims);
         if (st == CL_OK) st = cl_model_get_param(m, pname, t, n);
       } else {
-        flat_torch(m, i, sp->src[r], t, 1);
+        cl_convert_tensor(m, i, sp->src[r], t, 1);
       }
       if (st == CL_OK) ok = write_f32(fd, t, n, bytes, chunk);
     }
