@@ -24,6 +24,20 @@ static size_t n_elements(int ndim, const int *dims) {
   return n;
 }
 
+/* Name and shape of tensor i; on failure releases the caller's nprotect
+ * protections and raises. */
+static const char *tensor_info(cl_model *m, int i, int *ndim, int dims[4], int nprotect) {
+  const char *name = NULL;
+  *ndim = 0;
+  dims[0] = dims[1] = dims[2] = dims[3] = 0;
+  cl_status st = cl_model_tensor_info(m, i, &name, ndim, dims);
+  if (st != CL_OK) {
+    UNPROTECT(nprotect);
+    r_raise_model(st, m);
+  }
+  return name;
+}
+
 SEXP ffi_tensor_info(SEXP ptr) {
   cl_model *m = r_model(ptr);
   int nprotect = 0;
@@ -33,13 +47,8 @@ SEXP ffi_tensor_info(SEXP ptr) {
   SEXP shapes = PROTECT(Rf_allocVector(VECSXP, n));
   nprotect++;
   for (int i = 0; i < n; i++) {
-    const char *name = NULL;
-    int ndim = 0, dims[4] = {0, 0, 0, 0};
-    cl_status st = cl_model_tensor_info(m, i, &name, &ndim, dims);
-    if (st != CL_OK) {
-      UNPROTECT(nprotect);
-      r_raise_model(st, m);
-    }
+    int ndim, dims[4];
+    const char *name = tensor_info(m, i, &ndim, dims, nprotect);
     SET_STRING_ELT(names, i, Rf_mkChar(name));
     SEXP d = Rf_allocVector(INTSXP, ndim);
     SET_VECTOR_ELT(shapes, i, d);
@@ -60,17 +69,12 @@ SEXP ffi_get_tensors(SEXP ptr, SEXP grad) {
   SEXP names = PROTECT(Rf_allocVector(STRSXP, n));
   nprotect++;
   for (int i = 0; i < n; i++) {
-    const char *name = NULL;
-    int ndim = 0, dims[4] = {0, 0, 0, 0};
-    cl_status st = cl_model_tensor_info(m, i, &name, &ndim, dims);
-    if (st != CL_OK) {
-      UNPROTECT(nprotect);
-      r_raise_model(st, m);
-    }
+    int ndim, dims[4];
+    const char *name = tensor_info(m, i, &ndim, dims, nprotect);
     SET_STRING_ELT(names, i, Rf_mkChar(name));
     size_t len = n_elements(ndim, dims);
     float *buf = stage(len);
-    st = want_grad ? cl_model_get_grad(m, name, buf, len) : cl_model_get_param(m, name, buf, len);
+    cl_status st = want_grad ? cl_model_get_grad(m, name, buf, len) : cl_model_get_param(m, name, buf, len);
     if (st != CL_OK) {
       UNPROTECT(nprotect);
       r_raise_model(st, m);
@@ -97,13 +101,8 @@ SEXP ffi_set_tensors(SEXP ptr, SEXP tensors) {
   for (int j = 0; j < Rf_length(tensors); j++) {
     const char *want = CHAR(STRING_ELT(names, j));
     SEXP val = VECTOR_ELT(tensors, j);
-    const char *name = NULL;
     int ndim = 0, dims[4] = {0, 0, 0, 0}, found = 0;
-    for (int i = 0; i < n && !found; i++) {
-      cl_status st = cl_model_tensor_info(m, i, &name, &ndim, dims);
-      if (st != CL_OK) r_raise_model(st, m);
-      found = strcmp(name, want) == 0;
-    }
+    for (int i = 0; i < n && !found; i++) found = strcmp(tensor_info(m, i, &ndim, dims, 0), want) == 0;
     if (!found) r_raise_invalid("`state_dict` has an unknown entry \"%s\"", want);
     size_t len = n_elements(ndim, dims);
     if (TYPEOF(val) != REALSXP || (size_t)XLENGTH(val) != len)
