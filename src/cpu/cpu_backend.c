@@ -13,13 +13,18 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L /* posix_memalign, sysconf under -std=c11 */
 #endif
+#ifndef _DEFAULT_SOURCE
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
+#endif
 #include "cpu_kernels.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h> /* sysconf */
+#include <sys/mman.h> /* mmap */
+#include <unistd.h>   /* sysconf */
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -32,21 +37,48 @@ cl_status cl_cpu_fail(cl_backend *be, cl_status st, const char *fmt, ...) {
   return st;
 }
 
-/* 64 bytes: a cache line and an AVX-512 register, so packed kernels never
- * split a load across lines. */
+/* Every block starts with a header of CPU_ALIGN bytes saying how it was
+ * obtained, so that the user's pointer is 64-byte aligned (a cache line and
+ * an AVX-512 register: packed kernels never split a load across lines).
+ * Large blocks are mapped pages of their own: like device memory they go
+ * back to the system when freed. From malloc, glibc's dynamic mmap threshold
+ * would serve a block freed once from its heap next time, and a model's
+ * parameters, gradients and arena would stay resident after the model is
+ * released, growing with every model created and dropped. */
+#define CPU_ALIGN 64
+#define CPU_MAP_MIN ((size_t)1 << 20)
+
+typedef struct cpu_block {
+  size_t mapped; /* bytes mapped, header included; 0: from posix_memalign */
+} cpu_block;
+
 static cl_status cpu_alloc(cl_backend *be, size_t bytes, void **out) {
   *out = NULL;
   if (bytes == 0) return CL_OK;
-  if (posix_memalign(out, 64, bytes) != 0) {
-    *out = NULL;
+  if (bytes > SIZE_MAX - CPU_ALIGN)
     return cl_cpu_fail(be, CL_E_OOM, "cpu backend: could not allocate %zu bytes", bytes);
+  size_t total = bytes + CPU_ALIGN;
+  void *base = NULL;
+  if (bytes >= CPU_MAP_MIN) {
+    base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) base = NULL;
+  } else if (posix_memalign(&base, CPU_ALIGN, total) != 0) {
+    base = NULL;
   }
+  if (!base) return cl_cpu_fail(be, CL_E_OOM, "cpu backend: could not allocate %zu bytes", bytes);
+  ((cpu_block *)base)->mapped = bytes >= CPU_MAP_MIN ? total : 0;
+  *out = (char *)base + CPU_ALIGN;
   return CL_OK;
 }
 
 static void cpu_free(cl_backend *be, void *p) {
   (void)be;
-  free(p);
+  if (!p) return;
+  cpu_block *b = (cpu_block *)((char *)p - CPU_ALIGN);
+  if (b->mapped)
+    munmap(b, b->mapped);
+  else
+    free(b);
 }
 
 static cl_status cpu_memset0(cl_backend *be, void *p, size_t bytes) {
