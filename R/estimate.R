@@ -14,6 +14,12 @@
 #' [empty_cache()]), the peaks of [memory_stats()] equal these numbers to
 #' the byte.
 #'
+#' The step's buffers live in one arena, reserved at the first step and
+#' grown only when a step needs more than it holds: a smaller step
+#' afterwards (validation, the last batch of an epoch) reuses it without
+#' asking the device for memory, so `reserved` in [memory_stats()] stays at
+#' the largest step's until [empty_cache()].
+#'
 #' Knobs that shrink memory are planned too: a half `dtype` halves
 #' activations and data; `checkpoint` keeps states only every `checkpoint`
 #' steps; `accumulation_steps` plans one micro-batch; `tbptt` plans one
@@ -43,10 +49,14 @@
 #'   `gradients`, `optimizer`, `activations`, `states`, `workspace`,
 #'   `data`), then `total` (their sum: everything the step holds at its
 #'   peak) and `reserved` (what the allocator reserves from the device for
-#'   it). Attribute `plan` holds the buffers (a data frame of class
-#'   `convlstm_plan`: `name`, `category`, `bytes`, `layer`, where layers
-#'   count from 0 as in the buffer names and the state dict, and `NA`
-#'   marks model-wide buffers); `shape`,
+#'   it: the model's own buffers plus the step arena, in which each step
+#'   buffer sits at an offset aligned to 256 bytes). Attribute `plan` holds
+#'   the buffers (a data frame of class `convlstm_plan`: `name`,
+#'   `category`, `bytes`, `layer`, where layers count from 0 as in the
+#'   buffer names and the state dict, and `NA` marks model-wide buffers,
+#'   and `offset`, the buffer's place in the step arena, `NA` for the
+#'   parameters, gradients and optimizer state, which are allocations of
+#'   their own); `shape`,
 #'   `training`, `dtype`, `options` and `optimizer` record the question.
 #' @seealso [max_batch_size()], [memory_profile()], [memory_stats()].
 #' @export
@@ -103,10 +113,10 @@ new_memory_estimate <- function(plan, shape, training, dtype, options, optimizer
   by <- plan$by_category[mem_categories]
   df <- data.frame(
     category = c(mem_categories, "total", "reserved"),
-    bytes = unname(c(by, plan$total, plan$total))
+    bytes = unname(c(by, plan$total, plan$reserved))
   )
   buffers <- data.frame(name = plan$name, category = plan$category, bytes = plan$bytes,
-                        layer = plan$layer)
+                        layer = plan$layer, offset = plan$offset)
   class(buffers) <- c("convlstm_plan", "data.frame")
   structure(df, class = c("convlstm_memory_estimate", "data.frame"), plan = buffers,
             shape = stats::setNames(shape, c("batch_size", "seq_len", "height", "width")),
@@ -162,6 +172,10 @@ print.convlstm_plan <- function(x, ...) {
     name = x$name, category = x$category, bytes = format_bytes(x$bytes),
     layer = ifelse(is.na(x$layer), "-", as.character(x$layer))
   )
+  if (!is.null(x$offset)) {
+    shown$arena_offset <- ifelse(is.na(x$offset), "-", format(x$offset, scientific = FALSE,
+                                                              trim = TRUE))
+  }
   print(shown, row.names = FALSE, right = TRUE)
   invisible(x)
 }
@@ -169,7 +183,8 @@ print.convlstm_plan <- function(x, ...) {
 #' The largest batch that fits
 #'
 #' Searches the memory plan (doubling the batch, then bisecting) for the
-#' largest batch size whose step fits in `budget` bytes. Nothing is
+#' largest batch size whose step fits in `budget` bytes (its `reserved`
+#' bytes: what the device must hand over). Nothing is
 #' allocated, so it answers for budgets far beyond this machine, e.g. for
 #' the GPU a model is meant to train on. A model with `memory_limit =
 #' budget` trains with that batch, and one more sample fails with an error
@@ -184,8 +199,8 @@ print.convlstm_plan <- function(x, ...) {
 #' @param ... Passed to [memory_estimate()]: `training`, `dtype`,
 #'   `checkpoint`, `accumulation_steps`, `tbptt`, `optimizer`, `outputs`.
 #' @return The batch size (an integer; 0 if not even the smallest batch
-#'   fits), with attributes `bytes` (the plan's total at that batch) and
-#'   `budget`.
+#'   fits), with attributes `bytes` (the plan's reserved bytes at that
+#'   batch) and `budget`.
 #' @seealso [memory_estimate()], [set_memory_limit()].
 #' @export
 #' @examples
@@ -203,19 +218,19 @@ max_batch_size <- function(model, seq_len, height, width, budget = NULL, ...) {
   }
   dots <- list(...)
   first <- max(1L, as.integer(dots$accumulation_steps %||% 1L))
-  total_at <- function(b) {
+  reserved_at <- function(b) {
     est <- memory_estimate(model, b, seq_len, height, width, ...)
-    est$bytes[est$category == "total"]
+    est$bytes[est$category == "reserved"]
   }
   # The first plan runs unguarded so that bad options are reported; later
   # ones may overflow size_t for absurd batches, which just does not fit.
   fits <- function(b) {
-    tryCatch(total_at(b) <= budget, convlstm_error_invalid = function(e) FALSE)
+    tryCatch(reserved_at(b) <= budget, convlstm_error_invalid = function(e) FALSE)
   }
   result <- function(b) {
-    structure(as.integer(b), bytes = if (b > 0) total_at(b) else 0, budget = budget)
+    structure(as.integer(b), bytes = if (b > 0) reserved_at(b) else 0, budget = budget)
   }
-  if (total_at(first) > budget) return(result(0L))
+  if (reserved_at(first) > budget) return(result(0L))
   lo <- first
   hi <- NA_integer_
   cap <- .Machine$integer.max

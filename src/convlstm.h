@@ -264,20 +264,31 @@ cl_status cl_model_set_memory_limit(cl_model *m, size_t bytes);
 const char *cl_mem_category_name(cl_mem_category c);
 
 /* A plan: every buffer one step needs, computed without allocating. The
- * executor allocates exactly these, so estimate and measurement agree. */
+ * executor allocates exactly these, so estimate and measurement agree.
+ * Parameters, gradients and optimizer state are device allocations of their
+ * own; the step's buffers are views at fixed offsets into one step arena,
+ * reserved once and grown only by a step that needs more (a smaller step
+ * reuses it as it is). */
+#define CL_ARENA_ALIGN 256 /* bytes; as cudaMalloc aligns, and a multiple of any vector width */
+
 typedef struct cl_plan_entry {
   char name[48];
   cl_mem_category category;
   size_t bytes;
-  int kind;  /* internal: which buffer (core/plan.h) */
-  int layer; /* layer index, -1 for model-wide buffers */
+  size_t offset; /* step buffers: offset in the step arena; model buffers: 0 */
+  int in_arena;  /* 1 for step buffers */
+  int kind;      /* internal: which buffer (core/plan.h) */
+  int layer;     /* layer index, -1 for model-wide buffers */
 } cl_plan_entry;
 
 typedef struct cl_plan {
   int n;
   cl_plan_entry *entries;
   size_t by_category[CL_MEM_NCAT];
-  size_t total;
+  size_t total;    /* allocated: the sum of every buffer */
+  size_t arena;    /* the step arena: step buffers, each at an aligned offset */
+  size_t reserved; /* reserved from the device by a model that ran only this
+                      step: model buffers plus the arena */
 } cl_plan;
 
 /* Plan for a step of shape B, T, H, W (the whole batch: with

@@ -1,6 +1,7 @@
 /*
  * r_plan.c -- the memory planner and the memory knobs from R: a step's plan
- * (every buffer, its category and bytes) computed without allocating, the
+ * (every buffer, its category, bytes and offset in the step arena) computed
+ * without allocating, the
  * model's memory limit, its storage dtype and the float16 loss scaler.
  *
  * It is not where estimates are shaped into tables or where a batch size is
@@ -30,8 +31,9 @@ static SEXP named_list(const char *const *names, int n) {
 static SEXP plan_to_r(void *data) {
   const cl_plan *p = &((plan_copy *)data)->plan;
   int nprotect = 0;
-  const char *const names[] = {"name", "category", "bytes", "layer", "by_category", "total"};
-  SEXP out = PROTECT(named_list(names, 6));
+  const char *const names[] = {"name",        "category", "bytes", "layer", "offset",
+                               "by_category", "total",    "arena", "reserved"};
+  SEXP out = PROTECT(named_list(names, 9));
   nprotect++;
   SEXP name = Rf_allocVector(STRSXP, p->n);
   SET_VECTOR_ELT(out, 0, name);
@@ -41,6 +43,8 @@ static SEXP plan_to_r(void *data) {
   SET_VECTOR_ELT(out, 2, bytes);
   SEXP layer = Rf_allocVector(INTSXP, p->n);
   SET_VECTOR_ELT(out, 3, layer);
+  SEXP offset = Rf_allocVector(REALSXP, p->n);
+  SET_VECTOR_ELT(out, 4, offset);
   for (int i = 0; i < p->n; i++) {
     const cl_plan_entry *e = &p->entries[i];
     SET_STRING_ELT(name, i, Rf_mkChar(e->name));
@@ -48,16 +52,20 @@ static SEXP plan_to_r(void *data) {
     REAL(bytes)[i] = (double)e->bytes;
     /* from 0, as in the buffer names and the state dict; NA: model-wide */
     INTEGER(layer)[i] = e->layer >= 0 ? e->layer : NA_INTEGER;
+    /* NA: a model buffer, its own device allocation outside the arena */
+    REAL(offset)[i] = e->in_arena ? (double)e->offset : NA_REAL;
   }
   SEXP by = Rf_allocVector(REALSXP, CL_MEM_NCAT);
-  SET_VECTOR_ELT(out, 4, by);
+  SET_VECTOR_ELT(out, 5, by);
   SEXP by_names = Rf_allocVector(STRSXP, CL_MEM_NCAT);
   Rf_setAttrib(by, R_NamesSymbol, by_names);
   for (int c = 0; c < CL_MEM_NCAT; c++) {
     REAL(by)[c] = (double)p->by_category[c];
     SET_STRING_ELT(by_names, c, Rf_mkChar(cl_mem_category_name((cl_mem_category)c)));
   }
-  SET_VECTOR_ELT(out, 5, Rf_ScalarReal((double)p->total));
+  SET_VECTOR_ELT(out, 6, Rf_ScalarReal((double)p->total));
+  SET_VECTOR_ELT(out, 7, Rf_ScalarReal((double)p->arena));
+  SET_VECTOR_ELT(out, 8, Rf_ScalarReal((double)p->reserved));
   UNPROTECT(nprotect);
   return out;
 }

@@ -1,6 +1,7 @@
 /*
- * core/alloc.c -- the accounting allocator (see alloc.h). Every buffer goes to
- * the backend's alloc/free through here, so the statistics are complete by
+ * core/alloc.c -- the accounting allocator (see alloc.h). Every device
+ * allocation goes to the backend's alloc/free through here, and every byte
+ * given to a tensor is counted here, so the statistics are complete by
  * construction: there is no other path to device memory.
  */
 #include "alloc.h"
@@ -50,8 +51,7 @@ static void oom_message(cl_allocator *a, size_t bytes, char *err, size_t errlen)
            want, a->be->iface->name, cap, used, fr, res);
 }
 
-cl_status cl_mem_alloc(cl_allocator *a, cl_mem_category cat, size_t bytes, void **out,
-                       char *err, size_t errlen) {
+cl_status cl_mem_reserve(cl_allocator *a, size_t bytes, void **out, char *err, size_t errlen) {
   *out = NULL;
   if (bytes == 0) return CL_OK;
   if (a->limit > 0 && (bytes > a->limit || a->reserved > a->limit - bytes)) {
@@ -67,24 +67,45 @@ cl_status cl_mem_alloc(cl_allocator *a, cl_mem_category cat, size_t bytes, void 
       snprintf(err, errlen, "%s", a->be->err);
     return s;
   }
-  a->current[cat] += bytes;
-  if (a->current[cat] > a->peak[cat]) a->peak[cat] = a->current[cat];
-  a->n_alloc[cat]++;
-  a->allocated += bytes;
-  if (a->allocated > a->peak_allocated) a->peak_allocated = a->allocated;
-  /* every buffer is its own device allocation, so reserved == allocated */
   a->reserved += bytes;
   if (a->reserved > a->peak_reserved) a->peak_reserved = a->reserved;
   return CL_OK;
 }
 
-void cl_mem_free(cl_allocator *a, cl_mem_category cat, void *p, size_t bytes) {
+void cl_mem_unreserve(cl_allocator *a, void *p, size_t bytes) {
   if (p == NULL) return;
   a->be->iface->free(a->be, p);
+  a->reserved -= bytes;
+}
+
+void cl_mem_take(cl_allocator *a, cl_mem_category cat, size_t bytes) {
+  if (bytes == 0) return;
+  a->current[cat] += bytes;
+  if (a->current[cat] > a->peak[cat]) a->peak[cat] = a->current[cat];
+  a->n_alloc[cat]++;
+  a->allocated += bytes;
+  if (a->allocated > a->peak_allocated) a->peak_allocated = a->allocated;
+}
+
+void cl_mem_give(cl_allocator *a, cl_mem_category cat, size_t bytes) {
+  if (bytes == 0) return;
   a->current[cat] -= bytes;
   a->n_free[cat]++;
   a->allocated -= bytes;
-  a->reserved -= bytes;
+}
+
+cl_status cl_mem_alloc(cl_allocator *a, cl_mem_category cat, size_t bytes, void **out,
+                       char *err, size_t errlen) {
+  cl_status s = cl_mem_reserve(a, bytes, out, err, errlen);
+  if (s != CL_OK) return s;
+  cl_mem_take(a, cat, bytes);
+  return CL_OK;
+}
+
+void cl_mem_free(cl_allocator *a, cl_mem_category cat, void *p, size_t bytes) {
+  if (p == NULL) return;
+  cl_mem_give(a, cat, bytes);
+  cl_mem_unreserve(a, p, bytes);
 }
 
 void cl_mem_reset_peak(cl_allocator *a) {

@@ -20,12 +20,26 @@ typedef struct cl_allocator {
   size_t reserved, peak_reserved;
 } cl_allocator;
 
-/* bytes == 0 gives *out = NULL and counts nothing. On failure writes an
+/* Two levels, as in PyTorch's caching allocator: memory is *reserved* from
+ * the device (a device allocation, checked against the limit), and bytes of
+ * it are *allocated* to a tensor of a category. A model buffer is both at
+ * once (cl_mem_alloc); the step arena is reserved once and its buffers are
+ * taken and given back inside it (cl_mem_take / cl_mem_give) without any
+ * device call. */
+
+/* Reserve and take in one: a buffer that is its own device allocation.
+ * bytes == 0 gives *out = NULL and counts nothing. On failure writes an
  * "out of memory: tried to allocate ..." message into err. */
 cl_status cl_mem_alloc(cl_allocator *a, cl_mem_category cat, size_t bytes, void **out,
                        char *err, size_t errlen);
 /* NULL-safe; bytes must be what was allocated. */
 void cl_mem_free(cl_allocator *a, cl_mem_category cat, void *p, size_t bytes);
+/* A device allocation that holds no tensor yet (the step arena). */
+cl_status cl_mem_reserve(cl_allocator *a, size_t bytes, void **out, char *err, size_t errlen);
+void cl_mem_unreserve(cl_allocator *a, void *p, size_t bytes);
+/* Count bytes of reserved memory as allocated to a category, and back. */
+void cl_mem_take(cl_allocator *a, cl_mem_category cat, size_t bytes);
+void cl_mem_give(cl_allocator *a, cl_mem_category cat, size_t bytes);
 void cl_mem_reset_peak(cl_allocator *a);
 /* Capacity and free bytes as the user should see them: the limit when one is
  * set, the device's numbers otherwise. */

@@ -45,13 +45,14 @@ typedef struct cl_geom {
 cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
                        const cl_step_options *o, cl_geom *g);
 
-/* Buffers of one planned step, views into allocations made from the plan.
+/* Buffers of one planned step, views into the step arena at the plan's offsets.
  * Activations are in the storage dtype (void *), gradients float. */
 typedef struct cl_step {
   int valid;
   cl_geom g;
   cl_plan plan;
-  void **ptr; /* one per plan entry */
+  void *arena; /* reserved; the step buffers below are views into it */
+  size_t arena_bytes;
   void *x;
   void *gates[CL_MAX_LAYERS], *cell[CL_MAX_LAYERS], *hid[CL_MAX_LAYERS];
   void *ckpt_h[CL_MAX_LAYERS], *ckpt_c[CL_MAX_LAYERS]; /* checkpoint: state at segment ends */
@@ -90,6 +91,7 @@ struct cl_model {
   /* optimizer state, created at the first step */
   cl_optim_kind opt_kind;
   float *opt_m, *opt_v;
+  int opt_m_fresh; /* the momentum buffer awaits its first update (SGD seeds it then) */
   int64_t opt_steps;
   cl_step step;
   cl_phase phase;
@@ -130,6 +132,10 @@ size_t cl_tensor_numel(const cl_model *m, int i);
 /* step.c */
 cl_status cl_step_prepare(cl_model *m, const cl_geom *g);
 void cl_step_release(cl_model *m);
+/* A model buffer (gradients, optimizer state). When the device refuses it,
+ * the step arena is given back and the allocation tried once more -- unless
+ * it holds a training forward that backward still needs. */
+cl_status cl_model_alloc(cl_model *m, cl_mem_category cat, size_t bytes, void **out);
 /* grads.c / params.c */
 cl_status cl_grads_ensure(cl_model *m);
 /* A block of a host array: sequences [b0, b0 + nb) and steps [t0, t0 + nt)
@@ -164,6 +170,9 @@ cl_status cl_loss_segment(cl_model *m, const cl_host_array *y, cl_target target,
                           double *loss);
 cl_status cl_zero(cl_model *m, void *p, size_t bytes);
 cl_status cl_check_optim(cl_model *m, const cl_optim *o);
+/* o's state, created on first use and reset when the kind changes;
+ * *created (may be NULL): whether this call allocated any. */
+cl_status cl_optim_ensure(cl_model *m, const cl_optim *o, int *created);
 void cl_scaler_reset(cl_loss_scale *s);
 /* y or an output gradient shaped as the target needs for [B, T, ., H, W]. */
 cl_status cl_check_target(cl_model *m, const cl_host_array *a, cl_target target, const char *what,

@@ -166,6 +166,7 @@ static void free_optimizer(cl_model *m) {
   cl_mem_free(&m->mem, CL_MEM_OPTIMIZER, m->opt_m, pb);
   cl_mem_free(&m->mem, CL_MEM_OPTIMIZER, m->opt_v, pb);
   m->opt_m = m->opt_v = NULL;
+  m->opt_m_fresh = 0;
   m->opt_steps = 0;
   m->opt_kind = 0;
 }
@@ -191,7 +192,7 @@ void cl_model_free(cl_model *m) {
 cl_status cl_grads_ensure(cl_model *m) {
   if (m->grads) return CL_OK;
   size_t pb = m->n_params * sizeof(float);
-  CL_TRY(cl_mem_alloc(&m->mem, CL_MEM_GRADIENTS, pb, (void **)&m->grads, m->err, sizeof m->err));
+  CL_TRY(cl_model_alloc(m, CL_MEM_GRADIENTS, pb, (void **)&m->grads));
   CL_KERNEL(m, m->be->iface->memset0(m->be, m->grads, pb));
   return CL_OK;
 }

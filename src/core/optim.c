@@ -28,7 +28,7 @@ cl_status cl_check_optim(cl_model *m, const cl_optim *o) {
 
 static cl_status alloc_state(cl_model *m, float **p) {
   size_t pb = m->n_params * sizeof(float);
-  CL_TRY(cl_mem_alloc(&m->mem, CL_MEM_OPTIMIZER, pb, (void **)p, m->err, sizeof m->err));
+  CL_TRY(cl_model_alloc(m, CL_MEM_OPTIMIZER, pb, (void **)p));
   cl_status s = m->be->iface->memset0(m->be, *p, pb);
   if (s != CL_OK) {
     cl_mem_free(&m->mem, CL_MEM_OPTIMIZER, *p, pb);
@@ -38,23 +38,24 @@ static cl_status alloc_state(cl_model *m, float **p) {
   return CL_OK;
 }
 
-/* State for o: created on first use, reset when the kind changes. Returns in
- * *fresh whether the momentum buffer is new (SGD then seeds it). */
-static cl_status ensure_state(cl_model *m, const cl_optim *o, int *fresh) {
+cl_status cl_optim_ensure(cl_model *m, const cl_optim *o, int *created) {
   if (m->opt_kind != o->kind) cl_model_optimizer_reset(m);
   m->opt_kind = o->kind;
-  *fresh = 0;
+  if (created) *created = 0;
   int need_m = o->kind == CL_OPTIM_ADAM || o->momentum != 0;
   if (need_m && !m->opt_m) {
     CL_TRY(alloc_state(m, &m->opt_m));
-    *fresh = 1;
+    m->opt_m_fresh = 1;
+    if (created) *created = 1;
   }
   if (o->kind == CL_OPTIM_ADAM && !m->opt_v) {
     cl_status s = alloc_state(m, &m->opt_v);
     if (s != CL_OK) { /* all or nothing: the model stays as it was */
       cl_model_optimizer_reset(m);
+      if (created) *created = 0;
       return s;
     }
+    if (created) *created = 1;
   }
   return CL_OK;
 }
@@ -63,17 +64,17 @@ cl_status cl_model_optimizer_step(cl_model *m, const cl_optim *o) {
   m->err[0] = '\0';
   CL_TRY(cl_check_optim(m, o));
   if (!m->grads) return cl_fail(m, CL_E_STATE, "no gradients yet: run backward first");
-  int fresh;
-  CL_TRY(ensure_state(m, o, &fresh));
+  CL_TRY(cl_optim_ensure(m, o, NULL));
   const struct cl_backend_i *be = m->be->iface;
   if (o->kind == CL_OPTIM_ADAM) {
     cl_adam_hp hp = {(float)o->lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
                      (float)o->weight_decay, m->opt_steps + 1};
     CL_KERNEL(m, be->adam_update(m->be, m->params, m->grads, m->opt_m, m->opt_v, m->n_params, &hp));
   } else {
-    cl_sgd_hp hp = {(float)o->lr, (float)o->momentum, (float)o->weight_decay, fresh};
+    cl_sgd_hp hp = {(float)o->lr, (float)o->momentum, (float)o->weight_decay, m->opt_m_fresh};
     CL_KERNEL(m, be->sgd_update(m->be, m->params, m->grads, m->opt_m, m->n_params, &hp));
   }
+  m->opt_m_fresh = 0;
   m->opt_steps++;
   return CL_OK;
 }

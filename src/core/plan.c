@@ -3,8 +3,8 @@
  * held at once, given checkpointing, truncation and accumulation) and the
  * memory plan it implies (see plan.h). Pure: it reads the model's
  * configuration and asks the backend for workspace sizes, and allocates
- * nothing on the device. The sizes written here are the sizes step.c
- * allocates, so estimate and measurement agree to the byte.
+ * nothing on the device. The sizes and arena offsets written here are what
+ * step.c takes, so estimate and measurement agree to the byte.
  */
 #include "internal.h"
 
@@ -184,11 +184,34 @@ static void plan_training(plan_builder *b, const struct cl_model *m, const cl_ge
       add(b, CL_BUF_CARRY_H, l, CL_MEM_STATES, nbytes(b, e, Bm, h, P, 1), "carry_h");
       add(b, CL_BUF_CARRY_C, l, CL_MEM_STATES, nbytes(b, e, Bm, h, P, 1), "carry_c");
     }
-    add(b, CL_BUF_DH, l, CL_MEM_WORKSPACE, nbytes(b, f, S, Bm, h, P), "d_hidden");
   }
-  if (nseg == 1)
-    add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, (size_t)max_hidden(m), P, 1),
-        "d_cell");
+  /* d_hidden of layer l is last read by l's time loop, and l's input half
+   * writes layer l - 1's only after that loop: one buffer serves them all */
+  size_t hmax = (size_t)max_hidden(m);
+  add(b, CL_BUF_DH, -1, CL_MEM_WORKSPACE, nbytes(b, f, S, Bm, hmax, P), "d_hidden");
+  if (nseg == 1) add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, hmax, P, 1), "d_cell");
+}
+
+/* Step buffers one after the other in the arena, each aligned. */
+static void place_in_arena(plan_builder *b) {
+  cl_plan *p = b->p;
+  size_t at = 0;
+  for (int i = 0; i < p->n; i++) {
+    cl_plan_entry *e = &p->entries[i];
+    if (!cl_buf_is_step(e->kind)) {
+      p->reserved += e->bytes;
+      continue;
+    }
+    e->in_arena = 1;
+    e->offset = at;
+    size_t padded = e->bytes + (CL_ARENA_ALIGN - 1);
+    if (padded < e->bytes) b->overflow = 1;
+    at += padded / CL_ARENA_ALIGN * CL_ARENA_ALIGN;
+    if (at < e->offset) b->overflow = 1;
+  }
+  p->arena = at;
+  p->reserved += at;
+  if (p->reserved < at) b->overflow = 1;
 }
 
 cl_status cl_plan_build(const struct cl_model *m, const cl_geom *g, const cl_optim *opt,
@@ -201,6 +224,7 @@ cl_status cl_plan_build(const struct cl_model *m, const cl_geom *g, const cl_opt
   else
     plan_inference(&b, m, g);
   add(&b, CL_BUF_WS, -1, CL_MEM_WORKSPACE, plan_workspace(m, g), "conv_workspace");
+  place_in_arena(&b);
   if (b.overflow) {
     cl_plan_free(out);
     return CL_E_INVALID;

@@ -3,7 +3,7 @@
  * category and exact size, computed from the configuration and the shape
  * without allocating anything (as llm.c sizes its activations up front and
  * ggml's allocator reserves a graph before running it). memory estimates read
- * it; the executor (step.c) allocates exactly its step buffers.
+ * it; the executor (step.c) places exactly its step buffers in the arena.
  */
 #ifndef CONVLSTM_CORE_PLAN_H
 #define CONVLSTM_CORE_PLAN_H
@@ -29,7 +29,8 @@ typedef enum cl_buf_kind {
   CL_BUF_DZ_CARRY, /* checkpoint: dz of a segment's first step [Bm, 4h, H, W] */
   CL_BUF_CARRY_H,  /* tbptt: h carried between windows [Bm, h, H, W]        */
   CL_BUF_CARRY_C,  /* tbptt: c likewise                                    */
-  CL_BUF_DH,       /* float: d loss / d layer output [S, Bm, h, H, W]; the
+  CL_BUF_DH,       /* float: d loss / d layer output [S, Bm, max h, H, W],
+                      one buffer for every layer in turn (backward.c); the
                       last layer's also receives the target, which the MSE
                       kernel turns into its gradient in place               */
   CL_BUF_DC,       /* float: d loss / d c, one step [Bm, h, H, W]; one buffer

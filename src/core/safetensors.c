@@ -1204,7 +1204,7 @@ cl_status cl_saved_tensor_info(const cl_saved *s, int i, const char **name, cons
  * tensors. */
 static cl_status restore_state(cl_model *m, const cl_saved *s, int r, float **dst, float *tmp) {
   size_t pb = m->n_params * sizeof(float);
-  CL_TRY(cl_mem_alloc(&m->mem, CL_MEM_OPTIMIZER, pb, (void **)dst, m->err, sizeof m->err));
+  CL_TRY(cl_model_alloc(m, CL_MEM_OPTIMIZER, pb, (void **)dst));
   const struct cl_backend_i *be = m->be->iface;
   float *flat = be->host_accessible ? *dst : malloc(pb);
   if (!flat) return cl_fail(m, CL_E_OOM, "out of host memory restoring the optimizer state");

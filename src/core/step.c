@@ -1,26 +1,39 @@
 /*
- * core/step.c -- the executor's memory side: allocate exactly the step
- * buffers of a plan, keep them while the geometry stays, give them back when
- * it changes or the cache is emptied. On failure nothing of the new step
- * stays allocated and the model remains usable with a smaller shape.
+ * core/step.c -- the executor's memory side: one step arena, reserved from
+ * the device once and grown only when a step needs more than it holds, and
+ * the plan's step buffers as views at their offsets in it. Changing the
+ * geometry re-plans on the host and re-binds the views; a step that fits in
+ * the arena makes no device call (training and validation alternating, a
+ * smaller last batch), and none is ever made inside a step. On failure
+ * nothing of the new step stays reserved and the model remains usable with a
+ * smaller shape.
  */
 #include "internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-void cl_step_release(cl_model *m) {
+/* Give back the plan's buffers; the arena stays reserved. */
+static void unbind(cl_model *m) {
   cl_step *st = &m->step;
-  if (st->ptr) {
-    for (int i = 0; i < st->plan.n; i++) {
-      const cl_plan_entry *e = &st->plan.entries[i];
-      if (cl_buf_is_step(e->kind)) cl_mem_free(&m->mem, e->category, st->ptr[i], e->bytes);
-    }
+  for (int i = 0; i < st->plan.n; i++) {
+    const cl_plan_entry *e = &st->plan.entries[i];
+    if (e->in_arena && st->valid) cl_mem_give(&m->mem, e->category, e->bytes);
   }
-  free(st->ptr);
   cl_plan_free(&st->plan);
+  void *arena = st->arena;
+  size_t arena_bytes = st->arena_bytes;
   memset(st, 0, sizeof *st);
+  st->arena = arena;
+  st->arena_bytes = arena_bytes;
   m->phase = CL_PHASE_NONE;
+}
+
+void cl_step_release(cl_model *m) {
+  unbind(m);
+  cl_mem_unreserve(&m->mem, m->step.arena, m->step.arena_bytes);
+  m->step.arena = NULL;
+  m->step.arena_bytes = 0;
 }
 
 /* A buffer of layer -1 serves every layer. */
@@ -51,32 +64,54 @@ static void bind_view(cl_step *st, const cl_plan_entry *e, void *p) {
   }
 }
 
+/* An arena of at least `bytes`: grown (old one given back first, so that a
+ * limit need not hold both) only when the current one is smaller. */
+static cl_status ensure_arena(cl_model *m, size_t bytes) {
+  cl_step *st = &m->step;
+  if (bytes <= st->arena_bytes) return CL_OK;
+  cl_mem_unreserve(&m->mem, st->arena, st->arena_bytes);
+  st->arena = NULL;
+  st->arena_bytes = 0;
+  CL_TRY(cl_mem_reserve(&m->mem, bytes, &st->arena, m->err, sizeof m->err));
+  st->arena_bytes = bytes;
+  return CL_OK;
+}
+
 cl_status cl_step_prepare(cl_model *m, const cl_geom *g) {
   if (g->training) CL_TRY(cl_grads_ensure(m));
   cl_step *st = &m->step;
   if (st->valid && memcmp(&st->g, g, sizeof *g) == 0) return CL_OK;
-  cl_step_release(m);
-  if (cl_plan_build(m, g, NULL, &st->plan) != CL_OK) {
+  unbind(m);
+  cl_plan plan;
+  if (cl_plan_build(m, g, NULL, &plan) != CL_OK) {
     cl_step_release(m);
     return cl_fail(m, CL_E_INVALID, "a step of batch %d, %d steps, %dx%d pixels: sizes overflow",
                    g->B, g->T, g->H, g->W);
   }
-  st->ptr = calloc((size_t)st->plan.n, sizeof(void *));
-  if (!st->ptr) {
+  cl_status s = ensure_arena(m, plan.arena);
+  if (s != CL_OK) {
+    cl_plan_free(&plan);
     cl_step_release(m);
-    return cl_fail(m, CL_E_OOM, "out of host memory planning a step");
+    return s;
   }
-  for (int i = 0; i < st->plan.n; i++) {
-    const cl_plan_entry *e = &st->plan.entries[i];
-    if (!cl_buf_is_step(e->kind)) continue;
-    cl_status s = cl_mem_alloc(&m->mem, e->category, e->bytes, &st->ptr[i], m->err, sizeof m->err);
-    if (s != CL_OK) {
-      cl_step_release(m);
-      return s;
-    }
-    bind_view(st, e, st->ptr[i]);
+  st->plan = plan;
+  for (int i = 0; i < plan.n; i++) {
+    const cl_plan_entry *e = &plan.entries[i];
+    if (!e->in_arena) continue;
+    cl_mem_take(&m->mem, e->category, e->bytes);
+    bind_view(st, e, e->bytes ? (char *)st->arena + e->offset : NULL);
   }
   st->valid = 1;
   st->g = *g;
   return CL_OK;
+}
+
+cl_status cl_model_alloc(cl_model *m, cl_mem_category cat, size_t bytes, void **out) {
+  cl_status s = cl_mem_alloc(&m->mem, cat, bytes, out, m->err, sizeof m->err);
+  int pending = m->phase == CL_PHASE_TRAINING || m->phase == CL_PHASE_LOSS;
+  if (s != CL_E_OOM || !m->step.arena || pending) return s;
+  /* as PyTorch frees its cached blocks and retries before reporting an OOM */
+  cl_step_release(m);
+  m->err[0] = '\0';
+  return cl_mem_alloc(&m->mem, cat, bytes, out, m->err, sizeof m->err);
 }

@@ -126,18 +126,11 @@ static cl_status scaled_update(cl_model *m, const cl_optim *opt) {
   return CL_OK;
 }
 
-cl_status cl_model_train_step(cl_model *m, const cl_host_array *x, const cl_host_array *y,
-                              cl_target target, const cl_optim *opt,
-                              const cl_step_options *opts, double *loss) {
-  m->err[0] = '\0';
-  *loss = 0;
-  CL_TRY(cl_check_optim(m, opt));
-  CL_TRY(cl_check_sequence(m, x, "x", m->cfg.input_dim));
-  int B = x->dims[0], T = x->dims[1], H = x->dims[3], W = x->dims[4];
-  CL_TRY(cl_check_target(m, y, target, "y", B, T, H, W));
-  cl_geom g;
-  CL_TRY(cl_geom_make(m, B, T, H, W, 1, opts, &g));
-  m->phase = CL_PHASE_NONE;
+static cl_status train_step(cl_model *m, const cl_host_array *x, const cl_host_array *y,
+                            cl_target target, const cl_optim *opt, const cl_geom *gp,
+                            double *loss) {
+  const cl_geom g = *gp;
+  int B = g.B;
   CL_TRY(cl_step_prepare(m, &g));
   CL_TRY(cl_model_zero_grad(m));
   m->step.outputs_kept = 0;
@@ -160,6 +153,28 @@ cl_status cl_model_train_step(cl_model *m, const cl_host_array *x, const cl_host
   if (bad)
     return cl_fail(m, CL_E_INVALID, "the gradients are not finite: parameters left unchanged");
   return cl_model_optimizer_step(m, opt);
+}
+
+cl_status cl_model_train_step(cl_model *m, const cl_host_array *x, const cl_host_array *y,
+                              cl_target target, const cl_optim *opt,
+                              const cl_step_options *opts, double *loss) {
+  m->err[0] = '\0';
+  *loss = 0;
+  CL_TRY(cl_check_optim(m, opt));
+  CL_TRY(cl_check_sequence(m, x, "x", m->cfg.input_dim));
+  int B = x->dims[0], T = x->dims[1], H = x->dims[3], W = x->dims[4];
+  CL_TRY(cl_check_target(m, y, target, "y", B, T, H, W));
+  cl_geom g;
+  CL_TRY(cl_geom_make(m, B, T, H, W, 1, opts, &g));
+  m->phase = CL_PHASE_NONE;
+  /* every model buffer before the step's arena, so that nothing is
+   * allocated once the step has begun; a state made for a step that fails
+   * goes back, leaving the model as it was */
+  int created;
+  CL_TRY(cl_optim_ensure(m, opt, &created));
+  cl_status s = train_step(m, x, y, target, opt, &g, loss);
+  if (s != CL_OK && created) cl_model_optimizer_reset(m);
+  return s;
 }
 
 cl_status cl_model_set_dtype(cl_model *m, cl_dtype dtype) {

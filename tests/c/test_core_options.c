@@ -241,6 +241,12 @@ static void test_plan_equals_measured(int cases) {
     CHECK(s == CL_OK, "case %d: %s", c, cl_model_error(m));
     cl_mem_stats st;
     cl_model_memory_stats(m, &st);
+    if (st.peak_allocated != plan.total || st.peak_reserved != plan.reserved ||
+        st.reserved != plan.reserved || st.reserved < st.allocated) {
+      bad++;
+      CHECK(0, "case %d: plan total %zu reserved %zu; measured peak %zu, reserved %zu (peak %zu)",
+            c, plan.total, plan.reserved, st.peak_allocated, st.reserved, st.peak_reserved);
+    }
     for (int k = 0; k < CL_MEM_NCAT; k++)
       if (st.peak[k] != plan.by_category[k]) {
         bad++;
@@ -255,10 +261,127 @@ static void test_plan_equals_measured(int cases) {
   printf("plan == measured peak per category: %d of %d random cases\n", cases - (bad > 0), cases);
 }
 
+/* Flattened parameters of m into a new buffer. */
+static float *params_of(cl_model *m) {
+  float *out = malloc(cl_model_n_params(m) * sizeof *out), *at = out;
+  for (int i = 0; i < cl_model_n_tensors(m); i++) {
+    const char *name;
+    int nd, d[4];
+    cl_model_tensor_info(m, i, &name, &nd, d);
+    size_t n = 1;
+    for (int j = 0; j < nd; j++) n *= (size_t)d[j];
+    cl_model_get_param(m, name, at, n);
+    at += n;
+  }
+  return out;
+}
+
+/* The arena: a larger step grows it, a smaller one reuses it without a
+ * device allocation, and what a larger step left in it changes nothing. */
+static void test_arena_reuse(void) {
+  problem big = make_problem(5, 6, 7, 6, 3), small = make_problem(2, 3, 7, 6, 3);
+  cl_model *used = model_of(&small, 3), *fresh = model_of(&small, 3);
+  cl_host_array xb = {big.x, CL_HOST_TORCH_F32, 5, {5, 6, 2, 7, 6}};
+  cl_host_array xs = {small.x, CL_HOST_TORCH_F32, 5, {2, 3, 2, 7, 6}};
+  int top = small.cfg.hidden_dims[2];
+  cl_host_array ys = {small.y_seq, CL_HOST_TORCH_F32, 5, {2, 3, top, 7, 6}};
+  cl_optim adam = {CL_OPTIM_ADAM, 1e-2, 0.9, 0.999, 1e-8, 0, 0};
+  cl_plan pb, ps;
+  CHECK(cl_model_plan(used, 5, 6, 7, 6, 1, &adam, NULL, &pb) == CL_OK, "plan big");
+  CHECK(cl_model_plan(used, 2, 3, 7, 6, 1, &adam, NULL, &ps) == CL_OK, "plan small");
+  CHECK(pb.arena > ps.arena, "the larger step needs a larger arena");
+  for (int i = 0; i < pb.n; i++) /* views do not overlap and fit */
+    for (int j = 0; j < pb.n; j++) {
+      const cl_plan_entry *a = &pb.entries[i], *b = &pb.entries[j];
+      if (!a->in_arena || !b->in_arena) continue;
+      CHECK(a->offset % CL_ARENA_ALIGN == 0 && a->offset + a->bytes <= pb.arena, "%s placed",
+            a->name);
+      if (i != j && a->bytes && b->bytes)
+        CHECK(a->offset + a->bytes <= b->offset || b->offset + b->bytes <= a->offset,
+              "%s overlaps %s", a->name, b->name);
+    }
+  double l_used = 0, l_fresh = 0;
+  cl_mem_stats st;
+  for (int round = 0; round < 3; round++) {
+    CHECK(cl_model_forward(used, &xb, 1, NULL) == CL_OK, "big training forward");
+    cl_step_options last = {0, 0, 0, CL_OUTPUTS_LAST, 0};
+    CHECK(cl_model_forward(used, &xb, 0, &last) == CL_OK, "big inference");
+    cl_model_memory_stats(used, &st);
+    size_t before = st.reserved;
+    uint64_t takes = st.n_alloc[CL_MEM_ACTIVATIONS];
+    CHECK(cl_model_train_step(used, &xs, &ys, CL_TARGET_SEQUENCE, &adam, NULL, &l_used) == CL_OK,
+          "small step: %s", cl_model_error(used));
+    CHECK(cl_model_train_step(fresh, &xs, &ys, CL_TARGET_SEQUENCE, &adam, NULL, &l_fresh) ==
+              CL_OK, "fresh step");
+    CHECK(l_used == l_fresh, "round %d: loss %.9g after a larger step, %.9g fresh", round, l_used,
+          l_fresh);
+    cl_model_memory_stats(used, &st);
+    size_t opt_state = round == 0 ? st.current[CL_MEM_OPTIMIZER] : 0; /* Adam's, at its first step */
+    CHECK(st.reserved == before + opt_state, "a smaller step reserved more (%zu -> %zu)", before,
+          st.reserved);
+    CHECK(st.n_alloc[CL_MEM_ACTIVATIONS] > takes, "the smaller step's buffers are counted");
+    CHECK(st.allocated == ps.total && st.reserved == pb.reserved,
+          "allocated %zu (plan %zu), reserved %zu (plan of the largest %zu)", st.allocated,
+          ps.total, st.reserved, pb.reserved);
+  }
+  float *pu = params_of(used), *pf = params_of(fresh);
+  CHECK(memcmp(pu, pf, cl_model_n_params(used) * sizeof *pu) == 0,
+        "parameters differ after three steps in a reused arena");
+  CHECK(cl_model_empty_cache(used) == CL_OK, "empty_cache");
+  cl_model_memory_stats(used, &st);
+  CHECK(st.reserved == st.allocated && st.current[CL_MEM_ACTIVATIONS] == 0,
+        "empty_cache keeps %zu reserved beyond %zu allocated", st.reserved, st.allocated);
+  free(pu);
+  free(pf);
+  cl_plan_free(&pb);
+  cl_plan_free(&ps);
+  cl_model_free(used);
+  cl_model_free(fresh);
+  free_problem(&big);
+  free_problem(&small);
+}
+
+/* A limit that holds the small arena but not the large one: the large step
+ * fails with nothing left reserved for it, and the small one runs after. */
+static void test_arena_oom(void) {
+  problem p = make_problem(4, 5, 6, 6, 2);
+  cl_model *m = model_of(&p, 5);
+  cl_optim sgd = {CL_OPTIM_SGD, 1e-2, 0, 0, 0, 0, 0};
+  cl_plan pb, ps;
+  cl_model_plan(m, 4, 5, 6, 6, 1, &sgd, NULL, &pb);
+  cl_model_plan(m, 1, 5, 6, 6, 1, &sgd, NULL, &ps);
+  cl_model_set_memory_limit(m, (pb.reserved + ps.reserved) / 2);
+  cl_host_array xa = {p.x, CL_HOST_TORCH_F32, 5, {4, 5, 2, 6, 6}};
+  int top = p.cfg.hidden_dims[1];
+  cl_host_array ya = {p.y_seq, CL_HOST_TORCH_F32, 5, {4, 5, top, 6, 6}};
+  cl_host_array x1 = {p.x, CL_HOST_TORCH_F32, 5, {1, 5, 2, 6, 6}};
+  cl_host_array y1 = {p.y_seq, CL_HOST_TORCH_F32, 5, {1, 5, top, 6, 6}};
+  double loss;
+  CHECK(cl_model_train_step(m, &x1, &y1, CL_TARGET_SEQUENCE, &sgd, NULL, &loss) == CL_OK,
+        "small step under the limit: %s", cl_model_error(m));
+  CHECK(cl_model_train_step(m, &xa, &ya, CL_TARGET_SEQUENCE, &sgd, NULL, &loss) == CL_E_OOM,
+        "the large step fits under a limit below its plan");
+  CHECK(strstr(cl_model_error(m), "out of memory: tried to allocate") != NULL, "message: %s",
+        cl_model_error(m));
+  cl_mem_stats st;
+  cl_model_memory_stats(m, &st);
+  CHECK(st.reserved == st.allocated && st.reserved == pb.reserved - pb.arena,
+        "after the OOM: reserved %zu, allocated %zu, model buffers %zu", st.reserved,
+        st.allocated, pb.reserved - pb.arena);
+  CHECK(cl_model_train_step(m, &x1, &y1, CL_TARGET_SEQUENCE, &sgd, NULL, &loss) == CL_OK,
+        "small step after the OOM: %s", cl_model_error(m));
+  cl_plan_free(&pb);
+  cl_plan_free(&ps);
+  cl_model_free(m);
+  free_problem(&p);
+}
+
 int main(void) {
   test_equal_gradients();
   test_tbptt_truncates();
   test_memory_independent_of_T();
   test_plan_equals_measured(60);
+  test_arena_reuse();
+  test_arena_oom();
   return ctest_done("test_core_options");
 }

@@ -117,7 +117,13 @@ test_that("memory_estimate() returns categories, total, reserved and the plan", 
   expect_equal(attr(est, "shape"), c(batch_size = 2L, seq_len = 3L, height = 5L, width = 4L))
   plan <- attr(est, "plan")
   expect_s3_class(plan, "convlstm_plan")
-  expect_named(plan, c("name", "category", "bytes", "layer"))
+  expect_named(plan, c("name", "category", "bytes", "layer", "offset"))
+  # model buffers are allocations of their own; the rest sit in the step arena
+  own <- plan$name %in% c("parameters", "gradients", "adam.exp_avg", "adam.exp_avg_sq")
+  expect_true(all(is.na(plan$offset[own])) && !anyNA(plan$offset[!own]))
+  step_bytes <- plan$bytes[!own]
+  arena <- sum(ceiling(step_bytes / 256) * 256)
+  expect_equal(b[["reserved"]], sum(plan$bytes[own]) + arena)
   expect_true(all(c("parameters", "gradients", "adam.exp_avg", "adam.exp_avg_sq") %in% plan$name))
   expect_true(all(is.na(plan$layer[plan$name == "parameters"])))
   expect_true(all(plan$layer %in% c(NA, 0L, 1L)))
