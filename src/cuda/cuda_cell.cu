@@ -28,8 +28,9 @@ __global__ void gates_forward_kernel(T *z, const T *c_prev, T *c, T *h, size_t t
     const float f = sigmoidf_(cl_ld(zi[hp]));
     const float o = sigmoidf_(cl_ld(zi[2 * hp]));
     const float g = tanhf(cl_ld(zi[3 * hp]));
-    const float cp = c_prev ? cl_ld(c_prev[e]) : 0.0f;
-    const float cn = f * cp + i * g;
+    /* no c_prev: c = i*g exactly as the CPU computes it (f*0 would turn a
+     * NaN f into a NaN c) */
+    const float cn = c_prev ? f * cl_ld(c_prev[e]) + i * g : i * g;
     zi[0] = cl_st<T>(i);
     zi[hp] = cl_st<T>(f);
     zi[2 * hp] = cl_st<T>(o);
@@ -51,12 +52,12 @@ __global__ void gates_backward_kernel(T *gates, const T *c, const T *c_prev, con
     const size_t n = e / hp, r = e - n * hp;
     T *gi = gates + n * 4 * hp + r;
     const float i = cl_ld(gi[0]), f = cl_ld(gi[hp]), o = cl_ld(gi[2 * hp]), g = cl_ld(gi[3 * hp]);
-    const float cp = c_prev ? cl_ld(c_prev[e]) : 0.0f;
     const float tc = tanhf(cl_ld(c[e]));
     const float dhv = dh[e];
     const float d_o = dhv * tc;
     const float dct = dc[e] + dhv * o * (1.0f - tc * tc);
-    const float di = dct * g, dg = dct * i, df = dct * cp;
+    /* no c_prev: df is 0, as on the CPU, even where dct is inf or NaN */
+    const float di = dct * g, dg = dct * i, df = c_prev ? dct * cl_ld(c_prev[e]) : 0.0f;
     dc[e] = dct * f;
     gi[0] = cl_st<T>(di * i * (1.0f - i));
     gi[hp] = cl_st<T>(df * f * (1.0f - f));

@@ -27,10 +27,10 @@ __global__ void mse_kernel(const T *pred, const float *target, size_t n, float g
                            float *grad, double *partials) {
   double sum = 0.0;
   CL_CUDA_FOR(i, n) {
-    const float p = cl_ld(pred[i]), t = target[i];
-    const double d = (double)p - (double)t;
-    sum += d * d;
-    if (grad) grad[i] = gscale * (p - t);
+    /* the difference in float, squared in double: cpu_optim.c's formula */
+    const float d = cl_ld(pred[i]) - target[i];
+    sum += (double)d * (double)d;
+    if (grad) grad[i] = gscale * d;
   }
   sum = cl_block_sum(sum);
   if (threadIdx.x == 0) partials[blockIdx.x] = sum;
@@ -127,7 +127,7 @@ __global__ void adam_kernel(float *p, const float *g, float *m, float *v, size_t
     float gi = g[i];
     if (wd != 0.0f) gi = gi + wd * pi;
     const float mi = m[i] * b1 + one_minus_b1 * gi;
-    const float vi = v[i] * b2 + one_minus_b2 * (gi * gi);
+    const float vi = v[i] * b2 + one_minus_b2 * gi * gi; /* addcmul: (value * g) * g */
     m[i] = mi;
     v[i] = vi;
     const float denom = sqrtf(vi) / bc2_sqrt + eps;

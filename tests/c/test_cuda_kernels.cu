@@ -2,7 +2,8 @@
  * tests/c/test_cuda_kernels.cu -- every slot of the CUDA backend against plain
  * CPU loops written here, on shapes chosen to catch indexing mistakes
  * (kernel 1, 3, 5; H != W; odd sizes; accumulate on and off; bias or none;
- * float32, float16, bfloat16; backward data in slices of few images). The
+ * float32, float16, bfloat16; backward data in slices of few images;
+ * activations at odd element offsets; algorithms timed by cudnnFind). The
  * storage types follow core/backend.h: tensors typed void* in the storage
  * type, converted on the host by core/half.h (which the device's rounding
  * must match bit for bit), everything typed float* in float32. Each
@@ -290,17 +291,21 @@ static void conv_ref(const cl_conv_shape *s, const float *x, const float *w, con
         }
 }
 
-/* tag names the backend when it is not the default one */
+/* tag names the backend when it is not the default one. offset > 0 puts x,
+ * dy, y and dx that many elements past the start of their allocations, as
+ * the core's per-step slices are (only the weights and the workspace are
+ * whole allocations there): cuDNN must cope with pointers aligned to one
+ * element only. */
 static bool test_conv(cl_backend *be, cl_conv_shape s, int accumulate, int with_bias,
-                      const char *tag = "") {
+                      const char *tag = "", int offset = 0) {
   const cl_backend_i *f = be->iface;
   const cl_dtype t = s.dtype;
   const size_t es = cl_dtype_size(t);
   const size_t nx = (size_t)s.N * s.C * s.H * s.W, ny = (size_t)s.N * s.K * s.H * s.W;
   const size_t nw = (size_t)s.K * s.C * s.k * s.k, nb = (size_t)s.K;
   char label[160];
-  snprintf(label, sizeof label, "conv %s N%d C%d %dx%d K%d k%d acc%d bias%d%s", dtype_str(t), s.N,
-           s.C, s.H, s.W, s.K, s.k, accumulate, with_bias, tag);
+  snprintf(label, sizeof label, "conv %s N%d C%d %dx%d K%d k%d acc%d bias%d%s%s", dtype_str(t),
+           s.N, s.C, s.H, s.W, s.K, s.k, accumulate, with_bias, offset ? " off+1" : "", tag);
 
   float *x = (float *)malloc(nx * 4), *dy = (float *)malloc(ny * 4), *w = (float *)malloc(nw * 4);
   float *b = (float *)malloc(nb * 4), *y0 = (float *)malloc(ny * 4), *dx0 = (float *)malloc(nx * 4);
@@ -337,12 +342,15 @@ static bool test_conv(cl_backend *be, cl_conv_shape s, int accumulate, int with_
     dbuf dX(be), dDY(be), dW(be), dB(be), dY(be), dDX(be), dDW(be), dDB(be), dWS(be);
     const size_t ws = f->conv_workspace(be, &s);
     printf("      %s: workspace %zu bytes\n", label, ws);
-    CALL(be, dX.alloc(nx * es));
-    CALL(be, dDY.alloc(ny * es));
+    const size_t off = (size_t)offset;
+    CALL(be, dX.alloc((nx + off) * es));
+    CALL(be, dDY.alloc((ny + off) * es));
     CALL(be, dW.alloc(nw * 4));
     CALL(be, dB.alloc(nb * 4));
-    CALL(be, dY.alloc(ny * es));
-    CALL(be, dDX.alloc(nx * 4));
+    CALL(be, dY.alloc((ny + off) * es));
+    CALL(be, dDX.alloc((nx + off) * 4));
+    void *X = (char *)dX.p + off * es, *DY = (char *)dDY.p + off * es;
+    void *Y = (char *)dY.p + off * es, *DX = (char *)dDX.p + off * 4;
     CALL(be, dDW.alloc(nw * 4));
     CALL(be, dDB.alloc(nb * 4));
     /* exactly what conv_workspace asked for, then the guard band */
@@ -355,37 +363,37 @@ static bool test_conv(cl_backend *be, cl_conv_shape s, int accumulate, int with_
       wsp = dWS.p;
     }
     to_storage(t, x, stage, nx);
-    CALL(be, f->upload(be, dX.p, stage, nx * es));
+    CALL(be, f->upload(be, X, stage, nx * es));
     to_storage(t, dy, stage, ny);
-    CALL(be, f->upload(be, dDY.p, stage, ny * es));
+    CALL(be, f->upload(be, DY, stage, ny * es));
     CALL(be, f->upload(be, dW.p, w, nw * 4));
     CALL(be, f->upload(be, dB.p, b, nb * 4));
     CALL(be, f->upload(be, dDW.p, dw0, nw * 4));
     CALL(be, f->upload(be, dDB.p, db0, nb * 4));
     if (accumulate) {
       to_storage(t, y0, stage, ny);
-      CALL(be, f->upload(be, dY.p, stage, ny * es));
-      CALL(be, f->upload(be, dDX.p, dx0, nx * 4));
+      CALL(be, f->upload(be, Y, stage, ny * es));
+      CALL(be, f->upload(be, DX, dx0, nx * 4));
     } else {
       /* all-ones bytes are NaN in every storage type: an output that is
        * overwritten must not be read */
       memset(stage, 0xFF, (nx > ny ? nx : ny) * 4);
-      CALL(be, f->upload(be, dY.p, stage, ny * es));
-      CALL(be, f->upload(be, dDX.p, stage, nx * 4));
+      CALL(be, f->upload(be, Y, stage, ny * es));
+      CALL(be, f->upload(be, DX, stage, nx * 4));
     }
-    CALL(be, f->conv_forward(be, &s, dX.p, (const float *)dW.p, with_bias ? (const float *)dB.p : NULL,
-                             dY.p, accumulate, wsp));
-    CALL(be, f->conv_backward_data(be, &s, dDY.p, (const float *)dW.p, (float *)dDX.p, accumulate,
+    CALL(be, f->conv_forward(be, &s, X, (const float *)dW.p, with_bias ? (const float *)dB.p : NULL,
+                             Y, accumulate, wsp));
+    CALL(be, f->conv_backward_data(be, &s, DY, (const float *)dW.p, (float *)DX, accumulate,
                                    wsp));
-    CALL(be, f->conv_backward_filter(be, &s, dDY.p, dX.p, (float *)dDW.p,
+    CALL(be, f->conv_backward_filter(be, &s, DY, X, (float *)dDW.p,
                                      with_bias ? (float *)dDB.p : NULL, wsp));
     ok &= guard_intact(be, wsp, ws, label);
     char what[200];
-    CALL(be, f->download(be, stage, dY.p, ny * es));
+    CALL(be, f->download(be, stage, Y, ny * es));
     from_storage(t, stage, got, ny);
     snprintf(what, sizeof what, "%s: forward", label);
     ok &= compare(what, got, ry, ny, tol_for(t));
-    CALL(be, f->download(be, got, dDX.p, nx * 4));
+    CALL(be, f->download(be, got, DX, nx * 4));
     snprintf(what, sizeof what, "%s: backward data (float32 dx)", label);
     ok &= compare(what, got, rdx, nx, tol_for(t));
     CALL(be, f->download(be, got, dDW.p, nw * 4));
@@ -526,9 +534,9 @@ static bool test_mse(cl_backend *be, cl_dtype t, size_t n, float scale, int grad
   round_to(t, p, n);
   double sum = 0.0;
   for (size_t i = 0; i < n; i++) {
-    const double d = (double)p[i] - (double)y[i];
-    sum += d * d;
-    rg[i] = (double)scale * 2.0 * d / (double)n;
+    const float d = p[i] - y[i]; /* in float, as both backends compute it */
+    sum += (double)d * (double)d;
+    rg[i] = (double)scale * 2.0 * (double)d / (double)n;
   }
   const double rloss = sum / (double)n;
   bool ok = true;
@@ -690,7 +698,7 @@ static bool test_adam(cl_backend *be, size_t n, float wd) {
         float gi = g[i];
         if (wd != 0.0f) gi = gi + wd * p[i];
         m[i] = m[i] * hp.beta1 + (float)(1.0 - (double)hp.beta1) * gi;
-        v[i] = v[i] * hp.beta2 + (float)(1.0 - (double)hp.beta2) * (gi * gi);
+        v[i] = v[i] * hp.beta2 + (float)(1.0 - (double)hp.beta2) * gi * gi;
         const float denom = sqrtf(v[i]) / bc2s + hp.eps;
         p[i] = p[i] - step_size * (m[i] / denom);
       }
@@ -812,6 +820,14 @@ int main(void) {
           test_conv(be, cs, acc, bias);
         }
 
+  /* the core's per-step slices: activations one element past an aligned
+   * start (forward and backward data accumulate into such slices) */
+  for (int ti = 0; ti < 3; ti++) {
+    cl_conv_shape c1 = {3, 5, 6, 9, 8, 3, types[ti]}, c2 = {4, 17, 12, 10, 32, 3, types[ti]};
+    test_conv(be, c1, 1, 1, "", 1);
+    test_conv(be, c2, 0, 0, "", 1);
+  }
+
   for (int ti = 0; ti < 3; ti++)
     for (int cp = 0; cp < 2; cp++) {
       cl_gates_shape g1 = {3, 4, 35, types[ti]};   /* odd pixel count */
@@ -838,6 +854,24 @@ int main(void) {
         test_conv(sliced, c2, acc, 0, " [dx slices]");
       }
     sliced->iface->destroy(sliced);
+  }
+
+  /* algorithms timed by cudnnFind* (CONVLSTM_CUDNN_BENCHMARK): their
+   * workspace must still be what conv_workspace() reported */
+  setenv("CONVLSTM_CUDNN_BENCHMARK", "1", 1);
+  cl_backend *timed = NULL;
+  s = cl_backend_cuda_create(&timed, err, sizeof err);
+  unsetenv("CONVLSTM_CUDNN_BENCHMARK");
+  if (s != CL_OK) {
+    expect(false, "cl_backend_cuda_create with CONVLSTM_CUDNN_BENCHMARK=1");
+    printf("      %s\n", err);
+  } else {
+    for (int ti = 0; ti < 3; ti++) {
+      cl_conv_shape c1 = {3, 5, 6, 9, 8, 3, types[ti]}, c2 = {2, 4, 7, 5, 6, 5, types[ti]};
+      test_conv(timed, c1, 1, 1, " [cudnnFind]");
+      test_conv(timed, c2, 0, 1, " [cudnnFind]");
+    }
+    timed->iface->destroy(timed);
   }
 
   test_conversions(be, CL_F16);
@@ -868,6 +902,14 @@ int main(void) {
   cl_conv_shape bad = {1, 1, 4, 4, 1, 2, CL_F32};
   expect(be->iface->conv_forward(be, &bad, NULL, NULL, NULL, NULL, 0, NULL) == CL_E_INVALID,
          "even kernel size -> CL_E_INVALID");
+  /* half types need the workspace for their cast weights: refused without it */
+  cl_conv_shape hs = {1, 2, 4, 4, 4, 3, CL_F16};
+  expect(be->iface->conv_forward(be, &hs, NULL, NULL, NULL, NULL, 0, NULL) == CL_E_INTERNAL,
+         "float16 forward without a workspace -> CL_E_INTERNAL");
+  expect(be->iface->conv_backward_data(be, &hs, NULL, NULL, NULL, 0, NULL) == CL_E_INTERNAL,
+         "float16 backward data without a workspace -> CL_E_INTERNAL");
+  expect(be->iface->conv_backward_filter(be, &hs, NULL, NULL, NULL, NULL, NULL) == CL_E_INTERNAL,
+         "float16 backward filter without a workspace -> CL_E_INTERNAL");
   expect(be->iface->synchronize(be) == CL_OK, "synchronize after all of the above");
 
   be->iface->destroy(be);
