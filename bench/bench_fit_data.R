@@ -51,6 +51,40 @@ bench <- function(label, beams, hidden, batch_size) {
   )
 }
 
+# The same comparison step by step, the two variants alternating batch by
+# batch, so that load from other processes on the machine falls on both
+# alike: median seconds of one step (host: slicing in R + train_step; device:
+# train_step on the data set's rows), and of the slicing alone.
+bench_steps <- function(label, beams, hidden, batch_size, n = 30) {
+  set.seed(1)
+  model <- convlstm(1, hidden, 3, device = "cpu", threads = threads)
+  on.exit(convlstm_release(model))
+  ptr <- convlstm:::model_ptr(model)
+  opt <- optimizer_adam(0.005)
+  data <- convlstm_data(model, beams$x, beams$y)
+  N <- dim(beams$x)[[1]]
+  slice <- convlstm:::slice_batch
+  host <- dev <- cut <- numeric(n)
+  for (i in seq_len(n + 2)) {
+    idx <- sample.int(N, batch_size)
+    t0 <- proc.time()[["elapsed"]]
+    xb <- slice(beams$x, idx)
+    yb <- slice(beams$y, idx)
+    t1 <- proc.time()[["elapsed"]]
+    convlstm:::c_train_step(ptr, xb, yb, "last_state", opt)
+    t2 <- proc.time()[["elapsed"]]
+    convlstm:::c_train_step_data(ptr, unclass(data)$ptr, idx, opt)
+    t3 <- proc.time()[["elapsed"]]
+    if (i > 2) { # two warm-up rounds
+      host[i - 2] <- t2 - t0
+      cut[i - 2] <- t1 - t0
+      dev[i - 2] <- t3 - t2
+    }
+  }
+  data.frame(config = label, step_ms_R = 1000 * median(host), slicing_ms = 1000 * median(cut),
+             step_ms_device = 1000 * median(dev), ratio = median(host) / median(dev))
+}
+
 rows <- rbind(
   bench("tutorial: 24x24, hidden c(64, 1), batch 10",
         moving_beams(n = 100, seq_len = 6, size = 24, seed = 1), c(64, 1), 10),
@@ -59,3 +93,12 @@ rows <- rbind(
 )
 cat(sprintf("convlstm_fit, %d epochs, %d threads, median of %d\n", epochs, threads, repeats))
 print(rows, row.names = FALSE, digits = 4)
+
+steps <- rbind(
+  bench_steps("tutorial: 24x24, hidden c(64, 1), batch 10",
+              moving_beams(n = 100, seq_len = 6, size = 24, seed = 1), c(64, 1), 10),
+  bench_steps("small model: 64x64, hidden c(8, 1), batch 10",
+              moving_beams(n = 100, seq_len = 6, size = 64, seed = 1), c(8, 1), 10)
+)
+cat("\nstep by step, alternating, median of 30\n")
+print(steps, row.names = FALSE, digits = 4)
