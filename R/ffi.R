@@ -102,3 +102,14 @@ c_optim <- function(optimizer) {
     optimizer$momentum %||% 0, optimizer$weight_decay
   )
 }
+
+# Data sets on the device (src/r_data.c). rows are R's 1-based indices; the
+# glue takes them 0-based.
+c_data_create <- function(ptr, x, y, target) .Call(ffi_data_create, ptr, x, y, target_code(target))
+c_data_release <- function(dptr) .Call(ffi_data_release, dptr)
+c_data_status <- function(dptr) .Call(ffi_data_status, dptr)
+c_data_info <- function(dptr) .Call(ffi_data_info, dptr)
+c_data_alive <- function() .Call(ffi_data_alive)
+c_train_step_data <- function(ptr, dptr, rows, optimizer, options = NULL) {
+  .Call(ffi_train_step_data, ptr, dptr, as.integer(rows) - 1L, c_optim(optimizer), options)
+}

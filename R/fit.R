@@ -30,11 +30,22 @@
 #' @param checkpoint,accumulation_steps,tbptt Memory-saving step options,
 #'   as in [train_step()]; `accumulation_steps` is capped by the size of
 #'   each mini-batch.
+#' @param data_on_device `"auto"`, `TRUE` or `FALSE`: upload the whole of
+#'   `x` and `y` to the model's device once ([convlstm_data()]) and take each
+#'   batch there by row numbers, instead of slicing the batch out of the R
+#'   arrays and uploading it at every step. `"auto"` does so when the data
+#'   set and the training step fit together in the capacity
+#'   [memory_stats()] reports (the memory limit when one is set, else what
+#'   the device has free); `TRUE` always (an error of class
+#'   `convlstm_error_oom` if it does not fit); `FALSE` never. The losses are
+#'   the same either way; the data set is freed when training ends. The
+#'   validation data stay in R.
 #' @return A `convlstm_history`: a data frame with one row per epoch and
 #'   columns `epoch`, `loss` (mean training loss over the epoch's batches,
 #'   weighted by batch size), `val_loss` (`NA` without `validation_data`),
 #'   `seconds` and `peak_bytes` (peak memory the model held during the
-#'   epoch). It has `print()` and `plot()` methods.
+#'   epoch), and the attribute `data_on_device` (whether the training set
+#'   was on the device). It has `print()` and `plot()` methods.
 #' @export
 #' @examples
 #' set.seed(1)
@@ -49,7 +60,7 @@
 convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
                          target = c("last_state", "sequence"), shuffle = TRUE,
                          validation_data = NULL, verbose = TRUE, checkpoint = 0,
-                         accumulation_steps = 1, tbptt = 0) {
+                         accumulation_steps = 1, tbptt = 0, data_on_device = "auto") {
   batch_size_given <- !missing(batch_size) # before batch_size is reassigned below
   ptr <- model_ptr(model)
   config <- model_config(model)
@@ -63,6 +74,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   verbose <- check_flag(verbose, "verbose")
   validation <- check_validation_data(validation_data, config, target)
   check_step_options(checkpoint, accumulation_steps, tbptt)
+  data_on_device <- check_data_on_device(data_on_device)
 
   n <- dim(x)[[1]]
   # The default stands for "all of it" on small data; a larger size given on
@@ -80,6 +92,8 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
     check_step_options(checkpoint, min(accumulation_steps, b), tbptt)
   }
   options <- step_options(batch_size)
+  data <- fit_data_set(ptr, x, y, target, config, data_on_device, batch_size, optimizer, options)
+  if (!is.null(data)) on.exit(c_data_release(data), add = TRUE)
   rows <- list()
   running <- NA_real_
   peak <- "-"
@@ -101,7 +115,9 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
     for (b in seq_len(n_batches)) {
       idx <- order[((b - 1L) * batch_size + 1L):min(n, b * batch_size)]
       opts <- if (length(idx) == batch_size) options else step_options(length(idx))
-      if (n_batches == 1) {
+      if (!is.null(data)) {
+        loss <- c_train_step_data(ptr, data, idx, optimizer, opts)
+      } else if (n_batches == 1) {
         loss <- c_train_step(ptr, x, y, target, optimizer, opts)
       } else {
         loss <- c_train_step(ptr, slice_batch(x, idx), slice_batch(y, idx), target, optimizer,
@@ -146,7 +162,26 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
       if (length(rows) == 1) "" else "s"
     ))
   }
-  new_history(rows, target = target, batch_size = batch_size, optimizer = optimizer)
+  history <- new_history(rows, target = target, batch_size = batch_size, optimizer = optimizer)
+  attr(history, "data_on_device") <- !is.null(data)
+  history
+}
+
+check_data_on_device <- function(x, call = sys.call(-1)) {
+  if (identical(x, "auto") || isTRUE(x) || isFALSE(x)) return(x)
+  abort_arg("data_on_device", '"auto", TRUE or FALSE', x, call)
+}
+
+# The training set on the device for convlstm_fit(), or NULL to slice
+# batches in R: "auto" uploads when the data set and the step fit together
+# (and falls back to slicing if the upload still runs out of memory), TRUE
+# always uploads, FALSE never.
+fit_data_set <- function(ptr, x, y, target, config, data_on_device, batch_size, optimizer,
+                         options) {
+  if (isFALSE(data_on_device)) return(NULL)
+  if (isTRUE(data_on_device)) return(c_data_create(ptr, x, y, target))
+  if (!data_set_fits(ptr, dim(x), dim(y), config, batch_size, optimizer, options)) return(NULL)
+  tryCatch(c_data_create(ptr, x, y, target), convlstm_error_oom = function(cnd) NULL)
 }
 
 format_loss <- function(x) if (is.na(x)) "-" else formatC(x, digits = 4, format = "g")

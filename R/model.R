@@ -497,7 +497,11 @@ print.convlstm_loss_scale <- function(x, ...) {
 #' finalise it. The model cannot be used afterwards; using it is an error of
 #' class `convlstm_error_state`. Releasing twice is harmless.
 #'
-#' @param model A model created by [convlstm()].
+#' Releasing a model frees its data sets ([convlstm_data()]) too;
+#' `convlstm_release()` of a data set frees that data set alone.
+#'
+#' @param model A model created by [convlstm()], or a data set made by
+#'   [convlstm_data()].
 #' @return `TRUE` if memory was released, `FALSE` if the model held none,
 #'   invisibly.
 #' @export
@@ -506,6 +510,7 @@ print.convlstm_loss_scale <- function(x, ...) {
 #' convlstm_release(model)
 #' try(model(array(0, c(1, 1, 1, 4, 4))))
 convlstm_release <- function(model) {
+  if (is_convlstm_data(model)) return(invisible(c_data_release(unclass(model)$ptr)))
   invisible(c_model_release(model_ptr(model)))
 }
 

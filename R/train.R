@@ -15,12 +15,16 @@
 #' last layer's output at every step.
 #'
 #' @param model A model created by [convlstm()].
-#' @param x Input array `[batch, time, channels, height, width]`.
+#' @param x Input array `[batch, time, channels, height, width]`, or a data
+#'   set on the model's device made by [convlstm_data()], whose `rows` are
+#'   the batch.
 #' @param y Target: `[batch, hidden, height, width]` for `"last_state"`,
 #'   `[batch, time, hidden, height, width]` for `"sequence"`, where `hidden`
-#'   is the last layer's hidden dimension.
+#'   is the last layer's hidden dimension. `NULL` when `x` is a data set
+#'   (its targets are in it).
 #' @param optimizer [optimizer_adam()] or [optimizer_sgd()].
-#' @param target Which output the loss is computed on.
+#' @param target Which output the loss is computed on. For a data set, the
+#'   one it was made for.
 #' @param checkpoint `0`, or keep the hidden and cell states only every
 #'   `checkpoint` time steps and recompute the rest during backward: the same
 #'   gradients with activation memory that grows as `T / checkpoint +
@@ -34,6 +38,10 @@
 #'   one window to the next without a gradient ("detached"), so memory does
 #'   not grow with the sequence length beyond `tbptt` steps. Not the same
 #'   gradient as full backpropagation.
+#' @param rows When `x` is a data set: the row numbers of this step's batch
+#'   (any order, repeats allowed; `NULL`: every row). The step is exactly
+#'   `train_step()` on `x[rows, , , , , drop = FALSE]` and the same rows of
+#'   `y`, without copying them out of R.
 #' @return The loss before the update (a number): the mean squared error
 #'   over the whole batch.
 #' @seealso [convlstm_fit()] for the loop over epochs and batches;
@@ -48,9 +56,25 @@
 #' for (i in 1:3) print(train_step(model, x, y, opt))
 #' # the same update in two micro-batches of 2, keeping states every 2 steps
 #' train_step(model, x, y, opt, accumulation_steps = 2, checkpoint = 2)
+#' # the data uploaded once, a batch taken by row numbers
+#' data <- convlstm_data(model, x, y)
+#' train_step(model, data, optimizer = opt, rows = c(4, 2))
 #' convlstm_release(model)
-train_step <- function(model, x, y, optimizer, target = c("last_state", "sequence"),
-                       checkpoint = 0, accumulation_steps = 1, tbptt = 0) {
+train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "sequence"),
+                       checkpoint = 0, accumulation_steps = 1, tbptt = 0, rows = NULL) {
+  if (is_convlstm_data(x)) {
+    # train_step(model, data, opt): the optimizer given where y would be
+    if (missing(optimizer) && inherits(y, "convlstm_optimizer")) {
+      optimizer <- y
+      y <- NULL
+    }
+    return(train_step_data(model, x, y, optimizer, target, !missing(target), checkpoint,
+                           accumulation_steps, tbptt, rows, call = sys.call()))
+  }
+  if (!is.null(rows)) {
+    abort_convlstm("`rows` applies only when `x` is a data set made by convlstm_data().",
+                   call = sys.call())
+  }
   ptr <- model_ptr(model)
   config <- model_config(model)
   x <- check_input(x, config, "x")

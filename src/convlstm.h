@@ -373,6 +373,42 @@ cl_status cl_saved_load_into(const cl_saved *s, cl_model *m, int with_optimizer)
 cl_status cl_model_load(const char *path, const cl_config *runtime, int with_optimizer,
                         cl_model **out, char *err, size_t errlen);
 
+/* ---- data sets on the device (core/data.c) -------------------------- */
+
+/* A whole training set uploaded once, so that each step gathers its rows on
+ * the device instead of converting and uploading them from the host: x
+ * [N, T, input_dim, H, W] in the model's storage dtype and y (float32,
+ * shaped for target) in the core's time-major layout. Its bytes count under
+ * CL_MEM_DATA. The model owns it: cl_model_free frees it too, and
+ * cl_model_empty_cache leaves it. */
+typedef struct cl_data cl_data;
+
+/* Checks x and y as cl_model_train_step does and uploads them. Out of
+ * memory (memory_limit or the device) is CL_E_OOM with nothing allocated
+ * and the model usable. On failure *out is NULL; message in
+ * cl_model_error(m). */
+cl_status cl_data_create(cl_model *m, const cl_host_array *x, const cl_host_array *y,
+                         cl_target target, cl_data **out);
+/* Returns every byte of d to its model. NULL-safe. Never call it after
+ * cl_model_free of d's model, which has freed d already. */
+void cl_data_free(cl_data *d);
+/* Rows N, steps T, height H, width W; and its target, storage dtype and
+ * device bytes (x, y and the index buffer). */
+void cl_data_shape(const cl_data *d, int *N, int *T, int *H, int *W);
+cl_target cl_data_target(const cl_data *d);
+cl_dtype cl_data_dtype(const cl_data *d);
+size_t cl_data_bytes(const cl_data *d);
+/* Data sets alive in this process (leak tests). */
+int cl_data_alive(void);
+
+/* cl_model_train_step on rows idx[0..n-1] of d (0-based, any order,
+ * repeats allowed), with d's target: the same loss and gradients, bit for
+ * bit, as cl_model_train_step with those rows as host arrays. CL_E_STATE
+ * when the model's storage dtype changed since d was uploaded. */
+cl_status cl_model_train_step_data(cl_model *m, const cl_data *d, const int *idx, int n,
+                                   const cl_optim *opt, const cl_step_options *opts,
+                                   double *loss);
+
 #ifdef __cplusplus
 }
 #endif

@@ -46,6 +46,12 @@ static const R_CallMethodDef call_entries[] = {
     CALLDEF(ffi_model_save, 4),
     CALLDEF(ffi_file_info, 1),
     CALLDEF(ffi_model_load_into, 3),
+    CALLDEF(ffi_data_create, 4),
+    CALLDEF(ffi_data_release, 1),
+    CALLDEF(ffi_data_status, 1),
+    CALLDEF(ffi_data_info, 1),
+    CALLDEF(ffi_data_alive, 0),
+    CALLDEF(ffi_train_step_data, 5),
     {NULL, NULL, 0}};
 
 /* The one symbol the shared library exports (the build hides the rest). */

@@ -113,4 +113,12 @@ SEXP ffi_model_load_into(SEXP ptr, SEXP path, SEXP with_optimizer);
 /* r_gpu.c */
 SEXP ffi_gpu_info(void);
 
+/* r_data.c */
+SEXP ffi_data_create(SEXP ptr, SEXP x, SEXP y, SEXP target);
+SEXP ffi_data_release(SEXP ptr);
+SEXP ffi_data_status(SEXP ptr);
+SEXP ffi_data_info(SEXP ptr);
+SEXP ffi_data_alive(void);
+SEXP ffi_train_step_data(SEXP ptr, SEXP dptr, SEXP rows, SEXP opt, SEXP opts);
+
 #endif

@@ -130,6 +130,15 @@ struct cl_backend_i {
                            size_t n, const cl_adam_hp *hp);
   cl_status (*sgd_update)(cl_backend *be, float *p, const float *g, float *buf, size_t n,
                           const cl_sgd_hp *hp);
+
+  /* ---- data sets on the device ---- */
+  /* (optional) gather whole rows of a time-major tensor src [T, N, row]
+   * into dst [nt, nb, row]: for t in [t0, t0 + nt) and j in [0, nb),
+   * dst[(t - t0) * nb + j] = src[t * N + idx[j]], each row row_bytes long.
+   * idx is a device int array (nb entries, each in [0, N)). A training step
+   * on a data set reads its batch so; default: one copy() per row. */
+  cl_status (*gather_rows)(cl_backend *be, void *dst, const void *src, const int *idx, int nb,
+                           int N, int t0, int nt, size_t row_bytes);
 };
 
 struct cl_backend {

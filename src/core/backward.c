@@ -29,7 +29,7 @@ static size_t top_step(const cl_model *m, int b) {
 /* Put the segment's part of an array shaped like the target into the last
  * layer's d_hidden: zeros where the target says nothing. Returns through
  * *at / *n the part that holds values (n = 0: none in this segment). */
-static cl_status place_target(cl_model *m, const cl_host_array *a, cl_target target, int b0,
+static cl_status place_target(cl_model *m, const cl_source *a, cl_target target, int b0,
                               int b, int t0, int len, float **at, size_t *n) {
   float *dh = m->step.dh[m->cfg.n_layers - 1];
   size_t bh = top_step(m, b);
@@ -38,7 +38,7 @@ static cl_status place_target(cl_model *m, const cl_host_array *a, cl_target tar
   if (target == CL_TARGET_SEQUENCE) {
     cl_block k = {b0, b, t0, len};
     *n = (size_t)len * bh;
-    return cl_put_host(m, dh, CL_F32, a, k);
+    return cl_put_source(m, dh, CL_F32, a, k);
   }
   int has_last = t0 + len == m->step.g.T;
   size_t zeros = has_last ? (size_t)(len - 1) * bh : (size_t)len * bh;
@@ -47,10 +47,10 @@ static cl_status place_target(cl_model *m, const cl_host_array *a, cl_target tar
   cl_block k = {b0, b, 0, 1};
   *at = dh + zeros;
   *n = bh;
-  return cl_put_host(m, *at, CL_F32, a, k);
+  return cl_put_source(m, *at, CL_F32, a, k);
 }
 
-cl_status cl_loss_segment(cl_model *m, const cl_host_array *y, cl_target target, int b0, int b,
+cl_status cl_loss_segment(cl_model *m, const cl_source *y, cl_target target, int b0, int b,
                           int t0, int len, double share, float loss_scale, int want_grad,
                           double *loss) {
   float *at;
@@ -130,7 +130,8 @@ cl_status cl_model_mse(cl_model *m, const cl_host_array *y, cl_target target, do
     return cl_fail(m, CL_E_STATE, "the loss needs a forward pass with training = TRUE first");
   const cl_geom *g = &m->step.g;
   CL_TRY(cl_check_target(m, y, target, "y", g->B, g->T, g->H, g->W));
-  CL_TRY(cl_loss_segment(m, y, target, 0, g->B, 0, g->T, 1.0, 1.0f, 1, loss));
+  cl_source ys = cl_source_host(y);
+  CL_TRY(cl_loss_segment(m, &ys, target, 0, g->B, 0, g->T, 1.0, 1.0f, 1, loss));
   m->phase = CL_PHASE_LOSS;
   m->loss_target = target;
   return CL_OK;
@@ -148,7 +149,8 @@ cl_status cl_model_backward(cl_model *m, cl_target target, const cl_host_array *
     float *at;
     size_t n;
     CL_TRY(cl_check_target(m, grad, target, "grad_output", g->B, g->T, g->H, g->W));
-    CL_TRY(place_target(m, grad, target, 0, g->B, 0, g->T, &at, &n));
+    cl_source gs = cl_source_host(grad);
+    CL_TRY(place_target(m, &gs, target, 0, g->B, 0, g->T, &at, &n));
   } else if (m->phase != CL_PHASE_LOSS || m->loss_target != target) {
     return cl_fail(m, CL_E_STATE, "no loss for this target: compute the MSE or pass a gradient");
   }

@@ -97,6 +97,9 @@ struct cl_model {
   cl_phase phase;
   cl_target loss_target;
   cl_loss_scale scaler; /* float16 only */
+  struct cl_data *data; /* data sets on the device (data.c), freed with the model */
+  int *data_idx;        /* a step's rows on the device, shared by the data sets */
+  int data_idx_cap;
   char err[CL_ERRMSG_LEN];
 };
 
@@ -132,7 +135,7 @@ size_t cl_tensor_numel(const cl_model *m, int i);
 /* step.c */
 cl_status cl_step_prepare(cl_model *m, const cl_geom *g);
 void cl_step_release(cl_model *m);
-/* A model buffer (gradients, optimizer state). When the device refuses it,
+/* A model buffer (gradients, optimizer state, data sets). When the device refuses it,
  * the step arena is given back and the allocation tried once more -- unless
  * it holds a training forward that backward still needs. */
 cl_status cl_model_alloc(cl_model *m, cl_mem_category cat, size_t bytes, void **out);
@@ -148,6 +151,31 @@ cl_block cl_block_all(const cl_host_array *a);
  * host memory when the device is not host memory. */
 cl_status cl_put_host(cl_model *m, void *dev, cl_dtype t, const cl_host_array *src, cl_block blk);
 cl_status cl_get_host(cl_model *m, cl_host_array *dst, const void *dev, cl_dtype t);
+/* Where a training step reads x and y (or backward a gradient): a host
+ * array, or rows of a data set already on the device (data.c) -- then a
+ * block's sequences b0.. are rows idx[b0..] gathered on the device, so the
+ * engine is the same for both. */
+typedef struct cl_source {
+  const cl_host_array *host; /* a host array, or NULL for a data set's tensor: */
+  const void *dev;           /* time-major [T, N, row] in dtype */
+  int N;
+  size_t row_bytes;
+  cl_dtype dtype;
+  const int *idx, *d_idx; /* the step's rows, on the host and on the device */
+} cl_source;
+static inline cl_source cl_source_host(const cl_host_array *a) {
+  cl_source s = {a, NULL, 0, 0, CL_F32, NULL, NULL};
+  return s;
+}
+/* cl_put_host for either kind of source (data.c). */
+cl_status cl_put_source(cl_model *m, void *dev, cl_dtype t, const cl_source *src, cl_block blk);
+/* train.c: the step of cl_model_train_step once its arguments are checked:
+ * B sequences of T steps of H x W pixels read from x and y. */
+cl_status cl_train_sources(cl_model *m, const cl_source *x, const cl_source *y, cl_target target,
+                           int B, int T, int H, int W, const cl_optim *opt,
+                           const cl_step_options *opts, double *loss);
+/* data.c: frees every data set of m (cl_model_free). */
+void cl_data_free_all(cl_model *m);
 /* forward.c / backward.c: the engine's pieces, used by train.c. A segment
  * is len steps of b sequences in the step buffers; prev_h/prev_c give each
  * layer's state before it (NULL: zeros); x is its input. */
@@ -165,7 +193,7 @@ cl_status cl_backward_segment(cl_model *m, int b, int len, const void *x, void *
  * t0..t0+len-1 of the call) into *loss (weighted by scale / loss_scale
  * share); with want_grad the last layer's d_hidden receives scale times its
  * gradient (zeros at steps without a target). */
-cl_status cl_loss_segment(cl_model *m, const cl_host_array *y, cl_target target, int b0, int b,
+cl_status cl_loss_segment(cl_model *m, const cl_source *y, cl_target target, int b0, int b,
                           int t0, int len, double share, float loss_scale, int want_grad,
                           double *loss);
 cl_status cl_zero(cl_model *m, void *p, size_t bytes);

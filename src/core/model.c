@@ -179,6 +179,7 @@ cl_status cl_model_optimizer_reset(cl_model *m) {
 void cl_model_free(cl_model *m) {
   if (!m) return;
   if (m->be) {
+    cl_data_free_all(m);
     cl_step_release(m);
     free_optimizer(m);
     cl_mem_free(&m->mem, CL_MEM_GRADIENTS, m->grads, m->n_params * sizeof(float));

@@ -48,14 +48,14 @@ static void ckpt_slot(cl_model *m, int b, int s, void **h, void **c) {
 
 /* The whole sequence of one micro-batch, in checkpoint segments (one
  * segment without checkpointing). */
-static cl_status run_segments(cl_model *m, const cl_host_array *x, const cl_host_array *y,
+static cl_status run_segments(cl_model *m, const cl_source *x, const cl_source *y,
                               cl_target tg, int b0, int b, float ls, double *loss) {
   cl_step *st = &m->step;
   const cl_geom *g = &st->g;
   size_t xstep = (size_t)b * m->cfg.input_dim * g->H * g->W;
   void *ph[CL_MAX_LAYERS], *pc[CL_MAX_LAYERS], *eh[CL_MAX_LAYERS], *ec[CL_MAX_LAYERS];
   cl_block all = {b0, b, 0, g->T};
-  CL_TRY(cl_put_host(m, st->x, g->dtype, x, all));
+  CL_TRY(cl_put_source(m, st->x, g->dtype, x, all));
   for (int s = 0; s < g->nseg; s++) {
     int len = seg_len(g, s);
     if (s > 0) ckpt_slot(m, b, s - 1, ph, pc);
@@ -82,7 +82,7 @@ static cl_status run_segments(cl_model *m, const cl_host_array *x, const cl_host
 }
 
 /* Truncated BPTT over one micro-batch: windows of S steps. */
-static cl_status run_windows(cl_model *m, const cl_host_array *x, const cl_host_array *y,
+static cl_status run_windows(cl_model *m, const cl_source *x, const cl_source *y,
                              cl_target tg, int b0, int b, float ls, double *loss) {
   cl_step *st = &m->step;
   const cl_geom *g = &st->g;
@@ -90,7 +90,7 @@ static cl_status run_windows(cl_model *m, const cl_host_array *x, const cl_host_
   for (int w = 0; w < nwin; w++) {
     int t0 = w * g->S, len = seg_len(g, w), first = w == 0;
     cl_block k = {b0, b, t0, len};
-    CL_TRY(cl_put_host(m, st->x, g->dtype, x, k));
+    CL_TRY(cl_put_source(m, st->x, g->dtype, x, k));
     CL_TRY(cl_forward_segment(m, b, len, st->x, first ? NULL : st->carry_h,
                               first ? NULL : st->carry_c));
     if (tg == CL_TARGET_SEQUENCE || w == nwin - 1) {
@@ -126,7 +126,7 @@ static cl_status scaled_update(cl_model *m, const cl_optim *opt) {
   return CL_OK;
 }
 
-static cl_status train_step(cl_model *m, const cl_host_array *x, const cl_host_array *y,
+static cl_status train_step(cl_model *m, const cl_source *x, const cl_source *y,
                             cl_target target, const cl_optim *opt, const cl_geom *gp,
                             double *loss) {
   const cl_geom g = *gp;
@@ -164,6 +164,13 @@ cl_status cl_model_train_step(cl_model *m, const cl_host_array *x, const cl_host
   CL_TRY(cl_check_sequence(m, x, "x", m->cfg.input_dim));
   int B = x->dims[0], T = x->dims[1], H = x->dims[3], W = x->dims[4];
   CL_TRY(cl_check_target(m, y, target, "y", B, T, H, W));
+  cl_source xs = cl_source_host(x), ys = cl_source_host(y);
+  return cl_train_sources(m, &xs, &ys, target, B, T, H, W, opt, opts, loss);
+}
+
+cl_status cl_train_sources(cl_model *m, const cl_source *x, const cl_source *y, cl_target target,
+                           int B, int T, int H, int W, const cl_optim *opt,
+                           const cl_step_options *opts, double *loss) {
   cl_geom g;
   CL_TRY(cl_geom_make(m, B, T, H, W, 1, opts, &g));
   m->phase = CL_PHASE_NONE;

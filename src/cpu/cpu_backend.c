@@ -155,6 +155,7 @@ static const struct cl_backend_i cpu_iface = {
     /* .grad_unscale         = */ cl_cpu_grad_unscale,
     /* .adam_update          = */ cl_cpu_adam_update,
     /* .sgd_update           = */ cl_cpu_sgd_update,
+    /* .gather_rows          = */ cl_cpu_gather_rows,
 };
 
 cl_status cl_backend_cpu_create(int n_threads, cl_backend **out) {

@@ -67,4 +67,8 @@ cl_status cl_cpu_adam_update(cl_backend *be, float *p, const float *g, float *m,
 cl_status cl_cpu_sgd_update(cl_backend *be, float *p, const float *g, float *buf, size_t n,
                             const cl_sgd_hp *hp);
 
+/* cpu_gather.c */
+cl_status cl_cpu_gather_rows(cl_backend *be, void *dst, const void *src, const int *idx, int nb,
+                             int N, int t0, int nt, size_t row_bytes);
+
 #endif

@@ -245,6 +245,7 @@ static const struct cl_backend_i cl_cuda_iface = {
     /* .grad_unscale = */ cl_cuda_grad_unscale,
     /* .adam_update = */ cl_cuda_adam_update,
     /* .sgd_update = */ cl_cuda_sgd_update,
+    /* .gather_rows = */ cl_cuda_gather_rows,
 };
 
 /* Asking for its attributes fails when the build holds no code this device

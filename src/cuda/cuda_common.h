@@ -165,4 +165,8 @@ cl_status cl_cuda_adam_update(cl_backend *be, float *p, const float *g, float *m
 cl_status cl_cuda_sgd_update(cl_backend *be, float *p, const float *g, float *buf, size_t n,
                              const cl_sgd_hp *hp);
 
+/* cuda_gather.cu */
+cl_status cl_cuda_gather_rows(cl_backend *be, void *dst, const void *src, const int *idx, int nb,
+                              int N, int t0, int nt, size_t row_bytes);
+
 #endif

@@ -768,6 +768,58 @@ static bool test_sgd(cl_backend *be, size_t n, float momentum, float wd) {
   return ok;
 }
 
+/* ---- data sets: gather_rows ------------------------------------------- */
+
+/* Rows of a time-major [T, N, row] tensor by index, against the CPU
+ * backend's slot on the same bytes (and a plain loop): rows whose length
+ * and pointers allow 16-byte words, only 4-byte ones (an offset of 4), and
+ * neither (odd lengths, an offset of 1); repeated and unordered rows; a
+ * window of steps; more rows than one grid holds. */
+static bool test_gather(cl_backend *be, size_t row_bytes, size_t offset, int N, int T, int t0,
+                        int nt, int nb) {
+  char what[160];
+  snprintf(what, sizeof what, "gather_rows: %zu-byte rows at offset %zu, N %d, steps %d..%d of %d, "
+           "%d rows", row_bytes, offset, N, t0, t0 + nt - 1, T, nb);
+  const cl_backend_i *f = be->iface;
+  if (!expect(f->gather_rows != NULL, "gather_rows slot is set")) return false;
+  cl_backend *cpu = NULL;
+  if (!expect(cl_backend_cpu_create(1, &cpu) == CL_OK, "cpu backend for the reference")) return false;
+  const size_t src_bytes = (size_t)T * N * row_bytes, dst_bytes = (size_t)nt * nb * row_bytes;
+  unsigned char *src = (unsigned char *)malloc(src_bytes), *got = (unsigned char *)malloc(dst_bytes);
+  unsigned char *want = (unsigned char *)malloc(dst_bytes), *loop = (unsigned char *)malloc(dst_bytes);
+  int *idx = (int *)malloc((size_t)nb * sizeof(int));
+  for (size_t i = 0; i < src_bytes; i++) src[i] = (unsigned char)(rand_u64() & 0xFF);
+  for (int j = 0; j < nb; j++) idx[j] = (int)(rand_u64() % (uint64_t)N);
+  if (nb > 1) idx[nb - 1] = idx[0]; /* a repeat */
+  for (int t = 0; t < nt; t++)
+    for (int j = 0; j < nb; j++)
+      memcpy(loop + ((size_t)t * nb + j) * row_bytes,
+             src + ((size_t)(t0 + t) * N + idx[j]) * row_bytes, row_bytes);
+  bool ok = false;
+  {
+    dbuf d_src(be), d_dst(be), d_idx(be);
+    CALL(be, d_src.alloc(src_bytes + offset));
+    CALL(be, d_dst.alloc(dst_bytes + offset));
+    CALL(be, d_idx.alloc((size_t)nb * sizeof(int)));
+    unsigned char *ds = (unsigned char *)d_src.p + offset, *dd = (unsigned char *)d_dst.p + offset;
+    CALL(be, f->upload(be, ds, src, src_bytes));
+    CALL(be, f->upload(be, d_idx.p, idx, (size_t)nb * sizeof(int)));
+    CALL(be, f->memset0(be, dd, dst_bytes));
+    CALL(be, f->gather_rows(be, dd, ds, (const int *)d_idx.p, nb, N, t0, nt, row_bytes));
+    CALL(be, f->download(be, got, dd, dst_bytes));
+    CALL(cpu, cpu->iface->gather_rows(cpu, want, src, idx, nb, N, t0, nt, row_bytes));
+    ok = memcmp(got, want, dst_bytes) == 0 && memcmp(want, loop, dst_bytes) == 0;
+  }
+  expect(ok, what);
+  cpu->iface->destroy(cpu);
+  free(src);
+  free(got);
+  free(want);
+  free(loop);
+  free(idx);
+  return ok;
+}
+
 /* ---- main -------------------------------------------------------------- */
 
 int main(void) {
@@ -891,6 +943,14 @@ int main(void) {
   test_grad_unscale(be, 4099, 1.0f / 65536.0f, 0, -INFINITY);
   test_grad_unscale(be, 4099, 4.0f, 17, 3e38f); /* finite, but not once scaled */
   test_grad_unscale(be, 4099, 1.0f / 3.0f, -1, 0.0f); /* the flag from before was reset */
+
+  /* row_bytes, offset, N, T, t0, nt, nb */
+  test_gather(be, 24 * 24 * 4, 0, 100, 5, 0, 5, 10);       /* float32 images: 16-byte words */
+  test_gather(be, 8 * 10 * 2, 0, 7, 3, 1, 2, 9);           /* float16, 160 bytes */
+  test_gather(be, 6 * 4, 4, 9, 4, 2, 2, 5);                /* 4-byte words only */
+  test_gather(be, 5 * 3 * 2, 0, 11, 3, 0, 3, 4);           /* 30 bytes: single bytes */
+  test_gather(be, 4096, 1, 13, 2, 0, 2, 6);                /* misaligned pointers */
+  test_gather(be, 16, 0, 70000, 2, 0, 2, 70000);           /* more rows than blocks */
 
   test_adam(be, 1000 + 7, 0.0f);
   test_adam(be, 300001, 0.01f);
