@@ -376,6 +376,39 @@ static void test_arena_oom(void) {
   free_problem(&p);
 }
 
+/* A model buffer the limit refuses is retried after the cached arena of an
+ * earlier, larger step goes back: Adam's state after SGD steps at a larger
+ * batch fits where the arena stood. */
+static void test_arena_evicted_for_model_buffers(void) {
+  problem p = make_problem(6, 4, 6, 6, 2);
+  cl_model *m = model_of(&p, 9);
+  int top = p.cfg.hidden_dims[1];
+  cl_host_array xa = {p.x, CL_HOST_TORCH_F32, 5, {6, 4, 2, 6, 6}};
+  cl_host_array ya = {p.y_seq, CL_HOST_TORCH_F32, 5, {6, 4, top, 6, 6}};
+  cl_host_array x1 = {p.x, CL_HOST_TORCH_F32, 5, {1, 4, 2, 6, 6}};
+  cl_host_array y1 = {p.y_seq, CL_HOST_TORCH_F32, 5, {1, 4, top, 6, 6}};
+  cl_optim sgd = {CL_OPTIM_SGD, 1e-2, 0, 0, 0, 0, 0};
+  cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0};
+  double loss;
+  CHECK(cl_model_train_step(m, &xa, &ya, CL_TARGET_SEQUENCE, &sgd, NULL, &loss) == CL_OK,
+        "large SGD step: %s", cl_model_error(m));
+  cl_plan small;
+  cl_model_plan(m, 1, 4, 6, 6, 1, &adam, NULL, &small);
+  cl_mem_stats st;
+  cl_model_memory_stats(m, &st);
+  CHECK(st.reserved + small.by_category[CL_MEM_OPTIMIZER] > small.reserved,
+        "the test needs the large arena to crowd out Adam's state");
+  cl_model_set_memory_limit(m, small.reserved);
+  CHECK(cl_model_train_step(m, &x1, &y1, CL_TARGET_SEQUENCE, &adam, NULL, &loss) == CL_OK,
+        "Adam at batch 1 under its own plan's reserved bytes: %s", cl_model_error(m));
+  cl_model_memory_stats(m, &st);
+  CHECK(st.reserved == small.reserved && st.peak_reserved >= st.reserved,
+        "reserved %zu, the small plan's %zu", st.reserved, small.reserved);
+  cl_plan_free(&small);
+  cl_model_free(m);
+  free_problem(&p);
+}
+
 int main(void) {
   test_equal_gradients();
   test_tbptt_truncates();
@@ -383,5 +416,6 @@ int main(void) {
   test_plan_equals_measured(60);
   test_arena_reuse();
   test_arena_oom();
+  test_arena_evicted_for_model_buffers();
   return ctest_done("test_core_options");
 }
