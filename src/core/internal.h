@@ -199,7 +199,7 @@ cl_status cl_loss_segment(cl_model *m, const cl_source *y, cl_target target, int
 cl_status cl_zero(cl_model *m, void *p, size_t bytes);
 cl_status cl_check_optim(cl_model *m, const cl_optim *o);
 /* o's state, created on first use and reset when the kind changes;
- * *created (may be NULL): whether this call allocated any. */
+ * *created (may be NULL; set on success): whether this call allocated any. */
 cl_status cl_optim_ensure(cl_model *m, const cl_optim *o, int *created);
 void cl_scaler_reset(cl_loss_scale *s);
 /* y or an output gradient shaped as the target needs for [B, T, ., H, W]. */

@@ -41,22 +41,20 @@ static cl_status alloc_state(cl_model *m, float **p) {
 cl_status cl_optim_ensure(cl_model *m, const cl_optim *o, int *created) {
   if (m->opt_kind != o->kind) cl_model_optimizer_reset(m);
   m->opt_kind = o->kind;
-  if (created) *created = 0;
+  const float *had_m = m->opt_m, *had_v = m->opt_v;
   int need_m = o->kind == CL_OPTIM_ADAM || o->momentum != 0;
   if (need_m && !m->opt_m) {
     CL_TRY(alloc_state(m, &m->opt_m));
     m->opt_m_fresh = 1;
-    if (created) *created = 1;
   }
   if (o->kind == CL_OPTIM_ADAM && !m->opt_v) {
     cl_status s = alloc_state(m, &m->opt_v);
     if (s != CL_OK) { /* all or nothing: the model stays as it was */
       cl_model_optimizer_reset(m);
-      if (created) *created = 0;
       return s;
     }
-    if (created) *created = 1;
   }
+  if (created) *created = m->opt_m != had_m || m->opt_v != had_v;
   return CL_OK;
 }
 
