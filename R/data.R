@@ -119,20 +119,15 @@ train_step_data <- function(model, data, y, optimizer, target, target_given, che
   c_train_step_data(ptr, data$ptr, rows, optimizer, options)
 }
 
-# Bytes a data set of inputs x_dim and targets y_dim takes on the device,
-# as core/data.c allocates them (plus the index buffer of every row).
-data_set_bytes <- function(x_dim, y_dim, dtype) {
-  size <- if (identical(dtype, "float32")) 4 else 2
-  prod(as.double(x_dim)) * size + prod(as.double(y_dim)) * 4 + x_dim[[1]] * 4
-}
-
-# Whether a data set and the training step of batch_size rows fit together
-# in the capacity memory_stats() reports: the memory limit when one is set,
-# else what the device has free plus what the model holds already.
-data_set_fits <- function(ptr, x_dim, y_dim, config, batch_size, optimizer, options) {
-  plan <- c_model_plan(ptr, c(batch_size, x_dim[[2]], x_dim[[4]], x_dim[[5]]), TRUE, optimizer,
-                       options)
+# Whether a data set of inputs x_dim and the training step of batch_size
+# rows fit together in the capacity memory_stats() reports: the memory limit
+# when one is set, else what the device has free plus what the model holds
+# already. The data set's bytes are core/data.c's own (cl_data_bytes_for).
+data_set_fits <- function(ptr, x_dim, target, batch_size, optimizer, options) {
+  shape <- x_dim[c(1, 2, 4, 5)]
+  plan <- c_model_plan(ptr, c(batch_size, shape[-1]), TRUE, optimizer, options)
+  data_bytes <- c_data_bytes_for(ptr, shape, target)
   s <- c_memory_stats(ptr)
   capacity <- if (s$limit > 0) s$limit else s$device_free + s$reserved
-  data_set_bytes(x_dim, y_dim, config$dtype) + plan$reserved <= capacity
+  data_bytes > 0 && data_bytes + plan$reserved <= capacity
 }

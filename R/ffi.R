@@ -110,6 +110,9 @@ c_data_release <- function(dptr) .Call(ffi_data_release, dptr)
 c_data_status <- function(dptr) .Call(ffi_data_status, dptr)
 c_data_info <- function(dptr) .Call(ffi_data_info, dptr)
 c_data_alive <- function() .Call(ffi_data_alive)
+c_data_bytes_for <- function(ptr, shape, target) {
+  .Call(ffi_data_bytes_for, ptr, as.integer(shape), target_code(target))
+}
 c_train_step_data <- function(ptr, dptr, rows, optimizer, options = NULL) {
   .Call(ffi_train_step_data, ptr, dptr, as.integer(rows) - 1L, c_optim(optimizer), options)
 }

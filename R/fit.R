@@ -92,7 +92,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
     check_step_options(checkpoint, min(accumulation_steps, b), tbptt)
   }
   options <- step_options(batch_size)
-  data <- fit_data_set(ptr, x, y, target, config, data_on_device, batch_size, optimizer, options)
+  data <- fit_data_set(ptr, x, y, target, data_on_device, batch_size, optimizer, options)
   if (!is.null(data)) on.exit(c_data_release(data), add = TRUE)
   rows <- list()
   running <- NA_real_
@@ -176,11 +176,11 @@ check_data_on_device <- function(x, call = sys.call(-1)) {
 # batches in R: "auto" uploads when the data set and the step fit together
 # (and falls back to slicing if the upload still runs out of memory), TRUE
 # always uploads, FALSE never.
-fit_data_set <- function(ptr, x, y, target, config, data_on_device, batch_size, optimizer,
+fit_data_set <- function(ptr, x, y, target, data_on_device, batch_size, optimizer,
                          options) {
   if (isFALSE(data_on_device)) return(NULL)
   if (isTRUE(data_on_device)) return(c_data_create(ptr, x, y, target))
-  if (!data_set_fits(ptr, dim(x), dim(y), config, batch_size, optimizer, options)) return(NULL)
+  if (!data_set_fits(ptr, dim(x), target, batch_size, optimizer, options)) return(NULL)
   tryCatch(c_data_create(ptr, x, y, target), convlstm_error_oom = function(cnd) NULL)
 }
 

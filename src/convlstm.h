@@ -393,11 +393,16 @@ cl_status cl_data_create(cl_model *m, const cl_host_array *x, const cl_host_arra
  * cl_model_free of d's model, which has freed d already. */
 void cl_data_free(cl_data *d);
 /* Rows N, steps T, height H, width W; and its target, storage dtype and
- * device bytes (x, y and the index buffer). */
+ * device bytes (x and y; the index buffer is the model's, shared by its
+ * data sets). */
 void cl_data_shape(const cl_data *d, int *N, int *T, int *H, int *W);
 cl_target cl_data_target(const cl_data *d);
 cl_dtype cl_data_dtype(const cl_data *d);
 size_t cl_data_bytes(const cl_data *d);
+/* Device bytes cl_data_create would take now for N sequences of T steps of
+ * HxW with this target: x, y, and the index buffer when it would grow; 0 on
+ * a bad shape or size overflow. Allocates nothing. */
+size_t cl_data_bytes_for(const cl_model *m, int N, int T, int H, int W, cl_target target);
 /* Data sets alive in this process (leak tests). */
 int cl_data_alive(void);
 

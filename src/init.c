@@ -51,6 +51,7 @@ static const R_CallMethodDef call_entries[] = {
     CALLDEF(ffi_data_status, 1),
     CALLDEF(ffi_data_info, 1),
     CALLDEF(ffi_data_alive, 0),
+    CALLDEF(ffi_data_bytes_for, 3),
     CALLDEF(ffi_train_step_data, 5),
     {NULL, NULL, 0}};
 

@@ -119,6 +119,7 @@ SEXP ffi_data_release(SEXP ptr);
 SEXP ffi_data_status(SEXP ptr);
 SEXP ffi_data_info(SEXP ptr);
 SEXP ffi_data_alive(void);
+SEXP ffi_data_bytes_for(SEXP ptr, SEXP shape, SEXP target);
 SEXP ffi_train_step_data(SEXP ptr, SEXP dptr, SEXP rows, SEXP opt, SEXP opts);
 
 #endif

@@ -95,6 +95,23 @@ static cl_status upload(cl_model *m, void *dev, cl_dtype t, const cl_host_array 
   return CL_OK;
 }
 
+/* A data set of N sequences of T steps of HxW for m, target and m's storage
+ * dtype: its shape, and the row and total bytes of x (storage dtype) and y
+ * (float32); 0 bytes on overflow. */
+static void describe(const cl_model *m, cl_data *d, int N, int T, int H, int W, cl_target target) {
+  d->N = N; d->T = T; d->H = H; d->W = W;
+  d->C = m->cfg.input_dim;
+  d->Cy = m->layer[m->cfg.n_layers - 1].hidden;
+  d->target = target;
+  d->dtype = m->cfg.dtype;
+  size_t P = cl_mul_size((size_t)H, (size_t)W);
+  int Ty = target == CL_TARGET_SEQUENCE ? T : 1;
+  d->row_x = cl_mul_size(cl_mul_size(P, (size_t)d->C), cl_dtype_size(d->dtype));
+  d->row_y = cl_mul_size(cl_mul_size(P, (size_t)d->Cy), sizeof(float));
+  d->x_bytes = cl_mul_size(cl_mul_size(d->row_x, (size_t)N), (size_t)T);
+  d->y_bytes = cl_mul_size(cl_mul_size(d->row_y, (size_t)N), (size_t)Ty);
+}
+
 cl_status cl_data_create(cl_model *m, const cl_host_array *x, const cl_host_array *y,
                          cl_target target, cl_data **out) {
   *out = NULL;
@@ -107,20 +124,8 @@ cl_status cl_data_create(cl_model *m, const cl_host_array *x, const cl_host_arra
   cl_data *d = calloc(1, sizeof *d);
   if (!d) return cl_fail(m, CL_E_OOM, "out of host memory creating a data set");
   d->m = m;
-  d->N = N;
-  d->T = T;
-  d->C = m->cfg.input_dim;
-  d->H = H;
-  d->W = W;
-  d->Cy = m->layer[m->cfg.n_layers - 1].hidden;
-  d->target = target;
-  d->dtype = m->cfg.dtype;
-  size_t P = cl_mul_size((size_t)H, (size_t)W);
+  describe(m, d, N, T, H, W, target);
   int Ty = target == CL_TARGET_SEQUENCE ? T : 1;
-  d->row_x = cl_mul_size(cl_mul_size(P, (size_t)d->C), cl_dtype_size(d->dtype));
-  d->row_y = cl_mul_size(cl_mul_size(P, (size_t)d->Cy), sizeof(float));
-  d->x_bytes = cl_mul_size(cl_mul_size(d->row_x, (size_t)N), (size_t)T);
-  d->y_bytes = cl_mul_size(cl_mul_size(d->row_y, (size_t)N), (size_t)Ty);
   if (d->x_bytes == 0 || d->y_bytes == 0) {
     free(d);
     return cl_fail(m, CL_E_INVALID, "a data set of %d sequences of %d steps of %dx%d: sizes overflow",
@@ -161,6 +166,16 @@ void cl_data_shape(const cl_data *d, int *N, int *T, int *H, int *W) {
 cl_target cl_data_target(const cl_data *d) { return d->target; }
 cl_dtype cl_data_dtype(const cl_data *d) { return d->dtype; }
 size_t cl_data_bytes(const cl_data *d) { return d->x_bytes + d->y_bytes; }
+
+size_t cl_data_bytes_for(const cl_model *m, int N, int T, int H, int W, cl_target target) {
+  if (N < 1 || T < 1 || H < 1 || W < 1) return 0;
+  cl_data d;
+  describe(m, &d, N, T, H, W, target);
+  /* the index buffer too, when this data set would be the one to grow it */
+  size_t idx = N > m->data_idx_cap ? (size_t)N * sizeof(int) : 0, total = d.x_bytes + d.y_bytes;
+  if (d.x_bytes == 0 || d.y_bytes == 0 || total < d.x_bytes || total + idx < total) return 0;
+  return total + idx;
+}
 
 /* Sequences b0.. of a block are rows idx[b0..] of the data set. */
 static cl_status gather(cl_model *m, void *dst, const cl_source *s, cl_block k) {

@@ -152,8 +152,19 @@ static void compare_paths(const char *what, cl_dtype dt, cl_target tg, const cl_
   cl_model *ma = new_model(dt, 0), *mb = new_model(dt, 0);
   cl_host_array x = whole_x(r_layout), y = whole_y(tg, r_layout);
   cl_data *d = NULL;
+  size_t planned = cl_data_bytes_for(mb, x.dims[0], x.dims[1], x.dims[3], x.dims[4], tg);
+  cl_mem_stats before, after;
+  cl_model_memory_stats(mb, &before);
   cl_status s = cl_data_create(mb, &x, &y, tg, &d);
   CHECK(s == CL_OK && d != NULL, "%s: cl_data_create: %s", what, cl_model_error(mb));
+  cl_model_memory_stats(mb, &after);
+  size_t taken = after.current[CL_MEM_DATA] - before.current[CL_MEM_DATA];
+  CHECK(planned == taken && taken > cl_data_bytes(d),
+        "%s: cl_data_bytes_for said %zu, the data set and its index buffer took %zu", what, planned,
+        taken);
+  CHECK(cl_data_bytes_for(mb, x.dims[0], x.dims[1], x.dims[3], x.dims[4], tg) ==
+            cl_data_bytes(d),
+        "%s: a second data set of this size would not grow the index buffer", what);
   cl_optim adam = {CL_OPTIM_ADAM, 0.01, 0.9, 0.999, 1e-8, 0, 0.001};
   int same = 1;
   for (int step = 0; step < 3 && d; step++) {
