@@ -124,12 +124,14 @@ class cl_mem_stats(C.Structure):
 
 class cl_plan_entry(C.Structure):
     _fields_ = [("name", C.c_char * 48), ("category", C.c_int), ("bytes", C.c_size_t),
-                ("kind", C.c_int), ("layer", C.c_int)]
+                ("offset", C.c_size_t), ("in_arena", C.c_int), ("kind", C.c_int),
+                ("layer", C.c_int)]
 
 
 class cl_plan(C.Structure):
     _fields_ = [("n", C.c_int), ("entries", C.POINTER(cl_plan_entry)),
-                ("by_category", C.c_size_t * CL_MEM_NCAT), ("total", C.c_size_t)]
+                ("by_category", C.c_size_t * CL_MEM_NCAT), ("total", C.c_size_t),
+                ("arena", C.c_size_t), ("reserved", C.c_size_t)]
 
 
 class cl_cuda_info(C.Structure):  # src/cuda/cuda_info.h
@@ -368,12 +370,14 @@ class Ours:
             entries = [(p.entries[i].name.decode(), CATEGORIES[p.entries[i].category],
                         p.entries[i].bytes) for i in range(p.n)]
             out = {"total": p.total, "by_category": dict(zip(CATEGORIES, p.by_category)),
-                   "entries": entries}
+                   "entries": entries, "arena": p.arena, "reserved": p.reserved}
         finally:
             self.L.cl_plan_free(C.byref(p))
-        # a check of cl_plan's layout: the three sums agree
+        # a check of cl_plan's layout: the three sums agree, and the arena
+        # holds at least the step buffers
         if sum(out["by_category"].values()) != out["total"] or \
-                sum(e[2] for e in entries) != out["total"]:
+                sum(e[2] for e in entries) != out["total"] or \
+                not out["total"] <= out["reserved"] <= out["total"] + 256 * len(entries):
             raise RuntimeError("cl_plan layout or sums mismatch: %r" % (out["by_category"],))
         return out
 
@@ -699,15 +703,16 @@ def max_batch_ours(a, lib, res, name, cfg, dtype):
         opt = adam()
         st = m.stats()
         free = st["device_free"] - a.margin_mb * 2**20
-        base = st["allocated"]
+        base = st["reserved"]
         T, H, W = cfg["T"], cfg["H"], cfg["W"]
 
-        def plan_fits(B):
-            return m.plan(B, T, H, W, True, opt)["total"] - base <= free
+        def plan_fits(B):  # what the device must hand over: reserved bytes
+            return m.plan(B, T, H, W, True, opt)["reserved"] - base <= free
 
         planned, exact = largest(plan_fits, cfg["batch"], time.monotonic() + 30)
         rec.update(max_batch_planned=planned, planned_exact=exact, device_free=free,
-                   plan_total=m.plan(planned, T, H, W, True, opt)["total"] if planned else 0)
+                   plan_reserved=m.plan(planned, T, H, W, True, opt)["reserved"] if planned
+                   else 0)
         # confirmed by real steps (two: Adam's state exists from the first on),
         # backing off 2% at a time if the plan was too optimistic
         x, y = make_data(cfg, max(planned, 1), seed=1)
@@ -903,6 +908,10 @@ def check_plan_equals_peak(a, lib, res, name, cfg, dtype):
                 if peak[c] != plan["by_category"][c]}
         res.check("memory %s %s: plan == measured peak per category" % (name, dtype),
                   not diff, plan_total=plan["total"], diff=diff or "none")
+        st = m.stats()
+        res.check("memory %s %s: plan == measured reserved (model buffers + step arena)" %
+                  (name, dtype), st["peak_reserved"] == plan["reserved"],
+                  plan_reserved=plan["reserved"], peak_reserved=st["peak_reserved"])
         before = sum(m.stats()["n_alloc"].values())
         m.train_step(host_array(x), host_array(y), opt)
         made = sum(m.stats()["n_alloc"].values()) - before
