@@ -538,57 +538,42 @@ def torch_empty(dev):
         torch.cuda.reset_peak_memory_stats()
 
 
-def bench_ours(a, lib, res, name, cfg, dtype, x, y):
-    rec = dict(mode="bench", config=name, dtype=dtype, impl="convlstm", batch=cfg["batch"])
+def bench_ours(a, lib, res, name, cfg, dtype, x, y, data_on_device=False):
+    """Our step: x and y converted and uploaded at every step, or (data_on_device)
+    uploaded once as a data set whose rows each step gathers on the device."""
+    impl = "convlstm_data" if data_on_device else "convlstm"
+    rec = dict(mode="bench", config=name, dtype=dtype, impl=impl, batch=cfg["batch"])
     m = None
     try:
         m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device,
                  DTYPES[dtype])
         m.load_torch(ConvLSTM(cfg["input_dim"], cfg["hidden"], cfg["kernels"]))
-        xa, ya, opt = host_array(x), host_array(y), adam()
-        rec.update(time_steps(lambda: m.train_step(xa, ya, opt), m.sync, a.warmup, a.steps))
+        opt = adam()
+        if data_on_device:
+            t0 = time.perf_counter()
+            d = m.data_create(host_array(x), host_array(y))
+            m.sync()
+            rec["upload_ms"] = 1e3 * (time.perf_counter() - t0)
+            rows = (C.c_int * cfg["batch"])(*range(cfg["batch"]))
+            step = lambda: m.train_step_data(d, rows, opt)  # noqa: E731
+        else:
+            xa, ya = host_array(x), host_array(y)
+            step = lambda: m.train_step(xa, ya, opt)  # noqa: E731
+        rec.update(time_steps(step, m.sync, a.warmup, a.steps))
         st = m.stats()
-        rec.update(peak_allocated=st["peak_allocated"], peak_reserved=st["peak_reserved"],
-                   peak_by_category=st["peak"], device_total=st["device_total"])
-        rec["pack_ms"] = pack_ms(lib, x, y)
-        if dtype == "float16":
-            rec["loss_scale"] = m.loss_scale()
-    except Exception as e:  # noqa: BLE001 -- a failed measurement is a result too
-        rec["error"] = "%s: %s" % (type(e).__name__, e)
-    finally:
-        if m:
-            m.free()
-    res.add(rec)
-    return rec
-
-
-def bench_ours_data(a, lib, res, name, cfg, dtype, x, y):
-    """Our step with the data on the device: uploaded once, rows gathered there."""
-    rec = dict(mode="bench", config=name, dtype=dtype, impl="convlstm_data", batch=cfg["batch"])
-    m = None
-    try:
-        m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device,
-                 DTYPES[dtype])
-        m.load_torch(ConvLSTM(cfg["input_dim"], cfg["hidden"], cfg["kernels"]))
-        t0 = time.perf_counter()
-        d = m.data_create(host_array(x), host_array(y))
-        m.sync()
-        rec["upload_ms"] = 1e3 * (time.perf_counter() - t0)
-        rows, opt = (C.c_int * cfg["batch"])(*range(cfg["batch"])), adam()
-        rec.update(time_steps(lambda: m.train_step_data(d, rows, opt), m.sync, a.warmup,
-                              a.steps))
-        st = m.stats()
-        # the data set is the whole (one-batch) training set: counted, as
+        # a data set is the whole (one-batch) training set: counted, as
         # PyTorch's max_memory_allocated counts its x and y on the device
         rec.update(peak_allocated=st["peak_allocated"], peak_reserved=st["peak_reserved"],
                    peak_by_category=st["peak"], device_total=st["device_total"])
+        if not data_on_device:
+            rec["pack_ms"] = pack_ms(lib, x, y)
         if dtype == "float16":
             rec["loss_scale"] = m.loss_scale()
     except Exception as e:  # noqa: BLE001 -- a failed measurement is a result too
         rec["error"] = "%s: %s" % (type(e).__name__, e)
     finally:
         if m:
-            m.free()  # frees the data set too
+            m.free()  # frees a data set too
     res.add(rec)
     return rec
 
@@ -651,7 +636,7 @@ def run_bench(a, lib, res):
                     skipped(res, "bench", name, dtype, impl, "time budget")
                 continue
             for r in (bench_ours(a, lib, res, name, cfg, dtype, x, y),
-                      bench_ours_data(a, lib, res, name, cfg, dtype, x, y),
+                      bench_ours(a, lib, res, name, cfg, dtype, x, y, data_on_device=True),
                       bench_torch(a, res, name, cfg, dtype, x, y, False),
                       None if a.no_compile else
                       skipped(res, "bench", name, dtype, "torch_compile",
