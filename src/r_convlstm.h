@@ -44,6 +44,10 @@ NORET void r_raise_invalid(const char *fmt, ...) R_CL_PRINTF(1, 2);
 /* The live model behind an external pointer, or a state error that says why
  * there is none (released, or restored by readRDS). */
 cl_model *r_model(SEXP ptr);
+/* An external pointer with no address yet, its finalizer registered and,
+ * when cls is not NULL, that class: made before the object it will own, so
+ * that no R allocation can fail while an unowned object is held. Unprotected. */
+SEXP r_new_handle(SEXP tag, SEXP prot, R_CFinalizer_t finalize, const char *cls);
 
 /* ---- r_arrays.c ---- */
 

@@ -69,14 +69,8 @@ SEXP ffi_data_create(SEXP ptr, SEXP x, SEXP y, SEXP target) {
   r_host_array(x, 5, "x", &hx);
   r_host_array(y, tg == CL_TARGET_SEQUENCE ? 5 : 4, "y", &hy);
   int nprotect = 0;
-  /* The pointer exists (with its finalizer) before the data set, so no R
-   * allocation can fail while an unowned data set is held. */
-  SEXP dptr = PROTECT(R_MakeExternalPtr(NULL, data_tag(), ptr));
+  SEXP dptr = PROTECT(r_new_handle(data_tag(), ptr, data_finalize, "convlstm_data_ptr"));
   nprotect++;
-  R_RegisterCFinalizerEx(dptr, data_finalize, TRUE);
-  SEXP cls = PROTECT(Rf_mkString("convlstm_data_ptr"));
-  nprotect++;
-  Rf_setAttrib(dptr, R_ClassSymbol, cls);
   cl_data *d = NULL;
   cl_status st = cl_data_create(m, &hx, &hy, tg, &d);
   if (st != CL_OK) {

@@ -64,8 +64,7 @@ static void saved_finalize(SEXP holder) {
  * balance); raises with nothing held when the file is refused. */
 static SEXP read_saved(SEXP path, cl_saved **out) {
   const char *p = r_path(path);
-  SEXP holder = PROTECT(R_MakeExternalPtr(NULL, R_NilValue, R_NilValue));
-  R_RegisterCFinalizerEx(holder, saved_finalize, TRUE);
+  SEXP holder = PROTECT(r_new_handle(R_NilValue, R_NilValue, saved_finalize, NULL));
   char err[CL_ERRMSG_LEN] = "";
   cl_saved *s = NULL;
   cl_status st = cl_saved_read(p, &s, err, sizeof err);

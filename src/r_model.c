@@ -84,16 +84,10 @@ SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP kernel_sizes, SEXP 
   double limit = REAL(memory_limit)[0];
   cfg.memory_limit = limit > 0 ? (size_t)limit : 0;
 
-  /* The pointer exists (protected, with its finalizer) before the model, so
-   * no R allocation can fail while an unowned model is held. */
   SEXP mark = PROTECT(Rf_mkString(LIVE));
   nprotect++;
-  SEXP ptr = PROTECT(R_MakeExternalPtr(NULL, model_tag(), mark));
+  SEXP ptr = PROTECT(r_new_handle(model_tag(), mark, model_finalize, "convlstm_ptr"));
   nprotect++;
-  R_RegisterCFinalizerEx(ptr, model_finalize, TRUE);
-  SEXP cls = PROTECT(Rf_mkString("convlstm_ptr"));
-  nprotect++;
-  Rf_setAttrib(ptr, R_ClassSymbol, cls);
 
   char err[CL_ERRMSG_LEN] = "";
   cl_model *m = NULL;
@@ -105,6 +99,14 @@ SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP kernel_sizes, SEXP 
   }
   R_SetExternalPtrAddr(ptr, m);
   UNPROTECT(nprotect);
+  return ptr;
+}
+
+SEXP r_new_handle(SEXP tag, SEXP prot, R_CFinalizer_t finalize, const char *cls) {
+  SEXP ptr = PROTECT(R_MakeExternalPtr(NULL, tag, prot));
+  R_RegisterCFinalizerEx(ptr, finalize, TRUE);
+  if (cls) Rf_setAttrib(ptr, R_ClassSymbol, Rf_mkString(cls)); /* setAttrib protects it */
+  UNPROTECT(1);
   return ptr;
 }
 
