@@ -72,3 +72,12 @@ void r_row_major_to_r(const float *src, int ndim, const int *dims, double *dst) 
 void r_r_to_row_major(const double *src, int ndim, const int *dims, float *dst) {
   transpose_walk(ndim, dims, NULL, dst, src, NULL);
 }
+
+SEXP r_named_list(const char *const *names, int n) {
+  SEXP out = PROTECT(Rf_allocVector(VECSXP, n));
+  SEXP nms = PROTECT(Rf_allocVector(STRSXP, n));
+  for (int i = 0; i < n; i++) SET_STRING_ELT(nms, i, Rf_mkChar(names[i]));
+  Rf_setAttrib(out, R_NamesSymbol, nms);
+  UNPROTECT(2);
+  return out;
+}

@@ -56,6 +56,8 @@ SEXP r_new_handle(SEXP tag, SEXP prot, R_CFinalizer_t finalize, const char *cls)
 void r_host_array(SEXP x, int ndim, const char *arg, cl_host_array *out);
 /* A new, unprotected double array of the given dims. */
 SEXP r_alloc_array(int ndim, const int *dims);
+/* A new, unprotected list of n elements (NULLs) named names[0..n-1]. */
+SEXP r_named_list(const char *const *names, int n);
 /* Reads a row-major float tensor into a new column-major double array of the
  * same logical dims (so torch's w[o, i, kh, kw] is R's w[o+1, i+1, kh+1, kw+1]). */
 void r_row_major_to_r(const float *src, int ndim, const int *dims, double *dst);

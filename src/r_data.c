@@ -108,14 +108,11 @@ SEXP ffi_data_info(SEXP ptr) {
   cl_data *d = r_data(ptr);
   static const char *dtypes[] = {"float32", "float16", "bfloat16"};
   cl_dtype t = cl_data_dtype(d);
-  SEXP out = PROTECT(Rf_allocVector(VECSXP, 2));
-  SEXP nms = PROTECT(Rf_allocVector(STRSXP, 2));
-  SET_STRING_ELT(nms, 0, Rf_mkChar("bytes"));
-  SET_STRING_ELT(nms, 1, Rf_mkChar("dtype"));
-  Rf_setAttrib(out, R_NamesSymbol, nms);
+  const char *const names[] = {"bytes", "dtype"};
+  SEXP out = PROTECT(r_named_list(names, 2));
   SET_VECTOR_ELT(out, 0, Rf_ScalarReal((double)cl_data_bytes(d)));
   SET_VECTOR_ELT(out, 1, Rf_mkString(t >= CL_F32 && t <= CL_BF16 ? dtypes[t] : "?"));
-  UNPROTECT(2);
+  UNPROTECT(1);
   return out;
 }
 

@@ -25,12 +25,8 @@ static SEXP na_string(void) { return Rf_ScalarString(NA_STRING); }
 
 /* Every field NA except available, reason and cuda_build. */
 static SEXP gpu_list(int available, const char *reason, int cuda_build, int *nprotect) {
-  SEXP out = PROTECT(Rf_allocVector(VECSXP, N_GPU_FIELDS));
+  SEXP out = PROTECT(r_named_list(gpu_fields, N_GPU_FIELDS));
   (*nprotect)++;
-  SEXP names = PROTECT(Rf_allocVector(STRSXP, N_GPU_FIELDS));
-  (*nprotect)++;
-  for (int i = 0; i < N_GPU_FIELDS; i++) SET_STRING_ELT(names, i, Rf_mkChar(gpu_fields[i]));
-  Rf_setAttrib(out, R_NamesSymbol, names);
   SET_VECTOR_ELT(out, 0, Rf_ScalarLogical(available != 0));
   SET_VECTOR_ELT(out, 1, Rf_mkString(reason));
   SET_VECTOR_ELT(out, 2, Rf_ScalarLogical(cuda_build != 0));

@@ -81,15 +81,6 @@ static void done_saved(SEXP holder) {
   saved_finalize(holder);
 }
 
-static SEXP named_list(int n, const char *const *names) {
-  SEXP out = PROTECT(Rf_allocVector(VECSXP, n));
-  SEXP nms = PROTECT(Rf_allocVector(STRSXP, n));
-  for (int i = 0; i < n; i++) SET_STRING_ELT(nms, i, Rf_mkChar(names[i]));
-  Rf_setAttrib(out, R_NamesSymbol, nms);
-  UNPROTECT(2);
-  return out;
-}
-
 static const char *dtype_label(cl_dtype t) {
   return t == CL_F16 ? "float16" : t == CL_BF16 ? "bfloat16" : "float32";
 }
@@ -97,12 +88,12 @@ static const char *dtype_label(cl_dtype t) {
 static SEXP saved_info(const cl_saved *s) {
   int nprotect = 0;
   const char *top[] = {"config", "optimizer", "optimizer_steps", "loss_scale", "metadata", "tensors"};
-  SEXP out = PROTECT(named_list(6, top));
+  SEXP out = PROTECT(r_named_list(top, 6));
   nprotect++;
 
   const cl_config *c = cl_saved_config(s);
   const char *cn[] = {"input_dim", "hidden_dims", "kernel_sizes", "n_layers", "bias", "dtype"};
-  SEXP cfg = named_list(6, cn);
+  SEXP cfg = r_named_list(cn, 6);
   SET_VECTOR_ELT(out, 0, cfg);
   SET_VECTOR_ELT(cfg, 0, Rf_ScalarInteger(c->input_dim));
   SEXP hd = Rf_allocVector(INTSXP, c->n_layers);
@@ -125,7 +116,7 @@ static SEXP saved_info(const cl_saved *s) {
   cl_loss_scale ls;
   if (cl_saved_loss_scale(s, &ls)) {
     const char *ln[] = {"scale", "growth_interval", "clean_steps", "skipped_steps"};
-    SEXP l = named_list(4, ln);
+    SEXP l = r_named_list(ln, 4);
     SET_VECTOR_ELT(out, 3, l);
     SET_VECTOR_ELT(l, 0, Rf_ScalarReal(ls.scale));
     SET_VECTOR_ELT(l, 1, Rf_ScalarInteger(ls.growth_interval));
@@ -149,7 +140,7 @@ static SEXP saved_info(const cl_saved *s) {
 
   int nt = cl_saved_n_tensors(s);
   const char *tn[] = {"name", "dtype", "shape"};
-  SEXP tens = named_list(3, tn);
+  SEXP tens = r_named_list(tn, 3);
   SET_VECTOR_ELT(out, 5, tens);
   SEXP names = Rf_allocVector(STRSXP, nt);
   SET_VECTOR_ELT(tens, 0, names);

@@ -34,16 +34,11 @@ SEXP ffi_memory_stats(SEXP ptr) {
     REAL(nal)[c] = (double)s.n_alloc[c];
     REAL(nfr)[c] = (double)s.n_free[c];
   }
-  const char *names[] = {"category",       "current",  "peak",          "n_alloc",
+  const char *const names[] = {"category",       "current",  "peak",          "n_alloc",
                          "n_free",         "allocated", "peak_allocated", "reserved",
                          "peak_reserved",  "limit",    "device_free",   "device_total"};
-  int n = (int)(sizeof names / sizeof names[0]);
-  SEXP out = PROTECT(Rf_allocVector(VECSXP, n));
+  SEXP out = PROTECT(r_named_list(names, (int)(sizeof names / sizeof names[0])));
   nprotect++;
-  SEXP nms = PROTECT(Rf_allocVector(STRSXP, n));
-  nprotect++;
-  for (int i = 0; i < n; i++) SET_STRING_ELT(nms, i, Rf_mkChar(names[i]));
-  Rf_setAttrib(out, R_NamesSymbol, nms);
   SET_VECTOR_ELT(out, 0, cats);
   SET_VECTOR_ELT(out, 1, cur);
   SET_VECTOR_ELT(out, 2, peak);

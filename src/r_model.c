@@ -142,16 +142,11 @@ SEXP ffi_model_config(SEXP ptr) {
   cl_model *m = r_model(ptr);
   const cl_config *cfg = cl_model_config(m);
   int nprotect = 0;
-  const char *names[] = {"input_dim", "hidden_dims", "kernel_sizes", "n_layers",
+  const char *const names[] = {"input_dim", "hidden_dims", "kernel_sizes", "n_layers",
                          "bias",      "device",      "dtype",        "threads",
                          "memory_limit", "backend",  "n_params"};
-  int n = (int)(sizeof names / sizeof names[0]);
-  SEXP out = PROTECT(Rf_allocVector(VECSXP, n));
+  SEXP out = PROTECT(r_named_list(names, (int)(sizeof names / sizeof names[0])));
   nprotect++;
-  SEXP nms = PROTECT(Rf_allocVector(STRSXP, n));
-  nprotect++;
-  for (int i = 0; i < n; i++) SET_STRING_ELT(nms, i, Rf_mkChar(names[i]));
-  Rf_setAttrib(out, R_NamesSymbol, nms);
 
   SEXP hd = PROTECT(Rf_allocVector(INTSXP, cfg->n_layers));
   nprotect++;

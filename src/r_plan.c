@@ -19,21 +19,12 @@ typedef struct plan_copy {
   cl_plan plan;
 } plan_copy;
 
-static SEXP named_list(const char *const *names, int n) {
-  SEXP out = PROTECT(Rf_allocVector(VECSXP, n));
-  SEXP nms = PROTECT(Rf_allocVector(STRSXP, n));
-  for (int i = 0; i < n; i++) SET_STRING_ELT(nms, i, Rf_mkChar(names[i]));
-  Rf_setAttrib(out, R_NamesSymbol, nms);
-  UNPROTECT(2);
-  return out;
-}
-
 static SEXP plan_to_r(void *data) {
   const cl_plan *p = &((plan_copy *)data)->plan;
   int nprotect = 0;
   const char *const names[] = {"name",        "category", "bytes", "layer", "offset",
                                "by_category", "total",    "arena", "reserved"};
-  SEXP out = PROTECT(named_list(names, 9));
+  SEXP out = PROTECT(r_named_list(names, 9));
   nprotect++;
   SEXP name = Rf_allocVector(STRSXP, p->n);
   SET_VECTOR_ELT(out, 0, name);
@@ -132,7 +123,7 @@ SEXP ffi_loss_scale(SEXP ptr) {
   cl_status st = cl_model_get_loss_scale(m, &ls);
   if (st != CL_OK) r_raise_model(st, m);
   const char *const names[] = {"scale", "growth_interval", "clean_steps", "skipped_steps"};
-  SEXP out = PROTECT(named_list(names, 4));
+  SEXP out = PROTECT(r_named_list(names, 4));
   SET_VECTOR_ELT(out, 0, Rf_ScalarReal(ls.scale));
   SET_VECTOR_ELT(out, 1, Rf_ScalarInteger(ls.growth_interval));
   SET_VECTOR_ELT(out, 2, Rf_ScalarInteger(ls.clean_steps));

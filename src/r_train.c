@@ -134,15 +134,11 @@ SEXP ffi_forward(SEXP ptr, SEXP x, SEXP training, SEXP what, SEXP opts) {
     SET_VECTOR_ELT(hc, 0, read_state(m, l, 0, B, C, H, W));
     SET_VECTOR_ELT(hc, 1, read_state(m, l, 1, B, C, H, W));
   }
-  SEXP out = PROTECT(Rf_allocVector(VECSXP, 2));
+  const char *const out_names[] = {"layer_outputs", "layer_last_states"};
+  SEXP out = PROTECT(r_named_list(out_names, 2));
   nprotect++;
   SET_VECTOR_ELT(out, 0, outputs);
   SET_VECTOR_ELT(out, 1, states);
-  SEXP out_names = PROTECT(Rf_allocVector(STRSXP, 2));
-  nprotect++;
-  SET_STRING_ELT(out_names, 0, Rf_mkChar("layer_outputs"));
-  SET_STRING_ELT(out_names, 1, Rf_mkChar("layer_last_states"));
-  Rf_setAttrib(out, R_NamesSymbol, out_names);
   UNPROTECT(nprotect);
   return out;
 }
