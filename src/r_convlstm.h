@@ -69,6 +69,8 @@ void r_r_to_row_major(const double *src, int ndim, const int *dims, float *dst);
  * options (c_step_options()); both raise on a malformed vector. NULL opts
  * gives the plain step. */
 void r_optim(SEXP opt, cl_optim *out);
+/* R's NULL as a NULL optimizer (the state the model holds), else r_optim into buf. */
+const cl_optim *r_optim_or_null(SEXP opt, cl_optim *buf);
 SEXP r_optim_vector(const cl_optim *o);
 void r_step_options(SEXP opts, cl_step_options *out);
 

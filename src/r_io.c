@@ -24,11 +24,7 @@ SEXP ffi_model_save(SEXP ptr, SEXP path, SEXP optimizer, SEXP metadata) {
   cl_model *m = r_model(ptr);
   const char *p = r_path(path);
   cl_optim o;
-  const cl_optim *po = NULL;
-  if (optimizer != R_NilValue) {
-    r_optim(optimizer, &o);
-    po = &o;
-  }
+  const cl_optim *po = r_optim_or_null(optimizer, &o);
   int n = 0;
   const char **keys = NULL, **values = NULL;
   if (metadata != R_NilValue) {

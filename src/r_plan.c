@@ -74,11 +74,7 @@ SEXP ffi_model_plan(SEXP ptr, SEXP shape, SEXP training, SEXP opt, SEXP opts) {
     r_raise_invalid("internal: ffi_model_plan() needs c(batch, time, height, width)");
   const int *s = INTEGER(shape);
   cl_optim o;
-  const cl_optim *po = NULL;
-  if (opt != R_NilValue) {
-    r_optim(opt, &o);
-    po = &o;
-  }
+  const cl_optim *po = r_optim_or_null(opt, &o);
   cl_step_options so;
   r_step_options(opts, &so);
 

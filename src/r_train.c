@@ -29,6 +29,12 @@ void r_optim(SEXP opt, cl_optim *out) {
   out->weight_decay = v[6];
 }
 
+const cl_optim *r_optim_or_null(SEXP opt, cl_optim *buf) {
+  if (opt == R_NilValue) return NULL;
+  r_optim(opt, buf);
+  return buf;
+}
+
 /* The inverse of r_optim (an unprotected new vector). */
 SEXP r_optim_vector(const cl_optim *o) {
   SEXP v = Rf_allocVector(REALSXP, 7);
