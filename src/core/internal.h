@@ -45,14 +45,13 @@ typedef struct cl_geom {
 cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
                        const cl_step_options *o, cl_geom *g);
 
-/* Buffers of one planned step, views into the step arena at the plan's offsets.
+/* Buffers of one planned step, views into the model's step arena at the
+ * plan's offsets.
  * Activations are in the storage dtype (void *), gradients float. */
 typedef struct cl_step {
   int valid;
   cl_geom g;
   cl_plan plan;
-  void *arena; /* reserved; the step buffers below are views into it */
-  size_t arena_bytes;
   void *x;
   void *gates[CL_MAX_LAYERS], *cell[CL_MAX_LAYERS], *hid[CL_MAX_LAYERS];
   void *ckpt_h[CL_MAX_LAYERS], *ckpt_c[CL_MAX_LAYERS]; /* checkpoint: state at segment ends */
@@ -94,6 +93,8 @@ struct cl_model {
   int opt_m_fresh; /* the momentum buffer awaits its first update (SGD seeds it then) */
   int64_t opt_steps;
   cl_step step;
+  void *arena; /* reserved for step buffers; outlives any one step's plan */
+  size_t arena_bytes;
   cl_phase phase;
   cl_target loss_target;
   cl_loss_scale scaler; /* float16 only */

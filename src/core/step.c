@@ -18,22 +18,18 @@ static void unbind(cl_model *m) {
   cl_step *st = &m->step;
   for (int i = 0; i < st->plan.n; i++) {
     const cl_plan_entry *e = &st->plan.entries[i];
-    if (e->in_arena && st->valid) cl_mem_give(&m->mem, e->category, e->bytes);
+    if (e->in_arena) cl_mem_give(&m->mem, e->category, e->bytes);
   }
   cl_plan_free(&st->plan);
-  void *arena = st->arena;
-  size_t arena_bytes = st->arena_bytes;
   memset(st, 0, sizeof *st);
-  st->arena = arena;
-  st->arena_bytes = arena_bytes;
   m->phase = CL_PHASE_NONE;
 }
 
 void cl_step_release(cl_model *m) {
   unbind(m);
-  cl_mem_unreserve(&m->mem, m->step.arena, m->step.arena_bytes);
-  m->step.arena = NULL;
-  m->step.arena_bytes = 0;
+  cl_mem_unreserve(&m->mem, m->arena, m->arena_bytes);
+  m->arena = NULL;
+  m->arena_bytes = 0;
 }
 
 /* A buffer of layer -1 serves every layer. */
@@ -67,13 +63,12 @@ static void bind_view(cl_step *st, const cl_plan_entry *e, void *p) {
 /* An arena of at least `bytes`: grown (old one given back first, so that a
  * limit need not hold both) only when the current one is smaller. */
 static cl_status ensure_arena(cl_model *m, size_t bytes) {
-  cl_step *st = &m->step;
-  if (bytes <= st->arena_bytes) return CL_OK;
-  cl_mem_unreserve(&m->mem, st->arena, st->arena_bytes);
-  st->arena = NULL;
-  st->arena_bytes = 0;
-  CL_TRY(cl_mem_reserve(&m->mem, bytes, &st->arena, m->err, sizeof m->err));
-  st->arena_bytes = bytes;
+  if (bytes <= m->arena_bytes) return CL_OK;
+  cl_mem_unreserve(&m->mem, m->arena, m->arena_bytes);
+  m->arena = NULL;
+  m->arena_bytes = 0;
+  CL_TRY(cl_mem_reserve(&m->mem, bytes, &m->arena, m->err, sizeof m->err));
+  m->arena_bytes = bytes;
   return CL_OK;
 }
 
@@ -99,7 +94,7 @@ cl_status cl_step_prepare(cl_model *m, const cl_geom *g) {
     const cl_plan_entry *e = &plan.entries[i];
     if (!e->in_arena) continue;
     cl_mem_take(&m->mem, e->category, e->bytes);
-    bind_view(st, e, e->bytes ? (char *)st->arena + e->offset : NULL);
+    bind_view(st, e, e->bytes ? (char *)m->arena + e->offset : NULL);
   }
   st->valid = 1;
   st->g = *g;
@@ -109,7 +104,7 @@ cl_status cl_step_prepare(cl_model *m, const cl_geom *g) {
 cl_status cl_model_alloc(cl_model *m, cl_mem_category cat, size_t bytes, void **out) {
   cl_status s = cl_mem_alloc(&m->mem, cat, bytes, out, m->err, sizeof m->err);
   int pending = m->phase == CL_PHASE_TRAINING || m->phase == CL_PHASE_LOSS;
-  if (s != CL_E_OOM || !m->step.arena || pending) return s;
+  if (s != CL_E_OOM || !m->arena || pending) return s;
   /* as PyTorch frees its cached blocks and retries before reporting an OOM */
   cl_step_release(m);
   m->err[0] = '\0';
