@@ -276,6 +276,10 @@ static cl_status cuda_init(cl_backend *be, cl_cuda_ctx *ctx) {
   ctx->device = dev;
   cudaFuncAttributes fa;
   cudaError_t e = cudaFuncGetAttributes(&fa, cl_cuda_probe_kernel);
+  /* only these two mean a missing architecture; anything else (a sticky
+   * error left by an earlier fault in this process) is said as it is */
+  if (e != cudaSuccess && e != cudaErrorInvalidDeviceFunction && e != cudaErrorNoKernelImageForDevice)
+    return cl_cuda_fail(be, e, "cudaFuncGetAttributes", __FILE__, __LINE__);
   if (e != cudaSuccess) {
     int major = 0, minor = 0;
     (void)cudaGetLastError();

@@ -33,7 +33,6 @@ typedef struct conv_entry {
   int N, C, H, W, K, k; /* N is the images of one cuDNN call (see chunk_images) */
   cl_dtype dtype;
   cudnnTensorDescriptor_t x, y; /* [N, C, H, W], [N, K, H, W] */
-  cudnnTensorDescriptor_t bias; /* [1, K, 1, 1] float */
   cudnnFilterDescriptor_t w;    /* [K, C, k, k] */
   /* one convolution descriptor per direction: each carries the math type
    * that its chosen algorithm was reported with */
@@ -58,7 +57,6 @@ static void entry_free(conv_entry *e) {
   if (!e) return;
   if (e->x) cudnnDestroyTensorDescriptor(e->x);
   if (e->y) cudnnDestroyTensorDescriptor(e->y);
-  if (e->bias) cudnnDestroyTensorDescriptor(e->bias);
   if (e->w) cudnnDestroyFilterDescriptor(e->w);
   if (e->conv_fwd) cudnnDestroyConvolutionDescriptor(e->conv_fwd);
   if (e->conv_data) cudnnDestroyConvolutionDescriptor(e->conv_data);
@@ -209,12 +207,9 @@ static cl_status entry_init(cl_backend *be, conv_entry *e) {
                                                                 : CUDNN_FMA_MATH;
   CL_CUDNN_CHECK(be, cudnnCreateTensorDescriptor(&e->x));
   CL_CUDNN_CHECK(be, cudnnCreateTensorDescriptor(&e->y));
-  CL_CUDNN_CHECK(be, cudnnCreateTensorDescriptor(&e->bias));
   CL_CUDNN_CHECK(be, cudnnCreateFilterDescriptor(&e->w));
   CL_CUDNN_CHECK(be, cudnnSetTensor4dDescriptor(e->x, CUDNN_TENSOR_NCHW, dt, e->N, e->C, e->H, e->W));
   CL_CUDNN_CHECK(be, cudnnSetTensor4dDescriptor(e->y, CUDNN_TENSOR_NCHW, dt, e->N, e->K, e->H, e->W));
-  CL_CUDNN_CHECK(be, cudnnSetTensor4dDescriptor(e->bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1,
-                                                e->K, 1, 1));
   CL_CUDNN_CHECK(be, cudnnSetFilter4dDescriptor(e->w, dt, CUDNN_TENSOR_NCHW, e->K, e->C, e->k, e->k));
   cudnnConvolutionDescriptor_t *cds[3] = {&e->conv_fwd, &e->conv_data, &e->conv_filter};
   for (int i = 0; i < 3; i++) {
@@ -500,9 +495,10 @@ cl_status cl_cuda_conv_forward(cl_backend *be, const cl_conv_shape *s, const voi
     char *yp = (char *)y + (size_t)n * y_img;
     CL_CUDNN_CHECK(be, cudnnConvolutionForward(h, &one, e->x, xp, e->w, wk, e->conv_fwd,
                                                e->algo_fwd, cws, e->ws_fwd, &beta, e->y, yp));
-    if (bias && s->dtype == CL_F32)
-      CL_CUDNN_CHECK(be, cudnnAddTensor(h, &one, e->bias, bias, &one, e->y, yp));
   }
+  /* our own kernel, not cudnnAddTensor: y may be a slice aligned to one
+   * element (see cl_cuda_conv_backward_filter) */
+  if (bias && s->dtype == CL_F32) return add_bias<float>(be, s, y, bias);
   if (bias && s->dtype == CL_F16) return add_bias<__half>(be, s, y, bias);
   if (bias && s->dtype == CL_BF16) return add_bias<__nv_bfloat16>(be, s, y, bias);
   return CL_OK;
@@ -546,10 +542,12 @@ cl_status cl_cuda_conv_backward_data(cl_backend *be, const cl_conv_shape *s, con
   return CL_OK;
 }
 
-/* float32: cuDNN accumulates into dw and dbias itself (beta 1). Half types:
- * cuDNN writes each chunk's weight gradient in the storage type into ws (it
- * has no mixed-type configuration), and it is added to the float dw here;
- * the bias gradient is reduced here in float. */
+/* float32: cuDNN accumulates into dw itself (beta 1). Half types: cuDNN
+ * writes each chunk's weight gradient in the storage type into ws (it has no
+ * mixed-type configuration), and it is added to the float dw here. The bias
+ * gradient is always our own reduction in float: cudnnConvolutionBackwardBias
+ * reads dy in 8-byte words and faults (cudaErrorMisalignedAddress, found on
+ * an H100) on the core's per-step slices, which are aligned to one element. */
 cl_status cl_cuda_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, const void *dy,
                                        const void *x, float *dw, float *dbias, void *ws) {
   cl_status st = check_shape(be, s);
@@ -576,9 +574,8 @@ cl_status cl_cuda_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, c
                                                       e->ws_filter, narrow ? &zero : &one, e->w,
                                                       dwk));
     if (narrow && (st = widen(be, s->dtype, dw, ws, nw, 1)) != CL_OK) return st;
-    if (dbias && !narrow)
-      CL_CUDNN_CHECK(be, cudnnConvolutionBackwardBias(h, &one, e->y, dyp, &one, e->bias, dbias));
   }
+  if (dbias && s->dtype == CL_F32) return bias_grad<float>(be, s, dy, dbias);
   if (dbias && s->dtype == CL_F16) return bias_grad<__half>(be, s, dy, dbias);
   if (dbias && s->dtype == CL_BF16) return bias_grad<__nv_bfloat16>(be, s, dy, dbias);
   return CL_OK;
