@@ -121,7 +121,9 @@ gencode() {
 }
 
 r_ready() {
-  if [ -f "$ROOT/.rt/setup.sh" ] && ! command -v Rscript >/dev/null 2>&1; then
+  # sourced every time, also where R is already unpacked (a warm machine
+  # keeps /usr/lib/R between calls, not this process's LD_LIBRARY_PATH)
+  if [ -f "$ROOT/.rt/setup.sh" ]; then
     # shellcheck disable=SC1091
     . "$ROOT/.rt/setup.sh" >/dev/null 2>&1
   fi
