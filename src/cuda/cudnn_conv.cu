@@ -42,6 +42,7 @@ typedef struct conv_entry {
   cudnnConvolutionBwdFilterAlgo_t algo_filter;
   size_t ws_fwd, ws_data, ws_filter; /* bytes of cuDNN workspace for each */
   unsigned chosen;                   /* DIR_* bits: the directions chosen so far */
+  unsigned top;                      /* DIR_* bits: chose cuDNN's first-ranked algorithm */
 } conv_entry;
 
 /* Directions are chosen on first use: a chunk size one direction never
@@ -153,7 +154,7 @@ struct filter_op {
  * its inputs to TF32. */
 template <class Op>
 static cl_status choose(cl_backend *be, const conv_entry *e, cudnnConvolutionDescriptor_t cd,
-                        typename Op::algo_t *algo, size_t *ws_bytes) {
+                        typename Op::algo_t *algo, size_t *ws_bytes, int *top) {
   cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
   cudnnHandle_t h = ctx->cudnn;
   typename Op::perf_t perf[MAX_ALGOS];
@@ -166,7 +167,7 @@ static cl_status choose(cl_backend *be, const conv_entry *e, cudnnConvolutionDes
   else
     CL_CUDNN_CHECK(be, Op::heuristics(h, e, cd, req, &got, perf));
   const int pin_fma = e->dtype == CL_F32 && !ctx->allow_tf32;
-  int best = -1;
+  int best = -1, first = -1;
   size_t best_ws = 0;
   for (int pass = 0; pass < 2 && best < 0; pass++) {
     for (int i = 0; i < got; i++) {
@@ -176,6 +177,7 @@ static cl_status choose(cl_backend *be, const conv_entry *e, cudnnConvolutionDes
       if (cudnnSetConvolutionMathType(cd, mt) != CUDNN_STATUS_SUCCESS ||
           Op::workspace(h, e, cd, perf[i].algo, &bytes) != CUDNN_STATUS_SUCCESS)
         continue;
+      if (first < 0) first = i;
       if (bytes < perf[i].memory) bytes = perf[i].memory;
       if (pass == 0 && bytes <= ctx->ws_limit) {
         best = i, best_ws = bytes;
@@ -195,6 +197,7 @@ static cl_status choose(cl_backend *be, const conv_entry *e, cudnnConvolutionDes
   CL_CUDNN_CHECK(be, cudnnSetConvolutionMathType(cd, pin_fma ? CUDNN_FMA_MATH : perf[best].mathType));
   *algo = perf[best].algo;
   *ws_bytes = best_ws;
+  *top = best == first;
   return CL_OK;
 }
 
@@ -224,14 +227,16 @@ static cl_status entry_init(cl_backend *be, conv_entry *e) {
 
 static cl_status entry_choose(cl_backend *be, conv_entry *e, unsigned dir) {
   cl_status st = CL_OK;
+  int top = 0;
   if (e->chosen & dir) return CL_OK;
   if (dir == DIR_FWD)
-    st = choose<fwd_op>(be, e, e->conv_fwd, &e->algo_fwd, &e->ws_fwd);
+    st = choose<fwd_op>(be, e, e->conv_fwd, &e->algo_fwd, &e->ws_fwd, &top);
   else if (dir == DIR_DATA)
-    st = choose<data_op>(be, e, e->conv_data, &e->algo_data, &e->ws_data);
+    st = choose<data_op>(be, e, e->conv_data, &e->algo_data, &e->ws_data, &top);
   else
-    st = choose<filter_op>(be, e, e->conv_filter, &e->algo_filter, &e->ws_filter);
+    st = choose<filter_op>(be, e, e->conv_filter, &e->algo_filter, &e->ws_filter, &top);
   if (st == CL_OK) e->chosen |= dir;
+  if (st == CL_OK && top) e->top |= dir;
   return st;
 }
 
@@ -325,6 +330,30 @@ static int data_chunk_images(cl_backend *be, const cl_conv_shape *s) {
   return fit < (size_t)n0 ? (int)fit : n0;
 }
 
+/* Images per cuDNN call in direction dir: the first of n0, n0/2, n0/4, ...
+ * (n0: the bounds above) at which cuDNN's first-ranked algorithm fits under
+ * the workspace limit, else n0. Why: a batched call over all B*T frames of
+ * the input half asks its fast algorithms for workspace that grows with the
+ * images; over the limit, choose() fell back to cuDNN's legacy kernels, and
+ * on an H100 those made the 2-layer 64x64 step 1.4x (float32) to 3.8x
+ * (float16) slower than PyTorch's per-frame calls. Smaller calls keep the
+ * fast kernels within the same workspace. Deterministic, so that the plan
+ * (cl_cuda_conv_workspace) and the calls agree. */
+static cl_status dir_chunk(cl_backend *be, const cl_conv_shape *s, unsigned dir, int *out) {
+  const int n0 = dir == DIR_DATA ? data_chunk_images(be, s) : chunk_images(s);
+  *out = n0;
+  for (int n = n0;; n = (n + 1) / 2) {
+    conv_entry *e;
+    cl_status st = lookup(be, s, n, dir, &e);
+    if (st != CL_OK) return st;
+    if (e->top & dir) {
+      *out = n;
+      return CL_OK;
+    }
+    if (n == 1) return CL_OK;
+  }
+}
+
 static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
 
 /* Layout of ws, 256-byte aligned parts:
@@ -364,11 +393,12 @@ static cl_status cudnn_ws(cl_backend *be, const cl_conv_shape *s, int step, unsi
  * calls themselves will fail with it. */
 size_t cl_cuda_conv_workspace(cl_backend *be, const cl_conv_shape *s) {
   if (check_shape(be, s) != CL_OK || s->N == 0) return 0;
-  const int n0 = chunk_images(s), nd = data_chunk_images(be, s);
+  int nf, nd, nw;
   size_t fwd, data, filter;
-  if (cudnn_ws(be, s, n0, DIR_FWD, &fwd) != CL_OK ||
+  if (dir_chunk(be, s, DIR_FWD, &nf) != CL_OK || dir_chunk(be, s, DIR_DATA, &nd) != CL_OK ||
+      dir_chunk(be, s, DIR_FILTER, &nw) != CL_OK || cudnn_ws(be, s, nf, DIR_FWD, &fwd) != CL_OK ||
       cudnn_ws(be, s, nd, DIR_DATA, &data) != CL_OK ||
-      cudnn_ws(be, s, n0, DIR_FILTER, &filter) != CL_OK)
+      cudnn_ws(be, s, nw, DIR_FILTER, &filter) != CL_OK)
     return 0;
   data += dx_scratch_bytes(s, nd);
   size_t need = fwd > data ? fwd : data;
@@ -485,7 +515,8 @@ cl_status cl_cuda_conv_forward(cl_backend *be, const cl_conv_shape *s, const voi
   if ((st = weights_for(be, s, w, ws, &wk)) != CL_OK) return st;
   char *cws = ws ? (char *)ws + weight_copy_bytes(s) : NULL;
   const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f; /* beta 0: y is not read */
-  const int n0 = chunk_images(s);
+  int n0;
+  if ((st = dir_chunk(be, s, DIR_FWD, &n0)) != CL_OK) return st;
   for (int n = 0; n < s->N; n += n0) {
     const int nb = s->N - n < n0 ? s->N - n : n0;
     conv_entry *e;
@@ -517,7 +548,8 @@ cl_status cl_cuda_conv_backward_data(cl_backend *be, const cl_conv_shape *s, con
   const int narrow = s->dtype != CL_F32;
   const size_t es = cl_dtype_size(s->dtype);
   const size_t x_elems = (size_t)s->C * s->H * s->W, y_img = (size_t)s->K * s->H * s->W * es;
-  const int nd = data_chunk_images(be, s);
+  int nd;
+  if ((st = dir_chunk(be, s, DIR_DATA, &nd)) != CL_OK) return st;
   const void *wk;
   if ((st = weights_for(be, s, w, ws, &wk)) != CL_OK) return st;
   char *scratch = narrow ? (char *)ws + weight_copy_bytes(s) : NULL;
@@ -561,7 +593,8 @@ cl_status cl_cuda_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, c
   void *dwk = narrow ? ws : (void *)dw;
   char *cws = ws ? (char *)ws + weight_copy_bytes(s) : NULL;
   const float one = 1.0f, zero = 0.0f;
-  const int n0 = chunk_images(s);
+  int n0;
+  if ((st = dir_chunk(be, s, DIR_FILTER, &n0)) != CL_OK) return st;
   for (int n = 0; n < s->N; n += n0) {
     const int nb = s->N - n < n0 ? s->N - n : n0;
     conv_entry *e;
