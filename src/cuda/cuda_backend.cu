@@ -301,8 +301,10 @@ static cl_status cuda_init(cl_backend *be, cl_cuda_ctx *ctx) {
   CL_CUDA_CHECK(be, cudaMallocHost((void **)&ctx->h_flag, sizeof(int)));
 
   /* Knobs with no place in cl_config yet. The workspace cap bounds what one
-   * convolution may add to the plan; 256 MiB admits cuDNN's fast implicit-GEMM
-   * and Winograd kernels at the shapes of the benchmarks. */
+   * convolution may add to the plan; calls over many frames are cut into
+   * chunks whose fast algorithm fits it (dir_chunk in cudnn_conv.cu), so on
+   * an H100 256 MiB ran cuDNN's tensor-core and implicit-GEMM kernels at
+   * every benchmark shape. */
   ctx->ws_limit = (size_t)(env_double("CONVLSTM_CUDA_WORKSPACE_MB", 256.0) * 1024.0 * 1024.0);
   ctx->benchmark = env_double("CONVLSTM_CUDNN_BENCHMARK", 0.0) != 0.0;
   /* Off by default (unlike PyTorch's cudnn.allow_tf32): float32 results then
