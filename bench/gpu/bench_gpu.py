@@ -134,7 +134,7 @@ class cl_plan(C.Structure):
                 ("arena", C.c_size_t), ("reserved", C.c_size_t)]
 
 
-class cl_cuda_info(C.Structure):  # src/cuda/cuda_info.h
+class cl_gpu_info(C.Structure):  # src/convlstm.h
     _fields_ = [("device", C.c_int), ("n_devices", C.c_int), ("name", C.c_char * 256),
                 ("cc_major", C.c_int), ("cc_minor", C.c_int), ("multiprocessors", C.c_int),
                 ("mem_free", C.c_size_t), ("mem_total", C.c_size_t),
@@ -203,10 +203,10 @@ class Lib:
             f = getattr(L, name)
             f.restype, f.argtypes = res, args
         # only in a build with CUDA
-        self.cuda_info_fn = getattr(L, "cl_cuda_device_info", None)
+        self.cuda_info_fn = getattr(L, "cl_gpu_info_get", None)
         if self.cuda_info_fn is not None:
             self.cuda_info_fn.restype = C.c_int
-            self.cuda_info_fn.argtypes = [C.c_int, P(cl_cuda_info), C.c_char_p, C.c_size_t]
+            self.cuda_info_fn.argtypes = [C.c_int, P(cl_gpu_info), C.c_char_p, C.c_size_t]
 
     def status_name(self, s):
         return self.L.cl_status_name(s).decode()
@@ -214,7 +214,7 @@ class Lib:
     def cuda_info(self):
         if self.cuda_info_fn is None:
             return {"cuda_build": False}
-        info, err = cl_cuda_info(), C.create_string_buffer(CL_ERRMSG_LEN)
+        info, err = cl_gpu_info(), C.create_string_buffer(CL_ERRMSG_LEN)
         s = self.cuda_info_fn(-1, C.byref(info), err, CL_ERRMSG_LEN)
         out = {"cuda_build": True, "status": self.status_name(s), "message": err.value.decode(),
                "driver_version": info.driver_version, "runtime_version": info.runtime_version,
@@ -980,13 +980,13 @@ def check_layout(res):
         res.check("layout: no C compiler, not checked", True)
         return
     lines = []
-    for sname, st in list(STRUCTS.items()) + [("cl_cuda_info", cl_cuda_info)]:
+    for sname, st in list(STRUCTS.items()) + [("cl_gpu_info", cl_gpu_info)]:
         lines.append('printf("%s sizeof %%zu\\n", sizeof(%s));' % (sname, sname))
         for f in st._fields_:
             lines.append('printf("%s %s %%zu\\n", offsetof(%s, %s));' % (sname, f[0], sname,
                                                                            f[0]))
     src = ("#include <stdio.h>\n#include <stddef.h>\n#include \"convlstm.h\"\n"
-           "#include \"cuda/cuda_info.h\"\nint main(void) {\n%s\nreturn 0;\n}\n"
+           "int main(void) {\n%s\nreturn 0;\n}\n"
            % "\n".join(lines))
     with tempfile.TemporaryDirectory() as d:
         with open(os.path.join(d, "l.c"), "w") as f:
@@ -1004,7 +1004,7 @@ def check_layout(res):
         if not line:
             continue
         sname, field, val = line.split()
-        st = dict(STRUCTS, cl_cuda_info=cl_cuda_info)[sname]
+        st = dict(STRUCTS, cl_gpu_info=cl_gpu_info)[sname]
         got = C.sizeof(st) if field == "sizeof" else getattr(st, field).offset
         n += 1
         if got != int(val):

@@ -113,3 +113,9 @@ void cl_mem_reset_peak(cl_allocator *a) {
   a->peak_allocated = a->allocated;
   a->peak_reserved = a->reserved;
 }
+
+const char *cl_mem_category_name(cl_mem_category c) {
+  static const char *names[CL_MEM_NCAT] = {"parameters",  "gradients", "optimizer", "activations",
+                                           "states", "workspace", "data"};
+  return (c >= 0 && c < CL_MEM_NCAT) ? names[c] : "unknown";
+}

@@ -5,10 +5,6 @@
  */
 #include "backend.h"
 
-#ifdef CL_HAVE_CUDA
-#include "../cuda/cuda_info.h" /* cl_cuda_device_info */
-#endif
-
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -40,16 +36,7 @@ int cl_build_has_cuda(void) {
 
 cl_status cl_gpu_info_get(int device, cl_gpu_info *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
-#ifdef CL_HAVE_CUDA
-  return cl_cuda_device_info(device, out, err, errlen);
-#else
-  (void)device;
-  if (err)
-    snprintf(err, errlen,
-             "this build of convlstm has no CUDA backend (CUDA and cuDNN were not found when it "
-             "was installed)");
-  return CL_E_UNSUPPORTED;
-#endif
+  return cl_backend_cuda_device_info(device, out, err, errlen);
 }
 
 int cl_device_available(cl_device d) {
@@ -71,4 +58,14 @@ cl_status cl_backend_cuda_create(cl_backend **out, char *err, size_t errlen) {
 }
 
 int cl_backend_cuda_available(void) { return 0; }
+
+cl_status cl_backend_cuda_device_info(int device, cl_gpu_info *out, char *err, size_t errlen) {
+  (void)device;
+  (void)out;
+  if (err)
+    snprintf(err, errlen,
+             "this build of convlstm has no CUDA backend (CUDA and cuDNN were not found when it "
+             "was installed)");
+  return CL_E_UNSUPPORTED;
+}
 #endif

@@ -152,6 +152,10 @@ struct cl_backend {
 cl_status cl_backend_cpu_create(int n_threads, cl_backend **out);
 cl_status cl_backend_cuda_create(cl_backend **out, char *err, size_t errlen);
 int cl_backend_cuda_available(void);
+/* The CUDA backend's description of device `device` (-1: the current one),
+ * asked of the driver afresh; CL_E_UNSUPPORTED with the reason in err when
+ * none is usable. The core's cl_gpu_info_get passes it on. */
+cl_status cl_backend_cuda_device_info(int device, cl_gpu_info *out, char *err, size_t errlen);
 
 /* Wrappers that supply defaults for the optional slots. */
 cl_status cl_backend_mem_info(cl_backend *be, size_t *free_bytes, size_t *total_bytes);

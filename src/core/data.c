@@ -177,30 +177,6 @@ size_t cl_data_bytes_for(const cl_model *m, int N, int T, int H, int W, cl_targe
   return total + idx;
 }
 
-/* Sequences b0.. of a block are rows idx[b0..] of the data set. */
-static cl_status gather(cl_model *m, void *dst, const cl_source *s, cl_block k) {
-  const struct cl_backend_i *be = m->be->iface;
-  if (be->gather_rows) {
-    CL_KERNEL(m, be->gather_rows(m->be, dst, s->dev, s->d_idx + k.b0, k.nb, s->N, k.t0, k.nt,
-                                 s->row_bytes));
-    return CL_OK;
-  }
-  for (int t = 0; t < k.nt; t++)
-    for (int j = 0; j < k.nb; j++) {
-      size_t from = ((size_t)(k.t0 + t) * s->N + (size_t)s->idx[k.b0 + j]) * s->row_bytes;
-      size_t to = ((size_t)t * k.nb + j) * s->row_bytes;
-      CL_KERNEL(m, be->copy(m->be, (char *)dst + to, (const char *)s->dev + from, s->row_bytes));
-    }
-  return CL_OK;
-}
-
-cl_status cl_put_source(cl_model *m, void *dev, cl_dtype t, const cl_source *s, cl_block k) {
-  if (s->host) return cl_put_host(m, dev, t, s->host, k);
-  if (t != s->dtype)
-    return cl_fail(m, CL_E_INTERNAL, "a data set stored in dtype %d was read as dtype %d",
-                   (int)s->dtype, (int)t);
-  return gather(m, dev, s, k);
-}
 
 static const char *dtype_name(cl_dtype t) {
   return t == CL_F16 ? "float16" : t == CL_BF16 ? "bfloat16" : "float32";

@@ -11,7 +11,7 @@
  *    for two steps too when only the last states are wanted, so memory does
  *    not grow with the sequence.
  */
-#include "internal.h"
+#include "plan.h" /* cl_geom_make, cl_plan_build; internal.h */
 
 #include <string.h>
 

@@ -9,7 +9,6 @@
 #include "../convlstm.h"
 #include "backend.h"   /* cl_backend, kernel shapes */
 #include "alloc.h"     /* cl_allocator */
-#include "plan.h"      /* cl_buf_kind, plan construction */
 
 /* One ConvLSTM layer. Its torch weight [4h, in+h, k, k] is kept as two packed
  * halves, wx [4h, in, k, k] and wh [4h, h, k, k], because the input half runs
@@ -42,8 +41,38 @@ typedef struct cl_geom {
   cl_outputs outputs; /* inference */
 } cl_geom;
 
-cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
-                       const cl_step_options *o, cl_geom *g);
+/* The buffers of a model and of a step, by kind (plan.c sizes them). */
+typedef enum cl_buf_kind {
+  /* held by the model across steps */
+  CL_BUF_PARAMS = 0, /* flat float [n_params]                          */
+  CL_BUF_GRADS,      /* flat float [n_params]                          */
+  CL_BUF_OPT_M,      /* Adam first moment or SGD momentum [n_params]   */
+  CL_BUF_OPT_V,      /* Adam second moment [n_params]                  */
+  /* step buffers, allocated by the executor from the plan; S steps held at
+   * once (T, a checkpoint segment or a tbptt window), Bm sequences */
+  CL_BUF_X,        /* data: input [S or T, Bm, C_in, H, W]; inference [1, B, C_in, H, W] */
+  CL_BUF_GATES,    /* training: [S, Bm, 4h, H, W] per layer (pre-activations,
+                      then activations, then their gradients dz);
+                      inference: [B, 4 max h, H, W] shared by all layers  */
+  CL_BUF_CELL,     /* training: c_t [S, Bm, h, H, W]; inference [2, B, h, H, W] */
+  CL_BUF_HID,      /* h_t [S, Bm, h, H, W]; inference [T or 2, B, h, H, W]  */
+  CL_BUF_CKPT_H,   /* checkpoint: h at the end of segments [nseg - 1, Bm, h, H, W] */
+  CL_BUF_CKPT_C,   /* checkpoint: c likewise                                */
+  CL_BUF_DZ_CARRY, /* checkpoint: dz of a segment's first step [Bm, 4h, H, W] */
+  CL_BUF_CARRY_H,  /* tbptt: h carried between windows [Bm, h, H, W]        */
+  CL_BUF_CARRY_C,  /* tbptt: c likewise                                    */
+  CL_BUF_DH,       /* float: d loss / d layer output [S, Bm, max h, H, W],
+                      one buffer for every layer in turn (backward.c); the
+                      last layer's also receives the target, which the MSE
+                      kernel turns into its gradient in place               */
+  CL_BUF_DC,       /* float: d loss / d c, one step [Bm, h, H, W]; one buffer
+                      of the largest h unless checkpoint segments interleave
+                      layers, then one per layer                           */
+  CL_BUF_WS,       /* convolution workspace, the largest any call needs    */
+  CL_BUF_NKIND
+} cl_buf_kind;
+
+static inline int cl_buf_is_step(int kind) { return kind >= CL_BUF_X; }
 
 /* Buffers of one planned step, views into the model's step arena at the
  * plan's offsets.
@@ -104,7 +133,19 @@ struct cl_model {
   char err[CL_ERRMSG_LEN];
 };
 
-/* Errors: write into the model's buffer and return the status. */
+/* ---- What each file offers the files above it, floor by floor ---------
+ * A file uses only files below its floor (src/core/README.md):
+ *   1 util.c, backend.c   errors, checked sizes; the backend table's defaults
+ *   2 alloc.c, plan.c     accounting allocator; the plan of a step's buffers
+ *   3 step.c              the step arena, model buffers, gradients
+ *   4 pack.c              host arrays and data-set rows <-> device tensors
+ *   5 forward.c, backward.c, optim.c   the engine's pieces
+ *   6 train.c             one training step
+ *   7 data.c, params.c    data sets on the device; parameters by name
+ *   8 model.c             a model's lifetime, memory statistics
+ *   9 safetensors.c       files */
+
+/* util.c. Errors: write into the model's buffer and return the status. */
 cl_status cl_fail(cl_model *m, cl_status s, const char *fmt, ...)
 #if defined(__GNUC__)
   __attribute__((format(printf, 3, 4)))
@@ -123,15 +164,8 @@ cl_status cl_fail_backend(cl_model *m, cl_status s, const char *what);
     cl_status cl_k_s_ = (expr);                                     \
     if (cl_k_s_ != CL_OK) return cl_fail_backend((m), cl_k_s_, #expr); \
   } while (0)
-
 /* Sizes with overflow checks: 0 on overflow. */
 size_t cl_mul_size(size_t a, size_t b);
-
-/* params.c: tensor i (state-dict order) between the flat buffer, where a
- * weight is two packed halves, and torch's layout (to_torch: flat -> t). */
-void cl_convert_tensor(const cl_model *m, int i, float *flat, float *t, int to_torch);
-/* Elements of tensor i. */
-size_t cl_tensor_numel(const cl_model *m, int i);
 
 /* step.c */
 cl_status cl_step_prepare(cl_model *m, const cl_geom *g);
@@ -140,10 +174,11 @@ void cl_step_release(cl_model *m);
  * the step arena is given back and the allocation tried once more -- unless
  * it holds a training forward that backward still needs. */
 cl_status cl_model_alloc(cl_model *m, cl_mem_category cat, size_t bytes, void **out);
-/* grads.c / params.c */
+/* The gradient buffer, allocated and zeroed on first use. */
 cl_status cl_grads_ensure(cl_model *m);
-/* A block of a host array: sequences [b0, b0 + nb) and steps [t0, t0 + nt)
- * (nt = 1, t0 = 0 for 4-d arrays). */
+
+/* pack.c. A block of a host array: sequences [b0, b0 + nb) and steps
+ * [t0, t0 + nt) (nt = 1, t0 = 0 for 4-d arrays). */
 typedef struct cl_block {
   int b0, nb, t0, nt;
 } cl_block;
@@ -168,15 +203,9 @@ static inline cl_source cl_source_host(const cl_host_array *a) {
   cl_source s = {a, NULL, 0, 0, CL_F32, NULL, NULL};
   return s;
 }
-/* cl_put_host for either kind of source (data.c). */
+/* cl_put_host for either kind of source. */
 cl_status cl_put_source(cl_model *m, void *dev, cl_dtype t, const cl_source *src, cl_block blk);
-/* train.c: the step of cl_model_train_step once its arguments are checked:
- * B sequences of T steps of H x W pixels read from x and y. */
-cl_status cl_train_sources(cl_model *m, const cl_source *x, const cl_source *y, cl_target target,
-                           int B, int T, int H, int W, const cl_optim *opt,
-                           const cl_step_options *opts, double *loss);
-/* data.c: frees every data set of m (cl_model_free). */
-void cl_data_free_all(cl_model *m);
+
 /* forward.c / backward.c: the engine's pieces, used by train.c. A segment
  * is len steps of b sequences in the step buffers; prev_h/prev_c give each
  * layer's state before it (NULL: zeros); x is its input. */
@@ -198,13 +227,32 @@ cl_status cl_loss_segment(cl_model *m, const cl_source *y, cl_target target, int
                           int t0, int len, double share, float loss_scale, int want_grad,
                           double *loss);
 cl_status cl_zero(cl_model *m, void *p, size_t bytes);
+/* y or an output gradient shaped as the target needs for [B, T, ., H, W]. */
+cl_status cl_check_target(cl_model *m, const cl_host_array *a, cl_target target, const char *what,
+                          int B, int T, int H, int W);
+
+/* optim.c */
 cl_status cl_check_optim(cl_model *m, const cl_optim *o);
 /* o's state, created on first use and reset when the kind changes;
  * *created (may be NULL; set on success): whether this call allocated any. */
 cl_status cl_optim_ensure(cl_model *m, const cl_optim *o, int *created);
+/* Frees the optimizer state; the next step starts it afresh. */
+void cl_optim_free(cl_model *m);
+
+/* train.c: the step of cl_model_train_step once its arguments are checked:
+ * B sequences of T steps of H x W pixels read from x and y. */
+cl_status cl_train_sources(cl_model *m, const cl_source *x, const cl_source *y, cl_target target,
+                           int B, int T, int H, int W, const cl_optim *opt,
+                           const cl_step_options *opts, double *loss);
 void cl_scaler_reset(cl_loss_scale *s);
-/* y or an output gradient shaped as the target needs for [B, T, ., H, W]. */
-cl_status cl_check_target(cl_model *m, const cl_host_array *a, cl_target target, const char *what,
-                          int B, int T, int H, int W);
+
+/* data.c: frees every data set of m (cl_model_free). */
+void cl_data_free_all(cl_model *m);
+
+/* params.c: tensor i (state-dict order) between the flat buffer, where a
+ * weight is two packed halves, and torch's layout (to_torch: flat -> t). */
+void cl_convert_tensor(const cl_model *m, int i, float *flat, float *t, int to_torch);
+/* Elements of tensor i. */
+size_t cl_tensor_numel(const cl_model *m, int i);
 
 #endif

@@ -4,7 +4,7 @@
  * releasing everything. Parameters by name are in params.c, the step in
  * step.c, forward.c and backward.c.
  */
-#include "internal.h"
+#include "plan.h" /* cl_geom_make, cl_plan_build; internal.h */
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,40 +15,7 @@ static int models_alive = 0;
 
 int cl_models_alive(void) { return models_alive; }
 
-cl_status cl_fail(cl_model *m, cl_status s, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(m->err, sizeof m->err, fmt, ap);
-  va_end(ap);
-  return s;
-}
 
-cl_status cl_fail_backend(cl_model *m, cl_status s, const char *what) {
-  if (s == CL_E_OOM && m->err[0]) return s; /* the allocator already said it */
-  if (m->be && m->be->err[0])
-    snprintf(m->err, sizeof m->err, "%s", m->be->err);
-  else
-    snprintf(m->err, sizeof m->err, "%s failed (%s)", what, cl_status_name(s));
-  return s;
-}
-
-size_t cl_mul_size(size_t a, size_t b) {
-  if (a != 0 && b > SIZE_MAX / a) return 0;
-  return a * b;
-}
-
-const char *cl_status_name(cl_status s) {
-  switch (s) {
-  case CL_OK: return "ok";
-  case CL_E_INVALID: return "invalid";
-  case CL_E_OOM: return "oom";
-  case CL_E_UNSUPPORTED: return "unsupported";
-  case CL_E_BACKEND: return "backend";
-  case CL_E_STATE: return "state";
-  case CL_E_INTERNAL: return "internal";
-  }
-  return "internal";
-}
 
 const char *cl_model_error(const cl_model *m) { return m ? m->err : ""; }
 const cl_config *cl_model_config(const cl_model *m) { return &m->cfg; }
@@ -161,27 +128,13 @@ cl_status cl_model_create(const cl_config *cfg, cl_model **out, char *err, size_
   return CL_OK;
 }
 
-static void free_optimizer(cl_model *m) {
-  size_t pb = m->n_params * sizeof(float);
-  cl_mem_free(&m->mem, CL_MEM_OPTIMIZER, m->opt_m, pb);
-  cl_mem_free(&m->mem, CL_MEM_OPTIMIZER, m->opt_v, pb);
-  m->opt_m = m->opt_v = NULL;
-  m->opt_m_fresh = 0;
-  m->opt_steps = 0;
-  m->opt_kind = 0;
-}
-
-cl_status cl_model_optimizer_reset(cl_model *m) {
-  free_optimizer(m);
-  return CL_OK;
-}
 
 void cl_model_free(cl_model *m) {
   if (!m) return;
   if (m->be) {
     cl_data_free_all(m);
     cl_step_release(m);
-    free_optimizer(m);
+    cl_optim_free(m);
     cl_mem_free(&m->mem, CL_MEM_GRADIENTS, m->grads, m->n_params * sizeof(float));
     cl_mem_free(&m->mem, CL_MEM_PARAMETERS, m->params, m->n_params * sizeof(float));
     cl_backend_destroy(m->be);
@@ -190,25 +143,7 @@ void cl_model_free(cl_model *m) {
   free(m);
 }
 
-cl_status cl_grads_ensure(cl_model *m) {
-  if (m->grads) return CL_OK;
-  size_t pb = m->n_params * sizeof(float);
-  CL_TRY(cl_model_alloc(m, CL_MEM_GRADIENTS, pb, (void **)&m->grads));
-  CL_KERNEL(m, m->be->iface->memset0(m->be, m->grads, pb));
-  return CL_OK;
-}
 
-cl_status cl_model_zero_grad(cl_model *m) {
-  if (!m->grads) return CL_OK;
-  CL_KERNEL(m, m->be->iface->memset0(m->be, m->grads, m->n_params * sizeof(float)));
-  return CL_OK;
-}
-
-const char *cl_mem_category_name(cl_mem_category c) {
-  static const char *names[CL_MEM_NCAT] = {"parameters",  "gradients", "optimizer", "activations",
-                                           "states", "workspace", "data"};
-  return (c >= 0 && c < CL_MEM_NCAT) ? names[c] : "unknown";
-}
 
 cl_status cl_model_memory_stats(cl_model *m, cl_mem_stats *s) {
   memset(s, 0, sizeof *s);

@@ -76,3 +76,18 @@ cl_status cl_model_optimizer_step(cl_model *m, const cl_optim *o) {
   m->opt_steps++;
   return CL_OK;
 }
+
+void cl_optim_free(cl_model *m) {
+  size_t pb = m->n_params * sizeof(float);
+  cl_mem_free(&m->mem, CL_MEM_OPTIMIZER, m->opt_m, pb);
+  cl_mem_free(&m->mem, CL_MEM_OPTIMIZER, m->opt_v, pb);
+  m->opt_m = m->opt_v = NULL;
+  m->opt_m_fresh = 0;
+  m->opt_steps = 0;
+  m->opt_kind = 0;
+}
+
+cl_status cl_model_optimizer_reset(cl_model *m) {
+  cl_optim_free(m);
+  return CL_OK;
+}

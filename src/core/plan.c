@@ -6,7 +6,7 @@
  * nothing on the device. The sizes and arena offsets written here are what
  * step.c takes, so estimate and measurement agree to the byte.
  */
-#include "internal.h"
+#include "plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>

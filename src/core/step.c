@@ -8,7 +8,7 @@
  * nothing of the new step stays reserved and the model remains usable with a
  * smaller shape.
  */
-#include "internal.h"
+#include "plan.h" /* cl_geom_make, cl_plan_build; internal.h */
 
 #include <stdlib.h>
 #include <string.h>
@@ -109,4 +109,19 @@ cl_status cl_model_alloc(cl_model *m, cl_mem_category cat, size_t bytes, void **
   cl_step_release(m);
   m->err[0] = '\0';
   return cl_mem_alloc(&m->mem, cat, bytes, out, m->err, sizeof m->err);
+}
+
+/* The gradient buffer, made on first use and zeroed then. */
+cl_status cl_grads_ensure(cl_model *m) {
+  if (m->grads) return CL_OK;
+  size_t pb = m->n_params * sizeof(float);
+  CL_TRY(cl_model_alloc(m, CL_MEM_GRADIENTS, pb, (void **)&m->grads));
+  CL_KERNEL(m, m->be->iface->memset0(m->be, m->grads, pb));
+  return CL_OK;
+}
+
+cl_status cl_model_zero_grad(cl_model *m) {
+  if (!m->grads) return CL_OK;
+  CL_KERNEL(m, m->be->iface->memset0(m->be, m->grads, m->n_params * sizeof(float)));
+  return CL_OK;
 }

@@ -11,7 +11,7 @@
  *  - float16: the loss scaled up for backward, the gradients unscaled and
  *    checked before the update, which is skipped on inf/NaN (GradScaler).
  */
-#include "internal.h"
+#include "plan.h" /* cl_geom_make, cl_plan_build; internal.h */
 
 #include <math.h>
 

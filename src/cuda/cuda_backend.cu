@@ -16,7 +16,6 @@
 #include <string.h> /* strrchr, strchr, memset */
 
 #include "cuda_common.h" /* context, check macros, slot prototypes */
-#include "cuda_info.h"   /* cl_cuda_info, cl_cuda_device_info */
 
 /* ---- errors ------------------------------------------------------------ */
 
@@ -360,8 +359,8 @@ extern "C" int cl_backend_cuda_available(void) {
 
 /* ---- gpu_info() -------------------------------------------------------- */
 
-extern "C" cl_status cl_cuda_device_info(int device, cl_cuda_info *out, char *err,
-                                         size_t errlen) {
+extern "C" cl_status cl_backend_cuda_device_info(int device, cl_gpu_info *out, char *err,
+                                                 size_t errlen) {
   memset(out, 0, sizeof *out);
   out->device = -1;
   /* Versions first: they explain a missing device better than anything. */

@@ -5,8 +5,9 @@
  * cuda_backend.cu puts into the table.
  *
  * It is C++ (nvcc) and internal to src/cuda/; the core never includes it. The
- * core reaches this backend only through struct cl_backend_i (core/backend.h),
- * and the R glue only through cuda_info.h.
+ * core reaches this backend only through core/backend.h: the table
+ * struct cl_backend_i and the entry points cl_backend_cuda_create,
+ * cl_backend_cuda_available and cl_backend_cuda_device_info.
  */
 #ifndef CONVLSTM_CUDA_COMMON_H
 #define CONVLSTM_CUDA_COMMON_H

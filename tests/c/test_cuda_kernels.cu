@@ -28,7 +28,6 @@ extern "C" {
 #include "core/backend.h" /* the table under test */
 }
 #include "core/half.h"      /* the core's storage conversions, the reference */
-#include "cuda/cuda_info.h" /* cl_cuda_device_info */
 
 static int n_checks = 0, n_failed = 0;
 
@@ -824,10 +823,10 @@ static bool test_gather(cl_backend *be, size_t row_bytes, size_t offset, int N, 
 /* ---- main -------------------------------------------------------------- */
 
 int main(void) {
-  cl_cuda_info info;
+  cl_gpu_info info;
   char err[CL_ERRMSG_LEN];
   err[0] = '\0';
-  cl_status is = cl_cuda_device_info(-1, &info, err, sizeof err);
+  cl_status is = cl_backend_cuda_device_info(-1, &info, err, sizeof err);
   printf("CUDA driver %d, runtime %d, cuDNN %zu (built with %zu)\n", info.driver_version,
          info.runtime_version, info.cudnn_version, info.cudnn_build_version);
 

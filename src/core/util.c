@@ -1,0 +1,46 @@
+/*
+ * core/util.c -- the ground floor of the core: a model's error message
+ * (cl_fail, cl_fail_backend), size arithmetic that reports overflow instead
+ * of wrapping (cl_mul_size), and the names of statuses. Every other core
+ * file may use these; they use nothing of the core but internal.h's types.
+ */
+#include "internal.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+
+cl_status cl_fail(cl_model *m, cl_status s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(m->err, sizeof m->err, fmt, ap);
+  va_end(ap);
+  return s;
+}
+
+cl_status cl_fail_backend(cl_model *m, cl_status s, const char *what) {
+  if (s == CL_E_OOM && m->err[0]) return s; /* the allocator already said it */
+  if (m->be && m->be->err[0])
+    snprintf(m->err, sizeof m->err, "%s", m->be->err);
+  else
+    snprintf(m->err, sizeof m->err, "%s failed (%s)", what, cl_status_name(s));
+  return s;
+}
+
+size_t cl_mul_size(size_t a, size_t b) {
+  if (a != 0 && b > SIZE_MAX / a) return 0;
+  return a * b;
+}
+
+const char *cl_status_name(cl_status s) {
+  switch (s) {
+  case CL_OK: return "ok";
+  case CL_E_INVALID: return "invalid";
+  case CL_E_OOM: return "oom";
+  case CL_E_UNSUPPORTED: return "unsupported";
+  case CL_E_BACKEND: return "backend";
+  case CL_E_STATE: return "state";
+  case CL_E_INTERNAL: return "internal";
+  }
+  return "internal";
+}
