@@ -12,8 +12,9 @@
  * check and exits 1 if any fails.
  *
  * Without a usable GPU it checks that creating the backend fails cleanly,
- * prints "no GPU: skipped" and exits 0. It is not a test of the core or of
- * the CPU backend (tests/c/test_cpu_*.c, test_core_*.c), and the references
+ * prints "no GPU: skipped" and exits 77 (skipped, for tests/c/run.sh). It
+ * is not a test of the core or of the CPU backend (tests/c/test_cpu_*.c,
+ * test_core_*.c), and the references
  * here are deliberately naive (double accumulation, direct loops).
  *
  * Build: nvcc -std=c++17 -Isrc tests/c/test_cuda_kernels.cu src/cuda/cu*.cu -lcudnn -lcudart
@@ -849,7 +850,7 @@ int main(void) {
       return 1;
     }
     printf("no GPU: skipped\n");
-    return 0;
+    return 77; /* tests/c/run.sh: skipped, not passed */
   }
   if (is == CL_OK)
     printf("device %d of %d: %s, compute capability %d.%d, %d SMs, %.0f MiB\n", info.device,
