@@ -79,8 +79,9 @@ c_model_load_into <- function(ptr, path, optimizer) {
 # The layouts the glue expects (src/r_train.c).
 target_code <- function(target) if (identical(target, "sequence")) 1L else 0L
 
-dtypes <- c("float32", "float16", "bfloat16") # cl_dtype order
-dtype_code <- function(dtype) match(dtype, dtypes) - 1L
+# The storage types' names in cl_dtype order, from the core's one table.
+dtypes <- function() .Call(ffi_dtype_names)
+dtype_code <- function(dtype) match(dtype, dtypes()) - 1L
 
 # c(checkpoint, tbptt, accumulation_steps, outputs, plan_dtype): outputs 1 keeps
 # only the last states of an inference forward; plan_dtype 0 is the model's own

@@ -95,7 +95,7 @@ convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hid
   check_layer_sizes(input_dim, hidden_dims, kernel_sizes, sys.call())
   bias <- check_flag(bias, "bias")
   device <- check_cuda_device(check_choice(device, c("auto", "cpu", "cuda"), "device"), sys.call())
-  dtype <- check_choice(dtype, c("float32", "float16", "bfloat16"), "dtype")
+  dtype <- check_choice(dtype, dtypes(), "dtype")
   memory_limit <- parse_bytes(memory_limit, "memory_limit", sys.call())
   threads <- check_threads(threads, sys.call())
 
@@ -447,7 +447,7 @@ assign_batch <- function(x, idx, value) {
 #' convlstm_release(model)
 set_dtype <- function(model, dtype) {
   ptr <- model_ptr(model)
-  dtype <- check_choice(dtype, dtypes, "dtype")
+  dtype <- check_choice(dtype, dtypes(), "dtype")
   c_set_dtype(ptr, dtype)
   invisible(model)
 }

@@ -98,7 +98,7 @@ convlstm_load <- function(path, device = "auto", dtype = NULL, memory_limit = NU
   call <- sys.call()
   path <- check_path(path, call, must_exist = TRUE)
   device <- check_cuda_device(check_choice(device, c("auto", "cpu", "cuda"), "device"), call)
-  if (!is.null(dtype)) dtype <- check_choice(dtype, dtypes, "dtype")
+  if (!is.null(dtype)) dtype <- check_choice(dtype, dtypes(), "dtype")
   memory_limit <- parse_bytes(memory_limit, "memory_limit", call)
   threads <- check_threads(threads, call)
   with_optimizer <- check_flag(with_optimizer, "with_optimizer")

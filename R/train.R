@@ -100,7 +100,7 @@ check_step_options <- function(checkpoint = 0, accumulation_steps = 1, tbptt = 0
       accumulation_steps, batch_size
     ), call = call)
   }
-  if (!is.null(dtype)) dtype <- check_choice(dtype, dtypes, "dtype", call = call)
+  if (!is.null(dtype)) dtype <- check_choice(dtype, dtypes(), "dtype", call = call)
   if (checkpoint == 0 && accumulation_steps == 1 && tbptt == 0 && identical(outputs, "all") &&
       is.null(dtype)) {
     return(NULL)

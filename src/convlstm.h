@@ -45,6 +45,7 @@ typedef enum cl_device { CL_DEVICE_CPU = 0, CL_DEVICE_CUDA = 1 } cl_device;
 /* Storage type of activations and convolution inputs. Parameters, gradients
  * and optimizer state are always float32. */
 typedef enum cl_dtype { CL_F32 = 0, CL_F16 = 1, CL_BF16 = 2 } cl_dtype;
+#define CL_N_DTYPES 3
 
 /* Which output a loss or an output gradient refers to. */
 typedef enum cl_target {
@@ -302,6 +303,9 @@ void cl_plan_free(cl_plan *p);
 /* ---- helpers --------------------------------------------------------- */
 
 const char *cl_status_name(cl_status s);
+/* "float32", "float16", "bfloat16" (the names R and the files use), or
+ * "unknown": the one table of dtype names. */
+const char *cl_dtype_name(cl_dtype t);
 /* Convert between a host array and row-major, time-major float [T, B, C, H, W]
  * (or [B, C, H, W] when ndim = 4), in one pass. */
 void cl_pack_host(float *dst, const cl_host_array *src);

@@ -20,6 +20,7 @@ static const R_CallMethodDef call_entries[] = {
     CALLDEF(ffi_model_release, 1),
     CALLDEF(ffi_model_status, 1),
     CALLDEF(ffi_model_config, 1),
+    CALLDEF(ffi_dtype_names, 0),
     CALLDEF(ffi_model_init_params, 1),
     CALLDEF(ffi_models_alive, 0),
     CALLDEF(ffi_gpu_available, 0),

@@ -82,6 +82,7 @@ SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP kernel_sizes, SEXP 
 SEXP ffi_model_release(SEXP ptr);
 SEXP ffi_model_status(SEXP ptr);
 SEXP ffi_model_config(SEXP ptr);
+SEXP ffi_dtype_names(void);
 SEXP ffi_model_init_params(SEXP ptr);
 SEXP ffi_models_alive(void);
 SEXP ffi_gpu_available(void);

@@ -106,12 +106,11 @@ SEXP ffi_data_status(SEXP ptr) {
 /* list(bytes, dtype): what the print method shows beside the shapes. */
 SEXP ffi_data_info(SEXP ptr) {
   cl_data *d = r_data(ptr);
-  static const char *dtypes[] = {"float32", "float16", "bfloat16"};
   cl_dtype t = cl_data_dtype(d);
   const char *const names[] = {"bytes", "dtype"};
   SEXP out = PROTECT(r_named_list(names, 2));
   SET_VECTOR_ELT(out, 0, Rf_ScalarReal((double)cl_data_bytes(d)));
-  SET_VECTOR_ELT(out, 1, Rf_mkString(t >= CL_F32 && t <= CL_BF16 ? dtypes[t] : "?"));
+  SET_VECTOR_ELT(out, 1, Rf_mkString(cl_dtype_name(t)));
   UNPROTECT(1);
   return out;
 }

@@ -77,10 +77,6 @@ static void done_saved(SEXP holder) {
   saved_finalize(holder);
 }
 
-static const char *dtype_label(cl_dtype t) {
-  return t == CL_F16 ? "float16" : t == CL_BF16 ? "bfloat16" : "float32";
-}
-
 static SEXP saved_info(const cl_saved *s) {
   int nprotect = 0;
   const char *top[] = {"config", "optimizer", "optimizer_steps", "loss_scale", "metadata", "tensors"};
@@ -102,7 +98,7 @@ static SEXP saved_info(const cl_saved *s) {
   }
   SET_VECTOR_ELT(cfg, 3, Rf_ScalarInteger(c->n_layers));
   SET_VECTOR_ELT(cfg, 4, Rf_ScalarLogical(c->bias != 0));
-  SET_VECTOR_ELT(cfg, 5, Rf_mkString(dtype_label(c->dtype)));
+  SET_VECTOR_ELT(cfg, 5, Rf_mkString(cl_dtype_name(c->dtype)));
 
   cl_optim o;
   int64_t steps = 0;

@@ -130,12 +130,13 @@ SEXP ffi_model_status(SEXP ptr) {
   return Rf_mkString(strcmp(ptr_mark(ptr), RELEASED) == 0 ? RELEASED : "restored");
 }
 
-static const char *dtype_name(cl_dtype t) {
-  switch (t) {
-    case CL_F16: return "float16";
-    case CL_BF16: return "bfloat16";
-    default: return "float32";
-  }
+
+/* The storage types' names in cl_dtype order, from the core's one table. */
+SEXP ffi_dtype_names(void) {
+  SEXP out = PROTECT(Rf_allocVector(STRSXP, CL_N_DTYPES));
+  for (int i = 0; i < CL_N_DTYPES; i++) SET_STRING_ELT(out, i, Rf_mkChar(cl_dtype_name((cl_dtype)i)));
+  UNPROTECT(1);
+  return out;
 }
 
 SEXP ffi_model_config(SEXP ptr) {
@@ -162,7 +163,7 @@ SEXP ffi_model_config(SEXP ptr) {
   SET_VECTOR_ELT(out, 3, Rf_ScalarInteger(cfg->n_layers));
   SET_VECTOR_ELT(out, 4, Rf_ScalarLogical(cfg->bias != 0));
   SET_VECTOR_ELT(out, 5, Rf_mkString(cfg->device == CL_DEVICE_CUDA ? "cuda" : "cpu"));
-  SET_VECTOR_ELT(out, 6, Rf_mkString(dtype_name(cfg->dtype)));
+  SET_VECTOR_ELT(out, 6, Rf_mkString(cl_dtype_name(cfg->dtype)));
   SET_VECTOR_ELT(out, 7, Rf_ScalarInteger(cfg->n_threads));
   SET_VECTOR_ELT(out, 8, Rf_ScalarReal((double)cfg->memory_limit));
   const char *be = cl_model_backend_name(m);

@@ -77,11 +77,9 @@ static cl_status backward_layer(cl_model *m, int l, int b, int len, const void *
   const struct cl_backend_i *be = m->be->iface;
   cl_dtype t = g->dtype;
   size_t P = (size_t)g->H * g->W, bh = (size_t)b * L->hidden * P, bg = 4 * bh;
-  int K = 4 * L->hidden;
   void *dz = st->gates[l], *cell = st->cell[l], *hid = st->hid[l];
   float *dh = st->dh[l], *dc = st->dc[l], *gw = m->grads;
-  cl_conv_shape sx = {len * b, L->in, g->H, g->W, K, L->k, t};
-  cl_conv_shape sh = {b, L->hidden, g->H, g->W, K, L->k, t};
+  cl_conv_shape sx = cl_conv_input_half(L, g, len * b), sh = cl_conv_hidden_half(L, g, b);
   cl_gates_shape gs = {b, L->hidden, (int)P, t};
 
   if (fresh_dc) CL_TRY(cl_zero(m, dc, bh * sizeof(float)));

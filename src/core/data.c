@@ -178,10 +178,6 @@ size_t cl_data_bytes_for(const cl_model *m, int N, int T, int H, int W, cl_targe
 }
 
 
-static const char *dtype_name(cl_dtype t) {
-  return t == CL_F16 ? "float16" : t == CL_BF16 ? "bfloat16" : "float32";
-}
-
 cl_status cl_model_train_step_data(cl_model *m, const cl_data *d, const int *idx, int n,
                                    const cl_optim *opt, const cl_step_options *opts,
                                    double *loss) {
@@ -202,7 +198,7 @@ cl_status cl_model_train_step_data(cl_model *m, const cl_data *d, const int *idx
     return cl_fail(m, CL_E_STATE,
                    "the data set was uploaded as %s but the model now stores %s: create the data "
                    "set again after changing the dtype",
-                   dtype_name(d->dtype), dtype_name(m->cfg.dtype));
+                   cl_dtype_name(d->dtype), cl_dtype_name(m->cfg.dtype));
   CL_TRY(ensure_index(m, n));
   CL_KERNEL(m, m->be->iface->upload(m->be, m->data_idx, idx, (size_t)n * sizeof(int)));
   cl_source xs = {NULL, d->x, d->N, d->row_x, d->dtype, idx, m->data_idx};

@@ -29,8 +29,7 @@ static cl_status forward_layer(cl_model *m, int l, int b, int len, const void *i
   const struct cl_backend_i *be = m->be->iface;
   cl_dtype t = g->dtype;
   size_t P = (size_t)g->H * g->W, bh = (size_t)b * L->hidden * P;
-  cl_conv_shape sx = {len * b, L->in, g->H, g->W, 4 * L->hidden, L->k, t};
-  cl_conv_shape sh = {b, L->hidden, g->H, g->W, 4 * L->hidden, L->k, t};
+  cl_conv_shape sx = cl_conv_input_half(L, g, len * b), sh = cl_conv_hidden_half(L, g, b);
   cl_gates_shape gs = {b, L->hidden, (int)P, t};
   void *gates = st->gates[l], *cell = st->cell[l], *hid = st->hid[l];
 
@@ -88,8 +87,7 @@ static cl_status infer_step(cl_model *m, int s) {
     size_t bh = (size_t)g->B * L->hidden * P;
     size_t bin = (size_t)g->B * L->in * P;
     const void *in = l == 0 ? st->x : cl_at(st->hid[l - 1], hid_slot(g, s) * bin, t);
-    cl_conv_shape sx = {g->B, L->in, g->H, g->W, 4 * L->hidden, L->k, t};
-    cl_conv_shape sh = {g->B, L->hidden, g->H, g->W, 4 * L->hidden, L->k, t};
+    cl_conv_shape sx = cl_conv_input_half(L, g, g->B), sh = cl_conv_hidden_half(L, g, g->B);
     cl_gates_shape gs = {g->B, L->hidden, (int)P, t};
     void *z = st->gates[l];
     CL_KERNEL(m, be->conv_forward(m->be, &sx, in, m->params + L->off_wx, bias_of(m, L), z, 0,

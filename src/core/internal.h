@@ -41,6 +41,18 @@ typedef struct cl_geom {
   cl_outputs outputs; /* inference */
 } cl_geom;
 
+/* Layer L's two convolutions over n images at g's frame size and storage
+ * type: the input half (in -> 4h channels) and the hidden half (h -> 4h).
+ * The one place a layer's convolution geometry is written down. */
+static inline cl_conv_shape cl_conv_input_half(const cl_layer *L, const cl_geom *g, int n) {
+  cl_conv_shape s = {n, L->in, g->H, g->W, 4 * L->hidden, L->k, g->dtype};
+  return s;
+}
+static inline cl_conv_shape cl_conv_hidden_half(const cl_layer *L, const cl_geom *g, int n) {
+  cl_conv_shape s = {n, L->hidden, g->H, g->W, 4 * L->hidden, L->k, g->dtype};
+  return s;
+}
+
 /* The buffers of a model and of a step, by kind (plan.c sizes them). */
 typedef enum cl_buf_kind {
   /* held by the model across steps */

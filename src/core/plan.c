@@ -93,10 +93,8 @@ static size_t nbytes(plan_builder *b, size_t elt, size_t d0, size_t d1, size_t d
   return n;
 }
 
-static size_t ws_of(const struct cl_model *m, const cl_geom *g, size_t cur, int N, int C, int K,
-                    int k) {
-  if (N <= 0) return cur;
-  cl_conv_shape s = {N, C, g->H, g->W, K, k, g->dtype};
+static size_t ws_of(const struct cl_model *m, size_t cur, cl_conv_shape s) {
+  if (s.N <= 0) return cur;
   size_t w = cl_backend_conv_workspace(m->be, &s);
   return w > cur ? w : cur;
 }
@@ -109,18 +107,17 @@ static size_t plan_workspace(const struct cl_model *m, const cl_geom *g) {
   int lens[2] = {g->S, g->T - (ceil_div(g->T, g->S) - 1) * g->S};
   for (int l = 0; l < m->cfg.n_layers; l++) {
     const cl_layer *L = &m->layer[l];
-    int K = 4 * L->hidden;
     if (!g->training) {
-      ws = ws_of(m, g, ws, g->B, L->in, K, L->k);
-      ws = ws_of(m, g, ws, g->B, L->hidden, K, L->k);
+      ws = ws_of(m, ws, cl_conv_input_half(L, g, g->B));
+      ws = ws_of(m, ws, cl_conv_hidden_half(L, g, g->B));
       continue;
     }
     for (int i = 0; i < 2; i++)
       for (int j = 0; j < 2; j++) {
         int b = bs[i], len = lens[j];
-        ws = ws_of(m, g, ws, len * b, L->in, K, L->k);         /* input half, all steps */
-        ws = ws_of(m, g, ws, b, L->hidden, K, L->k);           /* hidden half, per step */
-        ws = ws_of(m, g, ws, (len - 1) * b, L->hidden, K, L->k); /* hidden filter grad */
+        ws = ws_of(m, ws, cl_conv_input_half(L, g, len * b));       /* all steps */
+        ws = ws_of(m, ws, cl_conv_hidden_half(L, g, b));            /* per step */
+        ws = ws_of(m, ws, cl_conv_hidden_half(L, g, (len - 1) * b)); /* filter grad */
       }
   }
   return ws;

@@ -44,3 +44,8 @@ const char *cl_status_name(cl_status s) {
   }
   return "internal";
 }
+
+const char *cl_dtype_name(cl_dtype t) {
+  static const char *names[CL_N_DTYPES] = {"float32", "float16", "bfloat16"};
+  return (int)t >= 0 && (int)t < CL_N_DTYPES ? names[t] : "unknown";
+}
