@@ -85,7 +85,8 @@ SEXP ffi_model_config(SEXP ptr);
 SEXP ffi_dtype_names(void);
 SEXP ffi_model_init_params(SEXP ptr);
 SEXP ffi_models_alive(void);
-SEXP ffi_gpu_available(void);
+SEXP ffi_set_dtype(SEXP ptr, SEXP dtype);
+SEXP ffi_loss_scale(SEXP ptr);
 
 /* r_params.c */
 SEXP ffi_tensor_info(SEXP ptr);
@@ -107,12 +108,10 @@ SEXP ffi_train_step(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts);
 SEXP ffi_memory_stats(SEXP ptr);
 SEXP ffi_memory_reset_peak(SEXP ptr);
 SEXP ffi_empty_cache(SEXP ptr);
+SEXP ffi_set_memory_limit(SEXP ptr, SEXP bytes);
 
 /* r_plan.c */
 SEXP ffi_model_plan(SEXP ptr, SEXP shape, SEXP training, SEXP opt, SEXP opts);
-SEXP ffi_set_memory_limit(SEXP ptr, SEXP bytes);
-SEXP ffi_set_dtype(SEXP ptr, SEXP dtype);
-SEXP ffi_loss_scale(SEXP ptr);
 
 /* r_io.c */
 SEXP ffi_model_save(SEXP ptr, SEXP path, SEXP optimizer, SEXP metadata);
@@ -121,6 +120,7 @@ SEXP ffi_model_load_into(SEXP ptr, SEXP path, SEXP with_optimizer);
 
 /* r_gpu.c */
 SEXP ffi_gpu_info(void);
+SEXP ffi_gpu_available(void);
 
 /* r_data.c */
 SEXP ffi_data_create(SEXP ptr, SEXP x, SEXP y, SEXP target);

@@ -4,8 +4,8 @@
  * versions), asked afresh of the driver at every call through the core's
  * cl_gpu_info_get.
  *
- * It is not gpu_available() (r_model.c asks the core, which also probes that
- * this build holds code for the device) and it holds no device state. A
+ * gpu_available() is here too: it asks the core, which also probes that this
+ * build holds code for the device. Nothing here holds device state. A
  * CPU-only build answers available = FALSE with the reason, and every other
  * field NA, so the R side never needs to know how the package was built.
  */
@@ -111,3 +111,5 @@ SEXP ffi_gpu_info(void) {
   UNPROTECT(nprotect);
   return out;
 }
+
+SEXP ffi_gpu_available(void) { return Rf_ScalarLogical(cl_device_available(CL_DEVICE_CUDA) != 0); }

@@ -1,9 +1,9 @@
 /*
  * r_memory.c -- the model's memory accounting as R values: per category
  * current and peak bytes and allocation counts, what the allocator reserves,
- * and what the device reports free and in total.
+ * and what the device reports free and in total; the model's memory limit.
  *
- * It is not the planner's estimate (a later issue exposes cl_model_plan);
+ * It is not the planner's estimate (r_plan.c);
  * these are the allocator's measured numbers. Byte counts are returned as
  * doubles, exact up to 2^53 bytes.
  */
@@ -64,6 +64,15 @@ SEXP ffi_memory_reset_peak(SEXP ptr) {
 SEXP ffi_empty_cache(SEXP ptr) {
   cl_model *m = r_model(ptr);
   cl_status st = cl_model_empty_cache(m);
+  if (st != CL_OK) r_raise_model(st, m);
+  return R_NilValue;
+}
+
+/* bytes <= 0: no limit beyond the device's capacity. */
+SEXP ffi_set_memory_limit(SEXP ptr, SEXP bytes) {
+  cl_model *m = r_model(ptr);
+  double b = Rf_asReal(bytes);
+  cl_status st = cl_model_set_memory_limit(m, b > 0 ? (size_t)b : 0);
   if (st != CL_OK) r_raise_model(st, m);
   return R_NilValue;
 }

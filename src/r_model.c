@@ -1,8 +1,9 @@
 /*
  * r_model.c -- the model handle: a classed external pointer to a cl_model,
  * with a finalizer (rm(model); gc() frees it), an explicit release, the check
- * every entry point runs before touching a model, and parameter
- * initialisation from R's random number generator.
+ * every entry point runs before touching a model, parameter initialisation
+ * from R's random number generator, the storage dtype and the float16 loss
+ * scaler.
  *
  * It is not the R-visible model: R/model.R wraps this pointer in a callable
  * closure. The pointer's "protected" slot records whether the model was
@@ -190,4 +191,30 @@ SEXP ffi_model_init_params(SEXP ptr) {
 
 SEXP ffi_models_alive(void) { return Rf_ScalarInteger(cl_models_alive()); }
 
-SEXP ffi_gpu_available(void) { return Rf_ScalarLogical(cl_device_available(CL_DEVICE_CUDA) != 0); }
+
+/* dtype: 0 float32, 1 float16, 2 bfloat16 (cl_dtype). */
+SEXP ffi_set_dtype(SEXP ptr, SEXP dtype) {
+  cl_model *m = r_model(ptr);
+  int d = Rf_asInteger(dtype);
+  if (d != CL_F32 && d != CL_F16 && d != CL_BF16)
+    r_raise_invalid("internal: ffi_set_dtype() got dtype code %d", d);
+  cl_status st = cl_model_set_dtype(m, (cl_dtype)d);
+  if (st != CL_OK) r_raise_model(st, m);
+  return R_NilValue;
+}
+
+SEXP ffi_loss_scale(SEXP ptr) {
+  cl_model *m = r_model(ptr);
+  cl_loss_scale ls;
+  memset(&ls, 0, sizeof ls);
+  cl_status st = cl_model_get_loss_scale(m, &ls);
+  if (st != CL_OK) r_raise_model(st, m);
+  const char *const names[] = {"scale", "growth_interval", "clean_steps", "skipped_steps"};
+  SEXP out = PROTECT(r_named_list(names, 4));
+  SET_VECTOR_ELT(out, 0, Rf_ScalarReal(ls.scale));
+  SET_VECTOR_ELT(out, 1, Rf_ScalarInteger(ls.growth_interval));
+  SET_VECTOR_ELT(out, 2, Rf_ScalarInteger(ls.clean_steps));
+  SET_VECTOR_ELT(out, 3, Rf_ScalarReal((double)ls.skipped_steps));
+  UNPROTECT(1);
+  return out;
+}

@@ -1,8 +1,7 @@
 /*
- * r_plan.c -- the memory planner and the memory knobs from R: a step's plan
- * (every buffer, its category, bytes and offset in the step arena) computed
- * without allocating, the
- * model's memory limit, its storage dtype and the float16 loss scaler.
+ * r_plan.c -- the memory planner from R: a step's plan (every buffer, its
+ * category, bytes and offset in the step arena) computed without
+ * allocating.
  *
  * It is not where estimates are shaped into tables or where a batch size is
  * searched for: R/estimate.R does that from the plan returned here. Byte
@@ -92,38 +91,3 @@ SEXP ffi_model_plan(SEXP ptr, SEXP shape, SEXP training, SEXP opt, SEXP opts) {
   return out;
 }
 
-/* bytes <= 0: no limit beyond the device's capacity. */
-SEXP ffi_set_memory_limit(SEXP ptr, SEXP bytes) {
-  cl_model *m = r_model(ptr);
-  double b = Rf_asReal(bytes);
-  cl_status st = cl_model_set_memory_limit(m, b > 0 ? (size_t)b : 0);
-  if (st != CL_OK) r_raise_model(st, m);
-  return R_NilValue;
-}
-
-/* dtype: 0 float32, 1 float16, 2 bfloat16 (cl_dtype). */
-SEXP ffi_set_dtype(SEXP ptr, SEXP dtype) {
-  cl_model *m = r_model(ptr);
-  int d = Rf_asInteger(dtype);
-  if (d != CL_F32 && d != CL_F16 && d != CL_BF16)
-    r_raise_invalid("internal: ffi_set_dtype() got dtype code %d", d);
-  cl_status st = cl_model_set_dtype(m, (cl_dtype)d);
-  if (st != CL_OK) r_raise_model(st, m);
-  return R_NilValue;
-}
-
-SEXP ffi_loss_scale(SEXP ptr) {
-  cl_model *m = r_model(ptr);
-  cl_loss_scale ls;
-  memset(&ls, 0, sizeof ls);
-  cl_status st = cl_model_get_loss_scale(m, &ls);
-  if (st != CL_OK) r_raise_model(st, m);
-  const char *const names[] = {"scale", "growth_interval", "clean_steps", "skipped_steps"};
-  SEXP out = PROTECT(r_named_list(names, 4));
-  SET_VECTOR_ELT(out, 0, Rf_ScalarReal(ls.scale));
-  SET_VECTOR_ELT(out, 1, Rf_ScalarInteger(ls.growth_interval));
-  SET_VECTOR_ELT(out, 2, Rf_ScalarInteger(ls.clean_steps));
-  SET_VECTOR_ELT(out, 3, Rf_ScalarReal((double)ls.skipped_steps));
-  UNPROTECT(1);
-  return out;
-}
