@@ -1,7 +1,8 @@
 /*
  * core/util.c -- the ground floor of the core: a model's error message
  * (cl_fail, cl_fail_backend), size arithmetic that reports overflow instead
- * of wrapping (cl_mul_size), and the names of statuses. Every other core
+ * of wrapping (cl_mul_size), and the names of statuses and storage types
+ * (cl_status_name, cl_dtype_name: the one table of each). Every other core
  * file may use these; they use nothing of the core but internal.h's types.
  */
 #include "internal.h"
