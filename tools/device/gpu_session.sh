@@ -171,7 +171,7 @@ PY
     if r_ready; then
       Rscript -e 'cat(R.version.string, "\n")'
     else
-      echo "no R (pack .rt with ../shared/device/pack-r.sh)"
+      echo "no R (pack .rt with tools/device/pack-r.sh)"
     fi
     nproc; free -g | head -n 2
     ;;
@@ -198,7 +198,7 @@ PY
     compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 build/test_cuda_kernels
     ;;
   rinstall)
-    r_ready || { echo "STAGE SKIPPED: no R (carry .rt made by ../shared/device/pack-r.sh)"; return 0; }
+    r_ready || { echo "STAGE SKIPPED: no R (carry .rt made by tools/device/pack-r.sh)"; return 0; }
     local home
     home=$(cudnn_home)
     mkdir -p "$RLIB"
