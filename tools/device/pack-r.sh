@@ -29,6 +29,8 @@ cat > "$dest/setup.sh" <<'EOS'
 # source this on the GPU machine: unpacks R into /usr/lib/R, /usr/share/R, /etc/R and /opt/rlibs
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 if ! [ -x /usr/lib/R/bin/exec/R ]; then tar -C / -xJf "$here/r-runtime.tar.xz" --no-same-owner; fi
+# Debian's postinst writes /etc/R/Renviron from Renviron.ucf; without it R CMD stops
+[ -e /etc/R/Renviron ] || cp /usr/lib/R/etc/Renviron.ucf /etc/R/Renviron
 export LD_LIBRARY_PATH="/opt/rlibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="$PATH:/opt/rtools/bin"   # a make of our own, used only where the machine has none
 Rscript -e 'cat("R", as.character(getRversion()), "ready; testthat", as.character(packageVersion("testthat")), "\n")'
