@@ -8,7 +8,7 @@
 #   make build    docs, then R CMD build -> convlstm_<version>.tar.gz
 #   make check    build, then R CMD check --as-cran --no-manual
 #   make ctest    C unit tests only (src/Makefile.standalone), also: asan, valgrind
-#   make fuzz     the model-file loader under libFuzzer + ASan/UBSan, FUZZ_SECONDS (60)
+#   make fuzz     the model-file loader and the JSON reader under libFuzzer + ASan/UBSan, FUZZ_SECONDS (60) in all
 #   make bench    one training step here vs PyTorch on CPU (bench/)
 #   make clean
 #
@@ -106,8 +106,9 @@ asan:
 valgrind:
 	$(MAKE) -C src -f Makefile.standalone valgrind
 
-# tests/fuzz/run.sh builds the libFuzzer target with clang and fails on any
-# crash; it first replays tests/fuzz/regressions/. Debian ships libFuzzer's
+# tests/fuzz/run.sh builds the libFuzzer targets (the model-file loader and the
+# JSON reader, FUZZ_SECONDS split between them) with clang and fails on any
+# crash; each first replays its regressions folder. Debian ships libFuzzer's
 # runtime in libclang-rt-dev, only recommended by clang, so both are named.
 FUZZ_SECONDS ?= 60
 fuzz:

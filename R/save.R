@@ -1,8 +1,8 @@
 # save.R -- saving a model (and its optimizer) to a safetensors file and
 # loading it back, so training resumes exactly where it stopped, and reading
 # what a file holds. The file format and its checks are the C core's
-# (src/core/safetensors.c); this file checks the R arguments and builds the
-# model and optimizer objects.
+# (src/core/checkpoint.c over safetensors.c and json.c); this file checks the
+# R arguments and builds the model and optimizer objects.
 
 #' Save and load models
 #'

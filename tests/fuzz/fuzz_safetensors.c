@@ -1,7 +1,8 @@
 /*
  * tests/fuzz/fuzz_safetensors.c -- a libFuzzer target for the model file
- * loader (src/core/safetensors.c), built with AddressSanitizer and
- * UndefinedBehaviorSanitizer by tests/fuzz/run.sh.
+ * loader (src/core/checkpoint.c over safetensors.c and json.c), built with
+ * AddressSanitizer and UndefinedBehaviorSanitizer by tests/fuzz/run.sh;
+ * tests/fuzz/fuzz_json.c fuzzes the JSON reader alone.
  *
  * Each input is a whole file. It is parsed; when it parses, every accessor
  * is read, a CPU model (and its optimizer state) is created from it, saved

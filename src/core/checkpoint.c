@@ -1,0 +1,713 @@
+/*
+ * core/checkpoint.c -- what convlstm keeps in a safetensors file: a model's
+ * parameters, and optionally its optimizer's state and hyperparameters, so
+ * that training resumes exactly and the weights open in PyTorch. It holds
+ * cl_model_save, cl_model_load and the cl_saved_* functions of convlstm.h,
+ * where what a file holds is documented.
+ *
+ * Why a file of its own: the container (safetensors.c, below it) knows
+ * tensors and string metadata; this file knows what they mean to convlstm:
+ * the architecture (from "convlstm.*" metadata, or else from the weights'
+ * shapes, as in a state dict PyTorch or R torch saved), the optimizer kind,
+ * hyperparameters and step count, the float16 loss scale, and which tensors
+ * a model needs by name and shape ("cell_list.<l>.conv.weight|bias", and
+ * the optimizer states under "optimizer.<state>." prefixes).
+ *
+ * A file is refused, with a message, unless it holds exactly the tensors
+ * its architecture and optimizer need, each with its shape, a floating
+ * dtype and finite values. Loading into a model allocates the optimizer
+ * state first, so that running out of memory leaves the model as it was.
+ */
+#include "internal.h"
+#include "safetensors.h" /* the container, and through it json.h */
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Tensor roles: the parameter itself and the optimizer states. */
+enum { R_PARAM = 0, R_EXP_AVG, R_EXP_AVG_SQ, R_MOMENTUM, N_ROLES };
+static const char *const ROLE_PREFIX[N_ROLES] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq.",
+                                                 "optimizer.momentum_buffer."};
+
+struct cl_saved {
+  cl_st_file f; /* the container: tensors and metadata */
+  cl_config cfg;
+  int n_params_tensors; /* 1 or 2 per layer */
+  /* tensor index for [role][state-dict position], -1 when absent */
+  int idx[N_ROLES][2 * CL_MAX_LAYERS];
+  int has_opt;
+  cl_optim opt;
+  int64_t opt_steps;
+  int has_scale;
+  cl_loss_scale scale;
+};
+
+void cl_saved_free(cl_saved *s) {
+  if (!s) return;
+  cl_st_free(&s->f);
+  free(s);
+}
+
+/* ---- what convlstm keeps in the metadata ------------------------------ */
+
+#define META_PREFIX "convlstm."
+
+static const char *dtype_label(cl_dtype t) {
+  return t == CL_F16 ? "float16" : t == CL_BF16 ? "bfloat16" : "float32";
+}
+
+/* A tensor's name for role r and state-dict position i of cfg. */
+static void tensor_name(char *buf, size_t len, int r, int i, int bias) {
+  int per = bias ? 2 : 1;
+  snprintf(buf, len, "%scell_list.%d.conv.%s", ROLE_PREFIX[r], i / per,
+           bias && i % 2 ? "bias" : "weight");
+}
+
+static void shape_text(char *buf, size_t len, const uint64_t *d, int nd) {
+  size_t o = 0;
+  o += (size_t)snprintf(buf, len, "[");
+  for (int i = 0; i < nd && o < len; i++)
+    o += (size_t)snprintf(buf + o, len - o, "%s%llu", i ? ", " : "", (unsigned long long)d[i]);
+  if (o < len) snprintf(buf + o, len - o, "]");
+}
+
+/* Architecture from the metadata (convlstm wrote it), or else from the
+ * weights' shapes (a state dict PyTorch or R torch saved). */
+static cl_status read_architecture(cl_saved *s, char *err, size_t errlen) {
+  cl_config *c = &s->cfg;
+  memset(c, 0, sizeof *c);
+  c->device = CL_DEVICE_CPU;
+  c->dtype = CL_F32;
+  const char *v;
+  if ((v = cl_st_find_meta(&s->f, META_PREFIX "format_version")) && strcmp(v, "1") != 0)
+    return cl_st_fail(err, errlen, CL_E_UNSUPPORTED,
+                      "the file is convlstm format version \"%.20s\"; this build reads version 1", v);
+  const char *in = cl_st_find_meta(&s->f, META_PREFIX "input_dim");
+  const char *hd = cl_st_find_meta(&s->f, META_PREFIX "hidden_dims");
+  const char *ks = cl_st_find_meta(&s->f, META_PREFIX "kernel_sizes");
+  const char *bi = cl_st_find_meta(&s->f, META_PREFIX "bias");
+  const char *dt = cl_st_find_meta(&s->f, META_PREFIX "dtype");
+  if (in || hd || ks || bi) {
+    long long x;
+    if (!in || !hd || !ks || !bi)
+      return cl_st_fail(err, errlen, CL_E_INVALID,
+                        "the metadata describes the architecture only in part: convlstm.input_dim, "
+                        "convlstm.hidden_dims, convlstm.kernel_sizes and convlstm.bias go together");
+    if (!cl_st_meta_int(in, 1, INT32_MAX, &x))
+      return cl_st_fail(err, errlen, CL_E_INVALID,
+                        "metadata convlstm.input_dim must be a positive integer, not \"%.40s\"", in);
+    c->input_dim = (int)x;
+    int nh = cl_st_meta_int_list(hd, c->hidden_dims, CL_MAX_LAYERS);
+    int nk = cl_st_meta_int_list(ks, c->kernel_sizes, CL_MAX_LAYERS);
+    if (nh < 1)
+      return cl_st_fail(err, errlen, CL_E_INVALID,
+                        "metadata convlstm.hidden_dims must be a list of 1 to %d positive integers "
+                        "such as [8, 1], not \"%.60s\"", CL_MAX_LAYERS, hd);
+    if (nk != nh)
+      return cl_st_fail(err, errlen, CL_E_INVALID,
+                        "metadata convlstm.kernel_sizes must be a list of %d positive integers "
+                        "(one per layer), not \"%.60s\"", nh, ks);
+    c->n_layers = nh;
+    if (strcmp(bi, "true") != 0 && strcmp(bi, "false") != 0)
+      return cl_st_fail(err, errlen, CL_E_INVALID,
+                        "metadata convlstm.bias must be \"true\" or \"false\", not \"%.40s\"", bi);
+    c->bias = bi[0] == 't';
+  } else {
+    /* cell_list.<l>.conv.weight [4h, in + h, k, k] for l = 0, 1, ... */
+    char name[64];
+    for (int l = 0; l < CL_MAX_LAYERS; l++) {
+      snprintf(name, sizeof name, "cell_list.%d.conv.weight", l);
+      int i = cl_st_find_tensor(&s->f, name);
+      if (i < 0) break;
+      const cl_st_tensor *t = &s->f.t[i];
+      char sh[160];
+      shape_text(sh, sizeof sh, t->shape, t->ndim);
+      if (t->ndim != 4 || t->shape[0] == 0 || t->shape[0] % 4 != 0 ||
+          t->shape[0] / 4 > INT32_MAX / 4 || t->shape[1] <= t->shape[0] / 4 ||
+          t->shape[1] > INT32_MAX || t->shape[2] != t->shape[3] || t->shape[2] % 2 == 0 ||
+          t->shape[2] > INT32_MAX)
+        return cl_st_fail(err, errlen, CL_E_INVALID,
+                          "tensor %s has shape %s; a ConvLSTM layer's weight is [4 * hidden, "
+                          "input + hidden, k, k] with k odd",
+                          name, sh);
+      int h = (int)(t->shape[0] / 4), inl = (int)(t->shape[1] - (uint64_t)h);
+      if (l == 0) c->input_dim = inl;
+      else if (inl != c->hidden_dims[l - 1])
+        return cl_st_fail(err, errlen, CL_E_INVALID,
+                          "tensor %s has shape %s: layer %d reads %d channels, but layer %d has "
+                          "hidden dimension %d",
+                          name, sh, l, inl, l - 1, c->hidden_dims[l - 1]);
+      c->hidden_dims[l] = h;
+      c->kernel_sizes[l] = (int)t->shape[2];
+      c->n_layers = l + 1;
+    }
+    if (c->n_layers == 0)
+      return cl_st_fail(err, errlen, CL_E_INVALID,
+                        "no tensor cell_list.0.conv.weight and no convlstm metadata: this is not a "
+                        "convlstm model's file");
+    c->bias = cl_st_find_tensor(&s->f, "cell_list.0.conv.bias") >= 0;
+  }
+  if (dt) {
+    if (strcmp(dt, "float32") == 0) c->dtype = CL_F32;
+    else if (strcmp(dt, "float16") == 0) c->dtype = CL_F16;
+    else if (strcmp(dt, "bfloat16") == 0) c->dtype = CL_BF16;
+    else
+      return cl_st_fail(err, errlen, CL_E_INVALID,
+                        "metadata convlstm.dtype must be \"float32\", \"float16\" or \"bfloat16\", "
+                        "not \"%.40s\"", dt);
+  }
+  for (int l = 0; l < c->n_layers; l++) {
+    int in_l = l == 0 ? c->input_dim : c->hidden_dims[l - 1];
+    if (c->hidden_dims[l] > INT32_MAX / 4 || in_l > INT32_MAX - c->hidden_dims[l] ||
+        c->kernel_sizes[l] % 2 == 0 || c->kernel_sizes[l] > 46339)
+      return cl_st_fail(err, errlen, CL_E_INVALID,
+                        "layer %d's sizes (hidden %d, kernel %d) are out of range (kernels are odd)", l,
+                        c->hidden_dims[l], c->kernel_sizes[l]);
+  }
+  return CL_OK;
+}
+
+static cl_status read_optimizer(cl_saved *s, char *err, size_t errlen) {
+  const char *kind = cl_st_find_meta(&s->f, META_PREFIX "optimizer");
+  if (!kind) {
+    for (int i = 0; i < s->f.nmeta; i++)
+      if (strncmp(s->f.meta[i].key, META_PREFIX "optimizer.", 19) == 0)
+        return cl_st_fail(err, errlen, CL_E_INVALID,
+                          "metadata %.80s is there but convlstm.optimizer (the kind) is not",
+                          s->f.meta[i].key);
+    return CL_OK;
+  }
+  cl_optim *o = &s->opt;
+  memset(o, 0, sizeof *o);
+  if (strcmp(kind, "adam") == 0) o->kind = CL_OPTIM_ADAM;
+  else if (strcmp(kind, "sgd") == 0) o->kind = CL_OPTIM_SGD;
+  else
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "metadata convlstm.optimizer must be \"adam\" or \"sgd\", not \"%.40s\"", kind);
+  struct {
+    const char *key;
+    double *dst;
+    double lo, hi; /* lo <= x < hi, or x == 0 allowed when lo is 0 */
+    int open_lo;   /* x > lo */
+  } hp[] = {{META_PREFIX "optimizer.lr", &o->lr, 0, INFINITY, 0},
+            {META_PREFIX "optimizer.weight_decay", &o->weight_decay, 0, INFINITY, 0},
+            {META_PREFIX "optimizer.beta1", &o->beta1, 0, 1, 0},
+            {META_PREFIX "optimizer.beta2", &o->beta2, 0, 1, 0},
+            {META_PREFIX "optimizer.eps", &o->eps, 0, INFINITY, 1},
+            {META_PREFIX "optimizer.momentum", &o->momentum, 0, INFINITY, 0}};
+  int n_hp = o->kind == CL_OPTIM_ADAM ? 5 : 6;
+  for (int i = 0; i < n_hp; i++) {
+    if (o->kind == CL_OPTIM_SGD && i >= 2 && i <= 4) continue;
+    const char *v = cl_st_find_meta(&s->f, hp[i].key);
+    double d;
+    if (!v)
+      return cl_st_fail(err, errlen, CL_E_INVALID, "metadata %s is missing (the %s optimizer needs it)",
+                        hp[i].key, kind);
+    if (!cl_st_meta_double(v, &d) || d < hp[i].lo || (hp[i].open_lo && d <= hp[i].lo) || d >= hp[i].hi)
+      return cl_st_fail(err, errlen, CL_E_INVALID, "metadata %s is out of range or not a number: \"%.40s\"",
+                        hp[i].key, v);
+    *hp[i].dst = d;
+  }
+  const char *st = cl_st_find_meta(&s->f, META_PREFIX "optimizer.steps");
+  long long steps;
+  if (!st || !cl_st_meta_int(st, 0, (long long)CL_ST_MAX_INT, &steps))
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "metadata convlstm.optimizer.steps must be a whole number >= 0, not %s%.40s%s",
+                      st ? "\"" : "", st ? st : "missing", st ? "\"" : "");
+  s->opt_steps = steps;
+  s->has_opt = 1;
+  return CL_OK;
+}
+
+static cl_status read_loss_scale(cl_saved *s, char *err, size_t errlen) {
+  const char *sc = cl_st_find_meta(&s->f, META_PREFIX "loss_scale.scale");
+  const char *gi = cl_st_find_meta(&s->f, META_PREFIX "loss_scale.growth_interval");
+  const char *cs = cl_st_find_meta(&s->f, META_PREFIX "loss_scale.clean_steps");
+  const char *sk = cl_st_find_meta(&s->f, META_PREFIX "loss_scale.skipped_steps");
+  if (!sc && !gi && !cs && !sk) return CL_OK;
+  double d;
+  long long g, c, k;
+  if (!sc || !gi || !cs || !sk || !cl_st_meta_double(sc, &d) || !(d > 0) ||
+      !cl_st_meta_int(gi, 1, INT32_MAX, &g) || !cl_st_meta_int(cs, 0, INT32_MAX, &c) ||
+      !cl_st_meta_int(sk, 0, (long long)CL_ST_MAX_INT, &k))
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "metadata convlstm.loss_scale.* must hold scale (> 0), growth_interval (>= 1), "
+                      "clean_steps and skipped_steps (>= 0), all four");
+  s->scale.scale = d;
+  s->scale.growth_interval = (int)g;
+  s->scale.clean_steps = (int)c;
+  s->scale.skipped_steps = k;
+  s->has_scale = 1;
+  return CL_OK;
+}
+
+/* The shape tensor i of cfg has in torch: weight [4h, in+h, k, k], bias [4h]. */
+static int expected_shape(const cl_config *c, int i, uint64_t d[4]) {
+  int per = c->bias ? 2 : 1, l = i / per;
+  int in_l = l == 0 ? c->input_dim : c->hidden_dims[l - 1];
+  d[0] = 4 * (uint64_t)c->hidden_dims[l];
+  if (c->bias && i % 2) return 1;
+  d[1] = (uint64_t)in_l + (uint64_t)c->hidden_dims[l];
+  d[2] = d[3] = (uint64_t)c->kernel_sizes[l];
+  return 4;
+}
+
+
+/* Every tensor the configuration and optimizer need, with its shape, a
+ * floating dtype and finite values; no tensor beyond them. */
+static cl_status match_tensors(cl_saved *s, char *err, size_t errlen) {
+  const cl_config *c = &s->cfg;
+  int per = c->bias ? 2 : 1;
+  s->n_params_tensors = per * c->n_layers;
+  int matched = 0;
+  char name[96], sh[160], want[160];
+  for (int r = 0; r < N_ROLES; r++) {
+    int found = 0;
+    for (int i = 0; i < s->n_params_tensors; i++) {
+      tensor_name(name, sizeof name, r, i, c->bias);
+      int k = cl_st_find_tensor(&s->f, name);
+      s->idx[r][i] = k;
+      if (k < 0) {
+        if (r == R_PARAM)
+          return cl_st_fail(err, errlen, CL_E_INVALID, "tensor %s is missing (the architecture needs it)",
+                            name);
+        continue;
+      }
+      found++;
+      matched++;
+      const cl_st_tensor *t = &s->f.t[k];
+      uint64_t d[4];
+      int nd = expected_shape(c, i, d);
+      int same = t->ndim == nd;
+      for (int j = 0; same && j < nd; j++) same = t->shape[j] == d[j];
+      if (!same) {
+        shape_text(sh, sizeof sh, t->shape, t->ndim);
+        shape_text(want, sizeof want, d, nd);
+        return cl_st_fail(err, errlen, CL_E_INVALID, "tensor %s has shape %s; the model needs %s", name,
+                          sh, want);
+      }
+      if (!cl_st_dtype_is_float(t->dtype))
+        return cl_st_fail(err, errlen, CL_E_INVALID,
+                          "tensor %s has dtype %s; parameters must be F32 (or F64, F16, BF16)", name,
+                          cl_st_dtype_name(t->dtype));
+      size_t n = (size_t)((t->end - t->begin) / cl_st_dtype_size(t->dtype)), bad = 0;
+      for (size_t e = 0; e < n; e++) bad += !isfinite(cl_st_elem(&s->f, t, e));
+      if (bad)
+        return cl_st_fail(err, errlen, CL_E_INVALID,
+                          "tensor %s holds %zu non-finite value%s (NaN or Inf) of %zu", name, bad,
+                          bad == 1 ? "" : "s", n);
+    }
+    if (r != R_PARAM && found != 0 && found != s->n_params_tensors) {
+      for (int i = 0; i < s->n_params_tensors; i++)
+        if (s->idx[r][i] < 0) tensor_name(name, sizeof name, r, i, c->bias);
+      return cl_st_fail(err, errlen, CL_E_INVALID,
+                        "the optimizer state is incomplete: tensor %s is missing", name);
+    }
+  }
+  if (matched != s->f.nt) {
+    for (int i = 0; i < s->f.nt; i++) {
+      int used = 0;
+      for (int r = 0; r < N_ROLES && !used; r++)
+        for (int j = 0; j < s->n_params_tensors && !used; j++) used = s->idx[r][j] == i;
+      if (!used)
+        return cl_st_fail(err, errlen, CL_E_INVALID,
+                          "unexpected tensor \"%.80s\" (%d of the file's %d tensors are not part of "
+                          "this %d-layer model)",
+                          s->f.t[i].name, s->f.nt - matched, s->f.nt, c->n_layers);
+    }
+  }
+  int have_m = s->idx[R_EXP_AVG][0] >= 0, have_v = s->idx[R_EXP_AVG_SQ][0] >= 0,
+      have_b = s->idx[R_MOMENTUM][0] >= 0;
+  if ((have_m || have_v || have_b) && !s->has_opt)
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "the file holds optimizer state but no convlstm.optimizer metadata");
+  if (s->has_opt && s->opt.kind == CL_OPTIM_ADAM) {
+    if (have_b)
+      return cl_st_fail(err, errlen, CL_E_INVALID, "an Adam optimizer has no momentum_buffer state");
+    if (have_m != have_v)
+      return cl_st_fail(err, errlen, CL_E_INVALID,
+                        "Adam's state needs both exp_avg and exp_avg_sq, or neither");
+    if (s->opt_steps > 0 && !have_m)
+      return cl_st_fail(err, errlen, CL_E_INVALID,
+                        "the optimizer took %lld steps but its state (exp_avg, exp_avg_sq) is missing",
+                        (long long)s->opt_steps);
+  }
+  if (s->has_opt && s->opt.kind == CL_OPTIM_SGD) {
+    if (have_m || have_v)
+      return cl_st_fail(err, errlen, CL_E_INVALID, "an SGD optimizer has no exp_avg state");
+    if (s->opt_steps > 0 && s->opt.momentum != 0 && !have_b)
+      return cl_st_fail(err, errlen, CL_E_INVALID,
+                        "SGD with momentum took %lld steps but its momentum_buffer state is missing",
+                        (long long)s->opt_steps);
+  }
+  return CL_OK;
+}
+
+/* Parses and checks; takes ownership of bytes (freed on failure too). */
+static cl_status parse_owned(unsigned char *bytes, size_t len, cl_saved **out, char *err,
+                             size_t errlen) {
+  *out = NULL;
+  cl_status st = cl_st_check_length(bytes, len, err, errlen);
+  if (st != CL_OK) {
+    free(bytes);
+    return st;
+  }
+  cl_saved *s = calloc(1, sizeof *s);
+  if (!s) {
+    free(bytes);
+    return cl_st_fail(err, errlen, CL_E_OOM, "out of host memory reading a file");
+  }
+  st = cl_st_parse(&s->f, bytes, len, err, errlen);
+  if (st == CL_OK) st = read_architecture(s, err, errlen);
+  if (st == CL_OK) st = read_optimizer(s, err, errlen);
+  if (st == CL_OK) st = read_loss_scale(s, err, errlen);
+  if (st == CL_OK) st = match_tensors(s, err, errlen);
+  if (st != CL_OK) {
+    cl_saved_free(s);
+    return st;
+  }
+  *out = s;
+  return CL_OK;
+}
+
+cl_status cl_saved_parse(const void *bytes, size_t len, cl_saved **out, char *err,
+                         size_t errlen) {
+  *out = NULL;
+  unsigned char *copy = malloc(len > 0 ? len : 1);
+  if (!copy) return cl_st_fail(err, errlen, CL_E_OOM, "out of host memory reading a file");
+  if (len) memcpy(copy, bytes, len);
+  return parse_owned(copy, len, out, err, errlen);
+}
+
+cl_status cl_saved_read(const char *path, cl_saved **out, char *err, size_t errlen) {
+  *out = NULL;
+  char why[CL_ERRMSG_LEN];
+  unsigned char *buf;
+  size_t size;
+  CL_TRY(cl_st_read_file(path, &buf, &size, err, errlen));
+  cl_status st = parse_owned(buf, size, out, why, sizeof why);
+  if (st != CL_OK)
+    return cl_st_fail(err, errlen, st, "'%s' is not a valid convlstm safetensors file: %s", path, why);
+  return CL_OK;
+}
+
+/* ---- accessors -------------------------------------------------------- */
+
+const cl_config *cl_saved_config(const cl_saved *s) { return &s->cfg; }
+
+int cl_saved_optimizer(const cl_saved *s, cl_optim *opt, int64_t *steps) {
+  if (!s->has_opt) return 0;
+  if (opt) *opt = s->opt;
+  if (steps) *steps = s->opt_steps;
+  return 1;
+}
+
+int cl_saved_loss_scale(const cl_saved *s, cl_loss_scale *out) {
+  if (!s->has_scale) return 0;
+  if (out) *out = s->scale;
+  return 1;
+}
+
+int cl_saved_n_metadata(const cl_saved *s) { return s->f.nmeta; }
+
+cl_status cl_saved_metadata(const cl_saved *s, int i, const char **key, const char **value) {
+  if (i < 0 || i >= s->f.nmeta) return CL_E_INVALID;
+  *key = s->f.meta[i].key;
+  *value = s->f.meta[i].value;
+  return CL_OK;
+}
+
+int cl_saved_n_tensors(const cl_saved *s) { return s->f.nt; }
+
+cl_status cl_saved_tensor_info(const cl_saved *s, int i, const char **name, const char **dtype,
+                               int *ndim, int64_t dims[8]) {
+  if (i < 0 || i >= s->f.nt) return CL_E_INVALID;
+  const cl_st_tensor *t = s->f.by_name[i];
+  *name = t->name;
+  *dtype = cl_st_dtype_name(t->dtype);
+  *ndim = t->ndim;
+  for (int d = 0; d < CL_ST_MAX_RANK; d++) dims[d] = d < t->ndim ? (int64_t)t->shape[d] : 0;
+  return CL_OK;
+}
+
+
+/* ---- creating a model from a file ------------------------------------- */
+
+/* A flat optimizer-state buffer for m, allocated here, from role r's
+ * tensors. */
+static cl_status restore_state(cl_model *m, const cl_saved *s, int r, float **dst, float *tmp) {
+  size_t pb = m->n_params * sizeof(float);
+  CL_TRY(cl_model_alloc(m, CL_MEM_OPTIMIZER, pb, (void **)dst));
+  const struct cl_backend_i *be = m->be->iface;
+  float *flat = be->host_accessible ? *dst : malloc(pb);
+  if (!flat) return cl_fail(m, CL_E_OOM, "out of host memory restoring the optimizer state");
+  for (int i = 0; i < s->n_params_tensors; i++) {
+    const cl_st_tensor *t = &s->f.t[s->idx[r][i]];
+    size_t n = cl_tensor_numel(m, i);
+    cl_st_read_f32(&s->f, t, tmp, n);
+    cl_convert_tensor(m, i, flat, tmp, 0);
+  }
+  if (flat != *dst) {
+    cl_status st = be->upload(m->be, *dst, flat, pb);
+    free(flat);
+    if (st != CL_OK) return cl_fail_backend(m, st, "upload of the optimizer state");
+  }
+  return CL_OK;
+}
+
+cl_status cl_saved_load_into(const cl_saved *s, cl_model *m, int with_optimizer) {
+  m->err[0] = '\0';
+  const cl_config *c = &m->cfg, *f = &s->cfg;
+  int same = c->input_dim == f->input_dim && c->n_layers == f->n_layers && c->bias == f->bias;
+  for (int l = 0; same && l < c->n_layers; l++)
+    same = c->hidden_dims[l] == f->hidden_dims[l] && c->kernel_sizes[l] == f->kernel_sizes[l];
+  if (!same)
+    return cl_fail(m, CL_E_INVALID,
+                   "the file's architecture (input %d, %d layers, bias %s) is not the model's "
+                   "(input %d, %d layers, bias %s) or its hidden dims or kernels differ",
+                   f->input_dim, f->n_layers, f->bias ? "yes" : "no", c->input_dim, c->n_layers,
+                   c->bias ? "yes" : "no");
+  size_t maxn = 1;
+  for (int i = 0; i < s->n_params_tensors; i++)
+    if (cl_tensor_numel(m, i) > maxn) maxn = cl_tensor_numel(m, i);
+  float *tmp = malloc(maxn * sizeof(float));
+  if (!tmp) return cl_fail(m, CL_E_OOM, "out of host memory loading parameters");
+  /* The optimizer state is allocated first, so that running out of memory
+   * leaves the model as it was. */
+  int opt = with_optimizer && s->has_opt;
+  int mr = s->opt.kind == CL_OPTIM_ADAM ? R_EXP_AVG : R_MOMENTUM;
+  float *om = NULL, *ov = NULL;
+  size_t pb = m->n_params * sizeof(float);
+  cl_status st = CL_OK;
+  if (opt && s->idx[mr][0] >= 0) st = restore_state(m, s, mr, &om, tmp);
+  if (st == CL_OK && opt && s->opt.kind == CL_OPTIM_ADAM && s->idx[R_EXP_AVG_SQ][0] >= 0)
+    st = restore_state(m, s, R_EXP_AVG_SQ, &ov, tmp);
+  char name[96];
+  for (int i = 0; i < s->n_params_tensors && st == CL_OK; i++) {
+    const cl_st_tensor *t = &s->f.t[s->idx[R_PARAM][i]];
+    size_t n = cl_tensor_numel(m, i);
+    cl_st_read_f32(&s->f, t, tmp, n);
+    tensor_name(name, sizeof name, R_PARAM, i, c->bias);
+    st = cl_model_set_param(m, name, tmp, n);
+  }
+  free(tmp);
+  if (st != CL_OK) {
+    cl_mem_free(&m->mem, CL_MEM_OPTIMIZER, om, om ? pb : 0);
+    cl_mem_free(&m->mem, CL_MEM_OPTIMIZER, ov, ov ? pb : 0);
+    return st;
+  }
+  if (opt) {
+    cl_model_optimizer_reset(m);
+    m->opt_kind = s->opt.kind;
+    m->opt_m = om;
+    m->opt_v = ov;
+    m->opt_steps = s->opt_steps;
+    /* The float16 loss scaler resumes where it was: with a fresh scale the
+     * first steps after loading would differ from an uninterrupted run. */
+    if (s->has_scale && c->dtype == CL_F16) m->scaler = s->scale;
+  }
+  return CL_OK;
+}
+
+cl_status cl_saved_create_model(const cl_saved *s, const cl_config *runtime, int with_optimizer,
+                                cl_model **out, char *err, size_t errlen) {
+  *out = NULL;
+  cl_config cfg = s->cfg;
+  if (runtime) {
+    cfg.device = runtime->device;
+    cfg.dtype = runtime->dtype;
+    cfg.n_threads = runtime->n_threads;
+    cfg.memory_limit = runtime->memory_limit;
+  }
+  cl_model *m = NULL;
+  CL_TRY(cl_model_create(&cfg, &m, err, errlen));
+  cl_status st = cl_saved_load_into(s, m, with_optimizer);
+  if (st != CL_OK) {
+    cl_st_fail(err, errlen, st, "%s", cl_model_error(m));
+    cl_model_free(m);
+    return st;
+  }
+  *out = m;
+  return CL_OK;
+}
+
+cl_status cl_model_load(const char *path, const cl_config *runtime, int with_optimizer,
+                        cl_model **out, char *err, size_t errlen) {
+  *out = NULL;
+  cl_saved *s = NULL;
+  CL_TRY(cl_saved_read(path, &s, err, errlen));
+  cl_status st = cl_saved_create_model(s, runtime, with_optimizer, out, err, errlen);
+  cl_saved_free(s);
+  return st;
+}
+
+/* ---- writing ---------------------------------------------------------- */
+
+/* Which buffers go into the file: the parameters and, with an optimizer,
+ * the states the model holds for it. */
+typedef struct save_plan {
+  int roles[N_ROLES]; /* role present */
+  float *src[N_ROLES];
+} save_plan;
+
+static cl_status check_user_meta(cl_model *m, int n, const char *const *keys,
+                                 const char *const *values) {
+  for (int i = 0; i < n; i++) {
+    const char *k = keys[i], *v = values[i];
+    if (!k || !v || !k[0])
+      return cl_fail(m, CL_E_INVALID, "metadata entry %d has an empty or missing name or value", i + 1);
+    if (strncmp(k, META_PREFIX, strlen(META_PREFIX)) == 0 || strcmp(k, "format") == 0)
+      return cl_fail(m, CL_E_INVALID,
+                     "metadata name \"%.60s\" is reserved (convlstm writes \"format\" and "
+                     "\"convlstm.*\" itself)", k);
+    if (cl_utf8_check((const unsigned char *)k, strlen(k)) != strlen(k) ||
+        cl_utf8_check((const unsigned char *)v, strlen(v)) != strlen(v))
+      return cl_fail(m, CL_E_INVALID, "metadata entry \"%.60s\" is not valid UTF-8", k);
+    for (int j = 0; j < i; j++)
+      if (strcmp(keys[j], k) == 0)
+        return cl_fail(m, CL_E_INVALID, "metadata name \"%.60s\" appears twice", k);
+  }
+  return CL_OK;
+}
+
+static cl_status build_header(cl_model *m, const cl_optim *opt, const save_plan *sp, int n_meta,
+                              const char *const *keys, const char *const *values, cl_st_buf *h) {
+  const cl_config *c = &m->cfg;
+  int first = 1;
+  cl_st_header_begin(h);
+  cl_st_header_meta(h, &first, "format", "pt");
+  cl_st_header_meta(h, &first, META_PREFIX "format_version", "1");
+  cl_st_header_meta_int(h, &first, META_PREFIX "input_dim", c->input_dim);
+  cl_st_header_meta_list(h, &first, META_PREFIX "hidden_dims", c->hidden_dims, c->n_layers);
+  cl_st_header_meta_list(h, &first, META_PREFIX "kernel_sizes", c->kernel_sizes, c->n_layers);
+  cl_st_header_meta(h, &first, META_PREFIX "bias", c->bias ? "true" : "false");
+  cl_st_header_meta(h, &first, META_PREFIX "dtype", dtype_label(c->dtype));
+  cl_st_header_meta(h, &first, META_PREFIX "device", c->device == CL_DEVICE_CUDA ? "cuda" : "cpu");
+  if (opt) {
+    cl_st_header_meta(h, &first, META_PREFIX "optimizer", opt->kind == CL_OPTIM_ADAM ? "adam" : "sgd");
+    cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.lr", opt->lr);
+    cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.weight_decay", opt->weight_decay);
+    if (opt->kind == CL_OPTIM_ADAM) {
+      cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.beta1", opt->beta1);
+      cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.beta2", opt->beta2);
+      cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.eps", opt->eps);
+    } else {
+      cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.momentum", opt->momentum);
+    }
+    cl_st_header_meta_int(h, &first, META_PREFIX "optimizer.steps",
+                m->opt_kind == opt->kind ? (long long)m->opt_steps : 0);
+    if (c->dtype == CL_F16) {
+      cl_st_header_meta_num(h, &first, META_PREFIX "loss_scale.scale", m->scaler.scale);
+      cl_st_header_meta_int(h, &first, META_PREFIX "loss_scale.growth_interval", m->scaler.growth_interval);
+      cl_st_header_meta_int(h, &first, META_PREFIX "loss_scale.clean_steps", m->scaler.clean_steps);
+      cl_st_header_meta_int(h, &first, META_PREFIX "loss_scale.skipped_steps",
+                  (long long)m->scaler.skipped_steps);
+    }
+  }
+  for (int i = 0; i < n_meta; i++) cl_st_header_meta(h, &first, keys[i], values[i]);
+  cl_st_header_end_meta(h);
+  uint64_t off = 0;
+  char name[96];
+  for (int r = 0; r < N_ROLES; r++) {
+    if (!sp->roles[r]) continue;
+    for (int i = 0; i < m->n_tensors; i++) {
+      const char *pname;
+      int nd, dims[4];
+      CL_TRY(cl_model_tensor_info(m, i, &pname, &nd, dims));
+      snprintf(name, sizeof name, "%s%s", ROLE_PREFIX[r], pname);
+      uint64_t bytes = 4 * (uint64_t)cl_tensor_numel(m, i);
+      cl_st_header_tensor_f32(h, name, nd, dims, off, off + bytes);
+      off += bytes;
+    }
+  }
+  cl_st_header_end(h);
+  if (h->oom) return cl_fail(m, CL_E_OOM, "out of host memory writing the header");
+  return CL_OK;
+}
+
+static cl_status write_file(cl_model *m, const char *path, const cl_st_buf *h,
+                            const save_plan *sp) {
+  cl_st_writer w;
+  CL_TRY(cl_st_write_open(&w, path, m->err, sizeof m->err));
+  size_t maxn = 1;
+  for (int i = 0; i < m->n_tensors; i++)
+    if (cl_tensor_numel(m, i) > maxn) maxn = cl_tensor_numel(m, i);
+  float *t = malloc(maxn * sizeof(float));
+  cl_status st = CL_OK;
+  if (!t) st = cl_fail(m, CL_E_OOM, "out of host memory writing '%s'", path);
+  int ok = st == CL_OK && cl_st_write_header(&w, h);
+  for (int r = 0; r < N_ROLES && ok && st == CL_OK; r++) {
+    if (!sp->roles[r]) continue;
+    for (int i = 0; i < m->n_tensors && ok && st == CL_OK; i++) {
+      size_t n = cl_tensor_numel(m, i);
+      if (r == R_PARAM) {
+        const char *pname;
+        int nd, dims[4];
+        st = cl_model_tensor_info(m, i, &pname, &nd, dims);
+        if (st == CL_OK) st = cl_model_get_param(m, pname, t, n);
+      } else {
+        cl_convert_tensor(m, i, sp->src[r], t, 1);
+      }
+      if (st == CL_OK) ok = cl_st_write_f32(&w, t, n);
+    }
+  }
+  free(t);
+  return cl_st_write_close(&w, path, st, m->err, sizeof m->err);
+}
+
+cl_status cl_model_save(cl_model *m, const char *path, const cl_optim *opt, int n_meta,
+                        const char *const *meta_keys, const char *const *meta_values) {
+  m->err[0] = '\0';
+  if (!path || !path[0]) return cl_fail(m, CL_E_INVALID, "the path is empty");
+  if (n_meta < 0 || (n_meta > 0 && (!meta_keys || !meta_values)))
+    return cl_fail(m, CL_E_INVALID, "metadata names and values are missing");
+  CL_TRY(check_user_meta(m, n_meta, meta_keys, meta_values));
+  save_plan sp;
+  memset(&sp, 0, sizeof sp);
+  sp.roles[R_PARAM] = 1;
+  if (opt) {
+    if (opt->kind != CL_OPTIM_ADAM && opt->kind != CL_OPTIM_SGD)
+      return cl_fail(m, CL_E_INVALID, "unknown optimizer kind %d", (int)opt->kind);
+    if (!(opt->lr >= 0) || !isfinite(opt->lr) || !(opt->weight_decay >= 0) ||
+        !isfinite(opt->weight_decay) ||
+        (opt->kind == CL_OPTIM_ADAM &&
+         (!(opt->beta1 >= 0 && opt->beta1 < 1) || !(opt->beta2 >= 0 && opt->beta2 < 1) ||
+          !(opt->eps > 0) || !isfinite(opt->eps))) ||
+        (opt->kind == CL_OPTIM_SGD && (!(opt->momentum >= 0) || !isfinite(opt->momentum))))
+      return cl_fail(m, CL_E_INVALID, "the optimizer's hyperparameters are out of range");
+    if (m->opt_kind != 0 && m->opt_kind != opt->kind)
+      return cl_fail(m, CL_E_INVALID,
+                     "the model's optimizer state is %s's, but the optimizer to save is %s: "
+                     "save with the optimizer the model was trained with",
+                     m->opt_kind == CL_OPTIM_ADAM ? "Adam" : "SGD",
+                     opt->kind == CL_OPTIM_ADAM ? "Adam" : "SGD");
+    if (m->opt_kind == opt->kind) {
+      int mr = opt->kind == CL_OPTIM_ADAM ? R_EXP_AVG : R_MOMENTUM;
+      sp.roles[mr] = m->opt_m != NULL;
+      sp.src[mr] = m->opt_m;
+      sp.roles[R_EXP_AVG_SQ] = opt->kind == CL_OPTIM_ADAM && m->opt_v != NULL;
+      sp.src[R_EXP_AVG_SQ] = m->opt_v;
+    }
+  }
+  /* Optimizer state on a device that is not host memory: one download. */
+  const struct cl_backend_i *be = m->be->iface;
+  float *host[N_ROLES] = {NULL};
+  size_t pb = m->n_params * sizeof(float);
+  cl_status st = CL_OK;
+  for (int r = 1; r < N_ROLES && st == CL_OK; r++) {
+    if (!sp.roles[r] || be->host_accessible) continue;
+    host[r] = malloc(pb);
+    if (!host[r]) st = cl_fail(m, CL_E_OOM, "out of host memory copying the optimizer state");
+    else if ((st = be->download(m->be, host[r], sp.src[r], pb)) != CL_OK)
+      st = cl_fail_backend(m, st, "download of the optimizer state");
+    sp.src[r] = host[r];
+  }
+  cl_st_buf h = {0};
+  if (st == CL_OK) st = build_header(m, opt, &sp, n_meta, meta_keys, meta_values, &h);
+  if (st == CL_OK) st = write_file(m, path, &h, &sp);
+  free(h.p);
+  for (int r = 0; r < N_ROLES; r++) free(host[r]);
+  return st;
+}
