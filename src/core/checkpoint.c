@@ -54,10 +54,6 @@ void cl_saved_free(cl_saved *s) {
 
 #define META_PREFIX "convlstm."
 
-static const char *dtype_label(cl_dtype t) {
-  return t == CL_F16 ? "float16" : t == CL_BF16 ? "bfloat16" : "float32";
-}
-
 /* A tensor's name for role r and state-dict position i of cfg. */
 static void tensor_name(char *buf, size_t len, int r, int i, int bias) {
   int per = bias ? 2 : 1;
@@ -150,9 +146,10 @@ static cl_status read_architecture(cl_saved *s, char *err, size_t errlen) {
     c->bias = cl_st_find_tensor(&s->f, "cell_list.0.conv.bias") >= 0;
   }
   if (dt) {
-    if (strcmp(dt, "float32") == 0) c->dtype = CL_F32;
-    else if (strcmp(dt, "float16") == 0) c->dtype = CL_F16;
-    else if (strcmp(dt, "bfloat16") == 0) c->dtype = CL_BF16;
+    int t = 0;
+    while (t < CL_N_DTYPES && strcmp(dt, cl_dtype_name((cl_dtype)t)) != 0) t++;
+    if (t < CL_N_DTYPES)
+      c->dtype = (cl_dtype)t;
     else
       return cl_st_fail(err, errlen, CL_E_INVALID,
                         "metadata convlstm.dtype must be \"float32\", \"float16\" or \"bfloat16\", "
@@ -583,7 +580,7 @@ static cl_status build_header(cl_model *m, const cl_optim *opt, const save_plan 
   cl_st_header_meta_list(h, &first, META_PREFIX "hidden_dims", c->hidden_dims, c->n_layers);
   cl_st_header_meta_list(h, &first, META_PREFIX "kernel_sizes", c->kernel_sizes, c->n_layers);
   cl_st_header_meta(h, &first, META_PREFIX "bias", c->bias ? "true" : "false");
-  cl_st_header_meta(h, &first, META_PREFIX "dtype", dtype_label(c->dtype));
+  cl_st_header_meta(h, &first, META_PREFIX "dtype", cl_dtype_name(c->dtype));
   cl_st_header_meta(h, &first, META_PREFIX "device", c->device == CL_DEVICE_CUDA ? "cuda" : "cpu");
   if (opt) {
     cl_st_header_meta(h, &first, META_PREFIX "optimizer", opt->kind == CL_OPTIM_ADAM ? "adam" : "sgd");

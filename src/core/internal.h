@@ -155,7 +155,7 @@ struct cl_model {
  *   6 train.c             one training step
  *   7 data.c, params.c    data sets on the device; parameters by name
  *   8 model.c             a model's lifetime, memory statistics
- *   9 safetensors.c       files */
+ *   9 json.c < safetensors.c < checkpoint.c   model files */
 
 /* util.c. Errors: write into the model's buffer and return the status. */
 cl_status cl_fail(cl_model *m, cl_status s, const char *fmt, ...)
