@@ -2,13 +2,15 @@
 # (src/init.c registers them; useDynLib(.registration = TRUE) makes the
 # ffi_* objects). The wrappers coerce types so the glue only ever sees what
 # it expects; they do not check user arguments -- the exported functions do,
-# with messages that name the argument.
+# with messages that name the argument. Options cross as named lists and
+# enums as their names (dtype, device, target, what); src/r_options.c
+# decodes them, by the same names.
 
 c_model_create <- function(input_dim, hidden_dims, kernel_sizes, bias, device, dtype,
                            threads, memory_limit) {
   .Call(
     ffi_model_create, as.integer(input_dim), as.integer(hidden_dims),
-    as.integer(kernel_sizes), as.logical(bias), as.integer(device), as.integer(dtype),
+    as.integer(kernel_sizes), as.logical(bias), device, dtype,
     as.integer(threads), as.double(memory_limit)
   )
 }
@@ -25,17 +27,17 @@ c_tensor_info <- function(ptr) .Call(ffi_tensor_info, ptr)
 c_get_tensors <- function(ptr, grad = FALSE) .Call(ffi_get_tensors, ptr, isTRUE(grad))
 c_set_tensors <- function(ptr, tensors) invisible(.Call(ffi_set_tensors, ptr, tensors))
 
-# what: see forward_modes; options: c_step_options() (NULL: the plain step)
+# what: "all", "sequence", "last_state", "none" or "last_states" (r_forward_what
+# in src/r_convlstm.h); options: c_step_options() (NULL: the plain step)
 c_forward <- function(ptr, x, training, what, options = NULL) {
-  .Call(ffi_forward, ptr, x, isTRUE(training), forward_modes[[what]], options)
+  .Call(ffi_forward, ptr, x, isTRUE(training), what, options)
 }
-forward_modes <- c(all = 0L, sequence = 1L, last_state = 2L, none = 3L, last_states = 4L)
 
 c_last_shape <- function(ptr) .Call(ffi_last_shape, ptr)
 c_backward <- function(ptr, grad, target) {
-  invisible(.Call(ffi_backward, ptr, grad, target_code(target)))
+  invisible(.Call(ffi_backward, ptr, grad, target))
 }
-c_mse <- function(ptr, y, target) .Call(ffi_mse, ptr, y, target_code(target))
+c_mse <- function(ptr, y, target) .Call(ffi_mse, ptr, y, target)
 c_zero_grad <- function(ptr) invisible(.Call(ffi_zero_grad, ptr))
 c_optimizer_step <- function(ptr, optimizer) {
   invisible(.Call(ffi_optimizer_step, ptr, c_optim(optimizer)))
@@ -43,7 +45,7 @@ c_optimizer_step <- function(ptr, optimizer) {
 c_optimizer_steps <- function(ptr) .Call(ffi_optimizer_steps, ptr)
 c_optimizer_reset <- function(ptr) invisible(.Call(ffi_optimizer_reset, ptr))
 c_train_step <- function(ptr, x, y, target, optimizer, options = NULL) {
-  .Call(ffi_train_step, ptr, x, y, target_code(target), c_optim(optimizer), options)
+  .Call(ffi_train_step, ptr, x, y, target, c_optim(optimizer), options)
 }
 
 c_memory_stats <- function(ptr) .Call(ffi_memory_stats, ptr)
@@ -62,7 +64,7 @@ c_model_plan <- function(ptr, shape, training, optimizer = NULL, options = NULL)
   )
 }
 
-c_set_dtype <- function(ptr, dtype) invisible(.Call(ffi_set_dtype, ptr, dtype_code(dtype)))
+c_set_dtype <- function(ptr, dtype) invisible(.Call(ffi_set_dtype, ptr, dtype))
 c_loss_scale <- function(ptr) .Call(ffi_loss_scale, ptr)
 
 # Model files (src/r_io.c): optimizer NULL or c_optim(); metadata NULL or a
@@ -76,43 +78,40 @@ c_model_load_into <- function(ptr, path, optimizer) {
   .Call(ffi_model_load_into, ptr, path, isTRUE(optimizer))
 }
 
-# The layouts the glue expects (src/r_train.c).
-target_code <- function(target) if (identical(target, "sequence")) 1L else 0L
-
 # The storage types' names in cl_dtype order, from the core's one table.
 dtypes <- function() .Call(ffi_dtype_names)
-dtype_code <- function(dtype) match(dtype, dtypes()) - 1L
 
-# c(checkpoint, tbptt, accumulation_steps, outputs, plan_dtype): outputs 1 keeps
-# only the last states of an inference forward; plan_dtype 0 is the model's own
-# storage type, 1 + its code another one (cl_model_plan only).
+# outputs "last_state" keeps only the last states of an inference forward;
+# dtype NULL plans for the model's own storage type, a name for another one
+# (cl_model_plan only).
 c_step_options <- function(checkpoint = 0L, tbptt = 0L, accumulation_steps = 1L,
                            outputs = "all", dtype = NULL) {
-  c(
-    as.integer(checkpoint), as.integer(tbptt), as.integer(accumulation_steps),
-    if (identical(outputs, "last_state")) 1L else 0L,
-    if (is.null(dtype)) 0L else 1L + dtype_code(dtype)
+  list(
+    checkpoint = as.integer(checkpoint), tbptt = as.integer(tbptt),
+    accumulation_steps = as.integer(accumulation_steps),
+    outputs = if (identical(outputs, "last_state")) "last_state" else "all", dtype = dtype
   )
 }
 
 c_optim <- function(optimizer) {
-  kind <- switch(optimizer$kind, adam = 1, sgd = 2)
   betas <- optimizer$betas %||% c(0, 0)
-  c(
-    kind, optimizer$lr, betas[[1]], betas[[2]], optimizer$eps %||% 0,
-    optimizer$momentum %||% 0, optimizer$weight_decay
+  list(
+    kind = optimizer$kind, lr = as.double(optimizer$lr), beta1 = as.double(betas[[1]]),
+    beta2 = as.double(betas[[2]]), eps = as.double(optimizer$eps %||% 0),
+    momentum = as.double(optimizer$momentum %||% 0),
+    weight_decay = as.double(optimizer$weight_decay)
   )
 }
 
 # Data sets on the device (src/r_data.c). rows are R's 1-based indices; the
 # glue takes them 0-based.
-c_data_create <- function(ptr, x, y, target) .Call(ffi_data_create, ptr, x, y, target_code(target))
+c_data_create <- function(ptr, x, y, target) .Call(ffi_data_create, ptr, x, y, target)
 c_data_release <- function(dptr) .Call(ffi_data_release, dptr)
 c_data_status <- function(dptr) .Call(ffi_data_status, dptr)
 c_data_info <- function(dptr) .Call(ffi_data_info, dptr)
 c_data_alive <- function() .Call(ffi_data_alive)
 c_data_bytes_for <- function(ptr, shape, target) {
-  .Call(ffi_data_bytes_for, ptr, as.integer(shape), target_code(target))
+  .Call(ffi_data_bytes_for, ptr, as.integer(shape), target)
 }
 c_train_step_data <- function(ptr, dptr, rows, optimizer, options = NULL) {
   .Call(ffi_train_step_data, ptr, dptr, as.integer(rows) - 1L, c_optim(optimizer), options)

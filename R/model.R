@@ -102,8 +102,8 @@ convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hid
   if (identical(device, "auto")) device <- if (gpu_available()) "cuda" else "cpu"
   ptr <- c_model_create(
     input_dim, hidden_dims, kernel_sizes, bias,
-    device = match(device, c("cpu", "cuda")) - 1L,
-    dtype = dtype_code(dtype), threads = threads, memory_limit = memory_limit
+    device = device,
+    dtype = dtype, threads = threads, memory_limit = memory_limit
   )
   c_model_init_params(ptr)
   new_convlstm_model(ptr)

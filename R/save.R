@@ -108,8 +108,8 @@ convlstm_load <- function(path, device = "auto", dtype = NULL, memory_limit = NU
   if (identical(device, "auto")) device <- if (gpu_available()) "cuda" else "cpu"
   ptr <- c_model_create(
     config$input_dim, config$hidden_dims, config$kernel_sizes, config$bias,
-    device = match(device, c("cpu", "cuda")) - 1L,
-    dtype = dtype_code(dtype %||% config$dtype), threads = threads,
+    device = device,
+    dtype = dtype %||% config$dtype, threads = threads,
     memory_limit = memory_limit
   )
   # The file is read again into the model; the glue checks that it still
@@ -145,15 +145,16 @@ convlstm_file_info <- function(path) {
   )
 }
 
-# c(kind, lr, beta1, beta2, eps, momentum, weight_decay) from the glue, as an
-# optimizer object; the values are exactly the saved ones.
+# list(kind, lr, beta1, beta2, eps, momentum, weight_decay) from the glue
+# (r_optim_list), as an optimizer object; the values are exactly the saved ones.
 saved_optimizer <- function(info) {
   v <- info$optimizer
   if (is.null(v)) return(NULL)
-  if (v[[1]] == 1) {
-    optimizer_adam(lr = v[[2]], betas = v[3:4], eps = v[[5]], weight_decay = v[[7]])
+  if (identical(v$kind, "adam")) {
+    optimizer_adam(lr = v$lr, betas = c(v$beta1, v$beta2), eps = v$eps,
+                   weight_decay = v$weight_decay)
   } else {
-    optimizer_sgd(lr = v[[2]], momentum = v[[6]], weight_decay = v[[7]])
+    optimizer_sgd(lr = v$lr, momentum = v$momentum, weight_decay = v$weight_decay)
   }
 }
 

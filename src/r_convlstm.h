@@ -63,16 +63,31 @@ SEXP r_named_list(const char *const *names, int n);
 void r_row_major_to_r(const float *src, int ndim, const int *dims, double *dst);
 void r_r_to_row_major(const double *src, int ndim, const int *dims, float *dst);
 
-/* ---- r_train.c ---- */
+/* ---- r_options.c: what crosses .Call as names ---- */
 
-/* The R-side encodings of an optimizer (c_optim() in R/ffi.R) and of step
- * options (c_step_options()); both raise on a malformed vector. NULL opts
- * gives the plain step. */
+/* An optimizer (c_optim() in R/ffi.R) and step options (c_step_options()),
+ * named lists; both raise on a malformed one. NULL opts gives the plain
+ * step. */
 void r_optim(SEXP opt, cl_optim *out);
 /* R's NULL as a NULL optimizer (the state the model holds), else r_optim into buf. */
 const cl_optim *r_optim_or_null(SEXP opt, cl_optim *buf);
-SEXP r_optim_vector(const cl_optim *o);
+SEXP r_optim_list(const cl_optim *o);
 void r_step_options(SEXP opts, cl_step_options *out);
+/* Enums by name: "float32"..., "cpu" / "cuda", "last_state" / "sequence". */
+cl_dtype r_dtype(SEXP s);
+cl_device r_device(SEXP s);
+cl_target r_target(SEXP s);
+/* What ffi_forward returns: "all" (the tutorial's list of outputs and
+ * states), "sequence" (the last layer's outputs), "last_state" (its last h),
+ * "none", "last_states" (no outputs, every layer's last states). */
+typedef enum r_forward_what {
+  R_FWD_ALL = 0,
+  R_FWD_SEQUENCE,
+  R_FWD_LAST_STATE,
+  R_FWD_NONE,
+  R_FWD_LAST_STATES
+} r_forward_what;
+r_forward_what r_forward_mode(SEXP s);
 
 /* ---- entry points (registered in init.c) ---- */
 

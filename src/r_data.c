@@ -64,7 +64,7 @@ static cl_data *r_data(SEXP ptr) {
 
 SEXP ffi_data_create(SEXP ptr, SEXP x, SEXP y, SEXP target) {
   cl_model *m = r_model(ptr);
-  cl_target tg = Rf_asInteger(target) == 1 ? CL_TARGET_SEQUENCE : CL_TARGET_LAST_STATE;
+  cl_target tg = r_target(target);
   cl_host_array hx, hy;
   r_host_array(x, 5, "x", &hx);
   r_host_array(y, tg == CL_TARGET_SEQUENCE ? 5 : 4, "y", &hy);
@@ -124,7 +124,7 @@ SEXP ffi_data_bytes_for(SEXP ptr, SEXP shape, SEXP target) {
   if (TYPEOF(shape) != INTSXP || Rf_length(shape) != 4)
     r_raise_invalid("internal: ffi_data_bytes_for() needs c(rows, time, height, width)");
   const int *s = INTEGER(shape);
-  cl_target tg = Rf_asInteger(target) == 1 ? CL_TARGET_SEQUENCE : CL_TARGET_LAST_STATE;
+  cl_target tg = r_target(target);
   return Rf_ScalarReal((double)cl_data_bytes_for(m, s[0], s[1], s[2], s[3], tg));
 }
 

@@ -102,7 +102,7 @@ static SEXP saved_info(const cl_saved *s) {
 
   cl_optim o;
   int64_t steps = 0;
-  if (cl_saved_optimizer(s, &o, &steps)) SET_VECTOR_ELT(out, 1, r_optim_vector(&o));
+  if (cl_saved_optimizer(s, &o, &steps)) SET_VECTOR_ELT(out, 1, r_optim_list(&o));
   SET_VECTOR_ELT(out, 2, Rf_ScalarReal((double)steps));
 
   cl_loss_scale ls;

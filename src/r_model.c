@@ -59,8 +59,7 @@ SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP kernel_sizes, SEXP 
                       SEXP device, SEXP dtype, SEXP threads, SEXP memory_limit) {
   int nprotect = 0;
   if (TYPEOF(input_dim) != INTSXP || TYPEOF(hidden_dims) != INTSXP ||
-      TYPEOF(kernel_sizes) != INTSXP || TYPEOF(bias) != LGLSXP || TYPEOF(device) != INTSXP ||
-      TYPEOF(dtype) != INTSXP || TYPEOF(threads) != INTSXP || TYPEOF(memory_limit) != REALSXP)
+      TYPEOF(kernel_sizes) != INTSXP || TYPEOF(bias) != LGLSXP || TYPEOF(threads) != INTSXP || TYPEOF(memory_limit) != REALSXP)
     r_raise_invalid("internal: ffi_model_create() got arguments of the wrong type");
   int n_layers = Rf_length(hidden_dims);
   if (n_layers < 1 || n_layers > CL_MAX_LAYERS || Rf_length(kernel_sizes) != n_layers)
@@ -75,12 +74,8 @@ SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP kernel_sizes, SEXP 
     cfg.kernel_sizes[l] = int_at(kernel_sizes, l);
   }
   cfg.bias = LOGICAL(bias)[0] ? 1 : 0;
-  cfg.device = int_at(device, 0) == 1 ? CL_DEVICE_CUDA : CL_DEVICE_CPU;
-  switch (int_at(dtype, 0)) {
-    case 1: cfg.dtype = CL_F16; break;
-    case 2: cfg.dtype = CL_BF16; break;
-    default: cfg.dtype = CL_F32;
-  }
+  cfg.device = r_device(device);
+  cfg.dtype = r_dtype(dtype);
   cfg.n_threads = int_at(threads, 0);
   double limit = REAL(memory_limit)[0];
   cfg.memory_limit = limit > 0 ? (size_t)limit : 0;
@@ -192,13 +187,10 @@ SEXP ffi_model_init_params(SEXP ptr) {
 SEXP ffi_models_alive(void) { return Rf_ScalarInteger(cl_models_alive()); }
 
 
-/* dtype: 0 float32, 1 float16, 2 bfloat16 (cl_dtype). */
+/* dtype: a storage type's name. */
 SEXP ffi_set_dtype(SEXP ptr, SEXP dtype) {
   cl_model *m = r_model(ptr);
-  int d = Rf_asInteger(dtype);
-  if (d != CL_F32 && d != CL_F16 && d != CL_BF16)
-    r_raise_invalid("internal: ffi_set_dtype() got dtype code %d", d);
-  cl_status st = cl_model_set_dtype(m, (cl_dtype)d);
+  cl_status st = cl_model_set_dtype(m, r_dtype(dtype));
   if (st != CL_OK) r_raise_model(st, m);
   return R_NilValue;
 }

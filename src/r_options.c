@@ -1,0 +1,112 @@
+/*
+ * r_options.c -- the one place where options that cross .Call are decoded:
+ * named lists (an optimizer, a step's options) and enums passed by name
+ * (dtype, device, target, what a forward returns). R/ffi.R builds them with
+ * the same names; a missing or mistyped element is an internal error that
+ * names it, since the exported R functions have checked the user's values.
+ *
+ * It is not where user arguments are checked (R/errors.R and the exported
+ * functions do that, naming the argument).
+ */
+#include <string.h>
+
+#include "r_convlstm.h"
+
+/* The element `name` of list x, or R_NilValue. */
+static SEXP field(SEXP x, const char *name) {
+  SEXP names = Rf_getAttrib(x, R_NamesSymbol);
+  if (TYPEOF(x) != VECSXP || TYPEOF(names) != STRSXP) return R_NilValue;
+  for (R_xlen_t i = 0; i < Rf_xlength(x); i++)
+    if (strcmp(CHAR(STRING_ELT(names, i)), name) == 0) return VECTOR_ELT(x, i);
+  return R_NilValue;
+}
+
+static double num(SEXP x, const char *name, const char *what) {
+  SEXP v = field(x, name);
+  if ((TYPEOF(v) != REALSXP && TYPEOF(v) != INTSXP) || Rf_length(v) != 1)
+    r_raise_invalid("internal: %s needs a number `%s`", what, name);
+  return Rf_asReal(v);
+}
+
+/* The position of string s in names[0..n), for an enum passed by name. */
+static int choice(SEXP s, const char *const *names, int n, const char *what) {
+  if (TYPEOF(s) == STRSXP && Rf_length(s) == 1 && STRING_ELT(s, 0) != NA_STRING) {
+    const char *v = CHAR(STRING_ELT(s, 0));
+    for (int i = 0; i < n; i++)
+      if (strcmp(v, names[i]) == 0) return i;
+  }
+  r_raise_invalid("internal: %s must be one of its names", what);
+  return -1; /* not reached */
+}
+
+cl_dtype r_dtype(SEXP s) {
+  const char *names[CL_N_DTYPES];
+  for (int i = 0; i < CL_N_DTYPES; i++) names[i] = cl_dtype_name((cl_dtype)i);
+  return (cl_dtype)choice(s, names, CL_N_DTYPES, "dtype");
+}
+
+cl_device r_device(SEXP s) {
+  static const char *const names[] = {"cpu", "cuda"};
+  return choice(s, names, 2, "device") == 1 ? CL_DEVICE_CUDA : CL_DEVICE_CPU;
+}
+
+cl_target r_target(SEXP s) {
+  static const char *const names[] = {"last_state", "sequence"};
+  return choice(s, names, 2, "target") == 1 ? CL_TARGET_SEQUENCE : CL_TARGET_LAST_STATE;
+}
+
+r_forward_what r_forward_mode(SEXP s) {
+  static const char *const names[] = {"all", "sequence", "last_state", "none", "last_states"};
+  return (r_forward_what)choice(s, names, 5, "what a forward returns");
+}
+
+/* list(kind = "adam" | "sgd", lr, beta1, beta2, eps, momentum, weight_decay):
+ * c_optim() in R/ffi.R. */
+void r_optim(SEXP opt, cl_optim *out) {
+  static const char *const kinds[] = {"adam", "sgd"};
+  if (TYPEOF(opt) != VECSXP)
+    r_raise_invalid("`optimizer` must be made by optimizer_adam() or optimizer_sgd()");
+  memset(out, 0, sizeof *out);
+  out->kind = choice(field(opt, "kind"), kinds, 2, "optimizer kind") == 1 ? CL_OPTIM_SGD
+                                                                          : CL_OPTIM_ADAM;
+  out->lr = num(opt, "lr", "an optimizer");
+  out->beta1 = num(opt, "beta1", "an optimizer");
+  out->beta2 = num(opt, "beta2", "an optimizer");
+  out->eps = num(opt, "eps", "an optimizer");
+  out->momentum = num(opt, "momentum", "an optimizer");
+  out->weight_decay = num(opt, "weight_decay", "an optimizer");
+}
+
+const cl_optim *r_optim_or_null(SEXP opt, cl_optim *buf) {
+  if (opt == R_NilValue) return NULL;
+  r_optim(opt, buf);
+  return buf;
+}
+
+/* The inverse of r_optim (an unprotected new list). */
+SEXP r_optim_list(const cl_optim *o) {
+  const char *const names[] = {"kind", "lr", "beta1", "beta2", "eps", "momentum", "weight_decay"};
+  SEXP out = PROTECT(r_named_list(names, 7));
+  SET_VECTOR_ELT(out, 0, Rf_mkString(o->kind == CL_OPTIM_SGD ? "sgd" : "adam"));
+  const double v[6] = {o->lr, o->beta1, o->beta2, o->eps, o->momentum, o->weight_decay};
+  for (int i = 0; i < 6; i++) SET_VECTOR_ELT(out, i + 1, Rf_ScalarReal(v[i]));
+  UNPROTECT(1);
+  return out;
+}
+
+/* list(checkpoint, tbptt, accumulation_steps, outputs = "all" | "last_state",
+ * dtype = NULL | a dtype's name for cl_model_plan): c_step_options() in
+ * R/ffi.R. NULL: the plain step. */
+void r_step_options(SEXP opts, cl_step_options *out) {
+  static const char *const outputs[] = {"all", "last_state"};
+  memset(out, 0, sizeof *out);
+  if (opts == R_NilValue) return;
+  if (TYPEOF(opts) != VECSXP) r_raise_invalid("internal: step options must be a named list");
+  out->checkpoint = (int)num(opts, "checkpoint", "step options");
+  out->tbptt = (int)num(opts, "tbptt", "step options");
+  out->accumulation_steps = (int)num(opts, "accumulation_steps", "step options");
+  out->outputs = choice(field(opts, "outputs"), outputs, 2, "outputs") == 1 ? CL_OUTPUTS_LAST
+                                                                            : CL_OUTPUTS_ALL;
+  SEXP dt = field(opts, "dtype");
+  out->plan_dtype = dt == R_NilValue ? 0 : 1 + (int)r_dtype(dt);
+}
