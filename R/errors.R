@@ -124,11 +124,11 @@ check_array <- function(x, arg, ndim, call = sys.call(-1)) {
 # can index (int dims, size_t bytes), refused here so the message names the
 # arguments; sizes below that are left to the allocator (an oom error).
 check_layer_sizes <- function(input_dim, hidden_dims, kernel_sizes, call = sys.call(-1)) {
-  n <- length(hidden_dims)
   hidden_dims <- as.double(hidden_dims) # integers would overflow to NA below
   kernel_sizes <- as.double(kernel_sizes)
-  inp <- c(as.double(input_dim), hidden_dims[-n])
-  count <- 4 * hidden_dims * (inp + hidden_dims) * kernel_sizes^2 + 4 * hidden_dims
+  shapes <- layer_shapes(input_dim, hidden_dims, kernel_sizes)
+  inp <- shapes$input
+  count <- shapes$weight + shapes$bias
   big <- 4 * hidden_dims > .Machine$integer.max | inp + hidden_dims > .Machine$integer.max |
     kernel_sizes^2 > .Machine$integer.max | count * 4 >= 2^53
   if (any(big)) {

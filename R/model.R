@@ -182,15 +182,24 @@ check_input <- function(x, config, arg, call = sys.call(-1)) {
   x
 }
 
+# Per layer: its input channels (input_dim, then the layer below's hidden)
+# and the elements of its weight [4h, in + h, k, k] and bias [4h], in double
+# (no integer overflow): the one place R writes these shapes down.
+layer_shapes <- function(input_dim, hidden_dims, kernel_sizes) {
+  h <- as.double(hidden_dims)
+  k <- as.double(kernel_sizes)
+  inp <- c(as.double(input_dim), h[-length(h)])
+  list(input = inp, weight = 4 * h * (inp + h) * k^2, bias = 4 * h)
+}
+
 layer_table <- function(config) {
-  L <- config$n_layers
   h <- config$hidden_dims
   k <- config$kernel_sizes
-  inp <- c(config$input_dim, h[-L])
-  params <- 4 * h * (inp + h) * k * k + if (isTRUE(config$bias)) 4 * h else 0
+  shapes <- layer_shapes(config$input_dim, h, k)
+  params <- shapes$weight + if (isTRUE(config$bias)) shapes$bias else 0
   data.frame(
-    layer = seq_len(L), input = inp, hidden = h, kernel = paste0(k, "x", k),
-    parameters = params, bytes = params * 4
+    layer = seq_len(config$n_layers), input = shapes$input, hidden = h,
+    kernel = paste0(k, "x", k), parameters = params, bytes = params * 4
   )
 }
 

@@ -81,7 +81,6 @@ memory_profile <- function(model, batch_sizes, seq_len, height, width, steps = 2
   copy_ptr <- model_ptr(copy)
 
   C <- config$input_dim
-  out_c <- config$hidden_dims[[config$n_layers]]
   rows <- lapply(batch_sizes, function(B) {
     est <- memory_estimate(copy, B, seq_len, height, width, optimizer = optimizer,
                            checkpoint = checkpoint, accumulation_steps = accumulation_steps,
@@ -95,7 +94,7 @@ memory_profile <- function(model, batch_sizes, seq_len, height, width, steps = 2
       ))
     }
     x <- array(stats::runif(B * seq_len * C * height * width), c(B, seq_len, C, height, width))
-    yd <- if (target == "sequence") c(B, seq_len, out_c, height, width) else c(B, out_c, height, width)
+    yd <- output_dims(dim(x), config, target)
     y <- array(stats::runif(prod(yd)), yd)
     # start each size from the model-wide buffers only, so its peaks are its own
     c_empty_cache(copy_ptr)
