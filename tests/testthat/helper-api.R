@@ -1,4 +1,4 @@
-# helper-api.R -- tiny models and data for the test-api-*.R files: shapes
+# helper-api.R -- tiny models and data for the API tests (test-model.R, test-train.R, ...): shapes
 # small enough that the whole API suite runs in seconds on two cores.
 
 api_model <- function(input_dim = 2, hidden_dims = c(3, 2), kernel_sizes = 3, ...) {

@@ -1,4 +1,4 @@
-# test-memory-stats.R -- memory_stats(), memory_summary(), reset_peak_memory_stats(),
+# test-memory.R -- memory_stats(), memory_summary(), reset_peak_memory_stats(),
 # empty_cache() and the memory limit (convlstm(memory_limit =), set_memory_limit()),
 # with the out-of-memory error users know. Tiny shapes: the file runs in well under a
 # second.

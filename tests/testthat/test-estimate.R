@@ -1,4 +1,4 @@
-# test-memory-estimate.R -- memory_estimate() equals the measurement to the byte:
+# test-estimate.R -- memory_estimate() equals the measurement to the byte:
 # over 60 random tiny configurations, shapes and step options (checkpoint,
 # accumulation_steps, tbptt, dtype, training or inference with all outputs or
 # the last state only), a fresh model's measured peak per category after one

@@ -1,4 +1,4 @@
-# test-memory-batch.R -- max_batch_size() and memory_profile(): the largest batch
+# test-profile.R -- max_batch_size() and memory_profile(): the largest batch
 # the plan says fits does train under memory_limit = budget, one more sample is an
 # out-of-memory error after which the model still trains; the profile measures
 # what the estimate says, leaves the model and R's random stream alone, and
