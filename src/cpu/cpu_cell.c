@@ -73,41 +73,83 @@ static void forward_scalar(const cell_row *r, int p) {
   }
 }
 
-#if CL_VMATH_X86
-__attribute__((target("avx512f"))) static void forward_avx512(const cell_row *r) {
-  int p = 0;
-  for (; p + 16 <= r->P; p += 16) {
-    __m512 i = cl_vm_sigmoid512(_mm512_loadu_ps(r->i + p));
-    __m512 f = cl_vm_sigmoid512(_mm512_loadu_ps(r->f + p));
-    __m512 o = cl_vm_sigmoid512(_mm512_loadu_ps(r->o + p));
-    __m512 g = cl_vm_tanh512(_mm512_loadu_ps(r->g + p));
-    __m512 c = _mm512_mul_ps(i, g);
-    if (r->cp) c = _mm512_add_ps(_mm512_mul_ps(f, _mm512_loadu_ps(r->cp + p)), c);
-    _mm512_storeu_ps(r->i + p, i), _mm512_storeu_ps(r->f + p, f);
-    _mm512_storeu_ps(r->o + p, o), _mm512_storeu_ps(r->g + p, g);
-    _mm512_storeu_ps(r->cn + p, c);
-    _mm512_storeu_ps(r->h + p, _mm512_mul_ps(o, cl_vm_tanh512(c)));
+/* The scalar backward row (also the vector rows' tails); the formulas are
+ * backend.h's: activations in, pre-activation gradients out. */
+static void backward_scalar(const cell_row *r, int p) {
+  for (; p < r->P; p++) {
+    float i = r->i[p], f = r->f[p], o = r->o[p], g = r->g[p];
+    float tc = tanhf(r->c[p]), dh = r->dh[p];
+    float d_o = dh * tc;
+    float dct = r->dc[p] + dh * o * (1.0f - tc * tc);
+    float di = dct * g, dg = dct * i, df = r->cp ? dct * r->cp[p] : 0.0f;
+    r->dc[p] = dct * f;
+    r->i[p] = di * i * (1.0f - i);
+    r->f[p] = df * f * (1.0f - f);
+    r->o[p] = d_o * o * (1.0f - o);
+    r->g[p] = dg * (1.0f - g * g);
   }
-  forward_scalar(r, p);
 }
 
-__attribute__((target("avx2,fma"))) static void forward_avx2(const cell_row *r) {
-  int p = 0;
-  for (; p + 8 <= r->P; p += 8) {
-    __m256 i = cl_vm_sigmoid256(_mm256_loadu_ps(r->i + p));
-    __m256 f = cl_vm_sigmoid256(_mm256_loadu_ps(r->f + p));
-    __m256 o = cl_vm_sigmoid256(_mm256_loadu_ps(r->o + p));
-    __m256 g = cl_vm_tanh256(_mm256_loadu_ps(r->g + p));
-    __m256 c = _mm256_mul_ps(i, g);
-    if (r->cp) c = _mm256_add_ps(_mm256_mul_ps(f, _mm256_loadu_ps(r->cp + p)), c);
-    _mm256_storeu_ps(r->i + p, i), _mm256_storeu_ps(r->f + p, f);
-    _mm256_storeu_ps(r->o + p, o), _mm256_storeu_ps(r->g + p, g);
-    _mm256_storeu_ps(r->cn + p, c);
-    _mm256_storeu_ps(r->h + p, _mm256_mul_ps(o, cl_vm_tanh256(c)));
-  }
-  forward_scalar(r, p);
-}
+/* ---- the vector rows: cpu_cell_tmpl.h once per instruction set ---------- */
+
+#if CL_VMATH_X86
+#define FN(name) name##_avx512
+#define TGT __attribute__((target("avx512f")))
+#define V __m512
+#define VW 16
+#define VZERO() _mm512_setzero_ps()
+#define VLOADU(p) _mm512_loadu_ps(p)
+#define VSTOREU(p, v) _mm512_storeu_ps((p), (v))
+#define VSET1(x) _mm512_set1_ps(x)
+#define VADD(a, b) _mm512_add_ps((a), (b))
+#define VSUB(a, b) _mm512_sub_ps((a), (b))
+#define VMUL(a, b) _mm512_mul_ps((a), (b))
+#define VSIGMOID(v) cl_vm_sigmoid512(v)
+#define VTANH(v) cl_vm_tanh512(v)
+#include "cpu_cell_tmpl.h" /* forward_avx512, backward_avx512 */
+#undef FN
+#undef TGT
+#undef V
+#undef VW
+#undef VZERO
+#undef VLOADU
+#undef VSTOREU
+#undef VSET1
+#undef VADD
+#undef VSUB
+#undef VMUL
+#undef VSIGMOID
+#undef VTANH
+
+#define FN(name) name##_avx2
+#define TGT __attribute__((target("avx2,fma")))
+#define V __m256
+#define VW 8
+#define VZERO() _mm256_setzero_ps()
+#define VLOADU(p) _mm256_loadu_ps(p)
+#define VSTOREU(p, v) _mm256_storeu_ps((p), (v))
+#define VSET1(x) _mm256_set1_ps(x)
+#define VADD(a, b) _mm256_add_ps((a), (b))
+#define VSUB(a, b) _mm256_sub_ps((a), (b))
+#define VMUL(a, b) _mm256_mul_ps((a), (b))
+#define VSIGMOID(v) cl_vm_sigmoid256(v)
+#define VTANH(v) cl_vm_tanh256(v)
+#include "cpu_cell_tmpl.h" /* forward_avx2, backward_avx2 */
+#undef FN
+#undef TGT
+#undef V
+#undef VW
+#undef VZERO
+#undef VLOADU
+#undef VSTOREU
+#undef VSET1
+#undef VADD
+#undef VSUB
+#undef VMUL
+#undef VSIGMOID
+#undef VTANH
 #endif
+
 
 static void forward_row(cl_cpu_gemm_kind isa, const cell_row *r) {
 #if CL_VMATH_X86
@@ -179,67 +221,6 @@ cl_status cl_cpu_gates_forward(cl_backend *be, const cl_gates_shape *s, void *z,
 }
 
 /* ---- backward: see backend.h; activations in, pre-activation grads out --- */
-
-static void backward_scalar(const cell_row *r, int p) {
-  for (; p < r->P; p++) {
-    float i = r->i[p], f = r->f[p], o = r->o[p], g = r->g[p];
-    float tc = tanhf(r->c[p]), dh = r->dh[p];
-    float d_o = dh * tc;
-    float dct = r->dc[p] + dh * o * (1.0f - tc * tc);
-    float di = dct * g, dg = dct * i, df = r->cp ? dct * r->cp[p] : 0.0f;
-    r->dc[p] = dct * f;
-    r->i[p] = di * i * (1.0f - i);
-    r->f[p] = df * f * (1.0f - f);
-    r->o[p] = d_o * o * (1.0f - o);
-    r->g[p] = dg * (1.0f - g * g);
-  }
-}
-
-#if CL_VMATH_X86
-__attribute__((target("avx512f"))) static void backward_avx512(const cell_row *r) {
-  const __m512 one = _mm512_set1_ps(1.0f);
-  int p = 0;
-  for (; p + 16 <= r->P; p += 16) {
-    __m512 i = _mm512_loadu_ps(r->i + p), f = _mm512_loadu_ps(r->f + p);
-    __m512 o = _mm512_loadu_ps(r->o + p), g = _mm512_loadu_ps(r->g + p);
-    __m512 tc = cl_vm_tanh512(_mm512_loadu_ps(r->c + p)), dh = _mm512_loadu_ps(r->dh + p);
-    __m512 d_o = _mm512_mul_ps(dh, tc);
-    __m512 dct = _mm512_add_ps(
-        _mm512_loadu_ps(r->dc + p),
-        _mm512_mul_ps(_mm512_mul_ps(dh, o), _mm512_sub_ps(one, _mm512_mul_ps(tc, tc))));
-    __m512 di = _mm512_mul_ps(dct, g), dg = _mm512_mul_ps(dct, i);
-    __m512 df = r->cp ? _mm512_mul_ps(dct, _mm512_loadu_ps(r->cp + p)) : _mm512_setzero_ps();
-    _mm512_storeu_ps(r->dc + p, _mm512_mul_ps(dct, f));
-    _mm512_storeu_ps(r->i + p, _mm512_mul_ps(_mm512_mul_ps(di, i), _mm512_sub_ps(one, i)));
-    _mm512_storeu_ps(r->f + p, _mm512_mul_ps(_mm512_mul_ps(df, f), _mm512_sub_ps(one, f)));
-    _mm512_storeu_ps(r->o + p, _mm512_mul_ps(_mm512_mul_ps(d_o, o), _mm512_sub_ps(one, o)));
-    _mm512_storeu_ps(r->g + p, _mm512_mul_ps(dg, _mm512_sub_ps(one, _mm512_mul_ps(g, g))));
-  }
-  backward_scalar(r, p);
-}
-
-__attribute__((target("avx2,fma"))) static void backward_avx2(const cell_row *r) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  int p = 0;
-  for (; p + 8 <= r->P; p += 8) {
-    __m256 i = _mm256_loadu_ps(r->i + p), f = _mm256_loadu_ps(r->f + p);
-    __m256 o = _mm256_loadu_ps(r->o + p), g = _mm256_loadu_ps(r->g + p);
-    __m256 tc = cl_vm_tanh256(_mm256_loadu_ps(r->c + p)), dh = _mm256_loadu_ps(r->dh + p);
-    __m256 d_o = _mm256_mul_ps(dh, tc);
-    __m256 dct = _mm256_add_ps(
-        _mm256_loadu_ps(r->dc + p),
-        _mm256_mul_ps(_mm256_mul_ps(dh, o), _mm256_sub_ps(one, _mm256_mul_ps(tc, tc))));
-    __m256 di = _mm256_mul_ps(dct, g), dg = _mm256_mul_ps(dct, i);
-    __m256 df = r->cp ? _mm256_mul_ps(dct, _mm256_loadu_ps(r->cp + p)) : _mm256_setzero_ps();
-    _mm256_storeu_ps(r->dc + p, _mm256_mul_ps(dct, f));
-    _mm256_storeu_ps(r->i + p, _mm256_mul_ps(_mm256_mul_ps(di, i), _mm256_sub_ps(one, i)));
-    _mm256_storeu_ps(r->f + p, _mm256_mul_ps(_mm256_mul_ps(df, f), _mm256_sub_ps(one, f)));
-    _mm256_storeu_ps(r->o + p, _mm256_mul_ps(_mm256_mul_ps(d_o, o), _mm256_sub_ps(one, o)));
-    _mm256_storeu_ps(r->g + p, _mm256_mul_ps(dg, _mm256_sub_ps(one, _mm256_mul_ps(g, g))));
-  }
-  backward_scalar(r, p);
-}
-#endif
 
 static void backward_row(cl_cpu_gemm_kind isa, const cell_row *r) {
 #if CL_VMATH_X86
