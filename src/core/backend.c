@@ -22,8 +22,9 @@ cl_status cl_backend_synchronize(cl_backend *be) {
   return be->iface->synchronize ? be->iface->synchronize(be) : CL_OK;
 }
 
-size_t cl_backend_conv_workspace(cl_backend *be, const cl_conv_shape *s) {
-  return be->iface->conv_workspace ? be->iface->conv_workspace(be, s) : 0;
+cl_status cl_backend_conv_workspace(cl_backend *be, const cl_conv_shape *s, size_t *bytes) {
+  *bytes = 0;
+  return be->iface->conv_workspace ? be->iface->conv_workspace(be, s, bytes) : CL_OK;
 }
 
 int cl_build_has_cuda(void) {

@@ -85,10 +85,12 @@ struct cl_backend_i {
   cl_status (*host_stage)(cl_backend *be, size_t bytes, void **host);
 
   /* ---- convolution ---- */
-  /* (optional) workspace bytes that each of the three conv calls below may
+  /* (optional) *bytes: workspace that each of the three conv calls below may
    * use for this shape; default 0. The core allocates the maximum over all
-   * shapes of a step once, in the plan. */
-  size_t (*conv_workspace)(cl_backend *be, const cl_conv_shape *s);
+   * shapes of a step once, in the plan. A failure (no algorithm for the
+   * shape, say) is a status with the reason in be->err, and fails the plan:
+   * a guess would be a plan too small for the calls. */
+  cl_status (*conv_workspace)(cl_backend *be, const cl_conv_shape *s, size_t *bytes);
   /* y = conv(x, w) + bias (bias may be NULL); accumulate: y += instead. */
   cl_status (*conv_forward)(cl_backend *be, const cl_conv_shape *s, const void *x,
                             const float *w, const float *bias, void *y, int accumulate,
@@ -160,7 +162,7 @@ cl_status cl_backend_cuda_device_info(int device, cl_gpu_info *out, char *err, s
 /* Wrappers that supply defaults for the optional slots. */
 cl_status cl_backend_mem_info(cl_backend *be, size_t *free_bytes, size_t *total_bytes);
 cl_status cl_backend_synchronize(cl_backend *be);
-size_t cl_backend_conv_workspace(cl_backend *be, const cl_conv_shape *s);
+cl_status cl_backend_conv_workspace(cl_backend *be, const cl_conv_shape *s, size_t *bytes);
 void cl_backend_destroy(cl_backend *be);
 
 #endif

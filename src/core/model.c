@@ -181,9 +181,9 @@ cl_status cl_model_plan(cl_model *m, int B, int T, int H, int W, int training,
   memset(out, 0, sizeof *out);
   cl_geom g;
   CL_TRY(cl_geom_make(m, B, T, H, W, training, opts, &g));
-  if (cl_plan_build(m, &g, opt, out) != CL_OK)
-    return cl_fail(m, CL_E_INVALID, "a step of batch %d, %d steps, %dx%d pixels: sizes overflow",
-                   B, T, H, W);
+  char err[CL_ERRMSG_LEN];
+  cl_status st = cl_plan_build(m, &g, opt, out, err, sizeof err);
+  if (st != CL_OK) return cl_fail(m, st, "%s", err);
   return CL_OK;
 }
 

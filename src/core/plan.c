@@ -58,6 +58,7 @@ typedef struct plan_builder {
   cl_plan *p;
   int cap;
   int overflow;
+  cl_status backend; /* a failed workspace query: its status (the reason in be->err) */
 } plan_builder;
 
 static void add(plan_builder *b, int kind, int layer, cl_mem_category cat, size_t bytes,
@@ -93,31 +94,32 @@ static size_t nbytes(plan_builder *b, size_t elt, size_t d0, size_t d1, size_t d
   return n;
 }
 
-static size_t ws_of(const struct cl_model *m, size_t cur, cl_conv_shape s) {
-  if (s.N <= 0) return cur;
-  size_t w = cl_backend_conv_workspace(m->be, &s);
+static size_t ws_of(plan_builder *b, const cl_model *m, size_t cur, cl_conv_shape s) {
+  if (s.N <= 0 || b->backend != CL_OK) return cur;
+  size_t w = 0;
+  b->backend = cl_backend_conv_workspace(m->be, &s, &w);
   return w > cur ? w : cur;
 }
 
 /* Workspace: the largest any convolution of the call asks for, over every
  * micro-batch size and segment length it runs. */
-static size_t plan_workspace(const struct cl_model *m, const cl_geom *g) {
+static size_t plan_workspace(plan_builder *b, const cl_model *m, const cl_geom *g) {
   size_t ws = 0;
   int bs[2] = {g->Bm, g->B - (ceil_div(g->B, g->Bm) - 1) * g->Bm};
   int lens[2] = {g->S, g->T - (ceil_div(g->T, g->S) - 1) * g->S};
   for (int l = 0; l < m->cfg.n_layers; l++) {
     const cl_layer *L = &m->layer[l];
     if (!g->training) {
-      ws = ws_of(m, ws, cl_conv_input_half(L, g, g->B));
-      ws = ws_of(m, ws, cl_conv_hidden_half(L, g, g->B));
+      ws = ws_of(b, m, ws, cl_conv_input_half(L, g, g->B));
+      ws = ws_of(b, m, ws, cl_conv_hidden_half(L, g, g->B));
       continue;
     }
     for (int i = 0; i < 2; i++)
       for (int j = 0; j < 2; j++) {
-        int b = bs[i], len = lens[j];
-        ws = ws_of(m, ws, cl_conv_input_half(L, g, len * b));       /* all steps */
-        ws = ws_of(m, ws, cl_conv_hidden_half(L, g, b));            /* per step */
-        ws = ws_of(m, ws, cl_conv_hidden_half(L, g, (len - 1) * b)); /* filter grad */
+        int n = bs[i], len = lens[j];
+        ws = ws_of(b, m, ws, cl_conv_input_half(L, g, len * n));       /* all steps */
+        ws = ws_of(b, m, ws, cl_conv_hidden_half(L, g, n));            /* per step */
+        ws = ws_of(b, m, ws, cl_conv_hidden_half(L, g, (len - 1) * n)); /* filter grad */
       }
   }
   return ws;
@@ -211,19 +213,27 @@ static void place_in_arena(plan_builder *b) {
   if (p->reserved < at) b->overflow = 1;
 }
 
-cl_status cl_plan_build(const struct cl_model *m, const cl_geom *g, const cl_optim *opt,
-                        cl_plan *out) {
+cl_status cl_plan_build(const cl_model *m, const cl_geom *g, const cl_optim *opt, cl_plan *out,
+                        char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
-  plan_builder b = {out, 0, 0};
+  plan_builder b = {out, 0, 0, CL_OK};
   plan_model_buffers(&b, m, g->training, opt);
   if (g->training)
     plan_training(&b, m, g);
   else
     plan_inference(&b, m, g);
-  add(&b, CL_BUF_WS, -1, CL_MEM_WORKSPACE, plan_workspace(m, g), "conv_workspace");
+  add(&b, CL_BUF_WS, -1, CL_MEM_WORKSPACE, plan_workspace(&b, m, g), "conv_workspace");
   place_in_arena(&b);
+  if (b.backend != CL_OK) {
+    cl_plan_free(out);
+    snprintf(err, errlen, "planning a step of batch %d, %d steps, %dx%d pixels: %s", g->B, g->T,
+             g->H, g->W, m->be->err[0] ? m->be->err : "the convolution workspace query failed");
+    return b.backend;
+  }
   if (b.overflow) {
     cl_plan_free(out);
+    snprintf(err, errlen, "a step of batch %d, %d steps, %dx%d pixels: sizes overflow", g->B,
+             g->T, g->H, g->W);
     return CL_E_INVALID;
   }
   return CL_OK;

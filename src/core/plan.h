@@ -10,14 +10,14 @@
 
 #include "internal.h" /* cl_model, cl_geom */
 
-
-
-/* Fills *out (entries malloc'ed; free with cl_plan_free). opt may be NULL:
- * then the optimizer state the model holds, if any, is planned. */
 /* The geometry of a call from its shape and options (checked). */
 cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
                        const cl_step_options *o, cl_geom *g);
-cl_status cl_plan_build(const cl_model *m, const cl_geom *g, const cl_optim *opt,
-                        cl_plan *out);
+/* Fills *out (entries malloc'ed; free with cl_plan_free). opt may be NULL:
+ * then the optimizer state the model holds, if any, is planned. Fails, with
+ * the reason in err, with CL_E_INVALID when sizes overflow, or with the
+ * backend's status when it cannot say a convolution's workspace. */
+cl_status cl_plan_build(const cl_model *m, const cl_geom *g, const cl_optim *opt, cl_plan *out,
+                        char *err, size_t errlen);
 
 #endif

@@ -78,10 +78,11 @@ cl_status cl_step_prepare(cl_model *m, const cl_geom *g) {
   if (st->valid && memcmp(&st->g, g, sizeof *g) == 0) return CL_OK;
   unbind(m);
   cl_plan plan;
-  if (cl_plan_build(m, g, NULL, &plan) != CL_OK) {
+  char err[CL_ERRMSG_LEN];
+  cl_status built = cl_plan_build(m, g, NULL, &plan, err, sizeof err);
+  if (built != CL_OK) {
     cl_step_release(m);
-    return cl_fail(m, CL_E_INVALID, "a step of batch %d, %d steps, %dx%d pixels: sizes overflow",
-                   g->B, g->T, g->H, g->W);
+    return cl_fail(m, built, "%s", err);
   }
   cl_status s = ensure_arena(m, plan.arena);
   if (s != CL_OK) {

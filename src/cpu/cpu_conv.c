@@ -235,14 +235,15 @@ static cl_status check_shape(cl_backend *be, const cl_conv_shape *s) {
   return CL_OK;
 }
 
-size_t cl_cpu_conv_workspace(cl_backend *be, const cl_conv_shape *s) {
-  if (check_shape(be, s) != CL_OK) return 0;
-  size_t best = 0;
+cl_status cl_cpu_conv_workspace(cl_backend *be, const cl_conv_shape *s, size_t *bytes) {
+  *bytes = 0;
+  cl_status st = check_shape(be, s);
+  if (st != CL_OK) return st;
   for (int op = OP_FORWARD; op <= OP_BWD_FILTER; op++) {
     conv_plan pl = conv_plan_of((conv_op)op, s, be);
-    if (pl.total > best) best = pl.total;
+    if (pl.total > *bytes) *bytes = pl.total;
   }
-  return best;
+  return CL_OK;
 }
 
 /* ---- im2col / col2im ----------------------------------------------------- */

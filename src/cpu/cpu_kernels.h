@@ -43,7 +43,7 @@ void cl_cpu_load(cl_dtype t, const void *src, size_t off, float *dst, size_t n);
 void cl_cpu_store(cl_dtype t, const float *src, void *dst, size_t off, size_t n, int accumulate);
 
 /* cpu_conv.c */
-size_t cl_cpu_conv_workspace(cl_backend *be, const cl_conv_shape *s);
+cl_status cl_cpu_conv_workspace(cl_backend *be, const cl_conv_shape *s, size_t *bytes);
 cl_status cl_cpu_conv_forward(cl_backend *be, const cl_conv_shape *s, const void *x, const float *w,
                               const float *bias, void *y, int accumulate, void *ws);
 cl_status cl_cpu_conv_backward_data(cl_backend *be, const cl_conv_shape *s, const void *dy,

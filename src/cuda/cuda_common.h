@@ -140,7 +140,7 @@ cl_status cl_cuda_cast_from_f32(cl_backend *be, const float *src, void *dst, siz
 /* ---- the slots (one file each, named after their CPU twins) ------------ */
 
 /* cudnn_conv.cu */
-size_t cl_cuda_conv_workspace(cl_backend *be, const cl_conv_shape *s);
+cl_status cl_cuda_conv_workspace(cl_backend *be, const cl_conv_shape *s, size_t *bytes);
 cl_status cl_cuda_conv_forward(cl_backend *be, const cl_conv_shape *s, const void *x,
                                const float *w, const float *bias, void *y, int accumulate,
                                void *ws);

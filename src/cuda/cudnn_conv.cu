@@ -389,21 +389,26 @@ static cl_status cudnn_ws(cl_backend *be, const cl_conv_shape *s, int step, unsi
 }
 
 /* The workspace of s: the largest need of the three directions, each over
- * its own chunks. On failure 0, the reason in be->err, and the convolution
- * calls themselves will fail with it. */
-size_t cl_cuda_conv_workspace(cl_backend *be, const cl_conv_shape *s) {
-  if (check_shape(be, s) != CL_OK || s->N == 0) return 0;
+ * its own chunks. A failed choice of algorithm is returned with cuDNN's
+ * reason in be->err, and fails the plan. */
+cl_status cl_cuda_conv_workspace(cl_backend *be, const cl_conv_shape *s, size_t *bytes) {
+  *bytes = 0;
+  cl_status st = check_shape(be, s);
+  if (st != CL_OK || s->N == 0) return st;
   int nf, nd, nw;
   size_t fwd, data, filter;
-  if (dir_chunk(be, s, DIR_FWD, &nf) != CL_OK || dir_chunk(be, s, DIR_DATA, &nd) != CL_OK ||
-      dir_chunk(be, s, DIR_FILTER, &nw) != CL_OK || cudnn_ws(be, s, nf, DIR_FWD, &fwd) != CL_OK ||
-      cudnn_ws(be, s, nd, DIR_DATA, &data) != CL_OK ||
-      cudnn_ws(be, s, nw, DIR_FILTER, &filter) != CL_OK)
-    return 0;
+  if ((st = dir_chunk(be, s, DIR_FWD, &nf)) != CL_OK ||
+      (st = dir_chunk(be, s, DIR_DATA, &nd)) != CL_OK ||
+      (st = dir_chunk(be, s, DIR_FILTER, &nw)) != CL_OK ||
+      (st = cudnn_ws(be, s, nf, DIR_FWD, &fwd)) != CL_OK ||
+      (st = cudnn_ws(be, s, nd, DIR_DATA, &data)) != CL_OK ||
+      (st = cudnn_ws(be, s, nw, DIR_FILTER, &filter)) != CL_OK)
+    return st;
   data += dx_scratch_bytes(s, nd);
   size_t need = fwd > data ? fwd : data;
   if (filter > need) need = filter;
-  return weight_copy_bytes(s) + need;
+  *bytes = weight_copy_bytes(s) + need;
+  return CL_OK;
 }
 
 static cl_status missing_ws(cl_backend *be, const char *what, size_t bytes) {

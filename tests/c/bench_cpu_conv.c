@@ -70,7 +70,11 @@ static void bench(cl_backend *be, cl_conv_shape s) {
   B.dw = random_floats(s.K * s.C * kk);
   B.b = random_floats(s.K);
   B.db = random_floats(s.K);
-  size_t wsb = be->iface->conv_workspace(be, &s);
+  size_t wsb = 0;
+  if (be->iface->conv_workspace(be, &s, &wsb) != CL_OK) {
+    fprintf(stderr, "conv_workspace: %s\n", be->err);
+    exit(1);
+  }
   be->iface->alloc(be, wsb, &B.ws);
   double flop = 2.0 * s.N * s.K * s.C * kk * P;
   int reps = (int)(2e10 / flop) + 3;

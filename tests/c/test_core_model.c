@@ -6,7 +6,8 @@
  * freeing returns every byte. Exits nonzero on any failure.
  */
 #include "convlstm.h"
-#include "ctest.h" /* CHECK, uniform01 */
+#include "core/internal.h" /* m->be, to replace one slot of its table */
+#include "ctest.h"          /* CHECK, uniform01 */
 
 #include <math.h>
 #include <stdio.h>
@@ -277,10 +278,48 @@ static void test_lifetime(void) {
   CHECK(cl_models_alive() == before, "failed create leaks a model");
 }
 
+/* A backend that cannot say a convolution's workspace (cuDNN with no
+ * algorithm for a shape, on a GPU): the CPU backend's table with that one
+ * slot replaced. The plan and the step must fail with its reason, not plan
+ * a workspace too small for the calls; with the slot restored both work. */
+static cl_status refuse_workspace(cl_backend *be, const cl_conv_shape *s, size_t *bytes) {
+  (void)s;
+  *bytes = 0;
+  snprintf(be->err, sizeof be->err, "test backend: no algorithm for this shape");
+  return CL_E_UNSUPPORTED;
+}
+
+static void test_workspace_query_fails(void) {
+  cl_model *m = make_model(1, 0);
+  const struct cl_backend_i *real = m->be->iface;
+  struct cl_backend_i refusing = *real;
+  refusing.conv_workspace = refuse_workspace;
+  m->be->iface = &refusing;
+  cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0};
+  cl_plan p;
+  cl_status st = cl_model_plan(m, B, T, H, W, 1, &adam, NULL, &p);
+  CHECK(st == CL_E_UNSUPPORTED && strstr(cl_model_error(m), "no algorithm for this shape"),
+        "plan with a failing workspace query: %s (%s)", cl_status_name(st), cl_model_error(m));
+  float x[B * T * C * H * W], y[B * CL * H * W];
+  fill(x, sizeof x / sizeof *x, 1);
+  fill(y, sizeof y / sizeof *y, 1);
+  cl_host_array xa = seq(x, B, T, C, H, W), ya = state(y, B, CL, H, W);
+  double loss;
+  st = cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &adam, NULL, &loss);
+  CHECK(st == CL_E_UNSUPPORTED && strstr(cl_model_error(m), "no algorithm for this shape"),
+        "train_step with a failing workspace query: %s (%s)", cl_status_name(st),
+        cl_model_error(m));
+  m->be->iface = real;
+  CHECK(cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &adam, NULL, &loss) == CL_OK,
+        "train_step after the slot is restored: %s", cl_model_error(m));
+  cl_model_free(m);
+}
+
 int main(void) {
   test_gradients(CL_TARGET_LAST_STATE);
   test_gradients(CL_TARGET_SEQUENCE);
   test_plan_matches();
+  test_workspace_query_fails();
   test_call_order();
   test_oom_recovery();
   test_layouts();
