@@ -111,6 +111,7 @@ cl_status cl_cpu_sgd_update(cl_backend *be, float *p, const float *g, float *buf
 
 cl_status cl_cpu_grad_unscale(cl_backend *be, float *g, size_t n, float inv_scale,
                               int *found_nonfinite) {
+  (void)be; /* read only by the OpenMP pragma */
   int bad = 0;
   const long long nn = (long long)n;
 #ifdef _OPENMP
