@@ -177,7 +177,8 @@ check_finite <- function(x, arg, call = sys.call(-1)) {
   if (is.logical(x)) {
     if (!anyNA(x)) return(invisible(x))
   } else if (is.finite(sum(x))) {
-    return(invisible(x))
+    if (!(max(abs(x)) > float_max)) return(invisible(x))
+    check_float_range(x, arg, call)
   }
   bad <- !is.finite(x)
   if (!any(bad)) return(invisible(x))
@@ -199,3 +200,17 @@ check_finite <- function(x, arg, call = sys.call(-1)) {
     arg, what, format_count(length(x)), at
   ), call = call)
 }
+
+# The largest finite 32-bit float: arrays cross to the core as floats, so a
+# finite double beyond it would arrive as Inf.
+float_max <- 3.4028234663852886e38
+
+check_float_range <- function(x, arg, call) {
+  first <- which(abs(x) > float_max)[[1]]
+  at <- if (is.null(dim(x))) first else paste(arrayInd(first, dim(x)), collapse = ", ")
+  abort_convlstm(sprintf(
+    "`%s` must hold numbers within a 32-bit float's range (magnitude at most 3.4e38), but it has %s of %s values beyond it; the first, %s, at [%s].",
+    arg, format_count(sum(abs(x) > float_max)), format_count(length(x)), format(x[[first]]), at
+  ), call = call)
+}
+

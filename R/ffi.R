@@ -44,6 +44,7 @@ c_optimizer_step <- function(ptr, optimizer) {
 }
 c_optimizer_steps <- function(ptr) .Call(ffi_optimizer_steps, ptr)
 c_optimizer_reset <- function(ptr) invisible(.Call(ffi_optimizer_reset, ptr))
+c_optim_check <- function(optimizer) invisible(.Call(ffi_optim_check, c_optim(optimizer)))
 c_train_step <- function(ptr, x, y, target, optimizer, options = NULL) {
   .Call(ffi_train_step, ptr, x, y, target, c_optim(optimizer), options)
 }

@@ -41,11 +41,13 @@ optimizer_adam <- function(lr = 1e-3, betas = c(0.9, 0.999), eps = 1e-8, weight_
   }
   eps <- check_number(eps, "eps", min = 0, min_inclusive = FALSE)
   weight_decay <- check_number(weight_decay, "weight_decay", min = 0)
-  structure(
+  opt <- structure(
     list(kind = "adam", lr = lr, betas = as.double(betas), eps = eps,
          weight_decay = weight_decay),
     class = c("convlstm_optimizer_adam", "convlstm_optimizer")
   )
+  c_optim_check(opt) # as the 32-bit floats the update uses
+  opt
 }
 
 #' @rdname optimizers
@@ -57,10 +59,12 @@ optimizer_sgd <- function(lr, momentum = 0, weight_decay = 0) {
   lr <- check_number(lr, "lr", min = 0)
   momentum <- check_number(momentum, "momentum", min = 0)
   weight_decay <- check_number(weight_decay, "weight_decay", min = 0)
-  structure(
+  opt <- structure(
     list(kind = "sgd", lr = lr, momentum = momentum, weight_decay = weight_decay),
     class = c("convlstm_optimizer_sgd", "convlstm_optimizer")
   )
+  c_optim_check(opt) # as the 32-bit floats the update uses
+  opt
 }
 
 #' @export

@@ -206,6 +206,12 @@ typedef struct cl_optim {
   double weight_decay;
 } cl_optim;
 
+/* CL_OK, or CL_E_INVALID with the reason in err: the hyperparameters are
+ * checked as the 32-bit floats the update uses (a double beyond float's
+ * range, a beta that rounds to 1, an eps that rounds to 0 are refused),
+ * wherever they come from (R, a file, another program). */
+cl_status cl_optim_check(const cl_optim *o, char *err, size_t errlen);
+
 /* One update of all parameters from their gradients. The state (Adam's
  * moments, SGD's momentum) lives in the model; it is created at the first
  * step and reset when the kind of optimizer changes. */

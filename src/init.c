@@ -36,6 +36,7 @@ static const R_CallMethodDef call_entries[] = {
     CALLDEF(ffi_optimizer_step, 2),
     CALLDEF(ffi_optimizer_steps, 1),
     CALLDEF(ffi_optimizer_reset, 1),
+    CALLDEF(ffi_optim_check, 1),
     CALLDEF(ffi_train_step, 6),
     CALLDEF(ffi_memory_stats, 1),
     CALLDEF(ffi_memory_reset_peak, 1),

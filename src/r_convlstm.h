@@ -117,6 +117,7 @@ SEXP ffi_zero_grad(SEXP ptr);
 SEXP ffi_optimizer_step(SEXP ptr, SEXP opt);
 SEXP ffi_optimizer_steps(SEXP ptr);
 SEXP ffi_optimizer_reset(SEXP ptr);
+SEXP ffi_optim_check(SEXP opt);
 SEXP ffi_train_step(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts);
 
 /* r_memory.c */

@@ -149,6 +149,18 @@ SEXP ffi_optimizer_steps(SEXP ptr) {
   return Rf_ScalarReal((double)cl_model_optimizer_steps(m));
 }
 
+/* The optimizer's hyperparameters as the core will use them (see
+ * cl_optim_check); R's constructors call it so that the error comes when the
+ * optimizer is made. */
+SEXP ffi_optim_check(SEXP opt) {
+  cl_optim o;
+  r_optim(opt, &o);
+  char err[CL_ERRMSG_LEN];
+  cl_status st = cl_optim_check(&o, err, sizeof err);
+  if (st != CL_OK) r_raise(st, err);
+  return R_NilValue;
+}
+
 SEXP ffi_optimizer_reset(SEXP ptr) {
   cl_model *m = r_model(ptr);
   cl_status st = cl_model_optimizer_reset(m);

@@ -213,6 +213,9 @@ static cl_status read_optimizer(cl_saved *s, char *err, size_t errlen) {
     return cl_st_fail(err, errlen, CL_E_INVALID,
                       "metadata convlstm.optimizer.steps must be a whole number >= 0, not %s%.40s%s",
                       st ? "\"" : "", st ? st : "missing", st ? "\"" : "");
+  char why[CL_ERRMSG_LEN];
+  if (cl_optim_check(o, why, sizeof why) != CL_OK)
+    return cl_st_fail(err, errlen, CL_E_INVALID, "the file's optimizer: %s", why);
   s->opt_steps = steps;
   s->has_opt = 1;
   return CL_OK;
@@ -226,7 +229,8 @@ static cl_status read_loss_scale(cl_saved *s, char *err, size_t errlen) {
   if (!sc && !gi && !cs && !sk) return CL_OK;
   double d;
   long long g, c, k;
-  if (!sc || !gi || !cs || !sk || !cl_st_meta_double(sc, &d) || !(d > 0) ||
+  if (!sc || !gi || !cs || !sk || !cl_st_meta_double(sc, &d) || !((float)d > 0) ||
+      !isfinite((float)d) ||
       !cl_st_meta_int(gi, 1, INT32_MAX, &g) || !cl_st_meta_int(cs, 0, INT32_MAX, &c) ||
       !cl_st_meta_int(sk, 0, (long long)CL_ST_MAX_INT, &k))
     return cl_st_fail(err, errlen, CL_E_INVALID,
@@ -290,11 +294,21 @@ static cl_status match_tensors(cl_saved *s, char *err, size_t errlen) {
                           "tensor %s has dtype %s; parameters must be F32 (or F64, F16, BF16)", name,
                           cl_st_dtype_name(t->dtype));
       size_t n = (size_t)((t->end - t->begin) / cl_st_dtype_size(t->dtype)), bad = 0;
-      for (size_t e = 0; e < n; e++) bad += !isfinite(cl_st_elem(&s->f, t, e));
+      size_t negative = 0;
+      for (size_t e = 0; e < n; e++) {
+        float v = cl_st_elem(&s->f, t, e);
+        bad += !isfinite(v);
+        negative += v < 0;
+      }
       if (bad)
         return cl_st_fail(err, errlen, CL_E_INVALID,
                           "tensor %s holds %zu non-finite value%s (NaN or Inf) of %zu", name, bad,
                           bad == 1 ? "" : "s", n);
+      /* Adam divides by sqrt(exp_avg_sq): a negative one is NaN at the next step */
+      if (r == R_EXP_AVG_SQ && negative)
+        return cl_st_fail(err, errlen, CL_E_INVALID,
+                          "tensor %s holds %zu negative value%s of %zu: second moments are >= 0",
+                          name, negative, negative == 1 ? "" : "s", n);
     }
     if (r != R_PARAM && found != 0 && found != s->n_params_tensors) {
       for (int i = 0; i < s->n_params_tensors; i++)
@@ -665,15 +679,7 @@ cl_status cl_model_save(cl_model *m, const char *path, const cl_optim *opt, int 
   memset(&sp, 0, sizeof sp);
   sp.roles[R_PARAM] = 1;
   if (opt) {
-    if (opt->kind != CL_OPTIM_ADAM && opt->kind != CL_OPTIM_SGD)
-      return cl_fail(m, CL_E_INVALID, "unknown optimizer kind %d", (int)opt->kind);
-    if (!(opt->lr >= 0) || !isfinite(opt->lr) || !(opt->weight_decay >= 0) ||
-        !isfinite(opt->weight_decay) ||
-        (opt->kind == CL_OPTIM_ADAM &&
-         (!(opt->beta1 >= 0 && opt->beta1 < 1) || !(opt->beta2 >= 0 && opt->beta2 < 1) ||
-          !(opt->eps > 0) || !isfinite(opt->eps))) ||
-        (opt->kind == CL_OPTIM_SGD && (!(opt->momentum >= 0) || !isfinite(opt->momentum))))
-      return cl_fail(m, CL_E_INVALID, "the optimizer's hyperparameters are out of range");
+    CL_TRY(cl_check_optim(m, opt));
     if (m->opt_kind != 0 && m->opt_kind != opt->kind)
       return cl_fail(m, CL_E_INVALID,
                      "the model's optimizer state is %s's, but the optimizer to save is %s: "

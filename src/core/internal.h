@@ -243,7 +243,7 @@ cl_status cl_zero(cl_model *m, void *p, size_t bytes);
 cl_status cl_check_target(cl_model *m, const cl_host_array *a, cl_target target, const char *what,
                           int B, int T, int H, int W);
 
-/* optim.c */
+/* optim.c: cl_optim_check (convlstm.h) with the reason in the model. */
 cl_status cl_check_optim(cl_model *m, const cl_optim *o);
 /* o's state, created on first use and reset when the kind changes;
  * *created (may be NULL; set on success): whether this call allocated any. */

@@ -7,23 +7,45 @@
 #include "internal.h"
 
 #include <math.h>
+#include <stdio.h>
+
+/* v >= 0 and finite once it is the 32-bit float the update uses (a double
+ * beyond float's range would become inf and write inf into the weights). */
+static int float_nonneg(double v) { return v >= 0 && isfinite((float)v); }
+
+cl_status cl_optim_check(const cl_optim *o, char *err, size_t errlen) {
+  if (o->kind != CL_OPTIM_ADAM && o->kind != CL_OPTIM_SGD) {
+    snprintf(err, errlen, "unknown optimizer kind %d", (int)o->kind);
+    return CL_E_INVALID;
+  }
+  const char *bad = NULL;
+  double v = 0;
+  if (!float_nonneg(o->lr))
+    bad = "`lr` must be a number >= 0 within float's range (3.4e38)", v = o->lr;
+  else if (!float_nonneg(o->weight_decay))
+    bad = "`weight_decay` must be a number >= 0 within float's range (3.4e38)",
+    v = o->weight_decay;
+  else if (o->kind == CL_OPTIM_ADAM && !(o->beta1 >= 0 && (float)o->beta1 < 1.0f))
+    bad = "`betas` must lie in [0, 1) as 32-bit floats (within 3e-8 of 1 a value rounds to 1): "
+          "the first is wrong",
+    v = o->beta1;
+  else if (o->kind == CL_OPTIM_ADAM && !(o->beta2 >= 0 && (float)o->beta2 < 1.0f))
+    bad = "`betas` must lie in [0, 1) as 32-bit floats (within 3e-8 of 1 a value rounds to 1): "
+          "the second is wrong",
+    v = o->beta2;
+  else if (o->kind == CL_OPTIM_ADAM && !((float)o->eps > 0 && isfinite((float)o->eps)))
+    bad = "`eps` must be > 0 and finite as a 32-bit float (from 1.4e-45 to 3.4e38)", v = o->eps;
+  else if (o->kind == CL_OPTIM_SGD && !float_nonneg(o->momentum))
+    bad = "`momentum` must be a number >= 0 within float's range (3.4e38)", v = o->momentum;
+  if (!bad) return CL_OK;
+  snprintf(err, errlen, "%s, not %.17g", bad, v);
+  return CL_E_INVALID;
+}
 
 cl_status cl_check_optim(cl_model *m, const cl_optim *o) {
-  if (o->kind != CL_OPTIM_ADAM && o->kind != CL_OPTIM_SGD)
-    return cl_fail(m, CL_E_INVALID, "unknown optimizer kind %d", (int)o->kind);
-  if (!(o->lr >= 0) || !isfinite(o->lr))
-    return cl_fail(m, CL_E_INVALID, "lr must be a finite number >= 0");
-  if (!(o->weight_decay >= 0) || !isfinite(o->weight_decay))
-    return cl_fail(m, CL_E_INVALID, "weight_decay must be a finite number >= 0");
-  if (o->kind == CL_OPTIM_ADAM) {
-    if (!(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1))
-      return cl_fail(m, CL_E_INVALID, "betas must lie in [0, 1)");
-    if (!(o->eps > 0) || !isfinite(o->eps))
-      return cl_fail(m, CL_E_INVALID, "eps must be a finite number > 0");
-  } else if (!(o->momentum >= 0) || !isfinite(o->momentum)) {
-    return cl_fail(m, CL_E_INVALID, "momentum must be a finite number >= 0");
-  }
-  return CL_OK;
+  char err[CL_ERRMSG_LEN];
+  cl_status st = cl_optim_check(o, err, sizeof err);
+  return st == CL_OK ? CL_OK : cl_fail(m, st, "%s", err);
 }
 
 static cl_status alloc_state(cl_model *m, float **p) {

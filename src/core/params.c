@@ -137,6 +137,14 @@ cl_status cl_model_get_grad(cl_model *m, const char *name, float *out, size_t n)
 cl_status cl_model_set_param(cl_model *m, const char *name, const float *in, size_t n) {
   int i;
   CL_TRY(lookup(m, name, n, &i));
+  /* checked as the floats they are: a double beyond float's range arrives
+   * here as inf, and one such weight makes every later loss NaN */
+  for (size_t j = 0; j < n; j++)
+    if (!isfinite(in[j]))
+      return cl_fail(m, CL_E_INVALID,
+                     "%s: element %zu is %g as a 32-bit float; weights must be finite and within "
+                     "float's range (3.4e38)",
+                     name, j + 1, (double)in[j]);
   float *host;
   CL_TRY(host_view(m, m->params, &host));
   cl_convert_tensor(m, i, host, (float *)in, 0);

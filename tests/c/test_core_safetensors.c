@@ -334,6 +334,18 @@ static void test_foreign_files(void) {
   }
 }
 
+/* Adam's metadata with lr and beta2 given, and its state tensors (role
+ * "exp_avg" or "exp_avg_sq") for the tiny model: weight [w0, w1), bias [w1, b1). */
+#define ADAM_META(lr, beta2)                                                                  \
+  "\"convlstm.optimizer\":\"adam\",\"convlstm.optimizer.lr\":\"" lr "\","                     \
+  "\"convlstm.optimizer.weight_decay\":\"0\",\"convlstm.optimizer.beta1\":\"0.9\","           \
+  "\"convlstm.optimizer.beta2\":\"" beta2 "\",\"convlstm.optimizer.eps\":\"1e-8\","         \
+  "\"convlstm.optimizer.steps\":\"1\""
+#define ADAM_STATE(role, w0, w1, b1)                                                          \
+  "\"optimizer." role ".cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[4,2,1,1],"     \
+  "\"data_offsets\":[" w0 "," w1 "]},\"optimizer." role ".cell_list.0.conv.bias\":"              \
+  "{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[" w1 "," b1 "]}"
+
 typedef struct bad_case {
   const char *what, *header;
   int data_len; /* bytes of tiny to append, -1 for 48 */
@@ -442,6 +454,15 @@ static const bad_case BAD[] = {
     {"state without optimizer", "{" TINY_W ",\"optimizer.momentum_buffer.cell_list.0.conv.weight\":{\"dtype\":"
                                 "\"F32\",\"shape\":[4,2,1,1],\"data_offsets\":[32,64]}}", -3,
      "no convlstm.optimizer"},
+    /* valid doubles that the float update cannot use (cl_optim_check) */
+    {"beta2 rounds to 1 as a float", "{\"__metadata__\":{" ADAM_META("0.001", "0.9999999999") "},"
+     TINY_W "," TINY_B "}", -1, "`betas`"},
+    {"lr beyond float", "{\"__metadata__\":{" ADAM_META("1e39", "0.999") "}," TINY_W "," TINY_B "}",
+     -1, "`lr`"},
+    /* Adam's second moments below zero (tiny holds negative values) */
+    {"negative exp_avg_sq", "{\"__metadata__\":{" ADAM_META("0.001", "0.999") "}," TINY_W "," TINY_B
+     "," ADAM_STATE("exp_avg", "48", "80", "96") ","
+     ADAM_STATE("exp_avg_sq", "96", "128", "144") "}", -4, "negative value"},
 };
 
 static void test_broken_files(void) {
@@ -454,7 +475,7 @@ static void test_broken_files(void) {
   for (int i = 0; i < nbad; i++) {
     const bad_case *c = &BAD[i];
     size_t dl = c->data_len == -1 ? 48 : c->data_len == -2 ? 128 : c->data_len == -3 ? 64
-              : (size_t)c->data_len;
+              : c->data_len == -4 ? 144 : (size_t)c->data_len;
     size_t n = build(buf, sizeof buf, c->header, data, dl);
     err[0] = '\0';
     cl_status st = parse_and_create(buf, n, err, sizeof err);

@@ -92,6 +92,8 @@ bad_input_cases <- list(
   list("x with NA", quote(train_step(m, put(x, 3, NA), y, opt)), "1 NA"),
   list("x with NaN", quote(train_step(m, put(x, 1:2, NaN), y, opt)), "2 NaN"),
   list("x with Inf", quote(train_step(m, put(x, 5, Inf), y, opt)), "1 Inf"),
+  list("x beyond float", quote(train_step(m, put(x, 5, -1e39), y, opt)), "`x`"),
+  list("y beyond float", quote(train_step(m, x, put(y, 2, 1e300), opt)), "`y`"),
   list("x with -Inf in predict", quote(predict(m, put(x, 7, -Inf))), "`x`"),
   list("x with all three", quote(convlstm_fit(m, put(put(put(x, 1, NA), 2, NaN), 3, Inf), y,
                                               opt, epochs = 1, verbose = FALSE)),
@@ -137,6 +139,18 @@ bad_input_cases <- list(
   list("eps negative", quote(optimizer_adam(eps = -1e-8)), "`eps`"),
   list("weight_decay negative", quote(optimizer_adam(weight_decay = -1)), "`weight_decay`"),
   list("momentum negative", quote(optimizer_sgd(0.1, momentum = -0.5)), "`momentum`"),
+  # valid doubles that the 32-bit float update cannot use (inf, or 1, or 0 as a float)
+  list("lr beyond float", quote(optimizer_adam(lr = 1e39)), "`lr`"),
+  list("sgd lr beyond float", quote(optimizer_sgd(lr = 1e39)), "`lr`"),
+  list("weight_decay beyond float", quote(optimizer_adam(weight_decay = 1e39)), "`weight_decay`"),
+  list("beta rounds to 1 as a float", quote(optimizer_adam(betas = c(0.9, 1 - 1e-9))), "`betas`"),
+  list("first beta rounds to 1 as a float", quote(optimizer_adam(betas = c(1 - 1e-9, 0.999))),
+       "`betas`"),
+  list("eps rounds to 0 as a float", quote(optimizer_adam(eps = 1e-50)), "`eps`"),
+  list("momentum beyond float", quote(optimizer_sgd(0.1, momentum = 1e39)), "`momentum`"),
+  list("hand-made optimizer beyond float", quote(train_step(m, x, y, structure(
+    list(kind = "adam", lr = 1e39, betas = c(0.9, 0.999), eps = 1e-8, weight_decay = 0),
+    class = c("convlstm_optimizer_adam", "convlstm_optimizer")))), "`lr`"),
   list("optimizer a list", quote(train_step(m, x, y, list(kind = "adam", lr = 0.1))),
        "`optimizer`"),
   list("optimizer a string", quote(convlstm_fit(m, x, y, "adam", verbose = FALSE)), "`optimizer`"),
@@ -193,6 +207,9 @@ bad_input_cases <- list(
   list("state dict with Inf", quote(load_state_dict(m, within(sd, {
     cell_list.1.conv.bias[2] <- Inf
   }))), "`state_dict$cell_list.1.conv.bias`"),
+  list("state dict beyond float", quote(load_state_dict(m, within(sd, {
+    cell_list.0.conv.weight[1] <- 1e39
+  }))), "`state_dict$cell_list.0.conv.weight`"),
   list("state dict with NA", quote(load_state_dict(m, within(sd, {
     cell_list.0.conv.weight[1] <- NA
   }))), "missing values"),
