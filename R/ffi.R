@@ -46,7 +46,7 @@ c_optimizer_steps <- function(ptr) .Call(ffi_optimizer_steps, ptr)
 c_optimizer_reset <- function(ptr) invisible(.Call(ffi_optimizer_reset, ptr))
 c_optim_check <- function(optimizer) invisible(.Call(ffi_optim_check, c_optim(optimizer)))
 c_train_step <- function(ptr, x, y, target, optimizer, options = NULL) {
-  .Call(ffi_train_step, ptr, x, y, target, c_optim(optimizer), options)
+  watch_skips(ptr, .Call(ffi_train_step, ptr, x, y, target, c_optim(optimizer), options))
 }
 
 c_memory_stats <- function(ptr) .Call(ffi_memory_stats, ptr)
@@ -115,5 +115,6 @@ c_data_bytes_for <- function(ptr, shape, target) {
   .Call(ffi_data_bytes_for, ptr, as.integer(shape), target)
 }
 c_train_step_data <- function(ptr, dptr, rows, optimizer, options = NULL) {
-  .Call(ffi_train_step_data, ptr, dptr, as.integer(rows) - 1L, c_optim(optimizer), options)
+  watch_skips(ptr, .Call(ffi_train_step_data, ptr, dptr, as.integer(rows) - 1L,
+                         c_optim(optimizer), options))
 }

@@ -467,13 +467,17 @@ set_dtype <- function(model, dtype) {
 #' multiplied by a scale before backward and the gradients divided by it
 #' before the update, as torch's `GradScaler` does: a step whose gradients
 #' hold an infinity or NaN is skipped and the scale halves; after
-#' `growth_interval` clean steps in a row the scale doubles.
+#' `growth_interval` clean steps in a row the scale doubles. Every 10th
+#' skipped step in a row, [train_step()] and [convlstm_fit()] warn (class
+#' `convlstm_warning_loss_scale`): the parameters have not changed since.
+#' When the scale would fall below 1 the gradients overflow float16 even
+#' unscaled, and the step is an error that says why and what to do.
 #'
 #' @param model A model created by [convlstm()].
 #' @return An object of class `convlstm_loss_scale`: a list with `scale`,
-#'   `growth_interval`, `clean_steps` (since the last growth or skip) and
-#'   `skipped_steps` (in all), and `dtype`, the model's storage type. The
-#'   scaler only acts for float16.
+#'   `growth_interval`, `clean_steps` (since the last growth or skip),
+#'   `skipped_steps` (in all), `skipped_in_a_row` (since the last update),
+#'   and `dtype`, the model's storage type. The scaler only acts for float16.
 #' @export
 #' @examples
 #' model <- convlstm(1, c(4, 1), 3, device = "cpu", dtype = "float16")

@@ -242,6 +242,7 @@ typedef struct cl_loss_scale {
   int growth_interval;
   int clean_steps;      /* since the last growth or skip */
   int64_t skipped_steps;
+  int skipped_in_a_row; /* skipped steps since the last update: none when it is 0 */
 } cl_loss_scale;
 cl_status cl_model_get_loss_scale(const cl_model *m, cl_loss_scale *out);
 

@@ -201,12 +201,14 @@ SEXP ffi_loss_scale(SEXP ptr) {
   memset(&ls, 0, sizeof ls);
   cl_status st = cl_model_get_loss_scale(m, &ls);
   if (st != CL_OK) r_raise_model(st, m);
-  const char *const names[] = {"scale", "growth_interval", "clean_steps", "skipped_steps"};
-  SEXP out = PROTECT(r_named_list(names, 4));
+  const char *const names[] = {"scale", "growth_interval", "clean_steps", "skipped_steps",
+                               "skipped_in_a_row"};
+  SEXP out = PROTECT(r_named_list(names, 5));
   SET_VECTOR_ELT(out, 0, Rf_ScalarReal(ls.scale));
   SET_VECTOR_ELT(out, 1, Rf_ScalarInteger(ls.growth_interval));
   SET_VECTOR_ELT(out, 2, Rf_ScalarInteger(ls.clean_steps));
   SET_VECTOR_ELT(out, 3, Rf_ScalarReal((double)ls.skipped_steps));
+  SET_VECTOR_ELT(out, 4, Rf_ScalarInteger(ls.skipped_in_a_row));
   UNPROTECT(1);
   return out;
 }

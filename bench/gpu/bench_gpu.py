@@ -111,7 +111,7 @@ class cl_step_options(C.Structure):
 
 class cl_loss_scale(C.Structure):
     _fields_ = [("scale", C.c_double), ("growth_interval", C.c_int), ("clean_steps", C.c_int),
-                ("skipped_steps", C.c_int64)]
+                ("skipped_steps", C.c_int64), ("skipped_in_a_row", C.c_int)]
 
 
 class cl_mem_stats(C.Structure):

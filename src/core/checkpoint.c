@@ -240,6 +240,7 @@ static cl_status read_loss_scale(cl_saved *s, char *err, size_t errlen) {
   s->scale.growth_interval = (int)g;
   s->scale.clean_steps = (int)c;
   s->scale.skipped_steps = k;
+  s->scale.skipped_in_a_row = 0; /* a file holds no run of skips: it was saved after a step */
   s->has_scale = 1;
   return CL_OK;
 }

@@ -17,12 +17,16 @@
 
 #define CL_SCALE_INIT 65536.0
 #define CL_SCALE_GROWTH_INTERVAL 2000
+/* Below 1 the gradients overflow float16 even unscaled: halving further
+ * cannot help, and skipping on would train nothing without a word. */
+#define CL_SCALE_FLOOR 1.0
 
 void cl_scaler_reset(cl_loss_scale *s) {
   s->scale = CL_SCALE_INIT;
   s->growth_interval = CL_SCALE_GROWTH_INTERVAL;
   s->clean_steps = 0;
   s->skipped_steps = 0;
+  s->skipped_in_a_row = 0;
 }
 
 static int seg_len(const cl_geom *g, int s) {
@@ -116,9 +120,19 @@ static cl_status scaled_update(cl_model *m, const cl_optim *opt) {
     sc->scale *= 0.5;
     sc->clean_steps = 0;
     sc->skipped_steps++;
+    sc->skipped_in_a_row++;
+    if (sc->scale < CL_SCALE_FLOOR)
+      return cl_fail(m, CL_E_INVALID,
+                     "float16: %d steps in a row overflowed and were skipped, and the loss scale "
+                     "fell to %g: the gradients overflow float16 even unscaled. Parameters are "
+                     "unchanged. Inputs or targets beyond float16's range (65504), or a diverging "
+                     "model (lower the learning rate), cause this; train in bfloat16 or float32, "
+                     "or normalise the data",
+                     sc->skipped_in_a_row, sc->scale);
     return CL_OK;
   }
   CL_TRY(cl_model_optimizer_step(m, opt));
+  sc->skipped_in_a_row = 0;
   if (++sc->clean_steps >= sc->growth_interval) {
     sc->scale *= 2.0;
     sc->clean_steps = 0;

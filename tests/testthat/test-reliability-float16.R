@@ -1,0 +1,64 @@
+# Mixed precision that cannot train: inputs beyond float16's range make every
+# step overflow. The steps are skipped and the scale halves (GradScaler), a
+# warning comes every 10th skipped step in a row, and once the scale would
+# fall below 1 the step is an error that names the cause; the parameters
+# never change on the way.
+
+test_that("float16 steps that keep overflowing warn, then fail with advice, weights untouched", {
+  set.seed(3)
+  m <- api_model(dtype = "float16")
+  before <- state_dict(m)
+  x <- api_x() * 1e6 # finite doubles, beyond float16's 65504
+  y <- api_y()
+  opt <- optimizer_adam()
+  warned <- integer()
+  err <- NULL
+  for (i in 1:40) {
+    err <- tryCatch(
+      withCallingHandlers(train_step(m, x, y, opt), convlstm_warning_loss_scale = function(w) {
+        warned <<- c(warned, i)
+        invokeRestart("muffleWarning")
+      }),
+      convlstm_error = identity
+    )
+    if (inherits(err, "convlstm_error")) break
+  }
+  # 65536 halves 16 times to 1, the 17th skip would go below it
+  expect_s3_class(err, "convlstm_error_invalid")
+  expect_match(conditionMessage(err), "17 steps in a row overflowed")
+  expect_match(conditionMessage(err), "65504")
+  expect_identical(i, 17L)
+  expect_identical(warned, 10L)
+  expect_identical(state_dict(m), before)
+  ls <- loss_scale(m)
+  expect_identical(ls$skipped_in_a_row, 17L)
+  expect_identical(ls$skipped_steps, 17)
+  convlstm_release(m)
+})
+
+test_that("an update resets the run of skipped steps", {
+  set.seed(4)
+  m <- api_model(dtype = "float16")
+  x <- api_x()
+  y <- api_y()
+  opt <- optimizer_adam()
+  expect_warning(for (i in 1:3) train_step(m, x * 1e6, y, opt), NA)
+  expect_identical(loss_scale(m)$skipped_in_a_row, 3L)
+  train_step(m, x, y, opt)
+  expect_identical(loss_scale(m)$skipped_in_a_row, 0L)
+  expect_identical(loss_scale(m)$skipped_steps, 3)
+  convlstm_release(m)
+})
+
+test_that("convlstm_fit() warns on a run of skipped float16 steps as train_step() does", {
+  set.seed(5)
+  m <- api_model(dtype = "float16")
+  x <- api_x(B = 4) * 1e6
+  y <- api_y(B = 4)
+  expect_warning(
+    tryCatch(convlstm_fit(m, x, y, optimizer_adam(), epochs = 12, batch_size = 4, verbose = FALSE),
+             convlstm_error = function(e) NULL),
+    class = "convlstm_warning_loss_scale"
+  )
+  convlstm_release(m)
+})
