@@ -75,6 +75,7 @@ SEXP r_optim_list(const cl_optim *o);
 void r_step_options(SEXP opts, cl_step_options *out);
 /* Enums by name: "float32"..., "cpu" / "cuda", "last_state" / "sequence". */
 cl_dtype r_dtype(SEXP s);
+size_t r_bytes(SEXP s, const char *arg);
 cl_device r_device(SEXP s);
 cl_target r_target(SEXP s);
 /* What ffi_forward returns: "all" (the tutorial's list of outputs and

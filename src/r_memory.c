@@ -71,8 +71,7 @@ SEXP ffi_empty_cache(SEXP ptr) {
 /* bytes <= 0: no limit beyond the device's capacity. */
 SEXP ffi_set_memory_limit(SEXP ptr, SEXP bytes) {
   cl_model *m = r_model(ptr);
-  double b = Rf_asReal(bytes);
-  cl_status st = cl_model_set_memory_limit(m, b > 0 ? (size_t)b : 0);
+  cl_status st = cl_model_set_memory_limit(m, r_bytes(bytes, "bytes"));
   if (st != CL_OK) r_raise_model(st, m);
   return R_NilValue;
 }

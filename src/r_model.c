@@ -77,8 +77,7 @@ SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP kernel_sizes, SEXP 
   cfg.device = r_device(device);
   cfg.dtype = r_dtype(dtype);
   cfg.n_threads = int_at(threads, 0);
-  double limit = REAL(memory_limit)[0];
-  cfg.memory_limit = limit > 0 ? (size_t)limit : 0;
+  cfg.memory_limit = r_bytes(memory_limit, "memory_limit");
 
   SEXP mark = PROTECT(Rf_mkString(LIVE));
   nprotect++;

@@ -39,6 +39,17 @@ static int choice(SEXP s, const char *const *names, int n, const char *what) {
   return -1; /* not reached */
 }
 
+/* A byte count from R's double: 0 (no limit) for 0, NA or below; beyond
+ * size_t an error naming the argument (the cast would be undefined). */
+size_t r_bytes(SEXP s, const char *arg) {
+  double b = Rf_asReal(s);
+  if (!(b > 0)) return 0;
+  if (b >= (double)SIZE_MAX) /* 2^64 as a double */
+    r_raise_invalid("`%s` must be at most %.4g bytes (16 EiB), not %.4g", arg, (double)SIZE_MAX,
+                    b);
+  return (size_t)b;
+}
+
 cl_dtype r_dtype(SEXP s) {
   const char *names[CL_N_DTYPES];
   for (int i = 0; i < CL_N_DTYPES; i++) names[i] = cl_dtype_name((cl_dtype)i);

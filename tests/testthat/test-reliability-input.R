@@ -77,6 +77,10 @@ bad_input_cases <- list(
   list("threads absurd", quote(convlstm(1, 4, 3, device = "cpu", threads = 1e5)), "`threads`"),
   list("set_dtype unknown", quote(set_dtype(m, "int8")), "`dtype`"),
   list("set_memory_limit negative", quote(set_memory_limit(m, -1)), "`bytes`"),
+  # beyond size_t: the conversion would be undefined (it read as "no limit")
+  list("memory_limit beyond size_t", quote(convlstm(1, 4, 3, device = "cpu", memory_limit = 1e20)),
+       "`memory_limit`"),
+  list("set_memory_limit beyond size_t", quote(set_memory_limit(m, 1e20)), "`bytes`"),
   # ---- x ----
   list("x text", quote(m(array("a", c(2, 3, 2, 5, 4)))), "`x`"),
   list("x a list", quote(m(list(1, 2))), "`x`"),
