@@ -49,7 +49,9 @@ describe <- function(x) {
   if (is.function(x)) return("a function")
   if ((is.numeric(x) || is.logical(x) || is.character(x)) && is.null(dim(x)) &&
       length(x) >= 1 && length(x) <= 6) {
-    v <- if (is.character(x)) ifelse(is.na(x), "NA", paste0('"', x, '"')) else format(x, trim = TRUE)
+    # digits = 15: 2.0000001 must not print as 2 in a message saying it is not whole
+    v <- if (is.character(x)) ifelse(is.na(x), "NA", paste0('"', x, '"'))
+         else format(x, trim = TRUE, digits = 15)
     return(if (length(v) == 1) v else paste0("c(", paste(v, collapse = ", "), ")"))
   }
   d <- dim(x)

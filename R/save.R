@@ -193,6 +193,14 @@ check_metadata <- function(metadata, call) {
   if (anyNA(values) || anyNA(keys) || any(!nzchar(keys)) || anyDuplicated(keys)) {
     abort_convlstm("`metadata` must have unique, non-empty names and no NA values.", call = call)
   }
+  # bytes-encoded strings cannot be translated to the file's UTF-8 (enc2utf8
+  # below would stop with an unclassed error)
+  if (any(Encoding(c(values, keys)) == "bytes")) {
+    abort_convlstm(
+      "`metadata` names and values must be text that converts to UTF-8, not strings marked as \"bytes\".",
+      call = call
+    )
+  }
   reserved <- keys == "format" | startsWith(keys, "convlstm.")
   if (any(reserved)) {
     abort_convlstm(sprintf(

@@ -240,7 +240,14 @@ static cl_status read_loss_scale(cl_saved *s, char *err, size_t errlen) {
   s->scale.growth_interval = (int)g;
   s->scale.clean_steps = (int)c;
   s->scale.skipped_steps = k;
-  s->scale.skipped_in_a_row = 0; /* a file holds no run of skips: it was saved after a step */
+  /* optional: files written before it was kept have no run of skips */
+  const char *row = cl_st_find_meta(&s->f, META_PREFIX "loss_scale.skipped_in_a_row");
+  long long r = 0;
+  if (row && !cl_st_meta_int(row, 0, INT32_MAX, &r))
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "metadata convlstm.loss_scale.skipped_in_a_row must be a whole number >= 0, "
+                      "not \"%.40s\"", row);
+  s->scale.skipped_in_a_row = (int)r;
   s->has_scale = 1;
   return CL_OK;
 }
@@ -616,6 +623,8 @@ static cl_status build_header(cl_model *m, const cl_optim *opt, const save_plan 
       cl_st_header_meta_int(h, &first, META_PREFIX "loss_scale.clean_steps", m->scaler.clean_steps);
       cl_st_header_meta_int(h, &first, META_PREFIX "loss_scale.skipped_steps",
                   (long long)m->scaler.skipped_steps);
+      cl_st_header_meta_int(h, &first, META_PREFIX "loss_scale.skipped_in_a_row",
+                  (long long)m->scaler.skipped_in_a_row);
     }
   }
   for (int i = 0; i < n_meta; i++) cl_st_header_meta(h, &first, keys[i], values[i]);

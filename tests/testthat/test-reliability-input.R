@@ -21,6 +21,8 @@ input_env <- function() {
   saveRDS(e$m, path)
   e$restored <- readRDS(path)
   unlink(path)
+  e$bytes <- "caf\xe9" # a string R will not translate: Encoding "bytes"
+  Encoding(e$bytes) <- "bytes"
   e$put <- function(x, at, value) {
     x[at] <- value
     x
@@ -76,6 +78,8 @@ bad_input_cases <- list(
   list("threads zero", quote(convlstm(1, 4, 3, device = "cpu", threads = 0)), "`threads`"),
   list("threads absurd", quote(convlstm(1, 4, 3, device = "cpu", threads = 1e5)), "`threads`"),
   list("set_dtype unknown", quote(set_dtype(m, "int8")), "`dtype`"),
+  list("threads just above a whole number", quote(convlstm(1, 4, 3, device = "cpu", threads = 2.0000001)),
+       "not 2.0000001"),
   list("set_memory_limit negative", quote(set_memory_limit(m, -1)), "`bytes`"),
   # beyond size_t: the conversion would be undefined (it read as "no limit")
   list("memory_limit beyond size_t", quote(convlstm(1, 4, 3, device = "cpu", memory_limit = 1e20)),
@@ -226,7 +230,9 @@ bad_input_cases <- list(
   # ---- files ----
   list("load a missing file", quote(convlstm_load(tempfile())), "`path`"),
   list("save path not text", quote(convlstm_save(m, 3)), "`path`"),
-  list("save metadata unnamed", quote(convlstm_save(m, tempfile(), metadata = "a")), "`metadata`")
+  list("save metadata unnamed", quote(convlstm_save(m, tempfile(), metadata = "a")), "`metadata`"),
+  list("save metadata bytes-encoded", quote(convlstm_save(m, tempfile(), metadata = c(a = bytes))),
+       "`metadata`")
 )
 
 if (gpu_available()) {
