@@ -124,6 +124,10 @@ cl_status cl_backward_segment(cl_model *m, int b, int len, const void *x, void *
 
 cl_status cl_model_mse(cl_model *m, const cl_host_array *y, cl_target target, double *loss) {
   m->err[0] = '\0';
+  if (m->phase == CL_PHASE_STALE)
+    return cl_fail(m, CL_E_STATE,
+                   "the parameters were replaced after the forward pass; run a new training "
+                   "forward before the loss");
   if (m->phase != CL_PHASE_TRAINING && m->phase != CL_PHASE_LOSS)
     return cl_fail(m, CL_E_STATE, "the loss needs a forward pass with training = TRUE first");
   const cl_geom *g = &m->step.g;
@@ -140,6 +144,11 @@ cl_status cl_model_backward(cl_model *m, cl_target target, const cl_host_array *
   if (m->phase == CL_PHASE_CONSUMED)
     return cl_fail(m, CL_E_STATE,
                    "backward already ran for this forward pass; run a new training forward");
+  if (m->phase == CL_PHASE_STALE)
+    return cl_fail(m, CL_E_STATE,
+                   "the parameters were replaced after the forward pass (a state dict or file "
+                   "was loaded), so its activations belong to the old ones; run a new training "
+                   "forward");
   if (m->phase != CL_PHASE_TRAINING && m->phase != CL_PHASE_LOSS)
     return cl_fail(m, CL_E_STATE, "backward needs a forward pass with training = TRUE first");
   const cl_geom *g = &m->step.g;

@@ -116,7 +116,8 @@ typedef enum cl_phase {
   CL_PHASE_INFERENCE,
   CL_PHASE_TRAINING,  /* forward kept activations, backward possible */
   CL_PHASE_LOSS,      /* and cl_model_mse stored d loss / d output */
-  CL_PHASE_CONSUMED   /* backward ran: a new forward is needed */
+  CL_PHASE_CONSUMED,  /* backward ran: a new forward is needed */
+  CL_PHASE_STALE      /* the parameters changed after the forward: likewise */
 } cl_phase;
 
 struct cl_model {

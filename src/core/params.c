@@ -148,6 +148,8 @@ cl_status cl_model_set_param(cl_model *m, const char *name, const float *in, siz
   float *host;
   CL_TRY(host_view(m, m->params, &host));
   cl_convert_tensor(m, i, host, (float *)in, 0);
+  /* a kept training forward was computed with the old weights */
+  if (m->phase == CL_PHASE_TRAINING || m->phase == CL_PHASE_LOSS) m->phase = CL_PHASE_STALE;
   return host_view_done(m, m->params, host, 1);
 }
 

@@ -127,6 +127,11 @@ bad_input_cases <- list(
     convlstm_backward(m, y)
   }), "training = TRUE", "state"),
   list("grad_output rank 3", quote(convlstm_backward(m, array(0, c(2, 2, 5)))), "`grad_output`"),
+  list("backward after load_state_dict", quote({
+    convlstm_forward(m, x)
+    load_state_dict(m, sd)
+    convlstm_backward(m, y)
+  }), "parameters were replaced after the forward", "state"),
   list("validation_data one array", quote(convlstm_fit(m, x, y, opt, epochs = 1,
                                                        validation_data = list(x),
                                                        verbose = FALSE)),
