@@ -74,6 +74,8 @@ c_model_save <- function(ptr, path, optimizer, metadata) {
   invisible(.Call(ffi_model_save, ptr, path, if (is.null(optimizer)) NULL else c_optim(optimizer),
                   metadata))
 }
+# NULL, or why a save cannot write to path (what stands there).
+c_save_target_check <- function(path) .Call(ffi_save_target_check, path)
 c_file_info <- function(path) .Call(ffi_file_info, path)
 c_model_load_into <- function(ptr, path, optimizer) {
   .Call(ffi_model_load_into, ptr, path, isTRUE(optimizer))

@@ -31,7 +31,11 @@
 #'
 #' The file is written to a temporary file in the same directory and renamed
 #' over `path` once complete, so an interrupted save never leaves a
-#' half-written file. Loading checks the whole file (header, offsets, sizes,
+#' half-written file. When `path` is a symbolic link (or a chain of them),
+#' the file it points to is replaced and the link stays a link; a dangling
+#' link gets its file made where it points, as with [saveRDS()]. A `path`
+#' that leads to a directory, device, FIFO or socket is refused with an
+#' error of class `convlstm_error_invalid` and left as it was. Loading checks the whole file (header, offsets, sizes,
 #' names, shapes, finite values) and refuses a damaged or foreign file with an
 #' error of class `convlstm_error_invalid`.
 #'
@@ -176,6 +180,11 @@ check_path <- function(path, call, must_exist = FALSE) {
   }
   if (!must_exist && !dir.exists(dirname(path))) {
     abort_convlstm(sprintf("`path`'s directory '%s' does not exist.", dirname(path)), call = call)
+  }
+  # Symbolic links are followed; what they lead to must be a file or nothing.
+  why <- if (!must_exist) c_save_target_check(path)
+  if (!is.null(why)) {
+    abort_convlstm(sprintf("`path` must name a regular file or a new one; %s.", why), call = call)
   }
   path
 }

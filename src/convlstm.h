@@ -340,10 +340,19 @@ void cl_unpack_host(cl_host_array *dst, const float *src);
  * state belongs to the other kind of optimizer), plus n_meta caller entries
  * (UTF-8; names "format" and "convlstm.*" are reserved). The file is written
  * beside path and renamed over it when complete and flushed: a crash leaves
- * the old file or the new one, never half of one. Message in
- * cl_model_error(m). */
+ * the old file or the new one, never half of one. When path is a symbolic
+ * link (or a chain of them, or one whose file does not exist yet) the file
+ * it leads to is written, beside it, and the link stays a link; a path
+ * leading to anything but a regular file (a directory, device, FIFO,
+ * socket) is refused, before anything is written and again just before the
+ * rename, as cl_save_target_check() says. Message in cl_model_error(m). */
 cl_status cl_model_save(cl_model *m, const char *path, const cl_optim *opt, int n_meta,
                         const char *const *meta_keys, const char *const *meta_values);
+/* CL_OK when cl_model_save may write to path: it leads (through its
+ * symbolic links, if any) to a regular file or to nothing yet; else
+ * CL_E_INVALID and a message saying what is there. cl_model_save checks for
+ * itself: this lets a caller ask first. */
+cl_status cl_save_target_check(const char *path, char *err, size_t errlen);
 
 /* A file read and checked: every header field, offset, size, name and shape,
  * and that the values are finite. Files without convlstm metadata (a state

@@ -46,6 +46,7 @@ static const R_CallMethodDef call_entries[] = {
     CALLDEF(ffi_set_dtype, 2),
     CALLDEF(ffi_loss_scale, 1),
     CALLDEF(ffi_model_save, 4),
+    CALLDEF(ffi_save_target_check, 1),
     CALLDEF(ffi_file_info, 1),
     CALLDEF(ffi_model_load_into, 3),
     CALLDEF(ffi_data_create, 4),

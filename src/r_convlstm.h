@@ -132,6 +132,7 @@ SEXP ffi_model_plan(SEXP ptr, SEXP shape, SEXP training, SEXP opt, SEXP opts);
 
 /* r_io.c */
 SEXP ffi_model_save(SEXP ptr, SEXP path, SEXP optimizer, SEXP metadata);
+SEXP ffi_save_target_check(SEXP path);
 SEXP ffi_file_info(SEXP path);
 SEXP ffi_model_load_into(SEXP ptr, SEXP path, SEXP with_optimizer);
 

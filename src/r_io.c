@@ -47,6 +47,14 @@ SEXP ffi_model_save(SEXP ptr, SEXP path, SEXP optimizer, SEXP metadata) {
   return R_NilValue;
 }
 
+/* NULL when a save may write to path, else the core's reason why not (for
+ * R/save.R to word as an argument error; the save checks again itself). */
+SEXP ffi_save_target_check(SEXP path) {
+  char err[CL_ERRMSG_LEN] = "";
+  if (cl_save_target_check(r_path(path), err, sizeof err) == CL_OK) return R_NilValue;
+  return Rf_mkString(err);
+}
+
 /* ---- a parsed file, owned by an external pointer ---------------------- */
 
 static void saved_finalize(SEXP holder) {

@@ -678,6 +678,12 @@ static cl_status write_file(cl_model *m, const char *path, const cl_st_buf *h,
   return cl_st_write_close(&w, path, st, m->err, sizeof m->err);
 }
 
+cl_status cl_save_target_check(const char *path, char *err, size_t errlen) {
+  char target[CL_ST_MAX_TARGET + 1];
+  if (!path || !path[0]) return cl_st_fail(err, errlen, CL_E_INVALID, "the path is empty");
+  return cl_st_save_target(path, target, sizeof target, err, errlen);
+}
+
 cl_status cl_model_save(cl_model *m, const char *path, const cl_optim *opt, int n_meta,
                         const char *const *meta_keys, const char *const *meta_values) {
   m->err[0] = '\0';

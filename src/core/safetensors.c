@@ -22,9 +22,13 @@
  * (other dtypes are known by name and refused by the caller), and writes
  * float32 only. Writing goes to a temporary file in the destination's
  * directory that is renamed over the destination once complete and flushed,
- * so a crash never leaves a half-written file there.
+ * so a crash never leaves a half-written file there. The destination is
+ * where path's symbolic links lead (the links stay links), and only a
+ * regular file, or nothing, may be there: a directory, device, FIFO or
+ * socket is refused before anything is written and again just before the
+ * rename, which would otherwise replace it.
  */
-#define _POSIX_C_SOURCE 200809L /* open(O_EXCL), fsync, getpid: the atomic write */
+#define _POSIX_C_SOURCE 200809L /* open(O_EXCL), fsync, getpid, lstat, readlink */
 
 #include "safetensors.h"
 #include "internal.h" /* CL_TRY */
@@ -38,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 cl_status cl_st_fail(char *err, size_t errlen, cl_status s, const char *fmt, ...) {
@@ -615,6 +620,97 @@ void cl_st_header_end(cl_st_buf *h) {
   while (!h->oom && (8 + h->n) % 8 != 0) cl_st_buf_str(h, " "); /* data starts 8-aligned */
 }
 
+/* ---- writing: where the file goes ------------------------------------ */
+
+#define MAX_LINKS 40 /* as Linux's ELOOP bound */
+
+/* NULL for a regular file, else what stands there. */
+static const char *not_regular(mode_t mode) {
+  if (S_ISREG(mode)) return NULL;
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "an unknown kind of file";
+}
+
+static cl_status refuse(char *err, size_t errlen, const char *path, const char *target,
+                        const char *what) {
+  if (strcmp(path, target) == 0)
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "cannot save to '%s': it is %s, not a regular file", path, what);
+  return cl_st_fail(err, errlen, CL_E_INVALID,
+                    "cannot save to '%s': it links to '%s', %s, not a regular file", path,
+                    target, what);
+}
+
+/* The length of p's directory part: up to its last '/' (kept when it is
+ * the root's), 0 when p has none (the working directory). */
+static size_t dir_len(const char *p) {
+  const char *slash = strrchr(p, '/');
+  if (!slash) return 0;
+  return slash == p ? 1 : (size_t)(slash - p);
+}
+
+cl_status cl_st_save_target(const char *path, char *target, size_t len, char *err,
+                            size_t errlen) {
+  char cur[CL_ST_MAX_TARGET + 1], link[CL_ST_MAX_TARGET + 1];
+  size_t n = strlen(path);
+  if (n > CL_ST_MAX_TARGET || n >= len)
+    return cl_st_fail(err, errlen, CL_E_INVALID, "the path is too long");
+  memcpy(cur, path, n + 1);
+  for (int hops = 0;; hops++) {
+    struct stat sb;
+    /* Nothing there (or no way there): a new file, and creating the
+     * temporary file beside it reports why not. */
+    if (lstat(cur, &sb) != 0) break;
+    if (!S_ISLNK(sb.st_mode)) {
+      const char *what = not_regular(sb.st_mode);
+      if (what) return refuse(err, errlen, path, cur, what);
+      break;
+    }
+    if (hops == MAX_LINKS)
+      return cl_st_fail(err, errlen, CL_E_INVALID,
+                        "cannot save to '%s': more than %d symbolic links", path, MAX_LINKS);
+    ssize_t k = readlink(cur, link, sizeof link);
+    if (k < 0)
+      return cl_st_fail(err, errlen, CL_E_INVALID,
+                        "cannot save to '%s': cannot read the link '%s': %s", path, cur,
+                        strerror(errno));
+    if ((size_t)k >= sizeof link)
+      return cl_st_fail(err, errlen, CL_E_INVALID, "the path is too long");
+    link[k] = '\0';
+    /* A relative link is read from the link's own directory. */
+    size_t d = link[0] == '/' ? 0 : dir_len(cur);
+    int slash = d > 0 && cur[d - 1] != '/';
+    if (d + slash + (size_t)k > CL_ST_MAX_TARGET || d + slash + (size_t)k >= len)
+      return cl_st_fail(err, errlen, CL_E_INVALID, "the path is too long");
+    if (slash) cur[d] = '/';
+    memcpy(cur + d + slash, link, (size_t)k + 1);
+  }
+  memcpy(target, cur, strlen(cur) + 1);
+  return CL_OK;
+}
+
+/* Flushes the directory entry the rename made: the new name survives a
+ * crash. A file system that cannot sync a directory (EINVAL) is let be. */
+static int sync_dir(const char *target) {
+  char d[CL_ST_MAX_TARGET + 1];
+  size_t n = dir_len(target);
+  if (n == 0) d[n++] = '.';
+  else memcpy(d, target, n);
+  d[n] = '\0';
+  int fd = open(d, O_RDONLY);
+  if (fd < 0) return 1; /* a directory that cannot be read (no permission) cannot be synced */
+  int ok = fsync(fd) == 0 || errno == EINVAL;
+  int e = errno;
+  close(fd);
+  errno = e;
+  return ok;
+}
+
 /* ---- writing: the file ------------------------------------------------ */
 
 #define WRITE_CHUNK 16384 /* floats converted per write */
@@ -643,12 +739,11 @@ static int open_temp(const char *path, char *tmp, size_t len) {
 }
 
 cl_status cl_st_write_open(cl_st_writer *w, const char *path, char *err, size_t errlen) {
-  size_t plen = strlen(path);
   w->fd = -1;
   w->ok = 0;
   w->chunk = NULL;
-  if (plen > 4000) return cl_st_fail(err, errlen, CL_E_INVALID, "the path is too long");
-  w->fd = open_temp(path, w->tmp, sizeof w->tmp);
+  CL_TRY(cl_st_save_target(path, w->target, sizeof w->target, err, errlen));
+  w->fd = open_temp(w->target, w->tmp, sizeof w->tmp);
   if (w->fd < 0)
     return cl_st_fail(err, errlen, CL_E_INVALID, "cannot create a file beside '%s': %s", path,
                       strerror(errno));
@@ -697,9 +792,21 @@ cl_status cl_st_write_close(cl_st_writer *w, const char *path, cl_status st, cha
   if (close(w->fd) != 0 && st == CL_OK)
     st = cl_st_fail(err, errlen, CL_E_INVALID, "cannot write '%s': %s", w->tmp, strerror(errno));
   w->fd = -1;
-  if (st == CL_OK && rename(w->tmp, path) != 0)
-    st = cl_st_fail(err, errlen, CL_E_INVALID, "cannot rename '%s' to '%s': %s", w->tmp, path,
-                    strerror(errno));
-  if (st != CL_OK) remove(w->tmp);
+  /* Again just before the rename: what stands at the target now must still
+   * be a regular file or nothing (not even a link: it was resolved). */
+  struct stat sb;
+  const char *what = NULL;
+  if (st == CL_OK && lstat(w->target, &sb) == 0 && (what = not_regular(sb.st_mode)) != NULL)
+    st = refuse(err, errlen, path, w->target, what);
+  if (st == CL_OK && rename(w->tmp, w->target) != 0)
+    st = cl_st_fail(err, errlen, CL_E_INVALID, "cannot rename '%s' to '%s': %s", w->tmp,
+                    w->target, strerror(errno));
+  if (st != CL_OK) {
+    remove(w->tmp);
+    return st;
+  }
+  if (!sync_dir(w->target))
+    st = cl_st_fail(err, errlen, CL_E_INVALID, "saved '%s', but cannot flush its directory: %s",
+                    w->target, strerror(errno));
   return st;
 }

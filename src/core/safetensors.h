@@ -122,12 +122,26 @@ void cl_st_header_tensor_f32(cl_st_buf *h, const char *name, int nd, const int *
                              uint64_t begin, uint64_t end);
 void cl_st_header_end(cl_st_buf *h); /* pads so that the data starts 8-aligned */
 
-/* The atomic write: open makes a temporary file beside path, header and
- * f32 write to it (0 once a write failed), close flushes it and renames it
- * over path when st is CL_OK and every write succeeded, else removes it,
- * and returns the outcome. Messages go to err. */
+/* The longest target a save writes to (so that its temporary name fits). */
+#define CL_ST_MAX_TARGET 4000
+
+/* Where a save to path writes: path, or where its chain of symbolic links
+ * ends (a relative link read from its own directory), into target. That
+ * need not exist (a new file); CL_E_INVALID, with a message naming path, when
+ * it is not a regular file (a directory, device, FIFO, socket), for more
+ * than 40 links, or for a target longer than CL_ST_MAX_TARGET. */
+cl_status cl_st_save_target(const char *path, char *target, size_t len, char *err,
+                            size_t errlen);
+
+/* The atomic write: open resolves path's target (cl_st_save_target) and
+ * makes a temporary file beside it, header and f32 write to it (0 once a
+ * write failed), close flushes it, checks the target again and renames the
+ * temporary file over it (the links stay links) and flushes the directory
+ * when st is CL_OK and every write succeeded, else removes it, and returns
+ * the outcome. Messages go to err. */
 typedef struct cl_st_writer {
   int fd, ok;
+  char target[CL_ST_MAX_TARGET + 1];
   char tmp[4100];
   unsigned char *chunk; /* float32 -> little-endian bytes */
 } cl_st_writer;

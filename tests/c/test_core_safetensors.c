@@ -3,20 +3,26 @@
  * public header only (CPU): round trips of parameters, optimizer state and
  * metadata; a loaded model and optimizer continue training with exactly the
  * losses of the uninterrupted run; files written by others (no convlstm
- * metadata, other float dtypes); the atomic write; and a table of broken
- * files, each refused with a message. Last, every file in tests/fuzz/corpus/
+ * metadata, other float dtypes); the atomic write; where a save writes
+ * (through symbolic links) and what it refuses to replace (a directory,
+ * FIFO, socket, a link to one, a link loop); and a table of broken files,
+ * each refused with a message. Last, every file in tests/fuzz/corpus/
  * and tests/fuzz/regressions/ (inputs the fuzzer once crashed on) goes
  * through the loader, which must not crash. Exits nonzero on any failure.
  */
-#define _POSIX_C_SOURCE 200809L /* opendir, mkdtemp */
+#define _POSIX_C_SOURCE 200809L /* opendir, mkdtemp, symlink, mkfifo */
 #include "convlstm.h"
 #include "ctest.h" /* CHECK, uniform01 */
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 
@@ -520,6 +526,17 @@ static void test_broken_files(void) {
         "short file: %s", err);
 }
 
+/* Temporary files (name.tmp<pid>.<n>) left in the test's directory. */
+static int temps_left(void) {
+  int n = 0;
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  while (d && (e = readdir(d)))
+    if (strstr(e->d_name, ".tmp")) n++;
+  if (d) closedir(d);
+  return n;
+}
+
 static void test_atomic_write(void) {
   cl_model *m = make_model(1);
   const char *path = tmp_path("atomic.safetensors");
@@ -536,19 +553,144 @@ static void test_atomic_write(void) {
   cl_optim sgd = {CL_OPTIM_SGD, 0.1, 0, 0, 0, 0.5, 0};
   step(m, 1, &sgd);
   CHECK(cl_model_save(m, path, &sgd, 0, NULL, NULL) == CL_OK, "save: %s", cl_model_error(m));
-  int others = 0;
-  DIR *d = opendir(dir);
-  struct dirent *e;
-  while (d && (e = readdir(d)))
-    if (strstr(e->d_name, ".tmp")) others++;
-  if (d) closedir(d);
-  CHECK(others == 0, "%d temporary files left", others);
+  CHECK(temps_left() == 0, "%d temporary files left", temps_left());
   /* a directory that does not exist: an error, nothing written */
   CHECK(cl_model_save(m, tmp_path("no/such/dir.safetensors"), NULL, 0, NULL, NULL) == CL_E_INVALID,
         "save into a missing directory");
   CHECK(strstr(cl_model_error(m), "cannot create") != NULL, "message: %s", cl_model_error(m));
-  /* a path that is a directory: the temporary file is removed again */
+  /* a path that is a directory: refused */
   CHECK(cl_model_save(m, dir, NULL, 0, NULL, NULL) == CL_E_INVALID, "save over a directory");
+  cl_model_free(m);
+}
+
+/* 1 when a file at path holds exactly m's parameters. */
+static int file_holds(const char *path, cl_model *m) {
+  cl_model *l = NULL;
+  char err[CL_ERRMSG_LEN];
+  if (cl_model_load(path, NULL, 0, &l, err, sizeof err) != CL_OK) return 0;
+  int same = same_params(l, m);
+  cl_model_free(l);
+  return same;
+}
+
+static int is_link_to(const char *path, const char *to) {
+  char buf[512];
+  struct stat sb;
+  ssize_t k = lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode) ? readlink(path, buf, sizeof buf - 1) : -1;
+  if (k < 0) return 0;
+  buf[k] = '\0';
+  return strcmp(buf, to) == 0;
+}
+
+/* Through symbolic links: the file they lead to is replaced (or made, for
+ * a dangling link), the links stay links. */
+static void test_save_through_links(void) {
+  cl_model *old = make_model(1), *new = make_model(1);
+  mkdir(tmp_path("sub"), 0777);
+  struct {
+    const char *save, *file; /* the name saved to, the file that gets the model */
+    int exists;              /* 0: the link dangles */
+    const char *links[2][2]; /* {name, what it points to} */
+  } cases[] = {
+    {"t_link", "t_real.st", 1, {{"t_link", "t_real.st"}, {NULL, NULL}}},
+    {"t_outer", "t_real.st", 1, {{"t_outer", "t_inner"}, {"t_inner", "t_real.st"}}},
+    {"t_sublink", "sub/t_real.st", 1, {{"t_sublink", "sub/t_real.st"}, {NULL, NULL}}},
+    {"t_dangling", "sub/t_new.st", 0, {{"t_dangling", "sub/t_new.st"}, {NULL, NULL}}},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char save[512], file[512], e[CL_ERRMSG_LEN];
+    snprintf(save, sizeof save, "%s", tmp_path(cases[i].save));
+    snprintf(file, sizeof file, "%s", tmp_path(cases[i].file));
+    if (cases[i].exists)
+      CHECK(cl_model_save(old, file, NULL, 0, NULL, NULL) == CL_OK, "save: %s", cl_model_error(old));
+    for (int k = 0; k < 2 && cases[i].links[k][0]; k++)
+      CHECK(symlink(cases[i].links[k][1], tmp_path(cases[i].links[k][0])) == 0, "symlink");
+    CHECK(cl_save_target_check(save, e, sizeof e) == CL_OK, "%s: check: %s", cases[i].save, e);
+    CHECK(cl_model_save(new, save, NULL, 0, NULL, NULL) == CL_OK, "%s: save: %s", cases[i].save,
+          cl_model_error(new));
+    for (int k = 0; k < 2 && cases[i].links[k][0]; k++)
+      CHECK(is_link_to(tmp_path(cases[i].links[k][0]), cases[i].links[k][1]),
+            "%s: %s is no longer a link to %s", cases[i].save, cases[i].links[k][0],
+            cases[i].links[k][1]);
+    CHECK(file_holds(file, new), "%s: %s does not hold the new model", cases[i].save, file);
+    CHECK(temps_left() == 0, "%s: %d temporary files left", cases[i].save, temps_left());
+    for (int k = 0; k < 2 && cases[i].links[k][0]; k++) unlink(tmp_path(cases[i].links[k][0]));
+    unlink(file);
+  }
+  CHECK(rmdir(tmp_path("sub")) == 0, "files left in sub/");
+  cl_model_free(old);
+  cl_model_free(new);
+}
+
+/* What is not a regular file is refused, by cl_save_target_check and by
+ * cl_model_save, and left as it was; so is a file elsewhere. */
+static void test_save_refused(void) {
+  cl_model *m = make_model(1);
+  char keep[512];
+  snprintf(keep, sizeof keep, "%s", tmp_path("t_keep.st"));
+  CHECK(cl_model_save(m, keep, NULL, 0, NULL, NULL) == CL_OK, "save: %s", cl_model_error(m));
+  size_t nk = 0;
+  unsigned char *kept = slurp(keep, &nk);
+  CHECK(mkdir(tmp_path("t_dir"), 0777) == 0, "mkdir");
+  CHECK(mkfifo(tmp_path("t_fifo"), 0666) == 0, "mkfifo");
+  /* a reader, so that opening the FIFO to write could not block */
+  int rd = open(tmp_path("t_fifo"), O_RDONLY | O_NONBLOCK);
+  int sock = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sun_family = AF_UNIX;
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", tmp_path("t_sock"));
+  CHECK(sock >= 0 && bind(sock, (struct sockaddr *)&sa, sizeof sa) == 0, "socket");
+  CHECK(symlink("t_dir", tmp_path("t_dirlink")) == 0 && symlink("t_fifo", tmp_path("t_fifolink")) == 0 &&
+            symlink("t_loop2", tmp_path("t_loop1")) == 0 && symlink("t_loop1", tmp_path("t_loop2")) == 0,
+        "symlink");
+  struct {
+    const char *name, *says;
+  } refused[] = {
+    {"t_dir", "it is a directory, not a regular file"},
+    {"t_fifo", "it is a FIFO, not a regular file"},
+    {"t_sock", "it is a socket, not a regular file"},
+    {"t_dirlink", "t_dir', a directory, not a regular file"},
+    {"t_fifolink", "t_fifo', a FIFO, not a regular file"},
+    {"t_loop1", "more than 40 symbolic links"},
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    char p[512], e[CL_ERRMSG_LEN] = "";
+    snprintf(p, sizeof p, "%s", tmp_path(refused[i].name));
+    struct stat before, after;
+    CHECK(lstat(p, &before) == 0, "lstat %s", p);
+    CHECK(cl_save_target_check(p, e, sizeof e) == CL_E_INVALID && strstr(e, refused[i].says) &&
+              strstr(e, p),
+          "%s: check: %s", refused[i].name, e);
+    CHECK(cl_model_save(m, p, NULL, 0, NULL, NULL) == CL_E_INVALID &&
+              strstr(cl_model_error(m), refused[i].says),
+          "%s: save: %s", refused[i].name, cl_model_error(m));
+    CHECK(lstat(p, &after) == 0 && after.st_ino == before.st_ino &&
+              (after.st_mode & S_IFMT) == (before.st_mode & S_IFMT),
+          "%s was replaced", refused[i].name);
+    CHECK(temps_left() == 0, "%s: %d temporary files left", refused[i].name, temps_left());
+  }
+  char byte;
+  CHECK(rd >= 0 && read(rd, &byte, 1) <= 0, "bytes were written into the FIFO");
+  /* a regular file, a link to one, nothing yet: accepted */
+  char e[CL_ERRMSG_LEN] = "";
+  CHECK(symlink("t_keep.st", tmp_path("t_keeplink")) == 0, "symlink");
+  CHECK(cl_save_target_check(keep, e, sizeof e) == CL_OK, "check: %s", e);
+  CHECK(cl_save_target_check(tmp_path("t_keeplink"), e, sizeof e) == CL_OK, "check: %s", e);
+  CHECK(cl_save_target_check(tmp_path("t_none.st"), e, sizeof e) == CL_OK, "check: %s", e);
+  CHECK(cl_save_target_check("", e, sizeof e) == CL_E_INVALID, "an empty path accepted");
+  /* the other file, untouched throughout */
+  size_t n2 = 0;
+  unsigned char *now = slurp(keep, &n2);
+  CHECK(kept && now && n2 == nk && memcmp(kept, now, nk) == 0, "t_keep.st changed");
+  free(kept);
+  free(now);
+  if (rd >= 0) close(rd);
+  if (sock >= 0) close(sock);
+  const char *names[] = {"t_fifo", "t_sock", "t_dirlink", "t_fifolink", "t_loop1", "t_loop2",
+                         "t_keeplink", "t_keep.st"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) unlink(tmp_path(names[i]));
+  rmdir(tmp_path("t_dir"));
   cl_model_free(m);
 }
 
@@ -599,6 +741,8 @@ int main(void) {
   test_foreign_files();
   test_broken_files();
   test_atomic_write();
+  test_save_through_links();
+  test_save_refused();
   int corpus = feed_folder("tests/fuzz/corpus");
   int regressions = feed_folder("tests/fuzz/regressions");
   printf("fuzz corpus: %d files, regressions: %d files, loaded without a crash\n", corpus,

@@ -138,7 +138,7 @@ test_that("saving refuses wrong arguments with classed errors naming them", {
   expect_convlstm_error(convlstm_save(model, NA_character_), regexp = "`path`")
   expect_convlstm_error(convlstm_save(model, file.path(tempdir(), "no", "such", "x.st")),
                         regexp = "`path`'s directory")
-  expect_convlstm_error(convlstm_save(model, tempdir()), regexp = "cannot rename")
+  expect_convlstm_error(convlstm_save(model, tempdir()), regexp = "a directory, not a regular file")
   expect_convlstm_error(convlstm_save(model, path, optimizer = "adam"), regexp = "`optimizer`")
   expect_convlstm_error(convlstm_save(model, path, metadata = c("x")), regexp = "`metadata`")
   expect_convlstm_error(convlstm_save(model, path, metadata = list(a = 1)), regexp = "`metadata`")
