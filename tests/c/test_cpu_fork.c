@@ -11,7 +11,7 @@
 #define _POSIX_C_SOURCE 200809L /* fork, pipe, alarm under -std=c11 */
 #endif
 #include "convlstm.h"
-#include "ctest.h" /* CHECK, uniform01 */
+#include "ctest.h" /* CHECK, uniform01, ctest_model */
 
 #include <math.h>
 #include <signal.h>
@@ -37,12 +37,7 @@ static cl_model *make_model(void) {
   c.bias = 1;
   c.device = CL_DEVICE_CPU;
   c.n_threads = 2; /* with B = 2 the convolutions run a team of two per image pair */
-  cl_model *m = NULL;
-  char err[CL_ERRMSG_LEN];
-  cl_status s = cl_model_create(&c, &m, err, sizeof err);
-  CHECK(s == CL_OK, "create: %s", err);
-  if (m) cl_model_init_params(m, uniform01, NULL);
-  return m;
+  return ctest_model(&c);
 }
 
 static double step(cl_model *m) {
