@@ -203,7 +203,8 @@ cl_status cl_cpu_gates_forward(cl_backend *be, const cl_gates_shape *s, void *z,
   const cl_cpu_gemm_kind isa = cl_cpu_isa_of(be);
   const int64_t rows = (int64_t)s->N * s->hidden;
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(be->n_threads) schedule(static) if (rows * s->P > 16384)
+#pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
+    if (rows * s->P > 16384)
 #endif
   for (int64_t r = 0; r < rows; r++) {
     if (s->dtype != CL_F32) {
@@ -269,7 +270,8 @@ cl_status cl_cpu_gates_backward(cl_backend *be, const cl_gates_shape *s, void *g
   const cl_cpu_gemm_kind isa = cl_cpu_isa_of(be);
   const int64_t rows = (int64_t)s->N * s->hidden;
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(be->n_threads) schedule(static) if (rows * s->P > 16384)
+#pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
+    if (rows * s->P > 16384)
 #endif
   for (int64_t r = 0; r < rows; r++) {
     if (s->dtype != CL_F32) {

@@ -572,11 +572,14 @@ typedef void (*init_fn)(const conv_job *j, int tid);
 
 /* Thread tid of a team of `team` takes images [N tid / team, N (tid+1) / team),
  * after init(j, tid). Returns the team size (smaller than planned inside an
- * enclosing parallel region). */
+ * enclosing parallel region, or in a forked child). */
 static int for_each_image(const conv_job *j, image_fn fn, init_fn init) {
   int used = 1;
+  /* One thread in a forked child: it takes every image, whatever the plan. */
+  const int threads = cl_cpu_threads(j->pl->threads);
+  (void)threads;
 #ifdef _OPENMP
-#pragma omp parallel num_threads(j->pl->threads) if (j->pl->threads > 1)
+#pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
   {
     int tid = 0, team = 1;

@@ -26,7 +26,7 @@ cl_status cl_cpu_gather_rows(cl_backend *be, void *dst, const void *src, const i
   int par = (size_t)rows * row_bytes >= CL_CPU_GATHER_PAR_BYTES && rows > 1;
   (void)par;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(be->n_threads) if (par)
+#pragma omp parallel for schedule(static) num_threads(cl_cpu_threads(be->n_threads)) if (par)
 #endif
   for (long r = 0; r < rows; r++) {
     long t = r / nb, j = r % nb;

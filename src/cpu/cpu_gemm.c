@@ -25,6 +25,7 @@
  * of cl_cpu_gemm_choose(), made while creating a backend (not from kernels).
  */
 #include "cpu_gemm.h"
+#include "cpu_kernels.h" /* cl_cpu_threads */
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -708,10 +709,13 @@ int cl_cpu_sgemm_threaded(cl_cpu_gemm_kind kind, int n_threads, int transA, int 
   }
   gemm_split s = split_of(kind, n_threads, M, N);
   size_t one = total / (size_t)s.parts;
+  /* The split (and the scratch laid out for it) stays; in a forked child one
+   * thread runs every slice. */
+  const int team = cl_cpu_threads(s.parts);
+  (void)team;
 #ifdef _OPENMP
   /* Nested inside another parallel region the slices run on this thread. */
-#pragma omp parallel for num_threads(s.parts) \
-    schedule(static, 1) if (s.parts > 1 && !omp_in_parallel())
+#pragma omp parallel for num_threads(team) schedule(static, 1) if (team > 1 && !omp_in_parallel())
 #endif
   for (int part = 0; part < s.parts; part++)
     sgemm_part(kind, &s, part, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
@@ -735,7 +739,7 @@ static double time_kind(cl_cpu_gemm_kind kind, int n_threads) {
   enum { TM = 48, TN = 96, TK = 96 };
   double worst = 0.0;
 #ifdef _OPENMP
-#pragma omp parallel num_threads(n_threads) reduction(max : worst)
+#pragma omp parallel num_threads(cl_cpu_threads(n_threads)) reduction(max : worst)
 #endif
   {
     size_t nfloat = (size_t)TM * TK + (size_t)TK * TN + (size_t)TM * TN;

@@ -44,8 +44,8 @@ cl_status cl_cpu_mse(cl_backend *be, const void *pred, const float *target, size
   const long long chunks = (long long)((n + MSE_CHUNK - 1) / MSE_CHUNK);
   double sum = 0.0;
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(be->n_threads) schedule(static) reduction(+ : sum) \
-    if (n > CL_CPU_PAR_MIN)
+#pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
+    reduction(+ : sum) if (n > CL_CPU_PAR_MIN)
 #endif
   for (long long ch = 0; ch < chunks; ch++) {
     size_t i0 = (size_t)ch * MSE_CHUNK, m = n - i0 < MSE_CHUNK ? n - i0 : MSE_CHUNK;
@@ -73,7 +73,8 @@ cl_status cl_cpu_adam_update(cl_backend *be, float *p, const float *g, float *m,
   const float bc2_sqrt = (float)sqrt(bc2), neg_step = (float)(-(double)hp->lr / bc1);
   const long long nn = (long long)n;
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(be->n_threads) schedule(static) if (nn > CL_CPU_PAR_MIN)
+#pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
+    if (nn > CL_CPU_PAR_MIN)
 #endif
   for (long long i = 0; i < nn; i++) {
     float gi = g[i];
@@ -94,7 +95,8 @@ cl_status cl_cpu_sgd_update(cl_backend *be, float *p, const float *g, float *buf
   const int first = hp->first;
   const long long nn = (long long)n;
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(be->n_threads) schedule(static) if (nn > CL_CPU_PAR_MIN)
+#pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
+    if (nn > CL_CPU_PAR_MIN)
 #endif
   for (long long i = 0; i < nn; i++) {
     float d = g[i];
@@ -115,7 +117,7 @@ cl_status cl_cpu_grad_unscale(cl_backend *be, float *g, size_t n, float inv_scal
   int bad = 0;
   const long long nn = (long long)n;
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(be->n_threads) schedule(static) \
+#pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
     reduction(|                                                      \
               : bad) if (nn > CL_CPU_PAR_MIN)
 #endif

@@ -1,10 +1,13 @@
 /*
  * tests/c/ctest.h -- what every C test of the core shares: a CHECK that
- * counts failures and says where, and a small deterministic RNG (xorshift64)
- * whose uniform01 also serves as cl_model_init_params' callback.
+ * counts failures and says where, a small deterministic RNG (xorshift64)
+ * whose uniform01 also serves as cl_model_init_params' callback, and a model
+ * created and initialised from it.
  */
 #ifndef CONVLSTM_TESTS_CTEST_H
 #define CONVLSTM_TESTS_CTEST_H
+
+#include "convlstm.h"
 
 #include <stdio.h>
 
@@ -29,6 +32,16 @@ static double uniform01(void *ctx) {
   ctest_rng ^= ctest_rng >> 7;
   ctest_rng ^= ctest_rng << 17;
   return (double)(ctest_rng >> 11) / 9007199254740992.0;
+}
+
+/* A model of config c with parameters drawn from uniform01; NULL (and a
+ * failed check) when it cannot be created. */
+static inline cl_model *ctest_model(const cl_config *c) {
+  cl_model *m = NULL;
+  char err[CL_ERRMSG_LEN];
+  CHECK(cl_model_create(c, &m, err, sizeof err) == CL_OK, "create: %s", err);
+  if (m) cl_model_init_params(m, uniform01, NULL);
+  return m;
 }
 
 /* Exit status of a test program: prints the verdict. */

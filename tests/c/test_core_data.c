@@ -11,7 +11,7 @@
  */
 #include "convlstm.h"
 #include "core/backend.h" /* the gather_rows slot, cl_backend_cpu_create */
-#include "ctest.h"        /* CHECK, uniform01 */
+#include "ctest.h"        /* CHECK, uniform01, ctest_model */
 
 #include <math.h>
 #include <stdio.h>
@@ -118,12 +118,8 @@ static cl_model *new_model(cl_dtype dt, size_t limit) {
   cl_config c = config();
   c.dtype = dt;
   c.memory_limit = limit;
-  cl_model *m = NULL;
-  char err[CL_ERRMSG_LEN];
-  CHECK(cl_model_create(&c, &m, err, sizeof err) == CL_OK, "create: %s", err);
-  ctest_rng = 12345;
-  cl_model_init_params(m, uniform01, NULL);
-  return m;
+  ctest_rng = 12345; /* the same parameters in every model of this file */
+  return ctest_model(&c);
 }
 
 /* Every parameter (grad = 0) or gradient (grad = 1), flattened. */

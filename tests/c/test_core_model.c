@@ -7,7 +7,7 @@
  */
 #include "convlstm.h"
 #include "core/internal.h" /* m->be, to replace one slot of its table */
-#include "ctest.h"          /* CHECK, uniform01 */
+#include "ctest.h"          /* CHECK, uniform01, ctest_model */
 
 #include <math.h>
 #include <stdio.h>
@@ -41,12 +41,7 @@ static cl_model *make_model(int bias, size_t limit) {
   c.device = CL_DEVICE_CPU;
   c.n_threads = 2;
   c.memory_limit = limit;
-  cl_model *m = NULL;
-  char err[CL_ERRMSG_LEN];
-  cl_status s = cl_model_create(&c, &m, err, sizeof err);
-  CHECK(s == CL_OK, "create: %s", err);
-  if (m) cl_model_init_params(m, uniform01, NULL);
-  return m;
+  return ctest_model(&c);
 }
 
 enum { B = 2, T = 3, C = 2, H = 5, W = 4, CL = 2 };

@@ -12,7 +12,7 @@
  */
 #define _POSIX_C_SOURCE 200809L /* opendir, mkdtemp, symlink, mkfifo */
 #include "convlstm.h"
-#include "ctest.h" /* CHECK, uniform01 */
+#include "ctest.h" /* CHECK, uniform01, ctest_model */
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -48,11 +48,7 @@ static cl_model *make_model(int bias) {
   c.bias = bias;
   c.device = CL_DEVICE_CPU;
   c.n_threads = 1;
-  cl_model *m = NULL;
-  char err[CL_ERRMSG_LEN];
-  CHECK(cl_model_create(&c, &m, err, sizeof err) == CL_OK, "create: %s", err);
-  if (m) cl_model_init_params(m, uniform01, NULL);
-  return m;
+  return ctest_model(&c);
 }
 
 enum { B = 2, T = 3, C = 2, H = 5, W = 4, CL = 2 };
