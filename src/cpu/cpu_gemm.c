@@ -25,7 +25,7 @@
  * of cl_cpu_gemm_choose(), made while creating a backend (not from kernels).
  */
 #include "cpu_gemm.h"
-#include "cpu_kernels.h" /* cl_cpu_threads */
+#include "cpu_threads.h" /* cl_cpu_threads */
 
 #include <stdint.h>
 #include <stdlib.h>

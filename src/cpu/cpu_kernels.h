@@ -11,6 +11,7 @@
 
 #include "../core/backend.h" /* cl_backend, shapes, hyperparameters */
 #include "cpu_gemm.h"        /* cl_cpu_gemm_kind */
+#include "cpu_threads.h"     /* cl_cpu_threads: the size of every OpenMP team */
 
 /* be->context of a CPU backend. */
 typedef struct cl_cpu_ctx {
@@ -28,41 +29,6 @@ static inline cl_cpu_gemm_kind cl_cpu_isa_of(const cl_backend *be) {
   cl_cpu_gemm_kind k = cl_cpu_gemm_of(be);
   return k == CL_CPU_GEMM_BLAS ? cl_cpu_gemm_best_internal() : k;
 }
-
-/* Fork safety: the size of every OpenMP team in src/cpu/. Each parallel
- * region takes num_threads() from here, never from be->n_threads directly.
- *
- * A child forked from a process that has run an OpenMP region (ours or any
- * other library's: libgomp keeps one pool per thread, shared by every
- * library) inherits libgomp's bookkeeping for a thread pool whose worker
- * threads were not copied into the child; its first region with more than
- * one thread then waits forever for them. R forks all the time
- * (parallel::mclapply, future's multicore), so cpu_backend.c registers a
- * pthread_atfork child handler that sets cl_cpu_in_forked_child, and in a
- * forked child every team has one thread (what data.table does). libgomp
- * runs a region of num_threads(1) on the calling thread without touching
- * the pool, so the child runs correctly, single-threaded.
- *
- * The rule is applied when a region starts, not when a backend is created:
- * a backend created in the parent keeps its n_threads (and the workspace
- * layout planned from it: the kernels run a planned split of any size on a
- * smaller team), and is overridden here once it is used in a child. The
- * parent is untouched: it keeps every thread it asked for. */
-#ifdef _OPENMP
-extern int cl_cpu_in_forked_child;
-#endif
-
-static inline int cl_cpu_threads(int wanted) {
-#ifdef _OPENMP
-  if (cl_cpu_in_forked_child) return 1;
-#endif
-  return wanted < 1 ? 1 : wanted;
-}
-
-/* Registers the child handler above, once per process (pthread_once). Runs
- * when the library is loaded (GCC/clang constructor) and again, as a no-op,
- * whenever a CPU backend is created. */
-void cl_cpu_fork_guard(void);
 
 /* Writes a message into be->err and returns st. */
 cl_status cl_cpu_fail(cl_backend *be, cl_status st, const char *fmt, ...)
