@@ -106,20 +106,7 @@ static void backward_scalar(const cell_row *r, int p) {
 #define VMUL(a, b) _mm512_mul_ps((a), (b))
 #define VSIGMOID(v) cl_vm_sigmoid512(v)
 #define VTANH(v) cl_vm_tanh512(v)
-#include "cpu_cell_tmpl.h" /* forward_avx512, backward_avx512 */
-#undef FN
-#undef TGT
-#undef V
-#undef VW
-#undef VZERO
-#undef VLOADU
-#undef VSTOREU
-#undef VSET1
-#undef VADD
-#undef VSUB
-#undef VMUL
-#undef VSIGMOID
-#undef VTANH
+#include "cpu_cell_tmpl.h" /* forward_avx512, backward_avx512; undefines the vocabulary */
 
 #define FN(name) name##_avx2
 #define TGT __attribute__((target("avx2,fma")))
@@ -135,21 +122,7 @@ static void backward_scalar(const cell_row *r, int p) {
 #define VSIGMOID(v) cl_vm_sigmoid256(v)
 #define VTANH(v) cl_vm_tanh256(v)
 #include "cpu_cell_tmpl.h" /* forward_avx2, backward_avx2 */
-#undef FN
-#undef TGT
-#undef V
-#undef VW
-#undef VZERO
-#undef VLOADU
-#undef VSTOREU
-#undef VSET1
-#undef VADD
-#undef VSUB
-#undef VMUL
-#undef VSIGMOID
-#undef VTANH
 #endif
-
 
 static void forward_row(cl_cpu_gemm_kind isa, const cell_row *r) {
 #if CL_VMATH_X86
