@@ -67,6 +67,10 @@ c_model_plan <- function(ptr, shape, training, optimizer = NULL, options = NULL)
 
 c_set_dtype <- function(ptr, dtype) invisible(.Call(ffi_set_dtype, ptr, dtype))
 c_loss_scale <- function(ptr) .Call(ffi_loss_scale, ptr)
+c_set_loss_scale <- function(ptr, init_scale, growth_factor, backoff_factor, growth_interval) {
+  invisible(.Call(ffi_set_loss_scale, ptr, as.double(init_scale), as.double(growth_factor),
+                  as.double(backoff_factor), as.integer(growth_interval)))
+}
 
 # Model files (src/r_io.c): optimizer NULL or c_optim(); metadata NULL or a
 # named character vector.

@@ -500,7 +500,47 @@ print.convlstm_loss_scale <- function(x, ...) {
     format_count(x$skipped_steps),
     if (identical(x$dtype, "float16")) "" else sprintf(" (inactive: dtype %s)", x$dtype)
   ))
+  cat(sprintf("  starts at %s, times %s after %d clean steps, times %s after a skip\n",
+              format(x$init_scale), format(x$growth_factor), x$growth_interval,
+              format(x$backoff_factor)))
   invisible(x)
+}
+
+#' Set the float16 loss scaler's behaviour
+#'
+#' The settings of torch's `GradScaler`, with its defaults: the scale starts
+#' at `init_scale`, is multiplied by `backoff_factor` after a step whose
+#' gradients overflow (the step is skipped) and by `growth_factor` after
+#' `growth_interval` clean steps in a row. Setting them starts the scale again
+#' at `init_scale`. They are kept across [set_dtype()] and saved with the
+#' model by [convlstm_save()]; they act only while the model stores float16.
+#'
+#' @param model A model created by [convlstm()].
+#' @param init_scale The starting scale, a number > 0 (and finite as a 32-bit
+#'   float, as the scale is used).
+#' @param growth_factor A number > 1.
+#' @param backoff_factor A number in (0, 1).
+#' @param growth_interval A whole number >= 1.
+#' @return The model's [loss_scale()], invisibly.
+#' @export
+#' @examples
+#' model <- convlstm(1, c(4, 1), 3, device = "cpu", dtype = "float16")
+#' set_loss_scale(model, init_scale = 1024, growth_interval = 100)
+#' loss_scale(model)
+#' convlstm_release(model)
+set_loss_scale <- function(model, init_scale = 65536, growth_factor = 2, backoff_factor = 0.5,
+                           growth_interval = 2000) {
+  ptr <- model_ptr(model)
+  call <- sys.call()
+  init_scale <- check_number(init_scale, "init_scale", min = 0, min_inclusive = FALSE, call = call)
+  growth_factor <- check_number(growth_factor, "growth_factor", min = 1, min_inclusive = FALSE,
+                                call = call)
+  backoff_factor <- check_number(backoff_factor, "backoff_factor", min = 0, max = 1,
+                                 min_inclusive = FALSE, call = call)
+  if (backoff_factor == 1) abort_arg("backoff_factor", "a number in (0, 1)", backoff_factor, call)
+  growth_interval <- check_count(growth_interval, "growth_interval", call = call)
+  c_set_loss_scale(ptr, init_scale, growth_factor, backoff_factor, growth_interval)
+  invisible(loss_scale(model))
 }
 
 #' Release a model's memory now

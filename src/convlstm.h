@@ -236,15 +236,24 @@ cl_status cl_model_train_step(cl_model *m, const cl_host_array *x, const cl_host
 cl_status cl_model_set_dtype(cl_model *m, cl_dtype dtype);
 /* float16 dynamic loss scaling, as torch.cuda.amp.GradScaler: the loss is
  * multiplied by scale; a step whose gradients hold inf/NaN is skipped and the
- * scale halves; after growth_interval clean steps it doubles. */
+ * scale is multiplied by backoff_factor; after growth_interval clean steps it
+ * is multiplied by growth_factor. */
 typedef struct cl_loss_scale {
   double scale;
   int growth_interval;
   int clean_steps;      /* since the last growth or skip */
   int64_t skipped_steps;
   int skipped_in_a_row; /* skipped steps since the last update: none when it is 0 */
+  double init_scale;    /* where the scale starts, and starts again on a change of dtype */
+  double growth_factor, backoff_factor;
 } cl_loss_scale;
 cl_status cl_model_get_loss_scale(const cl_model *m, cl_loss_scale *out);
+/* GradScaler's settings (its defaults: 65536, 2, 0.5, 2000), checked as the
+ * float the scale is used as: init_scale > 0 and finite as a float,
+ * growth_factor > 1, backoff_factor in (0, 1), growth_interval >= 1. The
+ * scale starts again at init_scale, its counts at zero. */
+cl_status cl_model_set_loss_scale(cl_model *m, double init_scale, double growth_factor,
+                                  double backoff_factor, int growth_interval);
 
 /* ---- memory ---------------------------------------------------------- */
 

@@ -45,6 +45,7 @@ static const R_CallMethodDef call_entries[] = {
     CALLDEF(ffi_set_memory_limit, 2),
     CALLDEF(ffi_set_dtype, 2),
     CALLDEF(ffi_loss_scale, 1),
+    CALLDEF(ffi_set_loss_scale, 5),
     CALLDEF(ffi_model_save, 4),
     CALLDEF(ffi_save_target_check, 1),
     CALLDEF(ffi_file_info, 1),

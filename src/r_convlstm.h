@@ -103,6 +103,8 @@ SEXP ffi_model_init_params(SEXP ptr);
 SEXP ffi_models_alive(void);
 SEXP ffi_set_dtype(SEXP ptr, SEXP dtype);
 SEXP ffi_loss_scale(SEXP ptr);
+SEXP ffi_set_loss_scale(SEXP ptr, SEXP init_scale, SEXP growth_factor, SEXP backoff_factor,
+                        SEXP growth_interval);
 
 /* r_params.c */
 SEXP ffi_tensor_info(SEXP ptr);

@@ -194,20 +194,33 @@ SEXP ffi_set_dtype(SEXP ptr, SEXP dtype) {
   return R_NilValue;
 }
 
+SEXP ffi_set_loss_scale(SEXP ptr, SEXP init_scale, SEXP growth_factor, SEXP backoff_factor,
+                        SEXP growth_interval) {
+  cl_model *m = r_model(ptr);
+  cl_status st = cl_model_set_loss_scale(m, Rf_asReal(init_scale), Rf_asReal(growth_factor),
+                                         Rf_asReal(backoff_factor), Rf_asInteger(growth_interval));
+  if (st != CL_OK) r_raise_model(st, m);
+  return R_NilValue;
+}
+
 SEXP ffi_loss_scale(SEXP ptr) {
   cl_model *m = r_model(ptr);
   cl_loss_scale ls;
   memset(&ls, 0, sizeof ls);
   cl_status st = cl_model_get_loss_scale(m, &ls);
   if (st != CL_OK) r_raise_model(st, m);
-  const char *const names[] = {"scale", "growth_interval", "clean_steps", "skipped_steps",
-                               "skipped_in_a_row"};
-  SEXP out = PROTECT(r_named_list(names, 5));
+  const char *const names[] = {"scale",          "growth_interval", "clean_steps",
+                               "skipped_steps",  "skipped_in_a_row", "init_scale",
+                               "growth_factor",  "backoff_factor"};
+  SEXP out = PROTECT(r_named_list(names, 8));
   SET_VECTOR_ELT(out, 0, Rf_ScalarReal(ls.scale));
   SET_VECTOR_ELT(out, 1, Rf_ScalarInteger(ls.growth_interval));
   SET_VECTOR_ELT(out, 2, Rf_ScalarInteger(ls.clean_steps));
   SET_VECTOR_ELT(out, 3, Rf_ScalarReal((double)ls.skipped_steps));
   SET_VECTOR_ELT(out, 4, Rf_ScalarInteger(ls.skipped_in_a_row));
+  SET_VECTOR_ELT(out, 5, Rf_ScalarReal(ls.init_scale));
+  SET_VECTOR_ELT(out, 6, Rf_ScalarReal(ls.growth_factor));
+  SET_VECTOR_ELT(out, 7, Rf_ScalarReal(ls.backoff_factor));
   UNPROTECT(1);
   return out;
 }

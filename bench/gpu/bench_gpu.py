@@ -111,7 +111,9 @@ class cl_step_options(C.Structure):
 
 class cl_loss_scale(C.Structure):
     _fields_ = [("scale", C.c_double), ("growth_interval", C.c_int), ("clean_steps", C.c_int),
-                ("skipped_steps", C.c_int64), ("skipped_in_a_row", C.c_int)]
+                ("skipped_steps", C.c_int64), ("skipped_in_a_row", C.c_int),
+                ("init_scale", C.c_double), ("growth_factor", C.c_double),
+                ("backoff_factor", C.c_double)]
 
 
 class cl_mem_stats(C.Structure):

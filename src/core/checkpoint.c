@@ -236,6 +236,7 @@ static cl_status read_loss_scale(cl_saved *s, char *err, size_t errlen) {
     return cl_st_fail(err, errlen, CL_E_INVALID,
                       "metadata convlstm.loss_scale.* must hold scale (> 0), growth_interval (>= 1), "
                       "clean_steps and skipped_steps (>= 0), all four");
+  cl_scaler_defaults(&s->scale); /* settings a file may lack: GradScaler's */
   s->scale.scale = d;
   s->scale.growth_interval = (int)g;
   s->scale.clean_steps = (int)c;
@@ -248,6 +249,19 @@ static cl_status read_loss_scale(cl_saved *s, char *err, size_t errlen) {
                       "metadata convlstm.loss_scale.skipped_in_a_row must be a whole number >= 0, "
                       "not \"%.40s\"", row);
   s->scale.skipped_in_a_row = (int)r;
+  /* optional too: the settings of cl_model_set_loss_scale */
+  const char *keys[3] = {META_PREFIX "loss_scale.init_scale", META_PREFIX "loss_scale.growth_factor",
+                         META_PREFIX "loss_scale.backoff_factor"};
+  double *dst[3] = {&s->scale.init_scale, &s->scale.growth_factor, &s->scale.backoff_factor};
+  for (int i = 0; i < 3; i++) {
+    const char *v = cl_st_find_meta(&s->f, keys[i]);
+    if (v && !cl_st_meta_double(v, dst[i]))
+      return cl_st_fail(err, errlen, CL_E_INVALID, "metadata %s must be a number, not \"%.40s\"",
+                        keys[i], v);
+  }
+  char why[CL_ERRMSG_LEN];
+  if (cl_scaler_check(&s->scale, why, sizeof why) != CL_OK)
+    return cl_st_fail(err, errlen, CL_E_INVALID, "the file's loss scaler: %s", why);
   s->has_scale = 1;
   return CL_OK;
 }
@@ -625,6 +639,11 @@ static cl_status build_header(cl_model *m, const cl_optim *opt, const save_plan 
                   (long long)m->scaler.skipped_steps);
       cl_st_header_meta_int(h, &first, META_PREFIX "loss_scale.skipped_in_a_row",
                   (long long)m->scaler.skipped_in_a_row);
+      cl_st_header_meta_num(h, &first, META_PREFIX "loss_scale.init_scale", m->scaler.init_scale);
+      cl_st_header_meta_num(h, &first, META_PREFIX "loss_scale.growth_factor",
+                            m->scaler.growth_factor);
+      cl_st_header_meta_num(h, &first, META_PREFIX "loss_scale.backoff_factor",
+                            m->scaler.backoff_factor);
     }
   }
   for (int i = 0; i < n_meta; i++) cl_st_header_meta(h, &first, keys[i], values[i]);

@@ -257,6 +257,12 @@ void cl_optim_free(cl_model *m);
 cl_status cl_train_sources(cl_model *m, const cl_source *x, const cl_source *y, cl_target target,
                            int B, int T, int H, int W, const cl_optim *opt,
                            const cl_step_options *opts, double *loss);
+/* GradScaler's defaults, then cl_scaler_reset. */
+void cl_scaler_defaults(cl_loss_scale *s);
+/* The settings (init_scale, factors, growth_interval) in range; the reason,
+ * naming the setting, in err. */
+cl_status cl_scaler_check(const cl_loss_scale *s, char *err, size_t errlen);
+/* The scale back at init_scale and the counts at zero; the settings stay. */
 void cl_scaler_reset(cl_loss_scale *s);
 
 /* data.c: frees every data set of m (cl_model_free). */

@@ -108,7 +108,7 @@ cl_status cl_model_create(const cl_config *cfg, cl_model **out, char *err, size_
   }
   m->cfg = *cfg;
   m->cfg.bias = cfg->bias ? 1 : 0;
-  cl_scaler_reset(&m->scaler);
+  cl_scaler_defaults(&m->scaler);
   models_alive++;
   s = layout_layers(m);
   if (s == CL_OK) s = create_backend(m);

@@ -14,6 +14,7 @@
 #include "plan.h" /* cl_geom_make, cl_plan_build; internal.h */
 
 #include <math.h>
+#include <stdio.h>
 
 #define CL_SCALE_INIT 65536.0
 #define CL_SCALE_GROWTH_INTERVAL 2000
@@ -21,9 +22,16 @@
  * cannot help, and skipping on would train nothing without a word. */
 #define CL_SCALE_FLOOR 1.0
 
-void cl_scaler_reset(cl_loss_scale *s) {
-  s->scale = CL_SCALE_INIT;
+void cl_scaler_defaults(cl_loss_scale *s) {
+  s->init_scale = CL_SCALE_INIT;
+  s->growth_factor = 2.0;
+  s->backoff_factor = 0.5;
   s->growth_interval = CL_SCALE_GROWTH_INTERVAL;
+  cl_scaler_reset(s);
+}
+
+void cl_scaler_reset(cl_loss_scale *s) {
+  s->scale = s->init_scale;
   s->clean_steps = 0;
   s->skipped_steps = 0;
   s->skipped_in_a_row = 0;
@@ -117,7 +125,7 @@ static cl_status scaled_update(cl_model *m, const cl_optim *opt) {
   CL_KERNEL(m, m->be->iface->grad_unscale(m->be, m->grads, m->n_params, (float)(1.0 / sc->scale),
                                           &bad));
   if (bad) {
-    sc->scale *= 0.5;
+    sc->scale *= sc->backoff_factor;
     sc->clean_steps = 0;
     sc->skipped_steps++;
     sc->skipped_in_a_row++;
@@ -134,7 +142,7 @@ static cl_status scaled_update(cl_model *m, const cl_optim *opt) {
   CL_TRY(cl_model_optimizer_step(m, opt));
   sc->skipped_in_a_row = 0;
   if (++sc->clean_steps >= sc->growth_interval) {
-    sc->scale *= 2.0;
+    sc->scale *= sc->growth_factor;
     sc->clean_steps = 0;
   }
   return CL_OK;
@@ -206,6 +214,37 @@ cl_status cl_model_set_dtype(cl_model *m, cl_dtype dtype) {
   cl_step_release(m); /* activations were planned in the old dtype */
   m->cfg.dtype = dtype;
   cl_scaler_reset(&m->scaler);
+  return CL_OK;
+}
+
+cl_status cl_scaler_check(const cl_loss_scale *s, char *err, size_t errlen) {
+  if (!((float)s->init_scale > 0) || !isfinite((float)s->init_scale))
+    snprintf(err, errlen, "`init_scale` must be > 0 and finite as a 32-bit float, not %.17g",
+             s->init_scale);
+  else if (!(s->growth_factor > 1) || !isfinite((float)s->growth_factor))
+    snprintf(err, errlen, "`growth_factor` must be a finite number > 1, not %.17g",
+             s->growth_factor);
+  else if (!(s->backoff_factor > 0 && s->backoff_factor < 1))
+    snprintf(err, errlen, "`backoff_factor` must lie in (0, 1), not %.17g", s->backoff_factor);
+  else if (s->growth_interval < 1)
+    snprintf(err, errlen, "`growth_interval` must be at least 1, not %d", s->growth_interval);
+  else
+    return CL_OK;
+  return CL_E_INVALID;
+}
+
+cl_status cl_model_set_loss_scale(cl_model *m, double init_scale, double growth_factor,
+                                  double backoff_factor, int growth_interval) {
+  m->err[0] = '\0';
+  cl_loss_scale s = m->scaler;
+  s.init_scale = init_scale;
+  s.growth_factor = growth_factor;
+  s.backoff_factor = backoff_factor;
+  s.growth_interval = growth_interval;
+  char err[CL_ERRMSG_LEN];
+  if (cl_scaler_check(&s, err, sizeof err) != CL_OK) return cl_fail(m, CL_E_INVALID, "%s", err);
+  cl_scaler_reset(&s);
+  m->scaler = s;
   return CL_OK;
 }
 

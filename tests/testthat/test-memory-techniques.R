@@ -74,7 +74,7 @@ test_that("model$half(), $bfloat16(), $float() and set_dtype() convert; loss_sca
   ls <- loss_scale(model)
   expect_s3_class(ls, "convlstm_loss_scale")
   expect_named(ls, c("scale", "growth_interval", "clean_steps", "skipped_steps", "skipped_in_a_row",
-                     "dtype"))
+                     "init_scale", "growth_factor", "backoff_factor", "dtype"))
   expect_gt(ls$scale, 1)
   expect_equal(ls$clean_steps, 3L)
   expect_equal(ls$skipped_steps, 0)

@@ -62,3 +62,34 @@ test_that("convlstm_fit() warns on a run of skipped float16 steps as train_step(
   )
   convlstm_release(m)
 })
+
+test_that("set_loss_scale() sets GradScaler's settings, kept across set_dtype() and a file", {
+  set.seed(6)
+  m <- api_model(dtype = "float16")
+  x <- api_x()
+  y <- api_y()
+  opt <- optimizer_adam()
+  set_loss_scale(m, init_scale = 1024, growth_factor = 3, backoff_factor = 0.25,
+                 growth_interval = 2)
+  ls <- loss_scale(m)
+  expect_identical(c(ls$scale, ls$init_scale, ls$growth_factor, ls$backoff_factor),
+                   c(1024, 1024, 3, 0.25))
+  train_step(m, x * 1e6, y, opt) # overflows: skipped, scale times 0.25
+  expect_identical(loss_scale(m)$scale, 256)
+  train_step(m, x, y, opt)
+  train_step(m, x, y, opt) # two clean steps: times 3
+  expect_identical(loss_scale(m)$scale, 768)
+  path <- tempfile(fileext = ".safetensors")
+  on.exit(unlink(path), add = TRUE)
+  convlstm_save(m, path, optimizer = opt)
+  loaded <- convlstm_load(path)
+  expect_identical(unclass(loss_scale(loaded)), unclass(loss_scale(m)))
+  set_dtype(m, "float32")
+  set_dtype(m, "float16") # the scale starts again, the settings stay
+  ls <- loss_scale(m)
+  expect_identical(c(ls$scale, ls$growth_factor, ls$backoff_factor, ls$growth_interval),
+                   c(1024, 3, 0.25, 2))
+  convlstm_release(m)
+  convlstm_release(loaded)
+})
+

@@ -81,6 +81,13 @@ bad_input_cases <- list(
   list("threads just above a whole number", quote(convlstm(1, 4, 3, device = "cpu", threads = 2.0000001)),
        "not 2.0000001"),
   list("set_memory_limit negative", quote(set_memory_limit(m, -1)), "`bytes`"),
+  # the float16 loss scaler's settings (GradScaler's)
+  list("init_scale zero", quote(set_loss_scale(m, init_scale = 0)), "`init_scale`"),
+  list("init_scale beyond float", quote(set_loss_scale(m, init_scale = 1e39)), "`init_scale`"),
+  list("growth_factor 1", quote(set_loss_scale(m, growth_factor = 1)), "`growth_factor`"),
+  list("backoff_factor 1", quote(set_loss_scale(m, backoff_factor = 1)), "`backoff_factor`"),
+  list("backoff_factor 0", quote(set_loss_scale(m, backoff_factor = 0)), "`backoff_factor`"),
+  list("growth_interval 0", quote(set_loss_scale(m, growth_interval = 0)), "`growth_interval`"),
   # beyond size_t: the conversion would be undefined (it read as "no limit")
   list("memory_limit beyond size_t", quote(convlstm(1, 4, 3, device = "cpu", memory_limit = 1e20)),
        "`memory_limit`"),
