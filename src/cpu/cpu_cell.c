@@ -93,32 +93,14 @@ static void backward_scalar(const cell_row *r, int p) {
 /* ---- the vector rows: cpu_cell_tmpl.h once per instruction set ---------- */
 
 #if CL_VMATH_X86
-#define FN(name) name##_avx512
-#define TGT __attribute__((target("avx512f")))
-#define V __m512
-#define VW 16
-#define VZERO() _mm512_setzero_ps()
-#define VLOADU(p) _mm512_loadu_ps(p)
-#define VSTOREU(p, v) _mm512_storeu_ps((p), (v))
-#define VSET1(x) _mm512_set1_ps(x)
-#define VADD(a, b) _mm512_add_ps((a), (b))
-#define VSUB(a, b) _mm512_sub_ps((a), (b))
-#define VMUL(a, b) _mm512_mul_ps((a), (b))
+#define CL_SIMD 512
+#include "cpu_simd.h"
 #define VSIGMOID(v) cl_vm_sigmoid512(v)
 #define VTANH(v) cl_vm_tanh512(v)
-#include "cpu_cell_tmpl.h" /* forward_avx512, backward_avx512; undefines the vocabulary */
+#include "cpu_cell_tmpl.h" /* forward_avx512, backward_avx512 */
 
-#define FN(name) name##_avx2
-#define TGT __attribute__((target("avx2,fma")))
-#define V __m256
-#define VW 8
-#define VZERO() _mm256_setzero_ps()
-#define VLOADU(p) _mm256_loadu_ps(p)
-#define VSTOREU(p, v) _mm256_storeu_ps((p), (v))
-#define VSET1(x) _mm256_set1_ps(x)
-#define VADD(a, b) _mm256_add_ps((a), (b))
-#define VSUB(a, b) _mm256_sub_ps((a), (b))
-#define VMUL(a, b) _mm256_mul_ps((a), (b))
+#define CL_SIMD 256
+#include "cpu_simd.h"
 #define VSIGMOID(v) cl_vm_sigmoid256(v)
 #define VTANH(v) cl_vm_tanh256(v)
 #include "cpu_cell_tmpl.h" /* forward_avx2, backward_avx2 */

@@ -3,13 +3,11 @@
  * forward and backward, written once over a small vector vocabulary and
  * included once per instruction set, as cpu_direct_tmpl.h is for the GEMM.
  *
- * Not a header to include anywhere else: cpu_cell.c defines, before each
- * inclusion, FN(name) (the suffixed function name), TGT (the target
- * attribute), V (the vector type), VW (its float lanes), VZERO(), VLOADU(p),
- * VSTOREU(p, v), VSET1(x), VADD, VSUB, VMUL, VSIGMOID(v) and VTANH(v); it
- * undefines them at its end, ready for the next instruction set. The
- * expressions and their order are the scalar rows' (forward_scalar,
- * backward_scalar), which finish each row's tail.
+ * Not a header to include anywhere else: cpu_cell.c includes cpu_simd.h
+ * (the vector vocabulary) and defines VSIGMOID(v) and VTANH(v) before each
+ * inclusion; it undefines them all at its end, ready for the next
+ * instruction set. The expressions and their order are the scalar rows'
+ * (forward_scalar, backward_scalar), which finish each row's tail.
  */
 
 TGT static void FN(forward)(const cell_row *r) {
@@ -47,16 +45,6 @@ TGT static void FN(backward)(const cell_row *r) {
   backward_scalar(r, p);
 }
 
-#undef FN
-#undef TGT
-#undef V
-#undef VW
-#undef VZERO
-#undef VLOADU
-#undef VSTOREU
-#undef VSET1
-#undef VADD
-#undef VSUB
-#undef VMUL
 #undef VSIGMOID
 #undef VTANH
+#include "cpu_simd_end.h"

@@ -4,11 +4,10 @@
  * cl_cpu_sgemm_dot in cpu_gemm.h), written once over a small vector
  * vocabulary and included once per instruction set.
  *
- * Not a header to include anywhere else: cpu_gemm.c defines, before each
- * inclusion, FN(name) (the suffixed function name), TGT (the target
- * attribute), V (the vector type), VW (its float lanes), VZERO(), VLOADU(p),
- * VSTOREU(p, v), VSET1(x), VFMA(a, b, c) = a * b + c, VSUM(v) (sum of the
- * lanes), and the tile sizes ROWS_MR x ROWS_NV vectors and DOT_MR x DOT_NR.
+ * Not a header to include anywhere else: cpu_gemm.c includes cpu_simd.h
+ * (the vector vocabulary) and defines VSUM(v) (sum of the lanes) and the
+ * tile sizes ROWS_MR x ROWS_NV vectors and DOT_MR x DOT_NR before each
+ * inclusion; it undefines them all at its end.
  * Every loop over a tile is fully unrolled so the tile stays in registers.
  */
 
@@ -84,3 +83,10 @@ TGT static void FN(sgemm_dot)(int M, int N, int K, const float *A, int lda, cons
           if (i0 + i < M && j0 + j < N) C[(size_t)(i0 + i) * ldc + j0 + j] += VSUM(acc[i][j]);
     }
 }
+
+#undef VSUM
+#undef ROWS_MR
+#undef ROWS_NV
+#undef DOT_MR
+#undef DOT_NR
+#include "cpu_simd_end.h"

@@ -448,35 +448,14 @@ static void gemm_internal(const gemm_arch *ar, int transA, const gemm_bsrc *B, i
 
 /* ---- unpacked kernels for convolutions with few channels ------------------ */
 
-#define FN(name) name##_generic
-#define TGT
-#define V float
-#define VW 1
-#define VZERO() 0.0f
-#define VLOADU(p) (*(p))
-#define VSTOREU(p, v) (*(p) = (v))
-#define VSET1(x) (x)
-#define VFMA(a, b, c) ((a) * (b) + (c))
+#define CL_SIMD 1
+#include "cpu_simd.h"
 #define VSUM(v) (v)
 #define ROWS_MR 4
 #define ROWS_NV 4
 #define DOT_MR 2
 #define DOT_NR 4
 #include "cpu_direct_tmpl.h" /* sgemm_rows_generic, sgemm_dot_generic */
-#undef FN
-#undef TGT
-#undef V
-#undef VW
-#undef VZERO
-#undef VLOADU
-#undef VSTOREU
-#undef VSET1
-#undef VFMA
-#undef VSUM
-#undef ROWS_MR
-#undef ROWS_NV
-#undef DOT_MR
-#undef DOT_NR
 
 #if CL_GEMM_X86
 CL_TARGET_AVX2 static inline float hsum_avx2(__m256 v) {
@@ -486,66 +465,24 @@ CL_TARGET_AVX2 static inline float hsum_avx2(__m256 v) {
 }
 
 /* 16 ymm registers: 12 accumulators plus operands. */
-#define FN(name) name##_avx2
-#define TGT CL_TARGET_AVX2
-#define V __m256
-#define VW 8
-#define VZERO() _mm256_setzero_ps()
-#define VLOADU(p) _mm256_loadu_ps(p)
-#define VSTOREU(p, v) _mm256_storeu_ps((p), (v))
-#define VSET1(x) _mm256_set1_ps(x)
-#define VFMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define CL_SIMD 256
+#include "cpu_simd.h"
 #define VSUM(v) hsum_avx2(v)
 #define ROWS_MR 4
 #define ROWS_NV 3
 #define DOT_MR 3
 #define DOT_NR 4
 #include "cpu_direct_tmpl.h" /* sgemm_rows_avx2, sgemm_dot_avx2 */
-#undef FN
-#undef TGT
-#undef V
-#undef VW
-#undef VZERO
-#undef VLOADU
-#undef VSTOREU
-#undef VSET1
-#undef VFMA
-#undef VSUM
-#undef ROWS_MR
-#undef ROWS_NV
-#undef DOT_MR
-#undef DOT_NR
 
 /* 32 zmm registers: 24 accumulators plus operands. */
-#define FN(name) name##_avx512
-#define TGT CL_TARGET_AVX512
-#define V __m512
-#define VW 16
-#define VZERO() _mm512_setzero_ps()
-#define VLOADU(p) _mm512_loadu_ps(p)
-#define VSTOREU(p, v) _mm512_storeu_ps((p), (v))
-#define VSET1(x) _mm512_set1_ps(x)
-#define VFMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define CL_SIMD 512
+#include "cpu_simd.h"
 #define VSUM(v) _mm512_reduce_add_ps(v)
 #define ROWS_MR 4
 #define ROWS_NV 6
 #define DOT_MR 4
 #define DOT_NR 6
 #include "cpu_direct_tmpl.h" /* sgemm_rows_avx512, sgemm_dot_avx512 */
-#undef FN
-#undef TGT
-#undef V
-#undef VW
-#undef VZERO
-#undef VLOADU
-#undef VSTOREU
-#undef VSET1
-#undef VFMA
-#undef VSUM
-#undef ROWS_MR
-#undef ROWS_NV
-#undef DOT_MR
-#undef DOT_NR
 #endif /* CL_GEMM_X86 */
 
 /* BLAS has no such kernels; its backends use the best internal ones. */

@@ -1,0 +1,55 @@
+/*
+ * cpu/cpu_simd.h -- the vector vocabulary that the CPU templates are written
+ * in (cpu_direct_tmpl.h for the GEMM, cpu_cell_tmpl.h for the cell), one
+ * instruction set at a time. Define CL_SIMD as 512 (AVX-512F), 256 (AVX2 +
+ * FMA) or 1 (plain float) and include this: it defines FN(name) (name_avx512,
+ * name_avx2, name_generic), TGT (the target attribute), V (the vector type),
+ * VW (its float lanes), VZERO(), VLOADU(p), VSTOREU(p, v), VSET1(x),
+ * VADD(a, b), VSUB(a, b), VMUL(a, b) and VFMA(a, b, c) = a * b + c. A
+ * template includes cpu_simd_end.h at its end, which undefines them all.
+ *
+ * No include guard: it is included once per instruction set. The x86 ones
+ * need <immintrin.h> included first.
+ */
+#if CL_SIMD == 512
+#define FN(name) name##_avx512
+#define TGT __attribute__((target("avx512f")))
+#define V __m512
+#define VW 16
+#define VZERO() _mm512_setzero_ps()
+#define VLOADU(p) _mm512_loadu_ps(p)
+#define VSTOREU(p, v) _mm512_storeu_ps((p), (v))
+#define VSET1(x) _mm512_set1_ps(x)
+#define VADD(a, b) _mm512_add_ps((a), (b))
+#define VSUB(a, b) _mm512_sub_ps((a), (b))
+#define VMUL(a, b) _mm512_mul_ps((a), (b))
+#define VFMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#elif CL_SIMD == 256
+#define FN(name) name##_avx2
+#define TGT __attribute__((target("avx2,fma")))
+#define V __m256
+#define VW 8
+#define VZERO() _mm256_setzero_ps()
+#define VLOADU(p) _mm256_loadu_ps(p)
+#define VSTOREU(p, v) _mm256_storeu_ps((p), (v))
+#define VSET1(x) _mm256_set1_ps(x)
+#define VADD(a, b) _mm256_add_ps((a), (b))
+#define VSUB(a, b) _mm256_sub_ps((a), (b))
+#define VMUL(a, b) _mm256_mul_ps((a), (b))
+#define VFMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#elif CL_SIMD == 1
+#define FN(name) name##_generic
+#define TGT
+#define V float
+#define VW 1
+#define VZERO() 0.0f
+#define VLOADU(p) (*(p))
+#define VSTOREU(p, v) (*(p) = (v))
+#define VSET1(x) (x)
+#define VADD(a, b) ((a) + (b))
+#define VSUB(a, b) ((a) - (b))
+#define VMUL(a, b) ((a) * (b))
+#define VFMA(a, b, c) ((a) * (b) + (c))
+#else
+#error "cpu_simd.h: define CL_SIMD as 512, 256 or 1 first"
+#endif
