@@ -537,7 +537,6 @@ set_loss_scale <- function(model, init_scale = 65536, growth_factor = 2, backoff
                                 call = call)
   backoff_factor <- check_number(backoff_factor, "backoff_factor", min = 0, max = 1,
                                  min_inclusive = FALSE, call = call)
-  if (backoff_factor == 1) abort_arg("backoff_factor", "a number in (0, 1)", backoff_factor, call)
   growth_interval <- check_count(growth_interval, "growth_interval", call = call)
   c_set_loss_scale(ptr, init_scale, growth_factor, backoff_factor, growth_interval)
   invisible(loss_scale(model))

@@ -254,13 +254,14 @@ gradients <- function(model) {
 # Returns the step's loss.
 watch_skips <- function(ptr, loss) {
   force(loss) # the step runs here, before its scaler is read
-  n <- c_loss_scale(ptr)$skipped_in_a_row
+  ls <- c_loss_scale(ptr)
+  n <- ls$skipped_in_a_row
   if (n > 0 && n %% 10 == 0) {
     warning(structure(class = c("convlstm_warning_loss_scale", "warning", "condition"), list(
       message = sprintf(paste0(
         "float16: the last %d steps overflowed and were skipped (loss scale now %s): the ",
         "parameters have not changed since. Inputs or targets beyond float16's range (65504) or ",
-        "a diverging model cause this; see loss_scale()."), n, format(c_loss_scale(ptr)$scale)),
+        "a diverging model cause this; see loss_scale()."), n, format(ls$scale)),
       call = NULL
     )))
   }

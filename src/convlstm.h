@@ -322,6 +322,8 @@ const char *cl_status_name(cl_status s);
 /* "float32", "float16", "bfloat16" (the names R and the files use), or
  * "unknown": the one table of dtype names. */
 const char *cl_dtype_name(cl_dtype t);
+/* "cpu" or "cuda" (as R and the files name devices), or "unknown". */
+const char *cl_device_name(cl_device d);
 /* Convert between a host array and row-major, time-major float [T, B, C, H, W]
  * (or [B, C, H, W] when ndim = 4), in one pass. */
 void cl_pack_host(float *dst, const cl_host_array *src);

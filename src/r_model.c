@@ -59,7 +59,8 @@ SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP kernel_sizes, SEXP 
                       SEXP device, SEXP dtype, SEXP threads, SEXP memory_limit) {
   int nprotect = 0;
   if (TYPEOF(input_dim) != INTSXP || TYPEOF(hidden_dims) != INTSXP ||
-      TYPEOF(kernel_sizes) != INTSXP || TYPEOF(bias) != LGLSXP || TYPEOF(threads) != INTSXP || TYPEOF(memory_limit) != REALSXP)
+      TYPEOF(kernel_sizes) != INTSXP || TYPEOF(bias) != LGLSXP || TYPEOF(threads) != INTSXP ||
+      TYPEOF(memory_limit) != REALSXP)
     r_raise_invalid("internal: ffi_model_create() got arguments of the wrong type");
   int n_layers = Rf_length(hidden_dims);
   if (n_layers < 1 || n_layers > CL_MAX_LAYERS || Rf_length(kernel_sizes) != n_layers)
@@ -125,11 +126,11 @@ SEXP ffi_model_status(SEXP ptr) {
   return Rf_mkString(strcmp(ptr_mark(ptr), RELEASED) == 0 ? RELEASED : "restored");
 }
 
-
 /* The storage types' names in cl_dtype order, from the core's one table. */
 SEXP ffi_dtype_names(void) {
   SEXP out = PROTECT(Rf_allocVector(STRSXP, CL_N_DTYPES));
-  for (int i = 0; i < CL_N_DTYPES; i++) SET_STRING_ELT(out, i, Rf_mkChar(cl_dtype_name((cl_dtype)i)));
+  for (int i = 0; i < CL_N_DTYPES; i++)
+    SET_STRING_ELT(out, i, Rf_mkChar(cl_dtype_name((cl_dtype)i)));
   UNPROTECT(1);
   return out;
 }
@@ -157,7 +158,7 @@ SEXP ffi_model_config(SEXP ptr) {
   SET_VECTOR_ELT(out, 2, ks);
   SET_VECTOR_ELT(out, 3, Rf_ScalarInteger(cfg->n_layers));
   SET_VECTOR_ELT(out, 4, Rf_ScalarLogical(cfg->bias != 0));
-  SET_VECTOR_ELT(out, 5, Rf_mkString(cfg->device == CL_DEVICE_CUDA ? "cuda" : "cpu"));
+  SET_VECTOR_ELT(out, 5, Rf_mkString(cl_device_name(cfg->device)));
   SET_VECTOR_ELT(out, 6, Rf_mkString(cl_dtype_name(cfg->dtype)));
   SET_VECTOR_ELT(out, 7, Rf_ScalarInteger(cfg->n_threads));
   SET_VECTOR_ELT(out, 8, Rf_ScalarReal((double)cfg->memory_limit));
@@ -184,7 +185,6 @@ SEXP ffi_model_init_params(SEXP ptr) {
 }
 
 SEXP ffi_models_alive(void) { return Rf_ScalarInteger(cl_models_alive()); }
-
 
 /* dtype: a storage type's name. */
 SEXP ffi_set_dtype(SEXP ptr, SEXP dtype) {

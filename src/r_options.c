@@ -56,8 +56,11 @@ cl_dtype r_dtype(SEXP s) {
   return (cl_dtype)choice(s, names, CL_N_DTYPES, "dtype");
 }
 
+/* Optimizer kinds by value (CL_OPTIM_ADAM, CL_OPTIM_SGD), both ways. */
+static const char *const KINDS[] = {"adam", "sgd"};
+
 cl_device r_device(SEXP s) {
-  static const char *const names[] = {"cpu", "cuda"};
+  const char *names[2] = {cl_device_name(CL_DEVICE_CPU), cl_device_name(CL_DEVICE_CUDA)};
   return choice(s, names, 2, "device") == 1 ? CL_DEVICE_CUDA : CL_DEVICE_CPU;
 }
 
@@ -74,11 +77,10 @@ r_forward_what r_forward_mode(SEXP s) {
 /* list(kind = "adam" | "sgd", lr, beta1, beta2, eps, momentum, weight_decay):
  * c_optim() in R/ffi.R. */
 void r_optim(SEXP opt, cl_optim *out) {
-  static const char *const kinds[] = {"adam", "sgd"};
   if (TYPEOF(opt) != VECSXP)
     r_raise_invalid("`optimizer` must be made by optimizer_adam() or optimizer_sgd()");
   memset(out, 0, sizeof *out);
-  out->kind = choice(field(opt, "kind"), kinds, 2, "optimizer kind") == 1 ? CL_OPTIM_SGD
+  out->kind = choice(field(opt, "kind"), KINDS, 2, "optimizer kind") == 1 ? CL_OPTIM_SGD
                                                                           : CL_OPTIM_ADAM;
   out->lr = num(opt, "lr", "an optimizer");
   out->beta1 = num(opt, "beta1", "an optimizer");
@@ -98,7 +100,7 @@ const cl_optim *r_optim_or_null(SEXP opt, cl_optim *buf) {
 SEXP r_optim_list(const cl_optim *o) {
   const char *const names[] = {"kind", "lr", "beta1", "beta2", "eps", "momentum", "weight_decay"};
   SEXP out = PROTECT(r_named_list(names, 7));
-  SET_VECTOR_ELT(out, 0, Rf_mkString(o->kind == CL_OPTIM_SGD ? "sgd" : "adam"));
+  SET_VECTOR_ELT(out, 0, Rf_mkString(KINDS[o->kind == CL_OPTIM_SGD]));
   const double v[6] = {o->lr, o->beta1, o->beta2, o->eps, o->momentum, o->weight_decay};
   for (int i = 0; i < 6; i++) SET_VECTOR_ELT(out, i + 1, Rf_ScalarReal(v[i]));
   UNPROTECT(1);

@@ -122,14 +122,22 @@ cl_status cl_backward_segment(cl_model *m, int b, int len, const void *x, void *
   return CL_OK;
 }
 
-cl_status cl_model_mse(cl_model *m, const cl_host_array *y, cl_target target, double *loss) {
-  m->err[0] = '\0';
+/* CL_OK when a training forward's activations are kept for `what` (the
+ * loss, backward) and still belong to the current parameters. */
+static cl_status need_kept_forward(cl_model *m, const char *what) {
+  if (m->phase == CL_PHASE_TRAINING || m->phase == CL_PHASE_LOSS) return CL_OK;
   if (m->phase == CL_PHASE_STALE)
     return cl_fail(m, CL_E_STATE,
-                   "the parameters were replaced after the forward pass; run a new training "
-                   "forward before the loss");
-  if (m->phase != CL_PHASE_TRAINING && m->phase != CL_PHASE_LOSS)
-    return cl_fail(m, CL_E_STATE, "the loss needs a forward pass with training = TRUE first");
+                   "the parameters were replaced after the forward pass (a state dict or file "
+                   "was loaded), so its activations belong to the old ones; run a new training "
+                   "forward before %s",
+                   what);
+  return cl_fail(m, CL_E_STATE, "%s needs a forward pass with training = TRUE first", what);
+}
+
+cl_status cl_model_mse(cl_model *m, const cl_host_array *y, cl_target target, double *loss) {
+  m->err[0] = '\0';
+  CL_TRY(need_kept_forward(m, "the loss"));
   const cl_geom *g = &m->step.g;
   CL_TRY(cl_check_target(m, y, target, "y", g->B, g->T, g->H, g->W));
   cl_source ys = cl_source_host(y);
@@ -144,13 +152,7 @@ cl_status cl_model_backward(cl_model *m, cl_target target, const cl_host_array *
   if (m->phase == CL_PHASE_CONSUMED)
     return cl_fail(m, CL_E_STATE,
                    "backward already ran for this forward pass; run a new training forward");
-  if (m->phase == CL_PHASE_STALE)
-    return cl_fail(m, CL_E_STATE,
-                   "the parameters were replaced after the forward pass (a state dict or file "
-                   "was loaded), so its activations belong to the old ones; run a new training "
-                   "forward");
-  if (m->phase != CL_PHASE_TRAINING && m->phase != CL_PHASE_LOSS)
-    return cl_fail(m, CL_E_STATE, "backward needs a forward pass with training = TRUE first");
+  CL_TRY(need_kept_forward(m, "backward"));
   const cl_geom *g = &m->step.g;
   if (grad) {
     float *at;

@@ -617,7 +617,7 @@ static cl_status build_header(cl_model *m, const cl_optim *opt, const save_plan 
   cl_st_header_meta_list(h, &first, META_PREFIX "kernel_sizes", c->kernel_sizes, c->n_layers);
   cl_st_header_meta(h, &first, META_PREFIX "bias", c->bias ? "true" : "false");
   cl_st_header_meta(h, &first, META_PREFIX "dtype", cl_dtype_name(c->dtype));
-  cl_st_header_meta(h, &first, META_PREFIX "device", c->device == CL_DEVICE_CUDA ? "cuda" : "cpu");
+  cl_st_header_meta(h, &first, META_PREFIX "device", cl_device_name(c->device));
   if (opt) {
     cl_st_header_meta(h, &first, META_PREFIX "optimizer", opt->kind == CL_OPTIM_ADAM ? "adam" : "sgd");
     cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.lr", opt->lr);

@@ -1,8 +1,9 @@
 /*
  * core/util.c -- the ground floor of the core: a model's error message
  * (cl_fail, cl_fail_backend), size arithmetic that reports overflow instead
- * of wrapping (cl_mul_size), and the names of statuses and storage types
- * (cl_status_name, cl_dtype_name: the one table of each). Every other core
+ * of wrapping (cl_mul_size), and the names of statuses, devices and storage
+ * types (cl_status_name, cl_device_name, cl_dtype_name: the one table of
+ * each). Every other core
  * file may use these; they use nothing of the core but internal.h's types.
  */
 #include "internal.h"
@@ -44,6 +45,10 @@ const char *cl_status_name(cl_status s) {
   case CL_E_INTERNAL: return "internal";
   }
   return "internal";
+}
+
+const char *cl_device_name(cl_device d) {
+  return d == CL_DEVICE_CPU ? "cpu" : d == CL_DEVICE_CUDA ? "cuda" : "unknown";
 }
 
 const char *cl_dtype_name(cl_dtype t) {
