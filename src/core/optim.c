@@ -124,14 +124,15 @@ cl_status cl_model_optimizer_step(cl_model *m, const cl_optim *o) {
   if (!m->grads) return cl_fail(m, CL_E_STATE, "no gradients yet: run backward first");
   const struct cl_backend_i *be = m->be->iface;
   /* The state this step starts from, before cl_optim_ensure() makes it:
-   * none (zeros) where it is to be created or the kind changes. The guard
-   * runs on that, so a refused step leaves even a switch of optimizer undone
-   * and allocates nothing; its sgd `first` is the one ensure() will set. */
+   * none (zeros) where it is to be created or the kind changes (ensure()
+   * then resets the step count too). The guard runs on that, so a refused
+   * step leaves even a switch of optimizer undone and allocates nothing; the
+   * update gets the same arguments after ensure(). */
   const int keep = m->opt_kind == o->kind;
   const float *m0 = keep ? m->opt_m : NULL, *v0 = keep ? m->opt_v : NULL;
   uint64_t fault = CL_FAULT_NONE;
   cl_adam_hp ahp = {(float)o->lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
-                    (float)o->weight_decay, m->opt_steps + 1};
+                    (float)o->weight_decay, keep ? m->opt_steps + 1 : 1};
   cl_sgd_hp shp = {(float)o->lr, (float)o->momentum, (float)o->weight_decay,
                    !m0 || m->opt_m_fresh};
   if (o->kind == CL_OPTIM_ADAM)

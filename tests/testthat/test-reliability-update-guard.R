@@ -120,3 +120,29 @@ test_that("convlstm_fit() stops on a refused update with the guard's classed err
   expect_identical(state_dict(m), before)
   convlstm_release(m)
 })
+
+test_that("a refused switch of optimizer keeps the old state; an accepted one starts at step 1", {
+  set.seed(34)
+  m <- api_model()
+  x <- api_x()
+  sgd <- optimizer_sgd(lr = 1e-3, momentum = 0.9)
+  out <- convlstm_forward(m, x, training = TRUE, target = "last_state")
+  convlstm_backward(m, out * 0 + 1)
+  for (i in 1:3) optimizer_step(m, sgd)
+  saved <- saved_state(m, sgd)
+  expect_identical(saved$steps, 3)
+  expect_convlstm_error(optimizer_step(m, optimizer_adam(lr = 1e38)), "invalid",
+                        "would make the parameter")
+  expect_identical(saved_state(m, sgd), saved) # the momentum buffer survived
+  # Adam's first step moves every weight with a gradient well above eps by
+  # lr (its bias corrections cancel); a step counted on from SGD's 3 would not
+  before <- state_dict(m)
+  g <- gradients(m)
+  optimizer_step(m, optimizer_adam(lr = 1e-3))
+  after <- state_dict(m)
+  big <- abs(g[[1]]) > 1e-4
+  expect_true(any(big))
+  # (as a ratio: all.equal() compares absolutely below its tolerance)
+  expect_equal(abs(after[[1]] - before[[1]])[big] / 1e-3, rep(1, sum(big)), tolerance = 1e-3)
+  convlstm_release(m)
+})
