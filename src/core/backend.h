@@ -55,6 +55,14 @@ typedef struct cl_sgd_hp {
   int first; /* 1 at the first update: the momentum buffer starts as the gradient */
 } cl_sgd_hp;
 
+/* What an update's guard (adam_check, sgd_check) found, as one number so that
+ * a parallel minimum picks the first fault: element i of the flat buffer,
+ * the array that would not be finite there (checked in this order) and
+ * whether it would be NaN (else +-Inf):
+ *   key = i * 8 + part * 2 + is_nan;  CL_FAULT_NONE when all stay finite. */
+enum { CL_PART_GRAD = 0, CL_PART_M, CL_PART_V, CL_PART_PARAM };
+#define CL_FAULT_NONE UINT64_MAX
+
 struct cl_backend_i {
   const char *name;
   /* Nonzero when device pointers are host pointers (CPU): the core then packs
@@ -132,6 +140,16 @@ struct cl_backend_i {
                            size_t n, const cl_adam_hp *hp);
   cl_status (*sgd_update)(cl_backend *be, float *p, const float *g, float *buf, size_t n,
                           const cl_sgd_hp *hp);
+  /* The updates' guards: with the arguments the update will get, compute what
+   * it would write and write nothing; *fault is the first element whose
+   * gradient or new value is not finite (the key above), else CL_FAULT_NONE.
+   * m, v (buf) NULL: optimizer state about to be created, zeros. Synchronize.
+   * The per-element arithmetic is the update's own, so a pass of the guard
+   * means the update writes only finite numbers. */
+  cl_status (*adam_check)(cl_backend *be, const float *p, const float *g, const float *m,
+                          const float *v, size_t n, const cl_adam_hp *hp, uint64_t *fault);
+  cl_status (*sgd_check)(cl_backend *be, const float *p, const float *g, const float *buf,
+                         size_t n, const cl_sgd_hp *hp, uint64_t *fault);
 
   /* ---- data sets on the device ---- */
   /* (optional) gather whole rows of a time-major tensor src [T, N, row]

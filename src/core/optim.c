@@ -2,7 +2,10 @@
  * core/optim.c -- optimizer updates over the flat parameter buffer (one
  * kernel launch for all parameters) and the optimizer state they keep. The
  * update rules themselves are the backends' (adam_update, sgd_update),
- * written to match torch.optim. The training step is in train.c.
+ * written to match torch.optim. Every update is guarded: a dry run of it
+ * (adam_check, sgd_check) first, and an update that would write Inf or NaN
+ * into a parameter or a moment is refused with the model untouched. The
+ * training step is in train.c.
  */
 #include "internal.h"
 
@@ -80,20 +83,68 @@ cl_status cl_optim_ensure(cl_model *m, const cl_optim *o, int *created) {
   return CL_OK;
 }
 
+/* The state-dict tensor holding element i of the flat parameter buffer
+ * (tensor order as params.c: each layer's weight, then its bias). */
+static const char *tensor_at(const cl_model *m, size_t i) {
+  for (int l = 0; l < m->cfg.n_layers; l++) {
+    const cl_layer *L = &m->layer[l];
+    int t = m->cfg.bias ? 2 * l : l;
+    if ((i >= L->off_wx && i < L->off_wx + L->n_wx) || (i >= L->off_wh && i < L->off_wh + L->n_wh))
+      return m->tensor_name[t];
+    if (m->cfg.bias && i >= L->off_b && i < L->off_b + L->n_b) return m->tensor_name[t + 1];
+  }
+  return "?";
+}
+
+/* The guard's refusal, naming the tensor (torch's state names) and why. */
+static cl_status refuse(cl_model *m, cl_optim_kind kind, uint64_t fault) {
+  const char *name = tensor_at(m, (size_t)(fault / 8));
+  const int part = (int)(fault / 2 % 4);
+  const char *what = fault % 2 ? "NaN" : "Inf";
+  if (part == CL_PART_GRAD)
+    return cl_fail(m, CL_E_INVALID,
+                   "the gradients are not finite (the gradient of `%s` holds %s): parameters left "
+                   "unchanged",
+                   name, what);
+  const char *state = part == CL_PART_PARAM ? "the parameter"
+                      : part == CL_PART_V   ? "exp_avg_sq of"
+                      : kind == CL_OPTIM_ADAM ? "exp_avg of"
+                                              : "momentum_buffer of";
+  return cl_fail(m, CL_E_INVALID,
+                 "the update would make %s `%s` %s (it overflows 32-bit floats, beyond 3.4e38), "
+                 "so it was not applied: parameters and optimizer state left unchanged. A smaller "
+                 "learning rate, weight decay or momentum, or inputs and targets of a smaller "
+                 "scale, avoid it",
+                 state, name, what);
+}
+
 cl_status cl_model_optimizer_step(cl_model *m, const cl_optim *o) {
   m->err[0] = '\0';
   CL_TRY(cl_check_optim(m, o));
   if (!m->grads) return cl_fail(m, CL_E_STATE, "no gradients yet: run backward first");
-  CL_TRY(cl_optim_ensure(m, o, NULL));
   const struct cl_backend_i *be = m->be->iface;
-  if (o->kind == CL_OPTIM_ADAM) {
-    cl_adam_hp hp = {(float)o->lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
-                     (float)o->weight_decay, m->opt_steps + 1};
-    CL_KERNEL(m, be->adam_update(m->be, m->params, m->grads, m->opt_m, m->opt_v, m->n_params, &hp));
-  } else {
-    cl_sgd_hp hp = {(float)o->lr, (float)o->momentum, (float)o->weight_decay, m->opt_m_fresh};
-    CL_KERNEL(m, be->sgd_update(m->be, m->params, m->grads, m->opt_m, m->n_params, &hp));
-  }
+  /* The state this step starts from, before cl_optim_ensure() makes it:
+   * none (zeros) where it is to be created or the kind changes (ensure()
+   * then resets the step count too). The guard runs on that, so a refused
+   * step leaves even a switch of optimizer undone and allocates nothing; the
+   * update gets the same arguments after ensure(). */
+  const int keep = m->opt_kind == o->kind;
+  const float *m0 = keep ? m->opt_m : NULL, *v0 = keep ? m->opt_v : NULL;
+  uint64_t fault = CL_FAULT_NONE;
+  cl_adam_hp ahp = {(float)o->lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
+                    (float)o->weight_decay, keep ? m->opt_steps + 1 : 1};
+  cl_sgd_hp shp = {(float)o->lr, (float)o->momentum, (float)o->weight_decay,
+                   !m0 || m->opt_m_fresh};
+  if (o->kind == CL_OPTIM_ADAM)
+    CL_KERNEL(m, be->adam_check(m->be, m->params, m->grads, m0, v0, m->n_params, &ahp, &fault));
+  else
+    CL_KERNEL(m, be->sgd_check(m->be, m->params, m->grads, m0, m->n_params, &shp, &fault));
+  if (fault != CL_FAULT_NONE) return refuse(m, o->kind, fault);
+  CL_TRY(cl_optim_ensure(m, o, NULL));
+  if (o->kind == CL_OPTIM_ADAM)
+    CL_KERNEL(m, be->adam_update(m->be, m->params, m->grads, m->opt_m, m->opt_v, m->n_params, &ahp));
+  else
+    CL_KERNEL(m, be->sgd_update(m->be, m->params, m->grads, m->opt_m, m->n_params, &shp));
   m->opt_m_fresh = 0;
   m->opt_steps++;
   return CL_OK;

@@ -169,11 +169,8 @@ static cl_status train_step(cl_model *m, const cl_source *x, const cl_source *y,
   if (!isfinite(*loss))
     return cl_fail(m, CL_E_INVALID, "the loss is not finite (%g): parameters left unchanged", *loss);
   /* a finite loss can still carry inf/NaN gradients (an overflow inside the
-   * cell): never let them into the weights */
-  int bad = 0;
-  CL_KERNEL(m, m->be->iface->grad_unscale(m->be, m->grads, m->n_params, 1.0f, &bad));
-  if (bad)
-    return cl_fail(m, CL_E_INVALID, "the gradients are not finite: parameters left unchanged");
+   * cell): the update's guard refuses them, in the pass that checks the
+   * update's own results (optim.c) */
   return cl_model_optimizer_step(m, opt);
 }
 

@@ -184,6 +184,8 @@ static const struct cl_backend_i cpu_iface = {
     /* .grad_unscale         = */ cl_cpu_grad_unscale,
     /* .adam_update          = */ cl_cpu_adam_update,
     /* .sgd_update           = */ cl_cpu_sgd_update,
+    /* .adam_check           = */ cl_cpu_adam_check,
+    /* .sgd_check            = */ cl_cpu_sgd_check,
     /* .gather_rows          = */ cl_cpu_gather_rows,
 };
 

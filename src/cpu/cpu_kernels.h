@@ -67,6 +67,10 @@ cl_status cl_cpu_adam_update(cl_backend *be, float *p, const float *g, float *m,
                              const cl_adam_hp *hp);
 cl_status cl_cpu_sgd_update(cl_backend *be, float *p, const float *g, float *buf, size_t n,
                             const cl_sgd_hp *hp);
+cl_status cl_cpu_adam_check(cl_backend *be, const float *p, const float *g, const float *m,
+                            const float *v, size_t n, const cl_adam_hp *hp, uint64_t *fault);
+cl_status cl_cpu_sgd_check(cl_backend *be, const float *p, const float *g, const float *buf,
+                           size_t n, const cl_sgd_hp *hp, uint64_t *fault);
 
 /* cpu_gather.c */
 cl_status cl_cpu_gather_rows(cl_backend *be, void *dst, const void *src, const int *idx, int nb,

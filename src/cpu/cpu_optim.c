@@ -1,6 +1,7 @@
 /*
  * cpu/cpu_optim.c -- loss and optimizer kernels of the CPU backend
- * (backend.h: mse, grad_unscale, adam_update, sgd_update).
+ * (backend.h: mse, grad_unscale, adam_update, sgd_update and their guards
+ * adam_check, sgd_check).
  *
  * The updates follow torch.optim.Adam and torch.optim.SGD (torch 1.13,
  * single-tensor path) operation by operation: per-element math in float,
@@ -14,6 +15,7 @@
  */
 #include "cpu_kernels.h"
 
+#include <float.h>
 #include <math.h>
 
 /* Below this many elements a parallel region costs more than it saves. */
@@ -61,52 +63,148 @@ cl_status cl_cpu_mse(cl_backend *be, const void *pred, const float *target, size
   return CL_OK;
 }
 
-cl_status cl_cpu_adam_update(cl_backend *be, float *p, const float *g, float *m, float *v, size_t n,
-                             const cl_adam_hp *hp) {
-  if (hp->step < 1)
-    return cl_cpu_fail(be, CL_E_INVALID, "cpu backend: adam step must be >= 1 (got %lld)",
-                       (long long)hp->step);
+/* torch's Adam, one element: the factors in double rounded to float once
+ * (adam_consts), the rest in float. The update and its guard both call
+ * adam_elem, so the guard checks exactly the numbers the update writes. */
+typedef struct adam_k {
+  float beta1, beta2, one_m_b1, one_m_b2, bc2_sqrt, neg_step, eps, wd;
+} adam_k;
+
+static adam_k adam_consts(const cl_adam_hp *hp) {
   const double b1 = hp->beta1, b2 = hp->beta2;
   const double bc1 = 1.0 - pow(b1, (double)hp->step), bc2 = 1.0 - pow(b2, (double)hp->step);
-  const float beta1 = hp->beta1, beta2 = hp->beta2, wd = hp->weight_decay, eps = hp->eps;
-  const float one_m_b1 = (float)(1.0 - b1), one_m_b2 = (float)(1.0 - b2);
-  const float bc2_sqrt = (float)sqrt(bc2), neg_step = (float)(-(double)hp->lr / bc1);
+  adam_k k = {hp->beta1,        hp->beta2,
+              (float)(1.0 - b1), (float)(1.0 - b2),
+              (float)sqrt(bc2),  (float)(-(double)hp->lr / bc1),
+              hp->eps,           hp->weight_decay};
+  return k;
+}
+
+/* p, m, v: the element's values before on entry, after on return. */
+static inline void adam_elem(const adam_k *k, float gi, float *p, float *m, float *v) {
+  if (k->wd != 0.0f) gi = gi + k->wd * *p;
+  *m = *m * k->beta1 + k->one_m_b1 * gi;
+  *v = *v * k->beta2 + k->one_m_b2 * gi * gi;
+  float denom = sqrtf(*v) / k->bc2_sqrt + k->eps;
+  *p = *p + k->neg_step * *m / denom;
+}
+
+static cl_status adam_step_ok(cl_backend *be, const cl_adam_hp *hp) {
+  if (hp->step >= 1) return CL_OK;
+  return cl_cpu_fail(be, CL_E_INVALID, "cpu backend: adam step must be >= 1 (got %lld)",
+                     (long long)hp->step);
+}
+
+cl_status cl_cpu_adam_update(cl_backend *be, float *p, const float *g, float *m, float *v, size_t n,
+                             const cl_adam_hp *hp) {
+  if (adam_step_ok(be, hp) != CL_OK) return CL_E_INVALID;
+  const adam_k k = adam_consts(hp);
   const long long nn = (long long)n;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
     if (nn > CL_CPU_PAR_MIN)
 #endif
-  for (long long i = 0; i < nn; i++) {
-    float gi = g[i];
-    if (wd != 0.0f) gi = gi + wd * p[i];
-    m[i] = m[i] * beta1 + one_m_b1 * gi;
-    v[i] = v[i] * beta2 + one_m_b2 * gi * gi;
-    float denom = sqrtf(v[i]) / bc2_sqrt + eps;
-    p[i] = p[i] + neg_step * m[i] / denom;
-  }
+  for (long long i = 0; i < nn; i++) adam_elem(&k, g[i], &p[i], &m[i], &v[i]);
   return CL_OK;
+}
+
+/* torch's SGD, one element (dampening 0, no Nesterov); buf is read only when
+ * momentum is on and it is not the first update. Shared as adam_elem is. */
+static inline void sgd_elem(const cl_sgd_hp *hp, float d, float *p, float *buf) {
+  if (hp->weight_decay != 0.0f) d = d + hp->weight_decay * *p;
+  if (hp->momentum != 0.0f) {
+    /* torch starts the buffer as a copy of the first gradient. */
+    *buf = hp->first ? d : *buf * hp->momentum + d;
+    d = *buf;
+  }
+  *p = *p + -hp->lr * d;
 }
 
 cl_status cl_cpu_sgd_update(cl_backend *be, float *p, const float *g, float *buf, size_t n,
                             const cl_sgd_hp *hp) {
-  const float mom = hp->momentum, wd = hp->weight_decay, neg_lr = -hp->lr;
-  if (mom != 0.0f && !buf)
+  if (hp->momentum != 0.0f && !buf)
     return cl_cpu_fail(be, CL_E_INVALID, "cpu backend: sgd with momentum needs a buffer");
-  const int first = hp->first;
+  const cl_sgd_hp k = *hp;
+  if (k.momentum == 0.0f) buf = NULL; /* a buffer kept from earlier momentum stays as it is */
   const long long nn = (long long)n;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
     if (nn > CL_CPU_PAR_MIN)
 #endif
   for (long long i = 0; i < nn; i++) {
-    float d = g[i];
-    if (wd != 0.0f) d = d + wd * p[i];
-    if (mom != 0.0f) {
-      /* torch starts the buffer as a copy of the first gradient. */
-      buf[i] = first ? d : buf[i] * mom + d;
-      d = buf[i];
-    }
-    p[i] = p[i] + neg_lr * d;
+    float b = buf && !k.first ? buf[i] : 0.0f;
+    sgd_elem(&k, g[i], &p[i], &b);
+    if (buf) buf[i] = b;
+  }
+  return CL_OK;
+}
+
+/* ---- the guards: a dry run of the update ------------------------------- */
+
+/* Finite, as a comparison that vectorizes (NaN compares false). */
+static inline int fin(float x) { return fabsf(x) <= FLT_MAX; }
+
+static inline uint64_t fault_key(size_t i, int part, float x) {
+  return (uint64_t)i * 8u + (uint64_t)part * 2u + (x != x);
+}
+
+/* The first fault among the new values of element i, or CL_FAULT_NONE. */
+static inline uint64_t first_fault(size_t i, float g, float m, float v, float p) {
+  if (!fin(g)) return fault_key(i, CL_PART_GRAD, g);
+  if (!fin(m)) return fault_key(i, CL_PART_M, m);
+  if (!fin(v)) return fault_key(i, CL_PART_V, v);
+  if (!fin(p)) return fault_key(i, CL_PART_PARAM, p);
+  return CL_FAULT_NONE;
+}
+
+/* The common case is all finite: one parallel pass reduces a flag only;
+ * on a fault a serial pass finds the first (a step that fails anyway). */
+cl_status cl_cpu_adam_check(cl_backend *be, const float *p, const float *g, const float *m,
+                            const float *v, size_t n, const cl_adam_hp *hp, uint64_t *fault) {
+  *fault = CL_FAULT_NONE;
+  if (adam_step_ok(be, hp) != CL_OK) return CL_E_INVALID;
+  const adam_k k = adam_consts(hp);
+  const long long nn = (long long)n;
+  int bad = 0;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
+    reduction(|                                                      \
+              : bad) if (nn > CL_CPU_PAR_MIN)
+#endif
+  for (long long i = 0; i < nn; i++) {
+    float pi = p[i], mi = m ? m[i] : 0.0f, vi = v ? v[i] : 0.0f;
+    adam_elem(&k, g[i], &pi, &mi, &vi);
+    bad |= !(fin(g[i]) & fin(mi) & fin(vi) & fin(pi));
+  }
+  for (size_t i = 0; bad && i < n; i++) {
+    float pi = p[i], mi = m ? m[i] : 0.0f, vi = v ? v[i] : 0.0f;
+    adam_elem(&k, g[i], &pi, &mi, &vi);
+    if ((*fault = first_fault(i, g[i], mi, vi, pi)) != CL_FAULT_NONE) break;
+  }
+  return CL_OK;
+}
+
+cl_status cl_cpu_sgd_check(cl_backend *be, const float *p, const float *g, const float *buf,
+                           size_t n, const cl_sgd_hp *hp, uint64_t *fault) {
+  *fault = CL_FAULT_NONE;
+  const cl_sgd_hp k = *hp;
+  if (k.momentum == 0.0f) buf = NULL;
+  const long long nn = (long long)n;
+  int bad = 0;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
+    reduction(|                                                      \
+              : bad) if (nn > CL_CPU_PAR_MIN)
+#endif
+  for (long long i = 0; i < nn; i++) {
+    float pi = p[i], b = buf && !k.first ? buf[i] : 0.0f;
+    sgd_elem(&k, g[i], &pi, &b);
+    bad |= !(fin(g[i]) & fin(b) & fin(pi));
+  }
+  for (size_t i = 0; bad && i < n; i++) {
+    float pi = p[i], b = buf && !k.first ? buf[i] : 0.0f;
+    sgd_elem(&k, g[i], &pi, &b);
+    if ((*fault = first_fault(i, g[i], b, 0.0f, pi)) != CL_FAULT_NONE) break;
   }
   return CL_OK;
 }

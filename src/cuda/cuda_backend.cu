@@ -244,6 +244,8 @@ static const struct cl_backend_i cl_cuda_iface = {
     /* .grad_unscale = */ cl_cuda_grad_unscale,
     /* .adam_update = */ cl_cuda_adam_update,
     /* .sgd_update = */ cl_cuda_sgd_update,
+    /* .adam_check = */ cl_cuda_adam_check,
+    /* .sgd_check = */ cl_cuda_sgd_check,
     /* .gather_rows = */ cl_cuda_gather_rows,
 };
 

@@ -8,11 +8,14 @@
  * (weight decay added to the gradient, bias corrections in double on the
  * host, addcdiv's order), so that a run tracks PyTorch's step by step. Only
  * the prediction is in the storage type; targets, gradients, parameters and
- * optimizer state are float32. The loss scaler's policy (when to grow or cut
+ * optimizer state are float32. Each update has a guard (adam_check,
+ * sgd_check), a dry run that finds the first value it would make
+ * non-finite. The loss scaler's policy (when to grow or cut
  * the scale, skipping a step) lives in the core, not here.
  */
 #include <math.h>  /* pow, sqrt */
-#include <stdio.h> /* snprintf */
+#include <stdio.h>  /* snprintf */
+#include <string.h> /* memcpy */
 
 #include "cuda_common.h" /* context, check macros, cl_ld/cl_st, cl_block_sum */
 
@@ -118,39 +121,56 @@ cl_status cl_cuda_grad_unscale(cl_backend *be, float *g, size_t n, float inv_sca
 /* torch 1.13 _single_tensor_adam, amsgrad and maximize off:
  *   g += wd * p
  *   m = m * b1 + (1 - b1) * g;   v = v * b2 + (1 - b2) * g * g
- *   p += -step_size * (m / (sqrt(v) / sqrt(bc2) + eps)),  step_size = lr / bc1 */
-__global__ void adam_kernel(float *p, const float *g, float *m, float *v, size_t n, float b1,
-                            float one_minus_b1, float b2, float one_minus_b2, float step_size,
-                            float bc2_sqrt, float eps, float wd) {
+ *   p += -step_size * (m / (sqrt(v) / sqrt(bc2) + eps)),  step_size = lr / bc1
+ * The factors: as torch does in Python floats, the corrections in double on
+ * the host, then one rounding to float. The update and its guard both call
+ * adam_elem, so the guard checks exactly the numbers the update writes. */
+struct adam_k {
+  float b1, one_minus_b1, b2, one_minus_b2, step_size, bc2_sqrt, eps, wd;
+};
+
+static adam_k adam_consts(const cl_adam_hp *hp) {
+  const double b1 = hp->beta1, b2 = hp->beta2;
+  const double bc1 = 1.0 - pow(b1, (double)hp->step);
+  const double bc2 = 1.0 - pow(b2, (double)hp->step);
+  adam_k k = {hp->beta1, (float)(1.0 - b1), hp->beta2, (float)(1.0 - b2),
+              (float)((double)hp->lr / bc1), (float)sqrt(bc2), hp->eps, hp->weight_decay};
+  return k;
+}
+
+/* p, m, v: the element's values before on entry, after on return. */
+__device__ __forceinline__ void adam_elem(const adam_k &k, float gi, float &p, float &m,
+                                          float &v) {
+  if (k.wd != 0.0f) gi = gi + k.wd * p;
+  m = m * k.b1 + k.one_minus_b1 * gi;
+  v = v * k.b2 + k.one_minus_b2 * gi * gi; /* addcmul: (value * g) * g */
+  const float denom = sqrtf(v) / k.bc2_sqrt + k.eps;
+  p = p - k.step_size * (m / denom);
+}
+
+__global__ void adam_kernel(float *p, const float *g, float *m, float *v, size_t n, adam_k k) {
   CL_CUDA_FOR(i, n) {
-    const float pi = p[i];
-    float gi = g[i];
-    if (wd != 0.0f) gi = gi + wd * pi;
-    const float mi = m[i] * b1 + one_minus_b1 * gi;
-    const float vi = v[i] * b2 + one_minus_b2 * gi * gi; /* addcmul: (value * g) * g */
+    float pi = p[i], mi = m[i], vi = v[i];
+    adam_elem(k, g[i], pi, mi, vi);
     m[i] = mi;
     v[i] = vi;
-    const float denom = sqrtf(vi) / bc2_sqrt + eps;
-    p[i] = pi - step_size * (mi / denom);
+    p[i] = pi;
   }
+}
+
+static cl_status adam_step_ok(cl_backend *be, const cl_adam_hp *hp) {
+  if (hp->step >= 1) return CL_OK;
+  snprintf(be->err, sizeof be->err, "cuda adam: step %lld, expected 1 or more",
+           (long long)hp->step);
+  return CL_E_INVALID;
 }
 
 cl_status cl_cuda_adam_update(cl_backend *be, float *p, const float *g, float *m, float *v,
                               size_t n, const cl_adam_hp *hp) {
-  if (hp->step < 1) {
-    snprintf(be->err, sizeof be->err, "cuda adam: step %lld, expected 1 or more",
-             (long long)hp->step);
-    return CL_E_INVALID;
-  }
+  if (adam_step_ok(be, hp) != CL_OK) return CL_E_INVALID;
   if (n == 0) return CL_OK;
-  /* As torch does in Python floats: the corrections in double, then one
-   * rounding to float where the kernel uses them. */
-  const double b1 = hp->beta1, b2 = hp->beta2;
-  const double bc1 = 1.0 - pow(b1, (double)hp->step);
-  const double bc2 = 1.0 - pow(b2, (double)hp->step);
   adam_kernel<<<cl_cuda_blocks(n), CL_CUDA_THREADS, 0, cl_cuda_ctx_of(be)->stream>>>(
-      p, g, m, v, n, hp->beta1, (float)(1.0 - b1), hp->beta2, (float)(1.0 - b2),
-      (float)((double)hp->lr / bc1), (float)sqrt(bc2), hp->eps, hp->weight_decay);
+      p, g, m, v, n, adam_consts(hp));
   CL_CUDA_LAUNCH_CHECK(be);
   return CL_OK;
 }
@@ -159,33 +179,128 @@ cl_status cl_cuda_adam_update(cl_backend *be, float *p, const float *g, float *m
 
 /* torch 1.13 _single_tensor_sgd, dampening 0, nesterov off:
  *   g += wd * p;  buf = first ? g : buf * momentum + g;  p += -lr * buf
- * buf is NULL when momentum is 0, and then p += -lr * g. */
+ * buf is NULL when momentum is 0, and then p += -lr * g. One element,
+ * shared by the update and its guard as adam_elem is. */
+__device__ __forceinline__ void sgd_elem(float lr, float momentum, float wd, int first,
+                                         bool has_buf, float d, float &p, float &b) {
+  if (wd != 0.0f) d = d + wd * p;
+  if (has_buf) {
+    b = first ? d : b * momentum + d;
+    d = b;
+  }
+  p = p - lr * d;
+}
+
 __global__ void sgd_kernel(float *p, const float *g, float *buf, size_t n, float lr,
                            float momentum, float wd, int first) {
   CL_CUDA_FOR(i, n) {
-    const float pi = p[i];
-    float d = g[i];
-    if (wd != 0.0f) d = d + wd * pi;
-    if (buf) {
-      const float b = first ? d : buf[i] * momentum + d;
-      buf[i] = b;
-      d = b;
-    }
-    p[i] = pi - lr * d;
+    float pi = p[i], b = buf && !first ? buf[i] : 0.0f;
+    sgd_elem(lr, momentum, wd, first, buf != NULL, g[i], pi, b);
+    if (buf) buf[i] = b;
+    p[i] = pi;
   }
+}
+
+static cl_status sgd_buf_ok(cl_backend *be, const float *buf, const cl_sgd_hp *hp) {
+  if (hp->momentum == 0.0f || buf) return CL_OK;
+  snprintf(be->err, sizeof be->err, "cuda sgd: momentum %g needs a momentum buffer",
+           (double)hp->momentum);
+  return CL_E_INVALID;
 }
 
 cl_status cl_cuda_sgd_update(cl_backend *be, float *p, const float *g, float *buf, size_t n,
                              const cl_sgd_hp *hp) {
-  if (hp->momentum != 0.0f && !buf) {
-    snprintf(be->err, sizeof be->err, "cuda sgd: momentum %g needs a momentum buffer",
-             (double)hp->momentum);
-    return CL_E_INVALID;
-  }
+  if (sgd_buf_ok(be, buf, hp) != CL_OK) return CL_E_INVALID;
   if (n == 0) return CL_OK;
   sgd_kernel<<<cl_cuda_blocks(n), CL_CUDA_THREADS, 0, cl_cuda_ctx_of(be)->stream>>>(
       p, g, hp->momentum != 0.0f ? buf : NULL, n, hp->lr, hp->momentum, hp->weight_decay,
       hp->first ? 1 : 0);
   CL_CUDA_LAUNCH_CHECK(be);
   return CL_OK;
+}
+
+/* ---- the guards: a dry run of the update ------------------------------- */
+
+/* The first fault (backend.h's key) of element i's new values, or
+ * CL_FAULT_NONE. The same order as the CPU twin: gradient, m, v, p. */
+__device__ __forceinline__ unsigned long long fault_of(size_t i, float g, float m, float v,
+                                                       float p) {
+  const float x[4] = {g, m, v, p};
+  for (int part = 0; part < 4; part++)
+    if (!isfinite(x[part]))
+      return (unsigned long long)i * 8u + (unsigned long long)part * 2u + (isnan(x[part]) ? 1u : 0u);
+  return CL_FAULT_NONE;
+}
+
+/* The lowest key over the grid by atomicMin on one 64-bit word: only
+ * threads that found a fault store, so the finite case costs a read of the
+ * inputs and no traffic. */
+__global__ void adam_check_kernel(const float *p, const float *g, const float *m, const float *v,
+                                  size_t n, adam_k k, unsigned long long *fault) {
+  CL_CUDA_FOR(i, n) {
+    float pi = p[i], mi = m ? m[i] : 0.0f, vi = v ? v[i] : 0.0f;
+    adam_elem(k, g[i], pi, mi, vi);
+    const unsigned long long f = fault_of(i, g[i], mi, vi, pi);
+    if (f != CL_FAULT_NONE) atomicMin(fault, f);
+  }
+}
+
+__global__ void sgd_check_kernel(const float *p, const float *g, const float *buf, size_t n,
+                                 float lr, float momentum, float wd, int first,
+                                 unsigned long long *fault) {
+  CL_CUDA_FOR(i, n) {
+    float pi = p[i], b = buf && !first ? buf[i] : 0.0f;
+    sgd_elem(lr, momentum, wd, first, momentum != 0.0f, g[i], pi, b);
+    const unsigned long long f = fault_of(i, g[i], b, 0.0f, pi);
+    if (f != CL_FAULT_NONE) atomicMin(fault, f);
+  }
+}
+
+/* The 64-bit word is the first slot of the loss's partial sums (8 bytes,
+ * aligned), free between calls: no buffer of its own. */
+static unsigned long long *fault_word(cl_cuda_ctx *ctx) {
+  return reinterpret_cast<unsigned long long *>(ctx->d_partials);
+}
+
+static cl_status fault_begin(cl_backend *be, cl_cuda_ctx *ctx) {
+  CL_CUDA_CHECK(be, cudaMemsetAsync(fault_word(ctx), 0xff, sizeof(unsigned long long),
+                                    ctx->stream));
+  return CL_OK;
+}
+
+static cl_status fault_end(cl_backend *be, cl_cuda_ctx *ctx, uint64_t *fault) {
+  CL_CUDA_LAUNCH_CHECK(be);
+  CL_CUDA_CHECK(be, cudaMemcpyAsync(ctx->h_partials, fault_word(ctx), sizeof(unsigned long long),
+                                    cudaMemcpyDeviceToHost, ctx->stream));
+  CL_CUDA_CHECK(be, cudaStreamSynchronize(ctx->stream));
+  unsigned long long f;
+  memcpy(&f, ctx->h_partials, sizeof f);
+  *fault = (uint64_t)f;
+  return CL_OK;
+}
+
+cl_status cl_cuda_adam_check(cl_backend *be, const float *p, const float *g, const float *m,
+                             const float *v, size_t n, const cl_adam_hp *hp, uint64_t *fault) {
+  *fault = CL_FAULT_NONE;
+  if (adam_step_ok(be, hp) != CL_OK) return CL_E_INVALID;
+  if (n == 0) return CL_OK;
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  const cl_status st = fault_begin(be, ctx);
+  if (st != CL_OK) return st;
+  adam_check_kernel<<<cl_cuda_blocks(n), CL_CUDA_THREADS, 0, ctx->stream>>>(
+      p, g, m, v, n, adam_consts(hp), fault_word(ctx));
+  return fault_end(be, ctx, fault);
+}
+
+cl_status cl_cuda_sgd_check(cl_backend *be, const float *p, const float *g, const float *buf,
+                            size_t n, const cl_sgd_hp *hp, uint64_t *fault) {
+  *fault = CL_FAULT_NONE;
+  if (n == 0) return CL_OK;
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  const cl_status st = fault_begin(be, ctx);
+  if (st != CL_OK) return st;
+  sgd_check_kernel<<<cl_cuda_blocks(n), CL_CUDA_THREADS, 0, ctx->stream>>>(
+      p, g, hp->momentum != 0.0f ? buf : NULL, n, hp->lr, hp->momentum, hp->weight_decay,
+      hp->first ? 1 : 0, fault_word(ctx));
+  return fault_end(be, ctx, fault);
 }

@@ -755,6 +755,91 @@ static void test_sgd(cl_backend *be, float momentum, float wd) {
   free(p), free(g), free(buf), free(rp);
 }
 
+/* The updates' guards, a table of planted faults: each row sets one
+ * element's inputs (NAN / INFINITY / a huge finite value) and says which
+ * array the guard must name there. The guard writes nothing; where it finds
+ * no fault, the update then writes only finite numbers. */
+typedef struct guard_row {
+  const char *what;
+  int adam;         /* else sgd */
+  float lr, wd, mom; /* mom: sgd's momentum */
+  int first;        /* sgd: buffer not yet started (garbage ignored) */
+  size_t at;        /* element planted */
+  float p, g, m, v; /* planted values; NAN in m/v/p with first etc. */
+  int part, is_nan; /* expected; part -1: no fault */
+  size_t want_at;   /* expected element */
+} guard_row;
+
+static void test_guard_row(cl_backend *be, const guard_row *r) {
+  enum { N = 40009 };
+  float *p = rand_floats(N), *g = rand_floats(N), *m = rand_floats(N), *v = rand_floats(N);
+  for (size_t i = 0; i < N; i++) v[i] = fabsf(v[i]);
+  p[r->at] = r->p, g[r->at] = r->g, m[r->at] = r->m, v[r->at] = r->v;
+  float *p0 = copy_floats(p, N), *m0 = copy_floats(m, N), *v0 = copy_floats(v, N);
+  cl_adam_hp ah = {r->lr, 0.9f, 0.999f, 1e-8f, r->wd, 3};
+  cl_sgd_hp sh = {r->lr, r->mom, r->wd, r->first};
+  uint64_t f = 0;
+  cl_status st = r->adam ? be->iface->adam_check(be, p, g, m, v, N, &ah, &f)
+                         : be->iface->sgd_check(be, p, g, m, N, &sh, &f);
+  uint64_t want = r->part < 0 ? CL_FAULT_NONE
+                              : (uint64_t)r->want_at * 8 + (uint64_t)r->part * 2 + r->is_nan;
+  check_true(st == CL_OK && f == want, "guard t%d, %s: key %llu (element %llu, part %d, nan %d)",
+             be->n_threads, r->what, (unsigned long long)f, (unsigned long long)(f / 8),
+             (int)(f / 2 % 4), (int)(f % 2));
+  check_true(!memcmp(p, p0, N * sizeof(float)) && !memcmp(m, m0, N * sizeof(float)) &&
+                 !memcmp(v, v0, N * sizeof(float)),
+             "  the guard wrote nothing");
+  if (r->part < 0) {
+    st = r->adam ? be->iface->adam_update(be, p, g, m, v, N, &ah)
+                 : be->iface->sgd_update(be, p, g, m, N, &sh);
+    size_t bad = 0;
+    for (size_t i = 0; i < N; i++)
+      bad += !isfinite(p[i]) || (r->mom != 0 || r->adam ? !isfinite(m[i]) : 0) ||
+             (r->adam && !isfinite(v[i]));
+    check_true(st == CL_OK && bad == 0, "  then the update writes %zu non-finite values", bad);
+  }
+  free(p), free(g), free(m), free(v), free(p0), free(m0), free(v0);
+}
+
+static void test_guards(cl_backend *be) {
+  const float inf = INFINITY, nan = NAN;
+  /* what, adam, lr, wd, mom, first, at, p, g, m, v, part, nan, want_at */
+  const guard_row rows[] = {
+      {"adam, all finite", 1, 1e-3f, 0, 0, 0, 7, 0.5f, 0.5f, 0.1f, 0.1f, -1, 0, 0},
+      {"adam, an Inf gradient", 1, 1e-3f, 0, 0, 0, 777, 0, inf, 0, 0, CL_PART_GRAD, 0, 777},
+      {"adam, a NaN gradient", 1, 1e-3f, 0, 0, 0, 40008, 0, nan, 0, 0, CL_PART_GRAD, 1, 40008},
+      /* (1 - beta2) * g * g passes 3.4e38 from |g| = 5.8e20 */
+      {"adam, g*g overflows exp_avg_sq", 1, 1e-3f, 0, 0, 0, 5, 0, 1e21f, 0, 0, CL_PART_V, 0, 5},
+      {"adam, exp_avg already Inf", 1, 1e-3f, 0, 0, 0, 20000, 0, 0, inf, 0, CL_PART_M, 0, 20000},
+      {"adam, a NaN exp_avg_sq", 1, 1e-3f, 0, 0, 0, 3, 0, 0, 0, nan, CL_PART_V, 1, 3},
+      {"adam, lr / (1 - beta1^t) overflows: every parameter", 1, 3e38f, 0, 0, 0, 0, 0.5f, 0.5f,
+       0.5f, 0.5f, CL_PART_PARAM, 0, 0},
+      {"sgd, all finite", 0, 0.1f, 0, 0.9f, 0, 7, 0.5f, 0.5f, 0.5f, 0, -1, 0, 0},
+      {"sgd, first step ignores a NaN buffer", 0, 0.1f, 0, 0.9f, 1, 7, 0.5f, 0.5f, nan, 0, -1,
+       0, 0},
+      {"sgd, momentum overflows the buffer", 0, 0.1f, 0, 1e10f, 0, 123, 0, 0, 1e30f, 0,
+       CL_PART_M, 0, 123},
+      {"sgd, lr * g overflows the parameter", 0, 10, 0, 0, 0, 31, 3e38f, -1e38f, 0, 0,
+       CL_PART_PARAM, 0, 31},
+      {"sgd, weight decay * p overflows", 0, 0.1f, 1e38f, 0, 0, 9, 10, 0, 0, 0, CL_PART_PARAM, 0,
+       9},
+      {"sgd, a NaN parameter", 0, 0.1f, 0, 0, 0, 40000, nan, 0, 0, 0, CL_PART_PARAM, 1, 40000},
+  };
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) test_guard_row(be, &rows[i]);
+  /* state about to be created: NULL moments are zeros */
+  enum { N = 1000 };
+  float *p = rand_floats(N), *g = rand_floats(N);
+  cl_adam_hp ah = {1e-3f, 0.9f, 0.999f, 1e-8f, 0, 1};
+  uint64_t f = 0;
+  cl_status st = be->iface->adam_check(be, p, g, NULL, NULL, N, &ah, &f);
+  check_true(st == CL_OK && f == CL_FAULT_NONE, "guard t%d: adam with no state yet", be->n_threads);
+  g[400] = 1e21f;
+  st = be->iface->adam_check(be, p, g, NULL, NULL, N, &ah, &f);
+  check_true(st == CL_OK && f == 400 * 8 + CL_PART_V * 2, "guard t%d: adam with no state, g*g overflows",
+             be->n_threads);
+  free(p), free(g);
+}
+
 static void test_optim(void) {
   printf("-- loss and optimizers\n");
   for (int t = 1; t <= 2; t++) {
@@ -765,6 +850,7 @@ static void test_optim(void) {
     test_sgd(be, 0.0f, 0.0f);
     test_sgd(be, 0.9f, 0.0f);
     test_sgd(be, 0.9f, 1e-3f);
+    test_guards(be);
     be->iface->destroy(be);
   }
 }

@@ -825,6 +825,55 @@ static bool test_gather(cl_backend *be, size_t row_bytes, size_t offset, int N, 
 
 /* ---- main -------------------------------------------------------------- */
 
+/* The updates' guards (adam_check, sgd_check), the CPU twin's table of
+ * planted faults on a grid of many blocks: the first fault's key, nothing
+ * written, and CL_FAULT_NONE where all stays finite. */
+struct guard_case {
+  const char *what;
+  bool adam;
+  float lr, wd, mom;
+  int first;
+  size_t at;
+  float p, g, m, v;
+  int part, is_nan; /* part -1: no fault */
+};
+
+static bool test_guard(cl_backend *be, const guard_case &r) {
+  const cl_backend_i *f = be->iface;
+  const size_t n = 300001;
+  float *h[4], *back = (float *)malloc(n * 4);
+  for (int a = 0; a < 4; a++) h[a] = (float *)malloc(n * 4), fill(h[a], n, a == 3 ? 0 : -1, 1);
+  const float planted[4] = {r.p, r.g, r.m, r.v};
+  for (int a = 0; a < 4; a++) h[a][r.at] = planted[a];
+  cl_adam_hp ah = {r.lr, 0.9f, 0.999f, 1e-8f, r.wd, 3};
+  cl_sgd_hp sh = {r.lr, r.mom, r.wd, r.first};
+  uint64_t fault = 0;
+  bool same = true;
+  {
+    dbuf d[4] = {dbuf(be), dbuf(be), dbuf(be), dbuf(be)};
+    for (int a = 0; a < 4; a++) {
+      CALL(be, d[a].alloc(n * 4));
+      CALL(be, f->upload(be, d[a].p, h[a], n * 4));
+    }
+    const float *P = (const float *)d[0].p, *G = (const float *)d[1].p;
+    const float *M = (const float *)d[2].p, *V = (const float *)d[3].p;
+    CALL(be, r.adam ? f->adam_check(be, P, G, M, V, n, &ah, &fault)
+                    : f->sgd_check(be, P, G, M, n, &sh, &fault));
+    for (int a = 0; a < 4; a++) {
+      CALL(be, f->download(be, back, d[a].p, n * 4));
+      same &= memcmp(back, h[a], n * 4) == 0;
+    }
+  }
+  const uint64_t want =
+      r.part < 0 ? CL_FAULT_NONE : (uint64_t)r.at * 8 + (uint64_t)r.part * 2 + (uint64_t)r.is_nan;
+  char what[200];
+  snprintf(what, sizeof what, "guard, %s: key %llu, want %llu; nothing written", r.what,
+           (unsigned long long)fault, (unsigned long long)want);
+  for (int a = 0; a < 4; a++) free(h[a]);
+  free(back);
+  return expect(fault == want && same, what);
+}
+
 int main(void) {
   cl_gpu_info info;
   char err[CL_ERRMSG_LEN];
@@ -967,6 +1016,29 @@ int main(void) {
   test_sgd(be, 1000 + 7, 0.0f, 0.0f);
   test_sgd(be, 1000 + 7, 0.9f, 0.0f);
   test_sgd(be, 300001, 0.9f, 0.01f);
+  {
+    const float inf = INFINITY, nan = NAN;
+    /* what, adam, lr, wd, mom, first, at, p, g, m, v, part, nan */
+    const guard_case rows[] = {
+        {"adam, all finite", true, 1e-3f, 0, 0, 0, 7, 0.5f, 0.5f, 0.1f, 0.1f, -1, 0},
+        {"adam, an Inf gradient", true, 1e-3f, 0, 0, 0, 777, 0, inf, 0, 0, CL_PART_GRAD, 0},
+        {"adam, a NaN gradient, last element", true, 1e-3f, 0, 0, 0, 300000, 0, nan, 0, 0,
+         CL_PART_GRAD, 1},
+        {"adam, g*g overflows exp_avg_sq", true, 1e-3f, 0, 0, 0, 250000, 0, 1e21f, 0, 0,
+         CL_PART_V, 0},
+        {"adam, exp_avg already Inf", true, 1e-3f, 0, 0, 0, 20000, 0, 0, inf, 0, CL_PART_M, 0},
+        {"adam, lr / (1 - beta1^t) overflows: every parameter", true, 3e38f, 0, 0, 0, 0, 0.5f,
+         0.5f, 0.5f, 0.5f, CL_PART_PARAM, 0},
+        {"sgd, all finite", false, 0.1f, 0, 0.9f, 0, 7, 0.5f, 0.5f, 0.5f, 0, -1, 0},
+        {"sgd, first step ignores a NaN buffer", false, 0.1f, 0, 0.9f, 1, 7, 0.5f, 0.5f, nan, 0,
+         -1, 0},
+        {"sgd, momentum overflows the buffer", false, 0.1f, 0, 1e10f, 0, 123, 0, 0, 1e30f, 0,
+         CL_PART_M, 0},
+        {"sgd, weight decay * p overflows", false, 0.1f, 1e38f, 0, 0, 9, 10, 0, 0, 0,
+         CL_PART_PARAM, 0},
+    };
+    for (const guard_case &r : rows) test_guard(be, r);
+  }
 
   /* a bad shape is refused with a message, and the backend stays usable */
   cl_conv_shape bad = {1, 1, 4, 4, 1, 2, CL_F32};
