@@ -23,7 +23,8 @@ save_fit_checkpoint <- function(ptr, path, optimizer, scheduler, epoch, history)
 # Loads the checkpoint at path into the model and scheduler and restores the
 # RNG; returns list(epoch, history).
 resume_fit <- function(ptr, path, scheduler, epochs, call) {
-  meta <- c_file_info(path)$metadata
+  all <- c_file_info(path)$metadata
+  meta <- as.list(all[startsWith(names(all), "fit.")])
   if (is.null(meta[["fit.epoch"]])) {
     abort_convlstm(sprintf(paste0(
       "`resume`: '%s' was not written by callback_model_checkpoint() (it has no fit state); ",
