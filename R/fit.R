@@ -267,10 +267,9 @@ split_validation <- function(x, y, fraction, validation, call) {
   n <- dim(x)[[1]]
   n_train <- floor(n * (1 - fraction))
   if (n_train < 1 || n_train >= n) {
-    abort_convlstm(sprintf(
-      "`validation_split` = %s of %d samples leaves %d for training and %d for validation; each needs at least one.",
-      format(fraction), n, n_train, n - n_train
-    ), call = call)
+    abort_convlstm(sprintf(paste0(
+      "`validation_split` = %s of %d samples leaves %d for training and %d for validation; ",
+      "each needs at least one."), format(fraction), n, n_train, n - n_train), call = call)
   }
   train <- seq_len(n_train)
   held <- (n_train + 1L):n

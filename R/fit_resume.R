@@ -32,8 +32,9 @@ resume_fit <- function(ptr, path, scheduler, epochs, call) {
   }
   kind <- meta[["fit.scheduler_kind"]]
   if (!identical(kind, if (is.null(scheduler)) NULL else scheduler$kind)) {
-    abort_convlstm(sprintf(
-      "`resume`: the checkpoint was saved %s, but `lr_scheduler` is %s; pass the same kind of schedule.",
+    abort_convlstm(sprintf(paste0(
+      "`resume`: the checkpoint was saved %s, but `lr_scheduler` is %s; pass the same kind ",
+      "of schedule."),
       if (is.null(kind)) "without a schedule" else sprintf("with a %s schedule", kind),
       if (is.null(scheduler)) "NULL" else sprintf("a %s schedule", scheduler$kind)
     ), call = call)

@@ -121,7 +121,8 @@ test_that("schedules passed to convlstm_fit() must match its optimizer and lengt
   expect_convlstm_error(
     convlstm_fit(model, d$x, d$y, opt, epochs = 3, batch_size = 2, verbose = FALSE,
                  lr_scheduler = lr_one_cycle(opt, 0.1, epochs = 3, steps_per_epoch = 1)),
-    regexp = "has 3 steps left, but the fit takes 6 \\(3 epochs of 2 batches\\); make it with epochs = 3, steps_per_epoch = 2"
+    regexp = paste0("has 3 steps left, but the fit takes 6 \\(3 epochs of 2 batches\\); ",
+                    "make it with epochs = 3, steps_per_epoch = 2")
   )
 })
 
