@@ -80,12 +80,12 @@ callback <- function(on_fit_begin = NULL, on_epoch_end = NULL, on_batch_end = NU
 #' @examples
 #' set.seed(1)
 #' model <- convlstm(1, c(4, 1), 3, device = "cpu")
-#' x <- array(runif(10 * 3 * 6 * 6), dim = c(10, 3, 1, 6, 6))
-#' y <- array(x[, 3, 1, , ], dim = c(10, 1, 6, 6))
-#' h <- convlstm_fit(model, x, y, optimizer_adam(0.01), epochs = 30, batch_size = 4,
+#' x <- array(runif(10 * 3 * 4 * 4), dim = c(10, 3, 1, 4, 4))
+#' y <- array(x[, 3, 1, , ], dim = c(10, 1, 4, 4))
+#' h <- convlstm_fit(model, x, y, optimizer_sgd(0.5), epochs = 10, batch_size = 8,
 #'                   validation_split = 0.2, verbose = FALSE,
-#'                   callbacks = list(callback_early_stopping(patience = 2)))
-#' nrow(h)  # at most 30
+#'                   callbacks = list(callback_early_stopping(patience = 1)))
+#' nrow(h)  # at most 10
 #' convlstm_release(model)
 callback_early_stopping <- function(monitor = "val_loss", patience = 0, min_delta = 0,
                                     mode = c("min", "max"), restore_best = TRUE) {
