@@ -26,6 +26,9 @@
 #'   random number generator).
 #' @param validation_data `NULL`, or `list(x, y)` on which the loss is
 #'   computed (without training) after every epoch.
+#' @param validation_split A fraction in `[0, 1)`: hold out the last
+#'   `validation_split` of the samples of `x` and `y` (before any shuffle, as
+#'   keras does) as validation data. Not with `validation_data`.
 #' @param verbose Show progress and a line per epoch.
 #' @param checkpoint,accumulation_steps,tbptt Memory-saving step options,
 #'   as in [train_step()]; `accumulation_steps` is capped by the size of
@@ -40,12 +43,29 @@
 #'   `convlstm_error_oom` if it does not fit); `FALSE` never. The losses are
 #'   the same either way; the data set is freed when training ends. The
 #'   validation data stay in R.
+#' @param callbacks A list of callbacks ([callback()],
+#'   [callback_early_stopping()], [callback_model_checkpoint()],
+#'   [callback_csv_logger()]), called in that order at each point.
+#' @param lr_scheduler `NULL`, or a learning-rate schedule made from
+#'   `optimizer` ([lr_schedulers]). It is stepped after every epoch
+#'   (`lr_reduce_on_plateau()` with the validation loss, or the training
+#'   loss without validation data), or after every batch for
+#'   `lr_one_cycle()`, and is left in its final state.
+#' @param resume `NULL`, or a file written by [callback_model_checkpoint()]:
+#'   load its weights and optimizer state into `model`, its schedule state
+#'   into `lr_scheduler`, restore R's random number generator and the
+#'   history, and continue with the epoch after the saved one up to `epochs`.
+#'   Given the same data and arguments, the losses are those of a fit that
+#'   was never interrupted (bit for bit on the CPU).
 #' @return A `convlstm_history`: a data frame with one row per epoch and
 #'   columns `epoch`, `loss` (mean training loss over the epoch's batches,
-#'   weighted by batch size), `val_loss` (`NA` without `validation_data`),
-#'   `seconds` and `peak_bytes` (peak memory the model held during the
-#'   epoch), and the attribute `data_on_device` (whether the training set
-#'   was on the device). It has `print()` and `plot()` methods.
+#'   weighted by batch size), `val_loss` (`NA` without validation data),
+#'   `lr` (the learning rate of the epoch's steps; for a per-batch schedule,
+#'   of its last step), `seconds` and `peak_bytes` (peak memory the model
+#'   held during the epoch), and the attribute `data_on_device` (whether the
+#'   training set was on the device). It has `print()`, `plot()` and
+#'   (with ggplot2) `autoplot()` methods.
+#' @seealso [fit()][fit.convlstm_model] for the same through the generic.
 #' @export
 #' @examples
 #' set.seed(1)
@@ -56,12 +76,22 @@
 #'                         batch_size = 8, verbose = FALSE)
 #' history
 #' plot(history)
+#' # a schedule, a validation split and early stopping
+#' opt <- optimizer_adam(0.02)
+#' history <- convlstm_fit(model, x, y, opt, epochs = 10, batch_size = 4,
+#'                         validation_split = 0.25, verbose = FALSE,
+#'                         lr_scheduler = lr_cosine_annealing(opt, T_max = 10),
+#'                         callbacks = list(callback_early_stopping(patience = 3)))
+#' history$lr
 #' convlstm_release(model)
 convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
                          target = c("last_state", "sequence"), shuffle = TRUE,
                          validation_data = NULL, verbose = TRUE, checkpoint = 0,
-                         accumulation_steps = 1, tbptt = 0, data_on_device = "auto") {
+                         accumulation_steps = 1, tbptt = 0, data_on_device = "auto",
+                         validation_split = 0, callbacks = list(), lr_scheduler = NULL,
+                         resume = NULL) {
   batch_size_given <- !missing(batch_size) # before batch_size is reassigned below
+  call <- sys.call()
   ptr <- model_ptr(model)
   config <- model_config(model)
   x <- check_input(x, config, "x")
@@ -75,6 +105,13 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   validation <- check_validation_data(validation_data, config, target)
   check_step_options(checkpoint, accumulation_steps, tbptt)
   data_on_device <- check_data_on_device(data_on_device)
+  callbacks <- check_callbacks(callbacks)
+  scheduler <- check_lr_scheduler(lr_scheduler, optimizer)
+  if (!is.null(resume)) resume <- check_path(resume, call, must_exist = TRUE)
+  held_out <- split_validation(x, y, validation_split, validation, call)
+  x <- held_out$x
+  y <- held_out$y
+  validation <- held_out$validation %||% validation
 
   n <- dim(x)[[1]]
   # The default stands for "all of it" on small data; a larger size given on
@@ -83,7 +120,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
     abort_convlstm(sprintf(
       "`batch_size` (%d) must not exceed the number of samples in `x` (%d); leave it out to train on all %d at once.",
       batch_size, n, n
-    ), call = sys.call())
+    ), call = call)
   }
   batch_size <- min(batch_size, n)
   n_batches <- ceiling(n / batch_size)
@@ -92,11 +129,36 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
     check_step_options(checkpoint, min(accumulation_steps, b), tbptt)
   }
   options <- step_options(batch_size)
+  # a resumed fit continues after the saved epoch, with its state restored
+  past <- if (is.null(resume)) NULL else resume_fit(ptr, resume, scheduler, epochs, call)
+  initial_epoch <- past$epoch %||% 0L
+  check_schedule_length(scheduler, epochs - initial_epoch, n_batches, call)
   data <- fit_data_set(ptr, x, y, target, data_on_device, batch_size, optimizer, options)
   if (!is.null(data)) on.exit(c_data_release(data), add = TRUE)
-  rows <- list()
+  rows <- if (is.null(past)) list() else split(past$history, seq_len(nrow(past$history)))
   running <- NA_real_
   peak <- "-"
+  batch_hooks <- Filter(function(cb) !is.null(cb$on_batch_end), callbacks)
+  per_batch <- !is.null(scheduler) && identical(scheduler$per, "batch")
+  current_optimizer <- function() if (is.null(scheduler)) optimizer else scheduler$optimizer
+
+  ctx <- new.env(parent = emptyenv())
+  ctx$model <- model
+  ctx$epochs <- epochs
+  ctx$n_batches <- n_batches
+  ctx$lr_scheduler <- scheduler
+  ctx$has_validation <- !is.null(validation)
+  ctx$initial_epoch <- initial_epoch
+  ctx$verbose <- verbose
+  ctx$stop <- FALSE
+  ctx$grad_norm <- NA_real_
+  ctx$save_checkpoint <- function(path) {
+    save_fit_checkpoint(ptr, path, current_optimizer(), scheduler, ctx$epoch, ctx$history)
+  }
+  set_history <- function() {
+    ctx$history <- new_history(rows, target = target, batch_size = batch_size,
+                               optimizer = optimizer)
+  }
 
   run_epoch <- function(epoch) {
     c_memory_reset_peak(ptr)
@@ -115,16 +177,25 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
     for (b in seq_len(n_batches)) {
       idx <- order[((b - 1L) * batch_size + 1L):min(n, b * batch_size)]
       opts <- if (length(idx) == batch_size) options else step_options(length(idx))
+      opt <- current_optimizer()
       if (!is.null(data)) {
-        loss <- c_train_step_data(ptr, data, idx, optimizer, opts)
+        loss <- c_train_step_data(ptr, data, idx, opt, opts)
       } else if (n_batches == 1) {
-        loss <- c_train_step(ptr, x, y, target, optimizer, opts)
+        loss <- c_train_step(ptr, x, y, target, opt, opts)
       } else {
-        loss <- c_train_step(ptr, slice_batch(x, idx), slice_batch(y, idx), target, optimizer,
-                             opts)
+        loss <- c_train_step(ptr, slice_batch(x, idx), slice_batch(y, idx), target, opt, opts)
       }
       total <- total + loss * length(idx)
       running <<- total / min(n, b * batch_size)
+      if (per_batch) scheduler$step()
+      if (length(batch_hooks) > 0) {
+        ctx$batch <- b
+        ctx$loss <- loss
+        ctx$lr <- opt$lr
+        ctx$optimizer <- current_optimizer()
+        ctx$peak_bytes <- c_memory_stats(ptr)$peak_allocated
+        run_callbacks(batch_hooks, "on_batch_end", ctx)
+      }
       if (verbose) {
         peak <<- format_bytes(c_memory_stats(ptr)$peak_allocated)
         cli::cli_progress_update(id = pb)
@@ -137,14 +208,18 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
       evaluate_mse(ptr, validation$x, validation$y, target, batch_size)
     }
     row <- data.frame(
-      epoch = epoch, loss = total / n, val_loss = val_loss,
+      epoch = epoch, loss = total / n, val_loss = val_loss, lr = opt$lr,
       seconds = proc.time()[["elapsed"]] - t0,
       peak_bytes = c_memory_stats(ptr)$peak_allocated
     )
+    if (!is.null(scheduler) && !per_batch) {
+      scheduler$step(if (is.na(val_loss)) row$loss else val_loss)
+    }
     if (verbose) {
       cli::cli_text(sprintf(
-        "Epoch %d/%d: loss %s%s, %.2fs, peak %s", epoch, epochs, format_loss(row$loss),
+        "Epoch %d/%d: loss %s%s%s, %.2fs, peak %s", epoch, epochs, format_loss(row$loss),
         if (is.na(val_loss)) "" else paste0(", val_loss ", format_loss(val_loss)),
+        if (is.null(scheduler)) "" else paste0(", lr ", format_loss(row$lr)),
         row$seconds, format_bytes(row$peak_bytes)
       ))
     }
@@ -152,8 +227,20 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   }
 
   interrupted <- FALSE
+  set_history()
+  ctx$epoch <- initial_epoch
+  ctx$optimizer <- current_optimizer()
+  run_callbacks(callbacks, "on_fit_begin", ctx)
   tryCatch(
-    for (epoch in seq_len(epochs)) rows[[epoch]] <- run_epoch(epoch),
+    for (epoch in seq_len(epochs)[seq_len(epochs) > initial_epoch]) {
+      rows[[length(rows) + 1L]] <- run_epoch(epoch)
+      set_history()
+      ctx$epoch <- epoch
+      ctx$logs <- as.list(rows[[length(rows)]])
+      ctx$optimizer <- current_optimizer()
+      run_callbacks(callbacks, "on_epoch_end", ctx)
+      if (isTRUE(ctx$stop)) break
+    },
     interrupt = function(cnd) interrupted <<- TRUE
   )
   if (interrupted && verbose) {
@@ -162,9 +249,32 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
       if (length(rows) == 1) "" else "s"
     ))
   }
-  history <- new_history(rows, target = target, batch_size = batch_size, optimizer = optimizer)
+  set_history()
+  run_callbacks(callbacks, "on_fit_end", ctx)
+  history <- ctx$history
   attr(history, "data_on_device") <- !is.null(data)
   history
+}
+
+# The hold-out of validation_split: the last samples, as keras takes them.
+split_validation <- function(x, y, fraction, validation, call) {
+  fraction <- check_number(fraction, "validation_split", min = 0, max = 1, call = call)
+  if (fraction == 0) return(list(x = x, y = y))
+  if (fraction >= 1) abort_arg("validation_split", "a fraction in [0, 1)", fraction, call)
+  if (!is.null(validation)) {
+    abort_convlstm("Give `validation_data` or `validation_split`, not both.", call = call)
+  }
+  n <- dim(x)[[1]]
+  n_train <- floor(n * (1 - fraction))
+  if (n_train < 1 || n_train >= n) {
+    abort_convlstm(sprintf(paste0(
+      "`validation_split` = %s of %d samples leaves %d for training and %d for validation; ",
+      "each needs at least one."), format(fraction), n, n_train, n - n_train), call = call)
+  }
+  train <- seq_len(n_train)
+  held <- (n_train + 1L):n
+  list(x = slice_batch(x, train), y = slice_batch(y, train),
+       validation = list(x = slice_batch(x, held), y = slice_batch(y, held)))
 }
 
 check_data_on_device <- function(x, call = sys.call(-1)) {
@@ -241,11 +351,13 @@ convlstm_evaluate <- function(model, x, y, target = c("last_state", "sequence"),
   evaluate_mse(ptr, x, y, target, batch_size)
 }
 
+history_columns <- c("epoch", "loss", "val_loss", "lr", "seconds", "peak_bytes")
+
 new_history <- function(rows, target, batch_size, optimizer) {
   df <- if (length(rows) > 0) {
     do.call(rbind, rows)
   } else {
-    data.frame(epoch = integer(), loss = double(), val_loss = double(),
+    data.frame(epoch = integer(), loss = double(), val_loss = double(), lr = double(),
                seconds = double(), peak_bytes = double())
   }
   structure(df, class = c("convlstm_history", "data.frame"), target = target,
@@ -264,10 +376,12 @@ print.convlstm_history <- function(x, ...) {
     epoch = x$epoch,
     loss = formatC(x$loss, digits = 5, format = "g"),
     val_loss = ifelse(is.na(x$val_loss), "-", formatC(x$val_loss, digits = 5, format = "g")),
+    lr = if (is.null(x$lr)) NA else formatC(x$lr, digits = 4, format = "g"),
     seconds = sprintf("%.2f", x$seconds),
     peak = format_bytes(x$peak_bytes)
   )
   if (all(is.na(x$val_loss))) shown$val_loss <- NULL
+  if (is.null(x$lr)) shown$lr <- NULL
   print(shown, row.names = FALSE, right = TRUE)
   invisible(x)
 }
@@ -292,8 +406,10 @@ plot.convlstm_history <- function(x, y, log = "y", ...) {
                  log = log, xlab = "epoch", ylab = "MSE loss", ...)
   if (has_val) {
     graphics::lines(x$epoch, x$val_loss, type = "b", pch = 17, col = "darkorange")
-    graphics::legend("topright", legend = c("training", "validation"), bty = "n",
-                     col = c("steelblue", "darkorange"), pch = c(19, 17), lty = 1)
+    # in the top margin, above the data
+    graphics::legend("bottom", inset = c(0, 1), xpd = TRUE, horiz = TRUE, bty = "n",
+                     legend = c("training", "validation"), col = c("steelblue", "darkorange"),
+                     pch = c(19, 17), lty = 1, cex = 0.85)
   }
   invisible(x)
 }

@@ -56,9 +56,17 @@
 #'   does not grow with the number of time steps. Fields are available with
 #'   `$`: `config`, `input_dim`, `hidden_dims`, `kernel_sizes`, `n_layers`,
 #'   `bias`, `device`, `dtype`, `backend`, `memory_limit`, `n_parameters`,
-#'   `parameters` (the state dict), and the methods `state_dict()`,
-#'   `load_state_dict()`, `zero_grad()`, `forward()`, and `half()`,
-#'   `bfloat16()`, `float()` (storage type conversion, see [set_dtype()]).
+#'   `parameters` (the state dict: a named list of the weights as R arrays),
+#'   and the methods `state_dict()`, `load_state_dict()`, `zero_grad()`,
+#'   `forward()`, and `half()`, `bfloat16()`, `float()` (storage type
+#'   conversion, see [set_dtype()]). For code written for torch modules:
+#'   `train()` and `eval()` do nothing (each call here says whether it
+#'   trains: `model(x)` and [predict()] infer, [train_step()] trains) and
+#'   say so once a session; `to(device, dtype)`, `cuda()` and `cpu()` change
+#'   the dtype, or explain how to move a model to another device
+#'   ([convlstm_save()] then [convlstm_load()] with `device =`). Optimizers
+#'   are not built from `model$parameters` as with torch's `optim_adam()`:
+#'   see [optimizer_adam()].
 #'
 #' @seealso [train_step()], [convlstm_fit()], [state_dict()],
 #'   [memory_stats()], [memory_estimate()], [set_memory_limit()],
@@ -317,8 +325,39 @@ print.summary.convlstm_model <- function(x, ...) {
 model_fields <- c(
   "config", "input_dim", "hidden_dims", "kernel_sizes", "n_layers", "bias", "device",
   "dtype", "backend", "memory_limit", "n_parameters", "parameters", "state_dict",
-  "load_state_dict", "zero_grad", "forward", "half", "bfloat16", "float"
+  "load_state_dict", "zero_grad", "forward", "half", "bfloat16", "float", "train", "eval", "to",
+  "cuda", "cpu"
 )
+
+# torch modules switch between training and evaluation mode; here each call
+# says which it is (model(x) and predict() infer, train_step() trains), so
+# model$train() and model$eval() change nothing, and say so once a session.
+no_mode_note <- function() {
+  if (isTRUE(the$no_mode_noted)) return(invisible())
+  the$no_mode_noted <- TRUE
+  message(paste0(
+    "convlstm models have no train/eval mode: model(x), predict() and convlstm_evaluate() ",
+    "infer, train_step() and convlstm_fit() train; model$train() and model$eval() do nothing."
+  ))
+}
+
+the <- new.env(parent = emptyenv())
+
+# model$to(): a model stays on the device it was made on (its memory is
+# planned there); a dtype is changed in place, as set_dtype() does.
+move_model <- function(model, device, dtype, call) {
+  if (!is.null(device)) {
+    device <- check_choice(device, c("cpu", "cuda"), "device", call = call)
+    if (!identical(device, model_config(model)$device)) {
+      abort_convlstm(sprintf(paste0(
+        "A convlstm model stays on the device it was made on (%s); to move it, ",
+        "convlstm_save(model, path) then convlstm_load(path, device = \"%s\")."),
+        model_config(model)$device, device), call = call)
+    }
+  }
+  if (!is.null(dtype)) set_dtype(model, dtype)
+  invisible(model)
+}
 
 #' @export
 `$.convlstm_model` <- function(x, name) {
@@ -340,6 +379,13 @@ model_fields <- c(
     half = function() set_dtype(model, "float16"),
     bfloat16 = function() set_dtype(model, "bfloat16"),
     float = function() set_dtype(model, "float32"),
+    train = , eval = function(...) {
+      no_mode_note()
+      invisible(model)
+    },
+    to = function(device = NULL, dtype = NULL) move_model(model, device, dtype, sys.call()),
+    cuda = function() move_model(model, "cuda", NULL, sys.call()),
+    cpu = function() move_model(model, "cpu", NULL, sys.call()),
     abort_convlstm(sprintf(
       "A convlstm model has no field `%s`; available: %s.", name,
       paste(model_fields, collapse = ", ")

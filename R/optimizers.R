@@ -18,6 +18,12 @@
 #' created by the first step and reset when a step uses the other kind of
 #' optimizer.
 #'
+#' **Coming from torch:** `optim_adam(model$parameters, lr = 0.01)` is
+#' written `optimizer_adam(lr = 0.01)` here, with no parameters (the model
+#' holds them, and the optimizer's state), and `opt$step()` is
+#' [train_step()] or [optimizer_step()]. Learning-rate schedules take the
+#' optimizer as in torch: [lr_step()] and the others ([lr_schedulers]).
+#'
 #' @param lr Learning rate.
 #' @param betas Coefficients of the running averages of the gradient and of
 #'   its square.
@@ -26,6 +32,7 @@
 #' @param momentum Momentum factor (0: plain SGD).
 #' @return An object of class `convlstm_optimizer`.
 #' @name optimizers
+#' @aliases optim_adam optim_sgd
 #' @examples
 #' optimizer_adam(lr = 0.01)
 #' optimizer_sgd(lr = 0.1, momentum = 0.9)

@@ -17,7 +17,8 @@ test_that("convlstm_fit() returns a history and lowers the loss", {
                     validation_data = list(v$x, v$y), verbose = FALSE)
   expect_s3_class(h, "convlstm_history")
   expect_s3_class(h, "data.frame")
-  expect_named(h, c("epoch", "loss", "val_loss", "seconds", "peak_bytes"))
+  expect_named(h, c("epoch", "loss", "val_loss", "lr", "seconds", "peak_bytes"))
+  expect_equal(h$lr, rep(0.02, 8))
   expect_equal(h$epoch, 1:8)
   expect_true(all(h$seconds >= 0))
   expect_true(all(h$peak_bytes > 0))
@@ -58,6 +59,30 @@ test_that("convlstm_fit() handles sequences, one batch and verbose output", {
                      verbose = FALSE)
   expect_equal(h1$loss, convlstm_evaluate(model, d$x, y, target = "sequence"), tolerance = 1e-5)
   expect_identical(state_dict(model), sd)
+})
+
+test_that("validation_split holds out the last samples, before shuffling", {
+  set.seed(10)
+  model <- convlstm(1, c(3, 1), 3, device = "cpu", threads = 1)
+  on.exit(convlstm_release(model))
+  d <- fit_data(10)
+  h <- convlstm_fit(model, d$x, d$y, optimizer_sgd(0), epochs = 2, batch_size = 4,
+                    validation_split = 0.3, verbose = FALSE)
+  held <- 8:10
+  expect_equal(h$val_loss, rep(convlstm_evaluate(model, d$x[held, , , , , drop = FALSE],
+                                                 d$y[held, , , , drop = FALSE]), 2))
+  # the training loss is over the first 7 (lr 0: the model does not change)
+  expect_equal(h$loss[[1]], convlstm_evaluate(model, d$x[1:7, , , , , drop = FALSE],
+                                              d$y[1:7, , , , drop = FALSE]), tolerance = 1e-6)
+  expect_convlstm_error(convlstm_fit(model, d$x, d$y, optimizer_sgd(0), validation_split = 1),
+                        regexp = "`validation_split`")
+  expect_convlstm_error(convlstm_fit(model, d$x, d$y, optimizer_sgd(0), validation_split = 0.95),
+                        regexp = "leaves 0 for training and 10 for validation")
+  expect_convlstm_error(
+    convlstm_fit(model, d$x, d$y, optimizer_sgd(0), validation_split = 0.2,
+                 validation_data = list(d$x, d$y)),
+    regexp = "not both"
+  )
 })
 
 test_that("convlstm_fit() checks its arguments", {

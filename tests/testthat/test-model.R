@@ -118,6 +118,36 @@ test_that("$ gives fields and methods, and unknown fields are errors", {
   expect_true("state_dict" %in% utils::.DollarNames(model, "state"))
 })
 
+test_that("torch idioms work or say in one line what to do instead", {
+  model <- api_model()
+  on.exit(convlstm_release(model))
+  params <- model$parameters
+  expect_type(params, "list")
+  expect_true(all(vapply(params, is.double, logical(1))))
+  expect_identical(names(params), names(state_dict(model)))
+  # train() and eval() change nothing and say so once a session
+  env <- environment(convlstm:::no_mode_note)$the
+  env$no_mode_noted <- NULL
+  expect_message(out <- model$train(), "no train/eval mode")
+  expect_identical(out, model)
+  expect_silent(model$eval())
+  x <- api_x()
+  expect_identical(model(x), model(x))
+  # to(): the same device and a dtype work; another device explains how
+  expect_identical(model$to("cpu"), model)
+  expect_identical(model$cpu(), model)
+  model$to(dtype = "bfloat16")
+  expect_equal(model$dtype, "bfloat16")
+  model$to(dtype = "float32")
+  expect_convlstm_error(model$to("cuda"),
+                        regexp = "stays on the device it was made on \\(cpu\\).*convlstm_load")
+  expect_convlstm_error(model$cuda(), regexp = "convlstm_save\\(model, path\\)")
+  expect_convlstm_error(model$to("tpu"), regexp = "`device`")
+  # ?optim_adam leads to optimizer_adam()'s page
+  expect_true("optim_adam" %in% names(readRDS(system.file("help", "aliases.rds",
+                                                          package = "convlstm"))))
+})
+
 test_that("print() and summary() show layers, parameters, device and dtype", {
   model <- api_model()
   on.exit(convlstm_release(model))

@@ -1,0 +1,114 @@
+# fit_resume.R -- what a fit checkpoint holds beyond convlstm_save()'s
+# weights and optimizer state, and how convlstm_fit(resume = ) restores it:
+# the epoch, the learning-rate schedule's state, R's random number generator
+# (so the next epoch draws the same shuffle) and the history so far, as file
+# metadata entries named "fit.*". Doubles are written with 17 significant
+# digits, so they come back exactly.
+
+save_fit_checkpoint <- function(ptr, path, optimizer, scheduler, epoch, history) {
+  seed <- get0(".Random.seed", envir = globalenv(), inherits = FALSE)
+  metadata <- c(
+    fit.epoch = as.character(epoch),
+    fit.rng = if (is.null(seed)) "none" else paste(seed, collapse = ","),
+    fit.rng_kind = paste(RNGkind(), collapse = ","),
+    fit.history = encode_history(history)
+  )
+  if (!is.null(scheduler)) {
+    metadata[["fit.scheduler"]] <- encode_numbers(unlist(scheduler$state_dict()[-1]))
+    metadata[["fit.scheduler_kind"]] <- scheduler$kind
+  }
+  c_model_save(ptr, path, optimizer, metadata)
+}
+
+# Loads the checkpoint at path into the model and scheduler and restores the
+# RNG; returns list(epoch, history).
+resume_fit <- function(ptr, path, scheduler, epochs, call) {
+  all <- c_file_info(path)$metadata
+  meta <- as.list(all[startsWith(names(all), "fit.")])
+  if (is.null(meta[["fit.epoch"]])) {
+    abort_convlstm(sprintf(paste0(
+      "`resume`: '%s' was not written by callback_model_checkpoint() (it has no fit state); ",
+      "to start from its weights, use convlstm_load()."), path), call = call)
+  }
+  kind <- meta[["fit.scheduler_kind"]]
+  if (!identical(kind, if (is.null(scheduler)) NULL else scheduler$kind)) {
+    abort_convlstm(sprintf(paste0(
+      "`resume`: the checkpoint was saved %s, but `lr_scheduler` is %s; pass the same kind ",
+      "of schedule."),
+      if (is.null(kind)) "without a schedule" else sprintf("with a %s schedule", kind),
+      if (is.null(scheduler)) "NULL" else sprintf("a %s schedule", scheduler$kind)
+    ), call = call)
+  }
+  c_model_load_into(ptr, path, TRUE)
+  if (!is.null(scheduler)) {
+    scheduler$load_state_dict(c(kind = kind, decode_numbers(meta[["fit.scheduler"]])))
+  }
+  restore_rng(meta[["fit.rng"]], meta[["fit.rng_kind"]])
+  list(epoch = as.integer(meta[["fit.epoch"]]), history = decode_history(meta[["fit.history"]]))
+}
+
+restore_rng <- function(seed, kind) {
+  do.call(RNGkind, as.list(strsplit(kind, ",", fixed = TRUE)[[1]]))
+  if (identical(seed, "none")) {
+    if (exists(".Random.seed", envir = globalenv(), inherits = FALSE)) {
+      rm(".Random.seed", envir = globalenv())
+    }
+  } else {
+    assign(".Random.seed", as.integer(strsplit(seed, ",", fixed = TRUE)[[1]]),
+           envir = globalenv())
+  }
+}
+
+encode_history <- function(history) {
+  df <- as.data.frame(history)[history_columns]
+  lines <- apply(as.matrix(df), 1, function(r) paste(sprintf("%.17g", r), collapse = ","))
+  paste(c(paste(history_columns, collapse = ","), lines), collapse = "\n")
+}
+
+decode_history <- function(text) {
+  df <- utils::read.csv(text = text, colClasses = "numeric")
+  df$epoch <- as.integer(df$epoch)
+  df
+}
+
+check_lr_scheduler <- function(scheduler, optimizer, call = sys.call(-1)) {
+  if (is.null(scheduler)) return(NULL)
+  if (!is_lr_scheduler(scheduler)) {
+    abort_arg("lr_scheduler", "NULL or a schedule made by lr_step(), lr_cosine_annealing(), ...",
+              scheduler, call)
+  }
+  if (!identical(unclass(scheduler$base_optimizer), unclass(optimizer))) {
+    abort_convlstm(paste0(
+      "`lr_scheduler` was made from another optimizer than `optimizer`; make it from the ",
+      "same one, e.g. lr_step(optimizer, step_size = 10)."
+    ), call = call)
+  }
+  scheduler
+}
+
+# lr_one_cycle() stops at its total_steps: check before training that the
+# fit's batches fit in what is left of it.
+check_schedule_length <- function(scheduler, epochs, n_batches, call) {
+  if (is.null(scheduler) || is.null(scheduler$total_steps)) return(invisible())
+  left <- scheduler$total_steps - scheduler$last_epoch
+  need <- epochs * n_batches
+  if (need > left) {
+    abort_convlstm(sprintf(paste0(
+      "`lr_scheduler` (lr_one_cycle) has %d steps left, but the fit takes %d (%d epochs of %d ",
+      "batches); make it with epochs = %d, steps_per_epoch = %d."),
+      left, need, epochs, n_batches, epochs, n_batches), call = call)
+  }
+  invisible()
+}
+
+# State as one metadata string for a checkpoint ("key=value;..." with every
+# double written exactly) and back.
+encode_numbers <- function(v) {
+  paste0(names(v), "=", vapply(v, function(x) sprintf("%.17g", x), ""), collapse = ";")
+}
+
+decode_numbers <- function(s) {
+  parts <- strsplit(strsplit(s, ";", fixed = TRUE)[[1]], "=", fixed = TRUE)
+  values <- lapply(parts, function(p) if (p[[2]] == "NA") NA_real_ else as.numeric(p[[2]]))
+  stats::setNames(values, vapply(parts, `[[`, "", 1))
+}

@@ -1,0 +1,45 @@
+# generics.R -- fit() and evaluate() from the generics package (as luz
+# does), re-exported, with methods for a convlstm model that call
+# convlstm_fit() and convlstm_evaluate().
+
+#' @importFrom generics fit
+#' @export
+generics::fit
+
+#' @importFrom generics evaluate
+#' @export
+generics::evaluate
+
+#' Train and evaluate with the fit() and evaluate() generics
+#'
+#' `fit(model, x, y, optimizer, ...)` is [convlstm_fit()] and
+#' `evaluate(model, x, y, ...)` is [convlstm_evaluate()], for code written
+#' against the generics that luz, keras and tidymodels share.
+#'
+#' @param object For `fit()`: a model made by [convlstm()].
+#' @param x For `fit()`: the inputs, as in [convlstm_fit()]. For `evaluate()`:
+#'   the model (the generic's first argument is called `x`).
+#' @param y Targets, as in [convlstm_fit()].
+#' @param optimizer As in [convlstm_fit()].
+#' @param newdata For `evaluate()`: the inputs.
+#' @param ... Further arguments of [convlstm_fit()] or
+#'   [convlstm_evaluate()].
+#' @return `fit()`: the history; `evaluate()`: the loss.
+#' @export
+#' @examples
+#' set.seed(1)
+#' model <- convlstm(1, c(4, 1), 3, device = "cpu")
+#' x <- array(runif(8 * 3 * 6 * 6), dim = c(8, 3, 1, 6, 6))
+#' y <- array(x[, 3, 1, , ], dim = c(8, 1, 6, 6))
+#' h <- fit(model, x, y, optimizer_adam(0.01), epochs = 2, verbose = FALSE)
+#' evaluate(model, x, y)
+#' convlstm_release(model)
+fit.convlstm_model <- function(object, x, y, optimizer, ...) {
+  convlstm_fit(object, x, y, optimizer, ...)
+}
+
+#' @rdname fit.convlstm_model
+#' @export
+evaluate.convlstm_model <- function(x, newdata, y, ...) {
+  convlstm_evaluate(x, newdata, y, ...)
+}
