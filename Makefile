@@ -24,7 +24,7 @@ NPROC := $(shell nproc 2>/dev/null || echo 1)
 
 # Debian packages, and for each how to tell it is already there some other
 # way (an R package installed from CRAN, a tool built from source).
-DEB_PKGS := r-base-dev r-cran-cli r-cran-testthat r-cran-roxygen2 r-cran-knitr \
+DEB_PKGS := r-base-dev r-cran-cli r-cran-generics r-cran-ggplot2 r-cran-testthat r-cran-roxygen2 r-cran-knitr \
             r-cran-rmarkdown pandoc qpdf valgrind
 
 .NOTPARALLEL:
