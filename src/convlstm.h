@@ -272,6 +272,20 @@ typedef struct cl_mem_stats {
 } cl_mem_stats;
 
 cl_status cl_model_memory_stats(cl_model *m, cl_mem_stats *s);
+
+/* What is measured outside the allocator, by the operating system and the
+ * driver (the allocator's numbers above are the plan's, counted). */
+typedef struct cl_measured_mem {
+  int have_process;     /* 1: process_rss / process_peak were read */
+  size_t process_rss;   /* resident bytes of the whole process (VmRSS) */
+  size_t process_peak;  /* its high-water mark (VmHWM) */
+  int have_device;      /* 1: a device with memory of its own (a GPU) */
+  size_t device_used;   /* the device's used bytes now: total - free, all processes */
+  size_t device_used_at_create; /* the same, when the model was created */
+  char why[160];        /* why a measure is missing, "" when none is */
+} cl_measured_mem;
+
+cl_status cl_model_measured_memory(cl_model *m, cl_measured_mem *out);
 void cl_model_reset_peak(cl_model *m);
 /* Gives back the buffers of the last step plan (activations, workspace,
  * data); parameters, gradients and optimizer state stay. */

@@ -143,12 +143,15 @@ struct cl_model {
   struct cl_data *data; /* data sets on the device (data.c), freed with the model */
   int *data_idx;        /* a step's rows on the device, shared by the data sets */
   int data_idx_cap;
+  size_t device_used_at_create; /* device total - free before the parameters (GPU) */
+  int have_device_used;
   char err[CL_ERRMSG_LEN];
 };
 
 /* ---- What each file offers the files above it, floor by floor ---------
  * A file uses only files below its floor (src/core/README.md):
  *   1 util.c, backend.c   errors, checked sizes; the backend table's defaults
+ *   1 osmem.c             the process's resident memory as the OS reports it
  *   2 alloc.c, plan.c     accounting allocator; the plan of a step's buffers
  *   3 step.c              the step arena, model buffers, gradients
  *   4 pack.c              host arrays and data-set rows <-> device tensors
@@ -179,6 +182,10 @@ cl_status cl_fail_backend(cl_model *m, cl_status s, const char *what);
   } while (0)
 /* Sizes with overflow checks: 0 on overflow. */
 size_t cl_mul_size(size_t a, size_t b);
+
+/* osmem.c. The process's resident bytes now and at their high-water mark;
+ * 1 when read, 0 with the reason in why where the platform cannot say. */
+int cl_os_process_memory(size_t *rss, size_t *hwm, char *why, size_t whylen);
 
 /* step.c */
 cl_status cl_step_prepare(cl_model *m, const cl_geom *g);
