@@ -102,6 +102,28 @@ grow_create <- window({
 })
 ptr <- ns$model_ptr(model)
 grow_first <- window(result <- run(ptr))
+# Pages of the step arena that the step never touched: the arena is one
+# anonymous mapping (cpu_alloc maps blocks of 1 MiB and more), found in
+# /proc/self/smaps by its size; Size - Rss of it is reserved, untouched.
+arena_untouched <- function() {
+  plan <- attr(memory_estimate(model, num[["B"]], num[["T"]], num[["H"]], num[["W"]],
+                               training = training, checkpoint = num[["checkpoint"]],
+                               accumulation_steps = num[["accumulation"]],
+                               tbptt = num[["tbptt"]], optimizer = if (training) opt else NULL,
+                               outputs = if (mode == "infer_last") "last_state" else "all"),
+               "plan")
+  inside <- !is.na(plan$offset)
+  arena <- max(plan$offset[inside] + ceiling(plan$bytes[inside] / 256) * 256)
+  if (arena + 64 < 2^20) return(NA_real_) # from the heap, not a mapping of its own
+  kb <- ceiling((arena + 64) / 4096) * 4
+  sm <- readLines("/proc/self/smaps")
+  size_at <- grep(paste0("^Size: +", kb, " kB$"), sm)
+  if (length(size_at) != 1) return(NA_real_) # not found alone: merged or ambiguous
+  rss_line <- grep("^Rss:", sm[size_at + 1:4], value = TRUE)[[1]]
+  rss <- as.numeric(sub("^Rss: +([0-9]+) kB$", "\\1", rss_line))
+  (kb - rss) * 1024
+}
+untouched <- arena_untouched()
 result_bytes <- as.numeric(utils::object.size(result))
 rm(result)
 result <- NULL
@@ -117,5 +139,5 @@ ms <- memory_stats(model)
 writeLines(paste0(
   "grow_create=", grow_create, " grow_first=", grow_first, " grow_second=", grow_second,
   " result_bytes=", result_bytes, " total=", b[["total"]], " reserved=", b[["reserved"]],
-  " peak_reserved=", ms$peak_reserved, " vmhwm=", ms$process_peak
+  " peak_reserved=", ms$peak_reserved, " untouched=", untouched
 ), out)
