@@ -286,6 +286,12 @@ typedef struct cl_measured_mem {
 } cl_measured_mem;
 
 cl_status cl_model_measured_memory(cl_model *m, cl_measured_mem *out);
+/* Test-only, for models created with CONVLSTM_GUARD=1 (guard bands after
+ * every step buffer, checked after every step): writes one byte just past
+ * the current step's buffer named `buffer` (a plan entry's name, such as
+ * "gates[0]"), as a kernel overrunning its slot would, so that a test can
+ * see the next check name it. */
+cl_status cl_model_test_overrun(cl_model *m, const char *buffer);
 void cl_model_reset_peak(cl_model *m);
 /* Gives back the buffers of the last step plan (activations, workspace,
  * data); parameters, gradients and optimizer state stay. */

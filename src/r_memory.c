@@ -82,6 +82,17 @@ SEXP ffi_empty_cache(SEXP ptr) {
   return R_NilValue;
 }
 
+/* Test-only (CONVLSTM_GUARD=1 models): a deliberate write past a step
+ * buffer, so that tests see the guard bands catch it. */
+SEXP ffi_test_overrun(SEXP ptr, SEXP buffer) {
+  cl_model *m = r_model(ptr);
+  if (TYPEOF(buffer) != STRSXP || Rf_length(buffer) != 1 || STRING_ELT(buffer, 0) == NA_STRING)
+    r_raise_invalid("internal: ffi_test_overrun() needs a buffer name");
+  cl_status st = cl_model_test_overrun(m, CHAR(STRING_ELT(buffer, 0)));
+  if (st != CL_OK) r_raise_model(st, m);
+  return R_NilValue;
+}
+
 /* bytes <= 0: no limit beyond the device's capacity. */
 SEXP ffi_set_memory_limit(SEXP ptr, SEXP bytes) {
   cl_model *m = r_model(ptr);

@@ -74,6 +74,14 @@ struct cl_backend_i {
   cl_status (*mem_info)(cl_backend *be, size_t *free_bytes, size_t *total_bytes);
   /* (optional) wait for queued work; default: nothing to wait for */
   cl_status (*synchronize)(cl_backend *be);
+  /* (optional, with scratch_bytes) device memory the backend needs for its
+   * own reductions (loss partial sums, found-inf flags): scratch_bytes of
+   * it, allocated by the core through the accounting allocator (category
+   * workspace, plan entry "backend_scratch") when a model is created, and
+   * handed over here before any kernel runs; the backend never frees it. So
+   * every device byte is counted, and none is allocated inside a step. */
+  size_t scratch_bytes;
+  void (*set_scratch)(cl_backend *be, void *p);
   /* (optional) a host buffer of at least `bytes` that upload() reads and
    * download() writes at full speed (page-locked memory on CUDA), for the
    * core to stage host arrays through. The backend owns it: one buffer,

@@ -92,6 +92,17 @@ static cl_status create_backend(cl_model *m) {
   return CL_OK;
 }
 
+/* The backend's own scratch, from the accounting allocator like every other
+ * device byte (plan.c names it "backend_scratch"). */
+static cl_status alloc_backend_scratch(cl_model *m) {
+  const struct cl_backend_i *f = m->be->iface;
+  if (!f->scratch_bytes || !f->set_scratch) return CL_OK;
+  CL_TRY(cl_mem_alloc(&m->mem, CL_MEM_WORKSPACE, f->scratch_bytes, &m->be_scratch, m->err,
+                      sizeof m->err));
+  f->set_scratch(m->be, m->be_scratch);
+  return CL_OK;
+}
+
 /* A device with memory of its own (not the host's): total - free as the
  * driver says, which counts every process's allocations. */
 static int device_used(cl_model *m, size_t *used) {
@@ -127,6 +138,11 @@ cl_status cl_model_create(const cl_config *cfg, cl_model **out, char *err, size_
     m->mem.be = m->be;
     m->mem.limit = cfg->memory_limit;
     m->have_device_used = device_used(m, &m->device_used_at_create);
+    const char *guard = getenv("CONVLSTM_GUARD");
+    m->guard = guard && strcmp(guard, "1") == 0;
+    s = alloc_backend_scratch(m);
+  }
+  if (s == CL_OK) {
     s = cl_mem_alloc(&m->mem, CL_MEM_PARAMETERS, m->n_params * sizeof(float),
                      (void **)&m->params, m->err, sizeof m->err);
   }
@@ -149,6 +165,8 @@ void cl_model_free(cl_model *m) {
     cl_optim_free(m);
     cl_mem_free(&m->mem, CL_MEM_GRADIENTS, m->grads, m->n_params * sizeof(float));
     cl_mem_free(&m->mem, CL_MEM_PARAMETERS, m->params, m->n_params * sizeof(float));
+    if (m->be->iface->synchronize) (void)m->be->iface->synchronize(m->be);
+    cl_mem_free(&m->mem, CL_MEM_WORKSPACE, m->be_scratch, m->be->iface->scratch_bytes);
     cl_backend_destroy(m->be);
   }
   models_alive--;

@@ -39,8 +39,9 @@ typedef struct cl_cuda_ctx {
   /* Most bytes of half-type scratch that backward data may hold for its
    * result before converting it into the float32 dx (cudnn_conv.cu). */
   size_t dx_scratch_limit;
-  /* Per-block partial sums of the MSE: a fixed buffer made once at create so
-   * that mse() never allocates inside a training step. */
+  /* Per-block partial sums of the MSE: a fixed buffer in the scratch the core
+   * hands over at model creation (set_scratch), so that mse() never
+   * allocates inside a training step and the bytes are counted. */
   double *d_partials;
   double *h_partials; /* pinned, so the copy back is a plain DMA */
   /* grad_unscale's found-inf flag, on the device and its pinned mirror */
