@@ -55,8 +55,10 @@ mem_categories <- c("parameters", "gradients", "optimizer", "activations", "stat
 #'   `peak_allocated`, `reserved`, `peak_reserved`, `limit` (0: none),
 #'   `device_free` and `device_total` (bytes), all planned (counted by the
 #'   allocator); and measured: `process_rss`, `process_peak`, `device_used`,
-#'   `device_used_change` (bytes, `NA` where not measurable) and
-#'   `measured_note` (why a measure is `NA`; `""` when none is).
+#'   `device_used_change` (bytes, `NA` where not measurable),
+#'   `measured_note` (why a measure is `NA`; `""` when none is) and
+#'   `runtime` (the process's device memory outside every model, measured
+#'   once per process: see [memory_estimate()]; 0 on the CPU).
 #'   `as.data.frame()` gives `by_category` with the totals as attributes.
 #' @seealso [memory_summary()] for a printed table, [memory_estimate()] for
 #'   what a step will take before running it.

@@ -282,6 +282,7 @@ typedef struct cl_measured_mem {
   int have_device;      /* 1: a device with memory of its own (a GPU) */
   size_t device_used;   /* the device's used bytes now: total - free, all processes */
   size_t device_used_at_create; /* the same, when the model was created */
+  size_t runtime;       /* the backend's runtime bytes (cl_plan.runtime) */
   char why[160];        /* why a measure is missing, "" when none is */
 } cl_measured_mem;
 
@@ -326,6 +327,8 @@ typedef struct cl_plan {
   size_t arena;    /* the step arena: step buffers, each at an aligned offset */
   size_t reserved; /* reserved from the device by a model that ran only this
                       step: model buffers plus the arena */
+  size_t runtime;  /* the process's runtime on the device, outside every model
+                      (CUDA context, cuDNN handle), measured once; 0 on the CPU */
 } cl_plan;
 
 /* Plan for a step of shape B, T, H, W (the whole batch: with

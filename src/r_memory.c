@@ -42,7 +42,7 @@ SEXP ffi_memory_stats(SEXP ptr) {
                          "n_free",         "allocated", "peak_allocated", "reserved",
                          "peak_reserved",  "limit",    "device_free",   "device_total",
                          "process_rss",    "process_peak", "device_used", "device_used_change",
-                         "measured_note"};
+                         "measured_note",  "runtime"};
   SEXP out = PROTECT(r_named_list(names, (int)(sizeof names / sizeof names[0])));
   nprotect++;
   SET_VECTOR_ELT(out, 0, cats);
@@ -65,6 +65,7 @@ SEXP ffi_memory_stats(SEXP ptr) {
                                                              (double)mm.device_used_at_create
                                                        : NA_REAL));
   SET_VECTOR_ELT(out, 16, Rf_mkString(mm.why));
+  SET_VECTOR_ELT(out, 17, Rf_ScalarReal((double)mm.runtime));
   UNPROTECT(nprotect);
   return out;
 }

@@ -200,6 +200,7 @@ cl_status cl_model_measured_memory(cl_model *m, cl_measured_mem *out) {
       cl_os_process_memory(&out->process_rss, &out->process_peak, why, sizeof why);
   out->have_device = m->have_device_used && device_used(m, &out->device_used);
   out->device_used_at_create = out->have_device ? m->device_used_at_create : 0;
+  out->runtime = cl_backend_runtime_bytes(m->be);
   if (!out->have_device && !m->be->iface->host_accessible && why[0] == '\0')
     snprintf(why, sizeof why, "the %s backend did not report its device memory",
              m->be->iface->name);

@@ -228,6 +228,7 @@ cl_status cl_plan_build(const cl_model *m, const cl_geom *g, const cl_optim *opt
     plan_inference(&b, m, g);
   add(&b, CL_BUF_WS, -1, CL_MEM_WORKSPACE, plan_workspace(&b, m, g), "conv_workspace");
   place_in_arena(&b, m->guard ? CL_GUARD_BYTES : 0);
+  out->runtime = cl_backend_runtime_bytes(m->be);
   if (b.backend != CL_OK) {
     cl_plan_free(out);
     snprintf(err, errlen, "planning a step of batch %d, %d steps, %dx%d pixels: %s", g->B, g->T,

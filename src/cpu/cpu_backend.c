@@ -175,6 +175,7 @@ static const struct cl_backend_i cpu_iface = {
     /* .synchronize          = */ NULL, /* kernels return when done */
     /* .scratch_bytes        = */ 0,    /* reductions run in host variables */
     /* .set_scratch          = */ NULL,
+    /* .runtime_bytes        = */ NULL, /* 0: see backend.h */
     /* .host_stage           = */ NULL, /* host_accessible: nothing is staged */
     /* .conv_workspace       = */ cl_cpu_conv_workspace,
     /* .conv_forward         = */ cl_cpu_conv_forward,

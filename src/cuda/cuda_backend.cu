@@ -245,6 +245,7 @@ static const struct cl_backend_i cl_cuda_iface = {
     /* .synchronize = */ cuda_synchronize,
     /* .scratch_bytes = */ CL_CUDA_SCRATCH_BYTES,
     /* .set_scratch = */ cuda_set_scratch,
+    /* .runtime_bytes = */ cl_cuda_runtime_bytes,
     /* .host_stage = */ cuda_host_stage,
     /* .conv_workspace = */ cl_cuda_conv_workspace,
     /* .conv_forward = */ cl_cuda_conv_forward,
@@ -283,7 +284,9 @@ static cl_status cuda_init(cl_backend *be, cl_cuda_ctx *ctx) {
   }
   int dev = 0;
   CL_CUDA_CHECK(be, cudaGetDevice(&dev));
+  cl_cuda_runtime_before_context(dev);
   CL_CUDA_CHECK(be, cudaSetDevice(dev)); /* creates the primary context now, not mid-step */
+  cl_cuda_runtime_after_context();
   ctx->device = dev;
   cudaFuncAttributes fa;
   cudaError_t e = cudaFuncGetAttributes(&fa, cl_cuda_probe_kernel);
@@ -306,6 +309,7 @@ static cl_status cuda_init(cl_backend *be, cl_cuda_ctx *ctx) {
   CL_CUDA_CHECK(be, cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
   CL_CUDNN_CHECK(be, cudnnCreate(&ctx->cudnn));
   CL_CUDNN_CHECK(be, cudnnSetStream(ctx->cudnn, ctx->stream));
+  cl_cuda_runtime_after_setup(dev);
   CL_CUDA_CHECK(be, cudaMallocHost((void **)&ctx->h_partials, CL_CUDA_MAX_PARTIALS * sizeof(double)));
   CL_CUDA_CHECK(be, cudaMallocHost((void **)&ctx->h_flag, sizeof(int)));
 

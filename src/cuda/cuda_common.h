@@ -171,4 +171,13 @@ cl_status cl_cuda_sgd_update(cl_backend *be, float *p, const float *g, float *bu
 cl_status cl_cuda_gather_rows(cl_backend *be, void *dst, const void *src, const int *idx, int nb,
                               int N, int t0, int nt, size_t row_bytes);
 
+/* cuda_runtime_mem.cu: the process's runtime overhead on the GPU (context,
+ * cuDNN handle, stream), measured once around the first backend's set-up:
+ * before_context before cudaSetDevice, after_context right after it,
+ * after_setup once the handle and stream exist. */
+void cl_cuda_runtime_before_context(int dev);
+void cl_cuda_runtime_after_context(void);
+void cl_cuda_runtime_after_setup(int dev);
+cl_status cl_cuda_runtime_bytes(cl_backend *be, size_t *bytes);
+
 #endif

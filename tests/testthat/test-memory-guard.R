@@ -2,18 +2,13 @@
 # after every buffer of the step arena, checked after every step, so that a
 # kernel writing past its slot fails loudly with the buffer's name.
 
-guarded_model <- function(...) {
-  old <- Sys.getenv("CONVLSTM_GUARD", unset = NA)
-  Sys.setenv(CONVLSTM_GUARD = "1")
-  on.exit(if (is.na(old)) Sys.unsetenv("CONVLSTM_GUARD") else Sys.setenv(CONVLSTM_GUARD = old))
-  convlstm(...)
-}
+guarded_model <- function(...) with_guard("1", convlstm(...))
 
 test_that("guard bands: a step trains as without them, and the bands are reserved beside the plan", {
   set.seed(1)
   x <- array(runif(3 * 4 * 2 * 8 * 8), c(3, 4, 2, 8, 8))
   y <- array(runif(3 * 8 * 8), c(3, 1, 8, 8))
-  plain <- convlstm(2, c(6, 1), 3, device = "cpu")
+  plain <- with_guard("", convlstm(2, c(6, 1), 3, device = "cpu"))
   on.exit(convlstm_release(plain))
   set.seed(1)
   guarded <- guarded_model(2, c(6, 1), 3, device = "cpu")
@@ -52,7 +47,7 @@ test_that("guard bands: a write past a step buffer fails the next step with the 
 })
 
 test_that("guard bands: the test hook refuses a model without them", {
-  m <- convlstm(1, c(4, 1), 3, device = "cpu")
+  m <- with_guard("", convlstm(1, c(4, 1), 3, device = "cpu"))
   on.exit(convlstm_release(m))
   expect_error(convlstm:::c_test_overrun(convlstm:::model_ptr(m), "gates[0]"),
                "CONVLSTM_GUARD=1", class = "convlstm_error_state")

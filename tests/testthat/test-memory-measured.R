@@ -72,7 +72,7 @@ test_that("measured: the high-water mark grows by memory_estimate()'s total over
     # reserved pages the step never wrote cost nothing: counted apart
     untouched <- if (is.na(v[["untouched"]])) 0 else v[["untouched"]]
     if (untouched > 0) untouched_cases <- c(untouched_cases, sprintf("%s: %.0f KiB", label, untouched / 1024))
-    gaps <- c(gaps, measured + untouched - planned)
+    gaps <- c(gaps, stats::setNames(measured + untouched - planned, label))
     expect_lte(abs(measured + untouched - planned), 0.01 * planned + 2 * 2^20, label = label)
     training <- !grepl("^infer", a[[length(a)]])
     if (training) {
@@ -86,8 +86,8 @@ test_that("measured: the high-water mark grows by memory_estimate()'s total over
                  label = paste("second forward:", label))
     }
   }
-  message(sprintf("measured + untouched - planned over 24 fresh processes: %.3f .. %.3f MiB",
-                  min(gaps) / 2^20, max(gaps) / 2^20))
+  message(sprintf("measured + untouched - planned over 24 fresh processes: %.3f .. %.3f MiB (largest gap: %s)",
+                  min(gaps) / 2^20, max(gaps) / 2^20, names(gaps)[which.max(abs(gaps))]))
   if (length(untouched_cases)) {
     message("arena pages planned but never touched by the first step: ",
             paste(untouched_cases, collapse = "; "))
