@@ -70,6 +70,7 @@ static cl_status guard_fill(cl_model *m) {
     size_t a, b;
     guard_band(p, i, &a, &b);
     if (b <= a || b - a > GUARD_MAX) continue;
+    guard_poison(m, a, b, 0); /* a refill after a report finds it poisoned */
     CL_KERNEL(m, m->be->iface->upload(m->be, (char *)m->arena + a, pattern, b - a));
     guard_poison(m, a, b, 1);
   }
