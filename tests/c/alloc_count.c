@@ -2,7 +2,10 @@
  * tests/c/alloc_count.c -- a test-only LD_PRELOAD interposer: it counts
  * every malloc, calloc, realloc, posix_memalign, aligned_alloc, memalign and
  * mmap of more than 64 KiB that the process makes while counting is on, and
- * passes every call on to glibc unchanged. test_step_allocs.c turns counting
+ * every cudaMalloc, cudaMallocAsync, cudaMallocHost and cudaHostAlloc of any
+ * size (the CUDA runtime is linked as a shared library, so its entry points
+ * can be interposed; calls inside the runtime to the driver cannot), and
+ * passes every call on unchanged. test_step_allocs.c turns counting
  * on around training steps through the two functions below, found with
  * dlsym, so that "no allocation inside a step" is seen from outside the
  * library, not from its own counters.
@@ -29,6 +32,13 @@ static atomic_int counting;
 static atomic_long n_big;
 static atomic_size_t bytes_big;
 static char last_what[64];
+
+static void note_any(const char *what, size_t bytes) {
+  if (!atomic_load(&counting)) return;
+  atomic_fetch_add(&n_big, 1);
+  atomic_fetch_add(&bytes_big, bytes);
+  snprintf(last_what, sizeof last_what, "%s(%zu)", what, bytes);
+}
 
 static void note(const char *what, size_t bytes) {
   if (!atomic_load(&counting) || bytes <= CL_COUNT_MIN) return;
@@ -92,4 +102,41 @@ void *mmap(void *addr, size_t n, int prot, int flags, int fd, off_t off) {
   if (!next) next = (mmap_fn)dlsym(RTLD_NEXT, "mmap");
   note("mmap", n);
   return next(addr, n, prot, flags, fd, off);
+}
+
+/* The CUDA runtime's allocators, declared without its headers (cudaError_t
+ * is an int-sized enum; a stream is a pointer). Where the process has no
+ * CUDA runtime they are never called. */
+typedef int (*cuda_malloc_fn)(void **, size_t);
+typedef int (*cuda_malloc_async_fn)(void **, size_t, void *);
+typedef int (*cuda_host_alloc_fn)(void **, size_t, unsigned int);
+
+#define CL_CUDA_NO_RUNTIME 2 /* cudaErrorMemoryAllocation */
+
+int cudaMalloc(void **p, size_t n) {
+  static cuda_malloc_fn next;
+  if (!next) next = (cuda_malloc_fn)dlsym(RTLD_NEXT, "cudaMalloc");
+  note_any("cudaMalloc", n);
+  return next ? next(p, n) : CL_CUDA_NO_RUNTIME;
+}
+
+int cudaMallocAsync(void **p, size_t n, void *stream) {
+  static cuda_malloc_async_fn next;
+  if (!next) next = (cuda_malloc_async_fn)dlsym(RTLD_NEXT, "cudaMallocAsync");
+  note_any("cudaMallocAsync", n);
+  return next ? next(p, n, stream) : CL_CUDA_NO_RUNTIME;
+}
+
+int cudaMallocHost(void **p, size_t n) {
+  static cuda_malloc_fn next;
+  if (!next) next = (cuda_malloc_fn)dlsym(RTLD_NEXT, "cudaMallocHost");
+  note_any("cudaMallocHost", n);
+  return next ? next(p, n) : CL_CUDA_NO_RUNTIME;
+}
+
+int cudaHostAlloc(void **p, size_t n, unsigned int flags) {
+  static cuda_host_alloc_fn next;
+  if (!next) next = (cuda_host_alloc_fn)dlsym(RTLD_NEXT, "cudaHostAlloc");
+  note_any("cudaHostAlloc", n);
+  return next ? next(p, n, flags) : CL_CUDA_NO_RUNTIME;
 }

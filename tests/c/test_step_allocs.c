@@ -61,6 +61,7 @@ typedef struct step_case {
   cl_dtype dtype;
   cl_step_options opts;
   cl_optim_kind optim;
+  cl_device device;
 } step_case;
 
 static void run_case(const step_case *sc, start_fn start, stop_fn stop) {
@@ -74,7 +75,7 @@ static void run_case(const step_case *sc, start_fn start, stop_fn stop) {
   c.bias = 1;
   c.n_threads = 1;
   c.dtype = sc->dtype;
-  c.device = CL_DEVICE_CPU;
+  c.device = sc->device;
   cl_model *m = ctest_model(&c);
   if (!m) return;
   size_t nx = (size_t)sc->B * sc->T * c.input_dim * sc->H * sc->W;
@@ -124,16 +125,27 @@ int main(int argc, char **argv) {
   stop_fn stop = (stop_fn)dlsym(RTLD_DEFAULT, "cl_alloc_count_stop");
   if (!start || !stop) return reexec_under_interposer(argv);
   static const step_case cases[] = {
-      {"plain", 4, 6, 16, 16, CL_F32, {0}, CL_OPTIM_ADAM},
-      {"checkpoint 2", 4, 6, 16, 16, CL_F32, {.checkpoint = 2}, CL_OPTIM_ADAM},
-      {"accumulation 2", 4, 6, 16, 16, CL_F32, {.accumulation_steps = 2}, CL_OPTIM_ADAM},
-      {"tbptt 4", 4, 6, 16, 16, CL_F32, {.tbptt = 4}, CL_OPTIM_ADAM},
-      {"float16", 4, 6, 16, 16, CL_F16, {0}, CL_OPTIM_ADAM},
-      {"bfloat16, sgd", 4, 6, 16, 16, CL_BF16, {0}, CL_OPTIM_SGD},
-      {"large image", 2, 3, 64, 64, CL_F32, {0}, CL_OPTIM_ADAM},
+      {"plain", 4, 6, 16, 16, CL_F32, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU},
+      {"checkpoint 2", 4, 6, 16, 16, CL_F32, {.checkpoint = 2}, CL_OPTIM_ADAM, CL_DEVICE_CPU},
+      {"accumulation 2", 4, 6, 16, 16, CL_F32, {.accumulation_steps = 2}, CL_OPTIM_ADAM, CL_DEVICE_CPU},
+      {"tbptt 4", 4, 6, 16, 16, CL_F32, {.tbptt = 4}, CL_OPTIM_ADAM, CL_DEVICE_CPU},
+      {"float16", 4, 6, 16, 16, CL_F16, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU},
+      {"bfloat16, sgd", 4, 6, 16, 16, CL_BF16, {0}, CL_OPTIM_SGD, CL_DEVICE_CPU},
+      {"large image", 2, 3, 64, 64, CL_F32, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU},
   };
   printf("test_step_allocs (interposer: malloc/calloc/realloc/memalign/mmap > 64 KiB)\n");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], start, stop);
+  /* on a GPU the same, counting cudaMalloc & co. of any size as well */
+  if (cl_device_available(CL_DEVICE_CUDA)) {
+    printf("on the GPU (cudaMalloc, cudaMallocAsync, cudaMallocHost, cudaHostAlloc: any size)\n");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      step_case g = cases[i];
+      g.device = CL_DEVICE_CUDA;
+      run_case(&g, start, stop);
+    }
+  } else {
+    printf("no usable GPU: the CUDA cases did not run\n");
+  }
   return ctest_done("test_step_allocs");
 #endif
 }
