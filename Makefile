@@ -7,6 +7,7 @@
 #   make install  R CMD INSTALL (configure runs: OpenMP, BLAS, CUDA/cuDNN)
 #   make build    docs, then R CMD build -> convlstm_<version>.tar.gz
 #   make check    build, then R CMD check --as-cran --no-manual
+#   make test-guard  the testthat suite with CONVLSTM_GUARD=1 (guard bands checked after every step)
 #   make ctest    C unit tests only (src/Makefile.standalone), also: asan, valgrind
 #   make fuzz     the model-file loader and the JSON reader under libFuzzer + ASan/UBSan, FUZZ_SECONDS (60) in all
 #   make bench    one training step here vs PyTorch on CPU (bench/)
@@ -28,7 +29,7 @@ DEB_PKGS := r-base-dev r-cran-cli r-cran-generics r-cran-ggplot2 r-cran-testthat
             r-cran-rmarkdown pandoc qpdf valgrind
 
 .NOTPARALLEL:
-.PHONY: all deps check-deps docs install build check test ctest asan valgrind fuzz demo bench clean
+.PHONY: all deps check-deps docs install build check test test-guard ctest asan valgrind fuzz demo bench clean
 
 all: install
 
@@ -96,6 +97,12 @@ TESTTHAT = r <- as.data.frame(testthat::test_dir("tests/testthat", package = "$(
 test: deps install
 	NOT_CRAN=true $(RSCRIPT) -e '$(TESTTHAT)'
 	$(MAKE) ctest
+
+# The testthat suite once more with guard bands after every step buffer
+# (CONVLSTM_GUARD=1): an overrun anywhere in it fails with the buffer's name.
+# It tests the package as installed (make install or make test first).
+test-guard:
+	CONVLSTM_GUARD=1 NOT_CRAN=true $(RSCRIPT) -e '$(TESTTHAT)'
 
 ctest:
 	$(MAKE) -C src -f Makefile.standalone test

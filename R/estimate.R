@@ -50,7 +50,18 @@
 #'   `data`), then `total` (their sum: everything the step holds at its
 #'   peak) and `reserved` (what the allocator reserves from the device for
 #'   it: the model's own buffers plus the step arena, in which each step
-#'   buffer sits at an offset aligned to 256 bytes). Attribute `plan` holds
+#'   buffer sits at an offset aligned to 256 bytes, followed by a guard band
+#'   when the model was created with `CONVLSTM_GUARD=1`), then `runtime`:
+#'   what the process holds on the device outside every model, measured
+#'   once per process when the backend first started (on a GPU the CUDA
+#'   context, the cuDNN handle and the stream; on the CPU 0, since the CPU
+#'   backend's own costs -- its OpenMP threads' stacks, a few KiB of timing
+#'   buffers -- are the process's host memory, which [memory_stats()]
+#'   measures as `process_peak`). It is in neither `total` nor `reserved`.
+#'   The estimate is the same on every run for the same model, shape and
+#'   build (the CPU plans the workspace of the larger of its internal GEMM
+#'   and BLAS, whichever the timed choice takes); `runtime` is a
+#'   measurement. Attribute `plan` holds
 #'   the buffers (a data frame of class `convlstm_plan`: `name`,
 #'   `category`, `bytes`, `layer`, where layers count from 0 as in the
 #'   buffer names and the state dict, and `NA` marks model-wide buffers,
@@ -112,8 +123,8 @@ planned_optimizer <- function(names) {
 new_memory_estimate <- function(plan, shape, training, dtype, options, optimizer) {
   by <- plan$by_category[mem_categories]
   df <- data.frame(
-    category = c(mem_categories, "total", "reserved"),
-    bytes = unname(c(by, plan$total, plan$reserved))
+    category = c(mem_categories, "total", "reserved", "runtime"),
+    bytes = unname(c(by, plan$total, plan$reserved, plan$runtime))
   )
   buffers <- data.frame(name = plan$name, category = plan$category, bytes = plan$bytes,
                         layer = plan$layer, offset = plan$offset)
@@ -184,7 +195,9 @@ print.convlstm_plan <- function(x, ...) {
 #'
 #' Searches the memory plan (doubling the batch, then bisecting) for the
 #' largest batch size whose step fits in `budget` bytes (its `reserved`
-#' bytes: what the device must hand over). Nothing is
+#' bytes: what the device must hand over; with a `budget` given, plus the
+#' `runtime` line of [memory_estimate()], which the device's memory must
+#' hold too). Nothing is
 #' allocated, so it answers for budgets far beyond this machine, e.g. for
 #' the GPU a model is meant to train on. A model with `memory_limit =
 #' budget` trains with that batch, and one more sample fails with an error
@@ -214,7 +227,10 @@ max_batch_size <- function(model, seq_len, height, width, budget = NULL, ...) {
     s <- c_memory_stats(ptr)
     budget <- s$device_free + s$reserved
   } else {
+    # the device's free memory above already excludes the runtime; a
+    # budget given is the whole device's, the runtime's share included
     budget <- parse_bytes(budget, "budget", sys.call())
+    budget <- budget - c_memory_stats(ptr)$runtime
   }
   dots <- list(...)
   first <- max(1L, as.integer(dots$accumulation_steps %||% 1L))

@@ -52,6 +52,8 @@ c_train_step <- function(ptr, x, y, target, optimizer, options = NULL) {
 c_memory_stats <- function(ptr) .Call(ffi_memory_stats, ptr)
 c_memory_reset_peak <- function(ptr) invisible(.Call(ffi_memory_reset_peak, ptr))
 c_empty_cache <- function(ptr) invisible(.Call(ffi_empty_cache, ptr))
+# test-only: one byte past a step buffer, for the guard bands' tests
+c_test_overrun <- function(ptr, buffer) invisible(.Call(ffi_test_overrun, ptr, buffer))
 c_set_memory_limit <- function(ptr, bytes) {
   invisible(.Call(ffi_set_memory_limit, ptr, as.double(bytes)))
 }

@@ -272,6 +272,27 @@ typedef struct cl_mem_stats {
 } cl_mem_stats;
 
 cl_status cl_model_memory_stats(cl_model *m, cl_mem_stats *s);
+
+/* What is measured outside the allocator, by the operating system and the
+ * driver (the allocator's numbers above are the plan's, counted). */
+typedef struct cl_measured_mem {
+  int have_process;     /* 1: process_rss / process_peak were read */
+  size_t process_rss;   /* resident bytes of the whole process (VmRSS) */
+  size_t process_peak;  /* its high-water mark (VmHWM) */
+  int have_device;      /* 1: a device with memory of its own (a GPU) */
+  size_t device_used;   /* the device's used bytes now: total - free, all processes */
+  size_t device_used_at_create; /* the same, when the model was created */
+  size_t runtime;       /* the backend's runtime bytes (cl_plan.runtime) */
+  char why[160];        /* why a measure is missing, "" when none is */
+} cl_measured_mem;
+
+cl_status cl_model_measured_memory(cl_model *m, cl_measured_mem *out);
+/* Test-only, for models created with CONVLSTM_GUARD=1 (guard bands after
+ * every step buffer, checked after every step): writes one byte just past
+ * the current step's buffer named `buffer` (a plan entry's name, such as
+ * "gates[0]"), as a kernel overrunning its slot would, so that a test can
+ * see the next check name it. */
+cl_status cl_model_test_overrun(cl_model *m, const char *buffer);
 void cl_model_reset_peak(cl_model *m);
 /* Gives back the buffers of the last step plan (activations, workspace,
  * data); parameters, gradients and optimizer state stay. */
@@ -306,6 +327,8 @@ typedef struct cl_plan {
   size_t arena;    /* the step arena: step buffers, each at an aligned offset */
   size_t reserved; /* reserved from the device by a model that ran only this
                       step: model buffers plus the arena */
+  size_t runtime;  /* the process's runtime on the device, outside every model
+                      (CUDA context, cuDNN handle), measured once; 0 on the CPU */
 } cl_plan;
 
 /* Plan for a step of shape B, T, H, W (the whole batch: with

@@ -127,6 +127,7 @@ SEXP ffi_train_step(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts);
 SEXP ffi_memory_stats(SEXP ptr);
 SEXP ffi_memory_reset_peak(SEXP ptr);
 SEXP ffi_empty_cache(SEXP ptr);
+SEXP ffi_test_overrun(SEXP ptr, SEXP buffer);
 SEXP ffi_set_memory_limit(SEXP ptr, SEXP bytes);
 
 /* r_plan.c */

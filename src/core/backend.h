@@ -82,6 +82,20 @@ struct cl_backend_i {
   cl_status (*mem_info)(cl_backend *be, size_t *free_bytes, size_t *total_bytes);
   /* (optional) wait for queued work; default: nothing to wait for */
   cl_status (*synchronize)(cl_backend *be);
+  /* (optional, with scratch_bytes) device memory the backend needs for its
+   * own reductions (loss partial sums, found-inf flags): scratch_bytes of
+   * it, allocated by the core through the accounting allocator (category
+   * workspace, plan entry "backend_scratch") when a model is created, and
+   * handed over here before any kernel runs; the backend never frees it. So
+   * every device byte is counted, and none is allocated inside a step. */
+  size_t scratch_bytes;
+  void (*set_scratch)(cl_backend *be, void *p);
+  /* (optional) device bytes the process holds for this backend that no
+   * model owns (CUDA: context, cuDNN handle, stream), measured once per
+   * process at first use; reported as the `runtime` line. Default 0: the
+   * CPU backend's own costs (its OpenMP threads' stacks, the GEMM choice's
+   * timing buffers) are the process's host memory, measured by VmHWM. */
+  cl_status (*runtime_bytes)(cl_backend *be, size_t *bytes);
   /* (optional) a host buffer of at least `bytes` that upload() reads and
    * download() writes at full speed (page-locked memory on CUDA), for the
    * core to stage host arrays through. The backend owns it: one buffer,
@@ -181,6 +195,7 @@ cl_status cl_backend_cuda_device_info(int device, cl_gpu_info *out, char *err, s
 cl_status cl_backend_mem_info(cl_backend *be, size_t *free_bytes, size_t *total_bytes);
 cl_status cl_backend_synchronize(cl_backend *be);
 cl_status cl_backend_conv_workspace(cl_backend *be, const cl_conv_shape *s, size_t *bytes);
+size_t cl_backend_runtime_bytes(cl_backend *be);
 void cl_backend_destroy(cl_backend *be);
 
 #endif

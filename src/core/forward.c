@@ -142,7 +142,7 @@ cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training,
   }
   st->outputs_kept = 1;
   m->phase = training ? CL_PHASE_TRAINING : CL_PHASE_INFERENCE;
-  return CL_OK;
+  return cl_guard_check(m);
 }
 
 cl_status cl_model_last_shape(const cl_model *m, int *B, int *T, int *H, int *W) {

@@ -60,6 +60,7 @@ typedef enum cl_buf_kind {
   CL_BUF_GRADS,      /* flat float [n_params]                          */
   CL_BUF_OPT_M,      /* Adam first moment or SGD momentum [n_params]   */
   CL_BUF_OPT_V,      /* Adam second moment [n_params]                  */
+  CL_BUF_BACKEND,    /* the backend's own device scratch (its reductions) */
   /* step buffers, allocated by the executor from the plan; S steps held at
    * once (T, a checkpoint segment or a tbptt window), Bm sequences */
   CL_BUF_X,        /* data: input [S or T, Bm, C_in, H, W]; inference [1, B, C_in, H, W] */
@@ -135,6 +136,7 @@ struct cl_model {
   int opt_m_fresh; /* the momentum buffer awaits its first update (SGD seeds it then) */
   int64_t opt_steps;
   cl_step step;
+  void *be_scratch; /* the backend's scratch_bytes, workspace, held for the model's life */
   void *arena; /* reserved for step buffers; outlives any one step's plan */
   size_t arena_bytes;
   cl_phase phase;
@@ -143,12 +145,16 @@ struct cl_model {
   struct cl_data *data; /* data sets on the device (data.c), freed with the model */
   int *data_idx;        /* a step's rows on the device, shared by the data sets */
   int data_idx_cap;
+  size_t device_used_at_create; /* device total - free before the parameters (GPU) */
+  int guard; /* CONVLSTM_GUARD=1 at creation: guard bands after arena buffers (step.c) */
+  int have_device_used;
   char err[CL_ERRMSG_LEN];
 };
 
 /* ---- What each file offers the files above it, floor by floor ---------
  * A file uses only files below its floor (src/core/README.md):
  *   1 util.c, backend.c   errors, checked sizes; the backend table's defaults
+ *   1 osmem.c             the process's resident memory as the OS reports it
  *   2 alloc.c, plan.c     accounting allocator; the plan of a step's buffers
  *   3 step.c              the step arena, model buffers, gradients
  *   4 pack.c              host arrays and data-set rows <-> device tensors
@@ -180,8 +186,19 @@ cl_status cl_fail_backend(cl_model *m, cl_status s, const char *what);
 /* Sizes with overflow checks: 0 on overflow. */
 size_t cl_mul_size(size_t a, size_t b);
 
+/* osmem.c. The process's resident bytes now and at their high-water mark;
+ * 1 when read, 0 with the reason in why where the platform cannot say. */
+int cl_os_process_memory(size_t *rss, size_t *hwm, char *why, size_t whylen);
+
 /* step.c */
+/* Bytes of canary after every arena buffer of a model made with
+ * CONVLSTM_GUARD=1, beyond the buffer's alignment padding (which is guarded
+ * too); 0 otherwise. plan.c places them, step.c fills and checks them. */
+#define CL_GUARD_BYTES 256
 cl_status cl_step_prepare(cl_model *m, const cl_geom *g);
+/* Every guard band still holds its canary; else CL_E_INTERNAL naming the
+ * buffer written past. Nothing to check without guards. */
+cl_status cl_guard_check(cl_model *m);
 void cl_step_release(cl_model *m);
 /* A model buffer (gradients, optimizer state, data sets). When the device refuses it,
  * the step arena is given back and the allocation tried once more -- unless

@@ -92,6 +92,28 @@ static cl_status create_backend(cl_model *m) {
   return CL_OK;
 }
 
+/* The backend's own scratch, from the accounting allocator like every other
+ * device byte (plan.c names it "backend_scratch"). */
+static cl_status alloc_backend_scratch(cl_model *m) {
+  const struct cl_backend_i *f = m->be->iface;
+  if (!f->scratch_bytes || !f->set_scratch) return CL_OK;
+  CL_TRY(cl_mem_alloc(&m->mem, CL_MEM_WORKSPACE, f->scratch_bytes, &m->be_scratch, m->err,
+                      sizeof m->err));
+  f->set_scratch(m->be, m->be_scratch);
+  return CL_OK;
+}
+
+/* A device with memory of its own (not the host's): total - free as the
+ * driver says, which counts every process's allocations. */
+static int device_used(cl_model *m, size_t *used) {
+  size_t fr = 0, tot = 0;
+  *used = 0;
+  if (m->be->iface->host_accessible || !m->be->iface->mem_info) return 0;
+  if (m->be->iface->mem_info(m->be, &fr, &tot) != CL_OK || tot < fr) return 0;
+  *used = tot - fr;
+  return 1;
+}
+
 cl_status cl_model_create(const cl_config *cfg, cl_model **out, char *err, size_t errlen) {
   *out = NULL;
   char scratch[CL_ERRMSG_LEN];
@@ -115,6 +137,12 @@ cl_status cl_model_create(const cl_config *cfg, cl_model **out, char *err, size_
   if (s == CL_OK) {
     m->mem.be = m->be;
     m->mem.limit = cfg->memory_limit;
+    m->have_device_used = device_used(m, &m->device_used_at_create);
+    const char *guard = getenv("CONVLSTM_GUARD");
+    m->guard = guard && strcmp(guard, "1") == 0;
+    s = alloc_backend_scratch(m);
+  }
+  if (s == CL_OK) {
     s = cl_mem_alloc(&m->mem, CL_MEM_PARAMETERS, m->n_params * sizeof(float),
                      (void **)&m->params, m->err, sizeof m->err);
   }
@@ -137,6 +165,8 @@ void cl_model_free(cl_model *m) {
     cl_optim_free(m);
     cl_mem_free(&m->mem, CL_MEM_GRADIENTS, m->grads, m->n_params * sizeof(float));
     cl_mem_free(&m->mem, CL_MEM_PARAMETERS, m->params, m->n_params * sizeof(float));
+    if (m->be->iface->synchronize) (void)m->be->iface->synchronize(m->be);
+    cl_mem_free(&m->mem, CL_MEM_WORKSPACE, m->be_scratch, m->be->iface->scratch_bytes);
     cl_backend_destroy(m->be);
   }
   models_alive--;
@@ -160,6 +190,21 @@ cl_status cl_model_memory_stats(cl_model *m, cl_mem_stats *s) {
   s->peak_reserved = a->peak_reserved;
   s->limit = a->limit;
   cl_mem_capacity(a, &s->device_total, &s->device_free);
+  return CL_OK;
+}
+
+cl_status cl_model_measured_memory(cl_model *m, cl_measured_mem *out) {
+  memset(out, 0, sizeof *out);
+  char why[sizeof out->why] = "";
+  out->have_process =
+      cl_os_process_memory(&out->process_rss, &out->process_peak, why, sizeof why);
+  out->have_device = m->have_device_used && device_used(m, &out->device_used);
+  out->device_used_at_create = out->have_device ? m->device_used_at_create : 0;
+  out->runtime = cl_backend_runtime_bytes(m->be);
+  if (!out->have_device && !m->be->iface->host_accessible && why[0] == '\0')
+    snprintf(why, sizeof why, "the %s backend did not report its device memory",
+             m->be->iface->name);
+  snprintf(out->why, sizeof out->why, "%s", why);
   return CL_OK;
 }
 

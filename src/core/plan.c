@@ -129,6 +129,8 @@ static void plan_model_buffers(plan_builder *b, const struct cl_model *m, int tr
                                const cl_optim *opt) {
   size_t pb = nbytes(b, sizeof(float), m->n_params, 1, 1, 1);
   add(b, CL_BUF_PARAMS, -1, CL_MEM_PARAMETERS, pb, "parameters");
+  if (m->be->iface->scratch_bytes)
+    add(b, CL_BUF_BACKEND, -1, CL_MEM_WORKSPACE, m->be->iface->scratch_bytes, "backend_scratch");
   if (training || m->grads) add(b, CL_BUF_GRADS, -1, CL_MEM_GRADIENTS, pb, "gradients");
   cl_optim_kind kind = opt ? opt->kind : m->opt_kind;
   int has_m = opt ? (opt->kind == CL_OPTIM_ADAM || opt->momentum != 0) : m->opt_m != NULL;
@@ -191,8 +193,10 @@ static void plan_training(plan_builder *b, const struct cl_model *m, const cl_ge
   if (nseg == 1) add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, hmax, P, 1), "d_cell");
 }
 
-/* Step buffers one after the other in the arena, each aligned. */
-static void place_in_arena(plan_builder *b) {
+/* Step buffers one after the other in the arena, each aligned, each followed
+ * by `guard` bytes of guard band (CONVLSTM_GUARD=1; counted in the arena and
+ * so in `reserved`, in no category). */
+static void place_in_arena(plan_builder *b, size_t guard) {
   cl_plan *p = b->p;
   size_t at = 0;
   for (int i = 0; i < p->n; i++) {
@@ -205,7 +209,7 @@ static void place_in_arena(plan_builder *b) {
     e->offset = at;
     size_t padded = e->bytes + (CL_ARENA_ALIGN - 1);
     if (padded < e->bytes) b->overflow = 1;
-    at += padded / CL_ARENA_ALIGN * CL_ARENA_ALIGN;
+    at += padded / CL_ARENA_ALIGN * CL_ARENA_ALIGN + guard;
     if (at < e->offset) b->overflow = 1;
   }
   p->arena = at;
@@ -223,7 +227,8 @@ cl_status cl_plan_build(const cl_model *m, const cl_geom *g, const cl_optim *opt
   else
     plan_inference(&b, m, g);
   add(&b, CL_BUF_WS, -1, CL_MEM_WORKSPACE, plan_workspace(&b, m, g), "conv_workspace");
-  place_in_arena(&b);
+  place_in_arena(&b, m->guard ? CL_GUARD_BYTES : 0);
+  out->runtime = cl_backend_runtime_bytes(m->be);
   if (b.backend != CL_OK) {
     cl_plan_free(out);
     snprintf(err, errlen, "planning a step of batch %d, %d steps, %dx%d pixels: %s", g->B, g->T,

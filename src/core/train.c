@@ -200,6 +200,7 @@ cl_status cl_train_sources(cl_model *m, const cl_source *x, const cl_source *y, 
   CL_TRY(cl_optim_ensure(m, opt, &created));
   cl_status s = train_step(m, x, y, target, opt, &g, loss);
   if (s != CL_OK && created) cl_model_optimizer_reset(m);
+  if (s == CL_OK) s = cl_guard_check(m);
   return s;
 }
 

@@ -207,8 +207,8 @@ static void plan_regions(conv_plan *pl, conv_op op, const cl_conv_shape *s) {
   pl->total = used ? used + 64 : 0;
 }
 
-static conv_plan conv_plan_of(conv_op op, const cl_conv_shape *s, const cl_backend *be) {
-  const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(be);
+static conv_plan conv_plan_kind(conv_op op, const cl_conv_shape *s, const cl_backend *be,
+                                cl_cpu_gemm_kind kind) {
   const int forced = ((const cl_cpu_ctx *)be->context)->conv_path;
   conv_plan pl;
   memset(&pl, 0, sizeof pl);
@@ -222,6 +222,10 @@ static conv_plan conv_plan_of(conv_op op, const cl_conv_shape *s, const cl_backe
     plan_gemm_path(&pl, op, s, kind);
   plan_regions(&pl, op, s);
   return pl;
+}
+
+static conv_plan conv_plan_of(conv_op op, const cl_conv_shape *s, const cl_backend *be) {
+  return conv_plan_kind(op, s, be, cl_cpu_gemm_of(be));
 }
 
 static cl_status check_shape(cl_backend *be, const cl_conv_shape *s) {
@@ -239,10 +243,19 @@ cl_status cl_cpu_conv_workspace(cl_backend *be, const cl_conv_shape *s, size_t *
   *bytes = 0;
   cl_status st = check_shape(be, s);
   if (st != CL_OK) return st;
-  for (int op = OP_FORWARD; op <= OP_BWD_FILTER; op++) {
-    conv_plan pl = conv_plan_of((conv_op)op, s, be);
-    if (pl.total > *bytes) *bytes = pl.total;
-  }
+  /* The GEMM a backend uses is timed once per process (cl_cpu_gemm_choose)
+   * and may differ between runs; the workspace is the largest of what the
+   * kind in use (a forced one), the best internal GEMM and BLAS would take,
+   * so a plan, and memory_estimate(), are the same on every run of the same
+   * model, shape and build. */
+  const cl_cpu_gemm_kind kinds[3] = {cl_cpu_gemm_of(be), cl_cpu_gemm_best_internal(),
+                                     CL_CPU_GEMM_BLAS};
+  const int n_kinds = cl_cpu_gemm_available(CL_CPU_GEMM_BLAS) ? 3 : 2;
+  for (int op = OP_FORWARD; op <= OP_BWD_FILTER; op++)
+    for (int k = 0; k < n_kinds; k++) {
+      conv_plan pl = conv_plan_kind((conv_op)op, s, be, kinds[k]);
+      if (pl.total > *bytes) *bytes = pl.total;
+    }
   return CL_OK;
 }
 

@@ -914,6 +914,14 @@ int main(void) {
     printf("FAIL  cl_backend_cuda_create: %s: %s\n", status_str(s), err);
     return 1;
   }
+  /* the scratch of mse and grad_unscale, which a model allocates through
+   * the core's accounting allocator (model.c) */
+  void *scratch = NULL;
+  if (be->iface->alloc(be, be->iface->scratch_bytes, &scratch) != CL_OK) {
+    printf("FAIL  the backend's scratch (%zu bytes)\n", be->iface->scratch_bytes);
+    return 1;
+  }
+  be->iface->set_scratch(be, scratch);
 
   test_memory(be);
   test_host_stage(be);
@@ -1054,6 +1062,7 @@ int main(void) {
          "float16 backward filter without a workspace -> CL_E_INTERNAL");
   expect(be->iface->synchronize(be) == CL_OK, "synchronize after all of the above");
 
+  be->iface->free(be, scratch);
   be->iface->destroy(be);
   printf("%d checks, %d failed\n", n_checks, n_failed);
   return n_failed ? 1 : 0;

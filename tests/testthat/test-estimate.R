@@ -100,15 +100,18 @@ test_that("measured peaks equal the estimate to the byte over 60 random cases", 
   expect_gt(n_training, 30)
 })
 
-test_that("memory_estimate() returns categories, total, reserved and the plan", {
+test_that("memory_estimate() returns categories, total, reserved, runtime and the plan", {
   model <- est_model(2, c(3, 2), 3)
   on.exit(convlstm_release(model))
   est <- memory_estimate(model, 2, 3, 5, 4)
   expect_s3_class(est, c("convlstm_memory_estimate", "data.frame"))
   expect_named(est, c("category", "bytes"))
   expect_equal(est$category, c("parameters", "gradients", "optimizer", "activations", "states",
-                               "workspace", "data", "total", "reserved"))
+                               "workspace", "data", "total", "reserved", "runtime"))
   b <- estimate_bytes_of(est)
+  # the CPU backend holds no device memory outside the models (backend.h)
+  expect_equal(b[["runtime"]], 0)
+  expect_equal(memory_stats(model)$runtime, 0)
   expect_equal(b[["parameters"]], 920 * 4)
   expect_equal(b[["gradients"]], 920 * 4)
   expect_equal(b[["optimizer"]], 2 * 920 * 4)  # Adam, planned for a first step
@@ -122,7 +125,7 @@ test_that("memory_estimate() returns categories, total, reserved and the plan", 
   own <- plan$name %in% c("parameters", "gradients", "adam.exp_avg", "adam.exp_avg_sq")
   expect_true(all(is.na(plan$offset[own])) && !anyNA(plan$offset[!own]))
   step_bytes <- plan$bytes[!own]
-  arena <- sum(ceiling(step_bytes / 256) * 256)
+  arena <- sum(ceiling(step_bytes / 256) * 256 + arena_guard_bytes())
   expect_equal(b[["reserved"]], sum(plan$bytes[own]) + arena)
   expect_true(all(c("parameters", "gradients", "adam.exp_avg", "adam.exp_avg_sq") %in% plan$name))
   expect_true(all(is.na(plan$layer[plan$name == "parameters"])))
