@@ -62,7 +62,8 @@ import time
 # runtime, and our library's dependencies of the same soname resolve to them.
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "inst",
+                                "python"))
 from torch_convlstm import ConvLSTM  # noqa: E402  (the one reference model)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -384,7 +385,7 @@ class Ours:
         return out
 
 
-# ---- the same ConvLSTM in PyTorch (tools/torch_convlstm.py), trained ------
+# ---- the same ConvLSTM in PyTorch (inst/python/torch_convlstm.py), trained
 
 class TorchRun:
     """A PyTorch model, Adam and (float16/bfloat16) autocast + GradScaler."""
