@@ -30,16 +30,30 @@ static void model_finalize(SEXP ptr) {
   R_ClearExternalPtr(ptr);
 }
 
-/* Wraps m, which nothing else owns yet: the pointer is made first, so that
- * an allocation failure cannot leak the model. */
-static SEXP wrap_model(SEXP ptr, cl_model *m) {
-  R_SetExternalPtrAddr(ptr, m);
-  R_RegisterCFinalizerEx(ptr, model_finalize, TRUE);
-  return ptr;
-}
-
+/* An empty handle, made before the model so that no R allocation can fail
+ * while a model nobody owns is held. */
 static SEXP new_handle(void) {
   return R_MakeExternalPtr(NULL, Rf_install("convlstmclient_model"), R_NilValue);
+}
+
+/* What convlstm_model_create or convlstm_model_load answered (s, m, err):
+ * the core's message as an R error, or m owned by ptr, whose finalizer
+ * frees it from here on. */
+static void own_model(SEXP ptr, cl_status s, cl_model *m, const char *err, const char *what) {
+  if (s != CL_OK) Rf_error("%s: %s (%s)", what, err, convlstm_status_name(s));
+  R_SetExternalPtrAddr(ptr, m);
+  R_RegisterCFinalizerEx(ptr, model_finalize, TRUE);
+}
+
+/* Float32 on the CPU with this many threads: both ways of making a model
+ * start from it. */
+static cl_config cpu_config(SEXP threads) {
+  cl_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.device = CL_DEVICE_CPU;
+  cfg.dtype = CL_F32;
+  cfg.n_threads = Rf_asInteger(threads);
+  return cfg;
 }
 
 static cl_model *get_model(SEXP ptr) {
@@ -77,8 +91,7 @@ static double uniform01(void *ctx) {
 
 static SEXP c_model(SEXP input_dim, SEXP hidden_dims, SEXP kernel_sizes, SEXP bias,
                     SEXP threads, SEXP seed) {
-  cl_config cfg;
-  memset(&cfg, 0, sizeof cfg);
+  cl_config cfg = cpu_config(threads);
   cfg.input_dim = Rf_asInteger(input_dim);
   cfg.n_layers = Rf_length(hidden_dims);
   if (cfg.n_layers > CL_MAX_LAYERS || Rf_length(kernel_sizes) != cfg.n_layers)
@@ -88,16 +101,12 @@ static SEXP c_model(SEXP input_dim, SEXP hidden_dims, SEXP kernel_sizes, SEXP bi
     cfg.kernel_sizes[l] = INTEGER(kernel_sizes)[l];
   }
   cfg.bias = Rf_asLogical(bias) == TRUE;
-  cfg.device = CL_DEVICE_CPU;
-  cfg.dtype = CL_F32;
-  cfg.n_threads = Rf_asInteger(threads);
 
   SEXP ptr = PROTECT(new_handle());
   cl_model *m = NULL;
   char err[CL_ERRMSG_LEN];
   cl_status s = convlstm_model_create(&cfg, &m, err, sizeof err);
-  if (s != CL_OK) Rf_error("model_create: %s (%s)", err, convlstm_status_name(s));
-  wrap_model(ptr, m); /* from here the finalizer frees m, whatever happens */
+  own_model(ptr, s, m, err, "model_create");
   uint64_t state = (uint64_t)Rf_asReal(seed);
   check(convlstm_model_init_params(m, uniform01, &state), m, "model_init_params");
   UNPROTECT(1);
@@ -105,17 +114,12 @@ static SEXP c_model(SEXP input_dim, SEXP hidden_dims, SEXP kernel_sizes, SEXP bi
 }
 
 static SEXP c_load(SEXP path, SEXP threads) {
-  cl_config runtime;
-  memset(&runtime, 0, sizeof runtime);
-  runtime.device = CL_DEVICE_CPU;
-  runtime.dtype = CL_F32;
-  runtime.n_threads = Rf_asInteger(threads);
+  cl_config runtime = cpu_config(threads);
   SEXP ptr = PROTECT(new_handle());
   cl_model *m = NULL;
   char err[CL_ERRMSG_LEN];
   cl_status s = convlstm_model_load(CHAR(STRING_ELT(path, 0)), &runtime, 0, &m, err, sizeof err);
-  if (s != CL_OK) Rf_error("model_load: %s (%s)", err, convlstm_status_name(s));
-  wrap_model(ptr, m);
+  own_model(ptr, s, m, err, "model_load");
   UNPROTECT(1);
   return ptr;
 }
