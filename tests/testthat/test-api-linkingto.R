@@ -48,7 +48,10 @@ install_client <- function(edit_header = NULL) {
 # Runs in a fresh R: everything the client answers beside what convlstm's R
 # API answers for the same model, data and shapes.
 client_session <- function(lib) {
-  library(convlstmclient, lib.loc = lib)
+  # by a name in a variable: R CMD check would look a literal name up in the
+  # package repositories, as an undeclared dependency of the tests
+  client <- "convlstmclient"
+  library(client, lib.loc = lib, character.only = TRUE)
   # A row-major (torch layout) vector as the R array of the same logical
   # dims that state_dict() holds (a bias is a plain vector there).
   to_r <- function(v, like) {
@@ -163,7 +166,8 @@ test_that("a client compiled against another convlstm.h is told so, not left to 
     append(h, "  double added_by_a_newer_header;", after = at - 1)
   })
   msg <- callr::r(function(lib) {
-    library(convlstmclient, lib.loc = lib)
+    client <- "convlstmclient"
+    library(client, lib.loc = lib, character.only = TRUE)
     client_api_check()
   }, list(lib), libpath = c(lib, .libPaths()))
   expect_match(msg, "cl_optim has [0-9]+ bytes, but the installed convlstm's has [0-9]+")
@@ -174,7 +178,8 @@ test_that("a client compiled against another convlstm.h is told so, not left to 
     sub("^#define CL_API_VERSION [0-9]+", "#define CL_API_VERSION 9999", h)
   })
   msg <- callr::r(function(lib) {
-    library(convlstmclient, lib.loc = lib)
+    client <- "convlstmclient"
+    library(client, lib.loc = lib, character.only = TRUE)
     client_api_check()
   }, list(lib), libpath = c(lib, .libPaths()))
   expect_match(msg, "version 9999, but the installed convlstm has version [0-9]+")
