@@ -3,7 +3,9 @@
  *
  * Plain C11, no R headers: the R glue (src/r_*.c), the standalone library
  * (libconvlstm.so), its C tests and benchmark driver and a Python/ctypes
- * harness all call the core through this header and nothing else.
+ * harness all call the core through this header and nothing else. It lives
+ * in inst/include so that the R package installs it: other packages'
+ * C code reaches these functions through convlstm_api.h beside it.
  *
  * It is not the backend interface (src/core/backend.h): callers never see
  * kernels, device pointers or streams, only a model handle, host arrays and
