@@ -335,10 +335,12 @@ evaluate_mse <- function(ptr, x, y, target, batch_size) {
 #' @return The mean squared error over all of `y` (a number).
 #' @export
 #' @examples
-#' model <- convlstm(1, c(4, 1), 3, device = "cpu")
-#' x <- array(runif(4 * 3 * 6 * 6), dim = c(4, 3, 1, 6, 6))
-#' y <- array(runif(4 * 6 * 6), dim = c(4, 1, 6, 6))
-#' convlstm_evaluate(model, x, y)
+#' # the trained tutorial model (?tutorial_model) on sequences it has not seen
+#' path <- system.file("extdata", "tutorial.safetensors", package = "convlstm")
+#' model <- convlstm_load(path, device = "cpu")
+#' beams <- moving_beams(n = 20, seq_len = 6, size = 24, seed = 2)
+#' convlstm_evaluate(model, beams$x, beams$y)
+#' mean(beams$y^2)   # the loss of an all-zero forecast
 #' convlstm_release(model)
 convlstm_evaluate <- function(model, x, y, target = c("last_state", "sequence"),
                               batch_size = 32) {

@@ -432,10 +432,16 @@ move_model <- function(model, device, dtype, call) {
 #' @return A double array as described for `what`.
 #' @export
 #' @examples
-#' model <- convlstm(1, c(4, 1), 3, device = "cpu")
-#' x <- array(runif(3 * 5 * 8 * 8), dim = c(3, 5, 1, 8, 8))
-#' dim(predict(model, x))                       # [3, 5, 1, 8, 8]
-#' dim(predict(model, x, what = "last_state"))  # [3, 1, 8, 8]
+#' # the trained tutorial model (?tutorial_model) on sequences it has not seen
+#' path <- system.file("extdata", "tutorial.safetensors", package = "convlstm")
+#' model <- convlstm_load(path, device = "cpu")
+#' beams <- moving_beams(n = 3, seq_len = 6, size = 24, seed = 2)
+#' dim(predict(model, beams$x))                  # [3, 5, 1, 24, 24]
+#' forecast <- predict(model, beams$x, what = "last_state")
+#' dim(forecast)                                 # [3, 1, 24, 24]: the next frame
+#' # the forecast where the true next frame has its beam, and elsewhere
+#' round(range(forecast[beams$y == 1]), 2)
+#' round(range(forecast[beams$y == 0]), 2)
 #' convlstm_release(model)
 predict.convlstm_model <- function(object, x, what = c("sequence", "last_state"),
                                    batch_size = NULL, ...) {

@@ -34,7 +34,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from torch_convlstm import ConvLSTM  # the one reference model, beside this file
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "inst", "python"))
+from torch_convlstm import ConvLSTM  # noqa: E402  (the one reference model, installed with the package)
 
 FORMAT_VERSION = 1
 ADAM_STEPS = 3

@@ -23,7 +23,7 @@
 #ifndef CONVLSTM_CORE_BACKEND_H
 #define CONVLSTM_CORE_BACKEND_H
 
-#include "../convlstm.h"
+#include "convlstm.h"
 
 typedef struct cl_backend cl_backend;
 

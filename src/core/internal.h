@@ -6,7 +6,7 @@
 #ifndef CONVLSTM_CORE_INTERNAL_H
 #define CONVLSTM_CORE_INTERNAL_H
 
-#include "../convlstm.h"
+#include "convlstm.h"
 #include "backend.h"   /* cl_backend, kernel shapes */
 #include "alloc.h"     /* cl_allocator */
 

@@ -1,8 +1,13 @@
-"""tools/torch_convlstm.py -- the reference ConvLSTM in plain PyTorch, the R
-torch tutorial's model (after ndrplz/ConvLSTM_pytorch): per layer one Conv2d
-over cat(x_t, h_{t-1}) giving the gates i, f, o, g; zero initial state; layer
-l+1 reads layer l's output sequence. The one copy that the fixture writer, the
-safetensors check and both benchmarks import; never a package dependency.
+"""inst/python/torch_convlstm.py -- the reference ConvLSTM in plain PyTorch,
+the R torch tutorial's model (after ndrplz/ConvLSTM_pytorch): per layer one
+Conv2d over cat(x_t, h_{t-1}) giving the gates i, f, o, g; zero initial state;
+layer l+1 reads layer l's output sequence. Its state-dict names and layout are
+convlstm's, so a model saved by convlstm_save() loads into it unchanged.
+
+Installed with the package (system.file("python", package = "convlstm")), so
+that a user can check convlstm's weights and outputs against PyTorch. The one
+copy that safetensors_check.py beside it, tools/make_fixtures.py and both
+benchmarks import; PyTorch is never a dependency of the R package.
 """
 import torch
 from torch import nn

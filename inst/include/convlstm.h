@@ -3,7 +3,9 @@
  *
  * Plain C11, no R headers: the R glue (src/r_*.c), the standalone library
  * (libconvlstm.so), its C tests and benchmark driver and a Python/ctypes
- * harness all call the core through this header and nothing else.
+ * harness all call the core through this header and nothing else. It lives
+ * in inst/include so that the R package installs it: other packages'
+ * C code reaches these functions through convlstm_api.h beside it.
  *
  * It is not the backend interface (src/core/backend.h): callers never see
  * kernels, device pointers or streams, only a model handle, host arrays and
@@ -467,6 +469,21 @@ int cl_data_alive(void);
 cl_status cl_model_train_step_data(cl_model *m, const cl_data *d, const int *idx, int n,
                                    const cl_optim *opt, const cl_step_options *opts,
                                    double *loss);
+
+/* ---- the version of this interface ----------------------------------- */
+
+/* Other programs compile against this header and run against whatever
+ * library is installed later: an R package with LinkingTo: convlstm
+ * (through convlstm_api.h, which checks both at run time) or a ctypes
+ * harness. CL_API_VERSION goes up whenever a declaration here changes in a
+ * way that a caller compiled before would misread: a signature, a struct's
+ * fields, an enum's values, a constant. The sizes of the structs that cross
+ * the interface are compared as well (CL_API_STRUCTS), so a change that
+ * forgot the version is still caught when it moves a size. */
+#define CL_API_VERSION 1
+#define CL_API_STRUCTS(X)                                                                  \
+  X(cl_config) X(cl_host_array) X(cl_gpu_info) X(cl_step_options) X(cl_optim)             \
+  X(cl_loss_scale) X(cl_mem_stats) X(cl_plan_entry) X(cl_plan)
 
 #ifdef __cplusplus
 }

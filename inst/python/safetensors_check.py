@@ -1,15 +1,16 @@
 #!/usr/bin/python3
 """safetensors_check.py -- opens convlstm's model files in PyTorch, and writes
-a PyTorch state dict as a safetensors file for convlstm to open; used by
-tests/testthat/test-reliability-save.R (skipped when /usr/bin/python3 or torch
-is missing).
+a PyTorch state dict as a safetensors file for convlstm to open. Installed
+with the package: system.file("python", "safetensors_check.py", package =
+"convlstm"). Used by tests/testthat/test-reliability-save.R (skipped when
+/usr/bin/python3 or torch is missing).
 
   safetensors_check.py read FILE X.bin B T C H W OUT.bin
       Loads FILE: with the safetensors package (safetensors.torch.load_file)
       when it is installed, else with the reader below, which applies the
       format's rules itself (8-byte little-endian header length, JSON header,
       dtypes, shapes, offsets that tile the data). Builds the R torch
-      tutorial's ConvLSTM (tools/make_fixtures.py) with the architecture in
+      tutorial's ConvLSTM (torch_convlstm.py, beside this file) with the architecture in
       the file's metadata, loads the weights with load_state_dict(strict=True),
       runs it on X.bin (float32, row-major [B, T, C, H, W]) and writes the last
       layer's output sequence to OUT.bin (float32, row-major). Prints a JSON
@@ -19,7 +20,8 @@ is missing).
       saved as a bare state dict (no convlstm metadata, as save_file would
       write it), and its last layer's output on X.bin written to OUT.bin.
 
-It is a test helper, not part of the package.
+It needs PyTorch (and optionally the safetensors package); the R package
+never does.
 """
 
 import json
