@@ -30,15 +30,15 @@
 #define _POSIX_C_SOURCE 200809L /* popen, setenv */
 #endif
 #include "backend_ref.h"
-#include "core/half.h"        /* the storage conversions the backends must match */
-#include "cpu/cpu_kernels.h"  /* the CPU backend's configurations (GEMM kind, path) */
-#include "ctest.h"            /* the one RNG of the C tests (uniform01) */
+#include "core/half.h"       /* the storage conversions the backends must match */
+#include "cpu/cpu_kernels.h" /* the CPU backend's configurations (GEMM kind, path) */
+#include "ctest.h"           /* the one RNG of the C tests (uniform01) */
 
 #include <stdarg.h>
 #include <stdint.h>
-#include <time.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #ifdef CL_HAVE_CUDA
 #include <cuda_runtime_api.h> /* host_stage: is the buffer page-locked? */
 #endif
@@ -79,11 +79,11 @@ static const char *dtype_str(cl_dtype t) {
 /* ---- the table's row type and tolerances ------------------------------------ */
 
 typedef struct tol {
-  double f32;             /* results in float32 (also float32 results of half inputs) */
-  double f16, bf16;       /* results stored in float16 / bfloat16 */
+  double f32;                 /* results in float32 (also float32 results of half inputs) */
+  double f16, bf16;           /* results stored in float16 / bfloat16 */
   double f16_cast, bf16_cast; /* every result of a half op on a backend with
                                * half_conv_in_storage; 0: as f16 / bf16 */
-  double scalar;          /* a scalar result (the loss), relative */
+  double scalar;              /* a scalar result (the loss), relative */
   const char *why;
 } tol;
 
@@ -423,7 +423,8 @@ static conv_data conv_make(const cl_conv_shape *s, int acc, int bias) {
   d.rdw = xmalloc(sizeof(double) * d.nw), d.rdb = xmalloc(sizeof(double) * s->K);
   ref_conv_forward(s, d.x, d.w, bias ? d.b : NULL, acc ? d.y0 : NULL, d.ry);
   if (d.run_data) ref_conv_backward_data(s, d.dy, d.w, acc ? d.dx0 : NULL, d.rdx);
-  if (d.run_filter) ref_conv_backward_filter(s, d.dy, d.x, d.dw0, d.db0, d.rdw, bias ? d.rdb : NULL);
+  if (d.run_filter)
+    ref_conv_backward_filter(s, d.dy, d.x, d.dw0, d.db0, d.rdw, bias ? d.rdb : NULL);
   return d;
 }
 
@@ -516,8 +517,9 @@ static void run_conv(const row *r) {
         for (int bias = 0; bias < 2; bias++) {
           conv_data d = conv_make(&s, acc, bias);
           char label[160];
-          snprintf(label, sizeof label, "%s N%d C%d %dx%d K%d k%d acc%d bias%d%s", dtype_str(s.dtype),
-                   s.N, s.C, s.H, s.W, s.K, s.k, acc, bias, r->offset ? " off+1" : "");
+          snprintf(label, sizeof label, "%s N%d C%d %dx%d K%d k%d acc%d bias%d%s",
+                   dtype_str(s.dtype), s.N, s.C, s.H, s.W, s.K, s.k, acc, bias,
+                   r->offset ? " off+1" : "");
           for (int vi = 0; vi < n_vs; vi++) conv_on(r, &vs[vi], &d, label);
           conv_free(&d);
         }
@@ -641,7 +643,8 @@ static void run_gates_forward(const row *r) {
           scope sc = scope_of(v);
           void *Z = dev_of(&sc, zs, nz * es), *CP = dev_of(&sc, cps, ns * es);
           void *C = dev_alloc(&sc, ns * es), *H = dev_alloc(&sc, ns * es);
-          if (sc.ok) CALL(&sc, v->be->iface->gates_forward(v->be, &s, Z, with_cp ? CP : NULL, C, H));
+          if (sc.ok)
+            CALL(&sc, v->be->iface->gates_forward(v->be, &s, Z, with_cp ? CP : NULL, C, H));
           const double tl = tol_of(r, v, s.dtype, s.dtype);
           float *got = sc.ok ? dev_get(&sc, s.dtype, Z, nz) : NULL;
           snprintf(what, sizeof what, "%s: activations", label);
@@ -1071,7 +1074,8 @@ static void run_gather(const row *r) {
         S += c->offset, D += c->offset;
         dev_put(&sc, S, src, src_bytes);
         if (sc.ok) CALL(&sc, be->iface->memset0(be, D, dst_bytes));
-        if (sc.ok) CALL(&sc, be->iface->gather_rows(be, D, S, I, c->nb, c->N, c->t0, c->nt, c->row_bytes));
+        if (sc.ok)
+          CALL(&sc, be->iface->gather_rows(be, D, S, I, c->nb, c->N, c->t0, c->nt, c->row_bytes));
         if (sc.ok) CALL(&sc, be->iface->download(be, got, D, dst_bytes));
         if (sc.ok)
           expect(v, memcmp(got, want, dst_bytes) == 0,
@@ -1123,8 +1127,8 @@ static const cl_gates_shape gates_fd_shapes[] = {{2, 3, 37, 0}};
 static const cl_gates_shape one_case[] = {{1, 1, 1, 0}};
 
 /* 1 and 4099 elements; more blocks than the CUDA reduction's partials */
-static const mse_case mse_cases[] = {{1, 1.0f, 1},      {1000, 1.0f, 0},   {(1u << 20) + 3, 1024.0f, 1},
-                                     {4099, 1.0f, 2},   {100003, 0.75f, 1}, {70001, 1.0f, 1}};
+static const mse_case mse_cases[] = {{1, 1.0f, 1},    {1000, 1.0f, 0},    {(1u << 20) + 3, 1024.0f, 1},
+                                     {4099, 1.0f, 2}, {100003, 0.75f, 1}, {70001, 1.0f, 1}};
 
 static const unscale_case unscale_cases[] = {
     {0, 0.5f, -1, 0.0f},
@@ -1144,9 +1148,9 @@ static const optim_case adam_cases[] = {{50001, 1e-2f, 0, 0.0f, 5},
                                         {50001, 1e-2f, 0, 0.01f, 5},
                                         {1007, 1e-3f, 0, 0.0f, 3},
                                         {300001, 1e-3f, 0, 0.01f, 3}};
-static const optim_case sgd_cases[] = {{40009, 0.05f, 0.0f, 0.0f, 4},  {40009, 0.05f, 0.9f, 0.0f, 4},
-                                       {40009, 0.05f, 0.9f, 1e-3f, 4}, {1007, 0.05f, 0.0f, 0.0f, 3},
-                                       {1007, 0.05f, 0.9f, 0.0f, 3},   {300001, 0.05f, 0.9f, 0.01f, 3}};
+static const optim_case sgd_cases[] = {
+    {40009, 0.05f, 0.0f, 0.0f, 4}, {40009, 0.05f, 0.9f, 0.0f, 4}, {40009, 0.05f, 0.9f, 1e-3f, 4},
+    {1007, 0.05f, 0.0f, 0.0f, 3},  {1007, 0.05f, 0.9f, 0.0f, 3},  {300001, 0.05f, 0.9f, 0.01f, 3}};
 
 /* row_bytes, offset, N, T, t0, nt, nb */
 static const gather_case gather_cases[] = {
@@ -1163,11 +1167,11 @@ static const gather_case gather_cases[] = {
 /* Tolerances of the convolutions: float32 sums of up to C k^2 (forward),
  * K k^2 (backward data) and N H W (filter) products, in another order than
  * the reference. */
-#define CONV_TOL                                                                                    \
-  {2e-5, 1e-3, 8e-3, 8e-3, 5e-2, 0,                                                                 \
-   "float32: sums of C k^2, K k^2 or N H W products in another order; stored results: one "         \
-   "rounding to float16 (2^-11) or bfloat16 (2^-8) of a float32 sum; a backend computing half "     \
-   "convolutions in the storage type (cuDNN: weights cast, dx and dw rounded as autocast does) "    \
+#define CONV_TOL                                                                                 \
+  {2e-5, 1e-3, 8e-3, 8e-3, 5e-2, 0,                                                              \
+   "float32: sums of C k^2, K k^2 or N H W products in another order; stored results: one "      \
+   "rounding to float16 (2^-11) or bfloat16 (2^-8) of a float32 sum; a backend computing half "  \
+   "convolutions in the storage type (cuDNN: weights cast, dx and dw rounded as autocast does) " \
    "rounds x w products and results at 2^-11 / 2^-8 each: 8e-3 / 5e-2"}
 
 static const row ops[] = {
@@ -1263,7 +1267,8 @@ static void cpu_own(variant *v) {
              t < 2 ? "forward" : "backward filter", c->s.N, c->s.C, c->s.K);
     expect(v, st[t] == CL_OK, "%s: %s", what, status_str(st[t]));
     if (t < 2) compare(v, what, y[t], c->ry, c->ny, 2e-5);
-    else compare(v, what, dw[t], c->rdw, c->nw, 2e-5), compare(v, what, db[t], c->rdb, c->s.K, 2e-5);
+    else
+      compare(v, what, dw[t], c->rdw, c->nw, 2e-5), compare(v, what, db[t], c->rdb, c->s.K, 2e-5);
     free(y[t]), free(dw[t]), free(db[t]), free(ws[t]);
   }
   conv_free(&d[0]), conv_free(&d[1]);
@@ -1430,8 +1435,7 @@ int main(int argc, char **argv) {
     const tol *t = &r->tol;
     printf("%s %-64s %5d checks, %.1fs", row_failed ? "FAIL" : "ok  ", r->slot, row_checks,
            (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec));
-    if (t->f32 > 0 || t->f16 > 0)
-      printf("; worst %.2f of tol %s", row_worst, row_worst_at);
+    if (row_worst_at[0]) printf("; worst %.2f of tol %s", row_worst, row_worst_at);
     printf("\n     tol");
     if (t->f32 == 0 && t->f16 == 0 && t->scalar == 0) printf(" exact");
     else if (r->dtypes & F32) printf(" f32 %.0e", t->f32);

@@ -64,8 +64,8 @@ static int check_close(const char *what, const float *got, const double *ref, si
     ctest_checks++;
     if (!ok) ctest_failures++;
     if (verbose || !ok)
-      printf("%s %-58s max abs %.2e (scaled %.2e, tol %.0e)\n", ok ? "ok  " : "FAIL", what,
-             max_abs, err, tol);
+      printf("%s %-58s max abs %.2e (scaled %.2e, tol %.0e)\n", ok ? "ok  " : "FAIL", what, max_abs,
+             err, tol);
   }
   return ok;
 }
@@ -212,7 +212,6 @@ static void test_half_conversions(void) {
     check_true(same, "%s store and load bit-identical to core/half.h", dtype_name((cl_dtype)t));
   }
 }
-
 
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "-q") == 0) verbose = 0;
