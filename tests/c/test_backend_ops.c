@@ -1127,8 +1127,9 @@ static const cl_gates_shape gates_fd_shapes[] = {{2, 3, 37, 0}};
 static const cl_gates_shape one_case[] = {{1, 1, 1, 0}};
 
 /* 1 and 4099 elements; more blocks than the CUDA reduction's partials */
-static const mse_case mse_cases[] = {{1, 1.0f, 1},    {1000, 1.0f, 0},    {(1u << 20) + 3, 1024.0f, 1},
-                                     {4099, 1.0f, 2}, {100003, 0.75f, 1}, {70001, 1.0f, 1}};
+static const mse_case mse_cases[] = {
+    {1, 1.0f, 1},    {1000, 1.0f, 0},    {(1u << 20) + 3, 1024.0f, 1},
+    {4099, 1.0f, 2}, {100003, 0.75f, 1}, {70001, 1.0f, 1}};
 
 static const unscale_case unscale_cases[] = {
     {0, 0.5f, -1, 0.0f},
