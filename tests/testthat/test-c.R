@@ -49,10 +49,12 @@ c_tests_run <- function() {
   root <- normalizePath(file.path(testthat::test_path(), "..", ".."), mustWork = FALSE)
   why <- c_tests_unavailable(root)
   if (!is.null(why)) return(list(skip = why))
-  jobs <- if (nzchar(Sys.getenv("MAKEFLAGS"))) character() else "-j2"
+  # a MAKEFLAGS inherited from `make test` names a jobserver this make
+  # cannot reach (it would build on one core): its own -j instead
+  jobs <- sprintf("-j%d", max(1L, parallel::detectCores(), na.rm = TRUE))
   build <- suppressWarnings(system2("make", c("-C", shQuote(file.path(root, "src")), "-f",
                                               "Makefile.standalone", jobs, "all"),
-                                    stdout = TRUE, stderr = TRUE))
+                                    stdout = TRUE, stderr = TRUE, env = "MAKEFLAGS="))
   if (!is.null(attr(build, "status"))) {
     return(list(build_failed = paste(tail(build, 40), collapse = "\n")))
   }
