@@ -4,7 +4,7 @@ against the same ConvLSTM in PyTorch, eager and torch.compile, in ONE process
 on the same GPU: the benchmark and the GPU checks of issue 4.
 
 It is not a test of the R package (tests/testthat) nor of the kernels one by
-one (tests/c/test_cuda_kernels.cu), and it links nothing but the standalone
+one (tests/c/test_backend_ops.c), and it links nothing but the standalone
 library built by `make -C src -f Makefile.standalone CUDA=1`.
 
 Modes (several may be given; default: --bench):

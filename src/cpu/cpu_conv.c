@@ -625,8 +625,10 @@ static cl_status begin(cl_backend *be, conv_op op, const cl_conv_shape *s, void 
   cl_status st = check_shape(be, s);
   if (st != CL_OK) return st;
   *pl = conv_plan_of(op, s, be);
+  /* the caller's bug, as in cudnn_conv.cu: the core sizes every
+   * workspace from conv_workspace() */
   if (pl->total > 0 && !ws)
-    return cl_cpu_fail(be, CL_E_INVALID, "cpu backend: convolution needs a workspace of %zu bytes",
+    return cl_cpu_fail(be, CL_E_INTERNAL, "cpu backend: convolution needs a workspace of %zu bytes",
                        pl->total);
   memset(j, 0, sizeof *j);
   j->s = s;
