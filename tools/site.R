@@ -8,10 +8,20 @@
 # `news: cran_dates` in _pkgdown.yml, false there). downlit, which links
 # function names in code, fetches another package's pkgdown.yml only for
 # packages whose DESCRIPTION has a URL field; this package refers only to
-# base R's and its own, so it fetches nothing. The pages link Bootstrap's
-# own files locally, and font awesome, headroom, clipboard.js and the search
-# from a CDN when a browser opens them; nothing is fetched while building.
+# base R's and its own, so it fetches nothing today; should a page come to
+# name such a package, the proxy below (a closed local port, inherited by
+# the processes that render the articles) makes the fetch fail at once,
+# without leaving the machine, and downlit then links to rdrr.io. The pages
+# link Bootstrap's own files locally, and font awesome, headroom,
+# clipboard.js, bootstrap-toc (the "On this page" list) and the search
+# scripts from a CDN when a browser opens them; the headless browser of the
+# screenshots below goes through the same closed proxy, so offline pages
+# lack those. Traced with strace -f -e connect: the build itself opens no
+# internet socket; the browser's CDN requests all end at 127.0.0.1:9.
 options(pkgdown.internet = FALSE)
+no_net <- "http://127.0.0.1:9"
+Sys.setenv(http_proxy = no_net, https_proxy = no_net, HTTP_PROXY = no_net,
+           HTTPS_PROXY = no_net, ALL_PROXY = no_net, no_proxy = "", NO_PROXY = "")
 dest <- Sys.getenv("CONVLSTM_SITE_DIR", "build/site")
 t0 <- proc.time()[["elapsed"]]
 
@@ -73,4 +83,31 @@ n_img <- sum(vapply(pages, function(p) {
 }, integer(1)))
 cat(sprintf("site: %d pages, %d images, every local link and image resolves\n",
             length(pages), n_img))
+
+# Screenshots of the home page, a reference page and the memory article, for
+# a person to look at, where a headless Chromium is installed (Debian's
+# chromium-headless-shell or chromium; not a dependency of `make site`).
+browser <- Sys.which(c("chromium-headless-shell", "chromium"))
+browser <- browser[nzchar(browser)]
+if (length(browser) == 0) {
+  cat("site: no headless Chromium here; screenshots skipped\n")
+} else {
+  shots <- file.path(dirname(dest), "site-shots")
+  dir.create(shots, showWarnings = FALSE)
+  for (page in c("index.html", "reference/memory_estimate.html",
+                 "articles/gpu-memory-answered.html")) {
+    png <- file.path(shots, paste0(gsub("[/.]", "_", sub("\\.html$", "", page)), ".png"))
+    status <- system2(browser[[1]], c(
+      "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+      "--window-size=1280,1600", "--virtual-time-budget=5000",
+      paste0("--screenshot=", normalizePath(png, mustWork = FALSE)),
+      paste0("file://", normalizePath(file.path(dest, page)))
+    ), stdout = FALSE, stderr = FALSE, timeout = 120)
+    if (status != 0 || !file.exists(png) || file.size(png) == 0) {
+      stop(sprintf("site: the browser could not open %s (status %d)", page, status),
+           call. = FALSE)
+    }
+  }
+  cat(sprintf("site: screenshots of 3 pages in %s (%s)\n", shots, basename(browser[[1]])))
+}
 cat(sprintf("site: built %s in %.0f s\n", dest, proc.time()[["elapsed"]] - t0))
