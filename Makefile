@@ -9,6 +9,7 @@
 #   make build    docs, then R CMD build -> convlstm_<version>.tar.gz
 #   make check    build, then R CMD check --as-cran --no-manual
 #   make test-guard  the testthat suite with CONVLSTM_GUARD=1 (guard bands checked after every step)
+#   make site     the pkgdown site into build/site (no network), links checked
 #   make ctest    C unit tests only (src/Makefile.standalone), also: asan, valgrind
 #   make fuzz     the model-file loader and the JSON reader under libFuzzer + ASan/UBSan, FUZZ_SECONDS (60) in all
 #   make bench    one training step here vs PyTorch on CPU (bench/)
@@ -27,10 +28,10 @@ NPROC := $(shell nproc 2>/dev/null || echo 1)
 # Debian packages, and for each how to tell it is already there some other
 # way (an R package installed from CRAN, a tool built from source).
 DEB_PKGS := r-base-dev r-cran-cli r-cran-generics r-cran-ggplot2 r-cran-testthat r-cran-roxygen2 r-cran-knitr \
-            r-cran-rmarkdown pandoc qpdf valgrind
+            r-cran-rmarkdown r-cran-pkgdown pandoc qpdf valgrind
 
 .NOTPARALLEL:
-.PHONY: all deps check-deps docs install build check test test-guard ctest asan valgrind fuzz demo bench clean
+.PHONY: all deps check-deps docs install build check test test-guard ctest asan valgrind fuzz demo bench site clean
 
 all: install
 
@@ -104,7 +105,7 @@ test: deps install
 # (CONVLSTM_GUARD=1): an overrun anywhere in it fails with the buffer's name.
 # It tests the package as installed (make install or make test first).
 test-guard:
-	CONVLSTM_GUARD=1 NOT_CRAN=true $(RSCRIPT) -e '$(TESTTHAT)'
+	CONVLSTM_GUARD=1 CONVLSTM_C_TESTS=skip NOT_CRAN=true $(RSCRIPT) -e '$(TESTTHAT)'
 
 ctest:
 	$(MAKE) -C src -f Makefile.standalone test
@@ -123,6 +124,15 @@ FUZZ_SECONDS ?= 60
 fuzz:
 	@$(MAKE) --no-print-directory deps DEB_PKGS="clang libclang-rt-dev"
 	sh tests/fuzz/run.sh $(FUZZ_SECONDS)
+
+# The pkgdown site (_pkgdown.yml) into build/site, from the installed
+# package: tools/site.R turns off pkgdown's network look-ups, renders the
+# READMEs the home page links to, and fails on a broken local link or image.
+# SITE_DEPS= skips the install when the package was just installed (CI,
+# after `make test`).
+SITE_DEPS ?= deps install
+site: $(SITE_DEPS)
+	$(RSCRIPT) tools/site.R
 
 demo: deps install
 	$(RSCRIPT) demo/tutorial.R

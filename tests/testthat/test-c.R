@@ -10,13 +10,17 @@
 # R CMD check, and wherever the source is not beside these tests, they skip
 # and say why; so they do without make or a C compiler. With
 # CONVLSTM_C_TESTS=require (the top-level Makefile's `make test`) a reason
-# to skip is a failure instead: there the C tests must run.
+# to skip is a failure instead: there the C tests must run. With
+# CONVLSTM_C_TESTS=skip (`make test-guard`, a second pass) they skip.
 
 c_tests_required <- function() identical(Sys.getenv("CONVLSTM_C_TESTS"), "require")
 
 # Why the C tests cannot run here, or NULL when they can. root must be the
 # source tree these very tests are in (R CMD check copies them elsewhere).
 c_tests_unavailable <- function(root) {
+  if (identical(Sys.getenv("CONVLSTM_C_TESTS"), "skip")) {
+    return("CONVLSTM_C_TESTS=skip (the C tests ran once already, in `make test`)")
+  }
   here <- normalizePath(testthat::test_path(), mustWork = FALSE)
   if (!identical(normalizePath(file.path(root, "tests", "testthat"), mustWork = FALSE), here) ||
       !file.exists(file.path(root, "tests", "c", "run.sh")) ||
