@@ -44,6 +44,11 @@
 #' @param outputs For an inference estimate: `"all"` keeps every layer's
 #'   output sequence (as `model(x)`), `"last_state"` only the last states
 #'   (as `predict(what = "last_state")`).
+#' @param state Where the step starts: `"zero"`; `"given"`, an initial
+#'   state passed as `state =` (planned as `initial_h` and `initial_c` per
+#'   layer, under `states`); or `"carry"` (training only), the state
+#'   `train_step(state = "carry")` keeps in the model (`carried_state`,
+#'   under `states`). A model that carries a state has it in every plan.
 #' @return A data frame of class `convlstm_memory_estimate` with columns
 #'   `category` and `bytes`: one row per category (`parameters`,
 #'   `gradients`, `optimizer`, `activations`, `states`, `workspace`,
@@ -72,7 +77,8 @@
 #' convlstm_release(model)
 memory_estimate <- function(model, batch_size, seq_len, height, width, training = TRUE,
                             dtype = NULL, checkpoint = 0, accumulation_steps = 1, tbptt = 0,
-                            optimizer = NULL, outputs = c("all", "last_state")) {
+                            optimizer = NULL, outputs = c("all", "last_state"),
+                            state = c("zero", "given", "carry")) {
   ptr <- model_ptr(model)
   shape <- c(
     check_count(batch_size, "batch_size"), check_count(seq_len, "seq_len"),
@@ -80,16 +86,22 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
   )
   training <- check_flag(training, "training")
   outputs <- check_choice(outputs, c("all", "last_state"), "outputs")
+  state <- check_choice(state, c("zero", "given", "carry"), "state")
+  if (identical(state, "carry") && !training) {
+    abort_convlstm('`state` = "carry" applies to training steps (train_step()) only.',
+                   call = sys.call())
+  }
   options <- check_step_options(checkpoint, accumulation_steps, tbptt,
                                 outputs = if (training) "all" else outputs, dtype = dtype,
-                                batch_size = shape[[1]])
+                                batch_size = shape[[1]],
+                                state = list(mode = state, arrays = NULL))
   optimizer <- plan_optimizer(ptr, optimizer, training)
   plan <- c_model_plan(ptr, shape, training, optimizer, options)
   config <- c_model_config(ptr)
   new_memory_estimate(
     plan, shape = shape, training = training, dtype = dtype %||% config$dtype,
     options = list(checkpoint = checkpoint, accumulation_steps = accumulation_steps,
-                   tbptt = tbptt, outputs = if (training) "all" else outputs),
+                   tbptt = tbptt, outputs = if (training) "all" else outputs, state = state),
     optimizer = optimizer$kind %||% planned_optimizer(plan$name)
   )
 }
@@ -133,7 +145,10 @@ describe_options <- function(options) {
       sprintf("%d micro-batches", options$accumulation_steps)
     },
     if (options$tbptt > 0) sprintf("tbptt window %d", options$tbptt),
-    if (identical(options$outputs, "last_state")) "last state only"
+    if (identical(options$outputs, "last_state")) "last state only",
+    if (!is.null(options$state) && !identical(options$state, "zero")) {
+      sprintf("%s initial state", options$state)
+    }
   )
   if (length(parts) == 0) "" else paste0(", ", paste(parts, collapse = ", "))
 }

@@ -53,7 +53,11 @@
 #'   `[batch, hidden_dims[l], height, width]`. `model(x, outputs =
 #'   "last_states")` returns only the last states (`layer_outputs` is an
 #'   empty list) from a forward that keeps no output sequence, so its memory
-#'   does not grow with the number of time steps. Fields are available with
+#'   does not grow with the number of time steps. `model(x, state = s)`
+#'   starts from the state `s` instead of zeros, given as the model returns
+#'   it (`layer_last_states`: one `list(h = , c = )` per layer), so
+#'   `model(x2, state = model(x1)$layer_last_states)` continues the
+#'   sequence `x1` with `x2`. Fields are available with
 #'   `$`: `config`, `input_dim`, `hidden_dims`, `kernel_sizes`, `n_layers`,
 #'   `bias`, `device`, `dtype`, `backend`, `memory_limit`, `n_parameters`,
 #'   `parameters` (the state dict), and the methods `state_dict()`,
@@ -144,12 +148,15 @@ parse_bytes <- function(x, arg, call) {
 
 new_convlstm_model <- function(ptr) {
   config <- c_model_config(ptr)
-  model <- function(x, outputs = c("all", "last_states")) {
+  model <- function(x, outputs = c("all", "last_states"), state = NULL) {
     x <- check_input(x, config, "x")
     outputs <- check_choice(outputs, c("all", "last_states"), "outputs")
-    if (identical(outputs, "all")) return(c_forward(ptr, x, training = FALSE, what = "all"))
+    state <- state_option(state, config, dim(x), allow_carry = FALSE)
+    if (identical(outputs, "all")) {
+      return(c_forward(ptr, x, training = FALSE, what = "all", forward_options("all", state)))
+    }
     c_forward(ptr, x, training = FALSE, what = "last_states",
-              options = c_step_options(outputs = "last_state"))
+              options = forward_options("last_state", state))
   }
   class(model) <- c("convlstm_model", "function")
   model
@@ -382,6 +389,9 @@ model_fields <- c(
 #'   `model(x)[[2]][[n_layers]][[1]]`).
 #' @param batch_size `NULL` to run all of `x` at once, or the number of
 #'   samples per forward call (bounds memory for large inputs).
+#' @param state `NULL` to start from zeros, or the state to start from as
+#'   the model returns it (`model(x)$layer_last_states`: one `list(h = , c =
+#'   )` per layer, each `[batch, hidden, height, width]`).
 #' @param ... Unused.
 #' @return A double array as described for `what`.
 #' @export
@@ -392,18 +402,24 @@ model_fields <- c(
 #' dim(predict(model, x, what = "last_state"))  # [3, 1, 8, 8]
 #' convlstm_release(model)
 predict.convlstm_model <- function(object, x, what = c("sequence", "last_state"),
-                                   batch_size = NULL, ...) {
+                                   batch_size = NULL, state = NULL, ...) {
   ptr <- model_ptr(object, "object")
   what <- check_choice(what, c("sequence", "last_state"), "what")
-  x <- check_input(x, model_config(object), "x")
+  config <- model_config(object)
+  x <- check_input(x, config, "x")
   n <- dim(x)[[1]]
   batch_size <- if (is.null(batch_size)) n else check_count(batch_size, "batch_size")
-  options <- inference_options(what)
-  if (batch_size >= n) return(c_forward(ptr, x, training = FALSE, what = what, options))
+  state <- state_option(state, config, dim(x), allow_carry = FALSE)
+  if (batch_size >= n) {
+    return(c_forward(ptr, x, training = FALSE, what = what, forward_options(what, state)))
+  }
   out <- NULL
   for (start in seq(1L, n, by = batch_size)) {
     idx <- start:min(n, start + batch_size - 1L)
-    part <- c_forward(ptr, slice_batch(x, idx), training = FALSE, what = what, options)
+    part_state <- state
+    if (!is.null(state$arrays)) part_state$arrays <- lapply(state$arrays, slice_batch, idx)
+    part <- c_forward(ptr, slice_batch(x, idx), training = FALSE, what = what,
+                      forward_options(what, part_state))
     if (is.null(out)) out <- array(0, dim = c(n, dim(part)[-1]))
     out <- assign_batch(out, idx, part)
   }
@@ -414,6 +430,14 @@ predict.convlstm_model <- function(object, x, what = c("sequence", "last_state")
 # keeps only the running states (memory independent of T).
 inference_options <- function(what) {
   if (identical(what, "last_state")) c_step_options(outputs = "last_state") else NULL
+}
+
+# The options of a forward: what it keeps (see inference_options()) and
+# where it starts (state_option()).
+forward_options <- function(what, state) {
+  if (is.null(state) || identical(state$mode, "zero")) return(inference_options(what))
+  c_step_options(outputs = if (identical(what, "last_state")) "last_state" else "all",
+                 state_mode = state$mode, state = state$arrays)
 }
 
 # x[idx, , , ...] for an array of any rank, keeping every dimension.

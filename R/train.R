@@ -42,6 +42,15 @@
 #'   (any order, repeats allowed; `NULL`: every row). The step is exactly
 #'   `train_step()` on `x[rows, , , , , drop = FALSE]` and the same rows of
 #'   `y`, without copying them out of R.
+#' @param state Where the step starts from: `NULL`, zeros (the tutorial's
+#'   module); a list with one `list(h = , c = )` per layer, each `[batch,
+#'   hidden, height, width]`, as `model(x)$layer_last_states` returns them (a
+#'   constant: no gradient flows into it); or `"carry"`: the state the
+#'   previous carrying step ended with (zeros the first time), and this
+#'   step's last state is kept for the next, detached -- Keras's `stateful =
+#'   TRUE`, for a long sequence cut into consecutive chunks. The batch size
+#'   and frame size must stay the same while a state is carried;
+#'   [reset_state()] forgets it. A data set `x` takes `NULL` or `"carry"`.
 #' @return The loss before the update (a number): the mean squared error
 #'   over the whole batch.
 #' @seealso [convlstm_fit()] for the loop over epochs and batches;
@@ -61,7 +70,8 @@
 #' train_step(model, data, optimizer = opt, rows = c(4, 2))
 #' convlstm_release(model)
 train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "sequence"),
-                       checkpoint = 0, accumulation_steps = 1, tbptt = 0, rows = NULL) {
+                       checkpoint = 0, accumulation_steps = 1, tbptt = 0, rows = NULL,
+                       state = NULL) {
   if (is_convlstm_data(x)) {
     # train_step(model, data, opt): the optimizer given where y would be
     if (missing(optimizer) && inherits(y, "convlstm_optimizer")) {
@@ -69,7 +79,7 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
       y <- NULL
     }
     return(train_step_data(model, x, y, optimizer, target, !missing(target), checkpoint,
-                           accumulation_steps, tbptt, rows, call = sys.call()))
+                           accumulation_steps, tbptt, rows, state, call = sys.call()))
   }
   if (!is.null(rows)) {
     abort_convlstm("`rows` applies only when `x` is a data set made by convlstm_data().",
@@ -81,7 +91,9 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
   target <- check_choice(target, c("last_state", "sequence"), "target")
   y <- check_target_array(y, dim(x), config, target, "y")
   optimizer <- check_optimizer(optimizer)
-  options <- check_step_options(checkpoint, accumulation_steps, tbptt, batch_size = dim(x)[[1]])
+  state <- state_option(state, config, dim(x))
+  options <- check_step_options(checkpoint, accumulation_steps, tbptt, batch_size = dim(x)[[1]],
+                                state = state)
   c_train_step(ptr, x, y, target, optimizer, options)
 }
 
@@ -90,6 +102,7 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
 # accumulation_steps.
 check_step_options <- function(checkpoint = 0, accumulation_steps = 1, tbptt = 0,
                                outputs = "all", dtype = NULL, batch_size = NULL,
+                               state = list(mode = "zero", arrays = NULL),
                                call = sys.call(-1)) {
   checkpoint <- check_count(checkpoint, "checkpoint", min = 0, call = call)
   accumulation_steps <- check_count(accumulation_steps, "accumulation_steps", call = call)
@@ -102,10 +115,10 @@ check_step_options <- function(checkpoint = 0, accumulation_steps = 1, tbptt = 0
   }
   if (!is.null(dtype)) dtype <- check_choice(dtype, dtypes(), "dtype", call = call)
   if (checkpoint == 0 && accumulation_steps == 1 && tbptt == 0 && identical(outputs, "all") &&
-      is.null(dtype)) {
+      is.null(dtype) && identical(state$mode, "zero")) {
     return(NULL)
   }
-  c_step_options(checkpoint, tbptt, accumulation_steps, outputs, dtype)
+  c_step_options(checkpoint, tbptt, accumulation_steps, outputs, dtype, state$mode, state$arrays)
 }
 
 # The shape of the chosen output for an input of dims xd.
@@ -168,6 +181,10 @@ check_array_rank <- function(y, arg, ndim, target, call) {
 #'   `"sequence"` to return only the last layer's output sequence,
 #'   `[batch, time, hidden, height, width]`. Returning one array avoids
 #'   copying the others out of the model.
+#' @param state `NULL` (zeros), or the initial state as
+#'   `model(x)$layer_last_states` returns it: one `list(h = , c = )` per
+#'   layer, each `[batch, hidden, height, width]`. It is a constant: backward
+#'   gives gradients of the parameters, none of the state.
 #' @param grad_output Gradient of the loss with respect to the last layer's
 #'   last hidden state, `[batch, hidden, height, width]` (as for
 #'   `target = "last_state"`), or with respect to its whole output sequence,
@@ -192,13 +209,15 @@ check_array_rank <- function(y, arg, ndim, target, call) {
 #' str(gradients(model))
 #' optimizer_step(model, optimizer_sgd(lr = 0.1))
 #' convlstm_release(model)
-convlstm_forward <- function(model, x, training = TRUE, target = NULL) {
+convlstm_forward <- function(model, x, training = TRUE, target = NULL, state = NULL) {
   ptr <- model_ptr(model)
-  x <- check_input(x, model_config(model), "x")
+  config <- model_config(model)
+  x <- check_input(x, config, "x")
   training <- check_flag(training, "training")
   what <- if (is.null(target)) "all" else check_choice(target, c("last_state", "sequence"), "target")
+  state <- state_option(state, config, dim(x), allow_carry = FALSE)
   c_forward(ptr, x, training = training, what = what,
-            if (!training) inference_options(what))
+            forward_options(if (training) "all" else what, state))
 }
 
 #' @rdname convlstm_forward

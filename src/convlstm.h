@@ -158,6 +158,16 @@ typedef enum cl_outputs {
   CL_OUTPUTS_LAST = 1 /* only the last states: memory independent of T */
 } cl_outputs;
 
+/* Where a forward or a training step starts from. */
+typedef enum cl_state_mode {
+  CL_STATE_ZERO = 0,  /* zeros (the tutorial's module) */
+  CL_STATE_GIVEN = 1, /* the step option `state`: each layer's h and c */
+  CL_STATE_CARRY = 2  /* train_step: the state the model holds from its last
+                         carrying step (zeros at first, and after
+                         cl_model_reset_state), replaced by this step's last
+                         state, detached (Keras's stateful = TRUE) */
+} cl_state_mode;
+
 /* Knobs that change a step's schedule and memory plan; all zeros (or a NULL
  * pointer) is the plain step. */
 typedef struct cl_step_options {
@@ -169,7 +179,18 @@ typedef struct cl_step_options {
   cl_outputs outputs;     /* inference forward */
   int plan_dtype;         /* cl_model_plan only: 0 plans the model's own
                              storage dtype, 1 + a cl_dtype plans that one */
+  cl_state_mode state_mode;
+  /* CL_STATE_GIVEN: 2 * n_layers arrays, h then c of layer 0, then of layer
+   * 1, ..., each [B, hidden_l, H, W]; a constant (no gradient flows into
+   * it). cl_model_plan needs only state_mode. */
+  const cl_host_array *state;
 } cl_step_options;
+
+/* Forgets the state a carrying train step (CL_STATE_CARRY) left, giving its
+ * memory back: the next carrying step starts from zeros. */
+cl_status cl_model_reset_state(cl_model *m);
+/* 1 when the model holds a carried state, with its batch and frame size. */
+int cl_model_carried_state(const cl_model *m, int *B, int *H, int *W);
 
 /* ---- forward, loss, backward ----------------------------------------- */
 

@@ -72,7 +72,9 @@ void r_optim(SEXP opt, cl_optim *out);
 /* R's NULL as a NULL optimizer (the state the model holds), else r_optim into buf. */
 const cl_optim *r_optim_or_null(SEXP opt, cl_optim *buf);
 SEXP r_optim_list(const cl_optim *o);
-void r_step_options(SEXP opts, cl_step_options *out);
+/* state_buf: room for 2 * CL_MAX_LAYERS arrays, which a given initial
+ * state (opts$state) points into for as long as opts lives. */
+void r_step_options(SEXP opts, cl_step_options *out, cl_host_array *state_buf);
 /* Enums by name: "float32"..., "cpu" / "cuda", "last_state" / "sequence". */
 cl_dtype r_dtype(SEXP s);
 size_t r_bytes(SEXP s, const char *arg);
@@ -122,6 +124,10 @@ SEXP ffi_optimizer_steps(SEXP ptr);
 SEXP ffi_optimizer_reset(SEXP ptr);
 SEXP ffi_optim_check(SEXP opt);
 SEXP ffi_train_step(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts);
+
+/* r_state.c */
+SEXP ffi_reset_state(SEXP ptr);
+SEXP ffi_carried_state(SEXP ptr);
 
 /* r_memory.c */
 SEXP ffi_memory_stats(SEXP ptr);

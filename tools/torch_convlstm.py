@@ -34,16 +34,21 @@ class ConvLSTM(nn.Module):
         self.cell_list = nn.ModuleList(
             ConvLSTMCell(d, h, k, bias) for d, h, k in zip(dims, hidden_dims, kernel_sizes))
 
-    def forward(self, x, last_only=False):
+    def forward(self, x, last_only=False, state=None):
         """x [B, T, C, H, W] -> (layer outputs, layer last states (h, c)), as the
         tutorial's module returns; last_only: just the last layer's last h,
-        without stacking that layer's outputs (what a loss on it needs)."""
+        without stacking that layer's outputs (what a loss on it needs);
+        state: None (zeros) or each layer's initial (h, c), as the module
+        returns its last states."""
         B, T, _, H, W = x.shape
         layer_outputs, last_states = [], []
         cur = x
         for li, cell in enumerate(self.cell_list):
-            h = x.new_zeros(B, cell.hidden_dim, H, W)
-            c = torch.zeros_like(h)
+            if state is None:
+                h = x.new_zeros(B, cell.hidden_dim, H, W)
+                c = torch.zeros_like(h)
+            else:
+                h, c = state[li]
             seq = []
             for t in range(T):
                 h, c = cell(cur[:, t], (h, c))
@@ -54,3 +59,16 @@ class ConvLSTM(nn.Module):
             layer_outputs.append(cur)
             last_states.append((h, c))
         return layer_outputs, last_states
+
+
+def rollout(model, x, horizon, state=None):
+    """Multi-frame forecasting: run x [B, T, C, H, W] (from state), then feed
+    the last layer's last h back as the next input frame, horizon times
+    (needs the last hidden size == input channels). Returns the predicted
+    frames [B, horizon, C, H, W]: the first is the h after x's last step."""
+    _, st = model(x, state=state)
+    frames = [st[-1][0]]
+    for _ in range(horizon - 1):
+        _, st = model(frames[-1].unsqueeze(1), state=st)
+        frames.append(st[-1][0])
+    return torch.stack(frames, dim=1)

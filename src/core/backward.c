@@ -165,7 +165,10 @@ cl_status cl_model_backward(cl_model *m, cl_target target, const cl_host_array *
   }
   CL_TRY(cl_grads_ensure(m));
   m->phase = CL_PHASE_CONSUMED; /* gates are overwritten from here on */
-  return cl_backward_segment(m, g->B, g->T, m->step.x, NULL, NULL, 1, 0, 0);
+  void *ih[CL_MAX_LAYERS], *ic[CL_MAX_LAYERS];
+  int from = cl_state_initial(m, 0, ih, ic);
+  return cl_backward_segment(m, g->B, g->T, m->step.x, from ? ih : NULL, from ? ic : NULL, 1, 0,
+                             0);
 }
 
 cl_status cl_check_target(cl_model *m, const cl_host_array *a, cl_target target, const char *what,

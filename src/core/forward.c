@@ -76,7 +76,8 @@ static size_t hid_slot(const cl_geom *g, int s) {
   return g->outputs == CL_OUTPUTS_ALL ? (size_t)s : (size_t)(s % 2);
 }
 
-static cl_status infer_step(cl_model *m, int s) {
+/* ih, ic: the state before step 0 (NULL: zeros). */
+static cl_status infer_step(cl_model *m, int s, void *const *ih, void *const *ic) {
   const cl_step *st = &m->step;
   const cl_geom *g = &st->g;
   const struct cl_backend_i *be = m->be->iface;
@@ -92,12 +93,11 @@ static cl_status infer_step(cl_model *m, int s) {
     void *z = st->gates[l];
     CL_KERNEL(m, be->conv_forward(m->be, &sx, in, m->params + L->off_wx, bias_of(m, L), z, 0,
                                   st->ws));
-    if (s > 0)
-      CL_KERNEL(m, be->conv_forward(m->be, &sh, cl_at(st->hid[l], hid_slot(g, s - 1) * bh, t),
-                                    m->params + L->off_wh, NULL, z, 1, st->ws));
-    CL_KERNEL(m, be->gates_forward(m->be, &gs, z,
-                                   s > 0 ? cl_at(st->cell[l], ((s - 1) % 2) * bh, t) : NULL,
-                                   cl_at(st->cell[l], (s % 2) * bh, t),
+    const void *h_prev = s > 0 ? cl_at(st->hid[l], hid_slot(g, s - 1) * bh, t) : ih ? ih[l] : NULL;
+    const void *c_prev = s > 0 ? cl_at(st->cell[l], ((s - 1) % 2) * bh, t) : ic ? ic[l] : NULL;
+    if (h_prev)
+      CL_KERNEL(m, be->conv_forward(m->be, &sh, h_prev, m->params + L->off_wh, NULL, z, 1, st->ws));
+    CL_KERNEL(m, be->gates_forward(m->be, &gs, z, c_prev, cl_at(st->cell[l], (s % 2) * bh, t),
                                    cl_at(st->hid[l], hid_slot(g, s) * bh, t)));
   }
   return CL_OK;
@@ -123,21 +123,27 @@ cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training,
     return cl_fail(m, CL_E_INVALID,
                    "checkpoint, tbptt and accumulation_steps apply to train_step, not to a "
                    "forward pass followed by a separate backward");
+  if (opts && opts->state_mode == CL_STATE_CARRY)
+    return cl_fail(m, CL_E_INVALID, "state = \"carry\" applies to train_step only");
   int B = x->dims[0], T = x->dims[1];
   cl_geom g;
   CL_TRY(cl_geom_make(m, B, T, x->dims[3], x->dims[4], training, opts, &g));
+  CL_TRY(cl_state_check(m, opts, B, x->dims[3], x->dims[4]));
   m->phase = CL_PHASE_NONE;
   CL_TRY(cl_step_prepare(m, &g));
   cl_step *st = &m->step;
   st->outputs_kept = 0;
+  CL_TRY(cl_state_upload(m, opts));
+  void *ih[CL_MAX_LAYERS], *ic[CL_MAX_LAYERS];
+  int from = cl_state_initial(m, 0, ih, ic);
   if (training) {
     CL_TRY(cl_put_host(m, st->x, g.dtype, x, cl_block_all(x)));
-    CL_TRY(cl_forward_segment(m, B, T, st->x, NULL, NULL));
+    CL_TRY(cl_forward_segment(m, B, T, st->x, from ? ih : NULL, from ? ic : NULL));
   } else {
     for (int s = 0; s < T; s++) {
       cl_block k = {0, B, s, 1};
       CL_TRY(cl_put_host(m, st->x, g.dtype, x, k));
-      CL_TRY(infer_step(m, s));
+      CL_TRY(infer_step(m, s, from ? ih : NULL, from ? ic : NULL));
     }
   }
   st->outputs_kept = 1;

@@ -39,6 +39,7 @@ typedef struct cl_geom {
   int tbptt; /* nonzero: S is a truncation window */
   cl_dtype dtype;
   cl_outputs outputs; /* inference */
+  cl_state_mode state; /* where the call starts from (state.c) */
 } cl_geom;
 
 /* Layer L's two convolutions over n images at g's frame size and storage
@@ -60,6 +61,8 @@ typedef enum cl_buf_kind {
   CL_BUF_GRADS,      /* flat float [n_params]                          */
   CL_BUF_OPT_M,      /* Adam first moment or SGD momentum [n_params]   */
   CL_BUF_OPT_V,      /* Adam second moment [n_params]                  */
+  CL_BUF_HELD,       /* carried state (CL_STATE_CARRY): per layer h then c,
+                        each [B, h, H, W], in the storage dtype          */
   /* step buffers, allocated by the executor from the plan; S steps held at
    * once (T, a checkpoint segment or a tbptt window), Bm sequences */
   CL_BUF_X,        /* data: input [S or T, Bm, C_in, H, W]; inference [1, B, C_in, H, W] */
@@ -81,6 +84,8 @@ typedef enum cl_buf_kind {
                       of the largest h unless checkpoint segments interleave
                       layers, then one per layer                           */
   CL_BUF_WS,       /* convolution workspace, the largest any call needs    */
+  CL_BUF_INIT_H,   /* CL_STATE_GIVEN: the initial h [B, h, H, W]            */
+  CL_BUF_INIT_C,   /* CL_STATE_GIVEN: the initial c likewise                */
   CL_BUF_NKIND
 } cl_buf_kind;
 
@@ -101,6 +106,7 @@ typedef struct cl_step {
   float *dh[CL_MAX_LAYERS];
   float *dc[CL_MAX_LAYERS]; /* one shared buffer unless segments interleave layers */
   void *ws;
+  void *init_h[CL_MAX_LAYERS], *init_c[CL_MAX_LAYERS]; /* CL_STATE_GIVEN */
   int outputs_kept; /* the buffers hold the whole call's outputs and states */
 } cl_step;
 
@@ -132,7 +138,13 @@ struct cl_model {
   /* optimizer state, created at the first step */
   cl_optim_kind opt_kind;
   float *opt_m, *opt_v;
-  int opt_m_fresh; /* the momentum buffer awaits its first update (SGD seeds it then) */
+  int opt_m_fresh;
+  /* the carried state (state.c): one buffer, per layer h then c, each
+   * [held_B, h, held_H, held_W] in held_dtype; NULL when none */
+  void *held;
+  size_t held_bytes;
+  int held_B, held_H, held_W;
+  cl_dtype held_dtype; /* the momentum buffer awaits its first update (SGD seeds it then) */
   int64_t opt_steps;
   cl_step step;
   void *arena; /* reserved for step buffers; outlives any one step's plan */
@@ -243,6 +255,25 @@ cl_status cl_zero(cl_model *m, void *p, size_t bytes);
 /* y or an output gradient shaped as the target needs for [B, T, ., H, W]. */
 cl_status cl_check_target(cl_model *m, const cl_host_array *a, cl_target target, const char *what,
                           int B, int T, int H, int W);
+
+/* state.c: where a call starts from and what a carrying step keeps.
+ * cl_state_check: the mode and the given arrays against B, H, W (before
+ * anything is allocated); cl_state_prepare: the carried state allocated
+ * (zeros) before the step arena; cl_state_upload: the given state into the
+ * step buffers once they exist. */
+cl_status cl_state_check(cl_model *m, const cl_step_options *o, int B, int H, int W);
+cl_status cl_state_prepare(cl_model *m, const cl_geom *g);
+cl_status cl_state_upload(cl_model *m, const cl_step_options *o);
+/* The state before step 0 of sequences b0.. of the current step: 1 with
+ * per-layer pointers in h, c, or 0 for zeros. */
+int cl_state_initial(cl_model *m, int b0, void **h, void **c);
+/* CL_STATE_CARRY: the per-layer [b, hidden, H, W] buffers h, c become the
+ * carried state of sequences b0..b0+b-1. */
+cl_status cl_state_keep(cl_model *m, int b0, int b, void *const *h, void *const *c);
+/* The carried state's bytes for B sequences of H x W in dtype t (0 on
+ * overflow). */
+size_t cl_state_bytes(const cl_model *m, int B, int H, int W, cl_dtype t);
+void cl_state_free(cl_model *m);
 
 /* optim.c: cl_optim_check (convlstm.h) with the reason in the model. */
 cl_status cl_check_optim(cl_model *m, const cl_optim *o);

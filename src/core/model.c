@@ -135,6 +135,7 @@ void cl_model_free(cl_model *m) {
     cl_data_free_all(m);
     cl_step_release(m);
     cl_optim_free(m);
+    cl_state_free(m);
     cl_mem_free(&m->mem, CL_MEM_GRADIENTS, m->grads, m->n_params * sizeof(float));
     cl_mem_free(&m->mem, CL_MEM_PARAMETERS, m->params, m->n_params * sizeof(float));
     cl_backend_destroy(m->be);

@@ -27,12 +27,17 @@ cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
     return cl_fail(m, CL_E_INVALID, "unknown outputs mode %d", (int)o->outputs);
   if (o->plan_dtype < 0 || o->plan_dtype > 1 + CL_BF16)
     return cl_fail(m, CL_E_INVALID, "unknown dtype %d", o->plan_dtype - 1);
+  if (o->state_mode < CL_STATE_ZERO || o->state_mode > CL_STATE_CARRY)
+    return cl_fail(m, CL_E_INVALID, "unknown state mode %d", (int)o->state_mode);
+  if (o->state_mode == CL_STATE_CARRY && !training)
+    return cl_fail(m, CL_E_INVALID, "state = \"carry\" applies to train_step only");
   g->B = B; g->T = T; g->H = H; g->W = W;
   g->training = training ? 1 : 0;
   g->dtype = o->plan_dtype ? (cl_dtype)(o->plan_dtype - 1) : m->cfg.dtype;
   g->Bm = B;
   g->S = T;
   g->nseg = 1;
+  g->state = o->state_mode;
   if (!training) {
     g->outputs = o->outputs;
     return CL_OK;
@@ -125,8 +130,9 @@ static size_t plan_workspace(plan_builder *b, const cl_model *m, const cl_geom *
   return ws;
 }
 
-static void plan_model_buffers(plan_builder *b, const struct cl_model *m, int training,
+static void plan_model_buffers(plan_builder *b, const struct cl_model *m, const cl_geom *g,
                                const cl_optim *opt) {
+  int training = g->training;
   size_t pb = nbytes(b, sizeof(float), m->n_params, 1, 1, 1);
   add(b, CL_BUF_PARAMS, -1, CL_MEM_PARAMETERS, pb, "parameters");
   if (training || m->grads) add(b, CL_BUF_GRADS, -1, CL_MEM_GRADIENTS, pb, "gradients");
@@ -137,6 +143,23 @@ static void plan_model_buffers(plan_builder *b, const struct cl_model *m, int tr
         kind == CL_OPTIM_ADAM ? "adam.exp_avg" : "sgd.momentum_buffer");
   if (kind == CL_OPTIM_ADAM && (opt || m->opt_v))
     add(b, CL_BUF_OPT_V, -1, CL_MEM_OPTIMIZER, pb, "adam.exp_avg_sq");
+  /* the state a carrying step holds, or will hold (as state.c sizes it) */
+  if (m->held || g->state == CL_STATE_CARRY) {
+    size_t sb = m->held ? m->held_bytes : cl_state_bytes(m, g->B, g->H, g->W, g->dtype);
+    if (sb == 0) b->overflow = 1;
+    add(b, CL_BUF_HELD, -1, CL_MEM_STATES, sb, "carried_state");
+  }
+}
+
+/* A given initial state: h and c of every layer for the whole batch. */
+static void plan_given_state(plan_builder *b, const struct cl_model *m, const cl_geom *g) {
+  if (g->state != CL_STATE_GIVEN) return;
+  size_t e = cl_dtype_size(g->dtype), P = (size_t)g->H * g->W;
+  for (int l = 0; l < m->cfg.n_layers; l++) {
+    size_t n = nbytes(b, e, (size_t)g->B, (size_t)m->layer[l].hidden, P, 1);
+    add(b, CL_BUF_INIT_H, l, CL_MEM_STATES, n, "initial_h");
+    add(b, CL_BUF_INIT_C, l, CL_MEM_STATES, n, "initial_c");
+  }
 }
 
 static int max_hidden(const struct cl_model *m) {
@@ -166,7 +189,10 @@ static void plan_training(plan_builder *b, const struct cl_model *m, const cl_ge
   size_t e = cl_dtype_size(g->dtype), f = sizeof(float), P = (size_t)g->H * g->W;
   size_t Bm = (size_t)g->Bm, S = (size_t)g->S, nseg = (size_t)g->nseg;
   size_t Tx = g->tbptt ? S : (size_t)g->T;
-  int carry_windows = g->tbptt && g->S < g->T;
+  /* tbptt hands the state between windows; a carrying step with checkpoint
+   * segments keeps the last one's end there while backward still reads the
+   * state the step started from */
+  int carry_windows = (g->tbptt && g->S < g->T) || (g->state == CL_STATE_CARRY && nseg > 1);
   add(b, CL_BUF_X, -1, CL_MEM_DATA, nbytes(b, e, Tx, Bm, (size_t)m->cfg.input_dim, P), "x");
   for (int l = 0; l < m->cfg.n_layers; l++) {
     size_t h = (size_t)m->layer[l].hidden;
@@ -217,11 +243,12 @@ cl_status cl_plan_build(const cl_model *m, const cl_geom *g, const cl_optim *opt
                         char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   plan_builder b = {out, 0, 0, CL_OK};
-  plan_model_buffers(&b, m, g->training, opt);
+  plan_model_buffers(&b, m, g, opt);
   if (g->training)
     plan_training(&b, m, g);
   else
     plan_inference(&b, m, g);
+  plan_given_state(&b, m, g);
   add(&b, CL_BUF_WS, -1, CL_MEM_WORKSPACE, plan_workspace(&b, m, g), "conv_workspace");
   place_in_arena(&b);
   if (b.backend != CL_OK) {

@@ -1,8 +1,9 @@
 # test-estimate.R -- memory_estimate() equals the measurement to the byte:
 # over 60 random tiny configurations, shapes and step options (checkpoint,
 # accumulation_steps, tbptt, dtype, training or inference with all outputs or
-# the last state only), a fresh model's measured peak per category after one
-# real step equals the plan's estimate. Plus the estimate's plan, print and
+# the last state only, from zeros, a given initial state or, training, a
+# carried one), a fresh model's measured peak per category after one real
+# step equals the plan's estimate. Plus the estimate's plan, print and
 # summary(model, input_shape).
 
 est_model <- function(...) convlstm(..., device = "cpu", threads = 1)
@@ -30,7 +31,16 @@ random_case <- function(i) {
   } else {
     case$outputs <- sample(c("all", "last_state"), 1)
   }
+  case$state <- sample(c("zero", "given", if (case$training) "carry"), 1)
   case
+}
+
+# A random initial state for case's model and shape.
+case_state <- function(case) {
+  lapply(case$hidden_dims, function(h) {
+    d <- c(case$B, h, case$H, case$W)
+    list(h = array(runif(prod(d), -1, 1), d), c = array(runif(prod(d), -1, 1), d))
+  })
 }
 
 describe_case <- function(case) {
@@ -49,21 +59,23 @@ run_case <- function(case) {
   C_out <- case$hidden_dims[[length(case$hidden_dims)]]
   x <- array(runif(case$B * case$T * case$input_dim * case$H * case$W, -1, 1),
              c(case$B, case$T, case$input_dim, case$H, case$W))
+  state <- switch(case$state, zero = NULL, given = case_state(case), carry = "carry")
   if (case$training) {
     est <- memory_estimate(model, case$B, case$T, case$H, case$W,
                            checkpoint = case$checkpoint, tbptt = case$tbptt,
                            accumulation_steps = case$accumulation_steps,
-                           optimizer = case$optimizer)
+                           optimizer = case$optimizer, state = case$state)
     yd <- if (case$target == "sequence") c(case$B, case$T, C_out, case$H, case$W)
           else c(case$B, C_out, case$H, case$W)
     loss <- train_step(model, x, array(runif(prod(yd)), yd), case$optimizer,
                        target = case$target, checkpoint = case$checkpoint, tbptt = case$tbptt,
-                       accumulation_steps = case$accumulation_steps)
+                       accumulation_steps = case$accumulation_steps, state = state)
     expect_true(is.finite(loss))
   } else {
     est <- memory_estimate(model, case$B, case$T, case$H, case$W, training = FALSE,
-                           outputs = case$outputs)
-    out <- if (case$outputs == "all") model(x) else predict(model, x, what = "last_state")
+                           outputs = case$outputs, state = case$state)
+    out <- if (case$outputs == "all") model(x, state = state)
+           else predict(model, x, what = "last_state", state = state)
   }
   list(est = est, stats = memory_stats(model))
 }
@@ -92,11 +104,13 @@ test_that("measured peaks equal the estimate to the byte over 60 random cases", 
       techniques <- c(techniques, if (case$checkpoint > 0) "checkpoint",
                       if (case$tbptt > 0) "tbptt", if (case$accumulation_steps > 1) "accumulation")
     }
-    techniques <- c(techniques, case$dtype, if (!case$training) case$outputs)
+    techniques <- c(techniques, case$dtype, if (!case$training) case$outputs,
+                    paste0("state_", case$state))
   }
   # the draw covers every option
   expect_true(all(c("checkpoint", "tbptt", "accumulation", "float32", "float16", "bfloat16",
-                    "all", "last_state") %in% techniques))
+                    "all", "last_state", "state_zero", "state_given", "state_carry")
+                  %in% techniques))
   expect_gt(n_training, 30)
 })
 

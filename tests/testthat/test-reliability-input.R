@@ -15,6 +15,8 @@ input_env <- function() {
   e$ys <- api_y(T = 3)
   e$opt <- optimizer_adam()
   e$sd <- state_dict(e$m)
+  e$st <- e$m(e$x)$layer_last_states
+  e$carrier <- api_model() # carries a state; m must stay untrained
   e$released <- api_model()
   convlstm_release(e$released)
   path <- tempfile(fileext = ".rds")
@@ -201,6 +203,33 @@ bad_input_cases <- list(
   list("accumulation_steps above batch", quote(train_step(m, x, y, opt, accumulation_steps = 5)),
        "`accumulation_steps`"),
   list("tbptt fractional", quote(train_step(m, x, y, opt, tbptt = 1.5)), "`tbptt`"),
+  # ---- initial and carried state ----
+  list("state not a list", quote(m(x, state = 1)), "`state`"),
+  list("state one layer short", quote(m(x, state = st[1])), "`state`"),
+  list("state layer without c", quote(m(x, state = list(st[[1]], list(h = st[[2]]$h)))),
+       "`state[[2]]`"),
+  list("state h of another layer", quote(predict(m, x, state = list(st[[1]], list(
+    h = st[[1]]$h, c = st[[2]]$c)))), "`state[[2]]$h`"),
+  list("state with NaN", quote(m(x, state = list(list(h = put(st[[1]]$h, 1, NaN),
+                                                      c = st[[1]]$c), st[[2]]))),
+       "`state[[1]]$h`"),
+  list("state c with Inf in train_step", quote(train_step(m, x, y, opt, state = list(
+    st[[1]], list(h = st[[2]]$h, c = put(st[[2]]$c, 3, Inf))))), "`state[[2]]$c`"),
+  list("state of another batch size", quote(m(api_x(B = 1), state = st)), "`state[[1]]$h`"),
+  list("state carry in a forward", quote(m(x, state = "carry")), "`state`"),
+  list("state carry in convlstm_forward", quote(convlstm_forward(m, x, state = "carry")),
+       "`state`"),
+  list("state unknown word", quote(train_step(m, x, y, opt, state = "keep")), "`state`"),
+  list("state given with a data set", quote(train_step(m, convlstm_data(m, x, y), opt,
+                                                       state = st)), "`state`"),
+  list("carried state of another batch", quote({
+    train_step(carrier, x, y, opt, state = "carry")
+    train_step(carrier, api_x(B = 1), api_y(B = 1), opt, state = "carry")
+  }), "reset_state()"),
+  list("estimate carry for inference", quote(memory_estimate(m, 2, 3, 5, 4, training = FALSE,
+                                                             state = "carry")), "`state`"),
+  list("estimate unknown state", quote(memory_estimate(m, 2, 3, 5, 4, state = "held")),
+       "`state`"),
   list("estimate batch_size zero", quote(memory_estimate(m, 0, 3, 5, 4)), "`batch_size`"),
   list("estimate bytes overflow", quote(memory_estimate(m, 2^31 - 1, 2^31 - 1, 2^31 - 1,
                                                         2^31 - 1)),
