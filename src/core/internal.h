@@ -163,7 +163,7 @@ struct cl_model {
  *   1 util.c, backend.c   errors, checked sizes; the backend table's defaults
  *   2 alloc.c, plan.c     accounting allocator; the plan of a step's buffers
  *   3 step.c              the step arena, model buffers, gradients
- *   4 pack.c              host arrays and data-set rows <-> device tensors
+ *   4 pack.c, state.c     host arrays and data-set rows <-> device tensors; initial state
  *   5 forward.c, backward.c, optim.c   the engine's pieces
  *   6 train.c             one training step
  *   7 data.c, params.c    data sets on the device; parameters by name
@@ -270,9 +270,6 @@ int cl_state_initial(cl_model *m, int b0, void **h, void **c);
 /* CL_STATE_CARRY: the per-layer [b, hidden, H, W] buffers h, c become the
  * carried state of sequences b0..b0+b-1. */
 cl_status cl_state_keep(cl_model *m, int b0, int b, void *const *h, void *const *c);
-/* The carried state's bytes for B sequences of H x W in dtype t (0 on
- * overflow). */
-size_t cl_state_bytes(const cl_model *m, int B, int H, int W, cl_dtype t);
 void cl_state_free(cl_model *m);
 
 /* optim.c: cl_optim_check (convlstm.h) with the reason in the model. */

@@ -59,6 +59,17 @@ cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
   return CL_OK;
 }
 
+size_t cl_state_bytes(const cl_model *m, int B, int H, int W, cl_dtype t) {
+  size_t n = 0, P = cl_mul_size((size_t)H, (size_t)W);
+  for (int l = 0; l < m->cfg.n_layers; l++) {
+    size_t e = cl_mul_size(cl_mul_size(2 * cl_dtype_size(t), (size_t)B),
+                           cl_mul_size((size_t)m->layer[l].hidden, P));
+    if (e == 0 || n + e < n) return 0;
+    n += e;
+  }
+  return n;
+}
+
 typedef struct plan_builder {
   cl_plan *p;
   int cap;

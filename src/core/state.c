@@ -11,7 +11,7 @@
  * It is not the engine: forward.c, backward.c and train.c ask it for the
  * state before step 0 and hand it the last one.
  */
-#include "internal.h"
+#include "plan.h" /* cl_state_bytes; internal.h */
 
 #include <math.h>
 #include <string.h>
@@ -19,16 +19,6 @@
 static size_t frame_elems(const cl_model *m, int l, int B, int H, int W) {
   return cl_mul_size(cl_mul_size((size_t)B, (size_t)m->layer[l].hidden),
                      cl_mul_size((size_t)H, (size_t)W));
-}
-
-size_t cl_state_bytes(const cl_model *m, int B, int H, int W, cl_dtype t) {
-  size_t n = 0;
-  for (int l = 0; l < m->cfg.n_layers; l++) {
-    size_t e = cl_mul_size(2 * cl_dtype_size(t), frame_elems(m, l, B, H, W));
-    if (e == 0 || n + e < n) return 0;
-    n += e;
-  }
-  return n;
 }
 
 void cl_state_free(cl_model *m) {
