@@ -49,6 +49,9 @@
 #'   layer, under `states`); or `"carry"` (training only), the state
 #'   `train_step(state = "carry")` keeps in the model (`carried_state`,
 #'   under `states`). A model that carries a state has it in every plan.
+#' @param horizon For an inference estimate: `0`, or the frames a forecast
+#'   `predict(model, x, horizon = )` rolls on after `seq_len` steps (planned
+#'   as `frames`, under `activations`, with only the running states kept).
 #' @return A data frame of class `convlstm_memory_estimate` with columns
 #'   `category` and `bytes`: one row per category (`parameters`,
 #'   `gradients`, `optimizer`, `activations`, `states`, `workspace`,
@@ -78,7 +81,7 @@
 memory_estimate <- function(model, batch_size, seq_len, height, width, training = TRUE,
                             dtype = NULL, checkpoint = 0, accumulation_steps = 1, tbptt = 0,
                             optimizer = NULL, outputs = c("all", "last_state"),
-                            state = c("zero", "given", "carry")) {
+                            state = c("zero", "given", "carry"), horizon = 0) {
   ptr <- model_ptr(model)
   shape <- c(
     check_count(batch_size, "batch_size"), check_count(seq_len, "seq_len"),
@@ -91,17 +94,26 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
     abort_convlstm('`state` = "carry" applies to training steps (train_step()) only.',
                    call = sys.call())
   }
+  horizon <- check_count(horizon, "horizon", min = 0)
+  if (horizon > 0) {
+    if (training) {
+      abort_convlstm("`horizon` applies to inference estimates (training = FALSE) only.",
+                     call = sys.call())
+    }
+    check_horizon(horizon, c_model_config(ptr), call = sys.call())
+  }
   options <- check_step_options(checkpoint, accumulation_steps, tbptt,
                                 outputs = if (training) "all" else outputs, dtype = dtype,
                                 batch_size = shape[[1]],
-                                state = list(mode = state, arrays = NULL))
+                                state = list(mode = state, arrays = NULL, horizon = horizon))
   optimizer <- plan_optimizer(ptr, optimizer, training)
   plan <- c_model_plan(ptr, shape, training, optimizer, options)
   config <- c_model_config(ptr)
   new_memory_estimate(
     plan, shape = shape, training = training, dtype = dtype %||% config$dtype,
     options = list(checkpoint = checkpoint, accumulation_steps = accumulation_steps,
-                   tbptt = tbptt, outputs = if (training) "all" else outputs, state = state),
+                   tbptt = tbptt, outputs = if (training) "all" else outputs, state = state,
+                   horizon = horizon),
     optimizer = optimizer$kind %||% planned_optimizer(plan$name)
   )
 }
@@ -146,6 +158,7 @@ describe_options <- function(options) {
     },
     if (options$tbptt > 0) sprintf("tbptt window %d", options$tbptt),
     if (identical(options$outputs, "last_state")) "last state only",
+    if (isTRUE(options$horizon > 0)) sprintf("forecast of %d frames", options$horizon),
     if (!is.null(options$state) && !identical(options$state, "zero")) {
       sprintf("%s initial state", options$state)
     }

@@ -91,14 +91,16 @@ dtypes <- function() .Call(ffi_dtype_names)
 # outputs "last_state" keeps only the last states of an inference forward;
 # dtype NULL plans for the model's own storage type, a name for another one
 # (cl_model_plan only); state_mode "zero", "given" (state: the flat list of
-# h and c arrays check_state() returns) or "carry".
+# h and c arrays check_state() returns) or "carry"; horizon: frames an
+# inference forward rolls on (read with what = "frames").
 c_step_options <- function(checkpoint = 0L, tbptt = 0L, accumulation_steps = 1L,
-                           outputs = "all", dtype = NULL, state_mode = "zero", state = NULL) {
+                           outputs = "all", dtype = NULL, state_mode = "zero", state = NULL,
+                           horizon = 0L) {
   list(
     checkpoint = as.integer(checkpoint), tbptt = as.integer(tbptt),
     accumulation_steps = as.integer(accumulation_steps),
     outputs = if (identical(outputs, "last_state")) "last_state" else "all", dtype = dtype,
-    state_mode = state_mode, state = state
+    state_mode = state_mode, state = state, horizon = as.integer(horizon)
   )
 }
 

@@ -381,6 +381,14 @@ model_fields <- c(
 #' either: only the running states, so its memory is the same for 10 time
 #' steps or 1000.
 #'
+#' With `horizon = K` it forecasts: after the steps of `x` the model rolls on
+#' K - 1 more steps, each fed the frame it predicted last (the last layer's
+#' hidden state), and returns the K predicted frames. This needs the last
+#' layer's hidden size to equal `input_dim`, as in an encoder-forecaster
+#' whose last layer outputs frames. The rollout keeps only the running
+#' states and the frames: [memory_estimate()] with `training = FALSE,
+#' horizon = K` plans it.
+#'
 #' @param object A model created by [convlstm()].
 #' @param x Input array `[batch, time, channels, height, width]`.
 #' @param what `"sequence"`: the last layer's output at every step,
@@ -392,17 +400,24 @@ model_fields <- c(
 #' @param state `NULL` to start from zeros, or the state to start from as
 #'   the model returns it (`model(x)$layer_last_states`: one `list(h = , c =
 #'   )` per layer, each `[batch, hidden, height, width]`).
+#' @param horizon `NULL`, or the number of frames to forecast (then `what`
+#'   is not used).
 #' @param ... Unused.
-#' @return A double array as described for `what`.
+#' @return A double array as described for `what`; with a `horizon` of K,
+#'   the frames `[batch, K, channels, height, width]`: frame 1 is the
+#'   prediction after the last step of `x`, frame k + 1 the model's output
+#'   with frame k as input.
 #' @export
 #' @examples
 #' model <- convlstm(1, c(4, 1), 3, device = "cpu")
 #' x <- array(runif(3 * 5 * 8 * 8), dim = c(3, 5, 1, 8, 8))
 #' dim(predict(model, x))                       # [3, 5, 1, 8, 8]
 #' dim(predict(model, x, what = "last_state"))  # [3, 1, 8, 8]
+#' # forecast 4 frames after the 5 of x
+#' dim(predict(model, x, horizon = 4))           # [3, 4, 1, 8, 8]
 #' convlstm_release(model)
 predict.convlstm_model <- function(object, x, what = c("sequence", "last_state"),
-                                   batch_size = NULL, state = NULL, ...) {
+                                   batch_size = NULL, state = NULL, horizon = NULL, ...) {
   ptr <- model_ptr(object, "object")
   what <- check_choice(what, c("sequence", "last_state"), "what")
   config <- model_config(object)
@@ -410,6 +425,10 @@ predict.convlstm_model <- function(object, x, what = c("sequence", "last_state")
   n <- dim(x)[[1]]
   batch_size <- if (is.null(batch_size)) n else check_count(batch_size, "batch_size")
   state <- state_option(state, config, dim(x), allow_carry = FALSE)
+  if (!is.null(horizon)) {
+    state$horizon <- check_horizon(horizon, config)
+    what <- "frames"
+  }
   if (batch_size >= n) {
     return(c_forward(ptr, x, training = FALSE, what = what, forward_options(what, state)))
   }
@@ -432,12 +451,15 @@ inference_options <- function(what) {
   if (identical(what, "last_state")) c_step_options(outputs = "last_state") else NULL
 }
 
-# The options of a forward: what it keeps (see inference_options()) and
-# where it starts (state_option()).
+# The options of a forward: what it keeps (see inference_options()), where
+# it starts (state_option()) and the frames it forecasts (state$horizon).
 forward_options <- function(what, state) {
-  if (is.null(state) || identical(state$mode, "zero")) return(inference_options(what))
+  horizon <- state$horizon %||% 0L
+  if ((is.null(state) || identical(state$mode, "zero")) && horizon == 0) {
+    return(inference_options(what))
+  }
   c_step_options(outputs = if (identical(what, "last_state")) "last_state" else "all",
-                 state_mode = state$mode, state = state$arrays)
+                 state_mode = state$mode, state = state$arrays, horizon = horizon)
 }
 
 # x[idx, , , ...] for an array of any rank, keeping every dimension.

@@ -114,11 +114,13 @@ check_step_options <- function(checkpoint = 0, accumulation_steps = 1, tbptt = 0
     ), call = call)
   }
   if (!is.null(dtype)) dtype <- check_choice(dtype, dtypes(), "dtype", call = call)
+  horizon <- state$horizon %||% 0L
   if (checkpoint == 0 && accumulation_steps == 1 && tbptt == 0 && identical(outputs, "all") &&
-      is.null(dtype) && identical(state$mode, "zero")) {
+      is.null(dtype) && identical(state$mode, "zero") && horizon == 0) {
     return(NULL)
   }
-  c_step_options(checkpoint, tbptt, accumulation_steps, outputs, dtype, state$mode, state$arrays)
+  c_step_options(checkpoint, tbptt, accumulation_steps, outputs, dtype, state$mode, state$arrays,
+                 horizon)
 }
 
 # The shape of the chosen output for an input of dims xd.

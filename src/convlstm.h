@@ -179,6 +179,12 @@ typedef struct cl_step_options {
   cl_outputs outputs;     /* inference forward */
   int plan_dtype;         /* cl_model_plan only: 0 plans the model's own
                              storage dtype, 1 + a cl_dtype plans that one */
+  int horizon;            /* inference: 0, or roll the model forward this many
+                             frames after x, each prediction (the last
+                             layer's h) fed back as the next input; needs the
+                             last layer's hidden size == input_dim. Keeps
+                             only the last states and the frames
+                             (cl_model_read_frames). */
   cl_state_mode state_mode;
   /* CL_STATE_GIVEN: 2 * n_layers arrays, h then c of layer 0, then of layer
    * 1, ..., each [B, hidden_l, H, W]; a constant (no gradient flows into
@@ -204,6 +210,10 @@ cl_status cl_model_last_shape(const cl_model *m, int *B, int *T, int *H, int *W)
  * last state h or c [B, C_l, H, W] (which: 0 = h, 1 = c). out->dims must match. */
 cl_status cl_model_read_output(cl_model *m, int layer, cl_host_array *out);
 cl_status cl_model_read_state(cl_model *m, int layer, int which, cl_host_array *out);
+/* The frames of the last forward with a horizon K: [B, K, input_dim, H, W];
+ * frame 1 is the last layer's h after x's last step (after the rollout, the
+ * last states are those of its last step). */
+cl_status cl_model_read_frames(cl_model *m, cl_host_array *out);
 /* Mean squared error of the chosen output of the last training forward
  * against y; stores d loss / d output for cl_model_backward(m, target, NULL). */
 cl_status cl_model_mse(cl_model *m, const cl_host_array *y, cl_target target, double *loss);

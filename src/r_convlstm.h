@@ -82,13 +82,15 @@ cl_device r_device(SEXP s);
 cl_target r_target(SEXP s);
 /* What ffi_forward returns: "all" (the tutorial's list of outputs and
  * states), "sequence" (the last layer's outputs), "last_state" (its last h),
- * "none", "last_states" (no outputs, every layer's last states). */
+ * "none", "last_states" (no outputs, every layer's last states), "frames"
+ * (the frames of a forward with a horizon, [B, K, C, H, W]). */
 typedef enum r_forward_what {
   R_FWD_ALL = 0,
   R_FWD_SEQUENCE,
   R_FWD_LAST_STATE,
   R_FWD_NONE,
-  R_FWD_LAST_STATES
+  R_FWD_LAST_STATES,
+  R_FWD_FRAMES
 } r_forward_what;
 r_forward_what r_forward_mode(SEXP s);
 

@@ -70,8 +70,9 @@ cl_target r_target(SEXP s) {
 }
 
 r_forward_what r_forward_mode(SEXP s) {
-  static const char *const names[] = {"all", "sequence", "last_state", "none", "last_states"};
-  return (r_forward_what)choice(s, names, 5, "what a forward returns");
+  static const char *const names[] = {"all",  "sequence",    "last_state",
+                                      "none", "last_states", "frames"};
+  return (r_forward_what)choice(s, names, 6, "what a forward returns");
 }
 
 /* list(kind = "adam" | "sgd", lr, beta1, beta2, eps, momentum, weight_decay):
@@ -109,7 +110,7 @@ SEXP r_optim_list(const cl_optim *o) {
 
 /* list(checkpoint, tbptt, accumulation_steps, outputs = "all" | "last_state",
  * dtype = NULL | a dtype's name for cl_model_plan, state_mode = "zero" |
- * "given" | "carry", state = NULL | h and c of every layer, flat):
+ * "given" | "carry", state = NULL | h and c of every layer, flat, horizon):
  * c_step_options() in R/ffi.R. NULL: the plain step. */
 void r_step_options(SEXP opts, cl_step_options *out, cl_host_array *state_buf) {
   static const char *const modes[] = {"zero", "given", "carry"};
@@ -124,6 +125,7 @@ void r_step_options(SEXP opts, cl_step_options *out, cl_host_array *state_buf) {
                                                                             : CL_OUTPUTS_ALL;
   SEXP dt = field(opts, "dtype");
   out->plan_dtype = dt == R_NilValue ? 0 : 1 + (int)r_dtype(dt);
+  out->horizon = (int)num(opts, "horizon", "step options");
   out->state_mode = (cl_state_mode)choice(field(opts, "state_mode"), modes, 3, "state_mode");
   SEXP st = field(opts, "state");
   if (st == R_NilValue) return;

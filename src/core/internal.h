@@ -40,6 +40,7 @@ typedef struct cl_geom {
   cl_dtype dtype;
   cl_outputs outputs; /* inference */
   cl_state_mode state; /* where the call starts from (state.c) */
+  int horizon;         /* inference: frames rolled forward after the T steps of x */
 } cl_geom;
 
 /* Layer L's two convolutions over n images at g's frame size and storage
@@ -86,6 +87,8 @@ typedef enum cl_buf_kind {
   CL_BUF_WS,       /* convolution workspace, the largest any call needs    */
   CL_BUF_INIT_H,   /* CL_STATE_GIVEN: the initial h [B, h, H, W]            */
   CL_BUF_INIT_C,   /* CL_STATE_GIVEN: the initial c likewise                */
+  CL_BUF_FRAMES,   /* inference with a horizon: the predicted frames
+                      [K, B, C_in, H, W], each the next step's input      */
   CL_BUF_NKIND
 } cl_buf_kind;
 
@@ -107,6 +110,7 @@ typedef struct cl_step {
   float *dc[CL_MAX_LAYERS]; /* one shared buffer unless segments interleave layers */
   void *ws;
   void *init_h[CL_MAX_LAYERS], *init_c[CL_MAX_LAYERS]; /* CL_STATE_GIVEN */
+  void *frames; /* inference with a horizon */
   int outputs_kept; /* the buffers hold the whole call's outputs and states */
 } cl_step;
 

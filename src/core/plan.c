@@ -31,6 +31,15 @@ cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
     return cl_fail(m, CL_E_INVALID, "unknown state mode %d", (int)o->state_mode);
   if (o->state_mode == CL_STATE_CARRY && !training)
     return cl_fail(m, CL_E_INVALID, "state = \"carry\" applies to train_step only");
+  if (o->horizon < 0 || (o->horizon > 0 && training))
+    return cl_fail(m, CL_E_INVALID, "horizon must be >= 0, and applies to inference only");
+  if (o->horizon > 0 && m->layer[m->cfg.n_layers - 1].hidden != m->cfg.input_dim)
+    return cl_fail(m, CL_E_INVALID,
+                   "horizon: the last layer's hidden size (%d) must equal the input channels "
+                   "(%d), since each predicted frame is fed back as the next input",
+                   m->layer[m->cfg.n_layers - 1].hidden, m->cfg.input_dim);
+  if (o->horizon > 0 && T > INT32_MAX - o->horizon)
+    return cl_fail(m, CL_E_INVALID, "horizon: %d + %d steps overflow", T, o->horizon);
   g->B = B; g->T = T; g->H = H; g->W = W;
   g->training = training ? 1 : 0;
   g->dtype = o->plan_dtype ? (cl_dtype)(o->plan_dtype - 1) : m->cfg.dtype;
@@ -39,7 +48,8 @@ cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
   g->nseg = 1;
   g->state = o->state_mode;
   if (!training) {
-    g->outputs = o->outputs;
+    g->horizon = o->horizon;
+    g->outputs = o->horizon ? CL_OUTPUTS_LAST : o->outputs; /* the frames are the output */
     return CL_OK;
   }
   int ck = o->checkpoint > 0 && o->checkpoint < T, tb = o->tbptt > 0 && o->tbptt < T;
@@ -186,6 +196,9 @@ static void plan_inference(plan_builder *b, const struct cl_model *m, const cl_g
   add(b, CL_BUF_GATES, -1, CL_MEM_WORKSPACE, nbytes(b, e, B, 4 * (size_t)max_hidden(m), P, 1),
       "gates");
   int all = g->outputs == CL_OUTPUTS_ALL;
+  if (g->horizon > 0)
+    add(b, CL_BUF_FRAMES, -1, CL_MEM_ACTIVATIONS,
+        nbytes(b, e, (size_t)g->horizon, B, (size_t)m->cfg.input_dim, P), "frames");
   for (int l = 0; l < m->cfg.n_layers; l++) {
     size_t h = (size_t)m->layer[l].hidden;
     add(b, CL_BUF_CELL, l, CL_MEM_STATES, nbytes(b, e, 2, B, h, P), "cell");

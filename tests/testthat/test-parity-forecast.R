@@ -160,3 +160,45 @@ for (device in forecast_devices) {
     })
   }
 }
+
+for (device in forecast_devices) {
+  fx <- forecast_fixture("rollout")
+  cfg <- fx$config
+  label <- paste("rollout", device)
+
+  test_that(sprintf("predict(horizon = ) equals a PyTorch rollout [%s]", label), {
+    model <- forecast_model(fx, device)
+    frames <- predict(model, fx$tensors$x, horizon = cfg$horizon)
+    expect_identical(dim(frames), as.integer(c(cfg$B, cfg$horizon, cfg$input_dim, cfg$H, cfg$W)))
+    expect_close(frames, fx$tensors$frames, rel = REL, label = paste(label, "frames"))
+    from_state <- predict(model, fx$tensors$x, horizon = cfg$horizon, state = fixture_state(fx),
+                          batch_size = 1)
+    expect_close(from_state, fx$tensors$frames_from_state, rel = REL,
+                 label = paste(label, "frames from a state"))
+    # frame 1 is the plain last state; a horizon of 1 is just that
+    last <- predict(model, fx$tensors$x, what = "last_state")
+    expect_equal(frames[, 1, , , ], last, tolerance = 1e-6)
+    expect_equal(predict(model, fx$tensors$x, horizon = 1)[, 1, , , ], last, tolerance = 1e-6)
+    convlstm_release(model)
+  })
+
+  test_that(sprintf("a forecast's memory is planned to the byte [%s]", label), {
+    model <- forecast_model(fx, device)
+    est <- memory_estimate(model, cfg$B, cfg$T, cfg$H, cfg$W, training = FALSE,
+                           horizon = cfg$horizon)
+    plan <- attr(est, "plan")
+    frames <- plan[plan$name == "frames", ]
+    expect_identical(frames$bytes, 4 * cfg$horizon * cfg$B * cfg$input_dim * cfg$H * cfg$W)
+    predict(model, fx$tensors$x, horizon = cfg$horizon)
+    s <- memory_stats(model)
+    measured <- stats::setNames(s$by_category$peak, s$by_category$category)
+    expect_identical(measured, stats::setNames(est$bytes, est$category)[names(measured)])
+    # the rollout's memory does not grow with the horizon beyond the frames
+    long <- memory_estimate(model, cfg$B, cfg$T, cfg$H, cfg$W, training = FALSE, horizon = 40)
+    grow <- estimate_bytes(long) - estimate_bytes(est)
+    expect_identical(grow[["states"]], 0)
+    expect_identical(grow[["activations"]], (40 - cfg$horizon) * 4 * cfg$B * cfg$input_dim *
+                       cfg$H * cfg$W)
+    convlstm_release(model)
+  })
+}

@@ -17,6 +17,7 @@ input_env <- function() {
   e$sd <- state_dict(e$m)
   e$st <- e$m(e$x)$layer_last_states
   e$carrier <- api_model() # carries a state; m must stay untrained
+  e$wide <- api_model(hidden_dims = c(3, 3)) # its output cannot be fed back
   e$released <- api_model()
   convlstm_release(e$released)
   path <- tempfile(fileext = ".rds")
@@ -228,6 +229,15 @@ bad_input_cases <- list(
   }), "reset_state()"),
   list("estimate carry for inference", quote(memory_estimate(m, 2, 3, 5, 4, training = FALSE,
                                                              state = "carry")), "`state`"),
+  list("horizon zero", quote(predict(m, x, horizon = 0)), "`horizon`"),
+  list("horizon fractional", quote(predict(m, x, horizon = 2.5)), "`horizon`"),
+  list("horizon text", quote(predict(m, x, horizon = "3")), "`horizon`"),
+  list("horizon with output channels != input", quote(predict(wide, x, horizon = 2)),
+       "`horizon` needs the last layer's hidden size (3) to equal `input_dim` (2)"),
+  list("estimate horizon for training", quote(memory_estimate(m, 2, 3, 5, 4, horizon = 2)),
+       "`horizon`"),
+  list("estimate horizon negative", quote(memory_estimate(m, 2, 3, 5, 4, training = FALSE,
+                                                          horizon = -1)), "`horizon`"),
   list("estimate unknown state", quote(memory_estimate(m, 2, 3, 5, 4, state = "held")),
        "`state`"),
   list("estimate batch_size zero", quote(memory_estimate(m, 0, 3, 5, 4)), "`batch_size`"),
