@@ -23,8 +23,10 @@
 #' @param input_dim Number of channels of the input.
 #' @param hidden_dims Hidden channels per layer: one value for every layer or
 #'   one per layer.
-#' @param kernel_sizes Odd square kernel size per layer: one value for every
-#'   layer or one per layer.
+#' @param kernel_sizes Odd kernel size per layer: one value for every layer
+#'   or one per layer (square kernels), or a list of `c(height, width)`
+#'   pairs, one for every layer or one per layer (`list(c(3, 5))`), as
+#'   torch's `nn_conv2d(kernel_size = c(3, 5))`.
 #' @param n_layers Number of stacked layers.
 #' @param bias Whether the convolutions have a bias.
 #' @param device `"auto"` (a CUDA GPU when one is usable, else the CPU),
@@ -43,6 +45,11 @@
 #'   class `convlstm_error_oom`, leaving the model usable.
 #' @param threads `NULL` (the backend's default) or the number of CPU threads
 #'   (at most 1024).
+#' @param dilation Dilation of each layer's convolution, in the forms of
+#'   `kernel_sizes` (a number for every layer, one per layer, or a list of
+#'   `c(height, width)` pairs). Padding stays "same": `dilation * (k - 1) /
+#'   2` on each side, so every layer keeps the image size, as torch's
+#'   `nn_conv2d(dilation = d, padding = "same")`.
 #'
 #' @return A model: a function of class `convlstm_model`. Calling it on an
 #'   array `x` of dim `[batch, time, channels, height, width]` runs an
@@ -53,7 +60,8 @@
 #'   `[batch, hidden_dims[l], height, width]`. `model(x, outputs =
 #'   "last_states")` returns only the last states (`layer_outputs` is an
 #'   empty list) from a forward that keeps no output sequence, so its memory
-#'   does not grow with the number of time steps. `model(x, state = s)`
+#'   does not grow with the number of time steps. `kernel_sizes` and
+#'   `dilation` read back in the forms `convlstm()` takes. `model(x, state = s)`
 #'   starts from the state `s` instead of zeros, given as the model returns
 #'   it (`layer_last_states`: one `list(h = , c = )` per layer), so
 #'   `model(x2, state = model(x1)$layer_last_states)` continues the
@@ -82,7 +90,7 @@
 #' convlstm_release(model)
 convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hidden_dims),
                      bias = TRUE, device = "auto", dtype = "float32", memory_limit = NULL,
-                     threads = NULL) {
+                     threads = NULL, dilation = 1) {
   input_dim <- check_count(input_dim, "input_dim")
   n_layers <- check_count(n_layers, "n_layers")
   if (n_layers > max_layers) {
@@ -90,13 +98,8 @@ convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hid
                    call = sys.call())
   }
   hidden_dims <- recycle_layers(check_counts(hidden_dims, "hidden_dims"), n_layers, "hidden_dims")
-  kernel_sizes <- recycle_layers(check_counts(kernel_sizes, "kernel_sizes"), n_layers,
-                                 "kernel_sizes")
-  if (any(kernel_sizes %% 2 == 0)) {
-    abort_arg("kernel_sizes", "odd (so that padding k %/% 2 keeps the image size)",
-              kernel_sizes, sys.call())
-  }
-  check_layer_sizes(input_dim, hidden_dims, kernel_sizes, sys.call())
+  geometry <- layer_geometry(kernel_sizes, dilation, n_layers, sys.call())
+  check_layer_sizes(input_dim, hidden_dims, geometry, sys.call())
   bias <- check_flag(bias, "bias")
   device <- check_cuda_device(check_choice(device, c("auto", "cpu", "cuda"), "device"), sys.call())
   dtype <- check_choice(dtype, dtypes(), "dtype")
@@ -105,7 +108,7 @@ convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hid
 
   if (identical(device, "auto")) device <- if (gpu_available()) "cuda" else "cpu"
   ptr <- c_model_create(
-    input_dim, hidden_dims, kernel_sizes, bias,
+    input_dim, hidden_dims, geometry, bias,
     device = device,
     dtype = dtype, threads = threads, memory_limit = memory_limit
   )
@@ -190,23 +193,23 @@ check_input <- function(x, config, arg, call = sys.call(-1)) {
 }
 
 # Per layer: its input channels (input_dim, then the layer below's hidden)
-# and the elements of its weight [4h, in + h, k, k] and bias [4h], in double
-# (no integer overflow): the one place R writes these shapes down.
-layer_shapes <- function(input_dim, hidden_dims, kernel_sizes) {
+# and the elements of its weight [4h, in + h, kh, kw] and bias [4h], in
+# double (no integer overflow): the one place R writes these shapes down.
+# geometry: layer_geometry()'s matrix.
+layer_shapes <- function(input_dim, hidden_dims, geometry) {
   h <- as.double(hidden_dims)
-  k <- as.double(kernel_sizes)
+  taps <- as.double(geometry[1, ]) * as.double(geometry[2, ])
   inp <- c(as.double(input_dim), h[-length(h)])
-  list(input = inp, weight = 4 * h * (inp + h) * k^2, bias = 4 * h)
+  list(input = inp, weight = 4 * h * (inp + h) * taps, bias = 4 * h, taps = taps)
 }
 
 layer_table <- function(config) {
   h <- config$hidden_dims
-  k <- config$kernel_sizes
-  shapes <- layer_shapes(config$input_dim, h, k)
+  shapes <- layer_shapes(config$input_dim, h, config$geometry)
   params <- shapes$weight + if (isTRUE(config$bias)) shapes$bias else 0
   data.frame(
     layer = seq_len(config$n_layers), input = shapes$input, hidden = h,
-    kernel = paste0(k, "x", k), parameters = params, bytes = params * 4
+    kernel = geometry_labels(config$geometry), parameters = params, bytes = params * 4
   )
 }
 
@@ -322,7 +325,7 @@ print.summary.convlstm_model <- function(x, ...) {
 }
 
 model_fields <- c(
-  "config", "input_dim", "hidden_dims", "kernel_sizes", "n_layers", "bias", "device",
+  "config", "input_dim", "hidden_dims", "kernel_sizes", "dilation", "n_layers", "bias", "device",
   "dtype", "backend", "memory_limit", "n_parameters", "parameters", "state_dict",
   "load_state_dict", "zero_grad", "forward", "half", "bfloat16", "float"
 )
@@ -332,7 +335,7 @@ model_fields <- c(
   model <- x
   switch(name,
     config = model_config(model),
-    input_dim = , hidden_dims = , kernel_sizes = , n_layers = , bias = , device = ,
+    input_dim = , hidden_dims = , kernel_sizes = , dilation = , n_layers = , bias = , device = ,
     dtype = , backend = , memory_limit = model_config(model)[[name]],
     n_parameters = sum(layer_table(model_config(model))$parameters),
     parameters = state_dict(model),

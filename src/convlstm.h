@@ -83,7 +83,10 @@ typedef struct cl_config {
   int input_dim;
   int n_layers;
   int hidden_dims[CL_MAX_LAYERS];
-  int kernel_sizes[CL_MAX_LAYERS]; /* odd, square kernels */
+  int kernel_sizes[CL_MAX_LAYERS];  /* odd kernel heights (and widths, by default) */
+  int kernel_widths[CL_MAX_LAYERS]; /* odd; 0: kernel_sizes (square) */
+  int dilation_h[CL_MAX_LAYERS];    /* dilation of the convolution; 0: 1 */
+  int dilation_w[CL_MAX_LAYERS];
   int bias;                        /* 0 or 1 */
   cl_device device;
   cl_dtype dtype;

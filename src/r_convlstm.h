@@ -58,6 +58,8 @@ void r_host_array(SEXP x, int ndim, const char *arg, cl_host_array *out);
 SEXP r_alloc_array(int ndim, const int *dims);
 /* A new, unprotected list of n elements (NULLs) named names[0..n-1]. */
 SEXP r_named_list(const char *const *names, int n);
+/* A configuration's kernels and dilations, integer [4, n_layers]. */
+SEXP r_geometry(const cl_config *c);
 /* Reads a row-major float tensor into a new column-major double array of the
  * same logical dims (so torch's w[o, i, kh, kw] is R's w[o+1, i+1, kh+1, kw+1]). */
 void r_row_major_to_r(const float *src, int ndim, const int *dims, double *dst);

@@ -8,13 +8,21 @@ import torch
 from torch import nn
 
 
+def _pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
 class ConvLSTMCell(nn.Module):
-    def __init__(self, input_dim, hidden_dim, kernel_size, bias=True):
+    def __init__(self, input_dim, hidden_dim, kernel_size, bias=True, dilation=1):
         super().__init__()
         self.hidden_dim = hidden_dim
-        # one convolution produces all four gates: channels [i | f | o | g]
-        self.conv = nn.Conv2d(input_dim + hidden_dim, 4 * hidden_dim, kernel_size,
-                              padding=kernel_size // 2, bias=bias)
+        kh, kw = _pair(kernel_size)
+        dh, dw = _pair(dilation)
+        # one convolution produces all four gates: channels [i | f | o | g];
+        # "same" padding d (k - 1) / 2 for odd kernels
+        self.conv = nn.Conv2d(input_dim + hidden_dim, 4 * hidden_dim, (kh, kw),
+                              padding=(dh * (kh - 1) // 2, dw * (kw - 1) // 2),
+                              dilation=(dh, dw), bias=bias)
 
     def forward(self, x, state):
         h_prev, c_prev = state
@@ -26,13 +34,17 @@ class ConvLSTMCell(nn.Module):
 
 
 class ConvLSTM(nn.Module):
-    def __init__(self, input_dim, hidden_dims, kernel_sizes, bias=True):
+    def __init__(self, input_dim, hidden_dims, kernel_sizes, bias=True, dilations=None):
+        """kernel_sizes: per layer an int or (height, width); dilations: None
+        (1) or per layer an int or (height, width)."""
         super().__init__()
         # the attribute name makes the state-dict keys cell_list.<l>.conv.weight
         # / .bias, the names the package uses
         dims = [input_dim] + list(hidden_dims[:-1])
+        dilations = dilations or [1] * len(hidden_dims)
         self.cell_list = nn.ModuleList(
-            ConvLSTMCell(d, h, k, bias) for d, h, k in zip(dims, hidden_dims, kernel_sizes))
+            ConvLSTMCell(d, h, k, bias, dl)
+            for d, h, k, dl in zip(dims, hidden_dims, kernel_sizes, dilations))
 
     def forward(self, x, last_only=False, state=None):
         """x [B, T, C, H, W] -> (layer outputs, layer last states (h, c)), as the

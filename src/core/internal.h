@@ -10,16 +10,29 @@
 #include "backend.h"   /* cl_backend, kernel shapes */
 #include "alloc.h"     /* cl_allocator */
 
-/* One ConvLSTM layer. Its torch weight [4h, in+h, k, k] is kept as two packed
- * halves, wx [4h, in, k, k] and wh [4h, h, k, k], because the input half runs
+/* One ConvLSTM layer. Its torch weight [4h, in+h, kh, kw] is kept as two packed
+ * halves, wx [4h, in, kh, kw] and wh [4h, h, kh, kw], because the input half runs
  * once over all steps (the fast path) and the hidden half once per step, and
  * cuDNN filters cannot be strided views. Offsets count floats in the flat
  * parameter (and gradient) buffer, so one optimizer launch updates all. */
 typedef struct cl_layer {
-  int in, hidden, k;
+  int in, hidden;
+  int kh, kw, dh, dw; /* kernel and dilation; "same" padding (backend.h) */
   size_t off_wx, off_wh, off_b; /* off_b unused without bias */
   size_t n_wx, n_wh, n_b;
 } cl_layer;
+
+/* A configuration's kernel width and dilation of layer l, defaults (0)
+ * resolved: what cl_model_create stores, and what a file's config means. */
+static inline int cl_cfg_kernel_w(const cl_config *c, int l) {
+  return c->kernel_widths[l] ? c->kernel_widths[l] : c->kernel_sizes[l];
+}
+static inline int cl_cfg_dilation_h(const cl_config *c, int l) {
+  return c->dilation_h[l] ? c->dilation_h[l] : 1;
+}
+static inline int cl_cfg_dilation_w(const cl_config *c, int l) {
+  return c->dilation_w[l] ? c->dilation_w[l] : 1;
+}
 
 /* The schedule of one call, derived from its shape and options; it decides
  * the plan, and two calls with equal geometry share step buffers.
@@ -47,11 +60,12 @@ typedef struct cl_geom {
  * type: the input half (in -> 4h channels) and the hidden half (h -> 4h).
  * The one place a layer's convolution geometry is written down. */
 static inline cl_conv_shape cl_conv_input_half(const cl_layer *L, const cl_geom *g, int n) {
-  cl_conv_shape s = {n, L->in, g->H, g->W, 4 * L->hidden, L->k, g->dtype};
+  cl_conv_shape s = {n, L->in, g->H, g->W, 4 * L->hidden, L->kh, L->kw, L->dh, L->dw, g->dtype};
   return s;
 }
 static inline cl_conv_shape cl_conv_hidden_half(const cl_layer *L, const cl_geom *g, int n) {
-  cl_conv_shape s = {n, L->hidden, g->H, g->W, 4 * L->hidden, L->k, g->dtype};
+  cl_conv_shape s = {n, L->hidden, g->H, g->W, 4 * L->hidden, L->kh, L->kw, L->dh, L->dw,
+                     g->dtype};
   return s;
 }
 

@@ -252,36 +252,36 @@ static double at_img(const float *x, int C, int H, int W, int n, int c, int y, i
 
 static void ref_conv_forward(const cl_conv_shape *s, const float *x, const float *w,
                              const float *bias, const float *y0, int acc, double *out) {
-  int pad = s->k / 2;
+  int ph = s->dh * (s->kh - 1) / 2, pw = s->dw * (s->kw - 1) / 2;
   for (int n = 0; n < s->N; n++)
     for (int o = 0; o < s->K; o++)
       for (int y = 0; y < s->H; y++)
         for (int xx = 0; xx < s->W; xx++) {
           double sum = bias ? bias[o] : 0.0;
           for (int c = 0; c < s->C; c++)
-            for (int i = 0; i < s->k; i++)
-              for (int j = 0; j < s->k; j++)
-                sum += w[(((size_t)o * s->C + c) * s->k + i) * s->k + j] *
-                       at_img(x, s->C, s->H, s->W, n, c, y + i - pad, xx + j - pad);
+            for (int i = 0; i < s->kh; i++)
+              for (int j = 0; j < s->kw; j++)
+                sum += w[(((size_t)o * s->C + c) * s->kh + i) * s->kw + j] *
+                       at_img(x, s->C, s->H, s->W, n, c, y + i * s->dh - ph, xx + j * s->dw - pw);
           size_t idx = (((size_t)n * s->K + o) * s->H + y) * s->W + xx;
           out[idx] = sum + (acc ? y0[idx] : 0.0);
         }
 }
 
-/* dx[n,c,y,x] = sum over o, i, j of dy[n,o,y-i+pad,x-j+pad] w[o,c,i,j]. */
+/* dx[n,c,y,x] = sum over o, i, j of dy[n,o,y-i dh+ph,x-j dw+pw] w[o,c,i,j]. */
 static void ref_conv_backward_data(const cl_conv_shape *s, const float *dy, const float *w,
                                    const float *dx0, int acc, double *out) {
-  int pad = s->k / 2;
+  int ph = s->dh * (s->kh - 1) / 2, pw = s->dw * (s->kw - 1) / 2;
   for (int n = 0; n < s->N; n++)
     for (int c = 0; c < s->C; c++)
       for (int y = 0; y < s->H; y++)
         for (int xx = 0; xx < s->W; xx++) {
           double sum = 0.0;
           for (int o = 0; o < s->K; o++)
-            for (int i = 0; i < s->k; i++)
-              for (int j = 0; j < s->k; j++)
-                sum += w[(((size_t)o * s->C + c) * s->k + i) * s->k + j] *
-                       at_img(dy, s->K, s->H, s->W, n, o, y - i + pad, xx - j + pad);
+            for (int i = 0; i < s->kh; i++)
+              for (int j = 0; j < s->kw; j++)
+                sum += w[(((size_t)o * s->C + c) * s->kh + i) * s->kw + j] *
+                       at_img(dy, s->K, s->H, s->W, n, o, y - i * s->dh + ph, xx - j * s->dw + pw);
           size_t idx = (((size_t)n * s->C + c) * s->H + y) * s->W + xx;
           out[idx] = sum + (acc ? dx0[idx] : 0.0);
         }
@@ -289,19 +289,19 @@ static void ref_conv_backward_data(const cl_conv_shape *s, const float *dy, cons
 
 static void ref_conv_backward_filter(const cl_conv_shape *s, const float *dy, const float *x,
                                      const float *dw0, const float *db0, double *dw, double *db) {
-  int pad = s->k / 2;
+  int ph = s->dh * (s->kh - 1) / 2, pw = s->dw * (s->kw - 1) / 2;
   size_t P = (size_t)s->H * s->W;
   for (int o = 0; o < s->K; o++) {
     for (int c = 0; c < s->C; c++)
-      for (int i = 0; i < s->k; i++)
-        for (int j = 0; j < s->k; j++) {
+      for (int i = 0; i < s->kh; i++)
+        for (int j = 0; j < s->kw; j++) {
           double sum = 0.0;
           for (int n = 0; n < s->N; n++)
             for (int y = 0; y < s->H; y++)
               for (int xx = 0; xx < s->W; xx++)
                 sum += dy[((size_t)n * s->K + o) * P + (size_t)y * s->W + xx] *
-                       at_img(x, s->C, s->H, s->W, n, c, y + i - pad, xx + j - pad);
-          size_t idx = (((size_t)o * s->C + c) * s->k + i) * s->k + j;
+                       at_img(x, s->C, s->H, s->W, n, c, y + i * s->dh - ph, xx + j * s->dw - pw);
+          size_t idx = (((size_t)o * s->C + c) * s->kh + i) * s->kw + j;
           dw[idx] = dw0[idx] + sum;
         }
     double sum = 0.0;
@@ -331,13 +331,14 @@ static test_ws ws_make(cl_backend *be, const cl_conv_shape *s, int skew) {
 
 static void shape_name(char *buf, size_t len, const char *op, const cl_conv_shape *s,
                        const cl_backend *be, const char *extra) {
-  snprintf(buf, len, "%s N%d C%d K%d %dx%d k%d t%d %s %s", op, s->N, s->C, s->K, s->H, s->W, s->k,
+  snprintf(buf, len, "%s N%d C%d K%d %dx%d k%dx%d d%dx%d t%d %s %s", op, s->N, s->C, s->K, s->H,
+           s->W, s->kh, s->kw, s->dh, s->dw,
            be->n_threads, cl_cpu_gemm_name(cl_cpu_gemm_of(be)), extra);
 }
 
 static void conv_case_forward(cl_backend *be, const cl_conv_shape *s, int acc, int use_bias) {
   size_t nx = (size_t)s->N * s->C * s->H * s->W, ny = (size_t)s->N * s->K * s->H * s->W;
-  float *x = rand_floats(nx), *w = rand_floats((size_t)s->K * s->C * s->k * s->k);
+  float *x = rand_floats(nx), *w = rand_floats((size_t)s->K * s->C * s->kh * s->kw);
   float *b = rand_floats(s->K), *y = rand_floats(ny), *y0 = copy_floats(y, ny);
   double *ref = xmalloc(sizeof(double) * (ny ? ny : 1));
   ref_conv_forward(s, x, w, use_bias ? b : NULL, y0, acc, ref);
@@ -354,7 +355,7 @@ static void conv_case_forward(cl_backend *be, const cl_conv_shape *s, int acc, i
 
 static void conv_case_backward_data(cl_backend *be, const cl_conv_shape *s, int acc) {
   size_t nx = (size_t)s->N * s->C * s->H * s->W, ny = (size_t)s->N * s->K * s->H * s->W;
-  float *dy = rand_floats(ny), *w = rand_floats((size_t)s->K * s->C * s->k * s->k);
+  float *dy = rand_floats(ny), *w = rand_floats((size_t)s->K * s->C * s->kh * s->kw);
   float *dx = rand_floats(nx), *dx0 = copy_floats(dx, nx);
   double *ref = xmalloc(sizeof(double) * (nx ? nx : 1));
   ref_conv_backward_data(s, dy, w, dx0, acc, ref);
@@ -370,7 +371,7 @@ static void conv_case_backward_data(cl_backend *be, const cl_conv_shape *s, int 
 
 static void conv_case_backward_filter(cl_backend *be, const cl_conv_shape *s, int use_db) {
   size_t nx = (size_t)s->N * s->C * s->H * s->W, ny = (size_t)s->N * s->K * s->H * s->W;
-  size_t nw = (size_t)s->K * s->C * s->k * s->k;
+  size_t nw = (size_t)s->K * s->C * s->kh * s->kw;
   float *dy = rand_floats(ny), *x = rand_floats(nx);
   float *dw = rand_floats(nw), *db = rand_floats(s->K);
   float *dw0 = copy_floats(dw, nw), *db0 = copy_floats(db, s->K);
@@ -409,13 +410,19 @@ static void test_conv(void) {
    * kernels (few channels); N = 1 and N = 3, which do not share out evenly
    * over 2 threads; images smaller than the kernel; tutorial-sized images. */
   static const cl_conv_shape shapes[] = {
-      {3, 2, 5, 7, 4, 3, CL_F32},    {2, 1, 6, 6, 8, 3, CL_F32},     {4, 3, 7, 5, 2, 5, CL_F32},
-      {3, 5, 4, 9, 6, 1, CL_F32},    {4, 6, 8, 8, 20, 3, CL_F32},    {4, 20, 6, 5, 4, 3, CL_F32},
-      {1, 3, 5, 5, 4, 3, CL_F32},    {5, 1, 9, 4, 3, 5, CL_F32},     {2, 9, 24, 24, 12, 3, CL_F32},
-      {2, 4, 3, 3, 5, 5, CL_F32},    {4, 2, 1, 6, 3, 3, CL_F32},     {3, 17, 11, 13, 9, 1, CL_F32},
-      {3, 8, 7, 9, 24, 3, CL_F32},   {2, 40, 5, 6, 20, 1, CL_F32},   {2, 3, 6, 7, 18, 5, CL_F32},
-      {1, 10, 9, 8, 40, 3, CL_F32},  {1, 16, 24, 24, 64, 3, CL_F32}, {3, 1, 24, 24, 64, 3, CL_F32},
-      {2, 16, 24, 24, 4, 3, CL_F32}, {1, 16, 61, 60, 16, 3, CL_F32},
+      {3, 2, 5, 7, 4, 3, 3, 1, 1, CL_F32},    {2, 1, 6, 6, 8, 3, 3, 1, 1, CL_F32},     {4, 3, 7, 5, 2, 5, 5, 1, 1, CL_F32},
+      {3, 5, 4, 9, 6, 1, 1, 1, 1, CL_F32},    {4, 6, 8, 8, 20, 3, 3, 1, 1, CL_F32},    {4, 20, 6, 5, 4, 3, 3, 1, 1, CL_F32},
+      {1, 3, 5, 5, 4, 3, 3, 1, 1, CL_F32},    {5, 1, 9, 4, 3, 5, 5, 1, 1, CL_F32},     {2, 9, 24, 24, 12, 3, 3, 1, 1, CL_F32},
+      {2, 4, 3, 3, 5, 5, 5, 1, 1, CL_F32},    {4, 2, 1, 6, 3, 3, 3, 1, 1, CL_F32},     {3, 17, 11, 13, 9, 1, 1, 1, 1, CL_F32},
+      {3, 8, 7, 9, 24, 3, 3, 1, 1, CL_F32},   {2, 40, 5, 6, 20, 1, 1, 1, 1, CL_F32},   {2, 3, 6, 7, 18, 5, 5, 1, 1, CL_F32},
+      {1, 10, 9, 8, 40, 3, 3, 1, 1, CL_F32},  {1, 16, 24, 24, 64, 3, 3, 1, 1, CL_F32}, {3, 1, 24, 24, 64, 3, 3, 1, 1, CL_F32},
+      {2, 16, 24, 24, 4, 3, 3, 1, 1, CL_F32}, {1, 16, 61, 60, 16, 3, 3, 1, 1, CL_F32},
+      /* non-square kernels and dilation: kh != kw either way, 1 x k, dilation in one
+       * direction or both, a dilated extent larger than the image */
+      {3, 2, 6, 7, 4, 3, 5, 1, 1, CL_F32},   {2, 3, 7, 5, 6, 5, 1, 1, 1, CL_F32},
+      {2, 2, 8, 9, 4, 3, 3, 2, 2, CL_F32},   {3, 4, 7, 8, 3, 3, 5, 2, 1, CL_F32},
+      {2, 20, 9, 8, 24, 3, 3, 1, 3, CL_F32}, {2, 3, 4, 5, 20, 5, 3, 3, 2, CL_F32},
+      {1, 6, 12, 10, 8, 1, 3, 1, 4, CL_F32},
   };
   static const char *path_names[] = {"auto", "im2col+GEMM", "direct"};
   /* Automatic choice for every kind and thread count; each path forced for
@@ -444,7 +451,7 @@ static void test_conv(void) {
 static void test_conv_nested(void) {
   printf("-- convolutions inside a parallel region\n");
   cl_backend *be = make_backend(2, cl_cpu_gemm_best_internal());
-  static const cl_conv_shape shapes[] = {{4, 6, 8, 8, 20, 3, CL_F32}, {4, 20, 6, 5, 4, 3, CL_F32}};
+  static const cl_conv_shape shapes[] = {{4, 6, 8, 8, 20, 3, 3, 1, 1, CL_F32}, {4, 20, 6, 5, 4, 3, 3, 1, 1, CL_F32}};
   int before = n_failed, v = verbose;
   verbose = 0;
 #ifdef _OPENMP
@@ -465,17 +472,21 @@ static void test_conv_nested(void) {
 static void test_conv_errors(void) {
   printf("-- convolution errors\n");
   cl_backend *be = make_backend(2, cl_cpu_gemm_best_internal());
-  cl_conv_shape s = {2, 3, 4, 4, 5, 3, BAD_DTYPE};
+  cl_conv_shape s = {2, 3, 4, 4, 5, 3, 3, 1, 1, BAD_DTYPE};
   float dummy[1] = {0};
   be->err[0] = '\0';
   cl_status st = be->iface->conv_forward(be, &s, dummy, dummy, NULL, dummy, 0, dummy);
   check_true(st == CL_E_UNSUPPORTED && be->err[0] != '\0', "unknown dtype conv: %s (%s)",
              status_str(st), be->err);
   s.dtype = CL_F32;
-  s.k = 2;
+  s.kw = 2;
   st = be->iface->conv_forward(be, &s, dummy, dummy, NULL, dummy, 0, dummy);
   check_true(st == CL_E_INVALID, "even kernel rejected (%s)", be->err);
-  s.k = 3;
+  s.kw = 3;
+  s.dh = 0;
+  st = be->iface->conv_forward(be, &s, dummy, dummy, NULL, dummy, 0, dummy);
+  check_true(st == CL_E_INVALID, "dilation 0 rejected (%s)", be->err);
+  s.dh = 1;
   s.N = 0;
   st = be->iface->conv_backward_filter(be, &s, dummy, dummy, dummy, dummy, dummy);
   check_true(st == CL_OK, "N = 0 is a no-op");
@@ -870,7 +881,7 @@ static void test_half_conversions(void) {
 
 static void half_conv_forward(cl_backend *be, cl_conv_shape s, int acc) {
   size_t nx = (size_t)s.N * s.C * s.H * s.W, ny = (size_t)s.N * s.K * s.H * s.W;
-  float *x = rand_floats(nx), *w = rand_floats((size_t)s.K * s.C * s.k * s.k);
+  float *x = rand_floats(nx), *w = rand_floats((size_t)s.K * s.C * s.kh * s.kw);
   float *b = rand_floats(s.K), *y0 = rand_floats(ny);
   void *xs = to_dtype(s.dtype, x, nx), *ys = to_dtype(s.dtype, y0, ny);
   double *ref = xmalloc(sizeof(double) * ny);
@@ -889,7 +900,7 @@ static void half_conv_forward(cl_backend *be, cl_conv_shape s, int acc) {
 /* dy (and x) in dtype; dx, dw, dbias float32 as backend.h says. */
 static void half_conv_backward(cl_backend *be, cl_conv_shape s) {
   size_t nx = (size_t)s.N * s.C * s.H * s.W, ny = (size_t)s.N * s.K * s.H * s.W;
-  size_t nw = (size_t)s.K * s.C * s.k * s.k;
+  size_t nw = (size_t)s.K * s.C * s.kh * s.kw;
   float *x = rand_floats(nx), *dy = rand_floats(ny), *w = rand_floats(nw);
   float *dx = rand_floats(nx), *dw = rand_floats(nw), *db = rand_floats(s.K);
   float *dx0 = copy_floats(dx, nx), *dw0 = copy_floats(dw, nw), *db0 = copy_floats(db, s.K);
@@ -993,10 +1004,10 @@ static void half_mse(cl_backend *be, cl_dtype t) {
 static void test_half(void) {
   printf("-- float16 / bfloat16 storage\n");
   test_half_conversions();
-  static const cl_conv_shape shapes[] = {{3, 2, 5, 7, 4, 3, CL_F16},
-                                         {2, 9, 12, 10, 24, 3, CL_F16},
-                                         {3, 17, 11, 13, 9, 1, CL_F16},
-                                         {2, 3, 6, 7, 18, 5, CL_F16}};
+  static const cl_conv_shape shapes[] = {{3, 2, 5, 7, 4, 3, 3, 1, 1, CL_F16},
+                                         {2, 9, 12, 10, 24, 3, 3, 1, 1, CL_F16},
+                                         {3, 17, 11, 13, 9, 1, 1, 1, 1, CL_F16},
+                                         {2, 3, 6, 7, 18, 5, 5, 1, 1, CL_F16}};
   for (int kind = CL_CPU_GEMM_GENERIC; kind <= CL_CPU_GEMM_AVX512; kind++) {
     if (!cl_cpu_gemm_available((cl_cpu_gemm_kind)kind)) continue;
     cl_backend *be = make_backend(2, (cl_cpu_gemm_kind)kind);

@@ -265,10 +265,11 @@ static bool test_host_stage(cl_backend *be) {
  * db = sum dy -- by scattering over the forward's index set. */
 static void conv_ref(const cl_conv_shape *s, const float *x, const float *w, const float *b,
                      const float *dy, double *y, double *dx, double *dw, double *db) {
-  const int N = s->N, C = s->C, H = s->H, W = s->W, K = s->K, k = s->k, p = k / 2;
+  const int N = s->N, C = s->C, H = s->H, W = s->W, K = s->K, kh = s->kh, kw = s->kw;
+  const int ph = s->dh * (kh - 1) / 2, pw = s->dw * (kw - 1) / 2;
   memset(y, 0, sizeof(double) * N * K * H * W);
   memset(dx, 0, sizeof(double) * N * C * H * W);
-  memset(dw, 0, sizeof(double) * K * C * k * k);
+  memset(dw, 0, sizeof(double) * K * C * kh * kw);
   memset(db, 0, sizeof(double) * K);
   for (int n = 0; n < N; n++)
     for (int o = 0; o < K; o++)
@@ -278,12 +279,12 @@ static void conv_ref(const cl_conv_shape *s, const float *x, const float *w, con
           y[yi] = b ? b[o] : 0.0;
           db[o] += dy[yi];
           for (int c = 0; c < C; c++)
-            for (int i = 0; i < k; i++)
-              for (int j = 0; j < k; j++) {
-                const int hi = ho + i - p, wi = wo + j - p;
+            for (int i = 0; i < kh; i++)
+              for (int j = 0; j < kw; j++) {
+                const int hi = ho + i * s->dh - ph, wi = wo + j * s->dw - pw;
                 if (hi < 0 || hi >= H || wi < 0 || wi >= W) continue;
                 const size_t xi = (((size_t)n * C + c) * H + hi) * W + wi;
-                const size_t wk = (((size_t)o * C + c) * k + i) * k + j;
+                const size_t wk = (((size_t)o * C + c) * kh + i) * kw + j;
                 y[yi] += (double)x[xi] * w[wk];
                 dx[xi] += (double)dy[yi] * w[wk];
                 dw[wk] += (double)dy[yi] * x[xi];
@@ -303,10 +304,11 @@ static bool test_conv(cl_backend *be, cl_conv_shape s, int accumulate, int with_
   const cl_dtype t = s.dtype;
   const size_t es = cl_dtype_size(t);
   const size_t nx = (size_t)s.N * s.C * s.H * s.W, ny = (size_t)s.N * s.K * s.H * s.W;
-  const size_t nw = (size_t)s.K * s.C * s.k * s.k, nb = (size_t)s.K;
+  const size_t nw = (size_t)s.K * s.C * s.kh * s.kw, nb = (size_t)s.K;
   char label[160];
-  snprintf(label, sizeof label, "conv %s N%d C%d %dx%d K%d k%d acc%d bias%d%s%s", dtype_str(t),
-           s.N, s.C, s.H, s.W, s.K, s.k, accumulate, with_bias, offset ? " off+1" : "", tag);
+  snprintf(label, sizeof label, "conv %s N%d C%d %dx%d K%d k%dx%d d%dx%d acc%d bias%d%s%s",
+           dtype_str(t), s.N, s.C, s.H, s.W, s.K, s.kh, s.kw, s.dh, s.dw, accumulate, with_bias,
+           offset ? " off+1" : "", tag);
 
   float *x = (float *)malloc(nx * 4), *dy = (float *)malloc(ny * 4), *w = (float *)malloc(nw * 4);
   float *b = (float *)malloc(nb * 4), *y0 = (float *)malloc(ny * 4), *dx0 = (float *)malloc(nx * 4);
@@ -624,7 +626,7 @@ static bool test_conversions(cl_backend *be, cl_dtype t) {
     if (u == 0x80000000u) u = 0; /* 0 + -0 is +0: the sum would not carry -0 through */
     memcpy(&b[i], &u, 4);
   }
-  cl_conv_shape s = {1, 1, 1, 1, (int)n, 1, t};
+  cl_conv_shape s = {1, 1, 1, 1, (int)n, 1, 1, 1, 1, t};
   char label[120];
   snprintf(label, sizeof label, "float32 -> %s rounding on the device, %zu values", dtype_str(t),
            n);
@@ -870,22 +872,24 @@ int main(void) {
   test_host_stage(be);
 
   const cl_dtype types[3] = {CL_F32, CL_F16, CL_BF16};
-  /* N, C, H, W, K, k */
-  const int shapes[][6] = {
-      {2, 3, 5, 7, 4, 1}, {3, 5, 6, 9, 8, 3}, {2, 4, 7, 5, 6, 5}, {4, 17, 12, 10, 32, 3}};
+  /* N, C, H, W, K, kh, kw, dh, dw: square kernels, then non-square and dilated */
+  const int shapes[][9] = {{2, 3, 5, 7, 4, 1, 1, 1, 1},     {3, 5, 6, 9, 8, 3, 3, 1, 1},
+                           {2, 4, 7, 5, 6, 5, 5, 1, 1},     {4, 17, 12, 10, 32, 3, 3, 1, 1},
+                           {3, 2, 6, 7, 4, 3, 5, 1, 1},     {2, 3, 8, 9, 4, 3, 3, 2, 2},
+                           {2, 20, 9, 8, 24, 5, 3, 1, 3}};
   for (int ti = 0; ti < 3; ti++)
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
       for (int acc = 0; acc < 2; acc++)
         for (int bias = 0; bias < 2; bias++) {
-          cl_conv_shape cs = {shapes[si][0], shapes[si][1], shapes[si][2], shapes[si][3],
-                              shapes[si][4], shapes[si][5], types[ti]};
+          const int *d = shapes[si];
+          cl_conv_shape cs = {d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], types[ti]};
           test_conv(be, cs, acc, bias);
         }
 
   /* the core's per-step slices: activations one element past an aligned
    * start (forward and backward data accumulate into such slices) */
   for (int ti = 0; ti < 3; ti++) {
-    cl_conv_shape c1 = {3, 5, 6, 9, 8, 3, types[ti]}, c2 = {4, 17, 12, 10, 32, 3, types[ti]};
+    cl_conv_shape c1 = {3, 5, 6, 9, 8, 3, 3, 1, 1, types[ti]}, c2 = {4, 17, 12, 10, 32, 3, 3, 1, 1, types[ti]};
     test_conv(be, c1, 1, 1, "", 1);
     test_conv(be, c2, 0, 0, "", 1);
   }
@@ -911,7 +915,7 @@ int main(void) {
   } else {
     for (int ti = 1; ti < 3; ti++)
       for (int acc = 0; acc < 2; acc++) {
-        cl_conv_shape c1 = {5, 3, 6, 9, 8, 3, types[ti]}, c2 = {4, 17, 12, 10, 32, 3, types[ti]};
+        cl_conv_shape c1 = {5, 3, 6, 9, 8, 3, 3, 1, 1, types[ti]}, c2 = {4, 17, 12, 10, 32, 3, 3, 1, 1, types[ti]};
         test_conv(sliced, c1, acc, 1, " [dx slices]");
         test_conv(sliced, c2, acc, 0, " [dx slices]");
       }
@@ -929,7 +933,7 @@ int main(void) {
     printf("      %s\n", err);
   } else {
     for (int ti = 0; ti < 3; ti++) {
-      cl_conv_shape c1 = {3, 5, 6, 9, 8, 3, types[ti]}, c2 = {2, 4, 7, 5, 6, 5, types[ti]};
+      cl_conv_shape c1 = {3, 5, 6, 9, 8, 3, 3, 1, 1, types[ti]}, c2 = {2, 4, 7, 5, 6, 5, 5, 1, 1, types[ti]};
       test_conv(timed, c1, 1, 1, " [cudnnFind]");
       test_conv(timed, c2, 0, 1, " [cudnnFind]");
     }
@@ -969,11 +973,11 @@ int main(void) {
   test_sgd(be, 300001, 0.9f, 0.01f);
 
   /* a bad shape is refused with a message, and the backend stays usable */
-  cl_conv_shape bad = {1, 1, 4, 4, 1, 2, CL_F32};
+  cl_conv_shape bad = {1, 1, 4, 4, 1, 2, 2, 1, 1, CL_F32};
   expect(be->iface->conv_forward(be, &bad, NULL, NULL, NULL, NULL, 0, NULL) == CL_E_INVALID,
          "even kernel size -> CL_E_INVALID");
   /* half types need the workspace for their cast weights: refused without it */
-  cl_conv_shape hs = {1, 2, 4, 4, 4, 3, CL_F16};
+  cl_conv_shape hs = {1, 2, 4, 4, 4, 3, 3, 1, 1, CL_F16};
   expect(be->iface->conv_forward(be, &hs, NULL, NULL, NULL, NULL, 0, NULL) == CL_E_INTERNAL,
          "float16 forward without a workspace -> CL_E_INTERNAL");
   expect(be->iface->conv_backward_data(be, &hs, NULL, NULL, NULL, 0, NULL) == CL_E_INTERNAL,

@@ -32,6 +32,13 @@ random_case <- function(i) {
     case$outputs <- sample(c("all", "last_state"), 1)
   }
   case$state <- sample(c("zero", "given", if (case$training) "carry"), 1)
+  # non-square kernels and dilation in a third of the cases
+  case$kernel_widths <- case$kernel_sizes
+  case$dilation <- rep(1, L)
+  if (runif(1) < 1 / 3) {
+    case$kernel_widths <- sample(c(1, 3, 5), L, replace = TRUE)
+    case$dilation <- sample(1:3, L, replace = TRUE)
+  }
   case
 }
 
@@ -53,8 +60,9 @@ describe_case <- function(case) {
 }
 
 run_case <- function(case) {
-  model <- est_model(case$input_dim, case$hidden_dims, case$kernel_sizes, bias = case$bias,
-                     dtype = case$dtype)
+  model <- est_model(case$input_dim, case$hidden_dims,
+                     Map(c, case$kernel_sizes, case$kernel_widths), bias = case$bias,
+                     dtype = case$dtype, dilation = as.list(case$dilation))
   on.exit(convlstm_release(model))
   C_out <- case$hidden_dims[[length(case$hidden_dims)]]
   x <- array(runif(case$B * case$T * case$input_dim * case$H * case$W, -1, 1),
@@ -105,11 +113,14 @@ test_that("measured peaks equal the estimate to the byte over 60 random cases", 
                       if (case$tbptt > 0) "tbptt", if (case$accumulation_steps > 1) "accumulation")
     }
     techniques <- c(techniques, case$dtype, if (!case$training) case$outputs,
-                    paste0("state_", case$state))
+                    paste0("state_", case$state),
+                    if (any(case$dilation > 1)) "dilated",
+                    if (any(case$kernel_widths != case$kernel_sizes)) "non-square")
   }
   # the draw covers every option
   expect_true(all(c("checkpoint", "tbptt", "accumulation", "float32", "float16", "bfloat16",
-                    "all", "last_state", "state_zero", "state_given", "state_carry")
+                    "all", "last_state", "state_zero", "state_given", "state_carry", "dilated",
+                    "non-square")
                   %in% techniques))
   expect_gt(n_training, 30)
 })
