@@ -218,6 +218,14 @@ bad_input_cases <- list(
   list("accumulation_steps above batch", quote(train_step(m, x, y, opt, accumulation_steps = 5)),
        "`accumulation_steps`"),
   list("tbptt fractional", quote(train_step(m, x, y, opt, tbptt = 1.5)), "`tbptt`"),
+  # ---- moving_digits() ----
+  list("moving_digits n zero", quote(moving_digits(n = 0)), "`n`"),
+  list("moving_digits size too small", quote(moving_digits(size = 4)), "`size`"),
+  list("moving_digits horizon = seq_len", quote(moving_digits(seq_len = 3, horizon = 3)),
+       "`horizon`"),
+  list("moving_digits scale too large", quote(moving_digits(size = 16, scale = 3)), "`scale`"),
+  list("moving_digits speed negative", quote(moving_digits(speed = -1)), "`speed`"),
+  list("moving_digits seed text", quote(moving_digits(n = 1, seed = "a")), "`seed`"),
   # ---- initial and carried state ----
   list("state not a list", quote(m(x, state = 1)), "`state`"),
   list("state one layer short", quote(m(x, state = st[1])), "`state`"),
