@@ -28,7 +28,7 @@ fixture_state <- function(fx) {
 time_slice <- function(a, t) a[, t, , , , drop = FALSE]
 
 for (device in forecast_devices) {
-  for (name in c("state_given", "state_given_sequence")) {
+  for (name in c("state_given", "given_seq")) {
     fx <- forecast_fixture(name)
     cfg <- fx$config
     label <- paste(name, device)
@@ -89,7 +89,7 @@ for (device in forecast_devices) {
     })
   }
 
-  for (name in c("carry", "carry_last_state")) {
+  for (name in c("carry", "carry_last")) {
     fx <- forecast_fixture(name)
     cfg <- fx$config
     label <- paste(name, device)
