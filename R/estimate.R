@@ -49,9 +49,12 @@
 #'   layer, under `states`); or `"carry"` (training only), the state
 #'   `train_step(state = "carry")` keeps in the model (`carried_state`,
 #'   under `states`). A model that carries a state has it in every plan.
-#' @param horizon For an inference estimate: `0`, or the frames a forecast
+#' @param horizon `0`, or for an inference estimate the frames a forecast
 #'   `predict(model, x, horizon = )` rolls on after `seq_len` steps (planned
-#'   as `frames`, under `activations`, with only the running states kept).
+#'   as `frames`, under `activations`, with only the running states kept);
+#'   for a training estimate the frames `train_step(..., horizon = )` trains
+#'   with teacher forcing after `seq_len` input steps (a step over `seq_len +
+#'   horizon - 1` steps).
 #' @return A data frame of class `convlstm_memory_estimate` with columns
 #'   `category` and `bytes`: one row per category (`parameters`,
 #'   `gradients`, `optimizer`, `activations`, `states`, `workspace`,
@@ -96,11 +99,9 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
   }
   horizon <- check_count(horizon, "horizon", min = 0)
   if (horizon > 0) {
-    if (training) {
-      abort_convlstm("`horizon` applies to inference estimates (training = FALSE) only.",
-                     call = sys.call())
-    }
     check_horizon(horizon, c_model_config(ptr), call = sys.call())
+    if (training) shape[[2]] <- shape[[2]] + horizon - 1L # x, then the true frames
+    if (shape[[2]] > .Machine$integer.max) abort_arg("horizon", "smaller", horizon, sys.call())
   }
   options <- check_step_options(checkpoint, accumulation_steps, tbptt,
                                 outputs = if (training) "all" else outputs, dtype = dtype,

@@ -51,6 +51,16 @@
 #'   TRUE`, for a long sequence cut into consecutive chunks. The batch size
 #'   and frame size must stay the same while a state is carried;
 #'   [reset_state()] forgets it. A data set `x` takes `NULL` or `"carry"`.
+#' @param horizon `NULL`, or train the forecast of `horizon` frames with
+#'   teacher forcing: `y` is `[batch, horizon, channels, height, width]`,
+#'   the frames that follow `x`; the model reads `x` and then the true frames
+#'   `y[, 1:(horizon - 1)]` (not its own predictions), and the loss is the
+#'   mean squared error of its last `horizon` outputs against `y` -- what
+#'   [predict()] with `horizon` forecasts when the fed-back frames are right.
+#'   Needs the last layer's hidden size to equal `input_dim`; `target` must
+#'   be `"sequence"`. Arrays only, not data sets.
+#' @param teacher_forcing Must be `TRUE` with a `horizon`: training through
+#'   the model's own fed-back frames is not implemented yet.
 #' @return The loss before the update (a number): the mean squared error
 #'   over the whole batch.
 #' @seealso [convlstm_fit()] for the loop over epochs and batches;
@@ -71,12 +81,15 @@
 #' convlstm_release(model)
 train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "sequence"),
                        checkpoint = 0, accumulation_steps = 1, tbptt = 0, rows = NULL,
-                       state = NULL) {
+                       state = NULL, horizon = NULL, teacher_forcing = TRUE) {
   if (is_convlstm_data(x)) {
     # train_step(model, data, opt): the optimizer given where y would be
     if (missing(optimizer) && inherits(y, "convlstm_optimizer")) {
       optimizer <- y
       y <- NULL
+    }
+    if (!is.null(horizon)) {
+      abort_arg("horizon", "NULL when `x` is a data set", horizon, sys.call())
     }
     return(train_step_data(model, x, y, optimizer, target, !missing(target), checkpoint,
                            accumulation_steps, tbptt, rows, state, call = sys.call()))
@@ -88,10 +101,18 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
   ptr <- model_ptr(model)
   config <- model_config(model)
   x <- check_input(x, config, "x")
-  target <- check_choice(target, c("last_state", "sequence"), "target")
-  y <- check_target_array(y, dim(x), config, target, "y")
+  if (!is.null(horizon)) {
+    tf <- teacher_forced(x, y, horizon, teacher_forcing, missing(target), target, config)
+    x <- tf$x
+    y <- tf$y
+    target <- "sequence"
+  } else {
+    target <- check_choice(target, c("last_state", "sequence"), "target")
+    y <- check_target_array(y, dim(x), config, target, "y")
+  }
   optimizer <- check_optimizer(optimizer)
   state <- state_option(state, config, dim(x))
+  state$horizon <- if (is.null(horizon)) 0L else dim(y)[[2]]
   options <- check_step_options(checkpoint, accumulation_steps, tbptt, batch_size = dim(x)[[1]],
                                 state = state)
   c_train_step(ptr, x, y, target, optimizer, options)
@@ -289,3 +310,32 @@ watch_skips <- function(ptr, loss) {
   loss
 }
 
+
+# Teacher forcing over a horizon of K frames: x followed by the true frames
+# y[, 1:(K - 1)], whose last K outputs are trained against y. Returns
+# list(x, y), checked.
+teacher_forced <- function(x, y, horizon, teacher_forcing, target_missing, target, config,
+                           call = sys.call(-1)) {
+  K <- check_horizon(horizon, config, call = call)
+  if (!isTRUE(teacher_forcing)) {
+    abort_convlstm(paste0(
+      "`teacher_forcing = FALSE` (training through the model's own fed-back frames) is not ",
+      "implemented yet; use teacher_forcing = TRUE."), status = "unsupported", call = call)
+  }
+  if (!target_missing && !identical(target, "sequence")) {
+    abort_arg("target", '"sequence" with a `horizon`', target, call)
+  }
+  xd <- dim(x)
+  y <- check_array(y, "y", 5, call = call)
+  want <- c(xd[[1]], K, config$input_dim, xd[[4]], xd[[5]])
+  if (!identical(as.integer(dim(y)), as.integer(want))) {
+    abort_convlstm(sprintf(
+      "`y` must have dim %s (the %d frames that follow `x`), not %s.", format_dims(want), K,
+      format_dims(dim(y))), call = call)
+  }
+  if (K == 1) return(list(x = x, y = y))
+  xx <- array(0, c(xd[[1]], xd[[2]] + K - 1L, xd[-(1:2)]))
+  xx[, seq_len(xd[[2]]), , , ] <- x
+  xx[, xd[[2]] + seq_len(K - 1L), , , ] <- y[, seq_len(K - 1L), , , , drop = FALSE]
+  list(x = xx, y = y)
+}

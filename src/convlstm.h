@@ -187,7 +187,11 @@ typedef struct cl_step_options {
                              layer's h) fed back as the next input; needs the
                              last layer's hidden size == input_dim. Keeps
                              only the last states and the frames
-                             (cl_model_read_frames). */
+                             (cl_model_read_frames).
+                             train_step, teacher forcing: x holds the input
+                             frames followed by the first K - 1 true frames
+                             and the target (CL_TARGET_SEQUENCE) y
+                             [B, K, C, H, W] is the last K steps' output. */
   cl_state_mode state_mode;
   /* CL_STATE_GIVEN: 2 * n_layers arrays, h then c of layer 0, then of layer
    * 1, ..., each [B, hidden_l, H, W]; a constant (no gradient flows into

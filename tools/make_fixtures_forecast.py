@@ -18,6 +18,10 @@ Records beyond make_fixtures.py's:
                 zeros); adam_params after them.
   rollout:      config horizon <K>; tensors frames (the rollout of x),
                 frames_from_state (the rollout of x from state_h/ state_c/).
+  teacher:      config horizon <K>; y [B, K, C, H, W] the frames after x;
+                each step reads cat(x, y[:, :K-1]) and its loss is the MSE of
+                the last layer's last K outputs against y (teacher forcing);
+                grad/ of the first step, adam_losses, adam_params/.
 """
 
 import os
@@ -48,6 +52,8 @@ CONFIGS = [
          chunk=3),
     dict(name="rollout", kind="rollout", input_dim=2, hidden_dims=[4, 2], kernel_sizes=[3, 3],
          bias=True, B=2, T=3, H=6, W=5, target="last_state", weight_decay=0.0, horizon=4),
+    dict(name="teacher", kind="teacher", input_dim=2, hidden_dims=[3, 2], kernel_sizes=[3, 3],
+         bias=True, B=2, T=3, H=5, W=4, target="sequence", weight_decay=0.0, horizon=3),
 ]
 
 
@@ -119,6 +125,38 @@ def carry(cfg, model, w, x, y):
     return chunk, keep
 
 
+def teacher_loss(model, x, y):
+    K = y.shape[1]
+    out = model(torch.cat([x, y[:, :K - 1]], dim=1))[0][-1]
+    return F.mse_loss(out[:, -K:], y)
+
+
+def teacher(cfg, model, w, x):
+    K = cfg["horizon"]
+    y = torch.rand(cfg["B"], K, cfg["input_dim"], cfg["H"], cfg["W"])
+    w.tensor("y_frames", y)
+    opt = torch.optim.Adam(model.parameters(), lr=ADAM_LR, weight_decay=cfg["weight_decay"])
+    losses, ratio = [], float("inf")
+    for step in range(ADAM_STEPS):
+        opt.zero_grad()
+        loss = teacher_loss(model, x, y)
+        loss.backward()
+        if step == 0:
+            for k, p in model.named_parameters():
+                w.tensor("grad/" + k, p.grad)
+        ratio = min(ratio, smallest_gradient(model, cfg["weight_decay"]))
+        opt.step()
+        losses.append(loss.item())
+    if ratio < MIN_GRAD_RATIO:
+        return None
+    w.info("adam_min_grad_ratio", "%.3e" % ratio)
+    w.tensor("adam_losses", torch.tensor(losses))
+    for name, v in model.state_dict().items():
+        w.tensor("adam_params/" + name, v)
+    w.close()
+    return "teacher-forced adam losses " + " ".join("%.5f" % l for l in losses)
+
+
 def make(cfg, root, seed):
     torch.manual_seed(seed)
     model = ConvLSTM(cfg["input_dim"], cfg["hidden_dims"], cfg["kernel_sizes"], cfg["bias"])
@@ -149,6 +187,8 @@ def make(cfg, root, seed):
         w.close()
         return "rollout of %d frames" % cfg["horizon"]
 
+    if cfg["kind"] == "teacher":
+        return teacher(cfg, model, w, x)
     keep = None
     if cfg["kind"] == "state_given":
         batch = state_given(cfg, model, w, x, y)

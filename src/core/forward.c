@@ -139,10 +139,11 @@ cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training,
                            const cl_step_options *opts) {
   m->err[0] = '\0';
   CL_TRY(cl_check_sequence(m, x, "x", m->cfg.input_dim));
-  if (training && opts && (opts->checkpoint || opts->tbptt || opts->accumulation_steps > 1))
+  if (training && opts &&
+      (opts->checkpoint || opts->tbptt || opts->accumulation_steps > 1 || opts->horizon))
     return cl_fail(m, CL_E_INVALID,
-                   "checkpoint, tbptt and accumulation_steps apply to train_step, not to a "
-                   "forward pass followed by a separate backward");
+                   "checkpoint, tbptt, accumulation_steps and a training horizon apply to "
+                   "train_step, not to a forward pass followed by a separate backward");
   if (opts && opts->state_mode == CL_STATE_CARRY)
     return cl_fail(m, CL_E_INVALID, "state = \"carry\" applies to train_step only");
   int B = x->dims[0], T = x->dims[1];

@@ -31,8 +31,9 @@ cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
     return cl_fail(m, CL_E_INVALID, "unknown state mode %d", (int)o->state_mode);
   if (o->state_mode == CL_STATE_CARRY && !training)
     return cl_fail(m, CL_E_INVALID, "state = \"carry\" applies to train_step only");
-  if (o->horizon < 0 || (o->horizon > 0 && training))
-    return cl_fail(m, CL_E_INVALID, "horizon must be >= 0, and applies to inference only");
+  if (o->horizon < 0 || (training && o->horizon > T))
+    return cl_fail(m, CL_E_INVALID, "horizon must be >= 0 and, in training, at most the %d steps",
+                   T);
   if (o->horizon > 0 && m->layer[m->cfg.n_layers - 1].hidden != m->cfg.input_dim)
     return cl_fail(m, CL_E_INVALID,
                    "horizon: the last layer's hidden size (%d) must equal the input channels "
@@ -47,8 +48,8 @@ cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
   g->S = T;
   g->nseg = 1;
   g->state = o->state_mode;
+  g->horizon = o->horizon; /* training: the target is the last `horizon` steps */
   if (!training) {
-    g->horizon = o->horizon;
     g->outputs = o->horizon ? CL_OUTPUTS_LAST : o->outputs; /* the frames are the output */
     return CL_OK;
   }
@@ -196,7 +197,7 @@ static void plan_inference(plan_builder *b, const struct cl_model *m, const cl_g
   add(b, CL_BUF_GATES, -1, CL_MEM_WORKSPACE, nbytes(b, e, B, 4 * (size_t)max_hidden(m), P, 1),
       "gates");
   int all = g->outputs == CL_OUTPUTS_ALL;
-  if (g->horizon > 0)
+  if (g->horizon > 0) /* inference only: in training the target fills d_hidden */
     add(b, CL_BUF_FRAMES, -1, CL_MEM_ACTIVATIONS,
         nbytes(b, e, (size_t)g->horizon, B, (size_t)m->cfg.input_dim, P), "frames");
   for (int l = 0; l < m->cfg.n_layers; l++) {

@@ -42,10 +42,13 @@ static int seg_len(const cl_geom *g, int s) {
   return left < g->S ? left : g->S;
 }
 
-/* Share of the whole batch's loss elements held by b sequences, len steps. */
-static double share_of(const cl_geom *g, cl_target tg, int b, int len) {
-  if (tg == CL_TARGET_SEQUENCE) return ((double)b * len) / ((double)g->B * g->T);
-  return (double)b / g->B;
+/* Share of the whole batch's loss elements held by b sequences, steps t0 ..
+ * t0 + len - 1 (with a horizon, only its last steps have a target). */
+static double share_of(const cl_geom *g, cl_target tg, int b, int t0, int len) {
+  if (tg != CL_TARGET_SEQUENCE) return (double)b / g->B;
+  int first = g->horizon ? g->T - g->horizon : 0, from = t0 > first ? t0 : first;
+  int steps = t0 + len > from ? t0 + len - from : 0;
+  return ((double)b * steps) / ((double)g->B * (g->T - first));
 }
 
 /* Pointers to checkpoint slot s of every layer, for b sequences. */
@@ -91,7 +94,7 @@ static cl_status run_segments(cl_model *m, const cl_source *x, const cl_source *
     if (!last) /* recompute what the later segments overwrote */
       CL_TRY(cl_forward_segment(m, b, len, xs, sh, sc));
     double part;
-    CL_TRY(cl_loss_segment(m, y, tg, b0, b, s * g->S, len, share_of(g, tg, b, len), ls, 1, &part));
+    CL_TRY(cl_loss_segment(m, y, tg, b0, b, s * g->S, len, share_of(g, tg, b, s * g->S, len), ls, 1, &part));
     *loss += part;
     CL_TRY(cl_backward_segment(m, b, len, xs, sh, sc, last, !last, s > 0));
   }
@@ -119,7 +122,7 @@ static cl_status run_windows(cl_model *m, const cl_source *x, const cl_source *y
     CL_TRY(cl_forward_segment(m, b, len, st->x, sh, sc));
     if (tg == CL_TARGET_SEQUENCE || w == nwin - 1) {
       double part;
-      CL_TRY(cl_loss_segment(m, y, tg, b0, b, t0, len, share_of(g, tg, b, len), ls, 1, &part));
+      CL_TRY(cl_loss_segment(m, y, tg, b0, b, t0, len, share_of(g, tg, b, t0, len), ls, 1, &part));
       *loss += part;
       CL_TRY(cl_backward_segment(m, b, len, st->x, sh, sc, 1, 0, 0));
     }
@@ -199,7 +202,10 @@ cl_status cl_model_train_step(cl_model *m, const cl_host_array *x, const cl_host
   CL_TRY(cl_check_optim(m, opt));
   CL_TRY(cl_check_sequence(m, x, "x", m->cfg.input_dim));
   int B = x->dims[0], T = x->dims[1], H = x->dims[3], W = x->dims[4];
-  CL_TRY(cl_check_target(m, y, target, "y", B, T, H, W));
+  int K = opts ? opts->horizon : 0;
+  if (K > 0 && target != CL_TARGET_SEQUENCE)
+    return cl_fail(m, CL_E_INVALID, "a training horizon needs the target \"sequence\"");
+  CL_TRY(cl_check_target(m, y, target, "y", B, K > 0 && K <= T ? K : T, H, W));
   cl_source xs = cl_source_host(x), ys = cl_source_host(y);
   return cl_train_sources(m, &xs, &ys, target, B, T, H, W, opt, opts, loss);
 }
@@ -210,6 +216,8 @@ cl_status cl_train_sources(cl_model *m, const cl_source *x, const cl_source *y, 
   cl_geom g;
   CL_TRY(cl_geom_make(m, B, T, H, W, 1, opts, &g));
   CL_TRY(cl_state_check(m, opts, B, H, W));
+  if (g.horizon && !x->host)
+    return cl_fail(m, CL_E_INVALID, "a training horizon applies to arrays, not to data sets");
   m->phase = CL_PHASE_NONE;
   /* every model buffer before the step's arena, so that nothing is
    * allocated once the step has begun; a state made for a step that fails

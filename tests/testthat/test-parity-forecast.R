@@ -202,3 +202,50 @@ for (device in forecast_devices) {
     convlstm_release(model)
   })
 }
+
+for (device in forecast_devices) {
+  fx <- forecast_fixture("teacher")
+  cfg <- fx$config
+  label <- paste("teacher", device)
+  y <- fx$tensors$y_frames
+  schedules <- list(plain = list(), checkpoint = list(checkpoint = 2),
+                    accumulation = list(accumulation_steps = 2))
+
+  for (sched in names(schedules)) {
+    test_that(sprintf("teacher-forced horizon training matches PyTorch [%s, %s]", label, sched), {
+      model <- forecast_model(fx, device)
+      opt <- optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
+      losses <- numeric(cfg$adam_steps)
+      for (i in seq_len(cfg$adam_steps)) {
+        losses[[i]] <- do.call(train_step, c(list(model, fx$tensors$x, y, opt,
+                                                  horizon = cfg$horizon), schedules[[sched]]))
+        if (i == 1) {
+          g <- gradients(model)
+          for (k in names(g)) {
+            expect_close(g[[k]], fx$tensors[[paste0("grad/", k)]], rel = REL,
+                         label = paste(label, sched, "grad", k))
+          }
+        }
+      }
+      expect_close(losses, fx$tensors$adam_losses, rel = REL, label = paste(label, sched, "losses"))
+      after <- state_dict(model)
+      for (k in names(after)) {
+        expect_close(after[[k]], fx$tensors[[paste0("adam_params/", k)]], rel = REL,
+                     label = paste(label, sched, "params", k))
+      }
+      convlstm_release(model)
+    })
+  }
+
+  test_that(sprintf("teacher-forced training is planned to the byte [%s]", label), {
+    model <- forecast_model(fx, device)
+    opt <- optimizer_adam()
+    est <- memory_estimate(model, cfg$B, cfg$T, cfg$H, cfg$W, horizon = cfg$horizon,
+                           optimizer = opt)
+    train_step(model, fx$tensors$x, y, opt, horizon = cfg$horizon)
+    s <- memory_stats(model)
+    measured <- stats::setNames(s$by_category$peak, s$by_category$category)
+    expect_identical(measured, estimate_bytes(est)[names(measured)])
+    convlstm_release(model)
+  })
+}
