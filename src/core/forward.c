@@ -215,7 +215,9 @@ cl_status cl_model_read_state(cl_model *m, int layer, int which, cl_host_array *
   CL_TRY(check_read(m, layer, out, 4));
   const cl_geom *g = &m->step.g;
   size_t bh = (size_t)g->B * m->layer[layer].hidden * g->H * g->W;
-  int last = g->T - 1 + (g->horizon > 0 ? g->horizon - 1 : 0); /* after the rollout */
+  /* an inference rollout ran horizon - 1 steps after x (a training horizon
+   * is inside T already) */
+  int last = g->T - 1 + (!g->training && g->horizon > 0 ? g->horizon - 1 : 0);
   size_t slot;
   if (g->training) /* a whole-sequence training forward keeps every step */
     slot = (size_t)last;

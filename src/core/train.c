@@ -94,7 +94,8 @@ static cl_status run_segments(cl_model *m, const cl_source *x, const cl_source *
     if (!last) /* recompute what the later segments overwrote */
       CL_TRY(cl_forward_segment(m, b, len, xs, sh, sc));
     double part;
-    CL_TRY(cl_loss_segment(m, y, tg, b0, b, s * g->S, len, share_of(g, tg, b, s * g->S, len), ls, 1, &part));
+    double share = share_of(g, tg, b, s * g->S, len);
+    CL_TRY(cl_loss_segment(m, y, tg, b0, b, s * g->S, len, share, ls, 1, &part));
     *loss += part;
     CL_TRY(cl_backward_segment(m, b, len, xs, sh, sc, last, !last, s > 0));
   }
