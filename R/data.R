@@ -96,7 +96,7 @@ check_rows <- function(rows, n, call = sys.call(-1)) {
 # train_step() on a data set: y must not be given (the targets are in the
 # data set); a target given explicitly must be the data set's.
 train_step_data <- function(model, data, y, optimizer, target, target_given, checkpoint,
-                            accumulation_steps, tbptt, rows, call) {
+                            accumulation_steps, tbptt, rows, state, call) {
   ptr <- model_ptr(model, call = call)
   if (!is.null(y)) {
     abort_convlstm(paste0(
@@ -114,8 +114,12 @@ train_step_data <- function(model, data, y, optimizer, target, target_given, che
   }
   rows <- check_rows(rows, data$n, call = call)
   optimizer <- check_optimizer(optimizer)
+  if (!is.null(state) && !identical(state, "carry")) {
+    abort_arg("state", 'NULL or "carry" when `x` is a data set', state, call)
+  }
+  state <- list(mode = if (is.null(state)) "zero" else "carry", arrays = NULL)
   options <- check_step_options(checkpoint, accumulation_steps, tbptt, batch_size = length(rows),
-                                call = call)
+                                state = state, call = call)
   c_train_step_data(ptr, data$ptr, rows, optimizer, options)
 }
 

@@ -44,6 +44,17 @@
 #' @param outputs For an inference estimate: `"all"` keeps every layer's
 #'   output sequence (as `model(x)`), `"last_state"` only the last states
 #'   (as `predict(what = "last_state")`).
+#' @param state Where the step starts: `"zero"`; `"given"`, an initial
+#'   state passed as `state =` (planned as `initial_h` and `initial_c` per
+#'   layer, under `states`); or `"carry"` (training only), the state
+#'   `train_step(state = "carry")` keeps in the model (`carried_state`,
+#'   under `states`). A model that carries a state has it in every plan.
+#' @param horizon `0`, or for an inference estimate the frames a forecast
+#'   `predict(model, x, horizon = )` rolls on after `seq_len` steps (planned
+#'   as `frames`, under `activations`, with only the running states kept);
+#'   for a training estimate the frames `train_step(..., horizon = )` trains
+#'   with teacher forcing after `seq_len` input steps (a step over `seq_len +
+#'   horizon - 1` steps).
 #' @return A data frame of class `convlstm_memory_estimate` with columns
 #'   `category` and `bytes`: one row per category (`parameters`,
 #'   `gradients`, `optimizer`, `activations`, `states`, `workspace`,
@@ -83,7 +94,8 @@
 #' convlstm_release(model)
 memory_estimate <- function(model, batch_size, seq_len, height, width, training = TRUE,
                             dtype = NULL, checkpoint = 0, accumulation_steps = 1, tbptt = 0,
-                            optimizer = NULL, outputs = c("all", "last_state")) {
+                            optimizer = NULL, outputs = c("all", "last_state"),
+                            state = c("zero", "given", "carry"), horizon = 0) {
   ptr <- model_ptr(model)
   shape <- c(
     check_count(batch_size, "batch_size"), check_count(seq_len, "seq_len"),
@@ -91,16 +103,29 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
   )
   training <- check_flag(training, "training")
   outputs <- check_choice(outputs, c("all", "last_state"), "outputs")
+  state <- check_choice(state, c("zero", "given", "carry"), "state")
+  if (identical(state, "carry") && !training) {
+    abort_convlstm('`state` = "carry" applies to training steps (train_step()) only.',
+                   call = sys.call())
+  }
+  horizon <- check_count(horizon, "horizon", min = 0)
+  if (horizon > 0) {
+    check_horizon(horizon, c_model_config(ptr), call = sys.call())
+    if (training) shape[[2]] <- shape[[2]] + horizon - 1L # x, then the true frames
+    if (shape[[2]] > .Machine$integer.max) abort_arg("horizon", "smaller", horizon, sys.call())
+  }
   options <- check_step_options(checkpoint, accumulation_steps, tbptt,
                                 outputs = if (training) "all" else outputs, dtype = dtype,
-                                batch_size = shape[[1]])
+                                batch_size = shape[[1]],
+                                state = list(mode = state, arrays = NULL, horizon = horizon))
   optimizer <- plan_optimizer(ptr, optimizer, training)
   plan <- c_model_plan(ptr, shape, training, optimizer, options)
   config <- c_model_config(ptr)
   new_memory_estimate(
     plan, shape = shape, training = training, dtype = dtype %||% config$dtype,
     options = list(checkpoint = checkpoint, accumulation_steps = accumulation_steps,
-                   tbptt = tbptt, outputs = if (training) "all" else outputs),
+                   tbptt = tbptt, outputs = if (training) "all" else outputs, state = state,
+                   horizon = horizon),
     optimizer = optimizer$kind %||% planned_optimizer(plan$name)
   )
 }
@@ -144,7 +169,11 @@ describe_options <- function(options) {
       sprintf("%d micro-batches", options$accumulation_steps)
     },
     if (options$tbptt > 0) sprintf("tbptt window %d", options$tbptt),
-    if (identical(options$outputs, "last_state")) "last state only"
+    if (identical(options$outputs, "last_state")) "last state only",
+    if (isTRUE(options$horizon > 0)) sprintf("forecast of %d frames", options$horizon),
+    if (!is.null(options$state) && !identical(options$state, "zero")) {
+      sprintf("%s initial state", options$state)
+    }
   )
   if (length(parts) == 0) "" else paste0(", ", paste(parts, collapse = ", "))
 }

@@ -42,6 +42,25 @@
 #'   (any order, repeats allowed; `NULL`: every row). The step is exactly
 #'   `train_step()` on `x[rows, , , , , drop = FALSE]` and the same rows of
 #'   `y`, without copying them out of R.
+#' @param state Where the step starts from: `NULL`, zeros (the tutorial's
+#'   module); a list with one `list(h = , c = )` per layer, each `[batch,
+#'   hidden, height, width]`, as `model(x)$layer_last_states` returns them (a
+#'   constant: no gradient flows into it); or `"carry"`: the state the
+#'   previous carrying step ended with (zeros the first time), and this
+#'   step's last state is kept for the next, detached -- Keras's `stateful =
+#'   TRUE`, for a long sequence cut into consecutive chunks. The batch size
+#'   and frame size must stay the same while a state is carried;
+#'   [reset_state()] forgets it. A data set `x` takes `NULL` or `"carry"`.
+#' @param horizon `NULL`, or train the forecast of `horizon` frames with
+#'   teacher forcing: `y` is `[batch, horizon, channels, height, width]`,
+#'   the frames that follow `x`; the model reads `x` and then the true frames
+#'   `y[, 1:(horizon - 1)]` (not its own predictions), and the loss is the
+#'   mean squared error of its last `horizon` outputs against `y` -- what
+#'   [predict()] with `horizon` forecasts when the fed-back frames are right.
+#'   Needs the last layer's hidden size to equal `input_dim`; `target` must
+#'   be `"sequence"`. Arrays only, not data sets.
+#' @param teacher_forcing Must be `TRUE` with a `horizon`: training through
+#'   the model's own fed-back frames is not implemented yet.
 #' @return The loss before the update (a number): the mean squared error
 #'   over the whole batch.
 #' @seealso [convlstm_fit()] for the loop over epochs and batches;
@@ -61,15 +80,19 @@
 #' train_step(model, data, optimizer = opt, rows = c(4, 2))
 #' convlstm_release(model)
 train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "sequence"),
-                       checkpoint = 0, accumulation_steps = 1, tbptt = 0, rows = NULL) {
+                       checkpoint = 0, accumulation_steps = 1, tbptt = 0, rows = NULL,
+                       state = NULL, horizon = NULL, teacher_forcing = TRUE) {
   if (is_convlstm_data(x)) {
     # train_step(model, data, opt): the optimizer given where y would be
     if (missing(optimizer) && inherits(y, "convlstm_optimizer")) {
       optimizer <- y
       y <- NULL
     }
+    if (!is.null(horizon)) {
+      abort_arg("horizon", "NULL when `x` is a data set", horizon, sys.call())
+    }
     return(train_step_data(model, x, y, optimizer, target, !missing(target), checkpoint,
-                           accumulation_steps, tbptt, rows, call = sys.call()))
+                           accumulation_steps, tbptt, rows, state, call = sys.call()))
   }
   if (!is.null(rows)) {
     abort_convlstm("`rows` applies only when `x` is a data set made by convlstm_data().",
@@ -78,10 +101,20 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
   ptr <- model_ptr(model)
   config <- model_config(model)
   x <- check_input(x, config, "x")
-  target <- check_choice(target, c("last_state", "sequence"), "target")
-  y <- check_target_array(y, dim(x), config, target, "y")
+  if (!is.null(horizon)) {
+    tf <- teacher_forced(x, y, horizon, teacher_forcing, missing(target), target, config)
+    x <- tf$x
+    y <- tf$y
+    target <- "sequence"
+  } else {
+    target <- check_choice(target, c("last_state", "sequence"), "target")
+    y <- check_target_array(y, dim(x), config, target, "y")
+  }
   optimizer <- check_optimizer(optimizer)
-  options <- check_step_options(checkpoint, accumulation_steps, tbptt, batch_size = dim(x)[[1]])
+  state <- state_option(state, config, dim(x))
+  state$horizon <- if (is.null(horizon)) 0L else dim(y)[[2]]
+  options <- check_step_options(checkpoint, accumulation_steps, tbptt, batch_size = dim(x)[[1]],
+                                state = state)
   c_train_step(ptr, x, y, target, optimizer, options)
 }
 
@@ -90,6 +123,7 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
 # accumulation_steps.
 check_step_options <- function(checkpoint = 0, accumulation_steps = 1, tbptt = 0,
                                outputs = "all", dtype = NULL, batch_size = NULL,
+                               state = list(mode = "zero", arrays = NULL),
                                call = sys.call(-1)) {
   checkpoint <- check_count(checkpoint, "checkpoint", min = 0, call = call)
   accumulation_steps <- check_count(accumulation_steps, "accumulation_steps", call = call)
@@ -101,11 +135,13 @@ check_step_options <- function(checkpoint = 0, accumulation_steps = 1, tbptt = 0
     ), call = call)
   }
   if (!is.null(dtype)) dtype <- check_choice(dtype, dtypes(), "dtype", call = call)
+  horizon <- state$horizon %||% 0L
   if (checkpoint == 0 && accumulation_steps == 1 && tbptt == 0 && identical(outputs, "all") &&
-      is.null(dtype)) {
+      is.null(dtype) && identical(state$mode, "zero") && horizon == 0) {
     return(NULL)
   }
-  c_step_options(checkpoint, tbptt, accumulation_steps, outputs, dtype)
+  c_step_options(checkpoint, tbptt, accumulation_steps, outputs, dtype, state$mode, state$arrays,
+                 horizon)
 }
 
 # The shape of the chosen output for an input of dims xd.
@@ -168,6 +204,10 @@ check_array_rank <- function(y, arg, ndim, target, call) {
 #'   `"sequence"` to return only the last layer's output sequence,
 #'   `[batch, time, hidden, height, width]`. Returning one array avoids
 #'   copying the others out of the model.
+#' @param state `NULL` (zeros), or the initial state as
+#'   `model(x)$layer_last_states` returns it: one `list(h = , c = )` per
+#'   layer, each `[batch, hidden, height, width]`. It is a constant: backward
+#'   gives gradients of the parameters, none of the state.
 #' @param grad_output Gradient of the loss with respect to the last layer's
 #'   last hidden state, `[batch, hidden, height, width]` (as for
 #'   `target = "last_state"`), or with respect to its whole output sequence,
@@ -192,13 +232,15 @@ check_array_rank <- function(y, arg, ndim, target, call) {
 #' str(gradients(model))
 #' optimizer_step(model, optimizer_sgd(lr = 0.1))
 #' convlstm_release(model)
-convlstm_forward <- function(model, x, training = TRUE, target = NULL) {
+convlstm_forward <- function(model, x, training = TRUE, target = NULL, state = NULL) {
   ptr <- model_ptr(model)
-  x <- check_input(x, model_config(model), "x")
+  config <- model_config(model)
+  x <- check_input(x, config, "x")
   training <- check_flag(training, "training")
   what <- if (is.null(target)) "all" else check_choice(target, c("last_state", "sequence"), "target")
+  state <- state_option(state, config, dim(x), allow_carry = FALSE)
   c_forward(ptr, x, training = training, what = what,
-            if (!training) inference_options(what))
+            forward_options(if (training) "all" else what, state))
 }
 
 #' @rdname convlstm_forward
@@ -268,3 +310,32 @@ watch_skips <- function(ptr, loss) {
   loss
 }
 
+
+# Teacher forcing over a horizon of K frames: x followed by the true frames
+# y[, 1:(K - 1)], whose last K outputs are trained against y. Returns
+# list(x, y), checked.
+teacher_forced <- function(x, y, horizon, teacher_forcing, target_missing, target, config,
+                           call = sys.call(-1)) {
+  K <- check_horizon(horizon, config, call = call)
+  if (!isTRUE(teacher_forcing)) {
+    abort_convlstm(paste0(
+      "`teacher_forcing = FALSE` (training through the model's own fed-back frames) is not ",
+      "implemented yet; use teacher_forcing = TRUE."), status = "unsupported", call = call)
+  }
+  if (!target_missing && !identical(target, "sequence")) {
+    abort_arg("target", '"sequence" with a `horizon`', target, call)
+  }
+  xd <- dim(x)
+  y <- check_array(y, "y", 5, call = call)
+  want <- c(xd[[1]], K, config$input_dim, xd[[4]], xd[[5]])
+  if (!identical(as.integer(dim(y)), as.integer(want))) {
+    abort_convlstm(sprintf(
+      "`y` must have dim %s (the %d frames that follow `x`), not %s.", format_dims(want), K,
+      format_dims(dim(y))), call = call)
+  }
+  if (K == 1) return(list(x = x, y = y))
+  xx <- array(0, c(xd[[1]], xd[[2]] + K - 1L, xd[-(1:2)]))
+  xx[, seq_len(xd[[2]]), , , ] <- x
+  xx[, xd[[2]] + seq_len(K - 1L), , , ] <- y[, seq_len(K - 1L), , , , drop = FALSE]
+  list(x = xx, y = y)
+}

@@ -40,6 +40,8 @@ static const R_CallMethodDef call_entries[] = {
     CALLDEF(ffi_optimizer_reset, 1),
     CALLDEF(ffi_optim_check, 1),
     CALLDEF(ffi_train_step, 6),
+    CALLDEF(ffi_reset_state, 1),
+    CALLDEF(ffi_carried_state, 1),
     CALLDEF(ffi_memory_stats, 1),
     CALLDEF(ffi_memory_reset_peak, 1),
     CALLDEF(ffi_empty_cache, 1),

@@ -70,8 +70,9 @@ cl_target r_target(SEXP s) {
 }
 
 r_forward_what r_forward_mode(SEXP s) {
-  static const char *const names[] = {"all", "sequence", "last_state", "none", "last_states"};
-  return (r_forward_what)choice(s, names, 5, "what a forward returns");
+  static const char *const names[] = {"all",  "sequence",    "last_state",
+                                      "none", "last_states", "frames"};
+  return (r_forward_what)choice(s, names, 6, "what a forward returns");
 }
 
 /* list(kind = "adam" | "sgd", lr, beta1, beta2, eps, momentum, weight_decay):
@@ -108,9 +109,11 @@ SEXP r_optim_list(const cl_optim *o) {
 }
 
 /* list(checkpoint, tbptt, accumulation_steps, outputs = "all" | "last_state",
- * dtype = NULL | a dtype's name for cl_model_plan): c_step_options() in
- * R/ffi.R. NULL: the plain step. */
-void r_step_options(SEXP opts, cl_step_options *out) {
+ * dtype = NULL | a dtype's name for cl_model_plan, state_mode = "zero" |
+ * "given" | "carry", state = NULL | h and c of every layer, flat, horizon):
+ * c_step_options() in R/ffi.R. NULL: the plain step. */
+void r_step_options(SEXP opts, cl_step_options *out, cl_host_array *state_buf) {
+  static const char *const modes[] = {"zero", "given", "carry"};
   static const char *const outputs[] = {"all", "last_state"};
   memset(out, 0, sizeof *out);
   if (opts == R_NilValue) return;
@@ -122,4 +125,13 @@ void r_step_options(SEXP opts, cl_step_options *out) {
                                                                             : CL_OUTPUTS_ALL;
   SEXP dt = field(opts, "dtype");
   out->plan_dtype = dt == R_NilValue ? 0 : 1 + (int)r_dtype(dt);
+  out->horizon = (int)num(opts, "horizon", "step options");
+  out->state_mode = (cl_state_mode)choice(field(opts, "state_mode"), modes, 3, "state_mode");
+  SEXP st = field(opts, "state");
+  if (st == R_NilValue) return;
+  if (TYPEOF(st) != VECSXP || Rf_length(st) > 2 * CL_MAX_LAYERS || !state_buf)
+    r_raise_invalid("internal: a given state must be a list of h and c arrays");
+  for (int i = 0; i < Rf_length(st); i++)
+    r_host_array(VECTOR_ELT(st, i), 4, "state", &state_buf[i]);
+  out->state = state_buf;
 }

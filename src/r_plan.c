@@ -76,7 +76,8 @@ SEXP ffi_model_plan(SEXP ptr, SEXP shape, SEXP training, SEXP opt, SEXP opts) {
   cl_optim o;
   const cl_optim *po = r_optim_or_null(opt, &o);
   cl_step_options so;
-  r_step_options(opts, &so);
+  cl_host_array sb[2 * CL_MAX_LAYERS];
+  r_step_options(opts, &so, sb);
 
   plan_copy pc;
   memset(&pc, 0, sizeof pc);

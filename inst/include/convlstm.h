@@ -85,7 +85,10 @@ typedef struct cl_config {
   int input_dim;
   int n_layers;
   int hidden_dims[CL_MAX_LAYERS];
-  int kernel_sizes[CL_MAX_LAYERS]; /* odd, square kernels */
+  int kernel_sizes[CL_MAX_LAYERS];  /* odd kernel heights (and widths, by default) */
+  int kernel_widths[CL_MAX_LAYERS]; /* odd; 0: kernel_sizes (square) */
+  int dilation_h[CL_MAX_LAYERS];    /* dilation of the convolution; 0: 1 */
+  int dilation_w[CL_MAX_LAYERS];
   int bias;                        /* 0 or 1 */
   cl_device device;
   cl_dtype dtype;
@@ -160,6 +163,16 @@ typedef enum cl_outputs {
   CL_OUTPUTS_LAST = 1 /* only the last states: memory independent of T */
 } cl_outputs;
 
+/* Where a forward or a training step starts from. */
+typedef enum cl_state_mode {
+  CL_STATE_ZERO = 0,  /* zeros (the tutorial's module) */
+  CL_STATE_GIVEN = 1, /* the step option `state`: each layer's h and c */
+  CL_STATE_CARRY = 2  /* train_step: the state the model holds from its last
+                         carrying step (zeros at first, and after
+                         cl_model_reset_state), replaced by this step's last
+                         state, detached (Keras's stateful = TRUE) */
+} cl_state_mode;
+
 /* Knobs that change a step's schedule and memory plan; all zeros (or a NULL
  * pointer) is the plain step. */
 typedef struct cl_step_options {
@@ -171,7 +184,28 @@ typedef struct cl_step_options {
   cl_outputs outputs;     /* inference forward */
   int plan_dtype;         /* cl_model_plan only: 0 plans the model's own
                              storage dtype, 1 + a cl_dtype plans that one */
+  int horizon;            /* inference: 0, or roll the model forward this many
+                             frames after x, each prediction (the last
+                             layer's h) fed back as the next input; needs the
+                             last layer's hidden size == input_dim. Keeps
+                             only the last states and the frames
+                             (cl_model_read_frames).
+                             train_step, teacher forcing: x holds the input
+                             frames followed by the first K - 1 true frames
+                             and the target (CL_TARGET_SEQUENCE) y
+                             [B, K, C, H, W] is the last K steps' output. */
+  cl_state_mode state_mode;
+  /* CL_STATE_GIVEN: 2 * n_layers arrays, h then c of layer 0, then of layer
+   * 1, ..., each [B, hidden_l, H, W]; a constant (no gradient flows into
+   * it). cl_model_plan needs only state_mode. */
+  const cl_host_array *state;
 } cl_step_options;
+
+/* Forgets the state a carrying train step (CL_STATE_CARRY) left, giving its
+ * memory back: the next carrying step starts from zeros. */
+cl_status cl_model_reset_state(cl_model *m);
+/* 1 when the model holds a carried state, with its batch and frame size. */
+int cl_model_carried_state(const cl_model *m, int *B, int *H, int *W);
 
 /* ---- forward, loss, backward ----------------------------------------- */
 
@@ -185,6 +219,10 @@ cl_status cl_model_last_shape(const cl_model *m, int *B, int *T, int *H, int *W)
  * last state h or c [B, C_l, H, W] (which: 0 = h, 1 = c). out->dims must match. */
 cl_status cl_model_read_output(cl_model *m, int layer, cl_host_array *out);
 cl_status cl_model_read_state(cl_model *m, int layer, int which, cl_host_array *out);
+/* The frames of the last forward with a horizon K: [B, K, input_dim, H, W];
+ * frame 1 is the last layer's h after x's last step (after the rollout, the
+ * last states are those of its last step). */
+cl_status cl_model_read_frames(cl_model *m, cl_host_array *out);
 /* Mean squared error of the chosen output of the last training forward
  * against y; stores d loss / d output for cl_model_backward(m, target, NULL). */
 cl_status cl_model_mse(cl_model *m, const cl_host_array *y, cl_target target, double *loss);

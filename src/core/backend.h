@@ -30,13 +30,27 @@ typedef struct cl_backend cl_backend;
 static inline size_t cl_dtype_size(cl_dtype t) { return t == CL_F32 ? 4 : 2; }
 
 /* A stride-1, "same"-padded 2-d convolution over N images:
- * x [N, C, H, W] -> y [N, K, H, W], weight [K, C, k, k], pad = k / 2. */
+ * x [N, C, H, W] -> y [N, K, H, W], weight [K, C, kh, kw], dilation dh, dw,
+ * padding cl_conv_pad_h / cl_conv_pad_w. */
 typedef struct cl_conv_shape {
   int N, C, H, W;
-  int K;  /* output channels */
-  int k;  /* kernel size, odd */
+  int K;      /* output channels */
+  int kh, kw; /* kernel height and width, odd */
+  int dh, dw; /* dilation, >= 1 */
   cl_dtype dtype;
 } cl_conv_shape;
+
+/* "Same" padding: half the dilated kernel's extent, so the output keeps the
+ * input's size (odd kernels). The one place the padding is written down. */
+static inline int cl_conv_pad_h(const cl_conv_shape *s) { return s->dh * (s->kh - 1) / 2; }
+static inline int cl_conv_pad_w(const cl_conv_shape *s) { return s->dw * (s->kw - 1) / 2; }
+/* Taps of the kernel: kh * kw. */
+static inline int cl_conv_taps(const cl_conv_shape *s) { return s->kh * s->kw; }
+/* A shape the backends accept: positive sizes, odd kernels, dilation >= 1. */
+static inline int cl_conv_shape_ok(const cl_conv_shape *s) {
+  return s->N >= 0 && s->C > 0 && s->K > 0 && s->H > 0 && s->W > 0 && s->kh > 0 && s->kw > 0 &&
+         s->kh % 2 == 1 && s->kw % 2 == 1 && s->dh > 0 && s->dw > 0;
+}
 
 /* The fused ConvLSTM cell over N images of `hidden` channels and P = H*W
  * pixels. Gates are [N, 4*hidden, P] in torch's order i, f, o, g. */

@@ -37,9 +37,15 @@ static cl_status check_config(const cl_config *c, char *err, size_t errlen) {
                c->hidden_dims[l]);
       return CL_E_INVALID;
     }
-    int k = c->kernel_sizes[l];
-    if (k < 1 || k % 2 == 0) {
-      snprintf(err, errlen, "kernel_sizes[%d] must be a positive odd integer, not %d", l + 1, k);
+    int k = c->kernel_sizes[l], kw = c->kernel_widths[l];
+    if (k < 1 || k % 2 == 0 || kw < 0 || (kw > 0 && kw % 2 == 0)) {
+      snprintf(err, errlen, "kernel_sizes[%d] must be positive odd integers, not %d x %d", l + 1, k,
+               kw ? kw : k);
+      return CL_E_INVALID;
+    }
+    if (c->dilation_h[l] < 0 || c->dilation_w[l] < 0) {
+      snprintf(err, errlen, "dilation[%d] must be positive integers, not %d x %d", l + 1,
+               c->dilation_h[l], c->dilation_w[l]);
       return CL_E_INVALID;
     }
   }
@@ -63,8 +69,16 @@ static cl_status layout_layers(cl_model *m) {
     cl_layer *L = &m->layer[l];
     L->in = l == 0 ? m->cfg.input_dim : m->cfg.hidden_dims[l - 1];
     L->hidden = m->cfg.hidden_dims[l];
-    L->k = m->cfg.kernel_sizes[l];
-    size_t kk = cl_mul_size((size_t)L->k, (size_t)L->k), g = 4 * (size_t)L->hidden;
+    /* the defaults made explicit, so the configuration reads back whole */
+    cl_config *c = &m->cfg;
+    c->kernel_widths[l] = cl_cfg_kernel_w(c, l);
+    c->dilation_h[l] = cl_cfg_dilation_h(c, l);
+    c->dilation_w[l] = cl_cfg_dilation_w(c, l);
+    L->kh = c->kernel_sizes[l];
+    L->kw = c->kernel_widths[l];
+    L->dh = c->dilation_h[l];
+    L->dw = c->dilation_w[l];
+    size_t kk = cl_mul_size((size_t)L->kh, (size_t)L->kw), g = 4 * (size_t)L->hidden;
     L->n_wx = cl_mul_size(cl_mul_size(g, (size_t)L->in), kk);
     L->n_wh = cl_mul_size(cl_mul_size(g, (size_t)L->hidden), kk);
     L->n_b = m->cfg.bias ? g : 0;
@@ -163,6 +177,7 @@ void cl_model_free(cl_model *m) {
     cl_data_free_all(m);
     cl_step_release(m);
     cl_optim_free(m);
+    cl_state_free(m);
     cl_mem_free(&m->mem, CL_MEM_GRADIENTS, m->grads, m->n_params * sizeof(float));
     cl_mem_free(&m->mem, CL_MEM_PARAMETERS, m->params, m->n_params * sizeof(float));
     if (m->be->iface->synchronize) (void)m->be->iface->synchronize(m->be);

@@ -27,14 +27,30 @@ cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
     return cl_fail(m, CL_E_INVALID, "unknown outputs mode %d", (int)o->outputs);
   if (o->plan_dtype < 0 || o->plan_dtype > 1 + CL_BF16)
     return cl_fail(m, CL_E_INVALID, "unknown dtype %d", o->plan_dtype - 1);
+  if (o->state_mode < CL_STATE_ZERO || o->state_mode > CL_STATE_CARRY)
+    return cl_fail(m, CL_E_INVALID, "unknown state mode %d", (int)o->state_mode);
+  if (o->state_mode == CL_STATE_CARRY && !training)
+    return cl_fail(m, CL_E_INVALID, "state = \"carry\" applies to train_step only");
+  if (o->horizon < 0 || (training && o->horizon > T))
+    return cl_fail(m, CL_E_INVALID, "horizon must be >= 0 and, in training, at most the %d steps",
+                   T);
+  if (o->horizon > 0 && m->layer[m->cfg.n_layers - 1].hidden != m->cfg.input_dim)
+    return cl_fail(m, CL_E_INVALID,
+                   "horizon: the last layer's hidden size (%d) must equal the input channels "
+                   "(%d), since each predicted frame is fed back as the next input",
+                   m->layer[m->cfg.n_layers - 1].hidden, m->cfg.input_dim);
+  if (o->horizon > 0 && T > INT32_MAX - o->horizon)
+    return cl_fail(m, CL_E_INVALID, "horizon: %d + %d steps overflow", T, o->horizon);
   g->B = B; g->T = T; g->H = H; g->W = W;
   g->training = training ? 1 : 0;
   g->dtype = o->plan_dtype ? (cl_dtype)(o->plan_dtype - 1) : m->cfg.dtype;
   g->Bm = B;
   g->S = T;
   g->nseg = 1;
+  g->state = o->state_mode;
+  g->horizon = o->horizon; /* training: the target is the last `horizon` steps */
   if (!training) {
-    g->outputs = o->outputs;
+    g->outputs = o->horizon ? CL_OUTPUTS_LAST : o->outputs; /* the frames are the output */
     return CL_OK;
   }
   int ck = o->checkpoint > 0 && o->checkpoint < T, tb = o->tbptt > 0 && o->tbptt < T;
@@ -52,6 +68,17 @@ cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
     g->tbptt = 1;
   }
   return CL_OK;
+}
+
+size_t cl_state_bytes(const cl_model *m, int B, int H, int W, cl_dtype t) {
+  size_t n = 0, P = cl_mul_size((size_t)H, (size_t)W);
+  for (int l = 0; l < m->cfg.n_layers; l++) {
+    size_t e = cl_mul_size(cl_mul_size(2 * cl_dtype_size(t), (size_t)B),
+                           cl_mul_size((size_t)m->layer[l].hidden, P));
+    if (e == 0 || n + e < n) return 0;
+    n += e;
+  }
+  return n;
 }
 
 typedef struct plan_builder {
@@ -125,8 +152,9 @@ static size_t plan_workspace(plan_builder *b, const cl_model *m, const cl_geom *
   return ws;
 }
 
-static void plan_model_buffers(plan_builder *b, const struct cl_model *m, int training,
+static void plan_model_buffers(plan_builder *b, const struct cl_model *m, const cl_geom *g,
                                const cl_optim *opt) {
+  int training = g->training;
   size_t pb = nbytes(b, sizeof(float), m->n_params, 1, 1, 1);
   add(b, CL_BUF_PARAMS, -1, CL_MEM_PARAMETERS, pb, "parameters");
   if (m->be->iface->scratch_bytes)
@@ -139,6 +167,23 @@ static void plan_model_buffers(plan_builder *b, const struct cl_model *m, int tr
         kind == CL_OPTIM_ADAM ? "adam.exp_avg" : "sgd.momentum_buffer");
   if (kind == CL_OPTIM_ADAM && (opt || m->opt_v))
     add(b, CL_BUF_OPT_V, -1, CL_MEM_OPTIMIZER, pb, "adam.exp_avg_sq");
+  /* the state a carrying step holds, or will hold (as state.c sizes it) */
+  if (m->held || g->state == CL_STATE_CARRY) {
+    size_t sb = m->held ? m->held_bytes : cl_state_bytes(m, g->B, g->H, g->W, g->dtype);
+    if (sb == 0) b->overflow = 1;
+    add(b, CL_BUF_HELD, -1, CL_MEM_STATES, sb, "carried_state");
+  }
+}
+
+/* A given initial state: h and c of every layer for the whole batch. */
+static void plan_given_state(plan_builder *b, const struct cl_model *m, const cl_geom *g) {
+  if (g->state != CL_STATE_GIVEN) return;
+  size_t e = cl_dtype_size(g->dtype), P = (size_t)g->H * g->W;
+  for (int l = 0; l < m->cfg.n_layers; l++) {
+    size_t n = nbytes(b, e, (size_t)g->B, (size_t)m->layer[l].hidden, P, 1);
+    add(b, CL_BUF_INIT_H, l, CL_MEM_STATES, n, "initial_h");
+    add(b, CL_BUF_INIT_C, l, CL_MEM_STATES, n, "initial_c");
+  }
 }
 
 static int max_hidden(const struct cl_model *m) {
@@ -154,6 +199,9 @@ static void plan_inference(plan_builder *b, const struct cl_model *m, const cl_g
   add(b, CL_BUF_GATES, -1, CL_MEM_WORKSPACE, nbytes(b, e, B, 4 * (size_t)max_hidden(m), P, 1),
       "gates");
   int all = g->outputs == CL_OUTPUTS_ALL;
+  if (g->horizon > 0) /* inference only: in training the target fills d_hidden */
+    add(b, CL_BUF_FRAMES, -1, CL_MEM_ACTIVATIONS,
+        nbytes(b, e, (size_t)g->horizon, B, (size_t)m->cfg.input_dim, P), "frames");
   for (int l = 0; l < m->cfg.n_layers; l++) {
     size_t h = (size_t)m->layer[l].hidden;
     add(b, CL_BUF_CELL, l, CL_MEM_STATES, nbytes(b, e, 2, B, h, P), "cell");
@@ -168,7 +216,10 @@ static void plan_training(plan_builder *b, const struct cl_model *m, const cl_ge
   size_t e = cl_dtype_size(g->dtype), f = sizeof(float), P = (size_t)g->H * g->W;
   size_t Bm = (size_t)g->Bm, S = (size_t)g->S, nseg = (size_t)g->nseg;
   size_t Tx = g->tbptt ? S : (size_t)g->T;
-  int carry_windows = g->tbptt && g->S < g->T;
+  /* tbptt hands the state between windows; a carrying step with checkpoint
+   * segments keeps the last one's end there while backward still reads the
+   * state the step started from */
+  int carry_windows = (g->tbptt && g->S < g->T) || (g->state == CL_STATE_CARRY && nseg > 1);
   add(b, CL_BUF_X, -1, CL_MEM_DATA, nbytes(b, e, Tx, Bm, (size_t)m->cfg.input_dim, P), "x");
   for (int l = 0; l < m->cfg.n_layers; l++) {
     size_t h = (size_t)m->layer[l].hidden;
@@ -221,11 +272,12 @@ cl_status cl_plan_build(const cl_model *m, const cl_geom *g, const cl_optim *opt
                         char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   plan_builder b = {out, 0, 0, CL_OK};
-  plan_model_buffers(&b, m, g->training, opt);
+  plan_model_buffers(&b, m, g, opt);
   if (g->training)
     plan_training(&b, m, g);
   else
     plan_inference(&b, m, g);
+  plan_given_state(&b, m, g);
   add(&b, CL_BUF_WS, -1, CL_MEM_WORKSPACE, plan_workspace(&b, m, g), "conv_workspace");
   place_in_arena(&b, m->guard ? CL_GUARD_BYTES : 0);
   out->runtime = cl_backend_runtime_bytes(m->be);

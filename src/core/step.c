@@ -166,6 +166,9 @@ static void bind_view(cl_step *st, const cl_plan_entry *e, void *p) {
   case CL_BUF_DH: bind((void **)st->dh, l, p); break;
   case CL_BUF_DC: bind((void **)st->dc, l, p); break;
   case CL_BUF_WS: st->ws = p; break;
+  case CL_BUF_INIT_H: bind(st->init_h, l, p); break;
+  case CL_BUF_INIT_C: bind(st->init_c, l, p); break;
+  case CL_BUF_FRAMES: st->frames = p; break;
   default: break;
   }
 }

@@ -15,6 +15,9 @@ input_env <- function() {
   e$ys <- api_y(T = 3)
   e$opt <- optimizer_adam()
   e$sd <- state_dict(e$m)
+  e$st <- e$m(e$x)$layer_last_states
+  e$carrier <- api_model() # carries a state; m must stay untrained
+  e$wide <- api_model(hidden_dims = c(3, 3)) # its output cannot be fed back
   e$released <- api_model()
   convlstm_release(e$released)
   path <- tempfile(fileext = ".rds")
@@ -54,6 +57,20 @@ bad_input_cases <- list(
        "`kernel_sizes`"),
   list("kernel_sizes wrong length", quote(convlstm(1, c(4, 1), c(3, 3, 3), device = "cpu")),
        "`kernel_sizes`"),
+  list("kernel_sizes pair with an even width", quote(convlstm(1, 4, list(c(3, 4)), device = "cpu")),
+       "`kernel_sizes`"),
+  list("kernel_sizes triple", quote(convlstm(1, 4, list(c(3, 3, 3)), device = "cpu")),
+       "`kernel_sizes`"),
+  list("kernel_sizes list too long", quote(convlstm(1, 4, list(3, 3), device = "cpu")),
+       "`kernel_sizes`"),
+  list("dilation zero", quote(convlstm(1, 4, 3, dilation = 0, device = "cpu")), "`dilation`"),
+  list("dilation fractional", quote(convlstm(1, 4, 3, dilation = 1.5, device = "cpu")),
+       "`dilation`"),
+  list("dilation text", quote(convlstm(1, 4, 3, dilation = "2", device = "cpu")), "`dilation`"),
+  list("dilation wrong length", quote(convlstm(1, c(4, 1), 3, dilation = c(1, 2, 3),
+                                               device = "cpu")), "`dilation`"),
+  list("dilation pair with NA", quote(convlstm(1, 4, 3, dilation = list(c(2, NA)),
+                                               device = "cpu")), "`dilation`"),
   list("n_layers zero", quote(convlstm(1, 4, 3, n_layers = 0, device = "cpu")), "`n_layers`"),
   list("n_layers negative", quote(convlstm(1, 4, 3, n_layers = -1, device = "cpu")), "`n_layers`"),
   list("n_layers too many", quote(convlstm(1, 4, 3, n_layers = 33, device = "cpu")), "`n_layers`"),
@@ -201,6 +218,61 @@ bad_input_cases <- list(
   list("accumulation_steps above batch", quote(train_step(m, x, y, opt, accumulation_steps = 5)),
        "`accumulation_steps`"),
   list("tbptt fractional", quote(train_step(m, x, y, opt, tbptt = 1.5)), "`tbptt`"),
+  # ---- moving_digits() ----
+  list("moving_digits n zero", quote(moving_digits(n = 0)), "`n`"),
+  list("moving_digits size too small", quote(moving_digits(size = 4)), "`size`"),
+  list("moving_digits horizon = seq_len", quote(moving_digits(seq_len = 3, horizon = 3)),
+       "`horizon`"),
+  list("moving_digits scale too large", quote(moving_digits(size = 16, scale = 3)), "`scale`"),
+  list("moving_digits speed negative", quote(moving_digits(speed = -1)), "`speed`"),
+  list("moving_digits seed text", quote(moving_digits(n = 1, seed = "a")), "`seed`"),
+  # ---- initial and carried state ----
+  list("state not a list", quote(m(x, state = 1)), "`state`"),
+  list("state one layer short", quote(m(x, state = st[1])), "`state`"),
+  list("state layer without c", quote(m(x, state = list(st[[1]], list(h = st[[2]]$h)))),
+       "`state[[2]]`"),
+  list("state h of another layer", quote(predict(m, x, state = list(st[[1]], list(
+    h = st[[1]]$h, c = st[[2]]$c)))), "`state[[2]]$h`"),
+  list("state with NaN", quote(m(x, state = list(list(h = put(st[[1]]$h, 1, NaN),
+                                                      c = st[[1]]$c), st[[2]]))),
+       "`state[[1]]$h`"),
+  list("state c with Inf in train_step", quote(train_step(m, x, y, opt, state = list(
+    st[[1]], list(h = st[[2]]$h, c = put(st[[2]]$c, 3, Inf))))), "`state[[2]]$c`"),
+  list("state of another batch size", quote(m(api_x(B = 1), state = st)), "`state[[1]]$h`"),
+  list("state carry in a forward", quote(m(x, state = "carry")), "`state`"),
+  list("state carry in convlstm_forward", quote(convlstm_forward(m, x, state = "carry")),
+       "`state`"),
+  list("state unknown word", quote(train_step(m, x, y, opt, state = "keep")), "`state`"),
+  list("state given with a data set", quote(train_step(m, convlstm_data(m, x, y), opt,
+                                                       state = st)), "`state`"),
+  list("carried state of another batch", quote({
+    train_step(carrier, x, y, opt, state = "carry")
+    train_step(carrier, api_x(B = 1), api_y(B = 1), opt, state = "carry")
+  }), "reset_state()"),
+  list("estimate carry for inference", quote(memory_estimate(m, 2, 3, 5, 4, training = FALSE,
+                                                             state = "carry")), "`state`"),
+  list("horizon zero", quote(predict(m, x, horizon = 0)), "`horizon`"),
+  list("horizon fractional", quote(predict(m, x, horizon = 2.5)), "`horizon`"),
+  list("horizon text", quote(predict(m, x, horizon = "3")), "`horizon`"),
+  list("horizon with output channels != input", quote(predict(wide, x, horizon = 2)),
+       "`horizon` needs the last layer's hidden size (3) to equal `input_dim` (2)"),
+  list("estimate horizon, output cannot be fed back",
+       quote(memory_estimate(wide, 2, 3, 5, 4, horizon = 2)), "`horizon`"),
+  list("train horizon with target last_state", quote(train_step(m, x, api_y(T = 2), opt,
+                                                                target = "last_state",
+                                                                horizon = 2)), "`target`"),
+  list("train horizon without teacher forcing", quote(train_step(m, x, api_y(T = 2), opt,
+                                                                 horizon = 2,
+                                                                 teacher_forcing = FALSE)),
+       "teacher_forcing", "unsupported"),
+  list("train horizon y of other length", quote(train_step(m, x, api_y(T = 3), opt, horizon = 2)),
+       "`y` must have dim [2, 2, 2, 5, 4]"),
+  list("train horizon on a data set", quote(train_step(m, convlstm_data(m, x, y), opt,
+                                                       horizon = 2)), "`horizon`"),
+  list("estimate horizon negative", quote(memory_estimate(m, 2, 3, 5, 4, training = FALSE,
+                                                          horizon = -1)), "`horizon`"),
+  list("estimate unknown state", quote(memory_estimate(m, 2, 3, 5, 4, state = "held")),
+       "`state`"),
   list("estimate batch_size zero", quote(memory_estimate(m, 0, 3, 5, 4)), "`batch_size`"),
   list("estimate bytes overflow", quote(memory_estimate(m, 2^31 - 1, 2^31 - 1, 2^31 - 1,
                                                         2^31 - 1)),
