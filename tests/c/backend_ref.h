@@ -6,7 +6,9 @@
  *
  * Inputs are float arrays holding what the backend reads: values stored in
  * float16 / bfloat16 are passed already rounded (core/half.h), so the
- * references compute from exactly the stored values. Outputs are double.
+ * references compute from exactly the stored values. Outputs are double;
+ * the guards' references return backend.h's fault key, found in float32
+ * arithmetic (whether a value overflows is a float32 question).
  * It is not a test by itself and checks nothing.
  */
 #ifndef CONVLSTM_TESTS_BACKEND_REF_H

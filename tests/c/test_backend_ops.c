@@ -10,7 +10,10 @@
  * where a GPU is usable the CUDA backend three ways (as created, with
  * backward data in slices of few images, with algorithms timed by
  * cudnnFind). Each case's inputs and reference are made once and every
- * backend gets the same bytes; results come back through download().
+ * backend gets the same bytes; results come back through download(). A
+ * backend asking for scratch (scratch_bytes: CUDA's reductions) gets it
+ * through its own alloc and set_scratch before any row runs, as a model
+ * gets it from the core.
  *
  * Errors are judged relative to the largest reference value of the array
  * (sums whose terms cancel are judged by their scale): a row passes when
