@@ -1072,11 +1072,11 @@ static uint64_t guard_key(size_t at, int part, int is_nan) {
 }
 
 static void key_str(char *buf, size_t len, uint64_t k) {
+  static const char *parts[] = {"gradient", "m", "v", "param"};
   if (k == CL_FAULT_NONE) snprintf(buf, len, "none");
   else
     snprintf(buf, len, "%llu (element %llu, %s%s)", (unsigned long long)k,
-             (unsigned long long)(k / 8), (const char *[]){"gradient", "m", "v", "param"}[k / 2 % 4],
-             k % 2 ? ", NaN" : "");
+             (unsigned long long)(k / 8), parts[k / 2 % 4], k % 2 ? ", NaN" : "");
 }
 
 /* The inputs of a case: p, g, m in (-1, 1), v in [0, 1), then the plants. */
