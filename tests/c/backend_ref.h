@@ -6,7 +6,9 @@
  *
  * Inputs are float arrays holding what the backend reads: values stored in
  * float16 / bfloat16 are passed already rounded (core/half.h), so the
- * references compute from exactly the stored values. Outputs are double.
+ * references compute from exactly the stored values. Outputs are double;
+ * the guards' references return backend.h's fault key, found in float32
+ * arithmetic (whether a value overflows is a float32 question).
  * It is not a test by itself and checks nothing.
  */
 #ifndef CONVLSTM_TESTS_BACKEND_REF_H
@@ -16,6 +18,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 /* x[n, c, y, xx] of [N, C, H, W], zero outside the image ("same" padding). */
@@ -207,6 +210,65 @@ static int ref_grad_unscale(const float *g, size_t n, float inv_scale, double *o
     bad |= !isfinite(g[i]) || !isfinite(v);
   }
   return bad;
+}
+
+/* ---- the updates' guards ------------------------------------------------- */
+
+/* The fault key of backend.h: element i, array part, NaN or +-Inf. */
+static uint64_t ref_fault_key(size_t i, int part, float x) {
+  return (uint64_t)i * 8u + (uint64_t)part * 2u + (isnan(x) ? 1u : 0u);
+}
+
+/* The first non-finite value among g and the new m, v, p of element i, in
+ * backend.h's order; CL_FAULT_NONE when all are finite. */
+static uint64_t ref_first_fault(size_t i, float g, float m, float v, float p) {
+  const float x[4] = {g, m, v, p};
+  for (int part = 0; part < 4; part++)
+    if (!isfinite(x[part])) return ref_fault_key(i, part, x[part]);
+  return CL_FAULT_NONE;
+}
+
+/* adam_check: the first element at which torch's float32 Adam would hold a
+ * non-finite value. Whether a value overflows is a float32 question, so
+ * this reference computes in float32 as torch does on float32 tensors: the
+ * bias corrections in double, the step size lr / (1 - beta1^t) and
+ * sqrt(1 - beta2^t) passed as float32 scalars (torch's Python floats), the
+ * rest one float operation at a time. m, v NULL: zeros (no state yet). */
+static uint64_t ref_adam_fault(const float *p, const float *g, const float *m, const float *v,
+                               size_t n, const cl_adam_hp *hp) {
+  const float b1 = hp->beta1, b2 = hp->beta2;
+  const float step = (float)(hp->lr / (1.0 - pow(hp->beta1, (double)hp->step)));
+  const float bc2_sqrt = (float)sqrt(1.0 - pow(hp->beta2, (double)hp->step));
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i];
+    if (hp->weight_decay != 0.0f) gi = gi + hp->weight_decay * p[i];
+    const float mi = (m ? m[i] : 0.0f) * b1 + (1.0f - b1) * gi;
+    const float vi = (v ? v[i] : 0.0f) * b2 + (1.0f - b2) * gi * gi;
+    const float denom = sqrtf(vi) / bc2_sqrt + hp->eps;
+    const float pi = p[i] - step * mi / denom;
+    const uint64_t f = ref_first_fault(i, g[i], mi, vi, pi);
+    if (f != CL_FAULT_NONE) return f;
+  }
+  return CL_FAULT_NONE;
+}
+
+/* sgd_check: the same for torch's float32 SGD (dampening 0, no Nesterov).
+ * The buffer is read only with momentum and after the first update, and is
+ * the "m" part of the key; there is no "v". */
+static uint64_t ref_sgd_fault(const float *p, const float *g, const float *buf, size_t n,
+                              const cl_sgd_hp *hp) {
+  for (size_t i = 0; i < n; i++) {
+    float d = g[i], b = 0.0f;
+    if (hp->weight_decay != 0.0f) d = d + hp->weight_decay * p[i];
+    if (hp->momentum != 0.0f) {
+      b = hp->first || !buf ? d : buf[i] * hp->momentum + d;
+      d = b;
+    }
+    const float pi = p[i] - hp->lr * d;
+    const uint64_t f = ref_first_fault(i, g[i], b, 0.0f, pi);
+    if (f != CL_FAULT_NONE) return f;
+  }
+  return CL_FAULT_NONE;
 }
 
 /* gather_rows: dst[(t - t0) nb + j] = src[t N + idx[j]]. */

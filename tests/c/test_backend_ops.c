@@ -10,7 +10,10 @@
  * where a GPU is usable the CUDA backend three ways (as created, with
  * backward data in slices of few images, with algorithms timed by
  * cudnnFind). Each case's inputs and reference are made once and every
- * backend gets the same bytes; results come back through download().
+ * backend gets the same bytes; results come back through download(). A
+ * backend asking for scratch (scratch_bytes: CUDA's reductions) gets it
+ * through its own alloc and set_scratch before any row runs, as a model
+ * gets it from the core.
  *
  * Errors are judged relative to the largest reference value of the array
  * (sums whose terms cancel are judged by their scale): a row passes when
@@ -59,6 +62,9 @@ typedef struct variant {
    * are added into float32 (the rounding autocast applies). The CPU
    * computes them in float32 from the stored inputs. */
   int half_conv_in_storage;
+  /* The backend's scratch_bytes, handed over with set_scratch before any
+   * row runs, as the core does when it creates a model (model.c) */
+  void *scratch;
   int checks, failed;
 } variant;
 
@@ -1037,6 +1043,216 @@ static void run_sgd(const row *r) {
   }
 }
 
+/* ---- the updates' guards ------------------------------------------------------------- */
+
+/* One element's planted inputs (NaN, Inf or a huge finite value). */
+typedef struct plant {
+  size_t at;
+  float p, g, m, v; /* m, v: adam's moments; m: sgd's buffer */
+} plant;
+
+/* A planted-fault case of adam_check / sgd_check over n random finite
+ * elements. `want_*` is what the case is about, checked against the
+ * reference first, so that a reference and a backend agreeing on a wrong
+ * key fail too. want_part -1: no fault. */
+typedef struct guard_case {
+  const char *what;
+  size_t n;
+  float lr, wd, mom; /* mom: sgd's momentum */
+  int first;         /* sgd: the buffer is not started (its contents ignored) */
+  int no_state;      /* m, v / buf passed NULL: the state is about to be created */
+  plant plants[2];
+  int n_plants;
+  int want_part, want_nan;
+  size_t want_at;
+} guard_case;
+
+static uint64_t guard_key(size_t at, int part, int is_nan) {
+  return part < 0 ? CL_FAULT_NONE : (uint64_t)at * 8 + (uint64_t)part * 2 + (uint64_t)is_nan;
+}
+
+static void key_str(char *buf, size_t len, uint64_t k) {
+  static const char *parts[] = {"gradient", "m", "v", "param"};
+  if (k == CL_FAULT_NONE) snprintf(buf, len, "none");
+  else
+    snprintf(buf, len, "%llu (element %llu, %s%s)", (unsigned long long)k,
+             (unsigned long long)(k / 8), parts[k / 2 % 4], k % 2 ? ", NaN" : "");
+}
+
+/* The inputs of a case: p, g, m in (-1, 1), v in [0, 1), then the plants. */
+static void guard_inputs(const guard_case *c, float *h[4]) {
+  for (int a = 0; a < 4; a++) {
+    h[a] = rand_floats(c->n + 1, a == 3 ? 0 : -1, 1);
+    for (int k = 0; k < c->n_plants; k++) {
+      const plant *pl = &c->plants[k];
+      h[a][pl->at] = a == 0 ? pl->p : a == 1 ? pl->g : a == 2 ? pl->m : pl->v;
+    }
+  }
+}
+
+/* On every backend: the key equals the reference's (exact), the guard
+ * wrote nothing, and where it found no fault the update then writes only
+ * finite numbers (so a pass of the guard is worth something). */
+static void run_guard(const row *r) {
+  const guard_case *cases = r->cases;
+  const int adam = strcmp(r->slot, "adam_check") == 0;
+  for (int i = 0; i < r->n_cases; i++) {
+    const guard_case *c = &cases[i];
+    const size_t n = c->n, bytes = n * 4;
+    float *h[4];
+    guard_inputs(c, h);
+    const float *hm = c->no_state ? NULL : h[2], *hv = c->no_state ? NULL : h[3];
+    cl_adam_hp ah = {c->lr, 0.9f, 0.999f, 1e-8f, c->wd, c->no_state ? 1 : 3};
+    cl_sgd_hp sh = {c->lr, c->mom, c->wd, c->first};
+    const uint64_t ref = adam ? ref_adam_fault(h[0], h[1], hm, hv, n, &ah)
+                              : ref_sgd_fault(h[0], h[1], hm, n, &sh);
+    const uint64_t want = guard_key(c->want_at, c->want_part, c->want_nan);
+    char label[200], rs[80], gs[80];
+    snprintf(label, sizeof label, "%s, n=%zu", c->what, n);
+    key_str(rs, sizeof rs, ref);
+    if (ref != want) { /* the reference itself is wrong: every backend fails the case */
+      key_str(gs, sizeof gs, want);
+      printf("FAIL %s: the reference says %s, the case %s\n", label, rs, gs);
+      ctest_checks++, ctest_failures++, row_checks++, row_failed++;
+    }
+    for (int vi = 0; vi < n_vs; vi++) {
+      variant *v = &vs[vi];
+      cl_backend *be = v->be;
+      scope sc = scope_of(v);
+      float *d[4] = {NULL, NULL, NULL, NULL};
+      for (int a = 0; a < 4 && n; a++) d[a] = dev_of(&sc, h[a], bytes);
+      const float *M = c->no_state ? NULL : d[2], *V = c->no_state ? NULL : d[3];
+      uint64_t got = 0;
+      if (sc.ok)
+        CALL(&sc, adam ? be->iface->adam_check(be, d[0], d[1], M, V, n, &ah, &got)
+                       : be->iface->sgd_check(be, d[0], d[1], M, n, &sh, &got));
+      if (!sc.ok) {
+        scope_end(&sc);
+        continue;
+      }
+      key_str(gs, sizeof gs, got);
+      expect(v, got == ref, "%s: key %s, reference %s", label, gs, rs);
+      int same = 1;
+      for (int a = 0; a < 4 && n && sc.ok; a++) {
+        float *back = dev_get(&sc, CL_F32, d[a], n);
+        same &= back && memcmp(back, h[a], bytes) == 0;
+        free(back);
+      }
+      expect(v, sc.ok && same, "%s: the guard wrote nothing", label);
+      if (ref == CL_FAULT_NONE && n && sc.ok) {
+        float *upd[4] = {d[0], NULL, NULL, NULL};
+        if (c->no_state) { /* the state the core creates: zeros */
+          CALL(&sc, be->iface->memset0(be, d[2], bytes));
+          CALL(&sc, be->iface->memset0(be, d[3], bytes));
+        }
+        if (sc.ok)
+          CALL(&sc, adam ? be->iface->adam_update(be, d[0], d[1], d[2], d[3], n, &ah)
+                         : be->iface->sgd_update(be, d[0], d[1], c->mom != 0 ? d[2] : NULL, n,
+                                                 &sh));
+        upd[1] = adam || c->mom != 0 ? d[2] : NULL, upd[2] = adam ? d[3] : NULL;
+        size_t bad = 0;
+        for (int a = 0; a < 3 && sc.ok; a++) {
+          float *back = upd[a] ? dev_get(&sc, CL_F32, upd[a], n) : NULL;
+          for (size_t k = 0; back && k < n; k++) bad += !isfinite(back[k]);
+          free(back);
+        }
+        expect(v, sc.ok && bad == 0, "%s: then the update writes %zu non-finite values", label,
+               bad);
+      }
+      if (adam && i == 0 && sc.ok) {
+        cl_adam_hp h0 = ah;
+        h0.step = 0;
+        expect(v, be->iface->adam_check(be, d[0], d[1], M, V, n, &h0, &got) == CL_E_INVALID,
+               "adam_check: step 0 is refused");
+      }
+      scope_end(&sc);
+    }
+    for (int a = 0; a < 4; a++) free(h[a]);
+  }
+}
+
+/* ---- the backend's scratch and runtime memory --------------------------------------- */
+
+/* scratch_bytes and set_scratch come together; a backend with scratch
+ * uses the memory it was handed for its reductions and no byte past
+ * scratch_bytes: with a second scratch set, mse (more blocks than the
+ * partial sums hold), grad_unscale and adam_check still give the reference
+ * results, the first scratch is left alone, the second is written within
+ * its bytes and not past them. runtime_bytes: 0 where the slot is absent,
+ * else within the device and the same at every call (measured once). */
+static void run_scratch(const row *r) {
+  (void)r;
+  enum { NM = (1 << 20) + 3, NA = 5001 };
+  float *pred = rand_floats(NM, -1, 1), *target = rand_floats(NM, -1, 1);
+  const double rloss = ref_mse(pred, target, NM, 1.0, NULL);
+  guard_case gc = {"", NA, 1e-3f, 0, 0, 0, 0, {{4321, 0, NAN, 0, 0}}, 1, 0, 1, 4321};
+  float *h[4];
+  guard_inputs(&gc, h);
+  const cl_adam_hp ah = {1e-3f, 0.9f, 0.999f, 1e-8f, 0, 3};
+  const uint64_t rkey = ref_adam_fault(h[0], h[1], h[2], h[3], NA, &ah);
+  size_t runtime0 = 0;
+  int have_runtime0 = 0;
+  for (int vi = 0; vi < n_vs; vi++) {
+    variant *v = &vs[vi];
+    cl_backend *be = v->be;
+    const struct cl_backend_i *f = be->iface;
+    const size_t sb = f->scratch_bytes;
+    expect(v, (sb > 0) == (f->set_scratch != NULL), "scratch_bytes %zu, set_scratch %s", sb,
+           f->set_scratch ? "given" : "absent");
+    size_t rt = 0, fr = 0, tot = 0;
+    cl_status st = f->runtime_bytes ? f->runtime_bytes(be, &rt) : CL_OK;
+    cl_status st2 = cl_backend_mem_info(be, &fr, &tot);
+    if (!f->runtime_bytes) {
+      expect(v, cl_backend_runtime_bytes(be) == 0, "runtime_bytes absent: 0 bytes");
+    } else {
+      const int same = !have_runtime0 || rt == runtime0;
+      if (!have_runtime0) runtime0 = rt, have_runtime0 = 1;
+      expect(v, st == CL_OK && st2 == CL_OK && rt <= tot && same &&
+                    cl_backend_runtime_bytes(be) == rt,
+             "runtime_bytes %.1f MiB of %.1f MiB, the same at every call", rt / 1048576.0,
+             tot / 1048576.0);
+    }
+    if (!sb || !f->set_scratch) continue;
+    expect(v, v->scratch != NULL, "the scratch was handed over before the rows ran");
+    scope sc = scope_of(v);
+    unsigned char *alt = dev_alloc(&sc, sb + GUARD), *before = xmalloc(sb), *after = xmalloc(sb);
+    unsigned char *fill = xmalloc(sb);
+    for (size_t k = 0; k < sb; k++) fill[k] = (unsigned char)(0x5A ^ k);
+    dev_put(&sc, alt, fill, sb);
+    if (sc.ok) guard_set(&sc, alt + sb);
+    if (sc.ok) CALL(&sc, f->download(be, before, v->scratch, sb));
+    float *P = dev_of(&sc, pred, NM * 4), *T = dev_of(&sc, target, NM * 4);
+    float *d[4];
+    for (int a = 0; a < 4; a++) d[a] = dev_of(&sc, h[a], NA * 4);
+    double loss = 0;
+    int found = -1;
+    uint64_t key = 0;
+    if (sc.ok) {
+      f->set_scratch(be, alt);
+      CALL(&sc, f->mse(be, P, T, NM, CL_F32, 1.0f, NULL, &loss));
+      CALL(&sc, f->grad_unscale(be, d[1], NA, 1.0f, &found));
+      CALL(&sc, f->adam_check(be, d[0], d[1], d[2], d[3], NA, &ah, &key));
+      f->set_scratch(be, v->scratch);
+    }
+    if (sc.ok) {
+      expect(v, fabs(loss - rloss) <= 1e-10 * rloss && found == 1 && key == rkey,
+             "with another scratch: mse %.12g (reference %.12g), grad_unscale found %d, "
+             "adam_check key %llu (reference %llu)",
+             loss, rloss, found, (unsigned long long)key, (unsigned long long)rkey);
+      CALL(&sc, f->download(be, after, v->scratch, sb));
+      expect(v, sc.ok && memcmp(before, after, sb) == 0, "the first scratch was left alone");
+      CALL(&sc, f->download(be, after, alt, sb));
+      expect(v, sc.ok && memcmp(fill, after, sb) != 0, "the second scratch was written");
+      expect(v, sc.ok && guard_intact(&sc, alt + sb), "no byte past scratch_bytes (%zu) written",
+             sb);
+    }
+    scope_end(&sc);
+    free(before), free(after), free(fill);
+  }
+  for (int a = 0; a < 4; a++) free(h[a]);
+  free(pred), free(target);
+}
+
 /* ---- data sets on the device ----------------------------------------------------------- */
 
 typedef struct gather_case {
@@ -1153,6 +1369,67 @@ static const optim_case sgd_cases[] = {
     {40009, 0.05f, 0.0f, 0.0f, 4}, {40009, 0.05f, 0.9f, 0.0f, 4}, {40009, 0.05f, 0.9f, 1e-3f, 4},
     {1007, 0.05f, 0.0f, 0.0f, 3},  {1007, 0.05f, 0.9f, 0.0f, 3},  {300001, 0.05f, 0.9f, 0.01f, 3}};
 
+/* The planted faults of the guards (from the guard branch's CPU and CUDA
+ * tests): every array and NaN / Inf; a value finite on input that the
+ * update's float32 arithmetic makes Inf (g*g, lr / (1 - beta1^t), momentum,
+ * lr * g, weight decay * p); the first element and the last; both halves
+ * of 2 and 3 threads' static split (n = 40009 > the CPU's parallel
+ * threshold), a CUDA grid of many blocks (300001); two faults, where the
+ * earlier element (and within one element the earlier array) wins; state
+ * not yet created (NULL moments: zeros). */
+#define NOPLANT {0, 0, 0, 0, 0}
+static const guard_case adam_guard_cases[] = {
+    /* what, n, lr, wd, mom, first, no_state, plants, n_plants, want part, nan, at */
+    {"all finite", 40009, 1e-3f, 0, 0, 0, 0, {{7, 0.5f, 0.5f, 0.1f, 0.1f}}, 1, -1, 0, 0},
+    {"an Inf gradient", 40009, 1e-3f, 0, 0, 0, 0, {{777, 0, INFINITY, 0, 0}}, 1, CL_PART_GRAD, 0,
+     777},
+    {"a NaN gradient, last element", 40009, 1e-3f, 0, 0, 0, 0, {{40008, 0, NAN, 0, 0}}, 1,
+     CL_PART_GRAD, 1, 40008},
+    /* (1 - beta2) g^2 passes 3.4e38 from |g| = 5.8e20 */
+    {"g*g overflows exp_avg_sq", 40009, 1e-3f, 0, 0, 0, 0, {{5, 0, 1e21f, 0, 0}}, 1, CL_PART_V, 0,
+     5},
+    {"exp_avg already Inf", 40009, 1e-3f, 0, 0, 0, 0, {{20000, 0, 0, INFINITY, 0}}, 1, CL_PART_M,
+     0, 20000},
+    {"a NaN exp_avg_sq", 40009, 1e-3f, 0, 0, 0, 0, {{3, 0, 0, 0, NAN}}, 1, CL_PART_V, 1, 3},
+    {"lr / (1 - beta1^t) overflows: every parameter", 40009, 3e38f, 0, 0, 0, 0,
+     {{0, 0.5f, 0.5f, 0.5f, 0.5f}}, 1, CL_PART_PARAM, 0, 0},
+    {"two faults: the earlier element wins", 40009, 1e-3f, 0, 0, 0, 0,
+     {{39000, 0, NAN, 0, 0}, {15000, 0, 0, 0, INFINITY}}, 2, CL_PART_V, 0, 15000},
+    {"an Inf gradient and a NaN exp_avg: the gradient first", 40009, 1e-3f, 0, 0, 0, 0,
+     {{30001, 0, -INFINITY, NAN, 0}}, 1, CL_PART_GRAD, 0, 30001},
+    {"a NaN gradient, last element of many blocks", 300001, 1e-3f, 0, 0, 0, 0,
+     {{300000, 0, NAN, 0, 0}}, 1, CL_PART_GRAD, 1, 300000},
+    {"g*g overflows exp_avg_sq, many blocks", 300001, 1e-3f, 0, 0, 0, 0,
+     {{250000, 0, 1e21f, 0, 0}}, 1, CL_PART_V, 0, 250000},
+    {"no state yet, all finite", 1000, 1e-3f, 0, 0, 0, 1, {NOPLANT}, 0, -1, 0, 0},
+    {"no state yet, g*g overflows", 1000, 1e-3f, 0, 0, 0, 1, {{400, 0, 1e21f, 0, 0}}, 1,
+     CL_PART_V, 0, 400},
+    {"n = 0", 0, 1e-3f, 0, 0, 0, 0, {NOPLANT}, 0, -1, 0, 0},
+};
+static const guard_case sgd_guard_cases[] = {
+    {"all finite", 40009, 0.1f, 0, 0.9f, 0, 0, {{7, 0.5f, 0.5f, 0.5f, 0}}, 1, -1, 0, 0},
+    {"the first step ignores a NaN buffer", 40009, 0.1f, 0, 0.9f, 1, 0, {{7, 0.5f, 0.5f, NAN, 0}},
+     1, -1, 0, 0},
+    {"momentum overflows the buffer", 40009, 0.1f, 0, 1e10f, 0, 0, {{123, 0, 0, 1e30f, 0}}, 1,
+     CL_PART_M, 0, 123},
+    {"lr * g overflows the parameter", 40009, 10, 0, 0, 0, 0, {{31, 3e38f, -1e38f, 0, 0}}, 1,
+     CL_PART_PARAM, 0, 31},
+    {"weight decay * p overflows", 40009, 0.1f, 1e38f, 0, 0, 0, {{9, 10, 0, 0, 0}}, 1,
+     CL_PART_PARAM, 0, 9},
+    {"a NaN parameter", 40009, 0.1f, 0, 0, 0, 0, {{40000, NAN, 0, 0, 0}}, 1, CL_PART_PARAM, 1,
+     40000},
+    {"an Inf gradient", 40009, 0.1f, 0, 0.9f, 0, 0, {{20005, 0, INFINITY, 0, 0}}, 1,
+     CL_PART_GRAD, 0, 20005},
+    {"a NaN buffer without momentum is not read", 40009, 0.1f, 0, 0, 0, 0,
+     {{11, 0.5f, 0.5f, NAN, 0}}, 1, -1, 0, 0},
+    {"two faults: the earlier element wins", 40009, 0.1f, 0, 0.9f, 0, 0,
+     {{35000, NAN, 0, 0, 0}, {12000, 0, 0, INFINITY, 0}}, 2, CL_PART_M, 0, 12000},
+    {"momentum overflows, many blocks", 300001, 0.1f, 0, 1e10f, 0, 0, {{290000, 0, 0, 1e30f, 0}},
+     1, CL_PART_M, 0, 290000},
+    {"no buffer yet, first step, all finite", 1000, 0.1f, 0, 0.9f, 1, 1, {NOPLANT}, 0, -1, 0, 0},
+    {"n = 0", 0, 0.1f, 0, 0.9f, 0, 0, {NOPLANT}, 0, -1, 0, 0},
+};
+
 /* row_bytes, offset, N, T, t0, nt, nb */
 static const gather_case gather_cases[] = {
     {24 * 24 * 4, 0, 100, 5, 0, 5, 10}, /* float32 images: 16-byte words */
@@ -1220,6 +1497,14 @@ static const row ops[] = {
       "values <= 1"}},
     {"sgd_update", run_sgd, CASES(sgd_cases), F32, 0,
      {1e-6, 0, 0, 0, 0, 0, "float32 against torch's update in double: a few roundings"}},
+    {"adam_check", run_guard, CASES(adam_guard_cases), F32, 0,
+     EXACT("the first fault's key (element, array, NaN) is an integer: equal to the "
+           "reference's; each planted value is orders of magnitude from float32's overflow, so "
+           "float32 operation order cannot move it")},
+    {"sgd_check", run_guard, CASES(sgd_guard_cases), F32, 0,
+     EXACT("the first fault's key is an integer: equal to the reference's, as adam_check")},
+    {"scratch_bytes set_scratch runtime_bytes", run_scratch, NULL, 1, F32, 0,
+     EXACT("bytes and keys exactly; the loss as mse's 1e-10")},
     {"gather_rows (optional)", run_gather, CASES(gather_cases), F32, 0,
      EXACT("bytes, bit for bit")},
 };
@@ -1392,6 +1677,28 @@ static int add_cuda_variants(void) {
   return ok;
 }
 
+/* The scratch of the backends that ask for one (CUDA: the loss's partial
+ * sums, grad_unscale's flag, the guards' fault word), allocated through the
+ * backend's own alloc as core/model.c allocates it, and handed over before
+ * any kernel runs; freed before the backend is destroyed. 0 when one could
+ * not be had (a failure, reported). */
+static int give_scratch(variant *v) {
+  const struct cl_backend_i *f = v->be->iface;
+  if (!f->scratch_bytes || !f->set_scratch) return 1;
+  cl_status st = f->alloc(v->be, f->scratch_bytes, &v->scratch);
+  if (st != CL_OK || !v->scratch)
+    return expect(v, 0, "the backend's scratch (%zu bytes): %s: %s", f->scratch_bytes,
+                  status_str(st), v->be->err);
+  f->set_scratch(v->be, v->scratch);
+  return 1;
+}
+
+static void variant_end(variant *v) {
+  if (v->scratch) v->be->iface->free(v->be, v->scratch);
+  v->scratch = NULL;
+  cl_backend_destroy(v->be);
+}
+
 /* Keeps the backends whose name contains `only` (the -b option). */
 static void keep_only(const char *only) {
   int kept = 0;
@@ -1422,6 +1729,7 @@ int main(int argc, char **argv) {
     printf("no backend to test: skipped\n");
     return ctest_failures ? 1 : 77;
   }
+  for (int i = 0; i < n_vs; i++) give_scratch(&vs[i]);
   printf("%d backends:", n_vs);
   for (int i = 0; i < n_vs; i++) printf("%s %s", i ? "," : "", vs[i].name);
   printf("\n");
@@ -1453,7 +1761,7 @@ int main(int argc, char **argv) {
     expect(&vs[i], st == CL_OK, "synchronize after all of the above: %s", status_str(st));
     printf("%s %-28s %5d checks, %d failed\n", vs[i].failed ? "FAIL" : "ok  ", vs[i].name,
            vs[i].checks, vs[i].failed);
-    cl_backend_destroy(vs[i].be);
+    variant_end(&vs[i]);
   }
   return ctest_done("test_backend_ops");
 }
