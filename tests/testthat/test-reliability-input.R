@@ -205,6 +205,13 @@ bad_input_cases <- list(
   list("estimate bytes overflow", quote(memory_estimate(m, 2^31 - 1, 2^31 - 1, 2^31 - 1,
                                                         2^31 - 1)),
        "overflow"),
+  list("advise budget words", quote(memory_advise(m, "lots", 2, 3, 5, 4)), "`budget`"),
+  list("advise budget zero", quote(memory_advise(m, 0, 2, 3, 5, 4)), "`budget`"),
+  list("advise seq_len zero", quote(memory_advise(m, "1 MiB", 2, 0, 5, 4)), "`seq_len`"),
+  list("advise allow_tbptt text", quote(memory_advise(m, "1 MiB", 2, 3, 5, 4, allow_tbptt = "no")),
+       "`allow_tbptt`"),
+  list("advise unknown target", quote(memory_advise(m, "1 MiB", 2, 3, 5, 4, target = "all")),
+       "`target`"),
   # ---- models that are gone, and things that are not models ----
   list("released model called", quote(released(x)), "released", "state"),
   list("released model trained", quote(train_step(released, x, y, opt)), "released", "state"),

@@ -1,0 +1,136 @@
+# test-advise.R -- memory_advise(): for random models and budgets, the configuration the
+# advisor picks trains under memory_limit = budget and its measured peaks are
+# the planned ones; the closest one it rejects fails with the out-of-memory
+# error; rows are sorted, labelled and printed as documented.
+
+advise_case <- function(seed) {
+  set.seed(seed)
+  n_layers <- sample(1:2, 1)
+  list(
+    input_dim = sample(1:3, 1), hidden = sample(2:6, n_layers, replace = TRUE),
+    kernel = sample(c(1, 3), n_layers, replace = TRUE),
+    B = sample(2:6, 1), T = sample(2:6, 1), H = sample(3:8, 1), W = sample(3:8, 1)
+  )
+}
+
+advise_model <- function(case, ...) {
+  convlstm(case$input_dim, case$hidden, case$kernel, device = "cpu", threads = 1, ...)
+}
+
+advise_data <- function(case, hidden_last) {
+  list(x = array(runif(case$B * case$T * case$input_dim * case$H * case$W),
+                 c(case$B, case$T, case$input_dim, case$H, case$W)),
+       y = array(runif(case$B * hidden_last * case$H * case$W),
+                 c(case$B, hidden_last, case$H, case$W)))
+}
+
+# A step of configuration `row` on a fresh model limited to `budget`.
+train_row <- function(case, row, budget, d) {
+  model <- advise_model(case, dtype = row$dtype, memory_limit = budget)
+  on.exit(convlstm_release(model))
+  loss <- train_step(model, d$x, d$y, optimizer_adam(), checkpoint = row$checkpoint,
+                     accumulation_steps = row$accumulation_steps, tbptt = row$tbptt)
+  s <- memory_stats(model)
+  list(loss = loss, peak = s$peak_allocated, peak_reserved = s$peak_reserved)
+}
+
+test_that("the pick trains under memory_limit = budget with the planned peak; the closest reject is an oom error", {
+  for (seed in 1:8) {
+    case <- advise_case(seed)
+    probe <- advise_model(case)
+    all_fit <- memory_advise(probe, "1 GiB", case$B, case$T, case$H, case$W)
+    # a budget between the smallest and the largest plan, so some fit and some do not
+    budget <- floor(stats::quantile(all_fit$reserved, runif(1, 0.1, 0.9), names = FALSE))
+    advice <- memory_advise(probe, budget, case$B, case$T, case$H, case$W)
+    convlstm_release(probe)
+    info <- sprintf("seed %d, budget %s", seed, format(budget))
+    expect_true(any(advice$fits), info = info)
+    expect_true(any(!advice$fits), info = info)
+    d <- advise_data(case, case$hidden[[length(case$hidden)]])
+    pick <- advice[1, ]
+    run <- train_row(case, pick, budget, d)
+    expect_true(is.finite(run$loss), info = info)
+    expect_equal(run$peak, pick$total, info = info)
+    expect_equal(run$peak_reserved, pick$reserved, info = info)
+    expect_lte(run$peak_reserved, budget)
+    reject <- advice[!advice$fits, ][1, ]
+    expect_gt(reject$reserved, budget)
+    expect_convlstm_error(train_row(case, reject, budget, d), status = "oom",
+                          regexp = "out of memory")
+  }
+})
+
+test_that("rows: every dtype, checkpoint and micro-batch; fitting ones first, fastest first", {
+  set.seed(3)
+  model <- convlstm(1, c(8, 1), 3, device = "cpu", threads = 1)
+  on.exit(convlstm_release(model))
+  budget <- 3 * 2^20
+  a <- memory_advise(model, budget, 16, 8, 16, 16)
+  expect_s3_class(a, c("convlstm_memory_advice", "data.frame"))
+  expect_setequal(unique(a$dtype), c("float32", "float16", "bfloat16"))
+  expect_setequal(unique(a$checkpoint), c(0, 1, 2, 3, 4))
+  expect_setequal(unique(a$accumulation_steps), c(1, 2, 4, 8, 16))
+  expect_true(all(a$tbptt == 0))
+  expect_equal(a$micro_batch, ceiling(16 / a$accumulation_steps))
+  expect_equal(a$fits, a$reserved <= budget)
+  # fitting rows first, sorted by predicted time; then by bytes over the budget
+  expect_false(is.unsorted(!a$fits))
+  expect_false(is.unsorted(a$time_ratio[a$fits]))
+  expect_false(is.unsorted(a$reserved[!a$fits]))
+  expect_true(all(a$reason[a$fits] == ""))
+  expect_true(all(grepl("over the budget", a$reason[!a$fits])))
+  # each row is memory_estimate()'s plan for that configuration
+  for (i in c(1, nrow(a))) {
+    est <- memory_estimate(model, 16, 8, 16, 16, dtype = a$dtype[[i]],
+                           checkpoint = a$checkpoint[[i]],
+                           accumulation_steps = a$accumulation_steps[[i]],
+                           optimizer = optimizer_adam())
+    expect_equal(unlist(a[i, c(est$category)]), stats::setNames(est$bytes, est$category))
+  }
+  plain <- a$dtype == "float32" & a$checkpoint == 0 & a$accumulation_steps == 1
+  expect_equal(a$time_ratio[plain], 1)
+  # recomputing forward segments costs time in the model, at the same dtype
+  ck <- a$dtype == "float32" & a$checkpoint == 1 & a$accumulation_steps == 1
+  expect_gt(a$time_ratio[ck], 1)
+  expect_equal(attr(a, "budget"), budget)
+  expect_named(attr(a, "rates"), c("flops", "bytes", "device"))
+  # tbptt only when allowed, and never together with checkpointing
+  t <- memory_advise(model, budget, 16, 8, 16, 16, allow_tbptt = TRUE)
+  expect_true(any(t$tbptt > 0))
+  expect_true(all(t$checkpoint[t$tbptt > 0] == 0))
+  # sizes with units as memory_limit takes them
+  expect_equal(attr(memory_advise(model, "3 MiB", 16, 8, 16, 16), "budget"), budget)
+})
+
+test_that("print() shows what fits with its predicted time and why the others do not", {
+  model <- convlstm(1, c(8, 1), 3, device = "cpu", threads = 1)
+  on.exit(convlstm_release(model))
+  a <- memory_advise(model, "3 MiB", 16, 8, 16, 16)
+  out <- capture.output(print(a, n = 3))
+  expect_match(out[[1]], "training batch 16, 8 steps of 16x16", fixed = TRUE)
+  expect_true(any(grepl("budget 3 MiB: [0-9]+ of [0-9]+ configurations fit", out)))
+  expect_true(any(grepl("Fits, fastest first", out)))
+  expect_true(any(grepl("Does not fit", out)))
+  expect_true(any(grepl("over the budget", out)))
+  expect_true(any(grepl("[0-9.]+x$", out)))
+  expect_true(any(grepl("n = Inf", out)))
+  nothing <- memory_advise(model, 1000, 16, 8, 16, 16)
+  out <- capture.output(print(nothing))
+  expect_false(any(grepl("Fits, fastest first", out)))
+  expect_true(any(grepl("0 of [0-9]+ configurations fit", out)))
+})
+
+test_that("memory_advise() checks its arguments", {
+  model <- convlstm(1, 2, 3, device = "cpu", threads = 1)
+  on.exit(convlstm_release(model))
+  expect_convlstm_error(memory_advise(model, "lots", 2, 3, 4, 4), regexp = "`budget`")
+  expect_convlstm_error(memory_advise(model, -1, 2, 3, 4, 4), regexp = "`budget`")
+  expect_convlstm_error(memory_advise(model, "1 MiB", 0, 3, 4, 4), regexp = "`batch_size`")
+  expect_convlstm_error(memory_advise(model, "1 MiB", 2, 3, 4, 4, optimizer = "adam"),
+                        regexp = "`optimizer`")
+  expect_convlstm_error(memory_advise(model, "1 MiB", 2, 3, 4, 4, target = "all"),
+                        regexp = "`target`")
+  expect_convlstm_error(memory_advise(model, "1 MiB", 2, 3, 4, 4, allow_tbptt = NA),
+                        regexp = "`allow_tbptt`")
+  expect_convlstm_error(memory_advise("model", "1 MiB", 2, 3, 4, 4), regexp = "`model`")
+})
