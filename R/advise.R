@@ -166,8 +166,8 @@ plan_of <- function(model, cfg, B, T, H, W, optimizer) {
 why_not <- function(row, budget) {
   step <- unlist(row[c("activations", "states", "workspace", "data")])
   big <- names(step)[which.max(step)]
-  sprintf("needs %s, %s over the budget (largest part: %s %s)", format_bytes(row$reserved),
-          format_bytes(row$reserved - budget), big, format_bytes(max(step)))
+  sprintf("%s over the budget (%s %s)", format_bytes(row$reserved - budget), big,
+          format_bytes(max(step)))
 }
 
 # ---- the cost model ------------------------------------------------------
@@ -178,8 +178,11 @@ why_not <- function(row, budget) {
 # once per segment over all its steps, the hidden half once per step with a
 # previous state; backward runs data and filter gradients; checkpointing
 # runs every segment but the last forward again; truncation with a loss on
-# the last state runs only the last window backward.
-step_work <- function(config, cfg, B, T, P, target, optimizer_kind) {
+# the last state runs only the last window backward. On the CPU a
+# convolution call shares its images among `threads` (src/cpu/cpu_conv.c),
+# so a call over fewer images than threads leaves some idle: its FLOPs are
+# counted as the work of the threads it occupies.
+step_work <- function(config, cfg, B, T, P, target, optimizer_kind, threads) {
   e <- if (identical(cfg$dtype, "float32")) 4 else 2
   f <- 4 # gradients of activations are float32 whatever the storage
   k <- cfg$checkpoint
@@ -187,20 +190,24 @@ step_work <- function(config, cfg, B, T, P, target, optimizer_kind) {
   ck <- k > 0 && k < T
   tb <- w > 0 && w < T
   last_len <- function(S) T - (ceiling(T / S) - 1) * S
+  S <- if (ck) k else if (tb) w else T        # steps held at once
   redo <- if (ck) T - last_len(k) else 0      # steps recomputed
   fwd <- T + redo                             # steps run forward
   bwd <- if (tb && target == "last_state") last_len(w) else T
   fwd_h <- fwd - 1 - (redo > 0)               # steps with a previous state
   bwd_h <- bwd - 1
   seg_calls <- if (ck) 2 * ceiling(T / k) - 1 else if (tb) ceiling(T / w) else 1
-  m <- ceiling(B / ceiling(B / cfg$accumulation_steps)) # micro-batches run
+  b <- ceiling(B / cfg$accumulation_steps)    # samples per micro-batch
+  m <- ceiling(B / b)                         # micro-batches run
+  busy <- function(n) n / (threads * ceiling(n / threads)) # share of threads at work
   hid <- as.double(config$hidden_dims)
   kk <- as.double(config$kernel_sizes)^2
   inp <- c(as.double(config$input_dim), hid[-length(hid)])
   below <- seq_along(hid) > 1 # layers whose input gradient is needed
   fl_in <- 2 * P * 4 * hid * inp * kk
   fl_h <- 2 * P * 4 * hid * hid * kk
-  flops <- B * sum(fl_in * (fwd + bwd * (1 + below)) + fl_h * (fwd_h + 2 * bwd_h))
+  flops <- B * sum(fl_in * (fwd + bwd * (1 + below)) / busy(S * b) +
+                     fl_h * (fwd_h + bwd_h) / busy(b) + fl_h * bwd_h / busy(S * b))
   # per sample and step: forward convolutions and cell; backward cell,
   # convolutions (data and filter) and the gradients they accumulate
   fwd_bytes <- P * e * (inp + 19 * hid)
@@ -212,13 +219,26 @@ step_work <- function(config, cfg, B, T, P, target, optimizer_kind) {
   data <- B * P * (T * config$input_dim * (8 + e) +
                      (if (target == "sequence") T else 1) * C_out * (8 + f))
   update <- config$n_params * 4 * if (identical(optimizer_kind, "adam")) 10 else 6
-  bytes <- B * sum(fwd_bytes * fwd + bwd_bytes * bwd) + weights + data + update
-  c(flops = flops, bytes = bytes)
+  bytes <- B * sum(fwd_bytes * fwd + bwd_bytes * bwd) + data + update
+  c(flops = flops, bytes = bytes, weights = weights)
 }
 
 predicted_seconds <- function(config, cfg, B, T, P, target, optimizer, rates) {
-  work <- step_work(config, cfg, B, T, P, target, optimizer$kind)
-  work[["flops"]] / rates$flops[[cfg$dtype]] + work[["bytes"]] / rates$bytes
+  work <- step_work(config, cfg, B, T, P, target, optimizer$kind, rates$threads)
+  work[["flops"]] / rates$flops[[cfg$dtype]] + work[["bytes"]] / rates$bytes +
+    work[["weights"]] / rates$weights
+}
+
+# The threads a CPU model's convolutions share images among: its `threads`,
+# else OpenMP's default (OMP_NUM_THREADS, else one per core). A GPU runs a
+# call's images at once.
+conv_threads <- function(config) {
+  if (!identical(config$device, "cpu")) return(1L)
+  if (config$threads > 0) return(as.integer(config$threads))
+  omp <- suppressWarnings(as.integer(Sys.getenv("OMP_NUM_THREADS")))
+  if (!is.na(omp) && omp > 0) return(omp)
+  cores <- if (requireNamespace("parallel", quietly = TRUE)) parallel::detectCores() else NA
+  if (is.na(cores) || cores < 1) 1L else as.integer(cores)
 }
 
 # The cost model's rates for a model's device and thread count, measured
@@ -231,58 +251,78 @@ backend_rates <- function(config) {
   advise_cache[[key]]
 }
 
-# Two calibration models on the model's device: one whose step is mostly
-# convolution arithmetic (run in every dtype), one whose step is mostly
-# memory traffic (1x1 kernels, two channels, larger images). Their times
-# give the two rates of time = flops / R_flop + bytes / R_bytes. R's random
-# stream is left as it was.
+# Calibration steps on the model's device give the three rates of time =
+# flops / R_flop[dtype] + bytes / R_bytes + weights / R_weights: a layer as
+# wide as the tutorial's, mostly convolution arithmetic, in every dtype and
+# once more in micro-batches of one sample (whose many small convolution
+# calls each read the whole weight); and a step of 1x1 kernels on two
+# channels, mostly memory traffic. Steps are timed by the CPU time of the
+# process (all its threads), not the wall clock: on a machine shared with
+# other work the wall clock of a short step varies by a factor of two or
+# more, its CPU time far less, and only the ratios of the rates matter.
+# The steps alternate for four rounds and each keeps its least time. R's
+# random stream is left as it was.
 measure_rates <- function(config) {
   seed <- get0(".Random.seed", envir = globalenv(), inherits = FALSE)
   on.exit(restore_seed(seed), add = TRUE)
-  heavy <- list(input_dim = 8L, hidden = 32L, kernel = 3L, B = 4L, T = 4L, size = 16L)
+  threads <- conv_threads(config)
+  heavy <- list(input_dim = 1L, hidden = 64L, kernel = 3L, B = 2L, T = 3L, size = 12L)
   light <- list(input_dim = 1L, hidden = 2L, kernel = 1L, B = 8L, T = 8L, size = 64L)
-  time_of <- function(cal, dtype) {
-    m <- convlstm(cal$input_dim, cal$hidden, cal$kernel, device = config$device, dtype = dtype,
-                  threads = if (config$threads > 0) config$threads else NULL)
-    on.exit(convlstm_release(m))
-    x <- array(stats::runif(cal$B * cal$T * cal$input_dim * cal$size^2),
-               c(cal$B, cal$T, cal$input_dim, cal$size, cal$size))
-    y <- array(stats::runif(cal$B * cal$hidden * cal$size^2),
-               c(cal$B, cal$hidden, cal$size, cal$size))
-    opt <- optimizer_adam()
-    train_step(m, x, y, opt) # plans and allocates: not timed
-    # the fastest of five: other work on the machine only ever adds time
-    min(vapply(1:5, function(i) {
-      t0 <- now()
-      train_step(m, x, y, opt)
-      now() - t0
-    }, numeric(1)))
+  runs <- list(list(heavy, "float32", 1L), list(heavy, "float32", 2L), list(light, "float32", 1L),
+               list(heavy, "float16", 1L), list(heavy, "bfloat16", 1L))
+  steps <- lapply(runs, function(r) calibration_step(config, r[[1]], r[[2]], r[[3]]))
+  on.exit(lapply(steps, function(st) convlstm_release(st$model)), add = TRUE)
+  for (st in steps) st$run() # plans and allocates: not timed
+  t <- rep(Inf, length(steps))
+  for (round in 1:4) {
+    for (i in seq_along(steps)) {
+      t0 <- cpu_seconds()
+      steps[[i]]$run()
+      t[[i]] <- min(t[[i]], cpu_seconds() - t0)
+    }
   }
-  work_of <- function(cal, dtype) {
-    cfg <- list(dtype = dtype, checkpoint = 0L, accumulation_steps = 1L, tbptt = 0L)
-    conf <- list(input_dim = cal$input_dim, hidden_dims = cal$hidden,
-                 kernel_sizes = cal$kernel,
+  w <- lapply(runs, function(r) {
+    cal <- r[[1]]
+    conf <- list(input_dim = cal$input_dim, hidden_dims = cal$hidden, kernel_sizes = cal$kernel,
                  n_params = 4 * cal$hidden * ((cal$input_dim + cal$hidden) * cal$kernel^2 + 1))
-    step_work(conf, cfg, cal$B, cal$T, cal$size^2, "last_state", "adam")
+    cfg <- list(dtype = r[[2]], checkpoint = 0L, accumulation_steps = r[[3]], tbptt = 0L)
+    step_work(conf, cfg, cal$B, cal$T, cal$size^2, "last_state", "adam", threads)
+  })
+  per_byte <- t[[3]] / w[[3]][["bytes"]] # the light step: its arithmetic is negligible
+  rest <- function(i) t[[i]] - w[[i]][["bytes"]] * per_byte
+  # seconds per weight byte: what the heavy step in micro-batches takes beyond
+  # its arithmetic at the whole step's rate (none if noise makes it negative)
+  per_flop <- rest(1) / w[[1]][["flops"]]
+  per_weight <- max(0, (rest(2) - w[[2]][["flops"]] * per_flop) / w[[2]][["weights"]])
+  # at least a quarter of a heavy step is arithmetic, so that noise in the
+  # other rates cannot make the convolutions free
+  flop_rate <- function(i) {
+    w[[i]][["flops"]] / max(rest(i) - w[[i]][["weights"]] * per_weight, t[[i]] / 4)
   }
-  wh <- work_of(heavy, "float32")
-  wl <- work_of(light, "float32")
-  th <- time_of(heavy, "float32")
-  tl <- time_of(light, "float32")
-  # seconds per flop (a) and per byte (b) from the two steps
-  A <- rbind(wh, wl)
-  ab <- tryCatch(solve(A, c(th, tl)), error = function(e) c(NA, NA))
-  if (anyNA(ab) || any(ab <= 0)) ab <- c(th / wh[["flops"]], tl / wl[["bytes"]])
-  per_byte <- ab[[2]]
-  flop_rate <- function(dtype) {
-    w <- if (identical(dtype, "float32")) wh else work_of(heavy, dtype)
-    t <- if (identical(dtype, "float32")) th else time_of(heavy, dtype)
-    # at least a tenth of the step is arithmetic, so a noisy byte rate
-    # cannot make the convolutions free
-    w[["flops"]] / max(t - w[["bytes"]] * per_byte, t / 10)
-  }
-  list(flops = vapply(stats::setNames(dtypes(), dtypes()), flop_rate, numeric(1)),
-       bytes = 1 / per_byte, device = config$device)
+  list(flops = stats::setNames(vapply(c(1, 4, 5), flop_rate, numeric(1)),
+                               c("float32", "float16", "bfloat16")),
+       bytes = 1 / per_byte, weights = 1 / per_weight, threads = threads,
+       device = config$device)
+}
+
+# CPU seconds of this process, all threads together.
+cpu_seconds <- function() {
+  t <- proc.time()
+  t[["user.self"]] + t[["sys.self"]]
+}
+
+# A training step of a calibration model on the device of `config`, ready
+# to run again and again.
+calibration_step <- function(config, cal, dtype, accumulation_steps) {
+  model <- convlstm(cal$input_dim, cal$hidden, cal$kernel, device = config$device, dtype = dtype,
+                    threads = if (config$threads > 0) config$threads else NULL)
+  x <- array(stats::runif(cal$B * cal$T * cal$input_dim * cal$size^2),
+             c(cal$B, cal$T, cal$input_dim, cal$size, cal$size))
+  y <- array(stats::runif(cal$B * cal$hidden * cal$size^2),
+             c(cal$B, cal$hidden, cal$size, cal$size))
+  opt <- optimizer_adam()
+  list(model = model,
+       run = function() train_step(model, x, y, opt, accumulation_steps = accumulation_steps))
 }
 
 # ---- printing ------------------------------------------------------------
@@ -323,9 +363,15 @@ print.convlstm_memory_advice <- function(x, n = 10, ...) {
   if (nrow(out) > 0) {
     cat("\nDoes not fit, closest first:\n")
     d <- shown(utils::head(out, n))
-    d$reason <- utils::head(out$reason, n)
-    d$activations <- NULL
-    print(drop_tbptt(d), row.names = FALSE, right = FALSE)
+    d$activations <- d$time <- NULL
+    d <- drop_tbptt(d)
+    # columns padded by hand: a data frame print would wrap the long reasons
+    cols <- lapply(names(d), function(nm) {
+      v <- c(nm, d[[nm]])
+      formatC(v, width = -max(nchar(v)))
+    })
+    lines <- do.call(paste, c(cols, list(c("reason", utils::head(out$reason, n)))))
+    cat(paste0(" ", lines), sep = "\n")
     if (nrow(out) > n) cat(sprintf("... and %d more that do not fit\n", nrow(out) - n))
   }
   if (nrow(x) > 2 * n || nrow(fit) > n || nrow(out) > n) {
@@ -357,14 +403,16 @@ fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, tar
   shape <- list(seq_len = xd[[2]], height = xd[[4]], width = xd[[5]])
   budget <- resolve_budget(ptr, memory_budget, "memory_budget", call)
   largest <- function(opts) {
-    b <- do.call(max_batch_size, c(list(model), shape, list(budget = budget, optimizer = optimizer),
-                                   opts))
+    b <- do.call(max_batch_size, c(list(model), shape,
+                                   list(budget = budget, optimizer = optimizer), opts))
     min(n, as.integer(b))
   }
   if (is.null(memory_budget)) { # "max" with the options given
     opts <- given[-1]
     b <- largest(opts)
-    if (b == 0) abort_no_fit(budget, "not even a batch of one sample (or one per micro-batch)", call)
+    if (b == 0) {
+      abort_no_fit(budget, "not even a batch of one sample (or one per micro-batch)", call)
+    }
     chosen <- c(list(batch_size = b), opts)
     line <- sprintf("batch_size = \"max\": %d samples per batch%s", b,
                     if (b == n) " (all of them)" else sprintf(" (the most that fit in %s)",
@@ -375,12 +423,13 @@ fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, tar
         "`memory_budget` chooses `checkpoint` and `accumulation_steps` itself: leave them and ",
         "`tbptt` out, or give them without a budget."), call = call)
     }
-    B <- if (is_max) max(1L, largest(list())) else min(n, check_count(batch_size, "batch_size", call = call))
+    B <- if (is_max) max(1L, largest(list()))
+         else min(n, check_count(batch_size, "batch_size", call = call))
     advice <- memory_advise(model, budget, B, shape$seq_len, shape$height, shape$width,
                             optimizer = optimizer, target = target)
     if (!any(advice$fits)) {
-      abort_no_fit(budget, sprintf("no configuration of a batch of %d; the closest %s", B,
-                                   advice$reason[[1]]), call)
+      abort_no_fit(budget, sprintf("no configuration of a batch of %d fits; the closest is %s",
+                                   B, advice$reason[[1]]), call)
     }
     pick <- advice[1, ]
     opts <- list(checkpoint = pick$checkpoint, accumulation_steps = pick$accumulation_steps,
@@ -390,7 +439,8 @@ fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, tar
     chosen <- c(list(batch_size = b), opts)
     est <- do.call(memory_estimate, c(list(model, b), shape, list(optimizer = optimizer), opts))
     line <- sprintf(
-      "memory_budget %s: batch %d, %s%s (planned %s; step time predicted %.2fx the plain float32 step's)",
+      paste0("memory_budget %s: batch %d, %s%s (planned %s; step time predicted %.2fx the ",
+             "plain float32 step's)"),
       format_bytes(budget), b, pick$dtype, describe_options(c(opts, outputs = "all")),
       format_bytes(estimate_bytes(est)[["reserved"]]), pick$time_ratio)
   }

@@ -34,7 +34,7 @@ train_row <- function(case, row, budget, d) {
   list(loss = loss, peak = s$peak_allocated, peak_reserved = s$peak_reserved)
 }
 
-test_that("the pick trains under memory_limit = budget with the planned peak; the closest reject is an oom error", {
+test_that("the pick trains under memory_limit = budget at its planned peak; the closest reject is oom", {
   for (seed in 1:8) {
     case <- advise_case(seed)
     probe <- advise_model(case)
@@ -93,7 +93,7 @@ test_that("rows: every dtype, checkpoint and micro-batch; fitting ones first, fa
   ck <- a$dtype == "float32" & a$checkpoint == 1 & a$accumulation_steps == 1
   expect_gt(a$time_ratio[ck], 1)
   expect_equal(attr(a, "budget"), budget)
-  expect_named(attr(a, "rates"), c("flops", "bytes", "device"))
+  expect_named(attr(a, "rates"), c("flops", "bytes", "weights", "threads", "device"))
   # tbptt only when allowed, and never together with checkpointing
   t <- memory_advise(model, budget, 16, 8, 16, 16, allow_tbptt = TRUE)
   expect_true(any(t$tbptt > 0))
