@@ -29,19 +29,56 @@
 #'
 #' @section The time prediction:
 #' The predicted time of a step is `flops / R_flop[dtype] + bytes /
-#' R_bytes`: `flops` counts the multiply-adds of every convolution the step
-#' runs (forward, backward for data and filter, and the forward that
-#' checkpointing runs again); `bytes` counts what the cell kernels and
-#' convolutions read and write per time step, the weights read once per
-#' convolution call (so many small micro-batches cost more), the batch's
-#' upload and the optimizer's update. The rates are measured once per R
-#' process and device (the first call takes about a second): timed training
-#' steps of two small calibration models on the model's device, one
-#' dominated by convolutions (run in each dtype, as the CPU computes half
-#' types through conversions) and one by memory traffic. Only ratios are
-#' reported, relative to the plain float32 step of the same shape.
+#' R_bytes + weights / R_weights`: `flops` counts the multiply-adds of every
+#' convolution the step runs (forward, backward for data and filter, and the
+#' forward that checkpointing runs again), on the CPU counting the idle
+#' threads of a call over fewer images than threads; `bytes` what the cell
+#' kernels and convolutions read and write per time step, the batch's upload
+#' and the optimizer's update; `weights` the weight (or its gradient) that
+#' every convolution call reads, so many small micro-batches cost more. The
+#' rates are measured once per R process, device and thread count, from
+#' training steps of small calibration models on the model's device: one
+#' mostly convolution arithmetic (in each dtype, as the CPU computes half
+#' types through conversions, and in micro-batches of one sample), one
+#' mostly memory traffic. Only ratios are reported, relative to the plain
+#' float32 step of the same shape. The first call in a session runs 25
+#' calibration steps (1.3 s on one thread of the machine below, 12 s on two
+#' threads while it was loaded).
 #'
-#' How good the prediction is: see `bench/bench_advise.R` (figures pending).
+#' How good the prediction is was measured on the CPU this package was
+#' developed on (2 cores, shared with other work throughout: load average
+#' 11 to 14), with `bench/bench_advise.R`: the tutorial model
+#' (`convlstm(1, c(64, 1), 3)`) at batch 8, 6 steps of 24 x 24, ten
+#' configurations alternating for 4 rounds of 2 steps, each timed by the
+#' process's CPU time (the wall clock of a step varied by a factor of three
+#' on that machine), predicted against measured ratio to the plain float32
+#' step:
+#'
+#' | configuration | 1 thread: predicted | measured | 2 threads: predicted | measured |
+#' |---|---|---|---|---|
+#' | checkpoint 2 | 1.21 | 1.21 | 1.21 | 1.14 |
+#' | checkpoint 4 | 1.21 | 1.21 | 1.21 | 1.24 |
+#' | checkpoint 1 | 1.28 | 1.29 | 1.27 | 1.45 |
+#' | 2 micro-batches | 1.00 | 1.00 | 1.00 | 1.13 |
+#' | 8 micro-batches (of 1 sample) | 1.00 | 0.99 | 1.60 | 3.53 |
+#' | float16 | 1.48 | 1.17 | 0.61 | 0.92 |
+#' | bfloat16 | 1.48 | 1.18 | 0.68 | 0.99 |
+#' | float16, checkpoint 2, 2 micro-batches | 1.78 | 1.43 | 0.73 | 2.10 |
+#' | bfloat16, 8 micro-batches | 1.48 | 1.21 | 1.10 | 2.27 |
+#'
+#' On one thread, checkpointing and accumulation were predicted within 1 %
+#' and the half types 23 to 27 % too slow (largest error 27 %, rank
+#' correlation 0.64). On two threads the largest error was 65 % (rank
+#' correlation 0.70): micro-batches of one sample and half types in short
+#' segments run many small parallel convolution calls, whose threads wait
+#' for each other at every call (worse on a loaded machine), which the model
+#' counts only as idle threads. The calibration itself moved between
+#' processes on that machine (float32 rates from 10 to 35 GFLOP/s on two
+#' threads), so the ratios can change from one session to the next. Read the
+#' ratios as a ranking of alternatives of similar memory, not as a timing.
+#' The memory columns, by contrast, are the plan itself and exact. On a GPU
+#' the rates are measured the same way, but the prediction has not been
+#' checked there.
 #'
 #' @inheritParams memory_estimate
 #' @param budget Bytes the training step may take in all, parameters
