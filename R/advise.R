@@ -472,7 +472,7 @@ fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, tar
     opts <- list(checkpoint = pick$checkpoint, accumulation_steps = pick$accumulation_steps,
                  tbptt = pick$tbptt)
     if (!identical(pick$dtype, model_config(model)$dtype)) set_dtype(model, pick$dtype)
-    b <- if (is_max) largest(opts) else B
+    b <- if (is_max) largest(opts) else batch_size # more than n: convlstm_fit() says so
     chosen <- c(list(batch_size = b), opts)
     est <- do.call(memory_estimate, c(list(model, b), shape, list(optimizer = optimizer), opts))
     line <- sprintf(

@@ -1,4 +1,5 @@
-# test-advise.R -- memory_advise(): for random models and budgets, the configuration the
+# test-advise.R -- memory_advise() and convlstm_fit(memory_budget = ,
+# batch_size = "max"): for random models and budgets, the configuration the
 # advisor picks trains under memory_limit = budget and its measured peaks are
 # the planned ones; the closest one it rejects fails with the out-of-memory
 # error; rows are sorted, labelled and printed as documented.
@@ -133,4 +134,94 @@ test_that("memory_advise() checks its arguments", {
   expect_convlstm_error(memory_advise(model, "1 MiB", 2, 3, 4, 4, allow_tbptt = NA),
                         regexp = "`allow_tbptt`")
   expect_convlstm_error(memory_advise("model", "1 MiB", 2, 3, 4, 4), regexp = "`model`")
+})
+
+test_that("convlstm_fit(memory_budget = ) trains with the advisor's pick and says which", {
+  set.seed(5)
+  case <- list(input_dim = 1, hidden = c(4, 1), kernel = 3, B = 8, T = 6, H = 8, W = 8)
+  d <- advise_data(case, 1)
+  model <- advise_model(case)
+  on.exit(convlstm_release(model))
+  advice <- memory_advise(model, 2^20, 8, 6, 8, 8)
+  budget <- floor(stats::quantile(advice$reserved, 0.3, names = FALSE))
+  advice <- memory_advise(model, budget, 8, 6, 8, 8)
+  pick <- advice[1, ]
+  limited <- advise_model(case, memory_limit = budget)
+  on.exit(convlstm_release(limited), add = TRUE)
+  msgs <- character()
+  h <- withCallingHandlers(
+    convlstm_fit(limited, d$x, d$y, optimizer_adam(), epochs = 1, batch_size = 8,
+                 shuffle = FALSE, memory_budget = budget, data_on_device = FALSE),
+    message = function(m) {
+      msgs <<- c(msgs, conditionMessage(m))
+      invokeRestart("muffleMessage")
+    }
+  )
+  expect_equal(nrow(h), 1)
+  expect_true(is.finite(h$loss))
+  expect_equal(limited$dtype, pick$dtype)
+  expect_lte(memory_stats(limited)$peak_reserved, budget)
+  expect_equal(memory_stats(limited)$peak_allocated, pick$total)
+  line <- grep("memory_budget", msgs, value = TRUE)
+  expect_length(line, 1)
+  expect_match(line, pick$dtype, fixed = TRUE)
+  expect_match(line, sprintf("%.2fx", pick$time_ratio), fixed = TRUE)
+  # the same configuration given by hand is the same training
+  manual <- advise_model(case, dtype = pick$dtype)
+  fresh <- advise_model(case)
+  on.exit(convlstm_release(manual), add = TRUE)
+  on.exit(convlstm_release(fresh), add = TRUE)
+  load_state_dict(manual, state_dict(model))
+  load_state_dict(fresh, state_dict(model))
+  h1 <- convlstm_fit(fresh, d$x, d$y, optimizer_adam(), epochs = 1, batch_size = 8,
+                     shuffle = FALSE, memory_budget = budget, verbose = FALSE)
+  h2 <- convlstm_fit(manual, d$x, d$y, optimizer_adam(), epochs = 1, batch_size = 8,
+                     shuffle = FALSE, checkpoint = pick$checkpoint,
+                     accumulation_steps = pick$accumulation_steps, verbose = FALSE)
+  expect_equal(h1$loss, h2$loss)
+  # nothing fits: the out-of-memory error, before any training
+  expect_convlstm_error(
+    convlstm_fit(model, d$x, d$y, optimizer_adam(), epochs = 1, memory_budget = 1000,
+                 verbose = FALSE),
+    status = "oom", regexp = "does not fit in the memory budget")
+  expect_convlstm_error(
+    convlstm_fit(model, d$x, d$y, optimizer_adam(), epochs = 1, memory_budget = budget,
+                 checkpoint = 2, verbose = FALSE),
+    regexp = "`memory_budget` chooses")
+  expect_convlstm_error(
+    convlstm_fit(model, d$x, d$y, optimizer_adam(), epochs = 1, memory_budget = "lots",
+                 verbose = FALSE),
+    regexp = "`memory_budget`")
+})
+
+test_that("convlstm_fit(batch_size = \"max\") trains at max_batch_size() for the configuration", {
+  set.seed(6)
+  case <- list(input_dim = 1, hidden = c(4, 1), kernel = 3, B = 40, T = 4, H = 8, W = 8)
+  d <- advise_data(case, 1)
+  model <- advise_model(case)
+  on.exit(convlstm_release(model))
+  budget <- 400 * 1024
+  b <- as.integer(max_batch_size(model, 4, 8, 8, budget = budget, optimizer = optimizer_adam(),
+                                 checkpoint = 2))
+  expect_gt(b, 1)
+  expect_lt(b, 40)
+  set_memory_limit(model, budget)
+  h <- convlstm_fit(model, d$x, d$y, optimizer_adam(), epochs = 1, batch_size = "max",
+                    checkpoint = 2, verbose = FALSE, data_on_device = FALSE)
+  expect_equal(attr(h, "batch_size"), b)
+  expect_lte(memory_stats(model)$peak_reserved, budget)
+  # with a budget: the advisor's configuration, at its largest batch
+  m2 <- advise_model(case)
+  on.exit(convlstm_release(m2), add = TRUE)
+  h2 <- convlstm_fit(m2, d$x, d$y, optimizer_adam(), epochs = 1, batch_size = "max",
+                     memory_budget = budget, verbose = FALSE, data_on_device = FALSE)
+  expect_gte(attr(h2, "batch_size"), b)
+  # all samples when they fit
+  h3 <- convlstm_fit(m2, d$x, d$y, optimizer_adam(), epochs = 1, batch_size = "max",
+                     memory_budget = "1 GiB", verbose = FALSE)
+  expect_equal(attr(h3, "batch_size"), 40)
+  expect_convlstm_error(
+    convlstm_fit(m2, d$x, d$y, optimizer_adam(), epochs = 1, batch_size = "all",
+                 verbose = FALSE),
+    regexp = "`batch_size`")
 })
