@@ -137,7 +137,7 @@ memory_advise <- function(model, budget, batch_size, seq_len, height, width,
   config <- c_model_config(ptr)
   rates <- backend_rates(config)
   seconds <- vapply(seq_len(nrow(grid)), function(i) {
-    predicted_seconds(config, grid[i, ], B, T, H * W, target, optimizer, rates)
+    predicted_seconds(config, grid[i, ], B, T, as.double(H) * W, target, optimizer, rates)
   }, numeric(1))
   rows$time_ratio <- seconds / seconds[[1]] # row 1 is the plain float32 step
   rows$reason <- ifelse(rows$fits, "", vapply(seq_len(nrow(rows)), function(i) {
@@ -220,6 +220,9 @@ why_not <- function(row, budget) {
 # so a call over fewer images than threads leaves some idle: its FLOPs are
 # counted as the work of the threads it occupies.
 step_work <- function(config, cfg, B, T, P, target, optimizer_kind, threads) {
+  B <- as.double(B) # products of sizes overflow integers
+  T <- as.double(T)
+  P <- as.double(P)
   e <- if (identical(cfg$dtype, "float32")) 4 else 2
   f <- 4 # gradients of activations are float32 whatever the storage
   k <- cfg$checkpoint

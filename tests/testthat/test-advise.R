@@ -103,6 +103,19 @@ test_that("rows: every dtype, checkpoint and micro-batch; fitting ones first, fa
   expect_equal(attr(memory_advise(model, "3 MiB", 16, 8, 16, 16), "budget"), budget)
 })
 
+test_that("sizes far beyond any device are answered without a crash or a warning", {
+  model <- convlstm(2, 3, 3, device = "cpu", threads = 1)
+  on.exit(convlstm_release(model))
+  big <- .Machine$integer.max
+  expect_no_warning(a <- memory_advise(model, "80 GiB", 2^20, 2^20, 64, 64))
+  expect_true(all(is.finite(a$time_ratio)))
+  expect_false(all(a$fits))
+  # sizes the planner cannot hold: rows with the planner's reason
+  expect_no_warning(b <- memory_advise(model, "80 GiB", big, 3, big, big))
+  expect_false(any(b$fits))
+  expect_true(all(grepl("overflow", b$reason)))
+})
+
 test_that("print() shows what fits with its predicted time and why the others do not", {
   model <- convlstm(1, c(8, 1), 3, device = "cpu", threads = 1)
   on.exit(convlstm_release(model))
