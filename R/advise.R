@@ -68,17 +68,20 @@
 #'
 #' On one thread, checkpointing and accumulation were predicted within 1 %
 #' and the half types 23 to 27 % too slow (largest error 27 %, rank
-#' correlation 0.64). On two threads the largest error was 65 % (rank
-#' correlation 0.70): micro-batches of one sample and half types in short
-#' segments run many small parallel convolution calls, whose threads wait
-#' for each other at every call (worse on a loaded machine), which the model
-#' counts only as idle threads. The calibration itself moved between
-#' processes on that machine (float32 rates from 10 to 35 GFLOP/s on two
-#' threads), so the ratios can change from one session to the next. Read the
-#' ratios as a ranking of alternatives of similar memory, not as a timing.
-#' The memory columns, by contrast, are the plan itself and exact. On a GPU
-#' the rates are measured the same way, but the prediction has not been
-#' checked there.
+#' correlation 0.64); a second run measured the same rates to three digits
+#' and the same errors within 2 points. On two threads the largest error was
+#' 65 % (rank correlation 0.70): micro-batches of one sample and half types
+#' in short segments run many small parallel convolution calls, whose
+#' threads wait for each other at every call (worse on a loaded machine),
+#' which the model counts only as idle threads. A second run on two threads
+#' went wrong in the calibration itself: one slow calibration step gave the
+#' per-call weight term most of the float32 step, bfloat16 was predicted at
+#' 4.00 against 1.18 measured, and the largest error was 239 % (rank
+#' correlation 0.45). So on a shared machine with several threads the
+#' ratios can change from one session to the next; read them as a ranking
+#' of alternatives of similar memory, not as a timing. The memory columns,
+#' by contrast, are the plan itself and exact. On a GPU the rates are
+#' measured the same way, but the prediction has not been checked there.
 #'
 #' @inheritParams memory_estimate
 #' @param budget Bytes the training step may take in all, parameters
