@@ -252,15 +252,7 @@ print.convlstm_plan <- function(x, ...) {
 #' convlstm_release(model)
 max_batch_size <- function(model, seq_len, height, width, budget = NULL, ...) {
   ptr <- model_ptr(model)
-  if (is.null(budget)) {
-    s <- c_memory_stats(ptr)
-    budget <- s$device_free + s$reserved
-  } else {
-    # the device's free memory above already excludes the runtime; a
-    # budget given is the whole device's, the runtime's share included
-    budget <- parse_bytes(budget, "budget", sys.call())
-    budget <- budget - c_memory_stats(ptr)$runtime
-  }
+  budget <- resolve_budget(ptr, budget, "budget", sys.call())
   dots <- list(...)
   first <- max(1L, as.integer(dots$accumulation_steps %||% 1L))
   reserved_at <- function(b) {
@@ -289,4 +281,15 @@ max_batch_size <- function(model, seq_len, height, width, budget = NULL, ...) {
     if (fits(mid)) lo <- mid else hi <- mid
   }
   result(lo)
+}
+
+# A budget as max_batch_size() and memory_advise() read it: bytes or a size
+# with a unit, as memory_limit; NULL: what the model holds plus what its
+# device (or its limit) has free.
+resolve_budget <- function(ptr, budget, arg, call) {
+  s <- c_memory_stats(ptr)
+  # the device's free memory already excludes the runtime (CUDA context,
+  # cuDNN); a budget given is the whole device's, the runtime's share included
+  if (is.null(budget)) return(s$device_free + s$reserved)
+  parse_bytes(budget, arg, call) - s$runtime
 }

@@ -21,7 +21,9 @@
 #'   `[n, time, hidden, height, width]` for `"sequence"`.
 #' @param epochs Number of passes over the data.
 #' @param batch_size Samples per training step, at most the number of
-#'   samples (the default, 32, is lowered to it).
+#'   samples (the default, 32, is lowered to it); or `"max"`: the largest
+#'   batch that fits ([max_batch_size()]) in `memory_budget` (without one,
+#'   in what the device has free), for the configuration trained with.
 #' @param shuffle Draw a new order of the samples every epoch (with R's
 #'   random number generator).
 #' @param validation_data `NULL`, or `list(x, y)` on which the loss is
@@ -57,6 +59,12 @@
 #'   history, and continue with the epoch after the saved one up to `epochs`.
 #'   Given the same data and arguments, the losses are those of a fit that
 #'   was never interrupted (bit for bit on the CPU).
+#' @param memory_budget `NULL`, or the memory training may take (bytes or a
+#'   string such as `"2 GiB"`): the fastest configuration that fits
+#'   ([memory_advise()]: dtype, `checkpoint`, `accumulation_steps`) is
+#'   trained with, said in one line; the model's dtype is converted if
+#'   another is chosen. Leave `checkpoint`, `accumulation_steps` and `tbptt`
+#'   out then.
 #' @return A `convlstm_history`: a data frame with one row per epoch and
 #'   columns `epoch`, `loss` (mean training loss over the epoch's batches,
 #'   weighted by batch size), `val_loss` (`NA` without validation data),
@@ -89,8 +97,9 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
                          validation_data = NULL, verbose = TRUE, checkpoint = 0,
                          accumulation_steps = 1, tbptt = 0, data_on_device = "auto",
                          validation_split = 0, callbacks = list(), lr_scheduler = NULL,
-                         resume = NULL) {
-  batch_size_given <- !missing(batch_size) # before batch_size is reassigned below
+                         resume = NULL, memory_budget = NULL) {
+  # before batch_size is reassigned below; "max" is capped at the samples
+  batch_size_given <- !missing(batch_size) && !identical(batch_size, "max")
   call <- sys.call()
   ptr <- model_ptr(model)
   config <- model_config(model)
@@ -99,9 +108,15 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   y <- check_target_array(y, dim(x), config, target, "y")
   optimizer <- check_optimizer(optimizer)
   epochs <- check_count(epochs, "epochs")
-  batch_size <- check_count(batch_size, "batch_size")
   shuffle <- check_flag(shuffle, "shuffle")
   verbose <- check_flag(verbose, "verbose")
+  fits <- fit_memory_plan(model, dim(x), batch_size, memory_budget, optimizer, target,
+                          checkpoint, accumulation_steps, tbptt, verbose)
+  batch_size <- fits$batch_size
+  checkpoint <- fits$checkpoint
+  accumulation_steps <- fits$accumulation_steps
+  tbptt <- fits$tbptt
+  batch_size <- check_count(batch_size, "batch_size")
   validation <- check_validation_data(validation_data, config, target)
   check_step_options(checkpoint, accumulation_steps, tbptt)
   data_on_device <- check_data_on_device(data_on_device)

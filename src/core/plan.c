@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int ceil_div(int a, int b) { return (a + b - 1) / b; }
+/* a, b > 0; (a + b - 1) / b would overflow for a batch near INT_MAX split
+ * into as many micro-batches, and divide by the zero it wraps to */
+static int ceil_div(int a, int b) { return a / b + (a % b != 0); }
 
 cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
                        const cl_step_options *o, cl_geom *g) {

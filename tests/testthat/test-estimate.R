@@ -206,6 +206,19 @@ test_that("memory_estimate() checks its arguments", {
   expect_convlstm_error(memory_estimate("model", 2, 3, 4, 4), regexp = "`model`")
 })
 
+test_that("a batch near INT_MAX in as many micro-batches plans one sample, not a crash", {
+  # (B + m - 1) / m overflowed int and the planner divided by the zero it wrapped to (SIGFPE)
+  model <- est_model(1, 2, 3)
+  on.exit(convlstm_release(model))
+  big <- .Machine$integer.max
+  one <- estimate_bytes_of(memory_estimate(model, 1, 3, 4, 4))
+  est <- estimate_bytes_of(memory_estimate(model, big, 3, 4, 4, accumulation_steps = big))
+  expect_equal(est[["activations"]], one[["activations"]])
+  expect_equal(est[["data"]], one[["data"]])
+  half <- estimate_bytes_of(memory_estimate(model, big, 3, 4, 4, accumulation_steps = big - 1))
+  expect_equal(half[["activations"]], 2 * one[["activations"]])
+})
+
 test_that("summary(model, input_shape) adds the training estimate for that input", {
   model <- est_model(1, c(8, 1), 3)
   on.exit(convlstm_release(model))
