@@ -101,7 +101,8 @@
 #'   `accumulation_steps`, `tbptt`, `micro_batch` (samples per
 #'   micro-batch); the planned bytes per category (`parameters`,
 #'   `gradients`, `optimizer`, `activations`, `states`, `workspace`,
-#'   `data`), `total` (the planned peak) and `reserved`; `fits`; `time_ratio`
+#'   `data`), `total` (the planned peak), `reserved` and `runtime` (what the
+#'   process needs beside the model, taken off a budget given); `fits`; `time_ratio`
 #'   (predicted step time over the plain float32 step's); `reason` (why it
 #'   does not fit, `""` when it does). Attributes: `budget`, `shape`,
 #'   `target`, `optimizer` and `rates` (the cost model's measured rates).
@@ -191,7 +192,7 @@ micro_splits <- function(B) {
 # One configuration's plan by category (NA with the reason when its sizes
 # overflow what the planner can hold).
 plan_of <- function(model, cfg, B, T, H, W, optimizer) {
-  cols <- c(mem_categories, "total", "reserved")
+  cols <- c(mem_categories, "total", "reserved", "runtime")
   tryCatch({
     est <- memory_estimate(model, B, T, H, W, dtype = cfg$dtype, checkpoint = cfg$checkpoint,
                            accumulation_steps = cfg$accumulation_steps, tbptt = cfg$tbptt,
