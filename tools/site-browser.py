@@ -27,6 +27,7 @@ import fcntl
 import html.parser
 import json
 import os
+import signal
 import struct
 import subprocess
 import sys
@@ -68,6 +69,7 @@ class Browser:
         self.proc = subprocess.Popen(
             [exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
              "--no-first-run", "--disable-extensions", "--mute-audio",
+             "--disable-dev-shm-usage",
              "--remote-debugging-pipe", "--user-data-dir=" + profile,
              "--proxy-server=127.0.0.1:9", "about:blank"],
             pass_fds=(3, 4), preexec_fn=place,
@@ -114,10 +116,12 @@ class Browser:
             self.events.append(self._read_message())
 
     def close(self):
+        signal.alarm(10)
         try:
             self.send("Browser.close")
         except (RuntimeError, OSError):
             pass
+        signal.alarm(0)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -252,18 +256,29 @@ def check_page(browser, site, page, shot):
     return report, failures
 
 
+def too_slow(signum, frame):
+    raise RuntimeError("the browser gave no answer within %d s" % TIMEOUT_S)
+
+
 def main(argv):
     if len(argv) < 5:
         sys.exit(__doc__.splitlines()[0])
     exe, site, shots, pages = argv[1], os.path.realpath(argv[2]), argv[3], argv[4:]
     os.makedirs(shots, exist_ok=True)
     failed = 0
+    signal.signal(signal.SIGALRM, too_slow)
     with tempfile.TemporaryDirectory(prefix="site-browser-") as profile:
         browser = Browser(exe, profile)
         try:
             for page in pages:
                 shot = os.path.join(shots, page.replace("/", "_").replace(".html", ".png"))
-                report, failures = check_page(browser, site, page, shot)
+                signal.alarm(TIMEOUT_S)
+                try:
+                    report, failures = check_page(browser, site, page, shot)
+                except RuntimeError as e:
+                    print("site-browser: %s: %s" % (page, e))
+                    return 1
+                signal.alarm(0)
                 n_int = sum(urllib.parse.urlsplit(u).scheme == "file" for u in set(report["links"]))
                 print("site-browser: %s: %d images decoded of %d, %d internal links, %s" %
                       (page, sum(i["ok"] for i in report["images"]), len(report["images"]),
