@@ -16,7 +16,8 @@ python3's standard library only):
     the site, and its #fragment, if any, to an id or name in that file;
   - the page asked for nothing outside the site (no CDN, no web font) and
     every local file it asked for (script, style, font) loaded;
-  - no script on the page threw.
+  - no script on the page threw, and where the page has an "On this page"
+    list (#toc, filled by pkgdown/assets/site.js), it is not empty.
 
 It saves a screenshot of each page (the whole page, up to MAX_HEIGHT pixels)
 into SHOTS for a person to look at. Exit status 1 lists every failure.
@@ -46,7 +47,9 @@ PAGE_REPORT = """(async () => {
             ok: img.complete && img.naturalWidth > 0};
   }));
   const links = Array.from(document.querySelectorAll('a[href]'), (a) => a.href);
+  const toc = document.getElementById('toc');
   return {images: images, links: links,
+          toc_links: toc ? toc.querySelectorAll('a').length : null,
           height: Math.ceil(document.documentElement.scrollHeight)};
 })()"""
 
@@ -222,6 +225,8 @@ def check_page(browser, site, page, shot):
     browser.send("Target.closeTarget", {"targetId": target})
 
     failures = []
+    if report["toc_links"] == 0:
+        failures.append('the "On this page" list (#toc) is empty')
     for img in report["images"]:
         if not img["ok"]:
             failures.append("image did not load or decode: " + img["src"])
