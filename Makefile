@@ -28,7 +28,8 @@ NPROC := $(shell nproc 2>/dev/null || echo 1)
 # Debian packages, and for each how to tell it is already there some other
 # way (an R package installed from CRAN, a tool built from source).
 DEB_PKGS := r-base-dev r-cran-cli r-cran-generics r-cran-ggplot2 r-cran-testthat r-cran-roxygen2 r-cran-knitr \
-            r-cran-rmarkdown r-cran-pkgdown pandoc qpdf valgrind
+            r-cran-rmarkdown r-cran-pkgdown pandoc qpdf valgrind \
+            chromium-headless-shell python3 fonts-font-awesome
 
 .NOTPARALLEL:
 .PHONY: all deps check-deps docs install build check test test-guard ctest asan valgrind fuzz demo bench site clean
@@ -43,6 +44,7 @@ deps:
 	  case $$p in \
 	    r-base-dev) command -v R >/dev/null 2>&1 && [ -f "$$(R RHOME 2>/dev/null)/include/Rinternals.h" ] \
 	                && command -v make >/dev/null 2>&1 && command -v gcc >/dev/null 2>&1 && continue ;; \
+	    fonts-font-awesome) [ -f /usr/share/fonts-font-awesome/css/font-awesome.min.css ] && continue ;; \
 	    r-cran-*) r=$$(echo $$p | sed 's/^r-cran-//'); \
 	              command -v Rscript >/dev/null 2>&1 && \
 	              Rscript -e "quit(status = !requireNamespace('$$r', quietly = TRUE))" >/dev/null 2>&1 && continue ;; \
@@ -127,12 +129,16 @@ fuzz:
 
 # The pkgdown site (_pkgdown.yml) into build/site, from the installed
 # package: tools/site.R turns off pkgdown's network look-ups, renders the
-# READMEs the home page links to, and fails on a broken local link or image.
-# SITE_DEPS= skips the install when the package was just installed (CI,
-# after `make test`).
+# READMEs the home page links to, and fails on a broken local link or image;
+# then a headless Chromium (tools/site-browser.py) opens three pages, fails
+# unless every image on them decodes and every internal link resolves, and
+# saves screenshots into build/site-shots. SITE_BROWSER=0 skips the browser
+# (for a machine without Chromium; CI never sets it). SITE_DEPS= skips the
+# install when the package was just installed (CI, after `make test`).
 SITE_DEPS ?= deps install
+SITE_BROWSER ?= 1
 site: $(SITE_DEPS)
-	$(RSCRIPT) tools/site.R
+	SITE_BROWSER=$(SITE_BROWSER) $(RSCRIPT) tools/site.R
 
 demo: deps install
 	$(RSCRIPT) demo/tutorial.R

@@ -67,8 +67,8 @@
 #'   once per process when the backend first started (on a GPU the CUDA
 #'   context, the cuDNN handle and the stream; on the CPU 0, since the CPU
 #'   backend's own costs -- its OpenMP threads' stacks, a few KiB of timing
-#'   buffers -- are the process's host memory, which [memory_stats()]
-#'   measures as `process_peak`). It is in neither `total` nor `reserved`.
+#'   buffers -- are the process's host memory, which
+#'   [memory_stats()] measures as `process_peak`). It is in neither `total` nor `reserved`.
 #'   The estimate is the same on every run for the same model, shape and
 #'   build (the CPU plans the workspace of the larger of its internal GEMM
 #'   and BLAS, whichever the timed choice takes); `runtime` is a

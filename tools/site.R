@@ -12,12 +12,15 @@
 # name such a package, the proxy below (a closed local port, inherited by
 # the processes that render the articles) makes the fetch fail at once,
 # without leaving the machine, and downlit then links to rdrr.io. The pages
-# link Bootstrap's own files locally, and font awesome, headroom,
-# clipboard.js, bootstrap-toc (the "On this page" list) and the search
-# scripts from a CDN when a browser opens them; the headless browser of the
-# screenshots below goes through the same closed proxy, so offline pages
-# lack those. Traced with strace -f -e connect: the build itself opens no
-# internet socket; the browser's CDN requests all end at 127.0.0.1:9.
+# link Bootstrap's own files locally; pkgdown's head.html would take font
+# awesome, headroom, clipboard.js, bootstrap-toc (the "On this page" list),
+# the search scripts and MathJax from a CDN, so this package overrides it
+# (pkgdown/templates/head.html): Font Awesome is copied below from Debian's
+# fonts-font-awesome, and pkgdown/assets/site.js does for a reader what
+# pkgdown.js did with the others (none of which Debian packages). The
+# browser check below fails should a page ask the network for anything.
+# Traced with strace -f -e connect: the build itself opens no internet
+# socket.
 options(pkgdown.internet = FALSE)
 no_net <- "http://127.0.0.1:9"
 Sys.setenv(http_proxy = no_net, https_proxy = no_net, HTTP_PROXY = no_net,
@@ -54,6 +57,31 @@ for (md in linked[file.exists(linked)]) {
                        data = list(pagetitle = title, body = body))
 }
 
+# pkgdown 2.0.7 writes an empty logo (<img src="" class="logo">) into the
+# header of every page but the home page when the package has no logo (its
+# templates test a list that holds a NULL): the browser fetches the page
+# itself as an image and fails to decode it. Taken out here.
+for (page in list.files(dest, pattern = "\\.html$", recursive = TRUE, full.names = TRUE)) {
+  html <- readLines(page, warn = FALSE, encoding = "UTF-8")
+  empty_logo <- '<img src="" class="logo" alt="" ?>'
+  if (any(grepl(empty_logo, html))) writeLines(sub(empty_logo, "", html), page, useBytes = TRUE)
+}
+
+# Font Awesome 4.7 (the copy buttons' icon; CSS under MIT, font under the
+# SIL OFL) from the Debian package, copied at build time, never committed.
+fa <- "/usr/share/fonts-font-awesome"
+if (dir.exists(fa)) {
+  to <- file.path(dest, "vendor", "font-awesome")
+  unlink(to, recursive = TRUE)
+  dir.create(file.path(to, "css"), recursive = TRUE)
+  dir.create(file.path(to, "fonts"))
+  stopifnot(file.copy(file.path(fa, "css", "font-awesome.min.css"), file.path(to, "css")),
+            file.copy(list.files(file.path(fa, "fonts"), pattern = "^fontawesome-webfont",
+                                 full.names = TRUE), file.path(to, "fonts")))
+} else {
+  cat("site: no", fa, "(Debian's fonts-font-awesome, `make deps`): pages lack icons\n")
+}
+
 # Every page's local links and images must resolve to a file of the site,
 # and every image must be a non-empty file: a broken one fails the build.
 broken <- character()
@@ -84,30 +112,32 @@ n_img <- sum(vapply(pages, function(p) {
 cat(sprintf("site: %d pages, %d images, every local link and image resolves\n",
             length(pages), n_img))
 
-# Screenshots of the home page, a reference page and the memory article, for
-# a person to look at, where a headless Chromium is installed (Debian's
-# chromium-headless-shell or chromium; not a dependency of `make site`).
-browser <- Sys.which(c("chromium-headless-shell", "chromium"))
-browser <- browser[nzchar(browser)]
-if (length(browser) == 0) {
-  cat("site: no headless Chromium here; screenshots skipped\n")
+# A headless Chromium opens the home page, a reference page and the memory
+# article: tools/site-browser.py fails unless the browser decoded every image
+# on them, every internal link (and #fragment) resolves, nothing was asked of
+# the network and no script threw; it saves screenshots for a person to look
+# at. Mandatory (CI runs it); SITE_BROWSER=0 skips it where no Chromium is.
+checked <- c("index.html", "reference/memory_estimate.html",
+             "articles/gpu-memory-answered.html")
+if (identical(Sys.getenv("SITE_BROWSER"), "0")) {
+  cat("site: SITE_BROWSER=0: browser check skipped\n")
 } else {
-  shots <- file.path(dirname(dest), "site-shots")
-  dir.create(shots, showWarnings = FALSE)
-  for (page in c("index.html", "reference/memory_estimate.html",
-                 "articles/gpu-memory-answered.html")) {
-    png <- file.path(shots, paste0(gsub("[/.]", "_", sub("\\.html$", "", page)), ".png"))
-    status <- system2(browser[[1]], c(
-      "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-      "--window-size=1280,1600", "--virtual-time-budget=5000",
-      paste0("--screenshot=", normalizePath(png, mustWork = FALSE)),
-      paste0("file://", normalizePath(file.path(dest, page)))
-    ), stdout = FALSE, stderr = FALSE, timeout = 120)
-    if (status != 0 || !file.exists(png) || file.size(png) == 0) {
-      stop(sprintf("site: the browser could not open %s (status %d)", page, status),
-           call. = FALSE)
-    }
+  browser <- Sys.which(c("chromium-headless-shell", "chromium"))
+  browser <- browser[nzchar(browser)]
+  python <- Sys.which("python3")
+  if (length(browser) == 0 || !nzchar(python)) {
+    stop("site: the browser check needs Debian's chromium-headless-shell (or chromium) ",
+         "and python3 (`make deps` installs them); `make site SITE_BROWSER=0` skips it",
+         call. = FALSE)
   }
-  cat(sprintf("site: screenshots of 3 pages in %s (%s)\n", shots, basename(browser[[1]])))
+  # First the check on a small site with one fault at a time: it must fail
+  # on each (tools/test-site-browser.py), then on the real pages.
+  if (system2(python, c("tools/test-site-browser.py", browser[[1]]), timeout = 300) != 0) {
+    stop("site: the browser check does not catch what it should (above)", call. = FALSE)
+  }
+  shots <- file.path(dirname(dest), "site-shots")
+  status <- system2(python, c("tools/site-browser.py", browser[[1]], dest, shots, checked),
+                    timeout = 300)
+  if (status != 0) stop("site: the browser check failed (above)", call. = FALSE)
 }
 cat(sprintf("site: built %s in %.0f s\n", dest, proc.time()[["elapsed"]] - t0))
