@@ -27,44 +27,47 @@ static double ref_at(const float *x, const cl_conv_shape *s, int C, int n, int c
   return x[(((size_t)n * C + c) * s->H + y) * s->W + xx];
 }
 
+/* w[o, c, i, j] of [K, C, kh, kw]. Tap (i, j) of output pixel (y, x) reads
+ * input pixel (y + i dh - pad_h, x + j dw - pad_w). */
 static size_t ref_widx(const cl_conv_shape *s, int o, int c, int i, int j) {
-  return (((size_t)o * s->C + c) * s->k + i) * s->k + j;
+  return (((size_t)o * s->C + c) * s->kh + i) * s->kw + j;
 }
 
 /* conv_forward: y = conv(x, w) + bias (+ y0 when accumulating). */
 static void ref_conv_forward(const cl_conv_shape *s, const float *x, const float *w,
                              const float *bias, const float *y0, double *y) {
-  const int pad = s->k / 2;
+  const int ph = cl_conv_pad_h(s), pw = cl_conv_pad_w(s);
   for (int n = 0; n < s->N; n++)
     for (int o = 0; o < s->K; o++)
       for (int yy = 0; yy < s->H; yy++)
         for (int xx = 0; xx < s->W; xx++) {
           double sum = bias ? bias[o] : 0.0;
           for (int c = 0; c < s->C; c++)
-            for (int i = 0; i < s->k; i++)
-              for (int j = 0; j < s->k; j++)
+            for (int i = 0; i < s->kh; i++)
+              for (int j = 0; j < s->kw; j++)
                 sum += w[ref_widx(s, o, c, i, j)] *
-                       ref_at(x, s, s->C, n, c, yy + i - pad, xx + j - pad);
+                       ref_at(x, s, s->C, n, c, yy + i * s->dh - ph, xx + j * s->dw - pw);
           const size_t at = (((size_t)n * s->K + o) * s->H + yy) * s->W + xx;
           y[at] = sum + (y0 ? y0[at] : 0.0);
         }
 }
 
 /* conv_backward_data: dx[n,c,y,x] = sum over o, i, j of
- * dy[n,o,y-i+pad,x-j+pad] w[o,c,i,j] (+ dx0 when accumulating). */
+ * dy[n, o, y - i dh + pad_h, x - j dw + pad_w] w[o,c,i,j] (+ dx0 when
+ * accumulating). */
 static void ref_conv_backward_data(const cl_conv_shape *s, const float *dy, const float *w,
                                    const float *dx0, double *dx) {
-  const int pad = s->k / 2;
+  const int ph = cl_conv_pad_h(s), pw = cl_conv_pad_w(s);
   for (int n = 0; n < s->N; n++)
     for (int c = 0; c < s->C; c++)
       for (int yy = 0; yy < s->H; yy++)
         for (int xx = 0; xx < s->W; xx++) {
           double sum = 0.0;
           for (int o = 0; o < s->K; o++)
-            for (int i = 0; i < s->k; i++)
-              for (int j = 0; j < s->k; j++)
+            for (int i = 0; i < s->kh; i++)
+              for (int j = 0; j < s->kw; j++)
                 sum += w[ref_widx(s, o, c, i, j)] *
-                       ref_at(dy, s, s->K, n, o, yy - i + pad, xx - j + pad);
+                       ref_at(dy, s, s->K, n, o, yy - i * s->dh + ph, xx - j * s->dw + pw);
           const size_t at = (((size_t)n * s->C + c) * s->H + yy) * s->W + xx;
           dx[at] = sum + (dx0 ? dx0[at] : 0.0);
         }
@@ -74,18 +77,18 @@ static void ref_conv_backward_data(const cl_conv_shape *s, const float *dy, cons
  * over N, H, W (db NULL: not computed). */
 static void ref_conv_backward_filter(const cl_conv_shape *s, const float *dy, const float *x,
                                      const float *dw0, const float *db0, double *dw, double *db) {
-  const int pad = s->k / 2;
+  const int ph = cl_conv_pad_h(s), pw = cl_conv_pad_w(s);
   const size_t P = (size_t)s->H * s->W;
   for (int o = 0; o < s->K; o++) {
     for (int c = 0; c < s->C; c++)
-      for (int i = 0; i < s->k; i++)
-        for (int j = 0; j < s->k; j++) {
+      for (int i = 0; i < s->kh; i++)
+        for (int j = 0; j < s->kw; j++) {
           double sum = 0.0;
           for (int n = 0; n < s->N; n++)
             for (int yy = 0; yy < s->H; yy++)
               for (int xx = 0; xx < s->W; xx++)
                 sum += dy[((size_t)n * s->K + o) * P + (size_t)yy * s->W + xx] *
-                       ref_at(x, s, s->C, n, c, yy + i - pad, xx + j - pad);
+                       ref_at(x, s, s->C, n, c, yy + i * s->dh - ph, xx + j * s->dw - pw);
           dw[ref_widx(s, o, c, i, j)] = dw0[ref_widx(s, o, c, i, j)] + sum;
         }
     if (!db) continue;

@@ -418,7 +418,7 @@ static conv_data conv_make(const cl_conv_shape *s, int acc, int bias) {
   conv_data d;
   d.s = *s, d.acc = acc, d.bias = bias, d.run_data = bias, d.run_filter = acc;
   d.nx = (size_t)s->N * s->C * s->H * s->W, d.ny = (size_t)s->N * s->K * s->H * s->W;
-  d.nw = (size_t)s->K * s->C * s->k * s->k;
+  d.nw = (size_t)s->K * s->C * cl_conv_taps(s);
   d.x = rand_floats(d.nx, -1, 1), d.dy = rand_floats(d.ny, -1, 1);
   d.w = rand_floats(d.nw, -0.5f, 0.5f), d.b = rand_floats(s->K, -0.5f, 0.5f);
   d.y0 = rand_floats(d.ny, -1, 1), d.dx0 = rand_floats(d.nx, -1, 1);
@@ -518,14 +518,14 @@ static void run_conv(const row *r) {
       if (!(r->dtypes & (1u << t))) continue;
       cl_conv_shape s = shapes[i];
       s.dtype = (cl_dtype)t;
-      if (too_big((double)s.N * s.H * s.W * s.C * s.K * s.k * s.k)) continue;
+      if (too_big((double)s.N * s.H * s.W * s.C * s.K * cl_conv_taps(&s))) continue;
       for (int acc = 0; acc < 2; acc++)
         for (int bias = 0; bias < 2; bias++) {
           conv_data d = conv_make(&s, acc, bias);
           char label[160];
-          snprintf(label, sizeof label, "%s N%d C%d %dx%d K%d k%d acc%d bias%d%s",
-                   dtype_str(s.dtype), s.N, s.C, s.H, s.W, s.K, s.k, acc, bias,
-                   r->offset ? " off+1" : "");
+          snprintf(label, sizeof label, "%s N%d C%d %dx%d K%d k%dx%d d%dx%d acc%d bias%d%s",
+                   dtype_str(s.dtype), s.N, s.C, s.H, s.W, s.K, s.kh, s.kw, s.dh, s.dw, acc,
+                   bias, r->offset ? " off+1" : "");
           for (int vi = 0; vi < n_vs; vi++) conv_on(r, &vs[vi], &d, label);
           conv_free(&d);
         }
@@ -553,7 +553,7 @@ static void run_rounding(const row *r) {
   }
   for (int t = CL_F16; t <= CL_BF16; t++) {
     if (!(r->dtypes & (1u << t))) continue;
-    cl_conv_shape s = {1, 1, 1, 1, (int)n, 1, (cl_dtype)t};
+    cl_conv_shape s = {1, 1, 1, 1, (int)n, 1, 1, 1, 1, (cl_dtype)t};
     for (int vi = 0; vi < n_vs; vi++) {
       variant *v = &vs[vi];
       scope sc = scope_of(v);
@@ -591,15 +591,35 @@ static void run_conv_errors(const row *r) {
     variant *v = &vs[vi];
     cl_backend *be = v->be;
     const struct cl_backend_i *f = be->iface;
-    cl_conv_shape s = {2, 3, 4, 4, 5, 3, BAD_DTYPE};
+    cl_conv_shape s = {2, 3, 4, 4, 5, 3, 3, 1, 1, BAD_DTYPE};
     be->err[0] = '\0';
     cl_status st = f->conv_forward(be, &s, NULL, NULL, NULL, NULL, 0, NULL);
     expect(v, st == CL_E_UNSUPPORTED && be->err[0], "unknown dtype: %s (%s)", status_str(st),
            be->err);
-    s.dtype = CL_F32, s.k = 2;
-    st = f->conv_forward(be, &s, NULL, NULL, NULL, NULL, 0, NULL);
-    expect(v, st == CL_E_INVALID, "even kernel size: %s (%s)", status_str(st), be->err);
-    s.k = 3, s.N = 0;
+    /* Shapes backend.h rules out (even kernels, dilation < 1): every call
+     * refuses them before touching a pointer. */
+    static const struct {
+      int kh, kw, dh, dw;
+      const char *what;
+    } bad[] = {{2, 3, 1, 1, "even kernel height"}, {3, 2, 1, 1, "even kernel width"},
+               {4, 4, 1, 1, "even kernel"},        {3, 3, 0, 1, "dilation 0 in height"},
+               {3, 3, 1, 0, "dilation 0 in width"}, {1, 3, -2, 1, "negative dilation"},
+               {0, 3, 1, 1, "kernel height 0"}};
+    s.dtype = CL_F32;
+    for (int i = 0; i < COUNT(bad); i++) {
+      s.kh = bad[i].kh, s.kw = bad[i].kw, s.dh = bad[i].dh, s.dw = bad[i].dw;
+      size_t ws = 0;
+      cl_status s0 = f->conv_workspace ? f->conv_workspace(be, &s, &ws) : CL_E_INVALID;
+      cl_status s1 = f->conv_forward(be, &s, NULL, NULL, NULL, NULL, 0, NULL);
+      cl_status s2 = f->conv_backward_data(be, &s, NULL, NULL, NULL, 0, NULL);
+      cl_status s3 = f->conv_backward_filter(be, &s, NULL, NULL, NULL, NULL, NULL);
+      expect(v, s0 == CL_E_INVALID && s1 == CL_E_INVALID && s2 == CL_E_INVALID &&
+                    s3 == CL_E_INVALID && be->err[0],
+             "%s (k%dx%d d%dx%d) refused: workspace %s, forward %s, data %s, filter %s (%s)",
+             bad[i].what, s.kh, s.kw, s.dh, s.dw, status_str(s0), status_str(s1),
+             status_str(s2), status_str(s3), be->err);
+    }
+    s.kh = 3, s.kw = 3, s.dh = 1, s.dw = 1, s.N = 0;
     st = f->conv_forward(be, &s, NULL, NULL, NULL, NULL, 0, NULL);
     st |= f->conv_backward_data(be, &s, NULL, NULL, NULL, 0, NULL);
     st |= f->conv_backward_filter(be, &s, NULL, NULL, NULL, NULL, NULL);
@@ -607,7 +627,7 @@ static void run_conv_errors(const row *r) {
     /* A workspace asked for and not given is the caller's bug: refused,
      * whichever call it is, not a crash. */
     for (int t = CL_F32; t <= CL_BF16; t++) {
-      cl_conv_shape h = {1, 2, 4, 4, 4, 3, (cl_dtype)t};
+      cl_conv_shape h = {1, 2, 4, 4, 4, 3, 3, 1, 1, (cl_dtype)t};
       size_t ws = 0;
       scope sc = scope_of(v);
       CALL(&sc, cl_backend_conv_workspace(be, &h, &ws));
@@ -1306,34 +1326,54 @@ static void run_gather(const row *r) {
 
 /* ---- the table --------------------------------------------------------------------------- */
 
-/* {N, C, H, W, K, k}: k = 1, 3, 5; H != W; C = 1; K > C and K <= C (the
- * CPU's backward data by col2im or a flipped kernel); im2col + GEMM (K > 16,
- * C k k > 32) and direct kernels (few channels); N = 1 and 3, which do not
- * share out evenly over 2 threads; images smaller than the kernel; 24x24
- * tutorial images; N = 5 with C = 3 (cuDNN's backward data in slices of 2,
- * 2 and 1 images under CONVLSTM_CUDA_DX_SCRATCH_MB=0.0007). */
+/* {N, C, H, W, K, kh, kw, dh, dw}. Square kernels k = 1, 3, 5; H != W;
+ * C = 1; K > C and K <= C (the CPU's backward data by col2im or a flipped
+ * kernel); im2col + GEMM (K > 16, C k k > 32) and direct kernels (few
+ * channels); N = 1 and 3, which do not share out evenly over 2 threads;
+ * images smaller than the kernel; 24x24 tutorial images; N = 5 with C = 3
+ * (cuDNN's backward data in slices of 2, 2 and 1 images under
+ * CONVLSTM_CUDA_DX_SCRATCH_MB=0.0007). Then non-square kernels and
+ * dilation: kh != kw either way, 1 x k, dilation in one direction or both,
+ * on direct (few channels) and GEMM (C = 20, K = 24) sizes, and a dilated
+ * extent larger than the image (5x3 by 3x2 over 4x5: 13 x 5 pixels). */
 static const cl_conv_shape conv_shapes[] = {
-    {3, 2, 5, 7, 4, 3, 0},    {2, 1, 6, 6, 8, 3, 0},     {4, 3, 7, 5, 2, 5, 0},
-    {3, 5, 4, 9, 6, 1, 0},    {4, 6, 8, 8, 20, 3, 0},    {4, 20, 6, 5, 4, 3, 0},
-    {1, 3, 5, 5, 4, 3, 0},    {5, 1, 9, 4, 3, 5, 0},     {2, 9, 24, 24, 12, 3, 0},
-    {2, 4, 3, 3, 5, 5, 0},    {4, 2, 1, 6, 3, 3, 0},     {3, 17, 11, 13, 9, 1, 0},
-    {3, 8, 7, 9, 24, 3, 0},   {2, 40, 5, 6, 20, 1, 0},   {2, 3, 6, 7, 18, 5, 0},
-    {1, 10, 9, 8, 40, 3, 0},  {1, 16, 24, 24, 64, 3, 0}, {3, 1, 24, 24, 64, 3, 0},
-    {2, 16, 24, 24, 4, 3, 0}, {1, 16, 61, 60, 16, 3, 0}, {2, 3, 5, 7, 4, 1, 0},
-    {3, 5, 6, 9, 8, 3, 0},    {2, 4, 7, 5, 6, 5, 0},     {4, 17, 12, 10, 32, 3, 0},
-    {5, 3, 6, 9, 8, 3, 0},
+    {3, 2, 5, 7, 4, 3, 3, 1, 1, 0},     {2, 1, 6, 6, 8, 3, 3, 1, 1, 0},
+    {4, 3, 7, 5, 2, 5, 5, 1, 1, 0},     {3, 5, 4, 9, 6, 1, 1, 1, 1, 0},
+    {4, 6, 8, 8, 20, 3, 3, 1, 1, 0},    {4, 20, 6, 5, 4, 3, 3, 1, 1, 0},
+    {1, 3, 5, 5, 4, 3, 3, 1, 1, 0},     {5, 1, 9, 4, 3, 5, 5, 1, 1, 0},
+    {2, 9, 24, 24, 12, 3, 3, 1, 1, 0},  {2, 4, 3, 3, 5, 5, 5, 1, 1, 0},
+    {4, 2, 1, 6, 3, 3, 3, 1, 1, 0},     {3, 17, 11, 13, 9, 1, 1, 1, 1, 0},
+    {3, 8, 7, 9, 24, 3, 3, 1, 1, 0},    {2, 40, 5, 6, 20, 1, 1, 1, 1, 0},
+    {2, 3, 6, 7, 18, 5, 5, 1, 1, 0},    {1, 10, 9, 8, 40, 3, 3, 1, 1, 0},
+    {1, 16, 24, 24, 64, 3, 3, 1, 1, 0}, {3, 1, 24, 24, 64, 3, 3, 1, 1, 0},
+    {2, 16, 24, 24, 4, 3, 3, 1, 1, 0},  {1, 16, 61, 60, 16, 3, 3, 1, 1, 0},
+    {2, 3, 5, 7, 4, 1, 1, 1, 1, 0},     {3, 5, 6, 9, 8, 3, 3, 1, 1, 0},
+    {2, 4, 7, 5, 6, 5, 5, 1, 1, 0},     {4, 17, 12, 10, 32, 3, 3, 1, 1, 0},
+    {5, 3, 6, 9, 8, 3, 3, 1, 1, 0},
+    /* non-square and dilated */
+    {3, 2, 6, 7, 4, 3, 5, 1, 1, 0},     {2, 3, 7, 5, 6, 5, 1, 1, 1, 0},
+    {2, 2, 8, 9, 4, 3, 3, 2, 2, 0},     {3, 4, 7, 8, 3, 3, 5, 2, 1, 0},
+    {2, 20, 9, 8, 24, 3, 3, 1, 3, 0},   {2, 3, 4, 5, 20, 5, 3, 3, 2, 0},
+    {1, 6, 12, 10, 8, 1, 3, 1, 4, 0},   {2, 3, 8, 9, 4, 3, 3, 2, 2, 0},
+    {2, 20, 9, 8, 24, 5, 3, 1, 3, 0},
 };
 /* The same slots in float16 / bfloat16 on fewer shapes: the storage paths
  * are per element, the arithmetic is the float32 one above. */
 static const cl_conv_shape conv_half_shapes[] = {
-    {3, 2, 5, 7, 4, 3, 0},  {2, 9, 12, 10, 24, 3, 0}, {3, 17, 11, 13, 9, 1, 0},
-    {2, 3, 6, 7, 18, 5, 0}, {2, 3, 5, 7, 4, 1, 0},    {3, 5, 6, 9, 8, 3, 0},
-    {2, 4, 7, 5, 6, 5, 0},  {4, 17, 12, 10, 32, 3, 0}, {5, 3, 6, 9, 8, 3, 0},
+    {3, 2, 5, 7, 4, 3, 3, 1, 1, 0},    {2, 9, 12, 10, 24, 3, 3, 1, 1, 0},
+    {3, 17, 11, 13, 9, 1, 1, 1, 1, 0}, {2, 3, 6, 7, 18, 5, 5, 1, 1, 0},
+    {2, 3, 5, 7, 4, 1, 1, 1, 1, 0},    {3, 5, 6, 9, 8, 3, 3, 1, 1, 0},
+    {2, 4, 7, 5, 6, 5, 5, 1, 1, 0},    {4, 17, 12, 10, 32, 3, 3, 1, 1, 0},
+    {5, 3, 6, 9, 8, 3, 3, 1, 1, 0},    {3, 2, 6, 7, 4, 3, 5, 1, 1, 0},
+    {2, 3, 8, 9, 4, 3, 3, 2, 2, 0},    {2, 20, 9, 8, 24, 5, 3, 1, 3, 0},
+    {2, 3, 4, 5, 20, 5, 3, 3, 2, 0},
 };
-/* The core's per-step slices: activations one element past an aligned start. */
-static const cl_conv_shape conv_offset_shapes[] = {{3, 5, 6, 9, 8, 3, 0},
-                                                   {4, 17, 12, 10, 32, 3, 0}};
-static const cl_conv_shape conv_rounding_cases[] = {{1, 1, 1, 1, 4136, 1, 0}};
+/* The core's per-step slices: activations one element past an aligned
+ * start, square and dilated non-square. */
+static const cl_conv_shape conv_offset_shapes[] = {{3, 5, 6, 9, 8, 3, 3, 1, 1, 0},
+                                                   {4, 17, 12, 10, 32, 3, 3, 1, 1, 0},
+                                                   {2, 20, 9, 8, 24, 5, 3, 1, 3, 0}};
+static const cl_conv_shape conv_rounding_cases[] = {{1, 1, 1, 1, 4136, 1, 1, 1, 1, 0}};
 
 /* {N, hidden, P}: P = 35, 37 (a vector body and a scalar tail), 150 (a
  * full 128 chunk, a vector body and a tail), 576 (a 24x24 image). */
@@ -1442,15 +1482,15 @@ static const gather_case gather_cases[] = {
 
 #define EXACT(why) {0, 0, 0, 0, 0, 0, why}
 
-/* Tolerances of the convolutions: float32 sums of up to C k^2 (forward),
- * K k^2 (backward data) and N H W (filter) products, in another order than
+/* Tolerances of the convolutions: float32 sums of up to C kh kw (forward),
+ * K kh kw (backward data) and N H W (filter) products, in another order than
  * the reference. */
 #define CONV_TOL                                                                                 \
   {2e-5, 1e-3, 8e-3, 8e-3, 5e-2, 0,                                                              \
-   "float32: sums of C k^2, K k^2 or N H W products in another order; stored results: one "      \
-   "rounding to float16 (2^-11) or bfloat16 (2^-8) of a float32 sum; a backend computing half "  \
-   "convolutions in the storage type (cuDNN: weights cast, dx and dw rounded as autocast does) " \
-   "rounds x w products and results at 2^-11 / 2^-8 each: 8e-3 / 5e-2"}
+   "float32: sums of C kh kw, K kh kw or N H W products in another order; stored results: "      \
+   "one rounding to float16 (2^-11) or bfloat16 (2^-8) of a float32 sum; a backend computing "   \
+   "half convolutions in the storage type (cuDNN: weights cast, dx and dw rounded as autocast "  \
+   "does) rounds x w products and results at 2^-11 / 2^-8 each: 8e-3 / 5e-2"}
 
 static const row ops[] = {
     {"alloc free upload copy download memset0 mem_info synchronize", run_memory, NULL, 1, F32, 0,
@@ -1524,13 +1564,17 @@ static void cpu_own(variant *v) {
   cl_backend_destroy(dflt);
   expect(v, be->iface->synchronize == NULL && be->iface->host_stage == NULL,
          "no queue to wait for, nothing to stage (synchronize, host_stage NULL)");
-  static const cl_conv_shape shapes[] = {{4, 6, 8, 8, 20, 3, CL_F32}, {4, 20, 6, 5, 4, 3, CL_F32}};
-  conv_data d[2] = {conv_make(&shapes[0], 1, 1), conv_make(&shapes[1], 1, 1)};
-  float *y[4], *dw[4], *db[4];
-  unsigned char *ws[4];
-  cl_status st[4];
-  for (int t = 0; t < 4; t++) {
-    const conv_data *c = &d[t % 2];
+  static const cl_conv_shape shapes[] = {{4, 6, 8, 8, 20, 3, 3, 1, 1, CL_F32},
+                                         {4, 20, 6, 5, 4, 3, 3, 1, 1, CL_F32},
+                                         {2, 20, 9, 8, 24, 3, 3, 1, 3, CL_F32}};
+  enum { NS = COUNT(shapes), NT = 2 * NS }; /* each shape forward, then backward filter */
+  conv_data d[NS];
+  for (int i = 0; i < NS; i++) d[i] = conv_make(&shapes[i], 1, 1);
+  float *y[NT], *dw[NT], *db[NT];
+  unsigned char *ws[NT];
+  cl_status st[NT];
+  for (int t = 0; t < NT; t++) {
+    const conv_data *c = &d[t % NS];
     size_t bytes = 0;
     cl_backend_conv_workspace(be, &c->s, &bytes);
     ws[t] = xmalloc(bytes + 64);
@@ -1541,23 +1585,23 @@ static void cpu_own(variant *v) {
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(2) schedule(static, 1)
 #endif
-  for (int t = 0; t < 4; t++) {
-    const conv_data *c = &d[t % 2];
-    st[t] = t < 2 ? be->iface->conv_forward(be, &c->s, c->xs, c->w, c->b, y[t], 1, ws[t])
-                  : be->iface->conv_backward_filter(be, &c->s, c->dys, c->xs, dw[t], db[t], ws[t]);
+  for (int t = 0; t < NT; t++) {
+    const conv_data *c = &d[t % NS];
+    st[t] = t < NS ? be->iface->conv_forward(be, &c->s, c->xs, c->w, c->b, y[t], 1, ws[t])
+                   : be->iface->conv_backward_filter(be, &c->s, c->dys, c->xs, dw[t], db[t], ws[t]);
   }
-  for (int t = 0; t < 4; t++) {
-    const conv_data *c = &d[t % 2];
+  for (int t = 0; t < NT; t++) {
+    const conv_data *c = &d[t % NS];
     char what[120];
-    snprintf(what, sizeof what, "inside a parallel region: %s N%d C%d K%d",
-             t < 2 ? "forward" : "backward filter", c->s.N, c->s.C, c->s.K);
+    snprintf(what, sizeof what, "inside a parallel region: %s N%d C%d K%d d%dx%d",
+             t < NS ? "forward" : "backward filter", c->s.N, c->s.C, c->s.K, c->s.dh, c->s.dw);
     expect(v, st[t] == CL_OK, "%s: %s", what, status_str(st[t]));
-    if (t < 2) compare(v, what, y[t], c->ry, c->ny, 2e-5);
+    if (t < NS) compare(v, what, y[t], c->ry, c->ny, 2e-5);
     else
       compare(v, what, dw[t], c->rdw, c->nw, 2e-5), compare(v, what, db[t], c->rdb, c->s.K, 2e-5);
     free(y[t]), free(dw[t]), free(db[t]), free(ws[t]);
   }
-  conv_free(&d[0]), conv_free(&d[1]);
+  for (int i = 0; i < NS; i++) conv_free(&d[i]);
 }
 
 /* ---- finding the backends ---------------------------------------------------------------- */
