@@ -68,7 +68,9 @@ docs:
 # --preclean runs ./cleanup before configure, so objects never outlive a
 # change of flags (say CONVLSTM_NO_CUDA) or of a header. It installs into the
 # first writable library, or creates R_LIBS_USER. R's own make gets -j of its
-# own: it cannot share this make's jobserver.
+# own (here, in build and in check): it cannot share this make's jobserver,
+# whose descriptors R does not pass on ("read jobs pipe: Bad file descriptor"
+# when another file has taken their numbers).
 install:
 	@lib=$$($(RSCRIPT) -e 'p <- .libPaths(); w <- p[file.access(p, 2) == 0]; \
 	  if (length(w)) cat(w[1]) else { u <- path.expand(strsplit(Sys.getenv("R_LIBS_USER"), .Platform$$path.sep)[[1]][1]); \
@@ -77,14 +79,14 @@ install:
 	MAKEFLAGS=-j$(NPROC) $(R) CMD INSTALL --preclean --no-multiarch -l "$$lib" .
 
 build: docs
-	$(R) CMD build .
+	MAKEFLAGS=-j$(NPROC) $(R) CMD build .
 
 # --as-cran wants checkbashisms (Debian's devscripts) for configure and
 # cleanup. The remote CRAN queries and the clock check need the network, so
 # they are off.
 check: check-deps build
 	@mkdir -p build/check
-	cd build/check && _R_CHECK_CRAN_INCOMING_REMOTE_=false _R_CHECK_SYSTEM_CLOCK_=false \
+	cd build/check && MAKEFLAGS=-j$(NPROC) _R_CHECK_CRAN_INCOMING_REMOTE_=false _R_CHECK_SYSTEM_CLOCK_=false \
 	  $(R) CMD check --as-cran --no-manual ../../$(TARBALL)
 	@if grep -q '^Status:.*\(ERROR\|WARNING\)' build/check/$(PKG).Rcheck/00check.log; then \
 	  echo "check: R CMD check reported a WARNING or an ERROR (goal: none)"; exit 1; fi
