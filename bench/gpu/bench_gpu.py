@@ -51,6 +51,7 @@ import json
 import math
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -89,9 +90,11 @@ DTYPES = {"float32": CL_F32, "float16": CL_F16, "bfloat16": CL_BF16}
 class cl_config(C.Structure):
     _fields_ = [("input_dim", C.c_int), ("n_layers", C.c_int),
                 ("hidden_dims", C.c_int * CL_MAX_LAYERS),
-                ("kernel_sizes", C.c_int * CL_MAX_LAYERS), ("bias", C.c_int),
-                ("device", C.c_int), ("dtype", C.c_int), ("n_threads", C.c_int),
-                ("memory_limit", C.c_size_t)]
+                ("kernel_sizes", C.c_int * CL_MAX_LAYERS),
+                ("kernel_widths", C.c_int * CL_MAX_LAYERS),
+                ("dilation_h", C.c_int * CL_MAX_LAYERS), ("dilation_w", C.c_int * CL_MAX_LAYERS),
+                ("bias", C.c_int), ("device", C.c_int), ("dtype", C.c_int),
+                ("n_threads", C.c_int), ("memory_limit", C.c_size_t)]
 
 
 class cl_host_array(C.Structure):
@@ -107,7 +110,8 @@ class cl_optim(C.Structure):
 
 class cl_step_options(C.Structure):
     _fields_ = [("checkpoint", C.c_int), ("tbptt", C.c_int), ("accumulation_steps", C.c_int),
-                ("outputs", C.c_int), ("plan_dtype", C.c_int)]
+                ("outputs", C.c_int), ("plan_dtype", C.c_int), ("horizon", C.c_int),
+                ("state_mode", C.c_int), ("state", C.POINTER(cl_host_array))]
 
 
 class cl_loss_scale(C.Structure):
@@ -134,10 +138,17 @@ class cl_plan_entry(C.Structure):
 class cl_plan(C.Structure):
     _fields_ = [("n", C.c_int), ("entries", C.POINTER(cl_plan_entry)),
                 ("by_category", C.c_size_t * CL_MEM_NCAT), ("total", C.c_size_t),
-                ("arena", C.c_size_t), ("reserved", C.c_size_t)]
+                ("arena", C.c_size_t), ("reserved", C.c_size_t), ("runtime", C.c_size_t)]
 
 
-class cl_gpu_info(C.Structure):  # inst/include/convlstm.h
+class cl_measured_mem(C.Structure):
+    _fields_ = [("have_process", C.c_int), ("process_rss", C.c_size_t),
+                ("process_peak", C.c_size_t), ("have_device", C.c_int),
+                ("device_used", C.c_size_t), ("device_used_at_create", C.c_size_t),
+                ("runtime", C.c_size_t), ("why", C.c_char * 160)]
+
+
+class cl_gpu_info(C.Structure):
     _fields_ = [("device", C.c_int), ("n_devices", C.c_int), ("name", C.c_char * 256),
                 ("cc_major", C.c_int), ("cc_minor", C.c_int), ("multiprocessors", C.c_int),
                 ("mem_free", C.c_size_t), ("mem_total", C.c_size_t),
@@ -145,9 +156,10 @@ class cl_gpu_info(C.Structure):  # inst/include/convlstm.h
                 ("cudnn_version", C.c_size_t), ("cudnn_build_version", C.c_size_t)]
 
 
-STRUCTS = {"cl_config": cl_config, "cl_host_array": cl_host_array, "cl_optim": cl_optim,
-           "cl_step_options": cl_step_options, "cl_loss_scale": cl_loss_scale,
-           "cl_mem_stats": cl_mem_stats, "cl_plan_entry": cl_plan_entry, "cl_plan": cl_plan}
+# every struct mirrored above: --layout compares each with the C compiler
+STRUCTS = {st.__name__: st for st in (cl_config, cl_host_array, cl_optim, cl_step_options,
+                                      cl_loss_scale, cl_mem_stats, cl_plan_entry, cl_plan,
+                                      cl_measured_mem, cl_gpu_info)}
 
 
 class ClError(RuntimeError):
@@ -185,6 +197,7 @@ class Lib:
                                               P(C.c_double)]),
             "cl_model_get_loss_scale": (C.c_int, [C.c_void_p, P(cl_loss_scale)]),
             "cl_model_memory_stats": (C.c_int, [C.c_void_p, P(cl_mem_stats)]),
+            "cl_model_measured_memory": (C.c_int, [C.c_void_p, P(cl_measured_mem)]),
             "cl_model_reset_peak": (None, [C.c_void_p]),
             "cl_model_empty_cache": (C.c_int, [C.c_void_p]),
             "cl_model_set_memory_limit": (C.c_int, [C.c_void_p, C.c_size_t]),
@@ -252,7 +265,9 @@ class Ours:
         cfg = cl_config()
         cfg.input_dim, cfg.n_layers, cfg.bias = input_dim, len(hidden), 1
         for i, (h, k) in enumerate(zip(hidden, kernels)):
-            cfg.hidden_dims[i], cfg.kernel_sizes[i] = h, k
+            # square, undilated: PyTorch's reference model (torch_convlstm.py)
+            cfg.hidden_dims[i], cfg.kernel_sizes[i], cfg.kernel_widths[i] = h, k, k
+            cfg.dilation_h[i] = cfg.dilation_w[i] = 1
         cfg.device, cfg.dtype, cfg.n_threads, cfg.memory_limit = device, dtype, 0, memory_limit
         self.hidden = list(hidden)
         self.m = C.c_void_p()
@@ -262,11 +277,13 @@ class Ours:
             raise ClError(s, lib.status_name(s), err.value.decode())
         # the config read back through the library: a check of cl_config's layout
         back = self.L.cl_model_config(self.m).contents
-        got = (back.input_dim, back.n_layers, list(back.hidden_dims[:len(hidden)]),
-               list(back.kernel_sizes[:len(hidden)]), back.bias, back.device, back.dtype,
-               back.memory_limit)
-        want = (input_dim, len(hidden), list(hidden), list(kernels), 1, device, dtype,
-                memory_limit)
+        n = len(hidden)
+        got = (back.input_dim, back.n_layers, list(back.hidden_dims[:n]),
+               list(back.kernel_sizes[:n]), list(back.kernel_widths[:n]),
+               list(back.dilation_h[:n]), list(back.dilation_w[:n]), back.bias, back.device,
+               back.dtype, back.memory_limit)
+        want = (input_dim, n, list(hidden), list(kernels), list(kernels), [1] * n, [1] * n, 1,
+                device, dtype, memory_limit)
         if got != want:
             raise RuntimeError("cl_config layout mismatch: wrote %r, read %r" % (want, got))
         self.tensors = []
@@ -349,6 +366,14 @@ class Ours:
         d["n_alloc"] = dict(zip(CATEGORIES, s.n_alloc))
         return d
 
+    def measured(self):
+        """What the OS and the driver say (cl_model_measured_memory)."""
+        mm = cl_measured_mem()
+        self.check(self.L.cl_model_measured_memory(self.m, C.byref(mm)))
+        d = {f[0]: getattr(mm, f[0]) for f in cl_measured_mem._fields_}
+        d["why"] = mm.why.decode()
+        return d
+
     def reset_peak(self):
         self.L.cl_model_reset_peak(self.m)
 
@@ -373,7 +398,8 @@ class Ours:
             entries = [(p.entries[i].name.decode(), CATEGORIES[p.entries[i].category],
                         p.entries[i].bytes) for i in range(p.n)]
             out = {"total": p.total, "by_category": dict(zip(CATEGORIES, p.by_category)),
-                   "entries": entries, "arena": p.arena, "reserved": p.reserved}
+                   "entries": entries, "arena": p.arena, "reserved": p.reserved,
+                   "runtime": p.runtime}
         finally:
             self.L.cl_plan_free(C.byref(p))
         # a check of cl_plan's layout: the three sums agree, and the arena
@@ -982,8 +1008,14 @@ def check_layout(res):
     if not cc:
         res.check("layout: no C compiler, not checked", True)
         return
+    with open(os.path.join(ROOT, "inst", "include", "convlstm.h")) as f:
+        hdr = f.read()
+    listed = re.findall(r"X\((\w+)\)", hdr[hdr.find("#define CL_API_STRUCTS"):])
+    missing = [n for n in listed if n not in STRUCTS]
+    res.check("layout: every struct of CL_API_STRUCTS is mirrored here", not missing,
+              listed=len(listed), missing=missing or "none")
     lines = []
-    for sname, st in list(STRUCTS.items()) + [("cl_gpu_info", cl_gpu_info)]:
+    for sname, st in STRUCTS.items():
         lines.append('printf("%s sizeof %%zu\\n", sizeof(%s));' % (sname, sname))
         for f in st._fields_:
             lines.append('printf("%s %s %%zu\\n", offsetof(%s, %s));' % (sname, f[0], sname,
@@ -1007,13 +1039,13 @@ def check_layout(res):
         if not line:
             continue
         sname, field, val = line.split()
-        st = dict(STRUCTS, cl_gpu_info=cl_gpu_info)[sname]
+        st = STRUCTS[sname]
         got = C.sizeof(st) if field == "sizeof" else getattr(st, field).offset
         n += 1
         if got != int(val):
             bad.append("%s.%s: C %s, ctypes %d" % (sname, field, val, got))
     res.check("layout: %d sizes and offsets of %d structs match the C compiler's" %
-              (n, len(STRUCTS) + 1), not bad, mismatches=bad or "none")
+              (n, len(STRUCTS)), not bad, mismatches=bad or "none")
 
 
 # ---- the table ---------------------------------------------------------------
@@ -1133,7 +1165,8 @@ def main(argv=None):
     torch.backends.cudnn.benchmark = a.cudnn_benchmark
 
     lib = Lib(a.lib)
-    gpu = not a.cpu_smoke
+    # --layout alone needs only a C compiler: it runs anywhere
+    gpu = not a.cpu_smoke and (a.bench or a.max_batch or a.checks)
     if gpu and not (torch.cuda.is_available() and lib.L.cl_device_available(CL_DEVICE_CUDA)):
         print("no usable GPU for both sides: torch.cuda %s, convlstm cuda %s %s" % (
             torch.cuda.is_available(), lib.L.cl_device_available(CL_DEVICE_CUDA),
