@@ -13,9 +13,15 @@ Modes (several may be given; default: --bench):
   --max-batch  the largest batch that fits: ours from cl_model_plan against
                the free device memory, confirmed by real steps; PyTorch eager
                by doubling and bisection on torch.cuda.OutOfMemoryError
-  --checks     parity with PyTorch (losses of 20 Adam steps, gradients),
-               plan == measured peak per category, inference peak
-               independent of T, recovery from a real device OOM
+  --checks     parity with PyTorch (losses of 20 Adam steps, gradients);
+               the plan against memory measured outside the allocator
+               (issue 10): on the GPU the driver's used bytes (total - free,
+               through PyTorch and through cl_model_measured_memory) grown
+               over creating a model and its first step, on the CPU the
+               growth of VmHWM in a fresh process; then, as secondary
+               consistency checks, the allocator's own counters (plan ==
+               counted peak per category, inference peak independent of T);
+               recovery from a real device OOM; the runtime line
   --layout     the ctypes structs against the C compiler's offsetof()
   --cpu-smoke  all of the above at tiny sizes on the CPU (device CPU, PyTorch
                on the CPU, no torch.compile where PyTorch lacks it): checks
@@ -364,6 +370,7 @@ class Ours:
         d["current"] = dict(zip(CATEGORIES, s.current))
         d["peak"] = dict(zip(CATEGORIES, s.peak))
         d["n_alloc"] = dict(zip(CATEGORIES, s.n_alloc))
+        d["n_free"] = dict(zip(CATEGORIES, s.n_free))
         return d
 
     def measured(self):
@@ -909,7 +916,229 @@ def check_data_equals_host(a, lib, res, name, cfg, dtype, n_steps):
         dev.free()
 
 
+# ---- the plan against memory measured outside the allocator (issue 10)
+#
+# The allocator's own counters (memory_stats) are the plan's bookkeeping:
+# that they equal the plan shows only that the executor allocates what the
+# plan lists. The measured figure comes from an independent instrument: on
+# the GPU the driver (cudaMemGetInfo, total - free, asked through PyTorch),
+# on the CPU the operating system (VmHWM in /proc/self/status).
+
+MiB = 2**20
+# cudaMalloc hands out device memory in 2 MiB pages: an allocation of 2 MiB
+# or more is rounded up to whole pages, smaller ones share a 2 MiB page the
+# driver maps for them. So a model's buffers, measured as the change of
+# total - free, lie between its reserved bytes less one page (small buffers
+# landing in a page the driver still held) and its reserved bytes plus one
+# page per live allocation plus one.
+CUDA_PAGE = 2 * MiB
+# The CPU bound of tests/testthat/test-memory-measured.R: 4 KiB pages per
+# buffer, buffers under 64 KiB in heap pages already resident, and the
+# interpreter's own few objects in the window.
+HWM_REL, HWM_ABS = 0.01, 2 * MiB
+# a second step of a planned shape allocates nothing (16 pages of slack for
+# the interpreter's objects and late-faulted code pages, as there)
+HWM_SECOND_STEP = 64 * 1024
+# the CPU probe's plan is made at least this large, so that the 2 MiB of
+# slack is a small part of it and a wrong plan cannot hide in it
+HWM_MIN_PLAN = 24 * MiB
+
+
+def cuda_used():
+    """Bytes used on the device, total - free, as the driver says
+    (torch.cuda.mem_get_info is cudaMemGetInfo): every process's, and there
+    is no other on the lent machine."""
+    torch.cuda.synchronize()
+    free, total = torch.cuda.mem_get_info()
+    return total - free
+
+
+def check_measured_gpu(a, lib, res, name, cfg, dtype):
+    """The plan's reserved bytes against the driver's used bytes, grown over
+    creating a model and its first training step."""
+    x, y = make_data(cfg, cfg["batch"])
+    opt = adam()
+    T, H, W, B = cfg["T"], cfg["H"], cfg["W"], cfg["batch"]
+    # warm-up at the same shape: the kernels and cuDNN engines this step
+    # loads (lazily, at first launch) are the process's runtime, not the model's
+    w = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device, DTYPES[dtype])
+    try:
+        w.train_step(host_array(x), host_array(y), opt)
+        w.sync()
+    finally:
+        w.free()
+    xa, ya = host_array(x), host_array(y)
+    torch_empty(a.torch_dev)  # PyTorch's cache holds nothing now, and takes nothing below
+    used0 = cuda_used()
+    m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device, DTYPES[dtype])
+    try:
+        m.train_step(xa, ya, opt)
+        m.sync()
+        used1 = cuda_used()
+        mm = m.measured()
+        m.train_step(xa, ya, opt)
+        m.sync()
+        used2 = cuda_used()
+        plan = m.plan(B, T, H, W, True, opt)
+        st = m.stats()
+        live = sum(st["n_alloc"].values()) - sum(st["n_free"].values())
+        growth = used1 - used0
+        # what the model's own buffers took, from our library's reading of
+        # the same driver: from inside cl_model_create, after the backend's
+        # stream and cuDNN handle, before the parameters
+        lib_growth = mm["device_used"] - mm["device_used_at_create"] if mm["have_device"] \
+            else None
+        # the rest of the growth: this model's stream and cuDNN handle, a
+        # runtime cost per model, bounded by the process's runtime line (the
+        # first backend's context, stream and handle)
+        setup = growth - lib_growth if lib_growth is not None else None
+        lo = plan["reserved"] - CUDA_PAGE
+        hi = plan["reserved"] + CUDA_PAGE * (live + 1)
+        # the bound of the whole growth: the pages of the model's buffers,
+        # plus its own stream and cuDNN handle, which cost no more than the
+        # runtime line (the first backend's set-up, which made the same two)
+        # and one page
+        setup_max = plan["runtime"] + CUDA_PAGE
+        res.check("memory %s %s: driver (PyTorch's cudaMemGetInfo) growth over create + first "
+                  "step = plan reserved within 2 MiB pages + backend set-up" % (name, dtype),
+                  lo <= growth <= hi + setup_max, driver_growth=growth,
+                  plan_reserved=plan["reserved"], live_allocations=live,
+                  runtime=plan["runtime"], bound="[%d, %d]" % (lo, hi + setup_max))
+        res.check("memory %s %s: driver (cl_model_measured_memory) growth over the model's "
+                  "buffers = plan reserved within 2 MiB pages; set-up <= runtime + 2 MiB" %
+                  (name, dtype),
+                  lib_growth is not None and lo <= lib_growth <= hi and
+                  0 <= setup <= setup_max, model_buffers=lib_growth,
+                  plan_reserved=plan["reserved"], backend_setup=setup, runtime=plan["runtime"],
+                  bound="[%d, %d], set-up <= %d" % (lo, hi, setup_max), why=mm["why"] or "")
+        res.check("memory %s %s: driver-measured growth at a second step is 0" % (name, dtype),
+                  used2 == used1, growth=used2 - used1)
+    finally:
+        m.free()
+
+
+def hwm_window(fn):
+    """How far the resident high-water mark rises over fn() above the
+    resident memory at its start (VmHWM reset through /proc/self/clear_refs)."""
+    gc.collect()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    rss0 = proc_status()["VmRSS"]
+    fn()
+    return proc_status()["VmHWM"] - rss0
+
+
+def proc_status():
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in ("VmRSS", "VmHWM"):
+                out[k] = int(v.split()[0]) * 1024
+    return out
+
+
+def arena_untouched(arena):
+    """Pages of the step arena the step never wrote (reserved, not resident):
+    the arena is one anonymous mapping of its own (cpu_alloc maps blocks of
+    1 MiB and more with a 64-byte header), found in /proc/self/smaps by its
+    size; None when it is not found alone."""
+    if arena + 64 < MiB:
+        return None
+    kb = (arena + 64 + 4095) // 4096 * 4
+    with open("/proc/self/smaps") as f:
+        sm = f.read().split("\n")
+    at = [i for i, line in enumerate(sm) if re.match(r"^Size: +%d kB$" % kb, line)]
+    if len(at) != 1:
+        return None
+    rss = next(int(line.split()[1]) for line in sm[at[0] + 1:at[0] + 5]
+               if line.startswith("Rss:"))
+    return (kb - rss) * 1024
+
+
+def hwm_probe(argjson):
+    """--hwm-probe: one model in this fresh process (started by check_measured_cpu
+    with glibc serving blocks of 64 KiB and more as mappings of their own, so
+    that freed heap cannot hide the model's buffers), measured by VmHWM; the
+    method of tests/testthat/scripts/hwm-probe.R. Prints one JSON line."""
+    p = json.loads(argjson)
+    lib = Lib(p["lib"])
+    cfg, B, dt = p["cfg"], p["B"], DTYPES[p["dtype"]]
+    opt = adam()
+    x, y = make_data(cfg, B)
+    xa, ya = host_array(x), host_array(y)
+    # warm-up: the process's first model pays the process's costs (the
+    # thread pool, the GEMM's buffers); tiny, one channel and 1x1 kernels, so
+    # that the pages it frees cannot hide the measured model's small buffers
+    small = dict(cfg, hidden=[1] * len(cfg["hidden"]), kernels=[1] * len(cfg["hidden"]),
+                 T=2, H=min(4, cfg["H"]), W=min(4, cfg["W"]))
+    wx, wy = make_data(small, 1)
+    w = Ours(lib, cfg["input_dim"], small["hidden"], small["kernels"], CL_DEVICE_CPU, dt)
+    w.train_step(host_array(wx), host_array(wy), opt)
+    w.free()
+    del w, wx, wy
+    hwm_window(lambda: None)  # the interpreter's first collection's bookkeeping
+    box = {}
+
+    def create():
+        box["m"] = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], CL_DEVICE_CPU, dt)
+
+    grow_create = hwm_window(create)
+    m = box["m"]
+    grow_first = hwm_window(lambda: m.train_step(xa, ya, opt))
+    plan = m.plan(B, cfg["T"], cfg["H"], cfg["W"], True, opt)
+    untouched = arena_untouched(plan["arena"])
+    grow_second = hwm_window(lambda: m.train_step(xa, ya, opt))
+    print(json.dumps(dict(grow_create=grow_create, grow_first=grow_first,
+                          grow_second=grow_second, untouched=untouched, total=plan["total"],
+                          reserved=plan["reserved"], arena=plan["arena"])))
+    m.free()
+    return 0
+
+
+def check_measured_cpu(a, lib, res, name, cfg, dtype):
+    """The plan's total against the growth of the process's resident
+    high-water mark over creating a model and its first step, in a fresh
+    process (--hwm-probe), at a batch whose plan is at least HWM_MIN_PLAN."""
+    if not os.path.exists("/proc/self/clear_refs"):
+        res.check("memory %s %s: no /proc/self/clear_refs, VmHWM not measured" %
+                  (name, dtype), True)
+        return
+    m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device, DTYPES[dtype])
+    try:
+        B = cfg["batch"]
+        while m.plan(B, cfg["T"], cfg["H"], cfg["W"], True, adam())["total"] < HWM_MIN_PLAN \
+                and B < 1 << 16:
+            B *= 2
+    finally:
+        m.free()
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", OMP_NUM_THREADS="1")
+    arg = json.dumps(dict(lib=lib.path, cfg=cfg, B=B, dtype=dtype))
+    r = subprocess.run([sys.executable, os.path.abspath(__file__), "--hwm-probe", arg],
+                       env=env, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise RuntimeError("--hwm-probe failed (%d): %s" % (r.returncode, r.stderr[-500:]))
+    v = json.loads(r.stdout.strip().split("\n")[-1])
+    measured = v["grow_create"] + v["grow_first"]
+    untouched = v["untouched"] or 0  # reserved pages the step never wrote cost nothing
+    planned = v["total"]
+    gap = measured + untouched - planned
+    bound = HWM_REL * planned + HWM_ABS
+    res.check("memory %s %s: VmHWM growth over create + first step = plan total, within "
+              "1%% + 2 MiB" % (name, dtype), abs(gap) <= bound, batch=B,
+              vmhwm_growth=measured, untouched_arena=untouched, plan_total=planned, gap=gap,
+              bound=int(bound))
+    res.check("memory %s %s: VmHWM growth at a second step <= 64 KiB" % (name, dtype),
+              v["grow_second"] <= HWM_SECOND_STEP, growth=v["grow_second"])
+
+
 def check_plan_equals_peak(a, lib, res, name, cfg, dtype):
+    """The plan against the driver (GPU) or the OS (CPU) first; then the
+    allocator's own counters, as a secondary consistency check."""
+    if a.cl_device == CL_DEVICE_CUDA:
+        check_measured_gpu(a, lib, res, name, cfg, dtype)
+    else:
+        check_measured_cpu(a, lib, res, name, cfg, dtype)
     m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device, DTYPES[dtype])
     try:
         x, y = make_data(cfg, cfg["batch"])
@@ -920,17 +1149,19 @@ def check_plan_equals_peak(a, lib, res, name, cfg, dtype):
         peak = m.stats()["peak"]
         diff = {c: peak[c] - plan["by_category"][c] for c in CATEGORIES
                 if peak[c] != plan["by_category"][c]}
-        res.check("memory %s %s: plan == measured peak per category" % (name, dtype),
+        res.check("memory %s %s (allocator counters, consistency): plan == counted peak per "
+                  "category" % (name, dtype),
                   not diff, plan_total=plan["total"], diff=diff or "none")
         st = m.stats()
-        res.check("memory %s %s: plan == measured reserved (model buffers + step arena)" %
-                  (name, dtype), st["peak_reserved"] == plan["reserved"],
+        res.check("memory %s %s (allocator counters, consistency): plan == counted reserved "
+                  "(model buffers + step arena)" % (name, dtype),
+                  st["peak_reserved"] == plan["reserved"],
                   plan_reserved=plan["reserved"], peak_reserved=st["peak_reserved"])
         before = sum(m.stats()["n_alloc"].values())
         m.train_step(host_array(x), host_array(y), opt)
         made = sum(m.stats()["n_alloc"].values()) - before
-        res.check("memory %s %s: no allocation inside a step of a planned shape" %
-                  (name, dtype), made == 0, allocations=made)
+        res.check("memory %s %s (allocator counters, consistency): no allocation inside a "
+                  "step of a planned shape" % (name, dtype), made == 0, allocations=made)
         # inference with last states only: the peak must not grow with T
         m.empty_cache()
         peaks = []
@@ -940,7 +1171,8 @@ def check_plan_equals_peak(a, lib, res, name, cfg, dtype):
             m.reset_peak()
             m.forward(host_array(xi), False, cl_step_options(0, 0, 0, CL_OUTPUTS_LAST, 0))
             peaks.append(m.stats()["peak_allocated"])
-        res.check("memory %s %s: inference peak independent of T" % (name, dtype),
+        res.check("memory %s %s (allocator counters, consistency): inference peak "
+                  "independent of T" % (name, dtype),
                   peaks[0] == peaks[1], T=(cfg["T"], 4 * cfg["T"]), peaks=peaks)
     finally:
         m.free()
@@ -1048,6 +1280,28 @@ def check_layout(res):
               (n, len(STRUCTS)), not bad, mismatches=bad or "none")
 
 
+# ---- the runtime line ----------------------------------------------------------
+
+def runtime_line(a, lib):
+    """The backend's runtime bytes (cl_plan.runtime, memory_estimate()'s
+    `runtime` line): what the process holds on the device outside every
+    model (CUDA context, cuDNN handle, stream, loaded kernels), measured by
+    the library once, at its first backend's creation; 0 on the CPU.
+    Whether PyTorch had made the CUDA context already is recorded: the
+    context is shared, and one made before is not in the figure."""
+    out = {"torch_cuda_initialized_before": bool(a.torch_dev.type == "cuda" and
+                                                 torch.cuda.is_initialized())}
+    m = Ours(lib, 1, [1], [1], a.cl_device, CL_F32)
+    try:
+        out["runtime"] = m.plan(1, 1, 4, 4, True, adam())["runtime"]
+        mm = m.measured()
+        out.update(measured_runtime=mm["runtime"], have_device=mm["have_device"],
+                   why=mm["why"], backend=m.L.cl_model_backend_name(m.m).decode())
+    finally:
+        m.free()
+    return out
+
+
 # ---- the table ---------------------------------------------------------------
 
 def summarize(res):
@@ -1106,6 +1360,13 @@ def summarize(res):
             print("  %-9s %-8s %-12s %s%s" % (
                 r["config"], r["dtype"], r["impl"], r.get("max_batch"),
                 " (planned %s)" % r["max_batch_planned"] if "max_batch_planned" in r else ""))
+    rt = res.doc.get("runtime")
+    if rt:
+        print("\nruntime (%s backend, outside every model: CUDA context, cuDNN handle, "
+              "stream, kernels; 0 on the CPU): %d bytes = %s MiB%s" % (
+                  rt["backend"], rt["runtime"], mib(rt["runtime"]),
+                  " (PyTorch had made the CUDA context before: not in this figure)"
+                  if rt["torch_cuda_initialized_before"] else ""))
     fails = [c for c in res.doc["checks"] if not c["ok"]]
     print("\nchecks: %d, failed %d" % (len(res.doc["checks"]), len(fails)))
     res.doc["summary"] = rows
@@ -1193,6 +1454,8 @@ def main(argv=None):
     print("convlstm GPU bench: %s | torch %s | %s" % (meta["device"], torch.__version__,
                                                      meta["convlstm_cuda"]), flush=True)
     res = Results(a.outdir, meta)
+    if a.checks or a.bench or a.max_batch:
+        res.doc["runtime"] = runtime_line(a, lib)
     if a.layout:
         check_layout(res)
     if a.cpu_smoke:  # the search itself, on a predicate with a known answer
@@ -1218,4 +1481,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--hwm-probe":  # check_measured_cpu's child
+        sys.exit(hwm_probe(sys.argv[2]))
     sys.exit(main())
