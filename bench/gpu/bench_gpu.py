@@ -1282,15 +1282,30 @@ def check_layout(res):
 
 # ---- the runtime line ----------------------------------------------------------
 
+def primary_context_active(ordinal):
+    """True/False: the driver's word (cuDevicePrimaryCtxGetState) on whether
+    the device's primary context exists now; None when it cannot be asked."""
+    try:
+        cu = C.CDLL("libcuda.so.1")
+        dev, flags, active = C.c_int(), C.c_uint(), C.c_int()
+        if cu.cuInit(0) != 0 or cu.cuDeviceGet(C.byref(dev), ordinal) != 0 or \
+                cu.cuDevicePrimaryCtxGetState(dev, C.byref(flags), C.byref(active)) != 0:
+            return None
+        return bool(active.value)
+    except OSError:
+        return None
+
+
 def runtime_line(a, lib):
     """The backend's runtime bytes (cl_plan.runtime, memory_estimate()'s
     `runtime` line): what the process holds on the device outside every
     model (CUDA context, cuDNN handle, stream, loaded kernels), measured by
     the library once, at its first backend's creation; 0 on the CPU.
-    Whether PyTorch had made the CUDA context already is recorded: the
-    context is shared, and one made before is not in the figure."""
-    out = {"torch_cuda_initialized_before": bool(a.torch_dev.type == "cuda" and
-                                                 torch.cuda.is_initialized())}
+    Whether the device's primary context existed already (PyTorch's, made
+    before) is recorded, as the driver says: the context is shared, and one
+    made before is not in the figure."""
+    out = {"context_before": primary_context_active(torch.cuda.current_device())
+           if a.torch_dev.type == "cuda" else None}
     m = Ours(lib, 1, [1], [1], a.cl_device, CL_F32)
     try:
         out["runtime"] = m.plan(1, 1, 4, 4, True, adam())["runtime"]
@@ -1365,8 +1380,9 @@ def summarize(res):
         print("\nruntime (%s backend, outside every model: CUDA context, cuDNN handle, "
               "stream, kernels; 0 on the CPU): %d bytes = %s MiB%s" % (
                   rt["backend"], rt["runtime"], mib(rt["runtime"]),
-                  " (PyTorch had made the CUDA context before: not in this figure)"
-                  if rt["torch_cuda_initialized_before"] else ""))
+                  {True: " (the CUDA context existed before, PyTorch's: not in this figure)",
+                   False: " (the CUDA context included: none existed before)",
+                   None: ""}[rt["context_before"]]))
     fails = [c for c in res.doc["checks"] if not c["ok"]]
     print("\nchecks: %d, failed %d" % (len(res.doc["checks"]), len(fails)))
     res.doc["summary"] = rows
