@@ -1234,6 +1234,26 @@ def run_checks(a, lib, res):
 
 # ---- struct layouts ----------------------------------------------------------
 
+def header_fields(hdr):
+    """{struct name: [field names in order]} from the header's typedef'd
+    struct definitions (comments stripped; `int a, b;` and arrays handled)."""
+    hdr = re.sub(r"/\*.*?\*/", "", hdr, flags=re.S)
+    out = {}
+    for m in re.finditer(r"typedef struct (\w+) \{(.*?)\} \1;", hdr, flags=re.S):
+        names = []
+        for decl in m.group(2).split(";"):
+            decl = decl.strip()
+            if not decl:
+                continue
+            head, _, rest = decl.partition(",")
+            parts = [head] + (rest.split(",") if rest else [])
+            for d in parts:
+                d = re.sub(r"\[.*?\]", "", d).strip()
+                names.append(re.findall(r"\w+", d)[-1])
+        out[m.group(1)] = names
+    return out
+
+
 def check_layout(res):
     """sizeof and offsetof of every struct, from the C compiler, against ctypes."""
     cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
@@ -1246,6 +1266,13 @@ def check_layout(res):
     missing = [n for n in listed if n not in STRUCTS]
     res.check("layout: every struct of CL_API_STRUCTS is mirrored here", not missing,
               listed=len(listed), missing=missing or "none")
+    # the fields by name, in order: a field added where padding was (an int
+    # after an int before a double) moves no size and no offset
+    fields = header_fields(hdr)
+    differ = {n: {"C": fields.get(n), "ctypes": [f[0] for f in st._fields_]}
+              for n, st in STRUCTS.items() if fields.get(n) != [f[0] for f in st._fields_]}
+    res.check("layout: the fields of %d structs, by name and order, as the header declares" %
+              len(STRUCTS), not differ, differ=differ or "none")
     lines = []
     for sname, st in STRUCTS.items():
         lines.append('printf("%s sizeof %%zu\\n", sizeof(%s));' % (sname, sname))
