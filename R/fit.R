@@ -51,6 +51,9 @@
 #'   (`lr_reduce_on_plateau()` with the validation loss, or the training
 #'   loss without validation data), or after every batch for
 #'   `lr_one_cycle()`, and is left in its final state.
+#' @param max_grad_norm `NULL`, or clip every step's gradients by their
+#'   global norm, as in [train_step()]; callbacks' `on_batch_end` then sees
+#'   the norm before clipping as `grad_norm`.
 #' @param resume `NULL`, or a file written by [callback_model_checkpoint()]:
 #'   load its weights and optimizer state into `model`, its schedule state
 #'   into `lr_scheduler`, restore R's random number generator and the
@@ -89,7 +92,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
                          validation_data = NULL, verbose = TRUE, checkpoint = 0,
                          accumulation_steps = 1, tbptt = 0, data_on_device = "auto",
                          validation_split = 0, callbacks = list(), lr_scheduler = NULL,
-                         resume = NULL) {
+                         resume = NULL, max_grad_norm = NULL) {
   batch_size_given <- !missing(batch_size) # before batch_size is reassigned below
   call <- sys.call()
   ptr <- model_ptr(model)
@@ -103,6 +106,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   shuffle <- check_flag(shuffle, "shuffle")
   verbose <- check_flag(verbose, "verbose")
   validation <- check_validation_data(validation_data, config, target)
+  max_grad_norm <- check_max_grad_norm(max_grad_norm)
   check_step_options(checkpoint, accumulation_steps, tbptt)
   data_on_device <- check_data_on_device(data_on_device)
   callbacks <- check_callbacks(callbacks)
@@ -126,7 +130,8 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   n_batches <- ceiling(n / batch_size)
   # the last batch may be smaller than accumulation_steps
   step_options <- function(b) {
-    check_step_options(checkpoint, min(accumulation_steps, b), tbptt)
+    check_step_options(checkpoint, min(accumulation_steps, b), tbptt,
+                       max_grad_norm = max_grad_norm)
   }
   options <- step_options(batch_size)
   # a resumed fit continues after the saved epoch, with its state restored
@@ -185,12 +190,15 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
       } else {
         loss <- c_train_step(ptr, slice_batch(x, idx), slice_batch(y, idx), target, opt, opts)
       }
+      grad_norm <- attr(loss, "grad_norm") %||% NA_real_
+      loss <- as.double(loss)
       total <- total + loss * length(idx)
       running <<- total / min(n, b * batch_size)
       if (per_batch) scheduler$step()
       if (length(batch_hooks) > 0) {
         ctx$batch <- b
         ctx$loss <- loss
+        ctx$grad_norm <- grad_norm
         ctx$lr <- opt$lr
         ctx$optimizer <- current_optimizer()
         ctx$peak_bytes <- c_memory_stats(ptr)$peak_allocated

@@ -42,8 +42,19 @@
 #'   (any order, repeats allowed; `NULL`: every row). The step is exactly
 #'   `train_step()` on `x[rows, , , , , drop = FALSE]` and the same rows of
 #'   `y`, without copying them out of R.
+#' @param max_grad_norm `NULL`, or clip the gradients by their global norm
+#'   before the update, as torch's `nn_utils_clip_grad_norm_()` /
+#'   `torch.nn.utils.clip_grad_norm_()`: when the L2 norm over all
+#'   parameters' gradients exceeds `max_grad_norm`, every gradient is
+#'   multiplied by `max_grad_norm / (norm + 1e-6)`. Computed on the model's
+#'   device inside the step; with float16 the loss scale is divided out
+#'   first, as `GradScaler.unscale_()` before clipping. `Inf` measures the
+#'   norm without clipping.
 #' @return The loss before the update (a number): the mean squared error
-#'   over the whole batch.
+#'   over the whole batch. With `max_grad_norm`, it carries the attribute
+#'   `grad_norm`: the gradients' global norm before clipping (not finite when
+#'   a gradient is not, and then the step is refused or, with float16,
+#'   skipped).
 #' @seealso [convlstm_fit()] for the loop over epochs and batches;
 #'   [memory_estimate()] for what each option saves.
 #' @export
@@ -56,12 +67,15 @@
 #' for (i in 1:3) print(train_step(model, x, y, opt))
 #' # the same update in two micro-batches of 2, keeping states every 2 steps
 #' train_step(model, x, y, opt, accumulation_steps = 2, checkpoint = 2)
+#' # gradients clipped to a global norm of 1; the norm before clipping
+#' attr(train_step(model, x, y, opt, max_grad_norm = 1), "grad_norm")
 #' # the data uploaded once, a batch taken by row numbers
 #' data <- convlstm_data(model, x, y)
 #' train_step(model, data, optimizer = opt, rows = c(4, 2))
 #' convlstm_release(model)
 train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "sequence"),
-                       checkpoint = 0, accumulation_steps = 1, tbptt = 0, rows = NULL) {
+                       checkpoint = 0, accumulation_steps = 1, tbptt = 0, rows = NULL,
+                       max_grad_norm = NULL) {
   if (is_convlstm_data(x)) {
     # train_step(model, data, opt): the optimizer given where y would be
     if (missing(optimizer) && inherits(y, "convlstm_optimizer")) {
@@ -69,7 +83,8 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
       y <- NULL
     }
     return(train_step_data(model, x, y, optimizer, target, !missing(target), checkpoint,
-                           accumulation_steps, tbptt, rows, call = sys.call()))
+                           accumulation_steps, tbptt, rows, call = sys.call(),
+                           max_grad_norm = max_grad_norm))
   }
   if (!is.null(rows)) {
     abort_convlstm("`rows` applies only when `x` is a data set made by convlstm_data().",
@@ -81,16 +96,17 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
   target <- check_choice(target, c("last_state", "sequence"), "target")
   y <- check_target_array(y, dim(x), config, target, "y")
   optimizer <- check_optimizer(optimizer)
-  options <- check_step_options(checkpoint, accumulation_steps, tbptt, batch_size = dim(x)[[1]])
+  options <- check_step_options(checkpoint, accumulation_steps, tbptt, batch_size = dim(x)[[1]],
+                                max_grad_norm = max_grad_norm)
   c_train_step(ptr, x, y, target, optimizer, options)
 }
 
 # The knobs that change a training step's schedule and plan, checked and
 # encoded for the glue (NULL: the plain step). batch_size, when known, bounds
-# accumulation_steps.
+# accumulation_steps; max_grad_norm (NULL: none) clips the gradients.
 check_step_options <- function(checkpoint = 0, accumulation_steps = 1, tbptt = 0,
                                outputs = "all", dtype = NULL, batch_size = NULL,
-                               call = sys.call(-1)) {
+                               max_grad_norm = NULL, call = sys.call(-1)) {
   checkpoint <- check_count(checkpoint, "checkpoint", min = 0, call = call)
   accumulation_steps <- check_count(accumulation_steps, "accumulation_steps", call = call)
   tbptt <- check_count(tbptt, "tbptt", min = 0, call = call)
@@ -101,11 +117,22 @@ check_step_options <- function(checkpoint = 0, accumulation_steps = 1, tbptt = 0
     ), call = call)
   }
   if (!is.null(dtype)) dtype <- check_choice(dtype, dtypes(), "dtype", call = call)
+  max_grad_norm <- check_max_grad_norm(max_grad_norm, call = call)
   if (checkpoint == 0 && accumulation_steps == 1 && tbptt == 0 && identical(outputs, "all") &&
-      is.null(dtype)) {
+      is.null(dtype) && is.null(max_grad_norm)) {
     return(NULL)
   }
-  c_step_options(checkpoint, tbptt, accumulation_steps, outputs, dtype)
+  c_step_options(checkpoint, tbptt, accumulation_steps, outputs, dtype, max_grad_norm)
+}
+
+# NULL, or a number > 0 (Inf: measure the norm only).
+check_max_grad_norm <- function(x, call = sys.call(-1)) {
+  if (is.null(x)) return(NULL)
+  if (!is.numeric(x) || length(x) != 1 || is.na(x) || !(x > 0)) {
+    abort_arg("max_grad_norm", "NULL or a number > 0 (Inf: measure the norm, clip nothing)", x,
+              call)
+  }
+  as.double(x)
 }
 
 # The shape of the chosen output for an input of dims xd.

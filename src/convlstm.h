@@ -169,6 +169,10 @@ typedef struct cl_step_options {
   cl_outputs outputs;     /* inference forward */
   int plan_dtype;         /* cl_model_plan only: 0 plans the model's own
                              storage dtype, 1 + a cl_dtype plans that one */
+  double max_grad_norm;   /* train_step: > 0 clips the gradients' global L2
+                             norm to it before the update, as torch's
+                             clip_grad_norm_ (INFINITY: measure only); 0 or
+                             below: neither (cl_model_grad_norm is NaN) */
 } cl_step_options;
 
 /* ---- forward, loss, backward ----------------------------------------- */
@@ -218,6 +222,11 @@ cl_status cl_optim_check(const cl_optim *o, char *err, size_t errlen);
 cl_status cl_model_optimizer_step(cl_model *m, const cl_optim *opt);
 /* Number of optimizer steps taken with the current state. */
 int64_t cl_model_optimizer_steps(const cl_model *m);
+/* The global L2 norm of the gradients before clipping, measured by the last
+ * training step that had max_grad_norm > 0 (after float16 unscaling); NaN
+ * after a step without it, or before any. Inf or NaN gradients give a norm
+ * that is not finite, and no clipping (the update's guard then refuses). */
+double cl_model_grad_norm(const cl_model *m);
 cl_status cl_model_optimizer_reset(cl_model *m);
 
 /* zero_grad, training forward, MSE, backward, update: one call. With

@@ -73,6 +73,8 @@ void r_optim(SEXP opt, cl_optim *out);
 const cl_optim *r_optim_or_null(SEXP opt, cl_optim *buf);
 SEXP r_optim_list(const cl_optim *o);
 void r_step_options(SEXP opts, cl_step_options *out);
+/* A training step's loss as R returns it: attribute grad_norm when measured. */
+SEXP r_step_loss(const cl_model *m, double loss);
 /* Enums by name: "float32"..., "cpu" / "cuda", "last_state" / "sequence". */
 cl_dtype r_dtype(SEXP s);
 size_t r_bytes(SEXP s, const char *arg);

@@ -108,7 +108,8 @@ SEXP r_optim_list(const cl_optim *o) {
 }
 
 /* list(checkpoint, tbptt, accumulation_steps, outputs = "all" | "last_state",
- * dtype = NULL | a dtype's name for cl_model_plan): c_step_options() in
+ * dtype = NULL | a dtype's name for cl_model_plan, max_grad_norm = NULL |
+ * a number): c_step_options() in
  * R/ffi.R. NULL: the plain step. */
 void r_step_options(SEXP opts, cl_step_options *out) {
   static const char *const outputs[] = {"all", "last_state"};
@@ -122,4 +123,17 @@ void r_step_options(SEXP opts, cl_step_options *out) {
                                                                             : CL_OUTPUTS_ALL;
   SEXP dt = field(opts, "dtype");
   out->plan_dtype = dt == R_NilValue ? 0 : 1 + (int)r_dtype(dt);
+  /* optional: absent or NULL, no clipping */
+  SEXP clip = field(opts, "max_grad_norm");
+  out->max_grad_norm = clip == R_NilValue ? 0 : num(opts, "max_grad_norm", "step options");
+}
+
+/* A training step's loss, with attribute grad_norm (the norm before
+ * clipping) when the step measured it (an unprotected new vector). */
+SEXP r_step_loss(const cl_model *m, double loss) {
+  SEXP out = PROTECT(Rf_ScalarReal(loss));
+  double norm = cl_model_grad_norm(m);
+  if (!ISNAN(norm)) Rf_setAttrib(out, Rf_install("grad_norm"), Rf_ScalarReal(norm));
+  UNPROTECT(1);
+  return out;
 }

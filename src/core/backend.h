@@ -159,6 +159,12 @@ struct cl_backend_i {
    * on a data set reads its batch so; default: one copy() per row. */
   cl_status (*gather_rows)(cl_backend *be, void *dst, const void *src, const int *idx, int nb,
                            int N, int t0, int nt, size_t row_bytes);
+
+  /* ---- gradient clipping ---- */
+  /* *sum = the sum of g[i]^2 over n, accumulated in double (inf or NaN when
+   * an element is); synchronizes. The norm for clip_grad_norm_; the scaling
+   * that follows is grad_unscale's. */
+  cl_status (*sum_squares)(cl_backend *be, const float *g, size_t n, double *sum);
 };
 
 struct cl_backend {

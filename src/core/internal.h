@@ -134,6 +134,7 @@ struct cl_model {
   float *opt_m, *opt_v;
   int opt_m_fresh; /* the momentum buffer awaits its first update (SGD seeds it then) */
   int64_t opt_steps;
+  double grad_norm; /* before clipping, of the last step that measured it (clip.c); else NaN */
   cl_step step;
   void *arena; /* reserved for step buffers; outlives any one step's plan */
   size_t arena_bytes;
@@ -152,7 +153,7 @@ struct cl_model {
  *   2 alloc.c, plan.c     accounting allocator; the plan of a step's buffers
  *   3 step.c              the step arena, model buffers, gradients
  *   4 pack.c              host arrays and data-set rows <-> device tensors
- *   5 forward.c, backward.c, optim.c   the engine's pieces
+ *   5 forward.c, backward.c, optim.c, clip.c   the engine's pieces
  *   6 train.c             one training step
  *   7 data.c, params.c    data sets on the device; parameters by name
  *   8 model.c             a model's lifetime, memory statistics
@@ -251,6 +252,12 @@ cl_status cl_check_optim(cl_model *m, const cl_optim *o);
 cl_status cl_optim_ensure(cl_model *m, const cl_optim *o, int *created);
 /* Frees the optimizer state; the next step starts it afresh. */
 void cl_optim_free(cl_model *m);
+
+/* clip.c: with max_norm > 0, the gradients' global L2 norm into
+ * m->grad_norm and, when it is finite and above max_norm, the gradients
+ * scaled by max_norm / (norm + 1e-6) (torch's clip_grad_norm_); else only
+ * m->grad_norm = NaN. Before the update's guard. */
+cl_status cl_clip_grads(cl_model *m, double max_norm);
 
 /* train.c: the step of cl_model_train_step once its arguments are checked:
  * B sequences of T steps of H x W pixels read from x and y. */

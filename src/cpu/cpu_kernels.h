@@ -76,4 +76,7 @@ cl_status cl_cpu_sgd_check(cl_backend *be, const float *p, const float *g, const
 cl_status cl_cpu_gather_rows(cl_backend *be, void *dst, const void *src, const int *idx, int nb,
                              int N, int t0, int nt, size_t row_bytes);
 
+/* cpu_clip.c */
+cl_status cl_cpu_sum_squares(cl_backend *be, const float *g, size_t n, double *sum);
+
 #endif

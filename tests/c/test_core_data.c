@@ -224,7 +224,7 @@ static void test_identical(void) {
   compare_paths("plain, last_state, R layout", CL_F32, CL_TARGET_LAST_STATE, NULL, 1, batches,
                 sizes, 4);
   compare_paths("tbptt 3, sequence, R layout", CL_F32, CL_TARGET_SEQUENCE,
-                &(cl_step_options){0, 3, 0, 0, 0}, 1, batches, sizes, 4);
+                &(cl_step_options){.tbptt = 3}, 1, batches, sizes, 4);
 }
 
 static size_t data_bytes(cl_model *m) {

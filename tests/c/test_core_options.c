@@ -304,7 +304,7 @@ static void test_arena_reuse(void) {
   cl_mem_stats st;
   for (int round = 0; round < 3; round++) {
     CHECK(cl_model_forward(used, &xb, 1, NULL) == CL_OK, "big training forward");
-    cl_step_options last = {0, 0, 0, CL_OUTPUTS_LAST, 0};
+    cl_step_options last = {.outputs = CL_OUTPUTS_LAST};
     CHECK(cl_model_forward(used, &xb, 0, &last) == CL_OK, "big inference");
     cl_model_memory_stats(used, &st);
     size_t before = st.reserved;

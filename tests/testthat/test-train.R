@@ -152,3 +152,134 @@ test_that("optimizers validate hyperparameters and print", {
   expect_convlstm_error(optimizer_sgd(0.1, momentum = -1), regexp = "`momentum`")
   expect_convlstm_error(optimizer_sgd(c(0.1, 0.2)), regexp = "`lr`")
 })
+
+# ---- gradient clipping (max_grad_norm) ----------------------------------
+
+grad_norm_of <- function(g) sqrt(sum(vapply(g, function(a) sum(a^2), 0)))
+
+# A fixture of tools/make_training_fixtures.py and a model holding its weights.
+training_fixture <- function(name, device = "cpu") {
+  fx <- read_fixture(file.path("training", name))
+  cfg <- fx$config
+  model <- convlstm(cfg$input_dim, cfg$hidden_dims, cfg$kernel_sizes, bias = cfg$bias,
+                    device = device, threads = 1)
+  load_state_dict(model, fixture_group(fx, "weights/"))
+  list(fx = fx, cfg = cfg, model = model)
+}
+
+fixture_optimizer <- function(cfg) {
+  if (cfg$optimizer == "sgd") {
+    return(optimizer_sgd(cfg$lr, momentum = cfg$momentum, weight_decay = cfg$weight_decay))
+  }
+  args <- list(cfg$lr, betas = c(0.9, cfg$beta2), weight_decay = cfg$weight_decay)
+  if (cfg$amsgrad) args$amsgrad <- TRUE
+  do.call(switch(cfg$optimizer, adam = optimizer_adam, adamw = optimizer_adamw), args)
+}
+
+# Each step's loss and norm and the parameters after the last, against
+# torch's run of the same steps (1e-5 of the largest value, as the parity
+# fixtures: both sides compute in float32).
+expect_training_fixture <- function(name, device = "cpu") {
+  f <- training_fixture(name, device)
+  on.exit(convlstm_release(f$model))
+  cfg <- f$cfg
+  opt <- fixture_optimizer(cfg)
+  clip <- if (cfg$max_grad_norm > 0) cfg$max_grad_norm
+  losses <- norms <- numeric(cfg$steps)
+  for (s in seq_len(cfg$steps)) {
+    loss <- train_step(f$model, f$fx$tensors$x, f$fx$tensors$y, opt, max_grad_norm = clip)
+    losses[s] <- loss
+    norms[s] <- attr(loss, "grad_norm") %||% 0
+  }
+  expect_close(losses, f$fx$tensors$losses, rel = 1e-5, label = paste(name, "losses"))
+  expect_close(norms, f$fx$tensors$grad_norms, rel = 1e-5, label = paste(name, "grad norms"))
+  expected <- fixture_group(f$fx, "params/")
+  sd <- state_dict(f$model)
+  for (k in names(expected)) {
+    expect_close(sd[[k]], expected[[k]], rel = 1e-5, label = paste(name, k))
+  }
+}
+
+test_that("max_grad_norm equals torch's clip_grad_norm_ before Adam and SGD (fixtures)", {
+  for (device in c("cpu", if (gpu_available()) "cuda")) {
+    expect_training_fixture("clip_adam", device)
+    expect_training_fixture("clip_sgd_momentum", device)
+  }
+})
+
+test_that("clipping scales the gradients to max_grad_norm and reports the norm before", {
+  set.seed(11)
+  x <- api_x()
+  y <- api_y()
+  m <- twin_models()
+  on.exit(release_all(m))
+  still <- optimizer_sgd(lr = 0) # the gradients stay for gradients() to read
+  plain <- train_step(m$a, x, y, still)
+  expect_null(attributes(plain)) # no clipping asked: a plain number
+  g <- gradients(m$a)
+  norm <- grad_norm_of(g)
+  clipped <- train_step(m$b, x, y, still, max_grad_norm = norm / 4)
+  expect_equal(as.double(clipped), plain)
+  expect_equal(attr(clipped, "grad_norm"), norm, tolerance = 1e-6)
+  gc <- gradients(m$b)
+  coef <- (norm / 4) / (norm + 1e-6) # torch's, with its 1e-6
+  expect_equal(grad_norm_of(gc), norm * coef, tolerance = 1e-5)
+  for (k in names(g)) expect_equal(gc[[k]], g[[k]] * coef, tolerance = 1e-5)
+  # Inf measures without clipping; a bound above the norm changes nothing
+  for (bound in c(Inf, norm * 2)) {
+    l <- train_step(m$b, x, y, still, max_grad_norm = bound)
+    expect_equal(attr(l, "grad_norm"), norm, tolerance = 1e-6)
+    expect_identical(gradients(m$b), g)
+  }
+})
+
+test_that("clipping holds across accumulation, checkpointing and data sets", {
+  set.seed(12)
+  x <- api_x(B = 4)
+  y <- api_y(B = 4)
+  m <- twin_models()
+  on.exit(release_all(m))
+  opt <- optimizer_adam(0.01)
+  a <- train_step(m$a, x, y, opt, max_grad_norm = 0.01)
+  b <- train_step(m$b, x, y, opt, max_grad_norm = 0.01, accumulation_steps = 2, checkpoint = 2)
+  expect_equal(attr(b, "grad_norm"), attr(a, "grad_norm"), tolerance = 1e-5)
+  expect_equal(state_dict(m$b), state_dict(m$a), tolerance = 1e-5)
+  data <- convlstm_data(m$b, x, y)
+  d <- train_step(m$b, data, optimizer = opt, max_grad_norm = 0.01)
+  a2 <- train_step(m$a, x, y, opt, max_grad_norm = 0.01)
+  expect_equal(attr(d, "grad_norm"), attr(a2, "grad_norm"), tolerance = 1e-5)
+})
+
+test_that("float16 clips the unscaled gradients, as GradScaler.unscale_ before clipping", {
+  set.seed(13)
+  x <- api_x()
+  y <- api_y()
+  m32 <- api_model()
+  m16 <- api_model(dtype = "float16")
+  on.exit(release_all(list(m32, m16)))
+  load_state_dict(m16, state_dict(m32))
+  still <- optimizer_sgd(lr = 0)
+  n32 <- attr(train_step(m32, x, y, still, max_grad_norm = Inf), "grad_norm")
+  l16 <- train_step(m16, x, y, still, max_grad_norm = n32 / 2)
+  # the norm of the true gradient (the loss scale, 65536, divided out) ...
+  expect_equal(attr(l16, "grad_norm"), n32, tolerance = 1e-2)
+  expect_gt(loss_scale(m16)$scale, 1000)
+  # ... and the gradients left at half of it
+  expect_equal(grad_norm_of(gradients(m16)), n32 / 2, tolerance = 1e-2)
+})
+
+test_that("clipping comes before the update's guard, which checks the clipped gradients", {
+  set.seed(14)
+  m <- api_model()
+  on.exit(convlstm_release(m))
+  x <- api_x()
+  y <- api_y() * 1e30 # finite gradients whose squares overflow Adam's exp_avg_sq
+  before <- state_dict(m)
+  expect_convlstm_error(train_step(m, x, y, optimizer_adam()), regexp = "exp_avg_sq")
+  expect_identical(state_dict(m), before)
+  # clipped first, the same step is finite and applied
+  loss <- train_step(m, x, y, optimizer_adam(), max_grad_norm = 1)
+  expect_gt(attr(loss, "grad_norm"), 1e25)
+  expect_false(identical(state_dict(m), before))
+  expect_true(all(vapply(state_dict(m), function(a) all(is.finite(a)), TRUE)))
+})
