@@ -107,7 +107,7 @@ c_optim <- function(optimizer) {
     kind = optimizer$kind, lr = as.double(optimizer$lr), beta1 = as.double(betas[[1]]),
     beta2 = as.double(betas[[2]]), eps = as.double(optimizer$eps %||% 0),
     momentum = as.double(optimizer$momentum %||% 0),
-    weight_decay = as.double(optimizer$weight_decay)
+    weight_decay = as.double(optimizer$weight_decay), amsgrad = isTRUE(optimizer$amsgrad)
   )
 }
 

@@ -198,17 +198,24 @@ cl_status cl_model_zero_grad(cl_model *m);
 
 /* ---- optimizers ------------------------------------------------------ */
 
-typedef enum cl_optim_kind { CL_OPTIM_ADAM = 1, CL_OPTIM_SGD = 2 } cl_optim_kind;
+typedef enum cl_optim_kind { CL_OPTIM_ADAM = 1, CL_OPTIM_SGD = 2, CL_OPTIM_ADAMW = 3 } cl_optim_kind;
+#define CL_N_OPTIM_KINDS 3
 
-/* Hyperparameters; torch.optim.Adam (L2 weight decay added to the gradient)
- * and torch.optim.SGD (momentum buffer starts as the first gradient). */
+/* Hyperparameters; torch.optim.Adam (L2 weight decay added to the gradient),
+ * torch.optim.AdamW (decoupled: p *= 1 - lr * weight_decay) and
+ * torch.optim.SGD (momentum buffer starts as the first gradient). */
 typedef struct cl_optim {
   cl_optim_kind kind;
   double lr;
   double beta1, beta2, eps; /* Adam */
   double momentum;          /* SGD */
-  double weight_decay;
+  double weight_decay;      /* Adam, SGD: L2 added to the gradient; AdamW: decoupled */
+  int amsgrad;              /* Adam, AdamW: keep max_exp_avg_sq (torch's amsgrad) */
 } cl_optim;
+/* The optimizer's name in files and in R: "adam", "sgd", "adamw"; NULL for
+ * an unknown kind. cl_optim_kind_of: the kind of a name, 0 if none. */
+const char *cl_optim_kind_name(cl_optim_kind k);
+cl_optim_kind cl_optim_kind_of(const char *name);
 
 /* CL_OK, or CL_E_INVALID with the reason in err: the hyperparameters are
  * checked as the 32-bit floats the update uses (a double beyond float's
@@ -345,12 +352,14 @@ void cl_unpack_host(cl_host_array *dst, const float *src);
  * torch. Tensors, all F32, little-endian, torch layout:
  *   cell_list.<l>.conv.weight, cell_list.<l>.conv.bias   (the state dict)
  *   optimizer.exp_avg.<name>, optimizer.exp_avg_sq.<name> (Adam's moments)
+ *   optimizer.max_exp_avg_sq.<name>                       (amsgrad's maximum)
  *   optimizer.momentum_buffer.<name>                      (SGD's momentum)
  * and __metadata__ (strings, as the format requires): "format": "pt",
  * "convlstm.format_version": "1", convlstm.input_dim, convlstm.hidden_dims
  * and convlstm.kernel_sizes ("[8, 1]"), convlstm.bias ("true"/"false"),
  * convlstm.dtype, convlstm.device (informative); with an optimizer
- * convlstm.optimizer ("adam"/"sgd"), convlstm.optimizer.{lr, weight_decay,
+ * convlstm.optimizer ("adam"/"adamw"/"sgd"; convlstm.optimizer.amsgrad
+ * "true" when on, absent otherwise), convlstm.optimizer.{lr, weight_decay,
  * beta1, beta2, eps | momentum} (exact decimal), convlstm.optimizer.steps,
  * and for float16 models convlstm.loss_scale.{scale, growth_interval,
  * clean_steps, skipped_steps}; then the caller's own entries. */

@@ -56,9 +56,6 @@ cl_dtype r_dtype(SEXP s) {
   return (cl_dtype)choice(s, names, CL_N_DTYPES, "dtype");
 }
 
-/* Optimizer kinds by value (CL_OPTIM_ADAM, CL_OPTIM_SGD), both ways. */
-static const char *const KINDS[] = {"adam", "sgd"};
-
 cl_device r_device(SEXP s) {
   const char *names[2] = {cl_device_name(CL_DEVICE_CPU), cl_device_name(CL_DEVICE_CUDA)};
   return choice(s, names, 2, "device") == 1 ? CL_DEVICE_CUDA : CL_DEVICE_CPU;
@@ -74,14 +71,20 @@ r_forward_what r_forward_mode(SEXP s) {
   return (r_forward_what)choice(s, names, 5, "what a forward returns");
 }
 
-/* list(kind = "adam" | "sgd", lr, beta1, beta2, eps, momentum, weight_decay):
- * c_optim() in R/ffi.R. */
+/* list(kind = "adam" | "sgd" | "adamw", lr, beta1, beta2, eps, momentum,
+ * weight_decay, amsgrad = NULL | TRUE | FALSE): c_optim() in R/ffi.R. The
+ * kinds' names are the core's (cl_optim_kind_name), the one table. */
 void r_optim(SEXP opt, cl_optim *out) {
   if (TYPEOF(opt) != VECSXP)
-    r_raise_invalid("`optimizer` must be made by optimizer_adam() or optimizer_sgd()");
+    r_raise_invalid("`optimizer` must be made by optimizer_adam(), optimizer_adamw() or "
+                    "optimizer_sgd()");
   memset(out, 0, sizeof *out);
-  out->kind = choice(field(opt, "kind"), KINDS, 2, "optimizer kind") == 1 ? CL_OPTIM_SGD
-                                                                          : CL_OPTIM_ADAM;
+  const char *names[CL_N_OPTIM_KINDS];
+  for (int k = 0; k < CL_N_OPTIM_KINDS; k++) names[k] = cl_optim_kind_name((cl_optim_kind)(k + 1));
+  out->kind = (cl_optim_kind)(1 + choice(field(opt, "kind"), names, CL_N_OPTIM_KINDS,
+                                         "optimizer kind"));
+  SEXP ams = field(opt, "amsgrad");
+  out->amsgrad = ams != R_NilValue && Rf_asLogical(ams) == TRUE;
   out->lr = num(opt, "lr", "an optimizer");
   out->beta1 = num(opt, "beta1", "an optimizer");
   out->beta2 = num(opt, "beta2", "an optimizer");
@@ -98,11 +101,13 @@ const cl_optim *r_optim_or_null(SEXP opt, cl_optim *buf) {
 
 /* The inverse of r_optim (an unprotected new list). */
 SEXP r_optim_list(const cl_optim *o) {
-  const char *const names[] = {"kind", "lr", "beta1", "beta2", "eps", "momentum", "weight_decay"};
-  SEXP out = PROTECT(r_named_list(names, 7));
-  SET_VECTOR_ELT(out, 0, Rf_mkString(KINDS[o->kind == CL_OPTIM_SGD]));
+  const char *const names[] = {"kind",     "lr",           "beta1",  "beta2", "eps",
+                               "momentum", "weight_decay", "amsgrad"};
+  SEXP out = PROTECT(r_named_list(names, 8));
+  SET_VECTOR_ELT(out, 0, Rf_mkString(cl_optim_kind_name(o->kind)));
   const double v[6] = {o->lr, o->beta1, o->beta2, o->eps, o->momentum, o->weight_decay};
   for (int i = 0; i < 6; i++) SET_VECTOR_ELT(out, i + 1, Rf_ScalarReal(v[i]));
+  SET_VECTOR_ELT(out, 7, Rf_ScalarLogical(o->amsgrad != 0));
   UNPROTECT(1);
   return out;
 }

@@ -47,7 +47,9 @@ typedef struct cl_gates_shape {
 
 typedef struct cl_adam_hp {
   float lr, beta1, beta2, eps, weight_decay;
-  int64_t step; /* 1 at the first update (bias correction) */
+  int64_t step;  /* 1 at the first update (bias correction) */
+  int decoupled; /* AdamW: p *= 1 - lr * weight_decay first, the gradient as it is */
+  int amsgrad;   /* the denominator from vmax = max(vmax, v) (max_exp_avg_sq) */
 } cl_adam_hp;
 
 typedef struct cl_sgd_hp {
@@ -136,18 +138,22 @@ struct cl_backend_i {
    * scaler's check before an update, as GradScaler.unscale_. */
   cl_status (*grad_unscale)(cl_backend *be, float *g, size_t n, float inv_scale,
                             int *found_nonfinite);
+  /* vmax: amsgrad's max_exp_avg_sq (hp->amsgrad), else ignored (may be NULL). */
   cl_status (*adam_update)(cl_backend *be, float *p, const float *g, float *m, float *v,
-                           size_t n, const cl_adam_hp *hp);
+                           float *vmax, size_t n, const cl_adam_hp *hp);
   cl_status (*sgd_update)(cl_backend *be, float *p, const float *g, float *buf, size_t n,
                           const cl_sgd_hp *hp);
   /* The updates' guards: with the arguments the update will get, compute what
    * it would write and write nothing; *fault is the first element whose
    * gradient or new value is not finite (the key above), else CL_FAULT_NONE.
-   * m, v (buf) NULL: optimizer state about to be created, zeros. Synchronize.
+   * m, v, vmax (buf) NULL: optimizer state about to be created, zeros.
+   * amsgrad's vmax is finite where v is (their maximum), so v's check covers
+   * it, and p's the denominator it gives. Synchronize.
    * The per-element arithmetic is the update's own, so a pass of the guard
    * means the update writes only finite numbers. */
   cl_status (*adam_check)(cl_backend *be, const float *p, const float *g, const float *m,
-                          const float *v, size_t n, const cl_adam_hp *hp, uint64_t *fault);
+                          const float *v, const float *vmax, size_t n, const cl_adam_hp *hp,
+                          uint64_t *fault);
   cl_status (*sgd_check)(cl_backend *be, const float *p, const float *g, const float *buf,
                          size_t n, const cl_sgd_hp *hp, uint64_t *fault);
 

@@ -60,6 +60,7 @@ typedef enum cl_buf_kind {
   CL_BUF_GRADS,      /* flat float [n_params]                          */
   CL_BUF_OPT_M,      /* Adam first moment or SGD momentum [n_params]   */
   CL_BUF_OPT_V,      /* Adam second moment [n_params]                  */
+  CL_BUF_OPT_VMAX,   /* amsgrad's running maximum of it [n_params]      */
   /* step buffers, allocated by the executor from the plan; S steps held at
    * once (T, a checkpoint segment or a tbptt window), Bm sequences */
   CL_BUF_X,        /* data: input [S or T, Bm, C_in, H, W]; inference [1, B, C_in, H, W] */
@@ -132,6 +133,8 @@ struct cl_model {
   /* optimizer state, created at the first step */
   cl_optim_kind opt_kind;
   float *opt_m, *opt_v;
+  float *opt_vmax;  /* amsgrad's max_exp_avg_sq */
+  int opt_amsgrad;  /* the state was made for amsgrad (opt_vmax follows it) */
   int opt_m_fresh; /* the momentum buffer awaits its first update (SGD seeds it then) */
   int64_t opt_steps;
   double grad_norm; /* before clipping, of the last step that measured it (clip.c); else NaN */
@@ -245,6 +248,13 @@ cl_status cl_zero(cl_model *m, void *p, size_t bytes);
 cl_status cl_check_target(cl_model *m, const cl_host_array *a, cl_target target, const char *what,
                           int B, int T, int H, int W);
 
+/* Adam and AdamW share moments, update and state names. */
+static inline int cl_optim_is_adam(cl_optim_kind k) {
+  return k == CL_OPTIM_ADAM || k == CL_OPTIM_ADAMW;
+}
+
+/* optim.c: "Adam", "AdamW", "SGD" for messages ("none" for 0). */
+const char *cl_optim_kind_title(cl_optim_kind k);
 /* optim.c: cl_optim_check (convlstm.h) with the reason in the model. */
 cl_status cl_check_optim(cl_model *m, const cl_optim *o);
 /* o's state, created on first use and reset when the kind changes;

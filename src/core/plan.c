@@ -131,12 +131,14 @@ static void plan_model_buffers(plan_builder *b, const struct cl_model *m, int tr
   add(b, CL_BUF_PARAMS, -1, CL_MEM_PARAMETERS, pb, "parameters");
   if (training || m->grads) add(b, CL_BUF_GRADS, -1, CL_MEM_GRADIENTS, pb, "gradients");
   cl_optim_kind kind = opt ? opt->kind : m->opt_kind;
-  int has_m = opt ? (opt->kind == CL_OPTIM_ADAM || opt->momentum != 0) : m->opt_m != NULL;
+  int adam = cl_optim_is_adam(kind);
+  int has_m = opt ? (adam || opt->momentum != 0) : m->opt_m != NULL;
   if (has_m)
-    add(b, CL_BUF_OPT_M, -1, CL_MEM_OPTIMIZER, pb,
-        kind == CL_OPTIM_ADAM ? "adam.exp_avg" : "sgd.momentum_buffer");
-  if (kind == CL_OPTIM_ADAM && (opt || m->opt_v))
+    add(b, CL_BUF_OPT_M, -1, CL_MEM_OPTIMIZER, pb, adam ? "adam.exp_avg" : "sgd.momentum_buffer");
+  if (adam && (opt || m->opt_v))
     add(b, CL_BUF_OPT_V, -1, CL_MEM_OPTIMIZER, pb, "adam.exp_avg_sq");
+  if (adam && (opt ? opt->amsgrad : m->opt_vmax != NULL))
+    add(b, CL_BUF_OPT_VMAX, -1, CL_MEM_OPTIMIZER, pb, "adam.max_exp_avg_sq");
 }
 
 static int max_hidden(const struct cl_model *m) {

@@ -706,18 +706,18 @@ static void test_adam(cl_backend *be, float wd) {
   float *p = rand_floats(N), *g = rand_floats(N);
   float *m = calloc(N, sizeof(float)), *v = calloc(N, sizeof(float));
   double *rp = to_double(p, N);
-  cl_adam_hp hp = {1e-2f, 0.9f, 0.999f, 1e-8f, wd, 0};
+  cl_adam_hp hp = {1e-2f, 0.9f, 0.999f, 1e-8f, wd, 0, 0, 0};
   ref_adam(rp, g, N, &hp, STEPS);
   cl_status st = CL_OK;
   for (int s = 1; s <= STEPS; s++) {
     hp.step = s;
-    st |= be->iface->adam_update(be, p, g, m, v, N, &hp);
+    st |= be->iface->adam_update(be, p, g, m, v, NULL, N, &hp);
   }
   char what[80];
   snprintf(what, sizeof what, "adam %d steps, weight_decay %g, t%d", STEPS, wd, be->n_threads);
   check_close(what, p, rp, N, 1e-6);
   hp.step = 0;
-  check_true(st == CL_OK && be->iface->adam_update(be, p, g, m, v, N, &hp) == CL_E_INVALID,
+  check_true(st == CL_OK && be->iface->adam_update(be, p, g, m, v, NULL, N, &hp) == CL_E_INVALID,
              "  adam rejects step 0");
   free(p), free(g), free(m), free(v), free(rp);
 }
@@ -776,10 +776,10 @@ static void test_guard_row(cl_backend *be, const guard_row *r) {
   for (size_t i = 0; i < N; i++) v[i] = fabsf(v[i]);
   p[r->at] = r->p, g[r->at] = r->g, m[r->at] = r->m, v[r->at] = r->v;
   float *p0 = copy_floats(p, N), *m0 = copy_floats(m, N), *v0 = copy_floats(v, N);
-  cl_adam_hp ah = {r->lr, 0.9f, 0.999f, 1e-8f, r->wd, 3};
+  cl_adam_hp ah = {r->lr, 0.9f, 0.999f, 1e-8f, r->wd, 3, 0, 0};
   cl_sgd_hp sh = {r->lr, r->mom, r->wd, r->first};
   uint64_t f = 0;
-  cl_status st = r->adam ? be->iface->adam_check(be, p, g, m, v, N, &ah, &f)
+  cl_status st = r->adam ? be->iface->adam_check(be, p, g, m, v, NULL, N, &ah, &f)
                          : be->iface->sgd_check(be, p, g, m, N, &sh, &f);
   uint64_t want = r->part < 0 ? CL_FAULT_NONE
                               : (uint64_t)r->want_at * 8 + (uint64_t)r->part * 2 + r->is_nan;
@@ -790,7 +790,7 @@ static void test_guard_row(cl_backend *be, const guard_row *r) {
                  !memcmp(v, v0, N * sizeof(float)),
              "  the guard wrote nothing");
   if (r->part < 0) {
-    st = r->adam ? be->iface->adam_update(be, p, g, m, v, N, &ah)
+    st = r->adam ? be->iface->adam_update(be, p, g, m, v, NULL, N, &ah)
                  : be->iface->sgd_update(be, p, g, m, N, &sh);
     size_t bad = 0;
     for (size_t i = 0; i < N; i++)
@@ -829,12 +829,12 @@ static void test_guards(cl_backend *be) {
   /* state about to be created: NULL moments are zeros */
   enum { N = 1000 };
   float *p = rand_floats(N), *g = rand_floats(N);
-  cl_adam_hp ah = {1e-3f, 0.9f, 0.999f, 1e-8f, 0, 1};
+  cl_adam_hp ah = {1e-3f, 0.9f, 0.999f, 1e-8f, 0, 1, 0, 0};
   uint64_t f = 0;
-  cl_status st = be->iface->adam_check(be, p, g, NULL, NULL, N, &ah, &f);
+  cl_status st = be->iface->adam_check(be, p, g, NULL, NULL, NULL, N, &ah, &f);
   check_true(st == CL_OK && f == CL_FAULT_NONE, "guard t%d: adam with no state yet", be->n_threads);
   g[400] = 1e21f;
-  st = be->iface->adam_check(be, p, g, NULL, NULL, N, &ah, &f);
+  st = be->iface->adam_check(be, p, g, NULL, NULL, NULL, N, &ah, &f);
   check_true(st == CL_OK && f == 400 * 8 + CL_PART_V * 2, "guard t%d: adam with no state, g*g overflows",
              be->n_threads);
   free(p), free(g);

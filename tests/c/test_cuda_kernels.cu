@@ -676,7 +676,7 @@ static bool test_adam(cl_backend *be, size_t n, float wd) {
   float *g = (float *)malloc(n * 4), *got = (float *)malloc(n * 4);
   double *rp = (double *)malloc(n * 8), *rm = (double *)malloc(n * 8), *rv = (double *)malloc(n * 8);
   fill(p, n, -1, 1);
-  cl_adam_hp hp = {1e-3f, 0.9f, 0.999f, 1e-8f, wd, 0};
+  cl_adam_hp hp = {1e-3f, 0.9f, 0.999f, 1e-8f, wd, 0, 0, 0};
   bool ok = true;
   {
     dbuf dP(be), dG(be), dM(be), dV(be);
@@ -693,7 +693,7 @@ static bool test_adam(cl_backend *be, size_t n, float wd) {
       CALL(be, f->upload(be, dG.p, g, n * 4));
       hp.step = step;
       CALL(be, f->adam_update(be, (float *)dP.p, (const float *)dG.p, (float *)dM.p,
-                              (float *)dV.p, n, &hp));
+                              (float *)dV.p, NULL, n, &hp));
       /* reference in float, torch's order of operations */
       const double bc1 = 1.0 - pow((double)hp.beta1, step), bc2 = 1.0 - pow((double)hp.beta2, step);
       const float step_size = (float)((double)hp.lr / bc1), bc2s = (float)sqrt(bc2);
@@ -845,7 +845,7 @@ static bool test_guard(cl_backend *be, const guard_case &r) {
   for (int a = 0; a < 4; a++) h[a] = (float *)malloc(n * 4), fill(h[a], n, a == 3 ? 0 : -1, 1);
   const float planted[4] = {r.p, r.g, r.m, r.v};
   for (int a = 0; a < 4; a++) h[a][r.at] = planted[a];
-  cl_adam_hp ah = {r.lr, 0.9f, 0.999f, 1e-8f, r.wd, 3};
+  cl_adam_hp ah = {r.lr, 0.9f, 0.999f, 1e-8f, r.wd, 3, 0, 0};
   cl_sgd_hp sh = {r.lr, r.mom, r.wd, r.first};
   uint64_t fault = 0;
   bool same = true;
@@ -857,7 +857,7 @@ static bool test_guard(cl_backend *be, const guard_case &r) {
     }
     const float *P = (const float *)d[0].p, *G = (const float *)d[1].p;
     const float *M = (const float *)d[2].p, *V = (const float *)d[3].p;
-    CALL(be, r.adam ? f->adam_check(be, P, G, M, V, n, &ah, &fault)
+    CALL(be, r.adam ? f->adam_check(be, P, G, M, V, NULL, n, &ah, &fault)
                     : f->sgd_check(be, P, G, M, n, &sh, &fault));
     for (int a = 0; a < 4; a++) {
       CALL(be, f->download(be, back, d[a].p, n * 4));

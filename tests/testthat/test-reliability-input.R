@@ -147,6 +147,11 @@ bad_input_cases <- list(
     validation_data = list(api_x(C = 1), y), verbose = FALSE)), "`validation_data[[1]]`"),
   # ---- optimizers ----
   list("lr negative", quote(optimizer_adam(lr = -1)), "`lr`"),
+  list("amsgrad NA", quote(optimizer_adam(amsgrad = NA)), "`amsgrad`"),
+  list("amsgrad a string", quote(optimizer_adamw(amsgrad = "yes")), "`amsgrad`"),
+  list("adamw weight_decay negative", quote(optimizer_adamw(weight_decay = -0.01)),
+       "`weight_decay`"),
+  list("adamw betas out of range", quote(optimizer_adamw(betas = c(0.9, 1))), "`betas`"),
   list("lr NA", quote(optimizer_adam(lr = NA)), "`lr`"),
   list("lr Inf", quote(optimizer_sgd(lr = Inf)), "`lr`"),
   list("lr text", quote(optimizer_adam(lr = "0.1")), "`lr`"),

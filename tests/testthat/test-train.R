@@ -158,11 +158,11 @@ test_that("optimizers validate hyperparameters and print", {
 grad_norm_of <- function(g) sqrt(sum(vapply(g, function(a) sum(a^2), 0)))
 
 # A fixture of tools/make_training_fixtures.py and a model holding its weights.
-training_fixture <- function(name, device = "cpu") {
+training_fixture <- function(name, device = "cpu", dtype = "float32") {
   fx <- read_fixture(file.path("training", name))
   cfg <- fx$config
   model <- convlstm(cfg$input_dim, cfg$hidden_dims, cfg$kernel_sizes, bias = cfg$bias,
-                    device = device, threads = 1)
+                    device = device, threads = 1, dtype = dtype)
   load_state_dict(model, fixture_group(fx, "weights/"))
   list(fx = fx, cfg = cfg, model = model)
 }
@@ -179,8 +179,8 @@ fixture_optimizer <- function(cfg) {
 # Each step's loss and norm and the parameters after the last, against
 # torch's run of the same steps (1e-5 of the largest value, as the parity
 # fixtures: both sides compute in float32).
-expect_training_fixture <- function(name, device = "cpu") {
-  f <- training_fixture(name, device)
+expect_training_fixture <- function(name, device = "cpu", dtype = "float32", rel = 1e-5) {
+  f <- training_fixture(name, device, dtype)
   on.exit(convlstm_release(f$model))
   cfg <- f$cfg
   opt <- fixture_optimizer(cfg)
@@ -191,12 +191,13 @@ expect_training_fixture <- function(name, device = "cpu") {
     losses[s] <- loss
     norms[s] <- attr(loss, "grad_norm") %||% 0
   }
-  expect_close(losses, f$fx$tensors$losses, rel = 1e-5, label = paste(name, "losses"))
-  expect_close(norms, f$fx$tensors$grad_norms, rel = 1e-5, label = paste(name, "grad norms"))
+  label <- paste(name, device, dtype)
+  expect_close(losses, f$fx$tensors$losses, rel = rel, label = paste(label, "losses"))
+  expect_close(norms, f$fx$tensors$grad_norms, rel = rel, label = paste(label, "grad norms"))
   expected <- fixture_group(f$fx, "params/")
   sd <- state_dict(f$model)
   for (k in names(expected)) {
-    expect_close(sd[[k]], expected[[k]], rel = 1e-5, label = paste(name, k))
+    expect_close(sd[[k]], expected[[k]], rel = rel, label = paste(label, k))
   }
 }
 
@@ -282,4 +283,100 @@ test_that("clipping comes before the update's guard, which checks the clipped gr
   expect_gt(attr(loss, "grad_norm"), 1e25)
   expect_false(identical(state_dict(m), before))
   expect_true(all(vapply(state_dict(m), function(a) all(is.finite(a)), TRUE)))
+})
+
+# ---- AdamW and amsgrad -------------------------------------------------
+
+test_that("AdamW and Adam with amsgrad equal torch.optim.AdamW / Adam(amsgrad=True) (fixtures)", {
+  for (device in c("cpu", if (gpu_available()) "cuda")) {
+    expect_training_fixture("adamw", device)
+    expect_training_fixture("adam_amsgrad", device)
+  }
+})
+
+# Mixed precision: activations in float16 with the loss scaled, the update in
+# float32 on unscaled (then clipped) gradients, as autocast + GradScaler. The
+# reference is torch's float32 run; float16 activations (11-bit mantissa)
+# put the steps within a few 1e-3 of it, where a wrong order (clipping the
+# scaled gradients, a 65536 times larger norm) or a missing unscale would be
+# off by far more.
+test_that("with float16 the same steps track torch's within float16 rounding (fixtures)", {
+  for (device in c("cpu", if (gpu_available()) "cuda")) {
+    for (name in c("clip_adam", "clip_sgd_momentum", "adamw", "adam_amsgrad")) {
+      expect_training_fixture(name, device, dtype = "float16", rel = 5e-3)
+    }
+  }
+})
+
+test_that("AdamW decays the weights apart from the gradient; amsgrad keeps the maximum", {
+  set.seed(15)
+  x <- api_x()
+  y <- api_y()
+  m <- twin_models()
+  on.exit(release_all(m))
+  # zero gradient (lr 0 on the moments): AdamW still shrinks p by 1 - lr * wd,
+  # Adam's L2 decay (added to the gradient) moves p by about lr instead
+  sd <- state_dict(m$a)
+  zero_grad(m$a)
+  convlstm_forward(m$a, x)
+  convlstm_backward(m$a, array(0, dim(y)))
+  optimizer_step(m$a, optimizer_adamw(lr = 0.1, weight_decay = 0.5))
+  for (k in names(sd)) expect_equal(state_dict(m$a)[[k]], sd[[k]] * (1 - 0.05), tolerance = 1e-6)
+  # amsgrad: its state is one more tensor of the parameters' size
+  optimizer_bytes <- function(model) {
+    by <- memory_stats(model)$by_category
+    by$current[by$category == "optimizer"]
+  }
+  train_step(m$b, x, y, optimizer_adam(amsgrad = TRUE))
+  n_params <- sum(lengths(state_dict(m$b)))
+  expect_equal(optimizer_bytes(m$b), 3 * 4 * n_params)
+  est <- memory_estimate(m$b, 2, 3, 5, 4, optimizer = optimizer_adam(amsgrad = TRUE))
+  expect_true("adam.max_exp_avg_sq" %in% attr(est, "plan")$name)
+  expect_equal(est$bytes[est$category == "optimizer"], 3 * 4 * n_params)
+  # a plain Adam step drops it again
+  train_step(m$b, x, y, optimizer_adam())
+  expect_equal(optimizer_bytes(m$b), 2 * 4 * n_params)
+})
+
+test_that("amsgrad's max_exp_avg_sq is saved under torch's name and resumes exactly", {
+  set.seed(16)
+  x <- api_x()
+  y <- api_y()
+  m <- twin_models()
+  on.exit(release_all(m))
+  opt <- optimizer_adamw(0.01, betas = c(0.9, 0.5), amsgrad = TRUE)
+  for (i in 1:2) {
+    train_step(m$a, x, y, opt)
+    train_step(m$b, x, y, opt)
+  }
+  path <- tempfile(fileext = ".safetensors")
+  on.exit(unlink(path), add = TRUE)
+  convlstm_save(m$a, path, optimizer = opt)
+  info <- convlstm_file_info(path)
+  expect_true(any(startsWith(info$tensors$name, "optimizer.max_exp_avg_sq.")))
+  expect_identical(info$optimizer, opt)
+  loaded <- convlstm_load(path, device = "cpu", threads = 1) # m$b's threads: the same sums
+  on.exit(convlstm_release(loaded), add = TRUE)
+  expect_identical(train_step(loaded, x, y, opt), train_step(m$b, x, y, opt))
+  expect_identical(state_dict(loaded), state_dict(m$b))
+})
+
+test_that("the update's guard covers amsgrad: a refused step leaves max_exp_avg_sq as it was", {
+  set.seed(17)
+  m <- api_model()
+  on.exit(convlstm_release(m))
+  x <- api_x()
+  y <- api_y()
+  opt <- optimizer_adam(amsgrad = TRUE)
+  train_step(m, x, y, opt)
+  saved <- function() {
+    path <- tempfile(fileext = ".safetensors")
+    on.exit(unlink(path))
+    convlstm_save(m, path, optimizer = opt)
+    readBin(path, "raw", file.size(path))
+  }
+  before <- saved()
+  expect_convlstm_error(train_step(m, x, y * 1e30, opt), regexp = "exp_avg_sq")
+  expect_identical(saved(), before)
+  expect_true(is.finite(train_step(m, x, y, opt)))
 })
