@@ -96,7 +96,8 @@ check_rows <- function(rows, n, call = sys.call(-1)) {
 # train_step() on a data set: y must not be given (the targets are in the
 # data set); a target given explicitly must be the data set's.
 train_step_data <- function(model, data, y, optimizer, target, target_given, checkpoint,
-                            accumulation_steps, tbptt, rows, call, max_grad_norm = NULL) {
+                            accumulation_steps, tbptt, rows, call, max_grad_norm = NULL,
+                            loss = NULL) {
   ptr <- model_ptr(model, call = call)
   if (!is.null(y)) {
     abort_convlstm(paste0(
@@ -115,7 +116,7 @@ train_step_data <- function(model, data, y, optimizer, target, target_given, che
   rows <- check_rows(rows, data$n, call = call)
   optimizer <- check_optimizer(optimizer)
   options <- check_step_options(checkpoint, accumulation_steps, tbptt, batch_size = length(rows),
-                                max_grad_norm = max_grad_norm, call = call)
+                                max_grad_norm = max_grad_norm, loss = loss, call = call)
   c_train_step_data(ptr, data$ptr, rows, optimizer, options)
 }
 

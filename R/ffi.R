@@ -92,12 +92,14 @@ dtypes <- function() .Call(ffi_dtype_names)
 # dtype NULL plans for the model's own storage type, a name for another one
 # (cl_model_plan only).
 c_step_options <- function(checkpoint = 0L, tbptt = 0L, accumulation_steps = 1L,
-                           outputs = "all", dtype = NULL, max_grad_norm = NULL) {
+                           outputs = "all", dtype = NULL, max_grad_norm = NULL, loss = NULL) {
   list(
     checkpoint = as.integer(checkpoint), tbptt = as.integer(tbptt),
     accumulation_steps = as.integer(accumulation_steps),
     outputs = if (identical(outputs, "last_state")) "last_state" else "all", dtype = dtype,
-    max_grad_norm = if (!is.null(max_grad_norm)) as.double(max_grad_norm)
+    max_grad_norm = if (!is.null(max_grad_norm)) as.double(max_grad_norm),
+    loss = loss$kind, delta = as.double(loss$delta %||% 1),
+    pos_weight = as.double(loss$pos_weight %||% 1)
   )
 }
 

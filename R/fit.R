@@ -51,6 +51,8 @@
 #'   (`lr_reduce_on_plateau()` with the validation loss, or the training
 #'   loss without validation data), or after every batch for
 #'   `lr_one_cycle()`, and is left in its final state.
+#' @param loss,delta,pos_weight The loss, as in [train_step()]; the
+#'   validation loss is the same one.
 #' @param max_grad_norm `NULL`, or clip every step's gradients by their
 #'   global norm, as in [train_step()]; callbacks' `on_batch_end` then sees
 #'   the norm before clipping as `grad_norm`.
@@ -92,7 +94,8 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
                          validation_data = NULL, verbose = TRUE, checkpoint = 0,
                          accumulation_steps = 1, tbptt = 0, data_on_device = "auto",
                          validation_split = 0, callbacks = list(), lr_scheduler = NULL,
-                         resume = NULL, max_grad_norm = NULL) {
+                         resume = NULL, max_grad_norm = NULL, loss = "mse", delta = 1,
+                         pos_weight = 1) {
   batch_size_given <- !missing(batch_size) # before batch_size is reassigned below
   call <- sys.call()
   ptr <- model_ptr(model)
@@ -107,6 +110,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   verbose <- check_flag(verbose, "verbose")
   validation <- check_validation_data(validation_data, config, target)
   max_grad_norm <- check_max_grad_norm(max_grad_norm)
+  loss_fn <- check_loss(loss, delta, pos_weight)
   check_step_options(checkpoint, accumulation_steps, tbptt)
   data_on_device <- check_data_on_device(data_on_device)
   callbacks <- check_callbacks(callbacks)
@@ -131,7 +135,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   # the last batch may be smaller than accumulation_steps
   step_options <- function(b) {
     check_step_options(checkpoint, min(accumulation_steps, b), tbptt,
-                       max_grad_norm = max_grad_norm)
+                       max_grad_norm = max_grad_norm, loss = loss_fn)
   }
   options <- step_options(batch_size)
   # a resumed fit continues after the saved epoch, with its state restored
@@ -213,7 +217,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
     val_loss <- if (is.null(validation)) {
       NA_real_
     } else {
-      evaluate_mse(ptr, validation$x, validation$y, target, batch_size)
+      evaluate_loss(ptr, validation$x, validation$y, target, batch_size, loss_fn)
     }
     row <- data.frame(
       epoch = epoch, loss = total / n, val_loss = val_loss, lr = opt$lr,
@@ -316,18 +320,19 @@ check_validation_data <- function(v, config, target, call = sys.call(-1)) {
 
 # Mean squared error of the chosen output over all samples, from inference
 # forwards of batch_size samples each (nothing is kept for backward).
-evaluate_mse <- function(ptr, x, y, target, batch_size) {
+# loss: check_loss()'s (NULL: MSE).
+evaluate_loss <- function(ptr, x, y, target, batch_size, loss = NULL) {
   n <- dim(x)[[1]]
   total <- 0
   for (start in seq(1L, n, by = batch_size)) {
     idx <- start:min(n, start + batch_size - 1L)
     if (length(idx) == n) {
       pred <- c_forward(ptr, x, training = FALSE, what = target, inference_options(target))
-      total <- total + sum((pred - y)^2)
+      total <- total + loss_sum(pred, y, loss)
     } else {
       pred <- c_forward(ptr, slice_batch(x, idx), training = FALSE, what = target,
                         inference_options(target))
-      total <- total + sum((pred - slice_batch(y, idx))^2)
+      total <- total + loss_sum(pred, slice_batch(y, idx), loss)
     }
   }
   total / length(y)
@@ -335,28 +340,32 @@ evaluate_mse <- function(ptr, x, y, target, batch_size) {
 
 #' Evaluate a model's loss without training
 #'
-#' The mean squared error between the model's chosen output and `y`, from
-#' inference forwards (no activations kept, parameters unchanged).
+#' The loss (by default the mean squared error) between the model's chosen
+#' output and `y`, from inference forwards (no activations kept, parameters
+#' unchanged).
 #'
 #' @inheritParams convlstm_fit
 #' @param batch_size Samples per forward call.
-#' @return The mean squared error over all of `y` (a number).
+#' @param loss,delta,pos_weight The loss, as in [train_step()].
+#' @return The loss's mean over all of `y` (a number).
 #' @export
 #' @examples
 #' model <- convlstm(1, c(4, 1), 3, device = "cpu")
 #' x <- array(runif(4 * 3 * 6 * 6), dim = c(4, 3, 1, 6, 6))
 #' y <- array(runif(4 * 6 * 6), dim = c(4, 1, 6, 6))
 #' convlstm_evaluate(model, x, y)
+#' convlstm_evaluate(model, x, y, loss = "mae")
 #' convlstm_release(model)
 convlstm_evaluate <- function(model, x, y, target = c("last_state", "sequence"),
-                              batch_size = 32) {
+                              batch_size = 32, loss = "mse", delta = 1, pos_weight = 1) {
   ptr <- model_ptr(model)
   config <- model_config(model)
   x <- check_input(x, config, "x")
   target <- check_choice(target, c("last_state", "sequence"), "target")
   y <- check_target_array(y, dim(x), config, target, "y")
   batch_size <- check_count(batch_size, "batch_size")
-  evaluate_mse(ptr, x, y, target, batch_size)
+  loss <- check_loss(loss, delta, pos_weight)
+  evaluate_loss(ptr, x, y, target, batch_size, loss)
 }
 
 history_columns <- c("epoch", "loss", "val_loss", "lr", "seconds", "peak_bytes")

@@ -50,8 +50,19 @@
 #'   device inside the step; with float16 the loss scale is divided out
 #'   first, as `GradScaler.unscale_()` before clipping. `Inf` measures the
 #'   norm without clipping.
-#' @return The loss before the update (a number): the mean squared error
-#'   over the whole batch. With `max_grad_norm`, it carries the attribute
+#' @param loss The loss minimised, mean-reduced over the batch's target
+#'   elements as torch's losses are by default: `"mse"` (squared error,
+#'   `nn_mse_loss()`), `"mae"` (absolute error, `nn_l1_loss()`), `"huber"`
+#'   (`nn_huber_loss(delta = delta)`: squared below `delta`, linear above) or
+#'   `"bce_logits"` (binary cross-entropy on the output taken as logits,
+#'   `nn_bce_with_logits_loss(pos_weight = pos_weight)`, for targets in
+#'   `[0, 1]` such as rain / no-rain masks). Computed with its gradient in
+#'   the step's one native call.
+#' @param delta Huber's threshold (`loss = "huber"`), > 0.
+#' @param pos_weight The weight of positive targets for `loss =
+#'   "bce_logits"` (> 1 raises recall), > 0.
+#' @return The loss before the update (a number): the chosen loss (by
+#'   default the mean squared error) over the whole batch. With `max_grad_norm`, it carries the attribute
 #'   `grad_norm`: the gradients' global norm before clipping (not finite when
 #'   a gradient is not, and then the step is refused or, with float16,
 #'   skipped).
@@ -67,6 +78,8 @@
 #' for (i in 1:3) print(train_step(model, x, y, opt))
 #' # the same update in two micro-batches of 2, keeping states every 2 steps
 #' train_step(model, x, y, opt, accumulation_steps = 2, checkpoint = 2)
+#' # another loss: Huber, quadratic within 0.1 of the target
+#' train_step(model, x, y, opt, loss = "huber", delta = 0.1)
 #' # gradients clipped to a global norm of 1; the norm before clipping
 #' attr(train_step(model, x, y, opt, max_grad_norm = 1), "grad_norm")
 #' # the data uploaded once, a batch taken by row numbers
@@ -75,7 +88,8 @@
 #' convlstm_release(model)
 train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "sequence"),
                        checkpoint = 0, accumulation_steps = 1, tbptt = 0, rows = NULL,
-                       max_grad_norm = NULL) {
+                       max_grad_norm = NULL, loss = "mse", delta = 1, pos_weight = 1) {
+  loss <- check_loss(loss, delta, pos_weight)
   if (is_convlstm_data(x)) {
     # train_step(model, data, opt): the optimizer given where y would be
     if (missing(optimizer) && inherits(y, "convlstm_optimizer")) {
@@ -84,7 +98,7 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
     }
     return(train_step_data(model, x, y, optimizer, target, !missing(target), checkpoint,
                            accumulation_steps, tbptt, rows, call = sys.call(),
-                           max_grad_norm = max_grad_norm))
+                           max_grad_norm = max_grad_norm, loss = loss))
   }
   if (!is.null(rows)) {
     abort_convlstm("`rows` applies only when `x` is a data set made by convlstm_data().",
@@ -97,16 +111,17 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
   y <- check_target_array(y, dim(x), config, target, "y")
   optimizer <- check_optimizer(optimizer)
   options <- check_step_options(checkpoint, accumulation_steps, tbptt, batch_size = dim(x)[[1]],
-                                max_grad_norm = max_grad_norm)
+                                max_grad_norm = max_grad_norm, loss = loss)
   c_train_step(ptr, x, y, target, optimizer, options)
 }
 
 # The knobs that change a training step's schedule and plan, checked and
 # encoded for the glue (NULL: the plain step). batch_size, when known, bounds
-# accumulation_steps; max_grad_norm (NULL: none) clips the gradients.
+# accumulation_steps; max_grad_norm (NULL: none) clips the gradients; loss
+# is check_loss()'s (NULL: MSE).
 check_step_options <- function(checkpoint = 0, accumulation_steps = 1, tbptt = 0,
                                outputs = "all", dtype = NULL, batch_size = NULL,
-                               max_grad_norm = NULL, call = sys.call(-1)) {
+                               max_grad_norm = NULL, loss = NULL, call = sys.call(-1)) {
   checkpoint <- check_count(checkpoint, "checkpoint", min = 0, call = call)
   accumulation_steps <- check_count(accumulation_steps, "accumulation_steps", call = call)
   tbptt <- check_count(tbptt, "tbptt", min = 0, call = call)
@@ -119,10 +134,41 @@ check_step_options <- function(checkpoint = 0, accumulation_steps = 1, tbptt = 0
   if (!is.null(dtype)) dtype <- check_choice(dtype, dtypes(), "dtype", call = call)
   max_grad_norm <- check_max_grad_norm(max_grad_norm, call = call)
   if (checkpoint == 0 && accumulation_steps == 1 && tbptt == 0 && identical(outputs, "all") &&
-      is.null(dtype) && is.null(max_grad_norm)) {
+      is.null(dtype) && is.null(max_grad_norm) && is.null(loss)) {
     return(NULL)
   }
-  c_step_options(checkpoint, tbptt, accumulation_steps, outputs, dtype, max_grad_norm)
+  c_step_options(checkpoint, tbptt, accumulation_steps, outputs, dtype, max_grad_norm, loss)
+}
+
+# The losses by the core's names (cl_loss_name), in its order.
+loss_names <- c("mse", "mae", "huber", "bce_logits")
+
+# NULL for MSE (the plain step), else list(kind, delta, pos_weight), checked.
+check_loss <- function(loss, delta = 1, pos_weight = 1, call = sys.call(-1)) {
+  loss <- check_choice(loss, loss_names, "loss", call = call)
+  delta <- check_number(delta, "delta", min = 0, min_inclusive = FALSE, call = call)
+  pos_weight <- check_number(pos_weight, "pos_weight", min = 0, min_inclusive = FALSE,
+                             call = call)
+  if (identical(loss, "mse")) return(NULL)
+  list(kind = loss, delta = delta, pos_weight = pos_weight)
+}
+
+# The loss's sum over the elements of pred against y, in double, with the
+# formulas of torch's losses (and of the native step's kernels).
+loss_sum <- function(pred, y, loss) {
+  d <- pred - y
+  switch(loss$kind %||% "mse",
+    mse = sum(d^2),
+    mae = sum(abs(d)),
+    huber = {
+      z <- abs(d)
+      sum(ifelse(z < loss$delta, 0.5 * z^2, loss$delta * (z - 0.5 * loss$delta)))
+    },
+    bce_logits = {
+      m <- pmax(-pred, 0)
+      sum((1 - y) * pred + (1 + (loss$pos_weight - 1) * y) * (log(exp(-m) + exp(-pred - m)) + m))
+    }
+  )
 }
 
 # NULL, or a number > 0 (Inf: measure the norm only).

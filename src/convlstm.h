@@ -160,6 +160,28 @@ typedef enum cl_outputs {
 
 /* Knobs that change a step's schedule and memory plan; all zeros (or a NULL
  * pointer) is the plain step. */
+/* The loss a training step minimises, mean-reduced over the target's
+ * elements, as torch's nn.MSELoss, nn.L1Loss, nn.HuberLoss(delta) and
+ * nn.BCEWithLogitsLoss(pos_weight) (the last with the output as logits and
+ * targets in [0, 1]). Zeros: MSE. */
+typedef enum cl_loss_kind {
+  CL_LOSS_MSE = 0,
+  CL_LOSS_MAE,
+  CL_LOSS_HUBER,
+  CL_LOSS_BCE_LOGITS,
+  CL_N_LOSSES
+} cl_loss_kind;
+typedef struct cl_loss_fn {
+  cl_loss_kind kind;
+  double delta;      /* huber: > 0 */
+  double pos_weight; /* bce_logits: > 0 (1: unweighted) */
+} cl_loss_fn;
+/* CL_OK, or CL_E_INVALID with the reason in err (delta, pos_weight as the
+ * 32-bit floats the kernels use). */
+cl_status cl_loss_check(const cl_loss_fn *f, char *err, size_t errlen);
+/* "mse", "mae", "huber", "bce_logits"; NULL for an unknown kind. */
+const char *cl_loss_name(cl_loss_kind k);
+
 typedef struct cl_step_options {
   int checkpoint;         /* training: keep h, c every k steps, recompute the rest */
   int tbptt;              /* train_step: backprop through windows of k steps,
@@ -173,6 +195,7 @@ typedef struct cl_step_options {
                              norm to it before the update, as torch's
                              clip_grad_norm_ (INFINITY: measure only); 0 or
                              below: neither (cl_model_grad_norm is NaN) */
+  cl_loss_fn loss;        /* train_step: the loss (zeros: MSE) */
 } cl_step_options;
 
 /* ---- forward, loss, backward ----------------------------------------- */

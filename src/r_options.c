@@ -114,7 +114,8 @@ SEXP r_optim_list(const cl_optim *o) {
 
 /* list(checkpoint, tbptt, accumulation_steps, outputs = "all" | "last_state",
  * dtype = NULL | a dtype's name for cl_model_plan, max_grad_norm = NULL |
- * a number): c_step_options() in
+ * a number, loss = NULL | a loss's name with delta and pos_weight):
+ * c_step_options() in
  * R/ffi.R. NULL: the plain step. */
 void r_step_options(SEXP opts, cl_step_options *out) {
   static const char *const outputs[] = {"all", "last_state"};
@@ -131,6 +132,14 @@ void r_step_options(SEXP opts, cl_step_options *out) {
   /* optional: absent or NULL, no clipping */
   SEXP clip = field(opts, "max_grad_norm");
   out->max_grad_norm = clip == R_NilValue ? 0 : num(opts, "max_grad_norm", "step options");
+  /* optional: absent or NULL, MSE; names are the core's (cl_loss_name) */
+  SEXP loss = field(opts, "loss");
+  if (loss == R_NilValue) return;
+  const char *names[CL_N_LOSSES];
+  for (int k = 0; k < CL_N_LOSSES; k++) names[k] = cl_loss_name((cl_loss_kind)k);
+  out->loss.kind = (cl_loss_kind)choice(loss, names, CL_N_LOSSES, "loss");
+  out->loss.delta = num(opts, "delta", "step options");
+  out->loss.pos_weight = num(opts, "pos_weight", "step options");
 }
 
 /* A training step's loss, with attribute grad_norm (the norm before

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """make_training_fixtures.py -- PyTorch reference runs of whole training steps
 with the options of issue #13: gradient clipping by global norm
-(clip_grad_norm_), AdamW and Adam's amsgrad, for tests/testthat/test-train.R.
+(clip_grad_norm_), AdamW and Adam's amsgrad, and the losses L1, Huber and
+BCE with logits, for tests/testthat/test-train.R.
 
 A developer tool, not part of the package: it needs PyTorch 1.13 (Debian's
 python3-torch; run it with /usr/bin/python3) and is rerun only when a case is
@@ -10,12 +11,14 @@ folder per case under tests/testthat/fixtures/training/ (a level below the
 parity fixtures, which test-parity-torch.R walks):
   config   the model (input_dim, hidden_dims, kernel_sizes, bias, B, T, H, W,
            target), the optimizer (optimizer, lr, weight_decay, momentum,
-           beta2, amsgrad), max_grad_norm (0: none) and steps
+           beta2, amsgrad), the loss (loss, delta, pos_weight), max_grad_norm (0: none) and steps
   tensors  weights/<name> (initial), x, y, losses (each step's, before its
            update), grad_norms (each step's norm before clipping, 0 without
+           clipping), grad/<name> (the first step's gradient, before
            clipping), params/<name> (after the last step)
-Each step is torch's: zero_grad, forward, mse_loss, backward,
-clip_grad_norm_, optimizer.step.
+Each step is torch's: zero_grad, forward, the loss (mse_loss, l1_loss,
+huber_loss, binary_cross_entropy_with_logits; mean-reduced), backward,
+clip_grad_norm_, optimizer.step. For bce_logits, y is 0/1.
 """
 
 import os
@@ -41,6 +44,13 @@ CASES = [
     # so that amsgrad's running maximum differs from it
     dict(name="adam_amsgrad", optimizer="adam", lr=1e-2, weight_decay=0.01, amsgrad=True,
          beta2=0.5, clip=0, steps=4),
+    dict(name="loss_mae", optimizer="sgd", lr=0.1, weight_decay=0.0, loss="mae", clip=0,
+         steps=2),
+    # delta within the differences' range, so both branches occur
+    dict(name="loss_huber", optimizer="sgd", lr=0.1, weight_decay=0.0, loss="huber",
+         delta=0.3, clip=0, steps=2),
+    dict(name="loss_bce_logits", optimizer="sgd", lr=0.1, weight_decay=0.0, loss="bce_logits",
+         pos_weight=2.5, clip=0, steps=2),
 ]
 
 
@@ -57,9 +67,21 @@ def make_optimizer(case, params):
                            weight_decay=case["weight_decay"])
 
 
-def first_norm(model, x, y):
+def loss_of(case, pred, y):
+    kind = case.get("loss", "mse")
+    if kind == "mae":
+        return F.l1_loss(pred, y)
+    if kind == "huber":
+        return F.huber_loss(pred, y, delta=case["delta"])
+    if kind == "bce_logits":
+        return F.binary_cross_entropy_with_logits(
+            pred, y, pos_weight=torch.tensor(case["pos_weight"]))
+    return F.mse_loss(pred, y)
+
+
+def first_norm(case, model, x, y):
     model.zero_grad()
-    F.mse_loss(prediction(model(x), MODEL["target"]), y).backward()
+    loss_of(case, prediction(model(x), MODEL["target"]), y).backward()
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")).item()
     model.zero_grad()
     return norm
@@ -71,17 +93,21 @@ def make(case, root, seed):
     model = ConvLSTM(m["input_dim"], m["hidden_dims"], m["kernel_sizes"], m["bias"])
     x = torch.rand(m["B"], m["T"], m["input_dim"], m["H"], m["W"])
     y = torch.rand(m["B"], m["hidden_dims"][-1], m["H"], m["W"])
+    if case.get("loss") == "bce_logits":
+        y = (y > 0.5).float()
     initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
     # a round number, so that R gets exactly the float torch used
-    max_norm = float("%.3g" % (case["clip"] * first_norm(model, x, y))) if case["clip"] else 0.0
+    max_norm = float("%.3g" % (case["clip"] * first_norm(case, model, x, y))) if case["clip"] else 0.0
 
     opt = make_optimizer(case, model.parameters())
     decay = case["weight_decay"] if case["optimizer"] != "adamw" else 0.0
-    losses, norms, ratio = [], [], float("inf")
+    losses, norms, ratio, grads = [], [], float("inf"), None
     for _ in range(case["steps"]):
         opt.zero_grad()
-        loss = F.mse_loss(prediction(model(x), m["target"]), y)
+        loss = loss_of(case, prediction(model(x), m["target"]), y)
         loss.backward()
+        if grads is None:
+            grads = {k: p.grad.detach().clone() for k, p in model.named_parameters()}
         norm = 0.0
         if max_norm > 0:
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).item()
@@ -107,6 +133,9 @@ def make(case, root, seed):
     w.config("beta2", case.get("beta2", 0.999))
     w.config("amsgrad", "TRUE" if case.get("amsgrad", False) else "FALSE")
     w.config("max_grad_norm", repr(max_norm))
+    w.config("loss", case.get("loss", "mse"))
+    w.config("delta", case.get("delta", 1.0))
+    w.config("pos_weight", case.get("pos_weight", 1.0))
     w.config("steps", case["steps"])
     w.info("torch_version", torch.__version__)
     w.info("seed", seed)
@@ -116,6 +145,8 @@ def make(case, root, seed):
     w.tensor("y", y)
     w.tensor("losses", torch.tensor(losses))
     w.tensor("grad_norms", torch.tensor(norms))
+    for k, v in grads.items():
+        w.tensor("grad/" + k, v)
     for k, v in model.state_dict().items():
         w.tensor("params/" + k, v)
     w.close()

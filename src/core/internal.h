@@ -138,6 +138,7 @@ struct cl_model {
   int opt_m_fresh; /* the momentum buffer awaits its first update (SGD seeds it then) */
   int64_t opt_steps;
   double grad_norm; /* before clipping, of the last step that measured it (clip.c); else NaN */
+  cl_loss_fn loss_fn; /* the loss of the step under way (loss.c); MSE between steps */
   cl_step step;
   void *arena; /* reserved for step buffers; outlives any one step's plan */
   size_t arena_bytes;
@@ -156,7 +157,7 @@ struct cl_model {
  *   2 alloc.c, plan.c     accounting allocator; the plan of a step's buffers
  *   3 step.c              the step arena, model buffers, gradients
  *   4 pack.c              host arrays and data-set rows <-> device tensors
- *   5 forward.c, backward.c, optim.c, clip.c   the engine's pieces
+ *   5 forward.c, backward.c, optim.c, clip.c, loss.c   the engine's pieces
  *   6 train.c             one training step
  *   7 data.c, params.c    data sets on the device; parameters by name
  *   8 model.c             a model's lifetime, memory statistics
@@ -262,6 +263,13 @@ cl_status cl_check_optim(cl_model *m, const cl_optim *o);
 cl_status cl_optim_ensure(cl_model *m, const cl_optim *o, int *created);
 /* Frees the optimizer state; the next step starts it afresh. */
 void cl_optim_free(cl_model *m);
+
+/* loss.c: the loss of m->loss_fn over n elements of pred (the step's
+ * dtype) against target (float): *mean = its mean; grad (may alias target,
+ * or be NULL) = scale times d mean / d pred. MSE is the backend's mse slot,
+ * the others its loss slot. */
+cl_status cl_loss_run(cl_model *m, const void *pred, const float *target, size_t n, float scale,
+                      float *grad, double *mean);
 
 /* clip.c: with max_norm > 0, the gradients' global L2 norm into
  * m->grad_norm and, when it is finite and above max_norm, the gradients

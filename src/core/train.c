@@ -17,6 +17,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #define CL_SCALE_INIT 65536.0
 #define CL_SCALE_GROWTH_INTERVAL 2000
@@ -202,9 +203,14 @@ cl_status cl_train_sources(cl_model *m, const cl_source *x, const cl_source *y, 
   /* every model buffer before the step's arena, so that nothing is
    * allocated once the step has begun; a state made for a step that fails
    * goes back, leaving the model as it was */
+  char why[CL_ERRMSG_LEN];
+  if (opts && cl_loss_check(&opts->loss, why, sizeof why) != CL_OK)
+    return cl_fail(m, CL_E_INVALID, "%s", why);
   int created;
   CL_TRY(cl_optim_ensure(m, opt, &created));
+  if (opts) m->loss_fn = opts->loss;
   cl_status s = train_step(m, x, y, target, opt, &g, opts ? opts->max_grad_norm : 0, loss);
+  memset(&m->loss_fn, 0, sizeof m->loss_fn); /* back to MSE, cl_model_mse's */
   if (s != CL_OK && created) cl_model_optimizer_reset(m);
   return s;
 }

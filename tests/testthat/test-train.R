@@ -186,12 +186,18 @@ expect_training_fixture <- function(name, device = "cpu", dtype = "float32", rel
   opt <- fixture_optimizer(cfg)
   clip <- if (cfg$max_grad_norm > 0) cfg$max_grad_norm
   losses <- norms <- numeric(cfg$steps)
+  label <- paste(name, device, dtype)
   for (s in seq_len(cfg$steps)) {
-    loss <- train_step(f$model, f$fx$tensors$x, f$fx$tensors$y, opt, max_grad_norm = clip)
+    loss <- train_step(f$model, f$fx$tensors$x, f$fx$tensors$y, opt, max_grad_norm = clip,
+                       loss = cfg$loss, delta = cfg$delta, pos_weight = cfg$pos_weight)
     losses[s] <- loss
     norms[s] <- attr(loss, "grad_norm") %||% 0
+    if (s == 1 && is.null(clip)) { # the step's own gradient, as torch's backward of the loss
+      g <- gradients(f$model)
+      want <- fixture_group(f$fx, "grad/")
+      for (k in names(want)) expect_close(g[[k]], want[[k]], rel = rel, label = paste(label, k))
+    }
   }
-  label <- paste(name, device, dtype)
   expect_close(losses, f$fx$tensors$losses, rel = rel, label = paste(label, "losses"))
   expect_close(norms, f$fx$tensors$grad_norms, rel = rel, label = paste(label, "grad norms"))
   expected <- fixture_group(f$fx, "params/")
@@ -283,6 +289,51 @@ test_that("clipping comes before the update's guard, which checks the clipped gr
   expect_gt(attr(loss, "grad_norm"), 1e25)
   expect_false(identical(state_dict(m), before))
   expect_true(all(vapply(state_dict(m), function(a) all(is.finite(a)), TRUE)))
+})
+
+# ---- losses -------------------------------------------------------------
+
+test_that("MAE, Huber and BCE with logits give torch's losses and gradients (fixtures)", {
+  for (device in c("cpu", if (gpu_available()) "cuda")) {
+    for (name in c("loss_mae", "loss_huber", "loss_bce_logits")) {
+      expect_training_fixture(name, device)
+      expect_training_fixture(name, device, dtype = "float16", rel = 5e-3)
+    }
+  }
+})
+
+test_that("every loss holds across accumulation and checkpointing, and evaluate agrees", {
+  set.seed(18)
+  x <- api_x(B = 4)
+  y <- api_y(B = 4)
+  yb <- (y > 0) + 0
+  for (case in list(list("mae", y), list("huber", y), list("bce_logits", yb))) {
+    m <- twin_models()
+    args <- list(loss = case[[1]], delta = 0.2, pos_weight = 3)
+    a <- do.call(train_step, c(list(m$a, x, case[[2]], optimizer_sgd(0)), args))
+    b <- do.call(train_step, c(list(m$b, x, case[[2]], optimizer_sgd(0), accumulation_steps = 2,
+                                    checkpoint = 2), args))
+    expect_equal(b, a, tolerance = 1e-6)
+    expect_equal(gradients(m$b), gradients(m$a), tolerance = 1e-5)
+    # the step's loss is the loss of the forward it ran (lr 0: unchanged model)
+    e <- do.call(convlstm_evaluate, c(list(m$a, x, case[[2]], batch_size = 3), args))
+    expect_equal(e, a, tolerance = 1e-6)
+    release_all(m)
+  }
+})
+
+test_that("convlstm_fit() trains on a loss and reports it for validation too", {
+  set.seed(19)
+  m <- api_model()
+  on.exit(convlstm_release(m))
+  x <- api_x(B = 8)
+  y <- (api_y(B = 8) > 0) + 0
+  h <- convlstm_fit(m, x, y, optimizer_adam(0.02), epochs = 3, batch_size = 4,
+                    verbose = FALSE, loss = "bce_logits", pos_weight = 2,
+                    validation_data = list(x, y), shuffle = FALSE)
+  expect_equal(h$val_loss[[3]], convlstm_evaluate(m, x, y, loss = "bce_logits",
+                                                  pos_weight = 2), tolerance = 1e-6)
+  expect_lt(h$loss[[3]], h$loss[[1]])
 })
 
 # ---- AdamW and amsgrad -------------------------------------------------
