@@ -430,7 +430,7 @@ static const bad_case BAD[] = {
     {"future version", "{\"__metadata__\":{\"convlstm.format_version\":\"2\"}," TINY_W "," TINY_B "}", -1,
      "version"},
     {"bad optimizer", "{\"__metadata__\":{\"convlstm.optimizer\":\"rmsprop\"}," TINY_W "," TINY_B "}", -1,
-     "\"adam\" or \"sgd\""},
+     "\"adamw\" or \"sgd\""},
     {"optimizer missing lr", "{\"__metadata__\":{\"convlstm.optimizer\":\"sgd\"}," TINY_W "," TINY_B "}",
      -1, "optimizer.lr is missing"},
     {"optimizer lr NaN", "{\"__metadata__\":{\"convlstm.optimizer\":\"sgd\",\"convlstm.optimizer.lr\":"
