@@ -166,7 +166,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   }
   set_history <- function() {
     ctx$history <- new_history(rows, target = target, batch_size = batch_size,
-                               optimizer = optimizer)
+                               optimizer = optimizer, loss = loss_fn$kind %||% "mse")
   }
 
   run_epoch <- function(epoch) {
@@ -370,7 +370,7 @@ convlstm_evaluate <- function(model, x, y, target = c("last_state", "sequence"),
 
 history_columns <- c("epoch", "loss", "val_loss", "lr", "seconds", "peak_bytes")
 
-new_history <- function(rows, target, batch_size, optimizer) {
+new_history <- function(rows, target, batch_size, optimizer, loss = "mse") {
   df <- if (length(rows) > 0) {
     do.call(rbind, rows)
   } else {
@@ -378,7 +378,13 @@ new_history <- function(rows, target, batch_size, optimizer) {
                seconds = double(), peak_bytes = double())
   }
   structure(df, class = c("convlstm_history", "data.frame"), target = target,
-            batch_size = batch_size, optimizer = optimizer$kind)
+            batch_size = batch_size, optimizer = optimizer$kind, loss = loss)
+}
+
+# The axis label of a history's loss.
+loss_label <- function(history) {
+  names <- c(mse = "MSE", mae = "MAE", huber = "Huber", bce_logits = "BCE with logits")
+  paste(names[[attr(history, "loss") %||% "mse"]], "loss")
 }
 
 #' @export
@@ -420,7 +426,7 @@ plot.convlstm_history <- function(x, y, log = "y", ...) {
   if (grepl("y", log) && (length(losses) == 0 || any(losses <= 0))) log <- sub("y", "", log)
   ylim <- if (length(losses) > 0) range(losses) else c(0, 1)
   graphics::plot(x$epoch, x$loss, type = "b", pch = 19, col = "steelblue", ylim = ylim,
-                 log = log, xlab = "epoch", ylab = "MSE loss", ...)
+                 log = log, xlab = "epoch", ylab = loss_label(x), ...)
   if (has_val) {
     graphics::lines(x$epoch, x$val_loss, type = "b", pch = 17, col = "darkorange")
     # in the top margin, above the data

@@ -334,6 +334,7 @@ test_that("convlstm_fit() trains on a loss and reports it for validation too", {
   expect_equal(h$val_loss[[3]], convlstm_evaluate(m, x, y, loss = "bce_logits",
                                                   pos_weight = 2), tolerance = 1e-6)
   expect_lt(h$loss[[3]], h$loss[[1]])
+  expect_identical(attr(h, "loss"), "bce_logits") # plot()'s axis names it
 })
 
 # ---- AdamW and amsgrad -------------------------------------------------
