@@ -315,6 +315,11 @@ test_that("every loss holds across accumulation and checkpointing, and evaluate 
                                     checkpoint = 2), args))
     expect_equal(b, a, tolerance = 1e-6)
     expect_equal(gradients(m$b), gradients(m$a), tolerance = 1e-5)
+    # a data set on the device: the same step, bit for bit
+    d <- convlstm_data(m$b, x, case[[2]])
+    expect_identical(do.call(train_step, c(list(m$b, d, optimizer = optimizer_sgd(0)), args)),
+                     do.call(train_step, c(list(m$a, x, case[[2]], optimizer_sgd(0)), args)))
+    convlstm_release(d)
     # the step's loss is the loss of the forward it ran (lr 0: unchanged model)
     e <- do.call(convlstm_evaluate, c(list(m$a, x, case[[2]], batch_size = 3), args))
     expect_equal(e, a, tolerance = 1e-6)
