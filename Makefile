@@ -1,12 +1,15 @@
 # Makefile -- developer entry points for the convlstm R package:
 #
 #   make demo     install what is missing, build + install, train the tutorial model on CPU
-#   make test     install what is missing, build + install, testthat suite, C unit tests
+#   make test     install what is missing, build + install, testthat suite (the C unit
+#                 tests included: tests/testthat/test-c.R builds and runs them)
 #   make deps     apt-get install what is missing (root or sudo; Debian/Ubuntu)
 #   make docs     roxygen2: NAMESPACE and man/
 #   make install  R CMD INSTALL (configure runs: OpenMP, BLAS, CUDA/cuDNN)
 #   make build    docs, then R CMD build -> convlstm_<version>.tar.gz
 #   make check    build, then R CMD check --as-cran --no-manual
+#   make test-guard  the testthat suite with CONVLSTM_GUARD=1 (guard bands checked after every step)
+#   make site     the pkgdown site into build/site (no network), links checked
 #   make ctest    C unit tests only (src/Makefile.standalone), also: asan, valgrind
 #   make fuzz     the model-file loader and the JSON reader under libFuzzer + ASan/UBSan, FUZZ_SECONDS (60) in all
 #   make bench    one training step here vs PyTorch on CPU (bench/)
@@ -25,10 +28,11 @@ NPROC := $(shell nproc 2>/dev/null || echo 1)
 # Debian packages, and for each how to tell it is already there some other
 # way (an R package installed from CRAN, a tool built from source).
 DEB_PKGS := r-base-dev r-cran-cli r-cran-generics r-cran-ggplot2 r-cran-testthat r-cran-roxygen2 r-cran-knitr \
-            r-cran-rmarkdown pandoc qpdf valgrind
+            r-cran-rmarkdown r-cran-pkgdown pandoc qpdf valgrind \
+            chromium-headless-shell python3 fonts-font-awesome
 
 .NOTPARALLEL:
-.PHONY: all deps check-deps docs install build check test ctest asan valgrind fuzz demo bench clean
+.PHONY: all deps check-deps docs install build check test test-guard ctest asan valgrind fuzz demo bench site clean
 
 all: install
 
@@ -40,6 +44,7 @@ deps:
 	  case $$p in \
 	    r-base-dev) command -v R >/dev/null 2>&1 && [ -f "$$(R RHOME 2>/dev/null)/include/Rinternals.h" ] \
 	                && command -v make >/dev/null 2>&1 && command -v gcc >/dev/null 2>&1 && continue ;; \
+	    fonts-font-awesome) [ -f /usr/share/fonts-font-awesome/css/font-awesome.min.css ] && continue ;; \
 	    r-cran-*) r=$$(echo $$p | sed 's/^r-cran-//'); \
 	              command -v Rscript >/dev/null 2>&1 && \
 	              Rscript -e "quit(status = !requireNamespace('$$r', quietly = TRUE))" >/dev/null 2>&1 && continue ;; \
@@ -63,7 +68,9 @@ docs:
 # --preclean runs ./cleanup before configure, so objects never outlive a
 # change of flags (say CONVLSTM_NO_CUDA) or of a header. It installs into the
 # first writable library, or creates R_LIBS_USER. R's own make gets -j of its
-# own: it cannot share this make's jobserver.
+# own (here, in build and in check): it cannot share this make's jobserver,
+# whose descriptors R does not pass on ("read jobs pipe: Bad file descriptor"
+# when another file has taken their numbers).
 install:
 	@lib=$$($(RSCRIPT) -e 'p <- .libPaths(); w <- p[file.access(p, 2) == 0]; \
 	  if (length(w)) cat(w[1]) else { u <- path.expand(strsplit(Sys.getenv("R_LIBS_USER"), .Platform$$path.sep)[[1]][1]); \
@@ -72,14 +79,14 @@ install:
 	MAKEFLAGS=-j$(NPROC) $(R) CMD INSTALL --preclean --no-multiarch -l "$$lib" .
 
 build: docs
-	$(R) CMD build .
+	MAKEFLAGS=-j$(NPROC) $(R) CMD build .
 
 # --as-cran wants checkbashisms (Debian's devscripts) for configure and
 # cleanup. The remote CRAN queries and the clock check need the network, so
 # they are off.
 check: check-deps build
 	@mkdir -p build/check
-	cd build/check && _R_CHECK_CRAN_INCOMING_REMOTE_=false _R_CHECK_SYSTEM_CLOCK_=false \
+	cd build/check && MAKEFLAGS=-j$(NPROC) _R_CHECK_CRAN_INCOMING_REMOTE_=false _R_CHECK_SYSTEM_CLOCK_=false \
 	  $(R) CMD check --as-cran --no-manual ../../$(TARBALL)
 	@if grep -q '^Status:.*\(ERROR\|WARNING\)' build/check/$(PKG).Rcheck/00check.log; then \
 	  echo "check: R CMD check reported a WARNING or an ERROR (goal: none)"; exit 1; fi
@@ -87,15 +94,22 @@ check: check-deps build
 check-deps: deps
 	@command -v checkbashisms >/dev/null 2>&1 || $(MAKE) deps DEB_PKGS=devscripts
 
-# The full suite (NOT_CRAN) against the installed package, then the C tests.
+# The full suite (NOT_CRAN) against the installed package. test-c.R builds and
+# runs the C tests in it, one test each; CONVLSTM_C_TESTS=require makes a
+# reason for it to skip them (no compiler, no source tree) a failure here.
 # A log (not a terminal) gets the summary reporter: one line per file.
 TESTTHAT = r <- as.data.frame(testthat::test_dir("tests/testthat", package = "$(PKG)", \
   load_package = "installed", stop_on_failure = TRUE, reporter = if (isatty(stdout())) "progress" else "summary")); \
   cat(sprintf("testthat: %d expectations, %d failed, %d errors, %d skipped, %d warnings, %.0fs\n", \
   sum(r$$nb), sum(r$$failed), sum(r$$error), sum(r$$skipped), sum(r$$warning), sum(r$$real)))
 test: deps install
-	NOT_CRAN=true $(RSCRIPT) -e '$(TESTTHAT)'
-	$(MAKE) ctest
+	NOT_CRAN=true CONVLSTM_C_TESTS=require $(RSCRIPT) -e '$(TESTTHAT)'
+
+# The testthat suite once more with guard bands after every step buffer
+# (CONVLSTM_GUARD=1): an overrun anywhere in it fails with the buffer's name.
+# It tests the package as installed (make install or make test first).
+test-guard:
+	CONVLSTM_GUARD=1 CONVLSTM_C_TESTS=skip NOT_CRAN=true $(RSCRIPT) -e '$(TESTTHAT)'
 
 ctest:
 	$(MAKE) -C src -f Makefile.standalone test
@@ -114,6 +128,19 @@ FUZZ_SECONDS ?= 60
 fuzz:
 	@$(MAKE) --no-print-directory deps DEB_PKGS="clang libclang-rt-dev"
 	sh tests/fuzz/run.sh $(FUZZ_SECONDS)
+
+# The pkgdown site (_pkgdown.yml) into build/site, from the installed
+# package: tools/site.R turns off pkgdown's network look-ups, renders the
+# READMEs the home page links to, and fails on a broken local link or image;
+# then a headless Chromium (tools/site-browser.py) opens three pages, fails
+# unless every image on them decodes and every internal link resolves, and
+# saves screenshots into build/site-shots. SITE_BROWSER=0 skips the browser
+# (for a machine without Chromium; CI never sets it). SITE_DEPS= skips the
+# install when the package was just installed (CI, after `make test`).
+SITE_DEPS ?= deps install
+SITE_BROWSER ?= 1
+site: $(SITE_DEPS)
+	SITE_BROWSER=$(SITE_BROWSER) $(RSCRIPT) tools/site.R
 
 demo: deps install
 	$(RSCRIPT) demo/tutorial.R

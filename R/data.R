@@ -96,7 +96,7 @@ check_rows <- function(rows, n, call = sys.call(-1)) {
 # train_step() on a data set: y must not be given (the targets are in the
 # data set); a target given explicitly must be the data set's.
 train_step_data <- function(model, data, y, optimizer, target, target_given, checkpoint,
-                            accumulation_steps, tbptt, rows, call, max_grad_norm = NULL,
+                            accumulation_steps, tbptt, rows, state, call, max_grad_norm = NULL,
                             loss = NULL) {
   ptr <- model_ptr(model, call = call)
   if (!is.null(y)) {
@@ -115,8 +115,13 @@ train_step_data <- function(model, data, y, optimizer, target, target_given, che
   }
   rows <- check_rows(rows, data$n, call = call)
   optimizer <- check_optimizer(optimizer)
+  if (!is.null(state) && !identical(state, "carry")) {
+    abort_arg("state", 'NULL or "carry" when `x` is a data set', state, call)
+  }
+  state <- list(mode = if (is.null(state)) "zero" else "carry", arrays = NULL)
   options <- check_step_options(checkpoint, accumulation_steps, tbptt, batch_size = length(rows),
-                                max_grad_norm = max_grad_norm, loss = loss, call = call)
+                                state = state, max_grad_norm = max_grad_norm, loss = loss,
+                                call = call)
   c_train_step_data(ptr, data$ptr, rows, optimizer, options)
 }
 

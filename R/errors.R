@@ -125,21 +125,21 @@ check_array <- function(x, arg, ndim, call = sys.call(-1)) {
 # Layer sizes whose tensors' dims or byte counts overflow what the C core
 # can index (int dims, size_t bytes), refused here so the message names the
 # arguments; sizes below that are left to the allocator (an oom error).
-check_layer_sizes <- function(input_dim, hidden_dims, kernel_sizes, call = sys.call(-1)) {
+# geometry: layer_geometry()'s matrix.
+check_layer_sizes <- function(input_dim, hidden_dims, geometry, call = sys.call(-1)) {
   hidden_dims <- as.double(hidden_dims) # integers would overflow to NA below
-  kernel_sizes <- as.double(kernel_sizes)
-  shapes <- layer_shapes(input_dim, hidden_dims, kernel_sizes)
+  shapes <- layer_shapes(input_dim, hidden_dims, geometry)
   inp <- shapes$input
   count <- shapes$weight + shapes$bias
   big <- 4 * hidden_dims > .Machine$integer.max | inp + hidden_dims > .Machine$integer.max |
-    kernel_sizes^2 > .Machine$integer.max | count * 4 >= 2^53
+    shapes$taps > .Machine$integer.max | count * 4 >= 2^53
   if (any(big)) {
     l <- which(big)[[1]]
     abort_convlstm(sprintf(paste0(
       "`input_dim`, `hidden_dims` and `kernel_sizes` are too large: layer %d's weight ",
       "[4 * %s, %s + %s, %s, %s] has %s elements, beyond what sizes and byte counts can hold."),
       l, format_count(hidden_dims[[l]]), format_count(inp[[l]]), format_count(hidden_dims[[l]]),
-      format_count(kernel_sizes[[l]]), format_count(kernel_sizes[[l]]),
+      format_count(geometry[1, l]), format_count(geometry[2, l]),
       format(count[[l]], digits = 3)
     ), call = call)
   }

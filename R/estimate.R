@@ -44,13 +44,35 @@
 #' @param outputs For an inference estimate: `"all"` keeps every layer's
 #'   output sequence (as `model(x)`), `"last_state"` only the last states
 #'   (as `predict(what = "last_state")`).
+#' @param state Where the step starts: `"zero"`; `"given"`, an initial
+#'   state passed as `state =` (planned as `initial_h` and `initial_c` per
+#'   layer, under `states`); or `"carry"` (training only), the state
+#'   `train_step(state = "carry")` keeps in the model (`carried_state`,
+#'   under `states`). A model that carries a state has it in every plan.
+#' @param horizon `0`, or for an inference estimate the frames a forecast
+#'   `predict(model, x, horizon = )` rolls on after `seq_len` steps (planned
+#'   as `frames`, under `activations`, with only the running states kept);
+#'   for a training estimate the frames `train_step(..., horizon = )` trains
+#'   with teacher forcing after `seq_len` input steps (a step over `seq_len +
+#'   horizon - 1` steps).
 #' @return A data frame of class `convlstm_memory_estimate` with columns
 #'   `category` and `bytes`: one row per category (`parameters`,
 #'   `gradients`, `optimizer`, `activations`, `states`, `workspace`,
 #'   `data`), then `total` (their sum: everything the step holds at its
 #'   peak) and `reserved` (what the allocator reserves from the device for
 #'   it: the model's own buffers plus the step arena, in which each step
-#'   buffer sits at an offset aligned to 256 bytes). Attribute `plan` holds
+#'   buffer sits at an offset aligned to 256 bytes, followed by a guard band
+#'   when the model was created with `CONVLSTM_GUARD=1`), then `runtime`:
+#'   what the process holds on the device outside every model, measured
+#'   once per process when the backend first started (on a GPU the CUDA
+#'   context, the cuDNN handle and the stream; on the CPU 0, since the CPU
+#'   backend's own costs -- its OpenMP threads' stacks, a few KiB of timing
+#'   buffers -- are the process's host memory, which
+#'   [memory_stats()] measures as `process_peak`). It is in neither `total` nor `reserved`.
+#'   The estimate is the same on every run for the same model, shape and
+#'   build (the CPU plans the workspace of the larger of its internal GEMM
+#'   and BLAS, whichever the timed choice takes); `runtime` is a
+#'   measurement. Attribute `plan` holds
 #'   the buffers (a data frame of class `convlstm_plan`: `name`,
 #'   `category`, `bytes`, `layer`, where layers count from 0 as in the
 #'   buffer names and the state dict, and `NA` marks model-wide buffers,
@@ -72,7 +94,8 @@
 #' convlstm_release(model)
 memory_estimate <- function(model, batch_size, seq_len, height, width, training = TRUE,
                             dtype = NULL, checkpoint = 0, accumulation_steps = 1, tbptt = 0,
-                            optimizer = NULL, outputs = c("all", "last_state")) {
+                            optimizer = NULL, outputs = c("all", "last_state"),
+                            state = c("zero", "given", "carry"), horizon = 0) {
   ptr <- model_ptr(model)
   shape <- c(
     check_count(batch_size, "batch_size"), check_count(seq_len, "seq_len"),
@@ -80,16 +103,29 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
   )
   training <- check_flag(training, "training")
   outputs <- check_choice(outputs, c("all", "last_state"), "outputs")
+  state <- check_choice(state, c("zero", "given", "carry"), "state")
+  if (identical(state, "carry") && !training) {
+    abort_convlstm('`state` = "carry" applies to training steps (train_step()) only.',
+                   call = sys.call())
+  }
+  horizon <- check_count(horizon, "horizon", min = 0)
+  if (horizon > 0) {
+    check_horizon(horizon, c_model_config(ptr), call = sys.call())
+    if (training) shape[[2]] <- shape[[2]] + horizon - 1L # x, then the true frames
+    if (shape[[2]] > .Machine$integer.max) abort_arg("horizon", "smaller", horizon, sys.call())
+  }
   options <- check_step_options(checkpoint, accumulation_steps, tbptt,
                                 outputs = if (training) "all" else outputs, dtype = dtype,
-                                batch_size = shape[[1]])
+                                batch_size = shape[[1]],
+                                state = list(mode = state, arrays = NULL, horizon = horizon))
   optimizer <- plan_optimizer(ptr, optimizer, training)
   plan <- c_model_plan(ptr, shape, training, optimizer, options)
   config <- c_model_config(ptr)
   new_memory_estimate(
     plan, shape = shape, training = training, dtype = dtype %||% config$dtype,
     options = list(checkpoint = checkpoint, accumulation_steps = accumulation_steps,
-                   tbptt = tbptt, outputs = if (training) "all" else outputs),
+                   tbptt = tbptt, outputs = if (training) "all" else outputs, state = state,
+                   horizon = horizon),
     optimizer = optimizer$kind %||% planned_optimizer(plan$name)
   )
 }
@@ -112,8 +148,8 @@ planned_optimizer <- function(names) {
 new_memory_estimate <- function(plan, shape, training, dtype, options, optimizer) {
   by <- plan$by_category[mem_categories]
   df <- data.frame(
-    category = c(mem_categories, "total", "reserved"),
-    bytes = unname(c(by, plan$total, plan$reserved))
+    category = c(mem_categories, "total", "reserved", "runtime"),
+    bytes = unname(c(by, plan$total, plan$reserved, plan$runtime))
   )
   buffers <- data.frame(name = plan$name, category = plan$category, bytes = plan$bytes,
                         layer = plan$layer, offset = plan$offset)
@@ -133,7 +169,11 @@ describe_options <- function(options) {
       sprintf("%d micro-batches", options$accumulation_steps)
     },
     if (options$tbptt > 0) sprintf("tbptt window %d", options$tbptt),
-    if (identical(options$outputs, "last_state")) "last state only"
+    if (identical(options$outputs, "last_state")) "last state only",
+    if (isTRUE(options$horizon > 0)) sprintf("forecast of %d frames", options$horizon),
+    if (!is.null(options$state) && !identical(options$state, "zero")) {
+      sprintf("%s initial state", options$state)
+    }
   )
   if (length(parts) == 0) "" else paste0(", ", paste(parts, collapse = ", "))
 }
@@ -184,7 +224,9 @@ print.convlstm_plan <- function(x, ...) {
 #'
 #' Searches the memory plan (doubling the batch, then bisecting) for the
 #' largest batch size whose step fits in `budget` bytes (its `reserved`
-#' bytes: what the device must hand over). Nothing is
+#' bytes: what the device must hand over; with a `budget` given, plus the
+#' `runtime` line of [memory_estimate()], which the device's memory must
+#' hold too). Nothing is
 #' allocated, so it answers for budgets far beyond this machine, e.g. for
 #' the GPU a model is meant to train on. A model with `memory_limit =
 #' budget` trains with that batch, and one more sample fails with an error
@@ -210,12 +252,7 @@ print.convlstm_plan <- function(x, ...) {
 #' convlstm_release(model)
 max_batch_size <- function(model, seq_len, height, width, budget = NULL, ...) {
   ptr <- model_ptr(model)
-  if (is.null(budget)) {
-    s <- c_memory_stats(ptr)
-    budget <- s$device_free + s$reserved
-  } else {
-    budget <- parse_bytes(budget, "budget", sys.call())
-  }
+  budget <- resolve_budget(ptr, budget, "budget", sys.call())
   dots <- list(...)
   first <- max(1L, as.integer(dots$accumulation_steps %||% 1L))
   reserved_at <- function(b) {
@@ -244,4 +281,15 @@ max_batch_size <- function(model, seq_len, height, width, budget = NULL, ...) {
     if (fits(mid)) lo <- mid else hi <- mid
   }
   result(lo)
+}
+
+# A budget as max_batch_size() and memory_advise() read it: bytes or a size
+# with a unit, as memory_limit; NULL: what the model holds plus what its
+# device (or its limit) has free.
+resolve_budget <- function(ptr, budget, arg, call) {
+  s <- c_memory_stats(ptr)
+  # the device's free memory already excludes the runtime (CUDA context,
+  # cuDNN); a budget given is the whole device's, the runtime's share included
+  if (is.null(budget)) return(s$device_free + s$reserved)
+  parse_bytes(budget, arg, call) - s$runtime
 }

@@ -6,18 +6,19 @@
 # enums as their names (dtype, device, target, what); src/r_options.c
 # decodes them, by the same names.
 
-c_model_create <- function(input_dim, hidden_dims, kernel_sizes, bias, device, dtype,
+# geometry: layer_geometry()'s 4 x n_layers matrix (kernel, dilation).
+c_model_create <- function(input_dim, hidden_dims, geometry, bias, device, dtype,
                            threads, memory_limit) {
   .Call(
     ffi_model_create, as.integer(input_dim), as.integer(hidden_dims),
-    as.integer(kernel_sizes), as.logical(bias), device, dtype,
+    as.integer(geometry), as.logical(bias), device, dtype,
     as.integer(threads), as.double(memory_limit)
   )
 }
 
 c_model_release <- function(ptr) .Call(ffi_model_release, ptr)
 c_model_status <- function(ptr) .Call(ffi_model_status, ptr)
-c_model_config <- function(ptr) .Call(ffi_model_config, ptr)
+c_model_config <- function(ptr) user_config(.Call(ffi_model_config, ptr))
 c_model_init_params <- function(ptr) invisible(.Call(ffi_model_init_params, ptr))
 c_models_alive <- function() .Call(ffi_models_alive)
 c_gpu_available <- function() .Call(ffi_gpu_available)
@@ -52,6 +53,8 @@ c_train_step <- function(ptr, x, y, target, optimizer, options = NULL) {
 c_memory_stats <- function(ptr) .Call(ffi_memory_stats, ptr)
 c_memory_reset_peak <- function(ptr) invisible(.Call(ffi_memory_reset_peak, ptr))
 c_empty_cache <- function(ptr) invisible(.Call(ffi_empty_cache, ptr))
+# test-only: one byte past a step buffer, for the guard bands' tests
+c_test_overrun <- function(ptr, buffer) invisible(.Call(ffi_test_overrun, ptr, buffer))
 c_set_memory_limit <- function(ptr, bytes) {
   invisible(.Call(ffi_set_memory_limit, ptr, as.double(bytes)))
 }
@@ -80,7 +83,11 @@ c_model_save <- function(ptr, path, optimizer, metadata) {
 }
 # NULL, or why a save cannot write to path (what stands there).
 c_save_target_check <- function(path) .Call(ffi_save_target_check, path)
-c_file_info <- function(path) .Call(ffi_file_info, path)
+c_file_info <- function(path) {
+  info <- .Call(ffi_file_info, path)
+  info$config <- user_config(info$config)
+  info
+}
 c_model_load_into <- function(ptr, path, optimizer) {
   .Call(ffi_model_load_into, ptr, path, isTRUE(optimizer))
 }
@@ -90,18 +97,25 @@ dtypes <- function() .Call(ffi_dtype_names)
 
 # outputs "last_state" keeps only the last states of an inference forward;
 # dtype NULL plans for the model's own storage type, a name for another one
-# (cl_model_plan only).
+# (cl_model_plan only); state_mode "zero", "given" (state: the flat list of
+# h and c arrays check_state() returns) or "carry"; horizon: frames an
+# inference forward rolls on (read with what = "frames").
 c_step_options <- function(checkpoint = 0L, tbptt = 0L, accumulation_steps = 1L,
-                           outputs = "all", dtype = NULL, max_grad_norm = NULL, loss = NULL) {
+                           outputs = "all", dtype = NULL, state_mode = "zero", state = NULL,
+                           horizon = 0L, max_grad_norm = NULL, loss = NULL) {
   list(
     checkpoint = as.integer(checkpoint), tbptt = as.integer(tbptt),
     accumulation_steps = as.integer(accumulation_steps),
     outputs = if (identical(outputs, "last_state")) "last_state" else "all", dtype = dtype,
+    state_mode = state_mode, state = state, horizon = as.integer(horizon),
     max_grad_norm = if (!is.null(max_grad_norm)) as.double(max_grad_norm),
     loss = loss$kind, delta = as.double(loss$delta %||% 1),
     pos_weight = as.double(loss$pos_weight %||% 1)
   )
 }
+
+c_reset_state <- function(ptr) invisible(.Call(ffi_reset_state, ptr))
+c_carried_state <- function(ptr) .Call(ffi_carried_state, ptr)
 
 c_optim <- function(optimizer) {
   betas <- optimizer$betas %||% c(0, 0)

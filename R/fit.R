@@ -21,7 +21,9 @@
 #'   `[n, time, hidden, height, width]` for `"sequence"`.
 #' @param epochs Number of passes over the data.
 #' @param batch_size Samples per training step, at most the number of
-#'   samples (the default, 32, is lowered to it).
+#'   samples (the default, 32, is lowered to it); or `"max"`: the largest
+#'   batch that fits ([max_batch_size()]) in `memory_budget` (without one,
+#'   in what the device has free), for the configuration trained with.
 #' @param shuffle Draw a new order of the samples every epoch (with R's
 #'   random number generator).
 #' @param validation_data `NULL`, or `list(x, y)` on which the loss is
@@ -62,6 +64,12 @@
 #'   history, and continue with the epoch after the saved one up to `epochs`.
 #'   Given the same data and arguments, the losses are those of a fit that
 #'   was never interrupted (bit for bit on the CPU).
+#' @param memory_budget `NULL`, or the memory training may take (bytes or a
+#'   string such as `"2 GiB"`): the fastest configuration that fits
+#'   ([memory_advise()]: dtype, `checkpoint`, `accumulation_steps`) is
+#'   trained with, said in one line; the model's dtype is converted if
+#'   another is chosen. Leave `checkpoint`, `accumulation_steps` and `tbptt`
+#'   out then.
 #' @return A `convlstm_history`: a data frame with one row per epoch and
 #'   columns `epoch`, `loss` (mean training loss over the epoch's batches,
 #'   weighted by batch size), `val_loss` (`NA` without validation data),
@@ -94,9 +102,10 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
                          validation_data = NULL, verbose = TRUE, checkpoint = 0,
                          accumulation_steps = 1, tbptt = 0, data_on_device = "auto",
                          validation_split = 0, callbacks = list(), lr_scheduler = NULL,
-                         resume = NULL, max_grad_norm = NULL, loss = "mse", delta = 1,
-                         pos_weight = 1) {
-  batch_size_given <- !missing(batch_size) # before batch_size is reassigned below
+                         resume = NULL, memory_budget = NULL, max_grad_norm = NULL,
+                         loss = "mse", delta = 1, pos_weight = 1) {
+  # before batch_size is reassigned below; "max" is capped at the samples
+  batch_size_given <- !missing(batch_size) && !identical(batch_size, "max")
   call <- sys.call()
   ptr <- model_ptr(model)
   config <- model_config(model)
@@ -105,9 +114,15 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   y <- check_target_array(y, dim(x), config, target, "y")
   optimizer <- check_optimizer(optimizer)
   epochs <- check_count(epochs, "epochs")
-  batch_size <- check_count(batch_size, "batch_size")
   shuffle <- check_flag(shuffle, "shuffle")
   verbose <- check_flag(verbose, "verbose")
+  fits <- fit_memory_plan(model, dim(x), batch_size, memory_budget, optimizer, target,
+                          checkpoint, accumulation_steps, tbptt, verbose)
+  batch_size <- fits$batch_size
+  checkpoint <- fits$checkpoint
+  accumulation_steps <- fits$accumulation_steps
+  tbptt <- fits$tbptt
+  batch_size <- check_count(batch_size, "batch_size")
   validation <- check_validation_data(validation_data, config, target)
   max_grad_norm <- check_max_grad_norm(max_grad_norm)
   loss_fn <- check_loss(loss, delta, pos_weight)
@@ -350,11 +365,13 @@ evaluate_loss <- function(ptr, x, y, target, batch_size, loss = NULL) {
 #' @return The loss's mean over all of `y` (a number).
 #' @export
 #' @examples
-#' model <- convlstm(1, c(4, 1), 3, device = "cpu")
-#' x <- array(runif(4 * 3 * 6 * 6), dim = c(4, 3, 1, 6, 6))
-#' y <- array(runif(4 * 6 * 6), dim = c(4, 1, 6, 6))
-#' convlstm_evaluate(model, x, y)
-#' convlstm_evaluate(model, x, y, loss = "mae")
+#' # the trained tutorial model (?tutorial_model) on sequences it has not seen
+#' path <- system.file("extdata", "tutorial.safetensors", package = "convlstm")
+#' model <- convlstm_load(path, device = "cpu")
+#' beams <- moving_beams(n = 20, seq_len = 6, size = 24, seed = 2)
+#' convlstm_evaluate(model, beams$x, beams$y)
+#' mean(beams$y^2)   # the loss of an all-zero forecast
+#' convlstm_evaluate(model, beams$x, beams$y, loss = "mae")
 #' convlstm_release(model)
 convlstm_evaluate <- function(model, x, y, target = c("last_state", "sequence"),
                               batch_size = 32, loss = "mse", delta = 1, pos_weight = 1) {

@@ -33,13 +33,33 @@ mem_categories <- c("parameters", "gradients", "optimizer", "activations", "stat
 #' machine's: the total is the `memory_limit` if one is set, else physical
 #' memory.
 #'
+#' **Planned and measured.** The per-category numbers are the allocator's:
+#' it counts what the plan asked for, so they equal [memory_estimate()] by
+#' construction. What the memory costs is measured apart, by the operating
+#' system and the driver, and reported beside them: `process_rss` and
+#' `process_peak` are the whole R process's resident memory now and its
+#' high-water mark (`VmRSS` and `VmHWM` of `/proc/self/status`; `NA` where
+#' the platform has no `/proc`, with the reason in `measured_note`); on a GPU
+#' `device_used` is the device memory in use as the driver reports it
+#' (`cudaMemGetInfo`: total - free, all processes on the device) and
+#' `device_used_change` how much it changed since the model was created
+#' (`NA` on the CPU, whose "device" is the host: there `process_rss` is the
+#' measure). These count everything, not only the model: R's own objects,
+#' other models, and on a GPU other processes. The test suite compares them
+#' with the plan in fresh processes (`test-memory-measured.R`).
+#'
 #' @param model A model created by [convlstm()].
 #' @return An object of class `convlstm_memory_stats`: a list with
 #'   `by_category` (a data frame with columns `category`, `current`, `peak`,
 #'   `n_alloc`, `n_free`; bytes), and the numbers `allocated`,
 #'   `peak_allocated`, `reserved`, `peak_reserved`, `limit` (0: none),
-#'   `device_free` and `device_total` (bytes). `as.data.frame()` gives
-#'   `by_category` with the totals as attributes.
+#'   `device_free` and `device_total` (bytes), all planned (counted by the
+#'   allocator); and measured: `process_rss`, `process_peak`, `device_used`,
+#'   `device_used_change` (bytes, `NA` where not measurable),
+#'   `measured_note` (why a measure is `NA`; `""` when none is) and
+#'   `runtime` (the process's device memory outside every model, measured
+#'   once per process: see [memory_estimate()]; 0 on the CPU).
+#'   `as.data.frame()` gives `by_category` with the totals as attributes.
 #' @seealso [memory_summary()] for a printed table, [memory_estimate()] for
 #'   what a step will take before running it.
 #' @export
@@ -84,6 +104,7 @@ print.convlstm_memory_stats <- function(x, ...) {
   cat(sprintf("device: %s free of %s%s\n", format_bytes(x$device_free),
               format_bytes(x$device_total),
               if (x$limit > 0) paste0("   limit: ", format_bytes(x$limit)) else ""))
+  cat(measured_line(x), "\n", sep = "")
   invisible(x)
 }
 
@@ -93,6 +114,12 @@ print.convlstm_memory_stats <- function(x, ...) {
 #' `cuda_memory_summary()`: per category the bytes held now and at the
 #' peak and the number of allocations and frees; then allocated and
 #' reserved memory, the memory limit and the device's free and total memory.
+#'
+#' Two columns: `Planned` is the allocator's count of what the plan took
+#' (as [memory_estimate()] said before the step), `Measured` what the
+#' operating system or the driver reports (see [memory_stats()]): the
+#' process's resident memory and its high-water mark, and on a GPU the
+#' device memory in use and its change since the model was created.
 #'
 #' @param model A model created by [convlstm()].
 #' @return The table as a single string, invisibly (it is printed).
@@ -145,9 +172,37 @@ format_memory_summary <- function(s, config) {
     row("Memory limit", if (s$limit > 0) format_bytes(s$limit) else "none", "", "", ""),
     row("Device free / total", format_bytes(s$device_free), format_bytes(s$device_total),
         "", ""),
+    rule("-"),
+    row("Planned vs measured", "Planned", "Measured", "", ""),
+    row("Held now", format_bytes(s$reserved), measured_bytes(s$process_rss), "", ""),
+    row("High-water mark", format_bytes(s$peak_reserved), measured_bytes(s$process_peak), "", ""),
+    if (!is.na(s$device_used)) {
+      c(row("Device in use", format_bytes(s$reserved), format_bytes(s$device_used), "", ""),
+        row("... since creation", format_bytes(s$reserved), measured_bytes(s$device_used_change),
+            "", ""))
+    },
+    line(" Planned: the model's allocator. Measured: the whole process (VmRSS/VmHWM)"),
+    line(if (nzchar(s$measured_note)) paste0(" ", s$measured_note)
+         else " or the device (driver), R's own objects included."),
     rule("=")
   )
   paste(lines, collapse = "\n")
+}
+
+# Measured bytes, or why there are none.
+measured_bytes <- function(x) {
+  if (is.na(x)) "n/a" else if (x < 0) paste0("-", format_bytes(-x)) else format_bytes(x)
+}
+
+measured_line <- function(x) {
+  txt <- sprintf("measured: process resident %s (high-water %s)", measured_bytes(x$process_rss),
+                 measured_bytes(x$process_peak))
+  if (!is.na(x$device_used)) {
+    txt <- paste0(txt, sprintf("   device in use %s (%s since the model was created)",
+                               format_bytes(x$device_used), measured_bytes(x$device_used_change)))
+  }
+  if (nzchar(x$measured_note)) txt <- paste0(txt, "\n  (", x$measured_note, ")")
+  txt
 }
 
 #' Reset peaks and give back step memory

@@ -23,8 +23,10 @@
 #' @param input_dim Number of channels of the input.
 #' @param hidden_dims Hidden channels per layer: one value for every layer or
 #'   one per layer.
-#' @param kernel_sizes Odd square kernel size per layer: one value for every
-#'   layer or one per layer.
+#' @param kernel_sizes Odd kernel size per layer: one value for every layer
+#'   or one per layer (square kernels), or a list of `c(height, width)`
+#'   pairs, one for every layer or one per layer (`list(c(3, 5))`), as
+#'   torch's `nn_conv2d(kernel_size = c(3, 5))`.
 #' @param n_layers Number of stacked layers.
 #' @param bias Whether the convolutions have a bias.
 #' @param device `"auto"` (a CUDA GPU when one is usable, else the CPU),
@@ -43,6 +45,11 @@
 #'   class `convlstm_error_oom`, leaving the model usable.
 #' @param threads `NULL` (the backend's default) or the number of CPU threads
 #'   (at most 1024).
+#' @param dilation Dilation of each layer's convolution, in the forms of
+#'   `kernel_sizes` (a number for every layer, one per layer, or a list of
+#'   `c(height, width)` pairs). Padding stays "same": `dilation * (k - 1) /
+#'   2` on each side, so every layer keeps the image size, as torch's
+#'   `nn_conv2d(dilation = d, padding = "same")`.
 #'
 #' @return A model: a function of class `convlstm_model`. Calling it on an
 #'   array `x` of dim `[batch, time, channels, height, width]` runs an
@@ -53,7 +60,12 @@
 #'   `[batch, hidden_dims[l], height, width]`. `model(x, outputs =
 #'   "last_states")` returns only the last states (`layer_outputs` is an
 #'   empty list) from a forward that keeps no output sequence, so its memory
-#'   does not grow with the number of time steps. Fields are available with
+#'   does not grow with the number of time steps. `kernel_sizes` and
+#'   `dilation` read back in the forms `convlstm()` takes. `model(x, state = s)`
+#'   starts from the state `s` instead of zeros, given as the model returns
+#'   it (`layer_last_states`: one `list(h = , c = )` per layer), so
+#'   `model(x2, state = model(x1)$layer_last_states)` continues the
+#'   sequence `x1` with `x2`. Fields are available with
 #'   `$`: `config`, `input_dim`, `hidden_dims`, `kernel_sizes`, `n_layers`,
 #'   `bias`, `device`, `dtype`, `backend`, `memory_limit`, `n_parameters`,
 #'   `parameters` (the state dict: a named list of the weights as R arrays),
@@ -86,7 +98,7 @@
 #' convlstm_release(model)
 convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hidden_dims),
                      bias = TRUE, device = "auto", dtype = "float32", memory_limit = NULL,
-                     threads = NULL) {
+                     threads = NULL, dilation = 1) {
   input_dim <- check_count(input_dim, "input_dim")
   n_layers <- check_count(n_layers, "n_layers")
   if (n_layers > max_layers) {
@@ -94,13 +106,8 @@ convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hid
                    call = sys.call())
   }
   hidden_dims <- recycle_layers(check_counts(hidden_dims, "hidden_dims"), n_layers, "hidden_dims")
-  kernel_sizes <- recycle_layers(check_counts(kernel_sizes, "kernel_sizes"), n_layers,
-                                 "kernel_sizes")
-  if (any(kernel_sizes %% 2 == 0)) {
-    abort_arg("kernel_sizes", "odd (so that padding k %/% 2 keeps the image size)",
-              kernel_sizes, sys.call())
-  }
-  check_layer_sizes(input_dim, hidden_dims, kernel_sizes, sys.call())
+  geometry <- layer_geometry(kernel_sizes, dilation, n_layers, sys.call())
+  check_layer_sizes(input_dim, hidden_dims, geometry, sys.call())
   bias <- check_flag(bias, "bias")
   device <- check_cuda_device(check_choice(device, c("auto", "cpu", "cuda"), "device"), sys.call())
   dtype <- check_choice(dtype, dtypes(), "dtype")
@@ -109,7 +116,7 @@ convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hid
 
   if (identical(device, "auto")) device <- if (gpu_available()) "cuda" else "cpu"
   ptr <- c_model_create(
-    input_dim, hidden_dims, kernel_sizes, bias,
+    input_dim, hidden_dims, geometry, bias,
     device = device,
     dtype = dtype, threads = threads, memory_limit = memory_limit
   )
@@ -152,12 +159,15 @@ parse_bytes <- function(x, arg, call) {
 
 new_convlstm_model <- function(ptr) {
   config <- c_model_config(ptr)
-  model <- function(x, outputs = c("all", "last_states")) {
+  model <- function(x, outputs = c("all", "last_states"), state = NULL) {
     x <- check_input(x, config, "x")
     outputs <- check_choice(outputs, c("all", "last_states"), "outputs")
-    if (identical(outputs, "all")) return(c_forward(ptr, x, training = FALSE, what = "all"))
+    state <- state_option(state, config, dim(x), allow_carry = FALSE)
+    if (identical(outputs, "all")) {
+      return(c_forward(ptr, x, training = FALSE, what = "all", forward_options("all", state)))
+    }
     c_forward(ptr, x, training = FALSE, what = "last_states",
-              options = c_step_options(outputs = "last_state"))
+              options = forward_options("last_state", state))
   }
   class(model) <- c("convlstm_model", "function")
   model
@@ -191,23 +201,23 @@ check_input <- function(x, config, arg, call = sys.call(-1)) {
 }
 
 # Per layer: its input channels (input_dim, then the layer below's hidden)
-# and the elements of its weight [4h, in + h, k, k] and bias [4h], in double
-# (no integer overflow): the one place R writes these shapes down.
-layer_shapes <- function(input_dim, hidden_dims, kernel_sizes) {
+# and the elements of its weight [4h, in + h, kh, kw] and bias [4h], in
+# double (no integer overflow): the one place R writes these shapes down.
+# geometry: layer_geometry()'s matrix.
+layer_shapes <- function(input_dim, hidden_dims, geometry) {
   h <- as.double(hidden_dims)
-  k <- as.double(kernel_sizes)
+  taps <- as.double(geometry[1, ]) * as.double(geometry[2, ])
   inp <- c(as.double(input_dim), h[-length(h)])
-  list(input = inp, weight = 4 * h * (inp + h) * k^2, bias = 4 * h)
+  list(input = inp, weight = 4 * h * (inp + h) * taps, bias = 4 * h, taps = taps)
 }
 
 layer_table <- function(config) {
   h <- config$hidden_dims
-  k <- config$kernel_sizes
-  shapes <- layer_shapes(config$input_dim, h, k)
+  shapes <- layer_shapes(config$input_dim, h, config$geometry)
   params <- shapes$weight + if (isTRUE(config$bias)) shapes$bias else 0
   data.frame(
     layer = seq_len(config$n_layers), input = shapes$input, hidden = h,
-    kernel = paste0(k, "x", k), parameters = params, bytes = params * 4
+    kernel = geometry_labels(config$geometry), parameters = params, bytes = params * 4
   )
 }
 
@@ -323,7 +333,7 @@ print.summary.convlstm_model <- function(x, ...) {
 }
 
 model_fields <- c(
-  "config", "input_dim", "hidden_dims", "kernel_sizes", "n_layers", "bias", "device",
+  "config", "input_dim", "hidden_dims", "kernel_sizes", "dilation", "n_layers", "bias", "device",
   "dtype", "backend", "memory_limit", "n_parameters", "parameters", "state_dict",
   "load_state_dict", "zero_grad", "forward", "half", "bfloat16", "float", "train", "eval", "to",
   "cuda", "cpu"
@@ -364,7 +374,7 @@ move_model <- function(model, device, dtype, call) {
   model <- x
   switch(name,
     config = model_config(model),
-    input_dim = , hidden_dims = , kernel_sizes = , n_layers = , bias = , device = ,
+    input_dim = , hidden_dims = , kernel_sizes = , dilation = , n_layers = , bias = , device = ,
     dtype = , backend = , memory_limit = model_config(model)[[name]],
     n_parameters = sum(layer_table(model_config(model))$parameters),
     parameters = state_dict(model),
@@ -420,6 +430,14 @@ move_model <- function(model, device, dtype, call) {
 #' either: only the running states, so its memory is the same for 10 time
 #' steps or 1000.
 #'
+#' With `horizon = K` it forecasts: after the steps of `x` the model rolls on
+#' K - 1 more steps, each fed the frame it predicted last (the last layer's
+#' hidden state), and returns the K predicted frames. This needs the last
+#' layer's hidden size to equal `input_dim`, as in an encoder-forecaster
+#' whose last layer outputs frames. The rollout keeps only the running
+#' states and the frames: [memory_estimate()] with `training = FALSE,
+#' horizon = K` plans it.
+#'
 #' @param object A model created by [convlstm()].
 #' @param x Input array `[batch, time, channels, height, width]`.
 #' @param what `"sequence"`: the last layer's output at every step,
@@ -428,28 +446,54 @@ move_model <- function(model, device, dtype, call) {
 #'   `model(x)[[2]][[n_layers]][[1]]`).
 #' @param batch_size `NULL` to run all of `x` at once, or the number of
 #'   samples per forward call (bounds memory for large inputs).
+#' @param state `NULL` to start from zeros, or the state to start from as
+#'   the model returns it (`model(x)$layer_last_states`: one `list(h = , c =
+#'   )` per layer, each `[batch, hidden, height, width]`).
+#' @param horizon `NULL`, or the number of frames to forecast (then `what`
+#'   is not used).
 #' @param ... Unused.
-#' @return A double array as described for `what`.
+#' @return A double array as described for `what`; with a `horizon` of K,
+#'   the frames `[batch, K, channels, height, width]`: frame 1 is the
+#'   prediction after the last step of `x`, frame k + 1 the model's output
+#'   with frame k as input.
 #' @export
 #' @examples
-#' model <- convlstm(1, c(4, 1), 3, device = "cpu")
-#' x <- array(runif(3 * 5 * 8 * 8), dim = c(3, 5, 1, 8, 8))
-#' dim(predict(model, x))                       # [3, 5, 1, 8, 8]
-#' dim(predict(model, x, what = "last_state"))  # [3, 1, 8, 8]
+#' # the trained tutorial model (?tutorial_model) on sequences it has not seen
+#' path <- system.file("extdata", "tutorial.safetensors", package = "convlstm")
+#' model <- convlstm_load(path, device = "cpu")
+#' beams <- moving_beams(n = 3, seq_len = 6, size = 24, seed = 2)
+#' dim(predict(model, beams$x))                  # [3, 5, 1, 24, 24]
+#' forecast <- predict(model, beams$x, what = "last_state")
+#' dim(forecast)                                 # [3, 1, 24, 24]: the next frame
+#' # the forecast where the true next frame has its beam, and elsewhere
+#' round(range(forecast[beams$y == 1]), 2)
+#' round(range(forecast[beams$y == 0]), 2)
+#' # forecast 4 frames after the 6 of each sequence
+#' dim(predict(model, beams$x, horizon = 4))     # [3, 4, 1, 24, 24]
 #' convlstm_release(model)
 predict.convlstm_model <- function(object, x, what = c("sequence", "last_state"),
-                                   batch_size = NULL, ...) {
+                                   batch_size = NULL, state = NULL, horizon = NULL, ...) {
   ptr <- model_ptr(object, "object")
   what <- check_choice(what, c("sequence", "last_state"), "what")
-  x <- check_input(x, model_config(object), "x")
+  config <- model_config(object)
+  x <- check_input(x, config, "x")
   n <- dim(x)[[1]]
   batch_size <- if (is.null(batch_size)) n else check_count(batch_size, "batch_size")
-  options <- inference_options(what)
-  if (batch_size >= n) return(c_forward(ptr, x, training = FALSE, what = what, options))
+  state <- state_option(state, config, dim(x), allow_carry = FALSE)
+  if (!is.null(horizon)) {
+    state$horizon <- check_horizon(horizon, config)
+    what <- "frames"
+  }
+  if (batch_size >= n) {
+    return(c_forward(ptr, x, training = FALSE, what = what, forward_options(what, state)))
+  }
   out <- NULL
   for (start in seq(1L, n, by = batch_size)) {
     idx <- start:min(n, start + batch_size - 1L)
-    part <- c_forward(ptr, slice_batch(x, idx), training = FALSE, what = what, options)
+    part_state <- state
+    if (!is.null(state$arrays)) part_state$arrays <- lapply(state$arrays, slice_batch, idx)
+    part <- c_forward(ptr, slice_batch(x, idx), training = FALSE, what = what,
+                      forward_options(what, part_state))
     if (is.null(out)) out <- array(0, dim = c(n, dim(part)[-1]))
     out <- assign_batch(out, idx, part)
   }
@@ -460,6 +504,17 @@ predict.convlstm_model <- function(object, x, what = c("sequence", "last_state")
 # keeps only the running states (memory independent of T).
 inference_options <- function(what) {
   if (identical(what, "last_state")) c_step_options(outputs = "last_state") else NULL
+}
+
+# The options of a forward: what it keeps (see inference_options()), where
+# it starts (state_option()) and the frames it forecasts (state$horizon).
+forward_options <- function(what, state) {
+  horizon <- state$horizon %||% 0L
+  if ((is.null(state) || identical(state$mode, "zero")) && horizon == 0) {
+    return(inference_options(what))
+  }
+  c_step_options(outputs = if (identical(what, "last_state")) "last_state" else "all",
+                 state_mode = state$mode, state = state$arrays, horizon = horizon)
 }
 
 # x[idx, , , ...] for an array of any rank, keeping every dimension.

@@ -111,7 +111,7 @@ convlstm_load <- function(path, device = "auto", dtype = NULL, memory_limit = NU
   config <- info$config
   if (identical(device, "auto")) device <- if (gpu_available()) "cuda" else "cpu"
   ptr <- c_model_create(
-    config$input_dim, config$hidden_dims, config$kernel_sizes, config$bias,
+    config$input_dim, config$hidden_dims, config$geometry, config$bias,
     device = device,
     dtype = dtype %||% config$dtype, threads = threads,
     memory_limit = memory_limit

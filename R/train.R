@@ -61,11 +61,30 @@
 #' @param delta Huber's threshold (`loss = "huber"`), > 0.
 #' @param pos_weight The weight of positive targets for `loss =
 #'   "bce_logits"` (> 1 raises recall), > 0.
+#' @param state Where the step starts from: `NULL`, zeros (the tutorial's
+#'   module); a list with one `list(h = , c = )` per layer, each `[batch,
+#'   hidden, height, width]`, as `model(x)$layer_last_states` returns them (a
+#'   constant: no gradient flows into it); or `"carry"`: the state the
+#'   previous carrying step ended with (zeros the first time), and this
+#'   step's last state is kept for the next, detached -- Keras's `stateful =
+#'   TRUE`, for a long sequence cut into consecutive chunks. The batch size
+#'   and frame size must stay the same while a state is carried;
+#'   [reset_state()] forgets it. A data set `x` takes `NULL` or `"carry"`.
+#' @param horizon `NULL`, or train the forecast of `horizon` frames with
+#'   teacher forcing: `y` is `[batch, horizon, channels, height, width]`,
+#'   the frames that follow `x`; the model reads `x` and then the true frames
+#'   `y[, 1:(horizon - 1)]` (not its own predictions), and the loss is
+#'   `loss` over its last `horizon` outputs against `y` -- what
+#'   [predict()] with `horizon` forecasts when the fed-back frames are right.
+#'   Needs the last layer's hidden size to equal `input_dim`; `target` must
+#'   be `"sequence"`. Arrays only, not data sets.
+#' @param teacher_forcing Must be `TRUE` with a `horizon`: training through
+#'   the model's own fed-back frames is not implemented yet.
 #' @return The loss before the update (a number): the chosen loss (by
-#'   default the mean squared error) over the whole batch. With `max_grad_norm`, it carries the attribute
-#'   `grad_norm`: the gradients' global norm before clipping (not finite when
-#'   a gradient is not, and then the step is refused or, with float16,
-#'   skipped).
+#'   default the mean squared error) over the whole batch. With
+#'   `max_grad_norm`, it carries the attribute `grad_norm`: the gradients'
+#'   global norm before clipping (not finite when a gradient is not, and then
+#'   the step is refused or, with float16, skipped).
 #' @seealso [convlstm_fit()] for the loop over epochs and batches;
 #'   [memory_estimate()] for what each option saves.
 #' @export
@@ -88,6 +107,7 @@
 #' convlstm_release(model)
 train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "sequence"),
                        checkpoint = 0, accumulation_steps = 1, tbptt = 0, rows = NULL,
+                       state = NULL, horizon = NULL, teacher_forcing = TRUE,
                        max_grad_norm = NULL, loss = "mse", delta = 1, pos_weight = 1) {
   loss <- check_loss(loss, delta, pos_weight)
   if (is_convlstm_data(x)) {
@@ -96,8 +116,11 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
       optimizer <- y
       y <- NULL
     }
+    if (!is.null(horizon)) {
+      abort_arg("horizon", "NULL when `x` is a data set", horizon, sys.call())
+    }
     return(train_step_data(model, x, y, optimizer, target, !missing(target), checkpoint,
-                           accumulation_steps, tbptt, rows, call = sys.call(),
+                           accumulation_steps, tbptt, rows, state, call = sys.call(),
                            max_grad_norm = max_grad_norm, loss = loss))
   }
   if (!is.null(rows)) {
@@ -107,11 +130,20 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
   ptr <- model_ptr(model)
   config <- model_config(model)
   x <- check_input(x, config, "x")
-  target <- check_choice(target, c("last_state", "sequence"), "target")
-  y <- check_target_array(y, dim(x), config, target, "y")
+  if (!is.null(horizon)) {
+    tf <- teacher_forced(x, y, horizon, teacher_forcing, missing(target), target, config)
+    x <- tf$x
+    y <- tf$y
+    target <- "sequence"
+  } else {
+    target <- check_choice(target, c("last_state", "sequence"), "target")
+    y <- check_target_array(y, dim(x), config, target, "y")
+  }
   optimizer <- check_optimizer(optimizer)
+  state <- state_option(state, config, dim(x))
+  state$horizon <- if (is.null(horizon)) 0L else dim(y)[[2]]
   options <- check_step_options(checkpoint, accumulation_steps, tbptt, batch_size = dim(x)[[1]],
-                                max_grad_norm = max_grad_norm, loss = loss)
+                                state = state, max_grad_norm = max_grad_norm, loss = loss)
   c_train_step(ptr, x, y, target, optimizer, options)
 }
 
@@ -121,6 +153,7 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
 # is check_loss()'s (NULL: MSE).
 check_step_options <- function(checkpoint = 0, accumulation_steps = 1, tbptt = 0,
                                outputs = "all", dtype = NULL, batch_size = NULL,
+                               state = list(mode = "zero", arrays = NULL),
                                max_grad_norm = NULL, loss = NULL, call = sys.call(-1)) {
   checkpoint <- check_count(checkpoint, "checkpoint", min = 0, call = call)
   accumulation_steps <- check_count(accumulation_steps, "accumulation_steps", call = call)
@@ -133,11 +166,14 @@ check_step_options <- function(checkpoint = 0, accumulation_steps = 1, tbptt = 0
   }
   if (!is.null(dtype)) dtype <- check_choice(dtype, dtypes(), "dtype", call = call)
   max_grad_norm <- check_max_grad_norm(max_grad_norm, call = call)
+  horizon <- state$horizon %||% 0L
   if (checkpoint == 0 && accumulation_steps == 1 && tbptt == 0 && identical(outputs, "all") &&
-      is.null(dtype) && is.null(max_grad_norm) && is.null(loss)) {
+      is.null(dtype) && identical(state$mode, "zero") && horizon == 0 &&
+      is.null(max_grad_norm) && is.null(loss)) {
     return(NULL)
   }
-  c_step_options(checkpoint, tbptt, accumulation_steps, outputs, dtype, max_grad_norm, loss)
+  c_step_options(checkpoint, tbptt, accumulation_steps, outputs, dtype, state$mode, state$arrays,
+                 horizon, max_grad_norm, loss)
 }
 
 # The losses by the core's names (cl_loss_name), in its order.
@@ -241,6 +277,10 @@ check_array_rank <- function(y, arg, ndim, target, call) {
 #'   `"sequence"` to return only the last layer's output sequence,
 #'   `[batch, time, hidden, height, width]`. Returning one array avoids
 #'   copying the others out of the model.
+#' @param state `NULL` (zeros), or the initial state as
+#'   `model(x)$layer_last_states` returns it: one `list(h = , c = )` per
+#'   layer, each `[batch, hidden, height, width]`. It is a constant: backward
+#'   gives gradients of the parameters, none of the state.
 #' @param grad_output Gradient of the loss with respect to the last layer's
 #'   last hidden state, `[batch, hidden, height, width]` (as for
 #'   `target = "last_state"`), or with respect to its whole output sequence,
@@ -265,13 +305,15 @@ check_array_rank <- function(y, arg, ndim, target, call) {
 #' str(gradients(model))
 #' optimizer_step(model, optimizer_sgd(lr = 0.1))
 #' convlstm_release(model)
-convlstm_forward <- function(model, x, training = TRUE, target = NULL) {
+convlstm_forward <- function(model, x, training = TRUE, target = NULL, state = NULL) {
   ptr <- model_ptr(model)
-  x <- check_input(x, model_config(model), "x")
+  config <- model_config(model)
+  x <- check_input(x, config, "x")
   training <- check_flag(training, "training")
   what <- if (is.null(target)) "all" else check_choice(target, c("last_state", "sequence"), "target")
+  state <- state_option(state, config, dim(x), allow_carry = FALSE)
   c_forward(ptr, x, training = training, what = what,
-            if (!training) inference_options(what))
+            forward_options(if (training) "all" else what, state))
 }
 
 #' @rdname convlstm_forward
@@ -341,3 +383,32 @@ watch_skips <- function(ptr, loss) {
   loss
 }
 
+
+# Teacher forcing over a horizon of K frames: x followed by the true frames
+# y[, 1:(K - 1)], whose last K outputs are trained against y. Returns
+# list(x, y), checked.
+teacher_forced <- function(x, y, horizon, teacher_forcing, target_missing, target, config,
+                           call = sys.call(-1)) {
+  K <- check_horizon(horizon, config, call = call)
+  if (!isTRUE(teacher_forcing)) {
+    abort_convlstm(paste0(
+      "`teacher_forcing = FALSE` (training through the model's own fed-back frames) is not ",
+      "implemented yet; use teacher_forcing = TRUE."), status = "unsupported", call = call)
+  }
+  if (!target_missing && !identical(target, "sequence")) {
+    abort_arg("target", '"sequence" with a `horizon`', target, call)
+  }
+  xd <- dim(x)
+  y <- check_array(y, "y", 5, call = call)
+  want <- c(xd[[1]], K, config$input_dim, xd[[4]], xd[[5]])
+  if (!identical(as.integer(dim(y)), as.integer(want))) {
+    abort_convlstm(sprintf(
+      "`y` must have dim %s (the %d frames that follow `x`), not %s.", format_dims(want), K,
+      format_dims(dim(y))), call = call)
+  }
+  if (K == 1) return(list(x = x, y = y))
+  xx <- array(0, c(xd[[1]], xd[[2]] + K - 1L, xd[-(1:2)]))
+  xx[, seq_len(xd[[2]]), , , ] <- x
+  xx[, xd[[2]] + seq_len(K - 1L), , , ] <- y[, seq_len(K - 1L), , , , drop = FALSE]
+  list(x = xx, y = y)
+}

@@ -1,5 +1,6 @@
 /*
- * init.c -- registers the glue's .Call entry points with R.
+ * init.c -- registers the glue's .Call entry points with R, and the core's
+ * public functions as C callables for other packages (convlstm_api.h).
  *
  * Exact arity for every entry, no dynamic symbol lookup, and forced symbols,
  * so R code can only reach them as .Call(ffi_xxx, ...) through the objects
@@ -10,6 +11,7 @@
 #include <R_ext/Visibility.h> /* attribute_visible */
 
 #include "r_convlstm.h"
+#include "convlstm_api.h" /* CONVLSTM_API_FUNCTIONS: the C callables other packages use */
 
 /* The detour through void (*)(void), the type gcc treats as matching every
  * function, keeps -Wextra's -Wcast-function-type quiet about the table. */
@@ -38,9 +40,12 @@ static const R_CallMethodDef call_entries[] = {
     CALLDEF(ffi_optimizer_reset, 1),
     CALLDEF(ffi_optim_check, 1),
     CALLDEF(ffi_train_step, 6),
+    CALLDEF(ffi_reset_state, 1),
+    CALLDEF(ffi_carried_state, 1),
     CALLDEF(ffi_memory_stats, 1),
     CALLDEF(ffi_memory_reset_peak, 1),
     CALLDEF(ffi_empty_cache, 1),
+    CALLDEF(ffi_test_overrun, 2),
     CALLDEF(ffi_model_plan, 5),
     CALLDEF(ffi_set_memory_limit, 2),
     CALLDEF(ffi_set_dtype, 2),
@@ -59,9 +64,32 @@ static const R_CallMethodDef call_entries[] = {
     CALLDEF(ffi_train_step_data, 5),
     {NULL, NULL, 0}};
 
+/* What convlstm_api_check() in another package compares with what it was
+ * compiled against: the interface's version, and the size of each struct of
+ * CL_API_STRUCTS as this library was built (the first n of them). */
+static int api_layout(size_t *sizes, int n) {
+#define API_SIZE(type) sizeof(type),
+  static const size_t ours[] = {CL_API_STRUCTS(API_SIZE)};
+#undef API_SIZE
+  for (int i = 0; i < n && i < (int)(sizeof ours / sizeof ours[0]); i++) sizes[i] = ours[i];
+  return CL_API_VERSION;
+}
+
+/* Each entry of convlstm_api.h's list, registered under "cl_<name>". The
+ * pointer is first stored with the list's type, so the compiler checks the
+ * list against convlstm.h's declaration. */
+#define API_REGISTER(ret, name, params, args)                                               \
+  {                                                                                         \
+    ret(*fn) params = &cl_##name;                                                           \
+    R_RegisterCCallable("convlstm", "cl_" #name, (DL_FUNC)(void (*)(void))fn);               \
+  }
+#define API_REGISTER_VOID(name, params, args) API_REGISTER(void, name, params, args)
+
 /* The one symbol the shared library exports (the build hides the rest). */
 void attribute_visible R_init_convlstm(DllInfo *dll) {
   R_registerRoutines(dll, NULL, call_entries, NULL, NULL);
   R_useDynamicSymbols(dll, FALSE);
   R_forceSymbols(dll, TRUE);
+  R_RegisterCCallable("convlstm", "cl_api_layout", (DL_FUNC)(void (*)(void))&api_layout);
+  CONVLSTM_API_FUNCTIONS(API_REGISTER, API_REGISTER_VOID)
 }

@@ -22,6 +22,22 @@ void r_host_array(SEXP x, int ndim, const char *arg, cl_host_array *out) {
   for (int i = 0; i < 5; i++) out->dims[i] = i < ndim ? INTEGER(dim)[i] : 0;
 }
 
+/* A configuration's kernels and dilations, integer [4, n_layers] (rows:
+ * kernel height, width, dilation height, width), as ffi_model_create takes
+ * them; defaults (0) resolved. */
+SEXP r_geometry(const cl_config *c) {
+  SEXP out = PROTECT(Rf_allocMatrix(INTSXP, 4, c->n_layers));
+  for (int l = 0; l < c->n_layers; l++) {
+    int *col = INTEGER(out) + 4 * l;
+    col[0] = c->kernel_sizes[l];
+    col[1] = c->kernel_widths[l] ? c->kernel_widths[l] : c->kernel_sizes[l];
+    col[2] = c->dilation_h[l] ? c->dilation_h[l] : 1;
+    col[3] = c->dilation_w[l] ? c->dilation_w[l] : 1;
+  }
+  UNPROTECT(1);
+  return out;
+}
+
 SEXP r_alloc_array(int ndim, const int *dims) {
   R_xlen_t n = 1;
   for (int i = 0; i < ndim; i++) n *= dims[i];

@@ -58,6 +58,8 @@ void r_host_array(SEXP x, int ndim, const char *arg, cl_host_array *out);
 SEXP r_alloc_array(int ndim, const int *dims);
 /* A new, unprotected list of n elements (NULLs) named names[0..n-1]. */
 SEXP r_named_list(const char *const *names, int n);
+/* A configuration's kernels and dilations, integer [4, n_layers]. */
+SEXP r_geometry(const cl_config *c);
 /* Reads a row-major float tensor into a new column-major double array of the
  * same logical dims (so torch's w[o, i, kh, kw] is R's w[o+1, i+1, kh+1, kw+1]). */
 void r_row_major_to_r(const float *src, int ndim, const int *dims, double *dst);
@@ -72,7 +74,9 @@ void r_optim(SEXP opt, cl_optim *out);
 /* R's NULL as a NULL optimizer (the state the model holds), else r_optim into buf. */
 const cl_optim *r_optim_or_null(SEXP opt, cl_optim *buf);
 SEXP r_optim_list(const cl_optim *o);
-void r_step_options(SEXP opts, cl_step_options *out);
+/* state_buf: room for 2 * CL_MAX_LAYERS arrays, which a given initial
+ * state (opts$state) points into for as long as opts lives. */
+void r_step_options(SEXP opts, cl_step_options *out, cl_host_array *state_buf);
 /* A training step's loss as R returns it: attribute grad_norm when measured. */
 SEXP r_step_loss(const cl_model *m, double loss);
 /* Enums by name: "float32"..., "cpu" / "cuda", "last_state" / "sequence". */
@@ -82,13 +86,15 @@ cl_device r_device(SEXP s);
 cl_target r_target(SEXP s);
 /* What ffi_forward returns: "all" (the tutorial's list of outputs and
  * states), "sequence" (the last layer's outputs), "last_state" (its last h),
- * "none", "last_states" (no outputs, every layer's last states). */
+ * "none", "last_states" (no outputs, every layer's last states), "frames"
+ * (the frames of a forward with a horizon, [B, K, C, H, W]). */
 typedef enum r_forward_what {
   R_FWD_ALL = 0,
   R_FWD_SEQUENCE,
   R_FWD_LAST_STATE,
   R_FWD_NONE,
-  R_FWD_LAST_STATES
+  R_FWD_LAST_STATES,
+  R_FWD_FRAMES
 } r_forward_what;
 r_forward_what r_forward_mode(SEXP s);
 
@@ -125,10 +131,15 @@ SEXP ffi_optimizer_reset(SEXP ptr);
 SEXP ffi_optim_check(SEXP opt);
 SEXP ffi_train_step(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts);
 
+/* r_state.c */
+SEXP ffi_reset_state(SEXP ptr);
+SEXP ffi_carried_state(SEXP ptr);
+
 /* r_memory.c */
 SEXP ffi_memory_stats(SEXP ptr);
 SEXP ffi_memory_reset_peak(SEXP ptr);
 SEXP ffi_empty_cache(SEXP ptr);
+SEXP ffi_test_overrun(SEXP ptr, SEXP buffer);
 SEXP ffi_set_memory_limit(SEXP ptr, SEXP bytes);
 
 /* r_plan.c */

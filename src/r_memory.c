@@ -3,8 +3,10 @@
  * current and peak bytes and allocation counts, what the allocator reserves,
  * and what the device reports free and in total; the model's memory limit.
  *
- * It is not the planner's estimate (r_plan.c);
- * these are the allocator's measured numbers. Byte counts are returned as
+ * It is not the planner's estimate (r_plan.c): the per-category numbers are
+ * the allocator's counts of what the plan took; process_rss / process_peak
+ * (VmRSS / VmHWM) and device_used (the driver's total - free) are measured
+ * outside it. Byte counts are returned as
  * doubles, exact up to 2^53 bytes.
  */
 #include "r_convlstm.h"
@@ -14,6 +16,8 @@ SEXP ffi_memory_stats(SEXP ptr) {
   cl_mem_stats s;
   cl_status st = cl_model_memory_stats(m, &s);
   if (st != CL_OK) r_raise_model(st, m);
+  cl_measured_mem mm;
+  (void)cl_model_measured_memory(m, &mm);
 
   int nprotect = 0;
   const int K = CL_MEM_NCAT;
@@ -36,7 +40,9 @@ SEXP ffi_memory_stats(SEXP ptr) {
   }
   const char *const names[] = {"category",       "current",  "peak",          "n_alloc",
                          "n_free",         "allocated", "peak_allocated", "reserved",
-                         "peak_reserved",  "limit",    "device_free",   "device_total"};
+                         "peak_reserved",  "limit",    "device_free",   "device_total",
+                         "process_rss",    "process_peak", "device_used", "device_used_change",
+                         "measured_note",  "runtime"};
   SEXP out = PROTECT(r_named_list(names, (int)(sizeof names / sizeof names[0])));
   nprotect++;
   SET_VECTOR_ELT(out, 0, cats);
@@ -51,6 +57,15 @@ SEXP ffi_memory_stats(SEXP ptr) {
   SET_VECTOR_ELT(out, 9, Rf_ScalarReal((double)s.limit));
   SET_VECTOR_ELT(out, 10, Rf_ScalarReal((double)s.device_free));
   SET_VECTOR_ELT(out, 11, Rf_ScalarReal((double)s.device_total));
+  /* measured by the OS and the driver; NA where they cannot say */
+  SET_VECTOR_ELT(out, 12, Rf_ScalarReal(mm.have_process ? (double)mm.process_rss : NA_REAL));
+  SET_VECTOR_ELT(out, 13, Rf_ScalarReal(mm.have_process ? (double)mm.process_peak : NA_REAL));
+  SET_VECTOR_ELT(out, 14, Rf_ScalarReal(mm.have_device ? (double)mm.device_used : NA_REAL));
+  SET_VECTOR_ELT(out, 15, Rf_ScalarReal(mm.have_device ? (double)mm.device_used -
+                                                             (double)mm.device_used_at_create
+                                                       : NA_REAL));
+  SET_VECTOR_ELT(out, 16, Rf_mkString(mm.why));
+  SET_VECTOR_ELT(out, 17, Rf_ScalarReal((double)mm.runtime));
   UNPROTECT(nprotect);
   return out;
 }
@@ -64,6 +79,17 @@ SEXP ffi_memory_reset_peak(SEXP ptr) {
 SEXP ffi_empty_cache(SEXP ptr) {
   cl_model *m = r_model(ptr);
   cl_status st = cl_model_empty_cache(m);
+  if (st != CL_OK) r_raise_model(st, m);
+  return R_NilValue;
+}
+
+/* Test-only (CONVLSTM_GUARD=1 models): a deliberate write past a step
+ * buffer, so that tests see the guard bands catch it. */
+SEXP ffi_test_overrun(SEXP ptr, SEXP buffer) {
+  cl_model *m = r_model(ptr);
+  if (TYPEOF(buffer) != STRSXP || Rf_length(buffer) != 1 || STRING_ELT(buffer, 0) == NA_STRING)
+    r_raise_invalid("internal: ffi_test_overrun() needs a buffer name");
+  cl_status st = cl_model_test_overrun(m, CHAR(STRING_ELT(buffer, 0)));
   if (st != CL_OK) r_raise_model(st, m);
   return R_NilValue;
 }

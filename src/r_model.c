@@ -55,15 +55,17 @@ cl_model *r_model(SEXP ptr) {
 
 static int int_at(SEXP x, int i) { return INTEGER(x)[i]; }
 
-SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP kernel_sizes, SEXP bias,
-                      SEXP device, SEXP dtype, SEXP threads, SEXP memory_limit) {
+/* geometry: integer [4, n_layers]: kernel height, width, dilation height,
+ * width of each layer (column). */
+SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP geometry, SEXP bias, SEXP device,
+                      SEXP dtype, SEXP threads, SEXP memory_limit) {
   int nprotect = 0;
   if (TYPEOF(input_dim) != INTSXP || TYPEOF(hidden_dims) != INTSXP ||
-      TYPEOF(kernel_sizes) != INTSXP || TYPEOF(bias) != LGLSXP || TYPEOF(threads) != INTSXP ||
+      TYPEOF(geometry) != INTSXP || TYPEOF(bias) != LGLSXP || TYPEOF(threads) != INTSXP ||
       TYPEOF(memory_limit) != REALSXP)
     r_raise_invalid("internal: ffi_model_create() got arguments of the wrong type");
   int n_layers = Rf_length(hidden_dims);
-  if (n_layers < 1 || n_layers > CL_MAX_LAYERS || Rf_length(kernel_sizes) != n_layers)
+  if (n_layers < 1 || n_layers > CL_MAX_LAYERS || Rf_length(geometry) != 4 * n_layers)
     r_raise_invalid("`n_layers` must be between 1 and %d", CL_MAX_LAYERS);
 
   cl_config cfg;
@@ -72,7 +74,10 @@ SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP kernel_sizes, SEXP 
   cfg.n_layers = n_layers;
   for (int l = 0; l < n_layers; l++) {
     cfg.hidden_dims[l] = int_at(hidden_dims, l);
-    cfg.kernel_sizes[l] = int_at(kernel_sizes, l);
+    cfg.kernel_sizes[l] = int_at(geometry, 4 * l);
+    cfg.kernel_widths[l] = int_at(geometry, 4 * l + 1);
+    cfg.dilation_h[l] = int_at(geometry, 4 * l + 2);
+    cfg.dilation_w[l] = int_at(geometry, 4 * l + 3);
   }
   cfg.bias = LOGICAL(bias)[0] ? 1 : 0;
   cfg.device = r_device(device);
@@ -141,7 +146,7 @@ SEXP ffi_model_config(SEXP ptr) {
   int nprotect = 0;
   const char *const names[] = {"input_dim", "hidden_dims", "kernel_sizes", "n_layers",
                          "bias",      "device",      "dtype",        "threads",
-                         "memory_limit", "backend",  "n_params"};
+                         "memory_limit", "backend",  "n_params",     "geometry"};
   SEXP out = PROTECT(r_named_list(names, (int)(sizeof names / sizeof names[0])));
   nprotect++;
 
@@ -158,6 +163,7 @@ SEXP ffi_model_config(SEXP ptr) {
   SET_VECTOR_ELT(out, 2, ks);
   SET_VECTOR_ELT(out, 3, Rf_ScalarInteger(cfg->n_layers));
   SET_VECTOR_ELT(out, 4, Rf_ScalarLogical(cfg->bias != 0));
+  SET_VECTOR_ELT(out, (int)(sizeof names / sizeof names[0]) - 1, r_geometry(cfg));
   SET_VECTOR_ELT(out, 5, Rf_mkString(cl_device_name(cfg->device)));
   SET_VECTOR_ELT(out, 6, Rf_mkString(cl_dtype_name(cfg->dtype)));
   SET_VECTOR_ELT(out, 7, Rf_ScalarInteger(cfg->n_threads));

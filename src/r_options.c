@@ -67,8 +67,9 @@ cl_target r_target(SEXP s) {
 }
 
 r_forward_what r_forward_mode(SEXP s) {
-  static const char *const names[] = {"all", "sequence", "last_state", "none", "last_states"};
-  return (r_forward_what)choice(s, names, 5, "what a forward returns");
+  static const char *const names[] = {"all",  "sequence",    "last_state",
+                                      "none", "last_states", "frames"};
+  return (r_forward_what)choice(s, names, 6, "what a forward returns");
 }
 
 /* list(kind = "adam" | "sgd" | "adamw", lr, beta1, beta2, eps, momentum,
@@ -113,11 +114,12 @@ SEXP r_optim_list(const cl_optim *o) {
 }
 
 /* list(checkpoint, tbptt, accumulation_steps, outputs = "all" | "last_state",
- * dtype = NULL | a dtype's name for cl_model_plan, max_grad_norm = NULL |
- * a number, loss = NULL | a loss's name with delta and pos_weight):
- * c_step_options() in
- * R/ffi.R. NULL: the plain step. */
-void r_step_options(SEXP opts, cl_step_options *out) {
+ * dtype = NULL | a dtype's name for cl_model_plan, state_mode = "zero" |
+ * "given" | "carry", state = NULL | h and c of every layer, flat, horizon,
+ * max_grad_norm = NULL | a number, loss = NULL | a loss's name with delta
+ * and pos_weight): c_step_options() in R/ffi.R. NULL: the plain step. */
+void r_step_options(SEXP opts, cl_step_options *out, cl_host_array *state_buf) {
+  static const char *const modes[] = {"zero", "given", "carry"};
   static const char *const outputs[] = {"all", "last_state"};
   memset(out, 0, sizeof *out);
   if (opts == R_NilValue) return;
@@ -134,12 +136,22 @@ void r_step_options(SEXP opts, cl_step_options *out) {
   out->max_grad_norm = clip == R_NilValue ? 0 : num(opts, "max_grad_norm", "step options");
   /* optional: absent or NULL, MSE; names are the core's (cl_loss_name) */
   SEXP loss = field(opts, "loss");
-  if (loss == R_NilValue) return;
-  const char *names[CL_N_LOSSES];
-  for (int k = 0; k < CL_N_LOSSES; k++) names[k] = cl_loss_name((cl_loss_kind)k);
-  out->loss.kind = (cl_loss_kind)choice(loss, names, CL_N_LOSSES, "loss");
-  out->loss.delta = num(opts, "delta", "step options");
-  out->loss.pos_weight = num(opts, "pos_weight", "step options");
+  if (loss != R_NilValue) {
+    const char *names[CL_N_LOSSES];
+    for (int k = 0; k < CL_N_LOSSES; k++) names[k] = cl_loss_name((cl_loss_kind)k);
+    out->loss.kind = (cl_loss_kind)choice(loss, names, CL_N_LOSSES, "loss");
+    out->loss.delta = num(opts, "delta", "step options");
+    out->loss.pos_weight = num(opts, "pos_weight", "step options");
+  }
+  out->horizon = (int)num(opts, "horizon", "step options");
+  out->state_mode = (cl_state_mode)choice(field(opts, "state_mode"), modes, 3, "state_mode");
+  SEXP st = field(opts, "state");
+  if (st == R_NilValue) return;
+  if (TYPEOF(st) != VECSXP || Rf_length(st) > 2 * CL_MAX_LAYERS || !state_buf)
+    r_raise_invalid("internal: a given state must be a list of h and c arrays");
+  for (int i = 0; i < Rf_length(st); i++)
+    r_host_array(VECTOR_ELT(st, i), 4, "state", &state_buf[i]);
+  out->state = state_buf;
 }
 
 /* A training step's loss, with attribute grad_norm (the norm before

@@ -21,9 +21,9 @@ typedef struct plan_copy {
 static SEXP plan_to_r(void *data) {
   const cl_plan *p = &((plan_copy *)data)->plan;
   int nprotect = 0;
-  const char *const names[] = {"name",        "category", "bytes", "layer", "offset",
-                               "by_category", "total",    "arena", "reserved"};
-  SEXP out = PROTECT(r_named_list(names, 9));
+  const char *const names[] = {"name",        "category", "bytes", "layer",   "offset",
+                               "by_category", "total",    "arena", "reserved", "runtime"};
+  SEXP out = PROTECT(r_named_list(names, 10));
   nprotect++;
   SEXP name = Rf_allocVector(STRSXP, p->n);
   SET_VECTOR_ELT(out, 0, name);
@@ -56,6 +56,7 @@ static SEXP plan_to_r(void *data) {
   SET_VECTOR_ELT(out, 6, Rf_ScalarReal((double)p->total));
   SET_VECTOR_ELT(out, 7, Rf_ScalarReal((double)p->arena));
   SET_VECTOR_ELT(out, 8, Rf_ScalarReal((double)p->reserved));
+  SET_VECTOR_ELT(out, 9, Rf_ScalarReal((double)p->runtime));
   UNPROTECT(nprotect);
   return out;
 }
@@ -75,7 +76,8 @@ SEXP ffi_model_plan(SEXP ptr, SEXP shape, SEXP training, SEXP opt, SEXP opts) {
   cl_optim o;
   const cl_optim *po = r_optim_or_null(opt, &o);
   cl_step_options so;
-  r_step_options(opts, &so);
+  cl_host_array sb[2 * CL_MAX_LAYERS];
+  r_step_options(opts, &so, sb);
 
   plan_copy pc;
   memset(&pc, 0, sizeof pc);

@@ -39,6 +39,19 @@ static SEXP read_state(cl_model *m, int layer, int which, int B, int C, int H, i
   return arr;
 }
 
+static SEXP read_frames(cl_model *m, int B, int K, int C, int H, int W) {
+  int dims[5] = {B, K, C, H, W};
+  SEXP arr = PROTECT(r_alloc_array(5, dims));
+  cl_host_array h = {REAL(arr), CL_HOST_R_F64, 5, {B, K, C, H, W}};
+  cl_status st = cl_model_read_frames(m, &h);
+  if (st != CL_OK) {
+    UNPROTECT(1);
+    r_raise_model(st, m);
+  }
+  UNPROTECT(1);
+  return arr;
+}
+
 /* what: see r_forward_what (r_convlstm.h); last_states goes with opts
  * outputs = "last_state" (an inference forward that kept only them). */
 SEXP ffi_forward(SEXP ptr, SEXP x, SEXP training, SEXP what, SEXP opts) {
@@ -48,7 +61,8 @@ SEXP ffi_forward(SEXP ptr, SEXP x, SEXP training, SEXP what, SEXP opts) {
   int train = Rf_asLogical(training) == TRUE;
   r_forward_what mode = r_forward_mode(what);
   cl_step_options so;
-  r_step_options(opts, &so);
+  cl_host_array sb[2 * CL_MAX_LAYERS];
+  r_step_options(opts, &so, sb);
   cl_status st = cl_model_forward(m, &hx, train, &so);
   if (st != CL_OK) r_raise_model(st, m);
   if (mode == R_FWD_NONE) return R_NilValue;
@@ -60,6 +74,7 @@ SEXP ffi_forward(SEXP ptr, SEXP x, SEXP training, SEXP what, SEXP opts) {
   int L = cfg->n_layers;
   if (mode == R_FWD_SEQUENCE) return read_output(m, L - 1, B, T, cfg->hidden_dims[L - 1], H, W);
   if (mode == R_FWD_LAST_STATE) return read_state(m, L - 1, 0, B, cfg->hidden_dims[L - 1], H, W);
+  if (mode == R_FWD_FRAMES) return read_frames(m, B, so.horizon, cfg->input_dim, H, W);
 
   int nprotect = 0;
   SEXP outputs = PROTECT(Rf_allocVector(VECSXP, mode == R_FWD_LAST_STATES ? 0 : L));
@@ -177,7 +192,8 @@ SEXP ffi_train_step(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts) 
   cl_optim o;
   r_optim(opt, &o);
   cl_step_options so;
-  r_step_options(opts, &so);
+  cl_host_array sb[2 * CL_MAX_LAYERS];
+  r_step_options(opts, &so, sb);
   double loss = 0;
   cl_status st = cl_model_train_step(m, &hx, &hy, tg, &o, &so, &loss);
   if (st != CL_OK) r_raise_model(st, m);

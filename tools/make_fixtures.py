@@ -34,7 +34,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from torch_convlstm import ConvLSTM  # the one reference model, beside this file
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "inst", "python"))
+from torch_convlstm import ConvLSTM  # noqa: E402  (the one reference model, installed with the package)
 
 FORMAT_VERSION = 1
 ADAM_STEPS = 3
@@ -69,7 +70,18 @@ CONFIGS = [
          bias=False, B=2, T=3, H=6, W=6, target="last_state", weight_decay=0.1),
     dict(name="sequence_target", input_dim=1, hidden_dims=[4, 2], kernel_sizes=[3, 3],
          bias=True, B=2, T=3, H=5, W=5, target="sequence", weight_decay=0.0),
+    # non-square kernels and dilation ("same" padding d (k - 1) / 2), recorded
+    # as config kernel_widths / dilation_h / dilation_w
+    dict(name="kernel_3x5", input_dim=2, hidden_dims=[3, 2], kernel_sizes=[(3, 5), (5, 1)],
+         bias=True, B=2, T=3, H=6, W=7, target="last_state", weight_decay=0.0),
+    dict(name="dilated", input_dim=1, hidden_dims=[2, 1], kernel_sizes=[3, (3, 5)],
+         dilations=[2, (1, 2)], bias=True, B=2, T=3, H=7, W=6, target="sequence",
+         weight_decay=0.0),
 ]
+
+
+def pairs(values):
+    return [(v, v) if isinstance(v, int) else tuple(v) for v in values]
 
 
 class Writer:
@@ -125,7 +137,8 @@ def smallest_gradient(model, weight_decay):
 
 def make(cfg, root, seed):
     torch.manual_seed(seed)
-    model = ConvLSTM(cfg["input_dim"], cfg["hidden_dims"], cfg["kernel_sizes"], cfg["bias"])
+    model = ConvLSTM(cfg["input_dim"], cfg["hidden_dims"], cfg["kernel_sizes"], cfg["bias"],
+                     cfg.get("dilations"))
     B, T, H, W = cfg["B"], cfg["T"], cfg["H"], cfg["W"]
     x = torch.rand(B, T, cfg["input_dim"], H, W)
     c_last = cfg["hidden_dims"][-1]
@@ -137,7 +150,13 @@ def make(cfg, root, seed):
     w = Writer(os.path.join(root, cfg["name"]))
     w.config("input_dim", cfg["input_dim"])
     w.config("hidden_dims", *cfg["hidden_dims"])
-    w.config("kernel_sizes", *cfg["kernel_sizes"])
+    kernels = pairs(cfg["kernel_sizes"])
+    w.config("kernel_sizes", *[k[0] for k in kernels])
+    if "dilations" in cfg or any(kh != kw for kh, kw in kernels):
+        dil = pairs(cfg.get("dilations") or [1] * len(kernels))
+        w.config("kernel_widths", *[k[1] for k in kernels])
+        w.config("dilation_h", *[d[0] for d in dil])
+        w.config("dilation_w", *[d[1] for d in dil])
     w.config("bias", "TRUE" if cfg["bias"] else "FALSE")
     for k in ("B", "T", "H", "W", "target"):
         w.config(k, cfg[k])
@@ -168,7 +187,8 @@ def make(cfg, root, seed):
         w.tensor("grad/" + k, p.grad)
 
     # the same in float64: how far float32 itself is from exact
-    m64 = ConvLSTM(cfg["input_dim"], cfg["hidden_dims"], cfg["kernel_sizes"], cfg["bias"]).double()
+    m64 = ConvLSTM(cfg["input_dim"], cfg["hidden_dims"], cfg["kernel_sizes"], cfg["bias"],
+                   cfg.get("dilations")).double()
     m64.load_state_dict({k: v.double() for k, v in initial.items()})
     out64 = m64(x.double())
     loss64 = F.mse_loss(prediction(out64, cfg["target"]), y.double())
@@ -209,8 +229,11 @@ def main():
     root = os.path.join(here, "..", "tests", "testthat", "fixtures")
     if len(sys.argv) > 1:
         root = sys.argv[1]
+    only = sys.argv[2:]  # config names: write just those (the others stay as committed)
     torch.set_num_threads(1)  # reproducible reductions
     for i, cfg in enumerate(CONFIGS):
+        if only and cfg["name"] not in only:
+            continue
         for attempt in range(1000):
             res = make(cfg, root, seed=20201217 + 1000 * i + attempt)
             if res is not None:

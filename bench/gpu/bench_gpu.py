@@ -4,7 +4,7 @@ against the same ConvLSTM in PyTorch, eager and torch.compile, in ONE process
 on the same GPU: the benchmark and the GPU checks of issue 4.
 
 It is not a test of the R package (tests/testthat) nor of the kernels one by
-one (tests/c/test_cuda_kernels.cu), and it links nothing but the standalone
+one (tests/c/test_backend_ops.c), and it links nothing but the standalone
 library built by `make -C src -f Makefile.standalone CUDA=1`.
 
 Modes (several may be given; default: --bench):
@@ -62,13 +62,14 @@ import time
 # runtime, and our library's dependencies of the same soname resolve to them.
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "inst",
+                                "python"))
 from torch_convlstm import ConvLSTM  # noqa: E402  (the one reference model)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
-# ---- the C API (src/convlstm.h), declared field by field ----------------
+# ---- the C API (inst/include/convlstm.h), declared field by field ----------------
 
 CL_MAX_LAYERS = 32
 CL_ERRMSG_LEN = 512
@@ -136,7 +137,7 @@ class cl_plan(C.Structure):
                 ("arena", C.c_size_t), ("reserved", C.c_size_t)]
 
 
-class cl_gpu_info(C.Structure):  # src/convlstm.h
+class cl_gpu_info(C.Structure):  # inst/include/convlstm.h
     _fields_ = [("device", C.c_int), ("n_devices", C.c_int), ("name", C.c_char * 256),
                 ("cc_major", C.c_int), ("cc_minor", C.c_int), ("multiprocessors", C.c_int),
                 ("mem_free", C.c_size_t), ("mem_total", C.c_size_t),
@@ -384,7 +385,7 @@ class Ours:
         return out
 
 
-# ---- the same ConvLSTM in PyTorch (tools/torch_convlstm.py), trained ------
+# ---- the same ConvLSTM in PyTorch (inst/python/torch_convlstm.py), trained
 
 class TorchRun:
     """A PyTorch model, Adam and (float16/bfloat16) autocast + GradScaler."""
@@ -994,7 +995,7 @@ def check_layout(res):
         with open(os.path.join(d, "l.c"), "w") as f:
             f.write(src)
         exe = os.path.join(d, "l")
-        r = subprocess.run([cc, "-std=c11", "-I", os.path.join(ROOT, "src"),
+        r = subprocess.run([cc, "-std=c11", "-I", os.path.join(ROOT, "inst", "include"),
                             os.path.join(d, "l.c"), "-o", exe], capture_output=True, text=True)
         if r.returncode != 0:
             res.check("layout: compile", False, error=r.stderr[-500:])

@@ -8,7 +8,7 @@
 #ifndef CONVLSTM_CORE_ALLOC_H
 #define CONVLSTM_CORE_ALLOC_H
 
-#include "../convlstm.h"
+#include "convlstm.h"
 #include "backend.h"
 
 typedef struct cl_allocator {

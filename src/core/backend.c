@@ -27,6 +27,12 @@ cl_status cl_backend_conv_workspace(cl_backend *be, const cl_conv_shape *s, size
   return be->iface->conv_workspace ? be->iface->conv_workspace(be, s, bytes) : CL_OK;
 }
 
+size_t cl_backend_runtime_bytes(cl_backend *be) {
+  size_t bytes = 0;
+  if (be->iface->runtime_bytes && be->iface->runtime_bytes(be, &bytes) != CL_OK) bytes = 0;
+  return bytes;
+}
+
 int cl_build_has_cuda(void) {
 #ifdef CL_HAVE_CUDA
   return 1;

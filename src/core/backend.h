@@ -23,20 +23,34 @@
 #ifndef CONVLSTM_CORE_BACKEND_H
 #define CONVLSTM_CORE_BACKEND_H
 
-#include "../convlstm.h"
+#include "convlstm.h"
 
 typedef struct cl_backend cl_backend;
 
 static inline size_t cl_dtype_size(cl_dtype t) { return t == CL_F32 ? 4 : 2; }
 
 /* A stride-1, "same"-padded 2-d convolution over N images:
- * x [N, C, H, W] -> y [N, K, H, W], weight [K, C, k, k], pad = k / 2. */
+ * x [N, C, H, W] -> y [N, K, H, W], weight [K, C, kh, kw], dilation dh, dw,
+ * padding cl_conv_pad_h / cl_conv_pad_w. */
 typedef struct cl_conv_shape {
   int N, C, H, W;
-  int K;  /* output channels */
-  int k;  /* kernel size, odd */
+  int K;      /* output channels */
+  int kh, kw; /* kernel height and width, odd */
+  int dh, dw; /* dilation, >= 1 */
   cl_dtype dtype;
 } cl_conv_shape;
+
+/* "Same" padding: half the dilated kernel's extent, so the output keeps the
+ * input's size (odd kernels). The one place the padding is written down. */
+static inline int cl_conv_pad_h(const cl_conv_shape *s) { return s->dh * (s->kh - 1) / 2; }
+static inline int cl_conv_pad_w(const cl_conv_shape *s) { return s->dw * (s->kw - 1) / 2; }
+/* Taps of the kernel: kh * kw. */
+static inline int cl_conv_taps(const cl_conv_shape *s) { return s->kh * s->kw; }
+/* A shape the backends accept: positive sizes, odd kernels, dilation >= 1. */
+static inline int cl_conv_shape_ok(const cl_conv_shape *s) {
+  return s->N >= 0 && s->C > 0 && s->K > 0 && s->H > 0 && s->W > 0 && s->kh > 0 && s->kw > 0 &&
+         s->kh % 2 == 1 && s->kw % 2 == 1 && s->dh > 0 && s->dw > 0;
+}
 
 /* The fused ConvLSTM cell over N images of `hidden` channels and P = H*W
  * pixels. Gates are [N, 4*hidden, P] in torch's order i, f, o, g. */
@@ -84,6 +98,20 @@ struct cl_backend_i {
   cl_status (*mem_info)(cl_backend *be, size_t *free_bytes, size_t *total_bytes);
   /* (optional) wait for queued work; default: nothing to wait for */
   cl_status (*synchronize)(cl_backend *be);
+  /* (optional, with scratch_bytes) device memory the backend needs for its
+   * own reductions (loss partial sums, found-inf flags): scratch_bytes of
+   * it, allocated by the core through the accounting allocator (category
+   * workspace, plan entry "backend_scratch") when a model is created, and
+   * handed over here before any kernel runs; the backend never frees it. So
+   * every device byte is counted, and none is allocated inside a step. */
+  size_t scratch_bytes;
+  void (*set_scratch)(cl_backend *be, void *p);
+  /* (optional) device bytes the process holds for this backend that no
+   * model owns (CUDA: context, cuDNN handle, stream), measured once per
+   * process at first use; reported as the `runtime` line. Default 0: the
+   * CPU backend's own costs (its OpenMP threads' stacks, the GEMM choice's
+   * timing buffers) are the process's host memory, measured by VmHWM. */
+  cl_status (*runtime_bytes)(cl_backend *be, size_t *bytes);
   /* (optional) a host buffer of at least `bytes` that upload() reads and
    * download() writes at full speed (page-locked memory on CUDA), for the
    * core to stage host arrays through. The backend owns it: one buffer,
@@ -201,6 +229,7 @@ cl_status cl_backend_cuda_device_info(int device, cl_gpu_info *out, char *err, s
 cl_status cl_backend_mem_info(cl_backend *be, size_t *free_bytes, size_t *total_bytes);
 cl_status cl_backend_synchronize(cl_backend *be);
 cl_status cl_backend_conv_workspace(cl_backend *be, const cl_conv_shape *s, size_t *bytes);
+size_t cl_backend_runtime_bytes(cl_backend *be);
 void cl_backend_destroy(cl_backend *be);
 
 #endif

@@ -36,9 +36,15 @@ static cl_status place_target(cl_model *m, const cl_source *a, cl_target target,
   *at = dh;
   *n = 0;
   if (target == CL_TARGET_SEQUENCE) {
-    cl_block k = {b0, b, t0, len};
-    *n = (size_t)len * bh;
-    return cl_put_source(m, dh, CL_F32, a, k);
+    /* with a horizon K the target covers only the last K steps: zeros before */
+    const cl_geom *g = &m->step.g;
+    int first = g->horizon ? g->T - g->horizon : 0, from = t0 > first ? t0 : first;
+    if (from >= t0 + len) return cl_zero(m, dh, (size_t)len * bh * sizeof(float));
+    if (from > t0) CL_TRY(cl_zero(m, dh, (size_t)(from - t0) * bh * sizeof(float)));
+    cl_block k = {b0, b, from - first, t0 + len - from};
+    *at = dh + (size_t)(from - t0) * bh;
+    *n = (size_t)(t0 + len - from) * bh;
+    return cl_put_source(m, *at, CL_F32, a, k);
   }
   int has_last = t0 + len == m->step.g.T;
   size_t zeros = has_last ? (size_t)(len - 1) * bh : (size_t)len * bh;
@@ -164,7 +170,11 @@ cl_status cl_model_backward(cl_model *m, cl_target target, const cl_host_array *
   }
   CL_TRY(cl_grads_ensure(m));
   m->phase = CL_PHASE_CONSUMED; /* gates are overwritten from here on */
-  return cl_backward_segment(m, g->B, g->T, m->step.x, NULL, NULL, 1, 0, 0);
+  void *ih[CL_MAX_LAYERS], *ic[CL_MAX_LAYERS];
+  int from = cl_state_initial(m, 0, ih, ic);
+  CL_TRY(cl_backward_segment(m, g->B, g->T, m->step.x, from ? ih : NULL, from ? ic : NULL, 1, 0,
+                             0));
+  return cl_guard_check(m);
 }
 
 cl_status cl_check_target(cl_model *m, const cl_host_array *a, cl_target target, const char *what,

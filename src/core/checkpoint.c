@@ -72,6 +72,26 @@ static void shape_text(char *buf, size_t len, const uint64_t *d, int nd) {
 
 /* Architecture from the metadata (convlstm wrote it), or else from the
  * weights' shapes (a state dict PyTorch or R torch saved). */
+/* The optional per-layer lists of non-square or dilated models
+ * (convlstm.kernel_widths, .dilation_h, .dilation_w): absent, the defaults. */
+static cl_status read_layer_lists(cl_saved *s, int nh, char *err, size_t errlen) {
+  static const char *const keys[3] = {META_PREFIX "kernel_widths", META_PREFIX "dilation_h",
+                                      META_PREFIX "dilation_w"};
+  int *dst[3] = {s->cfg.kernel_widths, s->cfg.dilation_h, s->cfg.dilation_w};
+  for (int i = 0; i < 3; i++) {
+    const char *v = cl_st_find_meta(&s->f, keys[i]);
+    if (!v) continue;
+    int n = cl_st_meta_int_list(v, dst[i], CL_MAX_LAYERS), ok = n == nh;
+    for (int l = 0; ok && l < nh; l++) ok = dst[i][l] >= 1 && dst[i][l] <= 46339;
+    if (!ok)
+      return cl_st_fail(err, errlen, CL_E_INVALID,
+                        "metadata %s must be a list of %d positive integers (one per layer), not "
+                        "\"%.60s\"",
+                        keys[i], nh, v);
+  }
+  return CL_OK;
+}
+
 static cl_status read_architecture(cl_saved *s, char *err, size_t errlen) {
   cl_config *c = &s->cfg;
   memset(c, 0, sizeof *c);
@@ -107,6 +127,7 @@ static cl_status read_architecture(cl_saved *s, char *err, size_t errlen) {
                         "metadata convlstm.kernel_sizes must be a list of %d positive integers "
                         "(one per layer), not \"%.60s\"", nh, ks);
     c->n_layers = nh;
+    CL_TRY(read_layer_lists(s, nh, err, errlen));
     if (strcmp(bi, "true") != 0 && strcmp(bi, "false") != 0)
       return cl_st_fail(err, errlen, CL_E_INVALID,
                         "metadata convlstm.bias must be \"true\" or \"false\", not \"%.40s\"", bi);
@@ -123,11 +144,11 @@ static cl_status read_architecture(cl_saved *s, char *err, size_t errlen) {
       shape_text(sh, sizeof sh, t->shape, t->ndim);
       if (t->ndim != 4 || t->shape[0] == 0 || t->shape[0] % 4 != 0 ||
           t->shape[0] / 4 > INT32_MAX / 4 || t->shape[1] <= t->shape[0] / 4 ||
-          t->shape[1] > INT32_MAX || t->shape[2] != t->shape[3] || t->shape[2] % 2 == 0 ||
-          t->shape[2] > INT32_MAX)
+          t->shape[1] > INT32_MAX || t->shape[2] % 2 == 0 || t->shape[3] % 2 == 0 ||
+          t->shape[2] > INT32_MAX || t->shape[3] > INT32_MAX)
         return cl_st_fail(err, errlen, CL_E_INVALID,
                           "tensor %s has shape %s; a ConvLSTM layer's weight is [4 * hidden, "
-                          "input + hidden, k, k] with k odd",
+                          "input + hidden, kh, kw] with kh, kw odd",
                           name, sh);
       int h = (int)(t->shape[0] / 4), inl = (int)(t->shape[1] - (uint64_t)h);
       if (l == 0) c->input_dim = inl;
@@ -138,6 +159,7 @@ static cl_status read_architecture(cl_saved *s, char *err, size_t errlen) {
                           name, sh, l, inl, l - 1, c->hidden_dims[l - 1]);
       c->hidden_dims[l] = h;
       c->kernel_sizes[l] = (int)t->shape[2];
+      c->kernel_widths[l] = (int)t->shape[3];
       c->n_layers = l + 1;
     }
     if (c->n_layers == 0)
@@ -158,11 +180,14 @@ static cl_status read_architecture(cl_saved *s, char *err, size_t errlen) {
   }
   for (int l = 0; l < c->n_layers; l++) {
     int in_l = l == 0 ? c->input_dim : c->hidden_dims[l - 1];
+    int kw = cl_cfg_kernel_w(c, l);
     if (c->hidden_dims[l] > INT32_MAX / 4 || in_l > INT32_MAX - c->hidden_dims[l] ||
-        c->kernel_sizes[l] % 2 == 0 || c->kernel_sizes[l] > 46339)
+        c->kernel_sizes[l] % 2 == 0 || c->kernel_sizes[l] > 46339 || kw % 2 == 0 || kw > 46339 ||
+        (double)c->kernel_sizes[l] * kw > 46339.0 * 46339.0)
       return cl_st_fail(err, errlen, CL_E_INVALID,
-                        "layer %d's sizes (hidden %d, kernel %d) are out of range (kernels are odd)", l,
-                        c->hidden_dims[l], c->kernel_sizes[l]);
+                        "layer %d's sizes (hidden %d, kernel %dx%d) are out of range (kernels are "
+                        "odd)",
+                        l, c->hidden_dims[l], c->kernel_sizes[l], kw);
   }
   return CL_OK;
 }
@@ -274,14 +299,15 @@ static cl_status read_loss_scale(cl_saved *s, char *err, size_t errlen) {
   return CL_OK;
 }
 
-/* The shape tensor i of cfg has in torch: weight [4h, in+h, k, k], bias [4h]. */
+/* The shape tensor i of cfg has in torch: weight [4h, in+h, kh, kw], bias [4h]. */
 static int expected_shape(const cl_config *c, int i, uint64_t d[4]) {
   int per = c->bias ? 2 : 1, l = i / per;
   int in_l = l == 0 ? c->input_dim : c->hidden_dims[l - 1];
   d[0] = 4 * (uint64_t)c->hidden_dims[l];
   if (c->bias && i % 2) return 1;
   d[1] = (uint64_t)in_l + (uint64_t)c->hidden_dims[l];
-  d[2] = d[3] = (uint64_t)c->kernel_sizes[l];
+  d[2] = (uint64_t)c->kernel_sizes[l];
+  d[3] = (uint64_t)cl_cfg_kernel_w(c, l);
   return 4;
 }
 
@@ -508,11 +534,15 @@ cl_status cl_saved_load_into(const cl_saved *s, cl_model *m, int with_optimizer)
   const cl_config *c = &m->cfg, *f = &s->cfg;
   int same = c->input_dim == f->input_dim && c->n_layers == f->n_layers && c->bias == f->bias;
   for (int l = 0; same && l < c->n_layers; l++)
-    same = c->hidden_dims[l] == f->hidden_dims[l] && c->kernel_sizes[l] == f->kernel_sizes[l];
+    same = c->hidden_dims[l] == f->hidden_dims[l] && c->kernel_sizes[l] == f->kernel_sizes[l] &&
+           cl_cfg_kernel_w(c, l) == cl_cfg_kernel_w(f, l) &&
+           cl_cfg_dilation_h(c, l) == cl_cfg_dilation_h(f, l) &&
+           cl_cfg_dilation_w(c, l) == cl_cfg_dilation_w(f, l);
   if (!same)
     return cl_fail(m, CL_E_INVALID,
                    "the file's architecture (input %d, %d layers, bias %s) is not the model's "
-                   "(input %d, %d layers, bias %s) or its hidden dims or kernels differ",
+                   "(input %d, %d layers, bias %s) or its hidden dims, kernels or dilations "
+                   "differ",
                    f->input_dim, f->n_layers, f->bias ? "yes" : "no", c->input_dim, c->n_layers,
                    c->bias ? "yes" : "no");
   size_t maxn = 1;
@@ -622,6 +652,14 @@ static cl_status check_user_meta(cl_model *m, int n, const char *const *keys,
   return CL_OK;
 }
 
+static int square_undilated(const cl_config *c) {
+  for (int l = 0; l < c->n_layers; l++)
+    if (cl_cfg_kernel_w(c, l) != c->kernel_sizes[l] || cl_cfg_dilation_h(c, l) != 1 ||
+        cl_cfg_dilation_w(c, l) != 1)
+      return 0;
+  return 1;
+}
+
 static cl_status build_header(cl_model *m, const cl_optim *opt, const save_plan *sp, int n_meta,
                               const char *const *keys, const char *const *values, cl_st_buf *h) {
   const cl_config *c = &m->cfg;
@@ -632,6 +670,11 @@ static cl_status build_header(cl_model *m, const cl_optim *opt, const save_plan 
   cl_st_header_meta_int(h, &first, META_PREFIX "input_dim", c->input_dim);
   cl_st_header_meta_list(h, &first, META_PREFIX "hidden_dims", c->hidden_dims, c->n_layers);
   cl_st_header_meta_list(h, &first, META_PREFIX "kernel_sizes", c->kernel_sizes, c->n_layers);
+  if (!square_undilated(c)) { /* files of square, undilated models stay as they were */
+    cl_st_header_meta_list(h, &first, META_PREFIX "kernel_widths", c->kernel_widths, c->n_layers);
+    cl_st_header_meta_list(h, &first, META_PREFIX "dilation_h", c->dilation_h, c->n_layers);
+    cl_st_header_meta_list(h, &first, META_PREFIX "dilation_w", c->dilation_w, c->n_layers);
+  }
   cl_st_header_meta(h, &first, META_PREFIX "bias", c->bias ? "true" : "false");
   cl_st_header_meta(h, &first, META_PREFIX "dtype", cl_dtype_name(c->dtype));
   cl_st_header_meta(h, &first, META_PREFIX "device", cl_device_name(c->device));

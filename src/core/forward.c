@@ -76,7 +76,10 @@ static size_t hid_slot(const cl_geom *g, int s) {
   return g->outputs == CL_OUTPUTS_ALL ? (size_t)s : (size_t)(s % 2);
 }
 
-static cl_status infer_step(cl_model *m, int s) {
+/* Step s of layer 0's input x_s; ih, ic: the state before step 0 (NULL:
+ * zeros). */
+static cl_status infer_step(cl_model *m, int s, const void *x_s, void *const *ih,
+                            void *const *ic) {
   const cl_step *st = &m->step;
   const cl_geom *g = &st->g;
   const struct cl_backend_i *be = m->be->iface;
@@ -86,19 +89,36 @@ static cl_status infer_step(cl_model *m, int s) {
     const cl_layer *L = &m->layer[l];
     size_t bh = (size_t)g->B * L->hidden * P;
     size_t bin = (size_t)g->B * L->in * P;
-    const void *in = l == 0 ? st->x : cl_at(st->hid[l - 1], hid_slot(g, s) * bin, t);
+    const void *in = l == 0 ? x_s : cl_at(st->hid[l - 1], hid_slot(g, s) * bin, t);
     cl_conv_shape sx = cl_conv_input_half(L, g, g->B), sh = cl_conv_hidden_half(L, g, g->B);
     cl_gates_shape gs = {g->B, L->hidden, (int)P, t};
     void *z = st->gates[l];
     CL_KERNEL(m, be->conv_forward(m->be, &sx, in, m->params + L->off_wx, bias_of(m, L), z, 0,
                                   st->ws));
-    if (s > 0)
-      CL_KERNEL(m, be->conv_forward(m->be, &sh, cl_at(st->hid[l], hid_slot(g, s - 1) * bh, t),
-                                    m->params + L->off_wh, NULL, z, 1, st->ws));
-    CL_KERNEL(m, be->gates_forward(m->be, &gs, z,
-                                   s > 0 ? cl_at(st->cell[l], ((s - 1) % 2) * bh, t) : NULL,
-                                   cl_at(st->cell[l], (s % 2) * bh, t),
+    const void *h_prev = s > 0 ? cl_at(st->hid[l], hid_slot(g, s - 1) * bh, t) : ih ? ih[l] : NULL;
+    const void *c_prev = s > 0 ? cl_at(st->cell[l], ((s - 1) % 2) * bh, t) : ic ? ic[l] : NULL;
+    if (h_prev)
+      CL_KERNEL(m, be->conv_forward(m->be, &sh, h_prev, m->params + L->off_wh, NULL, z, 1, st->ws));
+    CL_KERNEL(m, be->gates_forward(m->be, &gs, z, c_prev, cl_at(st->cell[l], (s % 2) * bh, t),
                                    cl_at(st->hid[l], hid_slot(g, s) * bh, t)));
+  }
+  return CL_OK;
+}
+
+/* A horizon of K frames: frame 0 is the last layer's h after x's last step;
+ * each next one is the h after a step whose input is the frame before. */
+static cl_status roll_forward(cl_model *m, void *const *ih, void *const *ic) {
+  const cl_step *st = &m->step;
+  const cl_geom *g = &st->g;
+  cl_dtype t = g->dtype;
+  size_t frame = (size_t)g->B * m->cfg.input_dim * g->H * g->W; /* == last layer's h */
+  size_t bytes = frame * cl_dtype_size(t);
+  void *top = st->hid[m->cfg.n_layers - 1];
+  for (int k = 0; k < g->horizon; k++) {
+    int s = g->T - 1 + k;
+    if (k > 0) CL_TRY(infer_step(m, s, cl_at(st->frames, (k - 1) * frame, t), ih, ic));
+    CL_KERNEL(m, m->be->iface->copy(m->be, cl_at(st->frames, k * frame, t),
+                                    cl_at(top, hid_slot(g, s) * frame, t), bytes));
   }
   return CL_OK;
 }
@@ -119,30 +139,38 @@ cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training,
                            const cl_step_options *opts) {
   m->err[0] = '\0';
   CL_TRY(cl_check_sequence(m, x, "x", m->cfg.input_dim));
-  if (training && opts && (opts->checkpoint || opts->tbptt || opts->accumulation_steps > 1))
+  if (training && opts &&
+      (opts->checkpoint || opts->tbptt || opts->accumulation_steps > 1 || opts->horizon))
     return cl_fail(m, CL_E_INVALID,
-                   "checkpoint, tbptt and accumulation_steps apply to train_step, not to a "
-                   "forward pass followed by a separate backward");
+                   "checkpoint, tbptt, accumulation_steps and a training horizon apply to "
+                   "train_step, not to a forward pass followed by a separate backward");
+  if (opts && opts->state_mode == CL_STATE_CARRY)
+    return cl_fail(m, CL_E_INVALID, "state = \"carry\" applies to train_step only");
   int B = x->dims[0], T = x->dims[1];
   cl_geom g;
   CL_TRY(cl_geom_make(m, B, T, x->dims[3], x->dims[4], training, opts, &g));
+  CL_TRY(cl_state_check(m, opts, B, x->dims[3], x->dims[4]));
   m->phase = CL_PHASE_NONE;
   CL_TRY(cl_step_prepare(m, &g));
   cl_step *st = &m->step;
   st->outputs_kept = 0;
+  CL_TRY(cl_state_upload(m, opts));
+  void *ih[CL_MAX_LAYERS], *ic[CL_MAX_LAYERS];
+  int from = cl_state_initial(m, 0, ih, ic);
   if (training) {
     CL_TRY(cl_put_host(m, st->x, g.dtype, x, cl_block_all(x)));
-    CL_TRY(cl_forward_segment(m, B, T, st->x, NULL, NULL));
+    CL_TRY(cl_forward_segment(m, B, T, st->x, from ? ih : NULL, from ? ic : NULL));
   } else {
     for (int s = 0; s < T; s++) {
       cl_block k = {0, B, s, 1};
       CL_TRY(cl_put_host(m, st->x, g.dtype, x, k));
-      CL_TRY(infer_step(m, s));
+      CL_TRY(infer_step(m, s, st->x, from ? ih : NULL, from ? ic : NULL));
     }
+    CL_TRY(roll_forward(m, from ? ih : NULL, from ? ic : NULL));
   }
   st->outputs_kept = 1;
   m->phase = training ? CL_PHASE_TRAINING : CL_PHASE_INFERENCE;
-  return CL_OK;
+  return cl_guard_check(m);
 }
 
 cl_status cl_model_last_shape(const cl_model *m, int *B, int *T, int *H, int *W) {
@@ -187,7 +215,9 @@ cl_status cl_model_read_state(cl_model *m, int layer, int which, cl_host_array *
   CL_TRY(check_read(m, layer, out, 4));
   const cl_geom *g = &m->step.g;
   size_t bh = (size_t)g->B * m->layer[layer].hidden * g->H * g->W;
-  int last = g->T - 1;
+  /* an inference rollout ran horizon - 1 steps after x (a training horizon
+   * is inside T already) */
+  int last = g->T - 1 + (!g->training && g->horizon > 0 ? g->horizon - 1 : 0);
   size_t slot;
   if (g->training) /* a whole-sequence training forward keeps every step */
     slot = (size_t)last;
@@ -195,4 +225,17 @@ cl_status cl_model_read_state(cl_model *m, int layer, int which, cl_host_array *
     slot = which == 0 ? hid_slot(g, last) : (size_t)(last % 2);
   void *buf = which == 0 ? m->step.hid[layer] : m->step.cell[layer];
   return cl_get_host(m, out, cl_at(buf, slot * bh, g->dtype), g->dtype);
+}
+
+cl_status cl_model_read_frames(cl_model *m, cl_host_array *out) {
+  const cl_geom *g = &m->step.g;
+  if (m->phase != CL_PHASE_INFERENCE || g->horizon < 1)
+    return cl_fail(m, CL_E_STATE, "no forward with a horizon has run");
+  int want[5] = {g->B, g->horizon, m->cfg.input_dim, g->H, g->W};
+  if (out->ndim != 5) return cl_fail(m, CL_E_INVALID, "frames array must have 5 dimensions");
+  for (int i = 0; i < 5; i++)
+    if (out->dims[i] != want[i])
+      return cl_fail(m, CL_E_INVALID, "frames array dimension %d is %d, expected %d", i + 1,
+                     out->dims[i], want[i]);
+  return cl_get_host(m, out, m->step.frames, g->dtype);
 }

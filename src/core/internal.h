@@ -6,20 +6,33 @@
 #ifndef CONVLSTM_CORE_INTERNAL_H
 #define CONVLSTM_CORE_INTERNAL_H
 
-#include "../convlstm.h"
+#include "convlstm.h"
 #include "backend.h"   /* cl_backend, kernel shapes */
 #include "alloc.h"     /* cl_allocator */
 
-/* One ConvLSTM layer. Its torch weight [4h, in+h, k, k] is kept as two packed
- * halves, wx [4h, in, k, k] and wh [4h, h, k, k], because the input half runs
+/* One ConvLSTM layer. Its torch weight [4h, in+h, kh, kw] is kept as two packed
+ * halves, wx [4h, in, kh, kw] and wh [4h, h, kh, kw], because the input half runs
  * once over all steps (the fast path) and the hidden half once per step, and
  * cuDNN filters cannot be strided views. Offsets count floats in the flat
  * parameter (and gradient) buffer, so one optimizer launch updates all. */
 typedef struct cl_layer {
-  int in, hidden, k;
+  int in, hidden;
+  int kh, kw, dh, dw; /* kernel and dilation; "same" padding (backend.h) */
   size_t off_wx, off_wh, off_b; /* off_b unused without bias */
   size_t n_wx, n_wh, n_b;
 } cl_layer;
+
+/* A configuration's kernel width and dilation of layer l, defaults (0)
+ * resolved: what cl_model_create stores, and what a file's config means. */
+static inline int cl_cfg_kernel_w(const cl_config *c, int l) {
+  return c->kernel_widths[l] ? c->kernel_widths[l] : c->kernel_sizes[l];
+}
+static inline int cl_cfg_dilation_h(const cl_config *c, int l) {
+  return c->dilation_h[l] ? c->dilation_h[l] : 1;
+}
+static inline int cl_cfg_dilation_w(const cl_config *c, int l) {
+  return c->dilation_w[l] ? c->dilation_w[l] : 1;
+}
 
 /* The schedule of one call, derived from its shape and options; it decides
  * the plan, and two calls with equal geometry share step buffers.
@@ -39,17 +52,20 @@ typedef struct cl_geom {
   int tbptt; /* nonzero: S is a truncation window */
   cl_dtype dtype;
   cl_outputs outputs; /* inference */
+  cl_state_mode state; /* where the call starts from (state.c) */
+  int horizon;         /* inference: frames rolled forward after the T steps of x */
 } cl_geom;
 
 /* Layer L's two convolutions over n images at g's frame size and storage
  * type: the input half (in -> 4h channels) and the hidden half (h -> 4h).
  * The one place a layer's convolution geometry is written down. */
 static inline cl_conv_shape cl_conv_input_half(const cl_layer *L, const cl_geom *g, int n) {
-  cl_conv_shape s = {n, L->in, g->H, g->W, 4 * L->hidden, L->k, g->dtype};
+  cl_conv_shape s = {n, L->in, g->H, g->W, 4 * L->hidden, L->kh, L->kw, L->dh, L->dw, g->dtype};
   return s;
 }
 static inline cl_conv_shape cl_conv_hidden_half(const cl_layer *L, const cl_geom *g, int n) {
-  cl_conv_shape s = {n, L->hidden, g->H, g->W, 4 * L->hidden, L->k, g->dtype};
+  cl_conv_shape s = {n, L->hidden, g->H, g->W, 4 * L->hidden, L->kh, L->kw, L->dh, L->dw,
+                     g->dtype};
   return s;
 }
 
@@ -61,6 +77,9 @@ typedef enum cl_buf_kind {
   CL_BUF_OPT_M,      /* Adam first moment or SGD momentum [n_params]   */
   CL_BUF_OPT_V,      /* Adam second moment [n_params]                  */
   CL_BUF_OPT_VMAX,   /* amsgrad's running maximum of it [n_params]      */
+  CL_BUF_BACKEND,    /* the backend's own device scratch (its reductions) */
+  CL_BUF_HELD,       /* carried state (CL_STATE_CARRY): per layer h then c,
+                        each [B, h, H, W], in the storage dtype          */
   /* step buffers, allocated by the executor from the plan; S steps held at
    * once (T, a checkpoint segment or a tbptt window), Bm sequences */
   CL_BUF_X,        /* data: input [S or T, Bm, C_in, H, W]; inference [1, B, C_in, H, W] */
@@ -82,6 +101,10 @@ typedef enum cl_buf_kind {
                       of the largest h unless checkpoint segments interleave
                       layers, then one per layer                           */
   CL_BUF_WS,       /* convolution workspace, the largest any call needs    */
+  CL_BUF_INIT_H,   /* CL_STATE_GIVEN: the initial h [B, h, H, W]            */
+  CL_BUF_INIT_C,   /* CL_STATE_GIVEN: the initial c likewise                */
+  CL_BUF_FRAMES,   /* inference with a horizon: the predicted frames
+                      [K, B, C_in, H, W], each the next step's input      */
   CL_BUF_NKIND
 } cl_buf_kind;
 
@@ -102,6 +125,8 @@ typedef struct cl_step {
   float *dh[CL_MAX_LAYERS];
   float *dc[CL_MAX_LAYERS]; /* one shared buffer unless segments interleave layers */
   void *ws;
+  void *init_h[CL_MAX_LAYERS], *init_c[CL_MAX_LAYERS]; /* CL_STATE_GIVEN */
+  void *frames; /* inference with a horizon */
   int outputs_kept; /* the buffers hold the whole call's outputs and states */
 } cl_step;
 
@@ -136,10 +161,17 @@ struct cl_model {
   float *opt_vmax;  /* amsgrad's max_exp_avg_sq */
   int opt_amsgrad;  /* the state was made for amsgrad (opt_vmax follows it) */
   int opt_m_fresh; /* the momentum buffer awaits its first update (SGD seeds it then) */
+  /* the carried state (state.c): one buffer, per layer h then c, each
+   * [held_B, h, held_H, held_W] in held_dtype; NULL when none */
+  void *held;
+  size_t held_bytes;
+  int held_B, held_H, held_W;
+  cl_dtype held_dtype;
   int64_t opt_steps;
   double grad_norm; /* before clipping, of the last step that measured it (clip.c); else NaN */
   cl_loss_fn loss_fn; /* the loss of the step under way (loss.c); MSE between steps */
   cl_step step;
+  void *be_scratch; /* the backend's scratch_bytes, workspace, held for the model's life */
   void *arena; /* reserved for step buffers; outlives any one step's plan */
   size_t arena_bytes;
   cl_phase phase;
@@ -148,15 +180,19 @@ struct cl_model {
   struct cl_data *data; /* data sets on the device (data.c), freed with the model */
   int *data_idx;        /* a step's rows on the device, shared by the data sets */
   int data_idx_cap;
+  size_t device_used_at_create; /* device total - free before the parameters (GPU) */
+  int guard; /* CONVLSTM_GUARD=1 at creation: guard bands after arena buffers (step.c) */
+  int have_device_used;
   char err[CL_ERRMSG_LEN];
 };
 
 /* ---- What each file offers the files above it, floor by floor ---------
  * A file uses only files below its floor (src/core/README.md):
  *   1 util.c, backend.c   errors, checked sizes; the backend table's defaults
+ *   1 osmem.c             the process's resident memory as the OS reports it
  *   2 alloc.c, plan.c     accounting allocator; the plan of a step's buffers
  *   3 step.c              the step arena, model buffers, gradients
- *   4 pack.c              host arrays and data-set rows <-> device tensors
+ *   4 pack.c, state.c     host arrays and data-set rows <-> device tensors; initial state
  *   5 forward.c, backward.c, optim.c, clip.c, loss.c   the engine's pieces
  *   6 train.c             one training step
  *   7 data.c, params.c    data sets on the device; parameters by name
@@ -185,8 +221,19 @@ cl_status cl_fail_backend(cl_model *m, cl_status s, const char *what);
 /* Sizes with overflow checks: 0 on overflow. */
 size_t cl_mul_size(size_t a, size_t b);
 
+/* osmem.c. The process's resident bytes now and at their high-water mark;
+ * 1 when read, 0 with the reason in why where the platform cannot say. */
+int cl_os_process_memory(size_t *rss, size_t *hwm, char *why, size_t whylen);
+
 /* step.c */
+/* Bytes of canary after every arena buffer of a model made with
+ * CONVLSTM_GUARD=1, beyond the buffer's alignment padding (which is guarded
+ * too); 0 otherwise. plan.c places them, step.c fills and checks them. */
+#define CL_GUARD_BYTES 256
 cl_status cl_step_prepare(cl_model *m, const cl_geom *g);
+/* Every guard band still holds its canary; else CL_E_INTERNAL naming the
+ * buffer written past. Nothing to check without guards. */
+cl_status cl_guard_check(cl_model *m);
 void cl_step_release(cl_model *m);
 /* A model buffer (gradients, optimizer state, data sets). When the device refuses it,
  * the step arena is given back and the allocation tried once more -- unless
@@ -256,6 +303,23 @@ static inline int cl_optim_is_adam(cl_optim_kind k) {
 
 /* optim.c: "Adam", "AdamW", "SGD" for messages ("none" for 0). */
 const char *cl_optim_kind_title(cl_optim_kind k);
+
+/* state.c: where a call starts from and what a carrying step keeps.
+ * cl_state_check: the mode and the given arrays against B, H, W (before
+ * anything is allocated); cl_state_prepare: the carried state allocated
+ * (zeros) before the step arena; cl_state_upload: the given state into the
+ * step buffers once they exist. */
+cl_status cl_state_check(cl_model *m, const cl_step_options *o, int B, int H, int W);
+cl_status cl_state_prepare(cl_model *m, const cl_geom *g);
+cl_status cl_state_upload(cl_model *m, const cl_step_options *o);
+/* The state before step 0 of sequences b0.. of the current step: 1 with
+ * per-layer pointers in h, c, or 0 for zeros. */
+int cl_state_initial(cl_model *m, int b0, void **h, void **c);
+/* CL_STATE_CARRY: the per-layer [b, hidden, H, W] buffers h, c become the
+ * carried state of sequences b0..b0+b-1. */
+cl_status cl_state_keep(cl_model *m, int b0, int b, void *const *h, void *const *c);
+void cl_state_free(cl_model *m);
+
 /* optim.c: cl_optim_check (convlstm.h) with the reason in the model. */
 cl_status cl_check_optim(cl_model *m, const cl_optim *o);
 /* o's state, created on first use and reset when the kind changes;

@@ -10,7 +10,7 @@
 #ifndef CONVLSTM_CORE_JSON_H
 #define CONVLSTM_CORE_JSON_H
 
-#include "../convlstm.h" /* cl_status */
+#include "convlstm.h" /* cl_status */
 
 #include <stddef.h>
 #include <stdint.h>

@@ -38,9 +38,15 @@ static cl_status check_config(const cl_config *c, char *err, size_t errlen) {
                c->hidden_dims[l]);
       return CL_E_INVALID;
     }
-    int k = c->kernel_sizes[l];
-    if (k < 1 || k % 2 == 0) {
-      snprintf(err, errlen, "kernel_sizes[%d] must be a positive odd integer, not %d", l + 1, k);
+    int k = c->kernel_sizes[l], kw = c->kernel_widths[l];
+    if (k < 1 || k % 2 == 0 || kw < 0 || (kw > 0 && kw % 2 == 0)) {
+      snprintf(err, errlen, "kernel_sizes[%d] must be positive odd integers, not %d x %d", l + 1, k,
+               kw ? kw : k);
+      return CL_E_INVALID;
+    }
+    if (c->dilation_h[l] < 0 || c->dilation_w[l] < 0) {
+      snprintf(err, errlen, "dilation[%d] must be positive integers, not %d x %d", l + 1,
+               c->dilation_h[l], c->dilation_w[l]);
       return CL_E_INVALID;
     }
   }
@@ -64,8 +70,16 @@ static cl_status layout_layers(cl_model *m) {
     cl_layer *L = &m->layer[l];
     L->in = l == 0 ? m->cfg.input_dim : m->cfg.hidden_dims[l - 1];
     L->hidden = m->cfg.hidden_dims[l];
-    L->k = m->cfg.kernel_sizes[l];
-    size_t kk = cl_mul_size((size_t)L->k, (size_t)L->k), g = 4 * (size_t)L->hidden;
+    /* the defaults made explicit, so the configuration reads back whole */
+    cl_config *c = &m->cfg;
+    c->kernel_widths[l] = cl_cfg_kernel_w(c, l);
+    c->dilation_h[l] = cl_cfg_dilation_h(c, l);
+    c->dilation_w[l] = cl_cfg_dilation_w(c, l);
+    L->kh = c->kernel_sizes[l];
+    L->kw = c->kernel_widths[l];
+    L->dh = c->dilation_h[l];
+    L->dw = c->dilation_w[l];
+    size_t kk = cl_mul_size((size_t)L->kh, (size_t)L->kw), g = 4 * (size_t)L->hidden;
     L->n_wx = cl_mul_size(cl_mul_size(g, (size_t)L->in), kk);
     L->n_wh = cl_mul_size(cl_mul_size(g, (size_t)L->hidden), kk);
     L->n_b = m->cfg.bias ? g : 0;
@@ -93,6 +107,28 @@ static cl_status create_backend(cl_model *m) {
   return CL_OK;
 }
 
+/* The backend's own scratch, from the accounting allocator like every other
+ * device byte (plan.c names it "backend_scratch"). */
+static cl_status alloc_backend_scratch(cl_model *m) {
+  const struct cl_backend_i *f = m->be->iface;
+  if (!f->scratch_bytes || !f->set_scratch) return CL_OK;
+  CL_TRY(cl_mem_alloc(&m->mem, CL_MEM_WORKSPACE, f->scratch_bytes, &m->be_scratch, m->err,
+                      sizeof m->err));
+  f->set_scratch(m->be, m->be_scratch);
+  return CL_OK;
+}
+
+/* A device with memory of its own (not the host's): total - free as the
+ * driver says, which counts every process's allocations. */
+static int device_used(cl_model *m, size_t *used) {
+  size_t fr = 0, tot = 0;
+  *used = 0;
+  if (m->be->iface->host_accessible || !m->be->iface->mem_info) return 0;
+  if (m->be->iface->mem_info(m->be, &fr, &tot) != CL_OK || tot < fr) return 0;
+  *used = tot - fr;
+  return 1;
+}
+
 cl_status cl_model_create(const cl_config *cfg, cl_model **out, char *err, size_t errlen) {
   *out = NULL;
   char scratch[CL_ERRMSG_LEN];
@@ -117,6 +153,12 @@ cl_status cl_model_create(const cl_config *cfg, cl_model **out, char *err, size_
   if (s == CL_OK) {
     m->mem.be = m->be;
     m->mem.limit = cfg->memory_limit;
+    m->have_device_used = device_used(m, &m->device_used_at_create);
+    const char *guard = getenv("CONVLSTM_GUARD");
+    m->guard = guard && strcmp(guard, "1") == 0;
+    s = alloc_backend_scratch(m);
+  }
+  if (s == CL_OK) {
     s = cl_mem_alloc(&m->mem, CL_MEM_PARAMETERS, m->n_params * sizeof(float),
                      (void **)&m->params, m->err, sizeof m->err);
   }
@@ -137,8 +179,11 @@ void cl_model_free(cl_model *m) {
     cl_data_free_all(m);
     cl_step_release(m);
     cl_optim_free(m);
+    cl_state_free(m);
     cl_mem_free(&m->mem, CL_MEM_GRADIENTS, m->grads, m->n_params * sizeof(float));
     cl_mem_free(&m->mem, CL_MEM_PARAMETERS, m->params, m->n_params * sizeof(float));
+    if (m->be->iface->synchronize) (void)m->be->iface->synchronize(m->be);
+    cl_mem_free(&m->mem, CL_MEM_WORKSPACE, m->be_scratch, m->be->iface->scratch_bytes);
     cl_backend_destroy(m->be);
   }
   models_alive--;
@@ -162,6 +207,21 @@ cl_status cl_model_memory_stats(cl_model *m, cl_mem_stats *s) {
   s->peak_reserved = a->peak_reserved;
   s->limit = a->limit;
   cl_mem_capacity(a, &s->device_total, &s->device_free);
+  return CL_OK;
+}
+
+cl_status cl_model_measured_memory(cl_model *m, cl_measured_mem *out) {
+  memset(out, 0, sizeof *out);
+  char why[sizeof out->why] = "";
+  out->have_process =
+      cl_os_process_memory(&out->process_rss, &out->process_peak, why, sizeof why);
+  out->have_device = m->have_device_used && device_used(m, &out->device_used);
+  out->device_used_at_create = out->have_device ? m->device_used_at_create : 0;
+  out->runtime = cl_backend_runtime_bytes(m->be);
+  if (!out->have_device && !m->be->iface->host_accessible && why[0] == '\0')
+    snprintf(why, sizeof why, "the %s backend did not report its device memory",
+             m->be->iface->name);
+  snprintf(out->why, sizeof out->why, "%s", why);
   return CL_OK;
 }
 

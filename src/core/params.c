@@ -1,7 +1,7 @@
 /*
  * core/params.c -- parameters by torch name and layout. Inside, a layer's
  * weight is two packed halves (wx, wh; see internal.h); outside, it is torch's
- * cell_list.<l>.conv.weight [4h, in+h, k, k], so weights move between this
+ * cell_list.<l>.conv.weight [4h, in+h, kh, kw], so weights move between this
  * package, R torch and PyTorch unchanged.
  */
 #include "internal.h"
@@ -35,7 +35,8 @@ cl_status cl_model_tensor_info(const cl_model *m, int i, const char **name, int 
   } else {
     *ndim = 4;
     dims[1] = L->in + L->hidden;
-    dims[2] = dims[3] = L->k;
+    dims[2] = L->kh;
+    dims[3] = L->kw;
   }
   return CL_OK;
 }
@@ -66,7 +67,7 @@ void cl_convert_tensor(const cl_model *m, int i, float *flat, float *t, int to_t
       memcpy(flat + L->off_b, t, L->n_b * sizeof(float));
     return;
   }
-  size_t kk = (size_t)L->k * L->k, rx = L->in * kk, rh = L->hidden * kk;
+  size_t kk = (size_t)L->kh * L->kw, rx = L->in * kk, rh = L->hidden * kk;
   for (size_t o = 0; o < 4 * (size_t)L->hidden; o++) {
     float *wx = flat + L->off_wx + o * rx, *wh = flat + L->off_wh + o * rh;
     float *row = t + o * (rx + rh);
@@ -159,7 +160,7 @@ static size_t flat_index(const cl_model *m, int i, size_t j) {
   tensor_of(m, i, &l, &is_bias);
   const cl_layer *L = &m->layer[l];
   if (is_bias) return L->off_b + j;
-  size_t kk = (size_t)L->k * L->k, rx = L->in * kk, rh = L->hidden * kk;
+  size_t kk = (size_t)L->kh * L->kw, rx = L->in * kk, rh = L->hidden * kk;
   size_t o = j / (rx + rh), r = j % (rx + rh);
   return r < rx ? L->off_wx + o * rx + r : L->off_wh + o * rh + (r - rx);
 }
@@ -174,7 +175,7 @@ cl_status cl_model_init_params(cl_model *m, double (*uniform01)(void *), void *c
     tensor_of(m, i, &l, &is_bias);
     const cl_layer *L = &m->layer[l];
     /* kaiming_uniform(a = sqrt(5)) and torch's bias rule both give this bound */
-    double fan_in = (double)(L->in + L->hidden) * L->k * L->k;
+    double fan_in = (double)(L->in + L->hidden) * L->kh * L->kw;
     double bound = 1.0 / sqrt(fan_in);
     size_t n = cl_tensor_numel(m, i);
     for (size_t j = 0; j < n; j++)

@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int ceil_div(int a, int b) { return (a + b - 1) / b; }
+/* a, b > 0; (a + b - 1) / b would overflow for a batch near INT_MAX split
+ * into as many micro-batches, and divide by the zero it wraps to */
+static int ceil_div(int a, int b) { return a / b + (a % b != 0); }
 
 cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
                        const cl_step_options *o, cl_geom *g) {
@@ -27,14 +29,30 @@ cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
     return cl_fail(m, CL_E_INVALID, "unknown outputs mode %d", (int)o->outputs);
   if (o->plan_dtype < 0 || o->plan_dtype > 1 + CL_BF16)
     return cl_fail(m, CL_E_INVALID, "unknown dtype %d", o->plan_dtype - 1);
+  if (o->state_mode < CL_STATE_ZERO || o->state_mode > CL_STATE_CARRY)
+    return cl_fail(m, CL_E_INVALID, "unknown state mode %d", (int)o->state_mode);
+  if (o->state_mode == CL_STATE_CARRY && !training)
+    return cl_fail(m, CL_E_INVALID, "state = \"carry\" applies to train_step only");
+  if (o->horizon < 0 || (training && o->horizon > T))
+    return cl_fail(m, CL_E_INVALID, "horizon must be >= 0 and, in training, at most the %d steps",
+                   T);
+  if (o->horizon > 0 && m->layer[m->cfg.n_layers - 1].hidden != m->cfg.input_dim)
+    return cl_fail(m, CL_E_INVALID,
+                   "horizon: the last layer's hidden size (%d) must equal the input channels "
+                   "(%d), since each predicted frame is fed back as the next input",
+                   m->layer[m->cfg.n_layers - 1].hidden, m->cfg.input_dim);
+  if (o->horizon > 0 && T > INT32_MAX - o->horizon)
+    return cl_fail(m, CL_E_INVALID, "horizon: %d + %d steps overflow", T, o->horizon);
   g->B = B; g->T = T; g->H = H; g->W = W;
   g->training = training ? 1 : 0;
   g->dtype = o->plan_dtype ? (cl_dtype)(o->plan_dtype - 1) : m->cfg.dtype;
   g->Bm = B;
   g->S = T;
   g->nseg = 1;
+  g->state = o->state_mode;
+  g->horizon = o->horizon; /* training: the target is the last `horizon` steps */
   if (!training) {
-    g->outputs = o->outputs;
+    g->outputs = o->horizon ? CL_OUTPUTS_LAST : o->outputs; /* the frames are the output */
     return CL_OK;
   }
   int ck = o->checkpoint > 0 && o->checkpoint < T, tb = o->tbptt > 0 && o->tbptt < T;
@@ -52,6 +70,17 @@ cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
     g->tbptt = 1;
   }
   return CL_OK;
+}
+
+size_t cl_state_bytes(const cl_model *m, int B, int H, int W, cl_dtype t) {
+  size_t n = 0, P = cl_mul_size((size_t)H, (size_t)W);
+  for (int l = 0; l < m->cfg.n_layers; l++) {
+    size_t e = cl_mul_size(cl_mul_size(2 * cl_dtype_size(t), (size_t)B),
+                           cl_mul_size((size_t)m->layer[l].hidden, P));
+    if (e == 0 || n + e < n) return 0;
+    n += e;
+  }
+  return n;
 }
 
 typedef struct plan_builder {
@@ -125,10 +154,13 @@ static size_t plan_workspace(plan_builder *b, const cl_model *m, const cl_geom *
   return ws;
 }
 
-static void plan_model_buffers(plan_builder *b, const struct cl_model *m, int training,
+static void plan_model_buffers(plan_builder *b, const struct cl_model *m, const cl_geom *g,
                                const cl_optim *opt) {
+  int training = g->training;
   size_t pb = nbytes(b, sizeof(float), m->n_params, 1, 1, 1);
   add(b, CL_BUF_PARAMS, -1, CL_MEM_PARAMETERS, pb, "parameters");
+  if (m->be->iface->scratch_bytes)
+    add(b, CL_BUF_BACKEND, -1, CL_MEM_WORKSPACE, m->be->iface->scratch_bytes, "backend_scratch");
   if (training || m->grads) add(b, CL_BUF_GRADS, -1, CL_MEM_GRADIENTS, pb, "gradients");
   cl_optim_kind kind = opt ? opt->kind : m->opt_kind;
   int adam = cl_optim_is_adam(kind);
@@ -139,6 +171,23 @@ static void plan_model_buffers(plan_builder *b, const struct cl_model *m, int tr
     add(b, CL_BUF_OPT_V, -1, CL_MEM_OPTIMIZER, pb, "adam.exp_avg_sq");
   if (adam && (opt ? opt->amsgrad : m->opt_vmax != NULL))
     add(b, CL_BUF_OPT_VMAX, -1, CL_MEM_OPTIMIZER, pb, "adam.max_exp_avg_sq");
+  /* the state a carrying step holds, or will hold (as state.c sizes it) */
+  if (m->held || g->state == CL_STATE_CARRY) {
+    size_t sb = m->held ? m->held_bytes : cl_state_bytes(m, g->B, g->H, g->W, g->dtype);
+    if (sb == 0) b->overflow = 1;
+    add(b, CL_BUF_HELD, -1, CL_MEM_STATES, sb, "carried_state");
+  }
+}
+
+/* A given initial state: h and c of every layer for the whole batch. */
+static void plan_given_state(plan_builder *b, const struct cl_model *m, const cl_geom *g) {
+  if (g->state != CL_STATE_GIVEN) return;
+  size_t e = cl_dtype_size(g->dtype), P = (size_t)g->H * g->W;
+  for (int l = 0; l < m->cfg.n_layers; l++) {
+    size_t n = nbytes(b, e, (size_t)g->B, (size_t)m->layer[l].hidden, P, 1);
+    add(b, CL_BUF_INIT_H, l, CL_MEM_STATES, n, "initial_h");
+    add(b, CL_BUF_INIT_C, l, CL_MEM_STATES, n, "initial_c");
+  }
 }
 
 static int max_hidden(const struct cl_model *m) {
@@ -154,6 +203,9 @@ static void plan_inference(plan_builder *b, const struct cl_model *m, const cl_g
   add(b, CL_BUF_GATES, -1, CL_MEM_WORKSPACE, nbytes(b, e, B, 4 * (size_t)max_hidden(m), P, 1),
       "gates");
   int all = g->outputs == CL_OUTPUTS_ALL;
+  if (g->horizon > 0) /* inference only: in training the target fills d_hidden */
+    add(b, CL_BUF_FRAMES, -1, CL_MEM_ACTIVATIONS,
+        nbytes(b, e, (size_t)g->horizon, B, (size_t)m->cfg.input_dim, P), "frames");
   for (int l = 0; l < m->cfg.n_layers; l++) {
     size_t h = (size_t)m->layer[l].hidden;
     add(b, CL_BUF_CELL, l, CL_MEM_STATES, nbytes(b, e, 2, B, h, P), "cell");
@@ -168,7 +220,10 @@ static void plan_training(plan_builder *b, const struct cl_model *m, const cl_ge
   size_t e = cl_dtype_size(g->dtype), f = sizeof(float), P = (size_t)g->H * g->W;
   size_t Bm = (size_t)g->Bm, S = (size_t)g->S, nseg = (size_t)g->nseg;
   size_t Tx = g->tbptt ? S : (size_t)g->T;
-  int carry_windows = g->tbptt && g->S < g->T;
+  /* tbptt hands the state between windows; a carrying step with checkpoint
+   * segments keeps the last one's end there while backward still reads the
+   * state the step started from */
+  int carry_windows = (g->tbptt && g->S < g->T) || (g->state == CL_STATE_CARRY && nseg > 1);
   add(b, CL_BUF_X, -1, CL_MEM_DATA, nbytes(b, e, Tx, Bm, (size_t)m->cfg.input_dim, P), "x");
   for (int l = 0; l < m->cfg.n_layers; l++) {
     size_t h = (size_t)m->layer[l].hidden;
@@ -193,8 +248,10 @@ static void plan_training(plan_builder *b, const struct cl_model *m, const cl_ge
   if (nseg == 1) add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, hmax, P, 1), "d_cell");
 }
 
-/* Step buffers one after the other in the arena, each aligned. */
-static void place_in_arena(plan_builder *b) {
+/* Step buffers one after the other in the arena, each aligned, each followed
+ * by `guard` bytes of guard band (CONVLSTM_GUARD=1; counted in the arena and
+ * so in `reserved`, in no category). */
+static void place_in_arena(plan_builder *b, size_t guard) {
   cl_plan *p = b->p;
   size_t at = 0;
   for (int i = 0; i < p->n; i++) {
@@ -207,7 +264,7 @@ static void place_in_arena(plan_builder *b) {
     e->offset = at;
     size_t padded = e->bytes + (CL_ARENA_ALIGN - 1);
     if (padded < e->bytes) b->overflow = 1;
-    at += padded / CL_ARENA_ALIGN * CL_ARENA_ALIGN;
+    at += padded / CL_ARENA_ALIGN * CL_ARENA_ALIGN + guard;
     if (at < e->offset) b->overflow = 1;
   }
   p->arena = at;
@@ -219,13 +276,15 @@ cl_status cl_plan_build(const cl_model *m, const cl_geom *g, const cl_optim *opt
                         char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   plan_builder b = {out, 0, 0, CL_OK};
-  plan_model_buffers(&b, m, g->training, opt);
+  plan_model_buffers(&b, m, g, opt);
   if (g->training)
     plan_training(&b, m, g);
   else
     plan_inference(&b, m, g);
+  plan_given_state(&b, m, g);
   add(&b, CL_BUF_WS, -1, CL_MEM_WORKSPACE, plan_workspace(&b, m, g), "conv_workspace");
-  place_in_arena(&b);
+  place_in_arena(&b, m->guard ? CL_GUARD_BYTES : 0);
+  out->runtime = cl_backend_runtime_bytes(m->be);
   if (b.backend != CL_OK) {
     cl_plan_free(out);
     snprintf(err, errlen, "planning a step of batch %d, %d steps, %dx%d pixels: %s", g->B, g->T,

@@ -17,6 +17,9 @@ cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
  * then the optimizer state the model holds, if any, is planned. Fails, with
  * the reason in err, with CL_E_INVALID when sizes overflow, or with the
  * backend's status when it cannot say a convolution's workspace. */
+/* The carried state (state.c): per layer h then c, each [B, hidden, H, W]
+ * in dtype t; its bytes, 0 on overflow. */
+size_t cl_state_bytes(const cl_model *m, int B, int H, int W, cl_dtype t);
 cl_status cl_plan_build(const cl_model *m, const cl_geom *g, const cl_optim *opt, cl_plan *out,
                         char *err, size_t errlen);
 

@@ -8,7 +8,7 @@
 #ifndef CONVLSTM_CORE_SAFETENSORS_H
 #define CONVLSTM_CORE_SAFETENSORS_H
 
-#include "../convlstm.h" /* cl_status */
+#include "convlstm.h" /* cl_status */
 #include "json.h"
 
 #include <stddef.h>

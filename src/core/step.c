@@ -10,12 +10,122 @@
  */
 #include "plan.h" /* cl_geom_make, cl_plan_build; internal.h */
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define CL_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CL_ASAN 1
+#endif
+#endif
+#ifdef CL_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
+/* ---- guard bands (CONVLSTM_GUARD=1) --------------------------------------
+ * After each arena buffer, from its last byte to the next buffer's offset
+ * (its alignment padding and CL_GUARD_BYTES more), a canary: a pattern that
+ * changes with the position, so that neither zeros nor any repeated value a
+ * kernel might write past its slot passes for it. On a host backend built
+ * with AddressSanitizer the band is also poisoned, so the write itself is
+ * reported where it happens. */
+#define GUARD_MAX (CL_ARENA_ALIGN + CL_GUARD_BYTES)
+
+static unsigned char canary_at(size_t i) { return (unsigned char)(0xA5u + 37u * (unsigned)i); }
+
+/* The guard band of in-arena entry i: [*start, *end) in the arena. */
+static void guard_band(const cl_plan *p, int i, size_t *start, size_t *end) {
+  const cl_plan_entry *e = &p->entries[i];
+  *start = e->offset + e->bytes;
+  *end = p->arena;
+  for (int j = i + 1; j < p->n; j++)
+    if (p->entries[j].in_arena) {
+      *end = p->entries[j].offset;
+      break;
+    }
+}
+
+static void guard_poison(cl_model *m, size_t start, size_t end, int on) {
+#ifdef CL_ASAN
+  if (!m->be->iface->host_accessible || end <= start) return;
+  char *p = (char *)m->arena + start;
+  if (on)
+    ASAN_POISON_MEMORY_REGION(p, end - start);
+  else
+    ASAN_UNPOISON_MEMORY_REGION(p, end - start);
+#else
+  (void)m, (void)start, (void)end, (void)on;
+#endif
+}
+
+static cl_status guard_fill(cl_model *m) {
+  const cl_plan *p = &m->step.plan;
+  unsigned char pattern[GUARD_MAX];
+  for (size_t k = 0; k < sizeof pattern; k++) pattern[k] = canary_at(k);
+  for (int i = 0; i < p->n; i++) {
+    if (!p->entries[i].in_arena) continue;
+    size_t a, b;
+    guard_band(p, i, &a, &b);
+    if (b <= a || b - a > GUARD_MAX) continue;
+    guard_poison(m, a, b, 0); /* a refill after a report finds it poisoned */
+    CL_KERNEL(m, m->be->iface->upload(m->be, (char *)m->arena + a, pattern, b - a));
+    guard_poison(m, a, b, 1);
+  }
+  return CL_OK;
+}
+
+cl_status cl_guard_check(cl_model *m) {
+  if (!m->guard || !m->step.valid) return CL_OK;
+  const cl_plan *p = &m->step.plan;
+  unsigned char got[GUARD_MAX];
+  for (int i = 0; i < p->n; i++) {
+    if (!p->entries[i].in_arena) continue;
+    size_t a, b;
+    guard_band(p, i, &a, &b);
+    if (b <= a || b - a > GUARD_MAX) continue;
+    guard_poison(m, a, b, 0);
+    CL_KERNEL(m, m->be->iface->download(m->be, got, (char *)m->arena + a, b - a));
+    guard_poison(m, a, b, 1);
+    for (size_t k = 0; k < b - a; k++) {
+      if (got[k] == canary_at(k)) continue;
+      const cl_plan_entry *e = &p->entries[i];
+      /* the canary goes back, so the report is made once per overrun */
+      (void)guard_fill(m);
+      return cl_fail(m, CL_E_INTERNAL,
+                     "guard band overwritten: a kernel wrote past buffer '%s' (%zu bytes at "
+                     "arena offset %zu): byte %zu after its end changed",
+                     e->name, e->bytes, e->offset, k);
+    }
+  }
+  return CL_OK;
+}
+
+cl_status cl_model_test_overrun(cl_model *m, const char *buffer) {
+  if (!m->guard || !m->step.valid)
+    return cl_fail(m, CL_E_STATE, "no guard bands: create the model with CONVLSTM_GUARD=1 and run a step");
+  const cl_plan *p = &m->step.plan;
+  for (int i = 0; i < p->n; i++) {
+    if (!p->entries[i].in_arena || strcmp(p->entries[i].name, buffer) != 0) continue;
+    size_t a, b;
+    guard_band(p, i, &a, &b);
+    unsigned char junk = (unsigned char)~canary_at(0);
+    guard_poison(m, a, a + 1, 0);
+    CL_KERNEL(m, m->be->iface->upload(m->be, (char *)m->arena + a, &junk, 1));
+    return CL_OK;
+  }
+  return cl_fail(m, CL_E_INVALID, "no step buffer named '%s'", buffer);
+}
 
 /* Give back the plan's buffers; the arena stays reserved. */
 static void unbind(cl_model *m) {
   cl_step *st = &m->step;
+#ifdef CL_ASAN
+  if (m->guard && m->arena && m->be->iface->host_accessible)
+    ASAN_UNPOISON_MEMORY_REGION(m->arena, m->arena_bytes);
+#endif
   for (int i = 0; i < st->plan.n; i++) {
     const cl_plan_entry *e = &st->plan.entries[i];
     if (e->in_arena) cl_mem_give(&m->mem, e->category, e->bytes);
@@ -56,6 +166,9 @@ static void bind_view(cl_step *st, const cl_plan_entry *e, void *p) {
   case CL_BUF_DH: bind((void **)st->dh, l, p); break;
   case CL_BUF_DC: bind((void **)st->dc, l, p); break;
   case CL_BUF_WS: st->ws = p; break;
+  case CL_BUF_INIT_H: bind(st->init_h, l, p); break;
+  case CL_BUF_INIT_C: bind(st->init_c, l, p); break;
+  case CL_BUF_FRAMES: st->frames = p; break;
   default: break;
   }
 }
@@ -99,6 +212,7 @@ cl_status cl_step_prepare(cl_model *m, const cl_geom *g) {
   }
   st->valid = 1;
   st->g = *g;
+  if (m->guard) CL_TRY(guard_fill(m));
   return CL_OK;
 }
 

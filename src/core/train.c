@@ -45,10 +45,13 @@ static int seg_len(const cl_geom *g, int s) {
   return left < g->S ? left : g->S;
 }
 
-/* Share of the whole batch's loss elements held by b sequences, len steps. */
-static double share_of(const cl_geom *g, cl_target tg, int b, int len) {
-  if (tg == CL_TARGET_SEQUENCE) return ((double)b * len) / ((double)g->B * g->T);
-  return (double)b / g->B;
+/* Share of the whole batch's loss elements held by b sequences, steps t0 ..
+ * t0 + len - 1 (with a horizon, only its last steps have a target). */
+static double share_of(const cl_geom *g, cl_target tg, int b, int t0, int len) {
+  if (tg != CL_TARGET_SEQUENCE) return (double)b / g->B;
+  int first = g->horizon ? g->T - g->horizon : 0, from = t0 > first ? t0 : first;
+  int steps = t0 + len > from ? t0 + len - from : 0;
+  return ((double)b * steps) / ((double)g->B * (g->T - first));
 }
 
 /* Pointers to checkpoint slot s of every layer, for b sequences. */
@@ -69,31 +72,41 @@ static cl_status run_segments(cl_model *m, const cl_source *x, const cl_source *
   const cl_geom *g = &st->g;
   size_t xstep = (size_t)b * m->cfg.input_dim * g->H * g->W;
   void *ph[CL_MAX_LAYERS], *pc[CL_MAX_LAYERS], *eh[CL_MAX_LAYERS], *ec[CL_MAX_LAYERS];
+  void *ih[CL_MAX_LAYERS], *ic[CL_MAX_LAYERS];
+  int from = cl_state_initial(m, b0, ih, ic);
   cl_block all = {b0, b, 0, g->T};
   CL_TRY(cl_put_source(m, st->x, g->dtype, x, all));
   for (int s = 0; s < g->nseg; s++) {
     int len = seg_len(g, s);
     if (s > 0) ckpt_slot(m, b, s - 1, ph, pc);
+    int start = s > 0 || from;
     CL_TRY(cl_forward_segment(m, b, len, cl_at(st->x, (size_t)s * g->S * xstep, g->dtype),
-                              s > 0 ? ph : NULL, s > 0 ? pc : NULL));
+                              !start ? NULL : s > 0 ? ph : ih, !start ? NULL : s > 0 ? pc : ic));
     if (s < g->nseg - 1) {
       ckpt_slot(m, b, s, eh, ec);
       CL_TRY(cl_save_segment_end(m, b, len, eh, ec));
+    } else if (g->nseg > 1 && g->state == CL_STATE_CARRY) { /* planned for this */
+      CL_TRY(cl_save_segment_end(m, b, len, st->carry_h, st->carry_c));
     }
   }
   for (int s = g->nseg - 1; s >= 0; s--) {
-    int len = seg_len(g, s), last = s == g->nseg - 1;
+    int len = seg_len(g, s), last = s == g->nseg - 1, start = s > 0 || from;
     void *xs = cl_at(st->x, (size_t)s * g->S * xstep, g->dtype);
     if (s > 0) ckpt_slot(m, b, s - 1, ph, pc);
+    void **sh = !start ? NULL : s > 0 ? ph : ih, **sc = !start ? NULL : s > 0 ? pc : ic;
     if (!last) /* recompute what the later segments overwrote */
-      CL_TRY(cl_forward_segment(m, b, len, xs, s > 0 ? ph : NULL, s > 0 ? pc : NULL));
+      CL_TRY(cl_forward_segment(m, b, len, xs, sh, sc));
     double part;
-    CL_TRY(cl_loss_segment(m, y, tg, b0, b, s * g->S, len, share_of(g, tg, b, len), ls, 1, &part));
+    double share = share_of(g, tg, b, s * g->S, len);
+    CL_TRY(cl_loss_segment(m, y, tg, b0, b, s * g->S, len, share, ls, 1, &part));
     *loss += part;
-    CL_TRY(cl_backward_segment(m, b, len, xs, s > 0 ? ph : NULL, s > 0 ? pc : NULL, last, !last,
-                               s > 0));
+    CL_TRY(cl_backward_segment(m, b, len, xs, sh, sc, last, !last, s > 0));
   }
-  return CL_OK;
+  /* the state this micro-batch started from is read no more: hand on its
+   * last one (still in the buffers when there is a single segment) */
+  if (g->state != CL_STATE_CARRY) return CL_OK;
+  if (g->nseg > 1) return cl_state_keep(m, b0, b, st->carry_h, st->carry_c);
+  return cl_save_segment_end(m, b, g->T, ih, ic); /* ih, ic: the carried state itself */
 }
 
 /* Truncated BPTT over one micro-batch: windows of S steps. */
@@ -102,21 +115,25 @@ static cl_status run_windows(cl_model *m, const cl_source *x, const cl_source *y
   cl_step *st = &m->step;
   const cl_geom *g = &st->g;
   int nwin = (g->T + g->S - 1) / g->S;
+  void *ih[CL_MAX_LAYERS], *ic[CL_MAX_LAYERS];
+  int from = cl_state_initial(m, b0, ih, ic);
   for (int w = 0; w < nwin; w++) {
     int t0 = w * g->S, len = seg_len(g, w), first = w == 0;
+    void **sh = !first ? st->carry_h : from ? ih : NULL;
+    void **sc = !first ? st->carry_c : from ? ic : NULL;
     cl_block k = {b0, b, t0, len};
     CL_TRY(cl_put_source(m, st->x, g->dtype, x, k));
-    CL_TRY(cl_forward_segment(m, b, len, st->x, first ? NULL : st->carry_h,
-                              first ? NULL : st->carry_c));
+    CL_TRY(cl_forward_segment(m, b, len, st->x, sh, sc));
     if (tg == CL_TARGET_SEQUENCE || w == nwin - 1) {
       double part;
-      CL_TRY(cl_loss_segment(m, y, tg, b0, b, t0, len, share_of(g, tg, b, len), ls, 1, &part));
+      CL_TRY(cl_loss_segment(m, y, tg, b0, b, t0, len, share_of(g, tg, b, t0, len), ls, 1, &part));
       *loss += part;
-      CL_TRY(cl_backward_segment(m, b, len, st->x, first ? NULL : st->carry_h,
-                                 first ? NULL : st->carry_c, 1, 0, 0));
+      CL_TRY(cl_backward_segment(m, b, len, st->x, sh, sc, 1, 0, 0));
     }
-    /* after backward, which still reads the incoming state */
+    /* after backward, which still reads the incoming state; the last
+     * window's end is the state a carrying step hands on */
     if (w < nwin - 1) CL_TRY(cl_save_segment_end(m, b, len, st->carry_h, st->carry_c));
+    else if (g->state == CL_STATE_CARRY) CL_TRY(cl_save_segment_end(m, b, len, ih, ic));
   }
   return CL_OK;
 }
@@ -155,11 +172,13 @@ static cl_status scaled_update(cl_model *m, const cl_optim *opt, double max_norm
 
 static cl_status train_step(cl_model *m, const cl_source *x, const cl_source *y,
                             cl_target target, const cl_optim *opt, const cl_geom *gp,
-                            double max_norm, double *loss) {
+                            const cl_step_options *opts, double *loss) {
+  double max_norm = opts ? opts->max_grad_norm : 0;
   const cl_geom g = *gp;
   m->grad_norm = NAN; /* until clip.c measures this step's */
   int B = g.B;
   CL_TRY(cl_step_prepare(m, &g));
+  CL_TRY(cl_state_upload(m, opts));
   CL_TRY(cl_model_zero_grad(m));
   m->step.outputs_kept = 0;
   m->phase = CL_PHASE_CONSUMED;
@@ -189,7 +208,10 @@ cl_status cl_model_train_step(cl_model *m, const cl_host_array *x, const cl_host
   CL_TRY(cl_check_optim(m, opt));
   CL_TRY(cl_check_sequence(m, x, "x", m->cfg.input_dim));
   int B = x->dims[0], T = x->dims[1], H = x->dims[3], W = x->dims[4];
-  CL_TRY(cl_check_target(m, y, target, "y", B, T, H, W));
+  int K = opts ? opts->horizon : 0;
+  if (K > 0 && target != CL_TARGET_SEQUENCE)
+    return cl_fail(m, CL_E_INVALID, "a training horizon needs the target \"sequence\"");
+  CL_TRY(cl_check_target(m, y, target, "y", B, K > 0 && K <= T ? K : T, H, W));
   cl_source xs = cl_source_host(x), ys = cl_source_host(y);
   return cl_train_sources(m, &xs, &ys, target, B, T, H, W, opt, opts, loss);
 }
@@ -199,6 +221,9 @@ cl_status cl_train_sources(cl_model *m, const cl_source *x, const cl_source *y, 
                            const cl_step_options *opts, double *loss) {
   cl_geom g;
   CL_TRY(cl_geom_make(m, B, T, H, W, 1, opts, &g));
+  CL_TRY(cl_state_check(m, opts, B, H, W));
+  if (g.horizon && !x->host)
+    return cl_fail(m, CL_E_INVALID, "a training horizon applies to arrays, not to data sets");
   m->phase = CL_PHASE_NONE;
   /* every model buffer before the step's arena, so that nothing is
    * allocated once the step has begun; a state made for a step that fails
@@ -209,9 +234,11 @@ cl_status cl_train_sources(cl_model *m, const cl_source *x, const cl_source *y, 
   int created;
   CL_TRY(cl_optim_ensure(m, opt, &created));
   if (opts) m->loss_fn = opts->loss;
-  cl_status s = train_step(m, x, y, target, opt, &g, opts ? opts->max_grad_norm : 0, loss);
+  cl_status s = cl_state_prepare(m, &g);
+  if (s == CL_OK) s = train_step(m, x, y, target, opt, &g, opts, loss);
   memset(&m->loss_fn, 0, sizeof m->loss_fn); /* back to MSE, cl_model_mse's */
   if (s != CL_OK && created) cl_model_optimizer_reset(m);
+  if (s == CL_OK) s = cl_guard_check(m);
   return s;
 }
 
@@ -221,6 +248,7 @@ cl_status cl_model_set_dtype(cl_model *m, cl_dtype dtype) {
     return cl_fail(m, CL_E_INVALID, "unknown dtype %d", (int)dtype);
   if (dtype == m->cfg.dtype) return CL_OK;
   cl_step_release(m); /* activations were planned in the old dtype */
+  cl_state_free(m);    /* and the carried state stored in it */
   m->cfg.dtype = dtype;
   cl_scaler_reset(&m->scaler);
   return CL_OK;

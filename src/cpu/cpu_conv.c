@@ -1,10 +1,12 @@
 /*
  * cpu/cpu_conv.c -- the CPU backend's convolutions (backend.h: conv_forward,
  * conv_backward_data, conv_backward_filter, conv_workspace): stride 1,
- * "same" padding k / 2, odd k, NCHW, weight [K, C, k, k], float32.
+ * "same" padding (cl_conv_pad_h / _w), odd kernels kh x kw with dilation
+ * dh x dw, NCHW, weight [K, C, kh, kw], float32. Below, k k stands for the
+ * kh kw taps, each an offset of (i dh, j dw) into the padded image.
  *
  * Most shapes lower each image to one GEMM on its im2col matrix (skipped for
- * k == 1, where the image already is that matrix):
+ * 1 x 1 kernels, where the image already is that matrix):
  *   forward      y[K, P]   = w[K, Ckk] col(x)[Ckk, P]             (+ bias)
  *   bwd data     dcol      = w^T dy, then col2im             (when K > C)
  *                dx[C, P]  = wflip[C, Kkk] col(dy)[Kkk, P]   (when K <= C)
@@ -60,7 +62,8 @@ typedef struct conv_plan {
   int view;         /* GEMM path: B packed straight from the padded image */
   int flip;         /* backward data through flipped weights */
   int gM, gN, gK;   /* the per-image GEMM (direct: the rows / dot product) */
-  int pad, Hp, Wp;  /* direct and view: the zero-bordered image copy */
+  int pad_h, pad_w; /* direct and view: the zero-bordered image copy */
+  int Hp, Wp;
   size_t plane;     /* Hp * Wp */
   int nq;           /* direct: outputs (or products) per channel, H Wp rounded up */
   size_t off_wflip, off_boff, off_dbias, off_dw, off_slices;
@@ -78,9 +81,9 @@ static int round_up(int n, int m) { return (n + m - 1) / m * m; }
 
 /* Bytes of the im2col buffer the GEMM path would use for one image. */
 static size_t im2col_bytes(conv_op op, const cl_conv_shape *s) {
-  if (s->k == 1) return 0;
+  if (cl_conv_taps(s) == 1) return 0;
   int ch = op == OP_BWD_DATA && s->K <= s->C ? s->K : s->C; /* flipped kernel: col(dy) */
-  return sizeof(float) * (size_t)ch * s->k * s->k * s->H * s->W;
+  return sizeof(float) * (size_t)ch * cl_conv_taps(s) * s->H * s->W;
 }
 
 /* Direct or im2col + GEMM, from measurements on AVX-512 and AVX2 cores
@@ -92,7 +95,7 @@ static size_t im2col_bytes(conv_op op, const cl_conv_shape *s) {
  * 2 pad columns per row are 8% extra work. A BLAS GEMM (chosen only when it
  * beat the internal one) keeps everything but the thin cases. */
 static int use_direct(conv_op op, const cl_conv_shape *s, cl_cpu_gemm_kind kind) {
-  const int thin_fwd = s->K <= 8, thin_filter = s->K <= 16 || s->C * s->k * s->k <= 32;
+  const int thin_fwd = s->K <= 8, thin_filter = s->K <= 16 || s->C * cl_conv_taps(s) <= 32;
   const int big = im2col_bytes(op, s) > ((size_t)2 << 20);
   if (kind == CL_CPU_GEMM_BLAS)
     return op == OP_FORWARD ? thin_fwd : op == OP_BWD_FILTER && thin_filter;
@@ -120,8 +123,8 @@ static void plan_threads(conv_plan *pl, int N, int nt) {
 
 /* The per-image GEMM of the im2col path; returns its column buffer bytes. */
 static size_t plan_gemm(conv_plan *pl, conv_op op, const cl_conv_shape *s) {
-  int kk = s->k * s->k, P = s->H * s->W;
-  pl->flip = op == OP_BWD_DATA && s->k > 1 && s->K <= s->C;
+  int kk = cl_conv_taps(s), P = s->H * s->W;
+  pl->flip = op == OP_BWD_DATA && kk > 1 && s->K <= s->C;
   switch (op) {
     case OP_FORWARD: pl->gM = s->K, pl->gN = P, pl->gK = s->C * kk; break;
     case OP_BWD_DATA:
@@ -132,15 +135,16 @@ static size_t plan_gemm(conv_plan *pl, conv_op op, const cl_conv_shape *s) {
       break;
     case OP_BWD_FILTER: pl->gM = s->K, pl->gN = s->C * kk, pl->gK = P; break;
   }
-  if (s->k == 1) return 0;
+  if (kk == 1) return 0;
   return sizeof(float) * (size_t)(pl->flip ? s->K : s->C) * kk * P;
 }
 
-/* Rows of the zero-bordered copy of an image: W + 2 pad floats. */
+/* Rows of the zero-bordered copy of an image: W + 2 pad_w floats. */
 static void plan_padding(conv_plan *pl, const cl_conv_shape *s) {
-  pl->pad = s->k / 2;
-  pl->Hp = s->H + 2 * pl->pad;
-  pl->Wp = s->W + 2 * pl->pad;
+  pl->pad_h = cl_conv_pad_h(s);
+  pl->pad_w = cl_conv_pad_w(s);
+  pl->Hp = s->H + 2 * pl->pad_h;
+  pl->Wp = s->W + 2 * pl->pad_w;
   pl->plane = (size_t)pl->Hp * pl->Wp;
 }
 
@@ -150,13 +154,14 @@ static void plan_padding(conv_plan *pl, const cl_conv_shape *s) {
  * keeps slack behind its last plane so the most shifted view can read nq
  * floats. */
 static void plan_direct(conv_plan *pl, conv_op op, const cl_conv_shape *s) {
-  int kk = s->k * s->k;
+  int kk = cl_conv_taps(s);
   plan_padding(pl, s);
   int mult = op == OP_BWD_FILTER ? CL_CPU_DOT_PAD : CL_CPU_ROWS_PAD;
   pl->nq = round_up(s->H * pl->Wp, mult);
   /* Backward data pads dy (K channels) and produces C rows of dx. */
   int in = op == OP_BWD_DATA ? s->K : s->C, out = op == OP_BWD_DATA ? s->C : s->K;
-  size_t last_view = (size_t)(in - 1) * pl->plane + (size_t)(s->k - 1) * (pl->Wp + 1);
+  size_t last_view = (size_t)(in - 1) * pl->plane + (size_t)(s->kh - 1) * s->dh * pl->Wp +
+                     (size_t)(s->kw - 1) * s->dw;
   pl->flip = op == OP_BWD_DATA;
   pl->buf_bytes = round64(sizeof(float) * (last_view + (size_t)pl->nq));
   pl->aux_bytes = round64(sizeof(float) * (size_t)out * pl->nq);
@@ -172,7 +177,7 @@ static void plan_direct(conv_plan *pl, conv_op op, const cl_conv_shape *s) {
 static void plan_gemm_path(conv_plan *pl, conv_op op, const cl_conv_shape *s,
                            cl_cpu_gemm_kind kind) {
   pl->buf_bytes = round64(plan_gemm(pl, op, s));
-  pl->view = s->k > 1 && kind != CL_CPU_GEMM_BLAS && pl->gemm_threads == 1 &&
+  pl->view = cl_conv_taps(s) > 1 && kind != CL_CPU_GEMM_BLAS && pl->gemm_threads == 1 &&
              (op == OP_FORWARD || pl->flip);
   if (pl->view) {
     plan_padding(pl, s);
@@ -187,7 +192,7 @@ static void plan_gemm_path(conv_plan *pl, conv_op op, const cl_conv_shape *s,
 /* Shared regions (flipped weights, view offsets, backward filter's partial
  * sums) first, then one slice per thread. */
 static void plan_regions(conv_plan *pl, conv_op op, const cl_conv_shape *s) {
-  const size_t kk = (size_t)s->k * s->k;
+  const size_t kk = (size_t)cl_conv_taps(s);
   const int in = op == OP_BWD_DATA ? s->K : s->C;
   size_t wflip = pl->flip ? round64(sizeof(float) * s->C * s->K * kk) : 0;
   size_t boff = pl->direct || pl->view ? round64(sizeof(ptrdiff_t) * in * kk) : 0;
@@ -207,8 +212,8 @@ static void plan_regions(conv_plan *pl, conv_op op, const cl_conv_shape *s) {
   pl->total = used ? used + 64 : 0;
 }
 
-static conv_plan conv_plan_of(conv_op op, const cl_conv_shape *s, const cl_backend *be) {
-  const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(be);
+static conv_plan conv_plan_kind(conv_op op, const cl_conv_shape *s, const cl_backend *be,
+                                cl_cpu_gemm_kind kind) {
   const int forced = ((const cl_cpu_ctx *)be->context)->conv_path;
   conv_plan pl;
   memset(&pl, 0, sizeof pl);
@@ -224,14 +229,19 @@ static conv_plan conv_plan_of(conv_op op, const cl_conv_shape *s, const cl_backe
   return pl;
 }
 
+static conv_plan conv_plan_of(conv_op op, const cl_conv_shape *s, const cl_backend *be) {
+  return conv_plan_kind(op, s, be, cl_cpu_gemm_of(be));
+}
+
 static cl_status check_shape(cl_backend *be, const cl_conv_shape *s) {
   if (s->dtype != CL_F32 && s->dtype != CL_F16 && s->dtype != CL_BF16)
     return cl_cpu_fail(be, CL_E_UNSUPPORTED, "cpu backend: unknown storage dtype %d",
                        (int)s->dtype);
-  if (s->N < 0 || s->C <= 0 || s->K <= 0 || s->H <= 0 || s->W <= 0 || s->k <= 0 || s->k % 2 == 0)
+  if (!cl_conv_shape_ok(s))
     return cl_cpu_fail(be, CL_E_INVALID,
-                       "cpu backend: bad convolution shape N=%d C=%d K=%d H=%d W=%d k=%d", s->N,
-                       s->C, s->K, s->H, s->W, s->k);
+                       "cpu backend: bad convolution shape N=%d C=%d K=%d H=%d W=%d kernel %dx%d "
+                       "dilation %dx%d",
+                       s->N, s->C, s->K, s->H, s->W, s->kh, s->kw, s->dh, s->dw);
   return CL_OK;
 }
 
@@ -239,10 +249,19 @@ cl_status cl_cpu_conv_workspace(cl_backend *be, const cl_conv_shape *s, size_t *
   *bytes = 0;
   cl_status st = check_shape(be, s);
   if (st != CL_OK) return st;
-  for (int op = OP_FORWARD; op <= OP_BWD_FILTER; op++) {
-    conv_plan pl = conv_plan_of((conv_op)op, s, be);
-    if (pl.total > *bytes) *bytes = pl.total;
-  }
+  /* The GEMM a backend uses is timed once per process (cl_cpu_gemm_choose)
+   * and may differ between runs; the workspace is the largest of what the
+   * kind in use (a forced one), the best internal GEMM and BLAS would take,
+   * so a plan, and memory_estimate(), are the same on every run of the same
+   * model, shape and build. */
+  const cl_cpu_gemm_kind kinds[3] = {cl_cpu_gemm_of(be), cl_cpu_gemm_best_internal(),
+                                     CL_CPU_GEMM_BLAS};
+  const int n_kinds = cl_cpu_gemm_available(CL_CPU_GEMM_BLAS) ? 3 : 2;
+  for (int op = OP_FORWARD; op <= OP_BWD_FILTER; op++)
+    for (int k = 0; k < n_kinds; k++) {
+      conv_plan pl = conv_plan_kind((conv_op)op, s, be, kinds[k]);
+      if (pl.total > *bytes) *bytes = pl.total;
+    }
   return CL_OK;
 }
 
@@ -278,13 +297,15 @@ static void shifted_row(const float *src, int H, int W, int dy, int dx, float *o
   }
 }
 
-/* col[(c k + i) k + j][y W + x] = img[c][y + i - pad][x + j - pad], 0 outside. */
-static void im2col(const float *img, int C, int H, int W, int k, float *col) {
-  const int pad = k / 2;
+/* col[(c kh + i) kw + j][y W + x] = img[c][y + i dh - pad_h][x + j dw - pad_w],
+ * 0 outside. */
+static void im2col(const float *img, int C, const cl_conv_shape *s, float *col) {
+  const int ph = cl_conv_pad_h(s), pw = cl_conv_pad_w(s), H = s->H, W = s->W;
   const size_t P = (size_t)H * W;
   for (int c = 0; c < C; c++)
-    for (int i = 0; i < k; i++)
-      for (int j = 0; j < k; j++, col += P) shifted_row(img + c * P, H, W, i - pad, j - pad, col);
+    for (int i = 0; i < s->kh; i++)
+      for (int j = 0; j < s->kw; j++, col += P)
+        shifted_row(img + c * P, H, W, i * s->dh - ph, j * s->dw - pw, col);
 }
 
 /* The adjoint of shifted_row: dst[q + dy W + dx] += row[q] over the valid
@@ -304,21 +325,21 @@ static void shifted_row_add(float *row, int H, int W, int dy, int dx, float *dst
   for (int q = q0; q < q1; q++) dst[q + shift] += row[q];
 }
 
-/* The adjoint of im2col: img[c][y + i - pad][x + j - pad] += col[...][y W + x].
- * Overwrites the invalid entries of col. */
-static void col2im_add(float *col, int C, int H, int W, int k, float *img) {
-  const int pad = k / 2;
+/* The adjoint of im2col: img[c][y + i dh - pad_h][x + j dw - pad_w] +=
+ * col[...][y W + x]. Overwrites the invalid entries of col. */
+static void col2im_add(float *col, int C, const cl_conv_shape *s, float *img) {
+  const int ph = cl_conv_pad_h(s), pw = cl_conv_pad_w(s), H = s->H, W = s->W;
   const size_t P = (size_t)H * W;
   for (int c = 0; c < C; c++)
-    for (int i = 0; i < k; i++)
-      for (int j = 0; j < k; j++, col += P)
-        shifted_row_add(col, H, W, i - pad, j - pad, img + c * P);
+    for (int i = 0; i < s->kh; i++)
+      for (int j = 0; j < s->kw; j++, col += P)
+        shifted_row_add(col, H, W, i * s->dh - ph, j * s->dw - pw, img + c * P);
 }
 
-/* wf[c][o][i][j] = w[o][c][k-1-i][k-1-j]: backward data as a forward
- * convolution of dy (stride 1, odd k, pad k / 2 keep the padding the same). */
-static void flip_weights(const float *w, int K, int C, int k, float *wf) {
-  const int kk = k * k;
+/* wf[c][o][i][j] = w[o][c][kh-1-i][kw-1-j]: backward data as a forward
+ * convolution of dy (stride 1, odd kernels and "same" padding d (k - 1) / 2
+ * keep the padding and dilation the same). */
+static void flip_weights(const float *w, int K, int C, int kk, float *wf) {
   for (int c = 0; c < C; c++)
     for (int o = 0; o < K; o++) {
       const float *src = w + ((size_t)o * C + c) * kk;
@@ -330,10 +351,11 @@ static void flip_weights(const float *w, int K, int C, int k, float *wf) {
 /* ---- the direct path's padded layout ---------------------------------------- */
 
 /* Where the im2col row (c, i, j) starts in the padded image. */
-static void fill_offsets(const conv_plan *pl, int C, int k, ptrdiff_t *boff) {
+static void fill_offsets(const conv_plan *pl, int C, const cl_conv_shape *s, ptrdiff_t *boff) {
   for (int c = 0; c < C; c++)
-    for (int i = 0; i < k; i++)
-      for (int j = 0; j < k; j++) *boff++ = (ptrdiff_t)(c * pl->plane) + (ptrdiff_t)i * pl->Wp + j;
+    for (int i = 0; i < s->kh; i++)
+      for (int j = 0; j < s->kw; j++)
+        *boff++ = (ptrdiff_t)(c * pl->plane) + (ptrdiff_t)i * s->dh * pl->Wp + (ptrdiff_t)j * s->dw;
 }
 
 /* The rows of image n (C channels, stored in dtype t) into the interior of
@@ -345,7 +367,7 @@ static void fill_padded(const conv_plan *pl, cl_dtype t, const void *img, int n,
   for (int c = 0; c < C; c++)
     for (int y = 0; y < H; y++)
       cl_cpu_load(t, img, first + ((size_t)c * H + y) * W,
-                  xp + c * pl->plane + (size_t)(y + pl->pad) * pl->Wp + pl->pad, (size_t)W);
+                  xp + c * pl->plane + (size_t)(y + pl->pad_h) * pl->Wp + pl->pad_w, (size_t)W);
 }
 
 /* ---- per-image work ------------------------------------------------------- */
@@ -461,8 +483,8 @@ static void forward_image(const conv_job *j, int n, int tid) {
   const float *xn = (const float *)j->x + img_floats(s, s->C) * n;
   float *yn = (float *)j->y + img_floats(s, s->K) * n;
   const float *B = xn;
-  if (s->k > 1 && !j->pl->view) {
-    im2col(xn, s->C, s->H, s->W, s->k, slice_buf(j, tid));
+  if (cl_conv_taps(s) > 1 && !j->pl->view) {
+    im2col(xn, s->C, s, slice_buf(j, tid));
     B = slice_buf(j, tid);
   }
   float beta = j->accumulate ? 1.0f : 0.0f;
@@ -490,21 +512,21 @@ static void backward_data_image(const conv_job *j, int n, int tid) {
   const float *dyn = (const float *)j->dy + img_floats(s, s->K) * n;
   float *dxn = j->dx + img_floats(s, s->C) * n;
   float beta = j->accumulate ? 1.0f : 0.0f;
-  if (s->k == 1) {
+  if (cl_conv_taps(s) == 1) {
     job_gemm(j, tid, 1, 0, j->w, s->C, dyn, P, beta, dxn, P);
   } else if (j->pl->flip) {
     const float *wf = (const float *)(j->ws + j->pl->off_wflip);
     if (j->pl->view) {
       view_gemm(j, tid, wf, j->dy, n, s->K, beta, dxn);
     } else {
-      im2col(dyn, s->K, s->H, s->W, s->k, slice_buf(j, tid));
+      im2col(dyn, s->K, s, slice_buf(j, tid));
       job_gemm(j, tid, 0, 0, wf, j->pl->gK, slice_buf(j, tid), P, beta, dxn, P);
     }
   } else {
     float *col = slice_buf(j, tid);
     job_gemm(j, tid, 1, 0, j->w, j->pl->gM, dyn, P, 0.0f, col, P);
     if (!j->accumulate) memset(dxn, 0, sizeof(float) * img_floats(s, s->C));
-    col2im_add(col, s->C, s->H, s->W, s->k, dxn);
+    col2im_add(col, s->C, s, dxn);
   }
 }
 
@@ -557,8 +579,8 @@ static void backward_filter_image(const conv_job *j, int n, int tid) {
   const int P = s->H * s->W;
   const float *dyn = (const float *)j->dy + img_floats(s, s->K) * n;
   const float *B = (const float *)j->x + img_floats(s, s->C) * n;
-  if (s->k > 1) {
-    im2col(B, s->C, s->H, s->W, s->k, slice_buf(j, tid));
+  if (cl_conv_taps(s) > 1) {
+    im2col(B, s->C, s, slice_buf(j, tid));
     B = slice_buf(j, tid);
   }
   job_gemm(j, tid, 0, 1, dyn, P, B, P, 1.0f, filter_dw_of(j, tid), j->pl->gN);
@@ -612,8 +634,10 @@ static cl_status begin(cl_backend *be, conv_op op, const cl_conv_shape *s, void 
   cl_status st = check_shape(be, s);
   if (st != CL_OK) return st;
   *pl = conv_plan_of(op, s, be);
+  /* the caller's bug, as in cudnn_conv.cu: the core sizes every
+   * workspace from conv_workspace() */
   if (pl->total > 0 && !ws)
-    return cl_cpu_fail(be, CL_E_INVALID, "cpu backend: convolution needs a workspace of %zu bytes",
+    return cl_cpu_fail(be, CL_E_INTERNAL, "cpu backend: convolution needs a workspace of %zu bytes",
                        pl->total);
   memset(j, 0, sizeof *j);
   j->s = s;
@@ -621,7 +645,7 @@ static cl_status begin(cl_backend *be, conv_op op, const cl_conv_shape *s, void 
   j->kind = cl_cpu_gemm_of(be);
   j->ws = ws ? (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63) : NULL;
   if (pl->direct || pl->view)
-    fill_offsets(pl, op == OP_BWD_DATA ? s->K : s->C, s->k, (ptrdiff_t *)(j->ws + pl->off_boff));
+    fill_offsets(pl, op == OP_BWD_DATA ? s->K : s->C, s, (ptrdiff_t *)(j->ws + pl->off_boff));
   return CL_OK;
 }
 
@@ -648,7 +672,7 @@ cl_status cl_cpu_conv_backward_data(cl_backend *be, const cl_conv_shape *s, cons
   cl_status st = begin(be, OP_BWD_DATA, s, ws, &pl, &j);
   if (st != CL_OK) return st;
   j.dy = dy, j.w = w, j.dx = dx, j.accumulate = accumulate;
-  if (pl.flip) flip_weights(w, s->K, s->C, s->k, (float *)(j.ws + pl.off_wflip));
+  if (pl.flip) flip_weights(w, s->K, s->C, cl_conv_taps(s), (float *)(j.ws + pl.off_wflip));
   if (pl.direct)
     for_each_image(&j, backward_data_image_direct, direct_init);
   else

@@ -7,7 +7,7 @@
  * the convolutions. These follow the classic Cephes single-precision
  * algorithms (exp: Cody-Waite reduction by ln 2 and a degree-5 polynomial;
  * tanh: an odd polynomial below 0.625, 1 - 2 / (exp(2|x|) + 1) above), which
- * stay within a few ulp of expf/tanhf (tests/c/test_cpu_kernels.c measures
+ * stay within a few ulp of expf/tanhf (tests/c/test_backend_ops.c measures
  * it), well inside the 1e-5 parity tolerance against PyTorch.
  *
  * Not a general math library: no errno, and inputs outside the float range

@@ -209,9 +209,7 @@ static void cuda_destroy(cl_backend *be) {
     if (ctx->stream) (void)cudaStreamSynchronize(ctx->stream);
     cl_cudnn_cache_free(ctx->conv);
     if (ctx->cudnn) (void)cudnnDestroy(ctx->cudnn);
-    if (ctx->d_partials) (void)cudaFree(ctx->d_partials);
     if (ctx->h_partials) (void)cudaFreeHost(ctx->h_partials);
-    if (ctx->d_flag) (void)cudaFree(ctx->d_flag);
     if (ctx->h_flag) (void)cudaFreeHost(ctx->h_flag);
     if (ctx->h_stage) (void)cudaFreeHost(ctx->h_stage);
     if (ctx->stream) (void)cudaStreamDestroy(ctx->stream);
@@ -219,6 +217,18 @@ static void cuda_destroy(cl_backend *be) {
     free(ctx);
   }
   free(be);
+}
+
+/* d_partials and d_flag live in device scratch the core allocates through its
+ * accounting allocator (backend.h, scratch_bytes): partial sums first, the
+ * flag after them, each aligned as cudaMalloc would align it. */
+#define CL_CUDA_SCRATCH_FLAG_AT (CL_CUDA_MAX_PARTIALS * sizeof(double))
+#define CL_CUDA_SCRATCH_BYTES (CL_CUDA_SCRATCH_FLAG_AT + 256)
+
+static void cuda_set_scratch(cl_backend *be, void *p) {
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  ctx->d_partials = (double *)p;
+  ctx->d_flag = p ? (int *)((char *)p + CL_CUDA_SCRATCH_FLAG_AT) : NULL;
 }
 
 static const struct cl_backend_i cl_cuda_iface = {
@@ -233,6 +243,9 @@ static const struct cl_backend_i cl_cuda_iface = {
     /* .copy = */ cuda_copy,
     /* .mem_info = */ cuda_mem_info,
     /* .synchronize = */ cuda_synchronize,
+    /* .scratch_bytes = */ CL_CUDA_SCRATCH_BYTES,
+    /* .set_scratch = */ cuda_set_scratch,
+    /* .runtime_bytes = */ cl_cuda_runtime_bytes,
     /* .host_stage = */ cuda_host_stage,
     /* .conv_workspace = */ cl_cuda_conv_workspace,
     /* .conv_forward = */ cl_cuda_conv_forward,
@@ -275,7 +288,9 @@ static cl_status cuda_init(cl_backend *be, cl_cuda_ctx *ctx) {
   }
   int dev = 0;
   CL_CUDA_CHECK(be, cudaGetDevice(&dev));
+  cl_cuda_runtime_before_context(dev);
   CL_CUDA_CHECK(be, cudaSetDevice(dev)); /* creates the primary context now, not mid-step */
+  cl_cuda_runtime_after_context();
   ctx->device = dev;
   cudaFuncAttributes fa;
   cudaError_t e = cudaFuncGetAttributes(&fa, cl_cuda_probe_kernel);
@@ -298,9 +313,8 @@ static cl_status cuda_init(cl_backend *be, cl_cuda_ctx *ctx) {
   CL_CUDA_CHECK(be, cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
   CL_CUDNN_CHECK(be, cudnnCreate(&ctx->cudnn));
   CL_CUDNN_CHECK(be, cudnnSetStream(ctx->cudnn, ctx->stream));
-  CL_CUDA_CHECK(be, cudaMalloc((void **)&ctx->d_partials, CL_CUDA_MAX_PARTIALS * sizeof(double)));
+  cl_cuda_runtime_after_setup(dev);
   CL_CUDA_CHECK(be, cudaMallocHost((void **)&ctx->h_partials, CL_CUDA_MAX_PARTIALS * sizeof(double)));
-  CL_CUDA_CHECK(be, cudaMalloc((void **)&ctx->d_flag, sizeof(int)));
   CL_CUDA_CHECK(be, cudaMallocHost((void **)&ctx->h_flag, sizeof(int)));
 
   /* Knobs with no place in cl_config yet. The workspace cap bounds what one

@@ -39,8 +39,9 @@ typedef struct cl_cuda_ctx {
   /* Most bytes of half-type scratch that backward data may hold for its
    * result before converting it into the float32 dx (cudnn_conv.cu). */
   size_t dx_scratch_limit;
-  /* Per-block partial sums of the MSE: a fixed buffer made once at create so
-   * that mse() never allocates inside a training step. */
+  /* Per-block partial sums of the MSE: a fixed buffer in the scratch the core
+   * hands over at model creation (set_scratch), so that mse() never
+   * allocates inside a training step and the bytes are counted. */
   double *d_partials;
   double *h_partials; /* pinned, so the copy back is a plain DMA */
   /* grad_unscale's found-inf flag, on the device and its pinned mirror */
@@ -181,5 +182,13 @@ cl_status cl_cuda_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, co
 
 /* cuda_clip.cu */
 cl_status cl_cuda_sum_squares(cl_backend *be, const float *g, size_t n, double *sum);
+/* cuda_runtime_mem.cu: the process's runtime overhead on the GPU (context,
+ * cuDNN handle, stream), measured once around the first backend's set-up:
+ * before_context before cudaSetDevice, after_context right after it,
+ * after_setup once the handle and stream exist. */
+void cl_cuda_runtime_before_context(int dev);
+void cl_cuda_runtime_after_context(void);
+void cl_cuda_runtime_after_setup(int dev);
+cl_status cl_cuda_runtime_bytes(cl_backend *be, size_t *bytes);
 
 #endif

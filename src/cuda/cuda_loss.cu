@@ -3,7 +3,7 @@
  * src/cpu/cpu_loss.c): MAE, Huber and binary cross-entropy on logits, each
  * mean-reduced with its gradient in one pass, as torch 1.13's. Each block
  * leaves the double sum of its elements' losses in the context's partials
- * (shared with mse, made once at create) and the host adds them in order.
+ * (the scratch the core hands over, shared with mse) and the host adds them in order.
  */
 #include <stdio.h> /* snprintf */
 

@@ -3,8 +3,9 @@
  * legacy convolution API (twin of src/cpu/cpu_conv.c): forward, backward
  * data, backward filter (with the bias gradient) and the workspace each needs.
  *
- * The convolution is torch's Conv2d: cross-correlation, stride 1, padding
- * k/2, NCHW. float32 runs on FMA units unless CONVLSTM_CUDA_TF32 is set;
+ * The convolution is torch's Conv2d: cross-correlation, stride 1, "same"
+ * padding (cl_conv_pad_h / _w), kh x kw kernels, dilation, NCHW. float32 runs
+ * on FMA units unless CONVLSTM_CUDA_TF32 is set;
  * float16 and bfloat16 run on tensor cores with float accumulation, the
  * float32 weights being cast into the workspace first (as autocast does).
  * cuDNN wants x, y and w of one type, but dx (an activation gradient) and
@@ -30,10 +31,11 @@
 /* ---- the cache of algorithm choices ------------------------------------ */
 
 typedef struct conv_entry {
-  int N, C, H, W, K, k; /* N is the images of one cuDNN call (see chunk_images) */
+  int N, C, H, W, K; /* N is the images of one cuDNN call (see chunk_images) */
+  cl_conv_shape s;    /* the geometry: kernel, dilation (its own N unused) */
   cl_dtype dtype;
   cudnnTensorDescriptor_t x, y; /* [N, C, H, W], [N, K, H, W] */
-  cudnnFilterDescriptor_t w;    /* [K, C, k, k] */
+  cudnnFilterDescriptor_t w;    /* [K, C, kh, kw] */
   /* one convolution descriptor per direction: each carries the math type
    * that its chosen algorithm was reported with */
   cudnnConvolutionDescriptor_t conv_fwd, conv_data, conv_filter;
@@ -189,9 +191,10 @@ static cl_status choose(cl_backend *be, const conv_entry *e, cudnnConvolutionDes
   (void)cudaGetLastError(); /* a failed probe above may leave an error behind */
   if (best < 0) {
     snprintf(be->err, sizeof be->err,
-             "cuDNN has no %s algorithm for a %dx%d convolution of [%d, %d, %d, %d] -> %d "
-             "channels (storage type %d)",
-             Op::name(), e->k, e->k, e->N, e->C, e->H, e->W, e->K, (int)e->dtype);
+             "cuDNN has no %s algorithm for a %dx%d convolution (dilation %dx%d) of [%d, %d, "
+             "%d, %d] -> %d channels (storage type %d)",
+             Op::name(), e->s.kh, e->s.kw, e->s.dh, e->s.dw, e->N, e->s.C, e->s.H, e->s.W, e->s.K,
+             (int)e->s.dtype);
     return CL_E_UNSUPPORTED;
   }
   CL_CUDNN_CHECK(be, cudnnSetConvolutionMathType(cd, pin_fma ? CUDNN_FMA_MATH : perf[best].mathType));
@@ -203,7 +206,7 @@ static cl_status choose(cl_backend *be, const conv_entry *e, cudnnConvolutionDes
 
 static cl_status entry_init(cl_backend *be, conv_entry *e) {
   const cudnnDataType_t dt = cudnn_type(e->dtype);
-  const int pad = e->k / 2;
+  const int ph = cl_conv_pad_h(&e->s), pw = cl_conv_pad_w(&e->s);
   /* what the candidates are asked for; choose() then keeps each one's own */
   const cudnnMathType_t math = e->dtype != CL_F32                ? CUDNN_TENSOR_OP_MATH
                                : cl_cuda_ctx_of(be)->allow_tf32 ? CUDNN_DEFAULT_MATH
@@ -213,12 +216,13 @@ static cl_status entry_init(cl_backend *be, conv_entry *e) {
   CL_CUDNN_CHECK(be, cudnnCreateFilterDescriptor(&e->w));
   CL_CUDNN_CHECK(be, cudnnSetTensor4dDescriptor(e->x, CUDNN_TENSOR_NCHW, dt, e->N, e->C, e->H, e->W));
   CL_CUDNN_CHECK(be, cudnnSetTensor4dDescriptor(e->y, CUDNN_TENSOR_NCHW, dt, e->N, e->K, e->H, e->W));
-  CL_CUDNN_CHECK(be, cudnnSetFilter4dDescriptor(e->w, dt, CUDNN_TENSOR_NCHW, e->K, e->C, e->k, e->k));
+  CL_CUDNN_CHECK(be, cudnnSetFilter4dDescriptor(e->w, dt, CUDNN_TENSOR_NCHW, e->K, e->C, e->s.kh,
+                                                e->s.kw));
   cudnnConvolutionDescriptor_t *cds[3] = {&e->conv_fwd, &e->conv_data, &e->conv_filter};
   for (int i = 0; i < 3; i++) {
     CL_CUDNN_CHECK(be, cudnnCreateConvolutionDescriptor(cds[i]));
     /* float accumulation for every storage type (PSEUDO_HALF / BFLOAT16 configs) */
-    CL_CUDNN_CHECK(be, cudnnSetConvolution2dDescriptor(*cds[i], pad, pad, 1, 1, 1, 1,
+    CL_CUDNN_CHECK(be, cudnnSetConvolution2dDescriptor(*cds[i], ph, pw, 1, 1, e->s.dh, e->s.dw,
                                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     CL_CUDNN_CHECK(be, cudnnSetConvolutionMathType(*cds[i], math));
   }
@@ -255,7 +259,8 @@ static cl_status lookup(cl_backend *be, const cl_conv_shape *s, int n, unsigned 
     for (int i = 0; i < c->n; i++) {
       conv_entry *e = c->e[i];
       if (e->N == n && e->C == s->C && e->H == s->H && e->W == s->W && e->K == s->K &&
-          e->k == s->k && e->dtype == s->dtype) {
+          e->s.kh == s->kh && e->s.kw == s->kw && e->s.dh == s->dh && e->s.dw == s->dw &&
+          e->dtype == s->dtype) {
         cl_status st = entry_choose(be, e, dir);
         if (st == CL_OK) *out = e;
         return st;
@@ -270,7 +275,8 @@ static cl_status lookup(cl_backend *be, const cl_conv_shape *s, int n, unsigned 
     }
     conv_entry *e = (conv_entry *)calloc(1, sizeof *e);
     if (!e) goto oom;
-    e->N = n, e->C = s->C, e->H = s->H, e->W = s->W, e->K = s->K, e->k = s->k;
+    e->N = n, e->C = s->C, e->H = s->H, e->W = s->W, e->K = s->K;
+    e->s = *s; /* the geometry; s.N is the caller's, e->N the entry's */
     e->dtype = s->dtype;
     cl_status st = entry_init(be, e);
     if (st != CL_OK) {
@@ -291,10 +297,11 @@ oom:
 /* ---- shapes, chunks and the workspace layout --------------------------- */
 
 static cl_status check_shape(cl_backend *be, const cl_conv_shape *s) {
-  if (s->N < 0 || s->C < 1 || s->H < 1 || s->W < 1 || s->K < 1 || s->k < 1 || s->k % 2 == 0) {
+  if (!cl_conv_shape_ok(s)) {
     snprintf(be->err, sizeof be->err,
-             "cuda convolution: bad shape N=%d C=%d H=%d W=%d K=%d k=%d (k must be odd)", s->N,
-             s->C, s->H, s->W, s->K, s->k);
+             "cuda convolution: bad shape N=%d C=%d H=%d W=%d K=%d kernel %dx%d dilation %dx%d "
+             "(odd kernels, dilation >= 1)",
+             s->N, s->C, s->H, s->W, s->K, s->kh, s->kw, s->dh, s->dw);
     return CL_E_INVALID;
   }
   if (s->dtype != CL_F32 && s->dtype != CL_F16 && s->dtype != CL_BF16)
@@ -363,7 +370,7 @@ static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
  *   [cuDNN's own]  */
 static size_t weight_copy_bytes(const cl_conv_shape *s) {
   if (s->dtype == CL_F32) return 0;
-  return align256((size_t)s->K * s->C * s->k * s->k * cl_dtype_size(s->dtype));
+  return align256((size_t)s->K * s->C * cl_conv_taps(s) * cl_dtype_size(s->dtype));
 }
 
 static size_t dx_scratch_bytes(const cl_conv_shape *s, int images) {
@@ -503,7 +510,7 @@ static cl_status weights_for(cl_backend *be, const cl_conv_shape *s, const float
   if (s->dtype == CL_F32) return CL_OK;
   if (!ws) return missing_ws(be, "weights", weight_copy_bytes(s));
   *wk = ws;
-  return cl_cuda_cast_from_f32(be, w, ws, (size_t)s->K * s->C * s->k * s->k, s->dtype);
+  return cl_cuda_cast_from_f32(be, w, ws, (size_t)s->K * s->C * cl_conv_taps(s), s->dtype);
 }
 
 /* ---- the slots --------------------------------------------------------- */
@@ -593,7 +600,7 @@ cl_status cl_cuda_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, c
   const int narrow = s->dtype != CL_F32;
   const size_t es = cl_dtype_size(s->dtype);
   const size_t x_img = (size_t)s->C * s->H * s->W * es, y_img = (size_t)s->K * s->H * s->W * es;
-  const size_t nw = (size_t)s->K * s->C * s->k * s->k;
+  const size_t nw = (size_t)s->K * s->C * cl_conv_taps(s);
   if (narrow && !ws) return missing_ws(be, "weight gradient", weight_copy_bytes(s));
   void *dwk = narrow ? ws : (void *)dw;
   char *cws = ws ? (char *)ws + weight_copy_bytes(s) : NULL;

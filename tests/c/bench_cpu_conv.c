@@ -60,7 +60,7 @@ static double best_time(cl_backend *be, const cl_conv_shape *s, bufs *B, int op,
 }
 
 static void bench(cl_backend *be, cl_conv_shape s) {
-  size_t P = (size_t)s.H * s.W, kk = (size_t)s.k * s.k;
+  size_t P = (size_t)s.H * s.W, kk = (size_t)s.kh * s.kw;
   bufs B;
   B.x = random_floats(s.N * s.C * P);
   B.dx = random_floats(s.N * s.C * P);
@@ -79,7 +79,7 @@ static void bench(cl_backend *be, cl_conv_shape s) {
   double flop = 2.0 * s.N * s.K * s.C * kk * P;
   int reps = (int)(2e10 / flop) + 3;
   static const char *names[] = {"fwd", "bwd-data", "bwd-filter"};
-  printf("N=%4d C=%3d K=%3d %dx%d k=%d ws=%6.1f MiB:", s.N, s.C, s.K, s.H, s.W, s.k,
+  printf("N=%4d C=%3d K=%3d %dx%d k=%dx%d ws=%6.1f MiB:", s.N, s.C, s.K, s.H, s.W, s.kh, s.kw,
          wsb / 1048576.0);
   for (int op = 0; op < 3; op++) {
     double t = best_time(be, &s, &B, op, reps);
@@ -96,10 +96,10 @@ int main(int argc, char **argv) {
   printf("threads %d, gemm %s\n", be->n_threads, cl_cpu_gemm_name(cl_cpu_gemm_of(be)));
   /* (N, C, H, W, K, k): hidden and input parts of layer 1, then of layer 2. */
   static const cl_conv_shape shapes[] = {
-      {100, 64, 24, 24, 256, 3, CL_F32},
-      {500, 1, 24, 24, 256, 3, CL_F32},
-      {500, 64, 24, 24, 4, 3, CL_F32},
-      {100, 1, 24, 24, 4, 3, CL_F32},
+      {100, 64, 24, 24, 256, 3, 3, 1, 1, CL_F32},
+      {500, 1, 24, 24, 256, 3, 3, 1, 1, CL_F32},
+      {500, 64, 24, 24, 4, 3, 3, 1, 1, CL_F32},
+      {100, 1, 24, 24, 4, 3, 3, 1, 1, CL_F32},
   };
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) bench(be, shapes[i]);
   be->iface->destroy(be);

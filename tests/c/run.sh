@@ -5,10 +5,12 @@
 #
 # e.g. `sh tests/c/run.sh build` or `sh tests/c/run.sh build/valgrind valgrind -q`.
 # Each BUILD_DIR/test_* executable runs from the repository root (so a test
-# may read tests/c/... or tests/testthat/fixtures/... by relative path). A
-# test that exits 77 (automake's convention) was skipped, and is reported as
-# skipped, not passed; the run stops at the first test that exits with any
-# other nonzero status and exits with it.
+# may read tests/c/... or tests/testthat/fixtures/... by relative path), and
+# gets one status line after its output: "ok   NAME (Ns)", "skip NAME (Ns)"
+# or "FAIL NAME (exit N, Ns)". A test that exits 77 (automake's convention)
+# was skipped, and is reported as skipped, not passed. Every test runs, also
+# after a failure; the exit status is then the first failed test's.
+# (tests/testthat/test-c.R reads these lines.)
 # It does not build anything and does not run the bench_* drivers.
 set -u
 if [ $# -lt 1 ]; then
@@ -26,6 +28,8 @@ cd "$root" || exit 2
 
 n=0
 skipped=""
+failed=""
+status=0
 for t in "$build"/test_*; do
   [ -f "$t" ] && [ -x "$t" ] || continue
   case $t in *.d|*.o|*.c) continue ;; esac
@@ -37,13 +41,14 @@ for t in "$build"/test_*; do
   if [ $rc -eq 77 ]; then
     echo "skip $name (${secs}s)"
     skipped="$skipped $name"
-    continue
-  fi
-  if [ $rc -ne 0 ]; then
+  elif [ $rc -ne 0 ]; then
     echo "FAIL $name (exit $rc, ${secs}s)"
-    exit $rc
+    failed="$failed $name"
+    [ $status -ne 0 ] || status=$rc
+  else
+    echo "ok   $name (${secs}s)"
+    n=$((n + 1))
   fi
-  echo "ok   $name (${secs}s)"
-  n=$((n + 1))
 done
-echo "C tests: $n passed${1:+ under $1}${skipped:+; skipped:$skipped}"
+echo "C tests: $n passed${1:+ under $1}${skipped:+; skipped:$skipped}${failed:+; FAILED:$failed}"
+exit $status

@@ -410,7 +410,7 @@ static const bad_case BAD[] = {
     {"weight odd rows", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[3,2,1,2],"
                         "\"data_offsets\":[0,48]}}", -1, "[4 * hidden"},
     {"even kernel", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[4,2,2,2],"
-                    "\"data_offsets\":[0,128]}}", -2, "k odd"},
+                    "\"data_offsets\":[0,128]}}", -2, "kh, kw odd"},
     {"extra tensor", "{" TINY_W ",\"junk\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[32,48]}}",
      -1, "unexpected tensor \"junk\""},
     {"missing bias of layer", "{\"__metadata__\":{\"convlstm.input_dim\":\"1\",\"convlstm.hidden_dims\":"
@@ -421,6 +421,14 @@ static const bad_case BAD[] = {
                                 TINY_W "," TINY_B "}", -1, "the model needs [4, 3, 1, 1]"},
     {"metadata partial", "{\"__metadata__\":{\"convlstm.input_dim\":\"1\"}," TINY_W "," TINY_B "}", -1,
      "only in part"},
+    {"metadata dilation list too long",
+     "{\"__metadata__\":{\"convlstm.input_dim\":\"1\",\"convlstm.hidden_dims\":\"[1]\","
+     "\"convlstm.kernel_sizes\":\"[1]\",\"convlstm.bias\":\"true\",\"convlstm.dilation_h\":"
+     "\"[1, 2]\"}," TINY_W "," TINY_B "}", -1, "convlstm.dilation_h must be a list of 1"},
+    {"metadata kernel width zero",
+     "{\"__metadata__\":{\"convlstm.input_dim\":\"1\",\"convlstm.hidden_dims\":\"[1]\","
+     "\"convlstm.kernel_sizes\":\"[1]\",\"convlstm.bias\":\"true\",\"convlstm.kernel_widths\":"
+     "\"[0]\"}," TINY_W "," TINY_B "}", -1, "convlstm.kernel_widths must be"},
     {"metadata bad list", "{\"__metadata__\":{\"convlstm.input_dim\":\"1\",\"convlstm.hidden_dims\":"
                           "\"[1,]\",\"convlstm.kernel_sizes\":\"[1]\",\"convlstm.bias\":\"true\"},"
                           TINY_W "," TINY_B "}", -1, "hidden_dims"},

@@ -35,11 +35,11 @@ mkdir -p "$out/obj"
 
 # No OpenMP (clang's would need libomp) and no BLAS: the loader is the target.
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
-CFLAGS="-std=c11 -O1 -g -Wall -Wextra -Isrc $SAN"
+CFLAGS="-std=c11 -O1 -g -Wall -Wextra -Isrc -Iinst/include $SAN"
 objs=""
 for f in src/core/*.c src/cpu/*.c; do
   o="$out/obj/$(echo "$f" | tr / _).o"
-  if [ ! -f "$o" ] || [ "$f" -nt "$o" ] || [ -n "$(find src/core src/cpu src/convlstm.h -newer "$o" -name '*.h' 2>/dev/null | head -n 1)" ]; then
+  if [ ! -f "$o" ] || [ "$f" -nt "$o" ] || [ -n "$(find src/core src/cpu inst/include -newer "$o" -name '*.h' 2>/dev/null | head -n 1)" ]; then
     $CC $CFLAGS -fsanitize=fuzzer-no-link -c "$f" -o "$o"
   fi
   objs="$objs $o"

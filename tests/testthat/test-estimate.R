@@ -1,8 +1,9 @@
 # test-estimate.R -- memory_estimate() equals the measurement to the byte:
 # over 60 random tiny configurations, shapes and step options (checkpoint,
 # accumulation_steps, tbptt, dtype, training or inference with all outputs or
-# the last state only), a fresh model's measured peak per category after one
-# real step equals the plan's estimate. Plus the estimate's plan, print and
+# the last state only, from zeros, a given initial state or, training, a
+# carried one), a fresh model's measured peak per category after one real
+# step equals the plan's estimate. Plus the estimate's plan, print and
 # summary(model, input_shape).
 
 est_model <- function(...) convlstm(..., device = "cpu", threads = 1)
@@ -30,7 +31,23 @@ random_case <- function(i) {
   } else {
     case$outputs <- sample(c("all", "last_state"), 1)
   }
+  case$state <- sample(c("zero", "given", if (case$training) "carry"), 1)
+  # non-square kernels and dilation in a third of the cases
+  case$kernel_widths <- case$kernel_sizes
+  case$dilation <- rep(1, L)
+  if (runif(1) < 1 / 3) {
+    case$kernel_widths <- sample(c(1, 3, 5), L, replace = TRUE)
+    case$dilation <- sample(1:3, L, replace = TRUE)
+  }
   case
+}
+
+# A random initial state for case's model and shape.
+case_state <- function(case) {
+  lapply(case$hidden_dims, function(h) {
+    d <- c(case$B, h, case$H, case$W)
+    list(h = array(runif(prod(d), -1, 1), d), c = array(runif(prod(d), -1, 1), d))
+  })
 }
 
 describe_case <- function(case) {
@@ -43,27 +60,30 @@ describe_case <- function(case) {
 }
 
 run_case <- function(case) {
-  model <- est_model(case$input_dim, case$hidden_dims, case$kernel_sizes, bias = case$bias,
-                     dtype = case$dtype)
+  model <- est_model(case$input_dim, case$hidden_dims,
+                     Map(c, case$kernel_sizes, case$kernel_widths), bias = case$bias,
+                     dtype = case$dtype, dilation = as.list(case$dilation))
   on.exit(convlstm_release(model))
   C_out <- case$hidden_dims[[length(case$hidden_dims)]]
   x <- array(runif(case$B * case$T * case$input_dim * case$H * case$W, -1, 1),
              c(case$B, case$T, case$input_dim, case$H, case$W))
+  state <- switch(case$state, zero = NULL, given = case_state(case), carry = "carry")
   if (case$training) {
     est <- memory_estimate(model, case$B, case$T, case$H, case$W,
                            checkpoint = case$checkpoint, tbptt = case$tbptt,
                            accumulation_steps = case$accumulation_steps,
-                           optimizer = case$optimizer)
+                           optimizer = case$optimizer, state = case$state)
     yd <- if (case$target == "sequence") c(case$B, case$T, C_out, case$H, case$W)
           else c(case$B, C_out, case$H, case$W)
     loss <- train_step(model, x, array(runif(prod(yd)), yd), case$optimizer,
                        target = case$target, checkpoint = case$checkpoint, tbptt = case$tbptt,
-                       accumulation_steps = case$accumulation_steps)
+                       accumulation_steps = case$accumulation_steps, state = state)
     expect_true(is.finite(loss))
   } else {
     est <- memory_estimate(model, case$B, case$T, case$H, case$W, training = FALSE,
-                           outputs = case$outputs)
-    out <- if (case$outputs == "all") model(x) else predict(model, x, what = "last_state")
+                           outputs = case$outputs, state = case$state)
+    out <- if (case$outputs == "all") model(x, state = state)
+           else predict(model, x, what = "last_state", state = state)
   }
   list(est = est, stats = memory_stats(model))
 }
@@ -92,23 +112,31 @@ test_that("measured peaks equal the estimate to the byte over 60 random cases", 
       techniques <- c(techniques, if (case$checkpoint > 0) "checkpoint",
                       if (case$tbptt > 0) "tbptt", if (case$accumulation_steps > 1) "accumulation")
     }
-    techniques <- c(techniques, case$dtype, if (!case$training) case$outputs)
+    techniques <- c(techniques, case$dtype, if (!case$training) case$outputs,
+                    paste0("state_", case$state),
+                    if (any(case$dilation > 1)) "dilated",
+                    if (any(case$kernel_widths != case$kernel_sizes)) "non-square")
   }
   # the draw covers every option
   expect_true(all(c("checkpoint", "tbptt", "accumulation", "float32", "float16", "bfloat16",
-                    "all", "last_state") %in% techniques))
+                    "all", "last_state", "state_zero", "state_given", "state_carry", "dilated",
+                    "non-square")
+                  %in% techniques))
   expect_gt(n_training, 30)
 })
 
-test_that("memory_estimate() returns categories, total, reserved and the plan", {
+test_that("memory_estimate() returns categories, total, reserved, runtime and the plan", {
   model <- est_model(2, c(3, 2), 3)
   on.exit(convlstm_release(model))
   est <- memory_estimate(model, 2, 3, 5, 4)
   expect_s3_class(est, c("convlstm_memory_estimate", "data.frame"))
   expect_named(est, c("category", "bytes"))
   expect_equal(est$category, c("parameters", "gradients", "optimizer", "activations", "states",
-                               "workspace", "data", "total", "reserved"))
+                               "workspace", "data", "total", "reserved", "runtime"))
   b <- estimate_bytes_of(est)
+  # the CPU backend holds no device memory outside the models (backend.h)
+  expect_equal(b[["runtime"]], 0)
+  expect_equal(memory_stats(model)$runtime, 0)
   expect_equal(b[["parameters"]], 920 * 4)
   expect_equal(b[["gradients"]], 920 * 4)
   expect_equal(b[["optimizer"]], 2 * 920 * 4)  # Adam, planned for a first step
@@ -122,7 +150,7 @@ test_that("memory_estimate() returns categories, total, reserved and the plan", 
   own <- plan$name %in% c("parameters", "gradients", "adam.exp_avg", "adam.exp_avg_sq")
   expect_true(all(is.na(plan$offset[own])) && !anyNA(plan$offset[!own]))
   step_bytes <- plan$bytes[!own]
-  arena <- sum(ceiling(step_bytes / 256) * 256)
+  arena <- sum(ceiling(step_bytes / 256) * 256 + arena_guard_bytes())
   expect_equal(b[["reserved"]], sum(plan$bytes[own]) + arena)
   expect_true(all(c("parameters", "gradients", "adam.exp_avg", "adam.exp_avg_sq") %in% plan$name))
   expect_true(all(is.na(plan$layer[plan$name == "parameters"])))
@@ -176,6 +204,19 @@ test_that("memory_estimate() checks its arguments", {
   expect_convlstm_error(memory_estimate(model, 2, 6, 4, 4, checkpoint = 2, tbptt = 2),
                         regexp = "cannot be combined")
   expect_convlstm_error(memory_estimate("model", 2, 3, 4, 4), regexp = "`model`")
+})
+
+test_that("a batch near INT_MAX in as many micro-batches plans one sample, not a crash", {
+  # (B + m - 1) / m overflowed int and the planner divided by the zero it wrapped to (SIGFPE)
+  model <- est_model(1, 2, 3)
+  on.exit(convlstm_release(model))
+  big <- .Machine$integer.max
+  one <- estimate_bytes_of(memory_estimate(model, 1, 3, 4, 4))
+  est <- estimate_bytes_of(memory_estimate(model, big, 3, 4, 4, accumulation_steps = big))
+  expect_equal(est[["activations"]], one[["activations"]])
+  expect_equal(est[["data"]], one[["data"]])
+  half <- estimate_bytes_of(memory_estimate(model, big, 3, 4, 4, accumulation_steps = big - 1))
+  expect_equal(half[["activations"]], 2 * one[["activations"]])
 })
 
 test_that("summary(model, input_shape) adds the training estimate for that input", {

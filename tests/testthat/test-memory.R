@@ -113,3 +113,26 @@ test_that("over the limit: an oom error in torch's form, and the model stays usa
   set_memory_limit(model, "64 MiB")
   expect_true(is.finite(train_step(model, x, y, optimizer_adam())))
 })
+
+test_that("memory_stats() reports the process's resident memory as /proc/self/status says, beside the plan", {
+  m <- api_model()
+  on.exit(convlstm_release(m))
+  train_step(m, api_x(), api_y(), optimizer_adam())
+  s <- memory_stats(m)
+  expect_true(all(c("process_rss", "process_peak", "device_used", "device_used_change",
+                    "measured_note") %in% names(s)))
+  expect_true(is.na(s$device_used)) # the CPU's "device" is the host: process_rss measures it
+  expect_true(is.na(s$device_used_change))
+  text <- paste(capture.output(memory_summary(m)), collapse = "\n")
+  expect_match(text, "Planned vs measured")
+  skip_if_not(file.exists("/proc/self/status"), "no /proc/self/status")
+  expect_identical(s$measured_note, "")
+  kb <- function(key) {
+    line <- grep(paste0("^", key, ":"), readLines("/proc/self/status"), value = TRUE)
+    as.numeric(sub("^[^0-9]*([0-9]+) kB.*$", "\\1", line)) * 1024
+  }
+  # read a moment apart: equal up to what R allocated in between
+  expect_lt(abs(s$process_rss - kb("VmRSS")), 2^20)
+  expect_gte(s$process_peak, s$process_rss)
+  expect_lte(s$process_peak, kb("VmHWM"))
+})

@@ -18,10 +18,20 @@ REL <- 1e-5
 # backend keeps float32 convolutions off TF32, so the same tolerance applies).
 parity_devices <- c("cpu", if (gpu_available()) "cuda")
 
+# A fixture's kernels and dilations in convlstm()'s forms: square kernels
+# unless it records kernel_widths (and dilation_h / _w).
+fixture_kernels <- function(cfg) {
+  if (is.null(cfg$kernel_widths)) return(list(kernel_sizes = cfg$kernel_sizes, dilation = 1))
+  pairs <- function(h, w) Map(c, h, w)
+  list(kernel_sizes = pairs(cfg$kernel_sizes, cfg$kernel_widths),
+       dilation = pairs(cfg$dilation_h, cfg$dilation_w))
+}
+
 fixture_model <- function(fx, device = "cpu") {
   cfg <- fx$config
-  model <- convlstm(cfg$input_dim, cfg$hidden_dims, cfg$kernel_sizes, bias = cfg$bias,
-                    device = device)
+  k <- fixture_kernels(cfg)
+  model <- convlstm(cfg$input_dim, cfg$hidden_dims, k$kernel_sizes, bias = cfg$bias,
+                    device = device, dilation = k$dilation)
   load_state_dict(model, fixture_group(fx, "weights/"))
   model
 }

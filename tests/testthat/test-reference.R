@@ -8,20 +8,24 @@
 
 ref_sigmoid <- function(z) 1 / (1 + exp(-z))
 
-# torch's Conv2d (a cross-correlation) with stride 1 and zero padding k %/% 2.
-# x [B, Cin, H, W], w [Cout, Cin, k, k], b [Cout] or NULL -> [B, Cout, H, W].
-ref_conv2d <- function(x, w, b = NULL) {
+# torch's Conv2d (a cross-correlation) with stride 1, dilation c(dh, dw) and
+# "same" zero padding d (k - 1) / 2. x [B, Cin, H, W], w [Cout, Cin, kh, kw],
+# b [Cout] or NULL -> [B, Cout, H, W].
+ref_conv2d <- function(x, w, b = NULL, dilation = c(1L, 1L)) {
   d <- dim(x)
   B <- d[1]; cin <- d[2]; H <- d[3]; W <- d[4]
   cout <- dim(w)[1]
-  k <- dim(w)[3]
-  p <- k %/% 2L
-  xp <- array(0, c(B, cin, H + 2L * p, W + 2L * p))
-  xp[, , p + seq_len(H), p + seq_len(W)] <- x
+  kh <- dim(w)[3]
+  kw <- dim(w)[4]
+  ph <- dilation[[1]] * (kh - 1L) %/% 2L
+  pw <- dilation[[2]] * (kw - 1L) %/% 2L
+  xp <- array(0, c(B, cin, H + 2L * ph, W + 2L * pw))
+  xp[, , ph + seq_len(H), pw + seq_len(W)] <- x
   out <- array(0, c(cout, B, H, W))
-  for (u in seq_len(k)) {
-    for (v in seq_len(k)) {
-      patch <- xp[, , u - 1L + seq_len(H), v - 1L + seq_len(W), drop = FALSE]
+  for (u in seq_len(kh)) {
+    for (v in seq_len(kw)) {
+      patch <- xp[, , (u - 1L) * dilation[[1]] + seq_len(H), (v - 1L) * dilation[[2]] + seq_len(W),
+                  drop = FALSE]
       # channels first, so one matrix product sums over the input channels
       pm <- matrix(aperm(patch, c(2, 1, 3, 4)), cin)
       wm <- matrix(w[, , u, v], cout, cin)
@@ -37,8 +41,8 @@ ref_conv2d <- function(x, w, b = NULL) {
 
 # The tutorial's convlstm forward. x [B, T, C, H, W]; sd a state dict (named
 # list, torch names and shapes). Returns list(layer_outputs, layer_last_states)
-# shaped as model(x) returns it.
-ref_convlstm <- function(x, sd, hidden_dims) {
+# shaped as model(x) returns it. dilation: NULL (none) or per layer c(dh, dw).
+ref_convlstm <- function(x, sd, hidden_dims, dilation = NULL) {
   d <- dim(x)
   B <- d[1]; Tn <- d[2]; H <- d[4]; W <- d[5]
   cur <- x
@@ -57,7 +61,7 @@ ref_convlstm <- function(x, sd, hidden_dims) {
       combined <- array(0, c(B, cin + hd, H, W))
       combined[, seq_len(cin), , ] <- cur[, t, , , , drop = FALSE]
       combined[, cin + seq_len(hd), , ] <- h
-      z <- ref_conv2d(combined, w, b)
+      z <- ref_conv2d(combined, w, b, if (is.null(dilation)) c(1L, 1L) else dilation[[l]])
       cc <- ref_sigmoid(gate(z, 2)) * cc + ref_sigmoid(gate(z, 1)) * tanh(gate(z, 4))
       h <- ref_sigmoid(gate(z, 3)) * tanh(cc)
       seq_out[, t, , , ] <- h
@@ -102,7 +106,8 @@ test_that("the R reference reproduces the PyTorch fixtures", {
   for (name in fixture_names()) {
     fx <- read_fixture(name)
     cfg <- fx$config
-    out <- ref_convlstm(fx$tensors$x, fixture_group(fx, "weights/"), cfg$hidden_dims)
+    dil <- if (is.null(cfg$dilation_h)) NULL else Map(c, cfg$dilation_h, cfg$dilation_w)
+    out <- ref_convlstm(fx$tensors$x, fixture_group(fx, "weights/"), cfg$hidden_dims, dil)
     for (l in seq_along(cfg$hidden_dims)) {
       expect_close(out[[1]][[l]], fx$tensors[[sprintf("output/%d", l - 1L)]],
                    label = sprintf("%s: reference output %d", name, l))

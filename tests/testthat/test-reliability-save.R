@@ -1,7 +1,7 @@
 # Saving and resuming: convlstm_save() / convlstm_load() / convlstm_file_info()
 # round trips, training that resumes with exactly the losses of an
 # uninterrupted run, the atomic write, damaged files refused with classed
-# errors, and the file opening in PyTorch (tools/safetensors_check.py; skipped
+# errors, and the file opening in PyTorch (inst/python/safetensors_check.py; skipped
 # without /usr/bin/python3 and torch).
 
 save_data <- function(n = 8, seed = 3) {
@@ -266,9 +266,9 @@ test_that("a load that runs out of memory frees what it made", {
 
 python_torch <- function() {
   py <- "/usr/bin/python3"
-  script <- normalizePath(test_path("..", "..", "tools", "safetensors_check.py"), mustWork = FALSE)
+  script <- system.file("python", "safetensors_check.py", package = "convlstm")
   if (!file.exists(py)) testthat::skip("no /usr/bin/python3")
-  if (!file.exists(script)) testthat::skip("tools/safetensors_check.py is not here (installed tests)")
+  if (!nzchar(script)) testthat::skip("the convlstm in use has no python/safetensors_check.py")
   ok <- suppressWarnings(system2(py, c("-c", shQuote("import torch")), stdout = FALSE,
                                  stderr = FALSE))
   if (ok != 0) testthat::skip("python3 has no torch")

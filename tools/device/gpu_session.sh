@@ -10,8 +10,10 @@
 #   info      nvidia-smi, nvcc, PyTorch, cuDNN, compilers, R: what the machine is
 #   build     the standalone library with CUDA (make -C src -f Makefile.standalone),
 #             against PyTorch's pip cuDNN, for this GPU's architecture only
-#   ctest     the C tests (tests/c/run.sh build), build/test_cuda_kernels included
-#   sanitize  build/test_cuda_kernels under compute-sanitizer memcheck
+#   ctest     the C tests (tests/c/run.sh build); build/test_backend_ops runs every
+#             backend slot on the CPU and on CUDA against the same C references
+#   sanitize  build/test_backend_ops -b cuda (its CUDA backends) under
+#             compute-sanitizer memcheck
 #   rinstall  R CMD INSTALL into build/rlib (R from .rt/setup.sh, see pack-r.sh)
 #   rtest     the testthat suite against that installation, GPU tests included
 #   checks    bench/gpu/bench_gpu.py --checks --layout (parity with PyTorch,
@@ -186,7 +188,7 @@ PY
   ctest)
     use_cudnn
     have_gpu && export CONVLSTM_REQUIRE_GPU=1
-    [ -x build/test_cuda_kernels ] || { echo "build/test_cuda_kernels missing: run the build stage"; return 1; }
+    [ -x build/test_backend_ops ] || { echo "build/test_backend_ops missing: run the build stage"; return 1; }
     sh tests/c/run.sh build
     ;;
   sanitize)
@@ -194,8 +196,9 @@ PY
     export CONVLSTM_REQUIRE_GPU=1
     command -v compute-sanitizer >/dev/null 2>&1 || { echo "STAGE SKIPPED: no compute-sanitizer"; return 0; }
     use_cudnn
-    # the kernel test provokes out-of-memory on purpose: API errors are not faults
-    compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 build/test_cuda_kernels
+    # the conformance test provokes out-of-memory on purpose: API errors are not faults
+    compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 \
+      build/test_backend_ops -b cuda
     ;;
   rinstall)
     r_ready || { echo "STAGE SKIPPED: no R (carry .rt made by tools/device/pack-r.sh)"; return 0; }

@@ -1,0 +1,498 @@
+# advise.R -- making training fit: memory_advise() lists every way of
+# running a training step that keeps its result (dtype, checkpointing,
+# gradient accumulation; truncated backpropagation only when allowed), with
+# the memory plan of each (memory_estimate(): the planner itself, no second
+# estimator here), whether it fits a budget, and its step time relative to
+# the plain float32 step from a small cost model of the backend. The cost
+# model's rates are measured once per process (backend_rates()).
+# convlstm_fit(memory_budget = , batch_size = "max") asks it through
+# fit_memory_plan().
+
+#' Which way of training fits a memory budget, and how fast is it?
+#'
+#' Lists every configuration of a training step that keeps the result of
+#' training -- storage type `float32`, `float16` or `bfloat16` (see
+#' [set_dtype()]), checkpointing every `k` time steps and accumulation over
+#' `m` micro-batches (see [train_step()]) -- with the memory plan of each
+#' ([memory_estimate()]: the bytes the step will then hold, per category),
+#' whether it fits `budget`, and its step time predicted relative to the
+#' plain float32 step. Truncated backpropagation (`tbptt`) changes the
+#' gradient, so it is listed only with `allow_tbptt = TRUE`. Nothing is
+#' allocated for the plans, so any budget can be asked about, e.g. a GPU's
+#' that this machine does not have.
+#'
+#' A configuration fits when its `reserved` bytes (what the device must hand
+#' over: the model's buffers plus the step arena, as for [max_batch_size()])
+#' are at most `budget`: a model with `memory_limit = budget` then trains in
+#' it, and one that does not fit fails with an error of class
+#' `convlstm_error_oom`.
+#'
+#' @section The time prediction:
+#' The predicted time of a step is `flops / R_flop[dtype] + bytes /
+#' R_bytes + weights / R_weights`: `flops` counts the multiply-adds of every
+#' convolution the step runs (forward, backward for data and filter, and the
+#' forward that checkpointing runs again), on the CPU counting the idle
+#' threads of a call over fewer images than threads; `bytes` what the cell
+#' kernels and convolutions read and write per time step, the batch's upload
+#' and the optimizer's update; `weights` the weight (or its gradient) that
+#' every convolution call reads, so many small micro-batches cost more. The
+#' rates are measured once per R process, device and thread count, from
+#' training steps of small calibration models on the model's device: one
+#' mostly convolution arithmetic (in each dtype, as the CPU computes half
+#' types through conversions, and in micro-batches of one sample), one
+#' mostly memory traffic. Only ratios are reported, relative to the plain
+#' float32 step of the same shape. The first call in a session runs 25
+#' calibration steps (1.3 s on one thread of the machine below, 12 s on two
+#' threads while it was loaded).
+#'
+#' How good the prediction is was measured on the CPU this package was
+#' developed on (2 cores, shared with other work throughout: load average
+#' 11 to 14), with `bench/bench_advise.R`: the tutorial model
+#' (`convlstm(1, c(64, 1), 3)`) at batch 8, 6 steps of 24 x 24, ten
+#' configurations alternating for 4 rounds of 2 steps, each timed by the
+#' process's CPU time (the wall clock of a step varied by a factor of three
+#' on that machine), predicted against measured ratio to the plain float32
+#' step:
+#'
+#' | configuration | 1 thread: predicted | measured | 2 threads: predicted | measured |
+#' |---|---|---|---|---|
+#' | checkpoint 2 | 1.21 | 1.21 | 1.21 | 1.14 |
+#' | checkpoint 4 | 1.21 | 1.21 | 1.21 | 1.24 |
+#' | checkpoint 1 | 1.28 | 1.29 | 1.27 | 1.45 |
+#' | 2 micro-batches | 1.00 | 1.00 | 1.00 | 1.13 |
+#' | 8 micro-batches (of 1 sample) | 1.00 | 0.99 | 1.60 | 3.53 |
+#' | float16 | 1.48 | 1.17 | 0.61 | 0.92 |
+#' | bfloat16 | 1.48 | 1.18 | 0.68 | 0.99 |
+#' | float16, checkpoint 2, 2 micro-batches | 1.78 | 1.43 | 0.73 | 2.10 |
+#' | bfloat16, 8 micro-batches | 1.48 | 1.21 | 1.10 | 2.27 |
+#'
+#' On one thread, checkpointing and accumulation were predicted within 1 %
+#' and the half types 23 to 27 % too slow (largest error 27 %, rank
+#' correlation 0.64); a second run measured the same rates to three digits
+#' and the same errors within 2 points. On two threads the largest error was
+#' 65 % (rank correlation 0.70): micro-batches of one sample and half types
+#' in short segments run many small parallel convolution calls, whose
+#' threads wait for each other at every call (worse on a loaded machine),
+#' which the model counts only as idle threads. A second run on two threads
+#' went wrong in the calibration itself: one slow calibration step gave the
+#' per-call weight term most of the float32 step, bfloat16 was predicted at
+#' 4.00 against 1.18 measured, and the largest error was 239 % (rank
+#' correlation 0.45). So on a shared machine with several threads the
+#' ratios can change from one session to the next; read them as a ranking
+#' of alternatives of similar memory, not as a timing. The memory columns,
+#' by contrast, are the plan itself and exact. On a GPU the rates are
+#' measured the same way, but the prediction has not been checked there.
+#'
+#' @inheritParams memory_estimate
+#' @param budget Bytes the training step may take in all, parameters
+#'   included: a number or a string such as `"16 GiB"` (as `memory_limit` in
+#'   [convlstm()] takes); `NULL`: what the model holds now plus what its
+#'   device (or its `memory_limit`) has free, as in [max_batch_size()].
+#' @param optimizer The optimizer whose state to plan ([optimizer_adam()],
+#'   [optimizer_sgd()]).
+#' @param target The output the loss is on, as in [train_step()]: it decides
+#'   how much of the sequence a truncated backpropagation runs backward.
+#' @param allow_tbptt Also list truncated backpropagation through time
+#'   (windows of `tbptt` steps), which saves memory but does not compute the
+#'   same gradient.
+#' @return A data frame of class `convlstm_memory_advice`, one row per
+#'   configuration: the fitting ones first, fastest first; then the others,
+#'   closest to fitting first. Columns: `dtype`, `checkpoint`,
+#'   `accumulation_steps`, `tbptt`, `micro_batch` (samples per
+#'   micro-batch); the planned bytes per category (`parameters`,
+#'   `gradients`, `optimizer`, `activations`, `states`, `workspace`,
+#'   `data`), `total` (the planned peak), `reserved` and `runtime` (what the
+#'   process needs beside the model, taken off a budget given); `fits`; `time_ratio`
+#'   (predicted step time over the plain float32 step's); `reason` (why it
+#'   does not fit, `""` when it does). Attributes: `budget`, `shape`,
+#'   `target`, `optimizer` and `rates` (the cost model's measured rates).
+#'   It has a `print()` method (`n` rows of each kind).
+#' @seealso [memory_estimate()], [max_batch_size()], [convlstm_fit()] with
+#'   `memory_budget`.
+#' @export
+#' @examples
+#' model <- convlstm(1, c(16, 1), 3, device = "cpu")
+#' advice <- memory_advise(model, budget = "40 MiB", batch_size = 32, seq_len = 10,
+#'                         height = 32, width = 32)
+#' advice
+#' advice[1, c("dtype", "checkpoint", "accumulation_steps", "reserved", "time_ratio")]
+#' convlstm_release(model)
+memory_advise <- function(model, budget, batch_size, seq_len, height, width,
+                          optimizer = optimizer_adam(), target = c("last_state", "sequence"),
+                          allow_tbptt = FALSE) {
+  call <- sys.call()
+  ptr <- model_ptr(model)
+  budget <- resolve_budget(ptr, budget, "budget", call)
+  B <- check_count(batch_size, "batch_size")
+  T <- check_count(seq_len, "seq_len")
+  H <- check_count(height, "height")
+  W <- check_count(width, "width")
+  optimizer <- check_optimizer(optimizer)
+  target <- check_choice(target, c("last_state", "sequence"), "target")
+  allow_tbptt <- check_flag(allow_tbptt, "allow_tbptt")
+
+  grid <- advise_grid(B, T, allow_tbptt)
+  plans <- lapply(seq_len(nrow(grid)), function(i) {
+    plan_of(model, grid[i, ], B, T, H, W, optimizer)
+  })
+  bytes <- do.call(rbind, lapply(plans, `[[`, "bytes"))
+  rows <- cbind(grid, micro_batch = ceiling(B / grid$accumulation_steps), as.data.frame(bytes))
+  rows$fits <- !is.na(rows$reserved) & rows$reserved <= budget
+  config <- c_model_config(ptr)
+  rates <- backend_rates(config)
+  seconds <- vapply(seq_len(nrow(grid)), function(i) {
+    predicted_seconds(config, grid[i, ], B, T, as.double(H) * W, target, optimizer, rates)
+  }, numeric(1))
+  rows$time_ratio <- seconds / seconds[[1]] # row 1 is the plain float32 step
+  rows$reason <- ifelse(rows$fits, "", vapply(seq_len(nrow(rows)), function(i) {
+    plans[[i]]$error %||% why_not(rows[i, ], budget)
+  }, character(1)))
+  over <- ifelse(is.na(rows$reserved), Inf, rows$reserved - budget)
+  order <- order(!rows$fits, ifelse(rows$fits, rows$time_ratio, over), rows$reserved)
+  out <- rows[order, , drop = FALSE]
+  rownames(out) <- NULL
+  structure(out, class = c("convlstm_memory_advice", "data.frame"), budget = budget,
+            shape = c(batch_size = B, seq_len = T, height = H, width = W), target = target,
+            optimizer = optimizer$kind, rates = rates)
+}
+
+# Every configuration that keeps the gradient: each dtype, no checkpoint or
+# one of a few segment lengths, one or more micro-batches; row 1 is the
+# plain float32 step. tbptt windows (never with checkpointing) when allowed.
+advise_grid <- function(B, T, allow_tbptt) {
+  splits <- time_splits(T)
+  micro <- micro_splits(B)
+  grid <- expand.grid(dtype = dtypes(), checkpoint = c(0L, splits),
+                      accumulation_steps = micro, tbptt = 0L, stringsAsFactors = FALSE,
+                      KEEP.OUT.ATTRS = FALSE)
+  if (allow_tbptt && length(splits) > 0) {
+    grid <- rbind(grid, expand.grid(dtype = dtypes(), checkpoint = 0L,
+                                    accumulation_steps = micro, tbptt = splits,
+                                    stringsAsFactors = FALSE, KEEP.OUT.ATTRS = FALSE))
+  }
+  grid
+}
+
+# Segment (or window) lengths below T worth trying: powers of two and
+# sqrt(T), where checkpointing's T / k + k is smallest.
+time_splits <- function(T) {
+  if (T < 2) return(integer())
+  k <- c(2^(0:floor(log2(T - 1))), ceiling(sqrt(T)))
+  as.integer(sort(unique(k[k < T])))
+}
+
+# Micro-batch counts: powers of two and the whole batch one sample at a
+# time, each giving a different micro-batch size.
+micro_splits <- function(B) {
+  m <- unique(c(2^(0:floor(log2(B))), B))
+  m <- m[!duplicated(ceiling(B / m))]
+  as.integer(sort(m))
+}
+
+# One configuration's plan by category (NA with the reason when its sizes
+# overflow what the planner can hold).
+plan_of <- function(model, cfg, B, T, H, W, optimizer) {
+  cols <- c(mem_categories, "total", "reserved", "runtime")
+  tryCatch({
+    est <- memory_estimate(model, B, T, H, W, dtype = cfg$dtype, checkpoint = cfg$checkpoint,
+                           accumulation_steps = cfg$accumulation_steps, tbptt = cfg$tbptt,
+                           optimizer = optimizer)
+    list(bytes = estimate_bytes(est)[cols])
+  }, convlstm_error_invalid = function(e) {
+    list(bytes = stats::setNames(rep(NA_real_, length(cols)), cols),
+         error = conditionMessage(e))
+  })
+}
+
+why_not <- function(row, budget) {
+  step <- unlist(row[c("activations", "states", "workspace", "data")])
+  big <- names(step)[which.max(step)]
+  sprintf("%s over the budget (%s %s)", format_bytes(row$reserved - budget), big,
+          format_bytes(max(step)))
+}
+
+# ---- the cost model ------------------------------------------------------
+
+# Convolution FLOPs and bytes moved by one training step of a configuration
+# (cfg: dtype, checkpoint, accumulation_steps, tbptt), following the
+# schedule of src/core/train.c: the input half of a layer's convolution runs
+# once per segment over all its steps, the hidden half once per step with a
+# previous state; backward runs data and filter gradients; checkpointing
+# runs every segment but the last forward again; truncation with a loss on
+# the last state runs only the last window backward. On the CPU a
+# convolution call shares its images among `threads` (src/cpu/cpu_conv.c),
+# so a call over fewer images than threads leaves some idle: its FLOPs are
+# counted as the work of the threads it occupies.
+step_work <- function(config, cfg, B, T, P, target, optimizer_kind, threads) {
+  B <- as.double(B) # products of sizes overflow integers
+  T <- as.double(T)
+  P <- as.double(P)
+  e <- if (identical(cfg$dtype, "float32")) 4 else 2
+  f <- 4 # gradients of activations are float32 whatever the storage
+  k <- cfg$checkpoint
+  w <- cfg$tbptt
+  ck <- k > 0 && k < T
+  tb <- w > 0 && w < T
+  last_len <- function(S) T - (ceiling(T / S) - 1) * S
+  S <- if (ck) k else if (tb) w else T        # steps held at once
+  redo <- if (ck) T - last_len(k) else 0      # steps recomputed
+  fwd <- T + redo                             # steps run forward
+  bwd <- if (tb && target == "last_state") last_len(w) else T
+  fwd_h <- fwd - 1 - (redo > 0)               # steps with a previous state
+  bwd_h <- bwd - 1
+  seg_calls <- if (ck) 2 * ceiling(T / k) - 1 else if (tb) ceiling(T / w) else 1
+  b <- ceiling(B / cfg$accumulation_steps)    # samples per micro-batch
+  m <- ceiling(B / b)                         # micro-batches run
+  busy <- function(n) n / (threads * ceiling(n / threads)) # share of threads at work
+  hid <- as.double(config$hidden_dims)
+  kk <- as.double(config$kernel_sizes)^2
+  inp <- c(as.double(config$input_dim), hid[-length(hid)])
+  below <- seq_along(hid) > 1 # layers whose input gradient is needed
+  fl_in <- 2 * P * 4 * hid * inp * kk
+  fl_h <- 2 * P * 4 * hid * hid * kk
+  flops <- B * sum(fl_in * (fwd + bwd * (1 + below)) / busy(S * b) +
+                     fl_h * (fwd_h + bwd_h) / busy(b) + fl_h * bwd_h / busy(S * b))
+  # per sample and step: forward convolutions and cell; backward cell,
+  # convolutions (data and filter) and the gradients they accumulate
+  fwd_bytes <- P * e * (inp + 19 * hid)
+  bwd_bytes <- P * (e * (inp + 23 * hid) + f * 5 * hid + below * (e * 4 * hid + f * inp))
+  # a weight (or its gradient) read once per convolution call
+  weights <- m * sum(4 * 4 * hid * hid * kk * (fwd_h + 3 * bwd_h) +
+                       4 * 4 * hid * inp * kk * 3 * seg_calls)
+  C_out <- hid[[length(hid)]]
+  data <- B * P * (T * config$input_dim * (8 + e) +
+                     (if (target == "sequence") T else 1) * C_out * (8 + f))
+  update <- config$n_params * 4 * if (identical(optimizer_kind, "adam")) 10 else 6
+  bytes <- B * sum(fwd_bytes * fwd + bwd_bytes * bwd) + data + update
+  c(flops = flops, bytes = bytes, weights = weights)
+}
+
+predicted_seconds <- function(config, cfg, B, T, P, target, optimizer, rates) {
+  work <- step_work(config, cfg, B, T, P, target, optimizer$kind, rates$threads)
+  work[["flops"]] / rates$flops[[cfg$dtype]] + work[["bytes"]] / rates$bytes +
+    work[["weights"]] / rates$weights
+}
+
+# The threads a CPU model's convolutions share images among: its `threads`,
+# else OpenMP's default (OMP_NUM_THREADS, else one per core). A GPU runs a
+# call's images at once.
+conv_threads <- function(config) {
+  if (!identical(config$device, "cpu")) return(1L)
+  if (config$threads > 0) return(as.integer(config$threads))
+  omp <- suppressWarnings(as.integer(Sys.getenv("OMP_NUM_THREADS")))
+  if (!is.na(omp) && omp > 0) return(omp)
+  cores <- if (requireNamespace("parallel", quietly = TRUE)) parallel::detectCores() else NA
+  if (is.na(cores) || cores < 1) 1L else as.integer(cores)
+}
+
+# The cost model's rates for a model's device and thread count, measured
+# once per process: convolution FLOP/s per dtype and bytes/s.
+advise_cache <- new.env(parent = emptyenv())
+
+backend_rates <- function(config) {
+  key <- paste(config$device, config$threads, sep = ":")
+  if (is.null(advise_cache[[key]])) advise_cache[[key]] <- measure_rates(config)
+  advise_cache[[key]]
+}
+
+# Calibration steps on the model's device give the three rates of time =
+# flops / R_flop[dtype] + bytes / R_bytes + weights / R_weights: a layer as
+# wide as the tutorial's, mostly convolution arithmetic, in every dtype and
+# once more in micro-batches of one sample (whose many small convolution
+# calls each read the whole weight); and a step of 1x1 kernels on two
+# channels, mostly memory traffic. Steps are timed by the CPU time of the
+# process (all its threads), not the wall clock: on a machine shared with
+# other work the wall clock of a short step varies by a factor of two or
+# more, its CPU time far less, and only the ratios of the rates matter.
+# The steps alternate for four rounds and each keeps its least time. R's
+# random stream is left as it was.
+measure_rates <- function(config) {
+  seed <- get0(".Random.seed", envir = globalenv(), inherits = FALSE)
+  on.exit(restore_seed(seed), add = TRUE)
+  threads <- conv_threads(config)
+  heavy <- list(input_dim = 1L, hidden = 64L, kernel = 3L, B = 2L, T = 3L, size = 12L)
+  light <- list(input_dim = 1L, hidden = 2L, kernel = 1L, B = 8L, T = 8L, size = 64L)
+  runs <- list(list(heavy, "float32", 1L), list(heavy, "float32", 2L), list(light, "float32", 1L),
+               list(heavy, "float16", 1L), list(heavy, "bfloat16", 1L))
+  steps <- lapply(runs, function(r) calibration_step(config, r[[1]], r[[2]], r[[3]]))
+  on.exit(lapply(steps, function(st) convlstm_release(st$model)), add = TRUE)
+  for (st in steps) st$run() # plans and allocates: not timed
+  t <- rep(Inf, length(steps))
+  for (round in 1:4) {
+    for (i in seq_along(steps)) {
+      t0 <- cpu_seconds()
+      steps[[i]]$run()
+      t[[i]] <- min(t[[i]], cpu_seconds() - t0)
+    }
+  }
+  w <- lapply(runs, function(r) {
+    cal <- r[[1]]
+    conf <- list(input_dim = cal$input_dim, hidden_dims = cal$hidden, kernel_sizes = cal$kernel,
+                 n_params = 4 * cal$hidden * ((cal$input_dim + cal$hidden) * cal$kernel^2 + 1))
+    cfg <- list(dtype = r[[2]], checkpoint = 0L, accumulation_steps = r[[3]], tbptt = 0L)
+    step_work(conf, cfg, cal$B, cal$T, cal$size^2, "last_state", "adam", threads)
+  })
+  per_byte <- t[[3]] / w[[3]][["bytes"]] # the light step: its arithmetic is negligible
+  rest <- function(i) t[[i]] - w[[i]][["bytes"]] * per_byte
+  # seconds per weight byte: what the heavy step in micro-batches takes beyond
+  # its arithmetic at the whole step's rate (none if noise makes it negative)
+  per_flop <- rest(1) / w[[1]][["flops"]]
+  per_weight <- max(0, (rest(2) - w[[2]][["flops"]] * per_flop) / w[[2]][["weights"]])
+  # at least a quarter of a heavy step is arithmetic, so that noise in the
+  # other rates cannot make the convolutions free
+  flop_rate <- function(i) {
+    w[[i]][["flops"]] / max(rest(i) - w[[i]][["weights"]] * per_weight, t[[i]] / 4)
+  }
+  list(flops = stats::setNames(vapply(c(1, 4, 5), flop_rate, numeric(1)),
+                               c("float32", "float16", "bfloat16")),
+       bytes = 1 / per_byte, weights = 1 / per_weight, threads = threads,
+       device = config$device)
+}
+
+# CPU seconds of this process, all threads together.
+cpu_seconds <- function() {
+  t <- proc.time()
+  t[["user.self"]] + t[["sys.self"]]
+}
+
+# A training step of a calibration model on the device of `config`, ready
+# to run again and again.
+calibration_step <- function(config, cal, dtype, accumulation_steps) {
+  model <- convlstm(cal$input_dim, cal$hidden, cal$kernel, device = config$device, dtype = dtype,
+                    threads = if (config$threads > 0) config$threads else NULL)
+  x <- array(stats::runif(cal$B * cal$T * cal$input_dim * cal$size^2),
+             c(cal$B, cal$T, cal$input_dim, cal$size, cal$size))
+  y <- array(stats::runif(cal$B * cal$hidden * cal$size^2),
+             c(cal$B, cal$hidden, cal$size, cal$size))
+  opt <- optimizer_adam()
+  list(model = model,
+       run = function() train_step(model, x, y, opt, accumulation_steps = accumulation_steps))
+}
+
+# ---- printing ------------------------------------------------------------
+
+#' @export
+print.convlstm_memory_advice <- function(x, n = 10, ...) {
+  shape <- attr(x, "shape")
+  if (is.null(shape) || !all(c("dtype", "fits", "time_ratio", "reason") %in% names(x))) {
+    return(print(as_plain_df(x), ...))
+  }
+  fit <- x[x$fits, , drop = FALSE]
+  out <- x[!x$fits, , drop = FALSE]
+  cat(sprintf(paste0(
+    "<convlstm_memory_advice> training batch %d, %d step%s of %dx%d, %s, target %s\n",
+    "budget %s: %d of %d configurations fit\n"),
+    shape[["batch_size"]], shape[["seq_len"]], if (shape[["seq_len"]] == 1) "" else "s",
+    shape[["height"]], shape[["width"]], attr(x, "optimizer"), attr(x, "target"),
+    format_bytes(attr(x, "budget")), nrow(fit), nrow(x)))
+  shown <- function(d) {
+    data.frame(
+      dtype = d$dtype,
+      checkpoint = ifelse(d$checkpoint > 0, as.character(d$checkpoint), "-"),
+      micro_batches = ifelse(d$accumulation_steps > 1,
+                             sprintf("%d x %d", d$accumulation_steps, d$micro_batch), "-"),
+      tbptt = ifelse(d$tbptt > 0, as.character(d$tbptt), "-"),
+      activations = ifelse(is.na(d$activations), "-", format_bytes(d$activations)),
+      reserved = ifelse(is.na(d$reserved), "-", format_bytes(d$reserved)),
+      time = sprintf("%.2fx", d$time_ratio),
+      stringsAsFactors = FALSE
+    )
+  }
+  drop_tbptt <- function(d) if (all(d$tbptt == "-")) d[names(d) != "tbptt"] else d
+  if (nrow(fit) > 0) {
+    cat("\nFits, fastest first (time: predicted, relative to the plain float32 step):\n")
+    print(drop_tbptt(shown(utils::head(fit, n))), row.names = FALSE, right = TRUE)
+    if (nrow(fit) > n) cat(sprintf("... and %d more that fit\n", nrow(fit) - n))
+  }
+  if (nrow(out) > 0) {
+    cat("\nDoes not fit, closest first:\n")
+    d <- shown(utils::head(out, n))
+    d$activations <- d$time <- NULL
+    d <- drop_tbptt(d)
+    # columns padded by hand: a data frame print would wrap the long reasons
+    cols <- lapply(names(d), function(nm) {
+      v <- c(nm, d[[nm]])
+      formatC(v, width = -max(nchar(v)))
+    })
+    lines <- do.call(paste, c(cols, list(c("reason", utils::head(out$reason, n)))))
+    cat(paste0(" ", lines), sep = "\n")
+    if (nrow(out) > n) cat(sprintf("... and %d more that do not fit\n", nrow(out) - n))
+  }
+  if (nrow(x) > 2 * n || nrow(fit) > n || nrow(out) > n) {
+    cat("(print(x, n = Inf) shows every row)\n")
+  }
+  invisible(x)
+}
+
+# ---- convlstm_fit(memory_budget = , batch_size = "max") ---------------------
+
+# The batch size and step options convlstm_fit() trains with. With a
+# memory_budget the advisor picks the fastest configuration that fits
+# (converting the model's dtype when it picks another) and says which in one
+# line; batch_size = "max" trains at max_batch_size() for that
+# configuration (for the options given when there is no budget), at most
+# the n samples there are. Without either, the arguments as given.
+fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, target,
+                            checkpoint, accumulation_steps, tbptt, verbose,
+                            call = sys.call(-1)) {
+  given <- list(batch_size = batch_size, checkpoint = checkpoint,
+                accumulation_steps = accumulation_steps, tbptt = tbptt)
+  is_max <- identical(batch_size, "max")
+  if (is.null(memory_budget) && !is_max) return(given)
+  if (!is_max && !(is.numeric(batch_size) && length(batch_size) == 1)) {
+    abort_arg("batch_size", 'a positive whole number or "max"', batch_size, call)
+  }
+  ptr <- model_ptr(model, call = call)
+  n <- xd[[1]]
+  shape <- list(seq_len = xd[[2]], height = xd[[4]], width = xd[[5]])
+  budget <- resolve_budget(ptr, memory_budget, "memory_budget", call)
+  largest <- function(opts) {
+    b <- do.call(max_batch_size, c(list(model), shape,
+                                   list(budget = budget, optimizer = optimizer), opts))
+    min(n, as.integer(b))
+  }
+  if (is.null(memory_budget)) { # "max" with the options given
+    opts <- given[-1]
+    b <- largest(opts)
+    if (b == 0) {
+      abort_no_fit(budget, "not even a batch of one sample (or one per micro-batch)", call)
+    }
+    chosen <- c(list(batch_size = b), opts)
+    line <- sprintf("batch_size = \"max\": %d samples per batch%s", b,
+                    if (b == n) " (all of them)" else sprintf(" (the most that fit in %s)",
+                                                              format_bytes(budget)))
+  } else {
+    if (checkpoint != 0 || accumulation_steps != 1 || tbptt != 0) {
+      abort_convlstm(paste0(
+        "`memory_budget` chooses `checkpoint` and `accumulation_steps` itself: leave them and ",
+        "`tbptt` out, or give them without a budget."), call = call)
+    }
+    B <- if (is_max) max(1L, largest(list()))
+         else min(n, check_count(batch_size, "batch_size", call = call))
+    advice <- memory_advise(model, budget, B, shape$seq_len, shape$height, shape$width,
+                            optimizer = optimizer, target = target)
+    if (!any(advice$fits)) {
+      abort_no_fit(budget, sprintf("no configuration of a batch of %d fits; the closest is %s",
+                                   B, advice$reason[[1]]), call)
+    }
+    pick <- advice[1, ]
+    opts <- list(checkpoint = pick$checkpoint, accumulation_steps = pick$accumulation_steps,
+                 tbptt = pick$tbptt)
+    if (!identical(pick$dtype, model_config(model)$dtype)) set_dtype(model, pick$dtype)
+    b <- if (is_max) largest(opts) else batch_size # more than n: convlstm_fit() says so
+    chosen <- c(list(batch_size = b), opts)
+    est <- do.call(memory_estimate, c(list(model, b), shape, list(optimizer = optimizer), opts))
+    line <- sprintf(
+      paste0("memory_budget %s: batch %d, %s%s (planned %s; step time predicted %.2fx the ",
+             "plain float32 step's)"),
+      format_bytes(budget), b, pick$dtype, describe_options(c(opts, outputs = "all")),
+      format_bytes(estimate_bytes(est)[["reserved"]]), pick$time_ratio)
+  }
+  if (verbose) cli::cli_alert_info(line)
+  chosen
+}
+
+abort_no_fit <- function(budget, what, call) {
+  abort_convlstm(sprintf("Training does not fit in the memory budget of %s: %s.",
+                         format_bytes(budget), what), status = "oom", call = call)
+}

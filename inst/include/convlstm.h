@@ -1,0 +1,570 @@
+/*
+ * convlstm.h -- the public C interface of the convlstm core.
+ *
+ * Plain C11, no R headers: the R glue (src/r_*.c), the standalone library
+ * (libconvlstm.so), its C tests and benchmark driver and a Python/ctypes
+ * harness all call the core through this header and nothing else. It lives
+ * in inst/include so that the R package installs it: other packages'
+ * C code reaches these functions through convlstm_api.h beside it.
+ *
+ * It is not the backend interface (src/core/backend.h): callers never see
+ * kernels, device pointers or streams, only a model handle, host arrays and
+ * status codes. Every function that can fail returns a cl_status and writes a
+ * message that cl_model_error() returns; nothing here exits, aborts or jumps.
+ *
+ * Layout at this boundary is the user's: arrays are batch first,
+ * [batch, time, channels, height, width], either as R stores them (double,
+ * column-major) or as torch stores them (float, row-major); see
+ * cl_host_format. Inside, the core keeps row-major, time-major float tensors
+ * [T, B, C, H, W] and converts in one pass.
+ */
+#ifndef CONVLSTM_H
+#define CONVLSTM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CL_MAX_LAYERS 32
+#define CL_MAX_THREADS 1024
+#define CL_ERRMSG_LEN 512
+
+typedef enum cl_status {
+  CL_OK = 0,
+  CL_E_INVALID,     /* bad argument: shape, range, name, size overflow */
+  CL_E_OOM,         /* an allocation was refused: device memory or memory_limit */
+  CL_E_UNSUPPORTED, /* this build or backend lacks the feature */
+  CL_E_BACKEND,     /* a device call failed (CUDA, cuDNN) */
+  CL_E_STATE,       /* wrong call order, e.g. backward without a training forward */
+  CL_E_INTERNAL     /* a bug: please report */
+} cl_status;
+
+typedef enum cl_device { CL_DEVICE_CPU = 0, CL_DEVICE_CUDA = 1 } cl_device;
+
+/* Storage type of activations and convolution inputs. Parameters, gradients
+ * and optimizer state are always float32. */
+typedef enum cl_dtype { CL_F32 = 0, CL_F16 = 1, CL_BF16 = 2 } cl_dtype;
+#define CL_N_DTYPES 3
+
+/* Which output a loss or an output gradient refers to. */
+typedef enum cl_target {
+  CL_TARGET_LAST_STATE = 0, /* h of the last layer at the last step: [B, C, H, W] */
+  CL_TARGET_SEQUENCE = 1    /* the last layer's whole output: [B, T, C, H, W] */
+} cl_target;
+
+/* Every byte the core holds on the compute device has one of these. */
+typedef enum cl_mem_category {
+  CL_MEM_PARAMETERS = 0,
+  CL_MEM_GRADIENTS,
+  CL_MEM_OPTIMIZER,
+  CL_MEM_ACTIVATIONS, /* saved by a training forward for backward */
+  CL_MEM_STATES,      /* running h and c when activations are not kept */
+  CL_MEM_WORKSPACE,   /* convolution workspace, activation gradients, temporaries */
+  CL_MEM_DATA,        /* the batch's inputs and targets on the device */
+  CL_MEM_NCAT
+} cl_mem_category;
+
+/* Host array formats at the boundary. dims are always the logical,
+ * batch-first ones: [B, T, C, H, W] for sequences, [B, C, H, W] for states. */
+typedef enum cl_host_format {
+  CL_HOST_R_F64 = 0,    /* double, column-major (an R array) */
+  CL_HOST_TORCH_F32 = 1 /* float, row-major (a contiguous torch tensor) */
+} cl_host_format;
+
+typedef struct cl_host_array {
+  void *data;
+  cl_host_format format;
+  int ndim;    /* 4 or 5 */
+  int dims[5]; /* batch first */
+} cl_host_array;
+
+typedef struct cl_config {
+  int input_dim;
+  int n_layers;
+  int hidden_dims[CL_MAX_LAYERS];
+  int kernel_sizes[CL_MAX_LAYERS];  /* odd kernel heights (and widths, by default) */
+  int kernel_widths[CL_MAX_LAYERS]; /* odd; 0: kernel_sizes (square) */
+  int dilation_h[CL_MAX_LAYERS];    /* dilation of the convolution; 0: 1 */
+  int dilation_w[CL_MAX_LAYERS];
+  int bias;                        /* 0 or 1 */
+  cl_device device;
+  cl_dtype dtype;
+  int n_threads;       /* CPU threads; 0: the backend's default */
+  size_t memory_limit; /* bytes the allocator may hold; 0: device capacity */
+} cl_config;
+
+typedef struct cl_model cl_model;
+
+/* ---- lifetime -------------------------------------------------------- */
+
+/* Checks cfg, creates the backend and allocates the parameters (zeros).
+ * On failure *out is NULL and err (if not NULL) holds the message. */
+cl_status cl_model_create(const cl_config *cfg, cl_model **out, char *err, size_t errlen);
+/* Releases every byte the model holds. NULL-safe. */
+void cl_model_free(cl_model *m);
+/* Number of models alive in this process (leak tests). */
+int cl_models_alive(void);
+/* The message of the model's last failure ("" when none). */
+const char *cl_model_error(const cl_model *m);
+const cl_config *cl_model_config(const cl_model *m);
+/* Name of the backend in use ("cpu", "cuda"). */
+const char *cl_model_backend_name(const cl_model *m);
+/* 1 when a model can be created on this device in this build and machine. */
+int cl_device_available(cl_device d);
+/* 1 when this build has the CUDA backend, whether or not a GPU is present. */
+int cl_build_has_cuda(void);
+
+typedef struct cl_gpu_info {
+  int device;             /* index as CUDA numbers it (after CUDA_VISIBLE_DEVICES) */
+  int n_devices;          /* devices visible to this process */
+  char name[256];         /* e.g. "NVIDIA H100 80GB HBM3" */
+  int cc_major, cc_minor; /* compute capability */
+  int multiprocessors;
+  size_t mem_free; /* bytes, as cudaMemGetInfo reports them now */
+  size_t mem_total;
+  int driver_version;         /* CUDA driver API version, e.g. 13000 for 13.0 */
+  int runtime_version;        /* CUDA runtime this package was built with and runs */
+  size_t cudnn_version;       /* cuDNN loaded at run time, e.g. 91900 for 9.19.0 */
+  size_t cudnn_build_version; /* CUDNN_VERSION of the headers it was built with */
+} cl_gpu_info;
+
+/* Describe GPU `device` (-1: the current one), asking the driver afresh.
+ * CL_E_UNSUPPORTED when none is usable or the build has no CUDA backend,
+ * with the reason in err; the version fields are filled whenever the driver
+ * answered (an old driver is the usual reason). */
+cl_status cl_gpu_info_get(int device, cl_gpu_info *out, char *err, size_t errlen);
+
+/* ---- parameters (torch layout and names) ----------------------------- */
+
+/* Named tensors: cell_list.<l>.conv.weight [4h, in+h, k, k] and, with bias,
+ * cell_list.<l>.conv.bias [4h]. */
+int cl_model_n_tensors(const cl_model *m);
+cl_status cl_model_tensor_info(const cl_model *m, int i, const char **name, int *ndim,
+                               int dims[4]);
+/* Total number of scalar parameters. */
+size_t cl_model_n_params(const cl_model *m);
+/* Copy a named parameter (or its gradient) to/from float host memory, torch
+ * layout, n = number of elements expected. */
+cl_status cl_model_get_param(cl_model *m, const char *name, float *out, size_t n);
+cl_status cl_model_set_param(cl_model *m, const char *name, const float *in, size_t n);
+cl_status cl_model_get_grad(cl_model *m, const char *name, float *out, size_t n);
+/* torch's Conv2d default: weight and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)),
+ * fan_in = (in+h) k k, drawn in state-dict order from uniform01(ctx) in [0,1). */
+cl_status cl_model_init_params(cl_model *m, double (*uniform01)(void *), void *ctx);
+
+/* ---- step options ---------------------------------------------------- */
+
+/* What to keep of an inference forward. */
+typedef enum cl_outputs {
+  CL_OUTPUTS_ALL = 0, /* every layer's whole output sequence (model(x)) */
+  CL_OUTPUTS_LAST = 1 /* only the last states: memory independent of T */
+} cl_outputs;
+
+/* Where a forward or a training step starts from. */
+typedef enum cl_state_mode {
+  CL_STATE_ZERO = 0,  /* zeros (the tutorial's module) */
+  CL_STATE_GIVEN = 1, /* the step option `state`: each layer's h and c */
+  CL_STATE_CARRY = 2  /* train_step: the state the model holds from its last
+                         carrying step (zeros at first, and after
+                         cl_model_reset_state), replaced by this step's last
+                         state, detached (Keras's stateful = TRUE) */
+} cl_state_mode;
+
+/* The loss a training step minimises, mean-reduced over the target's
+ * elements, as torch's nn.MSELoss, nn.L1Loss, nn.HuberLoss(delta) and
+ * nn.BCEWithLogitsLoss(pos_weight) (the last with the output as logits and
+ * targets in [0, 1]). Zeros: MSE. */
+typedef enum cl_loss_kind {
+  CL_LOSS_MSE = 0,
+  CL_LOSS_MAE,
+  CL_LOSS_HUBER,
+  CL_LOSS_BCE_LOGITS,
+  CL_N_LOSSES
+} cl_loss_kind;
+typedef struct cl_loss_fn {
+  cl_loss_kind kind;
+  double delta;      /* huber: > 0 */
+  double pos_weight; /* bce_logits: > 0 (1: unweighted) */
+} cl_loss_fn;
+/* CL_OK, or CL_E_INVALID with the reason in err (delta, pos_weight as the
+ * 32-bit floats the kernels use). */
+cl_status cl_loss_check(const cl_loss_fn *f, char *err, size_t errlen);
+/* "mse", "mae", "huber", "bce_logits"; NULL for an unknown kind. */
+const char *cl_loss_name(cl_loss_kind k);
+
+/* Knobs that change a step's schedule and memory plan; all zeros (or a NULL
+ * pointer) is the plain step. */
+typedef struct cl_step_options {
+  int checkpoint;         /* training: keep h, c every k steps, recompute the rest */
+  int tbptt;              /* train_step: backprop through windows of k steps,
+                             state carried forward detached */
+  int accumulation_steps; /* train_step: micro-batches whose gradients sum
+                             before one update; 0 or 1: none */
+  cl_outputs outputs;     /* inference forward */
+  int plan_dtype;         /* cl_model_plan only: 0 plans the model's own
+                             storage dtype, 1 + a cl_dtype plans that one */
+  int horizon;            /* inference: 0, or roll the model forward this many
+                             frames after x, each prediction (the last
+                             layer's h) fed back as the next input; needs the
+                             last layer's hidden size == input_dim. Keeps
+                             only the last states and the frames
+                             (cl_model_read_frames).
+                             train_step, teacher forcing: x holds the input
+                             frames followed by the first K - 1 true frames
+                             and the target (CL_TARGET_SEQUENCE) y
+                             [B, K, C, H, W] is the last K steps' output. */
+  cl_state_mode state_mode;
+  /* CL_STATE_GIVEN: 2 * n_layers arrays, h then c of layer 0, then of layer
+   * 1, ..., each [B, hidden_l, H, W]; a constant (no gradient flows into
+   * it). cl_model_plan needs only state_mode. */
+  const cl_host_array *state;
+  double max_grad_norm;   /* train_step: > 0 clips the gradients' global L2
+                             norm to it before the update, as torch's
+                             clip_grad_norm_ (INFINITY: measure only); 0 or
+                             below: neither (cl_model_grad_norm is NaN) */
+  cl_loss_fn loss;        /* train_step: the loss (zeros: MSE) */
+} cl_step_options;
+
+/* Forgets the state a carrying train step (CL_STATE_CARRY) left, giving its
+ * memory back: the next carrying step starts from zeros. */
+cl_status cl_model_reset_state(cl_model *m);
+/* 1 when the model holds a carried state, with its batch and frame size. */
+int cl_model_carried_state(const cl_model *m, int *B, int *H, int *W);
+
+/* ---- forward, loss, backward ----------------------------------------- */
+
+/* x: [B, T, input_dim, H, W]. training != 0 keeps what backward needs (or,
+ * with opts->checkpoint, the states to recompute it from). opts may be NULL. */
+cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training,
+                           const cl_step_options *opts);
+/* Shape of the last forward (0s before any). */
+cl_status cl_model_last_shape(const cl_model *m, int *B, int *T, int *H, int *W);
+/* Copy results of the last forward to host: layer output [B, T, C_l, H, W];
+ * last state h or c [B, C_l, H, W] (which: 0 = h, 1 = c). out->dims must match. */
+cl_status cl_model_read_output(cl_model *m, int layer, cl_host_array *out);
+cl_status cl_model_read_state(cl_model *m, int layer, int which, cl_host_array *out);
+/* The frames of the last forward with a horizon K: [B, K, input_dim, H, W];
+ * frame 1 is the last layer's h after x's last step (after the rollout, the
+ * last states are those of its last step). */
+cl_status cl_model_read_frames(cl_model *m, cl_host_array *out);
+/* Mean squared error of the chosen output of the last training forward
+ * against y; stores d loss / d output for cl_model_backward(m, target, NULL). */
+cl_status cl_model_mse(cl_model *m, const cl_host_array *y, cl_target target, double *loss);
+/* Backpropagate grad (shape of the target's output), or, when grad is NULL,
+ * the gradient stored by the last cl_model_mse. Gradients accumulate as in
+ * torch until cl_model_zero_grad. */
+cl_status cl_model_backward(cl_model *m, cl_target target, const cl_host_array *grad);
+cl_status cl_model_zero_grad(cl_model *m);
+
+/* ---- optimizers ------------------------------------------------------ */
+
+typedef enum cl_optim_kind { CL_OPTIM_ADAM = 1, CL_OPTIM_SGD = 2, CL_OPTIM_ADAMW = 3 } cl_optim_kind;
+#define CL_N_OPTIM_KINDS 3
+
+/* Hyperparameters; torch.optim.Adam (L2 weight decay added to the gradient),
+ * torch.optim.AdamW (decoupled: p *= 1 - lr * weight_decay) and
+ * torch.optim.SGD (momentum buffer starts as the first gradient). */
+typedef struct cl_optim {
+  cl_optim_kind kind;
+  double lr;
+  double beta1, beta2, eps; /* Adam */
+  double momentum;          /* SGD */
+  double weight_decay;      /* Adam, SGD: L2 added to the gradient; AdamW: decoupled */
+  int amsgrad;              /* Adam, AdamW: keep max_exp_avg_sq (torch's amsgrad) */
+} cl_optim;
+/* The optimizer's name in files and in R: "adam", "sgd", "adamw"; NULL for
+ * an unknown kind. cl_optim_kind_of: the kind of a name, 0 if none. */
+const char *cl_optim_kind_name(cl_optim_kind k);
+cl_optim_kind cl_optim_kind_of(const char *name);
+
+/* CL_OK, or CL_E_INVALID with the reason in err: the hyperparameters are
+ * checked as the 32-bit floats the update uses (a double beyond float's
+ * range, a beta that rounds to 1, an eps that rounds to 0 are refused),
+ * wherever they come from (R, a file, another program). */
+cl_status cl_optim_check(const cl_optim *o, char *err, size_t errlen);
+
+/* One update of all parameters from their gradients. The state (Adam's
+ * moments, SGD's momentum) lives in the model; it is created at the first
+ * step and reset when the kind of optimizer changes. */
+cl_status cl_model_optimizer_step(cl_model *m, const cl_optim *opt);
+/* Number of optimizer steps taken with the current state. */
+int64_t cl_model_optimizer_steps(const cl_model *m);
+/* The global L2 norm of the gradients before clipping, measured by the last
+ * training step that had max_grad_norm > 0 (after float16 unscaling); NaN
+ * after a step without it, or before any. Inf or NaN gradients give a norm
+ * that is not finite, and no clipping (the update's guard then refuses). */
+double cl_model_grad_norm(const cl_model *m);
+cl_status cl_model_optimizer_reset(cl_model *m);
+
+/* zero_grad, training forward, MSE, backward, update: one call. With
+ * accumulation_steps = m the batch runs as m micro-batches whose gradients
+ * sum (each loss weighted by its share of the batch) before one update; with
+ * tbptt = k, forward and backward run window by window. *loss is the MSE
+ * over the whole batch. opts may be NULL. */
+cl_status cl_model_train_step(cl_model *m, const cl_host_array *x, const cl_host_array *y,
+                              cl_target target, const cl_optim *opt,
+                              const cl_step_options *opts, double *loss);
+
+/* ---- precision ------------------------------------------------------- */
+
+/* Convert the model's activation storage (float32 <-> float16 / bfloat16);
+ * parameters stay float32 (master weights). Empties the step cache. */
+cl_status cl_model_set_dtype(cl_model *m, cl_dtype dtype);
+/* float16 dynamic loss scaling, as torch.cuda.amp.GradScaler: the loss is
+ * multiplied by scale; a step whose gradients hold inf/NaN is skipped and the
+ * scale is multiplied by backoff_factor; after growth_interval clean steps it
+ * is multiplied by growth_factor. */
+typedef struct cl_loss_scale {
+  double scale;
+  int growth_interval;
+  int clean_steps;      /* since the last growth or skip */
+  int64_t skipped_steps;
+  int skipped_in_a_row; /* skipped steps since the last update: none when it is 0 */
+  double init_scale;    /* where the scale starts, and starts again on a change of dtype */
+  double growth_factor, backoff_factor;
+} cl_loss_scale;
+cl_status cl_model_get_loss_scale(const cl_model *m, cl_loss_scale *out);
+/* GradScaler's settings (its defaults: 65536, 2, 0.5, 2000), checked as the
+ * float the scale is used as: init_scale > 0 and finite as a float,
+ * growth_factor > 1, backoff_factor in (0, 1), growth_interval >= 1. The
+ * scale starts again at init_scale, its counts at zero. */
+cl_status cl_model_set_loss_scale(cl_model *m, double init_scale, double growth_factor,
+                                  double backoff_factor, int growth_interval);
+
+/* ---- memory ---------------------------------------------------------- */
+
+typedef struct cl_mem_stats {
+  size_t current[CL_MEM_NCAT];
+  size_t peak[CL_MEM_NCAT];
+  uint64_t n_alloc[CL_MEM_NCAT];
+  uint64_t n_free[CL_MEM_NCAT];
+  size_t allocated;      /* sum of current */
+  size_t peak_allocated; /* peak of the sum */
+  size_t reserved;       /* what the allocator holds from the device */
+  size_t peak_reserved;
+  size_t limit;        /* memory_limit, 0 when none */
+  size_t device_free;  /* as the device reports it */
+  size_t device_total; /* capacity: memory_limit if set, else the device's */
+} cl_mem_stats;
+
+cl_status cl_model_memory_stats(cl_model *m, cl_mem_stats *s);
+
+/* What is measured outside the allocator, by the operating system and the
+ * driver (the allocator's numbers above are the plan's, counted). */
+typedef struct cl_measured_mem {
+  int have_process;     /* 1: process_rss / process_peak were read */
+  size_t process_rss;   /* resident bytes of the whole process (VmRSS) */
+  size_t process_peak;  /* its high-water mark (VmHWM) */
+  int have_device;      /* 1: a device with memory of its own (a GPU) */
+  size_t device_used;   /* the device's used bytes now: total - free, all processes */
+  size_t device_used_at_create; /* the same, when the model was created */
+  size_t runtime;       /* the backend's runtime bytes (cl_plan.runtime) */
+  char why[160];        /* why a measure is missing, "" when none is */
+} cl_measured_mem;
+
+cl_status cl_model_measured_memory(cl_model *m, cl_measured_mem *out);
+/* Test-only, for models created with CONVLSTM_GUARD=1 (guard bands after
+ * every step buffer, checked after every step): writes one byte just past
+ * the current step's buffer named `buffer` (a plan entry's name, such as
+ * "gates[0]"), as a kernel overrunning its slot would, so that a test can
+ * see the next check name it. */
+cl_status cl_model_test_overrun(cl_model *m, const char *buffer);
+void cl_model_reset_peak(cl_model *m);
+/* Gives back the buffers of the last step plan (activations, workspace,
+ * data); parameters, gradients and optimizer state stay. */
+cl_status cl_model_empty_cache(cl_model *m);
+cl_status cl_model_set_memory_limit(cl_model *m, size_t bytes);
+
+const char *cl_mem_category_name(cl_mem_category c);
+
+/* A plan: every buffer one step needs, computed without allocating. The
+ * executor allocates exactly these, so estimate and measurement agree.
+ * Parameters, gradients and optimizer state are device allocations of their
+ * own; the step's buffers are views at fixed offsets into one step arena,
+ * reserved once and grown only by a step that needs more (a smaller step
+ * reuses it as it is). */
+#define CL_ARENA_ALIGN 256 /* bytes; as cudaMalloc aligns, and a multiple of any vector width */
+
+typedef struct cl_plan_entry {
+  char name[48];
+  cl_mem_category category;
+  size_t bytes;
+  size_t offset; /* step buffers: offset in the step arena; model buffers: 0 */
+  int in_arena;  /* 1 for step buffers */
+  int kind;      /* internal: which buffer (core/plan.h) */
+  int layer;     /* layer index, -1 for model-wide buffers */
+} cl_plan_entry;
+
+typedef struct cl_plan {
+  int n;
+  cl_plan_entry *entries;
+  size_t by_category[CL_MEM_NCAT];
+  size_t total;    /* allocated: the sum of every buffer */
+  size_t arena;    /* the step arena: step buffers, each at an aligned offset */
+  size_t reserved; /* reserved from the device by a model that ran only this
+                      step: model buffers plus the arena */
+  size_t runtime;  /* the process's runtime on the device, outside every model
+                      (CUDA context, cuDNN handle), measured once; 0 on the CPU */
+} cl_plan;
+
+/* Plan for a step of shape B, T, H, W (the whole batch: with
+ * accumulation_steps the plan holds one micro-batch); training != 0 includes
+ * gradients, optimizer state (for opt; NULL: the state the model holds) and
+ * what backward keeps. opts may be NULL. */
+cl_status cl_model_plan(cl_model *m, int B, int T, int H, int W, int training,
+                        const cl_optim *opt, const cl_step_options *opts, cl_plan *out);
+void cl_plan_free(cl_plan *p);
+
+/* ---- helpers --------------------------------------------------------- */
+
+const char *cl_status_name(cl_status s);
+/* "float32", "float16", "bfloat16" (the names R and the files use), or
+ * "unknown": the one table of dtype names. */
+const char *cl_dtype_name(cl_dtype t);
+/* "cpu" or "cuda" (as R and the files name devices), or "unknown". */
+const char *cl_device_name(cl_device d);
+/* Convert between a host array and row-major, time-major float [T, B, C, H, W]
+ * (or [B, C, H, W] when ndim = 4), in one pass. */
+void cl_pack_host(float *dst, const cl_host_array *src);
+void cl_unpack_host(cl_host_array *dst, const float *src);
+
+/* ---- saving and loading: safetensors files (core/checkpoint.c) ------- */
+
+/* A model's file is safetensors (8-byte little-endian header length N, N
+ * bytes of JSON, then the data), readable by PyTorch's safetensors and R
+ * torch. Tensors, all F32, little-endian, torch layout:
+ *   cell_list.<l>.conv.weight, cell_list.<l>.conv.bias   (the state dict)
+ *   optimizer.exp_avg.<name>, optimizer.exp_avg_sq.<name> (Adam's moments)
+ *   optimizer.max_exp_avg_sq.<name>                       (amsgrad's maximum)
+ *   optimizer.momentum_buffer.<name>                      (SGD's momentum)
+ * and __metadata__ (strings, as the format requires): "format": "pt",
+ * "convlstm.format_version": "1", convlstm.input_dim, convlstm.hidden_dims
+ * and convlstm.kernel_sizes ("[8, 1]"), convlstm.bias ("true"/"false"),
+ * convlstm.dtype, convlstm.device (informative); with an optimizer
+ * convlstm.optimizer ("adam"/"adamw"/"sgd"; convlstm.optimizer.amsgrad
+ * "true" when on, absent otherwise), convlstm.optimizer.{lr, weight_decay,
+ * beta1, beta2, eps | momentum} (exact decimal), convlstm.optimizer.steps,
+ * and for float16 models convlstm.loss_scale.{scale, growth_interval,
+ * clean_steps, skipped_steps}; then the caller's own entries. */
+
+/* Writes m's parameters and, when opt is not NULL, opt's hyperparameters and
+ * the optimizer state m holds (none before its first step; an error when m's
+ * state belongs to the other kind of optimizer), plus n_meta caller entries
+ * (UTF-8; names "format" and "convlstm.*" are reserved). The file is written
+ * beside path and renamed over it when complete and flushed: a crash leaves
+ * the old file or the new one, never half of one. When path is a symbolic
+ * link (or a chain of them, or one whose file does not exist yet) the file
+ * it leads to is written, beside it, and the link stays a link; a path
+ * leading to anything but a regular file (a directory, device, FIFO,
+ * socket) is refused, before anything is written and again just before the
+ * rename, as cl_save_target_check() says. Message in cl_model_error(m). */
+cl_status cl_model_save(cl_model *m, const char *path, const cl_optim *opt, int n_meta,
+                        const char *const *meta_keys, const char *const *meta_values);
+/* CL_OK when cl_model_save may write to path: it leads (through its
+ * symbolic links, if any) to a regular file or to nothing yet; else
+ * CL_E_INVALID and a message saying what is there. cl_model_save checks for
+ * itself: this lets a caller ask first. */
+cl_status cl_save_target_check(const char *path, char *err, size_t errlen);
+
+/* A file read and checked: every header field, offset, size, name and shape,
+ * and that the values are finite. Files without convlstm metadata (a state
+ * dict saved by PyTorch) get their architecture from the weights' shapes;
+ * F64, F16 and BF16 parameters convert to float32. */
+typedef struct cl_saved cl_saved;
+
+cl_status cl_saved_read(const char *path, cl_saved **out, char *err, size_t errlen);
+/* The same from bytes in memory (copied). */
+cl_status cl_saved_parse(const void *bytes, size_t len, cl_saved **out, char *err,
+                         size_t errlen);
+void cl_saved_free(cl_saved *s); /* NULL-safe */
+/* The saved architecture; device CPU, n_threads and memory_limit 0. */
+const cl_config *cl_saved_config(const cl_saved *s);
+/* 1 (filling what is not NULL) when the file holds an optimizer, else 0. */
+int cl_saved_optimizer(const cl_saved *s, cl_optim *opt, int64_t *steps);
+int cl_saved_loss_scale(const cl_saved *s, cl_loss_scale *out);
+/* All metadata entries, convlstm's included, sorted by name. */
+int cl_saved_n_metadata(const cl_saved *s);
+cl_status cl_saved_metadata(const cl_saved *s, int i, const char **key, const char **value);
+/* Tensors sorted by name; dtype is the file's ("F32", ...). */
+int cl_saved_n_tensors(const cl_saved *s);
+cl_status cl_saved_tensor_info(const cl_saved *s, int i, const char **name, const char **dtype,
+                               int *ndim, int64_t dims[8]);
+/* A new model with the saved architecture and parameters; device, dtype,
+ * n_threads and memory_limit come from runtime (NULL: the saved config).
+ * with_optimizer restores the optimizer state and step count (and the loss
+ * scale of a float16 model), so the next train step continues the saved run
+ * exactly; give the optimizer the saved hyperparameters. */
+cl_status cl_saved_create_model(const cl_saved *s, const cl_config *runtime, int with_optimizer,
+                                cl_model **out, char *err, size_t errlen);
+/* The same into an existing model of the same architecture (input_dim,
+ * layers, hidden_dims, kernel_sizes, bias; message in cl_model_error(m)).
+ * The optimizer state is allocated before anything changes, so a failure
+ * (out of memory) leaves m as it was. */
+cl_status cl_saved_load_into(const cl_saved *s, cl_model *m, int with_optimizer);
+/* cl_saved_read + cl_saved_create_model. */
+cl_status cl_model_load(const char *path, const cl_config *runtime, int with_optimizer,
+                        cl_model **out, char *err, size_t errlen);
+
+/* ---- data sets on the device (core/data.c) -------------------------- */
+
+/* A whole training set uploaded once, so that each step gathers its rows on
+ * the device instead of converting and uploading them from the host: x
+ * [N, T, input_dim, H, W] in the model's storage dtype and y (float32,
+ * shaped for target) in the core's time-major layout. Its bytes count under
+ * CL_MEM_DATA. The model owns it: cl_model_free frees it too, and
+ * cl_model_empty_cache leaves it. */
+typedef struct cl_data cl_data;
+
+/* Checks x and y as cl_model_train_step does and uploads them. Out of
+ * memory (memory_limit or the device) is CL_E_OOM with nothing allocated
+ * and the model usable. On failure *out is NULL; message in
+ * cl_model_error(m). */
+cl_status cl_data_create(cl_model *m, const cl_host_array *x, const cl_host_array *y,
+                         cl_target target, cl_data **out);
+/* Returns every byte of d to its model. NULL-safe. Never call it after
+ * cl_model_free of d's model, which has freed d already. */
+void cl_data_free(cl_data *d);
+/* Rows N, steps T, height H, width W; and its target, storage dtype and
+ * device bytes (x and y; the index buffer is the model's, shared by its
+ * data sets). */
+void cl_data_shape(const cl_data *d, int *N, int *T, int *H, int *W);
+cl_target cl_data_target(const cl_data *d);
+cl_dtype cl_data_dtype(const cl_data *d);
+size_t cl_data_bytes(const cl_data *d);
+/* Device bytes cl_data_create would take now for N sequences of T steps of
+ * HxW with this target: x, y, and the index buffer when it would grow; 0 on
+ * a bad shape or size overflow. Allocates nothing. */
+size_t cl_data_bytes_for(const cl_model *m, int N, int T, int H, int W, cl_target target);
+/* Data sets alive in this process (leak tests). */
+int cl_data_alive(void);
+
+/* cl_model_train_step on rows idx[0..n-1] of d (0-based, any order,
+ * repeats allowed), with d's target: the same loss and gradients, bit for
+ * bit, as cl_model_train_step with those rows as host arrays. CL_E_STATE
+ * when the model's storage dtype changed since d was uploaded. */
+cl_status cl_model_train_step_data(cl_model *m, const cl_data *d, const int *idx, int n,
+                                   const cl_optim *opt, const cl_step_options *opts,
+                                   double *loss);
+
+/* ---- the version of this interface ----------------------------------- */
+
+/* Other programs compile against this header and run against whatever
+ * library is installed later: an R package with LinkingTo: convlstm
+ * (through convlstm_api.h, which checks both at run time) or a ctypes
+ * harness. CL_API_VERSION goes up whenever a declaration here changes in a
+ * way that a caller compiled before would misread: a signature, a struct's
+ * fields, an enum's values, a constant. The sizes of the structs that cross
+ * the interface are compared as well (CL_API_STRUCTS), so a change that
+ * forgot the version is still caught when it moves a size. */
+#define CL_API_VERSION 1
+#define CL_API_STRUCTS(X)                                                                  \
+  X(cl_config) X(cl_host_array) X(cl_gpu_info) X(cl_step_options) X(cl_optim)             \
+  X(cl_loss_scale) X(cl_mem_stats) X(cl_plan_entry) X(cl_plan) X(cl_loss_fn)
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,91 @@
+"""inst/python/torch_convlstm.py -- the reference ConvLSTM in plain PyTorch,
+the R torch tutorial's model (after ndrplz/ConvLSTM_pytorch): per layer one
+Conv2d over cat(x_t, h_{t-1}) giving the gates i, f, o, g; zero initial state;
+layer l+1 reads layer l's output sequence. Its state-dict names and layout are
+convlstm's, so a model saved by convlstm_save() loads into it unchanged.
+
+Installed with the package (system.file("python", package = "convlstm")), so
+that a user can check convlstm's weights and outputs against PyTorch. The one
+copy that safetensors_check.py beside it, tools/make_fixtures.py and both
+benchmarks import; PyTorch is never a dependency of the R package.
+"""
+import torch
+from torch import nn
+
+
+def _pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+class ConvLSTMCell(nn.Module):
+    def __init__(self, input_dim, hidden_dim, kernel_size, bias=True, dilation=1):
+        super().__init__()
+        self.hidden_dim = hidden_dim
+        kh, kw = _pair(kernel_size)
+        dh, dw = _pair(dilation)
+        # one convolution produces all four gates: channels [i | f | o | g];
+        # "same" padding d (k - 1) / 2 for odd kernels
+        self.conv = nn.Conv2d(input_dim + hidden_dim, 4 * hidden_dim, (kh, kw),
+                              padding=(dh * (kh - 1) // 2, dw * (kw - 1) // 2),
+                              dilation=(dh, dw), bias=bias)
+
+    def forward(self, x, state):
+        h_prev, c_prev = state
+        z = self.conv(torch.cat([x, h_prev], dim=1))
+        zi, zf, zo, zg = torch.split(z, self.hidden_dim, dim=1)
+        c = torch.sigmoid(zf) * c_prev + torch.sigmoid(zi) * torch.tanh(zg)
+        h = torch.sigmoid(zo) * torch.tanh(c)
+        return h, c
+
+
+class ConvLSTM(nn.Module):
+    def __init__(self, input_dim, hidden_dims, kernel_sizes, bias=True, dilations=None):
+        """kernel_sizes: per layer an int or (height, width); dilations: None
+        (1) or per layer an int or (height, width)."""
+        super().__init__()
+        # the attribute name makes the state-dict keys cell_list.<l>.conv.weight
+        # / .bias, the names the package uses
+        dims = [input_dim] + list(hidden_dims[:-1])
+        dilations = dilations or [1] * len(hidden_dims)
+        self.cell_list = nn.ModuleList(
+            ConvLSTMCell(d, h, k, bias, dl)
+            for d, h, k, dl in zip(dims, hidden_dims, kernel_sizes, dilations))
+
+    def forward(self, x, last_only=False, state=None):
+        """x [B, T, C, H, W] -> (layer outputs, layer last states (h, c)), as the
+        tutorial's module returns; last_only: just the last layer's last h,
+        without stacking that layer's outputs (what a loss on it needs);
+        state: None (zeros) or each layer's initial (h, c), as the module
+        returns its last states."""
+        B, T, _, H, W = x.shape
+        layer_outputs, last_states = [], []
+        cur = x
+        for li, cell in enumerate(self.cell_list):
+            if state is None:
+                h = x.new_zeros(B, cell.hidden_dim, H, W)
+                c = torch.zeros_like(h)
+            else:
+                h, c = state[li]
+            seq = []
+            for t in range(T):
+                h, c = cell(cur[:, t], (h, c))
+                seq.append(h)
+            if last_only and li + 1 == len(self.cell_list):
+                return h
+            cur = torch.stack(seq, dim=1)
+            layer_outputs.append(cur)
+            last_states.append((h, c))
+        return layer_outputs, last_states
+
+
+def rollout(model, x, horizon, state=None):
+    """Multi-frame forecasting: run x [B, T, C, H, W] (from state), then feed
+    the last layer's last h back as the next input frame, horizon times
+    (needs the last hidden size == input channels). Returns the predicted
+    frames [B, horizon, C, H, W]: the first is the h after x's last step."""
+    _, st = model(x, state=state)
+    frames = [st[-1][0]]
+    for _ in range(horizon - 1):
+        _, st = model(frames[-1].unsqueeze(1), state=st)
+        frames.append(st[-1][0])
+    return torch.stack(frames, dim=1)

@@ -1,0 +1,229 @@
+/*
+ * tests/c/test_cpu_simd.c -- the CPU backend's vector kernels below its
+ * slots, which tests/c/test_backend_ops.c reaches only through them: the
+ * GEMM of every instruction set (all four transpose combinations, odd and
+ * blocked sizes, padded leading dimensions, C not read when beta is 0, its
+ * packing scratch used to the byte it reports, threads calling it at once)
+ * against a naive product in double, and the float16 / bfloat16 load and
+ * store against core/half.h bit for bit.
+ *
+ * A standalone program: prints one line per check (-q: failures only) and
+ * exits 1 on any failure. Not a benchmark (bench_cpu_conv.c).
+ */
+#include "core/half.h"       /* the reference float16 / bfloat16 conversions */
+#include "cpu/cpu_kernels.h" /* cl_cpu_sgemm*, cl_cpu_load, cl_cpu_store */
+#include "ctest.h"           /* the one RNG of the C tests (uniform01) */
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int verbose = 1;
+/* Under valgrind (50x slower) the largest products are left out. */
+static int under_valgrind;
+
+static double uniform(void) { return 2.0 * uniform01(NULL) - 1.0; } /* in [-1, 1) */
+
+static int rand_int(int lo, int hi) { /* in [lo, hi] */
+  return lo + (int)(uniform01(NULL) * (hi - lo + 1)) % (hi - lo + 1);
+}
+
+static void *xmalloc(size_t bytes) {
+  void *p = malloc(bytes ? bytes : 1);
+  if (!p) {
+    fprintf(stderr, "test_cpu_simd: out of memory\n");
+    exit(2);
+  }
+  return p;
+}
+
+static float *rand_floats(size_t n) {
+  float *p = xmalloc(sizeof(float) * n);
+  for (size_t i = 0; i < n; i++) p[i] = (float)uniform();
+  return p;
+}
+
+/* max |got - ref| <= tol * max |ref|, all finite. */
+static int check_close(const char *what, const float *got, const double *ref, size_t n,
+                       double tol) {
+  double scale = 0.0, max_abs = 0.0;
+  int finite = 1;
+  for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(ref[i]));
+  for (size_t i = 0; i < n; i++) {
+    if (!isfinite(got[i])) finite = 0;
+    max_abs = fmax(max_abs, fabs((double)got[i] - ref[i]));
+  }
+  const double err = max_abs / (scale > 0 ? scale : 1.0);
+  const int ok = finite && err <= tol;
+#ifdef _OPENMP
+#pragma omp critical(test_report)
+#endif
+  {
+    ctest_checks++;
+    if (!ok) ctest_failures++;
+    if (verbose || !ok)
+      printf("%s %-58s max abs %.2e (scaled %.2e, tol %.0e)\n", ok ? "ok  " : "FAIL", what, max_abs,
+             err, tol);
+  }
+  return ok;
+}
+
+static void check_true(int cond, const char *fmt, ...) {
+  char msg[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  ctest_checks++;
+  if (!cond) ctest_failures++;
+  if (verbose || !cond) printf("%s %s\n", cond ? "ok  " : "FAIL", msg);
+}
+
+static const char *dtype_name(cl_dtype t) { return t == CL_F16 ? "float16" : "bfloat16"; }
+
+/* ---- GEMM ----------------------------------------------------------------- */
+
+static void ref_gemm(int tA, int tB, int M, int N, int K, double alpha, const float *A, int lda,
+                     const float *B, int ldb, double beta, const float *C0, int ldc, double *out) {
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double s = 0.0;
+      for (int p = 0; p < K; p++)
+        s += (double)(tA ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p]) *
+             (double)(tB ? B[(size_t)j * ldb + p] : B[(size_t)p * ldb + j]);
+      out[(size_t)i * N + j] = alpha * s + (beta != 0.0 ? beta * C0[(size_t)i * ldc + j] : 0.0);
+    }
+}
+
+enum { CANARY = 256 };
+
+static void fill_canary(unsigned char *p) { memset(p, 0xA5, CANARY); }
+
+static int canary_intact(const unsigned char *p) {
+  for (int i = 0; i < CANARY; i++)
+    if (p[i] != 0xA5) return 0;
+  return 1;
+}
+
+/* One product: scratch sized exactly with a canary behind it, C padded by
+ * ldc and, for beta == 0, filled with NaN to prove it is not read. */
+static void gemm_case(cl_cpu_gemm_kind kind, int threads, int tA, int tB, int M, int N, int K,
+                      float alpha, float beta, int pad, int quiet) {
+  int lda = (tA ? M : K) + pad, ldb = (tB ? K : N) + pad, ldc = N + pad;
+  float *A = rand_floats((size_t)(tA ? K : M) * lda), *B = rand_floats((size_t)(tB ? N : K) * ldb);
+  float *C = rand_floats((size_t)M * ldc);
+  if (beta == 0.0f)
+    for (size_t i = 0; i < (size_t)M * ldc; i++) C[i] = NAN;
+  double *ref = xmalloc(sizeof(double) * M * N);
+  ref_gemm(tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ref);
+  size_t sb = threads > 1 ? cl_cpu_sgemm_threaded_scratch_bytes(kind, threads, M, N, K)
+                          : cl_cpu_sgemm_scratch_bytes(kind, M, N, K);
+  unsigned char *scratch = xmalloc(sb + CANARY);
+  fill_canary(scratch + sb);
+  int rc = threads > 1
+               ? cl_cpu_sgemm_threaded(kind, threads, tA, tB, M, N, K, alpha, A, lda, B, ldb, beta,
+                                       C, ldc, scratch)
+               : cl_cpu_sgemm(kind, tA, tB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, scratch);
+  float *got = xmalloc(sizeof(float) * M * N);
+  for (int i = 0; i < M; i++) memcpy(got + (size_t)i * N, C + (size_t)i * ldc, sizeof(float) * N);
+  char what[160];
+  snprintf(what, sizeof what, "sgemm %s t%d %c%c M=%d N=%d K=%d a=%g b=%g", cl_cpu_gemm_name(kind),
+           threads, tA ? 'T' : 'N', tB ? 'T' : 'N', M, N, K, alpha, beta);
+  int v = verbose;
+  verbose = v && !quiet;
+  check_close(what, got, ref, (size_t)M * N, 1e-5);
+  check_true(rc == 0 && canary_intact(scratch + sb), "%s: scratch within %zu bytes", what, sb);
+  verbose = v;
+  free(A), free(B), free(C), free(ref), free(got), free(scratch);
+}
+
+static void test_gemm_kind(cl_cpu_gemm_kind kind) {
+  printf("-- sgemm, %s\n", cl_cpu_gemm_name(kind));
+  /* Small and odd sizes in all four transpose combinations, printed as one
+   * summary line per combination unless one fails. */
+  for (int t = 0; t < 4; t++) {
+    int before = ctest_failures;
+    for (int rep = 0; rep < 40; rep++) {
+      int M = rand_int(1, 70), N = rand_int(1, 70), K = rand_int(1, 70);
+      float beta = (rep % 3 == 0) ? 0.0f : (rep % 3 == 1 ? 1.0f : -0.5f);
+      gemm_case(kind, 1, t & 1, t >> 1, M, N, K, rep % 4 == 0 ? 2.0f : 1.0f, beta, rep % 5, 1);
+    }
+    check_true(ctest_failures == before, "sgemm %s %c%c: 40 random sizes in 1..70",
+               cl_cpu_gemm_name(kind), (t & 1) ? 'T' : 'N', (t >> 1) ? 'T' : 'N');
+  }
+  gemm_case(kind, 1, 0, 0, 1, 1, 1, 1.0f, 0.0f, 0, 0);
+  gemm_case(kind, 1, 0, 0, 5, 7, 0, 1.0f, 0.5f, 0, 0); /* K == 0: C = beta C */
+  if (!under_valgrind) {
+    gemm_case(kind, 1, 0, 0, 256, 576, 576, 1.0f, 0.0f, 0, 0);
+    gemm_case(kind, 1, 1, 0, 576, 576, 256, 1.0f, 1.0f, 0, 0);
+    gemm_case(kind, 1, 0, 1, 256, 576, 576, 1.0f, 1.0f, 0, 0);
+  }
+  gemm_case(kind, 1, 1, 1, 300, 1000, 600, 0.5f, 0.25f, 3, 0); /* several blocks each way */
+  gemm_case(kind, 2, 0, 0, 256, 576, 300, 1.0f, 0.0f, 0, 0);
+  gemm_case(kind, 3, 0, 1, 37, 500, 77, 1.0f, 1.0f, 1, 0);
+  gemm_case(kind, 2, 1, 0, 700, 20, 33, 1.0f, 0.0f, 0, 0);
+}
+
+/* Threads calling the single-threaded GEMM at once, and the threaded one
+ * from inside a parallel region, must agree with the serial result. */
+static void test_gemm_reentrant(cl_cpu_gemm_kind kind) {
+  enum { M = 70, N = 90, K = 110, T = 4 };
+  float *A = rand_floats(M * K), *B = rand_floats(K * N), *C = xmalloc(sizeof(float) * T * M * N);
+  double *ref = xmalloc(sizeof(double) * M * N);
+  ref_gemm(0, 0, M, N, K, 1.0, A, K, B, N, 0.0, NULL, N, ref);
+  int rc = 0;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(T) reduction(| : rc)
+#endif
+  for (int t = 0; t < T; t++)
+    rc |= t % 2 ? cl_cpu_sgemm(kind, 0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C + t * M * N, N, NULL)
+                : cl_cpu_sgemm_threaded(kind, 2, 0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f,
+                                        C + t * M * N, N, NULL);
+  int before = ctest_failures;
+  for (int t = 0; t < T; t++) check_close("(thread)", C + t * M * N, ref, M * N, 1e-5);
+  check_true(rc == 0 && ctest_failures == before, "sgemm %s from %d threads at once",
+             cl_cpu_gemm_name(kind), T);
+  free(A), free(B), free(C), free(ref);
+}
+
+/* Conversions of the kernels against core/half.h on awkward values:
+ * subnormals, overflow, ties, NaN, through the vector and the scalar path. */
+static void test_half_conversions(void) {
+  static const float special[] = {
+      0.0f,     -0.0f, 1.0f,    65504.0f, 65520.0f,       1e-7f,          6.1e-5f,  5.96e-8f,
+      2.98e-8f, 1e30f, -1e-40f, 3.14159f, 1.00048828125f, 1.00146484375f, INFINITY, -INFINITY};
+  enum { N = 1000 };
+  float x[N];
+  for (int i = 0; i < N; i++)
+    x[i] = i < 16 ? special[i] : (float)(uniform() * pow(2.0, rand_int(-30, 17)));
+  for (int t = CL_F16; t <= CL_BF16; t++) {
+    uint16_t bits[N];
+    float back[N], want[N];
+    cl_cpu_store((cl_dtype)t, x, bits, 0, N, 0);
+    int same = 1;
+    for (int i = 0; i < N; i++)
+      same &= bits[i] == (t == CL_F16 ? cl_f32_to_f16(x[i]) : cl_f32_to_bf16(x[i]));
+    cl_cpu_load((cl_dtype)t, bits, 0, back, N);
+    for (int i = 0; i < N; i++)
+      want[i] = t == CL_F16 ? cl_f16_to_f32(bits[i]) : cl_bf16_to_f32(bits[i]);
+    same &= memcmp(back, want, sizeof back) == 0;
+    check_true(same, "%s store and load bit-identical to core/half.h", dtype_name((cl_dtype)t));
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "-q") == 0) verbose = 0;
+  const char *preload = getenv("LD_PRELOAD"); /* valgrind preloads its vgpreload_*.so */
+  under_valgrind = preload && strstr(preload, "vgpreload") != NULL;
+  if (under_valgrind) printf("(under valgrind: a reduced set of sizes)\n");
+  for (int kind = CL_CPU_GEMM_GENERIC; kind <= CL_CPU_GEMM_BLAS; kind++)
+    if (cl_cpu_gemm_available((cl_cpu_gemm_kind)kind)) {
+      test_gemm_kind((cl_cpu_gemm_kind)kind);
+      test_gemm_reentrant((cl_cpu_gemm_kind)kind);
+    }
+  printf("-- float16 / bfloat16 load and store\n");
+  test_half_conversions();
+  return ctest_done("test_cpu_simd");
+}

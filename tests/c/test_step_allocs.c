@@ -1,0 +1,151 @@
+/*
+ * tests/c/test_step_allocs.c -- no allocation inside a training step, as an
+ * outside instrument sees it: alloc_count.so (LD_PRELOAD) counts every
+ * malloc / calloc / realloc / memalign / mmap above 64 KiB of the process.
+ * The first step of a shape plans and reserves (allowed to allocate); every
+ * later step of the same shape must make none, for each option the step has
+ * (checkpoint, accumulation, tbptt, float16, SGD). Prints the counts.
+ *
+ * Started without the interposer, it runs itself again under it (the .so
+ * lies beside it in the build folder). Exits 77 (skipped) where LD_PRELOAD
+ * cannot work: a sanitizer build (ASan must be the first library loaded),
+ * or no alloc_count.so.
+ */
+#define _GNU_SOURCE
+#include "ctest.h" /* CHECK, uniform01, ctest_model */
+
+#include <dlfcn.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define CL_UNDER_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CL_UNDER_SANITIZER 1
+#endif
+#endif
+
+typedef void (*start_fn)(void);
+typedef long (*stop_fn)(size_t *, const char **);
+
+static int reexec_under_interposer(char **argv) {
+  char self[4096], so[4200];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return 77;
+  self[n] = '\0';
+  snprintf(so, sizeof so, "%s/alloc_count.so", dirname(self));
+  if (access(so, R_OK) != 0) {
+    printf("skip: %s not built\n", so);
+    return 77;
+  }
+  if (getenv("CL_ALLOC_COUNT_CHILD")) {
+    printf("skip: alloc_count.so did not load through LD_PRELOAD here\n");
+    return 77;
+  }
+  setenv("LD_PRELOAD", so, 1);
+  setenv("CL_ALLOC_COUNT_CHILD", "1", 1);
+  n = readlink("/proc/self/exe", self, sizeof self - 1);
+  self[n] = '\0';
+  execv(self, argv);
+  printf("skip: could not run again under LD_PRELOAD\n");
+  return 77;
+}
+
+typedef struct step_case {
+  const char *name;
+  int B, T, H, W;
+  cl_dtype dtype;
+  cl_step_options opts;
+  cl_optim_kind optim;
+  cl_device device;
+} step_case;
+
+static void run_case(const step_case *sc, start_fn start, stop_fn stop) {
+  cl_config c;
+  memset(&c, 0, sizeof c);
+  c.input_dim = 2;
+  c.n_layers = 2;
+  c.hidden_dims[0] = 16;
+  c.hidden_dims[1] = 1;
+  c.kernel_sizes[0] = c.kernel_sizes[1] = 3;
+  c.bias = 1;
+  c.n_threads = 1;
+  c.dtype = sc->dtype;
+  c.device = sc->device;
+  cl_model *m = ctest_model(&c);
+  if (!m) return;
+  size_t nx = (size_t)sc->B * sc->T * c.input_dim * sc->H * sc->W;
+  size_t ny = (size_t)sc->B * sc->H * sc->W;
+  float *x = malloc(nx * sizeof *x), *y = malloc(ny * sizeof *y);
+  for (size_t i = 0; i < nx; i++) x[i] = (float)uniform01(NULL);
+  for (size_t i = 0; i < ny; i++) y[i] = (float)uniform01(NULL);
+  cl_host_array xa = {x, CL_HOST_TORCH_F32, 5, {sc->B, sc->T, c.input_dim, sc->H, sc->W}};
+  cl_host_array ya = {y, CL_HOST_TORCH_F32, 4, {sc->B, 1, sc->H, sc->W, 0}};
+  cl_optim opt = {sc->optim, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0};
+  if (sc->optim == CL_OPTIM_SGD) opt.momentum = 0.9;
+  double loss = 0;
+  size_t bytes = 0;
+  const char *last = "";
+  start();
+  cl_status st = cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &opt, &sc->opts, &loss);
+  long first = stop(&bytes, &last);
+  CHECK(st == CL_OK, "%s: first step: %s", sc->name, cl_model_error(m));
+  long later = 0;
+  for (int s = 0; s < 3 && st == CL_OK; s++) {
+    start();
+    st = cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &opt, &sc->opts, &loss);
+    later += stop(&bytes, &last);
+    CHECK(st == CL_OK, "%s: step %d: %s", sc->name, s + 2, cl_model_error(m));
+  }
+  printf("  %-28s first step: %ld allocation(s) > 64 KiB; steps 2-4: %ld%s%s\n", sc->name, first,
+         later, later ? ", last " : "", later ? last : "");
+  /* the instrument sees the library: the first step reserves its arena */
+  CHECK(first >= 1, "%s: the interposer saw no allocation at the first step", sc->name);
+  CHECK(later == 0, "%s: %ld allocation(s) above 64 KiB inside steps 2-4 (last: %s)", sc->name,
+        later, last);
+  free(x);
+  free(y);
+  cl_model_free(m);
+}
+
+int main(int argc, char **argv) {
+  (void)argc;
+#ifdef CL_UNDER_SANITIZER
+  (void)argv;
+  (void)ctest_done;
+  (void)run_case;
+  printf("skip: a sanitizer build (ASan must be the first library; LD_PRELOAD cannot go before it)\n");
+  return 77;
+#else
+  start_fn start = (start_fn)dlsym(RTLD_DEFAULT, "cl_alloc_count_start");
+  stop_fn stop = (stop_fn)dlsym(RTLD_DEFAULT, "cl_alloc_count_stop");
+  if (!start || !stop) return reexec_under_interposer(argv);
+  static const step_case cases[] = {
+      {"plain", 4, 6, 16, 16, CL_F32, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU},
+      {"checkpoint 2", 4, 6, 16, 16, CL_F32, {.checkpoint = 2}, CL_OPTIM_ADAM, CL_DEVICE_CPU},
+      {"accumulation 2", 4, 6, 16, 16, CL_F32, {.accumulation_steps = 2}, CL_OPTIM_ADAM, CL_DEVICE_CPU},
+      {"tbptt 4", 4, 6, 16, 16, CL_F32, {.tbptt = 4}, CL_OPTIM_ADAM, CL_DEVICE_CPU},
+      {"float16", 4, 6, 16, 16, CL_F16, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU},
+      {"bfloat16, sgd", 4, 6, 16, 16, CL_BF16, {0}, CL_OPTIM_SGD, CL_DEVICE_CPU},
+      {"large image", 2, 3, 64, 64, CL_F32, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU},
+  };
+  printf("test_step_allocs (interposer: malloc/calloc/realloc/memalign/mmap > 64 KiB)\n");
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], start, stop);
+  /* on a GPU the same, counting cudaMalloc & co. of any size as well */
+  if (cl_device_available(CL_DEVICE_CUDA)) {
+    printf("on the GPU (cudaMalloc, cudaMallocAsync, cudaMallocHost, cudaHostAlloc: any size)\n");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      step_case g = cases[i];
+      g.device = CL_DEVICE_CUDA;
+      run_case(&g, start, stop);
+    }
+  } else {
+    printf("no usable GPU: the CUDA cases did not run\n");
+  }
+  return ctest_done("test_step_allocs");
+#endif
+}

@@ -1,0 +1,240 @@
+# test-advise.R -- memory_advise() and convlstm_fit(memory_budget = ,
+# batch_size = "max"): for random models and budgets, the configuration the
+# advisor picks trains under memory_limit = budget and its measured peaks are
+# the planned ones; the closest one it rejects fails with the out-of-memory
+# error; rows are sorted, labelled and printed as documented.
+
+advise_case <- function(seed) {
+  set.seed(seed)
+  n_layers <- sample(1:2, 1)
+  list(
+    input_dim = sample(1:3, 1), hidden = sample(2:6, n_layers, replace = TRUE),
+    kernel = sample(c(1, 3), n_layers, replace = TRUE),
+    B = sample(2:6, 1), T = sample(2:6, 1), H = sample(3:8, 1), W = sample(3:8, 1)
+  )
+}
+
+advise_model <- function(case, ...) {
+  convlstm(case$input_dim, case$hidden, case$kernel, device = "cpu", threads = 1, ...)
+}
+
+advise_data <- function(case, hidden_last) {
+  list(x = array(runif(case$B * case$T * case$input_dim * case$H * case$W),
+                 c(case$B, case$T, case$input_dim, case$H, case$W)),
+       y = array(runif(case$B * hidden_last * case$H * case$W),
+                 c(case$B, hidden_last, case$H, case$W)))
+}
+
+# A step of configuration `row` on a fresh model limited to `budget`.
+train_row <- function(case, row, budget, d) {
+  model <- advise_model(case, dtype = row$dtype, memory_limit = budget)
+  on.exit(convlstm_release(model))
+  loss <- train_step(model, d$x, d$y, optimizer_adam(), checkpoint = row$checkpoint,
+                     accumulation_steps = row$accumulation_steps, tbptt = row$tbptt)
+  s <- memory_stats(model)
+  list(loss = loss, peak = s$peak_allocated, peak_reserved = s$peak_reserved)
+}
+
+test_that("the pick trains under memory_limit = budget at its planned peak; the closest reject is oom", {
+  for (seed in 1:8) {
+    case <- advise_case(seed)
+    probe <- advise_model(case)
+    all_fit <- memory_advise(probe, "1 GiB", case$B, case$T, case$H, case$W)
+    # a budget between the smallest and the largest plan, so some fit and some do not
+    budget <- floor(stats::quantile(all_fit$reserved, runif(1, 0.1, 0.9), names = FALSE))
+    advice <- memory_advise(probe, budget, case$B, case$T, case$H, case$W)
+    convlstm_release(probe)
+    info <- sprintf("seed %d, budget %s", seed, format(budget))
+    expect_true(any(advice$fits), info = info)
+    expect_true(any(!advice$fits), info = info)
+    d <- advise_data(case, case$hidden[[length(case$hidden)]])
+    pick <- advice[1, ]
+    run <- train_row(case, pick, budget, d)
+    expect_true(is.finite(run$loss), info = info)
+    expect_equal(run$peak, pick$total, info = info)
+    expect_equal(run$peak_reserved, pick$reserved, info = info)
+    expect_lte(run$peak_reserved, budget)
+    reject <- advice[!advice$fits, ][1, ]
+    expect_gt(reject$reserved, budget)
+    expect_convlstm_error(train_row(case, reject, budget, d), status = "oom",
+                          regexp = "out of memory")
+  }
+})
+
+test_that("rows: every dtype, checkpoint and micro-batch; fitting ones first, fastest first", {
+  set.seed(3)
+  model <- convlstm(1, c(8, 1), 3, device = "cpu", threads = 1)
+  on.exit(convlstm_release(model))
+  budget <- 3 * 2^20
+  a <- memory_advise(model, budget, 16, 8, 16, 16)
+  expect_s3_class(a, c("convlstm_memory_advice", "data.frame"))
+  expect_setequal(unique(a$dtype), c("float32", "float16", "bfloat16"))
+  expect_setequal(unique(a$checkpoint), c(0, 1, 2, 3, 4))
+  expect_setequal(unique(a$accumulation_steps), c(1, 2, 4, 8, 16))
+  expect_true(all(a$tbptt == 0))
+  expect_equal(a$micro_batch, ceiling(16 / a$accumulation_steps))
+  expect_equal(a$fits, a$reserved <= budget)
+  # fitting rows first, sorted by predicted time; then by bytes over the budget
+  expect_false(is.unsorted(!a$fits))
+  expect_false(is.unsorted(a$time_ratio[a$fits]))
+  expect_false(is.unsorted(a$reserved[!a$fits]))
+  expect_true(all(a$reason[a$fits] == ""))
+  expect_true(all(grepl("over the budget", a$reason[!a$fits])))
+  # each row is memory_estimate()'s plan for that configuration
+  for (i in c(1, nrow(a))) {
+    est <- memory_estimate(model, 16, 8, 16, 16, dtype = a$dtype[[i]],
+                           checkpoint = a$checkpoint[[i]],
+                           accumulation_steps = a$accumulation_steps[[i]],
+                           optimizer = optimizer_adam())
+    expect_equal(unlist(a[i, c(est$category)]), stats::setNames(est$bytes, est$category))
+  }
+  plain <- a$dtype == "float32" & a$checkpoint == 0 & a$accumulation_steps == 1
+  expect_equal(a$time_ratio[plain], 1)
+  # recomputing forward segments costs time in the model, at the same dtype
+  ck <- a$dtype == "float32" & a$checkpoint == 1 & a$accumulation_steps == 1
+  expect_gt(a$time_ratio[ck], 1)
+  expect_equal(attr(a, "budget"), budget)
+  expect_named(attr(a, "rates"), c("flops", "bytes", "weights", "threads", "device"))
+  # tbptt only when allowed, and never together with checkpointing
+  t <- memory_advise(model, budget, 16, 8, 16, 16, allow_tbptt = TRUE)
+  expect_true(any(t$tbptt > 0))
+  expect_true(all(t$checkpoint[t$tbptt > 0] == 0))
+  # sizes with units as memory_limit takes them
+  expect_equal(attr(memory_advise(model, "3 MiB", 16, 8, 16, 16), "budget"), budget)
+})
+
+test_that("sizes far beyond any device are answered without a crash or a warning", {
+  model <- convlstm(2, 3, 3, device = "cpu", threads = 1)
+  on.exit(convlstm_release(model))
+  big <- .Machine$integer.max
+  expect_no_warning(a <- memory_advise(model, "80 GiB", 2^20, 2^20, 64, 64))
+  expect_true(all(is.finite(a$time_ratio)))
+  expect_false(all(a$fits))
+  # sizes the planner cannot hold: rows with the planner's reason
+  expect_no_warning(b <- memory_advise(model, "80 GiB", big, 3, big, big))
+  expect_false(any(b$fits))
+  expect_true(all(grepl("overflow", b$reason)))
+})
+
+test_that("print() shows what fits with its predicted time and why the others do not", {
+  model <- convlstm(1, c(8, 1), 3, device = "cpu", threads = 1)
+  on.exit(convlstm_release(model))
+  a <- memory_advise(model, "3 MiB", 16, 8, 16, 16)
+  out <- capture.output(print(a, n = 3))
+  expect_match(out[[1]], "training batch 16, 8 steps of 16x16", fixed = TRUE)
+  expect_true(any(grepl("budget 3 MiB: [0-9]+ of [0-9]+ configurations fit", out)))
+  expect_true(any(grepl("Fits, fastest first", out)))
+  expect_true(any(grepl("Does not fit", out)))
+  expect_true(any(grepl("over the budget", out)))
+  expect_true(any(grepl("[0-9.]+x$", out)))
+  expect_true(any(grepl("n = Inf", out)))
+  nothing <- memory_advise(model, 1000, 16, 8, 16, 16)
+  out <- capture.output(print(nothing))
+  expect_false(any(grepl("Fits, fastest first", out)))
+  expect_true(any(grepl("0 of [0-9]+ configurations fit", out)))
+})
+
+test_that("memory_advise() checks its arguments", {
+  model <- convlstm(1, 2, 3, device = "cpu", threads = 1)
+  on.exit(convlstm_release(model))
+  expect_convlstm_error(memory_advise(model, "lots", 2, 3, 4, 4), regexp = "`budget`")
+  expect_convlstm_error(memory_advise(model, -1, 2, 3, 4, 4), regexp = "`budget`")
+  expect_convlstm_error(memory_advise(model, "1 MiB", 0, 3, 4, 4), regexp = "`batch_size`")
+  expect_convlstm_error(memory_advise(model, "1 MiB", 2, 3, 4, 4, optimizer = "adam"),
+                        regexp = "`optimizer`")
+  expect_convlstm_error(memory_advise(model, "1 MiB", 2, 3, 4, 4, target = "all"),
+                        regexp = "`target`")
+  expect_convlstm_error(memory_advise(model, "1 MiB", 2, 3, 4, 4, allow_tbptt = NA),
+                        regexp = "`allow_tbptt`")
+  expect_convlstm_error(memory_advise("model", "1 MiB", 2, 3, 4, 4), regexp = "`model`")
+})
+
+test_that("convlstm_fit(memory_budget = ) trains with the advisor's pick and says which", {
+  set.seed(5)
+  case <- list(input_dim = 1, hidden = c(4, 1), kernel = 3, B = 8, T = 6, H = 8, W = 8)
+  d <- advise_data(case, 1)
+  model <- advise_model(case)
+  on.exit(convlstm_release(model))
+  advice <- memory_advise(model, 2^20, 8, 6, 8, 8)
+  budget <- floor(stats::quantile(advice$reserved, 0.3, names = FALSE))
+  advice <- memory_advise(model, budget, 8, 6, 8, 8)
+  pick <- advice[1, ]
+  limited <- advise_model(case, memory_limit = budget)
+  on.exit(convlstm_release(limited), add = TRUE)
+  msgs <- character()
+  h <- withCallingHandlers(
+    convlstm_fit(limited, d$x, d$y, optimizer_adam(), epochs = 1, batch_size = 8,
+                 shuffle = FALSE, memory_budget = budget, data_on_device = FALSE),
+    message = function(m) {
+      msgs <<- c(msgs, conditionMessage(m))
+      invokeRestart("muffleMessage")
+    }
+  )
+  expect_equal(nrow(h), 1)
+  expect_true(is.finite(h$loss))
+  expect_equal(limited$dtype, pick$dtype)
+  expect_lte(memory_stats(limited)$peak_reserved, budget)
+  expect_equal(memory_stats(limited)$peak_allocated, pick$total)
+  line <- grep("memory_budget", msgs, value = TRUE)
+  expect_length(line, 1)
+  expect_match(line, pick$dtype, fixed = TRUE)
+  expect_match(line, sprintf("%.2fx", pick$time_ratio), fixed = TRUE)
+  # the same configuration given by hand is the same training
+  manual <- advise_model(case, dtype = pick$dtype)
+  fresh <- advise_model(case)
+  on.exit(convlstm_release(manual), add = TRUE)
+  on.exit(convlstm_release(fresh), add = TRUE)
+  load_state_dict(manual, state_dict(model))
+  load_state_dict(fresh, state_dict(model))
+  h1 <- convlstm_fit(fresh, d$x, d$y, optimizer_adam(), epochs = 1, batch_size = 8,
+                     shuffle = FALSE, memory_budget = budget, verbose = FALSE)
+  h2 <- convlstm_fit(manual, d$x, d$y, optimizer_adam(), epochs = 1, batch_size = 8,
+                     shuffle = FALSE, checkpoint = pick$checkpoint,
+                     accumulation_steps = pick$accumulation_steps, verbose = FALSE)
+  expect_equal(h1$loss, h2$loss)
+  # nothing fits: the out-of-memory error, before any training
+  expect_convlstm_error(
+    convlstm_fit(model, d$x, d$y, optimizer_adam(), epochs = 1, memory_budget = 1000,
+                 verbose = FALSE),
+    status = "oom", regexp = "does not fit in the memory budget")
+  expect_convlstm_error(
+    convlstm_fit(model, d$x, d$y, optimizer_adam(), epochs = 1, memory_budget = budget,
+                 checkpoint = 2, verbose = FALSE),
+    regexp = "`memory_budget` chooses")
+  expect_convlstm_error(
+    convlstm_fit(model, d$x, d$y, optimizer_adam(), epochs = 1, memory_budget = "lots",
+                 verbose = FALSE),
+    regexp = "`memory_budget`")
+})
+
+test_that("convlstm_fit(batch_size = \"max\") trains at max_batch_size() for the configuration", {
+  set.seed(6)
+  case <- list(input_dim = 1, hidden = c(4, 1), kernel = 3, B = 40, T = 4, H = 8, W = 8)
+  d <- advise_data(case, 1)
+  model <- advise_model(case)
+  on.exit(convlstm_release(model))
+  budget <- 400 * 1024
+  b <- as.integer(max_batch_size(model, 4, 8, 8, budget = budget, optimizer = optimizer_adam(),
+                                 checkpoint = 2))
+  expect_gt(b, 1)
+  expect_lt(b, 40)
+  set_memory_limit(model, budget)
+  h <- convlstm_fit(model, d$x, d$y, optimizer_adam(), epochs = 1, batch_size = "max",
+                    checkpoint = 2, verbose = FALSE, data_on_device = FALSE)
+  expect_equal(attr(h, "batch_size"), b)
+  expect_lte(memory_stats(model)$peak_reserved, budget)
+  # with a budget: the advisor's configuration, at its largest batch
+  m2 <- advise_model(case)
+  on.exit(convlstm_release(m2), add = TRUE)
+  h2 <- convlstm_fit(m2, d$x, d$y, optimizer_adam(), epochs = 1, batch_size = "max",
+                     memory_budget = budget, verbose = FALSE, data_on_device = FALSE)
+  expect_gte(attr(h2, "batch_size"), b)
+  # all samples when they fit
+  h3 <- convlstm_fit(m2, d$x, d$y, optimizer_adam(), epochs = 1, batch_size = "max",
+                     memory_budget = "1 GiB", verbose = FALSE)
+  expect_equal(attr(h3, "batch_size"), 40)
+  expect_convlstm_error(
+    convlstm_fit(m2, d$x, d$y, optimizer_adam(), epochs = 1, batch_size = "all",
+                 verbose = FALSE),
+    regexp = "`batch_size`")
+})
