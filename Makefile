@@ -131,7 +131,8 @@ fuzz:
 
 # The pkgdown site (_pkgdown.yml) into build/site, from the installed
 # package: tools/site.R turns off pkgdown's network look-ups, renders the
-# READMEs the home page links to, and fails on a broken local link or image;
+# markdown pages the home page links to (doc/, the subfolders' READMEs), and
+# fails on a broken local link or image;
 # then a headless Chromium (tools/site-browser.py) opens three pages, fails
 # unless every image on them decodes and every internal link resolves, and
 # saves screenshots into build/site-shots. SITE_BROWSER=0 skips the browser

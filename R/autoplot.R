@@ -60,7 +60,7 @@ autoplot.convlstm_history <- function(object, log_loss = TRUE, ...) {
     ggplot2::labs(x = "epoch", y = NULL, colour = NULL) +
     ggplot2::theme(legend.position = "bottom")
   if (show_lr) p <- p + ggplot2::facet_grid(panel ~ ., scales = "free_y")
-  else p <- p + ggplot2::labs(y = "MSE loss")
+  else p <- p + ggplot2::labs(y = loss_label(object))
   use_log <- log_loss && !show_lr && all(df$value[is.finite(df$value)] > 0)
   if (use_log) p <- p + ggplot2::scale_y_log10()
   p

@@ -27,8 +27,9 @@
 #' done before a resume) and `stop` (set it to `TRUE` to end training after
 #' this epoch). At `on_batch_end`, also `loss` (the step's), `lr` (the rate
 #' the step used), `peak_bytes` (the peak memory the model held since the
-#' epoch began) and `grad_norm`, which is `NA` for now (it will be the norm
-#' before clipping once gradient clipping exists).
+#' epoch began) and `grad_norm`: the gradients' global norm before
+#' clipping when `convlstm_fit()` was given `max_grad_norm` (`Inf` measures
+#' it without clipping), else `NA`.
 #'
 #' @param on_fit_begin,on_epoch_end,on_batch_end,on_fit_end `NULL` or a
 #'   function of `ctx`.

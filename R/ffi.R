@@ -102,12 +102,15 @@ dtypes <- function() .Call(ffi_dtype_names)
 # inference forward rolls on (read with what = "frames").
 c_step_options <- function(checkpoint = 0L, tbptt = 0L, accumulation_steps = 1L,
                            outputs = "all", dtype = NULL, state_mode = "zero", state = NULL,
-                           horizon = 0L) {
+                           horizon = 0L, max_grad_norm = NULL, loss = NULL) {
   list(
     checkpoint = as.integer(checkpoint), tbptt = as.integer(tbptt),
     accumulation_steps = as.integer(accumulation_steps),
     outputs = if (identical(outputs, "last_state")) "last_state" else "all", dtype = dtype,
-    state_mode = state_mode, state = state, horizon = as.integer(horizon)
+    state_mode = state_mode, state = state, horizon = as.integer(horizon),
+    max_grad_norm = if (!is.null(max_grad_norm)) as.double(max_grad_norm),
+    loss = loss$kind, delta = as.double(loss$delta %||% 1),
+    pos_weight = as.double(loss$pos_weight %||% 1)
   )
 }
 
@@ -120,7 +123,7 @@ c_optim <- function(optimizer) {
     kind = optimizer$kind, lr = as.double(optimizer$lr), beta1 = as.double(betas[[1]]),
     beta2 = as.double(betas[[2]]), eps = as.double(optimizer$eps %||% 0),
     momentum = as.double(optimizer$momentum %||% 0),
-    weight_decay = as.double(optimizer$weight_decay)
+    weight_decay = as.double(optimizer$weight_decay), amsgrad = isTRUE(optimizer$amsgrad)
   )
 }
 

@@ -53,6 +53,11 @@
 #'   (`lr_reduce_on_plateau()` with the validation loss, or the training
 #'   loss without validation data), or after every batch for
 #'   `lr_one_cycle()`, and is left in its final state.
+#' @param loss,delta,pos_weight The loss, as in [train_step()]; the
+#'   validation loss is the same one.
+#' @param max_grad_norm `NULL`, or clip every step's gradients by their
+#'   global norm, as in [train_step()]; callbacks' `on_batch_end` then sees
+#'   the norm before clipping as `grad_norm`.
 #' @param resume `NULL`, or a file written by [callback_model_checkpoint()]:
 #'   load its weights and optimizer state into `model`, its schedule state
 #'   into `lr_scheduler`, restore R's random number generator and the
@@ -97,7 +102,8 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
                          validation_data = NULL, verbose = TRUE, checkpoint = 0,
                          accumulation_steps = 1, tbptt = 0, data_on_device = "auto",
                          validation_split = 0, callbacks = list(), lr_scheduler = NULL,
-                         resume = NULL, memory_budget = NULL) {
+                         resume = NULL, memory_budget = NULL, max_grad_norm = NULL,
+                         loss = "mse", delta = 1, pos_weight = 1) {
   # before batch_size is reassigned below; "max" is capped at the samples
   batch_size_given <- !missing(batch_size) && !identical(batch_size, "max")
   call <- sys.call()
@@ -118,6 +124,8 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   tbptt <- fits$tbptt
   batch_size <- check_count(batch_size, "batch_size")
   validation <- check_validation_data(validation_data, config, target)
+  max_grad_norm <- check_max_grad_norm(max_grad_norm)
+  loss_fn <- check_loss(loss, delta, pos_weight)
   check_step_options(checkpoint, accumulation_steps, tbptt)
   data_on_device <- check_data_on_device(data_on_device)
   callbacks <- check_callbacks(callbacks)
@@ -141,7 +149,8 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   n_batches <- ceiling(n / batch_size)
   # the last batch may be smaller than accumulation_steps
   step_options <- function(b) {
-    check_step_options(checkpoint, min(accumulation_steps, b), tbptt)
+    check_step_options(checkpoint, min(accumulation_steps, b), tbptt,
+                       max_grad_norm = max_grad_norm, loss = loss_fn)
   }
   options <- step_options(batch_size)
   # a resumed fit continues after the saved epoch, with its state restored
@@ -172,7 +181,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   }
   set_history <- function() {
     ctx$history <- new_history(rows, target = target, batch_size = batch_size,
-                               optimizer = optimizer)
+                               optimizer = optimizer, loss = loss_fn$kind %||% "mse")
   }
 
   run_epoch <- function(epoch) {
@@ -200,12 +209,15 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
       } else {
         loss <- c_train_step(ptr, slice_batch(x, idx), slice_batch(y, idx), target, opt, opts)
       }
+      grad_norm <- attr(loss, "grad_norm") %||% NA_real_
+      loss <- as.double(loss)
       total <- total + loss * length(idx)
       running <<- total / min(n, b * batch_size)
       if (per_batch) scheduler$step()
       if (length(batch_hooks) > 0) {
         ctx$batch <- b
         ctx$loss <- loss
+        ctx$grad_norm <- grad_norm
         ctx$lr <- opt$lr
         ctx$optimizer <- current_optimizer()
         ctx$peak_bytes <- c_memory_stats(ptr)$peak_allocated
@@ -220,7 +232,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
     val_loss <- if (is.null(validation)) {
       NA_real_
     } else {
-      evaluate_mse(ptr, validation$x, validation$y, target, batch_size)
+      evaluate_loss(ptr, validation$x, validation$y, target, batch_size, loss_fn)
     }
     row <- data.frame(
       epoch = epoch, loss = total / n, val_loss = val_loss, lr = opt$lr,
@@ -323,18 +335,19 @@ check_validation_data <- function(v, config, target, call = sys.call(-1)) {
 
 # Mean squared error of the chosen output over all samples, from inference
 # forwards of batch_size samples each (nothing is kept for backward).
-evaluate_mse <- function(ptr, x, y, target, batch_size) {
+# loss: check_loss()'s (NULL: MSE).
+evaluate_loss <- function(ptr, x, y, target, batch_size, loss = NULL) {
   n <- dim(x)[[1]]
   total <- 0
   for (start in seq(1L, n, by = batch_size)) {
     idx <- start:min(n, start + batch_size - 1L)
     if (length(idx) == n) {
       pred <- c_forward(ptr, x, training = FALSE, what = target, inference_options(target))
-      total <- total + sum((pred - y)^2)
+      total <- total + loss_sum(pred, y, loss)
     } else {
       pred <- c_forward(ptr, slice_batch(x, idx), training = FALSE, what = target,
                         inference_options(target))
-      total <- total + sum((pred - slice_batch(y, idx))^2)
+      total <- total + loss_sum(pred, slice_batch(y, idx), loss)
     }
   }
   total / length(y)
@@ -342,12 +355,14 @@ evaluate_mse <- function(ptr, x, y, target, batch_size) {
 
 #' Evaluate a model's loss without training
 #'
-#' The mean squared error between the model's chosen output and `y`, from
-#' inference forwards (no activations kept, parameters unchanged).
+#' The loss (by default the mean squared error) between the model's chosen
+#' output and `y`, from inference forwards (no activations kept, parameters
+#' unchanged).
 #'
 #' @inheritParams convlstm_fit
 #' @param batch_size Samples per forward call.
-#' @return The mean squared error over all of `y` (a number).
+#' @param loss,delta,pos_weight The loss, as in [train_step()].
+#' @return The loss's mean over all of `y` (a number).
 #' @export
 #' @examples
 #' # the trained tutorial model (?tutorial_model) on sequences it has not seen
@@ -356,21 +371,23 @@ evaluate_mse <- function(ptr, x, y, target, batch_size) {
 #' beams <- moving_beams(n = 20, seq_len = 6, size = 24, seed = 2)
 #' convlstm_evaluate(model, beams$x, beams$y)
 #' mean(beams$y^2)   # the loss of an all-zero forecast
+#' convlstm_evaluate(model, beams$x, beams$y, loss = "mae")
 #' convlstm_release(model)
 convlstm_evaluate <- function(model, x, y, target = c("last_state", "sequence"),
-                              batch_size = 32) {
+                              batch_size = 32, loss = "mse", delta = 1, pos_weight = 1) {
   ptr <- model_ptr(model)
   config <- model_config(model)
   x <- check_input(x, config, "x")
   target <- check_choice(target, c("last_state", "sequence"), "target")
   y <- check_target_array(y, dim(x), config, target, "y")
   batch_size <- check_count(batch_size, "batch_size")
-  evaluate_mse(ptr, x, y, target, batch_size)
+  loss <- check_loss(loss, delta, pos_weight)
+  evaluate_loss(ptr, x, y, target, batch_size, loss)
 }
 
 history_columns <- c("epoch", "loss", "val_loss", "lr", "seconds", "peak_bytes")
 
-new_history <- function(rows, target, batch_size, optimizer) {
+new_history <- function(rows, target, batch_size, optimizer, loss = "mse") {
   df <- if (length(rows) > 0) {
     do.call(rbind, rows)
   } else {
@@ -378,7 +395,13 @@ new_history <- function(rows, target, batch_size, optimizer) {
                seconds = double(), peak_bytes = double())
   }
   structure(df, class = c("convlstm_history", "data.frame"), target = target,
-            batch_size = batch_size, optimizer = optimizer$kind)
+            batch_size = batch_size, optimizer = optimizer$kind, loss = loss)
+}
+
+# The axis label of a history's loss.
+loss_label <- function(history) {
+  names <- c(mse = "MSE", mae = "MAE", huber = "Huber", bce_logits = "BCE with logits")
+  paste(names[[attr(history, "loss") %||% "mse"]], "loss")
 }
 
 #' @export
@@ -420,7 +443,7 @@ plot.convlstm_history <- function(x, y, log = "y", ...) {
   if (grepl("y", log) && (length(losses) == 0 || any(losses <= 0))) log <- sub("y", "", log)
   ylim <- if (length(losses) > 0) range(losses) else c(0, 1)
   graphics::plot(x$epoch, x$loss, type = "b", pch = 19, col = "steelblue", ylim = ylim,
-                 log = log, xlab = "epoch", ylab = "MSE loss", ...)
+                 log = log, xlab = "epoch", ylab = loss_label(x), ...)
   if (has_val) {
     graphics::lines(x$epoch, x$val_loss, type = "b", pch = 17, col = "darkorange")
     # in the top margin, above the data

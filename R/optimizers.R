@@ -6,11 +6,17 @@
 
 #' Optimizers
 #'
-#' `optimizer_adam()` and `optimizer_sgd()` describe the update that
-#' [train_step()], [convlstm_fit()] and [optimizer_step()] apply, with the
-#' semantics of torch's `optim_adam()` / `torch.optim.Adam` (weight decay is
-#' L2, added to the gradient) and `optim_sgd()` / `torch.optim.SGD` (the
-#' momentum buffer starts as the first gradient).
+#' `optimizer_adam()`, `optimizer_adamw()` and `optimizer_sgd()` describe the
+#' update that [train_step()], [convlstm_fit()] and [optimizer_step()] apply,
+#' with the semantics of torch's `optim_adam()` / `torch.optim.Adam` (weight
+#' decay is L2, added to the gradient), `optim_adamw()` / `torch.optim.AdamW`
+#' (decoupled weight decay: each parameter is first multiplied by
+#' `1 - lr * weight_decay`, and the gradient is left as it is) and
+#' `optim_sgd()` / `torch.optim.SGD` (the momentum buffer starts as the
+#' first gradient). With `amsgrad = TRUE` Adam and AdamW divide by the
+#' running maximum of the second moment (torch's `max_exp_avg_sq`, one more
+#' tensor of the parameters' size, counted by [memory_estimate()] and saved
+#' by [convlstm_save()]).
 #'
 #' The optimizer's state (Adam's first and second moments and step count,
 #' SGD's momentum buffer) is kept in the model, next to the parameters it
@@ -28,30 +34,48 @@
 #' @param betas Coefficients of the running averages of the gradient and of
 #'   its square.
 #' @param eps Term added to the denominator for numerical stability.
-#' @param weight_decay L2 penalty.
+#' @param weight_decay L2 penalty (Adam, SGD); for AdamW, the decoupled
+#'   decay rate (torch's default there is 0.01).
+#' @param amsgrad Use the AMSGrad variant (the maximum of past second
+#'   moments in the denominator).
 #' @param momentum Momentum factor (0: plain SGD).
 #' @return An object of class `convlstm_optimizer`.
 #' @name optimizers
-#' @aliases optim_adam optim_sgd
+#' @aliases optim_adam optim_adamw optim_sgd
 #' @examples
 #' optimizer_adam(lr = 0.01)
+#' optimizer_adamw(lr = 0.01, weight_decay = 0.05, amsgrad = TRUE)
 #' optimizer_sgd(lr = 0.1, momentum = 0.9)
 NULL
 
 #' @rdname optimizers
 #' @export
-optimizer_adam <- function(lr = 1e-3, betas = c(0.9, 0.999), eps = 1e-8, weight_decay = 0) {
-  lr <- check_number(lr, "lr", min = 0)
+optimizer_adam <- function(lr = 1e-3, betas = c(0.9, 0.999), eps = 1e-8, weight_decay = 0,
+                           amsgrad = FALSE) {
+  adam_family("adam", lr, betas, eps, weight_decay, amsgrad, sys.call())
+}
+
+#' @rdname optimizers
+#' @export
+optimizer_adamw <- function(lr = 1e-3, betas = c(0.9, 0.999), eps = 1e-8, weight_decay = 0.01,
+                            amsgrad = FALSE) {
+  adam_family("adamw", lr, betas, eps, weight_decay, amsgrad, sys.call())
+}
+
+# Adam and AdamW: the same hyperparameters, checked alike.
+adam_family <- function(kind, lr, betas, eps, weight_decay, amsgrad, call) {
+  lr <- check_number(lr, "lr", min = 0, call = call)
   if (!is.numeric(betas) || length(betas) != 2 || anyNA(betas) || any(betas < 0) ||
       any(betas >= 1)) {
-    abort_arg("betas", "two numbers in [0, 1)", betas, sys.call())
+    abort_arg("betas", "two numbers in [0, 1)", betas, call)
   }
-  eps <- check_number(eps, "eps", min = 0, min_inclusive = FALSE)
-  weight_decay <- check_number(weight_decay, "weight_decay", min = 0)
+  eps <- check_number(eps, "eps", min = 0, min_inclusive = FALSE, call = call)
+  weight_decay <- check_number(weight_decay, "weight_decay", min = 0, call = call)
+  amsgrad <- check_flag(amsgrad, "amsgrad", call = call)
   opt <- structure(
-    list(kind = "adam", lr = lr, betas = as.double(betas), eps = eps,
-         weight_decay = weight_decay),
-    class = c("convlstm_optimizer_adam", "convlstm_optimizer")
+    list(kind = kind, lr = lr, betas = as.double(betas), eps = eps,
+         weight_decay = weight_decay, amsgrad = amsgrad),
+    class = c(paste0("convlstm_optimizer_", kind), "convlstm_optimizer")
   )
   c_optim_check(opt) # as the 32-bit floats the update uses
   opt
@@ -76,20 +100,25 @@ optimizer_sgd <- function(lr, momentum = 0, weight_decay = 0) {
 
 #' @export
 print.convlstm_optimizer <- function(x, ...) {
-  hp <- switch(x$kind,
-    adam = sprintf("lr = %s, betas = (%s, %s), eps = %s, weight_decay = %s",
-                   format(x$lr), format(x$betas[[1]]), format(x$betas[[2]]), format(x$eps),
-                   format(x$weight_decay)),
-    sgd = sprintf("lr = %s, momentum = %s, weight_decay = %s",
-                  format(x$lr), format(x$momentum), format(x$weight_decay))
-  )
-  cat(sprintf("<convlstm_optimizer> %s: %s\n", switch(x$kind, adam = "Adam", sgd = "SGD"), hp))
+  hp <- if (identical(x$kind, "sgd")) {
+    sprintf("lr = %s, momentum = %s, weight_decay = %s",
+            format(x$lr), format(x$momentum), format(x$weight_decay))
+  } else {
+    sprintf("lr = %s, betas = (%s, %s), eps = %s, weight_decay = %s%s",
+            format(x$lr), format(x$betas[[1]]), format(x$betas[[2]]), format(x$eps),
+            format(x$weight_decay), if (isTRUE(x$amsgrad)) ", amsgrad" else "")
+  }
+  cat(sprintf("<convlstm_optimizer> %s: %s\n", optimizer_names[[x$kind]], hp))
   invisible(x)
 }
 
+# The kinds, by the core's names (cl_optim_kind_name), as people write them.
+optimizer_names <- c(adam = "Adam", adamw = "AdamW", sgd = "SGD")
+
 check_optimizer <- function(x, arg = "optimizer", call = sys.call(-1)) {
-  if (!inherits(x, "convlstm_optimizer") || !x$kind %in% c("adam", "sgd")) {
-    abort_arg(arg, "an optimizer made by optimizer_adam() or optimizer_sgd()", x, call)
+  if (!inherits(x, "convlstm_optimizer") || !isTRUE(x$kind %in% names(optimizer_names))) {
+    abort_arg(arg, "an optimizer made by optimizer_adam(), optimizer_adamw() or optimizer_sgd()",
+              x, call)
   }
   x
 }

@@ -149,14 +149,16 @@ convlstm_file_info <- function(path) {
   )
 }
 
-# list(kind, lr, beta1, beta2, eps, momentum, weight_decay) from the glue
-# (r_optim_list), as an optimizer object; the values are exactly the saved ones.
+# list(kind, lr, beta1, beta2, eps, momentum, weight_decay, amsgrad) from the
+# glue (r_optim_list), as an optimizer object; the values are exactly the
+# saved ones.
 saved_optimizer <- function(info) {
   v <- info$optimizer
   if (is.null(v)) return(NULL)
-  if (identical(v$kind, "adam")) {
-    optimizer_adam(lr = v$lr, betas = c(v$beta1, v$beta2), eps = v$eps,
-                   weight_decay = v$weight_decay)
+  if (v$kind %in% c("adam", "adamw")) {
+    make <- if (identical(v$kind, "adam")) optimizer_adam else optimizer_adamw
+    make(lr = v$lr, betas = c(v$beta1, v$beta2), eps = v$eps, weight_decay = v$weight_decay,
+         amsgrad = isTRUE(v$amsgrad))
   } else {
     optimizer_sgd(lr = v$lr, momentum = v$momentum, weight_decay = v$weight_decay)
   }

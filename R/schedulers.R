@@ -323,7 +323,7 @@ new_lr_scheduler <- function(optimizer, kind, per, rule, call = sys.call(-1)) {
 with_hyperparameters <- function(optimizer, lr, momentum = NULL) {
   optimizer$lr <- max(lr, 0)
   if (!is.null(momentum)) {
-    if (identical(optimizer$kind, "adam")) optimizer$betas[[1]] <- momentum
+    if (optimizer$kind %in% c("adam", "adamw")) optimizer$betas[[1]] <- momentum
     else optimizer$momentum <- momentum
   }
   c_optim_check(optimizer)

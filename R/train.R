@@ -42,6 +42,25 @@
 #'   (any order, repeats allowed; `NULL`: every row). The step is exactly
 #'   `train_step()` on `x[rows, , , , , drop = FALSE]` and the same rows of
 #'   `y`, without copying them out of R.
+#' @param max_grad_norm `NULL`, or clip the gradients by their global norm
+#'   before the update, as torch's `nn_utils_clip_grad_norm_()` /
+#'   `torch.nn.utils.clip_grad_norm_()`: when the L2 norm over all
+#'   parameters' gradients exceeds `max_grad_norm`, every gradient is
+#'   multiplied by `max_grad_norm / (norm + 1e-6)`. Computed on the model's
+#'   device inside the step; with float16 the loss scale is divided out
+#'   first, as `GradScaler.unscale_()` before clipping. `Inf` measures the
+#'   norm without clipping.
+#' @param loss The loss minimised, mean-reduced over the batch's target
+#'   elements as torch's losses are by default: `"mse"` (squared error,
+#'   `nn_mse_loss()`), `"mae"` (absolute error, `nn_l1_loss()`), `"huber"`
+#'   (`nn_huber_loss(delta = delta)`: squared below `delta`, linear above) or
+#'   `"bce_logits"` (binary cross-entropy on the output taken as logits,
+#'   `nn_bce_with_logits_loss(pos_weight = pos_weight)`, for targets in
+#'   `[0, 1]` such as rain / no-rain masks). Computed with its gradient in
+#'   the step's one native call.
+#' @param delta Huber's threshold (`loss = "huber"`), > 0.
+#' @param pos_weight The weight of positive targets for `loss =
+#'   "bce_logits"` (> 1 raises recall), > 0.
 #' @param state Where the step starts from: `NULL`, zeros (the tutorial's
 #'   module); a list with one `list(h = , c = )` per layer, each `[batch,
 #'   hidden, height, width]`, as `model(x)$layer_last_states` returns them (a
@@ -54,15 +73,18 @@
 #' @param horizon `NULL`, or train the forecast of `horizon` frames with
 #'   teacher forcing: `y` is `[batch, horizon, channels, height, width]`,
 #'   the frames that follow `x`; the model reads `x` and then the true frames
-#'   `y[, 1:(horizon - 1)]` (not its own predictions), and the loss is the
-#'   mean squared error of its last `horizon` outputs against `y` -- what
+#'   `y[, 1:(horizon - 1)]` (not its own predictions), and the loss is
+#'   `loss` over its last `horizon` outputs against `y` -- what
 #'   [predict()] with `horizon` forecasts when the fed-back frames are right.
 #'   Needs the last layer's hidden size to equal `input_dim`; `target` must
 #'   be `"sequence"`. Arrays only, not data sets.
 #' @param teacher_forcing Must be `TRUE` with a `horizon`: training through
 #'   the model's own fed-back frames is not implemented yet.
-#' @return The loss before the update (a number): the mean squared error
-#'   over the whole batch.
+#' @return The loss before the update (a number): the chosen loss (by
+#'   default the mean squared error) over the whole batch. With
+#'   `max_grad_norm`, it carries the attribute `grad_norm`: the gradients'
+#'   global norm before clipping (not finite when a gradient is not, and then
+#'   the step is refused or, with float16, skipped).
 #' @seealso [convlstm_fit()] for the loop over epochs and batches;
 #'   [memory_estimate()] for what each option saves.
 #' @export
@@ -75,13 +97,19 @@
 #' for (i in 1:3) print(train_step(model, x, y, opt))
 #' # the same update in two micro-batches of 2, keeping states every 2 steps
 #' train_step(model, x, y, opt, accumulation_steps = 2, checkpoint = 2)
+#' # another loss: Huber, quadratic within 0.1 of the target
+#' train_step(model, x, y, opt, loss = "huber", delta = 0.1)
+#' # gradients clipped to a global norm of 1; the norm before clipping
+#' attr(train_step(model, x, y, opt, max_grad_norm = 1), "grad_norm")
 #' # the data uploaded once, a batch taken by row numbers
 #' data <- convlstm_data(model, x, y)
 #' train_step(model, data, optimizer = opt, rows = c(4, 2))
 #' convlstm_release(model)
 train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "sequence"),
                        checkpoint = 0, accumulation_steps = 1, tbptt = 0, rows = NULL,
-                       state = NULL, horizon = NULL, teacher_forcing = TRUE) {
+                       state = NULL, horizon = NULL, teacher_forcing = TRUE,
+                       max_grad_norm = NULL, loss = "mse", delta = 1, pos_weight = 1) {
+  loss <- check_loss(loss, delta, pos_weight)
   if (is_convlstm_data(x)) {
     # train_step(model, data, opt): the optimizer given where y would be
     if (missing(optimizer) && inherits(y, "convlstm_optimizer")) {
@@ -92,7 +120,8 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
       abort_arg("horizon", "NULL when `x` is a data set", horizon, sys.call())
     }
     return(train_step_data(model, x, y, optimizer, target, !missing(target), checkpoint,
-                           accumulation_steps, tbptt, rows, state, call = sys.call()))
+                           accumulation_steps, tbptt, rows, state, call = sys.call(),
+                           max_grad_norm = max_grad_norm, loss = loss))
   }
   if (!is.null(rows)) {
     abort_convlstm("`rows` applies only when `x` is a data set made by convlstm_data().",
@@ -114,17 +143,18 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
   state <- state_option(state, config, dim(x))
   state$horizon <- if (is.null(horizon)) 0L else dim(y)[[2]]
   options <- check_step_options(checkpoint, accumulation_steps, tbptt, batch_size = dim(x)[[1]],
-                                state = state)
+                                state = state, max_grad_norm = max_grad_norm, loss = loss)
   c_train_step(ptr, x, y, target, optimizer, options)
 }
 
 # The knobs that change a training step's schedule and plan, checked and
 # encoded for the glue (NULL: the plain step). batch_size, when known, bounds
-# accumulation_steps.
+# accumulation_steps; max_grad_norm (NULL: none) clips the gradients; loss
+# is check_loss()'s (NULL: MSE).
 check_step_options <- function(checkpoint = 0, accumulation_steps = 1, tbptt = 0,
                                outputs = "all", dtype = NULL, batch_size = NULL,
                                state = list(mode = "zero", arrays = NULL),
-                               call = sys.call(-1)) {
+                               max_grad_norm = NULL, loss = NULL, call = sys.call(-1)) {
   checkpoint <- check_count(checkpoint, "checkpoint", min = 0, call = call)
   accumulation_steps <- check_count(accumulation_steps, "accumulation_steps", call = call)
   tbptt <- check_count(tbptt, "tbptt", min = 0, call = call)
@@ -135,13 +165,56 @@ check_step_options <- function(checkpoint = 0, accumulation_steps = 1, tbptt = 0
     ), call = call)
   }
   if (!is.null(dtype)) dtype <- check_choice(dtype, dtypes(), "dtype", call = call)
+  max_grad_norm <- check_max_grad_norm(max_grad_norm, call = call)
   horizon <- state$horizon %||% 0L
   if (checkpoint == 0 && accumulation_steps == 1 && tbptt == 0 && identical(outputs, "all") &&
-      is.null(dtype) && identical(state$mode, "zero") && horizon == 0) {
+      is.null(dtype) && identical(state$mode, "zero") && horizon == 0 &&
+      is.null(max_grad_norm) && is.null(loss)) {
     return(NULL)
   }
   c_step_options(checkpoint, tbptt, accumulation_steps, outputs, dtype, state$mode, state$arrays,
-                 horizon)
+                 horizon, max_grad_norm, loss)
+}
+
+# The losses by the core's names (cl_loss_name), in its order.
+loss_names <- c("mse", "mae", "huber", "bce_logits")
+
+# NULL for MSE (the plain step), else list(kind, delta, pos_weight), checked.
+check_loss <- function(loss, delta = 1, pos_weight = 1, call = sys.call(-1)) {
+  loss <- check_choice(loss, loss_names, "loss", call = call)
+  delta <- check_number(delta, "delta", min = 0, min_inclusive = FALSE, call = call)
+  pos_weight <- check_number(pos_weight, "pos_weight", min = 0, min_inclusive = FALSE,
+                             call = call)
+  if (identical(loss, "mse")) return(NULL)
+  list(kind = loss, delta = delta, pos_weight = pos_weight)
+}
+
+# The loss's sum over the elements of pred against y, in double, with the
+# formulas of torch's losses (and of the native step's kernels).
+loss_sum <- function(pred, y, loss) {
+  d <- pred - y
+  switch(loss$kind %||% "mse",
+    mse = sum(d^2),
+    mae = sum(abs(d)),
+    huber = {
+      z <- abs(d)
+      sum(ifelse(z < loss$delta, 0.5 * z^2, loss$delta * (z - 0.5 * loss$delta)))
+    },
+    bce_logits = {
+      m <- pmax(-pred, 0)
+      sum((1 - y) * pred + (1 + (loss$pos_weight - 1) * y) * (log(exp(-m) + exp(-pred - m)) + m))
+    }
+  )
+}
+
+# NULL, or a number > 0 (Inf: measure the norm only).
+check_max_grad_norm <- function(x, call = sys.call(-1)) {
+  if (is.null(x)) return(NULL)
+  if (!is.numeric(x) || length(x) != 1 || is.na(x) || !(x > 0)) {
+    abort_arg("max_grad_norm", "NULL or a number > 0 (Inf: measure the norm, clip nothing)", x,
+              call)
+  }
+  as.double(x)
 }
 
 # The shape of the chosen output for an input of dims xd.

@@ -1,7 +1,7 @@
 # bench/bench_fit_data.R -- convlstm_fit() with the training set on the
 # device (data_on_device = TRUE: uploaded once, each batch gathered by row
 # number) against slicing each batch out of the R arrays (FALSE), in one
-# process, on the README's tutorial configuration:
+# process, on the tutorial configuration (README.md, doc/usage.md):
 #
 #   Rscript bench/bench_fit_data.R [epochs] [threads] [repeats]
 #

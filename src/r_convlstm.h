@@ -77,6 +77,8 @@ SEXP r_optim_list(const cl_optim *o);
 /* state_buf: room for 2 * CL_MAX_LAYERS arrays, which a given initial
  * state (opts$state) points into for as long as opts lives. */
 void r_step_options(SEXP opts, cl_step_options *out, cl_host_array *state_buf);
+/* A training step's loss as R returns it: attribute grad_norm when measured. */
+SEXP r_step_loss(const cl_model *m, double loss);
 /* Enums by name: "float32"..., "cpu" / "cuda", "last_state" / "sequence". */
 cl_dtype r_dtype(SEXP s);
 size_t r_bytes(SEXP s, const char *arg);

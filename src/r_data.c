@@ -145,5 +145,5 @@ SEXP ffi_train_step_data(SEXP ptr, SEXP dptr, SEXP rows, SEXP opt, SEXP opts) {
   double loss = 0;
   cl_status st = cl_model_train_step_data(m, d, INTEGER(rows), (int)n, &o, &so, &loss);
   if (st != CL_OK) r_raise_model(st, m);
-  return Rf_ScalarReal(loss);
+  return r_step_loss(m, loss);
 }

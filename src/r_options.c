@@ -56,9 +56,6 @@ cl_dtype r_dtype(SEXP s) {
   return (cl_dtype)choice(s, names, CL_N_DTYPES, "dtype");
 }
 
-/* Optimizer kinds by value (CL_OPTIM_ADAM, CL_OPTIM_SGD), both ways. */
-static const char *const KINDS[] = {"adam", "sgd"};
-
 cl_device r_device(SEXP s) {
   const char *names[2] = {cl_device_name(CL_DEVICE_CPU), cl_device_name(CL_DEVICE_CUDA)};
   return choice(s, names, 2, "device") == 1 ? CL_DEVICE_CUDA : CL_DEVICE_CPU;
@@ -75,14 +72,20 @@ r_forward_what r_forward_mode(SEXP s) {
   return (r_forward_what)choice(s, names, 6, "what a forward returns");
 }
 
-/* list(kind = "adam" | "sgd", lr, beta1, beta2, eps, momentum, weight_decay):
- * c_optim() in R/ffi.R. */
+/* list(kind = "adam" | "sgd" | "adamw", lr, beta1, beta2, eps, momentum,
+ * weight_decay, amsgrad = NULL | TRUE | FALSE): c_optim() in R/ffi.R. The
+ * kinds' names are the core's (cl_optim_kind_name), the one table. */
 void r_optim(SEXP opt, cl_optim *out) {
   if (TYPEOF(opt) != VECSXP)
-    r_raise_invalid("`optimizer` must be made by optimizer_adam() or optimizer_sgd()");
+    r_raise_invalid("`optimizer` must be made by optimizer_adam(), optimizer_adamw() or "
+                    "optimizer_sgd()");
   memset(out, 0, sizeof *out);
-  out->kind = choice(field(opt, "kind"), KINDS, 2, "optimizer kind") == 1 ? CL_OPTIM_SGD
-                                                                          : CL_OPTIM_ADAM;
+  const char *names[CL_N_OPTIM_KINDS];
+  for (int k = 0; k < CL_N_OPTIM_KINDS; k++) names[k] = cl_optim_kind_name((cl_optim_kind)(k + 1));
+  out->kind = (cl_optim_kind)(1 + choice(field(opt, "kind"), names, CL_N_OPTIM_KINDS,
+                                         "optimizer kind"));
+  SEXP ams = field(opt, "amsgrad");
+  out->amsgrad = ams != R_NilValue && Rf_asLogical(ams) == TRUE;
   out->lr = num(opt, "lr", "an optimizer");
   out->beta1 = num(opt, "beta1", "an optimizer");
   out->beta2 = num(opt, "beta2", "an optimizer");
@@ -99,19 +102,22 @@ const cl_optim *r_optim_or_null(SEXP opt, cl_optim *buf) {
 
 /* The inverse of r_optim (an unprotected new list). */
 SEXP r_optim_list(const cl_optim *o) {
-  const char *const names[] = {"kind", "lr", "beta1", "beta2", "eps", "momentum", "weight_decay"};
-  SEXP out = PROTECT(r_named_list(names, 7));
-  SET_VECTOR_ELT(out, 0, Rf_mkString(KINDS[o->kind == CL_OPTIM_SGD]));
+  const char *const names[] = {"kind",     "lr",           "beta1",  "beta2", "eps",
+                               "momentum", "weight_decay", "amsgrad"};
+  SEXP out = PROTECT(r_named_list(names, 8));
+  SET_VECTOR_ELT(out, 0, Rf_mkString(cl_optim_kind_name(o->kind)));
   const double v[6] = {o->lr, o->beta1, o->beta2, o->eps, o->momentum, o->weight_decay};
   for (int i = 0; i < 6; i++) SET_VECTOR_ELT(out, i + 1, Rf_ScalarReal(v[i]));
+  SET_VECTOR_ELT(out, 7, Rf_ScalarLogical(o->amsgrad != 0));
   UNPROTECT(1);
   return out;
 }
 
 /* list(checkpoint, tbptt, accumulation_steps, outputs = "all" | "last_state",
  * dtype = NULL | a dtype's name for cl_model_plan, state_mode = "zero" |
- * "given" | "carry", state = NULL | h and c of every layer, flat, horizon):
- * c_step_options() in R/ffi.R. NULL: the plain step. */
+ * "given" | "carry", state = NULL | h and c of every layer, flat, horizon,
+ * max_grad_norm = NULL | a number, loss = NULL | a loss's name with delta
+ * and pos_weight): c_step_options() in R/ffi.R. NULL: the plain step. */
 void r_step_options(SEXP opts, cl_step_options *out, cl_host_array *state_buf) {
   static const char *const modes[] = {"zero", "given", "carry"};
   static const char *const outputs[] = {"all", "last_state"};
@@ -125,6 +131,18 @@ void r_step_options(SEXP opts, cl_step_options *out, cl_host_array *state_buf) {
                                                                             : CL_OUTPUTS_ALL;
   SEXP dt = field(opts, "dtype");
   out->plan_dtype = dt == R_NilValue ? 0 : 1 + (int)r_dtype(dt);
+  /* optional: absent or NULL, no clipping */
+  SEXP clip = field(opts, "max_grad_norm");
+  out->max_grad_norm = clip == R_NilValue ? 0 : num(opts, "max_grad_norm", "step options");
+  /* optional: absent or NULL, MSE; names are the core's (cl_loss_name) */
+  SEXP loss = field(opts, "loss");
+  if (loss != R_NilValue) {
+    const char *names[CL_N_LOSSES];
+    for (int k = 0; k < CL_N_LOSSES; k++) names[k] = cl_loss_name((cl_loss_kind)k);
+    out->loss.kind = (cl_loss_kind)choice(loss, names, CL_N_LOSSES, "loss");
+    out->loss.delta = num(opts, "delta", "step options");
+    out->loss.pos_weight = num(opts, "pos_weight", "step options");
+  }
   out->horizon = (int)num(opts, "horizon", "step options");
   out->state_mode = (cl_state_mode)choice(field(opts, "state_mode"), modes, 3, "state_mode");
   SEXP st = field(opts, "state");
@@ -134,4 +152,14 @@ void r_step_options(SEXP opts, cl_step_options *out, cl_host_array *state_buf) {
   for (int i = 0; i < Rf_length(st); i++)
     r_host_array(VECTOR_ELT(st, i), 4, "state", &state_buf[i]);
   out->state = state_buf;
+}
+
+/* A training step's loss, with attribute grad_norm (the norm before
+ * clipping) when the step measured it (an unprotected new vector). */
+SEXP r_step_loss(const cl_model *m, double loss) {
+  SEXP out = PROTECT(Rf_ScalarReal(loss));
+  double norm = cl_model_grad_norm(m);
+  if (!ISNAN(norm)) Rf_setAttrib(out, Rf_install("grad_norm"), Rf_ScalarReal(norm));
+  UNPROTECT(1);
+  return out;
 }

@@ -197,5 +197,5 @@ SEXP ffi_train_step(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts) 
   double loss = 0;
   cl_status st = cl_model_train_step(m, &hx, &hy, tg, &o, &so, &loss);
   if (st != CL_OK) r_raise_model(st, m);
-  return Rf_ScalarReal(loss);
+  return r_step_loss(m, loss);
 }

@@ -43,18 +43,48 @@ pkg$meta$articles <- drop_empty_last(
   pkg$meta$articles, function(x) pkgdown:::select_vignettes(x, pkg$vignettes))
 pkgdown::build_site(pkg, install = FALSE, new_process = FALSE, preview = FALSE)
 
-# The README (the home page) links to READMEs in subfolders (bench/, src/core/,
-# tools/device/); pkgdown renders only the top folder's, so these are
-# rendered here as pages of the site, where the home page's links point.
-readme <- readLines("README.md", warn = FALSE)
-linked <- unlist(regmatches(readme, gregexpr("\\]\\([^)#:]+\\.md\\)", readme)))
-linked <- unique(sub("^\\]\\((.*)\\)$", "\\1", linked))
-for (md in linked[file.exists(linked)]) {
+# The README (the home page) links to the notes in doc/ and to READMEs in
+# subfolders (bench/, src/core/, tools/device/), and those link on; pkgdown
+# renders only the top folder's README, so every markdown file reachable from
+# it through relative links is rendered here as a page of the site, where
+# pkgdown's .md -> .html rewriting of the links points.
+md_links <- function(md) {
+  text <- readLines(md, warn = FALSE)
+  to <- unlist(regmatches(text, gregexpr("\\]\\([^)#:]+\\.md\\)", text)))
+  to <- sub("^\\]\\((.*)\\)$", "\\1", to)
+  if (length(to) == 0) return(character())
+  # repository-relative, with "dir/../" collapsed
+  to <- file.path(dirname(md), to)
+  to <- sub("^\\./", "", to)
+  while (any(grepl("[^/.][^/]*/\\.\\./", to))) to <- sub("[^/.][^/]*/\\.\\./", "", to)
+  unique(to)
+}
+linked <- character()
+queue <- md_links("README.md")
+while (length(queue) > 0) {
+  md <- queue[[1]]
+  queue <- queue[-1]
+  if (md %in% linked || !file.exists(md)) next
+  linked <- c(linked, md)
+  queue <- c(queue, md_links(md))
+}
+for (md in linked) {
   body <- pkgdown:::markdown_body(normalizePath(md), strip_header = TRUE)
   title <- if (is.null(attr(body, "title"))) md else attr(body, "title")
   dir.create(file.path(dest, dirname(md)), recursive = TRUE, showWarnings = FALSE)
   pkgdown::render_page(pkg, "title-body", path = sub("\\.md$", ".html", md),
                        data = list(pagetitle = title, body = body))
+}
+
+# The README links the articles by their sources (vignettes/<name>.Rmd), which
+# is where a reader on GitHub finds them; on the site they are
+# articles/<name>.html.
+for (page in list.files(dest, pattern = "\\.html$", recursive = TRUE, full.names = TRUE)) {
+  html <- readLines(page, warn = FALSE, encoding = "UTF-8")
+  vig <- 'href="((\\.\\./)*)vignettes/([A-Za-z0-9._-]+)\\.Rmd"'
+  if (any(grepl(vig, html))) {
+    writeLines(gsub(vig, 'href="\\1articles/\\3.html"', html), page, useBytes = TRUE)
+  }
 }
 
 # pkgdown 2.0.7 writes an empty logo (<img src="" class="logo">) into the

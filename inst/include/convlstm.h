@@ -173,6 +173,28 @@ typedef enum cl_state_mode {
                          state, detached (Keras's stateful = TRUE) */
 } cl_state_mode;
 
+/* The loss a training step minimises, mean-reduced over the target's
+ * elements, as torch's nn.MSELoss, nn.L1Loss, nn.HuberLoss(delta) and
+ * nn.BCEWithLogitsLoss(pos_weight) (the last with the output as logits and
+ * targets in [0, 1]). Zeros: MSE. */
+typedef enum cl_loss_kind {
+  CL_LOSS_MSE = 0,
+  CL_LOSS_MAE,
+  CL_LOSS_HUBER,
+  CL_LOSS_BCE_LOGITS,
+  CL_N_LOSSES
+} cl_loss_kind;
+typedef struct cl_loss_fn {
+  cl_loss_kind kind;
+  double delta;      /* huber: > 0 */
+  double pos_weight; /* bce_logits: > 0 (1: unweighted) */
+} cl_loss_fn;
+/* CL_OK, or CL_E_INVALID with the reason in err (delta, pos_weight as the
+ * 32-bit floats the kernels use). */
+cl_status cl_loss_check(const cl_loss_fn *f, char *err, size_t errlen);
+/* "mse", "mae", "huber", "bce_logits"; NULL for an unknown kind. */
+const char *cl_loss_name(cl_loss_kind k);
+
 /* Knobs that change a step's schedule and memory plan; all zeros (or a NULL
  * pointer) is the plain step. */
 typedef struct cl_step_options {
@@ -199,6 +221,11 @@ typedef struct cl_step_options {
    * 1, ..., each [B, hidden_l, H, W]; a constant (no gradient flows into
    * it). cl_model_plan needs only state_mode. */
   const cl_host_array *state;
+  double max_grad_norm;   /* train_step: > 0 clips the gradients' global L2
+                             norm to it before the update, as torch's
+                             clip_grad_norm_ (INFINITY: measure only); 0 or
+                             below: neither (cl_model_grad_norm is NaN) */
+  cl_loss_fn loss;        /* train_step: the loss (zeros: MSE) */
 } cl_step_options;
 
 /* Forgets the state a carrying train step (CL_STATE_CARRY) left, giving its
@@ -234,17 +261,24 @@ cl_status cl_model_zero_grad(cl_model *m);
 
 /* ---- optimizers ------------------------------------------------------ */
 
-typedef enum cl_optim_kind { CL_OPTIM_ADAM = 1, CL_OPTIM_SGD = 2 } cl_optim_kind;
+typedef enum cl_optim_kind { CL_OPTIM_ADAM = 1, CL_OPTIM_SGD = 2, CL_OPTIM_ADAMW = 3 } cl_optim_kind;
+#define CL_N_OPTIM_KINDS 3
 
-/* Hyperparameters; torch.optim.Adam (L2 weight decay added to the gradient)
- * and torch.optim.SGD (momentum buffer starts as the first gradient). */
+/* Hyperparameters; torch.optim.Adam (L2 weight decay added to the gradient),
+ * torch.optim.AdamW (decoupled: p *= 1 - lr * weight_decay) and
+ * torch.optim.SGD (momentum buffer starts as the first gradient). */
 typedef struct cl_optim {
   cl_optim_kind kind;
   double lr;
   double beta1, beta2, eps; /* Adam */
   double momentum;          /* SGD */
-  double weight_decay;
+  double weight_decay;      /* Adam, SGD: L2 added to the gradient; AdamW: decoupled */
+  int amsgrad;              /* Adam, AdamW: keep max_exp_avg_sq (torch's amsgrad) */
 } cl_optim;
+/* The optimizer's name in files and in R: "adam", "sgd", "adamw"; NULL for
+ * an unknown kind. cl_optim_kind_of: the kind of a name, 0 if none. */
+const char *cl_optim_kind_name(cl_optim_kind k);
+cl_optim_kind cl_optim_kind_of(const char *name);
 
 /* CL_OK, or CL_E_INVALID with the reason in err: the hyperparameters are
  * checked as the 32-bit floats the update uses (a double beyond float's
@@ -258,6 +292,11 @@ cl_status cl_optim_check(const cl_optim *o, char *err, size_t errlen);
 cl_status cl_model_optimizer_step(cl_model *m, const cl_optim *opt);
 /* Number of optimizer steps taken with the current state. */
 int64_t cl_model_optimizer_steps(const cl_model *m);
+/* The global L2 norm of the gradients before clipping, measured by the last
+ * training step that had max_grad_norm > 0 (after float16 unscaling); NaN
+ * after a step without it, or before any. Inf or NaN gradients give a norm
+ * that is not finite, and no clipping (the update's guard then refuses). */
+double cl_model_grad_norm(const cl_model *m);
 cl_status cl_model_optimizer_reset(cl_model *m);
 
 /* zero_grad, training forward, MSE, backward, update: one call. With
@@ -399,12 +438,14 @@ void cl_unpack_host(cl_host_array *dst, const float *src);
  * torch. Tensors, all F32, little-endian, torch layout:
  *   cell_list.<l>.conv.weight, cell_list.<l>.conv.bias   (the state dict)
  *   optimizer.exp_avg.<name>, optimizer.exp_avg_sq.<name> (Adam's moments)
+ *   optimizer.max_exp_avg_sq.<name>                       (amsgrad's maximum)
  *   optimizer.momentum_buffer.<name>                      (SGD's momentum)
  * and __metadata__ (strings, as the format requires): "format": "pt",
  * "convlstm.format_version": "1", convlstm.input_dim, convlstm.hidden_dims
  * and convlstm.kernel_sizes ("[8, 1]"), convlstm.bias ("true"/"false"),
  * convlstm.dtype, convlstm.device (informative); with an optimizer
- * convlstm.optimizer ("adam"/"sgd"), convlstm.optimizer.{lr, weight_decay,
+ * convlstm.optimizer ("adam"/"adamw"/"sgd"; convlstm.optimizer.amsgrad
+ * "true" when on, absent otherwise), convlstm.optimizer.{lr, weight_decay,
  * beta1, beta2, eps | momentum} (exact decimal), convlstm.optimizer.steps,
  * and for float16 models convlstm.loss_scale.{scale, growth_interval,
  * clean_steps, skipped_steps}; then the caller's own entries. */
@@ -521,7 +562,7 @@ cl_status cl_model_train_step_data(cl_model *m, const cl_data *d, const int *idx
 #define CL_API_VERSION 1
 #define CL_API_STRUCTS(X)                                                                  \
   X(cl_config) X(cl_host_array) X(cl_gpu_info) X(cl_step_options) X(cl_optim)             \
-  X(cl_loss_scale) X(cl_mem_stats) X(cl_plan_entry) X(cl_plan)
+  X(cl_loss_scale) X(cl_mem_stats) X(cl_plan_entry) X(cl_plan) X(cl_loss_fn)
 
 #ifdef __cplusplus
 }

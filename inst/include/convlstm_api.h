@@ -114,9 +114,15 @@ extern "C" {
   F(cl_status, model_zero_grad, (cl_model *m), (m))                                           \
   /* optimizers and the training step */                                                      \
   F(cl_status, optim_check, (const cl_optim *o, char *err, size_t errlen), (o, err, errlen))  \
+  F(const char *, optim_kind_name, (cl_optim_kind k), (k))                                    \
+  F(cl_optim_kind, optim_kind_of, (const char *name), (name))                                 \
   F(cl_status, model_optimizer_step, (cl_model *m, const cl_optim *opt), (m, opt))            \
   F(int64_t, model_optimizer_steps, (const cl_model *m), (m))                                 \
   F(cl_status, model_optimizer_reset, (cl_model *m), (m))                                     \
+  F(double, model_grad_norm, (const cl_model *m), (m))                                        \
+  /* losses */                                                                                \
+  F(cl_status, loss_check, (const cl_loss_fn *f, char *err, size_t errlen), (f, err, errlen)) \
+  F(const char *, loss_name, (cl_loss_kind k), (k))                                           \
   F(cl_status, model_train_step,                                                              \
     (cl_model *m, const cl_host_array *x, const cl_host_array *y, cl_target target,           \
      const cl_optim *opt, const cl_step_options *opts, double *loss),                         \

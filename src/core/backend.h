@@ -61,7 +61,9 @@ typedef struct cl_gates_shape {
 
 typedef struct cl_adam_hp {
   float lr, beta1, beta2, eps, weight_decay;
-  int64_t step; /* 1 at the first update (bias correction) */
+  int64_t step;  /* 1 at the first update (bias correction) */
+  int decoupled; /* AdamW: p *= 1 - lr * weight_decay first, the gradient as it is */
+  int amsgrad;   /* the denominator from vmax = max(vmax, v) (max_exp_avg_sq) */
 } cl_adam_hp;
 
 typedef struct cl_sgd_hp {
@@ -164,18 +166,22 @@ struct cl_backend_i {
    * scaler's check before an update, as GradScaler.unscale_. */
   cl_status (*grad_unscale)(cl_backend *be, float *g, size_t n, float inv_scale,
                             int *found_nonfinite);
+  /* vmax: amsgrad's max_exp_avg_sq (hp->amsgrad), else ignored (may be NULL). */
   cl_status (*adam_update)(cl_backend *be, float *p, const float *g, float *m, float *v,
-                           size_t n, const cl_adam_hp *hp);
+                           float *vmax, size_t n, const cl_adam_hp *hp);
   cl_status (*sgd_update)(cl_backend *be, float *p, const float *g, float *buf, size_t n,
                           const cl_sgd_hp *hp);
   /* The updates' guards: with the arguments the update will get, compute what
    * it would write and write nothing; *fault is the first element whose
    * gradient or new value is not finite (the key above), else CL_FAULT_NONE.
-   * m, v (buf) NULL: optimizer state about to be created, zeros. Synchronize.
+   * m, v, vmax (buf) NULL: optimizer state about to be created, zeros.
+   * amsgrad's vmax is finite where v is (their maximum), so v's check covers
+   * it, and p's the denominator it gives. Synchronize.
    * The per-element arithmetic is the update's own, so a pass of the guard
    * means the update writes only finite numbers. */
   cl_status (*adam_check)(cl_backend *be, const float *p, const float *g, const float *m,
-                          const float *v, size_t n, const cl_adam_hp *hp, uint64_t *fault);
+                          const float *v, const float *vmax, size_t n, const cl_adam_hp *hp,
+                          uint64_t *fault);
   cl_status (*sgd_check)(cl_backend *be, const float *p, const float *g, const float *buf,
                          size_t n, const cl_sgd_hp *hp, uint64_t *fault);
 
@@ -187,6 +193,20 @@ struct cl_backend_i {
    * on a data set reads its batch so; default: one copy() per row. */
   cl_status (*gather_rows)(cl_backend *be, void *dst, const void *src, const int *idx, int nb,
                            int N, int t0, int nt, size_t row_bytes);
+
+  /* ---- losses other than MSE ---- */
+  /* *loss = mean over n of f's loss of pred (dtype) against target (float);
+   * grad (may be NULL, may alias target: each element is read before it is
+   * written) = scale * its gradient, as torch's backward of the mean-reduced
+   * loss (the 1/n included). Synchronizes. f->kind is not CL_LOSS_MSE. */
+  cl_status (*loss)(cl_backend *be, const cl_loss_fn *f, const void *pred, const float *target,
+                    size_t n, cl_dtype dtype, float scale, float *grad, double *loss);
+
+  /* ---- gradient clipping ---- */
+  /* *sum = the sum of g[i]^2 over n, accumulated in double (inf or NaN when
+   * an element is); synchronizes. The norm for clip_grad_norm_; the scaling
+   * that follows is grad_unscale's. */
+  cl_status (*sum_squares)(cl_backend *be, const float *g, size_t n, double *sum);
 };
 
 struct cl_backend {

@@ -68,8 +68,7 @@ cl_status cl_loss_segment(cl_model *m, const cl_source *y, cl_target target, int
   float *dh = st->dh[m->cfg.n_layers - 1];
   const void *pred = cl_at(st->hid[m->cfg.n_layers - 1], (size_t)(at - dh), st->g.dtype);
   double part;
-  CL_KERNEL(m, m->be->iface->mse(m->be, pred, at, n, st->g.dtype, (float)(share * loss_scale),
-                                 want_grad ? at : NULL, &part));
+  CL_TRY(cl_loss_run(m, pred, at, n, (float)(share * loss_scale), want_grad ? at : NULL, &part));
   *loss = share * part;
   return CL_OK;
 }

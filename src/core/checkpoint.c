@@ -27,9 +27,10 @@
 #include <string.h>
 
 /* Tensor roles: the parameter itself and the optimizer states. */
-enum { R_PARAM = 0, R_EXP_AVG, R_EXP_AVG_SQ, R_MOMENTUM, N_ROLES };
+enum { R_PARAM = 0, R_EXP_AVG, R_EXP_AVG_SQ, R_MOMENTUM, R_MAX_EXP_AVG_SQ, N_ROLES };
 static const char *const ROLE_PREFIX[N_ROLES] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq.",
-                                                 "optimizer.momentum_buffer."};
+                                                 "optimizer.momentum_buffer.",
+                                                 "optimizer.max_exp_avg_sq."};
 
 struct cl_saved {
   cl_st_file f; /* the container: tensors and metadata */
@@ -203,11 +204,18 @@ static cl_status read_optimizer(cl_saved *s, char *err, size_t errlen) {
   }
   cl_optim *o = &s->opt;
   memset(o, 0, sizeof *o);
-  if (strcmp(kind, "adam") == 0) o->kind = CL_OPTIM_ADAM;
-  else if (strcmp(kind, "sgd") == 0) o->kind = CL_OPTIM_SGD;
-  else
+  o->kind = cl_optim_kind_of(kind);
+  if (!o->kind)
     return cl_st_fail(err, errlen, CL_E_INVALID,
-                      "metadata convlstm.optimizer must be \"adam\" or \"sgd\", not \"%.40s\"", kind);
+                      "metadata convlstm.optimizer must be \"adam\", \"adamw\" or \"sgd\", not "
+                      "\"%.40s\"", kind);
+  /* absent in files of before amsgrad: off */
+  const char *ams = cl_st_find_meta(&s->f, META_PREFIX "optimizer.amsgrad");
+  if (ams && strcmp(ams, "true") != 0 && strcmp(ams, "false") != 0)
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "metadata convlstm.optimizer.amsgrad must be \"true\" or \"false\", not "
+                      "\"%.40s\"", ams);
+  o->amsgrad = ams && strcmp(ams, "true") == 0;
   struct {
     const char *key;
     double *dst;
@@ -219,7 +227,7 @@ static cl_status read_optimizer(cl_saved *s, char *err, size_t errlen) {
             {META_PREFIX "optimizer.beta2", &o->beta2, 0, 1, 0},
             {META_PREFIX "optimizer.eps", &o->eps, 0, INFINITY, 1},
             {META_PREFIX "optimizer.momentum", &o->momentum, 0, INFINITY, 0}};
-  int n_hp = o->kind == CL_OPTIM_ADAM ? 5 : 6;
+  int n_hp = cl_optim_is_adam(o->kind) ? 5 : 6;
   for (int i = 0; i < n_hp; i++) {
     if (o->kind == CL_OPTIM_SGD && i >= 2 && i <= 4) continue;
     const char *v = cl_st_find_meta(&s->f, hp[i].key);
@@ -353,7 +361,7 @@ static cl_status match_tensors(cl_saved *s, char *err, size_t errlen) {
                           "tensor %s holds %zu non-finite value%s (NaN or Inf) of %zu", name, bad,
                           bad == 1 ? "" : "s", n);
       /* Adam divides by sqrt(exp_avg_sq): a negative one is NaN at the next step */
-      if (r == R_EXP_AVG_SQ && negative)
+      if ((r == R_EXP_AVG_SQ || r == R_MAX_EXP_AVG_SQ) && negative)
         return cl_st_fail(err, errlen, CL_E_INVALID,
                           "tensor %s holds %zu negative value%s of %zu: second moments are >= 0",
                           name, negative, negative == 1 ? "" : "s", n);
@@ -378,11 +386,16 @@ static cl_status match_tensors(cl_saved *s, char *err, size_t errlen) {
     }
   }
   int have_m = s->idx[R_EXP_AVG][0] >= 0, have_v = s->idx[R_EXP_AVG_SQ][0] >= 0,
-      have_b = s->idx[R_MOMENTUM][0] >= 0;
-  if ((have_m || have_v || have_b) && !s->has_opt)
+      have_b = s->idx[R_MOMENTUM][0] >= 0, have_x = s->idx[R_MAX_EXP_AVG_SQ][0] >= 0;
+  if ((have_m || have_v || have_b || have_x) && !s->has_opt)
     return cl_st_fail(err, errlen, CL_E_INVALID,
                       "the file holds optimizer state but no convlstm.optimizer metadata");
-  if (s->has_opt && s->opt.kind == CL_OPTIM_ADAM) {
+  /* without it, an amsgrad state starts its maximum at zeros */
+  if (have_x && !(s->has_opt && s->opt.amsgrad && have_v))
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "max_exp_avg_sq goes with exp_avg_sq of an optimizer with amsgrad, and only "
+                      "there");
+  if (s->has_opt && cl_optim_is_adam(s->opt.kind)) {
     if (have_b)
       return cl_st_fail(err, errlen, CL_E_INVALID, "an Adam optimizer has no momentum_buffer state");
     if (have_m != have_v)
@@ -540,13 +553,15 @@ cl_status cl_saved_load_into(const cl_saved *s, cl_model *m, int with_optimizer)
   /* The optimizer state is allocated first, so that running out of memory
    * leaves the model as it was. */
   int opt = with_optimizer && s->has_opt;
-  int mr = s->opt.kind == CL_OPTIM_ADAM ? R_EXP_AVG : R_MOMENTUM;
-  float *om = NULL, *ov = NULL;
+  int mr = cl_optim_is_adam(s->opt.kind) ? R_EXP_AVG : R_MOMENTUM;
+  float *om = NULL, *ov = NULL, *ox = NULL;
   size_t pb = m->n_params * sizeof(float);
   cl_status st = CL_OK;
   if (opt && s->idx[mr][0] >= 0) st = restore_state(m, s, mr, &om, tmp);
-  if (st == CL_OK && opt && s->opt.kind == CL_OPTIM_ADAM && s->idx[R_EXP_AVG_SQ][0] >= 0)
+  if (st == CL_OK && opt && cl_optim_is_adam(s->opt.kind) && s->idx[R_EXP_AVG_SQ][0] >= 0)
     st = restore_state(m, s, R_EXP_AVG_SQ, &ov, tmp);
+  if (st == CL_OK && opt && s->idx[R_MAX_EXP_AVG_SQ][0] >= 0)
+    st = restore_state(m, s, R_MAX_EXP_AVG_SQ, &ox, tmp);
   char name[96];
   for (int i = 0; i < s->n_params_tensors && st == CL_OK; i++) {
     const cl_st_tensor *t = &s->f.t[s->idx[R_PARAM][i]];
@@ -559,6 +574,7 @@ cl_status cl_saved_load_into(const cl_saved *s, cl_model *m, int with_optimizer)
   if (st != CL_OK) {
     cl_mem_free(&m->mem, CL_MEM_OPTIMIZER, om, om ? pb : 0);
     cl_mem_free(&m->mem, CL_MEM_OPTIMIZER, ov, ov ? pb : 0);
+    cl_mem_free(&m->mem, CL_MEM_OPTIMIZER, ox, ox ? pb : 0);
     return st;
   }
   if (opt) {
@@ -566,6 +582,7 @@ cl_status cl_saved_load_into(const cl_saved *s, cl_model *m, int with_optimizer)
     m->opt_kind = s->opt.kind;
     m->opt_m = om;
     m->opt_v = ov;
+    m->opt_vmax = ox;
     m->opt_steps = s->opt_steps;
     /* The float16 loss scaler resumes where it was: with a fresh scale the
      * first steps after loading would differ from an uninterrupted run. */
@@ -662,13 +679,14 @@ static cl_status build_header(cl_model *m, const cl_optim *opt, const save_plan 
   cl_st_header_meta(h, &first, META_PREFIX "dtype", cl_dtype_name(c->dtype));
   cl_st_header_meta(h, &first, META_PREFIX "device", cl_device_name(c->device));
   if (opt) {
-    cl_st_header_meta(h, &first, META_PREFIX "optimizer", opt->kind == CL_OPTIM_ADAM ? "adam" : "sgd");
+    cl_st_header_meta(h, &first, META_PREFIX "optimizer", cl_optim_kind_name(opt->kind));
     cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.lr", opt->lr);
     cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.weight_decay", opt->weight_decay);
-    if (opt->kind == CL_OPTIM_ADAM) {
+    if (cl_optim_is_adam(opt->kind)) {
       cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.beta1", opt->beta1);
       cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.beta2", opt->beta2);
       cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.eps", opt->eps);
+      if (opt->amsgrad) cl_st_header_meta(h, &first, META_PREFIX "optimizer.amsgrad", "true");
     } else {
       cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.momentum", opt->momentum);
     }
@@ -762,14 +780,17 @@ cl_status cl_model_save(cl_model *m, const char *path, const cl_optim *opt, int 
       return cl_fail(m, CL_E_INVALID,
                      "the model's optimizer state is %s's, but the optimizer to save is %s: "
                      "save with the optimizer the model was trained with",
-                     m->opt_kind == CL_OPTIM_ADAM ? "Adam" : "SGD",
-                     opt->kind == CL_OPTIM_ADAM ? "Adam" : "SGD");
+                     cl_optim_kind_title(m->opt_kind), cl_optim_kind_title(opt->kind));
     if (m->opt_kind == opt->kind) {
-      int mr = opt->kind == CL_OPTIM_ADAM ? R_EXP_AVG : R_MOMENTUM;
+      int adam = cl_optim_is_adam(opt->kind), mr = adam ? R_EXP_AVG : R_MOMENTUM;
       sp.roles[mr] = m->opt_m != NULL;
       sp.src[mr] = m->opt_m;
-      sp.roles[R_EXP_AVG_SQ] = opt->kind == CL_OPTIM_ADAM && m->opt_v != NULL;
+      sp.roles[R_EXP_AVG_SQ] = adam && m->opt_v != NULL;
       sp.src[R_EXP_AVG_SQ] = m->opt_v;
+      /* a state without the maximum (amsgrad turned on after it) saves none:
+       * the loader then wants none, and the next step starts it at zeros */
+      sp.roles[R_MAX_EXP_AVG_SQ] = adam && opt->amsgrad && m->opt_vmax && m->opt_v;
+      sp.src[R_MAX_EXP_AVG_SQ] = m->opt_vmax;
     }
   }
   /* Optimizer state on a device that is not host memory: one download. */

@@ -76,6 +76,7 @@ typedef enum cl_buf_kind {
   CL_BUF_GRADS,      /* flat float [n_params]                          */
   CL_BUF_OPT_M,      /* Adam first moment or SGD momentum [n_params]   */
   CL_BUF_OPT_V,      /* Adam second moment [n_params]                  */
+  CL_BUF_OPT_VMAX,   /* amsgrad's running maximum of it [n_params]      */
   CL_BUF_BACKEND,    /* the backend's own device scratch (its reductions) */
   CL_BUF_HELD,       /* carried state (CL_STATE_CARRY): per layer h then c,
                         each [B, h, H, W], in the storage dtype          */
@@ -157,6 +158,8 @@ struct cl_model {
   /* optimizer state, created at the first step */
   cl_optim_kind opt_kind;
   float *opt_m, *opt_v;
+  float *opt_vmax;  /* amsgrad's max_exp_avg_sq */
+  int opt_amsgrad;  /* the state was made for amsgrad (opt_vmax follows it) */
   int opt_m_fresh; /* the momentum buffer awaits its first update (SGD seeds it then) */
   /* the carried state (state.c): one buffer, per layer h then c, each
    * [held_B, h, held_H, held_W] in held_dtype; NULL when none */
@@ -165,6 +168,8 @@ struct cl_model {
   int held_B, held_H, held_W;
   cl_dtype held_dtype;
   int64_t opt_steps;
+  double grad_norm; /* before clipping, of the last step that measured it (clip.c); else NaN */
+  cl_loss_fn loss_fn; /* the loss of the step under way (loss.c); MSE between steps */
   cl_step step;
   void *be_scratch; /* the backend's scratch_bytes, workspace, held for the model's life */
   void *arena; /* reserved for step buffers; outlives any one step's plan */
@@ -188,7 +193,7 @@ struct cl_model {
  *   2 alloc.c, plan.c     accounting allocator; the plan of a step's buffers
  *   3 step.c              the step arena, model buffers, gradients
  *   4 pack.c, state.c     host arrays and data-set rows <-> device tensors; initial state
- *   5 forward.c, backward.c, optim.c   the engine's pieces
+ *   5 forward.c, backward.c, optim.c, clip.c, loss.c   the engine's pieces
  *   6 train.c             one training step
  *   7 data.c, params.c    data sets on the device; parameters by name
  *   8 model.c             a model's lifetime, memory statistics
@@ -291,6 +296,14 @@ cl_status cl_zero(cl_model *m, void *p, size_t bytes);
 cl_status cl_check_target(cl_model *m, const cl_host_array *a, cl_target target, const char *what,
                           int B, int T, int H, int W);
 
+/* Adam and AdamW share moments, update and state names. */
+static inline int cl_optim_is_adam(cl_optim_kind k) {
+  return k == CL_OPTIM_ADAM || k == CL_OPTIM_ADAMW;
+}
+
+/* optim.c: "Adam", "AdamW", "SGD" for messages ("none" for 0). */
+const char *cl_optim_kind_title(cl_optim_kind k);
+
 /* state.c: where a call starts from and what a carrying step keeps.
  * cl_state_check: the mode and the given arrays against B, H, W (before
  * anything is allocated); cl_state_prepare: the carried state allocated
@@ -314,6 +327,19 @@ cl_status cl_check_optim(cl_model *m, const cl_optim *o);
 cl_status cl_optim_ensure(cl_model *m, const cl_optim *o, int *created);
 /* Frees the optimizer state; the next step starts it afresh. */
 void cl_optim_free(cl_model *m);
+
+/* loss.c: the loss of m->loss_fn over n elements of pred (the step's
+ * dtype) against target (float): *mean = its mean; grad (may alias target,
+ * or be NULL) = scale times d mean / d pred. MSE is the backend's mse slot,
+ * the others its loss slot. */
+cl_status cl_loss_run(cl_model *m, const void *pred, const float *target, size_t n, float scale,
+                      float *grad, double *mean);
+
+/* clip.c: with max_norm > 0, the gradients' global L2 norm into
+ * m->grad_norm and, when it is finite and above max_norm, the gradients
+ * scaled by max_norm / (norm + 1e-6) (torch's clip_grad_norm_); else only
+ * m->grad_norm = NaN. Before the update's guard. */
+cl_status cl_clip_grads(cl_model *m, double max_norm);
 
 /* train.c: the step of cl_model_train_step once its arguments are checked:
  * B sequences of T steps of H x W pixels read from x and y. */

@@ -6,6 +6,7 @@
  */
 #include "plan.h" /* cl_geom_make, cl_plan_build; internal.h */
 
+#include <math.h> /* NAN */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,6 +146,7 @@ cl_status cl_model_create(const cl_config *cfg, cl_model **out, char *err, size_
   m->cfg = *cfg;
   m->cfg.bias = cfg->bias ? 1 : 0;
   cl_scaler_defaults(&m->scaler);
+  m->grad_norm = NAN; /* no step has measured it */
   models_alive++;
   s = layout_layers(m);
   if (s == CL_OK) s = create_backend(m);

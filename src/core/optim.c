@@ -2,7 +2,8 @@
  * core/optim.c -- optimizer updates over the flat parameter buffer (one
  * kernel launch for all parameters) and the optimizer state they keep. The
  * update rules themselves are the backends' (adam_update, sgd_update),
- * written to match torch.optim. Every update is guarded: a dry run of it
+ * written to match torch.optim (Adam with or without amsgrad, AdamW, SGD).
+ * Every update is guarded: a dry run of it
  * (adam_check, sgd_check) first, and an update that would write Inf or NaN
  * into a parameter or a moment is refused with the model untouched. The
  * training step is in train.c.
@@ -11,14 +12,41 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 /* v >= 0 and finite once it is the 32-bit float the update uses (a double
  * beyond float's range would become inf and write inf into the weights). */
 static int float_nonneg(double v) { return v >= 0 && isfinite((float)v); }
 
+/* The one table of optimizer names, by kind (files and R use these). */
+static const char *const KIND_NAME[CL_N_OPTIM_KINDS + 1] = {NULL, "adam", "sgd", "adamw"};
+
+/* ... and as people write them, for messages. */
+static const char *const KIND_TITLE[CL_N_OPTIM_KINDS + 1] = {"none", "Adam", "SGD", "AdamW"};
+
+const char *cl_optim_kind_name(cl_optim_kind k) {
+  return k >= 1 && k <= CL_N_OPTIM_KINDS ? KIND_NAME[k] : NULL;
+}
+
+const char *cl_optim_kind_title(cl_optim_kind k) {
+  return k >= 1 && k <= CL_N_OPTIM_KINDS ? KIND_TITLE[k] : KIND_TITLE[0];
+}
+
+cl_optim_kind cl_optim_kind_of(const char *name) {
+  for (int k = 1; name && k <= CL_N_OPTIM_KINDS; k++)
+    if (strcmp(name, KIND_NAME[k]) == 0) return (cl_optim_kind)k;
+  return (cl_optim_kind)0;
+}
+
 cl_status cl_optim_check(const cl_optim *o, char *err, size_t errlen) {
-  if (o->kind != CL_OPTIM_ADAM && o->kind != CL_OPTIM_SGD) {
+  if (!cl_optim_kind_name(o->kind)) {
     snprintf(err, errlen, "unknown optimizer kind %d", (int)o->kind);
+    return CL_E_INVALID;
+  }
+  const int adam = cl_optim_is_adam(o->kind);
+  if (o->amsgrad != 0 && (o->amsgrad != 1 || !adam)) {
+    snprintf(err, errlen, "`amsgrad` must be 0 or 1, and 1 only for Adam or AdamW, not %d",
+             o->amsgrad);
     return CL_E_INVALID;
   }
   const char *bad = NULL;
@@ -28,15 +56,15 @@ cl_status cl_optim_check(const cl_optim *o, char *err, size_t errlen) {
   else if (!float_nonneg(o->weight_decay))
     bad = "`weight_decay` must be a number >= 0 within float's range (3.4e38)",
     v = o->weight_decay;
-  else if (o->kind == CL_OPTIM_ADAM && !(o->beta1 >= 0 && (float)o->beta1 < 1.0f))
+  else if (adam && !(o->beta1 >= 0 && (float)o->beta1 < 1.0f))
     bad = "`betas` must lie in [0, 1) as 32-bit floats (within 3e-8 of 1 a value rounds to 1): "
           "the first is wrong",
     v = o->beta1;
-  else if (o->kind == CL_OPTIM_ADAM && !(o->beta2 >= 0 && (float)o->beta2 < 1.0f))
+  else if (adam && !(o->beta2 >= 0 && (float)o->beta2 < 1.0f))
     bad = "`betas` must lie in [0, 1) as 32-bit floats (within 3e-8 of 1 a value rounds to 1): "
           "the second is wrong",
     v = o->beta2;
-  else if (o->kind == CL_OPTIM_ADAM && !((float)o->eps > 0 && isfinite((float)o->eps)))
+  else if (adam && !((float)o->eps > 0 && isfinite((float)o->eps)))
     bad = "`eps` must be > 0 and finite as a 32-bit float (from 1.4e-45 to 3.4e38)", v = o->eps;
   else if (o->kind == CL_OPTIM_SGD && !float_nonneg(o->momentum))
     bad = "`momentum` must be a number >= 0 within float's range (3.4e38)", v = o->momentum;
@@ -63,23 +91,34 @@ static cl_status alloc_state(cl_model *m, float **p) {
   return CL_OK;
 }
 
+/* amsgrad's maximum goes when a step no longer asks for it (so the state
+ * held is what the plan counts); torch starts it at zeros, here too when
+ * amsgrad is turned on later. */
+static void drop_vmax(cl_model *m) {
+  cl_mem_free(&m->mem, CL_MEM_OPTIMIZER, m->opt_vmax, m->n_params * sizeof(float));
+  m->opt_vmax = NULL;
+}
+
 cl_status cl_optim_ensure(cl_model *m, const cl_optim *o, int *created) {
   if (m->opt_kind != o->kind) cl_model_optimizer_reset(m);
   m->opt_kind = o->kind;
-  const float *had_m = m->opt_m, *had_v = m->opt_v;
-  int need_m = o->kind == CL_OPTIM_ADAM || o->momentum != 0;
+  if (!o->amsgrad && m->opt_vmax) drop_vmax(m);
+  const float *had_m = m->opt_m, *had_v = m->opt_v, *had_x = m->opt_vmax;
+  const int adam = cl_optim_is_adam(o->kind);
+  int need_m = adam || o->momentum != 0;
   if (need_m && !m->opt_m) {
     CL_TRY(alloc_state(m, &m->opt_m));
     m->opt_m_fresh = 1;
   }
-  if (o->kind == CL_OPTIM_ADAM && !m->opt_v) {
-    cl_status s = alloc_state(m, &m->opt_v);
-    if (s != CL_OK) { /* all or nothing: the model stays as it was */
-      cl_model_optimizer_reset(m);
-      return s;
-    }
+  cl_status s = CL_OK;
+  if (adam && !m->opt_v) s = alloc_state(m, &m->opt_v);
+  if (s == CL_OK && adam && o->amsgrad && !m->opt_vmax) s = alloc_state(m, &m->opt_vmax);
+  if (s != CL_OK) { /* all or nothing: the model stays as it was */
+    if (!had_x) drop_vmax(m);
+    if (!had_v) cl_model_optimizer_reset(m);
+    return s;
   }
-  if (created) *created = m->opt_m != had_m || m->opt_v != had_v;
+  if (created) *created = m->opt_m != had_m || m->opt_v != had_v || m->opt_vmax != had_x;
   return CL_OK;
 }
 
@@ -108,7 +147,7 @@ static cl_status refuse(cl_model *m, cl_optim_kind kind, uint64_t fault) {
                    name, what);
   const char *state = part == CL_PART_PARAM ? "the parameter"
                       : part == CL_PART_V   ? "exp_avg_sq of"
-                      : kind == CL_OPTIM_ADAM ? "exp_avg of"
+                      : cl_optim_is_adam(kind) ? "exp_avg of"
                                               : "momentum_buffer of";
   return cl_fail(m, CL_E_INVALID,
                  "the update would make %s `%s` %s (it overflows 32-bit floats, beyond 3.4e38), "
@@ -130,19 +169,24 @@ cl_status cl_model_optimizer_step(cl_model *m, const cl_optim *o) {
    * update gets the same arguments after ensure(). */
   const int keep = m->opt_kind == o->kind;
   const float *m0 = keep ? m->opt_m : NULL, *v0 = keep ? m->opt_v : NULL;
+  const float *x0 = keep && o->amsgrad ? m->opt_vmax : NULL;
+  const int adam = cl_optim_is_adam(o->kind);
   uint64_t fault = CL_FAULT_NONE;
-  cl_adam_hp ahp = {(float)o->lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
-                    (float)o->weight_decay, keep ? m->opt_steps + 1 : 1};
+  cl_adam_hp ahp = {(float)o->lr,           (float)o->beta1, (float)o->beta2, (float)o->eps,
+                    (float)o->weight_decay, keep ? m->opt_steps + 1 : 1,
+                    o->kind == CL_OPTIM_ADAMW, o->amsgrad};
   cl_sgd_hp shp = {(float)o->lr, (float)o->momentum, (float)o->weight_decay,
                    !m0 || m->opt_m_fresh};
-  if (o->kind == CL_OPTIM_ADAM)
-    CL_KERNEL(m, be->adam_check(m->be, m->params, m->grads, m0, v0, m->n_params, &ahp, &fault));
+  if (adam)
+    CL_KERNEL(m, be->adam_check(m->be, m->params, m->grads, m0, v0, x0, m->n_params, &ahp,
+                                &fault));
   else
     CL_KERNEL(m, be->sgd_check(m->be, m->params, m->grads, m0, m->n_params, &shp, &fault));
   if (fault != CL_FAULT_NONE) return refuse(m, o->kind, fault);
   CL_TRY(cl_optim_ensure(m, o, NULL));
-  if (o->kind == CL_OPTIM_ADAM)
-    CL_KERNEL(m, be->adam_update(m->be, m->params, m->grads, m->opt_m, m->opt_v, m->n_params, &ahp));
+  if (adam)
+    CL_KERNEL(m, be->adam_update(m->be, m->params, m->grads, m->opt_m, m->opt_v, m->opt_vmax,
+                                 m->n_params, &ahp));
   else
     CL_KERNEL(m, be->sgd_update(m->be, m->params, m->grads, m->opt_m, m->n_params, &shp));
   m->opt_m_fresh = 0;
@@ -154,6 +198,7 @@ void cl_optim_free(cl_model *m) {
   size_t pb = m->n_params * sizeof(float);
   cl_mem_free(&m->mem, CL_MEM_OPTIMIZER, m->opt_m, pb);
   cl_mem_free(&m->mem, CL_MEM_OPTIMIZER, m->opt_v, pb);
+  drop_vmax(m);
   m->opt_m = m->opt_v = NULL;
   m->opt_m_fresh = 0;
   m->opt_steps = 0;

@@ -163,12 +163,14 @@ static void plan_model_buffers(plan_builder *b, const struct cl_model *m, const 
     add(b, CL_BUF_BACKEND, -1, CL_MEM_WORKSPACE, m->be->iface->scratch_bytes, "backend_scratch");
   if (training || m->grads) add(b, CL_BUF_GRADS, -1, CL_MEM_GRADIENTS, pb, "gradients");
   cl_optim_kind kind = opt ? opt->kind : m->opt_kind;
-  int has_m = opt ? (opt->kind == CL_OPTIM_ADAM || opt->momentum != 0) : m->opt_m != NULL;
+  int adam = cl_optim_is_adam(kind);
+  int has_m = opt ? (adam || opt->momentum != 0) : m->opt_m != NULL;
   if (has_m)
-    add(b, CL_BUF_OPT_M, -1, CL_MEM_OPTIMIZER, pb,
-        kind == CL_OPTIM_ADAM ? "adam.exp_avg" : "sgd.momentum_buffer");
-  if (kind == CL_OPTIM_ADAM && (opt || m->opt_v))
+    add(b, CL_BUF_OPT_M, -1, CL_MEM_OPTIMIZER, pb, adam ? "adam.exp_avg" : "sgd.momentum_buffer");
+  if (adam && (opt || m->opt_v))
     add(b, CL_BUF_OPT_V, -1, CL_MEM_OPTIMIZER, pb, "adam.exp_avg_sq");
+  if (adam && (opt ? opt->amsgrad : m->opt_vmax != NULL))
+    add(b, CL_BUF_OPT_VMAX, -1, CL_MEM_OPTIMIZER, pb, "adam.max_exp_avg_sq");
   /* the state a carrying step holds, or will hold (as state.c sizes it) */
   if (m->held || g->state == CL_STATE_CARRY) {
     size_t sb = m->held ? m->held_bytes : cl_state_bytes(m, g->B, g->H, g->W, g->dtype);

@@ -9,12 +9,15 @@
  *  - truncated BPTT: window by window, forward then backward, the state
  *    handed on detached;
  *  - float16: the loss scaled up for backward, the gradients unscaled and
- *    checked before the update, which is skipped on inf/NaN (GradScaler).
+ *    checked before the update, which is skipped on inf/NaN (GradScaler);
+ *  - max_grad_norm: the gradients clipped by their global norm (clip.c)
+ *    after unscaling, before the update and its guard.
  */
 #include "plan.h" /* cl_geom_make, cl_plan_build; internal.h */
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #define CL_SCALE_INIT 65536.0
 #define CL_SCALE_GROWTH_INTERVAL 2000
@@ -135,12 +138,14 @@ static cl_status run_windows(cl_model *m, const cl_source *x, const cl_source *y
   return CL_OK;
 }
 
-/* float16: unscale, and update only when every gradient is finite. */
-static cl_status scaled_update(cl_model *m, const cl_optim *opt) {
+/* float16: unscale, clip (GradScaler.unscale_ comes before clip_grad_norm_)
+ * and update only when every gradient is finite. */
+static cl_status scaled_update(cl_model *m, const cl_optim *opt, double max_norm) {
   cl_loss_scale *sc = &m->scaler;
   int bad = 0;
   CL_KERNEL(m, m->be->iface->grad_unscale(m->be, m->grads, m->n_params, (float)(1.0 / sc->scale),
                                           &bad));
+  CL_TRY(cl_clip_grads(m, max_norm)); /* measures only when bad: the norm is not finite */
   if (bad) {
     sc->scale *= sc->backoff_factor;
     sc->clean_steps = 0;
@@ -168,7 +173,9 @@ static cl_status scaled_update(cl_model *m, const cl_optim *opt) {
 static cl_status train_step(cl_model *m, const cl_source *x, const cl_source *y,
                             cl_target target, const cl_optim *opt, const cl_geom *gp,
                             const cl_step_options *opts, double *loss) {
+  double max_norm = opts ? opts->max_grad_norm : 0;
   const cl_geom g = *gp;
+  m->grad_norm = NAN; /* until clip.c measures this step's */
   int B = g.B;
   CL_TRY(cl_step_prepare(m, &g));
   CL_TRY(cl_state_upload(m, opts));
@@ -183,12 +190,13 @@ static cl_status train_step(cl_model *m, const cl_source *x, const cl_source *y,
                    : run_segments(m, x, y, target, b0, b, ls, loss));
   }
   m->step.outputs_kept = g.Bm == B && g.nseg == 1 && !g.tbptt;
-  if (half) return scaled_update(m, opt);
+  if (half) return scaled_update(m, opt, max_norm);
   if (!isfinite(*loss))
     return cl_fail(m, CL_E_INVALID, "the loss is not finite (%g): parameters left unchanged", *loss);
   /* a finite loss can still carry inf/NaN gradients (an overflow inside the
    * cell): the update's guard refuses them, in the pass that checks the
-   * update's own results (optim.c) */
+   * update's own results (optim.c), after clipping */
+  CL_TRY(cl_clip_grads(m, max_norm));
   return cl_model_optimizer_step(m, opt);
 }
 
@@ -220,10 +228,15 @@ cl_status cl_train_sources(cl_model *m, const cl_source *x, const cl_source *y, 
   /* every model buffer before the step's arena, so that nothing is
    * allocated once the step has begun; a state made for a step that fails
    * goes back, leaving the model as it was */
+  char why[CL_ERRMSG_LEN];
+  if (opts && cl_loss_check(&opts->loss, why, sizeof why) != CL_OK)
+    return cl_fail(m, CL_E_INVALID, "%s", why);
   int created;
   CL_TRY(cl_optim_ensure(m, opt, &created));
+  if (opts) m->loss_fn = opts->loss;
   cl_status s = cl_state_prepare(m, &g);
   if (s == CL_OK) s = train_step(m, x, y, target, opt, &g, opts, loss);
+  memset(&m->loss_fn, 0, sizeof m->loss_fn); /* back to MSE, cl_model_mse's */
   if (s != CL_OK && created) cl_model_optimizer_reset(m);
   if (s == CL_OK) s = cl_guard_check(m);
   return s;

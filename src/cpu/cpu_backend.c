@@ -190,6 +190,8 @@ static const struct cl_backend_i cpu_iface = {
     /* .adam_check           = */ cl_cpu_adam_check,
     /* .sgd_check            = */ cl_cpu_sgd_check,
     /* .gather_rows          = */ cl_cpu_gather_rows,
+    /* .loss                 = */ cl_cpu_loss,
+    /* .sum_squares          = */ cl_cpu_sum_squares,
 };
 
 cl_status cl_backend_cpu_create(int n_threads, cl_backend **out) {

@@ -63,17 +63,25 @@ cl_status cl_cpu_mse(cl_backend *be, const void *pred, const float *target, size
                      cl_dtype dtype, float scale, float *grad, double *loss);
 cl_status cl_cpu_grad_unscale(cl_backend *be, float *g, size_t n, float inv_scale,
                               int *found_nonfinite);
-cl_status cl_cpu_adam_update(cl_backend *be, float *p, const float *g, float *m, float *v, size_t n,
-                             const cl_adam_hp *hp);
+cl_status cl_cpu_adam_update(cl_backend *be, float *p, const float *g, float *m, float *v,
+                             float *vmax, size_t n, const cl_adam_hp *hp);
 cl_status cl_cpu_sgd_update(cl_backend *be, float *p, const float *g, float *buf, size_t n,
                             const cl_sgd_hp *hp);
 cl_status cl_cpu_adam_check(cl_backend *be, const float *p, const float *g, const float *m,
-                            const float *v, size_t n, const cl_adam_hp *hp, uint64_t *fault);
+                            const float *v, const float *vmax, size_t n, const cl_adam_hp *hp,
+                            uint64_t *fault);
 cl_status cl_cpu_sgd_check(cl_backend *be, const float *p, const float *g, const float *buf,
                            size_t n, const cl_sgd_hp *hp, uint64_t *fault);
 
 /* cpu_gather.c */
 cl_status cl_cpu_gather_rows(cl_backend *be, void *dst, const void *src, const int *idx, int nb,
                              int N, int t0, int nt, size_t row_bytes);
+
+/* cpu_loss.c */
+cl_status cl_cpu_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, const float *target,
+                      size_t n, cl_dtype dtype, float scale, float *grad, double *loss);
+
+/* cpu_clip.c */
+cl_status cl_cpu_sum_squares(cl_backend *be, const float *g, size_t n, double *sum);
 
 #endif

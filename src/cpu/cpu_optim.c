@@ -3,8 +3,8 @@
  * (backend.h: mse, grad_unscale, adam_update, sgd_update and their guards
  * adam_check, sgd_check).
  *
- * The updates follow torch.optim.Adam and torch.optim.SGD (torch 1.13,
- * single-tensor path) operation by operation: per-element math in float,
+ * The updates follow torch.optim.Adam (amsgrad too), torch.optim.AdamW and
+ * torch.optim.SGD (torch 1.13, single-tensor path) operation by operation: per-element math in float,
  * scalar factors computed in double as Python computes them and then
  * rounded to float as torch's kernels do, so that a model trained here and
  * one trained in torch stay within float rounding of each other.
@@ -68,24 +68,36 @@ cl_status cl_cpu_mse(cl_backend *be, const void *pred, const float *target, size
  * adam_elem, so the guard checks exactly the numbers the update writes. */
 typedef struct adam_k {
   float beta1, beta2, one_m_b1, one_m_b2, bc2_sqrt, neg_step, eps, wd;
+  float decay; /* AdamW: 1 - lr * weight_decay (then wd is 0); Adam: 1 */
 } adam_k;
 
 static adam_k adam_consts(const cl_adam_hp *hp) {
   const double b1 = hp->beta1, b2 = hp->beta2;
   const double bc1 = 1.0 - pow(b1, (double)hp->step), bc2 = 1.0 - pow(b2, (double)hp->step);
+  /* AdamW's p.mul_(1 - lr * weight_decay): the factor a Python float */
+  const double decay = hp->decoupled ? 1.0 - (double)hp->lr * (double)hp->weight_decay : 1.0;
   adam_k k = {hp->beta1,        hp->beta2,
               (float)(1.0 - b1), (float)(1.0 - b2),
               (float)sqrt(bc2),  (float)(-(double)hp->lr / bc1),
-              hp->eps,           hp->weight_decay};
+              hp->eps,           hp->decoupled ? 0.0f : hp->weight_decay,
+              (float)decay};
   return k;
 }
 
-/* p, m, v: the element's values before on entry, after on return. */
-static inline void adam_elem(const adam_k *k, float gi, float *p, float *m, float *v) {
+/* p, m, v (and amsgrad's vmax, when not NULL): the element's values before
+ * on entry, after on return. */
+static inline void adam_elem(const adam_k *k, float gi, float *p, float *m, float *v,
+                             float *vmax) {
   if (k->wd != 0.0f) gi = gi + k->wd * *p;
+  if (k->decay != 1.0f) *p = *p * k->decay;
   *m = *m * k->beta1 + k->one_m_b1 * gi;
   *v = *v * k->beta2 + k->one_m_b2 * gi * gi;
-  float denom = sqrtf(*v) / k->bc2_sqrt + k->eps;
+  float den_v = *v;
+  if (vmax) { /* torch.maximum: a NaN v stays NaN */
+    *vmax = *vmax > *v ? *vmax : *v;
+    den_v = *vmax;
+  }
+  float denom = sqrtf(den_v) / k->bc2_sqrt + k->eps;
   *p = *p + k->neg_step * *m / denom;
 }
 
@@ -95,16 +107,28 @@ static cl_status adam_step_ok(cl_backend *be, const cl_adam_hp *hp) {
                      (long long)hp->step);
 }
 
-cl_status cl_cpu_adam_update(cl_backend *be, float *p, const float *g, float *m, float *v, size_t n,
-                             const cl_adam_hp *hp) {
+cl_status cl_cpu_adam_update(cl_backend *be, float *p, const float *g, float *m, float *v,
+                             float *vmax, size_t n, const cl_adam_hp *hp) {
   if (adam_step_ok(be, hp) != CL_OK) return CL_E_INVALID;
+  if (hp->amsgrad && !vmax)
+    return cl_cpu_fail(be, CL_E_INVALID, "cpu backend: amsgrad needs max_exp_avg_sq");
   const adam_k k = adam_consts(hp);
   const long long nn = (long long)n;
+  if (!hp->amsgrad) vmax = NULL;
+  /* two loops, so that the plain one keeps no test of vmax per element */
+  if (vmax) {
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
     if (nn > CL_CPU_PAR_MIN)
 #endif
-  for (long long i = 0; i < nn; i++) adam_elem(&k, g[i], &p[i], &m[i], &v[i]);
+    for (long long i = 0; i < nn; i++) adam_elem(&k, g[i], &p[i], &m[i], &v[i], &vmax[i]);
+  } else {
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
+    if (nn > CL_CPU_PAR_MIN)
+#endif
+    for (long long i = 0; i < nn; i++) adam_elem(&k, g[i], &p[i], &m[i], &v[i], NULL);
+  }
   return CL_OK;
 }
 
@@ -160,11 +184,13 @@ static inline uint64_t first_fault(size_t i, float g, float m, float v, float p)
 /* The common case is all finite: one parallel pass reduces a flag only;
  * on a fault a serial pass finds the first (a step that fails anyway). */
 cl_status cl_cpu_adam_check(cl_backend *be, const float *p, const float *g, const float *m,
-                            const float *v, size_t n, const cl_adam_hp *hp, uint64_t *fault) {
+                            const float *v, const float *vmax, size_t n, const cl_adam_hp *hp,
+                            uint64_t *fault) {
   *fault = CL_FAULT_NONE;
   if (adam_step_ok(be, hp) != CL_OK) return CL_E_INVALID;
   const adam_k k = adam_consts(hp);
   const long long nn = (long long)n;
+  const int ams = hp->amsgrad;
   int bad = 0;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
@@ -172,13 +198,13 @@ cl_status cl_cpu_adam_check(cl_backend *be, const float *p, const float *g, cons
               : bad) if (nn > CL_CPU_PAR_MIN)
 #endif
   for (long long i = 0; i < nn; i++) {
-    float pi = p[i], mi = m ? m[i] : 0.0f, vi = v ? v[i] : 0.0f;
-    adam_elem(&k, g[i], &pi, &mi, &vi);
+    float pi = p[i], mi = m ? m[i] : 0.0f, vi = v ? v[i] : 0.0f, xi = vmax ? vmax[i] : 0.0f;
+    adam_elem(&k, g[i], &pi, &mi, &vi, ams ? &xi : NULL);
     bad |= !(fin(g[i]) & fin(mi) & fin(vi) & fin(pi));
   }
   for (size_t i = 0; bad && i < n; i++) {
-    float pi = p[i], mi = m ? m[i] : 0.0f, vi = v ? v[i] : 0.0f;
-    adam_elem(&k, g[i], &pi, &mi, &vi);
+    float pi = p[i], mi = m ? m[i] : 0.0f, vi = v ? v[i] : 0.0f, xi = vmax ? vmax[i] : 0.0f;
+    adam_elem(&k, g[i], &pi, &mi, &vi, ams ? &xi : NULL);
     if ((*fault = first_fault(i, g[i], mi, vi, pi)) != CL_FAULT_NONE) break;
   }
   return CL_OK;

@@ -260,6 +260,8 @@ static const struct cl_backend_i cl_cuda_iface = {
     /* .adam_check = */ cl_cuda_adam_check,
     /* .sgd_check = */ cl_cuda_sgd_check,
     /* .gather_rows = */ cl_cuda_gather_rows,
+    /* .loss = */ cl_cuda_loss,
+    /* .sum_squares = */ cl_cuda_sum_squares,
 };
 
 /* Asking for its attributes fails when the build holds no code this device

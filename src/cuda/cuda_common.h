@@ -163,11 +163,12 @@ cl_status cl_cuda_mse(cl_backend *be, const void *pred, const float *target, siz
 cl_status cl_cuda_grad_unscale(cl_backend *be, float *g, size_t n, float inv_scale,
                                int *found_nonfinite);
 cl_status cl_cuda_adam_update(cl_backend *be, float *p, const float *g, float *m, float *v,
-                              size_t n, const cl_adam_hp *hp);
+                              float *vmax, size_t n, const cl_adam_hp *hp);
 cl_status cl_cuda_sgd_update(cl_backend *be, float *p, const float *g, float *buf, size_t n,
                              const cl_sgd_hp *hp);
 cl_status cl_cuda_adam_check(cl_backend *be, const float *p, const float *g, const float *m,
-                             const float *v, size_t n, const cl_adam_hp *hp, uint64_t *fault);
+                             const float *v, const float *vmax, size_t n, const cl_adam_hp *hp,
+                             uint64_t *fault);
 cl_status cl_cuda_sgd_check(cl_backend *be, const float *p, const float *g, const float *buf,
                             size_t n, const cl_sgd_hp *hp, uint64_t *fault);
 
@@ -175,6 +176,12 @@ cl_status cl_cuda_sgd_check(cl_backend *be, const float *p, const float *g, cons
 cl_status cl_cuda_gather_rows(cl_backend *be, void *dst, const void *src, const int *idx, int nb,
                               int N, int t0, int nt, size_t row_bytes);
 
+/* cuda_loss.cu */
+cl_status cl_cuda_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, const float *target,
+                       size_t n, cl_dtype dtype, float scale, float *grad, double *loss);
+
+/* cuda_clip.cu */
+cl_status cl_cuda_sum_squares(cl_backend *be, const float *g, size_t n, double *sum);
 /* cuda_runtime_mem.cu: the process's runtime overhead on the GPU (context,
  * cuDNN handle, stream), measured once around the first backend's set-up:
  * before_context before cudaSetDevice, after_context right after it,

@@ -2,7 +2,8 @@
  * cuda/cuda_optim.cu -- loss and optimizer slots of the CUDA backend (twin of
  * src/cpu/cpu_optim.c): the mean squared error with its gradient, the
  * unscale-and-check of float16 loss scaling, and one launch each for
- * torch.optim.Adam and torch.optim.SGD over the flat array of all parameters.
+ * torch.optim.Adam (amsgrad too), torch.optim.AdamW and torch.optim.SGD over
+ * the flat array of all parameters.
  *
  * The updates follow torch 1.13's single-tensor code operation for operation
  * (weight decay added to the gradient, bias corrections in double on the
@@ -118,42 +119,58 @@ cl_status cl_cuda_grad_unscale(cl_backend *be, float *g, size_t n, float inv_sca
 
 /* ---- Adam -------------------------------------------------------------- */
 
-/* torch 1.13 _single_tensor_adam, amsgrad and maximize off:
- *   g += wd * p
+/* torch 1.13 _single_tensor_adam (and _single_tensor_adamw), maximize off:
+ *   Adam: g += wd * p;   AdamW: p *= 1 - lr * wd
  *   m = m * b1 + (1 - b1) * g;   v = v * b2 + (1 - b2) * g * g
+ *   amsgrad: vmax = max(vmax, v), used below in place of v
  *   p += -step_size * (m / (sqrt(v) / sqrt(bc2) + eps)),  step_size = lr / bc1
  * The factors: as torch does in Python floats, the corrections in double on
  * the host, then one rounding to float. The update and its guard both call
  * adam_elem, so the guard checks exactly the numbers the update writes. */
 struct adam_k {
   float b1, one_minus_b1, b2, one_minus_b2, step_size, bc2_sqrt, eps, wd;
+  float decay; /* AdamW: 1 - lr * weight_decay (then wd is 0); Adam: 1 */
 };
 
 static adam_k adam_consts(const cl_adam_hp *hp) {
   const double b1 = hp->beta1, b2 = hp->beta2;
   const double bc1 = 1.0 - pow(b1, (double)hp->step);
   const double bc2 = 1.0 - pow(b2, (double)hp->step);
+  /* AdamW's p.mul_(1 - lr * weight_decay): the factor a Python float */
+  const double decay = hp->decoupled ? 1.0 - (double)hp->lr * (double)hp->weight_decay : 1.0;
   adam_k k = {hp->beta1, (float)(1.0 - b1), hp->beta2, (float)(1.0 - b2),
-              (float)((double)hp->lr / bc1), (float)sqrt(bc2), hp->eps, hp->weight_decay};
+              (float)((double)hp->lr / bc1), (float)sqrt(bc2), hp->eps,
+              hp->decoupled ? 0.0f : hp->weight_decay, (float)decay};
   return k;
 }
 
-/* p, m, v: the element's values before on entry, after on return. */
+/* p, m, v (and amsgrad's running maximum x when AMS): the element's values
+ * before on entry, after on return. */
+template <bool AMS>
 __device__ __forceinline__ void adam_elem(const adam_k &k, float gi, float &p, float &m,
-                                          float &v) {
+                                          float &v, float &x) {
   if (k.wd != 0.0f) gi = gi + k.wd * p;
+  if (k.decay != 1.0f) p = p * k.decay;
   m = m * k.b1 + k.one_minus_b1 * gi;
   v = v * k.b2 + k.one_minus_b2 * gi * gi; /* addcmul: (value * g) * g */
-  const float denom = sqrtf(v) / k.bc2_sqrt + k.eps;
+  float den_v = v;
+  if (AMS) { /* torch.maximum: a NaN v stays NaN */
+    x = x > v ? x : v;
+    den_v = x;
+  }
+  const float denom = sqrtf(den_v) / k.bc2_sqrt + k.eps;
   p = p - k.step_size * (m / denom);
 }
 
-__global__ void adam_kernel(float *p, const float *g, float *m, float *v, size_t n, adam_k k) {
+template <bool AMS>
+__global__ void adam_kernel(float *p, const float *g, float *m, float *v, float *vmax, size_t n,
+                            adam_k k) {
   CL_CUDA_FOR(i, n) {
-    float pi = p[i], mi = m[i], vi = v[i];
-    adam_elem(k, g[i], pi, mi, vi);
+    float pi = p[i], mi = m[i], vi = v[i], xi = AMS ? vmax[i] : 0.0f;
+    adam_elem<AMS>(k, g[i], pi, mi, vi, xi);
     m[i] = mi;
     v[i] = vi;
+    if (AMS) vmax[i] = xi;
     p[i] = pi;
   }
 }
@@ -166,11 +183,20 @@ static cl_status adam_step_ok(cl_backend *be, const cl_adam_hp *hp) {
 }
 
 cl_status cl_cuda_adam_update(cl_backend *be, float *p, const float *g, float *m, float *v,
-                              size_t n, const cl_adam_hp *hp) {
+                              float *vmax, size_t n, const cl_adam_hp *hp) {
   if (adam_step_ok(be, hp) != CL_OK) return CL_E_INVALID;
+  if (hp->amsgrad && !vmax) {
+    snprintf(be->err, sizeof be->err, "cuda adam: amsgrad needs max_exp_avg_sq");
+    return CL_E_INVALID;
+  }
   if (n == 0) return CL_OK;
-  adam_kernel<<<cl_cuda_blocks(n), CL_CUDA_THREADS, 0, cl_cuda_ctx_of(be)->stream>>>(
-      p, g, m, v, n, adam_consts(hp));
+  cudaStream_t s = cl_cuda_ctx_of(be)->stream;
+  if (hp->amsgrad)
+    adam_kernel<true><<<cl_cuda_blocks(n), CL_CUDA_THREADS, 0, s>>>(p, g, m, v, vmax, n,
+                                                                   adam_consts(hp));
+  else
+    adam_kernel<false><<<cl_cuda_blocks(n), CL_CUDA_THREADS, 0, s>>>(p, g, m, v, NULL, n,
+                                                                    adam_consts(hp));
   CL_CUDA_LAUNCH_CHECK(be);
   return CL_OK;
 }
@@ -235,11 +261,13 @@ __device__ __forceinline__ unsigned long long fault_of(size_t i, float g, float 
 /* The lowest key over the grid by atomicMin on one 64-bit word: only
  * threads that found a fault store, so the finite case costs a read of the
  * inputs and no traffic. */
+template <bool AMS>
 __global__ void adam_check_kernel(const float *p, const float *g, const float *m, const float *v,
-                                  size_t n, adam_k k, unsigned long long *fault) {
+                                  const float *vmax, size_t n, adam_k k,
+                                  unsigned long long *fault) {
   CL_CUDA_FOR(i, n) {
-    float pi = p[i], mi = m ? m[i] : 0.0f, vi = v ? v[i] : 0.0f;
-    adam_elem(k, g[i], pi, mi, vi);
+    float pi = p[i], mi = m ? m[i] : 0.0f, vi = v ? v[i] : 0.0f, xi = vmax ? vmax[i] : 0.0f;
+    adam_elem<AMS>(k, g[i], pi, mi, vi, xi);
     const unsigned long long f = fault_of(i, g[i], mi, vi, pi);
     if (f != CL_FAULT_NONE) atomicMin(fault, f);
   }
@@ -280,15 +308,20 @@ static cl_status fault_end(cl_backend *be, cl_cuda_ctx *ctx, uint64_t *fault) {
 }
 
 cl_status cl_cuda_adam_check(cl_backend *be, const float *p, const float *g, const float *m,
-                             const float *v, size_t n, const cl_adam_hp *hp, uint64_t *fault) {
+                             const float *v, const float *vmax, size_t n, const cl_adam_hp *hp,
+                             uint64_t *fault) {
   *fault = CL_FAULT_NONE;
   if (adam_step_ok(be, hp) != CL_OK) return CL_E_INVALID;
   if (n == 0) return CL_OK;
   cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
   const cl_status st = fault_begin(be, ctx);
   if (st != CL_OK) return st;
-  adam_check_kernel<<<cl_cuda_blocks(n), CL_CUDA_THREADS, 0, ctx->stream>>>(
-      p, g, m, v, n, adam_consts(hp), fault_word(ctx));
+  if (hp->amsgrad)
+    adam_check_kernel<true><<<cl_cuda_blocks(n), CL_CUDA_THREADS, 0, ctx->stream>>>(
+        p, g, m, v, vmax, n, adam_consts(hp), fault_word(ctx));
+  else
+    adam_check_kernel<false><<<cl_cuda_blocks(n), CL_CUDA_THREADS, 0, ctx->stream>>>(
+        p, g, m, v, NULL, n, adam_consts(hp), fault_word(ctx));
   return fault_end(be, ctx, fault);
 }
 

@@ -177,16 +177,23 @@ static double ref_mse(const float *pred, const float *target, size_t n, double s
   return sum / (double)n;
 }
 
-/* One step of torch.optim.Adam (weight decay added to the gradient). */
-static void ref_adam_step(double *p, const float *g, double *m, double *v, size_t n,
+/* One step of torch.optim.Adam (weight decay added to the gradient) or,
+ * with hp->decoupled, torch.optim.AdamW (p *= 1 - lr weight_decay first);
+ * with hp->amsgrad, vmax = max(vmax, v) is the denominator's
+ * (max_exp_avg_sq). */
+static void ref_adam_step(double *p, const float *g, double *m, double *v, double *vmax, size_t n,
                           const cl_adam_hp *hp) {
-  const double b1 = hp->beta1, b2 = hp->beta2;
+  const double b1 = hp->beta1, b2 = hp->beta2, wd = hp->weight_decay;
   const double bc1 = 1 - pow(b1, (double)hp->step), bc2 = 1 - pow(b2, (double)hp->step);
   for (size_t i = 0; i < n; i++) {
-    const double gi = g[i] + (double)hp->weight_decay * p[i];
+    double gi = g[i];
+    if (hp->decoupled) p[i] *= 1 - (double)hp->lr * wd;
+    else gi += wd * p[i];
     m[i] = b1 * m[i] + (1 - b1) * gi;
     v[i] = b2 * v[i] + (1 - b2) * gi * gi;
-    p[i] -= hp->lr / bc1 * m[i] / (sqrt(v[i]) / sqrt(bc2) + hp->eps);
+    double den_v = v[i];
+    if (hp->amsgrad) den_v = vmax[i] = vmax[i] > v[i] ? vmax[i] : v[i];
+    p[i] -= hp->lr / bc1 * m[i] / (sqrt(den_v) / sqrt(bc2) + hp->eps);
   }
 }
 
@@ -201,6 +208,40 @@ static void ref_sgd_step(double *p, const float *g, double *buf, size_t n, const
     }
     p[i] -= hp->lr * d;
   }
+}
+
+/* The loss slot (f->kind not MSE): the mean over n of torch 1.13's L1,
+ * Huber(delta) or BCE-with-logits(pos_weight) loss of pred against target,
+ * in double from the float inputs; grad (may be NULL) = scale times the
+ * mean's gradient: sign(d) (0 at 0), d clamped to +-delta, and
+ * (p y + 1 - y) sigmoid(x) - p y, each over n. */
+static double ref_loss(const cl_loss_fn *f, const float *pred, const float *target, size_t n,
+                       double scale, double *grad) {
+  double sum = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    const double x = pred[i], y = target[i], d = x - y, z = fabs(d);
+    double l, gi;
+    if (f->kind == CL_LOSS_MAE) {
+      l = z, gi = (d > 0) - (d < 0);
+    } else if (f->kind == CL_LOSS_HUBER) {
+      l = z < f->delta ? 0.5 * z * z : f->delta * (z - 0.5 * f->delta);
+      gi = d < -f->delta ? -f->delta : d > f->delta ? f->delta : d;
+    } else { /* (1 - y) x + (1 + (p - 1) y) softplus(-x) */
+      const double pw = f->pos_weight, s = 1.0 / (1.0 + exp(-x));
+      l = (1 - y) * x + (1 + (pw - 1) * y) * (log1p(exp(-fabs(x))) + (x < 0 ? -x : 0.0));
+      gi = (pw * y + 1 - y) * s - pw * y;
+    }
+    sum += l;
+    if (grad) grad[i] = scale * gi / (double)n;
+  }
+  return sum / (double)n;
+}
+
+/* sum_squares: the sum of g^2 in double (inf or NaN when an element is). */
+static double ref_sum_squares(const float *g, size_t n) {
+  double sum = 0.0;
+  for (size_t i = 0; i < n; i++) sum += (double)g[i] * g[i];
+  return sum;
 }
 
 /* grad_unscale: g inv_scale rounded to float once, and whether any element
@@ -231,24 +272,37 @@ static uint64_t ref_first_fault(size_t i, float g, float m, float v, float p) {
   return CL_FAULT_NONE;
 }
 
-/* adam_check: the first element at which torch's float32 Adam would hold a
- * non-finite value. Whether a value overflows is a float32 question, so
- * this reference computes in float32 as torch does on float32 tensors: the
- * bias corrections in double, the step size lr / (1 - beta1^t) and
- * sqrt(1 - beta2^t) passed as float32 scalars (torch's Python floats), the
- * rest one float operation at a time. m, v NULL: zeros (no state yet). */
+/* adam_check: the first element at which torch's float32 Adam (AdamW with
+ * hp->decoupled, amsgrad with hp->amsgrad) would hold a non-finite value.
+ * Whether a value overflows is a float32 question, so this reference
+ * computes in float32 as torch does on float32 tensors: the bias
+ * corrections and AdamW's 1 - lr weight_decay in double, the step size
+ * lr / (1 - beta1^t) and sqrt(1 - beta2^t) passed as float32 scalars
+ * (torch's Python floats), the rest one float operation at a time. m, v,
+ * vmax NULL: zeros (no state yet). vmax is finite where v and its old value
+ * are, so it has no part of its own in the key. */
 static uint64_t ref_adam_fault(const float *p, const float *g, const float *m, const float *v,
-                               size_t n, const cl_adam_hp *hp) {
+                               const float *vmax, size_t n, const cl_adam_hp *hp) {
   const float b1 = hp->beta1, b2 = hp->beta2;
   const float step = (float)(hp->lr / (1.0 - pow(hp->beta1, (double)hp->step)));
   const float bc2_sqrt = (float)sqrt(1.0 - pow(hp->beta2, (double)hp->step));
+  const float decay = (float)(1.0 - (double)hp->lr * (double)hp->weight_decay);
   for (size_t i = 0; i < n; i++) {
-    float gi = g[i];
-    if (hp->weight_decay != 0.0f) gi = gi + hp->weight_decay * p[i];
+    float gi = g[i], pi = p[i];
+    if (hp->decoupled) {
+      if (decay != 1.0f) pi = pi * decay;
+    } else if (hp->weight_decay != 0.0f) {
+      gi = gi + hp->weight_decay * p[i];
+    }
     const float mi = (m ? m[i] : 0.0f) * b1 + (1.0f - b1) * gi;
     const float vi = (v ? v[i] : 0.0f) * b2 + (1.0f - b2) * gi * gi;
-    const float denom = sqrtf(vi) / bc2_sqrt + hp->eps;
-    const float pi = p[i] - step * mi / denom;
+    float den_v = vi;
+    if (hp->amsgrad) {
+      const float xi = vmax ? vmax[i] : 0.0f;
+      den_v = xi > vi ? xi : vi;
+    }
+    const float denom = sqrtf(den_v) / bc2_sqrt + hp->eps;
+    pi = pi - step * mi / denom;
     const uint64_t f = ref_first_fault(i, g[i], mi, vi, pi);
     if (f != CL_FAULT_NONE) return f;
   }

@@ -72,10 +72,10 @@ int main(int argc, char **argv) {
   for (int pass = 0; pass < N_PASSES; pass++) {
     for (int r = -5; r < reps; r++) { /* five warm-up passes */
       /* a tiny lr: the weights stay where they are over thousands of updates */
-      cl_adam_hp hp = {1e-9f, 0.9f, 0.999f, 1e-8f, 0.0f, 1 + (r < 0 ? 0 : r)};
+      cl_adam_hp hp = {1e-9f, 0.9f, 0.999f, 1e-8f, 0.0f, 1 + (r < 0 ? 0 : r), 0, 0};
       double t0 = now();
-      if (pass == PASS_GUARD) be->iface->adam_check(be, p, g, m, v, n, &hp, &fault);
-      else if (pass == PASS_UPDATE) be->iface->adam_update(be, p, g, m, v, n, &hp);
+      if (pass == PASS_GUARD) be->iface->adam_check(be, p, g, m, v, NULL, n, &hp, &fault);
+      else if (pass == PASS_UPDATE) be->iface->adam_update(be, p, g, m, v, NULL, n, &hp);
       else be->iface->grad_unscale(be, g, n, 1.0f, &bad);
       if (r >= 0) sec[r] = now() - t0;
     }

@@ -909,6 +909,124 @@ static void run_mse_errors(const row *r) {
   }
 }
 
+/* The loss slot (MAE, Huber, BCE with logits): like mse, on every dtype of
+ * the prediction, with the gradient in its own buffer, over the target
+ * (as backward.c asks) or not at all. */
+typedef struct loss_case {
+  cl_loss_fn f;
+  size_t n;
+  float scale;
+  int grad; /* 0: none; 1: its own buffer; 2: overwrites the target */
+} loss_case;
+
+static const char *loss_str(const cl_loss_fn *f) {
+  return f->kind == CL_LOSS_MAE ? "mae" : f->kind == CL_LOSS_HUBER ? "huber" : "bce_logits";
+}
+
+static void run_loss(const row *r) {
+  const loss_case *cases = r->cases;
+  for (int i = 0; i < r->n_cases; i++)
+    for (int t = CL_F32; t <= CL_BF16; t++) {
+      if (!(r->dtypes & (1u << t))) continue;
+      const loss_case *c = &cases[i];
+      const size_t n = c->n, es = cl_dtype_size((cl_dtype)t);
+      if (too_big((double)n * 20)) continue;
+      const int bce = c->f.kind == CL_LOSS_BCE_LOGITS;
+      /* logits in (-6, 6); BCE targets mostly 0 or 1, a few soft labels */
+      float *p = rand_floats(n, bce ? -6 : -2, bce ? 6 : 2), *y = rand_floats(n, -2, 2);
+      if (bce)
+        for (size_t k = 0; k < n; k++) y[k] = k % 7 == 3 ? 0.25f + y[k] / 8 : (float)(y[k] > 0.8f);
+      void *ps = to_storage((cl_dtype)t, p, n);
+      double *rg = xmalloc(n * 8);
+      const double rloss = ref_loss(&c->f, p, y, n, c->scale, rg);
+      char label[160], what[240];
+      snprintf(label, sizeof label, "%s delta=%g pos_weight=%g %s n=%zu scale=%g grad=%s",
+               loss_str(&c->f), c->f.delta, c->f.pos_weight, dtype_str((cl_dtype)t), n,
+               (double)c->scale, c->grad == 0 ? "none" : c->grad == 1 ? "own" : "in target");
+      for (int vi = 0; vi < n_vs; vi++) {
+        variant *v = &vs[vi];
+        scope sc = scope_of(v);
+        void *P = dev_of(&sc, ps, n * es);
+        float *Y = dev_of(&sc, y, n * 4), *G = dev_alloc(&sc, n * 4);
+        float *g = c->grad == 0 ? NULL : c->grad == 1 ? G : Y;
+        double loss = -1.0;
+        if (sc.ok)
+          CALL(&sc, v->be->iface->loss(v->be, &c->f, P, Y, n, (cl_dtype)t, c->scale, g, &loss));
+        if (!sc.ok) goto next;
+        const double lr = fabs(loss - rloss) / rloss;
+        expect(v, lr <= r->tol.scalar, "%-60s loss %.17g, want %.17g (rel %.1e, tol %.0e)", label,
+               loss, rloss, lr, r->tol.scalar);
+        if (g) {
+          float *got = dev_get(&sc, CL_F32, g, n);
+          snprintf(what, sizeof what, "%s: gradient (float32)", label);
+          if (got) compare(v, what, got, rg, n, r->tol.f32);
+          free(got);
+        }
+      next:
+        scope_end(&sc);
+      }
+      free(p), free(y), free(ps), free(rg);
+    }
+}
+
+static void run_loss_errors(const row *r) {
+  (void)r;
+  const cl_loss_fn mse = {CL_LOSS_MSE, 1, 1}, mae = {CL_LOSS_MAE, 1, 1};
+  const cl_loss_fn unknown = {CL_N_LOSSES, 1, 1};
+  for (int vi = 0; vi < n_vs; vi++) {
+    variant *v = &vs[vi];
+    scope sc = scope_of(v);
+    float *P = dev_alloc(&sc, 64), *Y = dev_alloc(&sc, 64);
+    double loss = -1.0;
+    if (sc.ok) {
+      const struct cl_backend_i *f = v->be->iface;
+      cl_status s1 = f->loss(v->be, &mae, P, Y, 4, BAD_DTYPE, 1.0f, NULL, &loss);
+      cl_status s2 = f->loss(v->be, &mae, P, Y, 0, CL_F32, 1.0f, NULL, &loss);
+      cl_status s3 = f->loss(v->be, &mse, P, Y, 4, CL_F32, 1.0f, NULL, &loss);
+      cl_status s4 = f->loss(v->be, &unknown, P, Y, 4, CL_F32, 1.0f, NULL, &loss);
+      expect(v, s1 == CL_E_UNSUPPORTED && s2 == CL_E_INVALID && s3 == CL_E_INVALID &&
+                    s4 == CL_E_INVALID,
+             "unknown dtype: %s; n = 0: %s; MSE (the mse slot's): %s; unknown kind: %s",
+             status_str(s1), status_str(s2), status_str(s3), status_str(s4));
+    }
+    scope_end(&sc);
+  }
+}
+
+/* sum_squares (gradient clipping's squared norm): the sum in double, also
+ * of squares beyond float's range, and inf / NaN when an element is. */
+typedef struct sumsq_case {
+  size_t n;
+  long bad;     /* -1: none; else the index that gets `poison` */
+  float poison; /* inf, NaN, or a finite value whose square overflows float */
+} sumsq_case;
+
+static void run_sum_squares(const row *r) {
+  const sumsq_case *cases = r->cases;
+  for (int i = 0; i < r->n_cases; i++) {
+    const sumsq_case *c = &cases[i];
+    float *g = rand_floats(c->n + 1, -1, 1);
+    if (c->bad >= 0) g[c->bad] = c->poison;
+    const double ref = ref_sum_squares(g, c->n);
+    char label[160];
+    snprintf(label, sizeof label, "n=%zu poison[%ld]=%g", c->n, c->bad, (double)c->poison);
+    for (int vi = 0; vi < n_vs; vi++) {
+      variant *v = &vs[vi];
+      scope sc = scope_of(v);
+      float *G = c->n ? dev_of(&sc, g, c->n * 4) : NULL;
+      double sum = -1.0;
+      if (sc.ok) CALL(&sc, v->be->iface->sum_squares(v->be, G, c->n, &sum));
+      if (sc.ok) {
+        const int ok = isfinite(ref) ? fabs(sum - ref) <= r->tol.scalar * ref
+                                     : isnan(ref) ? isnan(sum) : sum == ref;
+        expect(v, ok, "%s: %.17g, want %.17g (tol %.0e)", label, sum, ref, r->tol.scalar);
+      }
+      scope_end(&sc);
+    }
+    free(g);
+  }
+}
+
 typedef struct unscale_case {
   size_t n;
   float inv_scale;
@@ -953,6 +1071,7 @@ typedef struct optim_case {
   size_t n;
   float lr, momentum, weight_decay; /* momentum: sgd only */
   int steps;
+  int decoupled, amsgrad; /* adam only: AdamW; max_exp_avg_sq */
 } optim_case;
 
 /* New gradients at every step, one of them 0 after a nonzero one at step 2. */
@@ -977,14 +1096,15 @@ static void run_adam(const row *r) {
     const size_t n = c->n;
     if (too_big((double)n * c->steps * 20)) continue;
     float *p = rand_floats(n, -1, 1), **g = optim_grads(n, c->steps);
-    double *rp = to_double(p, n), *rm = calloc(n, 8), *rv = calloc(n, 8);
-    cl_adam_hp hp = {c->lr, 0.9f, 0.999f, 1e-8f, c->weight_decay, 0};
+    double *rp = to_double(p, n), *rm = calloc(n, 8), *rv = calloc(n, 8), *rx = calloc(n, 8);
+    cl_adam_hp hp = {c->lr, 0.9f, 0.999f, 1e-8f, c->weight_decay, 0, c->decoupled, c->amsgrad};
     for (int k = 1; k <= c->steps; k++) {
       hp.step = k;
-      ref_adam_step(rp, g[k - 1], rm, rv, n, &hp);
+      ref_adam_step(rp, g[k - 1], rm, rv, rx, n, &hp);
     }
-    char label[120], what[200];
-    snprintf(label, sizeof label, "n=%zu lr=%g weight_decay=%g, %d steps", n, (double)c->lr,
+    char label[160], what[240];
+    snprintf(label, sizeof label, "%s%s n=%zu lr=%g weight_decay=%g, %d steps",
+             c->decoupled ? "adamw" : "adam", c->amsgrad ? " amsgrad" : "", n, (double)c->lr,
              (double)c->weight_decay, c->steps);
     for (int vi = 0; vi < n_vs; vi++) {
       variant *v = &vs[vi];
@@ -992,17 +1112,20 @@ static void run_adam(const row *r) {
       scope sc = scope_of(v);
       float *P = dev_of(&sc, p, n * 4), *G = dev_alloc(&sc, n * 4);
       float *M = dev_alloc(&sc, n * 4), *V = dev_alloc(&sc, n * 4);
+      float *X = c->amsgrad ? dev_alloc(&sc, n * 4) : NULL;
       if (sc.ok) CALL(&sc, be->iface->memset0(be, M, n * 4));
       if (sc.ok) CALL(&sc, be->iface->memset0(be, V, n * 4));
+      if (sc.ok && X) CALL(&sc, be->iface->memset0(be, X, n * 4));
       for (int k = 1; k <= c->steps && sc.ok; k++) {
         dev_put(&sc, G, g[k - 1], n * 4);
         hp.step = k;
-        if (sc.ok) CALL(&sc, be->iface->adam_update(be, P, G, M, V, n, &hp));
+        if (sc.ok) CALL(&sc, be->iface->adam_update(be, P, G, M, V, X, n, &hp));
       }
-      const float *outs[3] = {P, M, V};
-      const double *refs[3] = {rp, rm, rv};
-      static const char *names[3] = {"parameters", "first moment", "second moment"};
-      for (int o = 0; o < 3 && sc.ok; o++) {
+      const float *outs[4] = {P, M, V, X};
+      const double *refs[4] = {rp, rm, rv, rx};
+      static const char *names[4] = {"parameters", "first moment", "second moment",
+                                     "max_exp_avg_sq"};
+      for (int o = 0; o < (X ? 4 : 3) && sc.ok; o++) {
         float *got = dev_get(&sc, CL_F32, outs[o], n);
         snprintf(what, sizeof what, "%s: %s", label, names[o]);
         if (got) compare(v, what, got, refs[o], n, r->tol.f32);
@@ -1010,11 +1133,15 @@ static void run_adam(const row *r) {
       }
       hp.step = 0;
       if (sc.ok)
-        expect(v, be->iface->adam_update(be, P, G, M, V, n, &hp) == CL_E_INVALID,
+        expect(v, be->iface->adam_update(be, P, G, M, V, X, n, &hp) == CL_E_INVALID,
                "%s: step 0 is refused", label);
+      hp.step = 1;
+      if (sc.ok && c->amsgrad)
+        expect(v, be->iface->adam_update(be, P, G, M, V, NULL, n, &hp) == CL_E_INVALID,
+               "%s: amsgrad without max_exp_avg_sq is refused", label);
       scope_end(&sc);
     }
-    free(p), free(rp), free(rm), free(rv);
+    free(p), free(rp), free(rm), free(rv), free(rx);
     free_grads(g, c->steps);
   }
 }
@@ -1085,6 +1212,7 @@ typedef struct guard_case {
   int n_plants;
   int want_part, want_nan;
   size_t want_at;
+  int decoupled, amsgrad; /* adam: AdamW; amsgrad with max_exp_avg_sq = v's values */
 } guard_case;
 
 static uint64_t guard_key(size_t at, int part, int is_nan) {
@@ -1122,9 +1250,10 @@ static void run_guard(const row *r) {
     float *h[4];
     guard_inputs(c, h);
     const float *hm = c->no_state ? NULL : h[2], *hv = c->no_state ? NULL : h[3];
-    cl_adam_hp ah = {c->lr, 0.9f, 0.999f, 1e-8f, c->wd, c->no_state ? 1 : 3};
+    cl_adam_hp ah = {c->lr, 0.9f, 0.999f, 1e-8f, c->wd, c->no_state ? 1 : 3, c->decoupled,
+                     c->amsgrad};
     cl_sgd_hp sh = {c->lr, c->mom, c->wd, c->first};
-    const uint64_t ref = adam ? ref_adam_fault(h[0], h[1], hm, hv, n, &ah)
+    const uint64_t ref = adam ? ref_adam_fault(h[0], h[1], hm, hv, c->amsgrad ? hv : NULL, n, &ah)
                               : ref_sgd_fault(h[0], h[1], hm, n, &sh);
     const uint64_t want = guard_key(c->want_at, c->want_part, c->want_nan);
     char label[200], rs[80], gs[80];
@@ -1142,9 +1271,12 @@ static void run_guard(const row *r) {
       float *d[4] = {NULL, NULL, NULL, NULL};
       for (int a = 0; a < 4 && n; a++) d[a] = dev_of(&sc, h[a], bytes);
       const float *M = c->no_state ? NULL : d[2], *V = c->no_state ? NULL : d[3];
+      /* amsgrad's max_exp_avg_sq: its own buffer, starting as v's values */
+      float *X = c->amsgrad && n ? dev_of(&sc, h[3], bytes) : NULL;
+      const float *XS = c->no_state ? NULL : X;
       uint64_t got = 0;
       if (sc.ok)
-        CALL(&sc, adam ? be->iface->adam_check(be, d[0], d[1], M, V, n, &ah, &got)
+        CALL(&sc, adam ? be->iface->adam_check(be, d[0], d[1], M, V, XS, n, &ah, &got)
                        : be->iface->sgd_check(be, d[0], d[1], M, n, &sh, &got));
       if (!sc.ok) {
         scope_end(&sc);
@@ -1164,9 +1296,10 @@ static void run_guard(const row *r) {
         if (c->no_state) { /* the state the core creates: zeros */
           CALL(&sc, be->iface->memset0(be, d[2], bytes));
           CALL(&sc, be->iface->memset0(be, d[3], bytes));
+          if (X) CALL(&sc, be->iface->memset0(be, X, bytes));
         }
         if (sc.ok)
-          CALL(&sc, adam ? be->iface->adam_update(be, d[0], d[1], d[2], d[3], n, &ah)
+          CALL(&sc, adam ? be->iface->adam_update(be, d[0], d[1], d[2], d[3], X, n, &ah)
                          : be->iface->sgd_update(be, d[0], d[1], c->mom != 0 ? d[2] : NULL, n,
                                                  &sh));
         upd[1] = adam || c->mom != 0 ? d[2] : NULL, upd[2] = adam ? d[3] : NULL;
@@ -1182,7 +1315,7 @@ static void run_guard(const row *r) {
       if (adam && i == 0 && sc.ok) {
         cl_adam_hp h0 = ah;
         h0.step = 0;
-        expect(v, be->iface->adam_check(be, d[0], d[1], M, V, n, &h0, &got) == CL_E_INVALID,
+        expect(v, be->iface->adam_check(be, d[0], d[1], M, V, XS, n, &h0, &got) == CL_E_INVALID,
                "adam_check: step 0 is refused");
       }
       scope_end(&sc);
@@ -1205,11 +1338,15 @@ static void run_scratch(const row *r) {
   enum { NM = (1 << 20) + 3, NA = 5001 };
   float *pred = rand_floats(NM, -1, 1), *target = rand_floats(NM, -1, 1);
   const double rloss = ref_mse(pred, target, NM, 1.0, NULL);
-  guard_case gc = {"", NA, 1e-3f, 0, 0, 0, 0, {{4321, 0, NAN, 0, 0}}, 1, 0, 1, 4321};
+  guard_case gc = {"", NA, 1e-3f, 0, 0, 0, 0, {{4321, 0, NAN, 0, 0}}, 1, 0, 1, 4321, 0, 0};
   float *h[4];
   guard_inputs(&gc, h);
-  const cl_adam_hp ah = {1e-3f, 0.9f, 0.999f, 1e-8f, 0, 3};
-  const uint64_t rkey = ref_adam_fault(h[0], h[1], h[2], h[3], NA, &ah);
+  const cl_adam_hp ah = {1e-3f, 0.9f, 0.999f, 1e-8f, 0, 3, 0, 0};
+  const uint64_t rkey = ref_adam_fault(h[0], h[1], h[2], h[3], NULL, NA, &ah);
+  /* the other reductions through the partial sums: a loss and sum_squares */
+  const cl_loss_fn huber = {CL_LOSS_HUBER, 0.5, 1};
+  const double rhuber = ref_loss(&huber, pred, target, NM, 1.0, NULL);
+  const double rsq = ref_sum_squares(pred, NM);
   size_t runtime0 = 0;
   int have_runtime0 = 0;
   for (int vi = 0; vi < n_vs; vi++) {
@@ -1244,14 +1381,16 @@ static void run_scratch(const row *r) {
     float *P = dev_of(&sc, pred, NM * 4), *T = dev_of(&sc, target, NM * 4);
     float *d[4];
     for (int a = 0; a < 4; a++) d[a] = dev_of(&sc, h[a], NA * 4);
-    double loss = 0;
+    double loss = 0, lhuber = 0, sq = 0;
     int found = -1;
     uint64_t key = 0;
     if (sc.ok) {
       f->set_scratch(be, alt);
       CALL(&sc, f->mse(be, P, T, NM, CL_F32, 1.0f, NULL, &loss));
       CALL(&sc, f->grad_unscale(be, d[1], NA, 1.0f, &found));
-      CALL(&sc, f->adam_check(be, d[0], d[1], d[2], d[3], NA, &ah, &key));
+      CALL(&sc, f->adam_check(be, d[0], d[1], d[2], d[3], NULL, NA, &ah, &key));
+      CALL(&sc, f->loss(be, &huber, P, T, NM, CL_F32, 1.0f, NULL, &lhuber));
+      CALL(&sc, f->sum_squares(be, P, NM, &sq));
       f->set_scratch(be, v->scratch);
     }
     if (sc.ok) {
@@ -1259,6 +1398,10 @@ static void run_scratch(const row *r) {
              "with another scratch: mse %.12g (reference %.12g), grad_unscale found %d, "
              "adam_check key %llu (reference %llu)",
              loss, rloss, found, (unsigned long long)key, (unsigned long long)rkey);
+      expect(v, fabs(lhuber - rhuber) <= 1e-5 * rhuber && fabs(sq - rsq) <= 1e-12 * rsq,
+             "with another scratch: huber loss %.12g (reference %.12g), sum_squares %.15g "
+             "(reference %.15g)",
+             lhuber, rhuber, sq, rsq);
       CALL(&sc, f->download(be, after, v->scratch, sb));
       expect(v, sc.ok && memcmp(before, after, sb) == 0, "the first scratch was left alone");
       CALL(&sc, f->download(be, after, alt, sb));
@@ -1387,6 +1530,27 @@ static const mse_case mse_cases[] = {
     {1, 1.0f, 1},    {1000, 1.0f, 0},    {(1u << 20) + 3, 1024.0f, 1},
     {4099, 1.0f, 2}, {100003, 0.75f, 1}, {70001, 1.0f, 1}};
 
+/* every kind; Huber's two branches (delta inside the differences' range);
+ * BCE with and without pos_weight; 1 element; more blocks than the CUDA
+ * reduction's partials */
+static const loss_case loss_cases[] = {
+    {{CL_LOSS_MAE, 1, 1}, 1, 1.0f, 1},
+    {{CL_LOSS_MAE, 1, 1}, 100003, 0.75f, 2},
+    {{CL_LOSS_HUBER, 0.7, 1}, (1u << 20) + 3, 1024.0f, 1},
+    {{CL_LOSS_HUBER, 0.7, 1}, 4099, 1.0f, 0},
+    {{CL_LOSS_HUBER, 2.5, 1}, 1000, 1.0f, 2},
+    {{CL_LOSS_BCE_LOGITS, 1, 2.5}, 70001, 1.0f, 2},
+    {{CL_LOSS_BCE_LOGITS, 1, 1}, 1000, 0.5f, 1},
+    {{CL_LOSS_BCE_LOGITS, 1, 0.3}, (1u << 20) + 3, 1.0f, 1},
+};
+
+static const sumsq_case sumsq_cases[] = {
+    {0, -1, 0.0f},           {1, -1, 0.0f},         {4099, -1, 0.0f},
+    {(1u << 20) + 3, -1, 0.0f},
+    {100003, 7, 3e38f},      /* its square overflows float, not the double sum */
+    {100003, 99999, INFINITY}, {4099, 5, -INFINITY}, {4099, 4098, NAN},
+};
+
 static const unscale_case unscale_cases[] = {
     {0, 0.5f, -1, 0.0f},
     {1000003, 1.0f / 1024.0f, -1, 0.0f},
@@ -1401,13 +1565,19 @@ static const unscale_case unscale_cases[] = {
     {100003, 4.0f, 99998, 3e38f},
 };
 
-static const optim_case adam_cases[] = {{50001, 1e-2f, 0, 0.0f, 5},
-                                        {50001, 1e-2f, 0, 0.01f, 5},
-                                        {1007, 1e-3f, 0, 0.0f, 3},
-                                        {300001, 1e-3f, 0, 0.01f, 3}};
+static const optim_case adam_cases[] = {{50001, 1e-2f, 0, 0.0f, 5, 0, 0},
+                                        {50001, 1e-2f, 0, 0.01f, 5, 0, 0},
+                                        {1007, 1e-3f, 0, 0.0f, 3, 0, 0},
+                                        {300001, 1e-3f, 0, 0.01f, 3, 0, 0},
+                                        /* AdamW, amsgrad, both */
+                                        {50001, 1e-2f, 0, 0.01f, 5, 1, 0},
+                                        {50001, 1e-2f, 0, 0.1f, 5, 1, 0},
+                                        {50001, 1e-2f, 0, 0.0f, 5, 0, 1},
+                                        {50001, 1e-2f, 0, 0.01f, 5, 0, 1},
+                                        {300001, 1e-3f, 0, 0.01f, 3, 1, 1}};
 static const optim_case sgd_cases[] = {
-    {40009, 0.05f, 0.0f, 0.0f, 4}, {40009, 0.05f, 0.9f, 0.0f, 4}, {40009, 0.05f, 0.9f, 1e-3f, 4},
-    {1007, 0.05f, 0.0f, 0.0f, 3},  {1007, 0.05f, 0.9f, 0.0f, 3},  {300001, 0.05f, 0.9f, 0.01f, 3}};
+    {40009, 0.05f, 0.0f, 0.0f, 4, 0, 0}, {40009, 0.05f, 0.9f, 0.0f, 4, 0, 0}, {40009, 0.05f, 0.9f, 1e-3f, 4, 0, 0},
+    {1007, 0.05f, 0.0f, 0.0f, 3, 0, 0},  {1007, 0.05f, 0.9f, 0.0f, 3, 0, 0},  {300001, 0.05f, 0.9f, 0.01f, 3, 0, 0}};
 
 /* The planted faults of the guards (from the guard branch's CPU and CUDA
  * tests): every array and NaN / Inf; a value finite on input that the
@@ -1419,55 +1589,71 @@ static const optim_case sgd_cases[] = {
  * not yet created (NULL moments: zeros). */
 #define NOPLANT {0, 0, 0, 0, 0}
 static const guard_case adam_guard_cases[] = {
-    /* what, n, lr, wd, mom, first, no_state, plants, n_plants, want part, nan, at */
-    {"all finite", 40009, 1e-3f, 0, 0, 0, 0, {{7, 0.5f, 0.5f, 0.1f, 0.1f}}, 1, -1, 0, 0},
+    /* what, n, lr, wd, mom, first, no_state, plants, n_plants, want part, nan, at,
+     * decoupled (AdamW), amsgrad */
+    {"all finite", 40009, 1e-3f, 0, 0, 0, 0, {{7, 0.5f, 0.5f, 0.1f, 0.1f}}, 1, -1, 0, 0, 0, 0},
     {"an Inf gradient", 40009, 1e-3f, 0, 0, 0, 0, {{777, 0, INFINITY, 0, 0}}, 1, CL_PART_GRAD, 0,
-     777},
+     777, 0, 0},
     {"a NaN gradient, last element", 40009, 1e-3f, 0, 0, 0, 0, {{40008, 0, NAN, 0, 0}}, 1,
-     CL_PART_GRAD, 1, 40008},
+     CL_PART_GRAD, 1, 40008, 0, 0},
     /* (1 - beta2) g^2 passes 3.4e38 from |g| = 5.8e20 */
     {"g*g overflows exp_avg_sq", 40009, 1e-3f, 0, 0, 0, 0, {{5, 0, 1e21f, 0, 0}}, 1, CL_PART_V, 0,
-     5},
+     5, 0, 0},
     {"exp_avg already Inf", 40009, 1e-3f, 0, 0, 0, 0, {{20000, 0, 0, INFINITY, 0}}, 1, CL_PART_M,
-     0, 20000},
-    {"a NaN exp_avg_sq", 40009, 1e-3f, 0, 0, 0, 0, {{3, 0, 0, 0, NAN}}, 1, CL_PART_V, 1, 3},
+     0, 20000, 0, 0},
+    {"a NaN exp_avg_sq", 40009, 1e-3f, 0, 0, 0, 0, {{3, 0, 0, 0, NAN}}, 1, CL_PART_V, 1, 3, 0, 0},
     {"lr / (1 - beta1^t) overflows: every parameter", 40009, 3e38f, 0, 0, 0, 0,
-     {{0, 0.5f, 0.5f, 0.5f, 0.5f}}, 1, CL_PART_PARAM, 0, 0},
+     {{0, 0.5f, 0.5f, 0.5f, 0.5f}}, 1, CL_PART_PARAM, 0, 0, 0, 0},
     {"two faults: the earlier element wins", 40009, 1e-3f, 0, 0, 0, 0,
-     {{39000, 0, NAN, 0, 0}, {15000, 0, 0, 0, INFINITY}}, 2, CL_PART_V, 0, 15000},
+     {{39000, 0, NAN, 0, 0}, {15000, 0, 0, 0, INFINITY}}, 2, CL_PART_V, 0, 15000, 0, 0},
     {"an Inf gradient and a NaN exp_avg: the gradient first", 40009, 1e-3f, 0, 0, 0, 0,
-     {{30001, 0, -INFINITY, NAN, 0}}, 1, CL_PART_GRAD, 0, 30001},
+     {{30001, 0, -INFINITY, NAN, 0}}, 1, CL_PART_GRAD, 0, 30001, 0, 0},
     {"a NaN gradient, last element of many blocks", 300001, 1e-3f, 0, 0, 0, 0,
-     {{300000, 0, NAN, 0, 0}}, 1, CL_PART_GRAD, 1, 300000},
+     {{300000, 0, NAN, 0, 0}}, 1, CL_PART_GRAD, 1, 300000, 0, 0},
     {"g*g overflows exp_avg_sq, many blocks", 300001, 1e-3f, 0, 0, 0, 0,
-     {{250000, 0, 1e21f, 0, 0}}, 1, CL_PART_V, 0, 250000},
-    {"no state yet, all finite", 1000, 1e-3f, 0, 0, 0, 1, {NOPLANT}, 0, -1, 0, 0},
+     {{250000, 0, 1e21f, 0, 0}}, 1, CL_PART_V, 0, 250000, 0, 0},
+    {"no state yet, all finite", 1000, 1e-3f, 0, 0, 0, 1, {NOPLANT}, 0, -1, 0, 0, 0, 0},
     {"no state yet, g*g overflows", 1000, 1e-3f, 0, 0, 0, 1, {{400, 0, 1e21f, 0, 0}}, 1,
-     CL_PART_V, 0, 400},
-    {"n = 0", 0, 1e-3f, 0, 0, 0, 0, {NOPLANT}, 0, -1, 0, 0},
+     CL_PART_V, 0, 400, 0, 0},
+    {"n = 0", 0, 1e-3f, 0, 0, 0, 0, {NOPLANT}, 0, -1, 0, 0, 0, 0},
+    /* AdamW and amsgrad: the decoupled decay, max_exp_avg_sq's denominator */
+    {"adamw, all finite", 40009, 1e-3f, 0.01f, 0, 0, 0, {{7, 0.5f, 0.5f, 0.1f, 0.1f}}, 1, -1, 0,
+     0, 1, 0},
+    {"adamw, a NaN gradient", 40009, 1e-3f, 0.01f, 0, 0, 0, {{123, 0, NAN, 0, 0}}, 1,
+     CL_PART_GRAD, 1, 123, 1, 0},
+    {"adamw: lr / (1 - beta1^t) overflows", 40009, 3e38f, 1e-39f, 0, 0,
+     0, {{0, 0.5f, 0.5f, 0.5f, 0.5f}}, 1, CL_PART_PARAM, 0, 0, 1, 0},
+    {"amsgrad, all finite", 40009, 1e-3f, 0, 0, 0, 0, {{7, 0.5f, 0.5f, 0.1f, 0.1f}}, 1, -1, 0, 0,
+     0, 1},
+    {"amsgrad, g*g overflows exp_avg_sq", 40009, 1e-3f, 0, 0, 0, 0, {{5, 0, 1e21f, 0, 0}}, 1,
+     CL_PART_V, 0, 5, 0, 1},
+    {"adamw + amsgrad, no state yet, all finite", 1000, 1e-3f, 0.01f, 0, 0, 1, {NOPLANT}, 0, -1,
+     0, 0, 1, 1},
+    {"adamw + amsgrad, an Inf exp_avg", 300001, 1e-3f, 0.01f, 0, 0, 0,
+     {{250000, 0, 0, INFINITY, 0}}, 1, CL_PART_M, 0, 250000, 1, 1},
 };
 static const guard_case sgd_guard_cases[] = {
-    {"all finite", 40009, 0.1f, 0, 0.9f, 0, 0, {{7, 0.5f, 0.5f, 0.5f, 0}}, 1, -1, 0, 0},
+    {"all finite", 40009, 0.1f, 0, 0.9f, 0, 0, {{7, 0.5f, 0.5f, 0.5f, 0}}, 1, -1, 0, 0, 0, 0},
     {"the first step ignores a NaN buffer", 40009, 0.1f, 0, 0.9f, 1, 0, {{7, 0.5f, 0.5f, NAN, 0}},
-     1, -1, 0, 0},
+     1, -1, 0, 0, 0, 0},
     {"momentum overflows the buffer", 40009, 0.1f, 0, 1e10f, 0, 0, {{123, 0, 0, 1e30f, 0}}, 1,
-     CL_PART_M, 0, 123},
+     CL_PART_M, 0, 123, 0, 0},
     {"lr * g overflows the parameter", 40009, 10, 0, 0, 0, 0, {{31, 3e38f, -1e38f, 0, 0}}, 1,
-     CL_PART_PARAM, 0, 31},
+     CL_PART_PARAM, 0, 31, 0, 0},
     {"weight decay * p overflows", 40009, 0.1f, 1e38f, 0, 0, 0, {{9, 10, 0, 0, 0}}, 1,
-     CL_PART_PARAM, 0, 9},
+     CL_PART_PARAM, 0, 9, 0, 0},
     {"a NaN parameter", 40009, 0.1f, 0, 0, 0, 0, {{40000, NAN, 0, 0, 0}}, 1, CL_PART_PARAM, 1,
-     40000},
+     40000, 0, 0},
     {"an Inf gradient", 40009, 0.1f, 0, 0.9f, 0, 0, {{20005, 0, INFINITY, 0, 0}}, 1,
-     CL_PART_GRAD, 0, 20005},
+     CL_PART_GRAD, 0, 20005, 0, 0},
     {"a NaN buffer without momentum is not read", 40009, 0.1f, 0, 0, 0, 0,
-     {{11, 0.5f, 0.5f, NAN, 0}}, 1, -1, 0, 0},
+     {{11, 0.5f, 0.5f, NAN, 0}}, 1, -1, 0, 0, 0, 0},
     {"two faults: the earlier element wins", 40009, 0.1f, 0, 0.9f, 0, 0,
-     {{35000, NAN, 0, 0, 0}, {12000, 0, 0, INFINITY, 0}}, 2, CL_PART_M, 0, 12000},
+     {{35000, NAN, 0, 0, 0}, {12000, 0, 0, INFINITY, 0}}, 2, CL_PART_M, 0, 12000, 0, 0},
     {"momentum overflows, many blocks", 300001, 0.1f, 0, 1e10f, 0, 0, {{290000, 0, 0, 1e30f, 0}},
-     1, CL_PART_M, 0, 290000},
-    {"no buffer yet, first step, all finite", 1000, 0.1f, 0, 0.9f, 1, 1, {NOPLANT}, 0, -1, 0, 0},
-    {"n = 0", 0, 0.1f, 0, 0.9f, 0, 0, {NOPLANT}, 0, -1, 0, 0},
+     1, CL_PART_M, 0, 290000, 0, 0},
+    {"no buffer yet, first step, all finite", 1000, 0.1f, 0, 0.9f, 1, 1, {NOPLANT}, 0, -1, 0, 0, 0, 0},
+    {"n = 0", 0, 0.1f, 0, 0.9f, 0, 0, {NOPLANT}, 0, -1, 0, 0, 0, 0},
 };
 
 /* row_bytes, offset, N, T, t0, nt, nb */
@@ -1529,6 +1715,17 @@ static const row ops[] = {
       "differs (1e-10 relative); gradient: scale * 2/n and the difference rounded to float32, "
       "a few ulp"}},
     {"mse refusals", run_mse_errors, NULL, 1, F32, 0, EXACT("statuses")},
+    {"loss", run_loss, CASES(loss_cases), ALL, 0,
+     {1e-5, 0, 0, 0, 0, 1e-5,
+      "each element's loss in float32 (expf, logf within a few ulp; BCE's (1 - y) x + "
+      "softplus(-x) cancels to ~1e-6 of the element's loss where x << 0), summed in double: "
+      "1e-5 relative; gradient: sign, clamp or sigmoid in float32 times scale / n, a few ulp of "
+      "the largest (1e-5, as torch's own CPU/CUDA agreement)"}},
+    {"loss refusals", run_loss_errors, NULL, 1, F32, 0, EXACT("statuses")},
+    {"sum_squares", run_sum_squares, CASES(sumsq_cases), F32, 0,
+     {0, 0, 0, 0, 0, 1e-12,
+      "squares of floats are exact in double; only the summation order differs (1e-12 "
+      "relative); inf and NaN exactly"}},
     {"grad_unscale", run_grad_unscale, CASES(unscale_cases), F32, 0,
      EXACT("g * inv_scale is one float32 rounding: equal bit for bit; the flag exactly")},
     {"adam_update", run_adam, CASES(adam_cases), F32, 0,

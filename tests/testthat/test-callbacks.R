@@ -203,3 +203,17 @@ test_that("callbacks check their arguments", {
     regexp = "`path`'s directory"
   )
 })
+
+test_that("on_batch_end sees each step's gradient norm before clipping with max_grad_norm", {
+  set.seed(3)
+  model <- cb_model()
+  on.exit(convlstm_release(model))
+  d <- cb_data()
+  norms <- numeric()
+  cb <- callback(on_batch_end = function(ctx) norms <<- c(norms, ctx$grad_norm))
+  h <- convlstm_fit(model, d$x, d$y, optimizer_sgd(0.1), epochs = 2, batch_size = 6,
+                    verbose = FALSE, callbacks = cb, max_grad_norm = 1e-3)
+  expect_length(norms, 4)
+  expect_true(all(is.finite(norms) & norms > 1e-3)) # every step clipped
+  expect_false(is.object(h$loss) || !is.null(attributes(h$loss)))
+})

@@ -2,7 +2,7 @@
 # convlstm() takes and gives back, the weights' shapes, files that keep them,
 # "same" padding (the image size is kept), and memory planned to the byte.
 # Parity with PyTorch is in test-parity-torch.R (fixtures kernel_3x5 and
-# dilated); the CPU kernels against a reference in tests/c/test_cpu_kernels.c.
+# dilated); every backend's convolutions against a reference in tests/c/test_backend_ops.c.
 
 test_that("kernel_sizes and dilation take numbers or c(height, width) pairs and read back", {
   m <- convlstm(2, c(3, 2), list(c(3, 5), 1), dilation = list(c(2, 1), 3), device = "cpu")

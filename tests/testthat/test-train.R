@@ -152,3 +152,288 @@ test_that("optimizers validate hyperparameters and print", {
   expect_convlstm_error(optimizer_sgd(0.1, momentum = -1), regexp = "`momentum`")
   expect_convlstm_error(optimizer_sgd(c(0.1, 0.2)), regexp = "`lr`")
 })
+
+# ---- gradient clipping (max_grad_norm) ----------------------------------
+
+grad_norm_of <- function(g) sqrt(sum(vapply(g, function(a) sum(a^2), 0)))
+
+# A fixture of tools/make_training_fixtures.py and a model holding its weights.
+training_fixture <- function(name, device = "cpu", dtype = "float32") {
+  fx <- read_fixture(file.path("training", name))
+  cfg <- fx$config
+  model <- convlstm(cfg$input_dim, cfg$hidden_dims, cfg$kernel_sizes, bias = cfg$bias,
+                    device = device, threads = 1, dtype = dtype)
+  load_state_dict(model, fixture_group(fx, "weights/"))
+  list(fx = fx, cfg = cfg, model = model)
+}
+
+fixture_optimizer <- function(cfg) {
+  if (cfg$optimizer == "sgd") {
+    return(optimizer_sgd(cfg$lr, momentum = cfg$momentum, weight_decay = cfg$weight_decay))
+  }
+  args <- list(cfg$lr, betas = c(0.9, cfg$beta2), weight_decay = cfg$weight_decay)
+  if (cfg$amsgrad) args$amsgrad <- TRUE
+  do.call(switch(cfg$optimizer, adam = optimizer_adam, adamw = optimizer_adamw), args)
+}
+
+# Each step's loss and norm and the parameters after the last, against
+# torch's run of the same steps (1e-5 of the largest value, as the parity
+# fixtures: both sides compute in float32).
+expect_training_fixture <- function(name, device = "cpu", dtype = "float32", rel = 1e-5) {
+  f <- training_fixture(name, device, dtype)
+  on.exit(convlstm_release(f$model))
+  cfg <- f$cfg
+  opt <- fixture_optimizer(cfg)
+  clip <- if (cfg$max_grad_norm > 0) cfg$max_grad_norm
+  losses <- norms <- numeric(cfg$steps)
+  label <- paste(name, device, dtype)
+  for (s in seq_len(cfg$steps)) {
+    loss <- train_step(f$model, f$fx$tensors$x, f$fx$tensors$y, opt, max_grad_norm = clip,
+                       loss = cfg$loss, delta = cfg$delta, pos_weight = cfg$pos_weight)
+    losses[s] <- loss
+    norms[s] <- attr(loss, "grad_norm") %||% 0
+    if (s == 1 && is.null(clip)) { # the step's own gradient, as torch's backward of the loss
+      g <- gradients(f$model)
+      want <- fixture_group(f$fx, "grad/")
+      for (k in names(want)) expect_close(g[[k]], want[[k]], rel = rel, label = paste(label, k))
+    }
+  }
+  expect_close(losses, f$fx$tensors$losses, rel = rel, label = paste(label, "losses"))
+  expect_close(norms, f$fx$tensors$grad_norms, rel = rel, label = paste(label, "grad norms"))
+  expected <- fixture_group(f$fx, "params/")
+  sd <- state_dict(f$model)
+  for (k in names(expected)) {
+    expect_close(sd[[k]], expected[[k]], rel = rel, label = paste(label, k))
+  }
+}
+
+test_that("max_grad_norm equals torch's clip_grad_norm_ before Adam and SGD (fixtures)", {
+  for (device in c("cpu", if (gpu_available()) "cuda")) {
+    expect_training_fixture("clip_adam", device)
+    expect_training_fixture("clip_sgd_momentum", device)
+  }
+})
+
+test_that("clipping scales the gradients to max_grad_norm and reports the norm before", {
+  set.seed(11)
+  x <- api_x()
+  y <- api_y()
+  m <- twin_models()
+  on.exit(release_all(m))
+  still <- optimizer_sgd(lr = 0) # the gradients stay for gradients() to read
+  plain <- train_step(m$a, x, y, still)
+  expect_null(attributes(plain)) # no clipping asked: a plain number
+  g <- gradients(m$a)
+  norm <- grad_norm_of(g)
+  clipped <- train_step(m$b, x, y, still, max_grad_norm = norm / 4)
+  expect_equal(as.double(clipped), plain)
+  expect_equal(attr(clipped, "grad_norm"), norm, tolerance = 1e-6)
+  gc <- gradients(m$b)
+  coef <- (norm / 4) / (norm + 1e-6) # torch's, with its 1e-6
+  expect_equal(grad_norm_of(gc), norm * coef, tolerance = 1e-5)
+  for (k in names(g)) expect_equal(gc[[k]], g[[k]] * coef, tolerance = 1e-5)
+  # Inf measures without clipping; a bound above the norm changes nothing
+  for (bound in c(Inf, norm * 2)) {
+    l <- train_step(m$b, x, y, still, max_grad_norm = bound)
+    expect_equal(attr(l, "grad_norm"), norm, tolerance = 1e-6)
+    expect_identical(gradients(m$b), g)
+  }
+})
+
+test_that("clipping holds across accumulation, checkpointing and data sets", {
+  set.seed(12)
+  x <- api_x(B = 4)
+  y <- api_y(B = 4)
+  m <- twin_models()
+  on.exit(release_all(m))
+  opt <- optimizer_adam(0.01)
+  a <- train_step(m$a, x, y, opt, max_grad_norm = 0.01)
+  b <- train_step(m$b, x, y, opt, max_grad_norm = 0.01, accumulation_steps = 2, checkpoint = 2)
+  expect_equal(attr(b, "grad_norm"), attr(a, "grad_norm"), tolerance = 1e-5)
+  expect_equal(state_dict(m$b), state_dict(m$a), tolerance = 1e-5)
+  data <- convlstm_data(m$b, x, y)
+  d <- train_step(m$b, data, optimizer = opt, max_grad_norm = 0.01)
+  a2 <- train_step(m$a, x, y, opt, max_grad_norm = 0.01)
+  expect_equal(attr(d, "grad_norm"), attr(a2, "grad_norm"), tolerance = 1e-5)
+})
+
+test_that("float16 clips the unscaled gradients, as GradScaler.unscale_ before clipping", {
+  set.seed(13)
+  x <- api_x()
+  y <- api_y()
+  m32 <- api_model()
+  m16 <- api_model(dtype = "float16")
+  on.exit(release_all(list(m32, m16)))
+  load_state_dict(m16, state_dict(m32))
+  still <- optimizer_sgd(lr = 0)
+  n32 <- attr(train_step(m32, x, y, still, max_grad_norm = Inf), "grad_norm")
+  l16 <- train_step(m16, x, y, still, max_grad_norm = n32 / 2)
+  # the norm of the true gradient (the loss scale, 65536, divided out) ...
+  expect_equal(attr(l16, "grad_norm"), n32, tolerance = 1e-2)
+  expect_gt(loss_scale(m16)$scale, 1000)
+  # ... and the gradients left at half of it
+  expect_equal(grad_norm_of(gradients(m16)), n32 / 2, tolerance = 1e-2)
+})
+
+test_that("clipping comes before the update's guard, which checks the clipped gradients", {
+  set.seed(14)
+  m <- api_model()
+  on.exit(convlstm_release(m))
+  x <- api_x()
+  y <- api_y() * 1e30 # finite gradients whose squares overflow Adam's exp_avg_sq
+  before <- state_dict(m)
+  expect_convlstm_error(train_step(m, x, y, optimizer_adam()), regexp = "exp_avg_sq")
+  expect_identical(state_dict(m), before)
+  # clipped first, the same step is finite and applied
+  loss <- train_step(m, x, y, optimizer_adam(), max_grad_norm = 1)
+  expect_gt(attr(loss, "grad_norm"), 1e25)
+  expect_false(identical(state_dict(m), before))
+  expect_true(all(vapply(state_dict(m), function(a) all(is.finite(a)), TRUE)))
+})
+
+# ---- losses -------------------------------------------------------------
+
+test_that("MAE, Huber and BCE with logits give torch's losses and gradients (fixtures)", {
+  for (device in c("cpu", if (gpu_available()) "cuda")) {
+    for (name in c("loss_mae", "loss_huber", "loss_bce_logits")) {
+      expect_training_fixture(name, device)
+      expect_training_fixture(name, device, dtype = "float16", rel = 5e-3)
+    }
+  }
+})
+
+test_that("every loss holds across accumulation and checkpointing, and evaluate agrees", {
+  set.seed(18)
+  x <- api_x(B = 4)
+  y <- api_y(B = 4)
+  yb <- (y > 0) + 0
+  for (case in list(list("mae", y), list("huber", y), list("bce_logits", yb))) {
+    m <- twin_models()
+    args <- list(loss = case[[1]], delta = 0.2, pos_weight = 3)
+    a <- do.call(train_step, c(list(m$a, x, case[[2]], optimizer_sgd(0)), args))
+    b <- do.call(train_step, c(list(m$b, x, case[[2]], optimizer_sgd(0), accumulation_steps = 2,
+                                    checkpoint = 2), args))
+    expect_equal(b, a, tolerance = 1e-6)
+    expect_equal(gradients(m$b), gradients(m$a), tolerance = 1e-5)
+    # a data set on the device: the same step, bit for bit
+    d <- convlstm_data(m$b, x, case[[2]])
+    expect_identical(do.call(train_step, c(list(m$b, d, optimizer = optimizer_sgd(0)), args)),
+                     do.call(train_step, c(list(m$a, x, case[[2]], optimizer_sgd(0)), args)))
+    convlstm_release(d)
+    # the step's loss is the loss of the forward it ran (lr 0: unchanged model)
+    e <- do.call(convlstm_evaluate, c(list(m$a, x, case[[2]], batch_size = 3), args))
+    expect_equal(e, a, tolerance = 1e-6)
+    release_all(m)
+  }
+})
+
+test_that("convlstm_fit() trains on a loss and reports it for validation too", {
+  set.seed(19)
+  m <- api_model()
+  on.exit(convlstm_release(m))
+  x <- api_x(B = 8)
+  y <- (api_y(B = 8) > 0) + 0
+  h <- convlstm_fit(m, x, y, optimizer_adam(0.02), epochs = 3, batch_size = 4,
+                    verbose = FALSE, loss = "bce_logits", pos_weight = 2,
+                    validation_data = list(x, y), shuffle = FALSE)
+  expect_equal(h$val_loss[[3]], convlstm_evaluate(m, x, y, loss = "bce_logits",
+                                                  pos_weight = 2), tolerance = 1e-6)
+  expect_lt(h$loss[[3]], h$loss[[1]])
+  expect_identical(attr(h, "loss"), "bce_logits") # plot()'s axis names it
+})
+
+# ---- AdamW and amsgrad -------------------------------------------------
+
+test_that("AdamW and Adam with amsgrad equal torch.optim.AdamW / Adam(amsgrad=True) (fixtures)", {
+  for (device in c("cpu", if (gpu_available()) "cuda")) {
+    expect_training_fixture("adamw", device)
+    expect_training_fixture("adam_amsgrad", device)
+  }
+})
+
+# Mixed precision: activations in float16 with the loss scaled, the update in
+# float32 on unscaled (then clipped) gradients, as autocast + GradScaler. The
+# reference is torch's float32 run; float16 activations (11-bit mantissa)
+# put the steps within a few 1e-3 of it, where a wrong order (clipping the
+# scaled gradients, a 65536 times larger norm) or a missing unscale would be
+# off by far more.
+test_that("with float16 the same steps track torch's within float16 rounding (fixtures)", {
+  for (device in c("cpu", if (gpu_available()) "cuda")) {
+    for (name in c("clip_adam", "clip_sgd_momentum", "adamw", "adam_amsgrad")) {
+      expect_training_fixture(name, device, dtype = "float16", rel = 5e-3)
+    }
+  }
+})
+
+test_that("AdamW decays the weights apart from the gradient; amsgrad keeps the maximum", {
+  set.seed(15)
+  x <- api_x()
+  y <- api_y()
+  m <- twin_models()
+  on.exit(release_all(m))
+  # zero gradient (lr 0 on the moments): AdamW still shrinks p by 1 - lr * wd,
+  # Adam's L2 decay (added to the gradient) moves p by about lr instead
+  sd <- state_dict(m$a)
+  zero_grad(m$a)
+  convlstm_forward(m$a, x)
+  convlstm_backward(m$a, array(0, dim(y)))
+  optimizer_step(m$a, optimizer_adamw(lr = 0.1, weight_decay = 0.5))
+  for (k in names(sd)) expect_equal(state_dict(m$a)[[k]], sd[[k]] * (1 - 0.05), tolerance = 1e-6)
+  # amsgrad: its state is one more tensor of the parameters' size
+  optimizer_bytes <- function(model) {
+    by <- memory_stats(model)$by_category
+    by$current[by$category == "optimizer"]
+  }
+  train_step(m$b, x, y, optimizer_adam(amsgrad = TRUE))
+  n_params <- sum(lengths(state_dict(m$b)))
+  expect_equal(optimizer_bytes(m$b), 3 * 4 * n_params)
+  est <- memory_estimate(m$b, 2, 3, 5, 4, optimizer = optimizer_adam(amsgrad = TRUE))
+  expect_true("adam.max_exp_avg_sq" %in% attr(est, "plan")$name)
+  expect_equal(est$bytes[est$category == "optimizer"], 3 * 4 * n_params)
+  # a plain Adam step drops it again
+  train_step(m$b, x, y, optimizer_adam())
+  expect_equal(optimizer_bytes(m$b), 2 * 4 * n_params)
+})
+
+test_that("amsgrad's max_exp_avg_sq is saved under torch's name and resumes exactly", {
+  set.seed(16)
+  x <- api_x()
+  y <- api_y()
+  m <- twin_models()
+  on.exit(release_all(m))
+  opt <- optimizer_adamw(0.01, betas = c(0.9, 0.5), amsgrad = TRUE)
+  for (i in 1:2) {
+    train_step(m$a, x, y, opt)
+    train_step(m$b, x, y, opt)
+  }
+  path <- tempfile(fileext = ".safetensors")
+  on.exit(unlink(path), add = TRUE)
+  convlstm_save(m$a, path, optimizer = opt)
+  info <- convlstm_file_info(path)
+  expect_true(any(startsWith(info$tensors$name, "optimizer.max_exp_avg_sq.")))
+  expect_identical(info$optimizer, opt)
+  loaded <- convlstm_load(path, device = "cpu", threads = 1) # m$b's threads: the same sums
+  on.exit(convlstm_release(loaded), add = TRUE)
+  expect_identical(train_step(loaded, x, y, opt), train_step(m$b, x, y, opt))
+  expect_identical(state_dict(loaded), state_dict(m$b))
+})
+
+test_that("the update's guard covers amsgrad: a refused step leaves max_exp_avg_sq as it was", {
+  set.seed(17)
+  m <- api_model()
+  on.exit(convlstm_release(m))
+  x <- api_x()
+  y <- api_y()
+  opt <- optimizer_adam(amsgrad = TRUE)
+  train_step(m, x, y, opt)
+  saved <- function() {
+    path <- tempfile(fileext = ".safetensors")
+    on.exit(unlink(path))
+    convlstm_save(m, path, optimizer = opt)
+    readBin(path, "raw", file.size(path))
+  }
+  before <- saved()
+  expect_convlstm_error(train_step(m, x, y * 1e30, opt), regexp = "exp_avg_sq")
+  expect_identical(saved(), before)
+  expect_true(is.finite(train_step(m, x, y, opt)))
+})

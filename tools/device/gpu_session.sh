@@ -29,7 +29,9 @@
 #   OUT         where results go (the device tool's $OUT; default ./gpu-out).
 #               At most 8 files come back from the device, so it holds only
 #               summary.txt, session.log, results.json, results.csv (bench),
-#               checks.json, and logs.tar.gz with one log per stage.
+#               checks.json, and logs.tar.gz with one log per stage. What they
+#               show is written up in doc/gpu.md ("On a GPU: what ran and what
+#               it measured") and the GPU row of README.md's "What it measured".
 #   BUDGET_S    seconds for the whole run (default 560)
 #   DRY_RUN=1   print each stage's commands instead of running them
 #   PYTHON      the Python with torch (default: python3 if it imports torch,

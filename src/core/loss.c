@@ -1,0 +1,44 @@
+/*
+ * core/loss.c -- the loss a training step minimises: MSE through the
+ * backend's mse slot (the plain step's path, unchanged), MAE, Huber and
+ * binary cross-entropy on logits through its loss slot. Both fuse the mean
+ * and its gradient into one pass over the target segment; backward.c calls
+ * cl_loss_run where it once called mse.
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <stdio.h>
+
+static const char *const LOSS_NAME[CL_N_LOSSES] = {"mse", "mae", "huber", "bce_logits"};
+
+const char *cl_loss_name(cl_loss_kind k) {
+  return k >= CL_LOSS_MSE && k < CL_N_LOSSES ? LOSS_NAME[k] : NULL;
+}
+
+static int pos_float(double v) { return (float)v > 0 && isfinite((float)v); }
+
+cl_status cl_loss_check(const cl_loss_fn *f, char *err, size_t errlen) {
+  if (f->kind < CL_LOSS_MSE || f->kind >= CL_N_LOSSES)
+    snprintf(err, errlen, "unknown loss %d", (int)f->kind);
+  else if (f->kind == CL_LOSS_HUBER && !pos_float(f->delta))
+    snprintf(err, errlen, "`delta` must be > 0 and finite as a 32-bit float, not %.17g",
+             f->delta);
+  else if (f->kind == CL_LOSS_BCE_LOGITS && !pos_float(f->pos_weight))
+    snprintf(err, errlen, "`pos_weight` must be > 0 and finite as a 32-bit float, not %.17g",
+             f->pos_weight);
+  else
+    return CL_OK;
+  return CL_E_INVALID;
+}
+
+cl_status cl_loss_run(cl_model *m, const void *pred, const float *target, size_t n, float scale,
+                      float *grad, double *mean) {
+  const struct cl_backend_i *be = m->be->iface;
+  const cl_dtype t = m->step.g.dtype;
+  if (m->loss_fn.kind == CL_LOSS_MSE)
+    CL_KERNEL(m, be->mse(m->be, pred, target, n, t, scale, grad, mean));
+  else
+    CL_KERNEL(m, be->loss(m->be, &m->loss_fn, pred, target, n, t, scale, grad, mean));
+  return CL_OK;
+}

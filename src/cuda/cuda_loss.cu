@@ -1,0 +1,96 @@
+/*
+ * cuda/cuda_loss.cu -- the CUDA backend's loss slot (twin of
+ * src/cpu/cpu_loss.c): MAE, Huber and binary cross-entropy on logits, each
+ * mean-reduced with its gradient in one pass, as torch 1.13's. Each block
+ * leaves the double sum of its elements' losses in the context's partials
+ * (the scratch the core hands over, shared with mse) and the host adds them in order.
+ */
+#include <stdio.h> /* snprintf */
+
+#include "cuda_common.h" /* context, check macros, cl_ld, cl_block_sum */
+
+struct loss_k {
+  int kind;
+  float delta, pos_weight;
+};
+
+/* cpu_loss.c's loss_elem, the same operations. */
+__device__ __forceinline__ float loss_elem(const loss_k &k, float x, float y, float &g) {
+  if (k.kind == CL_LOSS_MAE) {
+    const float d = x - y;
+    g = (float)((d > 0) - (d < 0));
+    return fabsf(d);
+  }
+  if (k.kind == CL_LOSS_HUBER) {
+    const float d = x - y, z = fabsf(d);
+    g = d < -k.delta ? -k.delta : d > k.delta ? k.delta : d;
+    return z < k.delta ? 0.5f * z * z : k.delta * (z - 0.5f * k.delta);
+  }
+  const float m = x < 0 ? -x : 0.0f, lw = (k.pos_weight - 1.0f) * y + 1.0f;
+  const float t = k.pos_weight * y;
+  g = (t + 1.0f - y) * (1.0f / (1.0f + expf(-x))) - t;
+  return (1.0f - y) * x + lw * (logf(expf(-m) + expf(-x - m)) + m);
+}
+
+/* grad may alias target (no __restrict__): read before written, same thread. */
+template <typename T>
+__global__ void loss_kernel(loss_k k, const T *pred, const float *target, size_t n, float gscale,
+                            float *grad, double *partials) {
+  double sum = 0.0;
+  CL_CUDA_FOR(i, n) {
+    float d;
+    sum += (double)loss_elem(k, cl_ld(pred[i]), target[i], d);
+    if (grad) grad[i] = gscale * d;
+  }
+  sum = cl_block_sum(sum);
+  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+}
+
+template <typename T>
+static cl_status loss_t(cl_backend *be, loss_k k, const void *pred, const float *target,
+                        size_t n, float gscale, float *grad, double *sum) {
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  unsigned blocks = cl_cuda_blocks(n);
+  if (blocks > CL_CUDA_MAX_PARTIALS) blocks = CL_CUDA_MAX_PARTIALS;
+  loss_kernel<T><<<blocks, CL_CUDA_THREADS, 0, ctx->stream>>>(k, (const T *)pred, target, n,
+                                                             gscale, grad, ctx->d_partials);
+  CL_CUDA_LAUNCH_CHECK(be);
+  CL_CUDA_CHECK(be, cudaMemcpyAsync(ctx->h_partials, ctx->d_partials, blocks * sizeof(double),
+                                    cudaMemcpyDeviceToHost, ctx->stream));
+  CL_CUDA_CHECK(be, cudaStreamSynchronize(ctx->stream));
+  double s = 0.0;
+  for (unsigned b = 0; b < blocks; b++) s += ctx->h_partials[b];
+  *sum = s;
+  return CL_OK;
+}
+
+cl_status cl_cuda_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, const float *target,
+                       size_t n, cl_dtype dtype, float scale, float *grad, double *loss) {
+  if (n == 0) {
+    snprintf(be->err, sizeof be->err, "cuda loss: no elements");
+    return CL_E_INVALID;
+  }
+  if (f->kind != CL_LOSS_MAE && f->kind != CL_LOSS_HUBER && f->kind != CL_LOSS_BCE_LOGITS) {
+    snprintf(be->err, sizeof be->err, "cuda loss: no kernel for loss %d", (int)f->kind);
+    return CL_E_INVALID;
+  }
+  const loss_k k = {(int)f->kind, (float)f->delta, (float)f->pos_weight};
+  const float gscale = (float)(1.0 / (double)n) * scale;
+  double sum = 0.0;
+  cl_status st;
+  switch (dtype) {
+  case CL_F32:
+    st = loss_t<float>(be, k, pred, target, n, gscale, grad, &sum);
+    break;
+  case CL_F16:
+    st = loss_t<__half>(be, k, pred, target, n, gscale, grad, &sum);
+    break;
+  case CL_BF16:
+    st = loss_t<__nv_bfloat16>(be, k, pred, target, n, gscale, grad, &sum);
+    break;
+  default:
+    return cl_cuda_bad_dtype(be, dtype, "loss");
+  }
+  if (st == CL_OK) *loss = sum / (double)n;
+  return st;
+}

@@ -1,0 +1,176 @@
+#!/usr/bin/python3
+"""make_training_fixtures.py -- PyTorch reference runs of whole training steps
+with the options of issue #13: gradient clipping by global norm
+(clip_grad_norm_), AdamW and Adam's amsgrad, and the losses L1, Huber and
+BCE with logits, for tests/testthat/test-train.R.
+
+A developer tool, not part of the package: it needs PyTorch 1.13 (Debian's
+python3-torch; run it with /usr/bin/python3) and is rerun only when a case is
+added. Its output is committed, in make_fixtures.py's format (version 1), one
+folder per case under tests/testthat/fixtures/training/ (a level below the
+parity fixtures, which test-parity-torch.R walks):
+  config   the model (input_dim, hidden_dims, kernel_sizes, bias, B, T, H, W,
+           target), the optimizer (optimizer, lr, weight_decay, momentum,
+           beta2, amsgrad), the loss (loss, delta, pos_weight), max_grad_norm (0: none) and steps
+  tensors  weights/<name> (initial), x, y, losses (each step's, before its
+           update), grad_norms (each step's norm before clipping, 0 without
+           clipping), grad/<name> (the first step's gradient, before
+           clipping), params/<name> (after the last step)
+Each step is torch's: zero_grad, forward, the loss (mse_loss, l1_loss,
+huber_loss, binary_cross_entropy_with_logits; mean-reduced), backward,
+clip_grad_norm_, optimizer.step. For bce_logits, y is 0/1.
+"""
+
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from make_fixtures import Writer, prediction, smallest_gradient, MIN_GRAD_RATIO
+from torch_convlstm import ConvLSTM
+
+MODEL = dict(input_dim=2, hidden_dims=[4, 2], kernel_sizes=[3, 3], bias=True,
+             B=2, T=3, H=6, W=5, target="last_state")
+
+# clip: max_grad_norm as a fraction of the first step's norm (so that the
+# first step clips, and later ones may not); 0 for no clipping
+CASES = [
+    dict(name="clip_adam", optimizer="adam", lr=1e-2, weight_decay=0.0, clip=0.5, steps=3),
+    dict(name="clip_sgd_momentum", optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.01,
+         clip=0.9, steps=3),
+    dict(name="adamw", optimizer="adamw", lr=1e-2, weight_decay=0.1, clip=0, steps=3),
+    # beta2 0.5: the second moment falls at some elements within 4 steps,
+    # so that amsgrad's running maximum differs from it
+    dict(name="adam_amsgrad", optimizer="adam", lr=1e-2, weight_decay=0.01, amsgrad=True,
+         beta2=0.5, clip=0, steps=4),
+    dict(name="loss_mae", optimizer="sgd", lr=0.1, weight_decay=0.0, loss="mae", clip=0,
+         steps=2),
+    # delta within the differences' range, so both branches occur
+    dict(name="loss_huber", optimizer="sgd", lr=0.1, weight_decay=0.0, loss="huber",
+         delta=0.3, clip=0, steps=2),
+    dict(name="loss_bce_logits", optimizer="sgd", lr=0.1, weight_decay=0.0, loss="bce_logits",
+         pos_weight=2.5, clip=0, steps=2),
+]
+
+
+def make_optimizer(case, params):
+    amsgrad = case.get("amsgrad", False)
+    betas = (0.9, case.get("beta2", 0.999))
+    if case["optimizer"] == "adam":
+        return torch.optim.Adam(params, lr=case["lr"], betas=betas,
+                                weight_decay=case["weight_decay"], amsgrad=amsgrad)
+    if case["optimizer"] == "adamw":
+        return torch.optim.AdamW(params, lr=case["lr"], betas=betas,
+                                 weight_decay=case["weight_decay"], amsgrad=amsgrad)
+    return torch.optim.SGD(params, lr=case["lr"], momentum=case.get("momentum", 0.0),
+                           weight_decay=case["weight_decay"])
+
+
+def loss_of(case, pred, y):
+    kind = case.get("loss", "mse")
+    if kind == "mae":
+        return F.l1_loss(pred, y)
+    if kind == "huber":
+        return F.huber_loss(pred, y, delta=case["delta"])
+    if kind == "bce_logits":
+        return F.binary_cross_entropy_with_logits(
+            pred, y, pos_weight=torch.tensor(case["pos_weight"]))
+    return F.mse_loss(pred, y)
+
+
+def first_norm(case, model, x, y):
+    model.zero_grad()
+    loss_of(case, prediction(model(x), MODEL["target"]), y).backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")).item()
+    model.zero_grad()
+    return norm
+
+
+def make(case, root, seed):
+    torch.manual_seed(seed)
+    m = MODEL
+    model = ConvLSTM(m["input_dim"], m["hidden_dims"], m["kernel_sizes"], m["bias"])
+    x = torch.rand(m["B"], m["T"], m["input_dim"], m["H"], m["W"])
+    y = torch.rand(m["B"], m["hidden_dims"][-1], m["H"], m["W"])
+    if case.get("loss") == "bce_logits":
+        y = (y > 0.5).float()
+    initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    # a round number, so that R gets exactly the float torch used
+    max_norm = float("%.3g" % (case["clip"] * first_norm(case, model, x, y))) if case["clip"] else 0.0
+
+    opt = make_optimizer(case, model.parameters())
+    decay = case["weight_decay"] if case["optimizer"] != "adamw" else 0.0
+    losses, norms, ratio, grads = [], [], float("inf"), None
+    for _ in range(case["steps"]):
+        opt.zero_grad()
+        loss = loss_of(case, prediction(model(x), m["target"]), y)
+        loss.backward()
+        if grads is None:
+            grads = {k: p.grad.detach().clone() for k, p in model.named_parameters()}
+        norm = 0.0
+        if max_norm > 0:
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).item()
+        if case["optimizer"] != "sgd":
+            ratio = min(ratio, smallest_gradient(model, decay))
+        opt.step()
+        losses.append(loss.item())
+        norms.append(norm)
+    if ratio < MIN_GRAD_RATIO:
+        return None
+
+    w = Writer(os.path.join(root, case["name"]))
+    w.config("input_dim", m["input_dim"])
+    w.config("hidden_dims", *m["hidden_dims"])
+    w.config("kernel_sizes", *m["kernel_sizes"])
+    w.config("bias", "TRUE")
+    for k in ("B", "T", "H", "W", "target"):
+        w.config(k, m[k])
+    w.config("optimizer", case["optimizer"])
+    w.config("lr", case["lr"])
+    w.config("weight_decay", case["weight_decay"])
+    w.config("momentum", case.get("momentum", 0.0))
+    w.config("beta2", case.get("beta2", 0.999))
+    w.config("amsgrad", "TRUE" if case.get("amsgrad", False) else "FALSE")
+    w.config("max_grad_norm", repr(max_norm))
+    w.config("loss", case.get("loss", "mse"))
+    w.config("delta", case.get("delta", 1.0))
+    w.config("pos_weight", case.get("pos_weight", 1.0))
+    w.config("steps", case["steps"])
+    w.info("torch_version", torch.__version__)
+    w.info("seed", seed)
+    for k, v in initial.items():
+        w.tensor("weights/" + k, v)
+    w.tensor("x", x)
+    w.tensor("y", y)
+    w.tensor("losses", torch.tensor(losses))
+    w.tensor("grad_norms", torch.tensor(norms))
+    for k, v in grads.items():
+        w.tensor("grad/" + k, v)
+    for k, v in model.state_dict().items():
+        w.tensor("params/" + k, v)
+    w.close()
+    return losses, norms, max_norm
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.join(here, "..", "tests", "testthat", "fixtures", "training")
+    if len(sys.argv) > 1:
+        root = sys.argv[1]
+    torch.set_num_threads(1)  # reproducible reductions
+    for i, case in enumerate(CASES):
+        for attempt in range(1000):
+            res = make(case, root, seed=20261122 + 1000 * i + attempt)
+            if res is not None:
+                break
+        else:
+            sys.exit("no seed gives well-conditioned Adam steps for " + case["name"])
+        losses, norms, max_norm = res
+        print("%-20s max_grad_norm %-8g losses %s norms %s" % (
+            case["name"], max_norm, " ".join("%.5f" % l for l in losses),
+            " ".join("%.4f" % n for n in norms)))
+
+
+if __name__ == "__main__":
+    main()
