@@ -85,7 +85,7 @@ CL_DEVICE_CPU, CL_DEVICE_CUDA = 0, 1
 CL_F32, CL_F16, CL_BF16 = 0, 1, 2
 CL_TARGET_LAST_STATE, CL_TARGET_SEQUENCE = 0, 1
 CL_HOST_R_F64, CL_HOST_TORCH_F32 = 0, 1
-CL_OPTIM_ADAM, CL_OPTIM_SGD = 1, 2
+CL_OPTIM_ADAM, CL_OPTIM_SGD, CL_OPTIM_ADAMW = 1, 2, 3
 CL_OUTPUTS_ALL, CL_OUTPUTS_LAST = 0, 1
 CL_E_OOM = 2
 CATEGORIES = ["parameters", "gradients", "optimizer", "activations", "states", "workspace",
@@ -111,13 +111,18 @@ class cl_host_array(C.Structure):
 class cl_optim(C.Structure):
     _fields_ = [("kind", C.c_int), ("lr", C.c_double), ("beta1", C.c_double),
                 ("beta2", C.c_double), ("eps", C.c_double), ("momentum", C.c_double),
-                ("weight_decay", C.c_double)]
+                ("weight_decay", C.c_double), ("amsgrad", C.c_int)]
+
+
+class cl_loss_fn(C.Structure):
+    _fields_ = [("kind", C.c_int), ("delta", C.c_double), ("pos_weight", C.c_double)]
 
 
 class cl_step_options(C.Structure):
     _fields_ = [("checkpoint", C.c_int), ("tbptt", C.c_int), ("accumulation_steps", C.c_int),
                 ("outputs", C.c_int), ("plan_dtype", C.c_int), ("horizon", C.c_int),
-                ("state_mode", C.c_int), ("state", C.POINTER(cl_host_array))]
+                ("state_mode", C.c_int), ("state", C.POINTER(cl_host_array)),
+                ("max_grad_norm", C.c_double), ("loss", cl_loss_fn)]
 
 
 class cl_loss_scale(C.Structure):
@@ -163,9 +168,9 @@ class cl_gpu_info(C.Structure):
 
 
 # every struct mirrored above: --layout compares each with the C compiler
-STRUCTS = {st.__name__: st for st in (cl_config, cl_host_array, cl_optim, cl_step_options,
-                                      cl_loss_scale, cl_mem_stats, cl_plan_entry, cl_plan,
-                                      cl_measured_mem, cl_gpu_info)}
+STRUCTS = {st.__name__: st for st in (cl_config, cl_host_array, cl_optim, cl_loss_fn,
+                                      cl_step_options, cl_loss_scale, cl_mem_stats,
+                                      cl_plan_entry, cl_plan, cl_measured_mem, cl_gpu_info)}
 
 
 class ClError(RuntimeError):
