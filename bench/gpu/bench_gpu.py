@@ -13,9 +13,15 @@ Modes (several may be given; default: --bench):
   --max-batch  the largest batch that fits: ours from cl_model_plan against
                the free device memory, confirmed by real steps; PyTorch eager
                by doubling and bisection on torch.cuda.OutOfMemoryError
-  --checks     parity with PyTorch (losses of 20 Adam steps, gradients),
-               plan == measured peak per category, inference peak
-               independent of T, recovery from a real device OOM
+  --checks     parity with PyTorch (losses of 20 Adam steps, gradients);
+               the plan against memory measured outside the allocator
+               (issue 10): on the GPU the driver's used bytes (total - free,
+               through PyTorch and through cl_model_measured_memory) grown
+               over creating a model and its first step, on the CPU the
+               growth of VmHWM in a fresh process; then, as secondary
+               consistency checks, the allocator's own counters (plan ==
+               counted peak per category, inference peak independent of T);
+               recovery from a real device OOM; the runtime line
   --layout     the ctypes structs against the C compiler's offsetof()
   --cpu-smoke  all of the above at tiny sizes on the CPU (device CPU, PyTorch
                on the CPU, no torch.compile where PyTorch lacks it): checks
@@ -51,6 +57,7 @@ import json
 import math
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -78,7 +85,7 @@ CL_DEVICE_CPU, CL_DEVICE_CUDA = 0, 1
 CL_F32, CL_F16, CL_BF16 = 0, 1, 2
 CL_TARGET_LAST_STATE, CL_TARGET_SEQUENCE = 0, 1
 CL_HOST_R_F64, CL_HOST_TORCH_F32 = 0, 1
-CL_OPTIM_ADAM, CL_OPTIM_SGD = 1, 2
+CL_OPTIM_ADAM, CL_OPTIM_SGD, CL_OPTIM_ADAMW = 1, 2, 3
 CL_OUTPUTS_ALL, CL_OUTPUTS_LAST = 0, 1
 CL_E_OOM = 2
 CATEGORIES = ["parameters", "gradients", "optimizer", "activations", "states", "workspace",
@@ -89,9 +96,11 @@ DTYPES = {"float32": CL_F32, "float16": CL_F16, "bfloat16": CL_BF16}
 class cl_config(C.Structure):
     _fields_ = [("input_dim", C.c_int), ("n_layers", C.c_int),
                 ("hidden_dims", C.c_int * CL_MAX_LAYERS),
-                ("kernel_sizes", C.c_int * CL_MAX_LAYERS), ("bias", C.c_int),
-                ("device", C.c_int), ("dtype", C.c_int), ("n_threads", C.c_int),
-                ("memory_limit", C.c_size_t)]
+                ("kernel_sizes", C.c_int * CL_MAX_LAYERS),
+                ("kernel_widths", C.c_int * CL_MAX_LAYERS),
+                ("dilation_h", C.c_int * CL_MAX_LAYERS), ("dilation_w", C.c_int * CL_MAX_LAYERS),
+                ("bias", C.c_int), ("device", C.c_int), ("dtype", C.c_int),
+                ("n_threads", C.c_int), ("memory_limit", C.c_size_t)]
 
 
 class cl_host_array(C.Structure):
@@ -102,12 +111,18 @@ class cl_host_array(C.Structure):
 class cl_optim(C.Structure):
     _fields_ = [("kind", C.c_int), ("lr", C.c_double), ("beta1", C.c_double),
                 ("beta2", C.c_double), ("eps", C.c_double), ("momentum", C.c_double),
-                ("weight_decay", C.c_double)]
+                ("weight_decay", C.c_double), ("amsgrad", C.c_int)]
+
+
+class cl_loss_fn(C.Structure):
+    _fields_ = [("kind", C.c_int), ("delta", C.c_double), ("pos_weight", C.c_double)]
 
 
 class cl_step_options(C.Structure):
     _fields_ = [("checkpoint", C.c_int), ("tbptt", C.c_int), ("accumulation_steps", C.c_int),
-                ("outputs", C.c_int), ("plan_dtype", C.c_int)]
+                ("outputs", C.c_int), ("plan_dtype", C.c_int), ("horizon", C.c_int),
+                ("state_mode", C.c_int), ("state", C.POINTER(cl_host_array)),
+                ("max_grad_norm", C.c_double), ("loss", cl_loss_fn)]
 
 
 class cl_loss_scale(C.Structure):
@@ -134,10 +149,17 @@ class cl_plan_entry(C.Structure):
 class cl_plan(C.Structure):
     _fields_ = [("n", C.c_int), ("entries", C.POINTER(cl_plan_entry)),
                 ("by_category", C.c_size_t * CL_MEM_NCAT), ("total", C.c_size_t),
-                ("arena", C.c_size_t), ("reserved", C.c_size_t)]
+                ("arena", C.c_size_t), ("reserved", C.c_size_t), ("runtime", C.c_size_t)]
 
 
-class cl_gpu_info(C.Structure):  # inst/include/convlstm.h
+class cl_measured_mem(C.Structure):
+    _fields_ = [("have_process", C.c_int), ("process_rss", C.c_size_t),
+                ("process_peak", C.c_size_t), ("have_device", C.c_int),
+                ("device_used", C.c_size_t), ("device_used_at_create", C.c_size_t),
+                ("runtime", C.c_size_t), ("why", C.c_char * 160)]
+
+
+class cl_gpu_info(C.Structure):
     _fields_ = [("device", C.c_int), ("n_devices", C.c_int), ("name", C.c_char * 256),
                 ("cc_major", C.c_int), ("cc_minor", C.c_int), ("multiprocessors", C.c_int),
                 ("mem_free", C.c_size_t), ("mem_total", C.c_size_t),
@@ -145,9 +167,10 @@ class cl_gpu_info(C.Structure):  # inst/include/convlstm.h
                 ("cudnn_version", C.c_size_t), ("cudnn_build_version", C.c_size_t)]
 
 
-STRUCTS = {"cl_config": cl_config, "cl_host_array": cl_host_array, "cl_optim": cl_optim,
-           "cl_step_options": cl_step_options, "cl_loss_scale": cl_loss_scale,
-           "cl_mem_stats": cl_mem_stats, "cl_plan_entry": cl_plan_entry, "cl_plan": cl_plan}
+# every struct mirrored above: --layout compares each with the C compiler
+STRUCTS = {st.__name__: st for st in (cl_config, cl_host_array, cl_optim, cl_loss_fn,
+                                      cl_step_options, cl_loss_scale, cl_mem_stats,
+                                      cl_plan_entry, cl_plan, cl_measured_mem, cl_gpu_info)}
 
 
 class ClError(RuntimeError):
@@ -185,6 +208,7 @@ class Lib:
                                               P(C.c_double)]),
             "cl_model_get_loss_scale": (C.c_int, [C.c_void_p, P(cl_loss_scale)]),
             "cl_model_memory_stats": (C.c_int, [C.c_void_p, P(cl_mem_stats)]),
+            "cl_model_measured_memory": (C.c_int, [C.c_void_p, P(cl_measured_mem)]),
             "cl_model_reset_peak": (None, [C.c_void_p]),
             "cl_model_empty_cache": (C.c_int, [C.c_void_p]),
             "cl_model_set_memory_limit": (C.c_int, [C.c_void_p, C.c_size_t]),
@@ -252,7 +276,9 @@ class Ours:
         cfg = cl_config()
         cfg.input_dim, cfg.n_layers, cfg.bias = input_dim, len(hidden), 1
         for i, (h, k) in enumerate(zip(hidden, kernels)):
-            cfg.hidden_dims[i], cfg.kernel_sizes[i] = h, k
+            # square, undilated: PyTorch's reference model (torch_convlstm.py)
+            cfg.hidden_dims[i], cfg.kernel_sizes[i], cfg.kernel_widths[i] = h, k, k
+            cfg.dilation_h[i] = cfg.dilation_w[i] = 1
         cfg.device, cfg.dtype, cfg.n_threads, cfg.memory_limit = device, dtype, 0, memory_limit
         self.hidden = list(hidden)
         self.m = C.c_void_p()
@@ -262,11 +288,13 @@ class Ours:
             raise ClError(s, lib.status_name(s), err.value.decode())
         # the config read back through the library: a check of cl_config's layout
         back = self.L.cl_model_config(self.m).contents
-        got = (back.input_dim, back.n_layers, list(back.hidden_dims[:len(hidden)]),
-               list(back.kernel_sizes[:len(hidden)]), back.bias, back.device, back.dtype,
-               back.memory_limit)
-        want = (input_dim, len(hidden), list(hidden), list(kernels), 1, device, dtype,
-                memory_limit)
+        n = len(hidden)
+        got = (back.input_dim, back.n_layers, list(back.hidden_dims[:n]),
+               list(back.kernel_sizes[:n]), list(back.kernel_widths[:n]),
+               list(back.dilation_h[:n]), list(back.dilation_w[:n]), back.bias, back.device,
+               back.dtype, back.memory_limit)
+        want = (input_dim, n, list(hidden), list(kernels), list(kernels), [1] * n, [1] * n, 1,
+                device, dtype, memory_limit)
         if got != want:
             raise RuntimeError("cl_config layout mismatch: wrote %r, read %r" % (want, got))
         self.tensors = []
@@ -347,6 +375,15 @@ class Ours:
         d["current"] = dict(zip(CATEGORIES, s.current))
         d["peak"] = dict(zip(CATEGORIES, s.peak))
         d["n_alloc"] = dict(zip(CATEGORIES, s.n_alloc))
+        d["n_free"] = dict(zip(CATEGORIES, s.n_free))
+        return d
+
+    def measured(self):
+        """What the OS and the driver say (cl_model_measured_memory)."""
+        mm = cl_measured_mem()
+        self.check(self.L.cl_model_measured_memory(self.m, C.byref(mm)))
+        d = {f[0]: getattr(mm, f[0]) for f in cl_measured_mem._fields_}
+        d["why"] = mm.why.decode()
         return d
 
     def reset_peak(self):
@@ -373,7 +410,8 @@ class Ours:
             entries = [(p.entries[i].name.decode(), CATEGORIES[p.entries[i].category],
                         p.entries[i].bytes) for i in range(p.n)]
             out = {"total": p.total, "by_category": dict(zip(CATEGORIES, p.by_category)),
-                   "entries": entries, "arena": p.arena, "reserved": p.reserved}
+                   "entries": entries, "arena": p.arena, "reserved": p.reserved,
+                   "runtime": p.runtime}
         finally:
             self.L.cl_plan_free(C.byref(p))
         # a check of cl_plan's layout: the three sums agree, and the arena
@@ -883,7 +921,229 @@ def check_data_equals_host(a, lib, res, name, cfg, dtype, n_steps):
         dev.free()
 
 
+# ---- the plan against memory measured outside the allocator (issue 10)
+#
+# The allocator's own counters (memory_stats) are the plan's bookkeeping:
+# that they equal the plan shows only that the executor allocates what the
+# plan lists. The measured figure comes from an independent instrument: on
+# the GPU the driver (cudaMemGetInfo, total - free, asked through PyTorch),
+# on the CPU the operating system (VmHWM in /proc/self/status).
+
+MiB = 2**20
+# cudaMalloc hands out device memory in 2 MiB pages: an allocation of 2 MiB
+# or more is rounded up to whole pages, smaller ones share a 2 MiB page the
+# driver maps for them. So a model's buffers, measured as the change of
+# total - free, lie between its reserved bytes less one page (small buffers
+# landing in a page the driver still held) and its reserved bytes plus one
+# page per live allocation plus one.
+CUDA_PAGE = 2 * MiB
+# The CPU bound of tests/testthat/test-memory-measured.R: 4 KiB pages per
+# buffer, buffers under 64 KiB in heap pages already resident, and the
+# interpreter's own few objects in the window.
+HWM_REL, HWM_ABS = 0.01, 2 * MiB
+# a second step of a planned shape allocates nothing (16 pages of slack for
+# the interpreter's objects and late-faulted code pages, as there)
+HWM_SECOND_STEP = 64 * 1024
+# the CPU probe's plan is made at least this large, so that the 2 MiB of
+# slack is a small part of it and a wrong plan cannot hide in it
+HWM_MIN_PLAN = 24 * MiB
+
+
+def cuda_used():
+    """Bytes used on the device, total - free, as the driver says
+    (torch.cuda.mem_get_info is cudaMemGetInfo): every process's, and there
+    is no other on the lent machine."""
+    torch.cuda.synchronize()
+    free, total = torch.cuda.mem_get_info()
+    return total - free
+
+
+def check_measured_gpu(a, lib, res, name, cfg, dtype):
+    """The plan's reserved bytes against the driver's used bytes, grown over
+    creating a model and its first training step."""
+    x, y = make_data(cfg, cfg["batch"])
+    opt = adam()
+    T, H, W, B = cfg["T"], cfg["H"], cfg["W"], cfg["batch"]
+    # warm-up at the same shape: the kernels and cuDNN engines this step
+    # loads (lazily, at first launch) are the process's runtime, not the model's
+    w = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device, DTYPES[dtype])
+    try:
+        w.train_step(host_array(x), host_array(y), opt)
+        w.sync()
+    finally:
+        w.free()
+    xa, ya = host_array(x), host_array(y)
+    torch_empty(a.torch_dev)  # PyTorch's cache holds nothing now, and takes nothing below
+    used0 = cuda_used()
+    m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device, DTYPES[dtype])
+    try:
+        m.train_step(xa, ya, opt)
+        m.sync()
+        used1 = cuda_used()
+        mm = m.measured()
+        m.train_step(xa, ya, opt)
+        m.sync()
+        used2 = cuda_used()
+        plan = m.plan(B, T, H, W, True, opt)
+        st = m.stats()
+        live = sum(st["n_alloc"].values()) - sum(st["n_free"].values())
+        growth = used1 - used0
+        # what the model's own buffers took, from our library's reading of
+        # the same driver: from inside cl_model_create, after the backend's
+        # stream and cuDNN handle, before the parameters
+        lib_growth = mm["device_used"] - mm["device_used_at_create"] if mm["have_device"] \
+            else None
+        # the rest of the growth: this model's stream and cuDNN handle, a
+        # runtime cost per model, bounded by the process's runtime line (the
+        # first backend's context, stream and handle)
+        setup = growth - lib_growth if lib_growth is not None else None
+        lo = plan["reserved"] - CUDA_PAGE
+        hi = plan["reserved"] + CUDA_PAGE * (live + 1)
+        # the bound of the whole growth: the pages of the model's buffers,
+        # plus its own stream and cuDNN handle, which cost no more than the
+        # runtime line (the first backend's set-up, which made the same two)
+        # and one page
+        setup_max = plan["runtime"] + CUDA_PAGE
+        res.check("memory %s %s: driver (PyTorch's cudaMemGetInfo) growth over create + first "
+                  "step = plan reserved within 2 MiB pages + backend set-up" % (name, dtype),
+                  lo <= growth <= hi + setup_max, driver_growth=growth,
+                  plan_reserved=plan["reserved"], live_allocations=live,
+                  runtime=plan["runtime"], bound="[%d, %d]" % (lo, hi + setup_max))
+        res.check("memory %s %s: driver (cl_model_measured_memory) growth over the model's "
+                  "buffers = plan reserved within 2 MiB pages; set-up <= runtime + 2 MiB" %
+                  (name, dtype),
+                  lib_growth is not None and lo <= lib_growth <= hi and
+                  0 <= setup <= setup_max, model_buffers=lib_growth,
+                  plan_reserved=plan["reserved"], backend_setup=setup, runtime=plan["runtime"],
+                  bound="[%d, %d], set-up <= %d" % (lo, hi, setup_max), why=mm["why"] or "")
+        res.check("memory %s %s: driver-measured growth at a second step is 0" % (name, dtype),
+                  used2 == used1, growth=used2 - used1)
+    finally:
+        m.free()
+
+
+def hwm_window(fn):
+    """How far the resident high-water mark rises over fn() above the
+    resident memory at its start (VmHWM reset through /proc/self/clear_refs)."""
+    gc.collect()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    rss0 = proc_status()["VmRSS"]
+    fn()
+    return proc_status()["VmHWM"] - rss0
+
+
+def proc_status():
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in ("VmRSS", "VmHWM"):
+                out[k] = int(v.split()[0]) * 1024
+    return out
+
+
+def arena_untouched(arena):
+    """Pages of the step arena the step never wrote (reserved, not resident):
+    the arena is one anonymous mapping of its own (cpu_alloc maps blocks of
+    1 MiB and more with a 64-byte header), found in /proc/self/smaps by its
+    size; None when it is not found alone."""
+    if arena + 64 < MiB:
+        return None
+    kb = (arena + 64 + 4095) // 4096 * 4
+    with open("/proc/self/smaps") as f:
+        sm = f.read().split("\n")
+    at = [i for i, line in enumerate(sm) if re.match(r"^Size: +%d kB$" % kb, line)]
+    if len(at) != 1:
+        return None
+    rss = next(int(line.split()[1]) for line in sm[at[0] + 1:at[0] + 5]
+               if line.startswith("Rss:"))
+    return (kb - rss) * 1024
+
+
+def hwm_probe(argjson):
+    """--hwm-probe: one model in this fresh process (started by check_measured_cpu
+    with glibc serving blocks of 64 KiB and more as mappings of their own, so
+    that freed heap cannot hide the model's buffers), measured by VmHWM; the
+    method of tests/testthat/scripts/hwm-probe.R. Prints one JSON line."""
+    p = json.loads(argjson)
+    lib = Lib(p["lib"])
+    cfg, B, dt = p["cfg"], p["B"], DTYPES[p["dtype"]]
+    opt = adam()
+    x, y = make_data(cfg, B)
+    xa, ya = host_array(x), host_array(y)
+    # warm-up: the process's first model pays the process's costs (the
+    # thread pool, the GEMM's buffers); tiny, one channel and 1x1 kernels, so
+    # that the pages it frees cannot hide the measured model's small buffers
+    small = dict(cfg, hidden=[1] * len(cfg["hidden"]), kernels=[1] * len(cfg["hidden"]),
+                 T=2, H=min(4, cfg["H"]), W=min(4, cfg["W"]))
+    wx, wy = make_data(small, 1)
+    w = Ours(lib, cfg["input_dim"], small["hidden"], small["kernels"], CL_DEVICE_CPU, dt)
+    w.train_step(host_array(wx), host_array(wy), opt)
+    w.free()
+    del w, wx, wy
+    hwm_window(lambda: None)  # the interpreter's first collection's bookkeeping
+    box = {}
+
+    def create():
+        box["m"] = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], CL_DEVICE_CPU, dt)
+
+    grow_create = hwm_window(create)
+    m = box["m"]
+    grow_first = hwm_window(lambda: m.train_step(xa, ya, opt))
+    plan = m.plan(B, cfg["T"], cfg["H"], cfg["W"], True, opt)
+    untouched = arena_untouched(plan["arena"])
+    grow_second = hwm_window(lambda: m.train_step(xa, ya, opt))
+    print(json.dumps(dict(grow_create=grow_create, grow_first=grow_first,
+                          grow_second=grow_second, untouched=untouched, total=plan["total"],
+                          reserved=plan["reserved"], arena=plan["arena"])))
+    m.free()
+    return 0
+
+
+def check_measured_cpu(a, lib, res, name, cfg, dtype):
+    """The plan's total against the growth of the process's resident
+    high-water mark over creating a model and its first step, in a fresh
+    process (--hwm-probe), at a batch whose plan is at least HWM_MIN_PLAN."""
+    if not os.path.exists("/proc/self/clear_refs"):
+        res.check("memory %s %s: no /proc/self/clear_refs, VmHWM not measured" %
+                  (name, dtype), True)
+        return
+    m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device, DTYPES[dtype])
+    try:
+        B = cfg["batch"]
+        while m.plan(B, cfg["T"], cfg["H"], cfg["W"], True, adam())["total"] < HWM_MIN_PLAN \
+                and B < 1 << 16:
+            B *= 2
+    finally:
+        m.free()
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", OMP_NUM_THREADS="1")
+    arg = json.dumps(dict(lib=lib.path, cfg=cfg, B=B, dtype=dtype))
+    r = subprocess.run([sys.executable, os.path.abspath(__file__), "--hwm-probe", arg],
+                       env=env, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise RuntimeError("--hwm-probe failed (%d): %s" % (r.returncode, r.stderr[-500:]))
+    v = json.loads(r.stdout.strip().split("\n")[-1])
+    measured = v["grow_create"] + v["grow_first"]
+    untouched = v["untouched"] or 0  # reserved pages the step never wrote cost nothing
+    planned = v["total"]
+    gap = measured + untouched - planned
+    bound = HWM_REL * planned + HWM_ABS
+    res.check("memory %s %s: VmHWM growth over create + first step = plan total, within "
+              "1%% + 2 MiB" % (name, dtype), abs(gap) <= bound, batch=B,
+              vmhwm_growth=measured, untouched_arena=untouched, plan_total=planned, gap=gap,
+              bound=int(bound))
+    res.check("memory %s %s: VmHWM growth at a second step <= 64 KiB" % (name, dtype),
+              v["grow_second"] <= HWM_SECOND_STEP, growth=v["grow_second"])
+
+
 def check_plan_equals_peak(a, lib, res, name, cfg, dtype):
+    """The plan against the driver (GPU) or the OS (CPU) first; then the
+    allocator's own counters, as a secondary consistency check."""
+    if a.cl_device == CL_DEVICE_CUDA:
+        check_measured_gpu(a, lib, res, name, cfg, dtype)
+    else:
+        check_measured_cpu(a, lib, res, name, cfg, dtype)
     m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device, DTYPES[dtype])
     try:
         x, y = make_data(cfg, cfg["batch"])
@@ -894,17 +1154,19 @@ def check_plan_equals_peak(a, lib, res, name, cfg, dtype):
         peak = m.stats()["peak"]
         diff = {c: peak[c] - plan["by_category"][c] for c in CATEGORIES
                 if peak[c] != plan["by_category"][c]}
-        res.check("memory %s %s: plan == measured peak per category" % (name, dtype),
+        res.check("memory %s %s (allocator counters, consistency): plan == counted peak per "
+                  "category" % (name, dtype),
                   not diff, plan_total=plan["total"], diff=diff or "none")
         st = m.stats()
-        res.check("memory %s %s: plan == measured reserved (model buffers + step arena)" %
-                  (name, dtype), st["peak_reserved"] == plan["reserved"],
+        res.check("memory %s %s (allocator counters, consistency): plan == counted reserved "
+                  "(model buffers + step arena)" % (name, dtype),
+                  st["peak_reserved"] == plan["reserved"],
                   plan_reserved=plan["reserved"], peak_reserved=st["peak_reserved"])
         before = sum(m.stats()["n_alloc"].values())
         m.train_step(host_array(x), host_array(y), opt)
         made = sum(m.stats()["n_alloc"].values()) - before
-        res.check("memory %s %s: no allocation inside a step of a planned shape" %
-                  (name, dtype), made == 0, allocations=made)
+        res.check("memory %s %s (allocator counters, consistency): no allocation inside a "
+                  "step of a planned shape" % (name, dtype), made == 0, allocations=made)
         # inference with last states only: the peak must not grow with T
         m.empty_cache()
         peaks = []
@@ -914,7 +1176,8 @@ def check_plan_equals_peak(a, lib, res, name, cfg, dtype):
             m.reset_peak()
             m.forward(host_array(xi), False, cl_step_options(0, 0, 0, CL_OUTPUTS_LAST, 0))
             peaks.append(m.stats()["peak_allocated"])
-        res.check("memory %s %s: inference peak independent of T" % (name, dtype),
+        res.check("memory %s %s (allocator counters, consistency): inference peak "
+                  "independent of T" % (name, dtype),
                   peaks[0] == peaks[1], T=(cfg["T"], 4 * cfg["T"]), peaks=peaks)
     finally:
         m.free()
@@ -976,14 +1239,47 @@ def run_checks(a, lib, res):
 
 # ---- struct layouts ----------------------------------------------------------
 
+def header_fields(hdr):
+    """{struct name: [field names in order]} from the header's typedef'd
+    struct definitions (comments stripped; `int a, b;` and arrays handled)."""
+    hdr = re.sub(r"/\*.*?\*/", "", hdr, flags=re.S)
+    out = {}
+    for m in re.finditer(r"typedef struct (\w+) \{(.*?)\} \1;", hdr, flags=re.S):
+        names = []
+        for decl in m.group(2).split(";"):
+            decl = decl.strip()
+            if not decl:
+                continue
+            head, _, rest = decl.partition(",")
+            parts = [head] + (rest.split(",") if rest else [])
+            for d in parts:
+                d = re.sub(r"\[.*?\]", "", d).strip()
+                names.append(re.findall(r"\w+", d)[-1])
+        out[m.group(1)] = names
+    return out
+
+
 def check_layout(res):
     """sizeof and offsetof of every struct, from the C compiler, against ctypes."""
     cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if not cc:
         res.check("layout: no C compiler, not checked", True)
         return
+    with open(os.path.join(ROOT, "inst", "include", "convlstm.h")) as f:
+        hdr = f.read()
+    listed = re.findall(r"X\((\w+)\)", hdr[hdr.find("#define CL_API_STRUCTS"):])
+    missing = [n for n in listed if n not in STRUCTS]
+    res.check("layout: every struct of CL_API_STRUCTS is mirrored here", not missing,
+              listed=len(listed), missing=missing or "none")
+    # the fields by name, in order: a field added where padding was (an int
+    # after an int before a double) moves no size and no offset
+    fields = header_fields(hdr)
+    differ = {n: {"C": fields.get(n), "ctypes": [f[0] for f in st._fields_]}
+              for n, st in STRUCTS.items() if fields.get(n) != [f[0] for f in st._fields_]}
+    res.check("layout: the fields of %d structs, by name and order, as the header declares" %
+              len(STRUCTS), not differ, differ=differ or "none")
     lines = []
-    for sname, st in list(STRUCTS.items()) + [("cl_gpu_info", cl_gpu_info)]:
+    for sname, st in STRUCTS.items():
         lines.append('printf("%s sizeof %%zu\\n", sizeof(%s));' % (sname, sname))
         for f in st._fields_:
             lines.append('printf("%s %s %%zu\\n", offsetof(%s, %s));' % (sname, f[0], sname,
@@ -1007,13 +1303,50 @@ def check_layout(res):
         if not line:
             continue
         sname, field, val = line.split()
-        st = dict(STRUCTS, cl_gpu_info=cl_gpu_info)[sname]
+        st = STRUCTS[sname]
         got = C.sizeof(st) if field == "sizeof" else getattr(st, field).offset
         n += 1
         if got != int(val):
             bad.append("%s.%s: C %s, ctypes %d" % (sname, field, val, got))
     res.check("layout: %d sizes and offsets of %d structs match the C compiler's" %
-              (n, len(STRUCTS) + 1), not bad, mismatches=bad or "none")
+              (n, len(STRUCTS)), not bad, mismatches=bad or "none")
+
+
+# ---- the runtime line ----------------------------------------------------------
+
+def primary_context_active(ordinal):
+    """True/False: the driver's word (cuDevicePrimaryCtxGetState) on whether
+    the device's primary context exists now; None when it cannot be asked."""
+    try:
+        cu = C.CDLL("libcuda.so.1")
+        dev, flags, active = C.c_int(), C.c_uint(), C.c_int()
+        if cu.cuInit(0) != 0 or cu.cuDeviceGet(C.byref(dev), ordinal) != 0 or \
+                cu.cuDevicePrimaryCtxGetState(dev, C.byref(flags), C.byref(active)) != 0:
+            return None
+        return bool(active.value)
+    except OSError:
+        return None
+
+
+def runtime_line(a, lib):
+    """The backend's runtime bytes (cl_plan.runtime, memory_estimate()'s
+    `runtime` line): what the process holds on the device outside every
+    model (CUDA context, cuDNN handle, stream, loaded kernels), measured by
+    the library once, at its first backend's creation; 0 on the CPU.
+    Whether the device's primary context existed already (PyTorch's, made
+    before) is recorded, as the driver says: the context is shared, and one
+    made before is not in the figure."""
+    out = {"context_before": primary_context_active(torch.cuda.current_device())
+           if a.torch_dev.type == "cuda" else None}
+    m = Ours(lib, 1, [1], [1], a.cl_device, CL_F32)
+    try:
+        out["runtime"] = m.plan(1, 1, 4, 4, True, adam())["runtime"]
+        mm = m.measured()
+        out.update(measured_runtime=mm["runtime"], have_device=mm["have_device"],
+                   why=mm["why"], backend=m.L.cl_model_backend_name(m.m).decode())
+    finally:
+        m.free()
+    return out
 
 
 # ---- the table ---------------------------------------------------------------
@@ -1074,6 +1407,14 @@ def summarize(res):
             print("  %-9s %-8s %-12s %s%s" % (
                 r["config"], r["dtype"], r["impl"], r.get("max_batch"),
                 " (planned %s)" % r["max_batch_planned"] if "max_batch_planned" in r else ""))
+    rt = res.doc.get("runtime")
+    if rt:
+        print("\nruntime (%s backend, outside every model: CUDA context, cuDNN handle, "
+              "stream, kernels; 0 on the CPU): %d bytes = %s MiB%s" % (
+                  rt["backend"], rt["runtime"], mib(rt["runtime"]),
+                  {True: " (the CUDA context existed before, PyTorch's: not in this figure)",
+                   False: " (the CUDA context included: none existed before)",
+                   None: ""}[rt["context_before"]]))
     fails = [c for c in res.doc["checks"] if not c["ok"]]
     print("\nchecks: %d, failed %d" % (len(res.doc["checks"]), len(fails)))
     res.doc["summary"] = rows
@@ -1133,7 +1474,8 @@ def main(argv=None):
     torch.backends.cudnn.benchmark = a.cudnn_benchmark
 
     lib = Lib(a.lib)
-    gpu = not a.cpu_smoke
+    # --layout alone needs only a C compiler: it runs anywhere
+    gpu = not a.cpu_smoke and (a.bench or a.max_batch or a.checks)
     if gpu and not (torch.cuda.is_available() and lib.L.cl_device_available(CL_DEVICE_CUDA)):
         print("no usable GPU for both sides: torch.cuda %s, convlstm cuda %s %s" % (
             torch.cuda.is_available(), lib.L.cl_device_available(CL_DEVICE_CUDA),
@@ -1160,6 +1502,8 @@ def main(argv=None):
     print("convlstm GPU bench: %s | torch %s | %s" % (meta["device"], torch.__version__,
                                                      meta["convlstm_cuda"]), flush=True)
     res = Results(a.outdir, meta)
+    if a.checks or a.bench or a.max_batch:
+        res.doc["runtime"] = runtime_line(a, lib)
     if a.layout:
         check_layout(res)
     if a.cpu_smoke:  # the search itself, on a predicate with a known answer
@@ -1185,4 +1529,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--hwm-probe":  # check_measured_cpu's child
+        sys.exit(hwm_probe(sys.argv[2]))
     sys.exit(main())

@@ -17,7 +17,8 @@
 #   rinstall  R CMD INSTALL into build/rlib (R from .rt/setup.sh, see pack-r.sh)
 #   rtest     the testthat suite against that installation, GPU tests included
 #   checks    bench/gpu/bench_gpu.py --checks --layout (parity with PyTorch,
-#             plan == peak, inference peak vs T, OOM recovery)
+#             the plan against the driver's measured bytes, the allocator's
+#             counters, inference peak vs T, OOM recovery, the runtime line)
 #   bench     bench/gpu/bench_gpu.py --bench --max-batch, for the time that is left
 #
 # It is not CI (CI has no GPU) and installs nothing outside the checkout and
