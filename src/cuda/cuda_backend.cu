@@ -231,6 +231,18 @@ static void cuda_set_scratch(cl_backend *be, void *p) {
   ctx->d_flag = p ? (int *)((char *)p + CL_CUDA_SCRATCH_FLAG_AT) : NULL;
 }
 
+cl_status cl_cuda_sum_partials(cl_backend *be, unsigned blocks, double *sum) {
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  CL_CUDA_LAUNCH_CHECK(be);
+  CL_CUDA_CHECK(be, cudaMemcpyAsync(ctx->h_partials, ctx->d_partials, blocks * sizeof(double),
+                                    cudaMemcpyDeviceToHost, ctx->stream));
+  CL_CUDA_CHECK(be, cudaStreamSynchronize(ctx->stream));
+  double s = 0.0;
+  for (unsigned b = 0; b < blocks; b++) s += ctx->h_partials[b];
+  *sum = s;
+  return CL_OK;
+}
+
 static const struct cl_backend_i cl_cuda_iface = {
     /* .name = */ "cuda",
     /* .host_accessible = */ 0,

@@ -18,15 +18,7 @@ cl_status cl_cuda_sum_squares(cl_backend *be, const float *g, size_t n, double *
   cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
   *sum = 0.0;
   if (n == 0) return CL_OK;
-  unsigned blocks = cl_cuda_blocks(n);
-  if (blocks > CL_CUDA_MAX_PARTIALS) blocks = CL_CUDA_MAX_PARTIALS;
+  const unsigned blocks = cl_cuda_partial_blocks(n);
   sum_squares_kernel<<<blocks, CL_CUDA_THREADS, 0, ctx->stream>>>(g, n, ctx->d_partials);
-  CL_CUDA_LAUNCH_CHECK(be);
-  CL_CUDA_CHECK(be, cudaMemcpyAsync(ctx->h_partials, ctx->d_partials, blocks * sizeof(double),
-                                    cudaMemcpyDeviceToHost, ctx->stream));
-  CL_CUDA_CHECK(be, cudaStreamSynchronize(ctx->stream));
-  double s = 0.0;
-  for (unsigned b = 0; b < blocks; b++) s += ctx->h_partials[b];
-  *sum = s;
-  return CL_OK;
+  return cl_cuda_sum_partials(be, blocks, sum);
 }

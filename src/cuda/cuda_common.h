@@ -99,6 +99,18 @@ static inline unsigned cl_cuda_blocks(size_t n) {
   return (unsigned)(b < 1 ? 1 : b > cap ? cap : b);
 }
 
+/* A reduction's grid: one partial sum per block into d_partials, so never
+ * more blocks than it holds. */
+static inline unsigned cl_cuda_partial_blocks(size_t n) {
+  const unsigned b = cl_cuda_blocks(n);
+  return b > CL_CUDA_MAX_PARTIALS ? CL_CUDA_MAX_PARTIALS : b;
+}
+
+/* After a reduction kernel of `blocks` blocks wrote d_partials: checks the
+ * launch, brings the partials to the host and sums them in a fixed order
+ * (the same result run to run). cuda_backend.cu. */
+cl_status cl_cuda_sum_partials(cl_backend *be, unsigned blocks, double *sum);
+
 #define CL_CUDA_FOR(i, n)                                                        \
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);       \
        i += (size_t)gridDim.x * blockDim.x)

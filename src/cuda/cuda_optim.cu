@@ -44,18 +44,10 @@ template <typename T>
 static cl_status mse_t(cl_backend *be, const void *pred, const float *target, size_t n,
                        float gscale, float *grad, double *sum) {
   cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
-  unsigned blocks = cl_cuda_blocks(n);
-  if (blocks > CL_CUDA_MAX_PARTIALS) blocks = CL_CUDA_MAX_PARTIALS;
+  const unsigned blocks = cl_cuda_partial_blocks(n);
   mse_kernel<T><<<blocks, CL_CUDA_THREADS, 0, ctx->stream>>>(
       (const T *)pred, target, n, gscale, grad, ctx->d_partials);
-  CL_CUDA_LAUNCH_CHECK(be);
-  CL_CUDA_CHECK(be, cudaMemcpyAsync(ctx->h_partials, ctx->d_partials, blocks * sizeof(double),
-                                    cudaMemcpyDeviceToHost, ctx->stream));
-  CL_CUDA_CHECK(be, cudaStreamSynchronize(ctx->stream));
-  double s = 0.0;
-  for (unsigned b = 0; b < blocks; b++) s += ctx->h_partials[b];
-  *sum = s;
-  return CL_OK;
+  return cl_cuda_sum_partials(be, blocks, sum);
 }
 
 cl_status cl_cuda_mse(cl_backend *be, const void *pred, const float *target, size_t n,
