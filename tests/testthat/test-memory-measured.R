@@ -77,12 +77,11 @@ test_that("measured: the high-water mark grows by memory_estimate()'s total over
     training <- !grepl("^infer", a[[length(a)]])
     if (training) {
       # zero from the model (tests/c/alloc_count.c counts its allocations
-      # inside a step: none). The window may still see a few pages that are
-      # not the model's: R's small-object heap for the call and its loss, and
-      # once in a while (seen once in CI-like load, 28 KiB, not reproduced in
-      # reruns of the same case) code or heap pages faulted in late. 64 KiB
-      # is 16 pages; the model's own buffers sit in the arena of step one.
-      expect_lte(v[["grow_second"]], 65536, label = paste("second step:", label))
+      # inside a step: none); a page or two of R's small-object heap for the
+      # call and its loss may be new in the window. (hwm-probe.R reads smaps
+      # after this window: read before it, the heap that reading grew could be
+      # trimmed, and the step's small objects then touched 16-80 KiB anew.)
+      expect_lte(v[["grow_second"]], 16384, label = paste("second step:", label))
     } else {
       # an inference forward returns new R arrays each time, nothing else
       expect_lte(v[["grow_second"]], v[["result_bytes"]] + 2^16,
