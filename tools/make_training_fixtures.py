@@ -114,7 +114,9 @@ def make(case, root, seed):
         weight = 2 * torch.rand(y.shape) * (torch.rand(y.shape) > 0.25).float()
     initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
     # a round number, so that R gets exactly the float torch used
-    max_norm = float("%.3g" % (case["clip"] * first_norm(case, model, x, y, weight))) if case["clip"] else 0.0
+    max_norm = 0.0
+    if case["clip"]:
+        max_norm = float("%.3g" % (case["clip"] * first_norm(case, model, x, y, weight)))
 
     opt = make_optimizer(case, model.parameters())
     decay = case["weight_decay"] if case["optimizer"] != "adamw" else 0.0

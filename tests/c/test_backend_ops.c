@@ -1011,7 +1011,8 @@ static void run_weighted_loss(const row *r) {
         scope sc = scope_of(v);
         const struct cl_backend_i *f = v->be->iface;
         void *P = dev_of(&sc, ps, n * es);
-        float *Y = dev_of(&sc, y, n * 4), *Wt = dev_of(&sc, w, n * 4), *O = dev_of(&sc, ones, n * 4);
+        float *Y = dev_of(&sc, y, n * 4), *Wt = dev_of(&sc, w, n * 4);
+        float *O = dev_of(&sc, ones, n * 4);
         float *G = dev_alloc(&sc, n * 4), *G1 = dev_alloc(&sc, n * 4), *G0 = dev_alloc(&sc, n * 4);
         double loss = -1.0, l1 = -1.0, l0 = -2.0;
         const cl_dtype dt = (cl_dtype)t;
