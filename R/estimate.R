@@ -49,6 +49,10 @@
 #'   layer, under `states`); or `"carry"` (training only), the state
 #'   `train_step(state = "carry")` keeps in the model (`carried_state`,
 #'   under `states`). A model that carries a state has it in every plan.
+#' @param weight `NULL`, or for a training estimate with a per-element loss
+#'   weight (`train_step(..., weight = )`) the target it is shaped as,
+#'   `"last_state"` or `"sequence"`: its buffer on the device (`weight`,
+#'   under `data`) is planned too.
 #' @param horizon `0`, or for an inference estimate the frames a forecast
 #'   `predict(model, x, horizon = )` rolls on after `seq_len` steps (planned
 #'   as `frames`, under `activations`, with only the running states kept);
@@ -95,7 +99,8 @@
 memory_estimate <- function(model, batch_size, seq_len, height, width, training = TRUE,
                             dtype = NULL, checkpoint = 0, accumulation_steps = 1, tbptt = 0,
                             optimizer = NULL, outputs = c("all", "last_state"),
-                            state = c("zero", "given", "carry"), horizon = 0) {
+                            state = c("zero", "given", "carry"), horizon = 0,
+                            weight = NULL) {
   ptr <- model_ptr(model)
   shape <- c(
     check_count(batch_size, "batch_size"), check_count(seq_len, "seq_len"),
@@ -114,10 +119,20 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
     if (training) shape[[2]] <- shape[[2]] + horizon - 1L # x, then the true frames
     if (shape[[2]] > .Machine$integer.max) abort_arg("horizon", "smaller", horizon, sys.call())
   }
+  if (!is.null(weight)) {
+    if (!is.character(weight) || length(weight) != 1 ||
+        !weight %in% c("last_state", "sequence") || !training) {
+      abort_arg("weight", paste('NULL, or (training) the target a loss weight is shaped as:',
+                                '"last_state" or "sequence"'), weight, sys.call())
+    }
+  }
   options <- check_step_options(checkpoint, accumulation_steps, tbptt,
                                 outputs = if (training) "all" else outputs, dtype = dtype,
                                 batch_size = shape[[1]],
-                                state = list(mode = state, arrays = NULL, horizon = horizon))
+                                state = list(mode = state, arrays = NULL, horizon = horizon),
+                                weight = if (!is.null(weight)) {
+                                  if (weight == "sequence") 5L else 4L
+                                })
   optimizer <- plan_optimizer(ptr, optimizer, training)
   plan <- c_model_plan(ptr, shape, training, optimizer, options)
   config <- c_model_config(ptr)
@@ -125,7 +140,7 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
     plan, shape = shape, training = training, dtype = dtype %||% config$dtype,
     options = list(checkpoint = checkpoint, accumulation_steps = accumulation_steps,
                    tbptt = tbptt, outputs = if (training) "all" else outputs, state = state,
-                   horizon = horizon),
+                   horizon = horizon, weight = weight),
     optimizer = optimizer$kind %||% planned_optimizer(plan$name)
   )
 }

@@ -102,7 +102,7 @@ dtypes <- function() .Call(ffi_dtype_names)
 # inference forward rolls on (read with what = "frames").
 c_step_options <- function(checkpoint = 0L, tbptt = 0L, accumulation_steps = 1L,
                            outputs = "all", dtype = NULL, state_mode = "zero", state = NULL,
-                           horizon = 0L, max_grad_norm = NULL, loss = NULL) {
+                           horizon = 0L, max_grad_norm = NULL, loss = NULL, weight = NULL) {
   list(
     checkpoint = as.integer(checkpoint), tbptt = as.integer(tbptt),
     accumulation_steps = as.integer(accumulation_steps),
@@ -110,7 +110,7 @@ c_step_options <- function(checkpoint = 0L, tbptt = 0L, accumulation_steps = 1L,
     state_mode = state_mode, state = state, horizon = as.integer(horizon),
     max_grad_norm = if (!is.null(max_grad_norm)) as.double(max_grad_norm),
     loss = loss$kind, delta = as.double(loss$delta %||% 1),
-    pos_weight = as.double(loss$pos_weight %||% 1)
+    pos_weight = as.double(loss$pos_weight %||% 1), weight = weight
   )
 }
 

@@ -55,6 +55,10 @@
 #'   `lr_one_cycle()`, and is left in its final state.
 #' @param loss,delta,pos_weight The loss, as in [train_step()]; the
 #'   validation loss is the same one.
+#' @param weight `NULL`, or a per-element loss weight shaped as `y`, as in
+#'   [train_step()], sliced with each batch (the training set is then not
+#'   uploaded as a data set); with `validation_split` its held-out part
+#'   weights the validation loss, while `validation_data` is unweighted.
 #' @param max_grad_norm `NULL`, or clip every step's gradients by their
 #'   global norm, as in [train_step()]; callbacks' `on_batch_end` then sees
 #'   the norm before clipping as `grad_norm`.
@@ -103,7 +107,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
                          accumulation_steps = 1, tbptt = 0, data_on_device = "auto",
                          validation_split = 0, callbacks = list(), lr_scheduler = NULL,
                          resume = NULL, memory_budget = NULL, max_grad_norm = NULL,
-                         loss = "mse", delta = 1, pos_weight = 1) {
+                         loss = "mse", delta = 1, pos_weight = 1, weight = NULL) {
   # before batch_size is reassigned below; "max" is capped at the samples
   batch_size_given <- !missing(batch_size) && !identical(batch_size, "max")
   call <- sys.call()
@@ -112,6 +116,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   x <- check_input(x, config, "x")
   target <- check_choice(target, c("last_state", "sequence"), "target")
   y <- check_target_array(y, dim(x), config, target, "y")
+  weight <- check_weight(weight, dim(y), target)
   optimizer <- check_optimizer(optimizer)
   epochs <- check_count(epochs, "epochs")
   shuffle <- check_flag(shuffle, "shuffle")
@@ -135,6 +140,11 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   x <- held_out$x
   y <- held_out$y
   validation <- held_out$validation %||% validation
+  if (!is.null(weight) && !is.null(held_out$validation)) { # the same split of the weight
+    n_train <- dim(x)[[1]]
+    validation$weight <- slice_batch(weight, (n_train + 1L):dim(weight)[[1]])
+    weight <- slice_batch(weight, seq_len(n_train))
+  }
 
   n <- dim(x)[[1]]
   # The default stands for "all of it" on small data; a larger size given on
@@ -150,14 +160,17 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   # the last batch may be smaller than accumulation_steps
   step_options <- function(b) {
     check_step_options(checkpoint, min(accumulation_steps, b), tbptt,
-                       max_grad_norm = max_grad_norm, loss = loss_fn)
+                       max_grad_norm = max_grad_norm, loss = loss_fn, weight = weight)
   }
   options <- step_options(batch_size)
   # a resumed fit continues after the saved epoch, with its state restored
   past <- if (is.null(resume)) NULL else resume_fit(ptr, resume, scheduler, epochs, call)
   initial_epoch <- past$epoch %||% 0L
   check_schedule_length(scheduler, epochs - initial_epoch, n_batches, call)
-  data <- fit_data_set(ptr, x, y, target, data_on_device, batch_size, optimizer, options)
+  # a weighted loss slices its weight with each batch: from R arrays
+  data <- if (is.null(weight)) {
+    fit_data_set(ptr, x, y, target, data_on_device, batch_size, optimizer, options)
+  }
   if (!is.null(data)) on.exit(c_data_release(data), add = TRUE)
   rows <- if (is.null(past)) list() else split(past$history, seq_len(nrow(past$history)))
   running <- NA_real_
@@ -202,6 +215,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
       idx <- order[((b - 1L) * batch_size + 1L):min(n, b * batch_size)]
       opts <- if (length(idx) == batch_size) options else step_options(length(idx))
       opt <- current_optimizer()
+      if (!is.null(weight) && n_batches > 1) opts$weight <- slice_batch(weight, idx)
       if (!is.null(data)) {
         loss <- c_train_step_data(ptr, data, idx, opt, opts)
       } else if (n_batches == 1) {
@@ -232,7 +246,8 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
     val_loss <- if (is.null(validation)) {
       NA_real_
     } else {
-      evaluate_loss(ptr, validation$x, validation$y, target, batch_size, loss_fn)
+      evaluate_loss(ptr, validation$x, validation$y, target, batch_size, loss_fn,
+                    validation$weight)
     }
     row <- data.frame(
       epoch = epoch, loss = total / n, val_loss = val_loss, lr = opt$lr,
@@ -335,19 +350,21 @@ check_validation_data <- function(v, config, target, call = sys.call(-1)) {
 
 # Mean squared error of the chosen output over all samples, from inference
 # forwards of batch_size samples each (nothing is kept for backward).
-# loss: check_loss()'s (NULL: MSE).
-evaluate_loss <- function(ptr, x, y, target, batch_size, loss = NULL) {
+# loss: check_loss()'s (NULL: MSE); weight: check_weight()'s (NULL: none),
+# each element's loss times it, the mean still over all elements.
+evaluate_loss <- function(ptr, x, y, target, batch_size, loss = NULL, weight = NULL) {
   n <- dim(x)[[1]]
   total <- 0
   for (start in seq(1L, n, by = batch_size)) {
     idx <- start:min(n, start + batch_size - 1L)
     if (length(idx) == n) {
       pred <- c_forward(ptr, x, training = FALSE, what = target, inference_options(target))
-      total <- total + loss_sum(pred, y, loss)
+      total <- total + loss_sum(pred, y, loss, weight)
     } else {
       pred <- c_forward(ptr, slice_batch(x, idx), training = FALSE, what = target,
                         inference_options(target))
-      total <- total + loss_sum(pred, slice_batch(y, idx), loss)
+      w <- if (!is.null(weight)) slice_batch(weight, idx)
+      total <- total + loss_sum(pred, slice_batch(y, idx), loss, w)
     }
   }
   total / length(y)
@@ -361,7 +378,7 @@ evaluate_loss <- function(ptr, x, y, target, batch_size, loss = NULL) {
 #'
 #' @inheritParams convlstm_fit
 #' @param batch_size Samples per forward call.
-#' @param loss,delta,pos_weight The loss, as in [train_step()].
+#' @param loss,delta,pos_weight,weight The loss, as in [train_step()].
 #' @return The loss's mean over all of `y` (a number).
 #' @export
 #' @examples
@@ -374,7 +391,8 @@ evaluate_loss <- function(ptr, x, y, target, batch_size, loss = NULL) {
 #' convlstm_evaluate(model, beams$x, beams$y, loss = "mae")
 #' convlstm_release(model)
 convlstm_evaluate <- function(model, x, y, target = c("last_state", "sequence"),
-                              batch_size = 32, loss = "mse", delta = 1, pos_weight = 1) {
+                              batch_size = 32, loss = "mse", delta = 1, pos_weight = 1,
+                              weight = NULL) {
   ptr <- model_ptr(model)
   config <- model_config(model)
   x <- check_input(x, config, "x")
@@ -382,7 +400,8 @@ convlstm_evaluate <- function(model, x, y, target = c("last_state", "sequence"),
   y <- check_target_array(y, dim(x), config, target, "y")
   batch_size <- check_count(batch_size, "batch_size")
   loss <- check_loss(loss, delta, pos_weight)
-  evaluate_loss(ptr, x, y, target, batch_size, loss)
+  weight <- check_weight(weight, dim(y), target)
+  evaluate_loss(ptr, x, y, target, batch_size, loss, weight)
 }
 
 history_columns <- c("epoch", "loss", "val_loss", "lr", "seconds", "peak_bytes")

@@ -59,6 +59,13 @@
 #'   `[0, 1]` such as rain / no-rain masks). Computed with its gradient in
 #'   the step's one native call.
 #' @param delta Huber's threshold (`loss = "huber"`), > 0.
+#' @param weight `NULL`, or a per-element weight of the loss: a numeric
+#'   array of `y`'s shape (the target's), finite and >= 0, `0` masking an
+#'   element (missing data). Each element's loss is multiplied by it before
+#'   the mean over all elements, as torch's `(w * l)$mean()`, so masked
+#'   elements still count in the mean's denominator. Arrays only, not data
+#'   sets; uploaded with the target into a planned buffer
+#'   (`memory_estimate(weight = )`).
 #' @param pos_weight The weight of positive targets for `loss =
 #'   "bce_logits"` (> 1 raises recall), > 0.
 #' @param state Where the step starts from: `NULL`, zeros (the tutorial's
@@ -108,9 +115,14 @@
 train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "sequence"),
                        checkpoint = 0, accumulation_steps = 1, tbptt = 0, rows = NULL,
                        state = NULL, horizon = NULL, teacher_forcing = TRUE,
-                       max_grad_norm = NULL, loss = "mse", delta = 1, pos_weight = 1) {
+                       max_grad_norm = NULL, loss = "mse", delta = 1, pos_weight = 1,
+                       weight = NULL) {
   loss <- check_loss(loss, delta, pos_weight)
   if (is_convlstm_data(x)) {
+    if (!is.null(weight)) {
+      abort_arg("weight", "NULL when `x` is a data set (a loss weight applies to arrays)",
+                weight, sys.call())
+    }
     # train_step(model, data, opt): the optimizer given where y would be
     if (missing(optimizer) && inherits(y, "convlstm_optimizer")) {
       optimizer <- y
@@ -142,8 +154,10 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
   optimizer <- check_optimizer(optimizer)
   state <- state_option(state, config, dim(x))
   state$horizon <- if (is.null(horizon)) 0L else dim(y)[[2]]
+  weight <- check_weight(weight, dim(y), target)
   options <- check_step_options(checkpoint, accumulation_steps, tbptt, batch_size = dim(x)[[1]],
-                                state = state, max_grad_norm = max_grad_norm, loss = loss)
+                                state = state, max_grad_norm = max_grad_norm, loss = loss,
+                                weight = weight)
   c_train_step(ptr, x, y, target, optimizer, options)
 }
 
@@ -154,7 +168,8 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
 check_step_options <- function(checkpoint = 0, accumulation_steps = 1, tbptt = 0,
                                outputs = "all", dtype = NULL, batch_size = NULL,
                                state = list(mode = "zero", arrays = NULL),
-                               max_grad_norm = NULL, loss = NULL, call = sys.call(-1)) {
+                               max_grad_norm = NULL, loss = NULL, weight = NULL,
+                               call = sys.call(-1)) {
   checkpoint <- check_count(checkpoint, "checkpoint", min = 0, call = call)
   accumulation_steps <- check_count(accumulation_steps, "accumulation_steps", call = call)
   tbptt <- check_count(tbptt, "tbptt", min = 0, call = call)
@@ -169,11 +184,27 @@ check_step_options <- function(checkpoint = 0, accumulation_steps = 1, tbptt = 0
   horizon <- state$horizon %||% 0L
   if (checkpoint == 0 && accumulation_steps == 1 && tbptt == 0 && identical(outputs, "all") &&
       is.null(dtype) && identical(state$mode, "zero") && horizon == 0 &&
-      is.null(max_grad_norm) && is.null(loss)) {
+      is.null(max_grad_norm) && is.null(loss) && is.null(weight)) {
     return(NULL)
   }
   c_step_options(checkpoint, tbptt, accumulation_steps, outputs, dtype, state$mode, state$arrays,
-                 horizon, max_grad_norm, loss)
+                 horizon, max_grad_norm, loss, weight)
+}
+
+# NULL, or the per-element loss weight: a numeric array of the target's dim
+# ydim, finite and >= 0 (0 masks an element), as doubles.
+check_weight <- function(weight, ydim, target, call = sys.call(-1)) {
+  if (is.null(weight)) return(NULL)
+  if (!is.numeric(weight) || !identical(as.integer(dim(weight)), as.integer(ydim))) {
+    abort_arg("weight", sprintf("NULL or a numeric array of the target's dim %s (target = \"%s\")",
+                                format_dims(ydim), target), weight, call)
+  }
+  if (anyNA(weight) || !all(is.finite(weight)) || any(weight < 0)) {
+    abort_convlstm("`weight` must be finite and >= 0 everywhere (0 masks an element).",
+                   call = call)
+  }
+  storage.mode(weight) <- "double"
+  weight
 }
 
 # The losses by the core's names (cl_loss_name), in its order.
@@ -190,19 +221,26 @@ check_loss <- function(loss, delta = 1, pos_weight = 1, call = sys.call(-1)) {
 }
 
 # The loss's sum over the elements of pred against y, in double, with the
-# formulas of torch's losses (and of the native step's kernels).
-loss_sum <- function(pred, y, loss) {
+# formulas of torch's losses (and of the native step's kernels), each
+# element's times weight (NULL: one).
+loss_sum <- function(pred, y, loss, weight = NULL) {
+  l <- loss_elems(pred, y, loss)
+  if (is.null(weight)) sum(l) else sum(weight * l)
+}
+
+# Each element's loss (torch's formulas, as the native step's kernels).
+loss_elems <- function(pred, y, loss) {
   d <- pred - y
   switch(loss$kind %||% "mse",
-    mse = sum(d^2),
-    mae = sum(abs(d)),
+    mse = d^2,
+    mae = abs(d),
     huber = {
       z <- abs(d)
-      sum(ifelse(z < loss$delta, 0.5 * z^2, loss$delta * (z - 0.5 * loss$delta)))
+      ifelse(z < loss$delta, 0.5 * z^2, loss$delta * (z - 0.5 * loss$delta))
     },
     bce_logits = {
       m <- pmax(-pred, 0)
-      sum((1 - y) * pred + (1 + (loss$pos_weight - 1) * y) * (log(exp(-m) + exp(-pred - m)) + m))
+      (1 - y) * pred + (1 + (loss$pos_weight - 1) * y) * (log(exp(-m) + exp(-pred - m)) + m)
     }
   )
 }

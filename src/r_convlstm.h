@@ -76,6 +76,9 @@ const cl_optim *r_optim_or_null(SEXP opt, cl_optim *buf);
 SEXP r_optim_list(const cl_optim *o);
 /* state_buf: room for 2 * CL_MAX_LAYERS arrays, which a given initial
  * state (opts$state) points into for as long as opts lives. */
+/* Host arrays r_step_options may point into: a given state's h and c of
+ * every layer, then the loss weight. */
+#define R_OPT_ARRAYS (2 * CL_MAX_LAYERS + 1)
 void r_step_options(SEXP opts, cl_step_options *out, cl_host_array *state_buf);
 /* A training step's loss as R returns it: attribute grad_norm when measured. */
 SEXP r_step_loss(const cl_model *m, double loss);

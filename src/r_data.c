@@ -140,7 +140,7 @@ SEXP ffi_train_step_data(SEXP ptr, SEXP dptr, SEXP rows, SEXP opt, SEXP opts) {
   cl_optim o;
   r_optim(opt, &o);
   cl_step_options so;
-  cl_host_array sb[2 * CL_MAX_LAYERS];
+  cl_host_array sb[R_OPT_ARRAYS];
   r_step_options(opts, &so, sb);
   double loss = 0;
   cl_status st = cl_model_train_step_data(m, d, INTEGER(rows), (int)n, &o, &so, &loss);

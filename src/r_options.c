@@ -117,7 +117,9 @@ SEXP r_optim_list(const cl_optim *o) {
  * dtype = NULL | a dtype's name for cl_model_plan, state_mode = "zero" |
  * "given" | "carry", state = NULL | h and c of every layer, flat, horizon,
  * max_grad_norm = NULL | a number, loss = NULL | a loss's name with delta
- * and pos_weight): c_step_options() in R/ffi.R. NULL: the plain step. */
+ * and pos_weight, weight = NULL | an array shaped as the target | for
+ * cl_model_plan only, its number of dimensions): c_step_options() in
+ * R/ffi.R. NULL: the plain step. state_buf: R_OPT_ARRAYS of them. */
 void r_step_options(SEXP opts, cl_step_options *out, cl_host_array *state_buf) {
   static const char *const modes[] = {"zero", "given", "carry"};
   static const char *const outputs[] = {"all", "last_state"};
@@ -145,6 +147,17 @@ void r_step_options(SEXP opts, cl_step_options *out, cl_host_array *state_buf) {
   }
   out->horizon = (int)num(opts, "horizon", "step options");
   out->state_mode = (cl_state_mode)choice(field(opts, "state_mode"), modes, 3, "state_mode");
+  SEXP w = field(opts, "weight");
+  if (w != R_NilValue && state_buf) {
+    cl_host_array *wb = &state_buf[2 * CL_MAX_LAYERS];
+    if (TYPEOF(w) == INTSXP && Rf_length(w) == 1) { /* a plan: the shape's rank only */
+      memset(wb, 0, sizeof *wb);
+      wb->ndim = INTEGER(w)[0];
+    } else {
+      r_host_array(w, Rf_length(Rf_getAttrib(w, R_DimSymbol)), "weight", wb);
+    }
+    out->weight = wb;
+  }
   SEXP st = field(opts, "state");
   if (st == R_NilValue) return;
   if (TYPEOF(st) != VECSXP || Rf_length(st) > 2 * CL_MAX_LAYERS || !state_buf)

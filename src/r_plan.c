@@ -76,7 +76,7 @@ SEXP ffi_model_plan(SEXP ptr, SEXP shape, SEXP training, SEXP opt, SEXP opts) {
   cl_optim o;
   const cl_optim *po = r_optim_or_null(opt, &o);
   cl_step_options so;
-  cl_host_array sb[2 * CL_MAX_LAYERS];
+  cl_host_array sb[R_OPT_ARRAYS];
   r_step_options(opts, &so, sb);
 
   plan_copy pc;

@@ -61,7 +61,7 @@ SEXP ffi_forward(SEXP ptr, SEXP x, SEXP training, SEXP what, SEXP opts) {
   int train = Rf_asLogical(training) == TRUE;
   r_forward_what mode = r_forward_mode(what);
   cl_step_options so;
-  cl_host_array sb[2 * CL_MAX_LAYERS];
+  cl_host_array sb[R_OPT_ARRAYS];
   r_step_options(opts, &so, sb);
   cl_status st = cl_model_forward(m, &hx, train, &so);
   if (st != CL_OK) r_raise_model(st, m);
@@ -192,7 +192,7 @@ SEXP ffi_train_step(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts) 
   cl_optim o;
   r_optim(opt, &o);
   cl_step_options so;
-  cl_host_array sb[2 * CL_MAX_LAYERS];
+  cl_host_array sb[R_OPT_ARRAYS];
   r_step_options(opts, &so, sb);
   double loss = 0;
   cl_status st = cl_model_train_step(m, &hx, &hy, tg, &o, &so, &loss);

@@ -15,10 +15,14 @@ parity fixtures, which test-parity-torch.R walks):
   tensors  weights/<name> (initial), x, y, losses (each step's, before its
            update), grad_norms (each step's norm before clipping, 0 without
            clipping), grad/<name> (the first step's gradient, before
-           clipping), params/<name> (after the last step)
+           clipping), params/<name> (after the last step), and for a
+           case with weight=True the per-element loss weight `weight` (y's
+           shape, in [0, 2) with about a quarter zeros)
 Each step is torch's: zero_grad, forward, the loss (mse_loss, l1_loss,
 huber_loss, binary_cross_entropy_with_logits; mean-reduced), backward,
-clip_grad_norm_, optimizer.step. For bce_logits, y is 0/1.
+clip_grad_norm_, optimizer.step. For bce_logits, y is 0/1. A weighted case's
+loss is torch's unreduced loss times the weight, then .mean().
+Arguments: [ROOT [CASE...]]: the output folder, and only the cases named.
 """
 
 import os
@@ -51,6 +55,13 @@ CASES = [
          delta=0.3, clip=0, steps=2),
     dict(name="loss_bce_logits", optimizer="sgd", lr=0.1, weight_decay=0.0, loss="bce_logits",
          pos_weight=2.5, clip=0, steps=2),
+    # a per-element weight, zeros masking elements: (w * l).mean()
+    dict(name="weighted_mse", optimizer="sgd", lr=0.1, weight_decay=0.0, weight=True, clip=0,
+         steps=2),
+    dict(name="weighted_huber", optimizer="adam", lr=1e-2, weight_decay=0.0, loss="huber",
+         delta=0.3, weight=True, clip=0, steps=2),
+    dict(name="weighted_bce_logits", optimizer="sgd", lr=0.1, weight_decay=0.0,
+         loss="bce_logits", pos_weight=2.5, weight=True, clip=0, steps=2),
 ]
 
 
@@ -67,21 +78,24 @@ def make_optimizer(case, params):
                            weight_decay=case["weight_decay"])
 
 
-def loss_of(case, pred, y):
+def loss_of(case, pred, y, weight=None):
     kind = case.get("loss", "mse")
+    red = "mean" if weight is None else "none"
     if kind == "mae":
-        return F.l1_loss(pred, y)
-    if kind == "huber":
-        return F.huber_loss(pred, y, delta=case["delta"])
-    if kind == "bce_logits":
-        return F.binary_cross_entropy_with_logits(
-            pred, y, pos_weight=torch.tensor(case["pos_weight"]))
-    return F.mse_loss(pred, y)
+        l = F.l1_loss(pred, y, reduction=red)
+    elif kind == "huber":
+        l = F.huber_loss(pred, y, delta=case["delta"], reduction=red)
+    elif kind == "bce_logits":
+        l = F.binary_cross_entropy_with_logits(
+            pred, y, pos_weight=torch.tensor(case["pos_weight"]), reduction=red)
+    else:
+        l = F.mse_loss(pred, y, reduction=red)
+    return l if weight is None else (weight * l).mean()
 
 
-def first_norm(case, model, x, y):
+def first_norm(case, model, x, y, weight):
     model.zero_grad()
-    loss_of(case, prediction(model(x), MODEL["target"]), y).backward()
+    loss_of(case, prediction(model(x), MODEL["target"]), y, weight).backward()
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")).item()
     model.zero_grad()
     return norm
@@ -95,16 +109,21 @@ def make(case, root, seed):
     y = torch.rand(m["B"], m["hidden_dims"][-1], m["H"], m["W"])
     if case.get("loss") == "bce_logits":
         y = (y > 0.5).float()
+    weight = None
+    if case.get("weight"):
+        weight = 2 * torch.rand(y.shape) * (torch.rand(y.shape) > 0.25).float()
     initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
     # a round number, so that R gets exactly the float torch used
-    max_norm = float("%.3g" % (case["clip"] * first_norm(case, model, x, y))) if case["clip"] else 0.0
+    max_norm = 0.0
+    if case["clip"]:
+        max_norm = float("%.3g" % (case["clip"] * first_norm(case, model, x, y, weight)))
 
     opt = make_optimizer(case, model.parameters())
     decay = case["weight_decay"] if case["optimizer"] != "adamw" else 0.0
     losses, norms, ratio, grads = [], [], float("inf"), None
     for _ in range(case["steps"]):
         opt.zero_grad()
-        loss = loss_of(case, prediction(model(x), m["target"]), y)
+        loss = loss_of(case, prediction(model(x), m["target"]), y, weight)
         loss.backward()
         if grads is None:
             grads = {k: p.grad.detach().clone() for k, p in model.named_parameters()}
@@ -143,6 +162,8 @@ def make(case, root, seed):
         w.tensor("weights/" + k, v)
     w.tensor("x", x)
     w.tensor("y", y)
+    if weight is not None:
+        w.tensor("weight", weight)
     w.tensor("losses", torch.tensor(losses))
     w.tensor("grad_norms", torch.tensor(norms))
     for k, v in grads.items():
@@ -159,7 +180,10 @@ def main():
     if len(sys.argv) > 1:
         root = sys.argv[1]
     torch.set_num_threads(1)  # reproducible reductions
+    only = sys.argv[2:]
     for i, case in enumerate(CASES):
+        if only and case["name"] not in only:
+            continue
         for attempt in range(1000):
             res = make(case, root, seed=20261122 + 1000 * i + attempt)
             if res is not None:

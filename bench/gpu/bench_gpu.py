@@ -122,7 +122,8 @@ class cl_step_options(C.Structure):
     _fields_ = [("checkpoint", C.c_int), ("tbptt", C.c_int), ("accumulation_steps", C.c_int),
                 ("outputs", C.c_int), ("plan_dtype", C.c_int), ("horizon", C.c_int),
                 ("state_mode", C.c_int), ("state", C.POINTER(cl_host_array)),
-                ("max_grad_norm", C.c_double), ("loss", cl_loss_fn)]
+                ("max_grad_norm", C.c_double), ("loss", cl_loss_fn),
+                ("weight", C.POINTER(cl_host_array))]
 
 
 class cl_loss_scale(C.Structure):

@@ -226,6 +226,11 @@ typedef struct cl_step_options {
                              clip_grad_norm_ (INFINITY: measure only); 0 or
                              below: neither (cl_model_grad_norm is NaN) */
   cl_loss_fn loss;        /* train_step: the loss (zeros: MSE) */
+  /* train_step on arrays: each element's loss times this weight before the
+   * mean over all elements, as torch's (w * l).mean(); the target's shape,
+   * finite and >= 0 (0 masks an element); NULL: none. cl_model_plan reads
+   * only its ndim (5: a sequence target), for the planned weight buffer. */
+  const cl_host_array *weight;
 } cl_step_options;
 
 /* Forgets the state a carrying train step (CL_STATE_CARRY) left, giving its

@@ -194,13 +194,17 @@ struct cl_backend_i {
   cl_status (*gather_rows)(cl_backend *be, void *dst, const void *src, const int *idx, int nb,
                            int N, int t0, int nt, size_t row_bytes);
 
-  /* ---- losses other than MSE ---- */
+  /* ---- losses other than MSE, and weighted losses ---- */
   /* *loss = mean over n of f's loss of pred (dtype) against target (float);
    * grad (may be NULL, may alias target: each element is read before it is
    * written) = scale * its gradient, as torch's backward of the mean-reduced
-   * loss (the 1/n included). Synchronizes. f->kind is not CL_LOSS_MSE. */
+   * loss (the 1/n included). weight (float [n], may be NULL): each element's
+   * loss times it before the mean, as torch's (w * l).mean(); a weight of
+   * one gives the unweighted bits. Synchronizes. f->kind is CL_LOSS_MSE
+   * only with a weight (without, MSE is the mse slot's). */
   cl_status (*loss)(cl_backend *be, const cl_loss_fn *f, const void *pred, const float *target,
-                    size_t n, cl_dtype dtype, float scale, float *grad, double *loss);
+                    const float *weight, size_t n, cl_dtype dtype, float scale, float *grad,
+                    double *loss);
 
   /* ---- gradient clipping ---- */
   /* *sum = the sum of g[i]^2 over n, accumulated in double (inf or NaN when

@@ -28,9 +28,10 @@ static size_t top_step(const cl_model *m, int b) {
 
 /* Put the segment's part of an array shaped like the target into the last
  * layer's d_hidden: zeros where the target says nothing. Returns through
- * *at / *n the part that holds values (n = 0: none in this segment). */
+ * *at / *n the part that holds values (n = 0: none in this segment) and
+ * through *k (may be NULL) the block of the array it came from. */
 static cl_status place_target(cl_model *m, const cl_source *a, cl_target target, int b0,
-                              int b, int t0, int len, float **at, size_t *n) {
+                              int b, int t0, int len, float **at, size_t *n, cl_block *k) {
   float *dh = m->step.dh[m->cfg.n_layers - 1];
   size_t bh = top_step(m, b);
   *at = dh;
@@ -41,34 +42,42 @@ static cl_status place_target(cl_model *m, const cl_source *a, cl_target target,
     int first = g->horizon ? g->T - g->horizon : 0, from = t0 > first ? t0 : first;
     if (from >= t0 + len) return cl_zero(m, dh, (size_t)len * bh * sizeof(float));
     if (from > t0) CL_TRY(cl_zero(m, dh, (size_t)(from - t0) * bh * sizeof(float)));
-    cl_block k = {b0, b, from - first, t0 + len - from};
+    cl_block blk = {b0, b, from - first, t0 + len - from};
     *at = dh + (size_t)(from - t0) * bh;
     *n = (size_t)(t0 + len - from) * bh;
-    return cl_put_source(m, *at, CL_F32, a, k);
+    if (k) *k = blk;
+    return cl_put_source(m, *at, CL_F32, a, blk);
   }
   int has_last = t0 + len == m->step.g.T;
   size_t zeros = has_last ? (size_t)(len - 1) * bh : (size_t)len * bh;
   if (zeros) CL_TRY(cl_zero(m, dh, zeros * sizeof(float)));
   if (!has_last) return CL_OK;
-  cl_block k = {b0, b, 0, 1};
+  cl_block blk = {b0, b, 0, 1};
   *at = dh + zeros;
   *n = bh;
-  return cl_put_source(m, *at, CL_F32, a, k);
+  if (k) *k = blk;
+  return cl_put_source(m, *at, CL_F32, a, blk);
 }
 
 cl_status cl_loss_segment(cl_model *m, const cl_source *y, cl_target target, int b0, int b,
                           int t0, int len, double share, float loss_scale, int want_grad,
                           double *loss) {
-  float *at;
+  float *at, *w = NULL;
   size_t n;
+  cl_block k;
   *loss = 0;
-  CL_TRY(place_target(m, y, target, b0, b, t0, len, &at, &n));
+  CL_TRY(place_target(m, y, target, b0, b, t0, len, &at, &n, &k));
   if (n == 0) return CL_OK;
   const cl_step *st = &m->step;
   float *dh = st->dh[m->cfg.n_layers - 1];
   const void *pred = cl_at(st->hid[m->cfg.n_layers - 1], (size_t)(at - dh), st->g.dtype);
+  if (m->loss_weight) { /* the same block as the target's, from the buffer's start */
+    w = st->weight;
+    CL_TRY(cl_put_source(m, w, CL_F32, m->loss_weight, k));
+  }
   double part;
-  CL_TRY(cl_loss_run(m, pred, at, n, (float)(share * loss_scale), want_grad ? at : NULL, &part));
+  CL_TRY(cl_loss_run(m, pred, at, w, n, (float)(share * loss_scale), want_grad ? at : NULL,
+                     &part));
   *loss = share * part;
   return CL_OK;
 }
@@ -164,7 +173,7 @@ cl_status cl_model_backward(cl_model *m, cl_target target, const cl_host_array *
     size_t n;
     CL_TRY(cl_check_target(m, grad, target, "grad_output", g->B, g->T, g->H, g->W));
     cl_source gs = cl_source_host(grad);
-    CL_TRY(place_target(m, &gs, target, 0, g->B, 0, g->T, &at, &n));
+    CL_TRY(place_target(m, &gs, target, 0, g->B, 0, g->T, &at, &n, NULL));
   } else if (m->phase != CL_PHASE_LOSS || m->loss_target != target) {
     return cl_fail(m, CL_E_STATE, "no loss for this target: compute the MSE or pass a gradient");
   }

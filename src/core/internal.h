@@ -54,6 +54,8 @@ typedef struct cl_geom {
   cl_outputs outputs; /* inference */
   cl_state_mode state; /* where the call starts from (state.c) */
   int horizon;         /* inference: frames rolled forward after the T steps of x */
+  int weight_steps;    /* training with a loss weight: steps of it held at once
+                          (S for a sequence target, 1 for the last state); 0: none */
 } cl_geom;
 
 /* Layer L's two convolutions over n images at g's frame size and storage
@@ -105,6 +107,8 @@ typedef enum cl_buf_kind {
   CL_BUF_INIT_C,   /* CL_STATE_GIVEN: the initial c likewise                */
   CL_BUF_FRAMES,   /* inference with a horizon: the predicted frames
                       [K, B, C_in, H, W], each the next step's input      */
+  CL_BUF_WEIGHT,   /* training with a loss weight: float, placed as the target
+                      in d_hidden [weight_steps, Bm, C_out, H, W]           */
   CL_BUF_NKIND
 } cl_buf_kind;
 
@@ -127,6 +131,7 @@ typedef struct cl_step {
   void *ws;
   void *init_h[CL_MAX_LAYERS], *init_c[CL_MAX_LAYERS]; /* CL_STATE_GIVEN */
   void *frames; /* inference with a horizon */
+  float *weight; /* the loss weight of the segment under way, or NULL */
   int outputs_kept; /* the buffers hold the whole call's outputs and states */
 } cl_step;
 
@@ -170,6 +175,7 @@ struct cl_model {
   int64_t opt_steps;
   double grad_norm; /* before clipping, of the last step that measured it (clip.c); else NaN */
   cl_loss_fn loss_fn; /* the loss of the step under way (loss.c); MSE between steps */
+  const struct cl_source *loss_weight; /* its per-element weight, or NULL (none) */
   cl_step step;
   void *be_scratch; /* the backend's scratch_bytes, workspace, held for the model's life */
   void *arena; /* reserved for step buffers; outlives any one step's plan */
@@ -328,12 +334,16 @@ cl_status cl_optim_ensure(cl_model *m, const cl_optim *o, int *created);
 /* Frees the optimizer state; the next step starts it afresh. */
 void cl_optim_free(cl_model *m);
 
+/* loss.c: CL_OK when every element of a loss weight is finite and >= 0. */
+cl_status cl_loss_weight_check(cl_model *m, const cl_host_array *w);
+
 /* loss.c: the loss of m->loss_fn over n elements of pred (the step's
- * dtype) against target (float): *mean = its mean; grad (may alias target,
- * or be NULL) = scale times d mean / d pred. MSE is the backend's mse slot,
- * the others its loss slot. */
-cl_status cl_loss_run(cl_model *m, const void *pred, const float *target, size_t n, float scale,
-                      float *grad, double *mean);
+ * dtype) against target (float), each times weight (float [n]; NULL: none):
+ * *mean = its mean; grad (may alias target, or be NULL) = scale times
+ * d mean / d pred. Unweighted MSE is the backend's mse slot, the rest its
+ * loss slot. */
+cl_status cl_loss_run(cl_model *m, const void *pred, const float *target, const float *weight,
+                      size_t n, float scale, float *grad, double *mean);
 
 /* clip.c: with max_norm > 0, the gradients' global L2 norm into
  * m->grad_norm and, when it is finite and above max_norm, the gradients

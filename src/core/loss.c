@@ -32,13 +32,28 @@ cl_status cl_loss_check(const cl_loss_fn *f, char *err, size_t errlen) {
   return CL_E_INVALID;
 }
 
-cl_status cl_loss_run(cl_model *m, const void *pred, const float *target, size_t n, float scale,
-                      float *grad, double *mean) {
+cl_status cl_loss_weight_check(cl_model *m, const cl_host_array *w) {
+  size_t n = 1;
+  for (int i = 0; i < w->ndim; i++) n *= (size_t)w->dims[i];
+  for (size_t i = 0; i < n; i++) {
+    const double v = w->format == CL_HOST_R_F64 ? ((const double *)w->data)[i]
+                                                : ((const float *)w->data)[i];
+    /* as the float the kernels read: a double beyond float's range is inf */
+    if (!((float)v >= 0) || !isfinite((float)v))
+      return cl_fail(m, CL_E_INVALID,
+                     "weight must be finite and >= 0 (as 32-bit floats); element %zu is %.17g",
+                     i + 1, v);
+  }
+  return CL_OK;
+}
+
+cl_status cl_loss_run(cl_model *m, const void *pred, const float *target, const float *weight,
+                      size_t n, float scale, float *grad, double *mean) {
   const struct cl_backend_i *be = m->be->iface;
   const cl_dtype t = m->step.g.dtype;
-  if (m->loss_fn.kind == CL_LOSS_MSE)
+  if (m->loss_fn.kind == CL_LOSS_MSE && !weight)
     CL_KERNEL(m, be->mse(m->be, pred, target, n, t, scale, grad, mean));
   else
-    CL_KERNEL(m, be->loss(m->be, &m->loss_fn, pred, target, n, t, scale, grad, mean));
+    CL_KERNEL(m, be->loss(m->be, &m->loss_fn, pred, target, weight, n, t, scale, grad, mean));
   return CL_OK;
 }

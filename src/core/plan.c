@@ -51,6 +51,8 @@ cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
   g->nseg = 1;
   g->state = o->state_mode;
   g->horizon = o->horizon; /* training: the target is the last `horizon` steps */
+  if (o->weight && o->weight->ndim != 4 && o->weight->ndim != 5)
+    return cl_fail(m, CL_E_INVALID, "weight must have 4 or 5 dimensions, as the target");
   if (!training) {
     g->outputs = o->horizon ? CL_OUTPUTS_LAST : o->outputs; /* the frames are the output */
     return CL_OK;
@@ -69,6 +71,7 @@ cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
     g->S = o->tbptt;
     g->tbptt = 1;
   }
+  if (o->weight) g->weight_steps = o->weight->ndim == 5 ? g->S : 1;
   return CL_OK;
 }
 
@@ -246,6 +249,11 @@ static void plan_training(plan_builder *b, const struct cl_model *m, const cl_ge
   size_t hmax = (size_t)max_hidden(m);
   add(b, CL_BUF_DH, -1, CL_MEM_WORKSPACE, nbytes(b, f, S, Bm, hmax, P), "d_hidden");
   if (nseg == 1) add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, hmax, P, 1), "d_cell");
+  if (g->weight_steps) {
+    size_t c = (size_t)m->layer[m->cfg.n_layers - 1].hidden;
+    add(b, CL_BUF_WEIGHT, -1, CL_MEM_DATA, nbytes(b, f, (size_t)g->weight_steps, Bm, c, P),
+        "weight");
+  }
 }
 
 /* Step buffers one after the other in the arena, each aligned, each followed

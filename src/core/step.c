@@ -169,6 +169,7 @@ static void bind_view(cl_step *st, const cl_plan_entry *e, void *p) {
   case CL_BUF_INIT_H: bind(st->init_h, l, p); break;
   case CL_BUF_INIT_C: bind(st->init_c, l, p); break;
   case CL_BUF_FRAMES: st->frames = p; break;
+  case CL_BUF_WEIGHT: st->weight = p; break;
   default: break;
   }
 }

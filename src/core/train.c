@@ -212,6 +212,10 @@ cl_status cl_model_train_step(cl_model *m, const cl_host_array *x, const cl_host
   if (K > 0 && target != CL_TARGET_SEQUENCE)
     return cl_fail(m, CL_E_INVALID, "a training horizon needs the target \"sequence\"");
   CL_TRY(cl_check_target(m, y, target, "y", B, K > 0 && K <= T ? K : T, H, W));
+  if (opts && opts->weight) {
+    CL_TRY(cl_check_target(m, opts->weight, target, "weight", B, K > 0 && K <= T ? K : T, H, W));
+    CL_TRY(cl_loss_weight_check(m, opts->weight));
+  }
   cl_source xs = cl_source_host(x), ys = cl_source_host(y);
   return cl_train_sources(m, &xs, &ys, target, B, T, H, W, opt, opts, loss);
 }
@@ -224,6 +228,8 @@ cl_status cl_train_sources(cl_model *m, const cl_source *x, const cl_source *y, 
   CL_TRY(cl_state_check(m, opts, B, H, W));
   if (g.horizon && !x->host)
     return cl_fail(m, CL_E_INVALID, "a training horizon applies to arrays, not to data sets");
+  if (g.weight_steps && !x->host)
+    return cl_fail(m, CL_E_INVALID, "a loss weight applies to arrays, not to data sets");
   m->phase = CL_PHASE_NONE;
   /* every model buffer before the step's arena, so that nothing is
    * allocated once the step has begun; a state made for a step that fails
@@ -234,9 +240,15 @@ cl_status cl_train_sources(cl_model *m, const cl_source *x, const cl_source *y, 
   int created;
   CL_TRY(cl_optim_ensure(m, opt, &created));
   if (opts) m->loss_fn = opts->loss;
+  cl_source ws;
+  if (g.weight_steps) {
+    ws = cl_source_host(opts->weight);
+    m->loss_weight = &ws;
+  }
   cl_status s = cl_state_prepare(m, &g);
   if (s == CL_OK) s = train_step(m, x, y, target, opt, &g, opts, loss);
   memset(&m->loss_fn, 0, sizeof m->loss_fn); /* back to MSE, cl_model_mse's */
+  m->loss_weight = NULL;
   if (s != CL_OK && created) cl_model_optimizer_reset(m);
   if (s == CL_OK) s = cl_guard_check(m);
   return s;

@@ -79,7 +79,8 @@ cl_status cl_cpu_gather_rows(cl_backend *be, void *dst, const void *src, const i
 
 /* cpu_loss.c */
 cl_status cl_cpu_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, const float *target,
-                      size_t n, cl_dtype dtype, float scale, float *grad, double *loss);
+                      const float *weight, size_t n, cl_dtype dtype, float scale, float *grad,
+                      double *loss);
 
 /* cpu_clip.c */
 cl_status cl_cpu_sum_squares(cl_backend *be, const float *g, size_t n, double *sum);

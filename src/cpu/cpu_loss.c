@@ -3,7 +3,10 @@
  * binary cross-entropy on logits, each mean-reduced with its gradient in one
  * pass, as torch 1.13's l1_loss, huber_loss and
  * binary_cross_entropy_with_logits (pos_weight) and their backwards. The
- * per-element loss is float, summed in double; MSE is cpu_optim.c's.
+ * per-element loss is float, summed in double; MSE is cpu_optim.c's, but
+ * with a per-element weight this slot takes MSE too: (w l).mean() as torch
+ * computes it, a weight of one giving the unweighted bits (w multiplies the
+ * loss in double and the gradient's factor before the derivative).
  */
 #include "cpu_kernels.h"
 
@@ -48,16 +51,38 @@ static double loss_chunk(const loss_k *k, const float *p, const float *t, float 
   return sum;
 }
 
+/* Weighted: MSE as cpu_optim.c's mse_chunk (gscale then holds 2 / n), the
+ * others as loss_chunk, each element's loss and gradient factor times w. */
+static double weighted_chunk(const loss_k *k, const float *p, const float *t, const float *w,
+                             float *g, size_t n, float gscale, float scale) {
+  double sum = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    if (k->kind == CL_LOSS_MSE) {
+      const float d = p[i] - t[i];
+      sum += (double)w[i] * ((double)d * (double)d);
+      if (g) g[i] = gscale * w[i] * d * scale;
+      continue;
+    }
+    float d;
+    sum += (double)w[i] * (double)loss_elem(k, p[i], t[i], &d);
+    if (g) g[i] = gscale * w[i] * d;
+  }
+  return sum;
+}
+
 cl_status cl_cpu_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, const float *target,
-                      size_t n, cl_dtype dtype, float scale, float *grad, double *loss) {
+                      const float *weight, size_t n, cl_dtype dtype, float scale, float *grad,
+                      double *loss) {
   if (dtype != CL_F32 && dtype != CL_F16 && dtype != CL_BF16)
     return cl_cpu_fail(be, CL_E_UNSUPPORTED, "cpu backend: unknown storage dtype %d", (int)dtype);
   if (n == 0) return cl_cpu_fail(be, CL_E_INVALID, "cpu backend: loss of an empty tensor");
-  if (f->kind != CL_LOSS_MAE && f->kind != CL_LOSS_HUBER && f->kind != CL_LOSS_BCE_LOGITS)
+  if (f->kind != CL_LOSS_MAE && f->kind != CL_LOSS_HUBER && f->kind != CL_LOSS_BCE_LOGITS &&
+      !(weight && f->kind == CL_LOSS_MSE))
     return cl_cpu_fail(be, CL_E_INVALID, "cpu backend: no loss kernel for loss %d", (int)f->kind);
   const loss_k k = {f->kind, (float)f->delta, (float)f->pos_weight};
   /* torch's mean backward: the gradient times (1 / n as a float) */
-  const float gscale = (float)(1.0 / (double)n) * scale;
+  const int mse = f->kind == CL_LOSS_MSE; /* weighted only */
+  const float gscale = mse ? (float)(2.0 / (double)n) : (float)(1.0 / (double)n) * scale;
   const long long chunks = (long long)((n + LOSS_CHUNK - 1) / LOSS_CHUNK);
   double sum = 0.0;
 #ifdef _OPENMP
@@ -72,7 +97,9 @@ cl_status cl_cpu_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, con
       cl_cpu_load(dtype, pred, i0, buf, m);
       p = buf;
     }
-    sum += loss_chunk(&k, p, target + i0, grad ? grad + i0 : NULL, m, gscale);
+    float *gi = grad ? grad + i0 : NULL;
+    sum += weight ? weighted_chunk(&k, p, target + i0, weight + i0, gi, m, gscale, scale)
+                  : loss_chunk(&k, p, target + i0, gi, m, gscale);
   }
   *loss = sum / (double)n;
   return CL_OK;

@@ -190,7 +190,8 @@ cl_status cl_cuda_gather_rows(cl_backend *be, void *dst, const void *src, const 
 
 /* cuda_loss.cu */
 cl_status cl_cuda_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, const float *target,
-                       size_t n, cl_dtype dtype, float scale, float *grad, double *loss);
+                       const float *weight, size_t n, cl_dtype dtype, float scale, float *grad,
+                       double *loss);
 
 /* cuda_clip.cu */
 cl_status cl_cuda_sum_squares(cl_backend *be, const float *g, size_t n, double *sum);

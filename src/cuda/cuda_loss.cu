@@ -4,6 +4,9 @@
  * mean-reduced with its gradient in one pass, as torch 1.13's. Each block
  * leaves the double sum of its elements' losses in the context's partials
  * (the scratch the core hands over, shared with mse) and the host adds them in order.
+ * With a per-element weight it takes MSE too (cuda_optim.cu's formula), each
+ * element's loss and gradient factor times w, a weight of one giving the
+ * unweighted bits.
  */
 #include <stdio.h> /* snprintf */
 
@@ -32,15 +35,25 @@ __device__ __forceinline__ float loss_elem(const loss_k &k, float x, float y, fl
   return (1.0f - y) * x + lw * (logf(expf(-m) + expf(-x - m)) + m);
 }
 
-/* grad may alias target (no __restrict__): read before written, same thread. */
+/* grad may alias target (no __restrict__): read before written, same thread.
+ * weight NULL: the unweighted loss, as before weights existed. */
 template <typename T>
-__global__ void loss_kernel(loss_k k, const T *pred, const float *target, size_t n, float gscale,
-                            float *grad, double *partials) {
+__global__ void loss_kernel(loss_k k, const T *pred, const float *target, const float *weight,
+                            size_t n, float gscale, float *grad, double *partials) {
   double sum = 0.0;
   CL_CUDA_FOR(i, n) {
     float d;
-    sum += (double)loss_elem(k, cl_ld(pred[i]), target[i], d);
-    if (grad) grad[i] = gscale * d;
+    if (!weight) {
+      sum += (double)loss_elem(k, cl_ld(pred[i]), target[i], d);
+      if (grad) grad[i] = gscale * d;
+    } else if (k.kind == CL_LOSS_MSE) { /* gscale: 2 scale / n, as mse_kernel's */
+      d = cl_ld(pred[i]) - target[i];
+      sum += (double)weight[i] * ((double)d * (double)d);
+      if (grad) grad[i] = gscale * weight[i] * d;
+    } else {
+      sum += (double)weight[i] * (double)loss_elem(k, cl_ld(pred[i]), target[i], d);
+      if (grad) grad[i] = gscale * weight[i] * d;
+    }
   }
   sum = cl_block_sum(sum);
   if (threadIdx.x == 0) partials[blockIdx.x] = sum;
@@ -48,37 +61,40 @@ __global__ void loss_kernel(loss_k k, const T *pred, const float *target, size_t
 
 template <typename T>
 static cl_status loss_t(cl_backend *be, loss_k k, const void *pred, const float *target,
-                        size_t n, float gscale, float *grad, double *sum) {
+                        const float *weight, size_t n, float gscale, float *grad, double *sum) {
   cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
   const unsigned blocks = cl_cuda_partial_blocks(n);
-  loss_kernel<T><<<blocks, CL_CUDA_THREADS, 0, ctx->stream>>>(k, (const T *)pred, target, n,
-                                                             gscale, grad, ctx->d_partials);
+  loss_kernel<T><<<blocks, CL_CUDA_THREADS, 0, ctx->stream>>>(k, (const T *)pred, target, weight,
+                                                             n, gscale, grad, ctx->d_partials);
   return cl_cuda_sum_partials(be, blocks, sum);
 }
 
 cl_status cl_cuda_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, const float *target,
-                       size_t n, cl_dtype dtype, float scale, float *grad, double *loss) {
+                       const float *weight, size_t n, cl_dtype dtype, float scale, float *grad,
+                       double *loss) {
   if (n == 0) {
     snprintf(be->err, sizeof be->err, "cuda loss: no elements");
     return CL_E_INVALID;
   }
-  if (f->kind != CL_LOSS_MAE && f->kind != CL_LOSS_HUBER && f->kind != CL_LOSS_BCE_LOGITS) {
+  if (f->kind != CL_LOSS_MAE && f->kind != CL_LOSS_HUBER && f->kind != CL_LOSS_BCE_LOGITS &&
+      !(weight && f->kind == CL_LOSS_MSE)) {
     snprintf(be->err, sizeof be->err, "cuda loss: no kernel for loss %d", (int)f->kind);
     return CL_E_INVALID;
   }
   const loss_k k = {(int)f->kind, (float)f->delta, (float)f->pos_weight};
-  const float gscale = (float)(1.0 / (double)n) * scale;
+  const float gscale = f->kind == CL_LOSS_MSE ? (float)(2.0 * (double)scale / (double)n)
+                                              : (float)(1.0 / (double)n) * scale;
   double sum = 0.0;
   cl_status st;
   switch (dtype) {
   case CL_F32:
-    st = loss_t<float>(be, k, pred, target, n, gscale, grad, &sum);
+    st = loss_t<float>(be, k, pred, target, weight, n, gscale, grad, &sum);
     break;
   case CL_F16:
-    st = loss_t<__half>(be, k, pred, target, n, gscale, grad, &sum);
+    st = loss_t<__half>(be, k, pred, target, weight, n, gscale, grad, &sum);
     break;
   case CL_BF16:
-    st = loss_t<__nv_bfloat16>(be, k, pred, target, n, gscale, grad, &sum);
+    st = loss_t<__nv_bfloat16>(be, k, pred, target, weight, n, gscale, grad, &sum);
     break;
   default:
     return cl_cuda_bad_dtype(be, dtype, "loss");

@@ -210,18 +210,23 @@ static void ref_sgd_step(double *p, const float *g, double *buf, size_t n, const
   }
 }
 
-/* The loss slot (f->kind not MSE): the mean over n of torch 1.13's L1,
- * Huber(delta) or BCE-with-logits(pos_weight) loss of pred against target,
- * in double from the float inputs; grad (may be NULL) = scale times the
- * mean's gradient: sign(d) (0 at 0), d clamped to +-delta, and
- * (p y + 1 - y) sigmoid(x) - p y, each over n. */
-static double ref_loss(const cl_loss_fn *f, const float *pred, const float *target, size_t n,
-                       double scale, double *grad) {
+/* The loss slot: the mean over n of torch 1.13's L1, Huber(delta) or
+ * BCE-with-logits(pos_weight) loss of pred against target -- or, weighted
+ * only, (pred - target)^2 -- each element's times weight[i] (weight NULL:
+ * one), in double from the float inputs; grad (may be NULL) = scale times
+ * the mean's gradient: sign(d) (0 at 0), d clamped to +-delta,
+ * (p y + 1 - y) sigmoid(x) - p y, or 2 d, each times w over n. */
+static double ref_loss_w(const cl_loss_fn *f, const float *pred, const float *target,
+                         const float *weight, size_t n, double scale, double *grad) {
   double sum = 0.0;
   for (size_t i = 0; i < n; i++) {
     const double x = pred[i], y = target[i], d = x - y, z = fabs(d);
+    const double w = weight ? weight[i] : 1.0;
     double l, gi;
-    if (f->kind == CL_LOSS_MAE) {
+    if (f->kind == CL_LOSS_MSE) {
+      const float df = pred[i] - target[i]; /* a float32 difference, as torch's */
+      l = (double)df * df, gi = 2.0 * df;
+    } else if (f->kind == CL_LOSS_MAE) {
       l = z, gi = (d > 0) - (d < 0);
     } else if (f->kind == CL_LOSS_HUBER) {
       l = z < f->delta ? 0.5 * z * z : f->delta * (z - 0.5 * f->delta);
@@ -231,10 +236,15 @@ static double ref_loss(const cl_loss_fn *f, const float *pred, const float *targ
       l = (1 - y) * x + (1 + (pw - 1) * y) * (log1p(exp(-fabs(x))) + (x < 0 ? -x : 0.0));
       gi = (pw * y + 1 - y) * s - pw * y;
     }
-    sum += l;
-    if (grad) grad[i] = scale * gi / (double)n;
+    sum += w * l;
+    if (grad) grad[i] = scale * w * gi / (double)n;
   }
   return sum / (double)n;
+}
+
+static double ref_loss(const cl_loss_fn *f, const float *pred, const float *target, size_t n,
+                       double scale, double *grad) {
+  return ref_loss_w(f, pred, target, NULL, n, scale, grad);
 }
 
 /* sum_squares: the sum of g^2 in double (inf or NaN when an element is). */

@@ -920,7 +920,21 @@ typedef struct loss_case {
 } loss_case;
 
 static const char *loss_str(const cl_loss_fn *f) {
-  return f->kind == CL_LOSS_MAE ? "mae" : f->kind == CL_LOSS_HUBER ? "huber" : "bce_logits";
+  return f->kind == CL_LOSS_MSE   ? "mse"
+         : f->kind == CL_LOSS_MAE ? "mae"
+         : f->kind == CL_LOSS_HUBER ? "huber"
+                                    : "bce_logits";
+}
+
+/* Random inputs of a loss case: logits in (-6, 6) and BCE targets mostly
+ * 0 or 1 with a few soft labels; others in (-2, 2). */
+static void loss_inputs(const cl_loss_fn *f, size_t n, float **p, float **y) {
+  const int bce = f->kind == CL_LOSS_BCE_LOGITS;
+  *p = rand_floats(n, bce ? -6 : -2, bce ? 6 : 2);
+  *y = rand_floats(n, -2, 2);
+  if (bce)
+    for (size_t k = 0; k < n; k++)
+      (*y)[k] = k % 7 == 3 ? 0.25f + (*y)[k] / 8 : (float)((*y)[k] > 0.8f);
 }
 
 static void run_loss(const row *r) {
@@ -931,11 +945,8 @@ static void run_loss(const row *r) {
       const loss_case *c = &cases[i];
       const size_t n = c->n, es = cl_dtype_size((cl_dtype)t);
       if (too_big((double)n * 20)) continue;
-      const int bce = c->f.kind == CL_LOSS_BCE_LOGITS;
-      /* logits in (-6, 6); BCE targets mostly 0 or 1, a few soft labels */
-      float *p = rand_floats(n, bce ? -6 : -2, bce ? 6 : 2), *y = rand_floats(n, -2, 2);
-      if (bce)
-        for (size_t k = 0; k < n; k++) y[k] = k % 7 == 3 ? 0.25f + y[k] / 8 : (float)(y[k] > 0.8f);
+      float *p, *y;
+      loss_inputs(&c->f, n, &p, &y);
       void *ps = to_storage((cl_dtype)t, p, n);
       double *rg = xmalloc(n * 8);
       const double rloss = ref_loss(&c->f, p, y, n, c->scale, rg);
@@ -951,7 +962,8 @@ static void run_loss(const row *r) {
         float *g = c->grad == 0 ? NULL : c->grad == 1 ? G : Y;
         double loss = -1.0;
         if (sc.ok)
-          CALL(&sc, v->be->iface->loss(v->be, &c->f, P, Y, n, (cl_dtype)t, c->scale, g, &loss));
+          CALL(&sc,
+               v->be->iface->loss(v->be, &c->f, P, Y, NULL, n, (cl_dtype)t, c->scale, g, &loss));
         if (!sc.ok) goto next;
         const double lr = fabs(loss - rloss) / rloss;
         expect(v, lr <= r->tol.scalar, "%-60s loss %.17g, want %.17g (rel %.1e, tol %.0e)", label,
@@ -969,6 +981,71 @@ static void run_loss(const row *r) {
     }
 }
 
+/* The loss slot with a per-element weight (MSE too): in [0, 2] with every
+ * fifth zero, against ref_loss_w; then a weight of ones, which must give
+ * the unweighted call's loss and gradient bit for bit (the mse slot's for
+ * MSE). */
+static void run_weighted_loss(const row *r) {
+  const loss_case *cases = r->cases;
+  for (int i = 0; i < r->n_cases; i++)
+    for (int t = CL_F32; t <= CL_BF16; t++) {
+      if (!(r->dtypes & (1u << t))) continue;
+      const loss_case *c = &cases[i];
+      const size_t n = c->n, es = cl_dtype_size((cl_dtype)t);
+      if (too_big((double)n * 28)) continue;
+      float *p, *y, *w = rand_floats(n, 0, 2), *ones = xmalloc(n * 4);
+      loss_inputs(&c->f, n, &p, &y);
+      for (size_t k = 0; k < n; k++) {
+        if (k % 5 == 2) w[k] = 0.0f;
+        ones[k] = 1.0f;
+      }
+      void *ps = to_storage((cl_dtype)t, p, n);
+      double *rg = xmalloc(n * 8);
+      const double rloss = ref_loss_w(&c->f, p, y, w, n, c->scale, rg);
+      char label[160], what[240];
+      snprintf(label, sizeof label, "weighted %s delta=%g pos_weight=%g %s n=%zu scale=%g",
+               loss_str(&c->f), c->f.delta, c->f.pos_weight, dtype_str((cl_dtype)t), n,
+               (double)c->scale);
+      for (int vi = 0; vi < n_vs; vi++) {
+        variant *v = &vs[vi];
+        scope sc = scope_of(v);
+        const struct cl_backend_i *f = v->be->iface;
+        void *P = dev_of(&sc, ps, n * es);
+        float *Y = dev_of(&sc, y, n * 4), *Wt = dev_of(&sc, w, n * 4);
+        float *O = dev_of(&sc, ones, n * 4);
+        float *G = dev_alloc(&sc, n * 4), *G1 = dev_alloc(&sc, n * 4), *G0 = dev_alloc(&sc, n * 4);
+        double loss = -1.0, l1 = -1.0, l0 = -2.0;
+        const cl_dtype dt = (cl_dtype)t;
+        if (sc.ok) CALL(&sc, f->loss(v->be, &c->f, P, Y, Wt, n, dt, c->scale, G, &loss));
+        if (sc.ok) CALL(&sc, f->loss(v->be, &c->f, P, Y, O, n, dt, c->scale, G1, &l1));
+        if (sc.ok && c->f.kind == CL_LOSS_MSE)
+          CALL(&sc, f->mse(v->be, P, Y, n, dt, c->scale, G0, &l0));
+        else if (sc.ok)
+          CALL(&sc, f->loss(v->be, &c->f, P, Y, NULL, n, dt, c->scale, G0, &l0));
+        if (!sc.ok) goto next;
+        const double lr = fabs(loss - rloss) / rloss;
+        expect(v, lr <= r->tol.scalar, "%-60s loss %.17g, want %.17g (rel %.1e, tol %.0e)", label,
+               loss, rloss, lr, r->tol.scalar);
+        float *got = dev_get(&sc, CL_F32, G, n), *g1 = dev_get(&sc, CL_F32, G1, n),
+              *g0 = dev_get(&sc, CL_F32, G0, n);
+        snprintf(what, sizeof what, "%s: gradient (float32)", label);
+        if (got) compare(v, what, got, rg, n, r->tol.f32);
+        /* the CPU adds its threads' partial sums in OpenMP's order, which
+         * varies from call to call above its parallel threshold (32768,
+         * also for the unweighted slots): there the loss to 1e-15 */
+        const int same_loss = n <= 32768 ? l1 == l0 : fabs(l1 - l0) <= 1e-15 * fabs(l0);
+        if (g1 && g0)
+          expect(v, same_loss && memcmp(g1, g0, n * 4) == 0,
+                 "%-60s weight of ones: loss %.17g vs unweighted %.17g, gradient %s", label, l1,
+                 l0, memcmp(g1, g0, n * 4) == 0 ? "the same bits" : "DIFFERS");
+        free(got), free(g1), free(g0);
+      next:
+        scope_end(&sc);
+      }
+      free(p), free(y), free(w), free(ones), free(ps), free(rg);
+    }
+}
+
 static void run_loss_errors(const row *r) {
   (void)r;
   const cl_loss_fn mse = {CL_LOSS_MSE, 1, 1}, mae = {CL_LOSS_MAE, 1, 1};
@@ -980,10 +1057,10 @@ static void run_loss_errors(const row *r) {
     double loss = -1.0;
     if (sc.ok) {
       const struct cl_backend_i *f = v->be->iface;
-      cl_status s1 = f->loss(v->be, &mae, P, Y, 4, BAD_DTYPE, 1.0f, NULL, &loss);
-      cl_status s2 = f->loss(v->be, &mae, P, Y, 0, CL_F32, 1.0f, NULL, &loss);
-      cl_status s3 = f->loss(v->be, &mse, P, Y, 4, CL_F32, 1.0f, NULL, &loss);
-      cl_status s4 = f->loss(v->be, &unknown, P, Y, 4, CL_F32, 1.0f, NULL, &loss);
+      cl_status s1 = f->loss(v->be, &mae, P, Y, NULL, 4, BAD_DTYPE, 1.0f, NULL, &loss);
+      cl_status s2 = f->loss(v->be, &mae, P, Y, NULL, 0, CL_F32, 1.0f, NULL, &loss);
+      cl_status s3 = f->loss(v->be, &mse, P, Y, NULL, 4, CL_F32, 1.0f, NULL, &loss);
+      cl_status s4 = f->loss(v->be, &unknown, P, Y, NULL, 4, CL_F32, 1.0f, NULL, &loss);
       expect(v, s1 == CL_E_UNSUPPORTED && s2 == CL_E_INVALID && s3 == CL_E_INVALID &&
                     s4 == CL_E_INVALID,
              "unknown dtype: %s; n = 0: %s; MSE (the mse slot's): %s; unknown kind: %s",
@@ -1389,7 +1466,7 @@ static void run_scratch(const row *r) {
       CALL(&sc, f->mse(be, P, T, NM, CL_F32, 1.0f, NULL, &loss));
       CALL(&sc, f->grad_unscale(be, d[1], NA, 1.0f, &found));
       CALL(&sc, f->adam_check(be, d[0], d[1], d[2], d[3], NULL, NA, &ah, &key));
-      CALL(&sc, f->loss(be, &huber, P, T, NM, CL_F32, 1.0f, NULL, &lhuber));
+      CALL(&sc, f->loss(be, &huber, P, T, NULL, NM, CL_F32, 1.0f, NULL, &lhuber));
       CALL(&sc, f->sum_squares(be, P, NM, &sq));
       f->set_scratch(be, v->scratch);
     }
@@ -1542,6 +1619,14 @@ static const loss_case loss_cases[] = {
     {{CL_LOSS_BCE_LOGITS, 1, 2.5}, 70001, 1.0f, 2},
     {{CL_LOSS_BCE_LOGITS, 1, 1}, 1000, 0.5f, 1},
     {{CL_LOSS_BCE_LOGITS, 1, 0.3}, (1u << 20) + 3, 1.0f, 1},
+};
+
+static const loss_case weighted_loss_cases[] = {
+    {{CL_LOSS_MSE, 1, 1}, 1, 1.0f, 1},
+    {{CL_LOSS_MSE, 1, 1}, 100003, 0.75f, 1},
+    {{CL_LOSS_MAE, 1, 1}, 4099, 1024.0f, 1},
+    {{CL_LOSS_HUBER, 0.7, 1}, (1u << 20) + 3, 1.0f, 1},
+    {{CL_LOSS_BCE_LOGITS, 1, 2.5}, 70001, 0.5f, 1},
 };
 
 static const sumsq_case sumsq_cases[] = {
@@ -1721,6 +1806,10 @@ static const row ops[] = {
       "softplus(-x) cancels to ~1e-6 of the element's loss where x << 0), summed in double: "
       "1e-5 relative; gradient: sign, clamp or sigmoid in float32 times scale / n, a few ulp of "
       "the largest (1e-5, as torch's own CPU/CUDA agreement)"}},
+    {"weighted loss", run_weighted_loss, CASES(weighted_loss_cases), ALL, 0,
+     {1e-5, 0, 0, 0, 0, 1e-5,
+      "as the loss row, each element's loss and gradient times its weight (a float32 product "
+      "in the gradient); a weight of ones: the unweighted call's bits exactly"}},
     {"loss refusals", run_loss_errors, NULL, 1, F32, 0, EXACT("statuses")},
     {"sum_squares", run_sum_squares, CASES(sumsq_cases), F32, 0,
      {0, 0, 0, 0, 0, 1e-12,

@@ -189,7 +189,8 @@ expect_training_fixture <- function(name, device = "cpu", dtype = "float32", rel
   label <- paste(name, device, dtype)
   for (s in seq_len(cfg$steps)) {
     loss <- train_step(f$model, f$fx$tensors$x, f$fx$tensors$y, opt, max_grad_norm = clip,
-                       loss = cfg$loss, delta = cfg$delta, pos_weight = cfg$pos_weight)
+                       loss = cfg$loss, delta = cfg$delta, pos_weight = cfg$pos_weight,
+                       weight = f$fx$tensors$weight)
     losses[s] <- loss
     norms[s] <- attr(loss, "grad_norm") %||% 0
     if (s == 1 && is.null(clip)) { # the step's own gradient, as torch's backward of the loss
@@ -325,6 +326,127 @@ test_that("every loss holds across accumulation and checkpointing, and evaluate 
     expect_equal(e, a, tolerance = 1e-6)
     release_all(m)
   }
+})
+
+# ---- the per-element loss weight -----------------------------------------
+
+test_that("a weighted loss gives torch's (w * l).mean() and its gradients (fixtures)", {
+  for (device in c("cpu", if (gpu_available()) "cuda")) {
+    for (name in c("weighted_mse", "weighted_huber", "weighted_bce_logits")) {
+      expect_training_fixture(name, device)
+      expect_training_fixture(name, device, dtype = "float16", rel = 5e-3)
+    }
+  }
+})
+
+test_that("a weight of ones is no weight, bit for bit, for every loss and target", {
+  set.seed(21)
+  x <- api_x()
+  for (target in c("last_state", "sequence")) {
+    y <- if (target == "sequence") api_y(T = 3) else api_y()
+    for (loss in loss_names) {
+      yl <- if (loss == "bce_logits") (y > 0) + 0 else y
+      m <- twin_models()
+      a <- train_step(m$a, x, yl, optimizer_sgd(0), target = target, loss = loss, delta = 0.2)
+      b <- train_step(m$b, x, yl, optimizer_sgd(0), target = target, loss = loss, delta = 0.2,
+                      weight = array(1, dim(yl)))
+      expect_identical(b, a, label = paste(loss, target))
+      expect_identical(gradients(m$b), gradients(m$a), label = paste(loss, target))
+      release_all(m)
+    }
+  }
+})
+
+test_that("a zero weight masks its elements: their targets change nothing", {
+  set.seed(22)
+  x <- api_x()
+  y <- api_y(T = 3)
+  w <- array(stats::runif(length(y), 0.5, 2), dim(y))
+  w[, 2, 1, , ] <- 0 # a step's channel missing
+  y2 <- y
+  y2[w == 0] <- 1e6 # garbage where the data are missing
+  m <- twin_models()
+  on.exit(release_all(m))
+  a <- train_step(m$a, x, y, optimizer_sgd(0), target = "sequence", weight = w)
+  b <- train_step(m$b, x, y2, optimizer_sgd(0), target = "sequence", weight = w)
+  expect_identical(b, a)
+  expect_identical(gradients(m$b), gradients(m$a))
+  # the mean is over all elements, masked ones included, as torch's .mean()
+  pred <- convlstm_forward(m$a, x, training = FALSE, target = "sequence")
+  expect_equal(as.numeric(a), sum(w * (pred - y)^2) / length(y), tolerance = 1e-6)
+  # and a weight changes the step (it is not ignored)
+  c <- train_step(m$a, x, y, optimizer_sgd(0), target = "sequence")
+  expect_false(isTRUE(all.equal(as.numeric(c), as.numeric(a))))
+})
+
+test_that("a weighted step holds across accumulation, checkpointing and tbptt; evaluate agrees", {
+  set.seed(23)
+  x <- api_x(B = 4, T = 4)
+  y <- api_y(B = 4, T = 4)
+  w <- array(stats::runif(length(y), 0, 2) * (stats::runif(length(y)) > 0.3), dim(y))
+  for (loss in loss_names) {
+    yl <- if (loss == "bce_logits") (y > 0) + 0 else y
+    m <- twin_models()
+    args <- list(target = "sequence", loss = loss, delta = 0.2, pos_weight = 3, weight = w)
+    a <- do.call(train_step, c(list(m$a, x, yl, optimizer_sgd(0)), args))
+    for (k in list(list(accumulation_steps = 2, checkpoint = 3), list(tbptt = 2),
+                   list(accumulation_steps = 3))) {
+      b <- do.call(train_step, c(list(m$b, x, yl, optimizer_sgd(0)), args, k))
+      expect_equal(b, a, tolerance = 1e-6, label = paste(loss, names(k)))
+      if (is.null(k$tbptt)) { # tbptt cuts the gradient through time; the loss still agrees
+        expect_equal(gradients(m$b), gradients(m$a), tolerance = 1e-5)
+      }
+    }
+    e <- convlstm_evaluate(m$a, x, yl, target = "sequence", batch_size = 3, loss = loss,
+                           delta = 0.2, pos_weight = 3, weight = w)
+    expect_equal(e, as.numeric(a), tolerance = 1e-6)
+    release_all(m)
+  }
+})
+
+test_that("a weight is planned: memory_estimate(weight = ) measures to the byte", {
+  set.seed(24)
+  x <- api_x(B = 4, T = 4)
+  for (target in c("last_state", "sequence")) {
+    y <- if (target == "sequence") api_y(B = 4, T = 4) else api_y(B = 4)
+    m <- api_model()
+    est <- memory_estimate(m, 4, 4, 5, 4, optimizer = optimizer_sgd(0.1), checkpoint = 2,
+                           accumulation_steps = 2, weight = target)
+    plain <- memory_estimate(m, 4, 4, 5, 4, optimizer = optimizer_sgd(0.1), checkpoint = 2,
+                             accumulation_steps = 2)
+    plan <- attr(est, "plan")
+    # float [steps held, micro-batch, channels, H, W]: 2 steps of a segment for a sequence
+    want <- 4 * (if (target == "sequence") 2 else 1) * 2 * 2 * 5 * 4
+    expect_identical(plan$bytes[plan$name == "weight"], as.double(want))
+    expect_false("weight" %in% attr(plain, "plan")$name)
+    reset_peak_memory_stats(m)
+    train_step(m, x, y, optimizer_sgd(0.1), target = target, checkpoint = 2,
+               accumulation_steps = 2, weight = array(1, dim(y)))
+    s <- memory_stats(m)
+    expect_identical(s$peak_allocated, est$bytes[est$category == "total"], label = target)
+    convlstm_release(m)
+  }
+})
+
+test_that("convlstm_fit() slices the weight with its batches and validation split", {
+  set.seed(25)
+  x <- api_x(B = 6)
+  y <- api_y(B = 6)
+  w <- array(stats::runif(length(y), 0, 2), dim(y))
+  m <- twin_models()
+  on.exit(release_all(m))
+  h <- convlstm_fit(m$a, x, y, optimizer_sgd(0), epochs = 1, batch_size = 2, shuffle = FALSE,
+                    verbose = FALSE, validation_split = 1 / 3, weight = w)
+  # lr 0: each batch's loss is the weighted loss of the model as it stands
+  steps <- vapply(list(1:2, 3:4), function(i) {
+    as.numeric(train_step(m$b, x[i, , , , , drop = FALSE], y[i, , , , drop = FALSE],
+                          optimizer_sgd(0), weight = w[i, , , , drop = FALSE]))
+  }, 0)
+  expect_equal(h$loss[[1]], mean(steps), tolerance = 1e-6)
+  expect_equal(h$val_loss[[1]],
+               convlstm_evaluate(m$a, x[5:6, , , , , drop = FALSE], y[5:6, , , , drop = FALSE],
+                                 weight = w[5:6, , , , drop = FALSE]), tolerance = 1e-12)
+  expect_false(attr(h, "data_on_device"))
 })
 
 test_that("convlstm_fit() trains on a loss and reports it for validation too", {
