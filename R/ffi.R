@@ -6,13 +6,14 @@
 # enums as their names (dtype, device, target, what); src/r_options.c
 # decodes them, by the same names.
 
-# geometry: layer_geometry()'s 4 x n_layers matrix (kernel, dilation).
+# geometry: layer_geometry()'s 4 x n_layers matrix (kernel, dilation);
+# peephole: peephole_spec()'s c(kind, height, width).
 c_model_create <- function(input_dim, hidden_dims, geometry, bias, device, dtype,
-                           threads, memory_limit) {
+                           threads, memory_limit, peephole = c(0L, 0L, 0L)) {
   .Call(
     ffi_model_create, as.integer(input_dim), as.integer(hidden_dims),
     as.integer(geometry), as.logical(bias), device, dtype,
-    as.integer(threads), as.double(memory_limit)
+    as.integer(threads), as.double(memory_limit), as.integer(peephole)
   )
 }
 

@@ -50,6 +50,21 @@
 #'   `c(height, width)` pairs). Padding stays "same": `dilation * (k - 1) /
 #'   2` on each side, so every layer keeps the image size, as torch's
 #'   `nn_conv2d(dilation = d, padding = "same")`.
+#' @param peephole Peephole connections as in Shi et al. (2015): the input
+#'   and forget gates also see `w_ci * c[t-1]` and `w_cf * c[t-1]`, the
+#'   output gate `w_co * c[t]` (elementwise products with the cell state).
+#'   `FALSE` (or `"none"`, the default): the tutorial's cell. `TRUE` or
+#'   `"position"`: the paper's weights, one per hidden channel and pixel,
+#'   `[hidden, height, width]`, which fix the frame size to `frame_size`
+#'   (an input of another size is an error naming the argument).
+#'   `"channel"`: one weight per hidden channel, `[hidden, 1, 1]`, for any
+#'   frame size. The weights are parameters named `cell_list.<l>.w_ci`,
+#'   `.w_cf` and `.w_co` (after the layer's conv weight and bias), trained,
+#'   clipped, saved and loaded like the others; they start at zero, so a
+#'   new model computes what the same model without peepholes computes, and
+#'   [set.seed()] draws it the same convolution weights.
+#' @param frame_size With per-position peepholes, `c(height, width)` of the
+#'   frames (one number for square frames); `NULL` otherwise.
 #'
 #' @return A model: a function of class `convlstm_model`. Calling it on an
 #'   array `x` of dim `[batch, time, channels, height, width]` runs an
@@ -96,9 +111,15 @@
 #' # only the last states: memory independent of the sequence length
 #' str(model(x, outputs = "last_states")$layer_last_states[[2]])
 #' convlstm_release(model)
+#' # the paper's peepholes: weights per channel and pixel, for 6 x 6 frames
+#' pm <- convlstm(input_dim = 1, hidden_dims = 4, kernel_sizes = 3,
+#'                peephole = TRUE, frame_size = c(6, 6), device = "cpu")
+#' pm
+#' dim(pm$parameters[["cell_list.0.w_ci"]])   # [4, 6, 6]
+#' convlstm_release(pm)
 convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hidden_dims),
                      bias = TRUE, device = "auto", dtype = "float32", memory_limit = NULL,
-                     threads = NULL, dilation = 1) {
+                     threads = NULL, dilation = 1, peephole = FALSE, frame_size = NULL) {
   input_dim <- check_count(input_dim, "input_dim")
   n_layers <- check_count(n_layers, "n_layers")
   if (n_layers > max_layers) {
@@ -113,12 +134,13 @@ convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hid
   dtype <- check_choice(dtype, dtypes(), "dtype")
   memory_limit <- parse_bytes(memory_limit, "memory_limit", sys.call())
   threads <- check_threads(threads, sys.call())
+  peephole <- peephole_spec(peephole, frame_size, sys.call())
 
   if (identical(device, "auto")) device <- if (gpu_available()) "cuda" else "cpu"
   ptr <- c_model_create(
     input_dim, hidden_dims, geometry, bias,
     device = device,
-    dtype = dtype, threads = threads, memory_limit = memory_limit
+    dtype = dtype, threads = threads, memory_limit = memory_limit, peephole = peephole
   )
   c_model_init_params(ptr)
   new_convlstm_model(ptr)
@@ -197,6 +219,7 @@ check_input <- function(x, config, arg, call = sys.call(-1)) {
       arg, config$input_dim, if (config$input_dim == 1) "" else "s", dim(x)[[3]]
     ), call = call)
   }
+  check_frame_size(dim(x)[4:5], config, arg, call)
   x
 }
 
@@ -214,7 +237,8 @@ layer_shapes <- function(input_dim, hidden_dims, geometry) {
 layer_table <- function(config) {
   h <- config$hidden_dims
   shapes <- layer_shapes(config$input_dim, h, config$geometry)
-  params <- shapes$weight + if (isTRUE(config$bias)) shapes$bias else 0
+  params <- shapes$weight + (if (isTRUE(config$bias)) shapes$bias else 0) +
+    peephole_params(config, h)
   data.frame(
     layer = seq_len(config$n_layers), input = shapes$input, hidden = h,
     kernel = geometry_labels(config$geometry), parameters = params, bytes = params * 4
@@ -232,6 +256,10 @@ print.convlstm_model <- function(x, ...) {
     config$n_layers, if (config$n_layers == 1) "" else "s", format_count(n),
     format_bytes(n * 4), config$device, config$dtype
   ))
+  if (!identical(config$peephole, "none")) {
+    cat(sprintf("  peepholes: %s\n", if (is.null(config$frame_size)) "per channel" else
+      sprintf("per position, frames of %d x %d", config$frame_size[[1]], config$frame_size[[2]])))
+  }
   if (status == "released") cat("  released: this model holds no memory any more\n")
   if (status == "restored") {
     cat("  no C memory (restored by readRDS?): use convlstm_save() / convlstm_load()\n")

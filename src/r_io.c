@@ -93,8 +93,8 @@ static SEXP saved_info(const cl_saved *s) {
 
   const cl_config *c = cl_saved_config(s);
   const char *cn[] = {"input_dim", "hidden_dims", "kernel_sizes", "n_layers",
-                      "bias",      "dtype",       "geometry"};
-  SEXP cfg = r_named_list(cn, 7);
+                      "bias",      "dtype",       "geometry",     "peephole"};
+  SEXP cfg = r_named_list(cn, 8);
   SET_VECTOR_ELT(out, 0, cfg);
   SET_VECTOR_ELT(cfg, 0, Rf_ScalarInteger(c->input_dim));
   SEXP hd = Rf_allocVector(INTSXP, c->n_layers);
@@ -109,6 +109,7 @@ static SEXP saved_info(const cl_saved *s) {
   SET_VECTOR_ELT(cfg, 4, Rf_ScalarLogical(c->bias != 0));
   SET_VECTOR_ELT(cfg, 5, Rf_mkString(cl_dtype_name(c->dtype)));
   SET_VECTOR_ELT(cfg, 6, r_geometry(c));
+  SET_VECTOR_ELT(cfg, 7, r_peephole(c));
 
   cl_optim o;
   int64_t steps = 0;

@@ -56,13 +56,14 @@ cl_model *r_model(SEXP ptr) {
 static int int_at(SEXP x, int i) { return INTEGER(x)[i]; }
 
 /* geometry: integer [4, n_layers]: kernel height, width, dilation height,
- * width of each layer (column). */
+ * width of each layer (column). peephole: integer c(kind, height, width),
+ * as r_peephole() returns it. */
 SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP geometry, SEXP bias, SEXP device,
-                      SEXP dtype, SEXP threads, SEXP memory_limit) {
+                      SEXP dtype, SEXP threads, SEXP memory_limit, SEXP peephole) {
   int nprotect = 0;
   if (TYPEOF(input_dim) != INTSXP || TYPEOF(hidden_dims) != INTSXP ||
       TYPEOF(geometry) != INTSXP || TYPEOF(bias) != LGLSXP || TYPEOF(threads) != INTSXP ||
-      TYPEOF(memory_limit) != REALSXP)
+      TYPEOF(memory_limit) != REALSXP || TYPEOF(peephole) != INTSXP || Rf_length(peephole) != 3)
     r_raise_invalid("internal: ffi_model_create() got arguments of the wrong type");
   int n_layers = Rf_length(hidden_dims);
   if (n_layers < 1 || n_layers > CL_MAX_LAYERS || Rf_length(geometry) != 4 * n_layers)
@@ -84,6 +85,9 @@ SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP geometry, SEXP bias
   cfg.dtype = r_dtype(dtype);
   cfg.n_threads = int_at(threads, 0);
   cfg.memory_limit = r_bytes(memory_limit, "memory_limit");
+  cfg.peephole = int_at(peephole, 0);
+  cfg.peephole_h = int_at(peephole, 1);
+  cfg.peephole_w = int_at(peephole, 2);
 
   SEXP mark = PROTECT(Rf_mkString(LIVE));
   nprotect++;
@@ -146,7 +150,8 @@ SEXP ffi_model_config(SEXP ptr) {
   int nprotect = 0;
   const char *const names[] = {"input_dim", "hidden_dims", "kernel_sizes", "n_layers",
                          "bias",      "device",      "dtype",        "threads",
-                         "memory_limit", "backend",  "n_params",     "geometry"};
+                         "memory_limit", "backend",  "n_params",     "peephole",
+                         "geometry"};
   SEXP out = PROTECT(r_named_list(names, (int)(sizeof names / sizeof names[0])));
   nprotect++;
 
@@ -171,6 +176,7 @@ SEXP ffi_model_config(SEXP ptr) {
   const char *be = cl_model_backend_name(m);
   SET_VECTOR_ELT(out, 9, Rf_mkString(be != NULL ? be : ""));
   SET_VECTOR_ELT(out, 10, Rf_ScalarReal((double)cl_model_n_params(m)));
+  SET_VECTOR_ELT(out, 11, r_peephole(cfg));
   UNPROTECT(nprotect);
   return out;
 }

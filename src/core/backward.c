@@ -94,7 +94,8 @@ static cl_status backward_layer(cl_model *m, int l, int b, int len, const void *
   void *dz = st->gates[l], *cell = st->cell[l], *hid = st->hid[l];
   float *dh = st->dh[l], *dc = st->dc[l], *gw = m->grads;
   cl_conv_shape sx = cl_conv_input_half(L, g, len * b), sh = cl_conv_hidden_half(L, g, b);
-  cl_gates_shape gs = {b, L->hidden, (int)P, t};
+  cl_gates_shape gs = cl_cell_shape(m, L, g, b);
+  const float *wp = cl_peep_of(L, m->params);
 
   if (fresh_dc) CL_TRY(cl_zero(m, dc, bh * sizeof(float)));
   if (carry_in) /* the later segment's first step reaches back to our last h */
@@ -103,8 +104,11 @@ static cl_status backward_layer(cl_model *m, int l, int b, int len, const void *
   for (int s = len - 1; s >= 0; s--) {
     void *dz_s = cl_at(dz, s * bg, t);
     const void *c_prev = s > 0 ? cl_at(cell, (s - 1) * bh, t) : prev_c;
-    CL_KERNEL(m, be->gates_backward(m->be, &gs, dz_s, cl_at(cell, s * bh, t), c_prev, dh + s * bh,
-                                    dc));
+    CL_KERNEL(m, be->gates_backward(m->be, &gs, dz_s, cl_at(cell, s * bh, t), c_prev, wp,
+                                    dh + s * bh, dc));
+    if (wp)
+      CL_KERNEL(m, be->peephole_filter(m->be, &gs, dz_s, cl_at(cell, s * bh, t), c_prev,
+                                       cl_peep_of(L, gw)));
     if (s > 0)
       CL_KERNEL(m, be->conv_backward_data(m->be, &sh, dz_s, m->params + L->off_wh,
                                           dh + (s - 1) * bh, 1, st->ws));

@@ -165,9 +165,14 @@ void cl_cudnn_cache_free(struct cl_cudnn_cache *c);
 
 /* cuda_cell.cu */
 cl_status cl_cuda_gates_forward(cl_backend *be, const cl_gates_shape *s, void *z,
-                                const void *c_prev, void *c, void *h);
+                                const void *c_prev, const float *wp, void *c, void *h);
 cl_status cl_cuda_gates_backward(cl_backend *be, const cl_gates_shape *s, void *gates,
-                                 const void *c, const void *c_prev, const float *dh, float *dc);
+                                 const void *c, const void *c_prev, const float *wp,
+                                 const float *dh, float *dc);
+
+/* cuda_peephole.cu */
+cl_status cl_cuda_peephole_filter(cl_backend *be, const cl_gates_shape *s, const void *dz,
+                                  const void *c, const void *c_prev, float *dwp);
 
 /* cuda_optim.cu */
 cl_status cl_cuda_mse(cl_backend *be, const void *pred, const float *target, size_t n,
