@@ -2,7 +2,7 @@
 # over 60 random tiny configurations, shapes and step options (checkpoint,
 # accumulation_steps, tbptt, dtype, training or inference with all outputs or
 # the last state only, from zeros, a given initial state or, training, a
-# carried one), a fresh model's measured peak per category after one real
+# carried one; no peepholes, per channel or per position), a fresh model's measured peak per category after one real
 # step equals the plan's estimate. Plus the estimate's plan, print and
 # summary(model, input_shape).
 
@@ -39,6 +39,8 @@ random_case <- function(i) {
     case$kernel_widths <- sample(c(1, 3, 5), L, replace = TRUE)
     case$dilation <- sample(1:3, L, replace = TRUE)
   }
+  # peepholes by the case's number (the random draws stay as they were)
+  case$peephole <- c("none", "channel", "position")[[i %% 3 + 1]]
   case
 }
 
@@ -115,12 +117,13 @@ test_that("measured peaks equal the estimate to the byte over 60 random cases", 
     techniques <- c(techniques, case$dtype, if (!case$training) case$outputs,
                     paste0("state_", case$state),
                     if (any(case$dilation > 1)) "dilated",
-                    if (any(case$kernel_widths != case$kernel_sizes)) "non-square")
+                    if (any(case$kernel_widths != case$kernel_sizes)) "non-square",
+                    paste0("peephole_", case$peephole))
   }
   # the draw covers every option
   expect_true(all(c("checkpoint", "tbptt", "accumulation", "float32", "float16", "bfloat16",
                     "all", "last_state", "state_zero", "state_given", "state_carry", "dilated",
-                    "non-square")
+                    "non-square", "peephole_none", "peephole_channel", "peephole_position")
                   %in% techniques))
   expect_gt(n_training, 30)
 })

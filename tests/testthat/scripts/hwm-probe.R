@@ -4,8 +4,9 @@
 # over a second step, against memory_estimate() for that step.
 #
 #   Rscript hwm-probe.R LIB OUT input_dim hidden kernel B T H W dtype
-#                       checkpoint accumulation tbptt mode
+#                       checkpoint accumulation tbptt mode [peephole]
 #
+# peephole: "none" (the default), "channel" or "position" (for H x W frames).
 # mode: "last_state" / "sequence" (a training step with that target), or
 # "infer_all" / "infer_last" (an inference forward, model(x) keeping every
 # output, or only the last states). Writes one line of key=value to OUT.
@@ -33,6 +34,7 @@ names(num) <- c("input_dim", "hidden", "kernel", "B", "T", "H", "W", "checkpoint
                 "accumulation", "tbptt")
 dtype <- args[[10]]
 mode <- args[[14]]
+peephole <- if (length(args) >= 15) args[[15]] else "none"
 suppressPackageStartupMessages(library(convlstm, lib.loc = lib))
 ns <- asNamespace("convlstm")
 
@@ -98,7 +100,9 @@ model <- NULL
 ptr <- NULL
 result <- NULL
 grow_create <- window({
-  model <- convlstm(n, hid, num[["kernel"]], device = "cpu", dtype = dtype, threads = 1)
+  model <- convlstm(n, hid, num[["kernel"]], device = "cpu", dtype = dtype, threads = 1,
+                    peephole = peephole,
+                    frame_size = if (peephole == "position") num[c("H", "W")])
 })
 ptr <- ns$model_ptr(model)
 grow_first <- window(result <- run(ptr))
