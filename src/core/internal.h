@@ -250,6 +250,7 @@ static inline float *cl_peep_of(const cl_layer *L, float *flat) {
 /* ---- What each file offers the files above it, floor by floor ---------
  * A file uses only files below its floor (src/core/README.md):
  *   1 util.c, backend.c   errors, checked sizes; the backend table's defaults
+ *   1 tensors.c           the named tensors of a configuration (names, shapes)
  *   1 osmem.c             the process's resident memory as the OS reports it
  *   2 alloc.c, plan.c     accounting allocator; the plan of a step's buffers
  *   3 step.c              the step arena, model buffers, gradients
