@@ -56,7 +56,6 @@ static cell_row row_of(const cl_gates_shape *s, float *z, int64_t r) {
 
 /* Row r's peephole weights from wp [3, hidden, pp], from pixel p0 on. */
 static void row_peep(cell_row *cr, const cl_gates_shape *s, const float *wp, int64_t r, int p0) {
-  if (s->peep == CL_PEEP_NONE || !wp) return;
   const size_t pp = (size_t)cl_gates_peep_pixels(s), per = (size_t)s->hidden * pp;
   cr->ws = s->peep == CL_PEEP_POSITION;
   cr->wi = wp + (size_t)(r % s->hidden) * pp + (size_t)p0 * cr->ws;
@@ -64,7 +63,7 @@ static void row_peep(cell_row *cr, const cl_gates_shape *s, const float *wp, int
   cr->wo = cr->wf + per;
 }
 
-static cl_status check(cl_backend *be, const cl_gates_shape *s) {
+static cl_status check(cl_backend *be, const cl_gates_shape *s, const float *wp) {
   if (s->dtype != CL_F32 && s->dtype != CL_F16 && s->dtype != CL_BF16)
     return cl_cpu_fail(be, CL_E_UNSUPPORTED, "cpu backend: unknown storage dtype %d",
                        (int)s->dtype);
@@ -73,6 +72,8 @@ static cl_status check(cl_backend *be, const cl_gates_shape *s) {
                        s->hidden, s->P);
   if (s->peep < CL_PEEP_NONE || s->peep > CL_PEEP_POSITION)
     return cl_cpu_fail(be, CL_E_INVALID, "cpu backend: unknown peephole kind %d", (int)s->peep);
+  if (s->peep != CL_PEEP_NONE && !wp)
+    return cl_cpu_fail(be, CL_E_INVALID, "cpu backend: a cell with peepholes needs their weights");
   return CL_OK;
 }
 
@@ -163,19 +164,43 @@ static void backward_peep_scalar(const cell_row *r, int p) {
 static void forward_row(cl_cpu_gemm_kind isa, const cell_row *r) {
 #if CL_VMATH_X86
   if (isa == CL_CPU_GEMM_AVX512) {
-    if (r->wi) forward_peep_avx512(r);
-    else forward_avx512(r);
+    forward_avx512(r);
     return;
   }
   if (isa == CL_CPU_GEMM_AVX2) {
-    if (r->wi) forward_peep_avx2(r);
-    else forward_avx2(r);
+    forward_avx2(r);
     return;
   }
 #endif
   (void)isa;
-  if (r->wi) forward_peep_scalar(r, 0);
-  else forward_scalar(r, 0);
+  forward_scalar(r, 0);
+}
+
+static void forward_peep_row(cl_cpu_gemm_kind isa, const cell_row *r) {
+#if CL_VMATH_X86
+  if (isa == CL_CPU_GEMM_AVX512) {
+    forward_peep_avx512(r);
+    return;
+  }
+  if (isa == CL_CPU_GEMM_AVX2) {
+    forward_peep_avx2(r);
+    return;
+  }
+#endif
+  (void)isa;
+  forward_peep_scalar(r, 0);
+}
+
+/* A row with or without peepholes: the choice is made per call (peep), so
+ * rows without them run the code they ran before peepholes existed. */
+static void forward_any(cl_cpu_gemm_kind isa, int peep, cell_row *cr, const cl_gates_shape *s,
+                        const float *wp, int64_t r, int p0) {
+  if (!peep) {
+    forward_row(isa, cr);
+    return;
+  }
+  row_peep(cr, s, wp, r, p0);
+  forward_peep_row(isa, cr);
 }
 
 /* ---- half storage: float chunks through the same row code ----------------- */
@@ -201,8 +226,7 @@ static void forward_row_half(cl_cpu_gemm_kind isa, const cl_gates_shape *s, void
                    .cn = b[5],
                    .h = b[6],
                    .P = (int)n};
-    row_peep(&cr, s, wp, r, p0);
-    forward_row(isa, &cr);
+    forward_any(isa, wp != NULL, &cr, s, wp, r, p0);
     for (int q = 0; q < 4; q++) cl_cpu_store(t, b[q], z, zo + q * gate + p0, n, 0);
     cl_cpu_store(t, b[5], c, so + p0, n, 0);
     cl_cpu_store(t, b[6], h, so + p0, n, 0);
@@ -211,17 +235,18 @@ static void forward_row_half(cl_cpu_gemm_kind isa, const cl_gates_shape *s, void
 
 cl_status cl_cpu_gates_forward(cl_backend *be, const cl_gates_shape *s, void *z, const void *c_prev,
                                const float *wp, void *c, void *h) {
-  cl_status st = check(be, s);
+  cl_status st = check(be, s, wp);
   if (st != CL_OK) return st;
   const cl_cpu_gemm_kind isa = cl_cpu_isa_of(be);
   const int64_t rows = (int64_t)s->N * s->hidden;
+  const int peep = s->peep != CL_PEEP_NONE;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
     if (rows * s->P > 16384)
 #endif
   for (int64_t r = 0; r < rows; r++) {
     if (s->dtype != CL_F32) {
-      forward_row_half(isa, s, z, r, c_prev, wp, c, h);
+      forward_row_half(isa, s, z, r, c_prev, peep ? wp : NULL, c, h);
       continue;
     }
     cell_row cr = row_of(s, (float *)z, r);
@@ -229,8 +254,7 @@ cl_status cl_cpu_gates_forward(cl_backend *be, const cl_gates_shape *s, void *z,
     cr.cp = c_prev ? (const float *)c_prev + off : NULL;
     cr.cn = (float *)c + off;
     cr.h = (float *)h + off;
-    row_peep(&cr, s, wp, r, 0);
-    forward_row(isa, &cr);
+    forward_any(isa, peep, &cr, s, wp, r, 0);
   }
   return CL_OK;
 }
@@ -240,19 +264,41 @@ cl_status cl_cpu_gates_forward(cl_backend *be, const cl_gates_shape *s, void *z,
 static void backward_row(cl_cpu_gemm_kind isa, const cell_row *r) {
 #if CL_VMATH_X86
   if (isa == CL_CPU_GEMM_AVX512) {
-    if (r->wi) backward_peep_avx512(r);
-    else backward_avx512(r);
+    backward_avx512(r);
     return;
   }
   if (isa == CL_CPU_GEMM_AVX2) {
-    if (r->wi) backward_peep_avx2(r);
-    else backward_avx2(r);
+    backward_avx2(r);
     return;
   }
 #endif
   (void)isa;
-  if (r->wi) backward_peep_scalar(r, 0);
-  else backward_scalar(r, 0);
+  backward_scalar(r, 0);
+}
+
+static void backward_peep_row(cl_cpu_gemm_kind isa, const cell_row *r) {
+#if CL_VMATH_X86
+  if (isa == CL_CPU_GEMM_AVX512) {
+    backward_peep_avx512(r);
+    return;
+  }
+  if (isa == CL_CPU_GEMM_AVX2) {
+    backward_peep_avx2(r);
+    return;
+  }
+#endif
+  (void)isa;
+  backward_peep_scalar(r, 0);
+}
+
+static void backward_any(cl_cpu_gemm_kind isa, int peep, cell_row *cr, const cl_gates_shape *s,
+                         const float *wp, int64_t r, int p0) {
+  if (!peep) {
+    backward_row(isa, cr);
+    return;
+  }
+  row_peep(cr, s, wp, r, p0);
+  backward_peep_row(isa, cr);
 }
 
 /* Row r with gates, c and c_prev in s->dtype; dh and dc are float32. */
@@ -276,25 +322,25 @@ static void backward_row_half(cl_cpu_gemm_kind isa, const cl_gates_shape *s, voi
                    .dh = dh + so + p0,
                    .dc = dc + so + p0,
                    .P = (int)n};
-    row_peep(&cr, s, wp, r, p0);
-    backward_row(isa, &cr);
+    backward_any(isa, wp != NULL, &cr, s, wp, r, p0);
     for (int q = 0; q < 4; q++) cl_cpu_store(t, b[q], gates, zo + q * gate + p0, n, 0);
   }
 }
 
 cl_status cl_cpu_gates_backward(cl_backend *be, const cl_gates_shape *s, void *gates, const void *c,
                                 const void *c_prev, const float *wp, const float *dh, float *dc) {
-  cl_status st = check(be, s);
+  cl_status st = check(be, s, wp);
   if (st != CL_OK) return st;
   const cl_cpu_gemm_kind isa = cl_cpu_isa_of(be);
   const int64_t rows = (int64_t)s->N * s->hidden;
+  const int peep = s->peep != CL_PEEP_NONE;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
     if (rows * s->P > 16384)
 #endif
   for (int64_t r = 0; r < rows; r++) {
     if (s->dtype != CL_F32) {
-      backward_row_half(isa, s, gates, r, c, c_prev, wp, dh, dc);
+      backward_row_half(isa, s, gates, r, c, c_prev, peep ? wp : NULL, dh, dc);
       continue;
     }
     cell_row cr = row_of(s, (float *)gates, r);
@@ -303,8 +349,7 @@ cl_status cl_cpu_gates_backward(cl_backend *be, const cl_gates_shape *s, void *g
     cr.c = (const float *)c + off;
     cr.dh = (const float *)dh + off;
     cr.dc = dc + off;
-    row_peep(&cr, s, wp, r, 0);
-    backward_row(isa, &cr);
+    backward_any(isa, peep, &cr, s, wp, r, 0);
   }
   return CL_OK;
 }

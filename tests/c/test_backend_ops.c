@@ -904,6 +904,13 @@ static void run_gates_errors(const row *r) {
       cl_status s4 = v->be->iface->peephole_filter(v->be, &none, Z, C, NULL, H);
       expect(v, s4 == CL_E_INVALID, "peephole_filter without peepholes: %s (%s)",
              status_str(s4), v->be->err);
+      /* a cell with peepholes and no weights is refused, not run without */
+      cl_gates_shape peep = {1, 1, 1, CL_F32, CL_PEEP_CHANNEL};
+      cl_status s5 = v->be->iface->gates_forward(v->be, &peep, Z, NULL, NULL, C, H);
+      cl_status s6 = v->be->iface->gates_backward(v->be, &peep, Z, C, NULL, NULL, H, C);
+      expect(v, s5 == CL_E_INVALID && s6 == CL_E_INVALID,
+             "peepholes without weights: forward %s, backward %s (%s)", status_str(s5),
+             status_str(s6), v->be->err);
     }
     scope_end(&sc);
   }
