@@ -27,10 +27,9 @@ import os
 import sys
 
 import torch
-import torch.nn.functional as F
 
-from make_fixtures import ADAM_LR, ADAM_STEPS, MIN_GRAD_RATIO, Writer, prediction, \
-    smallest_gradient
+from make_fixtures import ADAM_LR, ADAM_STEPS, MIN_GRAD_RATIO, Writer, adam_steps, \
+    first_good_seed, write_forward
 from torch_convlstm import ConvLSTM, ConvLSTMCell
 
 CONFIGS = [
@@ -116,18 +115,7 @@ def make(cfg, root, seed):
     w.tensor("x", x)
     w.tensor("y", y)
 
-    model.zero_grad()
-    out = model(x)
-    loss = F.mse_loss(prediction(out, cfg["target"]), y)
-    loss.backward()
-    for l, o in enumerate(out[0]):
-        w.tensor("output/%d" % l, o)
-    for l, (h, c) in enumerate(out[1]):
-        w.tensor("last_h/%d" % l, h)
-        w.tensor("last_c/%d" % l, c)
-    w.tensor("loss", loss.reshape(1))
-    for k, p in model.named_parameters():
-        w.tensor("grad/" + k, p.grad)
+    write_forward(w, model, x, y, cfg["target"])
 
     for mistake in ("no_peephole", "o_sees_c_prev", "if_see_c_t"):
         for l, o in enumerate(wrong_outputs(model, x, mistake)):
@@ -143,15 +131,7 @@ def make(cfg, root, seed):
             w.tensor("from_state/last_h/%d" % l, h)
             w.tensor("from_state/last_c/%d" % l, c)
 
-    opt = torch.optim.Adam(model.parameters(), lr=ADAM_LR, weight_decay=cfg["weight_decay"])
-    losses, ratio = [], float("inf")
-    for _ in range(ADAM_STEPS):
-        opt.zero_grad()
-        l = F.mse_loss(prediction(model(x), cfg["target"]), y)
-        l.backward()
-        ratio = min(ratio, smallest_gradient(model, cfg["weight_decay"]))
-        opt.step()
-        losses.append(l.item())
+    losses, ratio = adam_steps(model, x, y, cfg["target"], cfg["weight_decay"])
     if ratio < MIN_GRAD_RATIO:
         return None
     w.info("adam_min_grad_ratio", "%.3e" % ratio)
@@ -169,13 +149,7 @@ def main():
         root = sys.argv[1]
     torch.set_num_threads(1)
     for i, cfg in enumerate(CONFIGS):
-        for attempt in range(1000):
-            res = make(cfg, root, seed=20261123 + 1000 * i + attempt)
-            if res is not None:
-                break
-        else:
-            sys.exit("no seed gives well-conditioned Adam steps for " + cfg["name"])
-        print("%-10s %s" % (cfg["name"], res))
+        print("%-10s %s" % (cfg["name"], first_good_seed(make, cfg, root, 20261123 + 1000 * i)))
 
 
 if __name__ == "__main__":
