@@ -84,23 +84,32 @@ for (device in peep_devices) {
       convlstm_release(model)
     })
 
-    test_that(sprintf("Adam steps with peepholes match PyTorch [%s]", label), {
-      model <- peep_model(fx, device)
-      opt <- optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
-      losses <- vapply(seq_len(cfg$adam_steps), function(i) {
-        train_step(model, fx$tensors$x, fx$tensors$y, opt, target = cfg$target)
-      }, numeric(1))
-      expect_close(losses, fx$tensors$adam_losses, rel = REL, label = paste(label, "losses"))
-      after <- state_dict(model)
-      for (k in names(after)) {
-        expect_close(after[[k]], fx$tensors[[paste0("adam_params/", k)]], rel = REL,
-                     label = paste(label, "params", k))
-      }
-      # the peepholes moved: the optimizer counts them
-      expect_gt(max(abs(after[["cell_list.0.w_ci"]] - fx$tensors[["weights/cell_list.0.w_ci"]])),
-                0.5 * cfg$adam_lr)
-      convlstm_release(model)
-    })
+    # the same gradient by every schedule: checkpoint segments recompute the
+    # cell (peepholes included) and accumulation sums micro-batches' weight
+    # gradients
+    schedules <- list(plain = list(), checkpoint = list(checkpoint = 1),
+                      accumulation = list(accumulation_steps = 2))
+    for (sched in names(schedules)) {
+      test_that(sprintf("Adam steps with peepholes match PyTorch [%s, %s]", label, sched), {
+        model <- peep_model(fx, device)
+        opt <- optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
+        losses <- vapply(seq_len(cfg$adam_steps), function(i) {
+          do.call(train_step, c(list(model, fx$tensors$x, fx$tensors$y, opt,
+                                     target = cfg$target), schedules[[sched]]))
+        }, numeric(1))
+        expect_close(losses, fx$tensors$adam_losses, rel = REL,
+                     label = paste(label, sched, "losses"))
+        after <- state_dict(model)
+        for (k in names(after)) {
+          expect_close(after[[k]], fx$tensors[[paste0("adam_params/", k)]], rel = REL,
+                       label = paste(label, sched, "params", k))
+        }
+        # the peepholes moved: the optimizer counts them
+        moved <- after[["cell_list.0.w_ci"]] - fx$tensors[["weights/cell_list.0.w_ci"]]
+        expect_gt(max(abs(moved)), 0.5 * cfg$adam_lr)
+        convlstm_release(model)
+      })
+    }
 
     # Half storage rounds activations (float16 to 2^-11, bfloat16 to 2^-8),
     # compounded over steps and layers (measured: 5e-4 and 6e-3 of the
