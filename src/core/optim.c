@@ -129,10 +129,13 @@ static const char *tensor_at(const cl_model *m, size_t i) {
     cl_tensor_spec t = cl_cfg_tensor(&m->cfg, k);
     const cl_layer *L = &m->layer[t.layer];
     int in;
-    if (t.role == CL_TR_WEIGHT)
-      in = (i >= L->off_wx && i < L->off_wx + L->n_wx) || (i >= L->off_wh && i < L->off_wh + L->n_wh);
-    else
-      in = i >= cl_whole_offset(L, t.role) && i < cl_whole_offset(L, t.role) + cl_whole_numel(L, t.role);
+    if (t.role == CL_TR_WEIGHT) {
+      in = (i >= L->off_wx && i < L->off_wx + L->n_wx) ||
+           (i >= L->off_wh && i < L->off_wh + L->n_wh);
+    } else {
+      size_t from = cl_whole_offset(L, t.role);
+      in = i >= from && i < from + cl_whole_numel(L, t.role);
+    }
     if (in) return m->tensor_name[k];
   }
   return "?";

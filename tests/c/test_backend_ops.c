@@ -856,8 +856,8 @@ static void run_peephole_filter(const row *r) {
         s.dtype = (cl_dtype)t;
         const size_t ns = (size_t)s.N * s.hidden * s.P, nz = 4 * ns, nw = ref_peep_numel(&s);
         const size_t es = cl_dtype_size(s.dtype);
-        float *dz = rand_floats(nz, -1, 1), *c = rand_floats(ns, -2, 2), *cp = rand_floats(ns, -2, 2);
-        float *dw0 = rand_floats(nw, -1, 1);
+        float *dz = rand_floats(nz, -1, 1), *c = rand_floats(ns, -2, 2);
+        float *cp = rand_floats(ns, -2, 2), *dw0 = rand_floats(nw, -1, 1);
         /* (rounds dz, c, cp to the stored values the device reads) */
         void *dzs = to_storage(s.dtype, dz, nz), *cs = to_storage(s.dtype, c, ns);
         void *cps = to_storage(s.dtype, cp, ns);

@@ -2,9 +2,9 @@
 # over 60 random tiny configurations, shapes and step options (checkpoint,
 # accumulation_steps, tbptt, dtype, training or inference with all outputs or
 # the last state only, from zeros, a given initial state or, training, a
-# carried one; no peepholes, per channel or per position), a fresh model's measured peak per category after one real
-# step equals the plan's estimate. Plus the estimate's plan, print and
-# summary(model, input_shape).
+# carried one; no peepholes, per channel or per position), a fresh model's
+# measured peak per category after one real step equals the plan's
+# estimate. Plus the estimate's plan, print and summary(model, input_shape).
 
 est_model <- function(...) convlstm(..., device = "cpu", threads = 1)
 estimate_bytes_of <- function(est) stats::setNames(est$bytes, est$category)

@@ -319,7 +319,9 @@ test_that("a file with peepholes loads in PyTorch and computes the same outputs"
     model <- convlstm(2, c(3, 2), 3, device = "cpu", threads = 1, peephole = kind,
                       frame_size = if (kind == "position") dim(d$x)[4:5])
     sd <- state_dict(model)
-    for (k in grep("w_c", names(sd), value = TRUE)) sd[[k]][] <- stats::runif(length(sd[[k]]), -1, 1)
+    for (k in grep("w_c", names(sd), value = TRUE)) {
+      sd[[k]][] <- stats::runif(length(sd[[k]]), -1, 1)
+    }
     load_state_dict(model, sd)
     path <- st_file()
     xf <- tempfile()
