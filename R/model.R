@@ -82,7 +82,8 @@
 #'   `model(x2, state = model(x1)$layer_last_states)` continues the
 #'   sequence `x1` with `x2`. Fields are available with
 #'   `$`: `config`, `input_dim`, `hidden_dims`, `kernel_sizes`, `n_layers`,
-#'   `bias`, `device`, `dtype`, `backend`, `memory_limit`, `n_parameters`,
+#'   `bias`, `device`, `dtype`, `backend`, `memory_limit`, `peephole`
+#'   (`"none"`, `"channel"` or `"position"`), `frame_size`, `n_parameters`,
 #'   `parameters` (the state dict: a named list of the weights as R arrays),
 #'   and the methods `state_dict()`, `load_state_dict()`, `zero_grad()`,
 #'   `forward()`, and `half()`, `bfloat16()`, `float()` (storage type
@@ -362,7 +363,8 @@ print.summary.convlstm_model <- function(x, ...) {
 
 model_fields <- c(
   "config", "input_dim", "hidden_dims", "kernel_sizes", "dilation", "n_layers", "bias", "device",
-  "dtype", "backend", "memory_limit", "n_parameters", "parameters", "state_dict",
+  "dtype", "backend", "memory_limit", "peephole", "frame_size", "n_parameters", "parameters",
+  "state_dict",
   "load_state_dict", "zero_grad", "forward", "half", "bfloat16", "float", "train", "eval", "to",
   "cuda", "cpu"
 )
@@ -403,7 +405,7 @@ move_model <- function(model, device, dtype, call) {
   switch(name,
     config = model_config(model),
     input_dim = , hidden_dims = , kernel_sizes = , dilation = , n_layers = , bias = , device = ,
-    dtype = , backend = , memory_limit = model_config(model)[[name]],
+    dtype = , backend = , memory_limit = , peephole = , frame_size = model_config(model)[[name]],
     n_parameters = sum(layer_table(model_config(model))$parameters),
     parameters = state_dict(model),
     state_dict = function() state_dict(model),

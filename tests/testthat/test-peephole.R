@@ -27,6 +27,8 @@ test_that("per-position peepholes read back and have torch's names and shapes", 
   on.exit(convlstm_release(m))
   expect_identical(m$config$peephole, "position")
   expect_identical(m$config$frame_size, c(5L, 4L))
+  expect_identical(m$peephole, "position")
+  expect_identical(m$frame_size, c(5L, 4L))
   p <- m$parameters
   expect_identical(names(p), c(
     "cell_list.0.conv.weight", "cell_list.0.conv.bias", "cell_list.0.w_ci", "cell_list.0.w_cf",
@@ -45,6 +47,7 @@ test_that("per-channel peepholes are [hidden, 1, 1] and fit any frame size", {
   on.exit(convlstm_release(m))
   expect_identical(m$config$peephole, "channel")
   expect_null(m$config$frame_size)
+  expect_null(m$frame_size)
   expect_identical(names(m$parameters),
                    c("cell_list.0.conv.weight", "cell_list.0.w_ci", "cell_list.0.w_cf",
                      "cell_list.0.w_co"))
