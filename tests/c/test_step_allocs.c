@@ -62,6 +62,7 @@ typedef struct step_case {
   cl_step_options opts;
   cl_optim_kind optim;
   cl_device device;
+  cl_peephole peephole; /* per position: for the case's H x W */
 } step_case;
 
 static void run_case(const step_case *sc, start_fn start, stop_fn stop) {
@@ -76,6 +77,8 @@ static void run_case(const step_case *sc, start_fn start, stop_fn stop) {
   c.n_threads = 1;
   c.dtype = sc->dtype;
   c.device = sc->device;
+  c.peephole = sc->peephole;
+  if (sc->peephole == CL_PEEP_POSITION) c.peephole_h = sc->H, c.peephole_w = sc->W;
   cl_model *m = ctest_model(&c);
   if (!m) return;
   size_t nx = (size_t)sc->B * sc->T * c.input_dim * sc->H * sc->W;
@@ -125,13 +128,17 @@ int main(int argc, char **argv) {
   stop_fn stop = (stop_fn)dlsym(RTLD_DEFAULT, "cl_alloc_count_stop");
   if (!start || !stop) return reexec_under_interposer(argv);
   static const step_case cases[] = {
-      {"plain", 4, 6, 16, 16, CL_F32, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU},
-      {"checkpoint 2", 4, 6, 16, 16, CL_F32, {.checkpoint = 2}, CL_OPTIM_ADAM, CL_DEVICE_CPU},
-      {"accumulation 2", 4, 6, 16, 16, CL_F32, {.accumulation_steps = 2}, CL_OPTIM_ADAM, CL_DEVICE_CPU},
-      {"tbptt 4", 4, 6, 16, 16, CL_F32, {.tbptt = 4}, CL_OPTIM_ADAM, CL_DEVICE_CPU},
-      {"float16", 4, 6, 16, 16, CL_F16, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU},
-      {"bfloat16, sgd", 4, 6, 16, 16, CL_BF16, {0}, CL_OPTIM_SGD, CL_DEVICE_CPU},
-      {"large image", 2, 3, 64, 64, CL_F32, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU},
+      {"plain", 4, 6, 16, 16, CL_F32, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU, CL_PEEP_NONE},
+      {"checkpoint 2", 4, 6, 16, 16, CL_F32, {.checkpoint = 2}, CL_OPTIM_ADAM, CL_DEVICE_CPU, CL_PEEP_NONE},
+      {"accumulation 2", 4, 6, 16, 16, CL_F32, {.accumulation_steps = 2}, CL_OPTIM_ADAM, CL_DEVICE_CPU, CL_PEEP_NONE},
+      {"tbptt 4", 4, 6, 16, 16, CL_F32, {.tbptt = 4}, CL_OPTIM_ADAM, CL_DEVICE_CPU, CL_PEEP_NONE},
+      {"float16", 4, 6, 16, 16, CL_F16, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU, CL_PEEP_NONE},
+      {"bfloat16, sgd", 4, 6, 16, 16, CL_BF16, {0}, CL_OPTIM_SGD, CL_DEVICE_CPU, CL_PEEP_NONE},
+      {"large image", 2, 3, 64, 64, CL_F32, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU, CL_PEEP_NONE},
+      {"peepholes per position", 4, 6, 16, 16, CL_F32, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU,
+       CL_PEEP_POSITION},
+      {"peepholes per channel, f16", 4, 6, 16, 16, CL_F16, {.checkpoint = 2}, CL_OPTIM_ADAM,
+       CL_DEVICE_CPU, CL_PEEP_CHANNEL},
   };
   printf("test_step_allocs (interposer: malloc/calloc/realloc/memalign/mmap > 64 KiB)\n");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], start, stop);
