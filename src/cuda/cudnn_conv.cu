@@ -165,8 +165,9 @@ struct filter_op {
 
 #define MAX_ALGOS 16
 
-/* Take the candidates in cuDNN's heuristic order (fastest first) and keep the first whose workspace fits under ws_limit; if none
- * fits, the one needing the least. The math type goes onto cd: cuDNN decides
+/* Take the candidates in cuDNN's heuristic order (fastest first) and keep
+ * the first whose workspace fits under ws_limit; if none fits, the one
+ * needing the least. The math type goes onto cd: cuDNN decides
  * tensor-core use from algorithm and math type together. float32 without
  * TF32 is pinned to FMA whatever a candidate says, so that it never rounds
  * its inputs to TF32. */

@@ -1802,7 +1802,9 @@ static const gather_case gather_cases[] = {
    "float32: sums of C kh kw, K kh kw or N H W products in another order; stored results: "      \
    "one rounding to float16 (2^-11) or bfloat16 (2^-8) of a float32 sum; a backend computing "   \
    "half convolutions in the storage type (cuDNN: weights cast, dx and dw rounded as autocast "  \
-   "does) rounds x w products and results at 2^-11 / 2^-8 each: 8e-3 / 5e-2"}
+   "does) rounds x w products and results at 2^-11 / 2^-8 each: 8e-3 / 5e-2; float32 on a "     \
+   "backend that names its algorithm (conv_algo): its family's, if looser (algo_tol: TF32 "     \
+   "3e-3, FFT 2e-4, Winograd 1e-4)"}
 
 static const row ops[] = {
     {"alloc free upload copy download memset0 mem_info synchronize", run_memory, NULL, 1, F32, 0,

@@ -137,14 +137,16 @@ gencode() {
 
 # "13.0": the CUDA version nvidia-smi says the driver supports; "" without one.
 driver_cuda() {
-  nvidia-smi 2>/dev/null | grep -o 'CUDA Version: *[0-9][0-9.]*' | head -n 1 | grep -o '[0-9][0-9.]*$'
+  nvidia-smi 2>/dev/null | grep -o 'CUDA Version: *[0-9][0-9.]*' | head -n 1 |
+    grep -o '[0-9][0-9.]*$'
 }
 
 # "13.0": the toolkit's release (nvcc), the runtime our library links.
 toolkit_cuda() {
   local nvcc=${CUDA_HOME:-/usr/local/cuda}/bin/nvcc
   command -v nvcc >/dev/null 2>&1 && nvcc=nvcc
-  "$nvcc" --version 2>/dev/null | grep -o 'release [0-9][0-9.]*' | head -n 1 | grep -o '[0-9][0-9.]*$'
+  "$nvcc" --version 2>/dev/null | grep -o 'release [0-9][0-9.]*' | head -n 1 |
+    grep -o '[0-9][0-9.]*$'
 }
 
 # The driver against the toolkit, first thing on a GPU machine. CUDA's minor
@@ -152,7 +154,10 @@ toolkit_cuda() {
 # an older major version is fatal; an older minor is reported (code that
 # needs a newer driver's PTX JIT would fail later, with a clearer cause now).
 check_driver() {
-  have_gpu || { echo "driver check: no GPU listed by nvidia-smi (stages needing one skip)"; return 0; }
+  if ! have_gpu; then
+    echo "driver check: no GPU listed by nvidia-smi (stages needing one skip)"
+    return 0
+  fi
   local drv ver tk
   drv=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)
   ver=$(driver_cuda)
@@ -331,7 +336,8 @@ check_driver > "$LOGDIR/driver.log" 2>&1
 drc=$?
 tee -a "$session" < "$LOGDIR/driver.log"
 if [ $drc -ne 0 ]; then
-  printf '%-9s %-8s %6s  %s\n' driver FAIL 0 "driver older than the toolkit (session.log)" >> "$summary"
+  printf '%-9s %-8s %6s  %s\n' driver FAIL 0 "driver older than the toolkit (session.log)" \
+    >> "$summary"
   cat "$summary"
   exit 1
 fi
