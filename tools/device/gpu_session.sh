@@ -256,7 +256,15 @@ PY
     use_cudnn
     have_gpu && export CONVLSTM_REQUIRE_GPU=1
     [ -x build/test_backend_ops ] || { echo "build/test_backend_ops missing: run the build stage"; return 1; }
-    sh tests/c/run.sh build
+    sh tests/c/run.sh build || return 1
+    have_gpu || return 0
+    # every convolution case with the cuDNN algorithm that ran it (in
+    # logs.tar.gz), and how often each algorithm ran per direction
+    build/test_backend_ops -v -b cuda > "$LOGDIR/backend_ops_cuda.log" 2>&1
+    echo "cuDNN algorithms of the conformance test's convolution checks (count, variant, call):"
+    sed -n 's/^[okFAIL ]* \[\(cuda.*\)\] [^:]*: \(forward\|backward data\|backward filter dw\)'\
+'\( (float32 dx)\)\{0,1\} \([A-Z].*[^ ]\) *max abs.*/\1 | \2 | \4/p' \
+      "$LOGDIR/backend_ops_cuda.log" | sort | uniq -c | sort -rn | head -n 40
     ;;
   sanitize)
     have_gpu || { echo "STAGE SKIPPED: no GPU"; return 0; }
