@@ -112,6 +112,10 @@ const char *cl_model_error(const cl_model *m);
 const cl_config *cl_model_config(const cl_model *m);
 /* Name of the backend in use ("cpu", "cuda"). */
 const char *cl_model_backend_name(const cl_model *m);
+/* The arithmetic of the model's float32 convolutions: "tf32" (CUDA's
+ * default, as PyTorch's; CONVLSTM_CUDA_TF32=0 when the model is created
+ * turns it off) or "float32"; "" where the backend has no choice (CPU). */
+const char *cl_model_conv_math(const cl_model *m);
 /* 1 when a model can be created on this device in this build and machine. */
 int cl_device_available(cl_device d);
 /* 1 when this build has the CUDA backend, whether or not a GPU is present. */

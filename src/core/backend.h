@@ -211,12 +211,26 @@ struct cl_backend_i {
    * an element is); synchronizes. The norm for clip_grad_norm_; the scaling
    * that follows is grad_unscale's. */
   cl_status (*sum_squares)(cl_backend *be, const float *g, size_t n, double *sum);
+
+  /* ---- reports ---- */
+  /* (optional) the algorithm conv_forward, conv_backward_data and
+   * conv_backward_filter run for s in direction dir (0 forward, 1 backward
+   * data, 2 backward filter), for reports and the conformance test's
+   * tolerances: the library's own names, " tf32" appended where float32
+   * runs on TF32 tensor cores, several joined by "/" where chunks of s
+   * differ; "" when not known yet (ask after the calls). The string stays
+   * valid until the next call of this slot. */
+  const char *(*conv_algo)(cl_backend *be, const cl_conv_shape *s, int dir);
 };
 
 struct cl_backend {
   const struct cl_backend_i *iface;
   void *context;
   int n_threads;
+  /* the arithmetic of float32 convolutions, for reports: "tf32" (tensor
+   * cores, inputs rounded to 10 mantissa bits) or "float32"; NULL where the
+   * backend has no such choice (the CPU's is always float32) */
+  const char *conv_math;
   char err[CL_ERRMSG_LEN];
 };
 

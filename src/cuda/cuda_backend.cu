@@ -274,6 +274,7 @@ static const struct cl_backend_i cl_cuda_iface = {
     /* .gather_rows = */ cl_cuda_gather_rows,
     /* .loss = */ cl_cuda_loss,
     /* .sum_squares = */ cl_cuda_sum_squares,
+    /* .conv_algo = */ cl_cuda_conv_algo,
 };
 
 /* Asking for its attributes fails when the build holds no code this device
@@ -336,9 +337,12 @@ static cl_status cuda_init(cl_backend *be, cl_cuda_ctx *ctx) {
    * every benchmark shape. */
   ctx->ws_limit = (size_t)(env_double("CONVLSTM_CUDA_WORKSPACE_MB", 256.0) * 1024.0 * 1024.0);
   ctx->benchmark = env_double("CONVLSTM_CUDNN_BENCHMARK", 0.0) != 0.0;
-  /* Off by default (unlike PyTorch's cudnn.allow_tf32): float32 results then
-   * match the CPU backend to float32 rounding. */
-  ctx->allow_tf32 = env_double("CONVLSTM_CUDA_TF32", 0.0) != 0.0;
+  /* On by default, as PyTorch's torch.backends.cudnn.allow_tf32: float32
+   * convolutions may run on TF32 tensor cores (cuDNN's DEFAULT_MATH), all
+   * else stays float32. CONVLSTM_CUDA_TF32=0 pins them to FMA_MATH, strict
+   * float32 that matches the CPU backend to float32 rounding. */
+  ctx->allow_tf32 = env_double("CONVLSTM_CUDA_TF32", 1.0) != 0.0;
+  be->conv_math = ctx->allow_tf32 ? "tf32" : "float32";
   /* Half-type backward data converts its result into float32 through this
    * much scratch at most, working in slices of images beyond it: 64 MiB holds
    * 32M elements, a call large enough to keep the GPU busy, without the

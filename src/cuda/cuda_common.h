@@ -154,6 +154,7 @@ cl_status cl_cuda_cast_from_f32(cl_backend *be, const float *src, void *dst, siz
 
 /* cudnn_conv.cu */
 cl_status cl_cuda_conv_workspace(cl_backend *be, const cl_conv_shape *s, size_t *bytes);
+const char *cl_cuda_conv_algo(cl_backend *be, const cl_conv_shape *s, int dir);
 cl_status cl_cuda_conv_forward(cl_backend *be, const cl_conv_shape *s, const void *x,
                                const float *w, const float *bias, void *y, int accumulate,
                                void *ws);

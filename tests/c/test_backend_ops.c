@@ -440,6 +440,35 @@ static void conv_free(conv_data *d) {
   free(d->rdb);
 }
 
+/* The float32 tolerance of a convolution result by the algorithm that
+ * computed it (the backend's conv_algo slot; CONV_TOL's 2e-5 is that of
+ * direct and GEMM algorithms: float32 products, summed in another order):
+ *   TF32 (cuDNN's float32 on tensor cores, PyTorch's default): both operands
+ *     of every product rounded to 10 mantissa bits, 2^-11 relative each, so
+ *     a product is off by up to 2^-10 = 9.8e-4 of itself; summed with mixed
+ *     signs and scaled by the largest result, 3e-3 (3x that) bounds it;
+ *   FFT, FFT_TILING: the transforms' rounding is eps log2(n) relative to the
+ *     whole tile's norm, not to each output's, so an output much smaller
+ *     than its tile's largest carries the tile's error: 2e-4 (10x direct);
+ *   WINOGRAD, WINOGRAD_NONFUSED: the input, filter and output transforms
+ *     (entries up to 2, 16-36 terms per output tile) amplify the products'
+ *     rounding some 5x over direct (Lavin and Gray, 2016): 1e-4.
+ * The loosest family named wins (a "/" list has one per chunk). */
+static double algo_tol(double base, const char *algo) {
+  if (strstr(algo, "tf32")) return fmax(base, 3e-3);
+  if (strstr(algo, "FFT")) return fmax(base, 2e-4);
+  if (strstr(algo, "WINOGRAD")) return fmax(base, 1e-4);
+  return base;
+}
+
+/* The algorithm be reports for s in direction dir ("" without the slot). */
+static const char *algo_of(cl_backend *be, const cl_conv_shape *s, int dir, char *buf,
+                           size_t n) {
+  const char *a = be->iface->conv_algo ? be->iface->conv_algo(be, s, dir) : "";
+  snprintf(buf, n, "%s", a ? a : "");
+  return buf;
+}
+
 /* The three convolution calls on one backend. Outputs that are not
  * accumulated start as all-one bytes (NaN in every storage type): they must
  * be written, not read. Each call gets exactly conv_workspace() bytes; on a
@@ -488,18 +517,30 @@ static void conv_on(const row *r, variant *v, const conv_data *d, const char *la
   }
   if (!sc.ok) goto out;
   expect(v, guards, "%s: nothing written past the %zu workspace bytes", label, ws);
-  char what[240];
+  /* the algorithm of each direction goes into the label: recorded with
+   * the result (-v prints every one), and its tolerance for float32 */
+  char what[240], algo[3][160];
+  for (int dir = 0; dir < 3; dir++) algo_of(be, s, dir, algo[dir], sizeof algo[dir]);
+  const int f32 = t == CL_F32;
   float *got = dev_get(&sc, t, Y, d->ny);
-  snprintf(what, sizeof what, "%s: forward", label);
-  if (got) compare(v, what, got, d->ry, d->ny, tol_of(r, v, t, t));
+  snprintf(what, sizeof what, "%s: forward%s%s", label, algo[0][0] ? " " : "", algo[0]);
+  if (got)
+    compare(v, what, got, d->ry, d->ny,
+            f32 ? algo_tol(tol_of(r, v, t, t), algo[0]) : tol_of(r, v, t, t));
   free(got);
   got = d->run_data ? dev_get(&sc, CL_F32, DX, d->nx) : NULL;
-  snprintf(what, sizeof what, "%s: backward data (float32 dx)", label);
-  if (got) compare(v, what, got, d->rdx, d->nx, tol_of(r, v, t, CL_F32));
+  snprintf(what, sizeof what, "%s: backward data (float32 dx)%s%s", label, algo[1][0] ? " " : "",
+           algo[1]);
+  if (got)
+    compare(v, what, got, d->rdx, d->nx,
+            f32 ? algo_tol(tol_of(r, v, t, CL_F32), algo[1]) : tol_of(r, v, t, CL_F32));
   free(got);
   got = d->run_filter ? dev_get(&sc, CL_F32, DW, d->nw) : NULL;
-  snprintf(what, sizeof what, "%s: backward filter dw", label);
-  if (got) compare(v, what, got, d->rdw, d->nw, tol_of(r, v, t, CL_F32));
+  snprintf(what, sizeof what, "%s: backward filter dw%s%s", label, algo[2][0] ? " " : "",
+           algo[2]);
+  if (got)
+    compare(v, what, got, d->rdw, d->nw,
+            f32 ? algo_tol(tol_of(r, v, t, CL_F32), algo[2]) : tol_of(r, v, t, CL_F32));
   free(got);
   got = d->run_filter ? dev_get(&sc, CL_F32, DB, s->K) : NULL;
   snprintf(what, sizeof what, "%s: bias gradient", label);
@@ -1761,7 +1802,9 @@ static const gather_case gather_cases[] = {
    "float32: sums of C kh kw, K kh kw or N H W products in another order; stored results: "      \
    "one rounding to float16 (2^-11) or bfloat16 (2^-8) of a float32 sum; a backend computing "   \
    "half convolutions in the storage type (cuDNN: weights cast, dx and dw rounded as autocast "  \
-   "does) rounds x w products and results at 2^-11 / 2^-8 each: 8e-3 / 5e-2"}
+   "does) rounds x w products and results at 2^-11 / 2^-8 each: 8e-3 / 5e-2; float32 on a "     \
+   "backend that names its algorithm (conv_algo): its family's, if looser (algo_tol: TF32 "     \
+   "3e-3, FFT 2e-4, Winograd 1e-4)"}
 
 static const row ops[] = {
     {"alloc free upload copy download memset0 mem_info synchronize", run_memory, NULL, 1, F32, 0,
@@ -1950,11 +1993,14 @@ static int gpu_expected(const char **why) {
 }
 #endif
 
-/* The CUDA backend as created, with backward data in slices of few images
- * (a scratch limit of 734 bytes slices N5 C3 6x9 into 2, 2 and 1 images
- * and 17-channel 12x10 images into one each), and with cuDNN's algorithms
- * timed (their workspace must still be what conv_workspace() said). Returns
- * 0 when CUDA was required and could not start. */
+/* The CUDA backend with strict float32 (CONVLSTM_CUDA_TF32=0), with
+ * backward data in slices of few images (a scratch limit of 734 bytes
+ * slices N5 C3 6x9 into 2, 2 and 1 images and 17-channel 12x10 images into
+ * one each), with cuDNN's algorithms timed at the first call (their
+ * workspace must still be within what conv_workspace() said), and as
+ * created (TF32 allowed, PyTorch's default; its float32 convolutions held
+ * to algo_tol's TF32 tolerance where cuDNN says it picked tensor cores).
+ * Returns 0 when CUDA was required and could not start. */
 static int add_cuda_variants(void) {
   cl_gpu_info info;
   char err[CL_ERRMSG_LEN] = "";
@@ -1987,15 +2033,19 @@ static int add_cuda_variants(void) {
            info.runtime_version, info.cudnn_version);
   static const struct {
     const char *env, *value, *name;
-  } ways[] = {{NULL, NULL, "cuda"},
-              {"CONVLSTM_CUDA_DX_SCRATCH_MB", "0.0007", "cuda [dx slices]"},
-              {"CONVLSTM_CUDNN_BENCHMARK", "1", "cuda [cudnnFind]"}};
+    int tf32;
+  } ways[] = {{NULL, NULL, "cuda", 0},
+              {"CONVLSTM_CUDA_DX_SCRATCH_MB", "0.0007", "cuda [dx slices]", 0},
+              {"CONVLSTM_CUDNN_BENCHMARK", "1", "cuda [cudnnFindEx]", 0},
+              {NULL, NULL, "cuda [tf32, default]", 1}};
   int ok = 1;
   for (int i = 0; i < COUNT(ways); i++) {
     if (ways[i].env) setenv(ways[i].env, ways[i].value, 1);
+    if (!ways[i].tf32) setenv("CONVLSTM_CUDA_TF32", "0", 1);
     cl_backend *be = NULL;
     cl_status st = cl_backend_cuda_create(&be, err, sizeof err);
     if (ways[i].env) unsetenv(ways[i].env);
+    unsetenv("CONVLSTM_CUDA_TF32");
     if (st != CL_OK) {
       printf("FAIL %s: cl_backend_cuda_create: %s: %s\n", ways[i].name, status_str(st), err);
       ctest_checks++, ctest_failures++;
