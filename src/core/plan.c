@@ -60,6 +60,12 @@ cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
   int ck = o->checkpoint > 0 && o->checkpoint < T, tb = o->tbptt > 0 && o->tbptt < T;
   if (ck && tb)
     return cl_fail(m, CL_E_INVALID, "checkpoint and tbptt cannot be combined: use one of them");
+  /* free-running: the fed-back steps interleave the layers, which neither
+   * checkpoint segments nor truncation windows schedule */
+  if (o->free_run && o->horizon > 0 && (ck || tb))
+    return cl_fail(m, CL_E_INVALID,
+                   "training without teacher forcing cannot be combined with checkpoint or tbptt");
+  g->free_run = o->free_run && o->horizon > 1;
   if (o->accumulation_steps > B)
     return cl_fail(m, CL_E_INVALID, "accumulation_steps (%d) exceeds the batch size (%d)",
                    o->accumulation_steps, B);
@@ -238,6 +244,10 @@ static void plan_training(plan_builder *b, const struct cl_model *m, const cl_ge
       add(b, CL_BUF_CKPT_C, l, CL_MEM_ACTIVATIONS, nbytes(b, e, nseg - 1, Bm, h, P), "checkpoint_c");
       add(b, CL_BUF_DZ_CARRY, l, CL_MEM_WORKSPACE, nbytes(b, e, Bm, 4 * h, P, 1), "dz_carry");
       add(b, CL_BUF_DC, l, CL_MEM_WORKSPACE, nbytes(b, f, Bm, h, P, 1), "d_cell");
+    } else if (g->free_run) { /* the fed-back steps interleave the layers */
+      add(b, CL_BUF_DC, l, CL_MEM_WORKSPACE, nbytes(b, f, Bm, h, P, 1), "d_cell");
+      if (l < m->cfg.n_layers - 1)
+        add(b, CL_BUF_DH_ROLL, l, CL_MEM_WORKSPACE, nbytes(b, f, 2, Bm, h, P), "d_hidden_rollout");
     }
     if (carry_windows) {
       add(b, CL_BUF_CARRY_H, l, CL_MEM_STATES, nbytes(b, e, Bm, h, P, 1), "carry_h");
@@ -248,7 +258,8 @@ static void plan_training(plan_builder *b, const struct cl_model *m, const cl_ge
    * writes layer l - 1's only after that loop: one buffer serves them all */
   size_t hmax = (size_t)max_hidden(m);
   add(b, CL_BUF_DH, -1, CL_MEM_WORKSPACE, nbytes(b, f, S, Bm, hmax, P), "d_hidden");
-  if (nseg == 1) add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, hmax, P, 1), "d_cell");
+  if (nseg == 1 && !g->free_run)
+    add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, hmax, P, 1), "d_cell");
   if (g->weight_steps) {
     size_t c = (size_t)m->layer[m->cfg.n_layers - 1].hidden;
     add(b, CL_BUF_WEIGHT, -1, CL_MEM_DATA, nbytes(b, f, (size_t)g->weight_steps, Bm, c, P),
