@@ -453,18 +453,31 @@ horizon_batch <- function(x, y, horizon, teacher_forcing, target_missing, target
   if (!target_missing && !identical(target, "sequence")) {
     abort_arg("target", '"sequence" with a `horizon`', target, call)
   }
-  xd <- dim(x)
-  y <- check_array(y, "y", 5, call = call)
+  y <- check_frames(y, dim(x), K, config, "y", call)
+  if (K == 1 || !teacher_forcing) return(list(x = x, y = y, teacher_forcing = teacher_forcing))
+  list(x = teacher_sequence(x, y), y = y, teacher_forcing = TRUE)
+}
+
+# The K frames that follow x (dim xd) for a horizon: [B, K, C, H, W].
+check_frames <- function(y, xd, K, config, arg, call = sys.call(-1)) {
+  y <- check_array(y, arg, 5, call = call)
   want <- c(xd[[1]], K, config$input_dim, xd[[4]], xd[[5]])
   if (!identical(as.integer(dim(y)), as.integer(want))) {
     abort_convlstm(sprintf(
-      "`y` must have dim %s (the %d frames that follow `x`), not %s.", format_dims(want), K,
-      format_dims(dim(y))), call = call)
+      "`%s` must have dim %s (the %d frames that follow `x`), not %s.", arg, format_dims(want),
+      K, format_dims(dim(y))), call = call)
   }
-  if (xd[[2]] > .Machine$integer.max - K) abort_arg("horizon", "smaller", horizon, call)
-  if (K == 1 || !teacher_forcing) return(list(x = x, y = y, teacher_forcing = teacher_forcing))
+  if (xd[[2]] > .Machine$integer.max - K) abort_arg("horizon", "smaller", K, call)
+  y
+}
+
+# Teacher forcing's input: x, then the true frames y[, 1:(K - 1)].
+teacher_sequence <- function(x, y) {
+  xd <- dim(x)
+  K <- dim(y)[[2]]
+  if (K == 1) return(x)
   xx <- array(0, c(xd[[1]], xd[[2]] + K - 1L, xd[-(1:2)]))
   xx[, seq_len(xd[[2]]), , , ] <- x
   xx[, xd[[2]] + seq_len(K - 1L), , , ] <- y[, seq_len(K - 1L), , , , drop = FALSE]
-  list(x = xx, y = y, teacher_forcing = TRUE)
+  xx
 }
