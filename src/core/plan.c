@@ -256,8 +256,14 @@ static void plan_training(plan_builder *b, const struct cl_model *m, const cl_ge
   }
   /* d_hidden of layer l is last read by l's time loop, and l's input half
    * writes layer l - 1's only after that loop: one buffer serves them all */
-  size_t hmax = (size_t)max_hidden(m);
-  add(b, CL_BUF_DH, -1, CL_MEM_WORKSPACE, nbytes(b, f, S, Bm, hmax, P), "d_hidden");
+  /* rows of steps x channels (< 2^62: both factors are ints) */
+  size_t hmax = (size_t)max_hidden(m), dh_rows = S * hmax;
+  if (g->free_run) { /* layers below the last keep their fed-back steps in the ring */
+    size_t tin = (size_t)(g->T - g->horizon + 1);
+    size_t top = S * (size_t)m->layer[m->cfg.n_layers - 1].hidden;
+    dh_rows = top > tin * hmax ? top : tin * hmax;
+  }
+  add(b, CL_BUF_DH, -1, CL_MEM_WORKSPACE, nbytes(b, f, dh_rows, Bm, P, 1), "d_hidden");
   if (nseg == 1 && !g->free_run)
     add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, hmax, P, 1), "d_cell");
   if (g->weight_steps) {
