@@ -120,6 +120,11 @@
 #'                         lr_scheduler = lr_cosine_annealing(opt, T_max = 10),
 #'                         callbacks = list(callback_early_stopping(patience = 3)))
 #' history$lr
+#' # forecasting 2 frames, free-running, the state carried from batch to batch
+#' y2 <- array(runif(16 * 2 * 6 * 6), dim = c(16, 2, 1, 6, 6))
+#' convlstm_fit(model, x, y2, opt, epochs = 2, batch_size = 8, horizon = 2,
+#'              teacher_forcing = FALSE, state = "carry", shuffle = FALSE,
+#'              verbose = FALSE)
 #' convlstm_release(model)
 convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
                          target = c("last_state", "sequence"), shuffle = TRUE,

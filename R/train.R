@@ -120,6 +120,9 @@
 #' # the data uploaded once, a batch taken by row numbers
 #' data <- convlstm_data(model, x, y)
 #' train_step(model, data, optimizer = opt, rows = c(4, 2))
+#' # forecast the 2 frames after x, trained through the model's own frames
+#' y2 <- array(runif(4 * 2 * 6 * 6), dim = c(4, 2, 1, 6, 6))
+#' train_step(model, x, y2, opt, horizon = 2, teacher_forcing = FALSE)
 #' convlstm_release(model)
 train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "sequence"),
                        checkpoint = 0, accumulation_steps = 1, tbptt = 0, rows = NULL,
