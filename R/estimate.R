@@ -62,7 +62,8 @@
 #'   [train_step()]: `FALSE` plans free-running training, whose fed-back
 #'   frames sit in `x`'s slots of the later steps and whose backward through
 #'   them keeps, per layer, its own `d_cell` and (below the last layer) two
-#'   steps of `d_hidden_rollout`, under `workspace`.
+#'   steps of `d_hidden_rollout` (one for a horizon of 2), under
+#'   `workspace`.
 #' @return A data frame of class `convlstm_memory_estimate` with columns
 #'   `category` and `bytes`: one row per category (`parameters`,
 #'   `gradients`, `optimizer`, `activations`, `states`, `workspace`,

@@ -69,6 +69,9 @@ CONFIGS = [
     # one layer: the frame fed back is that layer's own h
     dict(name="free_run_one", kind="free_run", input_dim=2, hidden_dims=[2], kernel_sizes=[3],
          bias=False, B=2, T=1, H=5, W=5, target="sequence", weight_decay=0.0, horizon=3),
+    # one frame fed back: the ring holds a single step
+    dict(name="free_run_k2", kind="free_run", input_dim=1, hidden_dims=[3, 1], kernel_sizes=[3, 3],
+         bias=True, B=2, T=3, H=4, W=4, target="sequence", weight_decay=0.0, horizon=2),
 ]
 
 

@@ -153,8 +153,17 @@ cl_status cl_backward_segment(cl_model *m, int b, int len, const void *x, void *
  * layer below's h, or for layer 0 the fed-back frame, which is the last
  * layer's h of step s - 1: the path teacher forcing does not have.
  * d loss / d h of step s: the last layer's in d_hidden (the loss's part
- * placed there), the others' in a ring of two steps (d_hidden_rollout),
- * which the first contribution to a step overwrites. */
+ * placed there), the others' in a ring of two steps (d_hidden_rollout;
+ * one when one step is fed back), which the first contribution to a step
+ * overwrites. */
+/* Layer l's d loss / d h of fed-back step s in the ring (plan.c: one slot
+ * when a single step is fed back, else two). */
+static float *ring_at(const cl_model *m, int l, int b, int s, int tin) {
+  const cl_geom *g = &m->step.g;
+  size_t bh = (size_t)b * m->layer[l].hidden * g->H * g->W;
+  return m->step.dh_roll[l] + (g->horizon > 2 ? (size_t)((s - tin) % 2) * bh : 0);
+}
+
 static cl_status roll_back_step(cl_model *m, int l, int b, int s, int tin) {
   const cl_step *st = &m->step;
   const cl_geom *g = &st->g;
@@ -166,18 +175,17 @@ static cl_status roll_back_step(cl_model *m, int l, int b, int s, int tin) {
   cl_conv_shape sx = cl_conv_input_half(L, g, b), sh = cl_conv_hidden_half(L, g, b);
   cl_gates_shape gs = {b, L->hidden, (int)P, t};
   void *dz = cl_at(st->gates[l], s * bg, t);
-  float *dh_s = l == top ? st->dh[top] + s * bh : st->dh_roll[l] + (s % 2) * bh;
+  float *dh_s = l == top ? st->dh[top] + s * bh : ring_at(m, l, b, s, tin);
   CL_KERNEL(m, be->gates_backward(m->be, &gs, dz, cl_at(st->cell[l], s * bh, t),
                                   cl_at(st->cell[l], (s - 1) * bh, t), dh_s, st->dc[l]));
   if (s > tin) {
-    float *dh_prev = l == top ? st->dh[top] + (s - 1) * bh : st->dh_roll[l] + ((s - 1) % 2) * bh;
+    float *dh_prev = l == top ? st->dh[top] + (s - 1) * bh : ring_at(m, l, b, s - 1, tin);
     CL_KERNEL(m, be->conv_backward_data(m->be, &sh, dz, m->params + L->off_wh, dh_prev, l == top,
                                         st->ws));
   }
   if (l > 0) { /* the layer below's h of step s: its own step s + 1 wrote it first */
-    size_t bl = (size_t)b * m->layer[l - 1].hidden * P;
     CL_KERNEL(m, be->conv_backward_data(m->be, &sx, dz, m->params + L->off_wx,
-                                        st->dh_roll[l - 1] + (s % 2) * bl, s < g->T - 1, st->ws));
+                                        ring_at(m, l - 1, b, s, tin), s < g->T - 1, st->ws));
   } else { /* the fed-back frame: onto the last layer's h of step s - 1 */
     size_t bt = (size_t)b * m->layer[top].hidden * P;
     CL_KERNEL(m, be->conv_backward_data(m->be, &sx, dz, m->params + L->off_wx,

@@ -114,8 +114,9 @@ typedef enum cl_buf_kind {
   CL_BUF_WEIGHT,   /* training with a loss weight: float, placed as the target
                       in d_hidden [weight_steps, Bm, C_out, H, W]           */
   CL_BUF_DH_ROLL,  /* free-running training: float d loss / d h of layer l
-                      below the last, two steps [2, Bm, h, H, W], while the
-                      fed-back steps run backward step by step (backward.c) */
+                      below the last, two steps [2, Bm, h, H, W] (one when a
+                      single step is fed back), while the fed-back steps run
+                      backward step by step (backward.c) */
   CL_BUF_NKIND
 } cl_buf_kind;
 

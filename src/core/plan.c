@@ -158,6 +158,10 @@ static size_t plan_workspace(plan_builder *b, const cl_model *m, const cl_geom *
         ws = ws_of(b, m, ws, cl_conv_input_half(L, g, len * n));       /* all steps */
         ws = ws_of(b, m, ws, cl_conv_hidden_half(L, g, n));            /* per step */
         ws = ws_of(b, m, ws, cl_conv_hidden_half(L, g, (len - 1) * n)); /* filter grad */
+        if (g->free_run) { /* a fed-back step on its own; backward's input steps */
+          ws = ws_of(b, m, ws, cl_conv_input_half(L, g, n));
+          ws = ws_of(b, m, ws, cl_conv_input_half(L, g, (g->T - g->horizon + 1) * n));
+        }
       }
   }
   return ws;
@@ -247,7 +251,8 @@ static void plan_training(plan_builder *b, const struct cl_model *m, const cl_ge
     } else if (g->free_run) { /* the fed-back steps interleave the layers */
       add(b, CL_BUF_DC, l, CL_MEM_WORKSPACE, nbytes(b, f, Bm, h, P, 1), "d_cell");
       if (l < m->cfg.n_layers - 1)
-        add(b, CL_BUF_DH_ROLL, l, CL_MEM_WORKSPACE, nbytes(b, f, 2, Bm, h, P), "d_hidden_rollout");
+        add(b, CL_BUF_DH_ROLL, l, CL_MEM_WORKSPACE,
+            nbytes(b, f, g->horizon > 2 ? 2 : 1, Bm, h, P), "d_hidden_rollout");
     }
     if (carry_windows) {
       add(b, CL_BUF_CARRY_H, l, CL_MEM_STATES, nbytes(b, e, Bm, h, P, 1), "carry_h");

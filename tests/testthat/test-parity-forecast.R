@@ -263,7 +263,7 @@ max_rel_diff <- function(g, fx, prefix) {
 }
 
 for (device in forecast_devices) {
-  for (name in c("free_run", "free_run_deep", "free_run_one")) {
+  for (name in c("free_run", "free_run_deep", "free_run_one", "free_run_k2")) {
     fx <- forecast_fixture(name)
     cfg <- fx$config
     label <- paste(name, device)
