@@ -10,6 +10,9 @@
  * convolution over the segment's steps once every dz_t is known, the mirror
  * of the forward fast path. Across checkpoint segments, d_cell carries on in
  * place and the first step's dz waits in dz_carry for the earlier segment.
+ * Free-running training (cl_backward_free_run) first runs its fed-back
+ * steps one at a time through every layer, since a step's input gradient
+ * is the last layer's output gradient of the step before.
  */
 #include "internal.h"
 
@@ -147,6 +150,14 @@ cl_status cl_backward_segment(cl_model *m, int b, int len, const void *x, void *
   return CL_OK;
 }
 
+/* Layer l's d loss / d h of fed-back step s in the ring (plan.c: one slot
+ * when a single step is fed back, else two). */
+static float *ring_at(const cl_model *m, int l, int b, int s, int tin) {
+  const cl_geom *g = &m->step.g;
+  size_t bh = (size_t)b * m->layer[l].hidden * g->H * g->W;
+  return m->step.dh_roll[l] + (g->horizon > 2 ? (size_t)((s - tin) % 2) * bh : 0);
+}
+
 /* One fed-back step s of layer l (free-running): the cell's gradient into
  * dz, then dz to the layer's h of step s - 1 (not from the first fed-back
  * step: backward_layer reaches back from it) and to the step's input -- the
@@ -156,14 +167,6 @@ cl_status cl_backward_segment(cl_model *m, int b, int len, const void *x, void *
  * placed there), the others' in a ring of two steps (d_hidden_rollout;
  * one when one step is fed back), which the first contribution to a step
  * overwrites. */
-/* Layer l's d loss / d h of fed-back step s in the ring (plan.c: one slot
- * when a single step is fed back, else two). */
-static float *ring_at(const cl_model *m, int l, int b, int s, int tin) {
-  const cl_geom *g = &m->step.g;
-  size_t bh = (size_t)b * m->layer[l].hidden * g->H * g->W;
-  return m->step.dh_roll[l] + (g->horizon > 2 ? (size_t)((s - tin) % 2) * bh : 0);
-}
-
 static cl_status roll_back_step(cl_model *m, int l, int b, int s, int tin) {
   const cl_step *st = &m->step;
   const cl_geom *g = &st->g;

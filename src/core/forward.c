@@ -5,7 +5,8 @@
  *    or truncating): the input half of each layer's convolution runs once
  *    over all steps' images of the segment (the fast path), then per step
  *    only the hidden half is added and the fused cell applied; gates, c_t and
- *    h_t stay for backward.
+ *    h_t stay for backward. Free-running (cl_forward_free_run): so for the
+ *    input steps, then step by step with every layer in turn.
  *  - inference, step-major: x arrives step by step, both halves go into one
  *    small gates buffer shared by all layers, c is kept for two steps, and h
  *    for two steps too when only the last states are wanted, so memory does

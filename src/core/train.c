@@ -8,6 +8,8 @@
  *    earlier one from its checkpoint first -- the same gradients as without;
  *  - truncated BPTT: window by window, forward then backward, the state
  *    handed on detached;
+ *  - a horizon without teacher forcing: one segment whose last horizon - 1
+ *    steps read the model's own frames (forward.c, backward.c);
  *  - float16: the loss scaled up for backward, the gradients unscaled and
  *    checked before the update, which is skipped on inf/NaN (GradScaler);
  *  - max_grad_norm: the gradients clipped by their global norm (clip.c)
