@@ -83,6 +83,8 @@
 #'   against `y` -- what [predict()] with `horizon` forecasts. With
 #'   `teacher_forcing = TRUE` the model reads `x` and then the true frames
 #'   `y[, 1:(horizon - 1)]` (not its own predictions); with `FALSE` its own.
+#'   With `state = "carry"` the state kept is the one after the last step
+#'   the model ran: `x` and then the `horizon - 1` frames fed back.
 #'   Needs the last layer's hidden size to equal `input_dim`; `target` must
 #'   be `"sequence"`. Arrays only, not data sets.
 #' @param teacher_forcing With a `horizon`: `TRUE` feeds the true frames
