@@ -220,6 +220,12 @@ typedef struct cl_step_options {
                              frames followed by the first K - 1 true frames
                              and the target (CL_TARGET_SEQUENCE) y
                              [B, K, C, H, W] is the last K steps' output. */
+  int free_run;           /* train_step with a horizon K: 1 trains without
+                             teacher forcing: x holds only the input frames
+                             and each of the K - 1 later steps reads the
+                             last layer's h of the step before (its own
+                             forecast), backpropagating through it. Not with
+                             checkpoint or tbptt. */
   cl_state_mode state_mode;
   /* CL_STATE_GIVEN: 2 * n_layers arrays, h then c of layer 0, then of layer
    * 1, ..., each [B, hidden_l, H, W]; a constant (no gradient flows into

@@ -53,7 +53,11 @@ typedef struct cl_geom {
   cl_dtype dtype;
   cl_outputs outputs; /* inference */
   cl_state_mode state; /* where the call starts from (state.c) */
-  int horizon;         /* inference: frames rolled forward after the T steps of x */
+  int horizon;         /* inference: frames rolled forward after the T steps of x;
+                          training: the target is the last `horizon` steps */
+  int free_run;        /* training with a horizon, no teacher forcing: steps
+                          T - horizon + 1 .. T - 1 read the last layer's h of
+                          the step before (forward.c, backward.c) */
   int weight_steps;    /* training with a loss weight: steps of it held at once
                           (S for a sequence target, 1 for the last state); 0: none */
 } cl_geom;
@@ -109,6 +113,10 @@ typedef enum cl_buf_kind {
                       [K, B, C_in, H, W], each the next step's input      */
   CL_BUF_WEIGHT,   /* training with a loss weight: float, placed as the target
                       in d_hidden [weight_steps, Bm, C_out, H, W]           */
+  CL_BUF_DH_ROLL,  /* free-running training: float d loss / d h of layer l
+                      below the last, two steps [2, Bm, h, H, W] (one when a
+                      single step is fed back), while the fed-back steps run
+                      backward step by step (backward.c) */
   CL_BUF_NKIND
 } cl_buf_kind;
 
@@ -128,6 +136,7 @@ typedef struct cl_step {
   void *dz_carry[CL_MAX_LAYERS]; /* checkpoint: dz of a segment's first step */
   float *dh[CL_MAX_LAYERS];
   float *dc[CL_MAX_LAYERS]; /* one shared buffer unless segments interleave layers */
+  float *dh_roll[CL_MAX_LAYERS]; /* free-running: CL_BUF_DH_ROLL of layers below the last */
   void *ws;
   void *init_h[CL_MAX_LAYERS], *init_c[CL_MAX_LAYERS]; /* CL_STATE_GIVEN */
   void *frames; /* inference with a horizon */
@@ -290,6 +299,15 @@ cl_status cl_save_segment_end(cl_model *m, int b, int len, void *const *dst_h,
  * dz_carry; save_carry: leave this segment's for the earlier one. */
 cl_status cl_backward_segment(cl_model *m, int b, int len, const void *x, void *const *prev_h,
                               void *const *prev_c, int fresh_dc, int carry_in, int save_carry);
+/* Free-running training (g.free_run): the whole step of g.T steps, whose
+ * last horizon - 1 read the last layer's h of the step before, copied into
+ * x's slot. Backward: through those steps one at a time, every layer in
+ * turn (the gradient of a fed-back frame reaches the last layer's h of the
+ * step before), then the input steps as cl_backward_segment. */
+cl_status cl_forward_free_run(cl_model *m, int b, void *x, void *const *prev_h,
+                              void *const *prev_c);
+cl_status cl_backward_free_run(cl_model *m, int b, const void *x, void *const *prev_h,
+                               void *const *prev_c);
 /* MSE of the segment's part of the target (sequences blk.b0.., steps
  * t0..t0+len-1 of the call) into *loss (weighted by scale / loss_scale
  * share); with want_grad the last layer's d_hidden receives scale times its

@@ -165,6 +165,7 @@ static void bind_view(cl_step *st, const cl_plan_entry *e, void *p) {
   case CL_BUF_CARRY_C: bind(st->carry_c, l, p); break;
   case CL_BUF_DH: bind((void **)st->dh, l, p); break;
   case CL_BUF_DC: bind((void **)st->dc, l, p); break;
+  case CL_BUF_DH_ROLL: bind((void **)st->dh_roll, l, p); break;
   case CL_BUF_WS: st->ws = p; break;
   case CL_BUF_INIT_H: bind(st->init_h, l, p); break;
   case CL_BUF_INIT_C: bind(st->init_c, l, p); break;

@@ -8,6 +8,8 @@
  *    earlier one from its checkpoint first -- the same gradients as without;
  *  - truncated BPTT: window by window, forward then backward, the state
  *    handed on detached;
+ *  - a horizon without teacher forcing: one segment whose last horizon - 1
+ *    steps read the model's own frames (forward.c, backward.c);
  *  - float16: the loss scaled up for backward, the gradients unscaled and
  *    checked before the update, which is skipped on inf/NaN (GradScaler);
  *  - max_grad_norm: the gradients clipped by their global norm (clip.c)
@@ -16,6 +18,7 @@
 #include "plan.h" /* cl_geom_make, cl_plan_build; internal.h */
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -74,12 +77,17 @@ static cl_status run_segments(cl_model *m, const cl_source *x, const cl_source *
   void *ph[CL_MAX_LAYERS], *pc[CL_MAX_LAYERS], *eh[CL_MAX_LAYERS], *ec[CL_MAX_LAYERS];
   void *ih[CL_MAX_LAYERS], *ic[CL_MAX_LAYERS];
   int from = cl_state_initial(m, b0, ih, ic);
-  cl_block all = {b0, b, 0, g->T};
+  /* free-running: x holds the input steps only; the forward fills the rest */
+  cl_block all = {b0, b, 0, g->T - (g->free_run ? g->horizon - 1 : 0)};
   CL_TRY(cl_put_source(m, st->x, g->dtype, x, all));
   for (int s = 0; s < g->nseg; s++) {
     int len = seg_len(g, s);
     if (s > 0) ckpt_slot(m, b, s - 1, ph, pc);
     int start = s > 0 || from;
+    if (g->free_run) { /* one segment (plan.c) */
+      CL_TRY(cl_forward_free_run(m, b, st->x, from ? ih : NULL, from ? ic : NULL));
+      continue;
+    }
     CL_TRY(cl_forward_segment(m, b, len, cl_at(st->x, (size_t)s * g->S * xstep, g->dtype),
                               !start ? NULL : s > 0 ? ph : ih, !start ? NULL : s > 0 ? pc : ic));
     if (s < g->nseg - 1) {
@@ -100,7 +108,10 @@ static cl_status run_segments(cl_model *m, const cl_source *x, const cl_source *
     double share = share_of(g, tg, b, s * g->S, len);
     CL_TRY(cl_loss_segment(m, y, tg, b0, b, s * g->S, len, share, ls, 1, &part));
     *loss += part;
-    CL_TRY(cl_backward_segment(m, b, len, xs, sh, sc, last, !last, s > 0));
+    if (g->free_run)
+      CL_TRY(cl_backward_free_run(m, b, xs, sh, sc));
+    else
+      CL_TRY(cl_backward_segment(m, b, len, xs, sh, sc, last, !last, s > 0));
   }
   /* the state this micro-batch started from is read no more: hand on its
    * last one (still in the buffers when there is a single segment) */
@@ -211,6 +222,11 @@ cl_status cl_model_train_step(cl_model *m, const cl_host_array *x, const cl_host
   int K = opts ? opts->horizon : 0;
   if (K > 0 && target != CL_TARGET_SEQUENCE)
     return cl_fail(m, CL_E_INVALID, "a training horizon needs the target \"sequence\"");
+  if (K > 0 && opts->free_run) { /* x is the input only: the step runs K - 1 more */
+    if (T > INT32_MAX - K)
+      return cl_fail(m, CL_E_INVALID, "horizon: %d + %d steps overflow", T, K);
+    T += K - 1;
+  }
   CL_TRY(cl_check_target(m, y, target, "y", B, K > 0 && K <= T ? K : T, H, W));
   if (opts && opts->weight) {
     CL_TRY(cl_check_target(m, opts->weight, target, "weight", B, K > 0 && K <= T ? K : T, H, W));
