@@ -114,6 +114,11 @@ cl_status cl_backend_graph_end(cl_backend *be, cl_status failed, int *redo) {
   return be->iface->graph_end ? be->iface->graph_end(be, failed, redo) : CL_OK;
 }
 
+void cl_backend_graph_info(cl_backend *be, cl_graph_info *out) {
+  memset(out, 0, sizeof *out);
+  if (be->iface->graph_info) be->iface->graph_info(be, out);
+}
+
 int cl_build_has_cuda(void) {
 #ifdef CL_HAVE_CUDA
   return 1;

@@ -121,6 +121,16 @@ typedef struct cl_update_args {
 /* graph_begin's request. */
 typedef enum { CL_GRAPH_AUTO = 0, CL_GRAPH_PLAIN = 1 } cl_graph_mode;
 
+/* What a backend's step graphs did (graph_info). */
+typedef struct cl_graph_info {
+  int on;            /* graphs asked for (CONVLSTM_CUDA_GRAPHS=1) and not turned off */
+  int held;          /* graphs held now (one per step shape, a few at most) */
+  long long captured, replayed, plain; /* steps run each way */
+  size_t bytes;      /* device memory their instantiation took (the driver's free memory before
+                      * and after), outside the core's accounting */
+  char off[200];     /* why graphs were turned off (a step that could not be captured), or "" */
+} cl_graph_info;
+
 struct cl_backend_i {
   const char *name;
   /* Nonzero when device pointers are host pointers (CPU): the core then packs
@@ -156,12 +166,15 @@ struct cl_backend_i {
   cl_status (*runtime_bytes)(cl_backend *be, size_t *bytes);
   /* (optional) a host buffer of at least `bytes` that upload() reads and
    * download() writes at full speed (page-locked memory on CUDA), for the
-   * core to stage host arrays through. The backend owns it: one buffer,
-   * reused by every call, replaced by a larger one when more is asked for
-   * (the old pointer is then invalid) and freed by destroy. It is host
+   * core to stage host arrays through. The backend owns it: regions of one
+   * buffer handed out in turn, each left untouched until the backend next
+   * synchronises (download, synchronize), so that an upload from it need
+   * not be waited for; when the buffer is full the backend waits for its
+   * stream and starts again from its beginning, or replaces it by a larger
+   * one (earlier pointers are then invalid). Freed by destroy. It is host
    * memory, outside the device accounting and the plan. A failure is not an
-   * error: the core stages through malloc instead, as it does when the slot
-   * is NULL. */
+   * error: the core stages through malloc instead (and waits for that
+   * upload), as it does when the slot is NULL. */
   cl_status (*host_stage)(cl_backend *be, size_t bytes, void **host);
 
   /* ---- convolution ---- */
@@ -276,6 +289,8 @@ struct cl_backend_i {
    * (a capture is ended either way). */
   cl_status (*graph_begin)(cl_backend *be, cl_graph_mode mode);
   cl_status (*graph_end)(cl_backend *be, cl_status failed, int *redo);
+  /* What the graphs did; absent: none were made. */
+  void (*graph_info)(cl_backend *be, cl_graph_info *out);
 };
 
 struct cl_backend {
@@ -308,6 +323,7 @@ cl_status cl_backend_loss_acc(cl_backend *be, const cl_loss_fn *f, const void *p
 cl_status cl_backend_update_step(cl_backend *be, const cl_update_args *u, cl_step_vals *vals);
 cl_status cl_backend_graph_begin(cl_backend *be, cl_graph_mode mode);
 cl_status cl_backend_graph_end(cl_backend *be, cl_status failed, int *redo);
+void cl_backend_graph_info(cl_backend *be, cl_graph_info *out);
 void cl_backend_destroy(cl_backend *be);
 
 #endif

@@ -197,8 +197,9 @@ static cl_status step_launches(cl_model *m, const cl_source *x, const cl_source 
 static cl_status launch_step(cl_model *m, const cl_source *x, const cl_source *y,
                              cl_target target, float ls, const cl_update_args *u) {
   cl_status s = CL_OK;
-  for (int pass = 0; pass < 2; pass++) {
-    CL_KERNEL(m, cl_backend_graph_begin(m->be, pass ? CL_GRAPH_PLAIN : CL_GRAPH_AUTO));
+  /* a dry pass that found no graph, a capture, and as a last resort plain */
+  for (int pass = 0; pass < 3; pass++) {
+    CL_KERNEL(m, cl_backend_graph_begin(m->be, pass < 2 ? CL_GRAPH_AUTO : CL_GRAPH_PLAIN));
     s = step_launches(m, x, y, target, ls, u);
     int redo = 0;
     cl_status e = cl_backend_graph_end(m->be, s, &redo);

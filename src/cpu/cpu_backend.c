@@ -198,6 +198,7 @@ static const struct cl_backend_i cpu_iface = {
     /* .update_step          = */ NULL,
     /* .graph_begin          = */ NULL,
     /* .graph_end            = */ NULL,
+    /* .graph_info           = */ NULL,
 };
 
 cl_status cl_backend_cpu_create(int n_threads, cl_backend **out) {
