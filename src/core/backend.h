@@ -121,15 +121,6 @@ typedef struct cl_update_args {
 /* graph_begin's request. */
 typedef enum { CL_GRAPH_AUTO = 0, CL_GRAPH_PLAIN = 1 } cl_graph_mode;
 
-/* What a backend's step graphs did (graph_info). */
-typedef struct cl_graph_info {
-  int on;            /* graphs asked for (CONVLSTM_CUDA_GRAPHS=1) and not turned off */
-  int held;          /* graphs held now (one per step shape, a few at most) */
-  long long captured, replayed, plain; /* steps run each way */
-  size_t bytes;      /* device memory their instantiation took (the driver's free memory before
-                      * and after), outside the core's accounting */
-  char off[200];     /* why graphs were turned off (a step that could not be captured), or "" */
-} cl_graph_info;
 
 struct cl_backend_i {
   const char *name;

@@ -415,6 +415,7 @@ static cl_status g_end(cl_backend *be, cl_status failed, int *redo) {
 static void g_info(cl_backend *be, cl_graph_info *out) {
   const cl_cuda_graphs *G = graphs_of(be);
   memset(out, 0, sizeof *out);
+  out->asked = 1;
   out->on = !G->off[0];
   out->held = G->n;
   out->captured = G->captured;
