@@ -143,7 +143,7 @@ static cl_status cuda_download(cl_backend *be, void *host_dst, const void *src, 
     CL_CUDA_CHECK(be, cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream));
   /* also surfaces a fault of any kernel queued before the copy */
   CL_CUDA_CHECK(be, cudaStreamSynchronize(ctx->stream));
-  ctx->h_stage_used = 0; /* no queued copy reads the stage any more */
+  cl_cuda_stage_settle(be);
   return CL_OK;
 }
 
@@ -160,10 +160,47 @@ static cl_status cuda_mem_info(cl_backend *be, size_t *free_bytes, size_t *total
   return CL_OK;
 }
 
-static cl_status cuda_synchronize(cl_backend *be) {
+/* A new pinned stage of `bytes` (the old one freed: the caller has waited
+ * for the stream); on failure none, and the core stages through malloc. */
+static cl_status stage_alloc(cl_backend *be, cl_cuda_ctx *ctx, size_t bytes) {
+  if (ctx->h_stage) (void)cudaFreeHost(ctx->h_stage);
+  ctx->h_stage = NULL;
+  ctx->h_stage_bytes = 0;
+  void *p = NULL;
+  cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+  if (e != cudaSuccess) return cl_cuda_fail(be, e, "cudaHostAlloc", __FILE__, __LINE__);
+  ctx->h_stage = p;
+  ctx->h_stage_bytes = bytes;
+  return CL_OK;
+}
+
+/* Whole MiB, so that batches of slightly different sizes reuse the stage,
+ * and never above the cap. */
+static size_t stage_size(const cl_cuda_ctx *ctx, size_t bytes) {
+  const size_t mib = (size_t)1 << 20;
+  const size_t want = (bytes + mib - 1) / mib * mib;
+  return want > ctx->stage_limit ? ctx->stage_limit : want;
+}
+
+/* The stream has been waited for: no queued copy reads the stage and its
+ * regions start over. A stage that ran short since the last wait is to
+ * hold all that was staged meanwhile (a whole training step, so that the
+ * next one stages without waiting): it grows at the next host_stage, not
+ * here, where the caller may still be reading a region it downloaded into. */
+void cl_cuda_stage_settle(cl_backend *be) {
   cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
-  CL_CUDA_CHECK(be, cudaStreamSynchronize(ctx->stream));
+  if (ctx->h_stage_short) {
+    const size_t want = stage_size(ctx, ctx->h_stage_total);
+    if (want > ctx->h_stage_grow) ctx->h_stage_grow = want;
+  }
   ctx->h_stage_used = 0;
+  ctx->h_stage_total = 0;
+  ctx->h_stage_short = 0;
+}
+
+static cl_status cuda_synchronize(cl_backend *be) {
+  CL_CUDA_CHECK(be, cudaStreamSynchronize(cl_cuda_ctx_of(be)->stream));
+  cl_cuda_stage_settle(be);
   return CL_OK;
 }
 
@@ -172,11 +209,12 @@ static cl_status cuda_synchronize(cl_backend *be) {
  * link's speed. One buffer serves every transfer: regions of it in turn
  * (each 256-byte aligned), so that a training step stages x and y without
  * waiting for the copies of the ones before (backend.h); when it is full,
- * the stream is waited for and it starts over, or a larger one replaces it,
- * sized for everything staged since the last wait, so that after a step or
- * two a whole step fits. Page-locked memory is taken from the machine's RAM,
- * so it is capped (CONVLSTM_CUDA_PINNED_MB) and a transfer above the cap is
- * refused here and staged by the core through malloc. */
+ * the stream is waited for and it starts over (a larger one when this
+ * request needs it), and at the next wait it grows to all that was staged
+ * since the last (cl_cuda_stage_settle). Page-locked memory is taken from
+ * the machine's RAM, so it is capped (CONVLSTM_CUDA_PINNED_MB) and a
+ * transfer above the cap is refused here and staged by the core through
+ * malloc. */
 static cl_status cuda_host_stage(cl_backend *be, size_t bytes, void **host) {
   cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
   *host = NULL;
@@ -186,33 +224,26 @@ static cl_status cuda_host_stage(cl_backend *be, size_t bytes, void **host) {
     return CL_E_UNSUPPORTED;
   }
   const size_t align = 256, need = (bytes + align - 1) / align * align;
-  if (ctx->h_stage && ctx->h_stage_used + bytes <= ctx->h_stage_bytes) {
-    *host = (char *)ctx->h_stage + ctx->h_stage_used;
-    ctx->h_stage_used += need;
-    return CL_OK;
+  /* nothing staged since the last wait: nothing reads the stage */
+  if (ctx->h_stage_used == 0 && ctx->h_stage_grow > ctx->h_stage_bytes) {
+    const size_t grow = ctx->h_stage_grow;
+    ctx->h_stage_grow = 0;
+    if (stage_alloc(be, ctx, grow) != CL_OK) be->err[0] = '\0'; /* a smaller one below */
   }
-  /* a queued copy may still read the buffer */
-  CL_CUDA_CHECK(be, cudaStreamSynchronize(ctx->stream));
-  /* whole MiB, so that batches of slightly different sizes reuse it */
-  const size_t mib = (size_t)1 << 20, held = ctx->h_stage_used + need;
-  size_t want = (held + mib - 1) / mib * mib;
-  if (want > ctx->stage_limit) want = bytes > ctx->h_stage_bytes ? bytes : ctx->h_stage_bytes;
-  ctx->h_stage_used = 0;
-  if (ctx->h_stage && want <= ctx->h_stage_bytes) {
-    *host = ctx->h_stage;
-    ctx->h_stage_used = need;
-    return CL_OK;
+  if (!ctx->h_stage || ctx->h_stage_used + bytes > ctx->h_stage_bytes) {
+    /* a queued copy may still read the buffer */
+    CL_CUDA_CHECK(be, cudaStreamSynchronize(ctx->stream));
+    ctx->h_stage_used = 0;
+    ctx->h_stage_short = 1;
+    if (bytes > ctx->h_stage_bytes) {
+      const size_t want = stage_size(ctx, ctx->h_stage_total + need);
+      const cl_status st = stage_alloc(be, ctx, want > bytes ? want : bytes);
+      if (st != CL_OK) return st;
+    }
   }
-  if (ctx->h_stage) (void)cudaFreeHost(ctx->h_stage);
-  ctx->h_stage = NULL;
-  ctx->h_stage_bytes = 0;
-  void *p = NULL;
-  cudaError_t e = cudaHostAlloc(&p, want, cudaHostAllocDefault);
-  if (e != cudaSuccess) return cl_cuda_fail(be, e, "cudaHostAlloc", __FILE__, __LINE__);
-  ctx->h_stage = p;
-  ctx->h_stage_bytes = want;
-  ctx->h_stage_used = need;
-  *host = p;
+  *host = (char *)ctx->h_stage + ctx->h_stage_used;
+  ctx->h_stage_used += need;
+  ctx->h_stage_total += need;
   return CL_OK;
 }
 

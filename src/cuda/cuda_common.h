@@ -62,7 +62,10 @@ typedef struct cl_cuda_ctx {
   void *h_stage;
   size_t h_stage_bytes;
   size_t h_stage_used;
-  size_t stage_limit; /* 0: no pinned staging */
+  size_t h_stage_total; /* staged since the stream was last waited for */
+  int h_stage_short;    /* ... and the stage ran out meanwhile */
+  size_t h_stage_grow;  /* the size it is to grow to before its next use */
+  size_t stage_limit;   /* 0: no pinned staging */
   struct cl_cuda_graphs *graphs; /* cuda_graph.cu; NULL with CONVLSTM_CUDA_GRAPHS=0 */
 } cl_cuda_ctx;
 
@@ -228,6 +231,9 @@ cl_status cl_cuda_loss_acc(cl_backend *be, const cl_loss_fn *f, const void *pred
                            const float *target, const float *weight, size_t n, cl_dtype dtype,
                            float scale, float *grad, double share, double *acc);
 cl_step_vals *cl_cuda_step_vals(cl_backend *be);
+
+/* cuda_backend.cu: after every wait for the stream (cuda_host_stage) */
+void cl_cuda_stage_settle(cl_backend *be);
 
 /* cuda_graph.cu: CONVLSTM_CUDA_GRAPHS=1 puts the recording table in front of
  * the backend's (be->iface), which captures a training step as a CUDA graph
