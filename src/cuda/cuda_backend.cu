@@ -198,6 +198,15 @@ void cl_cuda_stage_settle(cl_backend *be) {
   ctx->h_stage_short = 0;
 }
 
+void cl_cuda_stage_prepare(cl_backend *be) {
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  /* nothing staged since the last wait: nothing reads the stage */
+  if (ctx->h_stage_used != 0 || ctx->h_stage_grow <= ctx->h_stage_bytes) return;
+  const size_t grow = ctx->h_stage_grow;
+  ctx->h_stage_grow = 0;
+  if (stage_alloc(be, ctx, grow) != CL_OK) be->err[0] = '\0'; /* host_stage makes a smaller one */
+}
+
 static cl_status cuda_synchronize(cl_backend *be) {
   CL_CUDA_CHECK(be, cudaStreamSynchronize(cl_cuda_ctx_of(be)->stream));
   cl_cuda_stage_settle(be);
@@ -224,12 +233,7 @@ static cl_status cuda_host_stage(cl_backend *be, size_t bytes, void **host) {
     return CL_E_UNSUPPORTED;
   }
   const size_t align = 256, need = (bytes + align - 1) / align * align;
-  /* nothing staged since the last wait: nothing reads the stage */
-  if (ctx->h_stage_used == 0 && ctx->h_stage_grow > ctx->h_stage_bytes) {
-    const size_t grow = ctx->h_stage_grow;
-    ctx->h_stage_grow = 0;
-    if (stage_alloc(be, ctx, grow) != CL_OK) be->err[0] = '\0'; /* a smaller one below */
-  }
+  cl_cuda_stage_prepare(be);
   if (!ctx->h_stage || ctx->h_stage_used + bytes > ctx->h_stage_bytes) {
     /* a queued copy may still read the buffer */
     CL_CUDA_CHECK(be, cudaStreamSynchronize(ctx->stream));

@@ -232,8 +232,11 @@ cl_status cl_cuda_loss_acc(cl_backend *be, const cl_loss_fn *f, const void *pred
                            float scale, float *grad, double share, double *acc);
 cl_step_vals *cl_cuda_step_vals(cl_backend *be);
 
-/* cuda_backend.cu: after every wait for the stream (cuda_host_stage) */
+/* cuda_backend.cu: after every wait for the stream (cuda_host_stage);
+ * prepare: the stage's pending growth made now, where nothing is staged
+ * (before a step's capture: no allocation inside it) */
 void cl_cuda_stage_settle(cl_backend *be);
+void cl_cuda_stage_prepare(cl_backend *be);
 
 /* cuda_graph.cu: CONVLSTM_CUDA_GRAPHS=1 puts the recording table in front of
  * the backend's (be->iface), which captures a training step as a CUDA graph

@@ -326,8 +326,10 @@ static cl_status launch(cl_backend *be, cl_cuda_graphs *G, graph_entry *e) {
 static cl_status g_begin(cl_backend *be, cl_graph_mode mode) {
   cl_cuda_graphs *G = graphs_of(be);
   cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
-  if (G->pass++ == 0)
+  if (G->pass++ == 0) {
+    cl_cuda_stage_prepare(be); /* a growth it owes, before any capture */
     G->stage_mark = ctx->h_stage_used;
+  }
   else /* nothing of the last pass is queued: its regions are free again */
     ctx->h_stage_used = G->stage_mark;
   G->key = 14695981039346656037ull;
