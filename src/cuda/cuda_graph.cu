@@ -58,6 +58,7 @@ struct cl_cuda_graphs {
   graph_entry g[MAX_GRAPHS];
   int n;
   long long captured, replayed, plain, tick;
+  int failed_captures;
   char off[200];
 };
 
@@ -294,9 +295,15 @@ static void turn_off(cl_cuda_graphs *G, const char *why) {
   G->n = 0;
 }
 
-static int seen(cl_cuda_graphs *G, uint64_t key) {
+static int known(const cl_cuda_graphs *G, uint64_t key) {
   for (int i = 0; i < G->n_seen; i++)
     if (G->seen[i] == key) return 1;
+  return 0;
+}
+
+/* Whether key was seen before; it is from now on. */
+static int seen(cl_cuda_graphs *G, uint64_t key) {
+  if (known(G, key)) return 1;
   G->seen[G->n_seen < MAX_SEEN ? G->n_seen++ : (int)(G->plain % MAX_SEEN)] = key;
   return 0;
 }
@@ -390,7 +397,13 @@ static cl_status g_end(cl_backend *be, cl_status failed, int *redo) {
     cudaGraph_t graph = NULL;
     cudaError_t e = cudaStreamEndCapture(cl_cuda_ctx_of(be)->stream, &graph);
     if (failed != CL_OK || G->bad || e != cudaSuccess || !graph) {
-      turn_off(G, G->bad ? G->bad : failed != CL_OK ? be->err : cudaGetErrorString(e));
+      /* a step of a shape never run plainly (capture_next was set by
+       * another) may fail for want of a warm-up (cudnnFind): tried once
+       * more later; a warmed-up one, or a second failure, cannot be */
+      if (known(G, G->key) || ++G->failed_captures > 1)
+        turn_off(G, G->bad ? G->bad : failed != CL_OK ? be->err : cudaGetErrorString(e));
+      else
+        G->force_plain = 1;
       if (graph) (void)cudaGraphDestroy(graph);
       (void)cudaGetLastError();
       *redo = 1; /* nothing captured ran */
