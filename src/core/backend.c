@@ -54,7 +54,8 @@ cl_status cl_backend_loss_acc(cl_backend *be, const cl_loss_fn *f, const void *p
                               const float *target, const float *weight, size_t n, cl_dtype dtype,
                               float scale, float *grad, double share, double *acc) {
   const struct cl_backend_i *b = be->iface;
-  if (b->loss_acc) return b->loss_acc(be, f, pred, target, weight, n, dtype, scale, grad, share, acc);
+  if (b->loss_acc)
+    return b->loss_acc(be, f, pred, target, weight, n, dtype, scale, grad, share, acc);
   if (!b->host_accessible) return host_only(be, "loss_acc");
   double mean = 0;
   cl_status s = (!f || f->kind == CL_LOSS_MSE) && !weight

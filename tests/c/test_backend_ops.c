@@ -1563,8 +1563,11 @@ static void run_loss_acc(const row *r) {
       float *Y = dev_of(&sc, y, n * 4), *Wt = wk ? dev_of(&sc, wk, n * 4) : NULL;
       double zero = 0, got = -1, m1 = 0, m2 = 0;
       double *acc = dev_of(&sc, &zero, 8);
-      if (sc.ok) CALL(&sc, cl_backend_loss_acc(v->be, &fns[k], P, Y, Wt, n, CL_F32, 1, NULL, 0.25, acc));
-      if (sc.ok) CALL(&sc, cl_backend_loss_acc(v->be, &fns[k], P, Y, Wt, n - 7, CL_F32, 1, NULL, 0.75, acc));
+      if (sc.ok)
+        CALL(&sc, cl_backend_loss_acc(v->be, &fns[k], P, Y, Wt, n, CL_F32, 1, NULL, 0.25, acc));
+      if (sc.ok)
+        CALL(&sc,
+             cl_backend_loss_acc(v->be, &fns[k], P, Y, Wt, n - 7, CL_F32, 1, NULL, 0.75, acc));
       if (sc.ok) CALL(&sc, f->download(v->be, &got, acc, 8));
       const int plain = fns[k].kind == CL_LOSS_MSE && !wk;
       if (sc.ok)

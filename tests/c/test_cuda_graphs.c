@@ -95,7 +95,8 @@ static int same_params(cl_model *a, cl_model *b, const char *what) {
 static void run_case(const gcase *gc) {
   cl_model *a = make(gc, 1), *b = make(gc, 0);
   if (!a || !b) goto done;
-  float *x = malloc((size_t)B * T * H * W * sizeof *x), *y = malloc((size_t)B * T * H * W * sizeof *y);
+  const size_t elems = (size_t)B * T * H * W;
+  float *x = malloc(elems * sizeof *x), *y = malloc(elems * sizeof *y);
   if (!x || !y) goto out;
   cl_optim o;
   memset(&o, 0, sizeof o);
