@@ -407,6 +407,9 @@ static cl_status cuda_init(cl_backend *be, cl_cuda_ctx *ctx) {
    * every benchmark shape. */
   ctx->ws_limit = (size_t)(env_double("CONVLSTM_CUDA_WORKSPACE_MB", 256.0) * 1024.0 * 1024.0);
   ctx->benchmark = env_double("CONVLSTM_CUDNN_BENCHMARK", 0.0) != 0.0;
+  /* As torch.backends.cudnn.deterministic: a step gives the same bits run
+   * after run (test_cuda_graphs compares graphs with launches so). */
+  ctx->deterministic = env_double("CONVLSTM_CUDNN_DETERMINISTIC", 0.0) != 0.0;
   /* Off by default (unlike PyTorch's cudnn.allow_tf32): float32 results then
    * match the CPU backend to float32 rounding. */
   ctx->allow_tf32 = env_double("CONVLSTM_CUDA_TF32", 0.0) != 0.0;
