@@ -171,10 +171,17 @@ class cl_gpu_info(C.Structure):
                 ("cudnn_version", C.c_size_t), ("cudnn_build_version", C.c_size_t)]
 
 
+class cl_graph_info(C.Structure):
+    _fields_ = [("asked", C.c_int), ("on", C.c_int), ("held", C.c_int),
+                ("captured", C.c_longlong), ("replayed", C.c_longlong), ("plain", C.c_longlong),
+                ("bytes", C.c_size_t), ("off", C.c_char * 200)]
+
+
 # every struct mirrored above: --layout compares each with the C compiler
 STRUCTS = {st.__name__: st for st in (cl_config, cl_host_array, cl_optim, cl_loss_fn,
                                       cl_step_options, cl_loss_scale, cl_mem_stats,
-                                      cl_plan_entry, cl_plan, cl_measured_mem, cl_gpu_info)}
+                                      cl_plan_entry, cl_plan, cl_measured_mem, cl_gpu_info,
+                                      cl_graph_info)}
 
 
 class ClError(RuntimeError):
@@ -213,6 +220,7 @@ class Lib:
             "cl_model_get_loss_scale": (C.c_int, [C.c_void_p, P(cl_loss_scale)]),
             "cl_model_memory_stats": (C.c_int, [C.c_void_p, P(cl_mem_stats)]),
             "cl_model_measured_memory": (C.c_int, [C.c_void_p, P(cl_measured_mem)]),
+            "cl_model_graph_info": (C.c_int, [C.c_void_p, P(cl_graph_info)]),
             "cl_model_reset_peak": (None, [C.c_void_p]),
             "cl_model_empty_cache": (C.c_int, [C.c_void_p]),
             "cl_model_set_memory_limit": (C.c_int, [C.c_void_p, C.c_size_t]),
@@ -653,15 +661,39 @@ def torch_empty(dev):
         torch.cuda.reset_peak_memory_stats()
 
 
-def bench_ours(a, lib, res, name, cfg, dtype, x, y, data_on_device=False):
+@contextlib.contextmanager
+def cuda_graphs(on):
+    """CONVLSTM_CUDA_GRAPHS for the models created inside (read at creation)."""
+    old = os.environ.get("CONVLSTM_CUDA_GRAPHS")
+    os.environ["CONVLSTM_CUDA_GRAPHS"] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["CONVLSTM_CUDA_GRAPHS"]
+        else:
+            os.environ["CONVLSTM_CUDA_GRAPHS"] = old
+
+
+def graph_info(lib, m):
+    gi = cl_graph_info()
+    lib.L.cl_model_graph_info(m.m, C.byref(gi))
+    return dict(on=bool(gi.on), captured=gi.captured, replayed=gi.replayed, plain=gi.plain,
+                held=gi.held, bytes=gi.bytes, off=gi.off.decode())
+
+
+def bench_ours(a, lib, res, name, cfg, dtype, x, y, data_on_device=False, graphs=False):
     """Our step: x and y converted and uploaded at every step, or (data_on_device)
-    uploaded once as a data set whose rows each step gathers on the device."""
-    impl = "convlstm_data" if data_on_device else "convlstm"
+    uploaded once as a data set whose rows each step gathers on the device;
+    with graphs, each step one CUDA graph (CONVLSTM_CUDA_GRAPHS=1), whose
+    counts and instantiation bytes the record keeps ("graphs")."""
+    impl = ("convlstm_data" if data_on_device else "convlstm") + ("_graphs" if graphs else "")
     rec = bench_record(a, name, cfg, dtype, impl)
     m = None
     try:
-        m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device,
-                 DTYPES[dtype])
+        with cuda_graphs(graphs):
+            m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device,
+                     DTYPES[dtype])
         m.load_torch(ConvLSTM(cfg["input_dim"], cfg["hidden"], cfg["kernels"]))
         opt = adam()
         if data_on_device:
@@ -684,6 +716,8 @@ def bench_ours(a, lib, res, name, cfg, dtype, x, y, data_on_device=False):
             rec["pack_ms"] = pack_ms(lib, x, y)
         if dtype == "float16":
             rec["loss_scale"] = m.loss_scale()
+        if graphs:
+            rec["graphs"] = graph_info(lib, m)
     except Exception as e:  # noqa: BLE001 -- a failed measurement is a result too
         rec["error"] = "%s: %s" % (type(e).__name__, e)
     finally:
@@ -759,11 +793,17 @@ def run_bench(a, lib, res):
                 name, dtype, math if dtype == "float32" else "half", cfg["batch"],
                 time_left(a)), flush=True)
             if time_left(a) < 30:
-                for impl in ("convlstm", "convlstm_data", "torch_eager", "torch_compile"):
+                for impl in ("convlstm", "convlstm_data", "convlstm_graphs", "convlstm_data_graphs",
+                             "torch_eager", "torch_compile"):
                     skipped(res, "bench", name, dtype, impl, "time budget").update(math=math)
                 continue
+            # each of ours without and with one CUDA graph per step (off by
+            # default until this run shows them equal: test_cuda_graphs)
             for r in (bench_ours(a, lib, res, name, cfg, dtype, x, y),
                       bench_ours(a, lib, res, name, cfg, dtype, x, y, data_on_device=True),
+                      bench_ours(a, lib, res, name, cfg, dtype, x, y, graphs=True),
+                      bench_ours(a, lib, res, name, cfg, dtype, x, y, data_on_device=True,
+                                 graphs=True),
                       bench_torch(a, res, name, cfg, dtype, x, y, False),
                       None if a.no_compile else
                       skipped(res, "bench", name, dtype, "torch_compile",
@@ -772,13 +812,20 @@ def run_bench(a, lib, res):
                       bench_torch(a, res, name, cfg, dtype, x, y, True)):
                 if r:
                     t, frac = tflops(r)
-                    print("   %-14s %s" % (r["impl"], r.get("error") or
-                                           "mean %.3f ms, median %.3f ms, peak %s MiB, "
-                                           "%.2f TFLOP/s%s" %
-                                           (r["mean_ms"], r["median_ms"],
-                                            mib(r.get("peak_allocated")), t,
-                                            "" if frac is None else " (%.1f%% of %s peak)" %
-                                            (100 * frac, r["peak_kind"]))), flush=True)
+                    g = r.get("graphs")
+                    print("   %-20s %s%s" % (r["impl"], r.get("error") or
+                                             "mean %.3f ms, median %.3f ms, peak %s MiB, "
+                                             "%.2f TFLOP/s%s" %
+                                             (r["mean_ms"], r["median_ms"],
+                                              mib(r.get("peak_allocated")), t,
+                                              "" if frac is None else " (%.1f%% of %s peak)" %
+                                              (100 * frac, r["peak_kind"])),
+                                             "" if not g else
+                                             "; graphs %d captured, %d replayed, %d plain, "
+                                             "%s MiB%s" % (g["captured"], g["replayed"],
+                                                           g["plain"], mib(g["bytes"]),
+                                                           ", OFF: " + g["off"] if g["off"]
+                                                           else "")), flush=True)
 
 
 # ---- the largest batch -------------------------------------------------------

@@ -381,6 +381,21 @@ typedef struct cl_measured_mem {
 } cl_measured_mem;
 
 cl_status cl_model_measured_memory(cl_model *m, cl_measured_mem *out);
+
+/* One training step as one CUDA graph (CONVLSTM_CUDA_GRAPHS=1 when the
+ * model was created; off by default): what the model's backend did. All
+ * zero for a backend without graphs (the CPU, or graphs off). */
+typedef struct cl_graph_info {
+  int asked;         /* graphs were asked for */
+  int on;            /* ... and are not turned off */
+  int held;          /* graphs held now (one per step shape, a few at most) */
+  long long captured, replayed, plain; /* steps run each way since creation */
+  size_t bytes;      /* device memory their instantiation took, as the driver's free memory
+                      * fell (cudaMemGetInfo before and after): outside the allocator */
+  char off[200];     /* why graphs were turned off (a step that could not be captured), or "" */
+} cl_graph_info;
+
+cl_status cl_model_graph_info(cl_model *m, cl_graph_info *out);
 /* Test-only, for models created with CONVLSTM_GUARD=1 (guard bands after
  * every step buffer, checked after every step): writes one byte just past
  * the current step's buffer named `buffer` (a plan entry's name, such as

@@ -64,11 +64,10 @@ static cl_status place_target(cl_model *m, const cl_source *a, cl_target target,
 
 cl_status cl_loss_segment(cl_model *m, const cl_source *y, cl_target target, int b0, int b,
                           int t0, int len, double share, float loss_scale, int want_grad,
-                          double *loss) {
+                          double *acc) {
   float *at, *w = NULL;
   size_t n;
   cl_block k;
-  *loss = 0;
   CL_TRY(place_target(m, y, target, b0, b, t0, len, &at, &n, &k));
   if (n == 0) return CL_OK;
   const cl_step *st = &m->step;
@@ -78,11 +77,8 @@ cl_status cl_loss_segment(cl_model *m, const cl_source *y, cl_target target, int
     w = st->weight;
     CL_TRY(cl_put_source(m, w, CL_F32, m->loss_weight, k));
   }
-  double part;
-  CL_TRY(cl_loss_run(m, pred, at, w, n, (float)(share * loss_scale), want_grad ? at : NULL,
-                     &part));
-  *loss = share * part;
-  return CL_OK;
+  return cl_loss_run(m, pred, at, w, n, (float)(share * loss_scale), want_grad ? at : NULL, share,
+                     acc);
 }
 
 /* done: the last `done` steps of the segment already ran backward through
@@ -232,7 +228,11 @@ cl_status cl_model_mse(cl_model *m, const cl_host_array *y, cl_target target, do
   const cl_geom *g = &m->step.g;
   CL_TRY(cl_check_target(m, y, target, "y", g->B, g->T, g->H, g->W));
   cl_source ys = cl_source_host(y);
-  CL_TRY(cl_loss_segment(m, &ys, target, 0, g->B, 0, g->T, 1.0, 1.0f, 1, loss));
+  cl_step_vals v;
+  CL_TRY(cl_vals_zero(m));
+  CL_TRY(cl_loss_segment(m, &ys, target, 0, g->B, 0, g->T, 1.0, 1.0f, 1, &cl_vals(m)->loss));
+  CL_TRY(cl_vals_read(m, &v));
+  *loss = v.loss;
   m->phase = CL_PHASE_LOSS;
   m->loss_target = target;
   return CL_OK;

@@ -192,6 +192,9 @@ struct cl_model {
   cl_phase phase;
   cl_target loss_target;
   cl_loss_scale scaler; /* float16 only */
+  /* the step's decisions (backend.h) where the backend keeps none on its
+   * device: a host backend's block, read through cl_vals() */
+  cl_step_vals host_vals;
   struct cl_data *data; /* data sets on the device (data.c), freed with the model */
   int *data_idx;        /* a step's rows on the device, shared by the data sets */
   int data_idx_cap;
@@ -308,13 +311,14 @@ cl_status cl_forward_free_run(cl_model *m, int b, void *x, void *const *prev_h,
                               void *const *prev_c);
 cl_status cl_backward_free_run(cl_model *m, int b, const void *x, void *const *prev_h,
                                void *const *prev_c);
-/* MSE of the segment's part of the target (sequences blk.b0.., steps
- * t0..t0+len-1 of the call) into *loss (weighted by scale / loss_scale
- * share); with want_grad the last layer's d_hidden receives scale times its
- * gradient (zeros at steps without a target). */
+/* The loss of the segment's part of the target (sequences b0.., steps
+ * t0..t0+len-1 of the call), times share, added to *acc: a double in
+ * device memory (cl_vals), so that nothing waits for it; with want_grad the
+ * last layer's d_hidden receives share * loss_scale times its gradient
+ * (zeros at steps without a target). */
 cl_status cl_loss_segment(cl_model *m, const cl_source *y, cl_target target, int b0, int b,
                           int t0, int len, double share, float loss_scale, int want_grad,
-                          double *loss);
+                          double *acc);
 cl_status cl_zero(cl_model *m, void *p, size_t bytes);
 /* y or an output gradient shaped as the target needs for [B, T, ., H, W]. */
 cl_status cl_check_target(cl_model *m, const cl_host_array *a, cl_target target, const char *what,
@@ -357,17 +361,29 @@ cl_status cl_loss_weight_check(cl_model *m, const cl_host_array *w);
 
 /* loss.c: the loss of m->loss_fn over n elements of pred (the step's
  * dtype) against target (float), each times weight (float [n]; NULL: none):
- * *mean = its mean; grad (may alias target, or be NULL) = scale times
- * d mean / d pred. Unweighted MSE is the backend's mse slot, the rest its
- * loss slot. */
+ * *acc (device memory) += share * its mean; grad (may alias target, or be
+ * NULL) = scale times d mean / d pred. Unweighted MSE is the backend's mse
+ * kernel, the rest its loss kernel (backend.h, loss_acc). */
 cl_status cl_loss_run(cl_model *m, const void *pred, const float *target, const float *weight,
-                      size_t n, float scale, float *grad, double *mean);
+                      size_t n, float scale, float *grad, double share, double *acc);
 
-/* clip.c: with max_norm > 0, the gradients' global L2 norm into
- * m->grad_norm and, when it is finite and above max_norm, the gradients
- * scaled by max_norm / (norm + 1e-6) (torch's clip_grad_norm_); else only
- * m->grad_norm = NaN. Before the update's guard. */
-cl_status cl_clip_grads(cl_model *m, double max_norm);
+/* step.c: the step's decision block (backend.h, cl_step_vals): on the
+ * device, or m->host_vals for a backend that keeps none. cl_vals_read is a
+ * synchronisation: the one of a training step, after its update. */
+cl_step_vals *cl_vals(cl_model *m);
+cl_status cl_vals_zero(cl_model *m);
+cl_status cl_vals_read(cl_model *m, cl_step_vals *out);
+
+/* optim.c: the update's arguments for o from the model's state (made
+ * first with cl_optim_ensure): pointers and hyper-parameters, the step
+ * count as the next update's. keep = 0: as if the state were about to be
+ * created (step 1, fresh momentum). */
+void cl_optim_args(const cl_model *m, const cl_optim *o, int keep, cl_update_args *u);
+/* An update's guard found `fault` (backend.h's key): the refusal, naming
+ * the tensor and why. */
+cl_status cl_optim_refuse(cl_model *m, cl_optim_kind kind, uint64_t fault);
+/* An update was applied: the step count and the momentum's first use. */
+void cl_optim_applied(cl_model *m);
 
 /* train.c: the step of cl_model_train_step once its arguments are checked:
  * B sequences of T steps of H x W pixels read from x and y. */

@@ -228,6 +228,11 @@ cl_status cl_model_measured_memory(cl_model *m, cl_measured_mem *out) {
   return CL_OK;
 }
 
+cl_status cl_model_graph_info(cl_model *m, cl_graph_info *out) {
+  cl_backend_graph_info(m->be, out);
+  return CL_OK;
+}
+
 void cl_model_reset_peak(cl_model *m) { cl_mem_reset_peak(&m->mem); }
 
 cl_status cl_model_empty_cache(cl_model *m) {

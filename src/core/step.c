@@ -242,3 +242,15 @@ cl_status cl_model_zero_grad(cl_model *m) {
   CL_KERNEL(m, m->be->iface->memset0(m->be, m->grads, m->n_params * sizeof(float)));
   return CL_OK;
 }
+
+cl_step_vals *cl_vals(cl_model *m) { return cl_backend_step_vals(m->be, &m->host_vals); }
+
+cl_status cl_vals_zero(cl_model *m) {
+  CL_KERNEL(m, m->be->iface->memset0(m->be, cl_vals(m), sizeof(cl_step_vals)));
+  return CL_OK;
+}
+
+cl_status cl_vals_read(cl_model *m, cl_step_vals *out) {
+  CL_KERNEL(m, m->be->iface->download(m->be, out, cl_vals(m), sizeof *out));
+  return CL_OK;
+}

@@ -188,6 +188,7 @@ static cl_status choose(cl_backend *be, const conv_entry *e, cudnnConvolutionDes
   for (int pass = 0; pass < 2 && best < 0; pass++) {
     for (int i = 0; i < got; i++) {
       if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+      if (ctx->deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
       cudnnMathType_t mt = pin_fma ? CUDNN_FMA_MATH : perf[i].mathType;
       size_t bytes = 0;
       if (cudnnSetConvolutionMathType(cd, mt) != CUDNN_STATUS_SUCCESS ||
@@ -491,6 +492,7 @@ static cl_status tune(cl_backend *be, conv_entry *e, cudnnConvolutionDescriptor_
       CUDNN_STATUS_SUCCESS) {
     for (int i = 0; i < got && best < 0; i++) { /* fastest first */
       if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > room) continue;
+      if (ctx->deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
       if (cudnnSetConvolutionMathType(cd, pin_fma ? CUDNN_FMA_MATH : perf[i].mathType) !=
               CUDNN_STATUS_SUCCESS ||
           Op::workspace(ctx->cudnn, e, cd, perf[i].algo, &need) != CUDNN_STATUS_SUCCESS)
