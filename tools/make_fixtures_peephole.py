@@ -77,6 +77,15 @@ def wrong_outputs(model, x, mistake):
     return out
 
 
+def random_peepholes(model):
+    """Peephole weights of the size of the conv weights' effect, so that
+    they matter (convlstm() starts them at zero, which would hide a term)."""
+    with torch.no_grad():
+        for cell in model.cell_list:
+            for p in (cell.w_ci, cell.w_cf, cell.w_co):
+                p.uniform_(-0.8, 0.8)
+
+
 def header(w, cfg, seed):
     w.config("input_dim", cfg["input_dim"])
     w.config("hidden_dims", *cfg["hidden_dims"])
@@ -99,10 +108,7 @@ def make(cfg, root, seed):
     B, T, H, W = cfg["B"], cfg["T"], cfg["H"], cfg["W"]
     model = ConvLSTM(cfg["input_dim"], cfg["hidden_dims"], cfg["kernel_sizes"], cfg["bias"],
                      peephole=cfg["peephole"], frame_size=(H, W))
-    with torch.no_grad():  # of the size of the conv weights' effect, so they matter
-        for cell in model.cell_list:
-            for p in (cell.w_ci, cell.w_cf, cell.w_co):
-                p.uniform_(-0.8, 0.8)
+    random_peepholes(model)
     x = torch.rand(B, T, cfg["input_dim"], H, W)
     c_last = cfg["hidden_dims"][-1]
     y = torch.rand(B, c_last, H, W) if cfg["target"] == "last_state" else \
