@@ -130,9 +130,11 @@ static cl_status backward_layer(cl_model *m, int l, int b, int len, const void *
 cl_status cl_backward_segment(cl_model *m, int b, int len, const void *x, void *const *prev_h,
                               void *const *prev_c, int fresh_dc, int carry_in, int save_carry) {
   const cl_step *st = &m->step;
-  for (int l = m->cfg.n_layers - 1; l >= 0; l--)
+  for (int l = m->cfg.n_layers - 1; l >= 0; l--) {
     CL_TRY(backward_layer(m, l, b, len, l == 0 ? x : st->hid[l - 1], prev_h ? prev_h[l] : NULL,
                           prev_c ? prev_c[l] : NULL, fresh_dc, carry_in, save_carry));
+    CL_TRY(cl_dist_bucket_ready(m, l)); /* data parallel: off while the layers below run */
+  }
   return CL_OK;
 }
 

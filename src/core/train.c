@@ -11,7 +11,9 @@
  *  - float16: the loss scaled up for backward, the gradients unscaled and
  *    checked before the update, which is skipped on inf/NaN (GradScaler);
  *  - max_grad_norm: the gradients clipped by their global norm (clip.c)
- *    after unscaling, before the update and its guard.
+ *    after unscaling, before the update and its guard;
+ *  - data parallel (dist.c): each layer's gradients summed over the ranks
+ *    from the last backward pass on, waited for before all of the above.
  */
 #include "plan.h" /* cl_geom_make, cl_plan_build; internal.h */
 
@@ -67,7 +69,7 @@ static void ckpt_slot(cl_model *m, int b, int s, void **h, void **c) {
 /* The whole sequence of one micro-batch, in checkpoint segments (one
  * segment without checkpointing). */
 static cl_status run_segments(cl_model *m, const cl_source *x, const cl_source *y,
-                              cl_target tg, int b0, int b, float ls, double *loss) {
+                              cl_target tg, int b0, int b, float ls, int final, double *loss) {
   cl_step *st = &m->step;
   const cl_geom *g = &st->g;
   size_t xstep = (size_t)b * m->cfg.input_dim * g->H * g->W;
@@ -100,6 +102,7 @@ static cl_status run_segments(cl_model *m, const cl_source *x, const cl_source *
     double share = share_of(g, tg, b, s * g->S, len);
     CL_TRY(cl_loss_segment(m, y, tg, b0, b, s * g->S, len, share, ls, 1, &part));
     *loss += part;
+    m->comm_last_pass = final && s == 0; /* each layer's gradient complete after it */
     CL_TRY(cl_backward_segment(m, b, len, xs, sh, sc, last, !last, s > 0));
   }
   /* the state this micro-batch started from is read no more: hand on its
@@ -111,7 +114,7 @@ static cl_status run_segments(cl_model *m, const cl_source *x, const cl_source *
 
 /* Truncated BPTT over one micro-batch: windows of S steps. */
 static cl_status run_windows(cl_model *m, const cl_source *x, const cl_source *y,
-                             cl_target tg, int b0, int b, float ls, double *loss) {
+                             cl_target tg, int b0, int b, float ls, int final, double *loss) {
   cl_step *st = &m->step;
   const cl_geom *g = &st->g;
   int nwin = (g->T + g->S - 1) / g->S;
@@ -128,6 +131,7 @@ static cl_status run_windows(cl_model *m, const cl_source *x, const cl_source *y
       double part;
       CL_TRY(cl_loss_segment(m, y, tg, b0, b, t0, len, share_of(g, tg, b, t0, len), ls, 1, &part));
       *loss += part;
+      m->comm_last_pass = final && w == nwin - 1;
       CL_TRY(cl_backward_segment(m, b, len, st->x, sh, sc, 1, 0, 0));
     }
     /* after backward, which still reads the incoming state; the last
@@ -185,10 +189,13 @@ static cl_status train_step(cl_model *m, const cl_source *x, const cl_source *y,
   int half = g.dtype == CL_F16;
   float ls = half ? (float)m->scaler.scale : 1.0f;
   for (int b0 = 0; b0 < B; b0 += g.Bm) {
-    int b = B - b0 < g.Bm ? B - b0 : g.Bm;
-    CL_TRY(g.tbptt ? run_windows(m, x, y, target, b0, b, ls, loss)
-                   : run_segments(m, x, y, target, b0, b, ls, loss));
+    int b = B - b0 < g.Bm ? B - b0 : g.Bm, final = b0 + b >= B;
+    CL_TRY(g.tbptt ? run_windows(m, x, y, target, b0, b, ls, final, loss)
+                   : run_segments(m, x, y, target, b0, b, ls, final, loss));
   }
+  /* data parallel: the summed gradients and the global loss, before
+   * unscaling and clipping, so every rank sees the same norm and guard */
+  CL_TRY(cl_dist_finish(m, loss));
   m->step.outputs_kept = g.Bm == B && g.nseg == 1 && !g.tbptt;
   if (half) return scaled_update(m, opt, max_norm);
   if (!isfinite(*loss))
@@ -245,8 +252,14 @@ cl_status cl_train_sources(cl_model *m, const cl_source *x, const cl_source *y, 
     ws = cl_source_host(opts->weight);
     m->loss_weight = &ws;
   }
-  cl_status s = cl_state_prepare(m, &g);
+  m->comm = opts ? opts->comm : NULL;
+  m->comm_share = opts && opts->comm ? opts->comm_share : 1.0;
+  m->comm_last_pass = 0;
+  cl_status s = cl_dist_check(m, m->comm);
+  if (s == CL_OK) s = cl_state_prepare(m, &g);
   if (s == CL_OK) s = train_step(m, x, y, target, opt, &g, opts, loss);
+  m->comm = NULL;
+  m->comm_last_pass = 0;
   memset(&m->loss_fn, 0, sizeof m->loss_fn); /* back to MSE, cl_model_mse's */
   m->loss_weight = NULL;
   if (s != CL_OK && created) cl_model_optimizer_reset(m);
