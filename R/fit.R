@@ -74,6 +74,18 @@
 #'   trained with, said in one line; the model's dtype is converted if
 #'   another is chosen. Leave `checkpoint`, `accumulation_steps` and `tbptt`
 #'   out then.
+#' @param distributed `NULL` (one process), `TRUE` or the result of
+#'   [convlstm_distributed()]: train data parallel on every process `mpirun`
+#'   started. Each step takes a global batch of `size * batch_size` samples
+#'   (`batch_size` is per rank) from the same shuffle on every rank (rank
+#'   0's random number generator is given to all), each rank trains on its
+#'   contiguous share of it, and the gradients are summed over the ranks,
+#'   each weighted by its share, before clipping and the update: the step of
+#'   one process with the whole global batch, within float32 rounding. Rank
+#'   0's weights are given to all first, so all ranks hold the same weights
+#'   after every step. Only rank 0 prints and runs the callbacks that write
+#'   files; every rank returns the history. A last global batch smaller than
+#'   the number of ranks is skipped. A rank that fails stops all of them.
 #' @return A `convlstm_history`: a data frame with one row per epoch and
 #'   columns `epoch`, `loss` (mean training loss over the epoch's batches,
 #'   weighted by batch size), `val_loss` (`NA` without validation data),
@@ -107,7 +119,8 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
                          accumulation_steps = 1, tbptt = 0, data_on_device = "auto",
                          validation_split = 0, callbacks = list(), lr_scheduler = NULL,
                          resume = NULL, memory_budget = NULL, max_grad_norm = NULL,
-                         loss = "mse", delta = 1, pos_weight = 1, weight = NULL) {
+                         loss = "mse", delta = 1, pos_weight = 1, weight = NULL,
+                         distributed = NULL) {
   # before batch_size is reassigned below; "max" is capped at the samples
   batch_size_given <- !missing(batch_size) && !identical(batch_size, "max")
   call <- sys.call()
@@ -136,6 +149,13 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   callbacks <- check_callbacks(callbacks)
   scheduler <- check_lr_scheduler(lr_scheduler, optimizer)
   if (!is.null(resume)) resume <- check_path(resume, call, must_exist = TRUE)
+  dist <- check_distributed(distributed, call)
+  rank <- dist$rank %||% 0L
+  world <- dist$size %||% 1L
+  if (rank != 0L) {
+    verbose <- FALSE
+    callbacks <- Filter(function(cb) !isTRUE(attr(cb, "writes_files")), callbacks)
+  }
   held_out <- split_validation(x, y, validation_split, validation, call)
   x <- held_out$x
   y <- held_out$y
@@ -149,14 +169,15 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   n <- dim(x)[[1]]
   # The default stands for "all of it" on small data; a larger size given on
   # purpose is more likely a mix-up (of x, or of arguments) than a wish.
-  if (batch_size_given && batch_size > n) {
+  if (batch_size_given && batch_size * world > n) {
     abort_convlstm(sprintf(
-      "`batch_size` (%d) must not exceed the number of samples in `x` (%d); leave it out to train on all %d at once.",
-      batch_size, n, n
+      "`batch_size` (%d%s) must not exceed the number of samples in `x` (%d); leave it out to train on all %d at once.",
+      batch_size, if (world > 1) sprintf(" on each of %d ranks", world) else "", n, n
     ), call = call)
   }
-  batch_size <- min(batch_size, n)
-  n_batches <- ceiling(n / batch_size)
+  batch_size <- min(batch_size, n %/% world)
+  global_batch <- batch_size * world
+  n_batches <- ceiling(n / global_batch)
   # the last batch may be smaller than accumulation_steps
   step_options <- function(b) {
     check_step_options(checkpoint, min(accumulation_steps, b), tbptt,
@@ -165,6 +186,10 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   options <- step_options(batch_size)
   # a resumed fit continues after the saved epoch, with its state restored
   past <- if (is.null(resume)) NULL else resume_fit(ptr, resume, scheduler, epochs, call)
+  if (!is.null(dist)) { # the same shuffles and weights on every rank
+    sync_rng()
+    c_dist_broadcast_params(ptr, 0L)
+  }
   initial_epoch <- past$epoch %||% 0L
   check_schedule_length(scheduler, epochs - initial_epoch, n_batches, call)
   # a weighted loss slices its weight with each batch: from R arrays
@@ -189,7 +214,10 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   ctx$verbose <- verbose
   ctx$stop <- FALSE
   ctx$grad_norm <- NA_real_
+  ctx$rank <- rank
+  ctx$world_size <- world
   ctx$save_checkpoint <- function(path) {
+    if (rank != 0L) return(invisible(NULL))
     save_fit_checkpoint(ptr, path, current_optimizer(), scheduler, ctx$epoch, ctx$history)
   }
   set_history <- function() {
@@ -211,22 +239,30 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
       )
     }
     total <- 0
+    seen <- 0
     for (b in seq_len(n_batches)) {
-      idx <- order[((b - 1L) * batch_size + 1L):min(n, b * batch_size)]
+      global <- order[((b - 1L) * global_batch + 1L):min(n, b * global_batch)]
+      if (length(global) < world) next # a rank would have nothing to train on
+      idx <- if (world > 1) shard_rows(global, rank, world) else global
       opts <- if (length(idx) == batch_size) options else step_options(length(idx))
+      if (!is.null(dist)) { # this rank's share of the global batch's loss
+        opts <- opts %||% c_step_options()
+        opts$comm_share <- length(idx) / length(global)
+      }
       opt <- current_optimizer()
-      if (!is.null(weight) && n_batches > 1) opts$weight <- slice_batch(weight, idx)
+      if (!is.null(weight) && n_batches * world > 1) opts$weight <- slice_batch(weight, idx)
       if (!is.null(data)) {
         loss <- c_train_step_data(ptr, data, idx, opt, opts)
-      } else if (n_batches == 1) {
+      } else if (n_batches == 1 && world == 1) {
         loss <- c_train_step(ptr, x, y, target, opt, opts)
       } else {
         loss <- c_train_step(ptr, slice_batch(x, idx), slice_batch(y, idx), target, opt, opts)
       }
       grad_norm <- attr(loss, "grad_norm") %||% NA_real_
       loss <- as.double(loss)
-      total <- total + loss * length(idx)
-      running <<- total / min(n, b * batch_size)
+      total <- total + loss * length(global) # the loss is the global batch's
+      seen <- seen + length(global)
+      running <<- total / seen
       if (per_batch) scheduler$step()
       if (length(batch_hooks) > 0) {
         ctx$batch <- b
@@ -250,7 +286,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
                     validation$weight)
     }
     row <- data.frame(
-      epoch = epoch, loss = total / n, val_loss = val_loss, lr = opt$lr,
+      epoch = epoch, loss = total / seen, val_loss = val_loss, lr = opt$lr,
       seconds = proc.time()[["elapsed"]] - t0,
       peak_bytes = c_memory_stats(ptr)$peak_allocated
     )
@@ -283,7 +319,12 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
       run_callbacks(callbacks, "on_epoch_end", ctx)
       if (isTRUE(ctx$stop)) break
     },
-    interrupt = function(cnd) interrupted <<- TRUE
+    interrupt = function(cnd) interrupted <<- TRUE,
+    # the other ranks would wait for this one's gradients for ever
+    error = function(cnd) {
+      if (world > 1) c_dist_abort(conditionMessage(cnd))
+      stop(cnd)
+    }
   )
   if (interrupted && verbose) {
     cli::cli_alert_warning(sprintf(

@@ -101,6 +101,12 @@ typedef enum r_forward_what {
 } r_forward_what;
 r_forward_what r_forward_mode(SEXP s);
 
+/* ---- r_dist.c ---- */
+
+/* The process's communicator (convlstm_distributed()); an R error when
+ * there is none yet. */
+cl_comm *r_dist_comm(void);
+
 /* ---- entry points (registered in init.c) ---- */
 
 /* r_model.c */
@@ -144,6 +150,16 @@ SEXP ffi_memory_reset_peak(SEXP ptr);
 SEXP ffi_empty_cache(SEXP ptr);
 SEXP ffi_test_overrun(SEXP ptr, SEXP buffer);
 SEXP ffi_set_memory_limit(SEXP ptr, SEXP bytes);
+
+/* r_dist.c */
+SEXP ffi_dist_init(SEXP engine, SEXP device);
+SEXP ffi_dist_info(void);
+SEXP ffi_dist_available(void);
+SEXP ffi_dist_broadcast_params(SEXP ptr, SEXP root);
+SEXP ffi_dist_broadcast_ints(SEXP x, SEXP root);
+SEXP ffi_dist_barrier(void);
+SEXP ffi_dist_abort(SEXP msg);
+SEXP ffi_dist_finalize(void);
 
 /* r_plan.c */
 SEXP ffi_model_plan(SEXP ptr, SEXP shape, SEXP training, SEXP opt, SEXP opts);
