@@ -31,18 +31,24 @@ static void raise_comm(cl_status s, const char *what, const char *msg) {
 SEXP ffi_dist_init(SEXP engine, SEXP device) {
   const char *e = CHAR(STRING_ELT(engine, 0));
   char err[CL_ERRMSG_LEN] = "";
+  int nccl = strncmp(e, "nccl", 4) == 0, mpi = strcmp(e, "mpi") == 0 || strcmp(e, "nccl_mpi") == 0;
+  if ((nccl && !cl_comm_available("nccl")) || (mpi && !cl_comm_available("mpi"))) {
+    cl_comm *none = NULL; /* the stand-in says what to install */
+    cl_status s = nccl ? cl_comm_nccl_create(NULL, 0, &none, err, sizeof err)
+                       : cl_comm_mpi_create(&none, err, sizeof err);
+    raise_comm(s, "convlstm_distributed()", err);
+  }
   if (grad_comm) {
     if (strcmp(e, "nccl") == 0 ? strcmp(cl_comm_name(grad_comm), "nccl") == 0
                                : grad_comm == host_comm)
       return ffi_dist_info();
     r_raise(CL_E_STATE, "this process has a communicator already; one per process");
   }
-  int mpi = strcmp(e, "mpi") == 0 || strcmp(e, "nccl_mpi") == 0;
   cl_status s = mpi ? cl_comm_mpi_create(&host_comm, err, sizeof err)
                     : cl_comm_local_create(&host_comm, err, sizeof err);
   if (s != CL_OK) raise_comm(s, "convlstm_distributed()", err);
   grad_comm = host_comm;
-  if (strncmp(e, "nccl", 4) == 0) {
+  if (nccl) {
     cl_comm *g = NULL;
     s = cl_comm_nccl_create(host_comm, Rf_asInteger(device), &g, err, sizeof err);
     if (s != CL_OK) raise_comm(s, "convlstm_distributed(backend = \"nccl\")", err);
