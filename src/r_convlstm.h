@@ -127,6 +127,7 @@ SEXP ffi_set_loss_scale(SEXP ptr, SEXP init_scale, SEXP growth_factor, SEXP back
 SEXP ffi_tensor_info(SEXP ptr);
 SEXP ffi_get_tensors(SEXP ptr, SEXP grad);
 SEXP ffi_set_tensors(SEXP ptr, SEXP tensors);
+SEXP ffi_dist_broadcast_params(SEXP ptr, SEXP root);
 
 /* r_train.c */
 SEXP ffi_forward(SEXP ptr, SEXP x, SEXP training, SEXP what, SEXP opts);
@@ -155,7 +156,6 @@ SEXP ffi_set_memory_limit(SEXP ptr, SEXP bytes);
 SEXP ffi_dist_init(SEXP engine, SEXP device);
 SEXP ffi_dist_info(void);
 SEXP ffi_dist_available(void);
-SEXP ffi_dist_broadcast_params(SEXP ptr, SEXP root);
 SEXP ffi_dist_broadcast_ints(SEXP x, SEXP root);
 SEXP ffi_dist_barrier(void);
 SEXP ffi_dist_abort(SEXP msg);

@@ -2,9 +2,9 @@
  * r_dist.c -- the process's communicator for R (convlstm_distributed()):
  * one per process, as MPI_Init is once per process; the MPI one when
  * started by mpirun, the one-process one otherwise, NCCL's on top for GPU
- * ranks. Rank 0's parameters to every rank, small host collectives for R
- * (the random number generator's state, sums), and the abort a failing rank
- * calls so that no other rank waits for it.
+ * ranks; a broadcast for R (the random number generator's state), a
+ * barrier, and the abort a failing rank calls so that no other rank waits
+ * for it. (Rank 0's parameters to all: r_params.c.)
  */
 #include <stdio.h>
 #include <string.h>
@@ -74,13 +74,6 @@ SEXP ffi_dist_available(void) {
   SET_VECTOR_ELT(out, 1, Rf_ScalarLogical(cl_comm_available("nccl")));
   UNPROTECT(1);
   return out;
-}
-
-SEXP ffi_dist_broadcast_params(SEXP ptr, SEXP root) {
-  cl_model *m = r_model(ptr);
-  cl_status s = cl_model_broadcast_params(m, r_dist_comm(), Rf_asInteger(root));
-  if (s != CL_OK) r_raise_model(s, m);
-  return R_NilValue;
 }
 
 SEXP ffi_dist_broadcast_ints(SEXP x, SEXP root) {
