@@ -76,6 +76,10 @@ static cl_status parent_result(cl_comm *c, cl_status s) {
 static cl_status nccl_broadcast(cl_comm *c, void *buf, size_t bytes, int root, int on_device) {
   nccl_ctx *x = ctx_of(c);
   if (!on_device) return parent_result(c, x->parent->iface->broadcast(x->parent, buf, bytes, root, 0));
+  /* whatever wrote buf (a load, the initialisation) ran on the backend's
+   * stream, which this communicator does not know: the device's order */
+  cudaError_t e0 = cudaDeviceSynchronize();
+  if (e0 != cudaSuccess) return cuda_failed(c, "cudaDeviceSynchronize", e0);
   ncclResult_t r = ncclBroadcast(buf, buf, bytes, ncclUint8, root, x->comm, x->stream);
   if (r != ncclSuccess) return nccl_failed(c, "ncclBroadcast", r);
   cudaError_t e = cudaStreamSynchronize(x->stream);
