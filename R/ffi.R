@@ -146,6 +146,7 @@ c_train_step_data <- function(ptr, dptr, rows, optimizer, options = NULL) {
 c_dist_init <- function(engine, device = 0L) .Call(ffi_dist_init, engine, as.integer(device))
 c_dist_info <- function() .Call(ffi_dist_info)
 c_dist_available <- function() .Call(ffi_dist_available)
+c_grad_buckets <- function(ptr) .Call(ffi_grad_buckets, ptr)
 c_dist_broadcast_params <- function(ptr, root = 0L) {
   invisible(.Call(ffi_dist_broadcast_params, ptr, as.integer(root)))
 }

@@ -163,6 +163,7 @@ SEXP ffi_dist_finalize(void);
 
 /* r_plan.c */
 SEXP ffi_model_plan(SEXP ptr, SEXP shape, SEXP training, SEXP opt, SEXP opts);
+SEXP ffi_grad_buckets(SEXP ptr);
 
 /* r_io.c */
 SEXP ffi_model_save(SEXP ptr, SEXP path, SEXP optimizer, SEXP metadata);

@@ -423,6 +423,11 @@ void cl_comm_free(cl_comm *c);
 /* Rank root's parameters into every rank's model (same configuration
  * checked by parameter count), and the float16 loss scale with them. */
 cl_status cl_model_broadcast_params(cl_model *m, cl_comm *c, int root);
+/* The gradient buckets a data-parallel step sums over the ranks, in the
+ * order it starts them (the last layer first): layer[k] and bytes[k] (float32
+ * gradients), CL_MAX_LAYERS at most; returns their number. Views of the
+ * gradient buffer: no memory of their own. */
+int cl_model_grad_buckets(const cl_model *m, int *layer, size_t *bytes);
 
 /* A plan: every buffer one step needs, computed without allocating. The
  * executor allocates exactly these, so estimate and measurement agree.

@@ -42,12 +42,28 @@ static cl_status comm_failed(cl_model *m, cl_comm *c, cl_status s) {
   return cl_fail(m, s, "rank %d of %d: %s", c->rank, c->size, c->err);
 }
 
+/* Layer l's bucket: its wx, wh and bias gradients, contiguous (model.c). */
+static size_t bucket_of(const cl_model *m, int l, size_t *offset) {
+  const cl_layer *L = &m->layer[l];
+  *offset = L->off_wx;
+  return L->n_wx + L->n_wh + L->n_b;
+}
+
+int cl_model_grad_buckets(const cl_model *m, int *layer, size_t *bytes) {
+  int n = m->cfg.n_layers;
+  for (int k = 0; k < n; k++) { /* in the order backward completes them */
+    size_t off;
+    layer[k] = n - 1 - k;
+    bytes[k] = bucket_of(m, layer[k], &off) * sizeof(float);
+  }
+  return n;
+}
+
 cl_status cl_dist_bucket_ready(cl_model *m, int l) {
   cl_comm *c = m->comm;
   if (!c || c->size == 1 || !m->comm_last_pass) return CL_OK;
-  const cl_layer *L = &m->layer[l];
-  float *bucket = m->grads + L->off_wx; /* wx, wh, bias: contiguous (model.c) */
-  size_t n = L->n_wx + L->n_wh + L->n_b;
+  size_t off, n = bucket_of(m, l, &off);
+  float *bucket = m->grads + off;
   if (m->comm_share != 1.0) {
     int nonfinite; /* the update's guard finds them after the sum */
     CL_KERNEL(m, m->be->iface->grad_unscale(m->be, bucket, n, (float)m->comm_share, &nonfinite));
