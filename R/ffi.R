@@ -154,3 +154,4 @@ c_dist_broadcast_ints <- function(x, root = 0L) .Call(ffi_dist_broadcast_ints, a
 c_dist_barrier <- function() invisible(.Call(ffi_dist_barrier))
 c_dist_abort <- function(msg) invisible(.Call(ffi_dist_abort, as.character(msg)[1]))
 c_dist_finalize <- function() invisible(.Call(ffi_dist_finalize))
+c_dist_stats <- function(reset = FALSE) .Call(ffi_dist_stats, isTRUE(reset))

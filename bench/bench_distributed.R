@@ -8,8 +8,10 @@
 # batch grows with the ranks), one thread per rank. Each rank runs 2 warm-up
 # steps, then REPS repetitions of STEPS timed steps (convlstm_fit() with
 # distributed =, one epoch of STEPS global batches, no shuffle); rank 0
-# prints one line per repetition: ranks, global batch, seconds, samples/s
-# and milliseconds per step. Compare runs with 1 and N ranks; on a machine
+# prints one line per repetition: ranks, global batch, seconds, samples/s,
+# milliseconds per step, gradient bytes all-reduced per step and the time a
+# step waited for the reduction after its own backward (what overlap did
+# not hide, plus waiting for a slower rank), from the communicator's counters. Compare runs with 1 and N ranks; on a machine
 # shared with other work the repetitions differ a lot (doc/distributed.md).
 args <- commandArgs(trailingOnly = TRUE)
 batch <- if (length(args) >= 1) as.integer(args[[1]]) else 16L
@@ -30,11 +32,16 @@ fit <- function(k) {
 }
 invisible(fit(2)) # warm-up
 for (r in seq_len(reps)) {
+  invisible(convlstm:::c_dist_stats(reset = TRUE))
   t0 <- proc.time()[["elapsed"]]
   invisible(fit(steps))
   s <- proc.time()[["elapsed"]] - t0
+  st <- convlstm:::c_dist_stats()
   if (d$rank == 0) {
-    cat(sprintf("ranks %d  global batch %d  steps %d  %.3f s  %.1f samples/s  %.1f ms/step\n",
-                d$size, batch * d$size, steps, s, batch * d$size * steps / s, 1000 * s / steps))
+    cat(sprintf(paste0("ranks %d  global batch %d  steps %d  %.3f s  %.1f samples/s  %.1f ms/step",
+                       "  reduced %.0f KB/step  waited %.1f ms/step (%.1f%%)\n"),
+                d$size, batch * d$size, steps, s, batch * d$size * steps / s, 1000 * s / steps,
+                st$bytes / max(st$steps, 1) / 1000, 1000 * st$wait_seconds / steps,
+                100 * st$wait_seconds / s))
   }
 }

@@ -56,6 +56,7 @@ static const R_CallMethodDef call_entries[] = {
     CALLDEF(ffi_dist_barrier, 0),
     CALLDEF(ffi_dist_abort, 1),
     CALLDEF(ffi_dist_finalize, 0),
+    CALLDEF(ffi_dist_stats, 1),
     CALLDEF(ffi_set_memory_limit, 2),
     CALLDEF(ffi_set_dtype, 2),
     CALLDEF(ffi_loss_scale, 1),

@@ -160,6 +160,7 @@ SEXP ffi_dist_broadcast_ints(SEXP x, SEXP root);
 SEXP ffi_dist_barrier(void);
 SEXP ffi_dist_abort(SEXP msg);
 SEXP ffi_dist_finalize(void);
+SEXP ffi_dist_stats(SEXP reset);
 
 /* r_plan.c */
 SEXP ffi_model_plan(SEXP ptr, SEXP shape, SEXP training, SEXP opt, SEXP opts);

@@ -111,3 +111,17 @@ SEXP ffi_dist_finalize(void) {
   grad_comm = host_comm = NULL;
   return R_NilValue;
 }
+
+/* list(steps, bytes, wait_seconds) of the gradient communicator; reset:
+ * start counting again. */
+SEXP ffi_dist_stats(SEXP reset) {
+  cl_comm_stats st;
+  cl_comm_get_stats(r_dist_comm(), &st, Rf_asLogical(reset) == TRUE);
+  static const char *const names[] = {"steps", "bytes", "wait_seconds"};
+  SEXP out = PROTECT(r_named_list(names, 3));
+  SET_VECTOR_ELT(out, 0, Rf_ScalarReal((double)st.steps));
+  SET_VECTOR_ELT(out, 1, Rf_ScalarReal(st.bytes));
+  SET_VECTOR_ELT(out, 2, Rf_ScalarReal(st.wait_seconds));
+  UNPROTECT(1);
+  return out;
+}

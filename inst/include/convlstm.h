@@ -418,6 +418,16 @@ cl_status cl_comm_barrier(cl_comm *c);
 cl_status cl_comm_broadcast_host(cl_comm *c, void *buf, size_t bytes, int root);
 /* Ends all ranks (MPI_Abort); a failing rank calls it so no rank hangs. */
 void cl_comm_abort(cl_comm *c, int code);
+/* What the training steps did with a communicator since it was made (or
+ * since reset != 0): steps that reduced, bytes of gradients all-reduced, and
+ * the seconds the steps waited for the reduction after their own backward was
+ * done (what the overlap did not hide, and waiting for slower ranks). */
+typedef struct cl_comm_stats {
+  long steps;
+  double bytes;
+  double wait_seconds;
+} cl_comm_stats;
+void cl_comm_get_stats(cl_comm *c, cl_comm_stats *out, int reset);
 /* Frees the communicator (MPI_Finalize for the MPI one). NCCL's before MPI's. */
 void cl_comm_free(cl_comm *c);
 /* Rank root's parameters into every rank's model (same configuration

@@ -121,6 +121,11 @@ cl_status cl_comm_broadcast_host(cl_comm *c, void *buf, size_t bytes, int root) 
 
 void cl_comm_abort(cl_comm *c, int code) { c->iface->abort(c, code); }
 
+void cl_comm_get_stats(cl_comm *c, cl_comm_stats *out, int reset) {
+  *out = c->stats;
+  if (reset) memset(&c->stats, 0, sizeof c->stats);
+}
+
 void cl_comm_free(cl_comm *c) {
   if (c) c->iface->destroy(c);
 }

@@ -54,6 +54,7 @@ struct cl_comm {
   const struct cl_comm_i *iface;
   void *ctx;
   int rank, size;
+  cl_comm_stats stats; /* kept by dist.c */
   char err[CL_COMM_ERRLEN];
 };
 

@@ -21,8 +21,17 @@
  * backward, and only layer 0's is left to wait for. Earlier passes keep
  * adding to the buckets and cannot send them.
  */
+#define _POSIX_C_SOURCE 199309L /* clock_gettime */
 #include "internal.h"
 #include "comm.h"
+
+#include <time.h>
+
+static double now_seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 cl_status cl_dist_check(cl_model *m, struct cl_comm *c) {
   if (!c) return CL_OK;
@@ -69,6 +78,7 @@ cl_status cl_dist_bucket_ready(cl_model *m, int l) {
     CL_KERNEL(m, m->be->iface->grad_unscale(m->be, bucket, n, (float)m->comm_share, &nonfinite));
   }
   c->err[0] = '\0';
+  c->stats.bytes += (double)(n * sizeof(float));
   cl_status s = c->iface->allreduce_start(c, m->be, bucket, n);
   if (s == CL_OK && c->iface->progress) s = c->iface->progress(c);
   return s == CL_OK ? CL_OK : comm_failed(m, c, s);
@@ -79,7 +89,10 @@ cl_status cl_dist_finish(cl_model *m, double *loss) {
   m->comm_last_pass = 0;
   if (!c || c->size == 1) return CL_OK;
   c->err[0] = '\0';
+  double t0 = now_seconds();
   cl_status s = c->iface->wait_all(c);
+  c->stats.wait_seconds += now_seconds() - t0;
+  c->stats.steps++;
   double v = *loss * m->comm_share;
   if (s == CL_OK) s = c->iface->sum_host(c, &v, 1);
   if (s != CL_OK) return comm_failed(m, c, s);

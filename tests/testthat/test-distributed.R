@@ -113,6 +113,11 @@ test_that("2 ranks x batch 2 train as one process with batch 4, the same on ever
   # convolution, the ranks 2 + 2 then the sum of two halves: other roundings
   expect_lt(max_diff(r[[1]]$weights, ref$weights), 1e-5)
   expect_equal(r[[1]]$loss, ref$loss, tolerance = 1e-5)
+  # 3 epochs of 3 steps, each reducing every bucket memory_estimate() lists
+  st <- r[[2]]$stats
+  expect_equal(st$steps, 9)
+  expect_equal(st$bytes, 9 * sum(r[[2]]$buckets$bytes))
+  expect_gte(st$wait_seconds, 0)
   # rank 0 alone wrote the log: one header and three epochs
   expect_length(readLines(file.path(out, "log.csv")), 4)
   # a deterministic reduction order: a second run is the same bit for bit

@@ -46,5 +46,8 @@ h <- convlstm_fit(case$model, case$x, case$y, optimizer_adam(0.01), epochs = epo
                   batch_size = batch, shuffle = TRUE, verbose = FALSE, distributed = d,
                   callbacks = callbacks, max_grad_norm = if (mode == "clip") 0.05,
                   resume = if (mode == "resume") ckpt)
-saveRDS(list(weights = state_dict(case$model), loss = h$loss, rank = d$rank, size = d$size),
+saveRDS(list(weights = state_dict(case$model), loss = h$loss, rank = d$rank, size = d$size,
+             stats = convlstm:::c_dist_stats(),
+             buckets = attr(memory_estimate(case$model, batch, 3, 6, 6, world_size = d$size),
+                            "communication")),
         file.path(out, sprintf("w%d.rds", d$rank)))
