@@ -319,7 +319,11 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
       run_callbacks(callbacks, "on_epoch_end", ctx)
       if (isTRUE(ctx$stop)) break
     },
-    interrupt = function(cnd) interrupted <<- TRUE,
+    interrupt = function(cnd) {
+      # a rank that stops alone would leave the others in an all-reduce
+      if (world > 1) c_dist_abort("interrupted")
+      interrupted <<- TRUE
+    },
     # the other ranks would wait for this one's gradients for ever
     error = function(cnd) {
       if (world > 1) c_dist_abort(conditionMessage(cnd))

@@ -140,7 +140,10 @@ extern "C" cl_status cl_comm_nccl_create(cl_comm *mpi, int device, cl_comm **out
   ncclUniqueId id;
   ncclResult_t r = ncclSuccess;
   cl_status s = CL_OK;
-  cudaError_t e = cudaSetDevice(device);
+  int n_dev = 0; /* ranks beyond the devices share them round robin; NCCL
+                   * then refuses two ranks on one device with its own error */
+  cudaError_t e = cudaGetDeviceCount(&n_dev);
+  if (e == cudaSuccess && n_dev > 0) e = cudaSetDevice(device % n_dev);
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking);
   for (int i = 0; e == cudaSuccess && i < NCCL_MAX_EVENTS; i++)
     e = cudaEventCreateWithFlags(&x->ready[i], cudaEventDisableTiming);
