@@ -100,3 +100,19 @@ sync_rng <- function() {
   seed <- get(".Random.seed", envir = globalenv(), inherits = FALSE)
   assign(".Random.seed", c_dist_broadcast_ints(seed, 0L), envir = globalenv())
 }
+
+# Every rank must take the same number of steps, or one waits in an
+# all-reduce the others never start: rank 0's values against this rank's.
+check_same_on_ranks <- function(values, rank, call = sys.call(-1)) {
+  root <- stats::setNames(c_dist_broadcast_ints(values, 0L), names(values))
+  differ <- names(values)[root != values]
+  if (length(differ) > 0) {
+    abort_convlstm(sprintf(paste0(
+      "`distributed`: rank %d has %s, rank 0 %s; every rank must fit the same number of ",
+      "samples, batch size and epochs (each gives all of `x` and takes its share)."),
+      rank, paste(sprintf("%s %d", differ, values[differ]), collapse = ", "),
+      paste(sprintf("%s %d", differ, root[differ]), collapse = ", ")
+    ), call = call)
+  }
+  invisible(values)
+}

@@ -150,7 +150,9 @@ c_grad_buckets <- function(ptr) .Call(ffi_grad_buckets, ptr)
 c_dist_broadcast_params <- function(ptr, root = 0L) {
   invisible(.Call(ffi_dist_broadcast_params, ptr, as.integer(root)))
 }
-c_dist_broadcast_ints <- function(x, root = 0L) .Call(ffi_dist_broadcast_ints, as.integer(x), as.integer(root))
+c_dist_broadcast_ints <- function(x, root = 0L) {
+  .Call(ffi_dist_broadcast_ints, as.integer(x), as.integer(root))
+}
 c_dist_barrier <- function() invisible(.Call(ffi_dist_barrier))
 c_dist_abort <- function(msg) invisible(.Call(ffi_dist_abort, as.character(msg)[1]))
 c_dist_finalize <- function() invisible(.Call(ffi_dist_finalize))

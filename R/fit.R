@@ -152,6 +152,11 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   dist <- check_distributed(distributed, call)
   rank <- dist$rank %||% 0L
   world <- dist$size %||% 1L
+  if (world > 1) { # whatever stops this rank must stop the others, or they wait for it
+    finished <- FALSE
+    on.exit(if (!finished) c_dist_abort("convlstm_fit() stopped on this rank (its error above)"),
+            add = TRUE)
+  }
   if (rank != 0L) {
     verbose <- FALSE
     callbacks <- Filter(function(cb) !isTRUE(attr(cb, "writes_files")), callbacks)
@@ -186,7 +191,9 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   options <- step_options(batch_size)
   # a resumed fit continues after the saved epoch, with its state restored
   past <- if (is.null(resume)) NULL else resume_fit(ptr, resume, scheduler, epochs, call)
-  if (!is.null(dist)) { # the same shuffles and weights on every rank
+  if (!is.null(dist)) { # the same steps, shuffles and weights on every rank
+    check_same_on_ranks(c(samples = n, batch_size = batch_size, epochs = epochs,
+                          first_epoch = past$epoch %||% 0L), rank, call)
     sync_rng()
     c_dist_broadcast_params(ptr, 0L)
   }
@@ -340,6 +347,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   run_callbacks(callbacks, "on_fit_end", ctx)
   history <- ctx$history
   attr(history, "data_on_device") <- !is.null(data)
+  if (world > 1) finished <- TRUE
   history
 }
 

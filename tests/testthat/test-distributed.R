@@ -162,6 +162,15 @@ test_that("a checkpoint written by 2 ranks resumes on 3 ranks as in one process"
   expect_equal(r[[1]]$loss, ref$loss, tolerance = 1e-5)
 })
 
+test_that("ranks given different data sizes refuse to start, naming the rank, and none hangs", {
+  skip_without_mpi()
+  out <- temp_dir()
+  run <- run_mpi(2, "mismatch", out, n = 12, batch = 2, epochs = 2, fail_rank = 1L, limit = 90)
+  expect_false(run$status %in% c(0L, 124L), info = run$log)
+  expect_match(run$log, "rank 1 has samples 11, rank 0 samples 12", info = run$log)
+  expect_false(file.exists(file.path(out, "ckpt.safetensors"))) # no step was taken
+})
+
 for (how in c("error", "kill")) {
   test_that(sprintf("a rank that fails (%s) stops every rank in bounded time; the checkpoint survives", how), {
     skip_without_mpi()

@@ -16,6 +16,7 @@
 #   error   rank FAIL_RANK raises an R error in epoch 2; the checkpoint of
 #           epoch 1 must survive and every rank must stop
 #   kill    rank FAIL_RANK is killed (SIGKILL) in epoch 2
+#   mismatch  rank FAIL_RANK gives one sample fewer: it must refuse to start
 args <- commandArgs(trailingOnly = TRUE)
 lib <- args[[1]]
 out <- args[[2]]
@@ -29,6 +30,7 @@ suppressPackageStartupMessages(library(convlstm, lib.loc = lib))
 d <- convlstm_distributed()
 source(file.path(dirname(sub("^--file=", "", grep("^--file=", commandArgs(), value = TRUE))),
                  "mpi-case.R"))
+if (mode == "mismatch" && d$rank == fail_rank) n <- n - 1L
 case <- mpi_case(n, seed_model = 100 + d$rank) # different initial weights per rank
 set.seed(1000 + d$rank)                         # and different generators
 ckpt <- file.path(out, "ckpt.safetensors")
