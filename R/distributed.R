@@ -79,8 +79,8 @@ check_distributed <- function(x, call = sys.call(-1)) {
   }
   now <- c_dist_info()
   if (is.null(now$backend)) {
-    abort_convlstm("`distributed`: this process's communicator was finalized; call convlstm_distributed() again.",
-                   call = call)
+    abort_convlstm(paste("`distributed`: this process's communicator was finalized;",
+                         "call convlstm_distributed() again."), call = call)
   }
   new_distributed(now)
 }

@@ -11,8 +11,9 @@
 # prints one line per repetition: ranks, global batch, seconds, samples/s,
 # milliseconds per step, gradient bytes all-reduced per step and the time a
 # step waited for the reduction after its own backward (what overlap did
-# not hide, plus waiting for a slower rank), from the communicator's counters. Compare runs with 1 and N ranks; on a machine
-# shared with other work the repetitions differ a lot (doc/distributed.md).
+# not hide, plus waiting for a slower rank), from the communicator's
+# counters. Compare runs with 1 and N ranks; on a machine shared with other
+# work the repetitions differ a lot (doc/distributed.md).
 args <- commandArgs(trailingOnly = TRUE)
 batch <- if (length(args) >= 1) as.integer(args[[1]]) else 16L
 steps <- if (length(args) >= 2) as.integer(args[[2]]) else 10L

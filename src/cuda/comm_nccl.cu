@@ -75,7 +75,8 @@ static cl_status parent_result(cl_comm *c, cl_status s) {
 
 static cl_status nccl_broadcast(cl_comm *c, void *buf, size_t bytes, int root, int on_device) {
   nccl_ctx *x = ctx_of(c);
-  if (!on_device) return parent_result(c, x->parent->iface->broadcast(x->parent, buf, bytes, root, 0));
+  if (!on_device)
+    return parent_result(c, x->parent->iface->broadcast(x->parent, buf, bytes, root, 0));
   /* whatever wrote buf (a load, the initialisation) ran on the backend's
    * stream, which this communicator does not know: the device's order */
   cudaError_t e0 = cudaDeviceSynchronize();

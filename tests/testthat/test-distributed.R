@@ -9,7 +9,9 @@ mpi_tests_required <- function() identical(Sys.getenv("CONVLSTM_MPI_TESTS"), "re
 skip_without_mpi <- function() {
   # several processes per test, each loading R: make test runs them
   skip_on_cran()
-  if (nzchar(Sys.getenv("_R_CHECK_PACKAGE_NAME_"))) skip("mpirun jobs run in make test, not in R CMD check")
+  if (nzchar(Sys.getenv("_R_CHECK_PACKAGE_NAME_"))) {
+    skip("mpirun jobs run in make test, not in R CMD check")
+  }
   why <- if (!nzchar(Sys.which("mpirun"))) {
     "mpirun is not on the PATH (Debian: apt-get install openmpi-bin libopenmpi-dev)"
   } else if (!nzchar(Sys.which("timeout"))) {
@@ -100,7 +102,7 @@ test_that("a global batch is cut into contiguous shards, as equal as may be", {
   expect_identical(convlstm:::shard_rows(idx, 0L, 1L), idx)
 })
 
-test_that("2 ranks x batch 2 train as one process with batch 4, the same on every rank, every run", {
+test_that("2 ranks x batch 2 train as 1 x batch 4, the same on every rank, every run", {
   skip_without_mpi()
   out <- temp_dir()
   run <- run_mpi(2, "train", out, n = 12, batch = 2, epochs = 3)
@@ -172,7 +174,8 @@ test_that("ranks given different data sizes refuse to start, naming the rank, an
 })
 
 for (how in c("error", "kill")) {
-  test_that(sprintf("a rank that fails (%s) stops every rank in bounded time; the checkpoint survives", how), {
+  test_that(sprintf("a rank that fails (%s) stops all in bounded time; the checkpoint survives",
+                    how), {
     skip_without_mpi()
     out <- temp_dir()
     run <- run_mpi(3, how, out, n = 12, batch = 2, epochs = 3, fail_rank = 1L, limit = 90)
