@@ -38,21 +38,26 @@ SEXP ffi_dist_init(SEXP engine, SEXP device) {
                        : cl_comm_mpi_create(&none, err, sizeof err);
     raise_comm(s, "convlstm_distributed()", err);
   }
-  if (grad_comm) {
-    if (strcmp(e, "nccl") == 0 ? strcmp(cl_comm_name(grad_comm), "nccl") == 0
-                               : grad_comm == host_comm)
-      return ffi_dist_info();
-    r_raise(CL_E_STATE, "this process has a communicator already; one per process");
+  const char *want = nccl ? "nccl" : mpi ? "mpi" : "local";
+  const char *host_want = mpi ? "mpi" : "local";
+  if (grad_comm && strcmp(cl_comm_name(grad_comm), want) == 0) return ffi_dist_info();
+  if (grad_comm || (host_comm && strcmp(cl_comm_name(host_comm), host_want) != 0)) {
+    snprintf(err, sizeof err, "this process has the '%s' communicator already, not '%s': one "
+             "per process", cl_comm_name(grad_comm ? grad_comm : host_comm), want);
+    r_raise(CL_E_STATE, err);
   }
-  cl_status s = mpi ? cl_comm_mpi_create(&host_comm, err, sizeof err)
-                    : cl_comm_local_create(&host_comm, err, sizeof err);
-  if (s != CL_OK) raise_comm(s, "convlstm_distributed()", err);
-  grad_comm = host_comm;
+  if (!host_comm) { /* kept when NCCL failed on top of it: MPI starts once */
+    cl_status s = mpi ? cl_comm_mpi_create(&host_comm, err, sizeof err)
+                      : cl_comm_local_create(&host_comm, err, sizeof err);
+    if (s != CL_OK) raise_comm(s, "convlstm_distributed()", err);
+  }
   if (nccl) {
     cl_comm *g = NULL;
-    s = cl_comm_nccl_create(host_comm, Rf_asInteger(device), &g, err, sizeof err);
+    cl_status s = cl_comm_nccl_create(host_comm, Rf_asInteger(device), &g, err, sizeof err);
     if (s != CL_OK) raise_comm(s, "convlstm_distributed(backend = \"nccl\")", err);
     grad_comm = g;
+  } else {
+    grad_comm = host_comm;
   }
   return ffi_dist_info();
 }

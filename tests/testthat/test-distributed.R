@@ -80,6 +80,12 @@ test_that("convlstm_distributed() without mpirun is one process that trains as w
     list(loss = h$loss, w = state_dict(case$model))
   }
   expect_identical(fit_once(d), fit_once(NULL)) # bit for bit: size 1 reduces nothing
+  # one communicator per process: MPI cannot start beside the one-process one
+  if (convlstm:::c_dist_available()$mpi) {
+    expect_error(convlstm_distributed("mpi"), class = "convlstm_error_state",
+                 regexp = "'local' communicator already")
+  }
+  expect_identical(convlstm_distributed("local"), d) # asking again is the same one
 })
 
 test_that("convlstm_distributed() and convlstm_fit(distributed = ) refuse bad input", {
