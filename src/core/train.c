@@ -256,6 +256,8 @@ cl_status cl_train_sources(cl_model *m, const cl_source *x, const cl_source *y, 
   m->comm_share = opts && opts->comm ? opts->comm_share : 1.0;
   m->comm_last_pass = 0;
   cl_status s = cl_dist_check(m, m->comm);
+  if (s == CL_OK && m->comm && !(m->comm_share > 0 && m->comm_share <= 1))
+    s = cl_fail(m, CL_E_INVALID, "comm_share must lie in (0, 1], not %g", m->comm_share);
   if (s == CL_OK) s = cl_state_prepare(m, &g);
   if (s == CL_OK) s = train_step(m, x, y, target, opt, &g, opts, loss);
   m->comm = NULL;

@@ -82,6 +82,16 @@ static void test_local(void) {
   size_t n = grads_of(0, B, g_full, NULL);
   grads_of(0, B, g_part, &o);
   CHECK(memcmp(g_full, g_part, n * sizeof(float)) == 0, "local communicator changed the step");
+  o.comm_share = 0; /* no share of the batch: refused, nothing trained */
+  cl_model *bad = model();
+  cl_host_array xa = {xs, CL_HOST_TORCH_F32, 5, {B, T, C, H, W}};
+  cl_host_array ya = {ys, CL_HOST_TORCH_F32, 4, {B, 3, H, W, 0}};
+  cl_optim sgd = {CL_OPTIM_SGD, 0.1, 0, 0, 0, 0, 0, 0};
+  double loss;
+  CHECK(cl_model_train_step(bad, &xa, &ya, CL_TARGET_LAST_STATE, &sgd, &o, &loss) == CL_E_INVALID &&
+            strstr(cl_model_error(bad), "comm_share"),
+        "share 0: %s", cl_model_error(bad));
+  cl_model_free(bad);
   cl_model *m = model();
   CHECK(cl_model_broadcast_params(m, c, 0) == CL_OK, "broadcast: %s", cl_model_error(m));
   cl_model_free(m);
