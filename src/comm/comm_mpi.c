@@ -40,9 +40,12 @@ static cl_status mpi_failed(cl_comm *c, const char *what, int rc) {
   return cl_comm_fail(c, CL_E_BACKEND, "%s failed: %s", what, msg);
 }
 
-static cl_status mpi_allreduce_start(cl_comm *c, cl_backend *be, float *buf, size_t n) {
+static cl_status mpi_allreduce_start(cl_comm *c, cl_backend *be, float *buf, size_t n,
+                                     float scale) {
   (void)be; /* CPU kernels have finished when they return */
   mpi_ctx *x = ctx_of(c);
+  if (scale != 1.0f)
+    for (size_t i = 0; i < n; i++) buf[i] *= scale;
   if (x->n_req >= MPI_MAX_BUCKETS)
     return cl_comm_fail(c, CL_E_INTERNAL, "more than %d buckets in flight", MPI_MAX_BUCKETS);
   if (n > (size_t)0x7fffffff)

@@ -29,10 +29,11 @@ struct cl_comm_i {
   /* 1: the buffers of allreduce_start and broadcast(on_device) live on the
    * GPU; 0: host memory (a CPU model's) */
   int device_buffers;
-  /* Starts summing n floats in place across all ranks, not blocking; be is
-   * the model's backend, whose work on buf must finish first. Every rank
-   * starts the same buckets in the same order. */
-  cl_status (*allreduce_start)(cl_comm *c, cl_backend *be, float *buf, size_t n);
+  /* Starts buf = the sum over ranks of scale x buf (n floats, in place),
+   * not blocking; be is the model's backend, whose work on buf must finish
+   * first. The engine applies the scale (NCCL inside its reduction, with no
+   * wait of the host). Every rank starts the same buckets in the same order. */
+  cl_status (*allreduce_start)(cl_comm *c, cl_backend *be, float *buf, size_t n, float scale);
   /* Lets started reductions advance (optional: NULL when the engine
    * progresses by itself). */
   cl_status (*progress)(cl_comm *c);

@@ -72,14 +72,9 @@ cl_status cl_dist_bucket_ready(cl_model *m, int l) {
   cl_comm *c = m->comm;
   if (!c || c->size == 1 || !m->comm_last_pass) return CL_OK;
   size_t off, n = bucket_of(m, l, &off);
-  float *bucket = m->grads + off;
-  if (m->comm_share != 1.0) {
-    int nonfinite; /* the update's guard finds them after the sum */
-    CL_KERNEL(m, m->be->iface->grad_unscale(m->be, bucket, n, (float)m->comm_share, &nonfinite));
-  }
   c->err[0] = '\0';
   c->stats.bytes += (double)(n * sizeof(float));
-  cl_status s = c->iface->allreduce_start(c, m->be, bucket, n);
+  cl_status s = c->iface->allreduce_start(c, m->be, m->grads + off, n, (float)m->comm_share);
   if (s == CL_OK && c->iface->progress) s = c->iface->progress(c);
   return s == CL_OK ? CL_OK : comm_failed(m, c, s);
 }

@@ -43,7 +43,8 @@ static cl_status cuda_failed(cl_comm *c, const char *what, cudaError_t e) {
   return cl_comm_fail(c, CL_E_BACKEND, "%s failed: %s", what, cudaGetErrorString(e));
 }
 
-static cl_status nccl_allreduce_start(cl_comm *c, cl_backend *be, float *buf, size_t n) {
+static cl_status nccl_allreduce_start(cl_comm *c, cl_backend *be, float *buf, size_t n,
+                                      float scale) {
   nccl_ctx *x = ctx_of(c);
   if (x->n_inflight >= NCCL_MAX_EVENTS)
     return cl_comm_fail(c, CL_E_INTERNAL, "more than %d buckets in flight", NCCL_MAX_EVENTS);
@@ -51,7 +52,20 @@ static cl_status nccl_allreduce_start(cl_comm *c, cl_backend *be, float *buf, si
   cudaError_t e = cudaEventRecord(ev, cl_cuda_ctx_of(be)->stream);
   if (e == cudaSuccess) e = cudaStreamWaitEvent(x->stream, ev, 0);
   if (e != cudaSuccess) return cuda_failed(c, "cudaEventRecord/cudaStreamWaitEvent", e);
-  ncclResult_t r = ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, x->comm, x->stream);
+  /* the share applied inside the reduction: ncclAvg for equal shares, else
+   * a pre-multiplied sum with the scalar from the host */
+  ncclRedOp_t op = ncclSum;
+  int custom = 0;
+  ncclResult_t r = ncclSuccess;
+  if (scale == 1.0f / (float)c->size) {
+    op = ncclAvg;
+  } else if (scale != 1.0f) {
+    r = ncclRedOpCreatePreMulSum(&op, &scale, ncclFloat, ncclScalarHostImmediate, x->comm);
+    if (r != ncclSuccess) return nccl_failed(c, "ncclRedOpCreatePreMulSum", r);
+    custom = 1;
+  }
+  r = ncclAllReduce(buf, buf, n, ncclFloat, op, x->comm, x->stream);
+  if (custom) ncclRedOpDestroy(op, x->comm); /* after the call that uses it, as NCCL allows */
   if (r != ncclSuccess) return nccl_failed(c, "ncclAllReduce", r);
   x->n_inflight++;
   return CL_OK;
