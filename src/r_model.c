@@ -146,7 +146,7 @@ SEXP ffi_model_config(SEXP ptr) {
   int nprotect = 0;
   const char *const names[] = {"input_dim", "hidden_dims", "kernel_sizes", "n_layers",
                          "bias",      "device",      "dtype",        "threads",
-                         "memory_limit", "backend",  "n_params",     "geometry"};
+                         "memory_limit", "backend",  "n_params",     "conv_math", "geometry"};
   SEXP out = PROTECT(r_named_list(names, (int)(sizeof names / sizeof names[0])));
   nprotect++;
 
@@ -171,6 +171,7 @@ SEXP ffi_model_config(SEXP ptr) {
   const char *be = cl_model_backend_name(m);
   SET_VECTOR_ELT(out, 9, Rf_mkString(be != NULL ? be : ""));
   SET_VECTOR_ELT(out, 10, Rf_ScalarReal((double)cl_model_n_params(m)));
+  SET_VECTOR_ELT(out, 11, Rf_mkString(cl_model_conv_math(m)));
   UNPROTECT(nprotect);
   return out;
 }

@@ -22,6 +22,12 @@ Records beyond make_fixtures.py's:
                 each step reads cat(x, y[:, :K-1]) and its loss is the MSE of
                 the last layer's last K outputs against y (teacher forcing);
                 grad/ of the first step, adam_losses, adam_params/.
+  free_run:     config horizon <K>; y_frames [B, K, C, H, W] the frames after
+                x; each step reads x, then its own last-layer h as the next
+                K - 1 inputs (rollout() under autograd), its loss the MSE of
+                the K predicted frames against y; grad/ of the first step,
+                grad_detached/ the same with the fed-back frames detached
+                (which must differ), adam_losses, adam_params/.
 """
 
 import os
@@ -54,6 +60,18 @@ CONFIGS = [
          bias=True, B=2, T=3, H=6, W=5, target="last_state", weight_decay=0.0, horizon=4),
     dict(name="teacher", kind="teacher", input_dim=2, hidden_dims=[3, 2], kernel_sizes=[3, 3],
          bias=True, B=2, T=3, H=5, W=4, target="sequence", weight_decay=0.0, horizon=3),
+    dict(name="free_run", kind="free_run", input_dim=2, hidden_dims=[3, 2], kernel_sizes=[3, 3],
+         bias=True, B=2, T=3, H=5, W=4, target="sequence", weight_decay=0.0, horizon=3),
+    # three layers: the middle one's d_hidden passes through the rollout ring
+    dict(name="free_run_deep", kind="free_run", input_dim=1, hidden_dims=[2, 3, 1],
+         kernel_sizes=[3, 1, 3], bias=True, B=3, T=2, H=4, W=5, target="sequence",
+         weight_decay=0.1, horizon=4),
+    # one layer: the frame fed back is that layer's own h
+    dict(name="free_run_one", kind="free_run", input_dim=2, hidden_dims=[2], kernel_sizes=[3],
+         bias=False, B=2, T=1, H=5, W=5, target="sequence", weight_decay=0.0, horizon=3),
+    # one frame fed back: the ring holds a single step
+    dict(name="free_run_k2", kind="free_run", input_dim=1, hidden_dims=[3, 1], kernel_sizes=[3, 3],
+         bias=True, B=2, T=3, H=4, W=4, target="sequence", weight_decay=0.0, horizon=2),
 ]
 
 
@@ -157,6 +175,41 @@ def teacher(cfg, model, w, x):
     return "teacher-forced adam losses " + " ".join("%.5f" % l for l in losses)
 
 
+def free_run_loss(model, x, y, detach_frames=False):
+    frames = rollout(model, x, y.shape[1], detach_frames=detach_frames)
+    return F.mse_loss(frames, y)
+
+
+def free_run(cfg, model, w, x):
+    K = cfg["horizon"]
+    y = torch.rand(cfg["B"], K, cfg["input_dim"], cfg["H"], cfg["W"])
+    w.tensor("y_frames", y)
+    model.zero_grad()
+    free_run_loss(model, x, y, detach_frames=True).backward()
+    for k, p in model.named_parameters():
+        w.tensor("grad_detached/" + k, p.grad)
+    opt = torch.optim.Adam(model.parameters(), lr=ADAM_LR, weight_decay=cfg["weight_decay"])
+    losses, ratio = [], float("inf")
+    for step in range(ADAM_STEPS):
+        opt.zero_grad()
+        loss = free_run_loss(model, x, y)
+        loss.backward()
+        if step == 0:
+            for k, p in model.named_parameters():
+                w.tensor("grad/" + k, p.grad)
+        ratio = min(ratio, smallest_gradient(model, cfg["weight_decay"]))
+        opt.step()
+        losses.append(loss.item())
+    if ratio < MIN_GRAD_RATIO:
+        return None
+    w.info("adam_min_grad_ratio", "%.3e" % ratio)
+    w.tensor("adam_losses", torch.tensor(losses))
+    for name, v in model.state_dict().items():
+        w.tensor("adam_params/" + name, v)
+    w.close()
+    return "free-running adam losses " + " ".join("%.5f" % l for l in losses)
+
+
 def make(cfg, root, seed):
     torch.manual_seed(seed)
     model = ConvLSTM(cfg["input_dim"], cfg["hidden_dims"], cfg["kernel_sizes"], cfg["bias"])
@@ -189,6 +242,8 @@ def make(cfg, root, seed):
 
     if cfg["kind"] == "teacher":
         return teacher(cfg, model, w, x)
+    if cfg["kind"] == "free_run":
+        return free_run(cfg, model, w, x)
     keep = None
     if cfg["kind"] == "state_given":
         batch = state_given(cfg, model, w, x, y)

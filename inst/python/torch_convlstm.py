@@ -78,14 +78,18 @@ class ConvLSTM(nn.Module):
         return layer_outputs, last_states
 
 
-def rollout(model, x, horizon, state=None):
+def rollout(model, x, horizon, state=None, detach_frames=False):
     """Multi-frame forecasting: run x [B, T, C, H, W] (from state), then feed
     the last layer's last h back as the next input frame, horizon times
     (needs the last hidden size == input channels). Returns the predicted
-    frames [B, horizon, C, H, W]: the first is the h after x's last step."""
+    frames [B, horizon, C, H, W]: the first is the h after x's last step.
+    Under autograd this is free-running training: the gradient of a frame's
+    loss flows back through the fed-back frames as well as the states;
+    detach_frames cuts the first path (the input's), keeping the second."""
     _, st = model(x, state=state)
     frames = [st[-1][0]]
     for _ in range(horizon - 1):
-        _, st = model(frames[-1].unsqueeze(1), state=st)
+        fed = frames[-1].detach() if detach_frames else frames[-1]
+        _, st = model(fed.unsqueeze(1), state=st)
         frames.append(st[-1][0])
     return torch.stack(frames, dim=1)

@@ -70,7 +70,7 @@ int cl_model_grad_buckets(const cl_model *m, int *layer, size_t *bytes) {
 
 cl_status cl_dist_bucket_ready(cl_model *m, int l) {
   cl_comm *c = m->comm;
-  if (!c || c->size == 1 || !m->comm_last_pass) return CL_OK;
+  if (!cl_dist_active(m) || !m->comm_last_pass) return CL_OK;
   size_t off, n = bucket_of(m, l, &off);
   c->err[0] = '\0';
   c->stats.bytes += (double)(n * sizeof(float));
@@ -79,20 +79,34 @@ cl_status cl_dist_bucket_ready(cl_model *m, int l) {
   return s == CL_OK ? CL_OK : comm_failed(m, c, s);
 }
 
+int cl_dist_active(const cl_model *m) { return m->comm && m->comm->size > 1; }
+
+/* The loss is in the step's results (cl_vals), device memory on a GPU: read
+ * once, summed by the host collective, written back before the update reads
+ * it (its finite check must decide alike on every rank). The host waits
+ * here anyway, for the buckets. */
+static cl_status sum_loss(cl_model *m, cl_comm *c, double *loss) {
+  const struct cl_backend_i *be = m->be->iface;
+  double v;
+  CL_KERNEL(m, be->download(m->be, &v, loss, sizeof v));
+  v *= m->comm_share;
+  cl_status s = c->iface->sum_host(c, &v, 1);
+  if (s != CL_OK) return comm_failed(m, c, s);
+  CL_KERNEL(m, be->upload(m->be, loss, &v, sizeof v));
+  return CL_OK;
+}
+
 cl_status cl_dist_finish(cl_model *m, double *loss) {
   cl_comm *c = m->comm;
   m->comm_last_pass = 0;
-  if (!c || c->size == 1) return CL_OK;
+  if (!cl_dist_active(m)) return CL_OK;
   c->err[0] = '\0';
   double t0 = now_seconds();
   cl_status s = c->iface->wait_all(c);
   c->stats.wait_seconds += now_seconds() - t0;
   c->stats.steps++;
-  double v = *loss * m->comm_share;
-  if (s == CL_OK) s = c->iface->sum_host(c, &v, 1);
   if (s != CL_OK) return comm_failed(m, c, s);
-  *loss = v;
-  return CL_OK;
+  return sum_loss(m, c, loss);
 }
 
 cl_status cl_model_broadcast_params(cl_model *m, cl_comm *c, int root) {

@@ -53,7 +53,11 @@ typedef struct cl_geom {
   cl_dtype dtype;
   cl_outputs outputs; /* inference */
   cl_state_mode state; /* where the call starts from (state.c) */
-  int horizon;         /* inference: frames rolled forward after the T steps of x */
+  int horizon;         /* inference: frames rolled forward after the T steps of x;
+                          training: the target is the last `horizon` steps */
+  int free_run;        /* training with a horizon, no teacher forcing: steps
+                          T - horizon + 1 .. T - 1 read the last layer's h of
+                          the step before (forward.c, backward.c) */
   int weight_steps;    /* training with a loss weight: steps of it held at once
                           (S for a sequence target, 1 for the last state); 0: none */
 } cl_geom;
@@ -109,6 +113,10 @@ typedef enum cl_buf_kind {
                       [K, B, C_in, H, W], each the next step's input      */
   CL_BUF_WEIGHT,   /* training with a loss weight: float, placed as the target
                       in d_hidden [weight_steps, Bm, C_out, H, W]           */
+  CL_BUF_DH_ROLL,  /* free-running training: float d loss / d h of layer l
+                      below the last, two steps [2, Bm, h, H, W] (one when a
+                      single step is fed back), while the fed-back steps run
+                      backward step by step (backward.c) */
   CL_BUF_NKIND
 } cl_buf_kind;
 
@@ -128,6 +136,7 @@ typedef struct cl_step {
   void *dz_carry[CL_MAX_LAYERS]; /* checkpoint: dz of a segment's first step */
   float *dh[CL_MAX_LAYERS];
   float *dc[CL_MAX_LAYERS]; /* one shared buffer unless segments interleave layers */
+  float *dh_roll[CL_MAX_LAYERS]; /* free-running: CL_BUF_DH_ROLL of layers below the last */
   void *ws;
   void *init_h[CL_MAX_LAYERS], *init_c[CL_MAX_LAYERS]; /* CL_STATE_GIVEN */
   void *frames; /* inference with a horizon */
@@ -189,6 +198,9 @@ struct cl_model {
   struct cl_comm *comm;
   double comm_share;
   int comm_last_pass;
+  /* the step's decisions (backend.h) where the backend keeps none on its
+   * device: a host backend's block, read through cl_vals() */
+  cl_step_vals host_vals;
   struct cl_data *data; /* data sets on the device (data.c), freed with the model */
   int *data_idx;        /* a step's rows on the device, shared by the data sets */
   int data_idx_cap;
@@ -215,8 +227,11 @@ struct cl_model {
 
 /* dist.c. With m->comm set and m->comm_last_pass, backward hands layer l's
  * gradients (weights and bias, one contiguous bucket) to the communicator;
- * cl_dist_finish waits for every bucket and makes *loss the global mean. */
+ * cl_dist_finish waits for every bucket and makes *loss (the step's results,
+ * cl_vals: device memory on a GPU) the global mean. cl_dist_active: a
+ * communicator of more than one rank is in use (no CUDA graph then). */
 cl_status cl_dist_check(cl_model *m, struct cl_comm *c);
+int cl_dist_active(const cl_model *m);
 cl_status cl_dist_bucket_ready(cl_model *m, int l);
 cl_status cl_dist_finish(cl_model *m, double *loss);
 
@@ -305,13 +320,23 @@ cl_status cl_save_segment_end(cl_model *m, int b, int len, void *const *dst_h,
  * dz_carry; save_carry: leave this segment's for the earlier one. */
 cl_status cl_backward_segment(cl_model *m, int b, int len, const void *x, void *const *prev_h,
                               void *const *prev_c, int fresh_dc, int carry_in, int save_carry);
-/* MSE of the segment's part of the target (sequences blk.b0.., steps
- * t0..t0+len-1 of the call) into *loss (weighted by scale / loss_scale
- * share); with want_grad the last layer's d_hidden receives scale times its
- * gradient (zeros at steps without a target). */
+/* Free-running training (g.free_run): the whole step of g.T steps, whose
+ * last horizon - 1 read the last layer's h of the step before, copied into
+ * x's slot. Backward: through those steps one at a time, every layer in
+ * turn (the gradient of a fed-back frame reaches the last layer's h of the
+ * step before), then the input steps as cl_backward_segment. */
+cl_status cl_forward_free_run(cl_model *m, int b, void *x, void *const *prev_h,
+                              void *const *prev_c);
+cl_status cl_backward_free_run(cl_model *m, int b, const void *x, void *const *prev_h,
+                               void *const *prev_c);
+/* The loss of the segment's part of the target (sequences b0.., steps
+ * t0..t0+len-1 of the call), times share, added to *acc: a double in
+ * device memory (cl_vals), so that nothing waits for it; with want_grad the
+ * last layer's d_hidden receives share * loss_scale times its gradient
+ * (zeros at steps without a target). */
 cl_status cl_loss_segment(cl_model *m, const cl_source *y, cl_target target, int b0, int b,
                           int t0, int len, double share, float loss_scale, int want_grad,
-                          double *loss);
+                          double *acc);
 cl_status cl_zero(cl_model *m, void *p, size_t bytes);
 /* y or an output gradient shaped as the target needs for [B, T, ., H, W]. */
 cl_status cl_check_target(cl_model *m, const cl_host_array *a, cl_target target, const char *what,
@@ -354,17 +379,29 @@ cl_status cl_loss_weight_check(cl_model *m, const cl_host_array *w);
 
 /* loss.c: the loss of m->loss_fn over n elements of pred (the step's
  * dtype) against target (float), each times weight (float [n]; NULL: none):
- * *mean = its mean; grad (may alias target, or be NULL) = scale times
- * d mean / d pred. Unweighted MSE is the backend's mse slot, the rest its
- * loss slot. */
+ * *acc (device memory) += share * its mean; grad (may alias target, or be
+ * NULL) = scale times d mean / d pred. Unweighted MSE is the backend's mse
+ * kernel, the rest its loss kernel (backend.h, loss_acc). */
 cl_status cl_loss_run(cl_model *m, const void *pred, const float *target, const float *weight,
-                      size_t n, float scale, float *grad, double *mean);
+                      size_t n, float scale, float *grad, double share, double *acc);
 
-/* clip.c: with max_norm > 0, the gradients' global L2 norm into
- * m->grad_norm and, when it is finite and above max_norm, the gradients
- * scaled by max_norm / (norm + 1e-6) (torch's clip_grad_norm_); else only
- * m->grad_norm = NaN. Before the update's guard. */
-cl_status cl_clip_grads(cl_model *m, double max_norm);
+/* step.c: the step's decision block (backend.h, cl_step_vals): on the
+ * device, or m->host_vals for a backend that keeps none. cl_vals_read is a
+ * synchronisation: the one of a training step, after its update. */
+cl_step_vals *cl_vals(cl_model *m);
+cl_status cl_vals_zero(cl_model *m);
+cl_status cl_vals_read(cl_model *m, cl_step_vals *out);
+
+/* optim.c: the update's arguments for o from the model's state (made
+ * first with cl_optim_ensure): pointers and hyper-parameters, the step
+ * count as the next update's. keep = 0: as if the state were about to be
+ * created (step 1, fresh momentum). */
+void cl_optim_args(const cl_model *m, const cl_optim *o, int keep, cl_update_args *u);
+/* An update's guard found `fault` (backend.h's key): the refusal, naming
+ * the tensor and why. */
+cl_status cl_optim_refuse(cl_model *m, cl_optim_kind kind, uint64_t fault);
+/* An update was applied: the step count and the momentum's first use. */
+void cl_optim_applied(cl_model *m);
 
 /* train.c: the step of cl_model_train_step once its arguments are checked:
  * B sequences of T steps of H x W pixels read from x and y. */

@@ -192,6 +192,14 @@ static const struct cl_backend_i cpu_iface = {
     /* .gather_rows          = */ cl_cpu_gather_rows,
     /* .loss                 = */ cl_cpu_loss,
     /* .sum_squares          = */ cl_cpu_sum_squares,
+    /* .conv_algo            = */ NULL, /* one algorithm: float32 products, direct sums */
+    /* the sync-free step: backend.c's host defaults, no graphs */
+    /* .step_vals            = */ NULL,
+    /* .loss_acc             = */ NULL,
+    /* .update_step          = */ NULL,
+    /* .graph_begin          = */ NULL,
+    /* .graph_end            = */ NULL,
+    /* .graph_info           = */ NULL,
 };
 
 cl_status cl_backend_cpu_create(int n_threads, cl_backend **out) {

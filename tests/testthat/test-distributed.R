@@ -46,12 +46,17 @@ source(test_path("scripts", "mpi-case.R"))
 
 # The one-process reference: the same data, rank 0's initial weights and
 # generator, the whole global batch per step.
-big_batch <- function(n, batch, epochs, max_grad_norm = NULL, resume = NULL) {
-  case <- mpi_case(n, seed_model = 100)
+big_batch <- function(n, batch, epochs, max_grad_norm = NULL, resume = NULL, mode = "train") {
+  # mode: as mpi-train.R's, or "teacher" (its forecast, teacher-forced) or
+  # "noshuffle" (carry's order, each batch from zeros)
+  forecast <- mode %in% c("freerun", "teacher")
+  case <- mpi_case(n, seed_model = 100, forecast = forecast)
   set.seed(1000)
   h <- convlstm_fit(case$model, case$x, case$y, optimizer_adam(0.01), epochs = epochs,
                     batch_size = batch, verbose = FALSE, max_grad_norm = max_grad_norm,
-                    resume = resume)
+                    resume = resume, shuffle = !mode %in% c("carry", "noshuffle"),
+                    horizon = if (forecast) 3L, teacher_forcing = mode != "freerun",
+                    state = if (mode == "carry") "carry")
   out <- list(weights = state_dict(case$model), loss = h$loss)
   convlstm_release(case$model)
   out
@@ -133,6 +138,41 @@ test_that("2 ranks x batch 2 train as 1 x batch 4, the same on every rank, every
   run2 <- run_mpi(2, "train", out2, n = 12, batch = 2, epochs = 3)
   expect_equal(run2$status, 0L, info = run2$log)
   expect_identical(ranks_of(out2, 2)[[1]]$weights, r[[1]]$weights)
+})
+
+# A 2-rank job of MODE (12 samples, batch 2, 2 epochs) against one process
+# with batch 4: the same weights on both ranks, the big batch's within
+# float32 rounding. Returns rank 0's result and the reference.
+two_ranks_as_big_batch <- function(mode) {
+  out <- temp_dir()
+  run <- run_mpi(2, mode, out, n = 12, batch = 2, epochs = 2)
+  expect_equal(run$status, 0L, info = run$log)
+  r <- ranks_of(out, 2)
+  expect_identical(r[[1]]$weights, r[[2]]$weights)
+  ref <- big_batch(12, 4, 2, mode = mode)
+  expect_lt(max_diff(r[[1]]$weights, ref$weights), 1e-5)
+  expect_equal(r[[1]]$loss, ref$loss, tolerance = 1e-5)
+  list(rank0 = r[[1]], ref = ref)
+}
+
+test_that("2 ranks train a free-running horizon as 1 x batch 4 (buckets of the roll's backward)", {
+  skip_without_mpi()
+  got <- two_ranks_as_big_batch("freerun")
+  # every bucket of every step went through the communicator: 2 epochs x 3
+  st <- got$rank0$stats
+  expect_equal(st$steps, 6)
+  expect_equal(st$bytes, 6 * sum(got$rank0$buckets$bytes))
+  # teacher forcing trains other weights: the free-running backward was used
+  tf <- big_batch(12, 4, 2, mode = "teacher")
+  expect_gt(max_diff(tf$weights, got$ref$weights), 1e-4)
+})
+
+test_that("2 ranks carrying the state train as 1 x batch 4 carrying it", {
+  skip_without_mpi()
+  got <- two_ranks_as_big_batch("carry")
+  # the carried state mattered: starting each batch from zeros trains otherwise
+  zeros <- big_batch(12, 4, 2, mode = "noshuffle")
+  expect_gt(max_diff(zeros$weights, got$ref$weights), 1e-6)
 })
 
 test_that("3 ranks with uneven shards and clipping train as one process (the global norm)", {

@@ -17,6 +17,10 @@
 #           epoch 1 must survive and every rank must stop
 #   kill    rank FAIL_RANK is killed (SIGKILL) in epoch 2
 #   mismatch  rank FAIL_RANK gives one sample fewer: it must refuse to start
+#   freerun as train, forecasting 3 frames free-running (horizon = 3,
+#           teacher_forcing = FALSE: buckets from cl_backward_free_run)
+#   carry   as train, state = "carry" without shuffling (each rank carries
+#           its rows of the global batch)
 args <- commandArgs(trailingOnly = TRUE)
 lib <- args[[1]]
 out <- args[[2]]
@@ -31,7 +35,8 @@ d <- convlstm_distributed()
 source(file.path(dirname(sub("^--file=", "", grep("^--file=", commandArgs(), value = TRUE))),
                  "mpi-case.R"))
 if (mode == "mismatch" && d$rank == fail_rank) n <- n - 1L
-case <- mpi_case(n, seed_model = 100 + d$rank) # different initial weights per rank
+case <- mpi_case(n, seed_model = 100 + d$rank, # different initial weights per rank
+                 forecast = mode == "freerun")
 set.seed(1000 + d$rank)                         # and different generators
 ckpt <- file.path(out, "ckpt.safetensors")
 callbacks <- list(callback_model_checkpoint(ckpt), callback_csv_logger(file.path(out, "log.csv")))
@@ -45,9 +50,11 @@ if (mode %in% c("error", "kill")) {
   })))
 }
 h <- convlstm_fit(case$model, case$x, case$y, optimizer_adam(0.01), epochs = epochs,
-                  batch_size = batch, shuffle = TRUE, verbose = FALSE, distributed = d,
+                  batch_size = batch, shuffle = mode != "carry", verbose = FALSE, distributed = d,
                   callbacks = callbacks, max_grad_norm = if (mode == "clip") 0.05,
-                  resume = if (mode == "resume") ckpt)
+                  resume = if (mode == "resume") ckpt,
+                  horizon = if (mode == "freerun") 3L, teacher_forcing = mode != "freerun",
+                  state = if (mode == "carry") "carry")
 saveRDS(list(weights = state_dict(case$model), loss = h$loss, rank = d$rank, size = d$size,
              stats = convlstm:::c_dist_stats(),
              buckets = attr(memory_estimate(case$model, batch, 3, 6, 6, world_size = d$size),
