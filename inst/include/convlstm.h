@@ -400,7 +400,8 @@ typedef struct cl_graph_info {
   long long captured, replayed, plain; /* steps run each way since creation */
   size_t bytes;      /* device memory their instantiation took, as the driver's free memory
                       * fell (cudaMemGetInfo before and after): outside the allocator */
-  char off[200];     /* why graphs were turned off (a step that could not be captured), or "" */
+  char off[200];     /* why graphs were turned off (a step that could not be captured, a
+                      * data-parallel step on several ranks), or "" */
 } cl_graph_info;
 
 cl_status cl_model_graph_info(cl_model *m, cl_graph_info *out);

@@ -92,6 +92,7 @@ static cl_status sum_loss(cl_model *m, cl_comm *c, double *loss) {
   v *= m->comm_share;
   cl_status s = c->iface->sum_host(c, &v, 1);
   if (s != CL_OK) return comm_failed(m, c, s);
+  /* from pageable memory: the copy has taken v when upload returns */
   CL_KERNEL(m, be->upload(m->be, loss, &v, sizeof v));
   return CL_OK;
 }
