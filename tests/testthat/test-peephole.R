@@ -183,3 +183,21 @@ test_that("a file of another peephole kind or frame size does not load into a mo
   expect_error(load_state_dict(m, state_dict(other)), "cell_list.0.w_ci",
                class = "convlstm_error_invalid")
 })
+
+test_that("data-parallel gradient buckets hold the peephole gradients", {
+  # each layer's bucket is its gradients, peepholes included: reduced over
+  # the ranks as one (the mpirun test trains with them, test-distributed.R)
+  for (kind in c("position", "channel")) {
+    m <- convlstm(1, c(4, 3), 3, device = "cpu", peephole = kind,
+                  frame_size = if (kind == "position") c(8, 8))
+    est <- memory_estimate(m, 4, 3, 8, 8, world_size = 2)
+    comm <- attr(est, "communication")
+    sd <- state_dict(m)
+    per_layer <- vapply(1:0, function(l) {
+      sum(lengths(sd[startsWith(names(sd), sprintf("cell_list.%d.", l))]))
+    }, numeric(1))
+    expect_identical(comm$bytes, 4 * per_layer, label = kind)
+    expect_identical(sum(comm$bytes), est$bytes[est$category == "gradients"], label = kind)
+    convlstm_release(m)
+  }
+})
