@@ -127,7 +127,8 @@ class cl_step_options(C.Structure):
                 ("outputs", C.c_int), ("plan_dtype", C.c_int), ("horizon", C.c_int),
                 ("free_run", C.c_int), ("state_mode", C.c_int), ("state", C.POINTER(cl_host_array)),
                 ("max_grad_norm", C.c_double), ("loss", cl_loss_fn),
-                ("weight", C.POINTER(cl_host_array))]
+                ("weight", C.POINTER(cl_host_array)), ("comm", C.c_void_p),
+                ("comm_share", C.c_double)]
 
 
 class cl_loss_scale(C.Structure):

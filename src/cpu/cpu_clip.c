@@ -11,13 +11,22 @@
 
 cl_status cl_cpu_sum_squares(cl_backend *be, const float *g, size_t n, double *sum) {
   (void)be; /* read only by the OpenMP pragma */
-  double s = 0.0;
+  double part[CL_CPU_SUM_TEAM]; /* in thread order (cpu_threads.h) */
+  int used = 1;
   const long long nn = (long long)n;
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
-    reduction(+ : s) if (nn > CL_CPU_CLIP_PAR_MIN)
+#pragma omp parallel num_threads(cl_cpu_sum_team(be->n_threads, nn > CL_CPU_CLIP_PAR_MIN))
 #endif
-  for (long long i = 0; i < nn; i++) s += (double)g[i] * (double)g[i];
-  *sum = s;
+  {
+    int t, nt;
+    long long lo, hi;
+    cl_cpu_team_place(&t, &nt);
+    if (t == 0) used = nt;
+    cl_cpu_block(nn, t, nt, &lo, &hi);
+    double s = 0.0;
+    for (long long i = lo; i < hi; i++) s += (double)g[i] * (double)g[i];
+    part[t] = s;
+  }
+  *sum = cl_cpu_sum_parts(part, used);
   return CL_OK;
 }

@@ -84,23 +84,32 @@ cl_status cl_cpu_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, con
   const int mse = f->kind == CL_LOSS_MSE; /* weighted only */
   const float gscale = mse ? (float)(2.0 / (double)n) : (float)(1.0 / (double)n) * scale;
   const long long chunks = (long long)((n + LOSS_CHUNK - 1) / LOSS_CHUNK);
-  double sum = 0.0;
+  double part[CL_CPU_SUM_TEAM]; /* in thread order (cpu_threads.h) */
+  int used = 1;
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
-    reduction(+ : sum) if (n > CL_CPU_LOSS_PAR_MIN)
+#pragma omp parallel num_threads(cl_cpu_sum_team(be->n_threads, n > CL_CPU_LOSS_PAR_MIN))
 #endif
-  for (long long ch = 0; ch < chunks; ch++) {
-    size_t i0 = (size_t)ch * LOSS_CHUNK, m = n - i0 < LOSS_CHUNK ? n - i0 : LOSS_CHUNK;
-    float buf[LOSS_CHUNK];
-    const float *p = (const float *)pred + i0;
-    if (dtype != CL_F32) {
-      cl_cpu_load(dtype, pred, i0, buf, m);
-      p = buf;
+  {
+    int t, nt;
+    long long lo, hi;
+    cl_cpu_team_place(&t, &nt);
+    if (t == 0) used = nt;
+    cl_cpu_block(chunks, t, nt, &lo, &hi);
+    double sum = 0.0;
+    for (long long ch = lo; ch < hi; ch++) {
+      size_t i0 = (size_t)ch * LOSS_CHUNK, m = n - i0 < LOSS_CHUNK ? n - i0 : LOSS_CHUNK;
+      float buf[LOSS_CHUNK];
+      const float *p = (const float *)pred + i0;
+      if (dtype != CL_F32) {
+        cl_cpu_load(dtype, pred, i0, buf, m);
+        p = buf;
+      }
+      float *gi = grad ? grad + i0 : NULL;
+      sum += weight ? weighted_chunk(&k, p, target + i0, weight + i0, gi, m, gscale, scale)
+                    : loss_chunk(&k, p, target + i0, gi, m, gscale);
     }
-    float *gi = grad ? grad + i0 : NULL;
-    sum += weight ? weighted_chunk(&k, p, target + i0, weight + i0, gi, m, gscale, scale)
-                  : loss_chunk(&k, p, target + i0, gi, m, gscale);
+    part[t] = sum;
   }
-  *loss = sum / (double)n;
+  *loss = cl_cpu_sum_parts(part, used) / (double)n;
   return CL_OK;
 }

@@ -44,22 +44,31 @@ cl_status cl_cpu_mse(cl_backend *be, const void *pred, const float *target, size
   /* torch's mse backward: (2 / n as a float) * (pred - target) * grad_output. */
   const float norm = (float)(2.0 / (double)n);
   const long long chunks = (long long)((n + MSE_CHUNK - 1) / MSE_CHUNK);
-  double sum = 0.0;
+  double part[CL_CPU_SUM_TEAM]; /* in thread order (cpu_threads.h) */
+  int used = 1;
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
-    reduction(+ : sum) if (n > CL_CPU_PAR_MIN)
+#pragma omp parallel num_threads(cl_cpu_sum_team(be->n_threads, n > CL_CPU_PAR_MIN))
 #endif
-  for (long long ch = 0; ch < chunks; ch++) {
-    size_t i0 = (size_t)ch * MSE_CHUNK, m = n - i0 < MSE_CHUNK ? n - i0 : MSE_CHUNK;
-    float buf[MSE_CHUNK];
-    const float *p = (const float *)pred + i0;
-    if (dtype != CL_F32) {
-      cl_cpu_load(dtype, pred, i0, buf, m);
-      p = buf;
+  {
+    int t, nt;
+    long long lo, hi;
+    cl_cpu_team_place(&t, &nt);
+    if (t == 0) used = nt;
+    cl_cpu_block(chunks, t, nt, &lo, &hi);
+    double sum = 0.0;
+    for (long long ch = lo; ch < hi; ch++) {
+      size_t i0 = (size_t)ch * MSE_CHUNK, m = n - i0 < MSE_CHUNK ? n - i0 : MSE_CHUNK;
+      float buf[MSE_CHUNK];
+      const float *p = (const float *)pred + i0;
+      if (dtype != CL_F32) {
+        cl_cpu_load(dtype, pred, i0, buf, m);
+        p = buf;
+      }
+      sum += mse_chunk(p, target + i0, grad ? grad + i0 : NULL, m, norm, scale);
     }
-    sum += mse_chunk(p, target + i0, grad ? grad + i0 : NULL, m, norm, scale);
+    part[t] = sum;
   }
-  *loss = sum / (double)n;
+  *loss = cl_cpu_sum_parts(part, used) / (double)n;
   return CL_OK;
 }
 
