@@ -211,6 +211,14 @@ struct cl_backend_i {
    * an element is); synchronizes. The norm for clip_grad_norm_; the scaling
    * that follows is grad_unscale's. */
   cl_status (*sum_squares)(cl_backend *be, const float *g, size_t n, double *sum);
+
+  /* ---- dropout ---- */
+  /* out[r n + i] = in[r n + i] * mask[i] (accumulate: +=) for r < reps and
+   * i < n: one mask (float, each element 0 or 1 / (1 - p)) over reps blocks,
+   * as every step of a sequence shares its mask. in and out in dtype t; out
+   * may be in itself (without accumulate). The product is rounded once. */
+  cl_status (*mask_mul)(cl_backend *be, const void *in, const float *mask, void *out, size_t n,
+                        size_t reps, cl_dtype t, int accumulate);
 };
 
 struct cl_backend {

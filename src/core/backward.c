@@ -98,32 +98,38 @@ static cl_status backward_layer(cl_model *m, int l, int b, int len, const void *
 
   if (fresh_dc) CL_TRY(cl_zero(m, dc, bh * sizeof(float)));
   if (carry_in) /* the later segment's first step reaches back to our last h */
-    CL_KERNEL(m, be->conv_backward_data(m->be, &sh, st->dz_carry[l], m->params + L->off_wh,
-                                        dh + (len - 1) * bh, 1, st->ws));
+    CL_TRY(cl_dropout_hidden_grad(m, l, b, st->dz_carry[l], dh + (len - 1) * bh));
   for (int s = len - 1; s >= 0; s--) {
     void *dz_s = cl_at(dz, s * bg, t);
     const void *c_prev = s > 0 ? cl_at(cell, (s - 1) * bh, t) : prev_c;
     CL_KERNEL(m, be->gates_backward(m->be, &gs, dz_s, cl_at(cell, s * bh, t), c_prev, dh + s * bh,
                                     dc));
-    if (s > 0)
-      CL_KERNEL(m, be->conv_backward_data(m->be, &sh, dz_s, m->params + L->off_wh,
-                                          dh + (s - 1) * bh, 1, st->ws));
+    if (s > 0) CL_TRY(cl_dropout_hidden_grad(m, l, b, dz_s, dh + (s - 1) * bh));
   }
   if (save_carry)
     CL_KERNEL(m, be->copy(m->be, st->dz_carry[l], dz, bg * cl_dtype_size(t)));
+  /* with dropout, each filter gradient reads the masked copy its forward
+   * convolved (dropout.c makes it again) */
   if (len > 1) { /* steps 1.. against h of steps 0.. */
     cl_conv_shape sf = sh;
     sf.N = (len - 1) * b;
-    CL_KERNEL(m, be->conv_backward_filter(m->be, &sf, cl_at(dz, bg, t), hid, gw + L->off_wh, NULL,
+    const void *h = hid;
+    CL_TRY(cl_dropout_hidden(m, l, b, len - 1, hid, &h));
+    CL_KERNEL(m, be->conv_backward_filter(m->be, &sf, cl_at(dz, bg, t), h, gw + L->off_wh, NULL,
                                           st->ws));
   }
-  if (prev_h) /* step 0 against the state before the segment */
+  if (prev_h) { /* step 0 against the state before the segment */
+    CL_TRY(cl_dropout_hidden(m, l, b, 1, prev_h, &prev_h));
     CL_KERNEL(m, be->conv_backward_filter(m->be, &sh, dz, prev_h, gw + L->off_wh, NULL, st->ws));
+  }
+  CL_TRY(cl_dropout_input(m, l, b, len, in, &in));
   CL_KERNEL(m, be->conv_backward_filter(m->be, &sx, dz, in, gw + L->off_wx,
                                         m->cfg.bias ? gw + L->off_b : NULL, st->ws));
-  if (l > 0)
+  if (l > 0) {
     CL_KERNEL(m, be->conv_backward_data(m->be, &sx, dz, m->params + L->off_wx, st->dh[l - 1], 0,
                                         st->ws));
+    CL_TRY(cl_dropout_input_grad(m, l, b, len, st->dh[l - 1]));
+  }
   return CL_OK;
 }
 

@@ -186,6 +186,7 @@ static cl_status train_step(cl_model *m, const cl_source *x, const cl_source *y,
   float ls = half ? (float)m->scaler.scale : 1.0f;
   for (int b0 = 0; b0 < B; b0 += g.Bm) {
     int b = B - b0 < g.Bm ? B - b0 : g.Bm;
+    CL_TRY(cl_dropout_upload(m, opts, b0, b)); /* these sequences' masks */
     CL_TRY(g.tbptt ? run_windows(m, x, y, target, b0, b, ls, loss)
                    : run_segments(m, x, y, target, b0, b, ls, loss));
   }
@@ -226,6 +227,7 @@ cl_status cl_train_sources(cl_model *m, const cl_source *x, const cl_source *y, 
   cl_geom g;
   CL_TRY(cl_geom_make(m, B, T, H, W, 1, opts, &g));
   CL_TRY(cl_state_check(m, opts, B, H, W));
+  CL_TRY(cl_dropout_check(m, opts));
   if (g.horizon && !x->host)
     return cl_fail(m, CL_E_INVALID, "a training horizon applies to arrays, not to data sets");
   if (g.weight_steps && !x->host)

@@ -192,6 +192,7 @@ static const struct cl_backend_i cpu_iface = {
     /* .gather_rows          = */ cl_cpu_gather_rows,
     /* .loss                 = */ cl_cpu_loss,
     /* .sum_squares          = */ cl_cpu_sum_squares,
+    /* .mask_mul             = */ cl_cpu_mask_mul,
 };
 
 cl_status cl_backend_cpu_create(int n_threads, cl_backend **out) {

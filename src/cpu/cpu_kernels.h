@@ -85,4 +85,8 @@ cl_status cl_cpu_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, con
 /* cpu_clip.c */
 cl_status cl_cpu_sum_squares(cl_backend *be, const float *g, size_t n, double *sum);
 
+/* cpu_dropout.c */
+cl_status cl_cpu_mask_mul(cl_backend *be, const void *in, const float *mask, void *out, size_t n,
+                          size_t reps, cl_dtype t, int accumulate);
+
 #endif

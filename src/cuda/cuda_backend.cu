@@ -274,6 +274,7 @@ static const struct cl_backend_i cl_cuda_iface = {
     /* .gather_rows = */ cl_cuda_gather_rows,
     /* .loss = */ cl_cuda_loss,
     /* .sum_squares = */ cl_cuda_sum_squares,
+    /* .mask_mul = */ cl_cuda_mask_mul,
 };
 
 /* Asking for its attributes fails when the build holds no code this device

@@ -195,6 +195,10 @@ cl_status cl_cuda_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, co
 
 /* cuda_clip.cu */
 cl_status cl_cuda_sum_squares(cl_backend *be, const float *g, size_t n, double *sum);
+
+/* cuda_dropout.cu */
+cl_status cl_cuda_mask_mul(cl_backend *be, const void *in, const float *mask, void *out, size_t n,
+                           size_t reps, cl_dtype t, int accumulate);
 /* cuda_runtime_mem.cu: the process's runtime overhead on the GPU (context,
  * cuDNN handle, stream), measured once around the first backend's set-up:
  * before_context before cudaSetDevice, after_context right after it,
