@@ -6,13 +6,16 @@
 # enums as their names (dtype, device, target, what); src/r_options.c
 # decodes them, by the same names.
 
-# geometry: layer_geometry()'s 4 x n_layers matrix (kernel, dilation).
+# geometry: layer_geometry()'s 4 x n_layers matrix (kernel, dilation);
+# dropout, recurrent_dropout: one rate per layer (check_rates()).
 c_model_create <- function(input_dim, hidden_dims, geometry, bias, device, dtype,
-                           threads, memory_limit) {
+                           threads, memory_limit, dropout = 0, recurrent_dropout = 0) {
+  n <- length(hidden_dims)
   .Call(
     ffi_model_create, as.integer(input_dim), as.integer(hidden_dims),
     as.integer(geometry), as.logical(bias), device, dtype,
-    as.integer(threads), as.double(memory_limit)
+    as.integer(threads), as.double(memory_limit),
+    as.double(rbind(rep_len(dropout, n), rep_len(recurrent_dropout, n)))
   )
 }
 
@@ -31,6 +34,7 @@ c_set_tensors <- function(ptr, tensors) invisible(.Call(ffi_set_tensors, ptr, te
 # what: "all", "sequence", "last_state", "none" or "last_states" (r_forward_what
 # in src/r_convlstm.h); options: c_step_options() (NULL: the plain step)
 c_forward <- function(ptr, x, training, what, options = NULL) {
+  if (isTRUE(training)) options <- with_fixed_masks(options)
   .Call(ffi_forward, ptr, x, isTRUE(training), what, options)
 }
 
@@ -47,7 +51,27 @@ c_optimizer_steps <- function(ptr) .Call(ffi_optimizer_steps, ptr)
 c_optimizer_reset <- function(ptr) invisible(.Call(ffi_optimizer_reset, ptr))
 c_optim_check <- function(optimizer) invisible(.Call(ffi_optim_check, c_optim(optimizer)))
 c_train_step <- function(ptr, x, y, target, optimizer, options = NULL) {
+  options <- with_fixed_masks(options)
   watch_skips(ptr, .Call(ffi_train_step, ptr, x, y, target, c_optim(optimizer), options))
+}
+
+# Tests: dropout masks given instead of drawn (src/r_dropout.c), set by
+# local_dropout_masks() for the calls made meanwhile.
+with_fixed_masks <- function(options) {
+  masks <- the$dropout_masks
+  if (is.null(masks)) return(options)
+  c(options %||% c_step_options(), list(dropout_masks = masks))
+}
+
+# masks: per layer the input mask then the h mask, each an array [batch,
+# channels, height, width] or NULL where that rate is 0. Until `envir` ends,
+# every training call takes these instead of drawing its own.
+local_dropout_masks <- function(masks, envir = parent.frame()) {
+  old <- the$dropout_masks
+  the$dropout_masks <- masks
+  do.call(on.exit, list(substitute(the$dropout_masks <- old, list(old = old)), add = TRUE),
+          envir = envir)
+  invisible()
 }
 
 c_memory_stats <- function(ptr) .Call(ffi_memory_stats, ptr)
@@ -138,6 +162,7 @@ c_data_bytes_for <- function(ptr, shape, target) {
   .Call(ffi_data_bytes_for, ptr, as.integer(shape), target)
 }
 c_train_step_data <- function(ptr, dptr, rows, optimizer, options = NULL) {
+  options <- with_fixed_masks(options)
   watch_skips(ptr, .Call(ffi_train_step_data, ptr, dptr, as.integer(rows) - 1L,
                          c_optim(optimizer), options))
 }

@@ -65,6 +65,14 @@ SEXP r_geometry(const cl_config *c);
 void r_row_major_to_r(const float *src, int ndim, const int *dims, double *dst);
 void r_r_to_row_major(const double *src, int ndim, const int *dims, float *dst);
 
+/* ---- r_dropout.c ---- */
+
+/* A training call of B sequences of H x W: the dropout masks of every layer
+ * whose rate is above 0 into o->mask_x / o->mask_h, drawn from R's
+ * generator, or taken from opts$dropout_masks when given (tests).
+ * R_alloc'ed: valid until the .Call returns. */
+void r_dropout_masks(cl_model *m, SEXP opts, int B, int H, int W, cl_step_options *o);
+
 /* ---- r_options.c: what crosses .Call as names ---- */
 
 /* An optimizer (c_optim() in R/ffi.R) and step options (c_step_options()),
@@ -105,7 +113,7 @@ r_forward_what r_forward_mode(SEXP s);
 
 /* r_model.c */
 SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP kernel_sizes, SEXP bias,
-                      SEXP device, SEXP dtype, SEXP threads, SEXP memory_limit);
+                      SEXP device, SEXP dtype, SEXP threads, SEXP memory_limit, SEXP dropout);
 SEXP ffi_model_release(SEXP ptr);
 SEXP ffi_model_status(SEXP ptr);
 SEXP ffi_model_config(SEXP ptr);

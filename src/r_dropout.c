@@ -1,0 +1,71 @@
+/*
+ * r_dropout.c -- the dropout masks of a training call, drawn here from R's
+ * random number generator (so set.seed() reproduces a run, as it does the
+ * initial weights) and handed to the core in cl_step_options. One mask per
+ * layer and kind, [B, C, H, W] in the core's row-major order: layer 0's
+ * input mask, then its h mask, then layer 1's, each drawn only where its rate
+ * is above 0; an element is kept (1 / (1 - p)) when its uniform draw is at
+ * least p, else 0.
+ *
+ * Tests pass masks instead (opts$dropout_masks, R arrays [B, C, H, W]), to
+ * compare with a reference that takes the same masks. The buffers are
+ * R_alloc'ed: R frees them when the .Call returns, also on an error.
+ */
+#include <string.h>
+
+#include "r_convlstm.h"
+
+/* The element `name` of list x, or R_NilValue. */
+static SEXP field(SEXP x, const char *name) {
+  SEXP names = Rf_getAttrib(x, R_NamesSymbol);
+  if (TYPEOF(x) != VECSXP || TYPEOF(names) != STRSXP) return R_NilValue;
+  for (R_xlen_t i = 0; i < Rf_xlength(x); i++)
+    if (strcmp(CHAR(STRING_ELT(names, i)), name) == 0) return VECTOR_ELT(x, i);
+  return R_NilValue;
+}
+
+static float *draw(size_t n, double p) {
+  float *mask = (float *)R_alloc(n ? n : 1, sizeof(float));
+  const float keep = (float)(1.0 / (1.0 - p));
+  for (size_t i = 0; i < n; i++) mask[i] = unif_rand() >= p ? keep : 0.0f;
+  return mask;
+}
+
+/* A given mask: an R double array [B, C, H, W], to row-major float. */
+static float *given(SEXP a, const int *dims, size_t n, int layer, const char *kind) {
+  SEXP dim = Rf_getAttrib(a, R_DimSymbol);
+  int ok = TYPEOF(a) == REALSXP && TYPEOF(dim) == INTSXP && Rf_length(dim) == 4;
+  for (int i = 0; ok && i < 4; i++) ok = INTEGER(dim)[i] == dims[i];
+  if (!ok)
+    r_raise_invalid("internal: the %s dropout mask of layer %d must be a double array "
+                    "[%d, %d, %d, %d]", kind, layer + 1, dims[0], dims[1], dims[2], dims[3]);
+  float *mask = (float *)R_alloc(n ? n : 1, sizeof(float));
+  r_r_to_row_major(REAL(a), 4, dims, mask);
+  return mask;
+}
+
+void r_dropout_masks(cl_model *m, SEXP opts, int B, int H, int W, cl_step_options *o) {
+  const cl_config *c = cl_model_config(m);
+  SEXP fixed = opts == R_NilValue ? R_NilValue : field(opts, "dropout_masks");
+  if (fixed != R_NilValue && (TYPEOF(fixed) != VECSXP || Rf_length(fixed) != 2 * c->n_layers))
+    r_raise_invalid("internal: dropout_masks must be a list of 2 * n_layers masks");
+  int any = 0;
+  for (int l = 0; l < c->n_layers; l++)
+    any |= c->dropout[l] > 0 || c->recurrent_dropout[l] > 0;
+  if (!any || B < 1 || H < 1 || W < 1) return; /* the core refuses bad shapes itself */
+  if (fixed == R_NilValue) GetRNGstate();
+  for (int l = 0; l < c->n_layers; l++) {
+    const int C[2] = {l == 0 ? c->input_dim : c->hidden_dims[l - 1], c->hidden_dims[l]};
+    const double p[2] = {c->dropout[l], c->recurrent_dropout[l]};
+    const float **dst[2] = {&o->mask_x[l], &o->mask_h[l]};
+    for (int k = 0; k < 2; k++) {
+      if (!(p[k] > 0)) continue;
+      const int dims[4] = {B, C[k], H, W};
+      size_t n = (size_t)B * (size_t)C[k] * (size_t)H * (size_t)W;
+      *dst[k] = fixed != R_NilValue
+                    ? given(VECTOR_ELT(fixed, 2 * l + k), dims, n, l, k ? "recurrent" : "input")
+                    : draw(n, p[k]);
+    }
+  }
+  if (fixed == R_NilValue) PutRNGstate();
+}
