@@ -81,17 +81,6 @@ check_counts <- function(x, arg, call = sys.call(-1)) {
   as.integer(x)
 }
 
-# A dropout rate per layer: one value for every layer or one per layer,
-# each in [0, 1) (1 would drop everything and scale by 1 / 0).
-check_rates <- function(x, arg, n_layers, call = sys.call(-1)) {
-  if (!is.numeric(x) || !(length(x) %in% c(1, n_layers)) || anyNA(x) || any(!is.finite(x)) ||
-      any(x < 0) || any(x >= 1)) {
-    abort_arg(arg, sprintf("a number in [0, 1), one for every layer or one per layer (%d)",
-                           n_layers), x, call)
-  }
-  rep_len(as.double(x), n_layers)
-}
-
 check_flag <- function(x, arg, call = sys.call(-1)) {
   if (!is.logical(x) || length(x) != 1 || is.na(x)) abort_arg(arg, "TRUE or FALSE", x, call)
   x

@@ -55,30 +55,15 @@ c_train_step <- function(ptr, x, y, target, optimizer, options = NULL) {
   watch_skips(ptr, .Call(ffi_train_step, ptr, x, y, target, c_optim(optimizer), options))
 }
 
-# Tests: dropout masks given instead of drawn (src/r_dropout.c), set by
-# local_dropout_masks() for the calls made meanwhile.
-with_fixed_masks <- function(options) {
-  masks <- the$dropout_masks
-  if (is.null(masks)) return(options)
-  c(options %||% c_step_options(), list(dropout_masks = masks))
-}
-
-# masks: per layer the input mask then the h mask, each an array [batch,
-# channels, height, width] or NULL where that rate is 0. Until `envir` ends,
-# every training call takes these instead of drawing its own.
-local_dropout_masks <- function(masks, envir = parent.frame()) {
-  old <- the$dropout_masks
-  the$dropout_masks <- masks
-  do.call(on.exit, list(substitute(the$dropout_masks <- old, list(old = old)), add = TRUE),
-          envir = envir)
-  invisible()
-}
-
 c_memory_stats <- function(ptr) .Call(ffi_memory_stats, ptr)
 c_memory_reset_peak <- function(ptr) invisible(.Call(ffi_memory_reset_peak, ptr))
 c_empty_cache <- function(ptr) invisible(.Call(ffi_empty_cache, ptr))
 # test-only: one byte past a step buffer, for the guard bands' tests
 c_test_overrun <- function(ptr, buffer) invisible(.Call(ffi_test_overrun, ptr, buffer))
+# test-only: the masks a training call of this shape would draw now
+# (src/r_dropout.c), per layer the input mask then the h mask, NULL where
+# that rate is 0
+c_dropout_draw <- function(ptr, shape) .Call(ffi_dropout_draw, ptr, as.integer(shape))
 c_set_memory_limit <- function(ptr, bytes) {
   invisible(.Call(ffi_set_memory_limit, ptr, as.double(bytes)))
 }

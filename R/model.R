@@ -380,8 +380,6 @@ no_mode_note <- function() {
   ))
 }
 
-has_dropout <- function(config) any(config$dropout > 0) || any(config$recurrent_dropout > 0)
-
 set_mode <- function(model, training) {
   if (!has_dropout(model_config(model))) no_mode_note()
   environment(model)$training <- training
@@ -427,7 +425,10 @@ move_model <- function(model, device, dtype, call) {
     half = function() set_dtype(model, "float16"),
     bfloat16 = function() set_dtype(model, "bfloat16"),
     float = function() set_dtype(model, "float32"),
-    train = function(mode = TRUE) set_mode(model, check_flag(mode, "mode")),
+    train = function(mode = TRUE) {
+      mode <- check_flag(mode, "mode")
+      set_mode(model, mode)
+    },
     eval = function() set_mode(model, FALSE),
     to = function(device = NULL, dtype = NULL) move_model(model, device, dtype, sys.call()),
     cuda = function() move_model(model, "cuda", NULL, sys.call()),

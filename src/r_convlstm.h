@@ -72,6 +72,7 @@ void r_r_to_row_major(const double *src, int ndim, const int *dims, float *dst);
  * generator, or taken from opts$dropout_masks when given (tests).
  * R_alloc'ed: valid until the .Call returns. */
 void r_dropout_masks(cl_model *m, SEXP opts, int B, int H, int W, cl_step_options *o);
+SEXP ffi_dropout_draw(SEXP ptr, SEXP shape);
 
 /* ---- r_options.c: what crosses .Call as names ---- */
 

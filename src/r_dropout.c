@@ -69,3 +69,31 @@ void r_dropout_masks(cl_model *m, SEXP opts, int B, int H, int W, cl_step_option
   }
   if (fixed == R_NilValue) PutRNGstate();
 }
+
+/* Test-only: the masks a training call of shape c(B, H, W) would draw now,
+ * as R arrays [B, C, H, W]: per layer the input mask, then the h mask;
+ * NULL where that rate is 0. */
+SEXP ffi_dropout_draw(SEXP ptr, SEXP shape) {
+  cl_model *m = r_model(ptr);
+  if (TYPEOF(shape) != INTSXP || Rf_length(shape) != 3)
+    r_raise_invalid("internal: ffi_dropout_draw() needs c(batch, height, width)");
+  const int B = INTEGER(shape)[0], H = INTEGER(shape)[1], W = INTEGER(shape)[2];
+  const cl_config *c = cl_model_config(m);
+  cl_step_options o;
+  memset(&o, 0, sizeof o);
+  r_dropout_masks(m, R_NilValue, B, H, W, &o);
+  SEXP out = PROTECT(Rf_allocVector(VECSXP, 2 * c->n_layers));
+  for (int l = 0; l < c->n_layers; l++) {
+    const int C[2] = {l == 0 ? c->input_dim : c->hidden_dims[l - 1], c->hidden_dims[l]};
+    const float *mask[2] = {o.mask_x[l], o.mask_h[l]};
+    for (int k = 0; k < 2; k++) {
+      if (!mask[k]) continue;
+      const int dims[4] = {B, C[k], H, W};
+      SEXP a = r_alloc_array(4, dims);
+      SET_VECTOR_ELT(out, 2 * l + k, a);
+      r_row_major_to_r(mask[k], 4, dims, REAL(a));
+    }
+  }
+  UNPROTECT(1);
+  return out;
+}
