@@ -64,7 +64,8 @@
 #'   but here one mask serves all four, so the input half of the convolution
 #'   still runs once over all time steps. The masks are drawn from R's random
 #'   number generator, so [set.seed()] reproduces a run. Inference
-#'   ([predict()], `model(x)`, [convlstm_evaluate()]) applies no dropout.
+#'   ([predict()], [convlstm_evaluate()], `model(x)` in eval mode, the
+#'   default) applies no dropout.
 #'   The masks and one masked copy are planned step buffers
 #'   (`dropout_mask_x`, `dropout_mask_h`, `dropout_masked` in
 #'   [memory_estimate()]).
@@ -116,6 +117,14 @@
 #' # only the last states: memory independent of the sequence length
 #' str(model(x, outputs = "last_states")$layer_last_states[[2]])
 #' convlstm_release(model)
+#' # dropout on each layer's input and hidden state, in training only
+#' dropped <- convlstm(1, c(8, 1), 3, device = "cpu", dropout = 0.2,
+#'                     recurrent_dropout = 0.2)
+#' dropped$train()
+#' dim(dropped(x)[[1]][[2]])  # a training forward, with fresh masks
+#' dropped$eval()
+#' identical(dropped(x), dropped(x))  # eval mode: no dropout
+#' convlstm_release(dropped)
 convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hidden_dims),
                      bias = TRUE, device = "auto", dtype = "float32", memory_limit = NULL,
                      threads = NULL, dilation = 1, dropout = 0, recurrent_dropout = 0) {
@@ -264,6 +273,9 @@ print.convlstm_model <- function(x, ...) {
   }
   shown <- layers[c("layer", "input", "hidden", "kernel", "parameters")]
   shown$parameters <- format_count(shown$parameters)
+  # input / recurrent rates, shown only for a model that has dropout
+  if (has_dropout(config)) shown$dropout <- paste(config$dropout, config$recurrent_dropout,
+                                                    sep = " / ")
   print(shown, row.names = FALSE)
   invisible(x)
 }

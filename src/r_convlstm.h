@@ -76,6 +76,9 @@ SEXP ffi_dropout_draw(SEXP ptr, SEXP shape);
 
 /* ---- r_options.c: what crosses .Call as names ---- */
 
+/* The element `name` of a named list (step options), or R_NilValue. */
+SEXP r_option(SEXP opts, const char *name);
+
 /* An optimizer (c_optim() in R/ffi.R) and step options (c_step_options()),
  * named lists; both raise on a malformed one. NULL opts gives the plain
  * step. */

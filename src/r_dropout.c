@@ -15,15 +15,6 @@
 
 #include "r_convlstm.h"
 
-/* The element `name` of list x, or R_NilValue. */
-static SEXP field(SEXP x, const char *name) {
-  SEXP names = Rf_getAttrib(x, R_NamesSymbol);
-  if (TYPEOF(x) != VECSXP || TYPEOF(names) != STRSXP) return R_NilValue;
-  for (R_xlen_t i = 0; i < Rf_xlength(x); i++)
-    if (strcmp(CHAR(STRING_ELT(names, i)), name) == 0) return VECTOR_ELT(x, i);
-  return R_NilValue;
-}
-
 static float *draw(size_t n, double p) {
   float *mask = (float *)R_alloc(n ? n : 1, sizeof(float));
   const float keep = (float)(1.0 / (1.0 - p));
@@ -46,7 +37,7 @@ static float *given(SEXP a, const int *dims, size_t n, int layer, const char *ki
 
 void r_dropout_masks(cl_model *m, SEXP opts, int B, int H, int W, cl_step_options *o) {
   const cl_config *c = cl_model_config(m);
-  SEXP fixed = opts == R_NilValue ? R_NilValue : field(opts, "dropout_masks");
+  SEXP fixed = opts == R_NilValue ? R_NilValue : r_option(opts, "dropout_masks");
   if (fixed != R_NilValue && (TYPEOF(fixed) != VECSXP || Rf_length(fixed) != 2 * c->n_layers))
     r_raise_invalid("internal: dropout_masks must be a list of 2 * n_layers masks");
   int any = 0;

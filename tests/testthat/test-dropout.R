@@ -15,8 +15,11 @@ test_that("the rates read back per layer, and a model without them says so on tr
   expect_equal(m$dropout, c(0.1, 0))
   expect_equal(m$recurrent_dropout, c(0.25, 0.25))
   expect_equal(m$config$dropout, c(0.1, 0))
+  expect_output(print(m), "dropout")
+  expect_output(print(m), "0.1 / 0.25")
   plain <- drop_model(0, 0)
   on.exit(convlstm_release(plain), add = TRUE)
+  expect_false(any(grepl("dropout", utils::capture.output(print(plain)))))
   env <- environment(convlstm:::no_mode_note)$the
   env$no_mode_noted <- NULL
   expect_message(plain$train(), "no dropout")
