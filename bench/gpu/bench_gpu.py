@@ -100,7 +100,9 @@ class cl_config(C.Structure):
                 ("kernel_widths", C.c_int * CL_MAX_LAYERS),
                 ("dilation_h", C.c_int * CL_MAX_LAYERS), ("dilation_w", C.c_int * CL_MAX_LAYERS),
                 ("bias", C.c_int), ("device", C.c_int), ("dtype", C.c_int),
-                ("n_threads", C.c_int), ("memory_limit", C.c_size_t)]
+                ("n_threads", C.c_int), ("memory_limit", C.c_size_t),
+                ("dropout", C.c_double * CL_MAX_LAYERS),
+                ("recurrent_dropout", C.c_double * CL_MAX_LAYERS)]
 
 
 class cl_host_array(C.Structure):
@@ -123,7 +125,9 @@ class cl_step_options(C.Structure):
                 ("outputs", C.c_int), ("plan_dtype", C.c_int), ("horizon", C.c_int),
                 ("state_mode", C.c_int), ("state", C.POINTER(cl_host_array)),
                 ("max_grad_norm", C.c_double), ("loss", cl_loss_fn),
-                ("weight", C.POINTER(cl_host_array))]
+                ("weight", C.POINTER(cl_host_array)),
+                ("mask_x", C.POINTER(C.c_float) * CL_MAX_LAYERS),
+                ("mask_h", C.POINTER(C.c_float) * CL_MAX_LAYERS)]
 
 
 class cl_loss_scale(C.Structure):
