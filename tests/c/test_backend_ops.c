@@ -1137,7 +1137,8 @@ static void run_mask_mul(const row *r) {
         void *X = total ? dev_of(&sc, xs, total * es) : NULL;
         void *Y = c->in_place ? X : total ? dev_of(&sc, ys, total * es) : NULL;
         float *M = c->n ? dev_of(&sc, mask, c->n * sizeof(float)) : NULL;
-        if (sc.ok) CALL(&sc, v->be->iface->mask_mul(v->be, X, M, Y, c->n, c->reps, dt, c->accumulate));
+        if (sc.ok)
+          CALL(&sc, v->be->iface->mask_mul(v->be, X, M, Y, c->n, c->reps, dt, c->accumulate));
         float *got = sc.ok && total ? dev_get(&sc, dt, Y, total) : NULL;
         if (got) compare(v, label, got, ref, total, tol_of(r, v, dt, dt));
         else if (sc.ok) expect(v, 1, "%s: nothing to do", label);
