@@ -181,6 +181,20 @@ test_that("tbptt, a carried state and data sets train with dropout", {
   expect_identical(fit(7), fit(7))
 })
 
+test_that("a forecast trains with dropout and predicts without it", {
+  set.seed(12)
+  m <- convlstm(1, c(4, 1), 3, device = "cpu", threads = 1, dropout = 0.2,
+                recurrent_dropout = 0.3)
+  on.exit(convlstm_release(m))
+  d <- moving_digits(n = 2, seq_len = 8, size = 12, horizon = 3)
+  opt <- optimizer_adam(lr = 0.01)
+  # teacher forcing: the true frames fed back are inputs, masked like x
+  expect_true(is.finite(train_step(m, d$x, d$y, opt, horizon = 3)))
+  f1 <- predict(m, d$x, horizon = 3)
+  expect_identical(predict(m, d$x, horizon = 3), f1)
+  expect_equal(dim(f1), c(2, 3, 1, 12, 12))
+})
+
 test_that("memory_estimate() plans the masks and the masked copy, in training only", {
   m <- drop_model(c(0.3, 0), c(0, 0.5))
   on.exit(convlstm_release(m))
