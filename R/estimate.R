@@ -57,8 +57,13 @@
 #'   `predict(model, x, horizon = )` rolls on after `seq_len` steps (planned
 #'   as `frames`, under `activations`, with only the running states kept);
 #'   for a training estimate the frames `train_step(..., horizon = )` trains
-#'   with teacher forcing after `seq_len` input steps (a step over `seq_len +
-#'   horizon - 1` steps).
+#'   after `seq_len` input steps (a step over `seq_len + horizon - 1` steps).
+#' @param teacher_forcing For a training estimate with a `horizon`, as in
+#'   [train_step()]: `FALSE` plans free-running training, whose fed-back
+#'   frames sit in `x`'s slots of the later steps and whose backward through
+#'   them keeps, per layer, its own `d_cell` and (below the last layer) two
+#'   steps of `d_hidden_rollout` (one for a horizon of 2), under
+#'   `workspace`.
 #' @return A data frame of class `convlstm_memory_estimate` with columns
 #'   `category` and `bytes`: one row per category (`parameters`,
 #'   `gradients`, `optimizer`, `activations`, `states`, `workspace`,
@@ -100,7 +105,7 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
                             dtype = NULL, checkpoint = 0, accumulation_steps = 1, tbptt = 0,
                             optimizer = NULL, outputs = c("all", "last_state"),
                             state = c("zero", "given", "carry"), horizon = 0,
-                            weight = NULL) {
+                            weight = NULL, teacher_forcing = TRUE) {
   ptr <- model_ptr(model)
   shape <- c(
     check_count(batch_size, "batch_size"), check_count(seq_len, "seq_len"),
@@ -114,9 +119,11 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
                    call = sys.call())
   }
   horizon <- check_count(horizon, "horizon", min = 0)
+  teacher_forcing <- check_flag(teacher_forcing, "teacher_forcing")
   if (horizon > 0) {
     check_horizon(horizon, c_model_config(ptr), call = sys.call())
-    if (training) shape[[2]] <- shape[[2]] + horizon - 1L # x, then the true frames
+    # x, then the true (or, free-running, the fed-back) frames
+    if (training) shape[[2]] <- shape[[2]] + horizon - 1L
     if (shape[[2]] > .Machine$integer.max) abort_arg("horizon", "smaller", horizon, sys.call())
   }
   if (!is.null(weight)) {
@@ -129,7 +136,8 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
   options <- check_step_options(checkpoint, accumulation_steps, tbptt,
                                 outputs = if (training) "all" else outputs, dtype = dtype,
                                 batch_size = shape[[1]],
-                                state = list(mode = state, arrays = NULL, horizon = horizon),
+                                state = list(mode = state, arrays = NULL, horizon = horizon,
+                                             free_run = training && !teacher_forcing),
                                 weight = if (!is.null(weight)) {
                                   if (weight == "sequence") 5L else 4L
                                 })
@@ -140,7 +148,8 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
     plan, shape = shape, training = training, dtype = dtype %||% config$dtype,
     options = list(checkpoint = checkpoint, accumulation_steps = accumulation_steps,
                    tbptt = tbptt, outputs = if (training) "all" else outputs, state = state,
-                   horizon = horizon, weight = weight),
+                   horizon = horizon, weight = weight,
+                   teacher_forcing = !(training && horizon > 1 && !teacher_forcing)),
     optimizer = optimizer$kind %||% planned_optimizer(plan$name)
   )
 }
@@ -185,7 +194,10 @@ describe_options <- function(options) {
     },
     if (options$tbptt > 0) sprintf("tbptt window %d", options$tbptt),
     if (identical(options$outputs, "last_state")) "last state only",
-    if (isTRUE(options$horizon > 0)) sprintf("forecast of %d frames", options$horizon),
+    if (isTRUE(options$horizon > 0)) {
+      sprintf("forecast of %d frames%s", options$horizon,
+              if (isFALSE(options$teacher_forcing)) ", free-running" else "")
+    },
     if (!is.null(options$state) && !identical(options$state, "zero")) {
       sprintf("%s initial state", options$state)
     }

@@ -8,9 +8,19 @@
 
 # geometry: layer_geometry()'s 4 x n_layers matrix (kernel, dilation);
 # dropout, recurrent_dropout: one rate per layer (check_rates()).
+# options(convlstm.cuda_graphs = TRUE / FALSE) sets CONVLSTM_CUDA_GRAPHS for
+# the creation only (the CUDA backend reads it then; memory_stats() says
+# what it did); NULL leaves the environment as it is.
 c_model_create <- function(input_dim, hidden_dims, geometry, bias, device, dtype,
                            threads, memory_limit, dropout = 0, recurrent_dropout = 0) {
   n <- length(hidden_dims)
+  graphs <- getOption("convlstm.cuda_graphs")
+  if (!is.null(graphs)) {
+    old <- Sys.getenv("CONVLSTM_CUDA_GRAPHS", unset = NA)
+    Sys.setenv(CONVLSTM_CUDA_GRAPHS = if (isTRUE(graphs)) "1" else "0")
+    on.exit(if (is.na(old)) Sys.unsetenv("CONVLSTM_CUDA_GRAPHS")
+            else Sys.setenv(CONVLSTM_CUDA_GRAPHS = old))
+  }
   .Call(
     ffi_model_create, as.integer(input_dim), as.integer(hidden_dims),
     as.integer(geometry), as.logical(bias), device, dtype,

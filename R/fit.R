@@ -18,14 +18,16 @@
 #' @inheritParams train_step
 #' @param x Inputs `[n, time, channels, height, width]`.
 #' @param y Targets: `[n, hidden, height, width]` for `"last_state"`,
-#'   `[n, time, hidden, height, width]` for `"sequence"`.
+#'   `[n, time, hidden, height, width]` for `"sequence"`; with a `horizon`
+#'   of K, the K frames that follow each sequence, `[n, K, channels, height,
+#'   width]`.
 #' @param epochs Number of passes over the data.
 #' @param batch_size Samples per training step, at most the number of
 #'   samples (the default, 32, is lowered to it); or `"max"`: the largest
 #'   batch that fits ([max_batch_size()]) in `memory_budget` (without one,
 #'   in what the device has free), for the configuration trained with.
 #' @param shuffle Draw a new order of the samples every epoch (with R's
-#'   random number generator).
+#'   random number generator). Must be `FALSE` with `state = "carry"`.
 #' @param validation_data `NULL`, or `list(x, y)` on which the loss is
 #'   computed (without training) after every epoch.
 #' @param validation_split A fraction in `[0, 1)`: hold out the last
@@ -73,7 +75,25 @@
 #'   ([memory_advise()]: dtype, `checkpoint`, `accumulation_steps`) is
 #'   trained with, said in one line; the model's dtype is converted if
 #'   another is chosen. Leave `checkpoint`, `accumulation_steps` and `tbptt`
-#'   out then.
+#'   out then. Not with a `horizon` or `state = "carry"`.
+#' @param horizon,teacher_forcing `NULL`, or train every batch as
+#'   [train_step()] with `horizon` (the forecast of the frames in `y`) and
+#'   `teacher_forcing` (`TRUE`: the true frames fed back; `FALSE`:
+#'   free-running, the model's own). `target` is then `"sequence"`, the
+#'   batches are sliced from R arrays (not uploaded as a data set), and the
+#'   validation loss is that of the free-running forecast
+#'   ([convlstm_evaluate()] with `horizon`), whichever way training feeds
+#'   the frames back.
+#' @param state `NULL` (every batch starts from zeros) or `"carry"`:
+#'   stateful training over consecutive chunks of long sequences, as
+#'   Keras's `stateful = TRUE`. Each batch starts from the state the batch
+#'   before ended with (detached, [train_step()] with `state = "carry"`),
+#'   so row `i` of batch `k + 1` must continue row `i` of batch `k`: sample
+#'   `(k - 1) * batch_size + i` is chunk `k` of stream `i`. Hence `shuffle
+#'   = FALSE` is required and the number of training samples must be a
+#'   multiple of `batch_size` (every batch the same size); the state is reset
+#'   ([reset_state()]) at the start of every epoch and kept after the last
+#'   batch. Validation losses start from zeros.
 #' @return A `convlstm_history`: a data frame with one row per epoch and
 #'   columns `epoch`, `loss` (mean training loss over the epoch's batches,
 #'   weighted by batch size), `val_loss` (`NA` without validation data),
@@ -100,6 +120,11 @@
 #'                         lr_scheduler = lr_cosine_annealing(opt, T_max = 10),
 #'                         callbacks = list(callback_early_stopping(patience = 3)))
 #' history$lr
+#' # forecasting 2 frames, free-running, the state carried from batch to batch
+#' y2 <- array(runif(16 * 2 * 6 * 6), dim = c(16, 2, 1, 6, 6))
+#' convlstm_fit(model, x, y2, opt, epochs = 2, batch_size = 8, horizon = 2,
+#'              teacher_forcing = FALSE, state = "carry", shuffle = FALSE,
+#'              verbose = FALSE)
 #' convlstm_release(model)
 convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
                          target = c("last_state", "sequence"), shuffle = TRUE,
@@ -107,15 +132,23 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
                          accumulation_steps = 1, tbptt = 0, data_on_device = "auto",
                          validation_split = 0, callbacks = list(), lr_scheduler = NULL,
                          resume = NULL, memory_budget = NULL, max_grad_norm = NULL,
-                         loss = "mse", delta = 1, pos_weight = 1, weight = NULL) {
+                         loss = "mse", delta = 1, pos_weight = 1, weight = NULL,
+                         horizon = NULL, teacher_forcing = TRUE, state = NULL) {
   # before batch_size is reassigned below; "max" is capped at the samples
   batch_size_given <- !missing(batch_size) && !identical(batch_size, "max")
   call <- sys.call()
   ptr <- model_ptr(model)
   config <- model_config(model)
   x <- check_input(x, config, "x")
-  target <- check_choice(target, c("last_state", "sequence"), "target")
-  y <- check_target_array(y, dim(x), config, target, "y")
+  forecast <- fit_forecast(horizon, teacher_forcing, missing(target), target, config, call)
+  if (is.null(forecast)) {
+    target <- check_choice(target, c("last_state", "sequence"), "target")
+    y <- check_target_array(y, dim(x), config, target, "y")
+  } else {
+    target <- "sequence"
+    y <- check_frames(y, dim(x), forecast$horizon, config, "y", call)
+  }
+  carry <- fit_state(state, shuffle, batch_size, memory_budget, forecast, call)
   weight <- check_weight(weight, dim(y), target)
   optimizer <- check_optimizer(optimizer)
   epochs <- check_count(epochs, "epochs")
@@ -128,7 +161,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   accumulation_steps <- fits$accumulation_steps
   tbptt <- fits$tbptt
   batch_size <- check_count(batch_size, "batch_size")
-  validation <- check_validation_data(validation_data, config, target)
+  validation <- check_validation_data(validation_data, config, target, forecast$horizon)
   max_grad_norm <- check_max_grad_norm(max_grad_norm)
   loss_fn <- check_loss(loss, delta, pos_weight)
   check_step_options(checkpoint, accumulation_steps, tbptt)
@@ -147,6 +180,13 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   }
 
   n <- dim(x)[[1]]
+  if (carry && n %% min(batch_size, n) != 0) {
+    abort_convlstm(sprintf(paste0(
+      "With `state = \"carry\"` every batch must have the same size: %d training samples are ",
+      "not a multiple of `batch_size` (%d)."), n, batch_size), call = call)
+  }
+  # teacher forcing reads x and then the true frames: joined once here
+  if (!is.null(forecast) && forecast$teacher_forcing) x <- teacher_sequence(x, y)
   # The default stands for "all of it" on small data; a larger size given on
   # purpose is more likely a mix-up (of x, or of arguments) than a wish.
   if (batch_size_given && batch_size > n) {
@@ -160,6 +200,9 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   # the last batch may be smaller than accumulation_steps
   step_options <- function(b) {
     check_step_options(checkpoint, min(accumulation_steps, b), tbptt,
+                       state = list(mode = if (carry) "carry" else "zero", arrays = NULL,
+                                    horizon = forecast$horizon %||% 0L,
+                                    free_run = isFALSE(forecast$teacher_forcing)),
                        max_grad_norm = max_grad_norm, loss = loss_fn, weight = weight)
   }
   options <- step_options(batch_size)
@@ -167,8 +210,9 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   past <- if (is.null(resume)) NULL else resume_fit(ptr, resume, scheduler, epochs, call)
   initial_epoch <- past$epoch %||% 0L
   check_schedule_length(scheduler, epochs - initial_epoch, n_batches, call)
-  # a weighted loss slices its weight with each batch: from R arrays
-  data <- if (is.null(weight)) {
+  # a weighted loss slices its weight with each batch, and a horizon applies
+  # to arrays: from R arrays
+  data <- if (is.null(weight) && is.null(forecast)) {
     fit_data_set(ptr, x, y, target, data_on_device, batch_size, optimizer, options)
   }
   if (!is.null(data)) on.exit(c_data_release(data), add = TRUE)
@@ -199,6 +243,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
 
   run_epoch <- function(epoch) {
     c_memory_reset_peak(ptr)
+    if (carry) c_reset_state(ptr) # every epoch reads the streams from their start
     t0 <- proc.time()[["elapsed"]]
     order <- if (shuffle && n_batches > 1) sample.int(n) else seq_len(n)
     if (verbose) {
@@ -247,7 +292,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
       NA_real_
     } else {
       evaluate_loss(ptr, validation$x, validation$y, target, batch_size, loss_fn,
-                    validation$weight)
+                    validation$weight, horizon = forecast$horizon %||% 0L)
     }
     row <- data.frame(
       epoch = epoch, loss = total / n, val_loss = val_loss, lr = opt$lr,
@@ -338,31 +383,80 @@ fit_data_set <- function(ptr, x, y, target, data_on_device, batch_size, optimize
 
 format_loss <- function(x) if (is.na(x)) "-" else formatC(x, digits = 4, format = "g")
 
-check_validation_data <- function(v, config, target, call = sys.call(-1)) {
+check_validation_data <- function(v, config, target, horizon = NULL, call = sys.call(-1)) {
   if (is.null(v)) return(NULL)
   if (!is.list(v) || length(v) != 2) {
     abort_arg("validation_data", "NULL or a list of two arrays, list(x, y)", v, call)
   }
   vx <- check_input(v[[1]], config, "validation_data[[1]]", call = call)
-  vy <- check_target_array(v[[2]], dim(vx), config, target, "validation_data[[2]]", call = call)
+  vy <- if (is.null(horizon)) {
+    check_target_array(v[[2]], dim(vx), config, target, "validation_data[[2]]", call = call)
+  } else {
+    check_frames(v[[2]], dim(vx), horizon, config, "validation_data[[2]]", call)
+  }
   list(x = vx, y = vy)
+}
+
+# A fit's horizon: NULL, or list(horizon, teacher_forcing), checked as
+# train_step() checks them.
+fit_forecast <- function(horizon, teacher_forcing, target_missing, target, config, call) {
+  if (is.null(horizon)) return(NULL)
+  K <- check_horizon(horizon, config, call = call)
+  teacher_forcing <- check_flag(teacher_forcing, "teacher_forcing", call = call)
+  if (!target_missing && !identical(target, "sequence")) {
+    abort_arg("target", '"sequence" with a `horizon`', target, call)
+  }
+  list(horizon = K, teacher_forcing = teacher_forcing)
+}
+
+# Whether a fit carries the state between batches (state = "carry"), which
+# needs the batches in order and of one size, chosen by the user.
+fit_state <- function(state, shuffle, batch_size, memory_budget, forecast, call) {
+  if (is.null(state)) {
+    if (!is.null(forecast) && (identical(batch_size, "max") || !is.null(memory_budget))) {
+      abort_convlstm(paste0(
+        "`batch_size = \"max\"` and `memory_budget` do not plan a `horizon` yet: give a ",
+        "batch size (memory_estimate(..., horizon = , teacher_forcing = ) shows what it takes)."),
+        call = call)
+    }
+    return(FALSE)
+  }
+  if (!identical(state, "carry")) abort_arg("state", 'NULL or "carry"', state, call)
+  if (!isFALSE(shuffle)) {
+    abort_convlstm(paste0(
+      "`state = \"carry\"` needs `shuffle = FALSE`: row i of each batch continues row i of ",
+      "the batch before, so the batches must come in order."), call = call)
+  }
+  if (identical(batch_size, "max") || !is.null(memory_budget)) {
+    abort_convlstm(paste0(
+      "`state = \"carry\"` needs a batch size chosen by you (the rows of a batch are the ",
+      "streams): not `batch_size = \"max\"` or a `memory_budget`."), call = call)
+  }
+  TRUE
 }
 
 # Mean squared error of the chosen output over all samples, from inference
 # forwards of batch_size samples each (nothing is kept for backward).
 # loss: check_loss()'s (NULL: MSE); weight: check_weight()'s (NULL: none),
 # each element's loss times it, the mean still over all elements.
-evaluate_loss <- function(ptr, x, y, target, batch_size, loss = NULL, weight = NULL) {
+# horizon > 0: the loss of the free-running forecast of that many frames.
+evaluate_loss <- function(ptr, x, y, target, batch_size, loss = NULL, weight = NULL,
+                          horizon = 0L) {
   n <- dim(x)[[1]]
   total <- 0
+  what <- if (horizon > 0) "frames" else target
+  options <- if (horizon > 0) {
+    forward_options(what, list(mode = "zero", horizon = horizon))
+  } else {
+    inference_options(target)
+  }
   for (start in seq(1L, n, by = batch_size)) {
     idx <- start:min(n, start + batch_size - 1L)
     if (length(idx) == n) {
-      pred <- c_forward(ptr, x, training = FALSE, what = target, inference_options(target))
+      pred <- c_forward(ptr, x, training = FALSE, what = what, options)
       total <- total + loss_sum(pred, y, loss, weight)
     } else {
-      pred <- c_forward(ptr, slice_batch(x, idx), training = FALSE, what = target,
-                        inference_options(target))
+      pred <- c_forward(ptr, slice_batch(x, idx), training = FALSE, what = what, options)
       w <- if (!is.null(weight)) slice_batch(weight, idx)
       total <- total + loss_sum(pred, slice_batch(y, idx), loss, w)
     }
@@ -379,6 +473,10 @@ evaluate_loss <- function(ptr, x, y, target, batch_size, loss = NULL, weight = N
 #' @inheritParams convlstm_fit
 #' @param batch_size Samples per forward call.
 #' @param loss,delta,pos_weight,weight The loss, as in [train_step()].
+#' @param horizon `NULL`, or the loss of the forecast of `horizon` frames
+#'   ([predict()] with `horizon`: free-running, each predicted frame fed
+#'   back) against `y`, `[n, horizon, channels, height, width]`; `target` is
+#'   then not used.
 #' @return The loss's mean over all of `y` (a number).
 #' @export
 #' @examples
@@ -392,16 +490,23 @@ evaluate_loss <- function(ptr, x, y, target, batch_size, loss = NULL, weight = N
 #' convlstm_release(model)
 convlstm_evaluate <- function(model, x, y, target = c("last_state", "sequence"),
                               batch_size = 32, loss = "mse", delta = 1, pos_weight = 1,
-                              weight = NULL) {
+                              weight = NULL, horizon = NULL) {
   ptr <- model_ptr(model)
   config <- model_config(model)
   x <- check_input(x, config, "x")
-  target <- check_choice(target, c("last_state", "sequence"), "target")
-  y <- check_target_array(y, dim(x), config, target, "y")
+  if (is.null(horizon)) {
+    target <- check_choice(target, c("last_state", "sequence"), "target")
+    y <- check_target_array(y, dim(x), config, target, "y")
+    K <- 0L
+  } else {
+    K <- check_horizon(horizon, config)
+    target <- "sequence"
+    y <- check_frames(y, dim(x), K, config, "y")
+  }
   batch_size <- check_count(batch_size, "batch_size")
   loss <- check_loss(loss, delta, pos_weight)
   weight <- check_weight(weight, dim(y), target)
-  evaluate_loss(ptr, x, y, target, batch_size, loss, weight)
+  evaluate_loss(ptr, x, y, target, batch_size, loss, weight, horizon = K)
 }
 
 history_columns <- c("epoch", "loss", "val_loss", "lr", "seconds", "peak_bytes")

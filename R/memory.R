@@ -58,7 +58,15 @@ mem_categories <- c("parameters", "gradients", "optimizer", "activations", "stat
 #'   `device_used_change` (bytes, `NA` where not measurable),
 #'   `measured_note` (why a measure is `NA`; `""` when none is) and
 #'   `runtime` (the process's device memory outside every model, measured
-#'   once per process: see [memory_estimate()]; 0 on the CPU).
+#'   once per process: see [memory_estimate()]; 0 on the CPU), and
+#'   `cuda_graphs`: what one-graph-per-training-step did (a list: `asked`,
+#'   `on`, the steps `captured`, `replayed` and run `plain`, graphs `held`,
+#'   the device `bytes` their instantiation took as the driver's free memory
+#'   fell -- outside the allocator and the plan -- and `off`, why graphs were
+#'   turned off, `""` if not). Graphs are asked for with the environment
+#'   variable `CONVLSTM_CUDA_GRAPHS=1` or `options(convlstm.cuda_graphs =
+#'   TRUE)` when the model is created (off by default: not yet verified on a
+#'   GPU); all zero on the CPU.
 #'   `as.data.frame()` gives `by_category` with the totals as attributes.
 #' @seealso [memory_summary()] for a printed table, [memory_estimate()] for
 #'   what a step will take before running it.
@@ -105,6 +113,12 @@ print.convlstm_memory_stats <- function(x, ...) {
               format_bytes(x$device_total),
               if (x$limit > 0) paste0("   limit: ", format_bytes(x$limit)) else ""))
   cat(measured_line(x), "\n", sep = "")
+  g <- x$cuda_graphs
+  if (isTRUE(g$asked))
+    cat(sprintf("cuda graphs: %s; %s steps captured, %s replayed, %s plain; %d held, %s%s\n",
+                if (g$on) "on" else "off", format_count(g$captured), format_count(g$replayed),
+                format_count(g$plain), g$held, format_bytes(g$bytes),
+                if (nzchar(g$off)) paste0(" (turned off: ", g$off, ")") else ""))
   invisible(x)
 }
 

@@ -30,7 +30,13 @@
 #' @param n_layers Number of stacked layers.
 #' @param bias Whether the convolutions have a bias.
 #' @param device `"auto"` (a CUDA GPU when one is usable, else the CPU),
-#'   `"cpu"` or `"cuda"`.
+#'   `"cpu"` or `"cuda"`. On CUDA, float32 convolutions may use TF32 tensor
+#'   cores (inputs rounded to 10 mantissa bits, float32 accumulation), as
+#'   PyTorch's default `torch.backends.cudnn.allow_tf32 = TRUE`; everything
+#'   else stays float32. `options(convlstm.cuda_tf32 = FALSE)` (or the
+#'   environment variable `CONVLSTM_CUDA_TF32=0`) when the model is created
+#'   gives strict float32 convolutions, which match the CPU backend to
+#'   float32 rounding; `print(model)` says which a CUDA model uses.
 #' @param dtype Storage type of activations and convolution inputs:
 #'   `"float32"`, or `"float16"` / `"bfloat16"` for mixed precision, which
 #'   halves activation memory. Parameters (the master weights), gradients and
@@ -145,18 +151,43 @@ convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hid
   dropout <- check_rates(dropout, "dropout", n_layers, sys.call())
   recurrent_dropout <- check_rates(recurrent_dropout, "recurrent_dropout", n_layers, sys.call())
 
+  tf32 <- cuda_tf32_option(sys.call())
+
   if (identical(device, "auto")) device <- if (gpu_available()) "cuda" else "cpu"
-  ptr <- c_model_create(
+  ptr <- with_cuda_tf32(tf32, c_model_create(
     input_dim, hidden_dims, geometry, bias,
     device = device,
     dtype = dtype, threads = threads, memory_limit = memory_limit,
     dropout = dropout, recurrent_dropout = recurrent_dropout
-  )
+  ))
   c_model_init_params(ptr)
   new_convlstm_model(ptr)
 }
 
 max_layers <- 32L
+
+# options(convlstm.cuda_tf32 =): NULL (the environment's CONVLSTM_CUDA_TF32,
+# else TF32 allowed) or TRUE / FALSE.
+cuda_tf32_option <- function(call) {
+  v <- getOption("convlstm.cuda_tf32")
+  if (is.null(v)) return(NULL)
+  if (!is.logical(v) || length(v) != 1 || is.na(v)) {
+    abort_arg("options(convlstm.cuda_tf32)", "NULL, TRUE or FALSE", v, call)
+  }
+  v
+}
+
+# The CUDA backend reads CONVLSTM_CUDA_TF32 when a model is created (the one
+# place the setting is read): the option is handed over through it for the
+# duration of `expr`, and the variable restored after.
+with_cuda_tf32 <- function(tf32, expr) {
+  if (is.null(tf32)) return(expr)
+  old <- Sys.getenv("CONVLSTM_CUDA_TF32", unset = NA)
+  on.exit(if (is.na(old)) Sys.unsetenv("CONVLSTM_CUDA_TF32") else
+    Sys.setenv(CONVLSTM_CUDA_TF32 = old))
+  Sys.setenv(CONVLSTM_CUDA_TF32 = if (tf32) "1" else "0")
+  expr
+}
 
 # The tutorial gives hidden_dims and kernel_sizes per layer; a single value
 # stands for every layer.
@@ -267,6 +298,13 @@ print.convlstm_model <- function(x, ...) {
     config$n_layers, if (config$n_layers == 1) "" else "s", format_count(n),
     format_bytes(n * 4), config$device, config$dtype
   ))
+  if (nzchar(config$conv_math %||% "")) {
+    cat(sprintf("  float32 convolutions: %s\n", if (identical(config$conv_math, "tf32")) {
+      "TF32 tensor cores, as PyTorch's default (options(convlstm.cuda_tf32 = FALSE): strict)"
+    } else {
+      "strict float32"
+    }))
+  }
   if (status == "released") cat("  released: this model holds no memory any more\n")
   if (status == "restored") {
     cat("  no C memory (restored by readRDS?): use convlstm_save() / convlstm_load()\n")

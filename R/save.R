@@ -106,17 +106,18 @@ convlstm_load <- function(path, device = "auto", dtype = NULL, memory_limit = NU
   memory_limit <- parse_bytes(memory_limit, "memory_limit", call)
   threads <- check_threads(threads, call)
   with_optimizer <- check_flag(with_optimizer, "with_optimizer")
+  tf32 <- cuda_tf32_option(call)
 
   info <- c_file_info(path)
   config <- info$config
   if (identical(device, "auto")) device <- if (gpu_available()) "cuda" else "cpu"
-  ptr <- c_model_create(
+  ptr <- with_cuda_tf32(tf32, c_model_create(
     config$input_dim, config$hidden_dims, config$geometry, config$bias,
     device = device,
     dtype = dtype %||% config$dtype, threads = threads,
     memory_limit = memory_limit, dropout = config$dropout,
     recurrent_dropout = config$recurrent_dropout
-  )
+  ))
   # The file is read again into the model; the glue checks that it still
   # has this architecture.
   info <- c_model_load_into(ptr, path, with_optimizer)

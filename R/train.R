@@ -77,16 +77,27 @@
 #'   TRUE`, for a long sequence cut into consecutive chunks. The batch size
 #'   and frame size must stay the same while a state is carried;
 #'   [reset_state()] forgets it. A data set `x` takes `NULL` or `"carry"`.
-#' @param horizon `NULL`, or train the forecast of `horizon` frames with
-#'   teacher forcing: `y` is `[batch, horizon, channels, height, width]`,
-#'   the frames that follow `x`; the model reads `x` and then the true frames
-#'   `y[, 1:(horizon - 1)]` (not its own predictions), and the loss is
-#'   `loss` over its last `horizon` outputs against `y` -- what
-#'   [predict()] with `horizon` forecasts when the fed-back frames are right.
+#' @param horizon `NULL`, or train the forecast of `horizon` frames: `y` is
+#'   `[batch, horizon, channels, height, width]`, the frames that follow
+#'   `x`, and the loss is `loss` over the model's last `horizon` outputs
+#'   against `y` -- what [predict()] with `horizon` forecasts. With
+#'   `teacher_forcing = TRUE` the model reads `x` and then the true frames
+#'   `y[, 1:(horizon - 1)]` (not its own predictions); with `FALSE` its own.
+#'   With `state = "carry"` the state kept is the one after the last step
+#'   the model ran: `x` and then the `horizon - 1` frames fed back.
 #'   Needs the last layer's hidden size to equal `input_dim`; `target` must
 #'   be `"sequence"`. Arrays only, not data sets.
-#' @param teacher_forcing Must be `TRUE` with a `horizon`: training through
-#'   the model's own fed-back frames is not implemented yet.
+#' @param teacher_forcing With a `horizon`: `TRUE` feeds the true frames
+#'   back (above); `FALSE` trains free-running, as [predict()] forecasts:
+#'   `x` is only the input frames, and each of the `horizon - 1` later steps
+#'   reads the model's own previous frame (the last layer's hidden state of
+#'   the step before), the loss over the `horizon` predicted frames against
+#'   `y`. Backpropagation runs through the fed-back frames too: the error of
+#'   frame k reaches the frames before it through the input path as well as
+#'   the recurrence (what PyTorch does without `.detach()`). Not with
+#'   `checkpoint` or `tbptt`; `accumulation_steps`, `state` and `weight`
+#'   apply. A logical, not a probability: scheduled sampling is not
+#'   offered.
 #' @return The loss before the update (a number): the chosen loss (by
 #'   default the mean squared error) over the whole batch. With
 #'   `max_grad_norm`, it carries the attribute `grad_norm`: the gradients'
@@ -111,6 +122,9 @@
 #' # the data uploaded once, a batch taken by row numbers
 #' data <- convlstm_data(model, x, y)
 #' train_step(model, data, optimizer = opt, rows = c(4, 2))
+#' # forecast the 2 frames after x, trained through the model's own frames
+#' y2 <- array(runif(4 * 2 * 6 * 6), dim = c(4, 2, 1, 6, 6))
+#' train_step(model, x, y2, opt, horizon = 2, teacher_forcing = FALSE)
 #' convlstm_release(model)
 train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "sequence"),
                        checkpoint = 0, accumulation_steps = 1, tbptt = 0, rows = NULL,
@@ -143,7 +157,7 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
   config <- model_config(model)
   x <- check_input(x, config, "x")
   if (!is.null(horizon)) {
-    tf <- teacher_forced(x, y, horizon, teacher_forcing, missing(target), target, config)
+    tf <- horizon_batch(x, y, horizon, teacher_forcing, missing(target), target, config)
     x <- tf$x
     y <- tf$y
     target <- "sequence"
@@ -154,6 +168,7 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
   optimizer <- check_optimizer(optimizer)
   state <- state_option(state, config, dim(x))
   state$horizon <- if (is.null(horizon)) 0L else dim(y)[[2]]
+  state$free_run <- !is.null(horizon) && !tf$teacher_forcing
   weight <- check_weight(weight, dim(y), target)
   options <- check_step_options(checkpoint, accumulation_steps, tbptt, batch_size = dim(x)[[1]],
                                 state = state, max_grad_norm = max_grad_norm, loss = loss,
@@ -187,8 +202,17 @@ check_step_options <- function(checkpoint = 0, accumulation_steps = 1, tbptt = 0
       is.null(max_grad_norm) && is.null(loss) && is.null(weight)) {
     return(NULL)
   }
-  c_step_options(checkpoint, tbptt, accumulation_steps, outputs, dtype, state$mode, state$arrays,
-                 horizon, max_grad_norm, loss, weight)
+  free_run <- isTRUE(state$free_run) && horizon > 0
+  if (free_run && (checkpoint > 0 || tbptt > 0)) {
+    abort_convlstm(paste0(
+      "`teacher_forcing = FALSE` cannot be combined with `checkpoint` or `tbptt`: the fed-back ",
+      "frames run every layer step by step, which neither schedules. Use accumulation_steps ",
+      "to save memory instead."), call = call)
+  }
+  opts <- c_step_options(checkpoint, tbptt, accumulation_steps, outputs, dtype, state$mode,
+                         state$arrays, horizon, max_grad_norm, loss, weight)
+  if (free_run) opts$free_run <- 1L
+  opts
 }
 
 # NULL, or the per-element loss weight: a numeric array of the target's dim
@@ -422,31 +446,43 @@ watch_skips <- function(ptr, loss) {
 }
 
 
-# Teacher forcing over a horizon of K frames: x followed by the true frames
-# y[, 1:(K - 1)], whose last K outputs are trained against y. Returns
-# list(x, y), checked.
-teacher_forced <- function(x, y, horizon, teacher_forcing, target_missing, target, config,
-                           call = sys.call(-1)) {
+# A training batch over a horizon of K frames, y [B, K, C, H, W] the frames
+# after x. Teacher forcing: x followed by the true frames y[, 1:(K - 1)],
+# whose last K outputs are trained against y. Free-running (teacher_forcing
+# = FALSE): x as it is; the core runs K - 1 more steps on the model's own
+# frames. Returns list(x, y, teacher_forcing), checked.
+horizon_batch <- function(x, y, horizon, teacher_forcing, target_missing, target, config,
+                          call = sys.call(-1)) {
   K <- check_horizon(horizon, config, call = call)
-  if (!isTRUE(teacher_forcing)) {
-    abort_convlstm(paste0(
-      "`teacher_forcing = FALSE` (training through the model's own fed-back frames) is not ",
-      "implemented yet; use teacher_forcing = TRUE."), status = "unsupported", call = call)
-  }
+  teacher_forcing <- check_flag(teacher_forcing, "teacher_forcing", call = call)
   if (!target_missing && !identical(target, "sequence")) {
     abort_arg("target", '"sequence" with a `horizon`', target, call)
   }
-  xd <- dim(x)
-  y <- check_array(y, "y", 5, call = call)
+  y <- check_frames(y, dim(x), K, config, "y", call)
+  if (K == 1 || !teacher_forcing) return(list(x = x, y = y, teacher_forcing = teacher_forcing))
+  list(x = teacher_sequence(x, y), y = y, teacher_forcing = TRUE)
+}
+
+# The K frames that follow x (dim xd) for a horizon: [B, K, C, H, W].
+check_frames <- function(y, xd, K, config, arg, call = sys.call(-1)) {
+  y <- check_array(y, arg, 5, call = call)
   want <- c(xd[[1]], K, config$input_dim, xd[[4]], xd[[5]])
   if (!identical(as.integer(dim(y)), as.integer(want))) {
     abort_convlstm(sprintf(
-      "`y` must have dim %s (the %d frames that follow `x`), not %s.", format_dims(want), K,
-      format_dims(dim(y))), call = call)
+      "`%s` must have dim %s (the %d frames that follow `x`), not %s.", arg, format_dims(want),
+      K, format_dims(dim(y))), call = call)
   }
-  if (K == 1) return(list(x = x, y = y))
+  if (xd[[2]] > .Machine$integer.max - K) abort_arg("horizon", "smaller", K, call)
+  y
+}
+
+# Teacher forcing's input: x, then the true frames y[, 1:(K - 1)].
+teacher_sequence <- function(x, y) {
+  xd <- dim(x)
+  K <- dim(y)[[2]]
+  if (K == 1) return(x)
   xx <- array(0, c(xd[[1]], xd[[2]] + K - 1L, xd[-(1:2)]))
   xx[, seq_len(xd[[2]]), , , ] <- x
   xx[, xd[[2]] + seq_len(K - 1L), , , ] <- y[, seq_len(K - 1L), , , , drop = FALSE]
-  list(x = xx, y = y)
+  xx
 }

@@ -42,7 +42,7 @@ SEXP ffi_memory_stats(SEXP ptr) {
                          "n_free",         "allocated", "peak_allocated", "reserved",
                          "peak_reserved",  "limit",    "device_free",   "device_total",
                          "process_rss",    "process_peak", "device_used", "device_used_change",
-                         "measured_note",  "runtime"};
+                         "measured_note",  "runtime", "cuda_graphs"};
   SEXP out = PROTECT(r_named_list(names, (int)(sizeof names / sizeof names[0])));
   nprotect++;
   SET_VECTOR_ELT(out, 0, cats);
@@ -66,6 +66,22 @@ SEXP ffi_memory_stats(SEXP ptr) {
                                                        : NA_REAL));
   SET_VECTOR_ELT(out, 16, Rf_mkString(mm.why));
   SET_VECTOR_ELT(out, 17, Rf_ScalarReal((double)mm.runtime));
+  /* one training step as one CUDA graph (CONVLSTM_CUDA_GRAPHS=1): what it did */
+  cl_graph_info gi;
+  cl_model_graph_info(m, &gi);
+  const char *const gnames[] = {"asked", "on", "captured", "replayed", "plain", "held", "bytes",
+                                "off"};
+  SEXP g = PROTECT(r_named_list(gnames, (int)(sizeof gnames / sizeof gnames[0])));
+  nprotect++;
+  SET_VECTOR_ELT(g, 0, Rf_ScalarLogical(gi.asked));
+  SET_VECTOR_ELT(g, 1, Rf_ScalarLogical(gi.on));
+  SET_VECTOR_ELT(g, 2, Rf_ScalarReal((double)gi.captured));
+  SET_VECTOR_ELT(g, 3, Rf_ScalarReal((double)gi.replayed));
+  SET_VECTOR_ELT(g, 4, Rf_ScalarReal((double)gi.plain));
+  SET_VECTOR_ELT(g, 5, Rf_ScalarInteger(gi.held));
+  SET_VECTOR_ELT(g, 6, Rf_ScalarReal((double)gi.bytes));
+  SET_VECTOR_ELT(g, 7, Rf_mkString(gi.off));
+  SET_VECTOR_ELT(out, 18, g);
   UNPROTECT(nprotect);
   return out;
 }

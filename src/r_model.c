@@ -151,8 +151,8 @@ SEXP ffi_model_config(SEXP ptr) {
   int nprotect = 0;
   const char *const names[] = {"input_dim", "hidden_dims", "kernel_sizes", "n_layers",
                          "bias",      "device",      "dtype",        "threads",
-                         "memory_limit", "backend",  "n_params",     "dropout",
-                         "recurrent_dropout", "geometry"};
+                         "memory_limit", "backend",  "n_params",     "conv_math",
+                         "dropout",   "recurrent_dropout", "geometry"};
   SEXP out = PROTECT(r_named_list(names, (int)(sizeof names / sizeof names[0])));
   nprotect++;
 
@@ -170,8 +170,8 @@ SEXP ffi_model_config(SEXP ptr) {
     REAL(dx)[l] = cfg->dropout[l];
     REAL(dr)[l] = cfg->recurrent_dropout[l];
   }
-  SET_VECTOR_ELT(out, 11, dx);
-  SET_VECTOR_ELT(out, 12, dr);
+  SET_VECTOR_ELT(out, 12, dx);
+  SET_VECTOR_ELT(out, 13, dr);
   SET_VECTOR_ELT(out, 0, Rf_ScalarInteger(cfg->input_dim));
   SET_VECTOR_ELT(out, 1, hd);
   SET_VECTOR_ELT(out, 2, ks);
@@ -185,6 +185,7 @@ SEXP ffi_model_config(SEXP ptr) {
   const char *be = cl_model_backend_name(m);
   SET_VECTOR_ELT(out, 9, Rf_mkString(be != NULL ? be : ""));
   SET_VECTOR_ELT(out, 10, Rf_ScalarReal((double)cl_model_n_params(m)));
+  SET_VECTOR_ELT(out, 11, Rf_mkString(cl_model_conv_math(m)));
   UNPROTECT(nprotect);
   return out;
 }

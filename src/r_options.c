@@ -118,6 +118,7 @@ SEXP r_optim_list(const cl_optim *o) {
 /* list(checkpoint, tbptt, accumulation_steps, outputs = "all" | "last_state",
  * dtype = NULL | a dtype's name for cl_model_plan, state_mode = "zero" |
  * "given" | "carry", state = NULL | h and c of every layer, flat, horizon,
+ * free_run = NULL | 1 (train_step with a horizon, no teacher forcing),
  * max_grad_norm = NULL | a number, loss = NULL | a loss's name with delta
  * and pos_weight, weight = NULL | an array shaped as the target | for
  * cl_model_plan only, its number of dimensions): c_step_options() in
@@ -148,6 +149,9 @@ void r_step_options(SEXP opts, cl_step_options *out, cl_host_array *state_buf) {
     out->loss.pos_weight = num(opts, "pos_weight", "step options");
   }
   out->horizon = (int)num(opts, "horizon", "step options");
+  /* optional: absent or NULL, teacher forcing */
+  out->free_run =
+      field(opts, "free_run") != R_NilValue && num(opts, "free_run", "step options") != 0;
   out->state_mode = (cl_state_mode)choice(field(opts, "state_mode"), modes, 3, "state_mode");
   SEXP w = field(opts, "weight");
   if (w != R_NilValue && state_buf) {

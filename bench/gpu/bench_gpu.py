@@ -9,7 +9,10 @@ library built by `make -C src -f Makefile.standalone CUDA=1`.
 
 Modes (several may be given; default: --bench):
   --bench      step time (float32, float16) and peak memory of the three
-               configs of issue 4, ours vs PyTorch eager and torch.compile
+               configs of issue 4, ours vs PyTorch eager and torch.compile;
+               float32 at both sides' defaults (TF32 convolutions) and both
+               strict (--math), with the achieved TFLOP/s of the
+               convolutions and its fraction of the device's peak
   --max-batch  the largest batch that fits: ours from cl_model_plan against
                the free device memory, confirmed by real steps; PyTorch eager
                by doubling and bisection on torch.cuda.OutOfMemoryError
@@ -172,10 +175,17 @@ class cl_gpu_info(C.Structure):
                 ("cudnn_version", C.c_size_t), ("cudnn_build_version", C.c_size_t)]
 
 
+class cl_graph_info(C.Structure):
+    _fields_ = [("asked", C.c_int), ("on", C.c_int), ("held", C.c_int),
+                ("captured", C.c_longlong), ("replayed", C.c_longlong), ("plain", C.c_longlong),
+                ("bytes", C.c_size_t), ("off", C.c_char * 200)]
+
+
 # every struct mirrored above: --layout compares each with the C compiler
 STRUCTS = {st.__name__: st for st in (cl_config, cl_host_array, cl_optim, cl_loss_fn,
                                       cl_step_options, cl_loss_scale, cl_mem_stats,
-                                      cl_plan_entry, cl_plan, cl_measured_mem, cl_gpu_info)}
+                                      cl_plan_entry, cl_plan, cl_measured_mem, cl_gpu_info,
+                                      cl_graph_info)}
 
 
 class ClError(RuntimeError):
@@ -214,6 +224,7 @@ class Lib:
             "cl_model_get_loss_scale": (C.c_int, [C.c_void_p, P(cl_loss_scale)]),
             "cl_model_memory_stats": (C.c_int, [C.c_void_p, P(cl_mem_stats)]),
             "cl_model_measured_memory": (C.c_int, [C.c_void_p, P(cl_measured_mem)]),
+            "cl_model_graph_info": (C.c_int, [C.c_void_p, P(cl_graph_info)]),
             "cl_model_reset_peak": (None, [C.c_void_p]),
             "cl_model_empty_cache": (C.c_int, [C.c_void_p]),
             "cl_model_set_memory_limit": (C.c_int, [C.c_void_p, C.c_size_t]),
@@ -484,6 +495,58 @@ TINY = {  # --cpu-smoke: the same shapes of model, small enough for a CPU
     "video64": dict(input_dim=3, H=10, W=8, T=3, hidden=[5], kernels=[3], batch=3),
     "mnist64": dict(input_dim=1, H=8, W=10, T=3, hidden=[4, 4], kernels=[3, 3], batch=2),
 }
+# Float32 convolution arithmetic, set on both sides at once (set_math):
+#   "default": each side's default: ours TF32 (CONVLSTM_CUDA_TF32 unset = 1),
+#              PyTorch's torch.backends.cudnn.allow_tf32 = True (its default);
+#   "strict":  both strict float32 (CONVLSTM_CUDA_TF32=0, allow_tf32 False).
+# PyTorch's matmul TF32 stays at its default (off); this model has no matmul.
+MATHS = ("default", "strict")
+
+
+def set_math(a, math):
+    os.environ["CONVLSTM_CUDA_TF32"] = "1" if math == "default" else "0"
+    torch.backends.cudnn.allow_tf32 = math == "default"
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a.math = math
+
+
+# Dense peak TFLOP/s of the devices the GPU programme meets (NVIDIA's data
+# sheets, without sparsity), by float32 arithmetic on CUDA cores, TF32
+# tensor cores and float16/bfloat16 tensor cores; matched in this order on
+# the device's name. An unknown device gets no fraction of peak.
+PEAK_TFLOPS = (
+    ("H200", {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4}),
+    ("H100 PCIe", {"fp32": 51.2, "tf32": 378.0, "fp16": 756.0}),
+    ("H100", {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4}),  # SXM5 (80GB HBM3)
+    ("A100", {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0}),
+)
+
+
+def device_peak(name, dtype, math):
+    kind = "fp16" if dtype != "float32" else "tf32" if math == "default" else "fp32"
+    for key, peaks in PEAK_TFLOPS:
+        if key in (name or ""):
+            return kind, peaks[kind]
+    return kind, None
+
+
+def step_flops(cfg, B):
+    """Floating-point operations of one training step's convolutions (2 per
+    multiply-add), the same count for both sides: forward, backward filter
+    and backward data of every layer's convolution over [input, h] at every
+    step, less the input gradient of layer 1 (x needs none). The cell's
+    elementwise work, the loss and Adam are left out (well under 1%)."""
+    total, first_input = 0, 0
+    c_in = cfg["input_dim"]
+    for layer, (h, k) in enumerate(zip(cfg["hidden"], cfg["kernels"])):
+        per_channel = 2 * B * cfg["T"] * cfg["H"] * cfg["W"] * 4 * h * k * k
+        total += per_channel * (c_in + h)
+        if layer == 0:
+            first_input = per_channel * c_in
+        c_in = h
+    return 3 * total - first_input
+
+
 TARGETS = {"speedup_eager_f32": 3.0, "speedup_compile_f32": 1.5, "peak_ratio_max": 0.5,
            "f16_over_f32_mnist64": 1.8}
 
@@ -544,6 +607,24 @@ def mib(b):
 
 # ---- timing ----------------------------------------------------------------
 
+def bench_record(a, name, cfg, dtype, impl):
+    """A bench record: the math in force and the step's FLOPs with the
+    device's peak for this dtype and math (tflops() adds the rates)."""
+    kind, peak = device_peak(a.device_name, dtype, a.math)
+    return dict(mode="bench", config=name, dtype=dtype, impl=impl, batch=cfg["batch"],
+                math=a.math if dtype == "float32" else "half", flops=step_flops(cfg, cfg["batch"]),
+                peak_kind=kind, peak_tflops=peak)
+
+
+def tflops(rec):
+    """Achieved TFLOP/s of a timed record (its mean step), and the fraction
+    of the device's peak; None where not timed or the peak is unknown."""
+    if "mean_ms" not in rec:
+        return None, None
+    t = rec["flops"] / (rec["mean_ms"] * 1e-3) / 1e12
+    return t, (t / rec["peak_tflops"] if rec.get("peak_tflops") else None)
+
+
 def time_steps(step, sync, warmup, steps):
     """Per-step times (s) and the synced mean over `steps` back-to-back."""
     loss = None
@@ -584,15 +665,39 @@ def torch_empty(dev):
         torch.cuda.reset_peak_memory_stats()
 
 
-def bench_ours(a, lib, res, name, cfg, dtype, x, y, data_on_device=False):
+@contextlib.contextmanager
+def cuda_graphs(on):
+    """CONVLSTM_CUDA_GRAPHS for the models created inside (read at creation)."""
+    old = os.environ.get("CONVLSTM_CUDA_GRAPHS")
+    os.environ["CONVLSTM_CUDA_GRAPHS"] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["CONVLSTM_CUDA_GRAPHS"]
+        else:
+            os.environ["CONVLSTM_CUDA_GRAPHS"] = old
+
+
+def graph_info(lib, m):
+    gi = cl_graph_info()
+    lib.L.cl_model_graph_info(m.m, C.byref(gi))
+    return dict(on=bool(gi.on), captured=gi.captured, replayed=gi.replayed, plain=gi.plain,
+                held=gi.held, bytes=gi.bytes, off=gi.off.decode())
+
+
+def bench_ours(a, lib, res, name, cfg, dtype, x, y, data_on_device=False, graphs=False):
     """Our step: x and y converted and uploaded at every step, or (data_on_device)
-    uploaded once as a data set whose rows each step gathers on the device."""
-    impl = "convlstm_data" if data_on_device else "convlstm"
-    rec = dict(mode="bench", config=name, dtype=dtype, impl=impl, batch=cfg["batch"])
+    uploaded once as a data set whose rows each step gathers on the device;
+    with graphs, each step one CUDA graph (CONVLSTM_CUDA_GRAPHS=1), whose
+    counts and instantiation bytes the record keeps ("graphs")."""
+    impl = ("convlstm_data" if data_on_device else "convlstm") + ("_graphs" if graphs else "")
+    rec = bench_record(a, name, cfg, dtype, impl)
     m = None
     try:
-        m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device,
-                 DTYPES[dtype])
+        with cuda_graphs(graphs):
+            m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device,
+                     DTYPES[dtype])
         m.load_torch(ConvLSTM(cfg["input_dim"], cfg["hidden"], cfg["kernels"]))
         opt = adam()
         if data_on_device:
@@ -615,6 +720,8 @@ def bench_ours(a, lib, res, name, cfg, dtype, x, y, data_on_device=False):
             rec["pack_ms"] = pack_ms(lib, x, y)
         if dtype == "float16":
             rec["loss_scale"] = m.loss_scale()
+        if graphs:
+            rec["graphs"] = graph_info(lib, m)
     except Exception as e:  # noqa: BLE001 -- a failed measurement is a result too
         rec["error"] = "%s: %s" % (type(e).__name__, e)
     finally:
@@ -626,7 +733,7 @@ def bench_ours(a, lib, res, name, cfg, dtype, x, y, data_on_device=False):
 
 def bench_torch(a, res, name, cfg, dtype, x, y, compiled):
     impl = "torch_compile" if compiled else "torch_eager"
-    rec = dict(mode="bench", config=name, dtype=dtype, impl=impl, batch=cfg["batch"])
+    rec = bench_record(a, name, cfg, dtype, impl)
     if compiled and not hasattr(torch, "compile"):
         rec["error"] = "skipped: torch %s has no torch.compile" % torch.__version__
         res.add(rec)
@@ -669,20 +776,38 @@ def skipped(res, mode, name, dtype, impl, why):
     return r
 
 
-def run_bench(a, lib, res):
-    # float32 of every config first: the targets are float32's
+def bench_rounds(a):
+    """(dtype, math) in the order measured: float32 of every config first
+    (the targets are float32's), at each math of --math; the half types
+    once (TF32 concerns float32 convolutions only)."""
+    out = []
     for dtype in a.dtypes:
+        for math in (a.maths if dtype == "float32" else a.maths[:1]):
+            out.append((dtype, math))
+    return out
+
+
+def run_bench(a, lib, res):
+    for dtype, math in bench_rounds(a):
+        set_math(a, math)
         for name in a.configs:
             cfg = a.cfg[name]
             x, y = make_data(cfg, cfg["batch"])
-            print("-- bench %s %s batch %d (%.0fs left)" % (name, dtype, cfg["batch"],
-                                                          time_left(a)), flush=True)
+            print("-- bench %s %s (%s) batch %d (%.0fs left)" % (
+                name, dtype, math if dtype == "float32" else "half", cfg["batch"],
+                time_left(a)), flush=True)
             if time_left(a) < 30:
-                for impl in ("convlstm", "convlstm_data", "torch_eager", "torch_compile"):
-                    skipped(res, "bench", name, dtype, impl, "time budget")
+                for impl in ("convlstm", "convlstm_data", "convlstm_graphs", "convlstm_data_graphs",
+                             "torch_eager", "torch_compile"):
+                    skipped(res, "bench", name, dtype, impl, "time budget").update(math=math)
                 continue
+            # each of ours without and with one CUDA graph per step (off by
+            # default until this run shows them equal: test_cuda_graphs)
             for r in (bench_ours(a, lib, res, name, cfg, dtype, x, y),
                       bench_ours(a, lib, res, name, cfg, dtype, x, y, data_on_device=True),
+                      bench_ours(a, lib, res, name, cfg, dtype, x, y, graphs=True),
+                      bench_ours(a, lib, res, name, cfg, dtype, x, y, data_on_device=True,
+                                 graphs=True),
                       bench_torch(a, res, name, cfg, dtype, x, y, False),
                       None if a.no_compile else
                       skipped(res, "bench", name, dtype, "torch_compile",
@@ -690,10 +815,21 @@ def run_bench(a, lib, res):
                       if time_left(a) < 90 else
                       bench_torch(a, res, name, cfg, dtype, x, y, True)):
                 if r:
-                    print("   %-14s %s" % (r["impl"], r.get("error") or
-                                           "mean %.3f ms, median %.3f ms, peak %s MiB" %
-                                           (r["mean_ms"], r["median_ms"],
-                                            mib(r.get("peak_allocated")))), flush=True)
+                    t, frac = tflops(r)
+                    g = r.get("graphs")
+                    print("   %-20s %s%s" % (r["impl"], r.get("error") or
+                                             "mean %.3f ms, median %.3f ms, peak %s MiB, "
+                                             "%.2f TFLOP/s%s" %
+                                             (r["mean_ms"], r["median_ms"],
+                                              mib(r.get("peak_allocated")), t,
+                                              "" if frac is None else " (%.1f%% of %s peak)" %
+                                              (100 * frac, r["peak_kind"])),
+                                             "" if not g else
+                                             "; graphs %d captured, %d replayed, %d plain, "
+                                             "%s MiB%s" % (g["captured"], g["replayed"],
+                                                           g["plain"], mib(g["bytes"]),
+                                                           ", OFF: " + g["off"] if g["off"]
+                                                           else "")), flush=True)
 
 
 # ---- the largest batch -------------------------------------------------------
@@ -817,6 +953,7 @@ def max_batch_torch(a, res, name, cfg, dtype):
 
 
 def run_max_batch(a, lib, res):
+    set_math(a, a.maths[0])
     for dtype in a.dtypes:
         for name in a.configs:
             cfg = a.cfg[name]
@@ -847,8 +984,7 @@ def check_parity(a, lib, res, name, cfg, dtype, n_steps):
     tol = 1e-4 if dtype == "float32" else 2e-2
     if a.torch_dev.type == "cpu" and dtype != "float32":
         return
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
+    set_math(a, "strict")  # float32's tolerance; both sides' TF32 differ more
     x, y = make_data(cfg, cfg["batch"], seed=2)
     run = TorchRun(cfg, dtype, a.torch_dev, seed=3)
     m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device, DTYPES[dtype])
@@ -882,8 +1018,7 @@ def check_parity(a, lib, res, name, cfg, dtype, n_steps):
         m.free()
         run = None
         torch_empty(a.torch_dev)
-        torch.backends.cudnn.allow_tf32 = a.tf32
-        torch.backends.cuda.matmul.allow_tf32 = a.tf32
+        set_math(a, "strict")
 
 
 def check_data_equals_host(a, lib, res, name, cfg, dtype, n_steps):
@@ -1224,6 +1359,7 @@ def check_oom_recovery(a, lib, res, name, cfg):
 
 def run_checks(a, lib, res):
     steps = 3 if a.cpu_smoke else 20
+    set_math(a, "strict")  # the parity tolerances are strict float32's
     for name in a.configs:
         cfg = a.cfg[name]
         for dtype in a.check_dtypes:
@@ -1358,17 +1494,21 @@ def runtime_line(a, lib):
 
 def summarize(res):
     recs = [r for r in res.doc["records"] if r["mode"] == "bench" and "mean_ms" in r]
-    by = {(r["config"], r["dtype"], r["impl"]): r for r in recs}
+    by = {(r["config"], r["dtype"], r.get("math", ""), r["impl"]): r for r in recs}
     rows = []
     # "ours x faster": their mean step time / ours; "ours/their peak": our
     # peak_allocated / theirs (max_memory_allocated), at the same batch;
     # "data x": their time / ours with the data on the device (convlstm_data)
-    print("\n%-9s %-8s %-14s %9s %9s %8s %11s %9s %9s %7s  %s" % (
-        "config", "dtype", "impl", "mean ms", "median", "pack ms", "peak MiB", "ours x",
-        "ours/peak", "data x", "target"))
-    for (cfgn, dt, impl), r in sorted(by.items()):
-        ours = by.get((cfgn, dt, "convlstm"))
-        ours_data = by.get((cfgn, dt, "convlstm_data"))
+    # "math": float32's convolutions at both sides' defaults (ours and
+    # PyTorch's TF32) or both strict; "TFLOP/s" the convolutions' useful
+    # work (step_flops) over the mean step, "%peak" of the device's dense
+    # peak for that arithmetic (fp32, tf32 or fp16 tensor cores)
+    print("\n%-9s %-8s %-7s %-14s %9s %9s %8s %11s %9s %9s %7s %8s %6s  %s" % (
+        "config", "dtype", "math", "impl", "mean ms", "median", "pack ms", "peak MiB", "ours x",
+        "ours/peak", "data x", "TFLOP/s", "%peak", "target"))
+    for (cfgn, dt, mth, impl), r in sorted(by.items()):
+        ours = by.get((cfgn, dt, mth, "convlstm"))
+        ours_data = by.get((cfgn, dt, mth, "convlstm_data"))
         speed = ratio = speed_data = None
         target = ""
         if ours_data and impl.startswith("torch"):
@@ -1377,7 +1517,7 @@ def summarize(res):
             speed = r["mean_ms"] / ours["mean_ms"]
             if r.get("peak_allocated") and ours.get("peak_allocated"):
                 ratio = ours["peak_allocated"] / r["peak_allocated"]
-            if dt == "float32":
+            if dt == "float32" and mth == "default":  # the targets: both sides' defaults
                 t = TARGETS["speedup_eager_f32" if impl == "torch_eager" else
                             "speedup_compile_f32"]
                 target = ">=%.1fx %s; peak <=%.1f %s" % (
@@ -1385,22 +1525,25 @@ def summarize(res):
                     "-" if ratio is None else "ok" if ratio <= TARGETS["peak_ratio_max"]
                     else "MISS")
         if impl == "convlstm" and dt == "float16" and cfgn == "mnist64":
-            f32 = by.get((cfgn, "float32", "convlstm"))
+            f32 = by.get((cfgn, "float32", "default", "convlstm"))
             if f32:
                 s = f32["mean_ms"] / r["mean_ms"]
                 t = TARGETS["f16_over_f32_mnist64"]
                 target = "f16 %.2fx our f32 (>=%.1fx %s)" % (s, t, "ok" if s >= t else "MISS")
-        row = dict(config=cfgn, dtype=dt, impl=impl, mean_ms=r["mean_ms"],
+        tf, frac = tflops(r)
+        row = dict(config=cfgn, dtype=dt, math=mth, impl=impl, mean_ms=r["mean_ms"],
                    median_ms=r["median_ms"], peak_allocated=r.get("peak_allocated"),
                    ours_faster=speed, ours_peak_ratio=ratio, ours_data_faster=speed_data,
-                   target=target)
+                   tflops=tf, peak_fraction=frac, peak_kind=r.get("peak_kind"), target=target)
         rows.append(row)
-        print("%-9s %-8s %-14s %9.3f %9.3f %8s %11s %9s %9s %7s  %s" % (
-            cfgn, dt, impl, r["mean_ms"], r["median_ms"],
+        print("%-9s %-8s %-7s %-14s %9.3f %9.3f %8s %11s %9s %9s %7s %8s %6s  %s" % (
+            cfgn, dt, mth, impl, r["mean_ms"], r["median_ms"],
             "%.2f" % r["pack_ms"] if r.get("pack_ms") is not None else "",
             mib(r.get("peak_allocated")), "" if speed is None else "%.2f" % speed,
             "" if ratio is None else "%.2f" % ratio,
-            "" if speed_data is None else "%.2f" % speed_data, target))
+            "" if speed_data is None else "%.2f" % speed_data,
+            "" if tf is None else "%.3g" % tf, "" if frac is None else "%.1f" % (100 * frac),
+            target))
     errs = [r for r in res.doc["records"] if r.get("error")]
     for r in errs:
         print("note: %s %s %s %s: %s" % (r["mode"], r["config"], r["dtype"], r["impl"],
@@ -1446,9 +1589,9 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--compile-mode", default=None, help="torch.compile mode, e.g. max-autotune")
-    ap.add_argument("--tf32", action="store_true",
-                    help="TF32 convolutions on both sides (PyTorch's default for cuDNN); "
-                         "default: off on both, strict float32")
+    ap.add_argument("--math", default="default,strict",
+                    help="float32 convolution arithmetic to bench, in order: 'default' (both "
+                         "sides' defaults: TF32 convolutions) and/or 'strict' (both float32)")
     ap.add_argument("--cudnn-benchmark", action="store_true",
                     help="time cuDNN algorithms on both sides (torch.backends.cudnn.benchmark, "
                          "CONVLSTM_CUDNN_BENCHMARK=1)")
@@ -1468,15 +1611,16 @@ def main(argv=None):
     a.configs = [c for c in a.configs.split(",") if c]
     a.dtypes = [d for d in a.dtypes.split(",") if d]
     a.check_dtypes = [d for d in a.check_dtypes.split(",") if d]
+    a.maths = [m for m in a.math.split(",") if m]
+    if not a.maths or any(m not in MATHS for m in a.maths):
+        ap.error("--math: a comma list of %s, not %r" % (", ".join(MATHS), a.math))
     a.cfg = TINY if a.cpu_smoke else CONFIGS
     a.deadline = time.monotonic() + a.time_budget
 
     # knobs read by our backend when a model is created
-    os.environ["CONVLSTM_CUDA_TF32"] = "1" if a.tf32 else "0"
     os.environ["CONVLSTM_CUDNN_BENCHMARK"] = "1" if a.cudnn_benchmark else "0"
-    torch.backends.cudnn.allow_tf32 = a.tf32
-    torch.backends.cuda.matmul.allow_tf32 = a.tf32
     torch.backends.cudnn.benchmark = a.cudnn_benchmark
+    set_math(a, a.maths[0])
 
     lib = Lib(a.lib)
     # --layout alone needs only a C compiler: it runs anywhere
@@ -1489,6 +1633,7 @@ def main(argv=None):
     a.cl_device = CL_DEVICE_CUDA if gpu else CL_DEVICE_CPU
     a.torch_dev = torch.device("cuda" if gpu else "cpu")
     a.memory_limit = 0 if gpu else 24 * 2**20  # the CPU: plan against a limit instead
+    a.device_name = torch.cuda.get_device_name() if gpu else None
     if not gpu:
         a.margin_mb = 0
     if not gpu:
@@ -1500,7 +1645,7 @@ def main(argv=None):
             "device": torch.cuda.get_device_name() if gpu else platform.processor() or "cpu",
             "lib": lib.path, "convlstm_cuda": lib.cuda_info(), "args": {
                 k: v for k, v in vars(a).items() if k not in ("cfg", "torch_dev")},
-            "configs": {n: a.cfg[n] for n in a.configs}, "tf32": a.tf32,
+            "configs": {n: a.cfg[n] for n in a.configs}, "maths": a.maths,
             "cudnn_benchmark": a.cudnn_benchmark,
             "git": subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
                                   capture_output=True, text=True).stdout.strip()}

@@ -119,6 +119,10 @@ const char *cl_model_error(const cl_model *m);
 const cl_config *cl_model_config(const cl_model *m);
 /* Name of the backend in use ("cpu", "cuda"). */
 const char *cl_model_backend_name(const cl_model *m);
+/* The arithmetic of the model's float32 convolutions: "tf32" (CUDA's
+ * default, as PyTorch's; CONVLSTM_CUDA_TF32=0 when the model is created
+ * turns it off) or "float32"; "" where the backend has no choice (CPU). */
+const char *cl_model_conv_math(const cl_model *m);
 /* 1 when a model can be created on this device in this build and machine. */
 int cl_device_available(cl_device d);
 /* 1 when this build has the CUDA backend, whether or not a GPU is present. */
@@ -223,6 +227,12 @@ typedef struct cl_step_options {
                              frames followed by the first K - 1 true frames
                              and the target (CL_TARGET_SEQUENCE) y
                              [B, K, C, H, W] is the last K steps' output. */
+  int free_run;           /* train_step with a horizon K: 1 trains without
+                             teacher forcing: x holds only the input frames
+                             and each of the K - 1 later steps reads the
+                             last layer's h of the step before (its own
+                             forecast), backpropagating through it. Not with
+                             checkpoint or tbptt. */
   cl_state_mode state_mode;
   /* CL_STATE_GIVEN: 2 * n_layers arrays, h then c of layer 0, then of layer
    * 1, ..., each [B, hidden_l, H, W]; a constant (no gradient flows into
@@ -387,6 +397,21 @@ typedef struct cl_measured_mem {
 } cl_measured_mem;
 
 cl_status cl_model_measured_memory(cl_model *m, cl_measured_mem *out);
+
+/* One training step as one CUDA graph (CONVLSTM_CUDA_GRAPHS=1 when the
+ * model was created; off by default): what the model's backend did. All
+ * zero for a backend without graphs (the CPU, or graphs off). */
+typedef struct cl_graph_info {
+  int asked;         /* graphs were asked for */
+  int on;            /* ... and are not turned off */
+  int held;          /* graphs held now (one per step shape, a few at most) */
+  long long captured, replayed, plain; /* steps run each way since creation */
+  size_t bytes;      /* device memory their instantiation took, as the driver's free memory
+                      * fell (cudaMemGetInfo before and after): outside the allocator */
+  char off[200];     /* why graphs were turned off (a step that could not be captured), or "" */
+} cl_graph_info;
+
+cl_status cl_model_graph_info(cl_model *m, cl_graph_info *out);
 /* Test-only, for models created with CONVLSTM_GUARD=1 (guard bands after
  * every step buffer, checked after every step): writes one byte just past
  * the current step's buffer named `buffer` (a plan entry's name, such as

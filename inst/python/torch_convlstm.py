@@ -102,14 +102,20 @@ def dropout_masks(model, B, H, W, dropout, recurrent_dropout, generator=None):
     return masks
 
 
-def rollout(model, x, horizon, state=None):
+def rollout(model, x, horizon, state=None, detach_frames=False, masks=None):
     """Multi-frame forecasting: run x [B, T, C, H, W] (from state), then feed
     the last layer's last h back as the next input frame, horizon times
     (needs the last hidden size == input channels). Returns the predicted
-    frames [B, horizon, C, H, W]: the first is the h after x's last step."""
-    _, st = model(x, state=state)
+    frames [B, horizon, C, H, W]: the first is the h after x's last step.
+    Under autograd this is free-running training: the gradient of a frame's
+    loss flows back through the fed-back frames as well as the states;
+    detach_frames cuts the first path (the input's), keeping the second.
+    masks: dropout's (dropout_masks()), the same at every step, the fed-back
+    ones included (layer 0's input mask on each fed-back frame)."""
+    _, st = model(x, state=state, masks=masks)
     frames = [st[-1][0]]
     for _ in range(horizon - 1):
-        _, st = model(frames[-1].unsqueeze(1), state=st)
+        fed = frames[-1].detach() if detach_frames else frames[-1]
+        _, st = model(fed.unsqueeze(1), state=st, masks=masks)
         frames.append(st[-1][0])
     return torch.stack(frames, dim=1)

@@ -79,6 +79,49 @@ typedef struct cl_sgd_hp {
 enum { CL_PART_GRAD = 0, CL_PART_M, CL_PART_V, CL_PART_PARAM };
 #define CL_FAULT_NONE UINT64_MAX
 
+/* ---- the sync-free training step (core/train.c) ---------------------------
+ * What a step's decisions read, kept on the device so that the step is a
+ * pure stream of launches: the core zeroes it (memset0) when the step
+ * begins, the slots below write it, and the core reads it once (download)
+ * after the update. */
+typedef struct cl_step_vals {
+  double loss;         /* sum over the step's segments of share * mean loss */
+  double sumsq;        /* clipping: the squared L2 norm of the gradients (after unscaling) */
+  uint64_t fault;      /* the update's guard: the first fault (key above), or CL_FAULT_NONE */
+  int32_t found_inf;   /* float16: a gradient was inf or NaN before or after unscaling */
+  int32_t skipped;     /* the update was not applied (found_inf, a fault, a non-finite loss) */
+} cl_step_vals;
+
+/* The end of a training step, for update_step: in this order, as
+ * GradScaler.unscale_, clip_grad_norm_ and the guarded update of optim.c:
+ *  1. unscale (float16): g *= inv_scale, vals->found_inf set as
+ *     grad_unscale's flag;
+ *  2. max_norm > 0 and, with check_loss, a finite vals->loss: vals->sumsq =
+ *     sum_squares(g); when sqrt of it is finite and
+ *     coef = (float)(max_norm / (sqrt(sumsq) + 1e-6)) < 1, g *= coef;
+ *  3. unless found_inf: the guard (adam_check / sgd_check) into vals->fault;
+ *  4. skipped = found_inf || fault != NONE || (check_loss && !isfinite(loss));
+ *     unless skipped, the update (adam_update / sgd_update).
+ * m, v, vmax, buf: the optimizer state, which exists (the core makes it
+ * first). The hyper-parameters change every step (the step count, a
+ * schedule's lr): a backend that records steps must read them from memory it
+ * writes at each call, not bake them into what it records. */
+typedef struct cl_update_args {
+  float *p, *g, *m, *v, *vmax;
+  size_t n;
+  int adam; /* 1: adam (ahp), 0: sgd (shp) */
+  cl_adam_hp ahp;
+  cl_sgd_hp shp;
+  int unscale; /* float16's loss scaling: step 1 with inv_scale */
+  float inv_scale;
+  double max_norm;
+  int check_loss;
+} cl_update_args;
+
+/* graph_begin's request. */
+typedef enum { CL_GRAPH_AUTO = 0, CL_GRAPH_PLAIN = 1 } cl_graph_mode;
+
+
 struct cl_backend_i {
   const char *name;
   /* Nonzero when device pointers are host pointers (CPU): the core then packs
@@ -114,12 +157,15 @@ struct cl_backend_i {
   cl_status (*runtime_bytes)(cl_backend *be, size_t *bytes);
   /* (optional) a host buffer of at least `bytes` that upload() reads and
    * download() writes at full speed (page-locked memory on CUDA), for the
-   * core to stage host arrays through. The backend owns it: one buffer,
-   * reused by every call, replaced by a larger one when more is asked for
-   * (the old pointer is then invalid) and freed by destroy. It is host
+   * core to stage host arrays through. The backend owns it: regions of one
+   * buffer handed out in turn, each left untouched until the backend next
+   * synchronises (download, synchronize), so that an upload from it need
+   * not be waited for; when the buffer is full the backend waits for its
+   * stream and starts again from its beginning, or replaces it by a larger
+   * one (earlier pointers are then invalid). Freed by destroy. It is host
    * memory, outside the device accounting and the plan. A failure is not an
-   * error: the core stages through malloc instead, as it does when the slot
-   * is NULL. */
+   * error: the core stages through malloc instead (and waits for that
+   * upload), as it does when the slot is NULL. */
   cl_status (*host_stage)(cl_backend *be, size_t bytes, void **host);
 
   /* ---- convolution ---- */
@@ -212,6 +258,39 @@ struct cl_backend_i {
    * that follows is grad_unscale's. */
   cl_status (*sum_squares)(cl_backend *be, const float *g, size_t n, double *sum);
 
+  /* ---- reports ---- */
+  /* (optional) the algorithm conv_forward, conv_backward_data and
+   * conv_backward_filter run for s in direction dir (0 forward, 1 backward
+   * data, 2 backward filter), for reports and the conformance test's
+   * tolerances: the library's own names, " tf32" appended where float32
+   * runs on TF32 tensor cores, several joined by "/" where chunks of s
+   * differ; "" when not known yet (ask after the calls). The string stays
+   * valid until the next call of this slot. */
+  const char *(*conv_algo)(cl_backend *be, const cl_conv_shape *s, int dir);
+  /* ---- the sync-free training step (all optional: defaults in backend.c
+   * for a host_accessible backend run the slots above and decide on the
+   * host, which is where a CPU's "device" is) ---- */
+  /* The backend's cl_step_vals block in device memory (in its scratch). */
+  cl_step_vals *(*step_vals)(cl_backend *be);
+  /* *acc += share * (the mean loss of loss/mse above: f NULL or MSE without
+   * weight is mse's), accumulated on the device: no synchronisation. */
+  cl_status (*loss_acc)(cl_backend *be, const cl_loss_fn *f, const void *pred,
+                        const float *target, const float *weight, size_t n, cl_dtype dtype,
+                        float scale, float *grad, double share, double *acc);
+  /* The step's end (cl_update_args) into vals, with no synchronisation. */
+  cl_status (*update_step)(cl_backend *be, const cl_update_args *u, cl_step_vals *vals);
+  /* One training step's launches as one graph (CUDA graphs): every call
+   * between graph_begin and graph_end is the step's device work, with no
+   * synchronisation and no allocation. graph_begin chooses how to run it
+   * (CL_GRAPH_PLAIN: launches, as without graphs); graph_end ends it: with
+   * *redo = 1 nothing of the step ran on the device (a capture that failed,
+   * a recorded graph that did not match the calls) and the core calls them
+   * again, after graph_begin(CL_GRAPH_PLAIN). failed: the step's status
+   * (a capture is ended either way). */
+  cl_status (*graph_begin)(cl_backend *be, cl_graph_mode mode);
+  cl_status (*graph_end)(cl_backend *be, cl_status failed, int *redo);
+  /* What the graphs did; absent: none were made. */
+  void (*graph_info)(cl_backend *be, cl_graph_info *out);
   /* ---- dropout ---- */
   /* out[r n + i] = in[r n + i] * mask[i] (accumulate: +=) for r < reps and
    * i < n: one mask (float, each element 0 or 1 / (1 - p)) over reps blocks,
@@ -225,6 +304,10 @@ struct cl_backend {
   const struct cl_backend_i *iface;
   void *context;
   int n_threads;
+  /* the arithmetic of float32 convolutions, for reports: "tf32" (tensor
+   * cores, inputs rounded to 10 mantissa bits) or "float32"; NULL where the
+   * backend has no such choice (the CPU's is always float32) */
+  const char *conv_math;
   char err[CL_ERRMSG_LEN];
 };
 
@@ -242,6 +325,16 @@ cl_status cl_backend_mem_info(cl_backend *be, size_t *free_bytes, size_t *total_
 cl_status cl_backend_synchronize(cl_backend *be);
 cl_status cl_backend_conv_workspace(cl_backend *be, const cl_conv_shape *s, size_t *bytes);
 size_t cl_backend_runtime_bytes(cl_backend *be);
+/* The sync-free step's slots, or their host defaults. host_vals: the block
+ * a backend without step_vals uses (the core's, in host memory). */
+cl_step_vals *cl_backend_step_vals(cl_backend *be, cl_step_vals *host_vals);
+cl_status cl_backend_loss_acc(cl_backend *be, const cl_loss_fn *f, const void *pred,
+                              const float *target, const float *weight, size_t n, cl_dtype dtype,
+                              float scale, float *grad, double share, double *acc);
+cl_status cl_backend_update_step(cl_backend *be, const cl_update_args *u, cl_step_vals *vals);
+cl_status cl_backend_graph_begin(cl_backend *be, cl_graph_mode mode);
+cl_status cl_backend_graph_end(cl_backend *be, cl_status failed, int *redo);
+void cl_backend_graph_info(cl_backend *be, cl_graph_info *out);
 void cl_backend_destroy(cl_backend *be);
 
 #endif

@@ -10,6 +10,9 @@
  * convolution over the segment's steps once every dz_t is known, the mirror
  * of the forward fast path. Across checkpoint segments, d_cell carries on in
  * place and the first step's dz waits in dz_carry for the earlier segment.
+ * Free-running training (cl_backward_free_run) first runs its fed-back
+ * steps one at a time through every layer, since a step's input gradient
+ * is the last layer's output gradient of the step before.
  */
 #include "internal.h"
 
@@ -61,11 +64,10 @@ static cl_status place_target(cl_model *m, const cl_source *a, cl_target target,
 
 cl_status cl_loss_segment(cl_model *m, const cl_source *y, cl_target target, int b0, int b,
                           int t0, int len, double share, float loss_scale, int want_grad,
-                          double *loss) {
+                          double *acc) {
   float *at, *w = NULL;
   size_t n;
   cl_block k;
-  *loss = 0;
   CL_TRY(place_target(m, y, target, b0, b, t0, len, &at, &n, &k));
   if (n == 0) return CL_OK;
   const cl_step *st = &m->step;
@@ -75,14 +77,16 @@ cl_status cl_loss_segment(cl_model *m, const cl_source *y, cl_target target, int
     w = st->weight;
     CL_TRY(cl_put_source(m, w, CL_F32, m->loss_weight, k));
   }
-  double part;
-  CL_TRY(cl_loss_run(m, pred, at, w, n, (float)(share * loss_scale), want_grad ? at : NULL,
-                     &part));
-  *loss = share * part;
-  return CL_OK;
+  return cl_loss_run(m, pred, at, w, n, (float)(share * loss_scale), want_grad ? at : NULL, share,
+                     acc);
 }
 
-static cl_status backward_layer(cl_model *m, int l, int b, int len, const void *in,
+/* done: the last `done` steps of the segment already ran backward through
+ * the cell (free-running's fed-back steps, cl_backward_free_run): the time
+ * loop and the input half's data gradient cover the steps before them, the
+ * first of them reaches back to the h before it, and the weight gradients
+ * take every step's dz. */
+static cl_status backward_layer(cl_model *m, int l, int b, int len, int done, const void *in,
                                 const void *prev_h, const void *prev_c, int fresh_dc,
                                 int carry_in, int save_carry) {
   const cl_step *st = &m->step;
@@ -93,18 +97,22 @@ static cl_status backward_layer(cl_model *m, int l, int b, int len, const void *
   size_t P = (size_t)g->H * g->W, bh = (size_t)b * L->hidden * P, bg = 4 * bh;
   void *dz = st->gates[l], *cell = st->cell[l], *hid = st->hid[l];
   float *dh = st->dh[l], *dc = st->dc[l], *gw = m->grads;
+  int run = len - done; /* steps whose cell gradient runs here */
   cl_conv_shape sx = cl_conv_input_half(L, g, len * b), sh = cl_conv_hidden_half(L, g, b);
+  cl_conv_shape sxr = cl_conv_input_half(L, g, run * b);
   cl_gates_shape gs = {b, L->hidden, (int)P, t};
 
   if (fresh_dc) CL_TRY(cl_zero(m, dc, bh * sizeof(float)));
   if (carry_in) /* the later segment's first step reaches back to our last h */
-    CL_TRY(cl_dropout_hidden_grad(m, l, b, st->dz_carry[l], dh + (len - 1) * bh));
-  for (int s = len - 1; s >= 0; s--) {
+    CL_TRY(cl_dropout_hidden_grad(m, l, b, st->dz_carry[l], dh + (len - 1) * bh, 1));
+  if (done) /* so does the first step that ran before */
+    CL_TRY(cl_dropout_hidden_grad(m, l, b, cl_at(dz, run * bg, t), dh + (run - 1) * bh, 1));
+  for (int s = run - 1; s >= 0; s--) {
     void *dz_s = cl_at(dz, s * bg, t);
     const void *c_prev = s > 0 ? cl_at(cell, (s - 1) * bh, t) : prev_c;
     CL_KERNEL(m, be->gates_backward(m->be, &gs, dz_s, cl_at(cell, s * bh, t), c_prev, dh + s * bh,
                                     dc));
-    if (s > 0) CL_TRY(cl_dropout_hidden_grad(m, l, b, dz_s, dh + (s - 1) * bh));
+    if (s > 0) CL_TRY(cl_dropout_hidden_grad(m, l, b, dz_s, dh + (s - 1) * bh, 1));
   }
   if (save_carry)
     CL_KERNEL(m, be->copy(m->be, st->dz_carry[l], dz, bg * cl_dtype_size(t)));
@@ -126,9 +134,9 @@ static cl_status backward_layer(cl_model *m, int l, int b, int len, const void *
   CL_KERNEL(m, be->conv_backward_filter(m->be, &sx, dz, in, gw + L->off_wx,
                                         m->cfg.bias ? gw + L->off_b : NULL, st->ws));
   if (l > 0) {
-    CL_KERNEL(m, be->conv_backward_data(m->be, &sx, dz, m->params + L->off_wx, st->dh[l - 1], 0,
+    CL_KERNEL(m, be->conv_backward_data(m->be, &sxr, dz, m->params + L->off_wx, st->dh[l - 1], 0,
                                         st->ws));
-    CL_TRY(cl_dropout_input_grad(m, l, b, len, st->dh[l - 1]));
+    CL_TRY(cl_dropout_input_grad(m, l, b, run, st->dh[l - 1]));
   }
   return CL_OK;
 }
@@ -137,8 +145,68 @@ cl_status cl_backward_segment(cl_model *m, int b, int len, const void *x, void *
                               void *const *prev_c, int fresh_dc, int carry_in, int save_carry) {
   const cl_step *st = &m->step;
   for (int l = m->cfg.n_layers - 1; l >= 0; l--)
-    CL_TRY(backward_layer(m, l, b, len, l == 0 ? x : st->hid[l - 1], prev_h ? prev_h[l] : NULL,
-                          prev_c ? prev_c[l] : NULL, fresh_dc, carry_in, save_carry));
+    CL_TRY(backward_layer(m, l, b, len, 0, l == 0 ? x : st->hid[l - 1],
+                          prev_h ? prev_h[l] : NULL, prev_c ? prev_c[l] : NULL, fresh_dc,
+                          carry_in, save_carry));
+  return CL_OK;
+}
+
+/* Layer l's d loss / d h of fed-back step s in the ring (plan.c: one slot
+ * when a single step is fed back, else two). */
+static float *ring_at(const cl_model *m, int l, int b, int s, int tin) {
+  const cl_geom *g = &m->step.g;
+  size_t bh = (size_t)b * m->layer[l].hidden * g->H * g->W;
+  return m->step.dh_roll[l] + (g->horizon > 2 ? (size_t)((s - tin) % 2) * bh : 0);
+}
+
+/* One fed-back step s of layer l (free-running): the cell's gradient into
+ * dz, then dz to the layer's h of step s - 1 (not from the first fed-back
+ * step: backward_layer reaches back from it) and to the step's input -- the
+ * layer below's h, or for layer 0 the fed-back frame, which is the last
+ * layer's h of step s - 1: the path teacher forcing does not have.
+ * d loss / d h of step s: the last layer's in d_hidden (the loss's part
+ * placed there), the others' in a ring of two steps (d_hidden_rollout;
+ * one when one step is fed back), which the first contribution to a step
+ * overwrites. */
+static cl_status roll_back_step(cl_model *m, int l, int b, int s, int tin) {
+  const cl_step *st = &m->step;
+  const cl_geom *g = &st->g;
+  const cl_layer *L = &m->layer[l];
+  const struct cl_backend_i *be = m->be->iface;
+  cl_dtype t = g->dtype;
+  int top = m->cfg.n_layers - 1;
+  size_t P = (size_t)g->H * g->W, bh = (size_t)b * L->hidden * P, bg = 4 * bh;
+  cl_gates_shape gs = {b, L->hidden, (int)P, t};
+  void *dz = cl_at(st->gates[l], s * bg, t);
+  float *dh_s = l == top ? st->dh[top] + s * bh : ring_at(m, l, b, s, tin);
+  CL_KERNEL(m, be->gates_backward(m->be, &gs, dz, cl_at(st->cell[l], s * bh, t),
+                                  cl_at(st->cell[l], (s - 1) * bh, t), dh_s, st->dc[l]));
+  /* with dropout each through its mask, the same as the input steps' */
+  if (s > tin) {
+    float *dh_prev = l == top ? st->dh[top] + (s - 1) * bh : ring_at(m, l, b, s - 1, tin);
+    CL_TRY(cl_dropout_hidden_grad(m, l, b, dz, dh_prev, l == top));
+  }
+  if (l > 0) /* the layer below's h of step s: its own step s + 1 wrote it first */
+    return cl_dropout_input_step_grad(m, l, b, dz, ring_at(m, l - 1, b, s, tin), s < g->T - 1);
+  /* the fed-back frame (layer 0's input mask too): onto the last layer's h
+   * of step s - 1 */
+  size_t bt = (size_t)b * m->layer[top].hidden * P;
+  return cl_dropout_input_step_grad(m, l, b, dz, st->dh[top] + (s - 1) * bt, 1);
+}
+
+cl_status cl_backward_free_run(cl_model *m, int b, const void *x, void *const *prev_h,
+                               void *const *prev_c) {
+  const cl_step *st = &m->step;
+  const cl_geom *g = &st->g;
+  int top = m->cfg.n_layers - 1, tin = g->T - g->horizon + 1;
+  size_t P = (size_t)g->H * g->W;
+  for (int l = 0; l <= top; l++) /* one d_cell per layer (plan.c) */
+    CL_TRY(cl_zero(m, st->dc[l], (size_t)b * m->layer[l].hidden * P * sizeof(float)));
+  for (int s = g->T - 1; s >= tin; s--)
+    for (int l = top; l >= 0; l--) CL_TRY(roll_back_step(m, l, b, s, tin));
+  for (int l = top; l >= 0; l--)
+    CL_TRY(backward_layer(m, l, b, g->T, g->T - tin, l == 0 ? x : st->hid[l - 1],
+                          prev_h ? prev_h[l] : NULL, prev_c ? prev_c[l] : NULL, 0, 0, 0));
   return CL_OK;
 }
 
@@ -161,7 +229,11 @@ cl_status cl_model_mse(cl_model *m, const cl_host_array *y, cl_target target, do
   const cl_geom *g = &m->step.g;
   CL_TRY(cl_check_target(m, y, target, "y", g->B, g->T, g->H, g->W));
   cl_source ys = cl_source_host(y);
-  CL_TRY(cl_loss_segment(m, &ys, target, 0, g->B, 0, g->T, 1.0, 1.0f, 1, loss));
+  cl_step_vals v;
+  CL_TRY(cl_vals_zero(m));
+  CL_TRY(cl_loss_segment(m, &ys, target, 0, g->B, 0, g->T, 1.0, 1.0f, 1, &cl_vals(m)->loss));
+  CL_TRY(cl_vals_read(m, &v));
+  *loss = v.loss;
   m->phase = CL_PHASE_LOSS;
   m->loss_target = target;
   return CL_OK;

@@ -37,9 +37,9 @@ cl_status cl_dropout_check(cl_model *m, const cl_step_options *o) {
 static cl_status put_rows(cl_model *m, float *dev, const float *host, int C, int b0, int b) {
   const cl_geom *g = &m->step.g;
   size_t row = (size_t)C * g->H * g->W;
-  CL_KERNEL(m, m->be->iface->upload(m->be, dev, host + (size_t)b0 * row,
-                                    (size_t)b * row * sizeof(float)));
-  return CL_OK;
+  /* through the backend's pinned stage, as x and y: a step recorded as a
+   * CUDA graph replays the upload from there */
+  return cl_put_bytes(m, dev, host + (size_t)b0 * row, (size_t)b * row * sizeof(float));
 }
 
 cl_status cl_dropout_upload(cl_model *m, const cl_step_options *o, int b0, int b) {
@@ -84,21 +84,40 @@ cl_status cl_dropout_input_grad(cl_model *m, int l, int b, int len, float *dx) {
   return CL_OK;
 }
 
-cl_status cl_dropout_hidden_grad(cl_model *m, int l, int b, const void *dz, float *dh) {
+/* d (+)= mask * conv_transpose(dz) with weights w for one step of b
+ * sequences (n elements of d); without a mask, the convolution alone. With
+ * accumulate, the product waits in the shared buffer (float) before its mask
+ * sends it onto what d holds. */
+static cl_status grad_through(cl_model *m, const float *mask, const cl_conv_shape *sh,
+                              const void *dz, const float *w, float *d, size_t n, int accumulate) {
   const cl_step *st = &m->step;
-  const cl_layer *L = &m->layer[l];
   const struct cl_backend_i *be = m->be->iface;
-  cl_conv_shape sh = cl_conv_hidden_half(L, &st->g, b);
-  const float *wh = m->params + L->off_wh;
-  if (!cl_layer_drops_hidden(m, l)) {
-    CL_KERNEL(m, be->conv_backward_data(m->be, &sh, dz, wh, dh, 1, st->ws));
+  if (!mask) {
+    CL_KERNEL(m, be->conv_backward_data(m->be, sh, dz, w, d, accumulate, st->ws));
     return CL_OK;
   }
-  /* the gradient of the masked h first, then through the mask onto what the
-   * layer above and the loss left in dh */
-  float *tmp = (float *)st->dropped;
-  size_t n = (size_t)b * L->hidden * st->g.H * st->g.W;
-  CL_KERNEL(m, be->conv_backward_data(m->be, &sh, dz, wh, tmp, 0, st->ws));
-  CL_KERNEL(m, be->mask_mul(m->be, tmp, st->mask_h[l], dh, n, 1, CL_F32, 1));
+  float *tmp = accumulate ? (float *)st->dropped : d;
+  CL_KERNEL(m, be->conv_backward_data(m->be, sh, dz, w, tmp, 0, st->ws));
+  CL_KERNEL(m, be->mask_mul(m->be, tmp, mask, d, n, 1, CL_F32, accumulate));
   return CL_OK;
+}
+
+cl_status cl_dropout_hidden_grad(cl_model *m, int l, int b, const void *dz, float *dh,
+                                 int accumulate) {
+  const cl_step *st = &m->step;
+  const cl_layer *L = &m->layer[l];
+  cl_conv_shape sh = cl_conv_hidden_half(L, &st->g, b);
+  const float *mask = cl_layer_drops_hidden(m, l) ? st->mask_h[l] : NULL;
+  size_t n = (size_t)b * L->hidden * st->g.H * st->g.W;
+  return grad_through(m, mask, &sh, dz, m->params + L->off_wh, dh, n, accumulate);
+}
+
+cl_status cl_dropout_input_step_grad(cl_model *m, int l, int b, const void *dz, float *dx,
+                                     int accumulate) {
+  const cl_step *st = &m->step;
+  const cl_layer *L = &m->layer[l];
+  cl_conv_shape sx = cl_conv_input_half(L, &st->g, b);
+  const float *mask = cl_layer_drops_input(m, l) ? st->mask_x[l] : NULL;
+  size_t n = (size_t)b * L->in * st->g.H * st->g.W;
+  return grad_through(m, mask, &sx, dz, m->params + L->off_wx, dx, n, accumulate);
 }

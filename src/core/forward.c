@@ -5,7 +5,8 @@
  *    or truncating): the input half of each layer's convolution runs once
  *    over all steps' images of the segment (the fast path), then per step
  *    only the hidden half is added and the fused cell applied; gates, c_t and
- *    h_t stay for backward.
+ *    h_t stay for backward. Free-running (cl_forward_free_run): so for the
+ *    input steps, then step by step with every layer in turn.
  *  - inference, step-major: x arrives step by step, both halves go into one
  *    small gates buffer shared by all layers, c is kept for two steps, and h
  *    for two steps too when only the last states are wanted, so memory does
@@ -19,24 +20,28 @@ static const float *bias_of(const cl_model *m, const cl_layer *L) {
   return m->cfg.bias ? m->params + L->off_b : NULL;
 }
 
-/* Layer l over steps 0..len-1 of the segment buffers, b sequences, from the
- * state (prev_h, prev_c) before the segment (NULL: zeros). */
-static cl_status forward_layer(cl_model *m, int l, int b, int len, const void *in,
+/* Layer l over steps s0..s0+len-1 of the segment buffers, b sequences,
+ * from the state (prev_h, prev_c) before the segment (NULL: zeros), read
+ * only when s0 is 0; in: the layer's input from the segment's step 0. A
+ * free-running step (s0 > 0, len 1) runs each layer in turn. */
+static cl_status forward_layer(cl_model *m, int l, int b, int s0, int len, const void *in,
                                const void *prev_h, const void *prev_c) {
   const cl_step *st = &m->step;
   const cl_geom *g = &st->g;
   const cl_layer *L = &m->layer[l];
   const struct cl_backend_i *be = m->be->iface;
   cl_dtype t = g->dtype;
-  size_t P = (size_t)g->H * g->W, bh = (size_t)b * L->hidden * P;
+  size_t P = (size_t)g->H * g->W, bh = (size_t)b * L->hidden * P, bin = (size_t)b * L->in * P;
   cl_conv_shape sx = cl_conv_input_half(L, g, len * b), sh = cl_conv_hidden_half(L, g, b);
   cl_gates_shape gs = {b, L->hidden, (int)P, t};
   void *gates = st->gates[l], *cell = st->cell[l], *hid = st->hid[l];
 
-  CL_TRY(cl_dropout_input(m, l, b, len, in, &in)); /* training: x_t times its mask */
-  CL_KERNEL(m, be->conv_forward(m->be, &sx, in, m->params + L->off_wx, bias_of(m, L), gates, 0,
-                                st->ws));
-  for (int s = 0; s < len; s++) {
+  /* training: x_t times its mask (one per sequence, the fed-back frames' too) */
+  const void *xin = cl_at((void *)in, s0 * bin, t);
+  CL_TRY(cl_dropout_input(m, l, b, len, xin, &xin));
+  CL_KERNEL(m, be->conv_forward(m->be, &sx, xin, m->params + L->off_wx, bias_of(m, L),
+                                cl_at(gates, s0 * 4 * bh, t), 0, st->ws));
+  for (int s = s0; s < s0 + len; s++) {
     void *z = cl_at(gates, (size_t)s * 4 * bh, t);
     const void *h_prev = s > 0 ? cl_at(hid, (s - 1) * bh, t) : prev_h;
     const void *c_prev = s > 0 ? cl_at(cell, (s - 1) * bh, t) : prev_c;
@@ -53,8 +58,29 @@ cl_status cl_forward_segment(cl_model *m, int b, int len, const void *x, void *c
                              void *const *prev_c) {
   const cl_step *st = &m->step;
   for (int l = 0; l < m->cfg.n_layers; l++)
-    CL_TRY(forward_layer(m, l, b, len, l == 0 ? x : st->hid[l - 1], prev_h ? prev_h[l] : NULL,
-                         prev_c ? prev_c[l] : NULL));
+    CL_TRY(forward_layer(m, l, b, 0, len, l == 0 ? x : st->hid[l - 1],
+                         prev_h ? prev_h[l] : NULL, prev_c ? prev_c[l] : NULL));
+  return CL_OK;
+}
+
+/* Free-running: x's input steps layer by layer (the fast path), then each
+ * fed-back step with every layer in turn, since its input is the last
+ * layer's h of the step before. That h is copied into x's slot of the
+ * step, so backward reads the input of every step from x alike. */
+cl_status cl_forward_free_run(cl_model *m, int b, void *x, void *const *prev_h,
+                              void *const *prev_c) {
+  const cl_step *st = &m->step;
+  const cl_geom *g = &st->g;
+  int top = m->cfg.n_layers - 1, tin = g->T - g->horizon + 1;
+  size_t frame = (size_t)b * m->cfg.input_dim * g->H * g->W; /* == the last layer's h */
+  CL_TRY(cl_forward_segment(m, b, tin, x, prev_h, prev_c));
+  for (int s = tin; s < g->T; s++) {
+    CL_KERNEL(m, m->be->iface->copy(m->be, cl_at(x, s * frame, g->dtype),
+                                    cl_at(st->hid[top], (s - 1) * frame, g->dtype),
+                                    frame * cl_dtype_size(g->dtype)));
+    for (int l = 0; l <= top; l++)
+      CL_TRY(forward_layer(m, l, b, s, 1, l == 0 ? x : st->hid[l - 1], NULL, NULL));
+  }
   return CL_OK;
 }
 

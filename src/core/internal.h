@@ -53,7 +53,11 @@ typedef struct cl_geom {
   cl_dtype dtype;
   cl_outputs outputs; /* inference */
   cl_state_mode state; /* where the call starts from (state.c) */
-  int horizon;         /* inference: frames rolled forward after the T steps of x */
+  int horizon;         /* inference: frames rolled forward after the T steps of x;
+                          training: the target is the last `horizon` steps */
+  int free_run;        /* training with a horizon, no teacher forcing: steps
+                          T - horizon + 1 .. T - 1 read the last layer's h of
+                          the step before (forward.c, backward.c) */
   int weight_steps;    /* training with a loss weight: steps of it held at once
                           (S for a sequence target, 1 for the last state); 0: none */
 } cl_geom;
@@ -117,6 +121,10 @@ typedef enum cl_buf_kind {
                       or masked h [S, Bm, h, H, W] of one layer at a time,
                       in the storage dtype, or a float [Bm, h, H, W] gradient
                       before its mask; shared by every layer (dropout.c)    */
+  CL_BUF_DH_ROLL,  /* free-running training: float d loss / d h of layer l
+                      below the last, two steps [2, Bm, h, H, W] (one when a
+                      single step is fed back), while the fed-back steps run
+                      backward step by step (backward.c) */
   CL_BUF_NKIND
 } cl_buf_kind;
 
@@ -136,6 +144,7 @@ typedef struct cl_step {
   void *dz_carry[CL_MAX_LAYERS]; /* checkpoint: dz of a segment's first step */
   float *dh[CL_MAX_LAYERS];
   float *dc[CL_MAX_LAYERS]; /* one shared buffer unless segments interleave layers */
+  float *dh_roll[CL_MAX_LAYERS]; /* free-running: CL_BUF_DH_ROLL of layers below the last */
   void *ws;
   void *init_h[CL_MAX_LAYERS], *init_c[CL_MAX_LAYERS]; /* CL_STATE_GIVEN */
   void *frames; /* inference with a horizon */
@@ -193,6 +202,9 @@ struct cl_model {
   cl_phase phase;
   cl_target loss_target;
   cl_loss_scale scaler; /* float16 only */
+  /* the step's decisions (backend.h) where the backend keeps none on its
+   * device: a host backend's block, read through cl_vals() */
+  cl_step_vals host_vals;
   struct cl_data *data; /* data sets on the device (data.c), freed with the model */
   int *data_idx;        /* a step's rows on the device, shared by the data sets */
   int data_idx_cap;
@@ -277,6 +289,8 @@ cl_block cl_block_all(const cl_host_array *a);
  * host memory when the device is not host memory. */
 cl_status cl_put_host(cl_model *m, void *dev, cl_dtype t, const cl_host_array *src, cl_block blk);
 cl_status cl_get_host(cl_model *m, cl_host_array *dst, const void *dev, cl_dtype t);
+/* bytes of host memory to the device as they are, staged as cl_put_host. */
+cl_status cl_put_bytes(cl_model *m, void *dev, const void *host, size_t bytes);
 /* Where a training step reads x and y (or backward a gradient): a host
  * array, or rows of a data set already on the device (data.c) -- then a
  * block's sequences b0.. are rows idx[b0..] gathered on the device, so the
@@ -307,13 +321,18 @@ cl_status cl_put_source(cl_model *m, void *dev, cl_dtype t, const cl_source *src
  * or x itself when the layer drops nothing there.
  * cl_dropout_input_grad: dx (float, len steps) times the input mask.
  * cl_dropout_hidden_grad: dh (+)= mask * conv_transpose(dz), the gradient
- * reaching h_{t-1} through the hidden half (accumulated, as backward needs). */
+ * reaching h_{t-1} through the hidden half of one step.
+ * cl_dropout_input_step_grad: dx (+)= mask * conv_transpose(dz) through the
+ * input half of one step (free-running's fed-back steps). */
 cl_status cl_dropout_check(cl_model *m, const cl_step_options *o);
 cl_status cl_dropout_upload(cl_model *m, const cl_step_options *o, int b0, int b);
 cl_status cl_dropout_input(cl_model *m, int l, int b, int len, const void *x, const void **out);
 cl_status cl_dropout_hidden(cl_model *m, int l, int b, int len, const void *h, const void **out);
 cl_status cl_dropout_input_grad(cl_model *m, int l, int b, int len, float *dx);
-cl_status cl_dropout_hidden_grad(cl_model *m, int l, int b, const void *dz, float *dh);
+cl_status cl_dropout_hidden_grad(cl_model *m, int l, int b, const void *dz, float *dh,
+                                 int accumulate);
+cl_status cl_dropout_input_step_grad(cl_model *m, int l, int b, const void *dz, float *dx,
+                                     int accumulate);
 
 /* forward.c / backward.c: the engine's pieces, used by train.c. A segment
  * is len steps of b sequences in the step buffers; prev_h/prev_c give each
@@ -328,13 +347,23 @@ cl_status cl_save_segment_end(cl_model *m, int b, int len, void *const *dst_h,
  * dz_carry; save_carry: leave this segment's for the earlier one. */
 cl_status cl_backward_segment(cl_model *m, int b, int len, const void *x, void *const *prev_h,
                               void *const *prev_c, int fresh_dc, int carry_in, int save_carry);
-/* MSE of the segment's part of the target (sequences blk.b0.., steps
- * t0..t0+len-1 of the call) into *loss (weighted by scale / loss_scale
- * share); with want_grad the last layer's d_hidden receives scale times its
- * gradient (zeros at steps without a target). */
+/* Free-running training (g.free_run): the whole step of g.T steps, whose
+ * last horizon - 1 read the last layer's h of the step before, copied into
+ * x's slot. Backward: through those steps one at a time, every layer in
+ * turn (the gradient of a fed-back frame reaches the last layer's h of the
+ * step before), then the input steps as cl_backward_segment. */
+cl_status cl_forward_free_run(cl_model *m, int b, void *x, void *const *prev_h,
+                              void *const *prev_c);
+cl_status cl_backward_free_run(cl_model *m, int b, const void *x, void *const *prev_h,
+                               void *const *prev_c);
+/* The loss of the segment's part of the target (sequences b0.., steps
+ * t0..t0+len-1 of the call), times share, added to *acc: a double in
+ * device memory (cl_vals), so that nothing waits for it; with want_grad the
+ * last layer's d_hidden receives share * loss_scale times its gradient
+ * (zeros at steps without a target). */
 cl_status cl_loss_segment(cl_model *m, const cl_source *y, cl_target target, int b0, int b,
                           int t0, int len, double share, float loss_scale, int want_grad,
-                          double *loss);
+                          double *acc);
 cl_status cl_zero(cl_model *m, void *p, size_t bytes);
 /* y or an output gradient shaped as the target needs for [B, T, ., H, W]. */
 cl_status cl_check_target(cl_model *m, const cl_host_array *a, cl_target target, const char *what,
@@ -377,17 +406,29 @@ cl_status cl_loss_weight_check(cl_model *m, const cl_host_array *w);
 
 /* loss.c: the loss of m->loss_fn over n elements of pred (the step's
  * dtype) against target (float), each times weight (float [n]; NULL: none):
- * *mean = its mean; grad (may alias target, or be NULL) = scale times
- * d mean / d pred. Unweighted MSE is the backend's mse slot, the rest its
- * loss slot. */
+ * *acc (device memory) += share * its mean; grad (may alias target, or be
+ * NULL) = scale times d mean / d pred. Unweighted MSE is the backend's mse
+ * kernel, the rest its loss kernel (backend.h, loss_acc). */
 cl_status cl_loss_run(cl_model *m, const void *pred, const float *target, const float *weight,
-                      size_t n, float scale, float *grad, double *mean);
+                      size_t n, float scale, float *grad, double share, double *acc);
 
-/* clip.c: with max_norm > 0, the gradients' global L2 norm into
- * m->grad_norm and, when it is finite and above max_norm, the gradients
- * scaled by max_norm / (norm + 1e-6) (torch's clip_grad_norm_); else only
- * m->grad_norm = NaN. Before the update's guard. */
-cl_status cl_clip_grads(cl_model *m, double max_norm);
+/* step.c: the step's decision block (backend.h, cl_step_vals): on the
+ * device, or m->host_vals for a backend that keeps none. cl_vals_read is a
+ * synchronisation: the one of a training step, after its update. */
+cl_step_vals *cl_vals(cl_model *m);
+cl_status cl_vals_zero(cl_model *m);
+cl_status cl_vals_read(cl_model *m, cl_step_vals *out);
+
+/* optim.c: the update's arguments for o from the model's state (made
+ * first with cl_optim_ensure): pointers and hyper-parameters, the step
+ * count as the next update's. keep = 0: as if the state were about to be
+ * created (step 1, fresh momentum). */
+void cl_optim_args(const cl_model *m, const cl_optim *o, int keep, cl_update_args *u);
+/* An update's guard found `fault` (backend.h's key): the refusal, naming
+ * the tensor and why. */
+cl_status cl_optim_refuse(cl_model *m, cl_optim_kind kind, uint64_t fault);
+/* An update was applied: the step count and the momentum's first use. */
+void cl_optim_applied(cl_model *m);
 
 /* train.c: the step of cl_model_train_step once its arguments are checked:
  * B sequences of T steps of H x W pixels read from x and y. */

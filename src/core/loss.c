@@ -3,7 +3,8 @@
  * backend's mse slot (the plain step's path, unchanged), MAE, Huber and
  * binary cross-entropy on logits through its loss slot. Both fuse the mean
  * and its gradient into one pass over the target segment; backward.c calls
- * cl_loss_run where it once called mse.
+ * cl_loss_run, which adds the mean into a device double (loss_acc), so that
+ * a training step never waits for its loss.
  */
 #include "internal.h"
 
@@ -48,12 +49,8 @@ cl_status cl_loss_weight_check(cl_model *m, const cl_host_array *w) {
 }
 
 cl_status cl_loss_run(cl_model *m, const void *pred, const float *target, const float *weight,
-                      size_t n, float scale, float *grad, double *mean) {
-  const struct cl_backend_i *be = m->be->iface;
-  const cl_dtype t = m->step.g.dtype;
-  if (m->loss_fn.kind == CL_LOSS_MSE && !weight)
-    CL_KERNEL(m, be->mse(m->be, pred, target, n, t, scale, grad, mean));
-  else
-    CL_KERNEL(m, be->loss(m->be, &m->loss_fn, pred, target, weight, n, t, scale, grad, mean));
+                      size_t n, float scale, float *grad, double share, double *acc) {
+  CL_KERNEL(m, cl_backend_loss_acc(m->be, &m->loss_fn, pred, target, weight, n, m->step.g.dtype,
+                                   scale, grad, share, acc));
   return CL_OK;
 }

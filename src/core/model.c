@@ -21,6 +21,9 @@ int cl_models_alive(void) { return models_alive; }
 const char *cl_model_error(const cl_model *m) { return m ? m->err : ""; }
 const cl_config *cl_model_config(const cl_model *m) { return &m->cfg; }
 const char *cl_model_backend_name(const cl_model *m) { return m->be->iface->name; }
+const char *cl_model_conv_math(const cl_model *m) {
+  return m->be->conv_math ? m->be->conv_math : "";
+}
 
 static cl_status check_config(const cl_config *c, char *err, size_t errlen) {
   if (c->input_dim < 1) {
@@ -230,6 +233,11 @@ cl_status cl_model_measured_memory(cl_model *m, cl_measured_mem *out) {
     snprintf(why, sizeof why, "the %s backend did not report its device memory",
              m->be->iface->name);
   snprintf(out->why, sizeof out->why, "%s", why);
+  return CL_OK;
+}
+
+cl_status cl_model_graph_info(cl_model *m, cl_graph_info *out) {
+  cl_backend_graph_info(m->be, out);
   return CL_OK;
 }
 

@@ -136,7 +136,7 @@ static const char *tensor_at(const cl_model *m, size_t i) {
 }
 
 /* The guard's refusal, naming the tensor (torch's state names) and why. */
-static cl_status refuse(cl_model *m, cl_optim_kind kind, uint64_t fault) {
+cl_status cl_optim_refuse(cl_model *m, cl_optim_kind kind, uint64_t fault) {
   const char *name = tensor_at(m, (size_t)(fault / 8));
   const int part = (int)(fault / 2 % 4);
   const char *what = fault % 2 ? "NaN" : "Inf";
@@ -157,6 +157,29 @@ static cl_status refuse(cl_model *m, cl_optim_kind kind, uint64_t fault) {
                  state, name, what);
 }
 
+void cl_optim_args(const cl_model *m, const cl_optim *o, int keep, cl_update_args *u) {
+  memset(u, 0, sizeof *u);
+  u->p = m->params;
+  u->g = m->grads;
+  u->m = keep ? m->opt_m : NULL;
+  u->v = keep ? m->opt_v : NULL;
+  u->vmax = keep && o->amsgrad ? m->opt_vmax : NULL;
+  u->n = m->n_params;
+  u->adam = cl_optim_is_adam(o->kind);
+  cl_adam_hp ahp = {(float)o->lr,           (float)o->beta1, (float)o->beta2, (float)o->eps,
+                    (float)o->weight_decay, keep ? m->opt_steps + 1 : 1,
+                    o->kind == CL_OPTIM_ADAMW, o->amsgrad};
+  cl_sgd_hp shp = {(float)o->lr, (float)o->momentum, (float)o->weight_decay,
+                   !u->m || m->opt_m_fresh};
+  u->ahp = ahp;
+  u->shp = shp;
+}
+
+void cl_optim_applied(cl_model *m) {
+  m->opt_m_fresh = 0;
+  m->opt_steps++;
+}
+
 cl_status cl_model_optimizer_step(cl_model *m, const cl_optim *o) {
   m->err[0] = '\0';
   CL_TRY(cl_check_optim(m, o));
@@ -166,31 +189,23 @@ cl_status cl_model_optimizer_step(cl_model *m, const cl_optim *o) {
    * none (zeros) where it is to be created or the kind changes (ensure()
    * then resets the step count too). The guard runs on that, so a refused
    * step leaves even a switch of optimizer undone and allocates nothing; the
-   * update gets the same arguments after ensure(). */
-  const int keep = m->opt_kind == o->kind;
-  const float *m0 = keep ? m->opt_m : NULL, *v0 = keep ? m->opt_v : NULL;
-  const float *x0 = keep && o->amsgrad ? m->opt_vmax : NULL;
-  const int adam = cl_optim_is_adam(o->kind);
+   * update gets the same arguments after ensure(). (A training step makes
+   * the state first and runs both on the device: cl_backend_update_step.) */
+  cl_update_args u;
+  cl_optim_args(m, o, m->opt_kind == o->kind, &u);
   uint64_t fault = CL_FAULT_NONE;
-  cl_adam_hp ahp = {(float)o->lr,           (float)o->beta1, (float)o->beta2, (float)o->eps,
-                    (float)o->weight_decay, keep ? m->opt_steps + 1 : 1,
-                    o->kind == CL_OPTIM_ADAMW, o->amsgrad};
-  cl_sgd_hp shp = {(float)o->lr, (float)o->momentum, (float)o->weight_decay,
-                   !m0 || m->opt_m_fresh};
-  if (adam)
-    CL_KERNEL(m, be->adam_check(m->be, m->params, m->grads, m0, v0, x0, m->n_params, &ahp,
-                                &fault));
+  if (u.adam)
+    CL_KERNEL(m, be->adam_check(m->be, u.p, u.g, u.m, u.v, u.vmax, u.n, &u.ahp, &fault));
   else
-    CL_KERNEL(m, be->sgd_check(m->be, m->params, m->grads, m0, m->n_params, &shp, &fault));
-  if (fault != CL_FAULT_NONE) return refuse(m, o->kind, fault);
+    CL_KERNEL(m, be->sgd_check(m->be, u.p, u.g, u.m, u.n, &u.shp, &fault));
+  if (fault != CL_FAULT_NONE) return cl_optim_refuse(m, o->kind, fault);
   CL_TRY(cl_optim_ensure(m, o, NULL));
-  if (adam)
+  if (u.adam)
     CL_KERNEL(m, be->adam_update(m->be, m->params, m->grads, m->opt_m, m->opt_v, m->opt_vmax,
-                                 m->n_params, &ahp));
+                                 m->n_params, &u.ahp));
   else
-    CL_KERNEL(m, be->sgd_update(m->be, m->params, m->grads, m->opt_m, m->n_params, &shp));
-  m->opt_m_fresh = 0;
-  m->opt_steps++;
+    CL_KERNEL(m, be->sgd_update(m->be, m->params, m->grads, m->opt_m, m->n_params, &u.shp));
+  cl_optim_applied(m);
   return CL_OK;
 }
 

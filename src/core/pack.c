@@ -160,8 +160,26 @@ cl_status cl_put_host(cl_model *m, void *dev, cl_dtype t, const cl_host_array *s
   if (!tmp) return cl_fail(m, CL_E_OOM, "out of host memory staging an input");
   pack(tmp, t, src, k);
   cl_status s = m->be->iface->upload(m->be, dev, tmp, bytes);
-  /* tmp must outlive the copy, and the next call reuses a staged buffer */
-  if (s == CL_OK) s = cl_backend_synchronize(m->be);
+  /* tmp must outlive the copy: a region of the backend's stage stays
+   * untouched until the backend next synchronises (so a training step's
+   * uploads wait for nothing); a malloc'd one is freed here, so waits */
+  if (s == CL_OK && owned) s = cl_backend_synchronize(m->be);
+  if (owned) free(tmp);
+  if (s != CL_OK) return cl_fail_backend(m, s, "upload");
+  return CL_OK;
+}
+
+cl_status cl_put_bytes(cl_model *m, void *dev, const void *host, size_t bytes) {
+  if (m->be->iface->host_accessible) {
+    memcpy(dev, host, bytes);
+    return CL_OK;
+  }
+  int owned;
+  void *tmp = stage_buffer(m, bytes, &owned);
+  if (!tmp) return cl_fail(m, CL_E_OOM, "out of host memory staging an input");
+  memcpy(tmp, host, bytes);
+  cl_status s = m->be->iface->upload(m->be, dev, tmp, bytes);
+  if (s == CL_OK && owned) s = cl_backend_synchronize(m->be); /* as cl_put_host */
   if (owned) free(tmp);
   if (s != CL_OK) return cl_fail_backend(m, s, "upload");
   return CL_OK;

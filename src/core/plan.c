@@ -60,6 +60,12 @@ cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
   int ck = o->checkpoint > 0 && o->checkpoint < T, tb = o->tbptt > 0 && o->tbptt < T;
   if (ck && tb)
     return cl_fail(m, CL_E_INVALID, "checkpoint and tbptt cannot be combined: use one of them");
+  /* free-running: the fed-back steps interleave the layers, which neither
+   * checkpoint segments nor truncation windows schedule */
+  if (o->free_run && o->horizon > 0 && (ck || tb))
+    return cl_fail(m, CL_E_INVALID,
+                   "training without teacher forcing cannot be combined with checkpoint or tbptt");
+  g->free_run = o->free_run && o->horizon > 1;
   if (o->accumulation_steps > B)
     return cl_fail(m, CL_E_INVALID, "accumulation_steps (%d) exceeds the batch size (%d)",
                    o->accumulation_steps, B);
@@ -152,6 +158,10 @@ static size_t plan_workspace(plan_builder *b, const cl_model *m, const cl_geom *
         ws = ws_of(b, m, ws, cl_conv_input_half(L, g, len * n));       /* all steps */
         ws = ws_of(b, m, ws, cl_conv_hidden_half(L, g, n));            /* per step */
         ws = ws_of(b, m, ws, cl_conv_hidden_half(L, g, (len - 1) * n)); /* filter grad */
+        if (g->free_run) { /* a fed-back step on its own; backward's input steps */
+          ws = ws_of(b, m, ws, cl_conv_input_half(L, g, n));
+          ws = ws_of(b, m, ws, cl_conv_input_half(L, g, (g->T - g->horizon + 1) * n));
+        }
       }
   }
   return ws;
@@ -222,7 +232,7 @@ static void plan_inference(plan_builder *b, const struct cl_model *m, const cl_g
 /* Dropout (dropout.c): each layer's masks, and one buffer for the masked
  * copy of whichever layer runs: its input over S steps, its h over S steps
  * (backward's filter gradient reads them all), or a float gradient of one
- * step's h before its mask. */
+ * step's h (free-running: of its input too) before its mask. */
 static void plan_dropout(plan_builder *b, const struct cl_model *m, const cl_geom *g) {
   size_t e = cl_dtype_size(g->dtype), f = sizeof(float), P = (size_t)g->H * g->W;
   size_t Bm = (size_t)g->Bm, S = (size_t)g->S, most = 0;
@@ -231,6 +241,7 @@ static void plan_dropout(plan_builder *b, const struct cl_model *m, const cl_geo
     if (cl_layer_drops_input(m, l)) {
       add(b, CL_BUF_MASK_X, l, CL_MEM_ACTIVATIONS, nbytes(b, f, Bm, in, P, 1), "dropout_mask_x");
       if ((n = nbytes(b, e, S, Bm, in, P)) > most) most = n;
+      if (g->free_run && (n = nbytes(b, f, Bm, in, P, 1)) > most) most = n;
     }
     if (cl_layer_drops_hidden(m, l)) {
       add(b, CL_BUF_MASK_H, l, CL_MEM_ACTIVATIONS, nbytes(b, f, Bm, h, P, 1), "dropout_mask_h");
@@ -260,6 +271,11 @@ static void plan_training(plan_builder *b, const struct cl_model *m, const cl_ge
       add(b, CL_BUF_CKPT_C, l, CL_MEM_ACTIVATIONS, nbytes(b, e, nseg - 1, Bm, h, P), "checkpoint_c");
       add(b, CL_BUF_DZ_CARRY, l, CL_MEM_WORKSPACE, nbytes(b, e, Bm, 4 * h, P, 1), "dz_carry");
       add(b, CL_BUF_DC, l, CL_MEM_WORKSPACE, nbytes(b, f, Bm, h, P, 1), "d_cell");
+    } else if (g->free_run) { /* the fed-back steps interleave the layers */
+      add(b, CL_BUF_DC, l, CL_MEM_WORKSPACE, nbytes(b, f, Bm, h, P, 1), "d_cell");
+      if (l < m->cfg.n_layers - 1)
+        add(b, CL_BUF_DH_ROLL, l, CL_MEM_WORKSPACE,
+            nbytes(b, f, g->horizon > 2 ? 2 : 1, Bm, h, P), "d_hidden_rollout");
     }
     if (carry_windows) {
       add(b, CL_BUF_CARRY_H, l, CL_MEM_STATES, nbytes(b, e, Bm, h, P, 1), "carry_h");
@@ -268,9 +284,16 @@ static void plan_training(plan_builder *b, const struct cl_model *m, const cl_ge
   }
   /* d_hidden of layer l is last read by l's time loop, and l's input half
    * writes layer l - 1's only after that loop: one buffer serves them all */
-  size_t hmax = (size_t)max_hidden(m);
-  add(b, CL_BUF_DH, -1, CL_MEM_WORKSPACE, nbytes(b, f, S, Bm, hmax, P), "d_hidden");
-  if (nseg == 1) add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, hmax, P, 1), "d_cell");
+  /* rows of steps x channels (< 2^62: both factors are ints) */
+  size_t hmax = (size_t)max_hidden(m), dh_rows = S * hmax;
+  if (g->free_run) { /* layers below the last keep their fed-back steps in the ring */
+    size_t tin = (size_t)(g->T - g->horizon + 1);
+    size_t top = S * (size_t)m->layer[m->cfg.n_layers - 1].hidden;
+    dh_rows = top > tin * hmax ? top : tin * hmax;
+  }
+  add(b, CL_BUF_DH, -1, CL_MEM_WORKSPACE, nbytes(b, f, dh_rows, Bm, P, 1), "d_hidden");
+  if (nseg == 1 && !g->free_run)
+    add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, hmax, P, 1), "d_cell");
   plan_dropout(b, m, g);
   if (g->weight_steps) {
     size_t c = (size_t)m->layer[m->cfg.n_layers - 1].hidden;

@@ -165,6 +165,7 @@ static void bind_view(cl_step *st, const cl_plan_entry *e, void *p) {
   case CL_BUF_CARRY_C: bind(st->carry_c, l, p); break;
   case CL_BUF_DH: bind((void **)st->dh, l, p); break;
   case CL_BUF_DC: bind((void **)st->dc, l, p); break;
+  case CL_BUF_DH_ROLL: bind((void **)st->dh_roll, l, p); break;
   case CL_BUF_WS: st->ws = p; break;
   case CL_BUF_INIT_H: bind(st->init_h, l, p); break;
   case CL_BUF_INIT_C: bind(st->init_c, l, p); break;
@@ -242,5 +243,17 @@ cl_status cl_grads_ensure(cl_model *m) {
 cl_status cl_model_zero_grad(cl_model *m) {
   if (!m->grads) return CL_OK;
   CL_KERNEL(m, m->be->iface->memset0(m->be, m->grads, m->n_params * sizeof(float)));
+  return CL_OK;
+}
+
+cl_step_vals *cl_vals(cl_model *m) { return cl_backend_step_vals(m->be, &m->host_vals); }
+
+cl_status cl_vals_zero(cl_model *m) {
+  CL_KERNEL(m, m->be->iface->memset0(m->be, cl_vals(m), sizeof(cl_step_vals)));
+  return CL_OK;
+}
+
+cl_status cl_vals_read(cl_model *m, cl_step_vals *out) {
+  CL_KERNEL(m, m->be->iface->download(m->be, out, cl_vals(m), sizeof *out));
   return CL_OK;
 }

@@ -8,14 +8,25 @@
  *    earlier one from its checkpoint first -- the same gradients as without;
  *  - truncated BPTT: window by window, forward then backward, the state
  *    handed on detached;
+ *  - a horizon without teacher forcing: one segment whose last horizon - 1
+ *    steps read the model's own frames (forward.c, backward.c);
  *  - float16: the loss scaled up for backward, the gradients unscaled and
  *    checked before the update, which is skipped on inf/NaN (GradScaler);
  *  - max_grad_norm: the gradients clipped by their global norm (clip.c)
  *    after unscaling, before the update and its guard.
+ * The step's device work is a pure stream of launches (step_launches): the
+ * loss accumulates on the device, and the float16 overflow check, the
+ * clipping norm, the guard and the decision to skip the update are made
+ * there too (backend.h, cl_update_args), so nothing waits mid-step. The
+ * host reads their results once, after the update (cl_vals_read), and
+ * only then keeps the books: the loss scaler, the step count, the errors.
+ * A backend may record that stream as one graph and replay it (graph_begin,
+ * graph_end: CUDA graphs); the core calls the same slots either way.
  */
 #include "plan.h" /* cl_geom_make, cl_plan_build; internal.h */
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -67,19 +78,24 @@ static void ckpt_slot(cl_model *m, int b, int s, void **h, void **c) {
 /* The whole sequence of one micro-batch, in checkpoint segments (one
  * segment without checkpointing). */
 static cl_status run_segments(cl_model *m, const cl_source *x, const cl_source *y,
-                              cl_target tg, int b0, int b, float ls, double *loss) {
+                              cl_target tg, int b0, int b, float ls, double *acc) {
   cl_step *st = &m->step;
   const cl_geom *g = &st->g;
   size_t xstep = (size_t)b * m->cfg.input_dim * g->H * g->W;
   void *ph[CL_MAX_LAYERS], *pc[CL_MAX_LAYERS], *eh[CL_MAX_LAYERS], *ec[CL_MAX_LAYERS];
   void *ih[CL_MAX_LAYERS], *ic[CL_MAX_LAYERS];
   int from = cl_state_initial(m, b0, ih, ic);
-  cl_block all = {b0, b, 0, g->T};
+  /* free-running: x holds the input steps only; the forward fills the rest */
+  cl_block all = {b0, b, 0, g->T - (g->free_run ? g->horizon - 1 : 0)};
   CL_TRY(cl_put_source(m, st->x, g->dtype, x, all));
   for (int s = 0; s < g->nseg; s++) {
     int len = seg_len(g, s);
     if (s > 0) ckpt_slot(m, b, s - 1, ph, pc);
     int start = s > 0 || from;
+    if (g->free_run) { /* one segment (plan.c) */
+      CL_TRY(cl_forward_free_run(m, b, st->x, from ? ih : NULL, from ? ic : NULL));
+      continue;
+    }
     CL_TRY(cl_forward_segment(m, b, len, cl_at(st->x, (size_t)s * g->S * xstep, g->dtype),
                               !start ? NULL : s > 0 ? ph : ih, !start ? NULL : s > 0 ? pc : ic));
     if (s < g->nseg - 1) {
@@ -96,11 +112,12 @@ static cl_status run_segments(cl_model *m, const cl_source *x, const cl_source *
     void **sh = !start ? NULL : s > 0 ? ph : ih, **sc = !start ? NULL : s > 0 ? pc : ic;
     if (!last) /* recompute what the later segments overwrote */
       CL_TRY(cl_forward_segment(m, b, len, xs, sh, sc));
-    double part;
     double share = share_of(g, tg, b, s * g->S, len);
-    CL_TRY(cl_loss_segment(m, y, tg, b0, b, s * g->S, len, share, ls, 1, &part));
-    *loss += part;
-    CL_TRY(cl_backward_segment(m, b, len, xs, sh, sc, last, !last, s > 0));
+    CL_TRY(cl_loss_segment(m, y, tg, b0, b, s * g->S, len, share, ls, 1, acc));
+    if (g->free_run)
+      CL_TRY(cl_backward_free_run(m, b, xs, sh, sc));
+    else
+      CL_TRY(cl_backward_segment(m, b, len, xs, sh, sc, last, !last, s > 0));
   }
   /* the state this micro-batch started from is read no more: hand on its
    * last one (still in the buffers when there is a single segment) */
@@ -111,7 +128,7 @@ static cl_status run_segments(cl_model *m, const cl_source *x, const cl_source *
 
 /* Truncated BPTT over one micro-batch: windows of S steps. */
 static cl_status run_windows(cl_model *m, const cl_source *x, const cl_source *y,
-                             cl_target tg, int b0, int b, float ls, double *loss) {
+                             cl_target tg, int b0, int b, float ls, double *acc) {
   cl_step *st = &m->step;
   const cl_geom *g = &st->g;
   int nwin = (g->T + g->S - 1) / g->S;
@@ -125,9 +142,7 @@ static cl_status run_windows(cl_model *m, const cl_source *x, const cl_source *y
     CL_TRY(cl_put_source(m, st->x, g->dtype, x, k));
     CL_TRY(cl_forward_segment(m, b, len, st->x, sh, sc));
     if (tg == CL_TARGET_SEQUENCE || w == nwin - 1) {
-      double part;
-      CL_TRY(cl_loss_segment(m, y, tg, b0, b, t0, len, share_of(g, tg, b, t0, len), ls, 1, &part));
-      *loss += part;
+      CL_TRY(cl_loss_segment(m, y, tg, b0, b, t0, len, share_of(g, tg, b, t0, len), ls, 1, acc));
       CL_TRY(cl_backward_segment(m, b, len, st->x, sh, sc, 1, 0, 0));
     }
     /* after backward, which still reads the incoming state; the last
@@ -138,15 +153,12 @@ static cl_status run_windows(cl_model *m, const cl_source *x, const cl_source *y
   return CL_OK;
 }
 
-/* float16: unscale, clip (GradScaler.unscale_ comes before clip_grad_norm_)
- * and update only when every gradient is finite. */
-static cl_status scaled_update(cl_model *m, const cl_optim *opt, double max_norm) {
+/* float16, after the step: GradScaler.update. The device skipped the update
+ * when a gradient overflowed (found_inf): the scale backs off; else the
+ * update was applied (or refused by its guard) and clean steps grow it. */
+static cl_status scaler_update(cl_model *m, const cl_optim *opt, const cl_step_vals *v) {
   cl_loss_scale *sc = &m->scaler;
-  int bad = 0;
-  CL_KERNEL(m, m->be->iface->grad_unscale(m->be, m->grads, m->n_params, (float)(1.0 / sc->scale),
-                                          &bad));
-  CL_TRY(cl_clip_grads(m, max_norm)); /* measures only when bad: the norm is not finite */
-  if (bad) {
+  if (v->found_inf) {
     sc->scale *= sc->backoff_factor;
     sc->clean_steps = 0;
     sc->skipped_steps++;
@@ -161,7 +173,8 @@ static cl_status scaled_update(cl_model *m, const cl_optim *opt, double max_norm
                      sc->skipped_in_a_row, sc->scale);
     return CL_OK;
   }
-  CL_TRY(cl_model_optimizer_step(m, opt));
+  if (v->fault != CL_FAULT_NONE) return cl_optim_refuse(m, opt->kind, v->fault);
+  cl_optim_applied(m);
   sc->skipped_in_a_row = 0;
   if (++sc->clean_steps >= sc->growth_interval) {
     sc->scale *= sc->growth_factor;
@@ -170,35 +183,82 @@ static cl_status scaled_update(cl_model *m, const cl_optim *opt, double max_norm
   return CL_OK;
 }
 
+/* The step's device work: zeroed gradients and results, every micro-batch's
+ * forward, loss and backward, and the update with its decisions. No
+ * synchronisation and no allocation happen here (the arena, the optimizer
+ * state and the staging buffers exist before), so that a backend can record
+ * it as a graph; it runs twice when graph_end asks, and so changes no host
+ * state that a second run would see differently. */
+static cl_status step_launches(cl_model *m, const cl_source *x, const cl_source *y,
+                               cl_target target, float ls, const cl_update_args *u,
+                               const cl_step_options *opts) {
+  const cl_geom *g = &m->step.g;
+  cl_step_vals *v = cl_vals(m);
+  CL_TRY(cl_model_zero_grad(m));
+  CL_TRY(cl_vals_zero(m));
+  for (int b0 = 0; b0 < g->B; b0 += g->Bm) {
+    int b = g->B - b0 < g->Bm ? g->B - b0 : g->Bm;
+    CL_TRY(cl_dropout_upload(m, opts, b0, b)); /* these sequences' masks, staged as x */
+    CL_TRY(g->tbptt ? run_windows(m, x, y, target, b0, b, ls, &v->loss)
+                    : run_segments(m, x, y, target, b0, b, ls, &v->loss));
+  }
+  CL_KERNEL(m, cl_backend_update_step(m->be, u, v));
+  return CL_OK;
+}
+
+/* step_launches, through the backend's graph of it when it keeps one. */
+static cl_status launch_step(cl_model *m, const cl_source *x, const cl_source *y,
+                             cl_target target, float ls, const cl_update_args *u,
+                             const cl_step_options *opts) {
+  cl_status s = CL_OK;
+  /* a dry pass that found no graph, a capture, and as a last resort plain */
+  for (int pass = 0; pass < 3; pass++) {
+    CL_KERNEL(m, cl_backend_graph_begin(m->be, pass < 2 ? CL_GRAPH_AUTO : CL_GRAPH_PLAIN));
+    s = step_launches(m, x, y, target, ls, u, opts);
+    int redo = 0;
+    cl_status e = cl_backend_graph_end(m->be, s, &redo);
+    if (redo) continue; /* nothing ran: again, as plain launches */
+    if (s == CL_OK && e != CL_OK) return cl_fail_backend(m, e, "graph_end");
+    return s;
+  }
+  return s;
+}
+
 static cl_status train_step(cl_model *m, const cl_source *x, const cl_source *y,
                             cl_target target, const cl_optim *opt, const cl_geom *gp,
                             const cl_step_options *opts, double *loss) {
   double max_norm = opts ? opts->max_grad_norm : 0;
   const cl_geom g = *gp;
-  m->grad_norm = NAN; /* until clip.c measures this step's */
-  int B = g.B;
+  m->grad_norm = NAN; /* until this step's norm is read */
+  CL_TRY(cl_check_optim(m, opt));
   CL_TRY(cl_step_prepare(m, &g));
   CL_TRY(cl_state_upload(m, opts));
-  CL_TRY(cl_model_zero_grad(m));
   m->step.outputs_kept = 0;
   m->phase = CL_PHASE_CONSUMED;
   int half = g.dtype == CL_F16;
   float ls = half ? (float)m->scaler.scale : 1.0f;
-  for (int b0 = 0; b0 < B; b0 += g.Bm) {
-    int b = B - b0 < g.Bm ? B - b0 : g.Bm;
-    CL_TRY(cl_dropout_upload(m, opts, b0, b)); /* these sequences' masks */
-    CL_TRY(g.tbptt ? run_windows(m, x, y, target, b0, b, ls, loss)
-                   : run_segments(m, x, y, target, b0, b, ls, loss));
-  }
-  m->step.outputs_kept = g.Bm == B && g.nseg == 1 && !g.tbptt;
-  if (half) return scaled_update(m, opt, max_norm);
-  if (!isfinite(*loss))
+  cl_update_args u;
+  cl_optim_args(m, opt, 1, &u); /* the state exists: cl_train_sources made it */
+  u.unscale = half;
+  u.inv_scale = (float)(1.0 / m->scaler.scale);
+  u.max_norm = max_norm;
+  /* float16 skips an overflowing step by the scaler's rule instead; a
+   * finite loss can still carry inf/NaN gradients (an overflow inside the
+   * cell): the update's guard refuses them, after clipping */
+  u.check_loss = !half;
+  CL_TRY(launch_step(m, x, y, target, ls, &u, opts));
+  m->step.outputs_kept = g.Bm == g.B && g.nseg == 1 && !g.tbptt;
+  cl_step_vals v;
+  CL_TRY(cl_vals_read(m, &v)); /* the step's one synchronisation */
+  *loss = v.loss;
+  const int lost = !half && !isfinite(v.loss);
+  if (max_norm > 0 && !lost) m->grad_norm = sqrt(v.sumsq);
+  if (half) return scaler_update(m, opt, &v);
+  if (lost)
     return cl_fail(m, CL_E_INVALID, "the loss is not finite (%g): parameters left unchanged", *loss);
-  /* a finite loss can still carry inf/NaN gradients (an overflow inside the
-   * cell): the update's guard refuses them, in the pass that checks the
-   * update's own results (optim.c), after clipping */
-  CL_TRY(cl_clip_grads(m, max_norm));
-  return cl_model_optimizer_step(m, opt);
+  if (v.fault != CL_FAULT_NONE) return cl_optim_refuse(m, opt->kind, v.fault);
+  cl_optim_applied(m);
+  return CL_OK;
 }
 
 cl_status cl_model_train_step(cl_model *m, const cl_host_array *x, const cl_host_array *y,
@@ -212,6 +272,11 @@ cl_status cl_model_train_step(cl_model *m, const cl_host_array *x, const cl_host
   int K = opts ? opts->horizon : 0;
   if (K > 0 && target != CL_TARGET_SEQUENCE)
     return cl_fail(m, CL_E_INVALID, "a training horizon needs the target \"sequence\"");
+  if (K > 0 && opts->free_run) { /* x is the input only: the step runs K - 1 more */
+    if (T > INT32_MAX - K)
+      return cl_fail(m, CL_E_INVALID, "horizon: %d + %d steps overflow", T, K);
+    T += K - 1;
+  }
   CL_TRY(cl_check_target(m, y, target, "y", B, K > 0 && K <= T ? K : T, H, W));
   if (opts && opts->weight) {
     CL_TRY(cl_check_target(m, opts->weight, target, "weight", B, K > 0 && K <= T ? K : T, H, W));

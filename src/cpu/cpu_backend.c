@@ -192,6 +192,14 @@ static const struct cl_backend_i cpu_iface = {
     /* .gather_rows          = */ cl_cpu_gather_rows,
     /* .loss                 = */ cl_cpu_loss,
     /* .sum_squares          = */ cl_cpu_sum_squares,
+    /* .conv_algo            = */ NULL, /* one algorithm: float32 products, direct sums */
+    /* the sync-free step: backend.c's host defaults, no graphs */
+    /* .step_vals            = */ NULL,
+    /* .loss_acc             = */ NULL,
+    /* .update_step          = */ NULL,
+    /* .graph_begin          = */ NULL,
+    /* .graph_end            = */ NULL,
+    /* .graph_info           = */ NULL,
     /* .mask_mul             = */ cl_cpu_mask_mul,
 };
 

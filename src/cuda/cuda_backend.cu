@@ -138,10 +138,12 @@ static cl_status cuda_upload(cl_backend *be, void *dst, const void *host_src, si
 }
 
 static cl_status cuda_download(cl_backend *be, void *host_dst, const void *src, size_t bytes) {
-  cudaStream_t st = cl_cuda_ctx_of(be)->stream;
-  if (bytes > 0) CL_CUDA_CHECK(be, cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, st));
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  if (bytes > 0)
+    CL_CUDA_CHECK(be, cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream));
   /* also surfaces a fault of any kernel queued before the copy */
-  CL_CUDA_CHECK(be, cudaStreamSynchronize(st));
+  CL_CUDA_CHECK(be, cudaStreamSynchronize(ctx->stream));
+  cl_cuda_stage_settle(be);
   return CL_OK;
 }
 
@@ -158,17 +160,70 @@ static cl_status cuda_mem_info(cl_backend *be, size_t *free_bytes, size_t *total
   return CL_OK;
 }
 
+/* A new pinned stage of `bytes` (the old one freed: the caller has waited
+ * for the stream); on failure none, and the core stages through malloc. */
+static cl_status stage_alloc(cl_backend *be, cl_cuda_ctx *ctx, size_t bytes) {
+  if (ctx->h_stage) (void)cudaFreeHost(ctx->h_stage);
+  ctx->h_stage = NULL;
+  ctx->h_stage_bytes = 0;
+  void *p = NULL;
+  cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+  if (e != cudaSuccess) return cl_cuda_fail(be, e, "cudaHostAlloc", __FILE__, __LINE__);
+  ctx->h_stage = p;
+  ctx->h_stage_bytes = bytes;
+  return CL_OK;
+}
+
+/* Whole MiB, so that batches of slightly different sizes reuse the stage,
+ * and never above the cap. */
+static size_t stage_size(const cl_cuda_ctx *ctx, size_t bytes) {
+  const size_t mib = (size_t)1 << 20;
+  const size_t want = (bytes + mib - 1) / mib * mib;
+  return want > ctx->stage_limit ? ctx->stage_limit : want;
+}
+
+/* The stream has been waited for: no queued copy reads the stage and its
+ * regions start over. A stage that ran short since the last wait is to
+ * hold all that was staged meanwhile (a whole training step, so that the
+ * next one stages without waiting): it grows at the next host_stage, not
+ * here, where the caller may still be reading a region it downloaded into. */
+void cl_cuda_stage_settle(cl_backend *be) {
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  if (ctx->h_stage_short) {
+    const size_t want = stage_size(ctx, ctx->h_stage_total);
+    if (want > ctx->h_stage_grow) ctx->h_stage_grow = want;
+  }
+  ctx->h_stage_used = 0;
+  ctx->h_stage_total = 0;
+  ctx->h_stage_short = 0;
+}
+
+void cl_cuda_stage_prepare(cl_backend *be) {
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  /* nothing staged since the last wait: nothing reads the stage */
+  if (ctx->h_stage_used != 0 || ctx->h_stage_grow <= ctx->h_stage_bytes) return;
+  const size_t grow = ctx->h_stage_grow;
+  ctx->h_stage_grow = 0;
+  if (stage_alloc(be, ctx, grow) != CL_OK) be->err[0] = '\0'; /* host_stage makes a smaller one */
+}
+
 static cl_status cuda_synchronize(cl_backend *be) {
   CL_CUDA_CHECK(be, cudaStreamSynchronize(cl_cuda_ctx_of(be)->stream));
+  cl_cuda_stage_settle(be);
   return CL_OK;
 }
 
 /* Copies from pageable memory go through the driver's own small pinned
  * bounce buffer in pieces; from page-locked memory they are one DMA at the
- * link's speed. One buffer serves every transfer because the core waits for
- * each upload before it stages the next. Page-locked memory is taken from the
- * machine's RAM, so it is capped (CONVLSTM_CUDA_PINNED_MB) and a transfer
- * above the cap is refused here and staged by the core through malloc. */
+ * link's speed. One buffer serves every transfer: regions of it in turn
+ * (each 256-byte aligned), so that a training step stages x and y without
+ * waiting for the copies of the ones before (backend.h); when it is full,
+ * the stream is waited for and it starts over (a larger one when this
+ * request needs it), and at the next wait it grows to all that was staged
+ * since the last (cl_cuda_stage_settle). Page-locked memory is taken from
+ * the machine's RAM, so it is capped (CONVLSTM_CUDA_PINNED_MB) and a
+ * transfer above the cap is refused here and staged by the core through
+ * malloc. */
 static cl_status cuda_host_stage(cl_backend *be, size_t bytes, void **host) {
   cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
   *host = NULL;
@@ -177,25 +232,22 @@ static cl_status cuda_host_stage(cl_backend *be, size_t bytes, void **host) {
              bytes, ctx->stage_limit);
     return CL_E_UNSUPPORTED;
   }
-  if (ctx->h_stage && bytes <= ctx->h_stage_bytes) {
-    *host = ctx->h_stage;
-    return CL_OK;
+  const size_t align = 256, need = (bytes + align - 1) / align * align;
+  cl_cuda_stage_prepare(be);
+  if (!ctx->h_stage || ctx->h_stage_used + bytes > ctx->h_stage_bytes) {
+    /* a queued copy may still read the buffer */
+    CL_CUDA_CHECK(be, cudaStreamSynchronize(ctx->stream));
+    ctx->h_stage_used = 0;
+    ctx->h_stage_short = 1;
+    if (bytes > ctx->h_stage_bytes) {
+      const size_t want = stage_size(ctx, ctx->h_stage_total + need);
+      const cl_status st = stage_alloc(be, ctx, want > bytes ? want : bytes);
+      if (st != CL_OK) return st;
+    }
   }
-  /* a queued copy may still read the old buffer */
-  CL_CUDA_CHECK(be, cudaStreamSynchronize(ctx->stream));
-  if (ctx->h_stage) (void)cudaFreeHost(ctx->h_stage);
-  ctx->h_stage = NULL;
-  ctx->h_stage_bytes = 0;
-  /* whole MiB, so that batches of slightly different sizes reuse it */
-  const size_t mib = (size_t)1 << 20;
-  size_t want = (bytes + mib - 1) / mib * mib;
-  if (want > ctx->stage_limit) want = bytes;
-  void *p = NULL;
-  cudaError_t e = cudaHostAlloc(&p, want, cudaHostAllocDefault);
-  if (e != cudaSuccess) return cl_cuda_fail(be, e, "cudaHostAlloc", __FILE__, __LINE__);
-  ctx->h_stage = p;
-  ctx->h_stage_bytes = want;
-  *host = p;
+  *host = (char *)ctx->h_stage + ctx->h_stage_used;
+  ctx->h_stage_used += need;
+  ctx->h_stage_total += need;
   return CL_OK;
 }
 
@@ -207,10 +259,12 @@ static void cuda_destroy(cl_backend *be) {
   cl_cuda_ctx *ctx = (cl_cuda_ctx *)be->context;
   if (ctx) {
     if (ctx->stream) (void)cudaStreamSynchronize(ctx->stream);
+    cl_cuda_graphs_free(be);
     cl_cudnn_cache_free(ctx->conv);
     if (ctx->cudnn) (void)cudnnDestroy(ctx->cudnn);
     if (ctx->h_partials) (void)cudaFreeHost(ctx->h_partials);
     if (ctx->h_flag) (void)cudaFreeHost(ctx->h_flag);
+    if (ctx->h_consts) (void)cudaFreeHost(ctx->h_consts);
     if (ctx->h_stage) (void)cudaFreeHost(ctx->h_stage);
     if (ctx->stream) (void)cudaStreamDestroy(ctx->stream);
     (void)cudaGetLastError();
@@ -219,16 +273,25 @@ static void cuda_destroy(cl_backend *be) {
   free(be);
 }
 
-/* d_partials and d_flag live in device scratch the core allocates through its
- * accounting allocator (backend.h, scratch_bytes): partial sums first, the
- * flag after them, each aligned as cudaMalloc would align it. */
+/* d_partials, d_flag and the step's block live in device scratch the core
+ * allocates through its accounting allocator (backend.h, scratch_bytes):
+ * partial sums first, then the flag and the clipping coefficient, the
+ * step's results (cl_step_vals) and the update's constants. */
 #define CL_CUDA_SCRATCH_FLAG_AT (CL_CUDA_MAX_PARTIALS * sizeof(double))
-#define CL_CUDA_SCRATCH_BYTES (CL_CUDA_SCRATCH_FLAG_AT + 256)
+#define CL_CUDA_SCRATCH_COEF_AT (CL_CUDA_SCRATCH_FLAG_AT + 16)
+#define CL_CUDA_SCRATCH_VALS_AT (CL_CUDA_SCRATCH_FLAG_AT + 64)
+#define CL_CUDA_SCRATCH_CONSTS_AT (CL_CUDA_SCRATCH_VALS_AT + 64)
+#define CL_CUDA_SCRATCH_BYTES (CL_CUDA_SCRATCH_CONSTS_AT + CL_CUDA_CONSTS_BYTES)
+static_assert(sizeof(cl_step_vals) <= 64, "cl_step_vals outgrew its scratch");
 
 static void cuda_set_scratch(cl_backend *be, void *p) {
   cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  char *b = (char *)p;
   ctx->d_partials = (double *)p;
-  ctx->d_flag = p ? (int *)((char *)p + CL_CUDA_SCRATCH_FLAG_AT) : NULL;
+  ctx->d_flag = p ? (int *)(b + CL_CUDA_SCRATCH_FLAG_AT) : NULL;
+  ctx->d_coef = p ? (float *)(b + CL_CUDA_SCRATCH_COEF_AT) : NULL;
+  ctx->d_vals = p ? (cl_step_vals *)(b + CL_CUDA_SCRATCH_VALS_AT) : NULL;
+  ctx->d_consts = p ? (void *)(b + CL_CUDA_SCRATCH_CONSTS_AT) : NULL;
 }
 
 cl_status cl_cuda_sum_partials(cl_backend *be, unsigned blocks, double *sum) {
@@ -274,6 +337,14 @@ static const struct cl_backend_i cl_cuda_iface = {
     /* .gather_rows = */ cl_cuda_gather_rows,
     /* .loss = */ cl_cuda_loss,
     /* .sum_squares = */ cl_cuda_sum_squares,
+    /* .conv_algo = */ cl_cuda_conv_algo,
+    /* .step_vals = */ cl_cuda_step_vals,
+    /* .loss_acc = */ cl_cuda_loss_acc,
+    /* .update_step = */ cl_cuda_update_step,
+    /* graphs: cuda_graph.cu's table in front of this one, when on */
+    /* .graph_begin = */ NULL,
+    /* .graph_end = */ NULL,
+    /* .graph_info = */ NULL,
     /* .mask_mul = */ cl_cuda_mask_mul,
 };
 
@@ -329,6 +400,7 @@ static cl_status cuda_init(cl_backend *be, cl_cuda_ctx *ctx) {
   cl_cuda_runtime_after_setup(dev);
   CL_CUDA_CHECK(be, cudaMallocHost((void **)&ctx->h_partials, CL_CUDA_MAX_PARTIALS * sizeof(double)));
   CL_CUDA_CHECK(be, cudaMallocHost((void **)&ctx->h_flag, sizeof(int)));
+  CL_CUDA_CHECK(be, cudaMallocHost(&ctx->h_consts, CL_CUDA_CONSTS_BYTES));
 
   /* Knobs with no place in cl_config yet. The workspace cap bounds what one
    * convolution may add to the plan; calls over many frames are cut into
@@ -337,9 +409,15 @@ static cl_status cuda_init(cl_backend *be, cl_cuda_ctx *ctx) {
    * every benchmark shape. */
   ctx->ws_limit = (size_t)(env_double("CONVLSTM_CUDA_WORKSPACE_MB", 256.0) * 1024.0 * 1024.0);
   ctx->benchmark = env_double("CONVLSTM_CUDNN_BENCHMARK", 0.0) != 0.0;
-  /* Off by default (unlike PyTorch's cudnn.allow_tf32): float32 results then
-   * match the CPU backend to float32 rounding. */
-  ctx->allow_tf32 = env_double("CONVLSTM_CUDA_TF32", 0.0) != 0.0;
+  /* As torch.backends.cudnn.deterministic: a step gives the same bits run
+   * after run (test_cuda_graphs compares graphs with launches so). */
+  ctx->deterministic = env_double("CONVLSTM_CUDNN_DETERMINISTIC", 0.0) != 0.0;
+  /* On by default, as PyTorch's torch.backends.cudnn.allow_tf32: float32
+   * convolutions may run on TF32 tensor cores (cuDNN's DEFAULT_MATH), all
+   * else stays float32. CONVLSTM_CUDA_TF32=0 pins them to FMA_MATH, strict
+   * float32 that matches the CPU backend to float32 rounding. */
+  ctx->allow_tf32 = env_double("CONVLSTM_CUDA_TF32", 1.0) != 0.0;
+  be->conv_math = ctx->allow_tf32 ? "tf32" : "float32";
   /* Half-type backward data converts its result into float32 through this
    * much scratch at most, working in slices of images beyond it: 64 MiB holds
    * 32M elements, a call large enough to keep the GPU busy, without the
@@ -367,6 +445,10 @@ extern "C" cl_status cl_backend_cuda_create(cl_backend **out, char *err, size_t 
   be->n_threads = 1;
   ctx->device = -1;
   cl_status st = cuda_init(be, ctx);
+  /* One training step as one CUDA graph: off by default until a GPU run
+   * has shown the replayed step equal to the launched one, bit for bit
+   * (doc/gpu.md). */
+  if (st == CL_OK && env_double("CONVLSTM_CUDA_GRAPHS", 0.0) != 0.0) st = cl_cuda_graphs_attach(be);
   if (st != CL_OK) {
     if (err) snprintf(err, errlen, "cuda backend: %s", be->err);
     cuda_destroy(be);

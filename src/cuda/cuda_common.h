@@ -35,6 +35,7 @@ typedef struct cl_cuda_ctx {
   struct cl_cudnn_cache *conv; /* owned by cudnn_conv.cu, freed by destroy */
   size_t ws_limit;             /* most convolution workspace an algorithm may ask for */
   int benchmark;               /* 1: time algorithms (cudnnFind*); 0: cuDNN's heuristics */
+  int deterministic;           /* 1: only algorithms cuDNN calls deterministic (no atomics) */
   int allow_tf32;              /* 1: float32 convolutions may use TF32 tensor cores */
   /* Most bytes of half-type scratch that backward data may hold for its
    * result before converting it into the float32 dx (cudnn_conv.cu). */
@@ -47,12 +48,30 @@ typedef struct cl_cuda_ctx {
   /* grad_unscale's found-inf flag, on the device and its pinned mirror */
   int *d_flag;
   int *h_flag;
+  /* The sync-free step (backend.h): its results, the clipping coefficient
+   * and the update's constants, all in the scratch; the constants are
+   * written by the host into h_consts (pinned) at each update_step and
+   * copied by the stream, so that a recorded graph reads the current ones. */
+  cl_step_vals *d_vals;
+  float *d_coef;
+  void *d_consts;
+  void *h_consts;
   /* The host_stage slot's pinned buffer (host memory, not counted by the
-   * core's device accounting), grown on demand up to stage_limit bytes. */
+   * core's device accounting), grown on demand up to stage_limit bytes;
+   * regions handed out from h_stage_used on, which goes back to 0 whenever
+   * the stream has been waited for. */
   void *h_stage;
   size_t h_stage_bytes;
-  size_t stage_limit; /* 0: no pinned staging */
+  size_t h_stage_used;
+  size_t h_stage_total; /* staged since the stream was last waited for */
+  int h_stage_short;    /* ... and the stage ran out meanwhile */
+  size_t h_stage_grow;  /* the size it is to grow to before its next use */
+  size_t stage_limit;   /* 0: no pinned staging */
+  struct cl_cuda_graphs *graphs; /* cuda_graph.cu; NULL with CONVLSTM_CUDA_GRAPHS=0 */
 } cl_cuda_ctx;
+
+/* Bytes of scratch for the step's update constants (cuda_optim.cu). */
+#define CL_CUDA_CONSTS_BYTES 128
 
 #define CL_CUDA_MAX_PARTIALS 1024
 #define CL_CUDA_THREADS 256
@@ -154,6 +173,7 @@ cl_status cl_cuda_cast_from_f32(cl_backend *be, const float *src, void *dst, siz
 
 /* cudnn_conv.cu */
 cl_status cl_cuda_conv_workspace(cl_backend *be, const cl_conv_shape *s, size_t *bytes);
+const char *cl_cuda_conv_algo(cl_backend *be, const cl_conv_shape *s, int dir);
 cl_status cl_cuda_conv_forward(cl_backend *be, const cl_conv_shape *s, const void *x,
                                const float *w, const float *bias, void *y, int accumulate,
                                void *ws);
@@ -169,7 +189,15 @@ cl_status cl_cuda_gates_forward(cl_backend *be, const cl_gates_shape *s, void *z
 cl_status cl_cuda_gates_backward(cl_backend *be, const cl_gates_shape *s, void *gates,
                                  const void *c, const void *c_prev, const float *dh, float *dc);
 
-/* cuda_optim.cu */
+/* cuda_optim.cu: the mse kernel alone (its partial sums left in
+ * d_partials, *blocks of them), and the training step's update decided on
+ * the device (backend.h, cl_update_args): update_stage writes the host's
+ * part (the constants into h_consts), update_launch enqueues the rest. */
+cl_status cl_cuda_mse_launch(cl_backend *be, const void *pred, const float *target, size_t n,
+                             cl_dtype dtype, float scale, float *grad, unsigned *blocks);
+cl_status cl_cuda_update_stage(cl_backend *be, const cl_update_args *u);
+cl_status cl_cuda_update_launch(cl_backend *be, const cl_update_args *u, cl_step_vals *vals);
+cl_status cl_cuda_update_step(cl_backend *be, const cl_update_args *u, cl_step_vals *vals);
 cl_status cl_cuda_mse(cl_backend *be, const void *pred, const float *target, size_t n,
                       cl_dtype dtype, float scale, float *grad, double *loss);
 cl_status cl_cuda_grad_unscale(cl_backend *be, float *g, size_t n, float inv_scale,
@@ -188,17 +216,39 @@ cl_status cl_cuda_sgd_check(cl_backend *be, const float *p, const float *g, cons
 cl_status cl_cuda_gather_rows(cl_backend *be, void *dst, const void *src, const int *idx, int nb,
                               int N, int t0, int nt, size_t row_bytes);
 
-/* cuda_loss.cu */
+/* cuda_loss.cu (and the kernel alone, as cl_cuda_mse_launch) */
+cl_status cl_cuda_loss_launch(cl_backend *be, const cl_loss_fn *f, const void *pred,
+                              const float *target, const float *weight, size_t n, cl_dtype dtype,
+                              float scale, float *grad, unsigned *blocks);
 cl_status cl_cuda_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, const float *target,
                        const float *weight, size_t n, cl_dtype dtype, float scale, float *grad,
                        double *loss);
 
-/* cuda_clip.cu */
+/* cuda_clip.cu; clip_launch: step 2 of cl_update_args on the device */
 cl_status cl_cuda_sum_squares(cl_backend *be, const float *g, size_t n, double *sum);
 
 /* cuda_dropout.cu */
 cl_status cl_cuda_mask_mul(cl_backend *be, const void *in, const float *mask, void *out, size_t n,
                            size_t reps, cl_dtype t, int accumulate);
+cl_status cl_cuda_clip_launch(cl_backend *be, const cl_update_args *u, cl_step_vals *vals);
+
+/* cuda_step.cu: the loss added into a device double, and the step's block */
+cl_status cl_cuda_loss_acc(cl_backend *be, const cl_loss_fn *f, const void *pred,
+                           const float *target, const float *weight, size_t n, cl_dtype dtype,
+                           float scale, float *grad, double share, double *acc);
+cl_step_vals *cl_cuda_step_vals(cl_backend *be);
+
+/* cuda_backend.cu: after every wait for the stream (cuda_host_stage);
+ * prepare: the stage's pending growth made now, where nothing is staged
+ * (before a step's capture: no allocation inside it) */
+void cl_cuda_stage_settle(cl_backend *be);
+void cl_cuda_stage_prepare(cl_backend *be);
+
+/* cuda_graph.cu: CONVLSTM_CUDA_GRAPHS=1 puts the recording table in front of
+ * the backend's (be->iface), which captures a training step as a CUDA graph
+ * and replays it; graphs_free at destroy. */
+cl_status cl_cuda_graphs_attach(cl_backend *be);
+void cl_cuda_graphs_free(cl_backend *be);
 /* cuda_runtime_mem.cu: the process's runtime overhead on the GPU (context,
  * cuDNN handle, stream), measured once around the first backend's set-up:
  * before_context before cudaSetDevice, after_context right after it,

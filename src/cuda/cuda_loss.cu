@@ -60,18 +60,15 @@ __global__ void loss_kernel(loss_k k, const T *pred, const float *target, const 
 }
 
 template <typename T>
-static cl_status loss_t(cl_backend *be, loss_k k, const void *pred, const float *target,
-                        const float *weight, size_t n, float gscale, float *grad, double *sum) {
-  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
-  const unsigned blocks = cl_cuda_partial_blocks(n);
+static void loss_t(cl_cuda_ctx *ctx, loss_k k, const void *pred, const float *target,
+                   const float *weight, size_t n, float gscale, float *grad, unsigned blocks) {
   loss_kernel<T><<<blocks, CL_CUDA_THREADS, 0, ctx->stream>>>(k, (const T *)pred, target, weight,
                                                              n, gscale, grad, ctx->d_partials);
-  return cl_cuda_sum_partials(be, blocks, sum);
 }
 
-cl_status cl_cuda_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, const float *target,
-                       const float *weight, size_t n, cl_dtype dtype, float scale, float *grad,
-                       double *loss) {
+cl_status cl_cuda_loss_launch(cl_backend *be, const cl_loss_fn *f, const void *pred,
+                              const float *target, const float *weight, size_t n, cl_dtype dtype,
+                              float scale, float *grad, unsigned *blocks) {
   if (n == 0) {
     snprintf(be->err, sizeof be->err, "cuda loss: no elements");
     return CL_E_INVALID;
@@ -84,21 +81,33 @@ cl_status cl_cuda_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, co
   const loss_k k = {(int)f->kind, (float)f->delta, (float)f->pos_weight};
   const float gscale = f->kind == CL_LOSS_MSE ? (float)(2.0 * (double)scale / (double)n)
                                               : (float)(1.0 / (double)n) * scale;
-  double sum = 0.0;
-  cl_status st;
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  *blocks = cl_cuda_partial_blocks(n);
   switch (dtype) {
   case CL_F32:
-    st = loss_t<float>(be, k, pred, target, weight, n, gscale, grad, &sum);
+    loss_t<float>(ctx, k, pred, target, weight, n, gscale, grad, *blocks);
     break;
   case CL_F16:
-    st = loss_t<__half>(be, k, pred, target, weight, n, gscale, grad, &sum);
+    loss_t<__half>(ctx, k, pred, target, weight, n, gscale, grad, *blocks);
     break;
   case CL_BF16:
-    st = loss_t<__nv_bfloat16>(be, k, pred, target, weight, n, gscale, grad, &sum);
+    loss_t<__nv_bfloat16>(ctx, k, pred, target, weight, n, gscale, grad, *blocks);
     break;
   default:
     return cl_cuda_bad_dtype(be, dtype, "loss");
   }
+  CL_CUDA_LAUNCH_CHECK(be);
+  return CL_OK;
+}
+
+cl_status cl_cuda_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, const float *target,
+                       const float *weight, size_t n, cl_dtype dtype, float scale, float *grad,
+                       double *loss) {
+  unsigned blocks = 0;
+  double sum = 0.0;
+  cl_status st =
+      cl_cuda_loss_launch(be, f, pred, target, weight, n, dtype, scale, grad, &blocks);
+  if (st == CL_OK) st = cl_cuda_sum_partials(be, blocks, &sum);
   if (st == CL_OK) *loss = sum / (double)n;
   return st;
 }

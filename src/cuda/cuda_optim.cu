@@ -41,37 +41,44 @@ __global__ void mse_kernel(const T *pred, const float *target, size_t n, float g
 }
 
 template <typename T>
-static cl_status mse_t(cl_backend *be, const void *pred, const float *target, size_t n,
-                       float gscale, float *grad, double *sum) {
-  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
-  const unsigned blocks = cl_cuda_partial_blocks(n);
+static void mse_t(cl_cuda_ctx *ctx, const void *pred, const float *target, size_t n, float gscale,
+                  float *grad, unsigned blocks) {
   mse_kernel<T><<<blocks, CL_CUDA_THREADS, 0, ctx->stream>>>(
       (const T *)pred, target, n, gscale, grad, ctx->d_partials);
-  return cl_cuda_sum_partials(be, blocks, sum);
 }
 
-cl_status cl_cuda_mse(cl_backend *be, const void *pred, const float *target, size_t n,
-                      cl_dtype dtype, float scale, float *grad, double *loss) {
+cl_status cl_cuda_mse_launch(cl_backend *be, const void *pred, const float *target, size_t n,
+                             cl_dtype dtype, float scale, float *grad, unsigned *blocks) {
   if (n == 0) {
     snprintf(be->err, sizeof be->err, "cuda mse: no elements");
     return CL_E_INVALID;
   }
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
   const float gscale = (float)(2.0 * (double)scale / (double)n);
-  double sum = 0.0;
-  cl_status st;
+  *blocks = cl_cuda_partial_blocks(n);
   switch (dtype) {
   case CL_F32:
-    st = mse_t<float>(be, pred, target, n, gscale, grad, &sum);
+    mse_t<float>(ctx, pred, target, n, gscale, grad, *blocks);
     break;
   case CL_F16:
-    st = mse_t<__half>(be, pred, target, n, gscale, grad, &sum);
+    mse_t<__half>(ctx, pred, target, n, gscale, grad, *blocks);
     break;
   case CL_BF16:
-    st = mse_t<__nv_bfloat16>(be, pred, target, n, gscale, grad, &sum);
+    mse_t<__nv_bfloat16>(ctx, pred, target, n, gscale, grad, *blocks);
     break;
   default:
     return cl_cuda_bad_dtype(be, dtype, "mse");
   }
+  CL_CUDA_LAUNCH_CHECK(be);
+  return CL_OK;
+}
+
+cl_status cl_cuda_mse(cl_backend *be, const void *pred, const float *target, size_t n,
+                      cl_dtype dtype, float scale, float *grad, double *loss) {
+  unsigned blocks = 0;
+  double sum = 0.0;
+  cl_status st = cl_cuda_mse_launch(be, pred, target, n, dtype, scale, grad, &blocks);
+  if (st == CL_OK) st = cl_cuda_sum_partials(be, blocks, &sum);
   if (st == CL_OK) *loss = sum / (double)n;
   return st;
 }
@@ -154,9 +161,10 @@ __device__ __forceinline__ void adam_elem(const adam_k &k, float gi, float &p, f
   p = p - k.step_size * (m / denom);
 }
 
+/* The grid's share of the update; the plain kernel's and the step's. */
 template <bool AMS>
-__global__ void adam_kernel(float *p, const float *g, float *m, float *v, float *vmax, size_t n,
-                            adam_k k) {
+__device__ __forceinline__ void adam_apply(const adam_k &k, float *p, const float *g, float *m,
+                                           float *v, float *vmax, size_t n) {
   CL_CUDA_FOR(i, n) {
     float pi = p[i], mi = m[i], vi = v[i], xi = AMS ? vmax[i] : 0.0f;
     adam_elem<AMS>(k, g[i], pi, mi, vi, xi);
@@ -165,6 +173,12 @@ __global__ void adam_kernel(float *p, const float *g, float *m, float *v, float 
     if (AMS) vmax[i] = xi;
     p[i] = pi;
   }
+}
+
+template <bool AMS>
+__global__ void adam_kernel(float *p, const float *g, float *m, float *v, float *vmax, size_t n,
+                            adam_k k) {
+  adam_apply<AMS>(k, p, g, m, v, vmax, n);
 }
 
 static cl_status adam_step_ok(cl_backend *be, const cl_adam_hp *hp) {
@@ -209,14 +223,19 @@ __device__ __forceinline__ void sgd_elem(float lr, float momentum, float wd, int
   p = p - lr * d;
 }
 
-__global__ void sgd_kernel(float *p, const float *g, float *buf, size_t n, float lr,
-                           float momentum, float wd, int first) {
+__device__ __forceinline__ void sgd_apply(float *p, const float *g, float *buf, size_t n, float lr,
+                                          float momentum, float wd, int first) {
   CL_CUDA_FOR(i, n) {
     float pi = p[i], b = buf && !first ? buf[i] : 0.0f;
     sgd_elem(lr, momentum, wd, first, buf != NULL, g[i], pi, b);
     if (buf) buf[i] = b;
     p[i] = pi;
   }
+}
+
+__global__ void sgd_kernel(float *p, const float *g, float *buf, size_t n, float lr,
+                           float momentum, float wd, int first) {
+  sgd_apply(p, g, buf, n, lr, momentum, wd, first);
 }
 
 static cl_status sgd_buf_ok(cl_backend *be, const float *buf, const cl_sgd_hp *hp) {
@@ -254,9 +273,9 @@ __device__ __forceinline__ unsigned long long fault_of(size_t i, float g, float 
  * threads that found a fault store, so the finite case costs a read of the
  * inputs and no traffic. */
 template <bool AMS>
-__global__ void adam_check_kernel(const float *p, const float *g, const float *m, const float *v,
-                                  const float *vmax, size_t n, adam_k k,
-                                  unsigned long long *fault) {
+__device__ __forceinline__ void adam_guard(const adam_k &k, const float *p, const float *g,
+                                           const float *m, const float *v, const float *vmax,
+                                           size_t n, unsigned long long *fault) {
   CL_CUDA_FOR(i, n) {
     float pi = p[i], mi = m ? m[i] : 0.0f, vi = v ? v[i] : 0.0f, xi = vmax ? vmax[i] : 0.0f;
     adam_elem<AMS>(k, g[i], pi, mi, vi, xi);
@@ -265,15 +284,28 @@ __global__ void adam_check_kernel(const float *p, const float *g, const float *m
   }
 }
 
-__global__ void sgd_check_kernel(const float *p, const float *g, const float *buf, size_t n,
-                                 float lr, float momentum, float wd, int first,
-                                 unsigned long long *fault) {
+template <bool AMS>
+__global__ void adam_check_kernel(const float *p, const float *g, const float *m, const float *v,
+                                  const float *vmax, size_t n, adam_k k,
+                                  unsigned long long *fault) {
+  adam_guard<AMS>(k, p, g, m, v, vmax, n, fault);
+}
+
+__device__ __forceinline__ void sgd_guard(const float *p, const float *g, const float *buf,
+                                          size_t n, float lr, float momentum, float wd, int first,
+                                          unsigned long long *fault) {
   CL_CUDA_FOR(i, n) {
     float pi = p[i], b = buf && !first ? buf[i] : 0.0f;
     sgd_elem(lr, momentum, wd, first, momentum != 0.0f, g[i], pi, b);
     const unsigned long long f = fault_of(i, g[i], b, 0.0f, pi);
     if (f != CL_FAULT_NONE) atomicMin(fault, f);
   }
+}
+
+__global__ void sgd_check_kernel(const float *p, const float *g, const float *buf, size_t n,
+                                 float lr, float momentum, float wd, int first,
+                                 unsigned long long *fault) {
+  sgd_guard(p, g, buf, n, lr, momentum, wd, first, fault);
 }
 
 /* The 64-bit word is the first slot of the loss's partial sums (8 bytes,
@@ -328,4 +360,119 @@ cl_status cl_cuda_sgd_check(cl_backend *be, const float *p, const float *g, cons
       p, g, hp->momentum != 0.0f ? buf : NULL, n, hp->lr, hp->momentum, hp->weight_decay,
       hp->first ? 1 : 0, fault_word(ctx));
   return fault_end(be, ctx, fault);
+}
+
+/* ---- the training step's update, decided on the device ------------------
+ * backend.h's cl_update_args: the guard, the decision and the update read
+ * the step's results (cl_step_vals) and the update's constants from device
+ * memory, never from the host, so the launches below are the same at every
+ * step and a graph of them replays any step: the constants change (the
+ * bias corrections with the step count, a schedule's lr) through h_consts,
+ * a pinned block the host rewrites at each call and the stream copies. */
+struct step_consts {
+  adam_k a;
+  float lr, momentum, wd; /* SGD */
+  int first;
+};
+static_assert(sizeof(step_consts) <= CL_CUDA_CONSTS_BYTES, "step constants outgrew their scratch");
+
+template <bool AMS>
+__global__ void adam_step_guard_kernel(const float *p, const float *g, const float *m,
+                                       const float *v, const float *vmax, size_t n,
+                                       const step_consts *c, cl_step_vals *vals, int check_loss) {
+  if (vals->found_inf || (check_loss && !isfinite(vals->loss))) return;
+  adam_guard<AMS>(c->a, p, g, m, v, vmax, n, reinterpret_cast<unsigned long long *>(&vals->fault));
+}
+
+__global__ void sgd_step_guard_kernel(const float *p, const float *g, const float *buf, size_t n,
+                                      const step_consts *c, cl_step_vals *vals, int check_loss) {
+  if (vals->found_inf || (check_loss && !isfinite(vals->loss))) return;
+  sgd_guard(p, g, buf, n, c->lr, c->momentum, c->wd, c->first,
+            reinterpret_cast<unsigned long long *>(&vals->fault));
+}
+
+__global__ void step_decide_kernel(cl_step_vals *v, int check_loss) {
+  v->skipped = v->found_inf || v->fault != CL_FAULT_NONE || (check_loss && !isfinite(v->loss));
+}
+
+template <bool AMS>
+__global__ void adam_step_kernel(float *p, const float *g, float *m, float *v, float *vmax,
+                                 size_t n, const step_consts *c, const cl_step_vals *vals) {
+  if (vals->skipped) return;
+  adam_apply<AMS>(c->a, p, g, m, v, vmax, n);
+}
+
+__global__ void sgd_step_kernel(float *p, const float *g, float *buf, size_t n,
+                                const step_consts *c, const cl_step_vals *vals) {
+  if (vals->skipped) return;
+  sgd_apply(p, g, buf, n, c->lr, c->momentum, c->wd, c->first);
+}
+
+cl_status cl_cuda_update_stage(cl_backend *be, const cl_update_args *u) {
+  step_consts c;
+  memset(&c, 0, sizeof c);
+  if (u->adam) {
+    if (adam_step_ok(be, &u->ahp) != CL_OK) return CL_E_INVALID;
+    if (u->ahp.amsgrad && !u->vmax) {
+      snprintf(be->err, sizeof be->err, "cuda adam: amsgrad needs max_exp_avg_sq");
+      return CL_E_INVALID;
+    }
+    c.a = adam_consts(&u->ahp);
+  } else {
+    if (sgd_buf_ok(be, u->m, &u->shp) != CL_OK) return CL_E_INVALID;
+    c.lr = u->shp.lr;
+    c.momentum = u->shp.momentum;
+    c.wd = u->shp.weight_decay;
+    c.first = u->shp.first ? 1 : 0;
+  }
+  memcpy(cl_cuda_ctx_of(be)->h_consts, &c, sizeof c);
+  return CL_OK;
+}
+
+cl_status cl_cuda_update_launch(cl_backend *be, const cl_update_args *u, cl_step_vals *vals) {
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  cudaStream_t s = ctx->stream;
+  const step_consts *c = (const step_consts *)ctx->d_consts;
+  const size_t n = u->n;
+  const unsigned blocks = cl_cuda_blocks(n);
+  CL_CUDA_CHECK(be, cudaMemcpyAsync(ctx->d_consts, ctx->h_consts, sizeof(step_consts),
+                                    cudaMemcpyHostToDevice, s));
+  if (u->unscale) {
+    grad_unscale_kernel<<<blocks, CL_CUDA_THREADS, 0, s>>>(u->g, n, u->inv_scale, &vals->found_inf);
+    CL_CUDA_LAUNCH_CHECK(be);
+  }
+  if (u->max_norm > 0) {
+    const cl_status st = cl_cuda_clip_launch(be, u, vals);
+    if (st != CL_OK) return st;
+  }
+  CL_CUDA_CHECK(be, cudaMemsetAsync(&vals->fault, 0xff, sizeof vals->fault, s));
+  const int cl = u->check_loss;
+  if (u->adam && u->ahp.amsgrad)
+    adam_step_guard_kernel<true><<<blocks, CL_CUDA_THREADS, 0, s>>>(u->p, u->g, u->m, u->v,
+                                                                   u->vmax, n, c, vals, cl);
+  else if (u->adam)
+    adam_step_guard_kernel<false><<<blocks, CL_CUDA_THREADS, 0, s>>>(u->p, u->g, u->m, u->v, NULL,
+                                                                    n, c, vals, cl);
+  else
+    sgd_step_guard_kernel<<<blocks, CL_CUDA_THREADS, 0, s>>>(
+        u->p, u->g, u->shp.momentum != 0.0f ? u->m : NULL, n, c, vals, cl);
+  CL_CUDA_LAUNCH_CHECK(be);
+  step_decide_kernel<<<1, 1, 0, s>>>(vals, cl);
+  CL_CUDA_LAUNCH_CHECK(be);
+  if (u->adam && u->ahp.amsgrad)
+    adam_step_kernel<true><<<blocks, CL_CUDA_THREADS, 0, s>>>(u->p, u->g, u->m, u->v, u->vmax, n,
+                                                             c, vals);
+  else if (u->adam)
+    adam_step_kernel<false><<<blocks, CL_CUDA_THREADS, 0, s>>>(u->p, u->g, u->m, u->v, NULL, n, c,
+                                                              vals);
+  else
+    sgd_step_kernel<<<blocks, CL_CUDA_THREADS, 0, s>>>(
+        u->p, u->g, u->shp.momentum != 0.0f ? u->m : NULL, n, c, vals);
+  CL_CUDA_LAUNCH_CHECK(be);
+  return CL_OK;
+}
+
+cl_status cl_cuda_update_step(cl_backend *be, const cl_update_args *u, cl_step_vals *vals) {
+  const cl_status st = cl_cuda_update_stage(be, u);
+  return st == CL_OK ? cl_cuda_update_launch(be, u, vals) : st;
 }

@@ -4,8 +4,8 @@
  * data, backward filter (with the bias gradient) and the workspace each needs.
  *
  * The convolution is torch's Conv2d: cross-correlation, stride 1, "same"
- * padding (cl_conv_pad_h / _w), kh x kw kernels, dilation, NCHW. float32 runs
- * on FMA units unless CONVLSTM_CUDA_TF32 is set;
+ * padding (cl_conv_pad_h / _w), kh x kw kernels, dilation, NCHW. float32
+ * may run on TF32 tensor cores, PyTorch's default (CONVLSTM_CUDA_TF32=0: FMA);
  * float16 and bfloat16 run on tensor cores with float accumulation, the
  * float32 weights being cast into the workspace first (as autocast does).
  * cuDNN wants x, y and w of one type, but dx (an activation gradient) and
@@ -15,16 +15,22 @@
  * flows back into float32.
  *
  * Algorithms are chosen once per shape and direction, under ctx->ws_limit,
- * and kept with their descriptors in a cache for the backend's lifetime:
- * conv_workspace() and the three calls therefore agree on the algorithm, so
- * the workspace the core allocates from conv_workspace() is exactly what
- * they use.
+ * by cuDNN's heuristics (no device memory, no timing), and kept with their
+ * descriptors in a cache for the backend's lifetime: conv_workspace() and
+ * the three calls therefore agree on the algorithm, so the workspace the
+ * core allocates from conv_workspace() is exactly what they use. With
+ * CONVLSTM_CUDNN_BENCHMARK=1 the first call of each shape and direction
+ * then times the candidates (cudnnFind*AlgorithmEx) on that call's own
+ * buffers and the planned workspace, and keeps the fastest that fits it:
+ * planning stays allocation-free, so it cannot fail at the sizes
+ * max_batch_size() probes, and the plan stays what the calls use.
  *
  * This file does not allocate device memory: all scratch is in `ws`.
  */
 #include <limits.h> /* INT_MAX */
 #include <stdio.h>  /* snprintf */
 #include <stdlib.h> /* calloc, realloc, free */
+#include <string.h> /* strcmp, strlen */
 
 #include "cuda_common.h" /* context, check macros, cl_ld/cl_st, cl_block_sum */
 
@@ -45,6 +51,7 @@ typedef struct conv_entry {
   size_t ws_fwd, ws_data, ws_filter; /* bytes of cuDNN workspace for each */
   unsigned chosen;                   /* DIR_* bits: the directions chosen so far */
   unsigned top;                      /* DIR_* bits: chose cuDNN's first-ranked algorithm */
+  unsigned tuned;                    /* DIR_* bits: timed (CONVLSTM_CUDNN_BENCHMARK) */
 } conv_entry;
 
 /* Directions are chosen on first use: a chunk size one direction never
@@ -54,6 +61,7 @@ enum { DIR_FWD = 1, DIR_DATA = 2, DIR_FILTER = 4 };
 struct cl_cudnn_cache {
   conv_entry **e; /* pointers, so an entry stays put when the array grows */
   int n, cap;
+  char algo[160]; /* cl_cuda_conv_algo's answer */
 };
 
 static void entry_free(conv_entry *e) {
@@ -92,9 +100,12 @@ struct fwd_op {
                                   perf_t *p) {
     return cudnnGetConvolutionForwardAlgorithm_v7(h, e->x, e->w, cd, e->y, req, got, p);
   }
-  static cudnnStatus_t find(cudnnHandle_t h, const conv_entry *e,
-                            cudnnConvolutionDescriptor_t cd, int req, int *got, perf_t *p) {
-    return cudnnFindConvolutionForwardAlgorithm(h, e->x, e->w, cd, e->y, req, got, p);
+  /* a: x, b: w (storage type), out: y */
+  static cudnnStatus_t find_ex(cudnnHandle_t h, const conv_entry *e,
+                               cudnnConvolutionDescriptor_t cd, const void *a, const void *b,
+                               void *out, int req, int *got, perf_t *p, void *ws, size_t wsb) {
+    return cudnnFindConvolutionForwardAlgorithmEx(h, e->x, a, e->w, b, cd, e->y, out, req, got, p,
+                                                  ws, wsb);
   }
   static cudnnStatus_t workspace(cudnnHandle_t h, const conv_entry *e,
                                  cudnnConvolutionDescriptor_t cd, algo_t a, size_t *bytes) {
@@ -114,9 +125,12 @@ struct data_op {
                                   perf_t *p) {
     return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, e->w, e->y, cd, e->x, req, got, p);
   }
-  static cudnnStatus_t find(cudnnHandle_t h, const conv_entry *e,
-                            cudnnConvolutionDescriptor_t cd, int req, int *got, perf_t *p) {
-    return cudnnFindConvolutionBackwardDataAlgorithm(h, e->w, e->y, cd, e->x, req, got, p);
+  /* a: w (storage type), b: dy, out: dx (storage type) */
+  static cudnnStatus_t find_ex(cudnnHandle_t h, const conv_entry *e,
+                               cudnnConvolutionDescriptor_t cd, const void *a, const void *b,
+                               void *out, int req, int *got, perf_t *p, void *ws, size_t wsb) {
+    return cudnnFindConvolutionBackwardDataAlgorithmEx(h, e->w, a, e->y, b, cd, e->x, out, req,
+                                                       got, p, ws, wsb);
   }
   static cudnnStatus_t workspace(cudnnHandle_t h, const conv_entry *e,
                                  cudnnConvolutionDescriptor_t cd, algo_t a, size_t *bytes) {
@@ -136,9 +150,12 @@ struct filter_op {
                                   perf_t *p) {
     return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, e->x, e->y, cd, e->w, req, got, p);
   }
-  static cudnnStatus_t find(cudnnHandle_t h, const conv_entry *e,
-                            cudnnConvolutionDescriptor_t cd, int req, int *got, perf_t *p) {
-    return cudnnFindConvolutionBackwardFilterAlgorithm(h, e->x, e->y, cd, e->w, req, got, p);
+  /* a: x, b: dy, out: dw (storage type) */
+  static cudnnStatus_t find_ex(cudnnHandle_t h, const conv_entry *e,
+                               cudnnConvolutionDescriptor_t cd, const void *a, const void *b,
+                               void *out, int req, int *got, perf_t *p, void *ws, size_t wsb) {
+    return cudnnFindConvolutionBackwardFilterAlgorithmEx(h, e->x, a, e->y, b, cd, e->w, out, req,
+                                                         got, p, ws, wsb);
   }
   static cudnnStatus_t workspace(cudnnHandle_t h, const conv_entry *e,
                                  cudnnConvolutionDescriptor_t cd, algo_t a, size_t *bytes) {
@@ -148,9 +165,9 @@ struct filter_op {
 
 #define MAX_ALGOS 16
 
-/* Take the candidates in cuDNN's order (fastest first, by heuristics or by
- * timing) and keep the first whose workspace fits under ws_limit; if none
- * fits, the one needing the least. The math type goes onto cd: cuDNN decides
+/* Take the candidates in cuDNN's heuristic order (fastest first) and keep
+ * the first whose workspace fits under ws_limit; if none fits, the one
+ * needing the least. The math type goes onto cd: cuDNN decides
  * tensor-core use from algorithm and math type together. float32 without
  * TF32 is pinned to FMA whatever a candidate says, so that it never rounds
  * its inputs to TF32. */
@@ -164,16 +181,14 @@ static cl_status choose(cl_backend *be, const conv_entry *e, cudnnConvolutionDes
   CL_CUDNN_CHECK(be, Op::max_count(h, &req));
   if (req > MAX_ALGOS) req = MAX_ALGOS;
   if (req < 1) req = 1;
-  if (ctx->benchmark)
-    CL_CUDNN_CHECK(be, Op::find(h, e, cd, req, &got, perf));
-  else
-    CL_CUDNN_CHECK(be, Op::heuristics(h, e, cd, req, &got, perf));
+  CL_CUDNN_CHECK(be, Op::heuristics(h, e, cd, req, &got, perf));
   const int pin_fma = e->dtype == CL_F32 && !ctx->allow_tf32;
   int best = -1, first = -1;
   size_t best_ws = 0;
   for (int pass = 0; pass < 2 && best < 0; pass++) {
     for (int i = 0; i < got; i++) {
       if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+      if (ctx->deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
       cudnnMathType_t mt = pin_fma ? CUDNN_FMA_MATH : perf[i].mathType;
       size_t bytes = 0;
       if (cudnnSetConvolutionMathType(cd, mt) != CUDNN_STATUS_SUCCESS ||
@@ -204,13 +219,20 @@ static cl_status choose(cl_backend *be, const conv_entry *e, cudnnConvolutionDes
   return CL_OK;
 }
 
+/* What the candidates are asked for (choose() then keeps each one's own):
+ * tensor cores for the half types; for float32 DEFAULT_MATH, which lets
+ * cuDNN 9 use TF32 tensor cores (PyTorch's allow_tf32), or FMA_MATH, which
+ * forbids every tensor-core path (strict float32). */
+static cudnnMathType_t request_math(cl_backend *be, cl_dtype t) {
+  return t != CL_F32                       ? CUDNN_TENSOR_OP_MATH
+         : cl_cuda_ctx_of(be)->allow_tf32 ? CUDNN_DEFAULT_MATH
+                                          : CUDNN_FMA_MATH;
+}
+
 static cl_status entry_init(cl_backend *be, conv_entry *e) {
   const cudnnDataType_t dt = cudnn_type(e->dtype);
   const int ph = cl_conv_pad_h(&e->s), pw = cl_conv_pad_w(&e->s);
-  /* what the candidates are asked for; choose() then keeps each one's own */
-  const cudnnMathType_t math = e->dtype != CL_F32                ? CUDNN_TENSOR_OP_MATH
-                               : cl_cuda_ctx_of(be)->allow_tf32 ? CUDNN_DEFAULT_MATH
-                                                                : CUDNN_FMA_MATH;
+  const cudnnMathType_t math = request_math(be, e->dtype);
   CL_CUDNN_CHECK(be, cudnnCreateTensorDescriptor(&e->x));
   CL_CUDNN_CHECK(be, cudnnCreateTensorDescriptor(&e->y));
   CL_CUDNN_CHECK(be, cudnnCreateFilterDescriptor(&e->w));
@@ -418,6 +440,123 @@ cl_status cl_cuda_conv_workspace(cl_backend *be, const cl_conv_shape *s, size_t 
   return CL_OK;
 }
 
+/* ---- CONVLSTM_CUDNN_BENCHMARK: timing at the first call ---------------- */
+
+/* The bytes of cuDNN's own workspace the plan holds for s in direction dir:
+ * the shape's conv_workspace less what comes before cuDNN's part (the
+ * weight copy; for backward data the dx scratch too). The core's workspace
+ * is at least conv_workspace(s) for every shape a step runs. */
+static cl_status cudnn_room(cl_backend *be, const cl_conv_shape *s, unsigned dir, size_t *room) {
+  size_t all = 0, before = weight_copy_bytes(s);
+  cl_status st = cl_cuda_conv_workspace(be, s, &all);
+  if (st != CL_OK) return st;
+  if (dir == DIR_DATA) {
+    int nd;
+    if ((st = dir_chunk(be, s, DIR_DATA, &nd)) != CL_OK) return st;
+    before += dx_scratch_bytes(s, nd);
+  }
+  *room = all > before ? all - before : 0;
+  return CL_OK;
+}
+
+/* Time e's candidates for one direction on the call's own buffers (a, b:
+ * its inputs in Op's order) within `room` bytes at cws, and keep the fastest
+ * that fits; once per entry and direction. cuDNN overwrites the output it
+ * times into: that is the call's output where the call overwrites it anyway
+ * (clobber_ok), else out_bytes at the front of cws, the rest being the
+ * timing's workspace. Where that does not fit, or the timing fails, the
+ * heuristic choice stays: it fits the plan by construction. */
+template <class Op>
+static cl_status tune(cl_backend *be, conv_entry *e, cudnnConvolutionDescriptor_t cd,
+                      unsigned dir, const void *a, const void *b, void *out, size_t out_bytes,
+                      int clobber_ok, char *cws, size_t room, typename Op::algo_t *algo,
+                      size_t *ws_bytes) {
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  e->tuned |= dir;
+  if (!clobber_ok) {
+    const size_t o = align256(out_bytes);
+    if (!cws || o > room) return CL_OK;
+    out = cws, cws += o, room -= o;
+  }
+  cudnnMathType_t kept;
+  CL_CUDNN_CHECK(be, cudnnGetConvolutionMathType(cd, &kept));
+  typename Op::perf_t perf[MAX_ALGOS];
+  int req = 0, got = 0, best = -1;
+  CL_CUDNN_CHECK(be, Op::max_count(ctx->cudnn, &req));
+  if (req > MAX_ALGOS) req = MAX_ALGOS;
+  if (req < 1) req = 1;
+  CL_CUDNN_CHECK(be, cudnnSetConvolutionMathType(cd, request_math(be, e->dtype)));
+  const int pin_fma = e->dtype == CL_F32 && !ctx->allow_tf32;
+  size_t need = 0;
+  if (Op::find_ex(ctx->cudnn, e, cd, a, b, out, req, &got, perf, room ? cws : NULL, room) ==
+      CUDNN_STATUS_SUCCESS) {
+    for (int i = 0; i < got && best < 0; i++) { /* fastest first */
+      if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > room) continue;
+      if (ctx->deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
+      if (cudnnSetConvolutionMathType(cd, pin_fma ? CUDNN_FMA_MATH : perf[i].mathType) !=
+              CUDNN_STATUS_SUCCESS ||
+          Op::workspace(ctx->cudnn, e, cd, perf[i].algo, &need) != CUDNN_STATUS_SUCCESS)
+        continue;
+      if (need < perf[i].memory) need = perf[i].memory;
+      if (need <= room) best = i;
+    }
+  }
+  (void)cudaGetLastError(); /* a candidate that failed may leave an error behind */
+  if (best < 0) {
+    CL_CUDNN_CHECK(be, cudnnSetConvolutionMathType(cd, kept));
+    return CL_OK;
+  }
+  *algo = perf[best].algo;
+  *ws_bytes = need;
+  return CL_OK;
+}
+
+/* ---- which algorithm runs (the conv_algo slot) -------------------------- */
+
+static const char *algo_name(const conv_entry *e, unsigned dir) {
+  static const char *fwd[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT",
+                              "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+  static const char *data[] = {"ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD",
+                               "WINOGRAD_NONFUSED"};
+  static const char *filter[] = {"ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD",
+                                 "WINOGRAD_NONFUSED", "FFT_TILING"};
+  const int a = dir == DIR_FWD ? (int)e->algo_fwd : dir == DIR_DATA ? (int)e->algo_data
+                                                                    : (int)e->algo_filter;
+  const char **names = dir == DIR_FWD ? fwd : dir == DIR_DATA ? data : filter;
+  const int n = dir == DIR_FWD ? 8 : dir == DIR_DATA ? 6 : 7;
+  return a >= 0 && a < n ? names[a] : "unknown";
+}
+
+/* "FFT_TILING", "IMPLICIT_GEMM tf32", "ALGO_1/ALGO_0": the algorithm of
+ * each chunk size of s in direction dir (0, 1, 2), as cached; float32 on a
+ * math type other than FMA may use TF32 tensor cores. */
+const char *cl_cuda_conv_algo(cl_backend *be, const cl_conv_shape *s, int dir) {
+  static const unsigned dirs[3] = {DIR_FWD, DIR_DATA, DIR_FILTER};
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  int n0;
+  if (dir < 0 || dir > 2 || check_shape(be, s) != CL_OK || s->N == 0 ||
+      dir_chunk(be, s, dirs[dir], &n0) != CL_OK)
+    return "";
+  char *out = ctx->conv->algo;
+  out[0] = '\0';
+  const int sizes[2] = {n0, s->N % n0};
+  for (int i = 0; i < 2; i++) {
+    conv_entry *e;
+    if (sizes[i] == 0 || lookup(be, s, sizes[i], dirs[dir], &e) != CL_OK) continue;
+    cudnnConvolutionDescriptor_t cd =
+        dir == 0 ? e->conv_fwd : dir == 1 ? e->conv_data : e->conv_filter;
+    cudnnMathType_t mt = CUDNN_FMA_MATH;
+    (void)cudnnGetConvolutionMathType(cd, &mt);
+    char one[64];
+    snprintf(one, sizeof one, "%s%s", algo_name(e, dirs[dir]),
+             s->dtype == CL_F32 && ctx->allow_tf32 && mt != CUDNN_FMA_MATH ? " tf32" : "");
+    if (out[0] && strcmp(out, one) == 0) break; /* the last chunk runs the same */
+    const size_t used = strlen(out);
+    snprintf(out + used, sizeof ctx->conv->algo - used, "%s%s", used ? "/" : "", one);
+  }
+  return out;
+}
+
 static cl_status missing_ws(cl_backend *be, const char *what, size_t bytes) {
   snprintf(be->err, sizeof be->err,
            "cuda convolution %s: needs %zu bytes of workspace but none was given "
@@ -531,11 +670,18 @@ cl_status cl_cuda_conv_forward(cl_backend *be, const cl_conv_shape *s, const voi
   if ((st = dir_chunk(be, s, DIR_FWD, &n0)) != CL_OK) return st;
   for (int n = 0; n < s->N; n += n0) {
     const int nb = s->N - n < n0 ? s->N - n : n0;
-    conv_entry *e;
-    if ((st = lookup(be, s, nb, DIR_FWD, &e)) != CL_OK) return st;
-    if (e->ws_fwd > 0 && !cws) return missing_ws(be, "forward", e->ws_fwd);
     const char *xp = (const char *)x + (size_t)n * x_img;
     char *yp = (char *)y + (size_t)n * y_img;
+    conv_entry *e;
+    if ((st = lookup(be, s, nb, DIR_FWD, &e)) != CL_OK) return st;
+    if (cl_cuda_ctx_of(be)->benchmark && !(e->tuned & DIR_FWD)) {
+      size_t room;
+      if ((st = cudnn_room(be, s, DIR_FWD, &room)) != CL_OK ||
+          (st = tune<fwd_op>(be, e, e->conv_fwd, DIR_FWD, xp, wk, yp, nb * y_img, !accumulate,
+                             cws, room, &e->algo_fwd, &e->ws_fwd)) != CL_OK)
+        return st;
+    }
+    if (e->ws_fwd > 0 && !cws) return missing_ws(be, "forward", e->ws_fwd);
     CL_CUDNN_CHECK(be, cudnnConvolutionForward(h, &one, e->x, xp, e->w, wk, e->conv_fwd,
                                                e->algo_fwd, cws, e->ws_fwd, &beta, e->y, yp));
   }
@@ -569,15 +715,23 @@ cl_status cl_cuda_conv_backward_data(cl_backend *be, const cl_conv_shape *s, con
   const float one = 1.0f, zero = 0.0f, beta = accumulate ? 1.0f : 0.0f;
   for (int n = 0; n < s->N; n += nd) {
     const int nb = s->N - n < nd ? s->N - n : nd;
-    conv_entry *e;
-    if ((st = lookup(be, s, nb, DIR_DATA, &e)) != CL_OK) return st;
-    if (e->ws_data > 0 && !cws) return missing_ws(be, "backward data", e->ws_data);
     const char *dyp = (const char *)dy + (size_t)n * y_img;
     float *dxp = dx + (size_t)n * x_elems;
+    void *out = narrow ? (void *)scratch : (void *)dxp;
+    conv_entry *e;
+    if ((st = lookup(be, s, nb, DIR_DATA, &e)) != CL_OK) return st;
+    if (cl_cuda_ctx_of(be)->benchmark && !(e->tuned & DIR_DATA)) {
+      size_t room;
+      if ((st = cudnn_room(be, s, DIR_DATA, &room)) != CL_OK ||
+          (st = tune<data_op>(be, e, e->conv_data, DIR_DATA, wk, dyp, out,
+                              (size_t)nb * x_elems * sizeof(float), narrow || !accumulate, cws,
+                              room, &e->algo_data, &e->ws_data)) != CL_OK)
+        return st;
+    }
+    if (e->ws_data > 0 && !cws) return missing_ws(be, "backward data", e->ws_data);
     CL_CUDNN_CHECK(be, cudnnConvolutionBackwardData(h, &one, e->w, wk, e->y, dyp, e->conv_data,
                                                     e->algo_data, cws, e->ws_data,
-                                                    narrow ? &zero : &beta, e->x,
-                                                    narrow ? (void *)scratch : (void *)dxp));
+                                                    narrow ? &zero : &beta, e->x, out));
     if (narrow) {
       st = widen(be, s->dtype, dxp, scratch, (size_t)nb * x_elems, accumulate);
       if (st != CL_OK) return st;
@@ -609,11 +763,18 @@ cl_status cl_cuda_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, c
   if ((st = dir_chunk(be, s, DIR_FILTER, &n0)) != CL_OK) return st;
   for (int n = 0; n < s->N; n += n0) {
     const int nb = s->N - n < n0 ? s->N - n : n0;
-    conv_entry *e;
-    if ((st = lookup(be, s, nb, DIR_FILTER, &e)) != CL_OK) return st;
-    if (e->ws_filter > 0 && !cws) return missing_ws(be, "backward filter", e->ws_filter);
     const char *xp = (const char *)x + (size_t)n * x_img;
     const char *dyp = (const char *)dy + (size_t)n * y_img;
+    conv_entry *e;
+    if ((st = lookup(be, s, nb, DIR_FILTER, &e)) != CL_OK) return st;
+    if (cl_cuda_ctx_of(be)->benchmark && !(e->tuned & DIR_FILTER)) {
+      size_t room; /* float32 accumulates into dw: it is timed into the workspace */
+      if ((st = cudnn_room(be, s, DIR_FILTER, &room)) != CL_OK ||
+          (st = tune<filter_op>(be, e, e->conv_filter, DIR_FILTER, xp, dyp, dwk, nw * es, narrow,
+                                cws, room, &e->algo_filter, &e->ws_filter)) != CL_OK)
+        return st;
+    }
+    if (e->ws_filter > 0 && !cws) return missing_ws(be, "backward filter", e->ws_filter);
     CL_CUDNN_CHECK(be, cudnnConvolutionBackwardFilter(h, &one, e->x, xp, e->y, dyp,
                                                       e->conv_filter, e->algo_filter, cws,
                                                       e->ws_filter, narrow ? &zero : &one, e->w,

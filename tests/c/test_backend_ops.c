@@ -371,7 +371,12 @@ static void run_host_stage(const row *r) {
     void *p1 = NULL, *p2 = NULL, *p3 = NULL, *p4 = NULL, *huge = (void *)1;
     CALL(&sc, f->host_stage(be, 1000, &p1));
     CALL(&sc, f->host_stage(be, 10, &p2));
-    expect(v, sc.ok && p1 && p1 == p2, "host_stage: a smaller request reuses the buffer");
+    /* an upload from p1 may still be queued: p2 must not overlap it */
+    expect(v, sc.ok && p1 && p2 && (char *)p2 >= (char *)p1 + 1000,
+           "host_stage: a second region follows the first, which stays untouched");
+    CALL(&sc, cl_backend_synchronize(be));
+    CALL(&sc, f->host_stage(be, 10, &p2));
+    expect(v, sc.ok && p2 == p1, "host_stage: after a synchronize the regions start over");
     CALL(&sc, f->host_stage(be, n * 4, &p3));
     expect(v, sc.ok && p3, "host_stage: a larger request gets a buffer");
     if (!sc.ok) continue;
@@ -440,6 +445,35 @@ static void conv_free(conv_data *d) {
   free(d->rdb);
 }
 
+/* The float32 tolerance of a convolution result by the algorithm that
+ * computed it (the backend's conv_algo slot; CONV_TOL's 2e-5 is that of
+ * direct and GEMM algorithms: float32 products, summed in another order):
+ *   TF32 (cuDNN's float32 on tensor cores, PyTorch's default): both operands
+ *     of every product rounded to 10 mantissa bits, 2^-11 relative each, so
+ *     a product is off by up to 2^-10 = 9.8e-4 of itself; summed with mixed
+ *     signs and scaled by the largest result, 3e-3 (3x that) bounds it;
+ *   FFT, FFT_TILING: the transforms' rounding is eps log2(n) relative to the
+ *     whole tile's norm, not to each output's, so an output much smaller
+ *     than its tile's largest carries the tile's error: 2e-4 (10x direct);
+ *   WINOGRAD, WINOGRAD_NONFUSED: the input, filter and output transforms
+ *     (entries up to 2, 16-36 terms per output tile) amplify the products'
+ *     rounding some 5x over direct (Lavin and Gray, 2016): 1e-4.
+ * The loosest family named wins (a "/" list has one per chunk). */
+static double algo_tol(double base, const char *algo) {
+  if (strstr(algo, "tf32")) return fmax(base, 3e-3);
+  if (strstr(algo, "FFT")) return fmax(base, 2e-4);
+  if (strstr(algo, "WINOGRAD")) return fmax(base, 1e-4);
+  return base;
+}
+
+/* The algorithm be reports for s in direction dir ("" without the slot). */
+static const char *algo_of(cl_backend *be, const cl_conv_shape *s, int dir, char *buf,
+                           size_t n) {
+  const char *a = be->iface->conv_algo ? be->iface->conv_algo(be, s, dir) : "";
+  snprintf(buf, n, "%s", a ? a : "");
+  return buf;
+}
+
 /* The three convolution calls on one backend. Outputs that are not
  * accumulated start as all-one bytes (NaN in every storage type): they must
  * be written, not read. Each call gets exactly conv_workspace() bytes; on a
@@ -488,18 +522,30 @@ static void conv_on(const row *r, variant *v, const conv_data *d, const char *la
   }
   if (!sc.ok) goto out;
   expect(v, guards, "%s: nothing written past the %zu workspace bytes", label, ws);
-  char what[240];
+  /* the algorithm of each direction goes into the label: recorded with
+   * the result (-v prints every one), and its tolerance for float32 */
+  char what[240], algo[3][160];
+  for (int dir = 0; dir < 3; dir++) algo_of(be, s, dir, algo[dir], sizeof algo[dir]);
+  const int f32 = t == CL_F32;
   float *got = dev_get(&sc, t, Y, d->ny);
-  snprintf(what, sizeof what, "%s: forward", label);
-  if (got) compare(v, what, got, d->ry, d->ny, tol_of(r, v, t, t));
+  snprintf(what, sizeof what, "%s: forward%s%s", label, algo[0][0] ? " " : "", algo[0]);
+  if (got)
+    compare(v, what, got, d->ry, d->ny,
+            f32 ? algo_tol(tol_of(r, v, t, t), algo[0]) : tol_of(r, v, t, t));
   free(got);
   got = d->run_data ? dev_get(&sc, CL_F32, DX, d->nx) : NULL;
-  snprintf(what, sizeof what, "%s: backward data (float32 dx)", label);
-  if (got) compare(v, what, got, d->rdx, d->nx, tol_of(r, v, t, CL_F32));
+  snprintf(what, sizeof what, "%s: backward data (float32 dx)%s%s", label, algo[1][0] ? " " : "",
+           algo[1]);
+  if (got)
+    compare(v, what, got, d->rdx, d->nx,
+            f32 ? algo_tol(tol_of(r, v, t, CL_F32), algo[1]) : tol_of(r, v, t, CL_F32));
   free(got);
   got = d->run_filter ? dev_get(&sc, CL_F32, DW, d->nw) : NULL;
-  snprintf(what, sizeof what, "%s: backward filter dw", label);
-  if (got) compare(v, what, got, d->rdw, d->nw, tol_of(r, v, t, CL_F32));
+  snprintf(what, sizeof what, "%s: backward filter dw%s%s", label, algo[2][0] ? " " : "",
+           algo[2]);
+  if (got)
+    compare(v, what, got, d->rdw, d->nw,
+            f32 ? algo_tol(tol_of(r, v, t, CL_F32), algo[2]) : tol_of(r, v, t, CL_F32));
   free(got);
   got = d->run_filter ? dev_get(&sc, CL_F32, DB, s->K) : NULL;
   snprintf(what, sizeof what, "%s: bias gradient", label);
@@ -1448,6 +1494,189 @@ static void run_guard(const row *r) {
 
 /* ---- the backend's scratch and runtime memory --------------------------------------- */
 
+/* ---- the sync-free step: loss_acc and update_step --------------------------------- */
+
+/* update_step (cl_backend_update_step: the slot, or backend.c's host
+ * composition) against that composition of the same backend's synchronising
+ * slots: grad_unscale, sum_squares and the coefficient, the guard, the
+ * decision, the update. On the CPU both are the same code (the default's
+ * check); on CUDA the device's decisions against the host's, bit for bit:
+ * parameters, gradients, moments and the step's results. */
+typedef struct step_case {
+  size_t n;
+  int adam, unscale;
+  float inv_scale;
+  double max_norm;
+  int check_loss;
+  double loss;  /* vals->loss on entry */
+  long bad;     /* -1: none; else the gradient index that gets `poison` */
+  float poison;
+  float lr;
+} step_case;
+
+static const step_case step_cases[] = {
+    {1000, 1, 0, 1.0f, 0, 1, 0.5, -1, 0, 1e-3f},          /* plain Adam */
+    {4097, 1, 1, 1.0f / 1024, 0, 0, 0.5, -1, 0, 1e-3f},   /* float16: unscaled, finite */
+    {4097, 1, 1, 1.0f / 1024, 0.1, 0, 0.5, 17, INFINITY, 1e-3f}, /* overflow: skipped */
+    {5000, 1, 0, 1.0f, 0.05, 1, 0.5, -1, 0, 1e-3f},       /* clipped */
+    {5000, 1, 0, 1.0f, 1e9, 1, 0.5, -1, 0, 1e-3f},        /* measured, not clipped */
+    {3000, 0, 0, 1.0f, 0.05, 1, 0.5, -1, 0, 0.1f},        /* SGD, clipped */
+    {3000, 1, 0, 1.0f, 0.05, 1, NAN, -1, 0, 1e-3f},       /* the loss lost: nothing */
+    {3000, 0, 0, 1.0f, 0, 1, 0.5, 2999, NAN, 0.1f},       /* a NaN gradient: refused */
+    {3000, 1, 0, 1.0f, 0, 1, 0.5, -1, 0, 3e38f},          /* the update overflows: refused */
+};
+
+typedef struct step_bufs {
+  float *p, *g, *m, *v;
+  cl_step_vals *vals;
+} step_bufs;
+
+static void step_put(scope *sc, step_bufs *b, const float *const h[4], size_t n, double loss) {
+  float **d[4] = {&b->p, &b->g, &b->m, &b->v};
+  for (int k = 0; k < 4; k++) *d[k] = dev_of(sc, h[k], n * 4);
+  cl_step_vals z;
+  memset(&z, 0, sizeof z);
+  z.loss = loss;
+  b->vals = dev_of(sc, &z, sizeof z);
+}
+
+/* The host's decisions, from the backend's synchronising slots. */
+static void step_by_host(scope *sc, const step_case *c, const cl_update_args *u,
+                         cl_step_vals *out) {
+  const struct cl_backend_i *f = sc->v->be->iface;
+  cl_backend *be = sc->v->be;
+  int bad = 0, b2 = 0;
+  memset(out, 0, sizeof *out);
+  out->loss = c->loss;
+  out->fault = CL_FAULT_NONE;
+  if (c->unscale) CALL(sc, f->grad_unscale(be, u->g, c->n, c->inv_scale, &bad));
+  out->found_inf = bad;
+  const int lost = c->check_loss && !isfinite(c->loss);
+  if (c->max_norm > 0 && !lost) {
+    double sum = 0;
+    CALL(sc, f->sum_squares(be, u->g, c->n, &sum));
+    out->sumsq = sum;
+    const double norm = sqrt(sum);
+    const float coef = (float)(c->max_norm / (norm + 1e-6));
+    if (isfinite(norm) && coef < 1.0f) CALL(sc, f->grad_unscale(be, u->g, c->n, coef, &b2));
+  }
+  uint64_t fault = CL_FAULT_NONE;
+  if (!bad && !lost)
+    CALL(sc, u->adam ? f->adam_check(be, u->p, u->g, u->m, u->v, NULL, c->n, &u->ahp, &fault)
+                     : f->sgd_check(be, u->p, u->g, u->m, c->n, &u->shp, &fault));
+  out->fault = fault;
+  out->skipped = bad || lost || fault != CL_FAULT_NONE;
+  if (!out->skipped)
+    CALL(sc, u->adam ? f->adam_update(be, u->p, u->g, u->m, u->v, NULL, c->n, &u->ahp)
+                     : f->sgd_update(be, u->p, u->g, u->m, c->n, &u->shp));
+}
+
+static cl_update_args step_args(const step_case *c, const step_bufs *b) {
+  cl_update_args u;
+  memset(&u, 0, sizeof u);
+  u.p = b->p, u.g = b->g, u.m = b->m, u.v = b->v, u.n = c->n, u.adam = c->adam;
+  cl_adam_hp ahp = {c->lr, 0.9f, 0.999f, 1e-8f, 0.01f, 3, 0, 0};
+  cl_sgd_hp shp = {c->lr, 0.9f, 0.01f, 0};
+  u.ahp = ahp, u.shp = shp;
+  u.unscale = c->unscale, u.inv_scale = c->inv_scale, u.max_norm = c->max_norm;
+  u.check_loss = c->check_loss;
+  return u;
+}
+
+static int same_bits(scope *sc, const void *a, const void *b, size_t n) {
+  void *x = xmalloc(n), *y = xmalloc(n);
+  int same = CALL(sc, sc->v->be->iface->download(sc->v->be, x, a, n)) &&
+             CALL(sc, sc->v->be->iface->download(sc->v->be, y, b, n)) && memcmp(x, y, n) == 0;
+  free(x);
+  free(y);
+  return same;
+}
+
+static void run_update_step(const row *r) {
+  (void)r;
+  for (int i = 0; i < COUNT(step_cases); i++) {
+    const step_case *c = &step_cases[i];
+    float *h[4] = {rand_floats(c->n, -1, 1), rand_floats(c->n, -3000, 3000),
+                   rand_floats(c->n, -0.1f, 0.1f), rand_floats(c->n, 0, 0.01f)};
+    if (c->bad >= 0) h[1][c->bad] = c->poison;
+    char label[200];
+    snprintf(label, sizeof label, "%s n=%zu unscale=%d max_norm=%g loss=%g poison[%ld]=%g lr=%g",
+             c->adam ? "adam" : "sgd", c->n, c->unscale, c->max_norm, c->loss, c->bad,
+             (double)c->poison, (double)c->lr);
+    for (int vi = 0; vi < n_vs; vi++) {
+      variant *v = &vs[vi];
+      scope sc = scope_of(v);
+      step_bufs a, b;
+      step_put(&sc, &a, (const float *const *)h, c->n, c->loss);
+      step_put(&sc, &b, (const float *const *)h, c->n, c->loss);
+      cl_update_args ua = step_args(c, &a), ub = step_args(c, &b);
+      cl_step_vals got, want;
+      if (sc.ok) CALL(&sc, cl_backend_update_step(v->be, &ua, a.vals));
+      if (sc.ok) CALL(&sc, v->be->iface->download(v->be, &got, a.vals, sizeof got));
+      if (sc.ok) step_by_host(&sc, c, &ub, &want);
+      if (sc.ok) {
+        expect(v, got.found_inf == want.found_inf && got.skipped == want.skipped &&
+                      got.fault == want.fault,
+               "%s: found_inf %d skipped %d fault %llu, want %d %d %llu", label, got.found_inf,
+               got.skipped, (unsigned long long)got.fault, want.found_inf, want.skipped,
+               (unsigned long long)want.fault);
+        expect(v, c->max_norm <= 0 || memcmp(&got.sumsq, &want.sumsq, 8) == 0,
+               "%s: sumsq %.17g, want %.17g", label, got.sumsq, want.sumsq);
+        expect(v, same_bits(&sc, a.p, b.p, c->n * 4) && same_bits(&sc, a.g, b.g, c->n * 4) &&
+                      same_bits(&sc, a.m, b.m, c->n * 4) && same_bits(&sc, a.v, b.v, c->n * 4),
+               "%s: parameters, gradients or moments differ from the host's decisions", label);
+      }
+      scope_end(&sc);
+    }
+    for (int k = 0; k < 4; k++) free(h[k]);
+  }
+}
+
+/* loss_acc: share * the mean added into a device double, twice, bit for
+ * bit the host's sum of mse's / loss's means (the core's sum before). */
+static void run_loss_acc(const row *r) {
+  (void)r;
+  const size_t n = 70001;
+  float *pred = rand_floats(n, -1, 1), *y = rand_floats(n, -1, 1), *w = rand_floats(n, 0, 2);
+  const cl_loss_fn fns[] = {{CL_LOSS_MSE, 0, 0}, {CL_LOSS_HUBER, 0.5, 0}, {CL_LOSS_MSE, 0, 0}};
+  for (int k = 0; k < COUNT(fns); k++) {
+    const float *wk = k == 2 ? w : NULL;
+    for (int vi = 0; vi < n_vs; vi++) {
+      variant *v = &vs[vi];
+      scope sc = scope_of(v);
+      const struct cl_backend_i *f = v->be->iface;
+      void *P = dev_of(&sc, pred, n * 4);
+      float *Y = dev_of(&sc, y, n * 4), *Wt = wk ? dev_of(&sc, wk, n * 4) : NULL;
+      double zero = 0, got = -1, m1 = 0, m2 = 0;
+      double *acc = dev_of(&sc, &zero, 8);
+      if (sc.ok)
+        CALL(&sc, cl_backend_loss_acc(v->be, &fns[k], P, Y, Wt, n, CL_F32, 1, NULL, 0.25, acc));
+      if (sc.ok)
+        CALL(&sc,
+             cl_backend_loss_acc(v->be, &fns[k], P, Y, Wt, n - 7, CL_F32, 1, NULL, 0.75, acc));
+      if (sc.ok) CALL(&sc, f->download(v->be, &got, acc, 8));
+      const int plain = fns[k].kind == CL_LOSS_MSE && !wk;
+      if (sc.ok)
+        CALL(&sc, plain ? f->mse(v->be, P, Y, n, CL_F32, 1, NULL, &m1)
+                        : f->loss(v->be, &fns[k], P, Y, Wt, n, CL_F32, 1, NULL, &m1));
+      if (sc.ok)
+        CALL(&sc, plain ? f->mse(v->be, P, Y, n - 7, CL_F32, 1, NULL, &m2)
+                        : f->loss(v->be, &fns[k], P, Y, Wt, n - 7, CL_F32, 1, NULL, &m2));
+      double want = 0;
+      const double p1 = 0.25 * m1, p2 = 0.75 * m2;
+      want += p1;
+      want += p2;
+      if (sc.ok)
+        expect(v, memcmp(&got, &want, 8) == 0, "loss %d weight %d: %.17g, want %.17g",
+               (int)fns[k].kind, wk != NULL, got, want);
+      scope_end(&sc);
+    }
+  }
+  free(pred);
+  free(y);
+  free(w);
+}
+
 /* scratch_bytes and set_scratch come together; a backend with scratch
  * uses the memory it was handed for its reductions and no byte past
  * scratch_bytes: with a second scratch set, mse (more blocks than the
@@ -1812,7 +2041,9 @@ static const gather_case gather_cases[] = {
    "float32: sums of C kh kw, K kh kw or N H W products in another order; stored results: "      \
    "one rounding to float16 (2^-11) or bfloat16 (2^-8) of a float32 sum; a backend computing "   \
    "half convolutions in the storage type (cuDNN: weights cast, dx and dw rounded as autocast "  \
-   "does) rounds x w products and results at 2^-11 / 2^-8 each: 8e-3 / 5e-2"}
+   "does) rounds x w products and results at 2^-11 / 2^-8 each: 8e-3 / 5e-2; float32 on a "     \
+   "backend that names its algorithm (conv_algo): its family's, if looser (algo_tol: TF32 "     \
+   "3e-3, FFT 2e-4, Winograd 1e-4)"}
 
 static const row ops[] = {
     {"alloc free upload copy download memset0 mem_info synchronize", run_memory, NULL, 1, F32, 0,
@@ -1888,6 +2119,11 @@ static const row ops[] = {
      {2e-7, 1e-3, 8e-3, 0, 0, 0,
       "float32: a product and a sum, each rounded once (2^-24 each); stored: "
       "one rounding of the float32 result, 2^-11 (float16) or 2^-8 (bfloat16)"}},
+    {"update_step (the step's end, decided where it runs)", run_update_step, NULL, 1, F32, 0,
+     EXACT("the same arithmetic as the synchronising slots, decided on the device: bit for "
+           "bit")},
+    {"loss_acc", run_loss_acc, NULL, 1, F32, 0,
+     EXACT("the host's order and roundings of the partial sums: bit for bit")},
 };
 
 /* ---- the CPU backend's own properties --------------------------------------------------- */
@@ -2005,11 +2241,14 @@ static int gpu_expected(const char **why) {
 }
 #endif
 
-/* The CUDA backend as created, with backward data in slices of few images
- * (a scratch limit of 734 bytes slices N5 C3 6x9 into 2, 2 and 1 images
- * and 17-channel 12x10 images into one each), and with cuDNN's algorithms
- * timed (their workspace must still be what conv_workspace() said). Returns
- * 0 when CUDA was required and could not start. */
+/* The CUDA backend with strict float32 (CONVLSTM_CUDA_TF32=0), with
+ * backward data in slices of few images (a scratch limit of 734 bytes
+ * slices N5 C3 6x9 into 2, 2 and 1 images and 17-channel 12x10 images into
+ * one each), with cuDNN's algorithms timed at the first call (their
+ * workspace must still be within what conv_workspace() said), and as
+ * created (TF32 allowed, PyTorch's default; its float32 convolutions held
+ * to algo_tol's TF32 tolerance where cuDNN says it picked tensor cores).
+ * Returns 0 when CUDA was required and could not start. */
 static int add_cuda_variants(void) {
   cl_gpu_info info;
   char err[CL_ERRMSG_LEN] = "";
@@ -2042,15 +2281,19 @@ static int add_cuda_variants(void) {
            info.runtime_version, info.cudnn_version);
   static const struct {
     const char *env, *value, *name;
-  } ways[] = {{NULL, NULL, "cuda"},
-              {"CONVLSTM_CUDA_DX_SCRATCH_MB", "0.0007", "cuda [dx slices]"},
-              {"CONVLSTM_CUDNN_BENCHMARK", "1", "cuda [cudnnFind]"}};
+    int tf32;
+  } ways[] = {{NULL, NULL, "cuda", 0},
+              {"CONVLSTM_CUDA_DX_SCRATCH_MB", "0.0007", "cuda [dx slices]", 0},
+              {"CONVLSTM_CUDNN_BENCHMARK", "1", "cuda [cudnnFindEx]", 0},
+              {NULL, NULL, "cuda [tf32, default]", 1}};
   int ok = 1;
   for (int i = 0; i < COUNT(ways); i++) {
     if (ways[i].env) setenv(ways[i].env, ways[i].value, 1);
+    if (!ways[i].tf32) setenv("CONVLSTM_CUDA_TF32", "0", 1);
     cl_backend *be = NULL;
     cl_status st = cl_backend_cuda_create(&be, err, sizeof err);
     if (ways[i].env) unsetenv(ways[i].env);
+    unsetenv("CONVLSTM_CUDA_TF32");
     if (st != CL_OK) {
       printf("FAIL %s: cl_backend_cuda_create: %s: %s\n", ways[i].name, status_str(st), err);
       ctest_checks++, ctest_failures++;

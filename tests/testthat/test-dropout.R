@@ -195,6 +195,84 @@ test_that("a forecast trains with dropout and predicts without it", {
   expect_equal(dim(f1), c(2, 3, 1, 12, 12))
 })
 
+# Free-running training (teacher_forcing = FALSE) with dropout: every
+# fed-back step applies the sequence's masks too, layer 0's input mask on
+# each fed-back frame as on x (Keras's mask is fixed across all steps). The
+# fixture (tools/make_fixtures_forecast.py) holds PyTorch's gradients and
+# Adam steps with its masks, and the gradients a step would match that left
+# the masks off entirely (grad_nodropout/), left layer 0's input mask off
+# the fed-back frames (grad_fed_unmasked/) or cut the fed-back path
+# (grad_detached/). Three layers: the middle one's gradients pass the ring.
+free_run_fx <- read_fixture(file.path("forecast", "free_run_dropout"))
+
+grad_gap <- function(g, fx, prefix) {
+  max(vapply(names(g), function(k) {
+    ref <- fx$tensors[[paste0(prefix, k)]]
+    max(abs(g[[k]] - ref)) / max(abs(ref))
+  }, numeric(1)))
+}
+
+for (device in c("cpu", if (gpu_available()) "cuda")) {
+  for (sched in c("plain", "accumulation")) {
+    test_that(sprintf("free-running training with dropout matches PyTorch's masks [%s, %s]",
+                      device, sched), {
+      fx <- free_run_fx
+      cfg <- fx$config
+      rel <- 1e-5
+      m <- convlstm(cfg$input_dim, cfg$hidden_dims, cfg$kernel_sizes, bias = cfg$bias,
+                    device = device, dropout = cfg$dropout,
+                    recurrent_dropout = cfg$recurrent_dropout)
+      on.exit(convlstm_release(m))
+      load_state_dict(m, fixture_group(fx, "weights/"))
+      convlstm:::local_dropout_masks(fixture_masks(fx))
+      opt <- optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
+      extra <- if (sched == "accumulation") list(accumulation_steps = 2) else list()
+      losses <- numeric(cfg$adam_steps)
+      for (i in seq_len(cfg$adam_steps)) {
+        losses[[i]] <- do.call(train_step, c(list(m, fx$tensors$x, fx$tensors$y_frames, opt,
+                                                  horizon = cfg$horizon,
+                                                  teacher_forcing = FALSE), extra))
+        if (i == 1) {
+          g <- gradients(m)
+          for (k in names(g)) {
+            expect_close(g[[k]], fx$tensors[[paste0("grad/", k)]], rel = rel,
+                         label = paste(device, sched, "grad", k))
+          }
+          # each wrong variant is ten tolerances away and more
+          expect_gt(grad_gap(g, fx, "grad_nodropout/"), 10 * rel)
+          expect_gt(grad_gap(g, fx, "grad_fed_unmasked/"), 10 * rel)
+          expect_gt(grad_gap(g, fx, "grad_detached/"), 10 * rel)
+        }
+      }
+      expect_close(losses, fx$tensors$adam_losses, rel = rel, label = paste(device, "losses"))
+      after <- state_dict(m)
+      for (k in names(after)) {
+        expect_close(after[[k]], fx$tensors[[paste0("adam_params/", k)]], rel = rel,
+                     label = paste(device, sched, "params", k))
+      }
+    })
+  }
+}
+
+test_that("free-running with drawn masks: set.seed() reproduces it, predict() has no dropout", {
+  m <- convlstm(1, c(3, 1), 3, device = "cpu", threads = 1, dropout = 0.3,
+                recurrent_dropout = 0.2)
+  on.exit(convlstm_release(m))
+  d <- moving_digits(n = 2, seq_len = 6, size = 8, horizon = 3)
+  sd <- state_dict(m)
+  run <- function(seed) {
+    load_state_dict(m, sd)
+    set.seed(seed)
+    train_step(m, d$x, d$y, optimizer_sgd(lr = 0), horizon = 3, teacher_forcing = FALSE)
+  }
+  l1 <- run(5)
+  expect_true(is.finite(l1))
+  expect_identical(run(5), l1)
+  expect_false(identical(run(6), l1))
+  frames <- predict(m, d$x, horizon = 3)
+  expect_identical(predict(m, d$x, horizon = 3), frames)
+})
+
 test_that("memory_estimate() plans the masks and the masked copy, in training only", {
   m <- drop_model(c(0.3, 0), c(0, 0.5))
   on.exit(convlstm_release(m))

@@ -106,3 +106,57 @@ test_that("convlstm_fit() checks its arguments", {
   expect_convlstm_error(convlstm_evaluate(model, d$x, d$y, batch_size = 0),
                         regexp = "`batch_size`")
 })
+
+# Forecasting fits: each batch is train_step() with the horizon, and a fit
+# that carries the state is train_step(state = "carry") over the batches in
+# order, reset at each epoch's start.
+forecast_data <- function(n = 4) moving_digits(n = n, seq_len = 5, size = 12, horizon = 2,
+                                               seed = 5)
+forecast_model <- function() {
+  set.seed(9)
+  convlstm(1, c(3, 1), 3, device = "cpu", threads = 1)
+}
+
+for (tf in c(TRUE, FALSE)) {
+  test_that(sprintf("a carrying forecast fit is its train steps [teacher_forcing = %s]", tf), {
+    d <- forecast_data()
+    fitted <- forecast_model()
+    on.exit(convlstm_release(fitted))
+    h <- convlstm_fit(fitted, d$x, d$y, optimizer_adam(0.01), epochs = 2, batch_size = 2,
+                      horizon = 2, teacher_forcing = tf, state = "carry", shuffle = FALSE,
+                      verbose = FALSE)
+    expect_identical(attr(h, "target"), "sequence")
+    expect_false(attr(h, "data_on_device"))
+    by_hand <- forecast_model()
+    on.exit(convlstm_release(by_hand), add = TRUE)
+    opt <- optimizer_adam(0.01)
+    losses <- numeric(2)
+    for (epoch in 1:2) {
+      reset_state(by_hand)
+      l <- vapply(list(1:2, 3:4), function(i) {
+        train_step(by_hand, d$x[i, , , , , drop = FALSE], d$y[i, , , , , drop = FALSE], opt,
+                   horizon = 2, teacher_forcing = tf, state = "carry")
+      }, numeric(1))
+      losses[[epoch]] <- mean(l)
+    }
+    expect_equal(h$loss, losses, tolerance = 1e-12)
+    expect_identical(state_dict(fitted), state_dict(by_hand))
+    # the carried state is kept after the last batch
+    expect_identical(carried_state(fitted), c(2L, 12L, 12L))
+  })
+}
+
+test_that("a forecasting fit's validation loss is the free-running forecast's", {
+  d <- forecast_data(6)
+  model <- forecast_model()
+  on.exit(convlstm_release(model))
+  h <- convlstm_fit(model, d$x, d$y, optimizer_adam(0.01), epochs = 2, batch_size = 2,
+                    horizon = 2, validation_split = 1 / 3, verbose = FALSE)
+  held <- 5:6
+  forecast <- predict(model, d$x[held, , , , , drop = FALSE], horizon = 2)
+  expect_equal(h$val_loss[[2]], mean((forecast - d$y[held, , , , , drop = FALSE])^2),
+               tolerance = 1e-6)
+  expect_equal(convlstm_evaluate(model, d$x[held, , , , , drop = FALSE],
+                                 d$y[held, , , , , drop = FALSE], horizon = 2, batch_size = 1),
+               h$val_loss[[2]], tolerance = 1e-6)
+})

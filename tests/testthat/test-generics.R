@@ -10,7 +10,7 @@ test_that("fit() and evaluate() are convlstm_fit() and convlstm_evaluate()", {
     on.exit(convlstm_release(model))
     h <- f(model, d, y, optimizer_adam(0.01), epochs = 2, batch_size = 3, verbose = FALSE)
     list(loss = h$loss, eval = evaluate(model, d, y, batch_size = 2),
-         direct = convlstm_evaluate(model, d, y))
+         direct = convlstm_evaluate(model, d, y, batch_size = 2)) # the same sums
   }
   a <- run(fit)
   b <- run(convlstm_fit)

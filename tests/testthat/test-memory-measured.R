@@ -41,7 +41,26 @@ random_case <- function() {
   }
   c(sample(1:3, 1), sample(c(4, 8, 16, 32), 1), sample(c(1, 3, 5), 1), B, T,
     sample(c(8, 16, 24, 48, 64), 1), sample(c(8, 16, 32, 64), 1),
-    sample(c("float32", "float16", "bfloat16"), 1), ck, acc, tb, mode)
+    sample(c("float32", "float16", "bfloat16"), 1), ck, acc, tb, mode, 0)
+}
+
+# Random training steps over a horizon of K frames after T steps,
+# teacher-forced (checkpoint or tbptt allowed) or free-running (neither):
+# one input channel, the last layer's size, so that frames can be fed back.
+# Drawn after random_case()'s cases, which stay those measured before.
+rollout_case <- function(mode) {
+  T <- sample(1:6, 1)
+  B <- sample(1:6, 1)
+  K <- sample(2:5, 1)
+  ck <- 0
+  tb <- 0
+  if (mode == "roll_teacher") {
+    k <- sample(3, 1)
+    if (k == 1) ck <- sample(seq_len(T + K - 1), 1) else if (k == 2) tb <- sample(seq_len(T), 1)
+  }
+  c(1, sample(c(4, 8, 16, 32), 1), sample(c(1, 3, 5), 1), B, T,
+    sample(c(8, 16, 24, 48, 64), 1), sample(c(8, 16, 32, 64), 1),
+    sample(c("float32", "float16", "bfloat16"), 1), ck, sample(seq_len(B), 1), tb, mode, K)
 }
 
 test_that("measured: the high-water mark grows by memory_estimate()'s total over creation and the first step, and not at a second step", {
@@ -62,8 +81,10 @@ test_that("measured: the high-water mark grows by memory_estimate()'s total over
   set.seed(20261122)
   gaps <- numeric(0)
   untouched_cases <- character(0)
-  for (i in seq_len(24)) {
-    a <- random_case()
+  # 24 random cases, then three of each rollout training
+  rollouts <- rep(c("roll_teacher", "roll_free"), 3)
+  for (i in seq_len(24 + length(rollouts))) {
+    a <- if (i <= 24) random_case() else rollout_case(rollouts[[i - 24]])
     v <- run_probe(a)
     label <- paste(a, collapse = " ")
     measured <- v[["grow_create"]] + v[["grow_first"]]
@@ -74,7 +95,7 @@ test_that("measured: the high-water mark grows by memory_estimate()'s total over
     if (untouched > 0) untouched_cases <- c(untouched_cases, sprintf("%s: %.0f KiB", label, untouched / 1024))
     gaps <- c(gaps, stats::setNames(measured + untouched - planned, label))
     expect_lte(abs(measured + untouched - planned), 0.01 * planned + 2 * 2^20, label = label)
-    training <- !grepl("^infer", a[[length(a)]])
+    training <- !grepl("^infer", a[[length(a) - 1]])
     if (training) {
       # zero from the model (tests/c/alloc_count.c counts its allocations
       # inside a step: none); a page or two of R's small-object heap for the
@@ -88,8 +109,8 @@ test_that("measured: the high-water mark grows by memory_estimate()'s total over
                  label = paste("second forward:", label))
     }
   }
-  message(sprintf("measured + untouched - planned over 24 fresh processes: %.3f .. %.3f MiB (largest gap: %s)",
-                  min(gaps) / 2^20, max(gaps) / 2^20, names(gaps)[which.max(abs(gaps))]))
+  message(sprintf("measured + untouched - planned over %d fresh processes: %.3f .. %.3f MiB (largest gap: %s)",
+                  length(gaps), min(gaps) / 2^20, max(gaps) / 2^20, names(gaps)[which.max(abs(gaps))]))
   if (length(untouched_cases)) {
     message("arena pages planned but never touched by the first step: ",
             paste(untouched_cases, collapse = "; "))

@@ -136,3 +136,19 @@ test_that("memory_stats() reports the process's resident memory as /proc/self/st
   expect_gte(s$process_peak, s$process_rss)
   expect_lte(s$process_peak, kb("VmHWM"))
 })
+
+test_that("memory_stats()$cuda_graphs: the CPU records no graph, even when graphs are asked for", {
+  old_opts <- options(convlstm.cuda_graphs = TRUE)
+  on.exit(options(old_opts))
+  before <- Sys.getenv("CONVLSTM_CUDA_GRAPHS", unset = NA)
+  m <- api_model()
+  on.exit(convlstm_release(m), add = TRUE)
+  # the option holds for the creation only: the environment is as it was
+  expect_identical(Sys.getenv("CONVLSTM_CUDA_GRAPHS", unset = NA), before)
+  for (i in 1:3) train_step(m, api_x(), api_y(), optimizer_adam())
+  g <- memory_stats(m)$cuda_graphs
+  expect_identical(names(g), c("asked", "on", "captured", "replayed", "plain", "held", "bytes",
+                               "off"))
+  expect_false(g$asked) # the CPU backend has no graphs: every step is launched
+  expect_identical(c(g$captured, g$replayed, g$bytes), c(0, 0, 0))
+})

@@ -209,3 +209,56 @@ test_that("gpu_available() answers TRUE or FALSE", {
   expect_type(gpu_available(), "logical")
   expect_length(gpu_available(), 1)
 })
+
+test_that("options(convlstm.cuda_tf32) is checked, and hands CONVLSTM_CUDA_TF32 back as it was", {
+  old <- options(convlstm.cuda_tf32 = "yes")
+  on.exit(options(old), add = TRUE)
+  expect_convlstm_error(api_model(), regexp = "convlstm.cuda_tf32")
+  options(convlstm.cuda_tf32 = NA)
+  expect_convlstm_error(api_model(), regexp = "NULL, TRUE or FALSE")
+  env <- Sys.getenv("CONVLSTM_CUDA_TF32", unset = NA)
+  on.exit(if (is.na(env)) Sys.unsetenv("CONVLSTM_CUDA_TF32") else
+    Sys.setenv(CONVLSTM_CUDA_TF32 = env), add = TRUE)
+  Sys.setenv(CONVLSTM_CUDA_TF32 = "7")
+  options(convlstm.cuda_tf32 = FALSE)
+  m <- api_model()
+  expect_identical(Sys.getenv("CONVLSTM_CUDA_TF32"), "7")
+  # the CPU's convolutions have no such choice: nothing to report
+  expect_identical(m$config$conv_math, "")
+  expect_false(any(grepl("float32 convolutions", capture.output(print(m)))))
+  convlstm_release(m)
+  Sys.unsetenv("CONVLSTM_CUDA_TF32")
+  m <- api_model()
+  expect_true(is.na(Sys.getenv("CONVLSTM_CUDA_TF32", unset = NA)))
+  convlstm_release(m)
+})
+
+test_that("CUDA float32 convolutions: TF32 by the option's TRUE, strict float32 by FALSE", {
+  skip_if_not(gpu_available(), "no usable CUDA GPU")
+  set.seed(12)
+  cpu <- api_model()
+  x <- api_x()
+  ref <- cpu(x)
+  old <- options(convlstm.cuda_tf32 = TRUE)
+  on.exit(options(old), add = TRUE)
+  tf32 <- convlstm(2, c(3, 2), 3, device = "cuda")
+  options(convlstm.cuda_tf32 = FALSE)
+  strict <- convlstm(2, c(3, 2), 3, device = "cuda")
+  on.exit({
+    convlstm_release(cpu)
+    convlstm_release(tf32)
+    convlstm_release(strict)
+  }, add = TRUE)
+  expect_identical(tf32$config$conv_math, "tf32")
+  expect_identical(strict$config$conv_math, "float32")
+  expect_match(capture.output(print(tf32)), "TF32 tensor cores", all = FALSE)
+  expect_match(capture.output(print(strict)), "strict float32", all = FALSE)
+  load_state_dict(tf32, state_dict(cpu))
+  load_state_dict(strict, state_dict(cpu))
+  # strict: float32 rounding only, summed in another order
+  expect_equal(strict(x), ref, tolerance = 1e-5)
+  # TF32 rounds both operands of every product to 10 mantissa bits (2^-11
+  # relative each); over these 18- to 45-term sums of mixed signs, through
+  # sigmoid/tanh (slopes <= 1), 5e-3 relative bounds it with room
+  expect_equal(tf32(x), ref, tolerance = 5e-3)
+})

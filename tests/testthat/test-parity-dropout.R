@@ -21,18 +21,6 @@ dropout_model <- function(fx, device) {
   model
 }
 
-# The fixture's masks as local_dropout_masks() takes them: per layer the
-# input mask then the h mask, NULL where that rate is 0.
-fixture_masks <- function(fx) {
-  n <- length(fx$config$hidden_dims)
-  masks <- vector("list", 2 * n)
-  for (l in seq_len(n)) {
-    masks[2 * l - 1] <- list(fx$tensors[[sprintf("mask_x/%d", l - 1)]])
-    masks[2 * l] <- list(fx$tensors[[sprintf("mask_h/%d", l - 1)]])
-  }
-  masks
-}
-
 pred_of <- function(out, target) {
   n <- length(out[[1]])
   if (target == "last_state") out[[2]][[n]][[1]] else out[[1]][[n]]

@@ -249,3 +249,117 @@ for (device in forecast_devices) {
     convlstm_release(model)
   })
 }
+
+# Free-running training: x, then the model's own frames fed back, the loss
+# over the K predicted frames, backpropagated through the fed-back frames
+# (PyTorch's rollout() under autograd). grad_detached/ are PyTorch's
+# gradients with the fed-back frames detached: a step that cut that path
+# would match them instead.
+max_rel_diff <- function(g, fx, prefix) {
+  max(vapply(names(g), function(k) {
+    ref <- fx$tensors[[paste0(prefix, k)]]
+    max(abs(g[[k]] - ref)) / max(abs(ref))
+  }, numeric(1)))
+}
+
+for (device in forecast_devices) {
+  for (name in c("free_run", "free_run_deep", "free_run_one", "free_run_k2")) {
+    fx <- forecast_fixture(name)
+    cfg <- fx$config
+    label <- paste(name, device)
+    y <- fx$tensors$y_frames
+    schedules <- list(plain = list(), accumulation = list(accumulation_steps = 2))
+
+    for (sched in names(schedules)) {
+      test_that(sprintf("free-running horizon training matches PyTorch [%s, %s]", label, sched), {
+        model <- forecast_model(fx, device)
+        opt <- optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
+        losses <- numeric(cfg$adam_steps)
+        for (i in seq_len(cfg$adam_steps)) {
+          losses[[i]] <- do.call(train_step, c(list(model, fx$tensors$x, y, opt,
+                                                    horizon = cfg$horizon,
+                                                    teacher_forcing = FALSE),
+                                               schedules[[sched]]))
+          if (i == 1) {
+            g <- gradients(model)
+            for (k in names(g)) {
+              expect_close(g[[k]], fx$tensors[[paste0("grad/", k)]], rel = REL,
+                           label = paste(label, sched, "grad", k))
+            }
+            # the fed-back frames' gradient path is ten tolerances and more
+            # here: cut, the comparison above would fail
+            expect_gt(max_rel_diff(g, fx, "grad_detached/"), 10 * REL)
+          }
+        }
+        expect_close(losses, fx$tensors$adam_losses, rel = REL,
+                     label = paste(label, sched, "losses"))
+        after <- state_dict(model)
+        for (k in names(after)) {
+          expect_close(after[[k]], fx$tensors[[paste0("adam_params/", k)]], rel = REL,
+                       label = paste(label, sched, "params", k))
+        }
+        convlstm_release(model)
+      })
+    }
+  }
+
+  fx <- forecast_fixture("free_run")
+  cfg <- fx$config
+  label <- paste("free_run", device)
+
+  test_that(sprintf("a free-running step's loss is predict()'s forecast error [%s]", label), {
+    model <- forecast_model(fx, device)
+    frames <- predict(model, fx$tensors$x, horizon = cfg$horizon)
+    loss <- train_step(model, fx$tensors$x, fx$tensors$y_frames, optimizer_sgd(lr = 0),
+                       horizon = cfg$horizon, teacher_forcing = FALSE)
+    expect_close(loss, mean((frames - fx$tensors$y_frames)^2), rel = REL,
+                 label = paste(label, "loss"))
+    # and not the teacher-forced one
+    forced <- train_step(model, fx$tensors$x, fx$tensors$y_frames, optimizer_sgd(lr = 0),
+                         horizon = cfg$horizon)
+    expect_gt(abs(forced - loss), 1e-4)
+    convlstm_release(model)
+  })
+
+  test_that(sprintf("free-running from a given or carried state [%s]", label), {
+    model <- forecast_model(fx, device)
+    s0 <- model(fx$tensors$x)$layer_last_states
+    frames <- predict(model, fx$tensors$x, horizon = cfg$horizon, state = s0)
+    opt <- optimizer_sgd(lr = 0)
+    y <- fx$tensors$y_frames
+    given <- train_step(model, fx$tensors$x, y, opt, horizon = cfg$horizon,
+                        teacher_forcing = FALSE, state = s0)
+    expect_close(given, mean((frames - y)^2), rel = REL, label = paste(label, "given"))
+    # carrying: the second step starts where the first one's last step ended
+    # (after its fed-back frames)
+    train_step(model, fx$tensors$x, y, opt, horizon = cfg$horizon, teacher_forcing = FALSE,
+               state = "carry")
+    long <- predict(model, fx$tensors$x, horizon = cfg$horizon)
+    fed <- long[, seq_len(cfg$horizon - 1), , , , drop = FALSE] # what the first step fed back
+    s1 <- model(fed, state = s0)$layer_last_states
+    carried <- train_step(model, fx$tensors$x, y, opt, horizon = cfg$horizon,
+                          teacher_forcing = FALSE, state = "carry")
+    expect_close(carried, mean((predict(model, fx$tensors$x, horizon = cfg$horizon,
+                                        state = s1) - y)^2),
+                 rel = REL, label = paste(label, "carry"))
+    convlstm_release(model)
+  })
+
+  test_that(sprintf("free-running training is planned to the byte [%s]", label), {
+    model <- forecast_model(fx, device)
+    opt <- optimizer_adam()
+    est <- memory_estimate(model, cfg$B, cfg$T, cfg$H, cfg$W, horizon = cfg$horizon,
+                           teacher_forcing = FALSE, optimizer = opt)
+    plan <- attr(est, "plan")
+    # its own d_cell per layer and the ring of two steps below the last
+    expect_identical(sum(startsWith(plan$name, "d_cell[")), length(cfg$hidden_dims))
+    ring <- plan[startsWith(plan$name, "d_hidden_rollout"), ]
+    expect_identical(ring$bytes, 4 * 2 * cfg$B * cfg$hidden_dims[[1]] * cfg$H * cfg$W)
+    train_step(model, fx$tensors$x, fx$tensors$y_frames, opt, horizon = cfg$horizon,
+               teacher_forcing = FALSE)
+    s <- memory_stats(model)
+    measured <- stats::setNames(s$by_category$peak, s$by_category$category)
+    expect_identical(measured, estimate_bytes(est)[names(measured)])
+    convlstm_release(model)
+  })
+}

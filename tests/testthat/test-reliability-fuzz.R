@@ -63,6 +63,7 @@ test_that("randomly mutated calls return or raise classed errors, and R stays up
   x <- api_x()
   y <- api_y()
   ys <- api_y(T = 3)
+  y2 <- api_y(T = 2) # the 2 frames after x
   opt <- optimizer_adam(0.01)
   sd <- state_dict(m)
   path <- tempfile(fileext = ".safetensors")
@@ -87,6 +88,22 @@ test_that("randomly mutated calls return or raise classed errors, and R stays up
       if (is.numeric(epochs) && length(epochs) == 1 && isTRUE(epochs > 3)) epochs <- epochs * 1e30
       convlstm_fit(m, x, y, optimizer, epochs, batch_size, shuffle = shuffle, verbose = FALSE)
     }, args = list(x = x, y = y, optimizer = opt, epochs = 1, batch_size = 1, shuffle = TRUE)),
+    # forecasting: free-running steps, fits over a horizon carrying the state
+    train_step_free = list(fn = function(x, y, optimizer, horizon, teacher_forcing,
+                                         accumulation_steps) {
+      train_step(m, x, y, optimizer, horizon = horizon, teacher_forcing = teacher_forcing,
+                 accumulation_steps = accumulation_steps)
+    }, args = list(x = x, y = y2, optimizer = opt, horizon = 2, teacher_forcing = FALSE,
+                   accumulation_steps = 2)),
+    fit_forecast = list(fn = function(x, y, horizon, teacher_forcing, state, shuffle) {
+      convlstm_fit(m, x, y, opt, epochs = 1, batch_size = 1, horizon = horizon,
+                   teacher_forcing = teacher_forcing, state = state, shuffle = shuffle,
+                   verbose = FALSE)
+    }, args = list(x = x, y = y2, horizon = 2, teacher_forcing = FALSE, state = "carry",
+                   shuffle = FALSE)),
+    estimate_free = list(fn = function(seq_len, horizon, teacher_forcing) {
+      memory_estimate(m, 2, seq_len, 5, 4, horizon = horizon, teacher_forcing = teacher_forcing)
+    }, args = list(seq_len = 3, horizon = 2, teacher_forcing = FALSE)),
     evaluate = list(fn = function(x, y, batch_size) convlstm_evaluate(m, x, y, batch_size = batch_size),
                     args = list(x = x, y = y, batch_size = 2)),
     forward = list(fn = function(x, training, target) convlstm_forward(m, x, training, target),

@@ -9,7 +9,9 @@
 # sanitize):
 #   info      nvidia-smi, nvcc, PyTorch, cuDNN, compilers, R: what the machine is
 #   build     the standalone library with CUDA (make -C src -f Makefile.standalone),
-#             against PyTorch's pip cuDNN, for this GPU's architecture only
+#             against PyTorch's pip cuDNN, for this GPU's architecture only; from
+#             clean when the flags differ from the last build's (build/.gpu-flags:
+#             make alone would keep objects built for another GPU or cuDNN)
 #   ctest     the C tests (tests/c/run.sh build); build/test_backend_ops runs every
 #             backend slot on the CPU and on CUDA against the same C references
 #   sanitize  build/test_backend_ops -b cuda (its CUDA backends) under
@@ -20,6 +22,11 @@
 #             the plan against the driver's measured bytes, the allocator's
 #             counters, inference peak vs T, OOM recovery, the runtime line)
 #   bench     bench/gpu/bench_gpu.py --bench --max-batch, for the time that is left
+#
+# Before any stage, where nvidia-smi lists a GPU, the driver is checked
+# against the CUDA toolkit that builds (check_driver): a driver whose CUDA
+# major version is below the toolkit's cannot run anything built, and the
+# session stops there with both versions named.
 #
 # It is not CI (CI has no GPU) and installs nothing outside the checkout and
 # /tmp. Without a GPU the stages that need one say "skipped" (bench then runs
@@ -33,7 +40,8 @@
 #               show is written up in doc/gpu.md ("On a GPU: what ran and what
 #               it measured") and the GPU row of README.md's "What it measured".
 #   BUDGET_S    seconds for the whole run (default 560)
-#   DRY_RUN=1   print each stage's commands instead of running them
+#   DRY_RUN=1   print each stage's commands instead of running them (the driver
+#               check and the build's flags stamp still run: they only read)
 #   PYTHON      the Python with torch (default: python3 if it imports torch,
 #               else /usr/bin/python3)
 #   BENCH_MODES the bench stage's modes (default "--bench --max-batch"; e.g.
@@ -117,13 +125,61 @@ use_cudnn() {
   export LD_LIBRARY_PATH="$home/lib:$home/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
 
-# nvcc flags for the GPU in this machine (sm_XY plus its PTX), else sm_90.
+# nvcc flags for the GPU in this machine (sm_XY plus its PTX), else sm_90;
+# CUDA_GENCODE, where set, instead.
 gencode() {
+  [ -n "${CUDA_GENCODE:-}" ] && { echo "$CUDA_GENCODE"; return; }
   local cc
   cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .')
   case $cc in [0-9][0-9]*) ;; *) cc=90 ;; esac
   echo "-gencode arch=compute_$cc,code=sm_$cc -gencode arch=compute_$cc,code=compute_$cc"
 }
+
+# "13.0": the CUDA version nvidia-smi says the driver supports; "" without one.
+driver_cuda() {
+  nvidia-smi 2>/dev/null | grep -o 'CUDA Version: *[0-9][0-9.]*' | head -n 1 |
+    grep -o '[0-9][0-9.]*$'
+}
+
+# "13.0": the toolkit's release (nvcc), the runtime our library links.
+toolkit_cuda() {
+  local nvcc=${CUDA_HOME:-/usr/local/cuda}/bin/nvcc
+  command -v nvcc >/dev/null 2>&1 && nvcc=nvcc
+  "$nvcc" --version 2>/dev/null | grep -o 'release [0-9][0-9.]*' | head -n 1 |
+    grep -o '[0-9][0-9.]*$'
+}
+
+# The driver against the toolkit, first thing on a GPU machine. CUDA's minor
+# version compatibility lets a 13.x runtime run on any 13.0 driver, so only
+# an older major version is fatal; an older minor is reported (code that
+# needs a newer driver's PTX JIT would fail later, with a clearer cause now).
+check_driver() {
+  if ! have_gpu; then
+    echo "driver check: no GPU listed by nvidia-smi (stages needing one skip)"
+    return 0
+  fi
+  local drv ver tk
+  drv=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)
+  ver=$(driver_cuda)
+  tk=$(toolkit_cuda)
+  echo "driver check: driver $drv supports CUDA ${ver:-unknown}; toolkit (nvcc) CUDA ${tk:-none}"
+  [ -n "$ver" ] && [ -n "$tk" ] || return 0
+  if [ "${ver%%.*}" -lt "${tk%%.*}" ]; then
+    echo "DRIVER TOO OLD: driver $drv supports CUDA $ver, but the toolkit that builds is CUDA $tk:"
+    echo "  nothing built with it can run here. Use a CUDA ${ver%%.*}.x toolkit (CUDA_HOME=...)"
+    echo "  or a machine whose driver supports CUDA ${tk%%.*}."
+    return 1
+  fi
+  if [ "${ver#*.}" -lt "${tk#*.}" ] 2>/dev/null && [ "${ver%%.*}" -eq "${tk%%.*}" ]; then
+    echo "driver check: note: CUDA $tk runs on this $ver driver by minor version compatibility"
+  fi
+  return 0
+}
+
+# Build flags: CUDA_GENCODE and CUDNN_HOME and the toolkit select what the
+# objects hold, but make rebuilds on sources only. The stamp of the last
+# build's flags; a change means a clean build.
+build_flags() { echo "CUDA=1 CUDNN_HOME=$1 CUDA_GENCODE=$(gencode) nvcc=$(toolkit_cuda)"; }
 
 r_ready() {
   # sourced every time, also where R is already unpacked (a warm machine
@@ -186,13 +242,29 @@ PY
     [ -n "$home" ] || { echo "no cuDNN found (CUDNN_HOME, PyTorch's nvidia.cudnn, /usr/local/cuda)"; return 1; }
     echo "CUDNN_HOME=$home"
     use_cudnn
-    make -C src -f Makefile.standalone -j"$JOBS" CUDA=1 CUDNN_HOME="$home" CUDA_GENCODE="$(gencode)"
+    local flags stamp=build/.gpu-flags
+    flags=$(build_flags "$home")
+    if [ -d build/obj ] && [ "$(cat "$stamp" 2>/dev/null)" != "$flags" ]; then
+      echo "build flags changed: was '$(cat "$stamp" 2>/dev/null || echo unknown)', now '$flags':" \
+        "building from clean"
+      make -C src -f Makefile.standalone clean
+    fi
+    make -C src -f Makefile.standalone -j"$JOBS" CUDA=1 CUDNN_HOME="$home" \
+      CUDA_GENCODE="$(gencode)" && mkdir -p build && echo "$flags" > "$stamp"
     ;;
   ctest)
     use_cudnn
     have_gpu && export CONVLSTM_REQUIRE_GPU=1
     [ -x build/test_backend_ops ] || { echo "build/test_backend_ops missing: run the build stage"; return 1; }
-    sh tests/c/run.sh build
+    sh tests/c/run.sh build || return 1
+    have_gpu || return 0
+    # every convolution case with the cuDNN algorithm that ran it (in
+    # logs.tar.gz), and how often each algorithm ran per direction
+    build/test_backend_ops -v -b cuda > "$LOGDIR/backend_ops_cuda.log" 2>&1
+    echo "cuDNN algorithms of the conformance test's convolution checks (count, variant, call):"
+    sed -n 's/^[okFAIL ]* \[\(cuda.*\)\] [^:]*: \(forward\|backward data\|backward filter dw\)'\
+'\( (float32 dx)\)\{0,1\} \([A-Z].*[^ ]\) *max abs.*/\1 | \2 | \4/p' \
+      "$LOGDIR/backend_ops_cuda.log" | sort | uniq -c | sort -rn | head -n 40
     ;;
   sanitize)
     have_gpu || { echo "STAGE SKIPPED: no GPU"; return 0; }
@@ -268,6 +340,15 @@ failed=0
   echo "convlstm GPU session: stages ${stages[*]}; BUDGET_S=$BUDGET_S; OUT=$OUT"
   echo "python $(pick_python); CUDNN_HOME $(cudnn_home); $(gencode); GPU $(have_gpu && echo yes || echo no)"
 } | tee -a "$session"
+check_driver > "$LOGDIR/driver.log" 2>&1
+drc=$?
+tee -a "$session" < "$LOGDIR/driver.log"
+if [ $drc -ne 0 ]; then
+  printf '%-9s %-8s %6s  %s\n' driver FAIL 0 "driver older than the toolkit (session.log)" \
+    >> "$summary"
+  cat "$summary"
+  exit 1
+fi
 for st in "${stages[@]}"; do
   left=$(( BUDGET_S - ($(date +%s) - t0) ))
   cap=$(cap_of "$st")

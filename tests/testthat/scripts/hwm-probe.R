@@ -4,11 +4,14 @@
 # over a second step, against memory_estimate() for that step.
 #
 #   Rscript hwm-probe.R LIB OUT input_dim hidden kernel B T H W dtype
-#                       checkpoint accumulation tbptt mode
+#                       checkpoint accumulation tbptt mode [horizon]
 #
 # mode: "last_state" / "sequence" (a training step with that target), or
 # "infer_all" / "infer_last" (an inference forward, model(x) keeping every
-# output, or only the last states). Writes one line of key=value to OUT.
+# output, or only the last states), or "roll_teacher" / "roll_free" (a
+# training step over a horizon of `horizon` frames after the T steps,
+# teacher-forced or free-running; input_dim must be 1, the last layer's
+# size). Writes one line of key=value to OUT.
 #
 # Isolating the model from the R session (each point below is something the
 # R session would otherwise add to the high-water mark):
@@ -33,6 +36,9 @@ names(num) <- c("input_dim", "hidden", "kernel", "B", "T", "H", "W", "checkpoint
                 "accumulation", "tbptt")
 dtype <- args[[10]]
 mode <- args[[14]]
+K <- if (length(args) >= 15) as.integer(args[[15]]) else 0L
+roll <- mode %in% c("roll_teacher", "roll_free")
+target <- if (roll) "sequence" else mode
 suppressPackageStartupMessages(library(convlstm, lib.loc = lib))
 ns <- asNamespace("convlstm")
 
@@ -53,12 +59,14 @@ window <- function(expr) {
   unname(s1[["hwm"]] - s0[["rss"]])
 }
 
-training <- mode %in% c("last_state", "sequence")
+training <- mode %in% c("last_state", "sequence") || roll
 n <- num[["input_dim"]]
 x <- array(runif(num[["B"]] * num[["T"]] * n * num[["H"]] * num[["W"]]),
            c(num[["B"]], num[["T"]], n, num[["H"]], num[["W"]]))
 hid <- c(num[["hidden"]], 1L)
-y <- if (identical(mode, "sequence")) {
+y <- if (roll) {
+  array(runif(num[["B"]] * K * num[["H"]] * num[["W"]]), c(num[["B"]], K, 1L, num[["H"]], num[["W"]]))
+} else if (identical(mode, "sequence")) {
   array(runif(num[["B"]] * num[["T"]] * num[["H"]] * num[["W"]]),
         c(num[["B"]], num[["T"]], 1L, num[["H"]], num[["W"]]))
 } else {
@@ -67,7 +75,9 @@ y <- if (identical(mode, "sequence")) {
 opt <- optimizer_adam(lr = 1e-3)
 options <- if (training) {
   ns$check_step_options(num[["checkpoint"]], num[["accumulation"]], num[["tbptt"]],
-                        batch_size = num[["B"]])
+                        batch_size = num[["B"]],
+                        state = list(mode = "zero", arrays = NULL, horizon = K,
+                                     free_run = identical(mode, "roll_free")))
 } else {
   ns$c_step_options(outputs = if (mode == "infer_last") "last_state" else "all")
 }
@@ -77,18 +87,24 @@ what <- if (mode == "infer_last") "last_states" else "all"
 # (one channel, 1x1 kernels), so that the heap pages it frees cannot hide the
 # measured model's small buffers (malloc'ed below 1 MiB, see cpu_alloc).
 w <- convlstm(n, c(1, 1), 1, device = "cpu", dtype = dtype, threads = 1)
-wx <- x[1, 1:2, , 1:min(4L, num[["H"]]), 1:min(4L, num[["W"]]), drop = FALSE]
-invisible(ns$c_forward(ns$model_ptr(w), wx, training = FALSE, what = what, options))
+tw <- seq_len(min(2L, num[["T"]])) # a rollout's x may have one step
+wx <- x[1, tw, , 1:min(4L, num[["H"]]), 1:min(4L, num[["W"]]), drop = FALSE]
+# (an inference forward: with a horizon's options it would forecast)
+invisible(ns$c_forward(ns$model_ptr(w), wx, training = FALSE, what = what,
+                       if (roll) NULL else options))
 if (training) {
-  wy <- if (identical(mode, "sequence")) y[1, 1:2, , 1:min(4L, num[["H"]]), 1:min(4L, num[["W"]]), drop = FALSE]
+  wy <- if (identical(target, "sequence")) y[1, tw, , 1:min(4L, num[["H"]]), 1:min(4L, num[["W"]]), drop = FALSE]
         else y[1, , 1:min(4L, num[["H"]]), 1:min(4L, num[["W"]]), drop = FALSE]
-  invisible(ns$c_train_step(ns$model_ptr(w), wx, wy, mode, opt, NULL))
+  invisible(ns$c_train_step(ns$model_ptr(w), wx, wy, target, opt, NULL))
 }
 convlstm_release(w)
-rm(w, wx)
+rm(w, wx, tw)
+# teacher forcing reads x, then the true frames: joined before the windows
+if (identical(mode, "roll_teacher")) x <- ns$teacher_sequence(x, y)
+T_in <- num[["T"]]
 
 run <- function(ptr) {
-  if (training) ns$c_train_step(ptr, x, y, mode, opt, options)
+  if (training) ns$c_train_step(ptr, x, y, target, opt, options)
   else ns$c_forward(ptr, x, training = FALSE, what = what, options)
 }
 # The first window of a session grows R's own heap (~2.7 MiB, a first full
@@ -106,12 +122,7 @@ grow_first <- window(result <- run(ptr))
 # anonymous mapping (cpu_alloc maps blocks of 1 MiB and more), found in
 # /proc/self/smaps by its size; Size - Rss of it is reserved, untouched.
 arena_untouched <- function() {
-  plan <- attr(memory_estimate(model, num[["B"]], num[["T"]], num[["H"]], num[["W"]],
-                               training = training, checkpoint = num[["checkpoint"]],
-                               accumulation_steps = num[["accumulation"]],
-                               tbptt = num[["tbptt"]], optimizer = if (training) opt else NULL,
-                               outputs = if (mode == "infer_last") "last_state" else "all"),
-               "plan")
+  plan <- attr(estimate(), "plan")
   inside <- !is.na(plan$offset)
   arena <- max(plan$offset[inside] + ceiling(plan$bytes[inside] / 256) * 256)
   if (arena + 64 < 2^20) return(NA_real_) # from the heap, not a mapping of its own
@@ -123,6 +134,15 @@ arena_untouched <- function() {
   rss <- as.numeric(sub("^Rss: +([0-9]+) kB$", "\\1", rss_line))
   (kb - rss) * 1024
 }
+# memory_estimate() of the step the windows ran
+estimate <- function() {
+  memory_estimate(model, num[["B"]], T_in, num[["H"]], num[["W"]],
+                  training = training, checkpoint = num[["checkpoint"]],
+                  accumulation_steps = num[["accumulation"]], tbptt = num[["tbptt"]],
+                  optimizer = if (training) opt else NULL,
+                  outputs = if (mode == "infer_last") "last_state" else "all",
+                  horizon = K, teacher_forcing = !identical(mode, "roll_free"))
+}
 result_bytes <- as.numeric(utils::object.size(result))
 rm(result)
 result <- NULL
@@ -133,11 +153,7 @@ grow_second <- window(result <- run(ptr))
 # (seen as 16-80 KiB under R CMD check). Both steps touch the same arena pages.
 untouched <- arena_untouched()
 
-est <- memory_estimate(model, num[["B"]], num[["T"]], num[["H"]], num[["W"]],
-                       training = training, checkpoint = num[["checkpoint"]],
-                       accumulation_steps = num[["accumulation"]], tbptt = num[["tbptt"]],
-                       optimizer = if (training) opt else NULL,
-                       outputs = if (mode == "infer_last") "last_state" else "all")
+est <- estimate()
 b <- stats::setNames(est$bytes, est$category)
 ms <- memory_stats(model)
 writeLines(paste0(
