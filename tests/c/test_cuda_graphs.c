@@ -203,12 +203,12 @@ int main(void) {
     return 77;
   }
   const gcase cases[] = {
-      {"float32 adam", CL_F32, 0, 0, CL_OPTIM_ADAM, 0},
-      {"float32 adam checkpoint=2 clip=0.05", CL_F32, 2, 0.05, CL_OPTIM_ADAM, 0},
-      {"float32 sgd momentum clip=1e9", CL_F32, 0, 1e9, CL_OPTIM_SGD, 0},
-      {"float16 adam scaler", CL_F16, 0, 0, CL_OPTIM_ADAM, 0},
-      {"float16 adam overflow checkpoint=2", CL_F16, 2, 0.05, CL_OPTIM_ADAM, 1073741824.0},
-      {"bfloat16 adamw", CL_BF16, 0, 0, CL_OPTIM_ADAMW, 0},
+      {"float32 adam", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, 0, 0},
+      {"float32 adam checkpoint=2 clip=0.05", CL_F32, 2, 0.05, CL_OPTIM_ADAM, 0, 0, 0},
+      {"float32 sgd momentum clip=1e9", CL_F32, 0, 1e9, CL_OPTIM_SGD, 0, 0, 0},
+      {"float16 adam scaler", CL_F16, 0, 0, CL_OPTIM_ADAM, 0, 0, 0},
+      {"float16 adam overflow checkpoint=2", CL_F16, 2, 0.05, CL_OPTIM_ADAM, 1073741824.0, 0, 0},
+      {"bfloat16 adamw", CL_BF16, 0, 0, CL_OPTIM_ADAMW, 0, 0, 0},
       {"float32 adam dropout 0.3", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, 0.3, 0},
       {"float16 adam dropout 0.3 checkpoint=2", CL_F16, 2, 0, CL_OPTIM_ADAM, 0, 0.3, 0},
       {"float32 adam dropout 0.3 free-running 3", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, 0.3, 3},
