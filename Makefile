@@ -29,7 +29,7 @@ NPROC := $(shell nproc 2>/dev/null || echo 1)
 # way (an R package installed from CRAN, a tool built from source).
 DEB_PKGS := r-base-dev r-cran-cli r-cran-generics r-cran-ggplot2 r-cran-testthat r-cran-roxygen2 r-cran-knitr \
             r-cran-rmarkdown r-cran-pkgdown pandoc qpdf valgrind \
-            chromium-headless-shell python3 fonts-font-awesome
+            chromium-headless-shell python3 fonts-font-awesome libopenmpi-dev openmpi-bin
 
 .NOTPARALLEL:
 .PHONY: all deps check-deps docs install build check test test-guard ctest asan valgrind fuzz demo bench site clean
@@ -96,14 +96,16 @@ check-deps: deps
 
 # The full suite (NOT_CRAN) against the installed package. test-c.R builds and
 # runs the C tests in it, one test each; CONVLSTM_C_TESTS=require makes a
-# reason for it to skip them (no compiler, no source tree) a failure here.
+# reason for it to skip them (no compiler, no source tree) a failure here;
+# CONVLSTM_MPI_TESTS=require likewise for test-distributed.R's mpirun jobs
+# (2 and 3 processes on the CPU; Open MPI is in DEB_PKGS).
 # A log (not a terminal) gets the summary reporter: one line per file.
 TESTTHAT = r <- as.data.frame(testthat::test_dir("tests/testthat", package = "$(PKG)", \
   load_package = "installed", stop_on_failure = TRUE, reporter = if (isatty(stdout())) "progress" else "summary")); \
   cat(sprintf("testthat: %d expectations, %d failed, %d errors, %d skipped, %d warnings, %.0fs\n", \
   sum(r$$nb), sum(r$$failed), sum(r$$error), sum(r$$skipped), sum(r$$warning), sum(r$$real)))
 test: deps install
-	NOT_CRAN=true CONVLSTM_C_TESTS=require $(RSCRIPT) -e '$(TESTTHAT)'
+	NOT_CRAN=true CONVLSTM_C_TESTS=require CONVLSTM_MPI_TESTS=require $(RSCRIPT) -e '$(TESTTHAT)'
 
 # The testthat suite once more with guard bands after every step buffer
 # (CONVLSTM_GUARD=1): an overrun anywhere in it fails with the buffer's name.

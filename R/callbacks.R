@@ -238,7 +238,8 @@ callback_csv_logger <- function(path, append = FALSE) {
     abort_arg("path", "a single file name", path, sys.call())
   }
   append <- check_flag(append, "append")
-  callback(
+  # data parallel: rank 0 alone writes it (convlstm_fit(distributed = ))
+  structure(callback(
     on_fit_begin = function(ctx) {
       path <<- check_path(path, sys.call())
       keep <- (append || ctx$initial_epoch > 0) && file.exists(path)
@@ -249,7 +250,7 @@ callback_csv_logger <- function(path, append = FALSE) {
       cat(paste(vapply(row, function(v) if (is.na(v)) "NA" else format(v, digits = 10), ""),
                 collapse = ","), "\n", sep = "", file = path, append = TRUE)
     }
-  )
+  ), writes_files = TRUE)
 }
 
 check_monitor <- function(monitor, call = sys.call(-1)) {

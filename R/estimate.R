@@ -64,6 +64,15 @@
 #'   them keeps, per layer, its own `d_cell` and (below the last layer) two
 #'   steps of `d_hidden_rollout` (one for a horizon of 2), under
 #'   `workspace`.
+#' @param world_size For a training estimate, the number of ranks of a
+#'   data-parallel fit ([convlstm_fit()]`(distributed = )`), `batch_size`
+#'   being each rank's. The plan is each rank's and does not change: the
+#'   gradients are summed over the ranks in place, in one bucket per layer
+#'   (a view of the gradients, no buffer of its own). Above 1 the estimate
+#'   gets the attribute `communication`: a data frame of the buckets, with
+#'   `layer`, `bytes` (all-reduced per step) and `sent_per_rank` (what a
+#'   ring all-reduce sends from each rank, `2 (N - 1) / N` of them), in the
+#'   order they are reduced (the last layer first).
 #' @return A data frame of class `convlstm_memory_estimate` with columns
 #'   `category` and `bytes`: one row per category (`parameters`,
 #'   `gradients`, `optimizer`, `activations`, `states`, `workspace`,
@@ -100,12 +109,14 @@
 #' memory_estimate(model, 16, 10, 64, 64, dtype = "float16", checkpoint = 3)
 #' # inference, keeping only the last state
 #' memory_estimate(model, 16, 1000, 64, 64, training = FALSE, outputs = "last_state")
+#' # each of 8 data-parallel ranks with batch 16: the same plan, and what is reduced
+#' attr(memory_estimate(model, 16, 10, 64, 64, world_size = 8), "communication")
 #' convlstm_release(model)
 memory_estimate <- function(model, batch_size, seq_len, height, width, training = TRUE,
                             dtype = NULL, checkpoint = 0, accumulation_steps = 1, tbptt = 0,
                             optimizer = NULL, outputs = c("all", "last_state"),
                             state = c("zero", "given", "carry"), horizon = 0,
-                            weight = NULL, teacher_forcing = TRUE) {
+                            weight = NULL, teacher_forcing = TRUE, world_size = 1) {
   ptr <- model_ptr(model)
   shape <- c(
     check_count(batch_size, "batch_size"), check_count(seq_len, "seq_len"),
@@ -142,9 +153,10 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
                                   if (weight == "sequence") 5L else 4L
                                 })
   optimizer <- plan_optimizer(ptr, optimizer, training)
+  world_size <- check_count(world_size, "world_size")
   plan <- c_model_plan(ptr, shape, training, optimizer, options)
   config <- c_model_config(ptr)
-  new_memory_estimate(
+  est <- new_memory_estimate(
     plan, shape = shape, training = training, dtype = dtype %||% config$dtype,
     options = list(checkpoint = checkpoint, accumulation_steps = accumulation_steps,
                    tbptt = tbptt, outputs = if (training) "all" else outputs, state = state,
@@ -152,6 +164,8 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
                    teacher_forcing = !(training && horizon > 1 && !teacher_forcing)),
     optimizer = optimizer$kind %||% planned_optimizer(plan$name)
   )
+  if (training && world_size > 1) attr(est, "communication") <- grad_buckets(ptr, world_size)
+  est
 }
 
 # The optimizer state a plan should include: the one given; else what the
@@ -226,7 +240,23 @@ print.convlstm_memory_estimate <- function(x, ...) {
                    sprintf("%.1f%%", 100 * x$bytes / total), "")
   )
   print(shown, row.names = FALSE, right = TRUE)
+  comm <- attr(x, "communication")
+  if (!is.null(comm)) {
+    cat(sprintf(paste0(
+      "data parallel over %d ranks (per rank above): gradients summed in place in %d ",
+      "bucket%s, %s all-reduced per step, %s sent per rank (ring); no extra buffer\n"),
+      attr(comm, "world_size"), nrow(comm), if (nrow(comm) == 1) "" else "s",
+      format_bytes(sum(comm$bytes)), format_bytes(sum(comm$sent_per_rank))))
+  }
   invisible(x)
+}
+
+# The gradient buckets of a data-parallel step (core/dist.c decides them).
+grad_buckets <- function(ptr, world_size) {
+  b <- c_grad_buckets(ptr)
+  structure(data.frame(layer = b$layer, bytes = b$bytes,
+                       sent_per_rank = b$bytes * 2 * (world_size - 1) / world_size),
+            world_size = world_size)
 }
 
 #' @export

@@ -161,3 +161,19 @@ c_train_step_data <- function(ptr, dptr, rows, optimizer, options = NULL) {
   watch_skips(ptr, .Call(ffi_train_step_data, ptr, dptr, as.integer(rows) - 1L,
                          c_optim(optimizer), options))
 }
+
+# several processes (src/r_dist.c)
+c_dist_init <- function(engine, device = 0L) .Call(ffi_dist_init, engine, as.integer(device))
+c_dist_info <- function() .Call(ffi_dist_info)
+c_dist_available <- function() .Call(ffi_dist_available)
+c_grad_buckets <- function(ptr) .Call(ffi_grad_buckets, ptr)
+c_dist_broadcast_params <- function(ptr, root = 0L) {
+  invisible(.Call(ffi_dist_broadcast_params, ptr, as.integer(root)))
+}
+c_dist_broadcast_ints <- function(x, root = 0L) {
+  .Call(ffi_dist_broadcast_ints, as.integer(x), as.integer(root))
+}
+c_dist_barrier <- function() invisible(.Call(ffi_dist_barrier))
+c_dist_abort <- function(msg) invisible(.Call(ffi_dist_abort, as.character(msg)[1]))
+c_dist_finalize <- function() invisible(.Call(ffi_dist_finalize))
+c_dist_stats <- function(reset = FALSE) .Call(ffi_dist_stats, isTRUE(reset))

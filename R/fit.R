@@ -94,6 +94,23 @@
 #'   multiple of `batch_size` (every batch the same size); the state is reset
 #'   ([reset_state()]) at the start of every epoch and kept after the last
 #'   batch. Validation losses start from zeros.
+#' @param distributed `NULL` (one process), `TRUE` or the result of
+#'   [convlstm_distributed()]: train data parallel on every process `mpirun`
+#'   started. Each step takes a global batch of `size * batch_size` samples
+#'   (`batch_size` is per rank) from the same shuffle on every rank (rank
+#'   0's random number generator is given to all), each rank trains on its
+#'   contiguous share of it, and the gradients are summed over the ranks,
+#'   each weighted by its share, before clipping and the update: the step of
+#'   one process with the whole global batch, within float32 rounding. Rank
+#'   0's weights are given to all first, so all ranks hold the same weights
+#'   after every step. Only rank 0 prints and runs the callbacks that write
+#'   files; every rank returns the history. A last global batch smaller than
+#'   the number of ranks is skipped. A rank that fails stops all of them.
+#'   With a `horizon` (free-running too), as with one process. With `state =
+#'   "carry"` the streams are the global batch's rows: sample `(k - 1) * size
+#'   * batch_size + i` is chunk `k` of stream `i`, each rank carrying the
+#'   state of its own rows, and the samples must be a multiple of the global
+#'   batch.
 #' @return A `convlstm_history`: a data frame with one row per epoch and
 #'   columns `epoch`, `loss` (mean training loss over the epoch's batches,
 #'   weighted by batch size), `val_loss` (`NA` without validation data),
@@ -133,7 +150,8 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
                          validation_split = 0, callbacks = list(), lr_scheduler = NULL,
                          resume = NULL, memory_budget = NULL, max_grad_norm = NULL,
                          loss = "mse", delta = 1, pos_weight = 1, weight = NULL,
-                         horizon = NULL, teacher_forcing = TRUE, state = NULL) {
+                         horizon = NULL, teacher_forcing = TRUE, state = NULL,
+                         distributed = NULL) {
   # before batch_size is reassigned below; "max" is capped at the samples
   batch_size_given <- !missing(batch_size) && !identical(batch_size, "max")
   call <- sys.call()
@@ -169,6 +187,18 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   callbacks <- check_callbacks(callbacks)
   scheduler <- check_lr_scheduler(lr_scheduler, optimizer)
   if (!is.null(resume)) resume <- check_path(resume, call, must_exist = TRUE)
+  dist <- check_distributed(distributed, call)
+  rank <- dist$rank %||% 0L
+  world <- dist$size %||% 1L
+  if (world > 1) { # whatever stops this rank must stop the others, or they wait for it
+    finished <- FALSE
+    on.exit(if (!finished) c_dist_abort("convlstm_fit() stopped on this rank (its error above)"),
+            add = TRUE)
+  }
+  if (rank != 0L) {
+    verbose <- FALSE
+    callbacks <- Filter(function(cb) !isTRUE(attr(cb, "writes_files")), callbacks)
+  }
   held_out <- split_validation(x, y, validation_split, validation, call)
   x <- held_out$x
   y <- held_out$y
@@ -180,23 +210,25 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   }
 
   n <- dim(x)[[1]]
-  if (carry && n %% min(batch_size, n) != 0) {
-    abort_convlstm(sprintf(paste0(
-      "With `state = \"carry\"` every batch must have the same size: %d training samples are ",
-      "not a multiple of `batch_size` (%d)."), n, batch_size), call = call)
-  }
   # teacher forcing reads x and then the true frames: joined once here
   if (!is.null(forecast) && forecast$teacher_forcing) x <- teacher_sequence(x, y)
   # The default stands for "all of it" on small data; a larger size given on
   # purpose is more likely a mix-up (of x, or of arguments) than a wish.
-  if (batch_size_given && batch_size > n) {
+  if (batch_size_given && batch_size * world > n) {
     abort_convlstm(sprintf(
-      "`batch_size` (%d) must not exceed the number of samples in `x` (%d); leave it out to train on all %d at once.",
-      batch_size, n, n
+      "`batch_size` (%d%s) must not exceed the number of samples in `x` (%d); leave it out to train on all %d at once.",
+      batch_size, if (world > 1) sprintf(" on each of %d ranks", world) else "", n, n
     ), call = call)
   }
-  batch_size <- min(batch_size, n)
-  n_batches <- ceiling(n / batch_size)
+  batch_size <- min(batch_size, n %/% world)
+  global_batch <- batch_size * world
+  n_batches <- ceiling(n / global_batch)
+  if (carry && n %% global_batch != 0) {
+    abort_convlstm(sprintf(paste0(
+      "With `state = \"carry\"` every batch must have the same size: %d training samples are ",
+      "not a multiple of `batch_size` (%d)%s."), n, batch_size,
+      if (world > 1) sprintf(" times the %d ranks", world) else ""), call = call)
+  }
   # the last batch may be smaller than accumulation_steps
   step_options <- function(b) {
     check_step_options(checkpoint, min(accumulation_steps, b), tbptt,
@@ -208,6 +240,12 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   options <- step_options(batch_size)
   # a resumed fit continues after the saved epoch, with its state restored
   past <- if (is.null(resume)) NULL else resume_fit(ptr, resume, scheduler, epochs, call)
+  if (!is.null(dist)) { # the same steps, shuffles and weights on every rank
+    check_same_on_ranks(c(samples = n, batch_size = batch_size, epochs = epochs,
+                          first_epoch = past$epoch %||% 0L), rank, call)
+    sync_rng()
+    c_dist_broadcast_params(ptr, 0L)
+  }
   initial_epoch <- past$epoch %||% 0L
   check_schedule_length(scheduler, epochs - initial_epoch, n_batches, call)
   # a weighted loss slices its weight with each batch, and a horizon applies
@@ -233,7 +271,10 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   ctx$verbose <- verbose
   ctx$stop <- FALSE
   ctx$grad_norm <- NA_real_
+  ctx$rank <- rank
+  ctx$world_size <- world
   ctx$save_checkpoint <- function(path) {
+    if (rank != 0L) return(invisible(NULL))
     save_fit_checkpoint(ptr, path, current_optimizer(), scheduler, ctx$epoch, ctx$history)
   }
   set_history <- function() {
@@ -256,22 +297,30 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
       )
     }
     total <- 0
+    seen <- 0
     for (b in seq_len(n_batches)) {
-      idx <- order[((b - 1L) * batch_size + 1L):min(n, b * batch_size)]
+      global <- order[((b - 1L) * global_batch + 1L):min(n, b * global_batch)]
+      if (length(global) < world) next # a rank would have nothing to train on
+      idx <- if (world > 1) shard_rows(global, rank, world) else global
       opts <- if (length(idx) == batch_size) options else step_options(length(idx))
+      if (!is.null(dist)) { # this rank's share of the global batch's loss
+        opts <- opts %||% c_step_options()
+        opts$comm_share <- length(idx) / length(global)
+      }
       opt <- current_optimizer()
-      if (!is.null(weight) && n_batches > 1) opts$weight <- slice_batch(weight, idx)
+      if (!is.null(weight) && n_batches * world > 1) opts$weight <- slice_batch(weight, idx)
       if (!is.null(data)) {
         loss <- c_train_step_data(ptr, data, idx, opt, opts)
-      } else if (n_batches == 1) {
+      } else if (n_batches == 1 && world == 1) {
         loss <- c_train_step(ptr, x, y, target, opt, opts)
       } else {
         loss <- c_train_step(ptr, slice_batch(x, idx), slice_batch(y, idx), target, opt, opts)
       }
       grad_norm <- attr(loss, "grad_norm") %||% NA_real_
       loss <- as.double(loss)
-      total <- total + loss * length(idx)
-      running <<- total / min(n, b * batch_size)
+      total <- total + loss * length(global) # the loss is the global batch's
+      seen <- seen + length(global)
+      running <<- total / seen
       if (per_batch) scheduler$step()
       if (length(batch_hooks) > 0) {
         ctx$batch <- b
@@ -295,7 +344,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
                     validation$weight, horizon = forecast$horizon %||% 0L)
     }
     row <- data.frame(
-      epoch = epoch, loss = total / n, val_loss = val_loss, lr = opt$lr,
+      epoch = epoch, loss = total / seen, val_loss = val_loss, lr = opt$lr,
       seconds = proc.time()[["elapsed"]] - t0,
       peak_bytes = c_memory_stats(ptr)$peak_allocated
     )
@@ -328,7 +377,16 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
       run_callbacks(callbacks, "on_epoch_end", ctx)
       if (isTRUE(ctx$stop)) break
     },
-    interrupt = function(cnd) interrupted <<- TRUE
+    interrupt = function(cnd) {
+      # a rank that stops alone would leave the others in an all-reduce
+      if (world > 1) c_dist_abort("interrupted")
+      interrupted <<- TRUE
+    },
+    # the other ranks would wait for this one's gradients for ever
+    error = function(cnd) {
+      if (world > 1) c_dist_abort(conditionMessage(cnd))
+      stop(cnd)
+    }
   )
   if (interrupted && verbose) {
     cli::cli_alert_warning(sprintf(
@@ -340,6 +398,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   run_callbacks(callbacks, "on_fit_end", ctx)
   history <- ctx$history
   attr(history, "data_on_device") <- !is.null(data)
+  if (world > 1) finished <- TRUE
   history
 }
 

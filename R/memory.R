@@ -63,7 +63,8 @@ mem_categories <- c("parameters", "gradients", "optimizer", "activations", "stat
 #'   `on`, the steps `captured`, `replayed` and run `plain`, graphs `held`,
 #'   the device `bytes` their instantiation took as the driver's free memory
 #'   fell -- outside the allocator and the plan -- and `off`, why graphs were
-#'   turned off, `""` if not). Graphs are asked for with the environment
+#'   turned off, `""` if not: a step that could not be captured, or a
+#'   data-parallel fit on several ranks). Graphs are asked for with the environment
 #'   variable `CONVLSTM_CUDA_GRAPHS=1` or `options(convlstm.cuda_graphs =
 #'   TRUE)` when the model is created (off by default: not yet verified on a
 #'   GPU); all zero on the CPU.

@@ -113,6 +113,12 @@ typedef enum r_forward_what {
 } r_forward_what;
 r_forward_what r_forward_mode(SEXP s);
 
+/* ---- r_dist.c ---- */
+
+/* The process's communicator (convlstm_distributed()); an R error when
+ * there is none yet. */
+cl_comm *r_dist_comm(void);
+
 /* ---- entry points (registered in init.c) ---- */
 
 /* r_model.c */
@@ -133,6 +139,7 @@ SEXP ffi_set_loss_scale(SEXP ptr, SEXP init_scale, SEXP growth_factor, SEXP back
 SEXP ffi_tensor_info(SEXP ptr);
 SEXP ffi_get_tensors(SEXP ptr, SEXP grad);
 SEXP ffi_set_tensors(SEXP ptr, SEXP tensors);
+SEXP ffi_dist_broadcast_params(SEXP ptr, SEXP root);
 
 /* r_train.c */
 SEXP ffi_forward(SEXP ptr, SEXP x, SEXP training, SEXP what, SEXP opts);
@@ -157,8 +164,19 @@ SEXP ffi_empty_cache(SEXP ptr);
 SEXP ffi_test_overrun(SEXP ptr, SEXP buffer);
 SEXP ffi_set_memory_limit(SEXP ptr, SEXP bytes);
 
+/* r_dist.c */
+SEXP ffi_dist_init(SEXP engine, SEXP device);
+SEXP ffi_dist_info(void);
+SEXP ffi_dist_available(void);
+SEXP ffi_dist_broadcast_ints(SEXP x, SEXP root);
+SEXP ffi_dist_barrier(void);
+SEXP ffi_dist_abort(SEXP msg);
+SEXP ffi_dist_finalize(void);
+SEXP ffi_dist_stats(SEXP reset);
+
 /* r_plan.c */
 SEXP ffi_model_plan(SEXP ptr, SEXP shape, SEXP training, SEXP opt, SEXP opts);
+SEXP ffi_grad_buckets(SEXP ptr);
 
 /* r_io.c */
 SEXP ffi_model_save(SEXP ptr, SEXP path, SEXP optimizer, SEXP metadata);

@@ -119,7 +119,8 @@ SEXP r_optim_list(const cl_optim *o) {
  * dtype = NULL | a dtype's name for cl_model_plan, state_mode = "zero" |
  * "given" | "carry", state = NULL | h and c of every layer, flat, horizon,
  * free_run = NULL | 1 (train_step with a horizon, no teacher forcing),
- * max_grad_norm = NULL | a number, loss = NULL | a loss's name with delta
+ * max_grad_norm = NULL | a number, comm_share = NULL | a number, loss = NULL
+ * | a loss's name with delta
  * and pos_weight, weight = NULL | an array shaped as the target | for
  * cl_model_plan only, its number of dimensions): c_step_options() in
  * R/ffi.R. NULL: the plain step. state_buf: R_OPT_ARRAYS of them. */
@@ -147,6 +148,13 @@ void r_step_options(SEXP opts, cl_step_options *out, cl_host_array *state_buf) {
     out->loss.kind = (cl_loss_kind)choice(loss, names, CL_N_LOSSES, "loss");
     out->loss.delta = num(opts, "delta", "step options");
     out->loss.pos_weight = num(opts, "pos_weight", "step options");
+  }
+  /* optional: absent or NULL, one process; a number, this rank's share of
+   * the global batch, summed over the process's communicator (r_dist.c) */
+  SEXP share = field(opts, "comm_share");
+  if (share != R_NilValue) {
+    out->comm = r_dist_comm();
+    out->comm_share = num(opts, "comm_share", "step options");
   }
   out->horizon = (int)num(opts, "horizon", "step options");
   /* optional: absent or NULL, teacher forcing */

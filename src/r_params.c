@@ -114,3 +114,12 @@ SEXP ffi_set_tensors(SEXP ptr, SEXP tensors) {
   }
   return R_NilValue;
 }
+
+/* Rank root's parameters into every rank's model, over the process's
+ * communicator (r_dist.c): what a data-parallel fit starts with. */
+SEXP ffi_dist_broadcast_params(SEXP ptr, SEXP root) {
+  cl_model *m = r_model(ptr);
+  cl_status s = cl_model_broadcast_params(m, r_dist_comm(), Rf_asInteger(root));
+  if (s != CL_OK) r_raise_model(s, m);
+  return R_NilValue;
+}

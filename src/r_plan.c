@@ -93,3 +93,23 @@ SEXP ffi_model_plan(SEXP ptr, SEXP shape, SEXP training, SEXP opt, SEXP opts) {
   return out;
 }
 
+/* list(layer, bytes): the gradient buckets of a data-parallel step
+ * (cl_model_grad_buckets), in the order they are reduced. */
+SEXP ffi_grad_buckets(SEXP ptr) {
+  cl_model *m = r_model(ptr);
+  int layer[CL_MAX_LAYERS];
+  size_t bytes[CL_MAX_LAYERS];
+  int n = cl_model_grad_buckets(m, layer, bytes);
+  static const char *const names[] = {"layer", "bytes"};
+  SEXP out = PROTECT(r_named_list(names, 2));
+  SEXP l = Rf_allocVector(INTSXP, n);
+  SET_VECTOR_ELT(out, 0, l);
+  SEXP b = Rf_allocVector(REALSXP, n);
+  SET_VECTOR_ELT(out, 1, b);
+  for (int k = 0; k < n; k++) {
+    INTEGER(l)[k] = layer[k];
+    REAL(b)[k] = (double)bytes[k];
+  }
+  UNPROTECT(1);
+  return out;
+}

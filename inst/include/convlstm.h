@@ -257,6 +257,14 @@ typedef struct cl_step_options {
    * recomputation; read during the call only. Ignored in inference. */
   const float *mask_x[CL_MAX_LAYERS];
   const float *mask_h[CL_MAX_LAYERS];
+  /* train_step, data parallel: NULL (one process), or the communicator the
+   * gradients are summed over before the update (cl_comm_*, below). Each
+   * rank's gradients are first multiplied by comm_share, its samples' share
+   * of all ranks' samples in this step, so that the sum is the gradient of
+   * the mean loss over the whole global batch; the loss returned is that
+   * mean too. Every rank must make the same calls in the same order. */
+  struct cl_comm *comm;
+  double comm_share;
 } cl_step_options;
 
 /* Forgets the state a carrying train step (CL_STATE_CARRY) left, giving its
@@ -408,7 +416,8 @@ typedef struct cl_graph_info {
   long long captured, replayed, plain; /* steps run each way since creation */
   size_t bytes;      /* device memory their instantiation took, as the driver's free memory
                       * fell (cudaMemGetInfo before and after): outside the allocator */
-  char off[200];     /* why graphs were turned off (a step that could not be captured), or "" */
+  char off[200];     /* why graphs were turned off (a step that could not be captured, a
+                      * data-parallel step on several ranks), or "" */
 } cl_graph_info;
 
 cl_status cl_model_graph_info(cl_model *m, cl_graph_info *out);
@@ -425,6 +434,52 @@ cl_status cl_model_empty_cache(cl_model *m);
 cl_status cl_model_set_memory_limit(cl_model *m, size_t bytes);
 
 const char *cl_mem_category_name(cl_mem_category c);
+
+/* ---- several processes: communicators (core/comm.h) -------------------
+ * A communicator joins the processes that train one model together. One
+ * process on its own: cl_comm_local_create (size 1, always there). Started
+ * by mpirun: cl_comm_mpi_create (MPI_Init_thread; host buffers, so CPU
+ * models); for GPU models cl_comm_nccl_create on top of it (its unique id
+ * broadcast over MPI). A build without MPI or NCCL returns
+ * CL_E_UNSUPPORTED from those, with the reason in err. */
+typedef struct cl_comm cl_comm;
+cl_status cl_comm_local_create(cl_comm **out, char *err, size_t errlen);
+cl_status cl_comm_mpi_create(cl_comm **out, char *err, size_t errlen);
+/* device: the CUDA device this rank trains on (cudaSetDevice) */
+cl_status cl_comm_nccl_create(cl_comm *mpi, int device, cl_comm **out, char *err,
+                              size_t errlen);
+int cl_comm_rank(const cl_comm *c);
+int cl_comm_size(const cl_comm *c);
+const char *cl_comm_name(const cl_comm *c);
+/* 1 when this build has the engine: "mpi", "nccl" */
+int cl_comm_available(const char *engine);
+/* The last failure of a communicator call. */
+const char *cl_comm_error(const cl_comm *c);
+cl_status cl_comm_barrier(cl_comm *c);
+/* bytes of host memory from root's buf into every rank's */
+cl_status cl_comm_broadcast_host(cl_comm *c, void *buf, size_t bytes, int root);
+/* Ends all ranks (MPI_Abort); a failing rank calls it so no rank hangs. */
+void cl_comm_abort(cl_comm *c, int code);
+/* What the training steps did with a communicator since it was made (or
+ * since reset != 0): steps that reduced, bytes of gradients all-reduced, and
+ * the seconds the steps waited for the reduction after their own backward was
+ * done (what the overlap did not hide, and waiting for slower ranks). */
+typedef struct cl_comm_stats {
+  long steps;
+  double bytes;
+  double wait_seconds;
+} cl_comm_stats;
+void cl_comm_get_stats(cl_comm *c, cl_comm_stats *out, int reset);
+/* Frees the communicator (MPI_Finalize for the MPI one). NCCL's before MPI's. */
+void cl_comm_free(cl_comm *c);
+/* Rank root's parameters into every rank's model (same configuration
+ * checked by parameter count), and the float16 loss scale with them. */
+cl_status cl_model_broadcast_params(cl_model *m, cl_comm *c, int root);
+/* The gradient buckets a data-parallel step sums over the ranks, in the
+ * order it starts them (the last layer first): layer[k] and bytes[k] (float32
+ * gradients), CL_MAX_LAYERS at most; returns their number. Views of the
+ * gradient buffer: no memory of their own. */
+int cl_model_grad_buckets(const cl_model *m, int *layer, size_t *bytes);
 
 /* A plan: every buffer one step needs, computed without allocating. The
  * executor allocates exactly these, so estimate and measurement agree.

@@ -118,8 +118,10 @@ typedef struct cl_update_args {
   int check_loss;
 } cl_update_args;
 
-/* graph_begin's request. */
-typedef enum { CL_GRAPH_AUTO = 0, CL_GRAPH_PLAIN = 1 } cl_graph_mode;
+/* graph_begin's request. CL_GRAPH_OFF_COMM: plain, and graphs off from
+ * then on, the reason recorded (graph_info): the step reduces over a
+ * communicator of several ranks, work a graph cannot hold (dist.c). */
+typedef enum { CL_GRAPH_AUTO = 0, CL_GRAPH_PLAIN = 1, CL_GRAPH_OFF_COMM = 2 } cl_graph_mode;
 
 
 struct cl_backend_i {

@@ -144,10 +144,12 @@ static cl_status backward_layer(cl_model *m, int l, int b, int len, int done, co
 cl_status cl_backward_segment(cl_model *m, int b, int len, const void *x, void *const *prev_h,
                               void *const *prev_c, int fresh_dc, int carry_in, int save_carry) {
   const cl_step *st = &m->step;
-  for (int l = m->cfg.n_layers - 1; l >= 0; l--)
+  for (int l = m->cfg.n_layers - 1; l >= 0; l--) {
     CL_TRY(backward_layer(m, l, b, len, 0, l == 0 ? x : st->hid[l - 1],
                           prev_h ? prev_h[l] : NULL, prev_c ? prev_c[l] : NULL, fresh_dc,
                           carry_in, save_carry));
+    CL_TRY(cl_dist_bucket_ready(m, l)); /* data parallel: off while the layers below run */
+  }
   return CL_OK;
 }
 
@@ -204,9 +206,11 @@ cl_status cl_backward_free_run(cl_model *m, int b, const void *x, void *const *p
     CL_TRY(cl_zero(m, st->dc[l], (size_t)b * m->layer[l].hidden * P * sizeof(float)));
   for (int s = g->T - 1; s >= tin; s--)
     for (int l = top; l >= 0; l--) CL_TRY(roll_back_step(m, l, b, s, tin));
-  for (int l = top; l >= 0; l--)
+  for (int l = top; l >= 0; l--) { /* the weights' gradients: layer l's are complete */
     CL_TRY(backward_layer(m, l, b, g->T, g->T - tin, l == 0 ? x : st->hid[l - 1],
                           prev_h ? prev_h[l] : NULL, prev_c ? prev_c[l] : NULL, 0, 0, 0));
+    CL_TRY(cl_dist_bucket_ready(m, l));
+  }
   return CL_OK;
 }
 

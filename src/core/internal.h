@@ -202,6 +202,12 @@ struct cl_model {
   cl_phase phase;
   cl_target loss_target;
   cl_loss_scale scaler; /* float16 only */
+  /* data parallel, the step under way (dist.c): its communicator or NULL,
+   * this rank's share of the global batch, and whether the backward running
+   * is the step's last pass over each layer (its gradients then complete) */
+  struct cl_comm *comm;
+  double comm_share;
+  int comm_last_pass;
   /* the step's decisions (backend.h) where the backend keeps none on its
    * device: a host backend's block, read through cl_vals() */
   cl_step_vals host_vals;
@@ -227,7 +233,9 @@ static inline int cl_layer_drops_hidden(const cl_model *m, int l) {
  *   1 util.c, backend.c   errors, checked sizes; the backend table's defaults
  *   1 osmem.c             the process's resident memory as the OS reports it
  *   2 alloc.c, plan.c     accounting allocator; the plan of a step's buffers
+ *   1 comm.c              communicators: the interface's front, one process
  *   3 step.c              the step arena, model buffers, gradients
+ *   4 dist.c              a communicator applied to a step: buckets, loss, parameters
  *   4 pack.c, state.c     host arrays and data-set rows <-> device tensors; initial state
  *   4 dropout.c           the masks of a training call, applied on the device
  *   5 forward.c, backward.c, optim.c, clip.c, loss.c   the engine's pieces
@@ -235,6 +243,16 @@ static inline int cl_layer_drops_hidden(const cl_model *m, int l) {
  *   7 data.c, params.c    data sets on the device; parameters by name
  *   8 model.c             a model's lifetime, memory statistics
  *   9 json.c < safetensors.c < checkpoint.c   model files */
+
+/* dist.c. With m->comm set and m->comm_last_pass, backward hands layer l's
+ * gradients (weights and bias, one contiguous bucket) to the communicator;
+ * cl_dist_finish waits for every bucket and makes *loss (the step's results,
+ * cl_vals: device memory on a GPU) the global mean. cl_dist_active: a
+ * communicator of more than one rank is in use (no CUDA graph then). */
+cl_status cl_dist_check(cl_model *m, struct cl_comm *c);
+int cl_dist_active(const cl_model *m);
+cl_status cl_dist_bucket_ready(cl_model *m, int l);
+cl_status cl_dist_finish(cl_model *m, double *loss);
 
 /* util.c. Errors: write into the model's buffer and return the status. */
 cl_status cl_fail(cl_model *m, cl_status s, const char *fmt, ...)

@@ -13,11 +13,15 @@
  *  - float16: the loss scaled up for backward, the gradients unscaled and
  *    checked before the update, which is skipped on inf/NaN (GradScaler);
  *  - max_grad_norm: the gradients clipped by their global norm (clip.c)
- *    after unscaling, before the update and its guard.
+ *    after unscaling, before the update and its guard;
+ *  - data parallel (dist.c): each layer's gradients summed over the ranks
+ *    from the last backward pass on, waited for, and the loss summed, before
+ *    all of the above, so that every rank makes the same decisions.
  * The step's device work is a pure stream of launches (step_launches): the
  * loss accumulates on the device, and the float16 overflow check, the
  * clipping norm, the guard and the decision to skip the update are made
- * there too (backend.h, cl_update_args), so nothing waits mid-step. The
+ * there too (backend.h, cl_update_args), so nothing waits mid-step (but for
+ * data parallel, whose reduction the host waits for: no graph then). The
  * host reads their results once, after the update (cl_vals_read), and
  * only then keeps the books: the loss scaler, the step count, the errors.
  * A backend may record that stream as one graph and replay it (graph_begin,
@@ -78,7 +82,7 @@ static void ckpt_slot(cl_model *m, int b, int s, void **h, void **c) {
 /* The whole sequence of one micro-batch, in checkpoint segments (one
  * segment without checkpointing). */
 static cl_status run_segments(cl_model *m, const cl_source *x, const cl_source *y,
-                              cl_target tg, int b0, int b, float ls, double *acc) {
+                              cl_target tg, int b0, int b, float ls, int final, double *acc) {
   cl_step *st = &m->step;
   const cl_geom *g = &st->g;
   size_t xstep = (size_t)b * m->cfg.input_dim * g->H * g->W;
@@ -114,6 +118,7 @@ static cl_status run_segments(cl_model *m, const cl_source *x, const cl_source *
       CL_TRY(cl_forward_segment(m, b, len, xs, sh, sc));
     double share = share_of(g, tg, b, s * g->S, len);
     CL_TRY(cl_loss_segment(m, y, tg, b0, b, s * g->S, len, share, ls, 1, acc));
+    m->comm_last_pass = final && s == 0; /* each layer's gradient complete after it */
     if (g->free_run)
       CL_TRY(cl_backward_free_run(m, b, xs, sh, sc));
     else
@@ -128,7 +133,7 @@ static cl_status run_segments(cl_model *m, const cl_source *x, const cl_source *
 
 /* Truncated BPTT over one micro-batch: windows of S steps. */
 static cl_status run_windows(cl_model *m, const cl_source *x, const cl_source *y,
-                             cl_target tg, int b0, int b, float ls, double *acc) {
+                             cl_target tg, int b0, int b, float ls, int final, double *acc) {
   cl_step *st = &m->step;
   const cl_geom *g = &st->g;
   int nwin = (g->T + g->S - 1) / g->S;
@@ -143,6 +148,7 @@ static cl_status run_windows(cl_model *m, const cl_source *x, const cl_source *y
     CL_TRY(cl_forward_segment(m, b, len, st->x, sh, sc));
     if (tg == CL_TARGET_SEQUENCE || w == nwin - 1) {
       CL_TRY(cl_loss_segment(m, y, tg, b0, b, t0, len, share_of(g, tg, b, t0, len), ls, 1, acc));
+      m->comm_last_pass = final && w == nwin - 1;
       CL_TRY(cl_backward_segment(m, b, len, st->x, sh, sc, 1, 0, 0));
     }
     /* after backward, which still reads the incoming state; the last
@@ -197,11 +203,14 @@ static cl_status step_launches(cl_model *m, const cl_source *x, const cl_source 
   CL_TRY(cl_model_zero_grad(m));
   CL_TRY(cl_vals_zero(m));
   for (int b0 = 0; b0 < g->B; b0 += g->Bm) {
-    int b = g->B - b0 < g->Bm ? g->B - b0 : g->Bm;
+    int b = g->B - b0 < g->Bm ? g->B - b0 : g->Bm, final = b0 + b >= g->B;
     CL_TRY(cl_dropout_upload(m, opts, b0, b)); /* these sequences' masks, staged as x */
-    CL_TRY(g->tbptt ? run_windows(m, x, y, target, b0, b, ls, &v->loss)
-                    : run_segments(m, x, y, target, b0, b, ls, &v->loss));
+    CL_TRY(g->tbptt ? run_windows(m, x, y, target, b0, b, ls, final, &v->loss)
+                    : run_segments(m, x, y, target, b0, b, ls, final, &v->loss));
   }
+  /* data parallel: the summed gradients and the global loss, before
+   * unscaling, clipping and the guard, so every rank decides the same */
+  CL_TRY(cl_dist_finish(m, &v->loss));
   CL_KERNEL(m, cl_backend_update_step(m->be, u, v));
   return CL_OK;
 }
@@ -211,9 +220,13 @@ static cl_status launch_step(cl_model *m, const cl_source *x, const cl_source *y
                              cl_target target, float ls, const cl_update_args *u,
                              const cl_step_options *opts) {
   cl_status s = CL_OK;
+  /* a communicator's reduction is work outside the backend's stream (a host
+   * sum, a wait): a graph cannot hold it, and a dry pass must not start it */
+  const int comm = cl_dist_active(m);
   /* a dry pass that found no graph, a capture, and as a last resort plain */
   for (int pass = 0; pass < 3; pass++) {
-    CL_KERNEL(m, cl_backend_graph_begin(m->be, pass < 2 ? CL_GRAPH_AUTO : CL_GRAPH_PLAIN));
+    cl_graph_mode mode = comm ? CL_GRAPH_OFF_COMM : pass < 2 ? CL_GRAPH_AUTO : CL_GRAPH_PLAIN;
+    CL_KERNEL(m, cl_backend_graph_begin(m->be, mode));
     s = step_launches(m, x, y, target, ls, u, opts);
     int redo = 0;
     cl_status e = cl_backend_graph_end(m->be, s, &redo);
@@ -312,8 +325,16 @@ cl_status cl_train_sources(cl_model *m, const cl_source *x, const cl_source *y, 
     ws = cl_source_host(opts->weight);
     m->loss_weight = &ws;
   }
-  cl_status s = cl_state_prepare(m, &g);
+  m->comm = opts ? opts->comm : NULL;
+  m->comm_share = opts && opts->comm ? opts->comm_share : 1.0;
+  m->comm_last_pass = 0;
+  cl_status s = cl_dist_check(m, m->comm);
+  if (s == CL_OK && m->comm && !(m->comm_share > 0 && m->comm_share <= 1))
+    s = cl_fail(m, CL_E_INVALID, "comm_share must lie in (0, 1], not %g", m->comm_share);
+  if (s == CL_OK) s = cl_state_prepare(m, &g);
   if (s == CL_OK) s = train_step(m, x, y, target, opt, &g, opts, loss);
+  m->comm = NULL;
+  m->comm_last_pass = 0;
   memset(&m->loss_fn, 0, sizeof m->loss_fn); /* back to MSE, cl_model_mse's */
   m->loss_weight = NULL;
   if (s != CL_OK && created) cl_model_optimizer_reset(m);

@@ -352,7 +352,10 @@ static cl_status g_begin(cl_backend *be, cl_graph_mode mode) {
   G->key = 14695981039346656037ull;
   G->bad = NULL;
   G->walk = WALK_PLAIN;
-  const int plain = mode == CL_GRAPH_PLAIN || G->off[0] || G->force_plain;
+  if (mode == CL_GRAPH_OFF_COMM)
+    turn_off(G, "data-parallel training: the gradients' reduction over the ranks (a "
+                "communicator's wait and host sum) cannot be captured");
+  const int plain = mode != CL_GRAPH_AUTO || G->off[0] || G->force_plain;
   G->force_plain = 0;
   if (plain) return CL_OK;
   if (G->capture_next) {

@@ -248,3 +248,24 @@ test_that("summary(model, input_shape) adds the training estimate for that input
   expect_convlstm_error(summary(model, input_shape = c(4, 10, 2, 16, 16)), regexp = "channel")
   expect_convlstm_error(summary(model, input_shape = c(4, 10, 16)), regexp = "`input_shape`")
 })
+
+test_that("memory_estimate(world_size = ) keeps each rank's plan and lists the buckets reduced in place", {
+  model <- convlstm(1, c(4, 3), 3, device = "cpu")
+  one <- memory_estimate(model, 4, 3, 8, 8)
+  four <- memory_estimate(model, 4, 3, 8, 8, world_size = 4)
+  expect_identical(four$bytes, one$bytes) # no buffer of its own: in place
+  expect_null(attr(one, "communication"))
+  comm <- attr(four, "communication")
+  expect_identical(comm$layer, c(1L, 0L)) # the last layer's backward ends first
+  # the buckets are the gradients, layer by layer (weights and bias, float32)
+  sd <- state_dict(model)
+  per_layer <- c(length(sd[["cell_list.1.conv.weight"]]) + length(sd[["cell_list.1.conv.bias"]]),
+                 length(sd[["cell_list.0.conv.weight"]]) + length(sd[["cell_list.0.conv.bias"]]))
+  expect_identical(comm$bytes, 4 * per_layer)
+  expect_identical(sum(comm$bytes), estimate_bytes_of(four)[["gradients"]])
+  expect_equal(comm$sent_per_rank, comm$bytes * 2 * 3 / 4)
+  expect_output(print(four), "data parallel over 4 ranks")
+  expect_error(memory_estimate(model, 4, 3, 8, 8, world_size = 0), class = "convlstm_error",
+               regexp = "world_size")
+  convlstm_release(model)
+})

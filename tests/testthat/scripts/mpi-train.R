@@ -1,0 +1,62 @@
+# mpi-train.R -- one rank of a data-parallel fit, started by mpirun from
+# test-distributed.R (never run by R CMD check itself):
+#
+#   mpirun -np N Rscript mpi-train.R LIB OUT MODE N_SAMPLES BATCH EPOCHS [FAIL_RANK]
+#
+# The data and the model come from fixed seeds (mpi_case() below, which the
+# test repeats in one process for the big-batch reference); each rank starts
+# its generator from a different seed, so the fit must give rank 0's to all.
+# MODE:
+#   train   3-epoch fit, a checkpoint at OUT/ckpt.safetensors after each
+#           epoch (rank 0), then every rank writes OUT/w<rank>.rds: its
+#           weights and the history
+#   clip    as train, with max_grad_norm (the global norm must be used)
+#   resume  continue OUT/ckpt.safetensors (written by any number of ranks)
+#           up to EPOCHS epochs; writes OUT/w<rank>.rds
+#   error   rank FAIL_RANK raises an R error in epoch 2; the checkpoint of
+#           epoch 1 must survive and every rank must stop
+#   kill    rank FAIL_RANK is killed (SIGKILL) in epoch 2
+#   mismatch  rank FAIL_RANK gives one sample fewer: it must refuse to start
+#   freerun as train, forecasting 3 frames free-running (horizon = 3,
+#           teacher_forcing = FALSE: buckets from cl_backward_free_run)
+#   carry   as train, state = "carry" without shuffling (each rank carries
+#           its rows of the global batch)
+args <- commandArgs(trailingOnly = TRUE)
+lib <- args[[1]]
+out <- args[[2]]
+mode <- args[[3]]
+n <- as.integer(args[[4]])
+batch <- as.integer(args[[5]])
+epochs <- as.integer(args[[6]])
+fail_rank <- if (length(args) >= 7) as.integer(args[[7]]) else -1L
+suppressPackageStartupMessages(library(convlstm, lib.loc = lib))
+
+d <- convlstm_distributed()
+source(file.path(dirname(sub("^--file=", "", grep("^--file=", commandArgs(), value = TRUE))),
+                 "mpi-case.R"))
+if (mode == "mismatch" && d$rank == fail_rank) n <- n - 1L
+case <- mpi_case(n, seed_model = 100 + d$rank, # different initial weights per rank
+                 forecast = mode == "freerun")
+set.seed(1000 + d$rank)                         # and different generators
+ckpt <- file.path(out, "ckpt.safetensors")
+callbacks <- list(callback_model_checkpoint(ckpt), callback_csv_logger(file.path(out, "log.csv")))
+if (mode %in% c("error", "kill")) {
+  callbacks <- c(callbacks, list(callback(on_batch_end = function(ctx) {
+    # after epoch 2's first step: the other ranks wait in the second's
+    if (ctx$epoch == 1L && ctx$batch == 1L && ctx$rank == fail_rank) {
+      if (mode == "kill") tools::pskill(Sys.getpid(), tools::SIGKILL)
+      stop("rank ", fail_rank, " fails on purpose")
+    }
+  })))
+}
+h <- convlstm_fit(case$model, case$x, case$y, optimizer_adam(0.01), epochs = epochs,
+                  batch_size = batch, shuffle = mode != "carry", verbose = FALSE, distributed = d,
+                  callbacks = callbacks, max_grad_norm = if (mode == "clip") 0.05,
+                  resume = if (mode == "resume") ckpt,
+                  horizon = if (mode == "freerun") 3L, teacher_forcing = mode != "freerun",
+                  state = if (mode == "carry") "carry")
+saveRDS(list(weights = state_dict(case$model), loss = h$loss, rank = d$rank, size = d$size,
+             stats = convlstm:::c_dist_stats(),
+             buckets = attr(memory_estimate(case$model, batch, 3, 6, 6, world_size = d$size),
+                            "communication")),
+        file.path(out, sprintf("w%d.rds", d$rank)))
