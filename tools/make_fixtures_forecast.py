@@ -79,7 +79,7 @@ CONFIGS = [
          bias=True, B=2, T=3, H=4, W=4, target="sequence", weight_decay=0.0, horizon=2),
     # dropout on every layer's input and h: the fed-back steps (three layers:
     # the ring too) apply the same per-sequence masks (test-dropout.R)
-    dict(name="free_run_dropout", kind="free_run", input_dim=2, hidden_dims=[3, 2, 2],
+    dict(name="free_drop", kind="free_run", input_dim=2, hidden_dims=[3, 2, 2],
          kernel_sizes=[3, 1, 3], bias=True, B=2, T=2, H=5, W=4, target="sequence",
          weight_decay=0.0, horizon=4, dropout=[0.3, 0.2, 0.25],
          recurrent_dropout=[0.25, 0.4, 0.3]),

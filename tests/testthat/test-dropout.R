@@ -203,7 +203,7 @@ test_that("a forecast trains with dropout and predicts without it", {
 # the masks off entirely (grad_nodropout/), left layer 0's input mask off
 # the fed-back frames (grad_fed_unmasked/) or cut the fed-back path
 # (grad_detached/). Three layers: the middle one's gradients pass the ring.
-free_run_fx <- read_fixture(file.path("forecast", "free_run_dropout"))
+free_run_fx <- read_fixture(file.path("forecast", "free_drop"))
 
 grad_gap <- function(g, fx, prefix) {
   max(vapply(names(g), function(k) {
