@@ -103,7 +103,9 @@ class cl_config(C.Structure):
                 ("kernel_widths", C.c_int * CL_MAX_LAYERS),
                 ("dilation_h", C.c_int * CL_MAX_LAYERS), ("dilation_w", C.c_int * CL_MAX_LAYERS),
                 ("bias", C.c_int), ("device", C.c_int), ("dtype", C.c_int),
-                ("n_threads", C.c_int), ("memory_limit", C.c_size_t)]
+                ("n_threads", C.c_int), ("memory_limit", C.c_size_t),
+                ("dropout", C.c_double * CL_MAX_LAYERS),
+                ("recurrent_dropout", C.c_double * CL_MAX_LAYERS)]
 
 
 class cl_host_array(C.Structure):
@@ -124,9 +126,12 @@ class cl_loss_fn(C.Structure):
 class cl_step_options(C.Structure):
     _fields_ = [("checkpoint", C.c_int), ("tbptt", C.c_int), ("accumulation_steps", C.c_int),
                 ("outputs", C.c_int), ("plan_dtype", C.c_int), ("horizon", C.c_int),
-                ("state_mode", C.c_int), ("state", C.POINTER(cl_host_array)),
+                ("free_run", C.c_int), ("state_mode", C.c_int), ("state", C.POINTER(cl_host_array)),
                 ("max_grad_norm", C.c_double), ("loss", cl_loss_fn),
-                ("weight", C.POINTER(cl_host_array))]
+                ("weight", C.POINTER(cl_host_array)),
+                ("mask_x", C.POINTER(C.c_float) * CL_MAX_LAYERS),
+                ("mask_h", C.POINTER(C.c_float) * CL_MAX_LAYERS),
+                ("comm", C.c_void_p), ("comm_share", C.c_double)]
 
 
 class cl_loss_scale(C.Structure):

@@ -232,6 +232,16 @@ static cl_status w_loss_acc(cl_backend *be, const cl_loss_fn *f, const void *pre
   return real_iface.loss_acc(be, f, pred, target, weight, n, dtype, scale, grad, share, acc);
 }
 
+static cl_status w_mask_mul(cl_backend *be, const void *in, const float *mask, void *out,
+                            size_t n, size_t reps, cl_dtype t, int accumulate) {
+  cl_cuda_graphs *G = graphs_of(be);
+  if (walking(G, 12)) {
+    MIX(G, in), MIX(G, mask), MIX(G, out), MIX(G, n), MIX(G, reps), MIX(G, t), MIX(G, accumulate);
+    if (dry(G)) return CL_OK;
+  }
+  return real_iface.mask_mul(be, in, mask, out, n, reps, t, accumulate);
+}
+
 /* The hyper-parameters are not part of the key: they reach the kernels
  * through the pinned constants, staged in a dry walk too. */
 static cl_status w_update_step(cl_backend *be, const cl_update_args *u, cl_step_vals *vals) {
@@ -465,6 +475,7 @@ cl_status cl_cuda_graphs_attach(cl_backend *be) {
     graph_iface.gather_rows = w_gather_rows;
     graph_iface.loss_acc = w_loss_acc;
     graph_iface.update_step = w_update_step;
+    graph_iface.mask_mul = w_mask_mul;
     graph_iface.graph_begin = g_begin;
     graph_iface.graph_end = g_end;
     graph_iface.graph_info = g_info;
