@@ -7,12 +7,15 @@
 # decodes them, by the same names.
 
 # geometry: layer_geometry()'s 4 x n_layers matrix (kernel, dilation);
-# peephole: peephole_spec()'s c(kind, height, width).
+# peephole: peephole_spec()'s c(kind, height, width);
+# dropout, recurrent_dropout: one rate per layer (check_rates()).
 # options(convlstm.cuda_graphs = TRUE / FALSE) sets CONVLSTM_CUDA_GRAPHS for
 # the creation only (the CUDA backend reads it then; memory_stats() says
 # what it did); NULL leaves the environment as it is.
 c_model_create <- function(input_dim, hidden_dims, geometry, bias, device, dtype,
-                           threads, memory_limit, peephole = c(0L, 0L, 0L)) {
+                           threads, memory_limit, peephole = c(0L, 0L, 0L), dropout = 0,
+                           recurrent_dropout = 0) {
+  n <- length(hidden_dims)
   graphs <- getOption("convlstm.cuda_graphs")
   if (!is.null(graphs)) {
     old <- Sys.getenv("CONVLSTM_CUDA_GRAPHS", unset = NA)
@@ -23,7 +26,8 @@ c_model_create <- function(input_dim, hidden_dims, geometry, bias, device, dtype
   .Call(
     ffi_model_create, as.integer(input_dim), as.integer(hidden_dims),
     as.integer(geometry), as.logical(bias), device, dtype,
-    as.integer(threads), as.double(memory_limit), as.integer(peephole)
+    as.integer(threads), as.double(memory_limit), as.integer(peephole),
+    as.double(rbind(rep_len(dropout, n), rep_len(recurrent_dropout, n)))
   )
 }
 
@@ -42,6 +46,7 @@ c_set_tensors <- function(ptr, tensors) invisible(.Call(ffi_set_tensors, ptr, te
 # what: "all", "sequence", "last_state", "none" or "last_states" (r_forward_what
 # in src/r_convlstm.h); options: c_step_options() (NULL: the plain step)
 c_forward <- function(ptr, x, training, what, options = NULL) {
+  if (isTRUE(training)) options <- with_fixed_masks(options)
   .Call(ffi_forward, ptr, x, isTRUE(training), what, options)
 }
 
@@ -58,6 +63,7 @@ c_optimizer_steps <- function(ptr) .Call(ffi_optimizer_steps, ptr)
 c_optimizer_reset <- function(ptr) invisible(.Call(ffi_optimizer_reset, ptr))
 c_optim_check <- function(optimizer) invisible(.Call(ffi_optim_check, c_optim(optimizer)))
 c_train_step <- function(ptr, x, y, target, optimizer, options = NULL) {
+  options <- with_fixed_masks(options)
   watch_skips(ptr, .Call(ffi_train_step, ptr, x, y, target, c_optim(optimizer), options))
 }
 
@@ -66,6 +72,10 @@ c_memory_reset_peak <- function(ptr) invisible(.Call(ffi_memory_reset_peak, ptr)
 c_empty_cache <- function(ptr) invisible(.Call(ffi_empty_cache, ptr))
 # test-only: one byte past a step buffer, for the guard bands' tests
 c_test_overrun <- function(ptr, buffer) invisible(.Call(ffi_test_overrun, ptr, buffer))
+# test-only: the masks a training call of this shape would draw now
+# (src/r_dropout.c), per layer the input mask then the h mask, NULL where
+# that rate is 0
+c_dropout_draw <- function(ptr, shape) .Call(ffi_dropout_draw, ptr, as.integer(shape))
 c_set_memory_limit <- function(ptr, bytes) {
   invisible(.Call(ffi_set_memory_limit, ptr, as.double(bytes)))
 }
@@ -149,6 +159,7 @@ c_data_bytes_for <- function(ptr, shape, target) {
   .Call(ffi_data_bytes_for, ptr, as.integer(shape), target)
 }
 c_train_step_data <- function(ptr, dptr, rows, optimizer, options = NULL) {
+  options <- with_fixed_masks(options)
   watch_skips(ptr, .Call(ffi_train_step_data, ptr, dptr, as.integer(rows) - 1L,
                          c_optim(optimizer), options))
 }

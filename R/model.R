@@ -71,6 +71,25 @@
 #'   [set.seed()] draws it the same convolution weights.
 #' @param frame_size With per-position peepholes, `c(height, width)` of the
 #'   frames (one number for square frames); `NULL` otherwise.
+#' @param dropout,recurrent_dropout Dropout of each layer's input `x_t` and
+#'   of its previous hidden state `h_{t-1}`, as Keras's `ConvLSTM2D(dropout =
+#'   , recurrent_dropout = )`: a fraction in `[0, 1)`, one for every layer or
+#'   one per layer (default 0: none). In training ([train_step()],
+#'   [convlstm_fit()], `model$forward()`, and `model(x)` after
+#'   `model$train()`) each sequence gets one mask per layer and kind (Gal and
+#'   Ghahramani's variational dropout), of the shape of one step of what it
+#'   masks (`[batch, channels, height, width]`), with each element kept with
+#'   probability `1 - p` and scaled by `1 / (1 - p)`. The same mask then serves
+#'   every time step, the four gates, a checkpoint's recomputation and the
+#'   backward pass. Keras draws a separate mask for each of the four gates,
+#'   but here one mask serves all four, so the input half of the convolution
+#'   still runs once over all time steps. The masks are drawn from R's random
+#'   number generator, so [set.seed()] reproduces a run. Inference
+#'   ([predict()], [convlstm_evaluate()], `model(x)` in eval mode, the
+#'   default) applies no dropout.
+#'   The masks and one masked copy are planned step buffers
+#'   (`dropout_mask_x`, `dropout_mask_h`, `dropout_masked` in
+#'   [memory_estimate()]).
 #'
 #' @return A model: a function of class `convlstm_model`. Calling it on an
 #'   array `x` of dim `[batch, time, channels, height, width]` runs an
@@ -94,9 +113,11 @@
 #'   and the methods `state_dict()`, `load_state_dict()`, `zero_grad()`,
 #'   `forward()`, and `half()`, `bfloat16()`, `float()` (storage type
 #'   conversion, see [set_dtype()]). For code written for torch modules:
-#'   `train()` and `eval()` do nothing (each call here says whether it
-#'   trains: `model(x)` and [predict()] infer, [train_step()] trains) and
-#'   say so once a session; `to(device, dtype)`, `cuda()` and `cpu()` change
+#'   `train()` makes `model(x)` apply the model's dropout (a training
+#'   forward, which keeps activations, as torch's train mode with autograd
+#'   does) and `eval()` turns that off again (the default); a model without
+#'   dropout infers either way, and says so once a session. [predict()]
+#'   always infers and [train_step()] always trains; `to(device, dtype)`, `cuda()` and `cpu()` change
 #'   the dtype, or explain how to move a model to another device
 #'   ([convlstm_save()] then [convlstm_load()] with `device =`). Optimizers
 #'   are not built from `model$parameters` as with torch's `optim_adam()`:
@@ -124,9 +145,18 @@
 #' pm
 #' dim(pm$parameters[["cell_list.0.w_ci"]])   # [4, 6, 6]
 #' convlstm_release(pm)
+#' # dropout on each layer's input and hidden state, in training only
+#' dropped <- convlstm(1, c(8, 1), 3, device = "cpu", dropout = 0.2,
+#'                     recurrent_dropout = 0.2)
+#' dropped$train()
+#' dim(dropped(x)[[1]][[2]])  # a training forward, with fresh masks
+#' dropped$eval()
+#' identical(dropped(x), dropped(x))  # eval mode: no dropout
+#' convlstm_release(dropped)
 convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hidden_dims),
                      bias = TRUE, device = "auto", dtype = "float32", memory_limit = NULL,
-                     threads = NULL, dilation = 1, peephole = FALSE, frame_size = NULL) {
+                     threads = NULL, dilation = 1, peephole = FALSE, frame_size = NULL,
+                     dropout = 0, recurrent_dropout = 0) {
   input_dim <- check_count(input_dim, "input_dim")
   n_layers <- check_count(n_layers, "n_layers")
   if (n_layers > max_layers) {
@@ -142,6 +172,8 @@ convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hid
   memory_limit <- parse_bytes(memory_limit, "memory_limit", sys.call())
   threads <- check_threads(threads, sys.call())
   peephole <- peephole_spec(peephole, frame_size, sys.call())
+  dropout <- check_rates(dropout, "dropout", n_layers, sys.call())
+  recurrent_dropout <- check_rates(recurrent_dropout, "recurrent_dropout", n_layers, sys.call())
 
   tf32 <- cuda_tf32_option(sys.call())
 
@@ -149,7 +181,8 @@ convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hid
   ptr <- with_cuda_tf32(tf32, c_model_create(
     input_dim, hidden_dims, geometry, bias,
     device = device,
-    dtype = dtype, threads = threads, memory_limit = memory_limit, peephole = peephole
+    dtype = dtype, threads = threads, memory_limit = memory_limit, peephole = peephole,
+    dropout = dropout, recurrent_dropout = recurrent_dropout
   ))
   c_model_init_params(ptr)
   new_convlstm_model(ptr)
@@ -213,14 +246,17 @@ parse_bytes <- function(x, arg, call) {
 
 new_convlstm_model <- function(ptr) {
   config <- c_model_config(ptr)
+  training <- FALSE # model$train() / model$eval(): whether model(x) applies dropout
   model <- function(x, outputs = c("all", "last_states"), state = NULL) {
     x <- check_input(x, config, "x")
     outputs <- check_choice(outputs, c("all", "last_states"), "outputs")
     state <- state_option(state, config, dim(x), allow_carry = FALSE)
+    # train mode with dropout: a training forward, with masks
+    train <- training && has_dropout(config)
     if (identical(outputs, "all")) {
-      return(c_forward(ptr, x, training = FALSE, what = "all", forward_options("all", state)))
+      return(c_forward(ptr, x, training = train, what = "all", forward_options("all", state)))
     }
-    c_forward(ptr, x, training = FALSE, what = "last_states",
+    c_forward(ptr, x, training = train, what = "last_states",
               options = forward_options("last_state", state))
   }
   class(model) <- c("convlstm_model", "function")
@@ -305,6 +341,9 @@ print.convlstm_model <- function(x, ...) {
   }
   shown <- layers[c("layer", "input", "hidden", "kernel", "parameters")]
   shown$parameters <- format_count(shown$parameters)
+  # input / recurrent rates, shown only for a model that has dropout
+  if (has_dropout(config)) shown$dropout <- paste(config$dropout, config$recurrent_dropout,
+                                                    sep = " / ")
   print(shown, row.names = FALSE)
   invisible(x)
 }
@@ -401,22 +440,31 @@ print.summary.convlstm_model <- function(x, ...) {
 
 model_fields <- c(
   "config", "input_dim", "hidden_dims", "kernel_sizes", "dilation", "n_layers", "bias", "device",
-  "dtype", "backend", "memory_limit", "peephole", "frame_size", "n_parameters", "parameters",
-  "state_dict",
+  "dtype", "backend", "memory_limit", "peephole", "frame_size", "dropout", "recurrent_dropout",
+  "n_parameters", "parameters", "state_dict",
   "load_state_dict", "zero_grad", "forward", "half", "bfloat16", "float", "train", "eval", "to",
   "cuda", "cpu"
 )
 
-# torch modules switch between training and evaluation mode; here each call
-# says which it is (model(x) and predict() infer, train_step() trains), so
-# model$train() and model$eval() change nothing, and say so once a session.
+# torch modules switch between training and evaluation mode. Here
+# predict() and convlstm_evaluate() always infer and train_step() and
+# convlstm_fit() always train; model$train() and model$eval() decide only
+# whether model(x) applies the model's dropout, so for a model without
+# dropout they change nothing, and say so once a session.
 no_mode_note <- function() {
   if (isTRUE(the$no_mode_noted)) return(invisible())
   the$no_mode_noted <- TRUE
   message(paste0(
-    "convlstm models have no train/eval mode: model(x), predict() and convlstm_evaluate() ",
-    "infer, train_step() and convlstm_fit() train; model$train() and model$eval() do nothing."
+    "This convlstm model has no dropout, so it has no train/eval mode: model(x), predict() and ",
+    "convlstm_evaluate() infer, train_step() and convlstm_fit() train; model$train() and ",
+    "model$eval() change nothing."
   ))
+}
+
+set_mode <- function(model, training) {
+  if (!has_dropout(model_config(model))) no_mode_note()
+  environment(model)$training <- training
+  invisible(model)
 }
 
 the <- new.env(parent = emptyenv())
@@ -443,7 +491,8 @@ move_model <- function(model, device, dtype, call) {
   switch(name,
     config = model_config(model),
     input_dim = , hidden_dims = , kernel_sizes = , dilation = , n_layers = , bias = , device = ,
-    dtype = , backend = , memory_limit = , peephole = , frame_size = model_config(model)[[name]],
+    dtype = , backend = , memory_limit = , peephole = , frame_size = , dropout = ,
+    recurrent_dropout = model_config(model)[[name]],
     n_parameters = sum(layer_table(model_config(model))$parameters),
     parameters = state_dict(model),
     state_dict = function() state_dict(model),
@@ -457,10 +506,11 @@ move_model <- function(model, device, dtype, call) {
     half = function() set_dtype(model, "float16"),
     bfloat16 = function() set_dtype(model, "bfloat16"),
     float = function() set_dtype(model, "float32"),
-    train = , eval = function(...) {
-      no_mode_note()
-      invisible(model)
+    train = function(mode = TRUE) {
+      mode <- check_flag(mode, "mode")
+      set_mode(model, mode)
     },
+    eval = function() set_mode(model, FALSE),
     to = function(device = NULL, dtype = NULL) move_model(model, device, dtype, sys.call()),
     cuda = function() move_model(model, "cuda", NULL, sys.call()),
     cpu = function() move_model(model, "cpu", NULL, sys.call()),

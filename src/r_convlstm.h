@@ -69,7 +69,19 @@ SEXP r_peephole(const cl_config *c);
 void r_row_major_to_r(const float *src, int ndim, const int *dims, double *dst);
 void r_r_to_row_major(const double *src, int ndim, const int *dims, float *dst);
 
+/* ---- r_dropout.c ---- */
+
+/* A training call of B sequences of H x W: the dropout masks of every layer
+ * whose rate is above 0 into o->mask_x / o->mask_h, drawn from R's
+ * generator, or taken from opts$dropout_masks when given (tests).
+ * R_alloc'ed: valid until the .Call returns. */
+void r_dropout_masks(cl_model *m, SEXP opts, int B, int H, int W, cl_step_options *o);
+SEXP ffi_dropout_draw(SEXP ptr, SEXP shape);
+
 /* ---- r_options.c: what crosses .Call as names ---- */
+
+/* The element `name` of a named list (step options), or R_NilValue. */
+SEXP r_option(SEXP opts, const char *name);
 
 /* An optimizer (c_optim() in R/ffi.R) and step options (c_step_options()),
  * named lists; both raise on a malformed one. NULL opts gives the plain
@@ -115,7 +127,8 @@ cl_comm *r_dist_comm(void);
 
 /* r_model.c */
 SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP kernel_sizes, SEXP bias,
-                      SEXP device, SEXP dtype, SEXP threads, SEXP memory_limit, SEXP peephole);
+                      SEXP device, SEXP dtype, SEXP threads, SEXP memory_limit, SEXP peephole,
+                      SEXP dropout);
 SEXP ffi_model_release(SEXP ptr);
 SEXP ffi_model_status(SEXP ptr);
 SEXP ffi_model_config(SEXP ptr);

@@ -142,6 +142,9 @@ SEXP ffi_train_step_data(SEXP ptr, SEXP dptr, SEXP rows, SEXP opt, SEXP opts) {
   cl_step_options so;
   cl_host_array sb[R_OPT_ARRAYS];
   r_step_options(opts, &so, sb);
+  int N, T, H, W;
+  cl_data_shape(d, &N, &T, &H, &W);
+  r_dropout_masks(m, opts, (int)n, H, W, &so);
   double loss = 0;
   cl_status st = cl_model_train_step_data(m, d, INTEGER(rows), (int)n, &o, &so, &loss);
   if (st != CL_OK) r_raise_model(st, m);

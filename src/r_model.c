@@ -57,16 +57,20 @@ static int int_at(SEXP x, int i) { return INTEGER(x)[i]; }
 
 /* geometry: integer [4, n_layers]: kernel height, width, dilation height,
  * width of each layer (column). peephole: integer c(kind, height, width),
- * as r_peephole() returns it. */
+ * as r_peephole() returns it. dropout: double [2, n_layers]: dropout and
+ * recurrent_dropout of each layer (column). */
 SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP geometry, SEXP bias, SEXP device,
-                      SEXP dtype, SEXP threads, SEXP memory_limit, SEXP peephole) {
+                      SEXP dtype, SEXP threads, SEXP memory_limit, SEXP peephole,
+                      SEXP dropout) {
   int nprotect = 0;
   if (TYPEOF(input_dim) != INTSXP || TYPEOF(hidden_dims) != INTSXP ||
       TYPEOF(geometry) != INTSXP || TYPEOF(bias) != LGLSXP || TYPEOF(threads) != INTSXP ||
-      TYPEOF(memory_limit) != REALSXP || TYPEOF(peephole) != INTSXP || Rf_length(peephole) != 3)
+      TYPEOF(memory_limit) != REALSXP || TYPEOF(peephole) != INTSXP ||
+      Rf_length(peephole) != 3 || TYPEOF(dropout) != REALSXP)
     r_raise_invalid("internal: ffi_model_create() got arguments of the wrong type");
   int n_layers = Rf_length(hidden_dims);
-  if (n_layers < 1 || n_layers > CL_MAX_LAYERS || Rf_length(geometry) != 4 * n_layers)
+  if (n_layers < 1 || n_layers > CL_MAX_LAYERS || Rf_length(geometry) != 4 * n_layers ||
+      Rf_length(dropout) != 2 * n_layers)
     r_raise_invalid("`n_layers` must be between 1 and %d", CL_MAX_LAYERS);
 
   cl_config cfg;
@@ -79,6 +83,8 @@ SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP geometry, SEXP bias
     cfg.kernel_widths[l] = int_at(geometry, 4 * l + 1);
     cfg.dilation_h[l] = int_at(geometry, 4 * l + 2);
     cfg.dilation_w[l] = int_at(geometry, 4 * l + 3);
+    cfg.dropout[l] = REAL(dropout)[2 * l];
+    cfg.recurrent_dropout[l] = REAL(dropout)[2 * l + 1];
   }
   cfg.bias = LOGICAL(bias)[0] ? 1 : 0;
   cfg.device = r_device(device);
@@ -151,7 +157,7 @@ SEXP ffi_model_config(SEXP ptr) {
   const char *const names[] = {"input_dim", "hidden_dims", "kernel_sizes", "n_layers",
                          "bias",      "device",      "dtype",        "threads",
                          "memory_limit", "backend",  "n_params",     "peephole",
-                         "conv_math",    "geometry"};
+                         "conv_math",    "dropout",  "recurrent_dropout", "geometry"};
   SEXP out = PROTECT(r_named_list(names, (int)(sizeof names / sizeof names[0])));
   nprotect++;
 
@@ -159,10 +165,18 @@ SEXP ffi_model_config(SEXP ptr) {
   nprotect++;
   SEXP ks = PROTECT(Rf_allocVector(INTSXP, cfg->n_layers));
   nprotect++;
+  SEXP dx = PROTECT(Rf_allocVector(REALSXP, cfg->n_layers));
+  nprotect++;
+  SEXP dr = PROTECT(Rf_allocVector(REALSXP, cfg->n_layers));
+  nprotect++;
   for (int l = 0; l < cfg->n_layers; l++) {
     INTEGER(hd)[l] = cfg->hidden_dims[l];
     INTEGER(ks)[l] = cfg->kernel_sizes[l];
+    REAL(dx)[l] = cfg->dropout[l];
+    REAL(dr)[l] = cfg->recurrent_dropout[l];
   }
+  SET_VECTOR_ELT(out, 13, dx);
+  SET_VECTOR_ELT(out, 14, dr);
   SET_VECTOR_ELT(out, 0, Rf_ScalarInteger(cfg->input_dim));
   SET_VECTOR_ELT(out, 1, hd);
   SET_VECTOR_ELT(out, 2, ks);

@@ -21,6 +21,8 @@ static SEXP field(SEXP x, const char *name) {
   return R_NilValue;
 }
 
+SEXP r_option(SEXP opts, const char *name) { return field(opts, name); }
+
 static double num(SEXP x, const char *name, const char *what) {
   SEXP v = field(x, name);
   if ((TYPEOF(v) != REALSXP && TYPEOF(v) != INTSXP) || Rf_length(v) != 1)

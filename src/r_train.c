@@ -63,6 +63,7 @@ SEXP ffi_forward(SEXP ptr, SEXP x, SEXP training, SEXP what, SEXP opts) {
   cl_step_options so;
   cl_host_array sb[R_OPT_ARRAYS];
   r_step_options(opts, &so, sb);
+  if (train) r_dropout_masks(m, opts, hx.dims[0], hx.dims[3], hx.dims[4], &so);
   cl_status st = cl_model_forward(m, &hx, train, &so);
   if (st != CL_OK) r_raise_model(st, m);
   if (mode == R_FWD_NONE) return R_NilValue;
@@ -194,6 +195,7 @@ SEXP ffi_train_step(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts) 
   cl_step_options so;
   cl_host_array sb[R_OPT_ARRAYS];
   r_step_options(opts, &so, sb);
+  r_dropout_masks(m, opts, hx.dims[0], hx.dims[3], hx.dims[4], &so);
   double loss = 0;
   cl_status st = cl_model_train_step(m, &hx, &hy, tg, &o, &so, &loss);
   if (st != CL_OK) r_raise_model(st, m);

@@ -27,8 +27,13 @@ Records beyond make_fixtures.py's:
                 K - 1 inputs (rollout() under autograd), its loss the MSE of
                 the K predicted frames against y; grad/ of the first step,
                 grad_detached/ the same with the fed-back frames detached
-                (which must differ), adam_losses, adam_params/.
-A config with peephole (free_run_peep_*) also writes config peephole
+                (which must differ), adam_losses, adam_params/. With config
+                dropout / recurrent_dropout: the masks mask_x/<l>, mask_h/<l>
+                (dropout_masks(), None not written) applied at every step,
+                the fed-back ones included; grad_nodropout/ (no masks) and
+                grad_fed_unmasked/ (layer 0's input mask left off the
+                fed-back frames) are what a step missing them would match.
+A config with peephole (free_peep_*) also writes config peephole
 <position|channel> (and frame_size <H> <W> per position); its peephole
 weights start at random values, as in make_fixtures_peephole.py (zeros would
 hide a dropped term).
@@ -42,7 +47,7 @@ import torch.nn.functional as F
 
 from make_fixtures import ADAM_LR, ADAM_STEPS, Writer, smallest_gradient
 from make_fixtures_peephole import random_peepholes
-from torch_convlstm import ConvLSTM, rollout
+from torch_convlstm import ConvLSTM, dropout_masks, rollout
 
 # A nonzero initial state reaches every weight at every step, so a few of
 # the ~1000 gradients always lie near zero: the plain fixtures' bound (1e-4
@@ -77,11 +82,17 @@ CONFIGS = [
     # one frame fed back: the ring holds a single step
     dict(name="free_run_k2", kind="free_run", input_dim=1, hidden_dims=[3, 1], kernel_sizes=[3, 3],
          bias=True, B=2, T=3, H=4, W=4, target="sequence", weight_decay=0.0, horizon=2),
+    # dropout on every layer's input and h: the fed-back steps (three layers:
+    # the ring too) apply the same per-sequence masks (test-dropout.R)
+    dict(name="free_drop", kind="free_run", input_dim=2, hidden_dims=[3, 2, 2],
+         kernel_sizes=[3, 1, 3], bias=True, B=2, T=2, H=5, W=4, target="sequence",
+         weight_decay=0.0, horizon=4, dropout=[0.3, 0.2, 0.25],
+         recurrent_dropout=[0.25, 0.4, 0.3]),
     # peepholes: their gradient over the fed-back steps, and c's through them
-    dict(name="free_run_peep_position", kind="free_run", input_dim=1, hidden_dims=[3, 1],
+    dict(name="free_peep_pos", kind="free_run", input_dim=1, hidden_dims=[3, 1],
          kernel_sizes=[3, 3], bias=True, B=2, T=2, H=5, W=4, target="sequence",
          weight_decay=0.0, horizon=3, peephole="position"),
-    dict(name="free_run_peep_channel", kind="free_run", input_dim=2, hidden_dims=[2, 3, 2],
+    dict(name="free_peep_ch", kind="free_run", input_dim=2, hidden_dims=[2, 3, 2],
          kernel_sizes=[3, 1, 3], bias=False, B=2, T=2, H=4, W=5, target="sequence",
          weight_decay=0.1, horizon=4, peephole="channel"),
 ]
@@ -113,6 +124,9 @@ def header(w, cfg, seed):
     for k in ("chunk", "horizon"):
         if k in cfg:
             w.config(k, cfg[k])
+    for k in ("dropout", "recurrent_dropout"):
+        if k in cfg:
+            w.config(k, *cfg[k])
     w.info("torch_version", torch.__version__)
     w.info("seed", seed)
 
@@ -191,24 +205,52 @@ def teacher(cfg, model, w, x):
     return "teacher-forced adam losses " + " ".join("%.5f" % l for l in losses)
 
 
-def free_run_loss(model, x, y, detach_frames=False):
-    frames = rollout(model, x, y.shape[1], detach_frames=detach_frames)
+def free_run_loss(model, x, y, detach_frames=False, masks=None):
+    frames = rollout(model, x, y.shape[1], detach_frames=detach_frames, masks=masks)
     return F.mse_loss(frames, y)
+
+
+def fed_unmasked_loss(model, x, y, masks):
+    """rollout() with layer 0's input mask on x only, not on the fed-back
+    frames: the gradients of a step that forgot it there."""
+    fed = [(None, masks[0][1])] + masks[1:]
+    _, st = model(x, masks=masks)
+    frames = [st[-1][0]]
+    for _ in range(y.shape[1] - 1):
+        _, st = model(frames[-1].unsqueeze(1), state=st, masks=fed)
+        frames.append(st[-1][0])
+    return F.mse_loss(torch.stack(frames, dim=1), y)
+
+
+def write_grads(w, model, prefix, loss):
+    model.zero_grad()
+    loss.backward()
+    for k, p in model.named_parameters():
+        w.tensor(prefix + k, p.grad)
 
 
 def free_run(cfg, model, w, x):
     K = cfg["horizon"]
     y = torch.rand(cfg["B"], K, cfg["input_dim"], cfg["H"], cfg["W"])
     w.tensor("y_frames", y)
-    model.zero_grad()
-    free_run_loss(model, x, y, detach_frames=True).backward()
-    for k, p in model.named_parameters():
-        w.tensor("grad_detached/" + k, p.grad)
+    masks = None
+    if "dropout" in cfg:
+        masks = dropout_masks(model, cfg["B"], cfg["H"], cfg["W"], cfg["dropout"],
+                              cfg["recurrent_dropout"])
+        for l, (mx, mh) in enumerate(masks):
+            if mx is not None:
+                w.tensor("mask_x/%d" % l, mx)
+            if mh is not None:
+                w.tensor("mask_h/%d" % l, mh)
+        write_grads(w, model, "grad_nodropout/", free_run_loss(model, x, y))
+        write_grads(w, model, "grad_fed_unmasked/", fed_unmasked_loss(model, x, y, masks))
+    write_grads(w, model, "grad_detached/",
+                free_run_loss(model, x, y, detach_frames=True, masks=masks))
     opt = torch.optim.Adam(model.parameters(), lr=ADAM_LR, weight_decay=cfg["weight_decay"])
     losses, ratio = [], float("inf")
     for step in range(ADAM_STEPS):
         opt.zero_grad()
-        loss = free_run_loss(model, x, y)
+        loss = free_run_loss(model, x, y, masks=masks)
         loss.backward()
         if step == 0:
             for k, p in model.named_parameters():
@@ -222,6 +264,8 @@ def free_run(cfg, model, w, x):
     w.tensor("adam_losses", torch.tensor(losses))
     for name, v in model.state_dict().items():
         w.tensor("adam_params/" + name, v)
+    if w.looks_executable:  # R CMD check's undeclared-executable warning (make_fixtures.py)
+        return None
     w.close()
     return "free-running adam losses " + " ".join("%.5f" % l for l in losses)
 

@@ -49,7 +49,7 @@ class WrongCell(ConvLSTMCell):
 
     mistake = None
 
-    def forward(self, x, state):
+    def forward(self, x, state, masks=None):  # (no dropout here)
         h_prev, c_prev = state
         z = self.conv(torch.cat([x, h_prev], dim=1))
         zi, zf, zo, zg = torch.split(z, self.hidden_dim, dim=1)

@@ -104,7 +104,9 @@ class cl_config(C.Structure):
                 ("dilation_h", C.c_int * CL_MAX_LAYERS), ("dilation_w", C.c_int * CL_MAX_LAYERS),
                 ("bias", C.c_int), ("device", C.c_int), ("dtype", C.c_int),
                 ("n_threads", C.c_int), ("memory_limit", C.c_size_t),
-                ("peephole", C.c_int), ("peephole_h", C.c_int), ("peephole_w", C.c_int)]
+                ("peephole", C.c_int), ("peephole_h", C.c_int), ("peephole_w", C.c_int),
+                ("dropout", C.c_double * CL_MAX_LAYERS),
+                ("recurrent_dropout", C.c_double * CL_MAX_LAYERS)]
 
 
 class cl_host_array(C.Structure):
@@ -127,8 +129,10 @@ class cl_step_options(C.Structure):
                 ("outputs", C.c_int), ("plan_dtype", C.c_int), ("horizon", C.c_int),
                 ("free_run", C.c_int), ("state_mode", C.c_int), ("state", C.POINTER(cl_host_array)),
                 ("max_grad_norm", C.c_double), ("loss", cl_loss_fn),
-                ("weight", C.POINTER(cl_host_array)), ("comm", C.c_void_p),
-                ("comm_share", C.c_double)]
+                ("weight", C.POINTER(cl_host_array)),
+                ("mask_x", C.POINTER(C.c_float) * CL_MAX_LAYERS),
+                ("mask_h", C.POINTER(C.c_float) * CL_MAX_LAYERS),
+                ("comm", C.c_void_p), ("comm_share", C.c_double)]
 
 
 class cl_loss_scale(C.Structure):

@@ -107,6 +107,13 @@ typedef struct cl_config {
   size_t memory_limit; /* bytes the allocator may hold; 0: device capacity */
   int peephole;                /* cl_peephole; 0: none (the tutorial's cell) */
   int peephole_h, peephole_w;  /* CL_PEEP_POSITION: the frame size; else 0 */
+  /* Dropout of layer l in training, Keras's ConvLSTM2D semantics (Gal and
+   * Ghahramani): the fraction in [0, 1) of the layer's input x_t
+   * (dropout) and of its h_{t-1} (recurrent_dropout) zeroed by masks drawn
+   * once per sequence and scaled by 1 / (1 - p); 0: none. The masks come
+   * from the caller (cl_step_options), never from the core. */
+  double dropout[CL_MAX_LAYERS];
+  double recurrent_dropout[CL_MAX_LAYERS];
 } cl_config;
 
 typedef struct cl_model cl_model;
@@ -257,6 +264,15 @@ typedef struct cl_step_options {
    * finite and >= 0 (0 masks an element); NULL: none. cl_model_plan reads
    * only its ndim (5: a sequence target), for the planned weight buffer. */
   const cl_host_array *weight;
+  /* A training forward or train_step of a model with dropout: per layer l
+   * with cfg.dropout[l] > 0 the input mask mask_x[l], float, row-major
+   * [B, in_l, H, W] (in_l: input_dim, or hidden_dims[l - 1]), and with
+   * cfg.recurrent_dropout[l] > 0 the mask of h_{t-1} mask_h[l]
+   * [B, hidden_l, H, W]; each element 0 or 1 / (1 - p). One mask per
+   * sequence, shared by every step, by the four gates and by a checkpoint's
+   * recomputation; read during the call only. Ignored in inference. */
+  const float *mask_x[CL_MAX_LAYERS];
+  const float *mask_h[CL_MAX_LAYERS];
   /* train_step, data parallel: NULL (one process), or the communicator the
    * gradients are summed over before the update (cl_comm_*, below). Each
    * rank's gradients are first multiplied by comm_share, its samples' share

@@ -42,8 +42,14 @@ class ConvLSTMCell(nn.Module):
             for name in ("w_ci", "w_cf", "w_co"):
                 self.register_parameter(name, nn.Parameter(torch.zeros(shape)))
 
-    def forward(self, x, state):
+    def forward(self, x, state, masks=None):
+        """masks: None, or (input mask, h mask) for dropout, each [B, C, H, W]
+        (or None): x_t and h_{t-1} times them before the convolution."""
         h_prev, c_prev = state
+        if masks is not None:
+            mx, mh = masks
+            x = x if mx is None else x * mx
+            h_prev = h_prev if mh is None else h_prev * mh
         z = self.conv(torch.cat([x, h_prev], dim=1))
         zi, zf, zo, zg = torch.split(z, self.hidden_dim, dim=1)
         if self.peephole is not None:
@@ -71,12 +77,13 @@ class ConvLSTM(nn.Module):
             ConvLSTMCell(d, h, k, bias, dl, peephole, frame_size)
             for d, h, k, dl in zip(dims, hidden_dims, kernel_sizes, dilations))
 
-    def forward(self, x, last_only=False, state=None):
+    def forward(self, x, last_only=False, state=None, masks=None):
         """x [B, T, C, H, W] -> (layer outputs, layer last states (h, c)), as the
         tutorial's module returns; last_only: just the last layer's last h,
         without stacking that layer's outputs (what a loss on it needs);
         state: None (zeros) or each layer's initial (h, c), as the module
-        returns its last states."""
+        returns its last states; masks: None, or per layer (input mask, h
+        mask) of dropout (dropout_masks()), the same at every step."""
         B, T, _, H, W = x.shape
         layer_outputs, last_states = [], []
         cur = x
@@ -88,7 +95,7 @@ class ConvLSTM(nn.Module):
                 h, c = state[li]
             seq = []
             for t in range(T):
-                h, c = cell(cur[:, t], (h, c))
+                h, c = cell(cur[:, t], (h, c), None if masks is None else masks[li])
                 seq.append(h)
             if last_only and li + 1 == len(self.cell_list):
                 return h
@@ -98,18 +105,37 @@ class ConvLSTM(nn.Module):
         return layer_outputs, last_states
 
 
-def rollout(model, x, horizon, state=None, detach_frames=False):
+def dropout_masks(model, B, H, W, dropout, recurrent_dropout, generator=None):
+    """Variational dropout masks as convlstm applies them (Keras's
+    ConvLSTM2D with one mask shared by the four gates): per layer an input
+    mask [B, in, H, W] and an h mask [B, hidden, H, W], each element kept
+    (1 / (1 - p)) with probability 1 - p, else 0; None where p is 0."""
+    def one(C, p):
+        if p <= 0:
+            return None
+        keep = torch.rand(B, C, H, W, generator=generator) >= p
+        return keep.float() / (1.0 - p)
+    masks = []
+    for cell, p, q in zip(model.cell_list, dropout, recurrent_dropout):
+        C_in = cell.conv.in_channels - cell.hidden_dim
+        masks.append((one(C_in, p), one(cell.hidden_dim, q)))
+    return masks
+
+
+def rollout(model, x, horizon, state=None, detach_frames=False, masks=None):
     """Multi-frame forecasting: run x [B, T, C, H, W] (from state), then feed
     the last layer's last h back as the next input frame, horizon times
     (needs the last hidden size == input channels). Returns the predicted
     frames [B, horizon, C, H, W]: the first is the h after x's last step.
     Under autograd this is free-running training: the gradient of a frame's
     loss flows back through the fed-back frames as well as the states;
-    detach_frames cuts the first path (the input's), keeping the second."""
-    _, st = model(x, state=state)
+    detach_frames cuts the first path (the input's), keeping the second.
+    masks: dropout's (dropout_masks()), the same at every step, the fed-back
+    ones included (layer 0's input mask on each fed-back frame)."""
+    _, st = model(x, state=state, masks=masks)
     frames = [st[-1][0]]
     for _ in range(horizon - 1):
         fed = frames[-1].detach() if detach_frames else frames[-1]
-        _, st = model(fed.unsqueeze(1), state=st)
+        _, st = model(fed.unsqueeze(1), state=st, masks=masks)
         frames.append(st[-1][0])
     return torch.stack(frames, dim=1)

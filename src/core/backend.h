@@ -313,6 +313,13 @@ struct cl_backend_i {
   cl_status (*graph_end)(cl_backend *be, cl_status failed, int *redo);
   /* What the graphs did; absent: none were made. */
   void (*graph_info)(cl_backend *be, cl_graph_info *out);
+  /* ---- dropout ---- */
+  /* out[r n + i] = in[r n + i] * mask[i] (accumulate: +=) for r < reps and
+   * i < n: one mask (float, each element 0 or 1 / (1 - p)) over reps blocks,
+   * as every step of a sequence shares its mask. in and out in dtype t; out
+   * may be in itself (without accumulate). The product is rounded once. */
+  cl_status (*mask_mul)(cl_backend *be, const void *in, const float *mask, void *out, size_t n,
+                        size_t reps, cl_dtype t, int accumulate);
 };
 
 struct cl_backend {

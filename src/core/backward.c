@@ -105,11 +105,9 @@ static cl_status backward_layer(cl_model *m, int l, int b, int len, int done, co
 
   if (fresh_dc) CL_TRY(cl_zero(m, dc, bh * sizeof(float)));
   if (carry_in) /* the later segment's first step reaches back to our last h */
-    CL_KERNEL(m, be->conv_backward_data(m->be, &sh, st->dz_carry[l], m->params + L->off_wh,
-                                        dh + (len - 1) * bh, 1, st->ws));
+    CL_TRY(cl_dropout_hidden_grad(m, l, b, st->dz_carry[l], dh + (len - 1) * bh, 1));
   if (done) /* so does the first step that ran before */
-    CL_KERNEL(m, be->conv_backward_data(m->be, &sh, cl_at(dz, run * bg, t),
-                                        m->params + L->off_wh, dh + (run - 1) * bh, 1, st->ws));
+    CL_TRY(cl_dropout_hidden_grad(m, l, b, cl_at(dz, run * bg, t), dh + (run - 1) * bh, 1));
   for (int s = run - 1; s >= 0; s--) {
     void *dz_s = cl_at(dz, s * bg, t);
     const void *c_prev = s > 0 ? cl_at(cell, (s - 1) * bh, t) : prev_c;
@@ -118,25 +116,32 @@ static cl_status backward_layer(cl_model *m, int l, int b, int len, int done, co
     if (wp)
       CL_KERNEL(m, be->peephole_filter(m->be, &gs, dz_s, cl_at(cell, s * bh, t), c_prev,
                                        cl_peep_of(L, gw)));
-    if (s > 0)
-      CL_KERNEL(m, be->conv_backward_data(m->be, &sh, dz_s, m->params + L->off_wh,
-                                          dh + (s - 1) * bh, 1, st->ws));
+    if (s > 0) CL_TRY(cl_dropout_hidden_grad(m, l, b, dz_s, dh + (s - 1) * bh, 1));
   }
   if (save_carry)
     CL_KERNEL(m, be->copy(m->be, st->dz_carry[l], dz, bg * cl_dtype_size(t)));
+  /* with dropout, each filter gradient reads the masked copy its forward
+   * convolved (dropout.c makes it again) */
   if (len > 1) { /* steps 1.. against h of steps 0.. */
     cl_conv_shape sf = sh;
     sf.N = (len - 1) * b;
-    CL_KERNEL(m, be->conv_backward_filter(m->be, &sf, cl_at(dz, bg, t), hid, gw + L->off_wh, NULL,
+    const void *h = hid;
+    CL_TRY(cl_dropout_hidden(m, l, b, len - 1, hid, &h));
+    CL_KERNEL(m, be->conv_backward_filter(m->be, &sf, cl_at(dz, bg, t), h, gw + L->off_wh, NULL,
                                           st->ws));
   }
-  if (prev_h) /* step 0 against the state before the segment */
+  if (prev_h) { /* step 0 against the state before the segment */
+    CL_TRY(cl_dropout_hidden(m, l, b, 1, prev_h, &prev_h));
     CL_KERNEL(m, be->conv_backward_filter(m->be, &sh, dz, prev_h, gw + L->off_wh, NULL, st->ws));
+  }
+  CL_TRY(cl_dropout_input(m, l, b, len, in, &in));
   CL_KERNEL(m, be->conv_backward_filter(m->be, &sx, dz, in, gw + L->off_wx,
                                         m->cfg.bias ? gw + L->off_b : NULL, st->ws));
-  if (l > 0)
+  if (l > 0) {
     CL_KERNEL(m, be->conv_backward_data(m->be, &sxr, dz, m->params + L->off_wx, st->dh[l - 1], 0,
                                         st->ws));
+    CL_TRY(cl_dropout_input_grad(m, l, b, run, st->dh[l - 1]));
+  }
   return CL_OK;
 }
 
@@ -177,7 +182,6 @@ static cl_status roll_back_step(cl_model *m, int l, int b, int s, int tin) {
   cl_dtype t = g->dtype;
   int top = m->cfg.n_layers - 1;
   size_t P = (size_t)g->H * g->W, bh = (size_t)b * L->hidden * P, bg = 4 * bh;
-  cl_conv_shape sx = cl_conv_input_half(L, g, b), sh = cl_conv_hidden_half(L, g, b);
   cl_gates_shape gs = cl_cell_shape(m, L, g, b);
   const float *wp = cl_peep_of(L, m->params);
   void *dz = cl_at(st->gates[l], s * bg, t);
@@ -186,20 +190,17 @@ static cl_status roll_back_step(cl_model *m, int l, int b, int s, int tin) {
   CL_KERNEL(m, be->gates_backward(m->be, &gs, dz, c_s, c_prev, wp, dh_s, st->dc[l]));
   if (wp)
     CL_KERNEL(m, be->peephole_filter(m->be, &gs, dz, c_s, c_prev, cl_peep_of(L, m->grads)));
+  /* with dropout each through its mask, the same as the input steps' */
   if (s > tin) {
     float *dh_prev = l == top ? st->dh[top] + (s - 1) * bh : ring_at(m, l, b, s - 1, tin);
-    CL_KERNEL(m, be->conv_backward_data(m->be, &sh, dz, m->params + L->off_wh, dh_prev, l == top,
-                                        st->ws));
+    CL_TRY(cl_dropout_hidden_grad(m, l, b, dz, dh_prev, l == top));
   }
-  if (l > 0) { /* the layer below's h of step s: its own step s + 1 wrote it first */
-    CL_KERNEL(m, be->conv_backward_data(m->be, &sx, dz, m->params + L->off_wx,
-                                        ring_at(m, l - 1, b, s, tin), s < g->T - 1, st->ws));
-  } else { /* the fed-back frame: onto the last layer's h of step s - 1 */
-    size_t bt = (size_t)b * m->layer[top].hidden * P;
-    CL_KERNEL(m, be->conv_backward_data(m->be, &sx, dz, m->params + L->off_wx,
-                                        st->dh[top] + (s - 1) * bt, 1, st->ws));
-  }
-  return CL_OK;
+  if (l > 0) /* the layer below's h of step s: its own step s + 1 wrote it first */
+    return cl_dropout_input_step_grad(m, l, b, dz, ring_at(m, l - 1, b, s, tin), s < g->T - 1);
+  /* the fed-back frame (layer 0's input mask too): onto the last layer's h
+   * of step s - 1 */
+  size_t bt = (size_t)b * m->layer[top].hidden * P;
+  return cl_dropout_input_step_grad(m, l, b, dz, st->dh[top] + (s - 1) * bt, 1);
 }
 
 cl_status cl_backward_free_run(cl_model *m, int b, const void *x, void *const *prev_h,

@@ -134,6 +134,24 @@ static cl_status read_peephole(cl_saved *s, char *err, size_t errlen) {
   return CL_OK;
 }
 
+/* The optional rates of a model with dropout (convlstm.dropout,
+ * .recurrent_dropout): absent, 0. */
+static cl_status read_rates(cl_saved *s, int nh, char *err, size_t errlen) {
+  static const char *const keys[2] = {META_PREFIX "dropout", META_PREFIX "recurrent_dropout"};
+  double *dst[2] = {s->cfg.dropout, s->cfg.recurrent_dropout};
+  for (int i = 0; i < 2; i++) {
+    const char *v = cl_st_find_meta(&s->f, keys[i]);
+    if (!v) continue;
+    int ok = cl_st_meta_double_list(v, dst[i], CL_MAX_LAYERS) == nh;
+    for (int l = 0; ok && l < nh; l++) ok = dst[i][l] >= 0 && dst[i][l] < 1;
+    if (!ok)
+      return cl_st_fail(err, errlen, CL_E_INVALID,
+                        "metadata %s must be a list of %d numbers in [0, 1) (one per layer), not "
+                        "\"%.60s\"", keys[i], nh, v);
+  }
+  return CL_OK;
+}
+
 static cl_status read_architecture(cl_saved *s, char *err, size_t errlen) {
   cl_config *c = &s->cfg;
   memset(c, 0, sizeof *c);
@@ -170,6 +188,7 @@ static cl_status read_architecture(cl_saved *s, char *err, size_t errlen) {
                         "(one per layer), not \"%.60s\"", nh, ks);
     c->n_layers = nh;
     CL_TRY(read_layer_lists(s, nh, err, errlen));
+    CL_TRY(read_rates(s, nh, err, errlen));
     if (strcmp(bi, "true") != 0 && strcmp(bi, "false") != 0)
       return cl_st_fail(err, errlen, CL_E_INVALID,
                         "metadata convlstm.bias must be \"true\" or \"false\", not \"%.40s\"", bi);
@@ -714,6 +733,13 @@ static cl_status build_header(cl_model *m, const cl_optim *opt, const save_plan 
     cl_st_header_meta_list(h, &first, META_PREFIX "kernel_widths", c->kernel_widths, c->n_layers);
     cl_st_header_meta_list(h, &first, META_PREFIX "dilation_h", c->dilation_h, c->n_layers);
     cl_st_header_meta_list(h, &first, META_PREFIX "dilation_w", c->dilation_w, c->n_layers);
+  }
+  int drops = 0; /* files of models without dropout stay as they were */
+  for (int l = 0; l < c->n_layers; l++) drops |= c->dropout[l] > 0 || c->recurrent_dropout[l] > 0;
+  if (drops) {
+    cl_st_header_meta_nums(h, &first, META_PREFIX "dropout", c->dropout, c->n_layers);
+    cl_st_header_meta_nums(h, &first, META_PREFIX "recurrent_dropout", c->recurrent_dropout,
+                           c->n_layers);
   }
   cl_st_header_meta(h, &first, META_PREFIX "bias", c->bias ? "true" : "false");
   if (c->peephole) { /* files of models without stay as they were */

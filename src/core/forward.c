@@ -37,13 +37,16 @@ static cl_status forward_layer(cl_model *m, int l, int b, int s0, int len, const
   const float *wp = cl_peep_of(L, m->params);
   void *gates = st->gates[l], *cell = st->cell[l], *hid = st->hid[l];
 
-  CL_KERNEL(m, be->conv_forward(m->be, &sx, cl_at((void *)in, s0 * bin, t),
-                                m->params + L->off_wx, bias_of(m, L),
+  /* training: x_t times its mask (one per sequence, the fed-back frames' too) */
+  const void *xin = cl_at((void *)in, s0 * bin, t);
+  CL_TRY(cl_dropout_input(m, l, b, len, xin, &xin));
+  CL_KERNEL(m, be->conv_forward(m->be, &sx, xin, m->params + L->off_wx, bias_of(m, L),
                                 cl_at(gates, s0 * 4 * bh, t), 0, st->ws));
   for (int s = s0; s < s0 + len; s++) {
     void *z = cl_at(gates, (size_t)s * 4 * bh, t);
     const void *h_prev = s > 0 ? cl_at(hid, (s - 1) * bh, t) : prev_h;
     const void *c_prev = s > 0 ? cl_at(cell, (s - 1) * bh, t) : prev_c;
+    if (h_prev) CL_TRY(cl_dropout_hidden(m, l, b, 1, h_prev, &h_prev));
     if (h_prev)
       CL_KERNEL(m, be->conv_forward(m->be, &sh, h_prev, m->params + L->off_wh, NULL, z, 1, st->ws));
     CL_KERNEL(m, be->gates_forward(m->be, &gs, z, c_prev, wp, cl_at(cell, s * bh, t),
@@ -185,6 +188,8 @@ cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training,
   void *ih[CL_MAX_LAYERS], *ic[CL_MAX_LAYERS];
   int from = cl_state_initial(m, 0, ih, ic);
   if (training) {
+    CL_TRY(cl_dropout_check(m, opts));
+    CL_TRY(cl_dropout_upload(m, opts, 0, B));
     CL_TRY(cl_put_host(m, st->x, g.dtype, x, cl_block_all(x)));
     CL_TRY(cl_forward_segment(m, B, T, st->x, from ? ih : NULL, from ? ic : NULL));
   } else {

@@ -155,6 +155,14 @@ typedef enum cl_buf_kind {
                       [K, B, C_in, H, W], each the next step's input      */
   CL_BUF_WEIGHT,   /* training with a loss weight: float, placed as the target
                       in d_hidden [weight_steps, Bm, C_out, H, W]           */
+  CL_BUF_MASK_X,   /* training with dropout: float, layer l's input mask
+                      [Bm, in, H, W] (dropout.c)                            */
+  CL_BUF_MASK_H,   /* training with recurrent dropout: float, its h_{t-1}
+                      mask [Bm, h, H, W]                                    */
+  CL_BUF_DROPPED,  /* training with dropout: a masked input [S, Bm, in, H, W]
+                      or masked h [S, Bm, h, H, W] of one layer at a time,
+                      in the storage dtype, or a float [Bm, h, H, W] gradient
+                      before its mask; shared by every layer (dropout.c)    */
   CL_BUF_DH_ROLL,  /* free-running training: float d loss / d h of layer l
                       below the last, two steps [2, Bm, h, H, W] (one when a
                       single step is fed back), while the fed-back steps run
@@ -183,6 +191,8 @@ typedef struct cl_step {
   void *init_h[CL_MAX_LAYERS], *init_c[CL_MAX_LAYERS]; /* CL_STATE_GIVEN */
   void *frames; /* inference with a horizon */
   float *weight; /* the loss weight of the segment under way, or NULL */
+  float *mask_x[CL_MAX_LAYERS], *mask_h[CL_MAX_LAYERS]; /* dropout; NULL: none */
+  void *dropped; /* dropout's masked copies (dropout.c) */
   int outputs_kept; /* the buffers hold the whole call's outputs and states */
 } cl_step;
 
@@ -264,6 +274,13 @@ static inline cl_gates_shape cl_cell_shape(const cl_model *m, const cl_layer *L,
 static inline float *cl_peep_of(const cl_layer *L, float *flat) {
   return L->n_pc ? flat + L->off_pc : NULL;
 }
+/* Whether layer l drops its input / its h_{t-1} in a training call. */
+static inline int cl_layer_drops_input(const cl_model *m, int l) {
+  return m->cfg.dropout[l] > 0;
+}
+static inline int cl_layer_drops_hidden(const cl_model *m, int l) {
+  return m->cfg.recurrent_dropout[l] > 0;
+}
 
 /* ---- What each file offers the files above it, floor by floor ---------
  * A file uses only files below its floor (src/core/README.md):
@@ -275,6 +292,7 @@ static inline float *cl_peep_of(const cl_layer *L, float *flat) {
  *   3 step.c              the step arena, model buffers, gradients
  *   4 dist.c              a communicator applied to a step: buckets, loss, parameters
  *   4 pack.c, state.c     host arrays and data-set rows <-> device tensors; initial state
+ *   4 dropout.c           the masks of a training call, applied on the device
  *   5 forward.c, backward.c, optim.c, clip.c, loss.c   the engine's pieces
  *   6 train.c             one training step
  *   7 data.c, params.c    data sets on the device; parameters by name
@@ -344,6 +362,8 @@ cl_block cl_block_all(const cl_host_array *a);
  * host memory when the device is not host memory. */
 cl_status cl_put_host(cl_model *m, void *dev, cl_dtype t, const cl_host_array *src, cl_block blk);
 cl_status cl_get_host(cl_model *m, cl_host_array *dst, const void *dev, cl_dtype t);
+/* bytes of host memory to the device as they are, staged as cl_put_host. */
+cl_status cl_put_bytes(cl_model *m, void *dev, const void *host, size_t bytes);
 /* Where a training step reads x and y (or backward a gradient): a host
  * array, or rows of a data set already on the device (data.c) -- then a
  * block's sequences b0.. are rows idx[b0..] gathered on the device, so the
@@ -362,6 +382,30 @@ static inline cl_source cl_source_host(const cl_host_array *a) {
 }
 /* cl_put_host for either kind of source. */
 cl_status cl_put_source(cl_model *m, void *dev, cl_dtype t, const cl_source *src, cl_block blk);
+
+/* dropout.c: the masks of a call (cl_step_options) applied on the device.
+ * Layer l drops its input when cfg.dropout[l] > 0 and its h_{t-1} when
+ * cfg.recurrent_dropout[l] > 0, in training only.
+ * cl_dropout_check: a training call has the masks its layers need.
+ * cl_dropout_upload: sequences b0..b0+b-1 of them into the step's mask
+ * buffers (each micro-batch its own rows).
+ * cl_dropout_input / cl_dropout_hidden: *out = the masked input of layer l
+ * over len steps of b sequences (or len steps of h), in the shared buffer,
+ * or x itself when the layer drops nothing there.
+ * cl_dropout_input_grad: dx (float, len steps) times the input mask.
+ * cl_dropout_hidden_grad: dh (+)= mask * conv_transpose(dz), the gradient
+ * reaching h_{t-1} through the hidden half of one step.
+ * cl_dropout_input_step_grad: dx (+)= mask * conv_transpose(dz) through the
+ * input half of one step (free-running's fed-back steps). */
+cl_status cl_dropout_check(cl_model *m, const cl_step_options *o);
+cl_status cl_dropout_upload(cl_model *m, const cl_step_options *o, int b0, int b);
+cl_status cl_dropout_input(cl_model *m, int l, int b, int len, const void *x, const void **out);
+cl_status cl_dropout_hidden(cl_model *m, int l, int b, int len, const void *h, const void **out);
+cl_status cl_dropout_input_grad(cl_model *m, int l, int b, int len, float *dx);
+cl_status cl_dropout_hidden_grad(cl_model *m, int l, int b, const void *dz, float *dh,
+                                 int accumulate);
+cl_status cl_dropout_input_step_grad(cl_model *m, int l, int b, const void *dz, float *dx,
+                                     int accumulate);
 
 /* forward.c / backward.c: the engine's pieces, used by train.c. A segment
  * is len steps of b sequences in the step buffers; prev_h/prev_c give each

@@ -52,6 +52,14 @@ static cl_status check_config(const cl_config *c, char *err, size_t errlen) {
                c->dilation_h[l], c->dilation_w[l]);
       return CL_E_INVALID;
     }
+    /* written so that NaN fails too */
+    if (!(c->dropout[l] >= 0 && c->dropout[l] < 1) ||
+        !(c->recurrent_dropout[l] >= 0 && c->recurrent_dropout[l] < 1)) {
+      snprintf(err, errlen,
+               "dropout[%d] and recurrent_dropout[%d] must lie in [0, 1), not %g and %g",
+               l + 1, l + 1, c->dropout[l], c->recurrent_dropout[l]);
+      return CL_E_INVALID;
+    }
   }
   if (c->peephole < CL_PEEP_NONE || c->peephole > CL_PEEP_POSITION) {
     snprintf(err, errlen, "peephole must be none (0), channel (1) or position (2), not %d",

@@ -169,6 +169,22 @@ cl_status cl_put_host(cl_model *m, void *dev, cl_dtype t, const cl_host_array *s
   return CL_OK;
 }
 
+cl_status cl_put_bytes(cl_model *m, void *dev, const void *host, size_t bytes) {
+  if (m->be->iface->host_accessible) {
+    memcpy(dev, host, bytes);
+    return CL_OK;
+  }
+  int owned;
+  void *tmp = stage_buffer(m, bytes, &owned);
+  if (!tmp) return cl_fail(m, CL_E_OOM, "out of host memory staging an input");
+  memcpy(tmp, host, bytes);
+  cl_status s = m->be->iface->upload(m->be, dev, tmp, bytes);
+  if (s == CL_OK && owned) s = cl_backend_synchronize(m->be); /* as cl_put_host */
+  if (owned) free(tmp);
+  if (s != CL_OK) return cl_fail_backend(m, s, "upload");
+  return CL_OK;
+}
+
 cl_status cl_get_host(cl_model *m, cl_host_array *dst, const void *dev, cl_dtype t) {
   if (m->be->iface->host_accessible) {
     unpack(dst, dev, t);

@@ -234,6 +234,29 @@ static void plan_inference(plan_builder *b, const struct cl_model *m, const cl_g
   }
 }
 
+/* Dropout (dropout.c): each layer's masks, and one buffer for the masked
+ * copy of whichever layer runs: its input over S steps, its h over S steps
+ * (backward's filter gradient reads them all), or a float gradient of one
+ * step's h (free-running: of its input too) before its mask. */
+static void plan_dropout(plan_builder *b, const struct cl_model *m, const cl_geom *g) {
+  size_t e = cl_dtype_size(g->dtype), f = sizeof(float), P = (size_t)g->H * g->W;
+  size_t Bm = (size_t)g->Bm, S = (size_t)g->S, most = 0;
+  for (int l = 0; l < m->cfg.n_layers; l++) {
+    size_t in = (size_t)m->layer[l].in, h = (size_t)m->layer[l].hidden, n;
+    if (cl_layer_drops_input(m, l)) {
+      add(b, CL_BUF_MASK_X, l, CL_MEM_ACTIVATIONS, nbytes(b, f, Bm, in, P, 1), "dropout_mask_x");
+      if ((n = nbytes(b, e, S, Bm, in, P)) > most) most = n;
+      if (g->free_run && (n = nbytes(b, f, Bm, in, P, 1)) > most) most = n;
+    }
+    if (cl_layer_drops_hidden(m, l)) {
+      add(b, CL_BUF_MASK_H, l, CL_MEM_ACTIVATIONS, nbytes(b, f, Bm, h, P, 1), "dropout_mask_h");
+      if ((n = nbytes(b, e, S, Bm, h, P)) > most) most = n;
+      if ((n = nbytes(b, f, Bm, h, P, 1)) > most) most = n;
+    }
+  }
+  if (most) add(b, CL_BUF_DROPPED, -1, CL_MEM_WORKSPACE, most, "dropout_masked");
+}
+
 static void plan_training(plan_builder *b, const struct cl_model *m, const cl_geom *g) {
   size_t e = cl_dtype_size(g->dtype), f = sizeof(float), P = (size_t)g->H * g->W;
   size_t Bm = (size_t)g->Bm, S = (size_t)g->S, nseg = (size_t)g->nseg;
@@ -276,6 +299,7 @@ static void plan_training(plan_builder *b, const struct cl_model *m, const cl_ge
   add(b, CL_BUF_DH, -1, CL_MEM_WORKSPACE, nbytes(b, f, dh_rows, Bm, P, 1), "d_hidden");
   if (nseg == 1 && !g->free_run)
     add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, hmax, P, 1), "d_cell");
+  plan_dropout(b, m, g);
   if (g->weight_steps) {
     size_t c = (size_t)m->layer[m->cfg.n_layers - 1].hidden;
     add(b, CL_BUF_WEIGHT, -1, CL_MEM_DATA, nbytes(b, f, (size_t)g->weight_steps, Bm, c, P),

@@ -479,6 +479,25 @@ int cl_st_meta_double(const char *v, double *out) {
   return 1;
 }
 
+int cl_st_meta_double_list(const char *v, double *out, int max) {
+  char item[64];
+  const char *q = v;
+  int n = 0;
+  if (*q++ != '[') return -1;
+  if (*q == ']') return q[1] == '\0' ? 0 : -1;
+  for (;;) { /* items as cl_st_header_meta_nums writes them: ", " apart */
+    size_t k = strcspn(q, ",]");
+    if (n >= max || k == 0 || k >= sizeof item) return -1;
+    memcpy(item, q, k);
+    item[k] = '\0';
+    if (!cl_st_meta_double(item, &out[n++])) return -1;
+    q += k;
+    if (*q == ']') return q[1] == '\0' ? n : -1;
+    if (*++q != ' ') return -1;
+    q++;
+  }
+}
+
 int cl_st_meta_int_list(const char *v, int *out, int max) {
   const char *q = v;
   int n = 0;
@@ -597,6 +616,19 @@ void cl_st_header_meta_list(cl_st_buf *b, int *first, const char *key, const int
   cl_st_buf v = {0};
   cl_st_buf_str(&v, "[");
   for (int i = 0; i < n; i++) cl_st_buf_printf(&v, "%s%d", i ? ", " : "", x[i]);
+  cl_st_buf_str(&v, "]");
+  if (v.oom) b->oom = 1;
+  else cl_st_header_meta(b, first, key, v.p);
+  free(v.p);
+}
+
+void cl_st_header_meta_nums(cl_st_buf *b, int *first, const char *key, const double *x, int n) {
+  cl_st_buf v = {0};
+  cl_st_buf_str(&v, "[");
+  for (int i = 0; i < n; i++) {
+    if (i) cl_st_buf_str(&v, ", ");
+    buf_double(&v, x[i]);
+  }
   cl_st_buf_str(&v, "]");
   if (v.oom) b->oom = 1;
   else cl_st_header_meta(b, first, key, v.p);

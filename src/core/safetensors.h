@@ -91,6 +91,9 @@ void cl_st_read_f32(const cl_st_file *f, const cl_st_tensor *t, float *dst, size
 int cl_st_meta_int(const char *v, long long lo, long long hi, long long *out);
 int cl_st_meta_double(const char *v, double *out);
 int cl_st_meta_int_list(const char *v, int *out, int max);
+/* A list "[0.25, 0]" of at most max finite numbers: the count; -1 when
+ * malformed. */
+int cl_st_meta_double_list(const char *v, double *out, int max);
 
 /* ---- writing ---------------------------------------------------------- */
 
@@ -117,6 +120,7 @@ void cl_st_header_meta(cl_st_buf *h, int *first, const char *key, const char *va
 void cl_st_header_meta_num(cl_st_buf *h, int *first, const char *key, double d);
 void cl_st_header_meta_int(cl_st_buf *h, int *first, const char *key, long long x);
 void cl_st_header_meta_list(cl_st_buf *h, int *first, const char *key, const int *x, int n);
+void cl_st_header_meta_nums(cl_st_buf *h, int *first, const char *key, const double *x, int n);
 void cl_st_header_end_meta(cl_st_buf *h);
 void cl_st_header_tensor_f32(cl_st_buf *h, const char *name, int nd, const int *dims,
                              uint64_t begin, uint64_t end);

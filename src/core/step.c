@@ -171,6 +171,9 @@ static void bind_view(cl_step *st, const cl_plan_entry *e, void *p) {
   case CL_BUF_INIT_C: bind(st->init_c, l, p); break;
   case CL_BUF_FRAMES: st->frames = p; break;
   case CL_BUF_WEIGHT: st->weight = p; break;
+  case CL_BUF_MASK_X: bind((void **)st->mask_x, l, p); break;
+  case CL_BUF_MASK_H: bind((void **)st->mask_h, l, p); break;
+  case CL_BUF_DROPPED: st->dropped = p; break;
   default: break;
   }
 }

@@ -196,13 +196,15 @@ static cl_status scaler_update(cl_model *m, const cl_optim *opt, const cl_step_v
  * it as a graph; it runs twice when graph_end asks, and so changes no host
  * state that a second run would see differently. */
 static cl_status step_launches(cl_model *m, const cl_source *x, const cl_source *y,
-                               cl_target target, float ls, const cl_update_args *u) {
+                               cl_target target, float ls, const cl_update_args *u,
+                               const cl_step_options *opts) {
   const cl_geom *g = &m->step.g;
   cl_step_vals *v = cl_vals(m);
   CL_TRY(cl_model_zero_grad(m));
   CL_TRY(cl_vals_zero(m));
   for (int b0 = 0; b0 < g->B; b0 += g->Bm) {
     int b = g->B - b0 < g->Bm ? g->B - b0 : g->Bm, final = b0 + b >= g->B;
+    CL_TRY(cl_dropout_upload(m, opts, b0, b)); /* these sequences' masks, staged as x */
     CL_TRY(g->tbptt ? run_windows(m, x, y, target, b0, b, ls, final, &v->loss)
                     : run_segments(m, x, y, target, b0, b, ls, final, &v->loss));
   }
@@ -215,7 +217,8 @@ static cl_status step_launches(cl_model *m, const cl_source *x, const cl_source 
 
 /* step_launches, through the backend's graph of it when it keeps one. */
 static cl_status launch_step(cl_model *m, const cl_source *x, const cl_source *y,
-                             cl_target target, float ls, const cl_update_args *u) {
+                             cl_target target, float ls, const cl_update_args *u,
+                             const cl_step_options *opts) {
   cl_status s = CL_OK;
   /* a communicator's reduction is work outside the backend's stream (a host
    * sum, a wait): a graph cannot hold it, and a dry pass must not start it */
@@ -224,7 +227,7 @@ static cl_status launch_step(cl_model *m, const cl_source *x, const cl_source *y
   for (int pass = 0; pass < 3; pass++) {
     cl_graph_mode mode = comm ? CL_GRAPH_OFF_COMM : pass < 2 ? CL_GRAPH_AUTO : CL_GRAPH_PLAIN;
     CL_KERNEL(m, cl_backend_graph_begin(m->be, mode));
-    s = step_launches(m, x, y, target, ls, u);
+    s = step_launches(m, x, y, target, ls, u, opts);
     int redo = 0;
     cl_status e = cl_backend_graph_end(m->be, s, &redo);
     if (redo) continue; /* nothing ran: again, as plain launches */
@@ -256,7 +259,7 @@ static cl_status train_step(cl_model *m, const cl_source *x, const cl_source *y,
    * finite loss can still carry inf/NaN gradients (an overflow inside the
    * cell): the update's guard refuses them, after clipping */
   u.check_loss = !half;
-  CL_TRY(launch_step(m, x, y, target, ls, &u));
+  CL_TRY(launch_step(m, x, y, target, ls, &u, opts));
   m->step.outputs_kept = g.Bm == g.B && g.nseg == 1 && !g.tbptt;
   cl_step_vals v;
   CL_TRY(cl_vals_read(m, &v)); /* the step's one synchronisation */
@@ -302,6 +305,7 @@ cl_status cl_train_sources(cl_model *m, const cl_source *x, const cl_source *y, 
   cl_geom g;
   CL_TRY(cl_geom_make(m, B, T, H, W, 1, opts, &g));
   CL_TRY(cl_state_check(m, opts, B, H, W));
+  CL_TRY(cl_dropout_check(m, opts));
   if (g.horizon && !x->host)
     return cl_fail(m, CL_E_INVALID, "a training horizon applies to arrays, not to data sets");
   if (g.weight_steps && !x->host)

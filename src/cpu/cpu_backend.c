@@ -201,6 +201,7 @@ static const struct cl_backend_i cpu_iface = {
     /* .graph_begin          = */ NULL,
     /* .graph_end            = */ NULL,
     /* .graph_info           = */ NULL,
+    /* .mask_mul             = */ cl_cpu_mask_mul,
 };
 
 cl_status cl_backend_cpu_create(int n_threads, cl_backend **out) {

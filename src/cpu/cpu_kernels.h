@@ -86,7 +86,18 @@ cl_status cl_cpu_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, con
                       const float *weight, size_t n, cl_dtype dtype, float scale, float *grad,
                       double *loss);
 
+/* cpu_sum.c: f(0) + ... + f(chunks - 1) in double, on n_threads when
+ * parallel, in an order fixed by the team's size (not by the threads'
+ * timing) */
+typedef double (*cl_cpu_chunk_fn)(long long chunk, void *ctx);
+double cl_cpu_sum_chunks(int n_threads, long long chunks, int parallel, cl_cpu_chunk_fn f,
+                         void *ctx);
+
 /* cpu_clip.c */
 cl_status cl_cpu_sum_squares(cl_backend *be, const float *g, size_t n, double *sum);
+
+/* cpu_dropout.c */
+cl_status cl_cpu_mask_mul(cl_backend *be, const void *in, const float *mask, void *out, size_t n,
+                          size_t reps, cl_dtype t, int accumulate);
 
 #endif

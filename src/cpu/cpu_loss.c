@@ -70,6 +70,32 @@ static double weighted_chunk(const loss_k *k, const float *p, const float *t, co
   return sum;
 }
 
+typedef struct loss_ctx {
+  const loss_k *k;
+  const void *pred;
+  const float *target, *weight;
+  float *grad;
+  size_t n;
+  cl_dtype dtype;
+  float gscale, scale;
+} loss_ctx;
+
+/* Chunk ch of the loss: float16 / bfloat16 converted on the stack first. */
+static double loss_part(long long ch, void *ctx) {
+  const loss_ctx *c = (const loss_ctx *)ctx;
+  size_t i0 = (size_t)ch * LOSS_CHUNK, m = c->n - i0 < LOSS_CHUNK ? c->n - i0 : LOSS_CHUNK;
+  float buf[LOSS_CHUNK];
+  const float *p = (const float *)c->pred + i0;
+  if (c->dtype != CL_F32) {
+    cl_cpu_load(c->dtype, c->pred, i0, buf, m);
+    p = buf;
+  }
+  float *gi = c->grad ? c->grad + i0 : NULL;
+  return c->weight ? weighted_chunk(c->k, p, c->target + i0, c->weight + i0, gi, m, c->gscale,
+                                    c->scale)
+                   : loss_chunk(c->k, p, c->target + i0, gi, m, c->gscale);
+}
+
 cl_status cl_cpu_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, const float *target,
                       const float *weight, size_t n, cl_dtype dtype, float scale, float *grad,
                       double *loss) {
@@ -83,33 +109,10 @@ cl_status cl_cpu_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, con
   /* torch's mean backward: the gradient times (1 / n as a float) */
   const int mse = f->kind == CL_LOSS_MSE; /* weighted only */
   const float gscale = mse ? (float)(2.0 / (double)n) : (float)(1.0 / (double)n) * scale;
+  loss_ctx c = {&k, pred, target, weight, grad, n, dtype, gscale, scale};
   const long long chunks = (long long)((n + LOSS_CHUNK - 1) / LOSS_CHUNK);
-  double part[CL_CPU_SUM_TEAM]; /* in thread order (cpu_threads.h) */
-  int used = 1;
-#ifdef _OPENMP
-#pragma omp parallel num_threads(cl_cpu_sum_team(be->n_threads, n > CL_CPU_LOSS_PAR_MIN))
-#endif
-  {
-    int t, nt;
-    long long lo, hi;
-    cl_cpu_team_place(&t, &nt);
-    if (t == 0) used = nt;
-    cl_cpu_block(chunks, t, nt, &lo, &hi);
-    double sum = 0.0;
-    for (long long ch = lo; ch < hi; ch++) {
-      size_t i0 = (size_t)ch * LOSS_CHUNK, m = n - i0 < LOSS_CHUNK ? n - i0 : LOSS_CHUNK;
-      float buf[LOSS_CHUNK];
-      const float *p = (const float *)pred + i0;
-      if (dtype != CL_F32) {
-        cl_cpu_load(dtype, pred, i0, buf, m);
-        p = buf;
-      }
-      float *gi = grad ? grad + i0 : NULL;
-      sum += weight ? weighted_chunk(&k, p, target + i0, weight + i0, gi, m, gscale, scale)
-                    : loss_chunk(&k, p, target + i0, gi, m, gscale);
-    }
-    part[t] = sum;
-  }
-  *loss = cl_cpu_sum_parts(part, used) / (double)n;
+  const double sum =
+      cl_cpu_sum_chunks(be->n_threads, chunks, n > CL_CPU_LOSS_PAR_MIN, loss_part, &c);
+  *loss = sum / (double)n;
   return CL_OK;
 }

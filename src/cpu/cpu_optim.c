@@ -36,6 +36,28 @@ static double mse_chunk(const float *p, const float *t, float *g, size_t n, floa
   return sum;
 }
 
+typedef struct mse_ctx {
+  const void *pred;
+  const float *target;
+  float *grad;
+  size_t n;
+  cl_dtype dtype;
+  float norm, scale;
+} mse_ctx;
+
+/* Chunk ch of mse: float16 / bfloat16 converted on the stack first. */
+static double mse_part(long long ch, void *ctx) {
+  const mse_ctx *c = (const mse_ctx *)ctx;
+  size_t i0 = (size_t)ch * MSE_CHUNK, m = c->n - i0 < MSE_CHUNK ? c->n - i0 : MSE_CHUNK;
+  float buf[MSE_CHUNK];
+  const float *p = (const float *)c->pred + i0;
+  if (c->dtype != CL_F32) {
+    cl_cpu_load(c->dtype, c->pred, i0, buf, m);
+    p = buf;
+  }
+  return mse_chunk(p, c->target + i0, c->grad ? c->grad + i0 : NULL, m, c->norm, c->scale);
+}
+
 cl_status cl_cpu_mse(cl_backend *be, const void *pred, const float *target, size_t n,
                      cl_dtype dtype, float scale, float *grad, double *loss) {
   if (dtype != CL_F32 && dtype != CL_F16 && dtype != CL_BF16)
@@ -43,32 +65,10 @@ cl_status cl_cpu_mse(cl_backend *be, const void *pred, const float *target, size
   if (n == 0) return cl_cpu_fail(be, CL_E_INVALID, "cpu backend: mse of an empty tensor");
   /* torch's mse backward: (2 / n as a float) * (pred - target) * grad_output. */
   const float norm = (float)(2.0 / (double)n);
+  mse_ctx c = {pred, target, grad, n, dtype, norm, scale};
   const long long chunks = (long long)((n + MSE_CHUNK - 1) / MSE_CHUNK);
-  double part[CL_CPU_SUM_TEAM]; /* in thread order (cpu_threads.h) */
-  int used = 1;
-#ifdef _OPENMP
-#pragma omp parallel num_threads(cl_cpu_sum_team(be->n_threads, n > CL_CPU_PAR_MIN))
-#endif
-  {
-    int t, nt;
-    long long lo, hi;
-    cl_cpu_team_place(&t, &nt);
-    if (t == 0) used = nt;
-    cl_cpu_block(chunks, t, nt, &lo, &hi);
-    double sum = 0.0;
-    for (long long ch = lo; ch < hi; ch++) {
-      size_t i0 = (size_t)ch * MSE_CHUNK, m = n - i0 < MSE_CHUNK ? n - i0 : MSE_CHUNK;
-      float buf[MSE_CHUNK];
-      const float *p = (const float *)pred + i0;
-      if (dtype != CL_F32) {
-        cl_cpu_load(dtype, pred, i0, buf, m);
-        p = buf;
-      }
-      sum += mse_chunk(p, target + i0, grad ? grad + i0 : NULL, m, norm, scale);
-    }
-    part[t] = sum;
-  }
-  *loss = cl_cpu_sum_parts(part, used) / (double)n;
+  const double sum = cl_cpu_sum_chunks(be->n_threads, chunks, n > CL_CPU_PAR_MIN, mse_part, &c);
+  *loss = sum / (double)n;
   return CL_OK;
 }
 

@@ -27,7 +27,6 @@
  * smaller team), and is overridden here once it is used in a child. The
  * parent is untouched: it keeps every thread it asked for. */
 #ifdef _OPENMP
-#include <omp.h>
 extern int cl_cpu_in_forked_child;
 #endif
 
@@ -36,43 +35,6 @@ static inline int cl_cpu_threads(int wanted) {
   if (cl_cpu_in_forked_child) return 1;
 #endif
   return wanted < 1 ? 1 : wanted;
-}
-
-/* Sums in a fixed order. OpenMP's reduction(+) adds the threads' partial
- * sums in the order they finish, so with three threads or more a double sum
- * can differ in its last bit from one call to the next. A region that sums
- * gives thread t of nt the block schedule(static) would (cl_cpu_block),
- * keeps its partial in part[t], and adds the partials in thread order
- * (cl_cpu_sum_parts): the sum of one thread count is the same every call,
- * and one or two threads give the bits a reduction gave. */
-#define CL_CPU_SUM_TEAM 64 /* the largest team a sum runs on */
-
-static inline int cl_cpu_sum_team(int wanted, int parallel) {
-  const int t = parallel ? cl_cpu_threads(wanted) : 1;
-  return t < CL_CPU_SUM_TEAM ? t : CL_CPU_SUM_TEAM;
-}
-
-static inline void cl_cpu_block(long long n, int t, int nt, long long *lo, long long *hi) {
-  const long long q = n / nt, r = n % nt;
-  *lo = t * q + (t < r ? t : r);
-  *hi = *lo + q + (t < r ? 1 : 0);
-}
-
-/* This thread's place in the team running it: *t of *nt. */
-static inline void cl_cpu_team_place(int *t, int *nt) {
-#ifdef _OPENMP
-  *t = omp_get_thread_num();
-  *nt = omp_get_num_threads();
-#else
-  *t = 0;
-  *nt = 1;
-#endif
-}
-
-static inline double cl_cpu_sum_parts(const double *part, int n) {
-  double s = 0.0;
-  for (int i = 0; i < n; i++) s += part[i];
-  return s;
 }
 
 /* Registers the child handler above, once per process (pthread_once). Runs

@@ -346,6 +346,7 @@ static const struct cl_backend_i cl_cuda_iface = {
     /* .graph_begin = */ NULL,
     /* .graph_end = */ NULL,
     /* .graph_info = */ NULL,
+    /* .mask_mul = */ cl_cuda_mask_mul,
 };
 
 /* Asking for its attributes fails when the build holds no code this device

@@ -231,6 +231,10 @@ cl_status cl_cuda_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, co
 
 /* cuda_clip.cu; clip_launch: step 2 of cl_update_args on the device */
 cl_status cl_cuda_sum_squares(cl_backend *be, const float *g, size_t n, double *sum);
+
+/* cuda_dropout.cu */
+cl_status cl_cuda_mask_mul(cl_backend *be, const void *in, const float *mask, void *out, size_t n,
+                           size_t reps, cl_dtype t, int accumulate);
 cl_status cl_cuda_clip_launch(cl_backend *be, const cl_update_args *u, cl_step_vals *vals);
 
 /* cuda_step.cu: the loss added into a device double, and the step's block */

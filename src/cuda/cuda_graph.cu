@@ -212,7 +212,7 @@ static cl_status w_gates_backward(cl_backend *be, const cl_gates_shape *s, void 
 static cl_status w_peephole_filter(cl_backend *be, const cl_gates_shape *s, const void *dz,
                                    const void *c, const void *c_prev, float *dwp) {
   cl_cuda_graphs *G = graphs_of(be);
-  if (walking(G, 12)) {
+  if (walking(G, 13)) {
     mix(G, s, sizeof *s);
     MIX(G, dz), MIX(G, c), MIX(G, c_prev), MIX(G, dwp);
     if (dry(G)) return CL_OK;
@@ -242,6 +242,16 @@ static cl_status w_loss_acc(cl_backend *be, const cl_loss_fn *f, const void *pre
     if (dry(G)) return CL_OK;
   }
   return real_iface.loss_acc(be, f, pred, target, weight, n, dtype, scale, grad, share, acc);
+}
+
+static cl_status w_mask_mul(cl_backend *be, const void *in, const float *mask, void *out,
+                            size_t n, size_t reps, cl_dtype t, int accumulate) {
+  cl_cuda_graphs *G = graphs_of(be);
+  if (walking(G, 12)) {
+    MIX(G, in), MIX(G, mask), MIX(G, out), MIX(G, n), MIX(G, reps), MIX(G, t), MIX(G, accumulate);
+    if (dry(G)) return CL_OK;
+  }
+  return real_iface.mask_mul(be, in, mask, out, n, reps, t, accumulate);
 }
 
 /* The hyper-parameters are not part of the key: they reach the kernels
@@ -478,6 +488,7 @@ cl_status cl_cuda_graphs_attach(cl_backend *be) {
     graph_iface.gather_rows = w_gather_rows;
     graph_iface.loss_acc = w_loss_acc;
     graph_iface.update_step = w_update_step;
+    graph_iface.mask_mul = w_mask_mul;
     graph_iface.graph_begin = g_begin;
     graph_iface.graph_end = g_end;
     graph_iface.graph_info = g_info;

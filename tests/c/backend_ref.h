@@ -301,6 +301,17 @@ static double ref_sum_squares(const float *g, size_t n) {
   return sum;
 }
 
+/* mask_mul: out[r n + i] = in[r n + i] mask[i], plus out0[r n + i] when
+ * accumulating (out0 may be NULL otherwise): one mask over reps blocks. */
+static void ref_mask_mul(const float *in, const float *mask, const float *out0, size_t n,
+                         size_t reps, double *out) {
+  for (size_t r = 0; r < reps; r++)
+    for (size_t i = 0; i < n; i++) {
+      const size_t e = r * n + i;
+      out[e] = (double)in[e] * mask[i] + (out0 ? (double)out0[e] : 0.0);
+    }
+}
+
 /* grad_unscale: g inv_scale rounded to float once, and whether any element
  * is inf or NaN before or after scaling. */
 static int ref_grad_unscale(const float *g, size_t n, float inv_scale, double *out) {

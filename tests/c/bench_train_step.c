@@ -3,8 +3,11 @@
  * steps (forward, MSE, backward, Adam) of a ConvLSTM through the public API,
  * without R, and prints the memory plan beside the measured peak.
  *
- *   bench_train_step [batch T H W input_dim hidden1,hidden2,... kernel steps device]
- *   defaults: the R torch tutorial model, 100 5 24 24 1 64,1 3 5 cpu
+ *   bench_train_step [batch T H W input_dim hidden1,hidden2,... kernel steps device
+ *                     dropout recurrent_dropout]
+ *   defaults: the R torch tutorial model, 100 5 24 24 1 64,1 3 5 cpu 0 0
+ * With dropout, every layer gets the rates and each step fresh masks, drawn
+ * inside the timed step as the R glue draws them for train_step().
  */
 #define _POSIX_C_SOURCE 199309L
 #include "convlstm.h"
@@ -49,6 +52,8 @@ int main(int argc, char **argv) {
   for (int l = 0; l < c.n_layers; l++) c.kernel_sizes[l] = k;
   c.bias = 1;
   c.device = argc > 9 && strcmp(argv[9], "cuda") == 0 ? CL_DEVICE_CUDA : CL_DEVICE_CPU;
+  double pd = argc > 10 ? atof(argv[10]) : 0, pr = argc > 11 ? atof(argv[11]) : 0;
+  for (int l = 0; l < c.n_layers; l++) c.dropout[l] = pd, c.recurrent_dropout[l] = pr;
 
   char err[CL_ERRMSG_LEN];
   cl_model *m;
@@ -66,11 +71,31 @@ int main(int argc, char **argv) {
   cl_host_array ya = {y, CL_HOST_TORCH_F32, 4, {B, top, H, W, 0}};
   cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0};
 
+  /* dropout masks [B, C, H, W] per layer and kind, redrawn every step */
+  cl_step_options so;
+  memset(&so, 0, sizeof so);
+  float *masks[2 * CL_MAX_LAYERS] = {0};
+  size_t mn[2 * CL_MAX_LAYERS] = {0};
+  for (int l = 0; l < c.n_layers; l++) {
+    int C[2] = {l == 0 ? c.input_dim : c.hidden_dims[l - 1], c.hidden_dims[l]};
+    double p[2] = {pd, pr};
+    for (int k = 0; k < 2; k++) {
+      if (!(p[k] > 0)) continue;
+      mn[2 * l + k] = (size_t)B * C[k] * H * W;
+      masks[2 * l + k] = malloc(mn[2 * l + k] * sizeof(float));
+    }
+    so.mask_x[l] = masks[2 * l];
+    so.mask_h[l] = masks[2 * l + 1];
+  }
   double *sec = malloc((size_t)steps * sizeof *sec), loss = 0;
   int rc = 0;
   for (int s = -1; s < steps && rc == 0; s++) { /* one warm-up step */
     double t0 = now();
-    if (cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &adam, NULL, &loss) != CL_OK) {
+    for (int i = 0; i < 2 * c.n_layers; i++) {
+      float keep = (float)(1.0 / (1.0 - (i % 2 ? pr : pd)));
+      for (size_t e = 0; e < mn[i]; e++) masks[i][e] = uniform01(NULL) >= (i % 2 ? pr : pd) ? keep : 0;
+    }
+    if (cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &adam, &so, &loss) != CL_OK) {
       fprintf(stderr, "train_step: %s\n", cl_model_error(m));
       rc = 1;
     }
@@ -90,6 +115,7 @@ int main(int argc, char **argv) {
     printf("  %-12s plan %12zu  peak %12zu\n", "total", p.total, st.peak_allocated);
     cl_plan_free(&p);
   }
+  for (int i = 0; i < 2 * CL_MAX_LAYERS; i++) free(masks[i]);
   free(sec);
   free(x);
   free(y);

@@ -1222,6 +1222,51 @@ static void run_sum_squares(const row *r) {
   }
 }
 
+/* mask_mul (dropout): one mask over reps blocks; in place (the gradient of
+ * a layer's input), into another buffer (a masked copy) or accumulated (the
+ * gradient of h_{t-1} onto what is there). n not a multiple of a CPU chunk
+ * (2048) nor of a vector; a block over several chunks; reps past the CPU's
+ * parallel threshold; a CUDA grid of many blocks. */
+typedef struct mask_case {
+  size_t n, reps;
+  int in_place, accumulate;
+} mask_case;
+
+static void run_mask_mul(const row *r) {
+  const mask_case *cases = r->cases;
+  for (int i = 0; i < r->n_cases; i++)
+    for (int t = CL_F32; t <= CL_BF16; t++) {
+      if (!(r->dtypes & (1u << t))) continue;
+      const mask_case *c = &cases[i];
+      const cl_dtype dt = (cl_dtype)t;
+      const size_t total = c->n * c->reps, es = cl_dtype_size(dt);
+      float *x = rand_floats(total, -3, 3), *y0 = rand_floats(total, -3, 3);
+      float *mask = xmalloc(sizeof(float) * (c->n ? c->n : 1));
+      for (size_t k = 0; k < c->n; k++) mask[k] = uniform01(NULL) < 0.3 ? 0.0f : 1.0f / 0.7f;
+      void *xs = to_storage(dt, x, total), *ys = to_storage(dt, y0, total);
+      double *ref = xmalloc(sizeof(double) * (total ? total : 1));
+      ref_mask_mul(x, mask, c->accumulate ? y0 : NULL, c->n, c->reps, ref);
+      char label[160];
+      snprintf(label, sizeof label, "%s n=%zu reps=%zu%s%s", dtype_str(dt), c->n, c->reps,
+               c->in_place ? " in place" : "", c->accumulate ? " accumulate" : "");
+      for (int vi = 0; vi < n_vs; vi++) {
+        variant *v = &vs[vi];
+        scope sc = scope_of(v);
+        void *X = total ? dev_of(&sc, xs, total * es) : NULL;
+        void *Y = c->in_place ? X : total ? dev_of(&sc, ys, total * es) : NULL;
+        float *M = c->n ? dev_of(&sc, mask, c->n * sizeof(float)) : NULL;
+        if (sc.ok)
+          CALL(&sc, v->be->iface->mask_mul(v->be, X, M, Y, c->n, c->reps, dt, c->accumulate));
+        float *got = sc.ok && total ? dev_get(&sc, dt, Y, total) : NULL;
+        if (got) compare(v, label, got, ref, total, tol_of(r, v, dt, dt));
+        else if (sc.ok) expect(v, 1, "%s: nothing to do", label);
+        free(got);
+        scope_end(&sc);
+      }
+      free(x), free(y0), free(mask), free(xs), free(ys), free(ref);
+    }
+}
+
 typedef struct unscale_case {
   size_t n;
   float inv_scale;
@@ -2050,6 +2095,12 @@ static const guard_case sgd_guard_cases[] = {
     {"n = 0", 0, 0.1f, 0, 0.9f, 0, 0, {NOPLANT}, 0, -1, 0, 0, 0, 0},
 };
 
+/* n, reps, in place, accumulate */
+static const mask_case mask_cases[] = {
+    {1, 1, 0, 0},       {37, 3, 1, 0},     {2048 * 2 + 5, 4, 0, 0}, {2048 * 2 + 5, 4, 0, 1},
+    {9 * 64 * 24, 7, 1, 0}, {300007, 2, 0, 1}, {0, 3, 0, 0},
+};
+
 /* row_bytes, offset, N, T, t0, nt, nb */
 static const gather_case gather_cases[] = {
     {24 * 24 * 4, 0, 100, 5, 0, 5, 10}, /* float32 images: 16-byte words */
@@ -2161,6 +2212,10 @@ static const row ops[] = {
      EXACT("bytes and keys exactly; the loss as mse's 1e-10")},
     {"gather_rows (optional)", run_gather, CASES(gather_cases), F32, 0,
      EXACT("bytes, bit for bit")},
+    {"mask_mul", run_mask_mul, CASES(mask_cases), ALL, 0,
+     {2e-7, 1e-3, 8e-3, 0, 0, 0,
+      "float32: a product and a sum, each rounded once (2^-24 each); stored: "
+      "one rounding of the float32 result, 2^-11 (float16) or 2^-8 (bfloat16)"}},
     {"update_step (the step's end, decided where it runs)", run_update_step, NULL, 1, F32, 0,
      EXACT("the same arithmetic as the synchronising slots, decided on the device: bit for "
            "bit")},

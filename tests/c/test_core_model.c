@@ -1,7 +1,8 @@
 /*
  * tests/c/test_core_model.c -- the core through its public header only, on
- * the CPU backend: gradients against central finite differences, the plan
- * against what a real step allocates (per category, to the byte), call-order
+ * the CPU backend: gradients against central finite differences (also with
+ * dropout masks), the plan against what a real step allocates (per category,
+ * to the byte), call-order
  * errors, out-of-memory recovery under a limit, layout round trips, and that
  * freeing returns every byte. Exits nonzero on any failure.
  */
@@ -94,6 +95,93 @@ static void test_gradients(cl_target tg) {
   }
   printf("gradients (%s target): worst relative difference to finite differences %.2e\n",
          tg == CL_TARGET_SEQUENCE ? "sequence" : "last-state", worst);
+  cl_model_free(m);
+}
+
+/* Dropout: with fixed masks on both layers' inputs and hidden states, the
+ * gradients of every tensor against central differences of the masked
+ * forward (so backward applies the masks where forward did); a training call
+ * without the masks its rates need is refused, inference needs none. */
+static double masked_loss(cl_model *m, const float *x, const float *y,
+                          const cl_step_options *o) {
+  cl_host_array xa = seq((float *)x, B, T, C, H, W), ya = seq((float *)y, B, T, CL, H, W);
+  double loss = NAN;
+  CHECK(cl_model_forward(m, &xa, 1, o) == CL_OK, "forward: %s", cl_model_error(m));
+  CHECK(cl_model_mse(m, &ya, CL_TARGET_SEQUENCE, &loss) == CL_OK, "mse: %s", cl_model_error(m));
+  return loss;
+}
+
+static void test_dropout_gradients(void) {
+  cl_config c;
+  memset(&c, 0, sizeof c);
+  c.input_dim = C;
+  c.n_layers = 2;
+  c.hidden_dims[0] = 3;
+  c.hidden_dims[1] = CL;
+  c.kernel_sizes[0] = 3;
+  c.kernel_sizes[1] = 3;
+  c.bias = 1;
+  c.device = CL_DEVICE_CPU;
+  c.n_threads = 2;
+  c.dropout[0] = 0.3, c.dropout[1] = 0.5;
+  c.recurrent_dropout[0] = 0.4, c.recurrent_dropout[1] = 0.2;
+  cl_model *m = ctest_model(&c);
+  if (!m) return;
+  float x[B * T * C * H * W], y[B * T * CL * H * W];
+  fill(x, sizeof x / sizeof *x, 1);
+  fill(y, sizeof y / sizeof *y, 0.5f);
+  static float mx0[B * C * H * W], mh0[B * 3 * H * W], mx1[B * 3 * H * W], mh1[B * CL * H * W];
+  float *mk[4] = {mx0, mh0, mx1, mh1};
+  const size_t mn[4] = {B * C * H * W, B * 3 * H * W, B * 3 * H * W, B * CL * H * W};
+  const double rate[4] = {0.3, 0.4, 0.5, 0.2};
+  int zeros = 0;
+  for (int k = 0; k < 4; k++)
+    for (size_t i = 0; i < mn[k]; i++) {
+      mk[k][i] = uniform01(NULL) >= rate[k] ? (float)(1 / (1 - rate[k])) : 0.0f;
+      zeros += mk[k][i] == 0;
+    }
+  CHECK(zeros > 0, "some elements dropped");
+  cl_host_array xa = seq(x, B, T, C, H, W);
+  cl_step_options o;
+  memset(&o, 0, sizeof o);
+  CHECK(cl_model_forward(m, &xa, 1, &o) == CL_E_INVALID &&
+            strstr(cl_model_error(m), "no input mask"),
+        "a training forward without masks is refused: %s", cl_model_error(m));
+  CHECK(cl_model_forward(m, &xa, 0, NULL) == CL_OK, "inference needs no masks: %s",
+        cl_model_error(m));
+  o.mask_x[0] = mx0, o.mask_h[0] = mh0, o.mask_x[1] = mx1, o.mask_h[1] = mh1;
+  masked_loss(m, x, y, &o);
+  CHECK(cl_model_zero_grad(m) == CL_OK, "zero_grad");
+  CHECK(cl_model_backward(m, CL_TARGET_SEQUENCE, NULL) == CL_OK, "backward: %s",
+        cl_model_error(m));
+  double worst = 0;
+  for (int i = 0; i < cl_model_n_tensors(m); i++) {
+    const char *name;
+    int nd, d[4];
+    cl_model_tensor_info(m, i, &name, &nd, d);
+    size_t n = (size_t)d[0] * (nd == 4 ? (size_t)d[1] * d[2] * d[3] : 1);
+    float *p = malloc(n * sizeof *p), *g = malloc(n * sizeof *g);
+    cl_model_get_param(m, name, p, n);
+    cl_model_get_grad(m, name, g, n);
+    for (size_t j = 0; j < n; j += 1 + n / 9) {
+      float keep = p[j], h = 1e-2f;
+      p[j] = keep + h;
+      cl_model_set_param(m, name, p, n);
+      double lp = masked_loss(m, x, y, &o);
+      p[j] = keep - h;
+      cl_model_set_param(m, name, p, n);
+      double lm = masked_loss(m, x, y, &o);
+      p[j] = keep;
+      cl_model_set_param(m, name, p, n);
+      double fd = (lp - lm) / (2 * h), err = fabs(fd - g[j]) / (fabs(fd) + 1e-3);
+      if (err > worst) worst = err;
+      CHECK(err < 2e-2, "dropout %s[%zu]: analytic %g, finite difference %g", name, j, g[j], fd);
+    }
+    free(p);
+    free(g);
+  }
+  printf("gradients with dropout masks: worst relative difference to finite differences %.2e\n",
+         worst);
   cl_model_free(m);
 }
 
@@ -313,6 +401,7 @@ static void test_workspace_query_fails(void) {
 int main(void) {
   test_gradients(CL_TARGET_LAST_STATE);
   test_gradients(CL_TARGET_SEQUENCE);
+  test_dropout_gradients();
   test_plan_matches();
   test_workspace_query_fails();
   test_call_order();

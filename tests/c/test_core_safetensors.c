@@ -429,6 +429,19 @@ static const bad_case BAD[] = {
      "{\"__metadata__\":{\"convlstm.input_dim\":\"1\",\"convlstm.hidden_dims\":\"[1]\","
      "\"convlstm.kernel_sizes\":\"[1]\",\"convlstm.bias\":\"true\",\"convlstm.kernel_widths\":"
      "\"[0]\"}," TINY_W "," TINY_B "}", -1, "convlstm.kernel_widths must be"},
+    {"metadata dropout of 1",
+     "{\"__metadata__\":{\"convlstm.input_dim\":\"1\",\"convlstm.hidden_dims\":\"[1]\","
+     "\"convlstm.kernel_sizes\":\"[1]\",\"convlstm.bias\":\"true\",\"convlstm.dropout\":"
+     "\"[1]\"}," TINY_W "," TINY_B "}", -1, "convlstm.dropout must be a list of 1 numbers in [0, 1)"},
+    {"metadata recurrent_dropout malformed",
+     "{\"__metadata__\":{\"convlstm.input_dim\":\"1\",\"convlstm.hidden_dims\":\"[1]\","
+     "\"convlstm.kernel_sizes\":\"[1]\",\"convlstm.bias\":\"true\","
+     "\"convlstm.recurrent_dropout\":\"[0.5,0.1]\"}," TINY_W "," TINY_B "}", -1,
+     "convlstm.recurrent_dropout must be"},
+    {"metadata dropout negative",
+     "{\"__metadata__\":{\"convlstm.input_dim\":\"1\",\"convlstm.hidden_dims\":\"[1]\","
+     "\"convlstm.kernel_sizes\":\"[1]\",\"convlstm.bias\":\"true\",\"convlstm.dropout\":"
+     "\"[-0.5]\"}," TINY_W "," TINY_B "}", -1, "convlstm.dropout must be"},
     {"metadata bad list", "{\"__metadata__\":{\"convlstm.input_dim\":\"1\",\"convlstm.hidden_dims\":"
                           "\"[1,]\",\"convlstm.kernel_sizes\":\"[1]\",\"convlstm.bias\":\"true\"},"
                           TINY_W "," TINY_B "}", -1, "hidden_dims"},

@@ -10,7 +10,9 @@
  * 2^30 that overflows so that steps are skipped on the device), with checkpointing, clipping, a
  * learning rate that changes every step, SGD with momentum, and a smaller
  * last batch in between (a shape with no graph yet: plain launches, then
- * the graph again).
+ * the graph again); with dropout (masks redrawn every step, staged through
+ * the pinned stage as x and y are, applied by the recorded mask_mul), also
+ * with checkpointing and with free-running training.
  *
  * Both models keep to cuDNN's deterministic algorithms
  * (CONVLSTM_CUDNN_DETERMINISTIC=1): an algorithm with atomics differs from
@@ -36,6 +38,8 @@ typedef struct gcase {
   cl_optim_kind optim;
   double init_scale; /* float16: 0 keeps the default */
   cl_peephole peep;  /* the cell's peepholes (their filter slot is recorded too) */
+  double dropout;    /* > 0: every layer's input and h dropped, masks redrawn each step */
+  int horizon;       /* > 1: free-running training over that many frames */
 } gcase;
 
 static cl_model *make(const gcase *gc, int graphs) {
@@ -54,6 +58,7 @@ static cl_model *make(const gcase *gc, int graphs) {
   }
   c.dtype = gc->dtype;
   c.device = CL_DEVICE_CUDA;
+  for (int l = 0; l < c.n_layers; l++) c.dropout[l] = c.recurrent_dropout[l] = gc->dropout;
   setenv("CONVLSTM_CUDA_GRAPHS", graphs ? "1" : "0", 1);
   ctest_rng = 88172645463325252ULL; /* the same parameters for both */
   cl_model *m = ctest_model(&c);
@@ -74,6 +79,26 @@ static void batch(int step, int b, float *x, float *y) {
         x[k] = (float)(0.5 + 0.4 * __builtin_sin(u));
         y[k] = (float)(0.5 + 0.4 * __builtin_sin(u + 0.3));
       }
+}
+
+/* Step `step`'s dropout masks for b sequences, the same for both models:
+ * per layer the input mask [b, in, H, W] then the h mask [b, hidden, H, W],
+ * drawn anew each step (a graph must read them from the stage each time). */
+static void draw_masks(const gcase *gc, int step, int b, float *buf, cl_step_options *o) {
+  const int in[2] = {1, 64}, hid[2] = {64, 1};
+  uint64_t r = 0x9E3779B97F4A7C15ULL * (uint64_t)(step + 1);
+  const float keep = (float)(1.0 / (1.0 - gc->dropout));
+  for (int l = 0; l < 2; l++)
+    for (int k = 0; k < 2; k++) {
+      size_t n = (size_t)b * (k ? hid[l] : in[l]) * H * W;
+      for (size_t i = 0; i < n; i++) {
+        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+        buf[i] = (double)(r >> 11) / 9007199254740992.0 < gc->dropout ? 0.0f : keep;
+      }
+      if (k) o->mask_h[l] = buf;
+      else o->mask_x[l] = buf;
+      buf += n;
+    }
 }
 
 /* Every parameter of a and b equal as bits. */
@@ -107,7 +132,8 @@ static void run_case(const gcase *gc) {
   if (!a || !b) goto done;
   const size_t elems = (size_t)B * T * H * W;
   float *x = malloc(elems * sizeof *x), *y = malloc(elems * sizeof *y);
-  if (!x || !y) goto out;
+  float *masks = gc->dropout > 0 ? malloc((size_t)B * 130 * H * W * sizeof *masks) : NULL;
+  if (!x || !y || (gc->dropout > 0 && !masks)) goto out;
   cl_optim o;
   memset(&o, 0, sizeof o);
   o.kind = gc->optim;
@@ -116,13 +142,17 @@ static void run_case(const gcase *gc) {
   memset(&opts, 0, sizeof opts);
   opts.checkpoint = gc->checkpoint;
   opts.max_grad_norm = gc->max_norm;
+  opts.horizon = gc->horizon;
+  opts.free_run = gc->horizon > 1;
+  const int ty = gc->horizon > 1 ? gc->horizon : T;
   int equal = 1;
   for (int s = 0; s < STEPS + 3; s++) {
     /* steps 4 and 5: a smaller last batch, a shape with no graph yet */
     const int bs = s == 4 || s == 5 ? B - 5 : B;
     batch(s, bs, x, y);
     cl_host_array xa = {x, CL_HOST_TORCH_F32, 5, {bs, T, 1, H, W}};
-    cl_host_array ya = {y, CL_HOST_TORCH_F32, 5, {bs, T, 1, H, W}};
+    cl_host_array ya = {y, CL_HOST_TORCH_F32, 5, {bs, ty, 1, H, W}};
+    if (masks) draw_masks(gc, s, bs, masks, &opts);
     o.lr = 1e-3 * (1.0 + 0.25 * s); /* a schedule: the graph must read it anew */
     double la = 0, lb = 0;
     cl_status sa = cl_model_train_step(a, &xa, &ya, CL_TARGET_SEQUENCE, &o, &opts, &la);
@@ -159,6 +189,7 @@ static void run_case(const gcase *gc) {
 out:
   free(x);
   free(y);
+  free(masks);
 done:
   cl_model_free(a);
   cl_model_free(b);
@@ -178,16 +209,25 @@ int main(void) {
     return 77;
   }
   const gcase cases[] = {
-      {"float32 adam", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE},
-      {"float32 adam checkpoint=2 clip=0.05", CL_F32, 2, 0.05, CL_OPTIM_ADAM, 0, CL_PEEP_NONE},
-      {"float32 sgd momentum clip=1e9", CL_F32, 0, 1e9, CL_OPTIM_SGD, 0, CL_PEEP_NONE},
-      {"float16 adam scaler", CL_F16, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE},
+      {"float32 adam", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0, 0},
+      {"float32 adam checkpoint=2 clip=0.05", CL_F32, 2, 0.05, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0,
+       0},
+      {"float32 sgd momentum clip=1e9", CL_F32, 0, 1e9, CL_OPTIM_SGD, 0, CL_PEEP_NONE, 0, 0},
+      {"float16 adam scaler", CL_F16, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0, 0},
       {"float16 adam overflow checkpoint=2", CL_F16, 2, 0.05, CL_OPTIM_ADAM, 1073741824.0,
-       CL_PEEP_NONE},
-      {"bfloat16 adamw", CL_BF16, 0, 0, CL_OPTIM_ADAMW, 0, CL_PEEP_NONE},
-      {"float32 adam peepholes per position", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_POSITION},
+       CL_PEEP_NONE, 0, 0},
+      {"bfloat16 adamw", CL_BF16, 0, 0, CL_OPTIM_ADAMW, 0, CL_PEEP_NONE, 0, 0},
+      {"float32 adam dropout 0.3", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0.3, 0},
+      {"float16 adam dropout 0.3 checkpoint=2", CL_F16, 2, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0.3,
+       0},
+      {"float32 adam dropout 0.3 free-running 3", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE,
+       0.3, 3},
+      {"float32 adam peepholes per position", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_POSITION, 0,
+       0},
       {"float16 adam peepholes per channel checkpoint=2", CL_F16, 2, 0, CL_OPTIM_ADAM, 0,
-       CL_PEEP_CHANNEL},
+       CL_PEEP_CHANNEL, 0, 0},
+      {"float32 adam peepholes per channel dropout 0.3 free-running 3", CL_F32, 0, 0,
+       CL_OPTIM_ADAM, 0, CL_PEEP_CHANNEL, 0.3, 3},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
   return ctest_done("test_cuda_graphs");

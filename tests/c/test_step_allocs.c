@@ -63,6 +63,7 @@ typedef struct step_case {
   cl_optim_kind optim;
   cl_device device;
   cl_peephole peephole; /* per position: for the case's H x W */
+  double dropout; /* > 0: every layer's input and h dropped; masks the caller's */
 } step_case;
 
 static void run_case(const step_case *sc, start_fn start, stop_fn stop) {
@@ -79,8 +80,19 @@ static void run_case(const step_case *sc, start_fn start, stop_fn stop) {
   c.device = sc->device;
   c.peephole = sc->peephole;
   if (sc->peephole == CL_PEEP_POSITION) c.peephole_h = sc->H, c.peephole_w = sc->W;
+  for (int l = 0; l < c.n_layers; l++) c.dropout[l] = c.recurrent_dropout[l] = sc->dropout;
   cl_model *m = ctest_model(&c);
   if (!m) return;
+  cl_step_options opts = sc->opts;
+  float *masks[4] = {0}; /* drawn once, before the instrument starts */
+  for (int k = 0; sc->dropout > 0 && k < 4; k++) {
+    int ch = k == 0 ? c.input_dim : k == 3 ? c.hidden_dims[1] : c.hidden_dims[0];
+    size_t n = (size_t)sc->B * ch * sc->H * sc->W;
+    masks[k] = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) masks[k][i] = uniform01(NULL) < sc->dropout ? 0.0f : 2.0f;
+    if (k % 2) opts.mask_h[k / 2] = masks[k];
+    else opts.mask_x[k / 2] = masks[k];
+  }
   size_t nx = (size_t)sc->B * sc->T * c.input_dim * sc->H * sc->W;
   size_t ny = (size_t)sc->B * sc->H * sc->W;
   float *x = malloc(nx * sizeof *x), *y = malloc(ny * sizeof *y);
@@ -94,13 +106,13 @@ static void run_case(const step_case *sc, start_fn start, stop_fn stop) {
   size_t bytes = 0;
   const char *last = "";
   start();
-  cl_status st = cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &opt, &sc->opts, &loss);
+  cl_status st = cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &opt, &opts, &loss);
   long first = stop(&bytes, &last);
   CHECK(st == CL_OK, "%s: first step: %s", sc->name, cl_model_error(m));
   long later = 0;
   for (int s = 0; s < 3 && st == CL_OK; s++) {
     start();
-    st = cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &opt, &sc->opts, &loss);
+    st = cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &opt, &opts, &loss);
     later += stop(&bytes, &last);
     CHECK(st == CL_OK, "%s: step %d: %s", sc->name, s + 2, cl_model_error(m));
   }
@@ -110,6 +122,7 @@ static void run_case(const step_case *sc, start_fn start, stop_fn stop) {
   CHECK(first >= 1, "%s: the interposer saw no allocation at the first step", sc->name);
   CHECK(later == 0, "%s: %ld allocation(s) above 64 KiB inside steps 2-4 (last: %s)", sc->name,
         later, last);
+  for (int k = 0; k < 4; k++) free(masks[k]);
   free(x);
   free(y);
   cl_model_free(m);
@@ -128,17 +141,25 @@ int main(int argc, char **argv) {
   stop_fn stop = (stop_fn)dlsym(RTLD_DEFAULT, "cl_alloc_count_stop");
   if (!start || !stop) return reexec_under_interposer(argv);
   static const step_case cases[] = {
-      {"plain", 4, 6, 16, 16, CL_F32, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU, CL_PEEP_NONE},
-      {"checkpoint 2", 4, 6, 16, 16, CL_F32, {.checkpoint = 2}, CL_OPTIM_ADAM, CL_DEVICE_CPU, CL_PEEP_NONE},
-      {"accumulation 2", 4, 6, 16, 16, CL_F32, {.accumulation_steps = 2}, CL_OPTIM_ADAM, CL_DEVICE_CPU, CL_PEEP_NONE},
-      {"tbptt 4", 4, 6, 16, 16, CL_F32, {.tbptt = 4}, CL_OPTIM_ADAM, CL_DEVICE_CPU, CL_PEEP_NONE},
-      {"float16", 4, 6, 16, 16, CL_F16, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU, CL_PEEP_NONE},
-      {"bfloat16, sgd", 4, 6, 16, 16, CL_BF16, {0}, CL_OPTIM_SGD, CL_DEVICE_CPU, CL_PEEP_NONE},
-      {"large image", 2, 3, 64, 64, CL_F32, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU, CL_PEEP_NONE},
+      {"plain", 4, 6, 16, 16, CL_F32, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU, CL_PEEP_NONE, 0},
+      {"checkpoint 2", 4, 6, 16, 16, CL_F32, {.checkpoint = 2}, CL_OPTIM_ADAM, CL_DEVICE_CPU,
+       CL_PEEP_NONE, 0},
+      {"accumulation 2", 4, 6, 16, 16, CL_F32, {.accumulation_steps = 2}, CL_OPTIM_ADAM,
+       CL_DEVICE_CPU, CL_PEEP_NONE, 0},
+      {"tbptt 4", 4, 6, 16, 16, CL_F32, {.tbptt = 4}, CL_OPTIM_ADAM, CL_DEVICE_CPU, CL_PEEP_NONE,
+       0},
+      {"float16", 4, 6, 16, 16, CL_F16, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU, CL_PEEP_NONE, 0},
+      {"bfloat16, sgd", 4, 6, 16, 16, CL_BF16, {0}, CL_OPTIM_SGD, CL_DEVICE_CPU, CL_PEEP_NONE, 0},
+      {"large image", 2, 3, 64, 64, CL_F32, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU, CL_PEEP_NONE, 0},
       {"peepholes per position", 4, 6, 16, 16, CL_F32, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU,
-       CL_PEEP_POSITION},
+       CL_PEEP_POSITION, 0},
       {"peepholes per channel, f16", 4, 6, 16, 16, CL_F16, {.checkpoint = 2}, CL_OPTIM_ADAM,
-       CL_DEVICE_CPU, CL_PEEP_CHANNEL},
+       CL_DEVICE_CPU, CL_PEEP_CHANNEL, 0},
+      {"dropout 0.5", 4, 6, 16, 16, CL_F32, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU, CL_PEEP_NONE, 0.5},
+      {"dropout, checkpoint 2", 4, 6, 16, 16, CL_F16, {.checkpoint = 2}, CL_OPTIM_ADAM,
+       CL_DEVICE_CPU, CL_PEEP_NONE, 0.5},
+      {"dropout, peepholes per position", 4, 6, 16, 16, CL_F32, {.checkpoint = 3}, CL_OPTIM_ADAM,
+       CL_DEVICE_CPU, CL_PEEP_POSITION, 0.5},
   };
   printf("test_step_allocs (interposer: malloc/calloc/realloc/memalign/mmap > 64 KiB)\n");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], start, stop);

@@ -147,3 +147,15 @@ expect_close <- function(actual, expected, rel = 1e-5, abs = 1e-8, label = NULL)
 }
 
 `%||%` <- function(a, b) if (is.null(a)) b else a
+
+# The fixture's masks as local_dropout_masks() takes them: per layer the
+# input mask then the h mask, NULL where that rate is 0.
+fixture_masks <- function(fx) {
+  n <- length(fx$config$hidden_dims)
+  masks <- vector("list", 2 * n)
+  for (l in seq_len(n)) {
+    masks[2 * l - 1] <- list(fx$tensors[[sprintf("mask_x/%d", l - 1)]])
+    masks[2 * l] <- list(fx$tensors[[sprintf("mask_h/%d", l - 1)]])
+  }
+  masks
+}

@@ -125,7 +125,8 @@ test_that("torch idioms work or say in one line what to do instead", {
   expect_type(params, "list")
   expect_true(all(vapply(params, is.double, logical(1))))
   expect_identical(names(params), names(state_dict(model)))
-  # train() and eval() change nothing and say so once a session
+  # without dropout, train() and eval() change nothing and say so once a
+  # session (test-dropout.R: with dropout they switch model(x))
   env <- environment(convlstm:::no_mode_note)$the
   env$no_mode_noted <- NULL
   expect_message(out <- model$train(), "no train/eval mode")

@@ -264,10 +264,10 @@ max_rel_diff <- function(g, fx, prefix) {
 }
 
 for (device in forecast_devices) {
-  # free_run_peep_*: peepholes (random, per position / per channel), whose
+  # free_peep_*: peepholes (random, per position / per channel), whose
   # gradient takes the fed-back steps' dz too
   for (name in c("free_run", "free_run_deep", "free_run_one", "free_run_k2",
-                 "free_run_peep_position", "free_run_peep_channel")) {
+                 "free_peep_pos", "free_peep_ch")) {
     fx <- forecast_fixture(name)
     cfg <- fx$config
     label <- paste(name, device)

@@ -201,3 +201,64 @@ test_that("data-parallel gradient buckets hold the peephole gradients", {
     convlstm_release(m)
   }
 })
+
+test_that("memory_profile() runs a copy of a model with peepholes", {
+  m <- convlstm(1, 3, 3, device = "cpu", threads = 1, peephole = TRUE, frame_size = c(6, 6))
+  on.exit(convlstm_release(m))
+  prof <- memory_profile(m, batch_sizes = 2, seq_len = 2, height = 6, width = 6, steps = 1)
+  expect_s3_class(prof, "data.frame")
+  expect_gt(nrow(prof), 0)
+})
+
+# Peepholes act in the cell, dropout on the convolutions' inputs: with both,
+# a model trains, and checkpointing or accumulating gives the plain step's
+# gradients (the same masks: the same seed before each step).
+test_that("peepholes and dropout together: training, and checkpointing's gradients", {
+  x <- api_x(B = 4, T = 5)
+  y <- api_y(B = 4, T = 5)
+  make <- function(kind = "position", ...) {
+    convlstm(2, c(3, 2), 3, device = "cpu", threads = 1, peephole = kind,
+             frame_size = if (kind == "position") c(5, 4), dropout = 0.3,
+             recurrent_dropout = 0.4, ...)
+  }
+  for (kind in c("position", "channel")) {
+    set.seed(8)
+    ref <- make(kind)
+    w <- state_dict(ref)
+    convlstm_release(ref)
+    # peepholes of the size of the conv weights' effect (they start at zero)
+    for (k in grep("\\.w_c[ifo]$", names(w), value = TRUE)) w[[k]][] <- runif(length(w[[k]]), -0.8, 0.8)
+    grads_of <- function(seed = 99, ...) {
+      m <- make(kind)
+      on.exit(convlstm_release(m))
+      load_state_dict(m, w)
+      set.seed(seed) # the same masks for every variant
+      train_step(m, x, y, optimizer_sgd(lr = 0), target = "sequence", ...)
+      gradients(m)
+    }
+    g0 <- grads_of()
+    expect_gt(max(abs(g0[["cell_list.0.w_ci"]])), 0, label = kind)
+    for (v in list(list(checkpoint = 2), list(checkpoint = 1),
+                   list(accumulation_steps = 2, checkpoint = 3))) {
+      g <- do.call(grads_of, v)
+      for (k in names(g0)) {
+        expect_close(g[[k]], g0[[k]], rel = 1e-5,
+                     label = paste(kind, paste(names(v), v, collapse = " "), k))
+      }
+    }
+    # other masks give other peephole gradients: dropout reaches them
+    g1 <- grads_of(seed = 100)
+    expect_gt(max(abs(g1[["cell_list.0.w_co"]] - g0[["cell_list.0.w_co"]])), 1e-6, label = kind)
+  }
+  # and it trains: the loss falls over Adam steps with fresh masks each step
+  set.seed(3)
+  m <- make("channel")
+  on.exit(convlstm_release(m))
+  opt <- optimizer_adam(lr = 0.02)
+  losses <- vapply(seq_len(30), function(i) {
+    train_step(m, x, y, opt, target = "sequence")
+  }, numeric(1))
+  expect_true(all(is.finite(losses)))
+  expect_lt(mean(tail(losses, 5)), mean(head(losses, 5)))
+  expect_gt(max(abs(state_dict(m)[["cell_list.1.w_cf"]])), 1e-3) # the peepholes moved
+})

@@ -1,0 +1,326 @@
+# test-dropout.R -- dropout (convlstm(dropout =, recurrent_dropout =)) apart
+# from PyTorch parity (test-parity-dropout.R): the masks drawn from R's
+# generator (keep rate, scale, shape, reproducibility), that the masks drawn
+# are the masks applied, training only, the same gradients with and without
+# checkpointing or accumulation, and the planned buffers.
+
+drop_model <- function(dropout = 0.3, recurrent_dropout = 0.4, ...) {
+  convlstm(2, c(3, 2), 3, device = "cpu", threads = 1, dropout = dropout,
+           recurrent_dropout = recurrent_dropout, ...)
+}
+
+test_that("the rates read back per layer, and a model without them says so on train()", {
+  m <- drop_model(c(0.1, 0), 0.25)
+  on.exit(convlstm_release(m))
+  expect_equal(m$dropout, c(0.1, 0))
+  expect_equal(m$recurrent_dropout, c(0.25, 0.25))
+  expect_equal(m$config$dropout, c(0.1, 0))
+  expect_output(print(m), "dropout")
+  expect_output(print(m), "0.1 / 0.25")
+  plain <- drop_model(0, 0)
+  on.exit(convlstm_release(plain), add = TRUE)
+  expect_false(any(grepl("dropout", utils::capture.output(print(plain)))))
+  env <- environment(convlstm:::no_mode_note)$the
+  env$no_mode_noted <- NULL
+  expect_message(plain$train(), "no dropout")
+  expect_silent(m$train())
+  expect_silent(m$eval())
+})
+
+test_that("masks keep 1 - p of the elements, scaled by 1 / (1 - p), one per layer and kind", {
+  m <- drop_model(c(0.2, 0), c(0, 0.6))
+  on.exit(convlstm_release(m))
+  set.seed(3)
+  masks <- convlstm:::c_dropout_draw(environment(m)$ptr, c(40, 30, 20))
+  expect_length(masks, 4)
+  expect_null(masks[[2]]) # layer 1 has no recurrent dropout
+  expect_null(masks[[3]]) # layer 2 no input dropout
+  expect_equal(dim(masks[[1]]), c(40, 2, 30, 20)) # [B, input_dim, H, W]
+  expect_equal(dim(masks[[4]]), c(40, 2, 30, 20)) # [B, hidden 2, H, W]
+  for (k in list(list(masks[[1]], 0.2), list(masks[[4]], 0.6))) {
+    v <- k[[1]]
+    p <- k[[2]]
+    # exactly two values: 0 and 1 / (1 - p) as a float32
+    expect_setequal(unique(as.vector(v)), c(0, as_f32(1 / (1 - p))))
+    n <- length(v)
+    keep <- mean(v != 0)
+    # the kept fraction within 5 standard deviations of 1 - p (48000 draws)
+    expect_lt(abs(keep - (1 - p)), 5 * sqrt(p * (1 - p) / n))
+    # the mean of a mask is 1 in expectation: inverted dropout
+    expect_lt(abs(mean(v) - 1), 5 * sqrt(p / (1 - p) / n))
+  }
+  # the same seed draws the same masks; another seed others
+  set.seed(3)
+  expect_identical(convlstm:::c_dropout_draw(environment(m)$ptr, c(40, 30, 20)), masks)
+  set.seed(4)
+  expect_false(identical(convlstm:::c_dropout_draw(environment(m)$ptr, c(40, 30, 20)), masks))
+})
+
+test_that("the masks a step draws are the ones it applies", {
+  x <- api_x(B = 3, T = 4)
+  y <- api_y(B = 3)
+  set.seed(11)
+  a <- drop_model()
+  b <- drop_model()
+  load_state_dict(b, state_dict(a))
+  on.exit({
+    convlstm_release(a)
+    convlstm_release(b)
+  })
+  opt <- optimizer_sgd(lr = 0.1)
+  set.seed(5)
+  masks <- convlstm:::c_dropout_draw(environment(a)$ptr, c(3, 5, 4))
+  set.seed(5)
+  la <- train_step(a, x, y, opt)
+  convlstm:::local_dropout_masks(masks)
+  lb <- train_step(b, x, y, opt)
+  expect_identical(as.numeric(la), as.numeric(lb))
+  expect_identical(state_dict(a), state_dict(b))
+})
+
+test_that("set.seed() reproduces a training run with dropout; another seed differs", {
+  x <- api_x(B = 2, T = 3)
+  y <- api_y(B = 2)
+  run <- function(seed) {
+    set.seed(1)
+    m <- drop_model()
+    on.exit(convlstm_release(m))
+    set.seed(seed)
+    opt <- optimizer_adam(lr = 0.01)
+    losses <- vapply(1:3, function(i) as.numeric(train_step(m, x, y, opt)), 0)
+    list(losses = losses, params = state_dict(m))
+  }
+  r1 <- run(42)
+  expect_identical(run(42), r1)
+  r2 <- run(43)
+  expect_false(identical(r2$losses, r1$losses))
+  # and the masks change between steps: without dropout the first loss is
+  # the same for both seeds, with it not
+  expect_false(identical(r2$losses[1], r1$losses[1]))
+})
+
+test_that("inference applies no dropout: predict(), model(x) in eval mode, evaluate", {
+  set.seed(2)
+  m <- drop_model(0.5, 0.5)
+  plain <- drop_model(0, 0)
+  on.exit({
+    convlstm_release(m)
+    convlstm_release(plain)
+  })
+  load_state_dict(plain, state_dict(m))
+  x <- api_x(B = 2, T = 3)
+  p1 <- predict(m, x)
+  expect_identical(predict(m, x), p1)
+  expect_identical(p1, predict(plain, x))
+  expect_identical(m(x), plain(x))
+  # train mode: model(x) drops, each call with masks of its own
+  m$train()
+  t1 <- m(x)
+  t2 <- m(x)
+  expect_false(identical(t1[[1]][[2]], plain(x)[[1]][[2]]))
+  expect_false(identical(t1[[1]][[2]], t2[[1]][[2]]))
+  # predict() infers in train mode too; eval() turns model(x) back
+  expect_identical(predict(m, x), p1)
+  m$eval()
+  expect_identical(m(x), plain(x))
+})
+
+test_that("checkpointing and accumulation give the gradients of the plain step with dropout", {
+  x <- api_x(B = 4, T = 5)
+  y <- api_y(B = 4, T = 5)
+  set.seed(8)
+  ref <- drop_model()
+  w <- state_dict(ref)
+  grads_of <- function(...) {
+    m <- drop_model()
+    on.exit(convlstm_release(m))
+    load_state_dict(m, w)
+    set.seed(99) # the same masks for every variant
+    train_step(m, x, y, optimizer_sgd(lr = 0), target = "sequence", ...)
+    gradients(m)
+  }
+  g0 <- grads_of()
+  convlstm_release(ref)
+  for (v in list(list(checkpoint = 2), list(checkpoint = 1), list(accumulation_steps = 2),
+                 list(accumulation_steps = 3, checkpoint = 2))) {
+    g <- do.call(grads_of, v)
+    for (k in names(g0)) {
+      expect_close(g[[k]], g0[[k]], rel = 1e-5,
+                   label = paste(names(v), v, collapse = " ", k))
+    }
+  }
+  # and dropout moves them: the gradients of a model without it differ
+  plain <- drop_model(0, 0)
+  on.exit(convlstm_release(plain))
+  load_state_dict(plain, w)
+  train_step(plain, x, y, optimizer_sgd(lr = 0), target = "sequence")
+  expect_gt(max(abs(gradients(plain)[[1]] - g0[[1]])), 1e-4)
+})
+
+test_that("tbptt, a carried state and data sets train with dropout", {
+  set.seed(4)
+  m <- drop_model()
+  on.exit(convlstm_release(m))
+  x <- api_x(B = 2, T = 6)
+  y <- api_y(B = 2, T = 6)
+  opt <- optimizer_adam(lr = 0.01)
+  expect_true(is.finite(train_step(m, x, y, opt, target = "sequence", tbptt = 2)))
+  expect_true(is.finite(train_step(m, x, y, opt, target = "sequence", state = "carry")))
+  expect_true(is.finite(train_step(m, x, y, opt, target = "sequence", state = "carry",
+                                   checkpoint = 2)))
+  reset_state(m)
+  fit <- function(seed) {
+    set.seed(1)
+    f <- drop_model()
+    on.exit(convlstm_release(f))
+    set.seed(seed)
+    h <- convlstm_fit(f, x, y, epochs = 2, batch_size = 1, target = "sequence",
+                      optimizer = optimizer_adam(lr = 0.01), verbose = FALSE)
+    state_dict(f)
+  }
+  expect_identical(fit(7), fit(7))
+})
+
+test_that("a forecast trains with dropout and predicts without it", {
+  set.seed(12)
+  m <- convlstm(1, c(4, 1), 3, device = "cpu", threads = 1, dropout = 0.2,
+                recurrent_dropout = 0.3)
+  on.exit(convlstm_release(m))
+  d <- moving_digits(n = 2, seq_len = 8, size = 12, horizon = 3)
+  opt <- optimizer_adam(lr = 0.01)
+  # teacher forcing: the true frames fed back are inputs, masked like x
+  expect_true(is.finite(train_step(m, d$x, d$y, opt, horizon = 3)))
+  f1 <- predict(m, d$x, horizon = 3)
+  expect_identical(predict(m, d$x, horizon = 3), f1)
+  expect_equal(dim(f1), c(2, 3, 1, 12, 12))
+})
+
+# Free-running training (teacher_forcing = FALSE) with dropout: every
+# fed-back step applies the sequence's masks too, layer 0's input mask on
+# each fed-back frame as on x (Keras's mask is fixed across all steps). The
+# fixture (tools/make_fixtures_forecast.py) holds PyTorch's gradients and
+# Adam steps with its masks, and the gradients a step would match that left
+# the masks off entirely (grad_nodropout/), left layer 0's input mask off
+# the fed-back frames (grad_fed_unmasked/) or cut the fed-back path
+# (grad_detached/). Three layers: the middle one's gradients pass the ring.
+free_run_fx <- read_fixture(file.path("forecast", "free_drop"))
+
+grad_gap <- function(g, fx, prefix) {
+  max(vapply(names(g), function(k) {
+    ref <- fx$tensors[[paste0(prefix, k)]]
+    max(abs(g[[k]] - ref)) / max(abs(ref))
+  }, numeric(1)))
+}
+
+for (device in c("cpu", if (gpu_available()) "cuda")) {
+  for (sched in c("plain", "accumulation")) {
+    test_that(sprintf("free-running training with dropout matches PyTorch's masks [%s, %s]",
+                      device, sched), {
+      fx <- free_run_fx
+      cfg <- fx$config
+      rel <- 1e-5
+      m <- convlstm(cfg$input_dim, cfg$hidden_dims, cfg$kernel_sizes, bias = cfg$bias,
+                    device = device, dropout = cfg$dropout,
+                    recurrent_dropout = cfg$recurrent_dropout)
+      on.exit(convlstm_release(m))
+      load_state_dict(m, fixture_group(fx, "weights/"))
+      convlstm:::local_dropout_masks(fixture_masks(fx))
+      opt <- optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
+      extra <- if (sched == "accumulation") list(accumulation_steps = 2) else list()
+      losses <- numeric(cfg$adam_steps)
+      for (i in seq_len(cfg$adam_steps)) {
+        losses[[i]] <- do.call(train_step, c(list(m, fx$tensors$x, fx$tensors$y_frames, opt,
+                                                  horizon = cfg$horizon,
+                                                  teacher_forcing = FALSE), extra))
+        if (i == 1) {
+          g <- gradients(m)
+          for (k in names(g)) {
+            expect_close(g[[k]], fx$tensors[[paste0("grad/", k)]], rel = rel,
+                         label = paste(device, sched, "grad", k))
+          }
+          # each wrong variant is ten tolerances away and more
+          expect_gt(grad_gap(g, fx, "grad_nodropout/"), 10 * rel)
+          expect_gt(grad_gap(g, fx, "grad_fed_unmasked/"), 10 * rel)
+          expect_gt(grad_gap(g, fx, "grad_detached/"), 10 * rel)
+        }
+      }
+      expect_close(losses, fx$tensors$adam_losses, rel = rel, label = paste(device, "losses"))
+      after <- state_dict(m)
+      for (k in names(after)) {
+        expect_close(after[[k]], fx$tensors[[paste0("adam_params/", k)]], rel = rel,
+                     label = paste(device, sched, "params", k))
+      }
+    })
+  }
+}
+
+test_that("free-running with drawn masks: set.seed() reproduces it, predict() has no dropout", {
+  m <- convlstm(1, c(3, 1), 3, device = "cpu", threads = 1, dropout = 0.3,
+                recurrent_dropout = 0.2)
+  on.exit(convlstm_release(m))
+  d <- moving_digits(n = 2, seq_len = 6, size = 8, horizon = 3)
+  sd <- state_dict(m)
+  run <- function(seed) {
+    load_state_dict(m, sd)
+    set.seed(seed)
+    train_step(m, d$x, d$y, optimizer_sgd(lr = 0), horizon = 3, teacher_forcing = FALSE)
+  }
+  l1 <- run(5)
+  expect_true(is.finite(l1))
+  expect_identical(run(5), l1)
+  expect_false(identical(run(6), l1))
+  frames <- predict(m, d$x, horizon = 3)
+  expect_identical(predict(m, d$x, horizon = 3), frames)
+})
+
+test_that("memory_estimate() plans the masks and the masked copy, in training only", {
+  m <- drop_model(c(0.3, 0), c(0, 0.5))
+  on.exit(convlstm_release(m))
+  est <- memory_estimate(m, 4, 3, 5, 6)
+  plan <- attr(est, "plan")
+  row <- function(n) plan$bytes[plan$name == n]
+  P <- 5 * 6
+  expect_equal(row("dropout_mask_x[0]"), 4 * 2 * P * 4) # [B, input_dim, H, W] float
+  expect_equal(row("dropout_mask_h[1]"), 4 * 2 * P * 4) # [B, hidden 2, H, W]
+  expect_false(any(c("dropout_mask_h[0]", "dropout_mask_x[1]") %in% plan$name))
+  # the masked copy: the larger of the input [T, B, 2, H, W] and h [T, B, 2, H, W]
+  expect_equal(row("dropout_masked"), 3 * 4 * 2 * P * 4)
+  expect_equal(plan$category[plan$name == "dropout_mask_x[0]"], "activations")
+  inf <- attr(memory_estimate(m, 4, 3, 5, 6, training = FALSE), "plan")
+  expect_false(any(grepl("^dropout", inf$name)))
+  # and a step allocates exactly that
+  train_step(m, api_x(B = 4, T = 3, H = 5, W = 6), api_y(B = 4, H = 5, W = 6),
+             optimizer_adam())
+  s <- memory_stats(m)
+  measured <- stats::setNames(s$by_category$peak, s$by_category$category)
+  b <- stats::setNames(est$bytes, est$category)
+  expect_identical(measured, b[names(measured)])
+  expect_identical(s$peak_reserved, b[["reserved"]])
+})
+
+test_that("the rates are saved with the model and come back with convlstm_load()", {
+  set.seed(6)
+  m <- drop_model(c(0.3, 0.1), c(0, 0.45))
+  on.exit(convlstm_release(m))
+  path <- tempfile(fileext = ".safetensors")
+  on.exit(unlink(path), add = TRUE)
+  convlstm_save(m, path)
+  info <- convlstm_file_info(path)
+  expect_identical(info$config$dropout, c(0.3, 0.1))
+  expect_identical(info$config$recurrent_dropout, c(0, 0.45))
+  back <- convlstm_load(path, device = "cpu")
+  on.exit(convlstm_release(back), add = TRUE)
+  expect_identical(back$dropout, c(0.3, 0.1))
+  expect_identical(back$recurrent_dropout, c(0, 0.45))
+  # a model without dropout writes no rates (its files stay as they were)
+  plain <- drop_model(0, 0)
+  on.exit(convlstm_release(plain), add = TRUE)
+  p2 <- tempfile(fileext = ".safetensors")
+  on.exit(unlink(p2), add = TRUE)
+  convlstm_save(plain, p2)
+  header <- rawToChar(readBin(p2, "raw", 4096)[-(1:8)][1:2000], multiple = TRUE)
+  expect_false(grepl("dropout", paste(header, collapse = "")))
+  back2 <- convlstm_load(p2, device = "cpu")
+  on.exit(convlstm_release(back2), add = TRUE)
+  expect_identical(back2$dropout, c(0, 0))
+})
