@@ -122,6 +122,7 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
     check_count(batch_size, "batch_size"), check_count(seq_len, "seq_len"),
     check_count(height, "height"), check_count(width, "width")
   )
+  check_frame_size(shape[3:4], model_config(model), "height, width", sys.call())
   training <- check_flag(training, "training")
   outputs <- check_choice(outputs, c("all", "last_state"), "outputs")
   state <- check_choice(state, c("zero", "given", "carry"), "state")

@@ -66,7 +66,7 @@ user_config <- function(config) {
   config$geometry <- g
   config$kernel_sizes <- kernel_spec(g)
   config$dilation <- dilation_spec(g)
-  config
+  peephole_config(config)
 }
 
 # "3x3", "3x5 d2x2" per layer, for printing.

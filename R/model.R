@@ -56,6 +56,21 @@
 #'   `c(height, width)` pairs). Padding stays "same": `dilation * (k - 1) /
 #'   2` on each side, so every layer keeps the image size, as torch's
 #'   `nn_conv2d(dilation = d, padding = "same")`.
+#' @param peephole Peephole connections as in Shi et al. (2015): the input
+#'   and forget gates also see `w_ci * c[t-1]` and `w_cf * c[t-1]`, the
+#'   output gate `w_co * c[t]` (elementwise products with the cell state).
+#'   `FALSE` (or `"none"`, the default): the tutorial's cell. `TRUE` or
+#'   `"position"`: the paper's weights, one per hidden channel and pixel,
+#'   `[hidden, height, width]`, which fix the frame size to `frame_size`
+#'   (an input of another size is an error naming the argument).
+#'   `"channel"`: one weight per hidden channel, `[hidden, 1, 1]`, for any
+#'   frame size. The weights are parameters named `cell_list.<l>.w_ci`,
+#'   `.w_cf` and `.w_co` (after the layer's conv weight and bias), trained,
+#'   clipped, saved and loaded like the others; they start at zero, so a
+#'   new model computes what the same model without peepholes computes, and
+#'   [set.seed()] draws it the same convolution weights.
+#' @param frame_size With per-position peepholes, `c(height, width)` of the
+#'   frames (one number for square frames); `NULL` otherwise.
 #' @param dropout,recurrent_dropout Dropout of each layer's input `x_t` and
 #'   of its previous hidden state `h_{t-1}`, as Keras's `ConvLSTM2D(dropout =
 #'   , recurrent_dropout = )`: a fraction in `[0, 1)`, one for every layer or
@@ -92,7 +107,8 @@
 #'   `model(x2, state = model(x1)$layer_last_states)` continues the
 #'   sequence `x1` with `x2`. Fields are available with
 #'   `$`: `config`, `input_dim`, `hidden_dims`, `kernel_sizes`, `n_layers`,
-#'   `bias`, `device`, `dtype`, `backend`, `memory_limit`, `n_parameters`,
+#'   `bias`, `device`, `dtype`, `backend`, `memory_limit`, `peephole`
+#'   (`"none"`, `"channel"` or `"position"`), `frame_size`, `n_parameters`,
 #'   `parameters` (the state dict: a named list of the weights as R arrays),
 #'   and the methods `state_dict()`, `load_state_dict()`, `zero_grad()`,
 #'   `forward()`, and `half()`, `bfloat16()`, `float()` (storage type
@@ -123,6 +139,12 @@
 #' # only the last states: memory independent of the sequence length
 #' str(model(x, outputs = "last_states")$layer_last_states[[2]])
 #' convlstm_release(model)
+#' # the paper's peepholes: weights per channel and pixel, for 6 x 6 frames
+#' pm <- convlstm(input_dim = 1, hidden_dims = 4, kernel_sizes = 3,
+#'                peephole = TRUE, frame_size = c(6, 6), device = "cpu")
+#' pm
+#' dim(pm$parameters[["cell_list.0.w_ci"]])   # [4, 6, 6]
+#' convlstm_release(pm)
 #' # dropout on each layer's input and hidden state, in training only
 #' dropped <- convlstm(1, c(8, 1), 3, device = "cpu", dropout = 0.2,
 #'                     recurrent_dropout = 0.2)
@@ -133,7 +155,8 @@
 #' convlstm_release(dropped)
 convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hidden_dims),
                      bias = TRUE, device = "auto", dtype = "float32", memory_limit = NULL,
-                     threads = NULL, dilation = 1, dropout = 0, recurrent_dropout = 0) {
+                     threads = NULL, dilation = 1, peephole = FALSE, frame_size = NULL,
+                     dropout = 0, recurrent_dropout = 0) {
   input_dim <- check_count(input_dim, "input_dim")
   n_layers <- check_count(n_layers, "n_layers")
   if (n_layers > max_layers) {
@@ -148,6 +171,7 @@ convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hid
   dtype <- check_choice(dtype, dtypes(), "dtype")
   memory_limit <- parse_bytes(memory_limit, "memory_limit", sys.call())
   threads <- check_threads(threads, sys.call())
+  peephole <- peephole_spec(peephole, frame_size, sys.call())
   dropout <- check_rates(dropout, "dropout", n_layers, sys.call())
   recurrent_dropout <- check_rates(recurrent_dropout, "recurrent_dropout", n_layers, sys.call())
 
@@ -157,7 +181,7 @@ convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hid
   ptr <- with_cuda_tf32(tf32, c_model_create(
     input_dim, hidden_dims, geometry, bias,
     device = device,
-    dtype = dtype, threads = threads, memory_limit = memory_limit,
+    dtype = dtype, threads = threads, memory_limit = memory_limit, peephole = peephole,
     dropout = dropout, recurrent_dropout = recurrent_dropout
   ))
   c_model_init_params(ptr)
@@ -263,6 +287,7 @@ check_input <- function(x, config, arg, call = sys.call(-1)) {
       arg, config$input_dim, if (config$input_dim == 1) "" else "s", dim(x)[[3]]
     ), call = call)
   }
+  check_frame_size(dim(x)[4:5], config, arg, call)
   x
 }
 
@@ -280,7 +305,8 @@ layer_shapes <- function(input_dim, hidden_dims, geometry) {
 layer_table <- function(config) {
   h <- config$hidden_dims
   shapes <- layer_shapes(config$input_dim, h, config$geometry)
-  params <- shapes$weight + if (isTRUE(config$bias)) shapes$bias else 0
+  params <- shapes$weight + (if (isTRUE(config$bias)) shapes$bias else 0) +
+    peephole_params(config, h)
   data.frame(
     layer = seq_len(config$n_layers), input = shapes$input, hidden = h,
     kernel = geometry_labels(config$geometry), parameters = params, bytes = params * 4
@@ -298,6 +324,10 @@ print.convlstm_model <- function(x, ...) {
     config$n_layers, if (config$n_layers == 1) "" else "s", format_count(n),
     format_bytes(n * 4), config$device, config$dtype
   ))
+  if (!identical(config$peephole, "none")) {
+    cat(sprintf("  peepholes: %s\n", if (is.null(config$frame_size)) "per channel" else
+      sprintf("per position, frames of %d x %d", config$frame_size[[1]], config$frame_size[[2]])))
+  }
   if (nzchar(config$conv_math %||% "")) {
     cat(sprintf("  float32 convolutions: %s\n", if (identical(config$conv_math, "tf32")) {
       "TF32 tensor cores, as PyTorch's default (options(convlstm.cuda_tf32 = FALSE): strict)"
@@ -410,7 +440,8 @@ print.summary.convlstm_model <- function(x, ...) {
 
 model_fields <- c(
   "config", "input_dim", "hidden_dims", "kernel_sizes", "dilation", "n_layers", "bias", "device",
-  "dtype", "dropout", "recurrent_dropout", "backend", "memory_limit", "n_parameters", "parameters", "state_dict",
+  "dtype", "backend", "memory_limit", "peephole", "frame_size", "dropout", "recurrent_dropout",
+  "n_parameters", "parameters", "state_dict",
   "load_state_dict", "zero_grad", "forward", "half", "bfloat16", "float", "train", "eval", "to",
   "cuda", "cpu"
 )
@@ -460,7 +491,7 @@ move_model <- function(model, device, dtype, call) {
   switch(name,
     config = model_config(model),
     input_dim = , hidden_dims = , kernel_sizes = , dilation = , n_layers = , bias = , device = ,
-    dtype = , backend = , memory_limit = , dropout = ,
+    dtype = , backend = , memory_limit = , peephole = , frame_size = , dropout = ,
     recurrent_dropout = model_config(model)[[name]],
     n_parameters = sum(layer_table(model_config(model))$parameters),
     parameters = state_dict(model),

@@ -157,8 +157,8 @@ category_colours <- c(
 copy_model <- function(model, config) {
   copy <- convlstm(
     config$input_dim, config$hidden_dims, config$kernel_sizes, bias = config$bias,
-    dilation = config$dilation, dropout = config$dropout,
-    recurrent_dropout = config$recurrent_dropout,
+    dilation = config$dilation, peephole = config$peephole, frame_size = config$frame_size,
+    dropout = config$dropout, recurrent_dropout = config$recurrent_dropout,
     device = config$device, dtype = config$dtype,
     memory_limit = if (config$memory_limit > 0) config$memory_limit else NULL,
     threads = if (config$threads > 0) config$threads else NULL

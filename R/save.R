@@ -115,8 +115,8 @@ convlstm_load <- function(path, device = "auto", dtype = NULL, memory_limit = NU
     config$input_dim, config$hidden_dims, config$geometry, config$bias,
     device = device,
     dtype = dtype %||% config$dtype, threads = threads,
-    memory_limit = memory_limit, dropout = config$dropout,
-    recurrent_dropout = config$recurrent_dropout
+    memory_limit = memory_limit, peephole = config$peephole_spec,
+    dropout = config$dropout, recurrent_dropout = config$recurrent_dropout
   ))
   # The file is read again into the model; the glue checks that it still
   # has this architecture.

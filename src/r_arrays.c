@@ -38,6 +38,14 @@ SEXP r_geometry(const cl_config *c) {
   return out;
 }
 
+SEXP r_peephole(const cl_config *c) {
+  SEXP out = Rf_allocVector(INTSXP, 3);
+  INTEGER(out)[0] = c->peephole;
+  INTEGER(out)[1] = c->peephole_h;
+  INTEGER(out)[2] = c->peephole_w;
+  return out;
+}
+
 SEXP r_alloc_array(int ndim, const int *dims) {
   R_xlen_t n = 1;
   for (int i = 0; i < ndim; i++) n *= dims[i];

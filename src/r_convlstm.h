@@ -60,6 +60,10 @@ SEXP r_alloc_array(int ndim, const int *dims);
 SEXP r_named_list(const char *const *names, int n);
 /* A configuration's kernels and dilations, integer [4, n_layers]. */
 SEXP r_geometry(const cl_config *c);
+/* Its peepholes, integer c(kind, height, width) (cl_peephole; the frame
+ * size 0 unless per position): what ffi_model_create takes back. New,
+ * unprotected. */
+SEXP r_peephole(const cl_config *c);
 /* Reads a row-major float tensor into a new column-major double array of the
  * same logical dims (so torch's w[o, i, kh, kw] is R's w[o+1, i+1, kh+1, kw+1]). */
 void r_row_major_to_r(const float *src, int ndim, const int *dims, double *dst);
@@ -123,7 +127,8 @@ cl_comm *r_dist_comm(void);
 
 /* r_model.c */
 SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP kernel_sizes, SEXP bias,
-                      SEXP device, SEXP dtype, SEXP threads, SEXP memory_limit, SEXP dropout);
+                      SEXP device, SEXP dtype, SEXP threads, SEXP memory_limit, SEXP peephole,
+                      SEXP dropout);
 SEXP ffi_model_release(SEXP ptr);
 SEXP ffi_model_status(SEXP ptr);
 SEXP ffi_model_config(SEXP ptr);

@@ -93,8 +93,8 @@ static SEXP saved_info(const cl_saved *s) {
 
   const cl_config *c = cl_saved_config(s);
   const char *cn[] = {"input_dim", "hidden_dims", "kernel_sizes", "n_layers", "bias",
-                      "dtype",     "geometry",    "dropout",      "recurrent_dropout"};
-  SEXP cfg = r_named_list(cn, 9);
+                      "dtype",     "geometry",    "peephole",     "dropout",  "recurrent_dropout"};
+  SEXP cfg = r_named_list(cn, 10);
   SET_VECTOR_ELT(out, 0, cfg);
   SET_VECTOR_ELT(cfg, 0, Rf_ScalarInteger(c->input_dim));
   SEXP hd = Rf_allocVector(INTSXP, c->n_layers);
@@ -109,10 +109,11 @@ static SEXP saved_info(const cl_saved *s) {
   SET_VECTOR_ELT(cfg, 4, Rf_ScalarLogical(c->bias != 0));
   SET_VECTOR_ELT(cfg, 5, Rf_mkString(cl_dtype_name(c->dtype)));
   SET_VECTOR_ELT(cfg, 6, r_geometry(c));
+  SET_VECTOR_ELT(cfg, 7, r_peephole(c));
   SEXP dx = Rf_allocVector(REALSXP, c->n_layers);
-  SET_VECTOR_ELT(cfg, 7, dx);
+  SET_VECTOR_ELT(cfg, 8, dx);
   SEXP dr = Rf_allocVector(REALSXP, c->n_layers);
-  SET_VECTOR_ELT(cfg, 8, dr);
+  SET_VECTOR_ELT(cfg, 9, dr);
   for (int l = 0; l < c->n_layers; l++) {
     REAL(dx)[l] = c->dropout[l];
     REAL(dr)[l] = c->recurrent_dropout[l];

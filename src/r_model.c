@@ -56,15 +56,17 @@ cl_model *r_model(SEXP ptr) {
 static int int_at(SEXP x, int i) { return INTEGER(x)[i]; }
 
 /* geometry: integer [4, n_layers]: kernel height, width, dilation height,
- * width of each layer (column). */
-/* dropout: double [2, n_layers]: dropout and recurrent_dropout of each
- * layer (column). */
+ * width of each layer (column). peephole: integer c(kind, height, width),
+ * as r_peephole() returns it. dropout: double [2, n_layers]: dropout and
+ * recurrent_dropout of each layer (column). */
 SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP geometry, SEXP bias, SEXP device,
-                      SEXP dtype, SEXP threads, SEXP memory_limit, SEXP dropout) {
+                      SEXP dtype, SEXP threads, SEXP memory_limit, SEXP peephole,
+                      SEXP dropout) {
   int nprotect = 0;
   if (TYPEOF(input_dim) != INTSXP || TYPEOF(hidden_dims) != INTSXP ||
       TYPEOF(geometry) != INTSXP || TYPEOF(bias) != LGLSXP || TYPEOF(threads) != INTSXP ||
-      TYPEOF(memory_limit) != REALSXP || TYPEOF(dropout) != REALSXP)
+      TYPEOF(memory_limit) != REALSXP || TYPEOF(peephole) != INTSXP ||
+      Rf_length(peephole) != 3 || TYPEOF(dropout) != REALSXP)
     r_raise_invalid("internal: ffi_model_create() got arguments of the wrong type");
   int n_layers = Rf_length(hidden_dims);
   if (n_layers < 1 || n_layers > CL_MAX_LAYERS || Rf_length(geometry) != 4 * n_layers ||
@@ -89,6 +91,9 @@ SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP geometry, SEXP bias
   cfg.dtype = r_dtype(dtype);
   cfg.n_threads = int_at(threads, 0);
   cfg.memory_limit = r_bytes(memory_limit, "memory_limit");
+  cfg.peephole = int_at(peephole, 0);
+  cfg.peephole_h = int_at(peephole, 1);
+  cfg.peephole_w = int_at(peephole, 2);
 
   SEXP mark = PROTECT(Rf_mkString(LIVE));
   nprotect++;
@@ -151,8 +156,8 @@ SEXP ffi_model_config(SEXP ptr) {
   int nprotect = 0;
   const char *const names[] = {"input_dim", "hidden_dims", "kernel_sizes", "n_layers",
                          "bias",      "device",      "dtype",        "threads",
-                         "memory_limit", "backend",  "n_params",     "conv_math",
-                         "dropout",   "recurrent_dropout", "geometry"};
+                         "memory_limit", "backend",  "n_params",     "peephole",
+                         "conv_math",    "dropout",  "recurrent_dropout", "geometry"};
   SEXP out = PROTECT(r_named_list(names, (int)(sizeof names / sizeof names[0])));
   nprotect++;
 
@@ -170,8 +175,8 @@ SEXP ffi_model_config(SEXP ptr) {
     REAL(dx)[l] = cfg->dropout[l];
     REAL(dr)[l] = cfg->recurrent_dropout[l];
   }
-  SET_VECTOR_ELT(out, 12, dx);
-  SET_VECTOR_ELT(out, 13, dr);
+  SET_VECTOR_ELT(out, 13, dx);
+  SET_VECTOR_ELT(out, 14, dr);
   SET_VECTOR_ELT(out, 0, Rf_ScalarInteger(cfg->input_dim));
   SET_VECTOR_ELT(out, 1, hd);
   SET_VECTOR_ELT(out, 2, ks);
@@ -185,7 +190,8 @@ SEXP ffi_model_config(SEXP ptr) {
   const char *be = cl_model_backend_name(m);
   SET_VECTOR_ELT(out, 9, Rf_mkString(be != NULL ? be : ""));
   SET_VECTOR_ELT(out, 10, Rf_ScalarReal((double)cl_model_n_params(m)));
-  SET_VECTOR_ELT(out, 11, Rf_mkString(cl_model_conv_math(m)));
+  SET_VECTOR_ELT(out, 11, r_peephole(cfg));
+  SET_VECTOR_ELT(out, 12, Rf_mkString(cl_model_conv_math(m)));
   UNPROTECT(nprotect);
   return out;
 }

@@ -160,6 +160,53 @@ def smallest_gradient(model, weight_decay):
     return worst
 
 
+def write_forward(w, model, x, y, target, masks=None):
+    """A forward from zeros (with dropout masks, if given), its MSE against y
+    and one backward, in float32: records output/<l>, last_h/<l>, last_c/<l>,
+    loss and grad/<name>."""
+    model.zero_grad()
+    out = model(x, masks=masks)
+    loss = F.mse_loss(prediction(out, target), y)
+    loss.backward()
+    for l, o in enumerate(out[0]):
+        w.tensor("output/%d" % l, o)
+    for l, (h, c) in enumerate(out[1]):
+        w.tensor("last_h/%d" % l, h)
+        w.tensor("last_c/%d" % l, c)
+    w.tensor("loss", loss.reshape(1))
+    for k, p in model.named_parameters():
+        w.tensor("grad/" + k, p.grad)
+    return out, loss
+
+
+def adam_steps(model, x, y, target, weight_decay, masks=None):
+    """ADAM_STEPS steps of zero_grad, forward (with the dropout masks, if
+    given), loss, backward, update; the loss recorded is the one before the
+    update, as train_step returns it. Returns the losses and the smallest
+    gradient ratio seen."""
+    opt = torch.optim.Adam(model.parameters(), lr=ADAM_LR, weight_decay=weight_decay)
+    losses = []
+    ratio = float("inf")
+    for _ in range(ADAM_STEPS):
+        opt.zero_grad()
+        l = F.mse_loss(prediction(model(x, masks=masks), target), y)
+        l.backward()
+        ratio = min(ratio, smallest_gradient(model, weight_decay))
+        opt.step()
+        losses.append(l.item())
+    return losses, ratio
+
+
+def first_good_seed(make, cfg, root, base):
+    """make(cfg, root, seed) for seeds base, base + 1, ... until one gives
+    well-conditioned Adam steps (make returns not None); its result."""
+    for attempt in range(1000):
+        res = make(cfg, root, seed=base + attempt)
+        if res is not None:
+            return res
+    sys.exit("no seed gives well-conditioned Adam steps for " + cfg["name"])
+
+
 def make(cfg, root, seed):
     torch.manual_seed(seed)
     model = ConvLSTM(cfg["input_dim"], cfg["hidden_dims"], cfg["kernel_sizes"], cfg["bias"],
@@ -209,18 +256,7 @@ def make(cfg, root, seed):
             w.tensor("mask_h/%d" % l, mh)
 
     # forward, loss and one backward, in float32
-    model.zero_grad()
-    out = model(x, masks=masks)
-    loss = F.mse_loss(prediction(out, cfg["target"]), y)
-    loss.backward()
-    for l, o in enumerate(out[0]):
-        w.tensor("output/%d" % l, o)
-    for l, (h, c) in enumerate(out[1]):
-        w.tensor("last_h/%d" % l, h)
-        w.tensor("last_c/%d" % l, c)
-    w.tensor("loss", loss.reshape(1))
-    for k, p in model.named_parameters():
-        w.tensor("grad/" + k, p.grad)
+    out, loss = write_forward(w, model, x, y, cfg["target"], masks)
 
     # the same in float64: how far float32 itself is from exact
     m64 = ConvLSTM(cfg["input_dim"], cfg["hidden_dims"], cfg["kernel_sizes"], cfg["bias"],
@@ -237,18 +273,8 @@ def make(cfg, root, seed):
     w.info("f32_vs_f64_rel_loss", "%.3e" % abs(loss.item() / loss64.item() - 1))
     w.info("f32_vs_f64_max_rel_grad", "%.3e" % grad_err)
 
-    # Adam: each step is zero_grad, forward, loss, backward, update; the loss
-    # recorded is the one before the update, as train_step returns it
-    opt = torch.optim.Adam(model.parameters(), lr=ADAM_LR, weight_decay=cfg["weight_decay"])
-    losses = []
-    ratio = float("inf")
-    for _ in range(ADAM_STEPS):
-        opt.zero_grad()
-        l = F.mse_loss(prediction(model(x, masks=masks), cfg["target"]), y)
-        l.backward()
-        ratio = min(ratio, smallest_gradient(model, cfg["weight_decay"]))
-        opt.step()
-        losses.append(l.item())
+    # Adam (adam_steps), with the same masks at every step
+    losses, ratio = adam_steps(model, x, y, cfg["target"], cfg["weight_decay"], masks)
     if ratio < MIN_GRAD_RATIO or w.looks_executable:
         return None
     w.info("adam_min_grad_ratio", "%.3e" % ratio)
@@ -272,25 +298,14 @@ def main():
     for i, cfg in enumerate(CONFIGS):
         if only and cfg["name"] not in only:
             continue
-        for attempt in range(1000):
-            res = make(cfg, root, seed=20201217 + 1000 * i + attempt)
-            if res is not None:
-                break
-        else:
-            sys.exit("no seed gives well-conditioned Adam steps for " + cfg["name"])
-        out_err, grad_err, losses, after = res
+        out_err, grad_err, losses, after = first_good_seed(make, cfg, root, 20201217 + 1000 * i)
         print("%-18s f32 vs f64: output %.1e, grad %.1e; adam losses %s -> %.5f" % (
             cfg["name"], out_err, grad_err, " ".join("%.5f" % l for l in losses), after))
     for i, cfg in enumerate(DROPOUT_CONFIGS):
         if only and cfg["name"] not in only:
             continue
-        for attempt in range(1000):
-            res = make(cfg, os.path.join(root, "dropout"), seed=20261123 + 1000 * i + attempt)
-            if res is not None:
-                break
-        else:
-            sys.exit("no seed gives well-conditioned Adam steps for " + cfg["name"])
-        out_err, grad_err, losses, after = res
+        out_err, grad_err, losses, after = first_good_seed(make, cfg, os.path.join(root, "dropout"),
+                                                           20261123 + 1000 * i)
         print("dropout/%-18s f32 vs f64: output %.1e, grad %.1e; adam losses %s -> %.5f" % (
             cfg["name"], out_err, grad_err, " ".join("%.5f" % l for l in losses), after))
 

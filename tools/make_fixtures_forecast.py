@@ -33,6 +33,10 @@ Records beyond make_fixtures.py's:
                 the fed-back ones included; grad_nodropout/ (no masks) and
                 grad_fed_unmasked/ (layer 0's input mask left off the
                 fed-back frames) are what a step missing them would match.
+A config with peephole (free_peep_*) also writes config peephole
+<position|channel> (and frame_size <H> <W> per position); its peephole
+weights start at random values, as in make_fixtures_peephole.py (zeros would
+hide a dropped term).
 """
 
 import os
@@ -42,6 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from make_fixtures import ADAM_LR, ADAM_STEPS, Writer, smallest_gradient
+from make_fixtures_peephole import random_peepholes
 from torch_convlstm import ConvLSTM, dropout_masks, rollout
 
 # A nonzero initial state reaches every weight at every step, so a few of
@@ -83,6 +88,13 @@ CONFIGS = [
          kernel_sizes=[3, 1, 3], bias=True, B=2, T=2, H=5, W=4, target="sequence",
          weight_decay=0.0, horizon=4, dropout=[0.3, 0.2, 0.25],
          recurrent_dropout=[0.25, 0.4, 0.3]),
+    # peepholes: their gradient over the fed-back steps, and c's through them
+    dict(name="free_peep_pos", kind="free_run", input_dim=1, hidden_dims=[3, 1],
+         kernel_sizes=[3, 3], bias=True, B=2, T=2, H=5, W=4, target="sequence",
+         weight_decay=0.0, horizon=3, peephole="position"),
+    dict(name="free_peep_ch", kind="free_run", input_dim=2, hidden_dims=[2, 3, 2],
+         kernel_sizes=[3, 1, 3], bias=False, B=2, T=2, H=4, W=5, target="sequence",
+         weight_decay=0.1, horizon=4, peephole="channel"),
 ]
 
 
@@ -100,6 +112,10 @@ def header(w, cfg, seed):
     w.config("hidden_dims", *cfg["hidden_dims"])
     w.config("kernel_sizes", *cfg["kernel_sizes"])
     w.config("bias", "TRUE" if cfg["bias"] else "FALSE")
+    if "peephole" in cfg:
+        w.config("peephole", cfg["peephole"])
+        if cfg["peephole"] == "position":
+            w.config("frame_size", cfg["H"], cfg["W"])
     for k in ("B", "T", "H", "W", "target"):
         w.config(k, cfg[k])
     w.config("adam_lr", ADAM_LR)
@@ -256,8 +272,11 @@ def free_run(cfg, model, w, x):
 
 def make(cfg, root, seed):
     torch.manual_seed(seed)
-    model = ConvLSTM(cfg["input_dim"], cfg["hidden_dims"], cfg["kernel_sizes"], cfg["bias"])
     B, T, H, W = cfg["B"], cfg["T"], cfg["H"], cfg["W"]
+    model = ConvLSTM(cfg["input_dim"], cfg["hidden_dims"], cfg["kernel_sizes"], cfg["bias"],
+                     peephole=cfg.get("peephole"), frame_size=(H, W))
+    if "peephole" in cfg:
+        random_peepholes(model)
     x = torch.rand(B, T, cfg["input_dim"], H, W)
     c_last = cfg["hidden_dims"][-1]
     if cfg["kind"] == "carry" and cfg["target"] == "last_state":

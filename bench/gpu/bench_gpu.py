@@ -104,6 +104,7 @@ class cl_config(C.Structure):
                 ("dilation_h", C.c_int * CL_MAX_LAYERS), ("dilation_w", C.c_int * CL_MAX_LAYERS),
                 ("bias", C.c_int), ("device", C.c_int), ("dtype", C.c_int),
                 ("n_threads", C.c_int), ("memory_limit", C.c_size_t),
+                ("peephole", C.c_int), ("peephole_h", C.c_int), ("peephole_w", C.c_int),
                 ("dropout", C.c_double * CL_MAX_LAYERS),
                 ("recurrent_dropout", C.c_double * CL_MAX_LAYERS)]
 

@@ -44,6 +44,17 @@ typedef enum cl_status {
 
 typedef enum cl_device { CL_DEVICE_CPU = 0, CL_DEVICE_CUDA = 1 } cl_device;
 
+/* Peephole connections (Shi et al. 2015): the i and f gates see
+ * w_ci * c_{t-1} and w_cf * c_{t-1}, the o gate w_co * c_t (Hadamard).
+ * CHANNEL: one weight per hidden channel, torch shape [hidden, 1, 1];
+ * POSITION: the paper's, one per channel and pixel, [hidden, H, W], which
+ * fixes the frame size to cl_config's peephole_h x peephole_w. */
+typedef enum cl_peephole {
+  CL_PEEP_NONE = 0,
+  CL_PEEP_CHANNEL = 1,
+  CL_PEEP_POSITION = 2
+} cl_peephole;
+
 /* Storage type of activations and convolution inputs. Parameters, gradients
  * and optimizer state are always float32. */
 typedef enum cl_dtype { CL_F32 = 0, CL_F16 = 1, CL_BF16 = 2 } cl_dtype;
@@ -94,6 +105,8 @@ typedef struct cl_config {
   cl_dtype dtype;
   int n_threads;       /* CPU threads; 0: the backend's default */
   size_t memory_limit; /* bytes the allocator may hold; 0: device capacity */
+  int peephole;                /* cl_peephole; 0: none (the tutorial's cell) */
+  int peephole_h, peephole_w;  /* CL_PEEP_POSITION: the frame size; else 0 */
   /* Dropout of layer l in training, Keras's ConvLSTM2D semantics (Gal and
    * Ghahramani): the fraction in [0, 1) of the layer's input x_t
    * (dropout) and of its h_{t-1} (recurrent_dropout) zeroed by masks drawn
@@ -150,8 +163,9 @@ cl_status cl_gpu_info_get(int device, cl_gpu_info *out, char *err, size_t errlen
 
 /* ---- parameters (torch layout and names) ----------------------------- */
 
-/* Named tensors: cell_list.<l>.conv.weight [4h, in+h, k, k] and, with bias,
- * cell_list.<l>.conv.bias [4h]. */
+/* Named tensors, per layer: cell_list.<l>.conv.weight [4h, in+h, kh, kw],
+ * with bias cell_list.<l>.conv.bias [4h], with peepholes cell_list.<l>.w_ci,
+ * .w_cf, .w_co ([h, 1, 1] per channel, [h, H, W] per position). */
 int cl_model_n_tensors(const cl_model *m);
 cl_status cl_model_tensor_info(const cl_model *m, int i, const char **name, int *ndim,
                                int dims[4]);
@@ -163,7 +177,9 @@ cl_status cl_model_get_param(cl_model *m, const char *name, float *out, size_t n
 cl_status cl_model_set_param(cl_model *m, const char *name, const float *in, size_t n);
 cl_status cl_model_get_grad(cl_model *m, const char *name, float *out, size_t n);
 /* torch's Conv2d default: weight and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)),
- * fan_in = (in+h) k k, drawn in state-dict order from uniform01(ctx) in [0,1). */
+ * fan_in = (in+h) k k, drawn in state-dict order from uniform01(ctx) in [0,1);
+ * peephole weights zeros (nothing drawn for them, so a seed gives the
+ * convolution the same weights with and without peepholes). */
 cl_status cl_model_init_params(cl_model *m, double (*uniform01)(void *), void *ctx);
 
 /* ---- step options ---------------------------------------------------- */

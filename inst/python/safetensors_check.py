@@ -11,7 +11,7 @@ with the package: system.file("python", "safetensors_check.py", package =
       format's rules itself (8-byte little-endian header length, JSON header,
       dtypes, shapes, offsets that tile the data). Builds the R torch
       tutorial's ConvLSTM (torch_convlstm.py, beside this file) with the architecture in
-      the file's metadata, loads the weights with load_state_dict(strict=True),
+      the file's metadata (peepholes included), loads the weights with load_state_dict(strict=True),
       runs it on X.bin (float32, row-major [B, T, C, H, W]) and writes the last
       layer's output sequence to OUT.bin (float32, row-major). Prints a JSON
       summary: reader, tensors (name: shape), metadata.
@@ -111,8 +111,10 @@ def cmd_read(args):
     tensors, meta, reader = read_file(path)
     hidden = json.loads(meta["convlstm.hidden_dims"])
     kernels = json.loads(meta["convlstm.kernel_sizes"])
+    peephole = meta.get("convlstm.peephole")  # absent: none
+    frame = json.loads(meta["convlstm.peephole_size"]) if peephole == "position" else None
     model = ConvLSTM(int(meta["convlstm.input_dim"]), hidden, kernels,
-                     meta["convlstm.bias"] == "true")
+                     meta["convlstm.bias"] == "true", peephole=peephole, frame_size=frame)
     params = {k: v for k, v in tensors.items() if not k.startswith("optimizer.")}
     model.load_state_dict(params, strict=True)
     for k, v in tensors.items():

@@ -3,6 +3,11 @@ the R torch tutorial's model (after ndrplz/ConvLSTM_pytorch): per layer one
 Conv2d over cat(x_t, h_{t-1}) giving the gates i, f, o, g; zero initial state;
 layer l+1 reads layer l's output sequence. Its state-dict names and layout are
 convlstm's, so a model saved by convlstm_save() loads into it unchanged.
+With peephole="position" or "channel", the cell is Shi et al. (2015)'s: the
+i and f gates also see w_ci * c_{t-1} and w_cf * c_{t-1}, the o gate
+w_co * c_t (Hadamard products), weights cell_list.<l>.w_ci / w_cf / w_co of
+shape [hidden, H, W] (per position: frame_size (H, W) fixed) or
+[hidden, 1, 1] (per channel), zeros at first as in convlstm().
 
 Installed with the package (system.file("python", package = "convlstm")), so
 that a user can check convlstm's weights and outputs against PyTorch. The one
@@ -18,9 +23,11 @@ def _pair(v):
 
 
 class ConvLSTMCell(nn.Module):
-    def __init__(self, input_dim, hidden_dim, kernel_size, bias=True, dilation=1):
+    def __init__(self, input_dim, hidden_dim, kernel_size, bias=True, dilation=1,
+                 peephole=None, frame_size=None):
         super().__init__()
         self.hidden_dim = hidden_dim
+        self.peephole = peephole
         kh, kw = _pair(kernel_size)
         dh, dw = _pair(dilation)
         # one convolution produces all four gates: channels [i | f | o | g];
@@ -28,6 +35,12 @@ class ConvLSTMCell(nn.Module):
         self.conv = nn.Conv2d(input_dim + hidden_dim, 4 * hidden_dim, (kh, kw),
                               padding=(dh * (kh - 1) // 2, dw * (kw - 1) // 2),
                               dilation=(dh, dw), bias=bias)
+        if peephole is not None:
+            # registered after conv: the state-dict order is weight, bias,
+            # w_ci, w_cf, w_co, as convlstm's
+            shape = (hidden_dim,) + (tuple(frame_size) if peephole == "position" else (1, 1))
+            for name in ("w_ci", "w_cf", "w_co"):
+                self.register_parameter(name, nn.Parameter(torch.zeros(shape)))
 
     def forward(self, x, state, masks=None):
         """masks: None, or (input mask, h mask) for dropout, each [B, C, H, W]
@@ -39,22 +52,29 @@ class ConvLSTMCell(nn.Module):
             h_prev = h_prev if mh is None else h_prev * mh
         z = self.conv(torch.cat([x, h_prev], dim=1))
         zi, zf, zo, zg = torch.split(z, self.hidden_dim, dim=1)
+        if self.peephole is not None:
+            zi = zi + self.w_ci * c_prev
+            zf = zf + self.w_cf * c_prev
         c = torch.sigmoid(zf) * c_prev + torch.sigmoid(zi) * torch.tanh(zg)
+        if self.peephole is not None:
+            zo = zo + self.w_co * c  # the new cell state, c_t
         h = torch.sigmoid(zo) * torch.tanh(c)
         return h, c
 
 
 class ConvLSTM(nn.Module):
-    def __init__(self, input_dim, hidden_dims, kernel_sizes, bias=True, dilations=None):
+    def __init__(self, input_dim, hidden_dims, kernel_sizes, bias=True, dilations=None,
+                 peephole=None, frame_size=None):
         """kernel_sizes: per layer an int or (height, width); dilations: None
-        (1) or per layer an int or (height, width)."""
+        (1) or per layer an int or (height, width); peephole: None, "channel"
+        or "position" (then frame_size = (H, W))."""
         super().__init__()
         # the attribute name makes the state-dict keys cell_list.<l>.conv.weight
         # / .bias, the names the package uses
         dims = [input_dim] + list(hidden_dims[:-1])
         dilations = dilations or [1] * len(hidden_dims)
         self.cell_list = nn.ModuleList(
-            ConvLSTMCell(d, h, k, bias, dl)
+            ConvLSTMCell(d, h, k, bias, dl, peephole, frame_size)
             for d, h, k, dl in zip(dims, hidden_dims, kernel_sizes, dilations))
 
     def forward(self, x, last_only=False, state=None, masks=None):

@@ -53,11 +53,19 @@ static inline int cl_conv_shape_ok(const cl_conv_shape *s) {
 }
 
 /* The fused ConvLSTM cell over N images of `hidden` channels and P = H*W
- * pixels. Gates are [N, 4*hidden, P] in torch's order i, f, o, g. */
+ * pixels. Gates are [N, 4*hidden, P] in torch's order i, f, o, g.
+ * peep: the peephole weights' kind (convlstm.h); with one, the cell slots
+ * take wp, float [3, hidden, pp] (w_ci, w_cf, w_co; pp = 1 per channel, P
+ * per position), and peephole_filter computes their gradient. */
 typedef struct cl_gates_shape {
   int N, hidden, P;
   cl_dtype dtype;
+  cl_peephole peep;
 } cl_gates_shape;
+/* pp of the shape's peephole weights: elements per channel of one weight. */
+static inline int cl_gates_peep_pixels(const cl_gates_shape *s) {
+  return s->peep == CL_PEEP_POSITION ? s->P : 1;
+}
 
 typedef struct cl_adam_hp {
   float lr, beta1, beta2, eps, weight_decay;
@@ -192,15 +200,27 @@ struct cl_backend_i {
 
   /* ---- the fused cell ---- */
   /* z holds pre-activations on entry, activations (sig i, sig f, sig o, tanh g)
-   * on return. c = f*c_prev + i*g; h = o*tanh(c). c_prev NULL means zeros. */
+   * on return. c = f*c_prev + i*g; h = o*tanh(c). c_prev NULL means zeros.
+   * With peepholes (s->peep, weights wp; else wp is ignored):
+   * i = sig(z_i + w_ci c_prev), f = sig(z_f + w_cf c_prev),
+   * o = sig(z_o + w_co c), c computed before o. */
   cl_status (*gates_forward)(cl_backend *be, const cl_gates_shape *s, void *z,
-                             const void *c_prev, void *c, void *h);
+                             const void *c_prev, const float *wp, void *c, void *h);
   /* gates: activations on entry, d loss / d pre-activations on return.
    * dh: total gradient of h_t. dc: on entry the gradient of c_t arriving from
    * step t+1 (zeros at the last step); on return the gradient of c_{t-1}.
-   * c_prev NULL means zeros. */
+   * c_prev NULL means zeros. With peepholes, dc of c_t also takes
+   * dz_o w_co, and that of c_{t-1} dz_i w_ci + dz_f w_cf. */
   cl_status (*gates_backward)(cl_backend *be, const cl_gates_shape *s, void *gates,
-                              const void *c, const void *c_prev, const float *dh, float *dc);
+                              const void *c, const void *c_prev, const float *wp,
+                              const float *dh, float *dc);
+  /* (needed with peepholes) dwp [3, hidden, pp] += the peephole weights'
+   * gradient from gates_backward's dz: dw_ci += dz_i c_prev, dw_cf +=
+   * dz_f c_prev, dw_co += dz_o c, summed over the N images (and the P
+   * pixels per channel). c_prev NULL: zeros. Accumulates, as parameter
+   * gradients do; the order of the sums does not depend on threads. */
+  cl_status (*peephole_filter)(cl_backend *be, const cl_gates_shape *s, const void *dz,
+                               const void *c, const void *c_prev, float *dwp);
 
   /* ---- losses and optimizers ---- */
   /* loss = mean((pred - target)^2) over n; grad = scale * 2 (pred - target) / n.

@@ -100,7 +100,8 @@ static cl_status backward_layer(cl_model *m, int l, int b, int len, int done, co
   int run = len - done; /* steps whose cell gradient runs here */
   cl_conv_shape sx = cl_conv_input_half(L, g, len * b), sh = cl_conv_hidden_half(L, g, b);
   cl_conv_shape sxr = cl_conv_input_half(L, g, run * b);
-  cl_gates_shape gs = {b, L->hidden, (int)P, t};
+  cl_gates_shape gs = cl_cell_shape(m, L, g, b);
+  const float *wp = cl_peep_of(L, m->params);
 
   if (fresh_dc) CL_TRY(cl_zero(m, dc, bh * sizeof(float)));
   if (carry_in) /* the later segment's first step reaches back to our last h */
@@ -110,8 +111,11 @@ static cl_status backward_layer(cl_model *m, int l, int b, int len, int done, co
   for (int s = run - 1; s >= 0; s--) {
     void *dz_s = cl_at(dz, s * bg, t);
     const void *c_prev = s > 0 ? cl_at(cell, (s - 1) * bh, t) : prev_c;
-    CL_KERNEL(m, be->gates_backward(m->be, &gs, dz_s, cl_at(cell, s * bh, t), c_prev, dh + s * bh,
-                                    dc));
+    CL_KERNEL(m, be->gates_backward(m->be, &gs, dz_s, cl_at(cell, s * bh, t), c_prev, wp,
+                                    dh + s * bh, dc));
+    if (wp)
+      CL_KERNEL(m, be->peephole_filter(m->be, &gs, dz_s, cl_at(cell, s * bh, t), c_prev,
+                                       cl_peep_of(L, gw)));
     if (s > 0) CL_TRY(cl_dropout_hidden_grad(m, l, b, dz_s, dh + (s - 1) * bh, 1));
   }
   if (save_carry)
@@ -178,11 +182,14 @@ static cl_status roll_back_step(cl_model *m, int l, int b, int s, int tin) {
   cl_dtype t = g->dtype;
   int top = m->cfg.n_layers - 1;
   size_t P = (size_t)g->H * g->W, bh = (size_t)b * L->hidden * P, bg = 4 * bh;
-  cl_gates_shape gs = {b, L->hidden, (int)P, t};
+  cl_gates_shape gs = cl_cell_shape(m, L, g, b);
+  const float *wp = cl_peep_of(L, m->params);
   void *dz = cl_at(st->gates[l], s * bg, t);
+  const void *c_s = cl_at(st->cell[l], s * bh, t), *c_prev = cl_at(st->cell[l], (s - 1) * bh, t);
   float *dh_s = l == top ? st->dh[top] + s * bh : ring_at(m, l, b, s, tin);
-  CL_KERNEL(m, be->gates_backward(m->be, &gs, dz, cl_at(st->cell[l], s * bh, t),
-                                  cl_at(st->cell[l], (s - 1) * bh, t), dh_s, st->dc[l]));
+  CL_KERNEL(m, be->gates_backward(m->be, &gs, dz, c_s, c_prev, wp, dh_s, st->dc[l]));
+  if (wp)
+    CL_KERNEL(m, be->peephole_filter(m->be, &gs, dz, c_s, c_prev, cl_peep_of(L, m->grads)));
   /* with dropout each through its mask, the same as the input steps' */
   if (s > tin) {
     float *dh_prev = l == top ? st->dh[top] + (s - 1) * bh : ring_at(m, l, b, s - 1, tin);

@@ -10,8 +10,9 @@
  * the architecture (from "convlstm.*" metadata, or else from the weights'
  * shapes, as in a state dict PyTorch or R torch saved), the optimizer kind,
  * hyperparameters and step count, the float16 loss scale, and which tensors
- * a model needs by name and shape ("cell_list.<l>.conv.weight|bias", and
- * the optimizer states under "optimizer.<state>." prefixes).
+ * a model needs by name and shape (tensors.c's table: "cell_list.<l>.
+ * conv.weight|bias", "cell_list.<l>.w_ci|w_cf|w_co", and the optimizer
+ * states under "optimizer.<state>." prefixes).
  *
  * A file is refused, with a message, unless it holds exactly the tensors
  * its architecture and optimizer need, each with its shape, a floating
@@ -35,9 +36,9 @@ static const char *const ROLE_PREFIX[N_ROLES] = {"", "optimizer.exp_avg.", "opti
 struct cl_saved {
   cl_st_file f; /* the container: tensors and metadata */
   cl_config cfg;
-  int n_params_tensors; /* 1 or 2 per layer */
+  int n_params_tensors; /* 1 to 5 per layer (tensors.c) */
   /* tensor index for [role][state-dict position], -1 when absent */
-  int idx[N_ROLES][2 * CL_MAX_LAYERS];
+  int idx[N_ROLES][CL_MAX_TENSORS];
   int has_opt;
   cl_optim opt;
   int64_t opt_steps;
@@ -56,10 +57,9 @@ void cl_saved_free(cl_saved *s) {
 #define META_PREFIX "convlstm."
 
 /* A tensor's name for role r and state-dict position i of cfg. */
-static void tensor_name(char *buf, size_t len, int r, int i, int bias) {
-  int per = bias ? 2 : 1;
-  snprintf(buf, len, "%scell_list.%d.conv.%s", ROLE_PREFIX[r], i / per,
-           bias && i % 2 ? "bias" : "weight");
+static void tensor_name(char *buf, size_t len, int r, int i, const cl_config *c) {
+  cl_tensor_spec t = cl_cfg_tensor(c, i);
+  cl_tensor_name(buf, len, ROLE_PREFIX[r], &t);
 }
 
 static void shape_text(char *buf, size_t len, const uint64_t *d, int nd) {
@@ -89,6 +89,48 @@ static cl_status read_layer_lists(cl_saved *s, int nh, char *err, size_t errlen)
                         "\"%.60s\"",
                         keys[i], nh, v);
   }
+  return CL_OK;
+}
+
+/* Peepholes from convlstm.peephole ("channel", or "position" with
+ * convlstm.peephole_size [H, W]); without the metadata, from the shape of
+ * cell_list.0.w_ci, as a state dict PyTorch saved has it: [h, 1, 1] per
+ * channel (a 1 x 1 frame reads as that too: the same numbers), [h, H, W]
+ * per position. */
+static cl_status read_peephole(cl_saved *s, char *err, size_t errlen) {
+  cl_config *c = &s->cfg;
+  const char *v = cl_st_find_meta(&s->f, META_PREFIX "peephole");
+  const char *sz = cl_st_find_meta(&s->f, META_PREFIX "peephole_size");
+  if (v) {
+    int kind = strcmp(v, "channel") == 0 ? CL_PEEP_CHANNEL
+               : strcmp(v, "position") == 0 ? CL_PEEP_POSITION
+                                            : -1;
+    int hw[2] = {0, 0};
+    int n = sz ? cl_st_meta_int_list(sz, hw, 2) : 0;
+    if (kind < 0 || (kind == CL_PEEP_POSITION) != (sz != NULL) ||
+        (sz && (n != 2 || hw[0] < 1 || hw[1] < 1)))
+      return cl_st_fail(err, errlen, CL_E_INVALID,
+                        "metadata convlstm.peephole must be \"channel\", or \"position\" with "
+                        "convlstm.peephole_size [height, width], not \"%.40s\" with \"%.40s\"",
+                        v, sz ? sz : "(none)");
+    c->peephole = kind;
+    c->peephole_h = hw[0];
+    c->peephole_w = hw[1];
+    return CL_OK;
+  }
+  if (sz)
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "metadata convlstm.peephole_size without convlstm.peephole");
+  int i = cl_st_find_tensor(&s->f, "cell_list.0.w_ci");
+  if (i < 0) return CL_OK;
+  const cl_st_tensor *t = &s->f.t[i];
+  if (t->ndim != 3 || t->shape[1] < 1 || t->shape[2] < 1 || t->shape[1] > INT32_MAX ||
+      t->shape[2] > INT32_MAX)
+    return CL_OK; /* match_tensors names the shape it wants */
+  int per_channel = t->shape[1] == 1 && t->shape[2] == 1;
+  c->peephole = per_channel ? CL_PEEP_CHANNEL : CL_PEEP_POSITION;
+  c->peephole_h = per_channel ? 0 : (int)t->shape[1];
+  c->peephole_w = per_channel ? 0 : (int)t->shape[2];
   return CL_OK;
 }
 
@@ -187,6 +229,7 @@ static cl_status read_architecture(cl_saved *s, char *err, size_t errlen) {
                         "convlstm model's file");
     c->bias = cl_st_find_tensor(&s->f, "cell_list.0.conv.bias") >= 0;
   }
+  CL_TRY(read_peephole(s, err, errlen));
   if (dt) {
     int t = 0;
     while (t < CL_N_DTYPES && strcmp(dt, cl_dtype_name((cl_dtype)t)) != 0) t++;
@@ -318,16 +361,11 @@ static cl_status read_loss_scale(cl_saved *s, char *err, size_t errlen) {
   return CL_OK;
 }
 
-/* The shape tensor i of cfg has in torch: weight [4h, in+h, kh, kw], bias [4h]. */
+/* The shape tensor i of cfg has in torch (tensors.c). */
 static int expected_shape(const cl_config *c, int i, uint64_t d[4]) {
-  int per = c->bias ? 2 : 1, l = i / per;
-  int in_l = l == 0 ? c->input_dim : c->hidden_dims[l - 1];
-  d[0] = 4 * (uint64_t)c->hidden_dims[l];
-  if (c->bias && i % 2) return 1;
-  d[1] = (uint64_t)in_l + (uint64_t)c->hidden_dims[l];
-  d[2] = (uint64_t)c->kernel_sizes[l];
-  d[3] = (uint64_t)cl_cfg_kernel_w(c, l);
-  return 4;
+  cl_tensor_spec t = cl_cfg_tensor(c, i);
+  for (int j = 0; j < 4; j++) d[j] = (uint64_t)t.dims[j];
+  return t.ndim;
 }
 
 
@@ -335,14 +373,13 @@ static int expected_shape(const cl_config *c, int i, uint64_t d[4]) {
  * floating dtype and finite values; no tensor beyond them. */
 static cl_status match_tensors(cl_saved *s, char *err, size_t errlen) {
   const cl_config *c = &s->cfg;
-  int per = c->bias ? 2 : 1;
-  s->n_params_tensors = per * c->n_layers;
+  s->n_params_tensors = cl_cfg_n_tensors(c);
   int matched = 0;
   char name[96], sh[160], want[160];
   for (int r = 0; r < N_ROLES; r++) {
     int found = 0;
     for (int i = 0; i < s->n_params_tensors; i++) {
-      tensor_name(name, sizeof name, r, i, c->bias);
+      tensor_name(name, sizeof name, r, i, c);
       int k = cl_st_find_tensor(&s->f, name);
       s->idx[r][i] = k;
       if (k < 0) {
@@ -387,7 +424,7 @@ static cl_status match_tensors(cl_saved *s, char *err, size_t errlen) {
     }
     if (r != R_PARAM && found != 0 && found != s->n_params_tensors) {
       for (int i = 0; i < s->n_params_tensors; i++)
-        if (s->idx[r][i] < 0) tensor_name(name, sizeof name, r, i, c->bias);
+        if (s->idx[r][i] < 0) tensor_name(name, sizeof name, r, i, c);
       return cl_st_fail(err, errlen, CL_E_INVALID,
                         "the optimizer state is incomplete: tensor %s is missing", name);
     }
@@ -551,7 +588,9 @@ static cl_status restore_state(cl_model *m, const cl_saved *s, int r, float **ds
 cl_status cl_saved_load_into(const cl_saved *s, cl_model *m, int with_optimizer) {
   m->err[0] = '\0';
   const cl_config *c = &m->cfg, *f = &s->cfg;
-  int same = c->input_dim == f->input_dim && c->n_layers == f->n_layers && c->bias == f->bias;
+  int same = c->input_dim == f->input_dim && c->n_layers == f->n_layers && c->bias == f->bias &&
+             c->peephole == f->peephole && c->peephole_h == f->peephole_h &&
+             c->peephole_w == f->peephole_w;
   for (int l = 0; same && l < c->n_layers; l++)
     same = c->hidden_dims[l] == f->hidden_dims[l] && c->kernel_sizes[l] == f->kernel_sizes[l] &&
            cl_cfg_kernel_w(c, l) == cl_cfg_kernel_w(f, l) &&
@@ -559,11 +598,12 @@ cl_status cl_saved_load_into(const cl_saved *s, cl_model *m, int with_optimizer)
            cl_cfg_dilation_w(c, l) == cl_cfg_dilation_w(f, l);
   if (!same)
     return cl_fail(m, CL_E_INVALID,
-                   "the file's architecture (input %d, %d layers, bias %s) is not the model's "
-                   "(input %d, %d layers, bias %s) or its hidden dims, kernels or dilations "
-                   "differ",
-                   f->input_dim, f->n_layers, f->bias ? "yes" : "no", c->input_dim, c->n_layers,
-                   c->bias ? "yes" : "no");
+                   "the file's architecture (input %d, %d layers, bias %s, peepholes %s) is not "
+                   "the model's (input %d, %d layers, bias %s, peepholes %s) or its hidden dims, "
+                   "kernels, dilations or peephole frame size differ",
+                   f->input_dim, f->n_layers, f->bias ? "yes" : "no",
+                   cl_peephole_name(f->peephole), c->input_dim, c->n_layers,
+                   c->bias ? "yes" : "no", cl_peephole_name(c->peephole));
   size_t maxn = 1;
   for (int i = 0; i < s->n_params_tensors; i++)
     if (cl_tensor_numel(m, i) > maxn) maxn = cl_tensor_numel(m, i);
@@ -586,7 +626,7 @@ cl_status cl_saved_load_into(const cl_saved *s, cl_model *m, int with_optimizer)
     const cl_st_tensor *t = &s->f.t[s->idx[R_PARAM][i]];
     size_t n = cl_tensor_numel(m, i);
     cl_st_read_f32(&s->f, t, tmp, n);
-    tensor_name(name, sizeof name, R_PARAM, i, c->bias);
+    tensor_name(name, sizeof name, R_PARAM, i, c);
     st = cl_model_set_param(m, name, tmp, n);
   }
   free(tmp);
@@ -702,6 +742,12 @@ static cl_status build_header(cl_model *m, const cl_optim *opt, const save_plan 
                            c->n_layers);
   }
   cl_st_header_meta(h, &first, META_PREFIX "bias", c->bias ? "true" : "false");
+  if (c->peephole) { /* files of models without stay as they were */
+    cl_st_header_meta(h, &first, META_PREFIX "peephole", cl_peephole_name(c->peephole));
+    int hw[2] = {c->peephole_h, c->peephole_w};
+    if (c->peephole == CL_PEEP_POSITION)
+      cl_st_header_meta_list(h, &first, META_PREFIX "peephole_size", hw, 2);
+  }
   cl_st_header_meta(h, &first, META_PREFIX "dtype", cl_dtype_name(c->dtype));
   cl_st_header_meta(h, &first, META_PREFIX "device", cl_device_name(c->device));
   if (opt) {

@@ -51,11 +51,12 @@ static cl_status comm_failed(cl_model *m, cl_comm *c, cl_status s) {
   return cl_fail(m, s, "rank %d of %d: %s", c->rank, c->size, c->err);
 }
 
-/* Layer l's bucket: its wx, wh and bias gradients, contiguous (model.c). */
+/* Layer l's bucket: its wx, wh, bias and peephole gradients, contiguous
+ * (model.c). */
 static size_t bucket_of(const cl_model *m, int l, size_t *offset) {
   const cl_layer *L = &m->layer[l];
   *offset = L->off_wx;
-  return L->n_wx + L->n_wh + L->n_b;
+  return L->n_wx + L->n_wh + L->n_b + L->n_pc;
 }
 
 int cl_model_grad_buckets(const cl_model *m, int *layer, size_t *bytes) {

@@ -33,7 +33,8 @@ static cl_status forward_layer(cl_model *m, int l, int b, int s0, int len, const
   cl_dtype t = g->dtype;
   size_t P = (size_t)g->H * g->W, bh = (size_t)b * L->hidden * P, bin = (size_t)b * L->in * P;
   cl_conv_shape sx = cl_conv_input_half(L, g, len * b), sh = cl_conv_hidden_half(L, g, b);
-  cl_gates_shape gs = {b, L->hidden, (int)P, t};
+  cl_gates_shape gs = cl_cell_shape(m, L, g, b);
+  const float *wp = cl_peep_of(L, m->params);
   void *gates = st->gates[l], *cell = st->cell[l], *hid = st->hid[l];
 
   /* training: x_t times its mask (one per sequence, the fed-back frames' too) */
@@ -48,7 +49,7 @@ static cl_status forward_layer(cl_model *m, int l, int b, int s0, int len, const
     if (h_prev) CL_TRY(cl_dropout_hidden(m, l, b, 1, h_prev, &h_prev));
     if (h_prev)
       CL_KERNEL(m, be->conv_forward(m->be, &sh, h_prev, m->params + L->off_wh, NULL, z, 1, st->ws));
-    CL_KERNEL(m, be->gates_forward(m->be, &gs, z, c_prev, cl_at(cell, s * bh, t),
+    CL_KERNEL(m, be->gates_forward(m->be, &gs, z, c_prev, wp, cl_at(cell, s * bh, t),
                                    cl_at(hid, s * bh, t)));
   }
   return CL_OK;
@@ -119,7 +120,7 @@ static cl_status infer_step(cl_model *m, int s, const void *x_s, void *const *ih
     size_t bin = (size_t)g->B * L->in * P;
     const void *in = l == 0 ? x_s : cl_at(st->hid[l - 1], hid_slot(g, s) * bin, t);
     cl_conv_shape sx = cl_conv_input_half(L, g, g->B), sh = cl_conv_hidden_half(L, g, g->B);
-    cl_gates_shape gs = {g->B, L->hidden, (int)P, t};
+    cl_gates_shape gs = cl_cell_shape(m, L, g, g->B);
     void *z = st->gates[l];
     CL_KERNEL(m, be->conv_forward(m->be, &sx, in, m->params + L->off_wx, bias_of(m, L), z, 0,
                                   st->ws));
@@ -127,7 +128,8 @@ static cl_status infer_step(cl_model *m, int s, const void *x_s, void *const *ih
     const void *c_prev = s > 0 ? cl_at(st->cell[l], ((s - 1) % 2) * bh, t) : ic ? ic[l] : NULL;
     if (h_prev)
       CL_KERNEL(m, be->conv_forward(m->be, &sh, h_prev, m->params + L->off_wh, NULL, z, 1, st->ws));
-    CL_KERNEL(m, be->gates_forward(m->be, &gs, z, c_prev, cl_at(st->cell[l], (s % 2) * bh, t),
+    CL_KERNEL(m, be->gates_forward(m->be, &gs, z, c_prev, cl_peep_of(L, m->params),
+                                   cl_at(st->cell[l], (s % 2) * bh, t),
                                    cl_at(st->hid[l], hid_slot(g, s) * bh, t)));
   }
   return CL_OK;

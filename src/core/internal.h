@@ -20,7 +20,49 @@ typedef struct cl_layer {
   int kh, kw, dh, dw; /* kernel and dilation; "same" padding (backend.h) */
   size_t off_wx, off_wh, off_b; /* off_b unused without bias */
   size_t n_wx, n_wh, n_b;
+  /* peepholes: w_ci, w_cf, w_co one after the other, each [hidden, pp]
+   * (pp = 1 per channel, H * W per position); n_pc = 0 without */
+  size_t off_pc, n_pc;
 } cl_layer;
+
+/* ---- tensors.c: the one table of a configuration's named tensors ------
+ * State-dict order, per layer: conv.weight, conv.bias (with bias), then
+ * w_ci, w_cf, w_co (with peepholes). Names, torch shapes and the flat
+ * layout (model.c) all follow it; checkpoint.c reads files by it. */
+typedef enum cl_tensor_role {
+  CL_TR_WEIGHT = 0,
+  CL_TR_BIAS,
+  CL_TR_WCI, /* the peepholes, in the order of their places in the flat buffer */
+  CL_TR_WCF,
+  CL_TR_WCO
+} cl_tensor_role;
+#define CL_TENSORS_PER_LAYER 5
+#define CL_MAX_TENSORS (CL_TENSORS_PER_LAYER * CL_MAX_LAYERS)
+typedef struct cl_tensor_spec {
+  int layer;
+  cl_tensor_role role;
+  int ndim;
+  int64_t dims[4]; /* torch's shape */
+} cl_tensor_spec;
+/* Where a bias or peephole tensor of L starts in the flat buffer, and its
+ * elements (a weight is two halves: off_wx, off_wh). */
+static inline size_t cl_whole_offset(const cl_layer *L, cl_tensor_role r) {
+  return r == CL_TR_BIAS ? L->off_b : L->off_pc + (size_t)(r - CL_TR_WCI) * (L->n_pc / 3);
+}
+static inline size_t cl_whole_numel(const cl_layer *L, cl_tensor_role r) {
+  return r == CL_TR_BIAS ? L->n_b : L->n_pc / 3;
+}
+/* Tensors of a configuration. */
+int cl_cfg_n_tensors(const cl_config *c);
+/* Tensor i (0 <= i < cl_cfg_n_tensors) of c. */
+cl_tensor_spec cl_cfg_tensor(const cl_config *c, int i);
+/* Its name after prefix ("" for the parameter itself). */
+void cl_tensor_name(char *buf, size_t len, const char *prefix, const cl_tensor_spec *t);
+/* Pixels per channel of a peephole weight (1 per channel, H * W per
+ * position), 0 without peepholes. */
+int64_t cl_cfg_peephole_pixels(const cl_config *c);
+/* "none", "channel", "position". */
+const char *cl_peephole_name(int kind);
 
 /* A configuration's kernel width and dilation of layer l, defaults (0)
  * resolved: what cl_model_create stores, and what a file's config means. */
@@ -176,7 +218,7 @@ struct cl_model {
   cl_allocator mem;
   cl_layer layer[CL_MAX_LAYERS];
   int n_tensors;
-  char tensor_name[2 * CL_MAX_LAYERS][40];
+  char tensor_name[CL_MAX_TENSORS][40];
   size_t n_params;
   float *params, *grads;
   /* optimizer state, created at the first step */
@@ -220,6 +262,18 @@ struct cl_model {
   char err[CL_ERRMSG_LEN];
 };
 
+/* Layer L's fused cell over n images at g's frame size: the one place its
+ * shape (and which peepholes it has) is written down. */
+static inline cl_gates_shape cl_cell_shape(const cl_model *m, const cl_layer *L,
+                                           const cl_geom *g, int n) {
+  cl_gates_shape s = {n, L->hidden, g->H * g->W, g->dtype, (cl_peephole)m->cfg.peephole};
+  return s;
+}
+/* Its peephole weights (w_ci, w_cf, w_co) in a flat buffer of parameters
+ * or gradients; NULL without. */
+static inline float *cl_peep_of(const cl_layer *L, float *flat) {
+  return L->n_pc ? flat + L->off_pc : NULL;
+}
 /* Whether layer l drops its input / its h_{t-1} in a training call. */
 static inline int cl_layer_drops_input(const cl_model *m, int l) {
   return m->cfg.dropout[l] > 0;
@@ -231,6 +285,7 @@ static inline int cl_layer_drops_hidden(const cl_model *m, int l) {
 /* ---- What each file offers the files above it, floor by floor ---------
  * A file uses only files below its floor (src/core/README.md):
  *   1 util.c, backend.c   errors, checked sizes; the backend table's defaults
+ *   1 tensors.c           the named tensors of a configuration (names, shapes)
  *   1 osmem.c             the process's resident memory as the OS reports it
  *   2 alloc.c, plan.c     accounting allocator; the plan of a step's buffers
  *   1 comm.c              communicators: the interface's front, one process

@@ -61,6 +61,19 @@ static cl_status check_config(const cl_config *c, char *err, size_t errlen) {
       return CL_E_INVALID;
     }
   }
+  if (c->peephole < CL_PEEP_NONE || c->peephole > CL_PEEP_POSITION) {
+    snprintf(err, errlen, "peephole must be none (0), channel (1) or position (2), not %d",
+             c->peephole);
+    return CL_E_INVALID;
+  }
+  int pos = c->peephole == CL_PEEP_POSITION;
+  if (pos ? c->peephole_h < 1 || c->peephole_w < 1 : c->peephole_h != 0 || c->peephole_w != 0) {
+    snprintf(err, errlen,
+             "peephole_h and peephole_w must be the frame size (positive) with per-position "
+             "peepholes and 0 otherwise, not %d x %d",
+             c->peephole_h, c->peephole_w);
+    return CL_E_INVALID;
+  }
   if (c->n_threads < 0 || c->n_threads > CL_MAX_THREADS) {
     snprintf(err, errlen, "threads must be between 1 and %d (0: the default), not %d",
              CL_MAX_THREADS, c->n_threads);
@@ -73,10 +86,10 @@ static cl_status check_config(const cl_config *c, char *err, size_t errlen) {
   return CL_OK;
 }
 
-/* Flat parameter layout, layer by layer: wx, wh, bias. */
+/* Flat parameter layout, layer by layer: wx, wh, bias, peepholes. */
 static cl_status layout_layers(cl_model *m) {
   size_t off = 0;
-  int nt = 0;
+  const size_t pp = (size_t)cl_cfg_peephole_pixels(&m->cfg);
   for (int l = 0; l < m->cfg.n_layers; l++) {
     cl_layer *L = &m->layer[l];
     L->in = l == 0 ? m->cfg.input_dim : m->cfg.hidden_dims[l - 1];
@@ -94,17 +107,21 @@ static cl_status layout_layers(cl_model *m) {
     L->n_wx = cl_mul_size(cl_mul_size(g, (size_t)L->in), kk);
     L->n_wh = cl_mul_size(cl_mul_size(g, (size_t)L->hidden), kk);
     L->n_b = m->cfg.bias ? g : 0;
-    if (L->n_wx == 0 || L->n_wh == 0 || L->n_wx > SIZE_MAX / 8 || L->n_wh > SIZE_MAX / 8)
+    L->n_pc = cl_mul_size(cl_mul_size(3, (size_t)L->hidden), pp);
+    if (L->n_wx == 0 || L->n_wh == 0 || L->n_wx > SIZE_MAX / 8 || L->n_wh > SIZE_MAX / 8 ||
+        (pp && (L->n_pc == 0 || L->n_pc > SIZE_MAX / 8)))
       return cl_fail(m, CL_E_INVALID, "layer %d: parameter count overflows", l + 1);
     L->off_wx = off;
     L->off_wh = L->off_wx + L->n_wx;
     L->off_b = L->off_wh + L->n_wh;
-    off = L->off_b + L->n_b;
-    snprintf(m->tensor_name[nt++], sizeof m->tensor_name[0], "cell_list.%d.conv.weight", l);
-    if (m->cfg.bias)
-      snprintf(m->tensor_name[nt++], sizeof m->tensor_name[0], "cell_list.%d.conv.bias", l);
+    L->off_pc = L->off_b + L->n_b;
+    off = L->off_pc + L->n_pc;
   }
-  m->n_tensors = nt;
+  m->n_tensors = cl_cfg_n_tensors(&m->cfg);
+  for (int i = 0; i < m->n_tensors; i++) {
+    cl_tensor_spec t = cl_cfg_tensor(&m->cfg, i);
+    cl_tensor_name(m->tensor_name[i], sizeof m->tensor_name[0], "", &t);
+  }
   m->n_params = off;
   if (cl_mul_size(off, sizeof(float)) == 0)
     return cl_fail(m, CL_E_INVALID, "parameter count overflows");

@@ -123,14 +123,20 @@ cl_status cl_optim_ensure(cl_model *m, const cl_optim *o, int *created) {
 }
 
 /* The state-dict tensor holding element i of the flat parameter buffer
- * (tensor order as params.c: each layer's weight, then its bias). */
+ * (tensors.c's table; a weight is two halves, the rest whole). */
 static const char *tensor_at(const cl_model *m, size_t i) {
-  for (int l = 0; l < m->cfg.n_layers; l++) {
-    const cl_layer *L = &m->layer[l];
-    int t = m->cfg.bias ? 2 * l : l;
-    if ((i >= L->off_wx && i < L->off_wx + L->n_wx) || (i >= L->off_wh && i < L->off_wh + L->n_wh))
-      return m->tensor_name[t];
-    if (m->cfg.bias && i >= L->off_b && i < L->off_b + L->n_b) return m->tensor_name[t + 1];
+  for (int k = 0; k < m->n_tensors; k++) {
+    cl_tensor_spec t = cl_cfg_tensor(&m->cfg, k);
+    const cl_layer *L = &m->layer[t.layer];
+    int in;
+    if (t.role == CL_TR_WEIGHT) {
+      in = (i >= L->off_wx && i < L->off_wx + L->n_wx) ||
+           (i >= L->off_wh && i < L->off_wh + L->n_wh);
+    } else {
+      size_t from = cl_whole_offset(L, t.role);
+      in = i >= from && i < from + cl_whole_numel(L, t.role);
+    }
+    if (in) return m->tensor_name[k];
   }
   return "?";
 }

@@ -14,30 +14,13 @@
 int cl_model_n_tensors(const cl_model *m) { return m->n_tensors; }
 size_t cl_model_n_params(const cl_model *m) { return m->n_params; }
 
-/* Tensor i -> layer and whether it is the bias. */
-static void tensor_of(const cl_model *m, int i, int *layer, int *is_bias) {
-  int per = m->cfg.bias ? 2 : 1;
-  *layer = i / per;
-  *is_bias = m->cfg.bias && (i % 2 == 1);
-}
-
 cl_status cl_model_tensor_info(const cl_model *m, int i, const char **name, int *ndim,
                                int dims[4]) {
   if (i < 0 || i >= m->n_tensors) return CL_E_INVALID;
-  int l, is_bias;
-  tensor_of(m, i, &l, &is_bias);
-  const cl_layer *L = &m->layer[l];
+  cl_tensor_spec t = cl_cfg_tensor(&m->cfg, i);
   *name = m->tensor_name[i];
-  dims[0] = 4 * L->hidden;
-  if (is_bias) {
-    *ndim = 1;
-    dims[1] = dims[2] = dims[3] = 0;
-  } else {
-    *ndim = 4;
-    dims[1] = L->in + L->hidden;
-    dims[2] = L->kh;
-    dims[3] = L->kw;
-  }
+  *ndim = t.ndim;
+  for (int d = 0; d < 4; d++) dims[d] = (int)t.dims[d]; /* the layout checked them */
   return CL_OK;
 }
 
@@ -48,23 +31,24 @@ static int find_tensor(const cl_model *m, const char *name) {
 }
 
 size_t cl_tensor_numel(const cl_model *m, int i) {
-  int l, is_bias;
-  tensor_of(m, i, &l, &is_bias);
-  const cl_layer *L = &m->layer[l];
-  return is_bias ? L->n_b : L->n_wx + L->n_wh;
+  cl_tensor_spec t = cl_cfg_tensor(&m->cfg, i);
+  const cl_layer *L = &m->layer[t.layer];
+  return t.role == CL_TR_WEIGHT ? L->n_wx + L->n_wh : cl_whole_numel(L, t.role);
 }
 
 /* Copy between torch layout (t) and the flat buffer (flat), either way.
- * Row o of the torch weight is wx row o followed by wh row o. */
+ * Row o of the torch weight is wx row o followed by wh row o; the bias and
+ * the peepholes are stored as torch lays them out. */
 void cl_convert_tensor(const cl_model *m, int i, float *flat, float *t, int to_torch) {
-  int l, is_bias;
-  tensor_of(m, i, &l, &is_bias);
-  const cl_layer *L = &m->layer[l];
-  if (is_bias) {
+  cl_tensor_spec ts = cl_cfg_tensor(&m->cfg, i);
+  const cl_layer *L = &m->layer[ts.layer];
+  if (ts.role != CL_TR_WEIGHT) {
+    float *at = flat + cl_whole_offset(L, ts.role);
+    size_t bytes = cl_tensor_numel(m, i) * sizeof(float);
     if (to_torch)
-      memcpy(t, flat + L->off_b, L->n_b * sizeof(float));
+      memcpy(t, at, bytes);
     else
-      memcpy(flat + L->off_b, t, L->n_b * sizeof(float));
+      memcpy(at, t, bytes);
     return;
   }
   size_t kk = (size_t)L->kh * L->kw, rx = L->in * kk, rh = L->hidden * kk;
@@ -156,24 +140,30 @@ cl_status cl_model_set_param(cl_model *m, const char *name, const float *in, siz
 
 /* Offset in the flat buffer of element j of tensor i in torch's layout. */
 static size_t flat_index(const cl_model *m, int i, size_t j) {
-  int l, is_bias;
-  tensor_of(m, i, &l, &is_bias);
-  const cl_layer *L = &m->layer[l];
-  if (is_bias) return L->off_b + j;
+  cl_tensor_spec t = cl_cfg_tensor(&m->cfg, i);
+  const cl_layer *L = &m->layer[t.layer];
+  if (t.role != CL_TR_WEIGHT) return cl_whole_offset(L, t.role) + j;
   size_t kk = (size_t)L->kh * L->kw, rx = L->in * kk, rh = L->hidden * kk;
   size_t o = j / (rx + rh), r = j % (rx + rh);
   return r < rx ? L->off_wx + o * rx + r : L->off_wh + o * rh + (r - rx);
 }
 
 /* Drawn in torch's order straight into place: no tensor-sized temporary,
- * which at 8 M parameters would be 33 MB of heap that outlives the model. */
+ * which at 8 M parameters would be 33 MB of heap that outlives the model.
+ * Peepholes start at zero, drawing nothing: the cell starts as the one
+ * without them (the tutorial's, whose training is known to work) and
+ * learns how much of c to look at, and a seed gives the convolutions the
+ * same weights with and without peepholes. */
 cl_status cl_model_init_params(cl_model *m, double (*uniform01)(void *), void *ctx) {
   float *host;
   CL_TRY(host_view(m, m->params, &host));
   for (int i = 0; i < m->n_tensors; i++) {
-    int l, is_bias;
-    tensor_of(m, i, &l, &is_bias);
-    const cl_layer *L = &m->layer[l];
+    cl_tensor_spec t = cl_cfg_tensor(&m->cfg, i);
+    const cl_layer *L = &m->layer[t.layer];
+    if (t.role >= CL_TR_WCI) {
+      memset(host + cl_whole_offset(L, t.role), 0, cl_tensor_numel(m, i) * sizeof(float));
+      continue;
+    }
     /* kaiming_uniform(a = sqrt(5)) and torch's bias rule both give this bound */
     double fan_in = (double)(L->in + L->hidden) * L->kh * L->kw;
     double bound = 1.0 / sqrt(fan_in);

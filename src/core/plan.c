@@ -23,6 +23,11 @@ cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
   memset(g, 0, sizeof *g);
   if (B < 1 || T < 1 || H < 1 || W < 1)
     return cl_fail(m, CL_E_INVALID, "batch, steps, height and width must be positive");
+  if (m->cfg.peephole == CL_PEEP_POSITION && (H != m->cfg.peephole_h || W != m->cfg.peephole_w))
+    return cl_fail(m, CL_E_INVALID,
+                   "frames of %d x %d pixels: the model's per-position peepholes fix the frame "
+                   "size to %d x %d",
+                   H, W, m->cfg.peephole_h, m->cfg.peephole_w);
   if (o->checkpoint < 0 || o->tbptt < 0 || o->accumulation_steps < 0)
     return cl_fail(m, CL_E_INVALID, "checkpoint, tbptt and accumulation_steps must be >= 0");
   if (o->outputs != CL_OUTPUTS_ALL && o->outputs != CL_OUTPUTS_LAST)

@@ -183,6 +183,7 @@ static const struct cl_backend_i cpu_iface = {
     /* .conv_backward_filter = */ cl_cpu_conv_backward_filter,
     /* .gates_forward        = */ cl_cpu_gates_forward,
     /* .gates_backward       = */ cl_cpu_gates_backward,
+    /* .peephole_filter      = */ cl_cpu_peephole_filter,
     /* .mse                  = */ cl_cpu_mse,
     /* .grad_unscale         = */ cl_cpu_grad_unscale,
     /* .adam_update          = */ cl_cpu_adam_update,

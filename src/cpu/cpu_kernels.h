@@ -54,9 +54,13 @@ cl_status cl_cpu_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, co
 
 /* cpu_cell.c */
 cl_status cl_cpu_gates_forward(cl_backend *be, const cl_gates_shape *s, void *z, const void *c_prev,
-                               void *c, void *h);
+                               const float *wp, void *c, void *h);
 cl_status cl_cpu_gates_backward(cl_backend *be, const cl_gates_shape *s, void *gates, const void *c,
-                                const void *c_prev, const float *dh, float *dc);
+                                const void *c_prev, const float *wp, const float *dh, float *dc);
+
+/* cpu_peephole.c */
+cl_status cl_cpu_peephole_filter(cl_backend *be, const cl_gates_shape *s, const void *dz,
+                                 const void *c, const void *c_prev, float *dwp);
 
 /* cpu_optim.c */
 cl_status cl_cpu_mse(cl_backend *be, const void *pred, const float *target, size_t n,

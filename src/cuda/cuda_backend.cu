@@ -328,6 +328,7 @@ static const struct cl_backend_i cl_cuda_iface = {
     /* .conv_backward_filter = */ cl_cuda_conv_backward_filter,
     /* .gates_forward = */ cl_cuda_gates_forward,
     /* .gates_backward = */ cl_cuda_gates_backward,
+    /* .peephole_filter = */ cl_cuda_peephole_filter,
     /* .mse = */ cl_cuda_mse,
     /* .grad_unscale = */ cl_cuda_grad_unscale,
     /* .adam_update = */ cl_cuda_adam_update,

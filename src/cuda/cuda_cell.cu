@@ -7,8 +7,11 @@
  * gates of it, so a kernel touches every element once. Gates, c and h are
  * stored as float, __half or __nv_bfloat16, the gradients dh and dc as float
  * always; the arithmetic is float throughout, with accurate expf/tanhf (no
- * fast-math) so that float32 agrees with the CPU backend to rounding. It is
- * not the convolution (cudnn_conv.cu).
+ * fast-math) so that float32 agrees with the CPU backend to rounding. With
+ * peepholes (PEEP, a template flag, so the kernels without them are the
+ * code they were) the weights are float32 [3, hidden, pp]. It is not the
+ * convolution (cudnn_conv.cu) nor the peephole weights' gradient
+ * (cuda_peephole.cu).
  */
 #include <stdio.h> /* snprintf */
 
@@ -16,21 +19,40 @@
 
 static __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+/* The peephole weights of element r (= ch * P + p of one image) in wp
+ * [3, hid, pp]: w_ci at wp[k], w_cf at wp[k + per], w_co at wp[k + 2 per]. */
+struct peep_at {
+  const float *wp;
+  size_t P, pp, per; /* per = hid * pp */
+};
+static __device__ __forceinline__ size_t peep_index(const peep_at &w, size_t r) {
+  const size_t ch = r / w.P;
+  return ch * w.pp + (w.pp == 1 ? 0 : r - ch * w.P);
+}
+
 /* z [N, 4*hid, P] (pre-activations in, activations out), c_prev/c/h [N, hid, P].
  * hp = hid*P: the distance between two gates of one element. */
-template <typename T>
-__global__ void gates_forward_kernel(T *z, const T *c_prev, T *c, T *h, size_t total,
+template <typename T, bool PEEP>
+__global__ void gates_forward_kernel(T *z, const T *c_prev, peep_at w, T *c, T *h, size_t total,
                                      size_t hp) {
   CL_CUDA_FOR(e, total) {
     const size_t n = e / hp, r = e - n * hp;
     T *zi = z + n * 4 * hp + r; /* the gates of e: zi[0], zi[hp], zi[2hp], zi[3hp] */
-    const float i = sigmoidf_(cl_ld(zi[0]));
-    const float f = sigmoidf_(cl_ld(zi[hp]));
-    const float o = sigmoidf_(cl_ld(zi[2 * hp]));
+    float zi_ = cl_ld(zi[0]), zf_ = cl_ld(zi[hp]);
+    const size_t k = PEEP ? peep_index(w, r) : 0;
+    if (PEEP && c_prev) {
+      const float cp = cl_ld(c_prev[e]);
+      zi_ += w.wp[k] * cp;
+      zf_ += w.wp[k + w.per] * cp;
+    }
+    const float i = sigmoidf_(zi_);
+    const float f = sigmoidf_(zf_);
     const float g = tanhf(cl_ld(zi[3 * hp]));
     /* no c_prev: c = i*g exactly as the CPU computes it (f*0 would turn a
      * NaN f into a NaN c) */
     const float cn = c_prev ? f * cl_ld(c_prev[e]) + i * g : i * g;
+    const float o = sigmoidf_(PEEP ? cl_ld(zi[2 * hp]) + w.wp[k + 2 * w.per] * cn
+                                   : cl_ld(zi[2 * hp]));
     zi[0] = cl_st<T>(i);
     zi[hp] = cl_st<T>(f);
     zi[2 * hp] = cl_st<T>(o);
@@ -45,9 +67,9 @@ __global__ void gates_forward_kernel(T *z, const T *c_prev, T *c, T *h, size_t t
  * float32); dc: gradient of c_t in, of c_{t-1} out. tanh(c) is recomputed
  * from the stored c, which is what the forward's h was computed from up to
  * storage rounding. */
-template <typename T>
-__global__ void gates_backward_kernel(T *gates, const T *c, const T *c_prev, const float *dh,
-                                      float *dc, size_t total, size_t hp) {
+template <typename T, bool PEEP>
+__global__ void gates_backward_kernel(T *gates, const T *c, const T *c_prev, peep_at w,
+                                      const float *dh, float *dc, size_t total, size_t hp) {
   CL_CUDA_FOR(e, total) {
     const size_t n = e / hp, r = e - n * hp;
     T *gi = gates + n * 4 * hp + r;
@@ -55,74 +77,102 @@ __global__ void gates_backward_kernel(T *gates, const T *c, const T *c_prev, con
     const float tc = tanhf(cl_ld(c[e]));
     const float dhv = dh[e];
     const float d_o = dhv * tc;
-    const float dct = dc[e] + dhv * o * (1.0f - tc * tc);
+    const float dzo = d_o * o * (1.0f - o);
+    const size_t k = PEEP ? peep_index(w, r) : 0;
+    /* with peepholes o saw c_t through w_co */
+    float dct = dc[e] + dhv * o * (1.0f - tc * tc);
+    if (PEEP) dct += dzo * w.wp[k + 2 * w.per];
     /* no c_prev: df is 0, as on the CPU, even where dct is inf or NaN */
     const float di = dct * g, dg = dct * i, df = c_prev ? dct * cl_ld(c_prev[e]) : 0.0f;
-    dc[e] = dct * f;
-    gi[0] = cl_st<T>(di * i * (1.0f - i));
-    gi[hp] = cl_st<T>(df * f * (1.0f - f));
-    gi[2 * hp] = cl_st<T>(d_o * o * (1.0f - o));
+    const float dzi = di * i * (1.0f - i), dzf = df * f * (1.0f - f);
+    /* and i, f saw c_{t-1} through w_ci, w_cf */
+    dc[e] = PEEP ? dct * f + dzi * w.wp[k] + dzf * w.wp[k + w.per] : dct * f;
+    gi[0] = cl_st<T>(dzi);
+    gi[hp] = cl_st<T>(dzf);
+    gi[2 * hp] = cl_st<T>(dzo);
     gi[3 * hp] = cl_st<T>(dg * (1.0f - g * g));
   }
 }
 
-static cl_status check_gates(cl_backend *be, const cl_gates_shape *s, const char *what) {
-  if (s->N < 0 || s->hidden < 0 || s->P < 0) {
-    snprintf(be->err, sizeof be->err, "cuda %s: bad shape N=%d hidden=%d P=%d", what, s->N,
-             s->hidden, s->P);
+static cl_status check_gates(cl_backend *be, const cl_gates_shape *s, const float *wp,
+                             const char *what) {
+  if (s->N < 0 || s->hidden < 0 || s->P < 0 || s->peep < CL_PEEP_NONE ||
+      s->peep > CL_PEEP_POSITION || (s->peep != CL_PEEP_NONE && !wp)) {
+    snprintf(be->err, sizeof be->err, "cuda %s: bad shape N=%d hidden=%d P=%d peep=%d%s", what,
+             s->N, s->hidden, s->P, (int)s->peep,
+             s->peep != CL_PEEP_NONE && !wp ? " without weights" : "");
     return CL_E_INVALID;
   }
   return CL_OK;
 }
 
+static peep_at peep_of(const cl_gates_shape *s, const float *wp) {
+  const size_t pp = (size_t)cl_gates_peep_pixels(s);
+  peep_at w = {wp, (size_t)s->P, pp, (size_t)s->hidden * pp};
+  return w;
+}
+
 template <typename T>
 static cl_status forward_t(cl_backend *be, const cl_gates_shape *s, void *z, const void *c_prev,
-                           void *c, void *h) {
+                           const float *wp, void *c, void *h) {
   const size_t hp = (size_t)s->hidden * s->P, total = (size_t)s->N * hp;
   if (total == 0) return CL_OK;
-  gates_forward_kernel<T><<<cl_cuda_blocks(total), CL_CUDA_THREADS, 0, cl_cuda_ctx_of(be)->stream>>>(
-      (T *)z, (const T *)c_prev, (T *)c, (T *)h, total, hp);
+  const unsigned blocks = cl_cuda_blocks(total);
+  cudaStream_t stream = cl_cuda_ctx_of(be)->stream;
+  if (s->peep == CL_PEEP_NONE)
+    gates_forward_kernel<T, false><<<blocks, CL_CUDA_THREADS, 0, stream>>>(
+        (T *)z, (const T *)c_prev, peep_of(s, NULL), (T *)c, (T *)h, total, hp);
+  else
+    gates_forward_kernel<T, true><<<blocks, CL_CUDA_THREADS, 0, stream>>>(
+        (T *)z, (const T *)c_prev, peep_of(s, wp), (T *)c, (T *)h, total, hp);
   CL_CUDA_LAUNCH_CHECK(be);
   return CL_OK;
 }
 
 template <typename T>
 static cl_status backward_t(cl_backend *be, const cl_gates_shape *s, void *gates, const void *c,
-                            const void *c_prev, const float *dh, float *dc) {
+                            const void *c_prev, const float *wp, const float *dh, float *dc) {
   const size_t hp = (size_t)s->hidden * s->P, total = (size_t)s->N * hp;
   if (total == 0) return CL_OK;
-  gates_backward_kernel<T><<<cl_cuda_blocks(total), CL_CUDA_THREADS, 0, cl_cuda_ctx_of(be)->stream>>>(
-      (T *)gates, (const T *)c, (const T *)c_prev, dh, dc, total, hp);
+  const unsigned blocks = cl_cuda_blocks(total);
+  cudaStream_t stream = cl_cuda_ctx_of(be)->stream;
+  if (s->peep == CL_PEEP_NONE)
+    gates_backward_kernel<T, false><<<blocks, CL_CUDA_THREADS, 0, stream>>>(
+        (T *)gates, (const T *)c, (const T *)c_prev, peep_of(s, NULL), dh, dc, total, hp);
+  else
+    gates_backward_kernel<T, true><<<blocks, CL_CUDA_THREADS, 0, stream>>>(
+        (T *)gates, (const T *)c, (const T *)c_prev, peep_of(s, wp), dh, dc, total, hp);
   CL_CUDA_LAUNCH_CHECK(be);
   return CL_OK;
 }
 
 cl_status cl_cuda_gates_forward(cl_backend *be, const cl_gates_shape *s, void *z,
-                                const void *c_prev, void *c, void *h) {
-  cl_status st = check_gates(be, s, "gates_forward");
+                                const void *c_prev, const float *wp, void *c, void *h) {
+  cl_status st = check_gates(be, s, wp, "gates_forward");
   if (st != CL_OK) return st;
   switch (s->dtype) {
   case CL_F32:
-    return forward_t<float>(be, s, z, c_prev, c, h);
+    return forward_t<float>(be, s, z, c_prev, wp, c, h);
   case CL_F16:
-    return forward_t<__half>(be, s, z, c_prev, c, h);
+    return forward_t<__half>(be, s, z, c_prev, wp, c, h);
   case CL_BF16:
-    return forward_t<__nv_bfloat16>(be, s, z, c_prev, c, h);
+    return forward_t<__nv_bfloat16>(be, s, z, c_prev, wp, c, h);
   }
   return cl_cuda_bad_dtype(be, s->dtype, "gates_forward");
 }
 
 cl_status cl_cuda_gates_backward(cl_backend *be, const cl_gates_shape *s, void *gates,
-                                 const void *c, const void *c_prev, const float *dh, float *dc) {
-  cl_status st = check_gates(be, s, "gates_backward");
+                                 const void *c, const void *c_prev, const float *wp,
+                                 const float *dh, float *dc) {
+  cl_status st = check_gates(be, s, wp, "gates_backward");
   if (st != CL_OK) return st;
   switch (s->dtype) {
   case CL_F32:
-    return backward_t<float>(be, s, gates, c, c_prev, dh, dc);
+    return backward_t<float>(be, s, gates, c, c_prev, wp, dh, dc);
   case CL_F16:
-    return backward_t<__half>(be, s, gates, c, c_prev, dh, dc);
+    return backward_t<__half>(be, s, gates, c, c_prev, wp, dh, dc);
   case CL_BF16:
-    return backward_t<__nv_bfloat16>(be, s, gates, c, c_prev, dh, dc);
+    return backward_t<__nv_bfloat16>(be, s, gates, c, c_prev, wp, dh, dc);
   }
   return cl_cuda_bad_dtype(be, s->dtype, "gates_backward");
 }

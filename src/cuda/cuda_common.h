@@ -185,9 +185,14 @@ void cl_cudnn_cache_free(struct cl_cudnn_cache *c);
 
 /* cuda_cell.cu */
 cl_status cl_cuda_gates_forward(cl_backend *be, const cl_gates_shape *s, void *z,
-                                const void *c_prev, void *c, void *h);
+                                const void *c_prev, const float *wp, void *c, void *h);
 cl_status cl_cuda_gates_backward(cl_backend *be, const cl_gates_shape *s, void *gates,
-                                 const void *c, const void *c_prev, const float *dh, float *dc);
+                                 const void *c, const void *c_prev, const float *wp,
+                                 const float *dh, float *dc);
+
+/* cuda_peephole.cu */
+cl_status cl_cuda_peephole_filter(cl_backend *be, const cl_gates_shape *s, const void *dz,
+                                  const void *c, const void *c_prev, float *dwp);
 
 /* cuda_optim.cu: the mse kernel alone (its partial sums left in
  * d_partials, *blocks of them), and the training step's update decided on

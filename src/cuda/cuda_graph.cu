@@ -187,25 +187,37 @@ static cl_status w_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, 
 }
 
 static cl_status w_gates_forward(cl_backend *be, const cl_gates_shape *s, void *z,
-                                 const void *c_prev, void *c, void *h) {
+                                 const void *c_prev, const float *wp, void *c, void *h) {
   cl_cuda_graphs *G = graphs_of(be);
   if (walking(G, 7)) {
     mix(G, s, sizeof *s);
-    MIX(G, z), MIX(G, c_prev), MIX(G, c), MIX(G, h);
+    MIX(G, z), MIX(G, c_prev), MIX(G, wp), MIX(G, c), MIX(G, h);
     if (dry(G)) return CL_OK;
   }
-  return real_iface.gates_forward(be, s, z, c_prev, c, h);
+  return real_iface.gates_forward(be, s, z, c_prev, wp, c, h);
 }
 
 static cl_status w_gates_backward(cl_backend *be, const cl_gates_shape *s, void *gates,
-                                  const void *c, const void *c_prev, const float *dh, float *dc) {
+                                  const void *c, const void *c_prev, const float *wp,
+                                  const float *dh, float *dc) {
   cl_cuda_graphs *G = graphs_of(be);
   if (walking(G, 8)) {
     mix(G, s, sizeof *s);
-    MIX(G, gates), MIX(G, c), MIX(G, c_prev), MIX(G, dh), MIX(G, dc);
+    MIX(G, gates), MIX(G, c), MIX(G, c_prev), MIX(G, wp), MIX(G, dh), MIX(G, dc);
     if (dry(G)) return CL_OK;
   }
-  return real_iface.gates_backward(be, s, gates, c, c_prev, dh, dc);
+  return real_iface.gates_backward(be, s, gates, c, c_prev, wp, dh, dc);
+}
+
+static cl_status w_peephole_filter(cl_backend *be, const cl_gates_shape *s, const void *dz,
+                                   const void *c, const void *c_prev, float *dwp) {
+  cl_cuda_graphs *G = graphs_of(be);
+  if (walking(G, 13)) {
+    mix(G, s, sizeof *s);
+    MIX(G, dz), MIX(G, c), MIX(G, c_prev), MIX(G, dwp);
+    if (dry(G)) return CL_OK;
+  }
+  return real_iface.peephole_filter(be, s, dz, c, c_prev, dwp);
 }
 
 static cl_status w_gather_rows(cl_backend *be, void *dst, const void *src, const int *idx, int nb,
@@ -470,6 +482,7 @@ cl_status cl_cuda_graphs_attach(cl_backend *be) {
     graph_iface.conv_backward_filter = w_conv_backward_filter;
     graph_iface.gates_forward = w_gates_forward;
     graph_iface.gates_backward = w_gates_backward;
+    graph_iface.peephole_filter = w_peephole_filter;
     graph_iface.mse = w_mse;
     graph_iface.loss = w_loss;
     graph_iface.gather_rows = w_gather_rows;

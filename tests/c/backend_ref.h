@@ -109,54 +109,101 @@ static size_t ref_gate_at(const cl_gates_shape *s, size_t e, int q) {
   return (e / hp * 4 + (size_t)q) * hp + e % hp;
 }
 
+/* Peephole weight k (0 w_ci, 1 w_cf, 2 w_co) of state element e in
+ * wp [3, hidden, pp], as a flat index; pp = 1 per channel, P per position. */
+static size_t ref_peep_at(const cl_gates_shape *s, size_t e, int k) {
+  const size_t P = (size_t)s->P, pp = s->peep == CL_PEEP_POSITION ? P : 1;
+  const size_t ch = e / P % (size_t)s->hidden, p = e % P;
+  return ((size_t)k * s->hidden + ch) * pp + (pp == 1 ? 0 : p);
+}
+
+/* Elements of a shape's peephole weights (0 without). */
+static size_t ref_peep_numel(const cl_gates_shape *s) {
+  if (s->peep == CL_PEEP_NONE) return 0;
+  return 3 * (size_t)s->hidden * (s->peep == CL_PEEP_POSITION ? (size_t)s->P : 1);
+}
+
+/* The cell in double for one element: pre-activations zi, zf, zo, zg,
+ * c_prev cp, peephole weights w[3] (NULL: none); activations out in act[4],
+ * c and h returned through *c, *h. Paper's peepholes: i, f see c_prev, o
+ * sees c. */
+static void ref_cell(const double z[4], double cp, const double *w, double act[4], double *c,
+                     double *h) {
+  const double i = ref_sigmoid(z[0] + (w ? w[0] * cp : 0.0));
+  const double f = ref_sigmoid(z[1] + (w ? w[1] * cp : 0.0));
+  const double g = tanh(z[3]);
+  *c = f * cp + i * g;
+  const double o = ref_sigmoid(z[2] + (w ? w[2] * *c : 0.0));
+  *h = o * tanh(*c);
+  act[0] = i, act[1] = f, act[2] = o, act[3] = g;
+}
+
 /* gates_forward: activations a (sig i, sig f, sig o, tanh g) of the
- * pre-activations z; c = f c_prev + i g; h = o tanh(c). c_prev NULL: zeros. */
+ * pre-activations z; c = f c_prev + i g; h = o tanh(c). c_prev NULL: zeros.
+ * wp: peephole weights when s->peep says so (else unused). */
 static void ref_gates_forward(const cl_gates_shape *s, const float *z, const float *c_prev,
-                              double *a, double *c, double *h) {
+                              const float *wp, double *a, double *c, double *h) {
   const size_t ns = (size_t)s->N * s->hidden * s->P;
   for (size_t e = 0; e < ns; e++) {
-    double g[4];
-    for (int q = 0; q < 4; q++) {
-      const double v = z[ref_gate_at(s, e, q)];
-      g[q] = q < 3 ? ref_sigmoid(v) : tanh(v);
-      a[ref_gate_at(s, e, q)] = g[q];
-    }
-    c[e] = g[1] * (c_prev ? c_prev[e] : 0.0) + g[0] * g[3];
-    h[e] = g[2] * tanh(c[e]);
+    double zz[4], act[4], w[3];
+    for (int q = 0; q < 4; q++) zz[q] = z[ref_gate_at(s, e, q)];
+    for (int k = 0; k < 3 && s->peep; k++) w[k] = wp[ref_peep_at(s, e, k)];
+    ref_cell(zz, c_prev ? c_prev[e] : 0.0, s->peep ? w : NULL, act, &c[e], &h[e]);
+    for (int q = 0; q < 4; q++) a[ref_gate_at(s, e, q)] = act[q];
   }
 }
 
 /* gates_backward from the stored activations act, c and c_prev: dz of the
  * pre-activations, and dc_prev (dc holds the gradient of c_t from step t+1
- * on entry), with the formulas of backend.h. */
+ * on entry), with the formulas of backend.h (peepholes: wp). */
 static void ref_gates_backward(const cl_gates_shape *s, const float *act, const float *c,
-                               const float *c_prev, const float *dh, const float *dc, double *dz,
-                               double *dc_prev) {
+                               const float *c_prev, const float *wp, const float *dh,
+                               const float *dc, double *dz, double *dc_prev) {
   const size_t ns = (size_t)s->N * s->hidden * s->P;
   for (size_t e = 0; e < ns; e++) {
     const double i = act[ref_gate_at(s, e, 0)], f = act[ref_gate_at(s, e, 1)];
     const double o = act[ref_gate_at(s, e, 2)], g = act[ref_gate_at(s, e, 3)];
     const double tc = tanh((double)c[e]), cp = c_prev ? c_prev[e] : 0.0;
-    const double dct = dc[e] + dh[e] * o * (1 - tc * tc);
-    dz[ref_gate_at(s, e, 0)] = dct * g * i * (1 - i);
-    dz[ref_gate_at(s, e, 1)] = dct * cp * f * (1 - f);
-    dz[ref_gate_at(s, e, 2)] = dh[e] * tc * o * (1 - o);
+    const double wi = s->peep ? wp[ref_peep_at(s, e, 0)] : 0.0;
+    const double wf = s->peep ? wp[ref_peep_at(s, e, 1)] : 0.0;
+    const double wo = s->peep ? wp[ref_peep_at(s, e, 2)] : 0.0;
+    const double dzo = dh[e] * tc * o * (1 - o);
+    const double dct = dc[e] + dh[e] * o * (1 - tc * tc) + dzo * wo;
+    const double dzi = dct * g * i * (1 - i), dzf = dct * cp * f * (1 - f);
+    dz[ref_gate_at(s, e, 0)] = dzi;
+    dz[ref_gate_at(s, e, 1)] = dzf;
+    dz[ref_gate_at(s, e, 2)] = dzo;
     dz[ref_gate_at(s, e, 3)] = dct * i * (1 - g * g);
-    dc_prev[e] = dct * f;
+    dc_prev[e] = dct * f + dzi * wi + dzf * wf;
   }
 }
 
-/* L(z, c_prev) = sum a h + sum b c of the cell in double: what
- * gates_backward differentiates when dh = a and the incoming dc = b. */
+/* peephole_filter: dw = dw0 + sum over images (and a channel's pixels) of
+ * dz_i c_prev, dz_f c_prev, dz_o c. c_prev NULL: zeros. */
+static void ref_peephole_filter(const cl_gates_shape *s, const float *dz, const float *c,
+                                const float *c_prev, const float *dw0, double *dw) {
+  const size_t ns = (size_t)s->N * s->hidden * s->P, nw = ref_peep_numel(s);
+  for (size_t k = 0; k < nw; k++) dw[k] = dw0[k];
+  for (size_t e = 0; e < ns; e++)
+    for (int k = 0; k < 3; k++) {
+      const double src = k == 2 ? c[e] : c_prev ? c_prev[e] : 0.0;
+      dw[ref_peep_at(s, e, k)] += (double)dz[ref_gate_at(s, e, k)] * src;
+    }
+}
+
+/* L(z, c_prev, w) = sum a h + sum b c of the cell in double: what
+ * gates_backward (and peephole_filter for w) differentiates when dh = a and
+ * the incoming dc = b. */
 static double ref_cell_loss(const cl_gates_shape *s, const double *z, const double *c_prev,
-                            const float *a, const float *b) {
+                            const double *wp, const float *a, const float *b) {
   const size_t ns = (size_t)s->N * s->hidden * s->P;
   double L = 0.0;
   for (size_t e = 0; e < ns; e++) {
-    const double i = ref_sigmoid(z[ref_gate_at(s, e, 0)]), f = ref_sigmoid(z[ref_gate_at(s, e, 1)]);
-    const double o = ref_sigmoid(z[ref_gate_at(s, e, 2)]), g = tanh(z[ref_gate_at(s, e, 3)]);
-    const double c = f * (c_prev ? c_prev[e] : 0.0) + i * g;
-    L += a[e] * o * tanh(c) + b[e] * c;
+    double zz[4], act[4], w[3], c, h;
+    for (int q = 0; q < 4; q++) zz[q] = z[ref_gate_at(s, e, q)];
+    for (int k = 0; k < 3 && s->peep; k++) w[k] = wp[ref_peep_at(s, e, k)];
+    ref_cell(zz, c_prev ? c_prev[e] : 0.0, s->peep ? w : NULL, act, &c, &h);
+    L += a[e] * h + b[e] * c;
   }
   return L;
 }

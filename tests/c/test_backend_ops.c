@@ -704,19 +704,22 @@ static void run_gates_forward(const row *r) {
         s.dtype = (cl_dtype)t;
         const size_t ns = (size_t)s.N * s.hidden * s.P, nz = 4 * ns, es = cl_dtype_size(s.dtype);
         float *z = rand_floats(nz, -4, 4), *cp = rand_floats(ns, -2, 2);
+        const size_t nw = ref_peep_numel(&s);
+        float *wp = nw ? rand_floats(nw, -1, 1) : NULL;
         void *zs = to_storage(s.dtype, z, nz), *cps = to_storage(s.dtype, cp, ns);
         double *ra = xmalloc(nz * 8), *rc = xmalloc(ns * 8), *rh = xmalloc(ns * 8);
-        ref_gates_forward(&s, z, with_cp ? cp : NULL, ra, rc, rh);
+        ref_gates_forward(&s, z, with_cp ? cp : NULL, wp, ra, rc, rh);
         char label[120], what[200];
-        snprintf(label, sizeof label, "%s N%d hidden%d P%d c_prev%s", dtype_str(s.dtype), s.N,
-                 s.hidden, s.P, with_cp ? "" : "=NULL");
+        snprintf(label, sizeof label, "%s N%d hidden%d P%d c_prev%s peep%d", dtype_str(s.dtype),
+                 s.N, s.hidden, s.P, with_cp ? "" : "=NULL", (int)s.peep);
         for (int vi = 0; vi < n_vs; vi++) {
           variant *v = &vs[vi];
           scope sc = scope_of(v);
           void *Z = dev_of(&sc, zs, nz * es), *CP = dev_of(&sc, cps, ns * es);
           void *C = dev_alloc(&sc, ns * es), *H = dev_alloc(&sc, ns * es);
+          float *WP = nw ? dev_of(&sc, wp, nw * 4) : NULL;
           if (sc.ok)
-            CALL(&sc, v->be->iface->gates_forward(v->be, &s, Z, with_cp ? CP : NULL, C, H));
+            CALL(&sc, v->be->iface->gates_forward(v->be, &s, Z, with_cp ? CP : NULL, WP, C, H));
           const double tl = tol_of(r, v, s.dtype, s.dtype);
           float *got = sc.ok ? dev_get(&sc, s.dtype, Z, nz) : NULL;
           snprintf(what, sizeof what, "%s: activations", label);
@@ -732,7 +735,7 @@ static void run_gates_forward(const row *r) {
           free(got);
           scope_end(&sc);
         }
-        free(z), free(cp), free(zs), free(cps), free(ra), free(rc), free(rh);
+        free(z), free(cp), free(wp), free(zs), free(cps), free(ra), free(rc), free(rh);
       }
 }
 
@@ -741,7 +744,7 @@ static void run_gates_forward(const row *r) {
  * relative, huge ones where the sigmoid saturates. */
 static void run_activation_accuracy(const row *r) {
   enum { P = 4096 };
-  cl_gates_shape s = {1, 1, P, CL_F32};
+  cl_gates_shape s = {1, 1, P, CL_F32, CL_PEEP_NONE};
   float *z = xmalloc(sizeof(float) * 4 * P);
   for (int p = 0; p < P; p++) {
     const double t = (double)p / (P - 1);
@@ -752,7 +755,7 @@ static void run_activation_accuracy(const row *r) {
     variant *v = &vs[vi];
     scope sc = scope_of(v);
     void *Z = dev_of(&sc, z, 4 * P * 4), *C = dev_alloc(&sc, P * 4), *H = dev_alloc(&sc, P * 4);
-    if (sc.ok) CALL(&sc, v->be->iface->gates_forward(v->be, &s, Z, NULL, C, H));
+    if (sc.ok) CALL(&sc, v->be->iface->gates_forward(v->be, &s, Z, NULL, NULL, C, H));
     float *a = sc.ok ? dev_get(&sc, CL_F32, Z, 4 * P) : NULL;
     if (a) {
       double max_sig = 0.0, max_tanh = 0.0;
@@ -788,21 +791,25 @@ static void run_gates_backward(const row *r) {
             act[ref_gate_at(&s, e, q)] = q < 3 ? urand(0.01f, 0.99f) : urand(-0.99f, 0.99f);
         float *c = rand_floats(ns, -2, 2), *cp = rand_floats(ns, -2, 2);
         float *dh = rand_floats(ns, -1, 1), *dc = rand_floats(ns, -1, 1);
+        const size_t nw = ref_peep_numel(&s);
+        float *wp = nw ? rand_floats(nw, -1, 1) : NULL;
         void *as = to_storage(s.dtype, act, nz), *cs = to_storage(s.dtype, c, ns);
         void *cps = to_storage(s.dtype, cp, ns);
         double *rdz = xmalloc(nz * 8), *rdc = xmalloc(ns * 8);
-        ref_gates_backward(&s, act, c, with_cp ? cp : NULL, dh, dc, rdz, rdc);
+        ref_gates_backward(&s, act, c, with_cp ? cp : NULL, wp, dh, dc, rdz, rdc);
         char label[120], what[200];
-        snprintf(label, sizeof label, "%s N%d hidden%d P%d c_prev%s", dtype_str(s.dtype), s.N,
-                 s.hidden, s.P, with_cp ? "" : "=NULL");
+        snprintf(label, sizeof label, "%s N%d hidden%d P%d c_prev%s peep%d", dtype_str(s.dtype),
+                 s.N, s.hidden, s.P, with_cp ? "" : "=NULL", (int)s.peep);
         for (int vi = 0; vi < n_vs; vi++) {
           variant *v = &vs[vi];
           scope sc = scope_of(v);
           void *A = dev_of(&sc, as, nz * es), *C = dev_of(&sc, cs, ns * es);
           void *CP = dev_of(&sc, cps, ns * es);
           float *DH = dev_of(&sc, dh, ns * 4), *DC = dev_of(&sc, dc, ns * 4);
+          float *WP = nw ? dev_of(&sc, wp, nw * 4) : NULL;
           if (sc.ok)
-            CALL(&sc, v->be->iface->gates_backward(v->be, &s, A, C, with_cp ? CP : NULL, DH, DC));
+            CALL(&sc, v->be->iface->gates_backward(v->be, &s, A, C, with_cp ? CP : NULL, WP, DH,
+                                                   DC));
           float *got = sc.ok ? dev_get(&sc, s.dtype, A, nz) : NULL;
           snprintf(what, sizeof what, "%s: d pre-activations (stored)", label);
           if (got) compare(v, what, got, rdz, nz, tol_of(r, v, s.dtype, s.dtype));
@@ -814,47 +821,53 @@ static void run_gates_backward(const row *r) {
           scope_end(&sc);
         }
         free(act), free(c), free(cp), free(dh), free(dc), free(as), free(cs), free(cps);
-        free(rdz), free(rdc);
+        free(rdz), free(rdc), free(wp);
       }
 }
 
 /* Forward then backward with dh = a and incoming dc = b is the gradient of
- * L = sum a h + sum b c: dz and dc_prev against central differences of L
- * (step 1e-6, in double). With c_prev NULL nothing depends on it, and the
- * returned dc must merely be finite. */
+ * L = sum a h + sum b c: dz and dc_prev (and, with peepholes, the weights'
+ * gradient from peephole_filter, added to a nonzero dw0) against central
+ * differences of L (step 1e-6, in double). With c_prev NULL nothing depends
+ * on it, and the returned dc must merely be finite. */
 static void run_gates_fd(const row *r) {
   const cl_gates_shape *shapes = r->cases;
   for (int i = 0; i < r->n_cases; i++)
     for (int with_cp = 0; with_cp < 2; with_cp++) {
       const cl_gates_shape s = shapes[i];
-      const size_t ns = (size_t)s.N * s.hidden * s.P, nz = 4 * ns;
+      const size_t ns = (size_t)s.N * s.hidden * s.P, nz = 4 * ns, nw = ref_peep_numel(&s);
       float *z = rand_floats(nz, -3, 3), *cp = rand_floats(ns, -1, 1);
       float *a = rand_floats(ns, -1, 1), *b = rand_floats(ns, -1, 1);
-      double *zd = to_double(z, nz), *cpd = to_double(cp, ns);
-      double *dz = xmalloc(nz * 8), *dcp = xmalloc(ns * 8);
+      float *wp = nw ? rand_floats(nw, -1, 1) : NULL, *dw0 = nw ? rand_floats(nw, -1, 1) : NULL;
+      double *zd = to_double(z, nz), *cpd = to_double(cp, ns), *wd = nw ? to_double(wp, nw) : NULL;
+      double *dz = xmalloc(nz * 8), *dcp = xmalloc(ns * 8), *dw = xmalloc((nw + 1) * 8);
       const double eps = 1e-6;
-      for (size_t k = 0; k < nz + ns; k++) {
-        double *x = k < nz ? &zd[k] : &cpd[k - nz], x0 = *x;
+      for (size_t k = 0; k < nz + ns + nw; k++) {
+        double *x = k < nz ? &zd[k] : k < nz + ns ? &cpd[k - nz] : &wd[k - nz - ns], x0 = *x;
         *x = x0 + eps;
-        const double lp = ref_cell_loss(&s, zd, with_cp ? cpd : NULL, a, b);
+        const double lp = ref_cell_loss(&s, zd, with_cp ? cpd : NULL, wd, a, b);
         *x = x0 - eps;
-        const double lm = ref_cell_loss(&s, zd, with_cp ? cpd : NULL, a, b);
+        const double lm = ref_cell_loss(&s, zd, with_cp ? cpd : NULL, wd, a, b);
         *x = x0;
-        if (k < nz) dz[k] = (lp - lm) / (2 * eps);
-        else dcp[k - nz] = (lp - lm) / (2 * eps);
+        const double d = (lp - lm) / (2 * eps);
+        if (k < nz) dz[k] = d;
+        else if (k < nz + ns) dcp[k - nz] = d;
+        else dw[k - nz - ns] = dw0[k - nz - ns] + d;
       }
       char label[120], what[200];
-      snprintf(label, sizeof label, "f32 N%d hidden%d P%d c_prev%s", s.N, s.hidden, s.P,
-               with_cp ? "" : "=NULL");
+      snprintf(label, sizeof label, "f32 N%d hidden%d P%d c_prev%s peep%d", s.N, s.hidden, s.P,
+               with_cp ? "" : "=NULL", (int)s.peep);
       for (int vi = 0; vi < n_vs; vi++) {
         variant *v = &vs[vi];
         scope sc = scope_of(v);
         void *Z = dev_of(&sc, z, nz * 4), *CP = dev_of(&sc, cp, ns * 4);
         void *C = dev_alloc(&sc, ns * 4), *H = dev_alloc(&sc, ns * 4);
         float *DH = dev_of(&sc, a, ns * 4), *DC = dev_of(&sc, b, ns * 4);
+        float *WP = nw ? dev_of(&sc, wp, nw * 4) : NULL, *DW = nw ? dev_of(&sc, dw0, nw * 4) : NULL;
         const void *cpp = with_cp ? CP : NULL;
-        if (sc.ok) CALL(&sc, v->be->iface->gates_forward(v->be, &s, Z, cpp, C, H));
-        if (sc.ok) CALL(&sc, v->be->iface->gates_backward(v->be, &s, Z, C, cpp, DH, DC));
+        if (sc.ok) CALL(&sc, v->be->iface->gates_forward(v->be, &s, Z, cpp, WP, C, H));
+        if (sc.ok) CALL(&sc, v->be->iface->gates_backward(v->be, &s, Z, C, cpp, WP, DH, DC));
+        if (sc.ok && nw) CALL(&sc, v->be->iface->peephole_filter(v->be, &s, Z, C, cpp, DW));
         float *got = sc.ok ? dev_get(&sc, CL_F32, Z, nz) : NULL;
         snprintf(what, sizeof what, "%s: dz vs finite differences", label);
         if (got) compare(v, what, got, dz, nz, r->tol.f32);
@@ -866,25 +879,84 @@ static void run_gates_fd(const row *r) {
         for (size_t e = 0; got && e < ns; e++) finite &= isfinite(got[e]) != 0;
         if (got && !with_cp) expect(v, finite, "%s: dc_prev finite", label);
         free(got);
+        got = sc.ok && nw ? dev_get(&sc, CL_F32, DW, nw) : NULL;
+        snprintf(what, sizeof what, "%s: dw_peep (+= dw0) vs finite differences", label);
+        if (got) compare(v, what, got, dw, nw, r->tol.f32);
+        free(got);
         scope_end(&sc);
       }
       free(z), free(cp), free(a), free(b), free(zd), free(cpd), free(dz), free(dcp);
+      free(wp), free(dw0), free(wd), free(dw);
     }
+}
+
+/* peephole_filter alone, from dz, c and c_prev drawn independently, onto a
+ * nonzero dw0 (it accumulates), against the double sums. */
+static void run_peephole_filter(const row *r) {
+  const cl_gates_shape *shapes = r->cases;
+  for (int i = 0; i < r->n_cases; i++)
+    for (int t = CL_F32; t <= CL_BF16; t++)
+      for (int with_cp = 0; with_cp < 2; with_cp++) {
+        if (!(r->dtypes & (1u << t))) continue;
+        cl_gates_shape s = shapes[i];
+        s.dtype = (cl_dtype)t;
+        const size_t ns = (size_t)s.N * s.hidden * s.P, nz = 4 * ns, nw = ref_peep_numel(&s);
+        const size_t es = cl_dtype_size(s.dtype);
+        float *dz = rand_floats(nz, -1, 1), *c = rand_floats(ns, -2, 2);
+        float *cp = rand_floats(ns, -2, 2), *dw0 = rand_floats(nw, -1, 1);
+        /* (rounds dz, c, cp to the stored values the device reads) */
+        void *dzs = to_storage(s.dtype, dz, nz), *cs = to_storage(s.dtype, c, ns);
+        void *cps = to_storage(s.dtype, cp, ns);
+        double *rdw = xmalloc(nw * 8);
+        ref_peephole_filter(&s, dz, c, with_cp ? cp : NULL, dw0, rdw);
+        char label[120], what[200];
+        snprintf(label, sizeof label, "%s N%d hidden%d P%d c_prev%s peep%d", dtype_str(s.dtype),
+                 s.N, s.hidden, s.P, with_cp ? "" : "=NULL", (int)s.peep);
+        for (int vi = 0; vi < n_vs; vi++) {
+          variant *v = &vs[vi];
+          scope sc = scope_of(v);
+          void *DZ = dev_of(&sc, dzs, nz * es), *C = dev_of(&sc, cs, ns * es);
+          void *CP = dev_of(&sc, cps, ns * es);
+          float *DW = dev_of(&sc, dw0, nw * 4);
+          if (sc.ok)
+            CALL(&sc, v->be->iface->peephole_filter(v->be, &s, DZ, C, with_cp ? CP : NULL, DW));
+          float *got = sc.ok ? dev_get(&sc, CL_F32, DW, nw) : NULL;
+          snprintf(what, sizeof what, "%s: dw_peep", label);
+          if (got) compare(v, what, got, rdw, nw, r->tol.f32);
+          free(got);
+          scope_end(&sc);
+        }
+        free(dz), free(c), free(cp), free(dw0), free(dzs), free(cs), free(cps), free(rdw);
+      }
 }
 
 static void run_gates_errors(const row *r) {
   (void)r;
   for (int vi = 0; vi < n_vs; vi++) {
     variant *v = &vs[vi];
-    cl_gates_shape bad = {1, 1, 1, BAD_DTYPE};
+    cl_gates_shape bad = {1, 1, 1, BAD_DTYPE, CL_PEEP_NONE};
     scope sc = scope_of(v);
     void *Z = dev_alloc(&sc, 64), *C = dev_alloc(&sc, 64), *H = dev_alloc(&sc, 64);
     if (sc.ok) {
-      cl_status s1 = v->be->iface->gates_forward(v->be, &bad, Z, NULL, C, H);
-      cl_status s2 = v->be->iface->gates_backward(v->be, &bad, Z, C, NULL, H, C);
-      expect(v, s1 == CL_E_UNSUPPORTED && s2 == CL_E_UNSUPPORTED,
-             "unknown dtype: forward %s, backward %s (%s)", status_str(s1), status_str(s2),
-             v->be->err);
+      cl_status s1 = v->be->iface->gates_forward(v->be, &bad, Z, NULL, NULL, C, H);
+      cl_status s2 = v->be->iface->gates_backward(v->be, &bad, Z, C, NULL, NULL, H, C);
+      bad.peep = CL_PEEP_CHANNEL;
+      cl_status s3 = v->be->iface->peephole_filter(v->be, &bad, Z, C, NULL, H);
+      expect(v, s1 == CL_E_UNSUPPORTED && s2 == CL_E_UNSUPPORTED && s3 == CL_E_UNSUPPORTED,
+             "unknown dtype: forward %s, backward %s, peephole_filter %s (%s)", status_str(s1),
+             status_str(s2), status_str(s3), v->be->err);
+      /* the filter of a shape without peepholes has nothing to compute */
+      cl_gates_shape none = {1, 1, 1, CL_F32, CL_PEEP_NONE};
+      cl_status s4 = v->be->iface->peephole_filter(v->be, &none, Z, C, NULL, H);
+      expect(v, s4 == CL_E_INVALID, "peephole_filter without peepholes: %s (%s)",
+             status_str(s4), v->be->err);
+      /* a cell with peepholes and no weights is refused, not run without */
+      cl_gates_shape peep = {1, 1, 1, CL_F32, CL_PEEP_CHANNEL};
+      cl_status s5 = v->be->iface->gates_forward(v->be, &peep, Z, NULL, NULL, C, H);
+      cl_status s6 = v->be->iface->gates_backward(v->be, &peep, Z, C, NULL, NULL, H, C);
+      expect(v, s5 == CL_E_INVALID && s6 == CL_E_INVALID,
+             "peepholes without weights: forward %s, backward %s (%s)", status_str(s5),
+             status_str(s6), v->be->err);
     }
     scope_end(&sc);
   }
@@ -1872,9 +1944,17 @@ static const cl_conv_shape conv_rounding_cases[] = {{1, 1, 1, 1, 4136, 1, 1, 1, 
 /* {N, hidden, P}: P = 35, 37 (a vector body and a scalar tail), 150 (a
  * full 128 chunk, a vector body and a tail), 576 (a 24x24 image). */
 static const cl_gates_shape gates_shapes[] = {
-    {2, 3, 37, 0}, {4, 16, 576, 0}, {3, 5, 150, 0}, {3, 4, 35, 0}, {2, 16, 63, 0}};
-static const cl_gates_shape gates_fd_shapes[] = {{2, 3, 37, 0}};
-static const cl_gates_shape one_case[] = {{1, 1, 1, 0}};
+    {2, 3, 37, 0, 0}, {4, 16, 576, 0, 0}, {3, 5, 150, 0, 0}, {3, 4, 35, 0, 0}, {2, 16, 63, 0, 0}};
+static const cl_gates_shape gates_fd_shapes[] = {{2, 3, 37, 0, 0}};
+static const cl_gates_shape one_case[] = {{1, 1, 1, 0, 0}};
+/* the same sizes with each kind of peephole: per channel (one weight
+ * broadcast over a vector) and per position (a vector of weights) */
+static const cl_gates_shape gates_peep_shapes[] = {
+    {2, 3, 37, 0, CL_PEEP_CHANNEL},  {4, 16, 576, 0, CL_PEEP_POSITION},
+    {3, 5, 150, 0, CL_PEEP_POSITION}, {3, 4, 35, 0, CL_PEEP_CHANNEL},
+    {2, 16, 63, 0, CL_PEEP_POSITION}};
+static const cl_gates_shape gates_peep_fd_shapes[] = {{2, 3, 37, 0, CL_PEEP_CHANNEL},
+                                                      {2, 3, 37, 0, CL_PEEP_POSITION}};
 
 /* 1 and 4099 elements; more blocks than the CUDA reduction's partials */
 static const mse_case mse_cases[] = {
@@ -2075,6 +2155,23 @@ static const row ops[] = {
      {1e-5, 0, 0, 0, 0, 0,
       "central differences of step 1e-6 in double are exact to ~1e-9; the rest is float32 "
       "rounding as in gates_backward"}},
+    {"gates_forward with peepholes", run_gates_forward, CASES(gates_peep_shapes), ALL, 0,
+     {2e-6, 1e-3, 8e-3, 0, 0, 0,
+      "as gates_forward; w_ci c_prev, w_cf c_prev (|w| <= 1, |c_prev| <= 2) and w_co c add a "
+      "rounding each to a pre-activation"}},
+    {"gates_backward with peepholes", run_gates_backward, CASES(gates_peep_shapes), ALL, 0,
+     {2e-5, 1e-3, 8e-3, 0, 0, 0,
+      "as gates_backward; dz_o w_co into dc_t and dz_i w_ci + dz_f w_cf into dc_prev add a few "
+      "float32 roundings of values <= 4"}},
+    {"peephole_filter", run_peephole_filter, CASES(gates_peep_shapes), ALL, 0,
+     {1e-5, 1e-5, 1e-5, 0, 0, 0,
+      "a float32 sum of N products per position (per channel: N * P in double) from the "
+      "stored values: only summation order differs; the result is float32 for every dtype"}},
+    {"gates_forward + gates_backward + peephole_filter vs finite differences", run_gates_fd,
+     CASES(gates_peep_fd_shapes), F32, 0,
+     {2e-5, 0, 0, 0, 0, 0,
+      "central differences of step 1e-6 in double are exact to ~1e-9; the rest is float32 "
+      "rounding as in gates_backward, and a sum of up to N P = 74 float32 products"}},
     {"gates_* refusals", run_gates_errors, NULL, 1, ALL, 0, EXACT("statuses")},
     {"mse", run_mse, CASES(mse_cases), ALL, 0,
      {1e-6, 0, 0, 0, 0, 1e-10,

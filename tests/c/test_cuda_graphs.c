@@ -37,6 +37,7 @@ typedef struct gcase {
   double max_norm;
   cl_optim_kind optim;
   double init_scale; /* float16: 0 keeps the default */
+  cl_peephole peep;  /* the cell's peepholes (their filter slot is recorded too) */
   double dropout;    /* > 0: every layer's input and h dropped, masks redrawn each step */
   int horizon;       /* > 1: free-running training over that many frames */
 } gcase;
@@ -50,6 +51,11 @@ static cl_model *make(const gcase *gc, int graphs) {
   c.hidden_dims[1] = 1;
   c.kernel_sizes[0] = c.kernel_sizes[1] = 3;
   c.bias = 1;
+  c.peephole = gc->peep;
+  if (gc->peep == CL_PEEP_POSITION) {
+    c.peephole_h = H;
+    c.peephole_w = W;
+  }
   c.dtype = gc->dtype;
   c.device = CL_DEVICE_CUDA;
   for (int l = 0; l < c.n_layers; l++) c.dropout[l] = c.recurrent_dropout[l] = gc->dropout;
@@ -203,15 +209,25 @@ int main(void) {
     return 77;
   }
   const gcase cases[] = {
-      {"float32 adam", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, 0, 0},
-      {"float32 adam checkpoint=2 clip=0.05", CL_F32, 2, 0.05, CL_OPTIM_ADAM, 0, 0, 0},
-      {"float32 sgd momentum clip=1e9", CL_F32, 0, 1e9, CL_OPTIM_SGD, 0, 0, 0},
-      {"float16 adam scaler", CL_F16, 0, 0, CL_OPTIM_ADAM, 0, 0, 0},
-      {"float16 adam overflow checkpoint=2", CL_F16, 2, 0.05, CL_OPTIM_ADAM, 1073741824.0, 0, 0},
-      {"bfloat16 adamw", CL_BF16, 0, 0, CL_OPTIM_ADAMW, 0, 0, 0},
-      {"float32 adam dropout 0.3", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, 0.3, 0},
-      {"float16 adam dropout 0.3 checkpoint=2", CL_F16, 2, 0, CL_OPTIM_ADAM, 0, 0.3, 0},
-      {"float32 adam dropout 0.3 free-running 3", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, 0.3, 3},
+      {"float32 adam", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0, 0},
+      {"float32 adam checkpoint=2 clip=0.05", CL_F32, 2, 0.05, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0,
+       0},
+      {"float32 sgd momentum clip=1e9", CL_F32, 0, 1e9, CL_OPTIM_SGD, 0, CL_PEEP_NONE, 0, 0},
+      {"float16 adam scaler", CL_F16, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0, 0},
+      {"float16 adam overflow checkpoint=2", CL_F16, 2, 0.05, CL_OPTIM_ADAM, 1073741824.0,
+       CL_PEEP_NONE, 0, 0},
+      {"bfloat16 adamw", CL_BF16, 0, 0, CL_OPTIM_ADAMW, 0, CL_PEEP_NONE, 0, 0},
+      {"float32 adam dropout 0.3", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0.3, 0},
+      {"float16 adam dropout 0.3 checkpoint=2", CL_F16, 2, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0.3,
+       0},
+      {"float32 adam dropout 0.3 free-running 3", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE,
+       0.3, 3},
+      {"float32 adam peepholes per position", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_POSITION, 0,
+       0},
+      {"float16 adam peepholes per channel checkpoint=2", CL_F16, 2, 0, CL_OPTIM_ADAM, 0,
+       CL_PEEP_CHANNEL, 0, 0},
+      {"float32 adam peepholes per channel dropout 0.3 free-running 3", CL_F32, 0, 0,
+       CL_OPTIM_ADAM, 0, CL_PEEP_CHANNEL, 0.3, 3},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
   return ctest_done("test_cuda_graphs");

@@ -62,6 +62,7 @@ typedef struct step_case {
   cl_step_options opts;
   cl_optim_kind optim;
   cl_device device;
+  cl_peephole peephole; /* per position: for the case's H x W */
   double dropout; /* > 0: every layer's input and h dropped; masks the caller's */
 } step_case;
 
@@ -77,6 +78,8 @@ static void run_case(const step_case *sc, start_fn start, stop_fn stop) {
   c.n_threads = 1;
   c.dtype = sc->dtype;
   c.device = sc->device;
+  c.peephole = sc->peephole;
+  if (sc->peephole == CL_PEEP_POSITION) c.peephole_h = sc->H, c.peephole_w = sc->W;
   for (int l = 0; l < c.n_layers; l++) c.dropout[l] = c.recurrent_dropout[l] = sc->dropout;
   cl_model *m = ctest_model(&c);
   if (!m) return;
@@ -138,17 +141,25 @@ int main(int argc, char **argv) {
   stop_fn stop = (stop_fn)dlsym(RTLD_DEFAULT, "cl_alloc_count_stop");
   if (!start || !stop) return reexec_under_interposer(argv);
   static const step_case cases[] = {
-      {"plain", 4, 6, 16, 16, CL_F32, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU, 0},
-      {"checkpoint 2", 4, 6, 16, 16, CL_F32, {.checkpoint = 2}, CL_OPTIM_ADAM, CL_DEVICE_CPU, 0},
+      {"plain", 4, 6, 16, 16, CL_F32, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU, CL_PEEP_NONE, 0},
+      {"checkpoint 2", 4, 6, 16, 16, CL_F32, {.checkpoint = 2}, CL_OPTIM_ADAM, CL_DEVICE_CPU,
+       CL_PEEP_NONE, 0},
       {"accumulation 2", 4, 6, 16, 16, CL_F32, {.accumulation_steps = 2}, CL_OPTIM_ADAM,
-       CL_DEVICE_CPU, 0},
-      {"tbptt 4", 4, 6, 16, 16, CL_F32, {.tbptt = 4}, CL_OPTIM_ADAM, CL_DEVICE_CPU, 0},
-      {"float16", 4, 6, 16, 16, CL_F16, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU, 0},
-      {"bfloat16, sgd", 4, 6, 16, 16, CL_BF16, {0}, CL_OPTIM_SGD, CL_DEVICE_CPU, 0},
-      {"large image", 2, 3, 64, 64, CL_F32, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU, 0},
-      {"dropout 0.5", 4, 6, 16, 16, CL_F32, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU, 0.5},
+       CL_DEVICE_CPU, CL_PEEP_NONE, 0},
+      {"tbptt 4", 4, 6, 16, 16, CL_F32, {.tbptt = 4}, CL_OPTIM_ADAM, CL_DEVICE_CPU, CL_PEEP_NONE,
+       0},
+      {"float16", 4, 6, 16, 16, CL_F16, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU, CL_PEEP_NONE, 0},
+      {"bfloat16, sgd", 4, 6, 16, 16, CL_BF16, {0}, CL_OPTIM_SGD, CL_DEVICE_CPU, CL_PEEP_NONE, 0},
+      {"large image", 2, 3, 64, 64, CL_F32, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU, CL_PEEP_NONE, 0},
+      {"peepholes per position", 4, 6, 16, 16, CL_F32, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU,
+       CL_PEEP_POSITION, 0},
+      {"peepholes per channel, f16", 4, 6, 16, 16, CL_F16, {.checkpoint = 2}, CL_OPTIM_ADAM,
+       CL_DEVICE_CPU, CL_PEEP_CHANNEL, 0},
+      {"dropout 0.5", 4, 6, 16, 16, CL_F32, {0}, CL_OPTIM_ADAM, CL_DEVICE_CPU, CL_PEEP_NONE, 0.5},
       {"dropout, checkpoint 2", 4, 6, 16, 16, CL_F16, {.checkpoint = 2}, CL_OPTIM_ADAM,
-       CL_DEVICE_CPU, 0.5},
+       CL_DEVICE_CPU, CL_PEEP_NONE, 0.5},
+      {"dropout, peepholes per position", 4, 6, 16, 16, CL_F32, {.checkpoint = 3}, CL_OPTIM_ADAM,
+       CL_DEVICE_CPU, CL_PEEP_POSITION, 0.5},
   };
   printf("test_step_allocs (interposer: malloc/calloc/realloc/memalign/mmap > 64 KiB)\n");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], start, stop);

@@ -50,7 +50,7 @@ big_batch <- function(n, batch, epochs, max_grad_norm = NULL, resume = NULL, mod
   # mode: as mpi-train.R's, or "teacher" (its forecast, teacher-forced) or
   # "noshuffle" (carry's order, each batch from zeros)
   forecast <- mode %in% c("freerun", "teacher")
-  case <- mpi_case(n, seed_model = 100, forecast = forecast)
+  case <- mpi_case(n, seed_model = 100, forecast = forecast, peephole = mode == "peephole")
   set.seed(1000)
   h <- convlstm_fit(case$model, case$x, case$y, optimizer_adam(0.01), epochs = epochs,
                     batch_size = batch, verbose = FALSE, max_grad_norm = max_grad_norm,
@@ -165,6 +165,14 @@ test_that("2 ranks train a free-running horizon as 1 x batch 4 (buckets of the r
   # teacher forcing trains other weights: the free-running backward was used
   tf <- big_batch(12, 4, 2, mode = "teacher")
   expect_gt(max_diff(tf$weights, got$ref$weights), 1e-4)
+})
+
+test_that("2 ranks train peepholes as 1 x batch 4 (their gradients in the buckets)", {
+  skip_without_mpi()
+  got <- two_ranks_as_big_batch("peephole")
+  # the peepholes trained (they start at zero), on both sides
+  expect_gt(max(abs(got$ref$weights[["cell_list.0.w_ci"]])), 1e-4)
+  expect_equal(got$rank0$stats$bytes, 6 * sum(got$rank0$buckets$bytes))
 })
 
 test_that("2 ranks carrying the state train as 1 x batch 4 carrying it", {

@@ -2,8 +2,9 @@
 # over 60 random tiny configurations, shapes and step options (checkpoint,
 # accumulation_steps, tbptt, dtype, training or inference with all outputs or
 # the last state only, from zeros, a given initial state or, training, a
-# carried one; with or without dropout), a fresh model's measured peak per category after one real
-# step equals the plan's estimate. Plus the estimate's plan, print and
+# carried one; no peepholes, per channel or per position; with or without
+# dropout), a fresh model's measured peak per category after one real step
+# equals the plan's estimate. Plus the estimate's plan, print and
 # summary(model, input_shape).
 
 est_model <- function(...) convlstm(..., device = "cpu", threads = 1)
@@ -39,6 +40,8 @@ random_case <- function(i) {
     case$kernel_widths <- sample(c(1, 3, 5), L, replace = TRUE)
     case$dilation <- sample(1:3, L, replace = TRUE)
   }
+  # peepholes by the case's number (the random draws stay as they were)
+  case$peephole <- c("none", "channel", "position")[[i %% 3 + 1]]
   # dropout on the input and / or h in a third of the cases (training plans
   # its masks and masked copy; inference nothing)
   case$dropout <- case$recurrent_dropout <- rep(0, L)
@@ -70,6 +73,8 @@ run_case <- function(case) {
   model <- est_model(case$input_dim, case$hidden_dims,
                      Map(c, case$kernel_sizes, case$kernel_widths), bias = case$bias,
                      dtype = case$dtype, dilation = as.list(case$dilation),
+                     peephole = case$peephole,
+                     frame_size = if (case$peephole == "position") c(case$H, case$W),
                      dropout = case$dropout, recurrent_dropout = case$recurrent_dropout)
   on.exit(convlstm_release(model))
   C_out <- case$hidden_dims[[length(case$hidden_dims)]]
@@ -124,13 +129,15 @@ test_that("measured peaks equal the estimate to the byte over 60 random cases", 
                     paste0("state_", case$state),
                     if (any(case$dilation > 1)) "dilated",
                     if (any(case$kernel_widths != case$kernel_sizes)) "non-square",
+                    paste0("peephole_", case$peephole),
                     if (case$training && any(c(case$dropout, case$recurrent_dropout) > 0))
                       "dropout")
   }
   # the draw covers every option
   expect_true(all(c("checkpoint", "tbptt", "accumulation", "float32", "float16", "bfloat16",
                     "all", "last_state", "state_zero", "state_given", "state_carry", "dilated",
-                    "non-square", "dropout")
+                    "non-square", "peephole_none", "peephole_channel", "peephole_position",
+                    "dropout")
                   %in% techniques))
   expect_gt(n_training, 30)
 })

@@ -26,7 +26,8 @@ run_probe <- function(a) {
 }
 
 # Random shapes and options: dtype, checkpoint, accumulation, tbptt, the
-# training target, and inference keeping every output or the last states.
+# training target, and inference keeping every output or the last states;
+# the test adds the peepholes (none, per channel, per position).
 random_case <- function() {
   mode <- sample(c("last_state", "sequence", "last_state", "infer_all", "infer_last"), 1)
   T <- sample(2:8, 1)
@@ -81,10 +82,12 @@ test_that("measured: the high-water mark grows by memory_estimate()'s total over
   set.seed(20261122)
   gaps <- numeric(0)
   untouched_cases <- character(0)
-  # 24 random cases, then three of each rollout training
+  # 24 random cases, then three of each rollout training; peepholes by the
+  # case's number (the random draws stay as they were)
   rollouts <- rep(c("roll_teacher", "roll_free"), 3)
   for (i in seq_len(24 + length(rollouts))) {
     a <- if (i <= 24) random_case() else rollout_case(rollouts[[i - 24]])
+    a <- c(a, c("none", "channel", "position")[[i %% 3 + 1]])
     v <- run_probe(a)
     label <- paste(a, collapse = " ")
     measured <- v[["grow_create"]] + v[["grow_first"]]
@@ -95,7 +98,7 @@ test_that("measured: the high-water mark grows by memory_estimate()'s total over
     if (untouched > 0) untouched_cases <- c(untouched_cases, sprintf("%s: %.0f KiB", label, untouched / 1024))
     gaps <- c(gaps, stats::setNames(measured + untouched - planned, label))
     expect_lte(abs(measured + untouched - planned), 0.01 * planned + 2 * 2^20, label = label)
-    training <- !grepl("^infer", a[[length(a) - 1]])
+    training <- !grepl("^infer", a[[12]]) # the mode (horizon and peephole follow it)
     if (training) {
       # zero from the model (tests/c/alloc_count.c counts its allocations
       # inside a step: none); a page or two of R's small-object heap for the

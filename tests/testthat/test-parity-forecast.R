@@ -13,7 +13,8 @@ forecast_fixture <- function(name) read_fixture(file.path("forecast", name))
 forecast_model <- function(fx, device) {
   cfg <- fx$config
   model <- convlstm(cfg$input_dim, cfg$hidden_dims, cfg$kernel_sizes, bias = cfg$bias,
-                    device = device)
+                    device = device, peephole = cfg$peephole %||% FALSE,
+                    frame_size = cfg$frame_size)
   load_state_dict(model, fixture_group(fx, "weights/"))
   model
 }
@@ -263,7 +264,10 @@ max_rel_diff <- function(g, fx, prefix) {
 }
 
 for (device in forecast_devices) {
-  for (name in c("free_run", "free_run_deep", "free_run_one", "free_run_k2")) {
+  # free_peep_*: peepholes (random, per position / per channel), whose
+  # gradient takes the fed-back steps' dz too
+  for (name in c("free_run", "free_run_deep", "free_run_one", "free_run_k2",
+                 "free_peep_pos", "free_peep_ch")) {
     fx <- forecast_fixture(name)
     cfg <- fx$config
     label <- paste(name, device)

@@ -18,6 +18,8 @@ input_env <- function() {
   e$st <- e$m(e$x)$layer_last_states
   e$carrier <- api_model() # carries a state; m must stay untrained
   e$wide <- api_model(hidden_dims = c(3, 3)) # its output cannot be fed back
+  e$pm <- api_model(peephole = TRUE, frame_size = c(5, 4)) # per-position peepholes: 5 x 4 only
+  e$x64 <- api_x(H = 6, W = 4)
   e$released <- api_model()
   convlstm_release(e$released)
   path <- tempfile(fileext = ".rds")
@@ -128,6 +130,36 @@ bad_input_cases <- list(
   list("memory_limit beyond size_t", quote(convlstm(1, 4, 3, device = "cpu", memory_limit = 1e20)),
        "`memory_limit`"),
   list("set_memory_limit beyond size_t", quote(set_memory_limit(m, 1e20)), "`bytes`"),
+  # ---- peepholes ----
+  list("peephole unknown", quote(convlstm(1, 4, 3, device = "cpu", peephole = "yes")),
+       "`peephole`"),
+  list("peephole NA", quote(convlstm(1, 4, 3, device = "cpu", peephole = NA)), "`peephole`"),
+  list("peephole a number", quote(convlstm(1, 4, 3, device = "cpu", peephole = 1)), "`peephole`"),
+  list("peephole two values", quote(convlstm(1, 4, 3, device = "cpu",
+                                             peephole = c("channel", "position"))), "`peephole`"),
+  list("per-position peepholes without frame_size",
+       quote(convlstm(1, 4, 3, device = "cpu", peephole = TRUE)), "`frame_size`"),
+  list("frame_size zero", quote(convlstm(1, 4, 3, device = "cpu", peephole = "position",
+                                         frame_size = c(0, 4))), "`frame_size`"),
+  list("frame_size three values", quote(convlstm(1, 4, 3, device = "cpu", peephole = TRUE,
+                                                 frame_size = c(5, 4, 1))), "`frame_size`"),
+  list("frame_size fractional", quote(convlstm(1, 4, 3, device = "cpu", peephole = TRUE,
+                                               frame_size = 4.5)), "`frame_size`"),
+  list("frame_size with per-channel peepholes",
+       quote(convlstm(1, 4, 3, device = "cpu", peephole = "channel", frame_size = c(5, 4))),
+       "`frame_size`"),
+  list("frame_size without peepholes", quote(convlstm(1, 4, 3, device = "cpu", frame_size = 5)),
+       "`frame_size`"),
+  list("per-position peepholes, x of another height", quote(pm(x64)), "`x`"),
+  list("per-position peepholes, train_step on another height", quote(train_step(pm, x64,
+       api_y(H = 6), opt)), "`x`"),
+  list("per-position peepholes, predict on another width",
+       quote(predict(pm, api_x(W = 5))), "`x`"),
+  list("per-position peepholes, memory_estimate of another size",
+       quote(memory_estimate(pm, 2, 3, 6, 4)), "`height, width`"),
+  list("per-position peepholes, a state dict of per-channel ones",
+       quote(load_state_dict(pm, state_dict(api_model(peephole = "channel")))),
+       "cell_list.0.w_ci"),
   # ---- x ----
   list("x text", quote(m(array("a", c(2, 3, 2, 5, 4)))), "`x`"),
   list("x a list", quote(m(list(1, 2))), "`x`"),

@@ -311,6 +311,36 @@ test_that("the file loads in PyTorch and computes the same outputs", {
   expect_equal(ours, torch_out, tolerance = 1e-5)
 })
 
+test_that("a file with peepholes loads in PyTorch and computes the same outputs", {
+  pt <- python_torch()
+  set.seed(13)
+  d <- save_data(n = 2)
+  for (kind in c("position", "channel")) local({
+    model <- convlstm(2, c(3, 2), 3, device = "cpu", threads = 1, peephole = kind,
+                      frame_size = if (kind == "position") dim(d$x)[4:5])
+    path <- st_file()
+    xf <- tempfile()
+    of <- tempfile()
+    on.exit({ # also when a check below errs
+      convlstm_release(model)
+      unlink(c(path, xf, of))
+    })
+    sd <- state_dict(model)
+    for (k in grep("w_c", names(sd), value = TRUE)) {
+      sd[[k]][] <- stats::runif(length(sd[[k]]), -1, 1)
+    }
+    load_state_dict(model, sd)
+    convlstm_save(model, path)
+    write_f32(d$x, xf)
+    out <- system2(pt[[1]], c(shQuote(pt[[2]]), "read", shQuote(path), shQuote(xf),
+                              dim(d$x), shQuote(of)), stdout = TRUE, stderr = TRUE)
+    expect_null(attr(out, "status"))
+    expect_match(paste(out, collapse = "\n"), "\"cell_list.1.w_co\": \\[2, ")
+    ours <- predict(model, d$x)
+    expect_equal(ours, read_f32(of, dim(ours)), tolerance = 1e-5)
+  })
+})
+
 test_that("a state dict saved from PyTorch loads, architecture read from the shapes", {
   pt <- python_torch()
   d <- save_data(n = 2)

@@ -4,8 +4,9 @@
 # over a second step, against memory_estimate() for that step.
 #
 #   Rscript hwm-probe.R LIB OUT input_dim hidden kernel B T H W dtype
-#                       checkpoint accumulation tbptt mode [horizon]
+#                       checkpoint accumulation tbptt mode [horizon [peephole]]
 #
+# peephole: "none" (the default), "channel" or "position" (for H x W frames).
 # mode: "last_state" / "sequence" (a training step with that target), or
 # "infer_all" / "infer_last" (an inference forward, model(x) keeping every
 # output, or only the last states), or "roll_teacher" / "roll_free" (a
@@ -37,6 +38,7 @@ names(num) <- c("input_dim", "hidden", "kernel", "B", "T", "H", "W", "checkpoint
 dtype <- args[[10]]
 mode <- args[[14]]
 K <- if (length(args) >= 15) as.integer(args[[15]]) else 0L
+peephole <- if (length(args) >= 16) args[[16]] else "none"
 roll <- mode %in% c("roll_teacher", "roll_free")
 target <- if (roll) "sequence" else mode
 suppressPackageStartupMessages(library(convlstm, lib.loc = lib))
@@ -114,7 +116,9 @@ model <- NULL
 ptr <- NULL
 result <- NULL
 grow_create <- window({
-  model <- convlstm(n, hid, num[["kernel"]], device = "cpu", dtype = dtype, threads = 1)
+  model <- convlstm(n, hid, num[["kernel"]], device = "cpu", dtype = dtype, threads = 1,
+                    peephole = peephole,
+                    frame_size = if (peephole == "position") num[c("H", "W")])
 })
 ptr <- ns$model_ptr(model)
 grow_first <- window(result <- run(ptr))

@@ -2,7 +2,9 @@
 # the ranks (mpi-train.R) and the one-process reference (test-distributed.R).
 # forecast: y the 3 frames after x's (a horizon of 3), from a model whose
 # last layer has the input's 1 channel, so that it can feed its frames back.
-mpi_case <- function(n, seed_model = 100, forecast = FALSE) {
+# peephole: the model has per-position peepholes (their gradients are in
+# each layer's bucket).
+mpi_case <- function(n, seed_model = 100, forecast = FALSE, peephole = FALSE) {
   set.seed(1)
   x <- array(stats::runif(n * 3 * 1 * 6 * 6), dim = c(n, 3, 1, 6, 6))
   y <- if (forecast) {
@@ -12,5 +14,6 @@ mpi_case <- function(n, seed_model = 100, forecast = FALSE) {
   }
   set.seed(seed_model)
   hidden <- if (forecast) c(4, 1) else c(4, 2)
-  list(x = x, y = y, model = convlstm(1, hidden, 3, device = "cpu", threads = 1))
+  list(x = x, y = y, model = convlstm(1, hidden, 3, device = "cpu", threads = 1,
+                                     peephole = peephole, frame_size = if (peephole) c(6, 6)))
 }

@@ -21,6 +21,7 @@
 #           teacher_forcing = FALSE: buckets from cl_backward_free_run)
 #   carry   as train, state = "carry" without shuffling (each rank carries
 #           its rows of the global batch)
+#   peephole  as train, 2 epochs, the model with per-position peepholes
 args <- commandArgs(trailingOnly = TRUE)
 lib <- args[[1]]
 out <- args[[2]]
@@ -36,7 +37,7 @@ source(file.path(dirname(sub("^--file=", "", grep("^--file=", commandArgs(), val
                  "mpi-case.R"))
 if (mode == "mismatch" && d$rank == fail_rank) n <- n - 1L
 case <- mpi_case(n, seed_model = 100 + d$rank, # different initial weights per rank
-                 forecast = mode == "freerun")
+                 forecast = mode == "freerun", peephole = mode == "peephole")
 set.seed(1000 + d$rank)                         # and different generators
 ckpt <- file.path(out, "ckpt.safetensors")
 callbacks <- list(callback_model_checkpoint(ckpt), callback_csv_logger(file.path(out, "log.csv")))
