@@ -1,9 +1,9 @@
 /*
  * core/checkpoint.c -- what convlstm keeps in a safetensors file: a model's
  * parameters, and optionally its optimizer's state and hyperparameters, so
- * that training resumes exactly and the weights open in PyTorch. It holds
- * cl_model_save, cl_model_load and the cl_saved_* functions of convlstm.h,
- * where what a file holds is documented.
+ * that training resumes exactly and the weights open in PyTorch: reading
+ * one. It holds cl_model_load and the cl_saved_* functions of convlstm.h,
+ * where what a file holds is documented; checkpoint_save.c writes it.
  *
  * Why a file of its own: the container (safetensors.c, below it) knows
  * tensors and string metadata; this file knows what they mean to convlstm:
@@ -20,6 +20,7 @@
  * state first, so that running out of memory leaves the model as it was.
  */
 #include "internal.h"
+#include "checkpoint.h"  /* tensor roles, the metadata prefix */
 #include "safetensors.h" /* the container, and through it json.h */
 
 #include <math.h>
@@ -27,9 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Tensor roles: the parameter itself and the optimizer states. */
-enum { R_PARAM = 0, R_EXP_AVG, R_EXP_AVG_SQ, R_MOMENTUM, R_MAX_EXP_AVG_SQ, N_ROLES };
-static const char *const ROLE_PREFIX[N_ROLES] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq.",
+const char *const cl_role_prefix[N_ROLES] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq.",
                                                  "optimizer.momentum_buffer.",
                                                  "optimizer.max_exp_avg_sq."};
 
@@ -54,12 +53,10 @@ void cl_saved_free(cl_saved *s) {
 
 /* ---- what convlstm keeps in the metadata ------------------------------ */
 
-#define META_PREFIX "convlstm."
-
 /* A tensor's name for role r and state-dict position i of cfg. */
 static void tensor_name(char *buf, size_t len, int r, int i, const cl_config *c) {
   cl_tensor_spec t = cl_cfg_tensor(c, i);
-  cl_tensor_name(buf, len, ROLE_PREFIX[r], &t);
+  cl_tensor_name(buf, len, cl_role_prefix[r], &t);
 }
 
 static void shape_text(char *buf, size_t len, const uint64_t *d, int nd) {
@@ -679,209 +676,5 @@ cl_status cl_model_load(const char *path, const cl_config *runtime, int with_opt
   CL_TRY(cl_saved_read(path, &s, err, errlen));
   cl_status st = cl_saved_create_model(s, runtime, with_optimizer, out, err, errlen);
   cl_saved_free(s);
-  return st;
-}
-
-/* ---- writing ---------------------------------------------------------- */
-
-/* Which buffers go into the file: the parameters and, with an optimizer,
- * the states the model holds for it. */
-typedef struct save_plan {
-  int roles[N_ROLES]; /* role present */
-  float *src[N_ROLES];
-} save_plan;
-
-static cl_status check_user_meta(cl_model *m, int n, const char *const *keys,
-                                 const char *const *values) {
-  for (int i = 0; i < n; i++) {
-    const char *k = keys[i], *v = values[i];
-    if (!k || !v || !k[0])
-      return cl_fail(m, CL_E_INVALID, "metadata entry %d has an empty or missing name or value", i + 1);
-    if (strncmp(k, META_PREFIX, strlen(META_PREFIX)) == 0 || strcmp(k, "format") == 0)
-      return cl_fail(m, CL_E_INVALID,
-                     "metadata name \"%.60s\" is reserved (convlstm writes \"format\" and "
-                     "\"convlstm.*\" itself)", k);
-    if (cl_utf8_check((const unsigned char *)k, strlen(k)) != strlen(k) ||
-        cl_utf8_check((const unsigned char *)v, strlen(v)) != strlen(v))
-      return cl_fail(m, CL_E_INVALID, "metadata entry \"%.60s\" is not valid UTF-8", k);
-    for (int j = 0; j < i; j++)
-      if (strcmp(keys[j], k) == 0)
-        return cl_fail(m, CL_E_INVALID, "metadata name \"%.60s\" appears twice", k);
-  }
-  return CL_OK;
-}
-
-static int square_undilated(const cl_config *c) {
-  for (int l = 0; l < c->n_layers; l++)
-    if (cl_cfg_kernel_w(c, l) != c->kernel_sizes[l] || cl_cfg_dilation_h(c, l) != 1 ||
-        cl_cfg_dilation_w(c, l) != 1)
-      return 0;
-  return 1;
-}
-
-static cl_status build_header(cl_model *m, const cl_optim *opt, const save_plan *sp, int n_meta,
-                              const char *const *keys, const char *const *values, cl_st_buf *h) {
-  const cl_config *c = &m->cfg;
-  int first = 1;
-  cl_st_header_begin(h);
-  cl_st_header_meta(h, &first, "format", "pt");
-  cl_st_header_meta(h, &first, META_PREFIX "format_version", "1");
-  cl_st_header_meta_int(h, &first, META_PREFIX "input_dim", c->input_dim);
-  cl_st_header_meta_list(h, &first, META_PREFIX "hidden_dims", c->hidden_dims, c->n_layers);
-  cl_st_header_meta_list(h, &first, META_PREFIX "kernel_sizes", c->kernel_sizes, c->n_layers);
-  if (!square_undilated(c)) { /* files of square, undilated models stay as they were */
-    cl_st_header_meta_list(h, &first, META_PREFIX "kernel_widths", c->kernel_widths, c->n_layers);
-    cl_st_header_meta_list(h, &first, META_PREFIX "dilation_h", c->dilation_h, c->n_layers);
-    cl_st_header_meta_list(h, &first, META_PREFIX "dilation_w", c->dilation_w, c->n_layers);
-  }
-  int drops = 0; /* files of models without dropout stay as they were */
-  for (int l = 0; l < c->n_layers; l++) drops |= c->dropout[l] > 0 || c->recurrent_dropout[l] > 0;
-  if (drops) {
-    cl_st_header_meta_nums(h, &first, META_PREFIX "dropout", c->dropout, c->n_layers);
-    cl_st_header_meta_nums(h, &first, META_PREFIX "recurrent_dropout", c->recurrent_dropout,
-                           c->n_layers);
-  }
-  cl_st_header_meta(h, &first, META_PREFIX "bias", c->bias ? "true" : "false");
-  if (c->peephole) { /* files of models without stay as they were */
-    cl_st_header_meta(h, &first, META_PREFIX "peephole", cl_peephole_name(c->peephole));
-    int hw[2] = {c->peephole_h, c->peephole_w};
-    if (c->peephole == CL_PEEP_POSITION)
-      cl_st_header_meta_list(h, &first, META_PREFIX "peephole_size", hw, 2);
-  }
-  cl_st_header_meta(h, &first, META_PREFIX "dtype", cl_dtype_name(c->dtype));
-  cl_st_header_meta(h, &first, META_PREFIX "device", cl_device_name(c->device));
-  if (opt) {
-    cl_st_header_meta(h, &first, META_PREFIX "optimizer", cl_optim_kind_name(opt->kind));
-    cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.lr", opt->lr);
-    cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.weight_decay", opt->weight_decay);
-    if (cl_optim_is_adam(opt->kind)) {
-      cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.beta1", opt->beta1);
-      cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.beta2", opt->beta2);
-      cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.eps", opt->eps);
-      if (opt->amsgrad) cl_st_header_meta(h, &first, META_PREFIX "optimizer.amsgrad", "true");
-    } else {
-      cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.momentum", opt->momentum);
-    }
-    cl_st_header_meta_int(h, &first, META_PREFIX "optimizer.steps",
-                m->opt_kind == opt->kind ? (long long)m->opt_steps : 0);
-    if (c->dtype == CL_F16) {
-      cl_st_header_meta_num(h, &first, META_PREFIX "loss_scale.scale", m->scaler.scale);
-      cl_st_header_meta_int(h, &first, META_PREFIX "loss_scale.growth_interval", m->scaler.growth_interval);
-      cl_st_header_meta_int(h, &first, META_PREFIX "loss_scale.clean_steps", m->scaler.clean_steps);
-      cl_st_header_meta_int(h, &first, META_PREFIX "loss_scale.skipped_steps",
-                  (long long)m->scaler.skipped_steps);
-      cl_st_header_meta_int(h, &first, META_PREFIX "loss_scale.skipped_in_a_row",
-                  (long long)m->scaler.skipped_in_a_row);
-      cl_st_header_meta_num(h, &first, META_PREFIX "loss_scale.init_scale", m->scaler.init_scale);
-      cl_st_header_meta_num(h, &first, META_PREFIX "loss_scale.growth_factor",
-                            m->scaler.growth_factor);
-      cl_st_header_meta_num(h, &first, META_PREFIX "loss_scale.backoff_factor",
-                            m->scaler.backoff_factor);
-    }
-  }
-  for (int i = 0; i < n_meta; i++) cl_st_header_meta(h, &first, keys[i], values[i]);
-  cl_st_header_end_meta(h);
-  uint64_t off = 0;
-  char name[96];
-  for (int r = 0; r < N_ROLES; r++) {
-    if (!sp->roles[r]) continue;
-    for (int i = 0; i < m->n_tensors; i++) {
-      const char *pname;
-      int nd, dims[4];
-      CL_TRY(cl_model_tensor_info(m, i, &pname, &nd, dims));
-      snprintf(name, sizeof name, "%s%s", ROLE_PREFIX[r], pname);
-      uint64_t bytes = 4 * (uint64_t)cl_tensor_numel(m, i);
-      cl_st_header_tensor_f32(h, name, nd, dims, off, off + bytes);
-      off += bytes;
-    }
-  }
-  cl_st_header_end(h);
-  if (h->oom) return cl_fail(m, CL_E_OOM, "out of host memory writing the header");
-  return CL_OK;
-}
-
-static cl_status write_file(cl_model *m, const char *path, const cl_st_buf *h,
-                            const save_plan *sp) {
-  cl_st_writer w;
-  CL_TRY(cl_st_write_open(&w, path, m->err, sizeof m->err));
-  size_t maxn = 1;
-  for (int i = 0; i < m->n_tensors; i++)
-    if (cl_tensor_numel(m, i) > maxn) maxn = cl_tensor_numel(m, i);
-  float *t = malloc(maxn * sizeof(float));
-  cl_status st = CL_OK;
-  if (!t) st = cl_fail(m, CL_E_OOM, "out of host memory writing '%s'", path);
-  int ok = st == CL_OK && cl_st_write_header(&w, h);
-  for (int r = 0; r < N_ROLES && ok && st == CL_OK; r++) {
-    if (!sp->roles[r]) continue;
-    for (int i = 0; i < m->n_tensors && ok && st == CL_OK; i++) {
-      size_t n = cl_tensor_numel(m, i);
-      if (r == R_PARAM) {
-        const char *pname;
-        int nd, dims[4];
-        st = cl_model_tensor_info(m, i, &pname, &nd, dims);
-        if (st == CL_OK) st = cl_model_get_param(m, pname, t, n);
-      } else {
-        cl_convert_tensor(m, i, sp->src[r], t, 1);
-      }
-      if (st == CL_OK) ok = cl_st_write_f32(&w, t, n);
-    }
-  }
-  free(t);
-  return cl_st_write_close(&w, path, st, m->err, sizeof m->err);
-}
-
-cl_status cl_save_target_check(const char *path, char *err, size_t errlen) {
-  char target[CL_ST_MAX_TARGET + 1];
-  if (!path || !path[0]) return cl_st_fail(err, errlen, CL_E_INVALID, "the path is empty");
-  return cl_st_save_target(path, target, sizeof target, err, errlen);
-}
-
-cl_status cl_model_save(cl_model *m, const char *path, const cl_optim *opt, int n_meta,
-                        const char *const *meta_keys, const char *const *meta_values) {
-  m->err[0] = '\0';
-  if (!path || !path[0]) return cl_fail(m, CL_E_INVALID, "the path is empty");
-  if (n_meta < 0 || (n_meta > 0 && (!meta_keys || !meta_values)))
-    return cl_fail(m, CL_E_INVALID, "metadata names and values are missing");
-  CL_TRY(check_user_meta(m, n_meta, meta_keys, meta_values));
-  save_plan sp;
-  memset(&sp, 0, sizeof sp);
-  sp.roles[R_PARAM] = 1;
-  if (opt) {
-    CL_TRY(cl_check_optim(m, opt));
-    if (m->opt_kind != 0 && m->opt_kind != opt->kind)
-      return cl_fail(m, CL_E_INVALID,
-                     "the model's optimizer state is %s's, but the optimizer to save is %s: "
-                     "save with the optimizer the model was trained with",
-                     cl_optim_kind_title(m->opt_kind), cl_optim_kind_title(opt->kind));
-    if (m->opt_kind == opt->kind) {
-      int adam = cl_optim_is_adam(opt->kind), mr = adam ? R_EXP_AVG : R_MOMENTUM;
-      sp.roles[mr] = m->opt_m != NULL;
-      sp.src[mr] = m->opt_m;
-      sp.roles[R_EXP_AVG_SQ] = adam && m->opt_v != NULL;
-      sp.src[R_EXP_AVG_SQ] = m->opt_v;
-      /* a state without the maximum (amsgrad turned on after it) saves none:
-       * the loader then wants none, and the next step starts it at zeros */
-      sp.roles[R_MAX_EXP_AVG_SQ] = adam && opt->amsgrad && m->opt_vmax && m->opt_v;
-      sp.src[R_MAX_EXP_AVG_SQ] = m->opt_vmax;
-    }
-  }
-  /* Optimizer state on a device that is not host memory: one download. */
-  const struct cl_backend_i *be = m->be->iface;
-  float *host[N_ROLES] = {NULL};
-  size_t pb = m->n_params * sizeof(float);
-  cl_status st = CL_OK;
-  for (int r = 1; r < N_ROLES && st == CL_OK; r++) {
-    if (!sp.roles[r] || be->host_accessible) continue;
-    host[r] = malloc(pb);
-    if (!host[r]) st = cl_fail(m, CL_E_OOM, "out of host memory copying the optimizer state");
-    else if ((st = be->download(m->be, host[r], sp.src[r], pb)) != CL_OK)
-      st = cl_fail_backend(m, st, "download of the optimizer state");
-    sp.src[r] = host[r];
-  }
-  cl_st_buf h = {0};
-  if (st == CL_OK) st = build_header(m, opt, &sp, n_meta, meta_keys, meta_values, &h);
-  if (st == CL_OK) st = write_file(m, path, &h, &sp);
-  free(h.p);
-  for (int r = 0; r < N_ROLES; r++) free(host[r]);
   return st;
 }
