@@ -173,6 +173,37 @@ def carry(cfg, model, w, x, y):
     return chunk, keep
 
 
+def adam_record(w, model, weight_decay, step_loss, what, first_grads=False):
+    """ADAM_STEPS Adam steps, each on step_loss(step) (the loss before the
+    update, as train_step returns it), then the records every kind shares:
+    adam_min_grad_ratio, adam_losses, adam_params/ (and grad/ of the first
+    step with first_grads). None when a step's gradients are too small to
+    compare or a file would look executable (make_fixtures.py: the caller
+    tries the next seed)."""
+    opt = torch.optim.Adam(model.parameters(), lr=ADAM_LR, weight_decay=weight_decay)
+    losses, ratio = [], float("inf")
+    for step in range(ADAM_STEPS):
+        opt.zero_grad()
+        loss = step_loss(step)
+        loss.backward()
+        if first_grads and step == 0:
+            for k, p in model.named_parameters():
+                w.tensor("grad/" + k, p.grad)
+        ratio = min(ratio, smallest_gradient(model, weight_decay))
+        opt.step()
+        losses.append(loss.item())
+    if ratio < MIN_GRAD_RATIO:
+        return None
+    w.info("adam_min_grad_ratio", "%.3e" % ratio)
+    w.tensor("adam_losses", torch.tensor(losses))
+    for name, v in model.state_dict().items():
+        w.tensor("adam_params/" + name, v)
+    if w.looks_executable:  # R CMD check's undeclared-executable warning
+        return None
+    w.close()
+    return what + " ".join("%.5f" % l for l in losses)
+
+
 def teacher_loss(model, x, y):
     K = y.shape[1]
     out = model(torch.cat([x, y[:, :K - 1]], dim=1))[0][-1]
@@ -183,26 +214,8 @@ def teacher(cfg, model, w, x):
     K = cfg["horizon"]
     y = torch.rand(cfg["B"], K, cfg["input_dim"], cfg["H"], cfg["W"])
     w.tensor("y_frames", y)
-    opt = torch.optim.Adam(model.parameters(), lr=ADAM_LR, weight_decay=cfg["weight_decay"])
-    losses, ratio = [], float("inf")
-    for step in range(ADAM_STEPS):
-        opt.zero_grad()
-        loss = teacher_loss(model, x, y)
-        loss.backward()
-        if step == 0:
-            for k, p in model.named_parameters():
-                w.tensor("grad/" + k, p.grad)
-        ratio = min(ratio, smallest_gradient(model, cfg["weight_decay"]))
-        opt.step()
-        losses.append(loss.item())
-    if ratio < MIN_GRAD_RATIO:
-        return None
-    w.info("adam_min_grad_ratio", "%.3e" % ratio)
-    w.tensor("adam_losses", torch.tensor(losses))
-    for name, v in model.state_dict().items():
-        w.tensor("adam_params/" + name, v)
-    w.close()
-    return "teacher-forced adam losses " + " ".join("%.5f" % l for l in losses)
+    return adam_record(w, model, cfg["weight_decay"], lambda step: teacher_loss(model, x, y),
+                       "teacher-forced adam losses ", first_grads=True)
 
 
 def free_run_loss(model, x, y, detach_frames=False, masks=None):
@@ -246,28 +259,9 @@ def free_run(cfg, model, w, x):
         write_grads(w, model, "grad_fed_unmasked/", fed_unmasked_loss(model, x, y, masks))
     write_grads(w, model, "grad_detached/",
                 free_run_loss(model, x, y, detach_frames=True, masks=masks))
-    opt = torch.optim.Adam(model.parameters(), lr=ADAM_LR, weight_decay=cfg["weight_decay"])
-    losses, ratio = [], float("inf")
-    for step in range(ADAM_STEPS):
-        opt.zero_grad()
-        loss = free_run_loss(model, x, y, masks=masks)
-        loss.backward()
-        if step == 0:
-            for k, p in model.named_parameters():
-                w.tensor("grad/" + k, p.grad)
-        ratio = min(ratio, smallest_gradient(model, cfg["weight_decay"]))
-        opt.step()
-        losses.append(loss.item())
-    if ratio < MIN_GRAD_RATIO:
-        return None
-    w.info("adam_min_grad_ratio", "%.3e" % ratio)
-    w.tensor("adam_losses", torch.tensor(losses))
-    for name, v in model.state_dict().items():
-        w.tensor("adam_params/" + name, v)
-    if w.looks_executable:  # R CMD check's undeclared-executable warning (make_fixtures.py)
-        return None
-    w.close()
-    return "free-running adam losses " + " ".join("%.5f" % l for l in losses)
+    return adam_record(w, model, cfg["weight_decay"],
+                       lambda step: free_run_loss(model, x, y, masks=masks),
+                       "free-running adam losses ", first_grads=True)
 
 
 def make(cfg, root, seed):
@@ -312,27 +306,14 @@ def make(cfg, root, seed):
         batch = state_given(cfg, model, w, x, y)
     else:
         batch, keep = carry(cfg, model, w, x, y)
-    opt = torch.optim.Adam(model.parameters(), lr=ADAM_LR, weight_decay=cfg["weight_decay"])
-    losses, ratio = [], float("inf")
-    for step in range(ADAM_STEPS):
+
+    def step_loss(step):
         xs, ys, state = batch(step)
-        opt.zero_grad()
         out = model(xs, state=state)
-        loss = F.mse_loss(prediction(out, cfg["target"]), ys)
-        loss.backward()
-        ratio = min(ratio, smallest_gradient(model, cfg["weight_decay"]))
-        opt.step()
-        if keep:
+        if keep:  # the next chunk starts from this one's last state, detached
             keep(out)
-        losses.append(loss.item())
-    if ratio < MIN_GRAD_RATIO:
-        return None
-    w.info("adam_min_grad_ratio", "%.3e" % ratio)
-    w.tensor("adam_losses", torch.tensor(losses))
-    for name, v in model.state_dict().items():
-        w.tensor("adam_params/" + name, v)
-    w.close()
-    return "adam losses " + " ".join("%.5f" % l for l in losses)
+        return F.mse_loss(prediction(out, cfg["target"]), ys)
+    return adam_record(w, model, cfg["weight_decay"], step_loss, "adam losses ")
 
 
 def main():
