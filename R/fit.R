@@ -25,7 +25,9 @@
 #' @param batch_size Samples per training step, at most the number of
 #'   samples (the default, 32, is lowered to it); or `"max"`: the largest
 #'   batch that fits ([max_batch_size()]) in `memory_budget` (without one,
-#'   in what the device has free), for the configuration trained with.
+#'   in what the device has free), for the configuration trained with (with
+#'   a `horizon`, its teacher-forced or free-running step, or with a
+#'   schedule of `teacher_forcing` both).
 #' @param shuffle Draw a new order of the samples every epoch (with R's
 #'   random number generator). Must be `FALSE` with `state = "carry"`.
 #' @param validation_data `NULL`, or `list(x, y)` on which the loss is
@@ -75,7 +77,8 @@
 #'   ([memory_advise()]: dtype, `checkpoint`, `accumulation_steps`) is
 #'   trained with, said in one line; the model's dtype is converted if
 #'   another is chosen. Leave `checkpoint`, `accumulation_steps` and `tbptt`
-#'   out then. Not with a `horizon` or `state = "carry"`.
+#'   out then. Not with a `horizon` (give `batch_size = "max"` alone) or
+#'   `state = "carry"`.
 #' @param horizon,teacher_forcing `NULL`, or train every batch as
 #'   [train_step()] with `horizon` (the forecast of the frames in `y`) and
 #'   `teacher_forcing` (`TRUE`: the true frames fed back; `FALSE`:
@@ -185,7 +188,8 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   shuffle <- check_flag(shuffle, "shuffle")
   verbose <- check_flag(verbose, "verbose")
   fits <- fit_memory_plan(model, dim(x), batch_size, memory_budget, optimizer, target,
-                          checkpoint, accumulation_steps, tbptt, verbose)
+                          checkpoint, accumulation_steps, tbptt, verbose,
+                          plans = forecast$plans %||% list(list()))
   batch_size <- fits$batch_size
   checkpoint <- fits$checkpoint
   accumulation_steps <- fits$accumulation_steps
@@ -491,18 +495,25 @@ fit_forecast <- function(horizon, teacher_forcing, target_missing, target, confi
   if (!target_missing && !identical(target, "sequence")) {
     abort_arg("target", '"sequence" with a `horizon`', target, call)
   }
-  list(horizon = K, p_of = p_of,
-       teacher_only = !is.function(teacher_forcing) && p_of(1L) == 1)
+  teacher_only <- !is.function(teacher_forcing) && p_of(1L) == 1
+  # the memory plans its steps take (batch_size = "max" must fit each): a p
+  # of 1 the teacher-forced one, below 1 the free-running one, a schedule
+  # either
+  teacher <- list(horizon = K, teacher_forcing = TRUE)
+  free <- list(horizon = K, teacher_forcing = FALSE)
+  plans <- if (teacher_only) list(teacher)
+           else if (is.function(teacher_forcing)) list(teacher, free) else list(free)
+  list(horizon = K, p_of = p_of, teacher_only = teacher_only, plans = plans)
 }
 
 # Whether a fit carries the state between batches (state = "carry"), which
 # needs the batches in order and of one size, chosen by the user.
 fit_state <- function(state, shuffle, batch_size, memory_budget, forecast, call) {
   if (is.null(state)) {
-    if (!is.null(forecast) && (identical(batch_size, "max") || !is.null(memory_budget))) {
+    if (!is.null(forecast) && !is.null(memory_budget)) {
       abort_convlstm(paste0(
-        "`batch_size = \"max\"` and `memory_budget` do not plan a `horizon` yet: give a ",
-        "batch size (memory_estimate(..., horizon = , teacher_forcing = ) shows what it takes)."),
+        "`memory_budget` does not plan a `horizon` yet: give a batch size or `batch_size = ",
+        "\"max\"` (memory_estimate(..., horizon = , teacher_forcing = ) shows what it takes)."),
         call = call)
     }
     return(FALSE)
