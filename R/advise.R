@@ -434,7 +434,7 @@ print.convlstm_memory_advice <- function(x, n = 10, ...) {
 # the n samples there are. Without either, the arguments as given.
 fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, target,
                             checkpoint, accumulation_steps, tbptt, verbose,
-                            call = sys.call(-1)) {
+                            plans = list(list()), call = sys.call(-1)) {
   given <- list(batch_size = batch_size, checkpoint = checkpoint,
                 accumulation_steps = accumulation_steps, tbptt = tbptt)
   is_max <- identical(batch_size, "max")
@@ -446,9 +446,13 @@ fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, tar
   n <- xd[[1]]
   shape <- list(seq_len = xd[[2]], height = xd[[4]], width = xd[[5]])
   budget <- resolve_budget(ptr, memory_budget, "memory_budget", call)
+  # plans: the forecast options of every step the fit may take (a
+  # forecast's, fit_forecast()); the batch must fit each
   largest <- function(opts) {
-    b <- do.call(max_batch_size, c(list(model), shape,
-                                   list(budget = budget, optimizer = optimizer), opts))
+    b <- min(vapply(plans, function(f) {
+      as.double(do.call(max_batch_size, c(list(model), shape,
+                                          list(budget = budget, optimizer = optimizer), opts, f)))
+    }, numeric(1)))
     min(n, as.integer(b))
   }
   if (is.null(memory_budget)) { # "max" with the options given

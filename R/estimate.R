@@ -63,7 +63,9 @@
 #'   frames sit in `x`'s slots of the later steps and whose backward through
 #'   them keeps, per layer, its own `d_cell` and (below the last layer) two
 #'   steps of `d_hidden_rollout` (one for a horizon of 2), under
-#'   `workspace`.
+#'   `workspace`. A probability below 1 (scheduled sampling) plans the same
+#'   as `FALSE`, whatever the coins of a step say: the true frames go into
+#'   the slots the fed-back frames would take.
 #' @param world_size For a training estimate, the number of ranks of a
 #'   data-parallel fit ([convlstm_fit()]`(distributed = )`), `batch_size`
 #'   being each rank's. The plan is each rank's and does not change: the
@@ -131,7 +133,7 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
                    call = sys.call())
   }
   horizon <- check_count(horizon, "horizon", min = 0)
-  teacher_forcing <- check_flag(teacher_forcing, "teacher_forcing")
+  teacher_forcing <- check_teacher_forcing(teacher_forcing)
   if (horizon > 0) {
     check_horizon(horizon, c_model_config(ptr), call = sys.call())
     # x, then the true (or, free-running, the fed-back) frames
@@ -149,7 +151,7 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
                                 outputs = if (training) "all" else outputs, dtype = dtype,
                                 batch_size = shape[[1]],
                                 state = list(mode = state, arrays = NULL, horizon = horizon,
-                                             free_run = training && !teacher_forcing),
+                                             free_run = training && teacher_forcing < 1),
                                 weight = if (!is.null(weight)) {
                                   if (weight == "sequence") 5L else 4L
                                 })
@@ -162,7 +164,7 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
     options = list(checkpoint = checkpoint, accumulation_steps = accumulation_steps,
                    tbptt = tbptt, outputs = if (training) "all" else outputs, state = state,
                    horizon = horizon, weight = weight,
-                   teacher_forcing = !(training && horizon > 1 && !teacher_forcing)),
+                   teacher_forcing = if (training && horizon > 1) teacher_forcing else 1),
     optimizer = optimizer$kind %||% planned_optimizer(plan$name)
   )
   if (training && world_size > 1) attr(est, "communication") <- grad_buckets(ptr, world_size)
@@ -210,8 +212,10 @@ describe_options <- function(options) {
     if (options$tbptt > 0) sprintf("tbptt window %d", options$tbptt),
     if (identical(options$outputs, "last_state")) "last state only",
     if (isTRUE(options$horizon > 0)) {
+      tf <- options$teacher_forcing %||% 1
       sprintf("forecast of %d frames%s", options$horizon,
-              if (isFALSE(options$teacher_forcing)) ", free-running" else "")
+              if (tf == 0) ", free-running"
+              else if (tf < 1) sprintf(", scheduled sampling (p = %s)", format(tf)) else "")
     },
     if (!is.null(options$state) && !identical(options$state, "zero")) {
       sprintf("%s initial state", options$state)

@@ -25,7 +25,9 @@
 #' @param batch_size Samples per training step, at most the number of
 #'   samples (the default, 32, is lowered to it); or `"max"`: the largest
 #'   batch that fits ([max_batch_size()]) in `memory_budget` (without one,
-#'   in what the device has free), for the configuration trained with.
+#'   in what the device has free), for the configuration trained with (with
+#'   a `horizon`, its teacher-forced or free-running step, or with a
+#'   schedule of `teacher_forcing` both).
 #' @param shuffle Draw a new order of the samples every epoch (with R's
 #'   random number generator). Must be `FALSE` with `state = "carry"`.
 #' @param validation_data `NULL`, or `list(x, y)` on which the loss is
@@ -75,15 +77,22 @@
 #'   ([memory_advise()]: dtype, `checkpoint`, `accumulation_steps`) is
 #'   trained with, said in one line; the model's dtype is converted if
 #'   another is chosen. Leave `checkpoint`, `accumulation_steps` and `tbptt`
-#'   out then. Not with a `horizon` or `state = "carry"`.
+#'   out then. Not with a `horizon` (give `batch_size = "max"` alone) or
+#'   `state = "carry"`.
 #' @param horizon,teacher_forcing `NULL`, or train every batch as
 #'   [train_step()] with `horizon` (the forecast of the frames in `y`) and
 #'   `teacher_forcing` (`TRUE`: the true frames fed back; `FALSE`:
-#'   free-running, the model's own). `target` is then `"sequence"`, the
-#'   batches are sliced from R arrays (not uploaded as a data set), and the
-#'   validation loss is that of the free-running forecast
-#'   ([convlstm_evaluate()] with `horizon`), whichever way training feeds
-#'   the frames back.
+#'   free-running, the model's own; a probability `p`: scheduled sampling,
+#'   each fed-back step of each batch the true frame with probability `p`).
+#'   `teacher_forcing` may also be a function of the epoch number (1, 2,
+#'   ...) returning that epoch's `p`, such as a decay made by
+#'   [sampling_schedule()]; the history then has a column `teacher_forcing`,
+#'   the `p` each epoch trained with (every forecasting fit has it). The
+#'   coins are drawn from R's random number generator before each batch.
+#'   `target` is then `"sequence"`, the batches are sliced from R arrays
+#'   (not uploaded as a data set), and the validation loss is that of the
+#'   free-running forecast ([convlstm_evaluate()] with `horizon`), whichever
+#'   way training feeds the frames back.
 #' @param state `NULL` (every batch starts from zeros) or `"carry"`:
 #'   stateful training over consecutive chunks of long sequences, as
 #'   Keras's `stateful = TRUE`. Each batch starts from the state the batch
@@ -118,7 +127,8 @@
 #'   of its last step), `seconds` and `peak_bytes` (peak memory the model
 #'   held during the epoch), and the attribute `data_on_device` (whether the
 #'   training set was on the device). It has `print()`, `plot()` and
-#'   (with ggplot2) `autoplot()` methods.
+#'   (with ggplot2) `autoplot()` methods. With a `horizon`, also the
+#'   column `teacher_forcing`.
 #' @seealso [fit()][fit.convlstm_model] for the same through the generic.
 #' @export
 #' @examples
@@ -142,6 +152,11 @@
 #' convlstm_fit(model, x, y2, opt, epochs = 2, batch_size = 8, horizon = 2,
 #'              teacher_forcing = FALSE, state = "carry", shuffle = FALSE,
 #'              verbose = FALSE)
+#' # scheduled sampling, the true frame fed back less and less often
+#' h <- convlstm_fit(model, x, y2, opt, epochs = 3, batch_size = 8, horizon = 2,
+#'                   teacher_forcing = sampling_schedule("exponential", k = 0.5),
+#'                   verbose = FALSE)
+#' h$teacher_forcing
 #' convlstm_release(model)
 convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
                          target = c("last_state", "sequence"), shuffle = TRUE,
@@ -173,7 +188,8 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   shuffle <- check_flag(shuffle, "shuffle")
   verbose <- check_flag(verbose, "verbose")
   fits <- fit_memory_plan(model, dim(x), batch_size, memory_budget, optimizer, target,
-                          checkpoint, accumulation_steps, tbptt, verbose)
+                          checkpoint, accumulation_steps, tbptt, verbose,
+                          plans = forecast$plans %||% list(list()))
   batch_size <- fits$batch_size
   checkpoint <- fits$checkpoint
   accumulation_steps <- fits$accumulation_steps
@@ -210,8 +226,14 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   }
 
   n <- dim(x)[[1]]
-  # teacher forcing reads x and then the true frames: joined once here
-  if (!is.null(forecast) && forecast$teacher_forcing) x <- teacher_sequence(x, y)
+  # teacher forcing (an epoch's p of 1) reads x and then the true frames:
+  # joined once, when an epoch first needs them
+  x_teacher <- NULL
+  batch_x <- function(p) {
+    if (is.null(forecast) || p < 1) return(x)
+    if (is.null(x_teacher)) x_teacher <<- teacher_sequence(x, y)
+    x_teacher
+  }
   # The default stands for "all of it" on small data; a larger size given on
   # purpose is more likely a mix-up (of x, or of arguments) than a wish.
   if (batch_size_given && batch_size * world > n) {
@@ -229,15 +251,17 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
       "not a multiple of `batch_size` (%d)%s."), n, batch_size,
       if (world > 1) sprintf(" times the %d ranks", world) else ""), call = call)
   }
-  # the last batch may be smaller than accumulation_steps
-  step_options <- function(b) {
+  # the last batch may be smaller than accumulation_steps; p: the epoch's
+  # teacher forcing (below 1 the step runs free, the coins drawn per batch)
+  step_options <- function(b, p = 1) {
     check_step_options(checkpoint, min(accumulation_steps, b), tbptt,
                        state = list(mode = if (carry) "carry" else "zero", arrays = NULL,
-                                    horizon = forecast$horizon %||% 0L,
-                                    free_run = isFALSE(forecast$teacher_forcing)),
+                                    horizon = forecast$horizon %||% 0L, free_run = p < 1),
                        max_grad_norm = max_grad_norm, loss = loss_fn, weight = weight)
   }
   options <- step_options(batch_size)
+  # what free-running steps cannot be combined with, before the first epoch
+  if (!is.null(forecast) && !forecast$teacher_only) step_options(batch_size, 0)
   # a resumed fit continues after the saved epoch, with its state restored
   past <- if (is.null(resume)) NULL else resume_fit(ptr, resume, scheduler, epochs, call)
   if (!is.null(dist)) { # the same steps, shuffles and weights on every rank
@@ -286,6 +310,9 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
     c_memory_reset_peak(ptr)
     if (carry) c_reset_state(ptr) # every epoch reads the streams from their start
     t0 <- proc.time()[["elapsed"]]
+    p <- if (is.null(forecast)) 1 else forecast$p_of(epoch)
+    epoch_options <- if (p < 1) step_options(batch_size, p) else options
+    xs <- batch_x(p)
     order <- if (shuffle && n_batches > 1) sample.int(n) else seq_len(n)
     if (verbose) {
       pb <- cli::cli_progress_bar(
@@ -302,7 +329,8 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
       global <- order[((b - 1L) * global_batch + 1L):min(n, b * global_batch)]
       if (length(global) < world) next # a rank would have nothing to train on
       idx <- if (world > 1) shard_rows(global, rank, world) else global
-      opts <- if (length(idx) == batch_size) options else step_options(length(idx))
+      opts <- if (length(idx) == batch_size) epoch_options else step_options(length(idx), p)
+      if (!is.null(forecast)) opts$truth <- draw_truth(p, forecast$horizon)
       if (!is.null(dist)) { # this rank's share of the global batch's loss
         opts <- opts %||% c_step_options()
         opts$comm_share <- length(idx) / length(global)
@@ -312,9 +340,9 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
       if (!is.null(data)) {
         loss <- c_train_step_data(ptr, data, idx, opt, opts)
       } else if (n_batches == 1 && world == 1) {
-        loss <- c_train_step(ptr, x, y, target, opt, opts)
+        loss <- c_train_step(ptr, xs, y, target, opt, opts)
       } else {
-        loss <- c_train_step(ptr, slice_batch(x, idx), slice_batch(y, idx), target, opt, opts)
+        loss <- c_train_step(ptr, slice_batch(xs, idx), slice_batch(y, idx), target, opt, opts)
       }
       grad_norm <- attr(loss, "grad_norm") %||% NA_real_
       loss <- as.double(loss)
@@ -348,6 +376,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
       seconds = proc.time()[["elapsed"]] - t0,
       peak_bytes = c_memory_stats(ptr)$peak_allocated
     )
+    if (!is.null(forecast)) row$teacher_forcing <- p
     if (!is.null(scheduler) && !per_batch) {
       scheduler$step(if (is.na(val_loss)) row$loss else val_loss)
     }
@@ -456,26 +485,35 @@ check_validation_data <- function(v, config, target, horizon = NULL, call = sys.
   list(x = vx, y = vy)
 }
 
-# A fit's horizon: NULL, or list(horizon, teacher_forcing), checked as
-# train_step() checks them.
+# A fit's horizon: NULL, or list(horizon, p_of), checked as train_step()
+# checks them; p_of(epoch): the epoch's teacher forcing as a probability
+# (a constant, or a schedule's value checked when it is read).
 fit_forecast <- function(horizon, teacher_forcing, target_missing, target, config, call) {
   if (is.null(horizon)) return(NULL)
   K <- check_horizon(horizon, config, call = call)
-  teacher_forcing <- check_flag(teacher_forcing, "teacher_forcing", call = call)
+  p_of <- check_teacher_schedule(teacher_forcing, call = call)
   if (!target_missing && !identical(target, "sequence")) {
     abort_arg("target", '"sequence" with a `horizon`', target, call)
   }
-  list(horizon = K, teacher_forcing = teacher_forcing)
+  teacher_only <- !is.function(teacher_forcing) && p_of(1L) == 1
+  # the memory plans its steps take (batch_size = "max" must fit each): a p
+  # of 1 the teacher-forced one, below 1 the free-running one, a schedule
+  # either
+  teacher <- list(horizon = K, teacher_forcing = TRUE)
+  free <- list(horizon = K, teacher_forcing = FALSE)
+  plans <- if (teacher_only) list(teacher)
+           else if (is.function(teacher_forcing)) list(teacher, free) else list(free)
+  list(horizon = K, p_of = p_of, teacher_only = teacher_only, plans = plans)
 }
 
 # Whether a fit carries the state between batches (state = "carry"), which
 # needs the batches in order and of one size, chosen by the user.
 fit_state <- function(state, shuffle, batch_size, memory_budget, forecast, call) {
   if (is.null(state)) {
-    if (!is.null(forecast) && (identical(batch_size, "max") || !is.null(memory_budget))) {
+    if (!is.null(forecast) && !is.null(memory_budget)) {
       abort_convlstm(paste0(
-        "`batch_size = \"max\"` and `memory_budget` do not plan a `horizon` yet: give a ",
-        "batch size (memory_estimate(..., horizon = , teacher_forcing = ) shows what it takes)."),
+        "`memory_budget` does not plan a `horizon` yet: give a batch size or `batch_size = ",
+        "\"max\"` (memory_estimate(..., horizon = , teacher_forcing = ) shows what it takes)."),
         call = call)
     }
     return(FALSE)
@@ -605,6 +643,9 @@ print.convlstm_history <- function(x, ...) {
   )
   if (all(is.na(x$val_loss))) shown$val_loss <- NULL
   if (is.null(x$lr)) shown$lr <- NULL
+  if (!is.null(x$teacher_forcing)) { # a forecasting fit: p per epoch
+    shown$teacher_forcing <- formatC(x$teacher_forcing, digits = 4, format = "g")
+  }
   print(shown, row.names = FALSE, right = TRUE)
   invisible(x)
 }

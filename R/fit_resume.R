@@ -60,9 +60,11 @@ restore_rng <- function(seed, kind) {
 }
 
 encode_history <- function(history) {
-  df <- as.data.frame(history)[history_columns]
+  # a forecasting fit's p per epoch too (convlstm_fit(teacher_forcing = ))
+  columns <- c(history_columns, intersect("teacher_forcing", names(history)))
+  df <- as.data.frame(history)[columns]
   lines <- apply(as.matrix(df), 1, function(r) paste(sprintf("%.17g", r), collapse = ","))
-  paste(c(paste(history_columns, collapse = ","), lines), collapse = "\n")
+  paste(c(paste(columns, collapse = ","), lines), collapse = "\n")
 }
 
 decode_history <- function(text) {

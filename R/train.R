@@ -96,8 +96,22 @@
 #'   frame k reaches the frames before it through the input path as well as
 #'   the recurrence (what PyTorch does without `.detach()`). Not with
 #'   `checkpoint` or `tbptt`; `accumulation_steps`, `state` and `weight`
-#'   apply. A logical, not a probability: scheduled sampling is not
-#'   offered.
+#'   apply.
+#'
+#'   Or a probability `p` in `[0, 1]`: scheduled sampling (Bengio et al.
+#'   2015). Each of the `horizon - 1` fed-back steps reads the true frame
+#'   `y[, k]` with probability `p`, else the model's own, as `FALSE` does;
+#'   where the true frame is read, no gradient flows into the prediction it
+#'   replaces. One coin per fed-back step and call, for the whole batch
+#'   (every sequence and micro-batch of the step takes the same choice): not
+#'   per sequence. The coins come from R's random number generator
+#'   (`stats::runif()`, drawn before any dropout masks), so `set.seed()`
+#'   reproduces them; `p` of 0 or 1 draws none. `1` is `TRUE` and `0` is
+#'   `FALSE`, the same steps bit for bit. Between them the step is
+#'   scheduled and planned as free-running (the most memory of the three:
+#'   `memory_estimate(teacher_forcing = p)`), with its limits.
+#'   [convlstm_fit()] takes a schedule of `p` over epochs
+#'   ([sampling_schedule()]).
 #' @return The loss before the update (a number): the chosen loss (by
 #'   default the mean squared error) over the whole batch. With
 #'   `max_grad_norm`, it carries the attribute `grad_norm`: the gradients'
@@ -125,6 +139,9 @@
 #' # forecast the 2 frames after x, trained through the model's own frames
 #' y2 <- array(runif(4 * 2 * 6 * 6), dim = c(4, 2, 1, 6, 6))
 #' train_step(model, x, y2, opt, horizon = 2, teacher_forcing = FALSE)
+#' # scheduled sampling: the fed-back frame is the true one half the time
+#' set.seed(2)
+#' train_step(model, x, y2, opt, horizon = 2, teacher_forcing = 0.5)
 #' convlstm_release(model)
 train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "sequence"),
                        checkpoint = 0, accumulation_steps = 1, tbptt = 0, rows = NULL,
@@ -168,11 +185,12 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
   optimizer <- check_optimizer(optimizer)
   state <- state_option(state, config, dim(x))
   state$horizon <- if (is.null(horizon)) 0L else dim(y)[[2]]
-  state$free_run <- !is.null(horizon) && !tf$teacher_forcing
+  state$free_run <- !is.null(horizon) && tf$p < 1
   weight <- check_weight(weight, dim(y), target)
   options <- check_step_options(checkpoint, accumulation_steps, tbptt, batch_size = dim(x)[[1]],
                                 state = state, max_grad_norm = max_grad_norm, loss = loss,
                                 weight = weight)
+  if (!is.null(horizon)) options$truth <- draw_truth(tf$p, dim(y)[[2]])
   c_train_step(ptr, x, y, target, optimizer, options)
 }
 
@@ -205,9 +223,9 @@ check_step_options <- function(checkpoint = 0, accumulation_steps = 1, tbptt = 0
   free_run <- isTRUE(state$free_run) && horizon > 0
   if (free_run && (checkpoint > 0 || tbptt > 0)) {
     abort_convlstm(paste0(
-      "`teacher_forcing = FALSE` cannot be combined with `checkpoint` or `tbptt`: the fed-back ",
-      "frames run every layer step by step, which neither schedules. Use accumulation_steps ",
-      "to save memory instead."), call = call)
+      "`teacher_forcing` other than TRUE cannot be combined with `checkpoint` or `tbptt`: the ",
+      "fed-back frames run every layer step by step, which neither schedules. Use ",
+      "accumulation_steps to save memory instead."), call = call)
   }
   opts <- c_step_options(checkpoint, tbptt, accumulation_steps, outputs, dtype, state$mode,
                          state$arrays, horizon, max_grad_norm, loss, weight)
@@ -449,18 +467,19 @@ watch_skips <- function(ptr, loss) {
 # A training batch over a horizon of K frames, y [B, K, C, H, W] the frames
 # after x. Teacher forcing: x followed by the true frames y[, 1:(K - 1)],
 # whose last K outputs are trained against y. Free-running (teacher_forcing
-# = FALSE): x as it is; the core runs K - 1 more steps on the model's own
-# frames. Returns list(x, y, teacher_forcing), checked.
+# = FALSE) or scheduled sampling (a p below 1): x as it is; the core runs
+# K - 1 more steps, on the model's own frames or, where the coins say, on
+# y's. Returns list(x, y, p), checked (p: teacher_forcing as a number).
 horizon_batch <- function(x, y, horizon, teacher_forcing, target_missing, target, config,
                           call = sys.call(-1)) {
   K <- check_horizon(horizon, config, call = call)
-  teacher_forcing <- check_flag(teacher_forcing, "teacher_forcing", call = call)
+  p <- check_teacher_forcing(teacher_forcing, call = call)
   if (!target_missing && !identical(target, "sequence")) {
     abort_arg("target", '"sequence" with a `horizon`', target, call)
   }
   y <- check_frames(y, dim(x), K, config, "y", call)
-  if (K == 1 || !teacher_forcing) return(list(x = x, y = y, teacher_forcing = teacher_forcing))
-  list(x = teacher_sequence(x, y), y = y, teacher_forcing = TRUE)
+  if (K == 1 || p < 1) return(list(x = x, y = y, p = p))
+  list(x = teacher_sequence(x, y), y = y, p = 1)
 }
 
 # The K frames that follow x (dim xd) for a horizon: [B, K, C, H, W].

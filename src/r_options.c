@@ -119,6 +119,8 @@ SEXP r_optim_list(const cl_optim *o) {
  * dtype = NULL | a dtype's name for cl_model_plan, state_mode = "zero" |
  * "given" | "carry", state = NULL | h and c of every layer, flat, horizon,
  * free_run = NULL | 1 (train_step with a horizon, no teacher forcing),
+ * truth = NULL | horizon - 1 integer flags (scheduled sampling, with
+ * free_run: 1 feeds that fed-back step the true frame),
  * max_grad_norm = NULL | a number, comm_share = NULL | a number, loss = NULL
  * | a loss's name with delta
  * and pos_weight, weight = NULL | an array shaped as the target | for
@@ -160,6 +162,13 @@ void r_step_options(SEXP opts, cl_step_options *out, cl_host_array *state_buf) {
   /* optional: absent or NULL, teacher forcing */
   out->free_run =
       field(opts, "free_run") != R_NilValue && num(opts, "free_run", "step options") != 0;
+  SEXP truth = field(opts, "truth");
+  if (truth != R_NilValue) {
+    if (TYPEOF(truth) != INTSXP || Rf_xlength(truth) != (R_xlen_t)out->horizon - 1 ||
+        !out->free_run)
+      r_raise_invalid("internal: truth must be horizon - 1 integer flags, with free_run");
+    out->truth = INTEGER(truth);
+  }
   out->state_mode = (cl_state_mode)choice(field(opts, "state_mode"), modes, 3, "state_mode");
   SEXP w = field(opts, "weight");
   if (w != R_NilValue && state_buf) {

@@ -33,6 +33,14 @@ Records beyond make_fixtures.py's:
                 the fed-back ones included; grad_nodropout/ (no masks) and
                 grad_fed_unmasked/ (layer 0's input mask left off the
                 fed-back frames) are what a step missing them would match.
+  sampled:      scheduled sampling; config horizon <K>, choices_<i> (K - 1
+                flags per Adam step i: 1 feeds that fed-back step the true
+                frame y_frames[:, k], 0 the model's own); each step is
+                rollout() with those choices, its loss the MSE of the K
+                frames against y_frames; grad/ of the first step (choices_0),
+                grad_free/ and grad_teacher/ the same with every step the
+                model's own or every step the truth (which must differ),
+                adam_losses, adam_params/. With dropout, masks as free_run.
 A config with peephole (free_peep_*) also writes config peephole
 <position|channel> (and frame_size <H> <W> per position); its peephole
 weights start at random values, as in make_fixtures_peephole.py (zeros would
@@ -95,6 +103,19 @@ CONFIGS = [
     dict(name="free_peep_ch", kind="free_run", input_dim=2, hidden_dims=[2, 3, 2],
          kernel_sizes=[3, 1, 3], bias=False, B=2, T=2, H=4, W=5, target="sequence",
          weight_decay=0.1, horizon=4, peephole="channel"),
+    # scheduled sampling: a different mix of true and own frames each step
+    dict(name="sampled", kind="sampled", input_dim=2, hidden_dims=[3, 2], kernel_sizes=[3, 3],
+         bias=True, B=2, T=2, H=5, W=4, target="sequence", weight_decay=0.0, horizon=4,
+         choices=[[1, 0, 1], [0, 1, 1], [1, 1, 0]]),
+    # three layers (the ring), the first fed-back step its own, then truth
+    dict(name="sampled_deep", kind="sampled", input_dim=1, hidden_dims=[2, 3, 1],
+         kernel_sizes=[3, 1, 3], bias=True, B=3, T=2, H=4, W=5, target="sequence",
+         weight_decay=0.1, horizon=4, choices=[[0, 1, 0], [1, 0, 0], [0, 0, 1]]),
+    # dropout: the true frames take layer 0's input mask as the own ones do
+    dict(name="sampled_drop", kind="sampled", input_dim=2, hidden_dims=[3, 2],
+         kernel_sizes=[3, 3], bias=True, B=2, T=2, H=5, W=4, target="sequence",
+         weight_decay=0.0, horizon=3, dropout=[0.3, 0.2], recurrent_dropout=[0.25, 0.4],
+         choices=[[1, 0], [0, 1], [1, 0]]),
 ]
 
 
@@ -124,6 +145,8 @@ def header(w, cfg, seed):
     for k in ("chunk", "horizon"):
         if k in cfg:
             w.config(k, cfg[k])
+    for i, flags in enumerate(cfg.get("choices", [])):
+        w.config("choices_%d" % i, *flags)
     for k in ("dropout", "recurrent_dropout"):
         if k in cfg:
             w.config(k, *cfg[k])
@@ -264,6 +287,33 @@ def free_run(cfg, model, w, x):
                        "free-running adam losses ", first_grads=True)
 
 
+def sampled_loss(model, x, y, choices, masks=None):
+    frames = rollout(model, x, y.shape[1], masks=masks, truth=y,
+                     choices=[bool(c) for c in choices])
+    return F.mse_loss(frames, y)
+
+
+def sampled(cfg, model, w, x):
+    K = cfg["horizon"]
+    y = torch.rand(cfg["B"], K, cfg["input_dim"], cfg["H"], cfg["W"])
+    w.tensor("y_frames", y)
+    masks = None
+    if "dropout" in cfg:
+        masks = dropout_masks(model, cfg["B"], cfg["H"], cfg["W"], cfg["dropout"],
+                              cfg["recurrent_dropout"])
+        for l, (mx, mh) in enumerate(masks):
+            if mx is not None:
+                w.tensor("mask_x/%d" % l, mx)
+            if mh is not None:
+                w.tensor("mask_h/%d" % l, mh)
+    write_grads(w, model, "grad_free/", sampled_loss(model, x, y, [0] * (K - 1), masks))
+    write_grads(w, model, "grad_teacher/", sampled_loss(model, x, y, [1] * (K - 1), masks))
+    choices = cfg["choices"]
+    return adam_record(w, model, cfg["weight_decay"],
+                       lambda step: sampled_loss(model, x, y, choices[step], masks),
+                       "scheduled-sampling adam losses ", first_grads=True)
+
+
 def make(cfg, root, seed):
     torch.manual_seed(seed)
     B, T, H, W = cfg["B"], cfg["T"], cfg["H"], cfg["W"]
@@ -301,6 +351,8 @@ def make(cfg, root, seed):
         return teacher(cfg, model, w, x)
     if cfg["kind"] == "free_run":
         return free_run(cfg, model, w, x)
+    if cfg["kind"] == "sampled":
+        return sampled(cfg, model, w, x)
     keep = None
     if cfg["kind"] == "state_given":
         batch = state_given(cfg, model, w, x, y)

@@ -249,6 +249,15 @@ typedef struct cl_step_options {
                              last layer's h of the step before (its own
                              forecast), backpropagating through it. Not with
                              checkpoint or tbptt. */
+  const int *truth;       /* train_step with free_run and a horizon K:
+                             NULL, or K - 1 flags, one per fed-back step in
+                             order (scheduled sampling, drawn by the
+                             caller): nonzero feeds that step the true frame
+                             before it, y[, k] for the k-th fed-back step,
+                             instead of the model's own, and no gradient
+                             flows into the prediction it replaces; zero,
+                             the model's own. Memory is free_run's plan
+                             whatever the flags. Only with free_run. */
   cl_state_mode state_mode;
   /* CL_STATE_GIVEN: 2 * n_layers arrays, h then c of layer 0, then of layer
    * 1, ..., each [B, hidden_l, H, W]; a constant (no gradient flows into
@@ -676,7 +685,7 @@ cl_status cl_model_train_step_data(cl_model *m, const cl_data *d, const int *idx
  * fields, an enum's values, a constant. The sizes of the structs that cross
  * the interface are compared as well (CL_API_STRUCTS), so a change that
  * forgot the version is still caught when it moves a size. */
-#define CL_API_VERSION 1
+#define CL_API_VERSION 2
 #define CL_API_STRUCTS(X)                                                                  \
   X(cl_config) X(cl_host_array) X(cl_gpu_info) X(cl_step_options) X(cl_optim)             \
   X(cl_loss_scale) X(cl_mem_stats) X(cl_plan_entry) X(cl_plan) X(cl_loss_fn)

@@ -122,7 +122,8 @@ def dropout_masks(model, B, H, W, dropout, recurrent_dropout, generator=None):
     return masks
 
 
-def rollout(model, x, horizon, state=None, detach_frames=False, masks=None):
+def rollout(model, x, horizon, state=None, detach_frames=False, masks=None, truth=None,
+            choices=None):
     """Multi-frame forecasting: run x [B, T, C, H, W] (from state), then feed
     the last layer's last h back as the next input frame, horizon times
     (needs the last hidden size == input channels). Returns the predicted
@@ -131,11 +132,18 @@ def rollout(model, x, horizon, state=None, detach_frames=False, masks=None):
     loss flows back through the fed-back frames as well as the states;
     detach_frames cuts the first path (the input's), keeping the second.
     masks: dropout's (dropout_masks()), the same at every step, the fed-back
-    ones included (layer 0's input mask on each fed-back frame)."""
+    ones included (layer 0's input mask on each fed-back frame).
+    truth [B, horizon, C, H, W], choices (horizon - 1 booleans): scheduled
+    sampling, the k-th fed-back step (k = 0..) reads the true frame
+    truth[:, k] where choices[k], a constant (no gradient reaches the
+    prediction it replaces), else the model's own as above."""
     _, st = model(x, state=state, masks=masks)
     frames = [st[-1][0]]
-    for _ in range(horizon - 1):
-        fed = frames[-1].detach() if detach_frames else frames[-1]
+    for k in range(horizon - 1):
+        if choices is not None and choices[k]:
+            fed = truth[:, k]
+        else:
+            fed = frames[-1].detach() if detach_frames else frames[-1]
         _, st = model(fed.unsqueeze(1), state=st, masks=masks)
         frames.append(st[-1][0])
     return torch.stack(frames, dim=1)

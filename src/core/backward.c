@@ -169,7 +169,8 @@ static float *ring_at(const cl_model *m, int l, int b, int s, int tin) {
  * dz, then dz to the layer's h of step s - 1 (not from the first fed-back
  * step: backward_layer reaches back from it) and to the step's input -- the
  * layer below's h, or for layer 0 the fed-back frame, which is the last
- * layer's h of step s - 1: the path teacher forcing does not have.
+ * layer's h of step s - 1: the path teacher forcing does not have (nor a
+ * step that read the true frame, cl_reads_truth).
  * d loss / d h of step s: the last layer's in d_hidden (the loss's part
  * placed there), the others' in a ring of two steps (d_hidden_rollout;
  * one when one step is fed back), which the first contribution to a step
@@ -197,6 +198,9 @@ static cl_status roll_back_step(cl_model *m, int l, int b, int s, int tin) {
   }
   if (l > 0) /* the layer below's h of step s: its own step s + 1 wrote it first */
     return cl_dropout_input_step_grad(m, l, b, dz, ring_at(m, l - 1, b, s, tin), s < g->T - 1);
+  /* a true frame (scheduled sampling) is a constant: nothing flows into
+   * the prediction it replaced */
+  if (cl_reads_truth(m, s)) return CL_OK;
   /* the fed-back frame (layer 0's input mask too): onto the last layer's h
    * of step s - 1 */
   size_t bt = (size_t)b * m->layer[top].hidden * P;

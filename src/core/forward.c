@@ -67,7 +67,8 @@ cl_status cl_forward_segment(cl_model *m, int b, int len, const void *x, void *c
 /* Free-running: x's input steps layer by layer (the fast path), then each
  * fed-back step with every layer in turn, since its input is the last
  * layer's h of the step before. That h is copied into x's slot of the
- * step, so backward reads the input of every step from x alike. */
+ * step, so backward reads the input of every step from x alike; a step
+ * that reads the true frame (scheduled sampling) finds it there already. */
 cl_status cl_forward_free_run(cl_model *m, int b, void *x, void *const *prev_h,
                               void *const *prev_c) {
   const cl_step *st = &m->step;
@@ -76,9 +77,10 @@ cl_status cl_forward_free_run(cl_model *m, int b, void *x, void *const *prev_h,
   size_t frame = (size_t)b * m->cfg.input_dim * g->H * g->W; /* == the last layer's h */
   CL_TRY(cl_forward_segment(m, b, tin, x, prev_h, prev_c));
   for (int s = tin; s < g->T; s++) {
-    CL_KERNEL(m, m->be->iface->copy(m->be, cl_at(x, s * frame, g->dtype),
-                                    cl_at(st->hid[top], (s - 1) * frame, g->dtype),
-                                    frame * cl_dtype_size(g->dtype)));
+    if (!cl_reads_truth(m, s))
+      CL_KERNEL(m, m->be->iface->copy(m->be, cl_at(x, s * frame, g->dtype),
+                                      cl_at(st->hid[top], (s - 1) * frame, g->dtype),
+                                      frame * cl_dtype_size(g->dtype)));
     for (int l = 0; l <= top; l++)
       CL_TRY(forward_layer(m, l, b, s, 1, l == 0 ? x : st->hid[l - 1], NULL, NULL));
   }

@@ -237,6 +237,10 @@ struct cl_model {
   double grad_norm; /* before clipping, of the last step that measured it (clip.c); else NaN */
   cl_loss_fn loss_fn; /* the loss of the step under way (loss.c); MSE between steps */
   const struct cl_source *loss_weight; /* its per-element weight, or NULL (none) */
+  /* scheduled sampling, the step under way: per fed-back step of a
+   * free-running step, nonzero where it reads the true frame
+   * (cl_step_options.truth); NULL: every step its own (cl_reads_truth) */
+  const int *truth;
   cl_step step;
   void *be_scratch; /* the backend's scratch_bytes, workspace, held for the model's life */
   void *arena; /* reserved for step buffers; outlives any one step's plan */
@@ -427,6 +431,12 @@ cl_status cl_backward_segment(cl_model *m, int b, int len, const void *x, void *
  * step before), then the input steps as cl_backward_segment. */
 cl_status cl_forward_free_run(cl_model *m, int b, void *x, void *const *prev_h,
                               void *const *prev_c);
+/* Whether fed-back step s (T - horizon + 1 <= s < T) of a free-running
+ * step reads the true frame, which train.c put in x's slot (scheduled
+ * sampling), instead of the last layer's h of the step before. */
+static inline int cl_reads_truth(const cl_model *m, int s) {
+  return m->truth && m->truth[s - (m->step.g.T - m->step.g.horizon + 1)];
+}
 cl_status cl_backward_free_run(cl_model *m, int b, const void *x, void *const *prev_h,
                                void *const *prev_c);
 /* The loss of the segment's part of the target (sequences b0.., steps

@@ -9,7 +9,9 @@
  *  - truncated BPTT: window by window, forward then backward, the state
  *    handed on detached;
  *  - a horizon without teacher forcing: one segment whose last horizon - 1
- *    steps read the model's own frames (forward.c, backward.c);
+ *    steps read the model's own frames (forward.c, backward.c), or with
+ *    scheduled sampling each the true frame or its own, as the caller
+ *    drew (m->truth: put_truth puts the true ones in x first);
  *  - float16: the loss scaled up for backward, the gradients unscaled and
  *    checked before the update, which is skipped on inf/NaN (GradScaler);
  *  - max_grad_norm: the gradients clipped by their global norm (clip.c)
@@ -79,6 +81,22 @@ static void ckpt_slot(cl_model *m, int b, int s, void **h, void **c) {
   }
 }
 
+/* Scheduled sampling: y's frame j of sequences b0.. into x's slot of
+ * fed-back step tin + j, for each step that reads the truth; the forward
+ * copies the model's own frame into the others' slots. */
+static cl_status put_truth(cl_model *m, const cl_source *y, int b0, int b) {
+  cl_step *st = &m->step;
+  const cl_geom *g = &st->g;
+  int tin = g->T - g->horizon + 1;
+  size_t frame = (size_t)b * m->cfg.input_dim * g->H * g->W;
+  for (int s = tin; s < g->T; s++) {
+    if (!cl_reads_truth(m, s)) continue;
+    cl_block k = {b0, b, s - tin, 1};
+    CL_TRY(cl_put_source(m, cl_at(st->x, (size_t)s * frame, g->dtype), g->dtype, y, k));
+  }
+  return CL_OK;
+}
+
 /* The whole sequence of one micro-batch, in checkpoint segments (one
  * segment without checkpointing). */
 static cl_status run_segments(cl_model *m, const cl_source *x, const cl_source *y,
@@ -92,6 +110,7 @@ static cl_status run_segments(cl_model *m, const cl_source *x, const cl_source *
   /* free-running: x holds the input steps only; the forward fills the rest */
   cl_block all = {b0, b, 0, g->T - (g->free_run ? g->horizon - 1 : 0)};
   CL_TRY(cl_put_source(m, st->x, g->dtype, x, all));
+  if (g->free_run) CL_TRY(put_truth(m, y, b0, b));
   for (int s = 0; s < g->nseg; s++) {
     int len = seg_len(g, s);
     if (s > 0) ckpt_slot(m, b, s - 1, ph, pc);
@@ -285,6 +304,9 @@ cl_status cl_model_train_step(cl_model *m, const cl_host_array *x, const cl_host
   int K = opts ? opts->horizon : 0;
   if (K > 0 && target != CL_TARGET_SEQUENCE)
     return cl_fail(m, CL_E_INVALID, "a training horizon needs the target \"sequence\"");
+  if (opts && opts->truth && !opts->free_run)
+    return cl_fail(m, CL_E_INVALID,
+                   "truth flags (scheduled sampling) apply to a free-running horizon only");
   if (K > 0 && opts->free_run) { /* x is the input only: the step runs K - 1 more */
     if (T > INT32_MAX - K)
       return cl_fail(m, CL_E_INVALID, "horizon: %d + %d steps overflow", T, K);
@@ -325,6 +347,7 @@ cl_status cl_train_sources(cl_model *m, const cl_source *x, const cl_source *y, 
     ws = cl_source_host(opts->weight);
     m->loss_weight = &ws;
   }
+  m->truth = g.free_run ? opts->truth : NULL;
   m->comm = opts ? opts->comm : NULL;
   m->comm_share = opts && opts->comm ? opts->comm_share : 1.0;
   m->comm_last_pass = 0;
@@ -337,6 +360,7 @@ cl_status cl_train_sources(cl_model *m, const cl_source *x, const cl_source *y, 
   m->comm_last_pass = 0;
   memset(&m->loss_fn, 0, sizeof m->loss_fn); /* back to MSE, cl_model_mse's */
   m->loss_weight = NULL;
+  m->truth = NULL;
   if (s != CL_OK && created) cl_model_optimizer_reset(m);
   if (s == CL_OK) s = cl_guard_check(m);
   return s;

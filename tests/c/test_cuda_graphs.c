@@ -12,7 +12,9 @@
  * last batch in between (a shape with no graph yet: plain launches, then
  * the graph again); with dropout (masks redrawn every step, staged through
  * the pinned stage as x and y are, applied by the recorded mask_mul), also
- * with checkpointing and with free-running training.
+ * with checkpointing and with free-running training, and with scheduled
+ * sampling (truth flags: the true frames staged as y is, the forward's copy
+ * and backward's path skipped where they are set).
  *
  * Both models keep to cuDNN's deterministic algorithms
  * (CONVLSTM_CUDNN_DETERMINISTIC=1): an algorithm with atomics differs from
@@ -130,7 +132,8 @@ static int same_params(cl_model *a, cl_model *b, const char *what) {
   return same;
 }
 
-static void run_case(const gcase *gc) {
+/* truth: NULL, or horizon - 1 scheduled-sampling flags, the same each step */
+static void run_case(const gcase *gc, const int *truth) {
   cl_model *a = make(gc, 1), *b = make(gc, 0);
   if (!a || !b) goto done;
   const size_t elems = (size_t)B * T * H * W;
@@ -147,6 +150,7 @@ static void run_case(const gcase *gc) {
   opts.max_grad_norm = gc->max_norm;
   opts.horizon = gc->horizon;
   opts.free_run = gc->horizon > 1;
+  opts.truth = truth;
   const int ty = gc->horizon > 1 ? gc->horizon : T;
   int equal = 1;
   for (int s = 0; s < STEPS + 3; s++) {
@@ -233,6 +237,10 @@ int main(void) {
       {"float32 adam peepholes per channel dropout 0.3 free-running 3", CL_F32, 0, 0,
        CL_OPTIM_ADAM, 0, CL_PEEP_CHANNEL, 0.3, 3},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], NULL);
+  const gcase sampled = {"float32 adam dropout 0.3 sampled 4 (1 0 1)", CL_F32, 0, 0,
+                         CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0.3, 4};
+  const int truth[3] = {1, 0, 1};
+  run_case(&sampled, truth);
   return ctest_done("test_cuda_graphs");
 }

@@ -238,3 +238,42 @@ test_that("convlstm_fit(batch_size = \"max\") trains at max_batch_size() for the
                  verbose = FALSE),
     regexp = "`batch_size`")
 })
+
+test_that("convlstm_fit(batch_size = \"max\", horizon = ) plans the steps the fit takes", {
+  # two horizons: with 6 the teacher-forced step takes more memory than the
+  # free-running one, with 3 less, so a fit that planned the wrong kind of
+  # step would train at another batch size
+  for (K in c(6, 3)) {
+    set.seed(8)
+    case <- list(input_dim = 1, hidden = c(4, 1), kernel = 3, B = 40, T = 3, H = 8, W = 8)
+    d <- advise_data(case, 1)
+    y <- array(stats::runif(40 * K * 64), c(40, K, 1, 8, 8))
+    budget <- 1200 * 1024
+    opt <- optimizer_adam()
+    largest <- function(model, tf) {
+      as.integer(max_batch_size(model, 3, 8, 8, budget = budget, optimizer = opt, horizon = K,
+                                teacher_forcing = tf))
+    }
+    fit_max <- function(tf) {
+      model <- advise_model(case)
+      on.exit(convlstm_release(model))
+      set_memory_limit(model, budget)
+      h <- convlstm_fit(model, d$x, y, opt, epochs = 2, batch_size = "max", horizon = K,
+                        teacher_forcing = tf, verbose = FALSE, shuffle = FALSE)
+      expect_lte(memory_stats(model)$peak_reserved, budget)
+      list(batch = attr(h, "batch_size"), teacher = largest(model, TRUE),
+           free = largest(model, FALSE))
+    }
+    teacher <- fit_max(TRUE)
+    expect_lt(teacher$batch, 40)
+    expect_identical(teacher$batch, teacher$teacher, info = K)
+    expect_false(identical(teacher$teacher, teacher$free), info = K)
+    expect_identical(fit_max(FALSE)$batch, teacher$free, info = K)
+    # scheduled sampling: free-running's plan
+    expect_identical(fit_max(0.5)$batch, teacher$free, info = K)
+    # a schedule runs both kinds of step (here epoch 1 teacher-forced, epoch
+    # 2 free-running): the batch fits both
+    sched <- fit_max(sampling_schedule("linear", k = 1))
+    expect_identical(sched$batch, min(teacher$teacher, teacher$free), info = K)
+  }
+})

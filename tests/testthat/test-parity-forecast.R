@@ -367,3 +367,65 @@ for (device in forecast_devices) {
     convlstm_release(model)
   })
 }
+
+# Scheduled sampling (teacher_forcing a probability): each fed-back step
+# reads the true frame or the model's own as R's generator draws. PyTorch's
+# rollout() with the fixture's choices per Adam step (choices_<i>) is the
+# reference; the seed that makes train_step() draw each step's choices is
+# found through stats::runif(), the generator ?train_step names. grad_free/
+# and grad_teacher/ are the gradients with every fed-back step the model's
+# own or the truth: a step that ignored the coins would match one of them.
+seed_drawing <- function(choices, p) {
+  for (seed in seq_len(10000)) {
+    set.seed(seed)
+    if (identical(as.integer(stats::runif(length(choices)) < p), as.integer(choices))) {
+      return(seed)
+    }
+  }
+  stop("no seed draws ", paste(choices, collapse = ""))
+}
+
+for (device in forecast_devices) {
+  for (name in c("sampled", "sampled_deep", "sampled_drop")) {
+    fx <- forecast_fixture(name)
+    cfg <- fx$config
+    label <- paste(name, device)
+    for (sched in c("plain", "accumulation")) {
+      test_that(sprintf("scheduled sampling matches PyTorch's choices [%s, %s]", label, sched), {
+        model <- convlstm(cfg$input_dim, cfg$hidden_dims, cfg$kernel_sizes, bias = cfg$bias,
+                          device = device, dropout = cfg$dropout %||% 0,
+                          recurrent_dropout = cfg$recurrent_dropout %||% 0)
+        on.exit(convlstm_release(model))
+        load_state_dict(model, fixture_group(fx, "weights/"))
+        if (!is.null(cfg$dropout)) convlstm:::local_dropout_masks(fixture_masks(fx))
+        opt <- optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
+        extra <- if (sched == "accumulation") list(accumulation_steps = 2) else list()
+        losses <- numeric(cfg$adam_steps)
+        p <- c(0.5, 0.3, 0.7)
+        for (i in seq_len(cfg$adam_steps)) {
+          choices <- cfg[[sprintf("choices_%d", i - 1L)]]
+          set.seed(seed_drawing(choices, p[[i]]))
+          losses[[i]] <- do.call(train_step, c(list(model, fx$tensors$x, fx$tensors$y_frames,
+                                                    opt, horizon = cfg$horizon,
+                                                    teacher_forcing = p[[i]]), extra))
+          if (i == 1) {
+            g <- gradients(model)
+            for (k in names(g)) {
+              expect_close(g[[k]], fx$tensors[[paste0("grad/", k)]], rel = REL,
+                           label = paste(label, sched, "grad", k))
+            }
+            expect_gt(max_rel_diff(g, fx, "grad_free/"), 10 * REL)
+            expect_gt(max_rel_diff(g, fx, "grad_teacher/"), 10 * REL)
+          }
+        }
+        expect_close(losses, fx$tensors$adam_losses, rel = REL,
+                     label = paste(label, sched, "losses"))
+        after <- state_dict(model)
+        for (k in names(after)) {
+          expect_close(after[[k]], fx$tensors[[paste0("adam_params/", k)]], rel = REL,
+                       label = paste(label, sched, "params", k))
+        }
+      })
+    }
+  }
+}
