@@ -130,10 +130,10 @@ test_that("measured: the high-water mark grows by memory_estimate()'s total over
   # its own in the window (the call, the loss). Measured (2026-11-23, the 30
   # cases below): see the message this test prints.
   set.seed(20261122)
-  # 21 random cases, three of each rollout training, the dropout cases; then
+  # 20 random cases, three of each rollout training, the dropout cases; then
   # the options of each (the shapes are drawn first, so a case added to the
   # list leaves the earlier shapes as they were); peepholes by number
-  cases <- c(replicate(21, random_case(), simplify = FALSE),
+  cases <- c(replicate(20, random_case(), simplify = FALSE),
              lapply(rep(c("roll_teacher", "roll_free"), 3), rollout_case),
              dropout_cases())
   cases <- lapply(cases, random_options)
