@@ -63,7 +63,7 @@
 #'   frames sit in `x`'s slots of the later steps and whose backward through
 #'   them keeps, per layer, its own `d_cell` and (below the last layer) two
 #'   steps of `d_hidden_rollout` (one for a horizon of 2), under
-#'   `workspace`.
+#'   `workspace`. `FALSE` needs a `horizon` above 0.
 #' @param world_size For a training estimate, the number of ranks of a
 #'   data-parallel fit ([convlstm_fit()]`(distributed = )`), `batch_size`
 #'   being each rank's. The plan is each rank's and does not change: the
@@ -131,7 +131,7 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
                    call = sys.call())
   }
   horizon <- check_count(horizon, "horizon", min = 0)
-  teacher_forcing <- check_flag(teacher_forcing, "teacher_forcing")
+  teacher_forcing <- check_teacher_forcing(teacher_forcing, horizon > 0, sys.call())
   if (horizon > 0) {
     check_horizon(horizon, c_model_config(ptr), call = sys.call())
     # x, then the true (or, free-running, the fed-back) frames

@@ -83,7 +83,7 @@
 #'   batches are sliced from R arrays (not uploaded as a data set), and the
 #'   validation loss is that of the free-running forecast
 #'   ([convlstm_evaluate()] with `horizon`), whichever way training feeds
-#'   the frames back.
+#'   the frames back. `teacher_forcing = FALSE` needs a `horizon`.
 #' @param state `NULL` (every batch starts from zeros) or `"carry"`:
 #'   stateful training over consecutive chunks of long sequences, as
 #'   Keras's `stateful = TRUE`. Each batch starts from the state the batch
@@ -459,9 +459,9 @@ check_validation_data <- function(v, config, target, horizon = NULL, call = sys.
 # A fit's horizon: NULL, or list(horizon, teacher_forcing), checked as
 # train_step() checks them.
 fit_forecast <- function(horizon, teacher_forcing, target_missing, target, config, call) {
+  teacher_forcing <- check_teacher_forcing(teacher_forcing, !is.null(horizon), call)
   if (is.null(horizon)) return(NULL)
   K <- check_horizon(horizon, config, call = call)
-  teacher_forcing <- check_flag(teacher_forcing, "teacher_forcing", call = call)
   if (!target_missing && !identical(target, "sequence")) {
     abort_arg("target", '"sequence" with a `horizon`', target, call)
   }

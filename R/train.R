@@ -87,7 +87,8 @@
 #'   the model ran: `x` and then the `horizon - 1` frames fed back.
 #'   Needs the last layer's hidden size to equal `input_dim`; `target` must
 #'   be `"sequence"`. Arrays only, not data sets.
-#' @param teacher_forcing With a `horizon`: `TRUE` feeds the true frames
+#' @param teacher_forcing With a `horizon` (`FALSE` without one is an
+#'   error: there is nothing to feed back): `TRUE` feeds the true frames
 #'   back (above); `FALSE` trains free-running, as [predict()] forecasts:
 #'   `x` is only the input frames, and each of the `horizon - 1` later steps
 #'   reads the model's own previous frame (the last layer's hidden state of
@@ -132,6 +133,7 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
                        max_grad_norm = NULL, loss = "mse", delta = 1, pos_weight = 1,
                        weight = NULL) {
   loss <- check_loss(loss, delta, pos_weight)
+  if (is.null(horizon)) check_teacher_forcing(teacher_forcing, FALSE, sys.call())
   if (is_convlstm_data(x)) {
     if (!is.null(weight)) {
       abort_arg("weight", "NULL when `x` is a data set (a loss weight applies to arrays)",
@@ -446,6 +448,18 @@ watch_skips <- function(ptr, loss) {
 }
 
 
+# Without a horizon there are no frames to feed back: teacher_forcing =
+# FALSE there would train as if it were TRUE, so it is refused (checked as a
+# flag first). horizon_given: a horizon was asked for.
+check_teacher_forcing <- function(teacher_forcing, horizon_given, call = sys.call(-1)) {
+  teacher_forcing <- check_flag(teacher_forcing, "teacher_forcing", call = call)
+  if (!teacher_forcing && !horizon_given) {
+    abort_convlstm(paste("`teacher_forcing = FALSE` applies with a `horizon` (how its frames are",
+                         "fed back); without one there is nothing to feed back."), call = call)
+  }
+  teacher_forcing
+}
+
 # A training batch over a horizon of K frames, y [B, K, C, H, W] the frames
 # after x. Teacher forcing: x followed by the true frames y[, 1:(K - 1)],
 # whose last K outputs are trained against y. Free-running (teacher_forcing
@@ -454,7 +468,7 @@ watch_skips <- function(ptr, loss) {
 horizon_batch <- function(x, y, horizon, teacher_forcing, target_missing, target, config,
                           call = sys.call(-1)) {
   K <- check_horizon(horizon, config, call = call)
-  teacher_forcing <- check_flag(teacher_forcing, "teacher_forcing", call = call)
+  teacher_forcing <- check_teacher_forcing(teacher_forcing, TRUE, call)
   if (!target_missing && !identical(target, "sequence")) {
     abort_arg("target", '"sequence" with a `horizon`', target, call)
   }
