@@ -65,7 +65,8 @@
 #'   steps of `d_hidden_rollout` (one for a horizon of 2), under
 #'   `workspace`. A probability below 1 (scheduled sampling) plans the same
 #'   as `FALSE`, whatever the coins of a step say: the true frames go into
-#'   the slots the fed-back frames would take.
+#'   the slots the fed-back frames would take. `FALSE` or a probability
+#'   below 1 needs a `horizon` above 0.
 #' @param world_size For a training estimate, the number of ranks of a
 #'   data-parallel fit ([convlstm_fit()]`(distributed = )`), `batch_size`
 #'   being each rank's. The plan is each rank's and does not change: the
@@ -133,7 +134,7 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
                    call = sys.call())
   }
   horizon <- check_count(horizon, "horizon", min = 0)
-  teacher_forcing <- check_teacher_forcing(teacher_forcing)
+  teacher_forcing <- check_teacher_forcing(teacher_forcing, horizon > 0, sys.call())
   if (horizon > 0) {
     check_horizon(horizon, c_model_config(ptr), call = sys.call())
     # x, then the true (or, free-running, the fed-back) frames

@@ -72,6 +72,8 @@ c_memory_reset_peak <- function(ptr) invisible(.Call(ffi_memory_reset_peak, ptr)
 c_empty_cache <- function(ptr) invisible(.Call(ffi_empty_cache, ptr))
 # test-only: one byte past a step buffer, for the guard bands' tests
 c_test_overrun <- function(ptr, buffer) invisible(.Call(ffi_test_overrun, ptr, buffer))
+# test-only: c(address, bytes) of the step arena (a host backend's)
+c_test_arena <- function(ptr) .Call(ffi_test_arena, ptr)
 # test-only: the masks a training call of this shape would draw now
 # (src/r_dropout.c), per layer the input mask then the h mask, NULL where
 # that rate is 0

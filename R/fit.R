@@ -92,7 +92,8 @@
 #'   `target` is then `"sequence"`, the batches are sliced from R arrays
 #'   (not uploaded as a data set), and the validation loss is that of the
 #'   free-running forecast ([convlstm_evaluate()] with `horizon`), whichever
-#'   way training feeds the frames back.
+#'   way training feeds the frames back. `teacher_forcing` other than `TRUE` needs a
+#'   `horizon`.
 #' @param state `NULL` (every batch starts from zeros) or `"carry"`:
 #'   stateful training over consecutive chunks of long sequences, as
 #'   Keras's `stateful = TRUE`. Each batch starts from the state the batch
@@ -489,7 +490,14 @@ check_validation_data <- function(v, config, target, horizon = NULL, call = sys.
 # checks them; p_of(epoch): the epoch's teacher forcing as a probability
 # (a constant, or a schedule's value checked when it is read).
 fit_forecast <- function(horizon, teacher_forcing, target_missing, target, config, call) {
-  if (is.null(horizon)) return(NULL)
+  if (is.null(horizon)) {
+    # a schedule, or a p below 1, has nothing to feed back without a horizon
+    if (is.function(teacher_forcing)) {
+      abort_arg("teacher_forcing", "TRUE without a `horizon`", teacher_forcing, call)
+    }
+    check_teacher_forcing(teacher_forcing, FALSE, call)
+    return(NULL)
+  }
   K <- check_horizon(horizon, config, call = call)
   p_of <- check_teacher_schedule(teacher_forcing, call = call)
   if (!target_missing && !identical(target, "sequence")) {

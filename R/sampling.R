@@ -87,10 +87,18 @@ print.convlstm_sampling_schedule <- function(x, ...) {
 
 # `teacher_forcing` of a train step: TRUE, FALSE or a probability in [0, 1],
 # as a double p (TRUE is 1, FALSE 0).
-check_teacher_forcing <- function(x, call = sys.call(-1)) {
+# Without a horizon there are no frames to feed back: FALSE or a p below 1
+# there would train as if it were TRUE, so it is refused. horizon_given: a
+# horizon was asked for.
+check_teacher_forcing <- function(x, horizon_given = TRUE, call = sys.call(-1)) {
   ok <- (is.logical(x) || is.numeric(x)) && length(x) == 1 && is.null(dim(x)) && !is.na(x) &&
     x >= 0 && x <= 1
   if (!ok) abort_arg("teacher_forcing", "TRUE, FALSE or a probability in [0, 1]", x, call)
+  if (x < 1 && !horizon_given) {
+    abort_convlstm(paste("`teacher_forcing` below 1 (FALSE or a probability) applies with a",
+                         "`horizon` (how its frames are fed back); without one there is nothing",
+                         "to feed back."), call = call)
+  }
   as.double(x)
 }
 
@@ -99,7 +107,7 @@ check_teacher_forcing <- function(x, call = sys.call(-1)) {
 # each time it is read (what a user's function returns is known only then).
 check_teacher_schedule <- function(x, call = sys.call(-1)) {
   if (!is.function(x)) {
-    p <- check_teacher_forcing(x, call)
+    p <- check_teacher_forcing(x, call = call)
     return(function(epoch) p)
   }
   function(epoch) {

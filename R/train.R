@@ -87,7 +87,8 @@
 #'   the model ran: `x` and then the `horizon - 1` frames fed back.
 #'   Needs the last layer's hidden size to equal `input_dim`; `target` must
 #'   be `"sequence"`. Arrays only, not data sets.
-#' @param teacher_forcing With a `horizon`: `TRUE` feeds the true frames
+#' @param teacher_forcing With a `horizon` (`FALSE` without one is an
+#'   error: there is nothing to feed back): `TRUE` feeds the true frames
 #'   back (above); `FALSE` trains free-running, as [predict()] forecasts:
 #'   `x` is only the input frames, and each of the `horizon - 1` later steps
 #'   reads the model's own previous frame (the last layer's hidden state of
@@ -149,6 +150,7 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
                        max_grad_norm = NULL, loss = "mse", delta = 1, pos_weight = 1,
                        weight = NULL) {
   loss <- check_loss(loss, delta, pos_weight)
+  if (is.null(horizon)) check_teacher_forcing(teacher_forcing, FALSE, sys.call())
   if (is_convlstm_data(x)) {
     if (!is.null(weight)) {
       abort_arg("weight", "NULL when `x` is a data set (a loss weight applies to arrays)",
@@ -473,7 +475,7 @@ watch_skips <- function(ptr, loss) {
 horizon_batch <- function(x, y, horizon, teacher_forcing, target_missing, target, config,
                           call = sys.call(-1)) {
   K <- check_horizon(horizon, config, call = call)
-  p <- check_teacher_forcing(teacher_forcing, call = call)
+  p <- check_teacher_forcing(teacher_forcing, TRUE, call)
   if (!target_missing && !identical(target, "sequence")) {
     abort_arg("target", '"sequence" with a `horizon`', target, call)
   }

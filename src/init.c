@@ -47,6 +47,7 @@ static const R_CallMethodDef call_entries[] = {
     CALLDEF(ffi_memory_reset_peak, 1),
     CALLDEF(ffi_empty_cache, 1),
     CALLDEF(ffi_test_overrun, 2),
+    CALLDEF(ffi_test_arena, 1),
     CALLDEF(ffi_model_plan, 5),
     CALLDEF(ffi_grad_buckets, 1),
     CALLDEF(ffi_dist_init, 2),

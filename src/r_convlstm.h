@@ -167,6 +167,7 @@ SEXP ffi_memory_stats(SEXP ptr);
 SEXP ffi_memory_reset_peak(SEXP ptr);
 SEXP ffi_empty_cache(SEXP ptr);
 SEXP ffi_test_overrun(SEXP ptr, SEXP buffer);
+SEXP ffi_test_arena(SEXP ptr);
 SEXP ffi_set_memory_limit(SEXP ptr, SEXP bytes);
 
 /* r_dist.c */

@@ -110,6 +110,20 @@ SEXP ffi_test_overrun(SEXP ptr, SEXP buffer) {
   return R_NilValue;
 }
 
+/* Test-only: c(address, bytes) of the step arena, as doubles (exact below
+ * 2^53, above any user-space address), for tests/testthat/scripts/hwm-probe.R. */
+SEXP ffi_test_arena(SEXP ptr) {
+  cl_model *m = r_model(ptr);
+  size_t base = 0, bytes = 0;
+  cl_status st = cl_model_test_arena(m, &base, &bytes);
+  if (st != CL_OK) r_raise_model(st, m);
+  SEXP out = PROTECT(Rf_allocVector(REALSXP, 2));
+  REAL(out)[0] = (double)base;
+  REAL(out)[1] = (double)bytes;
+  UNPROTECT(1);
+  return out;
+}
+
 /* bytes <= 0: no limit beyond the device's capacity. */
 SEXP ffi_set_memory_limit(SEXP ptr, SEXP bytes) {
   cl_model *m = r_model(ptr);

@@ -452,6 +452,11 @@ cl_status cl_model_graph_info(cl_model *m, cl_graph_info *out);
  * "gates[0]"), as a kernel overrunning its slot would, so that a test can
  * see the next check name it. */
 cl_status cl_model_test_overrun(cl_model *m, const char *buffer);
+/* Test-only: where the step arena lies in the process's address space
+ * (*base, *bytes; 0 and 0 with no arena), on a backend whose memory is the
+ * host's, so that a test can ask the operating system (/proc/PID/pagemap)
+ * which pages of each planned step buffer the step touched. */
+cl_status cl_model_test_arena(cl_model *m, size_t *base, size_t *bytes);
 void cl_model_reset_peak(cl_model *m);
 /* Gives back the buffers of the last step plan (activations, workspace,
  * data); parameters, gradients and optimizer state stay. */

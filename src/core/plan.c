@@ -82,7 +82,10 @@ cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
     g->S = o->tbptt;
     g->tbptt = 1;
   }
-  if (o->weight) g->weight_steps = o->weight->ndim == 5 ? g->S : 1;
+  /* a sequence's weight, as its target, covers at most a segment's steps,
+   * with a horizon only its last `horizon` (place_target in backward.c) */
+  if (o->weight)
+    g->weight_steps = o->weight->ndim != 5 ? 1 : g->horizon && g->horizon < g->S ? g->horizon : g->S;
   return CL_OK;
 }
 
@@ -235,12 +238,18 @@ static void plan_inference(plan_builder *b, const struct cl_model *m, const cl_g
 }
 
 /* Dropout (dropout.c): each layer's masks, and one buffer for the masked
- * copy of whichever layer runs: its input over S steps, its h over S steps
- * (backward's filter gradient reads them all), or a float gradient of one
- * step's h (free-running: of its input too) before its mask. */
+ * copy of whichever layer runs: its input over S steps; its h over S - 1
+ * steps (backward's filter gradient reads steps 0 .. S - 2 against dz of
+ * 1 .. S - 1), or one step (h before a step, or before a segment); or a
+ * float gradient of one step's h before its mask, wherever a gradient
+ * crosses steps (S > 1, checkpoint segments, free-running: of its input
+ * too). Measured against what the step touches in
+ * tests/testthat/test-memory-measured.R. */
 static void plan_dropout(plan_builder *b, const struct cl_model *m, const cl_geom *g) {
   size_t e = cl_dtype_size(g->dtype), f = sizeof(float), P = (size_t)g->H * g->W;
   size_t Bm = (size_t)g->Bm, S = (size_t)g->S, most = 0;
+  size_t h_steps = S > 1 ? S - 1 : 1;
+  int h_grad = S > 1 || g->nseg > 1 || g->free_run;
   for (int l = 0; l < m->cfg.n_layers; l++) {
     size_t in = (size_t)m->layer[l].in, h = (size_t)m->layer[l].hidden, n;
     if (cl_layer_drops_input(m, l)) {
@@ -250,8 +259,8 @@ static void plan_dropout(plan_builder *b, const struct cl_model *m, const cl_geo
     }
     if (cl_layer_drops_hidden(m, l)) {
       add(b, CL_BUF_MASK_H, l, CL_MEM_ACTIVATIONS, nbytes(b, f, Bm, h, P, 1), "dropout_mask_h");
-      if ((n = nbytes(b, e, S, Bm, h, P)) > most) most = n;
-      if ((n = nbytes(b, f, Bm, h, P, 1)) > most) most = n;
+      if ((n = nbytes(b, e, h_steps, Bm, h, P)) > most) most = n;
+      if (h_grad && (n = nbytes(b, f, Bm, h, P, 1)) > most) most = n;
     }
   }
   if (most) add(b, CL_BUF_DROPPED, -1, CL_MEM_WORKSPACE, most, "dropout_masked");

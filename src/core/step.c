@@ -119,6 +119,14 @@ cl_status cl_model_test_overrun(cl_model *m, const char *buffer) {
   return cl_fail(m, CL_E_INVALID, "no step buffer named '%s'", buffer);
 }
 
+cl_status cl_model_test_arena(cl_model *m, size_t *base, size_t *bytes) {
+  if (!m->be->iface->host_accessible)
+    return cl_fail(m, CL_E_STATE, "the step arena is not in host memory on this backend");
+  *base = (size_t)(uintptr_t)m->arena;
+  *bytes = m->arena ? m->arena_bytes : 0;
+  return CL_OK;
+}
+
 /* Give back the plan's buffers; the arena stays reserved. */
 static void unbind(cl_model *m) {
   cl_step *st = &m->step;

@@ -283,8 +283,20 @@ test_that("memory_estimate() plans the masks and the masked copy, in training on
   expect_equal(row("dropout_mask_x[0]"), 4 * 2 * P * 4) # [B, input_dim, H, W] float
   expect_equal(row("dropout_mask_h[1]"), 4 * 2 * P * 4) # [B, hidden 2, H, W]
   expect_false(any(c("dropout_mask_h[0]", "dropout_mask_x[1]") %in% plan$name))
-  # the masked copy: the larger of the input [T, B, 2, H, W] and h [T, B, 2, H, W]
+  # the masked copy: the larger of the input [T, B, 2, H, W] and h [T - 1, B, 2, H, W]
   expect_equal(row("dropout_masked"), 3 * 4 * 2 * P * 4)
+  # h alone: backward's filter gradient reads h of T - 1 steps masked; one
+  # step's float gradient of h waits there where a gradient crosses steps,
+  # not with tbptt = 1 (each step its own window)
+  h_only <- drop_model(0, c(0.5, 0))
+  on.exit(convlstm_release(h_only), add = TRUE)
+  masked <- function(...) {
+    p <- attr(memory_estimate(h_only, 4, 3, 5, 6, ...), "plan")
+    p$bytes[p$name == "dropout_masked"]
+  }
+  expect_equal(masked(), 2 * 4 * 3 * P * 4) # [T - 1, B, hidden 3, H, W] float32
+  expect_equal(masked(tbptt = 1), 1 * 4 * 3 * P * 4) # one step's copy of h
+  expect_equal(masked(checkpoint = 1), 4 * 3 * P * 4) # the float gradient between segments
   expect_equal(plan$category[plan$name == "dropout_mask_x[0]"], "activations")
   inf <- attr(memory_estimate(m, 4, 3, 5, 6, training = FALSE), "plan")
   expect_false(any(grepl("^dropout", inf$name)))

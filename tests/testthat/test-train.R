@@ -426,6 +426,12 @@ test_that("a weight is planned: memory_estimate(weight = ) measures to the byte"
     expect_identical(s$peak_allocated, est$bytes[est$category == "total"], label = target)
     convlstm_release(m)
   }
+  # with a horizon only its K frames carry a loss: K steps of weight, not
+  # the T + K - 1 of the step (test-memory-measured.R saw the rest untouched)
+  m <- convlstm(1, c(3, 1), 3, device = "cpu", threads = 1)
+  on.exit(convlstm_release(m))
+  plan <- attr(memory_estimate(m, 2, 3, 5, 4, horizon = 2, weight = "sequence"), "plan")
+  expect_identical(plan$bytes[plan$name == "weight"], as.double(4 * 2 * 2 * 1 * 5 * 4))
 })
 
 test_that("convlstm_fit() slices the weight with its batches and validation split", {

@@ -3,10 +3,17 @@
 # /proc/self/status) grows over creating the model and its first step, and
 # over a second step, against memory_estimate() for that step.
 #
-#   Rscript hwm-probe.R LIB OUT input_dim hidden kernel B T H W dtype
-#                       checkpoint accumulation tbptt mode [horizon [peephole]]
+#   Rscript hwm-probe.R LIB OUT key=value ...
 #
-# peephole: "none" (the default), "channel" or "position" (for H x W frames).
+# The case, one key=value per argument (a vector comma-separated: dropout=0.2,0):
+# - the step's: input_dim hidden kernel B T H W dtype, checkpoint
+#   accumulation tbptt (0, 1, 0 when not given), mode, horizon (0),
+#   state ("zero", "given" or "carry"), weight (0 or 1: a per-element loss
+#   weight).
+# - every other key is an argument of convlstm() for the measured model, as
+#   given (numbers where every element parses as one): peephole, dropout,
+#   recurrent_dropout, ... (peephole = "position" gets frame_size = c(H, W)).
+# The model has two layers: `hidden` channels, then 1.
 # mode: "last_state" / "sequence" (a training step with that target), or
 # "infer_all" / "infer_last" (an inference forward, model(x) keeping every
 # output, or only the last states), or "roll_teacher" / "roll_free" (a
@@ -23,22 +30,44 @@
 #   byte-compiled package code, the OpenMP thread pool, the CPU GEMM choice
 #   are the process's, not the model's (memory_stats()$runtime's kind of
 #   cost), and are paid before the windows open.
-# - The inputs are made and checked before the windows, gc() runs before
-#   each, and the step is the native call (.Call) with already checked
-#   arguments, so R's own argument checks allocate nothing inside.
-# - What the native call returns to R is counted explicitly: the step's
-#   loss is one double; an inference forward's arrays are R doubles of the
-#   output's size, and object.size() of the result is added to the estimate.
+# - The inputs (x, y, a given state, a weight) are made and checked before
+#   the windows, gc() runs before each, and the step is the native call
+#   (.Call) with already checked arguments, so R's own argument checks
+#   allocate nothing inside.
+# - What the native call leaves to R is counted explicitly: the step's loss
+#   is one double; an inference forward's arrays are R doubles of the
+#   output's size (object.size() of the result); a training call of a model
+#   with dropout draws its masks on the host (src/r_dropout.c: R_alloc'ed
+#   floats, one [B, C, H, W] per layer and kind, freed by R after the call),
+#   host memory that is not the device's plan: `draws` says how much.
 args <- commandArgs(trailingOnly = TRUE)
 lib <- args[[1]]
 out <- args[[2]]
-num <- as.integer(args[c(3:9, 11:13)])
-names(num) <- c("input_dim", "hidden", "kernel", "B", "T", "H", "W", "checkpoint",
-                "accumulation", "tbptt")
-dtype <- args[[10]]
-mode <- args[[14]]
-K <- if (length(args) >= 15) as.integer(args[[15]]) else 0L
-peephole <- if (length(args) >= 16) args[[16]] else "none"
+kv <- regmatches(args[-(1:2)], regexpr("=", args[-(1:2)]), invert = TRUE)
+if (any(lengths(kv) != 2)) stop("hwm-probe.R: arguments after LIB OUT are key=value")
+case <- lapply(kv, function(p) {
+  v <- strsplit(p[[2]], ",", fixed = TRUE)[[1]]
+  n <- suppressWarnings(as.numeric(v))
+  if (anyNA(n)) v else n
+})
+names(case) <- vapply(kv, `[[`, "", 1)
+step_keys <- c("input_dim", "hidden", "kernel", "B", "T", "H", "W", "dtype", "checkpoint",
+               "accumulation", "tbptt", "mode", "horizon", "state", "weight")
+arg <- function(key, default) if (is.null(case[[key]])) default else case[[key]]
+num <- vapply(c("input_dim", "hidden", "kernel", "B", "T", "H", "W"),
+              function(k) as.integer(arg(k, stop("hwm-probe.R: no ", k))), 0L)
+num[c("checkpoint", "accumulation", "tbptt")] <- c(arg("checkpoint", 0), arg("accumulation", 1),
+                                                    arg("tbptt", 0))
+dtype <- arg("dtype", "float32")
+mode <- arg("mode", "last_state")
+K <- as.integer(arg("horizon", 0))
+state_mode <- arg("state", "zero")
+weighted <- arg("weight", 0) == 1
+# the measured model's own arguments, passed through to convlstm()
+model_args <- case[setdiff(names(case), step_keys)]
+if (identical(model_args$peephole, "position") && is.null(model_args$frame_size)) {
+  model_args$frame_size <- num[c("H", "W")]
+}
 roll <- mode %in% c("roll_teacher", "roll_free")
 target <- if (roll) "sequence" else mode
 suppressPackageStartupMessages(library(convlstm, lib.loc = lib))
@@ -60,28 +89,36 @@ window <- function(expr) {
   s1 <- status()
   unname(s1[["hwm"]] - s0[["rss"]])
 }
-
 training <- mode %in% c("last_state", "sequence") || roll
 n <- num[["input_dim"]]
-x <- array(runif(num[["B"]] * num[["T"]] * n * num[["H"]] * num[["W"]]),
-           c(num[["B"]], num[["T"]], n, num[["H"]], num[["W"]]))
+B <- num[["B"]]
+H <- num[["H"]]
+W <- num[["W"]]
+x <- array(runif(B * num[["T"]] * n * H * W), c(B, num[["T"]], n, H, W))
 hid <- c(num[["hidden"]], 1L)
 y <- if (roll) {
-  array(runif(num[["B"]] * K * num[["H"]] * num[["W"]]), c(num[["B"]], K, 1L, num[["H"]], num[["W"]]))
+  array(runif(B * K * H * W), c(B, K, 1L, H, W))
 } else if (identical(mode, "sequence")) {
-  array(runif(num[["B"]] * num[["T"]] * num[["H"]] * num[["W"]]),
-        c(num[["B"]], num[["T"]], 1L, num[["H"]], num[["W"]]))
+  array(runif(B * num[["T"]] * H * W), c(B, num[["T"]], 1L, H, W))
 } else {
-  array(runif(num[["B"]] * num[["H"]] * num[["W"]]), c(num[["B"]], 1L, num[["H"]], num[["W"]]))
+  array(runif(B * H * W), c(B, 1L, H, W))
 }
 opt <- optimizer_adam(lr = 1e-3)
+# a given initial state: h then c of each layer, flat, as check_state() makes it
+given <- if (state_mode == "given") {
+  unlist(lapply(hid, function(h) replicate(2, array(runif(B * h * H * W), c(B, h, H, W)),
+                                           simplify = FALSE)), recursive = FALSE)
+}
+weight <- if (weighted) array(runif(length(y)), dim(y))
 options <- if (training) {
   ns$check_step_options(num[["checkpoint"]], num[["accumulation"]], num[["tbptt"]],
-                        batch_size = num[["B"]],
-                        state = list(mode = "zero", arrays = NULL, horizon = K,
-                                     free_run = identical(mode, "roll_free")))
+                        batch_size = B,
+                        state = list(mode = state_mode, arrays = given, horizon = K,
+                                     free_run = identical(mode, "roll_free")),
+                        weight = weight)
 } else {
-  ns$c_step_options(outputs = if (mode == "infer_last") "last_state" else "all")
+  ns$c_step_options(outputs = if (mode == "infer_last") "last_state" else "all",
+                    state_mode = state_mode, state = given)
 }
 what <- if (mode == "infer_last") "last_states" else "all"
 
@@ -90,13 +127,13 @@ what <- if (mode == "infer_last") "last_states" else "all"
 # measured model's small buffers (malloc'ed below 1 MiB, see cpu_alloc).
 w <- convlstm(n, c(1, 1), 1, device = "cpu", dtype = dtype, threads = 1)
 tw <- seq_len(min(2L, num[["T"]])) # a rollout's x may have one step
-wx <- x[1, tw, , 1:min(4L, num[["H"]]), 1:min(4L, num[["W"]]), drop = FALSE]
+wx <- x[1, tw, , 1:min(4L, H), 1:min(4L, W), drop = FALSE]
 # (an inference forward: with a horizon's options it would forecast)
 invisible(ns$c_forward(ns$model_ptr(w), wx, training = FALSE, what = what,
-                       if (roll) NULL else options))
+                       if (roll) NULL else ns$c_step_options(outputs = options$outputs)))
 if (training) {
-  wy <- if (identical(target, "sequence")) y[1, tw, , 1:min(4L, num[["H"]]), 1:min(4L, num[["W"]]), drop = FALSE]
-        else y[1, , 1:min(4L, num[["H"]]), 1:min(4L, num[["W"]]), drop = FALSE]
+  wy <- if (identical(target, "sequence")) y[1, tw, , 1:min(4L, H), 1:min(4L, W), drop = FALSE]
+        else y[1, , 1:min(4L, H), 1:min(4L, W), drop = FALSE]
   invisible(ns$c_train_step(ns$model_ptr(w), wx, wy, target, opt, NULL))
 }
 convlstm_release(w)
@@ -116,52 +153,73 @@ model <- NULL
 ptr <- NULL
 result <- NULL
 grow_create <- window({
-  model <- convlstm(n, hid, num[["kernel"]], device = "cpu", dtype = dtype, threads = 1,
-                    peephole = peephole,
-                    frame_size = if (peephole == "position") num[c("H", "W")])
+  model <- do.call(convlstm, c(list(n, hid, num[["kernel"]], device = "cpu", dtype = dtype,
+                                    threads = 1), model_args))
 })
 ptr <- ns$model_ptr(model)
 grow_first <- window(result <- run(ptr))
-# Pages of the step arena that the step never touched: the arena is one
-# anonymous mapping (cpu_alloc maps blocks of 1 MiB and more), found in
-# /proc/self/smaps by its size; Size - Rss of it is reserved, untouched.
-arena_untouched <- function() {
-  plan <- attr(estimate(), "plan")
-  inside <- !is.na(plan$offset)
-  arena <- max(plan$offset[inside] + ceiling(plan$bytes[inside] / 256) * 256)
-  if (arena + 64 < 2^20) return(NA_real_) # from the heap, not a mapping of its own
-  kb <- ceiling((arena + 64) / 4096) * 4
-  sm <- readLines("/proc/self/smaps")
-  size_at <- grep(paste0("^Size: +", kb, " kB$"), sm)
-  if (length(size_at) != 1) return(NA_real_) # not found alone: merged or ambiguous
-  rss_line <- grep("^Rss:", sm[size_at + 1:4], value = TRUE)[[1]]
-  rss <- as.numeric(sub("^Rss: +([0-9]+) kB$", "\\1", rss_line))
-  (kb - rss) * 1024
-}
-# memory_estimate() of the step the windows ran
-estimate <- function() {
-  memory_estimate(model, num[["B"]], T_in, num[["H"]], num[["W"]],
-                  training = training, checkpoint = num[["checkpoint"]],
-                  accumulation_steps = num[["accumulation"]], tbptt = num[["tbptt"]],
-                  optimizer = if (training) opt else NULL,
-                  outputs = if (mode == "infer_last") "last_state" else "all",
-                  horizon = K, teacher_forcing = !identical(mode, "roll_free"))
-}
 result_bytes <- as.numeric(utils::object.size(result))
 rm(result)
 result <- NULL
 grow_second <- window(result <- run(ptr))
-# Read after the second window, not between the two: /proc/self/smaps is
-# large, and once collected, the heap it grew may be trimmed back to the
-# system, so the second step's few small R objects touched fresh pages again
-# (seen as 16-80 KiB under R CMD check). Both steps touch the same arena pages.
-untouched <- arena_untouched()
+# Which pages of the step arena the steps touched, from /proc/self/pagemap
+# (one 64-bit word per page; bit 63: present in memory) at the arena's
+# address (a test-only hook): TRUE / FALSE per page, NULL where pagemap
+# cannot be read. Read after the windows, so its reading costs them
+# nothing. (The arena cannot be found in /proc/self/smaps by its size: the
+# kernel merges its mapping with its neighbours', the parameters'.)
+arena_pages <- function() {
+  arena <- ns$c_test_arena(ptr)
+  con <- tryCatch(file("/proc/self/pagemap", "rb"), error = function(e) NULL,
+                  warning = function(w) NULL)
+  if (is.null(con) || arena[[2]] == 0) return(NULL)
+  on.exit(close(con))
+  first <- floor(arena[[1]] / 4096)
+  n <- ceiling((arena[[1]] + arena[[2]]) / 4096) - first
+  seek(con, first * 8)
+  words <- readBin(con, "raw", n * 8)
+  if (length(words) != n * 8) return(NULL)
+  structure(as.integer(words[seq(8, n * 8, by = 8)]) >= 128, # little-endian: byte 8, bit 7
+            first = first, base = arena[[1]])
+}
+# Per step buffer of the plan, the bytes of its whole pages (those it shares
+# with no 256-byte aligned neighbour) that are not resident.
+cold_bytes <- function(present, plan) {
+  inside <- !is.na(plan$offset) & plan$bytes > 0
+  at <- attr(present, "base") + plan$offset[inside]
+  a <- ceiling(at / 4096) - attr(present, "first")
+  b <- floor((at + plan$bytes[inside]) / 4096) - attr(present, "first")
+  cold <- vapply(seq_along(a), function(i) {
+    if (b[[i]] > a[[i]]) sum(!present[(a[[i]] + 1):b[[i]]]) * 4096 else 0
+  }, 0)
+  stats::setNames(cold, plan$name[inside])
+}
 
-est <- estimate()
+# memory_estimate() of the step the windows ran
+est <- memory_estimate(model, B, T_in, H, W,
+                       training = training, checkpoint = num[["checkpoint"]],
+                       accumulation_steps = num[["accumulation"]], tbptt = num[["tbptt"]],
+                       optimizer = if (training) opt else NULL,
+                       outputs = if (mode == "infer_last") "last_state" else "all",
+                       state = state_mode, weight = if (weighted) target,
+                       horizon = K, teacher_forcing = !identical(mode, "roll_free"))
 b <- stats::setNames(est$bytes, est$category)
+plan <- attr(est, "plan")
+# the host masks of one training call: those the glue draws for this shape
+draws <- if (training) 4 * sum(lengths(ns$c_dropout_draw(ptr, c(B, H, W)))) else 0
 ms <- memory_stats(model)
+# reserved pages the steps never wrote cost nothing: the test counts them
+# apart, and names the buffers they lie in
+present <- arena_pages()
+untouched <- if (is.null(present)) NA else sum(!present) * 4096
+cold <- if (!is.null(present)) cold_bytes(present, plan)
+cold <- if (is.null(present)) "NA" else if (!any(cold > 0)) "none" else {
+  paste0(names(cold)[cold > 0], ":", cold[cold > 0], collapse = ",")
+}
 writeLines(paste0(
   "grow_create=", grow_create, " grow_first=", grow_first, " grow_second=", grow_second,
-  " result_bytes=", result_bytes, " total=", b[["total"]], " reserved=", b[["reserved"]],
-  " peak_reserved=", ms$peak_reserved, " untouched=", untouched
+  " result_bytes=", result_bytes, " draws=", draws, " total=", b[["total"]],
+  " reserved=", b[["reserved"]], " peak_reserved=", ms$peak_reserved,
+  " dropout_planned=", sum(plan$bytes[grepl("^dropout_", plan$name)]),
+  " untouched=", untouched, " cold=", cold
 ), out)
