@@ -218,6 +218,35 @@ test_that("convlstm_fit(memory_budget = ) trains with the advisor's pick and say
     regexp = "`memory_budget`")
 })
 
+test_that("a tight budget picks recomputed gates, and convlstm_fit() says so", {
+  set.seed(8)
+  case <- list(input_dim = 1, hidden = c(8, 1), kernel = 3, B = 8, T = 12, H = 8, W = 8)
+  d <- advise_data(case, 1)
+  model <- advise_model(case)
+  on.exit(convlstm_release(model))
+  all <- memory_advise(model, "1 GiB", 8, 12, 8, 8)
+  budget <- min(all$reserved) # only the leanest configuration fits
+  advice <- memory_advise(model, budget, 8, 12, 8, 8)
+  pick <- advice[1, ]
+  expect_gt(pick$recompute_gates, 0)
+  # without it, the same configuration does not fit
+  plainer <- all[all$dtype == pick$dtype & all$checkpoint == pick$checkpoint &
+                   all$accumulation_steps == pick$accumulation_steps &
+                   all$recompute_gates == 0, ]
+  expect_gt(plainer$reserved, budget)
+  msgs <- character()
+  withCallingHandlers(
+    convlstm_fit(model, d$x, d$y, optimizer_adam(), epochs = 1, batch_size = 8,
+                 shuffle = FALSE, memory_budget = budget, data_on_device = FALSE),
+    message = function(m) {
+      msgs <<- c(msgs, conditionMessage(m))
+      invokeRestart("muffleMessage")
+    }
+  )
+  expect_match(paste(msgs, collapse = "\n"), "gates recomputed in backward, 1 step at a time")
+  expect_lte(memory_stats(model)$peak_reserved, budget)
+})
+
 test_that("convlstm_fit(batch_size = \"max\") trains at max_batch_size() for the configuration", {
   set.seed(6)
   case <- list(input_dim = 1, hidden = c(4, 1), kernel = 3, B = 40, T = 4, H = 8, W = 8)
