@@ -8,7 +8,10 @@
  * into d_hidden[t-1], which already holds what the layer above (or the loss)
  * sent there. The weight gradients need no time loop: each is one large
  * convolution over the segment's steps once every dz_t is known, the mirror
- * of the forward fast path. Across checkpoint segments, d_cell carries on in
+ * of the forward fast path. With recompute_gates (backward_layer_chunks)
+ * the time loop runs a chunk of steps at a time, from the last, each
+ * chunk's gates recomputed first and its share of the weight gradients
+ * taken after it. Across checkpoint segments, d_cell carries on in
  * place and the first step's dz waits in dz_carry for the earlier segment.
  * Free-running training (cl_backward_free_run) first runs its fed-back
  * steps one at a time through every layer, since a step's input gradient

@@ -5,7 +5,9 @@
  *    or truncating): the input half of each layer's convolution runs once
  *    over all steps' images of the segment (the fast path), then per step
  *    only the hidden half is added and the fused cell applied; gates, c_t and
- *    h_t stay for backward. Free-running (cl_forward_free_run): so for the
+ *    h_t stay for backward. With recompute_gates the same a chunk of steps
+ *    at a time into one chunk of gates, of which only c_t and h_t stay
+ *    (backward runs each chunk again). Free-running (cl_forward_free_run): so for the
  *    input steps, then step by step with every layer in turn.
  *  - inference, step-major: x arrives step by step, both halves go into one
  *    small gates buffer shared by all layers, c is kept for two steps, and h
