@@ -239,7 +239,7 @@ check_step_options <- function(checkpoint = 0, accumulation_steps = 1, tbptt = 0
 # The steps whose gates backward recomputes at once when recompute_gates is
 # TRUE: one. Longer chunks hold more gates and, on the CPU, ran no faster
 # (bench/bench_recompute.R, doc/memory.md: chunks of 1, 2, 4 and 8 steps
-# within 1 % of each other).
+# within 2.1 % of each other).
 recompute_chunk <- 1L
 
 # recompute_gates as the core takes it: 0 (every step's gates kept), or the

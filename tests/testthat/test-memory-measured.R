@@ -64,6 +64,15 @@ rollout_case <- function(mode) {
     sample(c("float32", "float16", "bfloat16"), 1), ck, sample(seq_len(B), 1), tb, mode, K)
 }
 
+# A training step of random_case()'s kind that recomputes its gates in
+# backward (chunks of 1-3 steps). Drawn after the cases above.
+recompute_case <- function() {
+  repeat {
+    a <- random_case()
+    if (a[[12]] %in% c("last_state", "sequence")) return(c(a, "channel", sample(1:3, 1)))
+  }
+}
+
 test_that("measured: the high-water mark grows by memory_estimate()'s total over creation and the first step, and not at a second step", {
   skip_on_cran()
   skip_on_os(c("windows", "mac", "solaris"))
@@ -82,12 +91,15 @@ test_that("measured: the high-water mark grows by memory_estimate()'s total over
   set.seed(20261122)
   gaps <- numeric(0)
   untouched_cases <- character(0)
-  # 24 random cases, then three of each rollout training; peepholes by the
+  # 24 random cases, then three of each rollout training, then three
+  # recomputing the gates; peepholes by the
   # case's number (the random draws stay as they were)
   rollouts <- rep(c("roll_teacher", "roll_free"), 3)
-  for (i in seq_len(24 + length(rollouts))) {
-    a <- if (i <= 24) random_case() else rollout_case(rollouts[[i - 24]])
-    a <- c(a, c("none", "channel", "position")[[i %% 3 + 1]])
+  for (i in seq_len(24 + length(rollouts) + 3)) {
+    a <- if (i <= 24) random_case()
+         else if (i <= 24 + length(rollouts)) rollout_case(rollouts[[i - 24]])
+    # then three training steps recomputing their gates (peepholes per channel)
+    a <- if (is.null(a)) recompute_case() else c(a, c("none", "channel", "position")[[i %% 3 + 1]])
     v <- run_probe(a)
     label <- paste(a, collapse = " ")
     measured <- v[["grow_create"]] + v[["grow_first"]]

@@ -4,9 +4,12 @@
 # over a second step, against memory_estimate() for that step.
 #
 #   Rscript hwm-probe.R LIB OUT input_dim hidden kernel B T H W dtype
-#                       checkpoint accumulation tbptt mode [horizon [peephole]]
+#                       checkpoint accumulation tbptt mode [horizon [peephole
+#                       [recompute_gates]]]
 #
 # peephole: "none" (the default), "channel" or "position" (for H x W frames).
+# recompute_gates: 0 (the default), or a training step that recomputes the
+# gates in backward, that many steps at a time.
 # mode: "last_state" / "sequence" (a training step with that target), or
 # "infer_all" / "infer_last" (an inference forward, model(x) keeping every
 # output, or only the last states), or "roll_teacher" / "roll_free" (a
@@ -39,6 +42,7 @@ dtype <- args[[10]]
 mode <- args[[14]]
 K <- if (length(args) >= 15) as.integer(args[[15]]) else 0L
 peephole <- if (length(args) >= 16) args[[16]] else "none"
+rc <- if (length(args) >= 17) as.integer(args[[17]]) else 0L
 roll <- mode %in% c("roll_teacher", "roll_free")
 target <- if (roll) "sequence" else mode
 suppressPackageStartupMessages(library(convlstm, lib.loc = lib))
@@ -79,7 +83,8 @@ options <- if (training) {
   ns$check_step_options(num[["checkpoint"]], num[["accumulation"]], num[["tbptt"]],
                         batch_size = num[["B"]],
                         state = list(mode = "zero", arrays = NULL, horizon = K,
-                                     free_run = identical(mode, "roll_free")))
+                                     free_run = identical(mode, "roll_free")),
+                        recompute_gates = rc)
 } else {
   ns$c_step_options(outputs = if (mode == "infer_last") "last_state" else "all")
 }
@@ -145,7 +150,8 @@ estimate <- function() {
                   accumulation_steps = num[["accumulation"]], tbptt = num[["tbptt"]],
                   optimizer = if (training) opt else NULL,
                   outputs = if (mode == "infer_last") "last_state" else "all",
-                  horizon = K, teacher_forcing = !identical(mode, "roll_free"))
+                  horizon = K, teacher_forcing = !identical(mode, "roll_free"),
+                  recompute_gates = if (training) rc else 0L)
 }
 result_bytes <- as.numeric(utils::object.size(result))
 rm(result)
