@@ -6,7 +6,8 @@
 # peak of the step (memory_stats(), equal to it by construction), the step's
 # time (configurations alternate within each round, each keeps its fastest
 # step; the process's CPU time, which other work on a shared machine
-# disturbs less than the wall clock) and the largest batch under a budget
+# disturbs less than the wall clock, and the wall clock) and the largest
+# batch under a budget
 # (max_batch_size()).
 #
 #   Rscript bench/bench_recompute.R [batch] [rounds] [threads] [budget] [T...]
@@ -46,12 +47,14 @@ for (T in Ts) {
                recompute_gates = cf$recompute_gates)
   }
   first <- vapply(seq_along(configs), step, numeric(1)) # plans and allocates: not timed
-  t <- rep(Inf, length(configs))
+  t <- wall <- rep(Inf, length(configs))
   for (r in seq_len(rounds)) {
     for (i in seq_along(configs)) {
       t0 <- cpu()
+      w0 <- proc.time()[["elapsed"]]
       step(i)
       t[[i]] <- min(t[[i]], cpu() - t0)
+      wall[[i]] <- min(wall[[i]], proc.time()[["elapsed"]] - w0)
     }
   }
   rows <- lapply(seq_along(configs), function(i) {
@@ -66,6 +69,7 @@ for (T in Ts) {
                activations_MiB = round(act / 2^20, 2),
                measured_MiB = round(memory_stats(models[[i]])$peak_allocated / 2^20, 2),
                step_s = round(t[[i]], 3), time_ratio = round(t[[i]] / t[[1]], 2),
+               wall_s = round(wall[[i]], 3), wall_ratio = round(wall[[i]] / wall[[1]], 2),
                max_batch = as.integer(mb), first_loss = signif(first[[i]], 9))
   })
   cat(sprintf("\nT = %d, batch %d, %dx%d, %d thread(s), best of %d rounds; max_batch under %s\n",
