@@ -14,7 +14,8 @@
 #' training -- storage type `float32`, `float16` or `bfloat16` (see
 #' [set_dtype()]), checkpointing every `k` time steps, keeping only the
 #' states and recomputing the gates in backward (`recompute_gates`), and
-#' accumulation over `m` micro-batches (see [train_step()]) -- with the memory plan of each
+#' accumulation over `m` micro-batches (see [train_step()]) -- with the
+#' memory plan of each
 #' ([memory_estimate()]: the bytes the step will then hold, per category),
 #' whether it fits `budget`, and its step time predicted relative to the
 #' plain float32 step. Truncated backpropagation (`tbptt`) changes the
@@ -32,7 +33,8 @@
 #' The predicted time of a step is `flops / R_flop[dtype] + bytes /
 #' R_bytes + weights / R_weights`: `flops` counts the multiply-adds of every
 #' convolution the step runs (forward, backward for data and filter, and the
-#' forward that checkpointing and `recompute_gates` run again), on the CPU counting the idle
+#' forward that checkpointing and `recompute_gates` run again), on the CPU
+#' counting the idle
 #' threads of a call over fewer images than threads; `bytes` what the cell
 #' kernels and convolutions read and write per time step, the batch's upload
 #' and the optimizer's update; `weights` the weight (or its gradient) that
@@ -99,7 +101,8 @@
 #' @return A data frame of class `convlstm_memory_advice`, one row per
 #'   configuration: the fitting ones first, fastest first; then the others,
 #'   closest to fitting first. Columns: `dtype`, `checkpoint`,
-#'   `recompute_gates` (0, or the steps recomputed at once), `accumulation_steps`, `tbptt`, `micro_batch` (samples per
+#'   `recompute_gates` (0, or the steps recomputed at once),
+#'   `accumulation_steps`, `tbptt`, `micro_batch` (samples per
 #'   micro-batch); the planned bytes per category (`parameters`,
 #'   `gradients`, `optimizer`, `activations`, `states`, `workspace`,
 #'   `data`), `total` (the planned peak), `reserved` and `runtime` (what the
@@ -223,8 +226,8 @@ why_not <- function(row, budget) {
 # previous state; backward runs data and filter gradients; checkpointing
 # runs every segment but the last forward again; truncation with a loss on
 # the last state runs only the last window backward; recomputing the gates
-# runs every step backward goes through forward once more, its input half
-# a chunk of steps per call. On the CPU a
+# runs every step that goes backward through forward once more, its input
+# half a chunk of steps per call. On the CPU a
 # convolution call shares its images among `threads` (src/cpu/cpu_conv.c),
 # so a call over fewer images than threads leaves some idle: its FLOPs are
 # counted as the work of the threads it occupies.
@@ -474,7 +477,7 @@ fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, tar
                                                               format_bytes(budget)))
   } else {
     if (checkpoint != 0 || accumulation_steps != 1 || tbptt != 0 ||
-        !isFALSE(recompute_gates)) {
+        check_recompute_gates(recompute_gates, call = call) != 0) {
       abort_convlstm(paste0(
         "`memory_budget` chooses `checkpoint`, `recompute_gates` and `accumulation_steps` ",
         "itself: leave them and `tbptt` out, or give them without a budget."), call = call)
