@@ -12,8 +12,10 @@
 #'
 #' Lists every configuration of a training step that keeps the result of
 #' training -- storage type `float32`, `float16` or `bfloat16` (see
-#' [set_dtype()]), checkpointing every `k` time steps and accumulation over
-#' `m` micro-batches (see [train_step()]) -- with the memory plan of each
+#' [set_dtype()]), checkpointing every `k` time steps, keeping only the
+#' states and recomputing the gates in backward (`recompute_gates`), and
+#' accumulation over `m` micro-batches (see [train_step()]) -- with the
+#' memory plan of each
 #' ([memory_estimate()]: the bytes the step will then hold, per category),
 #' whether it fits `budget`, and its step time predicted relative to the
 #' plain float32 step. Truncated backpropagation (`tbptt`) changes the
@@ -31,7 +33,8 @@
 #' The predicted time of a step is `flops / R_flop[dtype] + bytes /
 #' R_bytes + weights / R_weights`: `flops` counts the multiply-adds of every
 #' convolution the step runs (forward, backward for data and filter, and the
-#' forward that checkpointing runs again), on the CPU counting the idle
+#' forward that checkpointing and `recompute_gates` run again), on the CPU
+#' counting the idle
 #' threads of a call over fewer images than threads; `bytes` what the cell
 #' kernels and convolutions read and write per time step, the batch's upload
 #' and the optimizer's update; `weights` the weight (or its gradient) that
@@ -98,6 +101,7 @@
 #' @return A data frame of class `convlstm_memory_advice`, one row per
 #'   configuration: the fitting ones first, fastest first; then the others,
 #'   closest to fitting first. Columns: `dtype`, `checkpoint`,
+#'   `recompute_gates` (0, or the steps recomputed at once),
 #'   `accumulation_steps`, `tbptt`, `micro_batch` (samples per
 #'   micro-batch); the planned bytes per category (`parameters`,
 #'   `gradients`, `optimizer`, `activations`, `states`, `workspace`,
@@ -157,16 +161,18 @@ memory_advise <- function(model, budget, batch_size, seq_len, height, width,
 }
 
 # Every configuration that keeps the gradient: each dtype, no checkpoint or
-# one of a few segment lengths, one or more micro-batches; row 1 is the
+# one of a few segment lengths, the gates kept or recomputed in backward,
+# one or more micro-batches; row 1 is the
 # plain float32 step. tbptt windows (never with checkpointing) when allowed.
 advise_grid <- function(B, T, allow_tbptt) {
   splits <- time_splits(T)
   micro <- micro_splits(B)
   grid <- expand.grid(dtype = dtypes(), checkpoint = c(0L, splits),
+                      recompute_gates = c(0L, recompute_chunk),
                       accumulation_steps = micro, tbptt = 0L, stringsAsFactors = FALSE,
                       KEEP.OUT.ATTRS = FALSE)
   if (allow_tbptt && length(splits) > 0) {
-    grid <- rbind(grid, expand.grid(dtype = dtypes(), checkpoint = 0L,
+    grid <- rbind(grid, expand.grid(dtype = dtypes(), checkpoint = 0L, recompute_gates = 0L,
                                     accumulation_steps = micro, tbptt = splits,
                                     stringsAsFactors = FALSE, KEEP.OUT.ATTRS = FALSE))
   }
@@ -196,7 +202,7 @@ plan_of <- function(model, cfg, B, T, H, W, optimizer) {
   tryCatch({
     est <- memory_estimate(model, B, T, H, W, dtype = cfg$dtype, checkpoint = cfg$checkpoint,
                            accumulation_steps = cfg$accumulation_steps, tbptt = cfg$tbptt,
-                           optimizer = optimizer)
+                           optimizer = optimizer, recompute_gates = cfg$recompute_gates)
     list(bytes = estimate_bytes(est)[cols])
   }, convlstm_error_invalid = function(e) {
     list(bytes = stats::setNames(rep(NA_real_, length(cols)), cols),
@@ -214,12 +220,14 @@ why_not <- function(row, budget) {
 # ---- the cost model ------------------------------------------------------
 
 # Convolution FLOPs and bytes moved by one training step of a configuration
-# (cfg: dtype, checkpoint, accumulation_steps, tbptt), following the
+# (cfg: dtype, checkpoint, accumulation_steps, tbptt, recompute_gates), following the
 # schedule of src/core/train.c: the input half of a layer's convolution runs
 # once per segment over all its steps, the hidden half once per step with a
 # previous state; backward runs data and filter gradients; checkpointing
 # runs every segment but the last forward again; truncation with a loss on
-# the last state runs only the last window backward. On the CPU a
+# the last state runs only the last window backward; recomputing the gates
+# runs every step that goes backward through forward once more, its input
+# half a chunk of steps per call. On the CPU a
 # convolution call shares its images among `threads` (src/cpu/cpu_conv.c),
 # so a call over fewer images than threads leaves some idle: its FLOPs are
 # counted as the work of the threads it occupies.
@@ -234,13 +242,17 @@ step_work <- function(config, cfg, B, T, P, target, optimizer_kind, threads) {
   ck <- k > 0 && k < T
   tb <- w > 0 && w < T
   last_len <- function(S) T - (ceiling(T / S) - 1) * S
+  rc <- cfg$recompute_gates %||% 0L
   S <- if (ck) k else if (tb) w else T        # steps held at once
+  chunk <- if (rc > 0) min(rc, S) else S      # steps per input-half call
   redo <- if (ck) T - last_len(k) else 0      # steps recomputed
-  fwd <- T + redo                             # steps run forward
   bwd <- if (tb && target == "last_state") last_len(w) else T
-  fwd_h <- fwd - 1 - (redo > 0)               # steps with a previous state
+  again <- if (rc > 0) bwd else 0             # steps whose gates backward recomputes
+  fwd <- T + redo + again                     # steps run forward
+  fwd_h <- fwd - 1 - (redo > 0) - (again > 0) # steps with a previous state
   bwd_h <- bwd - 1
-  seg_calls <- if (ck) 2 * ceiling(T / k) - 1 else if (tb) ceiling(T / w) else 1
+  seg_calls <- (if (ck) 2 * ceiling(T / k) - 1 else if (tb) ceiling(T / w) else 1) *
+    ceiling(S / chunk) * (1 + (rc > 0))
   b <- ceiling(B / cfg$accumulation_steps)    # samples per micro-batch
   m <- ceiling(B / b)                         # micro-batches run
   busy <- function(n) n / (threads * ceiling(n / threads)) # share of threads at work
@@ -250,8 +262,8 @@ step_work <- function(config, cfg, B, T, P, target, optimizer_kind, threads) {
   below <- seq_along(hid) > 1 # layers whose input gradient is needed
   fl_in <- 2 * P * 4 * hid * inp * kk
   fl_h <- 2 * P * 4 * hid * hid * kk
-  flops <- B * sum(fl_in * (fwd + bwd * (1 + below)) / busy(S * b) +
-                     fl_h * (fwd_h + bwd_h) / busy(b) + fl_h * bwd_h / busy(S * b))
+  flops <- B * sum(fl_in * (fwd + bwd * (1 + below)) / busy(chunk * b) +
+                     fl_h * (fwd_h + bwd_h) / busy(b) + fl_h * bwd_h / busy(chunk * b))
   # per sample and step: forward convolutions and cell; backward cell,
   # convolutions (data and filter) and the gradients they accumulate
   fwd_bytes <- P * e * (inp + 19 * hid)
@@ -389,6 +401,7 @@ print.convlstm_memory_advice <- function(x, n = 10, ...) {
     data.frame(
       dtype = d$dtype,
       checkpoint = ifelse(d$checkpoint > 0, as.character(d$checkpoint), "-"),
+      recompute_gates = ifelse(d$recompute_gates > 0, as.character(d$recompute_gates), "-"),
       micro_batches = ifelse(d$accumulation_steps > 1,
                              sprintf("%d x %d", d$accumulation_steps, d$micro_batch), "-"),
       tbptt = ifelse(d$tbptt > 0, as.character(d$tbptt), "-"),
@@ -434,9 +447,11 @@ print.convlstm_memory_advice <- function(x, n = 10, ...) {
 # the n samples there are. Without either, the arguments as given.
 fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, target,
                             checkpoint, accumulation_steps, tbptt, verbose,
-                            plans = list(list()), call = sys.call(-1)) {
+                            plans = list(list()), recompute_gates = FALSE,
+                            call = sys.call(-1)) {
   given <- list(batch_size = batch_size, checkpoint = checkpoint,
-                accumulation_steps = accumulation_steps, tbptt = tbptt)
+                accumulation_steps = accumulation_steps, tbptt = tbptt,
+                recompute_gates = recompute_gates)
   is_max <- identical(batch_size, "max")
   if (is.null(memory_budget) && !is_max) return(given)
   if (!is_max && !(is.numeric(batch_size) && length(batch_size) == 1)) {
@@ -466,10 +481,11 @@ fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, tar
                     if (b == n) " (all of them)" else sprintf(" (the most that fit in %s)",
                                                               format_bytes(budget)))
   } else {
-    if (checkpoint != 0 || accumulation_steps != 1 || tbptt != 0) {
+    if (checkpoint != 0 || accumulation_steps != 1 || tbptt != 0 ||
+        check_recompute_gates(recompute_gates, call = call) != 0) {
       abort_convlstm(paste0(
-        "`memory_budget` chooses `checkpoint` and `accumulation_steps` itself: leave them and ",
-        "`tbptt` out, or give them without a budget."), call = call)
+        "`memory_budget` chooses `checkpoint`, `recompute_gates` and `accumulation_steps` ",
+        "itself: leave them and `tbptt` out, or give them without a budget."), call = call)
     }
     B <- if (is_max) max(1L, largest(list()))
          else min(n, check_count(batch_size, "batch_size", call = call))
@@ -481,7 +497,7 @@ fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, tar
     }
     pick <- advice[1, ]
     opts <- list(checkpoint = pick$checkpoint, accumulation_steps = pick$accumulation_steps,
-                 tbptt = pick$tbptt)
+                 tbptt = pick$tbptt, recompute_gates = pick$recompute_gates)
     if (!identical(pick$dtype, model_config(model)$dtype)) set_dtype(model, pick$dtype)
     b <- if (is_max) largest(opts) else batch_size # more than n: convlstm_fit() says so
     chosen <- c(list(batch_size = b), opts)

@@ -97,7 +97,7 @@ check_rows <- function(rows, n, call = sys.call(-1)) {
 # data set); a target given explicitly must be the data set's.
 train_step_data <- function(model, data, y, optimizer, target, target_given, checkpoint,
                             accumulation_steps, tbptt, rows, state, call, max_grad_norm = NULL,
-                            loss = NULL) {
+                            loss = NULL, recompute_gates = 0L) {
   ptr <- model_ptr(model, call = call)
   if (!is.null(y)) {
     abort_convlstm(paste0(
@@ -121,7 +121,7 @@ train_step_data <- function(model, data, y, optimizer, target, target_given, che
   state <- list(mode = if (is.null(state)) "zero" else "carry", arrays = NULL)
   options <- check_step_options(checkpoint, accumulation_steps, tbptt, batch_size = length(rows),
                                 state = state, max_grad_norm = max_grad_norm, loss = loss,
-                                call = call)
+                                recompute_gates = recompute_gates, call = call)
   c_train_step_data(ptr, data$ptr, rows, optimizer, options)
 }
 

@@ -36,6 +36,9 @@
 #' @param dtype `NULL` for the model's storage type, or `"float32"`,
 #'   `"float16"`, `"bfloat16"` to see what the model would take after
 #'   [set_dtype()].
+#' @param recompute_gates Plan a training step that keeps only the hidden
+#'   and cell states of each time step and recomputes the gates in backward
+#'   (one chunk of gates instead of every step's), as in [train_step()].
 #' @param checkpoint,accumulation_steps,tbptt Step options, as in
 #'   [train_step()].
 #' @param optimizer The optimizer whose state to plan ([optimizer_adam()],
@@ -110,6 +113,8 @@
 #' attr(est, "plan")
 #' # half the activation memory in float16, less again with checkpointing
 #' memory_estimate(model, 16, 10, 64, 64, dtype = "float16", checkpoint = 3)
+#' # the gates recomputed in backward instead of kept
+#' memory_estimate(model, 16, 10, 64, 64, recompute_gates = TRUE)
 #' # inference, keeping only the last state
 #' memory_estimate(model, 16, 1000, 64, 64, training = FALSE, outputs = "last_state")
 #' # each of 8 data-parallel ranks with batch 16: the same plan, and what is reduced
@@ -119,7 +124,8 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
                             dtype = NULL, checkpoint = 0, accumulation_steps = 1, tbptt = 0,
                             optimizer = NULL, outputs = c("all", "last_state"),
                             state = c("zero", "given", "carry"), horizon = 0,
-                            weight = NULL, teacher_forcing = TRUE, world_size = 1) {
+                            weight = NULL, teacher_forcing = TRUE, world_size = 1,
+                            recompute_gates = FALSE) {
   ptr <- model_ptr(model)
   shape <- c(
     check_count(batch_size, "batch_size"), check_count(seq_len, "seq_len"),
@@ -155,15 +161,16 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
                                              free_run = training && teacher_forcing < 1),
                                 weight = if (!is.null(weight)) {
                                   if (weight == "sequence") 5L else 4L
-                                })
+                                }, recompute_gates = recompute_gates)
+  recompute_gates <- if (training) options$recompute_gates %||% 0L else 0L
   optimizer <- plan_optimizer(ptr, optimizer, training)
   world_size <- check_count(world_size, "world_size")
   plan <- c_model_plan(ptr, shape, training, optimizer, options)
   config <- c_model_config(ptr)
   est <- new_memory_estimate(
     plan, shape = shape, training = training, dtype = dtype %||% config$dtype,
-    options = list(checkpoint = checkpoint, accumulation_steps = accumulation_steps,
-                   tbptt = tbptt, outputs = if (training) "all" else outputs, state = state,
+    options = list(checkpoint = checkpoint, recompute_gates = recompute_gates,
+                   accumulation_steps = accumulation_steps, tbptt = tbptt, outputs = if (training) "all" else outputs, state = state,
                    horizon = horizon, weight = weight,
                    teacher_forcing = if (training && horizon > 1) teacher_forcing else 1),
     optimizer = optimizer$kind %||% planned_optimizer(plan$name)
@@ -207,6 +214,10 @@ estimate_bytes <- function(est) stats::setNames(est$bytes, est$category)
 describe_options <- function(options) {
   parts <- c(
     if (options$checkpoint > 0) sprintf("checkpoint every %d steps", options$checkpoint),
+    if (isTRUE(options$recompute_gates > 0)) {
+      sprintf("gates recomputed in backward, %d step%s at a time", options$recompute_gates,
+              if (options$recompute_gates == 1) "" else "s")
+    },
     if (options$accumulation_steps > 1) {
       sprintf("%d micro-batches", options$accumulation_steps)
     },
@@ -302,7 +313,8 @@ print.convlstm_plan <- function(x, ...) {
 #'   number or a string such as `"16 GiB"`. `NULL`: what the model holds now
 #'   plus what its device (or its `memory_limit`) has free.
 #' @param ... Passed to [memory_estimate()]: `training`, `dtype`,
-#'   `checkpoint`, `accumulation_steps`, `tbptt`, `optimizer`, `outputs`.
+#'   `checkpoint`, `recompute_gates`, `accumulation_steps`, `tbptt`,
+#'   `optimizer`, `outputs`.
 #' @return The batch size (an integer; 0 if not even the smallest batch
 #'   fits), with attributes `bytes` (the plan's reserved bytes at that
 #'   batch) and `budget`.

@@ -122,10 +122,12 @@ dtypes <- function() .Call(ffi_dtype_names)
 # dtype NULL plans for the model's own storage type, a name for another one
 # (cl_model_plan only); state_mode "zero", "given" (state: the flat list of
 # h and c arrays check_state() returns) or "carry"; horizon: frames an
-# inference forward rolls on (read with what = "frames").
+# inference forward rolls on (read with what = "frames"); recompute_gates:
+# 0, or the steps whose gates backward recomputes at once.
 c_step_options <- function(checkpoint = 0L, tbptt = 0L, accumulation_steps = 1L,
                            outputs = "all", dtype = NULL, state_mode = "zero", state = NULL,
-                           horizon = 0L, max_grad_norm = NULL, loss = NULL, weight = NULL) {
+                           horizon = 0L, max_grad_norm = NULL, loss = NULL, weight = NULL,
+                           recompute_gates = 0L) {
   list(
     checkpoint = as.integer(checkpoint), tbptt = as.integer(tbptt),
     accumulation_steps = as.integer(accumulation_steps),
@@ -133,7 +135,8 @@ c_step_options <- function(checkpoint = 0L, tbptt = 0L, accumulation_steps = 1L,
     state_mode = state_mode, state = state, horizon = as.integer(horizon),
     max_grad_norm = if (!is.null(max_grad_norm)) as.double(max_grad_norm),
     loss = loss$kind, delta = as.double(loss$delta %||% 1),
-    pos_weight = as.double(loss$pos_weight %||% 1), weight = weight
+    pos_weight = as.double(loss$pos_weight %||% 1), weight = weight,
+    recompute_gates = as.integer(recompute_gates)
   )
 }
 

@@ -36,9 +36,9 @@
 #'   `validation_split` of the samples of `x` and `y` (before any shuffle, as
 #'   keras does) as validation data. Not with `validation_data`.
 #' @param verbose Show progress and a line per epoch.
-#' @param checkpoint,accumulation_steps,tbptt Memory-saving step options,
-#'   as in [train_step()]; `accumulation_steps` is capped by the size of
-#'   each mini-batch.
+#' @param checkpoint,accumulation_steps,tbptt,recompute_gates Memory-saving
+#'   step options, as in [train_step()]; `accumulation_steps` is capped by
+#'   the size of each mini-batch.
 #' @param data_on_device `"auto"`, `TRUE` or `FALSE`: upload the whole of
 #'   `x` and `y` to the model's device once ([convlstm_data()]) and take each
 #'   batch there by row numbers, instead of slicing the batch out of the R
@@ -74,11 +74,11 @@
 #'   was never interrupted (bit for bit on the CPU).
 #' @param memory_budget `NULL`, or the memory training may take (bytes or a
 #'   string such as `"2 GiB"`): the fastest configuration that fits
-#'   ([memory_advise()]: dtype, `checkpoint`, `accumulation_steps`) is
-#'   trained with, said in one line; the model's dtype is converted if
-#'   another is chosen. Leave `checkpoint`, `accumulation_steps` and `tbptt`
-#'   out then. Not with a `horizon` (give `batch_size = "max"` alone) or
-#'   `state = "carry"`.
+#'   ([memory_advise()]: dtype, `checkpoint`, `recompute_gates`,
+#'   `accumulation_steps`) is trained with, said in one line; the model's
+#'   dtype is converted if another is chosen. Leave `checkpoint`,
+#'   `recompute_gates`, `accumulation_steps` and `tbptt` out then. Not with
+#'   a `horizon` (give `batch_size = "max"` alone) or `state = "carry"`.
 #' @param horizon,teacher_forcing `NULL`, or train every batch as
 #'   [train_step()] with `horizon` (the forecast of the frames in `y`) and
 #'   `teacher_forcing` (`TRUE`: the true frames fed back; `FALSE`:
@@ -167,7 +167,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
                          resume = NULL, memory_budget = NULL, max_grad_norm = NULL,
                          loss = "mse", delta = 1, pos_weight = 1, weight = NULL,
                          horizon = NULL, teacher_forcing = TRUE, state = NULL,
-                         distributed = NULL) {
+                         distributed = NULL, recompute_gates = FALSE) {
   # before batch_size is reassigned below; "max" is capped at the samples
   batch_size_given <- !missing(batch_size) && !identical(batch_size, "max")
   call <- sys.call()
@@ -190,16 +190,18 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   verbose <- check_flag(verbose, "verbose")
   fits <- fit_memory_plan(model, dim(x), batch_size, memory_budget, optimizer, target,
                           checkpoint, accumulation_steps, tbptt, verbose,
-                          plans = forecast$plans %||% list(list()))
+                          plans = forecast$plans %||% list(list()),
+                          recompute_gates = recompute_gates)
   batch_size <- fits$batch_size
   checkpoint <- fits$checkpoint
+  recompute_gates <- fits$recompute_gates
   accumulation_steps <- fits$accumulation_steps
   tbptt <- fits$tbptt
   batch_size <- check_count(batch_size, "batch_size")
   validation <- check_validation_data(validation_data, config, target, forecast$horizon)
   max_grad_norm <- check_max_grad_norm(max_grad_norm)
   loss_fn <- check_loss(loss, delta, pos_weight)
-  check_step_options(checkpoint, accumulation_steps, tbptt)
+  check_step_options(checkpoint, accumulation_steps, tbptt, recompute_gates = recompute_gates)
   data_on_device <- check_data_on_device(data_on_device)
   callbacks <- check_callbacks(callbacks)
   scheduler <- check_lr_scheduler(lr_scheduler, optimizer)
@@ -258,7 +260,8 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
     check_step_options(checkpoint, min(accumulation_steps, b), tbptt,
                        state = list(mode = if (carry) "carry" else "zero", arrays = NULL,
                                     horizon = forecast$horizon %||% 0L, free_run = p < 1),
-                       max_grad_norm = max_grad_norm, loss = loss_fn, weight = weight)
+                       max_grad_norm = max_grad_norm, loss = loss_fn, weight = weight,
+                       recompute_gates = recompute_gates)
   }
   options <- step_options(batch_size)
   # what free-running steps cannot be combined with, before the first epoch

@@ -29,7 +29,7 @@
 #'   batch size, any budget), `peak`, `reserved` and the timings are `NA`.
 #' @param target,optimizer As in [train_step()].
 #' @param ... Step options passed to [train_step()] and [memory_estimate()]:
-#'   `checkpoint`, `accumulation_steps`, `tbptt`.
+#'   `checkpoint`, `accumulation_steps`, `tbptt`, `recompute_gates`.
 #' @return A data frame of class `convlstm_memory_profile`, one row per
 #'   batch size, with columns `batch_size`; the peak bytes of each category
 #'   (`parameters`, `gradients`, `optimizer`, `activations`, `states`,
@@ -60,17 +60,21 @@ memory_profile <- function(model, batch_sizes, seq_len, height, width, steps = 2
   target <- check_choice(target, c("last_state", "sequence"), "target")
   optimizer <- check_optimizer(optimizer)
   dots <- list(...)
-  unknown <- setdiff(names(dots), c("checkpoint", "accumulation_steps", "tbptt"))
+  unknown <- setdiff(names(dots), c("checkpoint", "accumulation_steps", "tbptt",
+                                    "recompute_gates"))
   if (length(unknown) > 0 || (length(dots) > 0 && is.null(names(dots)))) {
-    abort_convlstm(sprintf(
-      "`...` takes only the step options checkpoint, accumulation_steps and tbptt, not %s.",
+    abort_convlstm(sprintf(paste(
+      "`...` takes only the step options checkpoint, accumulation_steps, tbptt and",
+      "recompute_gates, not %s."),
       if (length(unknown) > 0) paste0("`", unknown, "`", collapse = ", ") else "unnamed values"
     ), call = sys.call())
   }
   checkpoint <- dots$checkpoint %||% 0
   accumulation_steps <- dots$accumulation_steps %||% 1
   tbptt <- dots$tbptt %||% 0
-  check_step_options(checkpoint, accumulation_steps, tbptt, batch_size = min(batch_sizes))
+  recompute_gates <- check_recompute_gates(dots$recompute_gates %||% FALSE)
+  check_step_options(checkpoint, accumulation_steps, tbptt, batch_size = min(batch_sizes),
+                     recompute_gates = recompute_gates)
 
   config <- c_model_config(ptr)
   seed <- get0(".Random.seed", envir = globalenv(), inherits = FALSE)
@@ -84,7 +88,7 @@ memory_profile <- function(model, batch_sizes, seq_len, height, width, steps = 2
   rows <- lapply(batch_sizes, function(B) {
     est <- memory_estimate(copy, B, seq_len, height, width, optimizer = optimizer,
                            checkpoint = checkpoint, accumulation_steps = accumulation_steps,
-                           tbptt = tbptt)
+                           tbptt = tbptt, recompute_gates = recompute_gates)
     if (steps == 0) {
       eb <- estimate_bytes(est)
       return(data.frame(
@@ -105,7 +109,8 @@ memory_profile <- function(model, batch_sizes, seq_len, height, width, steps = 2
       t0 <- now()
       ok <- tryCatch({
         train_step(copy, x, y, optimizer, target = target, checkpoint = checkpoint,
-                   accumulation_steps = accumulation_steps, tbptt = tbptt)
+                   accumulation_steps = accumulation_steps, tbptt = tbptt,
+                   recompute_gates = recompute_gates)
         TRUE
       }, convlstm_error_oom = function(e) FALSE)
       times[[i]] <- now() - t0
@@ -130,8 +135,8 @@ memory_profile <- function(model, batch_sizes, seq_len, height, width, steps = 2
   structure(
     df, class = c("convlstm_memory_profile", "data.frame"),
     shape = c(seq_len = seq_len, height = height, width = width), steps = steps,
-    options = list(checkpoint = checkpoint, accumulation_steps = accumulation_steps,
-                   tbptt = tbptt, outputs = "all"),
+    options = list(checkpoint = checkpoint, recompute_gates = recompute_gates,
+                   accumulation_steps = accumulation_steps, tbptt = tbptt, outputs = "all"),
     dtype = config$dtype, device = config$device, optimizer = optimizer$kind,
     capacity = capacity
   )

@@ -29,6 +29,16 @@
 #'   `checkpoint` time steps and recompute the rest during backward: the same
 #'   gradients with activation memory that grows as `T / checkpoint +
 #'   checkpoint` instead of `T`, for about one more forward's time.
+#' @param recompute_gates `FALSE`, or keep only the hidden and cell states of
+#'   every time step, not the four gates' activations, and recompute those
+#'   during backward from the kept states and the input, a few steps at a
+#'   time (`TRUE`: one step; a whole number: that many): activation memory
+#'   per step falls from 6 to 2 times the hidden size (plus a chunk of
+#'   gates), for about one more forward's time. The same gradients (within
+#'   float32 rounding: the weight gradients are summed chunk by chunk).
+#'   Combines with `checkpoint` (segments whose steps keep only the
+#'   states), `tbptt`, `accumulation_steps`, dropout, peepholes and the half
+#'   types; not with `teacher_forcing = FALSE`.
 #' @param accumulation_steps Split the batch into this many micro-batches
 #'   whose gradients are summed (each loss weighted by its share of the
 #'   batch) before one update: the update of the whole batch, with the
@@ -130,6 +140,8 @@
 #' for (i in 1:3) print(train_step(model, x, y, opt))
 #' # the same update in two micro-batches of 2, keeping states every 2 steps
 #' train_step(model, x, y, opt, accumulation_steps = 2, checkpoint = 2)
+#' # keeping only h and c of each step, the gates recomputed in backward
+#' train_step(model, x, y, opt, recompute_gates = TRUE)
 #' # another loss: Huber, quadratic within 0.1 of the target
 #' train_step(model, x, y, opt, loss = "huber", delta = 0.1)
 #' # gradients clipped to a global norm of 1; the norm before clipping
@@ -148,7 +160,7 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
                        checkpoint = 0, accumulation_steps = 1, tbptt = 0, rows = NULL,
                        state = NULL, horizon = NULL, teacher_forcing = TRUE,
                        max_grad_norm = NULL, loss = "mse", delta = 1, pos_weight = 1,
-                       weight = NULL) {
+                       weight = NULL, recompute_gates = FALSE) {
   loss <- check_loss(loss, delta, pos_weight)
   if (is.null(horizon)) check_teacher_forcing(teacher_forcing, FALSE, sys.call())
   if (is_convlstm_data(x)) {
@@ -166,7 +178,8 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
     }
     return(train_step_data(model, x, y, optimizer, target, !missing(target), checkpoint,
                            accumulation_steps, tbptt, rows, state, call = sys.call(),
-                           max_grad_norm = max_grad_norm, loss = loss))
+                           max_grad_norm = max_grad_norm, loss = loss,
+                           recompute_gates = recompute_gates))
   }
   if (!is.null(rows)) {
     abort_convlstm("`rows` applies only when `x` is a data set made by convlstm_data().",
@@ -191,7 +204,7 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
   weight <- check_weight(weight, dim(y), target)
   options <- check_step_options(checkpoint, accumulation_steps, tbptt, batch_size = dim(x)[[1]],
                                 state = state, max_grad_norm = max_grad_norm, loss = loss,
-                                weight = weight)
+                                weight = weight, recompute_gates = recompute_gates)
   if (!is.null(horizon)) options$truth <- draw_truth(tf$p, dim(y)[[2]])
   c_train_step(ptr, x, y, target, optimizer, options)
 }
@@ -204,8 +217,9 @@ check_step_options <- function(checkpoint = 0, accumulation_steps = 1, tbptt = 0
                                outputs = "all", dtype = NULL, batch_size = NULL,
                                state = list(mode = "zero", arrays = NULL),
                                max_grad_norm = NULL, loss = NULL, weight = NULL,
-                               call = sys.call(-1)) {
+                               recompute_gates = 0L, call = sys.call(-1)) {
   checkpoint <- check_count(checkpoint, "checkpoint", min = 0, call = call)
+  recompute_gates <- check_recompute_gates(recompute_gates, call = call)
   accumulation_steps <- check_count(accumulation_steps, "accumulation_steps", call = call)
   tbptt <- check_count(tbptt, "tbptt", min = 0, call = call)
   if (!is.null(batch_size) && accumulation_steps > batch_size) {
@@ -217,7 +231,8 @@ check_step_options <- function(checkpoint = 0, accumulation_steps = 1, tbptt = 0
   if (!is.null(dtype)) dtype <- check_choice(dtype, dtypes(), "dtype", call = call)
   max_grad_norm <- check_max_grad_norm(max_grad_norm, call = call)
   horizon <- state$horizon %||% 0L
-  if (checkpoint == 0 && accumulation_steps == 1 && tbptt == 0 && identical(outputs, "all") &&
+  if (checkpoint == 0 && recompute_gates == 0 && accumulation_steps == 1 && tbptt == 0 &&
+      identical(outputs, "all") &&
       is.null(dtype) && identical(state$mode, "zero") && horizon == 0 &&
       is.null(max_grad_norm) && is.null(loss) && is.null(weight)) {
     return(NULL)
@@ -229,10 +244,34 @@ check_step_options <- function(checkpoint = 0, accumulation_steps = 1, tbptt = 0
       "fed-back frames run every layer step by step, which neither schedules. Use ",
       "accumulation_steps to save memory instead."), call = call)
   }
+  if (free_run && recompute_gates > 0) {
+    abort_convlstm(paste0(
+      "`teacher_forcing` other than TRUE cannot be combined with `recompute_gates`: the fed-back ",
+      "frames run backward step by step across the layers, which reads every step's gates. ",
+      "Use accumulation_steps to save memory instead."), call = call)
+  }
   opts <- c_step_options(checkpoint, tbptt, accumulation_steps, outputs, dtype, state$mode,
-                         state$arrays, horizon, max_grad_norm, loss, weight)
+                         state$arrays, horizon, max_grad_norm, loss, weight, recompute_gates)
   if (free_run) opts$free_run <- 1L
   opts
+}
+
+# The steps whose gates backward recomputes at once when recompute_gates is
+# TRUE: one. Longer chunks hold more gates and, on the CPU, ran no faster
+# (bench/bench_recompute.R, doc/memory.md: chunks of 1, 2, 4 and 8 steps
+# within 2.1 % of each other).
+recompute_chunk <- 1L
+
+# recompute_gates as the core takes it: 0 (every step's gates kept), or the
+# steps whose gates backward recomputes at once (TRUE: recompute_chunk).
+check_recompute_gates <- function(x, call = sys.call(-1)) {
+  if (isTRUE(x)) return(recompute_chunk)
+  if (isFALSE(x)) return(0L)
+  if (length(x) != 1 || !is_whole(x) || x < 0 || x > .Machine$integer.max) {
+    abort_arg("recompute_gates", paste("TRUE, FALSE or the number of steps whose gates are",
+                                       "recomputed at once (a whole number >= 1)"), x, call)
+  }
+  as.integer(x)
 }
 
 # NULL, or the per-element loss weight: a numeric array of the target's dim

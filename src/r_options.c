@@ -115,7 +115,7 @@ SEXP r_optim_list(const cl_optim *o) {
   return out;
 }
 
-/* list(checkpoint, tbptt, accumulation_steps, outputs = "all" | "last_state",
+/* list(checkpoint, recompute_gates, tbptt, accumulation_steps, outputs = "all" | "last_state",
  * dtype = NULL | a dtype's name for cl_model_plan, state_mode = "zero" |
  * "given" | "carry", state = NULL | h and c of every layer, flat, horizon,
  * free_run = NULL | 1 (train_step with a horizon, no teacher forcing),
@@ -133,6 +133,9 @@ void r_step_options(SEXP opts, cl_step_options *out, cl_host_array *state_buf) {
   if (opts == R_NilValue) return;
   if (TYPEOF(opts) != VECSXP) r_raise_invalid("internal: step options must be a named list");
   out->checkpoint = (int)num(opts, "checkpoint", "step options");
+  /* optional: absent or NULL, every step's gates kept */
+  if (field(opts, "recompute_gates") != R_NilValue)
+    out->recompute_gates = (int)num(opts, "recompute_gates", "step options");
   out->tbptt = (int)num(opts, "tbptt", "step options");
   out->accumulation_steps = (int)num(opts, "accumulation_steps", "step options");
   out->outputs = choice(field(opts, "outputs"), outputs, 2, "outputs") == 1 ? CL_OUTPUTS_LAST

@@ -226,6 +226,11 @@ const char *cl_loss_name(cl_loss_kind k);
  * pointer) is the plain step. */
 typedef struct cl_step_options {
   int checkpoint;         /* training: keep h, c every k steps, recompute the rest */
+  int recompute_gates;    /* train_step: 0, or keep only h and c of every step
+                             (no gate activations) and recompute each step's
+                             gates in backward, this many steps at a time;
+                             composes with checkpoint (segments whose steps
+                             keep h and c). Not with free_run. */
   int tbptt;              /* train_step: backprop through windows of k steps,
                              state carried forward detached */
   int accumulation_steps; /* train_step: micro-batches whose gradients sum

@@ -8,7 +8,10 @@
  * into d_hidden[t-1], which already holds what the layer above (or the loss)
  * sent there. The weight gradients need no time loop: each is one large
  * convolution over the segment's steps once every dz_t is known, the mirror
- * of the forward fast path. Across checkpoint segments, d_cell carries on in
+ * of the forward fast path. With recompute_gates (backward_layer_chunks)
+ * the time loop runs a chunk of steps at a time, from the last, each
+ * chunk's gates recomputed first and its share of the weight gradients
+ * taken after it. Across checkpoint segments, d_cell carries on in
  * place and the first step's dz waits in dz_carry for the earlier segment.
  * Free-running training (cl_backward_free_run) first runs its fed-back
  * steps one at a time through every layer, since a step's input gradient
@@ -145,13 +148,94 @@ static cl_status backward_layer(cl_model *m, int l, int b, int len, int done, co
   return CL_OK;
 }
 
+/* recompute_gates: one chunk's share of layer l's weight gradients, steps
+ * s0..s0+k-1 whose dz are in the chunk buffer, and of the gradient of the
+ * layer's input (overwritten there: the layer above's steps before s0 stay
+ * clear, cl_dh_layout). */
+static cl_status chunk_grads(cl_model *m, int l, int b, int s0, int k, const void *in,
+                             const void *prev_h) {
+  const cl_step *st = &m->step;
+  const cl_geom *g = &st->g;
+  const cl_layer *L = &m->layer[l];
+  const struct cl_backend_i *be = m->be->iface;
+  cl_dtype t = g->dtype;
+  size_t P = (size_t)g->H * g->W, bh = (size_t)b * L->hidden * P, bin = (size_t)b * L->in * P;
+  void *dz = st->gates[l];
+  float *gw = m->grads;
+  int first = s0 == 0; /* step 0 reads the state before the segment */
+  if (k > first) { /* steps against h of the steps before them */
+    const void *h = cl_at(st->hid[l], (first ? s0 : s0 - 1) * bh, t);
+    cl_conv_shape sf = cl_conv_hidden_half(L, g, (k - first) * b);
+    CL_TRY(cl_dropout_hidden(m, l, b, k - first, h, &h));
+    CL_KERNEL(m, be->conv_backward_filter(m->be, &sf, cl_at(dz, first * 4 * bh, t), h,
+                                          gw + L->off_wh, NULL, st->ws));
+  }
+  if (first && prev_h) {
+    cl_conv_shape sh = cl_conv_hidden_half(L, g, b);
+    CL_TRY(cl_dropout_hidden(m, l, b, 1, prev_h, &prev_h));
+    CL_KERNEL(m, be->conv_backward_filter(m->be, &sh, dz, prev_h, gw + L->off_wh, NULL, st->ws));
+  }
+  cl_conv_shape sx = cl_conv_input_half(L, g, k * b);
+  const void *xin = cl_at((void *)in, s0 * bin, t);
+  CL_TRY(cl_dropout_input(m, l, b, k, xin, &xin));
+  CL_KERNEL(m, be->conv_backward_filter(m->be, &sx, dz, xin, gw + L->off_wx,
+                                        m->cfg.bias ? gw + L->off_b : NULL, st->ws));
+  if (l == 0) return CL_OK;
+  float *dx = st->dh[l - 1] + s0 * bin;
+  CL_KERNEL(m, be->conv_backward_data(m->be, &sx, dz, m->params + L->off_wx, dx, 0, st->ws));
+  return cl_dropout_input_grad(m, l, b, k, dx);
+}
+
+/* backward_layer with recompute_gates: chunks of rc steps from the last,
+ * each one's gates recomputed from the kept h and c (forward.c) just
+ * before the cell's gradient runs through them. */
+static cl_status backward_layer_chunks(cl_model *m, int l, int b, int len, const void *in,
+                                       const void *prev_h, const void *prev_c, int fresh_dc,
+                                       int carry_in, int save_carry) {
+  const cl_step *st = &m->step;
+  const cl_geom *g = &st->g;
+  const cl_layer *L = &m->layer[l];
+  const struct cl_backend_i *be = m->be->iface;
+  cl_dtype t = g->dtype;
+  size_t P = (size_t)g->H * g->W, bh = (size_t)b * L->hidden * P, bg = 4 * bh;
+  void *dz = st->gates[l], *cell = st->cell[l];
+  float *dh = st->dh[l], *dc = st->dc[l];
+  cl_gates_shape gs = cl_cell_shape(m, L, g, b);
+  const float *wp = cl_peep_of(L, m->params);
+
+  if (fresh_dc) CL_TRY(cl_zero(m, dc, bh * sizeof(float)));
+  if (carry_in)
+    CL_TRY(cl_dropout_hidden_grad(m, l, b, st->dz_carry[l], dh + (len - 1) * bh, 1));
+  for (int s0 = (len - 1) / g->rc * g->rc; s0 >= 0; s0 -= g->rc) {
+    int k = len - s0 < g->rc ? len - s0 : g->rc;
+    CL_TRY(cl_forward_steps(m, l, b, s0, k, in, prev_h, prev_c, dz));
+    for (int s = s0 + k - 1; s >= s0; s--) {
+      void *dz_s = cl_at(dz, (size_t)(s - s0) * bg, t);
+      const void *c_prev = s > 0 ? cl_at(cell, (s - 1) * bh, t) : prev_c;
+      CL_KERNEL(m, be->gates_backward(m->be, &gs, dz_s, cl_at(cell, s * bh, t), c_prev, wp,
+                                      dh + s * bh, dc));
+      if (wp)
+        CL_KERNEL(m, be->peephole_filter(m->be, &gs, dz_s, cl_at(cell, s * bh, t), c_prev,
+                                         cl_peep_of(L, m->grads)));
+      if (s > 0) CL_TRY(cl_dropout_hidden_grad(m, l, b, dz_s, dh + (s - 1) * bh, 1));
+    }
+    if (s0 == 0 && save_carry)
+      CL_KERNEL(m, be->copy(m->be, st->dz_carry[l], dz, bg * cl_dtype_size(t)));
+    CL_TRY(chunk_grads(m, l, b, s0, k, in, prev_h));
+  }
+  return CL_OK;
+}
+
 cl_status cl_backward_segment(cl_model *m, int b, int len, const void *x, void *const *prev_h,
                               void *const *prev_c, int fresh_dc, int carry_in, int save_carry) {
   const cl_step *st = &m->step;
   for (int l = m->cfg.n_layers - 1; l >= 0; l--) {
-    CL_TRY(backward_layer(m, l, b, len, 0, l == 0 ? x : st->hid[l - 1],
-                          prev_h ? prev_h[l] : NULL, prev_c ? prev_c[l] : NULL, fresh_dc,
-                          carry_in, save_carry));
+    const void *in = l == 0 ? x : st->hid[l - 1];
+    const void *ph = prev_h ? prev_h[l] : NULL, *pc = prev_c ? prev_c[l] : NULL;
+    CL_TRY(st->g.rc ? backward_layer_chunks(m, l, b, len, in, ph, pc, fresh_dc, carry_in,
+                                            save_carry)
+                    : backward_layer(m, l, b, len, 0, in, ph, pc, fresh_dc, carry_in,
+                                     save_carry));
     CL_TRY(cl_dist_bucket_ready(m, l)); /* data parallel: off while the layers below run */
   }
   return CL_OK;

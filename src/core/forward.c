@@ -5,7 +5,9 @@
  *    or truncating): the input half of each layer's convolution runs once
  *    over all steps' images of the segment (the fast path), then per step
  *    only the hidden half is added and the fused cell applied; gates, c_t and
- *    h_t stay for backward. Free-running (cl_forward_free_run): so for the
+ *    h_t stay for backward. With recompute_gates the same a chunk of steps
+ *    at a time into one chunk of gates, of which only c_t and h_t stay
+ *    (backward runs each chunk again). Free-running (cl_forward_free_run): so for the
  *    input steps, then step by step with every layer in turn.
  *  - inference, step-major: x arrives step by step, both halves go into one
  *    small gates buffer shared by all layers, c is kept for two steps, and h
@@ -22,10 +24,13 @@ static const float *bias_of(const cl_model *m, const cl_layer *L) {
 
 /* Layer l over steps s0..s0+len-1 of the segment buffers, b sequences,
  * from the state (prev_h, prev_c) before the segment (NULL: zeros), read
- * only when s0 is 0; in: the layer's input from the segment's step 0. A
- * free-running step (s0 > 0, len 1) runs each layer in turn. */
-static cl_status forward_layer(cl_model *m, int l, int b, int s0, int len, const void *in,
-                               const void *prev_h, const void *prev_c) {
+ * only when s0 is 0; in: the layer's input from the segment's step 0; the
+ * steps' gates go to z on (their place in the layer's gates, or the chunk
+ * of recompute_gates). A free-running step (s0 > 0, len 1) runs each layer
+ * in turn. Backward recomputes a chunk's gates with this same call, so they
+ * come out as forward's, and c, h are written again as they were. */
+cl_status cl_forward_steps(cl_model *m, int l, int b, int s0, int len, const void *in,
+                           const void *prev_h, const void *prev_c, void *z) {
   const cl_step *st = &m->step;
   const cl_geom *g = &st->g;
   const cl_layer *L = &m->layer[l];
@@ -35,23 +40,41 @@ static cl_status forward_layer(cl_model *m, int l, int b, int s0, int len, const
   cl_conv_shape sx = cl_conv_input_half(L, g, len * b), sh = cl_conv_hidden_half(L, g, b);
   cl_gates_shape gs = cl_cell_shape(m, L, g, b);
   const float *wp = cl_peep_of(L, m->params);
-  void *gates = st->gates[l], *cell = st->cell[l], *hid = st->hid[l];
+  void *cell = st->cell[l], *hid = st->hid[l];
 
   /* training: x_t times its mask (one per sequence, the fed-back frames' too) */
   const void *xin = cl_at((void *)in, s0 * bin, t);
   CL_TRY(cl_dropout_input(m, l, b, len, xin, &xin));
-  CL_KERNEL(m, be->conv_forward(m->be, &sx, xin, m->params + L->off_wx, bias_of(m, L),
-                                cl_at(gates, s0 * 4 * bh, t), 0, st->ws));
+  CL_KERNEL(m, be->conv_forward(m->be, &sx, xin, m->params + L->off_wx, bias_of(m, L), z, 0,
+                                st->ws));
   for (int s = s0; s < s0 + len; s++) {
-    void *z = cl_at(gates, (size_t)s * 4 * bh, t);
+    void *z_s = cl_at(z, (size_t)(s - s0) * 4 * bh, t);
     const void *h_prev = s > 0 ? cl_at(hid, (s - 1) * bh, t) : prev_h;
     const void *c_prev = s > 0 ? cl_at(cell, (s - 1) * bh, t) : prev_c;
     if (h_prev) CL_TRY(cl_dropout_hidden(m, l, b, 1, h_prev, &h_prev));
     if (h_prev)
-      CL_KERNEL(m, be->conv_forward(m->be, &sh, h_prev, m->params + L->off_wh, NULL, z, 1, st->ws));
-    CL_KERNEL(m, be->gates_forward(m->be, &gs, z, c_prev, wp, cl_at(cell, s * bh, t),
+      CL_KERNEL(m, be->conv_forward(m->be, &sh, h_prev, m->params + L->off_wh, NULL, z_s, 1,
+                                    st->ws));
+    CL_KERNEL(m, be->gates_forward(m->be, &gs, z_s, c_prev, wp, cl_at(cell, s * bh, t),
                                    cl_at(hid, s * bh, t)));
   }
+  return CL_OK;
+}
+
+/* Layer l's steps s0..s0+len-1: all at once into its gates, or with
+ * recompute_gates a chunk of rc steps at a time into the one chunk. */
+static cl_status forward_layer(cl_model *m, int l, int b, int s0, int len, const void *in,
+                               const void *prev_h, const void *prev_c) {
+  const cl_step *st = &m->step;
+  const cl_geom *g = &st->g;
+  if (!g->rc) {
+    size_t bg = (size_t)b * 4 * m->layer[l].hidden * g->H * g->W;
+    return cl_forward_steps(m, l, b, s0, len, in, prev_h, prev_c,
+                            cl_at(st->gates[l], s0 * bg, g->dtype));
+  }
+  for (int c = s0; c < s0 + len; c += g->rc)
+    CL_TRY(cl_forward_steps(m, l, b, c, s0 + len - c < g->rc ? s0 + len - c : g->rc, in, prev_h,
+                            prev_c, st->gates[l]));
   return CL_OK;
 }
 
@@ -172,10 +195,12 @@ cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training,
   m->err[0] = '\0';
   CL_TRY(cl_check_sequence(m, x, "x", m->cfg.input_dim));
   if (training && opts &&
-      (opts->checkpoint || opts->tbptt || opts->accumulation_steps > 1 || opts->horizon))
+      (opts->checkpoint || opts->tbptt || opts->accumulation_steps > 1 || opts->horizon ||
+       opts->recompute_gates))
     return cl_fail(m, CL_E_INVALID,
-                   "checkpoint, tbptt, accumulation_steps and a training horizon apply to "
-                   "train_step, not to a forward pass followed by a separate backward");
+                   "checkpoint, tbptt, accumulation_steps, recompute_gates and a training "
+                   "horizon apply to train_step, not to a forward pass followed by a separate "
+                   "backward");
   if (opts && opts->state_mode == CL_STATE_CARRY)
     return cl_fail(m, CL_E_INVALID, "state = \"carry\" applies to train_step only");
   int B = x->dims[0], T = x->dims[1];

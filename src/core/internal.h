@@ -80,6 +80,9 @@ static inline int cl_cfg_dilation_w(const cl_config *c, int l) {
  * the plan, and two calls with equal geometry share step buffers.
  *  - checkpoint: time runs in segments of S steps; only h and c at segment
  *    ends are kept, and backward recomputes a segment before using it.
+ *  - recompute_gates: only h and c of every step are kept; forward and
+ *    backward run the gates rc steps at a time, backward recomputing them
+ *    from the kept h_{t-1}, c_{t-1} and input (the same calls as forward's).
  *  - tbptt: windows of S steps, forward then backward each, state carried
  *    forward detached; x is uploaded window by window.
  *  - accumulation: micro-batches of Bm sequences (the last may be smaller).
@@ -100,6 +103,9 @@ typedef struct cl_geom {
   int free_run;        /* training with a horizon, no teacher forcing: steps
                           T - horizon + 1 .. T - 1 read the last layer's h of
                           the step before (forward.c, backward.c) */
+  int rc;              /* training with recompute_gates: steps per chunk whose
+                          gates are held at once (<= S); 0: every step's gates
+                          are kept from forward to backward */
   int weight_steps;    /* training with a loss weight: steps of it held at once
                           (S for a sequence target, 1 for the last state); 0: none */
 } cl_geom;
@@ -132,7 +138,9 @@ typedef enum cl_buf_kind {
    * once (T, a checkpoint segment or a tbptt window), Bm sequences */
   CL_BUF_X,        /* data: input [S or T, Bm, C_in, H, W]; inference [1, B, C_in, H, W] */
   CL_BUF_GATES,    /* training: [S, Bm, 4h, H, W] per layer (pre-activations,
-                      then activations, then their gradients dz);
+                      then activations, then their gradients dz); with
+                      recompute_gates [rc, Bm, 4 max h, H, W] shared by all
+                      layers, a chunk of steps at a time;
                       inference: [B, 4 max h, H, W] shared by all layers  */
   CL_BUF_CELL,     /* training: c_t [S, Bm, h, H, W]; inference [2, B, h, H, W] */
   CL_BUF_HID,      /* h_t [S, Bm, h, H, W]; inference [T or 2, B, h, H, W]  */
@@ -417,6 +425,11 @@ cl_status cl_dropout_input_step_grad(cl_model *m, int l, int b, const void *dz, 
 cl_status cl_check_sequence(cl_model *m, const cl_host_array *x, const char *what, int channels);
 cl_status cl_forward_segment(cl_model *m, int b, int len, const void *x, void *const *prev_h,
                              void *const *prev_c);
+/* Layer l's steps s0..s0+len-1 (in: its input from the segment's step 0),
+ * their gates into z on, c and h into the layer's buffers; prev_h, prev_c
+ * are read when s0 is 0. Forward, and backward's recompute_gates. */
+cl_status cl_forward_steps(cl_model *m, int l, int b, int s0, int len, const void *in,
+                           const void *prev_h, const void *prev_c, void *z);
 cl_status cl_save_segment_end(cl_model *m, int b, int len, void *const *dst_h,
                               void *const *dst_c);
 /* fresh_dc: d_cell starts at zero (else it carries the later segment's);

@@ -28,8 +28,9 @@ cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
                    "frames of %d x %d pixels: the model's per-position peepholes fix the frame "
                    "size to %d x %d",
                    H, W, m->cfg.peephole_h, m->cfg.peephole_w);
-  if (o->checkpoint < 0 || o->tbptt < 0 || o->accumulation_steps < 0)
-    return cl_fail(m, CL_E_INVALID, "checkpoint, tbptt and accumulation_steps must be >= 0");
+  if (o->checkpoint < 0 || o->tbptt < 0 || o->accumulation_steps < 0 || o->recompute_gates < 0)
+    return cl_fail(m, CL_E_INVALID,
+                   "checkpoint, tbptt, accumulation_steps and recompute_gates must be >= 0");
   if (o->outputs != CL_OUTPUTS_ALL && o->outputs != CL_OUTPUTS_LAST)
     return cl_fail(m, CL_E_INVALID, "unknown outputs mode %d", (int)o->outputs);
   if (o->plan_dtype < 0 || o->plan_dtype > 1 + CL_BF16)
@@ -71,6 +72,11 @@ cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
     return cl_fail(m, CL_E_INVALID,
                    "training without teacher forcing cannot be combined with checkpoint or tbptt");
   g->free_run = o->free_run && o->horizon > 1;
+  /* the fed-back steps' backward reads their gates step by step across the
+   * layers (backward.c roll_back_step): no chunk of one layer covers them */
+  if (g->free_run && o->recompute_gates)
+    return cl_fail(m, CL_E_INVALID,
+                   "training without teacher forcing cannot be combined with recompute_gates");
   if (o->accumulation_steps > B)
     return cl_fail(m, CL_E_INVALID, "accumulation_steps (%d) exceeds the batch size (%d)",
                    o->accumulation_steps, B);
@@ -82,6 +88,7 @@ cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
     g->S = o->tbptt;
     g->tbptt = 1;
   }
+  if (o->recompute_gates) g->rc = o->recompute_gates < g->S ? o->recompute_gates : g->S;
   /* a sequence's weight, as its target, covers at most a segment's steps,
    * with a horizon only its last `horizon` (place_target in backward.c) */
   if (o->weight)
@@ -147,6 +154,23 @@ static size_t ws_of(plan_builder *b, const cl_model *m, size_t cur, cl_conv_shap
   return w > cur ? w : cur;
 }
 
+/* recompute_gates: a segment of len steps runs in chunks of rc steps and a
+ * last one of len % rc; each convolves its steps' input, its steps' h_{t-1}
+ * (all of them, or all but the segment's first) and one step's h. */
+static size_t plan_chunk_workspace(plan_builder *b, const cl_model *m, const cl_layer *L,
+                                   const cl_geom *g, int n, int len, size_t ws) {
+  int ks[2] = {len < g->rc ? len : g->rc, len % g->rc};
+  for (int i = 0; i < 2; i++) {
+    int k = ks[i];
+    if (k < 1) continue;
+    ws = ws_of(b, m, ws, cl_conv_input_half(L, g, k * n));
+    ws = ws_of(b, m, ws, cl_conv_hidden_half(L, g, k * n));
+    ws = ws_of(b, m, ws, cl_conv_hidden_half(L, g, (k - 1) * n));
+    ws = ws_of(b, m, ws, cl_conv_hidden_half(L, g, n));
+  }
+  return ws;
+}
+
 /* Workspace: the largest any convolution of the call asks for, over every
  * micro-batch size and segment length it runs. */
 static size_t plan_workspace(plan_builder *b, const cl_model *m, const cl_geom *g) {
@@ -163,6 +187,10 @@ static size_t plan_workspace(plan_builder *b, const cl_model *m, const cl_geom *
     for (int i = 0; i < 2; i++)
       for (int j = 0; j < 2; j++) {
         int n = bs[i], len = lens[j];
+        if (g->rc) { /* the chunks' calls instead (forward.c, backward.c) */
+          ws = plan_chunk_workspace(b, m, L, g, n, len, ws);
+          continue;
+        }
         ws = ws_of(b, m, ws, cl_conv_input_half(L, g, len * n));       /* all steps */
         ws = ws_of(b, m, ws, cl_conv_hidden_half(L, g, n));            /* per step */
         ws = ws_of(b, m, ws, cl_conv_hidden_half(L, g, (len - 1) * n)); /* filter grad */
@@ -216,6 +244,27 @@ static int max_hidden(const struct cl_model *m) {
   for (int l = 0; l < m->cfg.n_layers; l++)
     if (m->layer[l].hidden > h) h = m->layer[l].hidden;
   return h;
+}
+
+/* recompute_gates: a layer's backward sends each chunk's gradient into the
+ * d_hidden of the layer below while its own earlier steps there are still
+ * to be read, so the two must not overlap. Layer l's steps lie from
+ * at[l] * S * Bm * H * W floats on: the last layer's from 0, and each layer
+ * below either entirely under the one above (when it fits there) or from
+ * where its later steps stay clear of the one above's earlier steps, however
+ * many steps and sequences the call runs. Returns the channels the buffer
+ * must hold per step and sequence (the largest hidden size when all are
+ * equal). at may be NULL. */
+int cl_dh_layout(const cl_model *m, int *at) {
+  int top = m->cfg.n_layers - 1, u = 0, need = m->layer[top].hidden;
+  if (at) at[top] = 0;
+  for (int l = top - 1; l >= 0; l--) {
+    int hr = m->layer[l + 1].hidden, hw = m->layer[l].hidden;
+    u = hw <= u ? 0 : u + (hr > hw ? hr - hw : 0);
+    if (at) at[l] = u;
+    if (u + hw > need) need = u + hw;
+  }
+  return need;
 }
 
 static void plan_inference(plan_builder *b, const struct cl_model *m, const cl_geom *g) {
@@ -275,9 +324,14 @@ static void plan_training(plan_builder *b, const struct cl_model *m, const cl_ge
    * state the step started from */
   int carry_windows = (g->tbptt && g->S < g->T) || (g->state == CL_STATE_CARRY && nseg > 1);
   add(b, CL_BUF_X, -1, CL_MEM_DATA, nbytes(b, e, Tx, Bm, (size_t)m->cfg.input_dim, P), "x");
+  size_t hmax = (size_t)max_hidden(m);
+  if (g->rc) /* one chunk of steps, any layer's (forward.c, backward.c) */
+    add(b, CL_BUF_GATES, -1, CL_MEM_ACTIVATIONS, nbytes(b, e, (size_t)g->rc, Bm, 4 * hmax, P),
+        "gates_recompute");
   for (int l = 0; l < m->cfg.n_layers; l++) {
     size_t h = (size_t)m->layer[l].hidden;
-    add(b, CL_BUF_GATES, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, 4 * h, P), "gates");
+    if (!g->rc)
+      add(b, CL_BUF_GATES, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, 4 * h, P), "gates");
     add(b, CL_BUF_CELL, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, h, P), "cell");
     add(b, CL_BUF_HID, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, h, P), "hidden");
     if (nseg > 1) {
@@ -299,7 +353,7 @@ static void plan_training(plan_builder *b, const struct cl_model *m, const cl_ge
   /* d_hidden of layer l is last read by l's time loop, and l's input half
    * writes layer l - 1's only after that loop: one buffer serves them all */
   /* rows of steps x channels (< 2^62: both factors are ints) */
-  size_t hmax = (size_t)max_hidden(m), dh_rows = S * hmax;
+  size_t dh_rows = S * (g->rc ? (size_t)cl_dh_layout(m, NULL) : hmax);
   if (g->free_run) { /* layers below the last keep their fed-back steps in the ring */
     size_t tin = (size_t)(g->T - g->horizon + 1);
     size_t top = S * (size_t)m->layer[m->cfg.n_layers - 1].hidden;

@@ -20,6 +20,10 @@ cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
 /* The carried state (state.c): per layer h then c, each [B, hidden, H, W]
  * in dtype t; its bytes, 0 on overflow. */
 size_t cl_state_bytes(const cl_model *m, int B, int H, int W, cl_dtype t);
+/* recompute_gates: where each layer's d_hidden starts in the shared buffer
+ * (at[l], in units of S * Bm * H * W floats) and the channels per step the
+ * buffer holds (plan.c). */
+int cl_dh_layout(const cl_model *m, int *at);
 cl_status cl_plan_build(const cl_model *m, const cl_geom *g, const cl_optim *opt, cl_plan *out,
                         char *err, size_t errlen);
 

@@ -186,6 +186,17 @@ static void bind_view(cl_step *st, const cl_plan_entry *e, void *p) {
   }
 }
 
+/* recompute_gates: each layer's d_hidden at its place in the one buffer
+ * (cl_dh_layout). */
+static void place_dh(cl_model *m, const cl_geom *g) {
+  cl_step *st = &m->step;
+  int at[CL_MAX_LAYERS];
+  cl_dh_layout(m, at);
+  float *base = st->dh[0];
+  size_t unit = (size_t)g->S * g->Bm * g->H * g->W;
+  for (int l = 0; l < m->cfg.n_layers; l++) st->dh[l] = base + at[l] * unit;
+}
+
 /* An arena of at least `bytes`: grown (old one given back first, so that a
  * limit need not hold both) only when the current one is smaller. */
 static cl_status ensure_arena(cl_model *m, size_t bytes) {
@@ -223,6 +234,7 @@ cl_status cl_step_prepare(cl_model *m, const cl_geom *g) {
     cl_mem_take(&m->mem, e->category, e->bytes);
     bind_view(st, e, e->bytes ? (char *)m->arena + e->offset : NULL);
   }
+  if (g->rc) place_dh(m, g);
   st->valid = 1;
   st->g = *g;
   if (m->guard) CL_TRY(guard_fill(m));

@@ -128,6 +128,27 @@ static void test_equal_gradients(void) {
     }
     printf("accumulation (target %s): gradients within %.2e of the full batch\n",
            tg ? "sequence" : "last_state", worst);
+    /* recompute_gates: the same gates from the same calls; the weight
+     * gradients summed chunk by chunk in another order (float32 rounding),
+     * a chunk of the whole sequence bit for bit the plain step */
+    worst = 0;
+    int rcs[][2] = {{1, 0}, {2, 0}, {3, 0}, {7, 0}, {2, 3}, {1, 1}, {4, 6}};
+    for (int i = 0; i < 7; i++) {
+      cl_step_options o = {0};
+      o.recompute_gates = rcs[i][0];
+      o.checkpoint = rcs[i][1];
+      if (i == 6) o.accumulation_steps = 2; /* accumulation's own order: its tolerance */
+      double l1 = step_grads(&p, (cl_target)tg, &o, g1, &n1), r = rel_diff(g1, g0, n0);
+      double tol = i == 6 ? 1e-5 : 1e-6;
+      CHECK(n1 == n0 && r <= tol, "recompute_gates %d, checkpoint %d, target %d: gradients "
+            "differ by %.2e", rcs[i][0], rcs[i][1], tg, r);
+      CHECK(fabs(l1 - l0) <= 1e-6 * fabs(l0), "recompute_gates %d: loss %.9g vs %.9g", rcs[i][0],
+            l1, l0);
+      if (rcs[i][0] >= p.T && !rcs[i][1]) CHECK(r == 0, "recompute_gates = T differs: %.2e", r);
+      worst = fmax(worst, r);
+    }
+    printf("recompute_gates (target %s): gradients within %.2e of the plain step\n",
+           tg ? "sequence" : "last_state", worst);
     /* truncation changes gradients, never the forward: same loss; a window
      * as long as the sequence is the plain step */
     for (int k = 1; k <= 7; k++) {
@@ -222,6 +243,7 @@ static void test_plan_equals_measured(int cases) {
     int which = randint(0, 4), training = which != 4;
     if (which == 1) o.checkpoint = randint(1, T);
     if (which == 2) o.tbptt = randint(1, T);
+    if (training && randint(0, 1)) o.recompute_gates = randint(1, T);
     if (which == 3 || randint(0, 1)) o.accumulation_steps = randint(1, B);
     if (!training) o.outputs = randint(0, 1) ? CL_OUTPUTS_LAST : CL_OUTPUTS_ALL;
     cl_target tg = randint(0, 1) ? CL_TARGET_SEQUENCE : CL_TARGET_LAST_STATE;
@@ -250,8 +272,8 @@ static void test_plan_equals_measured(int cases) {
     for (int k = 0; k < CL_MEM_NCAT; k++)
       if (st.peak[k] != plan.by_category[k]) {
         bad++;
-        CHECK(0, "case %d (B %d T %d, ck %d tb %d acc %d train %d) %s: plan %zu, measured %zu", c,
-              B, T, o.checkpoint, o.tbptt, o.accumulation_steps, training,
+        CHECK(0, "case %d (B %d T %d, ck %d tb %d acc %d rc %d train %d) %s: plan %zu, measured %zu",
+              c, B, T, o.checkpoint, o.tbptt, o.accumulation_steps, o.recompute_gates, training,
               cl_mem_category_name((cl_mem_category)k), plan.by_category[k], st.peak[k]);
       }
     cl_plan_free(&plan);

@@ -12,9 +12,9 @@
  * last batch in between (a shape with no graph yet: plain launches, then
  * the graph again); with dropout (masks redrawn every step, staged through
  * the pinned stage as x and y are, applied by the recorded mask_mul), also
- * with checkpointing and with free-running training, and with scheduled
- * sampling (truth flags: the true frames staged as y is, the forward's copy
- * and backward's path skipped where they are set).
+ * with checkpointing, with recompute_gates and with free-running training,
+ * and with scheduled sampling (truth flags: the true frames staged as y
+ * is, the forward's copy and backward's path skipped where they are set).
  *
  * Both models keep to cuDNN's deterministic algorithms
  * (CONVLSTM_CUDNN_DETERMINISTIC=1): an algorithm with atomics differs from
@@ -45,6 +45,7 @@ typedef struct gcase {
   cl_peephole peep;  /* the cell's peepholes (their filter slot is recorded too) */
   double dropout;    /* > 0: every layer's input and h dropped, masks redrawn each step */
   int horizon;       /* > 1: free-running training over that many frames */
+  int recompute;     /* > 0: recompute_gates, chunks of that many steps */
 } gcase;
 
 static cl_model *make(const gcase *gc, int graphs) {
@@ -147,6 +148,7 @@ static void run_case(const gcase *gc, const int *truth) {
   cl_step_options opts;
   memset(&opts, 0, sizeof opts);
   opts.checkpoint = gc->checkpoint;
+  opts.recompute_gates = gc->recompute;
   opts.max_grad_norm = gc->max_norm;
   opts.horizon = gc->horizon;
   opts.free_run = gc->horizon > 1;
@@ -217,29 +219,32 @@ int main(void) {
     return 0;
   }
   const gcase cases[] = {
-      {"float32 adam", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0, 0},
+      {"float32 adam", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0, 0, 0},
       {"float32 adam checkpoint=2 clip=0.05", CL_F32, 2, 0.05, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0,
-       0},
-      {"float32 sgd momentum clip=1e9", CL_F32, 0, 1e9, CL_OPTIM_SGD, 0, CL_PEEP_NONE, 0, 0},
-      {"float16 adam scaler", CL_F16, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0, 0},
+       0, 0},
+      {"float32 sgd momentum clip=1e9", CL_F32, 0, 1e9, CL_OPTIM_SGD, 0, CL_PEEP_NONE, 0, 0, 0},
+      {"float16 adam scaler", CL_F16, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0, 0, 0},
       {"float16 adam overflow checkpoint=2", CL_F16, 2, 0.05, CL_OPTIM_ADAM, 1073741824.0,
-       CL_PEEP_NONE, 0, 0},
-      {"bfloat16 adamw", CL_BF16, 0, 0, CL_OPTIM_ADAMW, 0, CL_PEEP_NONE, 0, 0},
-      {"float32 adam dropout 0.3", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0.3, 0},
+       CL_PEEP_NONE, 0, 0, 0},
+      {"bfloat16 adamw", CL_BF16, 0, 0, CL_OPTIM_ADAMW, 0, CL_PEEP_NONE, 0, 0, 0},
+      {"float32 adam dropout 0.3", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0.3, 0, 0},
       {"float16 adam dropout 0.3 checkpoint=2", CL_F16, 2, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0.3,
-       0},
+       0, 0},
       {"float32 adam dropout 0.3 free-running 3", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE,
-       0.3, 3},
+       0.3, 3, 0},
       {"float32 adam peepholes per position", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_POSITION, 0,
-       0},
+       0, 0},
       {"float16 adam peepholes per channel checkpoint=2", CL_F16, 2, 0, CL_OPTIM_ADAM, 0,
-       CL_PEEP_CHANNEL, 0, 0},
+       CL_PEEP_CHANNEL, 0, 0, 0},
+      {"float16 adam peepholes per channel dropout 0.3 checkpoint=3 recompute_gates=1", CL_F16, 3,
+       0, CL_OPTIM_ADAM, 0, CL_PEEP_CHANNEL, 0.3, 0, 1},
+      {"float32 adam recompute_gates=2", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0, 0, 2},
       {"float32 adam peepholes per channel dropout 0.3 free-running 3", CL_F32, 0, 0,
-       CL_OPTIM_ADAM, 0, CL_PEEP_CHANNEL, 0.3, 3},
+       CL_OPTIM_ADAM, 0, CL_PEEP_CHANNEL, 0.3, 3, 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], NULL);
   const gcase sampled = {"float32 adam dropout 0.3 sampled 4 (1 0 1)", CL_F32, 0, 0,
-                         CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0.3, 4};
+                         CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0.3, 4, 0};
   const int truth[3] = {1, 0, 1};
   run_case(&sampled, truth);
   return ctest_done("test_cuda_graphs");

@@ -4,7 +4,7 @@
  * malloc / calloc / realloc / memalign / mmap above 64 KiB of the process.
  * The first step of a shape plans and reserves (allowed to allocate); every
  * later step of the same shape must make none, for each option the step has
- * (checkpoint, accumulation, tbptt, float16, SGD). Prints the counts.
+ * (checkpoint, accumulation, tbptt, recompute_gates, float16, SGD). Prints the counts.
  *
  * Started without the interposer, it runs itself again under it (the .so
  * lies beside it in the build folder). Exits 77 (skipped) where LD_PRELOAD
@@ -160,6 +160,10 @@ int main(int argc, char **argv) {
        CL_DEVICE_CPU, CL_PEEP_NONE, 0.5},
       {"dropout, peepholes per position", 4, 6, 16, 16, CL_F32, {.checkpoint = 3}, CL_OPTIM_ADAM,
        CL_DEVICE_CPU, CL_PEEP_POSITION, 0.5},
+      {"recompute_gates 2", 4, 6, 16, 16, CL_F32, {.recompute_gates = 2}, CL_OPTIM_ADAM,
+       CL_DEVICE_CPU, CL_PEEP_NONE, 0},
+      {"recompute 4, ckpt 3, dropout, peep, f16", 4, 7, 16, 16, CL_F16,
+       {.recompute_gates = 4, .checkpoint = 3}, CL_OPTIM_ADAM, CL_DEVICE_CPU, CL_PEEP_CHANNEL, 0.5},
   };
   printf("test_step_allocs (interposer: malloc/calloc/realloc/memalign/mmap > 64 KiB)\n");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], start, stop);

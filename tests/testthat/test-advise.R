@@ -30,7 +30,8 @@ train_row <- function(case, row, budget, d) {
   model <- advise_model(case, dtype = row$dtype, memory_limit = budget)
   on.exit(convlstm_release(model))
   loss <- train_step(model, d$x, d$y, optimizer_adam(), checkpoint = row$checkpoint,
-                     accumulation_steps = row$accumulation_steps, tbptt = row$tbptt)
+                     accumulation_steps = row$accumulation_steps, tbptt = row$tbptt,
+                     recompute_gates = row$recompute_gates)
   s <- memory_stats(model)
   list(loss = loss, peak = s$peak_allocated, peak_reserved = s$peak_reserved)
 }
@@ -70,6 +71,7 @@ test_that("rows: every dtype, checkpoint and micro-batch; fitting ones first, fa
   expect_s3_class(a, c("convlstm_memory_advice", "data.frame"))
   expect_setequal(unique(a$dtype), c("float32", "float16", "bfloat16"))
   expect_setequal(unique(a$checkpoint), c(0, 1, 2, 3, 4))
+  expect_setequal(unique(a$recompute_gates), c(0, 1))
   expect_setequal(unique(a$accumulation_steps), c(1, 2, 4, 8, 16))
   expect_true(all(a$tbptt == 0))
   expect_equal(a$micro_batch, ceiling(16 / a$accumulation_steps))
@@ -85,13 +87,21 @@ test_that("rows: every dtype, checkpoint and micro-batch; fitting ones first, fa
     est <- memory_estimate(model, 16, 8, 16, 16, dtype = a$dtype[[i]],
                            checkpoint = a$checkpoint[[i]],
                            accumulation_steps = a$accumulation_steps[[i]],
+                           recompute_gates = a$recompute_gates[[i]],
                            optimizer = optimizer_adam())
     expect_equal(unlist(a[i, c(est$category)]), stats::setNames(est$bytes, est$category))
   }
-  plain <- a$dtype == "float32" & a$checkpoint == 0 & a$accumulation_steps == 1
+  plain <- a$dtype == "float32" & a$checkpoint == 0 & a$accumulation_steps == 1 &
+    a$recompute_gates == 0
   expect_equal(a$time_ratio[plain], 1)
+  # recomputing the gates: fewer activations, more time, at the same dtype
+  rc <- a$dtype == "float32" & a$checkpoint == 0 & a$accumulation_steps == 1 &
+    a$recompute_gates > 0
+  expect_gt(a$time_ratio[rc], 1)
+  expect_lt(a$activations[rc], a$activations[plain])
   # recomputing forward segments costs time in the model, at the same dtype
-  ck <- a$dtype == "float32" & a$checkpoint == 1 & a$accumulation_steps == 1
+  ck <- a$dtype == "float32" & a$checkpoint == 1 & a$accumulation_steps == 1 &
+    a$recompute_gates == 0
   expect_gt(a$time_ratio[ck], 1)
   expect_equal(attr(a, "budget"), budget)
   expect_named(attr(a, "rates"), c("flops", "bytes", "weights", "threads", "device"))
@@ -190,7 +200,8 @@ test_that("convlstm_fit(memory_budget = ) trains with the advisor's pick and say
                      shuffle = FALSE, memory_budget = budget, verbose = FALSE)
   h2 <- convlstm_fit(manual, d$x, d$y, optimizer_adam(), epochs = 1, batch_size = 8,
                      shuffle = FALSE, checkpoint = pick$checkpoint,
-                     accumulation_steps = pick$accumulation_steps, verbose = FALSE)
+                     accumulation_steps = pick$accumulation_steps,
+                     recompute_gates = pick$recompute_gates, verbose = FALSE)
   expect_equal(h1$loss, h2$loss)
   # nothing fits: the out-of-memory error, before any training
   expect_convlstm_error(
@@ -205,6 +216,35 @@ test_that("convlstm_fit(memory_budget = ) trains with the advisor's pick and say
     convlstm_fit(model, d$x, d$y, optimizer_adam(), epochs = 1, memory_budget = "lots",
                  verbose = FALSE),
     regexp = "`memory_budget`")
+})
+
+test_that("a tight budget picks recomputed gates, and convlstm_fit() says so", {
+  set.seed(8)
+  case <- list(input_dim = 1, hidden = c(8, 1), kernel = 3, B = 8, T = 12, H = 8, W = 8)
+  d <- advise_data(case, 1)
+  model <- advise_model(case)
+  on.exit(convlstm_release(model))
+  all <- memory_advise(model, "1 GiB", 8, 12, 8, 8)
+  budget <- min(all$reserved) # only the leanest configuration fits
+  advice <- memory_advise(model, budget, 8, 12, 8, 8)
+  pick <- advice[1, ]
+  expect_gt(pick$recompute_gates, 0)
+  # without it, the same configuration does not fit
+  plainer <- all[all$dtype == pick$dtype & all$checkpoint == pick$checkpoint &
+                   all$accumulation_steps == pick$accumulation_steps &
+                   all$recompute_gates == 0, ]
+  expect_gt(plainer$reserved, budget)
+  msgs <- character()
+  withCallingHandlers(
+    convlstm_fit(model, d$x, d$y, optimizer_adam(), epochs = 1, batch_size = 8,
+                 shuffle = FALSE, memory_budget = budget, data_on_device = FALSE),
+    message = function(m) {
+      msgs <<- c(msgs, conditionMessage(m))
+      invokeRestart("muffleMessage")
+    }
+  )
+  expect_match(paste(msgs, collapse = "\n"), "gates recomputed in backward, 1 step at a time")
+  expect_lte(memory_stats(model)$peak_reserved, budget)
 })
 
 test_that("convlstm_fit(batch_size = \"max\") trains at max_batch_size() for the configuration", {

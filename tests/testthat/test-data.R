@@ -23,7 +23,9 @@ test_that("steps on a data set equal steps on the same rows sliced in R", {
     list(target = "last_state", y = api_y(B = 6), opts = list()),
     list(target = "sequence", y = api_y(B = 6, T = 4), opts = list(checkpoint = 2)),
     list(target = "sequence", y = api_y(B = 6, T = 4), opts = list(tbptt = 3)),
-    list(target = "last_state", y = api_y(B = 6), opts = list(accumulation_steps = 2))
+    list(target = "last_state", y = api_y(B = 6), opts = list(accumulation_steps = 2)),
+    list(target = "sequence", y = api_y(B = 6, T = 4),
+         opts = list(recompute_gates = TRUE, checkpoint = 3))
   )
   batches <- list(c(4, 1, 6), c(2, 2, 5, 2), 1:6)
   for (case in cases) {

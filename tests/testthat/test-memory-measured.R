@@ -121,6 +121,16 @@ random_options <- function(case) {
   c(case, drawn[setdiff(names(drawn), names(case))])
 }
 
+# A training step of random_case()'s kind that recomputes its gates in
+# backward (chunks of 1-3 steps). Drawn after the cases above.
+recompute_case <- function() {
+  repeat {
+    a <- random_case()
+    if (a$mode %in% c("last_state", "sequence")) {
+      return(c(a, list(recompute_gates = sample(1:3, 1))))
+    }
+  }
+}
 test_that("measured: the high-water mark grows by memory_estimate()'s total over creation and the first step, and not at a second step", {
   skip_on_cran()
   skip_on_os(c("windows", "mac", "solaris"))
@@ -137,12 +147,13 @@ test_that("measured: the high-water mark grows by memory_estimate()'s total over
   # its own in the window (the call, the loss). Measured (2026-11-23, the 29
   # cases below): -0.28 .. +0.020 MiB, never above the plan.
   set.seed(20261122)
-  # 20 random cases, three of each rollout training, the dropout cases; then
+  # 20 random cases, three of each rollout training, the dropout cases, three
+  # training steps recomputing their gates in backward; then
   # the options of each (the shapes are drawn first, so a case added to the
   # list leaves the earlier shapes as they were); peepholes by number
   cases <- c(replicate(20, random_case(), simplify = FALSE),
              lapply(rep(c("roll_teacher", "roll_free"), 3), rollout_case),
-             dropout_cases())
+             dropout_cases(), replicate(3, recompute_case(), simplify = FALSE))
   cases <- lapply(cases, random_options)
   for (i in seq_along(cases)) cases[[i]]$peephole <- c("none", "channel", "position")[[i %% 3 + 1]]
 

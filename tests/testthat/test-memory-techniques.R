@@ -3,7 +3,9 @@
 # losses; checkpointing keeps the gradients (1e-6 relative) with less activation
 # memory; gradient accumulation gives the full batch's update with the peak of a
 # micro-batch; truncated BPTT and last-state inference use memory independent of
-# the sequence length. Measurements are checked against memory_estimate() too.
+# the sequence length; recomputing the gates in backward keeps the gradients
+# with one chunk of gates instead of every step's. Measurements are checked
+# against memory_estimate() too.
 
 tech_model <- function(dtype = "float32", seed = 1) {
   set.seed(seed)
@@ -111,6 +113,123 @@ test_that("checkpointing keeps the gradients (1e-6 relative) and shrinks activat
   # activation memory O(T / k + k): k = 3 or 4 beats k = 1 and k = 5 ... near sqrt(T)
   act <- vapply(grads, function(r) r$peak[["activations"]], numeric(1))
   expect_lt(act[[3]], act[[2]])
+})
+
+# One plain step and one per recompute_gates setting on copies of a model,
+# the same masks drawn for each (dropout): losses, gradients, peaks, plans.
+rc_runs <- function(make, d, settings, opt = optimizer_sgd(lr = 0), steps = 1, ...) {
+  lapply(settings, function(rc) {
+    model <- make()
+    on.exit(convlstm_release(model))
+    set.seed(77)
+    loss <- vapply(seq_len(steps), function(i) {
+      train_step(model, d$x, d$y, opt, recompute_gates = rc, ...)
+    }, numeric(1))
+    dims <- dim(d$x)
+    list(loss = loss, grads = gradients(model), params = state_dict(model),
+         peak = peaks_of(model),
+         est = memory_estimate(model, dims[[1]], dims[[2]], dims[[4]], dims[[5]],
+                               recompute_gates = rc, optimizer = opt, ...))
+  })
+}
+
+test_that("recompute_gates keeps the gradients and Adam's steps, with peepholes, dropout, checkpoint, accumulation", {
+  d <- tech_data(T = 6)
+  makers <- list(
+    plain = function() tech_model(),
+    peephole = function() {
+      set.seed(1)
+      convlstm(1, c(8, 1), 3, device = "cpu", threads = 1, peephole = "channel")
+    },
+    dropout = function() {
+      set.seed(1)
+      convlstm(1, c(8, 1), 3, device = "cpu", threads = 1, dropout = 0.3,
+               recurrent_dropout = 0.4)
+    },
+    two_layers = function() { # layers of different widths share d_hidden apart
+      set.seed(1)
+      convlstm(1, c(3, 8, 1), c(3, 1, 3), device = "cpu", threads = 1)
+    }
+  )
+  for (what in names(makers)) {
+    runs <- rc_runs(makers[[what]], d, list(FALSE, 1, 2, TRUE, 6))
+    base <- runs[[1]]
+    for (i in 2:5) {
+      r <- runs[[i]]
+      info <- sprintf("%s, recompute_gates run %d", what, i)
+      expect_equal(r$loss, base$loss, tolerance = 1e-6, info = info)
+      # the weight gradients summed chunk by chunk: float32 rounding only
+      expect_lt(max_rel_diff(r$grads, base$grads), 1e-6)
+      expect_equal(r$peak[names(r$peak)], bytes_of(r$est)[names(r$peak)], info = info)
+    }
+    # a chunk of the whole sequence runs the plain step's calls in its order
+    expect_identical(runs[[5]]$grads, base$grads, info = what)
+    expect_lt(runs[[2]]$peak[["activations"]], base$peak[["activations"]])
+  }
+  # three Adam steps: the same parameters (float32 rounding)
+  adam <- rc_runs(makers$dropout, d, list(FALSE, TRUE), opt = optimizer_adam(1e-2), steps = 3)
+  expect_equal(adam[[2]]$loss, adam[[1]]$loss, tolerance = 1e-6)
+  expect_lt(max_rel_diff(adam[[2]]$params, adam[[1]]$params), 1e-6)
+  # with checkpoint segments, accumulation and tbptt, against each alone
+  for (opts in list(list(checkpoint = 2), list(checkpoint = 4), list(accumulation_steps = 2),
+                    list(tbptt = 4))) {
+    runs <- do.call(rc_runs, c(list(makers$peephole, d, list(FALSE, 1, 3)), opts))
+    for (r in runs[-1]) {
+      info <- paste(names(opts), unlist(opts))
+      expect_equal(r$loss, runs[[1]]$loss, tolerance = 1e-6, info = info)
+      expect_lt(max_rel_diff(r$grads, runs[[1]]$grads), 1e-6)
+      expect_equal(r$peak[names(r$peak)], bytes_of(r$est)[names(r$peak)], info = info)
+      expect_lt(r$peak[["activations"]], runs[[1]]$peak[["activations"]])
+    }
+  }
+})
+
+test_that("recompute_gates in float16 and bfloat16 keeps the half step's gradients", {
+  d <- tech_data(T = 5)
+  for (dtype in c("float16", "bfloat16")) {
+    runs <- rc_runs(function() tech_model(dtype), d, list(FALSE, 1, 2))
+    for (r in runs[-1]) {
+      expect_equal(r$loss, runs[[1]]$loss, tolerance = 1e-6, info = dtype)
+      expect_lt(max_rel_diff(r$grads, runs[[1]]$grads), 1e-5)
+      expect_equal(r$peak[names(r$peak)], bytes_of(r$est)[names(r$peak)], info = dtype)
+    }
+  }
+})
+
+test_that("recompute_gates plans one chunk of gates instead of every step's", {
+  model <- convlstm(1, c(8, 5), 3, device = "cpu", threads = 1)
+  on.exit(convlstm_release(model))
+  B <- 3
+  T <- 20
+  P <- 6 * 7
+  plain <- attr(memory_estimate(model, B, T, 6, 7), "plan")
+  expect_equal(plain$bytes[plain$name == "gates[0]"], T * B * 4 * 8 * P * 4)
+  for (k in c(1L, 3L)) {
+    est <- memory_estimate(model, B, T, 6, 7, recompute_gates = k)
+    plan <- attr(est, "plan")
+    expect_false(any(grepl("^gates\\[", plan$name)))
+    # one chunk of k steps, of the widest layer, shared by the layers
+    expect_equal(plan$bytes[plan$name == "gates_recompute"], k * B * 4 * 8 * P * 4)
+    expect_equal(plan$bytes[plan$name == "hidden[1]"], plain$bytes[plain$name == "hidden[1]"])
+    expect_equal(plan$bytes[plan$name == "cell[0]"], plain$bytes[plain$name == "cell[0]"])
+    expect_equal(attr(est, "options")$recompute_gates, k)
+    expect_match(paste(utils::capture.output(print(est)), collapse = "\n"),
+                 sprintf("gates recomputed in backward, %d step", k))
+  }
+  # TRUE is one step at a time; longer sequences gain more
+  expect_equal(attr(memory_estimate(model, B, T, 6, 7, recompute_gates = TRUE),
+                    "options")$recompute_gates, 1L)
+  act <- function(...) bytes_of(memory_estimate(model, B, T, 6, 7, ...))[["activations"]]
+  expect_lt(act(recompute_gates = TRUE), act() / 2)
+  expect_lt(act(recompute_gates = TRUE, checkpoint = 5), act(checkpoint = 5))
+  # inference keeps no gates per step: the option changes nothing there
+  expect_equal(bytes_of(memory_estimate(model, B, T, 6, 7, training = FALSE,
+                                        recompute_gates = TRUE)),
+               bytes_of(memory_estimate(model, B, T, 6, 7, training = FALSE)))
+  # a larger batch fits the same budget
+  budget <- 4 * 2^20
+  expect_gt(max_batch_size(model, T, 6, 7, budget = budget, recompute_gates = TRUE),
+            max_batch_size(model, T, 6, 7, budget = budget))
 })
 
 test_that("accumulation equals the full batch's update; its peak is a micro-batch's", {

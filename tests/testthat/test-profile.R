@@ -56,6 +56,14 @@ test_that("max_batch_size() passes step options through and takes sizes with uni
   d1 <- batch_data(ck + 1, T = 20)
   expect_convlstm_error(train_step(model, d1$x, d1$y, optimizer_adam(), checkpoint = 4),
                         status = "oom")
+  # so with the gates recomputed in backward
+  rc <- max_batch_size(probe, 20, 6, 6, budget = "1 MiB", recompute_gates = TRUE)
+  expect_gt(rc, plain)
+  d <- batch_data(rc, T = 20)
+  expect_true(is.finite(train_step(model, d$x, d$y, optimizer_adam(), recompute_gates = TRUE)))
+  d1 <- batch_data(rc + 1, T = 20)
+  expect_convlstm_error(train_step(model, d1$x, d1$y, optimizer_adam(), recompute_gates = TRUE),
+                        status = "oom")
   # budgets far beyond this machine are answered from the plan alone
   b16 <- max_batch_size(probe, 10, 64, 64, budget = "16 GiB")
   b80 <- max_batch_size(probe, 10, 64, 64, budget = "80 GiB")
@@ -144,6 +152,10 @@ test_that("memory_profile() records batches that run out of memory and goes on",
   expect_equal(attr(prof, "capacity"), 100 * 1024)
   expect_equal(attr(prof, "options")$checkpoint, 2)
   expect_output(print(prof), "OOM")
+  rc <- memory_profile(model, 1, 3, 6, 6, steps = 1, recompute_gates = TRUE)
+  expect_equal(rc$peak, rc$estimate)
+  expect_lt(rc$activations, memory_profile(model, 1, 3, 6, 6, steps = 0)$activations)
+  expect_equal(attr(rc, "options")$recompute_gates, 1L)
   grDevices::pdf(NULL)
   on.exit(grDevices::dev.off(), add = TRUE)
   expect_invisible(plot(prof))

@@ -9,7 +9,8 @@
 # - the step's: input_dim hidden kernel B T H W dtype, checkpoint
 #   accumulation tbptt (0, 1, 0 when not given), mode, horizon (0),
 #   state ("zero", "given" or "carry"), weight (0 or 1: a per-element loss
-#   weight).
+#   weight), recompute_gates (0, or the steps whose gates backward
+#   recomputes at once).
 # - every other key is an argument of convlstm() for the measured model, as
 #   given (numbers where every element parses as one): peephole, dropout,
 #   recurrent_dropout, ... (peephole = "position" gets frame_size = c(H, W)).
@@ -52,7 +53,7 @@ case <- lapply(kv, function(p) {
 })
 names(case) <- vapply(kv, `[[`, "", 1)
 step_keys <- c("input_dim", "hidden", "kernel", "B", "T", "H", "W", "dtype", "checkpoint",
-               "accumulation", "tbptt", "mode", "horizon", "state", "weight")
+               "accumulation", "tbptt", "mode", "horizon", "state", "weight", "recompute_gates")
 arg <- function(key, default) if (is.null(case[[key]])) default else case[[key]]
 num <- vapply(c("input_dim", "hidden", "kernel", "B", "T", "H", "W"),
               function(k) as.integer(arg(k, stop("hwm-probe.R: no ", k))), 0L)
@@ -63,6 +64,7 @@ mode <- arg("mode", "last_state")
 K <- as.integer(arg("horizon", 0))
 state_mode <- arg("state", "zero")
 weighted <- arg("weight", 0) == 1
+rc <- as.integer(arg("recompute_gates", 0)) # gates recomputed in backward, rc steps at a time
 # the measured model's own arguments, passed through to convlstm()
 model_args <- case[setdiff(names(case), step_keys)]
 if (identical(model_args$peephole, "position") && is.null(model_args$frame_size)) {
@@ -115,7 +117,7 @@ options <- if (training) {
                         batch_size = B,
                         state = list(mode = state_mode, arrays = given, horizon = K,
                                      free_run = identical(mode, "roll_free")),
-                        weight = weight)
+                        weight = weight, recompute_gates = rc)
 } else {
   ns$c_step_options(outputs = if (mode == "infer_last") "last_state" else "all",
                     state_mode = state_mode, state = given)
@@ -202,7 +204,8 @@ est <- memory_estimate(model, B, T_in, H, W,
                        optimizer = if (training) opt else NULL,
                        outputs = if (mode == "infer_last") "last_state" else "all",
                        state = state_mode, weight = if (weighted) target,
-                       horizon = K, teacher_forcing = !identical(mode, "roll_free"))
+                       horizon = K, teacher_forcing = !identical(mode, "roll_free"),
+                       recompute_gates = if (training) rc else 0L)
 b <- stats::setNames(est$bytes, est$category)
 plan <- attr(est, "plan")
 # the host masks of one training call: those the glue draws for this shape
