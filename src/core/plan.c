@@ -299,6 +299,13 @@ static void plan_dropout(plan_builder *b, const struct cl_model *m, const cl_geo
   size_t Bm = (size_t)g->Bm, S = (size_t)g->S, most = 0;
   size_t h_steps = S > 1 ? S - 1 : 1;
   int h_grad = S > 1 || g->nseg > 1 || g->free_run;
+  /* recomputing the gates, forward and backward mask a chunk at a time:
+   * its rc inputs, the rc h before them (one chunk: S - 1) */
+  if (g->rc) {
+    size_t rc = (size_t)g->rc;
+    if (h_steps > rc) h_steps = rc;
+    if (S > rc) S = rc;
+  }
   for (int l = 0; l < m->cfg.n_layers; l++) {
     size_t in = (size_t)m->layer[l].in, h = (size_t)m->layer[l].hidden, n;
     if (cl_layer_drops_input(m, l)) {
