@@ -85,6 +85,12 @@ typedef enum cl_host_format {
   CL_HOST_TORCH_F32 = 1 /* float, row-major (a contiguous torch tensor) */
 } cl_host_format;
 
+/* Dropout masks of a layer's input and h_{t-1} (cl_config.dropout_masks). */
+typedef enum cl_dropout_masks {
+  CL_MASKS_SHARED = 0,  /* one mask, the four gates' convolutions share it */
+  CL_MASKS_PER_GATE = 1 /* one per gate, in the gates' order i, f, o, g (Keras) */
+} cl_dropout_masks;
+
 typedef struct cl_host_array {
   void *data;
   cl_host_format format;
@@ -114,6 +120,11 @@ typedef struct cl_config {
    * from the caller (cl_step_options), never from the core. */
   double dropout[CL_MAX_LAYERS];
   double recurrent_dropout[CL_MAX_LAYERS];
+  /* cl_dropout_masks: one mask per gate (Keras's ConvLSTM2D) or one shared
+   * by the four gates (0, the tied variant; what a zeroed config and a file
+   * without the field get). A mask is [B, C, H, W] shared, [B, 4, C, H, W]
+   * per gate (cl_step_options). */
+  int dropout_masks;
 } cl_config;
 
 typedef struct cl_model cl_model;
@@ -268,8 +279,10 @@ typedef struct cl_step_options {
    * with cfg.dropout[l] > 0 the input mask mask_x[l], float, row-major
    * [B, in_l, H, W] (in_l: input_dim, or hidden_dims[l - 1]), and with
    * cfg.recurrent_dropout[l] > 0 the mask of h_{t-1} mask_h[l]
-   * [B, hidden_l, H, W]; each element 0 or 1 / (1 - p). One mask per
-   * sequence, shared by every step, by the four gates and by a checkpoint's
+   * [B, hidden_l, H, W]; each element 0 or 1 / (1 - p). With
+   * cfg.dropout_masks CL_MASKS_PER_GATE each is [B, 4, C, H, W] instead:
+   * sequence b's masks of gates i, f, o, g one after the other. One mask per
+   * sequence (and gate), shared by every step and by a checkpoint's
    * recomputation; read during the call only. Ignored in inference. */
   const float *mask_x[CL_MAX_LAYERS];
   const float *mask_h[CL_MAX_LAYERS];

@@ -234,19 +234,24 @@ static void plan_inference(plan_builder *b, const struct cl_model *m, const cl_g
   }
 }
 
-/* Dropout (dropout.c): each layer's masks, and one buffer for the masked
- * copy of whichever layer runs: its input over S steps, its h over S steps
- * (backward's filter gradient reads them all), or a float gradient of one
- * step's h (free-running: of its input too) before its mask. */
+/* Dropout (dropout.c): each layer's masks ([Bm, G, C, H, W], G = 4 per
+ * gate, else 1), and one buffer for the masked copy of whichever layer
+ * runs: its input over S steps, its h over S steps (backward's filter
+ * gradient reads them all), each G times; or a float gradient before its
+ * masks, of one step's h (free-running: of its input too), and with
+ * per-gate masks of a layer's input over S steps (the G copies' gradients
+ * before they are gathered; layer 0's input has none). */
 static void plan_dropout(plan_builder *b, const struct cl_model *m, const cl_geom *g) {
   size_t e = cl_dtype_size(g->dtype), f = sizeof(float), P = (size_t)g->H * g->W;
   size_t Bm = (size_t)g->Bm, S = (size_t)g->S, most = 0;
   for (int l = 0; l < m->cfg.n_layers; l++) {
-    size_t in = (size_t)m->layer[l].in, h = (size_t)m->layer[l].hidden, n;
+    const cl_layer *L = &m->layer[l];
+    size_t in = (size_t)L->groups_x * L->in, h = (size_t)L->groups_h * L->hidden, n;
     if (cl_layer_drops_input(m, l)) {
       add(b, CL_BUF_MASK_X, l, CL_MEM_ACTIVATIONS, nbytes(b, f, Bm, in, P, 1), "dropout_mask_x");
       if ((n = nbytes(b, e, S, Bm, in, P)) > most) most = n;
       if (g->free_run && (n = nbytes(b, f, Bm, in, P, 1)) > most) most = n;
+      if (L->groups_x > 1 && l > 0 && (n = nbytes(b, f, S, Bm, in, P)) > most) most = n;
     }
     if (cl_layer_drops_hidden(m, l)) {
       add(b, CL_BUF_MASK_H, l, CL_MEM_ACTIVATIONS, nbytes(b, f, Bm, h, P, 1), "dropout_mask_h");

@@ -96,10 +96,10 @@ int main(int argc, char **argv) {
   printf("threads %d, gemm %s\n", be->n_threads, cl_cpu_gemm_name(cl_cpu_gemm_of(be)));
   /* (N, C, H, W, K, k): hidden and input parts of layer 1, then of layer 2. */
   static const cl_conv_shape shapes[] = {
-      {100, 64, 24, 24, 256, 3, 3, 1, 1, CL_F32},
-      {500, 1, 24, 24, 256, 3, 3, 1, 1, CL_F32},
-      {500, 64, 24, 24, 4, 3, 3, 1, 1, CL_F32},
-      {100, 1, 24, 24, 4, 3, 3, 1, 1, CL_F32},
+      {100, 64, 24, 24, 256, 3, 3, 1, 1, CL_F32, 0},
+      {500, 1, 24, 24, 256, 3, 3, 1, 1, CL_F32, 0},
+      {500, 64, 24, 24, 4, 3, 3, 1, 1, CL_F32, 0},
+      {100, 1, 24, 24, 4, 3, 3, 1, 1, CL_F32, 0},
   };
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) bench(be, shapes[i]);
   be->iface->destroy(be);
