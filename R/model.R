@@ -156,7 +156,8 @@
 convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hidden_dims),
                      bias = TRUE, device = "auto", dtype = "float32", memory_limit = NULL,
                      threads = NULL, dilation = 1, peephole = FALSE, frame_size = NULL,
-                     dropout = 0, recurrent_dropout = 0) {
+                     dropout = 0, recurrent_dropout = 0,
+                     dropout_masks = c("per_gate", "shared")) {
   input_dim <- check_count(input_dim, "input_dim")
   n_layers <- check_count(n_layers, "n_layers")
   if (n_layers > max_layers) {
@@ -174,6 +175,7 @@ convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hid
   peephole <- peephole_spec(peephole, frame_size, sys.call())
   dropout <- check_rates(dropout, "dropout", n_layers, sys.call())
   recurrent_dropout <- check_rates(recurrent_dropout, "recurrent_dropout", n_layers, sys.call())
+  dropout_masks <- check_choice(dropout_masks, c("per_gate", "shared"), "dropout_masks")
 
   tf32 <- cuda_tf32_option(sys.call())
 
@@ -182,7 +184,7 @@ convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hid
     input_dim, hidden_dims, geometry, bias,
     device = device,
     dtype = dtype, threads = threads, memory_limit = memory_limit, peephole = peephole,
-    dropout = dropout, recurrent_dropout = recurrent_dropout
+    dropout = dropout, recurrent_dropout = recurrent_dropout, dropout_masks = dropout_masks
   ))
   c_model_init_params(ptr)
   new_convlstm_model(ptr)
@@ -345,6 +347,10 @@ print.convlstm_model <- function(x, ...) {
   if (has_dropout(config)) shown$dropout <- paste(config$dropout, config$recurrent_dropout,
                                                     sep = " / ")
   print(shown, row.names = FALSE)
+  if (has_dropout(config)) {
+    cat(sprintf("  dropout masks: %s\n", if (identical(config$dropout_masks, "shared"))
+      "one shared by the four gates (\"shared\")" else "one per gate, as Keras (\"per_gate\")"))
+  }
   invisible(x)
 }
 
@@ -441,7 +447,7 @@ print.summary.convlstm_model <- function(x, ...) {
 model_fields <- c(
   "config", "input_dim", "hidden_dims", "kernel_sizes", "dilation", "n_layers", "bias", "device",
   "dtype", "backend", "memory_limit", "peephole", "frame_size", "dropout", "recurrent_dropout",
-  "n_parameters", "parameters", "state_dict",
+  "dropout_masks", "n_parameters", "parameters", "state_dict",
   "load_state_dict", "zero_grad", "forward", "half", "bfloat16", "float", "train", "eval", "to",
   "cuda", "cpu"
 )
@@ -492,7 +498,7 @@ move_model <- function(model, device, dtype, call) {
     config = model_config(model),
     input_dim = , hidden_dims = , kernel_sizes = , dilation = , n_layers = , bias = , device = ,
     dtype = , backend = , memory_limit = , peephole = , frame_size = , dropout = ,
-    recurrent_dropout = model_config(model)[[name]],
+    recurrent_dropout = , dropout_masks = model_config(model)[[name]],
     n_parameters = sum(layer_table(model_config(model))$parameters),
     parameters = state_dict(model),
     state_dict = function() state_dict(model),

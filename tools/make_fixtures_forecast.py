@@ -95,6 +95,12 @@ CONFIGS = [
     dict(name="free_peep_ch", kind="free_run", input_dim=2, hidden_dims=[2, 3, 2],
          kernel_sizes=[3, 1, 3], bias=False, B=2, T=2, H=4, W=5, target="sequence",
          weight_decay=0.1, horizon=4, peephole="channel"),
+    # free_drop with per-gate masks ([B, 4, C, H, W]: each gate its own copy
+    # of every input and h, the fed-back frames' too)
+    dict(name="free_drop_gate", kind="free_run", input_dim=2, hidden_dims=[3, 2, 2],
+         kernel_sizes=[3, 1, 3], bias=True, B=2, T=2, H=5, W=4, target="sequence",
+         weight_decay=0.0, horizon=4, dropout=[0.3, 0.2, 0.25],
+         recurrent_dropout=[0.25, 0.4, 0.3], dropout_masks="per_gate"),
 ]
 
 
@@ -127,6 +133,8 @@ def header(w, cfg, seed):
     for k in ("dropout", "recurrent_dropout"):
         if k in cfg:
             w.config(k, *cfg[k])
+    if "dropout_masks" in cfg:  # absent: shared (the fixtures from before)
+        w.config("dropout_masks", cfg["dropout_masks"])
     w.info("torch_version", torch.__version__)
     w.info("seed", seed)
 
@@ -249,7 +257,8 @@ def free_run(cfg, model, w, x):
     masks = None
     if "dropout" in cfg:
         masks = dropout_masks(model, cfg["B"], cfg["H"], cfg["W"], cfg["dropout"],
-                              cfg["recurrent_dropout"])
+                              cfg["recurrent_dropout"],
+                              per_gate=cfg.get("dropout_masks") == "per_gate")
         for l, (mx, mh) in enumerate(masks):
             if mx is not None:
                 w.tensor("mask_x/%d" % l, mx)

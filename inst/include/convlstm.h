@@ -90,6 +90,8 @@ typedef enum cl_dropout_masks {
   CL_MASKS_SHARED = 0,  /* one mask, the four gates' convolutions share it */
   CL_MASKS_PER_GATE = 1 /* one per gate, in the gates' order i, f, o, g (Keras) */
 } cl_dropout_masks;
+/* Its name, as R and a model file's metadata say it: "shared", "per_gate". */
+const char *cl_dropout_masks_name(int kind);
 
 typedef struct cl_host_array {
   void *data;
