@@ -691,7 +691,7 @@ cl_status cl_model_train_step_data(cl_model *m, const cl_data *d, const int *idx
  * fields, an enum's values, a constant. The sizes of the structs that cross
  * the interface are compared as well (CL_API_STRUCTS), so a change that
  * forgot the version is still caught when it moves a size. */
-#define CL_API_VERSION 1
+#define CL_API_VERSION 2 /* 2: cl_config.dropout_masks */
 #define CL_API_STRUCTS(X)                                                                  \
   X(cl_config) X(cl_host_array) X(cl_gpu_info) X(cl_step_options) X(cl_optim)             \
   X(cl_loss_scale) X(cl_mem_stats) X(cl_plan_entry) X(cl_plan) X(cl_loss_fn)
