@@ -7,7 +7,8 @@
  * .c file of src/cpu:
  *   gcc -std=c11 -O2 -fopenmp -Isrc src/cpu/[all .c] tests/c/bench_cpu_conv.c -lm \
  *       -o /tmp/bench_cpu_conv
- * Arguments: [threads] (default: all). CONVLSTM_GEMM picks the GEMM.
+ * Arguments: [threads] (default: all) [path] (1 im2col + GEMM, 2 direct; default:
+ * chosen per shape). CONVLSTM_GEMM picks the GEMM.
  */
 #include "cpu/cpu_kernels.h"
 
