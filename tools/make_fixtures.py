@@ -97,10 +97,10 @@ DROPOUT_CONFIGS = [
     # per-gate masks (Keras's default, convlstm()'s too): mask_x/<l> and
     # mask_h/<l> are [B, 4, C, H, W], gate g's copy convolved with its own
     # weight rows (four convolutions, torch_convlstm.py)
-    dict(name="per_gate_two_layers", input_dim=2, hidden_dims=[4, 3], kernel_sizes=[3, 3],
+    dict(name="gate_two_layers", input_dim=2, hidden_dims=[4, 3], kernel_sizes=[3, 3],
          bias=True, B=2, T=4, H=6, W=5, target="sequence", weight_decay=0.01,
          dropout=[0.3, 0.2], recurrent_dropout=[0.25, 0.4], dropout_masks="per_gate"),
-    dict(name="per_gate_mixed_last_state", input_dim=2, hidden_dims=[3, 2],
+    dict(name="gate_mixed_last", input_dim=2, hidden_dims=[3, 2],
          kernel_sizes=[3, 3], bias=True, B=3, T=3, H=5, W=6,
          target="last_state", weight_decay=0.01, dropout=[0.5, 0.0],
          recurrent_dropout=[0.0, 0.3], dropout_masks="per_gate"),

@@ -97,7 +97,7 @@ CONFIGS = [
          weight_decay=0.1, horizon=4, peephole="channel"),
     # free_drop with per-gate masks ([B, 4, C, H, W]: each gate its own copy
     # of every input and h, the fed-back frames' too)
-    dict(name="free_drop_gate", kind="free_run", input_dim=2, hidden_dims=[3, 2, 2],
+    dict(name="free_gate", kind="free_run", input_dim=2, hidden_dims=[3, 2, 2],
          kernel_sizes=[3, 1, 3], bias=True, B=2, T=2, H=5, W=4, target="sequence",
          weight_decay=0.0, horizon=4, dropout=[0.3, 0.2, 0.25],
          recurrent_dropout=[0.25, 0.4, 0.3], dropout_masks="per_gate"),

@@ -218,9 +218,9 @@ test_that("a forecast trains with dropout and predicts without it", {
 # the masks off entirely (grad_nodropout/), left layer 0's input mask off
 # the fed-back frames (grad_fed_unmasked/) or cut the fed-back path
 # (grad_detached/). Three layers: the middle one's gradients pass the ring.
-# free_drop_gate: the same with per-gate masks ([B, 4, C, H, W]).
+# free_gate: the same with per-gate masks ([B, 4, C, H, W]).
 free_run_fxs <- list(free_drop = read_fixture(file.path("forecast", "free_drop")),
-                     free_drop_gate = read_fixture(file.path("forecast", "free_drop_gate")))
+                     free_gate = read_fixture(file.path("forecast", "free_gate")))
 
 grad_gap <- function(g, fx, prefix) {
   max(vapply(names(g), function(k) {

@@ -33,7 +33,7 @@ pred_of <- function(out, target) {
 
 test_that("the dropout fixtures are there", {
   expect_setequal(dropout_fixtures, c("both_two_layers", "mixed_last_state",
-                                      "per_gate_two_layers", "per_gate_mixed_last_state"))
+                                      "gate_two_layers", "gate_mixed_last"))
 })
 
 for (device in parity_devices) for (fixture in dropout_fixtures) {
