@@ -17,12 +17,44 @@
 /* Below this many elements a parallel region costs more than it saves. */
 #define CL_CPU_MASK_PAR_MIN 65536
 
+/* mask_chunk in float32, straight on in and out (out may be in itself with
+ * one group: each element is read before it is written). */
+static void mask_chunk_f32(const cl_mask_shape *s, size_t G, size_t row, size_t q, size_t i0,
+                           size_t k, const float *in, const float *mk, float *out) {
+  const int acc = s->accumulate;
+  if (!s->gather || G == 1) {
+    const float *x = in + q * row + i0;
+    for (size_t g = 0; g < G; g++) {
+      float *y = out + (q * G + g) * row + i0;
+      const float *m = mk + g * row;
+      if (acc)
+        for (size_t i = 0; i < k; i++) y[i] += x[i] * m[i];
+      else
+        for (size_t i = 0; i < k; i++) y[i] = x[i] * m[i];
+    }
+    return;
+  }
+  float *y = out + q * row + i0, sum[CL_CPU_MASK_CHUNK];
+  const float *x = in + q * G * row + i0;
+  for (size_t i = 0; i < k; i++) sum[i] = x[i] * mk[i];
+  for (size_t g = 1; g < G; g++)
+    for (size_t i = 0; i < k; i++) sum[i] += x[g * row + i] * mk[g * row + i];
+  if (acc)
+    for (size_t i = 0; i < k; i++) y[i] += sum[i];
+  else
+    for (size_t i = 0; i < k; i++) y[i] = sum[i];
+}
+
 /* Elements [i0, i0 + k) of image j of step r (q = r J + j), k <=
  * CL_CPU_MASK_CHUNK: spread or gather over the G masks of that image. */
 static void mask_chunk(const cl_mask_shape *s, size_t J, size_t q, size_t i0, size_t k,
                        const void *in, const float *mask, void *out) {
   const size_t row = s->groups > 1 ? s->row : s->n, G = (size_t)s->groups;
   const float *mk = mask + (q % J) * G * row + i0; /* group g's: + g row */
+  if (s->dtype == CL_F32) { /* in place: no staging copies */
+    mask_chunk_f32(s, G, row, q, i0, k, (const float *)in, mk, (float *)out);
+    return;
+  }
   float buf[CL_CPU_MASK_CHUNK], acc[CL_CPU_MASK_CHUNK];
   if (!s->gather || G == 1) {
     cl_cpu_load(s->dtype, in, q * row + i0, buf, k);
