@@ -76,20 +76,28 @@
 #'   , recurrent_dropout = )`: a fraction in `[0, 1)`, one for every layer or
 #'   one per layer (default 0: none). In training ([train_step()],
 #'   [convlstm_fit()], `model$forward()`, and `model(x)` after
-#'   `model$train()`) each sequence gets one mask per layer and kind (Gal and
-#'   Ghahramani's variational dropout), of the shape of one step of what it
-#'   masks (`[batch, channels, height, width]`), with each element kept with
-#'   probability `1 - p` and scaled by `1 / (1 - p)`. The same mask then serves
-#'   every time step, the four gates, a checkpoint's recomputation and the
-#'   backward pass. Keras draws a separate mask for each of the four gates,
-#'   but here one mask serves all four, so the input half of the convolution
-#'   still runs once over all time steps. The masks are drawn from R's random
-#'   number generator, so [set.seed()] reproduces a run. Inference
+#'   `model$train()`) each sequence gets masks per layer and kind (Gal and
+#'   Ghahramani's variational dropout), of the shape of one step of what they
+#'   mask (`[batch, channels, height, width]`), with each element kept with
+#'   probability `1 - p` and scaled by `1 / (1 - p)`. The same masks then
+#'   serve every time step, a checkpoint's recomputation and the backward
+#'   pass; `dropout_masks` says whether each gate has its own. The masks are
+#'   drawn from R's random number generator, so [set.seed()] reproduces a
+#'   run: per layer the input masks, then the recurrent ones (per gate: gate
+#'   i's whole mask, then f's, o's and g's, as Keras draws them). Inference
 #'   ([predict()], [convlstm_evaluate()], `model(x)` in eval mode, the
 #'   default) applies no dropout.
 #'   The masks and one masked copy are planned step buffers
 #'   (`dropout_mask_x`, `dropout_mask_h`, `dropout_masked` in
 #'   [memory_estimate()]).
+#' @param dropout_masks With dropout, `"per_gate"` (the default) gives each
+#'   of the four gates (i, f, o, g) masks of its own, as Keras 3's
+#'   `ConvLSTM2D` does: each gate convolves its own masked copies of `x_t` and
+#'   `h_{t-1}` with its rows of the weight (run as one grouped convolution
+#'   over the four copies: the unmasked convolution's arithmetic, four times
+#'   the masks' and the masked copy's memory). `"shared"`: one mask per kind
+#'   for all four gates (the tied variant). Saved with the model; a file
+#'   written before this option loads as `"shared"`, what it trained with.
 #'
 #' @return A model: a function of class `convlstm_model`. Calling it on an
 #'   array `x` of dim `[batch, time, channels, height, width]` runs an
@@ -108,7 +116,8 @@
 #'   sequence `x1` with `x2`. Fields are available with
 #'   `$`: `config`, `input_dim`, `hidden_dims`, `kernel_sizes`, `n_layers`,
 #'   `bias`, `device`, `dtype`, `backend`, `memory_limit`, `peephole`
-#'   (`"none"`, `"channel"` or `"position"`), `frame_size`, `n_parameters`,
+#'   (`"none"`, `"channel"` or `"position"`), `frame_size`, `dropout`,
+#'   `recurrent_dropout`, `dropout_masks`, `n_parameters`,
 #'   `parameters` (the state dict: a named list of the weights as R arrays),
 #'   and the methods `state_dict()`, `load_state_dict()`, `zero_grad()`,
 #'   `forward()`, and `half()`, `bfloat16()`, `float()` (storage type
@@ -147,7 +156,8 @@
 #' convlstm_release(pm)
 #' # dropout on each layer's input and hidden state, in training only
 #' dropped <- convlstm(1, c(8, 1), 3, device = "cpu", dropout = 0.2,
-#'                     recurrent_dropout = 0.2)
+#'                     recurrent_dropout = 0.2)  # masks per gate, as Keras
+#' dropped$dropout_masks
 #' dropped$train()
 #' dim(dropped(x)[[1]][[2]])  # a training forward, with fresh masks
 #' dropped$eval()
@@ -156,7 +166,8 @@
 convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hidden_dims),
                      bias = TRUE, device = "auto", dtype = "float32", memory_limit = NULL,
                      threads = NULL, dilation = 1, peephole = FALSE, frame_size = NULL,
-                     dropout = 0, recurrent_dropout = 0) {
+                     dropout = 0, recurrent_dropout = 0,
+                     dropout_masks = c("per_gate", "shared")) {
   input_dim <- check_count(input_dim, "input_dim")
   n_layers <- check_count(n_layers, "n_layers")
   if (n_layers > max_layers) {
@@ -174,6 +185,7 @@ convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hid
   peephole <- peephole_spec(peephole, frame_size, sys.call())
   dropout <- check_rates(dropout, "dropout", n_layers, sys.call())
   recurrent_dropout <- check_rates(recurrent_dropout, "recurrent_dropout", n_layers, sys.call())
+  dropout_masks <- check_choice(dropout_masks, c("per_gate", "shared"), "dropout_masks")
 
   tf32 <- cuda_tf32_option(sys.call())
 
@@ -182,7 +194,7 @@ convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hid
     input_dim, hidden_dims, geometry, bias,
     device = device,
     dtype = dtype, threads = threads, memory_limit = memory_limit, peephole = peephole,
-    dropout = dropout, recurrent_dropout = recurrent_dropout
+    dropout = dropout, recurrent_dropout = recurrent_dropout, dropout_masks = dropout_masks
   ))
   c_model_init_params(ptr)
   new_convlstm_model(ptr)
@@ -345,6 +357,10 @@ print.convlstm_model <- function(x, ...) {
   if (has_dropout(config)) shown$dropout <- paste(config$dropout, config$recurrent_dropout,
                                                     sep = " / ")
   print(shown, row.names = FALSE)
+  if (has_dropout(config)) {
+    cat(sprintf("  dropout masks: %s\n", if (identical(config$dropout_masks, "shared"))
+      "one shared by the four gates (\"shared\")" else "one per gate, as Keras (\"per_gate\")"))
+  }
   invisible(x)
 }
 
@@ -441,7 +457,7 @@ print.summary.convlstm_model <- function(x, ...) {
 model_fields <- c(
   "config", "input_dim", "hidden_dims", "kernel_sizes", "dilation", "n_layers", "bias", "device",
   "dtype", "backend", "memory_limit", "peephole", "frame_size", "dropout", "recurrent_dropout",
-  "n_parameters", "parameters", "state_dict",
+  "dropout_masks", "n_parameters", "parameters", "state_dict",
   "load_state_dict", "zero_grad", "forward", "half", "bfloat16", "float", "train", "eval", "to",
   "cuda", "cpu"
 )
@@ -492,7 +508,7 @@ move_model <- function(model, device, dtype, call) {
     config = model_config(model),
     input_dim = , hidden_dims = , kernel_sizes = , dilation = , n_layers = , bias = , device = ,
     dtype = , backend = , memory_limit = , peephole = , frame_size = , dropout = ,
-    recurrent_dropout = model_config(model)[[name]],
+    recurrent_dropout = , dropout_masks = model_config(model)[[name]],
     n_parameters = sum(layer_table(model_config(model))$parameters),
     parameters = state_dict(model),
     state_dict = function() state_dict(model),

@@ -164,6 +164,7 @@ copy_model <- function(model, config) {
     config$input_dim, config$hidden_dims, config$kernel_sizes, bias = config$bias,
     dilation = config$dilation, peephole = config$peephole, frame_size = config$frame_size,
     dropout = config$dropout, recurrent_dropout = config$recurrent_dropout,
+    dropout_masks = config$dropout_masks,
     device = config$device, dtype = config$dtype,
     memory_limit = if (config$memory_limit > 0) config$memory_limit else NULL,
     threads = if (config$threads > 0) config$threads else NULL

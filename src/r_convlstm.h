@@ -128,7 +128,7 @@ cl_comm *r_dist_comm(void);
 /* r_model.c */
 SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP kernel_sizes, SEXP bias,
                       SEXP device, SEXP dtype, SEXP threads, SEXP memory_limit, SEXP peephole,
-                      SEXP dropout);
+                      SEXP dropout, SEXP dropout_masks);
 SEXP ffi_model_release(SEXP ptr);
 SEXP ffi_model_status(SEXP ptr);
 SEXP ffi_model_config(SEXP ptr);

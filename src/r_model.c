@@ -58,15 +58,17 @@ static int int_at(SEXP x, int i) { return INTEGER(x)[i]; }
 /* geometry: integer [4, n_layers]: kernel height, width, dilation height,
  * width of each layer (column). peephole: integer c(kind, height, width),
  * as r_peephole() returns it. dropout: double [2, n_layers]: dropout and
- * recurrent_dropout of each layer (column). */
+ * recurrent_dropout of each layer (column). dropout_masks: "per_gate" or
+ * "shared". */
 SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP geometry, SEXP bias, SEXP device,
                       SEXP dtype, SEXP threads, SEXP memory_limit, SEXP peephole,
-                      SEXP dropout) {
+                      SEXP dropout, SEXP dropout_masks) {
   int nprotect = 0;
   if (TYPEOF(input_dim) != INTSXP || TYPEOF(hidden_dims) != INTSXP ||
       TYPEOF(geometry) != INTSXP || TYPEOF(bias) != LGLSXP || TYPEOF(threads) != INTSXP ||
       TYPEOF(memory_limit) != REALSXP || TYPEOF(peephole) != INTSXP ||
-      Rf_length(peephole) != 3 || TYPEOF(dropout) != REALSXP)
+      Rf_length(peephole) != 3 || TYPEOF(dropout) != REALSXP || TYPEOF(dropout_masks) != STRSXP ||
+      Rf_length(dropout_masks) != 1)
     r_raise_invalid("internal: ffi_model_create() got arguments of the wrong type");
   int n_layers = Rf_length(hidden_dims);
   if (n_layers < 1 || n_layers > CL_MAX_LAYERS || Rf_length(geometry) != 4 * n_layers ||
@@ -94,6 +96,14 @@ SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP geometry, SEXP bias
   cfg.peephole = int_at(peephole, 0);
   cfg.peephole_h = int_at(peephole, 1);
   cfg.peephole_w = int_at(peephole, 2);
+  const char *masks = CHAR(STRING_ELT(dropout_masks, 0));
+  if (strcmp(masks, cl_dropout_masks_name(CL_MASKS_PER_GATE)) == 0)
+    cfg.dropout_masks = CL_MASKS_PER_GATE;
+  else if (strcmp(masks, cl_dropout_masks_name(CL_MASKS_SHARED)) == 0)
+    cfg.dropout_masks = CL_MASKS_SHARED;
+  else
+    r_raise_invalid("internal: dropout_masks \"%s\" is neither \"per_gate\" nor \"shared\"",
+                    masks);
 
   SEXP mark = PROTECT(Rf_mkString(LIVE));
   nprotect++;
@@ -157,7 +167,8 @@ SEXP ffi_model_config(SEXP ptr) {
   const char *const names[] = {"input_dim", "hidden_dims", "kernel_sizes", "n_layers",
                          "bias",      "device",      "dtype",        "threads",
                          "memory_limit", "backend",  "n_params",     "peephole",
-                         "conv_math",    "dropout",  "recurrent_dropout", "geometry"};
+                         "conv_math",    "dropout",  "recurrent_dropout", "dropout_masks",
+                         "geometry"};
   SEXP out = PROTECT(r_named_list(names, (int)(sizeof names / sizeof names[0])));
   nprotect++;
 
@@ -177,6 +188,7 @@ SEXP ffi_model_config(SEXP ptr) {
   }
   SET_VECTOR_ELT(out, 13, dx);
   SET_VECTOR_ELT(out, 14, dr);
+  SET_VECTOR_ELT(out, 15, Rf_mkString(cl_dropout_masks_name(cfg->dropout_masks)));
   SET_VECTOR_ELT(out, 0, Rf_ScalarInteger(cfg->input_dim));
   SET_VECTOR_ELT(out, 1, hd);
   SET_VECTOR_ELT(out, 2, ks);

@@ -94,6 +94,16 @@ DROPOUT_CONFIGS = [
     dict(name="mixed_last_state", input_dim=2, hidden_dims=[3, 2], kernel_sizes=[3, 3],
          bias=True, B=3, T=3, H=5, W=6, target="last_state", weight_decay=0.01,
          dropout=[0.5, 0.0], recurrent_dropout=[0.0, 0.3]),
+    # per-gate masks (Keras's default, convlstm()'s too): mask_x/<l> and
+    # mask_h/<l> are [B, 4, C, H, W], gate g's copy convolved with its own
+    # weight rows (four convolutions, torch_convlstm.py)
+    dict(name="gate_two_layers", input_dim=2, hidden_dims=[4, 3], kernel_sizes=[3, 3],
+         bias=True, B=2, T=4, H=6, W=5, target="sequence", weight_decay=0.01,
+         dropout=[0.3, 0.2], recurrent_dropout=[0.25, 0.4], dropout_masks="per_gate"),
+    dict(name="gate_mixed_last", input_dim=2, hidden_dims=[3, 2],
+         kernel_sizes=[3, 3], bias=True, B=3, T=3, H=5, W=6,
+         target="last_state", weight_decay=0.01, dropout=[0.5, 0.0],
+         recurrent_dropout=[0.0, 0.3], dropout_masks="per_gate"),
 ]
 
 
@@ -220,7 +230,8 @@ def make(cfg, root, seed):
         y = torch.rand(B, T, c_last, H, W)
     masks = None
     if "dropout" in cfg:
-        masks = dropout_masks(model, B, H, W, cfg["dropout"], cfg["recurrent_dropout"])
+        masks = dropout_masks(model, B, H, W, cfg["dropout"], cfg["recurrent_dropout"],
+                              per_gate=cfg.get("dropout_masks") == "per_gate")
 
     w = Writer(os.path.join(root, cfg["name"]))
     w.config("input_dim", cfg["input_dim"])
@@ -236,6 +247,8 @@ def make(cfg, root, seed):
     if masks is not None:
         w.config("dropout", *cfg["dropout"])
         w.config("recurrent_dropout", *cfg["recurrent_dropout"])
+        if "dropout_masks" in cfg:  # absent: shared (the fixtures from before)
+            w.config("dropout_masks", cfg["dropout_masks"])
     for k in ("B", "T", "H", "W", "target"):
         w.config(k, cfg[k])
     w.config("adam_lr", ADAM_LR)

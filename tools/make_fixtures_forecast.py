@@ -116,6 +116,12 @@ CONFIGS = [
          kernel_sizes=[3, 3], bias=True, B=2, T=2, H=5, W=4, target="sequence",
          weight_decay=0.0, horizon=3, dropout=[0.3, 0.2], recurrent_dropout=[0.25, 0.4],
          choices=[[1, 0], [0, 1], [1, 0]]),
+    # free_drop with per-gate masks ([B, 4, C, H, W]: each gate its own copy
+    # of every input and h, the fed-back frames' too)
+    dict(name="free_gate", kind="free_run", input_dim=2, hidden_dims=[3, 2, 2],
+         kernel_sizes=[3, 1, 3], bias=True, B=2, T=2, H=5, W=4, target="sequence",
+         weight_decay=0.0, horizon=4, dropout=[0.3, 0.2, 0.25],
+         recurrent_dropout=[0.25, 0.4, 0.3], dropout_masks="per_gate"),
 ]
 
 
@@ -150,6 +156,8 @@ def header(w, cfg, seed):
     for k in ("dropout", "recurrent_dropout"):
         if k in cfg:
             w.config(k, *cfg[k])
+    if "dropout_masks" in cfg:  # absent: shared (the fixtures from before)
+        w.config("dropout_masks", cfg["dropout_masks"])
     w.info("torch_version", torch.__version__)
     w.info("seed", seed)
 
@@ -272,7 +280,8 @@ def free_run(cfg, model, w, x):
     masks = None
     if "dropout" in cfg:
         masks = dropout_masks(model, cfg["B"], cfg["H"], cfg["W"], cfg["dropout"],
-                              cfg["recurrent_dropout"])
+                              cfg["recurrent_dropout"],
+                              per_gate=cfg.get("dropout_masks") == "per_gate")
         for l, (mx, mh) in enumerate(masks):
             if mx is not None:
                 w.tensor("mask_x/%d" % l, mx)

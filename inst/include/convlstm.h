@@ -85,6 +85,14 @@ typedef enum cl_host_format {
   CL_HOST_TORCH_F32 = 1 /* float, row-major (a contiguous torch tensor) */
 } cl_host_format;
 
+/* Dropout masks of a layer's input and h_{t-1} (cl_config.dropout_masks). */
+typedef enum cl_dropout_masks {
+  CL_MASKS_SHARED = 0,  /* one mask, the four gates' convolutions share it */
+  CL_MASKS_PER_GATE = 1 /* one per gate, in the gates' order i, f, o, g (Keras) */
+} cl_dropout_masks;
+/* Its name, as R and a model file's metadata say it: "shared", "per_gate". */
+const char *cl_dropout_masks_name(int kind);
+
 typedef struct cl_host_array {
   void *data;
   cl_host_format format;
@@ -114,6 +122,11 @@ typedef struct cl_config {
    * from the caller (cl_step_options), never from the core. */
   double dropout[CL_MAX_LAYERS];
   double recurrent_dropout[CL_MAX_LAYERS];
+  /* cl_dropout_masks: one mask per gate (Keras's ConvLSTM2D) or one shared
+   * by the four gates (0, the tied variant; what a zeroed config and a file
+   * without the field get). A mask is [B, C, H, W] shared, [B, 4, C, H, W]
+   * per gate (cl_step_options). */
+  int dropout_masks;
 } cl_config;
 
 typedef struct cl_model cl_model;
@@ -282,8 +295,10 @@ typedef struct cl_step_options {
    * with cfg.dropout[l] > 0 the input mask mask_x[l], float, row-major
    * [B, in_l, H, W] (in_l: input_dim, or hidden_dims[l - 1]), and with
    * cfg.recurrent_dropout[l] > 0 the mask of h_{t-1} mask_h[l]
-   * [B, hidden_l, H, W]; each element 0 or 1 / (1 - p). One mask per
-   * sequence, shared by every step, by the four gates and by a checkpoint's
+   * [B, hidden_l, H, W]; each element 0 or 1 / (1 - p). With
+   * cfg.dropout_masks CL_MASKS_PER_GATE each is [B, 4, C, H, W] instead:
+   * sequence b's masks of gates i, f, o, g one after the other. One mask per
+   * sequence (and gate), shared by every step and by a checkpoint's
    * recomputation; read during the call only. Ignored in inference. */
   const float *mask_x[CL_MAX_LAYERS];
   const float *mask_h[CL_MAX_LAYERS];
@@ -695,7 +710,8 @@ cl_status cl_model_train_step_data(cl_model *m, const cl_data *d, const int *idx
  * fields, an enum's values, a constant. The sizes of the structs that cross
  * the interface are compared as well (CL_API_STRUCTS), so a change that
  * forgot the version is still caught when it moves a size. */
-#define CL_API_VERSION 2
+#define CL_API_VERSION 2 /* 2: cl_config.dropout_masks, cl_step_options.truth and
+                           * .recompute_gates */
 #define CL_API_STRUCTS(X)                                                                  \
   X(cl_config) X(cl_host_array) X(cl_gpu_info) X(cl_step_options) X(cl_optim)             \
   X(cl_loss_scale) X(cl_mem_stats) X(cl_plan_entry) X(cl_plan) X(cl_loss_fn)

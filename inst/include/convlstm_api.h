@@ -123,6 +123,7 @@ extern "C" {
   /* losses */                                                                                \
   F(cl_status, loss_check, (const cl_loss_fn *f, char *err, size_t errlen), (f, err, errlen)) \
   F(const char *, loss_name, (cl_loss_kind k), (k))                                           \
+  F(const char *, dropout_masks_name, (int kind), (kind))                                     \
   F(cl_status, model_train_step,                                                              \
     (cl_model *m, const cl_host_array *x, const cl_host_array *y, cl_target target,           \
      const cl_optim *opt, const cl_step_options *opts, double *loss),                         \

@@ -15,6 +15,7 @@ copy that safetensors_check.py beside it, tools/make_fixtures.py and both
 benchmarks import; PyTorch is never a dependency of the R package.
 """
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -43,15 +44,21 @@ class ConvLSTMCell(nn.Module):
                 self.register_parameter(name, nn.Parameter(torch.zeros(shape)))
 
     def forward(self, x, state, masks=None):
-        """masks: None, or (input mask, h mask) for dropout, each [B, C, H, W]
-        (or None): x_t and h_{t-1} times them before the convolution."""
+        """masks: None, or (input mask, h mask) for dropout, each (or None)
+        [B, C, H, W], one mask shared by the four gates: x_t and h_{t-1}
+        times them before the convolution; or [B, 4, C, H, W], one per gate
+        (Keras's ConvLSTM2D): gate g (in the order i, f, o, g) convolves
+        x_t * mask[:, g] and h_{t-1} * mask[:, g] with its own rows of the
+        weight, four convolutions as Keras's ConvLSTMCell computes them."""
         h_prev, c_prev = state
-        if masks is not None:
-            mx, mh = masks
+        mx, mh = masks if masks is not None else (None, None)
+        if (mx is not None and mx.dim() == 5) or (mh is not None and mh.dim() == 5):
+            zi, zf, zo, zg = self._per_gate(x, h_prev, mx, mh)
+        else:
             x = x if mx is None else x * mx
             h_prev = h_prev if mh is None else h_prev * mh
-        z = self.conv(torch.cat([x, h_prev], dim=1))
-        zi, zf, zo, zg = torch.split(z, self.hidden_dim, dim=1)
+            z = self.conv(torch.cat([x, h_prev], dim=1))
+            zi, zf, zo, zg = torch.split(z, self.hidden_dim, dim=1)
         if self.peephole is not None:
             zi = zi + self.w_ci * c_prev
             zf = zf + self.w_cf * c_prev
@@ -60,6 +67,20 @@ class ConvLSTMCell(nn.Module):
             zo = zo + self.w_co * c  # the new cell state, c_t
         h = torch.sigmoid(zo) * torch.tanh(c)
         return h, c
+
+    def _per_gate(self, x, h_prev, mx, mh):
+        """The four gates' pre-activations, each from its own masked copies
+        of x and h_{t-1} (a mask None: unmasked) and its own weight rows."""
+        hd, conv = self.hidden_dim, self.conv
+        zs = []
+        for g in range(4):
+            xg = x if mx is None else x * (mx[:, g] if mx.dim() == 5 else mx)
+            hg = h_prev if mh is None else h_prev * (mh[:, g] if mh.dim() == 5 else mh)
+            rows = slice(g * hd, (g + 1) * hd)
+            bias = None if conv.bias is None else conv.bias[rows]
+            zs.append(F.conv2d(torch.cat([xg, hg], dim=1), conv.weight[rows], bias,
+                               padding=conv.padding, dilation=conv.dilation))
+        return zs
 
 
 class ConvLSTM(nn.Module):
@@ -105,16 +126,21 @@ class ConvLSTM(nn.Module):
         return layer_outputs, last_states
 
 
-def dropout_masks(model, B, H, W, dropout, recurrent_dropout, generator=None):
+def dropout_masks(model, B, H, W, dropout, recurrent_dropout, generator=None,
+                  per_gate=False):
     """Variational dropout masks as convlstm applies them (Keras's
-    ConvLSTM2D with one mask shared by the four gates): per layer an input
-    mask [B, in, H, W] and an h mask [B, hidden, H, W], each element kept
-    (1 / (1 - p)) with probability 1 - p, else 0; None where p is 0."""
+    ConvLSTM2D): per layer an input mask [B, in, H, W] and an h mask
+    [B, hidden, H, W] shared by the four gates, or with per_gate
+    [B, 4, in, H, W] and [B, 4, hidden, H, W], one per gate; each element
+    kept (1 / (1 - p)) with probability 1 - p, else 0; None where p is 0."""
     def one(C, p):
         if p <= 0:
             return None
-        keep = torch.rand(B, C, H, W, generator=generator) >= p
-        return keep.float() / (1.0 - p)
+        if per_gate:  # gate by gate, each a whole [B, C, H, W] mask
+            keep = (torch.rand(4, B, C, H, W, generator=generator) >= p).transpose(0, 1)
+        else:
+            keep = torch.rand(B, C, H, W, generator=generator) >= p
+        return keep.float().contiguous() / (1.0 - p)
     masks = []
     for cell, p, q in zip(model.cell_list, dropout, recurrent_dropout):
         C_in = cell.conv.in_channels - cell.hidden_dim

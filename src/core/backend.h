@@ -30,14 +30,18 @@ typedef struct cl_backend cl_backend;
 static inline size_t cl_dtype_size(cl_dtype t) { return t == CL_F32 ? 4 : 2; }
 
 /* A stride-1, "same"-padded 2-d convolution over N images:
- * x [N, C, H, W] -> y [N, K, H, W], weight [K, C, kh, kw], dilation dh, dw,
- * padding cl_conv_pad_h / cl_conv_pad_w. */
+ * x [N, C, H, W] -> y [N, K, H, W], weight [K, C / G, kh, kw], dilation
+ * dh, dw, padding cl_conv_pad_h / cl_conv_pad_w, in G groups (0 or 1: one):
+ * outputs g K/G .. (g+1) K/G - 1 see only inputs g C/G .. (g+1) C/G - 1,
+ * through weight rows of their own (per-gate dropout: each gate convolves
+ * its own masked copy of the input, dropout.c). */
 typedef struct cl_conv_shape {
   int N, C, H, W;
   int K;      /* output channels */
   int kh, kw; /* kernel height and width, odd */
   int dh, dw; /* dilation, >= 1 */
   cl_dtype dtype;
+  int groups; /* 0 or 1: none; else dividing C and K */
 } cl_conv_shape;
 
 /* "Same" padding: half the dilated kernel's extent, so the output keeps the
@@ -46,11 +50,31 @@ static inline int cl_conv_pad_h(const cl_conv_shape *s) { return s->dh * (s->kh 
 static inline int cl_conv_pad_w(const cl_conv_shape *s) { return s->dw * (s->kw - 1) / 2; }
 /* Taps of the kernel: kh * kw. */
 static inline int cl_conv_taps(const cl_conv_shape *s) { return s->kh * s->kw; }
-/* A shape the backends accept: positive sizes, odd kernels, dilation >= 1. */
+/* Groups of a shape: 1 where the field says none. */
+static inline int cl_conv_groups(const cl_conv_shape *s) { return s->groups > 1 ? s->groups : 1; }
+/* A shape the backends accept: positive sizes, odd kernels, dilation >= 1,
+ * groups dividing C and K. */
 static inline int cl_conv_shape_ok(const cl_conv_shape *s) {
   return s->N >= 0 && s->C > 0 && s->K > 0 && s->H > 0 && s->W > 0 && s->kh > 0 && s->kw > 0 &&
-         s->kh % 2 == 1 && s->kw % 2 == 1 && s->dh > 0 && s->dw > 0;
+         s->kh % 2 == 1 && s->kw % 2 == 1 && s->dh > 0 && s->dw > 0 && s->groups >= 0 &&
+         s->C % cl_conv_groups(s) == 0 && s->K % cl_conv_groups(s) == 0;
 }
+
+/* mask_mul over reps steps of n elements each: J = n / row images of `row`
+ * elements (C H W), the mask [J, G, row] (G = groups; 1: row may be n).
+ *   G == 1:  out[r n + i] (+)= in[r n + i] mask[i]
+ *   spread:  out[r, j, g, i] (+)= in[r, j, i] mask[j, g, i]      (out: G times in)
+ *   gather:  out[r, j, i] (+)= sum_g in[r, j, g, i] mask[j, g, i] (in: G times out)
+ * Spread makes the G masked copies a grouped convolution reads side by side
+ * (per-gate dropout); gather sends the gradient of those copies back into
+ * the one tensor they came from. in and out in dtype. */
+typedef struct cl_mask_shape {
+  size_t n, row, reps;
+  int groups; /* >= 1 */
+  int gather; /* groups > 1: gather instead of spread */
+  cl_dtype dtype;
+  int accumulate;
+} cl_mask_shape;
 
 /* The fused ConvLSTM cell over N images of `hidden` channels and P = H*W
  * pixels. Gates are [N, 4*hidden, P] in torch's order i, f, o, g.
@@ -314,12 +338,12 @@ struct cl_backend_i {
   /* What the graphs did; absent: none were made. */
   void (*graph_info)(cl_backend *be, cl_graph_info *out);
   /* ---- dropout ---- */
-  /* out[r n + i] = in[r n + i] * mask[i] (accumulate: +=) for r < reps and
-   * i < n: one mask (float, each element 0 or 1 / (1 - p)) over reps blocks,
-   * as every step of a sequence shares its mask. in and out in dtype t; out
-   * may be in itself (without accumulate). The product is rounded once. */
-  cl_status (*mask_mul)(cl_backend *be, const void *in, const float *mask, void *out, size_t n,
-                        size_t reps, cl_dtype t, int accumulate);
+  /* A mask (float, each element 0 or 1 / (1 - p)) over the s->reps steps
+   * of what it masks, as every step of a sequence shares its mask
+   * (cl_mask_shape); out may be in itself with one group and without
+   * accumulate. Products and sums in float, rounded once. */
+  cl_status (*mask_mul)(cl_backend *be, const cl_mask_shape *s, const void *in, const float *mask,
+                        void *out);
 };
 
 struct cl_backend {

@@ -102,7 +102,6 @@ static cl_status backward_layer(cl_model *m, int l, int b, int len, int done, co
   float *dh = st->dh[l], *dc = st->dc[l], *gw = m->grads;
   int run = len - done; /* steps whose cell gradient runs here */
   cl_conv_shape sx = cl_conv_input_half(L, g, len * b), sh = cl_conv_hidden_half(L, g, b);
-  cl_conv_shape sxr = cl_conv_input_half(L, g, run * b);
   cl_gates_shape gs = cl_cell_shape(m, L, g, b);
   const float *wp = cl_peep_of(L, m->params);
 
@@ -140,11 +139,7 @@ static cl_status backward_layer(cl_model *m, int l, int b, int len, int done, co
   CL_TRY(cl_dropout_input(m, l, b, len, in, &in));
   CL_KERNEL(m, be->conv_backward_filter(m->be, &sx, dz, in, gw + L->off_wx,
                                         m->cfg.bias ? gw + L->off_b : NULL, st->ws));
-  if (l > 0) {
-    CL_KERNEL(m, be->conv_backward_data(m->be, &sxr, dz, m->params + L->off_wx, st->dh[l - 1], 0,
-                                        st->ws));
-    CL_TRY(cl_dropout_input_grad(m, l, b, run, st->dh[l - 1]));
-  }
+  if (l > 0) CL_TRY(cl_dropout_input_grad(m, l, b, run, dz, st->dh[l - 1]));
   return CL_OK;
 }
 

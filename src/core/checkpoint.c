@@ -132,7 +132,8 @@ static cl_status read_peephole(cl_saved *s, char *err, size_t errlen) {
 }
 
 /* The optional rates of a model with dropout (convlstm.dropout,
- * .recurrent_dropout): absent, 0. */
+ * .recurrent_dropout): absent, 0; and its masks (convlstm.dropout_masks):
+ * absent, shared, what every file from before per-gate masks trained with. */
 static cl_status read_rates(cl_saved *s, int nh, char *err, size_t errlen) {
   static const char *const keys[2] = {META_PREFIX "dropout", META_PREFIX "recurrent_dropout"};
   double *dst[2] = {s->cfg.dropout, s->cfg.recurrent_dropout};
@@ -145,6 +146,15 @@ static cl_status read_rates(cl_saved *s, int nh, char *err, size_t errlen) {
       return cl_st_fail(err, errlen, CL_E_INVALID,
                         "metadata %s must be a list of %d numbers in [0, 1) (one per layer), not "
                         "\"%.60s\"", keys[i], nh, v);
+  }
+  const char *v = cl_st_find_meta(&s->f, META_PREFIX "dropout_masks");
+  s->cfg.dropout_masks = CL_MASKS_SHARED;
+  if (v && strcmp(v, cl_dropout_masks_name(CL_MASKS_SHARED)) != 0) {
+    if (strcmp(v, cl_dropout_masks_name(CL_MASKS_PER_GATE)) != 0)
+      return cl_st_fail(err, errlen, CL_E_INVALID,
+                        "metadata convlstm.dropout_masks must be \"per_gate\" or \"shared\", "
+                        "not \"%.40s\"", v);
+    s->cfg.dropout_masks = CL_MASKS_PER_GATE;
   }
   return CL_OK;
 }

@@ -73,6 +73,8 @@ static cl_status build_header(cl_model *m, const cl_optim *opt, const save_plan 
     cl_st_header_meta_nums(h, &first, META_PREFIX "dropout", c->dropout, c->n_layers);
     cl_st_header_meta_nums(h, &first, META_PREFIX "recurrent_dropout", c->recurrent_dropout,
                            c->n_layers);
+    cl_st_header_meta(h, &first, META_PREFIX "dropout_masks",
+                      cl_dropout_masks_name(c->dropout_masks));
   }
   cl_st_header_meta(h, &first, META_PREFIX "bias", c->bias ? "true" : "false");
   if (c->peephole) { /* files of models without stay as they were */

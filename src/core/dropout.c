@@ -1,19 +1,29 @@
 /*
  * core/dropout.c -- dropout as Keras's ConvLSTM2D does it (Gal and
  * Ghahramani's variational dropout): a layer's input x_t and its h_{t-1}
- * are multiplied by masks drawn once per sequence, [B, C, H, W] like one
- * step of what they mask, each element 0 or 1 / (1 - p), the same at every
- * step. Keras draws one mask per gate; here the four gates share one (the
- * tied variant of the paper), so the input half of a layer's convolution
- * stays one call over all steps of a segment.
+ * are multiplied by masks drawn once per sequence, each element 0 or
+ * 1 / (1 - p), the same at every step. cfg.dropout_masks says how many:
+ *  - per gate (Keras's default, dropout_mask_count = 4): each gate i, f, o,
+ *    g convolves its own masked copy of x_t (and of h_{t-1}). The four
+ *    copies lie side by side as 4 C channels, [x m_i, x m_f, x m_o, x m_g],
+ *    and one convolution in 4 groups with the unchanged weight [4h, C, k, k]
+ *    gives every gate's rows their own copy (internal.h: the layer's
+ *    groups_x / groups_h; the same arithmetic as four convolutions, and
+ *    the input half still one call over all steps of a segment). Backward
+ *    data yields the gradient of the four copies; dx = sum_g m_g dx_g
+ *    (mask_mul's gather).
+ *  - shared (the tied variant): one mask for the four gates, the
+ *    convolutions ungrouped.
+ * A mask is [B, G, C, H, W] (G = 4 or 1) like one step of what it masks.
  *
  * The masks come from the caller (cl_step_options: R's generator, so that
  * set.seed() reproduces a run), are uploaded per micro-batch into the
  * planned mask buffers and stay there for the call, so a checkpoint's
  * recomputation and backward see the masks of the first forward. The masked
- * copies go into one shared buffer, refilled where backward needs them again
- * (the product is cheap beside the convolution it feeds). Backward sends
- * the same masks into the gradients of x and h_{t-1}.
+ * copies go into one shared buffer (plan.c: plan_dropout sizes it for the
+ * largest use), refilled where backward needs them again (the product is
+ * cheap beside the convolution it feeds). Backward sends the same masks
+ * into the gradients of x and h_{t-1}.
  *
  * Not here: drawing the masks (src/r_dropout.c), or inference (no dropout).
  */
@@ -33,10 +43,10 @@ cl_status cl_dropout_check(cl_model *m, const cl_step_options *o) {
   return CL_OK;
 }
 
-/* Rows b0.. of a host mask [B, C, H, W] into a device one [b, C, H, W]. */
-static cl_status put_rows(cl_model *m, float *dev, const float *host, int C, int b0, int b) {
+/* Rows b0.. of a host mask [B, G, C, H, W] into a device one [b, G, C, H, W]. */
+static cl_status put_rows(cl_model *m, float *dev, const float *host, int GC, int b0, int b) {
   const cl_geom *g = &m->step.g;
-  size_t row = (size_t)C * g->H * g->W;
+  size_t row = (size_t)GC * g->H * g->W;
   /* through the backend's pinned stage, as x and y: a step recorded as a
    * CUDA graph replays the upload from there */
   return cl_put_bytes(m, dev, host + (size_t)b0 * row, (size_t)b * row * sizeof(float));
@@ -46,78 +56,90 @@ cl_status cl_dropout_upload(cl_model *m, const cl_step_options *o, int b0, int b
   const cl_step *st = &m->step;
   for (int l = 0; l < m->cfg.n_layers; l++) {
     const cl_layer *L = &m->layer[l];
-    if (cl_layer_drops_input(m, l)) CL_TRY(put_rows(m, st->mask_x[l], o->mask_x[l], L->in, b0, b));
+    if (cl_layer_drops_input(m, l))
+      CL_TRY(put_rows(m, st->mask_x[l], o->mask_x[l], L->groups_x * L->in, b0, b));
     if (cl_layer_drops_hidden(m, l))
-      CL_TRY(put_rows(m, st->mask_h[l], o->mask_h[l], L->hidden, b0, b));
+      CL_TRY(put_rows(m, st->mask_h[l], o->mask_h[l], L->groups_h * L->hidden, b0, b));
   }
   return CL_OK;
 }
 
+/* The mask_mul of `len` steps of b images of C channels under G masks each. */
+static cl_mask_shape mask_shape(const cl_model *m, int C, int G, int b, int len, cl_dtype t,
+                                int gather, int accumulate) {
+  size_t row = (size_t)C * m->step.g.H * m->step.g.W;
+  cl_mask_shape s = {(size_t)b * row, row, (size_t)len, G, gather, t, accumulate};
+  return s;
+}
+
 /* *out = a masked into the shared buffer (len steps of b images of C
- * channels), or a itself without a mask. */
-static cl_status masked(cl_model *m, const float *mask, int C, int b, int len, const void *a,
-                        const void **out) {
+ * channels; G copies of each under per-gate masks), or a itself without a
+ * mask. */
+static cl_status masked(cl_model *m, const float *mask, int C, int G, int b, int len,
+                        const void *a, const void **out) {
   *out = a;
   if (!mask || len < 1) return CL_OK;
   const cl_step *st = &m->step;
-  size_t n = (size_t)b * C * st->g.H * st->g.W;
-  CL_KERNEL(m, m->be->iface->mask_mul(m->be, a, mask, st->dropped, n, (size_t)len, st->g.dtype, 0));
+  cl_mask_shape s = mask_shape(m, C, G, b, len, st->g.dtype, 0, 0);
+  CL_KERNEL(m, m->be->iface->mask_mul(m->be, &s, a, mask, st->dropped));
   *out = st->dropped;
   return CL_OK;
 }
 
 cl_status cl_dropout_input(cl_model *m, int l, int b, int len, const void *x, const void **out) {
+  const cl_layer *L = &m->layer[l];
   const float *mask = cl_layer_drops_input(m, l) ? m->step.mask_x[l] : NULL;
-  return masked(m, mask, m->layer[l].in, b, len, x, out);
+  return masked(m, mask, L->in, L->groups_x, b, len, x, out);
 }
 
 cl_status cl_dropout_hidden(cl_model *m, int l, int b, int len, const void *h, const void **out) {
+  const cl_layer *L = &m->layer[l];
   const float *mask = cl_layer_drops_hidden(m, l) ? m->step.mask_h[l] : NULL;
-  return masked(m, mask, m->layer[l].hidden, b, len, h, out);
+  return masked(m, mask, L->hidden, L->groups_h, b, len, h, out);
 }
 
-cl_status cl_dropout_input_grad(cl_model *m, int l, int b, int len, float *dx) {
-  if (!cl_layer_drops_input(m, l)) return CL_OK;
-  const cl_step *st = &m->step;
-  size_t n = (size_t)b * m->layer[l].in * st->g.H * st->g.W;
-  CL_KERNEL(m, m->be->iface->mask_mul(m->be, dx, st->mask_x[l], dx, n, (size_t)len, CL_F32, 0));
-  return CL_OK;
-}
-
-/* d (+)= mask * conv_transpose(dz) with weights w for one step of b
- * sequences (n elements of d); without a mask, the convolution alone. With
- * accumulate, the product waits in the shared buffer (float) before its mask
- * sends it onto what d holds. */
-static cl_status grad_through(cl_model *m, const float *mask, const cl_conv_shape *sh,
-                              const void *dz, const float *w, float *d, size_t n, int accumulate) {
+/* d (+)= the masks times conv_transpose(dz) with weights w, for len steps
+ * of b sequences of C channels (sh: their convolution, G groups under
+ * per-gate masks); without a mask, the convolution alone. The product waits
+ * in the shared buffer (float) before the masks send it onto d: with
+ * accumulate, and always with per-gate masks (its G copies' gradients,
+ * gathered into one). */
+static cl_status grad_through(cl_model *m, const float *mask, const cl_conv_shape *sh, int C,
+                              int b, int len, const void *dz, const float *w, float *d,
+                              int accumulate) {
   const cl_step *st = &m->step;
   const struct cl_backend_i *be = m->be->iface;
   if (!mask) {
     CL_KERNEL(m, be->conv_backward_data(m->be, sh, dz, w, d, accumulate, st->ws));
     return CL_OK;
   }
-  float *tmp = accumulate ? (float *)st->dropped : d;
+  const int G = cl_conv_groups(sh);
+  float *tmp = accumulate || G > 1 ? (float *)st->dropped : d;
   CL_KERNEL(m, be->conv_backward_data(m->be, sh, dz, w, tmp, 0, st->ws));
-  CL_KERNEL(m, be->mask_mul(m->be, tmp, mask, d, n, 1, CL_F32, accumulate));
+  cl_mask_shape s = mask_shape(m, C, G, b, len, CL_F32, 1, accumulate);
+  CL_KERNEL(m, be->mask_mul(m->be, &s, tmp, mask, d));
   return CL_OK;
+}
+
+cl_status cl_dropout_input_grad(cl_model *m, int l, int b, int len, const void *dz, float *dx) {
+  const cl_layer *L = &m->layer[l];
+  cl_conv_shape sx = cl_conv_input_half(L, &m->step.g, len * b);
+  const float *mask = cl_layer_drops_input(m, l) ? m->step.mask_x[l] : NULL;
+  return grad_through(m, mask, &sx, L->in, b, len, dz, m->params + L->off_wx, dx, 0);
 }
 
 cl_status cl_dropout_hidden_grad(cl_model *m, int l, int b, const void *dz, float *dh,
                                  int accumulate) {
-  const cl_step *st = &m->step;
   const cl_layer *L = &m->layer[l];
-  cl_conv_shape sh = cl_conv_hidden_half(L, &st->g, b);
-  const float *mask = cl_layer_drops_hidden(m, l) ? st->mask_h[l] : NULL;
-  size_t n = (size_t)b * L->hidden * st->g.H * st->g.W;
-  return grad_through(m, mask, &sh, dz, m->params + L->off_wh, dh, n, accumulate);
+  cl_conv_shape sh = cl_conv_hidden_half(L, &m->step.g, b);
+  const float *mask = cl_layer_drops_hidden(m, l) ? m->step.mask_h[l] : NULL;
+  return grad_through(m, mask, &sh, L->hidden, b, 1, dz, m->params + L->off_wh, dh, accumulate);
 }
 
 cl_status cl_dropout_input_step_grad(cl_model *m, int l, int b, const void *dz, float *dx,
                                      int accumulate) {
-  const cl_step *st = &m->step;
   const cl_layer *L = &m->layer[l];
-  cl_conv_shape sx = cl_conv_input_half(L, &st->g, b);
-  const float *mask = cl_layer_drops_input(m, l) ? st->mask_x[l] : NULL;
-  size_t n = (size_t)b * L->in * st->g.H * st->g.W;
-  return grad_through(m, mask, &sx, dz, m->params + L->off_wx, dx, n, accumulate);
+  cl_conv_shape sx = cl_conv_input_half(L, &m->step.g, b);
+  const float *mask = cl_layer_drops_input(m, l) ? m->step.mask_x[l] : NULL;
+  return grad_through(m, mask, &sx, L->in, b, 1, dz, m->params + L->off_wx, dx, accumulate);
 }

@@ -23,6 +23,10 @@ typedef struct cl_layer {
   /* peepholes: w_ci, w_cf, w_co one after the other, each [hidden, pp]
    * (pp = 1 per channel, H * W per position); n_pc = 0 without */
   size_t off_pc, n_pc;
+  /* groups of the training convolutions (cl_conv_input_half / _hidden_half):
+   * 4 where per-gate dropout masks the input / h_{t-1} (each gate its own
+   * masked copy, dropout.c), else 1 */
+  int groups_x, groups_h;
 } cl_layer;
 
 /* ---- tensors.c: the one table of a configuration's named tensors ------
@@ -112,14 +116,20 @@ typedef struct cl_geom {
 
 /* Layer L's two convolutions over n images at g's frame size and storage
  * type: the input half (in -> 4h channels) and the hidden half (h -> 4h).
- * The one place a layer's convolution geometry is written down. */
+ * In training with per-gate dropout masks, a half is 4 groups over the 4
+ * masked copies side by side (4 in or 4 h channels), each gate's weight rows
+ * on its own copy. The one place a layer's convolution geometry is written
+ * down. */
 static inline cl_conv_shape cl_conv_input_half(const cl_layer *L, const cl_geom *g, int n) {
-  cl_conv_shape s = {n, L->in, g->H, g->W, 4 * L->hidden, L->kh, L->kw, L->dh, L->dw, g->dtype};
+  int G = g->training ? L->groups_x : 1;
+  cl_conv_shape s = {n,     G * L->in, g->H,     g->W, 4 * L->hidden, L->kh, L->kw, L->dh,
+                     L->dw, g->dtype,  G};
   return s;
 }
 static inline cl_conv_shape cl_conv_hidden_half(const cl_layer *L, const cl_geom *g, int n) {
-  cl_conv_shape s = {n, L->hidden, g->H, g->W, 4 * L->hidden, L->kh, L->kw, L->dh, L->dw,
-                     g->dtype};
+  int G = g->training ? L->groups_h : 1;
+  cl_conv_shape s = {n,     G * L->hidden, g->H,     g->W, 4 * L->hidden, L->kh, L->kw, L->dh,
+                     L->dw, g->dtype,      G};
   return s;
 }
 
@@ -402,9 +412,11 @@ cl_status cl_put_source(cl_model *m, void *dev, cl_dtype t, const cl_source *src
  * cl_dropout_upload: sequences b0..b0+b-1 of them into the step's mask
  * buffers (each micro-batch its own rows).
  * cl_dropout_input / cl_dropout_hidden: *out = the masked input of layer l
- * over len steps of b sequences (or len steps of h), in the shared buffer,
- * or x itself when the layer drops nothing there.
- * cl_dropout_input_grad: dx (float, len steps) times the input mask.
+ * over len steps of b sequences (or len steps of h), in the shared buffer
+ * (per-gate masks: the 4 copies its grouped convolution reads), or x itself
+ * when the layer drops nothing there.
+ * cl_dropout_input_grad: dx (float, len steps) = mask * conv_transpose(dz),
+ * the gradient reaching the layer's input through the input half.
  * cl_dropout_hidden_grad: dh (+)= mask * conv_transpose(dz), the gradient
  * reaching h_{t-1} through the hidden half of one step.
  * cl_dropout_input_step_grad: dx (+)= mask * conv_transpose(dz) through the
@@ -413,7 +425,7 @@ cl_status cl_dropout_check(cl_model *m, const cl_step_options *o);
 cl_status cl_dropout_upload(cl_model *m, const cl_step_options *o, int b0, int b);
 cl_status cl_dropout_input(cl_model *m, int l, int b, int len, const void *x, const void **out);
 cl_status cl_dropout_hidden(cl_model *m, int l, int b, int len, const void *h, const void **out);
-cl_status cl_dropout_input_grad(cl_model *m, int l, int b, int len, float *dx);
+cl_status cl_dropout_input_grad(cl_model *m, int l, int b, int len, const void *dz, float *dx);
 cl_status cl_dropout_hidden_grad(cl_model *m, int l, int b, const void *dz, float *dh,
                                  int accumulate);
 cl_status cl_dropout_input_step_grad(cl_model *m, int l, int b, const void *dz, float *dx,

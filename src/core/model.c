@@ -61,6 +61,11 @@ static cl_status check_config(const cl_config *c, char *err, size_t errlen) {
       return CL_E_INVALID;
     }
   }
+  if (c->dropout_masks != CL_MASKS_SHARED && c->dropout_masks != CL_MASKS_PER_GATE) {
+    snprintf(err, errlen, "dropout_masks must be shared (0) or per gate (1), not %d",
+             c->dropout_masks);
+    return CL_E_INVALID;
+  }
   if (c->peephole < CL_PEEP_NONE || c->peephole > CL_PEEP_POSITION) {
     snprintf(err, errlen, "peephole must be none (0), channel (1) or position (2), not %d",
              c->peephole);
@@ -103,6 +108,9 @@ static cl_status layout_layers(cl_model *m) {
     L->kw = c->kernel_widths[l];
     L->dh = c->dilation_h[l];
     L->dw = c->dilation_w[l];
+    int per_gate = c->dropout_masks == CL_MASKS_PER_GATE;
+    L->groups_x = per_gate && cl_layer_drops_input(m, l) ? 4 : 1;
+    L->groups_h = per_gate && cl_layer_drops_hidden(m, l) ? 4 : 1;
     size_t kk = cl_mul_size((size_t)L->kh, (size_t)L->kw), g = 4 * (size_t)L->hidden;
     L->n_wx = cl_mul_size(cl_mul_size(g, (size_t)L->in), kk);
     L->n_wh = cl_mul_size(cl_mul_size(g, (size_t)L->hidden), kk);

@@ -286,13 +286,16 @@ static void plan_inference(plan_builder *b, const struct cl_model *m, const cl_g
   }
 }
 
-/* Dropout (dropout.c): each layer's masks, and one buffer for the masked
- * copy of whichever layer runs: its input over S steps; its h over S - 1
- * steps (backward's filter gradient reads steps 0 .. S - 2 against dz of
+/* Dropout (dropout.c): each layer's masks ([Bm, G, C, H, W], G = 4 per
+ * gate, else 1), and one buffer for the masked copy of whichever layer
+ * runs, each G times: its input over S steps; its h over S - 1 steps
+ * (backward's filter gradient reads steps 0 .. S - 2 against dz of
  * 1 .. S - 1), or one step (h before a step, or before a segment); or a
- * float gradient of one step's h before its mask, wherever a gradient
+ * float gradient before its masks: of one step's h wherever a gradient
  * crosses steps (S > 1, checkpoint segments, free-running: of its input
- * too). Measured against what the step touches in
+ * too), and with per-gate masks of a layer's input over S steps (the G
+ * copies' gradients before they are gathered; layer 0's input has none).
+ * Measured against what the step touches in
  * tests/testthat/test-memory-measured.R. */
 static void plan_dropout(plan_builder *b, const struct cl_model *m, const cl_geom *g) {
   size_t e = cl_dtype_size(g->dtype), f = sizeof(float), P = (size_t)g->H * g->W;
@@ -307,11 +310,13 @@ static void plan_dropout(plan_builder *b, const struct cl_model *m, const cl_geo
     if (S > rc) S = rc;
   }
   for (int l = 0; l < m->cfg.n_layers; l++) {
-    size_t in = (size_t)m->layer[l].in, h = (size_t)m->layer[l].hidden, n;
+    const cl_layer *L = &m->layer[l];
+    size_t in = (size_t)L->groups_x * L->in, h = (size_t)L->groups_h * L->hidden, n;
     if (cl_layer_drops_input(m, l)) {
       add(b, CL_BUF_MASK_X, l, CL_MEM_ACTIVATIONS, nbytes(b, f, Bm, in, P, 1), "dropout_mask_x");
       if ((n = nbytes(b, e, S, Bm, in, P)) > most) most = n;
       if (g->free_run && (n = nbytes(b, f, Bm, in, P, 1)) > most) most = n;
+      if (L->groups_x > 1 && l > 0 && (n = nbytes(b, f, S, Bm, in, P)) > most) most = n;
     }
     if (cl_layer_drops_hidden(m, l)) {
       add(b, CL_BUF_MASK_H, l, CL_MEM_ACTIVATIONS, nbytes(b, f, Bm, h, P, 1), "dropout_mask_h");

@@ -26,6 +26,10 @@ int64_t cl_cfg_peephole_pixels(const cl_config *c) {
   return c->peephole == CL_PEEP_CHANNEL ? 1 : 0;
 }
 
+const char *cl_dropout_masks_name(int kind) {
+  return kind == CL_MASKS_PER_GATE ? "per_gate" : "shared";
+}
+
 const char *cl_peephole_name(int kind) {
   return kind == CL_PEEP_CHANNEL ? "channel" : kind == CL_PEEP_POSITION ? "position" : "none";
 }

@@ -40,7 +40,13 @@
  * in float32 as the CUDA backend does. dx and the weight gradients are
  * float32 whatever the storage (backend.h).
  *
- * Not here: other strides, dilation, groups.
+ * Groups (per-gate dropout): image n of G groups is G images of C/G
+ * channels to K/G outputs, each through its group's weight rows; in NCHW
+ * those are N G consecutive images of the ungrouped shape C/G -> K/G
+ * (inner_shape), so every path above runs them unchanged, image n' taking
+ * the weights, bias and weight gradient of group n' mod G.
+ *
+ * Not here: other strides.
  */
 #include "cpu_kernels.h"
 
@@ -73,6 +79,14 @@ typedef struct conv_plan {
   size_t slice_bytes;
   size_t total; /* bytes including 64 of alignment slack; 0 when none is used */
 } conv_plan;
+
+/* A grouped shape as the ungrouped one of its N G group-images. */
+static cl_conv_shape inner_shape(const cl_conv_shape *s) {
+  cl_conv_shape i = *s;
+  const int G = cl_conv_groups(s);
+  i.N = s->N * G, i.C = s->C / G, i.K = s->K / G, i.groups = 1;
+  return i;
+}
 
 static size_t round64(size_t b) { return (b + 63) & ~(size_t)63; }
 static int imax(int a, int b) { return a > b ? a : b; }
@@ -191,15 +205,16 @@ static void plan_gemm_path(conv_plan *pl, conv_op op, const cl_conv_shape *s,
 
 /* Shared regions (flipped weights, view offsets, backward filter's partial
  * sums) first, then one slice per thread. */
-static void plan_regions(conv_plan *pl, conv_op op, const cl_conv_shape *s) {
+static void plan_regions(conv_plan *pl, conv_op op, const cl_conv_shape *s, int G) {
   const size_t kk = (size_t)cl_conv_taps(s);
   const int in = op == OP_BWD_DATA ? s->K : s->C;
-  size_t wflip = pl->flip ? round64(sizeof(float) * s->C * s->K * kk) : 0;
+  /* flipped weights, dw and dbias hold every group's */
+  size_t wflip = pl->flip ? round64(sizeof(float) * s->C * s->K * kk * G) : 0;
   size_t boff = pl->direct || pl->view ? round64(sizeof(ptrdiff_t) * in * kk) : 0;
   size_t dbias = 0;
   if (op == OP_BWD_FILTER) {
-    dbias = round64(sizeof(double) * (size_t)s->K * pl->threads);
-    pl->dw_bytes = round64(sizeof(float) * s->K * s->C * kk);
+    dbias = round64(sizeof(double) * (size_t)s->K * G * pl->threads);
+    pl->dw_bytes = round64(sizeof(float) * s->K * s->C * kk * G);
   }
   pl->slice_bytes = pl->buf_bytes + pl->aux_bytes;
   pl->off_wflip = 0;
@@ -212,8 +227,10 @@ static void plan_regions(conv_plan *pl, conv_op op, const cl_conv_shape *s) {
   pl->total = used ? used + 64 : 0;
 }
 
-static conv_plan conv_plan_kind(conv_op op, const cl_conv_shape *s, const cl_backend *be,
+/* s: the grouped shape (the plan is of its inner_shape). */
+static conv_plan conv_plan_kind(conv_op op, const cl_conv_shape *grouped, const cl_backend *be,
                                 cl_cpu_gemm_kind kind) {
+  const cl_conv_shape inner = inner_shape(grouped), *s = &inner;
   const int forced = ((const cl_cpu_ctx *)be->context)->conv_path;
   conv_plan pl;
   memset(&pl, 0, sizeof pl);
@@ -225,7 +242,7 @@ static conv_plan conv_plan_kind(conv_op op, const cl_conv_shape *s, const cl_bac
     plan_direct(&pl, op, s);
   else
     plan_gemm_path(&pl, op, s, kind);
-  plan_regions(&pl, op, s);
+  plan_regions(&pl, op, s, cl_conv_groups(grouped));
   return pl;
 }
 
@@ -240,8 +257,8 @@ static cl_status check_shape(cl_backend *be, const cl_conv_shape *s) {
   if (!cl_conv_shape_ok(s))
     return cl_cpu_fail(be, CL_E_INVALID,
                        "cpu backend: bad convolution shape N=%d C=%d K=%d H=%d W=%d kernel %dx%d "
-                       "dilation %dx%d",
-                       s->N, s->C, s->K, s->H, s->W, s->kh, s->kw, s->dh, s->dw);
+                       "dilation %dx%d groups %d",
+                       s->N, s->C, s->K, s->H, s->W, s->kh, s->kw, s->dh, s->dw, s->groups);
   return CL_OK;
 }
 
@@ -374,7 +391,10 @@ static void fill_padded(const conv_plan *pl, cl_dtype t, const void *img, int n,
 
 /* Everything a per-image function needs; shared read-only by the threads. */
 typedef struct conv_job {
-  const cl_conv_shape *s;
+  const cl_conv_shape *s; /* &inner: the ungrouped shape of the group-images */
+  cl_conv_shape inner;
+  int G;     /* groups: image n takes group n mod G's weights */
+  size_t wg; /* floats of one group's weights */
   const conv_plan *pl;
   cl_cpu_gemm_kind kind;
   char *ws;           /* 64-byte aligned */
@@ -407,6 +427,16 @@ static void job_gemm(const conv_job *j, int tid, int tA, int tB, const float *A,
   else
     cl_cpu_sgemm(j->kind, tA, tB, pl->gM, pl->gN, pl->gK, 1.0f, A, lda, B, ldb, beta, C, ldc,
                  slice_aux(j, tid));
+}
+
+/* Group-image n's slice of a per-group array of `per` floats each. */
+static size_t grp(const conv_job *j, int n, size_t per) { return (size_t)(n % j->G) * per; }
+static const float *w_of(const conv_job *j, int n) { return j->w + grp(j, n, j->wg); }
+static const float *wflip_of(const conv_job *j, int n) {
+  return (const float *)(j->ws + j->pl->off_wflip) + grp(j, n, j->wg);
+}
+static const float *bias_of(const conv_job *j, int n) {
+  return j->bias ? j->bias + grp(j, n, (size_t)j->s->K) : NULL;
 }
 
 static size_t img_floats(const cl_conv_shape *s, int channels) {
@@ -461,9 +491,10 @@ static void forward_image_direct(const conv_job *j, int n, int tid) {
   const conv_plan *pl = j->pl;
   float *xp = slice_buf(j, tid), *yp = slice_aux(j, tid);
   fill_padded(pl, s->dtype, j->x, n, s->C, s->H, s->W, xp);
-  cl_cpu_sgemm_rows(j->kind, pl->gM, pl->gN, pl->gK, j->w, pl->gK, xp, job_offsets(j), yp, pl->nq);
-  store_rows(s, s->K, yp, (size_t)pl->nq, (size_t)pl->Wp, j->bias, j->accumulate, s->dtype, j->y,
-             n);
+  cl_cpu_sgemm_rows(j->kind, pl->gM, pl->gN, pl->gK, w_of(j, n), pl->gK, xp, job_offsets(j), yp,
+                    pl->nq);
+  store_rows(s, s->K, yp, (size_t)pl->nq, (size_t)pl->Wp, bias_of(j, n), j->accumulate, s->dtype,
+             j->y, n);
 }
 
 /* Backward data as the forward convolution of dy with flipped weights. */
@@ -471,7 +502,7 @@ static void backward_data_image_direct(const conv_job *j, int n, int tid) {
   const cl_conv_shape *s = j->s;
   const conv_plan *pl = j->pl;
   float *dyp = slice_buf(j, tid), *dxp = slice_aux(j, tid);
-  const float *wf = (const float *)(j->ws + pl->off_wflip);
+  const float *wf = wflip_of(j, n);
   fill_padded(pl, s->dtype, j->dy, n, s->K, s->H, s->W, dyp);
   cl_cpu_sgemm_rows(j->kind, pl->gM, pl->gN, pl->gK, wf, pl->gK, dyp, job_offsets(j), dxp, pl->nq);
   store_rows(s, s->C, dxp, (size_t)pl->nq, (size_t)pl->Wp, NULL, j->accumulate, CL_F32, j->dx, n);
@@ -488,11 +519,12 @@ static void forward_image(const conv_job *j, int n, int tid) {
     B = slice_buf(j, tid);
   }
   float beta = j->accumulate ? 1.0f : 0.0f;
+  const float *bias = bias_of(j, n);
   /* Writing the bias first lets the GEMM add onto it while the rows of y
    * are still in cache, instead of a second pass over y. */
-  if (j->bias) {
+  if (bias) {
     for (int o = 0; o < s->K; o++) {
-      float *r = yn + (size_t)o * P, b = j->bias[o];
+      float *r = yn + (size_t)o * P, b = bias[o];
       if (j->accumulate)
         for (int p = 0; p < P; p++) r[p] += b;
       else
@@ -501,9 +533,9 @@ static void forward_image(const conv_job *j, int n, int tid) {
     beta = 1.0f;
   }
   if (j->pl->view)
-    view_gemm(j, tid, j->w, j->x, n, s->C, beta, yn);
+    view_gemm(j, tid, w_of(j, n), j->x, n, s->C, beta, yn);
   else
-    job_gemm(j, tid, 0, 0, j->w, j->pl->gK, B, P, beta, yn, P);
+    job_gemm(j, tid, 0, 0, w_of(j, n), j->pl->gK, B, P, beta, yn, P);
 }
 
 static void backward_data_image(const conv_job *j, int n, int tid) {
@@ -513,9 +545,9 @@ static void backward_data_image(const conv_job *j, int n, int tid) {
   float *dxn = j->dx + img_floats(s, s->C) * n;
   float beta = j->accumulate ? 1.0f : 0.0f;
   if (cl_conv_taps(s) == 1) {
-    job_gemm(j, tid, 1, 0, j->w, s->C, dyn, P, beta, dxn, P);
+    job_gemm(j, tid, 1, 0, w_of(j, n), s->C, dyn, P, beta, dxn, P);
   } else if (j->pl->flip) {
-    const float *wf = (const float *)(j->ws + j->pl->off_wflip);
+    const float *wf = wflip_of(j, n);
     if (j->pl->view) {
       view_gemm(j, tid, wf, j->dy, n, s->K, beta, dxn);
     } else {
@@ -524,7 +556,7 @@ static void backward_data_image(const conv_job *j, int n, int tid) {
     }
   } else {
     float *col = slice_buf(j, tid);
-    job_gemm(j, tid, 1, 0, j->w, j->pl->gM, dyn, P, 0.0f, col, P);
+    job_gemm(j, tid, 1, 0, w_of(j, n), j->pl->gM, dyn, P, 0.0f, col, P);
     if (!j->accumulate) memset(dxn, 0, sizeof(float) * img_floats(s, s->C));
     col2im_add(col, s->C, s, dxn);
   }
@@ -544,16 +576,21 @@ static double row_sum(const float *r, int n) {
   return s;
 }
 
+/* The thread's dw (every group's); filter_dw_at: group-image n's part. */
 static float *filter_dw_of(const conv_job *j, int tid) {
   if (tid == 0) return j->dw;
   return (float *)(j->ws + j->pl->off_dw + j->pl->dw_bytes * (size_t)(tid - 1));
 }
+static float *filter_dw_at(const conv_job *j, int tid, int n) {
+  return filter_dw_of(j, tid) + grp(j, n, j->wg);
+}
 
-/* The thread's dbias sums += the sums of K rows of dy, `ld` floats apart,
- * `len` long (any padding in them is zero). */
-static void add_dbias(const conv_job *j, const float *dy, size_t ld, int len, int tid) {
+/* The thread's dbias sums += the sums of K rows of dy (group-image n), `ld`
+ * floats apart, `len` long (any padding in them is zero). */
+static void add_dbias(const conv_job *j, const float *dy, size_t ld, int len, int tid, int n) {
   if (!j->dbias) return;
-  double *db = (double *)(j->ws + j->pl->off_dbias) + (size_t)tid * j->s->K;
+  const size_t K = (size_t)j->s->K;
+  double *db = (double *)(j->ws + j->pl->off_dbias) + (size_t)tid * K * j->G + grp(j, n, K);
   for (int o = 0; o < j->s->K; o++) db[o] += row_sum(dy + (size_t)o * ld, len);
 }
 
@@ -570,8 +607,8 @@ static void backward_filter_image_direct(const conv_job *j, int n, int tid) {
       cl_cpu_load(s->dtype, j->dy, first + ((size_t)o * s->H + y) * s->W,
                   dyp + (size_t)o * pl->nq + (size_t)y * pl->Wp, (size_t)s->W);
   cl_cpu_sgemm_dot(j->kind, pl->gM, pl->gN, pl->gK, dyp, pl->nq, xp, job_offsets(j),
-                   filter_dw_of(j, tid), pl->gN);
-  add_dbias(j, dyp, (size_t)pl->nq, pl->nq, tid);
+                   filter_dw_at(j, tid, n), pl->gN);
+  add_dbias(j, dyp, (size_t)pl->nq, pl->nq, tid, n);
 }
 
 static void backward_filter_image(const conv_job *j, int n, int tid) {
@@ -583,8 +620,8 @@ static void backward_filter_image(const conv_job *j, int n, int tid) {
     im2col(B, s->C, s, slice_buf(j, tid));
     B = slice_buf(j, tid);
   }
-  job_gemm(j, tid, 0, 1, dyn, P, B, P, 1.0f, filter_dw_of(j, tid), j->pl->gN);
-  add_dbias(j, dyn, (size_t)P, P, tid);
+  job_gemm(j, tid, 0, 1, dyn, P, B, P, 1.0f, filter_dw_at(j, tid, n), j->pl->gN);
+  add_dbias(j, dyn, (size_t)P, P, tid, n);
 }
 
 /* ---- driving the images over threads ------------------------------------- */
@@ -640,12 +677,16 @@ static cl_status begin(cl_backend *be, conv_op op, const cl_conv_shape *s, void 
     return cl_cpu_fail(be, CL_E_INTERNAL, "cpu backend: convolution needs a workspace of %zu bytes",
                        pl->total);
   memset(j, 0, sizeof *j);
-  j->s = s;
+  j->inner = inner_shape(s);
+  j->s = &j->inner;
+  j->G = cl_conv_groups(s);
+  j->wg = (size_t)j->inner.K * j->inner.C * cl_conv_taps(s);
   j->pl = pl;
   j->kind = cl_cpu_gemm_of(be);
   j->ws = ws ? (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63) : NULL;
   if (pl->direct || pl->view)
-    fill_offsets(pl, op == OP_BWD_DATA ? s->K : s->C, s, (ptrdiff_t *)(j->ws + pl->off_boff));
+    fill_offsets(pl, op == OP_BWD_DATA ? j->s->K : j->s->C, j->s,
+                 (ptrdiff_t *)(j->ws + pl->off_boff));
   return CL_OK;
 }
 
@@ -672,7 +713,9 @@ cl_status cl_cpu_conv_backward_data(cl_backend *be, const cl_conv_shape *s, cons
   cl_status st = begin(be, OP_BWD_DATA, s, ws, &pl, &j);
   if (st != CL_OK) return st;
   j.dy = dy, j.w = w, j.dx = dx, j.accumulate = accumulate;
-  if (pl.flip) flip_weights(w, s->K, s->C, cl_conv_taps(s), (float *)(j.ws + pl.off_wflip));
+  for (int g = 0; pl.flip && g < j.G; g++)
+    flip_weights(w + (size_t)g * j.wg, j.s->K, j.s->C, cl_conv_taps(s),
+                 (float *)(j.ws + pl.off_wflip) + (size_t)g * j.wg);
   if (pl.direct)
     for_each_image(&j, backward_data_image_direct, direct_init);
   else
@@ -684,23 +727,24 @@ cl_status cl_cpu_conv_backward_data(cl_backend *be, const cl_conv_shape *s, cons
 static void filter_init(const conv_job *j, int tid) {
   if (tid > 0) memset(filter_dw_of(j, tid), 0, j->pl->dw_bytes);
   if (j->dbias)
-    memset((double *)(j->ws + j->pl->off_dbias) + (size_t)tid * j->s->K, 0,
-           sizeof(double) * j->s->K);
+    memset((double *)(j->ws + j->pl->off_dbias) + (size_t)tid * j->s->K * j->G, 0,
+           sizeof(double) * j->s->K * j->G);
   if (j->pl->direct) direct_init(j, tid);
 }
 
 /* dw += the partials of threads 1..team-1; dbias += every thread's sums. */
 static void filter_reduce(const conv_job *j, int team) {
-  size_t n = (size_t)j->s->K * j->pl->gN;
+  size_t n = (size_t)j->s->K * j->pl->gN * j->G;
   for (int t = 1; t < team; t++) {
     const float *part = filter_dw_of(j, t);
     for (size_t i = 0; i < n; i++) j->dw[i] += part[i];
   }
   if (!j->dbias) return;
   const double *db = (const double *)(j->ws + j->pl->off_dbias);
-  for (int o = 0; o < j->s->K; o++) {
+  const size_t K = (size_t)j->s->K * j->G;
+  for (size_t o = 0; o < K; o++) {
     double sum = 0.0;
-    for (int t = 0; t < team; t++) sum += db[(size_t)t * j->s->K + o];
+    for (int t = 0; t < team; t++) sum += db[(size_t)t * K + o];
     j->dbias[o] += (float)sum;
   }
 }

@@ -97,7 +97,7 @@ double cl_cpu_sum_chunks(int n_threads, long long chunks, int parallel, cl_cpu_c
 cl_status cl_cpu_sum_squares(cl_backend *be, const float *g, size_t n, double *sum);
 
 /* cpu_dropout.c */
-cl_status cl_cpu_mask_mul(cl_backend *be, const void *in, const float *mask, void *out, size_t n,
-                          size_t reps, cl_dtype t, int accumulate);
+cl_status cl_cpu_mask_mul(cl_backend *be, const cl_mask_shape *s, const void *in,
+                          const float *mask, void *out);
 
 #endif

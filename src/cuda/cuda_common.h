@@ -233,8 +233,8 @@ cl_status cl_cuda_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, co
 cl_status cl_cuda_sum_squares(cl_backend *be, const float *g, size_t n, double *sum);
 
 /* cuda_dropout.cu */
-cl_status cl_cuda_mask_mul(cl_backend *be, const void *in, const float *mask, void *out, size_t n,
-                           size_t reps, cl_dtype t, int accumulate);
+cl_status cl_cuda_mask_mul(cl_backend *be, const cl_mask_shape *s, const void *in,
+                           const float *mask, void *out);
 cl_status cl_cuda_clip_launch(cl_backend *be, const cl_update_args *u, cl_step_vals *vals);
 
 /* cuda_step.cu: the loss added into a device double, and the step's block */

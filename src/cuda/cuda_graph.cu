@@ -244,14 +244,15 @@ static cl_status w_loss_acc(cl_backend *be, const cl_loss_fn *f, const void *pre
   return real_iface.loss_acc(be, f, pred, target, weight, n, dtype, scale, grad, share, acc);
 }
 
-static cl_status w_mask_mul(cl_backend *be, const void *in, const float *mask, void *out,
-                            size_t n, size_t reps, cl_dtype t, int accumulate) {
+static cl_status w_mask_mul(cl_backend *be, const cl_mask_shape *s, const void *in,
+                            const float *mask, void *out) {
   cl_cuda_graphs *G = graphs_of(be);
   if (walking(G, 12)) {
-    MIX(G, in), MIX(G, mask), MIX(G, out), MIX(G, n), MIX(G, reps), MIX(G, t), MIX(G, accumulate);
+    mix(G, s, sizeof *s);
+    MIX(G, in), MIX(G, mask), MIX(G, out);
     if (dry(G)) return CL_OK;
   }
-  return real_iface.mask_mul(be, in, mask, out, n, reps, t, accumulate);
+  return real_iface.mask_mul(be, s, in, mask, out);
 }
 
 /* The hyper-parameters are not part of the key: they reach the kernels

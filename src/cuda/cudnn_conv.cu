@@ -25,6 +25,11 @@
  * planning stays allocation-free, so it cannot fail at the sizes
  * max_batch_size() probes, and the plan stays what the calls use.
  *
+ * Grouped shapes (per-gate dropout: each gate's rows on its own masked
+ * copy) set the group count on every convolution descriptor before an
+ * algorithm is chosen, so the workspace sizes asked for are the grouped
+ * convolution's; the filter is [K, C / G, kh, kw].
+ *
  * This file does not allocate device memory: all scratch is in `ws`.
  */
 #include <limits.h> /* INT_MAX */
@@ -41,7 +46,7 @@ typedef struct conv_entry {
   cl_conv_shape s;    /* the geometry: kernel, dilation (its own N unused) */
   cl_dtype dtype;
   cudnnTensorDescriptor_t x, y; /* [N, C, H, W], [N, K, H, W] */
-  cudnnFilterDescriptor_t w;    /* [K, C, kh, kw] */
+  cudnnFilterDescriptor_t w;    /* [K, C / groups, kh, kw] */
   /* one convolution descriptor per direction: each carries the math type
    * that its chosen algorithm was reported with */
   cudnnConvolutionDescriptor_t conv_fwd, conv_data, conv_filter;
@@ -238,14 +243,16 @@ static cl_status entry_init(cl_backend *be, conv_entry *e) {
   CL_CUDNN_CHECK(be, cudnnCreateFilterDescriptor(&e->w));
   CL_CUDNN_CHECK(be, cudnnSetTensor4dDescriptor(e->x, CUDNN_TENSOR_NCHW, dt, e->N, e->C, e->H, e->W));
   CL_CUDNN_CHECK(be, cudnnSetTensor4dDescriptor(e->y, CUDNN_TENSOR_NCHW, dt, e->N, e->K, e->H, e->W));
-  CL_CUDNN_CHECK(be, cudnnSetFilter4dDescriptor(e->w, dt, CUDNN_TENSOR_NCHW, e->K, e->C, e->s.kh,
-                                                e->s.kw));
+  const int G = cl_conv_groups(&e->s);
+  CL_CUDNN_CHECK(be, cudnnSetFilter4dDescriptor(e->w, dt, CUDNN_TENSOR_NCHW, e->K, e->C / G,
+                                                e->s.kh, e->s.kw));
   cudnnConvolutionDescriptor_t *cds[3] = {&e->conv_fwd, &e->conv_data, &e->conv_filter};
   for (int i = 0; i < 3; i++) {
     CL_CUDNN_CHECK(be, cudnnCreateConvolutionDescriptor(cds[i]));
     /* float accumulation for every storage type (PSEUDO_HALF / BFLOAT16 configs) */
     CL_CUDNN_CHECK(be, cudnnSetConvolution2dDescriptor(*cds[i], ph, pw, 1, 1, e->s.dh, e->s.dw,
                                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CL_CUDNN_CHECK(be, cudnnSetConvolutionGroupCount(*cds[i], G));
     CL_CUDNN_CHECK(be, cudnnSetConvolutionMathType(*cds[i], math));
   }
   return CL_OK;
@@ -282,7 +289,7 @@ static cl_status lookup(cl_backend *be, const cl_conv_shape *s, int n, unsigned 
       conv_entry *e = c->e[i];
       if (e->N == n && e->C == s->C && e->H == s->H && e->W == s->W && e->K == s->K &&
           e->s.kh == s->kh && e->s.kw == s->kw && e->s.dh == s->dh && e->s.dw == s->dw &&
-          e->dtype == s->dtype) {
+          cl_conv_groups(&e->s) == cl_conv_groups(s) && e->dtype == s->dtype) {
         cl_status st = entry_choose(be, e, dir);
         if (st == CL_OK) *out = e;
         return st;
@@ -322,8 +329,8 @@ static cl_status check_shape(cl_backend *be, const cl_conv_shape *s) {
   if (!cl_conv_shape_ok(s)) {
     snprintf(be->err, sizeof be->err,
              "cuda convolution: bad shape N=%d C=%d H=%d W=%d K=%d kernel %dx%d dilation %dx%d "
-             "(odd kernels, dilation >= 1)",
-             s->N, s->C, s->H, s->W, s->K, s->kh, s->kw, s->dh, s->dw);
+             "groups %d (odd kernels, dilation >= 1, groups dividing C and K)",
+             s->N, s->C, s->H, s->W, s->K, s->kh, s->kw, s->dh, s->dw, s->groups);
     return CL_E_INVALID;
   }
   if (s->dtype != CL_F32 && s->dtype != CL_F16 && s->dtype != CL_BF16)
@@ -390,9 +397,14 @@ static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
  *                  weight gradient of one chunk in the storage type
  *   [dx scratch]   backward data with half types only: dx of one chunk
  *   [cuDNN's own]  */
+/* Elements of the weight, [K, C / groups, kh, kw]. */
+static size_t weight_elems(const cl_conv_shape *s) {
+  return (size_t)s->K * (s->C / cl_conv_groups(s)) * cl_conv_taps(s);
+}
+
 static size_t weight_copy_bytes(const cl_conv_shape *s) {
   if (s->dtype == CL_F32) return 0;
-  return align256((size_t)s->K * s->C * cl_conv_taps(s) * cl_dtype_size(s->dtype));
+  return align256(weight_elems(s) * cl_dtype_size(s->dtype));
 }
 
 static size_t dx_scratch_bytes(const cl_conv_shape *s, int images) {
@@ -649,7 +661,7 @@ static cl_status weights_for(cl_backend *be, const cl_conv_shape *s, const float
   if (s->dtype == CL_F32) return CL_OK;
   if (!ws) return missing_ws(be, "weights", weight_copy_bytes(s));
   *wk = ws;
-  return cl_cuda_cast_from_f32(be, w, ws, (size_t)s->K * s->C * cl_conv_taps(s), s->dtype);
+  return cl_cuda_cast_from_f32(be, w, ws, weight_elems(s), s->dtype);
 }
 
 /* ---- the slots --------------------------------------------------------- */
@@ -754,7 +766,7 @@ cl_status cl_cuda_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, c
   const int narrow = s->dtype != CL_F32;
   const size_t es = cl_dtype_size(s->dtype);
   const size_t x_img = (size_t)s->C * s->H * s->W * es, y_img = (size_t)s->K * s->H * s->W * es;
-  const size_t nw = (size_t)s->K * s->C * cl_conv_taps(s);
+  const size_t nw = weight_elems(s);
   if (narrow && !ws) return missing_ws(be, "weight gradient", weight_copy_bytes(s));
   void *dwk = narrow ? ws : (void *)dw;
   char *cws = ws ? (char *)ws + weight_copy_bytes(s) : NULL;

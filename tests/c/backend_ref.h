@@ -27,10 +27,15 @@ static double ref_at(const float *x, const cl_conv_shape *s, int C, int n, int c
   return x[(((size_t)n * C + c) * s->H + y) * s->W + xx];
 }
 
-/* w[o, c, i, j] of [K, C, kh, kw]. Tap (i, j) of output pixel (y, x) reads
- * input pixel (y + i dh - pad_h, x + j dw - pad_w). */
+/* Groups (backend.h): output o belongs to group o / (K/G) and sees input
+ * channels g C/G .. (g+1) C/G - 1 only; the weight is [K, C/G, kh, kw]. */
+static int ref_cg(const cl_conv_shape *s) { return s->C / cl_conv_groups(s); }
+static int ref_kg(const cl_conv_shape *s) { return s->K / cl_conv_groups(s); }
+
+/* w[o, c, i, j] of [K, C/G, kh, kw] (c within o's group). Tap (i, j) of
+ * output pixel (y, x) reads input pixel (y + i dh - pad_h, x + j dw - pad_w). */
 static size_t ref_widx(const cl_conv_shape *s, int o, int c, int i, int j) {
-  return (((size_t)o * s->C + c) * s->kh + i) * s->kw + j;
+  return (((size_t)o * ref_cg(s) + c) * s->kh + i) * s->kw + j;
 }
 
 /* conv_forward: y = conv(x, w) + bias (+ y0 when accumulating). */
@@ -42,11 +47,12 @@ static void ref_conv_forward(const cl_conv_shape *s, const float *x, const float
       for (int yy = 0; yy < s->H; yy++)
         for (int xx = 0; xx < s->W; xx++) {
           double sum = bias ? bias[o] : 0.0;
-          for (int c = 0; c < s->C; c++)
+          const int c0 = o / ref_kg(s) * ref_cg(s);
+          for (int c = 0; c < ref_cg(s); c++)
             for (int i = 0; i < s->kh; i++)
               for (int j = 0; j < s->kw; j++)
                 sum += w[ref_widx(s, o, c, i, j)] *
-                       ref_at(x, s, s->C, n, c, yy + i * s->dh - ph, xx + j * s->dw - pw);
+                       ref_at(x, s, s->C, n, c0 + c, yy + i * s->dh - ph, xx + j * s->dw - pw);
           const size_t at = (((size_t)n * s->K + o) * s->H + yy) * s->W + xx;
           y[at] = sum + (y0 ? y0[at] : 0.0);
         }
@@ -63,10 +69,11 @@ static void ref_conv_backward_data(const cl_conv_shape *s, const float *dy, cons
       for (int yy = 0; yy < s->H; yy++)
         for (int xx = 0; xx < s->W; xx++) {
           double sum = 0.0;
-          for (int o = 0; o < s->K; o++)
+          const int g = c / ref_cg(s), o0 = g * ref_kg(s);
+          for (int o = o0; o < o0 + ref_kg(s); o++)
             for (int i = 0; i < s->kh; i++)
               for (int j = 0; j < s->kw; j++)
-                sum += w[ref_widx(s, o, c, i, j)] *
+                sum += w[ref_widx(s, o, c - g * ref_cg(s), i, j)] *
                        ref_at(dy, s, s->K, n, o, yy - i * s->dh + ph, xx - j * s->dw + pw);
           const size_t at = (((size_t)n * s->C + c) * s->H + yy) * s->W + xx;
           dx[at] = sum + (dx0 ? dx0[at] : 0.0);
@@ -80,7 +87,8 @@ static void ref_conv_backward_filter(const cl_conv_shape *s, const float *dy, co
   const int ph = cl_conv_pad_h(s), pw = cl_conv_pad_w(s);
   const size_t P = (size_t)s->H * s->W;
   for (int o = 0; o < s->K; o++) {
-    for (int c = 0; c < s->C; c++)
+    const int c0 = o / ref_kg(s) * ref_cg(s);
+    for (int c = 0; c < ref_cg(s); c++)
       for (int i = 0; i < s->kh; i++)
         for (int j = 0; j < s->kw; j++) {
           double sum = 0.0;
@@ -88,7 +96,7 @@ static void ref_conv_backward_filter(const cl_conv_shape *s, const float *dy, co
             for (int yy = 0; yy < s->H; yy++)
               for (int xx = 0; xx < s->W; xx++)
                 sum += dy[((size_t)n * s->K + o) * P + (size_t)yy * s->W + xx] *
-                       ref_at(x, s, s->C, n, c, yy + i * s->dh - ph, xx + j * s->dw - pw);
+                       ref_at(x, s, s->C, n, c0 + c, yy + i * s->dh - ph, xx + j * s->dw - pw);
           dw[ref_widx(s, o, c, i, j)] = dw0[ref_widx(s, o, c, i, j)] + sum;
         }
     if (!db) continue;
@@ -301,14 +309,27 @@ static double ref_sum_squares(const float *g, size_t n) {
   return sum;
 }
 
-/* mask_mul: out[r n + i] = in[r n + i] mask[i], plus out0[r n + i] when
- * accumulating (out0 may be NULL otherwise): one mask over reps blocks. */
-static void ref_mask_mul(const float *in, const float *mask, const float *out0, size_t n,
-                         size_t reps, double *out) {
-  for (size_t r = 0; r < reps; r++)
-    for (size_t i = 0; i < n; i++) {
-      const size_t e = r * n + i;
-      out[e] = (double)in[e] * mask[i] + (out0 ? (double)out0[e] : 0.0);
+/* mask_mul (backend.h, cl_mask_shape): reps steps of J = n / row images,
+ * mask [J, G, row]; spread: out[r, j, g, i] = in[r, j, i] mask[j, g, i];
+ * gather: out[r, j, i] = sum_g in[r, j, g, i] mask[j, g, i]; plus out0 (the
+ * out's elements) when accumulating (out0 may be NULL otherwise). G == 1 is
+ * one mask over reps blocks of n. */
+static void ref_mask_mul(const cl_mask_shape *s, const float *in, const float *mask,
+                         const float *out0, double *out) {
+  const size_t G = (size_t)s->groups, row = G > 1 ? s->row : s->n, J = s->n / row;
+  for (size_t q = 0; q < s->reps * J; q++)
+    for (size_t i = 0; i < row; i++) {
+      const float *mk = mask + (q % J) * G * row + i;
+      if (G > 1 && s->gather) {
+        double v = 0.0;
+        for (size_t g = 0; g < G; g++) v += (double)in[(q * G + g) * row + i] * mk[g * row];
+        out[q * row + i] = v + (out0 ? (double)out0[q * row + i] : 0.0);
+        continue;
+      }
+      for (size_t g = 0; g < G; g++) {
+        const size_t e = (q * G + g) * row + i;
+        out[e] = (double)in[q * row + i] * mk[g * row] + (out0 ? (double)out0[e] : 0.0);
+      }
     }
 }
 

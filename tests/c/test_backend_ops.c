@@ -423,7 +423,7 @@ static conv_data conv_make(const cl_conv_shape *s, int acc, int bias) {
   conv_data d;
   d.s = *s, d.acc = acc, d.bias = bias, d.run_data = bias, d.run_filter = acc;
   d.nx = (size_t)s->N * s->C * s->H * s->W, d.ny = (size_t)s->N * s->K * s->H * s->W;
-  d.nw = (size_t)s->K * s->C * cl_conv_taps(s);
+  d.nw = (size_t)s->K * (s->C / cl_conv_groups(s)) * cl_conv_taps(s);
   d.x = rand_floats(d.nx, -1, 1), d.dy = rand_floats(d.ny, -1, 1);
   d.w = rand_floats(d.nw, -0.5f, 0.5f), d.b = rand_floats(s->K, -0.5f, 0.5f);
   d.y0 = rand_floats(d.ny, -1, 1), d.dx0 = rand_floats(d.nx, -1, 1);
@@ -569,9 +569,9 @@ static void run_conv(const row *r) {
         for (int bias = 0; bias < 2; bias++) {
           conv_data d = conv_make(&s, acc, bias);
           char label[160];
-          snprintf(label, sizeof label, "%s N%d C%d %dx%d K%d k%dx%d d%dx%d acc%d bias%d%s",
-                   dtype_str(s.dtype), s.N, s.C, s.H, s.W, s.K, s.kh, s.kw, s.dh, s.dw, acc,
-                   bias, r->offset ? " off+1" : "");
+          snprintf(label, sizeof label, "%s N%d C%d %dx%d K%d k%dx%d d%dx%d G%d acc%d bias%d%s",
+                   dtype_str(s.dtype), s.N, s.C, s.H, s.W, s.K, s.kh, s.kw, s.dh, s.dw,
+                   cl_conv_groups(&s), acc, bias, r->offset ? " off+1" : "");
           for (int vi = 0; vi < n_vs; vi++) conv_on(r, &vs[vi], &d, label);
           conv_free(&d);
         }
@@ -599,7 +599,7 @@ static void run_rounding(const row *r) {
   }
   for (int t = CL_F16; t <= CL_BF16; t++) {
     if (!(r->dtypes & (1u << t))) continue;
-    cl_conv_shape s = {1, 1, 1, 1, (int)n, 1, 1, 1, 1, (cl_dtype)t};
+    cl_conv_shape s = {1, 1, 1, 1, (int)n, 1, 1, 1, 1, (cl_dtype)t, 0};
     for (int vi = 0; vi < n_vs; vi++) {
       variant *v = &vs[vi];
       scope sc = scope_of(v);
@@ -637,7 +637,7 @@ static void run_conv_errors(const row *r) {
     variant *v = &vs[vi];
     cl_backend *be = v->be;
     const struct cl_backend_i *f = be->iface;
-    cl_conv_shape s = {2, 3, 4, 4, 5, 3, 3, 1, 1, BAD_DTYPE};
+    cl_conv_shape s = {2, 3, 4, 4, 5, 3, 3, 1, 1, BAD_DTYPE, 0};
     be->err[0] = '\0';
     cl_status st = f->conv_forward(be, &s, NULL, NULL, NULL, NULL, 0, NULL);
     expect(v, st == CL_E_UNSUPPORTED && be->err[0], "unknown dtype: %s (%s)", status_str(st),
@@ -673,7 +673,7 @@ static void run_conv_errors(const row *r) {
     /* A workspace asked for and not given is the caller's bug: refused,
      * whichever call it is, not a crash. */
     for (int t = CL_F32; t <= CL_BF16; t++) {
-      cl_conv_shape h = {1, 2, 4, 4, 4, 3, 3, 1, 1, (cl_dtype)t};
+      cl_conv_shape h = {1, 2, 4, 4, 4, 3, 3, 1, 1, (cl_dtype)t, 0};
       size_t ws = 0;
       scope sc = scope_of(v);
       CALL(&sc, cl_backend_conv_workspace(be, &h, &ws));
@@ -1226,10 +1226,14 @@ static void run_sum_squares(const row *r) {
  * a layer's input), into another buffer (a masked copy) or accumulated (the
  * gradient of h_{t-1} onto what is there). n not a multiple of a CPU chunk
  * (2048) nor of a vector; a block over several chunks; reps past the CPU's
- * parallel threshold; a CUDA grid of many blocks. */
+ * parallel threshold; a CUDA grid of many blocks. Per-gate masks (groups
+ * 4): spread into 4 masked copies per image, and gather 4 gradients back
+ * into one, accumulated or not, with an image row over several chunks. */
 typedef struct mask_case {
   size_t n, reps;
   int in_place, accumulate;
+  size_t row;
+  int groups, gather;
 } mask_case;
 
 static void run_mask_mul(const row *r) {
@@ -1239,26 +1243,31 @@ static void run_mask_mul(const row *r) {
       if (!(r->dtypes & (1u << t))) continue;
       const mask_case *c = &cases[i];
       const cl_dtype dt = (cl_dtype)t;
-      const size_t total = c->n * c->reps, es = cl_dtype_size(dt);
-      float *x = rand_floats(total, -3, 3), *y0 = rand_floats(total, -3, 3);
-      float *mask = xmalloc(sizeof(float) * (c->n ? c->n : 1));
-      for (size_t k = 0; k < c->n; k++) mask[k] = uniform01(NULL) < 0.3 ? 0.0f : 1.0f / 0.7f;
-      void *xs = to_storage(dt, x, total), *ys = to_storage(dt, y0, total);
-      double *ref = xmalloc(sizeof(double) * (total ? total : 1));
-      ref_mask_mul(x, mask, c->accumulate ? y0 : NULL, c->n, c->reps, ref);
-      char label[160];
-      snprintf(label, sizeof label, "%s n=%zu reps=%zu%s%s", dtype_str(dt), c->n, c->reps,
+      const int G = c->groups > 1 ? c->groups : 1;
+      cl_mask_shape ms = {c->n, c->row, c->reps, G, c->gather, dt, c->accumulate};
+      /* elements of in and of out: the spread side holds G of each */
+      const size_t nin = c->n * c->reps * (c->gather ? G : 1);
+      const size_t nout = c->n * c->reps * (c->gather ? 1 : G), nm = c->n * G;
+      const size_t es = cl_dtype_size(dt);
+      float *x = rand_floats(nin, -3, 3), *y0 = rand_floats(nout, -3, 3);
+      float *mask = xmalloc(sizeof(float) * (nm ? nm : 1));
+      for (size_t k = 0; k < nm; k++) mask[k] = uniform01(NULL) < 0.3 ? 0.0f : 1.0f / 0.7f;
+      void *xs = to_storage(dt, x, nin), *ys = to_storage(dt, y0, nout);
+      double *ref = xmalloc(sizeof(double) * (nout ? nout : 1));
+      ref_mask_mul(&ms, x, mask, c->accumulate ? y0 : NULL, ref);
+      char label[200];
+      snprintf(label, sizeof label, "%s n=%zu reps=%zu groups=%d row=%zu%s%s%s", dtype_str(dt),
+               c->n, c->reps, G, c->row, G > 1 ? (c->gather ? " gather" : " spread") : "",
                c->in_place ? " in place" : "", c->accumulate ? " accumulate" : "");
       for (int vi = 0; vi < n_vs; vi++) {
         variant *v = &vs[vi];
         scope sc = scope_of(v);
-        void *X = total ? dev_of(&sc, xs, total * es) : NULL;
-        void *Y = c->in_place ? X : total ? dev_of(&sc, ys, total * es) : NULL;
-        float *M = c->n ? dev_of(&sc, mask, c->n * sizeof(float)) : NULL;
-        if (sc.ok)
-          CALL(&sc, v->be->iface->mask_mul(v->be, X, M, Y, c->n, c->reps, dt, c->accumulate));
-        float *got = sc.ok && total ? dev_get(&sc, dt, Y, total) : NULL;
-        if (got) compare(v, label, got, ref, total, tol_of(r, v, dt, dt));
+        void *X = nin ? dev_of(&sc, xs, nin * es) : NULL;
+        void *Y = c->in_place ? X : nout ? dev_of(&sc, ys, nout * es) : NULL;
+        float *M = nm ? dev_of(&sc, mask, nm * sizeof(float)) : NULL;
+        if (sc.ok) CALL(&sc, v->be->iface->mask_mul(v->be, &ms, X, M, Y));
+        float *got = sc.ok && nout ? dev_get(&sc, dt, Y, nout) : NULL;
+        if (got) compare(v, label, got, ref, nout, tol_of(r, v, dt, dt));
         else if (sc.ok) expect(v, 1, "%s: nothing to do", label);
         free(got);
         scope_end(&sc);
@@ -1903,43 +1912,53 @@ static void run_gather(const row *r) {
  * on direct (few channels) and GEMM (C = 20, K = 24) sizes, and a dilated
  * extent larger than the image (5x3 by 3x2 over 4x5: 13 x 5 pixels). */
 static const cl_conv_shape conv_shapes[] = {
-    {3, 2, 5, 7, 4, 3, 3, 1, 1, 0},     {2, 1, 6, 6, 8, 3, 3, 1, 1, 0},
-    {4, 3, 7, 5, 2, 5, 5, 1, 1, 0},     {3, 5, 4, 9, 6, 1, 1, 1, 1, 0},
-    {4, 6, 8, 8, 20, 3, 3, 1, 1, 0},    {4, 20, 6, 5, 4, 3, 3, 1, 1, 0},
-    {1, 3, 5, 5, 4, 3, 3, 1, 1, 0},     {5, 1, 9, 4, 3, 5, 5, 1, 1, 0},
-    {2, 9, 24, 24, 12, 3, 3, 1, 1, 0},  {2, 4, 3, 3, 5, 5, 5, 1, 1, 0},
-    {4, 2, 1, 6, 3, 3, 3, 1, 1, 0},     {3, 17, 11, 13, 9, 1, 1, 1, 1, 0},
-    {3, 8, 7, 9, 24, 3, 3, 1, 1, 0},    {2, 40, 5, 6, 20, 1, 1, 1, 1, 0},
-    {2, 3, 6, 7, 18, 5, 5, 1, 1, 0},    {1, 10, 9, 8, 40, 3, 3, 1, 1, 0},
-    {1, 16, 24, 24, 64, 3, 3, 1, 1, 0}, {3, 1, 24, 24, 64, 3, 3, 1, 1, 0},
-    {2, 16, 24, 24, 4, 3, 3, 1, 1, 0},  {1, 16, 61, 60, 16, 3, 3, 1, 1, 0},
-    {2, 3, 5, 7, 4, 1, 1, 1, 1, 0},     {3, 5, 6, 9, 8, 3, 3, 1, 1, 0},
-    {2, 4, 7, 5, 6, 5, 5, 1, 1, 0},     {4, 17, 12, 10, 32, 3, 3, 1, 1, 0},
-    {5, 3, 6, 9, 8, 3, 3, 1, 1, 0},
+    {3, 2, 5, 7, 4, 3, 3, 1, 1, 0, 0},     {2, 1, 6, 6, 8, 3, 3, 1, 1, 0, 0},
+    {4, 3, 7, 5, 2, 5, 5, 1, 1, 0, 0},     {3, 5, 4, 9, 6, 1, 1, 1, 1, 0, 0},
+    {4, 6, 8, 8, 20, 3, 3, 1, 1, 0, 0},    {4, 20, 6, 5, 4, 3, 3, 1, 1, 0, 0},
+    {1, 3, 5, 5, 4, 3, 3, 1, 1, 0, 0},     {5, 1, 9, 4, 3, 5, 5, 1, 1, 0, 0},
+    {2, 9, 24, 24, 12, 3, 3, 1, 1, 0, 0},  {2, 4, 3, 3, 5, 5, 5, 1, 1, 0, 0},
+    {4, 2, 1, 6, 3, 3, 3, 1, 1, 0, 0},     {3, 17, 11, 13, 9, 1, 1, 1, 1, 0, 0},
+    {3, 8, 7, 9, 24, 3, 3, 1, 1, 0, 0},    {2, 40, 5, 6, 20, 1, 1, 1, 1, 0, 0},
+    {2, 3, 6, 7, 18, 5, 5, 1, 1, 0, 0},    {1, 10, 9, 8, 40, 3, 3, 1, 1, 0, 0},
+    {1, 16, 24, 24, 64, 3, 3, 1, 1, 0, 0}, {3, 1, 24, 24, 64, 3, 3, 1, 1, 0, 0},
+    {2, 16, 24, 24, 4, 3, 3, 1, 1, 0, 0},  {1, 16, 61, 60, 16, 3, 3, 1, 1, 0, 0},
+    {2, 3, 5, 7, 4, 1, 1, 1, 1, 0, 0},     {3, 5, 6, 9, 8, 3, 3, 1, 1, 0, 0},
+    {2, 4, 7, 5, 6, 5, 5, 1, 1, 0, 0},     {4, 17, 12, 10, 32, 3, 3, 1, 1, 0, 0},
+    {5, 3, 6, 9, 8, 3, 3, 1, 1, 0, 0},
     /* non-square and dilated */
-    {3, 2, 6, 7, 4, 3, 5, 1, 1, 0},     {2, 3, 7, 5, 6, 5, 1, 1, 1, 0},
-    {2, 2, 8, 9, 4, 3, 3, 2, 2, 0},     {3, 4, 7, 8, 3, 3, 5, 2, 1, 0},
-    {2, 20, 9, 8, 24, 3, 3, 1, 3, 0},   {2, 3, 4, 5, 20, 5, 3, 3, 2, 0},
-    {1, 6, 12, 10, 8, 1, 3, 1, 4, 0},   {2, 3, 8, 9, 4, 3, 3, 2, 2, 0},
-    {2, 20, 9, 8, 24, 5, 3, 1, 3, 0},
+    {3, 2, 6, 7, 4, 3, 5, 1, 1, 0, 0},     {2, 3, 7, 5, 6, 5, 1, 1, 1, 0, 0},
+    {2, 2, 8, 9, 4, 3, 3, 2, 2, 0, 0},     {3, 4, 7, 8, 3, 3, 5, 2, 1, 0, 0},
+    {2, 20, 9, 8, 24, 3, 3, 1, 3, 0, 0},   {2, 3, 4, 5, 20, 5, 3, 3, 2, 0, 0},
+    {1, 6, 12, 10, 8, 1, 3, 1, 4, 0, 0},   {2, 3, 8, 9, 4, 3, 3, 2, 2, 0, 0},
+    {2, 20, 9, 8, 24, 5, 3, 1, 3, 0, 0},
+    /* grouped (per-gate dropout: 4 masked copies, each gate's rows on its
+     * own): small groups, the tutorial's hidden half, dilated non-square,
+     * groups of more than 128 outputs (the CPU's GEMM path), 1 x 1, two
+     * groups */
+    {3, 8, 5, 7, 12, 3, 3, 1, 1, 0, 4},    {2, 64, 12, 10, 64, 3, 3, 1, 1, 0, 4},
+    {2, 12, 6, 9, 32, 5, 3, 2, 1, 0, 4},   {4, 20, 8, 8, 160, 3, 3, 1, 1, 0, 4},
+    {1, 8, 6, 6, 544, 3, 3, 1, 1, 0, 4},   {3, 8, 5, 5, 8, 1, 1, 1, 1, 0, 2},
+    {2, 4, 9, 8, 12, 3, 3, 1, 2, 0, 2},
 };
 /* The same slots in float16 / bfloat16 on fewer shapes: the storage paths
  * are per element, the arithmetic is the float32 one above. */
 static const cl_conv_shape conv_half_shapes[] = {
-    {3, 2, 5, 7, 4, 3, 3, 1, 1, 0},    {2, 9, 12, 10, 24, 3, 3, 1, 1, 0},
-    {3, 17, 11, 13, 9, 1, 1, 1, 1, 0}, {2, 3, 6, 7, 18, 5, 5, 1, 1, 0},
-    {2, 3, 5, 7, 4, 1, 1, 1, 1, 0},    {3, 5, 6, 9, 8, 3, 3, 1, 1, 0},
-    {2, 4, 7, 5, 6, 5, 5, 1, 1, 0},    {4, 17, 12, 10, 32, 3, 3, 1, 1, 0},
-    {5, 3, 6, 9, 8, 3, 3, 1, 1, 0},    {3, 2, 6, 7, 4, 3, 5, 1, 1, 0},
-    {2, 3, 8, 9, 4, 3, 3, 2, 2, 0},    {2, 20, 9, 8, 24, 5, 3, 1, 3, 0},
-    {2, 3, 4, 5, 20, 5, 3, 3, 2, 0},
+    {3, 2, 5, 7, 4, 3, 3, 1, 1, 0, 0},    {2, 9, 12, 10, 24, 3, 3, 1, 1, 0, 0},
+    {3, 17, 11, 13, 9, 1, 1, 1, 1, 0, 0}, {2, 3, 6, 7, 18, 5, 5, 1, 1, 0, 0},
+    {2, 3, 5, 7, 4, 1, 1, 1, 1, 0, 0},    {3, 5, 6, 9, 8, 3, 3, 1, 1, 0, 0},
+    {2, 4, 7, 5, 6, 5, 5, 1, 1, 0, 0},    {4, 17, 12, 10, 32, 3, 3, 1, 1, 0, 0},
+    {5, 3, 6, 9, 8, 3, 3, 1, 1, 0, 0},    {3, 2, 6, 7, 4, 3, 5, 1, 1, 0, 0},
+    {2, 3, 8, 9, 4, 3, 3, 2, 2, 0, 0},    {2, 20, 9, 8, 24, 5, 3, 1, 3, 0, 0},
+    {2, 3, 4, 5, 20, 5, 3, 3, 2, 0, 0},
+    {3, 8, 5, 7, 12, 3, 3, 1, 1, 0, 4},    {2, 12, 6, 9, 32, 5, 3, 2, 1, 0, 4},
 };
 /* The core's per-step slices: activations one element past an aligned
  * start, square and dilated non-square. */
-static const cl_conv_shape conv_offset_shapes[] = {{3, 5, 6, 9, 8, 3, 3, 1, 1, 0},
-                                                   {4, 17, 12, 10, 32, 3, 3, 1, 1, 0},
-                                                   {2, 20, 9, 8, 24, 5, 3, 1, 3, 0}};
-static const cl_conv_shape conv_rounding_cases[] = {{1, 1, 1, 1, 4136, 1, 1, 1, 1, 0}};
+static const cl_conv_shape conv_offset_shapes[] = {{3, 5, 6, 9, 8, 3, 3, 1, 1, 0, 0},
+                                                   {4, 17, 12, 10, 32, 3, 3, 1, 1, 0, 0},
+                                                   {2, 20, 9, 8, 24, 5, 3, 1, 3, 0, 0},
+                                                   {3, 8, 5, 7, 12, 3, 3, 1, 1, 0, 4}};
+static const cl_conv_shape conv_rounding_cases[] = {{1, 1, 1, 1, 4136, 1, 1, 1, 1, 0, 0}};
 
 /* {N, hidden, P}: P = 35, 37 (a vector body and a scalar tail), 150 (a
  * full 128 chunk, a vector body and a tail), 576 (a 24x24 image). */
@@ -2097,8 +2116,15 @@ static const guard_case sgd_guard_cases[] = {
 
 /* n, reps, in place, accumulate */
 static const mask_case mask_cases[] = {
-    {1, 1, 0, 0},       {37, 3, 1, 0},     {2048 * 2 + 5, 4, 0, 0}, {2048 * 2 + 5, 4, 0, 1},
-    {9 * 64 * 24, 7, 1, 0}, {300007, 2, 0, 1}, {0, 3, 0, 0},
+    {1, 1, 0, 0, 1, 1, 0},         {37, 3, 1, 0, 37, 1, 0},
+    {2048 * 2 + 5, 4, 0, 0, 2048 * 2 + 5, 1, 0}, {2048 * 2 + 5, 4, 0, 1, 2048 * 2 + 5, 1, 0},
+    {9 * 64 * 24, 7, 1, 0, 64 * 24, 1, 0},       {300007, 2, 0, 1, 300007, 1, 0},
+    {0, 3, 0, 0, 1, 1, 0},
+    /* n, reps, in place, accumulate, row, groups, gather */
+    {2 * 75, 3, 0, 0, 75, 4, 0},  {2 * 75, 3, 0, 0, 75, 4, 1},
+    {2 * 75, 3, 0, 1, 75, 4, 1},  {3 * 2085, 2, 0, 1, 2085, 4, 0},
+    {3 * 2085, 2, 0, 1, 2085, 4, 1}, {8 * 16 * 576, 5, 0, 0, 16 * 576, 4, 1},
+    {8 * 16 * 576, 2, 0, 0, 16 * 576, 4, 0},
 };
 
 /* row_bytes, offset, N, T, t0, nt, nb */
@@ -2238,9 +2264,9 @@ static void cpu_own(variant *v) {
   cl_backend_destroy(dflt);
   expect(v, be->iface->synchronize == NULL && be->iface->host_stage == NULL,
          "no queue to wait for, nothing to stage (synchronize, host_stage NULL)");
-  static const cl_conv_shape shapes[] = {{4, 6, 8, 8, 20, 3, 3, 1, 1, CL_F32},
-                                         {4, 20, 6, 5, 4, 3, 3, 1, 1, CL_F32},
-                                         {2, 20, 9, 8, 24, 3, 3, 1, 3, CL_F32}};
+  static const cl_conv_shape shapes[] = {{4, 6, 8, 8, 20, 3, 3, 1, 1, CL_F32, 0},
+                                         {4, 20, 6, 5, 4, 3, 3, 1, 1, CL_F32, 0},
+                                         {2, 20, 9, 8, 24, 3, 3, 1, 3, CL_F32, 0}};
   enum { NS = COUNT(shapes), NT = 2 * NS }; /* each shape forward, then backward filter */
   conv_data d[NS];
   for (int i = 0; i < NS; i++) d[i] = conv_make(&shapes[i], 1, 1);

@@ -66,7 +66,8 @@ typedef struct step_case {
   double dropout; /* > 0: every layer's input and h dropped; masks the caller's */
 } step_case;
 
-static void run_case(const step_case *sc, start_fn start, stop_fn stop) {
+/* per_gate: dropout masks one per gate ([B, 4, C, H, W]; grouped convolutions) */
+static void run_case(const step_case *sc, int per_gate, start_fn start, stop_fn stop) {
   cl_config c;
   memset(&c, 0, sizeof c);
   c.input_dim = 2;
@@ -81,13 +82,14 @@ static void run_case(const step_case *sc, start_fn start, stop_fn stop) {
   c.peephole = sc->peephole;
   if (sc->peephole == CL_PEEP_POSITION) c.peephole_h = sc->H, c.peephole_w = sc->W;
   for (int l = 0; l < c.n_layers; l++) c.dropout[l] = c.recurrent_dropout[l] = sc->dropout;
+  c.dropout_masks = per_gate ? CL_MASKS_PER_GATE : CL_MASKS_SHARED;
   cl_model *m = ctest_model(&c);
   if (!m) return;
   cl_step_options opts = sc->opts;
   float *masks[4] = {0}; /* drawn once, before the instrument starts */
   for (int k = 0; sc->dropout > 0 && k < 4; k++) {
     int ch = k == 0 ? c.input_dim : k == 3 ? c.hidden_dims[1] : c.hidden_dims[0];
-    size_t n = (size_t)sc->B * ch * sc->H * sc->W;
+    size_t n = (size_t)sc->B * ch * sc->H * sc->W * (per_gate ? 4 : 1);
     masks[k] = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) masks[k][i] = uniform01(NULL) < sc->dropout ? 0.0f : 2.0f;
     if (k % 2) opts.mask_h[k / 2] = masks[k];
@@ -116,8 +118,8 @@ static void run_case(const step_case *sc, start_fn start, stop_fn stop) {
     later += stop(&bytes, &last);
     CHECK(st == CL_OK, "%s: step %d: %s", sc->name, s + 2, cl_model_error(m));
   }
-  printf("  %-28s first step: %ld allocation(s) > 64 KiB; steps 2-4: %ld%s%s\n", sc->name, first,
-         later, later ? ", last " : "", later ? last : "");
+  printf("  %-28s%s first step: %ld allocation(s) > 64 KiB; steps 2-4: %ld%s%s\n", sc->name,
+         per_gate ? " per gate" : "", first, later, later ? ", last " : "", later ? last : "");
   /* the instrument sees the library: the first step reserves its arena */
   CHECK(first >= 1, "%s: the interposer saw no allocation at the first step", sc->name);
   CHECK(later == 0, "%s: %ld allocation(s) above 64 KiB inside steps 2-4 (last: %s)", sc->name,
@@ -166,14 +168,18 @@ int main(int argc, char **argv) {
        {.recompute_gates = 4, .checkpoint = 3}, CL_OPTIM_ADAM, CL_DEVICE_CPU, CL_PEEP_CHANNEL, 0.5},
   };
   printf("test_step_allocs (interposer: malloc/calloc/realloc/memalign/mmap > 64 KiB)\n");
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], start, stop);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    run_case(&cases[i], 0, start, stop);
+    if (cases[i].dropout > 0) run_case(&cases[i], 1, start, stop);
+  }
   /* on a GPU the same, counting cudaMalloc & co. of any size as well */
   if (cl_device_available(CL_DEVICE_CUDA)) {
     printf("on the GPU (cudaMalloc, cudaMallocAsync, cudaMallocHost, cudaHostAlloc: any size)\n");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
       step_case g = cases[i];
       g.device = CL_DEVICE_CUDA;
-      run_case(&g, start, stop);
+      run_case(&g, 0, start, stop);
+      if (g.dropout > 0) run_case(&g, 1, start, stop);
     }
   } else {
     printf("no usable GPU: the CUDA cases did not run\n");

@@ -148,6 +148,15 @@ expect_close <- function(actual, expected, rel = 1e-5, abs = 1e-8, label = NULL)
 
 `%||%` <- function(a, b) if (is.null(a)) b else a
 
+# A fixture's kernels and dilations in convlstm()'s forms: square kernels
+# unless it records kernel_widths (and dilation_h / _w).
+fixture_kernels <- function(cfg) {
+  if (is.null(cfg$kernel_widths)) return(list(kernel_sizes = cfg$kernel_sizes, dilation = 1))
+  pairs <- function(h, w) Map(c, h, w)
+  list(kernel_sizes = pairs(cfg$kernel_sizes, cfg$kernel_widths),
+       dilation = pairs(cfg$dilation_h, cfg$dilation_w))
+}
+
 # The fixture's masks as local_dropout_masks() takes them: per layer the
 # input mask then the h mask, NULL where that rate is 0.
 fixture_masks <- function(fx) {

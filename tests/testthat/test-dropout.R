@@ -2,7 +2,8 @@
 # from PyTorch parity (test-parity-dropout.R): the masks drawn from R's
 # generator (keep rate, scale, shape, reproducibility), that the masks drawn
 # are the masks applied, training only, the same gradients with and without
-# checkpointing or accumulation, and the planned buffers.
+# checkpointing or accumulation, and the planned buffers; each with the
+# masks per gate (the default, Keras's) and shared by the four gates.
 
 drop_model <- function(dropout = 0.3, recurrent_dropout = 0.4, ...) {
   convlstm(2, c(3, 2), 3, device = "cpu", threads = 1, dropout = dropout,
@@ -27,16 +28,29 @@ test_that("the rates read back per layer, and a model without them says so on tr
   expect_silent(m$eval())
 })
 
-test_that("masks keep 1 - p of the elements, scaled by 1 / (1 - p), one per layer and kind", {
-  m <- drop_model(c(0.2, 0), c(0, 0.6))
+for (kind in c("per_gate", "shared")) test_that(sprintf(
+  "masks keep 1 - p of the elements, scaled by 1 / (1 - p), one per layer and kind [%s]", kind), {
+  m <- drop_model(c(0.2, 0), c(0, 0.6), dropout_masks = kind)
   on.exit(convlstm_release(m))
   set.seed(3)
   masks <- convlstm:::c_dropout_draw(environment(m)$ptr, c(40, 30, 20))
   expect_length(masks, 4)
   expect_null(masks[[2]]) # layer 1 has no recurrent dropout
   expect_null(masks[[3]]) # layer 2 no input dropout
-  expect_equal(dim(masks[[1]]), c(40, 2, 30, 20)) # [B, input_dim, H, W]
-  expect_equal(dim(masks[[4]]), c(40, 2, 30, 20)) # [B, hidden 2, H, W]
+  # [B, input_dim, H, W] and [B, hidden 2, H, W]; per gate [B, 4, C, H, W]
+  gates <- if (kind == "per_gate") 4 else NULL
+  expect_equal(dim(masks[[1]]), c(40, gates, 2, 30, 20))
+  expect_equal(dim(masks[[4]]), c(40, gates, 2, 30, 20))
+  if (kind == "per_gate") {
+    # Keras's order: gate i's whole mask, then f's, o's, g's, from R's
+    # generator element by element (batch-major within a mask)
+    set.seed(3)
+    u <- stats::runif(40 * 2 * 30 * 20 * 4)
+    first <- aperm(array(u[seq_len(40 * 2 * 30 * 20)], c(20, 30, 2, 40)), 4:1)
+    expect_identical(masks[[1]][, 1, , , ], ifelse(first >= 0.2, as_f32(1 / 0.8), 0))
+    # and the four gates' masks are four different draws
+    for (g in 2:4) expect_false(identical(masks[[1]][, g, , , ], masks[[1]][, 1, , , ]))
+  }
   for (k in list(list(masks[[1]], 0.2), list(masks[[4]], 0.6))) {
     v <- k[[1]]
     p <- k[[2]]
@@ -56,12 +70,13 @@ test_that("masks keep 1 - p of the elements, scaled by 1 / (1 - p), one per laye
   expect_false(identical(convlstm:::c_dropout_draw(environment(m)$ptr, c(40, 30, 20)), masks))
 })
 
-test_that("the masks a step draws are the ones it applies", {
+for (kind in c("per_gate", "shared")) test_that(sprintf(
+  "the masks a step draws are the ones it applies [%s]", kind), {
   x <- api_x(B = 3, T = 4)
   y <- api_y(B = 3)
   set.seed(11)
-  a <- drop_model()
-  b <- drop_model()
+  a <- drop_model(dropout_masks = kind)
+  b <- drop_model(dropout_masks = kind)
   load_state_dict(b, state_dict(a))
   on.exit({
     convlstm_release(a)
@@ -203,7 +218,9 @@ test_that("a forecast trains with dropout and predicts without it", {
 # the masks off entirely (grad_nodropout/), left layer 0's input mask off
 # the fed-back frames (grad_fed_unmasked/) or cut the fed-back path
 # (grad_detached/). Three layers: the middle one's gradients pass the ring.
-free_run_fx <- read_fixture(file.path("forecast", "free_drop"))
+# free_gate: the same with per-gate masks ([B, 4, C, H, W]).
+free_run_fxs <- list(free_drop = read_fixture(file.path("forecast", "free_drop")),
+                     free_gate = read_fixture(file.path("forecast", "free_gate")))
 
 grad_gap <- function(g, fx, prefix) {
   max(vapply(names(g), function(k) {
@@ -212,16 +229,17 @@ grad_gap <- function(g, fx, prefix) {
   }, numeric(1)))
 }
 
-for (device in c("cpu", if (gpu_available()) "cuda")) {
+for (device in c("cpu", if (gpu_available()) "cuda")) for (fixture in names(free_run_fxs)) {
   for (sched in c("plain", "accumulation")) {
-    test_that(sprintf("free-running training with dropout matches PyTorch's masks [%s, %s]",
-                      device, sched), {
-      fx <- free_run_fx
+    test_that(sprintf("free-running training with dropout matches PyTorch's masks [%s, %s, %s]",
+                      fixture, device, sched), {
+      fx <- free_run_fxs[[fixture]]
       cfg <- fx$config
       rel <- 1e-5
       m <- convlstm(cfg$input_dim, cfg$hidden_dims, cfg$kernel_sizes, bias = cfg$bias,
                     device = device, dropout = cfg$dropout,
-                    recurrent_dropout = cfg$recurrent_dropout)
+                    recurrent_dropout = cfg$recurrent_dropout,
+                    dropout_masks = cfg$dropout_masks %||% "shared")
       on.exit(convlstm_release(m))
       load_state_dict(m, fixture_group(fx, "weights/"))
       convlstm:::local_dropout_masks(fixture_masks(fx))
@@ -273,30 +291,33 @@ test_that("free-running with drawn masks: set.seed() reproduces it, predict() ha
   expect_identical(predict(m, d$x, horizon = 3), frames)
 })
 
-test_that("memory_estimate() plans the masks and the masked copy, in training only", {
-  m <- drop_model(c(0.3, 0), c(0, 0.5))
+for (kind in c("per_gate", "shared")) test_that(sprintf(
+  "memory_estimate() plans the masks and the masked copy, in training only [%s]", kind), {
+  m <- drop_model(c(0.3, 0), c(0, 0.5), dropout_masks = kind)
   on.exit(convlstm_release(m))
   est <- memory_estimate(m, 4, 3, 5, 6)
   plan <- attr(est, "plan")
   row <- function(n) plan$bytes[plan$name == n]
   P <- 5 * 6
-  expect_equal(row("dropout_mask_x[0]"), 4 * 2 * P * 4) # [B, input_dim, H, W] float
-  expect_equal(row("dropout_mask_h[1]"), 4 * 2 * P * 4) # [B, hidden 2, H, W]
+  G <- if (kind == "per_gate") 4 else 1 # masks (and masked copies) per image
+  expect_equal(row("dropout_mask_x[0]"), 4 * G * 2 * P * 4) # [B, G, input_dim, H, W] float
+  expect_equal(row("dropout_mask_h[1]"), 4 * G * 2 * P * 4) # [B, G, hidden 2, H, W]
   expect_false(any(c("dropout_mask_h[0]", "dropout_mask_x[1]") %in% plan$name))
-  # the masked copy: the larger of the input [T, B, 2, H, W] and h [T - 1, B, 2, H, W]
-  expect_equal(row("dropout_masked"), 3 * 4 * 2 * P * 4)
+  # the masked copy: the larger of the input [T, B, G 2, H, W] and h [T - 1, B, G 2, H, W]
+  expect_equal(row("dropout_masked"), 3 * 4 * G * 2 * P * 4)
   # h alone: backward's filter gradient reads h of T - 1 steps masked; one
   # step's float gradient of h waits there where a gradient crosses steps,
   # not with tbptt = 1 (each step its own window)
-  h_only <- drop_model(0, c(0.5, 0))
+  h_only <- drop_model(0, c(0.5, 0), dropout_masks = kind)
   on.exit(convlstm_release(h_only), add = TRUE)
   masked <- function(...) {
     p <- attr(memory_estimate(h_only, 4, 3, 5, 6, ...), "plan")
     p$bytes[p$name == "dropout_masked"]
   }
-  expect_equal(masked(), 2 * 4 * 3 * P * 4) # [T - 1, B, hidden 3, H, W] float32
-  expect_equal(masked(tbptt = 1), 1 * 4 * 3 * P * 4) # one step's copy of h
-  expect_equal(masked(checkpoint = 1), 4 * 3 * P * 4) # the float gradient between segments
+  expect_equal(masked(), 2 * 4 * G * 3 * P * 4) # [T - 1, B, G hidden 3, H, W] float32
+  expect_equal(masked(tbptt = 1), 1 * 4 * G * 3 * P * 4) # one step's copy of h
+  # the float gradient between segments, or the copy of h before one
+  expect_equal(masked(checkpoint = 1), G * 4 * 3 * P * 4)
   expect_equal(plan$category[plan$name == "dropout_mask_x[0]"], "activations")
   inf <- attr(memory_estimate(m, 4, 3, 5, 6, training = FALSE), "plan")
   expect_false(any(grepl("^dropout", inf$name)))
@@ -335,4 +356,134 @@ test_that("the rates are saved with the model and come back with convlstm_load()
   back2 <- convlstm_load(p2, device = "cpu")
   on.exit(convlstm_release(back2), add = TRUE)
   expect_identical(back2$dropout, c(0, 0))
+})
+
+# ---- per-gate masks (dropout_masks = "per_gate", the default) ----------------
+
+test_that("dropout_masks: per gate by default, read back, printed and saved", {
+  m <- drop_model()
+  on.exit(convlstm_release(m))
+  expect_identical(m$dropout_masks, "per_gate")
+  expect_identical(m$config$dropout_masks, "per_gate")
+  expect_output(print(m), "one per gate")
+  s <- drop_model(dropout_masks = "shared")
+  on.exit(convlstm_release(s), add = TRUE)
+  expect_identical(s$dropout_masks, "shared")
+  expect_output(print(s), "shared by the four gates")
+  for (mod in list(m, s)) {
+    path <- tempfile(fileext = ".safetensors")
+    convlstm_save(mod, path)
+    expect_identical(convlstm_file_info(path)$config$dropout_masks, mod$dropout_masks)
+    back <- convlstm_load(path, device = "cpu")
+    expect_identical(back$dropout_masks, mod$dropout_masks)
+    convlstm_release(back)
+    unlink(path)
+  }
+})
+
+test_that("a model file without dropout_masks loads as shared: what it trained with", {
+  set.seed(2)
+  m <- drop_model()
+  on.exit(convlstm_release(m))
+  path <- tempfile(fileext = ".safetensors")
+  on.exit(unlink(path), add = TRUE)
+  convlstm_save(m, path)
+  # the file as a build before per-gate masks wrote it: the same header
+  # without the field (its length kept, padded with spaces as safetensors allows)
+  bytes <- readBin(path, "raw", file.size(path))
+  n <- sum(as.numeric(bytes[1:8]) * 256^(0:7))
+  header <- rawToChar(bytes[9:(8 + n)])
+  old <- sub(",\"convlstm.dropout_masks\":\"per_gate\"", "", header, fixed = TRUE)
+  expect_false(identical(old, header))
+  old <- paste0(old, strrep(" ", nchar(header) - nchar(old)))
+  writeBin(c(bytes[1:8], charToRaw(old), bytes[-(1:(8 + n))]), path)
+  expect_identical(convlstm_file_info(path)$config$dropout_masks, "shared")
+  back <- convlstm_load(path, device = "cpu")
+  on.exit(convlstm_release(back), add = TRUE)
+  expect_identical(back$dropout_masks, "shared")
+  expect_identical(back$dropout, m$dropout)
+})
+
+# The same seed draws per-gate and shared masks from the same stream, but
+# per gate each gate convolves its own copy: the gradients differ. Given
+# per-gate masks whose four gates are equal, the per-gate step must equal the
+# shared one with that mask, and with one gate's mask changed it must not:
+# a build that silently applied one mask to all gates fails one or the other.
+test_that("per-gate masks reach each gate: shared differs, equal gates agree", {
+  x <- api_x(B = 3, T = 4)
+  y <- api_y(B = 3, T = 4)
+  set.seed(21)
+  ref <- drop_model()
+  w <- state_dict(ref)
+  convlstm_release(ref)
+  grads_of <- function(kind, masks = NULL, seed = 5) {
+    m <- drop_model(dropout_masks = kind)
+    on.exit(convlstm_release(m))
+    load_state_dict(m, w)
+    if (!is.null(masks)) convlstm:::local_dropout_masks(masks)
+    set.seed(seed)
+    loss <- train_step(m, x, y, optimizer_sgd(lr = 0), target = "sequence")
+    list(loss = as.numeric(loss), g = gradients(m))
+  }
+  gap <- function(a, b) max(vapply(names(a$g), function(k) max(abs(a$g[[k]] - b$g[[k]])), 0))
+  expect_gt(gap(grads_of("per_gate"), grads_of("shared")), 1e-4)
+  set.seed(9)
+  s <- drop_model(dropout_masks = "shared")
+  shared_masks <- convlstm:::c_dropout_draw(environment(s)$ptr, c(3, 5, 4))
+  convlstm_release(s)
+  four <- lapply(shared_masks, function(a) {
+    if (is.null(a)) return(NULL)
+    d <- dim(a)
+    aperm(array(a, c(d, 4)), c(1, 5, 2, 3, 4)) # [B, 4, C, H, W], each gate a
+  })
+  shared <- grads_of("shared", shared_masks)
+  same <- grads_of("per_gate", four)
+  expect_equal(same$loss, shared$loss, tolerance = 1e-6)
+  for (k in names(shared$g)) expect_close(same$g[[k]], shared$g[[k]], rel = 1e-5, label = k)
+  # gate f of layer 2's h mask differs: so do the step's results
+  other <- four
+  other[[4]][, 2, , , ] <- 1 / 0.6 * (stats::runif(length(other[[4]][, 2, , , ])) > 0.4)
+  expect_gt(gap(grads_of("per_gate", other), same), 1e-5)
+})
+
+test_that("per-gate dropout in float16 and bfloat16: the float32 step's gradients", {
+  x <- api_x(B = 2, T = 3)
+  y <- api_y(B = 2, T = 3)
+  set.seed(30)
+  ref <- drop_model()
+  w <- state_dict(ref)
+  convlstm_release(ref)
+  grads_of <- function(dtype, ...) {
+    m <- drop_model(dtype = dtype)
+    on.exit(convlstm_release(m))
+    load_state_dict(m, w)
+    set.seed(31) # the same masks
+    train_step(m, x, y, optimizer_sgd(lr = 0), target = "sequence", ...)
+    gradients(m)
+  }
+  g32 <- grads_of("float32")
+  # storage rounding (2^-11, 2^-8 relative) through a few steps' products
+  for (dt in list(list("float16", 1e-2), list("bfloat16", 6e-2))) {
+    g <- grads_of(dt[[1]], checkpoint = 2)
+    for (k in names(g32)) {
+      expect_lt(max(abs(g[[k]] - g32[[k]])) / max(abs(g32[[k]])), dt[[2]],
+                label = paste(dt[[1]], k))
+    }
+  }
+})
+
+test_that("per-gate masks plan the float gradient of a layer's four input copies exactly", {
+  # layer 2 drops its input (layer 1's h, 3 channels): backward gathers the
+  # gradient of its 4 x 3 masked channels from a float buffer of T steps
+  m <- drop_model(0.3, 0.4, dtype = "float16")
+  on.exit(convlstm_release(m))
+  est <- memory_estimate(m, 4, 3, 5, 6)
+  plan <- attr(est, "plan")
+  expect_equal(plan$bytes[plan$name == "dropout_masked"], 3 * 4 * 4 * 3 * 5 * 6 * 4)
+  train_step(m, api_x(B = 4, T = 3, H = 5, W = 6), api_y(B = 4, T = 3, H = 5, W = 6),
+             optimizer_adam(), target = "sequence")
+  s <- memory_stats(m)
+  measured <- stats::setNames(s$by_category$peak, s$by_category$category)
+  b <- stats::setNames(est$bytes, est$category)
+  expect_identical(measured, b[names(measured)])
 })

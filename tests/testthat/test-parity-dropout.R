@@ -1,7 +1,10 @@
 # test-parity-dropout.R -- dropout against PyTorch with the same masks
 # (tests/testthat/fixtures/dropout/, written by tools/make_fixtures.py with
 # inst/python/torch_convlstm.py's masks argument). The fixtures hold the
-# masks (mask_x/<l>, mask_h/<l> [B, C, H, W]); local_dropout_masks() hands
+# masks (mask_x/<l>, mask_h/<l>: [B, C, H, W] shared by the gates, or
+# [B, 4, C, H, W] per gate, where PyTorch runs four convolutions, each gate
+# its own masked copy and weight rows, as Keras; config dropout_masks,
+# absent: shared); local_dropout_masks() hands
 # them to every training call instead of drawing new ones, so forward,
 # gradients and three Adam steps (each step with the same masks, as the
 # reference) must equal PyTorch's. Tolerance as test-parity-torch.R: both
@@ -14,9 +17,11 @@ parity_devices <- c("cpu", if (gpu_available()) "cuda")
 
 dropout_model <- function(fx, device) {
   cfg <- fx$config
-  model <- convlstm(cfg$input_dim, cfg$hidden_dims, cfg$kernel_sizes, bias = cfg$bias,
-                    device = device, dropout = cfg$dropout,
-                    recurrent_dropout = cfg$recurrent_dropout)
+  k <- fixture_kernels(cfg)
+  model <- convlstm(cfg$input_dim, cfg$hidden_dims, k$kernel_sizes, bias = cfg$bias,
+                    dilation = k$dilation, device = device,
+                    dropout = cfg$dropout, recurrent_dropout = cfg$recurrent_dropout,
+                    dropout_masks = cfg$dropout_masks %||% "shared")
   load_state_dict(model, fixture_group(fx, "weights/"))
   model
 }
@@ -27,7 +32,8 @@ pred_of <- function(out, target) {
 }
 
 test_that("the dropout fixtures are there", {
-  expect_setequal(dropout_fixtures, c("both_two_layers", "mixed_last_state"))
+  expect_setequal(dropout_fixtures, c("both_two_layers", "mixed_last_state",
+                                      "gate_two_layers", "gate_mixed_last"))
 })
 
 for (device in parity_devices) for (fixture in dropout_fixtures) {

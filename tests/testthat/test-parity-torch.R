@@ -18,15 +18,6 @@ REL <- 1e-5
 # backend keeps float32 convolutions off TF32, so the same tolerance applies).
 parity_devices <- c("cpu", if (gpu_available()) "cuda")
 
-# A fixture's kernels and dilations in convlstm()'s forms: square kernels
-# unless it records kernel_widths (and dilation_h / _w).
-fixture_kernels <- function(cfg) {
-  if (is.null(cfg$kernel_widths)) return(list(kernel_sizes = cfg$kernel_sizes, dilation = 1))
-  pairs <- function(h, w) Map(c, h, w)
-  list(kernel_sizes = pairs(cfg$kernel_sizes, cfg$kernel_widths),
-       dilation = pairs(cfg$dilation_h, cfg$dilation_w))
-}
-
 fixture_model <- function(fx, device = "cpu") {
   cfg <- fx$config
   k <- fixture_kernels(cfg)
