@@ -176,9 +176,7 @@ static cl_status chunk_grads(cl_model *m, int l, int b, int s0, int k, const voi
   CL_KERNEL(m, be->conv_backward_filter(m->be, &sx, dz, xin, gw + L->off_wx,
                                         m->cfg.bias ? gw + L->off_b : NULL, st->ws));
   if (l == 0) return CL_OK;
-  float *dx = st->dh[l - 1] + s0 * bin;
-  CL_KERNEL(m, be->conv_backward_data(m->be, &sx, dz, m->params + L->off_wx, dx, 0, st->ws));
-  return cl_dropout_input_grad(m, l, b, k, dx);
+  return cl_dropout_input_grad(m, l, b, k, dz, st->dh[l - 1] + s0 * bin);
 }
 
 /* backward_layer with recompute_gates: chunks of rc steps from the last,
