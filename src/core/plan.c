@@ -309,6 +309,9 @@ static void plan_dropout(plan_builder *b, const struct cl_model *m, const cl_geo
     if (h_steps > rc) h_steps = rc;
     if (S > rc) S = rc;
   }
+  /* the per-gate input gradients run batched over the steps before the
+   * fed-back ones (free-running: those after step by step) */
+  size_t gin_steps = g->free_run ? (size_t)(g->T - g->horizon + 1) : S;
   for (int l = 0; l < m->cfg.n_layers; l++) {
     const cl_layer *L = &m->layer[l];
     size_t in = (size_t)L->groups_x * L->in, h = (size_t)L->groups_h * L->hidden, n;
@@ -316,7 +319,7 @@ static void plan_dropout(plan_builder *b, const struct cl_model *m, const cl_geo
       add(b, CL_BUF_MASK_X, l, CL_MEM_ACTIVATIONS, nbytes(b, f, Bm, in, P, 1), "dropout_mask_x");
       if ((n = nbytes(b, e, S, Bm, in, P)) > most) most = n;
       if (g->free_run && (n = nbytes(b, f, Bm, in, P, 1)) > most) most = n;
-      if (L->groups_x > 1 && l > 0 && (n = nbytes(b, f, S, Bm, in, P)) > most) most = n;
+      if (L->groups_x > 1 && l > 0 && (n = nbytes(b, f, gin_steps, Bm, in, P)) > most) most = n;
     }
     if (cl_layer_drops_hidden(m, l)) {
       add(b, CL_BUF_MASK_H, l, CL_MEM_ACTIVATIONS, nbytes(b, f, Bm, h, P, 1), "dropout_mask_h");

@@ -394,7 +394,8 @@ for (device in forecast_devices) {
       test_that(sprintf("scheduled sampling matches PyTorch's choices [%s, %s]", label, sched), {
         model <- convlstm(cfg$input_dim, cfg$hidden_dims, cfg$kernel_sizes, bias = cfg$bias,
                           device = device, dropout = cfg$dropout %||% 0,
-                          recurrent_dropout = cfg$recurrent_dropout %||% 0)
+                          recurrent_dropout = cfg$recurrent_dropout %||% 0,
+                          dropout_masks = cfg$dropout_masks %||% "shared")
         on.exit(convlstm_release(model))
         load_state_dict(model, fixture_group(fx, "weights/"))
         if (!is.null(cfg$dropout)) convlstm:::local_dropout_masks(fixture_masks(fx))
