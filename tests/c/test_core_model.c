@@ -30,17 +30,7 @@ static cl_host_array state(float *d, int B, int C, int H, int W) {
 }
 
 static cl_model *make_model(int bias, size_t limit) {
-  cl_config c;
-  memset(&c, 0, sizeof c);
-  c.input_dim = 2;
-  c.n_layers = 2;
-  c.hidden_dims[0] = 3;
-  c.hidden_dims[1] = 2;
-  c.kernel_sizes[0] = 3;
-  c.kernel_sizes[1] = 1;
-  c.bias = bias;
-  c.device = CL_DEVICE_CPU;
-  c.n_threads = 2;
+  cl_config c = ctest_config(2, 3, 2, 3, 1, bias, 2);
   c.memory_limit = limit;
   return ctest_model(&c);
 }
@@ -113,17 +103,7 @@ static void test_gradients(cl_target tg) {
  * forward (so backward applies the masks where forward did); a training call
  * without the masks its rates need is refused, inference needs none. */
 static void test_dropout_gradients(void) {
-  cl_config c;
-  memset(&c, 0, sizeof c);
-  c.input_dim = C;
-  c.n_layers = 2;
-  c.hidden_dims[0] = 3;
-  c.hidden_dims[1] = CL;
-  c.kernel_sizes[0] = 3;
-  c.kernel_sizes[1] = 3;
-  c.bias = 1;
-  c.device = CL_DEVICE_CPU;
-  c.n_threads = 2;
+  cl_config c = ctest_config(C, 3, CL, 3, 3, 1, 2);
   c.dropout[0] = 0.3, c.dropout[1] = 0.5;
   c.recurrent_dropout[0] = 0.4, c.recurrent_dropout[1] = 0.2;
   cl_model *m = ctest_model(&c);

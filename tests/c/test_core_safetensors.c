@@ -37,17 +37,7 @@ static const char *tmp_path(const char *name) {
 }
 
 static cl_model *make_model(int bias) {
-  cl_config c;
-  memset(&c, 0, sizeof c);
-  c.input_dim = 2;
-  c.n_layers = 2;
-  c.hidden_dims[0] = 3;
-  c.hidden_dims[1] = 2;
-  c.kernel_sizes[0] = 3;
-  c.kernel_sizes[1] = 1;
-  c.bias = bias;
-  c.device = CL_DEVICE_CPU;
-  c.n_threads = 1;
+  cl_config c = ctest_config(2, 3, 2, 3, 1, bias, 1);
   return ctest_model(&c);
 }
 
