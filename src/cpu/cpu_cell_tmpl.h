@@ -25,10 +25,6 @@
  * channel's one broadcast per channel. */
 #define VPEEP(w, p) (r->ws ? VLOADU((w) + (p)) : VSET1((w)[0]))
 
-#if VW > 1
-#define TAIL(name) name##_generic
-#endif
-
 /* c = f c_prev + i g, h = o tanh(c); with peepholes i and f see c_prev, o
  * the new c. */
 TGT CL_CELL_BODY void FN(forward_body)(const cell_row *r, int p, const int PEEP) {
@@ -50,11 +46,8 @@ TGT CL_CELL_BODY void FN(forward_body)(const cell_row *r, int p, const int PEEP)
     VSTOREU(r->cn + p, c);
     VSTOREU(r->h + p, VMUL(o, VTANH(c)));
   }
-#ifdef TAIL
-  if (PEEP)
-    TAIL(forward_peep)(r, p);
-  else
-    TAIL(forward)(r, p);
+#if VW > 1
+  cell_fns_generic[FORWARD][PEEP](r, p); /* the tail */
 #endif
 }
 
@@ -81,11 +74,8 @@ TGT CL_CELL_BODY void FN(backward_body)(const cell_row *r, int p, const int PEEP
     VSTOREU(r->o + p, dzo);
     VSTOREU(r->g + p, VMUL(dg, VSUB(one, VMUL(g, g))));
   }
-#ifdef TAIL
-  if (PEEP)
-    TAIL(backward_peep)(r, p);
-  else
-    TAIL(backward)(r, p);
+#if VW > 1
+  cell_fns_generic[BACKWARD][PEEP](r, p); /* the tail */
 #endif
 }
 
@@ -99,7 +89,6 @@ TGT static void FN(backward_peep)(const cell_row *r, int p) { FN(backward_body)(
 static cell_fn const FN(cell_fns)[2][2] = {{FN(forward), FN(forward_peep)},
                                             {FN(backward), FN(backward_peep)}};
 
-#undef TAIL
 #undef VPEEP
 #undef VSIGMOID
 #undef VTANH
