@@ -160,6 +160,83 @@ def smallest_gradient(model, weight_decay):
     return worst
 
 
+def inputs(cfg, y_steps=None):
+    """x [B, T, input_dim, H, W], then the target y [B, C, H, W] (last_state)
+    or [B, T, C, H, W] (sequence; y_steps frames instead of T when given),
+    C the last layer's hidden, drawn in that order."""
+    B, T, H, W = cfg["B"], cfg["T"], cfg["H"], cfg["W"]
+    x = torch.rand(B, T, cfg["input_dim"], H, W)
+    c_last = cfg["hidden_dims"][-1]
+    steps = y_steps or (None if cfg["target"] == "last_state" else T)
+    y = torch.rand(B, steps, c_last, H, W) if steps else torch.rand(B, c_last, H, W)
+    return x, y
+
+
+def random_state(cfg):
+    """An initial state per layer, (h, c) of tanh-range values as a real last
+    state holds."""
+    B, H, W = cfg["B"], cfg["H"], cfg["W"]
+    return [(torch.rand(B, h, H, W) * 2 - 1, torch.rand(B, h, H, W) * 2 - 1)
+            for h in cfg["hidden_dims"]]
+
+
+def config_model(w, cfg):
+    """The architecture's config records: input_dim, hidden_dims,
+    kernel_sizes (kernel_widths, dilation_h, dilation_w when a kernel is not
+    square or dilations are given), bias, peephole (frame_size per position)."""
+    w.config("input_dim", cfg["input_dim"])
+    w.config("hidden_dims", *cfg["hidden_dims"])
+    kernels = pairs(cfg["kernel_sizes"])
+    w.config("kernel_sizes", *[k[0] for k in kernels])
+    if "dilations" in cfg or any(kh != kw for kh, kw in kernels):
+        dil = pairs(cfg.get("dilations") or [1] * len(kernels))
+        w.config("kernel_widths", *[k[1] for k in kernels])
+        w.config("dilation_h", *[d[0] for d in dil])
+        w.config("dilation_w", *[d[1] for d in dil])
+    w.config("bias", "TRUE" if cfg["bias"] else "FALSE")
+    if "peephole" in cfg:
+        w.config("peephole", cfg["peephole"])
+        if cfg["peephole"] == "position":
+            w.config("frame_size", cfg["H"], cfg["W"])
+
+
+def config_run(w, cfg):
+    """The data's and the Adam steps' config records."""
+    for k in ("B", "T", "H", "W", "target"):
+        w.config(k, cfg[k])
+    w.config("adam_lr", ADAM_LR)
+    w.config("adam_weight_decay", cfg["weight_decay"])
+    w.config("adam_steps", ADAM_STEPS)
+
+
+def info_seed(w, seed):
+    w.info("torch_version", torch.__version__)
+    w.info("seed", seed)
+
+
+def write_inputs(w, model, x, y):
+    """The initial weights/<name>, x and y."""
+    for k, v in model.state_dict().items():
+        w.tensor("weights/" + k, v)
+    w.tensor("x", x)
+    w.tensor("y", y)
+
+
+def write_masks(w, masks):
+    """Dropout masks mask_x/<l>, mask_h/<l> (None: not written)."""
+    for l, (mx, mh) in enumerate(masks or []):
+        if mx is not None:
+            w.tensor("mask_x/%d" % l, mx)
+        if mh is not None:
+            w.tensor("mask_h/%d" % l, mh)
+
+
+def write_state(w, state):
+    for l, (h, c) in enumerate(state):
+        w.tensor("state_h/%d" % l, h)
+        w.tensor("state_c/%d" % l, c)
+
+
 def write_forward(w, model, x, y, target, masks=None):
     """A forward from zeros (with dropout masks, if given), its MSE against y
     and one backward, in float32: records output/<l>, last_h/<l>, last_c/<l>,
@@ -211,49 +288,23 @@ def make(cfg, root, seed):
     torch.manual_seed(seed)
     model = ConvLSTM(cfg["input_dim"], cfg["hidden_dims"], cfg["kernel_sizes"], cfg["bias"],
                      cfg.get("dilations"))
-    B, T, H, W = cfg["B"], cfg["T"], cfg["H"], cfg["W"]
-    x = torch.rand(B, T, cfg["input_dim"], H, W)
-    c_last = cfg["hidden_dims"][-1]
-    if cfg["target"] == "last_state":
-        y = torch.rand(B, c_last, H, W)
-    else:
-        y = torch.rand(B, T, c_last, H, W)
+    x, y = inputs(cfg)
     masks = None
     if "dropout" in cfg:
-        masks = dropout_masks(model, B, H, W, cfg["dropout"], cfg["recurrent_dropout"])
+        masks = dropout_masks(model, cfg["B"], cfg["H"], cfg["W"], cfg["dropout"],
+                              cfg["recurrent_dropout"])
 
     w = Writer(os.path.join(root, cfg["name"]))
-    w.config("input_dim", cfg["input_dim"])
-    w.config("hidden_dims", *cfg["hidden_dims"])
-    kernels = pairs(cfg["kernel_sizes"])
-    w.config("kernel_sizes", *[k[0] for k in kernels])
-    if "dilations" in cfg or any(kh != kw for kh, kw in kernels):
-        dil = pairs(cfg.get("dilations") or [1] * len(kernels))
-        w.config("kernel_widths", *[k[1] for k in kernels])
-        w.config("dilation_h", *[d[0] for d in dil])
-        w.config("dilation_w", *[d[1] for d in dil])
-    w.config("bias", "TRUE" if cfg["bias"] else "FALSE")
+    config_model(w, cfg)
     if masks is not None:
         w.config("dropout", *cfg["dropout"])
         w.config("recurrent_dropout", *cfg["recurrent_dropout"])
-    for k in ("B", "T", "H", "W", "target"):
-        w.config(k, cfg[k])
-    w.config("adam_lr", ADAM_LR)
-    w.config("adam_weight_decay", cfg["weight_decay"])
-    w.config("adam_steps", ADAM_STEPS)
-    w.info("torch_version", torch.__version__)
-    w.info("seed", seed)
+    config_run(w, cfg)
+    info_seed(w, seed)
 
     initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    for k, v in initial.items():
-        w.tensor("weights/" + k, v)
-    w.tensor("x", x)
-    w.tensor("y", y)
-    for l, (mx, mh) in enumerate(masks or []):
-        if mx is not None:
-            w.tensor("mask_x/%d" % l, mx)
-        if mh is not None:
-            w.tensor("mask_h/%d" % l, mh)
+    write_inputs(w, model, x, y)
+    write_masks(w, masks)
 
     # forward, loss and one backward, in float32
     out, loss = write_forward(w, model, x, y, cfg["target"], masks)
