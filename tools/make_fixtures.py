@@ -237,12 +237,12 @@ def write_state(w, state):
         w.tensor("state_c/%d" % l, c)
 
 
-def write_forward(w, model, x, y, target, masks=None):
-    """A forward from zeros (with dropout masks, if given), its MSE against y
-    and one backward, in float32: records output/<l>, last_h/<l>, last_c/<l>,
-    loss and grad/<name>."""
+def write_forward(w, model, x, y, target, masks=None, state=None):
+    """A forward from zeros (or the initial state, with dropout masks, if
+    given), its MSE against y and one backward, in float32: records
+    output/<l>, last_h/<l>, last_c/<l>, loss and grad/<name>."""
     model.zero_grad()
-    out = model(x, masks=masks)
+    out = model(x, state=state, masks=masks)
     loss = F.mse_loss(prediction(out, target), y)
     loss.backward()
     for l, o in enumerate(out[0]):
@@ -272,6 +272,23 @@ def adam_steps(model, x, y, target, weight_decay, masks=None):
         opt.step()
         losses.append(l.item())
     return losses, ratio
+
+
+def fixture_root(*sub):
+    """Where a generator writes: its first argument, else sub under
+    tests/testthat/fixtures/."""
+    if len(sys.argv) > 1:
+        return sys.argv[1]
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.join(here, "..", "tests", "testthat", "fixtures", *sub)
+
+
+def make_all(configs, make, root, base, width):
+    """Each config from its first good seed (base + 1000 i on), with one
+    thread (reproducible reductions); prints what make returns."""
+    torch.set_num_threads(1)
+    for i, cfg in enumerate(configs):
+        print("%-*s %s" % (width, cfg["name"], first_good_seed(make, cfg, root, base + 1000 * i)))
 
 
 def first_good_seed(make, cfg, root, base):
@@ -340,10 +357,7 @@ def make(cfg, root, seed):
 
 
 def main():
-    here = os.path.dirname(os.path.abspath(__file__))
-    root = os.path.join(here, "..", "tests", "testthat", "fixtures")
-    if len(sys.argv) > 1:
-        root = sys.argv[1]
+    root = fixture_root()
     only = sys.argv[2:]  # config names: write just those (the others stay as committed)
     torch.set_num_threads(1)  # reproducible reductions
     for i, cfg in enumerate(CONFIGS):

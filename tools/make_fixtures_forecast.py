@@ -40,14 +40,13 @@ hide a dropped term).
 """
 
 import os
-import sys
 
 import torch
 import torch.nn.functional as F
 
-from make_fixtures import ADAM_LR, ADAM_STEPS, Writer, config_model, config_run, first_good_seed, \
-    info_seed, inputs, prediction, random_state, smallest_gradient, write_inputs, write_masks, \
-    write_state
+from make_fixtures import ADAM_LR, ADAM_STEPS, Writer, config_model, config_run, fixture_root, \
+    info_seed, inputs, make_all, prediction, random_state, smallest_gradient, write_forward, \
+    write_inputs, write_masks, write_state
 from make_fixtures_peephole import random_peepholes
 from torch_convlstm import ConvLSTM, dropout_masks, rollout
 
@@ -119,18 +118,7 @@ def header(w, cfg, seed):
 def state_given(cfg, model, w, x, y):
     state = random_state(cfg)
     write_state(w, state)
-    model.zero_grad()
-    out = model(x, state=state)
-    loss = F.mse_loss(prediction(out, cfg["target"]), y)
-    loss.backward()
-    for l, o in enumerate(out[0]):
-        w.tensor("output/%d" % l, o)
-    for l, (h, c) in enumerate(out[1]):
-        w.tensor("last_h/%d" % l, h)
-        w.tensor("last_c/%d" % l, c)
-    w.tensor("loss", loss.reshape(1))
-    for k, p in model.named_parameters():
-        w.tensor("grad/" + k, p.grad)
+    write_forward(w, model, x, y, cfg["target"], state=state)
     return lambda step: (x, y, state)
 
 
@@ -278,13 +266,7 @@ def make(cfg, root, seed):
 
 
 def main():
-    here = os.path.dirname(os.path.abspath(__file__))
-    root = os.path.join(here, "..", "tests", "testthat", "fixtures", "forecast")
-    if len(sys.argv) > 1:
-        root = sys.argv[1]
-    torch.set_num_threads(1)
-    for i, cfg in enumerate(CONFIGS):
-        print("%-22s %s" % (cfg["name"], first_good_seed(make, cfg, root, 20261122 + 1000 * i)))
+    make_all(CONFIGS, make, fixture_root("forecast"), 20261122, 22)
 
 
 if __name__ == "__main__":

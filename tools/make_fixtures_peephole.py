@@ -24,12 +24,12 @@ zero, which would hide a dropped term). Records beyond make_fixtures.py's:
 """
 
 import os
-import sys
 
 import torch
 
 from make_fixtures import MIN_GRAD_RATIO, Writer, adam_steps, config_model, config_run, \
-    first_good_seed, info_seed, inputs, random_state, write_forward, write_inputs, write_state
+    fixture_root, info_seed, inputs, make_all, random_state, write_forward, write_inputs, \
+    write_state
 from torch_convlstm import ConvLSTM, ConvLSTMCell
 
 CONFIGS = [
@@ -124,13 +124,7 @@ def make(cfg, root, seed):
 
 
 def main():
-    here = os.path.dirname(os.path.abspath(__file__))
-    root = os.path.join(here, "..", "tests", "testthat", "fixtures", "peephole")
-    if len(sys.argv) > 1:
-        root = sys.argv[1]
-    torch.set_num_threads(1)
-    for i, cfg in enumerate(CONFIGS):
-        print("%-10s %s" % (cfg["name"], first_good_seed(make, cfg, root, 20261123 + 1000 * i)))
+    make_all(CONFIGS, make, fixture_root("peephole"), 20261123, 10)
 
 
 if __name__ == "__main__":
