@@ -170,12 +170,89 @@ def smallest_gradient(model, weight_decay):
     return worst
 
 
-def write_forward(w, model, x, y, target, masks=None):
-    """A forward from zeros (with dropout masks, if given), its MSE against y
-    and one backward, in float32: records output/<l>, last_h/<l>, last_c/<l>,
-    loss and grad/<name>."""
+def inputs(cfg, y_steps=None):
+    """x [B, T, input_dim, H, W], then the target y [B, C, H, W] (last_state)
+    or [B, T, C, H, W] (sequence; y_steps frames instead of T when given),
+    C the last layer's hidden, drawn in that order."""
+    B, T, H, W = cfg["B"], cfg["T"], cfg["H"], cfg["W"]
+    x = torch.rand(B, T, cfg["input_dim"], H, W)
+    c_last = cfg["hidden_dims"][-1]
+    steps = y_steps or (None if cfg["target"] == "last_state" else T)
+    y = torch.rand(B, steps, c_last, H, W) if steps else torch.rand(B, c_last, H, W)
+    return x, y
+
+
+def random_state(cfg):
+    """An initial state per layer, (h, c) of tanh-range values as a real last
+    state holds."""
+    B, H, W = cfg["B"], cfg["H"], cfg["W"]
+    return [(torch.rand(B, h, H, W) * 2 - 1, torch.rand(B, h, H, W) * 2 - 1)
+            for h in cfg["hidden_dims"]]
+
+
+def config_model(w, cfg):
+    """The architecture's config records: input_dim, hidden_dims,
+    kernel_sizes (kernel_widths, dilation_h, dilation_w when a kernel is not
+    square or dilations are given), bias, peephole (frame_size per position)."""
+    w.config("input_dim", cfg["input_dim"])
+    w.config("hidden_dims", *cfg["hidden_dims"])
+    kernels = pairs(cfg["kernel_sizes"])
+    w.config("kernel_sizes", *[k[0] for k in kernels])
+    if "dilations" in cfg or any(kh != kw for kh, kw in kernels):
+        dil = pairs(cfg.get("dilations") or [1] * len(kernels))
+        w.config("kernel_widths", *[k[1] for k in kernels])
+        w.config("dilation_h", *[d[0] for d in dil])
+        w.config("dilation_w", *[d[1] for d in dil])
+    w.config("bias", "TRUE" if cfg["bias"] else "FALSE")
+    if "peephole" in cfg:
+        w.config("peephole", cfg["peephole"])
+        if cfg["peephole"] == "position":
+            w.config("frame_size", cfg["H"], cfg["W"])
+
+
+def config_run(w, cfg):
+    """The data's and the Adam steps' config records."""
+    for k in ("B", "T", "H", "W", "target"):
+        w.config(k, cfg[k])
+    w.config("adam_lr", ADAM_LR)
+    w.config("adam_weight_decay", cfg["weight_decay"])
+    w.config("adam_steps", ADAM_STEPS)
+
+
+def info_seed(w, seed):
+    w.info("torch_version", torch.__version__)
+    w.info("seed", seed)
+
+
+def write_inputs(w, model, x, y):
+    """The initial weights/<name>, x and y."""
+    for k, v in model.state_dict().items():
+        w.tensor("weights/" + k, v)
+    w.tensor("x", x)
+    w.tensor("y", y)
+
+
+def write_masks(w, masks):
+    """Dropout masks mask_x/<l>, mask_h/<l> (None: not written)."""
+    for l, (mx, mh) in enumerate(masks or []):
+        if mx is not None:
+            w.tensor("mask_x/%d" % l, mx)
+        if mh is not None:
+            w.tensor("mask_h/%d" % l, mh)
+
+
+def write_state(w, state):
+    for l, (h, c) in enumerate(state):
+        w.tensor("state_h/%d" % l, h)
+        w.tensor("state_c/%d" % l, c)
+
+
+def write_forward(w, model, x, y, target, masks=None, state=None):
+    """A forward from zeros (or the initial state, with dropout masks, if
+    given), its MSE against y and one backward, in float32: records
+    output/<l>, last_h/<l>, last_c/<l>, loss and grad/<name>."""
     model.zero_grad()
-    out = model(x, masks=masks)
+    out = model(x, state=state, masks=masks)
     loss = F.mse_loss(prediction(out, target), y)
     loss.backward()
     for l, o in enumerate(out[0]):
@@ -207,6 +284,23 @@ def adam_steps(model, x, y, target, weight_decay, masks=None):
     return losses, ratio
 
 
+def fixture_root(*sub):
+    """Where a generator writes: its first argument, else sub under
+    tests/testthat/fixtures/."""
+    if len(sys.argv) > 1:
+        return sys.argv[1]
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.join(here, "..", "tests", "testthat", "fixtures", *sub)
+
+
+def make_all(configs, make, root, base, width):
+    """Each config from its first good seed (base + 1000 i on), with one
+    thread (reproducible reductions); prints what make returns."""
+    torch.set_num_threads(1)
+    for i, cfg in enumerate(configs):
+        print("%-*s %s" % (width, cfg["name"], first_good_seed(make, cfg, root, base + 1000 * i)))
+
+
 def first_good_seed(make, cfg, root, base):
     """make(cfg, root, seed) for seeds base, base + 1, ... until one gives
     well-conditioned Adam steps (make returns not None); its result."""
@@ -221,52 +315,26 @@ def make(cfg, root, seed):
     torch.manual_seed(seed)
     model = ConvLSTM(cfg["input_dim"], cfg["hidden_dims"], cfg["kernel_sizes"], cfg["bias"],
                      cfg.get("dilations"))
-    B, T, H, W = cfg["B"], cfg["T"], cfg["H"], cfg["W"]
-    x = torch.rand(B, T, cfg["input_dim"], H, W)
-    c_last = cfg["hidden_dims"][-1]
-    if cfg["target"] == "last_state":
-        y = torch.rand(B, c_last, H, W)
-    else:
-        y = torch.rand(B, T, c_last, H, W)
+    x, y = inputs(cfg)
     masks = None
     if "dropout" in cfg:
-        masks = dropout_masks(model, B, H, W, cfg["dropout"], cfg["recurrent_dropout"],
+        masks = dropout_masks(model, cfg["B"], cfg["H"], cfg["W"], cfg["dropout"],
+                              cfg["recurrent_dropout"],
                               per_gate=cfg.get("dropout_masks") == "per_gate")
 
     w = Writer(os.path.join(root, cfg["name"]))
-    w.config("input_dim", cfg["input_dim"])
-    w.config("hidden_dims", *cfg["hidden_dims"])
-    kernels = pairs(cfg["kernel_sizes"])
-    w.config("kernel_sizes", *[k[0] for k in kernels])
-    if "dilations" in cfg or any(kh != kw for kh, kw in kernels):
-        dil = pairs(cfg.get("dilations") or [1] * len(kernels))
-        w.config("kernel_widths", *[k[1] for k in kernels])
-        w.config("dilation_h", *[d[0] for d in dil])
-        w.config("dilation_w", *[d[1] for d in dil])
-    w.config("bias", "TRUE" if cfg["bias"] else "FALSE")
+    config_model(w, cfg)
     if masks is not None:
         w.config("dropout", *cfg["dropout"])
         w.config("recurrent_dropout", *cfg["recurrent_dropout"])
         if "dropout_masks" in cfg:  # absent: shared (the fixtures from before)
             w.config("dropout_masks", cfg["dropout_masks"])
-    for k in ("B", "T", "H", "W", "target"):
-        w.config(k, cfg[k])
-    w.config("adam_lr", ADAM_LR)
-    w.config("adam_weight_decay", cfg["weight_decay"])
-    w.config("adam_steps", ADAM_STEPS)
-    w.info("torch_version", torch.__version__)
-    w.info("seed", seed)
+    config_run(w, cfg)
+    info_seed(w, seed)
 
     initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    for k, v in initial.items():
-        w.tensor("weights/" + k, v)
-    w.tensor("x", x)
-    w.tensor("y", y)
-    for l, (mx, mh) in enumerate(masks or []):
-        if mx is not None:
-            w.tensor("mask_x/%d" % l, mx)
-        if mh is not None:
-            w.tensor("mask_h/%d" % l, mh)
+    write_inputs(w, model, x, y)
+    write_masks(w, masks)
 
     # forward, loss and one backward, in float32
     out, loss = write_forward(w, model, x, y, cfg["target"], masks)
@@ -302,10 +370,7 @@ def make(cfg, root, seed):
 
 
 def main():
-    here = os.path.dirname(os.path.abspath(__file__))
-    root = os.path.join(here, "..", "tests", "testthat", "fixtures")
-    if len(sys.argv) > 1:
-        root = sys.argv[1]
+    root = fixture_root()
     only = sys.argv[2:]  # config names: write just those (the others stay as committed)
     torch.set_num_threads(1)  # reproducible reductions
     for i, cfg in enumerate(CONFIGS):

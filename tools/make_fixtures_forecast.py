@@ -48,12 +48,13 @@ hide a dropped term).
 """
 
 import os
-import sys
 
 import torch
 import torch.nn.functional as F
 
-from make_fixtures import ADAM_LR, ADAM_STEPS, Writer, smallest_gradient
+from make_fixtures import ADAM_LR, ADAM_STEPS, Writer, config_model, config_run, fixture_root, \
+    info_seed, inputs, make_all, prediction, random_state, smallest_gradient, write_forward, \
+    write_inputs, write_masks, write_state
 from make_fixtures_peephole import random_peepholes
 from torch_convlstm import ConvLSTM, dropout_masks, rollout
 
@@ -125,29 +126,13 @@ CONFIGS = [
 ]
 
 
-def prediction(out, target):
-    layer_outputs, last_states = out
-    return last_states[-1][0] if target == "last_state" else layer_outputs[-1]
-
-
 def detach(state):
     return [(h.detach(), c.detach()) for h, c in state]
 
 
 def header(w, cfg, seed):
-    w.config("input_dim", cfg["input_dim"])
-    w.config("hidden_dims", *cfg["hidden_dims"])
-    w.config("kernel_sizes", *cfg["kernel_sizes"])
-    w.config("bias", "TRUE" if cfg["bias"] else "FALSE")
-    if "peephole" in cfg:
-        w.config("peephole", cfg["peephole"])
-        if cfg["peephole"] == "position":
-            w.config("frame_size", cfg["H"], cfg["W"])
-    for k in ("B", "T", "H", "W", "target"):
-        w.config(k, cfg[k])
-    w.config("adam_lr", ADAM_LR)
-    w.config("adam_weight_decay", cfg["weight_decay"])
-    w.config("adam_steps", ADAM_STEPS)
+    config_model(w, cfg)
+    config_run(w, cfg)
     for k in ("chunk", "horizon"):
         if k in cfg:
             w.config(k, cfg[k])
@@ -158,34 +143,13 @@ def header(w, cfg, seed):
             w.config(k, *cfg[k])
     if "dropout_masks" in cfg:  # absent: shared (the fixtures from before)
         w.config("dropout_masks", cfg["dropout_masks"])
-    w.info("torch_version", torch.__version__)
-    w.info("seed", seed)
-
-
-def random_state(cfg):
-    B, H, W = cfg["B"], cfg["H"], cfg["W"]
-    # tanh-range values, as a real last state holds
-    return [(torch.rand(B, h, H, W) * 2 - 1, torch.rand(B, h, H, W) * 2 - 1)
-            for h in cfg["hidden_dims"]]
+    info_seed(w, seed)
 
 
 def state_given(cfg, model, w, x, y):
     state = random_state(cfg)
-    for l, (h, c) in enumerate(state):
-        w.tensor("state_h/%d" % l, h)
-        w.tensor("state_c/%d" % l, c)
-    model.zero_grad()
-    out = model(x, state=state)
-    loss = F.mse_loss(prediction(out, cfg["target"]), y)
-    loss.backward()
-    for l, o in enumerate(out[0]):
-        w.tensor("output/%d" % l, o)
-    for l, (h, c) in enumerate(out[1]):
-        w.tensor("last_h/%d" % l, h)
-        w.tensor("last_c/%d" % l, c)
-    w.tensor("loss", loss.reshape(1))
-    for k, p in model.named_parameters():
-        w.tensor("grad/" + k, p.grad)
+    write_state(w, state)
+    write_forward(w, model, x, y, cfg["target"], state=state)
     return lambda step: (x, y, state)
 
 
@@ -282,11 +246,7 @@ def free_run(cfg, model, w, x):
         masks = dropout_masks(model, cfg["B"], cfg["H"], cfg["W"], cfg["dropout"],
                               cfg["recurrent_dropout"],
                               per_gate=cfg.get("dropout_masks") == "per_gate")
-        for l, (mx, mh) in enumerate(masks):
-            if mx is not None:
-                w.tensor("mask_x/%d" % l, mx)
-            if mh is not None:
-                w.tensor("mask_h/%d" % l, mh)
+        write_masks(w, masks)
         write_grads(w, model, "grad_nodropout/", free_run_loss(model, x, y))
         write_grads(w, model, "grad_fed_unmasked/", fed_unmasked_loss(model, x, y, masks))
     write_grads(w, model, "grad_detached/",
@@ -310,11 +270,7 @@ def sampled(cfg, model, w, x):
     if "dropout" in cfg:
         masks = dropout_masks(model, cfg["B"], cfg["H"], cfg["W"], cfg["dropout"],
                               cfg["recurrent_dropout"])
-        for l, (mx, mh) in enumerate(masks):
-            if mx is not None:
-                w.tensor("mask_x/%d" % l, mx)
-            if mh is not None:
-                w.tensor("mask_h/%d" % l, mh)
+        write_masks(w, masks)
     write_grads(w, model, "grad_free/", sampled_loss(model, x, y, [0] * (K - 1), masks))
     write_grads(w, model, "grad_teacher/", sampled_loss(model, x, y, [1] * (K - 1), masks))
     choices = cfg["choices"]
@@ -325,33 +281,22 @@ def sampled(cfg, model, w, x):
 
 def make(cfg, root, seed):
     torch.manual_seed(seed)
-    B, T, H, W = cfg["B"], cfg["T"], cfg["H"], cfg["W"]
     model = ConvLSTM(cfg["input_dim"], cfg["hidden_dims"], cfg["kernel_sizes"], cfg["bias"],
-                     peephole=cfg.get("peephole"), frame_size=(H, W))
+                     peephole=cfg.get("peephole"), frame_size=(cfg["H"], cfg["W"]))
     if "peephole" in cfg:
         random_peepholes(model)
-    x = torch.rand(B, T, cfg["input_dim"], H, W)
-    c_last = cfg["hidden_dims"][-1]
-    if cfg["kind"] == "carry" and cfg["target"] == "last_state":
-        y = torch.rand(B, ADAM_STEPS, c_last, H, W)  # one target per chunk
-    elif cfg["target"] == "last_state":
-        y = torch.rand(B, c_last, H, W)
-    else:
-        y = torch.rand(B, T, c_last, H, W)
+    # carrying a last state: one target per chunk
+    carry_last = cfg["kind"] == "carry" and cfg["target"] == "last_state"
+    x, y = inputs(cfg, ADAM_STEPS if carry_last else None)
     w = Writer(os.path.join(root, cfg["name"]))
     header(w, cfg, seed)
-    for name, v in model.state_dict().items():
-        w.tensor("weights/" + name, v)
-    w.tensor("x", x)
-    w.tensor("y", y)
+    write_inputs(w, model, x, y)
 
     if cfg["kind"] == "rollout":
         with torch.no_grad():
             w.tensor("frames", rollout(model, x, cfg["horizon"]))
             state = random_state(cfg)
-            for l, (h, c) in enumerate(state):
-                w.tensor("state_h/%d" % l, h)
-                w.tensor("state_c/%d" % l, c)
+            write_state(w, state)
             w.tensor("frames_from_state", rollout(model, x, cfg["horizon"], state=state))
         w.close()
         return "rollout of %d frames" % cfg["horizon"]
@@ -378,19 +323,7 @@ def make(cfg, root, seed):
 
 
 def main():
-    here = os.path.dirname(os.path.abspath(__file__))
-    root = os.path.join(here, "..", "tests", "testthat", "fixtures", "forecast")
-    if len(sys.argv) > 1:
-        root = sys.argv[1]
-    torch.set_num_threads(1)
-    for i, cfg in enumerate(CONFIGS):
-        for attempt in range(1000):
-            res = make(cfg, root, seed=20261122 + 1000 * i + attempt)
-            if res is not None:
-                break
-        else:
-            sys.exit("no seed gives well-conditioned Adam steps for " + cfg["name"])
-        print("%-22s %s" % (cfg["name"], res))
+    make_all(CONFIGS, make, fixture_root("forecast"), 20261122, 22)
 
 
 if __name__ == "__main__":

@@ -24,12 +24,12 @@ zero, which would hide a dropped term). Records beyond make_fixtures.py's:
 """
 
 import os
-import sys
 
 import torch
 
-from make_fixtures import ADAM_LR, ADAM_STEPS, MIN_GRAD_RATIO, Writer, adam_steps, \
-    first_good_seed, write_forward
+from make_fixtures import MIN_GRAD_RATIO, Writer, adam_steps, config_model, config_run, \
+    fixture_root, info_seed, inputs, make_all, random_state, write_forward, write_inputs, \
+    write_state
 from torch_convlstm import ConvLSTM, ConvLSTMCell
 
 CONFIGS = [
@@ -86,40 +86,18 @@ def random_peepholes(model):
                 p.uniform_(-0.8, 0.8)
 
 
-def header(w, cfg, seed):
-    w.config("input_dim", cfg["input_dim"])
-    w.config("hidden_dims", *cfg["hidden_dims"])
-    w.config("kernel_sizes", *cfg["kernel_sizes"])
-    w.config("bias", "TRUE" if cfg["bias"] else "FALSE")
-    w.config("peephole", cfg["peephole"])
-    if cfg["peephole"] == "position":
-        w.config("frame_size", cfg["H"], cfg["W"])
-    for k in ("B", "T", "H", "W", "target"):
-        w.config(k, cfg[k])
-    w.config("adam_lr", ADAM_LR)
-    w.config("adam_weight_decay", cfg["weight_decay"])
-    w.config("adam_steps", ADAM_STEPS)
-    w.info("torch_version", torch.__version__)
-    w.info("seed", seed)
-
-
 def make(cfg, root, seed):
     torch.manual_seed(seed)
-    B, T, H, W = cfg["B"], cfg["T"], cfg["H"], cfg["W"]
     model = ConvLSTM(cfg["input_dim"], cfg["hidden_dims"], cfg["kernel_sizes"], cfg["bias"],
-                     peephole=cfg["peephole"], frame_size=(H, W))
+                     peephole=cfg["peephole"], frame_size=(cfg["H"], cfg["W"]))
     random_peepholes(model)
-    x = torch.rand(B, T, cfg["input_dim"], H, W)
-    c_last = cfg["hidden_dims"][-1]
-    y = torch.rand(B, c_last, H, W) if cfg["target"] == "last_state" else \
-        torch.rand(B, T, c_last, H, W)
+    x, y = inputs(cfg)
 
     w = Writer(os.path.join(root, cfg["name"]))
-    header(w, cfg, seed)
-    for k, v in model.state_dict().items():
-        w.tensor("weights/" + k, v)
-    w.tensor("x", x)
-    w.tensor("y", y)
+    config_model(w, cfg)
+    config_run(w, cfg)
+    info_seed(w, seed)
+    write_inputs(w, model, x, y)
 
     write_forward(w, model, x, y, cfg["target"])
 
@@ -128,11 +106,8 @@ def make(cfg, root, seed):
             w.tensor("wrong/%s/%d" % (mistake, l), o)
 
     with torch.no_grad():
-        state = [(torch.rand(B, h, H, W) * 2 - 1, torch.rand(B, h, H, W) * 2 - 1)
-                 for h in cfg["hidden_dims"]]
-        for l, (h, c) in enumerate(state):
-            w.tensor("state_h/%d" % l, h)
-            w.tensor("state_c/%d" % l, c)
+        state = random_state(cfg)
+        write_state(w, state)
         for l, (h, c) in enumerate(model(x, state=state)[1]):
             w.tensor("from_state/last_h/%d" % l, h)
             w.tensor("from_state/last_c/%d" % l, c)
@@ -149,13 +124,7 @@ def make(cfg, root, seed):
 
 
 def main():
-    here = os.path.dirname(os.path.abspath(__file__))
-    root = os.path.join(here, "..", "tests", "testthat", "fixtures", "peephole")
-    if len(sys.argv) > 1:
-        root = sys.argv[1]
-    torch.set_num_threads(1)
-    for i, cfg in enumerate(CONFIGS):
-        print("%-10s %s" % (cfg["name"], first_good_seed(make, cfg, root, 20261123 + 1000 * i)))
+    make_all(CONFIGS, make, fixture_root("peephole"), 20261123, 10)
 
 
 if __name__ == "__main__":

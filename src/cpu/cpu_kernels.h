@@ -63,8 +63,6 @@ cl_status cl_cpu_peephole_filter(cl_backend *be, const cl_gates_shape *s, const 
                                  const void *c, const void *c_prev, float *dwp);
 
 /* cpu_optim.c */
-cl_status cl_cpu_mse(cl_backend *be, const void *pred, const float *target, size_t n,
-                     cl_dtype dtype, float scale, float *grad, double *loss);
 cl_status cl_cpu_grad_unscale(cl_backend *be, float *g, size_t n, float inv_scale,
                               int *found_nonfinite);
 cl_status cl_cpu_adam_update(cl_backend *be, float *p, const float *g, float *m, float *v,
@@ -82,6 +80,8 @@ cl_status cl_cpu_gather_rows(cl_backend *be, void *dst, const void *src, const i
                              int N, int t0, int nt, size_t row_bytes);
 
 /* cpu_loss.c */
+cl_status cl_cpu_mse(cl_backend *be, const void *pred, const float *target, size_t n,
+                     cl_dtype dtype, float scale, float *grad, double *loss);
 cl_status cl_cpu_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, const float *target,
                       const float *weight, size_t n, cl_dtype dtype, float scale, float *grad,
                       double *loss);

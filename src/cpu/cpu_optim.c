@@ -1,7 +1,7 @@
 /*
- * cpu/cpu_optim.c -- loss and optimizer kernels of the CPU backend
- * (backend.h: mse, grad_unscale, adam_update, sgd_update and their guards
- * adam_check, sgd_check).
+ * cpu/cpu_optim.c -- optimizer kernels of the CPU backend (backend.h:
+ * grad_unscale, adam_update, sgd_update and their guards adam_check,
+ * sgd_check; the mse slot is cpu_loss.c's).
  *
  * The updates follow torch.optim.Adam (amsgrad too), torch.optim.AdamW and
  * torch.optim.SGD (torch 1.13, single-tensor path) operation by operation: per-element math in float,
@@ -20,57 +20,6 @@
 
 /* Below this many elements a parallel region costs more than it saves. */
 #define CL_CPU_PAR_MIN 32768
-
-enum { MSE_CHUNK = 1024 };
-
-/* One chunk of the loss: sum of squares in double; grad may alias target,
- * each element is read before it is written. */
-static double mse_chunk(const float *p, const float *t, float *g, size_t n, float norm,
-                        float scale) {
-  double sum = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    float d = p[i] - t[i];
-    sum += (double)d * (double)d;
-    if (g) g[i] = norm * d * scale;
-  }
-  return sum;
-}
-
-typedef struct mse_ctx {
-  const void *pred;
-  const float *target;
-  float *grad;
-  size_t n;
-  cl_dtype dtype;
-  float norm, scale;
-} mse_ctx;
-
-/* Chunk ch of mse: float16 / bfloat16 converted on the stack first. */
-static double mse_part(long long ch, void *ctx) {
-  const mse_ctx *c = (const mse_ctx *)ctx;
-  size_t i0 = (size_t)ch * MSE_CHUNK, m = c->n - i0 < MSE_CHUNK ? c->n - i0 : MSE_CHUNK;
-  float buf[MSE_CHUNK];
-  const float *p = (const float *)c->pred + i0;
-  if (c->dtype != CL_F32) {
-    cl_cpu_load(c->dtype, c->pred, i0, buf, m);
-    p = buf;
-  }
-  return mse_chunk(p, c->target + i0, c->grad ? c->grad + i0 : NULL, m, c->norm, c->scale);
-}
-
-cl_status cl_cpu_mse(cl_backend *be, const void *pred, const float *target, size_t n,
-                     cl_dtype dtype, float scale, float *grad, double *loss) {
-  if (dtype != CL_F32 && dtype != CL_F16 && dtype != CL_BF16)
-    return cl_cpu_fail(be, CL_E_UNSUPPORTED, "cpu backend: unknown storage dtype %d", (int)dtype);
-  if (n == 0) return cl_cpu_fail(be, CL_E_INVALID, "cpu backend: mse of an empty tensor");
-  /* torch's mse backward: (2 / n as a float) * (pred - target) * grad_output. */
-  const float norm = (float)(2.0 / (double)n);
-  mse_ctx c = {pred, target, grad, n, dtype, norm, scale};
-  const long long chunks = (long long)((n + MSE_CHUNK - 1) / MSE_CHUNK);
-  const double sum = cl_cpu_sum_chunks(be->n_threads, chunks, n > CL_CPU_PAR_MIN, mse_part, &c);
-  *loss = sum / (double)n;
-  return CL_OK;
-}
 
 /* torch's Adam, one element: the factors in double rounded to float once
  * (adam_consts), the rest in float. The update and its guard both call

@@ -105,39 +105,135 @@ static cl_status refuse(cl_backend *be, cl_cuda_graphs *G, const char *why) {
 
 /* ---- the recording slots ---------------------------------------------- */
 
-static cl_status w_memset0(cl_backend *be, void *p, size_t bytes) {
-  cl_cuda_graphs *G = graphs_of(be);
-  if (walking(G, 1)) {
-    MIX(G, p), MIX(G, bytes);
-    if (dry(G)) return CL_OK;
-  }
-  return real_iface.memset0(be, p, bytes);
-}
-
 /* A graph reads an upload's source when it replays: only the pinned stage,
  * where the core packs the step's arrays anew before each replay, will do. */
-static cl_status w_upload(cl_backend *be, void *dst, const void *src, size_t bytes) {
-  cl_cuda_graphs *G = graphs_of(be);
-  if (walking(G, 2)) {
-    MIX(G, dst), MIX(G, src), MIX(G, bytes);
-    const cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
-    const char *s = (const char *)src, *b = (const char *)ctx->h_stage;
-    if (!(b && s >= b && s + bytes <= b + ctx->h_stage_bytes)) {
-      cl_status st = refuse(be, G, "an upload from outside the pinned stage (CONVLSTM_CUDA_PINNED_MB)");
-      if (st != CL_OK) return st;
-    }
-    if (dry(G)) return CL_OK;
-  }
-  return real_iface.upload(be, dst, src, bytes);
+static cl_status staged(cl_backend *be, cl_cuda_graphs *G, const void *src, size_t bytes) {
+  const cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  const char *s = (const char *)src, *b = (const char *)ctx->h_stage;
+  if (b && s >= b && s + bytes <= b + ctx->h_stage_bytes) return CL_OK;
+  return refuse(be, G, "an upload from outside the pinned stage (CONVLSTM_CUDA_PINNED_MB)");
 }
 
-static cl_status w_copy(cl_backend *be, void *dst, const void *src, size_t bytes) {
-  cl_cuda_graphs *G = graphs_of(be);
-  if (walking(G, 3)) {
-    MIX(G, dst), MIX(G, src), MIX(G, bytes);
-    if (dry(G)) return CL_OK;
+static void mix_loss_fn(cl_cuda_graphs *G, const cl_loss_fn *f) {
+  if (f) MIX(G, f->kind), MIX(G, f->delta), MIX(G, f->pos_weight);
+}
+
+/* The hyper-parameters are not part of the key: they reach the kernels
+ * through the pinned constants, staged in a dry walk too. */
+static void mix_update(cl_cuda_graphs *G, const cl_update_args *u, const cl_step_vals *vals) {
+  const int ams = u->ahp.amsgrad, mom = u->shp.momentum != 0.0f;
+  MIX(G, u->p), MIX(G, u->g), MIX(G, u->m), MIX(G, u->v), MIX(G, u->vmax), MIX(G, u->n);
+  MIX(G, u->adam), MIX(G, ams), MIX(G, mom), MIX(G, u->unscale), MIX(G, u->inv_scale);
+  MIX(G, u->max_norm), MIX(G, u->check_loss), MIX(G, vals);
+}
+
+/* The slots a step records, one row each: the slot, its number in the key
+ * (fixed: a graph's key is made of them), its parameters, the arguments it
+ * passes on, what a dry walk returns, then what goes into the key (the
+ * slot's arguments but the bytes they point to; a shape by its fields),
+ * run in every walk; a dry walk stops after it, the others call the
+ * backend's slot. */
+#define RECORDED_SLOTS(X)                                                                          \
+  X(memset0, 1, (cl_backend *be, void *p, size_t bytes), (be, p, bytes), CL_OK, MIX(G, p),         \
+    MIX(G, bytes))                                                                                 \
+  X(upload, 2, (cl_backend *be, void *dst, const void *src, size_t bytes), (be, dst, src, bytes),  \
+    CL_OK, MIX(G, dst), MIX(G, src), MIX(G, bytes);                                                \
+    cl_status st = staged(be, G, src, bytes); if (st != CL_OK) return st)                          \
+  X(copy, 3, (cl_backend *be, void *dst, const void *src, size_t bytes), (be, dst, src, bytes),    \
+    CL_OK, MIX(G, dst), MIX(G, src), MIX(G, bytes))                                                \
+  X(conv_forward, 4,                                                                               \
+    (cl_backend *be, const cl_conv_shape *s, const void *x, const float *w, const float *bias,     \
+     void *y, int accumulate, void *ws),                                                           \
+    (be, s, x, w, bias, y, accumulate, ws), CL_OK, mix(G, s, sizeof *s), MIX(G, x), MIX(G, w),     \
+    MIX(G, bias), MIX(G, y), MIX(G, accumulate), MIX(G, ws))                                       \
+  X(conv_backward_data, 5,                                                                         \
+    (cl_backend *be, const cl_conv_shape *s, const void *dy, const float *w, float *dx,            \
+     int accumulate, void *ws),                                                                    \
+    (be, s, dy, w, dx, accumulate, ws), CL_OK, mix(G, s, sizeof *s), MIX(G, dy), MIX(G, w),        \
+    MIX(G, dx), MIX(G, accumulate), MIX(G, ws))                                                    \
+  X(conv_backward_filter, 6,                                                                       \
+    (cl_backend *be, const cl_conv_shape *s, const void *dy, const void *x, float *dw,             \
+     float *dbias, void *ws),                                                                      \
+    (be, s, dy, x, dw, dbias, ws), CL_OK, mix(G, s, sizeof *s), MIX(G, dy), MIX(G, x),             \
+    MIX(G, dw), MIX(G, dbias), MIX(G, ws))                                                         \
+  X(gates_forward, 7,                                                                              \
+    (cl_backend *be, const cl_gates_shape *s, void *z, const void *c_prev, const float *wp,        \
+     void *c, void *h),                                                                            \
+    (be, s, z, c_prev, wp, c, h), CL_OK, mix(G, s, sizeof *s), MIX(G, z), MIX(G, c_prev),          \
+    MIX(G, wp), MIX(G, c), MIX(G, h))                                                              \
+  X(gates_backward, 8,                                                                             \
+    (cl_backend *be, const cl_gates_shape *s, void *gates, const void *c, const void *c_prev,      \
+     const float *wp, const float *dh, float *dc),                                                 \
+    (be, s, gates, c, c_prev, wp, dh, dc), CL_OK, mix(G, s, sizeof *s), MIX(G, gates), MIX(G, c),  \
+    MIX(G, c_prev), MIX(G, wp), MIX(G, dh), MIX(G, dc))                                            \
+  X(gather_rows, 9,                                                                                \
+    (cl_backend *be, void *dst, const void *src, const int *idx, int nb, int N, int t0, int nt,    \
+     size_t row_bytes),                                                                            \
+    (be, dst, src, idx, nb, N, t0, nt, row_bytes), CL_OK, MIX(G, dst), MIX(G, src), MIX(G, idx),   \
+    MIX(G, nb), MIX(G, N), MIX(G, t0), MIX(G, nt), MIX(G, row_bytes))                              \
+  X(loss_acc, 10,                                                                                  \
+    (cl_backend *be, const cl_loss_fn *f, const void *pred, const float *target,                   \
+     const float *weight, size_t n, cl_dtype dtype, float scale, float *grad, double share,        \
+     double *acc),                                                                                 \
+    (be, f, pred, target, weight, n, dtype, scale, grad, share, acc), CL_OK, mix_loss_fn(G, f),    \
+    MIX(G, pred), MIX(G, target), MIX(G, weight), MIX(G, n), MIX(G, dtype), MIX(G, scale),         \
+    MIX(G, grad), MIX(G, share), MIX(G, acc))                                                      \
+  X(update_step, 11, (cl_backend *be, const cl_update_args *u, cl_step_vals *vals),                \
+    (be, u, vals), cl_cuda_update_stage(be, u), mix_update(G, u, vals))                            \
+  X(mask_mul, 12,                                                                                  \
+    (cl_backend *be, const cl_mask_shape *s, const void *in, const float *mask, void *out),        \
+    (be, s, in, mask, out), CL_OK, mix(G, s, sizeof *s), MIX(G, in), MIX(G, mask), MIX(G, out))    \
+  X(peephole_filter, 13,                                                                           \
+    (cl_backend *be, const cl_gates_shape *s, const void *dz, const void *c, const void *c_prev,   \
+     float *dwp),                                                                                  \
+    (be, s, dz, c, c_prev, dwp), CL_OK, mix(G, s, sizeof *s), MIX(G, dz), MIX(G, c),               \
+    MIX(G, c_prev), MIX(G, dwp))
+
+#define RECORDING_SLOT(name, num, params, args, dry_result, ...)                                   \
+  static cl_status w_##name params {                                                               \
+    cl_cuda_graphs *G = graphs_of(be);                                                             \
+    if (walking(G, num)) {                                                                         \
+      __VA_ARGS__;                                                                                 \
+      if (dry(G)) return dry_result;                                                               \
+    }                                                                                              \
+    return real_iface.name args;                                                                   \
   }
-  return real_iface.copy(be, dst, src, bytes);
+RECORDED_SLOTS(RECORDING_SLOT)
+#undef RECORDING_SLOT
+
+/* Slots that wait for the device (they read a result) and so never belong
+ * inside a step: the slot, why, its parameters, the arguments it passes on. */
+#define WAITING_SLOTS(X)                                                                           \
+  X(download, "a download", (cl_backend *be, void *host_dst, const void *src, size_t bytes),       \
+    (be, host_dst, src, bytes))                                                                    \
+  X(synchronize, "a synchronize", (cl_backend *be), (be))                                          \
+  X(mse, "mse (it reads the loss)",                                                                \
+    (cl_backend *be, const void *pred, const float *target, size_t n, cl_dtype dtype,              \
+     float scale, float *grad, double *loss),                                                      \
+    (be, pred, target, n, dtype, scale, grad, loss))                                               \
+  X(loss, "loss (it reads the loss)",                                                              \
+    (cl_backend *be, const cl_loss_fn *f, const void *pred, const float *target,                   \
+     const float *weight, size_t n, cl_dtype dtype, float scale, float *grad, double *loss),       \
+    (be, f, pred, target, weight, n, dtype, scale, grad, loss))
+
+#define WAITING_SLOT(name, why, params, args)                                                      \
+  static cl_status w_##name params {                                                               \
+    cl_status st = graphs_of(be)->walk ? refuse(be, graphs_of(be), why) : CL_OK;                   \
+    return st != CL_OK ? st : real_iface.name args;                                                \
+  }
+WAITING_SLOTS(WAITING_SLOT)
+#undef WAITING_SLOT
+
+/* Allocation: never inside a step (refused, or in a plain walk marked). */
+static cl_status w_alloc(cl_backend *be, size_t bytes, void **out) {
+  cl_status st = refuse(be, graphs_of(be), "an allocation");
+  if (st != CL_OK) return (*out = NULL), st;
+  return real_iface.alloc(be, bytes, out);
+}
+
+static void w_free(cl_backend *be, void *p) {
+  (void)refuse(be, graphs_of(be), "a free");
+  real_iface.free(be, p);
 }
 
 /* Inside a step the stage must not wait for the stream to make room. */
@@ -150,159 +246,6 @@ static cl_status w_host_stage(cl_backend *be, size_t bytes, void **host) {
     if (st != CL_OK) return CL_E_UNSUPPORTED; /* the core stages through malloc; upload refuses */
   }
   return real_iface.host_stage(be, bytes, host);
-}
-
-static cl_status w_conv_forward(cl_backend *be, const cl_conv_shape *s, const void *x,
-                                const float *w, const float *bias, void *y, int accumulate,
-                                void *ws) {
-  cl_cuda_graphs *G = graphs_of(be);
-  if (walking(G, 4)) {
-    mix(G, s, sizeof *s);
-    MIX(G, x), MIX(G, w), MIX(G, bias), MIX(G, y), MIX(G, accumulate), MIX(G, ws);
-    if (dry(G)) return CL_OK;
-  }
-  return real_iface.conv_forward(be, s, x, w, bias, y, accumulate, ws);
-}
-
-static cl_status w_conv_backward_data(cl_backend *be, const cl_conv_shape *s, const void *dy,
-                                      const float *w, float *dx, int accumulate, void *ws) {
-  cl_cuda_graphs *G = graphs_of(be);
-  if (walking(G, 5)) {
-    mix(G, s, sizeof *s);
-    MIX(G, dy), MIX(G, w), MIX(G, dx), MIX(G, accumulate), MIX(G, ws);
-    if (dry(G)) return CL_OK;
-  }
-  return real_iface.conv_backward_data(be, s, dy, w, dx, accumulate, ws);
-}
-
-static cl_status w_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, const void *dy,
-                                        const void *x, float *dw, float *dbias, void *ws) {
-  cl_cuda_graphs *G = graphs_of(be);
-  if (walking(G, 6)) {
-    mix(G, s, sizeof *s);
-    MIX(G, dy), MIX(G, x), MIX(G, dw), MIX(G, dbias), MIX(G, ws);
-    if (dry(G)) return CL_OK;
-  }
-  return real_iface.conv_backward_filter(be, s, dy, x, dw, dbias, ws);
-}
-
-static cl_status w_gates_forward(cl_backend *be, const cl_gates_shape *s, void *z,
-                                 const void *c_prev, const float *wp, void *c, void *h) {
-  cl_cuda_graphs *G = graphs_of(be);
-  if (walking(G, 7)) {
-    mix(G, s, sizeof *s);
-    MIX(G, z), MIX(G, c_prev), MIX(G, wp), MIX(G, c), MIX(G, h);
-    if (dry(G)) return CL_OK;
-  }
-  return real_iface.gates_forward(be, s, z, c_prev, wp, c, h);
-}
-
-static cl_status w_gates_backward(cl_backend *be, const cl_gates_shape *s, void *gates,
-                                  const void *c, const void *c_prev, const float *wp,
-                                  const float *dh, float *dc) {
-  cl_cuda_graphs *G = graphs_of(be);
-  if (walking(G, 8)) {
-    mix(G, s, sizeof *s);
-    MIX(G, gates), MIX(G, c), MIX(G, c_prev), MIX(G, wp), MIX(G, dh), MIX(G, dc);
-    if (dry(G)) return CL_OK;
-  }
-  return real_iface.gates_backward(be, s, gates, c, c_prev, wp, dh, dc);
-}
-
-static cl_status w_peephole_filter(cl_backend *be, const cl_gates_shape *s, const void *dz,
-                                   const void *c, const void *c_prev, float *dwp) {
-  cl_cuda_graphs *G = graphs_of(be);
-  if (walking(G, 13)) {
-    mix(G, s, sizeof *s);
-    MIX(G, dz), MIX(G, c), MIX(G, c_prev), MIX(G, dwp);
-    if (dry(G)) return CL_OK;
-  }
-  return real_iface.peephole_filter(be, s, dz, c, c_prev, dwp);
-}
-
-static cl_status w_gather_rows(cl_backend *be, void *dst, const void *src, const int *idx, int nb,
-                               int N, int t0, int nt, size_t row_bytes) {
-  cl_cuda_graphs *G = graphs_of(be);
-  if (walking(G, 9)) {
-    MIX(G, dst), MIX(G, src), MIX(G, idx), MIX(G, nb), MIX(G, N), MIX(G, t0), MIX(G, nt);
-    MIX(G, row_bytes);
-    if (dry(G)) return CL_OK;
-  }
-  return real_iface.gather_rows(be, dst, src, idx, nb, N, t0, nt, row_bytes);
-}
-
-static cl_status w_loss_acc(cl_backend *be, const cl_loss_fn *f, const void *pred,
-                            const float *target, const float *weight, size_t n, cl_dtype dtype,
-                            float scale, float *grad, double share, double *acc) {
-  cl_cuda_graphs *G = graphs_of(be);
-  if (walking(G, 10)) {
-    if (f) MIX(G, f->kind), MIX(G, f->delta), MIX(G, f->pos_weight);
-    MIX(G, pred), MIX(G, target), MIX(G, weight), MIX(G, n), MIX(G, dtype), MIX(G, scale);
-    MIX(G, grad), MIX(G, share), MIX(G, acc);
-    if (dry(G)) return CL_OK;
-  }
-  return real_iface.loss_acc(be, f, pred, target, weight, n, dtype, scale, grad, share, acc);
-}
-
-static cl_status w_mask_mul(cl_backend *be, const cl_mask_shape *s, const void *in,
-                            const float *mask, void *out) {
-  cl_cuda_graphs *G = graphs_of(be);
-  if (walking(G, 12)) {
-    mix(G, s, sizeof *s);
-    MIX(G, in), MIX(G, mask), MIX(G, out);
-    if (dry(G)) return CL_OK;
-  }
-  return real_iface.mask_mul(be, s, in, mask, out);
-}
-
-/* The hyper-parameters are not part of the key: they reach the kernels
- * through the pinned constants, staged in a dry walk too. */
-static cl_status w_update_step(cl_backend *be, const cl_update_args *u, cl_step_vals *vals) {
-  cl_cuda_graphs *G = graphs_of(be);
-  if (walking(G, 11)) {
-    const int ams = u->ahp.amsgrad, mom = u->shp.momentum != 0.0f;
-    MIX(G, u->p), MIX(G, u->g), MIX(G, u->m), MIX(G, u->v), MIX(G, u->vmax), MIX(G, u->n);
-    MIX(G, u->adam), MIX(G, ams), MIX(G, mom), MIX(G, u->unscale), MIX(G, u->inv_scale);
-    MIX(G, u->max_norm), MIX(G, u->check_loss), MIX(G, vals);
-    if (dry(G)) return cl_cuda_update_stage(be, u);
-  }
-  return real_iface.update_step(be, u, vals);
-}
-
-/* Slots that wait for the device or allocate: never inside a step. */
-static cl_status w_alloc(cl_backend *be, size_t bytes, void **out) {
-  cl_status st = refuse(be, graphs_of(be), "an allocation");
-  if (st != CL_OK) return (*out = NULL), st;
-  return real_iface.alloc(be, bytes, out);
-}
-
-static void w_free(cl_backend *be, void *p) {
-  (void)refuse(be, graphs_of(be), "a free");
-  real_iface.free(be, p);
-}
-
-static cl_status w_download(cl_backend *be, void *host_dst, const void *src, size_t bytes) {
-  cl_status st = graphs_of(be)->walk ? refuse(be, graphs_of(be), "a download") : CL_OK;
-  return st != CL_OK ? st : real_iface.download(be, host_dst, src, bytes);
-}
-
-static cl_status w_synchronize(cl_backend *be) {
-  cl_status st = graphs_of(be)->walk ? refuse(be, graphs_of(be), "a synchronize") : CL_OK;
-  return st != CL_OK ? st : real_iface.synchronize(be);
-}
-
-static cl_status w_mse(cl_backend *be, const void *pred, const float *target, size_t n,
-                       cl_dtype dtype, float scale, float *grad, double *loss) {
-  cl_status st = graphs_of(be)->walk ? refuse(be, graphs_of(be), "mse (it reads the loss)") : CL_OK;
-  return st != CL_OK ? st : real_iface.mse(be, pred, target, n, dtype, scale, grad, loss);
-}
-
-static cl_status w_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, const float *target,
-                        const float *weight, size_t n, cl_dtype dtype, float scale, float *grad,
-                        double *loss) {
-  cl_status st = graphs_of(be)->walk ? refuse(be, graphs_of(be), "loss (it reads the loss)") : CL_OK;
-  return st != CL_OK ? st
-                     : real_iface.loss(be, f, pred, target, weight, n, dtype, scale, grad, loss);
 }
 
 /* ---- the graphs --------------------------------------------------------- */
@@ -470,26 +413,13 @@ cl_status cl_cuda_graphs_attach(cl_backend *be) {
   if (!tables_ready) {
     real_iface = *be->iface;
     graph_iface = real_iface;
+#define INSTALL(name, ...) graph_iface.name = w_##name;
+    RECORDED_SLOTS(INSTALL)
+    WAITING_SLOTS(INSTALL)
+#undef INSTALL
     graph_iface.alloc = w_alloc;
     graph_iface.free = w_free;
-    graph_iface.memset0 = w_memset0;
-    graph_iface.upload = w_upload;
-    graph_iface.download = w_download;
-    graph_iface.copy = w_copy;
-    graph_iface.synchronize = w_synchronize;
     graph_iface.host_stage = w_host_stage;
-    graph_iface.conv_forward = w_conv_forward;
-    graph_iface.conv_backward_data = w_conv_backward_data;
-    graph_iface.conv_backward_filter = w_conv_backward_filter;
-    graph_iface.gates_forward = w_gates_forward;
-    graph_iface.gates_backward = w_gates_backward;
-    graph_iface.peephole_filter = w_peephole_filter;
-    graph_iface.mse = w_mse;
-    graph_iface.loss = w_loss;
-    graph_iface.gather_rows = w_gather_rows;
-    graph_iface.loss_acc = w_loss_acc;
-    graph_iface.update_step = w_update_step;
-    graph_iface.mask_mul = w_mask_mul;
     graph_iface.graph_begin = g_begin;
     graph_iface.graph_end = g_end;
     graph_iface.graph_info = g_info;

@@ -218,20 +218,6 @@ static double ref_cell_loss(const cl_gates_shape *s, const double *z, const doub
 
 /* ---- loss and optimizers ------------------------------------------------- */
 
-/* mse: the loss, and grad = scale 2 (pred - target) / n. The difference of
- * two float32 values is a float32, as in torch's mse_loss on float32
- * tensors; the rest in double. */
-static double ref_mse(const float *pred, const float *target, size_t n, double scale,
-                      double *grad) {
-  double sum = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    const float d = pred[i] - target[i];
-    sum += (double)d * d;
-    if (grad) grad[i] = scale * 2.0 * d / (double)n;
-  }
-  return sum / (double)n;
-}
-
 /* One step of torch.optim.Adam (weight decay added to the gradient) or,
  * with hp->decoupled, torch.optim.AdamW (p *= 1 - lr weight_decay first);
  * with hp->amsgrad, vmax = max(vmax, v) is the denominator's
@@ -265,12 +251,13 @@ static void ref_sgd_step(double *p, const float *g, double *buf, size_t n, const
   }
 }
 
-/* The loss slot: the mean over n of torch 1.13's L1, Huber(delta) or
- * BCE-with-logits(pos_weight) loss of pred against target -- or, weighted
- * only, (pred - target)^2 -- each element's times weight[i] (weight NULL:
- * one), in double from the float inputs; grad (may be NULL) = scale times
- * the mean's gradient: sign(d) (0 at 0), d clamped to +-delta,
- * (p y + 1 - y) sigmoid(x) - p y, or 2 d, each times w over n. */
+/* The loss and mse slots: the mean over n of torch 1.13's MSE, L1,
+ * Huber(delta) or BCE-with-logits(pos_weight) loss of pred against target,
+ * each element's times weight[i] (weight NULL: one), in double from the
+ * float inputs (MSE's difference a float32, as in torch's mse_loss on
+ * float32 tensors); grad (may be NULL) = scale times the mean's gradient:
+ * 2 d, sign(d) (0 at 0), d clamped to +-delta or (p y + 1 - y) sigmoid(x)
+ * - p y, each times w over n. */
 static double ref_loss_w(const cl_loss_fn *f, const float *pred, const float *target,
                          const float *weight, size_t n, double scale, double *grad) {
   double sum = 0.0;

@@ -3,7 +3,8 @@
  * between two builds. Trains ten configurations five steps each on the CPU
  * (float32, float16 with a loss scale that overflows, bfloat16; Adam, AdamW,
  * amsgrad, SGD; checkpointing, accumulation, tbptt, clipping, Huber, a
- * weighted BCE loss, a non-finite loss and a refused update) and prints
+ * weighted BCE loss, a non-finite loss and a refused update; peepholes per
+ * position and per channel, their weights drawn nonzero) and prints
  * every status, loss, gradient norm and loss scale in hex and a hash of
  * every parameter tensor. Built against two versions of libconvlstm, the
  * outputs must be the same file:
@@ -36,20 +37,27 @@ typedef struct cs {
   int loss;
   double xmul;
   int weight;
+  int peep; /* cl_peephole */
 } cs;
 int main(void) {
   cs cases[] = {
-      {"f32 adam", CL_F32, CL_OPTIM_ADAM, 0, 0, 0, 0, 1e-2, 0, 0, 1, 0},
-      {"f32 adam clip ckpt", CL_F32, CL_OPTIM_ADAM, 2, 0, 0, 0.05, 1e-2, 0, 0, 1, 0},
-      {"f32 sgd clip accum", CL_F32, CL_OPTIM_SGD, 0, 0, 2, 0.5, 1e-1, 0, 0, 1, 0},
-      {"f32 adamw tbptt huber", CL_F32, CL_OPTIM_ADAMW, 0, 2, 0, 0, 1e-2, 0, CL_LOSS_HUBER, 1, 0},
+      {"f32 adam", CL_F32, CL_OPTIM_ADAM, 0, 0, 0, 0, 1e-2, 0, 0, 1, 0, 0},
+      {"f32 adam clip ckpt", CL_F32, CL_OPTIM_ADAM, 2, 0, 0, 0.05, 1e-2, 0, 0, 1, 0, 0},
+      {"f32 sgd clip accum", CL_F32, CL_OPTIM_SGD, 0, 0, 2, 0.5, 1e-1, 0, 0, 1, 0, 0},
+      {"f32 adamw tbptt huber", CL_F32, CL_OPTIM_ADAMW, 0, 2, 0, 0, 1e-2, 0, CL_LOSS_HUBER, 1, 0, 0},
       {"f32 adam weighted bce", CL_F32, CL_OPTIM_ADAM, 0, 0, 0, 1.0, 1e-2, 0, CL_LOSS_BCE_LOGITS, 1,
-       1},
-      {"f16 adam scaler", CL_F16, CL_OPTIM_ADAM, 0, 0, 0, 0, 1e-2, 0, 0, 1, 0},
-      {"f16 adam overflow clip ckpt", CL_F16, CL_OPTIM_ADAM, 2, 0, 0, 0.1, 1e-2, 1e30, 0, 1, 0},
-      {"bf16 sgd ckpt accum", CL_BF16, CL_OPTIM_SGD, 2, 0, 2, 0, 1e-1, 0, 0, 1, 0},
-      {"f32 nonfinite loss", CL_F32, CL_OPTIM_ADAM, 0, 0, 0, 1.0, 1e-2, 0, 0, INFINITY, 0},
-      {"f32 guard refuses (lr huge)", CL_F32, CL_OPTIM_SGD, 0, 0, 0, 0, 1e38, 0, 0, 1e3, 0},
+       1, 0},
+      {"f16 adam scaler", CL_F16, CL_OPTIM_ADAM, 0, 0, 0, 0, 1e-2, 0, 0, 1, 0, 0},
+      {"f16 adam overflow clip ckpt", CL_F16, CL_OPTIM_ADAM, 2, 0, 0, 0.1, 1e-2, 1e30, 0, 1, 0, 0},
+      {"bf16 sgd ckpt accum", CL_BF16, CL_OPTIM_SGD, 2, 0, 2, 0, 1e-1, 0, 0, 1, 0, 0},
+      {"f32 nonfinite loss", CL_F32, CL_OPTIM_ADAM, 0, 0, 0, 1.0, 1e-2, 0, 0, INFINITY, 0, 0},
+      {"f32 guard refuses (lr huge)", CL_F32, CL_OPTIM_SGD, 0, 0, 0, 0, 1e38, 0, 0, 1e3, 0, 0},
+      {"f32 adam peephole position", CL_F32, CL_OPTIM_ADAM, 0, 0, 0, 0, 1e-2, 0, 0, 1, 0,
+       CL_PEEP_POSITION},
+      {"f16 adam peephole channel ckpt", CL_F16, CL_OPTIM_ADAM, 2, 0, 0, 0, 1e-2, 0, 0, 1, 0,
+       CL_PEEP_CHANNEL},
+      {"bf16 sgd peephole position", CL_BF16, CL_OPTIM_SGD, 0, 0, 0, 0, 1e-1, 0, 0, 1, 0,
+       CL_PEEP_POSITION},
   };
   enum { B = 4, T = 4, C = 2, H = 7, W = 6, STEPS = 5 };
   static float x[B * T * C * H * W], y[B * T * 1 * H * W], w[B * T * 1 * H * W];
@@ -65,6 +73,8 @@ int main(void) {
     cfg.bias = 1;
     cfg.dtype = c->dt;
     cfg.n_threads = 1;
+    cfg.peephole = c->peep;
+    if (c->peep == CL_PEEP_POSITION) cfg.peephole_h = H, cfg.peephole_w = W;
     cl_model *m;
     char err[512];
     if (cl_model_create(&cfg, &m, err, sizeof err) != CL_OK) {
@@ -73,6 +83,18 @@ int main(void) {
     }
     rng = 7 + k;
     cl_model_init_params(m, u01, NULL);
+    for (int i = 0; c->peep && i < cl_model_n_tensors(m); i++) {
+      const char *nm; /* peephole weights start at zero: draw them */
+      int nd, d[4];
+      cl_model_tensor_info(m, i, &nm, &nd, d);
+      if (!strstr(nm, ".w_c")) continue;
+      size_t n = 1;
+      for (int j = 0; j < nd; j++) n *= d[j];
+      float *p = malloc(n * 4);
+      for (size_t j = 0; j < n; j++) p[j] = (float)(u01(0) - 0.5);
+      cl_model_set_param(m, nm, p, n);
+      free(p);
+    }
     if (c->scale > 0)
       cl_model_set_loss_scale(m, c->scale, 2.0, 0.5, 2);
     cl_optim o;

@@ -1,8 +1,8 @@
 /*
  * tests/c/ctest.h -- what every C test of the core shares: a CHECK that
  * counts failures and says where, a small deterministic RNG (xorshift64)
- * whose uniform01 also serves as cl_model_init_params' callback, and a model
- * created and initialised from it.
+ * whose uniform01 also serves as cl_model_init_params' callback, a small
+ * two-layer config, and a model created and initialised from it.
  */
 #ifndef CONVLSTM_TESTS_CTEST_H
 #define CONVLSTM_TESTS_CTEST_H
@@ -10,6 +10,7 @@
 #include "convlstm.h"
 
 #include <stdio.h>
+#include <string.h>
 
 static int ctest_failures = 0, ctest_checks = 0;
 
@@ -32,6 +33,25 @@ static double uniform01(void *ctx) {
   ctest_rng ^= ctest_rng >> 7;
   ctest_rng ^= ctest_rng << 17;
   return (double)(ctest_rng >> 11) / 9007199254740992.0;
+}
+
+/* A two-layer config on the CPU, the rest zero (float32, no peepholes, no
+ * dropout): input channels, hidden h0 then h1, square kernels k0 and k1,
+ * bias, threads. */
+static inline cl_config ctest_config(int input_dim, int h0, int h1, int k0, int k1, int bias,
+                                     int n_threads) {
+  cl_config c;
+  memset(&c, 0, sizeof c);
+  c.input_dim = input_dim;
+  c.n_layers = 2;
+  c.hidden_dims[0] = h0;
+  c.hidden_dims[1] = h1;
+  c.kernel_sizes[0] = k0;
+  c.kernel_sizes[1] = k1;
+  c.bias = bias;
+  c.device = CL_DEVICE_CPU;
+  c.n_threads = n_threads;
+  return c;
 }
 
 /* A model of config c with parameters drawn from uniform01; NULL (and a

@@ -964,52 +964,6 @@ static void run_gates_errors(const row *r) {
 
 /* ---- loss and optimizers ------------------------------------------------------------ */
 
-typedef struct mse_case {
-  size_t n;
-  float scale;
-  int grad; /* 0: none; 1: its own buffer; 2: overwrites the target */
-} mse_case;
-
-static void run_mse(const row *r) {
-  const mse_case *cases = r->cases;
-  for (int i = 0; i < r->n_cases; i++)
-    for (int t = CL_F32; t <= CL_BF16; t++) {
-      if (!(r->dtypes & (1u << t))) continue;
-      const mse_case *c = &cases[i];
-      const size_t n = c->n, es = cl_dtype_size((cl_dtype)t);
-      if (too_big((double)n * 20)) continue;
-      float *p = rand_floats(n, -2, 2), *y = rand_floats(n, -2, 2);
-      void *ps = to_storage((cl_dtype)t, p, n);
-      double *rg = xmalloc(n * 8);
-      const double rloss = ref_mse(p, y, n, c->scale, rg);
-      char label[120], what[200];
-      snprintf(label, sizeof label, "%s n=%zu scale=%g grad=%s", dtype_str((cl_dtype)t), n,
-               (double)c->scale, c->grad == 0 ? "none" : c->grad == 1 ? "own" : "in target");
-      for (int vi = 0; vi < n_vs; vi++) {
-        variant *v = &vs[vi];
-        scope sc = scope_of(v);
-        void *P = dev_of(&sc, ps, n * es);
-        float *Y = dev_of(&sc, y, n * 4), *G = dev_alloc(&sc, n * 4);
-        float *g = c->grad == 0 ? NULL : c->grad == 1 ? G : Y;
-        double loss = -1.0;
-        if (sc.ok) CALL(&sc, v->be->iface->mse(v->be, P, Y, n, (cl_dtype)t, c->scale, g, &loss));
-        if (!sc.ok) goto next;
-        const double lr = fabs(loss - rloss) / rloss;
-        expect(v, lr <= r->tol.scalar, "%-50s loss %.17g, want %.17g (rel %.1e, tol %.0e)", label,
-               loss, rloss, lr, r->tol.scalar);
-        if (g) {
-          float *got = dev_get(&sc, CL_F32, g, n);
-          snprintf(what, sizeof what, "%s: gradient (float32)", label);
-          if (got) compare(v, what, got, rg, n, r->tol.f32);
-          free(got);
-        }
-      next:
-        scope_end(&sc);
-      }
-      free(p), free(y), free(ps), free(rg);
-    }
-}
-
 static void run_mse_errors(const row *r) {
   (void)r;
   for (int vi = 0; vi < n_vs; vi++) {
@@ -1027,9 +981,9 @@ static void run_mse_errors(const row *r) {
   }
 }
 
-/* The loss slot (MAE, Huber, BCE with logits): like mse, on every dtype of
- * the prediction, with the gradient in its own buffer, over the target
- * (as backward.c asks) or not at all. */
+/* The mse slot (MSE) and the loss slot (MAE, Huber, BCE with logits), on
+ * every dtype of the prediction, with the gradient in its own buffer, over
+ * the target (as backward.c asks) or not at all. */
 typedef struct loss_case {
   cl_loss_fn f;
   size_t n;
@@ -1053,6 +1007,15 @@ static void loss_inputs(const cl_loss_fn *f, size_t n, float **p, float **y) {
   if (bce)
     for (size_t k = 0; k < n; k++)
       (*y)[k] = k % 7 == 3 ? 0.25f + (*y)[k] / 8 : (float)((*y)[k] > 0.8f);
+}
+
+/* The slot that computes loss f: mse for MSE without a weight, else loss
+ * (backend.h; as cl_backend_loss_acc chooses). */
+static cl_status loss_slot(cl_backend *be, const cl_loss_fn *f, void *P, const float *Y,
+                           const float *W, size_t n, cl_dtype dt, float scale, float *g,
+                           double *loss) {
+  return f->kind == CL_LOSS_MSE && !W ? be->iface->mse(be, P, Y, n, dt, scale, g, loss)
+                                      : be->iface->loss(be, f, P, Y, W, n, dt, scale, g, loss);
 }
 
 static void run_loss(const row *r) {
@@ -1080,8 +1043,7 @@ static void run_loss(const row *r) {
         float *g = c->grad == 0 ? NULL : c->grad == 1 ? G : Y;
         double loss = -1.0;
         if (sc.ok)
-          CALL(&sc,
-               v->be->iface->loss(v->be, &c->f, P, Y, NULL, n, (cl_dtype)t, c->scale, g, &loss));
+          CALL(&sc, loss_slot(v->be, &c->f, P, Y, NULL, n, (cl_dtype)t, c->scale, g, &loss));
         if (!sc.ok) goto next;
         const double lr = fabs(loss - rloss) / rloss;
         expect(v, lr <= r->tol.scalar, "%-60s loss %.17g, want %.17g (rel %.1e, tol %.0e)", label,
@@ -1136,10 +1098,7 @@ static void run_weighted_loss(const row *r) {
         const cl_dtype dt = (cl_dtype)t;
         if (sc.ok) CALL(&sc, f->loss(v->be, &c->f, P, Y, Wt, n, dt, c->scale, G, &loss));
         if (sc.ok) CALL(&sc, f->loss(v->be, &c->f, P, Y, O, n, dt, c->scale, G1, &l1));
-        if (sc.ok && c->f.kind == CL_LOSS_MSE)
-          CALL(&sc, f->mse(v->be, P, Y, n, dt, c->scale, G0, &l0));
-        else if (sc.ok)
-          CALL(&sc, f->loss(v->be, &c->f, P, Y, NULL, n, dt, c->scale, G0, &l0));
+        if (sc.ok) CALL(&sc, loss_slot(v->be, &c->f, P, Y, NULL, n, dt, c->scale, G0, &l0));
         if (!sc.ok) goto next;
         const double lr = fabs(loss - rloss) / rloss;
         expect(v, lr <= r->tol.scalar, "%-60s loss %.17g, want %.17g (rel %.1e, tol %.0e)", label,
@@ -1736,13 +1695,8 @@ static void run_loss_acc(const row *r) {
         CALL(&sc,
              cl_backend_loss_acc(v->be, &fns[k], P, Y, Wt, n - 7, CL_F32, 1, NULL, 0.75, acc));
       if (sc.ok) CALL(&sc, f->download(v->be, &got, acc, 8));
-      const int plain = fns[k].kind == CL_LOSS_MSE && !wk;
-      if (sc.ok)
-        CALL(&sc, plain ? f->mse(v->be, P, Y, n, CL_F32, 1, NULL, &m1)
-                        : f->loss(v->be, &fns[k], P, Y, Wt, n, CL_F32, 1, NULL, &m1));
-      if (sc.ok)
-        CALL(&sc, plain ? f->mse(v->be, P, Y, n - 7, CL_F32, 1, NULL, &m2)
-                        : f->loss(v->be, &fns[k], P, Y, Wt, n - 7, CL_F32, 1, NULL, &m2));
+      if (sc.ok) CALL(&sc, loss_slot(v->be, &fns[k], P, Y, Wt, n, CL_F32, 1, NULL, &m1));
+      if (sc.ok) CALL(&sc, loss_slot(v->be, &fns[k], P, Y, Wt, n - 7, CL_F32, 1, NULL, &m2));
       double want = 0;
       const double p1 = 0.25 * m1, p2 = 0.75 * m2;
       want += p1;
@@ -1769,7 +1723,8 @@ static void run_scratch(const row *r) {
   (void)r;
   enum { NM = (1 << 20) + 3, NA = 5001 };
   float *pred = rand_floats(NM, -1, 1), *target = rand_floats(NM, -1, 1);
-  const double rloss = ref_mse(pred, target, NM, 1.0, NULL);
+  const cl_loss_fn mse = {CL_LOSS_MSE, 0, 0};
+  const double rloss = ref_loss(&mse, pred, target, NM, 1.0, NULL);
   guard_case gc = {"", NA, 1e-3f, 0, 0, 0, 0, {{4321, 0, NAN, 0, 0}}, 1, 0, 1, 4321, 0, 0};
   float *h[4];
   guard_inputs(&gc, h);
@@ -1976,9 +1931,11 @@ static const cl_gates_shape gates_peep_fd_shapes[] = {{2, 3, 37, 0, CL_PEEP_CHAN
                                                       {2, 3, 37, 0, CL_PEEP_POSITION}};
 
 /* 1 and 4099 elements; more blocks than the CUDA reduction's partials */
-static const mse_case mse_cases[] = {
-    {1, 1.0f, 1},    {1000, 1.0f, 0},    {(1u << 20) + 3, 1024.0f, 1},
-    {4099, 1.0f, 2}, {100003, 0.75f, 1}, {70001, 1.0f, 1}};
+#define MSE {CL_LOSS_MSE, 1, 1}
+static const loss_case mse_cases[] = {
+    {MSE, 1, 1.0f, 1},    {MSE, 1000, 1.0f, 0},    {MSE, (1u << 20) + 3, 1024.0f, 1},
+    {MSE, 4099, 1.0f, 2}, {MSE, 100003, 0.75f, 1}, {MSE, 70001, 1.0f, 1}};
+#undef MSE
 
 /* every kind; Huber's two branches (delta inside the differences' range);
  * BCE with and without pos_weight; 1 element; more blocks than the CUDA
@@ -2199,7 +2156,7 @@ static const row ops[] = {
       "central differences of step 1e-6 in double are exact to ~1e-9; the rest is float32 "
       "rounding as in gates_backward, and a sum of up to N P = 74 float32 products"}},
     {"gates_* refusals", run_gates_errors, NULL, 1, ALL, 0, EXACT("statuses")},
-    {"mse", run_mse, CASES(mse_cases), ALL, 0,
+    {"mse", run_loss, CASES(mse_cases), ALL, 0,
      {1e-6, 0, 0, 0, 0, 1e-10,
       "loss: the float32 differences squared and summed in double, so only summation order "
       "differs (1e-10 relative); gradient: scale * 2/n and the difference rounded to float32, "

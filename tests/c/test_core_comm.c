@@ -11,7 +11,7 @@
  *    (rows / batch) x the split's own mean gradient (what dist.c sums over
  *    the ranks), for equal and unequal splits.
  */
-#include "ctest.h" /* CHECK, uniform01 */
+#include "ctest.h" /* CHECK, uniform01, ctest_config */
 
 #include <math.h>
 #include <stdlib.h>
@@ -22,17 +22,7 @@ static float xs[B * T * C * H * W], ys[B * 3 * H * W];
 static float g_full[1 << 15], g_part[1 << 15], g_sum[1 << 15];
 
 static cl_config config(void) {
-  cl_config c;
-  memset(&c, 0, sizeof c);
-  c.input_dim = C;
-  c.n_layers = 2;
-  c.hidden_dims[0] = 4;
-  c.hidden_dims[1] = 3;
-  c.kernel_sizes[0] = 3;
-  c.kernel_sizes[1] = 3;
-  c.bias = 1;
-  c.n_threads = 1;
-  return c;
+  return ctest_config(C, 4, 3, 3, 3, 1, 1);
 }
 
 static cl_model *model(void) {

@@ -21,17 +21,7 @@
 enum { N = 7, T = 5, C = 2, H = 5, W = 4, L = 2 };
 
 static cl_config config(void) {
-  cl_config c;
-  memset(&c, 0, sizeof c);
-  c.input_dim = C;
-  c.n_layers = L;
-  c.hidden_dims[0] = 3;
-  c.hidden_dims[1] = 2;
-  c.kernel_sizes[0] = 3;
-  c.kernel_sizes[1] = 1;
-  c.bias = 1;
-  c.n_threads = 2;
-  return c;
+  return ctest_config(C, 3, 2, 3, 1, 1, 2); /* L = 2 layers */
 }
 
 #define CY 2 /* the last layer's hidden */

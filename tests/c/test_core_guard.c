@@ -13,16 +13,7 @@
 #include <string.h>
 
 static void train_with(const char *name, cl_dtype dtype, cl_step_options opts) {
-  cl_config c;
-  memset(&c, 0, sizeof c);
-  c.input_dim = 3;
-  c.n_layers = 2;
-  c.hidden_dims[0] = 5;
-  c.hidden_dims[1] = 2;
-  c.kernel_sizes[0] = 3;
-  c.kernel_sizes[1] = 5;
-  c.bias = 1;
-  c.n_threads = 2;
+  cl_config c = ctest_config(3, 5, 2, 3, 5, 1, 2);
   c.dtype = dtype;
   cl_model *m = ctest_model(&c);
   if (!m) return;

@@ -30,41 +30,31 @@ static cl_host_array state(float *d, int B, int C, int H, int W) {
 }
 
 static cl_model *make_model(int bias, size_t limit) {
-  cl_config c;
-  memset(&c, 0, sizeof c);
-  c.input_dim = 2;
-  c.n_layers = 2;
-  c.hidden_dims[0] = 3;
-  c.hidden_dims[1] = 2;
-  c.kernel_sizes[0] = 3;
-  c.kernel_sizes[1] = 1;
-  c.bias = bias;
-  c.device = CL_DEVICE_CPU;
-  c.n_threads = 2;
+  cl_config c = ctest_config(2, 3, 2, 3, 1, bias, 2);
   c.memory_limit = limit;
   return ctest_model(&c);
 }
 
 enum { B = 2, T = 3, C = 2, H = 5, W = 4, CL = 2 };
 
-static double loss_of(cl_model *m, const float *x, const float *y, cl_target tg) {
+/* The loss of a forward pass with options o (dropout masks; NULL: none). */
+static double loss_of(cl_model *m, const float *x, const float *y, cl_target tg,
+                      const cl_step_options *o) {
   float *xx = (float *)x, *yy = (float *)y;
   cl_host_array xa = seq(xx, B, T, C, H, W);
   cl_host_array ya = tg == CL_TARGET_SEQUENCE ? seq(yy, B, T, CL, H, W) : state(yy, B, CL, H, W);
   double loss = NAN;
-  CHECK(cl_model_forward(m, &xa, 1, NULL) == CL_OK, "forward: %s", cl_model_error(m));
+  CHECK(cl_model_forward(m, &xa, 1, o) == CL_OK, "forward: %s", cl_model_error(m));
   CHECK(cl_model_mse(m, &ya, tg, &loss) == CL_OK, "mse: %s", cl_model_error(m));
   return loss;
 }
 
-/* d loss / d theta for a few entries of every tensor, against central
- * differences in float32 forward passes. */
-static void test_gradients(cl_target tg) {
-  cl_model *m = make_model(1, 0);
-  float x[B * T * C * H * W], y[B * T * CL * H * W];
-  fill(x, sizeof x / sizeof *x, 1);
-  fill(y, sizeof y / sizeof *y, 0.5f);
-  loss_of(m, x, y, tg);
+/* d loss / d theta of every tensor (after one forward and backward with
+ * o) against central differences in float32 forward passes, at one entry
+ * in `every` of each; returns the worst relative difference. */
+static double check_gradients(cl_model *m, const float *x, const float *y, cl_target tg,
+                              const cl_step_options *o, size_t every, const char *what) {
+  loss_of(m, x, y, tg, o);
   CHECK(cl_model_zero_grad(m) == CL_OK, "zero_grad");
   CHECK(cl_model_backward(m, tg, NULL) == CL_OK, "backward: %s", cl_model_error(m));
   double worst = 0;
@@ -76,23 +66,33 @@ static void test_gradients(cl_target tg) {
     float *p = malloc(n * sizeof *p), *g = malloc(n * sizeof *g);
     cl_model_get_param(m, name, p, n);
     cl_model_get_grad(m, name, g, n);
-    for (size_t j = 0; j < n; j += 1 + n / 7) {
+    for (size_t j = 0; j < n; j += 1 + n / every) {
       float keep = p[j], h = 1e-2f;
       p[j] = keep + h;
       cl_model_set_param(m, name, p, n);
-      double lp = loss_of(m, x, y, tg);
+      double lp = loss_of(m, x, y, tg, o);
       p[j] = keep - h;
       cl_model_set_param(m, name, p, n);
-      double lm = loss_of(m, x, y, tg);
+      double lm = loss_of(m, x, y, tg, o);
       p[j] = keep;
       cl_model_set_param(m, name, p, n);
       double fd = (lp - lm) / (2 * h), err = fabs(fd - g[j]) / (fabs(fd) + 1e-3);
       if (err > worst) worst = err;
-      CHECK(err < 2e-2, "%s[%zu]: analytic %g, finite difference %g", name, j, g[j], fd);
+      CHECK(err < 2e-2, "%s%s[%zu]: analytic %g, finite difference %g", what, name, j, g[j], fd);
     }
     free(p);
     free(g);
   }
+  return worst;
+}
+
+/* The gradients of every tensor against central differences. */
+static void test_gradients(cl_target tg) {
+  cl_model *m = make_model(1, 0);
+  float x[B * T * C * H * W], y[B * T * CL * H * W];
+  fill(x, sizeof x / sizeof *x, 1);
+  fill(y, sizeof y / sizeof *y, 0.5f);
+  const double worst = check_gradients(m, x, y, tg, NULL, 7, "");
   printf("gradients (%s target): worst relative difference to finite differences %.2e\n",
          tg == CL_TARGET_SEQUENCE ? "sequence" : "last-state", worst);
   cl_model_free(m);
@@ -102,27 +102,8 @@ static void test_gradients(cl_target tg) {
  * gradients of every tensor against central differences of the masked
  * forward (so backward applies the masks where forward did); a training call
  * without the masks its rates need is refused, inference needs none. */
-static double masked_loss(cl_model *m, const float *x, const float *y,
-                          const cl_step_options *o) {
-  cl_host_array xa = seq((float *)x, B, T, C, H, W), ya = seq((float *)y, B, T, CL, H, W);
-  double loss = NAN;
-  CHECK(cl_model_forward(m, &xa, 1, o) == CL_OK, "forward: %s", cl_model_error(m));
-  CHECK(cl_model_mse(m, &ya, CL_TARGET_SEQUENCE, &loss) == CL_OK, "mse: %s", cl_model_error(m));
-  return loss;
-}
-
 static void test_dropout_gradients(void) {
-  cl_config c;
-  memset(&c, 0, sizeof c);
-  c.input_dim = C;
-  c.n_layers = 2;
-  c.hidden_dims[0] = 3;
-  c.hidden_dims[1] = CL;
-  c.kernel_sizes[0] = 3;
-  c.kernel_sizes[1] = 3;
-  c.bias = 1;
-  c.device = CL_DEVICE_CPU;
-  c.n_threads = 2;
+  cl_config c = ctest_config(C, 3, CL, 3, 3, 1, 2);
   c.dropout[0] = 0.3, c.dropout[1] = 0.5;
   c.recurrent_dropout[0] = 0.4, c.recurrent_dropout[1] = 0.2;
   cl_model *m = ctest_model(&c);
@@ -150,36 +131,7 @@ static void test_dropout_gradients(void) {
   CHECK(cl_model_forward(m, &xa, 0, NULL) == CL_OK, "inference needs no masks: %s",
         cl_model_error(m));
   o.mask_x[0] = mx0, o.mask_h[0] = mh0, o.mask_x[1] = mx1, o.mask_h[1] = mh1;
-  masked_loss(m, x, y, &o);
-  CHECK(cl_model_zero_grad(m) == CL_OK, "zero_grad");
-  CHECK(cl_model_backward(m, CL_TARGET_SEQUENCE, NULL) == CL_OK, "backward: %s",
-        cl_model_error(m));
-  double worst = 0;
-  for (int i = 0; i < cl_model_n_tensors(m); i++) {
-    const char *name;
-    int nd, d[4];
-    cl_model_tensor_info(m, i, &name, &nd, d);
-    size_t n = (size_t)d[0] * (nd == 4 ? (size_t)d[1] * d[2] * d[3] : 1);
-    float *p = malloc(n * sizeof *p), *g = malloc(n * sizeof *g);
-    cl_model_get_param(m, name, p, n);
-    cl_model_get_grad(m, name, g, n);
-    for (size_t j = 0; j < n; j += 1 + n / 9) {
-      float keep = p[j], h = 1e-2f;
-      p[j] = keep + h;
-      cl_model_set_param(m, name, p, n);
-      double lp = masked_loss(m, x, y, &o);
-      p[j] = keep - h;
-      cl_model_set_param(m, name, p, n);
-      double lm = masked_loss(m, x, y, &o);
-      p[j] = keep;
-      cl_model_set_param(m, name, p, n);
-      double fd = (lp - lm) / (2 * h), err = fabs(fd - g[j]) / (fabs(fd) + 1e-3);
-      if (err > worst) worst = err;
-      CHECK(err < 2e-2, "dropout %s[%zu]: analytic %g, finite difference %g", name, j, g[j], fd);
-    }
-    free(p);
-    free(g);
-  }
+  const double worst = check_gradients(m, x, y, CL_TARGET_SEQUENCE, &o, 9, "dropout ");
   printf("gradients with dropout masks: worst relative difference to finite differences %.2e\n",
          worst);
   cl_model_free(m);

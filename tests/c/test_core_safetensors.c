@@ -37,17 +37,7 @@ static const char *tmp_path(const char *name) {
 }
 
 static cl_model *make_model(int bias) {
-  cl_config c;
-  memset(&c, 0, sizeof c);
-  c.input_dim = 2;
-  c.n_layers = 2;
-  c.hidden_dims[0] = 3;
-  c.hidden_dims[1] = 2;
-  c.kernel_sizes[0] = 3;
-  c.kernel_sizes[1] = 1;
-  c.bias = bias;
-  c.device = CL_DEVICE_CPU;
-  c.n_threads = 1;
+  cl_config c = ctest_config(2, 3, 2, 3, 1, bias, 1);
   return ctest_model(&c);
 }
 
@@ -286,8 +276,26 @@ static cl_status parse_and_create(const unsigned char *b, size_t n, char *err, s
 /* A one-layer model, input 1, hidden 1, kernel 1, bias: weight [4, 2, 1, 1]
  * (8 floats), bias [4] (4 floats): 48 bytes of data. */
 static float tiny[12] = {0.1f, -0.2f, 0.3f, -0.4f, 0.5f, -0.6f, 0.7f, -0.8f, 0.01f, 0.02f, 0.03f, 0.04f};
-#define TINY_W "\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[4,2,1,1],\"data_offsets\":[0,32]}"
-#define TINY_B "\"cell_list.0.conv.bias\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[32,48]}"
+/* Header pieces as JSON text: a float32 tensor's entry; the tiny model's
+ * weight [4, 2, 1, 1] at bytes [0, 32) and bias [4] at [32, 48) (TINY_WB:
+ * both and the header's end); a header whose weight entry holds the given
+ * fields (W_FIELDS) or shape and offsets (W_AT), then the bias; a
+ * __metadata__ object of the given entries, and one with the tiny model's
+ * four (then more). */
+#define TENSOR(name, shape, offsets) \
+  "\"" name "\":{\"dtype\":\"F32\",\"shape\":" shape ",\"data_offsets\":" offsets "}"
+#define WEIGHT "cell_list.0.conv.weight"
+#define BIAS "cell_list.0.conv.bias"
+#define TINY_W TENSOR(WEIGHT, "[4,2,1,1]", "[0,32]")
+#define TINY_B TENSOR(BIAS, "[4]", "[32,48]")
+#define TINY_WB TINY_W "," TINY_B "}"
+#define F32_W "\"dtype\":\"F32\",\"shape\":[4,2,1,1]"
+#define W_FIELDS(fields) "{\"" WEIGHT "\":{" fields "}," TINY_B "}"
+#define W_AT(shape, offsets) "{" TENSOR(WEIGHT, shape, offsets) "," TINY_B "}"
+#define META(entries) "{\"__metadata__\":{" entries "},"
+#define TINY_META(more)                                                                        \
+  META("\"convlstm.input_dim\":\"1\",\"convlstm.hidden_dims\":\"[1]\","                      \
+       "\"convlstm.kernel_sizes\":\"[1]\",\"convlstm.bias\":\"true\"" more)
 
 static void test_foreign_files(void) {
   unsigned char buf[4096];
@@ -336,13 +344,18 @@ static void test_foreign_files(void) {
   }
 }
 
-/* Adam's metadata with lr and beta2 given, and its state tensors (role
+/* Adam's metadata with lr, beta1, beta2 and steps given, and its state tensors (role
  * "exp_avg" or "exp_avg_sq") for the tiny model: weight [w0, w1), bias [w1, b1). */
-#define ADAM_META(lr, beta2)                                                                  \
+#define ADAM_META(lr, beta1, beta2, steps)                                                    \
   "\"convlstm.optimizer\":\"adam\",\"convlstm.optimizer.lr\":\"" lr "\","                     \
-  "\"convlstm.optimizer.weight_decay\":\"0\",\"convlstm.optimizer.beta1\":\"0.9\","           \
+  "\"convlstm.optimizer.weight_decay\":\"0\",\"convlstm.optimizer.beta1\":\"" beta1 "\","     \
   "\"convlstm.optimizer.beta2\":\"" beta2 "\",\"convlstm.optimizer.eps\":\"1e-8\","         \
-  "\"convlstm.optimizer.steps\":\"1\""
+  "\"convlstm.optimizer.steps\":\"" steps "\""
+/* SGD's metadata with lr and steps given. */
+#define SGD_META(lr, steps)                                                                   \
+  "\"convlstm.optimizer\":\"sgd\",\"convlstm.optimizer.lr\":\"" lr "\","                      \
+  "\"convlstm.optimizer.weight_decay\":\"0\",\"convlstm.optimizer.momentum\":\"0\","         \
+  "\"convlstm.optimizer.steps\":\"" steps "\""
 #define ADAM_STATE(role, w0, w1, b1)                                                          \
   "\"optimizer." role ".cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[4,2,1,1],"     \
   "\"data_offsets\":[" w0 "," w1 "]},\"optimizer." role ".cell_list.0.conv.bias\":"              \
@@ -370,122 +383,83 @@ static const bad_case BAD[] = {
     {"overlong UTF-8", "{\"\xc0\xaf\":{}}", -1, "UTF-8"},
     {"garbage after", "{" TINY_W "," TINY_B "} x", -1, "after the header"},
     {"tensor not object", "{\"cell_list.0.conv.weight\":5}", -1, "must be an object"},
-    {"unknown key", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[4,2,1,1],"
-                    "\"data_offsets\":[0,32],\"extra\":1}," TINY_B "}", -1, "may only have"},
-    {"missing dtype", "{\"cell_list.0.conv.weight\":{\"shape\":[4,2,1,1],\"data_offsets\":[0,32]},"
-                      TINY_B "}", -1, "lacks its dtype"},
-    {"duplicate key", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"dtype\":\"F32\","
-                      "\"shape\":[4,2,1,1],\"data_offsets\":[0,32]}," TINY_B "}", -1, "twice"},
-    {"unknown dtype", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F33\",\"shape\":[4,2,1,1],"
-                      "\"data_offsets\":[0,32]}," TINY_B "}", -1, "unknown dtype"},
-    {"integer dtype", "{\"cell_list.0.conv.weight\":{\"dtype\":\"I32\",\"shape\":[4,2,1,1],"
-                      "\"data_offsets\":[0,32]}," TINY_B "}", -1, "dtype I32"},
-    {"negative dim", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[-4,2,1,1],"
-                     "\"data_offsets\":[0,32]}," TINY_B "}", -1, "non-negative integer"},
-    {"fractional dim", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[4.0,2,1,1],"
-                       "\"data_offsets\":[0,32]}," TINY_B "}", -1, "non-negative integer"},
-    {"leading zero", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[04,2,1,1],"
-                     "\"data_offsets\":[0,32]}," TINY_B "}", -1, "leading zero"},
-    {"huge dim", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[99999999999999999999,2,1,1],"
-                 "\"data_offsets\":[0,32]}," TINY_B "}", -1, "too large"},
-    {"size overflow", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[4000000000,"
-                      "4000000000,1,1],\"data_offsets\":[0,32]}," TINY_B "}", -1, "overflows"},
+    {"unknown key", W_FIELDS(F32_W ",\"data_offsets\":[0,32],\"extra\":1"), -1, "may only have"},
+    {"missing dtype", W_FIELDS("\"shape\":[4,2,1,1],\"data_offsets\":[0,32]"), -1,
+     "lacks its dtype"},
+    {"duplicate key", W_FIELDS("\"dtype\":\"F32\"," F32_W ",\"data_offsets\":[0,32]"), -1, "twice"},
+    {"unknown dtype", W_FIELDS("\"dtype\":\"F33\",\"shape\":[4,2,1,1],\"data_offsets\":[0,32]"), -1,
+     "unknown dtype"},
+    {"integer dtype", W_FIELDS("\"dtype\":\"I32\",\"shape\":[4,2,1,1],\"data_offsets\":[0,32]"), -1,
+     "dtype I32"},
+    {"negative dim", W_AT("[-4,2,1,1]", "[0,32]"), -1, "non-negative integer"},
+    {"fractional dim", W_AT("[4.0,2,1,1]", "[0,32]"), -1, "non-negative integer"},
+    {"leading zero", W_AT("[04,2,1,1]", "[0,32]"), -1, "leading zero"},
+    {"huge dim", W_AT("[99999999999999999999,2,1,1]", "[0,32]"), -1, "too large"},
+    {"size overflow", W_AT("[4000000000,4000000000,1,1]", "[0,32]"), -1, "overflows"},
     {"rank 9", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}",
      4, "more than 8"},
-    {"three offsets", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[4,2,1,1],"
-                      "\"data_offsets\":[0,32,48]}," TINY_B "}", -1, "exactly 2"},
-    {"offsets reversed", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[4,2,1,1],"
-                         "\"data_offsets\":[32,0]}," TINY_B "}", -1, "end before"},
-    {"size mismatch", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[4,2,1,1],"
-                      "\"data_offsets\":[0,28]}," TINY_B "}", -1, "needs 32"},
-    {"overlap", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[4,2,1,1],"
-                "\"data_offsets\":[0,32]},\"cell_list.0.conv.bias\":{\"dtype\":\"F32\",\"shape\":[4],"
-                "\"data_offsets\":[16,32]}}", -1, "overlaps"},
-    {"gap", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[4,2,1,1],"
-            "\"data_offsets\":[4,36]},\"cell_list.0.conv.bias\":{\"dtype\":\"F32\",\"shape\":[3],"
-            "\"data_offsets\":[36,48]}}", -1, "gap"},
+    {"three offsets", W_AT("[4,2,1,1]", "[0,32,48]"), -1, "exactly 2"},
+    {"offsets reversed", W_AT("[4,2,1,1]", "[32,0]"), -1, "end before"},
+    {"size mismatch", W_AT("[4,2,1,1]", "[0,28]"), -1, "needs 32"},
+    {"overlap", "{" TINY_W "," TENSOR(BIAS, "[4]", "[16,32]") "}", -1, "overlaps"},
+    {"gap", "{" TENSOR(WEIGHT, "[4,2,1,1]", "[4,36]") "," TENSOR(BIAS, "[3]", "[36,48]") "}", -1,
+     "gap"},
     {"data too short", "{" TINY_W "," TINY_B "}", 40, "cover 48 bytes"},
     {"data too long", "{" TINY_W "}", 48, "cover 32 bytes"},
     {"duplicate tensor", "{" TINY_W "," TINY_W "}", 32, "appears twice"},
-    {"weight odd rows", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[3,2,1,2],"
-                        "\"data_offsets\":[0,48]}}", -1, "[4 * hidden"},
-    {"even kernel", "{\"cell_list.0.conv.weight\":{\"dtype\":\"F32\",\"shape\":[4,2,2,2],"
-                    "\"data_offsets\":[0,128]}}", -2, "kh, kw odd"},
-    {"extra tensor", "{" TINY_W ",\"junk\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[32,48]}}",
-     -1, "unexpected tensor \"junk\""},
-    {"missing bias of layer", "{\"__metadata__\":{\"convlstm.input_dim\":\"1\",\"convlstm.hidden_dims\":"
-                              "\"[1]\",\"convlstm.kernel_sizes\":\"[1]\",\"convlstm.bias\":\"true\"},"
-                              TINY_W "}", 32, "cell_list.0.conv.bias is missing"},
-    {"metadata shape mismatch", "{\"__metadata__\":{\"convlstm.input_dim\":\"2\",\"convlstm.hidden_dims\":"
-                                "\"[1]\",\"convlstm.kernel_sizes\":\"[1]\",\"convlstm.bias\":\"true\"},"
-                                TINY_W "," TINY_B "}", -1, "the model needs [4, 3, 1, 1]"},
-    {"metadata partial", "{\"__metadata__\":{\"convlstm.input_dim\":\"1\"}," TINY_W "," TINY_B "}", -1,
-     "only in part"},
-    {"metadata dilation list too long",
-     "{\"__metadata__\":{\"convlstm.input_dim\":\"1\",\"convlstm.hidden_dims\":\"[1]\","
-     "\"convlstm.kernel_sizes\":\"[1]\",\"convlstm.bias\":\"true\",\"convlstm.dilation_h\":"
-     "\"[1, 2]\"}," TINY_W "," TINY_B "}", -1, "convlstm.dilation_h must be a list of 1"},
-    {"metadata kernel width zero",
-     "{\"__metadata__\":{\"convlstm.input_dim\":\"1\",\"convlstm.hidden_dims\":\"[1]\","
-     "\"convlstm.kernel_sizes\":\"[1]\",\"convlstm.bias\":\"true\",\"convlstm.kernel_widths\":"
-     "\"[0]\"}," TINY_W "," TINY_B "}", -1, "convlstm.kernel_widths must be"},
-    {"metadata dropout of 1",
-     "{\"__metadata__\":{\"convlstm.input_dim\":\"1\",\"convlstm.hidden_dims\":\"[1]\","
-     "\"convlstm.kernel_sizes\":\"[1]\",\"convlstm.bias\":\"true\",\"convlstm.dropout\":"
-     "\"[1]\"}," TINY_W "," TINY_B "}", -1, "convlstm.dropout must be a list of 1 numbers in [0, 1)"},
+    {"weight odd rows", "{" TENSOR(WEIGHT, "[3,2,1,2]", "[0,48]") "}", -1, "[4 * hidden"},
+    {"even kernel", "{" TENSOR(WEIGHT, "[4,2,2,2]", "[0,128]") "}", -2, "kh, kw odd"},
+    {"extra tensor", "{" TINY_W "," TENSOR("junk", "[4]", "[32,48]") "}", -1,
+     "unexpected tensor \"junk\""},
+    {"missing bias of layer", TINY_META("") TINY_W "}", 32, "cell_list.0.conv.bias is missing"},
+    {"metadata shape mismatch",
+     META("\"convlstm.input_dim\":\"2\",\"convlstm.hidden_dims\":\"[1]\","
+          "\"convlstm.kernel_sizes\":\"[1]\",\"convlstm.bias\":\"true\"") TINY_WB,
+     -1, "the model needs [4, 3, 1, 1]"},
+    {"metadata partial", META("\"convlstm.input_dim\":\"1\"") TINY_WB, -1, "only in part"},
+    {"metadata dilation list too long", TINY_META(",\"convlstm.dilation_h\":\"[1, 2]\"") TINY_WB,
+     -1, "convlstm.dilation_h must be a list of 1"},
+    {"metadata kernel width zero", TINY_META(",\"convlstm.kernel_widths\":\"[0]\"") TINY_WB, -1,
+     "convlstm.kernel_widths must be"},
+    {"metadata dropout of 1", TINY_META(",\"convlstm.dropout\":\"[1]\"") TINY_WB, -1,
+     "convlstm.dropout must be a list of 1 numbers in [0, 1)"},
     {"metadata recurrent_dropout malformed",
-     "{\"__metadata__\":{\"convlstm.input_dim\":\"1\",\"convlstm.hidden_dims\":\"[1]\","
-     "\"convlstm.kernel_sizes\":\"[1]\",\"convlstm.bias\":\"true\","
-     "\"convlstm.recurrent_dropout\":\"[0.5,0.1]\"}," TINY_W "," TINY_B "}", -1,
+     TINY_META(",\"convlstm.recurrent_dropout\":\"[0.5,0.1]\"") TINY_WB, -1,
      "convlstm.recurrent_dropout must be"},
-    {"metadata dropout negative",
-     "{\"__metadata__\":{\"convlstm.input_dim\":\"1\",\"convlstm.hidden_dims\":\"[1]\","
-     "\"convlstm.kernel_sizes\":\"[1]\",\"convlstm.bias\":\"true\",\"convlstm.dropout\":"
-     "\"[-0.5]\"}," TINY_W "," TINY_B "}", -1, "convlstm.dropout must be"},
-    {"metadata bad list", "{\"__metadata__\":{\"convlstm.input_dim\":\"1\",\"convlstm.hidden_dims\":"
-                          "\"[1,]\",\"convlstm.kernel_sizes\":\"[1]\",\"convlstm.bias\":\"true\"},"
-                          TINY_W "," TINY_B "}", -1, "hidden_dims"},
-    {"metadata non-string", "{\"__metadata__\":{\"a\":1}," TINY_W "," TINY_B "}", -1, "must be strings"},
-    {"metadata twice", "{\"__metadata__\":{},\"__metadata__\":{}," TINY_W "," TINY_B "}", -1, "twice"},
-    {"metadata dup key", "{\"__metadata__\":{\"a\":\"1\",\"a\":\"2\"}," TINY_W "," TINY_B "}", -1, "twice"},
-    {"future version", "{\"__metadata__\":{\"convlstm.format_version\":\"2\"}," TINY_W "," TINY_B "}", -1,
-     "version"},
-    {"bad optimizer", "{\"__metadata__\":{\"convlstm.optimizer\":\"rmsprop\"}," TINY_W "," TINY_B "}", -1,
+    {"metadata dropout negative", TINY_META(",\"convlstm.dropout\":\"[-0.5]\"") TINY_WB, -1,
+     "convlstm.dropout must be"},
+    {"metadata bad list",
+     META("\"convlstm.input_dim\":\"1\",\"convlstm.hidden_dims\":\"[1,]\","
+          "\"convlstm.kernel_sizes\":\"[1]\",\"convlstm.bias\":\"true\"") TINY_WB,
+     -1, "hidden_dims"},
+    {"metadata non-string", META("\"a\":1") TINY_WB, -1, "must be strings"},
+    {"metadata twice", META("") "\"__metadata__\":{}," TINY_WB, -1, "twice"},
+    {"metadata dup key", META("\"a\":\"1\",\"a\":\"2\"") TINY_WB, -1, "twice"},
+    {"future version", META("\"convlstm.format_version\":\"2\"") TINY_WB, -1, "version"},
+    {"bad optimizer", META("\"convlstm.optimizer\":\"rmsprop\"") TINY_WB, -1,
      "\"adamw\" or \"sgd\""},
-    {"optimizer missing lr", "{\"__metadata__\":{\"convlstm.optimizer\":\"sgd\"}," TINY_W "," TINY_B "}",
-     -1, "optimizer.lr is missing"},
-    {"optimizer lr NaN", "{\"__metadata__\":{\"convlstm.optimizer\":\"sgd\",\"convlstm.optimizer.lr\":"
-                         "\"nan\",\"convlstm.optimizer.weight_decay\":\"0\",\"convlstm.optimizer.momentum\":"
-                         "\"0\",\"convlstm.optimizer.steps\":\"0\"}," TINY_W "," TINY_B "}", -1, "lr"},
-    {"optimizer hex lr", "{\"__metadata__\":{\"convlstm.optimizer\":\"sgd\",\"convlstm.optimizer.lr\":"
-                         "\"0x1p-3\",\"convlstm.optimizer.weight_decay\":\"0\",\"convlstm.optimizer.momentum\":"
-                         "\"0\",\"convlstm.optimizer.steps\":\"0\"}," TINY_W "," TINY_B "}", -1, "lr"},
-    {"optimizer negative steps", "{\"__metadata__\":{\"convlstm.optimizer\":\"sgd\",\"convlstm.optimizer.lr\":"
-                                 "\"0.1\",\"convlstm.optimizer.weight_decay\":\"0\",\"convlstm.optimizer.momentum\":"
-                                 "\"0\",\"convlstm.optimizer.steps\":\"-1\"}," TINY_W "," TINY_B "}", -1, "steps"},
-    {"adam beta1 = 1", "{\"__metadata__\":{\"convlstm.optimizer\":\"adam\",\"convlstm.optimizer.lr\":"
-                       "\"0.1\",\"convlstm.optimizer.weight_decay\":\"0\",\"convlstm.optimizer.beta1\":\"1\","
-                       "\"convlstm.optimizer.beta2\":\"0.9\",\"convlstm.optimizer.eps\":\"1e-8\","
-                       "\"convlstm.optimizer.steps\":\"0\"}," TINY_W "," TINY_B "}", -1, "beta1"},
-    {"adam steps without state", "{\"__metadata__\":{\"convlstm.optimizer\":\"adam\",\"convlstm.optimizer.lr\":"
-                                 "\"0.1\",\"convlstm.optimizer.weight_decay\":\"0\",\"convlstm.optimizer.beta1\":"
-                                 "\"0.9\",\"convlstm.optimizer.beta2\":\"0.9\",\"convlstm.optimizer.eps\":\"1e-8\","
-                                 "\"convlstm.optimizer.steps\":\"3\"}," TINY_W "," TINY_B "}", -1,
+    {"optimizer missing lr", META("\"convlstm.optimizer\":\"sgd\"") TINY_WB, -1,
+     "optimizer.lr is missing"},
+    {"optimizer lr NaN", META(SGD_META("nan", "0")) TINY_WB, -1, "lr"},
+    {"optimizer hex lr", META(SGD_META("0x1p-3", "0")) TINY_WB, -1, "lr"},
+    {"optimizer negative steps", META(SGD_META("0.1", "-1")) TINY_WB, -1, "steps"},
+    {"adam beta1 = 1", META(ADAM_META("0.1", "1", "0.9", "0")) TINY_WB, -1, "beta1"},
+    {"adam steps without state", META(ADAM_META("0.1", "0.9", "0.9", "3")) TINY_WB, -1,
      "state (exp_avg"},
-    {"orphan optimizer key", "{\"__metadata__\":{\"convlstm.optimizer.lr\":\"0.1\"}," TINY_W "," TINY_B "}",
-     -1, "convlstm.optimizer (the kind)"},
-    {"state without optimizer", "{" TINY_W ",\"optimizer.momentum_buffer.cell_list.0.conv.weight\":{\"dtype\":"
-                                "\"F32\",\"shape\":[4,2,1,1],\"data_offsets\":[32,64]}}", -3,
+    {"orphan optimizer key", META("\"convlstm.optimizer.lr\":\"0.1\"") TINY_WB, -1,
+     "convlstm.optimizer (the kind)"},
+    {"state without optimizer",
+     "{" TINY_W "," TENSOR("optimizer.momentum_buffer." WEIGHT, "[4,2,1,1]", "[32,64]") "}", -3,
      "no convlstm.optimizer"},
     /* valid doubles that the float update cannot use (cl_optim_check) */
-    {"beta2 rounds to 1 as a float", "{\"__metadata__\":{" ADAM_META("0.001", "0.9999999999") "},"
-     TINY_W "," TINY_B "}", -1, "`betas`"},
-    {"lr beyond float", "{\"__metadata__\":{" ADAM_META("1e39", "0.999") "}," TINY_W "," TINY_B "}",
-     -1, "`lr`"},
+    {"beta2 rounds to 1 as a float", META(ADAM_META("0.001", "0.9", "0.9999999999", "1")) TINY_WB,
+     -1, "`betas`"},
+    {"lr beyond float", META(ADAM_META("1e39", "0.9", "0.999", "1")) TINY_WB, -1, "`lr`"},
     /* Adam's second moments below zero (tiny holds negative values) */
-    {"negative exp_avg_sq", "{\"__metadata__\":{" ADAM_META("0.001", "0.999") "}," TINY_W "," TINY_B
-     "," ADAM_STATE("exp_avg", "48", "80", "96") ","
-     ADAM_STATE("exp_avg_sq", "96", "128", "144") "}", -4, "negative value"},
+    {"negative exp_avg_sq",
+     META(ADAM_META("0.001", "0.9", "0.999", "1")) TINY_W "," TINY_B "," ADAM_STATE(
+         "exp_avg", "48", "80", "96") "," ADAM_STATE("exp_avg_sq", "96", "128", "144") "}",
+     -4, "negative value"},
 };
 
 static void test_broken_files(void) {

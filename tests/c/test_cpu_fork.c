@@ -26,17 +26,8 @@ enum { B = 2, T = 3, C = 2, H = 6, W = 6, CL = 2, CHILD_SECONDS = 120 };
 static float x[B * T * C * H * W], y[B * CL * H * W];
 
 static cl_model *make_model(void) {
-  cl_config c;
-  memset(&c, 0, sizeof c);
-  c.input_dim = C;
-  c.n_layers = 2;
-  c.hidden_dims[0] = 4;
-  c.hidden_dims[1] = CL;
-  c.kernel_sizes[0] = 3;
-  c.kernel_sizes[1] = 3;
-  c.bias = 1;
-  c.device = CL_DEVICE_CPU;
-  c.n_threads = 2; /* with B = 2 the convolutions run a team of two per image pair */
+  /* 2 threads: with B = 2 the convolutions run a team of two per image pair */
+  cl_config c = ctest_config(C, 4, CL, 3, 3, 1, 2);
   return ctest_model(&c);
 }
 

@@ -49,14 +49,7 @@ typedef struct gcase {
 } gcase;
 
 static cl_model *make(const gcase *gc, int graphs) {
-  cl_config c;
-  memset(&c, 0, sizeof c);
-  c.input_dim = 1;
-  c.n_layers = 2;
-  c.hidden_dims[0] = 64;
-  c.hidden_dims[1] = 1;
-  c.kernel_sizes[0] = c.kernel_sizes[1] = 3;
-  c.bias = 1;
+  cl_config c = ctest_config(1, 64, 1, 3, 3, 1, 0);
   c.peephole = gc->peep;
   if (gc->peep == CL_PEEP_POSITION) {
     c.peephole_h = H;

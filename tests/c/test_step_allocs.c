@@ -68,15 +68,7 @@ typedef struct step_case {
 
 /* per_gate: dropout masks one per gate ([B, 4, C, H, W]; grouped convolutions) */
 static void run_case(const step_case *sc, int per_gate, start_fn start, stop_fn stop) {
-  cl_config c;
-  memset(&c, 0, sizeof c);
-  c.input_dim = 2;
-  c.n_layers = 2;
-  c.hidden_dims[0] = 16;
-  c.hidden_dims[1] = 1;
-  c.kernel_sizes[0] = c.kernel_sizes[1] = 3;
-  c.bias = 1;
-  c.n_threads = 1;
+  cl_config c = ctest_config(2, 16, 1, 3, 3, 1, 1);
   c.dtype = sc->dtype;
   c.device = sc->device;
   c.peephole = sc->peephole;
