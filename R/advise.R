@@ -123,7 +123,7 @@
 #' convlstm_release(model)
 memory_advise <- function(model, budget, batch_size, seq_len, height, width,
                           optimizer = optimizer_adam(), target = c("last_state", "sequence"),
-                          allow_tbptt = FALSE) {
+                          allow_tbptt = FALSE, horizon = 0, teacher_forcing = TRUE) {
   call <- sys.call()
   ptr <- model_ptr(model)
   budget <- resolve_budget(ptr, budget, "budget", call)
@@ -132,12 +132,21 @@ memory_advise <- function(model, budget, batch_size, seq_len, height, width,
   H <- check_count(height, "height")
   W <- check_count(width, "width")
   optimizer <- check_optimizer(optimizer)
+  forecast <- advise_forecast(horizon, teacher_forcing, ptr, call)
+  if (forecast$horizon > 0) {
+    if (!missing(target) && !identical(target, "sequence")) {
+      abort_arg("target", '"sequence" with a `horizon`', target, call)
+    }
+    target <- "sequence"
+  }
   target <- check_choice(target, c("last_state", "sequence"), "target")
   allow_tbptt <- check_flag(allow_tbptt, "allow_tbptt")
+  # a forecast trains over the sequence and the frames fed back after it
+  steps <- T + forecast$horizon - (forecast$horizon > 0)
 
-  grid <- advise_grid(B, T, allow_tbptt)
+  grid <- advise_grid(B, steps, allow_tbptt, forecast$free_run)
   plans <- lapply(seq_len(nrow(grid)), function(i) {
-    plan_of(model, grid[i, ], B, T, H, W, optimizer)
+    plan_of(model, grid[i, ], B, T, H, W, optimizer, forecast)
   })
   bytes <- do.call(rbind, lapply(plans, `[[`, "bytes"))
   rows <- cbind(grid, micro_batch = ceiling(B / grid$accumulation_steps), as.data.frame(bytes))
@@ -145,7 +154,7 @@ memory_advise <- function(model, budget, batch_size, seq_len, height, width,
   config <- c_model_config(ptr)
   rates <- backend_rates(config)
   seconds <- vapply(seq_len(nrow(grid)), function(i) {
-    predicted_seconds(config, grid[i, ], B, T, as.double(H) * W, target, optimizer, rates)
+    predicted_seconds(config, grid[i, ], B, steps, as.double(H) * W, target, optimizer, rates)
   }, numeric(1))
   rows$time_ratio <- seconds / seconds[[1]] # row 1 is the plain float32 step
   rows$reason <- ifelse(rows$fits, "", vapply(seq_len(nrow(rows)), function(i) {
@@ -157,18 +166,40 @@ memory_advise <- function(model, budget, batch_size, seq_len, height, width,
   rownames(out) <- NULL
   structure(out, class = c("convlstm_memory_advice", "data.frame"), budget = budget,
             shape = c(batch_size = B, seq_len = T, height = H, width = W), target = target,
-            optimizer = optimizer$kind, rates = rates)
+            optimizer = optimizer$kind, rates = rates, horizon = forecast$horizon,
+            teacher_forcing = forecast$modes)
+}
+
+# memory_advise()'s horizon and teacher_forcing: the horizon (0: none), the
+# teacher forcing of every step to plan (modes: 1 teacher-forced, below 1
+# free-running; a schedule's steps may be either, so both), and whether
+# any step runs free (it refuses checkpoint, tbptt and recompute_gates:
+# check_step_options()).
+advise_forecast <- function(horizon, teacher_forcing, ptr, call) {
+  K <- check_count(horizon, "horizon", min = 0, call = call)
+  if (K == 0) {
+    if (is.function(teacher_forcing)) {
+      abort_arg("teacher_forcing", "TRUE without a `horizon`", teacher_forcing, call)
+    }
+    check_teacher_forcing(teacher_forcing, FALSE, call)
+    return(list(horizon = 0L, modes = 1, free_run = FALSE))
+  }
+  check_horizon(K, c_model_config(ptr), call = call)
+  modes <- if (is.function(teacher_forcing)) c(1, 0)
+           else check_teacher_forcing(teacher_forcing, TRUE, call)
+  list(horizon = K, modes = modes, free_run = any(modes < 1))
 }
 
 # Every configuration that keeps the gradient: each dtype, no checkpoint or
 # one of a few segment lengths, the gates kept or recomputed in backward,
 # one or more micro-batches; row 1 is the
 # plain float32 step. tbptt windows (never with checkpointing) when allowed.
-advise_grid <- function(B, T, allow_tbptt) {
-  splits <- time_splits(T)
+# A free-running step takes none of checkpoint, tbptt and recompute_gates.
+advise_grid <- function(B, T, allow_tbptt, free_run = FALSE) {
+  splits <- if (free_run) integer() else time_splits(T)
   micro <- micro_splits(B)
   grid <- expand.grid(dtype = dtypes(), checkpoint = c(0L, splits),
-                      recompute_gates = c(0L, recompute_chunk),
+                      recompute_gates = c(0L, if (!free_run) recompute_chunk),
                       accumulation_steps = micro, tbptt = 0L, stringsAsFactors = FALSE,
                       KEEP.OUT.ATTRS = FALSE)
   if (allow_tbptt && length(splits) > 0) {
@@ -196,14 +227,20 @@ micro_splits <- function(B) {
 }
 
 # One configuration's plan by category (NA with the reason when its sizes
-# overflow what the planner can hold).
-plan_of <- function(model, cfg, B, T, H, W, optimizer) {
+# overflow what the planner can hold); with several teacher-forcing modes
+# (forecast$modes) the plan of the one that reserves the most, so that the
+# configuration fits every step.
+plan_of <- function(model, cfg, B, T, H, W, optimizer, forecast) {
   cols <- c(mem_categories, "total", "reserved", "runtime")
   tryCatch({
-    est <- memory_estimate(model, B, T, H, W, dtype = cfg$dtype, checkpoint = cfg$checkpoint,
-                           accumulation_steps = cfg$accumulation_steps, tbptt = cfg$tbptt,
-                           optimizer = optimizer, recompute_gates = cfg$recompute_gates)
-    list(bytes = estimate_bytes(est)[cols])
+    each <- lapply(forecast$modes, function(tf) {
+      est <- memory_estimate(model, B, T, H, W, dtype = cfg$dtype, checkpoint = cfg$checkpoint,
+                             accumulation_steps = cfg$accumulation_steps, tbptt = cfg$tbptt,
+                             optimizer = optimizer, recompute_gates = cfg$recompute_gates,
+                             horizon = forecast$horizon, teacher_forcing = tf)
+      estimate_bytes(est)[cols]
+    })
+    list(bytes = each[[which.max(vapply(each, function(b) b[["reserved"]], numeric(1)))]])
   }, convlstm_error_invalid = function(e) {
     list(bytes = stats::setNames(rep(NA_real_, length(cols)), cols),
          error = conditionMessage(e))
@@ -397,6 +434,7 @@ print.convlstm_memory_advice <- function(x, n = 10, ...) {
     shape[["batch_size"]], shape[["seq_len"]], if (shape[["seq_len"]] == 1) "" else "s",
     shape[["height"]], shape[["width"]], attr(x, "optimizer"), attr(x, "target"),
     format_bytes(attr(x, "budget")), nrow(fit), nrow(x)))
+  forecast_line(attr(x, "horizon") %||% 0L, attr(x, "teacher_forcing") %||% 1)
   shown <- function(d) {
     data.frame(
       dtype = d$dtype,
@@ -437,6 +475,18 @@ print.convlstm_memory_advice <- function(x, n = 10, ...) {
   invisible(x)
 }
 
+# The print's line on a forecast: which steps are planned, and what a
+# free-running one leaves out of the list.
+forecast_line <- function(K, modes) {
+  if (K == 0) return(invisible())
+  steps <- if (length(modes) > 1) "teacher-forced and free-running steps (a schedule), each"
+           else if (modes < 1) "free-running steps" else "teacher-forced steps"
+  cat(sprintf("forecast of %d frame%s: %s planned%s\n", K, if (K == 1) "" else "s", steps,
+              if (any(modes < 1)) {
+                "; no checkpoint, tbptt or recompute_gates (a free-running step refuses them)"
+              } else ""))
+}
+
 # ---- convlstm_fit(memory_budget = , batch_size = "max") ---------------------
 
 # The batch size and step options convlstm_fit() trains with. With a
@@ -444,11 +494,13 @@ print.convlstm_memory_advice <- function(x, n = 10, ...) {
 # (converting the model's dtype when it picks another) and says which in one
 # line; batch_size = "max" trains at max_batch_size() for that
 # configuration (for the options given when there is no budget), at most
-# the n samples there are. Without either, the arguments as given.
+# the n samples there are. Without either, the arguments as given. A
+# forecast's fit gives the plans of its steps (fit_forecast()) and its
+# teacher_forcing: the pick and the batch fit every one of them.
 fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, target,
                             checkpoint, accumulation_steps, tbptt, verbose,
                             plans = list(list()), recompute_gates = FALSE,
-                            call = sys.call(-1)) {
+                            teacher_forcing = TRUE, call = sys.call(-1)) {
   given <- list(batch_size = batch_size, checkpoint = checkpoint,
                 accumulation_steps = accumulation_steps, tbptt = tbptt,
                 recompute_gates = recompute_gates)
@@ -470,6 +522,7 @@ fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, tar
     }, numeric(1)))
     min(n, as.integer(b))
   }
+  horizon <- plans[[1]]$horizon %||% 0L
   if (is.null(memory_budget)) { # "max" with the options given
     opts <- given[-1]
     b <- largest(opts)
@@ -490,7 +543,8 @@ fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, tar
     B <- if (is_max) max(1L, largest(list()))
          else min(n, check_count(batch_size, "batch_size", call = call))
     advice <- memory_advise(model, budget, B, shape$seq_len, shape$height, shape$width,
-                            optimizer = optimizer, target = target)
+                            optimizer = optimizer, target = target, horizon = horizon,
+                            teacher_forcing = teacher_forcing)
     if (!any(advice$fits)) {
       abort_no_fit(budget, sprintf("no configuration of a batch of %d fits; the closest is %s",
                                    B, advice$reason[[1]]), call)
@@ -501,15 +555,27 @@ fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, tar
     if (!identical(pick$dtype, model_config(model)$dtype)) set_dtype(model, pick$dtype)
     b <- if (is_max) largest(opts) else batch_size # more than n: convlstm_fit() says so
     chosen <- c(list(batch_size = b), opts)
-    est <- do.call(memory_estimate, c(list(model, b), shape, list(optimizer = optimizer), opts))
+    planned <- max(vapply(plans, function(f) {
+      est <- do.call(memory_estimate, c(list(model, b), shape, list(optimizer = optimizer),
+                                        opts, f))
+      estimate_bytes(est)[["reserved"]]
+    }, numeric(1)))
     line <- sprintf(
-      paste0("memory_budget %s: batch %d, %s%s (planned %s; step time predicted %.2fx the ",
+      paste0("memory_budget %s: batch %d, %s%s%s (planned %s; step time predicted %.2fx the ",
              "plain float32 step's)"),
       format_bytes(budget), b, pick$dtype, describe_options(c(opts, outputs = "all")),
-      format_bytes(estimate_bytes(est)[["reserved"]]), pick$time_ratio)
+      describe_forecast(horizon, teacher_forcing), format_bytes(planned), pick$time_ratio)
   }
   if (verbose) cli::cli_alert_info(line)
   chosen
+}
+
+# A forecasting fit's steps, for the budget's line.
+describe_forecast <- function(K, teacher_forcing) {
+  if (K == 0) return("")
+  steps <- if (is.function(teacher_forcing)) "teacher-forced and free-running steps"
+           else if (teacher_forcing < 1) "free-running steps" else "teacher-forced steps"
+  sprintf(", forecast of %d frame%s, %s", K, if (K == 1) "" else "s", steps)
 }
 
 abort_no_fit <- function(budget, what, call) {
