@@ -98,6 +98,19 @@
 #' @param allow_tbptt Also list truncated backpropagation through time
 #'   (windows of `tbptt` steps), which saves memory but does not compute the
 #'   same gradient.
+#' @param horizon `0`, or plan the forecasting step of [train_step()] with
+#'   `horizon`: `seq_len` input steps and the `horizon` frames that follow
+#'   (a step over `seq_len + horizon - 1` steps, [memory_estimate()] with
+#'   `horizon`); `target` is then `"sequence"`. The time prediction counts
+#'   that many steps as a sequence of its own.
+#' @param teacher_forcing With a `horizon`: `TRUE` plans teacher-forced
+#'   steps; `FALSE` or a probability below 1 free-running ones (scheduled
+#'   sampling plans as free-running, see [memory_estimate()]), which cannot
+#'   use `checkpoint`, `tbptt` or `recompute_gates`, so these are left out of
+#'   the list; a function of the epoch (a schedule, [sampling_schedule()])
+#'   plans both, as [convlstm_fit()] may take either: a row's bytes are then
+#'   those of the plan that reserves more, and free-running's exclusions
+#'   apply. `TRUE` without a `horizon`.
 #' @return A data frame of class `convlstm_memory_advice`, one row per
 #'   configuration: the fitting ones first, fastest first; then the others,
 #'   closest to fitting first. Columns: `dtype`, `checkpoint`,
@@ -109,7 +122,9 @@
 #'   process needs beside the model, taken off a budget given); `fits`; `time_ratio`
 #'   (predicted step time over the plain float32 step's); `reason` (why it
 #'   does not fit, `""` when it does). Attributes: `budget`, `shape`,
-#'   `target`, `optimizer` and `rates` (the cost model's measured rates).
+#'   `target`, `optimizer`, `rates` (the cost model's measured rates),
+#'   `horizon` and `teacher_forcing` (the teacher forcing of each plan: 1,
+#'   below 1, or both for a schedule).
 #'   It has a `print()` method (`n` rows of each kind).
 #' @seealso [memory_estimate()], [max_batch_size()], [convlstm_fit()] with
 #'   `memory_budget`.
@@ -121,6 +136,14 @@
 #' advice
 #' advice[1, c("dtype", "checkpoint", "accumulation_steps", "reserved", "time_ratio")]
 #' convlstm_release(model)
+#' # forecasting 3 frames: teacher-forced, free-running (no checkpoint), a schedule
+#' fc <- convlstm(1, c(16, 1), 3, device = "cpu")
+#' memory_advise(fc, "40 MiB", 32, 10, 32, 32, horizon = 3)
+#' free <- memory_advise(fc, "40 MiB", 32, 10, 32, 32, horizon = 3, teacher_forcing = FALSE)
+#' any(free$checkpoint > 0 | free$recompute_gates > 0) # FALSE
+#' memory_advise(fc, "40 MiB", 32, 10, 32, 32, horizon = 3,
+#'               teacher_forcing = sampling_schedule("exponential", k = 0.5))
+#' convlstm_release(fc)
 memory_advise <- function(model, budget, batch_size, seq_len, height, width,
                           optimizer = optimizer_adam(), target = c("last_state", "sequence"),
                           allow_tbptt = FALSE, horizon = 0, teacher_forcing = TRUE) {

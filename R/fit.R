@@ -77,8 +77,12 @@
 #'   ([memory_advise()]: dtype, `checkpoint`, `recompute_gates`,
 #'   `accumulation_steps`) is trained with, said in one line; the model's
 #'   dtype is converted if another is chosen. Leave `checkpoint`,
-#'   `recompute_gates`, `accumulation_steps` and `tbptt` out then. Not with
-#'   a `horizon` (give `batch_size = "max"` alone) or `state = "carry"`.
+#'   `recompute_gates`, `accumulation_steps` and `tbptt` out then. With a
+#'   `horizon`, the forecasting step ([memory_advise()] with `horizon` and
+#'   `teacher_forcing`): free-running (`teacher_forcing` below 1) without
+#'   `checkpoint` or `recompute_gates`, and with a schedule a configuration
+#'   that fits both the teacher-forced and the free-running step. Not with
+#'   `state = "carry"` (the advisor does not plan the carried state).
 #' @param horizon,teacher_forcing `NULL`, or train every batch as
 #'   [train_step()] with `horizon` (the forecast of the frames in `y`) and
 #'   `teacher_forcing` (`TRUE`: the true frames fed back; `FALSE`:
