@@ -317,7 +317,9 @@ step_work <- function(config, cfg, B, T, P, target, optimizer_kind, threads) {
   m <- ceiling(B / b)                         # micro-batches run
   busy <- function(n) n / (threads * ceiling(n / threads)) # share of threads at work
   hid <- as.double(config$hidden_dims)
-  kk <- as.double(config$kernel_sizes)^2
+  # kernel taps per layer: a size (square) or kh, kw (a list of them when non-square)
+  kk <- vapply(as.list(config$kernel_sizes), function(k) prod(rep_len(as.double(k), 2)),
+               numeric(1))
   inp <- c(as.double(config$input_dim), hid[-length(hid)])
   below <- seq_along(hid) > 1 # layers whose input gradient is needed
   fl_in <- 2 * P * 4 * hid * inp * kk
@@ -578,15 +580,16 @@ fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, tar
     if (!identical(pick$dtype, model_config(model)$dtype)) set_dtype(model, pick$dtype)
     b <- if (is_max) largest(opts) else batch_size # more than n: convlstm_fit() says so
     chosen <- c(list(batch_size = b), opts)
+    trained <- min(b, n) # the default batch of 32 is lowered to the samples there are
     planned <- max(vapply(plans, function(f) {
-      est <- do.call(memory_estimate, c(list(model, b), shape, list(optimizer = optimizer),
+      est <- do.call(memory_estimate, c(list(model, trained), shape, list(optimizer = optimizer),
                                         opts, f))
       estimate_bytes(est)[["reserved"]]
     }, numeric(1)))
     line <- sprintf(
       paste0("memory_budget %s: batch %d, %s%s%s (planned %s; step time predicted %.2fx the ",
              "plain float32 step's)"),
-      format_bytes(budget), b, pick$dtype, describe_options(c(opts, outputs = "all")),
+      format_bytes(budget), trained, pick$dtype, describe_options(c(opts, outputs = "all")),
       describe_forecast(horizon, teacher_forcing), format_bytes(planned), pick$time_ratio)
   }
   if (verbose) cli::cli_alert_info(line)
