@@ -455,3 +455,17 @@ test_that("convlstm_fit(memory_budget = , horizon = ) trains the advisor's pick 
   expect_lte(memory_stats(model)$peak_reserved, budget)
   expect_gte(attr(h, "batch_size"), 1)
 })
+
+test_that("memory_advise() predicts times for non-square kernels (kernel sizes as a list)", {
+  model <- convlstm(1, c(4, 1), list(c(3, 5), 3), device = "cpu", threads = 1)
+  on.exit(convlstm_release(model))
+  square <- convlstm(1, c(4, 1), list(c(3, 3), 3), device = "cpu", threads = 1)
+  on.exit(convlstm_release(square), add = TRUE)
+  advice <- memory_advise(model, "1 GiB", 4, 4, 8, 8, horizon = 2)
+  expect_true(all(is.finite(advice$time_ratio)))
+  # the 3 x 5 layer's convolutions count 15 taps, the 3 x 3 one's 9
+  conf <- function(m) convlstm:::c_model_config(convlstm:::model_ptr(m))
+  cfg <- list(dtype = "float32", checkpoint = 0L, accumulation_steps = 1L, tbptt = 0L)
+  work <- function(m) convlstm:::step_work(conf(m), cfg, 4, 4, 64, "sequence", "adam", 1)
+  expect_gt(work(model)[["flops"]], work(square)[["flops"]])
+})
