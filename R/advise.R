@@ -102,7 +102,9 @@
 #'   `horizon`: `seq_len` input steps and the `horizon` frames that follow
 #'   (a step over `seq_len + horizon - 1` steps, [memory_estimate()] with
 #'   `horizon`); `target` is then `"sequence"`. The time prediction counts
-#'   that many steps as a sequence of its own.
+#'   that many steps, of which a free-running step's `horizon - 1` fed-back
+#'   ones run their input convolutions one step per call (a schedule is
+#'   predicted free-running).
 #' @param teacher_forcing With a `horizon`: `TRUE` plans teacher-forced
 #'   steps; `FALSE` or a probability below 1 free-running ones (scheduled
 #'   sampling plans as free-running, see [memory_estimate()]), which cannot
@@ -176,8 +178,11 @@ memory_advise <- function(model, budget, batch_size, seq_len, height, width,
   rows$fits <- !is.na(rows$reserved) & rows$reserved <= budget
   config <- c_model_config(ptr)
   rates <- backend_rates(config)
+  # a free-running step's fed-back steps (a schedule's too: predicted free-running)
+  fed <- if (forecast$free_run) max(0L, forecast$horizon - 1L) else 0L
   seconds <- vapply(seq_len(nrow(grid)), function(i) {
-    predicted_seconds(config, grid[i, ], B, steps, as.double(H) * W, target, optimizer, rates)
+    predicted_seconds(config, c(grid[i, ], fed = fed), B, steps, as.double(H) * W, target,
+                      optimizer, rates)
   }, numeric(1))
   rows$time_ratio <- seconds / seconds[[1]] # row 1 is the plain float32 step
   rows$reason <- ifelse(rows$fits, "", vapply(seq_len(nrow(rows)), function(i) {
@@ -287,7 +292,10 @@ why_not <- function(row, budget) {
 # runs every segment but the last forward again; truncation with a loss on
 # the last state runs only the last window backward; recomputing the gates
 # runs every step that goes backward through forward once more, its input
-# half a chunk of steps per call. On the CPU a
+# half a chunk of steps per call. A free-running forecast's `fed` fed-back
+# steps (cfg$fed, horizon - 1) run forward and their input gradients one
+# step per call through every layer, layer 0 too (src/core/forward.c,
+# backward.c: cl_*_free_run); its weight gradients stay whole. On the CPU a
 # convolution call shares its images among `threads` (src/cpu/cpu_conv.c),
 # so a call over fewer images than threads leaves some idle: its FLOPs are
 # counted as the work of the threads it occupies.
@@ -303,8 +311,10 @@ step_work <- function(config, cfg, B, T, P, target, optimizer_kind, threads) {
   tb <- w > 0 && w < T
   last_len <- function(S) T - (ceiling(T / S) - 1) * S
   rc <- cfg$recompute_gates %||% 0L
+  fed <- cfg$fed %||% 0                       # never with ck, tb or rc (check_step_options)
   S <- if (ck) k else if (tb) w else T        # steps held at once
   chunk <- if (rc > 0) min(rc, S) else S      # steps per input-half call
+  batched <- chunk - fed                      # of them, the steps not fed back
   redo <- if (ck) T - last_len(k) else 0      # steps recomputed
   bwd <- if (tb && target == "last_state") last_len(w) else T
   again <- if (rc > 0) bwd else 0             # steps whose gates backward recomputes
@@ -324,7 +334,8 @@ step_work <- function(config, cfg, B, T, P, target, optimizer_kind, threads) {
   below <- seq_along(hid) > 1 # layers whose input gradient is needed
   fl_in <- 2 * P * 4 * hid * inp * kk
   fl_h <- 2 * P * 4 * hid * hid * kk
-  flops <- B * sum(fl_in * (fwd + bwd * (1 + below)) / busy(chunk * b) +
+  flops <- B * sum(fl_in * ((fwd - fed + below * (bwd - fed)) / busy(batched * b) +
+                               bwd / busy(chunk * b) + 2 * fed / busy(b)) +
                      fl_h * (fwd_h + bwd_h) / busy(b) + fl_h * bwd_h / busy(chunk * b))
   # per sample and step: forward convolutions and cell; backward cell,
   # convolutions (data and filter) and the gradients they accumulate
@@ -332,7 +343,7 @@ step_work <- function(config, cfg, B, T, P, target, optimizer_kind, threads) {
   bwd_bytes <- P * (e * (inp + 23 * hid) + f * 5 * hid + below * (e * 4 * hid + f * inp))
   # a weight (or its gradient) read once per convolution call
   weights <- m * sum(4 * 4 * hid * hid * kk * (fwd_h + 3 * bwd_h) +
-                       4 * 4 * hid * inp * kk * 3 * seg_calls)
+                       4 * 4 * hid * inp * kk * (3 * seg_calls + 2 * fed))
   C_out <- hid[[length(hid)]]
   data <- B * P * (T * config$input_dim * (8 + e) +
                      (if (target == "sequence") T else 1) * C_out * (8 + f))

@@ -469,3 +469,24 @@ test_that("memory_advise() predicts times for non-square kernels (kernel sizes a
   work <- function(m) convlstm:::step_work(conf(m), cfg, 4, 4, 64, "sequence", "adam", 1)
   expect_gt(work(model)[["flops"]], work(square)[["flops"]])
 })
+
+test_that("the cost model runs a free-running step's fed-back steps one per call", {
+  model <- convlstm(1, c(4, 1), 3, device = "cpu", threads = 1)
+  on.exit(convlstm_release(model))
+  conf <- convlstm:::c_model_config(convlstm:::model_ptr(model))
+  cfg <- function(fed, m) list(dtype = "float32", checkpoint = 0L, accumulation_steps = m,
+                               tbptt = 0L, fed = fed)
+  work <- function(fed, m, threads) {
+    convlstm:::step_work(conf, cfg(fed, m), 4, 6, 64, "sequence", "adam", threads)
+  }
+  # one thread: the arithmetic more by layer 0's input gradient of the 2
+  # fed-back steps (4 samples, 64 pixels, 4 gates of 4 channels from 1, 3 x 3),
+  # in more calls, each reading the weights
+  extra <- 4 * 2 * (2 * 64 * 4 * 4 * 1 * 9)
+  expect_equal(work(2, 1, 1)[["flops"]] - work(0, 1, 1)[["flops"]], extra)
+  expect_gt(work(2, 1, 1)[["weights"]], work(0, 1, 1)[["weights"]])
+  # two threads: a batch of 4 keeps both busy; micro-batches of one sample
+  # leave one idle in every call of a fed-back step
+  expect_equal(work(2, 1, 2)[["flops"]] - work(0, 1, 2)[["flops"]], extra)
+  expect_gt(work(2, 4, 2)[["flops"]] - work(0, 4, 2)[["flops"]], 2 * extra)
+})
