@@ -86,6 +86,15 @@
 #' by contrast, are the plan itself and exact. On a GPU the rates are
 #' measured the same way, but the prediction has not been checked there.
 #'
+#' Forecasting steps (`horizon = 4` after 6 steps, batch 8, the same model;
+#' `bench/bench_advise_forecast.R`, load average 3.4): on one thread the
+#' free-running float32 step with 2 or 8 micro-batches was predicted within
+#' 3 %, the teacher-forced one with checkpointing or `recompute_gates`
+#' within 1 %, the half types 20 to 24 % too slow (rank correlation 0.63).
+#' On two threads the largest error was 65 % (bfloat16 predicted at 0.46
+#' against 1.31) and free-running micro-batches of one sample were
+#' predicted at 1.99 against 3.60 measured: the same limits as above.
+#'
 #' @inheritParams memory_estimate
 #' @param budget Bytes the training step may take in all, parameters
 #'   included: a number or a string such as `"16 GiB"` (as `memory_limit` in
@@ -98,6 +107,21 @@
 #' @param allow_tbptt Also list truncated backpropagation through time
 #'   (windows of `tbptt` steps), which saves memory but does not compute the
 #'   same gradient.
+#' @param horizon `0`, or plan the forecasting step of [train_step()] with
+#'   `horizon`: `seq_len` input steps and the `horizon` frames that follow
+#'   (a step over `seq_len + horizon - 1` steps, [memory_estimate()] with
+#'   `horizon`); `target` is then `"sequence"`. The time prediction counts
+#'   that many steps, of which a free-running step's `horizon - 1` fed-back
+#'   ones run their input convolutions one step per call (a schedule is
+#'   predicted free-running).
+#' @param teacher_forcing With a `horizon`: `TRUE` plans teacher-forced
+#'   steps; `FALSE` or a probability below 1 free-running ones (scheduled
+#'   sampling plans as free-running, see [memory_estimate()]), which cannot
+#'   use `checkpoint`, `tbptt` or `recompute_gates`, so these are left out of
+#'   the list; a function of the epoch (a schedule, [sampling_schedule()])
+#'   plans both, as [convlstm_fit()] may take either: a row's bytes are then
+#'   those of the plan that reserves more, and free-running's exclusions
+#'   apply. `TRUE` without a `horizon`.
 #' @return A data frame of class `convlstm_memory_advice`, one row per
 #'   configuration: the fitting ones first, fastest first; then the others,
 #'   closest to fitting first. Columns: `dtype`, `checkpoint`,
@@ -109,7 +133,9 @@
 #'   process needs beside the model, taken off a budget given); `fits`; `time_ratio`
 #'   (predicted step time over the plain float32 step's); `reason` (why it
 #'   does not fit, `""` when it does). Attributes: `budget`, `shape`,
-#'   `target`, `optimizer` and `rates` (the cost model's measured rates).
+#'   `target`, `optimizer`, `rates` (the cost model's measured rates),
+#'   `horizon` and `teacher_forcing` (the teacher forcing of each plan: 1,
+#'   below 1, or both for a schedule).
 #'   It has a `print()` method (`n` rows of each kind).
 #' @seealso [memory_estimate()], [max_batch_size()], [convlstm_fit()] with
 #'   `memory_budget`.
@@ -121,9 +147,17 @@
 #' advice
 #' advice[1, c("dtype", "checkpoint", "accumulation_steps", "reserved", "time_ratio")]
 #' convlstm_release(model)
+#' # forecasting 3 frames: teacher-forced, free-running (no checkpoint), a schedule
+#' fc <- convlstm(1, c(16, 1), 3, device = "cpu")
+#' memory_advise(fc, "40 MiB", 32, 10, 32, 32, horizon = 3)
+#' free <- memory_advise(fc, "40 MiB", 32, 10, 32, 32, horizon = 3, teacher_forcing = FALSE)
+#' any(free$checkpoint > 0 | free$recompute_gates > 0) # FALSE
+#' memory_advise(fc, "40 MiB", 32, 10, 32, 32, horizon = 3,
+#'               teacher_forcing = sampling_schedule("exponential", k = 0.5))
+#' convlstm_release(fc)
 memory_advise <- function(model, budget, batch_size, seq_len, height, width,
                           optimizer = optimizer_adam(), target = c("last_state", "sequence"),
-                          allow_tbptt = FALSE) {
+                          allow_tbptt = FALSE, horizon = 0, teacher_forcing = TRUE) {
   call <- sys.call()
   ptr <- model_ptr(model)
   budget <- resolve_budget(ptr, budget, "budget", call)
@@ -132,20 +166,32 @@ memory_advise <- function(model, budget, batch_size, seq_len, height, width,
   H <- check_count(height, "height")
   W <- check_count(width, "width")
   optimizer <- check_optimizer(optimizer)
+  forecast <- advise_forecast(horizon, teacher_forcing, ptr, call)
+  if (forecast$horizon > 0) {
+    if (!missing(target) && !identical(target, "sequence")) {
+      abort_arg("target", '"sequence" with a `horizon`', target, call)
+    }
+    target <- "sequence"
+  }
   target <- check_choice(target, c("last_state", "sequence"), "target")
   allow_tbptt <- check_flag(allow_tbptt, "allow_tbptt")
+  # a forecast trains over the sequence and the frames fed back after it
+  steps <- T + forecast$horizon - (forecast$horizon > 0)
 
-  grid <- advise_grid(B, T, allow_tbptt)
+  grid <- advise_grid(B, steps, allow_tbptt, forecast$free_run)
   plans <- lapply(seq_len(nrow(grid)), function(i) {
-    plan_of(model, grid[i, ], B, T, H, W, optimizer)
+    plan_of(model, grid[i, ], B, T, H, W, optimizer, forecast)
   })
   bytes <- do.call(rbind, lapply(plans, `[[`, "bytes"))
   rows <- cbind(grid, micro_batch = ceiling(B / grid$accumulation_steps), as.data.frame(bytes))
   rows$fits <- !is.na(rows$reserved) & rows$reserved <= budget
   config <- c_model_config(ptr)
   rates <- backend_rates(config)
+  # a free-running step's fed-back steps (a schedule's too: predicted free-running)
+  fed <- if (forecast$free_run) max(0L, forecast$horizon - 1L) else 0L
   seconds <- vapply(seq_len(nrow(grid)), function(i) {
-    predicted_seconds(config, grid[i, ], B, T, as.double(H) * W, target, optimizer, rates)
+    predicted_seconds(config, c(grid[i, ], fed = fed), B, steps, as.double(H) * W, target,
+                      optimizer, rates)
   }, numeric(1))
   rows$time_ratio <- seconds / seconds[[1]] # row 1 is the plain float32 step
   rows$reason <- ifelse(rows$fits, "", vapply(seq_len(nrow(rows)), function(i) {
@@ -157,18 +203,40 @@ memory_advise <- function(model, budget, batch_size, seq_len, height, width,
   rownames(out) <- NULL
   structure(out, class = c("convlstm_memory_advice", "data.frame"), budget = budget,
             shape = c(batch_size = B, seq_len = T, height = H, width = W), target = target,
-            optimizer = optimizer$kind, rates = rates)
+            optimizer = optimizer$kind, rates = rates, horizon = forecast$horizon,
+            teacher_forcing = forecast$modes)
+}
+
+# memory_advise()'s horizon and teacher_forcing: the horizon (0: none), the
+# teacher forcing of every step to plan (modes: 1 teacher-forced, below 1
+# free-running; a schedule's steps may be either, so both), and whether
+# any step runs free (it refuses checkpoint, tbptt and recompute_gates:
+# check_step_options()).
+advise_forecast <- function(horizon, teacher_forcing, ptr, call) {
+  K <- check_count(horizon, "horizon", min = 0, call = call)
+  if (K == 0) {
+    if (is.function(teacher_forcing)) {
+      abort_arg("teacher_forcing", "TRUE without a `horizon`", teacher_forcing, call)
+    }
+    check_teacher_forcing(teacher_forcing, FALSE, call)
+    return(list(horizon = 0L, modes = 1, free_run = FALSE))
+  }
+  check_horizon(K, c_model_config(ptr), call = call)
+  modes <- if (is.function(teacher_forcing)) c(1, 0)
+           else check_teacher_forcing(teacher_forcing, TRUE, call)
+  list(horizon = K, modes = modes, free_run = any(modes < 1))
 }
 
 # Every configuration that keeps the gradient: each dtype, no checkpoint or
 # one of a few segment lengths, the gates kept or recomputed in backward,
 # one or more micro-batches; row 1 is the
 # plain float32 step. tbptt windows (never with checkpointing) when allowed.
-advise_grid <- function(B, T, allow_tbptt) {
-  splits <- time_splits(T)
+# A free-running step takes none of checkpoint, tbptt and recompute_gates.
+advise_grid <- function(B, T, allow_tbptt, free_run = FALSE) {
+  splits <- if (free_run) integer() else time_splits(T)
   micro <- micro_splits(B)
   grid <- expand.grid(dtype = dtypes(), checkpoint = c(0L, splits),
-                      recompute_gates = c(0L, recompute_chunk),
+                      recompute_gates = c(0L, if (!free_run) recompute_chunk),
                       accumulation_steps = micro, tbptt = 0L, stringsAsFactors = FALSE,
                       KEEP.OUT.ATTRS = FALSE)
   if (allow_tbptt && length(splits) > 0) {
@@ -196,14 +264,20 @@ micro_splits <- function(B) {
 }
 
 # One configuration's plan by category (NA with the reason when its sizes
-# overflow what the planner can hold).
-plan_of <- function(model, cfg, B, T, H, W, optimizer) {
+# overflow what the planner can hold); with several teacher-forcing modes
+# (forecast$modes) the plan of the one that reserves the most, so that the
+# configuration fits every step.
+plan_of <- function(model, cfg, B, T, H, W, optimizer, forecast) {
   cols <- c(mem_categories, "total", "reserved", "runtime")
   tryCatch({
-    est <- memory_estimate(model, B, T, H, W, dtype = cfg$dtype, checkpoint = cfg$checkpoint,
-                           accumulation_steps = cfg$accumulation_steps, tbptt = cfg$tbptt,
-                           optimizer = optimizer, recompute_gates = cfg$recompute_gates)
-    list(bytes = estimate_bytes(est)[cols])
+    each <- lapply(forecast$modes, function(tf) {
+      est <- memory_estimate(model, B, T, H, W, dtype = cfg$dtype, checkpoint = cfg$checkpoint,
+                             accumulation_steps = cfg$accumulation_steps, tbptt = cfg$tbptt,
+                             optimizer = optimizer, recompute_gates = cfg$recompute_gates,
+                             horizon = forecast$horizon, teacher_forcing = tf)
+      estimate_bytes(est)[cols]
+    })
+    list(bytes = each[[which.max(vapply(each, function(b) b[["reserved"]], numeric(1)))]])
   }, convlstm_error_invalid = function(e) {
     list(bytes = stats::setNames(rep(NA_real_, length(cols)), cols),
          error = conditionMessage(e))
@@ -227,7 +301,10 @@ why_not <- function(row, budget) {
 # runs every segment but the last forward again; truncation with a loss on
 # the last state runs only the last window backward; recomputing the gates
 # runs every step that goes backward through forward once more, its input
-# half a chunk of steps per call. On the CPU a
+# half a chunk of steps per call. A free-running forecast's `fed` fed-back
+# steps (cfg$fed, horizon - 1) run forward and their input gradients one
+# step per call through every layer, layer 0 too (src/core/forward.c,
+# backward.c: cl_*_free_run); its weight gradients stay whole. On the CPU a
 # convolution call shares its images among `threads` (src/cpu/cpu_conv.c),
 # so a call over fewer images than threads leaves some idle: its FLOPs are
 # counted as the work of the threads it occupies.
@@ -243,8 +320,10 @@ step_work <- function(config, cfg, B, T, P, target, optimizer_kind, threads) {
   tb <- w > 0 && w < T
   last_len <- function(S) T - (ceiling(T / S) - 1) * S
   rc <- cfg$recompute_gates %||% 0L
+  fed <- cfg$fed %||% 0                       # never with ck, tb or rc (check_step_options)
   S <- if (ck) k else if (tb) w else T        # steps held at once
   chunk <- if (rc > 0) min(rc, S) else S      # steps per input-half call
+  batched <- chunk - fed                      # of them, the steps not fed back
   redo <- if (ck) T - last_len(k) else 0      # steps recomputed
   bwd <- if (tb && target == "last_state") last_len(w) else T
   again <- if (rc > 0) bwd else 0             # steps whose gates backward recomputes
@@ -257,12 +336,15 @@ step_work <- function(config, cfg, B, T, P, target, optimizer_kind, threads) {
   m <- ceiling(B / b)                         # micro-batches run
   busy <- function(n) n / (threads * ceiling(n / threads)) # share of threads at work
   hid <- as.double(config$hidden_dims)
-  kk <- as.double(config$kernel_sizes)^2
+  # kernel taps per layer: a size (square) or kh, kw (a list of them when non-square)
+  kk <- vapply(as.list(config$kernel_sizes), function(k) prod(rep_len(as.double(k), 2)),
+               numeric(1))
   inp <- c(as.double(config$input_dim), hid[-length(hid)])
   below <- seq_along(hid) > 1 # layers whose input gradient is needed
   fl_in <- 2 * P * 4 * hid * inp * kk
   fl_h <- 2 * P * 4 * hid * hid * kk
-  flops <- B * sum(fl_in * (fwd + bwd * (1 + below)) / busy(chunk * b) +
+  flops <- B * sum(fl_in * ((fwd - fed + below * (bwd - fed)) / busy(batched * b) +
+                               bwd / busy(chunk * b) + 2 * fed / busy(b)) +
                      fl_h * (fwd_h + bwd_h) / busy(b) + fl_h * bwd_h / busy(chunk * b))
   # per sample and step: forward convolutions and cell; backward cell,
   # convolutions (data and filter) and the gradients they accumulate
@@ -270,7 +352,7 @@ step_work <- function(config, cfg, B, T, P, target, optimizer_kind, threads) {
   bwd_bytes <- P * (e * (inp + 23 * hid) + f * 5 * hid + below * (e * 4 * hid + f * inp))
   # a weight (or its gradient) read once per convolution call
   weights <- m * sum(4 * 4 * hid * hid * kk * (fwd_h + 3 * bwd_h) +
-                       4 * 4 * hid * inp * kk * 3 * seg_calls)
+                       4 * 4 * hid * inp * kk * (3 * seg_calls + 2 * fed))
   C_out <- hid[[length(hid)]]
   data <- B * P * (T * config$input_dim * (8 + e) +
                      (if (target == "sequence") T else 1) * C_out * (8 + f))
@@ -397,6 +479,7 @@ print.convlstm_memory_advice <- function(x, n = 10, ...) {
     shape[["batch_size"]], shape[["seq_len"]], if (shape[["seq_len"]] == 1) "" else "s",
     shape[["height"]], shape[["width"]], attr(x, "optimizer"), attr(x, "target"),
     format_bytes(attr(x, "budget")), nrow(fit), nrow(x)))
+  forecast_line(attr(x, "horizon") %||% 0L, attr(x, "teacher_forcing") %||% 1)
   shown <- function(d) {
     data.frame(
       dtype = d$dtype,
@@ -437,6 +520,18 @@ print.convlstm_memory_advice <- function(x, n = 10, ...) {
   invisible(x)
 }
 
+# The print's line on a forecast: which steps are planned, and what a
+# free-running one leaves out of the list.
+forecast_line <- function(K, modes) {
+  if (K == 0) return(invisible())
+  steps <- if (length(modes) > 1) "teacher-forced and free-running steps (a schedule), each"
+           else if (modes < 1) "free-running steps" else "teacher-forced steps"
+  cat(sprintf("forecast of %d frame%s: %s planned%s\n", K, if (K == 1) "" else "s", steps,
+              if (any(modes < 1)) {
+                "; no checkpoint, tbptt or recompute_gates (a free-running step refuses them)"
+              } else ""))
+}
+
 # ---- convlstm_fit(memory_budget = , batch_size = "max") ---------------------
 
 # The batch size and step options convlstm_fit() trains with. With a
@@ -444,11 +539,13 @@ print.convlstm_memory_advice <- function(x, n = 10, ...) {
 # (converting the model's dtype when it picks another) and says which in one
 # line; batch_size = "max" trains at max_batch_size() for that
 # configuration (for the options given when there is no budget), at most
-# the n samples there are. Without either, the arguments as given.
+# the n samples there are. Without either, the arguments as given. A
+# forecast's fit gives the plans of its steps (fit_forecast()) and its
+# teacher_forcing: the pick and the batch fit every one of them.
 fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, target,
                             checkpoint, accumulation_steps, tbptt, verbose,
                             plans = list(list()), recompute_gates = FALSE,
-                            call = sys.call(-1)) {
+                            teacher_forcing = TRUE, call = sys.call(-1)) {
   given <- list(batch_size = batch_size, checkpoint = checkpoint,
                 accumulation_steps = accumulation_steps, tbptt = tbptt,
                 recompute_gates = recompute_gates)
@@ -470,6 +567,7 @@ fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, tar
     }, numeric(1)))
     min(n, as.integer(b))
   }
+  horizon <- plans[[1]]$horizon %||% 0L
   if (is.null(memory_budget)) { # "max" with the options given
     opts <- given[-1]
     b <- largest(opts)
@@ -490,7 +588,8 @@ fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, tar
     B <- if (is_max) max(1L, largest(list()))
          else min(n, check_count(batch_size, "batch_size", call = call))
     advice <- memory_advise(model, budget, B, shape$seq_len, shape$height, shape$width,
-                            optimizer = optimizer, target = target)
+                            optimizer = optimizer, target = target, horizon = horizon,
+                            teacher_forcing = teacher_forcing)
     if (!any(advice$fits)) {
       abort_no_fit(budget, sprintf("no configuration of a batch of %d fits; the closest is %s",
                                    B, advice$reason[[1]]), call)
@@ -501,15 +600,28 @@ fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, tar
     if (!identical(pick$dtype, model_config(model)$dtype)) set_dtype(model, pick$dtype)
     b <- if (is_max) largest(opts) else batch_size # more than n: convlstm_fit() says so
     chosen <- c(list(batch_size = b), opts)
-    est <- do.call(memory_estimate, c(list(model, b), shape, list(optimizer = optimizer), opts))
+    trained <- min(b, n) # the default batch of 32 is lowered to the samples there are
+    planned <- max(vapply(plans, function(f) {
+      est <- do.call(memory_estimate, c(list(model, trained), shape, list(optimizer = optimizer),
+                                        opts, f))
+      estimate_bytes(est)[["reserved"]]
+    }, numeric(1)))
     line <- sprintf(
-      paste0("memory_budget %s: batch %d, %s%s (planned %s; step time predicted %.2fx the ",
+      paste0("memory_budget %s: batch %d, %s%s%s (planned %s; step time predicted %.2fx the ",
              "plain float32 step's)"),
-      format_bytes(budget), b, pick$dtype, describe_options(c(opts, outputs = "all")),
-      format_bytes(estimate_bytes(est)[["reserved"]]), pick$time_ratio)
+      format_bytes(budget), trained, pick$dtype, describe_options(c(opts, outputs = "all")),
+      describe_forecast(horizon, teacher_forcing), format_bytes(planned), pick$time_ratio)
   }
   if (verbose) cli::cli_alert_info(line)
   chosen
+}
+
+# A forecasting fit's steps, for the budget's line.
+describe_forecast <- function(K, teacher_forcing) {
+  if (K == 0) return("")
+  steps <- if (is.function(teacher_forcing)) "teacher-forced and free-running steps"
+           else if (teacher_forcing < 1) "free-running steps" else "teacher-forced steps"
+  sprintf(", forecast of %d frame%s, %s", K, if (K == 1) "" else "s", steps)
 }
 
 abort_no_fit <- function(budget, what, call) {

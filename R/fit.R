@@ -77,8 +77,12 @@
 #'   ([memory_advise()]: dtype, `checkpoint`, `recompute_gates`,
 #'   `accumulation_steps`) is trained with, said in one line; the model's
 #'   dtype is converted if another is chosen. Leave `checkpoint`,
-#'   `recompute_gates`, `accumulation_steps` and `tbptt` out then. Not with
-#'   a `horizon` (give `batch_size = "max"` alone) or `state = "carry"`.
+#'   `recompute_gates`, `accumulation_steps` and `tbptt` out then. With a
+#'   `horizon`, the forecasting step ([memory_advise()] with `horizon` and
+#'   `teacher_forcing`): free-running (`teacher_forcing` below 1) without
+#'   `checkpoint` or `recompute_gates`, and with a schedule a configuration
+#'   that fits both the teacher-forced and the free-running step. Not with
+#'   `state = "carry"` (the advisor does not plan the carried state).
 #' @param horizon,teacher_forcing `NULL`, or train every batch as
 #'   [train_step()] with `horizon` (the forecast of the frames in `y`) and
 #'   `teacher_forcing` (`TRUE`: the true frames fed back; `FALSE`:
@@ -182,7 +186,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
     target <- "sequence"
     y <- check_frames(y, dim(x), forecast$horizon, config, "y", call)
   }
-  carry <- fit_state(state, shuffle, batch_size, memory_budget, forecast, call)
+  carry <- fit_state(state, shuffle, batch_size, memory_budget, call)
   weight <- check_weight(weight, dim(y), target)
   optimizer <- check_optimizer(optimizer)
   epochs <- check_count(epochs, "epochs")
@@ -191,7 +195,8 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   fits <- fit_memory_plan(model, dim(x), batch_size, memory_budget, optimizer, target,
                           checkpoint, accumulation_steps, tbptt, verbose,
                           plans = forecast$plans %||% list(list()),
-                          recompute_gates = recompute_gates)
+                          recompute_gates = recompute_gates,
+                          teacher_forcing = forecast$teacher_forcing %||% TRUE)
   batch_size <- fits$batch_size
   checkpoint <- fits$checkpoint
   recompute_gates <- fits$recompute_gates
@@ -514,31 +519,32 @@ fit_forecast <- function(horizon, teacher_forcing, target_missing, target, confi
   free <- list(horizon = K, teacher_forcing = FALSE)
   plans <- if (teacher_only) list(teacher)
            else if (is.function(teacher_forcing)) list(teacher, free) else list(free)
-  list(horizon = K, p_of = p_of, teacher_only = teacher_only, plans = plans)
+  list(horizon = K, p_of = p_of, teacher_only = teacher_only, plans = plans,
+       teacher_forcing = teacher_forcing)
 }
 
 # Whether a fit carries the state between batches (state = "carry"), which
 # needs the batches in order and of one size, chosen by the user.
-fit_state <- function(state, shuffle, batch_size, memory_budget, forecast, call) {
-  if (is.null(state)) {
-    if (!is.null(forecast) && !is.null(memory_budget)) {
-      abort_convlstm(paste0(
-        "`memory_budget` does not plan a `horizon` yet: give a batch size or `batch_size = ",
-        "\"max\"` (memory_estimate(..., horizon = , teacher_forcing = ) shows what it takes)."),
-        call = call)
-    }
-    return(FALSE)
-  }
+fit_state <- function(state, shuffle, batch_size, memory_budget, call) {
+  if (is.null(state)) return(FALSE)
   if (!identical(state, "carry")) abort_arg("state", 'NULL or "carry"', state, call)
   if (!isFALSE(shuffle)) {
     abort_convlstm(paste0(
       "`state = \"carry\"` needs `shuffle = FALSE`: row i of each batch continues row i of ",
       "the batch before, so the batches must come in order."), call = call)
   }
-  if (identical(batch_size, "max") || !is.null(memory_budget)) {
+  if (identical(batch_size, "max")) {
     abort_convlstm(paste0(
       "`state = \"carry\"` needs a batch size chosen by you (the rows of a batch are the ",
-      "streams): not `batch_size = \"max\"` or a `memory_budget`."), call = call)
+      "streams): not `batch_size = \"max\"`."), call = call)
+  }
+  # memory_advise() plans no carried state (its arrays, kept between steps),
+  # so a pick could fail on the first step it undersized
+  if (!is.null(memory_budget)) {
+    abort_convlstm(paste0(
+      "`state = \"carry\"` takes no `memory_budget`: memory_advise() does not plan the carried ",
+      "state. Choose the options yourself (memory_estimate(..., state = \"carry\") shows what ",
+      "they take)."), call = call)
   }
   TRUE
 }

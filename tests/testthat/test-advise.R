@@ -317,3 +317,176 @@ test_that("convlstm_fit(batch_size = \"max\", horizon = ) plans the steps the fi
     expect_identical(sched$batch, min(teacher$teacher, teacher$free), info = K)
   }
 })
+
+# ---- forecasting: memory_advise(horizon =, teacher_forcing =) -------------
+
+forecast_case <- list(input_dim = 1, hidden = c(4, 1), kernel = 3, B = 4, T = 4, H = 8, W = 8,
+                      K = 3)
+
+forecast_data <- function(case) {
+  list(x = array(runif(case$B * case$T * case$H * case$W), c(case$B, case$T, 1, case$H, case$W)),
+       y = array(runif(case$B * case$K * case$H * case$W), c(case$B, case$K, 1, case$H, case$W)))
+}
+
+# The planned reservation of configuration `row` for a forecast step with
+# teacher forcing tf.
+forecast_reserved <- function(model, case, row, tf) {
+  est <- memory_estimate(model, case$B, case$T, case$H, case$W, dtype = row$dtype,
+                         checkpoint = row$checkpoint, recompute_gates = row$recompute_gates,
+                         accumulation_steps = row$accumulation_steps, tbptt = row$tbptt,
+                         optimizer = optimizer_adam(), horizon = case$K, teacher_forcing = tf)
+  est$bytes[est$category == "reserved"]
+}
+
+# One forecast training step of configuration `row` on a fresh model
+# limited to `limit`.
+forecast_step <- function(case, row, limit, d, tf) {
+  model <- advise_model(case, dtype = row$dtype, memory_limit = limit)
+  on.exit(convlstm_release(model))
+  loss <- train_step(model, d$x, d$y, optimizer_adam(), horizon = case$K, teacher_forcing = tf,
+                     checkpoint = row$checkpoint, recompute_gates = row$recompute_gates,
+                     accumulation_steps = row$accumulation_steps, tbptt = row$tbptt)
+  list(loss = loss, peak_reserved = memory_stats(model)$peak_reserved)
+}
+
+test_that("a forecast's pick trains within the budget for every step it plans; less memory fails", {
+  set.seed(11)
+  case <- forecast_case
+  d <- forecast_data(case)
+  probe <- advise_model(case)
+  on.exit(convlstm_release(probe))
+  schedule <- sampling_schedule("exponential", k = 0.5)
+  for (tf in list(TRUE, FALSE, 0.5, schedule)) {
+    modes <- if (is.function(tf)) list(TRUE, FALSE) else list(tf)
+    label <- if (is.function(tf)) "schedule" else format(tf)
+    all <- memory_advise(probe, "1 GiB", case$B, case$T, case$H, case$W, horizon = case$K,
+                         teacher_forcing = tf)
+    expect_equal(attr(all, "horizon"), case$K)
+    free <- !isTRUE(tf)
+    if (free) { # a free-running step refuses these: none is listed
+      expect_true(all(all$checkpoint == 0 & all$recompute_gates == 0 & all$tbptt == 0),
+                  info = label)
+    } else {
+      expect_true(any(all$checkpoint > 0) && any(all$recompute_gates > 0), info = label)
+    }
+    budget <- floor(stats::quantile(all$reserved, 0.3, names = FALSE))
+    advice <- memory_advise(probe, budget, case$B, case$T, case$H, case$W, horizon = case$K,
+                            teacher_forcing = tf)
+    pick <- advice[1, ]
+    expect_true(pick$fits, info = label)
+    # the row is the plan of every step the pick may take (a schedule: both)
+    each <- vapply(modes, function(m) forecast_reserved(probe, case, pick, m), numeric(1))
+    expect_equal(pick$reserved, max(each), info = label)
+    expect_true(all(each <= budget), info = label)
+    for (m in modes) {
+      run <- forecast_step(case, pick, budget, d, m)
+      expect_true(is.finite(run$loss), info = label)
+      expect_lte(run$peak_reserved, budget)
+    }
+    # one byte less than the pick reserves: the step that needs it all fails
+    hungry <- modes[[which.max(each)]]
+    expect_convlstm_error(forecast_step(case, pick, pick$reserved - 1, d, hungry),
+                          status = "oom", regexp = "memory")
+  }
+})
+
+test_that("a tight teacher-forced budget picks checkpoint or recompute_gates; free-running never", {
+  set.seed(12)
+  case <- forecast_case
+  d <- forecast_data(case)
+  probe <- advise_model(case)
+  on.exit(convlstm_release(probe))
+  all <- memory_advise(probe, "1 GiB", case$B, case$T, case$H, case$W, horizon = case$K)
+  budget <- min(all$reserved)
+  pick <- memory_advise(probe, budget, case$B, case$T, case$H, case$W, horizon = case$K)[1, ]
+  expect_true(pick$checkpoint > 0 || pick$recompute_gates > 0)
+  expect_lte(forecast_step(case, pick, budget, d, TRUE)$peak_reserved, budget)
+  # free-running at the same budget: nothing it may use fits, and its print says why
+  free <- memory_advise(probe, budget, case$B, case$T, case$H, case$W, horizon = case$K,
+                        teacher_forcing = FALSE)
+  expect_false(any(free$fits))
+  expect_output(print(free), "no checkpoint, tbptt or recompute_gates")
+  expect_output(print(all), "teacher-forced steps planned")
+})
+
+test_that("convlstm_fit(memory_budget = , horizon = ) trains the advisor's pick and says which", {
+  set.seed(13)
+  case <- forecast_case
+  d <- forecast_data(case)
+  probe <- advise_model(case)
+  on.exit(convlstm_release(probe))
+  schedule <- sampling_schedule("exponential", k = 0.5)
+  for (tf in list(TRUE, FALSE, schedule)) {
+    label <- if (is.function(tf)) "schedule" else format(tf)
+    all <- memory_advise(probe, "1 GiB", case$B, case$T, case$H, case$W, horizon = case$K,
+                         teacher_forcing = tf)
+    budget <- floor(stats::quantile(all$reserved, 0.2, names = FALSE))
+    pick <- memory_advise(probe, budget, case$B, case$T, case$H, case$W, horizon = case$K,
+                          teacher_forcing = tf)[1, ]
+    model <- advise_model(case, memory_limit = budget)
+    msgs <- character()
+    h <- withCallingHandlers(
+      convlstm_fit(model, d$x, d$y, optimizer_adam(), epochs = 3, batch_size = case$B,
+                   shuffle = FALSE, horizon = case$K, teacher_forcing = tf,
+                   memory_budget = budget),
+      message = function(m) {
+        msgs <<- c(msgs, conditionMessage(m))
+        invokeRestart("muffleMessage")
+      }
+    )
+    expect_true(all(is.finite(h$loss)), info = label)
+    expect_equal(model$dtype, pick$dtype, info = label)
+    expect_lte(memory_stats(model)$peak_reserved, budget)
+    line <- grep("memory_budget", msgs, value = TRUE)
+    expect_length(line, 1)
+    expect_match(line, sprintf("forecast of %d frames", case$K), fixed = TRUE)
+    expect_match(line, sprintf("%.2fx", pick$time_ratio), fixed = TRUE)
+    if (!isTRUE(tf)) expect_false(grepl("checkpoint|recomputed", line), info = label)
+    if (is.function(tf)) expect_true(any(h$teacher_forcing < 1) && h$teacher_forcing[[1]] == 1)
+    convlstm_release(model)
+  }
+  # batch_size = "max" with a budget: every plan of the schedule fits the batch chosen
+  model <- advise_model(case)
+  on.exit(convlstm_release(model), add = TRUE)
+  budget <- 300 * 1024
+  h <- convlstm_fit(model, d$x, d$y, optimizer_adam(), epochs = 2, batch_size = "max",
+                    horizon = case$K, teacher_forcing = schedule, memory_budget = budget,
+                    shuffle = FALSE, verbose = FALSE)
+  expect_lte(memory_stats(model)$peak_reserved, budget)
+  expect_gte(attr(h, "batch_size"), 1)
+})
+
+test_that("memory_advise() predicts times for non-square kernels (kernel sizes as a list)", {
+  model <- convlstm(1, c(4, 1), list(c(3, 5), 3), device = "cpu", threads = 1)
+  on.exit(convlstm_release(model))
+  square <- convlstm(1, c(4, 1), list(c(3, 3), 3), device = "cpu", threads = 1)
+  on.exit(convlstm_release(square), add = TRUE)
+  advice <- memory_advise(model, "1 GiB", 4, 4, 8, 8, horizon = 2)
+  expect_true(all(is.finite(advice$time_ratio)))
+  # the 3 x 5 layer's convolutions count 15 taps, the 3 x 3 one's 9
+  conf <- function(m) convlstm:::c_model_config(convlstm:::model_ptr(m))
+  cfg <- list(dtype = "float32", checkpoint = 0L, accumulation_steps = 1L, tbptt = 0L)
+  work <- function(m) convlstm:::step_work(conf(m), cfg, 4, 4, 64, "sequence", "adam", 1)
+  expect_gt(work(model)[["flops"]], work(square)[["flops"]])
+})
+
+test_that("the cost model runs a free-running step's fed-back steps one per call", {
+  model <- convlstm(1, c(4, 1), 3, device = "cpu", threads = 1)
+  on.exit(convlstm_release(model))
+  conf <- convlstm:::c_model_config(convlstm:::model_ptr(model))
+  cfg <- function(fed, m) list(dtype = "float32", checkpoint = 0L, accumulation_steps = m,
+                               tbptt = 0L, fed = fed)
+  work <- function(fed, m, threads) {
+    convlstm:::step_work(conf, cfg(fed, m), 4, 6, 64, "sequence", "adam", threads)
+  }
+  # one thread: the arithmetic more by layer 0's input gradient of the 2
+  # fed-back steps (4 samples, 64 pixels, 4 gates of 4 channels from 1, 3 x 3),
+  # in more calls, each reading the weights
+  extra <- 4 * 2 * (2 * 64 * 4 * 4 * 1 * 9)
+  expect_equal(work(2, 1, 1)[["flops"]] - work(0, 1, 1)[["flops"]], extra)
+  expect_gt(work(2, 1, 1)[["weights"]], work(0, 1, 1)[["weights"]])
+  # two threads: a batch of 4 keeps both busy; micro-batches of one sample
+  # leave one idle in every call of a fed-back step
+  expect_equal(work(2, 1, 2)[["flops"]] - work(0, 1, 2)[["flops"]], extra)
+  expect_gt(work(2, 4, 2)[["flops"]] - work(0, 4, 2)[["flops"]], 2 * extra)
+})
