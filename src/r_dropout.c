@@ -8,7 +8,8 @@
  * (per gate: the whole [B, C, H, W] mask of gate i, then of f, o and g),
  * then its h masks likewise, then layer 1's; a kind only where its rate is
  * above 0; within a mask, batch-major over [B, C, H, W] row-major. An
- * element is kept (1 / (1 - p)) when its uniform draw is at least p, else 0.
+ * element is kept (1 / (1 - p)) when its uniform draw is at least p, else 0
+ * (the draws: r_unif.c, unif_rand()'s numbers in bulk).
  *
  * Tests pass masks instead (opts$dropout_masks, R arrays [B, C, H, W], or
  * [B, 4, C, H, W] per gate), to compare with a reference that takes the
@@ -25,15 +26,12 @@ static int mask_groups(const cl_config *c) {
 }
 
 /* One mask [B, G, CP] (CP = C H W), drawn gate by gate as Keras does. */
-static float *draw(int B, int G, size_t CP, double p) {
+static float *draw(r_unif *u, int B, int G, size_t CP, double p) {
   size_t n = (size_t)B * (size_t)G * CP;
   float *mask = (float *)R_alloc(n ? n : 1, sizeof(float));
   const float keep = (float)(1.0 / (1.0 - p));
   for (int g = 0; g < G; g++)
-    for (int b = 0; b < B; b++) {
-      float *row = mask + ((size_t)b * G + g) * CP;
-      for (size_t i = 0; i < CP; i++) row[i] = unif_rand() >= p ? keep : 0.0f;
-    }
+    for (int b = 0; b < B; b++) r_unif_mask(u, mask + ((size_t)b * G + g) * CP, CP, p, keep);
   return mask;
 }
 
@@ -70,7 +68,8 @@ void r_dropout_masks(cl_model *m, SEXP opts, int B, int H, int W, cl_step_option
     any |= c->dropout[l] > 0 || c->recurrent_dropout[l] > 0;
   if (!any || B < 1 || H < 1 || W < 1) return; /* the core refuses bad shapes itself */
   const int G = mask_groups(c);
-  if (fixed == R_NilValue) GetRNGstate();
+  r_unif u = {R_NilValue, NULL, 0};
+  if (fixed == R_NilValue) r_unif_begin(&u);
   for (int l = 0; l < c->n_layers; l++) {
     const int C[2] = {l == 0 ? c->input_dim : c->hidden_dims[l - 1], c->hidden_dims[l]};
     const double p[2] = {c->dropout[l], c->recurrent_dropout[l]};
@@ -81,10 +80,10 @@ void r_dropout_masks(cl_model *m, SEXP opts, int B, int H, int W, cl_step_option
       int dims[5], nd = mask_dims(B, G, C[k], H, W, dims);
       *dst[k] = fixed != R_NilValue ? given(VECTOR_ELT(fixed, 2 * l + k), dims, nd,
                                             (size_t)B * G * CP, l, k ? "recurrent" : "input")
-                                    : draw(B, G, CP, p[k]);
+                                    : draw(&u, B, G, CP, p[k]);
     }
   }
-  if (fixed == R_NilValue) PutRNGstate();
+  if (fixed == R_NilValue) r_unif_end(&u);
 }
 
 /* Test-only: the masks a training call of shape c(B, H, W) would draw now,

@@ -70,6 +70,44 @@ for (kind in c("per_gate", "shared")) test_that(sprintf(
   expect_false(identical(convlstm:::c_dropout_draw(environment(m)$ptr, c(40, 30, 20)), masks))
 })
 
+# What unif_rand() would draw, element by element: masks [B, G, C, H, W]
+# from consecutive runif() segments, each drawn as [G, B, C, H, W] row-major
+# (gate-major, then batch-major).
+runif_masks <- function(shapes, rates) {
+  lapply(seq_along(shapes), function(k) {
+    d <- shapes[[k]]
+    u <- stats::runif(prod(d))
+    m <- aperm(array(u, rev(d[c(2, 1, 3:5)])), c(4, 5, 3, 2, 1))
+    array(ifelse(m >= rates[k], as_f32(1 / (1 - rates[k])), 0), d)
+  })
+}
+
+test_that(paste("masks are unif_rand()'s numbers in order and R's stream goes on where",
+                "runif() would leave it: Mersenne-Twister, its fresh state, another kind"), {
+  m <- drop_model(c(0.2, 0), c(0, 0.6))
+  on.exit(convlstm_release(m))
+  old <- RNGkind()
+  on.exit(do.call(RNGkind, as.list(old)), add = TRUE)
+  shapes <- list(c(7, 4, 2, 9, 11), c(7, 4, 2, 9, 11)) # 5544 draws each: past 624-word blocks
+  for (case in c("seeded", "fresh", "lecuyer")) {
+    if (case == "lecuyer") RNGkind("L'Ecuyer-CMRG")
+    set.seed(5)
+    if (case == "fresh") .Random.seed[2] <<- 625L # R seeds it with 4357 on the next draw
+    start <- .Random.seed
+    masks <- convlstm:::c_dropout_draw(environment(m)$ptr, c(7, 9, 11))
+    after <- .Random.seed
+    assign(".Random.seed", start, envir = globalenv())
+    expected <- runif_masks(shapes, c(0.2, 0.6))
+    expect_identical(masks[[1]], expected[[1]], label = paste(case, "input mask"))
+    expect_identical(masks[[4]], expected[[2]], label = paste(case, "recurrent mask"))
+    expect_identical(after, .Random.seed, label = paste(case, ".Random.seed after the draw"))
+    expect_identical(stats::runif(3), {
+      assign(".Random.seed", after, envir = globalenv())
+      stats::runif(3)
+    }, label = paste(case, "the draws that follow"))
+  }
+})
+
 for (kind in c("per_gate", "shared")) test_that(sprintf(
   "the masks a step draws are the ones it applies [%s]", kind), {
   x <- api_x(B = 3, T = 4)
