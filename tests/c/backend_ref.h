@@ -303,7 +303,9 @@ static double ref_sum_squares(const float *g, size_t n) {
  * one mask over reps blocks of n. */
 static void ref_mask_mul(const cl_mask_shape *s, const float *in, const float *mask,
                          const float *out0, double *out) {
-  const size_t G = (size_t)s->groups, row = G > 1 ? s->row : s->n, J = s->n / row;
+  const size_t G = (size_t)s->groups, row = G > 1 ? s->row : s->n;
+  if (row == 0) return; /* an empty call: nothing to write */
+  const size_t J = s->n / row;
   for (size_t q = 0; q < s->reps * J; q++)
     for (size_t i = 0; i < row; i++) {
       const float *mk = mask + (q % J) * G * row + i;
