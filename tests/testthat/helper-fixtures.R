@@ -146,6 +146,15 @@ expect_close <- function(actual, expected, rel = 1e-5, abs = 1e-8, label = NULL)
   invisible(res)
 }
 
+# Each tensor of `got` (a named list: gradients, a state_dict) against the
+# fixture's tensor of that name under `prefix` ("grad/", "adam_params/"),
+# labelled `label` and the name.
+expect_fixture_tensors <- function(got, fx, prefix, rel = 1e-5, label = NULL) {
+  for (k in names(got)) {
+    expect_close(got[[k]], fx$tensors[[paste0(prefix, k)]], rel = rel, label = paste(label, k))
+  }
+}
+
 `%||%` <- function(a, b) if (is.null(a)) b else a
 
 # A fixture's kernels and dilations in convlstm()'s forms: square kernels

@@ -290,10 +290,7 @@ for (device in c("cpu", if (gpu_available()) "cuda")) for (fixture in names(free
                                                   teacher_forcing = FALSE), extra))
         if (i == 1) {
           g <- gradients(m)
-          for (k in names(g)) {
-            expect_close(g[[k]], fx$tensors[[paste0("grad/", k)]], rel = rel,
-                         label = paste(device, sched, "grad", k))
-          }
+          expect_fixture_tensors(g, fx, "grad/", rel = rel, label = paste(device, sched, "grad"))
           # each wrong variant is ten tolerances away and more
           expect_gt(grad_gap(g, fx, "grad_nodropout/"), 10 * rel)
           expect_gt(grad_gap(g, fx, "grad_fed_unmasked/"), 10 * rel)
@@ -302,10 +299,8 @@ for (device in c("cpu", if (gpu_available()) "cuda")) for (fixture in names(free
       }
       expect_close(losses, fx$tensors$adam_losses, rel = rel, label = paste(device, "losses"))
       after <- state_dict(m)
-      for (k in names(after)) {
-        expect_close(after[[k]], fx$tensors[[paste0("adam_params/", k)]], rel = rel,
-                     label = paste(device, sched, "params", k))
-      }
+      expect_fixture_tensors(after, fx, "adam_params/", rel = rel,
+                             label = paste(device, sched, "params"))
     })
   }
 }

@@ -65,10 +65,7 @@ for (device in forecast_devices) {
       expect_close(loss, fx$tensors$loss, rel = REL, label = paste(label, "loss"))
       convlstm_backward(model, 2 * (pred - fx$tensors$y) / length(pred))
       g <- gradients(model)
-      for (k in names(g)) {
-        expect_close(g[[k]], fx$tensors[[paste0("grad/", k)]], rel = REL,
-                     label = paste(label, "grad", k))
-      }
+      expect_fixture_tensors(g, fx, "grad/", rel = REL, label = paste(label, "grad"))
       convlstm_release(model)
     })
 
@@ -81,10 +78,7 @@ for (device in forecast_devices) {
       }, numeric(1))
       expect_close(losses, fx$tensors$adam_losses, rel = REL, label = paste(label, "losses"))
       after <- state_dict(model)
-      for (k in names(after)) {
-        expect_close(after[[k]], fx$tensors[[paste0("adam_params/", k)]], rel = REL,
-                     label = paste(label, "params", k))
-      }
+      expect_fixture_tensors(after, fx, "adam_params/", rel = REL, label = paste(label, "params"))
       expect_null(carried_state(model)) # a given state is not kept
       convlstm_release(model)
     })
@@ -116,10 +110,8 @@ for (device in forecast_devices) {
         }, numeric(1))
         expect_close(losses, fx$tensors$adam_losses, rel = REL, label = paste(label, sched, "losses"))
         after <- state_dict(model)
-        for (k in names(after)) {
-          expect_close(after[[k]], fx$tensors[[paste0("adam_params/", k)]], rel = REL,
-                       label = paste(label, sched, "params", k))
-        }
+        expect_fixture_tensors(after, fx, "adam_params/", rel = REL,
+                               label = paste(label, sched, "params"))
         expect_identical(carried_state(model), as.integer(c(cfg$B, cfg$H, cfg$W)))
         convlstm_release(model)
       })
@@ -222,18 +214,13 @@ for (device in forecast_devices) {
                                                   horizon = cfg$horizon), schedules[[sched]]))
         if (i == 1) {
           g <- gradients(model)
-          for (k in names(g)) {
-            expect_close(g[[k]], fx$tensors[[paste0("grad/", k)]], rel = REL,
-                         label = paste(label, sched, "grad", k))
-          }
+          expect_fixture_tensors(g, fx, "grad/", rel = REL, label = paste(label, sched, "grad"))
         }
       }
       expect_close(losses, fx$tensors$adam_losses, rel = REL, label = paste(label, sched, "losses"))
       after <- state_dict(model)
-      for (k in names(after)) {
-        expect_close(after[[k]], fx$tensors[[paste0("adam_params/", k)]], rel = REL,
-                     label = paste(label, sched, "params", k))
-      }
+      expect_fixture_tensors(after, fx, "adam_params/", rel = REL,
+                             label = paste(label, sched, "params"))
       convlstm_release(model)
     })
   }
@@ -286,10 +273,7 @@ for (device in forecast_devices) {
                                                schedules[[sched]]))
           if (i == 1) {
             g <- gradients(model)
-            for (k in names(g)) {
-              expect_close(g[[k]], fx$tensors[[paste0("grad/", k)]], rel = REL,
-                           label = paste(label, sched, "grad", k))
-            }
+            expect_fixture_tensors(g, fx, "grad/", rel = REL, label = paste(label, sched, "grad"))
             # the fed-back frames' gradient path is ten tolerances and more
             # here: cut, the comparison above would fail
             expect_gt(max_rel_diff(g, fx, "grad_detached/"), 10 * REL)
@@ -298,10 +282,8 @@ for (device in forecast_devices) {
         expect_close(losses, fx$tensors$adam_losses, rel = REL,
                      label = paste(label, sched, "losses"))
         after <- state_dict(model)
-        for (k in names(after)) {
-          expect_close(after[[k]], fx$tensors[[paste0("adam_params/", k)]], rel = REL,
-                       label = paste(label, sched, "params", k))
-        }
+        expect_fixture_tensors(after, fx, "adam_params/", rel = REL,
+                               label = paste(label, sched, "params"))
         convlstm_release(model)
       })
     }
@@ -411,10 +393,7 @@ for (device in forecast_devices) {
                                                     teacher_forcing = p[[i]]), extra))
           if (i == 1) {
             g <- gradients(model)
-            for (k in names(g)) {
-              expect_close(g[[k]], fx$tensors[[paste0("grad/", k)]], rel = REL,
-                           label = paste(label, sched, "grad", k))
-            }
+            expect_fixture_tensors(g, fx, "grad/", rel = REL, label = paste(label, sched, "grad"))
             expect_gt(max_rel_diff(g, fx, "grad_free/"), 10 * REL)
             expect_gt(max_rel_diff(g, fx, "grad_teacher/"), 10 * REL)
           }
@@ -422,10 +401,8 @@ for (device in forecast_devices) {
         expect_close(losses, fx$tensors$adam_losses, rel = REL,
                      label = paste(label, sched, "losses"))
         after <- state_dict(model)
-        for (k in names(after)) {
-          expect_close(after[[k]], fx$tensors[[paste0("adam_params/", k)]], rel = REL,
-                       label = paste(label, sched, "params", k))
-        }
+        expect_fixture_tensors(after, fx, "adam_params/", rel = REL,
+                               label = paste(label, sched, "params"))
       })
     }
   }

@@ -61,10 +61,7 @@ for (device in peep_devices) {
       convlstm_backward(model, 2 * (pred - fx$tensors$y) / length(pred))
       g <- gradients(model)
       expect_setequal(names(g), sub("^grad/", "", grep("^grad/", names(fx$tensors), value = TRUE)))
-      for (k in names(g)) {
-        expect_close(g[[k]], fx$tensors[[paste0("grad/", k)]], rel = REL,
-                     label = paste(label, "grad", k))
-      }
+      expect_fixture_tensors(g, fx, "grad/", rel = REL, label = paste(label, "grad"))
       expect_gt(max(abs(g[["cell_list.0.w_co"]])), 0)
       convlstm_release(model)
     })
@@ -100,10 +97,8 @@ for (device in peep_devices) {
         expect_close(losses, fx$tensors$adam_losses, rel = REL,
                      label = paste(label, sched, "losses"))
         after <- state_dict(model)
-        for (k in names(after)) {
-          expect_close(after[[k]], fx$tensors[[paste0("adam_params/", k)]], rel = REL,
-                       label = paste(label, sched, "params", k))
-        }
+        expect_fixture_tensors(after, fx, "adam_params/", rel = REL,
+                               label = paste(label, sched, "params"))
         # the peepholes moved: the optimizer counts them
         moved <- after[["cell_list.0.w_ci"]] - fx$tensors[["weights/cell_list.0.w_ci"]]
         expect_gt(max(abs(moved)), 0.5 * cfg$adam_lr)
