@@ -27,7 +27,7 @@ cl_status cl_cuda_sum_squares(cl_backend *be, const float *g, size_t n, double *
  * cl_update_args step 2): one thread adds the partial sums in the host's
  * order and forms the coefficient with the host's operations, rounded as
  * they are (the _rn intrinsics: no contraction into fused multiply-adds),
- * so that the bits are those of core/backend.c's host_clip; 1 means no
+ * so that the bits are those of cpu/cpu_step.c's clip; 1 means no
  * scaling (a non-finite norm, a coefficient not below 1, a lost loss). */
 __global__ void clip_coef_kernel(const double *partials, unsigned blocks, double max_norm,
                                  int check_loss, cl_step_vals *v, float *coef) {
