@@ -29,7 +29,8 @@ ref=${REFERENCE_BLAS_DIR:-$(ls -d /usr/lib/*/blas 2>/dev/null | head -n 1)}
 obl=${OPENBLAS_PTHREAD_DIR:-$(ls -d /usr/lib/*/openblas-pthread 2>/dev/null | head -n 1)}
 for d in "$ref" "$obl"; do
   if [ -z "$d" ] || [ ! -r "$d/libblas.so.3" ]; then
-    echo "skip: need the reference BLAS and OpenBLAS pthread (apt-get install libblas3 libopenblas0-pthread)"
+    echo "skip: needs the reference BLAS and OpenBLAS pthread"
+    echo "      (Debian: apt-get install libblas3 libopenblas0-pthread)"
     exit 77
   fi
 done
@@ -67,7 +68,9 @@ for kind in reference openblas-pthread; do
   if [ "${CONVLSTM_BLAS_R_TESTS:-0}" = 1 ]; then
     if R_LD_LIBRARY_PATH=$dir OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-4} NOT_CRAN=true \
       Rscript -e 'cat("R BLAS:", extSoftVersion()[["BLAS"]], "\n")' \
-        -e 'r <- as.data.frame(testthat::test_file("tests/testthat/test-memory-measured.R", package = "convlstm", load_package = "installed"))' \
+        -e 'f <- "tests/testthat/test-memory-measured.R"' \
+        -e 'r <- as.data.frame(testthat::test_file(f, package = "convlstm",' \
+        -e '                                       load_package = "installed"))' \
         -e 'quit(status = as.integer(sum(r$failed) > 0 || any(r$error) || sum(r$skipped) > 0))'; then
       echo "ok   test-memory-measured.R ($kind)"
     else
