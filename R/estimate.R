@@ -90,8 +90,8 @@
 #'   what the process holds on the device outside every model, measured
 #'   once per process when the backend first started (on a GPU the CUDA
 #'   context, the cuDNN handle and the stream; on the CPU 0, since the CPU
-#'   backend's own costs -- its OpenMP threads' stacks, a few KiB of timing
-#'   buffers -- are the process's host memory, which
+#'   backend's own costs -- its OpenMP threads' stacks -- are the process's
+#'   host memory, which
 #'   [memory_stats()] measures as `process_peak`). It is in neither `total` nor `reserved`.
 #'   The estimate is the same on every run for the same model, shape,
 #'   build and machine (the CPU's GEMM is a fixed rule, its workspace that
