@@ -82,7 +82,11 @@
 #'   `teacher_forcing`): free-running (`teacher_forcing` below 1) without
 #'   `checkpoint` or `recompute_gates`, and with a schedule a configuration
 #'   that fits both the teacher-forced and the free-running step. Not with
-#'   `state = "carry"` (the advisor does not plan the carried state).
+#'   `state = "carry"` (the advisor does not plan the carried state). The
+#'   budget holds the whole fit: a data set `data_on_device = "auto"` would
+#'   upload stays in R when it does not fit beside the step (`TRUE` is then
+#'   an error of class `convlstm_error_oom`), and validation data run in
+#'   smaller batches when a batch of theirs would not fit.
 #' @param horizon,teacher_forcing `NULL`, or train every batch as
 #'   [train_step()] with `horizon` (the forecast of the frames in `y`) and
 #'   `teacher_forcing` (`TRUE`: the true frames fed back; `FALSE`:
@@ -283,8 +287,10 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   check_schedule_length(scheduler, epochs - initial_epoch, n_batches, call)
   # a weighted loss slices its weight with each batch, and a horizon applies
   # to arrays: from R arrays
+  held <- fit_budget(model, fits, dim(x), validation, batch_size, target, data_on_device,
+                     is.null(weight) && is.null(forecast), forecast$horizon %||% 0L, call)
   data <- if (is.null(weight) && is.null(forecast)) {
-    fit_data_set(ptr, x, y, target, data_on_device, batch_size, optimizer, options)
+    fit_data_set(ptr, x, y, target, held$data_on_device, batch_size, optimizer, options)
   }
   if (!is.null(data)) on.exit(c_data_release(data), add = TRUE)
   rows <- if (is.null(past)) list() else split(past$history, seq_len(nrow(past$history)))
@@ -377,7 +383,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
     val_loss <- if (is.null(validation)) {
       NA_real_
     } else {
-      evaluate_loss(ptr, validation$x, validation$y, target, batch_size, loss_fn,
+      evaluate_loss(ptr, validation$x, validation$y, target, held$validation_batch, loss_fn,
                     validation$weight, horizon = forecast$horizon %||% 0L)
     }
     row <- data.frame(

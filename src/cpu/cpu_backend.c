@@ -227,8 +227,9 @@ cl_status cl_backend_cpu_create(int n_threads, cl_backend **out) {
   be->iface = &cpu_iface;
   be->context = ctx;
   be->n_threads = n_threads;
-  /* Timed here, once: the choice changes the convolution workspace size,
-   * which must stay fixed for the plans made with this backend. */
+  /* Chosen here, once (a rule, not a timing): the choice changes the
+   * convolution workspace size, which must stay fixed for the plans made
+   * with this backend. */
   ctx->gemm = cl_cpu_gemm_choose(n_threads);
   *out = be;
   return CL_OK;
