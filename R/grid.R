@@ -112,9 +112,10 @@ print.convlstm_grid_windows <- function(x, ...) {
 #' defined on its two spatial dimensions only (latitude and longitude of a
 #' curvilinear grid, for instance).
 #'
-#' @param frames The forecasts: `[n, horizon, channels, height, width]` (as
-#'   `predict(model, windows$x, horizon = )` returns them; row `window` is
-#'   used) or one window's `[horizon, channels, height, width]`.
+#' @param frames The forecasts: `[n, horizon, channels, height, width]` with
+#'   a row per window (as `predict(model, windows$x, horizon = )` returns
+#'   them; row `window` is used), or one window's, `[1, horizon, channels,
+#'   height, width]` or `[horizon, channels, height, width]`.
 #' @param windows What [grid_windows()] returned.
 #' @param window Which window the frames forecast: their times are that
 #'   window's target times.
@@ -159,11 +160,12 @@ grid_restore <- function(frames, windows, window = 1, path = NULL) {
               frames, call)
   }
   if (length(d) == 5) {
-    if (d[[1]] != n && d[[1]] < window) {
-      abort_convlstm(sprintf("`frames` has %d rows; window %d needs at least %d.", d[[1]], window,
-                             window), call = call)
+    if (d[[1]] != n && d[[1]] != 1L) {
+      abort_convlstm(sprintf(
+        "`frames` must have one row per window (%d) or a single row, not %d rows.", n, d[[1]]),
+        call = call)
     }
-    frames <- frames[window, , , , , drop = TRUE]
+    frames <- frames[if (d[[1]] == 1L) 1L else window, , , , , drop = TRUE]
     dim(frames) <- target
   }
   grid_write(frames, windows$grid, windows$target_frames[window, ], windows$times, path, call)

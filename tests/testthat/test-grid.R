@@ -126,6 +126,10 @@ test_that("bad input is a classed error naming the argument", {
   w <- grid_windows(drifting_blob(), input = 3, horizon = 2)
   expect_error(grid_restore(w$x, w), "`frames`", class = "convlstm_error_invalid")
   expect_error(grid_restore(w$y, w, window = 5), "`window`", class = "convlstm_error_invalid")
+  expect_error(grid_restore(w$y[1:2, , , , , drop = FALSE], w, window = 2), "`frames`.*one row per window",
+               class = "convlstm_error_invalid")
+  expect_identical(grid_restore(w$y[3, , , , , drop = FALSE], w, window = 3),
+                   grid_restore(w$y, w, window = 3))
   expect_error(grid_restore(w$y, list()), "`windows`", class = "convlstm_error_invalid")
   skip_if_not_installed("stars")
   flat <- stars::st_as_stars(matrix(1, 4, 5))
