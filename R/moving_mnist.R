@@ -32,7 +32,9 @@
 #' @param seq_len Frames per sequence.
 #' @param size Height and width of each frame, in pixels (at least the
 #'   digits' size, 28 for MNIST).
-#' @param speed Pixels a digit moves per frame: one number, or two, the
+#' @param speed Pixels a digit moves per frame: `NULL` for Srivastava et
+#'   al.'s step, a tenth of the distance a digit can travel across the frame
+#'   (3.6 for 28-pixel digits in 64-pixel frames); one number; or two, the
 #'   range within which each digit's speed is drawn uniformly (Shi et al.'s
 #'   variant).
 #' @param horizon `0`, or split each sequence into `seq_len - horizon` input
@@ -70,14 +72,14 @@
 #'   image(t(d$x[1, t, 1, 64:1, ]), axes = FALSE, col = gray.colors(32, 0, 1))
 #' }
 #' par(op)
-moving_mnist <- function(n = 100, seq_len = 20, size = 64, n_digits = 2, speed = 3.6,
+moving_mnist <- function(n = 100, seq_len = 20, size = 64, n_digits = 2, speed = NULL,
                          horizon = 10, images = NULL, labels = NULL, seed = NULL) {
   call <- sys.call()
   n <- check_count(n, "n", call = call)
   seq_len <- check_count(seq_len, "seq_len", call = call)
   size <- check_count(size, "size", call = call)
   n_digits <- check_count(n_digits, "n_digits", call = call)
-  speed <- check_speed(speed, call)
+  if (!is.null(speed)) speed <- check_speed(speed, call)
   horizon <- check_count(horizon, "horizon", min = 0, call = call)
   if (!is.null(seed)) check_number(seed, "seed", call = call)
   if (horizon >= seq_len) {
@@ -91,6 +93,7 @@ moving_mnist <- function(n = 100, seq_len = 20, size = 64, n_digits = 2, speed =
     abort_convlstm(sprintf("`size` (%d) must be at least the digits' %d x %d pixels.",
                            size, glyph[[1]], glyph[[2]]), call = call)
   }
+  if (is.null(speed)) speed <- 0.1 * (size - max(glyph))
   m <- n * n_digits
   draws <- beams_with_seed(seed, list(
     index = matrix(sample.int(dim(src$images)[[3]], m, replace = TRUE), n, n_digits),

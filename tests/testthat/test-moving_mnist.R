@@ -94,6 +94,14 @@ test_that("a seed reproduces the data and leaves the caller's stream alone", {
   set.seed(1); expect_identical(moving_mnist(n = 2), b)
 })
 
+test_that("the default speed is Srivastava et al.'s tenth of the travel", {
+  d <- moving_mnist(n = 1, n_digits = 1, seed = 8)
+  expect_identical(moving_mnist(n = 1, n_digits = 1, speed = 3.6, seed = 8), d)
+  expect_false(identical(moving_mnist(n = 1, n_digits = 1, speed = 2, seed = 8)$x, d$x))
+  expect_identical(moving_mnist(n = 1, n_digits = 1, size = 48, seed = 8),
+                   moving_mnist(n = 1, n_digits = 1, size = 48, speed = 2, seed = 8))
+})
+
 test_that("a speed range draws each digit's speed within it", {
   d <- moving_mnist(n = 3, speed = c(2, 5), seed = 1)
   expect_identical(dim(d$x), c(3L, 10L, 1L, 64L, 64L))
