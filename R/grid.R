@@ -203,6 +203,7 @@ grid_frames_finite <- function(frames, call) {
 
 grid_read_stars <- function(data, call) {
   need_package("stars", "A stars series", call)
+  if (inherits(data, "stars_proxy")) data <- stars::st_as_stars(data) # read the cells
   if (length(data) != 1) {
     abort_convlstm(sprintf("`data` must be a stars object with one attribute, not %d.", length(data)),
                    call = call)

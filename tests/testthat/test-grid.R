@@ -61,6 +61,22 @@ test_that("a stars series keeps its grid, units and times", {
   expect_equal(stars::st_get_dimension_values(back, "x"), stars::st_get_dimension_values(rain, "x"))
 })
 
+test_that("a fourth stars dimension becomes the channels", {
+  skip_if_not_installed("stars")
+  a <- array(seq_len(5 * 4 * 2 * 6), c(5, 4, 2, 6)) # [x, y, band, time]
+  s <- stars::st_as_stars(a)
+  s <- stars::st_set_dimensions(s, 1, name = "x")
+  s <- stars::st_set_dimensions(s, 2, name = "y")
+  s <- stars::st_set_dimensions(s, 3, name = "band")
+  s <- stars::st_set_dimensions(s, 4, name = "time",
+                                values = as.POSIXct("2020-01-01", tz = "UTC") + 3600 * (0:5))
+  w <- grid_windows(s, input = 2, horizon = 2)
+  expect_identical(dim(w$x), c(3L, 2L, 2L, 4L, 5L))
+  expect_identical(w$x[2, 1, 2, , ], t(a[, , 2, 2]) + 0)
+  back <- grid_restore(w$y, w, window = 3)
+  expect_equal(as.vector(back[[1]]), as.vector(a[, , , 5:6]))
+})
+
 test_that("a terra SpatRaster with times is read and restored", {
   skip_if_not_installed("terra")
   skip_if_not_installed("stars")
