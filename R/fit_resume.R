@@ -20,9 +20,9 @@ save_fit_checkpoint <- function(ptr, path, optimizer, scheduler, epoch, history)
   c_model_save(ptr, path, optimizer, metadata)
 }
 
-# Loads the checkpoint at path into the model and scheduler and restores the
-# RNG; returns list(epoch, history).
-resume_fit <- function(ptr, path, scheduler, epochs, call) {
+# The fit state of the checkpoint at path, checked against the fit's
+# schedule, without loading anything: list(epoch, meta) for resume_fit().
+read_fit_checkpoint <- function(path, scheduler, call) {
   all <- c_file_info(path)$metadata
   meta <- as.list(all[startsWith(names(all), "fit.")])
   if (is.null(meta[["fit.epoch"]])) {
@@ -39,12 +39,20 @@ resume_fit <- function(ptr, path, scheduler, epochs, call) {
       if (is.null(scheduler)) "NULL" else sprintf("a %s schedule", scheduler$kind)
     ), call = call)
   }
+  list(epoch = as.integer(meta[["fit.epoch"]]), meta = meta)
+}
+
+# Loads the checkpoint at path (read_fit_checkpoint()'s `state`) into the
+# model and scheduler and restores the RNG; returns list(epoch, history).
+resume_fit <- function(ptr, path, scheduler, state) {
+  meta <- state$meta
   c_model_load_into(ptr, path, TRUE)
   if (!is.null(scheduler)) {
-    scheduler$load_state_dict(c(kind = kind, decode_numbers(meta[["fit.scheduler"]])))
+    scheduler$load_state_dict(c(kind = meta[["fit.scheduler_kind"]],
+                                decode_numbers(meta[["fit.scheduler"]])))
   }
   restore_rng(meta[["fit.rng"]], meta[["fit.rng_kind"]])
-  list(epoch = as.integer(meta[["fit.epoch"]]), history = decode_history(meta[["fit.history"]]))
+  list(epoch = state$epoch, history = decode_history(meta[["fit.history"]]))
 }
 
 restore_rng <- function(seed, kind) {
@@ -89,10 +97,12 @@ check_lr_scheduler <- function(scheduler, optimizer, call = sys.call(-1)) {
 }
 
 # lr_one_cycle() stops at its total_steps: check before training that the
-# fit's batches fit in what is left of it.
-check_schedule_length <- function(scheduler, epochs, n_batches, call) {
+# fit's batches fit in what is left of it (last_epoch: the steps taken, a
+# resume file's when resuming).
+check_schedule_length <- function(scheduler, epochs, n_batches, call,
+                                  last_epoch = scheduler$last_epoch) {
   if (is.null(scheduler) || is.null(scheduler$total_steps)) return(invisible())
-  left <- scheduler$total_steps - scheduler$last_epoch
+  left <- scheduler$total_steps - last_epoch
   need <- epochs * n_batches
   if (need > left) {
     abort_convlstm(sprintf(paste0(
