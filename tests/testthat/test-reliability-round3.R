@@ -1,0 +1,113 @@
+# Bad input, round three (issue #29): by class, each test able to fail for
+# the reason its name gives.
+#  1. a failed call changes nothing (checks first, then changes);
+#  2. nothing silent (float ranges, thresholds that are 0 as floats, options
+#     a fit would ignore, typos in `...`, a schedule's floor);
+#  3. no hang (files that are not regular are refused before open() blocks);
+#  4. the locale (metadata numbers read whatever LC_NUMERIC says);
+#  5. files keep their owners' intent (mode and owner of a replaced file);
+#  6. paths checked when a fit begins (callbacks' files);
+#  7. ctx$epoch in on_batch_end is the epoch running;
+#  8. messages that name the right thing.
+
+r3_data <- function(n = 4, T = 3) {
+  set.seed(31)
+  x <- api_x(B = n, T = T)
+  list(x = x, y = api_y(B = n), y2 = api_y(B = n, T = 2))
+}
+
+# the model's whole observable state: weights, dtype, carried state
+r3_snapshot <- function(m) {
+  list(sd = state_dict(m), dtype = m$dtype, carried = carried_state(m))
+}
+
+# ---- 3. no hang ----------------------------------------------------------
+
+test_that("a FIFO with no writer is refused by load, file_info and resume without blocking", {
+  skip_on_os("windows")
+  fifo <- tempfile()
+  if (system2("mkfifo", fifo) != 0) skip("mkfifo failed")
+  on.exit(unlink(fifo))
+  # in another process, so that a regression hangs that process, not the suite
+  code <- sprintf(paste(
+    "suppressPackageStartupMessages(library(convlstm))",
+    "f <- %s",
+    "m <- convlstm(2, c(3, 2), 3, device = 'cpu')",
+    "x <- array(runif(2 * 3 * 2 * 5 * 4), c(2, 3, 2, 5, 4)); y <- array(0, c(2, 2, 5, 4))",
+    "r <- c(tryCatch({convlstm_load(f); 'loaded'}, convlstm_error_invalid = function(e) 'refused'),",
+    "  tryCatch({convlstm_file_info(f); 'read'}, convlstm_error_invalid = function(e) 'refused'),",
+    "  tryCatch({convlstm_fit(m, x, y, optimizer_adam(), epochs = 1, resume = f, verbose = FALSE);",
+    "  'resumed'}, convlstm_error_invalid = function(e) 'refused'))",
+    "cat(r)", sep = "\n"), deparse(fifo))
+  script <- tempfile(fileext = ".R")
+  writeLines(code, script)
+  on.exit(unlink(script), add = TRUE)
+  t0 <- proc.time()[["elapsed"]]
+  out <- suppressWarnings(system2("timeout", c("60", file.path(R.home("bin"), "Rscript"), script),
+                                  stdout = TRUE, stderr = FALSE,
+                                  env = paste0("R_LIBS=", paste(.libPaths(), collapse = ":"))))
+  expect_lt(proc.time()[["elapsed"]] - t0, 55)
+  expect_identical(out, "refused refused refused")
+})
+
+test_that("a directory or a device is refused by convlstm_load() with a classed error", {
+  expect_convlstm_error(convlstm_load(tempdir()), regexp = "`path`")
+  skip_if_not(file.exists("/dev/null"))
+  expect_convlstm_error(convlstm_file_info("/dev/null"), regexp = "device")
+})
+
+# ---- 4. the locale -------------------------------------------------------
+
+# A locale whose decimal point is a comma: one the system has, or one built
+# with localedef into a temporary LOCPATH. NULL when neither can be had.
+comma_locale <- function() {
+  for (name in c("de_DE.UTF-8", "de_DE.utf8", "fr_FR.UTF-8", "fr_FR.utf8")) {
+    ok <- suppressWarnings(Sys.setlocale("LC_NUMERIC", name))
+    Sys.setlocale("LC_NUMERIC", "C")
+    if (nzchar(ok)) return(list(name = name, env = character()))
+  }
+  if (!nzchar(Sys.which("localedef"))) return(NULL)
+  dir <- tempfile("locale")
+  dir.create(dir)
+  st <- suppressWarnings(system2("localedef", c("-i", "de_DE", "-f", "UTF-8",
+                                                file.path(dir, "de_DE.UTF-8")),
+                                 stdout = FALSE, stderr = FALSE))
+  if (st != 0 || !dir.exists(file.path(dir, "de_DE.UTF-8"))) return(NULL)
+  list(name = "de_DE.UTF-8", env = paste0("LOCPATH=", dir))
+}
+
+test_that("with a comma decimal point in LC_NUMERIC, files with fractional metadata load", {
+  skip_on_os("windows")
+  loc <- comma_locale()
+  if (is.null(loc)) skip("no locale with a decimal comma, and none could be built")
+  path <- tempfile(fileext = ".safetensors")
+  on.exit(unlink(path))
+  m <- api_model()
+  convlstm_save(m, path, optimizer = optimizer_adam(lr = 0.0125, betas = c(0.85, 0.975)))
+  convlstm_release(m)
+  code <- sprintf(paste(
+    "suppressPackageStartupMessages(library(convlstm))",
+    "stopifnot(nzchar(suppressWarnings(Sys.setlocale('LC_NUMERIC', %s))))",
+    "stopifnot(Sys.localeconv()[['decimal_point']] == ',')",
+    "m <- convlstm_load(%s, device = 'cpu')",
+    "o <- attr(m, 'optimizer')",
+    "t <- convlstm_load(system.file('extdata', 'tutorial.safetensors', package = 'convlstm'),",
+    "                   device = 'cpu')",
+    "Sys.setlocale('LC_NUMERIC', 'C')",
+    "cat(sprintf('%%.17g', c(o$lr, o$betas)), sep = ' ')", sep = "\n"),
+    deparse(loc$name), deparse(path))
+  # the values as read in the C locale, here
+  m <- convlstm_load(path, device = "cpu")
+  o <- attr(m, "optimizer")
+  want <- paste(sprintf("%.17g", c(o$lr, o$betas)), collapse = " ")
+  convlstm_release(m)
+  script <- tempfile(fileext = ".R")
+  writeLines(code, script)
+  on.exit(unlink(script), add = TRUE)
+  out <- suppressWarnings(system2(file.path(R.home("bin"), "Rscript"), script, stdout = TRUE,
+                                  stderr = TRUE,
+                                  env = c(loc$env, paste0("R_LIBS=", paste(.libPaths(),
+                                                                          collapse = ":")))))
+  expect_identical(out[length(out)], want, info = paste(out, collapse = "\n"))
+})
+
