@@ -111,3 +111,33 @@ test_that("with a comma decimal point in LC_NUMERIC, files with fractional metad
   expect_identical(out[length(out)], want, info = paste(out, collapse = "\n"))
 })
 
+# ---- 5. files keep their owners' intent ----------------------------------
+
+test_that("saving over a 0600 checkpoint keeps it 0600 (and its owner, where allowed)", {
+  skip_on_os("windows")
+  m <- api_model()
+  path <- tempfile(fileext = ".safetensors")
+  on.exit(unlink(path))
+  convlstm_save(m, path)
+  Sys.chmod(path, "600", use_umask = FALSE)
+  convlstm_save(m, path, optimizer = optimizer_adam())
+  expect_identical(format(file.info(path)$mode), "600")
+  Sys.chmod(path, "640", use_umask = FALSE)
+  h <- convlstm_fit(m, r3_data()$x, r3_data()$y, optimizer_adam(), epochs = 1, verbose = FALSE,
+                    callbacks = list(callback_model_checkpoint(path)))
+  expect_identical(format(file.info(path)$mode), "640")
+  # a new file: the umask's mode, as before
+  fresh <- tempfile(fileext = ".safetensors")
+  on.exit(unlink(fresh), add = TRUE)
+  convlstm_save(m, fresh)
+  expect_identical(file.info(fresh)$mode, as.octmode(bitwAnd(0x1b6, bitwNot(Sys.umask()))))
+  # root may give the file to another user: it stays theirs
+  if (identical(unname(Sys.info()[["effective_user"]]), "root") &&
+      system2("chown", c("65534:65534", path)) == 0) {
+    convlstm_save(m, path)
+    expect_identical(file.info(path)$uid, 65534L)
+    expect_identical(format(file.info(path)$mode), "640")
+  }
+  convlstm_release(m)
+})
+
