@@ -31,6 +31,12 @@ fit_check <- function(a, target_missing, batch_size_missing, guard, call) {
   check_step_options(f$checkpoint, f$accumulation_steps, f$tbptt,
                      recompute_gates = f$recompute_gates, call = call)
   f$data_on_device <- check_data_on_device(a$data_on_device, call = call)
+  if (isTRUE(f$data_on_device) && (!is.null(f$weight) || !is.null(f$forecast))) {
+    abort_convlstm(sprintf(paste0(
+      "`data_on_device = TRUE` cannot be used with %s: its batches are sliced from the R ",
+      "arrays (the data set on the device holds x and y only). Use \"auto\" or FALSE."),
+      if (!is.null(f$weight)) "a `weight`" else "a `horizon`"), call = call)
+  }
   f$callbacks <- check_callbacks(a$callbacks, call = call)
   f$scheduler <- check_lr_scheduler(a$lr_scheduler, f$optimizer, call = call)
   f$resume <- if (!is.null(a$resume)) check_path(a$resume, call, must_exist = TRUE)
@@ -132,11 +138,11 @@ fit_check_batches <- function(f, call) {
 # A resume file's fit state, read (not yet loaded), and the epochs left.
 fit_check_resume <- function(f, call) {
   f$resume_state <- if (!is.null(f$resume)) {
-    read_fit_checkpoint(f$resume, f$scheduler, call)
+    read_fit_checkpoint(f$resume, f$scheduler, f$config, call)
   }
   f$initial_epoch <- f$resume_state$epoch %||% 0L
   steps_taken <- if (!is.null(f$resume_state) && !is.null(f$scheduler)) {
-    decode_numbers(f$resume_state$meta[["fit.scheduler"]])$last_epoch
+    f$resume_state$scheduler_state$last_epoch
   } else {
     f$scheduler$last_epoch
   }

@@ -21,6 +21,103 @@ r3_snapshot <- function(m) {
   list(sd = state_dict(m), dtype = m$dtype, carried = carried_state(m))
 }
 
+# ---- 1. a failed call changes nothing ------------------------------------
+
+r3_failing_fits <- list(
+  "bogus loss" = list(loss = "bogus"),
+  "callbacks not callbacks" = list(callbacks = "x"),
+  "lr_scheduler of another optimizer" = list(lr_scheduler = "sched"),
+  "resume a missing file" = list(resume = "missing")
+)
+
+for (what in names(r3_failing_fits)) {
+  test_that(sprintf("a fit with memory_budget and a %s changes neither dtype, weights nor carried state", what), {
+    d <- r3_data()
+    m <- api_model()
+    opt <- optimizer_adam(0.01)
+    train_step(m, d$x, d$y, opt, state = "carry") # a state is carried
+    before <- r3_snapshot(m)
+    expect_false(is.null(before$carried))
+    args <- r3_failing_fits[[what]]
+    if (identical(args$lr_scheduler, "sched")) args$lr_scheduler <- lr_step(optimizer_sgd(0.1), 2)
+    if (identical(args$resume, "missing")) args$resume <- tempfile(fileext = ".safetensors")
+    # a budget for which the advisor picks a half type: the model would be converted
+    err <- tryCatch(do.call(convlstm_fit, c(list(m, d$x, d$y, opt, epochs = 1, batch_size = 2,
+                                                 memory_budget = 30000, verbose = FALSE), args)),
+                    error = identity)
+    expect_s3_class(err, "convlstm_error_invalid")
+    expect_identical(r3_snapshot(m), before)
+    convlstm_release(m)
+  })
+}
+
+test_that("the budget test above does pick another dtype (so it can see a conversion)", {
+  d <- r3_data()
+  m <- api_model()
+  h <- convlstm_fit(m, d$x, d$y, optimizer_adam(0.01), epochs = 1, batch_size = 2,
+                    memory_budget = 30000, verbose = FALSE)
+  expect_false(identical(m$dtype, "float32"))
+  convlstm_release(m)
+})
+
+test_that("a resume file with fit.epoch but not the rest is refused before its weights load", {
+  d <- r3_data()
+  src <- api_model()
+  path <- tempfile(fileext = ".safetensors")
+  on.exit(unlink(path))
+  # written as a user could before: convlstm_save() now refuses fit.* names
+  convlstm:::c_model_save(convlstm:::model_ptr(src), path, NULL, c(fit.epoch = "1"))
+  m <- api_model()
+  before <- r3_snapshot(m)
+  expect_false(identical(state_dict(src), before$sd))
+  seed <- .Random.seed
+  err <- tryCatch(convlstm_fit(m, d$x, d$y, optimizer_adam(0.01), epochs = 2, batch_size = 2,
+                               resume = path, verbose = FALSE), error = identity)
+  expect_s3_class(err, "convlstm_error_invalid")
+  expect_match(conditionMessage(err), "incomplete or damaged", fixed = TRUE)
+  expect_identical(r3_snapshot(m), before)
+  expect_identical(.Random.seed, seed)
+  convlstm_release(m)
+  convlstm_release(src)
+})
+
+test_that("a resume file with a damaged history or epoch is refused, the model unchanged", {
+  d <- r3_data()
+  path <- tempfile(fileext = ".safetensors")
+  on.exit(unlink(path))
+  m <- api_model()
+  h <- convlstm_fit(m, d$x, d$y, optimizer_adam(0.01), epochs = 1, batch_size = 2,
+                    verbose = FALSE, callbacks = list(callback_model_checkpoint(path)))
+  meta <- convlstm_file_info(path)$all_metadata
+  fit_meta <- meta[startsWith(names(meta), "fit.")]
+  for (bad in list(c(fit.epoch = "x"), c(fit.epoch = "-1"), c(fit.rng_kind = "nonsense"),
+                   c(fit.history = "nonsense"), c(fit.rng = "a,b"))) {
+    m2 <- api_model()
+    broken <- fit_meta
+    broken[names(bad)] <- bad
+    convlstm:::c_model_save(convlstm:::model_ptr(m2), path, optimizer_adam(0.01), broken)
+    target <- api_model()
+    before <- r3_snapshot(target)
+    err <- tryCatch(convlstm_fit(target, d$x, d$y, optimizer_adam(0.01), epochs = 2,
+                                 batch_size = 2, resume = path, verbose = FALSE),
+                    error = identity)
+    expect_s3_class(err, "convlstm_error_invalid")
+    expect_identical(r3_snapshot(target), before, info = names(bad))
+    convlstm_release(target)
+    convlstm_release(m2)
+  }
+  convlstm_release(m)
+})
+
+test_that("convlstm_save() refuses the reserved fit.* metadata names and writes nothing", {
+  m <- api_model()
+  path <- tempfile(fileext = ".safetensors")
+  expect_convlstm_error(convlstm_save(m, path, metadata = c(fit.epoch = "1")),
+                        regexp = "fit.*", status = "invalid")
+  expect_false(file.exists(path))
+  convlstm_release(m)
+})
+
 # ---- 3. no hang ----------------------------------------------------------
 
 test_that("a FIFO with no writer is refused by load, file_info and resume without blocking", {
