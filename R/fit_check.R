@@ -51,6 +51,7 @@ fit_check <- function(a, target_missing, batch_size_missing, guard, call) {
   fit_check_split(f, a$validation_split, call)
   fit_check_batches(f, call)
   fit_check_resume(f, call)
+  check_callback_targets(f$callbacks, f$initial_epoch, call)
   if (!is.null(f$dist)) { # the same steps, shuffles and weights on every rank
     check_same_on_ranks(c(samples = f$n, batch_size = f$batch_size, epochs = f$epochs,
                           first_epoch = f$initial_epoch), f$rank, call)

@@ -238,3 +238,65 @@ test_that("saving over a 0600 checkpoint keeps it 0600 (and its owner, where all
   convlstm_release(m)
 })
 
+# ---- 6. paths checked when a fit begins ----------------------------------
+
+# A directory this process cannot make files in: /proc (even for root).
+r3_unwritable_dir <- function() {
+  if (dir.exists("/proc/self") && !file.create("/proc/convlstm-probe", showWarnings = FALSE)) {
+    return("/proc")
+  }
+  NULL
+}
+
+test_that("callback_model_checkpoint() into an unwritable directory fails before training", {
+  dir <- r3_unwritable_dir()
+  if (is.null(dir)) skip("no unwritable directory")
+  d <- r3_data()
+  m <- api_model()
+  before <- r3_snapshot(m)
+  err <- tryCatch(convlstm_fit(m, d$x, d$y, optimizer_adam(), epochs = 3, memory_budget = 30000,
+                               verbose = FALSE,
+                               callbacks = list(callback_model_checkpoint(
+                                 file.path(dir, "ckpt-{epoch}.safetensors")))),
+                  error = identity)
+  expect_s3_class(err, "convlstm_error_invalid")
+  expect_match(conditionMessage(err), "callback_model_checkpoint() cannot write", fixed = TRUE)
+  expect_identical(r3_snapshot(m), before) # nothing trained, nothing converted
+  expect_convlstm_error(convlstm_fit(m, d$x, d$y, optimizer_adam(), epochs = 1, verbose = FALSE,
+                                     callbacks = list(callback_model_checkpoint(
+                                       file.path(tempfile(), "m.safetensors")))),
+                        regexp = "does not exist")
+  expect_identical(r3_snapshot(m), before)
+  convlstm_release(m)
+})
+
+test_that("callback_csv_logger() into an unwritable directory is a classed error before training", {
+  dir <- r3_unwritable_dir()
+  if (is.null(dir)) skip("no unwritable directory")
+  d <- r3_data()
+  m <- api_model()
+  before <- state_dict(m)
+  err <- tryCatch(convlstm_fit(m, d$x, d$y, optimizer_adam(), epochs = 1, verbose = FALSE,
+                               callbacks = list(callback_csv_logger(file.path(dir, "h.csv")))),
+                  error = identity)
+  expect_s3_class(err, "convlstm_error_invalid")
+  expect_match(conditionMessage(err), "callback_csv_logger() cannot write", fixed = TRUE)
+  expect_identical(state_dict(m), before)
+  convlstm_release(m)
+})
+
+test_that("a CSV log that cannot be written mid-fit is a classed error naming the callback", {
+  d <- r3_data()
+  m <- api_model()
+  dir <- tempfile()
+  dir.create(dir)
+  path <- file.path(dir, "h.csv")
+  gone <- callback(on_epoch_end = function(ctx) unlink(dir, recursive = TRUE))
+  err <- tryCatch(convlstm_fit(m, d$x, d$y, optimizer_adam(), epochs = 2, verbose = FALSE,
+                               callbacks = list(gone, callback_csv_logger(path))),
+                  error = identity)
+  expect_s3_class(err, "convlstm_error_invalid")
+  expect_match(conditionMessage(err), "callback_csv_logger()", fixed = TRUE)
+  convlstm_release(m)
+})
+
