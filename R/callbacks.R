@@ -19,7 +19,9 @@
 #'   interrupt.
 #'
 #' `ctx` is an environment (changes made to it are seen by later callbacks)
-#' with: `model`, `epoch`, `epochs`, `n_batches`, `batch` (within the
+#' with: `model`, `epoch` (the epoch running, from 1: at `on_batch_end`
+#' the one the step belongs to; at `on_fit_begin` the epochs done before, at
+#' `on_fit_end` the last complete one), `epochs`, `n_batches`, `batch` (within the
 #' epoch), `optimizer` (with the rate of the next step), `lr_scheduler`
 #' (or `NULL`), `history` (a data frame of the epochs so far, as
 #' [convlstm_fit()] returns), `logs` (the last epoch's row as a list:

@@ -18,9 +18,9 @@ fit_epochs <- function(f) {
   run_callbacks(f$callbacks, "on_fit_begin", ctx)
   tryCatch(
     for (epoch in seq_len(f$epochs)[seq_len(f$epochs) > f$initial_epoch]) {
+      ctx$epoch <- epoch # the epoch running: on_batch_end sees it
       f$rows[[length(f$rows) + 1L]] <- fit_epoch(f, ctx, epoch)
       fit_set_history(f, ctx)
-      ctx$epoch <- epoch
       ctx$logs <- as.list(f$rows[[length(f$rows)]])
       ctx$optimizer <- fit_optimizer(f)
       run_callbacks(f$callbacks, "on_epoch_end", ctx)
@@ -44,6 +44,7 @@ fit_epochs <- function(f) {
     ))
   }
   fit_set_history(f, ctx)
+  ctx$epoch <- fit_epochs_done(f) # an interrupted epoch is not one of them
   run_callbacks(f$callbacks, "on_fit_end", ctx)
   history <- ctx$history
   attr(history, "data_on_device") <- !is.null(f$data)
@@ -64,11 +65,18 @@ fit_context <- function(f) {
   ctx$grad_norm <- NA_real_
   ctx$rank <- f$rank
   ctx$world_size <- f$world
+  # the state after the last complete epoch (mid-epoch, ctx$epoch is the
+  # one running, not yet in the history)
   ctx$save_checkpoint <- function(path) {
     if (f$rank != 0L) return(invisible(NULL))
-    save_fit_checkpoint(f$ptr, path, fit_optimizer(f), f$scheduler, ctx$epoch, ctx$history)
+    save_fit_checkpoint(f$ptr, path, fit_optimizer(f), f$scheduler, fit_epochs_done(f),
+                        ctx$history)
   }
   ctx
+}
+
+fit_epochs_done <- function(f) {
+  if (length(f$rows) == 0) f$initial_epoch else f$rows[[length(f$rows)]]$epoch
 }
 
 fit_set_history <- function(f, ctx) {

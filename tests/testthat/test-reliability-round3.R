@@ -300,3 +300,38 @@ test_that("a CSV log that cannot be written mid-fit is a classed error naming th
   convlstm_release(m)
 })
 
+# ---- 7. ctx$epoch in on_batch_end ----------------------------------------
+
+test_that("ctx$epoch in on_batch_end is the epoch the step belongs to", {
+  d <- r3_data()
+  m <- api_model()
+  seen <- integer()
+  cb <- callback(on_batch_end = function(ctx) seen <<- c(seen, ctx$epoch))
+  ends <- integer()
+  cb_end <- callback(on_fit_end = function(ctx) ends <<- ctx$epoch)
+  h <- convlstm_fit(m, d$x, d$y, optimizer_adam(), epochs = 2, batch_size = 2, shuffle = FALSE,
+                    verbose = FALSE, callbacks = list(cb, cb_end))
+  expect_identical(seen, c(1L, 1L, 2L, 2L))
+  expect_identical(ends, 2L)
+  convlstm_release(m)
+})
+
+test_that("a checkpoint saved mid-epoch holds the last complete epoch, and resumes from it", {
+  d <- r3_data()
+  m <- api_model()
+  path <- tempfile(fileext = ".safetensors")
+  on.exit(unlink(path))
+  mid <- callback(on_batch_end = function(ctx) {
+    if (ctx$epoch == 2 && ctx$batch == 1) ctx$save_checkpoint(path)
+  })
+  h <- convlstm_fit(m, d$x, d$y, optimizer_adam(), epochs = 2, batch_size = 2, verbose = FALSE,
+                    callbacks = list(mid))
+  expect_identical(convlstm_file_info(path)$metadata[["fit.epoch"]], "1")
+  m2 <- api_model()
+  h2 <- convlstm_fit(m2, d$x, d$y, optimizer_adam(), epochs = 2, batch_size = 2,
+                     verbose = FALSE, resume = path)
+  expect_identical(h2$epoch, 1:2)
+  convlstm_release(m)
+  convlstm_release(m2)
+})
+
