@@ -325,7 +325,14 @@ print.convlstm_plan <- function(x, ...) {
 #' max_batch_size(model, seq_len = 10, height = 64, width = 64, budget = "16 GiB")
 #' max_batch_size(model, 10, 64, 64, budget = "16 GiB", dtype = "float16", checkpoint = 3)
 #' convlstm_release(model)
+# The options memory_estimate() takes beyond the model and the shape (what
+# summary() and max_batch_size() pass on through `...`).
+estimate_options <- function() {
+  setdiff(names(formals(memory_estimate)), c("model", "batch_size", "seq_len", "height", "width"))
+}
+
 max_batch_size <- function(model, seq_len, height, width, budget = NULL, ...) {
+  check_dots(list(...), estimate_options(), "max_batch_size")
   ptr <- model_ptr(model)
   budget <- resolve_budget(ptr, budget, "budget", sys.call())
   dots <- list(...)

@@ -300,7 +300,23 @@ check_input <- function(x, config, arg, call = sys.call(-1)) {
     ), call = call)
   }
   check_frame_size(dim(x)[4:5], config, arg, call)
+  check_half_range(x, config, arg, call)
   x
+}
+
+# A float16 model stores its inputs as float16: a value beyond 65504 would
+# become Inf there and the output silently 0 or NaN, so it is refused with
+# what to do. (bfloat16 has float32's range, checked by check_finite().)
+float16_max <- 65504
+check_half_range <- function(x, config, arg, call) {
+  if (!identical(config$dtype, "float16")) return(invisible(x))
+  if (min(x) >= -float16_max && max(x) <= float16_max) return(invisible(x))
+  first <- which(abs(x) > float16_max)[[1]]
+  abort_convlstm(sprintf(paste0(
+    "`%s` has %s of %s values beyond float16's range (magnitude at most 65504), the model's ",
+    "storage type; the first, %s, at [%s]. Scale the data, or use a float32 or bfloat16 model ",
+    "(set_dtype())."), arg, format_count(sum(abs(x) > float16_max)), format_count(length(x)),
+    format(x[[first]]), paste(arrayInd(first, dim(x)), collapse = ", ")), call = call)
 }
 
 # Per layer: its input channels (input_dim, then the layer below's hidden)
@@ -389,6 +405,8 @@ print.convlstm_model <- function(x, ...) {
 #' summary(model, input_shape = c(8, 10, 1, 16, 16))
 #' convlstm_release(model)
 summary.convlstm_model <- function(object, input_shape = NULL, ...) {
+  check_dots(list(...), estimate_options(), "summary",
+             names = c("input_shape", estimate_options()))
   ptr <- model_ptr(object, "object")
   status <- c_model_status(ptr)
   config <- model_config(object)
@@ -607,6 +625,8 @@ move_model <- function(model, device, dtype, call) {
 #' convlstm_release(model)
 predict.convlstm_model <- function(object, x, what = c("sequence", "last_state"),
                                    batch_size = NULL, state = NULL, horizon = NULL, ...) {
+  check_dots(list(...), character(), "predict",
+             names = c("what", "batch_size", "state", "horizon"))
   ptr <- model_ptr(object, "object")
   what <- check_choice(what, c("sequence", "last_state"), "what")
   config <- model_config(object)

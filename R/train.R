@@ -328,15 +328,26 @@ loss_elems <- function(pred, y, loss) {
   )
 }
 
-# NULL, or a number > 0 (Inf: measure the norm only).
+# NULL, or a number > 0 (Inf: measure the norm only). The norm is compared
+# as a 32-bit float: a bound that is 0 or subnormal there would make every
+# step (nearly) a no-op, so it is refused.
 check_max_grad_norm <- function(x, call = sys.call(-1)) {
   if (is.null(x)) return(NULL)
   if (!is.numeric(x) || length(x) != 1 || is.na(x) || !(x > 0)) {
     abort_arg("max_grad_norm", "NULL or a number > 0 (Inf: measure the norm, clip nothing)", x,
               call)
   }
+  if (x < float_min_normal) {
+    abort_arg("max_grad_norm", sprintf(paste0(
+      "at least %s, the smallest normal 32-bit float (the gradients' norm is compared as one; ",
+      "a smaller bound is 0 or subnormal there and every step would do nothing)"),
+      format(float_min_normal, digits = 9)), x, call)
+  }
   as.double(x)
 }
+
+# The smallest normal 32-bit float (FLT_MIN).
+float_min_normal <- 2^-126
 
 # The shape of the chosen output for an input of dims xd.
 output_dims <- function(xd, config, target) {

@@ -118,6 +118,88 @@ test_that("convlstm_save() refuses the reserved fit.* metadata names and writes 
   convlstm_release(m)
 })
 
+# ---- 2. nothing silent ---------------------------------------------------
+
+test_that("two finite values whose sum overflows are still beyond a float's range", {
+  m <- api_model()
+  x <- api_x()
+  x[1:2] <- 1e308
+  expect_convlstm_error(predict(m, x), regexp = "32-bit float's range")
+  expect_convlstm_error(train_step(m, x, api_y(), optimizer_adam()), regexp = "`x`")
+  convlstm_release(m)
+})
+
+test_that("a float16 model refuses inputs beyond 65504 instead of returning zeros", {
+  m <- api_model(dtype = "float16")
+  x <- api_x()
+  x[3] <- 1e5
+  expect_convlstm_error(predict(m, x), regexp = "float16's range")
+  expect_convlstm_error(convlstm_evaluate(m, x, api_y()), regexp = "float16's range")
+  x[3] <- 65504 # the largest float16: accepted
+  expect_true(all(is.finite(predict(m, x))))
+  convlstm_release(m)
+})
+
+test_that("max_grad_norm that is 0 or subnormal as a float is refused", {
+  d <- r3_data()
+  m <- api_model()
+  before <- state_dict(m)
+  expect_convlstm_error(train_step(m, d$x, d$y, optimizer_sgd(0.1), max_grad_norm = 1e-300),
+                        regexp = "`max_grad_norm`")
+  expect_convlstm_error(train_step(m, d$x, d$y, optimizer_sgd(0.1), max_grad_norm = 1e-40),
+                        regexp = "`max_grad_norm`")
+  expect_convlstm_error(convlstm_fit(m, d$x, d$y, optimizer_sgd(0.1), epochs = 1,
+                                     max_grad_norm = 1e-300, verbose = FALSE),
+                        regexp = "`max_grad_norm`")
+  expect_identical(state_dict(m), before)
+  expect_true(is.finite(train_step(m, d$x, d$y, optimizer_sgd(0.1), max_grad_norm = 2^-126)))
+  convlstm_release(m)
+})
+
+test_that("data_on_device = TRUE with a horizon or a weight is an error, not ignored", {
+  d <- r3_data()
+  m <- api_model()
+  expect_convlstm_error(convlstm_fit(m, d$x, d$y2, optimizer_adam(), epochs = 1, horizon = 2,
+                                     data_on_device = TRUE, verbose = FALSE),
+                        regexp = "`data_on_device = TRUE`")
+  expect_convlstm_error(convlstm_fit(m, d$x, d$y, optimizer_adam(), epochs = 1,
+                                     weight = array(1, dim(d$y)), data_on_device = TRUE,
+                                     verbose = FALSE), regexp = "a `weight`")
+  convlstm_release(m)
+})
+
+test_that("a misspelt argument in `...` is refused, naming it, wherever a typo could pass", {
+  d <- r3_data()
+  m <- api_model()
+  err <- tryCatch(predict(m, d$x, horizont = 3), error = identity)
+  expect_s3_class(err, "convlstm_error_invalid")
+  expect_match(conditionMessage(err), "`horizont`.*did you mean `horizon`")
+  expect_convlstm_error(predict(m, d$x, "sequence", NULL, NULL, NULL, 3), regexp = "unnamed")
+  expect_convlstm_error(fit(m, d$x, d$y, optimizer_adam(), epochz = 1), regexp = "`epochz`")
+  expect_convlstm_error(evaluate(m, d$x, d$y, batchsize = 1), regexp = "`batchsize`")
+  expect_convlstm_error(summary(m, input_shape = c(2, 3, 2, 5, 4), chekpoint = 1),
+                        regexp = "`chekpoint`")
+  expect_convlstm_error(max_batch_size(m, 3, 5, 4, "1 MiB", acumulation_steps = 2),
+                        regexp = "`acumulation_steps`")
+  # what is meant passes
+  expect_equal(dim(predict(m, d$x, horizon = 2))[[2]], 2)
+  expect_s3_class(summary(m, input_shape = c(2, 3, 2, 5, 4), checkpoint = 1),
+                  "summary.convlstm_model")
+  convlstm_release(m)
+})
+
+test_that("sampling_schedule()'s min is the floor of every type", {
+  for (type in c("inverse_sigmoid", "exponential", "linear")) {
+    k <- if (type == "exponential") 0.5 else 2
+    s <- sampling_schedule(type, k = k, min = 0.5)
+    expect_equal(min(s(1:200)), 0.5, info = type)
+    expect_equal(s(1), 1 * (type != "inverse_sigmoid") + (type == "inverse_sigmoid") *
+                   max(0.5, 2 / (2 + 1)), info = type)
+  }
+  # without a floor, the decay is the paper's
+  expect_equal(sampling_schedule("inverse_sigmoid", k = 2)(3), 2 / (2 + exp(1)))
+})
+
 # ---- 3. no hang ----------------------------------------------------------
 
 test_that("a FIFO with no writer is refused by load, file_info and resume without blocking", {
