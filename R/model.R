@@ -169,6 +169,8 @@ convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hid
                      dropout = 0, recurrent_dropout = 0,
                      dropout_masks = c("per_gate", "shared")) {
   input_dim <- check_count(input_dim, "input_dim")
+  # n_layers defaults to length(hidden_dims): an empty hidden_dims is its fault
+  if (missing(n_layers)) hidden_dims <- check_counts(hidden_dims, "hidden_dims")
   n_layers <- check_count(n_layers, "n_layers")
   if (n_layers > max_layers) {
     abort_convlstm(sprintf("`n_layers` must be at most %d, not %d.", max_layers, n_layers),

@@ -278,7 +278,12 @@ check_recompute_gates <- function(x, call = sys.call(-1)) {
 # ydim, finite and >= 0 (0 masks an element), as doubles.
 check_weight <- function(weight, ydim, target, call = sys.call(-1)) {
   if (is.null(weight)) return(NULL)
-  if (!is.numeric(weight) || !identical(as.integer(dim(weight)), as.integer(ydim))) {
+  # a logical mask is a weight of 1 (TRUE) or 0 (FALSE)
+  if (!is.numeric(weight) && !is.logical(weight)) {
+    abort_arg("weight", "NULL or a numeric (or logical) array shaped as the target", weight,
+              call)
+  }
+  if (!identical(as.integer(dim(weight)), as.integer(ydim))) {
     abort_arg("weight", sprintf("NULL or a numeric array of the target's dim %s (target = \"%s\")",
                                 format_dims(ydim), target), weight, call)
   }

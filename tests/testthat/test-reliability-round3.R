@@ -417,3 +417,46 @@ test_that("a checkpoint saved mid-epoch holds the last complete epoch, and resum
   convlstm_release(m2)
 })
 
+# ---- 8. messages that name the right thing -------------------------------
+
+test_that("a logical weight mask is a mask (TRUE 1, FALSE 0), not a complaint about dims", {
+  d <- r3_data()
+  mask <- array(c(TRUE, FALSE), dim(d$y))
+  m1 <- api_model()
+  sd <- state_dict(m1)
+  m2 <- api_model()
+  load_state_dict(m2, sd)
+  l1 <- train_step(m1, d$x, d$y, optimizer_sgd(0.1), weight = mask)
+  l2 <- train_step(m2, d$x, d$y, optimizer_sgd(0.1), weight = mask * 1)
+  expect_identical(l1, l2)
+  expect_convlstm_error(train_step(m1, d$x, d$y, optimizer_sgd(0.1), weight = "a"),
+                        regexp = "numeric \\(or logical\\)", status = "invalid")
+  convlstm_release(m1)
+  convlstm_release(m2)
+})
+
+test_that("convlstm(1, integer(0), 3) blames hidden_dims, not n_layers", {
+  err <- tryCatch(convlstm(1, integer(0), 3, device = "cpu"), error = identity)
+  expect_s3_class(err, "convlstm_error_invalid")
+  expect_match(conditionMessage(err), "`hidden_dims`", fixed = TRUE)
+  expect_no_match(conditionMessage(err), "n_layers", fixed = TRUE)
+})
+
+test_that("a resume into another architecture describes the file and the model apart", {
+  d <- r3_data()
+  path <- tempfile(fileext = ".safetensors")
+  on.exit(unlink(path))
+  m <- api_model()
+  h <- convlstm_fit(m, d$x, d$y, optimizer_adam(), epochs = 1, verbose = FALSE,
+                    callbacks = list(callback_model_checkpoint(path)))
+  other <- api_model(hidden_dims = c(4, 2))
+  before <- r3_snapshot(other)
+  err <- tryCatch(convlstm_fit(other, d$x, d$y, optimizer_adam(), epochs = 2, verbose = FALSE,
+                               resume = path), error = identity)
+  expect_s3_class(err, "convlstm_error_invalid")
+  expect_match(conditionMessage(err), "the file: input 2, hidden 3-2", fixed = TRUE)
+  expect_match(conditionMessage(err), "the model: input 2, hidden 4-2", fixed = TRUE)
+  expect_identical(r3_snapshot(other), before)
+  convlstm_release(m)
+  convlstm_release(other)
+})
