@@ -312,7 +312,9 @@ check_callback_targets <- function(callbacks, initial_epoch, call) {
     if (is.null(targets)) next
     t <- targets(initial_epoch)
     dir <- dirname(t$path)
-    if (!dir.exists(dir)) abort_target(t$path, t$who, sprintf("its directory '%s' does not exist", dir), call)
+    if (!dir.exists(dir)) {
+      abort_target(t$path, t$who, sprintf("its directory '%s' does not exist", dir), call)
+    }
     why <- c_save_target_check(t$path)
     if (!is.null(why)) abort_target(t$path, t$who, why, call)
     exists <- file.exists(t$path)
@@ -320,7 +322,8 @@ check_callback_targets <- function(callbacks, initial_epoch, call) {
       abort_target(t$path, t$who, "the file is not writable by this process", call)
     }
     if ((t$replace || !exists) && !dir_takes_files(dir)) {
-      abort_target(t$path, t$who, sprintf("the directory '%s' does not take new files from this process", dir), call)
+      abort_target(t$path, t$who, sprintf(
+        "the directory '%s' does not take new files from this process", dir), call)
     }
   }
   invisible()

@@ -236,7 +236,7 @@ check_validation_data <- function(v, config, target, horizon = NULL, call = sys.
   if (!is.list(v) || length(v) != 2) {
     abort_arg("validation_data", "NULL or a list of two arrays, list(x, y)", v, call)
   }
-  vx <- check_input(v[[1]], config, "validation_data[[1]]", call = call)
+  vx <- check_input(v[[1]], config, "validation_data[[1]]", call = call, forward = TRUE)
   vy <- if (is.null(horizon)) {
     check_target_array(v[[2]], dim(vx), config, target, "validation_data[[2]]", call = call)
   } else {
@@ -358,7 +358,7 @@ convlstm_evaluate <- function(model, x, y, target = c("last_state", "sequence"),
                               weight = NULL, horizon = NULL) {
   ptr <- model_ptr(model)
   config <- model_config(model)
-  x <- check_input(x, config, "x")
+  x <- check_input(x, config, "x", forward = TRUE)
   if (is.null(horizon)) {
     target <- check_choice(target, c("last_state", "sequence"), "target")
     y <- check_target_array(y, dim(x), config, target, "y")

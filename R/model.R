@@ -262,7 +262,7 @@ new_convlstm_model <- function(ptr) {
   config <- c_model_config(ptr)
   training <- FALSE # model$train() / model$eval(): whether model(x) applies dropout
   model <- function(x, outputs = c("all", "last_states"), state = NULL) {
-    x <- check_input(x, config, "x")
+    x <- check_input(x, config, "x", forward = TRUE)
     outputs <- check_choice(outputs, c("all", "last_states"), "outputs")
     state <- state_option(state, config, dim(x), allow_carry = FALSE)
     # train mode with dropout: a training forward, with masks
@@ -293,7 +293,10 @@ model_config <- function(model) {
   if (identical(c_model_status(ptr), "live")) c_model_config(ptr) else environment(model)$config
 }
 
-check_input <- function(x, config, arg, call = sys.call(-1)) {
+# forward: x is run forward only (an output the user reads), where float16
+# storage would turn values beyond its range into silent zeros; a training
+# step instead skips the overflowing step and says so (loss_scale()).
+check_input <- function(x, config, arg, call = sys.call(-1), forward = FALSE) {
   x <- check_array(x, arg, 5, call = call)
   if (dim(x)[[3]] != config$input_dim) {
     abort_convlstm(sprintf(
@@ -302,13 +305,14 @@ check_input <- function(x, config, arg, call = sys.call(-1)) {
     ), call = call)
   }
   check_frame_size(dim(x)[4:5], config, arg, call)
-  check_half_range(x, config, arg, call)
+  if (forward) check_half_range(x, config, arg, call)
   x
 }
 
 # A float16 model stores its inputs as float16: a value beyond 65504 would
-# become Inf there and the output silently 0 or NaN, so it is refused with
-# what to do. (bfloat16 has float32's range, checked by check_finite().)
+# become Inf there and a forward's output silently 0 or NaN, so it is
+# refused with what to do. (bfloat16 has float32's range, checked by
+# check_finite().)
 float16_max <- 65504
 check_half_range <- function(x, config, arg, call) {
   if (!identical(config$dtype, "float16")) return(invisible(x))
@@ -632,7 +636,7 @@ predict.convlstm_model <- function(object, x, what = c("sequence", "last_state")
   ptr <- model_ptr(object, "object")
   what <- check_choice(what, c("sequence", "last_state"), "what")
   config <- model_config(object)
-  x <- check_input(x, config, "x")
+  x <- check_input(x, config, "x", forward = TRUE)
   n <- dim(x)[[1]]
   batch_size <- if (is.null(batch_size)) n else check_count(batch_size, "batch_size")
   state <- state_option(state, config, dim(x), allow_carry = FALSE)

@@ -445,7 +445,7 @@ check_array_rank <- function(y, arg, ndim, target, call) {
 convlstm_forward <- function(model, x, training = TRUE, target = NULL, state = NULL) {
   ptr <- model_ptr(model)
   config <- model_config(model)
-  x <- check_input(x, config, "x")
+  x <- check_input(x, config, "x", forward = TRUE)
   training <- check_flag(training, "training")
   what <- if (is.null(target)) "all" else check_choice(target, c("last_state", "sequence"), "target")
   state <- state_option(state, config, dim(x), allow_carry = FALSE)

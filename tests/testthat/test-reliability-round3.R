@@ -31,7 +31,8 @@ r3_failing_fits <- list(
 )
 
 for (what in names(r3_failing_fits)) {
-  test_that(sprintf("a fit with memory_budget and a %s changes neither dtype, weights nor carried state", what), {
+  test_that(sprintf(
+    "a fit with memory_budget and a %s changes neither dtype, weights nor carried state", what), {
     d <- r3_data()
     m <- api_model()
     opt <- optimizer_adam(0.01)
@@ -109,6 +110,22 @@ test_that("a resume file with a damaged history or epoch is refused, the model u
   convlstm_release(m)
 })
 
+test_that("a teacher_forcing schedule that fails at epoch 2 fails before epoch 1 trains", {
+  d <- r3_data()
+  m <- api_model()
+  before <- r3_snapshot(m)
+  for (tf in list(function(e) if (e == 2) 2 else 0.5, function(e) if (e == 2) stop("no") else 1,
+                  function() 0.5)) {
+    err <- tryCatch(convlstm_fit(m, d$x, d$y2, optimizer_adam(), epochs = 2, batch_size = 2,
+                                 horizon = 2, teacher_forcing = tf, verbose = FALSE),
+                    error = identity)
+    expect_s3_class(err, "convlstm_error_invalid")
+    expect_match(conditionMessage(err), "`teacher_forcing`", fixed = TRUE)
+    expect_identical(r3_snapshot(m), before)
+  }
+  convlstm_release(m)
+})
+
 test_that("convlstm_save() refuses the reserved fit.* metadata names and writes nothing", {
   m <- api_model()
   path <- tempfile(fileext = ".safetensors")
@@ -129,12 +146,20 @@ test_that("two finite values whose sum overflows are still beyond a float's rang
   convlstm_release(m)
 })
 
-test_that("a float16 model refuses inputs beyond 65504 instead of returning zeros", {
+test_that("a float16 model's forwards refuse inputs beyond 65504 instead of returning zeros", {
   m <- api_model(dtype = "float16")
   x <- api_x()
   x[3] <- 1e5
   expect_convlstm_error(predict(m, x), regexp = "float16's range")
   expect_convlstm_error(convlstm_evaluate(m, x, api_y()), regexp = "float16's range")
+  expect_convlstm_error(m(x), regexp = "float16's range")
+  expect_convlstm_error(convlstm_forward(m, x, training = FALSE), regexp = "float16's range")
+  expect_convlstm_error(convlstm_fit(m, api_x(), api_y(), optimizer_adam(), epochs = 1,
+                                     validation_data = list(x, api_y()), verbose = FALSE),
+                        regexp = "validation_data")
+  # a training step skips the overflowing step and says so (test-reliability-float16.R)
+  suppressWarnings(train_step(m, x * 10, api_y(), optimizer_adam()))
+  expect_gte(loss_scale(m)$skipped_steps, 1)
   x[3] <- 65504 # the largest float16: accepted
   expect_true(all(is.finite(predict(m, x))))
   convlstm_release(m)
