@@ -51,6 +51,13 @@ fit_check <- function(a, target_missing, batch_size_missing, guard, call) {
   fit_check_split(f, a$validation_split, call)
   fit_check_batches(f, call)
   fit_check_resume(f, call)
+  # each epoch's teacher forcing, read (and checked) now rather than after
+  # some epochs have trained
+  if (!is.null(f$forecast)) {
+    todo <- seq_len(f$epochs)[seq_len(f$epochs) > f$initial_epoch]
+    f$p_by_epoch <- rep(NA_real_, f$epochs)
+    f$p_by_epoch[todo] <- vapply(todo, f$forecast$p_of, numeric(1))
+  }
   check_callback_targets(f$callbacks, f$initial_epoch, call)
   if (!is.null(f$dist)) { # the same steps, shuffles and weights on every rank
     check_same_on_ranks(c(samples = f$n, batch_size = f$batch_size, epochs = f$epochs,

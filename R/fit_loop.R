@@ -102,7 +102,7 @@ fit_epoch <- function(f, ctx, epoch) {
   c_memory_reset_peak(f$ptr)
   if (f$carry) c_reset_state(f$ptr) # every epoch reads the streams from their start
   t0 <- proc.time()[["elapsed"]]
-  p <- if (is.null(f$forecast)) 1 else f$forecast$p_of(epoch)
+  p <- if (is.null(f$forecast)) 1 else f$p_by_epoch[[epoch]]
   epoch_options <- if (p < 1) fit_step_options(f, f$batch_size, p) else f$options
   xs <- fit_batch_x(f, p)
   order <- if (f$shuffle && f$n_batches > 1) sample.int(f$n) else seq_len(f$n)

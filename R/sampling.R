@@ -114,7 +114,12 @@ check_teacher_schedule <- function(x, call = sys.call(-1)) {
     return(function(epoch) p)
   }
   function(epoch) {
-    p <- x(epoch)
+    # a function that cannot be called so (no argument, an error of its own)
+    # is named, classed, rather than R's "unused argument"
+    p <- tryCatch(x(epoch), error = function(e) {
+      abort_convlstm(sprintf("`teacher_forcing` failed for epoch %d: %s", epoch,
+                             conditionMessage(e)), call = call)
+    })
     ok <- (is.logical(p) || is.numeric(p)) && length(p) == 1 && !is.na(p) && p >= 0 && p <= 1
     if (!ok) {
       abort_convlstm(sprintf(
