@@ -638,15 +638,16 @@ forecast_line <- function(K, modes) {
 # ---- convlstm_fit(memory_budget = , batch_size = "max") ---------------------
 
 # The batch size and step options convlstm_fit() trains with. With a
-# memory_budget the advisor picks the fastest configuration that fits
-# (converting the model's dtype when it picks another) and says which in one
-# line; batch_size = "max" trains at max_batch_size() for that
+# memory_budget the advisor picks the fastest configuration that fits (its
+# `dtype`, which convlstm_fit() converts the model to once every argument is
+# checked: nothing is changed here) and says which in one `line` (printed
+# by the fit); batch_size = "max" trains at max_batch_size() for that
 # configuration (for the options given when there is no budget), at most
 # the n samples there are. Without either, the arguments as given. A
 # forecast's fit gives the plans of its steps (fit_forecast()) and its
 # teacher_forcing: the pick and the batch fit every one of them.
 fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, target,
-                            checkpoint, accumulation_steps, tbptt, verbose,
+                            checkpoint, accumulation_steps, tbptt,
                             plans = list(list()), recompute_gates = FALSE,
                             teacher_forcing = TRUE, call = sys.call(-1)) {
   given <- list(batch_size = batch_size, checkpoint = checkpoint,
@@ -663,10 +664,11 @@ fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, tar
   budget <- resolve_budget(ptr, memory_budget, "memory_budget", call)
   # plans: the forecast options of every step the fit may take (a
   # forecast's, fit_forecast()); the batch must fit each
-  largest <- function(opts) {
+  largest <- function(opts, dtype = NULL) {
     b <- min(vapply(plans, function(f) {
       as.double(do.call(max_batch_size, c(list(model), shape,
-                                          list(budget = budget, optimizer = optimizer), opts, f)))
+                                          list(budget = budget, optimizer = optimizer,
+                                               dtype = dtype), opts, f)))
     }, numeric(1)))
     min(n, as.integer(b))
   }
@@ -700,24 +702,23 @@ fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, tar
     pick <- advice[1, ]
     opts <- list(checkpoint = pick$checkpoint, accumulation_steps = pick$accumulation_steps,
                  tbptt = pick$tbptt, recompute_gates = pick$recompute_gates)
-    if (!identical(pick$dtype, model_config(model)$dtype)) set_dtype(model, pick$dtype)
-    b <- if (is_max) largest(opts) else batch_size # more than n: convlstm_fit() says so
+    b <- if (is_max) largest(opts, pick$dtype) else batch_size # more than n: the fit says so
     trained <- min(b, n) # the default batch of 32 is lowered to the samples there are
     estimates <- lapply(plans, function(f) {
-      do.call(memory_estimate, c(list(model, trained), shape, list(optimizer = optimizer),
-                                 opts, f))
+      do.call(memory_estimate, c(list(model, trained), shape,
+                                 list(optimizer = optimizer, dtype = pick$dtype), opts, f))
     })
     planned <- max(vapply(estimates, function(e) estimate_bytes(e)[["reserved"]], numeric(1)))
     # held: what fit_budget() (budget.R) fits the data set and validation beside
-    chosen <- c(list(batch_size = b), opts, list(held = held_of(budget, estimates)))
+    chosen <- c(list(batch_size = b), opts,
+                list(dtype = pick$dtype, held = held_of(budget, estimates)))
     line <- sprintf(
       paste0("memory_budget %s: batch %d, %s%s%s (planned %s; step time predicted %.2fx the ",
              "plain float32 step's)"),
       format_bytes(budget), trained, pick$dtype, describe_options(c(opts, outputs = "all")),
       describe_forecast(horizon, teacher_forcing), format_bytes(planned), pick$time_ratio)
   }
-  if (verbose) cli::cli_alert_info(line)
-  chosen
+  c(chosen, list(line = line))
 }
 
 # A forecasting fit's steps, for the budget's line.

@@ -24,7 +24,7 @@ fit_budget <- function(model, fits, x_dim, validation, batch_size, target, data_
   budget <- held$budget
   val_arena <- function(b) {
     if (is.null(validation) || b == 0) return(0)
-    validation_arena(model, b, dim(validation$x), target, horizon)
+    validation_arena(model, b, dim(validation$x), target, horizon, fits$dtype)
   }
   peak <- function(b, data) held$model_bytes + max(held$arena, val_arena(b)) + data
   data <- if (!isFALSE(uploads)) c_data_bytes_for(model_ptr(model), x_dim[c(1, 2, 4, 5)], target)
@@ -53,10 +53,12 @@ fit_budget <- function(model, fits, x_dim, validation, batch_size, target, data_
 
 # The step arena of an inference forward of b validation samples, as
 # evaluate_loss() runs it (the last state, every output, or the forecast
-# frames): its plan's reserved bytes less the model's own buffers.
-validation_arena <- function(model, b, vd, target, horizon) {
+# frames): its plan's reserved bytes less the model's own buffers, in the
+# dtype the fit will train in (the model is converted only once every
+# argument is checked, after this).
+validation_arena <- function(model, b, vd, target, horizon, dtype = NULL) {
   est <- estimate_bytes(memory_estimate(
-    model, b, vd[[2]], vd[[4]], vd[[5]], training = FALSE,
+    model, b, vd[[2]], vd[[4]], vd[[5]], training = FALSE, dtype = dtype,
     outputs = if (horizon == 0 && identical(target, "last_state")) "last_state" else "all",
     horizon = horizon))
   est[["reserved"]] - sum(est[c("parameters", "gradients", "optimizer")])

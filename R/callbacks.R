@@ -19,7 +19,9 @@
 #'   interrupt.
 #'
 #' `ctx` is an environment (changes made to it are seen by later callbacks)
-#' with: `model`, `epoch`, `epochs`, `n_batches`, `batch` (within the
+#' with: `model`, `epoch` (the epoch running, from 1: at `on_batch_end`
+#' the one the step belongs to; at `on_fit_begin` the epochs done before, at
+#' `on_fit_end` the last complete one), `epochs`, `n_batches`, `batch` (within the
 #' epoch), `optimizer` (with the rate of the next step), `lr_scheduler`
 #' (or `NULL`), `history` (a data frame of the epochs so far, as
 #' [convlstm_fit()] returns), `logs` (the last epoch's row as a list:
@@ -188,16 +190,16 @@ callback_model_checkpoint <- function(path, monitor = "val_loss", save_best_only
   if (!is.character(path) || length(path) != 1 || is.na(path) || !nzchar(path)) {
     abort_arg("path", "a single file name", path, sys.call())
   }
+  path <- path.expand(path)
   monitor <- check_monitor(monitor)
   save_best_only <- check_flag(save_best_only, "save_best_only")
   sign <- if (check_choice(mode, c("min", "max"), "mode") == "min") 1 else -1
   best <- Inf
-  callback(
+  cb <- callback(
     on_fit_begin = function(ctx) {
       if (save_best_only) require_monitor(ctx, monitor, "callback_model_checkpoint")
       past <- ctx$history[[monitor]]
       best <<- if (length(past) > 0 && any(!is.na(past))) min(sign * past, na.rm = TRUE) else Inf
-      check_path(checkpoint_path(path, 1L), sys.call())
     },
     on_epoch_end = function(ctx) {
       if (save_best_only) {
@@ -208,6 +210,12 @@ callback_model_checkpoint <- function(path, monitor = "val_loss", save_best_only
       ctx$save_checkpoint(checkpoint_path(path, ctx$epoch))
     }
   )
+  # checked by convlstm_fit() before it changes anything (the first file
+  # the fit would write: the same directory as every later one)
+  structure(cb, targets = function(initial_epoch) {
+    list(path = checkpoint_path(path, initial_epoch + 1L), replace = TRUE,
+         who = "callback_model_checkpoint()")
+  })
 }
 
 checkpoint_path <- function(path, epoch) gsub("{epoch}", epoch, path, fixed = TRUE)
@@ -239,18 +247,29 @@ callback_csv_logger <- function(path, append = FALSE) {
   }
   append <- check_flag(append, "append")
   # data parallel: rank 0 alone writes it (convlstm_fit(distributed = ))
+  path <- path.expand(path)
+  # a file that cannot be written (it vanished, its disk filled) is a
+  # classed error naming the callback, not R's "cannot open the connection"
+  write <- function(text, append) {
+    tryCatch(cat(text, file = path, append = append),
+             error = function(e) abort_target(path, "callback_csv_logger()",
+                                              conditionMessage(e), NULL),
+             warning = function(w) abort_target(path, "callback_csv_logger()",
+                                                conditionMessage(w), NULL))
+  }
   structure(callback(
     on_fit_begin = function(ctx) {
-      path <<- check_path(path, sys.call())
       keep <- (append || ctx$initial_epoch > 0) && file.exists(path)
-      if (!keep) writeLines(paste(history_columns, collapse = ","), path)
+      if (!keep) write(paste0(paste(history_columns, collapse = ","), "\n"), FALSE)
     },
     on_epoch_end = function(ctx) {
       row <- ctx$logs[history_columns]
-      cat(paste(vapply(row, function(v) if (is.na(v)) "NA" else format(v, digits = 10), ""),
-                collapse = ","), "\n", sep = "", file = path, append = TRUE)
+      write(paste0(paste(vapply(row, function(v) if (is.na(v)) "NA" else format(v, digits = 10),
+                                ""), collapse = ","), "\n"), TRUE)
     }
-  ), writes_files = TRUE)
+  ), writes_files = TRUE, targets = function(initial_epoch) {
+    list(path = path, replace = FALSE, who = "callback_csv_logger()")
+  })
 }
 
 check_monitor <- function(monitor, call = sys.call(-1)) {
@@ -279,4 +298,46 @@ check_callbacks <- function(callbacks, call = sys.call(-1)) {
 # Calls every callback's hook `name`, in the order given.
 run_callbacks <- function(callbacks, name, ctx) {
   for (cb in callbacks) if (!is.null(cb[[name]])) cb[[name]](ctx)
+}
+
+# The files the fit's callbacks will write, checked before the fit changes
+# anything or trains an epoch: each directory must exist and take a new
+# file, and what stands at each path must be a regular file this process
+# may write (or nothing). A callback's attribute `targets(initial_epoch)`
+# gives its path, whether it is replaced by a rename (a new file beside it)
+# and the callback's name.
+check_callback_targets <- function(callbacks, initial_epoch, call) {
+  for (cb in callbacks) {
+    targets <- attr(cb, "targets")
+    if (is.null(targets)) next
+    t <- targets(initial_epoch)
+    dir <- dirname(t$path)
+    if (!dir.exists(dir)) {
+      abort_target(t$path, t$who, sprintf("its directory '%s' does not exist", dir), call)
+    }
+    why <- c_save_target_check(t$path)
+    if (!is.null(why)) abort_target(t$path, t$who, why, call)
+    exists <- file.exists(t$path)
+    if (exists && file.access(t$path, 2) != 0) {
+      abort_target(t$path, t$who, "the file is not writable by this process", call)
+    }
+    if ((t$replace || !exists) && !dir_takes_files(dir)) {
+      abort_target(t$path, t$who, sprintf(
+        "the directory '%s' does not take new files from this process", dir), call)
+    }
+  }
+  invisible()
+}
+
+# Whether a file can be made in dir: tried (file.access() says yes to root
+# on read-only or virtual file systems), the probe removed at once.
+dir_takes_files <- function(dir) {
+  probe <- tempfile(".convlstm-probe-", tmpdir = dir)
+  ok <- suppressWarnings(file.create(probe, showWarnings = FALSE))
+  if (ok) unlink(probe)
+  isTRUE(ok)
+}
+
+abort_target <- function(path, who, why, call) {
+  abort_convlstm(sprintf("`callbacks`: %s cannot write '%s': %s.", who, path, why), call = call)
 }

@@ -172,17 +172,20 @@ check_cuda_device <- function(device, call = sys.call(-1)) {
   invisible(device)
 }
 
-# No NA, NaN or Inf: they would train silently into NaN weights. sum() is one
-# pass without allocating, and is finite whenever every value is (an
-# overflowing sum of finite values is then counted and let through).
+# No NA, NaN or Inf: they would train silently into NaN weights; and no
+# finite value beyond a 32-bit float's range, which would arrive as Inf.
+# The range check cannot be skipped: it does not depend on a sum (two
+# values of 1e308 sum to Inf). anyNA(), min() and max() each read x in
+# place; abs(x) or range(x) would copy it, and on the tutorial's batch that
+# copy showed as 18 MiB more peak RSS.
 check_finite <- function(x, arg, call = sys.call(-1)) {
   if (is.logical(x)) {
     if (!anyNA(x)) return(invisible(x))
-  } else if (is.finite(sum(x))) {
-    # min() and max() read x in place; abs(x) or range(x) would copy it, and
-    # on the tutorial's batch that copy showed as 18 MiB more peak RSS
-    if (min(x) >= -float_max && max(x) <= float_max) return(invisible(x))
-    check_float_range(x, arg, call)
+  } else if (!anyNA(x)) {
+    lo <- min(x)
+    hi <- max(x)
+    if (lo >= -float_max && hi <= float_max) return(invisible(x))
+    if (is.finite(lo) && is.finite(hi)) check_float_range(x, arg, call)
   }
   bad <- !is.finite(x)
   if (!any(bad)) return(invisible(x))
@@ -218,3 +221,27 @@ check_float_range <- function(x, arg, call) {
   ), call = call)
 }
 
+
+# `...` of a function that passes it on (or takes nothing through it): a
+# name not in `allowed` (a typo such as `horizont`) or an unnamed value is
+# refused here, naming it, instead of being swallowed or failing deep down
+# with R's unclassed "unused argument". fn: the function's name, shown;
+# names: the arguments a misspelt name is compared with; positional: unnamed
+# values may pass (they are matched by position where they are passed on).
+check_dots <- function(dots, allowed, fn, names = allowed, positional = FALSE,
+                       call = sys.call(-1)) {
+  if (length(dots) == 0) return(invisible())
+  nm <- names(dots) %||% rep("", length(dots))
+  bad <- which(if (positional) nzchar(nm) & !nm %in% allowed else !nzchar(nm) | !nm %in% allowed)
+  if (length(bad) == 0) return(invisible())
+  first <- nm[[bad[[1]]]]
+  if (!nzchar(first)) {
+    abort_convlstm(sprintf(
+      "%s() was given an unnamed argument it has no place for (%s); name the arguments.",
+      fn, describe(dots[[bad[[1]]]])), call = call)
+  }
+  near <- if (length(names) > 0) names[utils::adist(first, names)[1, ] <= 2] else character()
+  abort_convlstm(sprintf("%s() has no argument `%s`%s.", fn, first,
+                         if (length(near) > 0) sprintf("; did you mean `%s`?", near[[1]]) else ""),
+                 call = call)
+}

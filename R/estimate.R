@@ -325,6 +325,7 @@ print.convlstm_plan <- function(x, ...) {
 #' max_batch_size(model, 10, 64, 64, budget = "16 GiB", dtype = "float16", checkpoint = 3)
 #' convlstm_release(model)
 max_batch_size <- function(model, seq_len, height, width, budget = NULL, ...) {
+  check_dots(list(...), estimate_options(), "max_batch_size")
   ptr <- model_ptr(model)
   budget <- resolve_budget(ptr, budget, "budget", sys.call())
   dots <- list(...)
@@ -366,4 +367,10 @@ resolve_budget <- function(ptr, budget, arg, call) {
   # cuDNN); a budget given is the whole device's, the runtime's share included
   if (is.null(budget)) return(s$device_free + s$reserved)
   parse_bytes(budget, arg, call) - s$runtime
+}
+
+# The options memory_estimate() takes beyond the model and the shape (what
+# summary() and max_batch_size() pass on through `...`).
+estimate_options <- function() {
+  setdiff(names(formals(memory_estimate)), c("model", "batch_size", "seq_len", "height", "width"))
 }

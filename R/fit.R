@@ -1,6 +1,8 @@
-# fit.R -- the training loop over epochs and mini-batches (convlstm_fit()),
-# evaluation of the MSE without training (convlstm_evaluate()), and the
-# history they produce with its print and plot methods.
+# fit.R -- training over epochs and mini-batches (convlstm_fit(): its
+# documentation and its three pieces in order: fit_check.R's checks and
+# plan, fit_begin()'s changes, fit_loop.R's epochs), evaluation of the loss
+# without training (convlstm_evaluate()), and the history they produce with
+# its print and plot methods.
 #
 # The loop is in R on purpose: each mini-batch is one .Call running a whole
 # training step in C, so R's per-call cost is paid once per batch, and R
@@ -181,279 +183,20 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
                          loss = "mse", delta = 1, pos_weight = 1, weight = NULL,
                          horizon = NULL, teacher_forcing = TRUE, state = NULL,
                          distributed = NULL, recompute_gates = FALSE, metrics = NULL) {
-  # before batch_size is reassigned below; "max" is capped at the samples
-  batch_size_given <- !missing(batch_size) && !identical(batch_size, "max")
   call <- sys.call()
-  ptr <- model_ptr(model)
-  config <- model_config(model)
-  x <- check_input(x, config, "x")
-  forecast <- fit_forecast(horizon, teacher_forcing, missing(target), target, config, call)
-  if (is.null(forecast)) {
-    target <- check_choice(target, c("last_state", "sequence"), "target")
-    y <- check_target_array(y, dim(x), config, target, "y")
-  } else {
-    target <- "sequence"
-    y <- check_frames(y, dim(x), forecast$horizon, config, "y", call)
-  }
-  carry <- fit_state(state, shuffle, batch_size, memory_budget, call)
-  weight <- check_weight(weight, dim(y), target)
-  optimizer <- check_optimizer(optimizer)
-  epochs <- check_count(epochs, "epochs")
-  shuffle <- check_flag(shuffle, "shuffle")
-  verbose <- check_flag(verbose, "verbose")
-  fits <- fit_memory_plan(model, dim(x), batch_size, memory_budget, optimizer, target,
-                          checkpoint, accumulation_steps, tbptt, verbose,
-                          plans = forecast$plans %||% list(list()),
-                          recompute_gates = recompute_gates,
-                          teacher_forcing = forecast$teacher_forcing %||% TRUE)
-  batch_size <- fits$batch_size
-  checkpoint <- fits$checkpoint
-  recompute_gates <- fits$recompute_gates
-  accumulation_steps <- fits$accumulation_steps
-  tbptt <- fits$tbptt
-  batch_size <- check_count(batch_size, "batch_size")
-  validation <- check_validation_data(validation_data, config, target, forecast$horizon)
-  max_grad_norm <- check_max_grad_norm(max_grad_norm)
-  loss_fn <- check_loss(loss, delta, pos_weight)
-  check_step_options(checkpoint, accumulation_steps, tbptt, recompute_gates = recompute_gates)
-  data_on_device <- check_data_on_device(data_on_device)
-  callbacks <- check_callbacks(callbacks)
-  scheduler <- check_lr_scheduler(lr_scheduler, optimizer)
-  if (!is.null(resume)) resume <- check_path(resume, call, must_exist = TRUE)
-  dist <- check_distributed(distributed, call)
-  rank <- dist$rank %||% 0L
-  world <- dist$size %||% 1L
-  if (world > 1) { # whatever stops this rank must stop the others, or they wait for it
-    finished <- FALSE
-    on.exit(if (!finished) c_dist_abort("convlstm_fit() stopped on this rank (its error above)"),
-            add = TRUE)
-  }
-  if (rank != 0L) {
-    verbose <- FALSE
-    callbacks <- Filter(function(cb) !isTRUE(attr(cb, "writes_files")), callbacks)
-  }
-  held_out <- split_validation(x, y, validation_split, validation, call)
-  x <- held_out$x
-  y <- held_out$y
-  validation <- held_out$validation %||% validation
-  metric_spec <- metrics_spec(metrics, validation$y, call)
-  if (!is.null(weight) && !is.null(held_out$validation)) { # the same split of the weight
-    n_train <- dim(x)[[1]]
-    validation$weight <- slice_batch(weight, (n_train + 1L):dim(weight)[[1]])
-    weight <- slice_batch(weight, seq_len(n_train))
-  }
-
-  n <- dim(x)[[1]]
-  # teacher forcing (an epoch's p of 1) reads x and then the true frames:
-  # joined once, when an epoch first needs them
-  x_teacher <- NULL
-  batch_x <- function(p) {
-    if (is.null(forecast) || p < 1) return(x)
-    if (is.null(x_teacher)) x_teacher <<- teacher_sequence(x, y)
-    x_teacher
-  }
-  # The default stands for "all of it" on small data; a larger size given on
-  # purpose is more likely a mix-up (of x, or of arguments) than a wish.
-  if (batch_size_given && batch_size * world > n) {
-    abort_convlstm(sprintf(
-      "`batch_size` (%d%s) must not exceed the number of samples in `x` (%d); leave it out to train on all %d at once.",
-      batch_size, if (world > 1) sprintf(" on each of %d ranks", world) else "", n, n
-    ), call = call)
-  }
-  batch_size <- min(batch_size, n %/% world)
-  global_batch <- batch_size * world
-  n_batches <- ceiling(n / global_batch)
-  if (carry && n %% global_batch != 0) {
-    abort_convlstm(sprintf(paste0(
-      "With `state = \"carry\"` every batch must have the same size: %d training samples are ",
-      "not a multiple of `batch_size` (%d)%s."), n, batch_size,
-      if (world > 1) sprintf(" times the %d ranks", world) else ""), call = call)
-  }
-  # the last batch may be smaller than accumulation_steps; p: the epoch's
-  # teacher forcing (below 1 the step runs free, the coins drawn per batch)
-  step_options <- function(b, p = 1) {
-    check_step_options(checkpoint, min(accumulation_steps, b), tbptt,
-                       state = list(mode = if (carry) "carry" else "zero", arrays = NULL,
-                                    horizon = forecast$horizon %||% 0L, free_run = p < 1),
-                       max_grad_norm = max_grad_norm, loss = loss_fn, weight = weight,
-                       recompute_gates = recompute_gates)
-  }
-  options <- step_options(batch_size)
-  # what free-running steps cannot be combined with, before the first epoch
-  if (!is.null(forecast) && !forecast$teacher_only) step_options(batch_size, 0)
-  # a resumed fit continues after the saved epoch, with its state restored
-  past <- if (is.null(resume)) NULL else resume_fit(ptr, resume, scheduler, epochs, call)
-  if (!is.null(dist)) { # the same steps, shuffles and weights on every rank
-    check_same_on_ranks(c(samples = n, batch_size = batch_size, epochs = epochs,
-                          first_epoch = past$epoch %||% 0L), rank, call)
-    sync_rng()
-    c_dist_broadcast_params(ptr, 0L)
-  }
-  initial_epoch <- past$epoch %||% 0L
-  check_schedule_length(scheduler, epochs - initial_epoch, n_batches, call)
-  # a weighted loss slices its weight with each batch, and a horizon applies
-  # to arrays: from R arrays
-  held <- fit_budget(model, fits, dim(x), validation, batch_size, target, data_on_device,
-                     is.null(weight) && is.null(forecast), forecast$horizon %||% 0L, call)
-  data <- if (is.null(weight) && is.null(forecast)) {
-    fit_data_set(ptr, x, y, target, held$data_on_device, batch_size, optimizer, options)
-  }
-  if (!is.null(data)) on.exit(c_data_release(data), add = TRUE)
-  rows <- if (is.null(past)) list() else split(past$history, seq_len(nrow(past$history)))
-  running <- NA_real_
-  peak <- "-"
-  batch_hooks <- Filter(function(cb) !is.null(cb$on_batch_end), callbacks)
-  per_batch <- !is.null(scheduler) && identical(scheduler$per, "batch")
-  current_optimizer <- function() if (is.null(scheduler)) optimizer else scheduler$optimizer
-
-  ctx <- new.env(parent = emptyenv())
-  ctx$model <- model
-  ctx$epochs <- epochs
-  ctx$n_batches <- n_batches
-  ctx$lr_scheduler <- scheduler
-  ctx$has_validation <- !is.null(validation)
-  ctx$initial_epoch <- initial_epoch
-  ctx$verbose <- verbose
-  ctx$stop <- FALSE
-  ctx$grad_norm <- NA_real_
-  ctx$rank <- rank
-  ctx$world_size <- world
-  ctx$save_checkpoint <- function(path) {
-    if (rank != 0L) return(invisible(NULL))
-    save_fit_checkpoint(ptr, path, current_optimizer(), scheduler, ctx$epoch, ctx$history)
-  }
-  set_history <- function() {
-    ctx$history <- new_history(rows, target = target, batch_size = batch_size,
-                               optimizer = optimizer, loss = loss_fn$kind %||% "mse")
-  }
-
-  run_epoch <- function(epoch) {
-    c_memory_reset_peak(ptr)
-    if (carry) c_reset_state(ptr) # every epoch reads the streams from their start
-    t0 <- proc.time()[["elapsed"]]
-    p <- if (is.null(forecast)) 1 else forecast$p_of(epoch)
-    epoch_options <- if (p < 1) step_options(batch_size, p) else options
-    xs <- batch_x(p)
-    order <- if (shuffle && n_batches > 1) sample.int(n) else seq_len(n)
-    if (verbose) {
-      pb <- cli::cli_progress_bar(
-        format = paste0(
-          "Epoch {epoch}/{epochs} {cli::pb_bar} {cli::pb_current}/{cli::pb_total} ",
-          "| loss {format_loss(running)} | {cli::pb_elapsed} | peak {peak}"
-        ),
-        total = n_batches, clear = TRUE
-      )
-    }
-    total <- 0
-    seen <- 0
-    for (b in seq_len(n_batches)) {
-      global <- order[((b - 1L) * global_batch + 1L):min(n, b * global_batch)]
-      if (length(global) < world) next # a rank would have nothing to train on
-      idx <- if (world > 1) shard_rows(global, rank, world) else global
-      opts <- if (length(idx) == batch_size) epoch_options else step_options(length(idx), p)
-      if (!is.null(forecast)) opts$truth <- draw_truth(p, forecast$horizon)
-      if (!is.null(dist)) { # this rank's share of the global batch's loss
-        opts <- opts %||% c_step_options()
-        opts$comm_share <- length(idx) / length(global)
-      }
-      opt <- current_optimizer()
-      if (!is.null(weight) && n_batches * world > 1) opts$weight <- slice_batch(weight, idx)
-      if (!is.null(data)) {
-        loss <- c_train_step_data(ptr, data, idx, opt, opts)
-      } else if (n_batches == 1 && world == 1) {
-        loss <- c_train_step(ptr, xs, y, target, opt, opts)
-      } else {
-        loss <- c_train_step(ptr, slice_batch(xs, idx), slice_batch(y, idx), target, opt, opts)
-      }
-      grad_norm <- attr(loss, "grad_norm") %||% NA_real_
-      loss <- as.double(loss)
-      total <- total + loss * length(global) # the loss is the global batch's
-      seen <- seen + length(global)
-      running <<- total / seen
-      if (per_batch) scheduler$step()
-      if (length(batch_hooks) > 0) {
-        ctx$batch <- b
-        ctx$loss <- loss
-        ctx$grad_norm <- grad_norm
-        ctx$lr <- opt$lr
-        ctx$optimizer <- current_optimizer()
-        ctx$peak_bytes <- c_memory_stats(ptr)$peak_allocated
-        run_callbacks(batch_hooks, "on_batch_end", ctx)
-      }
-      if (verbose) {
-        peak <<- format_bytes(c_memory_stats(ptr)$peak_allocated)
-        cli::cli_progress_update(id = pb)
-      }
-    }
-    if (verbose) cli::cli_progress_done(id = pb)
-    val_loss <- if (is.null(validation)) {
-      NA_real_
-    } else {
-      evaluate_loss(ptr, validation$x, validation$y, target, held$validation_batch, loss_fn,
-                    validation$weight, horizon = forecast$horizon %||% 0L)
-    }
-    row <- data.frame(
-      epoch = epoch, loss = total / seen, val_loss = val_loss, lr = opt$lr,
-      seconds = proc.time()[["elapsed"]] - t0,
-      peak_bytes = c_memory_stats(ptr)$peak_allocated
-    )
-    if (!is.null(forecast)) row$teacher_forcing <- p
-    if (!is.null(metric_spec)) { # val_<metric> columns, forecast_metrics() overall
-      scores <- evaluate_metrics(ptr, validation$x, validation$y, target, batch_size,
-                                 forecast$horizon %||% 0L, metric_spec)
-      row[paste0("val_", names(scores))] <- as.list(scores)
-    }
-    if (!is.null(scheduler) && !per_batch) {
-      scheduler$step(if (is.na(val_loss)) row$loss else val_loss)
-    }
-    if (verbose) {
-      cli::cli_text(sprintf(
-        "Epoch %d/%d: loss %s%s%s, %.2fs, peak %s", epoch, epochs, format_loss(row$loss),
-        if (is.na(val_loss)) "" else paste0(", val_loss ", format_loss(val_loss)),
-        if (is.null(scheduler)) "" else paste0(", lr ", format_loss(row$lr)),
-        row$seconds, format_bytes(row$peak_bytes)
-      ))
-    }
-    row
-  }
-
-  interrupted <- FALSE
-  set_history()
-  ctx$epoch <- initial_epoch
-  ctx$optimizer <- current_optimizer()
-  run_callbacks(callbacks, "on_fit_begin", ctx)
-  tryCatch(
-    for (epoch in seq_len(epochs)[seq_len(epochs) > initial_epoch]) {
-      rows[[length(rows) + 1L]] <- run_epoch(epoch)
-      set_history()
-      ctx$epoch <- epoch
-      ctx$logs <- as.list(rows[[length(rows)]])
-      ctx$optimizer <- current_optimizer()
-      run_callbacks(callbacks, "on_epoch_end", ctx)
-      if (isTRUE(ctx$stop)) break
-    },
-    interrupt = function(cnd) {
-      # a rank that stops alone would leave the others in an all-reduce
-      if (world > 1) c_dist_abort("interrupted")
-      interrupted <<- TRUE
-    },
-    # the other ranks would wait for this one's gradients for ever
-    error = function(cnd) {
-      if (world > 1) c_dist_abort(conditionMessage(cnd))
-      stop(cnd)
-    }
-  )
-  if (interrupted && verbose) {
-    cli::cli_alert_warning(sprintf(
-      "Interrupted: returning the %d complete epoch%s.", length(rows),
-      if (length(rows) == 1) "" else "s"
-    ))
-  }
-  set_history()
-  run_callbacks(callbacks, "on_fit_end", ctx)
-  history <- ctx$history
-  attr(history, "data_on_device") <- !is.null(data)
-  if (world > 1) finished <- TRUE
+  # data parallel: whatever stops this rank must stop the others, or they
+  # wait for it in an all-reduce (armed once the ranks are known)
+  guard <- new.env(parent = emptyenv())
+  on.exit(if (isTRUE(guard$armed)) {
+    c_dist_abort("convlstm_fit() stopped on this rank (its error above)")
+  }, add = TRUE)
+  # three pieces: every check (fit_check.R), then every change to the model
+  # (its dtype, a resume, the data set), then the epochs (fit_loop.R)
+  f <- fit_check(environment(), missing(target), missing(batch_size), guard, call)
+  fit_begin(f)
+  if (!is.null(f$data)) on.exit(c_data_release(f$data), add = TRUE)
+  history <- fit_epochs(f)
+  guard$armed <- FALSE
   history
 }
 
@@ -502,7 +245,7 @@ check_validation_data <- function(v, config, target, horizon = NULL, call = sys.
   if (!is.list(v) || length(v) != 2) {
     abort_arg("validation_data", "NULL or a list of two arrays, list(x, y)", v, call)
   }
-  vx <- check_input(v[[1]], config, "validation_data[[1]]", call = call)
+  vx <- check_input(v[[1]], config, "validation_data[[1]]", call = call, forward = TRUE)
   vy <- if (is.null(horizon)) {
     check_target_array(v[[2]], dim(vx), config, target, "validation_data[[2]]", call = call)
   } else {
@@ -631,7 +374,7 @@ convlstm_evaluate <- function(model, x, y, target = c("last_state", "sequence"),
                               weight = NULL, horizon = NULL, metrics = NULL) {
   ptr <- model_ptr(model)
   config <- model_config(model)
-  x <- check_input(x, config, "x")
+  x <- check_input(x, config, "x", forward = TRUE)
   if (is.null(horizon)) {
     target <- check_choice(target, c("last_state", "sequence"), "target")
     y <- check_target_array(y, dim(x), config, target, "y")

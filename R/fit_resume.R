@@ -20,15 +20,25 @@ save_fit_checkpoint <- function(ptr, path, optimizer, scheduler, epoch, history)
   c_model_save(ptr, path, optimizer, metadata)
 }
 
-# Loads the checkpoint at path into the model and scheduler and restores the
-# RNG; returns list(epoch, history).
-resume_fit <- function(ptr, path, scheduler, epochs, call) {
-  all <- c_file_info(path)$metadata
+# The fit state of the checkpoint at path, checked whole against the model
+# (its architecture) and the fit's schedule without loading anything, so
+# that a file that cannot be resumed leaves the model, the schedule and R's
+# random number generator as they were: list(epoch, meta, history,
+# scheduler_state) for resume_fit().
+read_fit_checkpoint <- function(path, scheduler, config, call) {
+  info <- c_file_info(path)
+  all <- info$metadata
   meta <- as.list(all[startsWith(names(all), "fit.")])
   if (is.null(meta[["fit.epoch"]])) {
     abort_convlstm(sprintf(paste0(
       "`resume`: '%s' was not written by callback_model_checkpoint() (it has no fit state); ",
       "to start from its weights, use convlstm_load()."), path), call = call)
+  }
+  if (!same_architecture(info$config, config)) {
+    abort_convlstm(sprintf(paste0(
+      "`resume`: '%s' holds a model of another architecture; the file: %s; the model: %s. ",
+      "Resume into a model made as the saved one (convlstm_file_info() shows it)."),
+      path, describe_architecture(info$config), describe_architecture(config)), call = call)
   }
   kind <- meta[["fit.scheduler_kind"]]
   if (!identical(kind, if (is.null(scheduler)) NULL else scheduler$kind)) {
@@ -39,12 +49,86 @@ resume_fit <- function(ptr, path, scheduler, epochs, call) {
       if (is.null(scheduler)) "NULL" else sprintf("a %s schedule", scheduler$kind)
     ), call = call)
   }
+  damaged <- function(what) {
+    abort_convlstm(sprintf(paste0(
+      "`resume`: the fit state in '%s' is incomplete or damaged (%s); it cannot be resumed. ",
+      "To start from its weights, use convlstm_load()."), path, what), call = call)
+  }
+  state <- tryCatch(decode_fit_state(meta, scheduler), error = function(e) {
+    damaged(conditionMessage(e))
+  })
+  if (is.character(state)) damaged(state)
+  state
+}
+
+# The fit.* entries decoded and checked; a string saying what is wrong
+# when they are not whole.
+decode_fit_state <- function(meta, scheduler) {
+  missing <- setdiff(c("fit.epoch", "fit.rng", "fit.rng_kind", "fit.history",
+                       if (!is.null(scheduler)) "fit.scheduler"), names(meta))
+  if (length(missing) > 0) return(paste("no", paste(missing, collapse = ", ")))
+  epoch <- suppressWarnings(as.numeric(meta[["fit.epoch"]]))
+  if (length(epoch) != 1 || !is_whole(epoch) || epoch < 0 || epoch > .Machine$integer.max) {
+    return(sprintf("fit.epoch is \"%s\", not an epoch number", meta[["fit.epoch"]]))
+  }
+  kinds <- strsplit(meta[["fit.rng_kind"]], ",", fixed = TRUE)[[1]]
+  if (length(kinds) != 3 || !kinds[[1]] %in% c("Wichmann-Hill", "Marsaglia-Multicarry",
+      "Super-Duper", "Mersenne-Twister", "Knuth-TAOCP", "user-supplied", "Knuth-TAOCP-2002",
+      "L'Ecuyer-CMRG")) {
+    return("fit.rng_kind is not R's RNGkind()")
+  }
+  seed <- meta[["fit.rng"]]
+  if (!identical(seed, "none") &&
+      anyNA(suppressWarnings(as.integer(strsplit(seed, ",", fixed = TRUE)[[1]])))) {
+    return("fit.rng is not a state of R's random number generator")
+  }
+  history <- decode_history(meta[["fit.history"]])
+  if (!all(history_columns %in% names(history)) || anyNA(history$epoch) ||
+      nrow(history) > epoch) {
+    return(sprintf("fit.history does not hold the %d epochs done", epoch))
+  }
+  sched <- NULL
+  if (!is.null(scheduler)) {
+    sched <- decode_numbers(meta[["fit.scheduler"]])
+    fields <- setdiff(scheduler$state_fields, "momentum")
+    if (!all(fields %in% names(sched)) ||
+        !all(vapply(sched[fields], function(v) is.numeric(v) && length(v) == 1 && !is.na(v),
+                    logical(1)))) {
+      return("fit.scheduler does not hold the schedule's state")
+    }
+  }
+  list(epoch = as.integer(epoch), meta = meta, history = history, scheduler_state = sched)
+}
+
+# Whether a file's architecture (convlstm_file_info()$config) is the
+# model's: what the core checks when it loads the weights.
+same_architecture <- function(a, b) {
+  identical(as.integer(a$input_dim), as.integer(b$input_dim)) &&
+    identical(as.integer(a$hidden_dims), as.integer(b$hidden_dims)) &&
+    identical(unname(as.integer(a$geometry)), unname(as.integer(b$geometry))) &&
+    identical(isTRUE(a$bias), isTRUE(b$bias)) &&
+    identical(as.integer(a$peephole_spec), as.integer(b$peephole_spec))
+}
+
+describe_architecture <- function(config) {
+  sprintf("input %d, hidden %s, kernels %s, bias %s, peepholes %s%s", config$input_dim,
+          paste(config$hidden_dims, collapse = "-"),
+          paste(geometry_labels(config$geometry), collapse = ", "),
+          if (isTRUE(config$bias)) "yes" else "no", config$peephole,
+          if (is.null(config$frame_size)) "" else
+            sprintf(" (frames %s)", paste(config$frame_size, collapse = "x")))
+}
+
+# Loads the checkpoint at path (read_fit_checkpoint()'s `state`) into the
+# model and scheduler and restores the RNG; returns list(epoch, history).
+resume_fit <- function(ptr, path, scheduler, state) {
+  meta <- state$meta
   c_model_load_into(ptr, path, TRUE)
   if (!is.null(scheduler)) {
-    scheduler$load_state_dict(c(kind = kind, decode_numbers(meta[["fit.scheduler"]])))
+    scheduler$load_state_dict(c(kind = scheduler$kind, state$scheduler_state))
   }
   restore_rng(meta[["fit.rng"]], meta[["fit.rng_kind"]])
-  list(epoch = as.integer(meta[["fit.epoch"]]), history = decode_history(meta[["fit.history"]]))
+  list(epoch = state$epoch, history = state$history)
 }
 
 restore_rng <- function(seed, kind) {
@@ -89,10 +173,12 @@ check_lr_scheduler <- function(scheduler, optimizer, call = sys.call(-1)) {
 }
 
 # lr_one_cycle() stops at its total_steps: check before training that the
-# fit's batches fit in what is left of it.
-check_schedule_length <- function(scheduler, epochs, n_batches, call) {
+# fit's batches fit in what is left of it (last_epoch: the steps taken, a
+# resume file's when resuming).
+check_schedule_length <- function(scheduler, epochs, n_batches, call,
+                                  last_epoch = scheduler$last_epoch) {
   if (is.null(scheduler) || is.null(scheduler$total_steps)) return(invisible())
-  left <- scheduler$total_steps - scheduler$last_epoch
+  left <- scheduler$total_steps - last_epoch
   need <- epochs * n_batches
   if (need > left) {
     abort_convlstm(sprintf(paste0(

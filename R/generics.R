@@ -35,11 +35,14 @@ generics::evaluate
 #' evaluate(model, x, y)
 #' convlstm_release(model)
 fit.convlstm_model <- function(object, x, y, optimizer, ...) {
+  check_dots(list(...), names(formals(convlstm_fit))[-(1:4)], "fit", positional = TRUE)
   convlstm_fit(object, x, y, optimizer, ...)
 }
 
 #' @rdname fit.convlstm_model
 #' @export
 evaluate.convlstm_model <- function(x, newdata, y, ...) {
+  check_dots(list(...), names(formals(convlstm_evaluate))[-(1:3)], "evaluate",
+             positional = TRUE)
   convlstm_evaluate(x, newdata, y, ...)
 }

@@ -169,6 +169,8 @@ convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hid
                      dropout = 0, recurrent_dropout = 0,
                      dropout_masks = c("per_gate", "shared")) {
   input_dim <- check_count(input_dim, "input_dim")
+  # n_layers defaults to length(hidden_dims): an empty hidden_dims is its fault
+  if (missing(n_layers)) hidden_dims <- check_counts(hidden_dims, "hidden_dims")
   n_layers <- check_count(n_layers, "n_layers")
   if (n_layers > max_layers) {
     abort_convlstm(sprintf("`n_layers` must be at most %d, not %d.", max_layers, n_layers),
@@ -260,7 +262,7 @@ new_convlstm_model <- function(ptr) {
   config <- c_model_config(ptr)
   training <- FALSE # model$train() / model$eval(): whether model(x) applies dropout
   model <- function(x, outputs = c("all", "last_states"), state = NULL) {
-    x <- check_input(x, config, "x")
+    x <- check_input(x, config, "x", forward = TRUE)
     outputs <- check_choice(outputs, c("all", "last_states"), "outputs")
     state <- state_option(state, config, dim(x), allow_carry = FALSE)
     # train mode with dropout: a training forward, with masks
@@ -291,7 +293,10 @@ model_config <- function(model) {
   if (identical(c_model_status(ptr), "live")) c_model_config(ptr) else environment(model)$config
 }
 
-check_input <- function(x, config, arg, call = sys.call(-1)) {
+# forward: x is run forward only (an output the user reads), where float16
+# storage would turn values beyond its range into silent zeros; a training
+# step instead skips the overflowing step and says so (loss_scale()).
+check_input <- function(x, config, arg, call = sys.call(-1), forward = FALSE) {
   x <- check_array(x, arg, 5, call = call)
   if (dim(x)[[3]] != config$input_dim) {
     abort_convlstm(sprintf(
@@ -300,7 +305,24 @@ check_input <- function(x, config, arg, call = sys.call(-1)) {
     ), call = call)
   }
   check_frame_size(dim(x)[4:5], config, arg, call)
+  if (forward) check_half_range(x, config, arg, call)
   x
+}
+
+# A float16 model stores its inputs as float16: a value beyond 65504 would
+# become Inf there and a forward's output silently 0 or NaN, so it is
+# refused with what to do. (bfloat16 has float32's range, checked by
+# check_finite().)
+float16_max <- 65504
+check_half_range <- function(x, config, arg, call) {
+  if (!identical(config$dtype, "float16")) return(invisible(x))
+  if (min(x) >= -float16_max && max(x) <= float16_max) return(invisible(x))
+  first <- which(abs(x) > float16_max)[[1]]
+  abort_convlstm(sprintf(paste0(
+    "`%s` has %s of %s values beyond float16's range (magnitude at most 65504), the model's ",
+    "storage type; the first, %s, at [%s]. Scale the data, or use a float32 or bfloat16 model ",
+    "(set_dtype())."), arg, format_count(sum(abs(x) > float16_max)), format_count(length(x)),
+    format(x[[first]]), paste(arrayInd(first, dim(x)), collapse = ", ")), call = call)
 }
 
 # Per layer: its input channels (input_dim, then the layer below's hidden)
@@ -389,6 +411,8 @@ print.convlstm_model <- function(x, ...) {
 #' summary(model, input_shape = c(8, 10, 1, 16, 16))
 #' convlstm_release(model)
 summary.convlstm_model <- function(object, input_shape = NULL, ...) {
+  check_dots(list(...), estimate_options(), "summary",
+             names = c("input_shape", estimate_options()))
   ptr <- model_ptr(object, "object")
   status <- c_model_status(ptr)
   config <- model_config(object)
@@ -607,10 +631,12 @@ move_model <- function(model, device, dtype, call) {
 #' convlstm_release(model)
 predict.convlstm_model <- function(object, x, what = c("sequence", "last_state"),
                                    batch_size = NULL, state = NULL, horizon = NULL, ...) {
+  check_dots(list(...), character(), "predict",
+             names = c("what", "batch_size", "state", "horizon"))
   ptr <- model_ptr(object, "object")
   what <- check_choice(what, c("sequence", "last_state"), "what")
   config <- model_config(object)
-  x <- check_input(x, config, "x")
+  x <- check_input(x, config, "x", forward = TRUE)
   n <- dim(x)[[1]]
   batch_size <- if (is.null(batch_size)) n else check_count(batch_size, "batch_size")
   state <- state_option(state, config, dim(x), allow_carry = FALSE)

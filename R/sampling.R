@@ -21,12 +21,12 @@
 #' (1, 2, ...) returning the probability `p` of that epoch's steps, with `i
 #' = epoch - 1` the epochs completed before it:
 #'
-#' * `"inverse_sigmoid"`: `p = k / (k + exp(i / k))`, `k >= 1` (the paper's
-#'   inverse sigmoid decay; larger `k` decays later).
-#' * `"exponential"`: `p = k^i`, `0 < k < 1`.
+#' * `"inverse_sigmoid"`: `p = max(min, k / (k + exp(i / k)))`, `k >= 1` (the
+#'   paper's inverse sigmoid decay; larger `k` decays later).
+#' * `"exponential"`: `p = max(min, k^i)`, `0 < k < 1`.
 #' * `"linear"`: `p = max(min, 1 - k * i)`, `k > 0`.
 #'
-#' Each is at most 1 and decays towards `min` (or 0). An epoch whose `p` is
+#' Each is at most 1 and decays towards its floor `min` (0 by default). An epoch whose `p` is
 #' exactly 1 trains teacher-forced and one whose `p` is 0 free-running, as
 #' `teacher_forcing = TRUE` and `FALSE` do; in between, each of a step's
 #' `horizon - 1` fed-back steps reads the true frame with probability `p`
@@ -35,7 +35,7 @@
 #'
 #' @param type `"inverse_sigmoid"`, `"exponential"` or `"linear"`.
 #' @param k The schedule's rate, as above.
-#' @param min The floor of `"linear"` (in `[0, 1]`).
+#' @param min The floor every schedule decays towards (in `[0, 1]`).
 #' @return A function of the epoch number returning `p`, of class
 #'   `convlstm_sampling_schedule` (it prints its first values).
 #' @seealso [convlstm_fit()], [train_step()] with `teacher_forcing` a
@@ -67,11 +67,12 @@ sampling_schedule <- function(type = c("inverse_sigmoid", "exponential", "linear
   if (type == "exponential" && k == 1) abort_arg("k", "a number in (0, 1) here", k, call)
   min <- check_number(min, "min", min = 0, max = 1, call = call)
   force(type)
-  f <- switch(type,
-    inverse_sigmoid = function(epoch) k / (k + exp((epoch - 1) / k)),
-    exponential = function(epoch) k^(epoch - 1),
-    linear = function(epoch) pmax(min, 1 - k * (epoch - 1))
+  decay <- switch(type,
+    inverse_sigmoid = function(i) k / (k + exp(i / k)),
+    exponential = function(i) k^i,
+    linear = function(i) 1 - k * i
   )
+  f <- function(epoch) pmax(min, decay(epoch - 1))
   structure(f, class = c("convlstm_sampling_schedule", "function"), type = type, k = k,
             min = min)
 }
@@ -80,7 +81,9 @@ sampling_schedule <- function(type = c("inverse_sigmoid", "exponential", "linear
 print.convlstm_sampling_schedule <- function(x, ...) {
   type <- attr(x, "type")
   cat(sprintf("<sampling schedule: %s, k = %s%s>\n", type, format(attr(x, "k")),
-              if (type == "linear") paste0(", min = ", format(attr(x, "min"))) else ""))
+              if (type == "linear" || attr(x, "min") > 0) {
+                paste0(", min = ", format(attr(x, "min")))
+              } else ""))
   cat("p by epoch 1..5:", paste(signif(x(1:5), 4)), "\n")
   invisible(x)
 }
@@ -111,7 +114,12 @@ check_teacher_schedule <- function(x, call = sys.call(-1)) {
     return(function(epoch) p)
   }
   function(epoch) {
-    p <- x(epoch)
+    # a function that cannot be called so (no argument, an error of its own)
+    # is named, classed, rather than R's "unused argument"
+    p <- tryCatch(x(epoch), error = function(e) {
+      abort_convlstm(sprintf("`teacher_forcing` failed for epoch %d: %s", epoch,
+                             conditionMessage(e)), call = call)
+    })
     ok <- (is.logical(p) || is.numeric(p)) && length(p) == 1 && !is.na(p) && p >= 0 && p <= 1
     if (!ok) {
       abort_convlstm(sprintf(

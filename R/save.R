@@ -49,7 +49,8 @@
 #'   its hyperparameters and the state the model holds for it are saved.
 #' @param metadata `NULL`, or a named character vector (or named list of
 #'   single strings) of your own entries for the file's metadata, such as
-#'   `c(epoch = "12")`. Names `"format"` and `"convlstm.*"` are reserved.
+#'   `c(epoch = "12")`. Names `"format"`, `"convlstm.*"` and `"fit.*"` (a
+#'   fit checkpoint's state, see [callback_model_checkpoint()]) are reserved.
 #' @return `convlstm_save()`: `path`, invisibly.
 #' @seealso [state_dict()] for the weights as R arrays.
 #' @export
@@ -215,10 +216,12 @@ check_metadata <- function(metadata, call) {
       call = call
     )
   }
-  reserved <- keys == "format" | startsWith(keys, "convlstm.")
+  # fit.*: a fit checkpoint's state (callback_model_checkpoint()), which
+  # convlstm_fit(resume = ) trusts
+  reserved <- keys == "format" | startsWith(keys, "convlstm.") | startsWith(keys, "fit.")
   if (any(reserved)) {
     abort_convlstm(sprintf(
-      "`metadata` names %s are reserved (convlstm writes \"format\" and \"convlstm.*\" itself).",
+      "`metadata` names %s are reserved (convlstm writes \"format\", \"convlstm.*\" and \"fit.*\" itself).",
       paste0('"', keys[reserved], '"', collapse = ", ")
     ), call = call)
   }

@@ -278,7 +278,12 @@ check_recompute_gates <- function(x, call = sys.call(-1)) {
 # ydim, finite and >= 0 (0 masks an element), as doubles.
 check_weight <- function(weight, ydim, target, call = sys.call(-1)) {
   if (is.null(weight)) return(NULL)
-  if (!is.numeric(weight) || !identical(as.integer(dim(weight)), as.integer(ydim))) {
+  # a logical mask is a weight of 1 (TRUE) or 0 (FALSE)
+  if (!is.numeric(weight) && !is.logical(weight)) {
+    abort_arg("weight", "NULL or a numeric (or logical) array shaped as the target", weight,
+              call)
+  }
+  if (!identical(as.integer(dim(weight)), as.integer(ydim))) {
     abort_arg("weight", sprintf("NULL or a numeric array of the target's dim %s (target = \"%s\")",
                                 format_dims(ydim), target), weight, call)
   }
@@ -328,15 +333,26 @@ loss_elems <- function(pred, y, loss) {
   )
 }
 
-# NULL, or a number > 0 (Inf: measure the norm only).
+# NULL, or a number > 0 (Inf: measure the norm only). The norm is compared
+# as a 32-bit float: a bound that is 0 or subnormal there would make every
+# step (nearly) a no-op, so it is refused.
 check_max_grad_norm <- function(x, call = sys.call(-1)) {
   if (is.null(x)) return(NULL)
   if (!is.numeric(x) || length(x) != 1 || is.na(x) || !(x > 0)) {
     abort_arg("max_grad_norm", "NULL or a number > 0 (Inf: measure the norm, clip nothing)", x,
               call)
   }
+  if (x < float_min_normal) {
+    abort_arg("max_grad_norm", sprintf(paste0(
+      "at least %s, the smallest normal 32-bit float (the gradients' norm is compared as one; ",
+      "a smaller bound is 0 or subnormal there and every step would do nothing)"),
+      format(float_min_normal, digits = 9)), x, call)
+  }
   as.double(x)
 }
+
+# The smallest normal 32-bit float (FLT_MIN).
+float_min_normal <- 2^-126
 
 # The shape of the chosen output for an input of dims xd.
 output_dims <- function(xd, config, target) {
@@ -429,7 +445,7 @@ check_array_rank <- function(y, arg, ndim, target, call) {
 convlstm_forward <- function(model, x, training = TRUE, target = NULL, state = NULL) {
   ptr <- model_ptr(model)
   config <- model_config(model)
-  x <- check_input(x, config, "x")
+  x <- check_input(x, config, "x", forward = TRUE)
   training <- check_flag(training, "training")
   what <- if (is.null(target)) "all" else check_choice(target, c("last_state", "sequence"), "target")
   state <- state_option(state, config, dim(x), allow_carry = FALSE)

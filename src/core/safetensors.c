@@ -37,6 +37,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <locale.h> /* localeconv: the decimal point strtod reads */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -383,13 +384,42 @@ const char *cl_st_find_meta(const cl_st_file *s, const char *key) {
   return NULL;
 }
 
+/* path opened for reading only if it is a regular file. A FIFO with no
+ * writer (or a device) would block a plain open() for ever, deaf to
+ * interrupts, so the file is opened without blocking, refused unless
+ * fstat says regular (what was opened, not a name that could change in
+ * between), and only then put back to blocking reads. NULL with err set. */
+static FILE *open_regular(const char *path, char *err, size_t errlen) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK);
+  if (fd < 0) {
+    cl_st_fail(err, errlen, CL_E_INVALID, "cannot open '%s': %s", path, strerror(errno));
+    return NULL;
+  }
+  struct stat sb;
+  const char *what = NULL;
+  if (fstat(fd, &sb) != 0) what = strerror(errno);
+  else if (S_ISDIR(sb.st_mode)) what = "it is a directory";
+  else if (S_ISFIFO(sb.st_mode)) what = "it is a FIFO (named pipe)";
+  else if (S_ISSOCK(sb.st_mode)) what = "it is a socket";
+  else if (S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode)) what = "it is a device";
+  else if (!S_ISREG(sb.st_mode)) what = "it is not a regular file";
+  int flags = what ? 0 : fcntl(fd, F_GETFL);
+  if (!what && (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0)) what = strerror(errno);
+  FILE *f = what ? NULL : fdopen(fd, "rb");
+  if (!f) {
+    if (!what) what = strerror(errno);
+    close(fd);
+    cl_st_fail(err, errlen, CL_E_INVALID, "cannot read '%s': %s", path, what);
+  }
+  return f;
+}
+
 cl_status cl_st_read_file(const char *path, unsigned char **bytes, size_t *len, char *err,
                           size_t errlen) {
   *bytes = NULL;
   *len = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return cl_st_fail(err, errlen, CL_E_INVALID, "cannot open '%s': %s", path, strerror(errno));
+  FILE *f = open_regular(path, err, errlen);
+  if (!f) return CL_E_INVALID;
   long size = -1;
   if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
   if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
@@ -452,8 +482,37 @@ int cl_st_meta_int(const char *v, long long lo, long long hi, long long *out) {
   return 1;
 }
 
-/* JSON's number grammar, so that strtod's locale and hex forms never
- * matter. */
+/* strtod of a JSON number v whatever LC_NUMERIC says: strtod reads the
+ * locale's decimal point (a comma in many), so the '.' the writer always
+ * writes is given to it as that. strtod rounds correctly, so the value is
+ * the one the writer's "%.17g" printed, exactly. 0 when not finite. */
+static int c_locale_strtod(const char *v, double *out) {
+  const char *dp = localeconv()->decimal_point;
+  size_t dpn = dp && *dp ? strlen(dp) : 1;
+  size_t n = strlen(v);
+  char small[128];
+  char *buf = n * dpn < sizeof small ? small : malloc(n * dpn + 1);
+  if (!buf) return 0;
+  size_t k = 0;
+  for (const char *q = v; *q; q++) {
+    if (*q == '.' && dp && *dp) {
+      memcpy(buf + k, dp, dpn);
+      k += dpn;
+    } else {
+      buf[k++] = *q;
+    }
+  }
+  buf[k] = '\0';
+  char *end = NULL;
+  double d = strtod(buf, &end);
+  int ok = end != NULL && *end == '\0' && isfinite(d);
+  if (buf != small) free(buf);
+  if (ok) *out = d;
+  return ok;
+}
+
+/* JSON's number grammar, so that strtod's hex forms and infinities never
+ * pass, read whatever the locale's decimal point. */
 int cl_st_meta_double(const char *v, double *out) {
   const char *q = v;
   if (*q == '-') q++;
@@ -472,11 +531,7 @@ int cl_st_meta_double(const char *v, double *out) {
     while (*q >= '0' && *q <= '9') q++;
   }
   if (*q != '\0') return 0;
-  char *end = NULL;
-  double d = strtod(v, &end);
-  if (end == NULL || *end != '\0' || !isfinite(d)) return 0;
-  *out = d;
-  return 1;
+  return c_locale_strtod(v, out);
 }
 
 int cl_st_meta_double_list(const char *v, double *out, int max) {

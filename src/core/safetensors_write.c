@@ -269,6 +269,25 @@ static int open_temp(const char *path, char *tmp, size_t len) {
   return -1;
 }
 
+/* The file a save replaces keeps its owner's intent: the temporary file
+ * that is renamed over it gets its owner and group (where this process may
+ * give them: root, or a group it is in) and then its permission bits (after
+ * the owner, as chown clears set-id bits), so a 0600 checkpoint stays 0600.
+ * A new file gets the umask's mode, as any file the process creates. */
+static void keep_owner_and_mode(int fd, const char *target) {
+  struct stat sb;
+  if (stat(target, &sb) != 0 || !S_ISREG(sb.st_mode)) return;
+  if (sb.st_uid != geteuid() || sb.st_gid != getegid()) {
+    if (fchown(fd, sb.st_uid, sb.st_gid) != 0 && fchown(fd, (uid_t)-1, sb.st_gid) != 0) {
+      /* not allowed to give it: the file is this process's, the mode kept below */
+    }
+  }
+  if (fchmod(fd, sb.st_mode & 07777) != 0) {
+    /* fchmod on a file this process just created fails only on exotic file
+     * systems; the umask's mode is left then */
+  }
+}
+
 cl_status cl_st_write_open(cl_st_writer *w, const char *path, char *err, size_t errlen) {
   w->fd = -1;
   w->ok = 0;
@@ -278,6 +297,7 @@ cl_status cl_st_write_open(cl_st_writer *w, const char *path, char *err, size_t 
   if (w->fd < 0)
     return cl_st_fail(err, errlen, CL_E_INVALID, "cannot create a file beside '%s': %s", path,
                       strerror(errno));
+  keep_owner_and_mode(w->fd, w->target);
   w->chunk = malloc(4 * WRITE_CHUNK);
   if (!w->chunk) {
     cl_status st = cl_st_fail(err, errlen, CL_E_OOM, "out of host memory writing '%s'", path);

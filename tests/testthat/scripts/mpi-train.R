@@ -44,7 +44,7 @@ callbacks <- list(callback_model_checkpoint(ckpt), callback_csv_logger(file.path
 if (mode %in% c("error", "kill")) {
   callbacks <- c(callbacks, list(callback(on_batch_end = function(ctx) {
     # after epoch 2's first step: the other ranks wait in the second's
-    if (ctx$epoch == 1L && ctx$batch == 1L && ctx$rank == fail_rank) {
+    if (ctx$epoch == 2L && ctx$batch == 1L && ctx$rank == fail_rank) {
       if (mode == "kill") tools::pskill(Sys.getpid(), tools::SIGKILL)
       stop("rank ", fail_rank, " fails on purpose")
     }
