@@ -253,12 +253,6 @@ struct cl_model {
   cl_dtype held_dtype;
   int64_t opt_steps;
   double grad_norm; /* before clipping, of the last step that measured it (clip.c); else NaN */
-  cl_loss_fn loss_fn; /* the loss of the step under way (loss.c); MSE between steps */
-  const struct cl_source *loss_weight; /* its per-element weight, or NULL (none) */
-  /* scheduled sampling, the step under way: per fed-back step of a
-   * free-running step, nonzero where it reads the true frame
-   * (cl_step_options.truth); NULL: every step its own (cl_reads_truth) */
-  const int *truth;
   cl_step step;
   void *be_scratch; /* the backend's scratch_bytes, workspace, held for the model's life */
   void *arena; /* reserved for step buffers; outlives any one step's plan */
@@ -266,12 +260,6 @@ struct cl_model {
   cl_phase phase;
   cl_target loss_target;
   cl_loss_scale scaler; /* float16 only */
-  /* data parallel, the step under way (dist.c): its communicator or NULL,
-   * this rank's share of the global batch, and whether the backward running
-   * is the step's last pass over each layer (its gradients then complete) */
-  struct cl_comm *comm;
-  double comm_share;
-  int comm_last_pass;
   /* the step's decisions (backend.h) where the backend keeps none on its
    * device: a host backend's block, read through cl_vals() */
   cl_step_vals host_vals;
@@ -320,16 +308,6 @@ static inline int cl_layer_drops_hidden(const cl_model *m, int l) {
  *   7 data.c, params.c    data sets on the device; parameters by name
  *   8 model.c             a model's lifetime, memory statistics
  *   9 json.c < safetensors.c < checkpoint.c   model files */
-
-/* dist.c. With m->comm set and m->comm_last_pass, backward hands layer l's
- * gradients (weights and bias, one contiguous bucket) to the communicator;
- * cl_dist_finish waits for every bucket and makes *loss (the step's results,
- * cl_vals: device memory on a GPU) the global mean. cl_dist_active: a
- * communicator of more than one rank is in use (no CUDA graph then). */
-cl_status cl_dist_check(cl_model *m, struct cl_comm *c);
-int cl_dist_active(const cl_model *m);
-cl_status cl_dist_bucket_ready(cl_model *m, int l);
-cl_status cl_dist_finish(cl_model *m, double *loss);
 
 /* util.c. Errors: write into the model's buffer and return the status. */
 cl_status cl_fail(cl_model *m, cl_status s, const char *fmt, ...)
@@ -405,6 +383,47 @@ static inline cl_source cl_source_host(const cl_host_array *a) {
 /* cl_put_host for either kind of source. */
 cl_status cl_put_source(cl_model *m, void *dev, cl_dtype t, const cl_source *src, cl_block blk);
 
+/* What one training call asks beyond its arrays, built once from its
+ * cl_step_options (call.c, cl_call_make) and handed down as an argument
+ * through forward, backward, the loss and data parallel: nothing of it is
+ * parked on the model between calls. cl_call_plain() is the call of a
+ * separate forward / loss / backward: MSE, no weight, one process. */
+typedef struct cl_call {
+  cl_loss_fn loss;   /* the loss minimised (zeros: MSE) */
+  cl_source weight;  /* its per-element weight; weight.host NULL: none */
+  /* scheduled sampling: per fed-back step of a free-running step, nonzero
+   * where it reads the true frame (cl_step_options.truth); NULL: every step
+   * its own (cl_reads_truth) */
+  const int *truth;
+  /* data parallel (dist.c): the communicator or NULL, this rank's share of
+   * the global batch, and whether the backward running is the step's last
+   * pass over each layer (its gradients then complete; train.c sets it) */
+  struct cl_comm *comm;
+  double comm_share;
+  int last_pass;
+} cl_call;
+static inline cl_call cl_call_plain(void) {
+  cl_call c = {{CL_LOSS_MSE, 0, 0}, {NULL, NULL, 0, 0, CL_F32, NULL, NULL}, NULL, NULL, 1.0, 0};
+  return c;
+}
+/* Whether fed-back step s (T - horizon + 1 <= s < T of g) of a
+ * free-running step reads the true frame, which train.c put in x's slot
+ * (scheduled sampling), instead of the last layer's h of the step before. */
+static inline int cl_reads_truth(const cl_call *c, const cl_geom *g, int s) {
+  return c->truth && c->truth[s - (g->T - g->horizon + 1)];
+}
+
+/* dist.c. With a call's comm set and its last_pass, backward hands layer
+ * l's gradients (weights and bias, one contiguous bucket) to the
+ * communicator; cl_dist_finish waits for every bucket and makes *loss (the
+ * step's results, cl_vals: device memory on a GPU) the global mean.
+ * cl_dist_active: a communicator of more than one rank is in use (no CUDA
+ * graph then). */
+cl_status cl_dist_check(cl_model *m, struct cl_comm *c);
+int cl_dist_active(const cl_call *c);
+cl_status cl_dist_bucket_ready(cl_model *m, const cl_call *c, int l);
+cl_status cl_dist_finish(cl_model *m, cl_call *c, double *loss);
+
 /* dropout.c: the masks of a call (cl_step_options) applied on the device.
  * Layer l drops its input when cfg.dropout[l] > 0 and its h_{t-1} when
  * cfg.recurrent_dropout[l] > 0, in training only.
@@ -434,7 +453,6 @@ cl_status cl_dropout_input_step_grad(cl_model *m, int l, int b, const void *dz, 
 /* forward.c / backward.c: the engine's pieces, used by train.c. A segment
  * is len steps of b sequences in the step buffers; prev_h/prev_c give each
  * layer's state before it (NULL: zeros); x is its input. */
-cl_status cl_check_sequence(cl_model *m, const cl_host_array *x, const char *what, int channels);
 cl_status cl_forward_segment(cl_model *m, int b, int len, const void *x, void *const *prev_h,
                              void *const *prev_c);
 /* Layer l's steps s0..s0+len-1 (in: its input from the segment's step 0),
@@ -447,35 +465,27 @@ cl_status cl_save_segment_end(cl_model *m, int b, int len, void *const *dst_h,
 /* fresh_dc: d_cell starts at zero (else it carries the later segment's);
  * carry_in: add the recurrent gradient that the later segment left in
  * dz_carry; save_carry: leave this segment's for the earlier one. */
-cl_status cl_backward_segment(cl_model *m, int b, int len, const void *x, void *const *prev_h,
-                              void *const *prev_c, int fresh_dc, int carry_in, int save_carry);
+cl_status cl_backward_segment(cl_model *m, const cl_call *c, int b, int len, const void *x,
+                              void *const *prev_h, void *const *prev_c, int fresh_dc,
+                              int carry_in, int save_carry);
 /* Free-running training (g.free_run): the whole step of g.T steps, whose
  * last horizon - 1 read the last layer's h of the step before, copied into
  * x's slot. Backward: through those steps one at a time, every layer in
  * turn (the gradient of a fed-back frame reaches the last layer's h of the
  * step before), then the input steps as cl_backward_segment. */
-cl_status cl_forward_free_run(cl_model *m, int b, void *x, void *const *prev_h,
-                              void *const *prev_c);
-/* Whether fed-back step s (T - horizon + 1 <= s < T) of a free-running
- * step reads the true frame, which train.c put in x's slot (scheduled
- * sampling), instead of the last layer's h of the step before. */
-static inline int cl_reads_truth(const cl_model *m, int s) {
-  return m->truth && m->truth[s - (m->step.g.T - m->step.g.horizon + 1)];
-}
-cl_status cl_backward_free_run(cl_model *m, int b, const void *x, void *const *prev_h,
-                               void *const *prev_c);
+cl_status cl_forward_free_run(cl_model *m, const cl_call *c, int b, void *x,
+                              void *const *prev_h, void *const *prev_c);
+cl_status cl_backward_free_run(cl_model *m, const cl_call *c, int b, const void *x,
+                               void *const *prev_h, void *const *prev_c);
 /* The loss of the segment's part of the target (sequences b0.., steps
  * t0..t0+len-1 of the call), times share, added to *acc: a double in
  * device memory (cl_vals), so that nothing waits for it; with want_grad the
  * last layer's d_hidden receives share * loss_scale times its gradient
  * (zeros at steps without a target). */
-cl_status cl_loss_segment(cl_model *m, const cl_source *y, cl_target target, int b0, int b,
-                          int t0, int len, double share, float loss_scale, int want_grad,
-                          double *acc);
+cl_status cl_loss_segment(cl_model *m, const cl_call *c, const cl_source *y, cl_target target,
+                          int b0, int b, int t0, int len, double share, float loss_scale,
+                          int want_grad, double *acc);
 cl_status cl_zero(cl_model *m, void *p, size_t bytes);
-/* y or an output gradient shaped as the target needs for [B, T, ., H, W]. */
-cl_status cl_check_target(cl_model *m, const cl_host_array *a, cl_target target, const char *what,
-                          int B, int T, int H, int W);
 
 /* Adam and AdamW share moments, update and state names. */
 static inline int cl_optim_is_adam(cl_optim_kind k) {
@@ -512,13 +522,14 @@ void cl_optim_free(cl_model *m);
 /* loss.c: CL_OK when every element of a loss weight is finite and >= 0. */
 cl_status cl_loss_weight_check(cl_model *m, const cl_host_array *w);
 
-/* loss.c: the loss of m->loss_fn over n elements of pred (the step's
+/* loss.c: the loss f over n elements of pred (the step's
  * dtype) against target (float), each times weight (float [n]; NULL: none):
  * *acc (device memory) += share * its mean; grad (may alias target, or be
  * NULL) = scale times d mean / d pred. Unweighted MSE is the backend's mse
  * kernel, the rest its loss kernel (backend.h, loss_acc). */
-cl_status cl_loss_run(cl_model *m, const void *pred, const float *target, const float *weight,
-                      size_t n, float scale, float *grad, double share, double *acc);
+cl_status cl_loss_run(cl_model *m, const cl_loss_fn *f, const void *pred, const float *target,
+                      const float *weight, size_t n, float scale, float *grad, double share,
+                      double *acc);
 
 /* step.c: the step's decision block (backend.h, cl_step_vals): on the
  * device, or m->host_vals for a backend that keeps none. cl_vals_read is a
@@ -537,6 +548,25 @@ void cl_optim_args(const cl_model *m, const cl_optim *o, int keep, cl_update_arg
 cl_status cl_optim_refuse(cl_model *m, cl_optim_kind kind, uint64_t fault);
 /* An update was applied: the step count and the momentum's first use. */
 void cl_optim_applied(cl_model *m);
+
+/* call.c: a training call's arguments, checked once.
+ * cl_check_sequence: x is [batch, time, channels, height, width] with
+ * `channels` channels; cl_check_target: y or an output gradient shaped as
+ * the target needs for [B, T, ., H, W].
+ * cl_call_check_arrays: the optimizer, and x, y and the options' weight of
+ * a step on host arrays; shape gets B, T (with a free-running horizon's
+ * fed-back steps), H, W.
+ * cl_call_make: the options against the model and the step's shape (the
+ * geometry into *g, the state, the dropout masks, the loss, data parallel)
+ * and the call's context into *c. Allocates nothing. */
+cl_status cl_check_sequence(cl_model *m, const cl_host_array *x, const char *what, int channels);
+cl_status cl_check_target(cl_model *m, const cl_host_array *a, cl_target target, const char *what,
+                          int B, int T, int H, int W);
+cl_status cl_call_check_arrays(cl_model *m, const cl_host_array *x, const cl_host_array *y,
+                               cl_target target, const cl_optim *opt,
+                               const cl_step_options *opts, int *shape);
+cl_status cl_call_make(cl_model *m, const cl_source *x, int B, int T, int H, int W,
+                       const cl_step_options *opts, cl_geom *g, cl_call *c);
 
 /* train.c: the step of cl_model_train_step once its arguments are checked:
  * B sequences of T steps of H x W pixels read from x and y. */
