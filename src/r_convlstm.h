@@ -197,6 +197,7 @@ SEXP ffi_dist_stats(SEXP reset);
 
 /* r_plan.c */
 SEXP ffi_model_plan(SEXP ptr, SEXP shape, SEXP training, SEXP opt, SEXP opts);
+SEXP ffi_buffer_names(void);
 SEXP ffi_grad_buckets(SEXP ptr);
 
 /* r_io.c */

@@ -133,86 +133,109 @@ static inline cl_conv_shape cl_conv_hidden_half(const cl_layer *L, const cl_geom
   return s;
 }
 
-/* The buffers of a model and of a step, by kind (plan.c sizes them). */
+/* The buffers of a model and of a step: one row each, from which come the
+ * enum cl_buf_kind (CL_BUF_<KIND>), the step's fields (cl_step), their
+ * binding to the arena (step.c) and the names of the plan's rows (plan.c;
+ * a per-layer buffer's row is "name[l]"). plan.c sizes them; the R package
+ * lists them with cl_buffer_name (convlstm.h).
+ *
+ * Held by the model across steps: ROW(KIND, name, other name or NULL). */
+#define CL_MODEL_BUFFERS(ROW)                                                              \
+  ROW(PARAMS, "parameters", NULL)            /* flat float [n_params] */                   \
+  ROW(GRADS, "gradients", NULL)              /* flat float [n_params] */                   \
+  /* Adam's first moment, or SGD's momentum (the other name) [n_params] */                 \
+  ROW(OPT_M, "adam.exp_avg", "sgd.momentum_buffer")                                        \
+  ROW(OPT_V, "adam.exp_avg_sq", NULL)        /* Adam's second moment */                    \
+  ROW(OPT_VMAX, "adam.max_exp_avg_sq", NULL) /* amsgrad's running maximum */               \
+  ROW(BACKEND, "backend_scratch", NULL)      /* the backend's own scratch */               \
+  /* carried state (CL_STATE_CARRY): per layer h then c, each [B, h, H, W],                \
+   * in the storage dtype */                                                               \
+  ROW(HELD, "carried_state", NULL)
+
+/* Step buffers, allocated by the executor from the plan; S steps held at
+ * once (T, a checkpoint segment or a tbptt window), Bm sequences.
+ * ROW(KIND, cl_step field, name, other name or NULL, LAYER: one per layer
+ * (a row of layer -1 serves every layer) or ONE, STORE: the storage dtype
+ * or F32: float). */
+#define CL_STEP_BUFFERS(ROW)                                                               \
+  /* data: input [S or T, Bm, C_in, H, W]; inference [1, B, C_in, H, W] */                 \
+  ROW(X, x, "x", NULL, ONE, STORE)                                                         \
+  /* training: [S, Bm, 4h, H, W] per layer (pre-activations, then activations,             \
+   * then their gradients dz); with recompute_gates (the other name)                       \
+   * [rc, Bm, 4 max h, H, W] shared by all layers, a chunk of steps at a time;             \
+   * inference: [B, 4 max h, H, W] shared by all layers */                                 \
+  ROW(GATES, gates, "gates", "gates_recompute", LAYER, STORE)                              \
+  /* training: c_t [S, Bm, h, H, W]; inference [2, B, h, H, W] */                          \
+  ROW(CELL, cell, "cell", NULL, LAYER, STORE)                                              \
+  /* h_t [S, Bm, h, H, W]; inference [T or 2, B, h, H, W] */                               \
+  ROW(HID, hid, "hidden", NULL, LAYER, STORE)                                              \
+  /* checkpoint: h and c at the end of segments [nseg - 1, Bm, h, H, W] */                 \
+  ROW(CKPT_H, ckpt_h, "checkpoint_h", NULL, LAYER, STORE)                                  \
+  ROW(CKPT_C, ckpt_c, "checkpoint_c", NULL, LAYER, STORE)                                  \
+  /* checkpoint: dz of a segment's first step [Bm, 4h, H, W] */                            \
+  ROW(DZ_CARRY, dz_carry, "dz_carry", NULL, LAYER, STORE)                                  \
+  /* tbptt: h and c carried between windows [Bm, h, H, W] */                               \
+  ROW(CARRY_H, carry_h, "carry_h", NULL, LAYER, STORE)                                     \
+  ROW(CARRY_C, carry_c, "carry_c", NULL, LAYER, STORE)                                     \
+  /* d loss / d layer output [S, Bm, max h, H, W], one buffer for every layer              \
+   * in turn (backward.c); the last layer's also receives the target, which                \
+   * the loss kernel turns into its gradient in place */                                   \
+  ROW(DH, dh, "d_hidden", NULL, LAYER, F32)                                                \
+  /* d loss / d c, one step [Bm, h, H, W]; one buffer of the largest h unless              \
+   * checkpoint segments interleave layers, then one per layer */                          \
+  ROW(DC, dc, "d_cell", NULL, LAYER, F32)                                                  \
+  /* convolution workspace, the largest any call needs */                                  \
+  ROW(WS, ws, "conv_workspace", NULL, ONE, STORE)                                          \
+  /* CL_STATE_GIVEN: the initial h and c [B, h, H, W] */                                   \
+  ROW(INIT_H, init_h, "initial_h", NULL, LAYER, STORE)                                     \
+  ROW(INIT_C, init_c, "initial_c", NULL, LAYER, STORE)                                     \
+  /* inference with a horizon: the predicted frames [K, B, C_in, H, W], each               \
+   * the next step's input */                                                              \
+  ROW(FRAMES, frames, "frames", NULL, ONE, STORE)                                          \
+  /* training with a loss weight: placed as the target in d_hidden                         \
+   * [weight_steps, Bm, C_out, H, W] (the segment's under way) */                          \
+  ROW(WEIGHT, weight, "weight", NULL, ONE, F32)                                            \
+  /* training with dropout: layer l's input mask [Bm, in, H, W] and, with                  \
+   * recurrent dropout, its h_{t-1} mask [Bm, h, H, W] (dropout.c); NULL: none */          \
+  ROW(MASK_X, mask_x, "dropout_mask_x", NULL, LAYER, F32)                                  \
+  ROW(MASK_H, mask_h, "dropout_mask_h", NULL, LAYER, F32)                                  \
+  /* training with dropout: a masked input [S, Bm, in, H, W] or masked h                   \
+   * [S, Bm, h, H, W] of one layer at a time, in the storage dtype, or a float             \
+   * [Bm, h, H, W] gradient before its mask; shared by every layer (dropout.c) */          \
+  ROW(DROPPED, dropped, "dropout_masked", NULL, ONE, STORE)                                \
+  /* free-running training: d loss / d h of layer l below the last, two steps              \
+   * [2, Bm, h, H, W] (one when a single step is fed back), while the fed-back             \
+   * steps run backward step by step (backward.c) */                                       \
+  ROW(DH_ROLL, dh_roll, "d_hidden_rollout", NULL, LAYER, F32)
+
+#define CL_BUF_ENUM_MODEL_(kind, name, other) CL_BUF_##kind,
+#define CL_BUF_ENUM_STEP_(kind, field, name, other, per, dt) CL_BUF_##kind,
 typedef enum cl_buf_kind {
-  /* held by the model across steps */
-  CL_BUF_PARAMS = 0, /* flat float [n_params]                          */
-  CL_BUF_GRADS,      /* flat float [n_params]                          */
-  CL_BUF_OPT_M,      /* Adam first moment or SGD momentum [n_params]   */
-  CL_BUF_OPT_V,      /* Adam second moment [n_params]                  */
-  CL_BUF_OPT_VMAX,   /* amsgrad's running maximum of it [n_params]      */
-  CL_BUF_BACKEND,    /* the backend's own device scratch (its reductions) */
-  CL_BUF_HELD,       /* carried state (CL_STATE_CARRY): per layer h then c,
-                        each [B, h, H, W], in the storage dtype          */
-  /* step buffers, allocated by the executor from the plan; S steps held at
-   * once (T, a checkpoint segment or a tbptt window), Bm sequences */
-  CL_BUF_X,        /* data: input [S or T, Bm, C_in, H, W]; inference [1, B, C_in, H, W] */
-  CL_BUF_GATES,    /* training: [S, Bm, 4h, H, W] per layer (pre-activations,
-                      then activations, then their gradients dz); with
-                      recompute_gates [rc, Bm, 4 max h, H, W] shared by all
-                      layers, a chunk of steps at a time;
-                      inference: [B, 4 max h, H, W] shared by all layers  */
-  CL_BUF_CELL,     /* training: c_t [S, Bm, h, H, W]; inference [2, B, h, H, W] */
-  CL_BUF_HID,      /* h_t [S, Bm, h, H, W]; inference [T or 2, B, h, H, W]  */
-  CL_BUF_CKPT_H,   /* checkpoint: h at the end of segments [nseg - 1, Bm, h, H, W] */
-  CL_BUF_CKPT_C,   /* checkpoint: c likewise                                */
-  CL_BUF_DZ_CARRY, /* checkpoint: dz of a segment's first step [Bm, 4h, H, W] */
-  CL_BUF_CARRY_H,  /* tbptt: h carried between windows [Bm, h, H, W]        */
-  CL_BUF_CARRY_C,  /* tbptt: c likewise                                    */
-  CL_BUF_DH,       /* float: d loss / d layer output [S, Bm, max h, H, W],
-                      one buffer for every layer in turn (backward.c); the
-                      last layer's also receives the target, which the MSE
-                      kernel turns into its gradient in place               */
-  CL_BUF_DC,       /* float: d loss / d c, one step [Bm, h, H, W]; one buffer
-                      of the largest h unless checkpoint segments interleave
-                      layers, then one per layer                           */
-  CL_BUF_WS,       /* convolution workspace, the largest any call needs    */
-  CL_BUF_INIT_H,   /* CL_STATE_GIVEN: the initial h [B, h, H, W]            */
-  CL_BUF_INIT_C,   /* CL_STATE_GIVEN: the initial c likewise                */
-  CL_BUF_FRAMES,   /* inference with a horizon: the predicted frames
-                      [K, B, C_in, H, W], each the next step's input      */
-  CL_BUF_WEIGHT,   /* training with a loss weight: float, placed as the target
-                      in d_hidden [weight_steps, Bm, C_out, H, W]           */
-  CL_BUF_MASK_X,   /* training with dropout: float, layer l's input mask
-                      [Bm, in, H, W] (dropout.c)                            */
-  CL_BUF_MASK_H,   /* training with recurrent dropout: float, its h_{t-1}
-                      mask [Bm, h, H, W]                                    */
-  CL_BUF_DROPPED,  /* training with dropout: a masked input [S, Bm, in, H, W]
-                      or masked h [S, Bm, h, H, W] of one layer at a time,
-                      in the storage dtype, or a float [Bm, h, H, W] gradient
-                      before its mask; shared by every layer (dropout.c)    */
-  CL_BUF_DH_ROLL,  /* free-running training: float d loss / d h of layer l
-                      below the last, two steps [2, Bm, h, H, W] (one when a
-                      single step is fed back), while the fed-back steps run
-                      backward step by step (backward.c) */
+  CL_MODEL_BUFFERS(CL_BUF_ENUM_MODEL_)
+  CL_STEP_BUFFERS(CL_BUF_ENUM_STEP_)
   CL_BUF_NKIND
 } cl_buf_kind;
+#undef CL_BUF_ENUM_MODEL_
+#undef CL_BUF_ENUM_STEP_
 
 static inline int cl_buf_is_step(int kind) { return kind >= CL_BUF_X; }
 
 /* Buffers of one planned step, views into the model's step arena at the
- * plan's offsets.
+ * plan's offsets (step.c binds them by the table above).
  * Activations are in the storage dtype (void *), gradients float. */
+#define CL_BUF_CTYPE_STORE void
+#define CL_BUF_CTYPE_F32 float
+#define CL_BUF_DIM_ONE
+#define CL_BUF_DIM_LAYER [CL_MAX_LAYERS]
+#define CL_BUF_FIELD_(kind, field, name, other, per, dt) CL_BUF_CTYPE_##dt *field CL_BUF_DIM_##per;
 typedef struct cl_step {
   int valid;
   cl_geom g;
   cl_plan plan;
-  void *x;
-  void *gates[CL_MAX_LAYERS], *cell[CL_MAX_LAYERS], *hid[CL_MAX_LAYERS];
-  void *ckpt_h[CL_MAX_LAYERS], *ckpt_c[CL_MAX_LAYERS]; /* checkpoint: state at segment ends */
-  void *carry_h[CL_MAX_LAYERS], *carry_c[CL_MAX_LAYERS]; /* tbptt: state between windows */
-  void *dz_carry[CL_MAX_LAYERS]; /* checkpoint: dz of a segment's first step */
-  float *dh[CL_MAX_LAYERS];
-  float *dc[CL_MAX_LAYERS]; /* one shared buffer unless segments interleave layers */
-  float *dh_roll[CL_MAX_LAYERS]; /* free-running: CL_BUF_DH_ROLL of layers below the last */
-  void *ws;
-  void *init_h[CL_MAX_LAYERS], *init_c[CL_MAX_LAYERS]; /* CL_STATE_GIVEN */
-  void *frames; /* inference with a horizon */
-  float *weight; /* the loss weight of the segment under way, or NULL */
-  float *mask_x[CL_MAX_LAYERS], *mask_h[CL_MAX_LAYERS]; /* dropout; NULL: none */
-  void *dropped; /* dropout's masked copies (dropout.c) */
+  CL_STEP_BUFFERS(CL_BUF_FIELD_)
   int outputs_kept; /* the buffers hold the whole call's outputs and states */
 } cl_step;
+#undef CL_BUF_FIELD_
 
 /* Pointer to element i of a buffer stored in dtype t. */
 static inline void *cl_at(void *base, size_t i, cl_dtype t) {
