@@ -315,22 +315,9 @@ static inline int cl_layer_drops_hidden(const cl_model *m, int l) {
   return m->cfg.recurrent_dropout[l] > 0;
 }
 
-/* ---- What each file offers the files above it, floor by floor ---------
- * A file uses only files below its floor (src/core/README.md):
- *   1 util.c, backend.c   errors, checked sizes; the backend table's defaults
- *   1 tensors.c           the named tensors of a configuration (names, shapes)
- *   1 osmem.c             the process's resident memory as the OS reports it
- *   2 alloc.c, plan.c     accounting allocator; the plan of a step's buffers
- *   1 comm.c              communicators: the interface's front, one process
- *   3 step.c              the step arena, model buffers, gradients
- *   4 dist.c              a communicator applied to a step: buckets, loss, parameters
- *   4 pack.c, state.c     host arrays and data-set rows <-> device tensors; initial state
- *   4 dropout.c           the masks of a training call, applied on the device
- *   5 forward.c, backward.c, optim.c, clip.c, loss.c   the engine's pieces
- *   6 train.c             one training step
- *   7 data.c, params.c    data sets on the device; parameters by name
- *   8 model.c             a model's lifetime, memory statistics
- *   9 json.c < safetensors.c < checkpoint.c   model files */
+/* ---- What each file offers the files above it ---------------------------
+ * Grouped by file. Which file stands on which floor, and the order in which
+ * a training step runs through them, is written once, in src/core/README.md. */
 
 /* util.c. Errors: write into the model's buffer and return the status. */
 cl_status cl_fail(cl_model *m, cl_status s, const char *fmt, ...)
