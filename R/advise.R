@@ -4,7 +4,7 @@
 # the memory plan of each (memory_estimate(): the planner itself, no second
 # estimator here), whether it fits a budget, and its step time relative to
 # the plain float32 step from a small cost model of the backend. The cost
-# model's rates are measured once per process (backend_rates()).
+# model's rates are measured once per machine and stored (backend_rates()).
 # convlstm_fit(memory_budget = , batch_size = "max") asks it through
 # fit_memory_plan().
 
@@ -39,14 +39,29 @@
 #' kernels and convolutions read and write per time step, the batch's upload
 #' and the optimizer's update; `weights` the weight (or its gradient) that
 #' every convolution call reads, so many small micro-batches cost more. The
-#' rates are measured once per R process, device and thread count, from
+#' rates are measured once per machine, device and thread count, from
 #' training steps of small calibration models on the model's device: one
 #' mostly convolution arithmetic (in each dtype, as the CPU computes half
 #' types through conversions, and in micro-batches of one sample), one
 #' mostly memory traffic. Only ratios are reported, relative to the plain
-#' float32 step of the same shape. The first call in a session runs 25
+#' float32 step of the same shape. The first call on a machine runs 25
 #' calibration steps (1.3 s on one thread of the machine below, 12 s on two
-#' threads while it was loaded).
+#' threads while it was loaded) and stores the rates in the user's cache
+#' folder for the package (`tools::R_user_dir("convlstm", "cache")`, file
+#' `advise-rates.rds`; delete it to measure again), so every later process
+#' on the machine ranks the same configurations the same way and
+#' `convlstm_fit(memory_budget = )` picks the same one. Where that folder
+#' cannot be written, and while `R CMD check` runs the package, the rates
+#' are measured once per R session.
+#'
+#' On the CPU a half type's step is predicted as the float32 step's times
+#' the ratio its calibration step measured, at least 1: the CPU converts
+#' half storage to float32 and computes in float32, so half types save
+#' memory there, never time, and a budget the float32 step fits keeps
+#' float32. Configurations predicted equally fast are ranked float32 first,
+#' then with the fewest options changed, then by their plan, so a budget
+#' the plain step fits trains the plain step unless another is predicted
+#' faster.
 #'
 #' How good the prediction is was measured on the CPU this package was
 #' developed on (2 cores, shared with other work throughout: load average
@@ -55,7 +70,8 @@
 #' configurations alternating for 4 rounds of 2 steps, each timed by the
 #' process's CPU time (the wall clock of a step varied by a factor of three
 #' on that machine), predicted against measured ratio to the plain float32
-#' step:
+#' step (the half types' predictions are those of the model before it
+#' predicted them from their calibration ratio, as above):
 #'
 #' | configuration | 1 thread: predicted | measured | 2 threads: predicted | measured |
 #' |---|---|---|---|---|
@@ -198,7 +214,14 @@ memory_advise <- function(model, budget, batch_size, seq_len, height, width,
     plans[[i]]$error %||% why_not(rows[i, ], budget)
   }, character(1)))
   over <- ifelse(is.na(rows$reserved), Inf, rows$reserved - budget)
-  order <- order(!rows$fits, ifelse(rows$fits, rows$time_ratio, over), rows$reserved)
+  # ties (a CPU half type predicted no slower than float32; micro-batches
+  # whose per-call cost the calibration could not see) go to float32 and to
+  # the fewest options changed, so a fitting plain step is never passed
+  # over for one that is not predicted faster; then to the smaller plan
+  changed <- (rows$checkpoint > 0) + (rows$recompute_gates > 0) +
+    (rows$accumulation_steps > 1) + (rows$tbptt > 0)
+  order <- order(!rows$fits, ifelse(rows$fits, rows$time_ratio, over),
+                 rows$dtype != "float32", changed, rows$reserved)
   out <- rows[order, , drop = FALSE]
   rownames(out) <- NULL
   structure(out, class = c("convlstm_memory_advice", "data.frame"), budget = budget,
@@ -361,7 +384,18 @@ step_work <- function(config, cfg, B, T, P, target, optimizer_kind, threads) {
   c(flops = flops, bytes = bytes, weights = weights)
 }
 
+# On the CPU a half type's step is the float32 step's times the ratio the
+# calibration measured, at least 1: the CPU converts half storage to float32
+# where the convolutions and cells read it and computes in float32, so it
+# saves memory, never time (measured 1.17-1.76 times float32's step), and
+# the byte count alone would predict it faster.
 predicted_seconds <- function(config, cfg, B, T, P, target, optimizer, rates) {
+  if (!is.null(rates$half) && !identical(cfg$dtype, "float32")) {
+    plain <- cfg
+    plain$dtype <- "float32"
+    return(predicted_seconds(config, plain, B, T, P, target, optimizer, rates) *
+             rates$half[[cfg$dtype]])
+  }
   work <- step_work(config, cfg, B, T, P, target, optimizer$kind, rates$threads)
   work[["flops"]] / rates$flops[[cfg$dtype]] + work[["bytes"]] / rates$bytes +
     work[["weights"]] / rates$weights
@@ -379,14 +413,78 @@ conv_threads <- function(config) {
   if (is.na(cores) || cores < 1) 1L else as.integer(cores)
 }
 
-# The cost model's rates for a model's device and thread count, measured
-# once per process: convolution FLOP/s per dtype and bytes/s.
+# The cost model's rates for a model's device and thread count: measured
+# once per machine and stored (rates_file()), so that every process on the
+# machine ranks the same configurations the same way and convlstm_fit()'s
+# memory_budget picks the same one (a rate measured in each process made
+# one script train in bfloat16 in one run and float16 in the next). Kept in
+# the session too; measured again only when no stored rates match the key.
 advise_cache <- new.env(parent = emptyenv())
 
 backend_rates <- function(config) {
-  key <- paste(config$device, config$threads, sep = ":")
-  if (is.null(advise_cache[[key]])) advise_cache[[key]] <- measure_rates(config)
+  key <- rates_key(config)
+  if (is.null(advise_cache[[key]])) {
+    advise_cache[[key]] <- stored_rates(key) %||% store_rates(key, measure_rates(config))
+  }
   advise_cache[[key]]
+}
+
+# What the rates depend on: the device and its threads, the machine (its
+# name, processor and cores, or the GPU's name) and this package's version
+# (its kernels). One key, one line of the file.
+rates_key <- function(config) {
+  threads <- conv_threads(config)
+  machine <- if (identical(config$device, "cpu")) cpu_model() else gpu_name()
+  paste(config$device, threads, Sys.info()[["nodename"]], machine, R.version$platform,
+        as.character(utils::packageVersion("convlstm")), sep = " | ")
+}
+
+cpu_model <- function() {
+  info <- tryCatch(readLines("/proc/cpuinfo", warn = FALSE), error = function(e) character())
+  model <- sub(".*:\\s*", "", grep("^model name", info, value = TRUE)[1])
+  cores <- if (requireNamespace("parallel", quietly = TRUE)) parallel::detectCores() else NA
+  paste(if (is.na(model)) Sys.info()[["machine"]] else model, cores, "cores")
+}
+
+gpu_name <- function() {
+  tryCatch(paste(c_gpu_info()$name, collapse = ", "), error = function(e) "gpu")
+}
+
+# The file of stored rates: one per user, in R's cache folder for the
+# package (tools::R_user_dir(); the environment variable R_USER_CACHE_DIR
+# moves it). Deleting it makes the next memory_advise() measure again.
+rates_file <- function() {
+  file.path(tools::R_user_dir("convlstm", which = "cache"), "advise-rates.rds")
+}
+
+read_rates_file <- function() {
+  f <- rates_file()
+  all <- if (file.exists(f)) tryCatch(readRDS(f), error = function(e) NULL)
+  if (is.list(all)) all else list()
+}
+
+stored_rates <- function(key) {
+  r <- read_rates_file()[[key]]
+  if (is.list(r) && all(c("flops", "bytes", "weights", "threads", "device") %in% names(r))) r
+}
+
+# Adds the rates under `key` (the file keeps at most 20 keys, the newest);
+# a folder that cannot be written leaves them to this session alone, and so
+# does R CMD check (which sets _R_CHECK_PACKAGE_NAME_ and must find no new
+# files in the user's folders afterwards).
+store_rates <- function(key, rates) {
+  if (nzchar(Sys.getenv("_R_CHECK_PACKAGE_NAME_"))) return(rates)
+  all <- read_rates_file()
+  all[[key]] <- rates
+  all <- utils::tail(all, 20)
+  f <- rates_file()
+  tryCatch({
+    dir.create(dirname(f), recursive = TRUE, showWarnings = FALSE)
+    tmp <- tempfile("rates", tmpdir = dirname(f))
+    saveRDS(all, tmp)
+    if (!file.rename(tmp, f)) unlink(tmp)
+  }, error = function(e) NULL, warning = function(w) NULL)
+  rates
 }
 
 # Calibration steps on the model's device give the three rates of time =
@@ -437,10 +535,15 @@ measure_rates <- function(config) {
   flop_rate <- function(i) {
     w[[i]][["flops"]] / max(rest(i) - w[[i]][["weights"]] * per_weight, t[[i]] / 4)
   }
+  # the CPU's half types: their heavy step over the float32 one (see
+  # predicted_seconds())
+  half <- if (identical(config$device, "cpu")) {
+    c(float16 = max(1, t[[4]] / t[[1]]), bfloat16 = max(1, t[[5]] / t[[1]]))
+  }
   list(flops = stats::setNames(vapply(c(1, 4, 5), flop_rate, numeric(1)),
                                c("float32", "float16", "bfloat16")),
        bytes = 1 / per_byte, weights = 1 / per_weight, threads = threads,
-       device = config$device)
+       device = config$device, half = half)
 }
 
 # CPU seconds of this process, all threads together.
@@ -599,13 +702,14 @@ fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, tar
                  tbptt = pick$tbptt, recompute_gates = pick$recompute_gates)
     if (!identical(pick$dtype, model_config(model)$dtype)) set_dtype(model, pick$dtype)
     b <- if (is_max) largest(opts) else batch_size # more than n: convlstm_fit() says so
-    chosen <- c(list(batch_size = b), opts)
     trained <- min(b, n) # the default batch of 32 is lowered to the samples there are
-    planned <- max(vapply(plans, function(f) {
-      est <- do.call(memory_estimate, c(list(model, trained), shape, list(optimizer = optimizer),
-                                        opts, f))
-      estimate_bytes(est)[["reserved"]]
-    }, numeric(1)))
+    estimates <- lapply(plans, function(f) {
+      do.call(memory_estimate, c(list(model, trained), shape, list(optimizer = optimizer),
+                                 opts, f))
+    })
+    planned <- max(vapply(estimates, function(e) estimate_bytes(e)[["reserved"]], numeric(1)))
+    # held: what fit_budget() (budget.R) fits the data set and validation beside
+    chosen <- c(list(batch_size = b), opts, list(held = held_of(budget, estimates)))
     line <- sprintf(
       paste0("memory_budget %s: batch %d, %s%s%s (planned %s; step time predicted %.2fx the ",
              "plain float32 step's)"),

@@ -90,13 +90,12 @@
 #'   what the process holds on the device outside every model, measured
 #'   once per process when the backend first started (on a GPU the CUDA
 #'   context, the cuDNN handle and the stream; on the CPU 0, since the CPU
-#'   backend's own costs -- its OpenMP threads' stacks, a few KiB of timing
-#'   buffers -- are the process's host memory, which
+#'   backend's own costs -- its OpenMP threads' stacks -- are the process's
+#'   host memory, which
 #'   [memory_stats()] measures as `process_peak`). It is in neither `total` nor `reserved`.
-#'   The estimate is the same on every run for the same model, shape and
-#'   build (the CPU plans the workspace of the larger of its internal GEMM
-#'   and BLAS, whichever the timed choice takes); `runtime` is a
-#'   measurement. Attribute `plan` holds
+#'   The estimate is the same on every run for the same model, shape,
+#'   build and machine (the CPU's GEMM is a fixed rule, its workspace that
+#'   of the convolutions it will run); `runtime` is a measurement. Attribute `plan` holds
 #'   the buffers (a data frame of class `convlstm_plan`: `name`,
 #'   `category`, `bytes`, `layer`, where layers count from 0 as in the
 #'   buffer names and the state dict, and `NA` marks model-wide buffers,

@@ -82,7 +82,11 @@
 #'   `teacher_forcing`): free-running (`teacher_forcing` below 1) without
 #'   `checkpoint` or `recompute_gates`, and with a schedule a configuration
 #'   that fits both the teacher-forced and the free-running step. Not with
-#'   `state = "carry"` (the advisor does not plan the carried state).
+#'   `state = "carry"` (the advisor does not plan the carried state). The
+#'   budget holds the whole fit: a data set `data_on_device = "auto"` would
+#'   upload stays in R when it does not fit beside the step (`TRUE` is then
+#'   an error of class `convlstm_error_oom`), and validation data run in
+#'   smaller batches when a batch of theirs would not fit.
 #' @param horizon,teacher_forcing `NULL`, or train every batch as
 #'   [train_step()] with `horizon` (the forecast of the frames in `y`) and
 #'   `teacher_forcing` (`TRUE`: the true frames fed back; `FALSE`:
@@ -125,6 +129,11 @@
 #'   * batch_size + i` is chunk `k` of stream `i`, each rank carrying the
 #'   state of its own rows, and the samples must be a multiple of the global
 #'   batch.
+#' @param metrics `NULL`, or score the validation data after every epoch
+#'   with [forecast_metrics()] (metric names, or a list of its arguments as
+#'   in [convlstm_evaluate()]): the history gets a column `val_<name>` per
+#'   overall value (`val_mse`, `val_ssim`, `val_csi_0.5`, ...). Needs
+#'   `validation_data` or `validation_split`.
 #' @return A `convlstm_history`: a data frame with one row per epoch and
 #'   columns `epoch`, `loss` (mean training loss over the epoch's batches,
 #'   weighted by batch size), `val_loss` (`NA` without validation data),
@@ -171,7 +180,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
                          resume = NULL, memory_budget = NULL, max_grad_norm = NULL,
                          loss = "mse", delta = 1, pos_weight = 1, weight = NULL,
                          horizon = NULL, teacher_forcing = TRUE, state = NULL,
-                         distributed = NULL, recompute_gates = FALSE) {
+                         distributed = NULL, recompute_gates = FALSE, metrics = NULL) {
   # before batch_size is reassigned below; "max" is capped at the samples
   batch_size_given <- !missing(batch_size) && !identical(batch_size, "max")
   call <- sys.call()
@@ -227,6 +236,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   x <- held_out$x
   y <- held_out$y
   validation <- held_out$validation %||% validation
+  metric_spec <- metrics_spec(metrics, validation$y, call)
   if (!is.null(weight) && !is.null(held_out$validation)) { # the same split of the weight
     n_train <- dim(x)[[1]]
     validation$weight <- slice_batch(weight, (n_train + 1L):dim(weight)[[1]])
@@ -283,8 +293,10 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
   check_schedule_length(scheduler, epochs - initial_epoch, n_batches, call)
   # a weighted loss slices its weight with each batch, and a horizon applies
   # to arrays: from R arrays
+  held <- fit_budget(model, fits, dim(x), validation, batch_size, target, data_on_device,
+                     is.null(weight) && is.null(forecast), forecast$horizon %||% 0L, call)
   data <- if (is.null(weight) && is.null(forecast)) {
-    fit_data_set(ptr, x, y, target, data_on_device, batch_size, optimizer, options)
+    fit_data_set(ptr, x, y, target, held$data_on_device, batch_size, optimizer, options)
   }
   if (!is.null(data)) on.exit(c_data_release(data), add = TRUE)
   rows <- if (is.null(past)) list() else split(past$history, seq_len(nrow(past$history)))
@@ -377,7 +389,7 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
     val_loss <- if (is.null(validation)) {
       NA_real_
     } else {
-      evaluate_loss(ptr, validation$x, validation$y, target, batch_size, loss_fn,
+      evaluate_loss(ptr, validation$x, validation$y, target, held$validation_batch, loss_fn,
                     validation$weight, horizon = forecast$horizon %||% 0L)
     }
     row <- data.frame(
@@ -386,6 +398,11 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
       peak_bytes = c_memory_stats(ptr)$peak_allocated
     )
     if (!is.null(forecast)) row$teacher_forcing <- p
+    if (!is.null(metric_spec)) { # val_<metric> columns, forecast_metrics() overall
+      scores <- evaluate_metrics(ptr, validation$x, validation$y, target, batch_size,
+                                 forecast$horizon %||% 0L, metric_spec)
+      row[paste0("val_", names(scores))] <- as.list(scores)
+    }
     if (!is.null(scheduler) && !per_batch) {
       scheduler$step(if (is.na(val_loss)) row$loss else val_loss)
     }
@@ -591,7 +608,12 @@ evaluate_loss <- function(ptr, x, y, target, batch_size, loss = NULL, weight = N
 #'   ([predict()] with `horizon`: free-running, each predicted frame fed
 #'   back) against `y`, `[n, horizon, channels, height, width]`; `target` is
 #'   then not used.
-#' @return The loss's mean over all of `y` (a number).
+#' @param metrics `NULL`, or also score the output with [forecast_metrics()]:
+#'   metric names (`"mse"`, `"mae"`, `"ssim"`, `"psnr"`,
+#'   `"cross_entropy"`) or a list of its arguments, e.g. `list(metrics =
+#'   "mse", thresholds = c(0.5, 2))` for CSI, POD and FAR too.
+#' @return The loss's mean over all of `y` (a number); with `metrics`, a
+#'   named vector: `loss` and the overall value of each metric.
 #' @export
 #' @examples
 #' # the trained tutorial model (?tutorial_model) on sequences it has not seen
@@ -601,10 +623,12 @@ evaluate_loss <- function(ptr, x, y, target, batch_size, loss = NULL, weight = N
 #' convlstm_evaluate(model, beams$x, beams$y)
 #' mean(beams$y^2)   # the loss of an all-zero forecast
 #' convlstm_evaluate(model, beams$x, beams$y, loss = "mae")
+#' convlstm_evaluate(model, beams$x, beams$y,
+#'                   metrics = list(metrics = c("mae", "ssim"), thresholds = 0.5))
 #' convlstm_release(model)
 convlstm_evaluate <- function(model, x, y, target = c("last_state", "sequence"),
                               batch_size = 32, loss = "mse", delta = 1, pos_weight = 1,
-                              weight = NULL, horizon = NULL) {
+                              weight = NULL, horizon = NULL, metrics = NULL) {
   ptr <- model_ptr(model)
   config <- model_config(model)
   x <- check_input(x, config, "x")
@@ -620,7 +644,10 @@ convlstm_evaluate <- function(model, x, y, target = c("last_state", "sequence"),
   batch_size <- check_count(batch_size, "batch_size")
   loss <- check_loss(loss, delta, pos_weight)
   weight <- check_weight(weight, dim(y), target)
-  evaluate_loss(ptr, x, y, target, batch_size, loss, weight, horizon = K)
+  spec <- metrics_spec(metrics, y, sys.call())
+  value <- evaluate_loss(ptr, x, y, target, batch_size, loss, weight, horizon = K)
+  if (is.null(spec)) return(value)
+  c(loss = value, evaluate_metrics(ptr, x, y, target, batch_size, K, spec))
 }
 
 history_columns <- c("epoch", "loss", "val_loss", "lr", "seconds", "peak_bytes")

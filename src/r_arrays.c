@@ -2,13 +2,25 @@
  * r_arrays.c -- R arrays at the boundary: describing an R double array as a
  * core host array (no copy: the core converts batch-first column-major
  * doubles to its own layout in one pass), allocating result arrays, and the
- * row-major <-> column-major transposition that parameter tensors need.
+ * row-major <-> column-major transposition that parameter tensors need, and
+ * the element of a named list by name (r_option: what crosses .Call as
+ * names, decoded by r_options.c and r_dropout.c).
  *
  * It is not where types are coerced: the R layer hands over double arrays
  * only (storage.mode<- in R), so a wrong type here is a bug in the R layer
  * and is reported as an invalid argument rather than silently copied.
  */
+#include <string.h>
+
 #include "r_convlstm.h"
+
+SEXP r_option(SEXP x, const char *name) {
+  SEXP names = Rf_getAttrib(x, R_NamesSymbol);
+  if (TYPEOF(x) != VECSXP || TYPEOF(names) != STRSXP) return R_NilValue;
+  for (R_xlen_t i = 0; i < Rf_xlength(x); i++)
+    if (strcmp(CHAR(STRING_ELT(names, i)), name) == 0) return VECTOR_ELT(x, i);
+  return R_NilValue;
+}
 
 void r_host_array(SEXP x, int ndim, const char *arg, cl_host_array *out) {
   if (TYPEOF(x) != REALSXP)

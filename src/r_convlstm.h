@@ -40,7 +40,27 @@ NORET void r_raise_model(cl_status s, const cl_model *m);
 #endif
 NORET void r_raise_invalid(const char *fmt, ...) R_CL_PRINTF(1, 2);
 
-/* ---- r_model.c ---- */
+/* The glue's one way out of a failed core call. On any status but CL_OK:
+ * R_CL_CHECK raises the model's message (r_raise_model); R_CL_CHECK_MSG a
+ * message of the caller's (a call that has no model yet). The _FREE forms
+ * first run `release`, which gives back what the caller holds (UNPROTECT,
+ * a free: the error longjmps past the caller's own cleanup). */
+#define R_CL_ON_FAILURE_(status, release, raise)                                \
+  do {                                                                          \
+    const cl_status r_cl_st_ = (status);                                        \
+    if (r_cl_st_ != CL_OK) {                                                    \
+      release;                                                                  \
+      raise;                                                                    \
+    }                                                                           \
+  } while (0)
+#define R_CL_CHECK_FREE(m, status, release)                                     \
+  R_CL_ON_FAILURE_(status, release, r_raise_model(r_cl_st_, (m)))
+#define R_CL_CHECK(m, status) R_CL_CHECK_FREE(m, status, (void)0)
+#define R_CL_CHECK_MSG_FREE(msg, status, release)                               \
+  R_CL_ON_FAILURE_(status, release, r_raise(r_cl_st_, (msg)))
+#define R_CL_CHECK_MSG(msg, status) R_CL_CHECK_MSG_FREE(msg, status, (void)0)
+
+/* ---- r_handle.c ---- */
 
 /* The live model behind an external pointer, or a state error that says why
  * there is none (released, or restored by readRDS). */
@@ -49,6 +69,9 @@ cl_model *r_model(SEXP ptr);
  * when cls is not NULL, that class: made before the object it will own, so
  * that no R allocation can fail while an unowned object is held. Unprotected. */
 SEXP r_new_handle(SEXP tag, SEXP prot, R_CFinalizer_t finalize, const char *cls);
+/* A new model handle (r_new_handle's, marked live, class convlstm_ptr), for
+ * the model ffi_model_create is about to make. Unprotected. */
+SEXP r_model_handle(void);
 
 /* ---- r_arrays.c ---- */
 
@@ -59,6 +82,8 @@ void r_host_array(SEXP x, int ndim, const char *arg, cl_host_array *out);
 SEXP r_alloc_array(int ndim, const int *dims);
 /* A new, unprotected list of n elements (NULLs) named names[0..n-1]. */
 SEXP r_named_list(const char *const *names, int n);
+/* The element `name` of a named list (step options), or R_NilValue. */
+SEXP r_option(SEXP opts, const char *name);
 /* A configuration's kernels and dilations, integer [4, n_layers]. */
 SEXP r_geometry(const cl_config *c);
 /* Its peepholes, integer c(kind, height, width) (cl_peephole; the frame
@@ -95,9 +120,6 @@ void r_unif_end(r_unif *u);
 
 /* ---- r_options.c: what crosses .Call as names ---- */
 
-/* The element `name` of a named list (step options), or R_NilValue. */
-SEXP r_option(SEXP opts, const char *name);
-
 /* An optimizer (c_optim() in R/ffi.R) and step options (c_step_options()),
  * named lists; both raise on a malformed one. NULL opts gives the plain
  * step. */
@@ -132,15 +154,21 @@ typedef enum r_forward_what {
 } r_forward_what;
 r_forward_what r_forward_mode(SEXP s);
 
-/* ---- r_dist.c ---- */
+/* ---- r_comm.c: the process's communicators ---- */
 
-/* The process's communicator (convlstm_distributed()); an R error when
+/* The one gradients go over (convlstm_distributed()); an R error when
  * there is none yet. */
 cl_comm *r_dist_comm(void);
+/* The host communicator (local or MPI: host collectives, abort) and the
+ * gradients' one (the host one, or NCCL's over it); NULL when none. */
+cl_comm *r_dist_host(void);
+cl_comm *r_dist_grad(void);
+/* Both at once, as r_dist.c makes or frees them. */
+void r_dist_set(cl_comm *host, cl_comm *grad);
 
 /* ---- entry points (registered in init.c) ---- */
 
-/* r_model.c */
+/* r_handle.c: ffi_model_release, ffi_model_status; r_model.c the rest */
 SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP kernel_sizes, SEXP bias,
                       SEXP device, SEXP dtype, SEXP threads, SEXP memory_limit, SEXP peephole,
                       SEXP dropout, SEXP dropout_masks);
@@ -159,7 +187,6 @@ SEXP ffi_set_loss_scale(SEXP ptr, SEXP init_scale, SEXP growth_factor, SEXP back
 SEXP ffi_tensor_info(SEXP ptr);
 SEXP ffi_get_tensors(SEXP ptr, SEXP grad);
 SEXP ffi_set_tensors(SEXP ptr, SEXP tensors);
-SEXP ffi_dist_broadcast_params(SEXP ptr, SEXP root);
 
 /* r_train.c */
 SEXP ffi_forward(SEXP ptr, SEXP x, SEXP training, SEXP what, SEXP opts);
@@ -194,6 +221,7 @@ SEXP ffi_dist_barrier(void);
 SEXP ffi_dist_abort(SEXP msg);
 SEXP ffi_dist_finalize(void);
 SEXP ffi_dist_stats(SEXP reset);
+SEXP ffi_dist_broadcast_params(SEXP ptr, SEXP root);
 
 /* r_plan.c */
 SEXP ffi_model_plan(SEXP ptr, SEXP shape, SEXP training, SEXP opt, SEXP opts);

@@ -73,10 +73,7 @@ SEXP ffi_data_create(SEXP ptr, SEXP x, SEXP y, SEXP target) {
   nprotect++;
   cl_data *d = NULL;
   cl_status st = cl_data_create(m, &hx, &hy, tg, &d);
-  if (st != CL_OK) {
-    UNPROTECT(nprotect);
-    r_raise_model(st, m);
-  }
+  R_CL_CHECK_FREE(m, st, UNPROTECT(nprotect));
   R_SetExternalPtrAddr(dptr, d);
   UNPROTECT(nprotect);
   return dptr;
@@ -147,6 +144,6 @@ SEXP ffi_train_step_data(SEXP ptr, SEXP dptr, SEXP rows, SEXP opt, SEXP opts) {
   r_dropout_masks(m, opts, (int)n, H, W, &so);
   double loss = 0;
   cl_status st = cl_model_train_step_data(m, d, INTEGER(rows), (int)n, &o, &so, &loss);
-  if (st != CL_OK) r_raise_model(st, m);
+  R_CL_CHECK(m, st);
   return r_step_loss(m, loss);
 }

@@ -4,21 +4,14 @@
  * started by mpirun, the one-process one otherwise, NCCL's on top for GPU
  * ranks; a broadcast for R (the random number generator's state), a
  * barrier, and the abort a failing rank calls so that no other rank waits
- * for it. (Rank 0's parameters to all: r_params.c.)
+ * for it, and rank 0's parameters to all. The communicators themselves are
+ * r_comm.c's.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "r_convlstm.h"
 
-static cl_comm *host_comm; /* local or MPI: host collectives, abort */
-static cl_comm *grad_comm; /* what gradients go over: host_comm or NCCL's */
-
-cl_comm *r_dist_comm(void) {
-  if (!grad_comm)
-    r_raise(CL_E_STATE, "no communicator in this process: call convlstm_distributed() first");
-  return grad_comm;
-}
 
 static void raise_comm(cl_status s, const char *what, const char *msg) {
   char buf[CL_ERRMSG_LEN];
@@ -40,24 +33,26 @@ SEXP ffi_dist_init(SEXP engine, SEXP device) {
   }
   const char *want = nccl ? "nccl" : mpi ? "mpi" : "local";
   const char *host_want = mpi ? "mpi" : "local";
-  if (grad_comm && strcmp(cl_comm_name(grad_comm), want) == 0) return ffi_dist_info();
-  if (grad_comm || (host_comm && strcmp(cl_comm_name(host_comm), host_want) != 0)) {
+  cl_comm *host = r_dist_host(), *grad = r_dist_grad();
+  if (grad && strcmp(cl_comm_name(grad), want) == 0) return ffi_dist_info();
+  if (grad || (host && strcmp(cl_comm_name(host), host_want) != 0)) {
     snprintf(err, sizeof err, "this process has the '%s' communicator already, not '%s': one "
-             "per process", cl_comm_name(grad_comm ? grad_comm : host_comm), want);
+             "per process", cl_comm_name(grad ? grad : host), want);
     r_raise(CL_E_STATE, err);
   }
-  if (!host_comm) { /* kept when NCCL failed on top of it: MPI starts once */
-    cl_status s = mpi ? cl_comm_mpi_create(&host_comm, err, sizeof err)
-                      : cl_comm_local_create(&host_comm, err, sizeof err);
+  if (!host) { /* kept when NCCL failed on top of it: MPI starts once */
+    cl_status s = mpi ? cl_comm_mpi_create(&host, err, sizeof err)
+                      : cl_comm_local_create(&host, err, sizeof err);
     if (s != CL_OK) raise_comm(s, "convlstm_distributed()", err);
+    r_dist_set(host, NULL);
   }
   if (nccl) {
     cl_comm *g = NULL;
-    cl_status s = cl_comm_nccl_create(host_comm, Rf_asInteger(device), &g, err, sizeof err);
+    cl_status s = cl_comm_nccl_create(host, Rf_asInteger(device), &g, err, sizeof err);
     if (s != CL_OK) raise_comm(s, "convlstm_distributed(backend = \"nccl\")", err);
-    grad_comm = g;
+    r_dist_set(host, g);
   } else {
-    grad_comm = host_comm;
+    r_dist_set(host, host);
   }
   return ffi_dist_info();
 }
@@ -65,9 +60,10 @@ SEXP ffi_dist_init(SEXP engine, SEXP device) {
 SEXP ffi_dist_info(void) {
   static const char *const names[] = {"rank", "size", "backend"};
   SEXP out = PROTECT(r_named_list(names, 3));
-  SET_VECTOR_ELT(out, 0, Rf_ScalarInteger(grad_comm ? cl_comm_rank(grad_comm) : 0));
-  SET_VECTOR_ELT(out, 1, Rf_ScalarInteger(grad_comm ? cl_comm_size(grad_comm) : 1));
-  SET_VECTOR_ELT(out, 2, grad_comm ? Rf_mkString(cl_comm_name(grad_comm)) : R_NilValue);
+  cl_comm *g = r_dist_grad();
+  SET_VECTOR_ELT(out, 0, Rf_ScalarInteger(g ? cl_comm_rank(g) : 0));
+  SET_VECTOR_ELT(out, 1, Rf_ScalarInteger(g ? cl_comm_size(g) : 1));
+  SET_VECTOR_ELT(out, 2, g ? Rf_mkString(cl_comm_name(g)) : R_NilValue);
   UNPROTECT(1);
   return out;
 }
@@ -84,36 +80,37 @@ SEXP ffi_dist_available(void) {
 SEXP ffi_dist_broadcast_ints(SEXP x, SEXP root) {
   r_dist_comm();
   SEXP out = PROTECT(Rf_duplicate(x));
-  cl_status s = cl_comm_broadcast_host(host_comm, INTEGER(out),
+  cl_status s = cl_comm_broadcast_host(r_dist_host(), INTEGER(out),
                                        (size_t)XLENGTH(out) * sizeof(int), Rf_asInteger(root));
-  if (s != CL_OK) raise_comm(s, "broadcast", cl_comm_error(host_comm));
+  if (s != CL_OK) raise_comm(s, "broadcast", cl_comm_error(r_dist_host()));
   UNPROTECT(1);
   return out;
 }
 
 SEXP ffi_dist_barrier(void) {
   r_dist_comm();
-  cl_status s = cl_comm_barrier(host_comm);
-  if (s != CL_OK) raise_comm(s, "barrier", cl_comm_error(host_comm));
+  cl_status s = cl_comm_barrier(r_dist_host());
+  if (s != CL_OK) raise_comm(s, "barrier", cl_comm_error(r_dist_host()));
   return R_NilValue;
 }
 
 /* Says which rank failed and why on stderr, then ends every rank. Returns
  * only for one process. */
 SEXP ffi_dist_abort(SEXP msg) {
-  if (!grad_comm || cl_comm_size(grad_comm) == 1) return R_NilValue;
+  cl_comm *g = r_dist_grad();
+  if (!g || cl_comm_size(g) == 1) return R_NilValue;
   REprintf("convlstm: rank %d of %d failed: %s\nconvlstm: stopping all %d ranks (abort)\n",
-           cl_comm_rank(grad_comm), cl_comm_size(grad_comm), CHAR(STRING_ELT(msg, 0)),
-           cl_comm_size(grad_comm));
+           cl_comm_rank(g), cl_comm_size(g), CHAR(STRING_ELT(msg, 0)), cl_comm_size(g));
   R_FlushConsole();
-  cl_comm_abort(grad_comm, 1);
+  cl_comm_abort(g, 1);
   return R_NilValue;
 }
 
 SEXP ffi_dist_finalize(void) {
-  if (grad_comm && grad_comm != host_comm) cl_comm_free(grad_comm);
-  cl_comm_free(host_comm);
-  grad_comm = host_comm = NULL;
+  cl_comm *host = r_dist_host(), *grad = r_dist_grad();
+  if (grad && grad != host) cl_comm_free(grad);
+  cl_comm_free(host);
+  r_dist_set(NULL, NULL);
   return R_NilValue;
 }
 
@@ -129,4 +126,13 @@ SEXP ffi_dist_stats(SEXP reset) {
   SET_VECTOR_ELT(out, 2, Rf_ScalarReal(st.wait_seconds));
   UNPROTECT(1);
   return out;
+}
+
+/* Rank root's parameters into every rank's model, over the process's
+ * communicator: what a data-parallel fit starts with. */
+SEXP ffi_dist_broadcast_params(SEXP ptr, SEXP root) {
+  cl_model *m = r_model(ptr);
+  cl_status s = cl_model_broadcast_params(m, r_dist_comm(), Rf_asInteger(root));
+  R_CL_CHECK(m, s);
+  return R_NilValue;
 }

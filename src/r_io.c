@@ -43,7 +43,7 @@ SEXP ffi_model_save(SEXP ptr, SEXP path, SEXP optimizer, SEXP metadata) {
     }
   }
   cl_status st = cl_model_save(m, p, po, n, keys, values);
-  if (st != CL_OK) r_raise_model(st, m);
+  R_CL_CHECK(m, st);
   return R_NilValue;
 }
 
@@ -72,10 +72,7 @@ static SEXP read_saved(SEXP path, cl_saved **out) {
   char err[CL_ERRMSG_LEN] = "";
   cl_saved *s = NULL;
   cl_status st = cl_saved_read(p, &s, err, sizeof err);
-  if (st != CL_OK) {
-    UNPROTECT(1);
-    r_raise(st, err);
-  }
+  R_CL_CHECK_MSG_FREE(err, st, UNPROTECT(1));
   R_SetExternalPtrAddr(holder, s);
   *out = s;
   return holder;
@@ -196,6 +193,6 @@ SEXP ffi_model_load_into(SEXP ptr, SEXP path, SEXP with_optimizer) {
   cl_status st = cl_saved_load_into(s, m, with_opt);
   done_saved(holder);
   UNPROTECT(2);
-  if (st != CL_OK) r_raise_model(st, m);
+  R_CL_CHECK(m, st);
   return info;
 }

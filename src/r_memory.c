@@ -15,7 +15,7 @@ SEXP ffi_memory_stats(SEXP ptr) {
   cl_model *m = r_model(ptr);
   cl_mem_stats s;
   cl_status st = cl_model_memory_stats(m, &s);
-  if (st != CL_OK) r_raise_model(st, m);
+  R_CL_CHECK(m, st);
   cl_measured_mem mm;
   (void)cl_model_measured_memory(m, &mm);
 
@@ -95,7 +95,7 @@ SEXP ffi_memory_reset_peak(SEXP ptr) {
 SEXP ffi_empty_cache(SEXP ptr) {
   cl_model *m = r_model(ptr);
   cl_status st = cl_model_empty_cache(m);
-  if (st != CL_OK) r_raise_model(st, m);
+  R_CL_CHECK(m, st);
   return R_NilValue;
 }
 
@@ -106,7 +106,7 @@ SEXP ffi_test_overrun(SEXP ptr, SEXP buffer) {
   if (TYPEOF(buffer) != STRSXP || Rf_length(buffer) != 1 || STRING_ELT(buffer, 0) == NA_STRING)
     r_raise_invalid("internal: ffi_test_overrun() needs a buffer name");
   cl_status st = cl_model_test_overrun(m, CHAR(STRING_ELT(buffer, 0)));
-  if (st != CL_OK) r_raise_model(st, m);
+  R_CL_CHECK(m, st);
   return R_NilValue;
 }
 
@@ -116,7 +116,7 @@ SEXP ffi_test_arena(SEXP ptr) {
   cl_model *m = r_model(ptr);
   size_t base = 0, bytes = 0;
   cl_status st = cl_model_test_arena(m, &base, &bytes);
-  if (st != CL_OK) r_raise_model(st, m);
+  R_CL_CHECK(m, st);
   SEXP out = PROTECT(Rf_allocVector(REALSXP, 2));
   REAL(out)[0] = (double)base;
   REAL(out)[1] = (double)bytes;
@@ -128,6 +128,6 @@ SEXP ffi_test_arena(SEXP ptr) {
 SEXP ffi_set_memory_limit(SEXP ptr, SEXP bytes) {
   cl_model *m = r_model(ptr);
   cl_status st = cl_model_set_memory_limit(m, r_bytes(bytes, "bytes"));
-  if (st != CL_OK) r_raise_model(st, m);
+  R_CL_CHECK(m, st);
   return R_NilValue;
 }

@@ -1,57 +1,15 @@
 /*
- * r_model.c -- the model handle: a classed external pointer to a cl_model,
- * with a finalizer (rm(model); gc() frees it), an explicit release, the check
- * every entry point runs before touching a model, parameter initialisation
- * from R's random number generator, the storage dtype and the float16 loss
- * scaler.
+ * r_model.c -- a model's creation and configuration for R: the model made
+ * into a new handle (r_handle.c), its configuration read back, parameter
+ * initialisation from R's random number generator, the storage dtype and
+ * the float16 loss scaler.
  *
- * It is not the R-visible model: R/model.R wraps this pointer in a callable
- * closure. The pointer's "protected" slot records whether the model was
- * released on purpose, so that a pointer restored by readRDS (address NULL,
- * never released) can be told apart and explained.
+ * It is not the R-visible model: R/model.R wraps the handle in a callable
+ * closure.
  */
 #include <string.h>
 
 #include "r_convlstm.h"
-
-/* The protected slot: "live" while the model exists, "released" after
- * convlstm_release(). Serialisation keeps the slot but drops the address, so
- * a NULL address next to "live" means the pointer came back from readRDS. */
-static const char *const LIVE = "live";
-static const char *const RELEASED = "released";
-
-static SEXP model_tag(void) { return Rf_install("convlstm_model"); }
-
-static int is_model_ptr(SEXP ptr) {
-  return TYPEOF(ptr) == EXTPTRSXP && R_ExternalPtrTag(ptr) == model_tag();
-}
-
-static const char *ptr_mark(SEXP ptr) {
-  SEXP prot = R_ExternalPtrProtected(ptr);
-  if (TYPEOF(prot) == STRSXP && Rf_length(prot) == 1) return CHAR(STRING_ELT(prot, 0));
-  return "";
-}
-
-static void model_finalize(SEXP ptr) {
-  cl_model *m = (cl_model *)R_ExternalPtrAddr(ptr);
-  if (m == NULL) return;
-  cl_model_free(m);
-  R_ClearExternalPtr(ptr);
-}
-
-cl_model *r_model(SEXP ptr) {
-  if (!is_model_ptr(ptr)) r_raise_invalid("`model` is not a convlstm model");
-  cl_model *m = (cl_model *)R_ExternalPtrAddr(ptr);
-  if (m != NULL) return m;
-  if (strcmp(ptr_mark(ptr), RELEASED) == 0)
-    r_raise(CL_E_STATE,
-            "This model was released with convlstm_release() and holds no memory any more; "
-            "create a new model with convlstm().");
-  r_raise(CL_E_STATE,
-          "This model has no C memory: it was restored by readRDS(), load() or a saved "
-          "workspace, and saveRDS cannot store a model's C memory. Save models with "
-          "convlstm_save() and restore them with convlstm_load().");
-}
 
 static int int_at(SEXP x, int i) { return INTEGER(x)[i]; }
 
@@ -105,50 +63,17 @@ SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP geometry, SEXP bias
     r_raise_invalid("internal: dropout_masks \"%s\" is neither \"per_gate\" nor \"shared\"",
                     masks);
 
-  SEXP mark = PROTECT(Rf_mkString(LIVE));
-  nprotect++;
-  SEXP ptr = PROTECT(r_new_handle(model_tag(), mark, model_finalize, "convlstm_ptr"));
+  SEXP ptr = PROTECT(r_model_handle());
   nprotect++;
 
   char err[CL_ERRMSG_LEN] = "";
   cl_model *m = NULL;
   cl_status st = cl_model_create(&cfg, &m, err, sizeof err);
-  if (st != CL_OK) {
-    cl_model_free(m); /* NULL on failure by contract; harmless otherwise */
-    UNPROTECT(nprotect);
-    r_raise(st, err);
-  }
+  /* cl_model_free: m is NULL on failure by contract; harmless otherwise */
+  R_CL_CHECK_MSG_FREE(err, st, (cl_model_free(m), UNPROTECT(nprotect)));
   R_SetExternalPtrAddr(ptr, m);
   UNPROTECT(nprotect);
   return ptr;
-}
-
-SEXP r_new_handle(SEXP tag, SEXP prot, R_CFinalizer_t finalize, const char *cls) {
-  SEXP ptr = PROTECT(R_MakeExternalPtr(NULL, tag, prot));
-  R_RegisterCFinalizerEx(ptr, finalize, TRUE);
-  if (cls) Rf_setAttrib(ptr, R_ClassSymbol, Rf_mkString(cls)); /* setAttrib protects it */
-  UNPROTECT(1);
-  return ptr;
-}
-
-SEXP ffi_model_release(SEXP ptr) {
-  if (!is_model_ptr(ptr)) r_raise_invalid("`model` is not a convlstm model");
-  cl_model *m = (cl_model *)R_ExternalPtrAddr(ptr);
-  int had = m != NULL;
-  if (had) {
-    cl_model_free(m);
-    R_ClearExternalPtr(ptr);
-    R_SetExternalPtrProtected(ptr, Rf_mkString(RELEASED));
-  }
-  return Rf_ScalarLogical(had);
-}
-
-/* "live", "released" or "restored", without raising: print() of a dead
- * model should still print. */
-SEXP ffi_model_status(SEXP ptr) {
-  if (!is_model_ptr(ptr)) r_raise_invalid("`model` is not a convlstm model");
-  if (R_ExternalPtrAddr(ptr) != NULL) return Rf_mkString(LIVE);
-  return Rf_mkString(strcmp(ptr_mark(ptr), RELEASED) == 0 ? RELEASED : "restored");
 }
 
 /* The storage types' names in cl_dtype order, from the core's one table. */
@@ -219,7 +144,7 @@ SEXP ffi_model_init_params(SEXP ptr) {
   cl_status st = cl_model_init_params(m, r_uniform01, NULL);
   /* The draws happened either way; R's seed must move on before raising. */
   PutRNGstate();
-  if (st != CL_OK) r_raise_model(st, m);
+  R_CL_CHECK(m, st);
   return R_NilValue;
 }
 
@@ -229,7 +154,7 @@ SEXP ffi_models_alive(void) { return Rf_ScalarInteger(cl_models_alive()); }
 SEXP ffi_set_dtype(SEXP ptr, SEXP dtype) {
   cl_model *m = r_model(ptr);
   cl_status st = cl_model_set_dtype(m, r_dtype(dtype));
-  if (st != CL_OK) r_raise_model(st, m);
+  R_CL_CHECK(m, st);
   return R_NilValue;
 }
 
@@ -238,7 +163,7 @@ SEXP ffi_set_loss_scale(SEXP ptr, SEXP init_scale, SEXP growth_factor, SEXP back
   cl_model *m = r_model(ptr);
   cl_status st = cl_model_set_loss_scale(m, Rf_asReal(init_scale), Rf_asReal(growth_factor),
                                          Rf_asReal(backoff_factor), Rf_asInteger(growth_interval));
-  if (st != CL_OK) r_raise_model(st, m);
+  R_CL_CHECK(m, st);
   return R_NilValue;
 }
 
@@ -247,7 +172,7 @@ SEXP ffi_loss_scale(SEXP ptr) {
   cl_loss_scale ls;
   memset(&ls, 0, sizeof ls);
   cl_status st = cl_model_get_loss_scale(m, &ls);
-  if (st != CL_OK) r_raise_model(st, m);
+  R_CL_CHECK(m, st);
   const char *const names[] = {"scale",          "growth_interval", "clean_steps",
                                "skipped_steps",  "skipped_in_a_row", "init_scale",
                                "growth_factor",  "backoff_factor"};

@@ -12,16 +12,8 @@
 
 #include "r_convlstm.h"
 
-/* The element `name` of list x, or R_NilValue. */
-static SEXP field(SEXP x, const char *name) {
-  SEXP names = Rf_getAttrib(x, R_NamesSymbol);
-  if (TYPEOF(x) != VECSXP || TYPEOF(names) != STRSXP) return R_NilValue;
-  for (R_xlen_t i = 0; i < Rf_xlength(x); i++)
-    if (strcmp(CHAR(STRING_ELT(names, i)), name) == 0) return VECTOR_ELT(x, i);
-  return R_NilValue;
-}
-
-SEXP r_option(SEXP opts, const char *name) { return field(opts, name); }
+/* The element `name` of list x, or R_NilValue (r_arrays.c). */
+static SEXP field(SEXP x, const char *name) { return r_option(x, name); }
 
 static double num(SEXP x, const char *name, const char *what) {
   SEXP v = field(x, name);
@@ -155,7 +147,7 @@ void r_step_options(SEXP opts, cl_step_options *out, cl_host_array *state_buf) {
     out->loss.pos_weight = num(opts, "pos_weight", "step options");
   }
   /* optional: absent or NULL, one process; a number, this rank's share of
-   * the global batch, summed over the process's communicator (r_dist.c) */
+   * the global batch, summed over the process's communicator (r_comm.c) */
   SEXP share = field(opts, "comm_share");
   if (share != R_NilValue) {
     out->comm = r_dist_comm();

@@ -31,10 +31,7 @@ static const char *tensor_info(cl_model *m, int i, int *ndim, int dims[4], int n
   *ndim = 0;
   dims[0] = dims[1] = dims[2] = dims[3] = 0;
   cl_status st = cl_model_tensor_info(m, i, &name, ndim, dims);
-  if (st != CL_OK) {
-    UNPROTECT(nprotect);
-    r_raise_model(st, m);
-  }
+  R_CL_CHECK_FREE(m, st, UNPROTECT(nprotect));
   return name;
 }
 
@@ -75,10 +72,7 @@ SEXP ffi_get_tensors(SEXP ptr, SEXP grad) {
     size_t len = n_elements(ndim, dims);
     float *buf = stage(len);
     cl_status st = want_grad ? cl_model_get_grad(m, name, buf, len) : cl_model_get_param(m, name, buf, len);
-    if (st != CL_OK) {
-      UNPROTECT(nprotect);
-      r_raise_model(st, m);
-    }
+    R_CL_CHECK_FREE(m, st, UNPROTECT(nprotect));
     /* A 1-d tensor (a bias) becomes a plain vector, as torch's as_array()
      * gives it; higher ranks keep their dims. */
     SEXP arr = ndim == 1 ? Rf_allocVector(REALSXP, (R_xlen_t)len) : r_alloc_array(ndim, dims);
@@ -110,16 +104,7 @@ SEXP ffi_set_tensors(SEXP ptr, SEXP tensors) {
     float *buf = stage(len);
     r_r_to_row_major(REAL(val), ndim, dims, buf);
     cl_status st = cl_model_set_param(m, want, buf, len);
-    if (st != CL_OK) r_raise_model(st, m);
+    R_CL_CHECK(m, st);
   }
-  return R_NilValue;
-}
-
-/* Rank root's parameters into every rank's model, over the process's
- * communicator (r_dist.c): what a data-parallel fit starts with. */
-SEXP ffi_dist_broadcast_params(SEXP ptr, SEXP root) {
-  cl_model *m = r_model(ptr);
-  cl_status s = cl_model_broadcast_params(m, r_dist_comm(), Rf_asInteger(root));
-  if (s != CL_OK) r_raise_model(s, m);
   return R_NilValue;
 }

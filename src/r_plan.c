@@ -83,10 +83,7 @@ SEXP ffi_model_plan(SEXP ptr, SEXP shape, SEXP training, SEXP opt, SEXP opts) {
   memset(&pc, 0, sizeof pc);
   cl_status st =
       cl_model_plan(m, s[0], s[1], s[2], s[3], Rf_asLogical(training) == TRUE, po, &so, &pc.plan);
-  if (st != CL_OK) {
-    cl_plan_free(&pc.plan);
-    r_raise_model(st, m);
-  }
+  R_CL_CHECK_FREE(m, st, cl_plan_free(&pc.plan));
   SEXP cont = PROTECT(R_MakeUnwindCont());
   SEXP out = R_UnwindProtect(plan_to_r, &pc, plan_cleanup, &pc, cont);
   UNPROTECT(1);

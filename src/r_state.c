@@ -8,7 +8,7 @@
 SEXP ffi_reset_state(SEXP ptr) {
   cl_model *m = r_model(ptr);
   cl_status st = cl_model_reset_state(m);
-  if (st != CL_OK) r_raise_model(st, m);
+  R_CL_CHECK(m, st);
   return R_NilValue;
 }
 

@@ -18,10 +18,7 @@ static SEXP read_output(cl_model *m, int layer, int B, int T, int C, int H, int 
   SEXP arr = PROTECT(r_alloc_array(5, dims));
   cl_host_array h = {REAL(arr), CL_HOST_R_F64, 5, {B, T, C, H, W}};
   cl_status st = cl_model_read_output(m, layer, &h);
-  if (st != CL_OK) {
-    UNPROTECT(1);
-    r_raise_model(st, m);
-  }
+  R_CL_CHECK_FREE(m, st, UNPROTECT(1));
   UNPROTECT(1);
   return arr;
 }
@@ -31,10 +28,7 @@ static SEXP read_state(cl_model *m, int layer, int which, int B, int C, int H, i
   SEXP arr = PROTECT(r_alloc_array(4, dims));
   cl_host_array h = {REAL(arr), CL_HOST_R_F64, 4, {B, C, H, W, 0}};
   cl_status st = cl_model_read_state(m, layer, which, &h);
-  if (st != CL_OK) {
-    UNPROTECT(1);
-    r_raise_model(st, m);
-  }
+  R_CL_CHECK_FREE(m, st, UNPROTECT(1));
   UNPROTECT(1);
   return arr;
 }
@@ -44,10 +38,7 @@ static SEXP read_frames(cl_model *m, int B, int K, int C, int H, int W) {
   SEXP arr = PROTECT(r_alloc_array(5, dims));
   cl_host_array h = {REAL(arr), CL_HOST_R_F64, 5, {B, K, C, H, W}};
   cl_status st = cl_model_read_frames(m, &h);
-  if (st != CL_OK) {
-    UNPROTECT(1);
-    r_raise_model(st, m);
-  }
+  R_CL_CHECK_FREE(m, st, UNPROTECT(1));
   UNPROTECT(1);
   return arr;
 }
@@ -65,12 +56,12 @@ SEXP ffi_forward(SEXP ptr, SEXP x, SEXP training, SEXP what, SEXP opts) {
   r_step_options(opts, &so, sb);
   if (train) r_dropout_masks(m, opts, hx.dims[0], hx.dims[3], hx.dims[4], &so);
   cl_status st = cl_model_forward(m, &hx, train, &so);
-  if (st != CL_OK) r_raise_model(st, m);
+  R_CL_CHECK(m, st);
   if (mode == R_FWD_NONE) return R_NilValue;
 
   int B = 0, T = 0, H = 0, W = 0;
   st = cl_model_last_shape(m, &B, &T, &H, &W);
-  if (st != CL_OK) r_raise_model(st, m);
+  R_CL_CHECK(m, st);
   const cl_config *cfg = cl_model_config(m);
   int L = cfg->n_layers;
   if (mode == R_FWD_SEQUENCE) return read_output(m, L - 1, B, T, cfg->hidden_dims[L - 1], H, W);
@@ -108,7 +99,7 @@ SEXP ffi_last_shape(SEXP ptr) {
   cl_model *m = r_model(ptr);
   int B = 0, T = 0, H = 0, W = 0;
   cl_status st = cl_model_last_shape(m, &B, &T, &H, &W);
-  if (st != CL_OK) r_raise_model(st, m);
+  R_CL_CHECK(m, st);
   SEXP out = PROTECT(Rf_allocVector(INTSXP, 4));
   INTEGER(out)[0] = B;
   INTEGER(out)[1] = T;
@@ -129,7 +120,7 @@ SEXP ffi_backward(SEXP ptr, SEXP grad, SEXP target) {
     pg = &hg;
   }
   cl_status st = cl_model_backward(m, tg, pg);
-  if (st != CL_OK) r_raise_model(st, m);
+  R_CL_CHECK(m, st);
   return R_NilValue;
 }
 
@@ -140,14 +131,14 @@ SEXP ffi_mse(SEXP ptr, SEXP y, SEXP target) {
   r_host_array(y, tg == CL_TARGET_SEQUENCE ? 5 : 4, "y", &hy);
   double loss = 0;
   cl_status st = cl_model_mse(m, &hy, tg, &loss);
-  if (st != CL_OK) r_raise_model(st, m);
+  R_CL_CHECK(m, st);
   return Rf_ScalarReal(loss);
 }
 
 SEXP ffi_zero_grad(SEXP ptr) {
   cl_model *m = r_model(ptr);
   cl_status st = cl_model_zero_grad(m);
-  if (st != CL_OK) r_raise_model(st, m);
+  R_CL_CHECK(m, st);
   return R_NilValue;
 }
 
@@ -156,7 +147,7 @@ SEXP ffi_optimizer_step(SEXP ptr, SEXP opt) {
   cl_optim o;
   r_optim(opt, &o);
   cl_status st = cl_model_optimizer_step(m, &o);
-  if (st != CL_OK) r_raise_model(st, m);
+  R_CL_CHECK(m, st);
   return R_NilValue;
 }
 
@@ -173,14 +164,14 @@ SEXP ffi_optim_check(SEXP opt) {
   r_optim(opt, &o);
   char err[CL_ERRMSG_LEN];
   cl_status st = cl_optim_check(&o, err, sizeof err);
-  if (st != CL_OK) r_raise(st, err);
+  R_CL_CHECK_MSG(err, st);
   return R_NilValue;
 }
 
 SEXP ffi_optimizer_reset(SEXP ptr) {
   cl_model *m = r_model(ptr);
   cl_status st = cl_model_optimizer_reset(m);
-  if (st != CL_OK) r_raise_model(st, m);
+  R_CL_CHECK(m, st);
   return R_NilValue;
 }
 
@@ -198,6 +189,6 @@ SEXP ffi_train_step(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts) 
   r_dropout_masks(m, opts, hx.dims[0], hx.dims[3], hx.dims[4], &so);
   double loss = 0;
   cl_status st = cl_model_train_step(m, &hx, &hy, tg, &o, &so, &loss);
-  if (st != CL_OK) r_raise_model(st, m);
+  R_CL_CHECK(m, st);
   return r_step_loss(m, loss);
 }

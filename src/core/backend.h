@@ -156,194 +156,290 @@ typedef struct cl_update_args {
 typedef enum { CL_GRAPH_AUTO = 0, CL_GRAPH_PLAIN = 1, CL_GRAPH_OFF_COMM = 2 } cl_graph_mode;
 
 
+/* ---- the slots ----------------------------------------------------------
+ * One list, grouped by concern, from which everything that names the slots
+ * comes: struct cl_backend_i below, each backend's prototypes and table
+ * (cpu_kernels.h / cpu_backend.c, cuda_common.h / cuda_backend.cu), the
+ * recording table of cuda_graph.cu and the coverage check of
+ * tests/c/test_backend_ops.c. Adding a slot is one row here; a backend
+ * then fails to compile until it fills it (or, optional, says it leaves it
+ * to the default), and the test fails until it has a row for it.
+ *
+ * A row: X(step, opt, return type, name, (parameters), (arguments)).
+ *   step  what the slot is to a training step, which runs as a pure stream
+ *         of launches (core/train.c) and which a backend may record as one
+ *         graph (cuda_graph.cu):
+ *           STEP  queues device work and returns: a step is made of these;
+ *           SYNC  waits for the device (it hands a result to the host) or
+ *                 allocates: never inside a step;
+ *           NONE  not called inside a step (set-up, queries, the host's own
+ *                 optimizer calls, the graphs themselves).
+ *   opt   REQ: every backend fills it; OPT: "(optional)", NULL means the
+ *         default of the wrapper in backend.c (or "absent", as said).
+ *   arguments: the parameters' names, for wrappers that pass a call on.
+ */
+
+/* ---- memory: every call of alloc and free is made by core/alloc.c ----
+ * destroy: frees the backend (and what it owns: its staging buffer).
+ * alloc/free: device memory; memset0, upload (host -> device), download
+ * (device -> host, waits), copy (device -> device).
+ * (optional) synchronize: wait for queued work; default: nothing to wait for.
+ * (optional, with the data field scratch_bytes) set_scratch: device memory
+ * the backend needs for its own reductions (loss partial sums, found-inf
+ * flags): scratch_bytes of it, allocated by the core through the accounting
+ * allocator (category workspace, plan entry "backend_scratch") when a model
+ * is created, and handed over here before any kernel runs; the backend
+ * never frees it. So every device byte is counted, and none is allocated
+ * inside a step.
+ * (optional) host_stage: a host buffer of at least `bytes` that upload()
+ * reads and download() writes at full speed (page-locked memory on CUDA),
+ * for the core to stage host arrays through. The backend owns it: regions
+ * of one buffer handed out in turn, each left untouched until the backend
+ * next synchronises (download, synchronize), so that an upload from it need
+ * not be waited for; when the buffer is full the backend waits for its
+ * stream and starts again from its beginning, or replaces it by a larger
+ * one (earlier pointers are then invalid). Freed by destroy. It is host
+ * memory, outside the device accounting and the plan. A failure is not an
+ * error: the core stages through malloc instead (and waits for that
+ * upload), as it does when the slot is NULL. (Inside a recorded step
+ * cuda_graph.cu refuses it when the buffer would have to wait.)
+ * (optional) gather_rows: whole rows of a time-major tensor src [T, N, row]
+ * into dst [nt, nb, row]: for t in [t0, t0 + nt) and j in [0, nb),
+ * dst[(t - t0) * nb + j] = src[t * N + idx[j]], each row row_bytes long.
+ * idx is a device int array (nb entries, each in [0, N)). A training step
+ * on a data set reads its batch so; default: one copy() per row. */
+#define CL_SLOTS_MEMORY(X)                                                                          \
+  X(NONE, REQ, void, destroy, (cl_backend * be), (be))                                            \
+  X(SYNC, REQ, cl_status, alloc, (cl_backend * be, size_t bytes, void **out), (be, bytes, out))    \
+  X(SYNC, REQ, void, free, (cl_backend * be, void *p), (be, p))                                    \
+  X(STEP, REQ, cl_status, memset0, (cl_backend * be, void *p, size_t bytes), (be, p, bytes))       \
+  X(STEP, REQ, cl_status, upload, (cl_backend * be, void *dst, const void *host_src, size_t bytes), \
+    (be, dst, host_src, bytes))                                                                    \
+  X(SYNC, REQ, cl_status, download,                                                               \
+    (cl_backend * be, void *host_dst, const void *src, size_t bytes), (be, host_dst, src, bytes))  \
+  X(STEP, REQ, cl_status, copy, (cl_backend * be, void *dst, const void *src, size_t bytes),       \
+    (be, dst, src, bytes))                                                                         \
+  X(SYNC, OPT, cl_status, synchronize, (cl_backend * be), (be))                                    \
+  X(NONE, OPT, void, set_scratch, (cl_backend * be, void *p), (be, p))                             \
+  X(NONE, OPT, cl_status, host_stage, (cl_backend * be, size_t bytes, void **host),               \
+    (be, bytes, host))                                                                             \
+  X(STEP, OPT, cl_status, gather_rows,                                                            \
+    (cl_backend * be, void *dst, const void *src, const int *idx, int nb, int N, int t0, int nt,  \
+     size_t row_bytes),                                                                            \
+    (be, dst, src, idx, nb, N, t0, nt, row_bytes))
+
+/* ---- convolution ----
+ * (optional) conv_workspace: *bytes of workspace that each of the three
+ * calls below may use for this shape; default 0. The core allocates the
+ * maximum over all shapes of a step once, in the plan. A failure (no
+ * algorithm for the shape, say) is a status with the reason in be->err, and
+ * fails the plan: a guess would be a plan too small for the calls.
+ * conv_forward: y = conv(x, w) + bias (bias may be NULL); accumulate: y +=.
+ * conv_backward_data: dx (+)= conv_transpose(dy, w); dy in dtype, dx
+ * float32 (an activation gradient).
+ * conv_backward_filter: dw += correlate(dy, x); dbias += sum of dy over N,
+ * H, W (dbias may be NULL). Always accumulates, as parameter gradients do in
+ * torch. */
+#define CL_SLOTS_CONV(X)                                                                            \
+  X(NONE, OPT, cl_status, conv_workspace,                                                         \
+    (cl_backend * be, const cl_conv_shape *s, size_t *bytes), (be, s, bytes))                      \
+  X(STEP, REQ, cl_status, conv_forward,                                                           \
+    (cl_backend * be, const cl_conv_shape *s, const void *x, const float *w, const float *bias,    \
+     void *y, int accumulate, void *ws),                                                           \
+    (be, s, x, w, bias, y, accumulate, ws))                                                        \
+  X(STEP, REQ, cl_status, conv_backward_data,                                                     \
+    (cl_backend * be, const cl_conv_shape *s, const void *dy, const float *w, float *dx,          \
+     int accumulate, void *ws),                                                                    \
+    (be, s, dy, w, dx, accumulate, ws))                                                            \
+  X(STEP, REQ, cl_status, conv_backward_filter,                                                   \
+    (cl_backend * be, const cl_conv_shape *s, const void *dy, const void *x, float *dw,           \
+     float *dbias, void *ws),                                                                      \
+    (be, s, dy, x, dw, dbias, ws))
+
+/* ---- the fused cell ----
+ * gates_forward: z holds pre-activations on entry, activations (sig i,
+ * sig f, sig o, tanh g) on return. c = f*c_prev + i*g; h = o*tanh(c).
+ * c_prev NULL means zeros. With peepholes (s->peep, weights wp; else wp is
+ * ignored): i = sig(z_i + w_ci c_prev), f = sig(z_f + w_cf c_prev),
+ * o = sig(z_o + w_co c), c computed before o.
+ * gates_backward: gates: activations on entry, d loss / d pre-activations
+ * on return. dh: total gradient of h_t. dc: on entry the gradient of c_t
+ * arriving from step t+1 (zeros at the last step); on return the gradient
+ * of c_{t-1}. c_prev NULL means zeros. With peepholes, dc of c_t also takes
+ * dz_o w_co, and that of c_{t-1} dz_i w_ci + dz_f w_cf.
+ * (optional: needed with peepholes) peephole_filter: dwp [3, hidden, pp] +=
+ * the peephole weights' gradient from gates_backward's dz: dw_ci += dz_i
+ * c_prev, dw_cf += dz_f c_prev, dw_co += dz_o c, summed over the N images
+ * (and the P pixels per channel). c_prev NULL: zeros. Accumulates, as
+ * parameter gradients do; the order of the sums does not depend on threads
+ * (nor, on a GPU, on run or launch). */
+#define CL_SLOTS_CELL(X)                                                                            \
+  X(STEP, REQ, cl_status, gates_forward,                                                          \
+    (cl_backend * be, const cl_gates_shape *s, void *z, const void *c_prev, const float *wp,       \
+     void *c, void *h),                                                                            \
+    (be, s, z, c_prev, wp, c, h))                                                                  \
+  X(STEP, REQ, cl_status, gates_backward,                                                         \
+    (cl_backend * be, const cl_gates_shape *s, void *gates, const void *c, const void *c_prev,    \
+     const float *wp, const float *dh, float *dc),                                                 \
+    (be, s, gates, c, c_prev, wp, dh, dc))                                                         \
+  X(STEP, OPT, cl_status, peephole_filter,                                                        \
+    (cl_backend * be, const cl_gates_shape *s, const void *dz, const void *c, const void *c_prev, \
+     float *dwp),                                                                                  \
+    (be, s, dz, c, c_prev, dwp))
+
+/* ---- losses ----
+ * loss: *loss = mean over n of f's loss of pred (dtype) against target
+ * (float); f NULL is MSE. grad (may be NULL, may alias target: each element
+ * is read before it is written) = scale * its gradient, as torch's backward
+ * of the mean-reduced loss (the 1/n included; MSE: (2/n) (pred - target)
+ * times scale). weight (float [n], may be NULL): each element's loss times
+ * it before the mean, as torch's (w * l).mean(); a weight of one gives the
+ * unweighted bits. *loss is a host double: the call synchronizes.
+ * loss_acc: *acc += share * (the mean loss of loss above), accumulated on
+ * the device (acc in the step's cl_step_vals): no synchronisation. */
+#define CL_SLOTS_LOSS(X)                                                                            \
+  X(SYNC, REQ, cl_status, loss,                                                                   \
+    (cl_backend * be, const cl_loss_fn *f, const void *pred, const float *target,                 \
+     const float *weight, size_t n, cl_dtype dtype, float scale, float *grad, double *loss),       \
+    (be, f, pred, target, weight, n, dtype, scale, grad, loss))                                    \
+  X(STEP, REQ, cl_status, loss_acc,                                                               \
+    (cl_backend * be, const cl_loss_fn *f, const void *pred, const float *target,                 \
+     const float *weight, size_t n, cl_dtype dtype, float scale, float *grad, double share,       \
+     double *acc),                                                                                 \
+    (be, f, pred, target, weight, n, dtype, scale, grad, share, acc))
+
+/* ---- optimizers, the loss scaler and clipping ----
+ * grad_unscale: g *= inv_scale over n, and *found_nonfinite = 1 if any
+ * element is inf or NaN (before or after scaling), else 0; synchronizes.
+ * The float16 loss scaler's check before an update, as GradScaler.unscale_.
+ * adam_update: vmax is amsgrad's max_exp_avg_sq (hp->amsgrad), else
+ * ignored (may be NULL). sgd_update: buf the momentum buffer.
+ * adam_check, sgd_check: the updates' guards: with the arguments the update
+ * will get, compute what it would write and write nothing; *fault is the
+ * first element whose gradient or new value is not finite (the key above),
+ * else CL_FAULT_NONE. m, v, vmax (buf) NULL: optimizer state about to be
+ * created, zeros. amsgrad's vmax is finite where v is (their maximum), so
+ * v's check covers it, and p's the denominator it gives. Synchronize. The
+ * per-element arithmetic is the update's own, so a pass of the guard means
+ * the update writes only finite numbers.
+ * sum_squares: *sum = the sum of g[i]^2 over n, accumulated in double (inf
+ * or NaN when an element is); synchronizes. The norm for clip_grad_norm_;
+ * the scaling that follows is grad_unscale's.
+ * (A training step runs none of these itself: its end is update_step.) */
+#define CL_SLOTS_OPTIM(X)                                                                           \
+  X(SYNC, REQ, cl_status, grad_unscale,                                                           \
+    (cl_backend * be, float *g, size_t n, float inv_scale, int *found_nonfinite),                  \
+    (be, g, n, inv_scale, found_nonfinite))                                                        \
+  X(NONE, REQ, cl_status, adam_update,                                                            \
+    (cl_backend * be, float *p, const float *g, float *m, float *v, float *vmax, size_t n,        \
+     const cl_adam_hp *hp),                                                                        \
+    (be, p, g, m, v, vmax, n, hp))                                                                 \
+  X(NONE, REQ, cl_status, sgd_update,                                                             \
+    (cl_backend * be, float *p, const float *g, float *buf, size_t n, const cl_sgd_hp *hp),       \
+    (be, p, g, buf, n, hp))                                                                        \
+  X(SYNC, REQ, cl_status, adam_check,                                                             \
+    (cl_backend * be, const float *p, const float *g, const float *m, const float *v,             \
+     const float *vmax, size_t n, const cl_adam_hp *hp, uint64_t *fault),                          \
+    (be, p, g, m, v, vmax, n, hp, fault))                                                          \
+  X(SYNC, REQ, cl_status, sgd_check,                                                              \
+    (cl_backend * be, const float *p, const float *g, const float *buf, size_t n,                 \
+     const cl_sgd_hp *hp, uint64_t *fault),                                                        \
+    (be, p, g, buf, n, hp, fault))                                                                 \
+  X(SYNC, REQ, cl_status, sum_squares, (cl_backend * be, const float *g, size_t n, double *sum),  \
+    (be, g, n, sum))
+
+/* ---- the step's end (core/train.c) ----
+ * (optional) step_vals: the backend's cl_step_vals block in device memory
+ * (in its scratch); default: the core's block in host memory, which is
+ * where a host_accessible backend's results are.
+ * update_step: the step's end (cl_update_args) into vals, with no
+ * synchronisation (the CPU's composes the synchronising slots above, which
+ * cost it nothing: cpu_step.c; CUDA decides on the device: cuda_step.cu). */
+#define CL_SLOTS_STEP(X)                                                                            \
+  X(NONE, OPT, cl_step_vals *, step_vals, (cl_backend * be), (be))                                 \
+  X(STEP, REQ, cl_status, update_step,                                                            \
+    (cl_backend * be, const cl_update_args *u, cl_step_vals *vals), (be, u, vals))
+
+/* ---- graphs (all optional; absent: every step runs as launches) ----
+ * One training step's launches as one graph (CUDA graphs): every call
+ * between graph_begin and graph_end is the step's device work, with no
+ * synchronisation and no allocation. graph_begin chooses how to run it
+ * (CL_GRAPH_PLAIN: launches, as without graphs); graph_end ends it: with
+ * *redo = 1 nothing of the step ran on the device (a capture that failed, a
+ * recorded graph that did not match the calls) and the core calls them
+ * again, after graph_begin(CL_GRAPH_PLAIN). failed: the step's status (a
+ * capture is ended either way). graph_info: what the graphs did; absent:
+ * none were made. */
+#define CL_SLOTS_GRAPHS(X)                                                                          \
+  X(NONE, OPT, cl_status, graph_begin, (cl_backend * be, cl_graph_mode mode), (be, mode))          \
+  X(NONE, OPT, cl_status, graph_end, (cl_backend * be, cl_status failed, int *redo),              \
+    (be, failed, redo))                                                                            \
+  X(NONE, OPT, void, graph_info, (cl_backend * be, cl_graph_info *out), (be, out))
+
+/* ---- dropout ----
+ * mask_mul: a mask (float, each element 0 or 1 / (1 - p)) over the s->reps
+ * steps of what it masks, as every step of a sequence shares its mask
+ * (cl_mask_shape); out may be in itself with one group and without
+ * accumulate. Products and sums in float, rounded once. */
+#define CL_SLOTS_DROPOUT(X)                                                                         \
+  X(STEP, REQ, cl_status, mask_mul,                                                               \
+    (cl_backend * be, const cl_mask_shape *s, const void *in, const float *mask, void *out),      \
+    (be, s, in, mask, out))
+
+/* ---- reports (all optional) ----
+ * mem_info: free and total device bytes; default: physical memory.
+ * runtime_bytes: device bytes the process holds for this backend that no
+ * model owns (CUDA: context, cuDNN handle, stream), measured once per
+ * process at first use; reported as the `runtime` line. Default 0: the CPU
+ * backend's own costs (its OpenMP threads' stacks, the GEMM choice's timing
+ * buffers) are the process's host memory, measured by VmHWM.
+ * conv_algo: the algorithm conv_forward, conv_backward_data and
+ * conv_backward_filter run for s in direction dir (0 forward, 1 backward
+ * data, 2 backward filter), for reports and the conformance test's
+ * tolerances: the library's own names, " tf32" appended where float32 runs
+ * on TF32 tensor cores, several joined by "/" where chunks of s differ; ""
+ * when not known yet (ask after the calls). The string stays valid until
+ * the next call of this slot. */
+#define CL_SLOTS_REPORT(X)                                                                          \
+  X(NONE, OPT, cl_status, mem_info, (cl_backend * be, size_t *free_bytes, size_t *total_bytes),   \
+    (be, free_bytes, total_bytes))                                                                 \
+  X(NONE, OPT, cl_status, runtime_bytes, (cl_backend * be, size_t *bytes), (be, bytes))            \
+  X(NONE, OPT, const char *, conv_algo, (cl_backend * be, const cl_conv_shape *s, int dir),       \
+    (be, s, dir))
+
+#define CL_BACKEND_SLOTS(X)                                                                         \
+  CL_SLOTS_MEMORY(X)                                                                                \
+  CL_SLOTS_CONV(X)                                                                                  \
+  CL_SLOTS_CELL(X)                                                                                  \
+  CL_SLOTS_LOSS(X)                                                                                  \
+  CL_SLOTS_OPTIM(X)                                                                                 \
+  CL_SLOTS_STEP(X)                                                                                  \
+  CL_SLOTS_GRAPHS(X)                                                                                \
+  CL_SLOTS_DROPOUT(X)                                                                               \
+  CL_SLOTS_REPORT(X)
+
+/* Each slot's number (CL_SLOT_conv_forward, ...), in the list's order. */
+#define CL_SLOT_ENUM_(step, opt, ret, name, params, args) CL_SLOT_##name,
+enum { CL_BACKEND_SLOTS(CL_SLOT_ENUM_) CL_N_SLOTS };
+#undef CL_SLOT_ENUM_
+
+/* A backend's table entry: a required slot is the backend's function
+ * (fn); an optional one what the backend's own macro for it says (has: its
+ * function, or NULL for the default), so that a backend decides on every
+ * optional slot by name. */
+#define CL_SLOT_PICK_REQ(fn, has) fn
+#define CL_SLOT_PICK_OPT(fn, has) has
+
 struct cl_backend_i {
   const char *name;
   /* Nonzero when device pointers are host pointers (CPU): the core then packs
    * host arrays straight into device buffers instead of staging them. */
   int host_accessible;
-
-  void (*destroy)(cl_backend *be);
-
-  /* ---- memory: every call here is made by core/alloc.c only ---- */
-  cl_status (*alloc)(cl_backend *be, size_t bytes, void **out);
-  void (*free)(cl_backend *be, void *p);
-  cl_status (*memset0)(cl_backend *be, void *p, size_t bytes);
-  cl_status (*upload)(cl_backend *be, void *dst, const void *host_src, size_t bytes);
-  cl_status (*download)(cl_backend *be, void *host_dst, const void *src, size_t bytes);
-  cl_status (*copy)(cl_backend *be, void *dst, const void *src, size_t bytes);
-  /* (optional) free and total device bytes; default: physical memory */
-  cl_status (*mem_info)(cl_backend *be, size_t *free_bytes, size_t *total_bytes);
-  /* (optional) wait for queued work; default: nothing to wait for */
-  cl_status (*synchronize)(cl_backend *be);
-  /* (optional, with scratch_bytes) device memory the backend needs for its
-   * own reductions (loss partial sums, found-inf flags): scratch_bytes of
-   * it, allocated by the core through the accounting allocator (category
-   * workspace, plan entry "backend_scratch") when a model is created, and
-   * handed over here before any kernel runs; the backend never frees it. So
-   * every device byte is counted, and none is allocated inside a step. */
+  /* Bytes of scratch the backend asks for (set_scratch); 0: none. */
   size_t scratch_bytes;
-  void (*set_scratch)(cl_backend *be, void *p);
-  /* (optional) device bytes the process holds for this backend that no
-   * model owns (CUDA: context, cuDNN handle, stream), measured once per
-   * process at first use; reported as the `runtime` line. Default 0: the
-   * CPU backend's own costs (its OpenMP threads' stacks, the GEMM choice's
-   * timing buffers) are the process's host memory, measured by VmHWM. */
-  cl_status (*runtime_bytes)(cl_backend *be, size_t *bytes);
-  /* (optional) a host buffer of at least `bytes` that upload() reads and
-   * download() writes at full speed (page-locked memory on CUDA), for the
-   * core to stage host arrays through. The backend owns it: regions of one
-   * buffer handed out in turn, each left untouched until the backend next
-   * synchronises (download, synchronize), so that an upload from it need
-   * not be waited for; when the buffer is full the backend waits for its
-   * stream and starts again from its beginning, or replaces it by a larger
-   * one (earlier pointers are then invalid). Freed by destroy. It is host
-   * memory, outside the device accounting and the plan. A failure is not an
-   * error: the core stages through malloc instead (and waits for that
-   * upload), as it does when the slot is NULL. */
-  cl_status (*host_stage)(cl_backend *be, size_t bytes, void **host);
-
-  /* ---- convolution ---- */
-  /* (optional) *bytes: workspace that each of the three conv calls below may
-   * use for this shape; default 0. The core allocates the maximum over all
-   * shapes of a step once, in the plan. A failure (no algorithm for the
-   * shape, say) is a status with the reason in be->err, and fails the plan:
-   * a guess would be a plan too small for the calls. */
-  cl_status (*conv_workspace)(cl_backend *be, const cl_conv_shape *s, size_t *bytes);
-  /* y = conv(x, w) + bias (bias may be NULL); accumulate: y += instead. */
-  cl_status (*conv_forward)(cl_backend *be, const cl_conv_shape *s, const void *x,
-                            const float *w, const float *bias, void *y, int accumulate,
-                            void *ws);
-  /* dx (+)= conv_transpose(dy, w); dy in dtype, dx float32 (an activation
-   * gradient) */
-  cl_status (*conv_backward_data)(cl_backend *be, const cl_conv_shape *s, const void *dy,
-                                  const float *w, float *dx, int accumulate, void *ws);
-  /* dw += correlate(dy, x); dbias += sum of dy over N, H, W (dbias may be NULL).
-   * Always accumulates, as parameter gradients do in torch. */
-  cl_status (*conv_backward_filter)(cl_backend *be, const cl_conv_shape *s, const void *dy,
-                                    const void *x, float *dw, float *dbias, void *ws);
-
-  /* ---- the fused cell ---- */
-  /* z holds pre-activations on entry, activations (sig i, sig f, sig o, tanh g)
-   * on return. c = f*c_prev + i*g; h = o*tanh(c). c_prev NULL means zeros.
-   * With peepholes (s->peep, weights wp; else wp is ignored):
-   * i = sig(z_i + w_ci c_prev), f = sig(z_f + w_cf c_prev),
-   * o = sig(z_o + w_co c), c computed before o. */
-  cl_status (*gates_forward)(cl_backend *be, const cl_gates_shape *s, void *z,
-                             const void *c_prev, const float *wp, void *c, void *h);
-  /* gates: activations on entry, d loss / d pre-activations on return.
-   * dh: total gradient of h_t. dc: on entry the gradient of c_t arriving from
-   * step t+1 (zeros at the last step); on return the gradient of c_{t-1}.
-   * c_prev NULL means zeros. With peepholes, dc of c_t also takes
-   * dz_o w_co, and that of c_{t-1} dz_i w_ci + dz_f w_cf. */
-  cl_status (*gates_backward)(cl_backend *be, const cl_gates_shape *s, void *gates,
-                              const void *c, const void *c_prev, const float *wp,
-                              const float *dh, float *dc);
-  /* (needed with peepholes) dwp [3, hidden, pp] += the peephole weights'
-   * gradient from gates_backward's dz: dw_ci += dz_i c_prev, dw_cf +=
-   * dz_f c_prev, dw_co += dz_o c, summed over the N images (and the P
-   * pixels per channel). c_prev NULL: zeros. Accumulates, as parameter
-   * gradients do; the order of the sums does not depend on threads. */
-  cl_status (*peephole_filter)(cl_backend *be, const cl_gates_shape *s, const void *dz,
-                               const void *c, const void *c_prev, float *dwp);
-
-  /* ---- losses and optimizers ---- */
-  /* loss = mean((pred - target)^2) over n; grad = scale * 2 (pred - target) / n.
-   * pred in dtype; target and grad float32. *loss is a host double (the call
-   * synchronizes). grad may be NULL, and may be the target itself: the core
-   * lets the gradient overwrite the target. */
-  cl_status (*mse)(cl_backend *be, const void *pred, const float *target, size_t n,
-                   cl_dtype dtype, float scale, float *grad, double *loss);
-  /* g *= inv_scale over n, and *found_nonfinite = 1 if any element is inf or
-   * NaN (before or after scaling), else 0; synchronizes. The float16 loss
-   * scaler's check before an update, as GradScaler.unscale_. */
-  cl_status (*grad_unscale)(cl_backend *be, float *g, size_t n, float inv_scale,
-                            int *found_nonfinite);
-  /* vmax: amsgrad's max_exp_avg_sq (hp->amsgrad), else ignored (may be NULL). */
-  cl_status (*adam_update)(cl_backend *be, float *p, const float *g, float *m, float *v,
-                           float *vmax, size_t n, const cl_adam_hp *hp);
-  cl_status (*sgd_update)(cl_backend *be, float *p, const float *g, float *buf, size_t n,
-                          const cl_sgd_hp *hp);
-  /* The updates' guards: with the arguments the update will get, compute what
-   * it would write and write nothing; *fault is the first element whose
-   * gradient or new value is not finite (the key above), else CL_FAULT_NONE.
-   * m, v, vmax (buf) NULL: optimizer state about to be created, zeros.
-   * amsgrad's vmax is finite where v is (their maximum), so v's check covers
-   * it, and p's the denominator it gives. Synchronize.
-   * The per-element arithmetic is the update's own, so a pass of the guard
-   * means the update writes only finite numbers. */
-  cl_status (*adam_check)(cl_backend *be, const float *p, const float *g, const float *m,
-                          const float *v, const float *vmax, size_t n, const cl_adam_hp *hp,
-                          uint64_t *fault);
-  cl_status (*sgd_check)(cl_backend *be, const float *p, const float *g, const float *buf,
-                         size_t n, const cl_sgd_hp *hp, uint64_t *fault);
-
-  /* ---- data sets on the device ---- */
-  /* (optional) gather whole rows of a time-major tensor src [T, N, row]
-   * into dst [nt, nb, row]: for t in [t0, t0 + nt) and j in [0, nb),
-   * dst[(t - t0) * nb + j] = src[t * N + idx[j]], each row row_bytes long.
-   * idx is a device int array (nb entries, each in [0, N)). A training step
-   * on a data set reads its batch so; default: one copy() per row. */
-  cl_status (*gather_rows)(cl_backend *be, void *dst, const void *src, const int *idx, int nb,
-                           int N, int t0, int nt, size_t row_bytes);
-
-  /* ---- losses other than MSE, and weighted losses ---- */
-  /* *loss = mean over n of f's loss of pred (dtype) against target (float);
-   * grad (may be NULL, may alias target: each element is read before it is
-   * written) = scale * its gradient, as torch's backward of the mean-reduced
-   * loss (the 1/n included). weight (float [n], may be NULL): each element's
-   * loss times it before the mean, as torch's (w * l).mean(); a weight of
-   * one gives the unweighted bits. Synchronizes. f->kind is CL_LOSS_MSE
-   * only with a weight (without, MSE is the mse slot's). */
-  cl_status (*loss)(cl_backend *be, const cl_loss_fn *f, const void *pred, const float *target,
-                    const float *weight, size_t n, cl_dtype dtype, float scale, float *grad,
-                    double *loss);
-
-  /* ---- gradient clipping ---- */
-  /* *sum = the sum of g[i]^2 over n, accumulated in double (inf or NaN when
-   * an element is); synchronizes. The norm for clip_grad_norm_; the scaling
-   * that follows is grad_unscale's. */
-  cl_status (*sum_squares)(cl_backend *be, const float *g, size_t n, double *sum);
-
-  /* ---- reports ---- */
-  /* (optional) the algorithm conv_forward, conv_backward_data and
-   * conv_backward_filter run for s in direction dir (0 forward, 1 backward
-   * data, 2 backward filter), for reports and the conformance test's
-   * tolerances: the library's own names, " tf32" appended where float32
-   * runs on TF32 tensor cores, several joined by "/" where chunks of s
-   * differ; "" when not known yet (ask after the calls). The string stays
-   * valid until the next call of this slot. */
-  const char *(*conv_algo)(cl_backend *be, const cl_conv_shape *s, int dir);
-  /* ---- the sync-free training step (all optional: defaults in backend.c
-   * for a host_accessible backend run the slots above and decide on the
-   * host, which is where a CPU's "device" is) ---- */
-  /* The backend's cl_step_vals block in device memory (in its scratch). */
-  cl_step_vals *(*step_vals)(cl_backend *be);
-  /* *acc += share * (the mean loss of loss/mse above: f NULL or MSE without
-   * weight is mse's), accumulated on the device: no synchronisation. */
-  cl_status (*loss_acc)(cl_backend *be, const cl_loss_fn *f, const void *pred,
-                        const float *target, const float *weight, size_t n, cl_dtype dtype,
-                        float scale, float *grad, double share, double *acc);
-  /* The step's end (cl_update_args) into vals, with no synchronisation. */
-  cl_status (*update_step)(cl_backend *be, const cl_update_args *u, cl_step_vals *vals);
-  /* One training step's launches as one graph (CUDA graphs): every call
-   * between graph_begin and graph_end is the step's device work, with no
-   * synchronisation and no allocation. graph_begin chooses how to run it
-   * (CL_GRAPH_PLAIN: launches, as without graphs); graph_end ends it: with
-   * *redo = 1 nothing of the step ran on the device (a capture that failed,
-   * a recorded graph that did not match the calls) and the core calls them
-   * again, after graph_begin(CL_GRAPH_PLAIN). failed: the step's status
-   * (a capture is ended either way). */
-  cl_status (*graph_begin)(cl_backend *be, cl_graph_mode mode);
-  cl_status (*graph_end)(cl_backend *be, cl_status failed, int *redo);
-  /* What the graphs did; absent: none were made. */
-  void (*graph_info)(cl_backend *be, cl_graph_info *out);
-  /* ---- dropout ---- */
-  /* A mask (float, each element 0 or 1 / (1 - p)) over the s->reps steps
-   * of what it masks, as every step of a sequence shares its mask
-   * (cl_mask_shape); out may be in itself with one group and without
-   * accumulate. Products and sums in float, rounded once. */
-  cl_status (*mask_mul)(cl_backend *be, const cl_mask_shape *s, const void *in, const float *mask,
-                        void *out);
+#define CL_SLOT_FIELD_(step, opt, ret, name, params, args) ret(*name) params;
+  CL_BACKEND_SLOTS(CL_SLOT_FIELD_)
+#undef CL_SLOT_FIELD_
 };
 
 struct cl_backend {
@@ -366,14 +462,14 @@ int cl_backend_cuda_available(void);
  * none is usable. The core's cl_gpu_info_get passes it on. */
 cl_status cl_backend_cuda_device_info(int device, cl_gpu_info *out, char *err, size_t errlen);
 
-/* Wrappers that supply defaults for the optional slots. */
+/* Wrappers that supply defaults for the optional slots (backend.c). */
 cl_status cl_backend_mem_info(cl_backend *be, size_t *free_bytes, size_t *total_bytes);
 cl_status cl_backend_synchronize(cl_backend *be);
 cl_status cl_backend_conv_workspace(cl_backend *be, const cl_conv_shape *s, size_t *bytes);
 size_t cl_backend_runtime_bytes(cl_backend *be);
-/* The sync-free step's slots, or their host defaults. host_vals: the block
- * a backend without step_vals uses (the core's, in host memory). */
+/* The step's block: step_vals, or host_vals (the core's, in host memory). */
 cl_step_vals *cl_backend_step_vals(cl_backend *be, cl_step_vals *host_vals);
+/* loss_acc and update_step under the names the core calls them by. */
 cl_status cl_backend_loss_acc(cl_backend *be, const cl_loss_fn *f, const void *pred,
                               const float *target, const float *weight, size_t n, cl_dtype dtype,
                               float scale, float *grad, double share, double *acc);

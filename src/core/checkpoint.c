@@ -159,6 +159,117 @@ static cl_status read_rates(cl_saved *s, int nh, char *err, size_t errlen) {
   return CL_OK;
 }
 
+/* The architecture from the "convlstm.*" metadata (in, hd, ks, bi: the four
+ * keys that go together, all present). */
+static cl_status arch_from_metadata(cl_saved *s, const char *in, const char *hd, const char *ks,
+                                    const char *bi, char *err, size_t errlen) {
+  cl_config *c = &s->cfg;
+  long long x;
+  if (!in || !hd || !ks || !bi)
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "the metadata describes the architecture only in part: convlstm.input_dim, "
+                      "convlstm.hidden_dims, convlstm.kernel_sizes and convlstm.bias go together");
+  if (!cl_st_meta_int(in, 1, INT32_MAX, &x))
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "metadata convlstm.input_dim must be a positive integer, not \"%.40s\"", in);
+  c->input_dim = (int)x;
+  int nh = cl_st_meta_int_list(hd, c->hidden_dims, CL_MAX_LAYERS);
+  int nk = cl_st_meta_int_list(ks, c->kernel_sizes, CL_MAX_LAYERS);
+  if (nh < 1)
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "metadata convlstm.hidden_dims must be a list of 1 to %d positive integers "
+                      "such as [8, 1], not \"%.60s\"", CL_MAX_LAYERS, hd);
+  if (nk != nh)
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "metadata convlstm.kernel_sizes must be a list of %d positive integers "
+                      "(one per layer), not \"%.60s\"", nh, ks);
+  c->n_layers = nh;
+  CL_TRY(read_layer_lists(s, nh, err, errlen));
+  CL_TRY(read_rates(s, nh, err, errlen));
+  if (strcmp(bi, "true") != 0 && strcmp(bi, "false") != 0)
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "metadata convlstm.bias must be \"true\" or \"false\", not \"%.40s\"", bi);
+  c->bias = bi[0] == 't';
+  return CL_OK;
+}
+
+/* Layer l of a state dict without metadata, from its weight t (named name):
+ * cell_list.<l>.conv.weight [4h, in + h, k, k]. */
+static cl_status arch_layer_from_weight(cl_config *c, int l, const char *name,
+                                        const cl_st_tensor *t, char *err, size_t errlen) {
+  char sh[160];
+  shape_text(sh, sizeof sh, t->shape, t->ndim);
+  if (t->ndim != 4 || t->shape[0] == 0 || t->shape[0] % 4 != 0 ||
+      t->shape[0] / 4 > INT32_MAX / 4 || t->shape[1] <= t->shape[0] / 4 ||
+      t->shape[1] > INT32_MAX || t->shape[2] % 2 == 0 || t->shape[3] % 2 == 0 ||
+      t->shape[2] > INT32_MAX || t->shape[3] > INT32_MAX)
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "tensor %s has shape %s; a ConvLSTM layer's weight is [4 * hidden, "
+                      "input + hidden, kh, kw] with kh, kw odd",
+                      name, sh);
+  int h = (int)(t->shape[0] / 4), inl = (int)(t->shape[1] - (uint64_t)h);
+  if (l == 0) c->input_dim = inl;
+  else if (inl != c->hidden_dims[l - 1])
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "tensor %s has shape %s: layer %d reads %d channels, but layer %d has "
+                      "hidden dimension %d",
+                      name, sh, l, inl, l - 1, c->hidden_dims[l - 1]);
+  c->hidden_dims[l] = h;
+  c->kernel_sizes[l] = (int)t->shape[2];
+  c->kernel_widths[l] = (int)t->shape[3];
+  c->n_layers = l + 1;
+  return CL_OK;
+}
+
+/* The architecture from the weights' shapes, as in a state dict PyTorch or
+ * R torch saved (no metadata): layers 0, 1, ... while their weight exists. */
+static cl_status arch_from_weights(cl_saved *s, char *err, size_t errlen) {
+  cl_config *c = &s->cfg;
+  char name[64];
+  for (int l = 0; l < CL_MAX_LAYERS; l++) {
+    snprintf(name, sizeof name, "cell_list.%d.conv.weight", l);
+    int i = cl_st_find_tensor(&s->f, name);
+    if (i < 0) break;
+    CL_TRY(arch_layer_from_weight(c, l, name, &s->f.t[i], err, errlen));
+  }
+  if (c->n_layers == 0)
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "no tensor cell_list.0.conv.weight and no convlstm metadata: this is not a "
+                      "convlstm model's file");
+  c->bias = cl_st_find_tensor(&s->f, "cell_list.0.conv.bias") >= 0;
+  return CL_OK;
+}
+
+/* convlstm.dtype (dt, may be NULL: float32) by name. */
+static cl_status arch_dtype(cl_config *c, const char *dt, char *err, size_t errlen) {
+  if (!dt) return CL_OK;
+  int t = 0;
+  while (t < CL_N_DTYPES && strcmp(dt, cl_dtype_name((cl_dtype)t)) != 0) t++;
+  if (t < CL_N_DTYPES) {
+    c->dtype = (cl_dtype)t;
+    return CL_OK;
+  }
+  return cl_st_fail(err, errlen, CL_E_INVALID,
+                    "metadata convlstm.dtype must be \"float32\", \"float16\" or \"bfloat16\", "
+                    "not \"%.40s\"", dt);
+}
+
+/* Each layer's sizes within what the model's int arithmetic holds. */
+static cl_status arch_sizes_ok(const cl_config *c, char *err, size_t errlen) {
+  for (int l = 0; l < c->n_layers; l++) {
+    int in_l = l == 0 ? c->input_dim : c->hidden_dims[l - 1];
+    int kw = cl_cfg_kernel_w(c, l);
+    if (c->hidden_dims[l] > INT32_MAX / 4 || in_l > INT32_MAX - c->hidden_dims[l] ||
+        c->kernel_sizes[l] % 2 == 0 || c->kernel_sizes[l] > 46339 || kw % 2 == 0 || kw > 46339 ||
+        (double)c->kernel_sizes[l] * kw > 46339.0 * 46339.0)
+      return cl_st_fail(err, errlen, CL_E_INVALID,
+                        "layer %d's sizes (hidden %d, kernel %dx%d) are out of range (kernels are "
+                        "odd)",
+                        l, c->hidden_dims[l], c->kernel_sizes[l], kw);
+  }
+  return CL_OK;
+}
+
 static cl_status read_architecture(cl_saved *s, char *err, size_t errlen) {
   cl_config *c = &s->cfg;
   memset(c, 0, sizeof *c);
@@ -172,93 +283,13 @@ static cl_status read_architecture(cl_saved *s, char *err, size_t errlen) {
   const char *hd = cl_st_find_meta(&s->f, META_PREFIX "hidden_dims");
   const char *ks = cl_st_find_meta(&s->f, META_PREFIX "kernel_sizes");
   const char *bi = cl_st_find_meta(&s->f, META_PREFIX "bias");
-  const char *dt = cl_st_find_meta(&s->f, META_PREFIX "dtype");
-  if (in || hd || ks || bi) {
-    long long x;
-    if (!in || !hd || !ks || !bi)
-      return cl_st_fail(err, errlen, CL_E_INVALID,
-                        "the metadata describes the architecture only in part: convlstm.input_dim, "
-                        "convlstm.hidden_dims, convlstm.kernel_sizes and convlstm.bias go together");
-    if (!cl_st_meta_int(in, 1, INT32_MAX, &x))
-      return cl_st_fail(err, errlen, CL_E_INVALID,
-                        "metadata convlstm.input_dim must be a positive integer, not \"%.40s\"", in);
-    c->input_dim = (int)x;
-    int nh = cl_st_meta_int_list(hd, c->hidden_dims, CL_MAX_LAYERS);
-    int nk = cl_st_meta_int_list(ks, c->kernel_sizes, CL_MAX_LAYERS);
-    if (nh < 1)
-      return cl_st_fail(err, errlen, CL_E_INVALID,
-                        "metadata convlstm.hidden_dims must be a list of 1 to %d positive integers "
-                        "such as [8, 1], not \"%.60s\"", CL_MAX_LAYERS, hd);
-    if (nk != nh)
-      return cl_st_fail(err, errlen, CL_E_INVALID,
-                        "metadata convlstm.kernel_sizes must be a list of %d positive integers "
-                        "(one per layer), not \"%.60s\"", nh, ks);
-    c->n_layers = nh;
-    CL_TRY(read_layer_lists(s, nh, err, errlen));
-    CL_TRY(read_rates(s, nh, err, errlen));
-    if (strcmp(bi, "true") != 0 && strcmp(bi, "false") != 0)
-      return cl_st_fail(err, errlen, CL_E_INVALID,
-                        "metadata convlstm.bias must be \"true\" or \"false\", not \"%.40s\"", bi);
-    c->bias = bi[0] == 't';
-  } else {
-    /* cell_list.<l>.conv.weight [4h, in + h, k, k] for l = 0, 1, ... */
-    char name[64];
-    for (int l = 0; l < CL_MAX_LAYERS; l++) {
-      snprintf(name, sizeof name, "cell_list.%d.conv.weight", l);
-      int i = cl_st_find_tensor(&s->f, name);
-      if (i < 0) break;
-      const cl_st_tensor *t = &s->f.t[i];
-      char sh[160];
-      shape_text(sh, sizeof sh, t->shape, t->ndim);
-      if (t->ndim != 4 || t->shape[0] == 0 || t->shape[0] % 4 != 0 ||
-          t->shape[0] / 4 > INT32_MAX / 4 || t->shape[1] <= t->shape[0] / 4 ||
-          t->shape[1] > INT32_MAX || t->shape[2] % 2 == 0 || t->shape[3] % 2 == 0 ||
-          t->shape[2] > INT32_MAX || t->shape[3] > INT32_MAX)
-        return cl_st_fail(err, errlen, CL_E_INVALID,
-                          "tensor %s has shape %s; a ConvLSTM layer's weight is [4 * hidden, "
-                          "input + hidden, kh, kw] with kh, kw odd",
-                          name, sh);
-      int h = (int)(t->shape[0] / 4), inl = (int)(t->shape[1] - (uint64_t)h);
-      if (l == 0) c->input_dim = inl;
-      else if (inl != c->hidden_dims[l - 1])
-        return cl_st_fail(err, errlen, CL_E_INVALID,
-                          "tensor %s has shape %s: layer %d reads %d channels, but layer %d has "
-                          "hidden dimension %d",
-                          name, sh, l, inl, l - 1, c->hidden_dims[l - 1]);
-      c->hidden_dims[l] = h;
-      c->kernel_sizes[l] = (int)t->shape[2];
-      c->kernel_widths[l] = (int)t->shape[3];
-      c->n_layers = l + 1;
-    }
-    if (c->n_layers == 0)
-      return cl_st_fail(err, errlen, CL_E_INVALID,
-                        "no tensor cell_list.0.conv.weight and no convlstm metadata: this is not a "
-                        "convlstm model's file");
-    c->bias = cl_st_find_tensor(&s->f, "cell_list.0.conv.bias") >= 0;
-  }
+  if (in || hd || ks || bi)
+    CL_TRY(arch_from_metadata(s, in, hd, ks, bi, err, errlen));
+  else
+    CL_TRY(arch_from_weights(s, err, errlen));
   CL_TRY(read_peephole(s, err, errlen));
-  if (dt) {
-    int t = 0;
-    while (t < CL_N_DTYPES && strcmp(dt, cl_dtype_name((cl_dtype)t)) != 0) t++;
-    if (t < CL_N_DTYPES)
-      c->dtype = (cl_dtype)t;
-    else
-      return cl_st_fail(err, errlen, CL_E_INVALID,
-                        "metadata convlstm.dtype must be \"float32\", \"float16\" or \"bfloat16\", "
-                        "not \"%.40s\"", dt);
-  }
-  for (int l = 0; l < c->n_layers; l++) {
-    int in_l = l == 0 ? c->input_dim : c->hidden_dims[l - 1];
-    int kw = cl_cfg_kernel_w(c, l);
-    if (c->hidden_dims[l] > INT32_MAX / 4 || in_l > INT32_MAX - c->hidden_dims[l] ||
-        c->kernel_sizes[l] % 2 == 0 || c->kernel_sizes[l] > 46339 || kw % 2 == 0 || kw > 46339 ||
-        (double)c->kernel_sizes[l] * kw > 46339.0 * 46339.0)
-      return cl_st_fail(err, errlen, CL_E_INVALID,
-                        "layer %d's sizes (hidden %d, kernel %dx%d) are out of range (kernels are "
-                        "odd)",
-                        l, c->hidden_dims[l], c->kernel_sizes[l], kw);
-  }
-  return CL_OK;
+  CL_TRY(arch_dtype(c, cl_st_find_meta(&s->f, META_PREFIX "dtype"), err, errlen));
+  return arch_sizes_ok(c, err, errlen);
 }
 
 static cl_status read_optimizer(cl_saved *s, char *err, size_t errlen) {
@@ -375,79 +406,91 @@ static int expected_shape(const cl_config *c, int i, uint64_t d[4]) {
   return t.ndim;
 }
 
+/* Tensor t (named name, role r, state-dict position i): the shape the model
+ * needs, a floating dtype, finite values (second moments >= 0). */
+static cl_status check_tensor(const cl_saved *s, const cl_st_tensor *t, const char *name, int r,
+                              int i, char *err, size_t errlen) {
+  char sh[160], want[160];
+  uint64_t d[4];
+  int nd = expected_shape(&s->cfg, i, d);
+  int same = t->ndim == nd;
+  for (int j = 0; same && j < nd; j++) same = t->shape[j] == d[j];
+  if (!same) {
+    shape_text(sh, sizeof sh, t->shape, t->ndim);
+    shape_text(want, sizeof want, d, nd);
+    return cl_st_fail(err, errlen, CL_E_INVALID, "tensor %s has shape %s; the model needs %s", name,
+                      sh, want);
+  }
+  if (!cl_st_dtype_is_float(t->dtype))
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "tensor %s has dtype %s; parameters must be F32 (or F64, F16, BF16)", name,
+                      cl_st_dtype_name(t->dtype));
+  size_t n = (size_t)((t->end - t->begin) / cl_st_dtype_size(t->dtype)), bad = 0;
+  size_t negative = 0;
+  for (size_t e = 0; e < n; e++) {
+    float v = cl_st_elem(&s->f, t, e);
+    bad += !isfinite(v);
+    negative += v < 0;
+  }
+  if (bad)
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "tensor %s holds %zu non-finite value%s (NaN or Inf) of %zu", name, bad,
+                      bad == 1 ? "" : "s", n);
+  /* Adam divides by sqrt(exp_avg_sq): a negative one is NaN at the next step */
+  if ((r == R_EXP_AVG_SQ || r == R_MAX_EXP_AVG_SQ) && negative)
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "tensor %s holds %zu negative value%s of %zu: second moments are >= 0",
+                      name, negative, negative == 1 ? "" : "s", n);
+  return CL_OK;
+}
 
-/* Every tensor the configuration and optimizer need, with its shape, a
- * floating dtype and finite values; no tensor beyond them. */
-static cl_status match_tensors(cl_saved *s, char *err, size_t errlen) {
+/* Role r's tensors found and checked (s->idx[r], *matched counts them): the
+ * parameters all needed; an optimizer state all or none. */
+static cl_status match_role(cl_saved *s, int r, int *matched, char *err, size_t errlen) {
   const cl_config *c = &s->cfg;
-  s->n_params_tensors = cl_cfg_n_tensors(c);
-  int matched = 0;
-  char name[96], sh[160], want[160];
-  for (int r = 0; r < N_ROLES; r++) {
-    int found = 0;
-    for (int i = 0; i < s->n_params_tensors; i++) {
-      tensor_name(name, sizeof name, r, i, c);
-      int k = cl_st_find_tensor(&s->f, name);
-      s->idx[r][i] = k;
-      if (k < 0) {
-        if (r == R_PARAM)
-          return cl_st_fail(err, errlen, CL_E_INVALID, "tensor %s is missing (the architecture needs it)",
-                            name);
-        continue;
-      }
-      found++;
-      matched++;
-      const cl_st_tensor *t = &s->f.t[k];
-      uint64_t d[4];
-      int nd = expected_shape(c, i, d);
-      int same = t->ndim == nd;
-      for (int j = 0; same && j < nd; j++) same = t->shape[j] == d[j];
-      if (!same) {
-        shape_text(sh, sizeof sh, t->shape, t->ndim);
-        shape_text(want, sizeof want, d, nd);
-        return cl_st_fail(err, errlen, CL_E_INVALID, "tensor %s has shape %s; the model needs %s", name,
-                          sh, want);
-      }
-      if (!cl_st_dtype_is_float(t->dtype))
-        return cl_st_fail(err, errlen, CL_E_INVALID,
-                          "tensor %s has dtype %s; parameters must be F32 (or F64, F16, BF16)", name,
-                          cl_st_dtype_name(t->dtype));
-      size_t n = (size_t)((t->end - t->begin) / cl_st_dtype_size(t->dtype)), bad = 0;
-      size_t negative = 0;
-      for (size_t e = 0; e < n; e++) {
-        float v = cl_st_elem(&s->f, t, e);
-        bad += !isfinite(v);
-        negative += v < 0;
-      }
-      if (bad)
-        return cl_st_fail(err, errlen, CL_E_INVALID,
-                          "tensor %s holds %zu non-finite value%s (NaN or Inf) of %zu", name, bad,
-                          bad == 1 ? "" : "s", n);
-      /* Adam divides by sqrt(exp_avg_sq): a negative one is NaN at the next step */
-      if ((r == R_EXP_AVG_SQ || r == R_MAX_EXP_AVG_SQ) && negative)
-        return cl_st_fail(err, errlen, CL_E_INVALID,
-                          "tensor %s holds %zu negative value%s of %zu: second moments are >= 0",
-                          name, negative, negative == 1 ? "" : "s", n);
+  char name[96];
+  int found = 0;
+  for (int i = 0; i < s->n_params_tensors; i++) {
+    tensor_name(name, sizeof name, r, i, c);
+    int k = cl_st_find_tensor(&s->f, name);
+    s->idx[r][i] = k;
+    if (k < 0) {
+      if (r == R_PARAM)
+        return cl_st_fail(err, errlen, CL_E_INVALID, "tensor %s is missing (the architecture needs it)",
+                          name);
+      continue;
     }
-    if (r != R_PARAM && found != 0 && found != s->n_params_tensors) {
-      for (int i = 0; i < s->n_params_tensors; i++)
-        if (s->idx[r][i] < 0) tensor_name(name, sizeof name, r, i, c);
+    found++;
+    (*matched)++;
+    CL_TRY(check_tensor(s, &s->f.t[k], name, r, i, err, errlen));
+  }
+  if (r != R_PARAM && found != 0 && found != s->n_params_tensors) {
+    for (int i = 0; i < s->n_params_tensors; i++)
+      if (s->idx[r][i] < 0) tensor_name(name, sizeof name, r, i, c);
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "the optimizer state is incomplete: tensor %s is missing", name);
+  }
+  return CL_OK;
+}
+
+/* No tensor of the file beyond the matched ones. */
+static cl_status no_extra_tensor(const cl_saved *s, int matched, char *err, size_t errlen) {
+  if (matched == s->f.nt) return CL_OK;
+  for (int i = 0; i < s->f.nt; i++) {
+    int used = 0;
+    for (int r = 0; r < N_ROLES && !used; r++)
+      for (int j = 0; j < s->n_params_tensors && !used; j++) used = s->idx[r][j] == i;
+    if (!used)
       return cl_st_fail(err, errlen, CL_E_INVALID,
-                        "the optimizer state is incomplete: tensor %s is missing", name);
-    }
+                        "unexpected tensor \"%.80s\" (%d of the file's %d tensors are not part of "
+                        "this %d-layer model)",
+                        s->f.t[i].name, s->f.nt - matched, s->f.nt, s->cfg.n_layers);
   }
-  if (matched != s->f.nt) {
-    for (int i = 0; i < s->f.nt; i++) {
-      int used = 0;
-      for (int r = 0; r < N_ROLES && !used; r++)
-        for (int j = 0; j < s->n_params_tensors && !used; j++) used = s->idx[r][j] == i;
-      if (!used)
-        return cl_st_fail(err, errlen, CL_E_INVALID,
-                          "unexpected tensor \"%.80s\" (%d of the file's %d tensors are not part of "
-                          "this %d-layer model)",
-                          s->f.t[i].name, s->f.nt - matched, s->f.nt, c->n_layers);
-    }
-  }
+  return CL_OK;
+}
+
+/* The optimizer states present agree with the optimizer the metadata names. */
+static cl_status states_fit_optimizer(const cl_saved *s, char *err, size_t errlen) {
   int have_m = s->idx[R_EXP_AVG][0] >= 0, have_v = s->idx[R_EXP_AVG_SQ][0] >= 0,
       have_b = s->idx[R_MOMENTUM][0] >= 0, have_x = s->idx[R_MAX_EXP_AVG_SQ][0] >= 0;
   if ((have_m || have_v || have_b || have_x) && !s->has_opt)
@@ -478,6 +521,16 @@ static cl_status match_tensors(cl_saved *s, char *err, size_t errlen) {
                         (long long)s->opt_steps);
   }
   return CL_OK;
+}
+
+/* Every tensor the configuration and optimizer need, with its shape, a
+ * floating dtype and finite values; no tensor beyond them. */
+static cl_status match_tensors(cl_saved *s, char *err, size_t errlen) {
+  s->n_params_tensors = cl_cfg_n_tensors(&s->cfg);
+  int matched = 0;
+  for (int r = 0; r < N_ROLES; r++) CL_TRY(match_role(s, r, &matched, err, errlen));
+  CL_TRY(no_extra_tensor(s, matched, err, errlen));
+  return states_fit_optimizer(s, err, errlen);
 }
 
 /* Parses and checks; takes ownership of bytes (freed on failure too). */

@@ -1,8 +1,8 @@
 /*
- * core/loss.c -- the loss a training step minimises: MSE through the
- * backend's mse slot (the plain step's path, unchanged), MAE, Huber and
- * binary cross-entropy on logits through its loss slot. Both fuse the mean
- * and its gradient into one pass over the target segment; backward.c calls
+ * core/loss.c -- the loss a training step minimises: MSE, MAE, Huber and
+ * binary cross-entropy on logits, through the backend's loss slots (the
+ * kind in cl_loss_fn; zeros: MSE). Each fuses the mean and its gradient
+ * into one pass over the target segment; backward.c calls
  * cl_loss_run, which adds the mean into a device double (loss_acc), so that
  * a training step never waits for its loss.
  */

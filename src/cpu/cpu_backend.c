@@ -81,7 +81,7 @@ typedef struct cpu_block {
   size_t mapped; /* bytes mapped, header included; 0: from posix_memalign */
 } cpu_block;
 
-static cl_status cpu_alloc(cl_backend *be, size_t bytes, void **out) {
+cl_status cl_cpu_alloc(cl_backend *be, size_t bytes, void **out) {
   *out = NULL;
   if (bytes == 0) return CL_OK;
   if (bytes > SIZE_MAX - CPU_ALIGN)
@@ -100,7 +100,7 @@ static cl_status cpu_alloc(cl_backend *be, size_t bytes, void **out) {
   return CL_OK;
 }
 
-static void cpu_free(cl_backend *be, void *p) {
+void cl_cpu_free(cl_backend *be, void *p) {
   (void)be;
   if (!p) return;
   cpu_block *b = (cpu_block *)((char *)p - CPU_ALIGN);
@@ -110,16 +110,31 @@ static void cpu_free(cl_backend *be, void *p) {
     free(b);
 }
 
-static cl_status cpu_memset0(cl_backend *be, void *p, size_t bytes) {
+cl_status cl_cpu_memset0(cl_backend *be, void *p, size_t bytes) {
   (void)be;
   if (bytes) memset(p, 0, bytes);
   return CL_OK;
 }
 
-static cl_status cpu_copy(cl_backend *be, void *dst, const void *src, size_t bytes) {
-  (void)be;
+/* upload, download and copy alike: "device" memory is host memory. */
+static cl_status cpu_copy(void *dst, const void *src, size_t bytes) {
   if (bytes && dst != src) memcpy(dst, src, bytes);
   return CL_OK;
+}
+
+cl_status cl_cpu_upload(cl_backend *be, void *dst, const void *host_src, size_t bytes) {
+  (void)be;
+  return cpu_copy(dst, host_src, bytes);
+}
+
+cl_status cl_cpu_download(cl_backend *be, void *host_dst, const void *src, size_t bytes) {
+  (void)be;
+  return cpu_copy(host_dst, src, bytes);
+}
+
+cl_status cl_cpu_copy(cl_backend *be, void *dst, const void *src, size_t bytes) {
+  (void)be;
+  return cpu_copy(dst, src, bytes);
 }
 
 /* Linux's MemAvailable counts reclaimable page cache, which
@@ -137,7 +152,7 @@ static int meminfo_available(size_t *bytes) {
   return found;
 }
 
-static cl_status cpu_mem_info(cl_backend *be, size_t *free_bytes, size_t *total_bytes) {
+cl_status cl_cpu_mem_info(cl_backend *be, size_t *free_bytes, size_t *total_bytes) {
 #if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   if (pages > 0 && page > 0) {
@@ -155,54 +170,37 @@ static cl_status cpu_mem_info(cl_backend *be, size_t *free_bytes, size_t *total_
   return cl_cpu_fail(be, CL_E_UNSUPPORTED, "cpu backend: physical memory size unknown");
 }
 
-static void cpu_destroy(cl_backend *be) {
+void cl_cpu_destroy(cl_backend *be) {
   if (!be) return;
   free(be->context);
   free(be);
 }
 
+/* The optional slots, each decided by name: the CPU's function, or NULL
+ * for the core's default (backend.c). */
+#define CPU_HAS_synchronize NULL   /* kernels return when done */
+#define CPU_HAS_set_scratch NULL   /* reductions run in host variables: no scratch */
+#define CPU_HAS_host_stage NULL    /* host_accessible: nothing is staged */
+#define CPU_HAS_gather_rows cl_cpu_gather_rows
+#define CPU_HAS_conv_workspace cl_cpu_conv_workspace
+#define CPU_HAS_peephole_filter cl_cpu_peephole_filter
+#define CPU_HAS_step_vals NULL     /* the core's block, in host memory */
+#define CPU_HAS_graph_begin NULL   /* no graphs: steps run as calls */
+#define CPU_HAS_graph_end NULL
+#define CPU_HAS_graph_info NULL
+#define CPU_HAS_mem_info cl_cpu_mem_info
+#define CPU_HAS_runtime_bytes NULL /* 0: see backend.h */
+#define CPU_HAS_conv_algo NULL     /* one algorithm: float32 products, direct sums */
+
+#define CPU_SLOT_(step, opt, ret, name, params, args)                                              \
+  .name = CL_SLOT_PICK_##opt(cl_cpu_##name, CPU_HAS_##name),
 static const struct cl_backend_i cpu_iface = {
-    /* .name                 = */ "cpu",
-    /* .host_accessible      = */ 1,
-    /* .destroy              = */ cpu_destroy,
-    /* .alloc                = */ cpu_alloc,
-    /* .free                 = */ cpu_free,
-    /* .memset0              = */ cpu_memset0,
-    /* .upload               = */ cpu_copy,
-    /* .download             = */ cpu_copy,
-    /* .copy                 = */ cpu_copy,
-    /* .mem_info             = */ cpu_mem_info,
-    /* .synchronize          = */ NULL, /* kernels return when done */
-    /* .scratch_bytes        = */ 0,    /* reductions run in host variables */
-    /* .set_scratch          = */ NULL,
-    /* .runtime_bytes        = */ NULL, /* 0: see backend.h */
-    /* .host_stage           = */ NULL, /* host_accessible: nothing is staged */
-    /* .conv_workspace       = */ cl_cpu_conv_workspace,
-    /* .conv_forward         = */ cl_cpu_conv_forward,
-    /* .conv_backward_data   = */ cl_cpu_conv_backward_data,
-    /* .conv_backward_filter = */ cl_cpu_conv_backward_filter,
-    /* .gates_forward        = */ cl_cpu_gates_forward,
-    /* .gates_backward       = */ cl_cpu_gates_backward,
-    /* .peephole_filter      = */ cl_cpu_peephole_filter,
-    /* .mse                  = */ cl_cpu_mse,
-    /* .grad_unscale         = */ cl_cpu_grad_unscale,
-    /* .adam_update          = */ cl_cpu_adam_update,
-    /* .sgd_update           = */ cl_cpu_sgd_update,
-    /* .adam_check           = */ cl_cpu_adam_check,
-    /* .sgd_check            = */ cl_cpu_sgd_check,
-    /* .gather_rows          = */ cl_cpu_gather_rows,
-    /* .loss                 = */ cl_cpu_loss,
-    /* .sum_squares          = */ cl_cpu_sum_squares,
-    /* .conv_algo            = */ NULL, /* one algorithm: float32 products, direct sums */
-    /* the sync-free step: backend.c's host defaults, no graphs */
-    /* .step_vals            = */ NULL,
-    /* .loss_acc             = */ NULL,
-    /* .update_step          = */ NULL,
-    /* .graph_begin          = */ NULL,
-    /* .graph_end            = */ NULL,
-    /* .graph_info           = */ NULL,
-    /* .mask_mul             = */ cl_cpu_mask_mul,
+    .name = "cpu",
+    .host_accessible = 1,
+    .scratch_bytes = 0,
+    CL_BACKEND_SLOTS(CPU_SLOT_)
 };
+#undef CPU_SLOT_
 
 cl_status cl_backend_cpu_create(int n_threads, cl_backend **out) {
   *out = NULL;
@@ -229,8 +227,9 @@ cl_status cl_backend_cpu_create(int n_threads, cl_backend **out) {
   be->iface = &cpu_iface;
   be->context = ctx;
   be->n_threads = n_threads;
-  /* Timed here, once: the choice changes the convolution workspace size,
-   * which must stay fixed for the plans made with this backend. */
+  /* Chosen here, once (a rule, not a timing): the choice changes the
+   * convolution workspace size, which must stay fixed for the plans made
+   * with this backend. */
   ctx->gemm = cl_cpu_gemm_choose(n_threads);
   *out = be;
   return CL_OK;

@@ -106,8 +106,8 @@ static size_t im2col_bytes(conv_op op, const cl_conv_shape *s) {
  * a small C k k), and by 15-30% up to K = 128 and whenever the im2col
  * buffer outgrows L2 (~2 MiB: large images); the packed GEMM wins by ~6% on
  * wide layers of small images (K = 256 at 24 x 24), where the direct path's
- * 2 pad columns per row are 8% extra work. A BLAS GEMM (chosen only when it
- * beat the internal one) keeps everything but the thin cases. */
+ * 2 pad columns per row are 8% extra work. A BLAS GEMM (only when
+ * CONVLSTM_GEMM=blas forces it) keeps everything but the thin cases. */
 static int use_direct(conv_op op, const cl_conv_shape *s, cl_cpu_gemm_kind kind) {
   const int thin_fwd = s->K <= 8, thin_filter = s->K <= 16 || s->C * cl_conv_taps(s) <= 32;
   const int big = im2col_bytes(op, s) > ((size_t)2 << 20);
@@ -228,8 +228,8 @@ static void plan_regions(conv_plan *pl, conv_op op, const cl_conv_shape *s, int 
 }
 
 /* s: the grouped shape (the plan is of its inner_shape). */
-static conv_plan conv_plan_kind(conv_op op, const cl_conv_shape *grouped, const cl_backend *be,
-                                cl_cpu_gemm_kind kind) {
+static conv_plan conv_plan_of(conv_op op, const cl_conv_shape *grouped, const cl_backend *be) {
+  const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(be);
   const cl_conv_shape inner = inner_shape(grouped), *s = &inner;
   const int forced = ((const cl_cpu_ctx *)be->context)->conv_path;
   conv_plan pl;
@@ -244,10 +244,6 @@ static conv_plan conv_plan_kind(conv_op op, const cl_conv_shape *grouped, const 
     plan_gemm_path(&pl, op, s, kind);
   plan_regions(&pl, op, s, cl_conv_groups(grouped));
   return pl;
-}
-
-static conv_plan conv_plan_of(conv_op op, const cl_conv_shape *s, const cl_backend *be) {
-  return conv_plan_kind(op, s, be, cl_cpu_gemm_of(be));
 }
 
 static cl_status check_shape(cl_backend *be, const cl_conv_shape *s) {
@@ -266,19 +262,13 @@ cl_status cl_cpu_conv_workspace(cl_backend *be, const cl_conv_shape *s, size_t *
   *bytes = 0;
   cl_status st = check_shape(be, s);
   if (st != CL_OK) return st;
-  /* The GEMM a backend uses is timed once per process (cl_cpu_gemm_choose)
-   * and may differ between runs; the workspace is the largest of what the
-   * kind in use (a forced one), the best internal GEMM and BLAS would take,
-   * so a plan, and memory_estimate(), are the same on every run of the same
-   * model, shape and build. */
-  const cl_cpu_gemm_kind kinds[3] = {cl_cpu_gemm_of(be), cl_cpu_gemm_best_internal(),
-                                     CL_CPU_GEMM_BLAS};
-  const int n_kinds = cl_cpu_gemm_available(CL_CPU_GEMM_BLAS) ? 3 : 2;
-  for (int op = OP_FORWARD; op <= OP_BWD_FILTER; op++)
-    for (int k = 0; k < n_kinds; k++) {
-      conv_plan pl = conv_plan_kind((conv_op)op, s, be, kinds[k]);
-      if (pl.total > *bytes) *bytes = pl.total;
-    }
+  /* The backend's GEMM is a fixed rule (cl_cpu_gemm_choose), so the plan
+   * is sized for the kind that will run, the same in every process: no
+   * margin for a kind that might have been chosen instead. */
+  for (int op = OP_FORWARD; op <= OP_BWD_FILTER; op++) {
+    conv_plan pl = conv_plan_of((conv_op)op, s, be);
+    if (pl.total > *bytes) *bytes = pl.total;
+  }
   return CL_OK;
 }
 

@@ -21,8 +21,8 @@
  * plain -O2, so global -m flags cannot be relied on.
  *
  * This file is not the convolution (cpu_conv.c lowers convolutions to these
- * calls). Its only static mutable state is the once-per-process timed choice
- * of cl_cpu_gemm_choose(), made while creating a backend (not from kernels).
+ * calls). It keeps no static mutable state: cl_cpu_gemm_choose() is a fixed
+ * rule (the CPU's best internal kernel unless CONVLSTM_GEMM forces one).
  */
 #include "cpu_gemm.h"
 #include "cpu_threads.h" /* cl_cpu_threads */
@@ -30,7 +30,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -663,42 +662,6 @@ int cl_cpu_sgemm_threaded(cl_cpu_gemm_kind kind, int n_threads, int transA, int 
 
 /* ---- choosing an implementation ------------------------------------------ */
 
-static double now_seconds(void) {
-  struct timespec ts;
-  timespec_get(&ts, TIME_UTC);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Best of two runs of a product shaped like a small convolution (channels x
- * (channels * 9) x pixels), on every thread at once as the convolutions call
- * it. Returns the slowest thread's time; a huge value if memory ran out. */
-static double time_kind(cl_cpu_gemm_kind kind, int n_threads) {
-  enum { TM = 48, TN = 96, TK = 96 };
-  double worst = 0.0;
-#ifdef _OPENMP
-#pragma omp parallel num_threads(cl_cpu_threads(n_threads)) reduction(max : worst)
-#endif
-  {
-    size_t nfloat = (size_t)TM * TK + (size_t)TK * TN + (size_t)TM * TN;
-    float *buf = malloc(sizeof(float) * nfloat);
-    double best = 1e30;
-    if (buf) {
-      for (size_t i = 0; i < nfloat; i++) buf[i] = (float)(i % 7) * 0.25f;
-      float *a = buf, *b = a + (size_t)TM * TK, *c = b + (size_t)TK * TN;
-      for (int rep = 0; rep < 2; rep++) {
-        double t0 = now_seconds();
-        if (cl_cpu_sgemm(kind, 0, 0, TM, TN, TK, 1.0f, a, TK, b, TN, 0.0f, c, TN, NULL) != 0) break;
-        double t = now_seconds() - t0;
-        if (t < best) best = t;
-      }
-      free(buf);
-    }
-    if (best > worst) worst = best;
-  }
-  (void)n_threads;
-  return worst;
-}
-
 /* CONVLSTM_GEMM=internal|blas forces the choice; =generic|avx2|avx512 force
  * one internal kernel (tests, benchmarks), when the CPU supports it. */
 static int kind_from_env(cl_cpu_gemm_kind *out) {
@@ -723,20 +686,15 @@ static int kind_from_env(cl_cpu_gemm_kind *out) {
   return 0;
 }
 
-/* The timed choice is made once per process and kept: models created later
- * (or under other load) then run the same kernel, so one seed gives the same
- * floats in every model of a session. */
+/* A fixed rule, not a race: the best internal kernel the CPU supports
+ * (a function of the machine alone), BLAS only when forced. A timed choice
+ * could differ between two runs of one script (other floats, other
+ * workspace); and a threaded OpenBLAS, called from the convolutions'
+ * OpenMP threads, mallocs 512 KiB buffers inside every step that no plan
+ * sees (doc/memory.md has the measurements behind the rule). */
 cl_cpu_gemm_kind cl_cpu_gemm_choose(int n_threads) {
-  static int chosen = 0;
-  static cl_cpu_gemm_kind kept;
   cl_cpu_gemm_kind kind = cl_cpu_gemm_best_internal();
-  if (kind_from_env(&kind)) return kind;
-  if (!cl_cpu_gemm_available(CL_CPU_GEMM_BLAS)) return kind;
-  if (chosen) return kept;
-  if (n_threads < 1) n_threads = 1;
-  double t_internal = time_kind(kind, n_threads);
-  double t_blas = time_kind(CL_CPU_GEMM_BLAS, n_threads);
-  kept = t_blas < t_internal ? CL_CPU_GEMM_BLAS : kind;
-  chosen = 1;
-  return kept;
+  (void)n_threads; /* the rule does not depend on it */
+  kind_from_env(&kind);
+  return kind;
 }

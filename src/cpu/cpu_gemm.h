@@ -6,7 +6,8 @@
  * (packing plus a register-blocked micro-kernel, built for AVX-512F,
  * AVX2+FMA and portable C, picked at run time because R compiles with plain
  * -O2 and no -march), and, when CL_HAVE_BLAS is defined, R's Fortran
- * sgemm_. cl_cpu_gemm_choose() picks one per backend.
+ * sgemm_ (only when CONVLSTM_GEMM=blas forces it). cl_cpu_gemm_choose()
+ * picks one per backend.
  *
  * It is not a general BLAS: no complex types, no argument checking beyond
  * what the convolutions need. cl_cpu_sgemm() keeps no static state and
@@ -31,8 +32,9 @@ int cl_cpu_gemm_available(cl_cpu_gemm_kind kind);
 cl_cpu_gemm_kind cl_cpu_gemm_best_internal(void);
 const char *cl_cpu_gemm_name(cl_cpu_gemm_kind kind);
 
-/* Picks the kind a backend of n_threads threads uses: CONVLSTM_GEMM=internal
- * or =blas forces one; otherwise a few milliseconds of timing decide. */
+/* The kind a backend uses: CONVLSTM_GEMM=internal, =blas, =generic, =avx2
+ * or =avx512 forces one; otherwise the best internal kind of the running
+ * CPU, the same in every process on one machine (n_threads is not used). */
 cl_cpu_gemm_kind cl_cpu_gemm_choose(int n_threads);
 
 /* Bytes of scratch one cl_cpu_sgemm call of this size needs (0 for BLAS).

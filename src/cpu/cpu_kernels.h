@@ -1,7 +1,7 @@
 /*
  * cpu/cpu_kernels.h -- what the CPU backend's kernel files share: the
- * backend's private context and the kernel entry points that
- * cpu_backend.c puts in its function table.
+ * backend's private context, the prototypes of its slots (generated from
+ * core/backend.h's list) and the helpers the kernels share.
  *
  * Not part of the backend interface (core/backend.h is); nothing outside
  * src/cpu/ and its unit tests includes this header.
@@ -43,48 +43,16 @@ cl_status cl_cpu_fail(cl_backend *be, cl_status st, const char *fmt, ...)
 void cl_cpu_load(cl_dtype t, const void *src, size_t off, float *dst, size_t n);
 void cl_cpu_store(cl_dtype t, const float *src, void *dst, size_t off, size_t n, int accumulate);
 
-/* cpu_conv.c */
-cl_status cl_cpu_conv_workspace(cl_backend *be, const cl_conv_shape *s, size_t *bytes);
-cl_status cl_cpu_conv_forward(cl_backend *be, const cl_conv_shape *s, const void *x, const float *w,
-                              const float *bias, void *y, int accumulate, void *ws);
-cl_status cl_cpu_conv_backward_data(cl_backend *be, const cl_conv_shape *s, const void *dy,
-                                    const float *w, float *dx, int accumulate, void *ws);
-cl_status cl_cpu_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, const void *dy,
-                                      const void *x, float *dw, float *dbias, void *ws);
-
-/* cpu_cell.c */
-cl_status cl_cpu_gates_forward(cl_backend *be, const cl_gates_shape *s, void *z, const void *c_prev,
-                               const float *wp, void *c, void *h);
-cl_status cl_cpu_gates_backward(cl_backend *be, const cl_gates_shape *s, void *gates, const void *c,
-                                const void *c_prev, const float *wp, const float *dh, float *dc);
-
-/* cpu_peephole.c */
-cl_status cl_cpu_peephole_filter(cl_backend *be, const cl_gates_shape *s, const void *dz,
-                                 const void *c, const void *c_prev, float *dwp);
-
-/* cpu_optim.c */
-cl_status cl_cpu_grad_unscale(cl_backend *be, float *g, size_t n, float inv_scale,
-                              int *found_nonfinite);
-cl_status cl_cpu_adam_update(cl_backend *be, float *p, const float *g, float *m, float *v,
-                             float *vmax, size_t n, const cl_adam_hp *hp);
-cl_status cl_cpu_sgd_update(cl_backend *be, float *p, const float *g, float *buf, size_t n,
-                            const cl_sgd_hp *hp);
-cl_status cl_cpu_adam_check(cl_backend *be, const float *p, const float *g, const float *m,
-                            const float *v, const float *vmax, size_t n, const cl_adam_hp *hp,
-                            uint64_t *fault);
-cl_status cl_cpu_sgd_check(cl_backend *be, const float *p, const float *g, const float *buf,
-                           size_t n, const cl_sgd_hp *hp, uint64_t *fault);
-
-/* cpu_gather.c */
-cl_status cl_cpu_gather_rows(cl_backend *be, void *dst, const void *src, const int *idx, int nb,
-                             int N, int t0, int nt, size_t row_bytes);
-
-/* cpu_loss.c */
-cl_status cl_cpu_mse(cl_backend *be, const void *pred, const float *target, size_t n,
-                     cl_dtype dtype, float scale, float *grad, double *loss);
-cl_status cl_cpu_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, const float *target,
-                      const float *weight, size_t n, cl_dtype dtype, float scale, float *grad,
-                      double *loss);
+/* The slots, cl_cpu_<slot> each, from core/backend.h's one list: where
+ * they live, by the list's groups -- memory in cpu_backend.c (gather_rows in
+ * cpu_gather.c), convolution cpu_conv.c, the cell cpu_cell.c (peepholes
+ * cpu_peephole.c), losses cpu_loss.c, optimizers cpu_optim.c (sum_squares
+ * cpu_clip.c), the step's end cpu_step.c, dropout cpu_dropout.c, reports
+ * cpu_backend.c. The optional slots the CPU leaves to the core's defaults
+ * (cpu_backend.c's table says which) are declared and never defined. */
+#define CL_CPU_SLOT_PROTO_(step, opt, ret, name, params, args) ret cl_cpu_##name params;
+CL_BACKEND_SLOTS(CL_CPU_SLOT_PROTO_)
+#undef CL_CPU_SLOT_PROTO_
 
 /* cpu_sum.c: f(0) + ... + f(chunks - 1) in double, on n_threads when
  * parallel, in an order fixed by the team's size (not by the threads'
@@ -92,12 +60,5 @@ cl_status cl_cpu_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, con
 typedef double (*cl_cpu_chunk_fn)(long long chunk, void *ctx);
 double cl_cpu_sum_chunks(int n_threads, long long chunks, int parallel, cl_cpu_chunk_fn f,
                          void *ctx);
-
-/* cpu_clip.c */
-cl_status cl_cpu_sum_squares(cl_backend *be, const float *g, size_t n, double *sum);
-
-/* cpu_dropout.c */
-cl_status cl_cpu_mask_mul(cl_backend *be, const cl_mask_shape *s, const void *in,
-                          const float *mask, void *out);
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * cpu/cpu_loss.c -- the CPU backend's loss slots (backend.h: mse and loss):
+ * cpu/cpu_loss.c -- the CPU backend's loss slot (backend.h):
  * MSE, MAE, Huber and binary cross-entropy on logits, each mean-reduced
  * with its gradient in one pass, as torch 1.13's mse_loss, l1_loss,
  * huber_loss and binary_cross_entropy_with_logits (pos_weight) and their
@@ -96,7 +96,7 @@ static double loss_part(long long ch, void *ctx) {
   }
 }
 
-/* Both slots' work, once the kind is known to be one of the four. */
+/* The slot's work, once the kind is known to be one of the four. */
 static cl_status loss_run(cl_backend *be, const cl_loss_fn *f, const void *pred,
                           const float *target, const float *weight, size_t n, cl_dtype dtype,
                           float scale, float *grad, double *loss) {
@@ -116,20 +116,14 @@ static cl_status loss_run(cl_backend *be, const cl_loss_fn *f, const void *pred,
   return CL_OK;
 }
 
-/* The loss slot: MSE only with a weight (backend.h: without, it is the mse
- * slot's, and the twins refuse it alike). */
+/* The loss slot; f NULL is MSE. */
 cl_status cl_cpu_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, const float *target,
                       const float *weight, size_t n, cl_dtype dtype, float scale, float *grad,
                       double *loss) {
-  if (f->kind != CL_LOSS_MAE && f->kind != CL_LOSS_HUBER && f->kind != CL_LOSS_BCE_LOGITS &&
-      !(weight && f->kind == CL_LOSS_MSE))
+  static const cl_loss_fn mse = {CL_LOSS_MSE, 0.0, 0.0};
+  if (!f) f = &mse;
+  if (f->kind != CL_LOSS_MSE && f->kind != CL_LOSS_MAE && f->kind != CL_LOSS_HUBER &&
+      f->kind != CL_LOSS_BCE_LOGITS)
     return cl_cpu_fail(be, CL_E_INVALID, "cpu backend: no loss kernel for loss %d", (int)f->kind);
   return loss_run(be, f, pred, target, weight, n, dtype, scale, grad, loss);
-}
-
-/* The mse slot: the loss slot's MSE, unweighted. */
-cl_status cl_cpu_mse(cl_backend *be, const void *pred, const float *target, size_t n,
-                     cl_dtype dtype, float scale, float *grad, double *loss) {
-  const cl_loss_fn f = {CL_LOSS_MSE, 0.0, 0.0};
-  return loss_run(be, &f, pred, target, NULL, n, dtype, scale, grad, loss);
 }

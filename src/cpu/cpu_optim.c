@@ -1,7 +1,7 @@
 /*
  * cpu/cpu_optim.c -- optimizer kernels of the CPU backend (backend.h:
  * grad_unscale, adam_update, sgd_update and their guards adam_check,
- * sgd_check; the mse slot is cpu_loss.c's).
+ * sgd_check; the loss slot is cpu_loss.c's, the step's end cpu_step.c's).
  *
  * The updates follow torch.optim.Adam (amsgrad too), torch.optim.AdamW and
  * torch.optim.SGD (torch 1.13, single-tensor path) operation by operation: per-element math in float,

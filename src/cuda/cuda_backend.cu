@@ -2,10 +2,9 @@
  * cuda/cuda_backend.cu -- the CUDA backend's constructor, its table of slots
  * (core/backend.h), memory and copies, error reporting, and gpu_info().
  *
- * The kernels live beside it, each file named after its CPU twin in src/cpu/:
- * cudnn_conv.cu (convolutions, the only file that calls cuDNN's convolution
- * API), cuda_cell.cu (the fused cell), cuda_optim.cu (loss, loss-scale
- * unscaling and optimizers).
+ * The kernels live beside it, each file named after its CPU twin in src/cpu/
+ * (cuda_common.h lists them): cudnn_conv.cu is the only file that calls
+ * cuDNN's convolution API.
  *
  * This file holds no model state and does no accounting: every alloc/free
  * comes from core/alloc.c, which counts the bytes. Nothing here exits or
@@ -100,7 +99,7 @@ cl_status cl_cuda_cast_from_f32(cl_backend *be, const float *src, void *dst, siz
 
 /* ---- memory and copies ------------------------------------------------- */
 
-static cl_status cuda_alloc(cl_backend *be, size_t bytes, void **out) {
+cl_status cl_cuda_alloc(cl_backend *be, size_t bytes, void **out) {
   *out = NULL;
   if (bytes == 0) return CL_OK;
   cudaError_t e = cudaMalloc(out, bytes);
@@ -111,7 +110,7 @@ static cl_status cuda_alloc(cl_backend *be, size_t bytes, void **out) {
   return CL_OK;
 }
 
-static void cuda_free(cl_backend *be, void *p) {
+void cl_cuda_free(cl_backend *be, void *p) {
   if (!p) return;
   /* Kernels queued on the stream may still read p; cudaFree's own implicit
    * synchronization is not promised for a non-blocking stream. */
@@ -119,7 +118,7 @@ static void cuda_free(cl_backend *be, void *p) {
   if (cudaFree(p) != cudaSuccess) (void)cudaGetLastError();
 }
 
-static cl_status cuda_memset0(cl_backend *be, void *p, size_t bytes) {
+cl_status cl_cuda_memset0(cl_backend *be, void *p, size_t bytes) {
   if (bytes == 0) return CL_OK;
   CL_CUDA_CHECK(be, cudaMemsetAsync(p, 0, bytes, cl_cuda_ctx_of(be)->stream));
   return CL_OK;
@@ -130,14 +129,14 @@ static cl_status cuda_memset0(cl_backend *be, void *p, size_t bytes) {
  * (host_stage's buffer, what the core passes when it got one) the copy is
  * truly asynchronous and host_src must stay unchanged until the next
  * synchronize, which the core does after every upload. */
-static cl_status cuda_upload(cl_backend *be, void *dst, const void *host_src, size_t bytes) {
+cl_status cl_cuda_upload(cl_backend *be, void *dst, const void *host_src, size_t bytes) {
   if (bytes == 0) return CL_OK;
   CL_CUDA_CHECK(be, cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice,
                                     cl_cuda_ctx_of(be)->stream));
   return CL_OK;
 }
 
-static cl_status cuda_download(cl_backend *be, void *host_dst, const void *src, size_t bytes) {
+cl_status cl_cuda_download(cl_backend *be, void *host_dst, const void *src, size_t bytes) {
   cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
   if (bytes > 0)
     CL_CUDA_CHECK(be, cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream));
@@ -147,14 +146,14 @@ static cl_status cuda_download(cl_backend *be, void *host_dst, const void *src, 
   return CL_OK;
 }
 
-static cl_status cuda_copy(cl_backend *be, void *dst, const void *src, size_t bytes) {
+cl_status cl_cuda_copy(cl_backend *be, void *dst, const void *src, size_t bytes) {
   if (bytes == 0 || dst == src) return CL_OK;
   CL_CUDA_CHECK(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
                                     cl_cuda_ctx_of(be)->stream));
   return CL_OK;
 }
 
-static cl_status cuda_mem_info(cl_backend *be, size_t *free_bytes, size_t *total_bytes) {
+cl_status cl_cuda_mem_info(cl_backend *be, size_t *free_bytes, size_t *total_bytes) {
   *free_bytes = *total_bytes = 0;
   CL_CUDA_CHECK(be, cudaMemGetInfo(free_bytes, total_bytes));
   return CL_OK;
@@ -207,7 +206,7 @@ void cl_cuda_stage_prepare(cl_backend *be) {
   if (stage_alloc(be, ctx, grow) != CL_OK) be->err[0] = '\0'; /* host_stage makes a smaller one */
 }
 
-static cl_status cuda_synchronize(cl_backend *be) {
+cl_status cl_cuda_synchronize(cl_backend *be) {
   CL_CUDA_CHECK(be, cudaStreamSynchronize(cl_cuda_ctx_of(be)->stream));
   cl_cuda_stage_settle(be);
   return CL_OK;
@@ -224,7 +223,7 @@ static cl_status cuda_synchronize(cl_backend *be) {
  * the machine's RAM, so it is capped (CONVLSTM_CUDA_PINNED_MB) and a
  * transfer above the cap is refused here and staged by the core through
  * malloc. */
-static cl_status cuda_host_stage(cl_backend *be, size_t bytes, void **host) {
+cl_status cl_cuda_host_stage(cl_backend *be, size_t bytes, void **host) {
   cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
   *host = NULL;
   if (bytes == 0 || bytes > ctx->stage_limit) {
@@ -254,7 +253,7 @@ static cl_status cuda_host_stage(cl_backend *be, size_t bytes, void **host) {
 /* ---- lifetime ---------------------------------------------------------- */
 
 /* Also the cleanup of a half-made backend in create: every member may be unset. */
-static void cuda_destroy(cl_backend *be) {
+void cl_cuda_destroy(cl_backend *be) {
   if (!be) return;
   cl_cuda_ctx *ctx = (cl_cuda_ctx *)be->context;
   if (ctx) {
@@ -284,7 +283,7 @@ static void cuda_destroy(cl_backend *be) {
 #define CL_CUDA_SCRATCH_BYTES (CL_CUDA_SCRATCH_CONSTS_AT + CL_CUDA_CONSTS_BYTES)
 static_assert(sizeof(cl_step_vals) <= 64, "cl_step_vals outgrew its scratch");
 
-static void cuda_set_scratch(cl_backend *be, void *p) {
+void cl_cuda_set_scratch(cl_backend *be, void *p) {
   cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
   char *b = (char *)p;
   ctx->d_partials = (double *)p;
@@ -306,48 +305,31 @@ cl_status cl_cuda_sum_partials(cl_backend *be, unsigned blocks, double *sum) {
   return CL_OK;
 }
 
+/* The optional slots, each decided by name: this backend's function, or
+ * NULL for the core's default (backend.c). */
+#define CUDA_HAS_synchronize cl_cuda_synchronize
+#define CUDA_HAS_set_scratch cl_cuda_set_scratch
+#define CUDA_HAS_host_stage cl_cuda_host_stage
+#define CUDA_HAS_gather_rows cl_cuda_gather_rows
+#define CUDA_HAS_conv_workspace cl_cuda_conv_workspace
+#define CUDA_HAS_peephole_filter cl_cuda_peephole_filter
+#define CUDA_HAS_step_vals cl_cuda_step_vals
+#define CUDA_HAS_graph_begin NULL /* cuda_graph.cu's table in front of this one, when on */
+#define CUDA_HAS_graph_end NULL
+#define CUDA_HAS_graph_info NULL
+#define CUDA_HAS_mem_info cl_cuda_mem_info
+#define CUDA_HAS_runtime_bytes cl_cuda_runtime_bytes
+#define CUDA_HAS_conv_algo cl_cuda_conv_algo
+
+#define CUDA_SLOT_(step, opt, ret, name, params, args)                                             \
+  .name = CL_SLOT_PICK_##opt(cl_cuda_##name, CUDA_HAS_##name),
 static const struct cl_backend_i cl_cuda_iface = {
-    /* .name = */ "cuda",
-    /* .host_accessible = */ 0,
-    /* .destroy = */ cuda_destroy,
-    /* .alloc = */ cuda_alloc,
-    /* .free = */ cuda_free,
-    /* .memset0 = */ cuda_memset0,
-    /* .upload = */ cuda_upload,
-    /* .download = */ cuda_download,
-    /* .copy = */ cuda_copy,
-    /* .mem_info = */ cuda_mem_info,
-    /* .synchronize = */ cuda_synchronize,
-    /* .scratch_bytes = */ CL_CUDA_SCRATCH_BYTES,
-    /* .set_scratch = */ cuda_set_scratch,
-    /* .runtime_bytes = */ cl_cuda_runtime_bytes,
-    /* .host_stage = */ cuda_host_stage,
-    /* .conv_workspace = */ cl_cuda_conv_workspace,
-    /* .conv_forward = */ cl_cuda_conv_forward,
-    /* .conv_backward_data = */ cl_cuda_conv_backward_data,
-    /* .conv_backward_filter = */ cl_cuda_conv_backward_filter,
-    /* .gates_forward = */ cl_cuda_gates_forward,
-    /* .gates_backward = */ cl_cuda_gates_backward,
-    /* .peephole_filter = */ cl_cuda_peephole_filter,
-    /* .mse = */ cl_cuda_mse,
-    /* .grad_unscale = */ cl_cuda_grad_unscale,
-    /* .adam_update = */ cl_cuda_adam_update,
-    /* .sgd_update = */ cl_cuda_sgd_update,
-    /* .adam_check = */ cl_cuda_adam_check,
-    /* .sgd_check = */ cl_cuda_sgd_check,
-    /* .gather_rows = */ cl_cuda_gather_rows,
-    /* .loss = */ cl_cuda_loss,
-    /* .sum_squares = */ cl_cuda_sum_squares,
-    /* .conv_algo = */ cl_cuda_conv_algo,
-    /* .step_vals = */ cl_cuda_step_vals,
-    /* .loss_acc = */ cl_cuda_loss_acc,
-    /* .update_step = */ cl_cuda_update_step,
-    /* graphs: cuda_graph.cu's table in front of this one, when on */
-    /* .graph_begin = */ NULL,
-    /* .graph_end = */ NULL,
-    /* .graph_info = */ NULL,
-    /* .mask_mul = */ cl_cuda_mask_mul,
+    .name = "cuda",
+    .host_accessible = 0,
+    .scratch_bytes = CL_CUDA_SCRATCH_BYTES,
+    CL_BACKEND_SLOTS(CUDA_SLOT_)
 };
+#undef CUDA_SLOT_
 
 /* Asking for its attributes fails when the build holds no code this device
  * can run (e.g. built for sm_80+ and run on a Turing card), which a device
@@ -452,7 +434,7 @@ extern "C" cl_status cl_backend_cuda_create(cl_backend **out, char *err, size_t 
   if (st == CL_OK && env_double("CONVLSTM_CUDA_GRAPHS", 0.0) != 0.0) st = cl_cuda_graphs_attach(be);
   if (st != CL_OK) {
     if (err) snprintf(err, errlen, "cuda backend: %s", be->err);
-    cuda_destroy(be);
+    cl_cuda_destroy(be);
     return st;
   }
   *out = be;

@@ -2,7 +2,7 @@
  * cuda/cuda_clip.cu -- the CUDA backend's sum_squares (twin of
  * src/cpu/cpu_clip.c): the squared L2 norm of the flat gradient buffer for
  * gradient clipping (core/clip.c). Each block leaves its double partial sum
- * in the context's partials (in the scratch the core hands over, shared with mse),
+ * in the context's partials (in the scratch the core hands over, shared with the losses),
  * and the host adds them in order, so the norm is the same from run to run.
  */
 #include "cuda_common.h" /* context, check macros, cl_block_sum */
@@ -27,7 +27,7 @@ cl_status cl_cuda_sum_squares(cl_backend *be, const float *g, size_t n, double *
  * cl_update_args step 2): one thread adds the partial sums in the host's
  * order and forms the coefficient with the host's operations, rounded as
  * they are (the _rn intrinsics: no contraction into fused multiply-adds),
- * so that the bits are those of core/backend.c's host_clip; 1 means no
+ * so that the bits are those of cpu/cpu_step.c's clip; 1 means no
  * scaling (a non-finite norm, a coefficient not below 1, a lost loss). */
 __global__ void clip_coef_kernel(const double *partials, unsigned blocks, double max_norm,
                                  int check_loss, cl_step_vals *v, float *coef) {

@@ -169,79 +169,40 @@ cl_status cl_cuda_bad_dtype(cl_backend *be, cl_dtype t, const char *where);
 cl_status cl_cuda_cast_from_f32(cl_backend *be, const float *src, void *dst, size_t n,
                                 cl_dtype t);
 
-/* ---- the slots (one file each, named after their CPU twins) ------------ */
+/* ---- the slots: cl_cuda_<slot> each, from core/backend.h's one list ------
+ * Each file is named after its CPU twin in src/cpu/: memory, reports and
+ * the table in cuda_backend.cu (runtime_bytes: cuda_runtime_mem.cu,
+ * gather_rows: cuda_gather.cu), convolutions cudnn_conv.cu, the cell
+ * cuda_cell.cu (peepholes cuda_peephole.cu), losses cuda_loss.cu,
+ * optimizers cuda_optim.cu (sum_squares cuda_clip.cu), the step's end
+ * cuda_step.cu, dropout cuda_dropout.cu. The graph slots are cuda_graph.cu's
+ * recording table, put in front of this one (cl_cuda_graphs_attach); the
+ * prototypes of slots this backend leaves empty are declared, never
+ * defined. */
+#define CL_CUDA_SLOT_PROTO_(step, opt, ret, name, params, args) ret cl_cuda_##name params;
+CL_BACKEND_SLOTS(CL_CUDA_SLOT_PROTO_)
+#undef CL_CUDA_SLOT_PROTO_
 
-/* cudnn_conv.cu */
-cl_status cl_cuda_conv_workspace(cl_backend *be, const cl_conv_shape *s, size_t *bytes);
-const char *cl_cuda_conv_algo(cl_backend *be, const cl_conv_shape *s, int dir);
-cl_status cl_cuda_conv_forward(cl_backend *be, const cl_conv_shape *s, const void *x,
-                               const float *w, const float *bias, void *y, int accumulate,
-                               void *ws);
-cl_status cl_cuda_conv_backward_data(cl_backend *be, const cl_conv_shape *s, const void *dy,
-                                     const float *w, float *dx, int accumulate, void *ws);
-cl_status cl_cuda_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, const void *dy,
-                                       const void *x, float *dw, float *dbias, void *ws);
+/* ---- what the slots' files share beyond the slots ---------------------- */
+
+/* cudnn_conv.cu: the algorithm cache, freed by destroy */
 void cl_cudnn_cache_free(struct cl_cudnn_cache *c);
 
-/* cuda_cell.cu */
-cl_status cl_cuda_gates_forward(cl_backend *be, const cl_gates_shape *s, void *z,
-                                const void *c_prev, const float *wp, void *c, void *h);
-cl_status cl_cuda_gates_backward(cl_backend *be, const cl_gates_shape *s, void *gates,
-                                 const void *c, const void *c_prev, const float *wp,
-                                 const float *dh, float *dc);
-
-/* cuda_peephole.cu */
-cl_status cl_cuda_peephole_filter(cl_backend *be, const cl_gates_shape *s, const void *dz,
-                                  const void *c, const void *c_prev, float *dwp);
-
-/* cuda_optim.cu: the mse kernel alone (its partial sums left in
- * d_partials, *blocks of them), and the training step's update decided on
- * the device (backend.h, cl_update_args): update_stage writes the host's
- * part (the constants into h_consts), update_launch enqueues the rest. */
-cl_status cl_cuda_mse_launch(cl_backend *be, const void *pred, const float *target, size_t n,
-                             cl_dtype dtype, float scale, float *grad, unsigned *blocks);
-cl_status cl_cuda_update_stage(cl_backend *be, const cl_update_args *u);
-cl_status cl_cuda_update_launch(cl_backend *be, const cl_update_args *u, cl_step_vals *vals);
-cl_status cl_cuda_update_step(cl_backend *be, const cl_update_args *u, cl_step_vals *vals);
-cl_status cl_cuda_mse(cl_backend *be, const void *pred, const float *target, size_t n,
-                      cl_dtype dtype, float scale, float *grad, double *loss);
-cl_status cl_cuda_grad_unscale(cl_backend *be, float *g, size_t n, float inv_scale,
-                               int *found_nonfinite);
-cl_status cl_cuda_adam_update(cl_backend *be, float *p, const float *g, float *m, float *v,
-                              float *vmax, size_t n, const cl_adam_hp *hp);
-cl_status cl_cuda_sgd_update(cl_backend *be, float *p, const float *g, float *buf, size_t n,
-                             const cl_sgd_hp *hp);
-cl_status cl_cuda_adam_check(cl_backend *be, const float *p, const float *g, const float *m,
-                             const float *v, const float *vmax, size_t n, const cl_adam_hp *hp,
-                             uint64_t *fault);
-cl_status cl_cuda_sgd_check(cl_backend *be, const float *p, const float *g, const float *buf,
-                            size_t n, const cl_sgd_hp *hp, uint64_t *fault);
-
-/* cuda_gather.cu */
-cl_status cl_cuda_gather_rows(cl_backend *be, void *dst, const void *src, const int *idx, int nb,
-                              int N, int t0, int nt, size_t row_bytes);
-
-/* cuda_loss.cu (and the kernel alone, as cl_cuda_mse_launch) */
+/* cuda_loss.cu: the loss kernel alone, its partial sums left in d_partials
+ * (*blocks of them), for loss (summed on the host) and loss_acc (on the
+ * device). */
 cl_status cl_cuda_loss_launch(cl_backend *be, const cl_loss_fn *f, const void *pred,
                               const float *target, const float *weight, size_t n, cl_dtype dtype,
                               float scale, float *grad, unsigned *blocks);
-cl_status cl_cuda_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, const float *target,
-                       const float *weight, size_t n, cl_dtype dtype, float scale, float *grad,
-                       double *loss);
 
-/* cuda_clip.cu; clip_launch: step 2 of cl_update_args on the device */
-cl_status cl_cuda_sum_squares(cl_backend *be, const float *g, size_t n, double *sum);
+/* cuda_optim.cu: the training step's update decided on the device
+ * (backend.h, cl_update_args): update_stage writes the host's part (the
+ * constants into h_consts), update_launch enqueues the rest. */
+cl_status cl_cuda_update_stage(cl_backend *be, const cl_update_args *u);
+cl_status cl_cuda_update_launch(cl_backend *be, const cl_update_args *u, cl_step_vals *vals);
 
-/* cuda_dropout.cu */
-cl_status cl_cuda_mask_mul(cl_backend *be, const cl_mask_shape *s, const void *in,
-                           const float *mask, void *out);
+/* cuda_clip.cu: step 2 of cl_update_args on the device */
 cl_status cl_cuda_clip_launch(cl_backend *be, const cl_update_args *u, cl_step_vals *vals);
-
-/* cuda_step.cu: the loss added into a device double, and the step's block */
-cl_status cl_cuda_loss_acc(cl_backend *be, const cl_loss_fn *f, const void *pred,
-                           const float *target, const float *weight, size_t n, cl_dtype dtype,
-                           float scale, float *grad, double share, double *acc);
-cl_step_vals *cl_cuda_step_vals(cl_backend *be);
 
 /* cuda_backend.cu: after every wait for the stream (cuda_host_stage);
  * prepare: the stage's pending growth made now, where nothing is staged
@@ -261,6 +222,5 @@ void cl_cuda_graphs_free(cl_backend *be);
 void cl_cuda_runtime_before_context(int dev);
 void cl_cuda_runtime_after_context(void);
 void cl_cuda_runtime_after_setup(int dev);
-cl_status cl_cuda_runtime_bytes(cl_backend *be, size_t *bytes);
 
 #endif

@@ -103,138 +103,103 @@ static cl_status refuse(cl_backend *be, cl_cuda_graphs *G, const char *why) {
   return CL_E_BACKEND;
 }
 
-/* ---- the recording slots ---------------------------------------------- */
+/* ---- what goes into the key: each argument but be, by value; a shape,
+ * a loss function and the update's arguments by what they hold ---------- */
 
-/* A graph reads an upload's source when it replays: only the pinned stage,
- * where the core packs the step's arrays anew before each replay, will do. */
-static cl_status staged(cl_backend *be, cl_cuda_graphs *G, const void *src, size_t bytes) {
-  const cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
-  const char *s = (const char *)src, *b = (const char *)ctx->h_stage;
-  if (b && s >= b && s + bytes <= b + ctx->h_stage_bytes) return CL_OK;
-  return refuse(be, G, "an upload from outside the pinned stage (CONVLSTM_CUDA_PINNED_MB)");
-}
-
-static void mix_loss_fn(cl_cuda_graphs *G, const cl_loss_fn *f) {
+static void mix_arg(cl_cuda_graphs *G, const cl_conv_shape *s) { mix(G, s, sizeof *s); }
+static void mix_arg(cl_cuda_graphs *G, const cl_gates_shape *s) { mix(G, s, sizeof *s); }
+static void mix_arg(cl_cuda_graphs *G, const cl_mask_shape *s) { mix(G, s, sizeof *s); }
+static void mix_arg(cl_cuda_graphs *G, const cl_loss_fn *f) {
   if (f) MIX(G, f->kind), MIX(G, f->delta), MIX(G, f->pos_weight);
 }
-
 /* The hyper-parameters are not part of the key: they reach the kernels
- * through the pinned constants, staged in a dry walk too. */
-static void mix_update(cl_cuda_graphs *G, const cl_update_args *u, const cl_step_vals *vals) {
+ * through the pinned constants, staged in a dry walk too (slot_hook). */
+static void mix_arg(cl_cuda_graphs *G, const cl_update_args *u) {
   const int ams = u->ahp.amsgrad, mom = u->shp.momentum != 0.0f;
   MIX(G, u->p), MIX(G, u->g), MIX(G, u->m), MIX(G, u->v), MIX(G, u->vmax), MIX(G, u->n);
   MIX(G, u->adam), MIX(G, ams), MIX(G, mom), MIX(G, u->unscale), MIX(G, u->inv_scale);
-  MIX(G, u->max_norm), MIX(G, u->check_loss), MIX(G, vals);
+  MIX(G, u->max_norm), MIX(G, u->check_loss);
 }
+/* anything else: a pointer, a size, a flag, a scale */
+template <typename T> static void mix_arg(cl_cuda_graphs *G, T v) { MIX(G, v); }
 
-/* The slots a step records, one row each: the slot, its number in the key
- * (fixed: a graph's key is made of them), its parameters, the arguments it
- * passes on, what a dry walk returns, then what goes into the key (the
- * slot's arguments but the bytes they point to; a shape by its fields),
- * run in every walk; a dry walk stops after it, the others call the
- * backend's slot. */
-#define RECORDED_SLOTS(X)                                                                          \
-  X(memset0, 1, (cl_backend *be, void *p, size_t bytes), (be, p, bytes), CL_OK, MIX(G, p),         \
-    MIX(G, bytes))                                                                                 \
-  X(upload, 2, (cl_backend *be, void *dst, const void *src, size_t bytes), (be, dst, src, bytes),  \
-    CL_OK, MIX(G, dst), MIX(G, src), MIX(G, bytes);                                                \
-    cl_status st = staged(be, G, src, bytes); if (st != CL_OK) return st)                          \
-  X(copy, 3, (cl_backend *be, void *dst, const void *src, size_t bytes), (be, dst, src, bytes),    \
-    CL_OK, MIX(G, dst), MIX(G, src), MIX(G, bytes))                                                \
-  X(conv_forward, 4,                                                                               \
-    (cl_backend *be, const cl_conv_shape *s, const void *x, const float *w, const float *bias,     \
-     void *y, int accumulate, void *ws),                                                           \
-    (be, s, x, w, bias, y, accumulate, ws), CL_OK, mix(G, s, sizeof *s), MIX(G, x), MIX(G, w),     \
-    MIX(G, bias), MIX(G, y), MIX(G, accumulate), MIX(G, ws))                                       \
-  X(conv_backward_data, 5,                                                                         \
-    (cl_backend *be, const cl_conv_shape *s, const void *dy, const float *w, float *dx,            \
-     int accumulate, void *ws),                                                                    \
-    (be, s, dy, w, dx, accumulate, ws), CL_OK, mix(G, s, sizeof *s), MIX(G, dy), MIX(G, w),        \
-    MIX(G, dx), MIX(G, accumulate), MIX(G, ws))                                                    \
-  X(conv_backward_filter, 6,                                                                       \
-    (cl_backend *be, const cl_conv_shape *s, const void *dy, const void *x, float *dw,             \
-     float *dbias, void *ws),                                                                      \
-    (be, s, dy, x, dw, dbias, ws), CL_OK, mix(G, s, sizeof *s), MIX(G, dy), MIX(G, x),             \
-    MIX(G, dw), MIX(G, dbias), MIX(G, ws))                                                         \
-  X(gates_forward, 7,                                                                              \
-    (cl_backend *be, const cl_gates_shape *s, void *z, const void *c_prev, const float *wp,        \
-     void *c, void *h),                                                                            \
-    (be, s, z, c_prev, wp, c, h), CL_OK, mix(G, s, sizeof *s), MIX(G, z), MIX(G, c_prev),          \
-    MIX(G, wp), MIX(G, c), MIX(G, h))                                                              \
-  X(gates_backward, 8,                                                                             \
-    (cl_backend *be, const cl_gates_shape *s, void *gates, const void *c, const void *c_prev,      \
-     const float *wp, const float *dh, float *dc),                                                 \
-    (be, s, gates, c, c_prev, wp, dh, dc), CL_OK, mix(G, s, sizeof *s), MIX(G, gates), MIX(G, c),  \
-    MIX(G, c_prev), MIX(G, wp), MIX(G, dh), MIX(G, dc))                                            \
-  X(gather_rows, 9,                                                                                \
-    (cl_backend *be, void *dst, const void *src, const int *idx, int nb, int N, int t0, int nt,    \
-     size_t row_bytes),                                                                            \
-    (be, dst, src, idx, nb, N, t0, nt, row_bytes), CL_OK, MIX(G, dst), MIX(G, src), MIX(G, idx),   \
-    MIX(G, nb), MIX(G, N), MIX(G, t0), MIX(G, nt), MIX(G, row_bytes))                              \
-  X(loss_acc, 10,                                                                                  \
-    (cl_backend *be, const cl_loss_fn *f, const void *pred, const float *target,                   \
-     const float *weight, size_t n, cl_dtype dtype, float scale, float *grad, double share,        \
-     double *acc),                                                                                 \
-    (be, f, pred, target, weight, n, dtype, scale, grad, share, acc), CL_OK, mix_loss_fn(G, f),    \
-    MIX(G, pred), MIX(G, target), MIX(G, weight), MIX(G, n), MIX(G, dtype), MIX(G, scale),         \
-    MIX(G, grad), MIX(G, share), MIX(G, acc))                                                      \
-  X(update_step, 11, (cl_backend *be, const cl_update_args *u, cl_step_vals *vals),                \
-    (be, u, vals), cl_cuda_update_stage(be, u), mix_update(G, u, vals))                            \
-  X(mask_mul, 12,                                                                                  \
-    (cl_backend *be, const cl_mask_shape *s, const void *in, const float *mask, void *out),        \
-    (be, s, in, mask, out), CL_OK, mix(G, s, sizeof *s), MIX(G, in), MIX(G, mask), MIX(G, out))    \
-  X(peephole_filter, 13,                                                                           \
-    (cl_backend *be, const cl_gates_shape *s, const void *dz, const void *c, const void *c_prev,   \
-     float *dwp),                                                                                  \
-    (be, s, dz, c, c_prev, dwp), CL_OK, mix(G, s, sizeof *s), MIX(G, dz), MIX(G, c),               \
-    MIX(G, c_prev), MIX(G, dwp))
+/* key_of{G}(be, a, b, ...) mixes a, b, ...: called with a slot's argument
+ * list from backend.h as it stands. */
+struct key_of {
+  cl_cuda_graphs *G;
+  template <typename... A> void operator()(cl_backend *, A... a) const {
+    int unused[] = {0, (mix_arg(G, a), 0)...};
+    (void)unused;
+  }
+};
 
-#define RECORDING_SLOT(name, num, params, args, dry_result, ...)                                   \
-  static cl_status w_##name params {                                                               \
+/* What a recorded slot does beyond its key, by slot: check (every walk,
+ * after the key) and, in a dry walk, the result instead of the call. Most
+ * slots: nothing, and CL_OK. */
+template <int S> struct slot_hook {
+  template <typename... A> static cl_status check(cl_backend *, A...) { return CL_OK; }
+  template <typename... A> static cl_status dry(cl_backend *, A...) { return CL_OK; }
+};
+/* A graph reads an upload's source when it replays: only the pinned stage,
+ * where the core packs the step's arrays anew before each replay, will do. */
+template <> struct slot_hook<CL_SLOT_upload> {
+  static cl_status check(cl_backend *be, void *, const void *src, size_t bytes) {
+    const cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+    const char *s = (const char *)src, *b = (const char *)ctx->h_stage;
+    if (b && s >= b && s + bytes <= b + ctx->h_stage_bytes) return CL_OK;
+    return refuse(be, graphs_of(be),
+                  "an upload from outside the pinned stage (CONVLSTM_CUDA_PINNED_MB)");
+  }
+  static cl_status dry(cl_backend *, void *, const void *, size_t) { return CL_OK; }
+};
+/* The update's constants are staged in a dry walk too: the graph reads them. */
+template <> struct slot_hook<CL_SLOT_update_step> {
+  static cl_status check(cl_backend *, const cl_update_args *, cl_step_vals *) { return CL_OK; }
+  static cl_status dry(cl_backend *be, const cl_update_args *u, cl_step_vals *) {
+    return cl_cuda_update_stage(be, u);
+  }
+};
+
+/* ---- the recording table, from backend.h's one list --------------------
+ * STEP slots are recorded: in a walk the slot's number and arguments go
+ * into the key; a dry walk stops there, the others call the backend's
+ * slot. SYNC slots wait for the device (or allocate) and so never belong
+ * inside a step: refused in a dry or captured walk, marked in a plain one
+ * (which is then never captured). NONE slots pass through; of them,
+ * host_stage and the graph slots are written out below. */
+
+/* A SYNC slot's call unless refused; a void one (free) runs either way. */
+template <typename R> struct unless_refused {
+  template <typename F> static R run(cl_status st, F call) { return st != CL_OK ? st : call(); }
+};
+template <> struct unless_refused<void> {
+  template <typename F> static void run(cl_status, F call) { call(); }
+};
+
+#define GRAPH_STEP_(ret, name, params, args)                                                       \
+  static ret w_##name params {                                                                     \
     cl_cuda_graphs *G = graphs_of(be);                                                             \
-    if (walking(G, num)) {                                                                         \
-      __VA_ARGS__;                                                                                 \
-      if (dry(G)) return dry_result;                                                               \
+    if (walking(G, CL_SLOT_##name)) {                                                              \
+      key_of{G} args;                                                                              \
+      const cl_status st = slot_hook<CL_SLOT_##name>::check args;                                 \
+      if (st != CL_OK) return st;                                                                  \
+      if (dry(G)) return slot_hook<CL_SLOT_##name>::dry args;                                      \
     }                                                                                              \
     return real_iface.name args;                                                                   \
   }
-RECORDED_SLOTS(RECORDING_SLOT)
-#undef RECORDING_SLOT
-
-/* Slots that wait for the device (they read a result) and so never belong
- * inside a step: the slot, why, its parameters, the arguments it passes on. */
-#define WAITING_SLOTS(X)                                                                           \
-  X(download, "a download", (cl_backend *be, void *host_dst, const void *src, size_t bytes),       \
-    (be, host_dst, src, bytes))                                                                    \
-  X(synchronize, "a synchronize", (cl_backend *be), (be))                                          \
-  X(mse, "mse (it reads the loss)",                                                                \
-    (cl_backend *be, const void *pred, const float *target, size_t n, cl_dtype dtype,              \
-     float scale, float *grad, double *loss),                                                      \
-    (be, pred, target, n, dtype, scale, grad, loss))                                               \
-  X(loss, "loss (it reads the loss)",                                                              \
-    (cl_backend *be, const cl_loss_fn *f, const void *pred, const float *target,                   \
-     const float *weight, size_t n, cl_dtype dtype, float scale, float *grad, double *loss),       \
-    (be, f, pred, target, weight, n, dtype, scale, grad, loss))
-
-#define WAITING_SLOT(name, why, params, args)                                                      \
-  static cl_status w_##name params {                                                               \
-    cl_status st = graphs_of(be)->walk ? refuse(be, graphs_of(be), why) : CL_OK;                   \
-    return st != CL_OK ? st : real_iface.name args;                                                \
+#define GRAPH_SYNC_(ret, name, params, args)                                                       \
+  static ret w_##name params {                                                                     \
+    cl_cuda_graphs *G = graphs_of(be);                                                             \
+    const cl_status st = G->walk ? refuse(be, G, #name " (it waits for the device)") : CL_OK;      \
+    return unless_refused<ret>::run(st, [&]() { return real_iface.name args; });                   \
   }
-WAITING_SLOTS(WAITING_SLOT)
-#undef WAITING_SLOT
-
-/* Allocation: never inside a step (refused, or in a plain walk marked). */
-static cl_status w_alloc(cl_backend *be, size_t bytes, void **out) {
-  cl_status st = refuse(be, graphs_of(be), "an allocation");
-  if (st != CL_OK) return (*out = NULL), st;
-  return real_iface.alloc(be, bytes, out);
-}
-
-static void w_free(cl_backend *be, void *p) {
-  (void)refuse(be, graphs_of(be), "a free");
-  real_iface.free(be, p);
-}
+#define GRAPH_NONE_(ret, name, params, args)
+#define GRAPH_WRAPPER_(step, opt, ret, name, params, args) GRAPH_##step##_(ret, name, params, args)
+CL_BACKEND_SLOTS(GRAPH_WRAPPER_)
+#undef GRAPH_WRAPPER_
+#undef GRAPH_STEP_
+#undef GRAPH_SYNC_
+#undef GRAPH_NONE_
 
 /* Inside a step the stage must not wait for the stream to make room. */
 static cl_status w_host_stage(cl_backend *be, size_t bytes, void **host) {
@@ -413,12 +378,15 @@ cl_status cl_cuda_graphs_attach(cl_backend *be) {
   if (!tables_ready) {
     real_iface = *be->iface;
     graph_iface = real_iface;
-#define INSTALL(name, ...) graph_iface.name = w_##name;
-    RECORDED_SLOTS(INSTALL)
-    WAITING_SLOTS(INSTALL)
-#undef INSTALL
-    graph_iface.alloc = w_alloc;
-    graph_iface.free = w_free;
+#define INSTALL_STEP_(name) graph_iface.name = w_##name;
+#define INSTALL_SYNC_(name) graph_iface.name = w_##name;
+#define INSTALL_NONE_(name)
+#define INSTALL_(step, opt, ret, name, params, args) INSTALL_##step##_(name)
+    CL_BACKEND_SLOTS(INSTALL_)
+#undef INSTALL_
+#undef INSTALL_STEP_
+#undef INSTALL_SYNC_
+#undef INSTALL_NONE_
     graph_iface.host_stage = w_host_stage;
     graph_iface.graph_begin = g_begin;
     graph_iface.graph_end = g_end;

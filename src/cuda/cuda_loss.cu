@@ -1,16 +1,74 @@
 /*
  * cuda/cuda_loss.cu -- the CUDA backend's loss slot (twin of
- * src/cpu/cpu_loss.c): MAE, Huber and binary cross-entropy on logits, each
- * mean-reduced with its gradient in one pass, as torch 1.13's. Each block
- * leaves the double sum of its elements' losses in the context's partials
- * (the scratch the core hands over, shared with mse) and the host adds them in order.
- * With a per-element weight it takes MSE too (cuda_optim.cu's formula), each
- * element's loss and gradient factor times w, a weight of one giving the
- * unweighted bits.
+ * src/cpu/cpu_loss.c): MSE, MAE, Huber and binary cross-entropy on logits,
+ * each mean-reduced with its gradient in one pass, as torch 1.13's. Each
+ * block leaves the double sum of its elements' losses in the context's
+ * partials (the scratch the core hands over) and a fixed-order pass adds
+ * them: the host (cl_cuda_sum_partials) for the loss slot, one device
+ * thread for loss_acc (cuda_step.cu). Unweighted MSE has a kernel of its
+ * own (the plain step's); with a per-element weight MSE runs in the
+ * general kernel (mse_kernel's formula), each element's loss and gradient
+ * factor times w, a weight of one giving the unweighted bits.
  */
 #include <stdio.h> /* snprintf */
 
 #include "cuda_common.h" /* context, check macros, cl_ld, cl_block_sum */
+
+/* ---- mean squared error, unweighted -------------------------------------- */
+
+/* Each block leaves the double sum of its squared differences in
+ * partials[blockIdx.x]; the host adds the partials in order, so the loss is
+ * the same from run to run. grad may alias target (no __restrict__): each
+ * element is read before it is written, by the same thread. */
+template <typename T>
+__global__ void mse_kernel(const T *pred, const float *target, size_t n, float gscale,
+                           float *grad, double *partials) {
+  double sum = 0.0;
+  CL_CUDA_FOR(i, n) {
+    /* the difference in float, squared in double: cpu_loss.c's formula */
+    const float d = cl_ld(pred[i]) - target[i];
+    sum += (double)d * (double)d;
+    if (grad) grad[i] = gscale * d;
+  }
+  sum = cl_block_sum(sum);
+  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+}
+
+template <typename T>
+static void mse_t(cl_cuda_ctx *ctx, const void *pred, const float *target, size_t n, float gscale,
+                  float *grad, unsigned blocks) {
+  mse_kernel<T><<<blocks, CL_CUDA_THREADS, 0, ctx->stream>>>(
+      (const T *)pred, target, n, gscale, grad, ctx->d_partials);
+}
+
+static cl_status mse_launch(cl_backend *be, const void *pred, const float *target, size_t n,
+                            cl_dtype dtype, float scale, float *grad, unsigned *blocks) {
+  if (n == 0) {
+    snprintf(be->err, sizeof be->err, "cuda mse: no elements");
+    return CL_E_INVALID;
+  }
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  const float gscale = (float)(2.0 * (double)scale / (double)n);
+  *blocks = cl_cuda_partial_blocks(n);
+  switch (dtype) {
+  case CL_F32:
+    mse_t<float>(ctx, pred, target, n, gscale, grad, *blocks);
+    break;
+  case CL_F16:
+    mse_t<__half>(ctx, pred, target, n, gscale, grad, *blocks);
+    break;
+  case CL_BF16:
+    mse_t<__nv_bfloat16>(ctx, pred, target, n, gscale, grad, *blocks);
+    break;
+  default:
+    return cl_cuda_bad_dtype(be, dtype, "mse");
+  }
+  CL_CUDA_LAUNCH_CHECK(be);
+  return CL_OK;
+}
+
+
+/* ---- the other losses, and weighted ones --------------------------------- */
 
 struct loss_k {
   int kind;
@@ -73,8 +131,10 @@ cl_status cl_cuda_loss_launch(cl_backend *be, const cl_loss_fn *f, const void *p
     snprintf(be->err, sizeof be->err, "cuda loss: no elements");
     return CL_E_INVALID;
   }
+  if (!f || (f->kind == CL_LOSS_MSE && !weight))
+    return mse_launch(be, pred, target, n, dtype, scale, grad, blocks);
   if (f->kind != CL_LOSS_MAE && f->kind != CL_LOSS_HUBER && f->kind != CL_LOSS_BCE_LOGITS &&
-      !(weight && f->kind == CL_LOSS_MSE)) {
+      f->kind != CL_LOSS_MSE) {
     snprintf(be->err, sizeof be->err, "cuda loss: no kernel for loss %d", (int)f->kind);
     return CL_E_INVALID;
   }

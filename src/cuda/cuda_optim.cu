@@ -1,17 +1,18 @@
 /*
- * cuda/cuda_optim.cu -- loss and optimizer slots of the CUDA backend (twin of
- * src/cpu/cpu_optim.c): the mean squared error with its gradient, the
- * unscale-and-check of float16 loss scaling, and one launch each for
+ * cuda/cuda_optim.cu -- optimizer slots of the CUDA backend (twin of
+ * src/cpu/cpu_optim.c): the unscale-and-check of float16 loss scaling, and
+ * one launch each for
  * torch.optim.Adam (amsgrad too), torch.optim.AdamW and torch.optim.SGD over
  * the flat array of all parameters.
  *
  * The updates follow torch 1.13's single-tensor code operation for operation
  * (weight decay added to the gradient, bias corrections in double on the
- * host, addcdiv's order), so that a run tracks PyTorch's step by step. Only
- * the prediction is in the storage type; targets, gradients, parameters and
- * optimizer state are float32. Each update has a guard (adam_check,
+ * host, addcdiv's order), so that a run tracks PyTorch's step by step.
+ * Gradients, parameters and optimizer state are float32. Each update has a guard (adam_check,
  * sgd_check), a dry run that finds the first value it would make
- * non-finite. The loss scaler's policy (when to grow or cut
+ * non-finite; the step's end (update_step, in cuda_step.cu) stages
+ * the constants (update_stage) and launches the guarded update decided on
+ * the device (update_launch). The loss scaler's policy (when to grow or cut
  * the scale, skipping a step) lives in the core, not here.
  */
 #include <math.h>  /* pow, sqrt */
@@ -19,69 +20,6 @@
 #include <string.h> /* memcpy */
 
 #include "cuda_common.h" /* context, check macros, cl_ld/cl_st, cl_block_sum */
-
-/* ---- mean squared error ------------------------------------------------ */
-
-/* Each block leaves the double sum of its squared differences in
- * partials[blockIdx.x]; the host adds the partials in order, so the loss is
- * the same from run to run. grad may alias target (no __restrict__): each
- * element is read before it is written, by the same thread. */
-template <typename T>
-__global__ void mse_kernel(const T *pred, const float *target, size_t n, float gscale,
-                           float *grad, double *partials) {
-  double sum = 0.0;
-  CL_CUDA_FOR(i, n) {
-    /* the difference in float, squared in double: cpu_optim.c's formula */
-    const float d = cl_ld(pred[i]) - target[i];
-    sum += (double)d * (double)d;
-    if (grad) grad[i] = gscale * d;
-  }
-  sum = cl_block_sum(sum);
-  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
-}
-
-template <typename T>
-static void mse_t(cl_cuda_ctx *ctx, const void *pred, const float *target, size_t n, float gscale,
-                  float *grad, unsigned blocks) {
-  mse_kernel<T><<<blocks, CL_CUDA_THREADS, 0, ctx->stream>>>(
-      (const T *)pred, target, n, gscale, grad, ctx->d_partials);
-}
-
-cl_status cl_cuda_mse_launch(cl_backend *be, const void *pred, const float *target, size_t n,
-                             cl_dtype dtype, float scale, float *grad, unsigned *blocks) {
-  if (n == 0) {
-    snprintf(be->err, sizeof be->err, "cuda mse: no elements");
-    return CL_E_INVALID;
-  }
-  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
-  const float gscale = (float)(2.0 * (double)scale / (double)n);
-  *blocks = cl_cuda_partial_blocks(n);
-  switch (dtype) {
-  case CL_F32:
-    mse_t<float>(ctx, pred, target, n, gscale, grad, *blocks);
-    break;
-  case CL_F16:
-    mse_t<__half>(ctx, pred, target, n, gscale, grad, *blocks);
-    break;
-  case CL_BF16:
-    mse_t<__nv_bfloat16>(ctx, pred, target, n, gscale, grad, *blocks);
-    break;
-  default:
-    return cl_cuda_bad_dtype(be, dtype, "mse");
-  }
-  CL_CUDA_LAUNCH_CHECK(be);
-  return CL_OK;
-}
-
-cl_status cl_cuda_mse(cl_backend *be, const void *pred, const float *target, size_t n,
-                      cl_dtype dtype, float scale, float *grad, double *loss) {
-  unsigned blocks = 0;
-  double sum = 0.0;
-  cl_status st = cl_cuda_mse_launch(be, pred, target, n, dtype, scale, grad, &blocks);
-  if (st == CL_OK) st = cl_cuda_sum_partials(be, blocks, &sum);
-  if (st == CL_OK) *loss = sum / (double)n;
-  return st;
-}
 
 /* ---- loss-scale unscaling ---------------------------------------------- */
 
@@ -470,9 +408,4 @@ cl_status cl_cuda_update_launch(cl_backend *be, const cl_update_args *u, cl_step
         u->p, u->g, u->shp.momentum != 0.0f ? u->m : NULL, n, c, vals);
   CL_CUDA_LAUNCH_CHECK(be);
   return CL_OK;
-}
-
-cl_status cl_cuda_update_step(cl_backend *be, const cl_update_args *u, cl_step_vals *vals) {
-  const cl_status st = cl_cuda_update_stage(be, u);
-  return st == CL_OK ? cl_cuda_update_launch(be, u, vals) : st;
 }

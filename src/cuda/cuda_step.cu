@@ -1,9 +1,11 @@
 /*
  * cuda/cuda_step.cu -- the CUDA backend's part of the sync-free training
- * step (core/backend.h, cl_step_vals): the loss of each segment added into
- * a double on the device (loss_acc), and where the step's results live.
- * The update's decisions are cuda_optim.cu's (update_step), the clipping
- * cuda_clip.cu's. Nothing here waits for the stream.
+ * step (core/backend.h, cl_step_vals), twin of src/cpu/cpu_step.c: the
+ * loss of each segment added into a double on the device (loss_acc), where
+ * the step's results live (step_vals), and the step's end (update_step:
+ * its constants staged, then the guarded update decided on the device by
+ * cuda_optim.cu's kernels, the clipping by cuda_clip.cu's). Nothing here
+ * waits for the stream.
  */
 #include "cuda_common.h" /* context, check macros */
 
@@ -24,9 +26,7 @@ cl_status cl_cuda_loss_acc(cl_backend *be, const cl_loss_fn *f, const void *pred
                            float scale, float *grad, double share, double *acc) {
   unsigned blocks = 0;
   const cl_status st =
-      (!f || f->kind == CL_LOSS_MSE) && !weight
-          ? cl_cuda_mse_launch(be, pred, target, n, dtype, scale, grad, &blocks)
-          : cl_cuda_loss_launch(be, f, pred, target, weight, n, dtype, scale, grad, &blocks);
+      cl_cuda_loss_launch(be, f, pred, target, weight, n, dtype, scale, grad, &blocks);
   if (st != CL_OK) return st;
   cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
   loss_acc_kernel<<<1, 1, 0, ctx->stream>>>(ctx->d_partials, blocks, (double)n, share, acc);
@@ -35,3 +35,8 @@ cl_status cl_cuda_loss_acc(cl_backend *be, const cl_loss_fn *f, const void *pred
 }
 
 cl_step_vals *cl_cuda_step_vals(cl_backend *be) { return cl_cuda_ctx_of(be)->d_vals; }
+
+cl_status cl_cuda_update_step(cl_backend *be, const cl_update_args *u, cl_step_vals *vals) {
+  const cl_status st = cl_cuda_update_stage(be, u);
+  return st == CL_OK ? cl_cuda_update_launch(be, u, vals) : st;
+}

@@ -580,19 +580,30 @@ static cl_status missing_ws(cl_backend *be, const char *what, size_t bytes) {
 /* ---- small kernels for the half types ---------------------------------- */
 
 /* cuDNN's bias calls want bias and y of one type; with half storage the
- * bias stays float and is added (and reduced) here, in float. */
+ * bias stays float and is added (and reduced) here, in float.
+ *
+ * y[plane, p] += bias[plane % K] over the N*K planes of P pixels: block
+ * rows walk the planes, each block's threads the pixels, so a plane's
+ * channel is one division per plane, not one per element. */
 template <typename T>
-__global__ void add_bias_kernel(T *y, const float *bias, size_t total, int K, size_t P) {
-  CL_CUDA_FOR(i, total) {
-    const int k = (int)((i / P) % (size_t)K);
-    y[i] = cl_st<T>(cl_ld(y[i]) + bias[k]);
+__global__ void add_bias_kernel(T *y, const float *bias, size_t planes, int K, size_t P) {
+  for (size_t plane = blockIdx.y; plane < planes; plane += gridDim.y) {
+    const float b = bias[plane % (size_t)K];
+    T *row = y + plane * P;
+    for (size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x; p < P;
+         p += (size_t)gridDim.x * blockDim.x)
+      row[p] = cl_st<T>(cl_ld(row[p]) + b);
   }
 }
 
-/* dbias[k] += sum over n, p of dy[n, k, p]: block (k, j) sums images
- * [j*per_block, (j+1)*per_block) and adds its total atomically. */
+/* dbias[k] += sum over n, p of dy[n, k, p], the same bits run after run (no
+ * atomics): block (k, j) sums images [j*per_block, (j+1)*per_block), each
+ * thread the pixels t, t + blockDim.x, ... of each image in turn, then
+ * cl_block_sum's fixed tree. With one block per channel it adds into dbias
+ * itself; else it leaves its sum in part[j K + k] and bias_grad_finish adds
+ * a channel's partials in the order of j. */
 template <typename T>
-__global__ void bias_grad_kernel(const T *dy, float *dbias, int N, int K, size_t P,
+__global__ void bias_grad_kernel(const T *dy, float *dbias, double *part, int N, int K, size_t P,
                                  int per_block) {
   const int k = blockIdx.x;
   const int n0 = blockIdx.y * per_block;
@@ -603,7 +614,19 @@ __global__ void bias_grad_kernel(const T *dy, float *dbias, int N, int K, size_t
     for (size_t p = threadIdx.x; p < P; p += blockDim.x) sum += cl_ld(row[p]);
   }
   sum = cl_block_sum(sum);
-  if (threadIdx.x == 0) atomicAdd(&dbias[k], sum);
+  if (threadIdx.x != 0) return;
+  if (gridDim.y == 1)
+    dbias[k] += sum;
+  else
+    part[(size_t)blockIdx.y * K + k] = sum;
+}
+
+__global__ void bias_grad_finish_kernel(const double *part, float *dbias, int K, int ny) {
+  CL_CUDA_FOR(k, (size_t)K) {
+    double s = 0.0;
+    for (int j = 0; j < ny; j++) s += part[(size_t)j * K + k];
+    dbias[k] += (float)s;
+  }
 }
 
 /* dst (+)= src widened to float; accumulate 0 does not read dst. */
@@ -618,22 +641,39 @@ __global__ void widen_kernel(float *dst, const T *src, size_t n, int accumulate)
 
 template <typename T>
 static cl_status add_bias(cl_backend *be, const cl_conv_shape *s, void *y, const float *bias) {
-  const size_t P = (size_t)s->H * s->W, total = (size_t)s->N * s->K * P;
-  add_bias_kernel<T><<<cl_cuda_blocks(total), CL_CUDA_THREADS, 0, cl_cuda_ctx_of(be)->stream>>>(
-      (T *)y, bias, total, s->K, P);
+  const size_t P = (size_t)s->H * s->W, planes = (size_t)s->N * s->K;
+  if (planes == 0) return CL_OK;
+  const size_t bx = (P + CL_CUDA_THREADS - 1) / CL_CUDA_THREADS;
+  dim3 grid((unsigned)(bx < 64 ? bx : 64), (unsigned)(planes < 65535 ? planes : 65535));
+  add_bias_kernel<T><<<grid, CL_CUDA_THREADS, 0, cl_cuda_ctx_of(be)->stream>>>(
+      (T *)y, bias, planes, s->K, P);
   CL_CUDA_LAUNCH_CHECK(be);
   return CL_OK;
 }
 
+/* Images split over up to 64 block rows (enough blocks to fill the GPU when
+ * K is small), as many as the scratch's partials hold (d_partials: the
+ * stream runs its users one after another, and none keeps them across a
+ * call); one row, no partials, when K alone fills them. */
 template <typename T>
 static cl_status bias_grad(cl_backend *be, const cl_conv_shape *s, const void *dy, float *dbias) {
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
   const size_t P = (size_t)s->H * s->W;
-  const int ny = s->N < 64 ? s->N : 64; /* enough blocks to fill the GPU when K is small */
+  int ny = s->N < 64 ? s->N : 64;
+  const int fit = ctx->d_partials ? CL_CUDA_MAX_PARTIALS / s->K : 1;
+  if (ny > fit) ny = fit;
+  if (ny < 1) ny = 1;
   const int per_block = (s->N + ny - 1) / ny;
-  dim3 grid((unsigned)s->K, (unsigned)((s->N + per_block - 1) / per_block));
-  bias_grad_kernel<T><<<grid, CL_CUDA_THREADS, 0, cl_cuda_ctx_of(be)->stream>>>(
-      (const T *)dy, dbias, s->N, s->K, P, per_block);
+  ny = (s->N + per_block - 1) / per_block;
+  dim3 grid((unsigned)s->K, (unsigned)ny);
+  bias_grad_kernel<T><<<grid, CL_CUDA_THREADS, 0, ctx->stream>>>(
+      (const T *)dy, dbias, ctx->d_partials, s->N, s->K, P, per_block);
   CL_CUDA_LAUNCH_CHECK(be);
+  if (ny > 1) {
+    bias_grad_finish_kernel<<<cl_cuda_blocks((size_t)s->K), CL_CUDA_THREADS, 0, ctx->stream>>>(
+        ctx->d_partials, dbias, s->K, ny);
+    CL_CUDA_LAUNCH_CHECK(be);
+  }
   return CL_OK;
 }
 

@@ -251,7 +251,7 @@ static void ref_sgd_step(double *p, const float *g, double *buf, size_t n, const
   }
 }
 
-/* The loss and mse slots: the mean over n of torch 1.13's MSE, L1,
+/* The loss slot: the mean over n of torch 1.13's MSE, L1,
  * Huber(delta) or BCE-with-logits(pos_weight) loss of pred against target,
  * each element's times weight[i] (weight NULL: one), in double from the
  * float inputs (MSE's difference a float32, as in torch's mse_loss on

@@ -526,6 +526,9 @@ static void conv_on(const row *r, variant *v, const conv_data *d, const char *la
    * the result (-v prints every one), and its tolerance for float32 */
   char what[240], algo[3][160];
   for (int dir = 0; dir < 3; dir++) algo_of(be, s, dir, algo[dir], sizeof algo[dir]);
+  if (f->conv_algo && s->N > 0)
+    expect(v, algo[0][0] && (!d->run_data || algo[1][0]) && (!d->run_filter || algo[2][0]),
+           "%s: conv_algo names the algorithm of each direction that ran", label);
   const int f32 = t == CL_F32;
   float *got = dev_get(&sc, t, Y, d->ny);
   snprintf(what, sizeof what, "%s: forward%s%s", label, algo[0][0] ? " " : "", algo[0]);
@@ -964,25 +967,31 @@ static void run_gates_errors(const row *r) {
 
 /* ---- loss and optimizers ------------------------------------------------------------ */
 
+/* MSE's refusals, f NULL (MSE) and unweighted MSE by kind alike. */
 static void run_mse_errors(const row *r) {
   (void)r;
+  const cl_loss_fn mse = {CL_LOSS_MSE, 1, 1};
   for (int vi = 0; vi < n_vs; vi++) {
     variant *v = &vs[vi];
     scope sc = scope_of(v);
     float *P = dev_alloc(&sc, 64), *Y = dev_alloc(&sc, 64);
     double loss = -1.0;
     if (sc.ok) {
-      cl_status s1 = v->be->iface->mse(v->be, P, Y, 4, BAD_DTYPE, 1.0f, NULL, &loss);
-      cl_status s2 = v->be->iface->mse(v->be, P, Y, 0, CL_F32, 1.0f, NULL, &loss);
-      expect(v, s1 == CL_E_UNSUPPORTED && s2 == CL_E_INVALID,
-             "unknown dtype: %s; n = 0: %s (%s)", status_str(s1), status_str(s2), v->be->err);
+      const struct cl_backend_i *f = v->be->iface;
+      cl_status s1 = f->loss(v->be, NULL, P, Y, NULL, 4, BAD_DTYPE, 1.0f, NULL, &loss);
+      cl_status s2 = f->loss(v->be, NULL, P, Y, NULL, 0, CL_F32, 1.0f, NULL, &loss);
+      cl_status s3 = f->loss(v->be, &mse, P, Y, NULL, 4, BAD_DTYPE, 1.0f, NULL, &loss);
+      cl_status s4 = f->loss(v->be, &mse, P, Y, NULL, 0, CL_F32, 1.0f, NULL, &loss);
+      expect(v, s1 == CL_E_UNSUPPORTED && s2 == CL_E_INVALID && s3 == s1 && s4 == s2,
+             "unknown dtype: %s / %s; n = 0: %s / %s (%s)", status_str(s1), status_str(s3),
+             status_str(s2), status_str(s4), v->be->err);
     }
     scope_end(&sc);
   }
 }
 
-/* The mse slot (MSE) and the loss slot (MAE, Huber, BCE with logits), on
- * every dtype of the prediction, with the gradient in its own buffer, over
+/* The loss slot (MSE, MAE, Huber, BCE with logits), on every dtype of the
+ * prediction, with the gradient in its own buffer, over
  * the target (as backward.c asks) or not at all. */
 typedef struct loss_case {
   cl_loss_fn f;
@@ -1007,15 +1016,6 @@ static void loss_inputs(const cl_loss_fn *f, size_t n, float **p, float **y) {
   if (bce)
     for (size_t k = 0; k < n; k++)
       (*y)[k] = k % 7 == 3 ? 0.25f + (*y)[k] / 8 : (float)((*y)[k] > 0.8f);
-}
-
-/* The slot that computes loss f: mse for MSE without a weight, else loss
- * (backend.h; as cl_backend_loss_acc chooses). */
-static cl_status loss_slot(cl_backend *be, const cl_loss_fn *f, void *P, const float *Y,
-                           const float *W, size_t n, cl_dtype dt, float scale, float *g,
-                           double *loss) {
-  return f->kind == CL_LOSS_MSE && !W ? be->iface->mse(be, P, Y, n, dt, scale, g, loss)
-                                      : be->iface->loss(be, f, P, Y, W, n, dt, scale, g, loss);
 }
 
 static void run_loss(const row *r) {
@@ -1043,7 +1043,7 @@ static void run_loss(const row *r) {
         float *g = c->grad == 0 ? NULL : c->grad == 1 ? G : Y;
         double loss = -1.0;
         if (sc.ok)
-          CALL(&sc, loss_slot(v->be, &c->f, P, Y, NULL, n, (cl_dtype)t, c->scale, g, &loss));
+          CALL(&sc, v->be->iface->loss(v->be, &c->f, P, Y, NULL, n, (cl_dtype)t, c->scale, g, &loss));
         if (!sc.ok) goto next;
         const double lr = fabs(loss - rloss) / rloss;
         expect(v, lr <= r->tol.scalar, "%-60s loss %.17g, want %.17g (rel %.1e, tol %.0e)", label,
@@ -1063,8 +1063,8 @@ static void run_loss(const row *r) {
 
 /* The loss slot with a per-element weight (MSE too): in [0, 2] with every
  * fifth zero, against ref_loss_w; then a weight of ones, which must give
- * the unweighted call's loss and gradient bit for bit (the mse slot's for
- * MSE). */
+ * the unweighted call's loss and gradient bit for bit (for MSE: the plain
+ * step's kernel's). */
 static void run_weighted_loss(const row *r) {
   const loss_case *cases = r->cases;
   for (int i = 0; i < r->n_cases; i++)
@@ -1098,7 +1098,7 @@ static void run_weighted_loss(const row *r) {
         const cl_dtype dt = (cl_dtype)t;
         if (sc.ok) CALL(&sc, f->loss(v->be, &c->f, P, Y, Wt, n, dt, c->scale, G, &loss));
         if (sc.ok) CALL(&sc, f->loss(v->be, &c->f, P, Y, O, n, dt, c->scale, G1, &l1));
-        if (sc.ok) CALL(&sc, loss_slot(v->be, &c->f, P, Y, NULL, n, dt, c->scale, G0, &l0));
+        if (sc.ok) CALL(&sc, v->be->iface->loss(v->be, &c->f, P, Y, NULL, n, dt, c->scale, G0, &l0));
         if (!sc.ok) goto next;
         const double lr = fabs(loss - rloss) / rloss;
         expect(v, lr <= r->tol.scalar, "%-60s loss %.17g, want %.17g (rel %.1e, tol %.0e)", label,
@@ -1136,11 +1136,11 @@ static void run_loss_errors(const row *r) {
       const struct cl_backend_i *f = v->be->iface;
       cl_status s1 = f->loss(v->be, &mae, P, Y, NULL, 4, BAD_DTYPE, 1.0f, NULL, &loss);
       cl_status s2 = f->loss(v->be, &mae, P, Y, NULL, 0, CL_F32, 1.0f, NULL, &loss);
-      cl_status s3 = f->loss(v->be, &mse, P, Y, NULL, 4, CL_F32, 1.0f, NULL, &loss);
+      cl_status s3 = f->loss(v->be, &mse, Y, Y, Y, 0, CL_F32, 1.0f, NULL, &loss);
       cl_status s4 = f->loss(v->be, &unknown, P, Y, NULL, 4, CL_F32, 1.0f, NULL, &loss);
       expect(v, s1 == CL_E_UNSUPPORTED && s2 == CL_E_INVALID && s3 == CL_E_INVALID &&
                     s4 == CL_E_INVALID,
-             "unknown dtype: %s; n = 0: %s; MSE (the mse slot's): %s; unknown kind: %s",
+             "unknown dtype: %s; n = 0: %s; weighted MSE, n = 0: %s; unknown kind: %s",
              status_str(s1), status_str(s2), status_str(s3), status_str(s4));
     }
     scope_end(&sc);
@@ -1536,7 +1536,7 @@ static void run_guard(const row *r) {
 
 /* ---- the sync-free step: loss_acc and update_step --------------------------------- */
 
-/* update_step (cl_backend_update_step: the slot, or backend.c's host
+/* update_step (cl_backend_update_step: the slot; the CPU's is cpu_step.c's host
  * composition) against that composition of the same backend's synchronising
  * slots: grad_unscale, sum_squares and the coefficient, the guard, the
  * decision, the update. On the CPU both are the same code (the default's
@@ -1695,8 +1695,8 @@ static void run_loss_acc(const row *r) {
         CALL(&sc,
              cl_backend_loss_acc(v->be, &fns[k], P, Y, Wt, n - 7, CL_F32, 1, NULL, 0.75, acc));
       if (sc.ok) CALL(&sc, f->download(v->be, &got, acc, 8));
-      if (sc.ok) CALL(&sc, loss_slot(v->be, &fns[k], P, Y, Wt, n, CL_F32, 1, NULL, &m1));
-      if (sc.ok) CALL(&sc, loss_slot(v->be, &fns[k], P, Y, Wt, n - 7, CL_F32, 1, NULL, &m2));
+      if (sc.ok) CALL(&sc, v->be->iface->loss(v->be, &fns[k], P, Y, Wt, n, CL_F32, 1, NULL, &m1));
+      if (sc.ok) CALL(&sc, v->be->iface->loss(v->be, &fns[k], P, Y, Wt, n - 7, CL_F32, 1, NULL, &m2));
       double want = 0;
       const double p1 = 0.25 * m1, p2 = 0.75 * m2;
       want += p1;
@@ -1773,7 +1773,7 @@ static void run_scratch(const row *r) {
     uint64_t key = 0;
     if (sc.ok) {
       f->set_scratch(be, alt);
-      CALL(&sc, f->mse(be, P, T, NM, CL_F32, 1.0f, NULL, &loss));
+      CALL(&sc, f->loss(be, NULL, P, T, NULL, NM, CL_F32, 1.0f, NULL, &loss));
       CALL(&sc, f->grad_unscale(be, d[1], NA, 1.0f, &found));
       CALL(&sc, f->adam_check(be, d[0], d[1], d[2], d[3], NULL, NA, &ah, &key));
       CALL(&sc, f->loss(be, &huber, P, T, NULL, NM, CL_F32, 1.0f, NULL, &lhuber));
@@ -1851,6 +1851,78 @@ static void run_gather(const row *r) {
       scope_end(&sc);
     }
     free(src), free(want), free(got), free(idx);
+  }
+}
+
+/* ---- the step's block and graphs --------------------------------------------------------- */
+
+/* step_vals: the backend's block (zeroed with memset0, read with download
+ * like any device memory), or the core's host block where the slot is
+ * absent. graph_begin / graph_end / graph_info through the core's
+ * wrappers: a plain pass runs every call (nothing to redo) and a backend
+ * that records counts it; without the slots, nothing is asked. */
+static void run_step_graphs(const row *r) {
+  (void)r;
+  enum { N = 4099 };
+  float *h = rand_floats(N, -1, 1), *back = xmalloc(N * 4);
+  for (int vi = 0; vi < n_vs; vi++) {
+    variant *v = &vs[vi];
+    cl_backend *be = v->be;
+    const struct cl_backend_i *f = be->iface;
+    scope sc = scope_of(v);
+    cl_step_vals host, got;
+    memset(&got, 0xff, sizeof got);
+    cl_step_vals *vals = cl_backend_step_vals(be, &host);
+    expect(v, (vals == &host) == !f->step_vals && vals != NULL,
+           "step_vals: %s block", f->step_vals ? "the backend's" : "the core's host");
+    CALL(&sc, f->memset0(be, vals, sizeof *vals));
+    CALL(&sc, f->download(be, &got, vals, sizeof got));
+    expect(v, sc.ok && got.loss == 0 && got.sumsq == 0 && got.fault == 0 && !got.skipped,
+           "step_vals: zeroed by memset0, read by download");
+    cl_graph_info before, after;
+    cl_backend_graph_info(be, &before);
+    float *d1 = dev_alloc(&sc, N * 4), *d2 = dev_alloc(&sc, N * 4);
+    if (sc.ok) dev_put(&sc, d1, h, N * 4);
+    int redo = -1;
+    if (sc.ok) CALL(&sc, cl_backend_graph_begin(be, CL_GRAPH_PLAIN));
+    if (sc.ok) {
+      CALL(&sc, f->copy(be, d2, d1, N * 4));
+      CALL(&sc, f->memset0(be, d1, N * 4));
+      CALL(&sc, cl_backend_graph_end(be, CL_OK, &redo));
+    }
+    if (sc.ok) CALL(&sc, f->download(be, back, d2, N * 4));
+    cl_backend_graph_info(be, &after);
+    expect(v, sc.ok && redo == 0 && memcmp(back, h, N * 4) == 0,
+           "graph_begin(plain) .. graph_end: ran, nothing to redo (redo %d)", redo);
+    expect(v, f->graph_info ? after.asked && after.plain == before.plain + 1 : !after.asked,
+           "graph_info: %s (plain passes %lld -> %lld)",
+           f->graph_info ? "one plain pass more" : "nothing asked", (long long)before.plain,
+           (long long)after.plain);
+    scope_end(&sc);
+  }
+  free(h), free(back);
+}
+
+/* destroy: a backend of each kind made, used (its staging buffer too, the
+ * one thing a backend frees itself) and destroyed; a leak or a double free
+ * is ASan's and valgrind's to see (make asan, make valgrind). */
+static void run_destroy(const row *r) {
+  (void)r;
+  for (int vi = 0; vi < n_vs; vi++) {
+    variant *v = &vs[vi];
+    cl_backend *be = NULL;
+    char err[CL_ERRMSG_LEN] = "";
+    const int cpu = strcmp(v->be->iface->name, "cpu") == 0;
+    cl_status st = cpu ? cl_backend_cpu_create(1, &be) : cl_backend_cuda_create(&be, err, sizeof err);
+    if (!expect(v, st == CL_OK && be, "create a second %s backend: %s %s", v->be->iface->name,
+                status_str(st), err))
+      continue;
+    void *p = NULL, *stage = NULL;
+    st = be->iface->alloc(be, 4096, &p);
+    if (st == CL_OK && be->iface->host_stage) (void)be->iface->host_stage(be, 1 << 16, &stage);
+    if (p) be->iface->free(be, p);
+    expect(v, st == CL_OK && p, "alloc on the second backend: %s", status_str(st));
+    be->iface->destroy(be);
   }
 }
 
@@ -2112,7 +2184,7 @@ static const row ops[] = {
     {"alloc free upload copy download memset0 mem_info synchronize", run_memory, NULL, 1, F32, 0,
      EXACT("bytes are moved, not computed: equal bit for bit")},
     {"host_stage (optional)", run_host_stage, NULL, 1, F32, 0, EXACT("bytes, bit for bit")},
-    {"conv_workspace conv_forward conv_backward_data conv_backward_filter", run_conv,
+    {"conv_workspace conv_forward conv_backward_data conv_backward_filter conv_algo", run_conv,
      CASES(conv_shapes), F32, 0, CONV_TOL},
     {"conv_workspace conv_forward conv_backward_data conv_backward_filter", run_conv,
      CASES(conv_half_shapes), HALF, 0, CONV_TOL},
@@ -2156,12 +2228,13 @@ static const row ops[] = {
       "central differences of step 1e-6 in double are exact to ~1e-9; the rest is float32 "
       "rounding as in gates_backward, and a sum of up to N P = 74 float32 products"}},
     {"gates_* refusals", run_gates_errors, NULL, 1, ALL, 0, EXACT("statuses")},
-    {"mse", run_loss, CASES(mse_cases), ALL, 0,
+    {"loss: MSE, unweighted (the plain step's)", run_loss, CASES(mse_cases), ALL, 0,
      {1e-6, 0, 0, 0, 0, 1e-10,
       "loss: the float32 differences squared and summed in double, so only summation order "
       "differs (1e-10 relative); gradient: scale * 2/n and the difference rounded to float32, "
       "a few ulp"}},
-    {"mse refusals", run_mse_errors, NULL, 1, F32, 0, EXACT("statuses")},
+    {"loss refusals: MSE (f NULL or by kind)", run_mse_errors, NULL, 1, F32, 0,
+     EXACT("statuses")},
     {"loss", run_loss, CASES(loss_cases), ALL, 0,
      {1e-5, 0, 0, 0, 0, 1e-5,
       "each element's loss in float32 (expf, logf within a few ulp; BCE's (1 - y) x + "
@@ -2192,7 +2265,7 @@ static const row ops[] = {
     {"sgd_check", run_guard, CASES(sgd_guard_cases), F32, 0,
      EXACT("the first fault's key is an integer: equal to the reference's, as adam_check")},
     {"scratch_bytes set_scratch runtime_bytes", run_scratch, NULL, 1, F32, 0,
-     EXACT("bytes and keys exactly; the loss as mse's 1e-10")},
+     EXACT("bytes and keys exactly; the loss as MSE's 1e-10")},
     {"gather_rows (optional)", run_gather, CASES(gather_cases), F32, 0,
      EXACT("bytes, bit for bit")},
     {"mask_mul", run_mask_mul, CASES(mask_cases), ALL, 0,
@@ -2204,7 +2277,35 @@ static const row ops[] = {
            "bit")},
     {"loss_acc", run_loss_acc, NULL, 1, F32, 0,
      EXACT("the host's order and roundings of the partial sums: bit for bit")},
+    {"step_vals graph_begin graph_end graph_info (optional)", run_step_graphs, NULL, 1, F32, 0,
+     EXACT("bytes, bit for bit; counts exactly")},
+    {"destroy", run_destroy, NULL, 1, F32, 0, EXACT("statuses")},
 };
+
+/* Every slot of backend.h's list has a row: its name a word of some row's
+ * label. A slot added to the list without a row fails here. */
+static int slots_covered(void) {
+  static const char *const slots[] = {
+#define SLOT_NAME_(step, opt, ret, name, params, args) #name,
+      CL_BACKEND_SLOTS(SLOT_NAME_)
+#undef SLOT_NAME_
+  };
+  int missing = 0;
+  for (int k = 0; k < COUNT(slots); k++) {
+    const size_t len = strlen(slots[k]);
+    int found = 0;
+    for (int i = 0; i < COUNT(ops) && !found; i++)
+      for (const char *at = ops[i].slot; !found && (at = strstr(at, slots[k])) != NULL; at += len)
+        found = (at == ops[i].slot || at[-1] == ' ') && (at[len] == ' ' || at[len] == '\0');
+    if (!found) printf("FAIL slot %s: no row of ops[] tests it\n", slots[k]);
+    missing += !found;
+  }
+  ctest_checks++;
+  ctest_failures += missing > 0;
+  printf("%s every one of the %d slots of backend.h has a row\n", missing ? "FAIL" : "ok  ",
+         COUNT(slots));
+  return missing == 0;
+}
 
 /* ---- the CPU backend's own properties --------------------------------------------------- */
 
@@ -2430,6 +2531,7 @@ int main(int argc, char **argv) {
   const char *preload = getenv("LD_PRELOAD"); /* valgrind preloads its vgpreload_*.so */
   under_valgrind = preload && strstr(preload, "vgpreload") != NULL;
   if (under_valgrind) printf("(under valgrind: fewer threads and no large cases)\n");
+  slots_covered();
   add_cpu_variants();
   add_cuda_variants();
   if (only) keep_only(only);

@@ -28,9 +28,9 @@
 #   now (Linux >= 4.0), so each window measures its own peak from its own
 #   start, not the session's earlier peaks.
 # - A throwaway model first creates and trains once at a tiny shape: R's
-#   byte-compiled package code, the OpenMP thread pool, the CPU GEMM choice
-#   are the process's, not the model's (memory_stats()$runtime's kind of
-#   cost), and are paid before the windows open.
+#   byte-compiled package code and the OpenMP thread pool are the
+#   process's, not the model's (memory_stats()$runtime's kind of cost), and
+#   are paid before the windows open.
 # - The inputs (x, y, a given state, a weight) are made and checked before
 #   the windows, gc() runs before each, and the step is the native call
 #   (.Call) with already checked arguments, so R's own argument checks

@@ -1,0 +1,62 @@
+# test-advise-stored.R -- memory_advise()'s ranking is the same in every
+# process on one machine (its rates are measured once and stored), and on
+# the CPU it never ranks a half type ahead of float32: each checked in
+# fresh R processes (scripts/advise-probe.R) sharing one cache folder.
+
+run_advise_probe <- function(cache, threads) {
+  out <- tempfile(fileext = ".rds")
+  on.exit(unlink(out))
+  lib <- dirname(find.package("convlstm"))
+  rc <- system2(file.path(R.home("bin"), "Rscript"),
+                c(shQuote(test_path("scripts", "advise-probe.R")), shQuote(lib), shQuote(out),
+                  threads),
+                # R CMD check's marker off: under it nothing is stored
+                env = c(paste0("R_USER_CACHE_DIR=", cache), "OMP_NUM_THREADS=2",
+                        "_R_CHECK_PACKAGE_NAME_="),
+                stdout = FALSE, stderr = FALSE)
+  if (rc != 0 || !file.exists(out)) stop("advise-probe.R failed (exit ", rc, ")")
+  readRDS(out)
+}
+
+test_that("two fresh processes give the same advice and pick; the rates are stored once", {
+  skip_on_cran()
+  cache <- tempfile("cache")
+  dir.create(cache)
+  on.exit(unlink(cache, recursive = TRUE))
+  for (threads in 1:2) {
+    a <- run_advise_probe(cache, threads)
+    stored <- file.path(cache, "R", "convlstm", "advise-rates.rds")
+    expect_true(file.exists(stored))
+    b <- run_advise_probe(cache, threads)
+    # the same doubles, not nearly: a rate timed in each process differs in
+    # its last digits at least
+    expect_identical(b$advice, a$advice)
+    expect_identical(b$rates, a$rates)
+    expect_identical(b$dtype, a$dtype)
+    expect_identical(b$loss, a$loss)
+    expect_length(readRDS(stored), threads) # one key per thread count
+  }
+})
+
+test_that("on the CPU no half type is predicted faster than float32; a budget it fits keeps it", {
+  skip_on_cran()
+  cache <- tempfile("cache")
+  dir.create(cache)
+  on.exit(unlink(cache, recursive = TRUE))
+  for (threads in 1:2) {
+    p <- run_advise_probe(cache, threads)
+    a <- p$advice
+    expect_true(all(p$rates$half >= 1))
+    opts <- c("checkpoint", "recompute_gates", "accumulation_steps", "tbptt")
+    key <- do.call(paste, a[opts])
+    f32 <- stats::setNames(a$time_ratio[a$dtype == "float32"], key[a$dtype == "float32"])
+    half <- a$dtype != "float32"
+    expect_true(all(a$time_ratio[half] >= f32[key[half]]))
+    expect_true(all(a$fits))
+    # the plain float32 step fits, so it is the pick, and the fit kept float32
+    expect_identical(a$dtype[[1]], "float32")
+    expect_equal(unlist(a[1, opts], use.names = FALSE), c(0, 0, 1, 0))
+    expect_identical(a$time_ratio[[1]], 1)
+    expect_identical(p$dtype, "float32")
+  }
+})
