@@ -189,7 +189,9 @@ plan_optimizer <- function(ptr, optimizer, training, call = sys.call(-1)) {
 
 # Which optimizer state a plan holds, from its buffer names (core/plan.c).
 planned_optimizer <- function(names) {
-  if ("adam.exp_avg_sq" %in% names) "adam" else if ("sgd.momentum_buffer" %in% names) "sgd"
+  buf <- c_buffer_names()
+  if (buf$name[buf$kind == "OPT_V"] %in% names) "adam"
+  else if (buf$other[buf$kind == "OPT_M"] %in% names) "sgd"
   else "none"
 }
 

@@ -86,6 +86,9 @@ c_set_memory_limit <- function(ptr, bytes) {
 
 # shape: c(batch, time, height, width); optimizer NULL: the state the model
 # holds. Returns list(name, category, bytes, layer, by_category, total).
+# The core's table of buffers: per kind its identifier ("OPT_V"), the name
+# of its plan rows and its other name (NA: none).
+c_buffer_names <- function() as.data.frame(.Call(ffi_buffer_names), stringsAsFactors = FALSE)
 c_model_plan <- function(ptr, shape, training, optimizer = NULL, options = NULL) {
   .Call(
     ffi_model_plan, ptr, as.integer(shape), isTRUE(training),

@@ -110,3 +110,23 @@ SEXP ffi_grad_buckets(SEXP ptr) {
   UNPROTECT(1);
   return out;
 }
+
+/* The core's table of buffers (cl_buffer_name): per kind, in kind order,
+ * its identifier, the name of its plan rows and its other name (NA: none). */
+SEXP ffi_buffer_names(void) {
+  int n = 0;
+  while (cl_buffer_name(n, CL_BUFNAME_ROW)) n++;
+  const char *const names[] = {"kind", "name", "other"};
+  const cl_bufname which[] = {CL_BUFNAME_KIND, CL_BUFNAME_ROW, CL_BUFNAME_OTHER};
+  SEXP out = PROTECT(r_named_list(names, 3));
+  for (int j = 0; j < 3; j++) {
+    SEXP col = Rf_allocVector(STRSXP, n);
+    SET_VECTOR_ELT(out, j, col);
+    for (int i = 0; i < n; i++) {
+      const char *s = cl_buffer_name(i, which[j]);
+      SET_STRING_ELT(col, i, s ? Rf_mkChar(s) : NA_STRING);
+    }
+  }
+  UNPROTECT(1);
+  return out;
+}

@@ -568,6 +568,14 @@ typedef struct cl_plan {
 cl_status cl_model_plan(cl_model *m, int B, int T, int H, int W, int training,
                         const cl_optim *opt, const cl_step_options *opts, cl_plan *out);
 void cl_plan_free(cl_plan *p);
+/* The names of a plan entry's kind, from the core's one table of buffers:
+ * CL_BUFNAME_ROW as its rows spell it (a per-layer buffer's row adds
+ * "[layer]"); CL_BUFNAME_OTHER its other name (Adam's first moment is SGD's
+ * momentum buffer, the gates of recompute_gates one chunk), NULL where it has
+ * none; CL_BUFNAME_KIND the kind itself ("OPT_V"). NULL past the last kind,
+ * so a caller lists them all by counting up from 0. */
+typedef enum cl_bufname { CL_BUFNAME_ROW = 0, CL_BUFNAME_OTHER, CL_BUFNAME_KIND } cl_bufname;
+const char *cl_buffer_name(int kind, cl_bufname which);
 
 /* ---- helpers --------------------------------------------------------- */
 

@@ -65,9 +65,9 @@ static cl_status place_target(cl_model *m, const cl_source *a, cl_target target,
   return cl_put_source(m, *at, CL_F32, a, blk);
 }
 
-cl_status cl_loss_segment(cl_model *m, const cl_source *y, cl_target target, int b0, int b,
-                          int t0, int len, double share, float loss_scale, int want_grad,
-                          double *acc) {
+cl_status cl_loss_segment(cl_model *m, const cl_call *c, const cl_source *y, cl_target target,
+                          int b0, int b, int t0, int len, double share, float loss_scale,
+                          int want_grad, double *acc) {
   float *at, *w = NULL;
   size_t n;
   cl_block k;
@@ -76,12 +76,12 @@ cl_status cl_loss_segment(cl_model *m, const cl_source *y, cl_target target, int
   const cl_step *st = &m->step;
   float *dh = st->dh[m->cfg.n_layers - 1];
   const void *pred = cl_at(st->hid[m->cfg.n_layers - 1], (size_t)(at - dh), st->g.dtype);
-  if (m->loss_weight) { /* the same block as the target's, from the buffer's start */
+  if (c->weight.host) { /* the same block as the target's, from the buffer's start */
     w = st->weight;
-    CL_TRY(cl_put_source(m, w, CL_F32, m->loss_weight, k));
+    CL_TRY(cl_put_source(m, w, CL_F32, &c->weight, k));
   }
-  return cl_loss_run(m, pred, at, w, n, (float)(share * loss_scale), want_grad ? at : NULL, share,
-                     acc);
+  return cl_loss_run(m, &c->loss, pred, at, w, n, (float)(share * loss_scale),
+                     want_grad ? at : NULL, share, acc);
 }
 
 /* done: the last `done` steps of the segment already ran backward through
@@ -219,8 +219,9 @@ static cl_status backward_layer_chunks(cl_model *m, int l, int b, int len, const
   return CL_OK;
 }
 
-cl_status cl_backward_segment(cl_model *m, int b, int len, const void *x, void *const *prev_h,
-                              void *const *prev_c, int fresh_dc, int carry_in, int save_carry) {
+cl_status cl_backward_segment(cl_model *m, const cl_call *c, int b, int len, const void *x,
+                              void *const *prev_h, void *const *prev_c, int fresh_dc,
+                              int carry_in, int save_carry) {
   const cl_step *st = &m->step;
   for (int l = m->cfg.n_layers - 1; l >= 0; l--) {
     const void *in = l == 0 ? x : st->hid[l - 1];
@@ -229,7 +230,7 @@ cl_status cl_backward_segment(cl_model *m, int b, int len, const void *x, void *
                                             save_carry)
                     : backward_layer(m, l, b, len, 0, in, ph, pc, fresh_dc, carry_in,
                                      save_carry));
-    CL_TRY(cl_dist_bucket_ready(m, l)); /* data parallel: off while the layers below run */
+    CL_TRY(cl_dist_bucket_ready(m, c, l)); /* data parallel: off while the layers below run */
   }
   return CL_OK;
 }
@@ -252,7 +253,7 @@ static float *ring_at(const cl_model *m, int l, int b, int s, int tin) {
  * placed there), the others' in a ring of two steps (d_hidden_rollout;
  * one when one step is fed back), which the first contribution to a step
  * overwrites. */
-static cl_status roll_back_step(cl_model *m, int l, int b, int s, int tin) {
+static cl_status roll_back_step(cl_model *m, const cl_call *c, int l, int b, int s, int tin) {
   const cl_step *st = &m->step;
   const cl_geom *g = &st->g;
   const cl_layer *L = &m->layer[l];
@@ -277,15 +278,15 @@ static cl_status roll_back_step(cl_model *m, int l, int b, int s, int tin) {
     return cl_dropout_input_step_grad(m, l, b, dz, ring_at(m, l - 1, b, s, tin), s < g->T - 1);
   /* a true frame (scheduled sampling) is a constant: nothing flows into
    * the prediction it replaced */
-  if (cl_reads_truth(m, s)) return CL_OK;
+  if (cl_reads_truth(c, g, s)) return CL_OK;
   /* the fed-back frame (layer 0's input mask too): onto the last layer's h
    * of step s - 1 */
   size_t bt = (size_t)b * m->layer[top].hidden * P;
   return cl_dropout_input_step_grad(m, l, b, dz, st->dh[top] + (s - 1) * bt, 1);
 }
 
-cl_status cl_backward_free_run(cl_model *m, int b, const void *x, void *const *prev_h,
-                               void *const *prev_c) {
+cl_status cl_backward_free_run(cl_model *m, const cl_call *c, int b, const void *x,
+                               void *const *prev_h, void *const *prev_c) {
   const cl_step *st = &m->step;
   const cl_geom *g = &st->g;
   int top = m->cfg.n_layers - 1, tin = g->T - g->horizon + 1;
@@ -293,11 +294,11 @@ cl_status cl_backward_free_run(cl_model *m, int b, const void *x, void *const *p
   for (int l = 0; l <= top; l++) /* one d_cell per layer (plan.c) */
     CL_TRY(cl_zero(m, st->dc[l], (size_t)b * m->layer[l].hidden * P * sizeof(float)));
   for (int s = g->T - 1; s >= tin; s--)
-    for (int l = top; l >= 0; l--) CL_TRY(roll_back_step(m, l, b, s, tin));
+    for (int l = top; l >= 0; l--) CL_TRY(roll_back_step(m, c, l, b, s, tin));
   for (int l = top; l >= 0; l--) { /* the weights' gradients: layer l's are complete */
     CL_TRY(backward_layer(m, l, b, g->T, g->T - tin, l == 0 ? x : st->hid[l - 1],
                           prev_h ? prev_h[l] : NULL, prev_c ? prev_c[l] : NULL, 0, 0, 0));
-    CL_TRY(cl_dist_bucket_ready(m, l));
+    CL_TRY(cl_dist_bucket_ready(m, c, l));
   }
   return CL_OK;
 }
@@ -321,9 +322,11 @@ cl_status cl_model_mse(cl_model *m, const cl_host_array *y, cl_target target, do
   const cl_geom *g = &m->step.g;
   CL_TRY(cl_check_target(m, y, target, "y", g->B, g->T, g->H, g->W));
   cl_source ys = cl_source_host(y);
+  cl_call plain = cl_call_plain();
   cl_step_vals v;
   CL_TRY(cl_vals_zero(m));
-  CL_TRY(cl_loss_segment(m, &ys, target, 0, g->B, 0, g->T, 1.0, 1.0f, 1, &cl_vals(m)->loss));
+  CL_TRY(cl_loss_segment(m, &plain, &ys, target, 0, g->B, 0, g->T, 1.0, 1.0f, 1,
+                         &cl_vals(m)->loss));
   CL_TRY(cl_vals_read(m, &v));
   *loss = v.loss;
   m->phase = CL_PHASE_LOSS;
@@ -351,24 +354,8 @@ cl_status cl_model_backward(cl_model *m, cl_target target, const cl_host_array *
   m->phase = CL_PHASE_CONSUMED; /* gates are overwritten from here on */
   void *ih[CL_MAX_LAYERS], *ic[CL_MAX_LAYERS];
   int from = cl_state_initial(m, 0, ih, ic);
-  CL_TRY(cl_backward_segment(m, g->B, g->T, m->step.x, from ? ih : NULL, from ? ic : NULL, 1, 0,
-                             0));
+  cl_call plain = cl_call_plain();
+  CL_TRY(cl_backward_segment(m, &plain, g->B, g->T, m->step.x, from ? ih : NULL,
+                             from ? ic : NULL, 1, 0, 0));
   return cl_guard_check(m);
-}
-
-cl_status cl_check_target(cl_model *m, const cl_host_array *a, cl_target target, const char *what,
-                          int B, int T, int H, int W) {
-  int C = m->layer[m->cfg.n_layers - 1].hidden;
-  int seq[5] = {B, T, C, H, W}, last[4] = {B, C, H, W};
-  const int *want = target == CL_TARGET_SEQUENCE ? seq : last;
-  int nd = target == CL_TARGET_SEQUENCE ? 5 : 4;
-  const char *tn = target == CL_TARGET_SEQUENCE ? "sequence" : "last_state";
-  if (a->ndim != nd)
-    return cl_fail(m, CL_E_INVALID, "%s must have %d dimensions for target '%s'", what, nd, tn);
-  for (int i = 0; i < nd; i++)
-    if (a->dims[i] != want[i])
-      return cl_fail(m, CL_E_INVALID,
-                     "%s has dimension %d of size %d; target '%s' of this batch needs %d", what,
-                     i + 1, a->dims[i], tn, want[i]);
-  return CL_OK;
 }

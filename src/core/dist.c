@@ -69,28 +69,28 @@ int cl_model_grad_buckets(const cl_model *m, int *layer, size_t *bytes) {
   return n;
 }
 
-cl_status cl_dist_bucket_ready(cl_model *m, int l) {
-  cl_comm *c = m->comm;
-  if (!cl_dist_active(m) || !m->comm_last_pass) return CL_OK;
+cl_status cl_dist_bucket_ready(cl_model *m, const cl_call *call, int l) {
+  cl_comm *c = call->comm;
+  if (!cl_dist_active(call) || !call->last_pass) return CL_OK;
   size_t off, n = bucket_of(m, l, &off);
   c->err[0] = '\0';
   c->stats.bytes += (double)(n * sizeof(float));
-  cl_status s = c->iface->allreduce_start(c, m->be, m->grads + off, n, (float)m->comm_share);
+  cl_status s = c->iface->allreduce_start(c, m->be, m->grads + off, n, (float)call->comm_share);
   if (s == CL_OK && c->iface->progress) s = c->iface->progress(c);
   return s == CL_OK ? CL_OK : comm_failed(m, c, s);
 }
 
-int cl_dist_active(const cl_model *m) { return m->comm && m->comm->size > 1; }
+int cl_dist_active(const cl_call *c) { return c->comm && c->comm->size > 1; }
 
 /* The loss is in the step's results (cl_vals), device memory on a GPU: read
  * once, summed by the host collective, written back before the update reads
  * it (its finite check must decide alike on every rank). The host waits
  * here anyway, for the buckets. */
-static cl_status sum_loss(cl_model *m, cl_comm *c, double *loss) {
+static cl_status sum_loss(cl_model *m, cl_comm *c, double share, double *loss) {
   const struct cl_backend_i *be = m->be->iface;
   double v;
   CL_KERNEL(m, be->download(m->be, &v, loss, sizeof v));
-  v *= m->comm_share;
+  v *= share;
   cl_status s = c->iface->sum_host(c, &v, 1);
   if (s != CL_OK) return comm_failed(m, c, s);
   /* from pageable memory: the copy has taken v when upload returns */
@@ -98,17 +98,17 @@ static cl_status sum_loss(cl_model *m, cl_comm *c, double *loss) {
   return CL_OK;
 }
 
-cl_status cl_dist_finish(cl_model *m, double *loss) {
-  cl_comm *c = m->comm;
-  m->comm_last_pass = 0;
-  if (!cl_dist_active(m)) return CL_OK;
+cl_status cl_dist_finish(cl_model *m, cl_call *call, double *loss) {
+  cl_comm *c = call->comm;
+  call->last_pass = 0;
+  if (!cl_dist_active(call)) return CL_OK;
   c->err[0] = '\0';
   double t0 = now_seconds();
   cl_status s = c->iface->wait_all(c);
   c->stats.wait_seconds += now_seconds() - t0;
   c->stats.steps++;
   if (s != CL_OK) return comm_failed(m, c, s);
-  return sum_loss(m, c, loss);
+  return sum_loss(m, c, call->comm_share, loss);
 }
 
 cl_status cl_model_broadcast_params(cl_model *m, cl_comm *c, int root) {

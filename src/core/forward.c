@@ -16,7 +16,6 @@
  */
 #include "plan.h" /* cl_geom_make, cl_plan_build; internal.h */
 
-#include <string.h>
 
 static const float *bias_of(const cl_model *m, const cl_layer *L) {
   return m->cfg.bias ? m->params + L->off_b : NULL;
@@ -92,15 +91,15 @@ cl_status cl_forward_segment(cl_model *m, int b, int len, const void *x, void *c
  * layer's h of the step before. That h is copied into x's slot of the
  * step, so backward reads the input of every step from x alike; a step
  * that reads the true frame (scheduled sampling) finds it there already. */
-cl_status cl_forward_free_run(cl_model *m, int b, void *x, void *const *prev_h,
-                              void *const *prev_c) {
+cl_status cl_forward_free_run(cl_model *m, const cl_call *c, int b, void *x,
+                              void *const *prev_h, void *const *prev_c) {
   const cl_step *st = &m->step;
   const cl_geom *g = &st->g;
   int top = m->cfg.n_layers - 1, tin = g->T - g->horizon + 1;
   size_t frame = (size_t)b * m->cfg.input_dim * g->H * g->W; /* == the last layer's h */
   CL_TRY(cl_forward_segment(m, b, tin, x, prev_h, prev_c));
   for (int s = tin; s < g->T; s++) {
-    if (!cl_reads_truth(m, s))
+    if (!cl_reads_truth(c, g, s))
       CL_KERNEL(m, m->be->iface->copy(m->be, cl_at(x, s * frame, g->dtype),
                                       cl_at(st->hid[top], (s - 1) * frame, g->dtype),
                                       frame * cl_dtype_size(g->dtype)));
@@ -175,18 +174,6 @@ static cl_status roll_forward(cl_model *m, void *const *ih, void *const *ic) {
     CL_KERNEL(m, m->be->iface->copy(m->be, cl_at(st->frames, k * frame, t),
                                     cl_at(top, hid_slot(g, s) * frame, t), bytes));
   }
-  return CL_OK;
-}
-
-cl_status cl_check_sequence(cl_model *m, const cl_host_array *x, const char *what, int channels) {
-  if (x->ndim != 5)
-    return cl_fail(m, CL_E_INVALID,
-                   "%s must have 5 dimensions [batch, time, channels, height, width]", what);
-  for (int i = 0; i < 5; i++)
-    if (x->dims[i] < 1) return cl_fail(m, CL_E_INVALID, "%s has an empty dimension %d", what, i + 1);
-  if (x->dims[2] != channels)
-    return cl_fail(m, CL_E_INVALID, "%s has %d channels (dimension 3), the model expects %d", what,
-                   x->dims[2], channels);
   return CL_OK;
 }
 

@@ -133,86 +133,109 @@ static inline cl_conv_shape cl_conv_hidden_half(const cl_layer *L, const cl_geom
   return s;
 }
 
-/* The buffers of a model and of a step, by kind (plan.c sizes them). */
+/* The buffers of a model and of a step: one row each, from which come the
+ * enum cl_buf_kind (CL_BUF_<KIND>), the step's fields (cl_step), their
+ * binding to the arena (step.c) and the names of the plan's rows (plan.c;
+ * a per-layer buffer's row is "name[l]"). plan.c sizes them; the R package
+ * lists them with cl_buffer_name (convlstm.h).
+ *
+ * Held by the model across steps: ROW(KIND, name, other name or NULL). */
+#define CL_MODEL_BUFFERS(ROW)                                                              \
+  ROW(PARAMS, "parameters", NULL)            /* flat float [n_params] */                   \
+  ROW(GRADS, "gradients", NULL)              /* flat float [n_params] */                   \
+  /* Adam's first moment, or SGD's momentum (the other name) [n_params] */                 \
+  ROW(OPT_M, "adam.exp_avg", "sgd.momentum_buffer")                                        \
+  ROW(OPT_V, "adam.exp_avg_sq", NULL)        /* Adam's second moment */                    \
+  ROW(OPT_VMAX, "adam.max_exp_avg_sq", NULL) /* amsgrad's running maximum */               \
+  ROW(BACKEND, "backend_scratch", NULL)      /* the backend's own scratch */               \
+  /* carried state (CL_STATE_CARRY): per layer h then c, each [B, h, H, W],                \
+   * in the storage dtype */                                                               \
+  ROW(HELD, "carried_state", NULL)
+
+/* Step buffers, allocated by the executor from the plan; S steps held at
+ * once (T, a checkpoint segment or a tbptt window), Bm sequences.
+ * ROW(KIND, cl_step field, name, other name or NULL, LAYER: one per layer
+ * (a row of layer -1 serves every layer) or ONE, STORE: the storage dtype
+ * or F32: float). */
+#define CL_STEP_BUFFERS(ROW)                                                               \
+  /* data: input [S or T, Bm, C_in, H, W]; inference [1, B, C_in, H, W] */                 \
+  ROW(X, x, "x", NULL, ONE, STORE)                                                         \
+  /* training: [S, Bm, 4h, H, W] per layer (pre-activations, then activations,             \
+   * then their gradients dz); with recompute_gates (the other name)                       \
+   * [rc, Bm, 4 max h, H, W] shared by all layers, a chunk of steps at a time;             \
+   * inference: [B, 4 max h, H, W] shared by all layers */                                 \
+  ROW(GATES, gates, "gates", "gates_recompute", LAYER, STORE)                              \
+  /* training: c_t [S, Bm, h, H, W]; inference [2, B, h, H, W] */                          \
+  ROW(CELL, cell, "cell", NULL, LAYER, STORE)                                              \
+  /* h_t [S, Bm, h, H, W]; inference [T or 2, B, h, H, W] */                               \
+  ROW(HID, hid, "hidden", NULL, LAYER, STORE)                                              \
+  /* checkpoint: h and c at the end of segments [nseg - 1, Bm, h, H, W] */                 \
+  ROW(CKPT_H, ckpt_h, "checkpoint_h", NULL, LAYER, STORE)                                  \
+  ROW(CKPT_C, ckpt_c, "checkpoint_c", NULL, LAYER, STORE)                                  \
+  /* checkpoint: dz of a segment's first step [Bm, 4h, H, W] */                            \
+  ROW(DZ_CARRY, dz_carry, "dz_carry", NULL, LAYER, STORE)                                  \
+  /* tbptt: h and c carried between windows [Bm, h, H, W] */                               \
+  ROW(CARRY_H, carry_h, "carry_h", NULL, LAYER, STORE)                                     \
+  ROW(CARRY_C, carry_c, "carry_c", NULL, LAYER, STORE)                                     \
+  /* d loss / d layer output [S, Bm, max h, H, W], one buffer for every layer              \
+   * in turn (backward.c); the last layer's also receives the target, which                \
+   * the loss kernel turns into its gradient in place */                                   \
+  ROW(DH, dh, "d_hidden", NULL, LAYER, F32)                                                \
+  /* d loss / d c, one step [Bm, h, H, W]; one buffer of the largest h unless              \
+   * checkpoint segments interleave layers, then one per layer */                          \
+  ROW(DC, dc, "d_cell", NULL, LAYER, F32)                                                  \
+  /* convolution workspace, the largest any call needs */                                  \
+  ROW(WS, ws, "conv_workspace", NULL, ONE, STORE)                                          \
+  /* CL_STATE_GIVEN: the initial h and c [B, h, H, W] */                                   \
+  ROW(INIT_H, init_h, "initial_h", NULL, LAYER, STORE)                                     \
+  ROW(INIT_C, init_c, "initial_c", NULL, LAYER, STORE)                                     \
+  /* inference with a horizon: the predicted frames [K, B, C_in, H, W], each               \
+   * the next step's input */                                                              \
+  ROW(FRAMES, frames, "frames", NULL, ONE, STORE)                                          \
+  /* training with a loss weight: placed as the target in d_hidden                         \
+   * [weight_steps, Bm, C_out, H, W] (the segment's under way) */                          \
+  ROW(WEIGHT, weight, "weight", NULL, ONE, F32)                                            \
+  /* training with dropout: layer l's input mask [Bm, in, H, W] and, with                  \
+   * recurrent dropout, its h_{t-1} mask [Bm, h, H, W] (dropout.c); NULL: none */          \
+  ROW(MASK_X, mask_x, "dropout_mask_x", NULL, LAYER, F32)                                  \
+  ROW(MASK_H, mask_h, "dropout_mask_h", NULL, LAYER, F32)                                  \
+  /* training with dropout: a masked input [S, Bm, in, H, W] or masked h                   \
+   * [S, Bm, h, H, W] of one layer at a time, in the storage dtype, or a float             \
+   * [Bm, h, H, W] gradient before its mask; shared by every layer (dropout.c) */          \
+  ROW(DROPPED, dropped, "dropout_masked", NULL, ONE, STORE)                                \
+  /* free-running training: d loss / d h of layer l below the last, two steps              \
+   * [2, Bm, h, H, W] (one when a single step is fed back), while the fed-back             \
+   * steps run backward step by step (backward.c) */                                       \
+  ROW(DH_ROLL, dh_roll, "d_hidden_rollout", NULL, LAYER, F32)
+
+#define CL_BUF_ENUM_MODEL_(kind, name, other) CL_BUF_##kind,
+#define CL_BUF_ENUM_STEP_(kind, field, name, other, per, dt) CL_BUF_##kind,
 typedef enum cl_buf_kind {
-  /* held by the model across steps */
-  CL_BUF_PARAMS = 0, /* flat float [n_params]                          */
-  CL_BUF_GRADS,      /* flat float [n_params]                          */
-  CL_BUF_OPT_M,      /* Adam first moment or SGD momentum [n_params]   */
-  CL_BUF_OPT_V,      /* Adam second moment [n_params]                  */
-  CL_BUF_OPT_VMAX,   /* amsgrad's running maximum of it [n_params]      */
-  CL_BUF_BACKEND,    /* the backend's own device scratch (its reductions) */
-  CL_BUF_HELD,       /* carried state (CL_STATE_CARRY): per layer h then c,
-                        each [B, h, H, W], in the storage dtype          */
-  /* step buffers, allocated by the executor from the plan; S steps held at
-   * once (T, a checkpoint segment or a tbptt window), Bm sequences */
-  CL_BUF_X,        /* data: input [S or T, Bm, C_in, H, W]; inference [1, B, C_in, H, W] */
-  CL_BUF_GATES,    /* training: [S, Bm, 4h, H, W] per layer (pre-activations,
-                      then activations, then their gradients dz); with
-                      recompute_gates [rc, Bm, 4 max h, H, W] shared by all
-                      layers, a chunk of steps at a time;
-                      inference: [B, 4 max h, H, W] shared by all layers  */
-  CL_BUF_CELL,     /* training: c_t [S, Bm, h, H, W]; inference [2, B, h, H, W] */
-  CL_BUF_HID,      /* h_t [S, Bm, h, H, W]; inference [T or 2, B, h, H, W]  */
-  CL_BUF_CKPT_H,   /* checkpoint: h at the end of segments [nseg - 1, Bm, h, H, W] */
-  CL_BUF_CKPT_C,   /* checkpoint: c likewise                                */
-  CL_BUF_DZ_CARRY, /* checkpoint: dz of a segment's first step [Bm, 4h, H, W] */
-  CL_BUF_CARRY_H,  /* tbptt: h carried between windows [Bm, h, H, W]        */
-  CL_BUF_CARRY_C,  /* tbptt: c likewise                                    */
-  CL_BUF_DH,       /* float: d loss / d layer output [S, Bm, max h, H, W],
-                      one buffer for every layer in turn (backward.c); the
-                      last layer's also receives the target, which the MSE
-                      kernel turns into its gradient in place               */
-  CL_BUF_DC,       /* float: d loss / d c, one step [Bm, h, H, W]; one buffer
-                      of the largest h unless checkpoint segments interleave
-                      layers, then one per layer                           */
-  CL_BUF_WS,       /* convolution workspace, the largest any call needs    */
-  CL_BUF_INIT_H,   /* CL_STATE_GIVEN: the initial h [B, h, H, W]            */
-  CL_BUF_INIT_C,   /* CL_STATE_GIVEN: the initial c likewise                */
-  CL_BUF_FRAMES,   /* inference with a horizon: the predicted frames
-                      [K, B, C_in, H, W], each the next step's input      */
-  CL_BUF_WEIGHT,   /* training with a loss weight: float, placed as the target
-                      in d_hidden [weight_steps, Bm, C_out, H, W]           */
-  CL_BUF_MASK_X,   /* training with dropout: float, layer l's input mask
-                      [Bm, in, H, W] (dropout.c)                            */
-  CL_BUF_MASK_H,   /* training with recurrent dropout: float, its h_{t-1}
-                      mask [Bm, h, H, W]                                    */
-  CL_BUF_DROPPED,  /* training with dropout: a masked input [S, Bm, in, H, W]
-                      or masked h [S, Bm, h, H, W] of one layer at a time,
-                      in the storage dtype, or a float [Bm, h, H, W] gradient
-                      before its mask; shared by every layer (dropout.c)    */
-  CL_BUF_DH_ROLL,  /* free-running training: float d loss / d h of layer l
-                      below the last, two steps [2, Bm, h, H, W] (one when a
-                      single step is fed back), while the fed-back steps run
-                      backward step by step (backward.c) */
+  CL_MODEL_BUFFERS(CL_BUF_ENUM_MODEL_)
+  CL_STEP_BUFFERS(CL_BUF_ENUM_STEP_)
   CL_BUF_NKIND
 } cl_buf_kind;
+#undef CL_BUF_ENUM_MODEL_
+#undef CL_BUF_ENUM_STEP_
 
 static inline int cl_buf_is_step(int kind) { return kind >= CL_BUF_X; }
 
 /* Buffers of one planned step, views into the model's step arena at the
- * plan's offsets.
+ * plan's offsets (step.c binds them by the table above).
  * Activations are in the storage dtype (void *), gradients float. */
+#define CL_BUF_CTYPE_STORE void
+#define CL_BUF_CTYPE_F32 float
+#define CL_BUF_DIM_ONE
+#define CL_BUF_DIM_LAYER [CL_MAX_LAYERS]
+#define CL_BUF_FIELD_(kind, field, name, other, per, dt) CL_BUF_CTYPE_##dt *field CL_BUF_DIM_##per;
 typedef struct cl_step {
   int valid;
   cl_geom g;
   cl_plan plan;
-  void *x;
-  void *gates[CL_MAX_LAYERS], *cell[CL_MAX_LAYERS], *hid[CL_MAX_LAYERS];
-  void *ckpt_h[CL_MAX_LAYERS], *ckpt_c[CL_MAX_LAYERS]; /* checkpoint: state at segment ends */
-  void *carry_h[CL_MAX_LAYERS], *carry_c[CL_MAX_LAYERS]; /* tbptt: state between windows */
-  void *dz_carry[CL_MAX_LAYERS]; /* checkpoint: dz of a segment's first step */
-  float *dh[CL_MAX_LAYERS];
-  float *dc[CL_MAX_LAYERS]; /* one shared buffer unless segments interleave layers */
-  float *dh_roll[CL_MAX_LAYERS]; /* free-running: CL_BUF_DH_ROLL of layers below the last */
-  void *ws;
-  void *init_h[CL_MAX_LAYERS], *init_c[CL_MAX_LAYERS]; /* CL_STATE_GIVEN */
-  void *frames; /* inference with a horizon */
-  float *weight; /* the loss weight of the segment under way, or NULL */
-  float *mask_x[CL_MAX_LAYERS], *mask_h[CL_MAX_LAYERS]; /* dropout; NULL: none */
-  void *dropped; /* dropout's masked copies (dropout.c) */
+  CL_STEP_BUFFERS(CL_BUF_FIELD_)
   int outputs_kept; /* the buffers hold the whole call's outputs and states */
 } cl_step;
+#undef CL_BUF_FIELD_
 
 /* Pointer to element i of a buffer stored in dtype t. */
 static inline void *cl_at(void *base, size_t i, cl_dtype t) {
@@ -253,12 +276,6 @@ struct cl_model {
   cl_dtype held_dtype;
   int64_t opt_steps;
   double grad_norm; /* before clipping, of the last step that measured it (clip.c); else NaN */
-  cl_loss_fn loss_fn; /* the loss of the step under way (loss.c); MSE between steps */
-  const struct cl_source *loss_weight; /* its per-element weight, or NULL (none) */
-  /* scheduled sampling, the step under way: per fed-back step of a
-   * free-running step, nonzero where it reads the true frame
-   * (cl_step_options.truth); NULL: every step its own (cl_reads_truth) */
-  const int *truth;
   cl_step step;
   void *be_scratch; /* the backend's scratch_bytes, workspace, held for the model's life */
   void *arena; /* reserved for step buffers; outlives any one step's plan */
@@ -266,12 +283,6 @@ struct cl_model {
   cl_phase phase;
   cl_target loss_target;
   cl_loss_scale scaler; /* float16 only */
-  /* data parallel, the step under way (dist.c): its communicator or NULL,
-   * this rank's share of the global batch, and whether the backward running
-   * is the step's last pass over each layer (its gradients then complete) */
-  struct cl_comm *comm;
-  double comm_share;
-  int comm_last_pass;
   /* the step's decisions (backend.h) where the backend keeps none on its
    * device: a host backend's block, read through cl_vals() */
   cl_step_vals host_vals;
@@ -304,32 +315,9 @@ static inline int cl_layer_drops_hidden(const cl_model *m, int l) {
   return m->cfg.recurrent_dropout[l] > 0;
 }
 
-/* ---- What each file offers the files above it, floor by floor ---------
- * A file uses only files below its floor (src/core/README.md):
- *   1 util.c, backend.c   errors, checked sizes; the backend table's defaults
- *   1 tensors.c           the named tensors of a configuration (names, shapes)
- *   1 osmem.c             the process's resident memory as the OS reports it
- *   2 alloc.c, plan.c     accounting allocator; the plan of a step's buffers
- *   1 comm.c              communicators: the interface's front, one process
- *   3 step.c              the step arena, model buffers, gradients
- *   4 dist.c              a communicator applied to a step: buckets, loss, parameters
- *   4 pack.c, state.c     host arrays and data-set rows <-> device tensors; initial state
- *   4 dropout.c           the masks of a training call, applied on the device
- *   5 forward.c, backward.c, optim.c, clip.c, loss.c   the engine's pieces
- *   6 train.c             one training step
- *   7 data.c, params.c    data sets on the device; parameters by name
- *   8 model.c             a model's lifetime, memory statistics
- *   9 json.c < safetensors.c < checkpoint.c   model files */
-
-/* dist.c. With m->comm set and m->comm_last_pass, backward hands layer l's
- * gradients (weights and bias, one contiguous bucket) to the communicator;
- * cl_dist_finish waits for every bucket and makes *loss (the step's results,
- * cl_vals: device memory on a GPU) the global mean. cl_dist_active: a
- * communicator of more than one rank is in use (no CUDA graph then). */
-cl_status cl_dist_check(cl_model *m, struct cl_comm *c);
-int cl_dist_active(const cl_model *m);
-cl_status cl_dist_bucket_ready(cl_model *m, int l);
-cl_status cl_dist_finish(cl_model *m, double *loss);
+/* ---- What each file offers the files above it ---------------------------
+ * Grouped by file. Which file stands on which floor, and the order in which
+ * a training step runs through them, is written once, in src/core/README.md. */
 
 /* util.c. Errors: write into the model's buffer and return the status. */
 cl_status cl_fail(cl_model *m, cl_status s, const char *fmt, ...)
@@ -405,6 +393,47 @@ static inline cl_source cl_source_host(const cl_host_array *a) {
 /* cl_put_host for either kind of source. */
 cl_status cl_put_source(cl_model *m, void *dev, cl_dtype t, const cl_source *src, cl_block blk);
 
+/* What one training call asks beyond its arrays, built once from its
+ * cl_step_options (call.c, cl_call_make) and handed down as an argument
+ * through forward, backward, the loss and data parallel: nothing of it is
+ * parked on the model between calls. cl_call_plain() is the call of a
+ * separate forward / loss / backward: MSE, no weight, one process. */
+typedef struct cl_call {
+  cl_loss_fn loss;   /* the loss minimised (zeros: MSE) */
+  cl_source weight;  /* its per-element weight; weight.host NULL: none */
+  /* scheduled sampling: per fed-back step of a free-running step, nonzero
+   * where it reads the true frame (cl_step_options.truth); NULL: every step
+   * its own (cl_reads_truth) */
+  const int *truth;
+  /* data parallel (dist.c): the communicator or NULL, this rank's share of
+   * the global batch, and whether the backward running is the step's last
+   * pass over each layer (its gradients then complete; train.c sets it) */
+  struct cl_comm *comm;
+  double comm_share;
+  int last_pass;
+} cl_call;
+static inline cl_call cl_call_plain(void) {
+  cl_call c = {{CL_LOSS_MSE, 0, 0}, {NULL, NULL, 0, 0, CL_F32, NULL, NULL}, NULL, NULL, 1.0, 0};
+  return c;
+}
+/* Whether fed-back step s (T - horizon + 1 <= s < T of g) of a
+ * free-running step reads the true frame, which train.c put in x's slot
+ * (scheduled sampling), instead of the last layer's h of the step before. */
+static inline int cl_reads_truth(const cl_call *c, const cl_geom *g, int s) {
+  return c->truth && c->truth[s - (g->T - g->horizon + 1)];
+}
+
+/* dist.c. With a call's comm set and its last_pass, backward hands layer
+ * l's gradients (weights and bias, one contiguous bucket) to the
+ * communicator; cl_dist_finish waits for every bucket and makes *loss (the
+ * step's results, cl_vals: device memory on a GPU) the global mean.
+ * cl_dist_active: a communicator of more than one rank is in use (no CUDA
+ * graph then). */
+cl_status cl_dist_check(cl_model *m, struct cl_comm *c);
+int cl_dist_active(const cl_call *c);
+cl_status cl_dist_bucket_ready(cl_model *m, const cl_call *c, int l);
+cl_status cl_dist_finish(cl_model *m, cl_call *c, double *loss);
+
 /* dropout.c: the masks of a call (cl_step_options) applied on the device.
  * Layer l drops its input when cfg.dropout[l] > 0 and its h_{t-1} when
  * cfg.recurrent_dropout[l] > 0, in training only.
@@ -434,7 +463,6 @@ cl_status cl_dropout_input_step_grad(cl_model *m, int l, int b, const void *dz, 
 /* forward.c / backward.c: the engine's pieces, used by train.c. A segment
  * is len steps of b sequences in the step buffers; prev_h/prev_c give each
  * layer's state before it (NULL: zeros); x is its input. */
-cl_status cl_check_sequence(cl_model *m, const cl_host_array *x, const char *what, int channels);
 cl_status cl_forward_segment(cl_model *m, int b, int len, const void *x, void *const *prev_h,
                              void *const *prev_c);
 /* Layer l's steps s0..s0+len-1 (in: its input from the segment's step 0),
@@ -447,35 +475,27 @@ cl_status cl_save_segment_end(cl_model *m, int b, int len, void *const *dst_h,
 /* fresh_dc: d_cell starts at zero (else it carries the later segment's);
  * carry_in: add the recurrent gradient that the later segment left in
  * dz_carry; save_carry: leave this segment's for the earlier one. */
-cl_status cl_backward_segment(cl_model *m, int b, int len, const void *x, void *const *prev_h,
-                              void *const *prev_c, int fresh_dc, int carry_in, int save_carry);
+cl_status cl_backward_segment(cl_model *m, const cl_call *c, int b, int len, const void *x,
+                              void *const *prev_h, void *const *prev_c, int fresh_dc,
+                              int carry_in, int save_carry);
 /* Free-running training (g.free_run): the whole step of g.T steps, whose
  * last horizon - 1 read the last layer's h of the step before, copied into
  * x's slot. Backward: through those steps one at a time, every layer in
  * turn (the gradient of a fed-back frame reaches the last layer's h of the
  * step before), then the input steps as cl_backward_segment. */
-cl_status cl_forward_free_run(cl_model *m, int b, void *x, void *const *prev_h,
-                              void *const *prev_c);
-/* Whether fed-back step s (T - horizon + 1 <= s < T) of a free-running
- * step reads the true frame, which train.c put in x's slot (scheduled
- * sampling), instead of the last layer's h of the step before. */
-static inline int cl_reads_truth(const cl_model *m, int s) {
-  return m->truth && m->truth[s - (m->step.g.T - m->step.g.horizon + 1)];
-}
-cl_status cl_backward_free_run(cl_model *m, int b, const void *x, void *const *prev_h,
-                               void *const *prev_c);
+cl_status cl_forward_free_run(cl_model *m, const cl_call *c, int b, void *x,
+                              void *const *prev_h, void *const *prev_c);
+cl_status cl_backward_free_run(cl_model *m, const cl_call *c, int b, const void *x,
+                               void *const *prev_h, void *const *prev_c);
 /* The loss of the segment's part of the target (sequences b0.., steps
  * t0..t0+len-1 of the call), times share, added to *acc: a double in
  * device memory (cl_vals), so that nothing waits for it; with want_grad the
  * last layer's d_hidden receives share * loss_scale times its gradient
  * (zeros at steps without a target). */
-cl_status cl_loss_segment(cl_model *m, const cl_source *y, cl_target target, int b0, int b,
-                          int t0, int len, double share, float loss_scale, int want_grad,
-                          double *acc);
+cl_status cl_loss_segment(cl_model *m, const cl_call *c, const cl_source *y, cl_target target,
+                          int b0, int b, int t0, int len, double share, float loss_scale,
+                          int want_grad, double *acc);
 cl_status cl_zero(cl_model *m, void *p, size_t bytes);
-/* y or an output gradient shaped as the target needs for [B, T, ., H, W]. */
-cl_status cl_check_target(cl_model *m, const cl_host_array *a, cl_target target, const char *what,
-                          int B, int T, int H, int W);
 
 /* Adam and AdamW share moments, update and state names. */
 static inline int cl_optim_is_adam(cl_optim_kind k) {
@@ -512,13 +532,14 @@ void cl_optim_free(cl_model *m);
 /* loss.c: CL_OK when every element of a loss weight is finite and >= 0. */
 cl_status cl_loss_weight_check(cl_model *m, const cl_host_array *w);
 
-/* loss.c: the loss of m->loss_fn over n elements of pred (the step's
+/* loss.c: the loss f over n elements of pred (the step's
  * dtype) against target (float), each times weight (float [n]; NULL: none):
  * *acc (device memory) += share * its mean; grad (may alias target, or be
  * NULL) = scale times d mean / d pred. Unweighted MSE is the backend's mse
  * kernel, the rest its loss kernel (backend.h, loss_acc). */
-cl_status cl_loss_run(cl_model *m, const void *pred, const float *target, const float *weight,
-                      size_t n, float scale, float *grad, double share, double *acc);
+cl_status cl_loss_run(cl_model *m, const cl_loss_fn *f, const void *pred, const float *target,
+                      const float *weight, size_t n, float scale, float *grad, double share,
+                      double *acc);
 
 /* step.c: the step's decision block (backend.h, cl_step_vals): on the
  * device, or m->host_vals for a backend that keeps none. cl_vals_read is a
@@ -537,6 +558,25 @@ void cl_optim_args(const cl_model *m, const cl_optim *o, int keep, cl_update_arg
 cl_status cl_optim_refuse(cl_model *m, cl_optim_kind kind, uint64_t fault);
 /* An update was applied: the step count and the momentum's first use. */
 void cl_optim_applied(cl_model *m);
+
+/* call.c: a training call's arguments, checked once.
+ * cl_check_sequence: x is [batch, time, channels, height, width] with
+ * `channels` channels; cl_check_target: y or an output gradient shaped as
+ * the target needs for [B, T, ., H, W].
+ * cl_call_check_arrays: the optimizer, and x, y and the options' weight of
+ * a step on host arrays; shape gets B, T (with a free-running horizon's
+ * fed-back steps), H, W.
+ * cl_call_make: the options against the model and the step's shape (the
+ * geometry into *g, the state, the dropout masks, the loss, data parallel)
+ * and the call's context into *c. Allocates nothing. */
+cl_status cl_check_sequence(cl_model *m, const cl_host_array *x, const char *what, int channels);
+cl_status cl_check_target(cl_model *m, const cl_host_array *a, cl_target target, const char *what,
+                          int B, int T, int H, int W);
+cl_status cl_call_check_arrays(cl_model *m, const cl_host_array *x, const cl_host_array *y,
+                               cl_target target, const cl_optim *opt,
+                               const cl_step_options *opts, int *shape);
+cl_status cl_call_make(cl_model *m, const cl_source *x, int B, int T, int H, int W,
+                       const cl_step_options *opts, cl_geom *g, cl_call *c);
 
 /* train.c: the step of cl_model_train_step once its arguments are checked:
  * B sequences of T steps of H x W pixels read from x and y. */

@@ -48,9 +48,10 @@ cl_status cl_loss_weight_check(cl_model *m, const cl_host_array *w) {
   return CL_OK;
 }
 
-cl_status cl_loss_run(cl_model *m, const void *pred, const float *target, const float *weight,
-                      size_t n, float scale, float *grad, double share, double *acc) {
-  CL_KERNEL(m, cl_backend_loss_acc(m->be, &m->loss_fn, pred, target, weight, n, m->step.g.dtype,
-                                   scale, grad, share, acc));
+cl_status cl_loss_run(cl_model *m, const cl_loss_fn *f, const void *pred, const float *target,
+                      const float *weight, size_t n, float scale, float *grad, double share,
+                      double *acc) {
+  CL_KERNEL(m, cl_backend_loss_acc(m->be, f, pred, target, weight, n, m->step.g.dtype, scale, grad,
+                                   share, acc));
   return CL_OK;
 }

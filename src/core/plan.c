@@ -114,8 +114,23 @@ typedef struct plan_builder {
   cl_status backend; /* a failed workspace query: its status (the reason in be->err) */
 } plan_builder;
 
-static void add(plan_builder *b, int kind, int layer, cl_mem_category cat, size_t bytes,
-                const char *name) {
+#define NAME_MODEL_(kind, name, other) [CL_BUF_##kind] = {name, other, #kind},
+#define NAME_STEP_(kind, field, name, other, per, dt) [CL_BUF_##kind] = {name, other, #kind},
+static const char *const BUF_NAME[CL_BUF_NKIND][3] = {CL_MODEL_BUFFERS(NAME_MODEL_)
+                                                         CL_STEP_BUFFERS(NAME_STEP_)};
+#undef NAME_MODEL_
+#undef NAME_STEP_
+
+const char *cl_buffer_name(int kind, cl_bufname which) {
+  if (kind < 0 || kind >= CL_BUF_NKIND || which < CL_BUFNAME_ROW || which > CL_BUFNAME_KIND)
+    return NULL;
+  return BUF_NAME[kind][which];
+}
+
+/* A row of the plan, named by the table (other: its other name). */
+static void add_row(plan_builder *b, int kind, int layer, cl_mem_category cat, size_t bytes,
+                    int other) {
+  const char *name = BUF_NAME[kind][other];
   if (b->p->n == b->cap) {
     int cap = b->cap ? 2 * b->cap : 32;
     cl_plan_entry *e = realloc(b->p->entries, (size_t)cap * sizeof *e);
@@ -138,6 +153,10 @@ static void add(plan_builder *b, int kind, int layer, cl_mem_category cat, size_
   e->layer = layer;
   b->p->by_category[cat] += bytes;
   b->p->total += bytes;
+}
+
+static void add(plan_builder *b, int kind, int layer, cl_mem_category cat, size_t bytes) {
+  add_row(b, kind, layer, cat, bytes, 0);
 }
 
 /* Product of dims times element size, remembering overflow. */
@@ -207,24 +226,24 @@ static void plan_model_buffers(plan_builder *b, const struct cl_model *m, const 
                                const cl_optim *opt) {
   int training = g->training;
   size_t pb = nbytes(b, sizeof(float), m->n_params, 1, 1, 1);
-  add(b, CL_BUF_PARAMS, -1, CL_MEM_PARAMETERS, pb, "parameters");
+  add(b, CL_BUF_PARAMS, -1, CL_MEM_PARAMETERS, pb);
   if (m->be->iface->scratch_bytes)
-    add(b, CL_BUF_BACKEND, -1, CL_MEM_WORKSPACE, m->be->iface->scratch_bytes, "backend_scratch");
-  if (training || m->grads) add(b, CL_BUF_GRADS, -1, CL_MEM_GRADIENTS, pb, "gradients");
+    add(b, CL_BUF_BACKEND, -1, CL_MEM_WORKSPACE, m->be->iface->scratch_bytes);
+  if (training || m->grads) add(b, CL_BUF_GRADS, -1, CL_MEM_GRADIENTS, pb);
   cl_optim_kind kind = opt ? opt->kind : m->opt_kind;
   int adam = cl_optim_is_adam(kind);
   int has_m = opt ? (adam || opt->momentum != 0) : m->opt_m != NULL;
   if (has_m)
-    add(b, CL_BUF_OPT_M, -1, CL_MEM_OPTIMIZER, pb, adam ? "adam.exp_avg" : "sgd.momentum_buffer");
+    add_row(b, CL_BUF_OPT_M, -1, CL_MEM_OPTIMIZER, pb, !adam);
   if (adam && (opt || m->opt_v))
-    add(b, CL_BUF_OPT_V, -1, CL_MEM_OPTIMIZER, pb, "adam.exp_avg_sq");
+    add(b, CL_BUF_OPT_V, -1, CL_MEM_OPTIMIZER, pb);
   if (adam && (opt ? opt->amsgrad : m->opt_vmax != NULL))
-    add(b, CL_BUF_OPT_VMAX, -1, CL_MEM_OPTIMIZER, pb, "adam.max_exp_avg_sq");
+    add(b, CL_BUF_OPT_VMAX, -1, CL_MEM_OPTIMIZER, pb);
   /* the state a carrying step holds, or will hold (as state.c sizes it) */
   if (m->held || g->state == CL_STATE_CARRY) {
     size_t sb = m->held ? m->held_bytes : cl_state_bytes(m, g->B, g->H, g->W, g->dtype);
     if (sb == 0) b->overflow = 1;
-    add(b, CL_BUF_HELD, -1, CL_MEM_STATES, sb, "carried_state");
+    add(b, CL_BUF_HELD, -1, CL_MEM_STATES, sb);
   }
 }
 
@@ -234,8 +253,8 @@ static void plan_given_state(plan_builder *b, const struct cl_model *m, const cl
   size_t e = cl_dtype_size(g->dtype), P = (size_t)g->H * g->W;
   for (int l = 0; l < m->cfg.n_layers; l++) {
     size_t n = nbytes(b, e, (size_t)g->B, (size_t)m->layer[l].hidden, P, 1);
-    add(b, CL_BUF_INIT_H, l, CL_MEM_STATES, n, "initial_h");
-    add(b, CL_BUF_INIT_C, l, CL_MEM_STATES, n, "initial_c");
+    add(b, CL_BUF_INIT_H, l, CL_MEM_STATES, n);
+    add(b, CL_BUF_INIT_C, l, CL_MEM_STATES, n);
   }
 }
 
@@ -269,20 +288,19 @@ int cl_dh_layout(const cl_model *m, int *at) {
 
 static void plan_inference(plan_builder *b, const struct cl_model *m, const cl_geom *g) {
   size_t e = cl_dtype_size(g->dtype), P = (size_t)g->H * g->W, B = (size_t)g->B;
-  add(b, CL_BUF_X, -1, CL_MEM_DATA, nbytes(b, e, B, (size_t)m->cfg.input_dim, P, 1), "x");
-  add(b, CL_BUF_GATES, -1, CL_MEM_WORKSPACE, nbytes(b, e, B, 4 * (size_t)max_hidden(m), P, 1),
-      "gates");
+  add(b, CL_BUF_X, -1, CL_MEM_DATA, nbytes(b, e, B, (size_t)m->cfg.input_dim, P, 1));
+  add(b, CL_BUF_GATES, -1, CL_MEM_WORKSPACE, nbytes(b, e, B, 4 * (size_t)max_hidden(m), P, 1));
   int all = g->outputs == CL_OUTPUTS_ALL;
   if (g->horizon > 0) /* inference only: in training the target fills d_hidden */
     add(b, CL_BUF_FRAMES, -1, CL_MEM_ACTIVATIONS,
-        nbytes(b, e, (size_t)g->horizon, B, (size_t)m->cfg.input_dim, P), "frames");
+        nbytes(b, e, (size_t)g->horizon, B, (size_t)m->cfg.input_dim, P));
   for (int l = 0; l < m->cfg.n_layers; l++) {
     size_t h = (size_t)m->layer[l].hidden;
-    add(b, CL_BUF_CELL, l, CL_MEM_STATES, nbytes(b, e, 2, B, h, P), "cell");
+    add(b, CL_BUF_CELL, l, CL_MEM_STATES, nbytes(b, e, 2, B, h, P));
     if (all)
-      add(b, CL_BUF_HID, l, CL_MEM_ACTIVATIONS, nbytes(b, e, (size_t)g->T, B, h, P), "hidden");
+      add(b, CL_BUF_HID, l, CL_MEM_ACTIVATIONS, nbytes(b, e, (size_t)g->T, B, h, P));
     else
-      add(b, CL_BUF_HID, l, CL_MEM_STATES, nbytes(b, e, 2, B, h, P), "hidden");
+      add(b, CL_BUF_HID, l, CL_MEM_STATES, nbytes(b, e, 2, B, h, P));
   }
 }
 
@@ -316,18 +334,18 @@ static void plan_dropout(plan_builder *b, const struct cl_model *m, const cl_geo
     const cl_layer *L = &m->layer[l];
     size_t in = (size_t)L->groups_x * L->in, h = (size_t)L->groups_h * L->hidden, n;
     if (cl_layer_drops_input(m, l)) {
-      add(b, CL_BUF_MASK_X, l, CL_MEM_ACTIVATIONS, nbytes(b, f, Bm, in, P, 1), "dropout_mask_x");
+      add(b, CL_BUF_MASK_X, l, CL_MEM_ACTIVATIONS, nbytes(b, f, Bm, in, P, 1));
       if ((n = nbytes(b, e, S, Bm, in, P)) > most) most = n;
       if (g->free_run && (n = nbytes(b, f, Bm, in, P, 1)) > most) most = n;
       if (L->groups_x > 1 && l > 0 && (n = nbytes(b, f, gin_steps, Bm, in, P)) > most) most = n;
     }
     if (cl_layer_drops_hidden(m, l)) {
-      add(b, CL_BUF_MASK_H, l, CL_MEM_ACTIVATIONS, nbytes(b, f, Bm, h, P, 1), "dropout_mask_h");
+      add(b, CL_BUF_MASK_H, l, CL_MEM_ACTIVATIONS, nbytes(b, f, Bm, h, P, 1));
       if ((n = nbytes(b, e, h_steps, Bm, h, P)) > most) most = n;
       if (h_grad && (n = nbytes(b, f, Bm, h, P, 1)) > most) most = n;
     }
   }
-  if (most) add(b, CL_BUF_DROPPED, -1, CL_MEM_WORKSPACE, most, "dropout_masked");
+  if (most) add(b, CL_BUF_DROPPED, -1, CL_MEM_WORKSPACE, most);
 }
 
 static void plan_training(plan_builder *b, const struct cl_model *m, const cl_geom *g) {
@@ -338,31 +356,31 @@ static void plan_training(plan_builder *b, const struct cl_model *m, const cl_ge
    * segments keeps the last one's end there while backward still reads the
    * state the step started from */
   int carry_windows = (g->tbptt && g->S < g->T) || (g->state == CL_STATE_CARRY && nseg > 1);
-  add(b, CL_BUF_X, -1, CL_MEM_DATA, nbytes(b, e, Tx, Bm, (size_t)m->cfg.input_dim, P), "x");
+  add(b, CL_BUF_X, -1, CL_MEM_DATA, nbytes(b, e, Tx, Bm, (size_t)m->cfg.input_dim, P));
   size_t hmax = (size_t)max_hidden(m);
   if (g->rc) /* one chunk of steps, any layer's (forward.c, backward.c) */
-    add(b, CL_BUF_GATES, -1, CL_MEM_ACTIVATIONS, nbytes(b, e, (size_t)g->rc, Bm, 4 * hmax, P),
-        "gates_recompute");
+    add_row(b, CL_BUF_GATES, -1, CL_MEM_ACTIVATIONS,
+            nbytes(b, e, (size_t)g->rc, Bm, 4 * hmax, P), 1);
   for (int l = 0; l < m->cfg.n_layers; l++) {
     size_t h = (size_t)m->layer[l].hidden;
     if (!g->rc)
-      add(b, CL_BUF_GATES, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, 4 * h, P), "gates");
-    add(b, CL_BUF_CELL, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, h, P), "cell");
-    add(b, CL_BUF_HID, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, h, P), "hidden");
+      add(b, CL_BUF_GATES, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, 4 * h, P));
+    add(b, CL_BUF_CELL, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, h, P));
+    add(b, CL_BUF_HID, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, h, P));
     if (nseg > 1) {
-      add(b, CL_BUF_CKPT_H, l, CL_MEM_ACTIVATIONS, nbytes(b, e, nseg - 1, Bm, h, P), "checkpoint_h");
-      add(b, CL_BUF_CKPT_C, l, CL_MEM_ACTIVATIONS, nbytes(b, e, nseg - 1, Bm, h, P), "checkpoint_c");
-      add(b, CL_BUF_DZ_CARRY, l, CL_MEM_WORKSPACE, nbytes(b, e, Bm, 4 * h, P, 1), "dz_carry");
-      add(b, CL_BUF_DC, l, CL_MEM_WORKSPACE, nbytes(b, f, Bm, h, P, 1), "d_cell");
+      add(b, CL_BUF_CKPT_H, l, CL_MEM_ACTIVATIONS, nbytes(b, e, nseg - 1, Bm, h, P));
+      add(b, CL_BUF_CKPT_C, l, CL_MEM_ACTIVATIONS, nbytes(b, e, nseg - 1, Bm, h, P));
+      add(b, CL_BUF_DZ_CARRY, l, CL_MEM_WORKSPACE, nbytes(b, e, Bm, 4 * h, P, 1));
+      add(b, CL_BUF_DC, l, CL_MEM_WORKSPACE, nbytes(b, f, Bm, h, P, 1));
     } else if (g->free_run) { /* the fed-back steps interleave the layers */
-      add(b, CL_BUF_DC, l, CL_MEM_WORKSPACE, nbytes(b, f, Bm, h, P, 1), "d_cell");
+      add(b, CL_BUF_DC, l, CL_MEM_WORKSPACE, nbytes(b, f, Bm, h, P, 1));
       if (l < m->cfg.n_layers - 1)
         add(b, CL_BUF_DH_ROLL, l, CL_MEM_WORKSPACE,
-            nbytes(b, f, g->horizon > 2 ? 2 : 1, Bm, h, P), "d_hidden_rollout");
+            nbytes(b, f, g->horizon > 2 ? 2 : 1, Bm, h, P));
     }
     if (carry_windows) {
-      add(b, CL_BUF_CARRY_H, l, CL_MEM_STATES, nbytes(b, e, Bm, h, P, 1), "carry_h");
-      add(b, CL_BUF_CARRY_C, l, CL_MEM_STATES, nbytes(b, e, Bm, h, P, 1), "carry_c");
+      add(b, CL_BUF_CARRY_H, l, CL_MEM_STATES, nbytes(b, e, Bm, h, P, 1));
+      add(b, CL_BUF_CARRY_C, l, CL_MEM_STATES, nbytes(b, e, Bm, h, P, 1));
     }
   }
   /* d_hidden of layer l is last read by l's time loop, and l's input half
@@ -374,14 +392,13 @@ static void plan_training(plan_builder *b, const struct cl_model *m, const cl_ge
     size_t top = S * (size_t)m->layer[m->cfg.n_layers - 1].hidden;
     dh_rows = top > tin * hmax ? top : tin * hmax;
   }
-  add(b, CL_BUF_DH, -1, CL_MEM_WORKSPACE, nbytes(b, f, dh_rows, Bm, P, 1), "d_hidden");
+  add(b, CL_BUF_DH, -1, CL_MEM_WORKSPACE, nbytes(b, f, dh_rows, Bm, P, 1));
   if (nseg == 1 && !g->free_run)
-    add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, hmax, P, 1), "d_cell");
+    add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, hmax, P, 1));
   plan_dropout(b, m, g);
   if (g->weight_steps) {
     size_t c = (size_t)m->layer[m->cfg.n_layers - 1].hidden;
-    add(b, CL_BUF_WEIGHT, -1, CL_MEM_DATA, nbytes(b, f, (size_t)g->weight_steps, Bm, c, P),
-        "weight");
+    add(b, CL_BUF_WEIGHT, -1, CL_MEM_DATA, nbytes(b, f, (size_t)g->weight_steps, Bm, c, P));
   }
 }
 
@@ -419,7 +436,7 @@ cl_status cl_plan_build(const cl_model *m, const cl_geom *g, const cl_optim *opt
   else
     plan_inference(&b, m, g);
   plan_given_state(&b, m, g);
-  add(&b, CL_BUF_WS, -1, CL_MEM_WORKSPACE, plan_workspace(&b, m, g), "conv_workspace");
+  add(&b, CL_BUF_WS, -1, CL_MEM_WORKSPACE, plan_workspace(&b, m, g));
   place_in_arena(&b, m->guard ? CL_GUARD_BYTES : 0);
   out->runtime = cl_backend_runtime_bytes(m->be);
   if (b.backend != CL_OK) {

@@ -159,32 +159,20 @@ static void bind(void **slot, int layer, void *p) {
   for (int j = 0; j < CL_MAX_LAYERS; j++) slot[j] = p;
 }
 
+#define BIND_ONE_(field, l, p) st->field = p
+#define BIND_LAYER_(field, l, p) bind((void **)st->field, l, p)
+#define BIND_CASE_(kind, field, name, other, per, dt) \
+  case CL_BUF_##kind: BIND_##per##_(field, l, p); break;
 static void bind_view(cl_step *st, const cl_plan_entry *e, void *p) {
   int l = e->layer;
   switch ((cl_buf_kind)e->kind) {
-  case CL_BUF_X: st->x = p; break;
-  case CL_BUF_GATES: bind(st->gates, l, p); break;
-  case CL_BUF_CELL: bind(st->cell, l, p); break;
-  case CL_BUF_HID: bind(st->hid, l, p); break;
-  case CL_BUF_CKPT_H: bind(st->ckpt_h, l, p); break;
-  case CL_BUF_CKPT_C: bind(st->ckpt_c, l, p); break;
-  case CL_BUF_DZ_CARRY: bind(st->dz_carry, l, p); break;
-  case CL_BUF_CARRY_H: bind(st->carry_h, l, p); break;
-  case CL_BUF_CARRY_C: bind(st->carry_c, l, p); break;
-  case CL_BUF_DH: bind((void **)st->dh, l, p); break;
-  case CL_BUF_DC: bind((void **)st->dc, l, p); break;
-  case CL_BUF_DH_ROLL: bind((void **)st->dh_roll, l, p); break;
-  case CL_BUF_WS: st->ws = p; break;
-  case CL_BUF_INIT_H: bind(st->init_h, l, p); break;
-  case CL_BUF_INIT_C: bind(st->init_c, l, p); break;
-  case CL_BUF_FRAMES: st->frames = p; break;
-  case CL_BUF_WEIGHT: st->weight = p; break;
-  case CL_BUF_MASK_X: bind((void **)st->mask_x, l, p); break;
-  case CL_BUF_MASK_H: bind((void **)st->mask_h, l, p); break;
-  case CL_BUF_DROPPED: st->dropped = p; break;
+  CL_STEP_BUFFERS(BIND_CASE_)
   default: break;
   }
 }
+#undef BIND_CASE_
+#undef BIND_ONE_
+#undef BIND_LAYER_
 
 /* recompute_gates: each layer's d_hidden at its place in the one buffer
  * (cl_dh_layout). */

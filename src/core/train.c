@@ -11,7 +11,7 @@
  *  - a horizon without teacher forcing: one segment whose last horizon - 1
  *    steps read the model's own frames (forward.c, backward.c), or with
  *    scheduled sampling each the true frame or its own, as the caller
- *    drew (m->truth: put_truth puts the true ones in x first);
+ *    drew (the call's truth: put_truth puts the true ones in x first);
  *  - float16: the loss scaled up for backward, the gradients unscaled and
  *    checked before the update, which is skipped on inf/NaN (GradScaler);
  *  - max_grad_norm: the gradients clipped by their global norm (clip.c)
@@ -32,9 +32,7 @@
 #include "plan.h" /* cl_geom_make, cl_plan_build; internal.h */
 
 #include <math.h>
-#include <stdint.h>
 #include <stdio.h>
-#include <string.h>
 
 #define CL_SCALE_INIT 65536.0
 #define CL_SCALE_GROWTH_INTERVAL 2000
@@ -84,13 +82,13 @@ static void ckpt_slot(cl_model *m, int b, int s, void **h, void **c) {
 /* Scheduled sampling: y's frame j of sequences b0.. into x's slot of
  * fed-back step tin + j, for each step that reads the truth; the forward
  * copies the model's own frame into the others' slots. */
-static cl_status put_truth(cl_model *m, const cl_source *y, int b0, int b) {
+static cl_status put_truth(cl_model *m, const cl_call *c, const cl_source *y, int b0, int b) {
   cl_step *st = &m->step;
   const cl_geom *g = &st->g;
   int tin = g->T - g->horizon + 1;
   size_t frame = (size_t)b * m->cfg.input_dim * g->H * g->W;
   for (int s = tin; s < g->T; s++) {
-    if (!cl_reads_truth(m, s)) continue;
+    if (!cl_reads_truth(c, g, s)) continue;
     cl_block k = {b0, b, s - tin, 1};
     CL_TRY(cl_put_source(m, cl_at(st->x, (size_t)s * frame, g->dtype), g->dtype, y, k));
   }
@@ -99,7 +97,7 @@ static cl_status put_truth(cl_model *m, const cl_source *y, int b0, int b) {
 
 /* The whole sequence of one micro-batch, in checkpoint segments (one
  * segment without checkpointing). */
-static cl_status run_segments(cl_model *m, const cl_source *x, const cl_source *y,
+static cl_status run_segments(cl_model *m, cl_call *c, const cl_source *x, const cl_source *y,
                               cl_target tg, int b0, int b, float ls, int final, double *acc) {
   cl_step *st = &m->step;
   const cl_geom *g = &st->g;
@@ -110,13 +108,13 @@ static cl_status run_segments(cl_model *m, const cl_source *x, const cl_source *
   /* free-running: x holds the input steps only; the forward fills the rest */
   cl_block all = {b0, b, 0, g->T - (g->free_run ? g->horizon - 1 : 0)};
   CL_TRY(cl_put_source(m, st->x, g->dtype, x, all));
-  if (g->free_run) CL_TRY(put_truth(m, y, b0, b));
+  if (g->free_run) CL_TRY(put_truth(m, c, y, b0, b));
   for (int s = 0; s < g->nseg; s++) {
     int len = seg_len(g, s);
     if (s > 0) ckpt_slot(m, b, s - 1, ph, pc);
     int start = s > 0 || from;
     if (g->free_run) { /* one segment (plan.c) */
-      CL_TRY(cl_forward_free_run(m, b, st->x, from ? ih : NULL, from ? ic : NULL));
+      CL_TRY(cl_forward_free_run(m, c, b, st->x, from ? ih : NULL, from ? ic : NULL));
       continue;
     }
     CL_TRY(cl_forward_segment(m, b, len, cl_at(st->x, (size_t)s * g->S * xstep, g->dtype),
@@ -136,12 +134,12 @@ static cl_status run_segments(cl_model *m, const cl_source *x, const cl_source *
     if (!last) /* recompute what the later segments overwrote */
       CL_TRY(cl_forward_segment(m, b, len, xs, sh, sc));
     double share = share_of(g, tg, b, s * g->S, len);
-    CL_TRY(cl_loss_segment(m, y, tg, b0, b, s * g->S, len, share, ls, 1, acc));
-    m->comm_last_pass = final && s == 0; /* each layer's gradient complete after it */
+    CL_TRY(cl_loss_segment(m, c, y, tg, b0, b, s * g->S, len, share, ls, 1, acc));
+    c->last_pass = final && s == 0; /* each layer's gradient complete after it */
     if (g->free_run)
-      CL_TRY(cl_backward_free_run(m, b, xs, sh, sc));
+      CL_TRY(cl_backward_free_run(m, c, b, xs, sh, sc));
     else
-      CL_TRY(cl_backward_segment(m, b, len, xs, sh, sc, last, !last, s > 0));
+      CL_TRY(cl_backward_segment(m, c, b, len, xs, sh, sc, last, !last, s > 0));
   }
   /* the state this micro-batch started from is read no more: hand on its
    * last one (still in the buffers when there is a single segment) */
@@ -151,7 +149,7 @@ static cl_status run_segments(cl_model *m, const cl_source *x, const cl_source *
 }
 
 /* Truncated BPTT over one micro-batch: windows of S steps. */
-static cl_status run_windows(cl_model *m, const cl_source *x, const cl_source *y,
+static cl_status run_windows(cl_model *m, cl_call *c, const cl_source *x, const cl_source *y,
                              cl_target tg, int b0, int b, float ls, int final, double *acc) {
   cl_step *st = &m->step;
   const cl_geom *g = &st->g;
@@ -166,9 +164,10 @@ static cl_status run_windows(cl_model *m, const cl_source *x, const cl_source *y
     CL_TRY(cl_put_source(m, st->x, g->dtype, x, k));
     CL_TRY(cl_forward_segment(m, b, len, st->x, sh, sc));
     if (tg == CL_TARGET_SEQUENCE || w == nwin - 1) {
-      CL_TRY(cl_loss_segment(m, y, tg, b0, b, t0, len, share_of(g, tg, b, t0, len), ls, 1, acc));
-      m->comm_last_pass = final && w == nwin - 1;
-      CL_TRY(cl_backward_segment(m, b, len, st->x, sh, sc, 1, 0, 0));
+      CL_TRY(cl_loss_segment(m, c, y, tg, b0, b, t0, len, share_of(g, tg, b, t0, len), ls, 1,
+                             acc));
+      c->last_pass = final && w == nwin - 1;
+      CL_TRY(cl_backward_segment(m, c, b, len, st->x, sh, sc, 1, 0, 0));
     }
     /* after backward, which still reads the incoming state; the last
      * window's end is the state a carrying step hands on */
@@ -214,7 +213,7 @@ static cl_status scaler_update(cl_model *m, const cl_optim *opt, const cl_step_v
  * state and the staging buffers exist before), so that a backend can record
  * it as a graph; it runs twice when graph_end asks, and so changes no host
  * state that a second run would see differently. */
-static cl_status step_launches(cl_model *m, const cl_source *x, const cl_source *y,
+static cl_status step_launches(cl_model *m, cl_call *c, const cl_source *x, const cl_source *y,
                                cl_target target, float ls, const cl_update_args *u,
                                const cl_step_options *opts) {
   const cl_geom *g = &m->step.g;
@@ -224,29 +223,29 @@ static cl_status step_launches(cl_model *m, const cl_source *x, const cl_source 
   for (int b0 = 0; b0 < g->B; b0 += g->Bm) {
     int b = g->B - b0 < g->Bm ? g->B - b0 : g->Bm, final = b0 + b >= g->B;
     CL_TRY(cl_dropout_upload(m, opts, b0, b)); /* these sequences' masks, staged as x */
-    CL_TRY(g->tbptt ? run_windows(m, x, y, target, b0, b, ls, final, &v->loss)
-                    : run_segments(m, x, y, target, b0, b, ls, final, &v->loss));
+    CL_TRY(g->tbptt ? run_windows(m, c, x, y, target, b0, b, ls, final, &v->loss)
+                    : run_segments(m, c, x, y, target, b0, b, ls, final, &v->loss));
   }
   /* data parallel: the summed gradients and the global loss, before
    * unscaling, clipping and the guard, so every rank decides the same */
-  CL_TRY(cl_dist_finish(m, &v->loss));
+  CL_TRY(cl_dist_finish(m, c, &v->loss));
   CL_KERNEL(m, cl_backend_update_step(m->be, u, v));
   return CL_OK;
 }
 
 /* step_launches, through the backend's graph of it when it keeps one. */
-static cl_status launch_step(cl_model *m, const cl_source *x, const cl_source *y,
+static cl_status launch_step(cl_model *m, cl_call *c, const cl_source *x, const cl_source *y,
                              cl_target target, float ls, const cl_update_args *u,
                              const cl_step_options *opts) {
   cl_status s = CL_OK;
   /* a communicator's reduction is work outside the backend's stream (a host
    * sum, a wait): a graph cannot hold it, and a dry pass must not start it */
-  const int comm = cl_dist_active(m);
+  const int comm = cl_dist_active(c);
   /* a dry pass that found no graph, a capture, and as a last resort plain */
   for (int pass = 0; pass < 3; pass++) {
     cl_graph_mode mode = comm ? CL_GRAPH_OFF_COMM : pass < 2 ? CL_GRAPH_AUTO : CL_GRAPH_PLAIN;
     CL_KERNEL(m, cl_backend_graph_begin(m->be, mode));
-    s = step_launches(m, x, y, target, ls, u, opts);
+    s = step_launches(m, c, x, y, target, ls, u, opts);
     int redo = 0;
     cl_status e = cl_backend_graph_end(m->be, s, &redo);
     if (redo) continue; /* nothing ran: again, as plain launches */
@@ -256,13 +255,12 @@ static cl_status launch_step(cl_model *m, const cl_source *x, const cl_source *y
   return s;
 }
 
-static cl_status train_step(cl_model *m, const cl_source *x, const cl_source *y,
+static cl_status train_step(cl_model *m, cl_call *c, const cl_source *x, const cl_source *y,
                             cl_target target, const cl_optim *opt, const cl_geom *gp,
                             const cl_step_options *opts, double *loss) {
   double max_norm = opts ? opts->max_grad_norm : 0;
   const cl_geom g = *gp;
   m->grad_norm = NAN; /* until this step's norm is read */
-  CL_TRY(cl_check_optim(m, opt));
   CL_TRY(cl_step_prepare(m, &g));
   CL_TRY(cl_state_upload(m, opts));
   m->step.outputs_kept = 0;
@@ -278,7 +276,7 @@ static cl_status train_step(cl_model *m, const cl_source *x, const cl_source *y,
    * finite loss can still carry inf/NaN gradients (an overflow inside the
    * cell): the update's guard refuses them, after clipping */
   u.check_loss = !half;
-  CL_TRY(launch_step(m, x, y, target, ls, &u, opts));
+  CL_TRY(launch_step(m, c, x, y, target, ls, &u, opts));
   m->step.outputs_kept = g.Bm == g.B && g.nseg == 1 && !g.tbptt;
   cl_step_vals v;
   CL_TRY(cl_vals_read(m, &v)); /* the step's one synchronisation */
@@ -298,69 +296,26 @@ cl_status cl_model_train_step(cl_model *m, const cl_host_array *x, const cl_host
                               const cl_step_options *opts, double *loss) {
   m->err[0] = '\0';
   *loss = 0;
-  CL_TRY(cl_check_optim(m, opt));
-  CL_TRY(cl_check_sequence(m, x, "x", m->cfg.input_dim));
-  int B = x->dims[0], T = x->dims[1], H = x->dims[3], W = x->dims[4];
-  int K = opts ? opts->horizon : 0;
-  if (K > 0 && target != CL_TARGET_SEQUENCE)
-    return cl_fail(m, CL_E_INVALID, "a training horizon needs the target \"sequence\"");
-  if (opts && opts->truth && !opts->free_run)
-    return cl_fail(m, CL_E_INVALID,
-                   "truth flags (scheduled sampling) apply to a free-running horizon only");
-  if (K > 0 && opts->free_run) { /* x is the input only: the step runs K - 1 more */
-    if (T > INT32_MAX - K)
-      return cl_fail(m, CL_E_INVALID, "horizon: %d + %d steps overflow", T, K);
-    T += K - 1;
-  }
-  CL_TRY(cl_check_target(m, y, target, "y", B, K > 0 && K <= T ? K : T, H, W));
-  if (opts && opts->weight) {
-    CL_TRY(cl_check_target(m, opts->weight, target, "weight", B, K > 0 && K <= T ? K : T, H, W));
-    CL_TRY(cl_loss_weight_check(m, opts->weight));
-  }
+  int d[4]; /* B, T, H, W */
+  CL_TRY(cl_call_check_arrays(m, x, y, target, opt, opts, d));
   cl_source xs = cl_source_host(x), ys = cl_source_host(y);
-  return cl_train_sources(m, &xs, &ys, target, B, T, H, W, opt, opts, loss);
+  return cl_train_sources(m, &xs, &ys, target, d[0], d[1], d[2], d[3], opt, opts, loss);
 }
 
 cl_status cl_train_sources(cl_model *m, const cl_source *x, const cl_source *y, cl_target target,
                            int B, int T, int H, int W, const cl_optim *opt,
                            const cl_step_options *opts, double *loss) {
   cl_geom g;
-  CL_TRY(cl_geom_make(m, B, T, H, W, 1, opts, &g));
-  CL_TRY(cl_state_check(m, opts, B, H, W));
-  CL_TRY(cl_dropout_check(m, opts));
-  if (g.horizon && !x->host)
-    return cl_fail(m, CL_E_INVALID, "a training horizon applies to arrays, not to data sets");
-  if (g.weight_steps && !x->host)
-    return cl_fail(m, CL_E_INVALID, "a loss weight applies to arrays, not to data sets");
+  cl_call c;
+  CL_TRY(cl_call_make(m, x, B, T, H, W, opts, &g, &c));
   m->phase = CL_PHASE_NONE;
   /* every model buffer before the step's arena, so that nothing is
    * allocated once the step has begun; a state made for a step that fails
    * goes back, leaving the model as it was */
-  char why[CL_ERRMSG_LEN];
-  if (opts && cl_loss_check(&opts->loss, why, sizeof why) != CL_OK)
-    return cl_fail(m, CL_E_INVALID, "%s", why);
   int created;
   CL_TRY(cl_optim_ensure(m, opt, &created));
-  if (opts) m->loss_fn = opts->loss;
-  cl_source ws;
-  if (g.weight_steps) {
-    ws = cl_source_host(opts->weight);
-    m->loss_weight = &ws;
-  }
-  m->truth = g.free_run ? opts->truth : NULL;
-  m->comm = opts ? opts->comm : NULL;
-  m->comm_share = opts && opts->comm ? opts->comm_share : 1.0;
-  m->comm_last_pass = 0;
-  cl_status s = cl_dist_check(m, m->comm);
-  if (s == CL_OK && m->comm && !(m->comm_share > 0 && m->comm_share <= 1))
-    s = cl_fail(m, CL_E_INVALID, "comm_share must lie in (0, 1], not %g", m->comm_share);
-  if (s == CL_OK) s = cl_state_prepare(m, &g);
-  if (s == CL_OK) s = train_step(m, x, y, target, opt, &g, opts, loss);
-  m->comm = NULL;
-  m->comm_last_pass = 0;
-  memset(&m->loss_fn, 0, sizeof m->loss_fn); /* back to MSE, cl_model_mse's */
-  m->loss_weight = NULL;
-  m->truth = NULL;
+  cl_status s = cl_state_prepare(m, &g);
+  if (s == CL_OK) s = train_step(m, &c, x, y, target, opt, &g, opts, loss);
   if (s != CL_OK && created) cl_model_optimizer_reset(m);
   if (s == CL_OK) s = cl_guard_check(m);
   return s;

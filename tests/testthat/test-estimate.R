@@ -205,6 +205,28 @@ test_that("the estimate follows the optimizer state a model holds", {
   expect_equal(b[["optimizer"]], 920 * 4)
 })
 
+test_that("every plan row is named by the core's one table of buffers", {
+  buf <- convlstm:::c_buffer_names()
+  expect_identical(names(buf), c("kind", "name", "other"))
+  known <- c(buf$name, buf$other[!is.na(buf$other)])
+  expect_false(anyDuplicated(known) > 0)
+  m <- est_model(2, c(3, 2), 3, dropout = 0.2, recurrent_dropout = 0.1)
+  rows <- character()
+  plans <- list(
+    memory_estimate(m, 2, 4, 5, 5, optimizer = optimizer_adam(amsgrad = TRUE), checkpoint = 2),
+    memory_estimate(m, 2, 4, 5, 5, optimizer = optimizer_sgd(0.1, momentum = 0.9),
+                    recompute_gates = TRUE),
+    memory_estimate(m, 2, 4, 5, 5, optimizer = optimizer_adam(), tbptt = 2),
+    memory_estimate(m, 2, 4, 5, 5, training = FALSE)
+  )
+  for (est in plans) rows <- c(rows, attr(est, "plan")$name)
+  expect_true(all(sub("\\[[0-9]+\\]$", "", rows) %in% known))
+  # the table's names are the ones the rows carry: sgd's other name, the chunk's
+  expect_true(all(c("sgd.momentum_buffer", "gates_recompute", "adam.max_exp_avg_sq",
+                    "carry_h[0]", "checkpoint_h[1]", "dropout_mask_h[0]") %in% rows))
+  convlstm_release(m)
+})
+
 test_that("memory_estimate() checks its arguments", {
   model <- est_model(1, 2, 3)
   on.exit(convlstm_release(model))
