@@ -1,5 +1,5 @@
 /*
- * tests/c/test_core_refs.c -- references behind three training paths that
+ * tests/c/test_core_refs.c -- references behind training paths that
  * a test comparing the package with itself in the same mode cannot judge,
  * through the public header on the CPU backend:
  *  - float16 and bfloat16 training against float32 under plain SGD (no
@@ -10,6 +10,8 @@
  *  - gradient accumulation with an uneven last micro-batch (B = 5 in
  *    micro-batches of 3 + 2, 2 + 2 + 1, ...): the gradients and loss of the
  *    same batch without accumulation, for both targets and a horizon;
+ *  - clipping by the global norm (torch's clip_grad_norm_, from its
+ *    definition and the plain step's gradients);
  *  - a model with non-square kernels saved to a file: the file's own header,
  *    read here without the package's reader, gives each weight the shape
  *    [out, in, kh, kw] (torch's) and the values in torch's order, and a load
@@ -205,6 +207,54 @@ static void test_uneven_accumulation(void) {
   free(ylast);
 }
 
+/* ---- clipping by the global norm --------------------------------------- */
+
+static float gc0[MAXG], gc1[MAXG], pc0[MAXG], pc1[MAXG];
+
+/* torch's clip_grad_norm_ from its definition: the plain step's gradients
+ * g (lr 0) give norm = sqrt(sum g^2), measured here in double; a step with
+ * max_grad_norm = norm / 3 and SGD at lr 1 must move the parameters by
+ * g * max / (norm + 1e-6), and report the norm; max_grad_norm above the
+ * norm leaves the step plain. */
+static void test_clipping(void) {
+  enum { B = 3, T = 3, H = 5, W = 4 };
+  cl_config c = ctest_config(2, 3, 2, 3, 1, 1, 2);
+  ctest_rng = 13;
+  float *x = rand_array((size_t)B * T * 2 * H * W, -1, 1);
+  float *y = rand_array((size_t)B * 2 * H * W, 0, 1);
+  cl_host_array xa = {x, CL_HOST_TORCH_F32, 5, {B, T, 2, H, W}};
+  cl_host_array ya = {y, CL_HOST_TORCH_F32, 4, {B, 2, H, W, 0}};
+  size_t n;
+  accum_step(&c, &xa, &ya, CL_TARGET_LAST_STATE, NULL, gc0, &n);
+  double sum = 0;
+  for (size_t i = 0; i < n; i++) sum += (double)gc0[i] * gc0[i];
+  const double norm = sqrt(sum);
+  for (int k = 0; k < 2; k++) {
+    const double max = k == 0 ? norm / 3 : norm * 2;
+    cl_model *m = model_seeded(&c, 5); /* accum_step's weights */
+    flat(m, 0, pc0);
+    cl_optim sgd = {CL_OPTIM_SGD, 1.0, 0, 0, 0, 0, 0, 0};
+    cl_step_options o = {0};
+    o.max_grad_norm = max;
+    double loss;
+    CHECK(cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &sgd, &o, &loss) == CL_OK,
+          "clipped step: %s", cl_model_error(m));
+    flat(m, 0, pc1);
+    const double coef = k == 0 ? max / (norm + 1e-6) : 1.0;
+    for (size_t i = 0; i < n; i++) gc1[i] = (float)(coef * gc0[i]);
+    for (size_t i = 0; i < n; i++) pc1[i] = pc0[i] - pc1[i]; /* lr 1: the step taken */
+    double r = rel_diff(pc1, gc1, n), gn = cl_model_grad_norm(m);
+    CHECK(r <= 1e-5, "max_grad_norm %s the norm: the step %.2e from g * %.4f", k ? "above" : "below",
+          r, coef);
+    CHECK(fabs(gn - norm) <= 1e-6 * norm, "grad_norm %.9g, measured here %.9g", gn, norm);
+    if (k == 0) printf("clipping to a third of the norm %.5f: the step within %.1e of g * %.4f\n",
+                       norm, r, coef);
+    cl_model_free(m);
+  }
+  free(x);
+  free(y);
+}
+
 /* ---- non-square kernels in a file ------------------------------------ */
 
 /* The file's header, read here: the JSON after the 8-byte length. */
@@ -342,6 +392,7 @@ static void test_nonsquare_file(void) {
 int main(void) {
   test_half_sgd();
   test_uneven_accumulation();
+  test_clipping();
   test_nonsquare_file();
   return ctest_done("test_core_refs");
 }
