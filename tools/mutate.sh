@@ -182,6 +182,12 @@ grep -v '^#' "$list" | grep -v '^[[:space:]]*$' | while IFS="$tab" read -r id cl
           if [ $r_ready -eq 0 ]; then
             restore "$file"
             r_install base || { echo "mutate: R install of the unmutated tree failed" >&2; exit 2; }
+            # every testthat file the list names must pass without a mutant
+            all=$(grep -v '^#' "$list" | cut -f6 | tr ',' '\n' | grep . | sort -u | tr '\n' ',')
+            if failed=$(r_suite base "$all"); then :; else
+              echo "mutate: $failed fails without a mutant (see $log/base.$failed.log)" >&2
+              exit 2
+            fi
             r_ready=1
             apply "$id" "$file" "$orig" "$repl" >/dev/null
           fi
