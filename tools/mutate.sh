@@ -9,9 +9,12 @@
 # A core or CPU-backend mutant (src/core/, src/cpu/) rebuilds the standalone
 # library (src/Makefile.standalone, CUDA=0: only the mutated file recompiles)
 # and runs the C suite, the fastest tests first (by their baseline time) and
-# test_backend_ops last, stopping at the first failure. An R-glue or R mutant (src/r_*.c, R/)
+# test_backend_ops last (first for a src/cpu/ mutant: the backend's own
+# reference), stopping at the first failure. An R-glue or R mutant (src/r_*.c, R/)
 # reinstalls the scratch copy into a scratch library (R CMD INSTALL,
-# incremental) and runs the testthat files named in its row. A mutant whose
+# incremental) and runs the testthat files named in its row; so does a core
+# mutant the C suite lets through when its row names testthat files (a line
+# only several processes reach). A mutant whose
 # snippet is not found exactly once in its file is "stale" (re-anchor it: the
 # code moved), one that does not compile "broken"; neither counts as killed.
 #
@@ -70,7 +73,12 @@ c_suite() {
     tests=$(sort -n -k2 "$work/baseline.times" | grep -v '^test_backend_ops ' |
       while read -r n _; do echo "$build/$n"; done)
   fi
-  for t in $tests "$build/test_backend_ops"; do
+  # a backend mutant meets the backend's own reference test first
+  case ${2:-} in
+    src/cpu/*) tests="$build/test_backend_ops $tests" ;;
+    *) tests="$tests $build/test_backend_ops" ;;
+  esac
+  for t in $tests; do
     [ -x "$t" ] || continue
     name=$(basename "$t")
     args=""
@@ -112,6 +120,32 @@ r_suite() {
   return 0
 }
 
+# run_r ID FILE ORIGINAL REPLACEMENT TESTS: the planted tree installed into
+# the scratch library (the unmutated one first, once, whose testthat files
+# must all pass), then TESTS; sets result and by
+run_r() {
+  if [ $r_ready -eq 0 ]; then
+    restore "$2"
+    r_install base || { echo "mutate: R install of the unmutated tree failed" >&2; exit 2; }
+    # every testthat file the list names must pass without a mutant
+    all=$(grep -v '^#' "$list" | cut -f6 | tr ',' '\n' | grep . | sort -u | tr '\n' ',')
+    if failed=$(r_suite base "$all"); then :; else
+      echo "mutate: $failed fails without a mutant (see $log/base.$failed.log)" >&2
+      exit 2
+    fi
+    r_ready=1
+    apply "$1" "$2" "$3" "$4" >/dev/null
+  fi
+  if ! r_install "$1"; then
+    result=broken
+    by="R CMD INSTALL failed"
+  elif by=$(r_suite "$1" "$5"); then
+    result=SURVIVED
+  else
+    result=killed
+  fi
+}
+
 # apply ID FILE ORIGINAL REPLACEMENT: "ok", "stale 0" or "stale N"
 apply() {
   python3 - "$scratch/$2" "$3" "$4" <<'PY'
@@ -142,6 +176,8 @@ save_obj() {
 }
 
 restore() {
+  # the R build's object of a C file (in the tree): made again next install
+  case $1 in *.c) rm -f "$scratch/${1%.c}.o" ;; esac
   o=$(obj_of "$1")
   if [ -n "$o" ] && [ -f "$work/saved.o" ]; then
     cp -p "$work/pristine/$1" "$scratch/$1"
@@ -179,33 +215,20 @@ grep -v '^#' "$list" | grep -v '^[[:space:]]*$' | while IFS="$tab" read -r id cl
     *)
       case $file in
         src/r_*.c|src/init.c|R/*)
-          if [ $r_ready -eq 0 ]; then
-            restore "$file"
-            r_install base || { echo "mutate: R install of the unmutated tree failed" >&2; exit 2; }
-            # every testthat file the list names must pass without a mutant
-            all=$(grep -v '^#' "$list" | cut -f6 | tr ',' '\n' | grep . | sort -u | tr '\n' ',')
-            if failed=$(r_suite base "$all"); then :; else
-              echo "mutate: $failed fails without a mutant (see $log/base.$failed.log)" >&2
-              exit 2
-            fi
-            r_ready=1
-            apply "$id" "$file" "$orig" "$repl" >/dev/null
-          fi
-          if ! r_install "$id"; then
-            result=broken
-            by="R CMD INSTALL failed"
-          elif by=$(r_suite "$id" "${rtests:-}"); then
-            result=SURVIVED
-          else
-            result=killed
-          fi
+          run_r "$id" "$file" "$orig" "$repl" "${rtests:-}"
           ;;
         *)
           if ! make_lib lib >"$log/$id.build.log" 2>&1; then
             result=broken
             by="does not compile"
-          elif by=$(c_suite "$id"); then
+          elif by=$(c_suite "$id" "$file"); then
             result=SURVIVED
+            # a core line the C suite cannot reach (data parallel: no MPI
+            # in the standalone build) names the testthat files that can
+            if [ -n "${rtests:-}" ]; then
+              run_r "$id" "$file" "$orig" "$repl" "$rtests"
+              [ "$result" = killed ] && by="$by (the C suite passes)"
+            fi
           else
             result=killed
           fi
