@@ -11,7 +11,7 @@ with the package: system.file("python", "safetensors_check.py", package =
       format's rules itself (8-byte little-endian header length, JSON header,
       dtypes, shapes, offsets that tile the data). Builds the R torch
       tutorial's ConvLSTM (torch_convlstm.py, beside this file) with the architecture in
-      the file's metadata (peepholes included), loads the weights with load_state_dict(strict=True),
+      the file's metadata (peepholes, kernel widths and dilations included), loads the weights with load_state_dict(strict=True),
       runs it on X.bin (float32, row-major [B, T, C, H, W]) and writes the last
       layer's output sequence to OUT.bin (float32, row-major). Prints a JSON
       summary: reader, tensors (name: shape), metadata.
@@ -111,10 +111,17 @@ def cmd_read(args):
     tensors, meta, reader = read_file(path)
     hidden = json.loads(meta["convlstm.hidden_dims"])
     kernels = json.loads(meta["convlstm.kernel_sizes"])
+    # non-square or dilated kernels: widths and dilations are recorded too
+    # (absent: square, undilated); the weights' [out, in, kh, kw] must then
+    # fit the (kh, kw) convolutions, or load_state_dict refuses them
+    widths = json.loads(meta.get("convlstm.kernel_widths", "null")) or kernels
+    dil_h = json.loads(meta.get("convlstm.dilation_h", "null")) or [1] * len(kernels)
+    dil_w = json.loads(meta.get("convlstm.dilation_w", "null")) or [1] * len(kernels)
     peephole = meta.get("convlstm.peephole")  # absent: none
     frame = json.loads(meta["convlstm.peephole_size"]) if peephole == "position" else None
-    model = ConvLSTM(int(meta["convlstm.input_dim"]), hidden, kernels,
-                     meta["convlstm.bias"] == "true", peephole=peephole, frame_size=frame)
+    model = ConvLSTM(int(meta["convlstm.input_dim"]), hidden, list(zip(kernels, widths)),
+                     meta["convlstm.bias"] == "true", list(zip(dil_h, dil_w)),
+                     peephole=peephole, frame_size=frame)
     params = {k: v for k, v in tensors.items() if not k.startswith("optimizer.")}
     model.load_state_dict(params, strict=True)
     for k, v in tensors.items():

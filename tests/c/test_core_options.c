@@ -2,7 +2,8 @@
  * tests/c/test_core_options.c -- the step options against the plain step,
  * through the public header on the CPU backend: checkpointed and accumulated
  * gradients equal the plain ones; truncation keeps the forward exact and its
- * memory independent of T; last-state inference gives the same states in
+ * memory independent of T, and a window of 1 gives the gradients of one step
+ * from the detached state; last-state inference gives the same states in
  * memory independent of T; and for random shapes and options the plan equals
  * what the step allocates, per category, to the byte. Exits nonzero on any
  * failure.
@@ -162,22 +163,64 @@ static void test_equal_gradients(void) {
   free_problem(&p);
 }
 
-/* tbptt with target last_state and window 1: only the last step's
- * convolutions see a gradient, so the hidden-half weights get none from
- * earlier steps: their gradient equals that of a one-step sequence started
- * from the same state, which we cannot build here; instead check the
- * defining property that the gradient differs from the full one and that a
- * window of k still gives d loss / d bias of the last layer exactly (the
- * last layer's bias sees only the last step through the cell at t = T-1 and
- * the earlier steps through the recurrence, which truncation cuts). */
+/* tbptt with target last_state and window 1: only the last step sees the
+ * loss, and the state it starts from is a constant (detached). So every
+ * gradient of that step is the gradient of a one-step sequence x[, T] started
+ * from the state the first T - 1 steps leave, given as a constant
+ * (CL_STATE_GIVEN): that reference is built here, from a plain forward of
+ * the first T - 1 steps and a plain step on the last one. The truncated
+ * gradients also differ from the full ones (the cut is real). The
+ * window-by-window reference for longer windows and a PyTorch fixture are
+ * test_core_tbptt.c's. */
 static void test_tbptt_truncates(void) {
-  problem p = make_problem(2, 5, 4, 4, 1);
+  enum { B = 2, T = 5, C = 2, H = 4, W = 4 };
+  problem p = make_problem(B, T, H, W, 1);
   size_t n0, n1;
   step_grads(&p, CL_TARGET_LAST_STATE, NULL, g0, &n0);
   cl_step_options o = {0};
   o.tbptt = 1;
   step_grads(&p, CL_TARGET_LAST_STATE, &o, g1, &n1);
   CHECK(rel_diff(g1, g0, n0) > 1e-4, "tbptt 1 should cut the gradient through time");
+
+  int hid = p.cfg.hidden_dims[0];
+  size_t frame = (size_t)C * H * W, nh = (size_t)B * hid * H * W;
+  float head[B * (T - 1) * C * H * W], tail[B * C * H * W], h[B * 2 * H * W], c[B * 2 * H * W];
+  for (int b = 0; b < B; b++) {
+    memcpy(head + (size_t)b * (T - 1) * frame, p.x + (size_t)b * T * frame,
+           (T - 1) * frame * sizeof(float));
+    memcpy(tail + (size_t)b * frame, p.x + ((size_t)b * T + T - 1) * frame, frame * sizeof(float));
+  }
+  CHECK(nh <= sizeof h / sizeof *h, "state buffers too small");
+  cl_model *m = model_of(&p, 7); /* step_grads' parameters */
+  cl_host_array xh = {head, CL_HOST_TORCH_F32, 5, {B, T - 1, C, H, W}};
+  cl_host_array st[2] = {{h, CL_HOST_TORCH_F32, 4, {B, hid, H, W, 0}},
+                         {c, CL_HOST_TORCH_F32, 4, {B, hid, H, W, 0}}};
+  CHECK(cl_model_forward(m, &xh, 0, NULL) == CL_OK, "forward: %s", cl_model_error(m));
+  CHECK(cl_model_read_state(m, 0, 0, &st[0]) == CL_OK && cl_model_read_state(m, 0, 1, &st[1]) ==
+            CL_OK, "read state: %s", cl_model_error(m));
+  cl_host_array xt = {tail, CL_HOST_TORCH_F32, 5, {B, 1, C, H, W}};
+  cl_host_array ya = {p.y_last, CL_HOST_TORCH_F32, 4, {B, hid, H, W, 0}};
+  cl_step_options og = {0};
+  og.state_mode = CL_STATE_GIVEN;
+  og.state = st;
+  cl_optim sgd0 = {CL_OPTIM_SGD, 0, 0, 0, 0, 0, 0, 0};
+  double loss;
+  CHECK(cl_model_train_step(m, &xt, &ya, CL_TARGET_LAST_STATE, &sgd0, &og, &loss) == CL_OK,
+        "one step from the given state: %s", cl_model_error(m));
+  size_t at = 0;
+  for (int i = 0; i < cl_model_n_tensors(m); i++) {
+    const char *name;
+    int nd, d[4];
+    cl_model_tensor_info(m, i, &name, &nd, d);
+    size_t n = (size_t)d[0] * (nd == 4 ? (size_t)d[1] * d[2] * d[3] : 1);
+    cl_model_get_grad(m, name, g0 + at, n);
+    at += n;
+  }
+  double r = rel_diff(g1, g0, n1);
+  CHECK(at == n1 && r <= 1e-6, "tbptt 1: gradients %.2e from one step on the state detached", r);
+  printf("tbptt 1 (target last_state): gradients within %.1e of one step from the detached "
+         "state\n", r);
+  cl_model_free(m);
   free_problem(&p);
 }
 

@@ -70,6 +70,32 @@ for (kind in c("per_gate", "shared")) test_that(sprintf(
   expect_false(identical(convlstm:::c_dropout_draw(environment(m)$ptr, c(40, 30, 20)), masks))
 })
 
+# The generator itself (r_dropout.c, r_unif.c): for low, middle and high
+# rates and on both of its paths (Mersenne-Twister's words read in bulk,
+# unif_rand() for any other kind), each mask holds exactly 0 and
+# 1 / (1 - p) (as a float32), keeps 1 - p of its elements and has mean 1
+# (inverted dropout), within 5 standard deviations of 14400 draws.
+test_that("the mask generator scales by 1 / (1 - p) and keeps 1 - p, on both RNG paths", {
+  old <- RNGkind()
+  on.exit(do.call(RNGkind, as.list(old)), add = TRUE)
+  for (kind in c("Mersenne-Twister", "L'Ecuyer-CMRG")) {
+    RNGkind(kind)
+    for (p in c(0.05, 0.5, 0.9)) {
+      m <- drop_model(c(p, 0), c(0, p), dropout_masks = "shared")
+      set.seed(21)
+      masks <- convlstm:::c_dropout_draw(environment(m)$ptr, c(30, 16, 15))
+      convlstm_release(m)
+      for (v in list(masks[[1]], masks[[4]])) {
+        lab <- sprintf("%s, p = %g", kind, p)
+        n <- length(v)
+        expect_setequal(unique(as.vector(v)), c(0, as_f32(1 / (1 - p))))
+        expect_lt(abs(mean(v != 0) - (1 - p)), 5 * sqrt(p * (1 - p) / n), label = lab)
+        expect_lt(abs(mean(v) - 1), 5 * sqrt(p / (1 - p) / n), label = lab)
+      }
+    }
+  }
+})
+
 # What unif_rand() would draw, element by element: masks [B, G, C, H, W]
 # from consecutive runif() segments, each drawn as [G, B, C, H, W] row-major
 # (gate-major, then batch-major).

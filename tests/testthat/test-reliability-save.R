@@ -341,6 +341,34 @@ test_that("a file with peepholes loads in PyTorch and computes the same outputs"
   })
 })
 
+# Square kernels hide a writer that swaps kh and kw in a weight's shape:
+# PyTorch builds Conv2d(kernel_size = (kh, kw)) from the metadata and its
+# load_state_dict(strict = TRUE) refuses a [out, in, kw, kh] weight.
+test_that("a file with non-square, dilated kernels loads in PyTorch: [out, in, kh, kw]", {
+  pt <- python_torch()
+  set.seed(14)
+  d <- save_data(n = 2)
+  model <- convlstm(2, c(3, 2), list(c(3, 5), c(5, 1)), device = "cpu", threads = 1,
+                    dilation = list(c(1, 2), 1))
+  path <- st_file()
+  xf <- tempfile()
+  of <- tempfile()
+  on.exit({
+    convlstm_release(model)
+    unlink(c(path, xf, of))
+  })
+  convlstm_save(model, path)
+  write_f32(d$x, xf)
+  out <- system2(pt[[1]], c(shQuote(pt[[2]]), "read", shQuote(path), shQuote(xf),
+                            dim(d$x), shQuote(of)), stdout = TRUE, stderr = TRUE)
+  expect_null(attr(out, "status"))
+  summary <- paste(out, collapse = "\n")
+  expect_match(summary, "\"cell_list.0.conv.weight\": \\[12, 5, 3, 5\\]")
+  expect_match(summary, "\"cell_list.1.conv.weight\": \\[8, 5, 5, 1\\]")
+  ours <- predict(model, d$x)
+  expect_equal(ours, read_f32(of, dim(ours)), tolerance = 1e-5)
+})
+
 test_that("a state dict saved from PyTorch loads, architecture read from the shapes", {
   pt <- python_torch()
   d <- save_data(n = 2)

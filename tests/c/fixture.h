@@ -1,0 +1,165 @@
+/*
+ * tests/c/fixture.h -- reads a PyTorch fixture folder written by the
+ * tools/make_fixtures*.py generators (format: tests/testthat/fixtures/
+ * README.md): manifest.txt's config and tensor records, and each tensor's
+ * little-endian float32 values. Plain C, for the C tests; the R tests read
+ * the same folders with helper-fixtures.R. A test runs from the repository
+ * root (run.sh), so folders are relative paths.
+ */
+#ifndef CONVLSTM_TESTS_FIXTURE_H
+#define CONVLSTM_TESTS_FIXTURE_H
+
+#include "convlstm.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FX_MAX_LINES 128
+#define FX_LINE 512
+
+typedef struct fixture {
+  char dir[256];
+  int n;
+  char line[FX_MAX_LINES][FX_LINE];
+} fixture;
+
+/* 1 when dir/manifest.txt was read and has the format's first line. */
+static inline int fx_open(fixture *f, const char *dir) {
+  memset(f, 0, sizeof *f);
+  snprintf(f->dir, sizeof f->dir, "%s", dir);
+  char path[320];
+  snprintf(path, sizeof path, "%s/manifest.txt", dir);
+  FILE *in = fopen(path, "r");
+  if (!in) return 0;
+  char buf[FX_LINE];
+  int ok = fgets(buf, sizeof buf, in) && strncmp(buf, "convlstm-fixture 1", 18) == 0;
+  while (ok && f->n < FX_MAX_LINES && fgets(f->line[f->n], FX_LINE, in))
+    f->line[f->n][strcspn(f->line[f->n], "\n")] = '\0', f->n++;
+  fclose(in);
+  return ok;
+}
+
+/* The values of record `kind key` (after "kind key "), or NULL. */
+static inline const char *fx_record(const fixture *f, const char *kind, const char *key) {
+  size_t lk = strlen(kind), lkey = strlen(key);
+  for (int i = 0; i < f->n; i++) {
+    const char *s = f->line[i];
+    if (strncmp(s, kind, lk) == 0 && s[lk] == ' ' && strncmp(s + lk + 1, key, lkey) == 0 &&
+        s[lk + 1 + lkey] == ' ')
+      return s + lk + 1 + lkey + 1;
+  }
+  return NULL;
+}
+
+/* config key's integers into out (at most max); their number, 0 if absent. */
+static inline int fx_ints(const fixture *f, const char *key, int *out, int max) {
+  const char *s = fx_record(f, "config", key);
+  int n = 0;
+  char *end;
+  while (s && n < max) {
+    long v = strtol(s, &end, 10);
+    if (end == s) break;
+    out[n++] = (int)v;
+    s = end;
+  }
+  return n;
+}
+
+static inline int fx_int(const fixture *f, const char *key) {
+  int v = 0;
+  fx_ints(f, key, &v, 1);
+  return v;
+}
+
+/* config key's first word is word */
+static inline int fx_is(const fixture *f, const char *key, const char *word) {
+  const char *s = fx_record(f, "config", key);
+  return s && strncmp(s, word, strlen(word)) == 0 && (s[strlen(word)] == '\0' || s[strlen(word)] == ' ');
+}
+
+/* The model of the fixture's architecture records (CPU, float32), its
+ * parameters the fixture's weights/<name>; NULL when that fails. */
+static inline float *fx_tensor(const fixture *f, const char *name, size_t *n);
+
+static inline cl_model *fx_model(const fixture *f, int n_threads) {
+  cl_config c;
+  memset(&c, 0, sizeof c);
+  c.input_dim = fx_int(f, "input_dim");
+  c.n_layers = fx_ints(f, "hidden_dims", c.hidden_dims, CL_MAX_LAYERS);
+  fx_ints(f, "kernel_sizes", c.kernel_sizes, CL_MAX_LAYERS);
+  fx_ints(f, "kernel_widths", c.kernel_widths, CL_MAX_LAYERS);
+  fx_ints(f, "dilation_h", c.dilation_h, CL_MAX_LAYERS);
+  fx_ints(f, "dilation_w", c.dilation_w, CL_MAX_LAYERS);
+  c.bias = fx_is(f, "bias", "TRUE");
+  c.device = CL_DEVICE_CPU;
+  c.n_threads = n_threads;
+  cl_model *m = NULL;
+  char err[CL_ERRMSG_LEN];
+  if (cl_model_create(&c, &m, err, sizeof err) != CL_OK) {
+    printf("fixture %s: create: %s\n", f->dir, err);
+    return NULL;
+  }
+  for (int i = 0; i < cl_model_n_tensors(m); i++) {
+    const char *name;
+    int nd, d[4];
+    cl_model_tensor_info(m, i, &name, &nd, d);
+    char key[128];
+    snprintf(key, sizeof key, "weights/%s", name);
+    size_t n;
+    float *v = fx_tensor(f, key, &n);
+    if (!v || cl_model_set_param(m, name, v, n) != CL_OK) {
+      printf("fixture %s: %s: %s\n", f->dir, key, v ? cl_model_error(m) : "missing");
+      free(v);
+      cl_model_free(m);
+      return NULL;
+    }
+    free(v);
+  }
+  return m;
+}
+
+/* Tensor `name`'s values (malloc'd; *n their number) and its dims (ndim
+ * returned through nd, when not NULL); NULL when absent or short. */
+static inline float *fx_tensor_dims(const fixture *f, const char *name, size_t *n, int *nd, int *dims) {
+  const char *s = fx_record(f, "tensor", name);
+  if (!s) return NULL;
+  char file[256];
+  int k, used;
+  if (sscanf(s, "%255s %d%n", file, &k, &used) != 2 || k < 0 || k > 8) return NULL;
+  size_t count = 1;
+  s += used;
+  for (int i = 0; i < k; i++) {
+    int d;
+    if (sscanf(s, "%d%n", &d, &used) != 1) return NULL;
+    s += used;
+    count *= (size_t)d;
+    if (dims) dims[i] = d;
+  }
+  if (nd) *nd = k;
+  char path[600];
+  snprintf(path, sizeof path, "%s/%s", f->dir, file);
+  FILE *in = fopen(path, "rb");
+  if (!in) return NULL;
+  float *v = malloc(count * sizeof *v);
+  unsigned char b[4];
+  size_t i = 0;
+  for (; v && i < count && fread(b, 1, 4, in) == 4; i++) { /* little-endian, whatever the host */
+    uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+    memcpy(&v[i], &u, 4);
+  }
+  fclose(in);
+  if (i != count) {
+    free(v);
+    return NULL;
+  }
+  *n = count;
+  return v;
+}
+
+static inline float *fx_tensor(const fixture *f, const char *name, size_t *n) {
+  return fx_tensor_dims(f, name, n, NULL, NULL);
+}
+
+#endif

@@ -1,0 +1,174 @@
+/*
+ * tests/c/test_core_forecast.c -- training with a horizon against PyTorch's
+ * gradients, in the C suite: the forecast fixtures of
+ * tools/make_fixtures_forecast.py (tests/testthat/fixtures/forecast/) that
+ * test-parity-forecast.R reads too, here through the public header on the
+ * CPU backend, so that a bug in the core's horizon, free-running or
+ * scheduled-sampling paths fails `make ctest` and not only the R suite.
+ *  - teacher: x followed by the first K - 1 true frames, the loss on the
+ *    last K outputs;
+ *  - free_run*: the model's own frames fed back, gradients through them
+ *    (free_peep_ch with peepholes, free_drop / free_gate with the fixture's
+ *    dropout masks, shared and per gate);
+ *  - sampled*: scheduled sampling, the first step's truth flags (choices_0).
+ * Each: the first step's loss (adam_losses[0], taken before the update) and
+ * every gradient (grad/) with SGD at lr 0, and the same step in two
+ * micro-batches (accumulation_steps 2). Exits nonzero on any failure.
+ */
+#include "convlstm.h"
+#include "ctest.h"   /* CHECK */
+#include "fixture.h" /* fx_open, fx_model, fx_tensor */
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAXG (1 << 15)
+
+static float g_step[MAXG], g_fx[MAXG];
+
+static double rel_diff(const float *a, const float *b, size_t n) {
+  double d = 0, s = 0;
+  for (size_t i = 0; i < n; i++) {
+    d = fmax(d, fabs((double)a[i] - b[i]));
+    s = fmax(s, fabs((double)b[i]));
+  }
+  return s > 0 ? d / s : d;
+}
+
+/* fx_model plus what the forecast fixtures add: peepholes and dropout. */
+static cl_model *forecast_model(const fixture *f) {
+  cl_model *base = fx_model(f, 2);
+  if (!base) return NULL;
+  cl_config c = *cl_model_config(base);
+  cl_model_free(base);
+  if (fx_is(f, "peephole", "channel")) c.peephole = CL_PEEP_CHANNEL;
+  if (fx_is(f, "peephole", "position")) {
+    int hw[2] = {0, 0};
+    fx_ints(f, "frame_size", hw, 2);
+    c.peephole = CL_PEEP_POSITION;
+    c.peephole_h = hw[0];
+    c.peephole_w = hw[1];
+  }
+  const char *d = fx_record(f, "config", "dropout"), *r = fx_record(f, "config", "recurrent_dropout");
+  for (int l = 0; l < c.n_layers; l++) {
+    char *end;
+    if (d) c.dropout[l] = strtod(d, &end), d = end;
+    if (r) c.recurrent_dropout[l] = strtod(r, &end), r = end;
+  }
+  c.dropout_masks = fx_is(f, "dropout_masks", "per_gate") ? CL_MASKS_PER_GATE : CL_MASKS_SHARED;
+  cl_model *m = NULL;
+  char err[CL_ERRMSG_LEN];
+  CHECK(cl_model_create(&c, &m, err, sizeof err) == CL_OK, "%s: create: %s", f->dir, err);
+  for (int i = 0; m && i < cl_model_n_tensors(m); i++) {
+    const char *name;
+    int nd, dims[4];
+    cl_model_tensor_info(m, i, &name, &nd, dims);
+    char key[128];
+    snprintf(key, sizeof key, "weights/%s", name);
+    size_t n;
+    float *v = fx_tensor(f, key, &n);
+    CHECK(v && cl_model_set_param(m, name, v, n) == CL_OK, "%s: %s", f->dir, key);
+    free(v);
+  }
+  return m;
+}
+
+static void check(const char *name) {
+  char dir[256];
+  snprintf(dir, sizeof dir, "tests/testthat/fixtures/forecast/%s", name);
+  fixture f;
+  CHECK(fx_open(&f, dir), "%s: no fixture", dir);
+  if (!f.n) return;
+  int B = fx_int(&f, "B"), T = fx_int(&f, "T"), H = fx_int(&f, "H"), W = fx_int(&f, "W");
+  int K = fx_int(&f, "horizon"), C = fx_int(&f, "input_dim");
+  int teacher = strcmp(name, "teacher") == 0, sampled = strncmp(name, "sampled", 7) == 0;
+  size_t nx, ny, nl;
+  float *x = fx_tensor(&f, "x", &nx), *y = fx_tensor(&f, "y_frames", &ny);
+  float *losses = fx_tensor(&f, "adam_losses", &nl);
+  cl_model *m0 = forecast_model(&f);
+  CHECK(x && y && losses && m0, "%s: fixture incomplete", dir);
+  if (!(x && y && losses && m0)) return;
+  cl_model_free(m0);
+  size_t frame = (size_t)C * H * W;
+  /* teacher forcing: x, then the first K - 1 true frames, per sequence */
+  int Tx = teacher ? T + K - 1 : T;
+  float *xin = malloc((size_t)B * Tx * frame * sizeof *xin);
+  for (int b = 0; b < B; b++) {
+    memcpy(xin + (size_t)b * Tx * frame, x + (size_t)b * T * frame, T * frame * sizeof *x);
+    if (teacher)
+      memcpy(xin + ((size_t)b * Tx + T) * frame, y + (size_t)b * K * frame,
+             (K - 1) * frame * sizeof *y);
+  }
+  int truth[16] = {0};
+  if (sampled) fx_ints(&f, "choices_0", truth, 16);
+  cl_host_array xa = {xin, CL_HOST_TORCH_F32, 5, {B, Tx, C, H, W}};
+  cl_host_array ya = {y, CL_HOST_TORCH_F32, 5, {B, K, C, H, W}};
+  float *mx[CL_MAX_LAYERS] = {0}, *mh[CL_MAX_LAYERS] = {0};
+  for (int acc = 1; acc <= 2; acc++) {
+    cl_model *m = forecast_model(&f);
+    if (!m) break;
+    cl_step_options o = {0};
+    o.horizon = K;
+    o.free_run = !teacher;
+    o.truth = sampled ? truth : NULL;
+    o.accumulation_steps = acc;
+    for (int l = 0; l < cl_model_config(m)->n_layers; l++) {
+      char key[32];
+      size_t n;
+      snprintf(key, sizeof key, "mask_x/%d", l);
+      if (!mx[l]) mx[l] = fx_tensor(&f, key, &n);
+      snprintf(key, sizeof key, "mask_h/%d", l);
+      if (!mh[l]) mh[l] = fx_tensor(&f, key, &n);
+      o.mask_x[l] = mx[l];
+      o.mask_h[l] = mh[l];
+    }
+    cl_optim sgd0 = {CL_OPTIM_SGD, 0, 0, 0, 0, 0, 0, 0};
+    double loss = NAN;
+    CHECK(cl_model_train_step(m, &xa, &ya, CL_TARGET_SEQUENCE, &sgd0, &o, &loss) == CL_OK,
+          "%s: step: %s", dir, cl_model_error(m));
+    size_t at = 0;
+    for (int i = 0; i < cl_model_n_tensors(m); i++) {
+      const char *tname;
+      int nd, d[4];
+      cl_model_tensor_info(m, i, &tname, &nd, d);
+      size_t n = 1;
+      for (int j = 0; j < nd; j++) n *= (size_t)d[j];
+      char key[128];
+      snprintf(key, sizeof key, "grad/%s", tname);
+      size_t nf = 0;
+      float *v = fx_tensor(&f, key, &nf);
+      CHECK(v && nf == n && at + n <= MAXG, "%s: %s", dir, key);
+      if (!v || nf != n || at + n > MAXG) {
+        free(v);
+        break;
+      }
+      memcpy(g_fx + at, v, n * sizeof *v);
+      cl_model_get_grad(m, tname, g_step + at, n);
+      at += n;
+      free(v);
+    }
+    double r = rel_diff(g_step, g_fx, at);
+    CHECK(fabs(loss - losses[0]) <= 1e-5 * fabs(losses[0]), "%s (%d micro-batches): loss %.9g, "
+          "PyTorch %.9g", dir, acc, loss, losses[0]);
+    CHECK(r <= 1e-4, "%s (%d micro-batches): gradients %.2e from PyTorch's", dir, acc, r);
+    if (acc == 1)
+      printf("forecast %-14s loss %.7f (PyTorch %.7f), gradients within %.1e\n", name, loss,
+             losses[0], r);
+    cl_model_free(m);
+  }
+  for (int l = 0; l < CL_MAX_LAYERS; l++) free(mx[l]), free(mh[l]);
+  free(xin);
+  free(x);
+  free(y);
+  free(losses);
+}
+
+int main(void) {
+  const char *names[] = {"teacher",      "free_run",     "free_run_deep", "free_run_k2",
+                         "free_run_one", "free_peep_ch", "free_peep_pos", "free_drop",
+                         "free_gate",    "sampled",      "sampled_deep",  "sampled_drop"};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) check(names[i]);
+  return ctest_done("test_core_forecast");
+}

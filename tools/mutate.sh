@@ -1,0 +1,252 @@
+#!/bin/sh
+# tools/mutate.sh -- mutation testing: plants each single-point bug of
+# tests/mutate/mutants.tsv, one at a time, in a scratch copy of the tree
+# (never the working tree), rebuilds, runs the tests that should catch it and
+# prints a table of which were killed and which survived.
+#
+#   tools/mutate.sh [-k] [ID ...]          # all mutants, or only these ids
+#
+# A core or CPU-backend mutant (src/core/, src/cpu/) rebuilds the standalone
+# library (src/Makefile.standalone, CUDA=0: only the mutated file recompiles)
+# and runs the C suite, the fastest tests first (by their baseline time) and
+# test_backend_ops last (first for a src/cpu/ mutant: the backend's own
+# reference), stopping at the first failure. An R-glue or R mutant (src/r_*.c, R/)
+# reinstalls the scratch copy into a scratch library (R CMD INSTALL,
+# incremental) and runs the testthat files named in its row; so does a core
+# mutant the C suite lets through when its row names testthat files (a line
+# only several processes reach). A mutant whose
+# snippet is not found exactly once in its file is "stale" (re-anchor it: the
+# code moved), one that does not compile "broken"; neither counts as killed.
+#
+# Environment: MUTATE_TIMEOUT (seconds per test program or testthat file,
+# default 600; a C test also gets three times its baseline time and a minute,
+# if that is longer), MUTATE_DIR (the scratch copy; default a new folder under
+# /tmp, removed at the end unless -k), MUTATE_OUT (the results, tab-separated;
+# default MUTATE_DIR/results.tsv), MUTATE_BACKEND_OPS_ARGS (arguments for
+# test_backend_ops, e.g. "-b blas": one backend family, when time is short;
+# default: every backend), MUTATE_R_LIB (where R mutants are installed;
+# default MUTATE_DIR/lib). It needs cc, make, python3 (for the exact
+# replacement) and, for R mutants, R with testthat. Runs under nice.
+#
+# The list (tests/mutate/mutants.tsv): one mutant a line, tab-separated:
+#   id  class  file  original  replacement  [testthat files, comma-separated]
+# `original` is an exact snippet of one line of the file, unique in it;
+# `replacement` replaces it. Lines starting with # are comments.
+set -u
+keep=0
+if [ "${1:-}" = "-k" ]; then keep=1; shift; fi
+root=$(cd "$(dirname "$0")/.." && pwd)
+list="$root/tests/mutate/mutants.tsv"
+timeout_s=${MUTATE_TIMEOUT:-600}
+work=${MUTATE_DIR:-$(mktemp -d /tmp/convlstm-mutate.XXXXXX)}
+out=${MUTATE_OUT:-$work/results.tsv}
+rm -f "$work/baseline.times"
+rlib=${MUTATE_R_LIB:-$work/lib}
+scratch="$work/tree"
+build="$work/build"
+log="$work/log"
+mkdir -p "$scratch" "$build" "$log" "$rlib"
+
+# The scratch copy: tracked and untracked (not ignored) files of the tree.
+( cd "$root" && git ls-files -z --cached --others --exclude-standard ) |
+  ( cd "$root" && xargs -0 tar cf - 2>/dev/null ) | ( cd "$scratch" && tar xf - )
+mkdir -p "$work/pristine"
+( cd "$scratch" && tar cf - src R ) | ( cd "$work/pristine" && tar xf - )
+
+make_lib() {
+  CONVLSTM_NO_CUDA=1 nice make -s -C "$scratch/src" -f Makefile.standalone BUILD="$build" \
+    CUDA=0 "$@"
+}
+
+echo "mutate: scratch tree $scratch; building the standalone library and the C tests"
+if ! make_lib all >"$log/build.log" 2>&1; then
+  echo "mutate: the unmutated tree does not build (see $log/build.log)" >&2
+  exit 2
+fi
+
+# The C suite, fast tests first, test_backend_ops last; stops at the first
+# failure. Prints the failing test's name (or nothing) and returns 1 on one.
+c_suite() {
+  tag=$1
+  tests=$(ls "$build"/test_* | grep -v '\.d$' | grep -v '/test_backend_ops$')
+  if [ -s "$work/baseline.times" ]; then # after the baseline: the fastest first
+    tests=$(sort -n -k2 "$work/baseline.times" | grep -v '^test_backend_ops ' |
+      while read -r n _; do echo "$build/$n"; done)
+  fi
+  # a backend mutant meets the backend's own reference test first
+  case ${2:-} in
+    src/cpu/*) tests="$build/test_backend_ops $tests" ;;
+    *) tests="$tests $build/test_backend_ops" ;;
+  esac
+  for t in $tests; do
+    [ -x "$t" ] || continue
+    name=$(basename "$t")
+    args=""
+    [ "$name" = test_backend_ops ] && args=${MUTATE_BACKEND_OPS_ARGS:-}
+    # a mutant may hang: three times the baseline's time (and a minute), at
+    # least MUTATE_TIMEOUT
+    lim=$timeout_s
+    base=$(sed -n "s/^$name //p" "$work/baseline.times" 2>/dev/null)
+    [ -n "$base" ] && [ $((3 * base + 60)) -gt "$lim" ] && lim=$((3 * base + 60))
+    [ "$tag" = baseline ] && lim=$((lim > 3600 ? lim : 3600))
+    t0=$(date +%s)
+    ( cd "$scratch" && nice timeout "$lim" "$t" $args ) >"$log/$tag.$name.log" 2>&1
+    rc=$?
+    [ "$tag" = baseline ] && echo "$name $(( $(date +%s) - t0 ))" >>"$work/baseline.times"
+    if [ $rc -ne 0 ] && [ $rc -ne 77 ]; then
+      [ $rc -eq 124 ] && echo "$name(timeout)" || echo "$name"
+      return 1
+    fi
+  done
+  return 0
+}
+
+r_install() {
+  CONVLSTM_NO_CUDA=1 nice R CMD INSTALL --no-docs --no-multiarch --no-test-load \
+    -l "$rlib" "$scratch" >"$log/$1.install.log" 2>&1
+}
+
+# testthat files, comma-separated; prints the first failing one
+r_suite() {
+  tag=$1
+  files=$2
+  for f in $(echo "$files" | tr ',' ' '); do
+    ( cd "$scratch" && R_LIBS="$rlib" NOT_CRAN=true nice timeout "$timeout_s" Rscript -e "
+      r <- as.data.frame(testthat::test_file('tests/testthat/$f', package = 'convlstm',
+        load_package = 'installed', reporter = 'summary'))
+      quit(status = if (sum(r\$failed) + sum(r\$error) > 0) 1 else 0)" ) \
+      >"$log/$tag.$f.log" 2>&1 || { echo "$f"; return 1; }
+  done
+  return 0
+}
+
+# run_r ID FILE ORIGINAL REPLACEMENT TESTS: the planted tree installed into
+# the scratch library (the unmutated one first, once, whose testthat files
+# must all pass), then TESTS; sets result and by
+run_r() {
+  if [ $r_ready -eq 0 ]; then
+    restore "$2"
+    r_install base || { echo "mutate: R install of the unmutated tree failed" >&2; exit 2; }
+    # every testthat file the list names must pass without a mutant
+    all=$(grep -v '^#' "$list" | cut -f6 | tr ',' '\n' | grep . | sort -u | tr '\n' ',')
+    if failed=$(r_suite base "$all"); then :; else
+      echo "mutate: $failed fails without a mutant (see $log/base.$failed.log)" >&2
+      exit 2
+    fi
+    r_ready=1
+    apply "$1" "$2" "$3" "$4" >/dev/null
+  fi
+  if ! r_install "$1"; then
+    result=broken
+    by="R CMD INSTALL failed"
+  elif by=$(r_suite "$1" "$5"); then
+    result=SURVIVED
+  else
+    result=killed
+  fi
+}
+
+# apply ID FILE ORIGINAL REPLACEMENT: "ok", "stale 0" or "stale N"
+apply() {
+  python3 - "$scratch/$2" "$3" "$4" <<'PY'
+import sys
+path, old, new = sys.argv[1:4]
+src = open(path, encoding="utf-8").read()
+n = src.count(old)
+if n != 1:
+    print("stale %d" % n)
+    sys.exit(0)
+open(path, "w", encoding="utf-8").write(src.replace(old, new))
+print("ok")
+PY
+}
+
+# The object of a core or backend .c file, in the standalone build.
+obj_of() {
+  case $1 in src/core/*.c|src/cpu/*.c) o=${1#src/}; echo "$build/obj/${o%.c}.o" ;; esac
+}
+
+# save the unmutated object before a mutant; restore puts it and the source
+# back with their old times, so that the next mutant recompiles only its own
+# file (and relinks the library from unmutated objects). A header goes back
+# with a new time: what includes it recompiles.
+save_obj() {
+  o=$(obj_of "$1")
+  [ -n "$o" ] && [ -f "$o" ] && cp -p "$o" "$work/saved.o"
+}
+
+restore() {
+  # the R build's object of a C file (in the tree): made again next install
+  case $1 in *.c) rm -f "$scratch/${1%.c}.o" ;; esac
+  o=$(obj_of "$1")
+  if [ -n "$o" ] && [ -f "$work/saved.o" ]; then
+    cp -p "$work/pristine/$1" "$scratch/$1"
+    cp -p "$work/saved.o" "$o"
+    rm -f "$work/saved.o"
+  else
+    cp "$work/pristine/$1" "$scratch/$1"
+    touch "$scratch/$1"
+  fi
+}
+
+echo "mutate: baseline (no mutant)"
+if failed=$(c_suite baseline); then :; else
+  echo "mutate: the C suite fails without a mutant ($failed; see $log/baseline.*.log)" >&2
+  exit 2
+fi
+r_ready=0
+
+printf 'id\tclass\tfile\tresult\tby\n' >"$out"
+printf '%-5s %-16s %-28s %-9s %s\n' id class file result "killed by"
+tab=$(printf '\t')
+grep -v '^#' "$list" | grep -v '^[[:space:]]*$' | while IFS="$tab" read -r id class file orig repl rtests; do
+  if [ $# -gt 0 ]; then
+    case " $* " in *" $id "*) ;; *) continue ;; esac
+  fi
+  start=$(date +%s)
+  save_obj "$file"
+  res=$(apply "$id" "$file" "$orig" "$repl")
+  by=""
+  case $res in
+    stale*)
+      result=stale
+      by="snippet found ${res#stale } times"
+      ;;
+    *)
+      case $file in
+        src/r_*.c|src/init.c|R/*)
+          run_r "$id" "$file" "$orig" "$repl" "${rtests:-}"
+          ;;
+        *)
+          if ! make_lib lib >"$log/$id.build.log" 2>&1; then
+            result=broken
+            by="does not compile"
+          elif by=$(c_suite "$id" "$file"); then
+            result=SURVIVED
+            # a core line the C suite cannot reach (data parallel: no MPI
+            # in the standalone build) names the testthat files that can
+            if [ -n "${rtests:-}" ]; then
+              run_r "$id" "$file" "$orig" "$repl" "$rtests"
+              [ "$result" = killed ] && by="$by (the C suite passes)"
+            fi
+          else
+            result=killed
+          fi
+          ;;
+      esac
+      restore "$file"
+      ;;
+  esac
+  secs=$(( $(date +%s) - start ))
+  printf '%-5s %-16s %-28s %-9s %s (%ss)\n' "$id" "$class" "$file" "$result" "$by" "$secs"
+  printf '%s\t%s\t%s\t%s\t%s\n' "$id" "$class" "$file" "$result" "$by" >>"$out"
+done
+echo "mutate: $(grep -c "${tab}killed${tab}" "$out") killed, $(grep -c "${tab}SURVIVED${tab}" "$out") survived, $(grep -c "${tab}stale${tab}" "$out") stale, $(grep -c "${tab}broken${tab}" "$out") broken"
+status=0
+grep -q "${tab}SURVIVED${tab}\|${tab}stale${tab}\|${tab}broken${tab}" "$out" && status=1
+if [ $keep -eq 0 ] && [ -z "${MUTATE_DIR:-}" ] && [ -z "${MUTATE_OUT:-}" ]; then
+  rm -rf "$work"
+else
+  echo "mutate: results in $out, logs in $log"
+fi
+exit $status
