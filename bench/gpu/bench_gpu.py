@@ -91,6 +91,11 @@ def load_torch():
     return torch
 
 # ---- the C API (inst/include/convlstm.h), declared field by field ----------------
+# `make harness-check` (CI) compares every struct here with the header: the
+# fields by name and order, and each size and offset with the C compiler's
+# (check_layout). When the header gains or loses a field, add or drop it
+# here at the same place; build the structs by keyword (cl_step_options(
+# outputs=...)), never by position, so that a new field moves nothing.
 
 CL_MAX_LAYERS = 32
 CL_ERRMSG_LEN = 512
@@ -295,7 +300,7 @@ def host_array(t):
 
 
 def adam(lr=1e-3):
-    return cl_optim(CL_OPTIM_ADAM, lr, 0.9, 0.999, 1e-8, 0.0, 0.0)
+    return cl_optim(kind=CL_OPTIM_ADAM, lr=lr, beta1=0.9, beta2=0.999, eps=1e-8)
 
 
 class Ours:
@@ -1328,7 +1333,7 @@ def check_plan_equals_peak(a, lib, res, name, cfg, dtype):
             xi, _ = make_data(dict(cfg, T=T), cfg["batch"])
             m.empty_cache()
             m.reset_peak()
-            m.forward(host_array(xi), False, cl_step_options(0, 0, 0, CL_OUTPUTS_LAST, 0))
+            m.forward(host_array(xi), False, cl_step_options(outputs=CL_OUTPUTS_LAST))
             peaks.append(m.stats()["peak_allocated"])
         res.check("memory %s %s (allocator counters, consistency): inference peak "
                   "independent of T" % (name, dtype),
@@ -1710,5 +1715,6 @@ def main(argv=None):
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--hwm-probe":  # check_measured_cpu's child
+        load_torch()
         sys.exit(hwm_probe(sys.argv[2]))
     sys.exit(main())
