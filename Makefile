@@ -2,7 +2,8 @@
 #
 #   make demo     install what is missing, build + install, train the tutorial model on CPU
 #   make test     install what is missing, build + install, testthat suite (the C unit
-#                 tests included: tests/testthat/test-c.R builds and runs them)
+#                 tests included: tests/testthat/test-c.R builds and runs them; the
+#                 PyTorch interop tests must run, not skip)
 #   make deps     apt-get install what is missing (root or sudo; Debian/Ubuntu)
 #   make docs     roxygen2: NAMESPACE and man/
 #   make install  R CMD INSTALL (configure runs: OpenMP, BLAS, CUDA/cuDNN)
@@ -12,6 +13,10 @@
 #   make site     the pkgdown site into build/site (no network), links checked
 #   make ctest    C unit tests only (src/Makefile.standalone), also: asan, valgrind
 #   make fuzz     the model-file loader and the JSON reader under libFuzzer + ASan/UBSan, FUZZ_SECONDS (60) in all
+#   make harness-check  the GPU harness without a GPU: bench_gpu.py's ctypes mirror against the
+#                 C compiler (no torch), its --cpu-smoke, gpu_session.sh under DRY_RUN=1
+#   make fixtures-check  every fixture generator rerun into a temporary folder, diffed
+#                 against tests/testthat/fixtures (PyTorch; the package installed)
 #   make bench    one training step here vs PyTorch on CPU (bench/)
 #   make clean
 #
@@ -20,6 +25,9 @@
 
 R ?= R
 RSCRIPT ?= Rscript
+# Debian's Python, the one python3-torch installs into (reference values,
+# fixtures and the GPU harness; never a dependency of the package)
+PYTHON ?= /usr/bin/python3
 PKG := convlstm
 VERSION := $(shell sed -n 's/^Version: *//p' DESCRIPTION)
 TARBALL := $(PKG)_$(VERSION).tar.gz
@@ -29,10 +37,11 @@ NPROC := $(shell nproc 2>/dev/null || echo 1)
 # way (an R package installed from CRAN, a tool built from source).
 DEB_PKGS := r-base-dev r-cran-cli r-cran-generics r-cran-ggplot2 r-cran-testthat r-cran-roxygen2 r-cran-knitr \
             r-cran-rmarkdown r-cran-pkgdown pandoc qpdf valgrind \
-            chromium-headless-shell python3 fonts-font-awesome libopenmpi-dev openmpi-bin
+            chromium-headless-shell python3 python3-torch fonts-font-awesome libopenmpi-dev openmpi-bin
 
 .NOTPARALLEL:
-.PHONY: all deps check-deps docs install build check test test-guard ctest asan valgrind fuzz demo bench site clean
+.PHONY: all deps check-deps docs install build check test test-guard ctest asan valgrind fuzz demo bench site clean \
+        harness-check fixtures-check
 
 all: install
 
@@ -45,6 +54,7 @@ deps:
 	    r-base-dev) command -v R >/dev/null 2>&1 && [ -f "$$(R RHOME 2>/dev/null)/include/Rinternals.h" ] \
 	                && command -v make >/dev/null 2>&1 && command -v gcc >/dev/null 2>&1 && continue ;; \
 	    fonts-font-awesome) [ -f /usr/share/fonts-font-awesome/css/font-awesome.min.css ] && continue ;; \
+	    python3-torch) $(PYTHON) -c 'import torch' >/dev/null 2>&1 && continue ;; \
 	    r-cran-*) r=$$(echo $$p | sed 's/^r-cran-//'); \
 	              command -v Rscript >/dev/null 2>&1 && \
 	              Rscript -e "quit(status = !requireNamespace('$$r', quietly = TRUE))" >/dev/null 2>&1 && continue ;; \
@@ -98,14 +108,17 @@ check-deps: deps
 # runs the C tests in it, one test each; CONVLSTM_C_TESTS=require makes a
 # reason for it to skip them (no compiler, no source tree) a failure here;
 # CONVLSTM_MPI_TESTS=require likewise for test-distributed.R's mpirun jobs
-# (2 and 3 processes on the CPU; Open MPI is in DEB_PKGS).
+# (2 and 3 processes on the CPU; Open MPI is in DEB_PKGS); and
+# CONVLSTM_TORCH_TESTS=require likewise for the tests that run PyTorch
+# (python3-torch is in DEB_PKGS).
 # A log (not a terminal) gets the summary reporter: one line per file.
 TESTTHAT = r <- as.data.frame(testthat::test_dir("tests/testthat", package = "$(PKG)", \
   load_package = "installed", stop_on_failure = TRUE, reporter = if (isatty(stdout())) "progress" else "summary")); \
   cat(sprintf("testthat: %d expectations, %d failed, %d errors, %d skipped, %d warnings, %.0fs\n", \
   sum(r$$nb), sum(r$$failed), sum(r$$error), sum(r$$skipped), sum(r$$warning), sum(r$$real)))
 test: deps install
-	NOT_CRAN=true CONVLSTM_C_TESTS=require CONVLSTM_MPI_TESTS=require $(RSCRIPT) -e '$(TESTTHAT)'
+	NOT_CRAN=true CONVLSTM_C_TESTS=require CONVLSTM_MPI_TESTS=require CONVLSTM_TORCH_TESTS=require \
+	  CONVLSTM_PYTHON=$(PYTHON) $(RSCRIPT) -e '$(TESTTHAT)'
 
 # The testthat suite once more with guard bands after every step buffer
 # (CONVLSTM_GUARD=1): an overrun anywhere in it fails with the buffer's name.
@@ -144,6 +157,40 @@ SITE_DEPS ?= deps install
 SITE_BROWSER ?= 1
 site: $(SITE_DEPS)
 	SITE_BROWSER=$(SITE_BROWSER) $(RSCRIPT) tools/site.R
+
+# The GPU harness checked where there is no GPU, so that a GPU session's
+# minutes never go to a harness that cannot start (issue 24): the ctypes
+# mirror of inst/include/convlstm.h in bench/gpu/bench_gpu.py against the C
+# compiler's sizeof/offsetof and the header's field names, run with torch
+# made unimportable (--layout must not need it); profile_gpu.py imports; the
+# harness's --cpu-smoke (its checks and benchmark at tiny sizes on the CPU,
+# PyTorch on the CPU) against the standalone library; and
+# tools/device/gpu_session.sh under DRY_RUN=1 with every stage (each known,
+# each script it runs there). Outputs in build/harness.
+# HARNESS_BUILD: the standalone build folder whose library the smoke loads.
+HARNESS_STAGES = info build ctest checks profile bench rinstall rtest sanitize
+HARNESS_BUILD ?= build
+harness-check:
+	@mkdir -p build/harness
+	$(PYTHON) -c 'import runpy, sys; sys.modules["torch"] = None; \
+	  sys.argv = ["bench_gpu.py", "build/harness/layout", "--layout"]; \
+	  runpy.run_path("bench/gpu/bench_gpu.py", run_name="__main__")'
+	$(PYTHON) bench/gpu/profile_gpu.py --help > /dev/null
+	$(MAKE) -C src -f Makefile.standalone BUILD=../$(HARNESS_BUILD) ../$(HARNESS_BUILD)/libconvlstm.so
+	$(PYTHON) bench/gpu/bench_gpu.py build/harness/smoke --cpu-smoke --lib $(HARNESS_BUILD)/libconvlstm.so
+	DRY_RUN=1 OUT=build/harness/gpu-session PYTHON=$(PYTHON) LOGDIR=build/harness/gpu-logs \
+	  bash tools/device/gpu_session.sh $(HARNESS_STAGES) > build/harness/gpu-session.log 2>&1 || \
+	  { cat build/harness/gpu-session.log; exit 1; }
+	@cat build/harness/gpu-session/summary.txt
+
+# tools/fixtures_check.sh: each generator (tools/make_fixtures*.py,
+# make_training_fixtures.py, make_lr_fixtures.py, the tutorial's inputs and
+# PyTorch losses) into a temporary folder, then tools/fixtures_diff.py
+# against tests/testthat/fixtures: equal bit for bit, or within float32 noise
+# where another CPU's PyTorch rounds otherwise (said so). Needs the package
+# installed (the tutorial's inputs come from R).
+fixtures-check:
+	PYTHON=$(PYTHON) RSCRIPT=$(RSCRIPT) sh tools/fixtures_check.sh
 
 demo: deps install
 	$(RSCRIPT) demo/tutorial.R

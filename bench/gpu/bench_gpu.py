@@ -68,18 +68,34 @@ import sys
 import tempfile
 import time
 
-# torch first: on the GPU machine it loads PyTorch's own cuDNN and CUDA
-# runtime, and our library's dependencies of the same soname resolve to them.
-import torch
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "inst",
-                                "python"))
-from torch_convlstm import ConvLSTM  # noqa: E402  (the one reference model)
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
+# PyTorch and the one reference model (inst/python/torch_convlstm.py) are
+# imported on first need (load_torch), not here: --layout needs neither, so
+# CI checks the ctypes mirror below on a machine without torch or a GPU.
+torch = None
+ConvLSTM = None
+
+
+def load_torch():
+    """Imports torch and ConvLSTM into this module; call it before Lib():
+    on the GPU machine torch loads PyTorch's own cuDNN and CUDA runtime, and
+    our library's dependencies of the same soname then resolve to them."""
+    global torch, ConvLSTM
+    if torch is None:
+        import torch as torch_module
+        sys.path.insert(0, os.path.join(ROOT, "inst", "python"))
+        from torch_convlstm import ConvLSTM as model
+        torch, ConvLSTM = torch_module, model
+    return torch
+
 # ---- the C API (inst/include/convlstm.h), declared field by field ----------------
+# `make harness-check` (CI) compares every struct here with the header: the
+# fields by name and order, and each size and offset with the C compiler's
+# (check_layout). When the header gains or loses a field, add or drop it
+# here at the same place; build the structs by keyword (cl_step_options(
+# outputs=...)), never by position, so that a new field moves nothing.
 
 CL_MAX_LAYERS = 32
 CL_ERRMSG_LEN = 512
@@ -106,7 +122,7 @@ class cl_config(C.Structure):
                 ("n_threads", C.c_int), ("memory_limit", C.c_size_t),
                 ("peephole", C.c_int), ("peephole_h", C.c_int), ("peephole_w", C.c_int),
                 ("dropout", C.c_double * CL_MAX_LAYERS),
-                ("recurrent_dropout", C.c_double * CL_MAX_LAYERS)]
+                ("recurrent_dropout", C.c_double * CL_MAX_LAYERS), ("dropout_masks", C.c_int)]
 
 
 class cl_host_array(C.Structure):
@@ -125,9 +141,10 @@ class cl_loss_fn(C.Structure):
 
 
 class cl_step_options(C.Structure):
-    _fields_ = [("checkpoint", C.c_int), ("tbptt", C.c_int), ("accumulation_steps", C.c_int),
-                ("outputs", C.c_int), ("plan_dtype", C.c_int), ("horizon", C.c_int),
-                ("free_run", C.c_int), ("state_mode", C.c_int), ("state", C.POINTER(cl_host_array)),
+    _fields_ = [("checkpoint", C.c_int), ("recompute_gates", C.c_int), ("tbptt", C.c_int),
+                ("accumulation_steps", C.c_int), ("outputs", C.c_int), ("plan_dtype", C.c_int),
+                ("horizon", C.c_int), ("free_run", C.c_int), ("truth", C.POINTER(C.c_int)),
+                ("state_mode", C.c_int), ("state", C.POINTER(cl_host_array)),
                 ("max_grad_norm", C.c_double), ("loss", cl_loss_fn),
                 ("weight", C.POINTER(cl_host_array)),
                 ("mask_x", C.POINTER(C.c_float) * CL_MAX_LAYERS),
@@ -283,7 +300,7 @@ def host_array(t):
 
 
 def adam(lr=1e-3):
-    return cl_optim(CL_OPTIM_ADAM, lr, 0.9, 0.999, 1e-8, 0.0, 0.0)
+    return cl_optim(kind=CL_OPTIM_ADAM, lr=lr, beta1=0.9, beta2=0.999, eps=1e-8)
 
 
 class Ours:
@@ -1316,7 +1333,7 @@ def check_plan_equals_peak(a, lib, res, name, cfg, dtype):
             xi, _ = make_data(dict(cfg, T=T), cfg["batch"])
             m.empty_cache()
             m.reset_peak()
-            m.forward(host_array(xi), False, cl_step_options(0, 0, 0, CL_OUTPUTS_LAST, 0))
+            m.forward(host_array(xi), False, cl_step_options(outputs=CL_OUTPUTS_LAST))
             peaks.append(m.stats()["peak_allocated"])
         res.check("memory %s %s (allocator counters, consistency): inference peak "
                   "independent of T" % (name, dtype),
@@ -1574,6 +1591,19 @@ def summarize(res):
 
 # ---- main ----------------------------------------------------------------------
 
+def layout_only(a):
+    """--layout alone: the ctypes mirror against the C compiler, with no
+    torch, no GPU and no library loaded (CI: make harness-check)."""
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "host": platform.node(),
+            "python": sys.version.split()[0], "mode": "layout"}
+    res = Results(a.outdir, meta)
+    check_layout(res)
+    bad = [c["name"] for c in res.doc["checks"] if not c["ok"]]
+    print("layout: %d checks, %d failed; results: %s" % (
+        len(res.doc["checks"]), len(bad), os.path.join(a.outdir, "results.json")))
+    return 1 if bad else 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("outdir")
@@ -1618,6 +1648,9 @@ def main(argv=None):
         ap.error("--math: a comma list of %s, not %r" % (", ".join(MATHS), a.math))
     a.cfg = TINY if a.cpu_smoke else CONFIGS
     a.deadline = time.monotonic() + a.time_budget
+    if a.layout and not (a.bench or a.max_batch or a.checks):
+        return layout_only(a)
+    load_torch()
 
     # knobs read by our backend when a model is created
     os.environ["CONVLSTM_CUDNN_BENCHMARK"] = "1" if a.cudnn_benchmark else "0"
@@ -1682,5 +1715,6 @@ def main(argv=None):
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--hwm-probe":  # check_measured_cpu's child
+        load_torch()
         sys.exit(hwm_probe(sys.argv[2]))
     sys.exit(main())

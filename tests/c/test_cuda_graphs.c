@@ -20,11 +20,12 @@
  * (CONVLSTM_CUDNN_DETERMINISTIC=1): an algorithm with atomics differs from
  * itself run to run, which would say nothing of graphs.
  *
- * Needs a GPU: without one it prints "skip cuda: ..." and exits 0, as
- * test_backend_ops reports its CUDA part (tests/testthat/test-c.R turns that
- * line into a skipped test, so CONVLSTM_C_TESTS=require on a machine without
- * a GPU still passes); under CONVLSTM_REQUIRE_GPU=1
- * (tools/device/gpu_session.sh) a GPU that cannot be used fails.
+ * Needs a GPU: without one it prints "skip cuda: ..." and exits 77, so
+ * tests/c/run.sh and tests/testthat/test-c.R count it as skipped, never as
+ * passed (test-c.R accepts a "skip cuda:" skip under CONVLSTM_C_TESTS=require
+ * on a machine without a GPU, and reports it as skipped); under
+ * CONVLSTM_REQUIRE_GPU=1 (tools/device/gpu_session.sh) a GPU that cannot be
+ * used fails.
  */
 #define _POSIX_C_SOURCE 200112L /* setenv */
 #include "ctest.h" /* CHECK, uniform01, ctest_model */
@@ -209,7 +210,7 @@ int main(void) {
     }
     printf("skip cuda: %s\n",
            cl_build_has_cuda() ? "no usable CUDA device" : "this build has no CUDA");
-    return 0;
+    return 77;
   }
   const gcase cases[] = {
       {"float32 adam", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0, 0, 0},

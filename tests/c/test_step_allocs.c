@@ -174,7 +174,7 @@ int main(int argc, char **argv) {
       if (g.dropout > 0) run_case(&g, 1, start, stop);
     }
   } else {
-    printf("no usable GPU: the CUDA cases did not run\n");
+    printf("skip cuda: no usable GPU, the CUDA cases did not run\n");
   }
   return ctest_done("test_step_allocs");
 #endif

@@ -1,7 +1,8 @@
 # test-advise.R -- memory_advise() and convlstm_fit(memory_budget = ,
 # batch_size = "max"): for random models and budgets, the configuration the
-# advisor picks trains under memory_limit = budget and its measured peaks are
-# the planned ones; the closest one it rejects fails with the out-of-memory
+# advisor picks trains under memory_limit = budget and its peaks as the
+# allocator accounts them (the plan read back, not a measurement) are the
+# planned ones; the closest one it rejects fails with the out-of-memory
 # error; rows are sorted, labelled and printed as documented.
 
 advise_case <- function(seed) {

@@ -37,7 +37,8 @@ test_that("float16 and bfloat16 storage halve activations and data", {
                  f32[c("parameters", "gradients", "optimizer")], info = dtype)
     expect_lt(half[["total"]], f32[["total"]])
   }
-  # measured on real models of each dtype
+  # and accounted by the allocator on real models of each dtype (the plan
+  # read back: this shows the dtype reaches the step's buffers)
   d <- tech_data()
   m16 <- tech_model("float16")
   on.exit(convlstm_release(m16), add = TRUE)

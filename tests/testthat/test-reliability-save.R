@@ -1,8 +1,9 @@
 # Saving and resuming: convlstm_save() / convlstm_load() / convlstm_file_info()
 # round trips, training that resumes with exactly the losses of an
 # uninterrupted run, the atomic write, damaged files refused with classed
-# errors, and the file opening in PyTorch (inst/python/safetensors_check.py; skipped
-# without /usr/bin/python3 and torch).
+# errors, and the file opening in PyTorch (inst/python/safetensors_check.py through
+# helper-torch.R's python_torch(): skipped without a Python with torch, failed
+# then under CONVLSTM_TORCH_TESTS=require).
 
 save_data <- function(n = 8, seed = 3) {
   set.seed(seed)
@@ -263,17 +264,6 @@ test_that("a load that runs out of memory frees what it made", {
   on.exit(convlstm_release(ok), add = TRUE)
   expect_identical(state_dict(ok), state_dict(model))
 })
-
-python_torch <- function() {
-  py <- "/usr/bin/python3"
-  script <- system.file("python", "safetensors_check.py", package = "convlstm")
-  if (!file.exists(py)) testthat::skip("no /usr/bin/python3")
-  if (!nzchar(script)) testthat::skip("the convlstm in use has no python/safetensors_check.py")
-  ok <- suppressWarnings(system2(py, c("-c", shQuote("import torch")), stdout = FALSE,
-                                 stderr = FALSE))
-  if (ok != 0) testthat::skip("python3 has no torch")
-  c(py, script)
-}
 
 write_f32 <- function(x, path) {
   # row-major float32: R's array reversed in its dims

@@ -1,0 +1,227 @@
+/*
+ * tests/c/test_plan_bytes.c -- the memory plan against bytes derived here
+ * from the shapes and the model's math, written apart from src/core/plan.c:
+ * for a set of configurations (layers, kernels, dtype, optimizer,
+ * checkpointing, truncation, accumulation, recomputed gates, inference),
+ * each category's bytes are computed below from what a ConvLSTM step must
+ * hold, and compared with the plan (cl_model_plan) and with the allocator's
+ * peak after a real step (cl_model_memory_stats). A planner a few bytes
+ * short or long in any buffer fails here, where comparing the plan with the
+ * allocator's counters (test_core_options.c) cannot: step.c charges each
+ * buffer its planned size.
+ *
+ * What the formulas cover: parameters, gradients, optimizer state, the
+ * batch's input, the per-step saved gates, cell and hidden states,
+ * checkpointed states, the state carried between truncation windows,
+ * inference's running states and outputs, and the backward's gradient
+ * buffers (dL/dh over a segment, dL/dc of one step). Not covered: the
+ * convolution workspace (conv_workspace: the CPU backend sizes it from its
+ * GEMM choice, thread count and lowering, cpu_conv.c) and the backend's own
+ * scratch (backend_scratch); the workspace category is compared without
+ * those two entries.
+ */
+#include "convlstm.h"
+#include "ctest.h" /* CHECK, uniform01 */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAXL 3
+
+typedef struct pcase {
+  const char *name;
+  int n_layers, in, hidden[MAXL], k[MAXL];
+  cl_dtype dtype;
+  int B, T, H, W;
+  int training;     /* 0: inference forward */
+  cl_optim optim;   /* training */
+  int checkpoint, tbptt, accumulation, recompute;
+  cl_outputs outputs; /* inference */
+} pcase;
+
+static size_t esize(cl_dtype t) { return t == CL_F32 ? 4 : 2; }
+static size_t cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
+
+/* Every weight of a layer: one convolution over cat(x_t, h_{t-1}) to the
+ * four gates, [4 h, in + h, k, k], and its bias [4 h]. */
+static size_t n_params(const pcase *c) {
+  size_t n = 0, in = (size_t)c->in;
+  for (int l = 0; l < c->n_layers; l++) {
+    size_t h = (size_t)c->hidden[l], k = (size_t)c->k[l];
+    n += 4 * h * (in + h) * k * k + 4 * h;
+    in = h;
+  }
+  return n;
+}
+
+/* Bytes per category a step of case c must hold (want), the workspace
+ * without the convolution's workspace and the backend's scratch. */
+static void expected(const pcase *c, size_t want[CL_MEM_NCAT]) {
+  memset(want, 0, CL_MEM_NCAT * sizeof want[0]);
+  const size_t e = esize(c->dtype), f = sizeof(float), P = (size_t)c->H * c->W;
+  const size_t T = (size_t)c->T, B = (size_t)c->B;
+  size_t hmax = 0;
+  for (int l = 0; l < c->n_layers; l++)
+    if ((size_t)c->hidden[l] > hmax) hmax = (size_t)c->hidden[l];
+  /* float32 master weights, whatever the storage dtype */
+  want[CL_MEM_PARAMETERS] = f * n_params(c);
+  if (!c->training) {
+    /* the input batch [B, C, H, W] of the step being run, in storage dtype */
+    want[CL_MEM_DATA] = e * B * (size_t)c->in * P;
+    /* one step's gate pre-activations [B, 4 h, H, W], any layer's */
+    want[CL_MEM_WORKSPACE] = e * B * 4 * hmax * P;
+    for (int l = 0; l < c->n_layers; l++) {
+      size_t h = (size_t)c->hidden[l];
+      want[CL_MEM_STATES] += 2 * e * B * h * P; /* c_{t-1} and c_t */
+      if (c->outputs == CL_OUTPUTS_ALL)
+        want[CL_MEM_ACTIVATIONS] += e * T * B * h * P; /* every h_t: the output */
+      else
+        want[CL_MEM_STATES] += 2 * e * B * h * P; /* h_{t-1} and h_t */
+    }
+    return;
+  }
+  want[CL_MEM_GRADIENTS] = want[CL_MEM_PARAMETERS];
+  const cl_optim *o = &c->optim;
+  int adam = o->kind == CL_OPTIM_ADAM || o->kind == CL_OPTIM_ADAMW;
+  size_t moments = adam ? 2 + (o->amsgrad != 0) : o->momentum != 0;
+  want[CL_MEM_OPTIMIZER] = moments * want[CL_MEM_PARAMETERS];
+  /* a micro-batch of ceil(B / m) sequences at a time */
+  size_t Bm = c->accumulation > 1 ? cdiv(B, (size_t)c->accumulation) : B;
+  /* steps held at once: a checkpoint segment, a truncation window, or all */
+  size_t S = T, nseg = 1;
+  int ck = c->checkpoint > 0 && (size_t)c->checkpoint < T;
+  int tb = c->tbptt > 0 && (size_t)c->tbptt < T;
+  if (ck) S = (size_t)c->checkpoint, nseg = cdiv(T, S);
+  if (tb) S = (size_t)c->tbptt;
+  size_t rc = c->recompute ? ((size_t)c->recompute < S ? (size_t)c->recompute : S) : 0;
+  /* the input of the steps held: all T, or a truncation window's */
+  want[CL_MEM_DATA] = e * (tb ? S : T) * Bm * (size_t)c->in * P;
+  for (int l = 0; l < c->n_layers; l++) {
+    size_t h = (size_t)c->hidden[l];
+    /* saved for backward, per step: the 4 gates (unless recomputed), c_t, h_t */
+    if (!rc) want[CL_MEM_ACTIVATIONS] += e * S * Bm * 4 * h * P;
+    want[CL_MEM_ACTIVATIONS] += 2 * e * S * Bm * h * P;
+    if (nseg > 1) {
+      /* h and c at each segment boundary but the last */
+      want[CL_MEM_ACTIVATIONS] += 2 * e * (nseg - 1) * Bm * h * P;
+      /* across a boundary: the gates' gradient of the step after it, and
+       * dL/dc of one step, per layer */
+      want[CL_MEM_WORKSPACE] += e * Bm * 4 * h * P + f * Bm * h * P;
+    }
+    /* truncation: h and c handed (detached) from one window to the next */
+    if (tb) want[CL_MEM_STATES] += 2 * e * Bm * h * P;
+  }
+  /* recomputed gates: one chunk of rc steps, any layer's */
+  if (rc) want[CL_MEM_ACTIVATIONS] += e * rc * Bm * 4 * hmax * P;
+  /* dL/dh_t of a layer over the steps held, float32, any layer's (the
+   * cases with recompute_gates have equal hidden sizes) */
+  want[CL_MEM_WORKSPACE] += f * S * hmax * Bm * P;
+  /* dL/dc of one step, float32, any layer's (checkpointing: per layer, above) */
+  if (nseg == 1) want[CL_MEM_WORKSPACE] += f * Bm * hmax * P;
+}
+
+/* The planned bytes of the entries named conv_workspace and backend_scratch. */
+static size_t excluded(const cl_plan *p) {
+  size_t n = 0;
+  for (int i = 0; i < p->n; i++)
+    if (!strcmp(p->entries[i].name, "conv_workspace") ||
+        !strcmp(p->entries[i].name, "backend_scratch"))
+      n += p->entries[i].bytes;
+  return n;
+}
+
+static void run_case(const pcase *c) {
+  cl_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.input_dim = c->in;
+  cfg.n_layers = c->n_layers;
+  for (int l = 0; l < c->n_layers; l++) {
+    cfg.hidden_dims[l] = c->hidden[l];
+    cfg.kernel_sizes[l] = c->k[l];
+  }
+  cfg.bias = 1;
+  cfg.device = CL_DEVICE_CPU;
+  cfg.dtype = c->dtype;
+  cfg.n_threads = 1;
+  cl_model *m = ctest_model(&cfg);
+  if (!m) return;
+  CHECK(cl_model_n_params(m) == n_params(c), "%s: %zu parameters, want %zu", c->name,
+        (size_t)cl_model_n_params(m), n_params(c));
+  cl_step_options o;
+  memset(&o, 0, sizeof o);
+  o.checkpoint = c->checkpoint;
+  o.tbptt = c->tbptt;
+  o.accumulation_steps = c->accumulation;
+  o.recompute_gates = c->recompute;
+  o.outputs = c->outputs;
+  const cl_optim *opt = c->training ? &c->optim : NULL;
+  cl_plan plan;
+  if (cl_model_plan(m, c->B, c->T, c->H, c->W, c->training, opt, &o, &plan) != CL_OK) {
+    CHECK(0, "%s: plan: %s", c->name, cl_model_error(m));
+    cl_model_free(m);
+    return;
+  }
+  /* a real step, so the allocator's peak is what the step held */
+  int top = c->hidden[c->n_layers - 1];
+  size_t nx = (size_t)c->B * c->T * c->in * c->H * c->W, ny = (size_t)c->B * top * c->H * c->W;
+  float *x = malloc(nx * sizeof *x), *y = malloc(ny * sizeof *y);
+  for (size_t i = 0; i < nx; i++) x[i] = (float)uniform01(NULL);
+  for (size_t i = 0; i < ny; i++) y[i] = (float)uniform01(NULL);
+  cl_host_array xa = {x, CL_HOST_TORCH_F32, 5, {c->B, c->T, c->in, c->H, c->W}};
+  cl_host_array ya = {y, CL_HOST_TORCH_F32, 4, {c->B, top, c->H, c->W, 0}};
+  double loss;
+  cl_status s = c->training
+                    ? cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, opt, &o, &loss)
+                    : cl_model_forward(m, &xa, 0, &o);
+  CHECK(s == CL_OK, "%s: step: %s", c->name, cl_model_error(m));
+  cl_mem_stats st;
+  cl_model_memory_stats(m, &st);
+  size_t want[CL_MEM_NCAT], skip = excluded(&plan);
+  expected(c, want);
+  for (int k = 0; k < CL_MEM_NCAT; k++) {
+    size_t planned = plan.by_category[k], held = st.peak[k];
+    if (k == CL_MEM_WORKSPACE) planned -= skip, held -= skip;
+    const char *cat = cl_mem_category_name((cl_mem_category)k);
+    CHECK(planned == want[k], "%s: %s planned %zu bytes, from the shapes %zu (%+lld)", c->name,
+          cat, planned, want[k], (long long)planned - (long long)want[k]);
+    CHECK(held == want[k], "%s: %s held %zu bytes at the step's peak, from the shapes %zu",
+          c->name, cat, held, want[k]);
+  }
+  printf("%-44s params %zu, activations %zu, workspace %zu (+ %zu convolution), data %zu\n",
+         c->name, want[CL_MEM_PARAMETERS], want[CL_MEM_ACTIVATIONS], want[CL_MEM_WORKSPACE], skip,
+         want[CL_MEM_DATA]);
+  free(x);
+  free(y);
+  cl_plan_free(&plan);
+  cl_model_free(m);
+}
+
+int main(void) {
+  const cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0};
+  const cl_optim amsgrad = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 1};
+  const cl_optim sgd = {CL_OPTIM_SGD, 1e-2, 0, 0, 0, 0, 0, 0};
+  const cl_optim momentum = {CL_OPTIM_SGD, 1e-2, 0, 0, 0, 0.9, 0, 0};
+  const pcase cases[] = {
+      /* name, layers, in, hidden, kernels, dtype, B, T, H, W, training, optim,
+       * checkpoint, tbptt, accumulation, recompute, outputs */
+      {"1 layer adam", 1, 2, {3}, {3}, CL_F32, 2, 4, 5, 6, 1, adam, 0, 0, 0, 0, 0},
+      {"2 layers sgd", 2, 1, {4, 2}, {3, 5}, CL_F32, 3, 3, 6, 4, 1, sgd, 0, 0, 0, 0, 0},
+      {"2 layers momentum checkpoint 2 of 5", 2, 2, {4, 3}, {3, 1}, CL_F32, 2, 5, 4, 4, 1,
+       momentum, 2, 0, 0, 0, 0},
+      {"3 layers amsgrad float16 accumulation 2", 3, 1, {3, 5, 2}, {3, 3, 1}, CL_F16, 3, 4, 5, 3,
+       1, amsgrad, 0, 0, 2, 0, 0},
+      {"2 layers adam bfloat16 tbptt 3 of 7", 2, 3, {2, 4}, {3, 3}, CL_BF16, 2, 7, 4, 5, 1, adam,
+       0, 3, 0, 0, 0},
+      {"2 layers adam recompute_gates 2 of 5", 2, 1, {4, 4}, {3, 3}, CL_F32, 2, 5, 5, 5, 1, adam,
+       0, 0, 0, 2, 0},
+      {"1 layer adam checkpoint 3 accumulation 3", 1, 2, {5}, {5}, CL_F32, 5, 7, 6, 6, 1, adam, 3,
+       0, 3, 0, 0},
+      {"inference, every output", 2, 2, {3, 5}, {3, 3}, CL_F32, 2, 6, 5, 4, 0, adam, 0, 0, 0, 0,
+       CL_OUTPUTS_ALL},
+      {"inference float16, last state", 2, 1, {6, 2}, {3, 5}, CL_F16, 3, 9, 4, 6, 0, adam, 0, 0, 0,
+       0, CL_OUTPUTS_LAST},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
+  return ctest_done("test_plan_bytes");
+}
