@@ -15,6 +15,7 @@
 #   make fuzz     the model-file loader and the JSON reader under libFuzzer + ASan/UBSan, FUZZ_SECONDS (60) in all
 #   make harness-check  the GPU harness without a GPU: bench_gpu.py's ctypes mirror against the
 #                 C compiler (no torch), its --cpu-smoke, gpu_session.sh under DRY_RUN=1
+#   make blas-check  the step's allocations and bits under the reference BLAS and OpenBLAS (threads)
 #   make fixtures-check  every fixture generator rerun into a temporary folder, diffed
 #                 against tests/testthat/fixtures (PyTorch; the package installed)
 #   make bench    one training step here vs PyTorch on CPU (bench/)
@@ -41,7 +42,7 @@ DEB_PKGS := r-base-dev r-cran-cli r-cran-generics r-cran-ggplot2 r-cran-testthat
 
 .NOTPARALLEL:
 .PHONY: all deps check-deps docs install build check test test-guard ctest asan valgrind fuzz demo bench site clean \
-        harness-check fixtures-check
+        harness-check fixtures-check blas-check
 
 all: install
 
@@ -182,6 +183,18 @@ harness-check:
 	  bash tools/device/gpu_session.sh $(HARNESS_STAGES) > build/harness/gpu-session.log 2>&1 || \
 	  { cat build/harness/gpu-session.log; exit 1; }
 	@cat build/harness/gpu-session/summary.txt
+
+# tests/c/run_openblas.sh under the reference BLAS and under Debian's
+# OpenBLAS with threads, unpacked into a temporary folder (apt-get download +
+# dpkg -x: installing it would switch libblas.so.3 for every other job) and
+# selected per process through the library path. The C tests must be built
+# in build/ (make ctest, or test-c.R in make test); a missing BLAS fails here.
+blas-check:
+	@dir=$$(mktemp -d) && (cd "$$dir" && apt-get download libopenblas0-pthread >/dev/null && \
+	  dpkg -x libopenblas0-pthread_*.deb root) && \
+	  OPENBLAS_PTHREAD_DIR=$$(ls -d "$$dir"/root/usr/lib/*/openblas-pthread) \
+	  CONVLSTM_BLAS_R_TESTS=1 sh tests/c/run_openblas.sh build; rc=$$?; rm -rf "$$dir"; \
+	  [ $$rc -eq 0 ] || { echo "blas-check: failed or skipped (exit $$rc)"; exit 1; }
 
 # tools/fixtures_check.sh: each generator (tools/make_fixtures*.py,
 # make_training_fixtures.py, make_lr_fixtures.py, the tutorial's inputs and

@@ -118,7 +118,8 @@ class Writer:
         for f in os.listdir(folder):  # a rerun must not leave stale tensors behind
             os.remove(os.path.join(folder, f))
         self.lines = ["convlstm-fixture %d" % FORMAT_VERSION]
-        self.looks_executable = False
+        self.paths = []  # written and not yet asked of `file` (looks_executable)
+        self.executable = False
 
     def config(self, key, *values):
         self.lines.append(" ".join(["config", key] + [str(v) for v in values]))
@@ -133,14 +134,22 @@ class Writer:
         path = os.path.join(self.folder, fname)
         with open(path, "wb") as f:
             f.write(t.numpy().astype("<f4").tobytes(order="C"))
-        # R CMD check warns of an undeclared executable where `file` takes a
-        # file for a program (random floats can open like a DOS .COM): ask it
-        if shutil.which("file"):
-            kind = subprocess.run(["file", "-b", path], capture_output=True, text=True).stdout
-            if "executable" in kind:
-                self.looks_executable = True
+        self.paths.append(path)
         dims = list(t.shape)
         self.lines.append(" ".join(["tensor", name, fname, str(len(dims))] + [str(d) for d in dims]))
+
+    @property
+    def looks_executable(self):
+        # R CMD check warns of an undeclared executable where `file` takes a
+        # file for a program (random floats can open like a DOS .COM): ask it,
+        # once for the tensors written since the last question (a seed search
+        # asks once per attempt, not once per tensor)
+        if self.paths and shutil.which("file"):
+            kinds = subprocess.run(["file", "-b"] + self.paths, capture_output=True,
+                                   text=True).stdout
+            self.executable = self.executable or "executable" in kinds
+        self.paths = []
+        return self.executable
 
     def close(self):
         with open(os.path.join(self.folder, "manifest.txt"), "w") as f:

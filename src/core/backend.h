@@ -391,8 +391,8 @@ typedef enum { CL_GRAPH_AUTO = 0, CL_GRAPH_PLAIN = 1, CL_GRAPH_OFF_COMM = 2 } cl
  * runtime_bytes: device bytes the process holds for this backend that no
  * model owns (CUDA: context, cuDNN handle, stream), measured once per
  * process at first use; reported as the `runtime` line. Default 0: the CPU
- * backend's own costs (its OpenMP threads' stacks, the GEMM choice's timing
- * buffers) are the process's host memory, measured by VmHWM.
+ * backend's own costs (its OpenMP threads' stacks) are the process's host
+ * memory, measured by VmHWM.
  * conv_algo: the algorithm conv_forward, conv_backward_data and
  * conv_backward_filter run for s in direction dir (0 forward, 1 backward
  * data, 2 backward filter), for reports and the conformance test's
