@@ -2,13 +2,15 @@
  * tests/c/ctest.h -- what every C test of the core shares: a CHECK that
  * counts failures and says where, a small deterministic RNG (xorshift64)
  * whose uniform01 also serves as cl_model_init_params' callback, a small
- * two-layer config, and a model created and initialised from it.
+ * two-layer config, a model created and initialised from it, and the
+ * relative difference the reference tests compare with.
  */
 #ifndef CONVLSTM_TESTS_CTEST_H
 #define CONVLSTM_TESTS_CTEST_H
 
 #include "convlstm.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -62,6 +64,17 @@ static inline cl_model *ctest_model(const cl_config *c) {
   CHECK(cl_model_create(c, &m, err, sizeof err) == CL_OK, "create: %s", err);
   if (m) cl_model_init_params(m, uniform01, NULL);
   return m;
+}
+
+/* max |a - b| / max |b| (max |a - b| when b is all zero): the measure the
+ * R tests use too */
+static inline double rel_diff(const float *a, const float *b, size_t n) {
+  double d = 0, s = 0;
+  for (size_t i = 0; i < n; i++) {
+    d = fmax(d, fabs((double)a[i] - b[i]));
+    s = fmax(s, fabs((double)b[i]));
+  }
+  return s > 0 ? d / s : d;
 }
 
 /* Exit status of a test program: prints the verdict. */

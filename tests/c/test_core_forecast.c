@@ -28,15 +28,6 @@
 
 static float g_step[MAXG], g_fx[MAXG];
 
-static double rel_diff(const float *a, const float *b, size_t n) {
-  double d = 0, s = 0;
-  for (size_t i = 0; i < n; i++) {
-    d = fmax(d, fabs((double)a[i] - b[i]));
-    s = fmax(s, fabs((double)b[i]));
-  }
-  return s > 0 ? d / s : d;
-}
-
 /* fx_model plus what the forecast fixtures add: peepholes and dropout. */
 static cl_model *forecast_model(const fixture *f) {
   cl_model *base = fx_model(f, 2);

@@ -96,16 +96,6 @@ static double step_grads(const problem *p, cl_target tg, const cl_step_options *
   return loss;
 }
 
-/* max |a - b| / max |b| */
-static double rel_diff(const float *a, const float *b, size_t n) {
-  double d = 0, s = 0;
-  for (size_t i = 0; i < n; i++) {
-    d = fmax(d, fabs((double)a[i] - b[i]));
-    s = fmax(s, fabs((double)b[i]));
-  }
-  return s > 0 ? d / s : d;
-}
-
 static float g0[1 << 16], g1[1 << 16];
 
 static void test_equal_gradients(void) {

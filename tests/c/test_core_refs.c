@@ -53,16 +53,6 @@ static size_t flat(cl_model *m, int grad, float *out) {
   return at;
 }
 
-/* max |a - b| / max |b| */
-static double rel_diff(const float *a, const float *b, size_t n) {
-  double d = 0, s = 0;
-  for (size_t i = 0; i < n; i++) {
-    d = fmax(d, fabs((double)a[i] - b[i]));
-    s = fmax(s, fabs((double)b[i]));
-  }
-  return s > 0 ? d / s : d;
-}
-
 static float *rand_array(size_t n, double lo, double hi) {
   float *v = malloc(n * sizeof *v);
   for (size_t i = 0; i < n; i++) v[i] = (float)(lo + (hi - lo) * uniform01(NULL));

@@ -67,16 +67,6 @@ static size_t fixture_grads(const fixture *f, cl_model *m, const char *prefix, f
   return at;
 }
 
-/* max |a - b| / max |b| */
-static double rel_diff(const float *a, const float *b, size_t n) {
-  double d = 0, s = 0;
-  for (size_t i = 0; i < n; i++) {
-    d = fmax(d, fabs((double)a[i] - b[i]));
-    s = fmax(s, fabs((double)b[i]));
-  }
-  return s > 0 ? d / s : d;
-}
-
 /* state[2l], state[2l + 1]: layer l's h and c, [B, hidden_l, H, W] */
 typedef struct states {
   float *v[2 * CL_MAX_LAYERS];
