@@ -10,6 +10,17 @@
 #  7. ctx$epoch in on_batch_end is the epoch running;
 #  8. messages that name the right thing.
 
+# A budget in which only a half type fits a batch of 2 of r3_data() on m: one
+# byte less than the smallest float32 configuration the advisor plans (the
+# model's state counted: Adam moments after a step, guard bands under
+# CONVLSTM_GUARD=1), so the fit would convert the model.
+r3_half_budget <- function(m) {
+  a <- memory_advise(m, 2^40, 2L, 3L, 5L, 4L, optimizer = optimizer_adam(0.01))
+  budget <- min(a$reserved[a$dtype == "float32"]) - 1
+  stopifnot(min(a$reserved[a$dtype != "float32"]) <= budget)
+  budget
+}
+
 r3_data <- function(n = 4, T = 3) {
   set.seed(31)
   x <- api_x(B = n, T = T)
@@ -42,12 +53,10 @@ for (what in names(r3_failing_fits)) {
     args <- r3_failing_fits[[what]]
     if (identical(args$lr_scheduler, "sched")) args$lr_scheduler <- lr_step(optimizer_sgd(0.1), 2)
     if (identical(args$resume, "missing")) args$resume <- tempfile(fileext = ".safetensors")
-    # a budget in which no float32 configuration fits, only a half type (28000
-    # bytes for this model, whose Adam moments exist after the step above; at
-    # 30000 float32 fits too and the pick depends on the machine's measured
-    # rates; at 27000 nothing fits): the model would be converted
+    # a budget in which only a half type fits: the model would be converted
+    budget <- r3_half_budget(m)
     err <- tryCatch(do.call(convlstm_fit, c(list(m, d$x, d$y, opt, epochs = 1, batch_size = 2,
-                                                 memory_budget = 28000, verbose = FALSE), args)),
+                                                 memory_budget = budget, verbose = FALSE), args)),
                     error = identity)
     expect_s3_class(err, "convlstm_error_invalid")
     expect_identical(r3_snapshot(m), before)
@@ -59,7 +68,7 @@ test_that("the budget test above does pick another dtype (so it can see a conver
   d <- r3_data()
   m <- api_model()
   h <- convlstm_fit(m, d$x, d$y, optimizer_adam(0.01), epochs = 1, batch_size = 2,
-                    memory_budget = 25000, verbose = FALSE)
+                    memory_budget = r3_half_budget(m), verbose = FALSE)
   expect_false(identical(m$dtype, "float32"))
   convlstm_release(m)
 })
@@ -364,7 +373,8 @@ test_that("callback_model_checkpoint() into an unwritable directory fails before
   d <- r3_data()
   m <- api_model()
   before <- r3_snapshot(m)
-  err <- tryCatch(convlstm_fit(m, d$x, d$y, optimizer_adam(), epochs = 3, memory_budget = 25000,
+  err <- tryCatch(convlstm_fit(m, d$x, d$y, optimizer_adam(), epochs = 3,
+                               memory_budget = r3_half_budget(m),
                                verbose = FALSE,
                                callbacks = list(callback_model_checkpoint(
                                  file.path(dir, "ckpt-{epoch}.safetensors")))),
