@@ -80,13 +80,8 @@ moving_digits <- function(n = 100, seq_len = 20, size = 64, n_digits = 2,
   n_digits <- check_count(n_digits, "n_digits", call = call)
   scale <- check_count(scale, "scale", call = call)
   speed <- check_number(speed, "speed", min = 0, call = call)
-  horizon <- check_count(horizon, "horizon", min = 0, call = call)
+  horizon <- check_generator_horizon(horizon, seq_len, call)
   if (!is.null(seed)) check_number(seed, "seed", call = call)
-  if (horizon >= seq_len) {
-    abort_convlstm(sprintf(
-      "`horizon` (%d) must be smaller than `seq_len` (%d): some frames must be the input.",
-      horizon, seq_len), call = call)
-  }
   gh <- 7L * scale
   gw <- 5L * scale
   if (gh > size || gw > size) {
@@ -138,4 +133,17 @@ bounce <- function(p0, v, hi, steps) {
     p[[t + 1L]] <- min(max(q, 0), hi)
   }
   p
+}
+
+# A generator's horizon: the last `horizon` of `seq_len` frames are the
+# targets, so at least one frame must stay the input (moving_digits(),
+# moving_mnist()).
+check_generator_horizon <- function(horizon, seq_len, call) {
+  horizon <- check_count(horizon, "horizon", min = 0, call = call)
+  if (horizon >= seq_len) {
+    abort_convlstm(sprintf(
+      "`horizon` (%d) must be smaller than `seq_len` (%d): some frames must be the input.",
+      horizon, seq_len), call = call)
+  }
+  horizon
 }

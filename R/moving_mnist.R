@@ -80,13 +80,8 @@ moving_mnist <- function(n = 100, seq_len = 20, size = 64, n_digits = 2, speed =
   size <- check_count(size, "size", call = call)
   n_digits <- check_count(n_digits, "n_digits", call = call)
   if (!is.null(speed)) speed <- check_speed(speed, call)
-  horizon <- check_count(horizon, "horizon", min = 0, call = call)
+  horizon <- check_generator_horizon(horizon, seq_len, call)
   if (!is.null(seed)) check_number(seed, "seed", call = call)
-  if (horizon >= seq_len) {
-    abort_convlstm(sprintf(
-      "`horizon` (%d) must be smaller than `seq_len` (%d): some frames must be the input.",
-      horizon, seq_len), call = call)
-  }
   src <- mnist_source(images, labels, call)
   glyph <- dim(src$images)[1:2]
   if (any(glyph > size)) {
