@@ -170,6 +170,16 @@ add <- function(family, label, code, expect, pattern = NULL, check = NULL, setup
                                       users_own = users_own)
 }
 
+# One case per value: its label and code are templates with the value for %s.
+add_each <- function(family, label, code, values, expect, pattern = NULL, check = NULL) {
+  for (v in values) add(family, sprintf(label, v), sprintf(code, v), expect, pattern, check)
+}
+
+# One refused case per triple (what, the argument's code, the message's pattern).
+add_refused <- function(family, label, code, triples) {
+  for (t in triples) add(family, sprintf(label, t[[1]]), sprintf(code, t[[2]]), "error", t[[3]])
+}
+
 # horizons, in every function that takes one
 bad_h <- c("0", "-1", "1.5", "NA", "'2'", "c(1, 2)", "Inf", "1e10", "TRUE", "NaN")
 good_h <- c("1", "2", "3")
@@ -207,11 +217,9 @@ for (tf in c("0.5", "0", "1", "TRUE", "FALSE")) {
       sprintf("fit2(teacher_forcing = %s)", tf), "accept",
       check = sprintf("hist_ok(.value) && all(.value$teacher_forcing == as.numeric(%s))", tf))
 }
-for (tf in c("function(e) 2", "function(e) NA", "function(e) c(0.1, 0.2)", "function(e) 'a'",
-             "function() 0.5")) {
-  add("teacher_forcing", paste("fit schedule", tf), sprintf("fit2(teacher_forcing = %s)", tf),
-      "error", "teacher_forcing")
-}
+add_each("teacher_forcing", "fit schedule %s", "fit2(teacher_forcing = %s)",
+         c("function(e) 2", "function(e) NA", "function(e) c(0.1, 0.2)", "function(e) 'a'",
+           "function() 0.5"), "error", "teacher_forcing")
 add("teacher_forcing", "fit schedule linear", "fit2(teacher_forcing = sampling_schedule('linear', k = 0.5))",
     "accept", check = "identical(.value$teacher_forcing, c(1, 0.5))")
 add("teacher_forcing", "fit schedule function", "fit2(teacher_forcing = function(e) 0.3)", "accept",
@@ -229,52 +237,37 @@ add("teacher_forcing", "free running with recompute_gates",
     "fit2(teacher_forcing = FALSE, recompute_gates = TRUE)", "error", "recompute_gates")
 
 # sampling_schedule()
-for (t in c("'bogus'", "NA", "1", "c('linear', 'exponential')")) {
-  add("sampling_schedule", paste("type", t), sprintf("sampling_schedule(%s, k = 0.5)", t), "error",
-      "`type`")
-}
+add_each("sampling_schedule", "type %s", "sampling_schedule(%s, k = 0.5)",
+         c("'bogus'", "NA", "1", "c('linear', 'exponential')"), "error", "`type`")
 ks <- list(inverse_sigmoid = list(bad = c("0.5", "0", "-1", "NA", "Inf", "'a'"), good = c("1", "5")),
            exponential = list(bad = c("0", "1", "1.5", "-0.1", "NA", "Inf"), good = c("0.5", "0.99")),
            linear = list(bad = c("0", "-1", "NA", "Inf", "'a'"), good = c("0.1", "2")))
 for (t in names(ks)) {
-  for (k in ks[[t]]$bad) {
-    add("sampling_schedule", paste(t, "k", k), sprintf("sampling_schedule('%s', k = %s)", t, k),
-        "error", "`k`")
-  }
-  for (k in ks[[t]]$good) {
-    add("sampling_schedule", paste(t, "k", k, "min 0.3"),
-        sprintf("sampling_schedule('%s', k = %s, min = 0.3)(1:50)", t, k), "accept",
-        check = "all(.value >= 0.3 & .value <= 1) && min(.value) == 0.3 || all(.value >= 0.3)")
-  }
-  for (mn in c("-0.1", "1.1", "NA", "'a'")) {
-    add("sampling_schedule", paste(t, "min", mn),
-        sprintf("sampling_schedule('%s', k = %s, min = %s)", t, ks[[t]]$good[[1]], mn), "error",
-        "`min`")
-  }
+  add_each("sampling_schedule", paste(t, "k %s"), sprintf("sampling_schedule('%s', k = %%s)", t),
+           ks[[t]]$bad, "error", "`k`")
+  add_each("sampling_schedule", paste(t, "k %s min 0.3"),
+           sprintf("sampling_schedule('%s', k = %%s, min = 0.3)(1:50)", t), ks[[t]]$good, "accept",
+           check = "all(.value >= 0.3 & .value <= 1) && min(.value) == 0.3 || all(.value >= 0.3)")
+  add_each("sampling_schedule", paste(t, "min %s"),
+           sprintf("sampling_schedule('%s', k = %s, min = %%s)", t, ks[[t]]$good[[1]]),
+           c("-0.1", "1.1", "NA", "'a'"), "error", "`min`")
 }
 add("sampling_schedule", "missing k", "sampling_schedule('linear')", "error", "`k`")
 
 # dropout, per gate and shared
 for (arg in c("dropout", "recurrent_dropout")) {
-  for (v in c("-0.1", "1", "1.5", "NA", "'a'", "c(0.1, 0.2, 0.3)", "Inf", "NaN")) {
-    add("dropout", paste(arg, v), sprintf("new_model(%s = %s)", arg, v), "error",
-        sprintf("`%s`", arg))
-  }
-  for (v in c("0", "0.5", "c(0.1, 0.2)", "0.999")) {
-    add("dropout", paste(arg, v, "trains"),
-        sprintf("{ d <- new_model(%s = %s); train_step(d, x, y, opt) }", arg, v), "accept",
-        check = "finite(.value)")
-  }
+  add_each("dropout", paste(arg, "%s"), sprintf("new_model(%s = %%s)", arg),
+           c("-0.1", "1", "1.5", "NA", "'a'", "c(0.1, 0.2, 0.3)", "Inf", "NaN"), "error",
+           sprintf("`%s`", arg))
+  add_each("dropout", paste(arg, "%s trains"),
+           sprintf("{ d <- new_model(%s = %%s); train_step(d, x, y, opt) }", arg),
+           c("0", "0.5", "c(0.1, 0.2)", "0.999"), "accept", check = "finite(.value)")
 }
-for (v in c("'x'", "NA", "1", "c('per_gate', 'per_gate')")) {
-  add("dropout", paste("dropout_masks", v), sprintf("new_model(dropout = 0.2, dropout_masks = %s)", v),
-      "error", "`dropout_masks`")
-}
-for (v in c("'shared'", "'per_gate'")) {
-  add("dropout", paste("dropout_masks", v, "fit with horizon"),
-      sprintf("{ m <- new_model(dropout = 0.3, recurrent_dropout = 0.2, dropout_masks = %s); fit2() }", v),
-      "accept", check = "hist_ok(.value)")
-}
+add_each("dropout", "dropout_masks %s", "new_model(dropout = 0.2, dropout_masks = %s)",
+         c("'x'", "NA", "1", "c('per_gate', 'per_gate')"), "error", "`dropout_masks`")
+add_each("dropout", "dropout_masks %s fit with horizon",
+         "{ m <- new_model(dropout = 0.3, recurrent_dropout = 0.2, dropout_masks = %s); fit2() }",
+         c("'shared'", "'per_gate'"), "accept", check = "hist_ok(.value)")
 add("dropout", "eval mode is deterministic",
     "{ d <- new_model(dropout = 0.5); d$eval(); identical(predict(d, x), predict(d, x)) }",
     "accept", check = "isTRUE(.value)")
@@ -283,19 +276,16 @@ add("dropout", "train mode draws masks",
     "accept", check = "isFALSE(.value)")
 
 # peepholes
-for (p in c("'bogus'", "NA", "1", "c(TRUE, FALSE)", "TRUE", "'position'")) {
-  add("peephole", paste("peephole", p), sprintf("new_model(peephole = %s)", p), "error",
-      "peephole|frame_size")
-}
-for (fs in c("c(0, 4)", "c(5, 4, 3)", "c(NA, 4)", "'a'", "c(5.5, 4)", "c(-5, 4)")) {
-  add("peephole", paste("frame_size", fs), sprintf("new_model(peephole = TRUE, frame_size = %s)", fs),
-      "error", "`frame_size`")
-}
-for (p in c("'channel'", "FALSE", "TRUE, frame_size = c(5, 4)", "'position', frame_size = c(5, 4)")) {
-  add("peephole", paste("peephole", p, "fits a forecast"),
-      sprintf("{ m <- new_model(peephole = %s); fit2(teacher_forcing = 0.5) }", p), "accept",
-      check = "hist_ok(.value)")
-}
+add_each("peephole", "peephole %s", "new_model(peephole = %s)",
+         c("'bogus'", "NA", "1", "c(TRUE, FALSE)", "TRUE", "'position'"), "error",
+         "peephole|frame_size")
+add_each("peephole", "frame_size %s", "new_model(peephole = TRUE, frame_size = %s)",
+         c("c(0, 4)", "c(5, 4, 3)", "c(NA, 4)", "'a'", "c(5.5, 4)", "c(-5, 4)"), "error",
+         "`frame_size`")
+add_each("peephole", "peephole %s fits a forecast",
+         "{ m <- new_model(peephole = %s); fit2(teacher_forcing = 0.5) }",
+         c("'channel'", "FALSE", "TRUE, frame_size = c(5, 4)", "'position', frame_size = c(5, 4)"),
+         "accept", check = "hist_ok(.value)")
 add("peephole", "position peepholes on other frames",
     "{ p <- new_model(peephole = TRUE, frame_size = c(5, 4)); predict(p, array(0, c(1, 3, 2, 6, 4))) }",
     "error", "`x`|frame")
@@ -307,29 +297,22 @@ add("peephole", "position peephole save/load round trip",
     "accept", check = "isTRUE(.value)")
 
 # memory_budget
-for (b in c("'lots'", "-1", "0", "NA", "Inf", "'1 XB'", "c(1, 2)", "TRUE")) {
-  add("memory_budget", paste("budget", b), sprintf("fit1(memory_budget = %s)", b), "error",
-      "`memory_budget`")
-}
+add_each("memory_budget", "budget %s", "fit1(memory_budget = %s)",
+         c("'lots'", "-1", "0", "NA", "Inf", "'1 XB'", "c(1, 2)", "TRUE"), "error", "`memory_budget`")
 add("memory_budget", "budget too small", "fit1(memory_budget = 100)", "error", "memory budget")
-for (b in c("'1 GiB'", "30000", "1e6", "'64 KiB'")) {
-  add("memory_budget", paste("budget", b), sprintf("fit1(memory_budget = %s)", b), "accept",
-      check = "hist_ok(.value)")
-}
-for (extra in c("checkpoint = 1", "recompute_gates = TRUE", "accumulation_steps = 2", "tbptt = 1")) {
-  add("memory_budget", paste("budget with", extra), sprintf("fit1(memory_budget = '1 GiB', %s)", extra),
-      "error", "`memory_budget` chooses")
-}
+add_each("memory_budget", "budget %s", "fit1(memory_budget = %s)",
+         c("'1 GiB'", "30000", "1e6", "'64 KiB'"), "accept", check = "hist_ok(.value)")
+add_each("memory_budget", "budget with %s", "fit1(memory_budget = '1 GiB', %s)",
+         c("checkpoint = 1", "recompute_gates = TRUE", "accumulation_steps = 2", "tbptt = 1"),
+         "error", "`memory_budget` chooses")
 add("memory_budget", "budget with carry",
     "fit1(memory_budget = '1 GiB', state = 'carry', shuffle = FALSE)", "error", "memory_budget")
 add("memory_budget", "budget and max batch", "fit1(memory_budget = 30000, batch_size = 'max')",
     "accept", check = "hist_ok(.value)")
-for (bad in c("loss = 'bogus'", "callbacks = 'x'", "lr_scheduler = 1", "resume = fx('plain.safetensors')",
-              "validation_split = 2", "max_grad_norm = 1e-300", "weight = 'w'",
-              "resume = fx('dmg_only_epoch.safetensors')")) {
-  add("memory_budget", paste("budget 30000 with", bad), sprintf("fit1(memory_budget = 30000, %s)", bad),
-      "error")
-}
+add_each("memory_budget", "budget 30000 with %s", "fit1(memory_budget = 30000, %s)",
+         c("loss = 'bogus'", "callbacks = 'x'", "lr_scheduler = 1", "resume = fx('plain.safetensors')",
+           "validation_split = 2", "max_grad_norm = 1e-300", "weight = 'w'",
+           "resume = fx('dmg_only_epoch.safetensors')"), "error")
 add("memory_budget", "budget with horizon free", "fit2(memory_budget = 1e6, teacher_forcing = FALSE)",
     "accept", check = "hist_ok(.value)")
 add("memory_budget", "budget with a schedule",
@@ -376,24 +359,20 @@ add("resume", "resume already done", "convlstm_fit(m, x, y, opt, epochs = 1, bat
     "accept", check = "identical(.value$epoch, 1L)")
 
 # callbacks
-for (cb in c("'x'", "1", "list(1)", "list(function(ctx) 1)")) {
-  add("callbacks", paste("callbacks", cb), sprintf("fit1(callbacks = %s)", cb), "error", "`callbacks`")
-}
-for (hook in c("on_epoch_end = 1", "on_fit_begin = 'f'", "on_batch_end = list()")) {
-  add("callbacks", paste("callback", hook), sprintf("callback(%s)", hook), "error", "`on_")
-}
+add_each("callbacks", "callbacks %s", "fit1(callbacks = %s)",
+         c("'x'", "1", "list(1)", "list(function(ctx) 1)"), "error", "`callbacks`")
+add_each("callbacks", "callback %s", "callback(%s)",
+         c("on_epoch_end = 1", "on_fit_begin = 'f'", "on_batch_end = list()"), "error", "`on_")
 paths_bad <- list(c("NA", "NA_character_", "`path`"), c("a number", "1", "`path`"),
                   c("empty", "''", "`path`"), c("two", "c('a', 'b')", "`path`"),
                   c("missing dir", "file.path(tempfile(), 'f')", "does not exist"),
                   c("/proc", "'/proc/convlstm-x'", "cannot write"),
                   c("a directory", "fx('adir')", "directory"),
                   c("a FIFO", "fx('fifo')", "FIFO"), c("/dev/null", "'/dev/null'", "device"))
-for (p in paths_bad) {
-  add("callbacks", paste("checkpoint path", p[[1]]),
-      sprintf("fit1(memory_budget = 30000, callbacks = list(callback_model_checkpoint(%s)))", p[[2]]),
-      "error", p[[3]])
-  add("callbacks", paste("csv path", p[[1]]),
-      sprintf("fit1(callbacks = list(callback_csv_logger(%s)))", p[[2]]), "error", p[[3]])
+for (p in paths_bad) { # interleaved, as the case numbers have always been
+  add_refused("callbacks", "checkpoint path %s",
+              "fit1(memory_budget = 30000, callbacks = list(callback_model_checkpoint(%s)))", list(p))
+  add_refused("callbacks", "csv path %s", "fit1(callbacks = list(callback_csv_logger(%s)))", list(p))
 }
 add("callbacks", "early stopping monitor bogus", "callback_early_stopping(monitor = 'bogus')", "error", "`monitor`")
 add("callbacks", "early stopping patience -1", "callback_early_stopping(patience = -1)", "error", "`patience`")
@@ -428,8 +407,8 @@ load_bad <- list(c("missing", "tempfile()", "`path`"), c("a directory", "fx('adi
                  c("truncated", "fx('truncated.safetensors')", "."), c("text", "fx('text.safetensors')", "."),
                  c("path NA", "NA_character_", "`path`"), c("path a vector", "c('a', 'b')", "`path`"))
 for (l in load_bad) {
-  add("files", paste("load", l[[1]]), sprintf("convlstm_load(%s, device = 'cpu')", l[[2]]), "error", l[[3]])
-  add("files", paste("file_info", l[[1]]), sprintf("convlstm_file_info(%s)", l[[2]]), "error", l[[3]])
+  add_refused("files", "load %s", "convlstm_load(%s, device = 'cpu')", list(l))
+  add_refused("files", "file_info %s", "convlstm_file_info(%s)", list(l))
 }
 add("files", "load a flipped byte", "convlstm_load(fx('flipped.safetensors'), device = 'cpu')", "either")
 for (f in c("plain", "ckpt", "ckpt_other")) {
@@ -440,14 +419,10 @@ save_bad <- list(c("a directory", "fx('adir')", "directory"), c("a FIFO", "fx('f
                  c("/dev/null", "'/dev/null'", "device"), c("missing dir", "file.path(tempfile(), 'x')", "does not exist"),
                  c("path NA", "NA_character_", "`path`"), c("path 1", "1", "`path`"),
                  c("/proc", "'/proc/convlstm-x'", "."))
-for (s in save_bad) {
-  add("files", paste("save to", s[[1]]), sprintf("convlstm_save(m, %s)", s[[2]]), "error", s[[3]])
-}
-for (md in c("c(format = 'x')", "c(convlstm.a = 'x')", "c(fit.epoch = '1')", "c(fit.history = 'x')",
-             "c(a = NA)", "c('x')", "c(a = 'x', a = 'y')", "list(a = 1)")) {
-  add("files", paste("save metadata", md), sprintf("convlstm_save(m, tempfile(), metadata = %s)", md),
-      "error", "`metadata`")
-}
+add_refused("files", "save to %s", "convlstm_save(m, %s)", save_bad)
+add_each("files", "save metadata %s", "convlstm_save(m, tempfile(), metadata = %s)",
+         c("c(format = 'x')", "c(convlstm.a = 'x')", "c(fit.epoch = '1')", "c(fit.history = 'x')",
+           "c(a = NA)", "c('x')", "c(a = 'x', a = 'y')", "list(a = 1)"), "error", "`metadata`")
 add("files", "save over 0600 keeps 0600",
     "{ f <- tempfile(); convlstm_save(m, f); Sys.chmod(f, '600', use_umask = FALSE); convlstm_save(m, f, optimizer = opt); format(file.info(f)$mode) }",
     "accept", check = "identical(.value, '600')")
@@ -493,18 +468,12 @@ add("silent", "float16 predict 65504",
 add("silent", "bfloat16 predict 1e5",
     "{ h <- new_model(dtype = 'bfloat16'); X <- x; X[7] <- 1e5; predict(h, X) }", "accept",
     check = "finite(.value)")
-for (g in c("1e-300", "1e-40", "0", "-1", "NA", "'a'", "c(1, 2)")) {
-  add("silent", paste("train_step max_grad_norm", g),
-      sprintf("train_step(m, x, y, opt, max_grad_norm = %s)", g), "error", "`max_grad_norm`")
-}
-for (g in c("1e-300", "0")) {
-  add("silent", paste("fit max_grad_norm", g), sprintf("fit1(max_grad_norm = %s)", g), "error",
-      "`max_grad_norm`")
-}
-for (g in c("1e-30", "Inf", "1")) {
-  add("silent", paste("train_step max_grad_norm", g),
-      sprintf("train_step(m, x, y, opt, max_grad_norm = %s)", g), "accept", check = "finite(.value)")
-}
+add_each("silent", "train_step max_grad_norm %s", "train_step(m, x, y, opt, max_grad_norm = %s)",
+         c("1e-300", "1e-40", "0", "-1", "NA", "'a'", "c(1, 2)"), "error", "`max_grad_norm`")
+add_each("silent", "fit max_grad_norm %s", "fit1(max_grad_norm = %s)", c("1e-300", "0"), "error",
+         "`max_grad_norm`")
+add_each("silent", "train_step max_grad_norm %s", "train_step(m, x, y, opt, max_grad_norm = %s)",
+         c("1e-30", "Inf", "1"), "accept", check = "finite(.value)")
 add("silent", "data_on_device TRUE with horizon", "fit2(data_on_device = TRUE)", "error", "data_on_device")
 add("silent", "data_on_device TRUE with weight", "fit1(data_on_device = TRUE, weight = array(1, dim(y)))",
     "error", "data_on_device")
