@@ -5,22 +5,12 @@ growth of VmHWM over it (reset through /proc/self/clear_refs).
 
     python3 bench/bench_memory_mnist64.py BATCH
 """
-import os
 import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "inst", "python"))
-from torch_convlstm import ConvLSTM  # noqa: E402
-
-
-def status(key):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    return 0
+from torch_common import ConvLSTM, reset_hwm, status_bytes
 
 
 def main():
@@ -39,14 +29,14 @@ def main():
 
     step(torch.rand(1, 2, 1, 8, 8), torch.rand(1, 64, 8, 8))  # warm-up: the process's costs
     x, y = torch.rand(b, 10, 1, 64, 64), torch.rand(b, 64, 64, 64)
-    r0 = status("VmRSS")
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
+    r0 = status_bytes("VmRSS")
+    if not reset_hwm():
+        sys.exit("bench_memory_mnist64.py: /proc/self/clear_refs refused: no VmHWM growth to measure")
     t0 = time.process_time()
     step(x, y)
     cpu = time.process_time() - t0
     print("torch batch %d: VmHWM growth %.1f MiB, CPU %.2f s"
-          % (b, (status("VmHWM") - r0) / 2**20, cpu))
+          % (b, (status_bytes("VmHWM") - r0) / 2**20, cpu))
 
 
 if __name__ == "__main__":

@@ -7,33 +7,12 @@ Run by bench_cpu.sh with Debian's /usr/bin/python3 (python3-torch); not a test.
 Prints one line: RESULT impl=torch median=<s> min=<s> rss_peak=<bytes> ...
 """
 import argparse
-import os
 import statistics
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "inst", "python"))
-from torch_convlstm import ConvLSTM  # noqa: E402  (the one reference model)
-
-
-def status_bytes(key):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def reset_hwm():
-    # Writing 5 to clear_refs resets VmHWM to the current RSS (Linux >= 4.0).
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5\n")
-        return True
-    except OSError:
-        return False
+from torch_common import ConvLSTM, reset_hwm, status_bytes  # the one reference model
 
 
 def main():
