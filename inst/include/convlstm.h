@@ -582,7 +582,8 @@ typedef enum cl_conv_dir {
 typedef struct cl_conv_call_info {
   cl_conv_dir dir;
   int layer, half;
-  int N, C, H, W, K, kh, kw, dh, dw, groups;
+  int64_t N; /* may exceed an int: a step too large to run has its list too */
+  int C, H, W, K, kh, kw, dh, dw, groups;
   int64_t count;
 } cl_conv_call_info;
 /* The convolution calls of a train step (training != 0, with its target)

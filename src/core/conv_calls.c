@@ -11,6 +11,7 @@
  */
 #include "conv_calls.h"
 
+#include <stdint.h> /* INT32_MAX */
 #include <stdlib.h>
 
 typedef struct walk {
@@ -26,12 +27,13 @@ static int same_shape(const cl_conv_shape *a, const cl_conv_shape *b) {
 }
 
 /* count calls of s in direction d (none when count or N is 0) */
-static void add(walk *w, cl_conv_dir d, int layer, int half, cl_conv_shape s, int64_t count) {
+static void add(walk *w, cl_conv_dir d, int layer, int half, cl_conv_shape s, int64_t images,
+                int64_t count) {
   cl_conv_list *o = w->out;
-  if (count <= 0 || s.N <= 0) return;
+  if (count <= 0 || images <= 0) return;
   for (int i = 0; i < o->n; i++)
     if (o->v[i].dir == d && o->v[i].layer == layer && o->v[i].half == half &&
-        same_shape(&o->v[i].s, &s)) {
+        o->v[i].images == images && same_shape(&o->v[i].s, &s)) {
       o->v[i].count += count;
       return;
     }
@@ -45,22 +47,24 @@ static void add(walk *w, cl_conv_dir d, int layer, int half, cl_conv_shape s, in
     o->v = v;
     o->cap = cap;
   }
-  cl_conv_call c = {d, layer, half, s, count};
+  cl_conv_call c = {d, layer, half, s, images, count};
   o->v[o->n++] = c;
 }
 
-/* layer l's input half (0) or hidden half (1) over n images */
-static void add_x(walk *w, cl_conv_dir d, int l, int n, int64_t count) {
-  add(w, d, l, 0, cl_conv_input_half(&w->m->layer[l], w->g, n), count);
+/* layer l's input half (0) or hidden half (1) over n images (the shape's
+ * N is 0 where n overflows an int) */
+static int images_of(int64_t n) { return n > INT32_MAX ? 0 : (int)n; }
+static void add_x(walk *w, cl_conv_dir d, int l, int64_t n, int64_t count) {
+  add(w, d, l, 0, cl_conv_input_half(&w->m->layer[l], w->g, images_of(n)), n, count);
 }
-static void add_h(walk *w, cl_conv_dir d, int l, int n, int64_t count) {
-  add(w, d, l, 1, cl_conv_hidden_half(&w->m->layer[l], w->g, n), count);
+static void add_h(walk *w, cl_conv_dir d, int l, int64_t n, int64_t count) {
+  add(w, d, l, 1, cl_conv_hidden_half(&w->m->layer[l], w->g, images_of(n)), n, count);
 }
 
 /* cl_forward_steps: k steps of layer l from a step s0 (first: s0 == 0,
  * where the hidden half runs only with a state before the segment). */
 static void fwd_steps(walk *w, int l, int b, int k, int first, int prev, int64_t x) {
-  add_x(w, CL_CONV_FORWARD, l, k * b, x);
+  add_x(w, CL_CONV_FORWARD, l, (int64_t)k * b, x);
   add_h(w, CL_CONV_FORWARD, l, b, x * (k - (first && !prev)));
 }
 
@@ -94,10 +98,10 @@ static void fwd_segment(walk *w, int b, int len, int prev, int64_t x) {
 static void bwd_layer(walk *w, int l, int b, int len, int done, int prev, int carry, int64_t x) {
   int run = len - done;
   add_h(w, CL_CONV_BACKWARD_DATA, l, b, x * (carry + (done > 0) + (run > 1 ? run - 1 : 0)));
-  add_h(w, CL_CONV_BACKWARD_FILTER, l, (len - 1) * b, x);
+  add_h(w, CL_CONV_BACKWARD_FILTER, l, (int64_t)(len - 1) * b, x);
   add_h(w, CL_CONV_BACKWARD_FILTER, l, b, x * prev);
-  add_x(w, CL_CONV_BACKWARD_FILTER, l, len * b, x);
-  if (l > 0) add_x(w, CL_CONV_BACKWARD_DATA, l, run * b, x);
+  add_x(w, CL_CONV_BACKWARD_FILTER, l, (int64_t)len * b, x);
+  if (l > 0) add_x(w, CL_CONV_BACKWARD_DATA, l, (int64_t)run * b, x);
 }
 
 /* backward_layer_chunks' chunk of k steps: its gates again (forward), the
@@ -106,10 +110,10 @@ static void bwd_chunk(walk *w, int l, int b, int k, int first, int prev, int64_t
   if (k < 1) return;
   fwd_steps(w, l, b, k, first, prev, x);
   add_h(w, CL_CONV_BACKWARD_DATA, l, b, x * (k - first));
-  add_h(w, CL_CONV_BACKWARD_FILTER, l, (k - first) * b, x);
+  add_h(w, CL_CONV_BACKWARD_FILTER, l, (int64_t)(k - first) * b, x);
   add_h(w, CL_CONV_BACKWARD_FILTER, l, b, x * (first && prev));
-  add_x(w, CL_CONV_BACKWARD_FILTER, l, k * b, x);
-  if (l > 0) add_x(w, CL_CONV_BACKWARD_DATA, l, k * b, x);
+  add_x(w, CL_CONV_BACKWARD_FILTER, l, (int64_t)k * b, x);
+  if (l > 0) add_x(w, CL_CONV_BACKWARD_DATA, l, (int64_t)k * b, x);
 }
 
 static void bwd_segment(walk *w, int b, int len, int prev, int carry, int64_t x) {

@@ -15,7 +15,8 @@
 typedef struct cl_conv_call {
   cl_conv_dir dir;
   int layer, half; /* the layer's input half (0) or hidden half (1) */
-  cl_conv_shape s;
+  cl_conv_shape s;  /* its N is 0 where the images overflow an int */
+  int64_t images;   /* N: steps times sequences */
   int64_t count;
 } cl_conv_call;
 

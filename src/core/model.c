@@ -299,9 +299,11 @@ cl_status cl_model_conv_calls(cl_model *m, int B, int T, int H, int W, int train
   cl_geom g;
   CL_TRY(cl_geom_make(m, B, T, H, W, training, opts, &g));
   cl_conv_list l = {0};
-  if (cl_conv_calls(m, &g, target, opts ? opts->truth : NULL, &l) != CL_OK) {
+  cl_status st = cl_conv_calls(m, &g, target, opts ? opts->truth : NULL, &l);
+  if (st != CL_OK) {
     cl_conv_list_free(&l);
-    return cl_fail(m, CL_E_OOM, "listing a step's convolution calls: out of host memory");
+    return cl_fail(m, st, "a step of batch %d, %d steps: out of host memory listing its "
+                   "convolutions", B, T);
   }
   if (l.n > 0 && !(*out = malloc((size_t)l.n * sizeof **out))) {
     cl_conv_list_free(&l);
@@ -309,7 +311,7 @@ cl_status cl_model_conv_calls(cl_model *m, int B, int T, int H, int W, int train
   }
   for (int i = 0; i < l.n; i++) {
     const cl_conv_shape *s = &l.v[i].s;
-    cl_conv_call_info r = {l.v[i].dir, l.v[i].layer, l.v[i].half, s->N,  s->C,
+    cl_conv_call_info r = {l.v[i].dir, l.v[i].layer, l.v[i].half, l.v[i].images, s->C,
                            s->H,       s->W,         s->K,        s->kh, s->kw,
                            s->dh,      s->dw,        cl_conv_groups(s),  l.v[i].count};
     (*out)[i] = r;

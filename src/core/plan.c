@@ -184,7 +184,10 @@ static size_t plan_workspace(plan_builder *b, const cl_model *m, const cl_geom *
   size_t ws = 0;
   cl_conv_list calls = {0};
   if (cl_conv_calls(m, g, CL_TARGET_SEQUENCE, NULL, &calls) != CL_OK) b->overflow = 1;
-  for (int i = 0; i < calls.n; i++) ws = ws_of(b, m, ws, calls.v[i].s);
+  for (int i = 0; i < calls.n; i++) {
+    if (calls.v[i].images > INT32_MAX) b->overflow = 1; /* N is an int */
+    ws = ws_of(b, m, ws, calls.v[i].s);
+  }
   cl_conv_list_free(&calls);
   return ws;
 }

@@ -127,16 +127,16 @@ static void compare(const config *c, const cl_conv_call_info *list, int n) {
     for (int j = 0; j < n; j++)
       if (same_call(&list[j], r)) listed += list[j].count;
     CHECK(listed == r->count,
-          "%s: dir %d N=%d C=%d K=%d %dx%d dil %dx%d groups %d: ran %lld times, listed %lld",
-          c->name, (int)r->dir, r->N, r->C, r->K, r->kh, r->kw, r->dh, r->dw, r->groups,
+          "%s: dir %d N=%lld C=%d K=%d %dx%d dil %dx%d groups %d: ran %lld times, listed %lld",
+          c->name, (int)r->dir, (long long)r->N, r->C, r->K, r->kh, r->kw, r->dh, r->dw, r->groups,
           (long long)r->count, (long long)listed);
   }
   for (int j = 0; j < n; j++) {
     int ran = 0;
     for (int i = 0; i < n_rec; i++) ran |= same_call(&list[j], &rec[i]);
     CHECK(ran && list[j].count > 0,
-          "%s: listed layer %d half %d dir %d N=%d C=%d K=%d, %lld times: never ran", c->name,
-          list[j].layer, list[j].half, (int)list[j].dir, list[j].N, list[j].C, list[j].K,
+          "%s: listed layer %d half %d dir %d N=%lld C=%d K=%d, %lld times: never ran", c->name,
+          list[j].layer, list[j].half, (int)list[j].dir, (long long)list[j].N, list[j].C, list[j].K,
           (long long)list[j].count);
   }
 }
@@ -152,7 +152,7 @@ static void check_workspace(cl_model *m, const config *c, const cl_step_options 
   cl_plan_free(&p);
   for (int i = 0; i < n_rec; i++) {
     const cl_conv_call_info *r = &rec[i];
-    cl_conv_shape s = {r->N, r->C, r->H, r->W, r->K, r->kh, r->kw, r->dh, r->dw, c->dtype,
+    cl_conv_shape s = {(int)r->N, r->C, r->H, r->W, r->K, r->kh, r->kw, r->dh, r->dw, c->dtype,
                        r->groups};
     size_t w = 0;
     CHECK(cl_backend_conv_workspace(m->be, &s, &w) == CL_OK, "%s: workspace query", c->name);
