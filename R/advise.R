@@ -33,7 +33,9 @@
 #' The predicted time of a step is `flops / R_flop[dtype] + bytes /
 #' R_bytes + weights / R_weights`: `flops` counts the multiply-adds of every
 #' convolution the step runs (forward, backward for data and filter, and the
-#' forward that checkpointing and `recompute_gates` run again), on the CPU
+#' forward that checkpointing and `recompute_gates` run again), call by
+#' call as the package's C core lists the step's convolutions (the same
+#' list its memory plan sizes the convolution workspace from), on the CPU
 #' counting the idle
 #' threads of a call over fewer images than threads; `bytes` what the cell
 #' kernels and convolutions read and write per time step, the batch's upload
@@ -418,13 +420,17 @@ backend_rates <- function(config) {
 }
 
 # What the rates depend on: the device and its threads, the machine (its
-# name, processor and cores, or the GPU's name) and this package's version
-# (its kernels). One key, one line of the file.
+# name, processor and cores, or the GPU's name), this package's version
+# (its kernels) and the cost model's (the work the rates divide: rates
+# stored by another step_work() are measured again). One key, one line of
+# the file.
+cost_model_version <- 2L # 2: the work of the core's list of convolution calls
 rates_key <- function(config) {
   threads <- conv_threads(config)
   machine <- if (identical(config$device, "cpu")) cpu_model() else gpu_name()
   paste(config$device, threads, Sys.info()[["nodename"]], machine, R.version$platform,
-        as.character(utils::packageVersion("convlstm")), sep = " | ")
+        as.character(utils::packageVersion("convlstm")),
+        paste("cost model", cost_model_version), sep = " | ")
 }
 
 cpu_model <- function() {
