@@ -33,7 +33,9 @@
 #' The predicted time of a step is `flops / R_flop[dtype] + bytes /
 #' R_bytes + weights / R_weights`: `flops` counts the multiply-adds of every
 #' convolution the step runs (forward, backward for data and filter, and the
-#' forward that checkpointing and `recompute_gates` run again), on the CPU
+#' forward that checkpointing and `recompute_gates` run again), call by
+#' call as the package's C core lists the step's convolutions (the same
+#' list its memory plan sizes the convolution workspace from), on the CPU
 #' counting the idle
 #' threads of a call over fewer images than threads; `bytes` what the cell
 #' kernels and convolutions read and write per time step, the batch's upload
@@ -210,7 +212,7 @@ memory_advise <- function(model, budget, batch_size, seq_len, height, width,
   # a free-running step's fed-back steps (a schedule's too: predicted free-running)
   fed <- if (forecast$free_run) max(0L, forecast$horizon - 1L) else 0L
   seconds <- vapply(seq_len(nrow(grid)), function(i) {
-    predicted_seconds(config, c(grid[i, ], fed = fed), B, steps, as.double(H) * W, target,
+    predicted_seconds(ptr, config, c(grid[i, ], fed = fed), B, steps, H, W, target,
                       optimizer, rates)
   }, numeric(1))
   rows$time_ratio <- seconds / seconds[[1]] # row 1 is the plain float32 step
@@ -321,65 +323,49 @@ why_not <- function(row, budget) {
 # ---- the cost model ------------------------------------------------------
 
 # Convolution FLOPs and bytes moved by one training step of a configuration
-# (cfg: dtype, checkpoint, accumulation_steps, tbptt, recompute_gates), following the
-# schedule of src/core/train.c: the input half of a layer's convolution runs
-# once per segment over all its steps, the hidden half once per step with a
-# previous state; backward runs data and filter gradients; checkpointing
-# runs every segment but the last forward again; truncation with a loss on
-# the last state runs only the last window backward; recomputing the gates
-# runs every step that goes backward through forward once more, its input
-# half a chunk of steps per call. A free-running forecast's `fed` fed-back
-# steps (cfg$fed, horizon - 1) run forward and their input gradients one
-# step per call through every layer, layer 0 too (src/core/forward.c,
-# backward.c: cl_*_free_run); its weight gradients stay whole. On the CPU a
-# convolution call shares its images among `threads` (src/cpu/cpu_conv.c),
-# so a call over fewer images than threads leaves some idle: its FLOPs are
-# counted as the work of the threads it occupies.
-step_work <- function(config, cfg, B, T, P, target, optimizer_kind, threads) {
+# (cfg: dtype, checkpoint, accumulation_steps, tbptt, recompute_gates, and
+# fed, a free-running forecast's fed-back steps) of the model behind ptr.
+# The convolutions are the step's own calls as the core lists them
+# (c_conv_calls, src/core/conv_calls.c: the executor's schedule written
+# once, in C), each call's FLOPs 2 N H W K (C / groups) kh kw. On the CPU
+# a convolution call shares its images among `threads`
+# (src/cpu/cpu_conv.c), so a call over fewer images than threads leaves
+# some idle: its FLOPs are counted as the work of the threads it occupies.
+# A weight (or its gradient) is read once per call. The cells' and
+# activations' traffic follows the steps each sample runs forward and
+# backward: the images of layer 1's input half in its forward calls and
+# in its filter gradients.
+step_work <- function(ptr, config, cfg, B, T, H, W, target, optimizer_kind, threads) {
+  fed <- cfg$fed %||% 0
+  options <- check_step_options(cfg$checkpoint, cfg$accumulation_steps, cfg$tbptt,
+                                dtype = cfg$dtype, batch_size = B,
+                                state = list(mode = "zero", arrays = NULL,
+                                             horizon = if (fed > 0) fed + 1L else 0L,
+                                             free_run = fed > 0),
+                                recompute_gates = cfg$recompute_gates %||% 0L)
+  calls <- c_conv_calls(ptr, c(B, T, H, W), TRUE, options, identical(target, "sequence"))
   B <- as.double(B) # products of sizes overflow integers
-  T <- as.double(T)
-  P <- as.double(P)
+  P <- as.double(H) * W
   e <- if (identical(cfg$dtype, "float32")) 4 else 2
   f <- 4 # gradients of activations are float32 whatever the storage
-  k <- cfg$checkpoint
-  w <- cfg$tbptt
-  ck <- k > 0 && k < T
-  tb <- w > 0 && w < T
-  last_len <- function(S) T - (ceiling(T / S) - 1) * S
-  rc <- cfg$recompute_gates %||% 0L
-  fed <- cfg$fed %||% 0                       # never with ck, tb or rc (check_step_options)
-  S <- if (ck) k else if (tb) w else T        # steps held at once
-  chunk <- if (rc > 0) min(rc, S) else S      # steps per input-half call
-  batched <- chunk - fed                      # of them, the steps not fed back
-  redo <- if (ck) T - last_len(k) else 0      # steps recomputed
-  bwd <- if (tb && target == "last_state") last_len(w) else T
-  again <- if (rc > 0) bwd else 0             # steps whose gates backward recomputes
-  fwd <- T + redo + again                     # steps run forward
-  fwd_h <- fwd - 1 - (redo > 0) - (again > 0) # steps with a previous state
-  bwd_h <- bwd - 1
-  seg_calls <- (if (ck) 2 * ceiling(T / k) - 1 else if (tb) ceiling(T / w) else 1) *
-    ceiling(S / chunk) * (1 + (rc > 0))
-  b <- ceiling(B / cfg$accumulation_steps)    # samples per micro-batch
-  m <- ceiling(B / b)                         # micro-batches run
+  n <- as.double(calls$N)
+  taps <- as.double(calls$K) * calls$C / calls$groups * calls$kh * calls$kw
   busy <- function(n) n / (threads * ceiling(n / threads)) # share of threads at work
+  flops <- sum(2 * P * taps * n * calls$count / busy(n))
+  weights <- sum(4 * taps * calls$count)
+  images <- function(dir) {
+    on <- calls$direction == dir & calls$layer == 0 & calls$half == 0
+    sum(n[on] * calls$count[on]) / B
+  }
+  fwd <- images("forward")          # steps each sample runs forward
+  bwd <- images("backward_filter")  # and backward
   hid <- as.double(config$hidden_dims)
-  # kernel taps per layer: a size (square) or kh, kw (a list of them when non-square)
-  kk <- vapply(as.list(config$kernel_sizes), function(k) prod(rep_len(as.double(k), 2)),
-               numeric(1))
   inp <- c(as.double(config$input_dim), hid[-length(hid)])
   below <- seq_along(hid) > 1 # layers whose input gradient is needed
-  fl_in <- 2 * P * 4 * hid * inp * kk
-  fl_h <- 2 * P * 4 * hid * hid * kk
-  flops <- B * sum(fl_in * ((fwd - fed + below * (bwd - fed)) / busy(batched * b) +
-                               bwd / busy(chunk * b) + 2 * fed / busy(b)) +
-                     fl_h * (fwd_h + bwd_h) / busy(b) + fl_h * bwd_h / busy(chunk * b))
   # per sample and step: forward convolutions and cell; backward cell,
   # convolutions (data and filter) and the gradients they accumulate
   fwd_bytes <- P * e * (inp + 19 * hid)
   bwd_bytes <- P * (e * (inp + 23 * hid) + f * 5 * hid + below * (e * 4 * hid + f * inp))
-  # a weight (or its gradient) read once per convolution call
-  weights <- m * sum(4 * 4 * hid * hid * kk * (fwd_h + 3 * bwd_h) +
-                       4 * 4 * hid * inp * kk * (3 * seg_calls + 2 * fed))
   C_out <- hid[[length(hid)]]
   data <- B * P * (T * config$input_dim * (8 + e) +
                      (if (target == "sequence") T else 1) * C_out * (8 + f))
@@ -393,14 +379,14 @@ step_work <- function(config, cfg, B, T, P, target, optimizer_kind, threads) {
 # where the convolutions and cells read it and computes in float32, so it
 # saves memory, never time (measured 1.17-1.76 times float32's step), and
 # the byte count alone would predict it faster.
-predicted_seconds <- function(config, cfg, B, T, P, target, optimizer, rates) {
+predicted_seconds <- function(ptr, config, cfg, B, T, H, W, target, optimizer, rates) {
   if (!is.null(rates$half) && !identical(cfg$dtype, "float32")) {
     plain <- cfg
     plain$dtype <- "float32"
-    return(predicted_seconds(config, plain, B, T, P, target, optimizer, rates) *
+    return(predicted_seconds(ptr, config, plain, B, T, H, W, target, optimizer, rates) *
              rates$half[[cfg$dtype]])
   }
-  work <- step_work(config, cfg, B, T, P, target, optimizer$kind, rates$threads)
+  work <- step_work(ptr, config, cfg, B, T, H, W, target, optimizer$kind, rates$threads)
   work[["flops"]] / rates$flops[[cfg$dtype]] + work[["bytes"]] / rates$bytes +
     work[["weights"]] / rates$weights
 }
@@ -434,13 +420,17 @@ backend_rates <- function(config) {
 }
 
 # What the rates depend on: the device and its threads, the machine (its
-# name, processor and cores, or the GPU's name) and this package's version
-# (its kernels). One key, one line of the file.
+# name, processor and cores, or the GPU's name), this package's version
+# (its kernels) and the cost model's (the work the rates divide: rates
+# stored by another step_work() are measured again). One key, one line of
+# the file.
+cost_model_version <- 2L # 2: the work of the core's list of convolution calls
 rates_key <- function(config) {
   threads <- conv_threads(config)
   machine <- if (identical(config$device, "cpu")) cpu_model() else gpu_name()
   paste(config$device, threads, Sys.info()[["nodename"]], machine, R.version$platform,
-        as.character(utils::packageVersion("convlstm")), sep = " | ")
+        as.character(utils::packageVersion("convlstm")),
+        paste("cost model", cost_model_version), sep = " | ")
 }
 
 cpu_model <- function() {
@@ -521,12 +511,14 @@ measure_rates <- function(config) {
       t[[i]] <- min(t[[i]], cpu_seconds() - t0)
     }
   }
-  w <- lapply(runs, function(r) {
-    cal <- r[[1]]
+  w <- lapply(seq_along(runs), function(i) {
+    cal <- runs[[i]][[1]]
     conf <- list(input_dim = cal$input_dim, hidden_dims = cal$hidden, kernel_sizes = cal$kernel,
                  n_params = 4 * cal$hidden * ((cal$input_dim + cal$hidden) * cal$kernel^2 + 1))
-    cfg <- list(dtype = r[[2]], checkpoint = 0L, accumulation_steps = r[[3]], tbptt = 0L)
-    step_work(conf, cfg, cal$B, cal$T, cal$size^2, "last_state", "adam", threads)
+    cfg <- list(dtype = runs[[i]][[2]], checkpoint = 0L, accumulation_steps = runs[[i]][[3]],
+                tbptt = 0L)
+    step_work(model_ptr(steps[[i]]$model), conf, cfg, cal$B, cal$T, cal$size, cal$size,
+              "last_state", "adam", threads)
   })
   per_byte <- t[[3]] / w[[3]][["bytes"]] # the light step: its arithmetic is negligible
   rest <- function(i) t[[i]] - w[[i]][["bytes"]] * per_byte

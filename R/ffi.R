@@ -96,6 +96,14 @@ c_model_plan <- function(ptr, shape, training, optimizer = NULL, options = NULL)
   )
 }
 
+# The convolution calls of a step of shape c(batch, time, height, width)
+# (core/conv_calls.c): a data frame, one row per layer, half (0: input, 1:
+# hidden), direction and shape, with how many times the step runs it.
+c_conv_calls <- function(ptr, shape, training, options = NULL, sequence = FALSE) {
+  as.data.frame(.Call(ffi_conv_calls, ptr, as.integer(shape), isTRUE(training), options,
+                      isTRUE(sequence)), stringsAsFactors = FALSE)
+}
+
 c_set_dtype <- function(ptr, dtype) invisible(.Call(ffi_set_dtype, ptr, dtype))
 c_loss_scale <- function(ptr) .Call(ffi_loss_scale, ptr)
 c_set_loss_scale <- function(ptr, init_scale, growth_factor, backoff_factor, growth_interval) {

@@ -225,6 +225,7 @@ SEXP ffi_dist_broadcast_params(SEXP ptr, SEXP root);
 
 /* r_plan.c */
 SEXP ffi_model_plan(SEXP ptr, SEXP shape, SEXP training, SEXP opt, SEXP opts);
+SEXP ffi_conv_calls(SEXP ptr, SEXP shape, SEXP training, SEXP opts, SEXP sequence);
 SEXP ffi_buffer_names(void);
 SEXP ffi_grad_buckets(SEXP ptr);
 

@@ -7,6 +7,7 @@
  * searched for: R/estimate.R does that from the plan returned here. Byte
  * counts travel as doubles, exact up to 2^53 bytes.
  */
+#include <stdlib.h> /* free */
 #include <string.h>
 
 #include "r_convlstm.h"
@@ -127,6 +128,62 @@ SEXP ffi_buffer_names(void) {
       SET_STRING_ELT(col, i, s ? Rf_mkChar(s) : NA_STRING);
     }
   }
+  UNPROTECT(1);
+  return out;
+}
+
+/* The convolution calls of a step (cl_model_conv_calls), malloc'ed by the
+ * core: freed on R's error path as on the normal one, as the plan is. */
+typedef struct calls_copy {
+  cl_conv_call_info *rows;
+  int n;
+} calls_copy;
+
+static SEXP calls_to_r(void *data) {
+  const calls_copy *cc = data;
+  static const char *const dirs[] = {"forward", "backward_data", "backward_filter"};
+  const char *const names[] = {"layer", "half", "direction", "N", "C", "K",     "kh",
+                               "kw",    "dh",   "dw",        "groups", "H", "W", "count"};
+  SEXP out = PROTECT(r_named_list(names, 14));
+  SET_VECTOR_ELT(out, 2, Rf_allocVector(STRSXP, cc->n));
+  for (int j = 0; j < 13; j++)
+    if (j != 2) SET_VECTOR_ELT(out, j, Rf_allocVector(j == 3 ? REALSXP : INTSXP, cc->n));
+  SET_VECTOR_ELT(out, 13, Rf_allocVector(REALSXP, cc->n));
+  for (int i = 0; i < cc->n; i++) {
+    const cl_conv_call_info *r = &cc->rows[i];
+    const int v[13] = {r->layer, r->half, 0,     0,         r->C, r->K, r->kh,
+                       r->kw,    r->dh,   r->dw, r->groups, r->H, r->W};
+    for (int j = 0; j < 13; j++)
+      if (j != 2 && j != 3) INTEGER(VECTOR_ELT(out, j))[i] = v[j];
+    REAL(VECTOR_ELT(out, 3))[i] = (double)r->N; /* may exceed an int */
+    SET_STRING_ELT(VECTOR_ELT(out, 2), i, Rf_mkChar(dirs[r->dir]));
+    REAL(VECTOR_ELT(out, 13))[i] = (double)r->count; /* exact below 2^53 */
+  }
+  UNPROTECT(1);
+  return out;
+}
+
+static void calls_cleanup(void *data, Rboolean jump) {
+  (void)jump;
+  free(((calls_copy *)data)->rows);
+}
+
+/* shape: c(B, T, H, W); opts: the vector r_step_options() reads;
+ * sequence: the target is the sequence (else the last state). */
+SEXP ffi_conv_calls(SEXP ptr, SEXP shape, SEXP training, SEXP opts, SEXP sequence) {
+  cl_model *m = r_model(ptr);
+  if (TYPEOF(shape) != INTSXP || Rf_length(shape) != 4)
+    r_raise_invalid("internal: ffi_conv_calls() needs c(batch, time, height, width)");
+  const int *s = INTEGER(shape);
+  cl_step_options so;
+  cl_host_array sb[R_OPT_ARRAYS];
+  r_step_options(opts, &so, sb);
+  calls_copy cc = {NULL, 0};
+  cl_target tg = Rf_asLogical(sequence) == TRUE ? CL_TARGET_SEQUENCE : CL_TARGET_LAST_STATE;
+  R_CL_CHECK(m, cl_model_conv_calls(m, s[0], s[1], s[2], s[3], Rf_asLogical(training) == TRUE,
+                                    &so, tg, &cc.rows, &cc.n));
+  SEXP cont = PROTECT(R_MakeUnwindCont());
+  SEXP out = R_UnwindProtect(calls_to_r, &cc, calls_cleanup, &cc, cont);
   UNPROTECT(1);
   return out;
 }

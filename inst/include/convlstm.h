@@ -568,6 +568,32 @@ typedef struct cl_plan {
 cl_status cl_model_plan(cl_model *m, int B, int T, int H, int W, int training,
                         const cl_optim *opt, const cl_step_options *opts, cl_plan *out);
 void cl_plan_free(cl_plan *p);
+
+/* The convolution calls of a step (cl_model_conv_calls): for each layer
+ * (from 0) and half of its convolution (0: input to gates, 1: h_{t-1} to
+ * gates), each distinct direction and shape -- x [N, C, H, W] ->
+ * y [N, K, H, W], kernel kh x kw, dilation dh, dw, groups (1: none) -- and
+ * how many times the step runs it. */
+typedef enum cl_conv_dir {
+  CL_CONV_FORWARD = 0,
+  CL_CONV_BACKWARD_DATA = 1,
+  CL_CONV_BACKWARD_FILTER = 2
+} cl_conv_dir;
+typedef struct cl_conv_call_info {
+  cl_conv_dir dir;
+  int layer, half;
+  int64_t N; /* may exceed an int: a step too large to run has its list too */
+  int C, H, W, K, kh, kw, dh, dw, groups;
+  int64_t count;
+} cl_conv_call_info;
+/* The convolution calls of a train step (training != 0, with its target)
+ * or an inference forward of shape B, T, H, W with opts (may be NULL), as
+ * the executor makes them, from the same schedule the plan's workspace
+ * reads. *out: *n rows, malloc'ed (free with free()); *out is NULL when *n
+ * is 0. */
+cl_status cl_model_conv_calls(cl_model *m, int B, int T, int H, int W, int training,
+                              const cl_step_options *opts, cl_target target,
+                              cl_conv_call_info **out, int *n);
 /* The names of a plan entry's kind, from the core's one table of buffers:
  * CL_BUFNAME_ROW as its rows spell it (a per-layer buffer's row adds
  * "[layer]"); CL_BUFNAME_OTHER its other name (Adam's first moment is SGD's

@@ -4,7 +4,8 @@
  * releasing everything. Parameters by name are in params.c, the step in
  * step.c, forward.c and backward.c.
  */
-#include "plan.h" /* cl_geom_make, cl_plan_build; internal.h */
+#include "conv_calls.h" /* cl_conv_calls */
+#include "plan.h"       /* cl_geom_make, cl_plan_build; internal.h */
 
 #include <math.h> /* NAN */
 #include <stdarg.h>
@@ -287,6 +288,36 @@ cl_status cl_model_plan(cl_model *m, int B, int T, int H, int W, int training,
   char err[CL_ERRMSG_LEN];
   cl_status st = cl_plan_build(m, &g, opt, out, err, sizeof err);
   if (st != CL_OK) return cl_fail(m, st, "%s", err);
+  return CL_OK;
+}
+
+cl_status cl_model_conv_calls(cl_model *m, int B, int T, int H, int W, int training,
+                              const cl_step_options *opts, cl_target target,
+                              cl_conv_call_info **out, int *n) {
+  *out = NULL;
+  *n = 0;
+  cl_geom g;
+  CL_TRY(cl_geom_make(m, B, T, H, W, training, opts, &g));
+  cl_conv_list l = {0};
+  cl_status st = cl_conv_calls(m, &g, target, opts ? opts->truth : NULL, &l);
+  if (st != CL_OK) {
+    cl_conv_list_free(&l);
+    return cl_fail(m, st, "a step of batch %d, %d steps: out of host memory listing its "
+                   "convolutions", B, T);
+  }
+  if (l.n > 0 && !(*out = malloc((size_t)l.n * sizeof **out))) {
+    cl_conv_list_free(&l);
+    return cl_fail(m, CL_E_OOM, "listing a step's convolution calls: out of host memory");
+  }
+  for (int i = 0; i < l.n; i++) {
+    const cl_conv_shape *s = &l.v[i].s;
+    cl_conv_call_info r = {l.v[i].dir, l.v[i].layer, l.v[i].half, l.v[i].images, s->C,
+                           s->H,       s->W,         s->K,        s->kh, s->kw,
+                           s->dh,      s->dw,        cl_conv_groups(s),  l.v[i].count};
+    (*out)[i] = r;
+  }
+  *n = l.n;
+  cl_conv_list_free(&l);
   return CL_OK;
 }
 

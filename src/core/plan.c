@@ -8,6 +8,8 @@
  */
 #include "plan.h"
 
+#include "conv_calls.h" /* cl_conv_calls */
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,52 +175,20 @@ static size_t ws_of(plan_builder *b, const cl_model *m, size_t cur, cl_conv_shap
   return w > cur ? w : cur;
 }
 
-/* recompute_gates: a segment of len steps runs in chunks of rc steps and a
- * last one of len % rc; each convolves its steps' input, its steps' h_{t-1}
- * (all of them, or all but the segment's first) and one step's h. */
-static size_t plan_chunk_workspace(plan_builder *b, const cl_model *m, const cl_layer *L,
-                                   const cl_geom *g, int n, int len, size_t ws) {
-  int ks[2] = {len < g->rc ? len : g->rc, len % g->rc};
-  for (int i = 0; i < 2; i++) {
-    int k = ks[i];
-    if (k < 1) continue;
-    ws = ws_of(b, m, ws, cl_conv_input_half(L, g, k * n));
-    ws = ws_of(b, m, ws, cl_conv_hidden_half(L, g, k * n));
-    ws = ws_of(b, m, ws, cl_conv_hidden_half(L, g, (k - 1) * n));
-    ws = ws_of(b, m, ws, cl_conv_hidden_half(L, g, n));
-  }
-  return ws;
-}
-
-/* Workspace: the largest any convolution of the call asks for, over every
- * micro-batch size and segment length it runs. */
+/* Workspace: the largest any convolution of the call asks for, over the
+ * calls the executor makes (conv_calls.c). The plan does not know the
+ * target: a sequence target's calls include a last-state target's (tbptt
+ * runs every window backward, not only the last), and without scheduled
+ * sampling's flags every fed-back frame is the model's own. */
 static size_t plan_workspace(plan_builder *b, const cl_model *m, const cl_geom *g) {
   size_t ws = 0;
-  int bs[2] = {g->Bm, g->B - (ceil_div(g->B, g->Bm) - 1) * g->Bm};
-  int lens[2] = {g->S, g->T - (ceil_div(g->T, g->S) - 1) * g->S};
-  for (int l = 0; l < m->cfg.n_layers; l++) {
-    const cl_layer *L = &m->layer[l];
-    if (!g->training) {
-      ws = ws_of(b, m, ws, cl_conv_input_half(L, g, g->B));
-      ws = ws_of(b, m, ws, cl_conv_hidden_half(L, g, g->B));
-      continue;
-    }
-    for (int i = 0; i < 2; i++)
-      for (int j = 0; j < 2; j++) {
-        int n = bs[i], len = lens[j];
-        if (g->rc) { /* the chunks' calls instead (forward.c, backward.c) */
-          ws = plan_chunk_workspace(b, m, L, g, n, len, ws);
-          continue;
-        }
-        ws = ws_of(b, m, ws, cl_conv_input_half(L, g, len * n));       /* all steps */
-        ws = ws_of(b, m, ws, cl_conv_hidden_half(L, g, n));            /* per step */
-        ws = ws_of(b, m, ws, cl_conv_hidden_half(L, g, (len - 1) * n)); /* filter grad */
-        if (g->free_run) { /* a fed-back step on its own; backward's input steps */
-          ws = ws_of(b, m, ws, cl_conv_input_half(L, g, n));
-          ws = ws_of(b, m, ws, cl_conv_input_half(L, g, (g->T - g->horizon + 1) * n));
-        }
-      }
+  cl_conv_list calls = {0};
+  if (cl_conv_calls(m, g, CL_TARGET_SEQUENCE, NULL, &calls) != CL_OK) b->overflow = 1;
+  for (int i = 0; i < calls.n; i++) {
+    if (calls.v[i].images > INT32_MAX) b->overflow = 1; /* N is an int */
+    ws = ws_of(b, m, ws, calls.v[i].s);
   }
+  cl_conv_list_free(&calls);
   return ws;
 }
 

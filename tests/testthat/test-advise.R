@@ -470,7 +470,9 @@ test_that("memory_advise() predicts times for non-square kernels (kernel sizes a
   # the 3 x 5 layer's convolutions count 15 taps, the 3 x 3 one's 9
   conf <- function(m) convlstm:::c_model_config(convlstm:::model_ptr(m))
   cfg <- list(dtype = "float32", checkpoint = 0L, accumulation_steps = 1L, tbptt = 0L)
-  work <- function(m) convlstm:::step_work(conf(m), cfg, 4, 4, 64, "sequence", "adam", 1)
+  work <- function(m) {
+    convlstm:::step_work(convlstm:::model_ptr(m), conf(m), cfg, 4, 4, 8, 8, "sequence", "adam", 1)
+  }
   expect_gt(work(model)[["flops"]], work(square)[["flops"]])
 })
 
@@ -481,7 +483,8 @@ test_that("the cost model runs a free-running step's fed-back steps one per call
   cfg <- function(fed, m) list(dtype = "float32", checkpoint = 0L, accumulation_steps = m,
                                tbptt = 0L, fed = fed)
   work <- function(fed, m, threads) {
-    convlstm:::step_work(conf, cfg(fed, m), 4, 6, 64, "sequence", "adam", threads)
+    convlstm:::step_work(convlstm:::model_ptr(model), conf, cfg(fed, m), 4, 6, 8, 8, "sequence",
+                         "adam", threads)
   }
   # one thread: the arithmetic more by layer 0's input gradient of the 2
   # fed-back steps (4 samples, 64 pixels, 4 gates of 4 channels from 1, 3 x 3),
@@ -493,4 +496,39 @@ test_that("the cost model runs a free-running step's fed-back steps one per call
   # leave one idle in every call of a fed-back step
   expect_equal(work(2, 1, 2)[["flops"]] - work(0, 1, 2)[["flops"]], extra)
   expect_gt(work(2, 4, 2)[["flops"]] - work(0, 4, 2)[["flops"]], 2 * extra)
+})
+
+test_that("the cost model reads the step's convolution calls from the core", {
+  model <- convlstm(2, c(3, 4), 3, device = "cpu", threads = 1)
+  on.exit(convlstm_release(model))
+  ptr <- convlstm:::model_ptr(model)
+  calls <- convlstm:::c_conv_calls(ptr, c(2, 5, 6, 6), TRUE, NULL, FALSE)
+  expect_named(calls, c("layer", "half", "direction", "N", "C", "K", "kh", "kw", "dh", "dw",
+                        "groups", "H", "W", "count"))
+  n <- function(dir, layer, half) {
+    on <- calls$direction == dir & calls$layer == layer & calls$half == half
+    sum(calls$N[on] * calls$count[on])
+  }
+  # a plain step: each layer's input half over all 2 x 5 images forward and
+  # in its filter gradient; the hidden half per step after the first
+  for (l in 0:1) {
+    expect_equal(n("forward", l, 0), 10)
+    expect_equal(n("backward_filter", l, 0), 10)
+    expect_equal(n("forward", l, 1), 8)
+    expect_equal(n("backward_data", l, 1), 8)
+  }
+  expect_equal(n("backward_data", 0, 0), 0) # no gradient into x
+  expect_equal(n("backward_data", 1, 0), 10)
+  expect_true(all(calls$K[calls$layer == 1] == 16))
+  # checkpointing runs the first segment forward twice; tbptt with a
+  # last-state target runs only the last window backward
+  opts <- function(...) convlstm:::check_step_options(..., batch_size = 2)
+  ck <- convlstm:::c_conv_calls(ptr, c(2, 5, 6, 6), TRUE, opts(checkpoint = 3), FALSE)
+  on <- ck$direction == "forward" & ck$layer == 0 & ck$half == 0
+  expect_equal(sum(ck$N[on] * ck$count[on]), 16)
+  tb <- convlstm:::c_conv_calls(ptr, c(2, 5, 6, 6), TRUE, opts(tbptt = 3), FALSE)
+  on <- tb$direction == "backward_filter" & tb$layer == 0 & tb$half == 0
+  expect_equal(sum(tb$N[on] * tb$count[on]), 4)
+  inf <- convlstm:::c_conv_calls(ptr, c(2, 5, 6, 6), FALSE, NULL, FALSE)
+  expect_setequal(inf$direction, "forward")
 })

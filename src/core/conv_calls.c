@@ -1,0 +1,222 @@
+/*
+ * core/conv_calls.c -- the step's convolution calls, enumerated (see
+ * conv_calls.h). It walks the executor's schedule without running it:
+ * micro-batches (run_segments / run_windows in train.c), checkpoint
+ * segments and tbptt windows, each layer's segment forward (forward.c),
+ * its backward through time (backward.c) and the gradients sent through
+ * dropout's masks (dropout.c), with the same shape helpers the executor
+ * calls (cl_conv_input_half, cl_conv_hidden_half), so a shape is one fact.
+ * Steps, segments and chunks of equal length are counted, not walked: the
+ * work is O(layers), whatever T.
+ */
+#include "conv_calls.h"
+
+#include <stdint.h> /* INT32_MAX */
+#include <stdlib.h>
+
+typedef struct walk {
+  const cl_model *m;
+  const cl_geom *g;
+  cl_conv_list *out;
+} walk;
+
+static int same_shape(const cl_conv_shape *a, const cl_conv_shape *b) {
+  return a->N == b->N && a->C == b->C && a->H == b->H && a->W == b->W && a->K == b->K &&
+         a->kh == b->kh && a->kw == b->kw && a->dh == b->dh && a->dw == b->dw &&
+         a->dtype == b->dtype && cl_conv_groups(a) == cl_conv_groups(b);
+}
+
+/* count calls of s in direction d (none when count or N is 0) */
+static void add(walk *w, cl_conv_dir d, int layer, int half, cl_conv_shape s, int64_t images,
+                int64_t count) {
+  cl_conv_list *o = w->out;
+  if (count <= 0 || images <= 0) return;
+  for (int i = 0; i < o->n; i++)
+    if (o->v[i].dir == d && o->v[i].layer == layer && o->v[i].half == half &&
+        o->v[i].images == images && same_shape(&o->v[i].s, &s)) {
+      o->v[i].count += count;
+      return;
+    }
+  if (o->n == o->cap) {
+    int cap = o->cap ? 2 * o->cap : 16;
+    cl_conv_call *v = realloc(o->v, (size_t)cap * sizeof *v);
+    if (!v) {
+      o->oom = 1;
+      return;
+    }
+    o->v = v;
+    o->cap = cap;
+  }
+  cl_conv_call c = {d, layer, half, s, images, count};
+  o->v[o->n++] = c;
+}
+
+/* layer l's input half (0) or hidden half (1) over n images (the shape's
+ * N is 0 where n overflows an int) */
+static int images_of(int64_t n) { return n > INT32_MAX ? 0 : (int)n; }
+static void add_x(walk *w, cl_conv_dir d, int l, int64_t n, int64_t count) {
+  add(w, d, l, 0, cl_conv_input_half(&w->m->layer[l], w->g, images_of(n)), n, count);
+}
+static void add_h(walk *w, cl_conv_dir d, int l, int64_t n, int64_t count) {
+  add(w, d, l, 1, cl_conv_hidden_half(&w->m->layer[l], w->g, images_of(n)), n, count);
+}
+
+/* cl_forward_steps: k steps of layer l from a step s0 (first: s0 == 0,
+ * where the hidden half runs only with a state before the segment). */
+static void fwd_steps(walk *w, int l, int b, int k, int first, int prev, int64_t x) {
+  add_x(w, CL_CONV_FORWARD, l, (int64_t)k * b, x);
+  add_h(w, CL_CONV_FORWARD, l, b, x * (k - (first && !prev)));
+}
+
+/* recompute_gates: len steps in chunks of rc from step 0; the first
+ * chunk k1 (the one with step 0), then `full` more of rc, then one of rem. */
+static void chunks_of(const cl_geom *g, int len, int *k1, int *full, int *rem) {
+  *k1 = len < g->rc ? len : g->rc;
+  *full = (len - *k1) / g->rc;
+  *rem = (len - *k1) % g->rc;
+}
+
+/* forward_layer over a segment of len steps from step 0 */
+static void fwd_layer(walk *w, int l, int b, int len, int prev, int64_t x) {
+  if (!w->g->rc) {
+    fwd_steps(w, l, b, len, 1, prev, x);
+    return;
+  }
+  int k1, full, rem;
+  chunks_of(w->g, len, &k1, &full, &rem);
+  fwd_steps(w, l, b, k1, 1, prev, x);
+  fwd_steps(w, l, b, w->g->rc, 0, prev, x * full);
+  fwd_steps(w, l, b, rem, 0, prev, x);
+}
+
+static void fwd_segment(walk *w, int b, int len, int prev, int64_t x) {
+  for (int l = 0; l < w->m->cfg.n_layers; l++) fwd_layer(w, l, b, len, prev, x);
+}
+
+/* backward_layer: len steps, the last `done` of which already ran through
+ * the cell (free-running); carry: a later segment's dz reaches back */
+static void bwd_layer(walk *w, int l, int b, int len, int done, int prev, int carry, int64_t x) {
+  int run = len - done;
+  add_h(w, CL_CONV_BACKWARD_DATA, l, b, x * (carry + (done > 0) + (run > 1 ? run - 1 : 0)));
+  add_h(w, CL_CONV_BACKWARD_FILTER, l, (int64_t)(len - 1) * b, x);
+  add_h(w, CL_CONV_BACKWARD_FILTER, l, b, x * prev);
+  add_x(w, CL_CONV_BACKWARD_FILTER, l, (int64_t)len * b, x);
+  if (l > 0) add_x(w, CL_CONV_BACKWARD_DATA, l, (int64_t)run * b, x);
+}
+
+/* backward_layer_chunks' chunk of k steps: its gates again (forward), the
+ * cell's gradient back through its steps, then chunk_grads */
+static void bwd_chunk(walk *w, int l, int b, int k, int first, int prev, int64_t x) {
+  if (k < 1) return;
+  fwd_steps(w, l, b, k, first, prev, x);
+  add_h(w, CL_CONV_BACKWARD_DATA, l, b, x * (k - first));
+  add_h(w, CL_CONV_BACKWARD_FILTER, l, (int64_t)(k - first) * b, x);
+  add_h(w, CL_CONV_BACKWARD_FILTER, l, b, x * (first && prev));
+  add_x(w, CL_CONV_BACKWARD_FILTER, l, (int64_t)k * b, x);
+  if (l > 0) add_x(w, CL_CONV_BACKWARD_DATA, l, (int64_t)k * b, x);
+}
+
+static void bwd_segment(walk *w, int b, int len, int prev, int carry, int64_t x) {
+  for (int l = 0; l < w->m->cfg.n_layers; l++) {
+    if (!w->g->rc) {
+      bwd_layer(w, l, b, len, 0, prev, carry, x);
+      continue;
+    }
+    int k1, full, rem;
+    chunks_of(w->g, len, &k1, &full, &rem);
+    add_h(w, CL_CONV_BACKWARD_DATA, l, b, x * carry);
+    bwd_chunk(w, l, b, k1, 1, prev, x);
+    bwd_chunk(w, l, b, w->g->rc, 0, prev, x * full);
+    bwd_chunk(w, l, b, rem, 0, prev, x);
+  }
+}
+
+/* cl_forward_free_run and cl_backward_free_run: the input steps as a
+ * segment, then each fed-back step through every layer, one step per call;
+ * a fed-back step that reads the true frame sends no gradient into the
+ * frame it replaced (layer 0's input). */
+static void free_run(walk *w, int b, int prev, const int *truth, int64_t x) {
+  const cl_geom *g = w->g;
+  int tin = g->T - g->horizon + 1, fed = g->horizon - 1, own = fed;
+  for (int k = 0; truth && k < fed; k++) own -= truth[k] != 0;
+  fwd_segment(w, b, tin, prev, x);
+  for (int l = 0; l < w->m->cfg.n_layers; l++) {
+    add_x(w, CL_CONV_FORWARD, l, b, x * fed);
+    add_h(w, CL_CONV_FORWARD, l, b, x * fed);
+    add_h(w, CL_CONV_BACKWARD_DATA, l, b, x * (fed - 1));
+    add_x(w, CL_CONV_BACKWARD_DATA, l, b, x * (l > 0 ? fed : own));
+    bwd_layer(w, l, b, g->T, fed, prev, 0, x);
+  }
+}
+
+/* run_segments' segment: forward, again before its backward unless it is
+ * the last, then backward */
+static void segment(walk *w, int b, int len, int prev, int last, int64_t x) {
+  fwd_segment(w, b, len, prev, x * (last ? 1 : 2));
+  bwd_segment(w, b, len, prev, !last, x);
+}
+
+/* run_windows' window: forward, and backward when it has a loss */
+static void window(walk *w, int b, int len, int prev, int backward, int64_t x) {
+  fwd_segment(w, b, len, prev, x);
+  if (backward) bwd_segment(w, b, len, prev, 0, x);
+}
+
+/* One micro-batch of b sequences, x of them: segments or windows. */
+static void micro_batch(walk *w, int b, cl_target target, const int *truth, int64_t x) {
+  const cl_geom *g = w->g;
+  int from = g->state != CL_STATE_ZERO, n = g->T / g->S + (g->T % g->S != 0);
+  int last = g->T - (n - 1) * g->S;
+  if (g->free_run) {
+    free_run(w, b, from, truth, x);
+    return;
+  }
+  if (!g->tbptt) {
+    if (n == 1) {
+      segment(w, b, g->T, from, 1, x);
+      return;
+    }
+    segment(w, b, g->S, from, 0, x);
+    if (n > 2) segment(w, b, g->S, 1, 0, x * (n - 2));
+    segment(w, b, last, 1, 1, x);
+    return;
+  }
+  /* run_windows: every window forward; backward each (a sequence target)
+   * or only the last (a last-state target) */
+  int seq = target == CL_TARGET_SEQUENCE;
+  window(w, b, n == 1 ? g->T : g->S, from, seq || n == 1, x);
+  if (n > 2) window(w, b, g->S, 1, seq, x * (n - 2));
+  if (n > 1) window(w, b, last, 1, 1, x);
+}
+
+/* inference (forward.c, infer_step): step by step over T steps and the
+ * horizon's fed-back frames, each layer both halves over the batch */
+static void inference(walk *w) {
+  const cl_geom *g = w->g;
+  int64_t steps = (int64_t)g->T + (g->horizon > 1 ? g->horizon - 1 : 0);
+  int from = g->state != CL_STATE_ZERO;
+  for (int l = 0; l < w->m->cfg.n_layers; l++) {
+    add_x(w, CL_CONV_FORWARD, l, g->B, steps);
+    add_h(w, CL_CONV_FORWARD, l, g->B, steps - !from);
+  }
+}
+
+cl_status cl_conv_calls(const cl_model *m, const cl_geom *g, cl_target target, const int *truth,
+                        cl_conv_list *out) {
+  walk w = {m, g, out};
+  if (!g->training) {
+    inference(&w);
+  } else {
+    int nb = g->B / g->Bm + (g->B % g->Bm != 0), last = g->B - (nb - 1) * g->Bm;
+    micro_batch(&w, g->Bm, target, truth, nb - 1);
+    micro_batch(&w, last, target, truth, 1);
+  }
+  return out->oom ? CL_E_OOM : CL_OK;
+}
+
+void cl_conv_list_free(cl_conv_list *l) {
+  if (!l) return;
+  free(l->v);
+  l->v = NULL;
+  l->n = l->cap = l->oom = 0;
+}
