@@ -55,10 +55,15 @@
 #' `convlstm_fit(memory_budget = )` picks the same one. Where that folder
 #' cannot be written, and while `R CMD check` runs the package, the rates
 #' are measured once per R session. The calibration's five small models
-#' are released before the call returns, but they take host memory while
-#' they run (47 MiB of the process's high-water mark on the CPU of this
-#' package's CI machine), outside any `memory_budget`: the one time a
-#' budgeted fit holds more than its budget is the first one on a machine.
+#' are made, timed and released one at a time, so it holds at most the
+#' largest of their planned steps (the one mostly memory traffic: 15.4 MiB
+#' on the CPU, its [memory_estimate()] total) plus their data (R arrays,
+#' 3.1 MiB): 18.5 MiB, outside any `memory_budget`. Measured from outside
+#' (the growth of the process's high-water mark over the calibration, a
+#' fresh process on this package's development machine): 18.4 MiB; 37.8 MiB
+#' when it held the five at once. So the first budgeted fit on a machine
+#' holds up to that beside its model before its own step is allocated; a
+#' budget below it is exceeded then, once.
 #'
 #' On the CPU a half type's step is predicted as the float32 step's times
 #' the ratio its calibration step measured, at least 1: the CPU converts
@@ -490,25 +495,22 @@ store_rates <- function(key, rates) {
 # process (all its threads), not the wall clock: on a machine shared with
 # other work the wall clock of a short step varies by a factor of two or
 # more, its CPU time far less, and only the ratios of the rates matter.
-# The steps alternate for four rounds and each keeps its least time. R's
-# random stream is left as it was.
+# The steps alternate for four rounds and each keeps its least time. One
+# calibration model is alive at a time (made, run once untimed to plan and
+# allocate, timed, released), so the calibration holds at most its largest
+# step's plan (calibration_bytes()), not the five together. R's random
+# stream is left as it was.
 measure_rates <- function(config) {
   seed <- get0(".Random.seed", envir = globalenv(), inherits = FALSE)
   on.exit(restore_seed(seed), add = TRUE)
   threads <- conv_threads(config)
-  heavy <- list(input_dim = 1L, hidden = 64L, kernel = 3L, B = 2L, T = 3L, size = 12L)
-  light <- list(input_dim = 1L, hidden = 2L, kernel = 1L, B = 8L, T = 8L, size = 64L)
-  runs <- list(list(heavy, "float32", 1L), list(heavy, "float32", 2L), list(light, "float32", 1L),
-               list(heavy, "float16", 1L), list(heavy, "bfloat16", 1L))
-  steps <- lapply(runs, function(r) calibration_step(config, r[[1]], r[[2]], r[[3]]))
-  on.exit(lapply(steps, function(st) convlstm_release(st$model)), add = TRUE)
-  for (st in steps) st$run() # plans and allocates: not timed
-  t <- rep(Inf, length(steps))
+  runs <- calibration_runs()
+  data <- lapply(runs, function(r) calibration_data(r[[1]]))
+  t <- rep(Inf, length(runs))
   for (round in 1:4) {
-    for (i in seq_along(steps)) {
-      t0 <- cpu_seconds()
-      steps[[i]]$run()
-      t[[i]] <- min(t[[i]], cpu_seconds() - t0)
+    for (i in seq_along(runs)) {
+      r <- runs[[i]]
+      t[[i]] <- min(t[[i]], calibration_step(config, r[[1]], r[[2]], r[[3]], data[[i]]))
     }
   }
   w <- lapply(seq_along(runs), function(i) {
@@ -548,18 +550,69 @@ cpu_seconds <- function() {
   t[["user.self"]] + t[["sys.self"]]
 }
 
-# A training step of a calibration model on the device of `config`, ready
-# to run again and again.
-calibration_step <- function(config, cal, dtype, accumulation_steps) {
+# The calibration's steps: a model (its shape), its dtype and its
+# micro-batches. heavy: mostly convolution arithmetic; light: 1x1 kernels
+# on two channels, mostly memory traffic.
+calibration_runs <- function() {
+  heavy <- list(input_dim = 1L, hidden = 64L, kernel = 3L, B = 2L, T = 3L, size = 12L)
+  light <- list(input_dim = 1L, hidden = 2L, kernel = 1L, B = 8L, T = 8L, size = 64L)
+  list(list(heavy, "float32", 1L), list(heavy, "float32", 2L), list(light, "float32", 1L),
+       list(heavy, "float16", 1L), list(heavy, "bfloat16", 1L))
+}
+
+# A calibration step's data, made once for all its rounds: x and y, each
+# the uniforms themselves given dims (array() would copy them, leaving the
+# first copy for the garbage collector while the steps run).
+calibration_data <- function(cal) {
+  x <- stats::runif(cal$B * cal$T * cal$input_dim * cal$size^2)
+  dim(x) <- c(cal$B, cal$T, cal$input_dim, cal$size, cal$size)
+  y <- stats::runif(cal$B * cal$hidden * cal$size^2)
+  dim(y) <- c(cal$B, cal$hidden, cal$size, cal$size)
+  list(x = x, y = y)
+}
+
+# One timing of a calibration step on data d: a fresh model, a first step
+# that plans and allocates (not timed), then the CPU seconds of a second,
+# returned; the model is released before it returns, and R's garbage of the
+# call (its objects, not the step's buffers) collected, so that the next
+# step starts from what the last one started from.
+calibration_step <- function(config, cal, dtype, accumulation_steps, d) {
   model <- convlstm(cal$input_dim, cal$hidden, cal$kernel, device = config$device, dtype = dtype,
                     threads = if (config$threads > 0) config$threads else NULL)
-  x <- array(stats::runif(cal$B * cal$T * cal$input_dim * cal$size^2),
-             c(cal$B, cal$T, cal$input_dim, cal$size, cal$size))
-  y <- array(stats::runif(cal$B * cal$hidden * cal$size^2),
-             c(cal$B, cal$hidden, cal$size, cal$size))
+  on.exit({
+    convlstm_release(model)
+    invisible(gc(full = FALSE))
+  })
   opt <- optimizer_adam()
-  list(model = model,
-       run = function() train_step(model, x, y, opt, accumulation_steps = accumulation_steps))
+  run <- function() train_step(model, d$x, d$y, opt, accumulation_steps = accumulation_steps)
+  run()
+  t0 <- cpu_seconds()
+  run()
+  cpu_seconds() - t0
+}
+
+# The most memory the calibration holds at once: the largest of its steps'
+# plans (memory_estimate()'s total: model, optimizer state and step) on the
+# device of `config`, plus the data of every step (R doubles, made once).
+# Made without running a step.
+calibration_bytes <- function(config) {
+  seed <- get0(".Random.seed", envir = globalenv(), inherits = FALSE)
+  on.exit(restore_seed(seed), add = TRUE)
+  runs <- calibration_runs()
+  plans <- vapply(runs, function(r) {
+    cal <- r[[1]]
+    model <- convlstm(cal$input_dim, cal$hidden, cal$kernel, device = config$device,
+                      dtype = r[[2]], threads = if (config$threads > 0) config$threads else NULL)
+    on.exit(convlstm_release(model))
+    e <- memory_estimate(model, cal$B, cal$T, cal$size, cal$size,
+                         accumulation_steps = r[[3]], optimizer = optimizer_adam())
+    e$bytes[e$category == "total"]
+  }, numeric(1))
+  data <- vapply(runs, function(r) {
+    cal <- r[[1]]
+    8 * cal$B * cal$size^2 * (cal$T * cal$input_dim + cal$hidden)
+  }, numeric(1))
+  max(plans) + sum(data)
 }
 
 # ---- printing ------------------------------------------------------------

@@ -1,7 +1,8 @@
 # dropout.R -- dropout's R side: the rates convlstm() takes, whether a model
 # has any, and, for tests, masks given instead of drawn. The masks of a
-# training call are drawn in C from R's generator (src/r_dropout.c) and
-# applied by the core (src/core/dropout.c); see convlstm()'s `dropout`.
+# training call are drawn by the core into its planned buffers from a seed
+# taken from R's generator (src/r_dropout.c, src/core/dropout.c); see
+# convlstm()'s `dropout`.
 
 # A dropout rate per layer: one value for every layer or one per layer,
 # each in [0, 1) (1 would drop everything and scale by 1 / 0).

@@ -76,9 +76,9 @@ c_empty_cache <- function(ptr) invisible(.Call(ffi_empty_cache, ptr))
 c_test_overrun <- function(ptr, buffer) invisible(.Call(ffi_test_overrun, ptr, buffer))
 # test-only: c(address, bytes) of the step arena (a host backend's)
 c_test_arena <- function(ptr) .Call(ffi_test_arena, ptr)
-# test-only: the masks a training call of this shape would draw now
-# (src/r_dropout.c), per layer the input mask then the h mask, NULL where
-# that rate is 0
+# test-only: the masks a training call of this shape would draw now (the
+# same seed from R's stream; src/r_dropout.c, cl_model_dropout_mask), per
+# layer the input mask then the h mask, NULL where that rate is 0
 c_dropout_draw <- function(ptr, shape) .Call(ffi_dropout_draw, ptr, as.integer(shape))
 c_set_memory_limit <- function(ptr, bytes) {
   invisible(.Call(ffi_set_memory_limit, ptr, as.double(bytes)))

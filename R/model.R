@@ -81,15 +81,16 @@
 #'   mask (`[batch, channels, height, width]`), with each element kept with
 #'   probability `1 - p` and scaled by `1 / (1 - p)`. The same masks then
 #'   serve every time step, a checkpoint's recomputation and the backward
-#'   pass; `dropout_masks` says whether each gate has its own. The masks are
-#'   drawn from R's random number generator, so [set.seed()] reproduces a
-#'   run: per layer the input masks, then the recurrent ones (per gate: gate
-#'   i's whole mask, then f's, o's and g's, as Keras draws them). Inference
-#'   ([predict()], [convlstm_evaluate()], `model(x)` in eval mode, the
-#'   default) applies no dropout.
+#'   pass; `dropout_masks` says whether each gate has its own. Each
+#'   training call takes a seed from R's random number generator (two
+#'   uniforms), so [set.seed()] reproduces a run, and the masks are drawn
+#'   from it on the model's device, straight into their planned buffers (a
+#'   counter-based generator, the same masks on the CPU and a GPU for the
+#'   same seed). Inference ([predict()], [convlstm_evaluate()], `model(x)`
+#'   in eval mode, the default) applies no dropout.
 #'   The masks and one masked copy are planned step buffers
 #'   (`dropout_mask_x`, `dropout_mask_h`, `dropout_masked` in
-#'   [memory_estimate()]).
+#'   [memory_estimate()]): a step with dropout takes no memory beyond them.
 #' @param dropout_masks With dropout, `"per_gate"` (the default) gives each
 #'   of the four gates (i, f, o, g) masks of its own, as Keras 3's
 #'   `ConvLSTM2D` does: each gate convolves its own masked copies of `x_t` and

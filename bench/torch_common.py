@@ -1,7 +1,7 @@
 """bench/torch_common.py -- what PyTorch's side of the CPU benches shares: the
 one reference ConvLSTM (inst/python/torch_convlstm.py) and the process's
 memory as Linux reports it in /proc/self/status. Imported by bench_torch.py
-and bench_memory_mnist64.py (a script's own folder is on Python's path).
+and bench_memory_cpu.py (a script's own folder is on Python's path).
 """
 import os
 import sys

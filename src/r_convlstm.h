@@ -19,7 +19,6 @@
 #endif
 #include <R.h>           /* GetRNGstate, unif_rand, R_alloc */
 #include <Rinternals.h>  /* SEXP, PROTECT, external pointers */
-#include <stdint.h>      /* uint32_t: r_unif's generator words */
 
 #include "convlstm.h"    /* the core: the only interface the glue calls */
 
@@ -97,26 +96,13 @@ void r_r_to_row_major(const double *src, int ndim, const int *dims, float *dst);
 
 /* ---- r_dropout.c ---- */
 
-/* A training call of B sequences of H x W: the dropout masks of every layer
- * whose rate is above 0 into o->mask_x / o->mask_h, drawn from R's
- * generator, or taken from opts$dropout_masks when given (tests).
- * R_alloc'ed: valid until the .Call returns. */
+/* A training call of B sequences of H x W of a model with dropout: a seed
+ * from R's generator for the masks the core draws into its planned buffers
+ * (o->draw_masks, o->dropout_seed), or, given in opts$dropout_masks
+ * (tests), the masks themselves into o->mask_x / o->mask_h (R_alloc'ed:
+ * valid until the .Call returns). */
 void r_dropout_masks(cl_model *m, SEXP opts, int B, int H, int W, cl_step_options *o);
 SEXP ffi_dropout_draw(SEXP ptr, SEXP shape);
-
-/* ---- r_unif.c: R's uniform draws in bulk, the same numbers as unif_rand() ---- */
-
-typedef struct r_unif {
-  SEXP seed;    /* a protected copy of .Random.seed (Mersenne-Twister), else R_NilValue */
-  uint32_t *mt; /* its 624 words */
-  uint32_t mti; /* the next word's index */
-} r_unif;
-/* Instead of GetRNGstate(); r_unif_end() instead of PutRNGstate(). Between
- * them, draw only through r_unif_mask. */
-void r_unif_begin(r_unif *u);
-/* dst[i] = (the next uniform draw >= p) ? keep : 0, for i < n, in order. */
-void r_unif_mask(r_unif *u, float *dst, size_t n, double p, float keep);
-void r_unif_end(r_unif *u);
 
 /* ---- r_options.c: what crosses .Call as names ---- */
 

@@ -1,20 +1,16 @@
 /*
- * r_dropout.c -- the dropout masks of a training call, drawn here from R's
- * random number generator (so set.seed() reproduces a run, as it does the
- * initial weights) and handed to the core in cl_step_options. Per layer
- * and kind one mask [B, G, C, H, W] in the core's row-major order, G = 4
- * with per-gate masks (cfg.dropout_masks; gates i, f, o, g), else 1. The
- * draw order, as Keras's ConvLSTMCell draws them: layer 0's input masks
- * (per gate: the whole [B, C, H, W] mask of gate i, then of f, o and g),
- * then its h masks likewise, then layer 1's; a kind only where its rate is
- * above 0; within a mask, batch-major over [B, C, H, W] row-major. An
- * element is kept (1 / (1 - p)) when its uniform draw is at least p, else 0
- * (the draws: r_unif.c, unif_rand()'s numbers in bulk).
+ * r_dropout.c -- the dropout masks of a training call: a seed drawn here
+ * from R's random number generator (so set.seed() reproduces a run, as it
+ * does the initial weights), from which the core draws every mask straight
+ * into its planned buffers (cl_step_options draw_masks / dropout_seed;
+ * core/dropout_rng.h), so the masks take no memory outside the plan. A
+ * call with dropout takes two uniforms from R's stream, whatever the
+ * model's size: the seed's high and low 32 bits.
  *
  * Tests pass masks instead (opts$dropout_masks, R arrays [B, C, H, W], or
  * [B, 4, C, H, W] per gate), to compare with a reference that takes the
- * same masks. The buffers are R_alloc'ed: R frees them when the .Call
- * returns, also on an error.
+ * same masks; those are R_alloc'ed (R frees them when the .Call returns,
+ * also on an error) and uploaded by the core.
  */
 #include <string.h>
 
@@ -23,16 +19,6 @@
 /* Masks per image: 4 with per-gate masks, else 1. */
 static int mask_groups(const cl_config *c) {
   return c->dropout_masks == CL_MASKS_PER_GATE ? 4 : 1;
-}
-
-/* One mask [B, G, CP] (CP = C H W), drawn gate by gate as Keras does. */
-static float *draw(r_unif *u, int B, int G, size_t CP, double p) {
-  size_t n = (size_t)B * (size_t)G * CP;
-  float *mask = (float *)R_alloc(n ? n : 1, sizeof(float));
-  const float keep = (float)(1.0 / (1.0 - p));
-  for (int g = 0; g < G; g++)
-    for (int b = 0; b < B; b++) r_unif_mask(u, mask + ((size_t)b * G + g) * CP, CP, p, keep);
-  return mask;
 }
 
 /* The R dims of a mask: [B, C, H, W], or [B, G, C, H, W] per gate. */
@@ -58,36 +44,55 @@ static float *given(SEXP a, const int *dims, int nd, size_t n, int layer, const 
   return mask;
 }
 
-void r_dropout_masks(cl_model *m, SEXP opts, int B, int H, int W, cl_step_options *o) {
-  const cl_config *c = cl_model_config(m);
-  SEXP fixed = opts == R_NilValue ? R_NilValue : r_option(opts, "dropout_masks");
-  if (fixed != R_NilValue && (TYPEOF(fixed) != VECSXP || Rf_length(fixed) != 2 * c->n_layers))
-    r_raise_invalid("internal: dropout_masks must be a list of 2 * n_layers masks");
+/* A call's seed: two of R's uniforms as 32-bit halves (Mersenne-Twister's
+ * unif_rand() is a 32-bit word times 2^-32, so each half is that word). */
+static uint64_t draw_seed(void) {
+  GetRNGstate();
+  double hi = unif_rand(), lo = unif_rand();
+  PutRNGstate();
+  return (uint64_t)(hi * 4294967296.0) << 32 | (uint64_t)(lo * 4294967296.0);
+}
+
+static int has_dropout(const cl_config *c) {
   int any = 0;
-  for (int l = 0; l < c->n_layers; l++)
-    any |= c->dropout[l] > 0 || c->recurrent_dropout[l] > 0;
-  if (!any || B < 1 || H < 1 || W < 1) return; /* the core refuses bad shapes itself */
+  for (int l = 0; l < c->n_layers; l++) any |= c->dropout[l] > 0 || c->recurrent_dropout[l] > 0;
+  return any;
+}
+
+/* The given masks of opts$dropout_masks into o. */
+static void given_masks(const cl_config *c, SEXP fixed, int B, int H, int W,
+                        cl_step_options *o) {
+  if (TYPEOF(fixed) != VECSXP || Rf_length(fixed) != 2 * c->n_layers)
+    r_raise_invalid("internal: dropout_masks must be a list of 2 * n_layers masks");
   const int G = mask_groups(c);
-  r_unif u = {R_NilValue, NULL, 0};
-  if (fixed == R_NilValue) r_unif_begin(&u);
   for (int l = 0; l < c->n_layers; l++) {
     const int C[2] = {l == 0 ? c->input_dim : c->hidden_dims[l - 1], c->hidden_dims[l]};
     const double p[2] = {c->dropout[l], c->recurrent_dropout[l]};
     const float **dst[2] = {&o->mask_x[l], &o->mask_h[l]};
     for (int k = 0; k < 2; k++) {
       if (!(p[k] > 0)) continue;
-      size_t CP = (size_t)C[k] * (size_t)H * (size_t)W;
       int dims[5], nd = mask_dims(B, G, C[k], H, W, dims);
-      *dst[k] = fixed != R_NilValue ? given(VECTOR_ELT(fixed, 2 * l + k), dims, nd,
-                                            (size_t)B * G * CP, l, k ? "recurrent" : "input")
-                                    : draw(&u, B, G, CP, p[k]);
+      *dst[k] = given(VECTOR_ELT(fixed, 2 * l + k), dims, nd,
+                      (size_t)B * G * C[k] * (size_t)H * (size_t)W, l, k ? "recurrent" : "input");
     }
   }
-  if (fixed == R_NilValue) r_unif_end(&u);
 }
 
-/* Test-only: the masks a training call of shape c(B, H, W) would draw now,
- * as R arrays [B, C, H, W] ([B, 4, C, H, W] per gate): per layer the input
+void r_dropout_masks(cl_model *m, SEXP opts, int B, int H, int W, cl_step_options *o) {
+  const cl_config *c = cl_model_config(m);
+  SEXP fixed = opts == R_NilValue ? R_NilValue : r_option(opts, "dropout_masks");
+  if (!has_dropout(c) || B < 1 || H < 1 || W < 1) return; /* the core refuses bad shapes itself */
+  if (fixed != R_NilValue) {
+    given_masks(c, fixed, B, H, W, o);
+    return;
+  }
+  o->draw_masks = 1;
+  o->dropout_seed = draw_seed();
+}
+
+/* Test-only: the masks a training call of shape c(B, H, W) would draw now
+ * (the same seed from R's stream, the core's host copy of the draw), as R
+ * arrays [B, C, H, W] ([B, 4, C, H, W] per gate): per layer the input
  * mask, then the h mask; NULL where that rate is 0. */
 SEXP ffi_dropout_draw(SEXP ptr, SEXP shape) {
   cl_model *m = r_model(ptr);
@@ -96,19 +101,24 @@ SEXP ffi_dropout_draw(SEXP ptr, SEXP shape) {
   const int B = INTEGER(shape)[0], H = INTEGER(shape)[1], W = INTEGER(shape)[2];
   const cl_config *c = cl_model_config(m);
   const int G = mask_groups(c);
-  cl_step_options o;
-  memset(&o, 0, sizeof o);
-  r_dropout_masks(m, R_NilValue, B, H, W, &o);
   SEXP out = PROTECT(Rf_allocVector(VECSXP, 2 * c->n_layers));
+  if (!has_dropout(c) || B < 1 || H < 1 || W < 1) {
+    UNPROTECT(1);
+    return out;
+  }
+  const uint64_t seed = draw_seed();
   for (int l = 0; l < c->n_layers; l++) {
     const int C[2] = {l == 0 ? c->input_dim : c->hidden_dims[l - 1], c->hidden_dims[l]};
-    const float *mask[2] = {o.mask_x[l], o.mask_h[l]};
+    const double p[2] = {c->dropout[l], c->recurrent_dropout[l]};
     for (int k = 0; k < 2; k++) {
-      if (!mask[k]) continue;
+      if (!(p[k] > 0)) continue;
       int dims[5], nd = mask_dims(B, G, C[k], H, W, dims);
+      size_t n = (size_t)B * G * C[k] * (size_t)H * (size_t)W;
+      float *mask = (float *)R_alloc(n ? n : 1, sizeof(float));
+      R_CL_CHECK(m, cl_model_dropout_mask(m, seed, l, k, B, H, W, mask));
       SEXP a = r_alloc_array(nd, dims);
       SET_VECTOR_ELT(out, 2 * l + k, a);
-      r_row_major_to_r(mask[k], nd, dims, REAL(a));
+      r_row_major_to_r(mask, nd, dims, REAL(a));
     }
   }
   UNPROTECT(1);

@@ -302,6 +302,14 @@ typedef struct cl_step_options {
    * recomputation; read during the call only. Ignored in inference. */
   const float *mask_x[CL_MAX_LAYERS];
   const float *mask_h[CL_MAX_LAYERS];
+  /* Masks drawn instead of given: with draw_masks nonzero, every mask above
+   * that is NULL is drawn by the core into its planned buffer from
+   * dropout_seed (a counter-based generator, the same numbers on every
+   * backend; cl_model_dropout_mask gives the host copy), so a step's masks
+   * take no memory outside the plan. Sequence b's masks depend on the seed
+   * and b only, not on accumulation_steps. */
+  int draw_masks;
+  uint64_t dropout_seed;
   /* train_step, data parallel: NULL (one process), or the communicator the
    * gradients are summed over before the update (cl_comm_*, below). Each
    * rank's gradients are first multiplied by comm_share, its samples' share
@@ -311,6 +319,13 @@ typedef struct cl_step_options {
   struct cl_comm *comm;
   double comm_share;
 } cl_step_options;
+
+/* The mask a training call with draw_masks and this dropout_seed draws for
+ * layer `layer`'s input (kind 0) or h_{t-1} (kind 1) at batch B and frames
+ * H x W, into out ([B, C, H, W], per gate [B, 4, C, H, W], row-major, as
+ * mask_x / mask_h); CL_E_INVALID where that layer has no such rate. */
+cl_status cl_model_dropout_mask(cl_model *m, uint64_t seed, int layer, int kind, int B, int H,
+                                int W, float *out);
 
 /* Forgets the state a carrying train step (CL_STATE_CARRY) left, giving its
  * memory back: the next carrying step starts from zeros. */
@@ -744,8 +759,9 @@ cl_status cl_model_train_step_data(cl_model *m, const cl_data *d, const int *idx
  * fields, an enum's values, a constant. The sizes of the structs that cross
  * the interface are compared as well (CL_API_STRUCTS), so a change that
  * forgot the version is still caught when it moves a size. */
-#define CL_API_VERSION 2 /* 2: cl_config.dropout_masks, cl_step_options.truth and
-                           * .recompute_gates */
+#define CL_API_VERSION 3 /* 2: cl_config.dropout_masks, cl_step_options.truth and
+                           * .recompute_gates; 3: cl_step_options.draw_masks and
+                           * .dropout_seed, cl_model_dropout_mask */
 #define CL_API_STRUCTS(X)                                                                  \
   X(cl_config) X(cl_host_array) X(cl_gpu_info) X(cl_step_options) X(cl_optim)             \
   X(cl_loss_scale) X(cl_mem_stats) X(cl_plan_entry) X(cl_plan) X(cl_loss_fn)

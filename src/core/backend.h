@@ -76,6 +76,18 @@ typedef struct cl_mask_shape {
   int accumulate;
 } cl_mask_shape;
 
+/* mask_draw: n elements of one dropout stream (dropout_rng.h) into a mask
+ * buffer, mask[e] = cl_rng_mask_value(key, first + e, cut, keep). The
+ * struct is hashed whole (cuda_graph.cu): pad stays 0. */
+typedef struct cl_mask_draw {
+  uint64_t key;   /* cl_rng_key(seed, layer, kind) */
+  uint64_t first; /* the stream's element at mask[0] */
+  uint64_t n;
+  uint64_t cut;   /* cl_rng_cut(p) */
+  float keep;     /* 1 / (1 - p) */
+  uint32_t pad;
+} cl_mask_draw;
+
 /* The fused ConvLSTM cell over N images of `hidden` channels and P = H*W
  * pixels. Gates are [N, 4*hidden, P] in torch's order i, f, o, g.
  * peep: the peephole weights' kind (convlstm.h); with one, the cell slots
@@ -380,11 +392,15 @@ typedef enum { CL_GRAPH_AUTO = 0, CL_GRAPH_PLAIN = 1, CL_GRAPH_OFF_COMM = 2 } cl
  * mask_mul: a mask (float, each element 0 or 1 / (1 - p)) over the s->reps
  * steps of what it masks, as every step of a sequence shares its mask
  * (cl_mask_shape); out may be in itself with one group and without
- * accumulate. Products and sums in float, rounded once. */
+ * accumulate. Products and sums in float, rounded once.
+ * mask_draw: a mask drawn on the device, into the planned buffer (the
+ * numbers of dropout_rng.h, the same on every backend; cl_mask_draw). */
 #define CL_SLOTS_DROPOUT(X)                                                                         \
   X(STEP, REQ, cl_status, mask_mul,                                                               \
     (cl_backend * be, const cl_mask_shape *s, const void *in, const float *mask, void *out),      \
-    (be, s, in, mask, out))
+    (be, s, in, mask, out))                                                                        \
+  X(STEP, REQ, cl_status, mask_draw, (cl_backend * be, const cl_mask_draw *d, float *mask),       \
+    (be, d, mask))
 
 /* ---- reports (all optional) ----
  * mem_info: free and total device bytes; default: physical memory.

@@ -16,21 +16,26 @@
  *    convolutions ungrouped.
  * A mask is [B, G, C, H, W] (G = 4 or 1) like one step of what it masks.
  *
- * The masks come from the caller (cl_step_options: R's generator, so that
- * set.seed() reproduces a run), are uploaded per micro-batch into the
- * planned mask buffers and stay there for the call, so a checkpoint's
+ * The masks are drawn per micro-batch straight into the planned mask
+ * buffers by the backend (mask_draw) from the call's seed (cl_step_options
+ * draw_masks, dropout_seed: R's generator gives the seed, so set.seed()
+ * reproduces a run; the numbers: dropout_rng.h), so they take no memory
+ * outside the plan; or, given by the caller (tests, references), uploaded
+ * there. They stay there for the call, so a checkpoint's
  * recomputation and backward see the masks of the first forward. The masked
  * copies go into one shared buffer (plan.c: plan_dropout sizes it for the
  * largest use), refilled where backward needs them again (the product is
  * cheap beside the convolution it feeds). Backward sends the same masks
  * into the gradients of x and h_{t-1}.
  *
- * Not here: drawing the masks (src/r_dropout.c), or inference (no dropout).
+ * Not here: the seed (src/r_dropout.c), or inference (no dropout).
  */
+#include "dropout_rng.h"
 #include "internal.h"
 
 cl_status cl_dropout_check(cl_model *m, const cl_step_options *o) {
   for (int l = 0; l < m->cfg.n_layers; l++) {
+    if (o && o->draw_masks) continue; /* the core draws what is not given */
     if (cl_layer_drops_input(m, l) && !(o && o->mask_x[l]))
       return cl_fail(m, CL_E_INVALID,
                      "layer %d has dropout %g but the call brought no input mask for it", l + 1,
@@ -52,15 +57,55 @@ static cl_status put_rows(cl_model *m, float *dev, const float *host, int GC, in
   return cl_put_bytes(m, dev, host + (size_t)b0 * row, (size_t)b * row * sizeof(float));
 }
 
+/* The stream of layer l's masks of kind k (0: input, 1: h) at rate p for
+ * sequences b0.. of b, each of GC channels: what mask_draw takes. */
+static cl_mask_draw draw_of(uint64_t seed, int l, int k, double p, size_t GC, size_t HW, int b0,
+                            int b) {
+  const size_t row = GC * HW;
+  cl_mask_draw d = {cl_rng_key(seed, l, k), (uint64_t)b0 * row, (uint64_t)b * row, cl_rng_cut(p),
+                    (float)(1.0 / (1.0 - p)), 0};
+  return d;
+}
+
+/* Rows b0.. of one mask into its buffer: the caller's, else drawn. */
+static cl_status fill_rows(cl_model *m, const cl_step_options *o, int l, int k, float *dev,
+                           const float *given, int GC, int b0, int b) {
+  if (given) return put_rows(m, dev, given, GC, b0, b);
+  const double p = k ? m->cfg.recurrent_dropout[l] : m->cfg.dropout[l];
+  const cl_geom *g = &m->step.g;
+  cl_mask_draw d = draw_of(o->dropout_seed, l, k, p, (size_t)GC, (size_t)g->H * g->W, b0, b);
+  CL_KERNEL(m, m->be->iface->mask_draw(m->be, &d, dev));
+  return CL_OK;
+}
+
 cl_status cl_dropout_upload(cl_model *m, const cl_step_options *o, int b0, int b) {
   const cl_step *st = &m->step;
   for (int l = 0; l < m->cfg.n_layers; l++) {
     const cl_layer *L = &m->layer[l];
     if (cl_layer_drops_input(m, l))
-      CL_TRY(put_rows(m, st->mask_x[l], o->mask_x[l], L->groups_x * L->in, b0, b));
+      CL_TRY(fill_rows(m, o, l, 0, st->mask_x[l], o->mask_x[l], L->groups_x * L->in, b0, b));
     if (cl_layer_drops_hidden(m, l))
-      CL_TRY(put_rows(m, st->mask_h[l], o->mask_h[l], L->groups_h * L->hidden, b0, b));
+      CL_TRY(fill_rows(m, o, l, 1, st->mask_h[l], o->mask_h[l], L->groups_h * L->hidden, b0, b));
   }
+  return CL_OK;
+}
+
+cl_status cl_model_dropout_mask(cl_model *m, uint64_t seed, int layer, int kind, int B, int H,
+                                int W, float *out) {
+  m->err[0] = '\0';
+  if (layer < 0 || layer >= m->cfg.n_layers || kind < 0 || kind > 1 || B < 0 || H < 1 || W < 1 ||
+      !out)
+    return cl_fail(m, CL_E_INVALID, "cl_model_dropout_mask: no layer %d, kind %d, or a bad "
+                   "shape [%d, %d, %d]", layer + 1, kind, B, H, W);
+  const double p = kind ? m->cfg.recurrent_dropout[layer] : m->cfg.dropout[layer];
+  if (!(p > 0))
+    return cl_fail(m, CL_E_INVALID, "layer %d has no %s", layer + 1,
+                   kind ? "recurrent_dropout" : "dropout");
+  const int G = m->cfg.dropout_masks == CL_MASKS_PER_GATE ? 4 : 1;
+  const int C = kind ? m->cfg.hidden_dims[layer]
+                     : layer == 0 ? m->cfg.input_dim : m->cfg.hidden_dims[layer - 1];
+  cl_mask_draw d = draw_of(seed, layer, kind, p, (size_t)G * C, (size_t)H * W, 0, B);
+  for (uint64_t e = 0; e < d.n; e++) out[e] = cl_rng_mask_value(d.key, e, d.cut, d.keep);
   return CL_OK;
 }
 

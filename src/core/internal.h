@@ -437,9 +437,10 @@ cl_status cl_dist_finish(cl_model *m, cl_call *c, double *loss);
 /* dropout.c: the masks of a call (cl_step_options) applied on the device.
  * Layer l drops its input when cfg.dropout[l] > 0 and its h_{t-1} when
  * cfg.recurrent_dropout[l] > 0, in training only.
- * cl_dropout_check: a training call has the masks its layers need.
+ * cl_dropout_check: a training call has (or draws) the masks its layers need.
  * cl_dropout_upload: sequences b0..b0+b-1 of them into the step's mask
- * buffers (each micro-batch its own rows).
+ * buffers (each micro-batch its own rows): drawn there (draw_masks) or,
+ * given, uploaded.
  * cl_dropout_input / cl_dropout_hidden: *out = the masked input of layer l
  * over len steps of b sequences (or len steps of h), in the shared buffer
  * (per-gate masks: the 4 copies its grouped convolution reads), or x itself

@@ -6,11 +6,12 @@
  * forward spreads each image into its G masked copies and backward gathers
  * the G gradients back into one. One multiply per element, in float chunks,
  * rounded once on the way out; the row loops are vector code
- * (cpu_mask_tmpl.h) that rounds exactly as the scalar loops do.
- *
- * Not here: drawing the masks (the R glue does, from R's generator).
+ * (cpu_mask_tmpl.h) that rounds exactly as the scalar loops do. And
+ * mask_draw: a mask drawn into its planned buffer from the numbers of
+ * core/dropout_rng.h (the CUDA backend's are the same).
  */
 #include "cpu_kernels.h"
+#include "../core/dropout_rng.h"
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define CL_MASK_X86 1
@@ -131,5 +132,17 @@ cl_status cl_cpu_mask_mul(cl_backend *be, const cl_mask_shape *s, const void *in
     size_t k = row - i0 < CL_CPU_MASK_CHUNK ? row - i0 : CL_CPU_MASK_CHUNK;
     mask_chunk(&f, s, J, q, i0, k, in, mask, out);
   }
+  return CL_OK;
+}
+
+cl_status cl_cpu_mask_draw(cl_backend *be, const cl_mask_draw *d, float *mask) {
+  const long long n = (long long)d->n;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
+    if (d->n > CL_CPU_MASK_PAR_MIN)
+#endif
+  for (long long e = 0; e < n; e++)
+    mask[e] = cl_rng_mask_value(d->key, d->first + (uint64_t)e, d->cut, d->keep);
+  (void)be;
   return CL_OK;
 }

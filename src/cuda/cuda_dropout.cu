@@ -6,11 +6,13 @@
  * forward spreads each image into its G masked copies and backward gathers
  * their G gradients into one (backend.h: cl_mask_shape). Storage float,
  * __half or __nv_bfloat16, the mask float, products and sums float, rounded
- * once.
+ * once. And mask_draw: a mask drawn into its planned buffer from the
+ * numbers of core/dropout_rng.h, the CPU backend's bit for bit.
  */
 #include <cstdio>
 
-#include "cuda_common.h" /* context, check macros, cl_ld/cl_st, CL_CUDA_FOR */
+#include "../core/dropout_rng.h" /* cl_rng_mask_value */
+#include "cuda_common.h"         /* context, check macros, cl_ld/cl_st, CL_CUDA_FOR */
 
 /* One thread per element of out: e = (q, g, i) spreading (q = r J + j, the
  * step's image), e = (q, i) gathering. */
@@ -60,4 +62,16 @@ cl_status cl_cuda_mask_mul(cl_backend *be, const cl_mask_shape *s, const void *i
   case CL_BF16: return launch<__nv_bfloat16>(be, s, in, mask, out);
   default: return cl_cuda_bad_dtype(be, s->dtype, "mask_mul");
   }
+}
+
+__global__ void mask_draw_kernel(cl_mask_draw d, float *mask) {
+  CL_CUDA_FOR(e, (size_t)d.n) mask[e] = cl_rng_mask_value(d.key, d.first + e, d.cut, d.keep);
+}
+
+cl_status cl_cuda_mask_draw(cl_backend *be, const cl_mask_draw *d, float *mask) {
+  if (d->n == 0) return CL_OK;
+  mask_draw_kernel<<<cl_cuda_blocks((size_t)d->n), CL_CUDA_THREADS, 0,
+                     cl_cuda_ctx_of(be)->stream>>>(*d, mask);
+  CL_CUDA_LAUNCH_CHECK(be);
+  return CL_OK;
 }

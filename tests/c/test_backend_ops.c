@@ -1235,6 +1235,67 @@ static void run_mask_mul(const row *r) {
     }
 }
 
+/* mask_draw (dropout): against splitmix64 written out here as its author
+ * publishes it (a state stepped by the golden gamma, each output the
+ * finaliser of the state), itself checked first against the published
+ * outputs for the seed 1234567; element e of a stream is output e + 1 of
+ * the generator seeded with the key. Offsets into a stream (a micro-batch's
+ * rows), a rate's threshold at both ends, every element written (the
+ * buffer starts at 7), past the CPU's parallel threshold and a CUDA grid. */
+typedef struct draw_case {
+  uint64_t key, first, n;
+  double p;
+} draw_case;
+
+static uint64_t sm64_next(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static void run_mask_draw(const row *r) {
+  uint64_t st = 1234567;
+  const uint64_t published[3] = {6457827717110365317ull, 3203168211198807973ull,
+                                 9817491932198370423ull};
+  int same = 1;
+  for (int k = 0; k < 3; k++) same &= sm64_next(&st) == published[k];
+  for (int vi = 0; vi < n_vs; vi++)
+    expect(&vs[vi], same, "the reference splitmix64 gives the published outputs of seed 1234567");
+  const draw_case *cases = r->cases;
+  for (int i = 0; i < r->n_cases; i++) {
+    const draw_case *c = &cases[i];
+    const uint64_t cut = (uint64_t)ceil(c->p * 4294967296.0);
+    const float keep = (float)(1.0 / (1.0 - c->p));
+    double *ref = xmalloc(sizeof(double) * (c->n ? c->n : 1));
+    float *seven = xmalloc(sizeof(float) * (c->n ? c->n : 1));
+    uint64_t state = c->key;
+    for (uint64_t e = 0; e < c->first; e++) sm64_next(&state);
+    size_t kept = 0;
+    for (uint64_t e = 0; e < c->n; e++) {
+      ref[e] = (sm64_next(&state) >> 32) >= cut ? keep : 0.0f;
+      kept += ref[e] != 0, seven[e] = 7.0f;
+    }
+    char label[160];
+    snprintf(label, sizeof label, "key %llx first %llu n %llu p %g (%zu kept)",
+             (unsigned long long)c->key, (unsigned long long)c->first,
+             (unsigned long long)c->n, c->p, kept);
+    cl_mask_draw d = {c->key, c->first, c->n, cut, keep, 0};
+    for (int vi = 0; vi < n_vs; vi++) {
+      variant *v = &vs[vi];
+      scope sc = scope_of(v);
+      float *M = dev_of(&sc, seven, (c->n ? c->n : 1) * sizeof(float));
+      if (sc.ok) CALL(&sc, v->be->iface->mask_draw(v->be, &d, M));
+      float *got = sc.ok && c->n ? dev_get(&sc, CL_F32, M, c->n) : NULL;
+      if (got) compare(v, label, got, ref, c->n, tol_of(r, v, CL_F32, CL_F32));
+      else if (sc.ok) expect(v, 1, "%s: nothing to do", label);
+      free(got);
+      scope_end(&sc);
+    }
+    free(ref), free(seven);
+  }
+}
+
 typedef struct unscale_case {
   size_t n;
   float inv_scale;
@@ -2156,6 +2217,17 @@ static const mask_case mask_cases[] = {
     {8 * 16 * 576, 2, 0, 0, 16 * 576, 4, 0},
 };
 
+/* key, first, n, p */
+static const draw_case draw_cases[] = {
+    {1, 0, 1, 0.5},
+    {0x0123456789abcdefull, 0, 1000, 0.3},
+    {0x0123456789abcdefull, 777, 1000, 0.3}, /* a later micro-batch of the same stream */
+    {42, 5, 300007, 0.9},                    /* parallel, many blocks */
+    {42, 0, 4096, 1e-9},                     /* nearly everything kept */
+    {42, 0, 4096, 0.999999},                 /* nearly nothing kept */
+    {7, 0, 0, 0.5},
+};
+
 /* row_bytes, offset, N, T, t0, nt, nb */
 static const gather_case gather_cases[] = {
     {24 * 24 * 4, 0, 100, 5, 0, 5, 10}, /* float32 images: 16-byte words */
@@ -2272,6 +2344,8 @@ static const row ops[] = {
      {2e-7, 1e-3, 8e-3, 0, 0, 0,
       "float32: a product and a sum, each rounded once (2^-24 each); stored: "
       "one rounding of the float32 result, 2^-11 (float16) or 2^-8 (bfloat16)"}},
+    {"mask_draw", run_mask_draw, CASES(draw_cases), F32, 0,
+     EXACT("integer arithmetic and a comparison: bit for bit, every backend")},
     {"update_step (the step's end, decided where it runs)", run_update_step, NULL, 1, F32, 0,
      EXACT("the same arithmetic as the synchronising slots, decided on the device: bit for "
            "bit")},

@@ -63,7 +63,8 @@ typedef struct step_case {
   cl_optim_kind optim;
   cl_device device;
   cl_peephole peephole; /* per position: for the case's H x W */
-  double dropout; /* > 0: every layer's input and h dropped; masks the caller's */
+  double dropout; /* > 0: every layer's input and h dropped; masks the caller's, or with
+                     opts.draw_masks drawn by the core into its planned buffers */
 } step_case;
 
 /* per_gate: dropout masks one per gate ([B, 4, C, H, W]; grouped convolutions) */
@@ -79,7 +80,7 @@ static void run_case(const step_case *sc, int per_gate, start_fn start, stop_fn 
   if (!m) return;
   cl_step_options opts = sc->opts;
   float *masks[4] = {0}; /* drawn once, before the instrument starts */
-  for (int k = 0; sc->dropout > 0 && k < 4; k++) {
+  for (int k = 0; sc->dropout > 0 && !opts.draw_masks && k < 4; k++) {
     int ch = k == 0 ? c.input_dim : k == 3 ? c.hidden_dims[1] : c.hidden_dims[0];
     size_t n = (size_t)sc->B * ch * sc->H * sc->W * (per_gate ? 4 : 1);
     masks[k] = malloc(n * sizeof(float));
@@ -154,6 +155,11 @@ int main(int argc, char **argv) {
        CL_DEVICE_CPU, CL_PEEP_NONE, 0.5},
       {"dropout, peepholes per position", 4, 6, 16, 16, CL_F32, {.checkpoint = 3}, CL_OPTIM_ADAM,
        CL_DEVICE_CPU, CL_PEEP_POSITION, 0.5},
+      {"dropout drawn", 4, 6, 16, 16, CL_F32, {.draw_masks = 1, .dropout_seed = 7}, CL_OPTIM_ADAM,
+       CL_DEVICE_CPU, CL_PEEP_NONE, 0.5},
+      {"dropout drawn, accumulation 2", 4, 6, 16, 16, CL_F16,
+       {.accumulation_steps = 2, .checkpoint = 2, .draw_masks = 1, .dropout_seed = 9},
+       CL_OPTIM_ADAM, CL_DEVICE_CPU, CL_PEEP_NONE, 0.5},
       {"recompute_gates 2", 4, 6, 16, 16, CL_F32, {.recompute_gates = 2}, CL_OPTIM_ADAM,
        CL_DEVICE_CPU, CL_PEEP_NONE, 0},
       {"recompute 4, ckpt 3, dropout, peep, f16", 4, 7, 16, 16, CL_F16,

@@ -60,3 +60,38 @@ test_that("on the CPU no half type is predicted faster than float32; a budget it
     expect_identical(p$dtype, "float32")
   }
 })
+
+# Issue #27: the first calibration on a machine held its five calibration
+# models at once, 47 MiB of the process's high-water mark outside any
+# budget. Now one model is alive at a time: the calibration holds at most
+# its largest step's plan and its data (calibration_bytes(), ?memory_advise),
+# measured from outside in a fresh process with an empty cache folder.
+test_that("the first calibration grows the high-water mark by at most its largest step and its data", {
+  skip_on_cran()
+  skip_on_os(c("windows", "mac", "solaris"))
+  skip_if_not(file.exists("/proc/self/clear_refs"), "no /proc/self/clear_refs to reset VmHWM")
+  ok <- tryCatch({
+    writeLines("5", "/proc/self/clear_refs")
+    TRUE
+  }, error = function(e) FALSE, warning = function(w) FALSE)
+  skip_if_not(ok, "cannot reset VmHWM through /proc/self/clear_refs here")
+  cache <- tempfile("cache")
+  dir.create(cache)
+  out <- tempfile(fileext = ".txt")
+  on.exit(unlink(c(cache, out), recursive = TRUE))
+  rc <- system2(file.path(R.home("bin"), "Rscript"),
+                c(shQuote(test_path("scripts", "calibration-probe.R")),
+                  shQuote(dirname(find.package("convlstm"))), shQuote(out)),
+                env = c(paste0("R_USER_CACHE_DIR=", cache), "_R_CHECK_PACKAGE_NAME_=",
+                        "OMP_NUM_THREADS=1", "MALLOC_MMAP_THRESHOLD_=65536"),
+                stdout = FALSE, stderr = FALSE)
+  expect_identical(rc, 0L)
+  kv <- strsplit(strsplit(readLines(out), " ")[[1]], "=")
+  v <- stats::setNames(as.numeric(vapply(kv, `[`, "", 2)), vapply(kv, `[`, "", 1))
+  expect_identical(v[["stored"]], 1) # the window did calibrate (and stored the rates)
+  expect_lte(v[["growth"]], 1.01 * v[["bound"]] + 2 * 2^20,
+             label = sprintf("first calibration: VmHWM growth %.1f MiB (bound %.1f MiB)",
+                             v[["growth"]] / 2^20, v[["bound"]] / 2^20))
+  message(sprintf("first calibration: VmHWM growth %.1f MiB, bound %.1f MiB",
+                  v[["growth"]] / 2^20, v[["bound"]] / 2^20))
+})

@@ -1,7 +1,8 @@
 # test-dropout.R -- dropout (convlstm(dropout =, recurrent_dropout =)) apart
-# from PyTorch parity (test-parity-dropout.R): the masks drawn from R's
-# generator (keep rate, scale, shape, reproducibility), that the masks drawn
-# are the masks applied, training only, the same gradients with and without
+# from PyTorch parity (test-parity-dropout.R): the masks drawn from a seed
+# from R's generator (keep rate, scale, shape, reproducibility), that the
+# masks drawn (on the device, micro-batch by micro-batch) are the masks
+# applied, training only, the same gradients with and without
 # checkpointing or accumulation, and the planned buffers; each with the
 # masks per gate (the default, Keras's) and shared by the four gates.
 
@@ -42,13 +43,7 @@ for (kind in c("per_gate", "shared")) test_that(sprintf(
   expect_equal(dim(masks[[1]]), c(40, gates, 2, 30, 20))
   expect_equal(dim(masks[[4]]), c(40, gates, 2, 30, 20))
   if (kind == "per_gate") {
-    # Keras's order: gate i's whole mask, then f's, o's, g's, from R's
-    # generator element by element (batch-major within a mask)
-    set.seed(3)
-    u <- stats::runif(40 * 2 * 30 * 20 * 4)
-    first <- aperm(array(u[seq_len(40 * 2 * 30 * 20)], c(20, 30, 2, 40)), 4:1)
-    expect_identical(masks[[1]][, 1, , , ], ifelse(first >= 0.2, as_f32(1 / 0.8), 0))
-    # and the four gates' masks are four different draws
+    # the four gates' masks are four different draws
     for (g in 2:4) expect_false(identical(masks[[1]][, g, , , ], masks[[1]][, 1, , , ]))
   }
   for (k in list(list(masks[[1]], 0.2), list(masks[[4]], 0.6))) {
@@ -70,12 +65,12 @@ for (kind in c("per_gate", "shared")) test_that(sprintf(
   expect_false(identical(convlstm:::c_dropout_draw(environment(m)$ptr, c(40, 30, 20)), masks))
 })
 
-# The generator itself (r_dropout.c, r_unif.c): for low, middle and high
-# rates and on both of its paths (Mersenne-Twister's words read in bulk,
-# unif_rand() for any other kind), each mask holds exactly 0 and
-# 1 / (1 - p) (as a float32), keeps 1 - p of its elements and has mean 1
-# (inverted dropout), within 5 standard deviations of 14400 draws.
-test_that("the mask generator scales by 1 / (1 - p) and keeps 1 - p, on both RNG paths", {
+# The generator itself (core/dropout_rng.h, seeded by r_dropout.c): for low,
+# middle and high rates and a seed from either of two RNG kinds, each mask
+# holds exactly 0 and 1 / (1 - p) (as a float32), keeps 1 - p of its
+# elements and has mean 1 (inverted dropout), within 5 standard deviations
+# of 14400 draws.
+test_that("the mask generator scales by 1 / (1 - p) and keeps 1 - p, seeded by any RNG kind", {
   old <- RNGkind()
   on.exit(do.call(RNGkind, as.list(old)), add = TRUE)
   for (kind in c("Mersenne-Twister", "L'Ecuyer-CMRG")) {
@@ -96,41 +91,30 @@ test_that("the mask generator scales by 1 / (1 - p) and keeps 1 - p, on both RNG
   }
 })
 
-# What unif_rand() would draw, element by element: masks [B, G, C, H, W]
-# from consecutive runif() segments, each drawn as [G, B, C, H, W] row-major
-# (gate-major, then batch-major).
-runif_masks <- function(shapes, rates) {
-  lapply(seq_along(shapes), function(k) {
-    d <- shapes[[k]]
-    u <- stats::runif(prod(d))
-    m <- aperm(array(u, rev(d[c(2, 1, 3:5)])), c(4, 5, 3, 2, 1))
-    array(ifelse(m >= rates[k], as_f32(1 / (1 - rates[k])), 0), d)
-  })
-}
-
-test_that(paste("masks are unif_rand()'s numbers in order and R's stream goes on where",
-                "runif() would leave it: Mersenne-Twister, its fresh state, another kind"), {
+test_that(paste("a call takes two uniforms from R's stream whatever the masks' size, and a",
+                "sequence's masks do not depend on the batch around it"), {
   m <- drop_model(c(0.2, 0), c(0, 0.6))
   on.exit(convlstm_release(m))
   old <- RNGkind()
   on.exit(do.call(RNGkind, as.list(old)), add = TRUE)
-  shapes <- list(c(7, 4, 2, 9, 11), c(7, 4, 2, 9, 11)) # 5544 draws each: past 624-word blocks
-  for (case in c("seeded", "fresh", "lecuyer")) {
+  for (case in c("seeded", "lecuyer")) {
     if (case == "lecuyer") RNGkind("L'Ecuyer-CMRG")
+    for (shape in list(c(7, 9, 11), c(1, 2, 2))) {
+      set.seed(5)
+      masks <- convlstm:::c_dropout_draw(environment(m)$ptr, shape)
+      after <- .Random.seed
+      set.seed(5)
+      stats::runif(2)
+      expect_identical(after, .Random.seed, label = paste(case, "the stream after a call"))
+    }
     set.seed(5)
-    if (case == "fresh") .Random.seed[2] <<- 625L # R seeds it with 4357 on the next draw
-    start <- .Random.seed
-    masks <- convlstm:::c_dropout_draw(environment(m)$ptr, c(7, 9, 11))
-    after <- .Random.seed
-    assign(".Random.seed", start, envir = globalenv())
-    expected <- runif_masks(shapes, c(0.2, 0.6))
-    expect_identical(masks[[1]], expected[[1]], label = paste(case, "input mask"))
-    expect_identical(masks[[4]], expected[[2]], label = paste(case, "recurrent mask"))
-    expect_identical(after, .Random.seed, label = paste(case, ".Random.seed after the draw"))
-    expect_identical(stats::runif(3), {
-      assign(".Random.seed", after, envir = globalenv())
-      stats::runif(3)
-    }, label = paste(case, "the draws that follow"))
+    big <- convlstm:::c_dropout_draw(environment(m)$ptr, c(7, 9, 11))
+    set.seed(5)
+    small <- convlstm:::c_dropout_draw(environment(m)$ptr, c(3, 9, 11))
+    expect_identical(small[[1]], big[[1]][1:3, , , , , drop = FALSE], label = case)
+    expect_identical(small[[4]], big[[4]][1:3, , , , , drop = FALSE], label = case)
+    # and the layers' and kinds' masks are drawn from streams of their own
+    expect_false(identical(as.vector(big[[1]][, , 1, , ]), as.vector(big[[4]][, , 1, , ])))
   }
 })
 
@@ -147,14 +131,20 @@ for (kind in c("per_gate", "shared")) test_that(sprintf(
     convlstm_release(b)
   })
   opt <- optimizer_sgd(lr = 0.1)
-  set.seed(5)
-  masks <- convlstm:::c_dropout_draw(environment(a)$ptr, c(3, 5, 4))
-  set.seed(5)
-  la <- train_step(a, x, y, opt)
-  convlstm:::local_dropout_masks(masks)
-  lb <- train_step(b, x, y, opt)
-  expect_identical(as.numeric(la), as.numeric(lb))
-  expect_identical(state_dict(a), state_dict(b))
+  # drawn into the planned buffers per micro-batch (accumulation: 2 of 2
+  # and 1), with a checkpoint's recomputation reading them again
+  for (args in list(list(), list(accumulation_steps = 2, checkpoint = 2))) {
+    set.seed(5)
+    masks <- convlstm:::c_dropout_draw(environment(a)$ptr, c(3, 5, 4))
+    set.seed(5)
+    la <- do.call(train_step, c(list(a, x, y, opt), args))
+    local({
+      convlstm:::local_dropout_masks(masks)
+      lb <<- do.call(train_step, c(list(b, x, y, opt), args))
+    })
+    expect_identical(as.numeric(la), as.numeric(lb), label = deparse(args))
+    expect_identical(state_dict(a), state_dict(b), label = deparse(args))
+  }
 })
 
 test_that("set.seed() reproduces a training run with dropout; another seed differs", {

@@ -166,9 +166,9 @@ test_that("measured: the high-water mark grows by memory_estimate()'s total over
     v <- run_probe(case)
     label <- sprintf("#%d %s", i, case_label(case))
     measured <- v[["grow_create"]] + v[["grow_first"]]
-    # what R holds of the call: a loss, or an inference forward's arrays,
-    # and a training call's dropout masks drawn on the host
-    planned <- v[["total"]] + v[["result_bytes"]] + v[["draws"]]
+    # what R holds of the call: a loss, or an inference forward's arrays
+    # (dropout's masks are drawn into the plan's buffers: nothing on the host)
+    planned <- v[["total"]] + v[["result_bytes"]]
     dropout_planned <- dropout_planned + v[["dropout_planned"]]
     # Reserved arena pages the steps never wrote cost nothing: counted apart,
     # from /proc/self/pagemap at the arena's address. NA: pagemap not
@@ -197,10 +197,11 @@ test_that("measured: the high-water mark grows by memory_estimate()'s total over
     }
     if (!grepl("^infer", case$mode)) {
       # zero from the model (tests/c/alloc_count.c counts its allocations
-      # inside a step: none); the call's host masks, drawn anew; a page or
-      # two of R's small-object heap for the call and its loss may be new in
-      # the window. (hwm-probe.R reads pagemap outside the windows.)
-      expect_lte(v[["grow_second"]], v[["draws"]] + 16384, label = paste("second step:", label))
+      # inside a step: none; dropout's masks are redrawn in their planned
+      # buffers); a page or two of R's small-object heap for the call and
+      # its loss may be new in the window. (hwm-probe.R reads pagemap
+      # outside the windows.)
+      expect_lte(v[["grow_second"]], 16384, label = paste("second step:", label))
     } else {
       # an inference forward returns new R arrays each time, nothing else
       expect_lte(v[["grow_second"]], v[["result_bytes"]] + 2^16,
@@ -220,5 +221,43 @@ test_that("measured: the high-water mark grows by memory_estimate()'s total over
   if (length(cold_notes)) {
     message("arena pages never touched by the steps (the buffers they lie in): ",
             paste(cold_notes, collapse = "; "))
+  }
+})
+
+# Skips where /proc cannot reset and report the high-water mark.
+skip_without_hwm_reset <- function() {
+  skip_on_cran()
+  skip_on_os(c("windows", "mac", "solaris"))
+  skip_if_not(file.exists("/proc/self/clear_refs"), "no /proc/self/clear_refs to reset VmHWM")
+  ok <- tryCatch({
+    writeLines("5", "/proc/self/clear_refs")
+    TRUE
+  }, error = function(e) FALSE, warning = function(w) FALSE)
+  skip_if_not(ok, "cannot reset VmHWM through /proc/self/clear_refs here")
+}
+
+# Issue #27.3: a step with per-gate dropout (the default) drew its masks on
+# the host, outside the plan: +5.7 MiB (+9.5 %) at batch 12, +11.7 MiB at
+# batch 24 in the issue's sweep, beyond this bound. Here the masks (4 per
+# layer and kind: 6.4 MiB at batch 12, 12.8 MiB at 24) must be inside the
+# plan: the first step's growth is the plan within 1 % + 2 MiB, counting
+# nothing for masks on the host, and a second step grows by nothing.
+test_that("measured: a first step with per-gate dropout grows the high-water mark by its plan, at batch 12 and 24", {
+  skip_without_hwm_reset()
+  for (B in c(12, 24)) {
+    case <- list(input_dim = 1, hidden = 16, kernel = 3, B = B, T = 4, H = 32, W = 32,
+                 dtype = "float32", mode = "last_state", dropout = 0.25,
+                 recurrent_dropout = 0.25, dropout_masks = "per_gate")
+    v <- run_probe(case)
+    label <- sprintf("batch %d: growth %.2f MiB (untouched %.2f), plan %.2f MiB", B,
+                     (v[["grow_create"]] + v[["grow_first"]]) / 2^20, v[["untouched"]] / 2^20,
+                     v[["total"]] / 2^20)
+    untouched <- if (is.na(v[["untouched"]])) 0 else v[["untouched"]]
+    measured <- v[["grow_create"]] + v[["grow_first"]] + untouched
+    planned <- v[["total"]] + v[["result_bytes"]]
+    expect_gt(v[["dropout_planned"]], 4 * B * 4 * 34 * 32 * 32) # the masks are planned
+    expect_lte(abs(measured - planned), 0.01 * planned + 2 * 2^20, label = label)
+    expect_lte(v[["grow_second"]], 16384, label = paste("second step,", label))
+    message(label)
   }
 })

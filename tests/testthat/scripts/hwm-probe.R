@@ -37,10 +37,9 @@
 #   allocate nothing inside.
 # - What the native call leaves to R is counted explicitly: the step's loss
 #   is one double; an inference forward's arrays are R doubles of the
-#   output's size (object.size() of the result); a training call of a model
-#   with dropout draws its masks on the host (src/r_dropout.c: R_alloc'ed
-#   floats, one [B, C, H, W] per layer and kind, freed by R after the call),
-#   host memory that is not the device's plan: `draws` says how much.
+#   output's size (object.size() of the result). A training call of a
+#   model with dropout leaves nothing: its masks are drawn into the plan's
+#   own buffers (src/core/dropout.c), from a seed of two uniforms.
 args <- commandArgs(trailingOnly = TRUE)
 lib <- args[[1]]
 out <- args[[2]]
@@ -208,8 +207,6 @@ est <- memory_estimate(model, B, T_in, H, W,
                        recompute_gates = if (training) rc else 0L)
 b <- stats::setNames(est$bytes, est$category)
 plan <- attr(est, "plan")
-# the host masks of one training call: those the glue draws for this shape
-draws <- if (training) 4 * sum(lengths(ns$c_dropout_draw(ptr, c(B, H, W)))) else 0
 ms <- memory_stats(model)
 # reserved pages the steps never wrote cost nothing: the test counts them
 # apart, and names the buffers they lie in
@@ -221,7 +218,7 @@ cold <- if (is.null(present)) "NA" else if (!any(cold > 0)) "none" else {
 }
 writeLines(paste0(
   "grow_create=", grow_create, " grow_first=", grow_first, " grow_second=", grow_second,
-  " result_bytes=", result_bytes, " draws=", draws, " total=", b[["total"]],
+  " result_bytes=", result_bytes, " total=", b[["total"]],
   " reserved=", b[["reserved"]], " peak_reserved=", ms$peak_reserved,
   " dropout_planned=", sum(plan$bytes[grepl("^dropout_", plan$name)]),
   " untouched=", untouched, " cold=", cold
