@@ -76,15 +76,6 @@ static size_t step_of(int r0, int n, cl_target tg, cl_loss_reduction red, cl_ste
   return k;
 }
 
-static double rel_diff(const float *a, const float *b, size_t n) {
-  double d = 0, big = 0;
-  for (size_t i = 0; i < n; i++) {
-    d = fmax(d, fabs((double)a[i] - b[i]));
-    big = fmax(big, fabs((double)b[i]));
-  }
-  return d / big;
-}
-
 /* Two ranks of rows {split, B - split}, each with accumulation_steps acc. */
 static void check_split(cl_target tg, cl_loss_reduction red, int split, int acc) {
   double whole, part, sum = 0;
