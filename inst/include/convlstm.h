@@ -394,7 +394,7 @@ cl_optim_kind cl_optim_kind_of(const char *name);
 cl_status cl_optim_check(const cl_optim *o, char *err, size_t errlen);
 
 /* One update of all parameters from their gradients. The state (Adam's
- * moments, SGD's momentum) lives in the model; it is created at the first
+ * moments, SGD's momentum, RMSprop's averages) lives in the model; it is created at the first
  * step and reset when the kind of optimizer changes. */
 cl_status cl_model_optimizer_step(cl_model *m, const cl_optim *opt);
 /* Number of optimizer steps taken with the current state. */
