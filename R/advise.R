@@ -128,7 +128,7 @@
 #'   [convlstm()] takes); `NULL`: what the model holds now plus what its
 #'   device (or its `memory_limit`) has free, as in [max_batch_size()].
 #' @param optimizer The optimizer whose state to plan ([optimizer_adam()],
-#'   [optimizer_sgd()]).
+#'   [optimizer_sgd()], [optimizer_rmsprop()]).
 #' @param target The output the loss is on, as in [train_step()]: it decides
 #'   how much of the sequence a truncated backpropagation runs backward.
 #' @param allow_tbptt Also list truncated backpropagation through time

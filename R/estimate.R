@@ -42,7 +42,7 @@
 #' @param checkpoint,accumulation_steps,tbptt Step options, as in
 #'   [train_step()].
 #' @param optimizer The optimizer whose state to plan ([optimizer_adam()],
-#'   [optimizer_sgd()]); `NULL`: the state the model holds, or for a
+#'   [optimizer_sgd()], [optimizer_rmsprop()]); `NULL`: the state the model holds, or for a
 #'   training step of a model that has not taken one, Adam's.
 #' @param outputs For an inference estimate: `"all"` keeps every layer's
 #'   output sequence (as `model(x)`), `"last_state"` only the last states
@@ -190,7 +190,8 @@ plan_optimizer <- function(ptr, optimizer, training, call = sys.call(-1)) {
 # Which optimizer state a plan holds, from its buffer names (core/plan.c).
 planned_optimizer <- function(names) {
   buf <- c_buffer_names()
-  if (buf$name[buf$kind == "OPT_V"] %in% names) "adam"
+  if (buf$name[buf$kind == "RMS_SQ"] %in% names) "rmsprop"
+  else if (buf$name[buf$kind == "OPT_V"] %in% names) "adam"
   else if (buf$other[buf$kind == "OPT_M"] %in% names) "sgd"
   else "none"
 }

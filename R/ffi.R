@@ -148,7 +148,7 @@ c_step_options <- function(checkpoint = 0L, tbptt = 0L, accumulation_steps = 1L,
     state_mode = state_mode, state = state, horizon = as.integer(horizon),
     max_grad_norm = if (!is.null(max_grad_norm)) as.double(max_grad_norm),
     loss = loss$kind, delta = as.double(loss$delta %||% 1),
-    pos_weight = as.double(loss$pos_weight %||% 1), weight = weight,
+    pos_weight = as.double(loss$pos_weight %||% 1), reduction = loss$reduction, weight = weight,
     recompute_gates = as.integer(recompute_gates)
   )
 }
@@ -162,7 +162,8 @@ c_optim <- function(optimizer) {
     kind = optimizer$kind, lr = as.double(optimizer$lr), beta1 = as.double(betas[[1]]),
     beta2 = as.double(betas[[2]]), eps = as.double(optimizer$eps %||% 0),
     momentum = as.double(optimizer$momentum %||% 0),
-    weight_decay = as.double(optimizer$weight_decay), amsgrad = isTRUE(optimizer$amsgrad)
+    weight_decay = as.double(optimizer$weight_decay), amsgrad = isTRUE(optimizer$amsgrad),
+    alpha = as.double(optimizer$alpha %||% 0), centered = isTRUE(optimizer$centered)
   )
 }
 

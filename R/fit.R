@@ -59,8 +59,10 @@
 #'   (`lr_reduce_on_plateau()` with the validation loss, or the training
 #'   loss without validation data), or after every batch for
 #'   `lr_one_cycle()`, and is left in its final state.
-#' @param loss,delta,pos_weight The loss, as in [train_step()]; the
-#'   validation loss is the same one.
+#' @param loss,delta,pos_weight,reduction The loss, as in [train_step()];
+#'   the validation loss is the same one. An epoch's loss is its batches'
+#'   losses averaged over their sequences (for `reduction = "sum"`: summed,
+#'   the sum over the epoch's data).
 #' @param weight `NULL`, or a per-element loss weight shaped as `y`, as in
 #'   [train_step()], sliced with each batch (the training set is then not
 #'   uploaded as a data set); with `validation_split` its held-out part
@@ -182,7 +184,8 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
                          resume = NULL, memory_budget = NULL, max_grad_norm = NULL,
                          loss = "mse", delta = 1, pos_weight = 1, weight = NULL,
                          horizon = NULL, teacher_forcing = TRUE, state = NULL,
-                         distributed = NULL, recompute_gates = FALSE, metrics = NULL) {
+                         distributed = NULL, recompute_gates = FALSE, metrics = NULL,
+                         reduction = "mean") {
   call <- sys.call()
   # data parallel: whatever stops this rank must stop the others, or they
   # wait for it in an all-reduce (armed once the ranks are known)
@@ -335,7 +338,7 @@ evaluate_loss <- function(ptr, x, y, target, batch_size, loss = NULL, weight = N
       total <- total + loss_sum(pred, slice_batch(y, idx), loss, w)
     }
   }
-  total / length(y)
+  total / loss_divisor(loss, length(y), n)
 }
 
 #' Evaluate a model's loss without training
@@ -346,7 +349,7 @@ evaluate_loss <- function(ptr, x, y, target, batch_size, loss = NULL, weight = N
 #'
 #' @inheritParams convlstm_fit
 #' @param batch_size Samples per forward call.
-#' @param loss,delta,pos_weight,weight The loss, as in [train_step()].
+#' @param loss,delta,pos_weight,weight,reduction The loss, as in [train_step()].
 #' @param horizon `NULL`, or the loss of the forecast of `horizon` frames
 #'   ([predict()] with `horizon`: free-running, each predicted frame fed
 #'   back) against `y`, `[n, horizon, channels, height, width]`; `target` is
@@ -355,7 +358,8 @@ evaluate_loss <- function(ptr, x, y, target, batch_size, loss = NULL, weight = N
 #'   metric names (`"mse"`, `"mae"`, `"ssim"`, `"psnr"`,
 #'   `"cross_entropy"`) or a list of its arguments, e.g. `list(metrics =
 #'   "mse", thresholds = c(0.5, 2))` for CSI, POD and FAR too.
-#' @return The loss's mean over all of `y` (a number); with `metrics`, a
+#' @return The loss over all of `y` (a number), reduced as `reduction` says
+#'   (by default its mean; `"batchmean"`: its sum per sequence, averaged); with `metrics`, a
 #'   named vector: `loss` and the overall value of each metric.
 #' @export
 #' @examples
@@ -371,7 +375,8 @@ evaluate_loss <- function(ptr, x, y, target, batch_size, loss = NULL, weight = N
 #' convlstm_release(model)
 convlstm_evaluate <- function(model, x, y, target = c("last_state", "sequence"),
                               batch_size = 32, loss = "mse", delta = 1, pos_weight = 1,
-                              weight = NULL, horizon = NULL, metrics = NULL) {
+                              weight = NULL, horizon = NULL, metrics = NULL,
+                              reduction = "mean") {
   ptr <- model_ptr(model)
   config <- model_config(model)
   x <- check_input(x, config, "x", forward = TRUE)
@@ -385,7 +390,7 @@ convlstm_evaluate <- function(model, x, y, target = c("last_state", "sequence"),
     y <- check_frames(y, dim(x), K, config, "y")
   }
   batch_size <- check_count(batch_size, "batch_size")
-  loss <- check_loss(loss, delta, pos_weight)
+  loss <- check_loss(loss, delta, pos_weight, reduction)
   weight <- check_weight(weight, dim(y), target)
   spec <- metrics_spec(metrics, y, sys.call())
   value <- evaluate_loss(ptr, x, y, target, batch_size, loss, weight, horizon = K)

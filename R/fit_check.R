@@ -27,7 +27,7 @@ fit_check <- function(a, target_missing, batch_size_missing, guard, call) {
   f$validation <- check_validation_data(a$validation_data, f$config, f$target,
                                         f$forecast$horizon, call = call)
   f$max_grad_norm <- check_max_grad_norm(a$max_grad_norm, call = call)
-  f$loss_fn <- check_loss(a$loss, a$delta, a$pos_weight, call = call)
+  f$loss_fn <- check_loss(a$loss, a$delta, a$pos_weight, a$reduction, call = call)
   check_step_options(f$checkpoint, f$accumulation_steps, f$tbptt,
                      recompute_gates = f$recompute_gates, call = call)
   f$data_on_device <- check_data_on_device(a$data_on_device, call = call)

@@ -109,13 +109,14 @@ fit_epoch <- function(f, ctx, epoch) {
   if (f$verbose) pb <- fit_progress_bar(f, environment())
   total <- 0
   seen <- 0
+  summed <- identical(f$loss_fn$reduction, "sum") # the epoch's sum, not an average
   for (b in seq_len(f$n_batches)) {
     global <- order[((b - 1L) * f$global_batch + 1L):min(f$n, b * f$global_batch)]
     if (length(global) < f$world) next # a rank would have nothing to train on
     loss <- fit_batch(f, ctx, b, global, xs, p, epoch_options)
-    total <- total + loss * length(global) # the loss is the global batch's
+    total <- total + loss * if (summed) 1 else length(global) # the global batch's loss
     seen <- seen + length(global)
-    f$running <- total / seen
+    f$running <- if (summed) total else total / seen
     if (f$verbose) {
       f$peak <- format_bytes(c_memory_stats(f$ptr)$peak_allocated)
       cli::cli_progress_update(id = pb)
@@ -129,7 +130,7 @@ fit_epoch <- function(f, ctx, epoch) {
                   f$loss_fn, f$validation$weight, horizon = f$forecast$horizon %||% 0L)
   }
   row <- data.frame(
-    epoch = epoch, loss = total / seen, val_loss = val_loss, lr = f$last_lr,
+    epoch = epoch, loss = if (summed) total else total / seen, val_loss = val_loss, lr = f$last_lr,
     seconds = proc.time()[["elapsed"]] - t0,
     peak_bytes = c_memory_stats(f$ptr)$peak_allocated
   )

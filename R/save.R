@@ -23,7 +23,8 @@
 #' in PyTorch with `safetensors.torch.load_file()` and loads into the R
 #' torch tutorial's module with `load_state_dict()`. Optimizer state is in
 #' extra tensors named `optimizer.exp_avg.<name>`,
-#' `optimizer.exp_avg_sq.<name>` and `optimizer.momentum_buffer.<name>`, and
+#' `optimizer.exp_avg_sq.<name>`, `optimizer.momentum_buffer.<name>` (and
+#' for RMSprop `optimizer.square_avg.<name>`, `optimizer.grad_avg.<name>`), and
 #' the architecture, optimizer and step count in the file's metadata under
 #' `convlstm.*` names. Files without that metadata, such as a state dict
 #' saved from PyTorch, load too: the architecture is read from the weights'
@@ -153,7 +154,8 @@ convlstm_file_info <- function(path) {
   )
 }
 
-# list(kind, lr, beta1, beta2, eps, momentum, weight_decay, amsgrad) from the
+# list(kind, lr, beta1, beta2, eps, momentum, weight_decay, amsgrad, alpha,
+# centered) from the
 # glue (r_optim_list), as an optimizer object; the values are exactly the
 # saved ones.
 saved_optimizer <- function(info) {
@@ -163,6 +165,9 @@ saved_optimizer <- function(info) {
     make <- if (identical(v$kind, "adam")) optimizer_adam else optimizer_adamw
     make(lr = v$lr, betas = c(v$beta1, v$beta2), eps = v$eps, weight_decay = v$weight_decay,
          amsgrad = isTRUE(v$amsgrad))
+  } else if (identical(v$kind, "rmsprop")) {
+    optimizer_rmsprop(lr = v$lr, alpha = v$alpha, eps = v$eps, weight_decay = v$weight_decay,
+                      momentum = v$momentum, centered = isTRUE(v$centered))
   } else {
     optimizer_sgd(lr = v$lr, momentum = v$momentum, weight_decay = v$weight_decay)
   }

@@ -32,7 +32,8 @@
 #' * `lr_one_cycle()`: the 1cycle policy (`OneCycleLR`): up from
 #'   `max_lr / div_factor` to `max_lr` over the first `pct_start` of
 #'   `total_steps`, then down to `max_lr / div_factor / final_div_factor`;
-#'   with `cycle_momentum`, Adam's first beta (or SGD's momentum) moves the
+#'   with `cycle_momentum`, Adam's first beta (or SGD's or RMSprop's
+#'   momentum) moves the
 #'   opposite way between `max_momentum` and `base_momentum`. **Steps per
 #'   batch**, as in R torch: `total_steps` is `epochs * steps_per_epoch`
 #'   batches, and stepping past it is an error.
@@ -51,8 +52,9 @@
 #' `convlstm_fit(resume = )`. Values equal PyTorch's to a relative 1e-12;
 #' the step itself uses them as 32-bit floats.
 #'
-#' @param optimizer An optimizer made by [optimizer_adam()] or
-#'   [optimizer_sgd()]: its rate is the schedule's starting (base) rate.
+#' @param optimizer An optimizer made by [optimizer_adam()],
+#'   [optimizer_adamw()], [optimizer_sgd()] or [optimizer_rmsprop()]: its
+#'   rate is the schedule's starting (base) rate.
 #' @param step_size Epochs between two decays.
 #' @param gamma Factor of each decay.
 #' @param lr_lambda A function of the epoch number (1, 2, ...) returning the
@@ -68,7 +70,7 @@
 #' @param epochs,steps_per_epoch Their product is `total_steps`.
 #' @param pct_start Fraction of the cycle spent increasing the rate.
 #' @param anneal_strategy `"cos"` or `"linear"`.
-#' @param cycle_momentum Move Adam's first beta (SGD's momentum) inversely
+#' @param cycle_momentum Move Adam's first beta (SGD's, RMSprop's momentum) inversely
 #'   to the rate.
 #' @param base_momentum,max_momentum Its bounds.
 #' @param div_factor The starting rate is `max_lr / div_factor`.
@@ -316,7 +318,7 @@ new_lr_scheduler <- function(optimizer, kind, per, rule, call = sys.call(-1)) {
 }
 
 # The optimizer with another rate (and momentum: Adam's first beta, SGD's
-# momentum), checked as the step will read it. The moments in the model are
+# and RMSprop's momentum), checked as the step will read it. The moments in the model are
 # kept: they depend only on the optimizer's kind. A negative rate becomes 0:
 # torch's linear lr_one_cycle() extrapolates below 0 at step total_steps,
 # which no training step uses (the schedule's own value stays torch's).

@@ -22,7 +22,8 @@
 #'   `[batch, time, hidden, height, width]` for `"sequence"`, where `hidden`
 #'   is the last layer's hidden dimension. `NULL` when `x` is a data set
 #'   (its targets are in it).
-#' @param optimizer [optimizer_adam()] or [optimizer_sgd()].
+#' @param optimizer [optimizer_adam()], [optimizer_adamw()], [optimizer_sgd()] or
+#'   [optimizer_rmsprop()].
 #' @param target Which output the loss is computed on. For a data set, the
 #'   one it was made for.
 #' @param checkpoint `0`, or keep the hidden and cell states only every
@@ -68,6 +69,15 @@
 #'   `nn_bce_with_logits_loss(pos_weight = pos_weight)`, for targets in
 #'   `[0, 1]` such as rain / no-rain masks). Computed with its gradient in
 #'   the step's one native call.
+#' @param reduction How the elements' losses are reduced, as torch's
+#'   `reduction`: `"mean"` (the default, over every target element),
+#'   `"sum"`, or `"batchmean"` (the sum over every element of the batch
+#'   divided by the number of sequences: the loss per sequence, summed over
+#'   its frames and pixels, as `nn_kl_div_loss(reduction = "batchmean")`
+#'   divides; Shi et al. (2015) report their cross-entropy this way, summed
+#'   over a sequence's predicted frames). The step's gradient is that of the
+#'   reduced loss; with `accumulation_steps` or data parallel the
+#'   micro-batches' and ranks' parts add up to the whole batch's value.
 #' @param delta Huber's threshold (`loss = "huber"`), > 0.
 #' @param weight `NULL`, or a per-element weight of the loss: a numeric
 #'   array of `y`'s shape (the target's), finite and >= 0, `0` masking an
@@ -160,8 +170,8 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
                        checkpoint = 0, accumulation_steps = 1, tbptt = 0, rows = NULL,
                        state = NULL, horizon = NULL, teacher_forcing = TRUE,
                        max_grad_norm = NULL, loss = "mse", delta = 1, pos_weight = 1,
-                       weight = NULL, recompute_gates = FALSE) {
-  loss <- check_loss(loss, delta, pos_weight)
+                       weight = NULL, recompute_gates = FALSE, reduction = "mean") {
+  loss <- check_loss(loss, delta, pos_weight, reduction)
   if (is.null(horizon)) check_teacher_forcing(teacher_forcing, FALSE, sys.call())
   if (is_convlstm_data(x)) {
     if (!is.null(weight)) {
@@ -295,17 +305,28 @@ check_weight <- function(weight, ydim, target, call = sys.call(-1)) {
   weight
 }
 
-# The losses by the core's names (cl_loss_name), in its order.
+# The losses by the core's names (cl_loss_name), in its order; the
+# reductions too (cl_loss_reduction_name).
 loss_names <- c("mse", "mae", "huber", "bce_logits")
+loss_reductions <- c("mean", "sum", "batchmean")
 
-# NULL for MSE (the plain step), else list(kind, delta, pos_weight), checked.
-check_loss <- function(loss, delta = 1, pos_weight = 1, call = sys.call(-1)) {
+# NULL for the mean MSE (the plain step), else list(kind, delta, pos_weight,
+# reduction), checked.
+check_loss <- function(loss, delta = 1, pos_weight = 1, reduction = "mean",
+                       call = sys.call(-1)) {
   loss <- check_choice(loss, loss_names, "loss", call = call)
   delta <- check_number(delta, "delta", min = 0, min_inclusive = FALSE, call = call)
   pos_weight <- check_number(pos_weight, "pos_weight", min = 0, min_inclusive = FALSE,
                              call = call)
-  if (identical(loss, "mse")) return(NULL)
-  list(kind = loss, delta = delta, pos_weight = pos_weight)
+  reduction <- check_choice(reduction, loss_reductions, "reduction", call = call)
+  if (identical(loss, "mse") && identical(reduction, "mean")) return(NULL)
+  list(kind = loss, delta = delta, pos_weight = pos_weight, reduction = reduction)
+}
+
+# What divides a loss's sum over n sequences of `elements` elements in all:
+# the mean's count, 1 for the sum, n for batchmean (a loss per sequence).
+loss_divisor <- function(loss, elements, n) {
+  switch(loss$reduction %||% "mean", mean = elements, sum = 1, batchmean = n)
 }
 
 # The loss's sum over the elements of pred against y, in double, with the
@@ -423,7 +444,8 @@ check_array_rank <- function(y, arg, ndim, target, call) {
 #'   `target = "last_state"`), or with respect to its whole output sequence,
 #'   `[batch, time, hidden, height, width]` (`target = "sequence"`). Its rank
 #'   says which.
-#' @param optimizer [optimizer_adam()] or [optimizer_sgd()].
+#' @param optimizer [optimizer_adam()], [optimizer_adamw()], [optimizer_sgd()] or
+#'   [optimizer_rmsprop()].
 #' @return `convlstm_forward()`: the same list as `model(x)`, or with
 #'   `target`, the chosen output.
 #'   `gradients()`: a named list of arrays with the names and shapes of

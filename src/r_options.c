@@ -66,13 +66,14 @@ r_forward_what r_forward_mode(SEXP s) {
   return (r_forward_what)choice(s, names, 6, "what a forward returns");
 }
 
-/* list(kind = "adam" | "sgd" | "adamw", lr, beta1, beta2, eps, momentum,
- * weight_decay, amsgrad = NULL | TRUE | FALSE): c_optim() in R/ffi.R. The
+/* list(kind = "adam" | "sgd" | "adamw" | "rmsprop", lr, beta1, beta2, eps,
+ * momentum, weight_decay, amsgrad = NULL | TRUE | FALSE, alpha = NULL | a
+ * number, centered = NULL | TRUE | FALSE): c_optim() in R/ffi.R. The
  * kinds' names are the core's (cl_optim_kind_name), the one table. */
 void r_optim(SEXP opt, cl_optim *out) {
   if (TYPEOF(opt) != VECSXP)
-    r_raise_invalid("`optimizer` must be made by optimizer_adam(), optimizer_adamw() or "
-                    "optimizer_sgd()");
+    r_raise_invalid("`optimizer` must be made by optimizer_adam(), optimizer_adamw(), "
+                    "optimizer_sgd() or optimizer_rmsprop()");
   memset(out, 0, sizeof *out);
   const char *names[CL_N_OPTIM_KINDS];
   for (int k = 0; k < CL_N_OPTIM_KINDS; k++) names[k] = cl_optim_kind_name((cl_optim_kind)(k + 1));
@@ -86,6 +87,9 @@ void r_optim(SEXP opt, cl_optim *out) {
   out->eps = num(opt, "eps", "an optimizer");
   out->momentum = num(opt, "momentum", "an optimizer");
   out->weight_decay = num(opt, "weight_decay", "an optimizer");
+  SEXP alpha = field(opt, "alpha"), cen = field(opt, "centered");
+  if (alpha != R_NilValue) out->alpha = num(opt, "alpha", "an optimizer");
+  out->centered = cen != R_NilValue && Rf_asLogical(cen) == TRUE;
 }
 
 const cl_optim *r_optim_or_null(SEXP opt, cl_optim *buf) {
@@ -96,13 +100,15 @@ const cl_optim *r_optim_or_null(SEXP opt, cl_optim *buf) {
 
 /* The inverse of r_optim (an unprotected new list). */
 SEXP r_optim_list(const cl_optim *o) {
-  const char *const names[] = {"kind",     "lr",           "beta1",  "beta2", "eps",
-                               "momentum", "weight_decay", "amsgrad"};
-  SEXP out = PROTECT(r_named_list(names, 8));
+  const char *const names[] = {"kind",         "lr",      "beta1", "beta2",   "eps", "momentum",
+                               "weight_decay", "amsgrad", "alpha", "centered"};
+  SEXP out = PROTECT(r_named_list(names, 10));
   SET_VECTOR_ELT(out, 0, Rf_mkString(cl_optim_kind_name(o->kind)));
   const double v[6] = {o->lr, o->beta1, o->beta2, o->eps, o->momentum, o->weight_decay};
   for (int i = 0; i < 6; i++) SET_VECTOR_ELT(out, i + 1, Rf_ScalarReal(v[i]));
   SET_VECTOR_ELT(out, 7, Rf_ScalarLogical(o->amsgrad != 0));
+  SET_VECTOR_ELT(out, 8, Rf_ScalarReal(o->alpha));
+  SET_VECTOR_ELT(out, 9, Rf_ScalarLogical(o->centered != 0));
   UNPROTECT(1);
   return out;
 }
@@ -115,7 +121,7 @@ SEXP r_optim_list(const cl_optim *o) {
  * free_run: 1 feeds that fed-back step the true frame),
  * max_grad_norm = NULL | a number, comm_share = NULL | a number, loss = NULL
  * | a loss's name with delta
- * and pos_weight, weight = NULL | an array shaped as the target | for
+ * and pos_weight (and reduction = NULL | its name), weight = NULL | an array shaped as the target | for
  * cl_model_plan only, its number of dimensions): c_step_options() in
  * R/ffi.R. NULL: the plain step. state_buf: R_OPT_ARRAYS of them. */
 void r_step_options(SEXP opts, cl_step_options *out, cl_host_array *state_buf) {
@@ -145,6 +151,14 @@ void r_step_options(SEXP opts, cl_step_options *out, cl_host_array *state_buf) {
     out->loss.kind = (cl_loss_kind)choice(loss, names, CL_N_LOSSES, "loss");
     out->loss.delta = num(opts, "delta", "step options");
     out->loss.pos_weight = num(opts, "pos_weight", "step options");
+    /* optional: absent or NULL, the mean */
+    SEXP red = field(opts, "reduction");
+    if (red != R_NilValue) {
+      const char *reds[CL_N_REDUCTIONS];
+      for (int k = 0; k < CL_N_REDUCTIONS; k++)
+        reds[k] = cl_loss_reduction_name((cl_loss_reduction)k);
+      out->loss.reduction = (cl_loss_reduction)choice(red, reds, CL_N_REDUCTIONS, "reduction");
+    }
   }
   /* optional: absent or NULL, one process; a number, this rank's share of
    * the global batch, summed over the process's communicator (r_comm.c) */

@@ -224,16 +224,30 @@ typedef enum cl_loss_kind {
   CL_LOSS_BCE_LOGITS,
   CL_N_LOSSES
 } cl_loss_kind;
+/* How a training step reduces the elements' losses (torch's `reduction`):
+ * their mean (torch's default), their sum, or their sum over the batch size
+ * (torch's KLDivLoss calls it "batchmean": the loss per sequence, summed
+ * over its frames and pixels, averaged over the sequences). The kernels
+ * always give a segment's mean; the core weighs it (loss.c). */
+typedef enum cl_loss_reduction {
+  CL_REDUCE_MEAN = 0,
+  CL_REDUCE_SUM,
+  CL_REDUCE_BATCHMEAN,
+  CL_N_REDUCTIONS
+} cl_loss_reduction;
 typedef struct cl_loss_fn {
   cl_loss_kind kind;
   double delta;      /* huber: > 0 */
   double pos_weight; /* bce_logits: > 0 (1: unweighted) */
+  cl_loss_reduction reduction; /* train_step: 0, the mean */
 } cl_loss_fn;
 /* CL_OK, or CL_E_INVALID with the reason in err (delta, pos_weight as the
  * 32-bit floats the kernels use). */
 cl_status cl_loss_check(const cl_loss_fn *f, char *err, size_t errlen);
 /* "mse", "mae", "huber", "bce_logits"; NULL for an unknown kind. */
 const char *cl_loss_name(cl_loss_kind k);
+/* "mean", "sum", "batchmean"; NULL for an unknown reduction. */
+const char *cl_loss_reduction_name(cl_loss_reduction r);
 
 /* Knobs that change a step's schedule and memory plan; all zeros (or a NULL
  * pointer) is the plain step. */
@@ -360,21 +374,30 @@ cl_status cl_model_zero_grad(cl_model *m);
 
 /* ---- optimizers ------------------------------------------------------ */
 
-typedef enum cl_optim_kind { CL_OPTIM_ADAM = 1, CL_OPTIM_SGD = 2, CL_OPTIM_ADAMW = 3 } cl_optim_kind;
-#define CL_N_OPTIM_KINDS 3
+typedef enum cl_optim_kind {
+  CL_OPTIM_ADAM = 1,
+  CL_OPTIM_SGD = 2,
+  CL_OPTIM_ADAMW = 3,
+  CL_OPTIM_RMSPROP = 4
+} cl_optim_kind;
+#define CL_N_OPTIM_KINDS 4
 
 /* Hyperparameters; torch.optim.Adam (L2 weight decay added to the gradient),
- * torch.optim.AdamW (decoupled: p *= 1 - lr * weight_decay) and
- * torch.optim.SGD (momentum buffer starts as the first gradient). */
+ * torch.optim.AdamW (decoupled: p *= 1 - lr * weight_decay),
+ * torch.optim.SGD (momentum buffer starts as the first gradient) and
+ * torch.optim.RMSprop (square_avg, and momentum_buffer / grad_avg when
+ * momentum > 0 / centered, all starting at zeros). */
 typedef struct cl_optim {
   cl_optim_kind kind;
   double lr;
-  double beta1, beta2, eps; /* Adam */
-  double momentum;          /* SGD */
-  double weight_decay;      /* Adam, SGD: L2 added to the gradient; AdamW: decoupled */
+  double beta1, beta2, eps; /* Adam; eps RMSprop's too */
+  double momentum;          /* SGD, RMSprop */
+  double weight_decay;      /* Adam, SGD, RMSprop: L2 added to the gradient; AdamW: decoupled */
   int amsgrad;              /* Adam, AdamW: keep max_exp_avg_sq (torch's amsgrad) */
+  double alpha;             /* RMSprop: the smoothing constant of square_avg, in [0, 1) */
+  int centered;             /* RMSprop: divide by the variance's root (keeps grad_avg) */
 } cl_optim;
-/* The optimizer's name in files and in R: "adam", "sgd", "adamw"; NULL for
+/* The optimizer's name in files and in R: "adam", "sgd", "adamw", "rmsprop"; NULL for
  * an unknown kind. cl_optim_kind_of: the kind of a name, 0 if none. */
 const char *cl_optim_kind_name(cl_optim_kind k);
 cl_optim_kind cl_optim_kind_of(const char *name);
@@ -386,7 +409,7 @@ cl_optim_kind cl_optim_kind_of(const char *name);
 cl_status cl_optim_check(const cl_optim *o, char *err, size_t errlen);
 
 /* One update of all parameters from their gradients. The state (Adam's
- * moments, SGD's momentum) lives in the model; it is created at the first
+ * moments, SGD's momentum, RMSprop's averages) lives in the model; it is created at the first
  * step and reset when the kind of optimizer changes. */
 cl_status cl_model_optimizer_step(cl_model *m, const cl_optim *opt);
 /* Number of optimizer steps taken with the current state. */

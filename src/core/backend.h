@@ -115,7 +115,14 @@ typedef struct cl_sgd_hp {
   int first; /* 1 at the first update: the momentum buffer starts as the gradient */
 } cl_sgd_hp;
 
-/* What an update's guard (adam_check, sgd_check) found, as one number so that
+/* torch.optim.RMSprop: square_avg (v), momentum_buffer (m, momentum > 0)
+ * and grad_avg (centered), all starting at zeros. */
+typedef struct cl_rmsprop_hp {
+  float lr, alpha, eps, weight_decay, momentum;
+  int centered; /* the denominator sqrt(v - grad_avg^2) */
+} cl_rmsprop_hp;
+
+/* What an update's guard (adam_check, sgd_check, rmsprop_check) found, as one number so that
  * a parallel minimum picks the first fault: element i of the flat buffer,
  * the array that would not be finite there (checked in this order) and
  * whether it would be NaN (else +-Inf):
@@ -143,19 +150,22 @@ typedef struct cl_step_vals {
  *  2. max_norm > 0 and, with check_loss, a finite vals->loss: vals->sumsq =
  *     sum_squares(g); when sqrt of it is finite and
  *     coef = (float)(max_norm / (sqrt(sumsq) + 1e-6)) < 1, g *= coef;
- *  3. unless found_inf: the guard (adam_check / sgd_check) into vals->fault;
+ *  3. unless found_inf: the guard (adam_check / sgd_check / rmsprop_check)
+ *     into vals->fault;
  *  4. skipped = found_inf || fault != NONE || (check_loss && !isfinite(loss));
- *     unless skipped, the update (adam_update / sgd_update).
+ *     unless skipped, the update (adam_update / sgd_update / rmsprop_update).
  * m, v, vmax, buf: the optimizer state, which exists (the core makes it
  * first). The hyper-parameters change every step (the step count, a
  * schedule's lr): a backend that records steps must read them from memory it
  * writes at each call, not bake them into what it records. */
 typedef struct cl_update_args {
-  float *p, *g, *m, *v, *vmax;
+  float *p, *g, *m, *v, *vmax; /* RMSprop: m momentum_buffer, v square_avg, vmax grad_avg */
   size_t n;
-  int adam; /* 1: adam (ahp), 0: sgd (shp) */
+  int adam;    /* 1: adam (ahp); else rmsprop or sgd */
+  int rmsprop; /* 1: rmsprop (rhp), 0 with adam 0: sgd (shp) */
   cl_adam_hp ahp;
   cl_sgd_hp shp;
+  cl_rmsprop_hp rhp;
   int unscale; /* float16's loss scaling: step 1 with inv_scale */
   float inv_scale;
   double max_norm;
@@ -326,7 +336,9 @@ typedef enum { CL_GRAPH_AUTO = 0, CL_GRAPH_PLAIN = 1, CL_GRAPH_OFF_COMM = 2 } cl
  * The float16 loss scaler's check before an update, as GradScaler.unscale_.
  * adam_update: vmax is amsgrad's max_exp_avg_sq (hp->amsgrad), else
  * ignored (may be NULL). sgd_update: buf the momentum buffer.
- * adam_check, sgd_check: the updates' guards: with the arguments the update
+ * rmsprop_update: v square_avg, buf momentum_buffer (hp->momentum != 0,
+ * else ignored), gavg grad_avg (hp->centered, else ignored).
+ * adam_check, sgd_check, rmsprop_check: the updates' guards: with the arguments the update
  * will get, compute what it would write and write nothing; *fault is the
  * first element whose gradient or new value is not finite (the key above),
  * else CL_FAULT_NONE. m, v, vmax (buf) NULL: optimizer state about to be
@@ -357,6 +369,14 @@ typedef enum { CL_GRAPH_AUTO = 0, CL_GRAPH_PLAIN = 1, CL_GRAPH_OFF_COMM = 2 } cl
     (cl_backend * be, const float *p, const float *g, const float *buf, size_t n,                 \
      const cl_sgd_hp *hp, uint64_t *fault),                                                        \
     (be, p, g, buf, n, hp, fault))                                                                 \
+  X(NONE, REQ, cl_status, rmsprop_update,                                                         \
+    (cl_backend * be, float *p, const float *g, float *v, float *buf, float *gavg, size_t n,      \
+     const cl_rmsprop_hp *hp),                                                                     \
+    (be, p, g, v, buf, gavg, n, hp))                                                               \
+  X(SYNC, REQ, cl_status, rmsprop_check,                                                          \
+    (cl_backend * be, const float *p, const float *g, const float *v, const float *buf,           \
+     const float *gavg, size_t n, const cl_rmsprop_hp *hp, uint64_t *fault),                       \
+    (be, p, g, v, buf, gavg, n, hp, fault))                                                        \
   X(SYNC, REQ, cl_status, sum_squares, (cl_backend * be, const float *g, size_t n, double *sum),  \
     (be, g, n, sum))
 

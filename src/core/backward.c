@@ -80,6 +80,7 @@ cl_status cl_loss_segment(cl_model *m, const cl_call *c, const cl_source *y, cl_
     w = st->weight;
     CL_TRY(cl_put_source(m, w, CL_F32, &c->weight, k));
   }
+  share = cl_loss_share(&c->loss, share, n, st->g.B); /* mean: as it is */
   return cl_loss_run(m, &c->loss, pred, at, w, n, (float)(share * loss_scale),
                      want_grad ? at : NULL, share, acc);
 }

@@ -90,5 +90,7 @@ cl_status cl_call_make(cl_model *m, const cl_source *x, int B, int T, int H, int
   CL_TRY(cl_dist_check(m, c->comm));
   if (c->comm && !(c->comm_share > 0 && c->comm_share <= 1))
     return cl_fail(m, CL_E_INVALID, "comm_share must lie in (0, 1], not %g", c->comm_share);
+  /* the ranks' sums add up; means (and batchmeans) are weighed by sequences */
+  if (c->comm) c->comm_share = cl_loss_rank_share(&c->loss, c->comm_share);
   return CL_OK;
 }

@@ -30,7 +30,8 @@
 
 const char *const cl_role_prefix[N_ROLES] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq.",
                                                  "optimizer.momentum_buffer.",
-                                                 "optimizer.max_exp_avg_sq."};
+                                                 "optimizer.max_exp_avg_sq.",
+                                                 "optimizer.square_avg.", "optimizer.grad_avg."};
 
 struct cl_saved {
   cl_st_file f; /* the container: tensors and metadata */
@@ -307,8 +308,8 @@ static cl_status read_optimizer(cl_saved *s, char *err, size_t errlen) {
   o->kind = cl_optim_kind_of(kind);
   if (!o->kind)
     return cl_st_fail(err, errlen, CL_E_INVALID,
-                      "metadata convlstm.optimizer must be \"adam\", \"adamw\" or \"sgd\", not "
-                      "\"%.40s\"", kind);
+                      "metadata convlstm.optimizer must be \"adam\", \"adamw\", \"sgd\" or "
+                      "\"rmsprop\", not \"%.40s\"", kind);
   /* absent in files of before amsgrad: off */
   const char *ams = cl_st_find_meta(&s->f, META_PREFIX "optimizer.amsgrad");
   if (ams && strcmp(ams, "true") != 0 && strcmp(ams, "false") != 0)
@@ -316,6 +317,12 @@ static cl_status read_optimizer(cl_saved *s, char *err, size_t errlen) {
                       "metadata convlstm.optimizer.amsgrad must be \"true\" or \"false\", not "
                       "\"%.40s\"", ams);
   o->amsgrad = ams && strcmp(ams, "true") == 0;
+  const char *cen = cl_st_find_meta(&s->f, META_PREFIX "optimizer.centered");
+  if (cen && strcmp(cen, "true") != 0 && strcmp(cen, "false") != 0)
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "metadata convlstm.optimizer.centered must be \"true\" or \"false\", not "
+                      "\"%.40s\"", cen);
+  o->centered = cen && strcmp(cen, "true") == 0;
   struct {
     const char *key;
     double *dst;
@@ -326,10 +333,14 @@ static cl_status read_optimizer(cl_saved *s, char *err, size_t errlen) {
             {META_PREFIX "optimizer.beta1", &o->beta1, 0, 1, 0},
             {META_PREFIX "optimizer.beta2", &o->beta2, 0, 1, 0},
             {META_PREFIX "optimizer.eps", &o->eps, 0, INFINITY, 1},
-            {META_PREFIX "optimizer.momentum", &o->momentum, 0, INFINITY, 0}};
-  int n_hp = cl_optim_is_adam(o->kind) ? 5 : 6;
-  for (int i = 0; i < n_hp; i++) {
-    if (o->kind == CL_OPTIM_SGD && i >= 2 && i <= 4) continue;
+            {META_PREFIX "optimizer.momentum", &o->momentum, 0, INFINITY, 0},
+            {META_PREFIX "optimizer.alpha", &o->alpha, 0, 1, 0}};
+  const int adam = cl_optim_is_adam(o->kind), rms = o->kind == CL_OPTIM_RMSPROP;
+  /* lr, weight_decay: all; betas: Adam; eps: Adam, RMSprop; momentum: SGD,
+   * RMSprop; alpha: RMSprop */
+  const int needs[7] = {1, 1, adam, adam, adam || rms, !adam, rms};
+  for (int i = 0; i < 7; i++) {
+    if (!needs[i]) continue;
     const char *v = cl_st_find_meta(&s->f, hp[i].key);
     double d;
     if (!v)
@@ -436,8 +447,9 @@ static cl_status check_tensor(const cl_saved *s, const cl_st_tensor *t, const ch
     return cl_st_fail(err, errlen, CL_E_INVALID,
                       "tensor %s holds %zu non-finite value%s (NaN or Inf) of %zu", name, bad,
                       bad == 1 ? "" : "s", n);
-  /* Adam divides by sqrt(exp_avg_sq): a negative one is NaN at the next step */
-  if ((r == R_EXP_AVG_SQ || r == R_MAX_EXP_AVG_SQ) && negative)
+  /* Adam divides by sqrt(exp_avg_sq), RMSprop by sqrt(square_avg): a
+   * negative one is NaN at the next step */
+  if ((r == R_EXP_AVG_SQ || r == R_MAX_EXP_AVG_SQ || r == R_SQUARE_AVG) && negative)
     return cl_st_fail(err, errlen, CL_E_INVALID,
                       "tensor %s holds %zu negative value%s of %zu: second moments are >= 0",
                       name, negative, negative == 1 ? "" : "s", n);
@@ -492,8 +504,10 @@ static cl_status no_extra_tensor(const cl_saved *s, int matched, char *err, size
 /* The optimizer states present agree with the optimizer the metadata names. */
 static cl_status states_fit_optimizer(const cl_saved *s, char *err, size_t errlen) {
   int have_m = s->idx[R_EXP_AVG][0] >= 0, have_v = s->idx[R_EXP_AVG_SQ][0] >= 0,
-      have_b = s->idx[R_MOMENTUM][0] >= 0, have_x = s->idx[R_MAX_EXP_AVG_SQ][0] >= 0;
-  if ((have_m || have_v || have_b || have_x) && !s->has_opt)
+      have_b = s->idx[R_MOMENTUM][0] >= 0, have_x = s->idx[R_MAX_EXP_AVG_SQ][0] >= 0,
+      have_sq = s->idx[R_SQUARE_AVG][0] >= 0, have_ga = s->idx[R_GRAD_AVG][0] >= 0;
+  const int rms = s->has_opt && s->opt.kind == CL_OPTIM_RMSPROP;
+  if ((have_m || have_v || have_b || have_x || have_sq || have_ga) && !s->has_opt)
     return cl_st_fail(err, errlen, CL_E_INVALID,
                       "the file holds optimizer state but no convlstm.optimizer metadata");
   /* without it, an amsgrad state starts its maximum at zeros */
@@ -501,6 +515,21 @@ static cl_status states_fit_optimizer(const cl_saved *s, char *err, size_t errle
     return cl_st_fail(err, errlen, CL_E_INVALID,
                       "max_exp_avg_sq goes with exp_avg_sq of an optimizer with amsgrad, and only "
                       "there");
+  if ((have_sq || have_ga) && !rms)
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "square_avg and grad_avg are RMSprop's state, and the file's optimizer is %s",
+                      s->has_opt ? cl_optim_kind_name(s->opt.kind) : "none");
+  if (rms) {
+    if (have_m || have_v || have_x)
+      return cl_st_fail(err, errlen, CL_E_INVALID, "an RMSprop optimizer has no exp_avg state");
+    if (have_ga && !(s->opt.centered && have_sq))
+      return cl_st_fail(err, errlen, CL_E_INVALID,
+                        "grad_avg goes with square_avg of a centered RMSprop, and only there");
+    if (s->opt_steps > 0 && !have_sq)
+      return cl_st_fail(err, errlen, CL_E_INVALID,
+                        "the optimizer took %lld steps but its state (square_avg) is missing",
+                        (long long)s->opt_steps);
+  }
   if (s->has_opt && cl_optim_is_adam(s->opt.kind)) {
     if (have_b)
       return cl_st_fail(err, errlen, CL_E_INVALID, "an Adam optimizer has no momentum_buffer state");
@@ -672,15 +701,14 @@ cl_status cl_saved_load_into(const cl_saved *s, cl_model *m, int with_optimizer)
   /* The optimizer state is allocated first, so that running out of memory
    * leaves the model as it was. */
   int opt = with_optimizer && s->has_opt;
-  int mr = cl_optim_is_adam(s->opt.kind) ? R_EXP_AVG : R_MOMENTUM;
-  float *om = NULL, *ov = NULL, *ox = NULL;
+  float *state[3] = {NULL, NULL, NULL}; /* opt_m, opt_v, opt_vmax */
   size_t pb = m->n_params * sizeof(float);
   cl_status st = CL_OK;
-  if (opt && s->idx[mr][0] >= 0) st = restore_state(m, s, mr, &om, tmp);
-  if (st == CL_OK && opt && cl_optim_is_adam(s->opt.kind) && s->idx[R_EXP_AVG_SQ][0] >= 0)
-    st = restore_state(m, s, R_EXP_AVG_SQ, &ov, tmp);
-  if (st == CL_OK && opt && s->idx[R_MAX_EXP_AVG_SQ][0] >= 0)
-    st = restore_state(m, s, R_MAX_EXP_AVG_SQ, &ox, tmp);
+  for (int w = 0; w < 3 && opt && st == CL_OK; w++) {
+    const int r = cl_state_role(s->opt.kind, w);
+    if (r >= 0 && s->idx[r][0] >= 0) st = restore_state(m, s, r, &state[w], tmp);
+  }
+  float *om = state[0], *ov = state[1], *ox = state[2];
   char name[96];
   for (int i = 0; i < s->n_params_tensors && st == CL_OK; i++) {
     const cl_st_tensor *t = &s->f.t[s->idx[R_PARAM][i]];

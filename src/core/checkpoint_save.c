@@ -94,6 +94,11 @@ static cl_status build_header(cl_model *m, const cl_optim *opt, const save_plan 
       cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.beta2", opt->beta2);
       cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.eps", opt->eps);
       if (opt->amsgrad) cl_st_header_meta(h, &first, META_PREFIX "optimizer.amsgrad", "true");
+    } else if (opt->kind == CL_OPTIM_RMSPROP) {
+      cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.alpha", opt->alpha);
+      cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.eps", opt->eps);
+      cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.momentum", opt->momentum);
+      if (opt->centered) cl_st_header_meta(h, &first, META_PREFIX "optimizer.centered", "true");
     } else {
       cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.momentum", opt->momentum);
     }
@@ -188,7 +193,15 @@ cl_status cl_model_save(cl_model *m, const char *path, const cl_optim *opt, int 
                      "the model's optimizer state is %s's, but the optimizer to save is %s: "
                      "save with the optimizer the model was trained with",
                      cl_optim_kind_title(m->opt_kind), cl_optim_kind_title(opt->kind));
-    if (m->opt_kind == opt->kind) {
+    if (m->opt_kind == opt->kind && opt->kind == CL_OPTIM_RMSPROP) {
+      sp.roles[R_MOMENTUM] = m->opt_m != NULL;
+      sp.src[R_MOMENTUM] = m->opt_m;
+      sp.roles[R_SQUARE_AVG] = m->opt_v != NULL;
+      sp.src[R_SQUARE_AVG] = m->opt_v;
+      /* as amsgrad's maximum: saved only with centered (the loader wants it then) */
+      sp.roles[R_GRAD_AVG] = opt->centered && m->opt_vmax && m->opt_v;
+      sp.src[R_GRAD_AVG] = m->opt_vmax;
+    } else if (m->opt_kind == opt->kind) {
       int adam = cl_optim_is_adam(opt->kind), mr = adam ? R_EXP_AVG : R_MOMENTUM;
       sp.roles[mr] = m->opt_m != NULL;
       sp.src[mr] = m->opt_m;

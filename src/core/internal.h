@@ -147,6 +147,11 @@ static inline cl_conv_shape cl_conv_hidden_half(const cl_layer *L, const cl_geom
   ROW(OPT_M, "adam.exp_avg", "sgd.momentum_buffer")                                        \
   ROW(OPT_V, "adam.exp_avg_sq", NULL)        /* Adam's second moment */                    \
   ROW(OPT_VMAX, "adam.max_exp_avg_sq", NULL) /* amsgrad's running maximum */               \
+  /* RMSprop's state, held in the buffers above (optim.c): square_avg in                   \
+   * opt_v, momentum_buffer in opt_m, grad_avg (centered) in opt_vmax */                   \
+  ROW(RMS_SQ, "rmsprop.square_avg", NULL)                                                  \
+  ROW(RMS_MOM, "rmsprop.momentum_buffer", NULL)                                            \
+  ROW(RMS_GAVG, "rmsprop.grad_avg", NULL)                                                  \
   ROW(BACKEND, "backend_scratch", NULL)      /* the backend's own scratch */               \
   /* carried state (CL_STATE_CARRY): per layer h then c, each [B, h, H, W],                \
    * in the storage dtype */                                                               \
@@ -405,15 +410,17 @@ typedef struct cl_call {
    * where it reads the true frame (cl_step_options.truth); NULL: every step
    * its own (cl_reads_truth) */
   const int *truth;
-  /* data parallel (dist.c): the communicator or NULL, this rank's share of
-   * the global batch, and whether the backward running is the step's last
+  /* data parallel (dist.c): the communicator or NULL, the weight of this
+   * rank's gradients and loss (its share of the global batch's sequences;
+   * 1 for a summed loss: cl_loss_rank_share), and whether the backward running is the step's last
    * pass over each layer (its gradients then complete; train.c sets it) */
   struct cl_comm *comm;
   double comm_share;
   int last_pass;
 } cl_call;
 static inline cl_call cl_call_plain(void) {
-  cl_call c = {{CL_LOSS_MSE, 0, 0}, {NULL, NULL, 0, 0, CL_F32, NULL, NULL}, NULL, NULL, 1.0, 0};
+  cl_call c = {{CL_LOSS_MSE, 0, 0, CL_REDUCE_MEAN}, {NULL, NULL, 0, 0, CL_F32, NULL, NULL},
+               NULL, NULL, 1.0, 0};
   return c;
 }
 /* Whether fed-back step s (T - horizon + 1 <= s < T of g) of a
@@ -527,11 +534,23 @@ cl_status cl_check_optim(cl_model *m, const cl_optim *o);
 /* o's state, created on first use and reset when the kind changes;
  * *created (may be NULL; set on success): whether this call allocated any. */
 cl_status cl_optim_ensure(cl_model *m, const cl_optim *o, int *created);
+/* Whether o keeps state buffer `which` (opt_m, opt_v, opt_vmax: their roles
+ * by optimizer in optim.c); the planner counts the same. */
+enum { CL_OPT_STATE_M = 0, CL_OPT_STATE_V, CL_OPT_STATE_VMAX };
+int cl_optim_keeps(const cl_optim *o, int which);
 /* Frees the optimizer state; the next step starts it afresh. */
 void cl_optim_free(cl_model *m);
 
 /* loss.c: CL_OK when every element of a loss weight is finite and >= 0. */
 cl_status cl_loss_weight_check(cl_model *m, const cl_host_array *w);
+
+/* loss.c: the weight of a segment's mean loss under f's reduction, for a
+ * segment of n elements holding `share` of the batch's (the mean's
+ * weight), in a batch of B sequences: share, n (sum) or n / B (batchmean).
+ * cl_loss_rank_share: a data-parallel rank's weight, from its share of the
+ * global batch's sequences: that share, or 1 for the sum. */
+double cl_loss_share(const cl_loss_fn *f, double share, size_t n, int B);
+double cl_loss_rank_share(const cl_loss_fn *f, double comm_share);
 
 /* loss.c: the loss f over n elements of pred (the step's
  * dtype) against target (float), each times weight (float [n]; NULL: none):

@@ -1,12 +1,17 @@
 /*
  * core/optim.c -- optimizer updates over the flat parameter buffer (one
  * kernel launch for all parameters) and the optimizer state they keep. The
- * update rules themselves are the backends' (adam_update, sgd_update),
- * written to match torch.optim (Adam with or without amsgrad, AdamW, SGD).
- * Every update is guarded: a dry run of it
- * (adam_check, sgd_check) first, and an update that would write Inf or NaN
+ * update rules themselves are the backends' (adam_update, sgd_update,
+ * rmsprop_update), written to match torch.optim (Adam with or without
+ * amsgrad, AdamW, SGD, RMSprop). Every update is guarded: a dry run of it
+ * (adam_check, sgd_check, rmsprop_check) first, and an update that would write Inf or NaN
  * into a parameter or a moment is refused with the model untouched. The
  * training step is in train.c.
+ *
+ * The state lives in three buffers of the parameters' size, by role:
+ *   opt_m     Adam's exp_avg; SGD's and RMSprop's momentum_buffer (momentum > 0)
+ *   opt_v     Adam's exp_avg_sq; RMSprop's square_avg
+ *   opt_vmax  Adam's max_exp_avg_sq (amsgrad); RMSprop's grad_avg (centered)
  */
 #include "internal.h"
 
@@ -19,10 +24,12 @@
 static int float_nonneg(double v) { return v >= 0 && isfinite((float)v); }
 
 /* The one table of optimizer names, by kind (files and R use these). */
-static const char *const KIND_NAME[CL_N_OPTIM_KINDS + 1] = {NULL, "adam", "sgd", "adamw"};
+static const char *const KIND_NAME[CL_N_OPTIM_KINDS + 1] = {NULL,    "adam", "sgd",
+                                                           "adamw", "rmsprop"};
 
 /* ... and as people write them, for messages. */
-static const char *const KIND_TITLE[CL_N_OPTIM_KINDS + 1] = {"none", "Adam", "SGD", "AdamW"};
+static const char *const KIND_TITLE[CL_N_OPTIM_KINDS + 1] = {"none",  "Adam", "SGD",
+                                                            "AdamW", "RMSprop"};
 
 const char *cl_optim_kind_name(cl_optim_kind k) {
   return k >= 1 && k <= CL_N_OPTIM_KINDS ? KIND_NAME[k] : NULL;
@@ -43,7 +50,12 @@ cl_status cl_optim_check(const cl_optim *o, char *err, size_t errlen) {
     snprintf(err, errlen, "unknown optimizer kind %d", (int)o->kind);
     return CL_E_INVALID;
   }
-  const int adam = cl_optim_is_adam(o->kind);
+  const int adam = cl_optim_is_adam(o->kind), rms = o->kind == CL_OPTIM_RMSPROP;
+  if (o->centered != 0 && (o->centered != 1 || !rms)) {
+    snprintf(err, errlen, "`centered` must be 0 or 1, and 1 only for RMSprop, not %d",
+             o->centered);
+    return CL_E_INVALID;
+  }
   if (o->amsgrad != 0 && (o->amsgrad != 1 || !adam)) {
     snprintf(err, errlen, "`amsgrad` must be 0 or 1, and 1 only for Adam or AdamW, not %d",
              o->amsgrad);
@@ -64,9 +76,12 @@ cl_status cl_optim_check(const cl_optim *o, char *err, size_t errlen) {
     bad = "`betas` must lie in [0, 1) as 32-bit floats (within 3e-8 of 1 a value rounds to 1): "
           "the second is wrong",
     v = o->beta2;
-  else if (adam && !((float)o->eps > 0 && isfinite((float)o->eps)))
+  else if (rms && !(o->alpha >= 0 && (float)o->alpha < 1.0f))
+    bad = "`alpha` must lie in [0, 1) as a 32-bit float (within 3e-8 of 1 a value rounds to 1)",
+    v = o->alpha;
+  else if ((adam || rms) && !((float)o->eps > 0 && isfinite((float)o->eps)))
     bad = "`eps` must be > 0 and finite as a 32-bit float (from 1.4e-45 to 3.4e38)", v = o->eps;
-  else if (o->kind == CL_OPTIM_SGD && !float_nonneg(o->momentum))
+  else if (!adam && !float_nonneg(o->momentum))
     bad = "`momentum` must be a number >= 0 within float's range (3.4e38)", v = o->momentum;
   if (!bad) return CL_OK;
   snprintf(err, errlen, "%s, not %.17g", bad, v);
@@ -99,20 +114,29 @@ static void drop_vmax(cl_model *m) {
   m->opt_vmax = NULL;
 }
 
+/* Which of the three state buffers (the roles above) o keeps. */
+int cl_optim_keeps(const cl_optim *o, int which) {
+  const int adam = cl_optim_is_adam(o->kind), rms = o->kind == CL_OPTIM_RMSPROP;
+  switch (which) {
+  case CL_OPT_STATE_M: return adam || o->momentum != 0;
+  case CL_OPT_STATE_V: return adam || rms;
+  default: return adam ? o->amsgrad != 0 : rms && o->centered;
+  }
+}
+
 cl_status cl_optim_ensure(cl_model *m, const cl_optim *o, int *created) {
   if (m->opt_kind != o->kind) cl_model_optimizer_reset(m);
   m->opt_kind = o->kind;
-  if (!o->amsgrad && m->opt_vmax) drop_vmax(m);
+  const int need_x = cl_optim_keeps(o, CL_OPT_STATE_VMAX);
+  if (!need_x && m->opt_vmax) drop_vmax(m);
   const float *had_m = m->opt_m, *had_v = m->opt_v, *had_x = m->opt_vmax;
-  const int adam = cl_optim_is_adam(o->kind);
-  int need_m = adam || o->momentum != 0;
-  if (need_m && !m->opt_m) {
+  if (cl_optim_keeps(o, CL_OPT_STATE_M) && !m->opt_m) {
     CL_TRY(alloc_state(m, &m->opt_m));
     m->opt_m_fresh = 1;
   }
   cl_status s = CL_OK;
-  if (adam && !m->opt_v) s = alloc_state(m, &m->opt_v);
-  if (s == CL_OK && adam && o->amsgrad && !m->opt_vmax) s = alloc_state(m, &m->opt_vmax);
+  if (cl_optim_keeps(o, CL_OPT_STATE_V) && !m->opt_v) s = alloc_state(m, &m->opt_v);
+  if (s == CL_OK && need_x && !m->opt_vmax) s = alloc_state(m, &m->opt_vmax);
   if (s != CL_OK) { /* all or nothing: the model stays as it was */
     if (!had_x) drop_vmax(m);
     if (!had_v) cl_model_optimizer_reset(m);
@@ -151,10 +175,11 @@ cl_status cl_optim_refuse(cl_model *m, cl_optim_kind kind, uint64_t fault) {
                    "the gradients are not finite (the gradient of `%s` holds %s): parameters left "
                    "unchanged",
                    name, what);
-  const char *state = part == CL_PART_PARAM ? "the parameter"
-                      : part == CL_PART_V   ? "exp_avg_sq of"
+  const int rms = kind == CL_OPTIM_RMSPROP;
+  const char *state = part == CL_PART_PARAM    ? "the parameter"
+                      : part == CL_PART_V      ? (rms ? "square_avg of" : "exp_avg_sq of")
                       : cl_optim_is_adam(kind) ? "exp_avg of"
-                                              : "momentum_buffer of";
+                                               : "momentum_buffer of";
   return cl_fail(m, CL_E_INVALID,
                  "the update would make %s `%s` %s (it overflows 32-bit floats, beyond 3.4e38), "
                  "so it was not applied: parameters and optimizer state left unchanged. A smaller "
@@ -172,13 +197,18 @@ void cl_optim_args(const cl_model *m, const cl_optim *o, int keep, cl_update_arg
   u->vmax = keep && o->amsgrad ? m->opt_vmax : NULL;
   u->n = m->n_params;
   u->adam = cl_optim_is_adam(o->kind);
+  u->rmsprop = o->kind == CL_OPTIM_RMSPROP;
+  if (u->rmsprop) u->vmax = keep && o->centered ? m->opt_vmax : NULL;
   cl_adam_hp ahp = {(float)o->lr,           (float)o->beta1, (float)o->beta2, (float)o->eps,
                     (float)o->weight_decay, keep ? m->opt_steps + 1 : 1,
                     o->kind == CL_OPTIM_ADAMW, o->amsgrad};
   cl_sgd_hp shp = {(float)o->lr, (float)o->momentum, (float)o->weight_decay,
                    !u->m || m->opt_m_fresh};
+  cl_rmsprop_hp rhp = {(float)o->lr,           (float)o->alpha,    (float)o->eps,
+                       (float)o->weight_decay, (float)o->momentum, o->centered};
   u->ahp = ahp;
   u->shp = shp;
+  u->rhp = rhp;
 }
 
 void cl_optim_applied(cl_model *m) {
@@ -202,6 +232,8 @@ cl_status cl_model_optimizer_step(cl_model *m, const cl_optim *o) {
   uint64_t fault = CL_FAULT_NONE;
   if (u.adam)
     CL_KERNEL(m, be->adam_check(m->be, u.p, u.g, u.m, u.v, u.vmax, u.n, &u.ahp, &fault));
+  else if (u.rmsprop)
+    CL_KERNEL(m, be->rmsprop_check(m->be, u.p, u.g, u.v, u.m, u.vmax, u.n, &u.rhp, &fault));
   else
     CL_KERNEL(m, be->sgd_check(m->be, u.p, u.g, u.m, u.n, &u.shp, &fault));
   if (fault != CL_FAULT_NONE) return cl_optim_refuse(m, o->kind, fault);
@@ -209,6 +241,9 @@ cl_status cl_model_optimizer_step(cl_model *m, const cl_optim *o) {
   if (u.adam)
     CL_KERNEL(m, be->adam_update(m->be, m->params, m->grads, m->opt_m, m->opt_v, m->opt_vmax,
                                  m->n_params, &u.ahp));
+  else if (u.rmsprop)
+    CL_KERNEL(m, be->rmsprop_update(m->be, m->params, m->grads, m->opt_v, m->opt_m, m->opt_vmax,
+                                    m->n_params, &u.rhp));
   else
     CL_KERNEL(m, be->sgd_update(m->be, m->params, m->grads, m->opt_m, m->n_params, &u.shp));
   cl_optim_applied(m);

@@ -201,14 +201,16 @@ static void plan_model_buffers(plan_builder *b, const struct cl_model *m, const 
     add(b, CL_BUF_BACKEND, -1, CL_MEM_WORKSPACE, m->be->iface->scratch_bytes);
   if (training || m->grads) add(b, CL_BUF_GRADS, -1, CL_MEM_GRADIENTS, pb);
   cl_optim_kind kind = opt ? opt->kind : m->opt_kind;
-  int adam = cl_optim_is_adam(kind);
-  int has_m = opt ? (adam || opt->momentum != 0) : m->opt_m != NULL;
-  if (has_m)
+  int adam = cl_optim_is_adam(kind), rms = kind == CL_OPTIM_RMSPROP;
+  int has_m = opt ? cl_optim_keeps(opt, CL_OPT_STATE_M) : m->opt_m != NULL;
+  if (has_m && rms)
+    add(b, CL_BUF_RMS_MOM, -1, CL_MEM_OPTIMIZER, pb);
+  else if (has_m)
     add_row(b, CL_BUF_OPT_M, -1, CL_MEM_OPTIMIZER, pb, !adam);
-  if (adam && (opt || m->opt_v))
-    add(b, CL_BUF_OPT_V, -1, CL_MEM_OPTIMIZER, pb);
-  if (adam && (opt ? opt->amsgrad : m->opt_vmax != NULL))
-    add(b, CL_BUF_OPT_VMAX, -1, CL_MEM_OPTIMIZER, pb);
+  if ((adam || rms) && (opt || m->opt_v))
+    add(b, rms ? CL_BUF_RMS_SQ : CL_BUF_OPT_V, -1, CL_MEM_OPTIMIZER, pb);
+  if (opt ? cl_optim_keeps(opt, CL_OPT_STATE_VMAX) : m->opt_vmax != NULL)
+    add(b, rms ? CL_BUF_RMS_GAVG : CL_BUF_OPT_VMAX, -1, CL_MEM_OPTIMIZER, pb);
   /* the state a carrying step holds, or will hold (as state.c sizes it) */
   if (m->held || g->state == CL_STATE_CARRY) {
     size_t sb = m->held ? m->held_bytes : cl_state_bytes(m, g->B, g->H, g->W, g->dtype);

@@ -120,7 +120,7 @@ static cl_status loss_run(cl_backend *be, const cl_loss_fn *f, const void *pred,
 cl_status cl_cpu_loss(cl_backend *be, const cl_loss_fn *f, const void *pred, const float *target,
                       const float *weight, size_t n, cl_dtype dtype, float scale, float *grad,
                       double *loss) {
-  static const cl_loss_fn mse = {CL_LOSS_MSE, 0.0, 0.0};
+  static const cl_loss_fn mse = {CL_LOSS_MSE, 0.0, 0.0, CL_REDUCE_MEAN};
   if (!f) f = &mse;
   if (f->kind != CL_LOSS_MSE && f->kind != CL_LOSS_MAE && f->kind != CL_LOSS_HUBER &&
       f->kind != CL_LOSS_BCE_LOGITS)

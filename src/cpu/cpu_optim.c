@@ -1,10 +1,12 @@
 /*
  * cpu/cpu_optim.c -- optimizer kernels of the CPU backend (backend.h:
- * grad_unscale, adam_update, sgd_update and their guards adam_check,
- * sgd_check; the loss slot is cpu_loss.c's, the step's end cpu_step.c's).
+ * grad_unscale, adam_update, sgd_update, rmsprop_update and their guards
+ * adam_check, sgd_check, rmsprop_check; the loss slot is cpu_loss.c's, the
+ * step's end cpu_step.c's).
  *
- * The updates follow torch.optim.Adam (amsgrad too), torch.optim.AdamW and
- * torch.optim.SGD (torch 1.13, single-tensor path) operation by operation: per-element math in float,
+ * The updates follow torch.optim.Adam (amsgrad too), torch.optim.AdamW,
+ * torch.optim.SGD and torch.optim.RMSprop (torch 1.13, single-tensor path)
+ * operation by operation: per-element math in float,
  * scalar factors computed in double as Python computes them and then
  * rounded to float as torch's kernels do, so that a model trained here and
  * one trained in torch stay within float rounding of each other.
@@ -121,6 +123,69 @@ cl_status cl_cpu_sgd_update(cl_backend *be, float *p, const float *g, float *buf
   return CL_OK;
 }
 
+/* torch's RMSprop, one element, in its order:
+ *   g += wd * p;  v = v * alpha + (1 - alpha) * g * g
+ *   centered: ga = ga * alpha + (1 - alpha) * g;  avg = sqrt(v - ga * ga) + eps
+ *   else avg = sqrt(v) + eps
+ *   momentum: buf = buf * momentum + g / avg;  p += -lr * buf
+ *   else p += (-lr * g) / avg                 (addcdiv: (value * t1) / t2)
+ * 1 - alpha is a Python float rounded to float once. buf, ga NULL: off.
+ * Shared by the update and its guard as adam_elem is. */
+typedef struct rms_k {
+  float alpha, one_m_alpha, eps, wd, momentum, neg_lr;
+} rms_k;
+
+static rms_k rms_consts(const cl_rmsprop_hp *hp) {
+  rms_k k = {hp->alpha,        (float)(1.0 - (double)hp->alpha), hp->eps, hp->weight_decay,
+             hp->momentum, -hp->lr};
+  return k;
+}
+
+static inline void rms_elem(const rms_k *k, float gi, float *p, float *v, float *buf, float *ga) {
+  if (k->wd != 0.0f) gi = gi + k->wd * *p;
+  *v = *v * k->alpha + k->one_m_alpha * gi * gi;
+  float avg;
+  if (ga) {
+    *ga = *ga * k->alpha + k->one_m_alpha * gi;
+    avg = sqrtf(*v - *ga * *ga);
+  } else {
+    avg = sqrtf(*v);
+  }
+  avg = avg + k->eps;
+  if (buf) {
+    *buf = *buf * k->momentum + gi / avg;
+    *p = *p + k->neg_lr * *buf;
+  } else {
+    *p = *p + k->neg_lr * gi / avg;
+  }
+}
+
+/* The update needs its state (its guard may run before it exists: zeros). */
+static cl_status rms_state_ok(cl_backend *be, const float *v, const float *buf, const float *ga,
+                              const cl_rmsprop_hp *hp) {
+  if (v && (hp->momentum == 0.0f || buf) && (!hp->centered || ga)) return CL_OK;
+  return cl_cpu_fail(be, CL_E_INVALID,
+                     "cpu backend: rmsprop needs square_avg%s%s",
+                     hp->momentum != 0.0f ? ", momentum_buffer" : "",
+                     hp->centered ? ", grad_avg" : "");
+}
+
+cl_status cl_cpu_rmsprop_update(cl_backend *be, float *p, const float *g, float *v, float *buf,
+                                float *gavg, size_t n, const cl_rmsprop_hp *hp) {
+  if (rms_state_ok(be, v, buf, gavg, hp) != CL_OK) return CL_E_INVALID;
+  const rms_k k = rms_consts(hp);
+  if (hp->momentum == 0.0f) buf = NULL; /* a buffer kept from earlier momentum stays */
+  if (!hp->centered) gavg = NULL;
+  const long long nn = (long long)n;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
+    if (nn > CL_CPU_PAR_MIN)
+#endif
+  for (long long i = 0; i < nn; i++)
+    rms_elem(&k, g[i], &p[i], &v[i], buf ? &buf[i] : NULL, gavg ? &gavg[i] : NULL);
+  return CL_OK;
+}
+
 /* ---- the guards: a dry run of the update ------------------------------- */
 
 /* Finite, as a comparison that vectorizes (NaN compares false). */
@@ -189,6 +254,34 @@ cl_status cl_cpu_sgd_check(cl_backend *be, const float *p, const float *g, const
     float pi = p[i], b = buf && !k.first ? buf[i] : 0.0f;
     sgd_elem(&k, g[i], &pi, &b);
     if ((*fault = first_fault(i, g[i], b, 0.0f, pi)) != CL_FAULT_NONE) break;
+  }
+  return CL_OK;
+}
+
+/* RMSprop's guard: the parts are grad, momentum_buffer (M), square_avg (V),
+ * p; grad_avg is a running mean of finite gradients, finite when they are. */
+cl_status cl_cpu_rmsprop_check(cl_backend *be, const float *p, const float *g, const float *v,
+                               const float *buf, const float *gavg, size_t n,
+                               const cl_rmsprop_hp *hp, uint64_t *fault) {
+  *fault = CL_FAULT_NONE;
+  const rms_k k = rms_consts(hp);
+  const int mom = hp->momentum != 0.0f, cen = hp->centered;
+  const long long nn = (long long)n;
+  int bad = 0;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
+    reduction(|                                                      \
+              : bad) if (nn > CL_CPU_PAR_MIN)
+#endif
+  for (long long i = 0; i < nn; i++) {
+    float pi = p[i], vi = v ? v[i] : 0.0f, bi = buf ? buf[i] : 0.0f, ai = gavg ? gavg[i] : 0.0f;
+    rms_elem(&k, g[i], &pi, &vi, mom ? &bi : NULL, cen ? &ai : NULL);
+    bad |= !(fin(g[i]) & fin(bi) & fin(vi) & fin(pi));
+  }
+  for (size_t i = 0; bad && i < n; i++) {
+    float pi = p[i], vi = v ? v[i] : 0.0f, bi = buf ? buf[i] : 0.0f, ai = gavg ? gavg[i] : 0.0f;
+    rms_elem(&k, g[i], &pi, &vi, mom ? &bi : NULL, cen ? &ai : NULL);
+    if ((*fault = first_fault(i, g[i], bi, vi, pi)) != CL_FAULT_NONE) break;
   }
   return CL_OK;
 }

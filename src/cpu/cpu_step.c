@@ -52,12 +52,15 @@ cl_status cl_cpu_update_step(cl_backend *be, const cl_update_args *u, cl_step_va
   if (u->max_norm > 0 && !lost && (s = clip(be, u, vals)) != CL_OK) return s;
   uint64_t fault = CL_FAULT_NONE;
   if (!bad && !lost)
-    s = u->adam ? cl_cpu_adam_check(be, u->p, u->g, u->m, u->v, u->vmax, u->n, &u->ahp, &fault)
-                : cl_cpu_sgd_check(be, u->p, u->g, u->m, u->n, &u->shp, &fault);
+    s = u->adam      ? cl_cpu_adam_check(be, u->p, u->g, u->m, u->v, u->vmax, u->n, &u->ahp, &fault)
+        : u->rmsprop ? cl_cpu_rmsprop_check(be, u->p, u->g, u->v, u->m, u->vmax, u->n, &u->rhp,
+                                            &fault)
+                     : cl_cpu_sgd_check(be, u->p, u->g, u->m, u->n, &u->shp, &fault);
   if (s != CL_OK) return s;
   vals->fault = fault;
   vals->skipped = bad || lost || fault != CL_FAULT_NONE;
   if (vals->skipped) return CL_OK;
+  if (u->rmsprop) return cl_cpu_rmsprop_update(be, u->p, u->g, u->v, u->m, u->vmax, u->n, &u->rhp);
   return u->adam ? cl_cpu_adam_update(be, u->p, u->g, u->m, u->v, u->vmax, u->n, &u->ahp)
                  : cl_cpu_sgd_update(be, u->p, u->g, u->m, u->n, &u->shp);
 }

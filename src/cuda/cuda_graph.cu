@@ -119,8 +119,10 @@ static void mix_arg(cl_cuda_graphs *G, const cl_loss_fn *f) {
  * through the pinned constants, staged in a dry walk too (slot_hook). */
 static void mix_arg(cl_cuda_graphs *G, const cl_update_args *u) {
   const int ams = u->ahp.amsgrad, mom = u->shp.momentum != 0.0f;
+  const int rmom = u->rhp.momentum != 0.0f, cen = u->rhp.centered; /* RMSprop's variant */
   MIX(G, u->p), MIX(G, u->g), MIX(G, u->m), MIX(G, u->v), MIX(G, u->vmax), MIX(G, u->n);
   MIX(G, u->adam), MIX(G, ams), MIX(G, mom), MIX(G, u->unscale), MIX(G, u->inv_scale);
+  MIX(G, u->rmsprop), MIX(G, rmom), MIX(G, cen);
   MIX(G, u->max_norm), MIX(G, u->check_loss);
 }
 /* anything else: a pointer, a size, a flag, a scale */

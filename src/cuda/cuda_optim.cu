@@ -2,14 +2,14 @@
  * cuda/cuda_optim.cu -- optimizer slots of the CUDA backend (twin of
  * src/cpu/cpu_optim.c): the unscale-and-check of float16 loss scaling, and
  * one launch each for
- * torch.optim.Adam (amsgrad too), torch.optim.AdamW and torch.optim.SGD over
- * the flat array of all parameters.
+ * torch.optim.Adam (amsgrad too), torch.optim.AdamW, torch.optim.SGD and
+ * torch.optim.RMSprop over the flat array of all parameters.
  *
  * The updates follow torch 1.13's single-tensor code operation for operation
  * (weight decay added to the gradient, bias corrections in double on the
  * host, addcdiv's order), so that a run tracks PyTorch's step by step.
  * Gradients, parameters and optimizer state are float32. Each update has a guard (adam_check,
- * sgd_check), a dry run that finds the first value it would make
+ * sgd_check, rmsprop_check), a dry run that finds the first value it would make
  * non-finite; the step's end (update_step, in cuda_step.cu) stages
  * the constants (update_stage) and launches the guarded update decided on
  * the device (update_launch). The loss scaler's policy (when to grow or cut
@@ -194,6 +194,101 @@ cl_status cl_cuda_sgd_update(cl_backend *be, float *p, const float *g, float *bu
   return CL_OK;
 }
 
+/* ---- RMSprop ----------------------------------------------------------- */
+
+/* torch 1.13 _single_tensor_rmsprop (the CPU twin's rms_elem):
+ *   g += wd * p;  v = v * alpha + (1 - alpha) * g * g
+ *   centered: ga = ga * alpha + (1 - alpha) * g;  avg = sqrt(v - ga * ga) + eps
+ *   else avg = sqrt(v) + eps
+ *   momentum: buf = buf * momentum + g / avg;  p += -lr * buf
+ *   else p += (-lr * g) / avg
+ * 1 - alpha a Python float rounded to float once, on the host. */
+struct rms_k {
+  float alpha, one_m_alpha, eps, wd, momentum, neg_lr;
+};
+
+static rms_k rms_consts(const cl_rmsprop_hp *hp) {
+  rms_k k = {hp->alpha,        (float)(1.0 - (double)hp->alpha), hp->eps, hp->weight_decay,
+             hp->momentum, -hp->lr};
+  return k;
+}
+
+/* p, v, buf (MOM), ga (CEN): the element's values before on entry, after
+ * on return. Shared by the update and its guard as adam_elem is. */
+template <bool MOM, bool CEN>
+__device__ __forceinline__ void rms_elem(const rms_k &k, float gi, float &p, float &v, float &b,
+                                         float &ga) {
+  if (k.wd != 0.0f) gi = gi + k.wd * p;
+  v = v * k.alpha + k.one_m_alpha * gi * gi;
+  float avg;
+  if (CEN) {
+    ga = ga * k.alpha + k.one_m_alpha * gi;
+    avg = sqrtf(v - ga * ga);
+  } else {
+    avg = sqrtf(v);
+  }
+  avg = avg + k.eps;
+  if (MOM) {
+    b = b * k.momentum + gi / avg;
+    p = p + k.neg_lr * b;
+  } else {
+    p = p + k.neg_lr * gi / avg;
+  }
+}
+
+template <bool MOM, bool CEN>
+__device__ __forceinline__ void rms_apply(const rms_k &k, float *p, const float *g, float *v,
+                                          float *buf, float *gavg, size_t n) {
+  CL_CUDA_FOR(i, n) {
+    float pi = p[i], vi = v[i], bi = MOM ? buf[i] : 0.0f, ai = CEN ? gavg[i] : 0.0f;
+    rms_elem<MOM, CEN>(k, g[i], pi, vi, bi, ai);
+    v[i] = vi;
+    if (MOM) buf[i] = bi;
+    if (CEN) gavg[i] = ai;
+    p[i] = pi;
+  }
+}
+
+template <bool MOM, bool CEN>
+__global__ void rms_kernel(float *p, const float *g, float *v, float *buf, float *gavg, size_t n,
+                           rms_k k) {
+  rms_apply<MOM, CEN>(k, p, g, v, buf, gavg, n);
+}
+
+/* The update needs its state (its guard may run before it exists: zeros). */
+static cl_status rms_state_ok(cl_backend *be, const float *v, const float *buf, const float *ga,
+                              const cl_rmsprop_hp *hp) {
+  if (v && (hp->momentum == 0.0f || buf) && (!hp->centered || ga)) return CL_OK;
+  snprintf(be->err, sizeof be->err, "cuda rmsprop: needs square_avg%s%s",
+           hp->momentum != 0.0f ? ", momentum_buffer" : "", hp->centered ? ", grad_avg" : "");
+  return CL_E_INVALID;
+}
+
+/* The four variants' launch (momentum on or off, centered or not); Args:
+ * the kernel's arguments after p, g, v, buf, gavg, n. */
+#define RMS_LAUNCH(kernel, mom, cen, grid, stream, ...)                                           \
+  do {                                                                                            \
+    if (mom && cen)                                                                               \
+      kernel<true, true><<<grid, CL_CUDA_THREADS, 0, stream>>>(__VA_ARGS__);                      \
+    else if (mom)                                                                                 \
+      kernel<true, false><<<grid, CL_CUDA_THREADS, 0, stream>>>(__VA_ARGS__);                     \
+    else if (cen)                                                                                 \
+      kernel<false, true><<<grid, CL_CUDA_THREADS, 0, stream>>>(__VA_ARGS__);                     \
+    else                                                                                          \
+      kernel<false, false><<<grid, CL_CUDA_THREADS, 0, stream>>>(__VA_ARGS__);                    \
+  } while (0)
+
+cl_status cl_cuda_rmsprop_update(cl_backend *be, float *p, const float *g, float *v, float *buf,
+                                 float *gavg, size_t n, const cl_rmsprop_hp *hp) {
+  if (rms_state_ok(be, v, buf, gavg, hp) != CL_OK) return CL_E_INVALID;
+  if (n == 0) return CL_OK;
+  const bool mom = hp->momentum != 0.0f, cen = hp->centered != 0;
+  RMS_LAUNCH(rms_kernel, mom, cen, cl_cuda_blocks(n), cl_cuda_ctx_of(be)->stream, p, g, v,
+             mom ? buf : NULL, cen ? gavg : NULL, n, rms_consts(hp));
+  CL_CUDA_LAUNCH_CHECK(be);
+  return CL_OK;
+}
+
 /* ---- the guards: a dry run of the update ------------------------------- */
 
 /* The first fault (backend.h's key) of element i's new values, or
@@ -244,6 +339,27 @@ __global__ void sgd_check_kernel(const float *p, const float *g, const float *bu
                                  float lr, float momentum, float wd, int first,
                                  unsigned long long *fault) {
   sgd_guard(p, g, buf, n, lr, momentum, wd, first, fault);
+}
+
+/* RMSprop's: the parts are grad, momentum_buffer (m), square_avg (v), p;
+ * grad_avg is a running mean of finite gradients, finite when they are. */
+template <bool MOM, bool CEN>
+__device__ __forceinline__ void rms_guard(const rms_k &k, const float *p, const float *g,
+                                          const float *v, const float *buf, const float *gavg,
+                                          size_t n, unsigned long long *fault) {
+  CL_CUDA_FOR(i, n) {
+    float pi = p[i], vi = v ? v[i] : 0.0f, bi = MOM && buf ? buf[i] : 0.0f,
+          ai = CEN && gavg ? gavg[i] : 0.0f;
+    rms_elem<MOM, CEN>(k, g[i], pi, vi, bi, ai);
+    const unsigned long long f = fault_of(i, g[i], bi, vi, pi);
+    if (f != CL_FAULT_NONE) atomicMin(fault, f);
+  }
+}
+
+template <bool MOM, bool CEN>
+__global__ void rms_check_kernel(const float *p, const float *g, const float *v, const float *buf,
+                                 const float *gavg, size_t n, rms_k k, unsigned long long *fault) {
+  rms_guard<MOM, CEN>(k, p, g, v, buf, gavg, n, fault);
 }
 
 /* The 64-bit word is the first slot of the loss's partial sums (8 bytes,
@@ -300,6 +416,20 @@ cl_status cl_cuda_sgd_check(cl_backend *be, const float *p, const float *g, cons
   return fault_end(be, ctx, fault);
 }
 
+cl_status cl_cuda_rmsprop_check(cl_backend *be, const float *p, const float *g, const float *v,
+                                const float *buf, const float *gavg, size_t n,
+                                const cl_rmsprop_hp *hp, uint64_t *fault) {
+  *fault = CL_FAULT_NONE;
+  if (n == 0) return CL_OK;
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  const cl_status st = fault_begin(be, ctx);
+  if (st != CL_OK) return st;
+  const bool mom = hp->momentum != 0.0f, cen = hp->centered != 0;
+  RMS_LAUNCH(rms_check_kernel, mom, cen, cl_cuda_blocks(n), ctx->stream, p, g, v, buf, gavg, n,
+             rms_consts(hp), fault_word(ctx));
+  return fault_end(be, ctx, fault);
+}
+
 /* ---- the training step's update, decided on the device ------------------
  * backend.h's cl_update_args: the guard, the decision and the update read
  * the step's results (cl_step_vals) and the update's constants from device
@@ -309,6 +439,7 @@ cl_status cl_cuda_sgd_check(cl_backend *be, const float *p, const float *g, cons
  * a pinned block the host rewrites at each call and the stream copies. */
 struct step_consts {
   adam_k a;
+  rms_k r;
   float lr, momentum, wd; /* SGD */
   int first;
 };
@@ -329,6 +460,15 @@ __global__ void sgd_step_guard_kernel(const float *p, const float *g, const floa
             reinterpret_cast<unsigned long long *>(&vals->fault));
 }
 
+template <bool MOM, bool CEN>
+__global__ void rms_step_guard_kernel(const float *p, const float *g, const float *v,
+                                      const float *buf, const float *gavg, size_t n,
+                                      const step_consts *c, cl_step_vals *vals, int check_loss) {
+  if (vals->found_inf || (check_loss && !isfinite(vals->loss))) return;
+  rms_guard<MOM, CEN>(c->r, p, g, v, buf, gavg, n,
+                      reinterpret_cast<unsigned long long *>(&vals->fault));
+}
+
 __global__ void step_decide_kernel(cl_step_vals *v, int check_loss) {
   v->skipped = v->found_inf || v->fault != CL_FAULT_NONE || (check_loss && !isfinite(v->loss));
 }
@@ -346,6 +486,13 @@ __global__ void sgd_step_kernel(float *p, const float *g, float *buf, size_t n,
   sgd_apply(p, g, buf, n, c->lr, c->momentum, c->wd, c->first);
 }
 
+template <bool MOM, bool CEN>
+__global__ void rms_step_kernel(float *p, const float *g, float *v, float *buf, float *gavg,
+                                size_t n, const step_consts *c, const cl_step_vals *vals) {
+  if (vals->skipped) return;
+  rms_apply<MOM, CEN>(c->r, p, g, v, buf, gavg, n);
+}
+
 cl_status cl_cuda_update_stage(cl_backend *be, const cl_update_args *u) {
   step_consts c;
   memset(&c, 0, sizeof c);
@@ -356,6 +503,9 @@ cl_status cl_cuda_update_stage(cl_backend *be, const cl_update_args *u) {
       return CL_E_INVALID;
     }
     c.a = adam_consts(&u->ahp);
+  } else if (u->rmsprop) {
+    if (rms_state_ok(be, u->v, u->m, u->vmax, &u->rhp) != CL_OK) return CL_E_INVALID;
+    c.r = rms_consts(&u->rhp);
   } else {
     if (sgd_buf_ok(be, u->m, &u->shp) != CL_OK) return CL_E_INVALID;
     c.lr = u->shp.lr;
@@ -385,7 +535,11 @@ cl_status cl_cuda_update_launch(cl_backend *be, const cl_update_args *u, cl_step
   }
   CL_CUDA_CHECK(be, cudaMemsetAsync(&vals->fault, 0xff, sizeof vals->fault, s));
   const int cl = u->check_loss;
-  if (u->adam && u->ahp.amsgrad)
+  const bool mom = u->rhp.momentum != 0.0f, cen = u->rhp.centered != 0;
+  if (u->rmsprop)
+    RMS_LAUNCH(rms_step_guard_kernel, mom, cen, blocks, s, u->p, u->g, u->v, mom ? u->m : NULL,
+               cen ? u->vmax : NULL, n, c, vals, cl);
+  else if (u->adam && u->ahp.amsgrad)
     adam_step_guard_kernel<true><<<blocks, CL_CUDA_THREADS, 0, s>>>(u->p, u->g, u->m, u->v,
                                                                    u->vmax, n, c, vals, cl);
   else if (u->adam)
@@ -397,7 +551,10 @@ cl_status cl_cuda_update_launch(cl_backend *be, const cl_update_args *u, cl_step
   CL_CUDA_LAUNCH_CHECK(be);
   step_decide_kernel<<<1, 1, 0, s>>>(vals, cl);
   CL_CUDA_LAUNCH_CHECK(be);
-  if (u->adam && u->ahp.amsgrad)
+  if (u->rmsprop)
+    RMS_LAUNCH(rms_step_kernel, mom, cen, blocks, s, u->p, u->g, u->v, mom ? u->m : NULL,
+               cen ? u->vmax : NULL, n, c, vals);
+  else if (u->adam && u->ahp.amsgrad)
     adam_step_kernel<true><<<blocks, CL_CUDA_THREADS, 0, s>>>(u->p, u->g, u->m, u->v, u->vmax, n,
                                                              c, vals);
   else if (u->adam)

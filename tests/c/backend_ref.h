@@ -251,6 +251,30 @@ static void ref_sgd_step(double *p, const float *g, double *buf, size_t n, const
   }
 }
 
+/* One step of torch.optim.RMSprop: v the square_avg, buf the
+ * momentum_buffer (hp->momentum != 0), ga the grad_avg (hp->centered), all
+ * starting at zeros. */
+static void ref_rmsprop_step(double *p, const float *g, double *v, double *buf, double *ga,
+                             size_t n, const cl_rmsprop_hp *hp) {
+  const double a = hp->alpha;
+  for (size_t i = 0; i < n; i++) {
+    const double gi = g[i] + (double)hp->weight_decay * p[i];
+    v[i] = a * v[i] + (1 - a) * gi * gi;
+    double avg = v[i];
+    if (hp->centered) {
+      ga[i] = a * ga[i] + (1 - a) * gi;
+      avg -= ga[i] * ga[i];
+    }
+    avg = sqrt(avg) + hp->eps;
+    if (hp->momentum != 0.0f) {
+      buf[i] = hp->momentum * buf[i] + gi / avg;
+      p[i] -= hp->lr * buf[i];
+    } else {
+      p[i] -= hp->lr * gi / avg;
+    }
+  }
+}
+
 /* The loss slot: the mean over n of torch 1.13's MSE, L1,
  * Huber(delta) or BCE-with-logits(pos_weight) loss of pred against target,
  * each element's times weight[i] (weight NULL: one), in double from the
@@ -401,6 +425,35 @@ static uint64_t ref_sgd_fault(const float *p, const float *g, const float *buf, 
     }
     const float pi = p[i] - hp->lr * d;
     const uint64_t f = ref_first_fault(i, g[i], b, 0.0f, pi);
+    if (f != CL_FAULT_NONE) return f;
+  }
+  return CL_FAULT_NONE;
+}
+
+/* rmsprop_check: the same for torch's float32 RMSprop; the buffer is the
+ * "m" part of the key, square_avg the "v" part; v, buf, ga NULL: zeros. */
+static uint64_t ref_rmsprop_fault(const float *p, const float *g, const float *v,
+                                  const float *buf, const float *ga, size_t n,
+                                  const cl_rmsprop_hp *hp) {
+  const float a = hp->alpha, one_m_a = (float)(1.0 - (double)hp->alpha);
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i], b = 0.0f;
+    if (hp->weight_decay != 0.0f) gi = gi + hp->weight_decay * p[i];
+    const float vi = (v ? v[i] : 0.0f) * a + one_m_a * gi * gi;
+    float avg = vi;
+    if (hp->centered) {
+      const float gai = (ga ? ga[i] : 0.0f) * a + one_m_a * gi;
+      avg = vi - gai * gai;
+    }
+    avg = sqrtf(avg) + hp->eps;
+    float pi;
+    if (hp->momentum != 0.0f) {
+      b = (buf ? buf[i] : 0.0f) * hp->momentum + gi / avg;
+      pi = p[i] + -hp->lr * b;
+    } else {
+      pi = p[i] + -hp->lr * gi / avg;
+    }
+    const uint64_t f = ref_first_fault(i, g[i], b, vi, pi);
     if (f != CL_FAULT_NONE) return f;
   }
   return CL_FAULT_NONE;

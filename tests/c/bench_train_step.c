@@ -69,7 +69,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < ny; i++) y[i] = (float)uniform01(NULL);
   cl_host_array xa = {x, CL_HOST_TORCH_F32, 5, {B, T, c.input_dim, H, W}};
   cl_host_array ya = {y, CL_HOST_TORCH_F32, 4, {B, top, H, W, 0}};
-  cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0};
+  cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0};
 
   /* dropout masks [B, C, H, W] per layer and kind, redrawn every step */
   cl_step_options so;

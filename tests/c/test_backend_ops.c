@@ -970,7 +970,7 @@ static void run_gates_errors(const row *r) {
 /* MSE's refusals, f NULL (MSE) and unweighted MSE by kind alike. */
 static void run_mse_errors(const row *r) {
   (void)r;
-  const cl_loss_fn mse = {CL_LOSS_MSE, 1, 1};
+  const cl_loss_fn mse = {CL_LOSS_MSE, 1, 1, 0};
   for (int vi = 0; vi < n_vs; vi++) {
     variant *v = &vs[vi];
     scope sc = scope_of(v);
@@ -1125,8 +1125,8 @@ static void run_weighted_loss(const row *r) {
 
 static void run_loss_errors(const row *r) {
   (void)r;
-  const cl_loss_fn mse = {CL_LOSS_MSE, 1, 1}, mae = {CL_LOSS_MAE, 1, 1};
-  const cl_loss_fn unknown = {CL_N_LOSSES, 1, 1};
+  const cl_loss_fn mse = {CL_LOSS_MSE, 1, 1, 0}, mae = {CL_LOSS_MAE, 1, 1, 0};
+  const cl_loss_fn unknown = {CL_N_LOSSES, 1, 1, 0};
   for (int vi = 0; vi < n_vs; vi++) {
     variant *v = &vs[vi];
     scope sc = scope_of(v);
@@ -1459,6 +1459,64 @@ static void run_sgd(const row *r) {
   }
 }
 
+/* RMSprop: new gradients each step (optim_grads), the state from zeros as
+ * torch starts it; every array it keeps against the double reference. */
+typedef struct rms_case {
+  size_t n;
+  float lr, alpha, eps, weight_decay, momentum;
+  int centered, steps;
+} rms_case;
+
+static void run_rmsprop(const row *r) {
+  const rms_case *cases = r->cases;
+  for (int i = 0; i < r->n_cases; i++) {
+    const rms_case *c = &cases[i];
+    const size_t n = c->n;
+    if (too_big((double)n * c->steps * 20)) continue;
+    float *p = rand_floats(n, -1, 1), **g = optim_grads(n, c->steps);
+    double *rp = to_double(p, n), *rv = calloc(n, 8), *rb = calloc(n, 8), *ra = calloc(n, 8);
+    const cl_rmsprop_hp hp = {c->lr, c->alpha, c->eps, c->weight_decay, c->momentum, c->centered};
+    for (int k = 1; k <= c->steps; k++) ref_rmsprop_step(rp, g[k - 1], rv, rb, ra, n, &hp);
+    char label[160], what[240];
+    snprintf(label, sizeof label,
+             "n=%zu lr=%g alpha=%g eps=%g wd=%g momentum=%g centered=%d, %d steps", n,
+             (double)c->lr, (double)c->alpha, (double)c->eps, (double)c->weight_decay,
+             (double)c->momentum, c->centered, c->steps);
+    const int mom = c->momentum != 0.0f;
+    for (int vi = 0; vi < n_vs; vi++) {
+      variant *v = &vs[vi];
+      cl_backend *be = v->be;
+      scope sc = scope_of(v);
+      float *P = dev_of(&sc, p, n * 4), *G = dev_alloc(&sc, n * 4), *V = dev_alloc(&sc, n * 4);
+      float *B = mom ? dev_alloc(&sc, n * 4) : NULL;
+      float *A = c->centered ? dev_alloc(&sc, n * 4) : NULL;
+      float *zero[3] = {V, B, A};
+      for (int k = 0; k < 3; k++)
+        if (sc.ok && zero[k]) CALL(&sc, be->iface->memset0(be, zero[k], n * 4));
+      for (int k = 1; k <= c->steps && sc.ok; k++) {
+        dev_put(&sc, G, g[k - 1], n * 4);
+        if (sc.ok) CALL(&sc, be->iface->rmsprop_update(be, P, G, V, B, A, n, &hp));
+      }
+      const float *outs[4] = {P, V, B, A};
+      const double *refs[4] = {rp, rv, rb, ra};
+      static const char *names[4] = {"parameters", "square_avg", "momentum_buffer", "grad_avg"};
+      for (int o = 0; o < 4 && sc.ok; o++) {
+        if (!outs[o]) continue;
+        float *got = dev_get(&sc, CL_F32, outs[o], n);
+        snprintf(what, sizeof what, "%s: %s", label, names[o]);
+        if (got) compare(v, what, got, refs[o], n, r->tol.f32);
+        free(got);
+      }
+      if (sc.ok && (mom || c->centered))
+        expect(v, be->iface->rmsprop_update(be, P, G, V, NULL, NULL, n, &hp) == CL_E_INVALID,
+               "%s: the update without its momentum_buffer / grad_avg is refused", label);
+      scope_end(&sc);
+    }
+    free(p), free(rp), free(rv), free(rb), free(ra);
+    free_grads(g, c->steps);
+  }
+}
+
 /* ---- the updates' guards ------------------------------------------------------------- */
 
 /* One element's planted inputs (NaN, Inf or a huge finite value). */
@@ -1593,6 +1651,75 @@ static void run_guard(const row *r) {
   }
 }
 
+/* rmsprop_check over guard cases: mom is RMSprop's momentum, first says
+ * centered (grad_avg from zeros), m the momentum_buffer, v the square_avg.
+ * As run_guard: the key against the reference's and the case's, nothing
+ * written, and after a pass the update writes only finite numbers. */
+static void run_rms_guard(const row *r) {
+  const guard_case *cases = r->cases;
+  for (int i = 0; i < r->n_cases; i++) {
+    const guard_case *c = &cases[i];
+    const size_t n = c->n, bytes = n * 4;
+    float *h[4];
+    guard_inputs(c, h);
+    const float *hb = c->no_state ? NULL : h[2], *hv = c->no_state ? NULL : h[3];
+    const cl_rmsprop_hp hp = {c->lr, 0.99f, 1e-8f, c->wd, c->mom, c->first};
+    const uint64_t ref = ref_rmsprop_fault(h[0], h[1], hv, hb, NULL, n, &hp);
+    const uint64_t want = guard_key(c->want_at, c->want_part, c->want_nan);
+    char label[200], rs[80], gs[80];
+    snprintf(label, sizeof label, "rmsprop %s, n=%zu", c->what, n);
+    key_str(rs, sizeof rs, ref);
+    if (ref != want) {
+      key_str(gs, sizeof gs, want);
+      printf("FAIL %s: the reference says %s, the case %s\n", label, rs, gs);
+      ctest_checks++, ctest_failures++, row_checks++, row_failed++;
+    }
+    for (int vi = 0; vi < n_vs; vi++) {
+      variant *v = &vs[vi];
+      cl_backend *be = v->be;
+      scope sc = scope_of(v);
+      float *d[4] = {NULL, NULL, NULL, NULL};
+      for (int a = 0; a < 4 && n; a++) d[a] = dev_of(&sc, h[a], bytes);
+      float *A = c->first && n ? dev_alloc(&sc, bytes) : NULL; /* grad_avg: zeros */
+      if (sc.ok && A) CALL(&sc, be->iface->memset0(be, A, bytes));
+      const float *B = c->no_state ? NULL : d[2], *V = c->no_state ? NULL : d[3];
+      uint64_t got = 0;
+      if (sc.ok) CALL(&sc, be->iface->rmsprop_check(be, d[0], d[1], V, B, A, n, &hp, &got));
+      if (!sc.ok) {
+        scope_end(&sc);
+        continue;
+      }
+      key_str(gs, sizeof gs, got);
+      expect(v, got == ref, "%s: key %s, reference %s", label, gs, rs);
+      int same = 1;
+      for (int a = 0; a < 4 && n && sc.ok; a++) {
+        float *back = dev_get(&sc, CL_F32, d[a], n);
+        same &= back && memcmp(back, h[a], bytes) == 0;
+        free(back);
+      }
+      expect(v, sc.ok && same, "%s: the guard wrote nothing", label);
+      if (ref == CL_FAULT_NONE && n && sc.ok) {
+        if (c->no_state) {
+          CALL(&sc, be->iface->memset0(be, d[2], bytes));
+          CALL(&sc, be->iface->memset0(be, d[3], bytes));
+        }
+        if (sc.ok) CALL(&sc, be->iface->rmsprop_update(be, d[0], d[1], d[3], d[2], A, n, &hp));
+        size_t bad = 0;
+        for (int a = 0; a < 4 && sc.ok; a++) {
+          if (a == 1) continue; /* the gradient is an input */
+          float *back = dev_get(&sc, CL_F32, d[a], n);
+          for (size_t k = 0; back && k < n; k++) bad += !isfinite(back[k]);
+          free(back);
+        }
+        expect(v, sc.ok && bad == 0, "%s: then the update writes %zu non-finite values", label,
+               bad);
+      }
+      scope_end(&sc);
+    }
+    for (int a = 0; a < 4; a++) free(h[a]);
+  }
+}
+
 /* ---- the backend's scratch and runtime memory --------------------------------------- */
 
 /* ---- the sync-free step: loss_acc and update_step --------------------------------- */
@@ -1625,6 +1752,8 @@ static const step_case step_cases[] = {
     {3000, 1, 0, 1.0f, 0.05, 1, NAN, -1, 0, 1e-3f},       /* the loss lost: nothing */
     {3000, 0, 0, 1.0f, 0, 1, 0.5, 2999, NAN, 0.1f},       /* a NaN gradient: refused */
     {3000, 1, 0, 1.0f, 0, 1, 0.5, -1, 0, 3e38f},          /* the update overflows: refused */
+    {4097, 2, 1, 1.0f / 1024, 0.05, 1, 0.5, -1, 0, 1e-3f}, /* RMSprop, unscaled and clipped */
+    {3000, 2, 0, 1.0f, 0, 1, 0.5, 5, NAN, 1e-3f},         /* RMSprop, a NaN gradient: refused */
 };
 
 typedef struct step_bufs {
@@ -1663,22 +1792,27 @@ static void step_by_host(scope *sc, const step_case *c, const cl_update_args *u,
   }
   uint64_t fault = CL_FAULT_NONE;
   if (!bad && !lost)
-    CALL(sc, u->adam ? f->adam_check(be, u->p, u->g, u->m, u->v, NULL, c->n, &u->ahp, &fault)
-                     : f->sgd_check(be, u->p, u->g, u->m, c->n, &u->shp, &fault));
+    CALL(sc, u->adam      ? f->adam_check(be, u->p, u->g, u->m, u->v, NULL, c->n, &u->ahp, &fault)
+             : u->rmsprop ? f->rmsprop_check(be, u->p, u->g, u->v, u->m, NULL, c->n, &u->rhp,
+                                             &fault)
+                          : f->sgd_check(be, u->p, u->g, u->m, c->n, &u->shp, &fault));
   out->fault = fault;
   out->skipped = bad || lost || fault != CL_FAULT_NONE;
   if (!out->skipped)
-    CALL(sc, u->adam ? f->adam_update(be, u->p, u->g, u->m, u->v, NULL, c->n, &u->ahp)
-                     : f->sgd_update(be, u->p, u->g, u->m, c->n, &u->shp));
+    CALL(sc, u->adam      ? f->adam_update(be, u->p, u->g, u->m, u->v, NULL, c->n, &u->ahp)
+             : u->rmsprop ? f->rmsprop_update(be, u->p, u->g, u->v, u->m, NULL, c->n, &u->rhp)
+                          : f->sgd_update(be, u->p, u->g, u->m, c->n, &u->shp));
 }
 
 static cl_update_args step_args(const step_case *c, const step_bufs *b) {
   cl_update_args u;
   memset(&u, 0, sizeof u);
-  u.p = b->p, u.g = b->g, u.m = b->m, u.v = b->v, u.n = c->n, u.adam = c->adam;
+  u.p = b->p, u.g = b->g, u.m = b->m, u.v = b->v, u.n = c->n;
+  u.adam = c->adam == 1, u.rmsprop = c->adam == 2; /* 0: SGD */
   cl_adam_hp ahp = {c->lr, 0.9f, 0.999f, 1e-8f, 0.01f, 3, 0, 0};
   cl_sgd_hp shp = {c->lr, 0.9f, 0.01f, 0};
-  u.ahp = ahp, u.shp = shp;
+  cl_rmsprop_hp rhp = {c->lr, 0.99f, 1e-8f, 0.01f, 0.9f, 0}; /* momentum_buffer in m */
+  u.ahp = ahp, u.shp = shp, u.rhp = rhp;
   u.unscale = c->unscale, u.inv_scale = c->inv_scale, u.max_norm = c->max_norm;
   u.check_loss = c->check_loss;
   return u;
@@ -1702,7 +1836,7 @@ static void run_update_step(const row *r) {
     if (c->bad >= 0) h[1][c->bad] = c->poison;
     char label[200];
     snprintf(label, sizeof label, "%s n=%zu unscale=%d max_norm=%g loss=%g poison[%ld]=%g lr=%g",
-             c->adam ? "adam" : "sgd", c->n, c->unscale, c->max_norm, c->loss, c->bad,
+             c->adam == 1 ? "adam" : c->adam == 2 ? "rmsprop" : "sgd", c->n, c->unscale, c->max_norm, c->loss, c->bad,
              (double)c->poison, (double)c->lr);
     for (int vi = 0; vi < n_vs; vi++) {
       variant *v = &vs[vi];
@@ -1739,7 +1873,8 @@ static void run_loss_acc(const row *r) {
   (void)r;
   const size_t n = 70001;
   float *pred = rand_floats(n, -1, 1), *y = rand_floats(n, -1, 1), *w = rand_floats(n, 0, 2);
-  const cl_loss_fn fns[] = {{CL_LOSS_MSE, 0, 0}, {CL_LOSS_HUBER, 0.5, 0}, {CL_LOSS_MSE, 0, 0}};
+  const cl_loss_fn fns[] = {
+      {CL_LOSS_MSE, 0, 0, 0}, {CL_LOSS_HUBER, 0.5, 0, 0}, {CL_LOSS_MSE, 0, 0, 0}};
   for (int k = 0; k < COUNT(fns); k++) {
     const float *wk = k == 2 ? w : NULL;
     for (int vi = 0; vi < n_vs; vi++) {
@@ -1784,7 +1919,7 @@ static void run_scratch(const row *r) {
   (void)r;
   enum { NM = (1 << 20) + 3, NA = 5001 };
   float *pred = rand_floats(NM, -1, 1), *target = rand_floats(NM, -1, 1);
-  const cl_loss_fn mse = {CL_LOSS_MSE, 0, 0};
+  const cl_loss_fn mse = {CL_LOSS_MSE, 0, 0, 0};
   const double rloss = ref_loss(&mse, pred, target, NM, 1.0, NULL);
   guard_case gc = {"", NA, 1e-3f, 0, 0, 0, 0, {{4321, 0, NAN, 0, 0}}, 1, 0, 1, 4321, 0, 0};
   float *h[4];
@@ -1792,7 +1927,7 @@ static void run_scratch(const row *r) {
   const cl_adam_hp ah = {1e-3f, 0.9f, 0.999f, 1e-8f, 0, 3, 0, 0};
   const uint64_t rkey = ref_adam_fault(h[0], h[1], h[2], h[3], NULL, NA, &ah);
   /* the other reductions through the partial sums: a loss and sum_squares */
-  const cl_loss_fn huber = {CL_LOSS_HUBER, 0.5, 1};
+  const cl_loss_fn huber = {CL_LOSS_HUBER, 0.5, 1, 0};
   const double rhuber = ref_loss(&huber, pred, target, NM, 1.0, NULL);
   const double rsq = ref_sum_squares(pred, NM);
   size_t runtime0 = 0;
@@ -2064,7 +2199,7 @@ static const cl_gates_shape gates_peep_fd_shapes[] = {{2, 3, 37, 0, CL_PEEP_CHAN
                                                       {2, 3, 37, 0, CL_PEEP_POSITION}};
 
 /* 1 and 4099 elements; more blocks than the CUDA reduction's partials */
-#define MSE {CL_LOSS_MSE, 1, 1}
+#define MSE {CL_LOSS_MSE, 1, 1, 0}
 static const loss_case mse_cases[] = {
     {MSE, 1, 1.0f, 1},    {MSE, 1000, 1.0f, 0},    {MSE, (1u << 20) + 3, 1024.0f, 1},
     {MSE, 4099, 1.0f, 2}, {MSE, 100003, 0.75f, 1}, {MSE, 70001, 1.0f, 1}};
@@ -2074,22 +2209,22 @@ static const loss_case mse_cases[] = {
  * BCE with and without pos_weight; 1 element; more blocks than the CUDA
  * reduction's partials */
 static const loss_case loss_cases[] = {
-    {{CL_LOSS_MAE, 1, 1}, 1, 1.0f, 1},
-    {{CL_LOSS_MAE, 1, 1}, 100003, 0.75f, 2},
-    {{CL_LOSS_HUBER, 0.7, 1}, (1u << 20) + 3, 1024.0f, 1},
-    {{CL_LOSS_HUBER, 0.7, 1}, 4099, 1.0f, 0},
-    {{CL_LOSS_HUBER, 2.5, 1}, 1000, 1.0f, 2},
-    {{CL_LOSS_BCE_LOGITS, 1, 2.5}, 70001, 1.0f, 2},
-    {{CL_LOSS_BCE_LOGITS, 1, 1}, 1000, 0.5f, 1},
-    {{CL_LOSS_BCE_LOGITS, 1, 0.3}, (1u << 20) + 3, 1.0f, 1},
+    {{CL_LOSS_MAE, 1, 1, 0}, 1, 1.0f, 1},
+    {{CL_LOSS_MAE, 1, 1, 0}, 100003, 0.75f, 2},
+    {{CL_LOSS_HUBER, 0.7, 1, 0}, (1u << 20) + 3, 1024.0f, 1},
+    {{CL_LOSS_HUBER, 0.7, 1, 0}, 4099, 1.0f, 0},
+    {{CL_LOSS_HUBER, 2.5, 1, 0}, 1000, 1.0f, 2},
+    {{CL_LOSS_BCE_LOGITS, 1, 2.5, 0}, 70001, 1.0f, 2},
+    {{CL_LOSS_BCE_LOGITS, 1, 1, 0}, 1000, 0.5f, 1},
+    {{CL_LOSS_BCE_LOGITS, 1, 0.3, 0}, (1u << 20) + 3, 1.0f, 1},
 };
 
 static const loss_case weighted_loss_cases[] = {
-    {{CL_LOSS_MSE, 1, 1}, 1, 1.0f, 1},
-    {{CL_LOSS_MSE, 1, 1}, 100003, 0.75f, 1},
-    {{CL_LOSS_MAE, 1, 1}, 4099, 1024.0f, 1},
-    {{CL_LOSS_HUBER, 0.7, 1}, (1u << 20) + 3, 1.0f, 1},
-    {{CL_LOSS_BCE_LOGITS, 1, 2.5}, 70001, 0.5f, 1},
+    {{CL_LOSS_MSE, 1, 1, 0}, 1, 1.0f, 1},
+    {{CL_LOSS_MSE, 1, 1, 0}, 100003, 0.75f, 1},
+    {{CL_LOSS_MAE, 1, 1, 0}, 4099, 1024.0f, 1},
+    {{CL_LOSS_HUBER, 0.7, 1, 0}, (1u << 20) + 3, 1.0f, 1},
+    {{CL_LOSS_BCE_LOGITS, 1, 2.5, 0}, 70001, 0.5f, 1},
 };
 
 static const sumsq_case sumsq_cases[] = {
@@ -2123,6 +2258,14 @@ static const optim_case adam_cases[] = {{50001, 1e-2f, 0, 0.0f, 5, 0, 0},
                                         {50001, 1e-2f, 0, 0.0f, 5, 0, 1},
                                         {50001, 1e-2f, 0, 0.01f, 5, 0, 1},
                                         {300001, 1e-3f, 0, 0.01f, 3, 1, 1}};
+static const rms_case rms_cases[] = {
+    /* n, lr, alpha, eps, weight_decay, momentum, centered, steps */
+    {50001, 1e-2f, 0.99f, 1e-8f, 0.0f, 0.0f, 0, 5},   /* torch's defaults */
+    {50001, 1e-2f, 0.99f, 1e-8f, 0.0f, 0.9f, 0, 5},   /* momentum */
+    {50001, 1e-2f, 0.9f, 1e-8f, 0.0f, 0.0f, 1, 5},    /* centered */
+    {1007, 1e-3f, 0.9f, 1e-6f, 0.01f, 0.0f, 0, 3},    /* weight decay */
+    {300001, 1e-3f, 0.8f, 1e-6f, 0.01f, 0.5f, 1, 3},  /* all of them, many blocks */
+};
 static const optim_case sgd_cases[] = {
     {40009, 0.05f, 0.0f, 0.0f, 4, 0, 0}, {40009, 0.05f, 0.9f, 0.0f, 4, 0, 0}, {40009, 0.05f, 0.9f, 1e-3f, 4, 0, 0},
     {1007, 0.05f, 0.0f, 0.0f, 3, 0, 0},  {1007, 0.05f, 0.9f, 0.0f, 3, 0, 0},  {300001, 0.05f, 0.9f, 0.01f, 3, 0, 0}};
@@ -2179,6 +2322,26 @@ static const guard_case adam_guard_cases[] = {
      0, 0, 1, 1},
     {"adamw + amsgrad, an Inf exp_avg", 300001, 1e-3f, 0.01f, 0, 0, 0,
      {{250000, 0, 0, INFINITY, 0}}, 1, CL_PART_M, 0, 250000, 1, 1},
+};
+/* RMSprop's guard: mom its momentum, first 1 centered (grad_avg from zeros) */
+static const guard_case rms_guard_cases[] = {
+    {"all finite", 40009, 1e-2f, 0, 0, 0, 0, {{7, 0.5f, 0.5f, 0.1f, 0.1f}}, 1, -1, 0, 0, 0, 0},
+    {"momentum and centered, all finite", 40009, 1e-2f, 0.01f, 0.9f, 1, 0,
+     {{7, 0.5f, 0.5f, 0.1f, 0.1f}}, 1, -1, 0, 0, 0, 0},
+    {"an Inf gradient", 40009, 1e-2f, 0, 0.9f, 0, 0, {{777, 0, INFINITY, 0, 0}}, 1, CL_PART_GRAD,
+     0, 777, 0, 0},
+    /* (1 - alpha) g^2 passes 3.4e38 from |g| = 1.8e20 */
+    {"g*g overflows square_avg", 40009, 1e-2f, 0, 0, 0, 0, {{5, 0, 1e21f, 0, 0}}, 1, CL_PART_V,
+     0, 5, 0, 0},
+    {"a NaN square_avg", 40009, 1e-2f, 0, 0, 0, 0, {{3, 0, 0, 0, NAN}}, 1, CL_PART_V, 1, 3, 0, 0},
+    {"momentum overflows the buffer", 40009, 1e-2f, 0, 1e10f, 0, 0, {{123, 0, 0, 1e30f, 0}}, 1,
+     CL_PART_M, 0, 123, 0, 0},
+    /* square_avg 0: avg = 0.1 |g|, and 3e38 * g / avg passes 3.4e38 at once */
+    {"lr * g / avg overflows the parameter", 300001, 3e38f, 0, 0, 0, 0,
+     {{0, 0.5f, 0.5f, 0, 0}}, 1, CL_PART_PARAM, 0, 0, 0, 0},
+    {"no state yet, all finite", 1000, 1e-2f, 0, 0.9f, 1, 1, {NOPLANT}, 0, -1, 0, 0, 0, 0},
+    {"two faults: the earlier element wins", 40009, 1e-2f, 0, 0, 0, 0,
+     {{39000, 0, NAN, 0, 0}, {15000, 0, 0, 0, INFINITY}}, 2, CL_PART_V, 0, 15000, 0, 0},
 };
 static const guard_case sgd_guard_cases[] = {
     {"all finite", 40009, 0.1f, 0, 0.9f, 0, 0, {{7, 0.5f, 0.5f, 0.5f, 0}}, 1, -1, 0, 0, 0, 0},
@@ -2330,6 +2493,13 @@ static const row ops[] = {
       "values <= 1"}},
     {"sgd_update", run_sgd, CASES(sgd_cases), F32, 0,
      {1e-6, 0, 0, 0, 0, 0, "float32 against torch's update in double: a few roundings"}},
+    {"rmsprop_update", run_rmsprop, CASES(rms_cases), F32, 0,
+     {1e-5, 0, 0, 0, 0, 0,
+      "float32 state against torch's update in double over a few steps: the first step "
+      "divides g by about |g| sqrt(1 - alpha), so a few roundings of values up to "
+      "1 / sqrt(1 - alpha)"}},
+    {"rmsprop_check", run_rms_guard, CASES(rms_guard_cases), F32, 0,
+     EXACT("the first fault's key is an integer: equal to the reference's, as adam_check")},
     {"adam_check", run_guard, CASES(adam_guard_cases), F32, 0,
      EXACT("the first fault's key (element, array, NaN) is an integer: equal to the "
            "reference's; each planted value is orders of magnitude from float32's overflow, so "

@@ -36,7 +36,7 @@ static size_t grads_of(int r0, int n, float *g, const cl_step_options *o) {
   cl_model *m = model();
   cl_host_array xa = {xs + (size_t)r0 * T * C * H * W, CL_HOST_TORCH_F32, 5, {n, T, C, H, W}};
   cl_host_array ya = {ys + (size_t)r0 * 3 * H * W, CL_HOST_TORCH_F32, 4, {n, 3, H, W, 0}};
-  cl_optim sgd = {CL_OPTIM_SGD, 0, 0, 0, 0, 0, 0, 0};
+  cl_optim sgd = {CL_OPTIM_SGD, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   double loss;
   CHECK(cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &sgd, o, &loss) == CL_OK,
         "train_step: %s", cl_model_error(m));
@@ -76,7 +76,7 @@ static void test_local(void) {
   cl_model *bad = model();
   cl_host_array xa = {xs, CL_HOST_TORCH_F32, 5, {B, T, C, H, W}};
   cl_host_array ya = {ys, CL_HOST_TORCH_F32, 4, {B, 3, H, W, 0}};
-  cl_optim sgd = {CL_OPTIM_SGD, 0.1, 0, 0, 0, 0, 0, 0};
+  cl_optim sgd = {CL_OPTIM_SGD, 0.1, 0, 0, 0, 0, 0, 0, 0, 0};
   double loss;
   CHECK(cl_model_train_step(bad, &xa, &ya, CL_TARGET_LAST_STATE, &sgd, &o, &loss) == CL_E_INVALID &&
             strstr(cl_model_error(bad), "comm_share"),

@@ -151,7 +151,7 @@ static void compare_paths(const char *what, cl_dtype dt, cl_target tg, const cl_
   CHECK(cl_data_bytes_for(mb, x.dims[0], x.dims[1], x.dims[3], x.dims[4], tg) ==
             cl_data_bytes(d),
         "%s: a second data set of this size would not grow the index buffer", what);
-  cl_optim adam = {CL_OPTIM_ADAM, 0.01, 0.9, 0.999, 1e-8, 0, 0.001, 0};
+  cl_optim adam = {CL_OPTIM_ADAM, 0.01, 0.9, 0.999, 1e-8, 0, 0.001, 0, 0, 0};
   int same = 1;
   for (int step = 0; step < 3 && d; step++) {
     for (int k = 0; k < nbatch; k++) {
@@ -227,7 +227,7 @@ static void test_refused(void) {
   cl_model *m = new_model(CL_F32, 0), *other = new_model(CL_F32, 0);
   cl_host_array x = whole_x(0), y = whole_y(CL_TARGET_LAST_STATE, 0);
   cl_data *d = NULL;
-  cl_optim sgd = {CL_OPTIM_SGD, 0.1, 0, 0, 0, 0, 0, 0};
+  cl_optim sgd = {CL_OPTIM_SGD, 0.1, 0, 0, 0, 0, 0, 0, 0, 0};
   double loss;
 
   cl_host_array bad = x;
@@ -307,7 +307,7 @@ static void test_oom(void) {
   cl_host_array ax, ay;
   int rows[2] = {1, 2};
   slice(rows, 2, CL_TARGET_SEQUENCE, &bx, &by, &ax, &ay);
-  cl_optim sgd = {CL_OPTIM_SGD, 0.1, 0, 0, 0, 0, 0, 0};
+  cl_optim sgd = {CL_OPTIM_SGD, 0.1, 0, 0, 0, 0, 0, 0, 0, 0};
   double loss = NAN;
   CHECK(cl_model_train_step(m, &ax, &ay, CL_TARGET_SEQUENCE, &sgd, NULL, &loss) == CL_OK &&
             isfinite(loss),
@@ -342,7 +342,7 @@ static void test_free_order(void) {
     CHECK(cl_data_create(m, &x, &y, CL_TARGET_LAST_STATE, &d3) == CL_OK, "d3");
     CHECK(cl_data_alive() == 3, "three data sets alive");
     int rep[12] = {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 6};
-    cl_optim sgd = {CL_OPTIM_SGD, 0.1, 0, 0, 0, 0, 0, 0};
+    cl_optim sgd = {CL_OPTIM_SGD, 0.1, 0, 0, 0, 0, 0, 0, 0, 0};
     double loss;
     CHECK(cl_model_train_step_data(m, d2, rep, 12, &sgd, NULL, &loss) == CL_OK,
           "12 rows of 7 (the index grows): %s", cl_model_error(m));

@@ -115,7 +115,7 @@ static void check(const char *name) {
       o.mask_x[l] = mx[l];
       o.mask_h[l] = mh[l];
     }
-    cl_optim sgd0 = {CL_OPTIM_SGD, 0, 0, 0, 0, 0, 0, 0};
+    cl_optim sgd0 = {CL_OPTIM_SGD, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     double loss = NAN;
     CHECK(cl_model_train_step(m, &xa, &ya, CL_TARGET_SEQUENCE, &sgd0, &o, &loss) == CL_OK,
           "%s: step: %s", dir, cl_model_error(m));

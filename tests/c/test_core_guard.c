@@ -23,7 +23,7 @@ static void train_with(const char *name, cl_dtype dtype, cl_step_options opts) {
   for (size_t i = 0; i < sizeof y / sizeof y[0]; i++) y[i] = (float)uniform01(NULL);
   cl_host_array xa = {x, CL_HOST_TORCH_F32, 5, {B, T, 3, H, W}};
   cl_host_array ya = {y, CL_HOST_TORCH_F32, 4, {B, 2, H, W, 0}};
-  cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0};
+  cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0};
   double loss = 0;
   for (int s = 0; s < 2; s++) {
     cl_status st = cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &adam, &opts, &loss);

@@ -140,7 +140,7 @@ static void test_dropout_gradients(void) {
 /* Every category after a training step equals the plan, to the byte. */
 static void test_plan_matches(void) {
   cl_model *m = make_model(1, 0);
-  cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0};
+  cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0};
   cl_plan p;
   CHECK(cl_model_plan(m, B, T, H, W, 1, &adam, NULL, &p) == CL_OK, "plan");
   float x[B * T * C * H * W], y[B * CL * H * W];
@@ -167,7 +167,7 @@ static void test_call_order(void) {
   float g[B * CL * H * W] = {0};
   cl_host_array ga = state(g, B, CL, H, W);
   CHECK(cl_model_backward(m, CL_TARGET_LAST_STATE, &ga) == CL_E_STATE, "backward before forward");
-  cl_optim sgd = {CL_OPTIM_SGD, 0.1, 0, 0, 0, 0.9, 0, 0};
+  cl_optim sgd = {CL_OPTIM_SGD, 0.1, 0, 0, 0, 0.9, 0, 0, 0, 0};
   CHECK(cl_model_optimizer_step(m, &sgd) == CL_E_STATE, "step before backward");
   float x[B * T * C * H * W];
   fill(x, sizeof x / sizeof *x, 1);
@@ -190,7 +190,7 @@ static void test_oom_recovery(void) {
   fill(x, sizeof x / sizeof *x, 1);
   fill(y, sizeof y / sizeof *y, 1);
   cl_host_array xa = seq(x, BB, T, C, H, W), ya = state(y, BB, CL, H, W);
-  cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0};
+  cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0};
   double loss;
   float before[4 * 3 * 5 * 9], after[4 * 3 * 5 * 9];
   cl_model_get_param(m, "cell_list.0.conv.weight", before, sizeof before / sizeof *before);
@@ -281,7 +281,7 @@ static void test_nonfinite_gradients(void) {
   fill(y, sizeof y / sizeof *y, 1);
   x[7] = INFINITY;
   cl_host_array xa = seq(x, B, T, C, H, W), ya = state(y, B, CL, H, W);
-  cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0};
+  cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0};
   float before[4 * 3 * 5 * 9], after[4 * 3 * 5 * 9];
   size_t n = sizeof before / sizeof *before;
   cl_model_get_param(m, "cell_list.0.conv.weight", before, n);
@@ -330,7 +330,7 @@ static void test_workspace_query_fails(void) {
   struct cl_backend_i refusing = *real;
   refusing.conv_workspace = refuse_workspace;
   m->be->iface = &refusing;
-  cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0};
+  cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0};
   cl_plan p;
   cl_status st = cl_model_plan(m, B, T, H, W, 1, &adam, NULL, &p);
   CHECK(st == CL_E_UNSUPPORTED && strstr(cl_model_error(m), "no algorithm for this shape"),

@@ -79,7 +79,7 @@ static double step_grads(const problem *p, cl_target tg, const cl_step_options *
   cl_host_array ya = tg == CL_TARGET_SEQUENCE
                        ? (cl_host_array){p->y_seq, CL_HOST_TORCH_F32, 5, {p->B, p->T, top, p->H, p->W}}
                        : (cl_host_array){p->y_last, CL_HOST_TORCH_F32, 4, {p->B, top, p->H, p->W, 0}};
-  cl_optim sgd = {CL_OPTIM_SGD, 0, 0, 0, 0, 0, 0, 0};
+  cl_optim sgd = {CL_OPTIM_SGD, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   double loss = NAN;
   cl_status s = cl_model_train_step(m, &xa, &ya, tg, &sgd, o, &loss);
   CHECK(s == CL_OK, "train_step: %s", cl_model_error(m));
@@ -200,7 +200,7 @@ static void test_tbptt_truncates(void) {
   cl_step_options og = {0};
   og.state_mode = CL_STATE_GIVEN;
   og.state = st;
-  cl_optim sgd0 = {CL_OPTIM_SGD, 0, 0, 0, 0, 0, 0, 0};
+  cl_optim sgd0 = {CL_OPTIM_SGD, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   double loss;
   CHECK(cl_model_train_step(m, &xt, &ya, CL_TARGET_LAST_STATE, &sgd0, &og, &loss) == CL_OK,
         "one step from the given state: %s", cl_model_error(m));
@@ -294,8 +294,8 @@ static void test_plan_equals_accounting(int cases, int guard) {
     if (which == 3 || randint(0, 1)) o.accumulation_steps = randint(1, B);
     if (!training) o.outputs = randint(0, 1) ? CL_OUTPUTS_LAST : CL_OUTPUTS_ALL;
     cl_target tg = randint(0, 1) ? CL_TARGET_SEQUENCE : CL_TARGET_LAST_STATE;
-    cl_optim opt = randint(0, 1) ? (cl_optim){CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0}
-                                 : (cl_optim){CL_OPTIM_SGD, 1e-2, 0, 0, 0, 0.9 * randint(0, 1), 0, 0};
+    cl_optim opt = randint(0, 1) ? (cl_optim){CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0}
+                                 : (cl_optim){CL_OPTIM_SGD, 1e-2, 0, 0, 0, 0.9 * randint(0, 1), 0, 0, 0, 0};
     cl_plan plan;
     CHECK(cl_model_plan(m, B, T, p.H, p.W, training, training ? &opt : NULL, &o, &plan) == CL_OK,
           "plan: %s", cl_model_error(m));
@@ -356,7 +356,7 @@ static void test_arena_reuse(void) {
   cl_host_array xs = {small.x, CL_HOST_TORCH_F32, 5, {2, 3, 2, 7, 6}};
   int top = small.cfg.hidden_dims[2];
   cl_host_array ys = {small.y_seq, CL_HOST_TORCH_F32, 5, {2, 3, top, 7, 6}};
-  cl_optim adam = {CL_OPTIM_ADAM, 1e-2, 0.9, 0.999, 1e-8, 0, 0, 0};
+  cl_optim adam = {CL_OPTIM_ADAM, 1e-2, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0};
   cl_plan pb, ps;
   CHECK(cl_model_plan(used, 5, 6, 7, 6, 1, &adam, NULL, &pb) == CL_OK, "plan big");
   CHECK(cl_model_plan(used, 2, 3, 7, 6, 1, &adam, NULL, &ps) == CL_OK, "plan small");
@@ -417,7 +417,7 @@ static void test_arena_reuse(void) {
 static void test_arena_oom(void) {
   problem p = make_problem(4, 5, 6, 6, 2);
   cl_model *m = model_of(&p, 5);
-  cl_optim sgd = {CL_OPTIM_SGD, 1e-2, 0, 0, 0, 0, 0, 0};
+  cl_optim sgd = {CL_OPTIM_SGD, 1e-2, 0, 0, 0, 0, 0, 0, 0, 0};
   cl_plan pb, ps;
   cl_model_plan(m, 4, 5, 6, 6, 1, &sgd, NULL, &pb);
   cl_model_plan(m, 1, 5, 6, 6, 1, &sgd, NULL, &ps);
@@ -458,8 +458,8 @@ static void test_arena_evicted_for_model_buffers(void) {
   cl_host_array ya = {p.y_seq, CL_HOST_TORCH_F32, 5, {6, 4, top, 6, 6}};
   cl_host_array x1 = {p.x, CL_HOST_TORCH_F32, 5, {1, 4, 2, 6, 6}};
   cl_host_array y1 = {p.y_seq, CL_HOST_TORCH_F32, 5, {1, 4, top, 6, 6}};
-  cl_optim sgd = {CL_OPTIM_SGD, 1e-2, 0, 0, 0, 0, 0, 0};
-  cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0};
+  cl_optim sgd = {CL_OPTIM_SGD, 1e-2, 0, 0, 0, 0, 0, 0, 0, 0};
+  cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0};
   double loss;
   CHECK(cl_model_train_step(m, &xa, &ya, CL_TARGET_SEQUENCE, &sgd, NULL, &loss) == CL_OK,
         "large SGD step: %s", cl_model_error(m));

@@ -80,7 +80,7 @@ static double sgd_step(cl_dtype dt, const cl_host_array *x, const cl_host_array 
   c.dtype = dt;
   cl_model *m = model_seeded(&c, 42);
   const double lr = 0.5;
-  cl_optim sgd = {CL_OPTIM_SGD, lr, 0, 0, 0, 0, 0, 0};
+  cl_optim sgd = {CL_OPTIM_SGD, lr, 0, 0, 0, 0, 0, 0, 0, 0};
   *n = flat(m, 0, p0);
   double loss = NAN;
   CHECK(cl_model_train_step(m, x, y, CL_TARGET_SEQUENCE, &sgd, NULL, &loss) == CL_OK,
@@ -137,7 +137,7 @@ static float ga[MAXG], gb[MAXG];
 static double accum_step(const cl_config *c, const cl_host_array *x, const cl_host_array *y,
                          cl_target tg, const cl_step_options *o, float *g, size_t *n) {
   cl_model *m = model_seeded(c, 5);
-  cl_optim sgd0 = {CL_OPTIM_SGD, 0, 0, 0, 0, 0, 0, 0};
+  cl_optim sgd0 = {CL_OPTIM_SGD, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   double loss = NAN;
   CHECK(cl_model_train_step(m, x, y, tg, &sgd0, o, &loss) == CL_OK, "step: %s",
         cl_model_error(m));
@@ -223,7 +223,7 @@ static void test_clipping(void) {
     const double max = k == 0 ? norm / 3 : norm * 2;
     cl_model *m = model_seeded(&c, 5); /* accum_step's weights */
     flat(m, 0, pc0);
-    cl_optim sgd = {CL_OPTIM_SGD, 1.0, 0, 0, 0, 0, 0, 0};
+    cl_optim sgd = {CL_OPTIM_SGD, 1.0, 0, 0, 0, 0, 0, 0, 0, 0};
     cl_step_options o = {0};
     o.max_grad_norm = max;
     double loss;

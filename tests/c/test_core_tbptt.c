@@ -183,7 +183,7 @@ static void check_fixture(const char *dir) {
                             : (cl_host_array){y, CL_HOST_TORCH_F32, 4, {sh.B, sh.top, sh.H, sh.W, 0}};
   cl_host_array y2a = ya;
   y2a.data = y2;
-  cl_optim sgd0 = {CL_OPTIM_SGD, 0, 0, 0, 0, 0, 0, 0}; /* lr 0: the parameters stay */
+  cl_optim sgd0 = {CL_OPTIM_SGD, 0, 0, 0, 0, 0, 0, 0, 0, 0}; /* lr 0: the parameters stay */
   cl_step_options o = {0};
   o.tbptt = sh.k;
   o.state_mode = CL_STATE_CARRY;

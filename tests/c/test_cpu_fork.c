@@ -34,7 +34,7 @@ static cl_model *make_model(void) {
 static double step(cl_model *m) {
   cl_host_array xa = {x, CL_HOST_TORCH_F32, 5, {B, T, C, H, W}};
   cl_host_array ya = {y, CL_HOST_TORCH_F32, 4, {B, CL, H, W, 0}};
-  cl_optim adam = {CL_OPTIM_ADAM, 1e-2, 0.9, 0.999, 1e-8, 0, 0, 0};
+  cl_optim adam = {CL_OPTIM_ADAM, 1e-2, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0};
   double loss = NAN;
   cl_status s = cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &adam, NULL, &loss);
   CHECK(s == CL_OK, "train_step: %s", m ? cl_model_error(m) : "no model");

@@ -163,9 +163,9 @@ static void loss_cases(size_t n) {
   const double zero = 0.0;
   for (int dt = CL_F32; dt <= CL_BF16; dt++) {
     void *hp = rand_bytes(n, (cl_dtype)dt);
-    loss_ctx c = {{CL_LOSS_MSE, 1.0, 1.0}, 0, 0, 0, dev(hp, n * cl_dtype_size((cl_dtype)dt)),
-                  dev(t, n * 4), dev(w, n * 4), dev(NULL, n * 4), dev(&zero, 8), n,
-                  (cl_dtype)dt, 0};
+    loss_ctx c = {{CL_LOSS_MSE, 1.0, 1.0, CL_REDUCE_MEAN}, 0, 0, 0,
+                  dev(hp, n * cl_dtype_size((cl_dtype)dt)), dev(t, n * 4), dev(w, n * 4),
+                  dev(NULL, n * 4), dev(&zero, 8), n, (cl_dtype)dt, 0};
     for (int k = 0; k < 4; k++)
       for (int weighted = 0; weighted <= 1; weighted++)
         for (int acc = 0; acc <= 1; acc++) {

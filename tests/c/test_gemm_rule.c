@@ -42,7 +42,7 @@ static long blas_calls_of_steps(int threads) {
   for (size_t i = 0; i < sizeof y / sizeof y[0]; i++) y[i] = (float)uniform01(NULL);
   cl_host_array xa = {x, CL_HOST_TORCH_F32, 5, {B, T, 2, H, W}};
   cl_host_array ya = {y, CL_HOST_TORCH_F32, 4, {B, 1, H, W, 0}};
-  cl_optim opt = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0};
+  cl_optim opt = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0};
   cl_step_options opts;
   memset(&opts, 0, sizeof opts);
   double loss = 0;

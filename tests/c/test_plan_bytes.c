@@ -85,6 +85,8 @@ static void expected(const pcase *c, size_t want[CL_MEM_NCAT]) {
   const cl_optim *o = &c->optim;
   int adam = o->kind == CL_OPTIM_ADAM || o->kind == CL_OPTIM_ADAMW;
   size_t moments = adam ? 2 + (o->amsgrad != 0) : o->momentum != 0;
+  /* RMSprop: square_avg, then momentum_buffer and grad_avg as asked */
+  if (o->kind == CL_OPTIM_RMSPROP) moments = 1 + (o->momentum != 0) + (o->centered != 0);
   want[CL_MEM_OPTIMIZER] = moments * want[CL_MEM_PARAMETERS];
   /* a micro-batch of ceil(B / m) sequences at a time */
   size_t Bm = c->accumulation > 1 ? cdiv(B, (size_t)c->accumulation) : B;
@@ -198,10 +200,13 @@ static void run_case(const pcase *c) {
 }
 
 int main(void) {
-  const cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0};
-  const cl_optim amsgrad = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 1};
-  const cl_optim sgd = {CL_OPTIM_SGD, 1e-2, 0, 0, 0, 0, 0, 0};
-  const cl_optim momentum = {CL_OPTIM_SGD, 1e-2, 0, 0, 0, 0.9, 0, 0};
+  const cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0};
+  const cl_optim amsgrad = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 1, 0, 0};
+  const cl_optim sgd = {CL_OPTIM_SGD, 1e-2, 0, 0, 0, 0, 0, 0, 0, 0};
+  const cl_optim momentum = {CL_OPTIM_SGD, 1e-2, 0, 0, 0, 0.9, 0, 0, 0, 0};
+  /* RMSprop with momentum and centered: square_avg, momentum_buffer, grad_avg */
+  const cl_optim rmsprop = {CL_OPTIM_RMSPROP, 1e-2, 0, 0, 1e-8, 0.9, 0, 0, 0.99, 1};
+  const cl_optim rms_plain = {CL_OPTIM_RMSPROP, 1e-2, 0, 0, 1e-8, 0, 0, 0, 0.99, 0};
   const pcase cases[] = {
       /* name, layers, in, hidden, kernels, dtype, B, T, H, W, training, optim,
        * checkpoint, tbptt, accumulation, recompute, outputs */
@@ -217,6 +222,10 @@ int main(void) {
        0, 0, 0, 2, 0},
       {"1 layer adam checkpoint 3 accumulation 3", 1, 2, {5}, {5}, CL_F32, 5, 7, 6, 6, 1, adam, 3,
        0, 3, 0, 0},
+      {"2 layers rmsprop momentum centered", 2, 2, {4, 3}, {3, 3}, CL_F32, 2, 4, 5, 4, 1,
+       rmsprop, 0, 0, 0, 0, 0},
+      {"1 layer rmsprop bfloat16 accumulation 2", 1, 1, {5}, {3}, CL_BF16, 4, 3, 4, 4, 1,
+       rms_plain, 0, 0, 2, 0, 0},
       {"inference, every output", 2, 2, {3, 5}, {3, 3}, CL_F32, 2, 6, 5, 4, 0, adam, 0, 0, 0, 0,
        CL_OUTPUTS_ALL},
       {"inference float16, last state", 2, 1, {6, 2}, {3, 5}, CL_F16, 3, 9, 4, 6, 0, adam, 0, 0, 0,

@@ -95,7 +95,7 @@ static void run_case(const step_case *sc, int per_gate, start_fn start, stop_fn 
   for (size_t i = 0; i < ny; i++) y[i] = (float)uniform01(NULL);
   cl_host_array xa = {x, CL_HOST_TORCH_F32, 5, {sc->B, sc->T, c.input_dim, sc->H, sc->W}};
   cl_host_array ya = {y, CL_HOST_TORCH_F32, 4, {sc->B, 1, sc->H, sc->W, 0}};
-  cl_optim opt = {sc->optim, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0};
+  cl_optim opt = {sc->optim, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0};
   if (sc->optim == CL_OPTIM_SGD) opt.momentum = 0.9;
   double loss = 0;
   size_t bytes = 0;
