@@ -364,12 +364,13 @@ step_work <- function(config, cfg, B, T, P, target, optimizer_kind, threads) {
   busy <- function(n) n / (threads * ceiling(n / threads)) # share of threads at work
   hid <- as.double(config$hidden_dims)
   # kernel taps per layer: a size (square) or kh, kw (a list of them when non-square)
-  kk <- vapply(as.list(config$kernel_sizes), function(k) prod(rep_len(as.double(k), 2)),
-               numeric(1))
+  taps <- function(ks) vapply(as.list(ks), function(k) prod(rep_len(as.double(k), 2)), numeric(1))
+  kk <- taps(config$kernel_sizes)
+  kr <- taps(config$recurrent_kernel_sizes %||% config$kernel_sizes) # the state kernel's
   inp <- c(as.double(config$input_dim), hid[-length(hid)])
   below <- seq_along(hid) > 1 # layers whose input gradient is needed
   fl_in <- 2 * P * 4 * hid * inp * kk
-  fl_h <- 2 * P * 4 * hid * hid * kk
+  fl_h <- 2 * P * 4 * hid * hid * kr
   flops <- B * sum(fl_in * ((fwd - fed + below * (bwd - fed)) / busy(batched * b) +
                                bwd / busy(chunk * b) + 2 * fed / busy(b)) +
                      fl_h * (fwd_h + bwd_h) / busy(b) + fl_h * bwd_h / busy(chunk * b))
