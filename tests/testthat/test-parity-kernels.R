@@ -231,6 +231,10 @@ test_that("a 3x3-1x1 cell is the 3x3 cell with centre-only state taps, by every 
       y <- array(runif(B * T * 2 * H * W), c(B, T, 2, H, W))
       target <- "sequence"
     }
+    if (run == "plain") { # inference, and a forecast whose fed-back frames pass conv_x
+      expect_equal(predict(two, x, horizon = 3), predict(one, x, horizon = 3), tolerance = 1e-5,
+                   info = info)
+    }
     # one step each (after it the one-kernel model's other state taps move):
     # the loss and every gradient, the one-kernel model's state-tap
     # gradients at the centre being conv_h's
@@ -284,4 +288,64 @@ test_that("memory_estimate() of two kernels is the shapes' bytes and what a step
   adv <- memory_advise(m, "64 MiB", 2, 4, 6, 5)
   expect_s3_class(adv, "data.frame")
   expect_true(any(adv$fits))
+})
+
+# row-major float32 files, as inst/python/safetensors_check.py reads and writes
+kernels_write_f32 <- function(x, path) {
+  writeBin(as.vector(aperm(x, rev(seq_along(dim(x))))), path, size = 4, endian = "little")
+}
+kernels_read_f32 <- function(path, d) {
+  v <- readBin(path, "numeric", n = prod(d), size = 4, endian = "little")
+  aperm(array(v, rev(d)), rev(seq_along(d)))
+}
+
+test_that("a file of two kernels loads in PyTorch and computes the same outputs", {
+  pt <- python_torch()
+  set.seed(9)
+  model <- convlstm(2, c(3, 2), list(c(3, 5), 3), recurrent_kernel_sizes = list(1, c(5, 1)),
+                    dilation = list(1, c(1, 2)), device = "cpu", threads = 1)
+  x <- array(runif(2 * 3 * 2 * 6 * 5, -1, 1), c(2, 3, 2, 6, 5))
+  path <- tempfile(fileext = ".safetensors")
+  xf <- tempfile()
+  of <- tempfile()
+  on.exit({
+    convlstm_release(model)
+    unlink(c(path, xf, of))
+  })
+  convlstm_save(model, path)
+  kernels_write_f32(x, xf)
+  out <- system2(pt[[1]], c(shQuote(pt[[2]]), "read", shQuote(path), shQuote(xf), dim(x),
+                            shQuote(of)), stdout = TRUE, stderr = TRUE)
+  expect_null(attr(out, "status"))
+  summary <- paste(out, collapse = "\n")
+  expect_match(summary, "\"cell_list.0.conv_x.weight\": \\[12, 2, 3, 5\\]")
+  expect_match(summary, "\"cell_list.0.conv_h.weight\": \\[12, 3, 1, 1\\]")
+  expect_match(summary, "\"cell_list.1.conv_h.weight\": \\[8, 2, 5, 1\\]")
+  ours <- predict(model, x)
+  expect_equal(ours, kernels_read_f32(of, dim(ours)), tolerance = 1e-5)
+})
+
+test_that("a PyTorch state dict of two convolutions loads, kernels read from the shapes", {
+  pt <- python_torch()
+  set.seed(10)
+  x <- array(runif(2 * 3 * 1 * 6 * 5, -1, 1), c(2, 3, 1, 6, 5))
+  path <- tempfile(fileext = ".safetensors")
+  xf <- tempfile()
+  of <- tempfile()
+  on.exit(unlink(c(path, xf, of)))
+  kernels_write_f32(x, xf)
+  out <- system2(pt[[1]], c(shQuote(pt[[2]]), "write", shQuote(path), "7", "1", "4,2", "9,3",
+                            "true", shQuote(xf), dim(x), shQuote(of), "1,3"),
+                 stdout = TRUE, stderr = TRUE)
+  expect_null(attr(out, "status"))
+  info <- convlstm_file_info(path)
+  expect_length(info$all_metadata, 0)
+  expect_identical(info$config$kernel_sizes, c(9L, 3L))
+  expect_identical(info$config$recurrent_kernel_sizes, c(1L, 3L))
+  model <- convlstm_load(path, device = "cpu")
+  on.exit(convlstm_release(model), add = TRUE)
+  expect_identical(names(state_dict(model))[1:3], c("cell_list.0.conv_x.weight",
+                                                   "cell_list.0.conv_x.bias",
+                                                   "cell_list.0.conv_h.weight"))
+  expect_equal(predict(model, x), kernels_read_f32(of, c(2, 3, 2, 6, 5)), tolerance = 1e-5)
 })
