@@ -6,7 +6,8 @@
 # enums as their names (dtype, device, target, what); src/r_options.c
 # decodes them, by the same names.
 
-# geometry: layer_geometry()'s 4 x n_layers matrix (kernel, dilation);
+# geometry: layer_geometry()'s 6 x n_layers matrix (kernel, dilation,
+# recurrent kernel);
 # peephole: peephole_spec()'s c(kind, height, width);
 # dropout, recurrent_dropout: one rate per layer (check_rates());
 # dropout_masks: "per_gate" or "shared".

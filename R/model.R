@@ -56,6 +56,21 @@
 #'   `c(height, width)` pairs). Padding stays "same": `dilation * (k - 1) /
 #'   2` on each side, so every layer keeps the image size, as torch's
 #'   `nn_conv2d(dilation = d, padding = "same")`.
+#' @param recurrent_kernel_sizes `NULL` (the default: each layer's
+#'   `kernel_sizes`), or the odd size of each layer's state-to-state kernel,
+#'   the one that convolves `h[t-1]`, in the forms of `kernel_sizes`: Shi et
+#'   al. (2015)'s "ConvLSTM(9x9)-1x1" is `kernel_sizes = 9,
+#'   recurrent_kernel_sizes = 1`. The name follows Keras's `ConvLSTM2D`,
+#'   whose state-to-state weights are its `recurrent_kernel`. Each of the two
+#'   convolutions pads "same" for its own kernel; `dilation` applies to both,
+#'   so that equal kernels given apart are exactly the one-convolution model
+#'   (Keras dilates only the input kernel; a 1x1 state kernel is the same
+#'   either way). A layer whose kernels differ has two weight tensors, as a
+#'   torch cell of two `nn_conv2d()` has: `cell_list.<l>.conv_x.weight`
+#'   `[4 * hidden, in, kh, kw]` with the bias `cell_list.<l>.conv_x.bias`,
+#'   and `cell_list.<l>.conv_h.weight` `[4 * hidden, hidden, rkh, rkw]` (no
+#'   bias), each initialised for its own fan-in; a layer with equal kernels
+#'   keeps the one `conv.weight`.
 #' @param peephole Peephole connections as in Shi et al. (2015): the input
 #'   and forget gates also see `w_ci * c[t-1]` and `w_cf * c[t-1]`, the
 #'   output gate `w_co * c[t]` (elementwise products with the cell state).
@@ -109,13 +124,15 @@
 #'   `[batch, hidden_dims[l], height, width]`. `model(x, outputs =
 #'   "last_states")` returns only the last states (`layer_outputs` is an
 #'   empty list) from a forward that keeps no output sequence, so its memory
-#'   does not grow with the number of time steps. `kernel_sizes` and
-#'   `dilation` read back in the forms `convlstm()` takes. `model(x, state = s)`
+#'   does not grow with the number of time steps. `kernel_sizes`,
+#'   `recurrent_kernel_sizes` and `dilation` read back in the forms
+#'   `convlstm()` takes. `model(x, state = s)`
 #'   starts from the state `s` instead of zeros, given as the model returns
 #'   it (`layer_last_states`: one `list(h = , c = )` per layer), so
 #'   `model(x2, state = model(x1)$layer_last_states)` continues the
 #'   sequence `x1` with `x2`. Fields are available with
-#'   `$`: `config`, `input_dim`, `hidden_dims`, `kernel_sizes`, `n_layers`,
+#'   `$`: `config`, `input_dim`, `hidden_dims`, `kernel_sizes`,
+#'   `recurrent_kernel_sizes`, `dilation`, `n_layers`,
 #'   `bias`, `device`, `dtype`, `backend`, `memory_limit`, `peephole`
 #'   (`"none"`, `"channel"` or `"position"`), `frame_size`, `dropout`,
 #'   `recurrent_dropout`, `dropout_masks`, `n_parameters`,
@@ -164,11 +181,17 @@
 #' dropped$eval()
 #' identical(dropped(x), dropped(x))  # eval mode: no dropout
 #' convlstm_release(dropped)
+#' # Shi et al.'s "ConvLSTM(9x9)-1x1": a 9x9 input kernel, a 1x1 state kernel
+#' shi <- convlstm(1, 4, kernel_sizes = 9, recurrent_kernel_sizes = 1,
+#'                 device = "cpu")
+#' shi
+#' names(shi$parameters)  # conv_x.weight, conv_x.bias, conv_h.weight
+#' convlstm_release(shi)
 convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hidden_dims),
                      bias = TRUE, device = "auto", dtype = "float32", memory_limit = NULL,
                      threads = NULL, dilation = 1, peephole = FALSE, frame_size = NULL,
                      dropout = 0, recurrent_dropout = 0,
-                     dropout_masks = c("per_gate", "shared")) {
+                     dropout_masks = c("per_gate", "shared"), recurrent_kernel_sizes = NULL) {
   input_dim <- check_count(input_dim, "input_dim")
   # n_layers defaults to length(hidden_dims): an empty hidden_dims is its fault
   if (missing(n_layers)) hidden_dims <- check_counts(hidden_dims, "hidden_dims")
@@ -178,7 +201,8 @@ convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hid
                    call = sys.call())
   }
   hidden_dims <- recycle_layers(check_counts(hidden_dims, "hidden_dims"), n_layers, "hidden_dims")
-  geometry <- layer_geometry(kernel_sizes, dilation, n_layers, sys.call())
+  geometry <- layer_geometry(kernel_sizes, dilation, n_layers, sys.call(),
+                             recurrent_kernel_sizes = recurrent_kernel_sizes)
   check_layer_sizes(input_dim, hidden_dims, geometry, sys.call())
   bias <- check_flag(bias, "bias")
   device <- check_cuda_device(check_choice(device, c("auto", "cpu", "cuda"), "device"), sys.call())
@@ -327,14 +351,17 @@ check_half_range <- function(x, config, arg, call) {
 }
 
 # Per layer: its input channels (input_dim, then the layer below's hidden)
-# and the elements of its weight [4h, in + h, kh, kw] and bias [4h], in
-# double (no integer overflow): the one place R writes these shapes down.
+# and the elements of its weight [4h, in + h, kh, kw] (or of its two,
+# [4h, in, kh, kw] and [4h, h, rkh, rkw]) and bias [4h], in double (no
+# integer overflow): the one place R writes these shapes down.
 # geometry: layer_geometry()'s matrix.
 layer_shapes <- function(input_dim, hidden_dims, geometry) {
   h <- as.double(hidden_dims)
   taps <- as.double(geometry[1, ]) * as.double(geometry[2, ])
+  rtaps <- as.double(geometry[5, ]) * as.double(geometry[6, ])
   inp <- c(as.double(input_dim), h[-length(h)])
-  list(input = inp, weight = 4 * h * (inp + h) * taps, bias = 4 * h, taps = taps)
+  list(input = inp, weight = 4 * h * (inp * taps + h * rtaps), bias = 4 * h,
+       taps = pmax(taps, rtaps))
 }
 
 layer_table <- function(config) {
@@ -480,7 +507,8 @@ print.summary.convlstm_model <- function(x, ...) {
 }
 
 model_fields <- c(
-  "config", "input_dim", "hidden_dims", "kernel_sizes", "dilation", "n_layers", "bias", "device",
+  "config", "input_dim", "hidden_dims", "kernel_sizes", "recurrent_kernel_sizes", "dilation",
+  "n_layers", "bias", "device",
   "dtype", "backend", "memory_limit", "peephole", "frame_size", "dropout", "recurrent_dropout",
   "dropout_masks", "n_parameters", "parameters", "state_dict",
   "load_state_dict", "zero_grad", "forward", "half", "bfloat16", "float", "train", "eval", "to",
@@ -531,7 +559,8 @@ move_model <- function(model, device, dtype, call) {
   model <- x
   switch(name,
     config = model_config(model),
-    input_dim = , hidden_dims = , kernel_sizes = , dilation = , n_layers = , bias = , device = ,
+    input_dim = , hidden_dims = , kernel_sizes = , recurrent_kernel_sizes = , dilation = ,
+    n_layers = , bias = , device = ,
     dtype = , backend = , memory_limit = , peephole = , frame_size = , dropout = ,
     recurrent_dropout = , dropout_masks = model_config(model)[[name]],
     n_parameters = sum(layer_table(model_config(model))$parameters),

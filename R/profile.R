@@ -162,7 +162,8 @@ category_colours <- c(
 copy_model <- function(model, config) {
   copy <- convlstm(
     config$input_dim, config$hidden_dims, config$kernel_sizes, bias = config$bias,
-    dilation = config$dilation, peephole = config$peephole, frame_size = config$frame_size,
+    dilation = config$dilation, recurrent_kernel_sizes = config$recurrent_kernel_sizes,
+    peephole = config$peephole, frame_size = config$frame_size,
     dropout = config$dropout, recurrent_dropout = config$recurrent_dropout,
     dropout_masks = config$dropout_masks,
     device = config$device, dtype = config$dtype,

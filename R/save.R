@@ -19,7 +19,10 @@
 #' model.
 #'
 #' The tensors are named as in [state_dict()] (`cell_list.<l>.conv.weight`,
-#' `cell_list.<l>.conv.bias`), float32 in torch's layout, so the file opens
+#' `cell_list.<l>.conv.bias`; `conv_x.weight`, `conv_x.bias` and
+#' `conv_h.weight` for a layer of two kernels, whose sizes the metadata
+#' keeps as `convlstm.recurrent_kernel_sizes` and
+#' `convlstm.recurrent_kernel_widths`), float32 in torch's layout, so the file opens
 #' in PyTorch with `safetensors.torch.load_file()` and loads into the R
 #' torch tutorial's module with `load_state_dict()`. Optimizer state is in
 #' extra tensors named `optimizer.exp_avg.<name>`,
@@ -132,7 +135,8 @@ convlstm_load <- function(path, device = "auto", dtype = NULL, memory_limit = NU
 
 #' @rdname convlstm_save
 #' @return `convlstm_file_info()`: a list with `config` (`input_dim`,
-#'   `hidden_dims`, `kernel_sizes`, `n_layers`, `bias`, `dtype`), `optimizer`
+#'   `hidden_dims`, `kernel_sizes`, `recurrent_kernel_sizes`, `dilation`,
+#'   `n_layers`, `bias`, `dtype`), `optimizer`
 #'   (as for `convlstm_load()`, or `NULL`), `optimizer_steps`, `loss_scale`
 #'   (`NULL` unless a float16 model was saved with its optimizer), `metadata`
 #'   (your entries), `all_metadata` (every entry, convlstm's included) and

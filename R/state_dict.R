@@ -8,7 +8,12 @@
 #' names and shapes of torch's state dict for the same module:
 #' `cell_list.<l>.conv.weight` of dim `[4 * hidden, in + hidden, k, k]` and,
 #' with bias, `cell_list.<l>.conv.bias` of length `4 * hidden` (layers count
-#' from 0). Element `[o, i, kh, kw]` of an R array is torch's
+#' from 0); a layer whose state-to-state kernel differs from its input
+#' kernel (`convlstm(recurrent_kernel_sizes =)`) has
+#' `cell_list.<l>.conv_x.weight` `[4 * hidden, in, kh, kw]`,
+#' `cell_list.<l>.conv_x.bias` and `cell_list.<l>.conv_h.weight`
+#' `[4 * hidden, hidden, rkh, rkw]` instead, as a torch cell of two
+#' convolutions. Element `[o, i, kh, kw]` of an R array is torch's
 #' `w[o - 1, i - 1, kh - 1, kw - 1]`, so weights move between this package,
 #' R torch (`as_array()`, `torch_tensor()`) and PyTorch unchanged.
 #'

@@ -34,17 +34,22 @@ void r_host_array(SEXP x, int ndim, const char *arg, cl_host_array *out) {
   for (int i = 0; i < 5; i++) out->dims[i] = i < ndim ? INTEGER(dim)[i] : 0;
 }
 
-/* A configuration's kernels and dilations, integer [4, n_layers] (rows:
- * kernel height, width, dilation height, width), as ffi_model_create takes
- * them; defaults (0) resolved. */
+/* A configuration's kernels and dilations, integer [CL_R_GEOMETRY_ROWS,
+ * n_layers] (rows: kernel height, width, dilation height, width, recurrent
+ * kernel height, width), as ffi_model_create takes them; defaults (0)
+ * resolved. */
 SEXP r_geometry(const cl_config *c) {
-  SEXP out = PROTECT(Rf_allocMatrix(INTSXP, 4, c->n_layers));
+  SEXP out = PROTECT(Rf_allocMatrix(INTSXP, CL_R_GEOMETRY_ROWS, c->n_layers));
   for (int l = 0; l < c->n_layers; l++) {
-    int *col = INTEGER(out) + 4 * l;
+    int *col = INTEGER(out) + CL_R_GEOMETRY_ROWS * l;
+    int kw = c->kernel_widths[l] ? c->kernel_widths[l] : c->kernel_sizes[l];
+    int rk = c->recurrent_kernel_sizes[l], rkw = c->recurrent_kernel_widths[l];
     col[0] = c->kernel_sizes[l];
-    col[1] = c->kernel_widths[l] ? c->kernel_widths[l] : c->kernel_sizes[l];
+    col[1] = kw;
     col[2] = c->dilation_h[l] ? c->dilation_h[l] : 1;
     col[3] = c->dilation_w[l] ? c->dilation_w[l] : 1;
+    col[4] = rk ? rk : c->kernel_sizes[l];
+    col[5] = rk ? (rkw ? rkw : rk) : kw;
   }
   UNPROTECT(1);
   return out;

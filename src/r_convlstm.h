@@ -83,7 +83,10 @@ SEXP r_alloc_array(int ndim, const int *dims);
 SEXP r_named_list(const char *const *names, int n);
 /* The element `name` of a named list (step options), or R_NilValue. */
 SEXP r_option(SEXP opts, const char *name);
-/* A configuration's kernels and dilations, integer [4, n_layers]. */
+/* A configuration's kernels and dilations, integer [CL_R_GEOMETRY_ROWS,
+ * n_layers]: kernel height, width, dilation height, width, recurrent kernel
+ * height, width (R/geometry.R's geometry_rows). */
+#define CL_R_GEOMETRY_ROWS 6
 SEXP r_geometry(const cl_config *c);
 /* Its peepholes, integer c(kind, height, width) (cl_peephole; the frame
  * size 0 unless per position): what ffi_model_create takes back. New,

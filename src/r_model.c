@@ -13,8 +13,9 @@
 
 static int int_at(SEXP x, int i) { return INTEGER(x)[i]; }
 
-/* geometry: integer [4, n_layers]: kernel height, width, dilation height,
- * width of each layer (column). peephole: integer c(kind, height, width),
+/* geometry: integer [CL_R_GEOMETRY_ROWS, n_layers]: kernel height, width,
+ * dilation height, width, recurrent kernel height, width of each layer
+ * (column). peephole: integer c(kind, height, width),
  * as r_peephole() returns it. dropout: double [2, n_layers]: dropout and
  * recurrent_dropout of each layer (column). dropout_masks: "per_gate" or
  * "shared". */
@@ -29,7 +30,7 @@ SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP geometry, SEXP bias
       Rf_length(dropout_masks) != 1)
     r_raise_invalid("internal: ffi_model_create() got arguments of the wrong type");
   int n_layers = Rf_length(hidden_dims);
-  if (n_layers < 1 || n_layers > CL_MAX_LAYERS || Rf_length(geometry) != 4 * n_layers ||
+  if (n_layers < 1 || n_layers > CL_MAX_LAYERS || Rf_length(geometry) != CL_R_GEOMETRY_ROWS * n_layers ||
       Rf_length(dropout) != 2 * n_layers)
     r_raise_invalid("`n_layers` must be between 1 and %d", CL_MAX_LAYERS);
 
@@ -39,10 +40,13 @@ SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP geometry, SEXP bias
   cfg.n_layers = n_layers;
   for (int l = 0; l < n_layers; l++) {
     cfg.hidden_dims[l] = int_at(hidden_dims, l);
-    cfg.kernel_sizes[l] = int_at(geometry, 4 * l);
-    cfg.kernel_widths[l] = int_at(geometry, 4 * l + 1);
-    cfg.dilation_h[l] = int_at(geometry, 4 * l + 2);
-    cfg.dilation_w[l] = int_at(geometry, 4 * l + 3);
+    const int g = CL_R_GEOMETRY_ROWS * l;
+    cfg.kernel_sizes[l] = int_at(geometry, g);
+    cfg.kernel_widths[l] = int_at(geometry, g + 1);
+    cfg.dilation_h[l] = int_at(geometry, g + 2);
+    cfg.dilation_w[l] = int_at(geometry, g + 3);
+    cfg.recurrent_kernel_sizes[l] = int_at(geometry, g + 4);
+    cfg.recurrent_kernel_widths[l] = int_at(geometry, g + 5);
     cfg.dropout[l] = REAL(dropout)[2 * l];
     cfg.recurrent_dropout[l] = REAL(dropout)[2 * l + 1];
   }

@@ -202,7 +202,8 @@ def random_state(cfg):
 def config_model(w, cfg):
     """The architecture's config records: input_dim, hidden_dims,
     kernel_sizes (kernel_widths, dilation_h, dilation_w when a kernel is not
-    square or dilations are given), bias, peephole (frame_size per position)."""
+    square or dilations are given; recurrent_kernel_sizes and _widths when
+    given), bias, peephole (frame_size per position)."""
     w.config("input_dim", cfg["input_dim"])
     w.config("hidden_dims", *cfg["hidden_dims"])
     kernels = pairs(cfg["kernel_sizes"])
@@ -212,6 +213,10 @@ def config_model(w, cfg):
         w.config("kernel_widths", *[k[1] for k in kernels])
         w.config("dilation_h", *[d[0] for d in dil])
         w.config("dilation_w", *[d[1] for d in dil])
+    if cfg.get("recurrent_kernel_sizes"):
+        rks = pairs(cfg["recurrent_kernel_sizes"])
+        w.config("recurrent_kernel_sizes", *[k[0] for k in rks])
+        w.config("recurrent_kernel_widths", *[k[1] for k in rks])
     w.config("bias", "TRUE" if cfg["bias"] else "FALSE")
     if "peephole" in cfg:
         w.config("peephole", cfg["peephole"])

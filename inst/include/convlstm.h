@@ -108,6 +108,11 @@ typedef struct cl_config {
   int kernel_widths[CL_MAX_LAYERS]; /* odd; 0: kernel_sizes (square) */
   int dilation_h[CL_MAX_LAYERS];    /* dilation of the convolution; 0: 1 */
   int dilation_w[CL_MAX_LAYERS];
+  /* the state-to-state (h_{t-1}) kernel, Shi et al.'s "ConvLSTM(9x9)-1x1":
+   * odd height and width; 0: the input kernel's (kernel_sizes x kernel_widths),
+   * and a width of 0 with a height set: square. Dilation applies to both. */
+  int recurrent_kernel_sizes[CL_MAX_LAYERS];
+  int recurrent_kernel_widths[CL_MAX_LAYERS];
   int bias;                        /* 0 or 1 */
   cl_device device;
   cl_dtype dtype;
@@ -660,6 +665,8 @@ void cl_unpack_host(cl_host_array *dst, const float *src);
  * bytes of JSON, then the data), readable by PyTorch's safetensors and R
  * torch. Tensors, all F32, little-endian, torch layout:
  *   cell_list.<l>.conv.weight, cell_list.<l>.conv.bias   (the state dict)
+ *   (a layer whose two kernels differ: cell_list.<l>.conv_x.weight
+ *   [4h, in, kh, kw], conv_x.bias and conv_h.weight [4h, h, rkh, rkw])
  *   optimizer.exp_avg.<name>, optimizer.exp_avg_sq.<name> (Adam's moments)
  *   optimizer.max_exp_avg_sq.<name>                       (amsgrad's maximum)
  *   optimizer.momentum_buffer.<name>                      (SGD's momentum)
@@ -782,9 +789,12 @@ cl_status cl_model_train_step_data(cl_model *m, const cl_data *d, const int *idx
  * fields, an enum's values, a constant. The sizes of the structs that cross
  * the interface are compared as well (CL_API_STRUCTS), so a change that
  * forgot the version is still caught when it moves a size. */
-#define CL_API_VERSION 3 /* 2: cl_config.dropout_masks, cl_step_options.truth and
+#define CL_API_VERSION 4 /* 2: cl_config.dropout_masks, cl_step_options.truth and
                            * .recompute_gates; 3: cl_step_options.draw_masks and
-                           * .dropout_seed, cl_model_dropout_mask */
+                           * .dropout_seed, cl_model_dropout_mask; 4:
+                           * cl_config.recurrent_kernel_sizes and
+                           * .recurrent_kernel_widths, cl_optim.alpha and .centered
+                           * (RMSprop), cl_loss_fn.reduction */
 #define CL_API_STRUCTS(X)                                                                  \
   X(cl_config) X(cl_host_array) X(cl_gpu_info) X(cl_step_options) X(cl_optim)             \
   X(cl_loss_scale) X(cl_mem_stats) X(cl_plan_entry) X(cl_plan) X(cl_loss_fn)

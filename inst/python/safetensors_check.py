@@ -15,10 +15,12 @@ with the package: system.file("python", "safetensors_check.py", package =
       runs it on X.bin (float32, row-major [B, T, C, H, W]) and writes the last
       layer's output sequence to OUT.bin (float32, row-major). Prints a JSON
       summary: reader, tensors (name: shape), metadata.
-  safetensors_check.py write FILE SEED INPUT_DIM HIDDEN,.. KERNEL,.. BIAS X.bin B T C H W OUT.bin
+  safetensors_check.py write FILE SEED INPUT_DIM HIDDEN,.. KERNEL,.. BIAS X.bin B T C H W OUT.bin [RKERNEL,..]
       A ConvLSTM with torch's default initialisation (torch.manual_seed(SEED))
       saved as a bare state dict (no convlstm metadata, as save_file would
-      write it), and its last layer's output on X.bin written to OUT.bin.
+      write it), and its last layer's output on X.bin written to OUT.bin;
+      with RKERNEL, its state-to-state kernels (cells of two convolutions
+      where they differ from KERNEL).
 
 It needs PyTorch (and optionally the safetensors package); the R package
 never does.
@@ -119,9 +121,14 @@ def cmd_read(args):
     dil_w = json.loads(meta.get("convlstm.dilation_w", "null")) or [1] * len(kernels)
     peephole = meta.get("convlstm.peephole")  # absent: none
     frame = json.loads(meta["convlstm.peephole_size"]) if peephole == "position" else None
+    # state-to-state kernels of their own (absent: the input kernels); a layer
+    # whose two differ is two convolutions, conv_x and conv_h
+    rk_h = json.loads(meta.get("convlstm.recurrent_kernel_sizes", "null"))
+    rk_w = json.loads(meta.get("convlstm.recurrent_kernel_widths", "null"))
     model = ConvLSTM(int(meta["convlstm.input_dim"]), hidden, list(zip(kernels, widths)),
                      meta["convlstm.bias"] == "true", list(zip(dil_h, dil_w)),
-                     peephole=peephole, frame_size=frame)
+                     peephole=peephole, frame_size=frame,
+                     recurrent_kernel_sizes=list(zip(rk_h, rk_w)) if rk_h else None)
     params = {k: v for k, v in tensors.items() if not k.startswith("optimizer.")}
     model.load_state_dict(params, strict=True)
     for k, v in tensors.items():
@@ -141,8 +148,9 @@ def cmd_write(args):
     kernels = [int(v) for v in args[4].split(",")]
     bias = args[5] == "true"
     xfile, dims, outfile = args[6], [int(v) for v in args[7:12]], args[12]
+    rks = [int(v) for v in args[13].split(",")] if len(args) > 13 else None
     torch.manual_seed(seed)
-    model = ConvLSTM(input_dim, hidden, kernels, bias)
+    model = ConvLSTM(input_dim, hidden, kernels, bias, recurrent_kernel_sizes=rks)
     sd = model.state_dict()
     # as safetensors' writer: tensors sorted by name, offsets in that order,
     # header padded with spaces to a multiple of 8

@@ -8,6 +8,11 @@ i and f gates also see w_ci * c_{t-1} and w_cf * c_{t-1}, the o gate
 w_co * c_t (Hadamard products), weights cell_list.<l>.w_ci / w_cf / w_co of
 shape [hidden, H, W] (per position: frame_size (H, W) fixed) or
 [hidden, 1, 1] (per channel), zeros at first as in convlstm().
+With a recurrent kernel that differs from the input kernel (Shi et al.'s
+"ConvLSTM(9x9)-1x1"), the cell is two convolutions, conv_x over x_t (with the
+bias) and conv_h over h_{t-1} (without), each padded "same" for its own kernel,
+both with the layer's dilation, their outputs summed: state-dict names
+cell_list.<l>.conv_x.weight, conv_x.bias, conv_h.weight, as convlstm's.
 
 Installed with the package (system.file("python", package = "convlstm")), so
 that a user can check convlstm's weights and outputs against PyTorch. The one
@@ -25,17 +30,26 @@ def _pair(v):
 
 class ConvLSTMCell(nn.Module):
     def __init__(self, input_dim, hidden_dim, kernel_size, bias=True, dilation=1,
-                 peephole=None, frame_size=None):
+                 peephole=None, frame_size=None, recurrent_kernel_size=None):
         super().__init__()
+        self.input_dim = input_dim
         self.hidden_dim = hidden_dim
         self.peephole = peephole
         kh, kw = _pair(kernel_size)
         dh, dw = _pair(dilation)
-        # one convolution produces all four gates: channels [i | f | o | g];
-        # "same" padding d (k - 1) / 2 for odd kernels
-        self.conv = nn.Conv2d(input_dim + hidden_dim, 4 * hidden_dim, (kh, kw),
-                              padding=(dh * (kh - 1) // 2, dw * (kw - 1) // 2),
-                              dilation=(dh, dw), bias=bias)
+        rk = _pair(recurrent_kernel_size or kernel_size)
+        self.split = rk != (kh, kw)
+
+        def same(k):  # "same" padding d (k - 1) / 2 for odd kernels
+            return (dh * (k[0] - 1) // 2, dw * (k[1] - 1) // 2)
+        if self.split:  # two convolutions, summed: conv_x(x_t) + conv_h(h_{t-1})
+            self.conv_x = nn.Conv2d(input_dim, 4 * hidden_dim, (kh, kw), padding=same((kh, kw)),
+                                    dilation=(dh, dw), bias=bias)
+            self.conv_h = nn.Conv2d(hidden_dim, 4 * hidden_dim, rk, padding=same(rk),
+                                    dilation=(dh, dw), bias=False)
+        else:  # one convolution produces all four gates: channels [i | f | o | g]
+            self.conv = nn.Conv2d(input_dim + hidden_dim, 4 * hidden_dim, (kh, kw),
+                                  padding=same((kh, kw)), dilation=(dh, dw), bias=bias)
         if peephole is not None:
             # registered after conv: the state-dict order is weight, bias,
             # w_ci, w_cf, w_co, as convlstm's
@@ -57,7 +71,10 @@ class ConvLSTMCell(nn.Module):
         else:
             x = x if mx is None else x * mx
             h_prev = h_prev if mh is None else h_prev * mh
-            z = self.conv(torch.cat([x, h_prev], dim=1))
+            if self.split:
+                z = self.conv_x(x) + self.conv_h(h_prev)
+            else:
+                z = self.conv(torch.cat([x, h_prev], dim=1))
             zi, zf, zo, zg = torch.split(z, self.hidden_dim, dim=1)
         if self.peephole is not None:
             zi = zi + self.w_ci * c_prev
@@ -71,12 +88,21 @@ class ConvLSTMCell(nn.Module):
     def _per_gate(self, x, h_prev, mx, mh):
         """The four gates' pre-activations, each from its own masked copies
         of x and h_{t-1} (a mask None: unmasked) and its own weight rows."""
-        hd, conv = self.hidden_dim, self.conv
+        hd = self.hidden_dim
         zs = []
         for g in range(4):
             xg = x if mx is None else x * (mx[:, g] if mx.dim() == 5 else mx)
             hg = h_prev if mh is None else h_prev * (mh[:, g] if mh.dim() == 5 else mh)
             rows = slice(g * hd, (g + 1) * hd)
+            if self.split:
+                cx, ch = self.conv_x, self.conv_h
+                bias = None if cx.bias is None else cx.bias[rows]
+                zs.append(F.conv2d(xg, cx.weight[rows], bias, padding=cx.padding,
+                                   dilation=cx.dilation) +
+                          F.conv2d(hg, ch.weight[rows], None, padding=ch.padding,
+                                   dilation=ch.dilation))
+                continue
+            conv = self.conv
             bias = None if conv.bias is None else conv.bias[rows]
             zs.append(F.conv2d(torch.cat([xg, hg], dim=1), conv.weight[rows], bias,
                                padding=conv.padding, dilation=conv.dilation))
@@ -85,18 +111,20 @@ class ConvLSTMCell(nn.Module):
 
 class ConvLSTM(nn.Module):
     def __init__(self, input_dim, hidden_dims, kernel_sizes, bias=True, dilations=None,
-                 peephole=None, frame_size=None):
+                 peephole=None, frame_size=None, recurrent_kernel_sizes=None):
         """kernel_sizes: per layer an int or (height, width); dilations: None
         (1) or per layer an int or (height, width); peephole: None, "channel"
-        or "position" (then frame_size = (H, W))."""
+        or "position" (then frame_size = (H, W)); recurrent_kernel_sizes: None
+        (the input kernels) or per layer an int or (height, width)."""
         super().__init__()
         # the attribute name makes the state-dict keys cell_list.<l>.conv.weight
         # / .bias, the names the package uses
         dims = [input_dim] + list(hidden_dims[:-1])
         dilations = dilations or [1] * len(hidden_dims)
+        rks = recurrent_kernel_sizes or [None] * len(hidden_dims)
         self.cell_list = nn.ModuleList(
-            ConvLSTMCell(d, h, k, bias, dl, peephole, frame_size)
-            for d, h, k, dl in zip(dims, hidden_dims, kernel_sizes, dilations))
+            ConvLSTMCell(d, h, k, bias, dl, peephole, frame_size, rk)
+            for d, h, k, dl, rk in zip(dims, hidden_dims, kernel_sizes, dilations, rks))
 
     def forward(self, x, last_only=False, state=None, masks=None):
         """x [B, T, C, H, W] -> (layer outputs, layer last states (h, c)), as the
@@ -143,7 +171,7 @@ def dropout_masks(model, B, H, W, dropout, recurrent_dropout, generator=None,
         return keep.float().contiguous() / (1.0 - p)
     masks = []
     for cell, p, q in zip(model.cell_list, dropout, recurrent_dropout):
-        C_in = cell.conv.in_channels - cell.hidden_dim
+        C_in = cell.input_dim
         masks.append((one(C_in, p), one(cell.hidden_dim, q)))
     return masks
 

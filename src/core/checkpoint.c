@@ -36,7 +36,7 @@ const char *const cl_role_prefix[N_ROLES] = {"", "optimizer.exp_avg.", "optimize
 struct cl_saved {
   cl_st_file f; /* the container: tensors and metadata */
   cl_config cfg;
-  int n_params_tensors; /* 1 to 5 per layer (tensors.c) */
+  int n_params_tensors; /* 1 to 6 per layer (tensors.c) */
   /* tensor index for [role][state-dict position], -1 when absent */
   int idx[N_ROLES][CL_MAX_TENSORS];
   int has_opt;
@@ -71,12 +71,17 @@ static void shape_text(char *buf, size_t len, const uint64_t *d, int nd) {
 /* Architecture from the metadata (convlstm wrote it), or else from the
  * weights' shapes (a state dict PyTorch or R torch saved). */
 /* The optional per-layer lists of non-square or dilated models
- * (convlstm.kernel_widths, .dilation_h, .dilation_w): absent, the defaults. */
+ * (convlstm.kernel_widths, .dilation_h, .dilation_w) and of models whose
+ * two kernels differ (.recurrent_kernel_sizes, .recurrent_kernel_widths):
+ * absent, the defaults. */
 static cl_status read_layer_lists(cl_saved *s, int nh, char *err, size_t errlen) {
-  static const char *const keys[3] = {META_PREFIX "kernel_widths", META_PREFIX "dilation_h",
-                                      META_PREFIX "dilation_w"};
-  int *dst[3] = {s->cfg.kernel_widths, s->cfg.dilation_h, s->cfg.dilation_w};
-  for (int i = 0; i < 3; i++) {
+  static const char *const keys[5] = {META_PREFIX "kernel_widths", META_PREFIX "dilation_h",
+                                      META_PREFIX "dilation_w",
+                                      META_PREFIX "recurrent_kernel_sizes",
+                                      META_PREFIX "recurrent_kernel_widths"};
+  int *dst[5] = {s->cfg.kernel_widths, s->cfg.dilation_h, s->cfg.dilation_w,
+                 s->cfg.recurrent_kernel_sizes, s->cfg.recurrent_kernel_widths};
+  for (int i = 0; i < 5; i++) {
     const char *v = cl_st_find_meta(&s->f, keys[i]);
     if (!v) continue;
     int n = cl_st_meta_int_list(v, dst[i], CL_MAX_LAYERS), ok = n == nh;
@@ -195,20 +200,37 @@ static cl_status arch_from_metadata(cl_saved *s, const char *in, const char *hd,
 }
 
 /* Layer l of a state dict without metadata, from its weight t (named name):
- * cell_list.<l>.conv.weight [4h, in + h, k, k]. */
+ * cell_list.<l>.conv.weight [4h, in + h, k, k]; or, with th (conv_h.weight
+ * [4h, h, rk, rk]), t is conv_x.weight [4h, in, k, k]. */
 static cl_status arch_layer_from_weight(cl_config *c, int l, const char *name,
-                                        const cl_st_tensor *t, char *err, size_t errlen) {
+                                        const cl_st_tensor *t, const cl_st_tensor *th,
+                                        char *err, size_t errlen) {
   char sh[160];
   shape_text(sh, sizeof sh, t->shape, t->ndim);
+  uint64_t hh = th ? 0 : t->shape[0] / 4; /* the hidden columns of a whole weight */
   if (t->ndim != 4 || t->shape[0] == 0 || t->shape[0] % 4 != 0 ||
-      t->shape[0] / 4 > INT32_MAX / 4 || t->shape[1] <= t->shape[0] / 4 ||
+      t->shape[0] / 4 > INT32_MAX / 4 || t->shape[1] <= hh ||
       t->shape[1] > INT32_MAX || t->shape[2] % 2 == 0 || t->shape[3] % 2 == 0 ||
       t->shape[2] > INT32_MAX || t->shape[3] > INT32_MAX)
     return cl_st_fail(err, errlen, CL_E_INVALID,
                       "tensor %s has shape %s; a ConvLSTM layer's weight is [4 * hidden, "
-                      "input + hidden, kh, kw] with kh, kw odd",
+                      "input + hidden, kh, kw] (conv_x.weight: [4 * hidden, input, kh, kw]) "
+                      "with kh, kw odd",
                       name, sh);
-  int h = (int)(t->shape[0] / 4), inl = (int)(t->shape[1] - (uint64_t)h);
+  int h = (int)(t->shape[0] / 4), inl = (int)(t->shape[1] - hh);
+  if (th) {
+    char shh[160];
+    shape_text(shh, sizeof shh, th->shape, th->ndim);
+    if (th->ndim != 4 || th->shape[0] != t->shape[0] || th->shape[1] != (uint64_t)h ||
+        th->shape[2] % 2 == 0 || th->shape[3] % 2 == 0 || th->shape[2] > 46339 ||
+        th->shape[3] > 46339)
+      return cl_st_fail(err, errlen, CL_E_INVALID,
+                        "layer %d's conv_h.weight has shape %s; with conv_x.weight %s it must be "
+                        "[4 * hidden, hidden, kh, kw] with kh, kw odd",
+                        l, shh, sh);
+    c->recurrent_kernel_sizes[l] = (int)th->shape[2];
+    c->recurrent_kernel_widths[l] = (int)th->shape[3];
+  }
   if (l == 0) c->input_dim = inl;
   else if (inl != c->hidden_dims[l - 1])
     return cl_st_fail(err, errlen, CL_E_INVALID,
@@ -229,15 +251,28 @@ static cl_status arch_from_weights(cl_saved *s, char *err, size_t errlen) {
   char name[64];
   for (int l = 0; l < CL_MAX_LAYERS; l++) {
     snprintf(name, sizeof name, "cell_list.%d.conv.weight", l);
-    int i = cl_st_find_tensor(&s->f, name);
+    int i = cl_st_find_tensor(&s->f, name), ih = -1;
+    if (i < 0) { /* a cell of two convolutions */
+      char hname[64];
+      snprintf(name, sizeof name, "cell_list.%d.conv_x.weight", l);
+      snprintf(hname, sizeof hname, "cell_list.%d.conv_h.weight", l);
+      i = cl_st_find_tensor(&s->f, name);
+      ih = cl_st_find_tensor(&s->f, hname);
+      if ((i < 0) != (ih < 0))
+        return cl_st_fail(err, errlen, CL_E_INVALID,
+                          "the file has %s but not %s: a layer of two convolutions needs both",
+                          i < 0 ? hname : name, i < 0 ? name : hname);
+    }
     if (i < 0) break;
-    CL_TRY(arch_layer_from_weight(c, l, name, &s->f.t[i], err, errlen));
+    CL_TRY(arch_layer_from_weight(c, l, name, &s->f.t[i], ih < 0 ? NULL : &s->f.t[ih], err,
+                                  errlen));
   }
   if (c->n_layers == 0)
     return cl_st_fail(err, errlen, CL_E_INVALID,
                       "no tensor cell_list.0.conv.weight and no convlstm metadata: this is not a "
                       "convlstm model's file");
-  c->bias = cl_st_find_tensor(&s->f, "cell_list.0.conv.bias") >= 0;
+  c->bias = cl_st_find_tensor(&s->f, "cell_list.0.conv.bias") >= 0 ||
+            cl_st_find_tensor(&s->f, "cell_list.0.conv_x.bias") >= 0;
   return CL_OK;
 }
 
@@ -259,14 +294,16 @@ static cl_status arch_dtype(cl_config *c, const char *dt, char *err, size_t errl
 static cl_status arch_sizes_ok(const cl_config *c, char *err, size_t errlen) {
   for (int l = 0; l < c->n_layers; l++) {
     int in_l = l == 0 ? c->input_dim : c->hidden_dims[l - 1];
-    int kw = cl_cfg_kernel_w(c, l);
+    int kw = cl_cfg_kernel_w(c, l), rkh = cl_cfg_rkernel_h(c, l), rkw = cl_cfg_rkernel_w(c, l);
     if (c->hidden_dims[l] > INT32_MAX / 4 || in_l > INT32_MAX - c->hidden_dims[l] ||
         c->kernel_sizes[l] % 2 == 0 || c->kernel_sizes[l] > 46339 || kw % 2 == 0 || kw > 46339 ||
-        (double)c->kernel_sizes[l] * kw > 46339.0 * 46339.0)
+        (double)c->kernel_sizes[l] * kw > 46339.0 * 46339.0 || rkh % 2 == 0 || rkw % 2 == 0 ||
+        (double)rkh * rkw > 46339.0 * 46339.0 || (c->recurrent_kernel_widths[l] &&
+                                                  !c->recurrent_kernel_sizes[l]))
       return cl_st_fail(err, errlen, CL_E_INVALID,
-                        "layer %d's sizes (hidden %d, kernel %dx%d) are out of range (kernels are "
-                        "odd)",
-                        l, c->hidden_dims[l], c->kernel_sizes[l], kw);
+                        "layer %d's sizes (hidden %d, kernel %dx%d, recurrent kernel %dx%d) are "
+                        "out of range (kernels are odd)",
+                        l, c->hidden_dims[l], c->kernel_sizes[l], kw, rkh, rkw);
   }
   return CL_OK;
 }
@@ -684,7 +721,9 @@ cl_status cl_saved_load_into(const cl_saved *s, cl_model *m, int with_optimizer)
     same = c->hidden_dims[l] == f->hidden_dims[l] && c->kernel_sizes[l] == f->kernel_sizes[l] &&
            cl_cfg_kernel_w(c, l) == cl_cfg_kernel_w(f, l) &&
            cl_cfg_dilation_h(c, l) == cl_cfg_dilation_h(f, l) &&
-           cl_cfg_dilation_w(c, l) == cl_cfg_dilation_w(f, l);
+           cl_cfg_dilation_w(c, l) == cl_cfg_dilation_w(f, l) &&
+           cl_cfg_rkernel_h(c, l) == cl_cfg_rkernel_h(f, l) &&
+           cl_cfg_rkernel_w(c, l) == cl_cfg_rkernel_w(f, l);
   if (!same)
     return cl_fail(m, CL_E_INVALID,
                    "the file's architecture (input %d, %d layers, bias %s, peepholes %s) is not "

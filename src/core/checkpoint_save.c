@@ -67,6 +67,14 @@ static cl_status build_header(cl_model *m, const cl_optim *opt, const save_plan 
     cl_st_header_meta_list(h, &first, META_PREFIX "dilation_h", c->dilation_h, c->n_layers);
     cl_st_header_meta_list(h, &first, META_PREFIX "dilation_w", c->dilation_w, c->n_layers);
   }
+  int split = 0; /* files of models with one kernel per layer stay as they were */
+  for (int l = 0; l < c->n_layers; l++) split |= cl_cfg_split(c, l);
+  if (split) {
+    cl_st_header_meta_list(h, &first, META_PREFIX "recurrent_kernel_sizes",
+                           c->recurrent_kernel_sizes, c->n_layers);
+    cl_st_header_meta_list(h, &first, META_PREFIX "recurrent_kernel_widths",
+                           c->recurrent_kernel_widths, c->n_layers);
+  }
   int drops = 0; /* files of models without dropout stay as they were */
   for (int l = 0; l < c->n_layers; l++) drops |= c->dropout[l] > 0 || c->recurrent_dropout[l] > 0;
   if (drops) {

@@ -11,13 +11,16 @@
 #include "alloc.h"     /* cl_allocator */
 
 /* One ConvLSTM layer. Its torch weight [4h, in+h, kh, kw] is kept as two packed
- * halves, wx [4h, in, kh, kw] and wh [4h, h, kh, kw], because the input half runs
+ * halves, wx [4h, in, kh, kw] and wh [4h, h, rkh, rkw], because the input half runs
  * once over all steps (the fast path) and the hidden half once per step, and
- * cuDNN filters cannot be strided views. Offsets count floats in the flat
+ * cuDNN filters cannot be strided views. With two different kernels (rkh x rkw
+ * is not kh x kw) the halves are torch's two tensors conv_x.weight and
+ * conv_h.weight (tensors.c). Offsets count floats in the flat
  * parameter (and gradient) buffer, so one optimizer launch updates all. */
 typedef struct cl_layer {
   int in, hidden;
   int kh, kw, dh, dw; /* kernel and dilation; "same" padding (backend.h) */
+  int rkh, rkw;       /* the hidden half's kernel (dilated by dh, dw too) */
   size_t off_wx, off_wh, off_b; /* off_b unused without bias */
   size_t n_wx, n_wh, n_b;
   /* peepholes: w_ci, w_cf, w_co one after the other, each [hidden, pp]
@@ -31,30 +34,42 @@ typedef struct cl_layer {
 
 /* ---- tensors.c: the one table of a configuration's named tensors ------
  * State-dict order, per layer: conv.weight, conv.bias (with bias), then
- * w_ci, w_cf, w_co (with peepholes). Names, torch shapes and the flat
- * layout (model.c) all follow it; checkpoint.c reads files by it. */
+ * w_ci, w_cf, w_co (with peepholes); a layer with two different kernels has
+ * conv_x.weight, conv_x.bias (with bias), conv_h.weight in place of the
+ * first two. Names, torch shapes and the flat layout (model.c) all follow
+ * it; checkpoint.c reads files by it. */
 typedef enum cl_tensor_role {
-  CL_TR_WEIGHT = 0,
+  CL_TR_WEIGHT = 0, /* both halves in one torch tensor (equal kernels) */
   CL_TR_BIAS,
   CL_TR_WCI, /* the peepholes, in the order of their places in the flat buffer */
   CL_TR_WCF,
-  CL_TR_WCO
+  CL_TR_WCO,
+  CL_TR_WEIGHT_X, /* the halves as two tensors (different kernels) */
+  CL_TR_WEIGHT_H
 } cl_tensor_role;
-#define CL_TENSORS_PER_LAYER 5
+#define CL_TENSORS_PER_LAYER 6
 #define CL_MAX_TENSORS (CL_TENSORS_PER_LAYER * CL_MAX_LAYERS)
 typedef struct cl_tensor_spec {
   int layer;
   cl_tensor_role role;
+  int split; /* the layer's kernels differ: conv_x / conv_h names */
   int ndim;
   int64_t dims[4]; /* torch's shape */
 } cl_tensor_spec;
 /* Where a bias or peephole tensor of L starts in the flat buffer, and its
  * elements (a weight is two halves: off_wx, off_wh). */
 static inline size_t cl_whole_offset(const cl_layer *L, cl_tensor_role r) {
+  if (r == CL_TR_WEIGHT_X) return L->off_wx;
+  if (r == CL_TR_WEIGHT_H) return L->off_wh;
   return r == CL_TR_BIAS ? L->off_b : L->off_pc + (size_t)(r - CL_TR_WCI) * (L->n_pc / 3);
 }
 static inline size_t cl_whole_numel(const cl_layer *L, cl_tensor_role r) {
+  if (r == CL_TR_WEIGHT_X) return L->n_wx;
+  if (r == CL_TR_WEIGHT_H) return L->n_wh;
   return r == CL_TR_BIAS ? L->n_b : L->n_pc / 3;
+}
+static inline int cl_role_is_peephole(cl_tensor_role r) {
+  return r >= CL_TR_WCI && r <= CL_TR_WCO;
 }
 /* Tensors of a configuration. */
 int cl_cfg_n_tensors(const cl_config *c);
@@ -78,6 +93,21 @@ static inline int cl_cfg_dilation_h(const cl_config *c, int l) {
 }
 static inline int cl_cfg_dilation_w(const cl_config *c, int l) {
   return c->dilation_w[l] ? c->dilation_w[l] : 1;
+}
+/* The state-to-state kernel of layer l: the input kernel when unset, square
+ * when only its height is set. */
+static inline int cl_cfg_rkernel_h(const cl_config *c, int l) {
+  return c->recurrent_kernel_sizes[l] ? c->recurrent_kernel_sizes[l] : c->kernel_sizes[l];
+}
+static inline int cl_cfg_rkernel_w(const cl_config *c, int l) {
+  if (!c->recurrent_kernel_sizes[l]) return cl_cfg_kernel_w(c, l);
+  return c->recurrent_kernel_widths[l] ? c->recurrent_kernel_widths[l]
+                                       : c->recurrent_kernel_sizes[l];
+}
+/* Whether layer l's two kernels differ (its weight is then two tensors). */
+static inline int cl_cfg_split(const cl_config *c, int l) {
+  return cl_cfg_rkernel_h(c, l) != c->kernel_sizes[l] ||
+         cl_cfg_rkernel_w(c, l) != cl_cfg_kernel_w(c, l);
 }
 
 /* The schedule of one call, derived from its shape and options; it decides
@@ -115,7 +145,8 @@ typedef struct cl_geom {
 } cl_geom;
 
 /* Layer L's two convolutions over n images at g's frame size and storage
- * type: the input half (in -> 4h channels) and the hidden half (h -> 4h).
+ * type: the input half (in -> 4h channels, kernel kh x kw) and the hidden
+ * half (h -> 4h, kernel rkh x rkw).
  * In training with per-gate dropout masks, a half is 4 groups over the 4
  * masked copies side by side (4 in or 4 h channels), each gate's weight rows
  * on its own copy. The one place a layer's convolution geometry is written
@@ -128,7 +159,7 @@ static inline cl_conv_shape cl_conv_input_half(const cl_layer *L, const cl_geom 
 }
 static inline cl_conv_shape cl_conv_hidden_half(const cl_layer *L, const cl_geom *g, int n) {
   int G = g->training ? L->groups_h : 1;
-  cl_conv_shape s = {n,     G * L->hidden, g->H,     g->W, 4 * L->hidden, L->kh, L->kw, L->dh,
+  cl_conv_shape s = {n,     G * L->hidden, g->H,     g->W, 4 * L->hidden, L->rkh, L->rkw, L->dh,
                      L->dw, g->dtype,      G};
   return s;
 }

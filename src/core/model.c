@@ -48,6 +48,14 @@ static cl_status check_config(const cl_config *c, char *err, size_t errlen) {
                kw ? kw : k);
       return CL_E_INVALID;
     }
+    int rk = c->recurrent_kernel_sizes[l], rkw = c->recurrent_kernel_widths[l];
+    if (rk < 0 || (rk > 0 && rk % 2 == 0) || rkw < 0 || (rkw > 0 && rkw % 2 == 0) ||
+        (rk == 0 && rkw != 0)) {
+      snprintf(err, errlen,
+               "recurrent_kernel_sizes[%d] must be positive odd integers (0: the input kernel), "
+               "not %d x %d", l + 1, rk, rkw);
+      return CL_E_INVALID;
+    }
     if (c->dilation_h[l] < 0 || c->dilation_w[l] < 0) {
       snprintf(err, errlen, "dilation[%d] must be positive integers, not %d x %d", l + 1,
                c->dilation_h[l], c->dilation_w[l]);
@@ -105,16 +113,21 @@ static cl_status layout_layers(cl_model *m) {
     c->kernel_widths[l] = cl_cfg_kernel_w(c, l);
     c->dilation_h[l] = cl_cfg_dilation_h(c, l);
     c->dilation_w[l] = cl_cfg_dilation_w(c, l);
+    c->recurrent_kernel_widths[l] = cl_cfg_rkernel_w(c, l); /* before the height: it reads it */
+    c->recurrent_kernel_sizes[l] = cl_cfg_rkernel_h(c, l);
     L->kh = c->kernel_sizes[l];
     L->kw = c->kernel_widths[l];
+    L->rkh = c->recurrent_kernel_sizes[l];
+    L->rkw = c->recurrent_kernel_widths[l];
     L->dh = c->dilation_h[l];
     L->dw = c->dilation_w[l];
     int per_gate = c->dropout_masks == CL_MASKS_PER_GATE;
     L->groups_x = per_gate && cl_layer_drops_input(m, l) ? 4 : 1;
     L->groups_h = per_gate && cl_layer_drops_hidden(m, l) ? 4 : 1;
     size_t kk = cl_mul_size((size_t)L->kh, (size_t)L->kw), g = 4 * (size_t)L->hidden;
+    size_t rkk = cl_mul_size((size_t)L->rkh, (size_t)L->rkw);
     L->n_wx = cl_mul_size(cl_mul_size(g, (size_t)L->in), kk);
-    L->n_wh = cl_mul_size(cl_mul_size(g, (size_t)L->hidden), kk);
+    L->n_wh = cl_mul_size(cl_mul_size(g, (size_t)L->hidden), rkk);
     L->n_b = m->cfg.bias ? g : 0;
     L->n_pc = cl_mul_size(cl_mul_size(3, (size_t)L->hidden), pp);
     if (L->n_wx == 0 || L->n_wh == 0 || L->n_wx > SIZE_MAX / 8 || L->n_wh > SIZE_MAX / 8 ||

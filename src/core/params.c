@@ -1,8 +1,9 @@
 /*
  * core/params.c -- parameters by torch name and layout. Inside, a layer's
  * weight is two packed halves (wx, wh; see internal.h); outside, it is torch's
- * cell_list.<l>.conv.weight [4h, in+h, kh, kw], so weights move between this
- * package, R torch and PyTorch unchanged.
+ * cell_list.<l>.conv.weight [4h, in+h, kh, kw] (or, with two different
+ * kernels, conv_x.weight and conv_h.weight, the halves as they are), so
+ * weights move between this package, R torch and PyTorch unchanged.
  */
 #include "internal.h"
 
@@ -160,12 +161,16 @@ cl_status cl_model_init_params(cl_model *m, double (*uniform01)(void *), void *c
   for (int i = 0; i < m->n_tensors; i++) {
     cl_tensor_spec t = cl_cfg_tensor(&m->cfg, i);
     const cl_layer *L = &m->layer[t.layer];
-    if (t.role >= CL_TR_WCI) {
+    if (cl_role_is_peephole(t.role)) {
       memset(host + cl_whole_offset(L, t.role), 0, cl_tensor_numel(m, i) * sizeof(float));
       continue;
     }
-    /* kaiming_uniform(a = sqrt(5)) and torch's bias rule both give this bound */
-    double fan_in = (double)(L->in + L->hidden) * L->kh * L->kw;
+    /* kaiming_uniform(a = sqrt(5)) and torch's bias rule both give this bound;
+     * two convolutions (different kernels) each have their own fan-in, the
+     * bias the input one's */
+    double fan_in = t.role == CL_TR_WEIGHT_H ? (double)L->hidden * L->rkh * L->rkw
+                    : t.split               ? (double)L->in * L->kh * L->kw
+                                            : (double)(L->in + L->hidden) * L->kh * L->kw;
     double bound = 1.0 / sqrt(fan_in);
     size_t n = cl_tensor_numel(m, i);
     for (size_t j = 0; j < n; j++)

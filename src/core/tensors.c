@@ -12,14 +12,20 @@
 
 #include <stdio.h>
 
-static const char *const ROLE_NAME[] = {"conv.weight", "conv.bias", "w_ci", "w_cf", "w_co"};
+static const char *const ROLE_NAME[] = {"conv.weight", "conv.bias",     "w_ci",         "w_cf",
+                                        "w_co",        "conv_x.weight", "conv_h.weight"};
 
-/* Tensors of one layer: the weight, the bias, three peepholes. */
-static int per_layer(const cl_config *c) {
-  return 1 + (c->bias != 0) + (c->peephole != CL_PEEP_NONE ? 3 : 0);
+/* Tensors of layer l: the weight (two with different kernels), the bias,
+ * three peepholes. */
+static int per_layer(const cl_config *c, int l) {
+  return 1 + cl_cfg_split(c, l) + (c->bias != 0) + (c->peephole != CL_PEEP_NONE ? 3 : 0);
 }
 
-int cl_cfg_n_tensors(const cl_config *c) { return per_layer(c) * c->n_layers; }
+int cl_cfg_n_tensors(const cl_config *c) {
+  int n = 0;
+  for (int l = 0; l < c->n_layers; l++) n += per_layer(c, l);
+  return n;
+}
 
 int64_t cl_cfg_peephole_pixels(const cl_config *c) {
   if (c->peephole == CL_PEEP_POSITION) return (int64_t)c->peephole_h * c->peephole_w;
@@ -34,21 +40,39 @@ const char *cl_peephole_name(int kind) {
   return kind == CL_PEEP_CHANNEL ? "channel" : kind == CL_PEEP_POSITION ? "position" : "none";
 }
 
+/* Role of tensor k of layer l: the weight (or the input half), the bias
+ * when there is one, the hidden half when the kernels differ (torch's
+ * order for a cell of two convolutions, conv_x with the bias, then
+ * conv_h), then the peepholes. */
+static cl_tensor_role role_of(const cl_config *c, int l, int k) {
+  int split = cl_cfg_split(c, l);
+  if (k == 0) return split ? CL_TR_WEIGHT_X : CL_TR_WEIGHT;
+  int next = 1; /* the place of the next tensor a layer may have */
+  if (c->bias && k == next++) return CL_TR_BIAS;
+  if (split && k == next++) return CL_TR_WEIGHT_H;
+  return (cl_tensor_role)(CL_TR_WCI + k - next);
+}
+
 cl_tensor_spec cl_cfg_tensor(const cl_config *c, int i) {
-  int per = per_layer(c), l = i / per, k = i % per;
-  cl_tensor_spec t = {l, CL_TR_WEIGHT, 0, {0, 0, 0, 0}};
-  /* k: 0 weight, then the bias when there is one, then the peepholes */
-  t.role = k == 0 ? CL_TR_WEIGHT
-           : c->bias ? (k == 1 ? CL_TR_BIAS : (cl_tensor_role)(CL_TR_WCI + k - 2))
-                     : (cl_tensor_role)(CL_TR_WCI + k - 1);
+  int l = 0, k = i;
+  while (l < c->n_layers - 1 && k >= per_layer(c, l)) k -= per_layer(c, l++);
+  cl_tensor_spec t = {l, role_of(c, l, k), cl_cfg_split(c, l), 0, {0, 0, 0, 0}};
   int64_t h = c->hidden_dims[l], in = l == 0 ? c->input_dim : c->hidden_dims[l - 1];
   switch (t.role) {
   case CL_TR_WEIGHT:
+  case CL_TR_WEIGHT_X:
     t.ndim = 4;
     t.dims[0] = 4 * h;
-    t.dims[1] = in + h;
+    t.dims[1] = t.role == CL_TR_WEIGHT ? in + h : in;
     t.dims[2] = c->kernel_sizes[l];
     t.dims[3] = cl_cfg_kernel_w(c, l);
+    break;
+  case CL_TR_WEIGHT_H:
+    t.ndim = 4;
+    t.dims[0] = 4 * h;
+    t.dims[1] = h;
+    t.dims[2] = cl_cfg_rkernel_h(c, l);
+    t.dims[3] = cl_cfg_rkernel_w(c, l);
     break;
   case CL_TR_BIAS:
     t.ndim = 1;
@@ -65,5 +89,6 @@ cl_tensor_spec cl_cfg_tensor(const cl_config *c, int i) {
 }
 
 void cl_tensor_name(char *buf, size_t len, const char *prefix, const cl_tensor_spec *t) {
-  snprintf(buf, len, "%scell_list.%d.%s", prefix, t->layer, ROLE_NAME[t->role]);
+  const char *role = t->role == CL_TR_BIAS && t->split ? "conv_x.bias" : ROLE_NAME[t->role];
+  snprintf(buf, len, "%scell_list.%d.%s", prefix, t->layer, role);
 }

@@ -92,6 +92,9 @@ static inline cl_model *fx_model(const fixture *f, int n_threads) {
   fx_ints(f, "kernel_widths", c.kernel_widths, CL_MAX_LAYERS);
   fx_ints(f, "dilation_h", c.dilation_h, CL_MAX_LAYERS);
   fx_ints(f, "dilation_w", c.dilation_w, CL_MAX_LAYERS);
+  fx_ints(f, "recurrent_kernel_sizes", c.recurrent_kernel_sizes, CL_MAX_LAYERS);
+  fx_ints(f, "recurrent_kernel_widths", c.recurrent_kernel_widths, CL_MAX_LAYERS);
+  if (fx_is(f, "peephole", "channel")) c.peephole = CL_PEEP_CHANNEL;
   c.bias = fx_is(f, "bias", "TRUE");
   c.device = CL_DEVICE_CPU;
   c.n_threads = n_threads;

@@ -218,7 +218,7 @@ static void run(const config *c) {
   cl_host_array ya = c->target == CL_TARGET_SEQUENCE
                          ? (cl_host_array){y, CL_HOST_TORCH_F32, 5, {B, yT, top, H, W}}
                          : (cl_host_array){y, CL_HOST_TORCH_F32, 4, {B, top, H, W, 0}};
-  cl_optim sgd = {CL_OPTIM_SGD, 1e-3, 0, 0, 0, 0, 0, 0};
+  cl_optim sgd = {.kind = CL_OPTIM_SGD, .lr = 1e-3};
   n_rec = rec_overflow = 0;
   double loss;
   cl_status s = c->training ? cl_model_train_step(m, &xa, &ya, c->target, &sgd, &o, &loss)

@@ -15,12 +15,18 @@
  *  - a model with non-square kernels saved to a file: the file's own header,
  *    read here without the package's reader, gives each weight the shape
  *    [out, in, kh, kw] (torch's) and the values in torch's order, and a load
- *    gives back the same parameters and outputs.
+ *    gives back the same parameters and outputs;
+ *  - cells of two kernels (an input kernel and a different state kernel:
+ *    9x9 with 1x1 and peepholes, 3x5 with 5x3 dilated) against PyTorch's
+ *    fixtures (tools/make_fixtures_kernels.py): the loss, every gradient
+ *    (conv_x.weight, conv_x.bias, conv_h.weight by name) and the fixture's
+ *    optimizer steps.
  * Exits nonzero on any failure.
  */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp */
 #include "convlstm.h"
 #include "ctest.h" /* CHECK, uniform01 */
+#include "fixture.h" /* fx_open, fx_model, fx_tensor */
 
 #include <math.h>
 #include <stdint.h>
@@ -379,10 +385,92 @@ static void test_nonsquare_file(void) {
   rmdir(dir);
 }
 
+/* ---- two kernels against PyTorch ------------------------------------ */
+
+/* max |a - b| / max |b| over every tensor of m: a (m's, by get) against the
+ * fixture's prefix/<name>. */
+static double fixture_gap(const fixture *f, cl_model *m, const char *prefix, int grad) {
+  double worst = 0;
+  for (int i = 0; i < cl_model_n_tensors(m); i++) {
+    const char *name;
+    size_t n = numel(m, i, &name), nf = 0;
+    char key[128];
+    snprintf(key, sizeof key, "%s/%s", prefix, name);
+    float *want = fx_tensor(f, key, &nf), *got = malloc(n * sizeof *got);
+    CHECK(want != NULL && nf == n, "%s: %s missing or of %zu elements, not %zu", f->dir, key, nf,
+          n);
+    if (want && nf == n) {
+      if (grad) cl_model_get_grad(m, name, got, n);
+      else cl_model_get_param(m, name, got, n);
+      double d = 0, scale = 0;
+      for (size_t j = 0; j < n; j++) {
+        d = fmax(d, fabs((double)got[j] - want[j]));
+        scale = fmax(scale, fabs((double)want[j]));
+      }
+      worst = fmax(worst, d / (scale > 0 ? scale : 1));
+    }
+    free(want);
+    free(got);
+  }
+  return worst;
+}
+
+static void test_two_kernels(const char *dir) {
+  fixture f;
+  CHECK(fx_open(&f, dir), "%s: no fixture (tools/make_fixtures_kernels.py)", dir);
+  cl_model *m = fx_model(&f, 2);
+  size_t nx = 0, ny = 0, nl = 0, ns = 0;
+  float *x = fx_tensor(&f, "x", &nx), *y = fx_tensor(&f, "y", &ny);
+  float *loss_fx = fx_tensor(&f, "loss", &nl);
+  int sgd = fx_record(&f, "config", "sgd_lr") != NULL;
+  float *steps_fx = fx_tensor(&f, sgd ? "sgd_losses" : "adam_losses", &ns);
+  CHECK(m && x && y && loss_fx && steps_fx, "%s: fixture incomplete", dir);
+  if (m && x && y && loss_fx && steps_fx) {
+    int hid[CL_MAX_LAYERS], L = fx_ints(&f, "hidden_dims", hid, CL_MAX_LAYERS);
+    int B = fx_int(&f, "B"), T = fx_int(&f, "T"), H = fx_int(&f, "H"), W = fx_int(&f, "W");
+    int seq = fx_is(&f, "target", "sequence");
+    cl_host_array xa = {x, CL_HOST_TORCH_F32, 5, {B, T, fx_int(&f, "input_dim"), H, W}};
+    cl_host_array ya = seq ? (cl_host_array){y, CL_HOST_TORCH_F32, 5, {B, T, hid[L - 1], H, W}}
+                           : (cl_host_array){y, CL_HOST_TORCH_F32, 4, {B, hid[L - 1], H, W, 0}};
+    cl_target tg = seq ? CL_TARGET_SEQUENCE : CL_TARGET_LAST_STATE;
+    cl_optim sgd0 = {CL_OPTIM_SGD, 0, 0, 0, 0, 0, 0, 0}; /* lr 0: the parameters stay */
+    cl_step_options o = {0};
+    double loss = NAN;
+    CHECK(cl_model_train_step(m, &xa, &ya, tg, &sgd0, &o, &loss) == CL_OK, "%s: %s", dir,
+          cl_model_error(m));
+    double gap = fixture_gap(&f, m, "grad", 1);
+    const double loss0 = loss;
+    CHECK(fabs(loss - loss_fx[0]) <= 1e-5 * fabs(loss_fx[0]), "%s: loss %.9g, PyTorch %.9g", dir,
+          loss, loss_fx[0]);
+    CHECK(gap <= 1e-5, "%s: gradients %.2e from PyTorch's", dir, gap);
+    const char *lr = fx_record(&f, "config", sgd ? "sgd_lr" : "adam_lr");
+    const char *mo = fx_record(&f, "config", "sgd_momentum");
+    const char *wd = fx_record(&f, "config", "adam_weight_decay");
+    cl_optim opt = {sgd ? CL_OPTIM_SGD : CL_OPTIM_ADAM, atof(lr), 0.9, 0.999, 1e-8,
+                    sgd ? atof(mo) : 0, sgd ? 0 : atof(wd), 0};
+    double worst = 0;
+    for (size_t i = 0; i < ns; i++) {
+      CHECK(cl_model_train_step(m, &xa, &ya, tg, &opt, &o, &loss) == CL_OK, "%s: step %zu: %s",
+            dir, i + 1, cl_model_error(m));
+      worst = fmax(worst, fabs(loss - steps_fx[i]) / fabs(steps_fx[i]));
+    }
+    double pgap = fixture_gap(&f, m, sgd ? "sgd_params" : "adam_params", 0);
+    CHECK(worst <= 1e-5, "%s: optimizer steps' losses %.2e from PyTorch's", dir, worst);
+    CHECK(pgap <= 1e-5, "%s: parameters after the steps %.2e from PyTorch's", dir, pgap);
+    printf("%s: loss %.7f (PyTorch %.7f), gradients %.1e, %s steps' losses %.1e and parameters "
+           "%.1e from PyTorch\n", dir, loss0, loss_fx[0], gap, sgd ? "SGD" : "Adam", worst,
+           pgap);
+  }
+  cl_model_free(m);
+  free(x), free(y), free(loss_fx), free(steps_fx);
+}
+
 int main(void) {
   test_half_sgd();
   test_uneven_accumulation();
   test_clipping();
   test_nonsquare_file();
+  test_two_kernels("tests/testthat/fixtures/kernels/k9_h1");
+  test_two_kernels("tests/testthat/fixtures/kernels/k3x5_h5x3");
   return ctest_done("test_core_refs");
 }

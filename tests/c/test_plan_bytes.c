@@ -38,18 +38,21 @@ typedef struct pcase {
   cl_optim optim;   /* training */
   int checkpoint, tbptt, accumulation, recompute;
   cl_outputs outputs; /* inference */
+  int rk[MAXL];       /* state-to-state kernels; 0: k */
 } pcase;
 
 static size_t esize(cl_dtype t) { return t == CL_F32 ? 4 : 2; }
 static size_t cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
 
 /* Every weight of a layer: one convolution over cat(x_t, h_{t-1}) to the
- * four gates, [4 h, in + h, k, k], and its bias [4 h]. */
+ * four gates, [4 h, in + h, k, k], and its bias [4 h]; with a state kernel
+ * rk of its own, [4 h, in, k, k] and [4 h, h, rk, rk]. */
 static size_t n_params(const pcase *c) {
   size_t n = 0, in = (size_t)c->in;
   for (int l = 0; l < c->n_layers; l++) {
     size_t h = (size_t)c->hidden[l], k = (size_t)c->k[l];
-    n += 4 * h * (in + h) * k * k + 4 * h;
+    size_t rk = c->rk[l] ? (size_t)c->rk[l] : k;
+    n += 4 * h * in * k * k + 4 * h * h * rk * rk + 4 * h;
     in = h;
   }
   return n;
@@ -141,6 +144,7 @@ static void run_case(const pcase *c) {
   for (int l = 0; l < c->n_layers; l++) {
     cfg.hidden_dims[l] = c->hidden[l];
     cfg.kernel_sizes[l] = c->k[l];
+    cfg.recurrent_kernel_sizes[l] = c->rk[l];
   }
   cfg.bias = 1;
   cfg.device = CL_DEVICE_CPU;
@@ -209,27 +213,33 @@ int main(void) {
   const cl_optim rms_plain = {CL_OPTIM_RMSPROP, 1e-2, 0, 0, 1e-8, 0, 0, 0, 0.99, 0};
   const pcase cases[] = {
       /* name, layers, in, hidden, kernels, dtype, B, T, H, W, training, optim,
-       * checkpoint, tbptt, accumulation, recompute, outputs */
-      {"1 layer adam", 1, 2, {3}, {3}, CL_F32, 2, 4, 5, 6, 1, adam, 0, 0, 0, 0, 0},
-      {"2 layers sgd", 2, 1, {4, 2}, {3, 5}, CL_F32, 3, 3, 6, 4, 1, sgd, 0, 0, 0, 0, 0},
+       * checkpoint, tbptt, accumulation, recompute, outputs, state kernels (0: the kernels) */
+      {"1 layer adam", 1, 2, {3}, {3}, CL_F32, 2, 4, 5, 6, 1, adam, 0, 0, 0, 0, 0, {0}},
+      {"2 layers sgd", 2, 1, {4, 2}, {3, 5}, CL_F32, 3, 3, 6, 4, 1, sgd, 0, 0, 0, 0, 0, {0}},
       {"2 layers momentum checkpoint 2 of 5", 2, 2, {4, 3}, {3, 1}, CL_F32, 2, 5, 4, 4, 1,
-       momentum, 2, 0, 0, 0, 0},
+       momentum, 2, 0, 0, 0, 0, {0}},
       {"3 layers amsgrad float16 accumulation 2", 3, 1, {3, 5, 2}, {3, 3, 1}, CL_F16, 3, 4, 5, 3,
-       1, amsgrad, 0, 0, 2, 0, 0},
+       1, amsgrad, 0, 0, 2, 0, 0, {0}},
       {"2 layers adam bfloat16 tbptt 3 of 7", 2, 3, {2, 4}, {3, 3}, CL_BF16, 2, 7, 4, 5, 1, adam,
-       0, 3, 0, 0, 0},
+       0, 3, 0, 0, 0, {0}},
       {"2 layers adam recompute_gates 2 of 5", 2, 1, {4, 4}, {3, 3}, CL_F32, 2, 5, 5, 5, 1, adam,
-       0, 0, 0, 2, 0},
+       0, 0, 0, 2, 0, {0}},
       {"1 layer adam checkpoint 3 accumulation 3", 1, 2, {5}, {5}, CL_F32, 5, 7, 6, 6, 1, adam, 3,
-       0, 3, 0, 0},
+       0, 3, 0, 0, {0}},
       {"2 layers rmsprop momentum centered", 2, 2, {4, 3}, {3, 3}, CL_F32, 2, 4, 5, 4, 1,
-       rmsprop, 0, 0, 0, 0, 0},
+       rmsprop, 0, 0, 0, 0, 0, {0}},
       {"1 layer rmsprop bfloat16 accumulation 2", 1, 1, {5}, {3}, CL_BF16, 4, 3, 4, 4, 1,
-       rms_plain, 0, 0, 2, 0, 0},
+       rms_plain, 0, 0, 2, 0, 0, {0}},
       {"inference, every output", 2, 2, {3, 5}, {3, 3}, CL_F32, 2, 6, 5, 4, 0, adam, 0, 0, 0, 0,
-       CL_OUTPUTS_ALL},
+       CL_OUTPUTS_ALL, {0}},
       {"inference float16, last state", 2, 1, {6, 2}, {3, 5}, CL_F16, 3, 9, 4, 6, 0, adam, 0, 0, 0,
-       0, CL_OUTPUTS_LAST},
+       0, CL_OUTPUTS_LAST, {0}},
+      {"2 layers adam, kernels 9-1 and 3-5", 2, 2, {4, 3}, {9, 3}, CL_F32, 2, 4, 6, 5, 1, adam, 0,
+       0, 0, 0, 0, {1, 5}},
+      {"2 layers sgd checkpoint 2 recompute 1, kernels 5-1", 2, 1, {3, 2}, {5, 5}, CL_F32, 2, 5, 5,
+       4, 1, sgd, 2, 0, 0, 1, 0, {1, 1}},
+      {"inference, kernels 1-3", 1, 2, {3}, {1}, CL_F16, 2, 3, 4, 4, 0, adam, 0, 0, 0, 0,
+       CL_OUTPUTS_ALL, {3}},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
   return ctest_done("test_plan_bytes");

@@ -158,12 +158,17 @@ expect_fixture_tensors <- function(got, fx, prefix, rel = 1e-5, label = NULL) {
 `%||%` <- function(a, b) if (is.null(a)) b else a
 
 # A fixture's kernels and dilations in convlstm()'s forms: square kernels
-# unless it records kernel_widths (and dilation_h / _w).
+# unless it records kernel_widths (and dilation_h / _w); the state kernels
+# (recurrent_kernel_sizes) NULL unless it records them.
 fixture_kernels <- function(cfg) {
-  if (is.null(cfg$kernel_widths)) return(list(kernel_sizes = cfg$kernel_sizes, dilation = 1))
   pairs <- function(h, w) Map(c, h, w)
+  rk <- if (!is.null(cfg$recurrent_kernel_sizes))
+    pairs(cfg$recurrent_kernel_sizes, cfg$recurrent_kernel_widths)
+  if (is.null(cfg$kernel_widths)) {
+    return(list(kernel_sizes = cfg$kernel_sizes, dilation = 1, recurrent_kernel_sizes = rk))
+  }
   list(kernel_sizes = pairs(cfg$kernel_sizes, cfg$kernel_widths),
-       dilation = pairs(cfg$dilation_h, cfg$dilation_w))
+       dilation = pairs(cfg$dilation_h, cfg$dilation_w), recurrent_kernel_sizes = rk)
 }
 
 # The fixture's masks as local_dropout_masks() takes them: per layer the
