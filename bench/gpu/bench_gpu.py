@@ -104,7 +104,7 @@ CL_DEVICE_CPU, CL_DEVICE_CUDA = 0, 1
 CL_F32, CL_F16, CL_BF16 = 0, 1, 2
 CL_TARGET_LAST_STATE, CL_TARGET_SEQUENCE = 0, 1
 CL_HOST_R_F64, CL_HOST_TORCH_F32 = 0, 1
-CL_OPTIM_ADAM, CL_OPTIM_SGD, CL_OPTIM_ADAMW = 1, 2, 3
+CL_OPTIM_ADAM, CL_OPTIM_SGD, CL_OPTIM_ADAMW, CL_OPTIM_RMSPROP = 1, 2, 3, 4
 CL_OUTPUTS_ALL, CL_OUTPUTS_LAST = 0, 1
 CL_E_OOM = 2
 CATEGORIES = ["parameters", "gradients", "optimizer", "activations", "states", "workspace",
@@ -118,6 +118,8 @@ class cl_config(C.Structure):
                 ("kernel_sizes", C.c_int * CL_MAX_LAYERS),
                 ("kernel_widths", C.c_int * CL_MAX_LAYERS),
                 ("dilation_h", C.c_int * CL_MAX_LAYERS), ("dilation_w", C.c_int * CL_MAX_LAYERS),
+                ("recurrent_kernel_sizes", C.c_int * CL_MAX_LAYERS),
+                ("recurrent_kernel_widths", C.c_int * CL_MAX_LAYERS),
                 ("bias", C.c_int), ("device", C.c_int), ("dtype", C.c_int),
                 ("n_threads", C.c_int), ("memory_limit", C.c_size_t),
                 ("peephole", C.c_int), ("peephole_h", C.c_int), ("peephole_w", C.c_int),
@@ -133,11 +135,13 @@ class cl_host_array(C.Structure):
 class cl_optim(C.Structure):
     _fields_ = [("kind", C.c_int), ("lr", C.c_double), ("beta1", C.c_double),
                 ("beta2", C.c_double), ("eps", C.c_double), ("momentum", C.c_double),
-                ("weight_decay", C.c_double), ("amsgrad", C.c_int)]
+                ("weight_decay", C.c_double), ("amsgrad", C.c_int), ("alpha", C.c_double),
+                ("centered", C.c_int)]
 
 
 class cl_loss_fn(C.Structure):
-    _fields_ = [("kind", C.c_int), ("delta", C.c_double), ("pos_weight", C.c_double)]
+    _fields_ = [("kind", C.c_int), ("delta", C.c_double), ("pos_weight", C.c_double),
+                ("reduction", C.c_int)]
 
 
 class cl_step_options(C.Structure):
@@ -149,6 +153,7 @@ class cl_step_options(C.Structure):
                 ("weight", C.POINTER(cl_host_array)),
                 ("mask_x", C.POINTER(C.c_float) * CL_MAX_LAYERS),
                 ("mask_h", C.POINTER(C.c_float) * CL_MAX_LAYERS),
+                ("draw_masks", C.c_int), ("dropout_seed", C.c_uint64),
                 ("comm", C.c_void_p), ("comm_share", C.c_double)]
 
 
