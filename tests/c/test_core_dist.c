@@ -14,7 +14,7 @@
  * tests/testthat/test-distributed.R the MPI engine under mpirun.
  */
 #define _POSIX_C_SOURCE 200809L /* pthread_barrier_t */
-#include "ctest.h"              /* CHECK, uniform01, ctest_config, rel_diff */
+#include "ctest.h"              /* CHECK, uniform01, ctest_config, ctest_flat, rel_diff */
 #include "core/comm.h"          /* struct cl_comm_i: the slots filled below */
 
 #include <pthread.h>
@@ -201,22 +201,8 @@ static void *rank_main(void *arg) {
   return NULL;
 }
 
-/* Parameters (what = 0) or gradients (1), flattened. */
-static size_t flat(cl_model *m, int what, float *out) {
-  size_t k = 0;
-  for (int i = 0; i < cl_model_n_tensors(m); i++) {
-    const char *name;
-    int nd, d[4];
-    cl_model_tensor_info(m, i, &name, &nd, d);
-    size_t len = (size_t)d[0] * (nd == 4 ? (size_t)d[1] * d[2] * d[3] : 1);
-    if (what) cl_model_get_grad(m, name, out + k, len);
-    else cl_model_get_param(m, name, out + k, len);
-    k += len;
-  }
-  return k;
-}
-
-static float ref_v[1 << 14], got_v[1 << 14], other_v[1 << 14];
+#define MAXV (1 << 14)
+static float ref_v[MAXV], got_v[MAXV], other_v[MAXV];
 
 static void compare(const char *label, rank_job *ref, rank_job *jobs) {
   for (int k = 0; k < ref->steps; k++)
@@ -227,10 +213,9 @@ static void compare(const char *label, rank_job *ref, rank_job *jobs) {
     }
   for (int what = 0; what < 2; what++) {
     const char *kind = what ? "gradients" : "parameters";
-    size_t n = flat(ref->m, what, ref_v);
-    CHECK(n <= sizeof ref_v / sizeof *ref_v, "%zu values", n);
-    flat(jobs[0].m, what, got_v);
-    flat(jobs[1].m, what, other_v);
+    size_t n = ctest_flat(ref->m, what, ref_v, MAXV);
+    ctest_flat(jobs[0].m, what, got_v, MAXV);
+    ctest_flat(jobs[1].m, what, other_v, MAXV);
     double d = rel_diff(got_v, ref_v, n);
     CHECK(d <= 1e-5, "%s: rank 0's %s differ from the whole batch's by %.2e", label, kind, d);
     /* the ranks sum the same floats in the same order and update alike */
