@@ -4,7 +4,7 @@
 # (never the working tree), rebuilds, runs the tests that should catch it and
 # prints a table of which were killed and which survived.
 #
-#   tools/mutate.sh [-k] [ID ...]          # all mutants, or only these ids
+#   tools/mutate.sh [-k] [ID ...]          # all mutants, or only these ids (in that order)
 #
 # A core or CPU-backend mutant (src/core/, src/cpu/) rebuilds the standalone
 # library (src/Makefile.standalone, CUDA=0: only the mutated file recompiles)
@@ -82,7 +82,8 @@ c_suite() {
     [ -x "$t" ] || continue
     name=$(basename "$t")
     args=""
-    [ "$name" = test_backend_ops ] && args=${MUTATE_BACKEND_OPS_ARGS:-}
+    # -x: it stops at the first failed check (the baseline runs it whole)
+    [ "$name" = test_backend_ops ] && args="-x ${MUTATE_BACKEND_OPS_ARGS:-}"
     # a mutant may hang: three times the baseline's time (and a minute), at
     # least MUTATE_TIMEOUT
     lim=$timeout_s
@@ -90,7 +91,7 @@ c_suite() {
     [ -n "$base" ] && [ $((3 * base + 60)) -gt "$lim" ] && lim=$((3 * base + 60))
     [ "$tag" = baseline ] && lim=$((lim > 3600 ? lim : 3600))
     t0=$(date +%s)
-    ( cd "$scratch" && nice timeout "$lim" "$t" $args ) >"$log/$tag.$name.log" 2>&1
+    ( cd "$scratch" && nice timeout "$lim" "$t" $args ) </dev/null >"$log/$tag.$name.log" 2>&1
     rc=$?
     [ "$tag" = baseline ] && echo "$name $(( $(date +%s) - t0 ))" >>"$work/baseline.times"
     if [ $rc -ne 0 ] && [ $rc -ne 77 ]; then
@@ -103,7 +104,7 @@ c_suite() {
 
 r_install() {
   CONVLSTM_NO_CUDA=1 nice R CMD INSTALL --no-docs --no-multiarch --no-test-load \
-    -l "$rlib" "$scratch" >"$log/$1.install.log" 2>&1
+    -l "$rlib" "$scratch" </dev/null >"$log/$1.install.log" 2>&1
 }
 
 # testthat files, comma-separated; prints the first failing one
@@ -115,7 +116,7 @@ r_suite() {
       r <- as.data.frame(testthat::test_file('tests/testthat/$f', package = 'convlstm',
         load_package = 'installed', reporter = 'summary'))
       quit(status = if (sum(r\$failed) + sum(r\$error) > 0) 1 else 0)" ) \
-      >"$log/$tag.$f.log" 2>&1 || { echo "$f"; return 1; }
+      </dev/null >"$log/$tag.$f.log" 2>&1 || { echo "$f"; return 1; }
   done
   return 0
 }
@@ -199,10 +200,16 @@ r_ready=0
 printf 'id\tclass\tfile\tresult\tby\n' >"$out"
 printf '%-5s %-16s %-28s %-9s %s\n' id class file result "killed by"
 tab=$(printf '\t')
-grep -v '^#' "$list" | grep -v '^[[:space:]]*$' | while IFS="$tab" read -r id class file orig repl rtests; do
-  if [ $# -gt 0 ]; then
-    case " $* " in *" $id "*) ;; *) continue ;; esac
-  fi
+# the list on fd 3, not stdin: R CMD INSTALL and Rscript read stdin, and a
+# list they could read would end the run after the first R mutant
+# Ids given: in their order (the cheap ones first, when time is short).
+grep -v '^#' "$list" | grep -v '^[[:space:]]*$' >"$work/list.all"
+if [ $# -gt 0 ]; then
+  for id in "$@"; do grep "^$id$tab" "$work/list.all"; done >"$work/list.tsv"
+else
+  cp "$work/list.all" "$work/list.tsv"
+fi
+while IFS="$tab" read -r id class file orig repl rtests <&3; do
   start=$(date +%s)
   save_obj "$file"
   res=$(apply "$id" "$file" "$orig" "$repl")
@@ -240,7 +247,7 @@ grep -v '^#' "$list" | grep -v '^[[:space:]]*$' | while IFS="$tab" read -r id cl
   secs=$(( $(date +%s) - start ))
   printf '%-5s %-16s %-28s %-9s %s (%ss)\n' "$id" "$class" "$file" "$result" "$by" "$secs"
   printf '%s\t%s\t%s\t%s\t%s\n' "$id" "$class" "$file" "$result" "$by" >>"$out"
-done
+done 3<"$work/list.tsv"
 echo "mutate: $(grep -c "${tab}killed${tab}" "$out") killed, $(grep -c "${tab}SURVIVED${tab}" "$out") survived, $(grep -c "${tab}stale${tab}" "$out") stale, $(grep -c "${tab}broken${tab}" "$out") broken"
 status=0
 grep -q "${tab}SURVIVED${tab}\|${tab}stale${tab}\|${tab}broken${tab}" "$out" && status=1

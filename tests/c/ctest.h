@@ -2,8 +2,9 @@
  * tests/c/ctest.h -- what every C test of the core shares: a CHECK that
  * counts failures and says where, a small deterministic RNG (xorshift64)
  * whose uniform01 also serves as cl_model_init_params' callback, a small
- * two-layer config, a model created and initialised from it, and the
- * relative difference the reference tests compare with.
+ * two-layer config, a model created and initialised from it, a model's
+ * parameters or gradients flattened, and the relative difference the
+ * reference tests compare with.
  */
 #ifndef CONVLSTM_TESTS_CTEST_H
 #define CONVLSTM_TESTS_CTEST_H
@@ -64,6 +65,34 @@ static inline cl_model *ctest_model(const cl_config *c) {
   CHECK(cl_model_create(c, &m, err, sizeof err) == CL_OK, "create: %s", err);
   if (m) cl_model_init_params(m, uniform01, NULL);
   return m;
+}
+
+/* Elements of a tensor of cl_model_tensor_info's ndim and dims. */
+static inline size_t ctest_numel(int nd, const int *d) {
+  size_t n = 1;
+  for (int j = 0; j < nd; j++) n *= (size_t)d[j];
+  return n;
+}
+
+/* Every parameter (grad = 0) or gradient (grad = 1) of m, flattened in
+ * tensor order into out (room for max floats); their number, and a failed
+ * check when they do not fit. */
+static inline size_t ctest_flat(cl_model *m, int grad, float *out, size_t max) {
+  size_t at = 0;
+  for (int i = 0; i < cl_model_n_tensors(m); i++) {
+    const char *name;
+    int nd, d[4];
+    cl_model_tensor_info(m, i, &name, &nd, d);
+    size_t n = ctest_numel(nd, d);
+    CHECK(at + n <= max, "%zu values do not fit in %zu", at + n, max);
+    if (at + n > max) break;
+    if (grad)
+      cl_model_get_grad(m, name, out + at, n);
+    else
+      cl_model_get_param(m, name, out + at, n);
+    at += n;
+  }
+  return at;
 }
 
 /* max |a - b| / max |b| (max |a - b| when b is all zero): the measure the

@@ -10,6 +10,7 @@
 #define CONVLSTM_TESTS_FIXTURE_H
 
 #include "convlstm.h"
+#include "ctest.h" /* ctest_numel */
 
 #include <stdint.h>
 #include <stdio.h>
@@ -79,11 +80,10 @@ static inline int fx_is(const fixture *f, const char *key, const char *word) {
   return s && strncmp(s, word, strlen(word)) == 0 && (s[strlen(word)] == '\0' || s[strlen(word)] == ' ');
 }
 
-/* The model of the fixture's architecture records (CPU, float32), its
- * parameters the fixture's weights/<name>; NULL when that fails. */
 static inline float *fx_tensor(const fixture *f, const char *name, size_t *n);
 
-static inline cl_model *fx_model(const fixture *f, int n_threads) {
+/* The fixture's architecture records as a config (CPU, float32). */
+static inline cl_config fx_config(const fixture *f, int n_threads) {
   cl_config c;
   memset(&c, 0, sizeof c);
   c.input_dim = fx_int(f, "input_dim");
@@ -98,12 +98,39 @@ static inline cl_model *fx_model(const fixture *f, int n_threads) {
   c.bias = fx_is(f, "bias", "TRUE");
   c.device = CL_DEVICE_CPU;
   c.n_threads = n_threads;
-  cl_model *m = NULL;
-  char err[CL_ERRMSG_LEN];
-  if (cl_model_create(&c, &m, err, sizeof err) != CL_OK) {
-    printf("fixture %s: create: %s\n", f->dir, err);
-    return NULL;
+  return c;
+}
+
+/* The fixture's prefix/<name> tensors, flattened in m's tensor order into
+ * out (room for max floats); their number, or 0 (and a line saying which)
+ * when one is missing, is not the model's tensor's size or does not fit. */
+static inline size_t fx_flat(const fixture *f, cl_model *m, const char *prefix, float *out,
+                             size_t max) {
+  size_t at = 0;
+  for (int i = 0; i < cl_model_n_tensors(m); i++) {
+    const char *name;
+    int nd, d[4];
+    cl_model_tensor_info(m, i, &name, &nd, d);
+    char key[128];
+    snprintf(key, sizeof key, "%s/%s", prefix, name);
+    size_t n = 0, want = ctest_numel(nd, d);
+    float *v = fx_tensor(f, key, &n);
+    if (!v || n != want || at + n > max) {
+      printf("fixture %s: %s: %s\n", f->dir, key,
+             !v ? "missing" : n != want ? "not the model's size" : "does not fit");
+      free(v);
+      return 0;
+    }
+    memcpy(out + at, v, n * sizeof *v);
+    at += n;
+    free(v);
   }
+  return at;
+}
+
+/* m's parameters from the fixture's weights/<name>; 1, or 0 (and a line
+ * saying which) when one is missing or refused. */
+static inline int fx_set_weights(const fixture *f, cl_model *m) {
   for (int i = 0; i < cl_model_n_tensors(m); i++) {
     const char *name;
     int nd, d[4];
@@ -115,10 +142,26 @@ static inline cl_model *fx_model(const fixture *f, int n_threads) {
     if (!v || cl_model_set_param(m, name, v, n) != CL_OK) {
       printf("fixture %s: %s: %s\n", f->dir, key, v ? cl_model_error(m) : "missing");
       free(v);
-      cl_model_free(m);
-      return NULL;
+      return 0;
     }
     free(v);
+  }
+  return 1;
+}
+
+/* The model of the fixture's architecture records, its parameters the
+ * fixture's weights; NULL when that fails. */
+static inline cl_model *fx_model(const fixture *f, int n_threads) {
+  cl_config c = fx_config(f, n_threads);
+  cl_model *m = NULL;
+  char err[CL_ERRMSG_LEN];
+  if (cl_model_create(&c, &m, err, sizeof err) != CL_OK) {
+    printf("fixture %s: create: %s\n", f->dir, err);
+    return NULL;
+  }
+  if (!fx_set_weights(f, m)) {
+    cl_model_free(m);
+    return NULL;
   }
   return m;
 }

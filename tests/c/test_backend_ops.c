@@ -24,7 +24,9 @@
  * `nvidia-smi -L` lists a GPU: then it is a failure. Exit status: 0 when
  * every check passed, 1 when one failed, 77 when no backend could run.
  * `-v` prints every check, not only failures and one line per row; `-b
- * NAME` keeps the backends whose name contains NAME (e.g. -b cuda).
+ * NAME` keeps the backends whose name contains NAME (e.g. -b cuda); `-x`
+ * exits at the first failed check (tools/mutate.sh: a killed mutant need
+ * not run the other rows).
  *
  * Not here: the CPU backend's GEMM and half conversions below the slots
  * (tests/c/test_cpu_simd.c); the core above the backends (test_core_*.c).
@@ -50,7 +52,7 @@
 #define BAD_DTYPE ((cl_dtype)7)
 #define COUNT(a) (int)(sizeof(a) / sizeof((a)[0]))
 
-static int verbose, under_valgrind;
+static int verbose, under_valgrind, fail_fast;
 
 /* ---- the backends under test ---------------------------------------------- */
 
@@ -130,6 +132,10 @@ static int expect(variant *v, int ok, const char *fmt, ...) {
   v->checks++, row_checks++, ctest_checks++;
   if (!ok) v->failed++, row_failed++, ctest_failures++;
   if (verbose || !ok) printf("%s [%s] %s\n", ok ? "ok  " : "FAIL", v->name, msg);
+  if (!ok && fail_fast) { /* -x: a mutant is killed, the rest would take minutes */
+    printf("-x: stopped at the first failed check\n");
+    exit(1);
+  }
   return ok;
 }
 
@@ -2766,9 +2772,10 @@ int main(int argc, char **argv) {
   const char *only = NULL;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "-v") == 0) verbose = 1;
+    else if (strcmp(argv[i], "-x") == 0) fail_fast = 1;
     else if (strcmp(argv[i], "-b") == 0 && i + 1 < argc) only = argv[++i];
     else {
-      fprintf(stderr, "usage: %s [-v] [-b BACKEND_NAME_PART]\n", argv[0]);
+      fprintf(stderr, "usage: %s [-v] [-x] [-b BACKEND_NAME_PART]\n", argv[0]);
       return 2;
     }
   }

@@ -11,7 +11,7 @@
  *    (rows / batch) x the split's own mean gradient (what dist.c sums over
  *    the ranks), for equal and unequal splits.
  */
-#include "ctest.h" /* CHECK, uniform01, ctest_config */
+#include "ctest.h" /* CHECK, uniform01, ctest_config, ctest_flat */
 
 #include <math.h>
 #include <stdlib.h>
@@ -19,7 +19,8 @@
 
 enum { B = 6, T = 3, C = 2, H = 5, W = 4 };
 static float xs[B * T * C * H * W], ys[B * 3 * H * W];
-static float g_full[1 << 15], g_part[1 << 15], g_sum[1 << 15];
+#define MAXG (1 << 15)
+static float g_full[MAXG], g_part[MAXG], g_sum[MAXG];
 
 static cl_config config(void) {
   return ctest_config(C, 4, 3, 3, 3, 1, 1);
@@ -40,15 +41,7 @@ static size_t grads_of(int r0, int n, float *g, const cl_step_options *o) {
   double loss;
   CHECK(cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &sgd, o, &loss) == CL_OK,
         "train_step: %s", cl_model_error(m));
-  size_t k = 0;
-  for (int i = 0; i < cl_model_n_tensors(m); i++) {
-    const char *name;
-    int nd, d[4];
-    cl_model_tensor_info(m, i, &name, &nd, d);
-    size_t len = (size_t)d[0] * (nd == 4 ? (size_t)d[1] * d[2] * d[3] : 1);
-    cl_model_get_grad(m, name, g + k, len);
-    k += len;
-  }
+  size_t k = ctest_flat(m, 1, g, MAXG);
   cl_model_free(m);
   return k;
 }

@@ -11,7 +11,7 @@
  */
 #include "convlstm.h"
 #include "core/backend.h" /* the gather_rows slot, cl_backend_cpu_create */
-#include "ctest.h"        /* CHECK, uniform01, ctest_model */
+#include "ctest.h"        /* CHECK, uniform01, ctest_model, ctest_flat */
 
 #include <math.h>
 #include <stdio.h>
@@ -112,23 +112,6 @@ static cl_model *new_model(cl_dtype dt, size_t limit) {
   return ctest_model(&c);
 }
 
-/* Every parameter (grad = 0) or gradient (grad = 1), flattened. */
-static size_t flat(cl_model *m, int grad, float *out) {
-  size_t at = 0;
-  for (int i = 0; i < cl_model_n_tensors(m); i++) {
-    const char *name;
-    int nd, d[4];
-    cl_model_tensor_info(m, i, &name, &nd, d);
-    size_t n = (size_t)d[0] * (nd == 4 ? (size_t)d[1] * d[2] * d[3] : 1);
-    if (grad)
-      cl_model_get_grad(m, name, out + at, n);
-    else
-      cl_model_get_param(m, name, out + at, n);
-    at += n;
-  }
-  return at;
-}
-
 static float pa[1 << 12], pb[1 << 12];
 
 /* Three Adam steps on the rows of each of `batches`, host arrays against the
@@ -167,11 +150,11 @@ static void compare_paths(const char *what, cl_dtype dt, cl_target tg, const cl_
       CHECK(sb == CL_OK, "%s: train_step_data: %s", what, cl_model_error(mb));
       CHECK(la == lb, "%s: step %d batch %d: loss %.17g (host) vs %.17g (data)", what, step, k, la,
             lb);
-      size_t n = flat(ma, 1, pa);
-      flat(mb, 1, pb);
+      size_t n = ctest_flat(ma, 1, pa, sizeof pa / sizeof *pa);
+      ctest_flat(mb, 1, pb, sizeof pb / sizeof *pb);
       if (memcmp(pa, pb, n * sizeof(float)) != 0) same = 0;
-      flat(ma, 0, pa);
-      flat(mb, 0, pb);
+      ctest_flat(ma, 0, pa, sizeof pa / sizeof *pa);
+      ctest_flat(mb, 0, pb, sizeof pb / sizeof *pb);
       if (memcmp(pa, pb, n * sizeof(float)) != 0) same = 0;
     }
   }

@@ -16,8 +16,8 @@
  * micro-batches (accumulation_steps 2). Exits nonzero on any failure.
  */
 #include "convlstm.h"
-#include "ctest.h"   /* CHECK */
-#include "fixture.h" /* fx_open, fx_model, fx_tensor */
+#include "ctest.h"   /* CHECK, ctest_flat */
+#include "fixture.h" /* fx_open, fx_config, fx_set_weights, fx_tensor, fx_flat */
 
 #include <math.h>
 #include <stdio.h>
@@ -30,10 +30,7 @@ static float g_step[MAXG], g_fx[MAXG];
 
 /* fx_model plus what the forecast fixtures add: peepholes and dropout. */
 static cl_model *forecast_model(const fixture *f) {
-  cl_model *base = fx_model(f, 2);
-  if (!base) return NULL;
-  cl_config c = *cl_model_config(base);
-  cl_model_free(base);
+  cl_config c = fx_config(f, 2);
   if (fx_is(f, "peephole", "channel")) c.peephole = CL_PEEP_CHANNEL;
   if (fx_is(f, "peephole", "position")) {
     int hw[2] = {0, 0};
@@ -52,17 +49,7 @@ static cl_model *forecast_model(const fixture *f) {
   cl_model *m = NULL;
   char err[CL_ERRMSG_LEN];
   CHECK(cl_model_create(&c, &m, err, sizeof err) == CL_OK, "%s: create: %s", f->dir, err);
-  for (int i = 0; m && i < cl_model_n_tensors(m); i++) {
-    const char *name;
-    int nd, dims[4];
-    cl_model_tensor_info(m, i, &name, &nd, dims);
-    char key[128];
-    snprintf(key, sizeof key, "weights/%s", name);
-    size_t n;
-    float *v = fx_tensor(f, key, &n);
-    CHECK(v && cl_model_set_param(m, name, v, n) == CL_OK, "%s: %s", f->dir, key);
-    free(v);
-  }
+  if (m) CHECK(fx_set_weights(f, m), "%s: weights", f->dir);
   return m;
 }
 
@@ -119,27 +106,8 @@ static void check(const char *name) {
     double loss = NAN;
     CHECK(cl_model_train_step(m, &xa, &ya, CL_TARGET_SEQUENCE, &sgd0, &o, &loss) == CL_OK,
           "%s: step: %s", dir, cl_model_error(m));
-    size_t at = 0;
-    for (int i = 0; i < cl_model_n_tensors(m); i++) {
-      const char *tname;
-      int nd, d[4];
-      cl_model_tensor_info(m, i, &tname, &nd, d);
-      size_t n = 1;
-      for (int j = 0; j < nd; j++) n *= (size_t)d[j];
-      char key[128];
-      snprintf(key, sizeof key, "grad/%s", tname);
-      size_t nf = 0;
-      float *v = fx_tensor(&f, key, &nf);
-      CHECK(v && nf == n && at + n <= MAXG, "%s: %s", dir, key);
-      if (!v || nf != n || at + n > MAXG) {
-        free(v);
-        break;
-      }
-      memcpy(g_fx + at, v, n * sizeof *v);
-      cl_model_get_grad(m, tname, g_step + at, n);
-      at += n;
-      free(v);
-    }
+    size_t at = fx_flat(&f, m, "grad", g_fx, MAXG);
+    CHECK(at > 0 && ctest_flat(m, 1, g_step, MAXG) == at, "%s: grad/", dir);
     double r = rel_diff(g_step, g_fx, at);
     CHECK(fabs(loss - losses[0]) <= 1e-5 * fabs(losses[0]), "%s (%d micro-batches): loss %.9g, "
           "PyTorch %.9g", dir, acc, loss, losses[0]);

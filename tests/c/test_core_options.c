@@ -16,12 +16,14 @@
  */
 #define _POSIX_C_SOURCE 200112L /* setenv, unsetenv */
 #include "convlstm.h"
-#include "ctest.h" /* CHECK, uniform01 */
+#include "ctest.h" /* CHECK, uniform01, ctest_flat */
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define MAXG (1 << 16) /* gradients of the largest problem here */
 
 static int randint(int lo, int hi) { return lo + (int)(uniform01(NULL) * (hi - lo + 1)); }
 
@@ -83,20 +85,12 @@ static double step_grads(const problem *p, cl_target tg, const cl_step_options *
   double loss = NAN;
   cl_status s = cl_model_train_step(m, &xa, &ya, tg, &sgd, o, &loss);
   CHECK(s == CL_OK, "train_step: %s", cl_model_error(m));
-  *ng = 0;
-  for (int i = 0; i < cl_model_n_tensors(m); i++) {
-    const char *name;
-    int nd, d[4];
-    cl_model_tensor_info(m, i, &name, &nd, d);
-    size_t n = (size_t)d[0] * (nd == 4 ? (size_t)d[1] * d[2] * d[3] : 1);
-    cl_model_get_grad(m, name, g + *ng, n);
-    *ng += n;
-  }
+  *ng = ctest_flat(m, 1, g, MAXG);
   cl_model_free(m);
   return loss;
 }
 
-static float g0[1 << 16], g1[1 << 16];
+static float g0[MAXG], g1[MAXG];
 
 static void test_equal_gradients(void) {
   problem p = make_problem(6, 7, 5, 4, 3);
@@ -204,15 +198,7 @@ static void test_tbptt_truncates(void) {
   double loss;
   CHECK(cl_model_train_step(m, &xt, &ya, CL_TARGET_LAST_STATE, &sgd0, &og, &loss) == CL_OK,
         "one step from the given state: %s", cl_model_error(m));
-  size_t at = 0;
-  for (int i = 0; i < cl_model_n_tensors(m); i++) {
-    const char *name;
-    int nd, d[4];
-    cl_model_tensor_info(m, i, &name, &nd, d);
-    size_t n = (size_t)d[0] * (nd == 4 ? (size_t)d[1] * d[2] * d[3] : 1);
-    cl_model_get_grad(m, name, g0 + at, n);
-    at += n;
-  }
+  size_t at = ctest_flat(m, 1, g0, MAXG);
   double r = rel_diff(g1, g0, n1);
   CHECK(at == n1 && r <= 1e-6, "tbptt 1: gradients %.2e from one step on the state detached", r);
   printf("tbptt 1 (target last_state): gradients within %.1e of one step from the detached "
@@ -334,16 +320,9 @@ static void test_plan_equals_accounting(int cases, int guard) {
 
 /* Flattened parameters of m into a new buffer. */
 static float *params_of(cl_model *m) {
-  float *out = malloc(cl_model_n_params(m) * sizeof *out), *at = out;
-  for (int i = 0; i < cl_model_n_tensors(m); i++) {
-    const char *name;
-    int nd, d[4];
-    cl_model_tensor_info(m, i, &name, &nd, d);
-    size_t n = 1;
-    for (int j = 0; j < nd; j++) n *= (size_t)d[j];
-    cl_model_get_param(m, name, at, n);
-    at += n;
-  }
+  size_t n = cl_model_n_params(m);
+  float *out = malloc(n * sizeof *out);
+  if (out) ctest_flat(m, 0, out, n);
   return out;
 }
 

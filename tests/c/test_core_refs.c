@@ -25,7 +25,7 @@
  */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp */
 #include "convlstm.h"
-#include "ctest.h" /* CHECK, uniform01 */
+#include "ctest.h" /* CHECK, uniform01, ctest_flat */
 #include "fixture.h" /* fx_open, fx_model, fx_tensor */
 
 #include <math.h>
@@ -36,28 +36,6 @@
 #include <unistd.h>
 
 #define MAXG (1 << 15)
-
-static size_t numel(cl_model *m, int i, const char **name) {
-  int nd, d[4];
-  cl_model_tensor_info(m, i, name, &nd, d);
-  size_t n = 1;
-  for (int j = 0; j < nd; j++) n *= (size_t)d[j];
-  return n;
-}
-
-/* Every gradient (grad != 0) or parameter of m, flattened; their number. */
-static size_t flat(cl_model *m, int grad, float *out) {
-  size_t at = 0;
-  for (int i = 0; i < cl_model_n_tensors(m); i++) {
-    const char *name;
-    size_t n = numel(m, i, &name);
-    CHECK(at + n <= MAXG, "buffer too small");
-    if (grad) cl_model_get_grad(m, name, out + at, n);
-    else cl_model_get_param(m, name, out + at, n);
-    at += n;
-  }
-  return at;
-}
 
 static float *rand_array(size_t n, double lo, double hi) {
   float *v = malloc(n * sizeof *v);
@@ -86,13 +64,13 @@ static double sgd_step(cl_dtype dt, const cl_host_array *x, const cl_host_array 
   c.dtype = dt;
   cl_model *m = model_seeded(&c, 42);
   const double lr = 0.5;
-  cl_optim sgd = {CL_OPTIM_SGD, lr, 0, 0, 0, 0, 0, 0, 0, 0};
-  *n = flat(m, 0, p0);
+  cl_optim sgd = {.kind = CL_OPTIM_SGD, .lr = lr};
+  *n = ctest_flat(m, 0, p0, MAXG);
   double loss = NAN;
   CHECK(cl_model_train_step(m, x, y, CL_TARGET_SEQUENCE, &sgd, NULL, &loss) == CL_OK,
         "%s step: %s", cl_dtype_name(dt), cl_model_error(m));
-  flat(m, 1, g);
-  flat(m, 0, p1);
+  ctest_flat(m, 1, g, MAXG);
+  ctest_flat(m, 0, p1, MAXG);
   for (size_t i = 0; i < *n; i++) delta[i] = (float)(((double)p0[i] - p1[i]) / lr);
   cl_loss_scale ls;
   cl_model_get_loss_scale(m, &ls);
@@ -147,7 +125,7 @@ static double accum_step(const cl_config *c, const cl_host_array *x, const cl_ho
   double loss = NAN;
   CHECK(cl_model_train_step(m, x, y, tg, &sgd0, o, &loss) == CL_OK, "step: %s",
         cl_model_error(m));
-  *n = flat(m, 1, g);
+  *n = ctest_flat(m, 1, g, MAXG);
   cl_model_free(m);
   return loss;
 }
@@ -228,14 +206,14 @@ static void test_clipping(void) {
   for (int k = 0; k < 2; k++) {
     const double max = k == 0 ? norm / 3 : norm * 2;
     cl_model *m = model_seeded(&c, 5); /* accum_step's weights */
-    flat(m, 0, pc0);
-    cl_optim sgd = {CL_OPTIM_SGD, 1.0, 0, 0, 0, 0, 0, 0, 0, 0};
+    ctest_flat(m, 0, pc0, MAXG);
+    cl_optim sgd = {.kind = CL_OPTIM_SGD, .lr = 1.0};
     cl_step_options o = {0};
     o.max_grad_norm = max;
     double loss;
     CHECK(cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &sgd, &o, &loss) == CL_OK,
           "clipped step: %s", cl_model_error(m));
-    flat(m, 0, pc1);
+    ctest_flat(m, 0, pc1, MAXG);
     const double coef = k == 0 ? max / (norm + 1e-6) : 1.0;
     for (size_t i = 0; i < n; i++) gc1[i] = (float)(coef * gc0[i]);
     for (size_t i = 0; i < n; i++) pc1[i] = pc0[i] - pc1[i]; /* lr 1: the step taken */
@@ -362,8 +340,8 @@ static void test_nonsquare_file(void) {
   cl_model *g = NULL;
   CHECK(cl_model_load(path, NULL, 0, &g, err, sizeof err) == CL_OK, "load: %s", err);
   if (g) {
-    size_t n = flat(m, 0, p0);
-    CHECK(flat(g, 0, p1) == n && memcmp(p0, p1, n * sizeof *p0) == 0,
+    size_t n = ctest_flat(m, 0, p0, MAXG);
+    CHECK(ctest_flat(g, 0, p1, MAXG) == n && memcmp(p0, p1, n * sizeof *p0) == 0,
           "the loaded parameters differ");
     enum { B = 2, T = 3, H = 6, W = 7 };
     ctest_rng = 3;
@@ -393,7 +371,9 @@ static double fixture_gap(const fixture *f, cl_model *m, const char *prefix, int
   double worst = 0;
   for (int i = 0; i < cl_model_n_tensors(m); i++) {
     const char *name;
-    size_t n = numel(m, i, &name), nf = 0;
+    int nd, d[4];
+    cl_model_tensor_info(m, i, &name, &nd, d);
+    size_t n = ctest_numel(nd, d), nf = 0;
     char key[128];
     snprintf(key, sizeof key, "%s/%s", prefix, name);
     float *want = fx_tensor(f, key, &nf), *got = malloc(n * sizeof *got);

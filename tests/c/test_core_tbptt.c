@@ -16,8 +16,8 @@
  * window's end fails here. Exits nonzero on any failure.
  */
 #include "convlstm.h"
-#include "ctest.h"   /* CHECK */
-#include "fixture.h" /* fx_open, fx_model, fx_tensor */
+#include "ctest.h"   /* CHECK, ctest_flat */
+#include "fixture.h" /* fx_open, fx_model, fx_tensor, fx_flat */
 
 #include <math.h>
 #include <stdio.h>
@@ -30,42 +30,6 @@ typedef struct shape {
   int B, T, C, H, W, top, L, k, seq;
   int hidden[CL_MAX_LAYERS];
 } shape;
-
-/* Every gradient of m, flattened in tensor order; their number. */
-static size_t grads_of(cl_model *m, float *g) {
-  size_t at = 0;
-  for (int i = 0; i < cl_model_n_tensors(m); i++) {
-    const char *name;
-    int nd, d[4];
-    cl_model_tensor_info(m, i, &name, &nd, d);
-    size_t n = 1;
-    for (int j = 0; j < nd; j++) n *= (size_t)d[j];
-    CHECK(at + n <= MAXG, "gradient buffer too small");
-    cl_model_get_grad(m, name, g + at, n);
-    at += n;
-  }
-  return at;
-}
-
-/* The fixture's prefix/<name> tensors, flattened in m's tensor order. */
-static size_t fixture_grads(const fixture *f, cl_model *m, const char *prefix, float *g) {
-  size_t at = 0;
-  for (int i = 0; i < cl_model_n_tensors(m); i++) {
-    const char *name;
-    int nd, d[4];
-    cl_model_tensor_info(m, i, &name, &nd, d);
-    char key[128];
-    snprintf(key, sizeof key, "%s/%s", prefix, name);
-    size_t n = 0;
-    float *v = fx_tensor(f, key, &n);
-    CHECK(v != NULL && at + n <= MAXG, "%s: tensor %s missing", f->dir, key);
-    if (!v) return at;
-    memcpy(g + at, v, n * sizeof *v);
-    at += n;
-    free(v);
-  }
-  return at;
-}
 
 /* state[2l], state[2l + 1]: layer l's h and c, [B, hidden_l, H, W] */
 typedef struct states {
@@ -192,13 +156,13 @@ static void check_fixture(const char *dir) {
   double loss = NAN;
   CHECK(cl_model_train_step(m, &xa, &ya, tg, &sgd0, &o, &loss) == CL_OK, "%s: step 1: %s", dir,
         cl_model_error(m));
-  size_t n = grads_of(m, g_step);
-  CHECK(fixture_grads(&f, m, "grad", g_fx) == n, "%s: gradient count", dir);
+  size_t n = ctest_flat(m, 1, g_step, MAXG);
+  CHECK(fx_flat(&f, m, "grad", g_fx, MAXG) == n, "%s: gradient count", dir);
   states s1, s2;
   states_alloc(&s1, &sh);
   states_alloc(&s2, &sh);
   double loss_ref = reference_step(ref, &sh, x, y, NULL, &s1);
-  grads_of(ref, g_ref);
+  ctest_flat(ref, 1, g_ref, MAXG);
   double r_fx = rel_diff(g_step, g_fx, n), r_ref = rel_diff(g_step, g_ref, n),
          r_ref_fx = rel_diff(g_ref, g_fx, n);
   CHECK(fabs(loss - loss_fx[0]) <= 1e-5 * fabs(loss_fx[0]), "%s: loss %.9g, PyTorch %.9g", dir,
@@ -227,10 +191,10 @@ static void check_fixture(const char *dir) {
   /* step 2 carries step 1's last state, detached */
   CHECK(cl_model_train_step(m, &x2a, &y2a, tg, &sgd0, &o, &loss) == CL_OK, "%s: step 2: %s", dir,
         cl_model_error(m));
-  grads_of(m, g_step);
-  fixture_grads(&f, m, "grad2", g_fx);
+  ctest_flat(m, 1, g_step, MAXG);
+  CHECK(fx_flat(&f, m, "grad2", g_fx, MAXG) == n, "%s: step 2's gradient count", dir);
   loss_ref = reference_step(ref, &sh, x2, y2, &s1, &s2);
-  grads_of(ref, g_ref);
+  ctest_flat(ref, 1, g_ref, MAXG);
   r_fx = rel_diff(g_step, g_fx, n);
   r_ref = rel_diff(g_step, g_ref, n);
   CHECK(fabs(loss - loss2_fx[0]) <= 1e-5 * fabs(loss2_fx[0]), "%s: carried loss %.9g, PyTorch "
@@ -250,7 +214,7 @@ static void check_fixture(const char *dir) {
   double loss_g = NAN;
   CHECK(cl_model_train_step(ref, &x2a, &y2a, tg, &sgd0, &og, &loss_g) == CL_OK,
         "%s: given state: %s", dir, cl_model_error(ref));
-  grads_of(ref, g_step);
+  ctest_flat(ref, 1, g_step, MAXG);
   double r_g = rel_diff(g_step, g_fx, n);
   CHECK(fabs(loss_g - loss2_fx[0]) <= 1e-5 * fabs(loss2_fx[0]) && r_g <= 1e-4,
         "%s: from the given state: loss %.9g (PyTorch %.9g), gradients %.2e", dir, loss_g,

@@ -1,0 +1,267 @@
+/*
+ * tests/c/test_core_dist.c -- data-parallel training in one process: two
+ * ranks, each a model stepping in its own thread, joined by a communicator
+ * of this test (threads over shared memory and a barrier, filling
+ * core/comm.h's slot table as comm_mpi.c does), must train as one model on
+ * the whole batch. The split is uneven (3 + 5 of 8 sequences), so a rank's
+ * share of the gradients or of the loss (dist.c) that is wrong shows in
+ * the loss, the gradients and the parameters after the steps; rank 1
+ * starts from other weights and takes rank 0's by cl_model_broadcast_params.
+ * Cases: the last state's target under SGD with momentum (two steps), and a
+ * sequence target with gradient accumulation (uneven micro-batches on each
+ * rank: a bucket sent before its layer's last pass would be summed short).
+ * test_core_comm.c has the one-process communicator and the shares' algebra;
+ * tests/testthat/test-distributed.R the MPI engine under mpirun.
+ */
+#define _POSIX_C_SOURCE 200809L /* pthread_barrier_t */
+#include "ctest.h"              /* CHECK, uniform01, ctest_config, ctest_flat, rel_diff */
+#include "core/comm.h"          /* struct cl_comm_i: the slots filled below */
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { RANKS = 2, B = 8, T = 3, C = 2, H = 5, W = 4, MAX_PENDING = 8 };
+static const int rows_of[RANKS] = {3, 5};
+
+/* ---- the communicator: threads of one process ----------------------------- */
+
+typedef struct shared {
+  pthread_barrier_t bar;
+  void *ptr[RANKS]; /* each rank's buffer of the collective under way */
+  size_t n[RANKS];
+  float scale[RANKS];
+} shared;
+
+typedef struct pending {
+  float *buf;
+  size_t n;
+  float scale;
+} pending;
+
+typedef struct rank_ctx {
+  shared *sh;
+  pending q[MAX_PENDING]; /* started reductions, summed by wait_all */
+  int nq;
+} rank_ctx;
+
+static shared *sh_of(cl_comm *c) { return ((rank_ctx *)c->ctx)->sh; }
+static void wait_bar(cl_comm *c) { pthread_barrier_wait(&sh_of(c)->bar); }
+
+/* Every rank's buffer published, then each sums them in rank order (the
+ * same floats everywhere), then all have read before anyone writes. */
+static cl_status sum_floats(cl_comm *c, float *buf, size_t n, float scale) {
+  shared *s = sh_of(c);
+  s->ptr[c->rank] = buf, s->n[c->rank] = n, s->scale[c->rank] = scale;
+  wait_bar(c);
+  float *sum = malloc(n * sizeof *sum);
+  int same = 1;
+  for (int r = 0; r < RANKS; r++) same = same && s->n[r] == n;
+  for (size_t i = 0; sum && same && i < n; i++) {
+    double acc = 0;
+    for (int r = 0; r < RANKS; r++) acc += (double)s->scale[r] * ((const float *)s->ptr[r])[i];
+    sum[i] = (float)acc;
+  }
+  wait_bar(c);
+  if (sum && same) memcpy(buf, sum, n * sizeof *sum);
+  free(sum);
+  if (!same) return cl_comm_fail(c, CL_E_INVALID, "ranks reduce buckets of different sizes");
+  return sum ? CL_OK : cl_comm_fail(c, CL_E_OOM, "out of memory");
+}
+
+static cl_status t_allreduce(cl_comm *c, cl_backend *be, float *buf, size_t n, float scale) {
+  (void)be; /* the CPU backend's work on buf is done when it returns */
+  rank_ctx *x = c->ctx;
+  if (x->nq == MAX_PENDING) return cl_comm_fail(c, CL_E_INVALID, "too many buckets");
+  x->q[x->nq++] = (pending){buf, n, scale};
+  return CL_OK;
+}
+
+static cl_status t_wait_all(cl_comm *c) {
+  rank_ctx *x = c->ctx;
+  cl_status s = CL_OK;
+  for (int k = 0; k < x->nq && s == CL_OK; k++) s = sum_floats(c, x->q[k].buf, x->q[k].n, x->q[k].scale);
+  x->nq = 0;
+  return s;
+}
+
+static cl_status t_broadcast(cl_comm *c, void *buf, size_t bytes, int root, int on_device) {
+  (void)on_device;
+  shared *s = sh_of(c);
+  s->ptr[c->rank] = buf;
+  wait_bar(c);
+  if (c->rank != root) memcpy(buf, s->ptr[root], bytes);
+  wait_bar(c);
+  return CL_OK;
+}
+
+static cl_status t_sum_host(cl_comm *c, double *v, int n) {
+  shared *s = sh_of(c);
+  double sum[4];
+  if (n > 4) return cl_comm_fail(c, CL_E_INVALID, "sum_host of %d values", n);
+  s->ptr[c->rank] = v;
+  wait_bar(c);
+  for (int i = 0; i < n; i++) {
+    sum[i] = 0;
+    for (int r = 0; r < RANKS; r++) sum[i] += ((const double *)s->ptr[r])[i];
+  }
+  wait_bar(c);
+  memcpy(v, sum, (size_t)n * sizeof *v);
+  return CL_OK;
+}
+
+static cl_status t_barrier(cl_comm *c) {
+  wait_bar(c);
+  return CL_OK;
+}
+
+static void t_abort(cl_comm *c, int code) {
+  printf("rank %d aborts (%d)\n", c->rank, code);
+  abort();
+}
+
+static void t_destroy(cl_comm *c) {
+  free(c->ctx);
+  free(c);
+}
+
+static const struct cl_comm_i threads_iface = {
+    /* .name = */ "threads",
+    /* .device_buffers = */ 0,
+    /* .allreduce_start = */ t_allreduce,
+    /* .progress = */ NULL,
+    /* .wait_all = */ t_wait_all,
+    /* .broadcast = */ t_broadcast,
+    /* .sum_host = */ t_sum_host,
+    /* .barrier = */ t_barrier,
+    /* .abort = */ t_abort,
+    /* .destroy = */ t_destroy,
+};
+
+static cl_comm *comm_create(shared *sh, int rank) {
+  cl_comm *c = calloc(1, sizeof *c);
+  rank_ctx *x = calloc(1, sizeof *x);
+  if (!c || !x) abort();
+  x->sh = sh;
+  c->iface = &threads_iface;
+  c->ctx = x;
+  c->rank = rank;
+  c->size = RANKS;
+  return c;
+}
+
+/* ---- the ranks and the one-model reference -------------------------------- */
+
+static float xs[B * T * C * H * W], ys[B * T * 3 * H * W];
+
+typedef struct rank_job {
+  cl_model *m;
+  cl_comm *comm;
+  int r0, rows, steps;
+  cl_target target;
+  const cl_optim *opt;
+  int accumulation;
+  double loss[2];
+  cl_status status;
+} rank_job;
+
+static cl_model *model(unsigned long long seed) {
+  cl_config c = ctest_config(C, 4, 3, 3, 3, 1, 1);
+  ctest_rng = seed;
+  return ctest_model(&c);
+}
+
+static cl_status steps_on(cl_model *m, int r0, int rows, const rank_job *j, cl_comm *comm,
+                          double share, double *loss) {
+  int seq = j->target == CL_TARGET_SEQUENCE;
+  cl_host_array xa = {xs + (size_t)r0 * T * C * H * W, CL_HOST_TORCH_F32, 5, {rows, T, C, H, W}};
+  cl_host_array ya = {ys + (size_t)r0 * (seq ? T : 1) * 3 * H * W, CL_HOST_TORCH_F32, seq ? 5 : 4,
+                      {rows, seq ? T : 3, seq ? 3 : H, seq ? H : W, seq ? W : 0}};
+  cl_step_options o;
+  memset(&o, 0, sizeof o);
+  o.accumulation_steps = j->accumulation;
+  o.comm = comm;
+  o.comm_share = share;
+  for (int k = 0; k < j->steps; k++) {
+    cl_status s = cl_model_train_step(m, &xa, &ya, j->target, j->opt, &o, &loss[k]);
+    if (s != CL_OK) return s;
+  }
+  return CL_OK;
+}
+
+static void *rank_main(void *arg) {
+  rank_job *j = arg;
+  j->status = cl_model_broadcast_params(j->m, j->comm, 0);
+  if (j->status == CL_OK)
+    j->status = steps_on(j->m, j->r0, j->rows, j, j->comm, (double)j->rows / B, j->loss);
+  if (j->status != CL_OK) {
+    printf("rank %d: %s\n", j->comm->rank, cl_model_error(j->m));
+    cl_comm_abort(j->comm, 1); /* the other rank would wait forever */
+  }
+  return NULL;
+}
+
+#define MAXV (1 << 14)
+static float ref_v[MAXV], got_v[MAXV], other_v[MAXV];
+
+static void compare(const char *label, rank_job *ref, rank_job *jobs) {
+  for (int k = 0; k < ref->steps; k++)
+    for (int r = 0; r < RANKS; r++) {
+      double d = fabs(jobs[r].loss[k] - ref->loss[k]) / fabs(ref->loss[k]);
+      CHECK(d <= 1e-6, "%s: step %d, rank %d's loss %.9g, the whole batch's %.9g", label, k + 1, r,
+            jobs[r].loss[k], ref->loss[k]);
+    }
+  for (int what = 0; what < 2; what++) {
+    const char *kind = what ? "gradients" : "parameters";
+    size_t n = ctest_flat(ref->m, what, ref_v, MAXV);
+    ctest_flat(jobs[0].m, what, got_v, MAXV);
+    ctest_flat(jobs[1].m, what, other_v, MAXV);
+    double d = rel_diff(got_v, ref_v, n);
+    CHECK(d <= 1e-5, "%s: rank 0's %s differ from the whole batch's by %.2e", label, kind, d);
+    /* the ranks sum the same floats in the same order and update alike */
+    CHECK(memcmp(got_v, other_v, n * sizeof *got_v) == 0, "%s: the ranks' %s differ", label, kind);
+    printf("%s: %s of ranks 3 + 5 within %.2e (relative) of one model on 8\n", label, kind, d);
+  }
+  printf("%s: loss %.9g (rank 0) and %.9g (the whole batch)\n", label, jobs[0].loss[ref->steps - 1],
+         ref->loss[ref->steps - 1]);
+}
+
+static void run_case(const char *label, cl_target target, const cl_optim *opt, int accumulation,
+                     int steps) {
+  rank_job ref = {model(5), NULL, 0, B, steps, target, opt, accumulation, {0, 0}, CL_OK};
+  CHECK(steps_on(ref.m, 0, B, &ref, NULL, 0, ref.loss) == CL_OK, "%s: the whole batch: %s",
+        label, cl_model_error(ref.m));
+  shared sh;
+  pthread_barrier_init(&sh.bar, NULL, RANKS);
+  rank_job jobs[RANKS];
+  pthread_t th[RANKS];
+  for (int r = 0, r0 = 0; r < RANKS; r0 += rows_of[r], r++) {
+    /* rank 1 from other weights: the broadcast must bring rank 0's */
+    jobs[r] = (rank_job){model(r ? 77 : 5), comm_create(&sh, r), r0, rows_of[r], steps,
+                         target, opt, accumulation, {0, 0}, CL_OK};
+  }
+  for (int r = 0; r < RANKS; r++) pthread_create(&th[r], NULL, rank_main, &jobs[r]);
+  for (int r = 0; r < RANKS; r++) pthread_join(th[r], NULL);
+  for (int r = 0; r < RANKS; r++) CHECK(jobs[r].status == CL_OK, "%s: rank %d failed", label, r);
+  compare(label, &ref, jobs);
+  cl_comm_stats st;
+  cl_comm_get_stats(jobs[1].comm, &st, 0);
+  CHECK(st.steps == steps && st.bytes == (double)steps * cl_model_n_params(ref.m) * sizeof(float),
+        "%s: stats %ld steps, %.0f bytes", label, st.steps, st.bytes);
+  for (int r = 0; r < RANKS; r++) {
+    cl_model_free(jobs[r].m);
+    cl_comm_free(jobs[r].comm);
+  }
+  pthread_barrier_destroy(&sh.bar);
+  cl_model_free(ref.m);
+}
+
+int main(void) {
+  ctest_rng = 3;
+  for (size_t i = 0; i < sizeof xs / sizeof *xs; i++) xs[i] = (float)(2 * uniform01(NULL) - 1);
+  for (size_t i = 0; i < sizeof ys / sizeof *ys; i++) ys[i] = (float)uniform01(NULL);
+  cl_optim sgd = {.kind = CL_OPTIM_SGD, .lr = 0.5, .momentum = 0.9};
+  run_case("last state, SGD with momentum, 2 steps", CL_TARGET_LAST_STATE, &sgd, 0, 2);
+  run_case("sequence, accumulation 2 (2 + 1 and 3 + 2)", CL_TARGET_SEQUENCE, &sgd, 2, 1);
+  return ctest_done("test_core_dist");
+}
