@@ -413,7 +413,7 @@ static void test_two_kernels(const char *dir) {
     cl_host_array ya = seq ? (cl_host_array){y, CL_HOST_TORCH_F32, 5, {B, T, hid[L - 1], H, W}}
                            : (cl_host_array){y, CL_HOST_TORCH_F32, 4, {B, hid[L - 1], H, W, 0}};
     cl_target tg = seq ? CL_TARGET_SEQUENCE : CL_TARGET_LAST_STATE;
-    cl_optim sgd0 = {CL_OPTIM_SGD, 0, 0, 0, 0, 0, 0, 0}; /* lr 0: the parameters stay */
+    cl_optim sgd0 = {.kind = CL_OPTIM_SGD}; /* lr 0: the parameters stay */
     cl_step_options o = {0};
     double loss = NAN;
     CHECK(cl_model_train_step(m, &xa, &ya, tg, &sgd0, &o, &loss) == CL_OK, "%s: %s", dir,
@@ -426,8 +426,9 @@ static void test_two_kernels(const char *dir) {
     const char *lr = fx_record(&f, "config", sgd ? "sgd_lr" : "adam_lr");
     const char *mo = fx_record(&f, "config", "sgd_momentum");
     const char *wd = fx_record(&f, "config", "adam_weight_decay");
-    cl_optim opt = {sgd ? CL_OPTIM_SGD : CL_OPTIM_ADAM, atof(lr), 0.9, 0.999, 1e-8,
-                    sgd ? atof(mo) : 0, sgd ? 0 : atof(wd), 0};
+    cl_optim opt = {.kind = sgd ? CL_OPTIM_SGD : CL_OPTIM_ADAM, .lr = atof(lr), .beta1 = 0.9,
+                    .beta2 = 0.999, .eps = 1e-8, .momentum = sgd ? atof(mo) : 0,
+                    .weight_decay = sgd ? 0 : atof(wd)};
     double worst = 0;
     for (size_t i = 0; i < ns; i++) {
       CHECK(cl_model_train_step(m, &xa, &ya, tg, &opt, &o, &loss) == CL_OK, "%s: step %zu: %s",
