@@ -12,6 +12,7 @@
 #include "convlstm.h"
 #include "ctest.h" /* ctest_numel */
 
+#include <math.h> /* INFINITY */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,6 +100,33 @@ static inline cl_config fx_config(const fixture *f, int n_threads) {
   c.device = CL_DEVICE_CPU;
   c.n_threads = n_threads;
   return c;
+}
+
+/* The largest rel_diff (ctest.h), tensor by tensor, between m's parameters
+ * (grad = 0) or gradients (grad = 1) and the fixture's prefix/<name>; a
+ * failed check, and INFINITY, when one is missing or of another size. */
+static inline double fx_gap(const fixture *f, cl_model *m, const char *prefix, int grad) {
+  double worst = 0;
+  for (int i = 0; i < cl_model_n_tensors(m); i++) {
+    const char *name;
+    int nd, d[4];
+    cl_model_tensor_info(m, i, &name, &nd, d);
+    size_t n = ctest_numel(nd, d), nf = 0;
+    char key[128];
+    snprintf(key, sizeof key, "%s/%s", prefix, name);
+    float *want = fx_tensor(f, key, &nf), *got = malloc(n * sizeof *got);
+    cl_status s = !(want && got && nf == n) ? CL_E_INVALID
+                  : grad                        ? cl_model_get_grad(m, name, got, n)
+                                                : cl_model_get_param(m, name, got, n);
+    const int ok = s == CL_OK;
+    CHECK(ok, "%s: %s missing or of %zu elements, not %zu", f->dir, key, nf, n);
+    const double r = ok ? rel_diff(got, want, n) : INFINITY;
+    if (r > worst) worst = r;
+    free(want);
+    free(got);
+    if (!ok) break;
+  }
+  return worst;
 }
 
 /* The fixture's prefix/<name> tensors, flattened in m's tensor order into

@@ -365,36 +365,6 @@ static void test_nonsquare_file(void) {
 
 /* ---- two kernels against PyTorch ------------------------------------ */
 
-/* max |a - b| / max |b| over every tensor of m: a (m's, by get) against the
- * fixture's prefix/<name>. */
-static double fixture_gap(const fixture *f, cl_model *m, const char *prefix, int grad) {
-  double worst = 0;
-  for (int i = 0; i < cl_model_n_tensors(m); i++) {
-    const char *name;
-    int nd, d[4];
-    cl_model_tensor_info(m, i, &name, &nd, d);
-    size_t n = ctest_numel(nd, d), nf = 0;
-    char key[128];
-    snprintf(key, sizeof key, "%s/%s", prefix, name);
-    float *want = fx_tensor(f, key, &nf), *got = malloc(n * sizeof *got);
-    CHECK(want != NULL && nf == n, "%s: %s missing or of %zu elements, not %zu", f->dir, key, nf,
-          n);
-    if (want && nf == n) {
-      if (grad) cl_model_get_grad(m, name, got, n);
-      else cl_model_get_param(m, name, got, n);
-      double d = 0, scale = 0;
-      for (size_t j = 0; j < n; j++) {
-        d = fmax(d, fabs((double)got[j] - want[j]));
-        scale = fmax(scale, fabs((double)want[j]));
-      }
-      worst = fmax(worst, d / (scale > 0 ? scale : 1));
-    }
-    free(want);
-    free(got);
-  }
-  return worst;
-}
-
 static void test_two_kernels(const char *dir) {
   fixture f;
   CHECK(fx_open(&f, dir), "%s: no fixture (tools/make_fixtures_kernels.py)", dir);
@@ -418,7 +388,7 @@ static void test_two_kernels(const char *dir) {
     double loss = NAN;
     CHECK(cl_model_train_step(m, &xa, &ya, tg, &sgd0, &o, &loss) == CL_OK, "%s: %s", dir,
           cl_model_error(m));
-    double gap = fixture_gap(&f, m, "grad", 1);
+    double gap = fx_gap(&f, m, "grad", 1);
     const double loss0 = loss;
     CHECK(fabs(loss - loss_fx[0]) <= 1e-5 * fabs(loss_fx[0]), "%s: loss %.9g, PyTorch %.9g", dir,
           loss, loss_fx[0]);
@@ -435,7 +405,7 @@ static void test_two_kernels(const char *dir) {
             dir, i + 1, cl_model_error(m));
       worst = fmax(worst, fabs(loss - steps_fx[i]) / fabs(steps_fx[i]));
     }
-    double pgap = fixture_gap(&f, m, sgd ? "sgd_params" : "adam_params", 0);
+    double pgap = fx_gap(&f, m, sgd ? "sgd_params" : "adam_params", 0);
     CHECK(worst <= 1e-5, "%s: optimizer steps' losses %.2e from PyTorch's", dir, worst);
     CHECK(pgap <= 1e-5, "%s: parameters after the steps %.2e from PyTorch's", dir, pgap);
     printf("%s: loss %.7f (PyTorch %.7f), gradients %.1e, %s steps' losses %.1e and parameters "

@@ -9,7 +9,7 @@
  * must be PyTorch's within float32 rounding (1e-5 relative, as the R tests).
  */
 #include "ctest.h"   /* CHECK, rel_diff */
-#include "fixture.h" /* fx_open, fx_model, fx_tensor */
+#include "fixture.h" /* fx_open, fx_model, fx_tensor, fx_gap */
 
 #include <math.h>
 #include <stdlib.h>
@@ -84,24 +84,8 @@ static void check(const char *name) {
     CHECK(d <= 1e-5, "%s step %d: loss %.9g, PyTorch %.9g", dir, s + 1, loss, losses[s]);
     worst = fmax(worst, d);
   }
-  double pworst = 0;
-  for (int i = 0; i < cl_model_n_tensors(m); i++) {
-    const char *tname;
-    int nd, d[4];
-    cl_model_tensor_info(m, i, &tname, &nd, d);
-    char key[128];
-    snprintf(key, sizeof key, "params/%s", tname);
-    size_t n = 0;
-    float *want = fx_tensor(&f, key, &n), *got = malloc(n * sizeof *got);
-    CHECK(want && got && cl_model_get_param(m, tname, got, n) == CL_OK, "%s: %s", dir, key);
-    if (want && got) {
-      const double r = rel_diff(got, want, n);
-      CHECK(r <= 1e-5, "%s: %s %.2e from PyTorch's after %d steps", dir, tname, r, steps);
-      pworst = fmax(pworst, r);
-    }
-    free(want);
-    free(got);
-  }
+  const double pworst = fx_gap(&f, m, "params", 0);
+  CHECK(pworst <= 1e-5, "%s: parameters %.2e from PyTorch's after %d steps", dir, pworst, steps);
   printf("%-22s %d steps: losses within %.1e, parameters within %.1e of PyTorch's\n", name,
          steps, worst, pworst);
   cl_model_free(m);
