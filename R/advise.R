@@ -513,14 +513,15 @@ measure_rates <- function(config) {
       t[[i]] <- min(t[[i]], calibration_step(config, r[[1]], r[[2]], r[[3]], data[[i]]))
     }
   }
-  w <- lapply(seq_along(runs), function(i) {
-    cal <- runs[[i]][[1]]
+  w <- lapply(runs, function(r) {
+    cal <- r[[1]]
     conf <- list(input_dim = cal$input_dim, hidden_dims = cal$hidden, kernel_sizes = cal$kernel,
                  n_params = 4 * cal$hidden * ((cal$input_dim + cal$hidden) * cal$kernel^2 + 1))
-    cfg <- list(dtype = runs[[i]][[2]], checkpoint = 0L, accumulation_steps = runs[[i]][[3]],
-                tbptt = 0L)
-    step_work(model_ptr(steps[[i]]$model), conf, cfg, cal$B, cal$T, cal$size, cal$size,
-              "last_state", "adam", threads)
+    cfg <- list(dtype = r[[2]], checkpoint = 0L, accumulation_steps = r[[3]], tbptt = 0L)
+    model <- calibration_model(config, cal, r[[2]]) # its calls listed, no step run
+    on.exit(convlstm_release(model))
+    step_work(model_ptr(model), conf, cfg, cal$B, cal$T, cal$size, cal$size, "last_state",
+              "adam", threads)
   })
   per_byte <- t[[3]] / w[[3]][["bytes"]] # the light step: its arithmetic is negligible
   rest <- function(i) t[[i]] - w[[i]][["bytes"]] * per_byte
@@ -571,14 +572,19 @@ calibration_data <- function(cal) {
   list(x = x, y = y)
 }
 
+# A calibration step's model (cal: its shape) on the device of `config`.
+calibration_model <- function(config, cal, dtype) {
+  convlstm(cal$input_dim, cal$hidden, cal$kernel, device = config$device, dtype = dtype,
+           threads = if (config$threads > 0) config$threads else NULL)
+}
+
 # One timing of a calibration step on data d: a fresh model, a first step
 # that plans and allocates (not timed), then the CPU seconds of a second,
 # returned; the model is released before it returns, and R's garbage of the
 # call (its objects, not the step's buffers) collected, so that the next
 # step starts from what the last one started from.
 calibration_step <- function(config, cal, dtype, accumulation_steps, d) {
-  model <- convlstm(cal$input_dim, cal$hidden, cal$kernel, device = config$device, dtype = dtype,
-                    threads = if (config$threads > 0) config$threads else NULL)
+  model <- calibration_model(config, cal, dtype)
   on.exit({
     convlstm_release(model)
     invisible(gc(full = FALSE))
@@ -601,8 +607,7 @@ calibration_bytes <- function(config) {
   runs <- calibration_runs()
   plans <- vapply(runs, function(r) {
     cal <- r[[1]]
-    model <- convlstm(cal$input_dim, cal$hidden, cal$kernel, device = config$device,
-                      dtype = r[[2]], threads = if (config$threads > 0) config$threads else NULL)
+    model <- calibration_model(config, cal, r[[2]])
     on.exit(convlstm_release(model))
     e <- memory_estimate(model, cal$B, cal$T, cal$size, cal$size,
                          accumulation_steps = r[[3]], optimizer = optimizer_adam())
