@@ -566,9 +566,18 @@ cl_status cl_check_optim(cl_model *m, const cl_optim *o);
  * *created (may be NULL; set on success): whether this call allocated any. */
 cl_status cl_optim_ensure(cl_model *m, const cl_optim *o, int *created);
 /* Whether o keeps state buffer `which` (opt_m, opt_v, opt_vmax: their roles
- * by optimizer in optim.c); the planner counts the same. */
+ * by optimizer in optim.c): what optim.c allocates and the planner counts.
+ * Here, not in optim.c, so that the planner (below optim.c, which allocates
+ * through step.c) need not call up. */
 enum { CL_OPT_STATE_M = 0, CL_OPT_STATE_V, CL_OPT_STATE_VMAX };
-int cl_optim_keeps(const cl_optim *o, int which);
+static inline int cl_optim_keeps(const cl_optim *o, int which) {
+  const int adam = cl_optim_is_adam(o->kind), rms = o->kind == CL_OPTIM_RMSPROP;
+  switch (which) {
+  case CL_OPT_STATE_M: return adam || o->momentum != 0;
+  case CL_OPT_STATE_V: return adam || rms;
+  default: return adam ? o->amsgrad != 0 : rms && o->centered;
+  }
+}
 /* Frees the optimizer state; the next step starts it afresh. */
 void cl_optim_free(cl_model *m);
 

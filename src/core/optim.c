@@ -114,16 +114,6 @@ static void drop_vmax(cl_model *m) {
   m->opt_vmax = NULL;
 }
 
-/* Which of the three state buffers (the roles above) o keeps. */
-int cl_optim_keeps(const cl_optim *o, int which) {
-  const int adam = cl_optim_is_adam(o->kind), rms = o->kind == CL_OPTIM_RMSPROP;
-  switch (which) {
-  case CL_OPT_STATE_M: return adam || o->momentum != 0;
-  case CL_OPT_STATE_V: return adam || rms;
-  default: return adam ? o->amsgrad != 0 : rms && o->centered;
-  }
-}
-
 cl_status cl_optim_ensure(cl_model *m, const cl_optim *o, int *created) {
   if (m->opt_kind != o->kind) cl_model_optimizer_reset(m);
   m->opt_kind = o->kind;
