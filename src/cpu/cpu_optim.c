@@ -44,11 +44,15 @@ static adam_k adam_consts(const cl_adam_hp *hp) {
   return k;
 }
 
+/* torch's L2 weight decay (Adam, SGD, RMSprop): wd * p added to the
+ * gradient; wd 0 leaves it exactly as it was. */
+static inline float l2_decayed(float g, float wd, float p) { return wd != 0.0f ? g + wd * p : g; }
+
 /* p, m, v (and amsgrad's vmax, when not NULL): the element's values before
  * on entry, after on return. */
 static inline void adam_elem(const adam_k *k, float gi, float *p, float *m, float *v,
                              float *vmax) {
-  if (k->wd != 0.0f) gi = gi + k->wd * *p;
+  gi = l2_decayed(gi, k->wd, *p);
   if (k->decay != 1.0f) *p = *p * k->decay;
   *m = *m * k->beta1 + k->one_m_b1 * gi;
   *v = *v * k->beta2 + k->one_m_b2 * gi * gi;
@@ -95,7 +99,7 @@ cl_status cl_cpu_adam_update(cl_backend *be, float *p, const float *g, float *m,
 /* torch's SGD, one element (dampening 0, no Nesterov); buf is read only when
  * momentum is on and it is not the first update. Shared as adam_elem is. */
 static inline void sgd_elem(const cl_sgd_hp *hp, float d, float *p, float *buf) {
-  if (hp->weight_decay != 0.0f) d = d + hp->weight_decay * *p;
+  d = l2_decayed(d, hp->weight_decay, *p);
   if (hp->momentum != 0.0f) {
     /* torch starts the buffer as a copy of the first gradient. */
     *buf = hp->first ? d : *buf * hp->momentum + d;
@@ -142,7 +146,7 @@ static rms_k rms_consts(const cl_rmsprop_hp *hp) {
 }
 
 static inline void rms_elem(const rms_k *k, float gi, float *p, float *v, float *buf, float *ga) {
-  if (k->wd != 0.0f) gi = gi + k->wd * *p;
+  gi = l2_decayed(gi, k->wd, *p);
   *v = *v * k->alpha + k->one_m_alpha * gi * gi;
   float avg;
   if (ga) {
