@@ -15,6 +15,14 @@ probe_env <- c(
 # One case: a named list, each element a key=value argument of the probe
 # (a vector comma-separated); the probe passes every key it does not know
 # to convlstm(). Returns the probe's figures.
+# What a second step may add to the high-water mark: the R call's own
+# small-object pages. CI saw 32 KiB once (blas-check, OpenBLAS pthread
+# loaded, a single-threaded model) where 16 KiB had always sufficed; the
+# bound is the allocation counter's (tests/c/test_step_allocs.c counts
+# every allocation above 64 KiB inside a step: none may occur), so a
+# step that allocates outside its plan, masks or a copy, still fails here.
+second_step_slack <- 65536
+
 run_probe <- function(case) {
   out <- tempfile()
   on.exit(unlink(out))
@@ -198,10 +206,10 @@ test_that("measured: the high-water mark grows by memory_estimate()'s total over
     if (!grepl("^infer", case$mode)) {
       # zero from the model (tests/c/alloc_count.c counts its allocations
       # inside a step: none; dropout's masks are redrawn in their planned
-      # buffers); a page or two of R's small-object heap for the call and
+      # buffers); a few pages of R's small-object heap for the call and
       # its loss may be new in the window. (hwm-probe.R reads pagemap
       # outside the windows.)
-      expect_lte(v[["grow_second"]], 16384, label = paste("second step:", label))
+      expect_lte(v[["grow_second"]], second_step_slack, label = paste("second step:", label))
     } else {
       # an inference forward returns new R arrays each time, nothing else
       expect_lte(v[["grow_second"]], v[["result_bytes"]] + 2^16,
@@ -257,7 +265,7 @@ test_that("measured: a first step with per-gate dropout grows the high-water mar
     planned <- v[["total"]] + v[["result_bytes"]]
     expect_gt(v[["dropout_planned"]], 4 * B * 4 * 34 * 32 * 32) # the masks are planned
     expect_lte(abs(measured - planned), 0.01 * planned + 2 * 2^20, label = label)
-    expect_lte(v[["grow_second"]], 16384, label = paste("second step,", label))
+    expect_lte(v[["grow_second"]], second_step_slack, label = paste("second step,", label))
     message(label)
   }
 })
