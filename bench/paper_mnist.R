@@ -6,8 +6,9 @@
 # reduction = "batchmean") and predict(horizon = 10).
 #
 #   Rscript bench/paper_mnist.R [--dir=build/paper_mnist] [--hidden=16,16]
-#       [--kernel=5] [--patch=4] [--batch=8] [--steps=300] [--budget-s=0]
-#       [--threads=1] [--device=cpu]
+#       [--kernel=5] [--rkernel=K] [--patch=4] [--batch=8] [--steps=300] [--budget-s=0]
+#       [--threads=1] [--device=cpu] [--lr=1e-3] [--alpha=0.9]
+#       [--eps=1e-8]
 #
 # Reads DIR/train.u8, DIR/test.u8, DIR/data.txt (bench/paper_mnist_data.R)
 # and the initial weights DIR/init.safetensors that bench/paper_mnist.py
@@ -25,12 +26,17 @@ arg <- function(name, default) {
 dir <- arg("dir", file.path("build", "paper_mnist"))
 hidden <- as.integer(strsplit(arg("hidden", "16,16"), ",")[[1]])
 kernel <- as.integer(arg("kernel", 5))
+rkernel <- as.integer(arg("rkernel", 0)) # the state-to-state kernel (0: kernel)
+if (rkernel == 0) rkernel <- kernel
 patch <- as.integer(arg("patch", 4))
 batch <- as.integer(arg("batch", 8))
 steps <- as.integer(arg("steps", 300))
 budget <- as.numeric(arg("budget-s", 0))
 threads <- as.integer(arg("threads", 1))
 device <- arg("device", "cpu")
+lr <- as.numeric(arg("lr", 1e-3)) # RMSprop's: the paper's 1e-3 and decay 0.9
+alpha <- as.numeric(arg("alpha", 0.9))
+eps <- as.numeric(arg("eps", 1e-8)) # torch's default
 t_in <- 10L
 t_out <- 10L
 
@@ -97,17 +103,19 @@ test_ce <- function(model) {
 }
 
 model <- convlstm_forecaster(input_dim = 1L, hidden_dims = hidden,
-                             kernel_sizes = rep(kernel, length(hidden)), patch = patch,
+                             kernel_sizes = rep(kernel, length(hidden)),
+                             recurrent_kernel_sizes = if (rkernel != kernel) rep(rkernel, length(hidden)),
+                             patch = patch,
                              peephole = "channel", device = device, threads = threads)
 load_state_dict(model, read_safetensors(file.path(dir, "init.safetensors")))
 n_par <- sum(lengths(state_dict(model)))
-cat(sprintf(paste0("paper_mnist.R: convlstm %s, %s, %d threads; hidden %s, kernel %d, patch %d: ",
+cat(sprintf(paste0("paper_mnist.R: convlstm %s, %s, %d threads; hidden %s, kernel %d-%d, patch %d: ",
                    "%d parameters; weights from %s; %d training / %d test sequences, batch %d\n"),
             format(utils::packageVersion("convlstm")), device, threads,
-            paste(hidden, collapse = ","), kernel, patch, n_par,
+            paste(hidden, collapse = ","), kernel, rkernel, patch, n_par,
             file.path(dir, "init.safetensors"), n_train, n_test, batch))
 
-opt <- optimizer_rmsprop(lr = 1e-3, alpha = 0.9) # the paper's; torch's eps 1e-8
+opt <- optimizer_rmsprop(lr = lr, alpha = alpha, eps = eps)
 ce0 <- test_ce(model)
 rows <- data.frame(step = integer(0), loss = numeric(0), seconds = numeric(0))
 t_start <- proc.time()[["elapsed"]]
@@ -128,8 +136,9 @@ ce1 <- test_ce(model)
 utils::write.csv(rows, file.path(dir, "convlstm_losses.csv"), row.names = FALSE)
 result <- c(
   side = "convlstm", convlstm = format(utils::packageVersion("convlstm")), device = device,
-  threads = threads, hidden = paste(hidden, collapse = ","), kernel = kernel, patch = patch,
-  parameters = n_par, batch = batch, steps = nrow(rows),
+  threads = threads, hidden = paste(hidden, collapse = ","), kernel = kernel,
+  rkernel = rkernel, patch = patch,
+  parameters = n_par, batch = batch, lr = lr, alpha = alpha, eps = eps, steps = nrow(rows),
   seconds_per_step_median = sprintf("%.4f", stats::median(rows$seconds)),
   wall_seconds = sprintf("%.1f", wall), loss_first = sprintf("%.4f", rows$loss[[1]]),
   loss_last = sprintf("%.4f", rows$loss[[nrow(rows)]]),

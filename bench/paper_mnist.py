@@ -10,9 +10,9 @@ from the same initial weights and data; bench/paper_mnist_compare.R puts the
 two side by side.
 
   /usr/bin/python3 bench/paper_mnist.py [--dir build/paper_mnist]
-      [--hidden 16,16] [--kernel 5] [--patch 4] [--batch 8] [--steps 300]
+      [--hidden 16,16] [--kernel 5] [--rkernel K] [--patch 4] [--batch 8] [--steps 300]
       [--budget-s 0] [--threads 1] [--seed 1] [--device cpu] [--twin none|ulp|f64]
-      [--twin-steps 0]
+      [--twin-steps 0] [--lr 1e-3] [--alpha 0.9] [--eps 1e-8]
 
 Reads DIR/train.u8, DIR/test.u8, DIR/data.txt (bench/paper_mnist_data.R).
 Writes DIR/init.safetensors (the initial weights, torch's default
@@ -57,11 +57,16 @@ def parse():
     p.add_argument("--dir", default=os.path.join("build", "paper_mnist"))
     p.add_argument("--hidden", default="16,16")
     p.add_argument("--kernel", type=int, default=5)
+    p.add_argument("--rkernel", type=int, default=0,
+                   help="the state-to-state kernel (0: --kernel), e.g. 1 for Table 1's 9x9-1x1 rows")
     p.add_argument("--patch", type=int, default=4)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--budget-s", type=float, default=0, help="stop after this many seconds (0: none)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--lr", type=float, default=1e-3, help="RMSprop's (the paper's 1e-3)")
+    p.add_argument("--alpha", type=float, default=0.9, help="RMSprop's decay (the paper's 0.9)")
+    p.add_argument("--eps", type=float, default=1e-8, help="RMSprop's (torch's default 1e-8)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--device", default="cpu")
     p.add_argument("--twin", choices=["none", "ulp", "f64"], default="none",
@@ -103,10 +108,15 @@ def test_ce(model, data, batch, device, dtype):
     return total / data.shape[0]
 
 
+def rkernels(args, hidden):
+    return [args.rkernel] * len(hidden) if args.rkernel else None
+
+
 def initial_weights(args, hidden):
     path = os.path.join(args.dir, "init.safetensors")
     torch.manual_seed(args.seed)
-    model = EncoderForecaster(1, hidden, [args.kernel] * len(hidden), patch=args.patch)
+    model = EncoderForecaster(1, hidden, [args.kernel] * len(hidden), patch=args.patch,
+                              recurrent_kernel_sizes=rkernels(args, hidden))
     if os.path.exists(path):
         sd, _ = read_plain(path)
         ours = model.state_dict()
@@ -130,7 +140,8 @@ def main():
     dev = torch.device(args.device)
     twin, twin_dtype = None, torch.float64 if args.twin == "f64" else torch.float32
     if args.twin != "none":
-        twin = EncoderForecaster(1, hidden, [args.kernel] * len(hidden), patch=args.patch)
+        twin = EncoderForecaster(1, hidden, [args.kernel] * len(hidden), patch=args.patch,
+                              recurrent_kernel_sizes=rkernels(args, hidden))
         twin.load_state_dict(model.state_dict())
         if args.twin == "ulp":
             g = torch.Generator().manual_seed(args.seed + 1)
@@ -141,13 +152,14 @@ def main():
                                                            torch.tensor(float("-inf")))))
         twin = twin.to(dev, twin_dtype)
     model = model.to(dev)
-    print("paper_mnist.py: torch %s, %s, %d threads; hidden %s, kernel %d, patch %d: %d parameters; "
+    print("paper_mnist.py: torch %s, %s, %d threads; hidden %s, kernel %d-%d, patch %d: %d parameters; "
           "weights %s; %d training / %d test sequences, batch %d"
-          % (torch.__version__, dev, args.threads, args.hidden, args.kernel, args.patch, n_par,
+          % (torch.__version__, dev, args.threads, args.hidden, args.kernel,
+             args.rkernel or args.kernel, args.patch, n_par,
              how, n_train, n_test, args.batch), flush=True)
 
     def rmsprop(m):  # the paper's: lr 1e-3, decay rate 0.9; torch's eps 1e-8
-        return torch.optim.RMSprop(m.parameters(), lr=1e-3, alpha=0.9)
+        return torch.optim.RMSprop(m.parameters(), lr=args.lr, alpha=args.alpha, eps=args.eps)
     opts = [rmsprop(model)] + ([rmsprop(twin)] if twin is not None else [])
     ce0 = test_ce(model, test, args.batch, dev, torch.float32)
     rows, t_start = [], time.perf_counter()
@@ -196,7 +208,9 @@ def main():
     result = [
         ("side", "pytorch"), ("torch", torch.__version__), ("device", str(dev)),
         ("threads", args.threads), ("hidden", args.hidden), ("kernel", args.kernel),
+        ("rkernel", args.rkernel or args.kernel),
         ("patch", args.patch), ("parameters", n_par), ("batch", args.batch),
+        ("lr", args.lr), ("alpha", args.alpha), ("eps", args.eps),
         ("steps", len(rows)), ("seconds_per_step_median", "%.4f" % secs[len(secs) // 2]),
         ("wall_seconds", "%.1f" % wall), ("loss_first", "%.4f" % rows[0][1]),
         ("loss_last", "%.4f" % rows[-1][1]),

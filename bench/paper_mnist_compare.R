@@ -30,7 +30,7 @@ cl <- read_curve("convlstm")
 res <- list(pytorch = read_result("torch"), convlstm = read_result("convlstm"))
 
 cat("The paper check: Shi et al.'s encoder-forecaster on Moving MNIST (", dir, ")\n", sep = "")
-show <- c("device", "threads", "hidden", "kernel", "patch", "parameters", "batch", "steps",
+show <- c("device", "threads", "hidden", "kernel", "rkernel", "patch", "parameters", "batch", "lr", "alpha", "eps", "steps",
           "seconds_per_step_median", "loss_first", "loss_last", "test_ce_before",
           "test_ce_after")
 tab <- sapply(res[!vapply(res, is.null, TRUE)], function(r) r[show])
@@ -41,24 +41,40 @@ if (!is.null(res$pytorch)) {
               res$pytorch[["test_ce_constant"]], res$pytorch[["test_ce_floor"]]))
 }
 
-if (is.null(cl)) {
-  cat("\nThe package's side has not run (no convlstm_losses.csv): nothing to compare yet.\n")
-} else {
-  n <- min(nrow(pt), nrow(cl))
-  d <- abs(cl$loss[seq_len(n)] - pt$loss[seq_len(n)])
-  rel <- d / abs(pt$loss[seq_len(n)])
-  at <- which.max(d)
-  cat(sprintf("\nLargest step-wise loss difference over %d steps: %.6g at step %d (%.3g relative); largest relative %.3g at step %d\n",
-              n, d[[at]], at, rel[[at]], max(rel), which.max(rel)))
-  cat(sprintf("Mean relative difference over the steps: %.3g\n", mean(rel)))
+# Step-wise relative difference of curve a against b, and where it first
+# passes 1e-6, 1e-4 and 1e-2.
+divergence <- function(a, b, label) {
+  n <- min(length(a), length(b))
+  ok <- !is.na(a[seq_len(n)]) & !is.na(b[seq_len(n)])
+  rel <- abs(a[seq_len(n)] - b[seq_len(n)]) / abs(b[seq_len(n)])
+  rel[!ok] <- NA
+  first <- function(th) {
+    i <- which(rel > th)[1]
+    if (is.na(i)) "never" else as.character(i)
+  }
+  upto <- function(k) if (sum(ok) >= k) sprintf("%.2g", max(rel[seq_len(k)], na.rm = TRUE)) else "-"
+  at <- which.max(rel)
+  cat(sprintf(paste0("%s, %d steps: largest difference %.6g at step %d (%.3g relative); largest ",
+                     "relative over the first 50 / 100 / 200 steps %s / %s / %s; first step beyond ",
+                     "1e-6 / 1e-4 / 1e-2 relative: %s / %s / %s\n"),
+              label, sum(ok), abs(a[at] - b[at]), at, rel[at], upto(50), upto(100), upto(200),
+              first(1e-6), first(1e-4), first(1e-2)))
+  rel
 }
-twin <- setdiff(grep("^loss_", names(pt), value = TRUE), character(0))
-for (tw in twin) {
-  ok <- !is.na(pt[[tw]])
-  if (!any(ok)) next
-  dt <- abs(pt$loss[ok] - pt[[tw]][ok])
-  cat(sprintf("PyTorch's float32 against its %s twin over its %d steps: largest difference %.6g (%.3g relative): what float rounding alone gives\n",
-              sub("^loss_", "", tw), sum(ok), max(dt), max(dt / abs(pt[[tw]][ok]))))
+cat("\n")
+rel_cl <- NULL
+if (is.null(cl)) {
+  cat("The package's side has not run (no convlstm_losses.csv): nothing to compare yet.\n")
+} else {
+  rel_cl <- divergence(cl$loss, pt$loss, "convlstm against PyTorch")
+}
+# PyTorch against its twin (paper_mnist.py --twin): how far float rounding
+# alone moves the curve, the yardstick for the line above
+rel_tw <- list()
+for (tw in grep("^loss_", names(pt), value = TRUE)) {
+  if (all(is.na(pt[[tw]]))) next
+  rel_tw[[tw]] <- divergence(pt$loss, pt[[tw]], sprintf("PyTorch against its %s twin (float rounding alone)",
+                                                        sub("^loss_", "", tw)))
 }
 
 cat("\nShi et al. (2015), Table 1, cross-entropy per test sequence (10 predicted 64x64 frames):\n")
@@ -70,17 +86,35 @@ cat(paste0("A reduced CPU run (a small model, a few hundred sequences, a few hun
            "paper's experiment: its test cross-entropy is not comparable to Table 1's; what it checks ",
            "is that the package and PyTorch follow the same curve.\n"))
 
-png(file.path(dir, "paper_mnist_curves.png"), width = 900, height = 560, res = 110)
+png(file.path(dir, "paper_mnist_curves.png"), width = 900, height = 900, res = 110)
+op <- par(mfrow = c(2, 1), mar = c(4, 4.5, 2.5, 1))
 ylim <- range(c(pt$loss, cl$loss, table1))
 plot(pt$step, pt$loss, type = "l", col = "grey20", lwd = 2, log = "y", ylim = ylim,
-     xlab = "training step", ylab = "cross-entropy per sequence (log scale)",
+     xlab = "training step", ylab = "cross-entropy per sequence",
      main = "Moving MNIST, encoder-forecaster: training loss per step")
 if (!is.null(cl)) lines(cl$step, cl$loss, col = "firebrick", lwd = 1, lty = 2)
 abline(h = table1, col = "steelblue", lty = 3)
-text(max(pt$step), table1, names(table1), adj = c(1, -0.3), cex = 0.6, col = "steelblue")
+text(max(pt$step), table1[c(1, 2)], adj = c(1, -0.4), cex = 0.65, col = "steelblue",
+     c(names(table1)[[1]], paste("ConvLSTM 1 / 2 / 3 layers:", paste(table1[-1], collapse = " / "))))
 legend("topright", bty = "n", cex = 0.8,
        legend = c("PyTorch", if (!is.null(cl)) "convlstm", "Table 1 (full models, test set)"),
        col = c("grey20", if (!is.null(cl)) "firebrick", "steelblue"),
        lty = c(1, if (!is.null(cl)) 2, 3), lwd = c(2, if (!is.null(cl)) 1, 1))
+curves <- c(if (!is.null(rel_cl)) list("convlstm vs PyTorch" = rel_cl),
+            stats::setNames(rel_tw, paste("PyTorch vs its", sub("^loss_", "", names(rel_tw)), "twin")))
+if (length(curves) > 0) {
+  floor_at <- 1e-9 # an equal step (difference 0) drawn here
+  all_rel <- pmax(unlist(curves), floor_at)
+  plot(NA, xlim = range(pt$step), ylim = range(all_rel, na.rm = TRUE), log = "y",
+       xlab = "training step", ylab = "|difference| / PyTorch's loss",
+       main = sprintf("Step-wise relative difference (%g: equal)", floor_at))
+  cols <- c("firebrick", "darkorange", "darkgreen")
+  for (i in seq_along(curves)) {
+    lines(seq_along(curves[[i]]), pmax(curves[[i]], floor_at), col = cols[[i]], lwd = 1)
+  }
+  legend("topleft", bty = "n", cex = 0.8, legend = names(curves), col = cols[seq_along(curves)],
+         lty = 1)
+}
+par(op)
 invisible(dev.off())
 cat("Plot:", file.path(dir, "paper_mnist_curves.png"), "\n")
