@@ -117,7 +117,8 @@ cat(sprintf(paste0("paper_mnist.R: convlstm %s, %s, %d threads; hidden %s, kerne
 
 opt <- optimizer_rmsprop(lr = lr, alpha = alpha, eps = eps)
 ce0 <- test_ce(model)
-rows <- data.frame(step = integer(0), loss = numeric(0), seconds = numeric(0))
+losses <- seconds <- numeric(steps)
+done <- 0L
 t_start <- proc.time()[["elapsed"]]
 for (s in seq_len(steps)) {
   seqs <- sequences(train, ((s - 1) * batch + seq_len(batch) - 1) %% n_train + 1)
@@ -126,12 +127,16 @@ for (s in seq_len(steps)) {
   t0 <- proc.time()[["elapsed"]]
   loss <- train_step(model, x, y, opt, loss = "bce_logits", reduction = "batchmean")
   secs <- proc.time()[["elapsed"]] - t0
-  rows[s, ] <- list(s, as.numeric(loss), secs)
+  losses[[s]] <- as.numeric(loss)
+  seconds[[s]] <- secs
+  done <- s
   cat(sprintf("step %4d  loss %.4f  %.3fs\n", s, loss, secs))
   if (budget > 0 && proc.time()[["elapsed"]] - t_start > budget) break
 }
 wall <- proc.time()[["elapsed"]] - t_start
 ce1 <- test_ce(model)
+rows <- data.frame(step = seq_len(done), loss = losses[seq_len(done)],
+                   seconds = seconds[seq_len(done)])
 
 utils::write.csv(rows, file.path(dir, "convlstm_losses.csv"), row.names = FALSE)
 result <- c(

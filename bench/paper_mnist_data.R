@@ -6,7 +6,8 @@
 #   Rscript bench/paper_mnist_data.R [--dir=build/paper_mnist] [--n-train=256]
 #       [--n-test=64] [--seed=2015] [--images=PATH]
 #
-# DIR/train.u8 and DIR/test.u8: unsigned bytes, row-major [n, 20, 64, 64],
+# DIR/train.u8 and DIR/test.u8: unsigned bytes, row-major [n, 20, 64, 64]
+# (drawn in chunks of 500 sequences, write_set()),
 # each the pixel times 255 (moving_mnist()'s values are MNIST's bytes / 255,
 # so this is exact; the readers divide by 255 in double and store float32,
 # as the package stores R's doubles); DIR/data.txt: one "key value" a line
@@ -27,24 +28,30 @@ seed <- as.integer(arg("seed", 2015))
 images <- arg("images", "")
 dir.create(dir, recursive = TRUE, showWarnings = FALSE)
 
-write_u8 <- function(frames, path) {
-  # frames [n, 20, 1, 64, 64] in R's order -> bytes row-major over [n, 20, 64, 64]
+# frames [n, 20, 1, 64, 64] in R's order -> bytes row-major over [n, 20, 64, 64]
+# appended to the open connection con
+write_u8 <- function(frames, con) {
   bytes <- round(frames * 255)
   stopifnot(max(abs(frames * 255 - bytes)) < 1e-6, min(bytes) >= 0, max(bytes) <= 255)
   d <- dim(frames)
-  bytes <- aperm(array(bytes, d[-3]), 4:1)  # row-major: the last index fastest
-  con <- file(path, "wb")
-  on.exit(close(con))
-  writeBin(as.raw(bytes), con)
+  writeBin(as.raw(aperm(array(bytes, d[-3]), 4:1)), con) # row-major: the last index fastest
 }
 
-draw <- function(n, seed) {
-  moving_mnist(n = n, seq_len = 20, size = 64, horizon = 0, seed = seed,
-               images = if (nzchar(images)) images else NULL)$x
+# n sequences in chunks of at most 500 (a chunk is 330 MB of doubles), chunk k
+# (from 0) drawn with seed + 2k + offset: the training set's offset 0, the
+# test set's 1, so that the two never share a seed
+write_set <- function(n, offset, path) {
+  con <- file(path, "wb")
+  on.exit(close(con))
+  for (k in seq(0, (n - 1) %/% 500)) {
+    m <- min(500L, n - 500L * k)
+    write_u8(moving_mnist(n = m, seq_len = 20, size = 64, horizon = 0, seed = seed + 2L * k + offset,
+                          images = if (nzchar(images)) images else NULL)$x, con)
+  }
 }
 t0 <- Sys.time()
-write_u8(draw(n_train, seed), file.path(dir, "train.u8"))
-write_u8(draw(n_test, seed + 1L), file.path(dir, "test.u8"))
+write_set(n_train, 0L, file.path(dir, "train.u8"))
+write_set(n_test, 1L, file.path(dir, "test.u8"))
 writeLines(c(
   paste("n_train", n_train), paste("n_test", n_test), "seq_len 20", "size 64",
   paste("seed", seed), paste("images", if (nzchar(images)) images else "shipped"),
