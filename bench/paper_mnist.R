@@ -119,6 +119,9 @@ opt <- optimizer_rmsprop(lr = lr, alpha = alpha, eps = eps)
 ce0 <- test_ce(model)
 losses <- seconds <- numeric(steps)
 done <- 0L
+# written step by step, so that a run cut short keeps its curve
+csv <- file(file.path(dir, "convlstm_losses.csv"), "w")
+writeLines("step,loss,seconds", csv)
 t_start <- proc.time()[["elapsed"]]
 for (s in seq_len(steps)) {
   seqs <- sequences(train, ((s - 1) * batch + seq_len(batch) - 1) %% n_train + 1)
@@ -130,15 +133,17 @@ for (s in seq_len(steps)) {
   losses[[s]] <- as.numeric(loss)
   seconds[[s]] <- secs
   done <- s
+  writeLines(sprintf("%d,%.9g,%.9g", s, losses[[s]], secs), csv)
+  flush(csv)
   cat(sprintf("step %4d  loss %.4f  %.3fs\n", s, loss, secs))
   if (budget > 0 && proc.time()[["elapsed"]] - t_start > budget) break
 }
 wall <- proc.time()[["elapsed"]] - t_start
 ce1 <- test_ce(model)
+close(csv)
 rows <- data.frame(step = seq_len(done), loss = losses[seq_len(done)],
                    seconds = seconds[seq_len(done)])
 
-utils::write.csv(rows, file.path(dir, "convlstm_losses.csv"), row.names = FALSE)
 result <- c(
   side = "convlstm", convlstm = format(utils::packageVersion("convlstm")), device = device,
   threads = threads, hidden = paste(hidden, collapse = ","), kernel = kernel,

@@ -162,6 +162,10 @@ def main():
         return torch.optim.RMSprop(m.parameters(), lr=args.lr, alpha=args.alpha, eps=args.eps)
     opts = [rmsprop(model)] + ([rmsprop(twin)] if twin is not None else [])
     ce0 = test_ce(model, test, args.batch, dev, torch.float32)
+    # written step by step, so that a run cut short (a budget, a lost
+    # session) keeps its curve
+    csv = open(os.path.join(args.dir, "torch_losses.csv"), "w")
+    csv.write("step,loss,seconds" + (",loss_" + args.twin if args.twin != "none" else "") + "\n")
     rows, t_start = [], time.perf_counter()
     for step in range(args.steps):
         idx = [(step * args.batch + k) % n_train for k in range(args.batch)]
@@ -186,6 +190,10 @@ def main():
             opts[1].step()
             row.append(l64.item())
         rows.append(row)
+        cells = row + ["NA"] * (4 - len(row)) if args.twin != "none" else row
+        csv.write(",".join("%d" % v if i == 0 else v if v == "NA" else "%.9g" % v
+                           for i, v in enumerate(cells)) + "\n")
+        csv.flush()
         print("step %4d  loss %.4f  %.3fs%s" % (step + 1, value, secs,
               "  %s twin %.4f" % (args.twin, row[3]) if twin is not None else ""), flush=True)
         if args.budget_s and time.perf_counter() - t_start > args.budget_s:
@@ -198,12 +206,7 @@ def main():
     const = -(y * torch.log(p) + (1 - y) * torch.log1p(-p)).sum().item() / n_test
     floor = -(torch.xlogy(y, y) + torch.xlogy(1 - y, 1 - y)).sum().item() / n_test
 
-    with open(os.path.join(args.dir, "torch_losses.csv"), "w") as f:
-        f.write("step,loss,seconds" + (",loss_" + args.twin if args.twin != "none" else "") + "\n")
-        for r in rows:
-            r = r + ["NA"] * (4 - len(r)) if args.twin != "none" else r
-            f.write(",".join("%d" % v if i == 0 else v if v == "NA" else "%.9g" % v
-                             for i, v in enumerate(r)) + "\n")
+    csv.close()
     secs = sorted(r[2] for r in rows)
     result = [
         ("side", "pytorch"), ("torch", torch.__version__), ("device", str(dev)),
