@@ -108,7 +108,7 @@ if (length(curves) > 0) {
   plot(NA, xlim = range(pt$step), ylim = range(all_rel, na.rm = TRUE), log = "y",
        xlab = "training step", ylab = "|difference| / PyTorch's loss",
        main = sprintf("Step-wise relative difference (%g: equal)", floor_at))
-  cols <- c("firebrick", "darkorange", "darkgreen")
+  cols <- c(if (!is.null(rel_cl)) "firebrick", "darkorange", "darkgreen")
   for (i in seq_along(curves)) {
     lines(seq_along(curves[[i]]), pmax(curves[[i]], floor_at), col = cols[[i]], lwd = 1)
   }
