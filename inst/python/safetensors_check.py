@@ -151,12 +151,17 @@ def cmd_write(args):
     rks = [int(v) for v in args[13].split(",")] if len(args) > 13 else None
     torch.manual_seed(seed)
     model = ConvLSTM(input_dim, hidden, kernels, bias, recurrent_kernel_sizes=rks)
-    sd = model.state_dict()
-    # as safetensors' writer: tensors sorted by name, offsets in that order,
-    # header padded with spaces to a multiple of 8
+    write_plain(path, model.state_dict())
+    write_out(model, read_x(xfile, dims), outfile)
+
+
+def write_plain(path, sd):
+    """A state dict as a bare safetensors file of float32 tensors, as
+    safetensors' writer lays it out: tensors sorted by name, offsets in that
+    order, the JSON header padded with spaces to a multiple of 8."""
     header, blobs, at = {}, [], 0
     for name in sorted(sd):
-        b = sd[name].contiguous().numpy().astype("<f4").tobytes()
+        b = sd[name].detach().to(torch.float32).contiguous().numpy().astype("<f4").tobytes()
         header[name] = {"dtype": "F32", "shape": list(sd[name].shape),
                         "data_offsets": [at, at + len(b)]}
         blobs.append(b)
@@ -168,7 +173,6 @@ def cmd_write(args):
         f.write(h)
         for b in blobs:
             f.write(b)
-    write_out(model, read_x(xfile, dims), outfile)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,10 @@ With a recurrent kernel that differs from the input kernel (Shi et al.'s
 bias) and conv_h over h_{t-1} (without), each padded "same" for its own kernel,
 both with the layer's dilation, their outputs summed: state-dict names
 cell_list.<l>.conv_x.weight, conv_x.bias, conv_h.weight, as convlstm's.
+EncoderForecaster is Shi et al.'s encoder-forecaster (convlstm_forecaster()):
+two such stacks, the forecaster's first layer a cell of no input
+(input_dim 0), a 1x1 head over all forecaster states, frames in and out as
+patches.
 
 Installed with the package (system.file("python", package = "convlstm")), so
 that a user can check convlstm's weights and outputs against PyTorch. The one
@@ -38,7 +42,12 @@ class ConvLSTMCell(nn.Module):
         kh, kw = _pair(kernel_size)
         dh, dw = _pair(dilation)
         rk = _pair(recurrent_kernel_size or kernel_size)
-        self.split = rk != (kh, kw)
+        # input_dim 0: a cell with no input (the forecaster's first layer,
+        # EncoderForecaster), its gates one convolution over h_{t-1} alone
+        # with the recurrent kernel, named conv whatever the kernels
+        self.split = input_dim > 0 and rk != (kh, kw)
+        if input_dim == 0:
+            kh, kw = rk
 
         def same(k):  # "same" padding d (k - 1) / 2 for odd kernels
             return (dh * (k[0] - 1) // 2, dw * (k[1] - 1) // 2)
@@ -58,7 +67,8 @@ class ConvLSTMCell(nn.Module):
                 self.register_parameter(name, nn.Parameter(torch.zeros(shape)))
 
     def forward(self, x, state, masks=None):
-        """masks: None, or (input mask, h mask) for dropout, each (or None)
+        """x: [B, input_dim, H, W], or None for a cell of no input;
+        masks: None, or (input mask, h mask) for dropout, each (or None)
         [B, C, H, W], one mask shared by the four gates: x_t and h_{t-1}
         times them before the convolution; or [B, 4, C, H, W], one per gate
         (Keras's ConvLSTM2D): gate g (in the order i, f, o, g) convolves
@@ -74,7 +84,7 @@ class ConvLSTMCell(nn.Module):
             if self.split:
                 z = self.conv_x(x) + self.conv_h(h_prev)
             else:
-                z = self.conv(torch.cat([x, h_prev], dim=1))
+                z = self.conv(h_prev if x is None else torch.cat([x, h_prev], dim=1))
             zi, zf, zo, zg = torch.split(z, self.hidden_dim, dim=1)
         if self.peephole is not None:
             zi = zi + self.w_ci * c_prev
@@ -91,7 +101,7 @@ class ConvLSTMCell(nn.Module):
         hd = self.hidden_dim
         zs = []
         for g in range(4):
-            xg = x if mx is None else x * (mx[:, g] if mx.dim() == 5 else mx)
+            xg = x if mx is None or x is None else x * (mx[:, g] if mx.dim() == 5 else mx)
             hg = h_prev if mh is None else h_prev * (mh[:, g] if mh.dim() == 5 else mh)
             rows = slice(g * hd, (g + 1) * hd)
             if self.split:
@@ -104,7 +114,8 @@ class ConvLSTMCell(nn.Module):
                 continue
             conv = self.conv
             bias = None if conv.bias is None else conv.bias[rows]
-            zs.append(F.conv2d(torch.cat([xg, hg], dim=1), conv.weight[rows], bias,
+            zs.append(F.conv2d(hg if xg is None else torch.cat([xg, hg], dim=1), conv.weight[rows],
+                               bias,
                                padding=conv.padding, dilation=conv.dilation))
         return zs
 
@@ -152,6 +163,73 @@ class ConvLSTM(nn.Module):
             layer_outputs.append(cur)
             last_states.append((h, c))
         return layer_outputs, last_states
+
+
+class EncoderForecaster(nn.Module):
+    """Shi et al. (2015)'s encoder-forecaster (section 3.3, Fig. 3), as
+    convlstm_forecaster() builds it. x [B, T_in, C, H, W] -> logits
+    [B, horizon, C, H, W].
+
+    Frames enter as patches, pixel_unshuffle(x_t, patch) (patched channel
+    c*p*p + i*p + j holds pixel (c, y*p + i, x*p + j)): C*p*p channels of
+    H/p x W/p. The encoder is the plain stack (ConvLSTM) over them from zero
+    states, T_in steps. The forecaster has the encoder's hidden sizes and
+    kernels; its layer 0 takes no input (gates: one convolution over
+    h_{t-1}, the recurrent kernel, named forecaster.cell_list.0.conv), layer
+    l > 0 reads forecaster h_{l-1} of the same step; layer l starts from
+    encoder layer l's last (h, c). Each of the horizon steps, the head (a
+    1x1 convolution with bias over the channel concatenation of all
+    forecaster h, layer 0 first) gives C*p*p channels, pixel_shuffle()d back
+    into the frame. No activation: the output is logits for
+    BCEWithLogits. State-dict names: encoder.cell_list.<l>.*,
+    forecaster.cell_list.<l>.*, head.weight [C*p*p, sum(hidden), 1, 1],
+    head.bias [C*p*p].
+
+    peephole: "channel" (the default, the paper's), "none" or "position"
+    (then frame_size: the frame's (H, W), before patching)."""
+
+    def __init__(self, input_dim, hidden_dims, kernel_sizes, patch=1,
+                 recurrent_kernel_sizes=None, peephole="channel", bias=True, frame_size=None):
+        super().__init__()
+        self.patch = patch
+        peep = None if peephole in (None, "none") else peephole
+        patched = None
+        if peep == "position":
+            patched = (frame_size[0] // patch, frame_size[1] // patch)
+        c_in = input_dim * patch * patch
+        self.encoder = ConvLSTM(c_in, hidden_dims, kernel_sizes, bias, peephole=peep,
+                                frame_size=patched, recurrent_kernel_sizes=recurrent_kernel_sizes)
+        self.forecaster = ConvLSTM(0, hidden_dims, kernel_sizes, bias, peephole=peep,
+                                   frame_size=patched,
+                                   recurrent_kernel_sizes=recurrent_kernel_sizes)
+        self.head = nn.Conv2d(sum(hidden_dims), c_in, 1, bias=True)
+
+    def unshuffle(self, x):
+        """[B, T, C, H, W] -> [B, T, C*p*p, H/p, W/p]."""
+        B, T = x.shape[:2]
+        z = F.pixel_unshuffle(x.reshape((B * T,) + tuple(x.shape[2:])), self.patch)
+        return z.reshape((B, T) + tuple(z.shape[1:]))
+
+    def encode(self, x):
+        """The encoder's last (h, c) per layer."""
+        return self.encoder(self.unshuffle(x))[1]
+
+    def forecast(self, state, horizon):
+        """horizon frames of logits [B, horizon, C, H, W] from the encoder's
+        states; also returns the forecaster's last (h, c) per layer."""
+        state = list(state)
+        frames = []
+        for _ in range(horizon):
+            inp, hs = None, []
+            for l, cell in enumerate(self.forecaster.cell_list):
+                state[l] = cell(inp, state[l])
+                inp = state[l][0]
+                hs.append(inp)
+            frames.append(F.pixel_shuffle(self.head(torch.cat(hs, dim=1)), self.patch))
+        return torch.stack(frames, dim=1), state
+
+    def forward(self, x, horizon):
+        return self.forecast(self.encode(x), horizon)[0]
 
 
 def dropout_masks(model, B, H, W, dropout, recurrent_dropout, generator=None,
