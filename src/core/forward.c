@@ -302,11 +302,11 @@ cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training,
 }
 
 cl_status cl_model_last_shape(const cl_model *m, int *B, int *T, int *H, int *W) {
-  int ok = m->phase != CL_PHASE_NONE;
+  int ok = m->phase != CL_PHASE_NONE, p = cl_cfg_patch(&m->cfg); /* the caller's frames */
   *B = ok ? m->step.g.B : 0;
   *T = ok ? m->step.g.T : 0;
-  *H = ok ? m->step.g.H : 0;
-  *W = ok ? m->step.g.W : 0;
+  *H = ok ? m->step.g.H * p : 0;
+  *W = ok ? m->step.g.W * p : 0;
   return CL_OK;
 }
 
