@@ -28,7 +28,11 @@
 #' channel and 4x4 patches it has 7,585,296 parameters, Table 1's.
 #'
 #' Trained with [train_step()] (`y` holds the frames to forecast: their
-#' number, `dim(y)[2]`, is the forecaster's steps) or [convlstm_fit()],
+#' number, `dim(y)[2]`, is the forecaster's steps) or [convlstm_fit()]
+#' (epochs of mini-batches, `shuffle`, `verbose`, the loss and its
+#' reduction, `max_grad_norm`, and `validation_data = list(x, y)` whose
+#' frames to forecast may be as many as you like; its other arguments are
+#' refused),
 #' predicted with [predict()] and a `horizon`, saved with [convlstm_save()],
 #' planned by [memory_estimate()] (give `horizon`, the forecast frames).
 #' Not supported (a classed error says so): checkpointing, `tbptt`,
@@ -62,6 +66,9 @@
 #' opt <- optimizer_rmsprop(lr = 1e-3)
 #' train_step(model, x, y, opt, loss = "bce_logits", reduction = "sum")
 #' dim(predict(model, x, horizon = 2))  # [2, 2, 1, 8, 8]
+#' history <- convlstm_fit(model, x, y, opt, epochs = 2, batch_size = 1, verbose = FALSE,
+#'                         loss = "bce_logits", validation_data = list(x, y))
+#' history
 #' convlstm_release(model)
 convlstm_forecaster <- function(input_dim, hidden_dims, kernel_sizes, patch = 1L,
                                 recurrent_kernel_sizes = NULL, peephole = "channel",
@@ -207,4 +214,66 @@ print.summary.convlstm_forecaster <- function(x, ...) {
               x$device, x$dtype))
   print(x$layers, row.names = FALSE)
   invisible(x)
+}
+
+# convlstm_fit() of an encoder-forecaster (convlstm_fit() hands it here):
+# epochs of shuffled mini-batches through forecaster_train_step(), the
+# validation loss (validation_data = list(x, y), any horizon: dim(y)[2]) of
+# the forecast of y's frames, computed with the training loss's formula and
+# reduction. `given` names convlstm_fit()'s arguments the caller set that
+# this loop does not take. Returns a convlstm_history.
+forecaster_fit <- function(model, x, y, optimizer, epochs, batch_size, shuffle, verbose,
+                           validation_data, loss, max_grad_norm, given, call) {
+  if (length(given)) {
+    abort_convlstm(sprintf(paste0(
+      "convlstm_fit() of an encoder-forecaster does not take %s (it runs epochs of ",
+      "train_step() over mini-batches, with an optional `validation_data`)."),
+      paste0("`", given, "`", collapse = ", ")), status = "unsupported", call = call)
+  }
+  config <- model_config(model)
+  x <- check_input(x, config, "x", call = call)
+  y <- check_input(y, config, "y", call = call)
+  n <- dim(x)[[1]]
+  if (dim(y)[[1]] != n) {
+    abort_arg("y", sprintf("%d sequences, as `x`", n), y, call)
+  }
+  optimizer <- check_optimizer(optimizer, call = call)
+  epochs <- check_count(epochs, "epochs", call = call)
+  batch_size <- min(check_count(batch_size, "batch_size", call = call), n)
+  shuffle <- check_flag(shuffle, "shuffle", call = call)
+  verbose <- check_flag(verbose, "verbose", call = call)
+  if (!is.null(validation_data)) {
+    if (!is.list(validation_data) || length(validation_data) != 2) {
+      abort_arg("validation_data", "NULL or list(x, y)", validation_data, call)
+    }
+    vx <- check_input(validation_data[[1]], config, "validation_data[[1]]", call = call)
+    vy <- check_input(validation_data[[2]], config, "validation_data[[2]]", call = call)
+  }
+  fn <- loss %||% list(kind = "mse", reduction = "mean")
+  rows <- list()
+  for (epoch in seq_len(epochs)) {
+    t0 <- proc.time()[["elapsed"]]
+    order <- if (shuffle) sample.int(n) else seq_len(n)
+    total <- 0
+    for (start in seq(1L, n, by = batch_size)) {
+      idx <- order[start:min(n, start + batch_size - 1L)]
+      l <- forecaster_train_step(model, slice_batch(x, idx), slice_batch(y, idx), optimizer,
+                                 loss, max_grad_norm, character(), call)
+      total <- total + as.numeric(l) * length(idx)
+    }
+    val <- NA_real_
+    if (!is.null(validation_data)) {
+      pred <- predict(model, vx, horizon = dim(vy)[[2]], batch_size = batch_size)
+      val <- loss_sum(pred, vy, fn) / loss_divisor(fn, length(vy), dim(vy)[[1]])
+    }
+    rows[[epoch]] <- data.frame(epoch = epoch, loss = total / n, val_loss = val,
+                                lr = optimizer$lr, seconds = proc.time()[["elapsed"]] - t0,
+                                peak_bytes = memory_stats(model)$peak_reserved)
+    if (verbose) {
+      message(sprintf("epoch %d/%d  loss %s%s", epoch, epochs, format_loss(total / n),
+                      if (is.na(val)) "" else paste0("  val_loss ", format_loss(val))))
+    }
+  }
+  new_history(rows, target = "sequence", batch_size = batch_size, optimizer = optimizer,
+              loss = fn$kind)
 }

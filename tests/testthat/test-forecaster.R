@@ -184,3 +184,26 @@ test_that("memory_estimate() plans an encoder-forecaster's buffers", {
   expect_equal(row("hidden[2]"), 4 * 5 * 3 * 6 * P)          # the forecaster's K
   expect_equal(row("d_hidden"), 4 * 5 * 3 * 6 * P)           # max(T, K) steps of max h
 })
+
+test_that("convlstm_fit() trains an encoder-forecaster and reports its validation loss", {
+  data <- moving_mnist(n = 6, seq_len = 6, size = 32, horizon = 3, seed = 2)
+  set.seed(5)
+  model <- convlstm_forecaster(1, 8, 3, patch = 4, device = "cpu")
+  on.exit(convlstm_release(model))
+  opt <- optimizer_rmsprop(lr = 1e-2, alpha = 0.9)
+  vx <- data$x[5:6, , , , , drop = FALSE]
+  vy <- data$y[5:6, 1:2, , , , drop = FALSE] # a shorter forecast than the training one
+  h <- convlstm_fit(model, data$x[1:4, , , , , drop = FALSE], data$y[1:4, , , , , drop = FALSE],
+                    opt, epochs = 6, batch_size = 2, verbose = FALSE, loss = "bce_logits",
+                    reduction = "sum", validation_data = list(vx, vy))
+  expect_s3_class(h, "convlstm_history")
+  expect_equal(nrow(h), 6)
+  expect_lt(h$loss[[6]], h$loss[[1]])
+  # the validation loss is the summed BCE of the forecast, computed apart here
+  p <- predict(model, vx, horizon = 2)
+  want <- sum(pmax(p, 0) - p * vy + log1p(exp(-abs(p))))
+  expect_equal(h$val_loss[[6]], want, tolerance = 1e-6)
+  expect_output(print(h), "6 epochs")
+  expect_error(convlstm_fit(model, data$x, data$y, opt, epochs = 1, checkpoint = 2),
+               class = "convlstm_error_unsupported")
+})
