@@ -400,6 +400,9 @@ static void refusals(void) {
   CHECK(cl_model_forward(m, &xa, 1, &o) == CL_E_UNSUPPORTED, "a training forward is not refused");
   CHECK(cl_model_train_step(m, &xa, &ya, CL_TARGET_SEQUENCE, &opt, &o, &loss) == CL_OK,
         "a plain step fails: %s", cl_model_error(m));
+  cl_data *d = NULL;
+  CHECK(cl_data_create(m, &xa, &ya, CL_TARGET_SEQUENCE, &d) == CL_E_UNSUPPORTED && !d,
+        "a data set is not refused");
   cl_host_array odd = {x, CL_HOST_TORCH_F32, 5, {1, 2, 1, 5, 7}};
   CHECK(cl_model_train_step(m, &odd, &odd, CL_TARGET_SEQUENCE, &opt, &o, &loss) == CL_E_INVALID &&
             strstr(cl_model_error(m), "patch"),

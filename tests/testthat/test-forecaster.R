@@ -160,6 +160,7 @@ test_that("an encoder-forecaster refuses what it does not support, with classed 
     expect_error(do.call(train_step, c(list(model, x, y, opt), arg)),
                  class = "convlstm_error_unsupported")
   }
+  expect_error(convlstm_data(model, x, y), class = "convlstm_error_unsupported")
   odd <- array(0, dim = c(2, 3, 1, 7, 8))
   expect_error(train_step(model, odd, odd, opt), class = "convlstm_error_invalid")
   expect_error(predict(model, odd, horizon = 2), class = "convlstm_error_invalid")
