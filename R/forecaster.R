@@ -34,7 +34,9 @@
 #' frames to forecast may be as many as you like; its other arguments are
 #' refused),
 #' predicted with [predict()] and a `horizon`, saved with [convlstm_save()],
-#' planned by [memory_estimate()] (give `horizon`, the forecast frames).
+#' planned by [memory_estimate()] and [max_batch_size()] (give `horizon`,
+#' the forecast frames; [memory_advise()] refuses it: its step has none of
+#' the options that function chooses among).
 #' Not supported (a classed error says so): checkpointing, `tbptt`,
 #' `recompute_gates`, `accumulation_steps`, a given or carried state,
 #' dropout, a loss weight, data sets, and training in float16 or bfloat16
