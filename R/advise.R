@@ -187,6 +187,12 @@ memory_advise <- function(model, budget, batch_size, seq_len, height, width,
                           allow_tbptt = FALSE, horizon = 0, teacher_forcing = TRUE) {
   call <- sys.call()
   ptr <- model_ptr(model)
+  if (is_convlstm_forecaster(model)) { # its step has no memory-saving options to choose among
+    abort_convlstm(paste0(
+      "memory_advise() does not advise an encoder-forecaster: its step takes none of the ",
+      "options it chooses among. memory_estimate(horizon =) and max_batch_size(horizon =) ",
+      "plan it."), status = "unsupported", call = call)
+  }
   budget <- resolve_budget(ptr, budget, "budget", call)
   B <- check_count(batch_size, "batch_size")
   T <- check_count(seq_len, "seq_len")

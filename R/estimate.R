@@ -140,7 +140,11 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
   }
   horizon <- check_count(horizon, "horizon", min = 0)
   teacher_forcing <- check_teacher_forcing(teacher_forcing, horizon > 0, sys.call())
-  if (horizon > 0) {
+  if (is_convlstm_forecaster(model)) {
+    # the forecaster's steps: the frames it forecasts (core: the plan's horizon)
+    if (horizon < 1) abort_arg("horizon", "the frames an encoder-forecaster forecasts (>= 1)",
+                               horizon, sys.call())
+  } else if (horizon > 0) {
     check_horizon(horizon, c_model_config(ptr), call = sys.call())
     # x, then the true (or, free-running, the fed-back) frames
     if (training) shape[[2]] <- shape[[2]] + horizon - 1L

@@ -10,13 +10,15 @@
 # recurrent kernel);
 # peephole: peephole_spec()'s c(kind, height, width);
 # dropout, recurrent_dropout: one rate per layer (check_rates());
-# dropout_masks: "per_gate" or "shared".
+# dropout_masks: "per_gate" or "shared";
+# structure: c(forecaster, patch) (convlstm_forecaster(); c(0, 0): a plain stack).
 # options(convlstm.cuda_graphs = TRUE / FALSE) sets CONVLSTM_CUDA_GRAPHS for
 # the creation only (the CUDA backend reads it then; memory_stats() says
 # what it did); NULL leaves the environment as it is.
 c_model_create <- function(input_dim, hidden_dims, geometry, bias, device, dtype,
                            threads, memory_limit, peephole = c(0L, 0L, 0L), dropout = 0,
-                           recurrent_dropout = 0, dropout_masks = "per_gate") {
+                           recurrent_dropout = 0, dropout_masks = "per_gate",
+                           structure = c(0L, 0L)) {
   n <- length(hidden_dims)
   graphs <- getOption("convlstm.cuda_graphs")
   if (!is.null(graphs)) {
@@ -30,7 +32,7 @@ c_model_create <- function(input_dim, hidden_dims, geometry, bias, device, dtype
     as.integer(geometry), as.logical(bias), device, dtype,
     as.integer(threads), as.double(memory_limit), as.integer(peephole),
     as.double(rbind(rep_len(dropout, n), rep_len(recurrent_dropout, n))),
-    as.character(dropout_masks)
+    as.character(dropout_masks), as.integer(structure)
   )
 }
 

@@ -187,6 +187,19 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
                          distributed = NULL, recompute_gates = FALSE, metrics = NULL,
                          reduction = "mean") {
   call <- sys.call()
+  if (is_convlstm_forecaster(model)) {
+    others <- c("target", "checkpoint", "accumulation_steps", "tbptt", "data_on_device",
+                "validation_split", "callbacks", "lr_scheduler", "resume", "memory_budget",
+                "weight", "horizon", "teacher_forcing", "state", "distributed",
+                "recompute_gates", "metrics")
+    env <- environment()
+    given <- others[!vapply(others, function(a) eval(call("missing", as.name(a)), env),
+                            logical(1))]
+    if (identical(target, "sequence")) given <- setdiff(given, "target")
+    return(forecaster_fit(model, x, y, optimizer, epochs, batch_size, shuffle, verbose,
+                          validation_data, check_loss(loss, delta, pos_weight, reduction),
+                          max_grad_norm, given, call))
+  }
   # data parallel: whatever stops this rank must stop the others, or they
   # wait for it in an all-reduce (armed once the ranks are known)
   guard <- new.env(parent = emptyenv())

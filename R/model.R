@@ -298,7 +298,8 @@ new_convlstm_model <- function(ptr) {
     c_forward(ptr, x, training = train, what = "last_states",
               options = forward_options("last_state", state))
   }
-  class(model) <- c("convlstm_model", "function")
+  class(model) <- c(if (isTRUE(config$forecaster)) "convlstm_forecaster", "convlstm_model",
+                     "function")
   model
 }
 

@@ -172,6 +172,14 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
                        max_grad_norm = NULL, loss = "mse", delta = 1, pos_weight = 1,
                        weight = NULL, recompute_gates = FALSE, reduction = "mean") {
   loss <- check_loss(loss, delta, pos_weight, reduction)
+  if (is_convlstm_forecaster(model)) {
+    given <- c("target", "checkpoint", "accumulation_steps", "tbptt", "rows", "state", "horizon",
+               "teacher_forcing", "weight", "recompute_gates")
+    env <- environment()
+    given <- given[!vapply(given, function(a) eval(call("missing", as.name(a)), env), logical(1))]
+    if (identical(target, "sequence")) given <- setdiff(given, "target")
+    return(forecaster_train_step(model, x, y, optimizer, loss, max_grad_norm, given, sys.call()))
+  }
   if (is.null(horizon)) check_teacher_forcing(teacher_forcing, FALSE, sys.call())
   if (is_convlstm_data(x)) {
     if (!is.null(weight)) {

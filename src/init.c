@@ -18,7 +18,7 @@
 #define CALLDEF(name, n) {#name, (DL_FUNC)(void (*)(void))&name, n}
 
 static const R_CallMethodDef call_entries[] = {
-    CALLDEF(ffi_model_create, 11),
+    CALLDEF(ffi_model_create, 12),
     CALLDEF(ffi_dropout_draw, 2),
     CALLDEF(ffi_model_release, 1),
     CALLDEF(ffi_model_status, 1),

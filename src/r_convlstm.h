@@ -160,7 +160,7 @@ void r_dist_set(cl_comm *host, cl_comm *grad);
 /* r_handle.c: ffi_model_release, ffi_model_status; r_model.c the rest */
 SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP kernel_sizes, SEXP bias,
                       SEXP device, SEXP dtype, SEXP threads, SEXP memory_limit, SEXP peephole,
-                      SEXP dropout, SEXP dropout_masks);
+                      SEXP dropout, SEXP dropout_masks, SEXP structure);
 SEXP ffi_model_release(SEXP ptr);
 SEXP ffi_model_status(SEXP ptr);
 SEXP ffi_model_config(SEXP ptr);

@@ -124,7 +124,8 @@ class cl_config(C.Structure):
                 ("n_threads", C.c_int), ("memory_limit", C.c_size_t),
                 ("peephole", C.c_int), ("peephole_h", C.c_int), ("peephole_w", C.c_int),
                 ("dropout", C.c_double * CL_MAX_LAYERS),
-                ("recurrent_dropout", C.c_double * CL_MAX_LAYERS), ("dropout_masks", C.c_int)]
+                ("recurrent_dropout", C.c_double * CL_MAX_LAYERS), ("dropout_masks", C.c_int),
+                ("forecaster", C.c_int), ("patch", C.c_int)]
 
 
 class cl_host_array(C.Structure):

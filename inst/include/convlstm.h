@@ -132,6 +132,17 @@ typedef struct cl_config {
    * without the field get). A mask is [B, C, H, W] shared, [B, 4, C, H, W]
    * per gate (cl_step_options). */
   int dropout_masks;
+  /* Shi et al. (2015)'s encoder-forecaster (1; 0: a plain stack): layers
+   * 0 .. n_layers/2 - 1 are the encoder, the rest the forecaster of the
+   * same hidden sizes and kernels, started from the encoder's last states;
+   * forecaster layer 0 takes no input (one convolution over h, with the
+   * recurrent kernel), and a 1x1 convolution with bias (the head) over all
+   * forecaster hidden states, layer 0 first, gives each frame. n_layers is
+   * even. Frames enter as patch x patch patches (pixel_unshuffle: channel
+   * c p p + i p + j holds pixel (c, y p + i, x p + j)) and leave through
+   * pixel_shuffle; 0 or 1: no patches. A plain stack ignores patch (0). */
+  int forecaster;
+  int patch;
 } cl_config;
 
 typedef struct cl_model cl_model;
@@ -789,12 +800,13 @@ cl_status cl_model_train_step_data(cl_model *m, const cl_data *d, const int *idx
  * fields, an enum's values, a constant. The sizes of the structs that cross
  * the interface are compared as well (CL_API_STRUCTS), so a change that
  * forgot the version is still caught when it moves a size. */
-#define CL_API_VERSION 4 /* 2: cl_config.dropout_masks, cl_step_options.truth and
+#define CL_API_VERSION 5 /* 2: cl_config.dropout_masks, cl_step_options.truth and
                            * .recompute_gates; 3: cl_step_options.draw_masks and
                            * .dropout_seed, cl_model_dropout_mask; 4:
                            * cl_config.recurrent_kernel_sizes and
                            * .recurrent_kernel_widths, cl_optim.alpha and .centered
-                           * (RMSprop), cl_loss_fn.reduction */
+                           * (RMSprop), cl_loss_fn.reduction; 5:
+                           * cl_config.forecaster and .patch */
 #define CL_API_STRUCTS(X)                                                                  \
   X(cl_config) X(cl_host_array) X(cl_gpu_info) X(cl_step_options) X(cl_optim)             \
   X(cl_loss_scale) X(cl_mem_stats) X(cl_plan_entry) X(cl_plan) X(cl_loss_fn)

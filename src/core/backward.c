@@ -124,24 +124,31 @@ static cl_status backward_layer(cl_model *m, int l, int b, int len, int done, co
   if (save_carry)
     CL_KERNEL(m, be->copy(m->be, st->dz_carry[l], dz, bg * cl_dtype_size(t)));
   /* with dropout, each filter gradient reads the masked copy its forward
-   * convolved (dropout.c makes it again) */
+   * convolved (dropout.c makes it again); a layer without input has its
+   * bias in the hidden half (forward.c) */
+  float *db = m->cfg.bias ? gw + L->off_b : NULL, *db_h = L->in ? NULL : db;
   if (len > 1) { /* steps 1.. against h of steps 0.. */
     cl_conv_shape sf = sh;
     sf.N = (len - 1) * b;
     const void *h = hid;
     CL_TRY(cl_dropout_hidden(m, l, b, len - 1, hid, &h));
-    CL_KERNEL(m, be->conv_backward_filter(m->be, &sf, cl_at(dz, bg, t), h, gw + L->off_wh, NULL,
+    CL_KERNEL(m, be->conv_backward_filter(m->be, &sf, cl_at(dz, bg, t), h, gw + L->off_wh, db_h,
                                           st->ws));
   }
   if (prev_h) { /* step 0 against the state before the segment */
     CL_TRY(cl_dropout_hidden(m, l, b, 1, prev_h, &prev_h));
-    CL_KERNEL(m, be->conv_backward_filter(m->be, &sh, dz, prev_h, gw + L->off_wh, NULL, st->ws));
+    CL_KERNEL(m, be->conv_backward_filter(m->be, &sh, dz, prev_h, gw + L->off_wh, db_h, st->ws));
   }
+  if (!L->in) return CL_OK;
   CL_TRY(cl_dropout_input(m, l, b, len, in, &in));
-  CL_KERNEL(m, be->conv_backward_filter(m->be, &sx, dz, in, gw + L->off_wx,
-                                        m->cfg.bias ? gw + L->off_b : NULL, st->ws));
+  CL_KERNEL(m, be->conv_backward_filter(m->be, &sx, dz, in, gw + L->off_wx, db, st->ws));
   if (l > 0) CL_TRY(cl_dropout_input_grad(m, l, b, run, dz, st->dh[l - 1]));
   return CL_OK;
+}
+
+cl_status cl_backward_layer(cl_model *m, int l, int b, int len, const void *in,
+                            const void *prev_h, const void *prev_c, int fresh_dc) {
+  return backward_layer(m, l, b, len, 0, in, prev_h, prev_c, fresh_dc, 0, 0);
 }
 
 /* recompute_gates: one chunk's share of layer l's weight gradients, steps

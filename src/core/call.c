@@ -22,6 +22,16 @@ cl_status cl_check_sequence(cl_model *m, const cl_host_array *x, const char *wha
   return CL_OK;
 }
 
+cl_status cl_check_frames(cl_model *m, const cl_host_array *x, const char *what) {
+  CL_TRY(cl_check_sequence(m, x, what, m->cfg.input_dim));
+  int p = cl_cfg_patch(&m->cfg);
+  if (x->dims[3] % p || x->dims[4] % p)
+    return cl_fail(m, CL_E_INVALID,
+                   "%s has frames of %d x %d pixels: the patch size %d must divide both", what,
+                   x->dims[3], x->dims[4], p);
+  return CL_OK;
+}
+
 cl_status cl_check_target(cl_model *m, const cl_host_array *a, cl_target target, const char *what,
                           int B, int T, int H, int W) {
   int C = m->layer[m->cfg.n_layers - 1].hidden;
@@ -65,6 +75,57 @@ cl_status cl_call_check_arrays(cl_model *m, const cl_host_array *x, const cl_hos
   shape[1] = T;
   shape[2] = H;
   shape[3] = W;
+  return CL_OK;
+}
+
+/* What an encoder-forecaster's schedule (forecast.c) does not run: one
+ * whole sequence from zero states, no dropout, in float32. */
+static cl_status forecast_options(cl_model *m, const cl_step_options *o) {
+  if (m->cfg.dtype != CL_F32)
+    return cl_fail(m, CL_E_UNSUPPORTED,
+                   "an encoder-forecaster trains in float32 (its dtype is %s; predict runs in "
+                   "any)", cl_dtype_name(m->cfg.dtype));
+  if (!o) return CL_OK;
+  if (o->checkpoint || o->tbptt || o->recompute_gates || o->accumulation_steps > 1)
+    return cl_fail(m, CL_E_UNSUPPORTED,
+                   "an encoder-forecaster does not support checkpoint, tbptt, recompute_gates or "
+                   "accumulation_steps");
+  if (o->horizon || o->free_run || o->truth)
+    return cl_fail(m, CL_E_UNSUPPORTED,
+                   "an encoder-forecaster's horizon is the target's steps (dim(y)[2]); free "
+                   "running and truth flags do not apply");
+  if (o->state_mode != CL_STATE_ZERO)
+    return cl_fail(m, CL_E_UNSUPPORTED, "an encoder-forecaster starts from zero states");
+  if (o->weight || o->draw_masks || o->comm)
+    return cl_fail(m, CL_E_UNSUPPORTED,
+                   "an encoder-forecaster does not support a loss weight, dropout masks or data "
+                   "parallel training");
+  for (int l = 0; l < CL_MAX_LAYERS; l++)
+    if (o->mask_x[l] || o->mask_h[l])
+      return cl_fail(m, CL_E_UNSUPPORTED, "an encoder-forecaster does not support dropout");
+  return CL_OK;
+}
+
+cl_status cl_call_check_forecast(cl_model *m, const cl_host_array *x, const cl_host_array *y,
+                                 cl_target target, const cl_optim *opt,
+                                 const cl_step_options *opts, int *shape) {
+  CL_TRY(cl_check_optim(m, opt));
+  CL_TRY(forecast_options(m, opts));
+  if (target != CL_TARGET_SEQUENCE)
+    return cl_fail(m, CL_E_INVALID, "an encoder-forecaster's target is the sequence of frames");
+  CL_TRY(cl_check_frames(m, x, "x"));
+  CL_TRY(cl_check_frames(m, y, "y"));
+  int p = cl_cfg_patch(&m->cfg);
+  if (y->dims[0] != x->dims[0] || y->dims[3] != x->dims[3] || y->dims[4] != x->dims[4])
+    return cl_fail(m, CL_E_INVALID,
+                   "y [%d, %d, %d, %d, %d] must have x's batch and frame size [%d, ., %d, %d, %d]",
+                   y->dims[0], y->dims[1], y->dims[2], y->dims[3], y->dims[4], x->dims[0],
+                   x->dims[2], x->dims[3], x->dims[4]);
+  shape[0] = x->dims[0];
+  shape[1] = x->dims[1];
+  shape[2] = x->dims[3] / p;
+  shape[3] = x->dims[4] / p;
+  shape[4] = y->dims[1];
   return CL_OK;
 }
 

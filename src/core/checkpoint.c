@@ -57,7 +57,7 @@ void cl_saved_free(cl_saved *s) {
 /* A tensor's name for role r and state-dict position i of cfg. */
 static void tensor_name(char *buf, size_t len, int r, int i, const cl_config *c) {
   cl_tensor_spec t = cl_cfg_tensor(c, i);
-  cl_tensor_name(buf, len, cl_role_prefix[r], &t);
+  cl_tensor_name(buf, len, cl_role_prefix[r], &t, c);
 }
 
 static void shape_text(char *buf, size_t len, const uint64_t *d, int nd) {
@@ -308,6 +308,23 @@ static cl_status arch_sizes_ok(const cl_config *c, char *err, size_t errlen) {
   return CL_OK;
 }
 
+/* An encoder-forecaster (convlstm.model "encoder_forecaster", with
+ * convlstm.patch; absent: a plain stack, patch 1). */
+static cl_status read_model_kind(cl_saved *s, char *err, size_t errlen) {
+  const char *v = cl_st_find_meta(&s->f, META_PREFIX "model");
+  const char *p = cl_st_find_meta(&s->f, META_PREFIX "patch");
+  long long x = 1;
+  if (!v && !p) return CL_OK;
+  if (!v || strcmp(v, "encoder_forecaster") != 0 || (p && !cl_st_meta_int(p, 1, 4096, &x)))
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "metadata convlstm.model must be \"encoder_forecaster\" with convlstm.patch "
+                      "a positive integer, not \"%.40s\" with \"%.40s\"",
+                      v ? v : "(absent)", p ? p : "(absent)");
+  s->cfg.forecaster = 1;
+  s->cfg.patch = (int)x;
+  return CL_OK;
+}
+
 static cl_status read_architecture(cl_saved *s, char *err, size_t errlen) {
   cl_config *c = &s->cfg;
   memset(c, 0, sizeof *c);
@@ -326,6 +343,7 @@ static cl_status read_architecture(cl_saved *s, char *err, size_t errlen) {
   else
     CL_TRY(arch_from_weights(s, err, errlen));
   CL_TRY(read_peephole(s, err, errlen));
+  CL_TRY(read_model_kind(s, err, errlen));
   CL_TRY(arch_dtype(c, cl_st_find_meta(&s->f, META_PREFIX "dtype"), err, errlen));
   return arch_sizes_ok(c, err, errlen);
 }
@@ -716,7 +734,12 @@ cl_status cl_saved_load_into(const cl_saved *s, cl_model *m, int with_optimizer)
   const cl_config *c = &m->cfg, *f = &s->cfg;
   int same = c->input_dim == f->input_dim && c->n_layers == f->n_layers && c->bias == f->bias &&
              c->peephole == f->peephole && c->peephole_h == f->peephole_h &&
-             c->peephole_w == f->peephole_w;
+             c->peephole_w == f->peephole_w && c->forecaster == f->forecaster &&
+             cl_cfg_patch(c) == cl_cfg_patch(f);
+  if (c->forecaster != f->forecaster)
+    return cl_fail(m, CL_E_INVALID, "the file holds %s, the model is %s",
+                   f->forecaster ? "an encoder-forecaster" : "a plain ConvLSTM stack",
+                   c->forecaster ? "an encoder-forecaster" : "a plain ConvLSTM stack");
   for (int l = 0; same && l < c->n_layers; l++)
     same = c->hidden_dims[l] == f->hidden_dims[l] && c->kernel_sizes[l] == f->kernel_sizes[l] &&
            cl_cfg_kernel_w(c, l) == cl_cfg_kernel_w(f, l) &&

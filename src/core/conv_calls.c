@@ -55,6 +55,7 @@ static void add(walk *w, cl_conv_dir d, int layer, int half, cl_conv_shape s, in
  * N is 0 where n overflows an int) */
 static int images_of(int64_t n) { return n > INT32_MAX ? 0 : (int)n; }
 static void add_x(walk *w, cl_conv_dir d, int l, int64_t n, int64_t count) {
+  if (!w->m->layer[l].in) return; /* the forecaster's first layer has no input half */
   add(w, d, l, 0, cl_conv_input_half(&w->m->layer[l], w->g, images_of(n)), n, count);
 }
 static void add_h(walk *w, cl_conv_dir d, int l, int64_t n, int64_t count) {
@@ -189,6 +190,44 @@ static void micro_batch(walk *w, int b, cl_target target, const int *truth, int6
   if (n > 1) window(w, b, last, 1, 1, x);
 }
 
+/* An encoder-forecaster (half 2: forecaster layer l's part of the head),
+ * as forecast.c runs a micro-batch of b sequences, x of them: the encoder
+ * over T steps from zeros, the forecaster over K from its states, the head
+ * over all K steps at once; backward the head into each forecaster layer,
+ * the layer, then each encoder layer after the handed-over h's gradient. */
+static void head(walk *w, cl_conv_dir d, int l, int64_t n, int64_t count) {
+  add(w, d, l, 2, cl_conv_head(w->m, l, w->g, images_of(n)), n, count);
+}
+static void forecast(walk *w, int b, int64_t x) {
+  const cl_geom *g = w->g;
+  int L = cl_cfg_encoder_layers(&w->m->cfg), n = w->m->cfg.n_layers;
+  int64_t kb = (int64_t)g->horizon * b;
+  for (int l = 0; l < n; l++) fwd_layer(w, l, b, l < L ? g->T : g->horizon, l >= L, x);
+  for (int l = L; l < n; l++) {
+    head(w, CL_CONV_FORWARD, l, kb, x);
+    head(w, CL_CONV_BACKWARD_DATA, l, kb, x);
+    head(w, CL_CONV_BACKWARD_FILTER, l, kb, x);
+    bwd_layer(w, l, b, g->horizon, 0, 1, 0, x);
+  }
+  for (int l = 0; l < L; l++) {
+    add_h(w, CL_CONV_BACKWARD_DATA, L + l, b, x);
+    bwd_layer(w, l, b, g->T, 0, 0, 0, x);
+  }
+}
+
+/* its prediction (forward.c, forecast_infer): the encoder over T steps,
+ * the forecaster and the head over the horizon's */
+static void forecast_inference(walk *w) {
+  const cl_geom *g = w->g;
+  int L = cl_cfg_encoder_layers(&w->m->cfg);
+  for (int l = 0; l < w->m->cfg.n_layers; l++) {
+    int64_t steps = l < L ? g->T : g->horizon;
+    add_x(w, CL_CONV_FORWARD, l, g->B, steps);
+    add_h(w, CL_CONV_FORWARD, l, g->B, steps - (l < L));
+    if (l >= L) head(w, CL_CONV_FORWARD, l, g->B, steps);
+  }
+}
+
 /* inference (forward.c, infer_step): step by step over T steps and the
  * horizon's fed-back frames, each layer both halves over the batch */
 static void inference(walk *w) {
@@ -204,7 +243,12 @@ static void inference(walk *w) {
 cl_status cl_conv_calls(const cl_model *m, const cl_geom *g, cl_target target, const int *truth,
                         cl_conv_list *out) {
   walk w = {m, g, out};
-  if (!g->training) {
+  if (m->cfg.forecaster) {
+    if (g->training)
+      forecast(&w, g->B, 1); /* one micro-batch (call.c) */
+    else
+      forecast_inference(&w);
+  } else if (!g->training) {
     inference(&w);
   } else {
     int nb = g->B / g->Bm + (g->B % g->Bm != 0), last = g->B - (nb - 1) * g->Bm;

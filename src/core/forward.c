@@ -41,19 +41,25 @@ cl_status cl_forward_steps(cl_model *m, int l, int b, int s0, int len, const voi
   const float *wp = cl_peep_of(L, m->params);
   void *cell = st->cell[l], *hid = st->hid[l];
 
-  /* training: x_t times its mask (one per sequence, the fed-back frames' too) */
-  const void *xin = cl_at((void *)in, s0 * bin, t);
-  CL_TRY(cl_dropout_input(m, l, b, len, xin, &xin));
-  CL_KERNEL(m, be->conv_forward(m->be, &sx, xin, m->params + L->off_wx, bias_of(m, L), z, 0,
-                                st->ws));
+  /* training: x_t times its mask (one per sequence, the fed-back frames' too);
+   * a layer without input (the forecaster's first) has its bias in the
+   * hidden half, and always a state before it */
+  if (L->in) {
+    const void *xin = cl_at((void *)in, s0 * bin, t);
+    CL_TRY(cl_dropout_input(m, l, b, len, xin, &xin));
+    CL_KERNEL(m, be->conv_forward(m->be, &sx, xin, m->params + L->off_wx, bias_of(m, L), z, 0,
+                                  st->ws));
+  } else if (s0 == 0 && !prev_h) {
+    return cl_fail(m, CL_E_INTERNAL, "layer %d has no input and no state before it", l + 1);
+  }
   for (int s = s0; s < s0 + len; s++) {
     void *z_s = cl_at(z, (size_t)(s - s0) * 4 * bh, t);
     const void *h_prev = s > 0 ? cl_at(hid, (s - 1) * bh, t) : prev_h;
     const void *c_prev = s > 0 ? cl_at(cell, (s - 1) * bh, t) : prev_c;
     if (h_prev) CL_TRY(cl_dropout_hidden(m, l, b, 1, h_prev, &h_prev));
     if (h_prev)
-      CL_KERNEL(m, be->conv_forward(m->be, &sh, h_prev, m->params + L->off_wh, NULL, z_s, 1,
-                                    st->ws));
+      CL_KERNEL(m, be->conv_forward(m->be, &sh, h_prev, m->params + L->off_wh,
+                                    L->in ? NULL : bias_of(m, L), z_s, L->in != 0, st->ws));
     CL_KERNEL(m, be->gates_forward(m->be, &gs, z_s, c_prev, wp, cl_at(cell, s * bh, t),
                                    cl_at(hid, s * bh, t)));
   }
@@ -77,12 +83,30 @@ static cl_status forward_layer(cl_model *m, int l, int b, int s0, int len, const
   return CL_OK;
 }
 
+cl_status cl_forward_layers(cl_model *m, int lo, int hi, int b, int len, const void *x,
+                            void *const *prev_h, void *const *prev_c) {
+  const cl_step *st = &m->step;
+  for (int l = lo; l < hi; l++)
+    CL_TRY(forward_layer(m, l, b, 0, len, l == lo ? x : st->hid[l - 1],
+                         prev_h ? prev_h[l] : NULL, prev_c ? prev_c[l] : NULL));
+  return CL_OK;
+}
+
 cl_status cl_forward_segment(cl_model *m, int b, int len, const void *x, void *const *prev_h,
                              void *const *prev_c) {
-  const cl_step *st = &m->step;
-  for (int l = 0; l < m->cfg.n_layers; l++)
-    CL_TRY(forward_layer(m, l, b, 0, len, l == 0 ? x : st->hid[l - 1],
-                         prev_h ? prev_h[l] : NULL, prev_c ? prev_c[l] : NULL));
+  return cl_forward_layers(m, 0, m->cfg.n_layers, b, len, x, prev_h, prev_c);
+}
+
+cl_status cl_head_forward(cl_model *m, int n, void *const *h, void *out) {
+  const cl_geom *g = &m->step.g;
+  const cl_layer *H = cl_head(m);
+  int f0 = cl_cfg_encoder_layers(&m->cfg);
+  for (int l = f0; l < m->cfg.n_layers; l++) {
+    cl_conv_shape s = cl_conv_head(m, l, g, n);
+    CL_KERNEL(m, m->be->iface->conv_forward(m->be, &s, h[l], m->params + cl_head_offset(m, l),
+                                            l == f0 ? m->params + H->off_b : NULL, out, l > f0,
+                                            m->step.ws));
+  }
   return CL_OK;
 }
 
@@ -129,32 +153,71 @@ static size_t hid_slot(const cl_geom *g, int s) {
   return g->outputs == CL_OUTPUTS_ALL ? (size_t)s : (size_t)(s % 2);
 }
 
-/* Step s of layer 0's input x_s; ih, ic: the state before step 0 (NULL:
- * zeros). */
-static cl_status infer_step(cl_model *m, int s, const void *x_s, void *const *ih,
-                            void *const *ic) {
+/* Step s of layers lo..hi-1, layer lo's input x_s; ih, ic: the state
+ * before step 0 per layer (NULL: zeros). */
+static cl_status infer_layers(cl_model *m, int lo, int hi, int s, const void *x_s,
+                              void *const *ih, void *const *ic) {
   const cl_step *st = &m->step;
   const cl_geom *g = &st->g;
   const struct cl_backend_i *be = m->be->iface;
   cl_dtype t = g->dtype;
   size_t P = (size_t)g->H * g->W;
-  for (int l = 0; l < m->cfg.n_layers; l++) {
+  for (int l = lo; l < hi; l++) {
     const cl_layer *L = &m->layer[l];
     size_t bh = (size_t)g->B * L->hidden * P;
     size_t bin = (size_t)g->B * L->in * P;
-    const void *in = l == 0 ? x_s : cl_at(st->hid[l - 1], hid_slot(g, s) * bin, t);
+    const void *in = l == lo ? x_s : cl_at(st->hid[l - 1], hid_slot(g, s) * bin, t);
     cl_conv_shape sx = cl_conv_input_half(L, g, g->B), sh = cl_conv_hidden_half(L, g, g->B);
     cl_gates_shape gs = cl_cell_shape(m, L, g, g->B);
     void *z = st->gates[l];
-    CL_KERNEL(m, be->conv_forward(m->be, &sx, in, m->params + L->off_wx, bias_of(m, L), z, 0,
-                                  st->ws));
+    if (L->in)
+      CL_KERNEL(m, be->conv_forward(m->be, &sx, in, m->params + L->off_wx, bias_of(m, L), z, 0,
+                                    st->ws));
     const void *h_prev = s > 0 ? cl_at(st->hid[l], hid_slot(g, s - 1) * bh, t) : ih ? ih[l] : NULL;
     const void *c_prev = s > 0 ? cl_at(st->cell[l], ((s - 1) % 2) * bh, t) : ic ? ic[l] : NULL;
-    if (h_prev)
-      CL_KERNEL(m, be->conv_forward(m->be, &sh, h_prev, m->params + L->off_wh, NULL, z, 1, st->ws));
+    if (!L->in && !h_prev)
+      return cl_fail(m, CL_E_INTERNAL, "layer %d has no input and no state before it", l + 1);
+    if (h_prev) /* a layer without input: its bias with this half (cl_forward_steps) */
+      CL_KERNEL(m, be->conv_forward(m->be, &sh, h_prev, m->params + L->off_wh,
+                                    L->in ? NULL : bias_of(m, L), z, L->in != 0, st->ws));
     CL_KERNEL(m, be->gates_forward(m->be, &gs, z, c_prev, cl_peep_of(L, m->params),
                                    cl_at(st->cell[l], (s % 2) * bh, t),
                                    cl_at(st->hid[l], hid_slot(g, s) * bh, t)));
+  }
+  return CL_OK;
+}
+
+static cl_status infer_step(cl_model *m, int s, const void *x_s, void *const *ih,
+                            void *const *ic) {
+  return infer_layers(m, 0, m->cfg.n_layers, s, x_s, ih, ic);
+}
+
+/* The encoder-forecaster's prediction: the encoder over x's T steps from
+ * zeros, then K forecaster steps from the encoder's last states, each
+ * step's frame the head over every forecaster layer's h (frames, patched;
+ * cl_model_read_frames shuffles them back). */
+static cl_status forecast_infer(cl_model *m, const cl_host_array *x) {
+  const cl_step *st = &m->step;
+  const cl_geom *g = &st->g;
+  cl_dtype t = g->dtype;
+  int L = cl_cfg_encoder_layers(&m->cfg);
+  size_t P = (size_t)g->H * g->W, frame = (size_t)g->B * cl_cfg_frame_dim(&m->cfg) * P;
+  for (int s = 0; s < g->T; s++) {
+    cl_block k = {0, g->B, s, 1};
+    CL_TRY(cl_put_frames(m, st->x, t, x, k));
+    CL_TRY(infer_layers(m, 0, L, s, st->x, NULL, NULL));
+  }
+  void *ih[CL_MAX_LAYERS], *ic[CL_MAX_LAYERS], *h[CL_MAX_LAYERS];
+  for (int l = 0; l < L; l++) { /* the encoder's last states (slot T - 1) */
+    size_t bh = (size_t)g->B * m->layer[l].hidden * P;
+    ih[L + l] = cl_at(st->hid[l], hid_slot(g, g->T - 1) * bh, t);
+    ic[L + l] = cl_at(st->cell[l], (size_t)((g->T - 1) % 2) * bh, t);
+  }
+  for (int k = 0; k < g->horizon; k++) {
+    CL_TRY(infer_layers(m, L, m->cfg.n_layers, k, NULL, ih, ic));
+    for (int l = L; l < m->cfg.n_layers; l++)
+      h[l] = cl_at(st->hid[l], hid_slot(g, k) * (size_t)g->B * m->layer[l].hidden * P, t);
+    CL_TRY(cl_head_forward(m, g->B, h, cl_at(st->frames, k * frame, t)));
   }
   return CL_OK;
 }
@@ -177,10 +240,27 @@ static cl_status roll_forward(cl_model *m, void *const *ih, void *const *ic) {
   return CL_OK;
 }
 
+/* An encoder-forecaster predicts (inference with a horizon) from zeros. */
+static cl_status check_forecast_forward(cl_model *m, const cl_host_array *x, int training,
+                                        const cl_step_options *o) {
+  if (training)
+    return cl_fail(m, CL_E_UNSUPPORTED,
+                   "an encoder-forecaster trains through train_step only (no separate forward, "
+                   "loss and backward)");
+  if (!o || o->horizon < 1)
+    return cl_fail(m, CL_E_INVALID, "an encoder-forecaster predicts a horizon of >= 1 frames");
+  if (o->state_mode != CL_STATE_ZERO)
+    return cl_fail(m, CL_E_UNSUPPORTED, "an encoder-forecaster starts from zero states");
+  return cl_check_frames(m, x, "x");
+}
+
 cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training,
                            const cl_step_options *opts) {
   m->err[0] = '\0';
-  CL_TRY(cl_check_sequence(m, x, "x", m->cfg.input_dim));
+  if (m->cfg.forecaster)
+    CL_TRY(check_forecast_forward(m, x, training, opts));
+  else
+    CL_TRY(cl_check_sequence(m, x, "x", m->cfg.input_dim));
   if (training && opts &&
       (opts->checkpoint || opts->tbptt || opts->accumulation_steps > 1 || opts->horizon ||
        opts->recompute_gates))
@@ -190,9 +270,9 @@ cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training,
                    "backward");
   if (opts && opts->state_mode == CL_STATE_CARRY)
     return cl_fail(m, CL_E_INVALID, "state = \"carry\" applies to train_step only");
-  int B = x->dims[0], T = x->dims[1];
+  int B = x->dims[0], T = x->dims[1], p = cl_cfg_patch(&m->cfg);
   cl_geom g;
-  CL_TRY(cl_geom_make(m, B, T, x->dims[3], x->dims[4], training, opts, &g));
+  CL_TRY(cl_geom_make(m, B, T, x->dims[3] / p, x->dims[4] / p, training, opts, &g));
   CL_TRY(cl_state_check(m, opts, B, x->dims[3], x->dims[4]));
   m->phase = CL_PHASE_NONE;
   CL_TRY(cl_step_prepare(m, &g));
@@ -206,6 +286,8 @@ cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training,
     CL_TRY(cl_dropout_upload(m, opts, 0, B));
     CL_TRY(cl_put_host(m, st->x, g.dtype, x, cl_block_all(x)));
     CL_TRY(cl_forward_segment(m, B, T, st->x, from ? ih : NULL, from ? ic : NULL));
+  } else if (m->cfg.forecaster) {
+    CL_TRY(forecast_infer(m, x));
   } else {
     for (int s = 0; s < T; s++) {
       cl_block k = {0, B, s, 1};
@@ -220,11 +302,11 @@ cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training,
 }
 
 cl_status cl_model_last_shape(const cl_model *m, int *B, int *T, int *H, int *W) {
-  int ok = m->phase != CL_PHASE_NONE;
+  int ok = m->phase != CL_PHASE_NONE, p = cl_cfg_patch(&m->cfg); /* the caller's frames */
   *B = ok ? m->step.g.B : 0;
   *T = ok ? m->step.g.T : 0;
-  *H = ok ? m->step.g.H : 0;
-  *W = ok ? m->step.g.W : 0;
+  *H = ok ? m->step.g.H * p : 0;
+  *W = ok ? m->step.g.W * p : 0;
   return CL_OK;
 }
 
@@ -277,11 +359,12 @@ cl_status cl_model_read_frames(cl_model *m, cl_host_array *out) {
   const cl_geom *g = &m->step.g;
   if (m->phase != CL_PHASE_INFERENCE || g->horizon < 1)
     return cl_fail(m, CL_E_STATE, "no forward with a horizon has run");
-  int want[5] = {g->B, g->horizon, m->cfg.input_dim, g->H, g->W};
+  int p = cl_cfg_patch(&m->cfg);
+  int want[5] = {g->B, g->horizon, m->cfg.input_dim, g->H * p, g->W * p};
   if (out->ndim != 5) return cl_fail(m, CL_E_INVALID, "frames array must have 5 dimensions");
   for (int i = 0; i < 5; i++)
     if (out->dims[i] != want[i])
       return cl_fail(m, CL_E_INVALID, "frames array dimension %d is %d, expected %d", i + 1,
                      out->dims[i], want[i]);
-  return cl_get_host(m, out, m->step.frames, g->dtype);
+  return cl_get_frames(m, out, m->step.frames, g->dtype);
 }

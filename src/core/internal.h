@@ -45,10 +45,13 @@ typedef enum cl_tensor_role {
   CL_TR_WCF,
   CL_TR_WCO,
   CL_TR_WEIGHT_X, /* the halves as two tensors (different kernels) */
-  CL_TR_WEIGHT_H
+  CL_TR_WEIGHT_H,
+  /* the encoder-forecaster's head (its pseudo-layer, cl_head): weight, bias */
+  CL_TR_HEAD_W,
+  CL_TR_HEAD_B
 } cl_tensor_role;
 #define CL_TENSORS_PER_LAYER 6
-#define CL_MAX_TENSORS (CL_TENSORS_PER_LAYER * CL_MAX_LAYERS)
+#define CL_MAX_TENSORS (CL_TENSORS_PER_LAYER * CL_MAX_LAYERS + 2)
 typedef struct cl_tensor_spec {
   int layer;
   cl_tensor_role role;
@@ -59,12 +62,14 @@ typedef struct cl_tensor_spec {
 /* Where a bias or peephole tensor of L starts in the flat buffer, and its
  * elements (a weight is two halves: off_wx, off_wh). */
 static inline size_t cl_whole_offset(const cl_layer *L, cl_tensor_role r) {
-  if (r == CL_TR_WEIGHT_X) return L->off_wx;
+  if (r == CL_TR_WEIGHT_X || r == CL_TR_HEAD_W) return L->off_wx;
+  if (r == CL_TR_HEAD_B) return L->off_b;
   if (r == CL_TR_WEIGHT_H) return L->off_wh;
   return r == CL_TR_BIAS ? L->off_b : L->off_pc + (size_t)(r - CL_TR_WCI) * (L->n_pc / 3);
 }
 static inline size_t cl_whole_numel(const cl_layer *L, cl_tensor_role r) {
-  if (r == CL_TR_WEIGHT_X) return L->n_wx;
+  if (r == CL_TR_WEIGHT_X || r == CL_TR_HEAD_W) return L->n_wx;
+  if (r == CL_TR_HEAD_B) return L->n_b;
   if (r == CL_TR_WEIGHT_H) return L->n_wh;
   return r == CL_TR_BIAS ? L->n_b : L->n_pc / 3;
 }
@@ -76,7 +81,8 @@ int cl_cfg_n_tensors(const cl_config *c);
 /* Tensor i (0 <= i < cl_cfg_n_tensors) of c. */
 cl_tensor_spec cl_cfg_tensor(const cl_config *c, int i);
 /* Its name after prefix ("" for the parameter itself). */
-void cl_tensor_name(char *buf, size_t len, const char *prefix, const cl_tensor_spec *t);
+void cl_tensor_name(char *buf, size_t len, const char *prefix, const cl_tensor_spec *t,
+                    const cl_config *c);
 /* Pixels per channel of a peephole weight (1 per channel, H * W per
  * position), 0 without peepholes. */
 int64_t cl_cfg_peephole_pixels(const cl_config *c);
@@ -104,8 +110,28 @@ static inline int cl_cfg_rkernel_w(const cl_config *c, int l) {
   return c->recurrent_kernel_widths[l] ? c->recurrent_kernel_widths[l]
                                        : c->recurrent_kernel_sizes[l];
 }
-/* Whether layer l's two kernels differ (its weight is then two tensors). */
+/* The encoder-forecaster (cl_config.forecaster): its patch size (1
+ * without patches), the encoder's layers (a plain stack's all), the
+ * channels of a frame as the engine holds it (patched), and layer l's
+ * input channels: 0 for the forecaster's first layer, which reads no input
+ * (one convolution over h with its recurrent kernel, and the bias). */
+static inline int cl_cfg_patch(const cl_config *c) {
+  return c->forecaster && c->patch > 1 ? c->patch : 1;
+}
+static inline int cl_cfg_encoder_layers(const cl_config *c) {
+  return c->forecaster ? c->n_layers / 2 : c->n_layers;
+}
+static inline int cl_cfg_frame_dim(const cl_config *c) {
+  return c->input_dim * cl_cfg_patch(c) * cl_cfg_patch(c);
+}
+static inline int cl_cfg_layer_in(const cl_config *c, int l) {
+  if (l == 0) return cl_cfg_frame_dim(c);
+  return c->forecaster && l == c->n_layers / 2 ? 0 : c->hidden_dims[l - 1];
+}
+/* Whether layer l's two kernels differ (its weight is then two tensors);
+ * a layer without input has one. */
 static inline int cl_cfg_split(const cl_config *c, int l) {
+  if (cl_cfg_layer_in(c, l) == 0) return 0;
   return cl_cfg_rkernel_h(c, l) != c->kernel_sizes[l] ||
          cl_cfg_rkernel_w(c, l) != cl_cfg_kernel_w(c, l);
 }
@@ -133,7 +159,9 @@ typedef struct cl_geom {
   cl_outputs outputs; /* inference */
   cl_state_mode state; /* where the call starts from (state.c) */
   int horizon;         /* inference: frames rolled forward after the T steps of x;
-                          training: the target is the last `horizon` steps */
+                          training: the target is the last `horizon` steps;
+                          an encoder-forecaster: the forecaster's steps (T:
+                          the encoder's; H, W: the patched frame's) */
   int free_run;        /* training with a horizon, no teacher forcing: steps
                           T - horizon + 1 .. T - 1 read the last layer's h of
                           the step before (forward.c, backward.c) */
@@ -242,7 +270,15 @@ static inline cl_conv_shape cl_conv_hidden_half(const cl_layer *L, const cl_geom
   /* free-running training: d loss / d h of layer l below the last, two steps              \
    * [2, Bm, h, H, W] (one when a single step is fed back), while the fed-back             \
    * steps run backward step by step (backward.c) */                                       \
-  ROW(DH_ROLL, dh_roll, "d_hidden_rollout", NULL, LAYER, F32)
+  ROW(DH_ROLL, dh_roll, "d_hidden_rollout", NULL, LAYER, F32)                              \
+  /* encoder-forecaster training (forecast.c): the head's output, each                     \
+   * predicted frame patched [T_out, Bm, C p p, H/p, W/p] (inference: frames);             \
+   * the target placed there in float, then the loss's gradient; and                      \
+   * d loss / d c of forecaster layer l's initial state [Bm, h, H/p, W/p],                 \
+   * handed to encoder layer l's last step */                                              \
+  ROW(HEAD_OUT, head_out, "head_output", NULL, ONE, STORE)                                 \
+  ROW(HEAD_GRAD, head_grad, "d_head", NULL, ONE, F32)                                      \
+  ROW(HAND_C, hand_c, "d_cell_handover", NULL, LAYER, F32)
 
 #define CL_BUF_ENUM_MODEL_(kind, name, other) CL_BUF_##kind,
 #define CL_BUF_ENUM_STEP_(kind, field, name, other, per, dt) CL_BUF_##kind,
@@ -295,7 +331,7 @@ struct cl_model {
   cl_allocator mem;
   cl_layer layer[CL_MAX_LAYERS];
   int n_tensors;
-  char tensor_name[CL_MAX_TENSORS][40];
+  char tensor_name[CL_MAX_TENSORS][48];
   size_t n_params;
   float *params, *grads;
   /* optimizer state, created at the first step */
@@ -330,6 +366,26 @@ struct cl_model {
   int have_device_used;
   char err[CL_ERRMSG_LEN];
 };
+
+/* The encoder-forecaster's head: a pseudo-layer after the last (its
+ * weight at off_wx, n_wx; its bias at off_b, n_b). In the flat buffer its
+ * weight is one 1x1 filter [C p p, h_j] per forecaster layer j, one after
+ * the other (torch's [C p p, sum h, 1, 1] is their columns side by side,
+ * params.c), so that each layer's part is a convolution of its own. */
+static inline const cl_layer *cl_head(const cl_model *m) { return &m->layer[m->cfg.n_layers]; }
+/* Forecaster layer l's part of the head over n images: h_l -> C p p, 1x1. */
+static inline cl_conv_shape cl_conv_head(const cl_model *m, int l, const cl_geom *g, int n) {
+  cl_conv_shape s = {n, m->layer[l].hidden, g->H, g->W, cl_cfg_frame_dim(&m->cfg), 1, 1, 1, 1,
+                     g->dtype, 1};
+  return s;
+}
+/* Where forecaster layer l's part of the head's weight starts. */
+static inline size_t cl_head_offset(const cl_model *m, int l) {
+  size_t at = cl_head(m)->off_wx;
+  for (int j = cl_cfg_encoder_layers(&m->cfg); j < l; j++)
+    at += (size_t)m->layer[j].hidden * (size_t)cl_cfg_frame_dim(&m->cfg);
+  return at;
+}
 
 /* Layer L's fused cell over n images at g's frame size: the one place its
  * shape (and which peepholes it has) is written down. */
@@ -408,6 +464,11 @@ cl_block cl_block_all(const cl_host_array *a);
  * host memory when the device is not host memory. */
 cl_status cl_put_host(cl_model *m, void *dev, cl_dtype t, const cl_host_array *src, cl_block blk);
 cl_status cl_get_host(cl_model *m, cl_host_array *dst, const void *dev, cl_dtype t);
+/* The same for frames of the model (x, y, predictions): an
+ * encoder-forecaster's in p x p patches (pixel_unshuffle on the way in,
+ * pixel_shuffle on the way out; the block's H, W are the host's). */
+cl_status cl_put_frames(cl_model *m, void *dev, cl_dtype t, const cl_host_array *src, cl_block k);
+cl_status cl_get_frames(cl_model *m, cl_host_array *dst, const void *dev, cl_dtype t);
 /* bytes of host memory to the device as they are, staged as cl_put_host. */
 cl_status cl_put_bytes(cl_model *m, void *dev, const void *host, size_t bytes);
 /* Where a training step reads x and y (or backward a gradient): a host
@@ -504,6 +565,14 @@ cl_status cl_dropout_input_step_grad(cl_model *m, int l, int b, const void *dz, 
  * layer's state before it (NULL: zeros); x is its input. */
 cl_status cl_forward_segment(cl_model *m, int b, int len, const void *x, void *const *prev_h,
                              void *const *prev_c);
+/* The same for layers lo..hi-1 only, layer lo reading x (NULL for a layer
+ * without input); prev_h, prev_c indexed by layer. */
+cl_status cl_forward_layers(cl_model *m, int lo, int hi, int b, int len, const void *x,
+                            void *const *prev_h, void *const *prev_c);
+/* The encoder-forecaster's head over n images: out (C p p channels, the
+ * step's dtype) = bias + the sum over forecaster layers l of their 1x1
+ * filters over h[l] (n images each). */
+cl_status cl_head_forward(cl_model *m, int n, void *const *h, void *out);
 /* Layer l's steps s0..s0+len-1 (in: its input from the segment's step 0),
  * their gates into z on, c and h into the layer's buffers; prev_h, prev_c
  * are read when s0 is 0. Forward, and backward's recompute_gates. */
@@ -517,6 +586,11 @@ cl_status cl_save_segment_end(cl_model *m, int b, int len, void *const *dst_h,
 cl_status cl_backward_segment(cl_model *m, const cl_call *c, int b, int len, const void *x,
                               void *const *prev_h, void *const *prev_c, int fresh_dc,
                               int carry_in, int save_carry);
+/* Layer l alone over len steps from step 0, as cl_backward_segment does
+ * each layer (no checkpoint carry; d_hidden[l] holds its output's
+ * gradient; fresh_dc: d_cell starts at zero, else from what it holds). */
+cl_status cl_backward_layer(cl_model *m, int l, int b, int len, const void *in,
+                            const void *prev_h, const void *prev_c, int fresh_dc);
 /* Free-running training (g.free_run): the whole step of g.T steps, whose
  * last horizon - 1 read the last layer's h of the step before, copied into
  * x's slot. Backward: through those steps one at a time, every layer in
@@ -630,6 +704,9 @@ void cl_optim_applied(cl_model *m);
  * geometry into *g, the state, the dropout masks, the loss, data parallel)
  * and the call's context into *c. Allocates nothing. */
 cl_status cl_check_sequence(cl_model *m, const cl_host_array *x, const char *what, int channels);
+/* cl_check_frames: x is a sequence of the model's frames, whose height and
+ * width an encoder-forecaster's patch divides. */
+cl_status cl_check_frames(cl_model *m, const cl_host_array *x, const char *what);
 cl_status cl_check_target(cl_model *m, const cl_host_array *a, cl_target target, const char *what,
                           int B, int T, int H, int W);
 cl_status cl_call_check_arrays(cl_model *m, const cl_host_array *x, const cl_host_array *y,
@@ -637,6 +714,19 @@ cl_status cl_call_check_arrays(cl_model *m, const cl_host_array *x, const cl_hos
                                const cl_step_options *opts, int *shape);
 cl_status cl_call_make(cl_model *m, const cl_source *x, int B, int T, int H, int W,
                        const cl_step_options *opts, cl_geom *g, cl_call *c);
+
+/* forecast.c: an encoder-forecaster's training over sequences b0..b0+b-1
+ * of its step (g.T input frames of x, g.horizon target frames of y, host
+ * arrays): forward, the loss (times share of the batch, its gradient times
+ * ls, added to *acc) and backward into the gradients. */
+cl_status cl_forecast_run(cl_model *m, const cl_call *c, const cl_source *x, const cl_source *y,
+                          int b0, int b, float ls, double *acc);
+/* call.c: an encoder-forecaster's train_step arguments: x [B, T, C, H, W],
+ * y [B, K, C, H, W] (the sequence target; K the forecaster's steps), what
+ * its schedule does not run refused; shape gets B, T, H / p, W / p, K. */
+cl_status cl_call_check_forecast(cl_model *m, const cl_host_array *x, const cl_host_array *y,
+                                 cl_target target, const cl_optim *opt,
+                                 const cl_step_options *opts, int *shape);
 
 /* train.c: the step of cl_model_train_step once its arguments are checked:
  * B sequences of T steps of H x W pixels read from x and y. */

@@ -26,6 +26,52 @@ const char *cl_model_conv_math(const cl_model *m) {
   return m->be->conv_math ? m->be->conv_math : "";
 }
 
+/* An encoder-forecaster: two stacks of the same sizes and kernels (the
+ * forecaster's first layer has no input kernel), room for the head's
+ * pseudo-layer, and what its schedule does not run refused. */
+static cl_status check_forecaster(const cl_config *c, char *err, size_t errlen) {
+  int L = c->n_layers / 2;
+  if (c->forecaster != 1 || c->n_layers % 2 || c->n_layers > CL_MAX_LAYERS - 2) {
+    snprintf(err, errlen,
+             "an encoder-forecaster has forecaster = 1 and an even n_layers (encoder, then "
+             "forecaster) of at most %d, not forecaster = %d with %d layers",
+             CL_MAX_LAYERS - 2, c->forecaster, c->n_layers);
+    return CL_E_INVALID;
+  }
+  if (c->patch < 0) {
+    snprintf(err, errlen, "patch must be a positive integer, not %d", c->patch);
+    return CL_E_INVALID;
+  }
+  for (int l = 0; l < L; l++) {
+    int f = L + l, same = c->hidden_dims[f] == c->hidden_dims[l] &&
+                          cl_cfg_rkernel_h(c, f) == cl_cfg_rkernel_h(c, l) &&
+                          cl_cfg_rkernel_w(c, f) == cl_cfg_rkernel_w(c, l) &&
+                          cl_cfg_dilation_h(c, f) == cl_cfg_dilation_h(c, l) &&
+                          cl_cfg_dilation_w(c, f) == cl_cfg_dilation_w(c, l);
+    if (l > 0)
+      same = same && c->kernel_sizes[f] == c->kernel_sizes[l] &&
+             cl_cfg_kernel_w(c, f) == cl_cfg_kernel_w(c, l);
+    if (!same) {
+      snprintf(err, errlen,
+               "forecaster layer %d must have encoder layer %d's hidden size, kernels and "
+               "dilation", l + 1, l + 1);
+      return CL_E_INVALID;
+    }
+  }
+  for (int l = 0; l < c->n_layers; l++)
+    if (c->dropout[l] > 0 || c->recurrent_dropout[l] > 0) {
+      snprintf(err, errlen, "an encoder-forecaster does not support dropout");
+      return CL_E_UNSUPPORTED;
+    }
+  if (c->peephole == CL_PEEP_POSITION) {
+    snprintf(err, errlen,
+             "an encoder-forecaster supports peepholes \"none\" and \"channel\", not "
+             "\"position\"");
+    return CL_E_UNSUPPORTED;
+  }
+  return CL_OK;
+}
+
 static cl_status check_config(const cl_config *c, char *err, size_t errlen) {
   if (c->input_dim < 1) {
     snprintf(err, errlen, "input_dim must be a positive integer, not %d", c->input_dim);
@@ -97,7 +143,21 @@ static cl_status check_config(const cl_config *c, char *err, size_t errlen) {
     snprintf(err, errlen, "unknown dtype %d", (int)c->dtype);
     return CL_E_INVALID;
   }
-  return CL_OK;
+  return c->forecaster ? check_forecaster(c, err, errlen) : CL_OK;
+}
+
+/* The encoder-forecaster's head after the layers (cl_head): its weight,
+ * then its bias (the head always has one). Returns the end. */
+static size_t layout_head(cl_model *m, size_t off) {
+  cl_layer *H = &m->layer[m->cfg.n_layers];
+  memset(H, 0, sizeof *H);
+  for (int l = cl_cfg_encoder_layers(&m->cfg); l < m->cfg.n_layers; l++) H->in += m->layer[l].hidden;
+  H->kh = H->kw = 1; /* 1x1: its fan-in is sum h (params.c) */
+  H->n_b = (size_t)cl_cfg_frame_dim(&m->cfg);
+  H->n_wx = cl_mul_size(H->n_b, (size_t)H->in);
+  H->off_wx = off;
+  H->off_b = off + H->n_wx;
+  return H->off_b + H->n_b;
 }
 
 /* Flat parameter layout, layer by layer: wx, wh, bias, peepholes. */
@@ -106,7 +166,7 @@ static cl_status layout_layers(cl_model *m) {
   const size_t pp = (size_t)cl_cfg_peephole_pixels(&m->cfg);
   for (int l = 0; l < m->cfg.n_layers; l++) {
     cl_layer *L = &m->layer[l];
-    L->in = l == 0 ? m->cfg.input_dim : m->cfg.hidden_dims[l - 1];
+    L->in = cl_cfg_layer_in(&m->cfg, l);
     L->hidden = m->cfg.hidden_dims[l];
     /* the defaults made explicit, so the configuration reads back whole */
     cl_config *c = &m->cfg;
@@ -115,6 +175,10 @@ static cl_status layout_layers(cl_model *m) {
     c->dilation_w[l] = cl_cfg_dilation_w(c, l);
     c->recurrent_kernel_widths[l] = cl_cfg_rkernel_w(c, l); /* before the height: it reads it */
     c->recurrent_kernel_sizes[l] = cl_cfg_rkernel_h(c, l);
+    if (L->in == 0) { /* no input half: its one kernel is the recurrent one */
+      c->kernel_sizes[l] = c->recurrent_kernel_sizes[l];
+      c->kernel_widths[l] = c->recurrent_kernel_widths[l];
+    }
     L->kh = c->kernel_sizes[l];
     L->kw = c->kernel_widths[l];
     L->rkh = c->recurrent_kernel_sizes[l];
@@ -130,7 +194,7 @@ static cl_status layout_layers(cl_model *m) {
     L->n_wh = cl_mul_size(cl_mul_size(g, (size_t)L->hidden), rkk);
     L->n_b = m->cfg.bias ? g : 0;
     L->n_pc = cl_mul_size(cl_mul_size(3, (size_t)L->hidden), pp);
-    if (L->n_wx == 0 || L->n_wh == 0 || L->n_wx > SIZE_MAX / 8 || L->n_wh > SIZE_MAX / 8 ||
+    if ((L->in && L->n_wx == 0) || L->n_wh == 0 || L->n_wx > SIZE_MAX / 8 || L->n_wh > SIZE_MAX / 8 ||
         (pp && (L->n_pc == 0 || L->n_pc > SIZE_MAX / 8)))
       return cl_fail(m, CL_E_INVALID, "layer %d: parameter count overflows", l + 1);
     L->off_wx = off;
@@ -139,10 +203,11 @@ static cl_status layout_layers(cl_model *m) {
     L->off_pc = L->off_b + L->n_b;
     off = L->off_pc + L->n_pc;
   }
+  if (m->cfg.forecaster) off = layout_head(m, off);
   m->n_tensors = cl_cfg_n_tensors(&m->cfg);
   for (int i = 0; i < m->n_tensors; i++) {
     cl_tensor_spec t = cl_cfg_tensor(&m->cfg, i);
-    cl_tensor_name(m->tensor_name[i], sizeof m->tensor_name[0], "", &t);
+    cl_tensor_name(m->tensor_name[i], sizeof m->tensor_name[0], "", &t, &m->cfg);
   }
   m->n_params = off;
   if (cl_mul_size(off, sizeof(float)) == 0)
@@ -293,11 +358,33 @@ cl_status cl_model_set_memory_limit(cl_model *m, size_t bytes) {
   return CL_OK;
 }
 
+/* The geometry of a call planned from outside: an encoder-forecaster's
+ * frame is H x W pixels (patched inside), its forecaster runs opts'
+ * horizon steps (training and inference alike), and a schedule it does
+ * not run is refused as its train_step refuses it (call.c). */
+static cl_status public_geom(cl_model *m, int B, int T, int H, int W, int training,
+                             const cl_step_options *o, cl_geom *g) {
+  if (!m->cfg.forecaster) return cl_geom_make(m, B, T, H, W, training, o, g);
+  int p = cl_cfg_patch(&m->cfg);
+  if (H < 1 || W < 1 || H % p || W % p)
+    return cl_fail(m, CL_E_INVALID, "frames of %d x %d pixels: the patch size %d must divide both",
+                   H, W, p);
+  if (!o || o->horizon < 1)
+    return cl_fail(m, CL_E_INVALID,
+                   "an encoder-forecaster's plan needs its horizon (the forecaster's steps) >= 1");
+  if (o->checkpoint || o->tbptt || o->recompute_gates || o->accumulation_steps > 1 ||
+      o->free_run || o->state_mode != CL_STATE_ZERO || o->weight)
+    return cl_fail(m, CL_E_UNSUPPORTED,
+                   "an encoder-forecaster does not support checkpoint, tbptt, recompute_gates, "
+                   "accumulation_steps, free running, given or carried states or a loss weight");
+  return cl_geom_make(m, B, T, H / p, W / p, training, o, g);
+}
+
 cl_status cl_model_plan(cl_model *m, int B, int T, int H, int W, int training,
                         const cl_optim *opt, const cl_step_options *opts, cl_plan *out) {
   memset(out, 0, sizeof *out);
   cl_geom g;
-  CL_TRY(cl_geom_make(m, B, T, H, W, training, opts, &g));
+  CL_TRY(public_geom(m, B, T, H, W, training, opts, &g));
   char err[CL_ERRMSG_LEN];
   cl_status st = cl_plan_build(m, &g, opt, out, err, sizeof err);
   if (st != CL_OK) return cl_fail(m, st, "%s", err);
@@ -310,7 +397,7 @@ cl_status cl_model_conv_calls(cl_model *m, int B, int T, int H, int W, int train
   *out = NULL;
   *n = 0;
   cl_geom g;
-  CL_TRY(cl_geom_make(m, B, T, H, W, training, opts, &g));
+  CL_TRY(public_geom(m, B, T, H, W, training, opts, &g));
   cl_conv_list l = {0};
   cl_status st = cl_conv_calls(m, &g, target, opts ? opts->truth : NULL, &l);
   if (st != CL_OK) {

@@ -133,6 +133,58 @@ static void unpack(cl_host_array *dst, const void *src, cl_dtype dt) {
   }
 }
 
+/* With p x p patches (pixel_unshuffle): host pixel (c, y, x) of an image
+ * is the core's channel c p p + (y % p) p + x % p at (y / p, x / p); a
+ * plain walk, element by element (patches are the encoder-forecaster's
+ * frames only). */
+static size_t patched_index(const dims5 *d, int p, size_t img, size_t c, size_t y, size_t x) {
+  size_t hp = d->H / p, wp = d->W / p, P = hp * wp;
+  size_t ch = (c * p + y % p) * p + x % p;
+  return img + ch * P + (y / p) * wp + x / p;
+}
+
+#define FOR_PATCHED(a, k, p, body)                                                  \
+  do {                                                                              \
+    dims5 d_ = dims_of(a);                                                          \
+    int r_ = (a)->format == CL_HOST_R_F64;                                          \
+    size_t img_ = d_.C * d_.H * d_.W;                                               \
+    for (size_t tt = 0; tt < (size_t)(k).nt; tt++)                                  \
+      for (size_t j = 0; j < (size_t)(k).nb; j++)                                   \
+        for (size_t c = 0; c < d_.C; c++)                                           \
+          for (size_t y = 0; y < d_.H; y++)                                         \
+            for (size_t x = 0; x < d_.W; x++) {                                     \
+              size_t i = patched_index(&d_, p, (tt * (k).nb + j) * img_, c, y, x);  \
+              size_t r = host_index(&d_, r_, (size_t)(k).b0 + j, (size_t)(k).t0 + tt, \
+                                    c, y, x);                                       \
+              body;                                                                 \
+            }                                                                       \
+  } while (0)
+
+static void pack_patched(void *dst, cl_dtype dt, const cl_host_array *src, cl_block k, int p) {
+  if (p <= 1) {
+    pack(dst, dt, src, k);
+  } else if (src->format == CL_HOST_R_F64) {
+    const double *s = src->data;
+    FOR_PATCHED(src, k, p, store(dst, i, (float)s[r], dt));
+  } else {
+    const float *s = src->data;
+    FOR_PATCHED(src, k, p, store(dst, i, s[r], dt));
+  }
+}
+
+static void unpack_patched(cl_host_array *dst, const void *src, cl_dtype dt, int p) {
+  cl_block k = cl_block_all(dst);
+  if (p <= 1) {
+    unpack(dst, src, dt);
+  } else if (dst->format == CL_HOST_R_F64) {
+    double *o = dst->data;
+    FOR_PATCHED(dst, k, p, o[r] = (double)load(src, i, dt));
+  } else {
+    float *o = dst->data;
+    FOR_PATCHED(dst, k, p, o[r] = load(src, i, dt));
+  }
+}
+
 void cl_pack_host(float *dst, const cl_host_array *src) { pack(dst, CL_F32, src, cl_block_all(src)); }
 void cl_unpack_host(cl_host_array *dst, const float *src) { unpack(dst, src, CL_F32); }
 
@@ -149,16 +201,17 @@ static void *stage_buffer(cl_model *m, size_t bytes, int *owned) {
   return malloc(bytes);
 }
 
-cl_status cl_put_host(cl_model *m, void *dev, cl_dtype t, const cl_host_array *src, cl_block k) {
+static cl_status put_patched(cl_model *m, void *dev, cl_dtype t, const cl_host_array *src,
+                             cl_block k, int p) {
   if (m->be->iface->host_accessible) {
-    pack(dev, t, src, k);
+    pack_patched(dev, t, src, k, p);
     return CL_OK;
   }
   size_t bytes = block_elems(src, k) * cl_dtype_size(t);
   int owned;
   void *tmp = stage_buffer(m, bytes, &owned);
   if (!tmp) return cl_fail(m, CL_E_OOM, "out of host memory staging an input");
-  pack(tmp, t, src, k);
+  pack_patched(tmp, t, src, k, p);
   cl_status s = m->be->iface->upload(m->be, dev, tmp, bytes);
   /* tmp must outlive the copy: a region of the backend's stage stays
    * untouched until the backend next synchronises (so a training step's
@@ -167,6 +220,15 @@ cl_status cl_put_host(cl_model *m, void *dev, cl_dtype t, const cl_host_array *s
   if (owned) free(tmp);
   if (s != CL_OK) return cl_fail_backend(m, s, "upload");
   return CL_OK;
+}
+
+cl_status cl_put_host(cl_model *m, void *dev, cl_dtype t, const cl_host_array *src, cl_block k) {
+  return put_patched(m, dev, t, src, k, 1);
+}
+
+cl_status cl_put_frames(cl_model *m, void *dev, cl_dtype t, const cl_host_array *src,
+                        cl_block k) {
+  return put_patched(m, dev, t, src, k, cl_cfg_patch(&m->cfg));
 }
 
 cl_status cl_put_bytes(cl_model *m, void *dev, const void *host, size_t bytes) {
@@ -185,9 +247,10 @@ cl_status cl_put_bytes(cl_model *m, void *dev, const void *host, size_t bytes) {
   return CL_OK;
 }
 
-cl_status cl_get_host(cl_model *m, cl_host_array *dst, const void *dev, cl_dtype t) {
+static cl_status get_patched(cl_model *m, cl_host_array *dst, const void *dev, cl_dtype t,
+                             int p) {
   if (m->be->iface->host_accessible) {
-    unpack(dst, dev, t);
+    unpack_patched(dst, dev, t, p);
     return CL_OK;
   }
   size_t bytes = block_elems(dst, cl_block_all(dst)) * cl_dtype_size(t);
@@ -195,10 +258,18 @@ cl_status cl_get_host(cl_model *m, cl_host_array *dst, const void *dev, cl_dtype
   void *tmp = stage_buffer(m, bytes, &owned);
   if (!tmp) return cl_fail(m, CL_E_OOM, "out of host memory reading an output");
   cl_status s = m->be->iface->download(m->be, tmp, dev, bytes);
-  if (s == CL_OK) unpack(dst, tmp, t);
+  if (s == CL_OK) unpack_patched(dst, tmp, t, p);
   if (owned) free(tmp);
   if (s != CL_OK) return cl_fail_backend(m, s, "download");
   return CL_OK;
+}
+
+cl_status cl_get_host(cl_model *m, cl_host_array *dst, const void *dev, cl_dtype t) {
+  return get_patched(m, dst, dev, t, 1);
+}
+
+cl_status cl_get_frames(cl_model *m, cl_host_array *dst, const void *dev, cl_dtype t) {
+  return get_patched(m, dst, dev, t, cl_cfg_patch(&m->cfg));
 }
 
 /* Sequences b0.. of a block are rows idx[b0..] of the data set. */

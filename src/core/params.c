@@ -37,12 +37,32 @@ size_t cl_tensor_numel(const cl_model *m, int i) {
   return t.role == CL_TR_WEIGHT ? L->n_wx + L->n_wh : cl_whole_numel(L, t.role);
 }
 
+/* Where element j of torch's head.weight [C p p, sum h, 1, 1] lies in the
+ * flat buffer: column j % sum h belongs to one forecaster layer, whose
+ * filter [C p p, h] is a block of its own there (internal.h, cl_head). */
+static size_t head_flat(const cl_model *m, size_t j) {
+  size_t S = (size_t)cl_head(m)->in, o = j / S, col = j % S;
+  int l = cl_cfg_encoder_layers(&m->cfg);
+  while (col >= (size_t)m->layer[l].hidden) col -= (size_t)m->layer[l++].hidden;
+  return cl_head_offset(m, l) + o * (size_t)m->layer[l].hidden + col;
+}
+
 /* Copy between torch layout (t) and the flat buffer (flat), either way.
  * Row o of the torch weight is wx row o followed by wh row o; the bias and
  * the peepholes are stored as torch lays them out. */
 void cl_convert_tensor(const cl_model *m, int i, float *flat, float *t, int to_torch) {
   cl_tensor_spec ts = cl_cfg_tensor(&m->cfg, i);
   const cl_layer *L = &m->layer[ts.layer];
+  if (ts.role == CL_TR_HEAD_W) {
+    for (size_t j = 0, n = cl_tensor_numel(m, i); j < n; j++) {
+      float *at = flat + head_flat(m, j);
+      if (to_torch)
+        t[j] = *at;
+      else
+        *at = t[j];
+    }
+    return;
+  }
   if (ts.role != CL_TR_WEIGHT) {
     float *at = flat + cl_whole_offset(L, ts.role);
     size_t bytes = cl_tensor_numel(m, i) * sizeof(float);
@@ -143,6 +163,7 @@ cl_status cl_model_set_param(cl_model *m, const char *name, const float *in, siz
 static size_t flat_index(const cl_model *m, int i, size_t j) {
   cl_tensor_spec t = cl_cfg_tensor(&m->cfg, i);
   const cl_layer *L = &m->layer[t.layer];
+  if (t.role == CL_TR_HEAD_W) return head_flat(m, j);
   if (t.role != CL_TR_WEIGHT) return cl_whole_offset(L, t.role) + j;
   size_t kk = (size_t)L->kh * L->kw, rx = L->in * kk, rh = L->hidden * kk;
   size_t o = j / (rx + rh), r = j % (rx + rh);

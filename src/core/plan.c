@@ -41,10 +41,11 @@ cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
     return cl_fail(m, CL_E_INVALID, "unknown state mode %d", (int)o->state_mode);
   if (o->state_mode == CL_STATE_CARRY && !training)
     return cl_fail(m, CL_E_INVALID, "state = \"carry\" applies to train_step only");
-  if (o->horizon < 0 || (training && o->horizon > T))
+  if (o->horizon < 0 || (training && o->horizon > T && !m->cfg.forecaster))
     return cl_fail(m, CL_E_INVALID, "horizon must be >= 0 and, in training, at most the %d steps",
                    T);
-  if (o->horizon > 0 && m->layer[m->cfg.n_layers - 1].hidden != m->cfg.input_dim)
+  if (o->horizon > 0 && !m->cfg.forecaster &&
+      m->layer[m->cfg.n_layers - 1].hidden != m->cfg.input_dim)
     return cl_fail(m, CL_E_INVALID,
                    "horizon: the last layer's hidden size (%d) must equal the input channels "
                    "(%d), since each predicted frame is fed back as the next input",
@@ -260,12 +261,12 @@ int cl_dh_layout(const cl_model *m, int *at) {
 
 static void plan_inference(plan_builder *b, const struct cl_model *m, const cl_geom *g) {
   size_t e = cl_dtype_size(g->dtype), P = (size_t)g->H * g->W, B = (size_t)g->B;
-  add(b, CL_BUF_X, -1, CL_MEM_DATA, nbytes(b, e, B, (size_t)m->cfg.input_dim, P, 1));
+  add(b, CL_BUF_X, -1, CL_MEM_DATA, nbytes(b, e, B, (size_t)cl_cfg_frame_dim(&m->cfg), P, 1));
   add(b, CL_BUF_GATES, -1, CL_MEM_WORKSPACE, nbytes(b, e, B, 4 * (size_t)max_hidden(m), P, 1));
   int all = g->outputs == CL_OUTPUTS_ALL;
   if (g->horizon > 0) /* inference only: in training the target fills d_hidden */
     add(b, CL_BUF_FRAMES, -1, CL_MEM_ACTIVATIONS,
-        nbytes(b, e, (size_t)g->horizon, B, (size_t)m->cfg.input_dim, P));
+        nbytes(b, e, (size_t)g->horizon, B, (size_t)cl_cfg_frame_dim(&m->cfg), P));
   for (int l = 0; l < m->cfg.n_layers; l++) {
     size_t h = (size_t)m->layer[l].hidden;
     add(b, CL_BUF_CELL, l, CL_MEM_STATES, nbytes(b, e, 2, B, h, P));
@@ -320,7 +321,36 @@ static void plan_dropout(plan_builder *b, const struct cl_model *m, const cl_geo
   if (most) add(b, CL_BUF_DROPPED, -1, CL_MEM_WORKSPACE, most);
 }
 
+/* An encoder-forecaster's step (forecast.c): the input frames, each
+ * layer's gates, c and h over its stack's steps (the encoder's T, the
+ * forecaster's horizon), one d_hidden and one d_cell for the layers in
+ * turn, each encoder layer's handed-over d_cell, the head's output and its
+ * target-then-gradient. */
+static void plan_forecast(plan_builder *b, const struct cl_model *m, const cl_geom *g) {
+  size_t e = cl_dtype_size(g->dtype), f = sizeof(float), P = (size_t)g->H * g->W;
+  size_t Bm = (size_t)g->Bm, T = (size_t)g->T, K = (size_t)g->horizon;
+  size_t C = (size_t)cl_cfg_frame_dim(&m->cfg), hmax = (size_t)max_hidden(m);
+  int L = cl_cfg_encoder_layers(&m->cfg);
+  add(b, CL_BUF_X, -1, CL_MEM_DATA, nbytes(b, e, T, Bm, C, P));
+  for (int l = 0; l < m->cfg.n_layers; l++) {
+    size_t h = (size_t)m->layer[l].hidden, S = l < L ? T : K;
+    add(b, CL_BUF_GATES, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, 4 * h, P));
+    add(b, CL_BUF_CELL, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, h, P));
+    add(b, CL_BUF_HID, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, h, P));
+  }
+  for (int l = 0; l < L; l++)
+    add(b, CL_BUF_HAND_C, l, CL_MEM_WORKSPACE, nbytes(b, f, Bm, (size_t)m->layer[l].hidden, P, 1));
+  add(b, CL_BUF_DH, -1, CL_MEM_WORKSPACE, nbytes(b, f, T > K ? T : K, Bm, hmax, P));
+  add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, hmax, P, 1));
+  add(b, CL_BUF_HEAD_OUT, -1, CL_MEM_ACTIVATIONS, nbytes(b, e, K, Bm, C, P));
+  add(b, CL_BUF_HEAD_GRAD, -1, CL_MEM_WORKSPACE, nbytes(b, f, K, Bm, C, P));
+}
+
 static void plan_training(plan_builder *b, const struct cl_model *m, const cl_geom *g) {
+  if (m->cfg.forecaster) {
+    plan_forecast(b, m, g);
+    return;
+  }
   size_t e = cl_dtype_size(g->dtype), f = sizeof(float), P = (size_t)g->H * g->W;
   size_t Bm = (size_t)g->Bm, S = (size_t)g->S, nseg = (size_t)g->nseg;
   size_t Tx = g->tbptt ? S : (size_t)g->T;

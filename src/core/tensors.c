@@ -21,10 +21,25 @@ static int per_layer(const cl_config *c, int l) {
   return 1 + cl_cfg_split(c, l) + (c->bias != 0) + (c->peephole != CL_PEEP_NONE ? 3 : 0);
 }
 
+/* An encoder-forecaster's last two: head.weight, head.bias. */
 int cl_cfg_n_tensors(const cl_config *c) {
   int n = 0;
   for (int l = 0; l < c->n_layers; l++) n += per_layer(c, l);
-  return n;
+  return n + (c->forecaster ? 2 : 0);
+}
+
+/* The head's tensors (layer: the pseudo-layer after the last): weight
+ * [C p p, sum of the forecaster's hidden sizes, 1, 1], bias [C p p]. */
+static cl_tensor_spec head_tensor(const cl_config *c, int k) {
+  cl_tensor_spec t = {c->n_layers, k ? CL_TR_HEAD_B : CL_TR_HEAD_W, 0, k ? 1 : 4, {0, 0, 0, 0}};
+  int64_t sum = 0;
+  for (int l = cl_cfg_encoder_layers(c); l < c->n_layers; l++) sum += c->hidden_dims[l];
+  t.dims[0] = cl_cfg_frame_dim(c);
+  if (!k) {
+    t.dims[1] = sum;
+    t.dims[2] = t.dims[3] = 1;
+  }
+  return t;
 }
 
 int64_t cl_cfg_peephole_pixels(const cl_config *c) {
@@ -56,16 +71,17 @@ static cl_tensor_role role_of(const cl_config *c, int l, int k) {
 cl_tensor_spec cl_cfg_tensor(const cl_config *c, int i) {
   int l = 0, k = i;
   while (l < c->n_layers - 1 && k >= per_layer(c, l)) k -= per_layer(c, l++);
+  if (c->forecaster && k >= per_layer(c, l)) return head_tensor(c, k - per_layer(c, l));
   cl_tensor_spec t = {l, role_of(c, l, k), cl_cfg_split(c, l), 0, {0, 0, 0, 0}};
-  int64_t h = c->hidden_dims[l], in = l == 0 ? c->input_dim : c->hidden_dims[l - 1];
+  int64_t h = c->hidden_dims[l], in = cl_cfg_layer_in(c, l);
   switch (t.role) {
   case CL_TR_WEIGHT:
   case CL_TR_WEIGHT_X:
     t.ndim = 4;
     t.dims[0] = 4 * h;
     t.dims[1] = t.role == CL_TR_WEIGHT ? in + h : in;
-    t.dims[2] = c->kernel_sizes[l];
-    t.dims[3] = cl_cfg_kernel_w(c, l);
+    t.dims[2] = in ? c->kernel_sizes[l] : cl_cfg_rkernel_h(c, l);
+    t.dims[3] = in ? cl_cfg_kernel_w(c, l) : cl_cfg_rkernel_w(c, l);
     break;
   case CL_TR_WEIGHT_H:
     t.ndim = 4;
@@ -88,7 +104,18 @@ cl_tensor_spec cl_cfg_tensor(const cl_config *c, int i) {
   return t;
 }
 
-void cl_tensor_name(char *buf, size_t len, const char *prefix, const cl_tensor_spec *t) {
+/* An encoder-forecaster's layers are its encoder's (encoder.cell_list.l)
+ * and its forecaster's (forecaster.cell_list.l, from 0 again). The head's
+ * pseudo-layer (head.weight, head.bias) lies after every layer; a plain
+ * stack's layers have no stack prefix. */
+void cl_tensor_name(char *buf, size_t len, const char *prefix, const cl_tensor_spec *t,
+                    const cl_config *c) {
+  if (t->role == CL_TR_HEAD_W || t->role == CL_TR_HEAD_B) {
+    snprintf(buf, len, "%shead.%s", prefix, t->role == CL_TR_HEAD_W ? "weight" : "bias");
+    return;
+  }
   const char *role = t->role == CL_TR_BIAS && t->split ? "conv_x.bias" : ROLE_NAME[t->role];
-  snprintf(buf, len, "%scell_list.%d.%s", prefix, t->layer, role);
+  int L = cl_cfg_encoder_layers(c), fc = c->forecaster && t->layer >= L;
+  const char *stack = !c->forecaster ? "" : fc ? "forecaster." : "encoder.";
+  snprintf(buf, len, "%s%scell_list.%d.%s", prefix, stack, fc ? t->layer - L : t->layer, role);
 }

@@ -223,8 +223,11 @@ static cl_status step_launches(cl_model *m, cl_call *c, const cl_source *x, cons
   for (int b0 = 0; b0 < g->B; b0 += g->Bm) {
     int b = g->B - b0 < g->Bm ? g->B - b0 : g->Bm, final = b0 + b >= g->B;
     CL_TRY(cl_dropout_upload(m, opts, b0, b)); /* these sequences' masks, staged as x */
-    CL_TRY(g->tbptt ? run_windows(m, c, x, y, target, b0, b, ls, final, &v->loss)
-                    : run_segments(m, c, x, y, target, b0, b, ls, final, &v->loss));
+    if (m->cfg.forecaster)
+      CL_TRY(cl_forecast_run(m, c, x, y, b0, b, ls, &v->loss));
+    else
+      CL_TRY(g->tbptt ? run_windows(m, c, x, y, target, b0, b, ls, final, &v->loss)
+                      : run_segments(m, c, x, y, target, b0, b, ls, final, &v->loss));
   }
   /* data parallel: the summed gradients and the global loss, before
    * unscaling, clipping and the guard, so every rank decides the same */
@@ -277,7 +280,8 @@ static cl_status train_step(cl_model *m, cl_call *c, const cl_source *x, const c
    * cell): the update's guard refuses them, after clipping */
   u.check_loss = !half;
   CL_TRY(launch_step(m, c, x, y, target, ls, &u, opts));
-  m->step.outputs_kept = g.Bm == g.B && g.nseg == 1 && !g.tbptt;
+  /* an encoder-forecaster's layers hold steps of two lengths: read none */
+  m->step.outputs_kept = g.Bm == g.B && g.nseg == 1 && !g.tbptt && !m->cfg.forecaster;
   cl_step_vals v;
   CL_TRY(cl_vals_read(m, &v)); /* the step's one synchronisation */
   *loss = v.loss;
@@ -296,9 +300,16 @@ cl_status cl_model_train_step(cl_model *m, const cl_host_array *x, const cl_host
                               const cl_step_options *opts, double *loss) {
   m->err[0] = '\0';
   *loss = 0;
-  int d[4]; /* B, T, H, W */
-  CL_TRY(cl_call_check_arrays(m, x, y, target, opt, opts, d));
+  int d[5]; /* B, T, H, W; an encoder-forecaster's K */
   cl_source xs = cl_source_host(x), ys = cl_source_host(y);
+  if (m->cfg.forecaster) { /* its forecaster's steps are the plan's horizon */
+    static const cl_step_options none;
+    CL_TRY(cl_call_check_forecast(m, x, y, target, opt, opts, d));
+    cl_step_options o = opts ? *opts : none;
+    o.horizon = d[4];
+    return cl_train_sources(m, &xs, &ys, target, d[0], d[1], d[2], d[3], opt, &o, loss);
+  }
+  CL_TRY(cl_call_check_arrays(m, x, y, target, opt, opts, d));
   return cl_train_sources(m, &xs, &ys, target, d[0], d[1], d[2], d[3], opt, opts, loss);
 }
 

@@ -245,6 +245,67 @@ static void run(const config *c) {
   cl_model_free(m);
 }
 
+/* Shi et al.'s encoder-forecaster (forecast.c): two layers of 3 and 2,
+ * 2 channels in 2x2 patches of 4x6 frames, T input and K forecast steps,
+ * a training step or a prediction. */
+static void run_forecaster(const char *name, int training, int k, int rk, int T, int K) {
+  const int B = 2, C = 2, H = 4, W = 6;
+  cl_config cfg = ctest_config(C, 3, 2, k, k, 1, 2);
+  cfg.n_layers = 4;
+  for (int l = 0; l < 4; l++) {
+    cfg.hidden_dims[l] = l % 2 ? 2 : 3;
+    cfg.kernel_sizes[l] = k;
+    cfg.recurrent_kernel_sizes[l] = rk;
+  }
+  cfg.peephole = CL_PEEP_CHANNEL;
+  cfg.forecaster = 1;
+  cfg.patch = 2;
+  cl_model *m = ctest_model(&cfg);
+  if (!m) return;
+  struct cl_backend_i table;
+  install(m, &table);
+  float *x = malloc(sizeof(float) * (size_t)B * T * C * H * W);
+  float *y = malloc(sizeof(float) * (size_t)B * K * C * H * W);
+  fill(x, (size_t)B * T * C * H * W, 1);
+  fill(y, (size_t)B * K * C * H * W, 0.5f);
+  cl_host_array xa = {x, CL_HOST_TORCH_F32, 5, {B, T, C, H, W}};
+  cl_host_array ya = {y, CL_HOST_TORCH_F32, 5, {B, K, C, H, W}};
+  cl_step_options o;
+  memset(&o, 0, sizeof o);
+  cl_optim sgd = {.kind = CL_OPTIM_SGD, .lr = 1e-3};
+  n_rec = rec_overflow = 0;
+  double loss;
+  cl_status s = CL_OK;
+  if (training) {
+    s = cl_model_train_step(m, &xa, &ya, CL_TARGET_SEQUENCE, &sgd, &o, &loss);
+  } else {
+    o.horizon = K;
+    s = cl_model_forward(m, &xa, 0, &o);
+  }
+  CHECK(s == CL_OK, "%s: %s", name, cl_model_error(m));
+  o.horizon = K; /* the plan's: the forecaster's steps */
+  cl_conv_call_info *list = NULL;
+  int n = 0;
+  CHECK(cl_model_conv_calls(m, B, T, H, W, training, &o, CL_TARGET_SEQUENCE, &list, &n) == CL_OK,
+        "%s: conv_calls: %s", name, cl_model_error(m));
+  config c = {0};
+  c.name = name;
+  c.B = B;
+  c.T = T;
+  c.H = H;
+  c.W = W;
+  c.training = training;
+  c.dtype = CL_F32;
+  compare(&c, list, n);
+  printf("%-34s %3d distinct calls\n", name, n_rec);
+  m->be->iface = real;
+  check_workspace(m, &c, &o);
+  free(list);
+  free(x);
+  free(y);
+  cl_model_free(m);
+}
+
 int main(void) {
   const cl_target LAST = CL_TARGET_LAST_STATE, SEQ = CL_TARGET_SEQUENCE;
   /* name, B T H W, layers h0 h1, kh kw dil, training target, checkpoint tbptt
@@ -278,5 +339,8 @@ int main(void) {
       {"inference, per-gate dropout model", 2, 3, 4, 4, 2, 3, 2, 3, 3, 1, 0, LAST, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, CL_F32},
   };
   for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) run(&cs[i]);
+  run_forecaster("encoder-forecaster, training", 1, 3, 3, 3, 2);
+  run_forecaster("encoder-forecaster, 5x5 / 3x3", 1, 5, 3, 2, 3);
+  run_forecaster("encoder-forecaster, prediction", 0, 3, 1, 3, 4);
   return ctest_done("test_conv_calls");
 }

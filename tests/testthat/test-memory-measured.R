@@ -269,3 +269,43 @@ test_that("measured: a first step with per-gate dropout grows the high-water mar
     message(label)
   }
 })
+
+# Shi et al.'s encoder-forecaster (convlstm_forecaster()): its plan (the two
+# stacks' buffers over their own steps, the head's output and gradient, the
+# handed-over d_cell) against the operating system's measure, by the same
+# probe and bound as every other model's: training steps and predictions
+# of a few shapes (one to three layers, patches of 1, 2 and 4).
+test_that("measured: an encoder-forecaster's first step grows the high-water mark by its plan", {
+  skip_without_hwm_reset()
+  cases <- list(
+    list(input_dim = 1, hidden = c(16, 8), kernel = 3, B = 4, T = 5, H = 32, W = 32,
+         mode = "seq2seq", horizon = 4, patch = 2),
+    list(input_dim = 1, hidden = c(24, 12, 12), kernel = 5, B = 3, T = 4, H = 32, W = 32,
+         mode = "seq2seq", horizon = 6, patch = 4, peephole = "none"),
+    list(input_dim = 2, hidden = 12, kernel = 3, B = 2, T = 6, H = 24, W = 16,
+         mode = "seq2seq", horizon = 3, patch = 1),
+    list(input_dim = 1, hidden = c(16, 8), kernel = 3, B = 4, T = 5, H = 32, W = 32,
+         mode = "seq2seq_predict", horizon = 7, patch = 2),
+    list(input_dim = 1, hidden = c(16, 16), kernel = 3, B = 2, T = 3, H = 64, W = 64,
+         mode = "seq2seq_predict", horizon = 4, patch = 4, dtype = "bfloat16")
+  )
+  gaps <- numeric(0)
+  for (case in cases) {
+    v <- run_probe(case)
+    label <- case_label(case)
+    # reserved arena pages the step never wrote count as planned (NA: no pagemap)
+    untouched <- if (is.na(v[["untouched"]])) 0 else v[["untouched"]]
+    measured <- v[["grow_create"]] + v[["grow_first"]] + untouched
+    planned <- v[["total"]] + v[["result_bytes"]]
+    gaps <- c(gaps, measured - planned)
+    expect_lte(abs(measured - planned), 0.01 * planned + 2 * 2^20, label = label)
+    if (identical(case$mode, "seq2seq")) {
+      expect_lte(v[["grow_second"]], second_step_slack, label = paste("second step:", label))
+    } else {
+      expect_lte(v[["grow_second"]], v[["result_bytes"]] + 2^16,
+                 label = paste("second forward:", label))
+    }
+  }
+  message(sprintf("encoder-forecaster: measured - planned over %d fresh processes: %.3f .. %.3f MiB",
+                  length(gaps), min(gaps) / 2^20, max(gaps) / 2^20))
+})

@@ -20,7 +20,10 @@
 # output, or only the last states), or "roll_teacher" / "roll_free" (a
 # training step over a horizon of `horizon` frames after the T steps,
 # teacher-forced or free-running; input_dim must be 1, the last layer's
-# size). Writes one line of key=value to OUT.
+# size), or "seq2seq" / "seq2seq_predict" (an encoder-forecaster,
+# convlstm_forecaster(), of `hidden` channels per layer (a vector) and
+# `patch` patches: a training step forecasting `horizon` frames, or the
+# prediction of `horizon` frames). Writes one line of key=value to OUT.
 #
 # Isolating the model from the R session (each point below is something the
 # R session would otherwise add to the high-water mark):
@@ -52,10 +55,11 @@ case <- lapply(kv, function(p) {
 })
 names(case) <- vapply(kv, `[[`, "", 1)
 step_keys <- c("input_dim", "hidden", "kernel", "B", "T", "H", "W", "dtype", "checkpoint",
-               "accumulation", "tbptt", "mode", "horizon", "state", "weight", "recompute_gates")
+               "accumulation", "tbptt", "mode", "horizon", "state", "weight", "recompute_gates",
+               "patch")
 arg <- function(key, default) if (is.null(case[[key]])) default else case[[key]]
 num <- vapply(c("input_dim", "hidden", "kernel", "B", "T", "H", "W"),
-              function(k) as.integer(arg(k, stop("hwm-probe.R: no ", k))), 0L)
+              function(k) as.integer(arg(k, stop("hwm-probe.R: no ", k))[[1]]), 0L)
 num[c("checkpoint", "accumulation", "tbptt")] <- c(arg("checkpoint", 0), arg("accumulation", 1),
                                                     arg("tbptt", 0))
 dtype <- arg("dtype", "float32")
@@ -70,7 +74,8 @@ if (identical(model_args$peephole, "position") && is.null(model_args$frame_size)
   model_args$frame_size <- num[c("H", "W")]
 }
 roll <- mode %in% c("roll_teacher", "roll_free")
-target <- if (roll) "sequence" else mode
+seq2seq <- mode %in% c("seq2seq", "seq2seq_predict")
+target <- if (roll || seq2seq) "sequence" else mode
 suppressPackageStartupMessages(library(convlstm, lib.loc = lib))
 ns <- asNamespace("convlstm")
 
@@ -90,14 +95,16 @@ window <- function(expr) {
   s1 <- status()
   unname(s1[["hwm"]] - s0[["rss"]])
 }
-training <- mode %in% c("last_state", "sequence") || roll
+training <- mode %in% c("last_state", "sequence", "seq2seq") || roll
 n <- num[["input_dim"]]
 B <- num[["B"]]
 H <- num[["H"]]
 W <- num[["W"]]
 x <- array(runif(B * num[["T"]] * n * H * W), c(B, num[["T"]], n, H, W))
-hid <- c(num[["hidden"]], 1L)
-y <- if (roll) {
+hid <- if (seq2seq) as.integer(case$hidden) else c(num[["hidden"]], 1L)
+y <- if (seq2seq) {
+  array(runif(B * K * n * H * W), c(B, K, n, H, W))
+} else if (roll) {
   array(runif(B * K * H * W), c(B, K, 1L, H, W))
 } else if (identical(mode, "sequence")) {
   array(runif(B * num[["T"]] * H * W), c(B, num[["T"]], 1L, H, W))
@@ -111,7 +118,9 @@ given <- if (state_mode == "given") {
                                            simplify = FALSE)), recursive = FALSE)
 }
 weight <- if (weighted) array(runif(length(y)), dim(y))
-options <- if (training) {
+options <- if (seq2seq) {
+  if (training) NULL else ns$c_step_options(outputs = "last_state", horizon = K)
+} else if (training) {
   ns$check_step_options(num[["checkpoint"]], num[["accumulation"]], num[["tbptt"]],
                         batch_size = B,
                         state = list(mode = state_mode, arrays = given, horizon = K,
@@ -121,7 +130,7 @@ options <- if (training) {
   ns$c_step_options(outputs = if (mode == "infer_last") "last_state" else "all",
                     state_mode = state_mode, state = given)
 }
-what <- if (mode == "infer_last") "last_states" else "all"
+what <- if (mode == "infer_last") "last_states" else if (seq2seq) "frames" else "all"
 
 # warm-up: the process's first model pays the process's costs. It is tiny
 # (one channel, 1x1 kernels), so that the heap pages it frees cannot hide the
@@ -130,9 +139,19 @@ w <- convlstm(n, c(1, 1), 1, device = "cpu", dtype = dtype, threads = 1)
 tw <- seq_len(min(2L, num[["T"]])) # a rollout's x may have one step
 wx <- x[1, tw, , 1:min(4L, H), 1:min(4L, W), drop = FALSE]
 # (an inference forward: with a horizon's options it would forecast)
-invisible(ns$c_forward(ns$model_ptr(w), wx, training = FALSE, what = what,
-                       if (roll) NULL else ns$c_step_options(outputs = options$outputs)))
-if (training) {
+if (!seq2seq) {
+  invisible(ns$c_forward(ns$model_ptr(w), wx, training = FALSE, what = what,
+                         if (roll) NULL else ns$c_step_options(outputs = options$outputs)))
+} else { # a tiny encoder-forecaster, its code paths once
+  convlstm_release(w)
+  p <- as.integer(arg("patch", 1))
+  w <- convlstm_forecaster(n, 1, 1, patch = p, device = "cpu", dtype = dtype, threads = 1)
+  wx <- x[1, tw, , 1:p, 1:p, drop = FALSE]
+  invisible(ns$c_forward(ns$model_ptr(w), wx, training = FALSE, what = "frames",
+                         ns$c_step_options(outputs = "last_state", horizon = 1L)))
+  if (training) invisible(ns$c_train_step(ns$model_ptr(w), wx, wx, "sequence", opt, NULL))
+}
+if (training && !seq2seq) {
   wy <- if (identical(target, "sequence")) y[1, tw, , 1:min(4L, H), 1:min(4L, W), drop = FALSE]
         else y[1, , 1:min(4L, H), 1:min(4L, W), drop = FALSE]
   invisible(ns$c_train_step(ns$model_ptr(w), wx, wy, target, opt, NULL))
@@ -153,9 +172,11 @@ invisible(window(NULL))
 model <- NULL
 ptr <- NULL
 result <- NULL
+make <- if (seq2seq) convlstm_forecaster else convlstm
+if (seq2seq) model_args$patch <- as.integer(arg("patch", 1))
 grow_create <- window({
-  model <- do.call(convlstm, c(list(n, hid, num[["kernel"]], device = "cpu", dtype = dtype,
-                                    threads = 1), model_args))
+  model <- do.call(make, c(list(n, hid, num[["kernel"]], device = "cpu", dtype = dtype,
+                                threads = 1), model_args))
 })
 ptr <- ns$model_ptr(model)
 grow_first <- window(result <- run(ptr))

@@ -1,0 +1,281 @@
+# forecaster.R -- Shi et al. (2015)'s encoder-forecaster: its constructor,
+# its training step (train_step() hands an encoder-forecaster here), its
+# prediction and how it prints. The core runs it (src/core/forecast.c);
+# the model is a convlstm_model whose class says it is this one.
+
+#' Create Shi et al.'s encoder-forecaster
+#'
+#' The model of Shi et al. (2015), section 3.3 and Fig. 3: an encoder
+#' stack of ConvLSTM layers reads the input frames from zero states; a
+#' forecaster stack of the same hidden sizes and kernels starts from the
+#' encoder's last states, its first layer reading no input (its gates one
+#' convolution over its own `h`, with the recurrent kernel) and each upper
+#' layer the hidden state of the layer below; a 1x1 convolution with bias
+#' (the head) over the channels of every forecaster layer's hidden state,
+#' layer 1 first, gives each predicted frame. Frames enter as `patch` x
+#' `patch` patches (space-to-depth, torch's `pixel_unshuffle()`: a 64x64x1
+#' frame with 4x4 patches is 16 channels of 16x16) and leave the same way
+#' (`pixel_shuffle()`). The head's output is the frame itself: train with
+#' `loss = "bce_logits"` for frames in `[0, 1]` (the paper's cross-entropy)
+#' and apply `plogis()` to [predict()]'s output, or with `"mse"`.
+#'
+#' The parameters' names are the encoder's `encoder.cell_list.<l>.*` and
+#' the forecaster's `forecaster.cell_list.<l>.*` (as [convlstm()]'s
+#' `cell_list.<l>.*`, from 0; the forecaster's first layer has one
+#' convolution `conv.weight` `[4h, h, rkh, rkw]` and `conv.bias`), then
+#' `head.weight` `[C p p, sum(hidden_dims), 1, 1]` and `head.bias`
+#' (see [state_dict()]). With 5x5 kernels, hidden sizes 128-64-64, one
+#' channel and 4x4 patches it has 7,585,296 parameters, Table 1's.
+#'
+#' Trained with [train_step()] (`y` holds the frames to forecast: their
+#' number, `dim(y)[2]`, is the forecaster's steps) or [convlstm_fit()]
+#' (epochs of mini-batches, `shuffle`, `verbose`, the loss and its
+#' reduction, `max_grad_norm`, and `validation_data = list(x, y)` whose
+#' frames to forecast may be as many as you like; its other arguments are
+#' refused),
+#' predicted with [predict()] and a `horizon`, saved with [convlstm_save()],
+#' planned by [memory_estimate()] and [max_batch_size()] (give `horizon`,
+#' the forecast frames; [memory_advise()] refuses it: its step has none of
+#' the options that function chooses among).
+#' Not supported (a classed error says so): checkpointing, `tbptt`,
+#' `recompute_gates`, `accumulation_steps`, a given or carried state,
+#' dropout, a loss weight, data sets, and training in float16 or bfloat16
+#' (predicting in them works).
+#'
+#' @param input_dim Channels of a frame (before patching).
+#' @param hidden_dims Hidden channels of each layer, for both stacks.
+#' @param kernel_sizes Input-to-state kernel of each layer (odd; one value
+#'   for all), as in [convlstm()]. The forecaster's first layer has none.
+#' @param patch Patch size: it must divide the frames' height and width.
+#' @param recurrent_kernel_sizes State-to-state kernels (`NULL`: the input
+#'   kernels), as in [convlstm()].
+#' @param peephole `"channel"` (the paper's cell, the default) or `"none"`.
+#' @param bias Whether the cells' convolutions have a bias (the head always
+#'   has one).
+#' @param device,dtype,threads,memory_limit,dilation As in [convlstm()].
+#' @return A model: a `convlstm_forecaster`, which is a `convlstm_model`.
+#' @references Shi, X., Chen, Z., Wang, H., Yeung, D.-Y., Wong, W.-K. and
+#'   Woo, W.-C. (2015). Convolutional LSTM network: a machine learning
+#'   approach for precipitation nowcasting. NIPS 28.
+#' @seealso [moving_mnist()] for the paper's data.
+#' @export
+#' @examples
+#' set.seed(1)
+#' model <- convlstm_forecaster(1, c(8, 4), 3, patch = 2, device = "cpu")
+#' model
+#' x <- array(runif(2 * 3 * 8 * 8), dim = c(2, 3, 1, 8, 8))
+#' y <- array(runif(2 * 2 * 8 * 8), dim = c(2, 2, 1, 8, 8))
+#' opt <- optimizer_rmsprop(lr = 1e-3)
+#' train_step(model, x, y, opt, loss = "bce_logits", reduction = "sum")
+#' dim(predict(model, x, horizon = 2))  # [2, 2, 1, 8, 8]
+#' history <- convlstm_fit(model, x, y, opt, epochs = 2, batch_size = 1, verbose = FALSE,
+#'                         loss = "bce_logits", validation_data = list(x, y))
+#' history
+#' convlstm_release(model)
+convlstm_forecaster <- function(input_dim, hidden_dims, kernel_sizes, patch = 1L,
+                                recurrent_kernel_sizes = NULL, peephole = "channel",
+                                bias = TRUE, device = "cpu", dtype = "float32", threads = NULL,
+                                memory_limit = NULL, dilation = 1) {
+  call <- sys.call()
+  input_dim <- check_count(input_dim, "input_dim")
+  hidden_dims <- check_counts(hidden_dims, "hidden_dims")
+  L <- length(hidden_dims)
+  if (2L * L > max_layers - 2L) {
+    abort_convlstm(sprintf("`hidden_dims` may have at most %d layers, not %d.",
+                           (max_layers - 2L) %/% 2L, L), call = call)
+  }
+  patch <- check_count(patch, "patch")
+  peephole <- check_choice(peephole, c("channel", "none"), "peephole")
+  geometry <- layer_geometry(kernel_sizes, dilation, L, call,
+                             recurrent_kernel_sizes = recurrent_kernel_sizes)
+  check_layer_sizes(input_dim * patch^2, hidden_dims, geometry, call)
+  bias <- check_flag(bias, "bias")
+  device <- check_cuda_device(check_choice(device, c("auto", "cpu", "cuda"), "device"), call)
+  dtype <- check_choice(dtype, dtypes(), "dtype")
+  memory_limit <- parse_bytes(memory_limit, "memory_limit", call)
+  threads <- check_threads(threads, call)
+  tf32 <- cuda_tf32_option(call)
+  if (identical(device, "auto")) device <- if (gpu_available()) "cuda" else "cpu"
+  # the encoder's layers, then the forecaster's of the same sizes and kernels
+  ptr <- with_cuda_tf32(tf32, c_model_create(
+    input_dim, rep(hidden_dims, 2L), cbind(geometry, geometry), bias,
+    device = device, dtype = dtype, threads = threads, memory_limit = memory_limit,
+    peephole = peephole_spec(peephole, NULL, call), structure = c(1L, patch)
+  ))
+  c_model_init_params(ptr)
+  new_convlstm_model(ptr)
+}
+
+is_convlstm_forecaster <- function(x) inherits(x, "convlstm_forecaster")
+
+# train_step() of an encoder-forecaster: x [B, T, C, H, W] the input frames,
+# y [B, K, C, H, W] the K frames it forecasts. `given` names the arguments
+# of train_step() the caller set that this model does not take.
+forecaster_train_step <- function(model, x, y, optimizer, loss, max_grad_norm, given, call) {
+  if (length(given)) {
+    abort_convlstm(sprintf(paste0(
+      "An encoder-forecaster (convlstm_forecaster()) does not take %s: it trains on the whole ",
+      "sequence from zero states, its horizon being `dim(y)[2]`."),
+      paste0("`", given, "`", collapse = ", ")), status = "unsupported", call = call)
+  }
+  ptr <- model_ptr(model)
+  config <- model_config(model)
+  x <- check_input(x, config, "x", call = call)
+  y <- check_input(y, config, "y", call = call)
+  optimizer <- check_optimizer(optimizer, call = call)
+  options <- check_step_options(max_grad_norm = max_grad_norm, loss = loss,
+                                batch_size = dim(x)[[1]], call = call)
+  c_train_step(ptr, x, y, "sequence", optimizer, options)
+}
+
+#' @rdname convlstm_forecaster
+#' @param object An encoder-forecaster.
+#' @param x Input frames `[batch, time, channels, height, width]`.
+#' @param horizon The number of frames to forecast.
+#' @param batch_size `NULL`, or predict this many sequences at a time.
+#' @param ... Nothing else.
+#' @return `predict()`: the forecast frames `[batch, horizon, channels,
+#'   height, width]`, the head's output (logits when trained with
+#'   `"bce_logits"`).
+#' @export
+predict.convlstm_forecaster <- function(object, x, horizon, batch_size = NULL, ...) {
+  check_dots(list(...), character(), "predict", names = c("horizon", "batch_size"))
+  ptr <- model_ptr(object, "object")
+  config <- model_config(object)
+  if (missing(horizon)) {
+    abort_arg("horizon", "the number of frames to forecast", NULL, sys.call())
+  }
+  horizon <- check_count(horizon, "horizon")
+  x <- check_input(x, config, "x", forward = TRUE)
+  n <- dim(x)[[1]]
+  batch_size <- if (is.null(batch_size)) n else check_count(batch_size, "batch_size")
+  options <- c_step_options(outputs = "last_state", horizon = horizon)
+  out <- NULL
+  for (start in seq(1L, n, by = batch_size)) {
+    idx <- start:min(n, start + batch_size - 1L)
+    part <- c_forward(ptr, slice_batch(x, idx), training = FALSE, what = "frames", options)
+    if (batch_size >= n) return(part)
+    if (is.null(out)) out <- array(0, dim = c(n, dim(part)[-1]))
+    out <- assign_batch(out, idx, part)
+  }
+  out
+}
+
+# The stacks' layers as the user gave them (the encoder's; the forecaster
+# has the same), with the parameters of each stack's layer and the head's.
+forecaster_table <- function(config) {
+  L <- config$n_layers %/% 2L
+  g <- config$geometry
+  C <- config$input_dim * config$patch^2
+  h <- config$hidden_dims[seq_len(L)]
+  cell <- function(inp, l, k) {
+    4 * h[[l]] * (inp * g[1, l] * g[2, l] + h[[l]] * g[5, l] * g[6, l]) +
+      (if (config$bias) 4 * h[[l]] else 0) + (if (config$peephole != "none") 3 * h[[l]] else 0)
+  }
+  inp <- c(C, h[-L])
+  data.frame(
+    layer = seq_len(L), input = inp, hidden = h,
+    kernel = geometry_labels(g[, seq_len(L), drop = FALSE]),
+    encoder = vapply(seq_len(L), function(l) cell(inp[[l]], l), numeric(1)),
+    forecaster = vapply(seq_len(L), function(l) cell(if (l == 1) 0 else inp[[l]], l), numeric(1))
+  )
+}
+
+#' @export
+print.convlstm_forecaster <- function(x, ...) {
+  config <- model_config(x)
+  layers <- forecaster_table(config)
+  cat(sprintf(paste0(
+    "<convlstm_forecaster> encoder-forecaster (Shi et al. 2015), %d + %d layers, %s parameters ",
+    "(%s), device %s, dtype %s\n"),
+    nrow(layers), nrow(layers), format_count(config$n_params), format_bytes(config$n_params * 4),
+    config$device, config$dtype))
+  cat(sprintf("  frames of %d channel%s in %dx%d patches; peepholes: %s; head: 1x1 over %d channels\n",
+              config$input_dim, if (config$input_dim == 1) "" else "s", config$patch,
+              config$patch, config$peephole, sum(layers$hidden)))
+  shown <- layers
+  shown$encoder <- format_count(shown$encoder)
+  shown$forecaster <- format_count(shown$forecaster)
+  print(shown, row.names = FALSE)
+  invisible(x)
+}
+
+#' @export
+summary.convlstm_forecaster <- function(object, ...) {
+  config <- model_config(object)
+  structure(list(layers = forecaster_table(config), n_parameters = config$n_params,
+                 parameter_bytes = config$n_params * 4, patch = config$patch,
+                 device = config$device, dtype = config$dtype),
+            class = "summary.convlstm_forecaster")
+}
+
+#' @export
+print.summary.convlstm_forecaster <- function(x, ...) {
+  cat(sprintf("Encoder-forecaster: %s parameters (%s), %dx%d patches, device %s, dtype %s\n",
+              format_count(x$n_parameters), format_bytes(x$parameter_bytes), x$patch, x$patch,
+              x$device, x$dtype))
+  print(x$layers, row.names = FALSE)
+  invisible(x)
+}
+
+# convlstm_fit() of an encoder-forecaster (convlstm_fit() hands it here):
+# epochs of shuffled mini-batches through forecaster_train_step(), the
+# validation loss (validation_data = list(x, y), any horizon: dim(y)[2]) of
+# the forecast of y's frames, computed with the training loss's formula and
+# reduction. `given` names convlstm_fit()'s arguments the caller set that
+# this loop does not take. Returns a convlstm_history.
+forecaster_fit <- function(model, x, y, optimizer, epochs, batch_size, shuffle, verbose,
+                           validation_data, loss, max_grad_norm, given, call) {
+  if (length(given)) {
+    abort_convlstm(sprintf(paste0(
+      "convlstm_fit() of an encoder-forecaster does not take %s (it runs epochs of ",
+      "train_step() over mini-batches, with an optional `validation_data`)."),
+      paste0("`", given, "`", collapse = ", ")), status = "unsupported", call = call)
+  }
+  config <- model_config(model)
+  x <- check_input(x, config, "x", call = call)
+  y <- check_input(y, config, "y", call = call)
+  n <- dim(x)[[1]]
+  if (dim(y)[[1]] != n) {
+    abort_arg("y", sprintf("%d sequences, as `x`", n), y, call)
+  }
+  optimizer <- check_optimizer(optimizer, call = call)
+  epochs <- check_count(epochs, "epochs", call = call)
+  batch_size <- min(check_count(batch_size, "batch_size", call = call), n)
+  shuffle <- check_flag(shuffle, "shuffle", call = call)
+  verbose <- check_flag(verbose, "verbose", call = call)
+  if (!is.null(validation_data)) {
+    if (!is.list(validation_data) || length(validation_data) != 2) {
+      abort_arg("validation_data", "NULL or list(x, y)", validation_data, call)
+    }
+    vx <- check_input(validation_data[[1]], config, "validation_data[[1]]", call = call)
+    vy <- check_input(validation_data[[2]], config, "validation_data[[2]]", call = call)
+  }
+  fn <- loss %||% list(kind = "mse", reduction = "mean")
+  rows <- list()
+  for (epoch in seq_len(epochs)) {
+    t0 <- proc.time()[["elapsed"]]
+    order <- if (shuffle) sample.int(n) else seq_len(n)
+    total <- 0
+    for (start in seq(1L, n, by = batch_size)) {
+      idx <- order[start:min(n, start + batch_size - 1L)]
+      l <- forecaster_train_step(model, slice_batch(x, idx), slice_batch(y, idx), optimizer,
+                                 loss, max_grad_norm, character(), call)
+      total <- total + as.numeric(l) * length(idx)
+    }
+    val <- NA_real_
+    if (!is.null(validation_data)) {
+      pred <- predict(model, vx, horizon = dim(vy)[[2]], batch_size = batch_size)
+      val <- loss_sum(pred, vy, fn) / loss_divisor(fn, length(vy), dim(vy)[[1]])
+    }
+    rows[[epoch]] <- data.frame(epoch = epoch, loss = total / n, val_loss = val,
+                                lr = optimizer$lr, seconds = proc.time()[["elapsed"]] - t0,
+                                peak_bytes = memory_stats(model)$peak_reserved)
+    if (verbose) {
+      message(sprintf("epoch %d/%d  loss %s%s", epoch, epochs, format_loss(total / n),
+                      if (is.na(val)) "" else paste0("  val_loss ", format_loss(val))))
+    }
+  }
+  new_history(rows, target = "sequence", batch_size = batch_size, optimizer = optimizer,
+              loss = fn$kind)
+}
