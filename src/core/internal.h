@@ -142,6 +142,11 @@ typedef struct cl_geom {
                           are kept from forward to backward */
   int weight_steps;    /* training with a loss weight: steps of it held at once
                           (S for a sequence target, 1 for the last state); 0: none */
+  int dh_one;          /* training: d_hidden holds one step, not S -- a last-state
+                          target on one layer, where only the last step receives
+                          the loss's gradient and nothing comes from above, so
+                          each step's flows back through one buffer (backward.c
+                          dh_at; cl_geom_target) */
 } cl_geom;
 
 /* Layer L's two convolutions over n images at g's frame size and storage
@@ -215,7 +220,8 @@ static inline cl_conv_shape cl_conv_hidden_half(const cl_layer *L, const cl_geom
   ROW(CARRY_C, carry_c, "carry_c", NULL, LAYER, STORE)                                     \
   /* d loss / d layer output [S, Bm, max h, H, W], one buffer for every layer              \
    * in turn (backward.c); the last layer's also receives the target, which                \
-   * the loss kernel turns into its gradient in place */                                   \
+   * the loss kernel turns into its gradient in place; [1, Bm, h, H, W] with               \
+   * cl_geom.dh_one */                                                                     \
   ROW(DH, dh, "d_hidden", NULL, LAYER, F32)                                                \
   /* d loss / d c, one step [Bm, h, H, W]; one buffer of the largest h unless              \
    * checkpoint segments interleave layers, then one per layer */                          \

@@ -92,10 +92,22 @@ cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
   }
   if (o->recompute_gates) g->rc = o->recompute_gates < g->S ? o->recompute_gates : g->S;
   /* a sequence's weight, as its target, covers at most a segment's steps,
-   * with a horizon only its last `horizon` (place_target in backward.c) */
-  if (o->weight)
-    g->weight_steps = o->weight->ndim != 5 ? 1 : g->horizon && g->horizon < g->S ? g->horizon : g->S;
+   * with a horizon only its last `horizon` (place_target in backward.c):
+   * the most any segment (or window) holds of them -- the last one's, or
+   * where the horizon reaches past it, the one before's */
+  if (o->weight) {
+    int K = g->horizon ? g->horizon : g->T, last = g->T - (ceil_div(g->T, g->S) - 1) * g->S;
+    int before = K - last < g->S ? K - last : g->S;
+    g->weight_steps = o->weight->ndim != 5 ? 1 : K <= last ? K : last > before ? last : before;
+  }
   return CL_OK;
+}
+
+void cl_geom_target(const cl_model *m, cl_target target, cl_geom *g) {
+  /* a layer below would read the whole sequence of its d_hidden, and a
+   * horizon (sequence targets only) fills every step of it */
+  g->dh_one = g->training && target == CL_TARGET_LAST_STATE && m->cfg.n_layers == 1 &&
+              !g->free_run;
 }
 
 size_t cl_state_bytes(const cl_model *m, int B, int H, int W, cl_dtype t) {
@@ -358,7 +370,7 @@ static void plan_training(plan_builder *b, const struct cl_model *m, const cl_ge
   /* d_hidden of layer l is last read by l's time loop, and l's input half
    * writes layer l - 1's only after that loop: one buffer serves them all */
   /* rows of steps x channels (< 2^62: both factors are ints) */
-  size_t dh_rows = S * (g->rc ? (size_t)cl_dh_layout(m, NULL) : hmax);
+  size_t dh_rows = (g->dh_one ? 1 : S) * (g->rc ? (size_t)cl_dh_layout(m, NULL) : hmax);
   if (g->free_run) { /* layers below the last keep their fed-back steps in the ring */
     size_t tin = (size_t)(g->T - g->horizon + 1);
     size_t top = S * (size_t)m->layer[m->cfg.n_layers - 1].hidden;

@@ -14,7 +14,8 @@
 # - every other key is an argument of convlstm() for the measured model, as
 #   given (numbers where every element parses as one): peephole, dropout,
 #   recurrent_dropout, ... (peephole = "position" gets frame_size = c(H, W)).
-# The model has two layers: `hidden` channels, then 1.
+# The model has two layers: `hidden` channels, then 1; with layers=1 one
+# layer of `hidden` channels (its d_hidden holds one step on a last state).
 # mode: "last_state" / "sequence" (a training step with that target), or
 # "infer_all" / "infer_last" (an inference forward, model(x) keeping every
 # output, or only the last states), or "roll_teacher" / "roll_free" (a
@@ -52,7 +53,8 @@ case <- lapply(kv, function(p) {
 })
 names(case) <- vapply(kv, `[[`, "", 1)
 step_keys <- c("input_dim", "hidden", "kernel", "B", "T", "H", "W", "dtype", "checkpoint",
-               "accumulation", "tbptt", "mode", "horizon", "state", "weight", "recompute_gates")
+               "accumulation", "tbptt", "mode", "horizon", "state", "weight", "recompute_gates",
+               "layers")
 arg <- function(key, default) if (is.null(case[[key]])) default else case[[key]]
 num <- vapply(c("input_dim", "hidden", "kernel", "B", "T", "H", "W"),
               function(k) as.integer(arg(k, stop("hwm-probe.R: no ", k))), 0L)
@@ -96,13 +98,14 @@ B <- num[["B"]]
 H <- num[["H"]]
 W <- num[["W"]]
 x <- array(runif(B * num[["T"]] * n * H * W), c(B, num[["T"]], n, H, W))
-hid <- c(num[["hidden"]], 1L)
+hid <- if (arg("layers", 2) == 1) num[["hidden"]] else c(num[["hidden"]], 1L)
+oc <- hid[[length(hid)]] # the output's channels
 y <- if (roll) {
-  array(runif(B * K * H * W), c(B, K, 1L, H, W))
+  array(runif(B * K * oc * H * W), c(B, K, oc, H, W))
 } else if (identical(mode, "sequence")) {
-  array(runif(B * num[["T"]] * H * W), c(B, num[["T"]], 1L, H, W))
+  array(runif(B * num[["T"]] * oc * H * W), c(B, num[["T"]], oc, H, W))
 } else {
-  array(runif(B * H * W), c(B, 1L, H, W))
+  array(runif(B * oc * H * W), c(B, oc, H, W))
 }
 opt <- optimizer_adam(lr = 1e-3)
 # a given initial state: h then c of each layer, flat, as check_state() makes it
@@ -133,8 +136,8 @@ wx <- x[1, tw, , 1:min(4L, H), 1:min(4L, W), drop = FALSE]
 invisible(ns$c_forward(ns$model_ptr(w), wx, training = FALSE, what = what,
                        if (roll) NULL else ns$c_step_options(outputs = options$outputs)))
 if (training) {
-  wy <- if (identical(target, "sequence")) y[1, tw, , 1:min(4L, H), 1:min(4L, W), drop = FALSE]
-        else y[1, , 1:min(4L, H), 1:min(4L, W), drop = FALSE]
+  wy <- if (identical(target, "sequence")) y[1, tw, 1, 1:min(4L, H), 1:min(4L, W), drop = FALSE]
+        else y[1, 1, 1:min(4L, H), 1:min(4L, W), drop = FALSE]
   invisible(ns$c_train_step(ns$model_ptr(w), wx, wy, target, opt, NULL))
 }
 convlstm_release(w)
@@ -204,7 +207,8 @@ est <- memory_estimate(model, B, T_in, H, W,
                        outputs = if (mode == "infer_last") "last_state" else "all",
                        state = state_mode, weight = if (weighted) target,
                        horizon = K, teacher_forcing = !identical(mode, "roll_free"),
-                       recompute_gates = if (training) rc else 0L)
+                       recompute_gates = if (training) rc else 0L,
+                       target = if (training) target)
 b <- stats::setNames(est$bytes, est$category)
 plan <- attr(est, "plan")
 ms <- memory_stats(model)
