@@ -180,15 +180,17 @@ static size_t nbytes(plan_builder *b, size_t elt, size_t d0, size_t d1, size_t d
   return n;
 }
 
-static size_t ws_of(plan_builder *b, const cl_model *m, size_t cur, cl_conv_shape s) {
+static size_t ws_of(plan_builder *b, const cl_model *m, size_t cur, cl_conv_shape s,
+                    cl_conv_dir dir) {
   if (s.N <= 0 || b->backend != CL_OK) return cur;
   size_t w = 0;
-  b->backend = cl_backend_conv_workspace(m->be, &s, &w);
+  b->backend = cl_backend_conv_workspace(m->be, &s, dir, &w);
   return w > cur ? w : cur;
 }
 
-/* Workspace: the largest any convolution of the call asks for, over the
- * calls the executor makes (conv_calls.c). The plan does not know the
+/* Workspace: the largest any convolution of the call asks for in its own
+ * direction, over the calls the executor makes (conv_calls.c): an
+ * inference forward's, forward calls only. The plan does not know the
  * target: a sequence target's calls include a last-state target's (tbptt
  * runs every window backward, not only the last), and without scheduled
  * sampling's flags every fed-back frame is the model's own. */
@@ -198,7 +200,7 @@ static size_t plan_workspace(plan_builder *b, const cl_model *m, const cl_geom *
   if (cl_conv_calls(m, g, CL_TARGET_SEQUENCE, NULL, &calls) != CL_OK) b->overflow = 1;
   for (int i = 0; i < calls.n; i++) {
     if (calls.v[i].images > INT32_MAX) b->overflow = 1; /* N is an int */
-    ws = ws_of(b, m, ws, calls.v[i].s);
+    ws = ws_of(b, m, ws, calls.v[i].s, calls.v[i].dir);
   }
   cl_conv_list_free(&calls);
   return ws;

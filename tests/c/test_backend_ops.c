@@ -495,7 +495,7 @@ static void conv_on(const row *r, variant *v, const conv_data *d, const char *la
   const size_t nmax = d->nx > d->ny ? d->nx : d->ny;
   scope sc = scope_of(v);
   size_t ws = 0;
-  CALL(&sc, cl_backend_conv_workspace(be, s, &ws));
+  CALL(&sc, cl_backend_conv_workspace_any(be, s, &ws));
   char *X = dev_alloc(&sc, (d->nx + off) * es), *DY = dev_alloc(&sc, (d->ny + off) * es);
   char *Y = dev_alloc(&sc, (d->ny + off) * es), *DX = dev_alloc(&sc, (d->nx + off) * 4);
   float *W = dev_of(&sc, d->w, d->nw * 4), *B = dev_of(&sc, d->b, s->K * 4);
@@ -614,7 +614,7 @@ static void run_rounding(const row *r) {
       scope sc = scope_of(v);
       size_t ws = 0;
       const uint16_t zero16 = 0;
-      CALL(&sc, cl_backend_conv_workspace(v->be, &s, &ws));
+      CALL(&sc, cl_backend_conv_workspace_any(v->be, &s, &ws));
       void *X = dev_of(&sc, &zero16, 2), *B = dev_of(&sc, b, n * 4), *Y = dev_alloc(&sc, n * 2);
       float *W = dev_alloc(&sc, n * 4);
       void *WS = ws ? dev_alloc(&sc, ws) : NULL;
@@ -664,7 +664,8 @@ static void run_conv_errors(const row *r) {
     for (int i = 0; i < COUNT(bad); i++) {
       s.kh = bad[i].kh, s.kw = bad[i].kw, s.dh = bad[i].dh, s.dw = bad[i].dw;
       size_t ws = 0;
-      cl_status s0 = f->conv_workspace ? f->conv_workspace(be, &s, &ws) : CL_E_INVALID;
+      cl_status s0 =
+          f->conv_workspace ? f->conv_workspace(be, &s, CL_CONV_FORWARD, &ws) : CL_E_INVALID;
       cl_status s1 = f->conv_forward(be, &s, NULL, NULL, NULL, NULL, 0, NULL);
       cl_status s2 = f->conv_backward_data(be, &s, NULL, NULL, NULL, 0, NULL);
       cl_status s3 = f->conv_backward_filter(be, &s, NULL, NULL, NULL, NULL, NULL);
@@ -685,7 +686,7 @@ static void run_conv_errors(const row *r) {
       cl_conv_shape h = {1, 2, 4, 4, 4, 3, 3, 1, 1, (cl_dtype)t, 0};
       size_t ws = 0;
       scope sc = scope_of(v);
-      CALL(&sc, cl_backend_conv_workspace(be, &h, &ws));
+      CALL(&sc, cl_backend_conv_workspace_any(be, &h, &ws));
       void *X = dev_alloc(&sc, 4 * 32 * 4), *Y = dev_alloc(&sc, 4 * 64 * 4);
       void *W = dev_alloc(&sc, 4 * 72 * 4), *DB = dev_alloc(&sc, 16 * 4);
       if (sc.ok && ws > 0) {
@@ -2584,7 +2585,7 @@ static void cpu_own(variant *v) {
   for (int t = 0; t < NT; t++) {
     const conv_data *c = &d[t % NS];
     size_t bytes = 0;
-    cl_backend_conv_workspace(be, &c->s, &bytes);
+    cl_backend_conv_workspace_any(be, &c->s, &bytes);
     ws[t] = xmalloc(bytes + 64);
     y[t] = from_storage(CL_F32, c->y0s, c->ny);
     dw[t] = from_storage(CL_F32, c->dw0, c->nw);
