@@ -77,10 +77,14 @@ typedef struct cl_mask_shape {
 } cl_mask_shape;
 
 /* mask_draw: n elements of one dropout stream (dropout_rng.h) into a mask
- * buffer, mask[e] = cl_rng_mask_value(key, first + e, cut, keep). The
- * struct is hashed whole (cuda_graph.cu): pad stays 0. */
+ * buffer, mask[e] = cl_rng_mask_value(cl_rng_key(*seed, layer, kind),
+ * first + e, cut, keep). The seed is read from the device word the core
+ * wrote before the step's draws (the planned dropout_seed buffer), not
+ * passed by value: a recorded step (cuda_graph.cu, which hashes the struct
+ * whole: pad stays 0) then replays with each call's own seed. */
 typedef struct cl_mask_draw {
-  uint64_t key;   /* cl_rng_key(seed, layer, kind) */
+  const uint64_t *seed; /* device memory (host memory on the CPU) */
+  int32_t layer, kind;  /* kind 0: the layer's input, 1: its h */
   uint64_t first; /* the stream's element at mask[0] */
   uint64_t n;
   uint64_t cut;   /* cl_rng_cut(p) */

@@ -248,7 +248,11 @@ static inline cl_conv_shape cl_conv_hidden_half(const cl_layer *L, const cl_geom
   /* free-running training: d loss / d h of layer l below the last, two steps              \
    * [2, Bm, h, H, W] (one when a single step is fed back), while the fed-back             \
    * steps run backward step by step (backward.c) */                                       \
-  ROW(DH_ROLL, dh_roll, "d_hidden_rollout", NULL, LAYER, F32)
+  ROW(DH_ROLL, dh_roll, "d_hidden_rollout", NULL, LAYER, F32)                              \
+  /* training with dropout: the call's seed (cl_step_options.dropout_seed),                \
+   * written before the masks are drawn and read by mask_draw, so that a                   \
+   * recorded step replays with a new seed (dropout.c) */                                  \
+  ROW(SEED, seed, "dropout_seed", NULL, ONE, U64)
 
 #define CL_BUF_ENUM_MODEL_(kind, name, other) CL_BUF_##kind,
 #define CL_BUF_ENUM_STEP_(kind, field, name, other, per, dt) CL_BUF_##kind,
@@ -267,6 +271,7 @@ static inline int cl_buf_is_step(int kind) { return kind >= CL_BUF_X; }
  * Activations are in the storage dtype (void *), gradients float. */
 #define CL_BUF_CTYPE_STORE void
 #define CL_BUF_CTYPE_F32 float
+#define CL_BUF_CTYPE_U64 uint64_t
 #define CL_BUF_DIM_ONE
 #define CL_BUF_DIM_LAYER [CL_MAX_LAYERS]
 #define CL_BUF_FIELD_(kind, field, name, other, per, dt) CL_BUF_CTYPE_##dt *field CL_BUF_DIM_##per;

@@ -332,6 +332,7 @@ static void plan_dropout(plan_builder *b, const struct cl_model *m, const cl_geo
     }
   }
   if (most) add(b, CL_BUF_DROPPED, -1, CL_MEM_WORKSPACE, most);
+  if (most) add(b, CL_BUF_SEED, -1, CL_MEM_DATA, sizeof(uint64_t));
 }
 
 static void plan_training(plan_builder *b, const struct cl_model *m, const cl_geom *g) {

@@ -1246,11 +1246,15 @@ static void run_mask_mul(const row *r) {
  * publishes it (a state stepped by the golden gamma, each output the
  * finaliser of the state), itself checked first against the published
  * outputs for the seed 1234567; element e of a stream is output e + 1 of
- * the generator seeded with the key. Offsets into a stream (a micro-batch's
- * rows), a rate's threshold at both ends, every element written (the
- * buffer starts at 7), past the CPU's parallel threshold and a CUDA grid. */
+ * the generator seeded with the key, the finaliser of (the call's seed xor
+ * the finaliser of (2 layer + kind + 1) gammas); the slot reads the seed
+ * from device memory. Offsets into a stream (a micro-batch's rows), a
+ * rate's threshold at both ends, every element written (the buffer starts
+ * at 7), past the CPU's parallel threshold and a CUDA grid. */
 typedef struct draw_case {
-  uint64_t key, first, n;
+  uint64_t seed;
+  int layer, kind;
+  uint64_t first, n;
   double p;
 } draw_case;
 
@@ -1259,6 +1263,12 @@ static uint64_t sm64_next(uint64_t *state) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
+}
+
+/* splitmix64's finaliser (sm64_next's output of a state already stepped) */
+static uint64_t sm64_fin(uint64_t z) {
+  uint64_t s = z - 0x9e3779b97f4a7c15ull;
+  return sm64_next(&s);
 }
 
 static void run_mask_draw(const row *r) {
@@ -1276,7 +1286,9 @@ static void run_mask_draw(const row *r) {
     const float keep = (float)(1.0 / (1.0 - c->p));
     double *ref = xmalloc(sizeof(double) * (c->n ? c->n : 1));
     float *seven = xmalloc(sizeof(float) * (c->n ? c->n : 1));
-    uint64_t state = c->key;
+    const uint64_t key =
+        sm64_fin(c->seed ^ sm64_fin((uint64_t)(2 * c->layer + c->kind + 1) * 0x9e3779b97f4a7c15ull));
+    uint64_t state = key;
     for (uint64_t e = 0; e < c->first; e++) sm64_next(&state);
     size_t kept = 0;
     for (uint64_t e = 0; e < c->n; e++) {
@@ -1284,14 +1296,15 @@ static void run_mask_draw(const row *r) {
       kept += ref[e] != 0, seven[e] = 7.0f;
     }
     char label[160];
-    snprintf(label, sizeof label, "key %llx first %llu n %llu p %g (%zu kept)",
-             (unsigned long long)c->key, (unsigned long long)c->first,
+    snprintf(label, sizeof label, "seed %llx layer %d kind %d first %llu n %llu p %g (%zu kept)",
+             (unsigned long long)c->seed, c->layer, c->kind, (unsigned long long)c->first,
              (unsigned long long)c->n, c->p, kept);
-    cl_mask_draw d = {c->key, c->first, c->n, cut, keep, 0};
     for (int vi = 0; vi < n_vs; vi++) {
       variant *v = &vs[vi];
       scope sc = scope_of(v);
       float *M = dev_of(&sc, seven, (c->n ? c->n : 1) * sizeof(float));
+      const uint64_t *S = dev_of(&sc, &c->seed, sizeof c->seed);
+      cl_mask_draw d = {S, c->layer, c->kind, c->first, c->n, cut, keep, 0};
       if (sc.ok) CALL(&sc, v->be->iface->mask_draw(v->be, &d, M));
       float *got = sc.ok && c->n ? dev_get(&sc, CL_F32, M, c->n) : NULL;
       if (got) compare(v, label, got, ref, c->n, tol_of(r, v, CL_F32, CL_F32));
@@ -2389,13 +2402,13 @@ static const mask_case mask_cases[] = {
 
 /* key, first, n, p */
 static const draw_case draw_cases[] = {
-    {1, 0, 1, 0.5},
-    {0x0123456789abcdefull, 0, 1000, 0.3},
-    {0x0123456789abcdefull, 777, 1000, 0.3}, /* a later micro-batch of the same stream */
-    {42, 5, 300007, 0.9},                    /* parallel, many blocks */
-    {42, 0, 4096, 1e-9},                     /* nearly everything kept */
-    {42, 0, 4096, 0.999999},                 /* nearly nothing kept */
-    {7, 0, 0, 0.5},
+    {1, 0, 0, 0, 1, 0.5},
+    {0x0123456789abcdefull, 1, 1, 0, 1000, 0.3},
+    {0x0123456789abcdefull, 1, 1, 777, 1000, 0.3}, /* a later micro-batch of the same stream */
+    {42, 2, 0, 5, 300007, 0.9},                    /* parallel, many blocks */
+    {42, 0, 1, 0, 4096, 1e-9},                     /* nearly everything kept */
+    {42, 3, 1, 0, 4096, 0.999999},                 /* nearly nothing kept */
+    {7, 0, 0, 0, 0, 0.5},
 };
 
 /* row_bytes, offset, N, T, t0, nt, nb */
