@@ -213,7 +213,7 @@ memory_advise <- function(model, budget, batch_size, seq_len, height, width,
 
   grid <- advise_grid(B, steps, allow_tbptt, forecast$free_run)
   plans <- lapply(seq_len(nrow(grid)), function(i) {
-    plan_of(model, grid[i, ], B, T, H, W, optimizer, forecast)
+    plan_of(model, grid[i, ], B, T, H, W, optimizer, forecast, target)
   })
   bytes <- do.call(rbind, lapply(plans, `[[`, "bytes"))
   rows <- cbind(grid, micro_batch = ceiling(B / grid$accumulation_steps), as.data.frame(bytes))
@@ -307,14 +307,15 @@ micro_splits <- function(B) {
 # overflow what the planner can hold); with several teacher-forcing modes
 # (forecast$modes) the plan of the one that reserves the most, so that the
 # configuration fits every step.
-plan_of <- function(model, cfg, B, T, H, W, optimizer, forecast) {
+plan_of <- function(model, cfg, B, T, H, W, optimizer, forecast, target) {
   cols <- c(mem_categories, "total", "reserved", "runtime")
   tryCatch({
     each <- lapply(forecast$modes, function(tf) {
       est <- memory_estimate(model, B, T, H, W, dtype = cfg$dtype, checkpoint = cfg$checkpoint,
                              accumulation_steps = cfg$accumulation_steps, tbptt = cfg$tbptt,
                              optimizer = optimizer, recompute_gates = cfg$recompute_gates,
-                             horizon = forecast$horizon, teacher_forcing = tf)
+                             horizon = forecast$horizon, teacher_forcing = tf,
+                             target = target)
       estimate_bytes(est)[cols]
     })
     list(bytes = each[[which.max(vapply(each, function(b) b[["reserved"]], numeric(1)))]])
@@ -616,7 +617,8 @@ calibration_bytes <- function(config) {
     model <- calibration_model(config, cal, r[[2]])
     on.exit(convlstm_release(model))
     e <- memory_estimate(model, cal$B, cal$T, cal$size, cal$size,
-                         accumulation_steps = r[[3]], optimizer = optimizer_adam())
+                         accumulation_steps = r[[3]], optimizer = optimizer_adam(),
+                         target = "last_state") # train_step()'s default, as run() below
     e$bytes[e$category == "total"]
   }, numeric(1))
   data <- vapply(runs, function(r) {

@@ -56,6 +56,13 @@
 #'   weight (`train_step(..., weight = )`) the target it is shaped as,
 #'   `"last_state"` or `"sequence"`: its buffer on the device (`weight`,
 #'   under `data`) is planned too.
+#' @param target For a training estimate, `NULL` plans a step that can
+#'   take either target (what [convlstm_forward()] with `training = TRUE`
+#'   and a separate backward hold); `"last_state"` or `"sequence"` plans
+#'   [train_step()]'s with that target. They differ for a model of one
+#'   layer trained on its last state, whose `d_hidden` holds one time step
+#'   instead of every step (only the last step receives the loss's
+#'   gradient, and nothing comes from a layer above).
 #' @param horizon `0`, or for an inference estimate the frames a forecast
 #'   `predict(model, x, horizon = )` rolls on after `seq_len` steps (planned
 #'   as `frames`, under `activations`, with only the running states kept);
@@ -124,7 +131,7 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
                             optimizer = NULL, outputs = c("all", "last_state"),
                             state = c("zero", "given", "carry"), horizon = 0,
                             weight = NULL, teacher_forcing = TRUE, world_size = 1,
-                            recompute_gates = FALSE) {
+                            recompute_gates = FALSE, target = NULL) {
   ptr <- model_ptr(model)
   shape <- c(
     check_count(batch_size, "batch_size"), check_count(seq_len, "seq_len"),
@@ -165,6 +172,13 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
                                 weight = if (!is.null(weight)) {
                                   if (weight == "sequence") 5L else 4L
                                 }, recompute_gates = recompute_gates)
+  if (!is.null(target)) {
+    target <- check_choice(target, c("last_state", "sequence"), "target")
+    if (training) { # the plain step has no options list: one to carry it
+      options <- options %||% c_step_options()
+      options$target <- target
+    }
+  }
   recompute_gates <- if (training) options$recompute_gates %||% 0L else 0L
   optimizer <- plan_optimizer(ptr, optimizer, training)
   world_size <- check_count(world_size, "world_size")
@@ -174,7 +188,7 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
     plan, shape = shape, training = training, dtype = dtype %||% config$dtype,
     options = list(checkpoint = checkpoint, recompute_gates = recompute_gates,
                    accumulation_steps = accumulation_steps, tbptt = tbptt, outputs = if (training) "all" else outputs, state = state,
-                   horizon = horizon, weight = weight,
+                   horizon = horizon, weight = weight, target = target,
                    teacher_forcing = if (training && horizon > 1) teacher_forcing else 1),
     optimizer = optimizer$kind %||% planned_optimizer(plan$name)
   )

@@ -88,7 +88,7 @@ memory_profile <- function(model, batch_sizes, seq_len, height, width, steps = 2
   rows <- lapply(batch_sizes, function(B) {
     est <- memory_estimate(copy, B, seq_len, height, width, optimizer = optimizer,
                            checkpoint = checkpoint, accumulation_steps = accumulation_steps,
-                           tbptt = tbptt, recompute_gates = recompute_gates)
+                           tbptt = tbptt, recompute_gates = recompute_gates, target = target)
     if (steps == 0) {
       eb <- estimate_bytes(est)
       return(data.frame(

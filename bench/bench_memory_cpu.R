@@ -28,7 +28,7 @@ invisible(train_step(w, x[1, 1:2, , 1:8, 1:8, drop = FALSE], array(runif(128), c
                      optimizer_adam()))
 m <- convlstm(cf$n, cf$hidden, 3, device = "cpu", threads = 1)
 opt <- optimizer_adam()
-est <- memory_estimate(m, B, cf$T, S, S, optimizer = opt)
+est <- memory_estimate(m, B, cf$T, S, S, optimizer = opt, target = "last_state")
 invisible(gc())
 r0 <- status("VmRSS")
 writeLines("5", "/proc/self/clear_refs")

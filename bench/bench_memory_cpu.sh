@@ -13,7 +13,19 @@ here=$(cd "$(dirname "$0")" && pwd)
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 config=${1:-mnist64}
 [ $# -gt 0 ] && shift
+# the growth in MiB from a line "... VmHWM growth X MiB ..."
+growth() { sed -n 's/.*VmHWM growth \([0-9.]*\) MiB.*/\1/p'; }
+cpu() { sed -n 's/.*CPU \([0-9.]*\) s.*/\1/p'; }
+summary=""
 for b in ${@:-2 4}; do
-  Rscript "$here/bench_memory_cpu.R" "$config" "$b"
-  "${PYTHON:-/usr/bin/python3}" "$here/bench_memory_cpu.py" "$config" "$b"
+  ours=$(Rscript "$here/bench_memory_cpu.R" "$config" "$b") || exit 1
+  torch=$("${PYTHON:-/usr/bin/python3}" "$here/bench_memory_cpu.py" "$config" "$b") || exit 1
+  printf '%s\n%s\n' "$ours" "$torch"
+  summary="$summary$(printf '%s %s %s %s %s %s' "$config" "$b" \
+    "$(echo "$ours" | growth | head -1)" "$(echo "$torch" | growth)" \
+    "$(echo "$ours" | cpu | head -1)" "$(echo "$torch" | cpu)")
+"
 done
+echo "config batch | VmHWM growth MiB ours torch ratio | CPU s ours torch ratio"
+printf '%s' "$summary" | awk '{printf "%s %s | %.1f %.1f %.2f | %.2f %.2f %.2f\n",
+  $1, $2, $3, $4, $3 / $4, $5, $6, $5 / $6}'

@@ -114,7 +114,8 @@ SEXP r_optim_list(const cl_optim *o) {
 }
 
 /* list(checkpoint, recompute_gates, tbptt, accumulation_steps, outputs = "all" | "last_state",
- * dtype = NULL | a dtype's name for cl_model_plan, state_mode = "zero" |
+ * dtype = NULL | a dtype's name for cl_model_plan, target = NULL |
+ * "last_state" | "sequence" (cl_model_plan only), state_mode = "zero" |
  * "given" | "carry", state = NULL | h and c of every layer, flat, horizon,
  * free_run = NULL | 1 (train_step with a horizon, no teacher forcing),
  * truth = NULL | horizon - 1 integer flags (scheduled sampling, with
@@ -140,6 +141,10 @@ void r_step_options(SEXP opts, cl_step_options *out, cl_host_array *state_buf) {
                                                                             : CL_OUTPUTS_ALL;
   SEXP dt = field(opts, "dtype");
   out->plan_dtype = dt == R_NilValue ? 0 : 1 + (int)r_dtype(dt);
+  /* optional: absent or NULL, a plan for either target (cl_model_plan only) */
+  static const char *const targets[] = {"last_state", "sequence"};
+  SEXP tg = field(opts, "target");
+  if (tg != R_NilValue) out->plan_target = 1 + choice(tg, targets, 2, "target");
   /* optional: absent or NULL, no clipping */
   SEXP clip = field(opts, "max_grad_norm");
   out->max_grad_norm = clip == R_NilValue ? 0 : num(opts, "max_grad_norm", "step options");

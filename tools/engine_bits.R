@@ -85,6 +85,20 @@ run("huber_weight_clip", target = "sequence",
                      weight = array(rep(c(0, 1, 2), length.out = 5 * 4 * 2 * 6 * 5),
                                     dim = c(5, 4, 2, 6, 5))))
 run("bce_sgd_data", target = "sequence", step_args = list(loss = "bce_logits", pos_weight = 2))
+# one layer on its last state: d_hidden holds one step (cl_geom.dh_one)
+one <- list(hidden_dims = 3)
+run("one_layer", model_args = one)
+run("one_layer_ckpt_accum", model_args = one, T = 5,
+    step_args = list(checkpoint = 2, accumulation_steps = 2))
+run("one_layer_recompute_tbptt", model_args = one, T = 5,
+    step_args = list(recompute_gates = 2, tbptt = 3))
+run("one_layer_dropout_peep_ckpt_rc", T = 6, seed = 5,
+    model_args = c(one, list(dropout = 0.3, recurrent_dropout = 0.2, peephole = "channel")),
+    step_args = list(checkpoint = 3, recompute_gates = TRUE))
+run("one_layer_weight_f16", model_args = one, dtype = "float16",
+    step_args = list(weight = array(rep(c(0, 1, 2), length.out = 5 * 3 * 6 * 5),
+                                    dim = c(5, 3, 6, 5))))
+run("one_layer_carry_ckpt", model_args = one, step_args = list(state = "carry", checkpoint = 2))
 
 # a data set on the device, rows gathered there
 set.seed(11)

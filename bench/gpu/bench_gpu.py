@@ -148,7 +148,7 @@ class cl_loss_fn(C.Structure):
 class cl_step_options(C.Structure):
     _fields_ = [("checkpoint", C.c_int), ("recompute_gates", C.c_int), ("tbptt", C.c_int),
                 ("accumulation_steps", C.c_int), ("outputs", C.c_int), ("plan_dtype", C.c_int),
-                ("horizon", C.c_int), ("free_run", C.c_int), ("truth", C.POINTER(C.c_int)),
+                ("plan_target", C.c_int), ("horizon", C.c_int), ("free_run", C.c_int), ("truth", C.POINTER(C.c_int)),
                 ("state_mode", C.c_int), ("state", C.POINTER(cl_host_array)),
                 ("max_grad_norm", C.c_double), ("loss", cl_loss_fn),
                 ("weight", C.POINTER(cl_host_array)),
@@ -444,6 +444,9 @@ class Ours:
 
     def plan(self, B, T, H, W, training=True, opt=None, opts=None):
         p = cl_plan()
+        if training:  # train_step's plan: it trains on the last state (train_step above)
+            opts = opts or cl_step_options()
+            opts.plan_target = 1 + CL_TARGET_LAST_STATE
         self.check(self.L.cl_model_plan(self.m, B, T, H, W, int(training),
                                         C.byref(opt) if opt else None,
                                         C.byref(opts) if opts else None, C.byref(p)))

@@ -281,6 +281,11 @@ typedef struct cl_step_options {
   cl_outputs outputs;     /* inference forward */
   int plan_dtype;         /* cl_model_plan only: 0 plans the model's own
                              storage dtype, 1 + a cl_dtype plans that one */
+  int plan_target;        /* cl_model_plan only, training: 0 plans for either
+                             target (what a separate forward and backward
+                             hold), 1 + a cl_target plans train_step's with
+                             that target (a last state on one layer keeps
+                             one step of d_hidden); train_step plans its own */
   int horizon;            /* inference: 0, or roll the model forward this many
                              frames after x, each prediction (the last
                              layer's h) fed back as the next input; needs the
@@ -800,13 +805,14 @@ cl_status cl_model_train_step_data(cl_model *m, const cl_data *d, const int *idx
  * fields, an enum's values, a constant. The sizes of the structs that cross
  * the interface are compared as well (CL_API_STRUCTS), so a change that
  * forgot the version is still caught when it moves a size. */
-#define CL_API_VERSION 5 /* 2: cl_config.dropout_masks, cl_step_options.truth and
+#define CL_API_VERSION 6 /* 2: cl_config.dropout_masks, cl_step_options.truth and
                            * .recompute_gates; 3: cl_step_options.draw_masks and
                            * .dropout_seed, cl_model_dropout_mask; 4:
                            * cl_config.recurrent_kernel_sizes and
                            * .recurrent_kernel_widths, cl_optim.alpha and .centered
                            * (RMSprop), cl_loss_fn.reduction; 5:
-                           * cl_config.forecaster and .patch */
+                           * cl_config.forecaster and .patch; 6:
+                           * cl_step_options.plan_target */
 #define CL_API_STRUCTS(X)                                                                  \
   X(cl_config) X(cl_host_array) X(cl_gpu_info) X(cl_step_options) X(cl_optim)             \
   X(cl_loss_scale) X(cl_mem_stats) X(cl_plan_entry) X(cl_plan) X(cl_loss_fn)

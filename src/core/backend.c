@@ -26,9 +26,21 @@ cl_status cl_backend_synchronize(cl_backend *be) {
   return be->iface->synchronize ? be->iface->synchronize(be) : CL_OK;
 }
 
-cl_status cl_backend_conv_workspace(cl_backend *be, const cl_conv_shape *s, size_t *bytes) {
+cl_status cl_backend_conv_workspace(cl_backend *be, const cl_conv_shape *s, cl_conv_dir dir,
+                                    size_t *bytes) {
   *bytes = 0;
-  return be->iface->conv_workspace ? be->iface->conv_workspace(be, s, bytes) : CL_OK;
+  return be->iface->conv_workspace ? be->iface->conv_workspace(be, s, dir, bytes) : CL_OK;
+}
+
+cl_status cl_backend_conv_workspace_any(cl_backend *be, const cl_conv_shape *s, size_t *bytes) {
+  *bytes = 0;
+  for (int d = CL_CONV_FORWARD; d <= CL_CONV_BACKWARD_FILTER; d++) {
+    size_t w;
+    cl_status st = cl_backend_conv_workspace(be, s, (cl_conv_dir)d, &w);
+    if (st != CL_OK) return st;
+    if (w > *bytes) *bytes = w;
+  }
+  return CL_OK;
 }
 
 size_t cl_backend_runtime_bytes(cl_backend *be) {

@@ -77,10 +77,14 @@ typedef struct cl_mask_shape {
 } cl_mask_shape;
 
 /* mask_draw: n elements of one dropout stream (dropout_rng.h) into a mask
- * buffer, mask[e] = cl_rng_mask_value(key, first + e, cut, keep). The
- * struct is hashed whole (cuda_graph.cu): pad stays 0. */
+ * buffer, mask[e] = cl_rng_mask_value(cl_rng_key(*seed, layer, kind),
+ * first + e, cut, keep). The seed is read from the device word the core
+ * wrote before the step's draws (the planned dropout_seed buffer), not
+ * passed by value: a recorded step (cuda_graph.cu, which hashes the struct
+ * whole: pad stays 0) then replays with each call's own seed. */
 typedef struct cl_mask_draw {
-  uint64_t key;   /* cl_rng_key(seed, layer, kind) */
+  const uint64_t *seed; /* device memory (host memory on the CPU) */
+  int32_t layer, kind;  /* kind 0: the layer's input, 1: its h */
   uint64_t first; /* the stream's element at mask[0] */
   uint64_t n;
   uint64_t cut;   /* cl_rng_cut(p) */
@@ -251,9 +255,11 @@ typedef enum { CL_GRAPH_AUTO = 0, CL_GRAPH_PLAIN = 1, CL_GRAPH_OFF_COMM = 2 } cl
     (be, dst, src, idx, nb, N, t0, nt, row_bytes))
 
 /* ---- convolution ----
- * (optional) conv_workspace: *bytes of workspace that each of the three
- * calls below may use for this shape; default 0. The core allocates the
- * maximum over all shapes of a step once, in the plan. A failure (no
+ * (optional) conv_workspace: *bytes of workspace that the call of
+ * direction dir below (cl_conv_dir: conv_forward, conv_backward_data,
+ * conv_backward_filter) uses for this shape; default 0. The core allocates
+ * the maximum over the calls of a step once, in the plan, so an inference
+ * forward reserves no backward's share. A failure (no
  * algorithm for the shape, say) is a status with the reason in be->err, and
  * fails the plan: a guess would be a plan too small for the calls.
  * conv_forward: y = conv(x, w) + bias (bias may be NULL); accumulate: y +=.
@@ -264,7 +270,7 @@ typedef enum { CL_GRAPH_AUTO = 0, CL_GRAPH_PLAIN = 1, CL_GRAPH_OFF_COMM = 2 } cl
  * torch. */
 #define CL_SLOTS_CONV(X)                                                                            \
   X(NONE, OPT, cl_status, conv_workspace,                                                         \
-    (cl_backend * be, const cl_conv_shape *s, size_t *bytes), (be, s, bytes))                      \
+    (cl_backend * be, const cl_conv_shape *s, cl_conv_dir dir, size_t *bytes), (be, s, dir, bytes)) \
   X(STEP, REQ, cl_status, conv_forward,                                                           \
     (cl_backend * be, const cl_conv_shape *s, const void *x, const float *w, const float *bias,    \
      void *y, int accumulate, void *ws),                                                           \
@@ -501,7 +507,11 @@ cl_status cl_backend_cuda_device_info(int device, cl_gpu_info *out, char *err, s
 /* Wrappers that supply defaults for the optional slots (backend.c). */
 cl_status cl_backend_mem_info(cl_backend *be, size_t *free_bytes, size_t *total_bytes);
 cl_status cl_backend_synchronize(cl_backend *be);
-cl_status cl_backend_conv_workspace(cl_backend *be, const cl_conv_shape *s, size_t *bytes);
+/* The workspace of s's call in direction dir (conv_workspace), and the
+ * largest of its three directions' (conv_workspace_any). */
+cl_status cl_backend_conv_workspace(cl_backend *be, const cl_conv_shape *s, cl_conv_dir dir,
+                                    size_t *bytes);
+cl_status cl_backend_conv_workspace_any(cl_backend *be, const cl_conv_shape *s, size_t *bytes);
 size_t cl_backend_runtime_bytes(cl_backend *be);
 /* The step's block: step_vals, or host_vals (the core's, in host memory). */
 cl_step_vals *cl_backend_step_vals(cl_backend *be, cl_step_vals *host_vals);

@@ -32,6 +32,20 @@ static size_t top_step(const cl_model *m, int b) {
   return (size_t)b * m->layer[m->cfg.n_layers - 1].hidden * g->H * g->W;
 }
 
+/* Layer l's d loss / d h of step s: with dh_one (plan.c) every step's in
+ * the one step the buffer holds. */
+static float *dh_at(const cl_model *m, int l, int s, size_t bh) {
+  return m->step.dh[l] + (m->step.g.dh_one ? 0 : (size_t)s * bh);
+}
+
+/* dz of step s > 0 onto d loss / d h_{s-1}, added to what the layer above
+ * or the loss put there; with dh_one nothing is there but step s's own,
+ * read already: zeros first, so that the sum is the same as in S steps. */
+static cl_status back_to_h(cl_model *m, int l, int b, const void *dz_s, int s, size_t bh) {
+  if (m->step.g.dh_one) CL_TRY(cl_zero(m, m->step.dh[l], bh * sizeof(float)));
+  return cl_dropout_hidden_grad(m, l, b, dz_s, dh_at(m, l, s - 1, bh), 1);
+}
+
 /* Put the segment's part of an array shaped like the target into the last
  * layer's d_hidden: zeros where the target says nothing. Returns through
  * *at / *n the part that holds values (n = 0: none in this segment) and
@@ -56,6 +70,7 @@ static cl_status place_target(cl_model *m, const cl_source *a, cl_target target,
   }
   int has_last = t0 + len == m->step.g.T;
   size_t zeros = has_last ? (size_t)(len - 1) * bh : (size_t)len * bh;
+  if (m->step.g.dh_one) zeros = has_last ? 0 : bh; /* the one step */
   if (zeros) CL_TRY(cl_zero(m, dh, zeros * sizeof(float)));
   if (!has_last) return CL_OK;
   cl_block blk = {b0, b, 0, 1};
@@ -75,7 +90,9 @@ cl_status cl_loss_segment(cl_model *m, const cl_call *c, const cl_source *y, cl_
   if (n == 0) return CL_OK;
   const cl_step *st = &m->step;
   float *dh = st->dh[m->cfg.n_layers - 1];
-  const void *pred = cl_at(st->hid[m->cfg.n_layers - 1], (size_t)(at - dh), st->g.dtype);
+  /* with dh_one the last state's gradient is the buffer's one step */
+  size_t off = st->g.dh_one ? (size_t)(len - 1) * top_step(m, b) : (size_t)(at - dh);
+  const void *pred = cl_at(st->hid[m->cfg.n_layers - 1], off, st->g.dtype);
   if (c->weight.host) { /* the same block as the target's, from the buffer's start */
     w = st->weight;
     CL_TRY(cl_put_source(m, w, CL_F32, &c->weight, k));
@@ -100,7 +117,7 @@ static cl_status backward_layer(cl_model *m, int l, int b, int len, int done, co
   cl_dtype t = g->dtype;
   size_t P = (size_t)g->H * g->W, bh = (size_t)b * L->hidden * P, bg = 4 * bh;
   void *dz = st->gates[l], *cell = st->cell[l], *hid = st->hid[l];
-  float *dh = st->dh[l], *dc = st->dc[l], *gw = m->grads;
+  float *dc = st->dc[l], *gw = m->grads;
   int run = len - done; /* steps whose cell gradient runs here */
   cl_conv_shape sx = cl_conv_input_half(L, g, len * b), sh = cl_conv_hidden_half(L, g, b);
   cl_gates_shape gs = cl_cell_shape(m, L, g, b);
@@ -108,18 +125,18 @@ static cl_status backward_layer(cl_model *m, int l, int b, int len, int done, co
 
   if (fresh_dc) CL_TRY(cl_zero(m, dc, bh * sizeof(float)));
   if (carry_in) /* the later segment's first step reaches back to our last h */
-    CL_TRY(cl_dropout_hidden_grad(m, l, b, st->dz_carry[l], dh + (len - 1) * bh, 1));
+    CL_TRY(cl_dropout_hidden_grad(m, l, b, st->dz_carry[l], dh_at(m, l, len - 1, bh), 1));
   if (done) /* so does the first step that ran before */
-    CL_TRY(cl_dropout_hidden_grad(m, l, b, cl_at(dz, run * bg, t), dh + (run - 1) * bh, 1));
+    CL_TRY(cl_dropout_hidden_grad(m, l, b, cl_at(dz, run * bg, t), dh_at(m, l, run - 1, bh), 1));
   for (int s = run - 1; s >= 0; s--) {
     void *dz_s = cl_at(dz, s * bg, t);
     const void *c_prev = s > 0 ? cl_at(cell, (s - 1) * bh, t) : prev_c;
     CL_KERNEL(m, be->gates_backward(m->be, &gs, dz_s, cl_at(cell, s * bh, t), c_prev, wp,
-                                    dh + s * bh, dc));
+                                    dh_at(m, l, s, bh), dc));
     if (wp)
       CL_KERNEL(m, be->peephole_filter(m->be, &gs, dz_s, cl_at(cell, s * bh, t), c_prev,
                                        cl_peep_of(L, gw)));
-    if (s > 0) CL_TRY(cl_dropout_hidden_grad(m, l, b, dz_s, dh + (s - 1) * bh, 1));
+    if (s > 0) CL_TRY(back_to_h(m, l, b, dz_s, s, bh));
   }
   if (save_carry)
     CL_KERNEL(m, be->copy(m->be, st->dz_carry[l], dz, bg * cl_dtype_size(t)));
@@ -200,13 +217,13 @@ static cl_status backward_layer_chunks(cl_model *m, int l, int b, int len, const
   cl_dtype t = g->dtype;
   size_t P = (size_t)g->H * g->W, bh = (size_t)b * L->hidden * P, bg = 4 * bh;
   void *dz = st->gates[l], *cell = st->cell[l];
-  float *dh = st->dh[l], *dc = st->dc[l];
+  float *dc = st->dc[l];
   cl_gates_shape gs = cl_cell_shape(m, L, g, b);
   const float *wp = cl_peep_of(L, m->params);
 
   if (fresh_dc) CL_TRY(cl_zero(m, dc, bh * sizeof(float)));
   if (carry_in)
-    CL_TRY(cl_dropout_hidden_grad(m, l, b, st->dz_carry[l], dh + (len - 1) * bh, 1));
+    CL_TRY(cl_dropout_hidden_grad(m, l, b, st->dz_carry[l], dh_at(m, l, len - 1, bh), 1));
   for (int s0 = (len - 1) / g->rc * g->rc; s0 >= 0; s0 -= g->rc) {
     int k = len - s0 < g->rc ? len - s0 : g->rc;
     CL_TRY(cl_forward_steps(m, l, b, s0, k, in, prev_h, prev_c, dz));
@@ -214,11 +231,11 @@ static cl_status backward_layer_chunks(cl_model *m, int l, int b, int len, const
       void *dz_s = cl_at(dz, (size_t)(s - s0) * bg, t);
       const void *c_prev = s > 0 ? cl_at(cell, (s - 1) * bh, t) : prev_c;
       CL_KERNEL(m, be->gates_backward(m->be, &gs, dz_s, cl_at(cell, s * bh, t), c_prev, wp,
-                                      dh + s * bh, dc));
+                                      dh_at(m, l, s, bh), dc));
       if (wp)
         CL_KERNEL(m, be->peephole_filter(m->be, &gs, dz_s, cl_at(cell, s * bh, t), c_prev,
                                          cl_peep_of(L, m->grads)));
-      if (s > 0) CL_TRY(cl_dropout_hidden_grad(m, l, b, dz_s, dh + (s - 1) * bh, 1));
+      if (s > 0) CL_TRY(back_to_h(m, l, b, dz_s, s, bh));
     }
     if (s0 == 0 && save_carry)
       CL_KERNEL(m, be->copy(m->be, st->dz_carry[l], dz, bg * cl_dtype_size(t)));

@@ -59,33 +59,37 @@ static cl_status put_rows(cl_model *m, float *dev, const float *host, int GC, in
 
 /* The stream of layer l's masks of kind k (0: input, 1: h) at rate p for
  * sequences b0.. of b, each of GC channels: what mask_draw takes. */
-static cl_mask_draw draw_of(uint64_t seed, int l, int k, double p, size_t GC, size_t HW, int b0,
-                            int b) {
+static cl_mask_draw draw_of(const uint64_t *seed, int l, int k, double p, size_t GC, size_t HW,
+                            int b0, int b) {
   const size_t row = GC * HW;
-  cl_mask_draw d = {cl_rng_key(seed, l, k), (uint64_t)b0 * row, (uint64_t)b * row, cl_rng_cut(p),
+  cl_mask_draw d = {seed, l, k, (uint64_t)b0 * row, (uint64_t)b * row, cl_rng_cut(p),
                     (float)(1.0 / (1.0 - p)), 0};
   return d;
 }
 
 /* Rows b0.. of one mask into its buffer: the caller's, else drawn. */
-static cl_status fill_rows(cl_model *m, const cl_step_options *o, int l, int k, float *dev,
-                           const float *given, int GC, int b0, int b) {
+static cl_status fill_rows(cl_model *m, int l, int k, float *dev, const float *given, int GC,
+                           int b0, int b) {
   if (given) return put_rows(m, dev, given, GC, b0, b);
   const double p = k ? m->cfg.recurrent_dropout[l] : m->cfg.dropout[l];
   const cl_geom *g = &m->step.g;
-  cl_mask_draw d = draw_of(o->dropout_seed, l, k, p, (size_t)GC, (size_t)g->H * g->W, b0, b);
+  cl_mask_draw d = draw_of(m->step.seed, l, k, p, (size_t)GC, (size_t)g->H * g->W, b0, b);
   CL_KERNEL(m, m->be->iface->mask_draw(m->be, &d, dev));
   return CL_OK;
 }
 
 cl_status cl_dropout_upload(cl_model *m, const cl_step_options *o, int b0, int b) {
   const cl_step *st = &m->step;
+  /* the seed the draws read, staged as x is: a recorded step's upload
+   * copies each call's own (cuda_graph.cu) */
+  if (b0 == 0 && st->seed && o && o->draw_masks)
+    CL_TRY(cl_put_bytes(m, st->seed, &o->dropout_seed, sizeof o->dropout_seed));
   for (int l = 0; l < m->cfg.n_layers; l++) {
     const cl_layer *L = &m->layer[l];
     if (cl_layer_drops_input(m, l))
-      CL_TRY(fill_rows(m, o, l, 0, st->mask_x[l], o->mask_x[l], L->groups_x * L->in, b0, b));
+      CL_TRY(fill_rows(m, l, 0, st->mask_x[l], o->mask_x[l], L->groups_x * L->in, b0, b));
     if (cl_layer_drops_hidden(m, l))
-      CL_TRY(fill_rows(m, o, l, 1, st->mask_h[l], o->mask_h[l], L->groups_h * L->hidden, b0, b));
+      CL_TRY(fill_rows(m, l, 1, st->mask_h[l], o->mask_h[l], L->groups_h * L->hidden, b0, b));
   }
   return CL_OK;
 }
@@ -104,8 +108,9 @@ cl_status cl_model_dropout_mask(cl_model *m, uint64_t seed, int layer, int kind,
   const int G = m->cfg.dropout_masks == CL_MASKS_PER_GATE ? 4 : 1;
   const int C = kind ? m->cfg.hidden_dims[layer]
                      : layer == 0 ? m->cfg.input_dim : m->cfg.hidden_dims[layer - 1];
-  cl_mask_draw d = draw_of(seed, layer, kind, p, (size_t)G * C, (size_t)H * W, 0, B);
-  for (uint64_t e = 0; e < d.n; e++) out[e] = cl_rng_mask_value(d.key, e, d.cut, d.keep);
+  cl_mask_draw d = draw_of(&seed, layer, kind, p, (size_t)G * C, (size_t)H * W, 0, B);
+  const uint64_t key = cl_rng_key(seed, layer, kind);
+  for (uint64_t e = 0; e < d.n; e++) out[e] = cl_rng_mask_value(key, e, d.cut, d.keep);
   return CL_OK;
 }
 

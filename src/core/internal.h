@@ -170,6 +170,11 @@ typedef struct cl_geom {
                           are kept from forward to backward */
   int weight_steps;    /* training with a loss weight: steps of it held at once
                           (S for a sequence target, 1 for the last state); 0: none */
+  int dh_one;          /* training: d_hidden holds one step, not S -- a last-state
+                          target on one layer, where only the last step receives
+                          the loss's gradient and nothing comes from above, so
+                          each step's flows back through one buffer (backward.c
+                          dh_at; cl_geom_target) */
 } cl_geom;
 
 /* Layer L's two convolutions over n images at g's frame size and storage
@@ -243,7 +248,8 @@ static inline cl_conv_shape cl_conv_hidden_half(const cl_layer *L, const cl_geom
   ROW(CARRY_C, carry_c, "carry_c", NULL, LAYER, STORE)                                     \
   /* d loss / d layer output [S, Bm, max h, H, W], one buffer for every layer              \
    * in turn (backward.c); the last layer's also receives the target, which                \
-   * the loss kernel turns into its gradient in place */                                   \
+   * the loss kernel turns into its gradient in place; [1, Bm, h, H, W] with               \
+   * cl_geom.dh_one */                                                                     \
   ROW(DH, dh, "d_hidden", NULL, LAYER, F32)                                                \
   /* d loss / d c, one step [Bm, h, H, W]; one buffer of the largest h unless              \
    * checkpoint segments interleave layers, then one per layer */                          \
@@ -278,7 +284,11 @@ static inline cl_conv_shape cl_conv_hidden_half(const cl_layer *L, const cl_geom
    * handed to encoder layer l's last step */                                              \
   ROW(HEAD_OUT, head_out, "head_output", NULL, ONE, STORE)                                 \
   ROW(HEAD_GRAD, head_grad, "d_head", NULL, ONE, F32)                                      \
-  ROW(HAND_C, hand_c, "d_cell_handover", NULL, LAYER, F32)
+  ROW(HAND_C, hand_c, "d_cell_handover", NULL, LAYER, F32)                                 \
+  /* training with dropout: the call's seed (cl_step_options.dropout_seed),                \
+   * written before the masks are drawn and read by mask_draw, so that a                   \
+   * recorded step replays with a new seed (dropout.c) */                                  \
+  ROW(SEED, seed, "dropout_seed", NULL, ONE, U64)
 
 #define CL_BUF_ENUM_MODEL_(kind, name, other) CL_BUF_##kind,
 #define CL_BUF_ENUM_STEP_(kind, field, name, other, per, dt) CL_BUF_##kind,
@@ -297,6 +307,7 @@ static inline int cl_buf_is_step(int kind) { return kind >= CL_BUF_X; }
  * Activations are in the storage dtype (void *), gradients float. */
 #define CL_BUF_CTYPE_STORE void
 #define CL_BUF_CTYPE_F32 float
+#define CL_BUF_CTYPE_U64 uint64_t
 #define CL_BUF_DIM_ONE
 #define CL_BUF_DIM_LAYER [CL_MAX_LAYERS]
 #define CL_BUF_FIELD_(kind, field, name, other, per, dt) CL_BUF_CTYPE_##dt *field CL_BUF_DIM_##per;

@@ -385,6 +385,7 @@ cl_status cl_model_plan(cl_model *m, int B, int T, int H, int W, int training,
   memset(out, 0, sizeof *out);
   cl_geom g;
   CL_TRY(public_geom(m, B, T, H, W, training, opts, &g));
+  if (opts && opts->plan_target) cl_geom_target(m, (cl_target)(opts->plan_target - 1), &g);
   char err[CL_ERRMSG_LEN];
   cl_status st = cl_plan_build(m, &g, opt, out, err, sizeof err);
   if (st != CL_OK) return cl_fail(m, st, "%s", err);

@@ -93,10 +93,22 @@ cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
   }
   if (o->recompute_gates) g->rc = o->recompute_gates < g->S ? o->recompute_gates : g->S;
   /* a sequence's weight, as its target, covers at most a segment's steps,
-   * with a horizon only its last `horizon` (place_target in backward.c) */
-  if (o->weight)
-    g->weight_steps = o->weight->ndim != 5 ? 1 : g->horizon && g->horizon < g->S ? g->horizon : g->S;
+   * with a horizon only its last `horizon` (place_target in backward.c):
+   * the most any segment (or window) holds of them -- the last one's, or
+   * where the horizon reaches past it, the one before's */
+  if (o->weight) {
+    int K = g->horizon ? g->horizon : g->T, last = g->T - (ceil_div(g->T, g->S) - 1) * g->S;
+    int before = K - last < g->S ? K - last : g->S;
+    g->weight_steps = o->weight->ndim != 5 ? 1 : K <= last ? K : last > before ? last : before;
+  }
   return CL_OK;
+}
+
+void cl_geom_target(const cl_model *m, cl_target target, cl_geom *g) {
+  /* a layer below would read the whole sequence of its d_hidden, and a
+   * horizon (sequence targets only) fills every step of it */
+  g->dh_one = g->training && target == CL_TARGET_LAST_STATE && m->cfg.n_layers == 1 &&
+              !g->free_run;
 }
 
 size_t cl_state_bytes(const cl_model *m, int B, int H, int W, cl_dtype t) {
@@ -169,15 +181,17 @@ static size_t nbytes(plan_builder *b, size_t elt, size_t d0, size_t d1, size_t d
   return n;
 }
 
-static size_t ws_of(plan_builder *b, const cl_model *m, size_t cur, cl_conv_shape s) {
+static size_t ws_of(plan_builder *b, const cl_model *m, size_t cur, cl_conv_shape s,
+                    cl_conv_dir dir) {
   if (s.N <= 0 || b->backend != CL_OK) return cur;
   size_t w = 0;
-  b->backend = cl_backend_conv_workspace(m->be, &s, &w);
+  b->backend = cl_backend_conv_workspace(m->be, &s, dir, &w);
   return w > cur ? w : cur;
 }
 
-/* Workspace: the largest any convolution of the call asks for, over the
- * calls the executor makes (conv_calls.c). The plan does not know the
+/* Workspace: the largest any convolution of the call asks for in its own
+ * direction, over the calls the executor makes (conv_calls.c): an
+ * inference forward's, forward calls only. The plan does not know the
  * target: a sequence target's calls include a last-state target's (tbptt
  * runs every window backward, not only the last), and without scheduled
  * sampling's flags every fed-back frame is the model's own. */
@@ -187,7 +201,7 @@ static size_t plan_workspace(plan_builder *b, const cl_model *m, const cl_geom *
   if (cl_conv_calls(m, g, CL_TARGET_SEQUENCE, NULL, &calls) != CL_OK) b->overflow = 1;
   for (int i = 0; i < calls.n; i++) {
     if (calls.v[i].images > INT32_MAX) b->overflow = 1; /* N is an int */
-    ws = ws_of(b, m, ws, calls.v[i].s);
+    ws = ws_of(b, m, ws, calls.v[i].s, calls.v[i].dir);
   }
   cl_conv_list_free(&calls);
   return ws;
@@ -319,6 +333,7 @@ static void plan_dropout(plan_builder *b, const struct cl_model *m, const cl_geo
     }
   }
   if (most) add(b, CL_BUF_DROPPED, -1, CL_MEM_WORKSPACE, most);
+  if (most) add(b, CL_BUF_SEED, -1, CL_MEM_DATA, sizeof(uint64_t));
 }
 
 /* An encoder-forecaster's step (forecast.c): the input frames, each
@@ -388,7 +403,7 @@ static void plan_training(plan_builder *b, const struct cl_model *m, const cl_ge
   /* d_hidden of layer l is last read by l's time loop, and l's input half
    * writes layer l - 1's only after that loop: one buffer serves them all */
   /* rows of steps x channels (< 2^62: both factors are ints) */
-  size_t dh_rows = S * (g->rc ? (size_t)cl_dh_layout(m, NULL) : hmax);
+  size_t dh_rows = (g->dh_one ? 1 : S) * (g->rc ? (size_t)cl_dh_layout(m, NULL) : hmax);
   if (g->free_run) { /* layers below the last keep their fed-back steps in the ring */
     size_t tin = (size_t)(g->T - g->horizon + 1);
     size_t top = S * (size_t)m->layer[m->cfg.n_layers - 1].hidden;

@@ -13,6 +13,9 @@
 /* The geometry of a call from its shape and options (checked). */
 cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
                        const cl_step_options *o, cl_geom *g);
+/* A training step's target, where the plan depends on it (cl_geom.dh_one):
+ * train_step's, or the one cl_model_plan is asked for. */
+void cl_geom_target(const cl_model *m, cl_target target, cl_geom *g);
 /* Fills *out (entries malloc'ed; free with cl_plan_free). opt may be NULL:
  * then the optimizer state the model holds, if any, is planned. Fails, with
  * the reason in err, with CL_E_INVALID when sizes overflow, or with the

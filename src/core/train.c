@@ -319,6 +319,7 @@ cl_status cl_train_sources(cl_model *m, const cl_source *x, const cl_source *y, 
   cl_geom g;
   cl_call c;
   CL_TRY(cl_call_make(m, x, B, T, H, W, opts, &g, &c));
+  cl_geom_target(m, target, &g);
   m->phase = CL_PHASE_NONE;
   /* every model buffer before the step's arena, so that nothing is
    * allocated once the step has begun; a state made for a step that fails

@@ -258,17 +258,18 @@ static cl_status check_shape(cl_backend *be, const cl_conv_shape *s) {
   return CL_OK;
 }
 
-cl_status cl_cpu_conv_workspace(cl_backend *be, const cl_conv_shape *s, size_t *bytes) {
+cl_status cl_cpu_conv_workspace(cl_backend *be, const cl_conv_shape *s, cl_conv_dir dir,
+                                size_t *bytes) {
   *bytes = 0;
   cl_status st = check_shape(be, s);
   if (st != CL_OK) return st;
   /* The backend's GEMM is a fixed rule (cl_cpu_gemm_choose), so the plan
    * is sized for the kind that will run, the same in every process: no
    * margin for a kind that might have been chosen instead. */
-  for (int op = OP_FORWARD; op <= OP_BWD_FILTER; op++) {
-    conv_plan pl = conv_plan_of((conv_op)op, s, be);
-    if (pl.total > *bytes) *bytes = pl.total;
-  }
+  const conv_op op = dir == CL_CONV_FORWARD         ? OP_FORWARD
+                     : dir == CL_CONV_BACKWARD_DATA ? OP_BWD_DATA
+                                                    : OP_BWD_FILTER;
+  *bytes = conv_plan_of(op, s, be).total;
   return CL_OK;
 }
 

@@ -137,12 +137,13 @@ cl_status cl_cpu_mask_mul(cl_backend *be, const cl_mask_shape *s, const void *in
 
 cl_status cl_cpu_mask_draw(cl_backend *be, const cl_mask_draw *d, float *mask) {
   const long long n = (long long)d->n;
+  const uint64_t key = cl_rng_key(*d->seed, d->layer, d->kind); /* the word, in host memory */
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
     if (d->n > CL_CPU_MASK_PAR_MIN)
 #endif
   for (long long e = 0; e < n; e++)
-    mask[e] = cl_rng_mask_value(d->key, d->first + (uint64_t)e, d->cut, d->keep);
+    mask[e] = cl_rng_mask_value(key, d->first + (uint64_t)e, d->cut, d->keep);
   (void)be;
   return CL_OK;
 }

@@ -64,8 +64,11 @@ cl_status cl_cuda_mask_mul(cl_backend *be, const cl_mask_shape *s, const void *i
   }
 }
 
+/* The seed from its device word, which a replayed graph's upload has just
+ * written (the kernel's arguments stay as recorded). */
 __global__ void mask_draw_kernel(cl_mask_draw d, float *mask) {
-  CL_CUDA_FOR(e, (size_t)d.n) mask[e] = cl_rng_mask_value(d.key, d.first + e, d.cut, d.keep);
+  const uint64_t key = cl_rng_key(*d.seed, d.layer, d.kind);
+  CL_CUDA_FOR(e, (size_t)d.n) mask[e] = cl_rng_mask_value(key, d.first + e, d.cut, d.keep);
 }
 
 cl_status cl_cuda_mask_draw(cl_backend *be, const cl_mask_draw *d, float *mask) {

@@ -109,8 +109,9 @@ static cl_status refuse(cl_backend *be, cl_cuda_graphs *G, const char *why) {
 static void mix_arg(cl_cuda_graphs *G, const cl_conv_shape *s) { mix(G, s, sizeof *s); }
 static void mix_arg(cl_cuda_graphs *G, const cl_gates_shape *s) { mix(G, s, sizeof *s); }
 static void mix_arg(cl_cuda_graphs *G, const cl_mask_shape *s) { mix(G, s, sizeof *s); }
-/* a drawn mask's seed is a kernel argument: a new seed is a new graph, so a
- * step whose masks the core draws (a new seed each call) runs as launches */
+/* a drawn mask's seed is not in it: the kernel reads the seed's device word,
+ * uploaded from the pinned stage before the draws, so a step whose masks the
+ * core draws (a new seed each call) replays its graph */
 static void mix_arg(cl_cuda_graphs *G, const cl_mask_draw *d) { mix(G, d, sizeof *d); }
 static void mix_arg(cl_cuda_graphs *G, const cl_loss_fn *f) {
   if (f) MIX(G, f->kind), MIX(G, f->delta), MIX(G, f->pos_weight);

@@ -429,38 +429,43 @@ static cl_status cudnn_ws(cl_backend *be, const cl_conv_shape *s, int step, unsi
   return CL_OK;
 }
 
-/* The workspace of s: the largest need of the three directions, each over
- * its own chunks. A failed choice of algorithm is returned with cuDNN's
- * reason in be->err, and fails the plan. */
-cl_status cl_cuda_conv_workspace(cl_backend *be, const cl_conv_shape *s, size_t *bytes) {
+/* The workspace of s's calls in direction dir (DIR_*), over its own
+ * chunks: the weight copy, for backward data with half types the dx
+ * scratch, and cuDNN's part. A failed choice of algorithm is returned with
+ * cuDNN's reason in be->err, and fails the plan. */
+static cl_status dir_workspace(cl_backend *be, const cl_conv_shape *s, unsigned dir,
+                               size_t *bytes) {
+  int n;
+  size_t need;
+  cl_status st;
+  if ((st = dir_chunk(be, s, dir, &n)) != CL_OK || (st = cudnn_ws(be, s, n, dir, &need)) != CL_OK)
+    return st;
+  if (dir == DIR_DATA) need += dx_scratch_bytes(s, n);
+  *bytes = weight_copy_bytes(s) + need;
+  return CL_OK;
+}
+
+cl_status cl_cuda_conv_workspace(cl_backend *be, const cl_conv_shape *s, cl_conv_dir dir,
+                                 size_t *bytes) {
   *bytes = 0;
   cl_status st = check_shape(be, s);
   if (st != CL_OK || s->N == 0) return st;
-  int nf, nd, nw;
-  size_t fwd, data, filter;
-  if ((st = dir_chunk(be, s, DIR_FWD, &nf)) != CL_OK ||
-      (st = dir_chunk(be, s, DIR_DATA, &nd)) != CL_OK ||
-      (st = dir_chunk(be, s, DIR_FILTER, &nw)) != CL_OK ||
-      (st = cudnn_ws(be, s, nf, DIR_FWD, &fwd)) != CL_OK ||
-      (st = cudnn_ws(be, s, nd, DIR_DATA, &data)) != CL_OK ||
-      (st = cudnn_ws(be, s, nw, DIR_FILTER, &filter)) != CL_OK)
-    return st;
-  data += dx_scratch_bytes(s, nd);
-  size_t need = fwd > data ? fwd : data;
-  if (filter > need) need = filter;
-  *bytes = weight_copy_bytes(s) + need;
-  return CL_OK;
+  return dir_workspace(be, s,
+                       dir == CL_CONV_FORWARD         ? DIR_FWD
+                       : dir == CL_CONV_BACKWARD_DATA ? DIR_DATA
+                                                      : DIR_FILTER,
+                       bytes);
 }
 
 /* ---- CONVLSTM_CUDNN_BENCHMARK: timing at the first call ---------------- */
 
 /* The bytes of cuDNN's own workspace the plan holds for s in direction dir:
- * the shape's conv_workspace less what comes before cuDNN's part (the
+ * the direction's conv_workspace less what comes before cuDNN's part (the
  * weight copy; for backward data the dx scratch too). The core's workspace
- * is at least conv_workspace(s) for every shape a step runs. */
+ * is at least conv_workspace(s, dir) for every call a step runs. */
 static cl_status cudnn_room(cl_backend *be, const cl_conv_shape *s, unsigned dir, size_t *room) {
   size_t all = 0, before = weight_copy_bytes(s);
-  cl_status st = cl_cuda_conv_workspace(be, s, &all);
+  cl_status st = dir_workspace(be, s, dir, &all);
   if (st != CL_OK) return st;
   if (dir == DIR_DATA) {
     int nd;

@@ -72,7 +72,7 @@ static void bench(cl_backend *be, cl_conv_shape s) {
   B.b = random_floats(s.K);
   B.db = random_floats(s.K);
   size_t wsb = 0;
-  if (be->iface->conv_workspace(be, &s, &wsb) != CL_OK) {
+  if (cl_backend_conv_workspace_any(be, &s, &wsb) != CL_OK) {
     fprintf(stderr, "conv_workspace: %s\n", be->err);
     exit(1);
   }

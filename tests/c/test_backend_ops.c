@@ -495,7 +495,7 @@ static void conv_on(const row *r, variant *v, const conv_data *d, const char *la
   const size_t nmax = d->nx > d->ny ? d->nx : d->ny;
   scope sc = scope_of(v);
   size_t ws = 0;
-  CALL(&sc, cl_backend_conv_workspace(be, s, &ws));
+  CALL(&sc, cl_backend_conv_workspace_any(be, s, &ws));
   char *X = dev_alloc(&sc, (d->nx + off) * es), *DY = dev_alloc(&sc, (d->ny + off) * es);
   char *Y = dev_alloc(&sc, (d->ny + off) * es), *DX = dev_alloc(&sc, (d->nx + off) * 4);
   float *W = dev_of(&sc, d->w, d->nw * 4), *B = dev_of(&sc, d->b, s->K * 4);
@@ -614,7 +614,7 @@ static void run_rounding(const row *r) {
       scope sc = scope_of(v);
       size_t ws = 0;
       const uint16_t zero16 = 0;
-      CALL(&sc, cl_backend_conv_workspace(v->be, &s, &ws));
+      CALL(&sc, cl_backend_conv_workspace_any(v->be, &s, &ws));
       void *X = dev_of(&sc, &zero16, 2), *B = dev_of(&sc, b, n * 4), *Y = dev_alloc(&sc, n * 2);
       float *W = dev_alloc(&sc, n * 4);
       void *WS = ws ? dev_alloc(&sc, ws) : NULL;
@@ -664,7 +664,8 @@ static void run_conv_errors(const row *r) {
     for (int i = 0; i < COUNT(bad); i++) {
       s.kh = bad[i].kh, s.kw = bad[i].kw, s.dh = bad[i].dh, s.dw = bad[i].dw;
       size_t ws = 0;
-      cl_status s0 = f->conv_workspace ? f->conv_workspace(be, &s, &ws) : CL_E_INVALID;
+      cl_status s0 =
+          f->conv_workspace ? f->conv_workspace(be, &s, CL_CONV_FORWARD, &ws) : CL_E_INVALID;
       cl_status s1 = f->conv_forward(be, &s, NULL, NULL, NULL, NULL, 0, NULL);
       cl_status s2 = f->conv_backward_data(be, &s, NULL, NULL, NULL, 0, NULL);
       cl_status s3 = f->conv_backward_filter(be, &s, NULL, NULL, NULL, NULL, NULL);
@@ -685,7 +686,7 @@ static void run_conv_errors(const row *r) {
       cl_conv_shape h = {1, 2, 4, 4, 4, 3, 3, 1, 1, (cl_dtype)t, 0};
       size_t ws = 0;
       scope sc = scope_of(v);
-      CALL(&sc, cl_backend_conv_workspace(be, &h, &ws));
+      CALL(&sc, cl_backend_conv_workspace_any(be, &h, &ws));
       void *X = dev_alloc(&sc, 4 * 32 * 4), *Y = dev_alloc(&sc, 4 * 64 * 4);
       void *W = dev_alloc(&sc, 4 * 72 * 4), *DB = dev_alloc(&sc, 16 * 4);
       if (sc.ok && ws > 0) {
@@ -1245,11 +1246,15 @@ static void run_mask_mul(const row *r) {
  * publishes it (a state stepped by the golden gamma, each output the
  * finaliser of the state), itself checked first against the published
  * outputs for the seed 1234567; element e of a stream is output e + 1 of
- * the generator seeded with the key. Offsets into a stream (a micro-batch's
- * rows), a rate's threshold at both ends, every element written (the
- * buffer starts at 7), past the CPU's parallel threshold and a CUDA grid. */
+ * the generator seeded with the key, the finaliser of (the call's seed xor
+ * the finaliser of (2 layer + kind + 1) gammas); the slot reads the seed
+ * from device memory. Offsets into a stream (a micro-batch's rows), a
+ * rate's threshold at both ends, every element written (the buffer starts
+ * at 7), past the CPU's parallel threshold and a CUDA grid. */
 typedef struct draw_case {
-  uint64_t key, first, n;
+  uint64_t seed;
+  int layer, kind;
+  uint64_t first, n;
   double p;
 } draw_case;
 
@@ -1258,6 +1263,12 @@ static uint64_t sm64_next(uint64_t *state) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
+}
+
+/* splitmix64's finaliser (sm64_next's output of a state already stepped) */
+static uint64_t sm64_fin(uint64_t z) {
+  uint64_t s = z - 0x9e3779b97f4a7c15ull;
+  return sm64_next(&s);
 }
 
 static void run_mask_draw(const row *r) {
@@ -1275,7 +1286,9 @@ static void run_mask_draw(const row *r) {
     const float keep = (float)(1.0 / (1.0 - c->p));
     double *ref = xmalloc(sizeof(double) * (c->n ? c->n : 1));
     float *seven = xmalloc(sizeof(float) * (c->n ? c->n : 1));
-    uint64_t state = c->key;
+    const uint64_t key =
+        sm64_fin(c->seed ^ sm64_fin((uint64_t)(2 * c->layer + c->kind + 1) * 0x9e3779b97f4a7c15ull));
+    uint64_t state = key;
     for (uint64_t e = 0; e < c->first; e++) sm64_next(&state);
     size_t kept = 0;
     for (uint64_t e = 0; e < c->n; e++) {
@@ -1283,14 +1296,15 @@ static void run_mask_draw(const row *r) {
       kept += ref[e] != 0, seven[e] = 7.0f;
     }
     char label[160];
-    snprintf(label, sizeof label, "key %llx first %llu n %llu p %g (%zu kept)",
-             (unsigned long long)c->key, (unsigned long long)c->first,
+    snprintf(label, sizeof label, "seed %llx layer %d kind %d first %llu n %llu p %g (%zu kept)",
+             (unsigned long long)c->seed, c->layer, c->kind, (unsigned long long)c->first,
              (unsigned long long)c->n, c->p, kept);
-    cl_mask_draw d = {c->key, c->first, c->n, cut, keep, 0};
     for (int vi = 0; vi < n_vs; vi++) {
       variant *v = &vs[vi];
       scope sc = scope_of(v);
       float *M = dev_of(&sc, seven, (c->n ? c->n : 1) * sizeof(float));
+      const uint64_t *S = dev_of(&sc, &c->seed, sizeof c->seed);
+      cl_mask_draw d = {S, c->layer, c->kind, c->first, c->n, cut, keep, 0};
       if (sc.ok) CALL(&sc, v->be->iface->mask_draw(v->be, &d, M));
       float *got = sc.ok && c->n ? dev_get(&sc, CL_F32, M, c->n) : NULL;
       if (got) compare(v, label, got, ref, c->n, tol_of(r, v, CL_F32, CL_F32));
@@ -2388,13 +2402,13 @@ static const mask_case mask_cases[] = {
 
 /* key, first, n, p */
 static const draw_case draw_cases[] = {
-    {1, 0, 1, 0.5},
-    {0x0123456789abcdefull, 0, 1000, 0.3},
-    {0x0123456789abcdefull, 777, 1000, 0.3}, /* a later micro-batch of the same stream */
-    {42, 5, 300007, 0.9},                    /* parallel, many blocks */
-    {42, 0, 4096, 1e-9},                     /* nearly everything kept */
-    {42, 0, 4096, 0.999999},                 /* nearly nothing kept */
-    {7, 0, 0, 0.5},
+    {1, 0, 0, 0, 1, 0.5},
+    {0x0123456789abcdefull, 1, 1, 0, 1000, 0.3},
+    {0x0123456789abcdefull, 1, 1, 777, 1000, 0.3}, /* a later micro-batch of the same stream */
+    {42, 2, 0, 5, 300007, 0.9},                    /* parallel, many blocks */
+    {42, 0, 1, 0, 4096, 1e-9},                     /* nearly everything kept */
+    {42, 3, 1, 0, 4096, 0.999999},                 /* nearly nothing kept */
+    {7, 0, 0, 0, 0, 0.5},
 };
 
 /* row_bytes, offset, N, T, t0, nt, nb */
@@ -2584,7 +2598,7 @@ static void cpu_own(variant *v) {
   for (int t = 0; t < NT; t++) {
     const conv_data *c = &d[t % NS];
     size_t bytes = 0;
-    cl_backend_conv_workspace(be, &c->s, &bytes);
+    cl_backend_conv_workspace_any(be, &c->s, &bytes);
     ws[t] = xmalloc(bytes + 64);
     y[t] = from_storage(CL_F32, c->y0s, c->ny);
     dw[t] = from_storage(CL_F32, c->dw0, c->nw);

@@ -141,7 +141,8 @@ static void compare(const config *c, const cl_conv_call_info *list, int n) {
   }
 }
 
-/* The plan's conv_workspace row, and the largest workspace a recorded call asks for. */
+/* The plan's conv_workspace row, and the largest workspace a recorded call
+ * asks for in its own direction (an inference forward: forward calls only). */
 static void check_workspace(cl_model *m, const config *c, const cl_step_options *o) {
   cl_plan p;
   CHECK(cl_model_plan(m, c->B, c->T, c->H, c->W, c->training, NULL, o, &p) == CL_OK, "%s: plan: %s",
@@ -155,7 +156,8 @@ static void check_workspace(cl_model *m, const config *c, const cl_step_options 
     cl_conv_shape s = {(int)r->N, r->C, r->H, r->W, r->K, r->kh, r->kw, r->dh, r->dw, c->dtype,
                        r->groups};
     size_t w = 0;
-    CHECK(cl_backend_conv_workspace(m->be, &s, &w) == CL_OK, "%s: workspace query", c->name);
+    CHECK(cl_backend_conv_workspace(m->be, &s, r->dir, &w) == CL_OK, "%s: workspace query",
+          c->name);
     if (w > most) most = w;
   }
   CHECK(planned == most, "%s: planned workspace %zu bytes, the calls ask for at most %zu",

@@ -317,8 +317,10 @@ static void test_lifetime(void) {
  * algorithm for a shape, on a GPU): the CPU backend's table with that one
  * slot replaced. The plan and the step must fail with its reason, not plan
  * a workspace too small for the calls; with the slot restored both work. */
-static cl_status refuse_workspace(cl_backend *be, const cl_conv_shape *s, size_t *bytes) {
+static cl_status refuse_workspace(cl_backend *be, const cl_conv_shape *s, cl_conv_dir dir,
+                                  size_t *bytes) {
   (void)s;
+  (void)dir;
   *bytes = 0;
   snprintf(be->err, sizeof be->err, "test backend: no algorithm for this shape");
   return CL_E_UNSUPPORTED;

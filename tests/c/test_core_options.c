@@ -280,6 +280,7 @@ static void test_plan_equals_accounting(int cases, int guard) {
     if (which == 3 || randint(0, 1)) o.accumulation_steps = randint(1, B);
     if (!training) o.outputs = randint(0, 1) ? CL_OUTPUTS_LAST : CL_OUTPUTS_ALL;
     cl_target tg = randint(0, 1) ? CL_TARGET_SEQUENCE : CL_TARGET_LAST_STATE;
+    if (training) o.plan_target = 1 + (int)tg; /* the plan of train_step's target */
     cl_optim opt = randint(0, 1) ? (cl_optim){CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0}
                                  : (cl_optim){CL_OPTIM_SGD, 1e-2, 0, 0, 0, 0.9 * randint(0, 1), 0, 0, 0, 0};
     cl_plan plan;

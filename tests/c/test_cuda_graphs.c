@@ -13,6 +13,9 @@
  * the graph again); with dropout (masks redrawn every step, staged through
  * the pinned stage as x and y are, applied by the recorded mask_mul), also
  * with checkpointing, with recompute_gates and with free-running training,
+ * and drawn by the core from a new seed each step (the seed uploaded into
+ * its planned device word, which the recorded mask_draw reads: the graph
+ * replays; with the seed a kernel argument, it never did),
  * and with scheduled sampling (truth flags: the true frames staged as y
  * is, the forward's copy and backward's path skipped where they are set).
  *
@@ -47,6 +50,7 @@ typedef struct gcase {
   double dropout;    /* > 0: every layer's input and h dropped, masks redrawn each step */
   int horizon;       /* > 1: free-running training over that many frames */
   int recompute;     /* > 0: recompute_gates, chunks of that many steps */
+  int drawn;         /* with dropout: masks drawn by the core from a new seed each step */
 } gcase;
 
 static cl_model *make(const gcase *gc, int graphs) {
@@ -133,8 +137,9 @@ static void run_case(const gcase *gc, const int *truth) {
   if (!a || !b) goto done;
   const size_t elems = (size_t)B * T * H * W;
   float *x = malloc(elems * sizeof *x), *y = malloc(elems * sizeof *y);
-  float *masks = gc->dropout > 0 ? malloc((size_t)B * 130 * H * W * sizeof *masks) : NULL;
-  if (!x || !y || (gc->dropout > 0 && !masks)) goto out;
+  const int given = gc->dropout > 0 && !gc->drawn;
+  float *masks = given ? malloc((size_t)B * 130 * H * W * sizeof *masks) : NULL;
+  if (!x || !y || (given && !masks)) goto out;
   cl_optim o;
   memset(&o, 0, sizeof o);
   o.kind = gc->optim;
@@ -156,6 +161,10 @@ static void run_case(const gcase *gc, const int *truth) {
     cl_host_array xa = {x, CL_HOST_TORCH_F32, 5, {bs, T, 1, H, W}};
     cl_host_array ya = {y, CL_HOST_TORCH_F32, 5, {bs, ty, 1, H, W}};
     if (masks) draw_masks(gc, s, bs, masks, &opts);
+    /* drawn: the seed is the call's, not the kernel's argument, so a graph
+     * recorded at one seed must replay at the next (its device word) */
+    opts.draw_masks = gc->drawn;
+    opts.dropout_seed = 0x5eed5eedull + 7919ull * (uint64_t)s;
     o.lr = 1e-3 * (1.0 + 0.25 * s); /* a schedule: the graph must read it anew */
     double la = 0, lb = 0;
     cl_status sa = cl_model_train_step(a, &xa, &ya, CL_TARGET_SEQUENCE, &o, &opts, &la);
@@ -213,32 +222,41 @@ int main(void) {
     return 77;
   }
   const gcase cases[] = {
-      {"float32 adam", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0, 0, 0},
+      {"float32 adam", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0, 0, 0, 0},
       {"float32 adam checkpoint=2 clip=0.05", CL_F32, 2, 0.05, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0,
-       0, 0},
-      {"float32 sgd momentum clip=1e9", CL_F32, 0, 1e9, CL_OPTIM_SGD, 0, CL_PEEP_NONE, 0, 0, 0},
-      {"float16 adam scaler", CL_F16, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0, 0, 0},
+       0, 0, 0},
+      {"float32 sgd momentum clip=1e9", CL_F32, 0, 1e9, CL_OPTIM_SGD, 0, CL_PEEP_NONE, 0, 0, 0, 0},
+      {"float16 adam scaler", CL_F16, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0, 0, 0, 0},
       {"float16 adam overflow checkpoint=2", CL_F16, 2, 0.05, CL_OPTIM_ADAM, 1073741824.0,
-       CL_PEEP_NONE, 0, 0, 0},
-      {"bfloat16 adamw", CL_BF16, 0, 0, CL_OPTIM_ADAMW, 0, CL_PEEP_NONE, 0, 0, 0},
-      {"float32 adam dropout 0.3", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0.3, 0, 0},
+       CL_PEEP_NONE, 0, 0, 0, 0},
+      {"bfloat16 adamw", CL_BF16, 0, 0, CL_OPTIM_ADAMW, 0, CL_PEEP_NONE, 0, 0, 0, 0},
+      {"float32 adam dropout 0.3", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0.3, 0, 0, 0},
       {"float16 adam dropout 0.3 checkpoint=2", CL_F16, 2, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0.3,
-       0, 0},
+       0, 0, 0},
       {"float32 adam dropout 0.3 free-running 3", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE,
-       0.3, 3, 0},
+       0.3, 3, 0, 0},
       {"float32 adam peepholes per position", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_POSITION, 0,
-       0, 0},
+       0, 0, 0},
       {"float16 adam peepholes per channel checkpoint=2", CL_F16, 2, 0, CL_OPTIM_ADAM, 0,
-       CL_PEEP_CHANNEL, 0, 0, 0},
+       CL_PEEP_CHANNEL, 0, 0, 0, 0},
       {"float16 adam peepholes per channel dropout 0.3 checkpoint=3 recompute_gates=1", CL_F16, 3,
-       0, CL_OPTIM_ADAM, 0, CL_PEEP_CHANNEL, 0.3, 0, 1},
-      {"float32 adam recompute_gates=2", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0, 0, 2},
+       0, CL_OPTIM_ADAM, 0, CL_PEEP_CHANNEL, 0.3, 0, 1, 0},
+      {"float32 adam recompute_gates=2", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0, 0, 2, 0},
       {"float32 adam peepholes per channel dropout 0.3 free-running 3", CL_F32, 0, 0,
-       CL_OPTIM_ADAM, 0, CL_PEEP_CHANNEL, 0.3, 3, 0},
+       CL_OPTIM_ADAM, 0, CL_PEEP_CHANNEL, 0.3, 3, 0, 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], NULL);
+  const gcase drawn[] = {
+      {"float32 adam dropout 0.3 drawn", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0.3, 0, 0,
+       1},
+      {"float16 adam dropout 0.3 drawn checkpoint=2 recompute_gates=1", CL_F16, 2, 0,
+       CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0.3, 0, 1, 1},
+      {"float32 adam dropout 0.3 drawn free-running 3", CL_F32, 0, 0, CL_OPTIM_ADAM, 0,
+       CL_PEEP_NONE, 0.3, 3, 0, 1},
+  };
+  for (size_t i = 0; i < sizeof drawn / sizeof drawn[0]; i++) run_case(&drawn[i], NULL);
   const gcase sampled = {"float32 adam dropout 0.3 sampled 4 (1 0 1)", CL_F32, 0, 0,
-                         CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0.3, 4, 0};
+                         CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0.3, 4, 0, 0};
   const int truth[3] = {1, 0, 1};
   run_case(&sampled, truth);
   return ctest_done("test_cuda_graphs");

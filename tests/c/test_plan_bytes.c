@@ -120,8 +120,12 @@ static void expected(const pcase *c, size_t want[CL_MEM_NCAT]) {
   /* recomputed gates: one chunk of rc steps, any layer's */
   if (rc) want[CL_MEM_ACTIVATIONS] += e * rc * Bm * 4 * hmax * P;
   /* dL/dh_t of a layer over the steps held, float32, any layer's (the
-   * cases with recompute_gates have equal hidden sizes) */
-  want[CL_MEM_WORKSPACE] += f * S * hmax * Bm * P;
+   * cases with recompute_gates have equal hidden sizes); one layer trained
+   * on its last state (every case trains so) gets the loss's gradient at
+   * the last step only and none from a layer above: one step, each step's
+   * flowing back into the one before */
+  size_t dh_steps = c->n_layers == 1 ? 1 : S;
+  want[CL_MEM_WORKSPACE] += f * dh_steps * hmax * Bm * P;
   /* dL/dc of one step, float32, any layer's (checkpointing: per layer, above) */
   if (nseg == 1) want[CL_MEM_WORKSPACE] += f * Bm * hmax * P;
 }
@@ -162,7 +166,26 @@ static void run_case(const pcase *c) {
   o.recompute_gates = c->recompute;
   o.outputs = c->outputs;
   const cl_optim *opt = c->training ? &c->optim : NULL;
-  cl_plan plan;
+  cl_plan plan, any;
+  /* a plan for either target (a separate forward and backward) holds every
+   * step of d_hidden: S - 1 more of one layer's than train_step's */
+  if (c->training && c->n_layers == 1 && cl_model_plan(m, c->B, c->T, c->H, c->W, 1, opt, &o,
+                                                       &any) == CL_OK) {
+    size_t S = (size_t)c->T, Bm = (size_t)c->B;
+    if (c->checkpoint > 0 && c->checkpoint < c->T) S = (size_t)c->checkpoint;
+    if (c->tbptt > 0 && c->tbptt < c->T) S = (size_t)c->tbptt;
+    if (c->accumulation > 1) Bm = cdiv(Bm, (size_t)c->accumulation);
+    size_t more = sizeof(float) * (S - 1) * Bm * (size_t)c->hidden[0] * c->H * c->W;
+    o.plan_target = 1 + CL_TARGET_LAST_STATE;
+    if (cl_model_plan(m, c->B, c->T, c->H, c->W, 1, opt, &o, &plan) == CL_OK) {
+      CHECK(any.total == plan.total + more,
+            "%s: a plan for either target holds %zu bytes, train_step's %zu, want %zu more",
+            c->name, any.total, plan.total, more);
+      cl_plan_free(&plan);
+    }
+    cl_plan_free(&any);
+  }
+  o.plan_target = 1 + CL_TARGET_LAST_STATE; /* train_step's below */
   if (cl_model_plan(m, c->B, c->T, c->H, c->W, c->training, opt, &o, &plan) != CL_OK) {
     CHECK(0, "%s: plan: %s", c->name, cl_model_error(m));
     cl_model_free(m);
@@ -240,6 +263,10 @@ int main(void) {
        4, 1, sgd, 2, 0, 0, 1, 0, {1, 1}},
       {"inference, kernels 1-3", 1, 2, {3}, {1}, CL_F16, 2, 3, 4, 4, 0, adam, 0, 0, 0, 0,
        CL_OUTPUTS_ALL, {3}},
+      {"1 layer sgd tbptt 2 of 5 recompute 1", 1, 1, {4}, {3}, CL_F32, 2, 5, 4, 5, 1, sgd, 0, 2,
+       0, 1, 0, {0}},
+      {"1 layer adam float16 checkpoint 2 recompute 2", 1, 2, {3}, {3}, CL_F16, 3, 6, 5, 4, 1,
+       adam, 2, 0, 0, 2, 0, {0}},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
   return ctest_done("test_plan_bytes");

@@ -89,7 +89,8 @@ run_case <- function(case) {
     est <- memory_estimate(model, case$B, case$T, case$H, case$W,
                            checkpoint = case$checkpoint, tbptt = case$tbptt,
                            accumulation_steps = case$accumulation_steps,
-                           optimizer = case$optimizer, state = case$state)
+                           optimizer = case$optimizer, state = case$state,
+                           target = case$target)
     yd <- if (case$target == "sequence") c(case$B, case$T, C_out, case$H, case$W)
           else c(case$B, C_out, case$H, case$W)
     loss <- train_step(model, x, array(runif(prod(yd)), yd), case$optimizer,
@@ -110,12 +111,13 @@ run_case <- function(case) {
 # per layer, their gradients, the optimizer's moments; the input of the
 # steps held; per step the 4 gates, c_t and h_t; h and c at checkpoint
 # boundaries; the backward's float32 dL/dh over the steps held and dL/dc of
-# one step. The convolution workspace and the backend's scratch are left
+# one step (dL/dh of one step where a single layer trains on its last
+# state: dh_one). The convolution workspace and the backend's scratch are left
 # out (the CPU backend sizes them from its GEMM choice); test_plan_bytes.c
 # does the same at the C level with more options.
 bytes_from_shapes <- function(input_dim, hidden, k, B, T, H, W, dtype = "float32",
                               moments = 2, checkpoint = 0, accumulation_steps = 1,
-                              training = TRUE, outputs = "all") {
+                              training = TRUE, outputs = "all", dh_one = FALSE) {
   e <- if (dtype == "float32") 4 else 2
   P <- H * W
   ins <- c(input_dim, head(hidden, -1))
@@ -131,7 +133,7 @@ bytes_from_shapes <- function(input_dim, hidden, k, B, T, H, W, dtype = "float32
   S <- if (checkpoint > 0 && checkpoint < T) checkpoint else T
   nseg <- ceiling(T / S)
   act <- sum(e * S * Bm * 6 * hidden * P + 2 * e * (nseg - 1) * Bm * hidden * P)
-  ws <- 4 * S * hmax * Bm * P +
+  ws <- 4 * (if (dh_one) 1 else S) * hmax * Bm * P +
     if (nseg > 1) sum(e * Bm * 4 * hidden * P + 4 * Bm * hidden * P) else 4 * Bm * hmax * P
   c(parameters = params, gradients = params, optimizer = moments * params, activations = act,
     states = 0, workspace = ws, data = e * T * Bm * input_dim * P)
@@ -148,7 +150,16 @@ test_that("memory_estimate() equals bytes derived from the shapes, category by c
          opts = list(optimizer = optimizer_adam(amsgrad = TRUE), accumulation_steps = 2),
          moments = 3),
     list(args = list(2, c(3, 5), c(3, 3)), shape = c(2, 6, 5, 4),
-         opts = list(training = FALSE, outputs = "last_state"))
+         opts = list(training = FALSE, outputs = "last_state")),
+    # train_step()'s plan for its target: one layer on its last state keeps
+    # one step of dL/dh; a sequence, or a layer above, every step
+    list(args = list(2, 3, 3), shape = c(2, 4, 5, 6),
+         opts = list(optimizer = optimizer_adam(), target = "last_state", checkpoint = 3),
+         dh_one = TRUE),
+    list(args = list(2, 3, 3), shape = c(2, 4, 5, 6),
+         opts = list(optimizer = optimizer_adam(), target = "sequence")),
+    list(args = list(1, c(4, 2), c(3, 5)), shape = c(3, 3, 6, 4),
+         opts = list(optimizer = optimizer_adam(), target = "last_state"))
   )
   for (cs in cases) {
     model <- do.call(est_model, cs$args)
@@ -168,7 +179,8 @@ test_that("memory_estimate() equals bytes derived from the shapes, category by c
       accumulation_steps = if (is.null(cs$opts$accumulation_steps)) 1
                            else cs$opts$accumulation_steps,
       training = !identical(cs$opts$training, FALSE),
-      outputs = if (is.null(cs$opts$outputs)) "all" else cs$opts$outputs)
+      outputs = if (is.null(cs$opts$outputs)) "all" else cs$opts$outputs,
+      dh_one = isTRUE(cs$dh_one))
     expect_identical(as.numeric(got), as.numeric(want[names(got)]),
                      info = paste(deparse(cs$args), deparse(cs$opts$optimizer$kind)))
   }
@@ -316,6 +328,7 @@ test_that("memory_estimate() checks its arguments", {
   expect_convlstm_error(memory_estimate(model, 2, 6, 4, 4, checkpoint = 2, tbptt = 2),
                         regexp = "cannot be combined")
   expect_convlstm_error(memory_estimate("model", 2, 3, 4, 4), regexp = "`model`")
+  expect_convlstm_error(memory_estimate(model, 2, 3, 4, 4, target = "last"), regexp = "`target`")
 })
 
 test_that("a batch near INT_MAX in as many micro-batches plans one sample, not a crash", {

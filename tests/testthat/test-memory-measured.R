@@ -139,6 +139,21 @@ recompute_case <- function() {
     }
   }
 }
+# One layer trained on its last state, whose d_hidden holds one step
+# (cl_geom.dh_one in src/core/plan.c): random_case()'s shapes and options,
+# the third recomputing its gates. Drawn after the cases above and their
+# options.
+one_layer_cases <- function() {
+  lapply(1:3, function(k) {
+    repeat {
+      a <- random_case()
+      if (a$mode == "last_state") break
+    }
+    a$layers <- 1
+    if (k == 3) a$recompute_gates <- sample(1:3, 1)
+    a
+  })
+}
 test_that("measured: the high-water mark grows by memory_estimate()'s total over creation and the first step, and not at a second step", {
   skip_on_cran()
   skip_on_os(c("windows", "mac", "solaris"))
@@ -163,6 +178,14 @@ test_that("measured: the high-water mark grows by memory_estimate()'s total over
              lapply(rep(c("roll_teacher", "roll_free"), 3), rollout_case),
              dropout_cases(), replicate(3, recompute_case(), simplify = FALSE))
   cases <- lapply(cases, random_options)
+  # drawn after the others' options, which stay as they were; one rate a layer
+  one <- lapply(one_layer_cases(), function(a) {
+    a <- random_options(a)
+    a$dropout <- a$dropout[[1]]
+    a$recurrent_dropout <- a$recurrent_dropout[[1]]
+    a
+  })
+  cases <- c(cases, one)
   for (i in seq_along(cases)) cases[[i]]$peephole <- c("none", "channel", "position")[[i %% 3 + 1]]
 
   gaps <- numeric(0)

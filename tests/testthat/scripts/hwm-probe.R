@@ -14,7 +14,8 @@
 # - every other key is an argument of convlstm() for the measured model, as
 #   given (numbers where every element parses as one): peephole, dropout,
 #   recurrent_dropout, ... (peephole = "position" gets frame_size = c(H, W)).
-# The model has two layers: `hidden` channels, then 1.
+# The model has two layers: `hidden` channels, then 1; with layers=1 one
+# layer of `hidden` channels (its d_hidden holds one step on a last state).
 # mode: "last_state" / "sequence" (a training step with that target), or
 # "infer_all" / "infer_last" (an inference forward, model(x) keeping every
 # output, or only the last states), or "roll_teacher" / "roll_free" (a
@@ -56,7 +57,7 @@ case <- lapply(kv, function(p) {
 names(case) <- vapply(kv, `[[`, "", 1)
 step_keys <- c("input_dim", "hidden", "kernel", "B", "T", "H", "W", "dtype", "checkpoint",
                "accumulation", "tbptt", "mode", "horizon", "state", "weight", "recompute_gates",
-               "patch")
+               "patch", "layers")
 arg <- function(key, default) if (is.null(case[[key]])) default else case[[key]]
 num <- vapply(c("input_dim", "hidden", "kernel", "B", "T", "H", "W"),
               function(k) as.integer(arg(k, stop("hwm-probe.R: no ", k))[[1]]), 0L)
@@ -101,15 +102,22 @@ B <- num[["B"]]
 H <- num[["H"]]
 W <- num[["W"]]
 x <- array(runif(B * num[["T"]] * n * H * W), c(B, num[["T"]], n, H, W))
-hid <- if (seq2seq) as.integer(case$hidden) else c(num[["hidden"]], 1L)
+hid <- if (seq2seq) {
+  as.integer(case$hidden)
+} else if (arg("layers", 2) == 1) {
+  num[["hidden"]]
+} else {
+  c(num[["hidden"]], 1L)
+}
+oc <- hid[[length(hid)]] # the output's channels
 y <- if (seq2seq) {
   array(runif(B * K * n * H * W), c(B, K, n, H, W))
 } else if (roll) {
-  array(runif(B * K * H * W), c(B, K, 1L, H, W))
+  array(runif(B * K * oc * H * W), c(B, K, oc, H, W))
 } else if (identical(mode, "sequence")) {
-  array(runif(B * num[["T"]] * H * W), c(B, num[["T"]], 1L, H, W))
+  array(runif(B * num[["T"]] * oc * H * W), c(B, num[["T"]], oc, H, W))
 } else {
-  array(runif(B * H * W), c(B, 1L, H, W))
+  array(runif(B * oc * H * W), c(B, oc, H, W))
 }
 opt <- optimizer_adam(lr = 1e-3)
 # a given initial state: h then c of each layer, flat, as check_state() makes it
@@ -152,8 +160,8 @@ if (!seq2seq) {
   if (training) invisible(ns$c_train_step(ns$model_ptr(w), wx, wx, "sequence", opt, NULL))
 }
 if (training && !seq2seq) {
-  wy <- if (identical(target, "sequence")) y[1, tw, , 1:min(4L, H), 1:min(4L, W), drop = FALSE]
-        else y[1, , 1:min(4L, H), 1:min(4L, W), drop = FALSE]
+  wy <- if (identical(target, "sequence")) y[1, tw, 1, 1:min(4L, H), 1:min(4L, W), drop = FALSE]
+        else y[1, 1, 1:min(4L, H), 1:min(4L, W), drop = FALSE]
   invisible(ns$c_train_step(ns$model_ptr(w), wx, wy, target, opt, NULL))
 }
 convlstm_release(w)
@@ -225,7 +233,8 @@ est <- memory_estimate(model, B, T_in, H, W,
                        outputs = if (mode == "infer_last") "last_state" else "all",
                        state = state_mode, weight = if (weighted) target,
                        horizon = K, teacher_forcing = !identical(mode, "roll_free"),
-                       recompute_gates = if (training) rc else 0L)
+                       recompute_gates = if (training) rc else 0L,
+                       target = if (training) target)
 b <- stats::setNames(est$bytes, est$category)
 plan <- attr(est, "plan")
 ms <- memory_stats(model)
