@@ -154,13 +154,9 @@ static void run_case(const pcase *c) {
   if (!m) return;
   CHECK(cl_model_n_params(m) == n_params(c), "%s: %zu parameters, want %zu", c->name,
         (size_t)cl_model_n_params(m), n_params(c));
-  cl_step_options o;
-  memset(&o, 0, sizeof o);
-  o.checkpoint = c->checkpoint;
-  o.tbptt = c->tbptt;
-  o.accumulation_steps = c->accumulation;
-  o.recompute_gates = c->recompute;
-  o.outputs = c->outputs;
+  cl_step_options o = {.checkpoint = c->checkpoint, .tbptt = c->tbptt,
+                       .accumulation_steps = c->accumulation, .recompute_gates = c->recompute,
+                       .outputs = c->outputs};
   const cl_optim *opt = c->training ? &c->optim : NULL;
   cl_plan plan;
   if (cl_model_plan(m, c->B, c->T, c->H, c->W, c->training, opt, &o, &plan) != CL_OK) {
