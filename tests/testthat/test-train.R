@@ -1,15 +1,6 @@
 # train_step() against the step taken piece by piece; gradients,
 # zero_grad(), backward's checks; optimizers.
 
-twin_models <- function(...) {
-  a <- api_model(...)
-  b <- api_model(...)
-  load_state_dict(b, state_dict(a))
-  list(a = a, b = b)
-}
-
-release_all <- function(models) for (m in models) convlstm_release(m)
-
 manual_step <- function(model, x, y, opt, target) {
   zero_grad(model)
   out <- convlstm_forward(model, x, training = TRUE)
@@ -530,20 +521,7 @@ test_that("amsgrad's max_exp_avg_sq is saved under torch's name and resumes exac
   m <- twin_models()
   on.exit(release_all(m))
   opt <- optimizer_adamw(0.01, betas = c(0.9, 0.5), amsgrad = TRUE)
-  for (i in 1:2) {
-    train_step(m$a, x, y, opt)
-    train_step(m$b, x, y, opt)
-  }
-  path <- tempfile(fileext = ".safetensors")
-  on.exit(unlink(path), add = TRUE)
-  convlstm_save(m$a, path, optimizer = opt)
-  info <- convlstm_file_info(path)
-  expect_true(any(startsWith(info$tensors$name, "optimizer.max_exp_avg_sq.")))
-  expect_identical(info$optimizer, opt)
-  loaded <- convlstm_load(path, device = "cpu", threads = 1) # m$b's threads: the same sums
-  on.exit(convlstm_release(loaded), add = TRUE)
-  expect_identical(train_step(loaded, x, y, opt), train_step(m$b, x, y, opt))
-  expect_identical(state_dict(loaded), state_dict(m$b))
+  expect_resumes_exactly(m, x, y, opt, "max_exp_avg_sq")
 })
 
 test_that("the update's guard covers amsgrad: a refused step leaves max_exp_avg_sq as it was", {
