@@ -280,6 +280,14 @@ def write_forward(w, model, x, y, target, masks=None, state=None):
     return out, loss
 
 
+def write_steps(w, model, opt, losses):
+    """An optimizer's records after its steps: <opt>_losses (the loss of
+    each step, before its update) and <opt>_params/<name>."""
+    w.tensor(opt + "_losses", torch.tensor(losses))
+    for k, v in model.state_dict().items():
+        w.tensor(opt + "_params/" + k, v)
+
+
 def adam_steps(model, x, y, target, weight_decay, masks=None):
     """ADAM_STEPS steps of zero_grad, forward (with the dropout masks, if
     given), loss, backward, update; the loss recorded is the one before the

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from make_fixtures import MIN_GRAD_RATIO, adam_steps, fixture_root, make_all, prediction, \
-    start_fixture, write_forward
+    start_fixture, write_forward, write_steps
 from make_fixtures_peephole import random_peepholes
 from torch_convlstm import ConvLSTM
 
@@ -115,9 +115,7 @@ def make(cfg, root, seed):
         if ratio < MIN_GRAD_RATIO or w.looks_executable:
             return None
         w.info("adam_min_grad_ratio", "%.3e" % ratio)
-    w.tensor(opt + "_losses", torch.tensor(losses))
-    for k, v in model.state_dict().items():
-        w.tensor(opt + "_params/" + k, v)
+    write_steps(w, model, opt, losses)
     w.close()
     return opt + " losses " + " ".join("%.5f" % l for l in losses)
 

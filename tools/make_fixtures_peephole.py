@@ -26,7 +26,7 @@ zero, which would hide a dropped term). Records beyond make_fixtures.py's:
 import torch
 
 from make_fixtures import MIN_GRAD_RATIO, adam_steps, fixture_root, make_all, random_state, \
-    start_fixture, write_forward, write_state
+    start_fixture, write_forward, write_state, write_steps
 from torch_convlstm import ConvLSTM, ConvLSTMCell
 
 CONFIGS = [
@@ -109,9 +109,7 @@ def make(cfg, root, seed):
     if ratio < MIN_GRAD_RATIO:
         return None
     w.info("adam_min_grad_ratio", "%.3e" % ratio)
-    w.tensor("adam_losses", torch.tensor(losses))
-    for k, v in model.state_dict().items():
-        w.tensor("adam_params/" + k, v)
+    write_steps(w, model, "adam", losses)
     w.close()
     return "adam losses " + " ".join("%.5f" % l for l in losses)
 
