@@ -222,25 +222,34 @@ static inline int elem_bad(float g, float m, float v, float p) {
   return !(fin(g) & fin(m) & fin(v) & fin(p));
 }
 
+/* A block's flag for cl_cpu_sum_chunks (cpu_sum.c): 1 when it holds a fault. */
+typedef struct scan_ctx {
+  dry_fn dry;
+  const void *ctx;
+  size_t n;
+} scan_ctx;
+
+static size_t block_end(size_t lo, size_t n) {
+  return lo + CL_GUARD_BLOCK < n ? lo + CL_GUARD_BLOCK : n;
+}
+
+static double block_bad(long long b, void *p) {
+  const scan_ctx *sc = p;
+  const size_t lo = (size_t)b * CL_GUARD_BLOCK;
+  return sc->dry(sc->ctx, lo, block_end(lo, sc->n), NULL);
+}
+
 /* The one scan of the three guards. The common case is all finite: one
- * parallel pass reduces a flag only; on a fault a serial pass finds the
- * first (a step that fails anyway). */
+ * parallel pass sums the blocks' flags only; on a fault a serial pass finds
+ * the first (a step that fails anyway). */
 static uint64_t guard_scan(cl_backend *be, const float *g, size_t n, dry_fn dry,
                            const void *ctx) {
-  (void)be; /* read only by the OpenMP pragma */
+  scan_ctx sc = {dry, ctx, n};
   const long long nb = (long long)((n + CL_GUARD_BLOCK - 1) / CL_GUARD_BLOCK);
-  int bad = 0;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
-    reduction(|                                                      \
-              : bad) if ((long long)n > CL_CPU_PAR_MIN)
-#endif
-  for (long long b = 0; b < nb; b++) {
-    const size_t lo = (size_t)b * CL_GUARD_BLOCK;
-    bad |= dry(ctx, lo, lo + CL_GUARD_BLOCK < n ? lo + CL_GUARD_BLOCK : n, NULL);
-  }
-  for (size_t lo = 0; bad && lo < n; lo += CL_GUARD_BLOCK) {
-    const size_t hi = lo + CL_GUARD_BLOCK < n ? lo + CL_GUARD_BLOCK : n;
+  if (cl_cpu_sum_chunks(be->n_threads, nb, n > CL_CPU_PAR_MIN, block_bad, &sc) == 0.0)
+    return CL_FAULT_NONE;
+  for (size_t lo = 0; lo < n; lo += CL_GUARD_BLOCK) {
+    const size_t hi = block_end(lo, n);
     dry_block d;
     if (!dry(ctx, lo, hi, &d)) continue;
     for (size_t i = lo; i < hi; i++) {
