@@ -11,6 +11,14 @@ drop_model <- function(dropout = 0.3, recurrent_dropout = 0.4, ...) {
            recurrent_dropout = recurrent_dropout, ...)
 }
 
+# The weights of a drop_model() drawn after set.seed(seed).
+drop_weights <- function(seed) {
+  set.seed(seed)
+  ref <- drop_model()
+  on.exit(convlstm_release(ref))
+  state_dict(ref)
+}
+
 # One SGD step at lr 0 (target "sequence": every output counts) of a
 # drop_model(model_args) with weights w, its masks drawn after set.seed(seed)
 # or given (masks); `...` goes to train_step(). Its loss and gradients.
@@ -210,12 +218,9 @@ test_that("inference applies no dropout: predict(), model(x) in eval mode, evalu
 test_that("checkpointing and accumulation give the gradients of the plain step with dropout", {
   x <- api_x(B = 4, T = 5)
   y <- api_y(B = 4, T = 5)
-  set.seed(8)
-  ref <- drop_model()
-  w <- state_dict(ref)
+  w <- drop_weights(8)
   grads_of <- function(...) drop_step(w, x, y, 99, ...)$g # the same masks for every variant
   g0 <- grads_of()
-  convlstm_release(ref)
   for (v in list(list(checkpoint = 2), list(checkpoint = 1), list(accumulation_steps = 2),
                  list(accumulation_steps = 3, checkpoint = 2))) {
     g <- do.call(grads_of, v)
@@ -464,10 +469,7 @@ test_that("a model file without dropout_masks loads as shared: what it trained w
 test_that("per-gate masks reach each gate: shared differs, equal gates agree", {
   x <- api_x(B = 3, T = 4)
   y <- api_y(B = 3, T = 4)
-  set.seed(21)
-  ref <- drop_model()
-  w <- state_dict(ref)
-  convlstm_release(ref)
+  w <- drop_weights(21)
   grads_of <- function(kind, masks = NULL) {
     drop_step(w, x, y, 5, list(dropout_masks = kind), masks)
   }
@@ -495,10 +497,7 @@ test_that("per-gate masks reach each gate: shared differs, equal gates agree", {
 test_that("per-gate dropout in float16 and bfloat16: the float32 step's gradients", {
   x <- api_x(B = 2, T = 3)
   y <- api_y(B = 2, T = 3)
-  set.seed(30)
-  ref <- drop_model()
-  w <- state_dict(ref)
-  convlstm_release(ref)
+  w <- drop_weights(30)
   grads_of <- function(dtype, ...) drop_step(w, x, y, 31, list(dtype = dtype), ...)$g # same masks
   g32 <- grads_of("float32")
   # storage rounding (2^-11, 2^-8 relative) through a few steps' products
