@@ -126,7 +126,7 @@
 #'   replaces. One coin per fed-back step and call, for the whole batch
 #'   (every sequence and micro-batch of the step takes the same choice): not
 #'   per sequence. The coins come from R's random number generator
-#'   (`stats::runif()`, drawn before any dropout masks), so `set.seed()`
+#'   (`stats::runif()`, drawn before the dropout masks' seed), so `set.seed()`
 #'   reproduces them; `p` of 0 or 1 draws none. `1` is `TRUE` and `0` is
 #'   `FALSE`, the same steps bit for bit. Between them the step is
 #'   scheduled and planned as free-running (the most memory of the three:

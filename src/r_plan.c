@@ -62,6 +62,22 @@ static SEXP plan_to_r(void *data) {
   return out;
 }
 
+/* A step's c(B, T, H, W), as R/ffi.R passes it to `fn`. */
+static const int *step_shape(SEXP shape, const char *fn) {
+  if (TYPEOF(shape) != INTSXP || Rf_length(shape) != 4)
+    r_raise_invalid("internal: %s() needs c(batch, time, height, width)", fn);
+  return INTEGER(shape);
+}
+
+/* to_r(data) with cleanup(data) run after it, on R's error path as on the
+ * normal one: the core's malloc'ed result is freed either way. */
+static SEXP copy_then_free(SEXP (*to_r)(void *), void (*cleanup)(void *, Rboolean), void *data) {
+  SEXP cont = PROTECT(R_MakeUnwindCont());
+  SEXP out = R_UnwindProtect(to_r, data, cleanup, data, cont);
+  UNPROTECT(1);
+  return out;
+}
+
 static void plan_cleanup(void *data, Rboolean jump) {
   (void)jump;
   cl_plan_free(&((plan_copy *)data)->plan);
@@ -71,9 +87,7 @@ static void plan_cleanup(void *data, Rboolean jump) {
  * the vector r_optim() reads; opts: the vector r_step_options() reads. */
 SEXP ffi_model_plan(SEXP ptr, SEXP shape, SEXP training, SEXP opt, SEXP opts) {
   cl_model *m = r_model(ptr);
-  if (TYPEOF(shape) != INTSXP || Rf_length(shape) != 4)
-    r_raise_invalid("internal: ffi_model_plan() needs c(batch, time, height, width)");
-  const int *s = INTEGER(shape);
+  const int *s = step_shape(shape, "ffi_model_plan");
   cl_optim o;
   const cl_optim *po = r_optim_or_null(opt, &o);
   cl_step_options so;
@@ -85,10 +99,7 @@ SEXP ffi_model_plan(SEXP ptr, SEXP shape, SEXP training, SEXP opt, SEXP opts) {
   cl_status st =
       cl_model_plan(m, s[0], s[1], s[2], s[3], Rf_asLogical(training) == TRUE, po, &so, &pc.plan);
   R_CL_CHECK_FREE(m, st, cl_plan_free(&pc.plan));
-  SEXP cont = PROTECT(R_MakeUnwindCont());
-  SEXP out = R_UnwindProtect(plan_to_r, &pc, plan_cleanup, &pc, cont);
-  UNPROTECT(1);
-  return out;
+  return copy_then_free(plan_to_r, plan_cleanup, &pc);
 }
 
 /* list(layer, bytes): the gradient buckets of a data-parallel step
@@ -172,9 +183,7 @@ static void calls_cleanup(void *data, Rboolean jump) {
  * sequence: the target is the sequence (else the last state). */
 SEXP ffi_conv_calls(SEXP ptr, SEXP shape, SEXP training, SEXP opts, SEXP sequence) {
   cl_model *m = r_model(ptr);
-  if (TYPEOF(shape) != INTSXP || Rf_length(shape) != 4)
-    r_raise_invalid("internal: ffi_conv_calls() needs c(batch, time, height, width)");
-  const int *s = INTEGER(shape);
+  const int *s = step_shape(shape, "ffi_conv_calls");
   cl_step_options so;
   cl_host_array sb[R_OPT_ARRAYS];
   r_step_options(opts, &so, sb);
@@ -182,8 +191,5 @@ SEXP ffi_conv_calls(SEXP ptr, SEXP shape, SEXP training, SEXP opts, SEXP sequenc
   cl_target tg = Rf_asLogical(sequence) == TRUE ? CL_TARGET_SEQUENCE : CL_TARGET_LAST_STATE;
   R_CL_CHECK(m, cl_model_conv_calls(m, s[0], s[1], s[2], s[3], Rf_asLogical(training) == TRUE,
                                     &so, tg, &cc.rows, &cc.n));
-  SEXP cont = PROTECT(R_MakeUnwindCont());
-  SEXP out = R_UnwindProtect(calls_to_r, &cc, calls_cleanup, &cc, cont);
-  UNPROTECT(1);
-  return out;
+  return copy_then_free(calls_to_r, calls_cleanup, &cc);
 }

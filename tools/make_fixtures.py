@@ -280,6 +280,14 @@ def write_forward(w, model, x, y, target, masks=None, state=None):
     return out, loss
 
 
+def write_steps(w, model, opt, losses):
+    """An optimizer's records after its steps: <opt>_losses (the loss of
+    each step, before its update) and <opt>_params/<name>."""
+    w.tensor(opt + "_losses", torch.tensor(losses))
+    for k, v in model.state_dict().items():
+        w.tensor(opt + "_params/" + k, v)
+
+
 def adam_steps(model, x, y, target, weight_decay, masks=None):
     """ADAM_STEPS steps of zero_grad, forward (with the dropout masks, if
     given), loss, backward, update; the loss recorded is the one before the
@@ -325,10 +333,11 @@ def first_good_seed(make, cfg, root, base):
     sys.exit("no seed gives well-conditioned Adam steps for " + cfg["name"])
 
 
-def make(cfg, root, seed):
-    torch.manual_seed(seed)
-    model = ConvLSTM(cfg["input_dim"], cfg["hidden_dims"], cfg["kernel_sizes"], cfg["bias"],
-                     cfg.get("dilations"))
+def start_fixture(cfg, root, seed, model):
+    """A fixture's start, after its model is drawn: x and y (and dropout
+    masks where cfg has dropout) drawn, the folder root/<name> begun with the
+    config, the seed, the initial weights, x, y and the masks.
+    Returns (writer, x, y, masks or None)."""
     x, y = inputs(cfg)
     masks = None
     if "dropout" in cfg:
@@ -345,10 +354,17 @@ def make(cfg, root, seed):
             w.config("dropout_masks", cfg["dropout_masks"])
     config_run(w, cfg)
     info_seed(w, seed)
-
-    initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
     write_inputs(w, model, x, y)
     write_masks(w, masks)
+    return w, x, y, masks
+
+
+def make(cfg, root, seed):
+    torch.manual_seed(seed)
+    model = ConvLSTM(cfg["input_dim"], cfg["hidden_dims"], cfg["kernel_sizes"], cfg["bias"],
+                     cfg.get("dilations"))
+    initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    w, x, y, masks = start_fixture(cfg, root, seed, model)
 
     # forward, loss and one backward, in float32
     out, loss = write_forward(w, model, x, y, cfg["target"], masks)

@@ -54,7 +54,7 @@ import torch.nn.functional as F
 
 from make_fixtures import ADAM_LR, ADAM_STEPS, Writer, config_model, config_run, fixture_root, \
     info_seed, inputs, make_all, prediction, random_state, smallest_gradient, write_forward, \
-    write_inputs, write_masks, write_state
+    write_inputs, write_masks, write_state, write_steps
 from make_fixtures_peephole import random_peepholes
 from torch_convlstm import ConvLSTM, dropout_masks, rollout
 
@@ -190,9 +190,7 @@ def adam_record(w, model, weight_decay, step_loss, what, first_grads=False):
     if ratio < MIN_GRAD_RATIO:
         return None
     w.info("adam_min_grad_ratio", "%.3e" % ratio)
-    w.tensor("adam_losses", torch.tensor(losses))
-    for name, v in model.state_dict().items():
-        w.tensor("adam_params/" + name, v)
+    write_steps(w, model, "adam", losses)
     if w.looks_executable:  # R CMD check's undeclared-executable warning
         return None
     w.close()
@@ -205,10 +203,22 @@ def teacher_loss(model, x, y):
     return F.mse_loss(out[:, -K:], y)
 
 
-def teacher(cfg, model, w, x):
-    K = cfg["horizon"]
-    y = torch.rand(cfg["B"], K, cfg["input_dim"], cfg["H"], cfg["W"])
+def horizon_targets(cfg, model, w):
+    """The horizon's true frames y_frames and, where cfg has dropout, the
+    masks every step applies (mask_x/<l>, mask_h/<l>), drawn and written."""
+    y = torch.rand(cfg["B"], cfg["horizon"], cfg["input_dim"], cfg["H"], cfg["W"])
     w.tensor("y_frames", y)
+    masks = None
+    if "dropout" in cfg:
+        masks = dropout_masks(model, cfg["B"], cfg["H"], cfg["W"], cfg["dropout"],
+                              cfg["recurrent_dropout"],
+                              per_gate=cfg.get("dropout_masks") == "per_gate")
+        write_masks(w, masks)
+    return y, masks
+
+
+def teacher(cfg, model, w, x):
+    y, _ = horizon_targets(cfg, model, w)
     return adam_record(w, model, cfg["weight_decay"], lambda step: teacher_loss(model, x, y),
                        "teacher-forced adam losses ", first_grads=True)
 
@@ -238,15 +248,8 @@ def write_grads(w, model, prefix, loss):
 
 
 def free_run(cfg, model, w, x):
-    K = cfg["horizon"]
-    y = torch.rand(cfg["B"], K, cfg["input_dim"], cfg["H"], cfg["W"])
-    w.tensor("y_frames", y)
-    masks = None
-    if "dropout" in cfg:
-        masks = dropout_masks(model, cfg["B"], cfg["H"], cfg["W"], cfg["dropout"],
-                              cfg["recurrent_dropout"],
-                              per_gate=cfg.get("dropout_masks") == "per_gate")
-        write_masks(w, masks)
+    y, masks = horizon_targets(cfg, model, w)
+    if masks is not None:
         write_grads(w, model, "grad_nodropout/", free_run_loss(model, x, y))
         write_grads(w, model, "grad_fed_unmasked/", fed_unmasked_loss(model, x, y, masks))
     write_grads(w, model, "grad_detached/",
@@ -264,13 +267,7 @@ def sampled_loss(model, x, y, choices, masks=None):
 
 def sampled(cfg, model, w, x):
     K = cfg["horizon"]
-    y = torch.rand(cfg["B"], K, cfg["input_dim"], cfg["H"], cfg["W"])
-    w.tensor("y_frames", y)
-    masks = None
-    if "dropout" in cfg:
-        masks = dropout_masks(model, cfg["B"], cfg["H"], cfg["W"], cfg["dropout"],
-                              cfg["recurrent_dropout"])
-        write_masks(w, masks)
+    y, masks = horizon_targets(cfg, model, w)
     write_grads(w, model, "grad_free/", sampled_loss(model, x, y, [0] * (K - 1), masks))
     write_grads(w, model, "grad_teacher/", sampled_loss(model, x, y, [1] * (K - 1), masks))
     choices = cfg["choices"]

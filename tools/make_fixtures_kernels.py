@@ -24,15 +24,13 @@ recurrent_kernel_widths, dropout masks where the config has dropout):
                                            sgd_momentum, sgd_steps
 """
 
-import os
-
 import torch
 import torch.nn.functional as F
 
-from make_fixtures import MIN_GRAD_RATIO, Writer, adam_steps, config_model, config_run, \
-    fixture_root, info_seed, inputs, make_all, prediction, write_forward, write_inputs, \
-    write_masks
-from torch_convlstm import ConvLSTM, dropout_masks
+from make_fixtures import MIN_GRAD_RATIO, adam_steps, fixture_root, make_all, prediction, \
+    start_fixture, write_forward, write_steps
+from make_fixtures_peephole import random_peepholes
+from torch_convlstm import ConvLSTM
 
 SGD_LR, SGD_MOMENTUM, SGD_STEPS = 0.05, 0.9, 3
 
@@ -77,15 +75,6 @@ def model_of(cfg):
                     recurrent_kernel_sizes=cfg["recurrent_kernel_sizes"])
 
 
-def random_peepholes(model):
-    """Peephole weights that matter (convlstm() starts them at zero)."""
-    with torch.no_grad():
-        for cell in model.cell_list:
-            if cell.peephole is not None:
-                for p in (cell.w_ci, cell.w_cf, cell.w_co):
-                    p.uniform_(-0.8, 0.8)
-
-
 def undilated_h_outputs(model, x):
     """The layer outputs with every conv_h undilated (padding for dilation 1)."""
     saved = []
@@ -106,23 +95,7 @@ def make(cfg, root, seed):
     torch.manual_seed(seed)
     model = model_of(cfg)
     random_peepholes(model)
-    x, y = inputs(cfg)
-    masks = None
-    if "dropout" in cfg:
-        masks = dropout_masks(model, cfg["B"], cfg["H"], cfg["W"], cfg["dropout"],
-                              cfg["recurrent_dropout"],
-                              per_gate=cfg.get("dropout_masks") == "per_gate")
-
-    w = Writer(os.path.join(root, cfg["name"]))
-    config_model(w, cfg)
-    if masks is not None:
-        w.config("dropout", *cfg["dropout"])
-        w.config("recurrent_dropout", *cfg["recurrent_dropout"])
-        w.config("dropout_masks", cfg["dropout_masks"])
-    config_run(w, cfg)
-    info_seed(w, seed)
-    write_inputs(w, model, x, y)
-    write_masks(w, masks)
+    w, x, y, masks = start_fixture(cfg, root, seed, model)
 
     write_forward(w, model, x, y, cfg["target"], masks)
     if "dilations" in cfg:
@@ -142,9 +115,7 @@ def make(cfg, root, seed):
         if ratio < MIN_GRAD_RATIO or w.looks_executable:
             return None
         w.info("adam_min_grad_ratio", "%.3e" % ratio)
-    w.tensor(opt + "_losses", torch.tensor(losses))
-    for k, v in model.state_dict().items():
-        w.tensor(opt + "_params/" + k, v)
+    write_steps(w, model, opt, losses)
     w.close()
     return opt + " losses " + " ".join("%.5f" % l for l in losses)
 

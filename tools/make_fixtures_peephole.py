@@ -23,13 +23,10 @@ zero, which would hide a dropped term). Records beyond make_fixtures.py's:
   adam_losses, adam_params/                Adam steps from the weights
 """
 
-import os
-
 import torch
 
-from make_fixtures import MIN_GRAD_RATIO, Writer, adam_steps, config_model, config_run, \
-    fixture_root, info_seed, inputs, make_all, random_state, write_forward, write_inputs, \
-    write_state
+from make_fixtures import MIN_GRAD_RATIO, adam_steps, fixture_root, make_all, random_state, \
+    start_fixture, write_forward, write_state, write_steps
 from torch_convlstm import ConvLSTM, ConvLSTMCell
 
 CONFIGS = [
@@ -79,11 +76,13 @@ def wrong_outputs(model, x, mistake):
 
 def random_peepholes(model):
     """Peephole weights of the size of the conv weights' effect, so that
-    they matter (convlstm() starts them at zero, which would hide a term)."""
+    they matter (convlstm() starts them at zero, which would hide a term);
+    layers without peepholes draw nothing."""
     with torch.no_grad():
         for cell in model.cell_list:
-            for p in (cell.w_ci, cell.w_cf, cell.w_co):
-                p.uniform_(-0.8, 0.8)
+            if cell.peephole is not None:
+                for p in (cell.w_ci, cell.w_cf, cell.w_co):
+                    p.uniform_(-0.8, 0.8)
 
 
 def make(cfg, root, seed):
@@ -91,13 +90,7 @@ def make(cfg, root, seed):
     model = ConvLSTM(cfg["input_dim"], cfg["hidden_dims"], cfg["kernel_sizes"], cfg["bias"],
                      peephole=cfg["peephole"], frame_size=(cfg["H"], cfg["W"]))
     random_peepholes(model)
-    x, y = inputs(cfg)
-
-    w = Writer(os.path.join(root, cfg["name"]))
-    config_model(w, cfg)
-    config_run(w, cfg)
-    info_seed(w, seed)
-    write_inputs(w, model, x, y)
+    w, x, y, _ = start_fixture(cfg, root, seed, model)
 
     write_forward(w, model, x, y, cfg["target"])
 
@@ -116,9 +109,7 @@ def make(cfg, root, seed):
     if ratio < MIN_GRAD_RATIO:
         return None
     w.info("adam_min_grad_ratio", "%.3e" % ratio)
-    w.tensor("adam_losses", torch.tensor(losses))
-    for k, v in model.state_dict().items():
-        w.tensor("adam_params/" + k, v)
+    write_steps(w, model, "adam", losses)
     w.close()
     return "adam losses " + " ".join("%.5f" % l for l in losses)
 

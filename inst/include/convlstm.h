@@ -123,8 +123,9 @@ typedef struct cl_config {
   /* Dropout of layer l in training, Keras's ConvLSTM2D semantics (Gal and
    * Ghahramani): the fraction in [0, 1) of the layer's input x_t
    * (dropout) and of its h_{t-1} (recurrent_dropout) zeroed by masks drawn
-   * once per sequence and scaled by 1 / (1 - p); 0: none. The masks come
-   * from the caller (cl_step_options), never from the core. */
+   * once per sequence and scaled by 1 / (1 - p); 0: none. The masks are
+   * given by the caller or drawn by the core from the caller's seed
+   * (cl_step_options: mask_x / mask_h, draw_masks / dropout_seed). */
   double dropout[CL_MAX_LAYERS];
   double recurrent_dropout[CL_MAX_LAYERS];
   /* cl_dropout_masks: one mask per gate (Keras's ConvLSTM2D) or one shared

@@ -208,85 +208,140 @@ static inline uint64_t first_fault(size_t i, float g, float m, float v, float p)
   return CL_FAULT_NONE;
 }
 
-/* The common case is all finite: one parallel pass reduces a flag only;
- * on a fault a serial pass finds the first (a step that fails anyway). */
+/* A guard's dry run over elements lo..hi-1: the update's new values of
+ * each, without writing them, and whether any is not finite (as the scan
+ * below needs them: bad flags only, or the values too when out is not
+ * NULL). A block, not an element, per call: the loop stays inlined. */
+#define CL_GUARD_BLOCK 256
+typedef struct dry_block {
+  float m[CL_GUARD_BLOCK], v[CL_GUARD_BLOCK], p[CL_GUARD_BLOCK];
+} dry_block;
+typedef int (*dry_fn)(const void *ctx, size_t lo, size_t hi, dry_block *out);
+
+static inline int elem_bad(float g, float m, float v, float p) {
+  return !(fin(g) & fin(m) & fin(v) & fin(p));
+}
+
+/* A block's flag for cl_cpu_sum_chunks (cpu_sum.c): 1 when it holds a fault. */
+typedef struct scan_ctx {
+  dry_fn dry;
+  const void *ctx;
+  size_t n;
+} scan_ctx;
+
+static size_t block_end(size_t lo, size_t n) {
+  return lo + CL_GUARD_BLOCK < n ? lo + CL_GUARD_BLOCK : n;
+}
+
+static double block_bad(long long b, void *p) {
+  const scan_ctx *sc = p;
+  const size_t lo = (size_t)b * CL_GUARD_BLOCK;
+  return sc->dry(sc->ctx, lo, block_end(lo, sc->n), NULL);
+}
+
+/* The one scan of the three guards. The common case is all finite: one
+ * parallel pass sums the blocks' flags only; on a fault a serial pass finds
+ * the first (a step that fails anyway). */
+static uint64_t guard_scan(cl_backend *be, const float *g, size_t n, dry_fn dry,
+                           const void *ctx) {
+  scan_ctx sc = {dry, ctx, n};
+  const long long nb = (long long)((n + CL_GUARD_BLOCK - 1) / CL_GUARD_BLOCK);
+  if (cl_cpu_sum_chunks(be->n_threads, nb, n > CL_CPU_PAR_MIN, block_bad, &sc) == 0.0)
+    return CL_FAULT_NONE;
+  for (size_t lo = 0; lo < n; lo += CL_GUARD_BLOCK) {
+    const size_t hi = block_end(lo, n);
+    dry_block d;
+    if (!dry(ctx, lo, hi, &d)) continue;
+    for (size_t i = lo; i < hi; i++) {
+      const uint64_t f = first_fault(i, g[i], d.m[i - lo], d.v[i - lo], d.p[i - lo]);
+      if (f != CL_FAULT_NONE) return f;
+    }
+  }
+  return CL_FAULT_NONE;
+}
+
+/* Each dry run copies its context to the stack, so that the loop keeps it
+ * in registers rather than rereading it after each store to out. */
+typedef struct adam_dry_ctx {
+  adam_k k;
+  const float *p, *g, *m, *v, *vmax;
+  int ams;
+} adam_dry_ctx;
+
+static int adam_dry(const void *ctx, size_t lo, size_t hi, dry_block *out) {
+  const adam_dry_ctx c = *(const adam_dry_ctx *)ctx;
+  int bad = 0;
+  for (size_t i = lo; i < hi; i++) {
+    float pi = c.p[i], mi = c.m ? c.m[i] : 0.0f, vi = c.v ? c.v[i] : 0.0f;
+    float xi = c.vmax ? c.vmax[i] : 0.0f;
+    adam_elem(&c.k, c.g[i], &pi, &mi, &vi, c.ams ? &xi : NULL);
+    if (out) out->p[i - lo] = pi, out->m[i - lo] = mi, out->v[i - lo] = vi;
+    bad |= elem_bad(c.g[i], mi, vi, pi);
+  }
+  return bad;
+}
+
 cl_status cl_cpu_adam_check(cl_backend *be, const float *p, const float *g, const float *m,
                             const float *v, const float *vmax, size_t n, const cl_adam_hp *hp,
                             uint64_t *fault) {
   *fault = CL_FAULT_NONE;
   if (adam_step_ok(be, hp) != CL_OK) return CL_E_INVALID;
-  const adam_k k = adam_consts(hp);
-  const long long nn = (long long)n;
-  const int ams = hp->amsgrad;
-  int bad = 0;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
-    reduction(|                                                      \
-              : bad) if (nn > CL_CPU_PAR_MIN)
-#endif
-  for (long long i = 0; i < nn; i++) {
-    float pi = p[i], mi = m ? m[i] : 0.0f, vi = v ? v[i] : 0.0f, xi = vmax ? vmax[i] : 0.0f;
-    adam_elem(&k, g[i], &pi, &mi, &vi, ams ? &xi : NULL);
-    bad |= !(fin(g[i]) & fin(mi) & fin(vi) & fin(pi));
-  }
-  for (size_t i = 0; bad && i < n; i++) {
-    float pi = p[i], mi = m ? m[i] : 0.0f, vi = v ? v[i] : 0.0f, xi = vmax ? vmax[i] : 0.0f;
-    adam_elem(&k, g[i], &pi, &mi, &vi, ams ? &xi : NULL);
-    if ((*fault = first_fault(i, g[i], mi, vi, pi)) != CL_FAULT_NONE) break;
-  }
+  const adam_dry_ctx c = {adam_consts(hp), p, g, m, v, vmax, hp->amsgrad};
+  *fault = guard_scan(be, g, n, adam_dry, &c);
   return CL_OK;
+}
+
+typedef struct sgd_dry_ctx {
+  cl_sgd_hp k;
+  const float *p, *g, *buf;
+} sgd_dry_ctx;
+
+/* SGD's parts: the buffer as M; it has no V (0, never a fault). */
+static int sgd_dry(const void *ctx, size_t lo, size_t hi, dry_block *out) {
+  const sgd_dry_ctx c = *(const sgd_dry_ctx *)ctx;
+  int bad = 0;
+  for (size_t i = lo; i < hi; i++) {
+    float pi = c.p[i], b = c.buf && !c.k.first ? c.buf[i] : 0.0f;
+    sgd_elem(&c.k, c.g[i], &pi, &b);
+    if (out) out->p[i - lo] = pi, out->m[i - lo] = b, out->v[i - lo] = 0.0f;
+    bad |= elem_bad(c.g[i], b, 0.0f, pi);
+  }
+  return bad;
 }
 
 cl_status cl_cpu_sgd_check(cl_backend *be, const float *p, const float *g, const float *buf,
                            size_t n, const cl_sgd_hp *hp, uint64_t *fault) {
-  *fault = CL_FAULT_NONE;
-  const cl_sgd_hp k = *hp;
-  if (k.momentum == 0.0f) buf = NULL;
-  const long long nn = (long long)n;
-  int bad = 0;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
-    reduction(|                                                      \
-              : bad) if (nn > CL_CPU_PAR_MIN)
-#endif
-  for (long long i = 0; i < nn; i++) {
-    float pi = p[i], b = buf && !k.first ? buf[i] : 0.0f;
-    sgd_elem(&k, g[i], &pi, &b);
-    bad |= !(fin(g[i]) & fin(b) & fin(pi));
-  }
-  for (size_t i = 0; bad && i < n; i++) {
-    float pi = p[i], b = buf && !k.first ? buf[i] : 0.0f;
-    sgd_elem(&k, g[i], &pi, &b);
-    if ((*fault = first_fault(i, g[i], b, 0.0f, pi)) != CL_FAULT_NONE) break;
-  }
+  const sgd_dry_ctx c = {*hp, p, g, hp->momentum == 0.0f ? NULL : buf};
+  *fault = guard_scan(be, g, n, sgd_dry, &c);
   return CL_OK;
 }
 
 /* RMSprop's guard: the parts are grad, momentum_buffer (M), square_avg (V),
  * p; grad_avg is a running mean of finite gradients, finite when they are. */
+typedef struct rms_dry_ctx {
+  rms_k k;
+  const float *p, *g, *v, *buf, *gavg;
+  int mom, cen;
+} rms_dry_ctx;
+
+static int rms_dry(const void *ctx, size_t lo, size_t hi, dry_block *out) {
+  const rms_dry_ctx c = *(const rms_dry_ctx *)ctx;
+  int bad = 0;
+  for (size_t i = lo; i < hi; i++) {
+    float pi = c.p[i], vi = c.v ? c.v[i] : 0.0f, bi = c.buf ? c.buf[i] : 0.0f;
+    float ai = c.gavg ? c.gavg[i] : 0.0f;
+    rms_elem(&c.k, c.g[i], &pi, &vi, c.mom ? &bi : NULL, c.cen ? &ai : NULL);
+    if (out) out->p[i - lo] = pi, out->m[i - lo] = bi, out->v[i - lo] = vi;
+    bad |= elem_bad(c.g[i], bi, vi, pi);
+  }
+  return bad;
+}
+
 cl_status cl_cpu_rmsprop_check(cl_backend *be, const float *p, const float *g, const float *v,
                                const float *buf, const float *gavg, size_t n,
                                const cl_rmsprop_hp *hp, uint64_t *fault) {
-  *fault = CL_FAULT_NONE;
-  const rms_k k = rms_consts(hp);
-  const int mom = hp->momentum != 0.0f, cen = hp->centered;
-  const long long nn = (long long)n;
-  int bad = 0;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
-    reduction(|                                                      \
-              : bad) if (nn > CL_CPU_PAR_MIN)
-#endif
-  for (long long i = 0; i < nn; i++) {
-    float pi = p[i], vi = v ? v[i] : 0.0f, bi = buf ? buf[i] : 0.0f, ai = gavg ? gavg[i] : 0.0f;
-    rms_elem(&k, g[i], &pi, &vi, mom ? &bi : NULL, cen ? &ai : NULL);
-    bad |= !(fin(g[i]) & fin(bi) & fin(vi) & fin(pi));
-  }
-  for (size_t i = 0; bad && i < n; i++) {
-    float pi = p[i], vi = v ? v[i] : 0.0f, bi = buf ? buf[i] : 0.0f, ai = gavg ? gavg[i] : 0.0f;
-    rms_elem(&k, g[i], &pi, &vi, mom ? &bi : NULL, cen ? &ai : NULL);
-    if ((*fault = first_fault(i, g[i], bi, vi, pi)) != CL_FAULT_NONE) break;
-  }
+  const rms_dry_ctx c = {rms_consts(hp), p, g, v, buf, gavg, hp->momentum != 0.0f, hp->centered};
+  *fault = guard_scan(be, g, n, rms_dry, &c);
   return CL_OK;
 }
 

@@ -83,6 +83,53 @@ static inline int fx_is(const fixture *f, const char *key, const char *word) {
 
 static inline float *fx_tensor(const fixture *f, const char *name, size_t *n);
 
+/* Opens tests/testthat/fixtures/<folder>/<name> (a failed check when it
+ * cannot); 1 when it holds records. */
+static inline int fx_open_in(fixture *f, const char *folder, const char *name) {
+  char dir[sizeof f->dir];
+  snprintf(dir, sizeof dir, "tests/testthat/fixtures/%s/%s", folder, name);
+  CHECK(fx_open(f, dir), "%s: no fixture", dir);
+  return f->n > 0;
+}
+
+/* config key's number, or dflt when absent */
+static inline double fx_num(const fixture *f, const char *key, double dflt) {
+  const char *s = fx_record(f, "config", key);
+  return s ? strtod(s, NULL) : dflt;
+}
+
+/* The training fixtures' optimizer (tools/make_training_fixtures.py):
+ * SGD, or RMSprop with torch's defaults where a record is absent. */
+static inline cl_optim fx_optim(const fixture *f) {
+  cl_optim o;
+  memset(&o, 0, sizeof o);
+  o.lr = fx_num(f, "lr", 0);
+  o.weight_decay = fx_num(f, "weight_decay", 0);
+  o.momentum = fx_num(f, "momentum", 0);
+  if (fx_is(f, "optimizer", "sgd")) {
+    o.kind = CL_OPTIM_SGD;
+    return o;
+  }
+  o.kind = CL_OPTIM_RMSPROP;
+  o.alpha = fx_num(f, "alpha", 0.99);
+  o.eps = fx_num(f, "eps", 1e-8);
+  o.centered = fx_is(f, "centered", "TRUE");
+  return o;
+}
+
+/* The training fixtures' loss and its reduction (mean when absent). */
+static inline cl_loss_fn fx_loss(const fixture *f) {
+  cl_loss_fn l;
+  memset(&l, 0, sizeof l);
+  l.kind = fx_is(f, "loss", "bce_logits") ? CL_LOSS_BCE_LOGITS : CL_LOSS_MSE;
+  l.delta = fx_num(f, "delta", 1);
+  l.pos_weight = fx_num(f, "pos_weight", 1);
+  l.reduction = fx_is(f, "reduction", "sum")         ? CL_REDUCE_SUM
+                : fx_is(f, "reduction", "batchmean") ? CL_REDUCE_BATCHMEAN
+                                                     : CL_REDUCE_MEAN;
+  return l;
+}
+
 /* The fixture's architecture records as a config (CPU, float32). */
 static inline cl_config fx_config(const fixture *f, int n_threads) {
   cl_config c;

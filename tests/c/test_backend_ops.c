@@ -1585,26 +1585,106 @@ static void guard_inputs(const guard_case *c, float *h[4]) {
   }
 }
 
-/* On every backend: the key equals the reference's (exact), the guard
- * wrote nothing, and where it found no fault the update then writes only
- * finite numbers (so a pass of the guard is worth something). */
+/* The three guards' differences: which check, reference and update, and
+ * the extra buffer (Adam's amsgrad max_exp_avg_sq starting as v's values;
+ * RMSprop's centered grad_avg from zeros). For RMSprop mom is its momentum,
+ * first says centered, m the momentum_buffer, v the square_avg. */
+typedef enum { GUARD_ADAM, GUARD_SGD, GUARD_RMS } guard_opt;
+typedef struct guard_hp {
+  guard_opt opt;
+  cl_adam_hp ah;
+  cl_sgd_hp sh;
+  cl_rmsprop_hp rh;
+} guard_hp;
+
+static guard_hp guard_hp_of(const row *r, const guard_case *c) {
+  guard_hp g = {strcmp(r->slot, "adam_check") == 0  ? GUARD_ADAM
+                : strcmp(r->slot, "sgd_check") == 0 ? GUARD_SGD
+                                                    : GUARD_RMS,
+                {c->lr, 0.9f, 0.999f, 1e-8f, c->wd, c->no_state ? 1 : 3, c->decoupled, c->amsgrad},
+                {c->lr, c->mom, c->wd, c->first},
+                {c->lr, 0.99f, 1e-8f, c->wd, c->mom, c->first}};
+  return g;
+}
+
+static uint64_t guard_ref(const guard_hp *g, const guard_case *c, float *h[4]) {
+  const float *hm = c->no_state ? NULL : h[2], *hv = c->no_state ? NULL : h[3];
+  switch (g->opt) {
+  case GUARD_ADAM: return ref_adam_fault(h[0], h[1], hm, hv, c->amsgrad ? hv : NULL, c->n, &g->ah);
+  case GUARD_SGD: return ref_sgd_fault(h[0], h[1], hm, c->n, &g->sh);
+  default: return ref_rmsprop_fault(h[0], h[1], hv, hm, NULL, c->n, &g->rh);
+  }
+}
+
+static float *guard_extra(const guard_hp *g, scope *sc, const guard_case *c, float *h[4]) {
+  const size_t bytes = c->n * 4;
+  if (g->opt == GUARD_ADAM) return c->amsgrad && c->n ? dev_of(sc, h[3], bytes) : NULL;
+  if (g->opt == GUARD_SGD || !c->first || !c->n) return NULL;
+  float *a = dev_alloc(sc, bytes);
+  if (sc->ok && a) CALL(sc, sc->v->be->iface->memset0(sc->v->be, a, bytes));
+  return a;
+}
+
+static void guard_check(const guard_hp *g, scope *sc, const guard_case *c, float *d[4], float *x,
+                        uint64_t *got) {
+  cl_backend *be = sc->v->be;
+  const float *M = c->no_state ? NULL : d[2], *V = c->no_state ? NULL : d[3];
+  switch (g->opt) {
+  case GUARD_ADAM:
+    CALL(sc, be->iface->adam_check(be, d[0], d[1], M, V, c->no_state ? NULL : x, c->n, &g->ah,
+                                   got));
+    break;
+  case GUARD_SGD: CALL(sc, be->iface->sgd_check(be, d[0], d[1], M, c->n, &g->sh, got)); break;
+  default: CALL(sc, be->iface->rmsprop_check(be, d[0], d[1], V, M, x, c->n, &g->rh, got));
+  }
+}
+
+/* After a pass: the update, then only finite numbers in what it writes. */
+static void guard_update(const guard_hp *g, variant *v, scope *sc, const guard_case *c,
+                         float *d[4], float *x, const char *label) {
+  cl_backend *be = sc->v->be;
+  const size_t n = c->n, bytes = n * 4;
+  const int mom = g->opt != GUARD_SGD || c->mom != 0;
+  if (c->no_state) { /* the state the core creates: zeros */
+    CALL(sc, be->iface->memset0(be, d[2], bytes));
+    CALL(sc, be->iface->memset0(be, d[3], bytes));
+    if (x && g->opt == GUARD_ADAM) CALL(sc, be->iface->memset0(be, x, bytes));
+  }
+  if (sc->ok) switch (g->opt) {
+    case GUARD_ADAM:
+      CALL(sc, be->iface->adam_update(be, d[0], d[1], d[2], d[3], x, n, &g->ah));
+      break;
+    case GUARD_SGD:
+      CALL(sc, be->iface->sgd_update(be, d[0], d[1], mom ? d[2] : NULL, n, &g->sh));
+      break;
+    default: CALL(sc, be->iface->rmsprop_update(be, d[0], d[1], d[3], d[2], x, n, &g->rh));
+    }
+  float *upd[3] = {d[0], mom ? d[2] : NULL, g->opt != GUARD_SGD ? d[3] : NULL};
+  size_t bad = 0;
+  for (int a = 0; a < 3 && sc->ok; a++) {
+    float *back = upd[a] ? dev_get(sc, CL_F32, upd[a], n) : NULL;
+    for (size_t k = 0; back && k < n; k++) bad += !isfinite(back[k]);
+    free(back);
+  }
+  expect(v, sc->ok && bad == 0, "%s: then the update writes %zu non-finite values", label, bad);
+}
+
+/* adam_check, sgd_check, rmsprop_check over guard cases, on every backend:
+ * the key equals the reference's (exact), the guard wrote nothing, and where
+ * it found no fault the update then writes only finite numbers (so a pass of
+ * the guard is worth something). */
 static void run_guard(const row *r) {
   const guard_case *cases = r->cases;
-  const int adam = strcmp(r->slot, "adam_check") == 0;
   for (int i = 0; i < r->n_cases; i++) {
     const guard_case *c = &cases[i];
     const size_t n = c->n, bytes = n * 4;
+    const guard_hp g = guard_hp_of(r, c);
     float *h[4];
     guard_inputs(c, h);
-    const float *hm = c->no_state ? NULL : h[2], *hv = c->no_state ? NULL : h[3];
-    cl_adam_hp ah = {c->lr, 0.9f, 0.999f, 1e-8f, c->wd, c->no_state ? 1 : 3, c->decoupled,
-                     c->amsgrad};
-    cl_sgd_hp sh = {c->lr, c->mom, c->wd, c->first};
-    const uint64_t ref = adam ? ref_adam_fault(h[0], h[1], hm, hv, c->amsgrad ? hv : NULL, n, &ah)
-                              : ref_sgd_fault(h[0], h[1], hm, n, &sh);
+    const uint64_t ref = guard_ref(&g, c, h);
     const uint64_t want = guard_key(c->want_at, c->want_part, c->want_nan);
     char label[200], rs[80], gs[80];
-    snprintf(label, sizeof label, "%s, n=%zu", c->what, n);
+    snprintf(label, sizeof label, "%s%s, n=%zu", g.opt == GUARD_RMS ? "rmsprop " : "", c->what, n);
     key_str(rs, sizeof rs, ref);
     if (ref != want) { /* the reference itself is wrong: every backend fails the case */
       key_str(gs, sizeof gs, want);
@@ -1613,18 +1693,12 @@ static void run_guard(const row *r) {
     }
     for (int vi = 0; vi < n_vs; vi++) {
       variant *v = &vs[vi];
-      cl_backend *be = v->be;
       scope sc = scope_of(v);
       float *d[4] = {NULL, NULL, NULL, NULL};
       for (int a = 0; a < 4 && n; a++) d[a] = dev_of(&sc, h[a], bytes);
-      const float *M = c->no_state ? NULL : d[2], *V = c->no_state ? NULL : d[3];
-      /* amsgrad's max_exp_avg_sq: its own buffer, starting as v's values */
-      float *X = c->amsgrad && n ? dev_of(&sc, h[3], bytes) : NULL;
-      const float *XS = c->no_state ? NULL : X;
+      float *x = guard_extra(&g, &sc, c, h);
       uint64_t got = 0;
-      if (sc.ok)
-        CALL(&sc, adam ? be->iface->adam_check(be, d[0], d[1], M, V, XS, n, &ah, &got)
-                       : be->iface->sgd_check(be, d[0], d[1], M, n, &sh, &got));
+      if (sc.ok) guard_check(&g, &sc, c, d, x, &got);
       if (!sc.ok) {
         scope_end(&sc);
         continue;
@@ -1638,101 +1712,15 @@ static void run_guard(const row *r) {
         free(back);
       }
       expect(v, sc.ok && same, "%s: the guard wrote nothing", label);
-      if (ref == CL_FAULT_NONE && n && sc.ok) {
-        float *upd[4] = {d[0], NULL, NULL, NULL};
-        if (c->no_state) { /* the state the core creates: zeros */
-          CALL(&sc, be->iface->memset0(be, d[2], bytes));
-          CALL(&sc, be->iface->memset0(be, d[3], bytes));
-          if (X) CALL(&sc, be->iface->memset0(be, X, bytes));
-        }
-        if (sc.ok)
-          CALL(&sc, adam ? be->iface->adam_update(be, d[0], d[1], d[2], d[3], X, n, &ah)
-                         : be->iface->sgd_update(be, d[0], d[1], c->mom != 0 ? d[2] : NULL, n,
-                                                 &sh));
-        upd[1] = adam || c->mom != 0 ? d[2] : NULL, upd[2] = adam ? d[3] : NULL;
-        size_t bad = 0;
-        for (int a = 0; a < 3 && sc.ok; a++) {
-          float *back = upd[a] ? dev_get(&sc, CL_F32, upd[a], n) : NULL;
-          for (size_t k = 0; back && k < n; k++) bad += !isfinite(back[k]);
-          free(back);
-        }
-        expect(v, sc.ok && bad == 0, "%s: then the update writes %zu non-finite values", label,
-               bad);
-      }
-      if (adam && i == 0 && sc.ok) {
-        cl_adam_hp h0 = ah;
+      if (ref == CL_FAULT_NONE && n && sc.ok) guard_update(&g, v, &sc, c, d, x, label);
+      if (g.opt == GUARD_ADAM && i == 0 && sc.ok) {
+        cl_adam_hp h0 = g.ah;
         h0.step = 0;
-        expect(v, be->iface->adam_check(be, d[0], d[1], M, V, XS, n, &h0, &got) == CL_E_INVALID,
+        const float *M = c->no_state ? NULL : d[2], *V = c->no_state ? NULL : d[3];
+        expect(v,
+               v->be->iface->adam_check(v->be, d[0], d[1], M, V, c->no_state ? NULL : x, n, &h0,
+                                        &got) == CL_E_INVALID,
                "adam_check: step 0 is refused");
-      }
-      scope_end(&sc);
-    }
-    for (int a = 0; a < 4; a++) free(h[a]);
-  }
-}
-
-/* rmsprop_check over guard cases: mom is RMSprop's momentum, first says
- * centered (grad_avg from zeros), m the momentum_buffer, v the square_avg.
- * As run_guard: the key against the reference's and the case's, nothing
- * written, and after a pass the update writes only finite numbers. */
-static void run_rms_guard(const row *r) {
-  const guard_case *cases = r->cases;
-  for (int i = 0; i < r->n_cases; i++) {
-    const guard_case *c = &cases[i];
-    const size_t n = c->n, bytes = n * 4;
-    float *h[4];
-    guard_inputs(c, h);
-    const float *hb = c->no_state ? NULL : h[2], *hv = c->no_state ? NULL : h[3];
-    const cl_rmsprop_hp hp = {c->lr, 0.99f, 1e-8f, c->wd, c->mom, c->first};
-    const uint64_t ref = ref_rmsprop_fault(h[0], h[1], hv, hb, NULL, n, &hp);
-    const uint64_t want = guard_key(c->want_at, c->want_part, c->want_nan);
-    char label[200], rs[80], gs[80];
-    snprintf(label, sizeof label, "rmsprop %s, n=%zu", c->what, n);
-    key_str(rs, sizeof rs, ref);
-    if (ref != want) {
-      key_str(gs, sizeof gs, want);
-      printf("FAIL %s: the reference says %s, the case %s\n", label, rs, gs);
-      ctest_checks++, ctest_failures++, row_checks++, row_failed++;
-    }
-    for (int vi = 0; vi < n_vs; vi++) {
-      variant *v = &vs[vi];
-      cl_backend *be = v->be;
-      scope sc = scope_of(v);
-      float *d[4] = {NULL, NULL, NULL, NULL};
-      for (int a = 0; a < 4 && n; a++) d[a] = dev_of(&sc, h[a], bytes);
-      float *A = c->first && n ? dev_alloc(&sc, bytes) : NULL; /* grad_avg: zeros */
-      if (sc.ok && A) CALL(&sc, be->iface->memset0(be, A, bytes));
-      const float *B = c->no_state ? NULL : d[2], *V = c->no_state ? NULL : d[3];
-      uint64_t got = 0;
-      if (sc.ok) CALL(&sc, be->iface->rmsprop_check(be, d[0], d[1], V, B, A, n, &hp, &got));
-      if (!sc.ok) {
-        scope_end(&sc);
-        continue;
-      }
-      key_str(gs, sizeof gs, got);
-      expect(v, got == ref, "%s: key %s, reference %s", label, gs, rs);
-      int same = 1;
-      for (int a = 0; a < 4 && n && sc.ok; a++) {
-        float *back = dev_get(&sc, CL_F32, d[a], n);
-        same &= back && memcmp(back, h[a], bytes) == 0;
-        free(back);
-      }
-      expect(v, sc.ok && same, "%s: the guard wrote nothing", label);
-      if (ref == CL_FAULT_NONE && n && sc.ok) {
-        if (c->no_state) {
-          CALL(&sc, be->iface->memset0(be, d[2], bytes));
-          CALL(&sc, be->iface->memset0(be, d[3], bytes));
-        }
-        if (sc.ok) CALL(&sc, be->iface->rmsprop_update(be, d[0], d[1], d[3], d[2], A, n, &hp));
-        size_t bad = 0;
-        for (int a = 0; a < 4 && sc.ok; a++) {
-          if (a == 1) continue; /* the gradient is an input */
-          float *back = dev_get(&sc, CL_F32, d[a], n);
-          for (size_t k = 0; back && k < n; k++) bad += !isfinite(back[k]);
-          free(back);
-        }
-        expect(v, sc.ok && bad == 0, "%s: then the update writes %zu non-finite values", label,
-               bad);
       }
       scope_end(&sc);
     }
@@ -2518,7 +2506,7 @@ static const row ops[] = {
       "float32 state against torch's update in double over a few steps: the first step "
       "divides g by about |g| sqrt(1 - alpha), so a few roundings of values up to "
       "1 / sqrt(1 - alpha)"}},
-    {"rmsprop_check", run_rms_guard, CASES(rms_guard_cases), F32, 0,
+    {"rmsprop_check", run_guard, CASES(rms_guard_cases), F32, 0,
      EXACT("the first fault's key is an integer: equal to the reference's, as adam_check")},
     {"adam_check", run_guard, CASES(adam_guard_cases), F32, 0,
      EXACT("the first fault's key (element, array, NaN) is an integer: equal to the "

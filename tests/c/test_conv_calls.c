@@ -179,14 +179,9 @@ static void run(const config *c) {
   fill(x, (size_t)B * T * C * P, 1);
   fill(y, (size_t)B * T * top * P, 0.5f);
   fill(init, (size_t)B * 8 * P * 2 * c->layers, 0.5f);
-  cl_step_options o;
-  memset(&o, 0, sizeof o);
-  o.checkpoint = c->checkpoint;
-  o.tbptt = c->tbptt;
-  o.accumulation_steps = c->accumulation;
-  o.recompute_gates = c->recompute;
-  o.horizon = K;
-  o.free_run = c->free_run;
+  cl_step_options o = {.checkpoint = c->checkpoint, .tbptt = c->tbptt,
+                       .accumulation_steps = c->accumulation, .recompute_gates = c->recompute,
+                       .horizon = K, .free_run = c->free_run};
   int truth[8] = {1, 0, 1, 0, 1, 0, 1, 0};
   if (c->truth) o.truth = truth;
   cl_host_array st[2 * CL_MAX_LAYERS];

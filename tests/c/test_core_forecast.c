@@ -17,7 +17,7 @@
  */
 #include "convlstm.h"
 #include "ctest.h"   /* CHECK, ctest_flat */
-#include "fixture.h" /* fx_open, fx_config, fx_set_weights, fx_tensor, fx_flat */
+#include "fixture.h" /* fx_open_in, fx_config, fx_set_weights, fx_tensor, fx_flat */
 
 #include <math.h>
 #include <stdio.h>
@@ -54,11 +54,9 @@ static cl_model *forecast_model(const fixture *f) {
 }
 
 static void check(const char *name) {
-  char dir[256];
-  snprintf(dir, sizeof dir, "tests/testthat/fixtures/forecast/%s", name);
   fixture f;
-  CHECK(fx_open(&f, dir), "%s: no fixture", dir);
-  if (!f.n) return;
+  if (!fx_open_in(&f, "forecast", name)) return;
+  const char *dir = f.dir;
   int B = fx_int(&f, "B"), T = fx_int(&f, "T"), H = fx_int(&f, "H"), W = fx_int(&f, "W");
   int K = fx_int(&f, "horizon"), C = fx_int(&f, "input_dim");
   int teacher = strcmp(name, "teacher") == 0, sampled = strncmp(name, "sampled", 7) == 0;

@@ -62,7 +62,7 @@ static double check_gradients(cl_model *m, const float *x, const float *y, cl_ta
     const char *name;
     int nd, d[4];
     cl_model_tensor_info(m, i, &name, &nd, d);
-    size_t n = (size_t)d[0] * (nd == 4 ? (size_t)d[1] * d[2] * d[3] : 1);
+    size_t n = ctest_numel(nd, d);
     float *p = malloc(n * sizeof *p), *g = malloc(n * sizeof *g);
     cl_model_get_param(m, name, p, n);
     cl_model_get_grad(m, name, g, n);

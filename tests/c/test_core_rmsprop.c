@@ -9,53 +9,16 @@
  * must be PyTorch's within float32 rounding (1e-5 relative, as the R tests).
  */
 #include "ctest.h"   /* CHECK, rel_diff */
-#include "fixture.h" /* fx_open, fx_model, fx_tensor, fx_gap */
+#include "fixture.h" /* fx_open_in, fx_model, fx_tensor, fx_gap, fx_num, fx_optim, fx_loss */
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* config key's number, or dflt when absent */
-static double fx_num(const fixture *f, const char *key, double dflt) {
-  const char *s = fx_record(f, "config", key);
-  return s ? strtod(s, NULL) : dflt;
-}
-
-static cl_optim fixture_optim(const fixture *f) {
-  cl_optim o;
-  memset(&o, 0, sizeof o);
-  o.lr = fx_num(f, "lr", 0);
-  o.weight_decay = fx_num(f, "weight_decay", 0);
-  o.momentum = fx_num(f, "momentum", 0);
-  if (fx_is(f, "optimizer", "sgd")) {
-    o.kind = CL_OPTIM_SGD;
-    return o;
-  }
-  o.kind = CL_OPTIM_RMSPROP;
-  o.alpha = fx_num(f, "alpha", 0.99);
-  o.eps = fx_num(f, "eps", 1e-8);
-  o.centered = fx_is(f, "centered", "TRUE");
-  return o;
-}
-
-static cl_loss_fn fixture_loss(const fixture *f) {
-  cl_loss_fn l;
-  memset(&l, 0, sizeof l);
-  l.kind = fx_is(f, "loss", "bce_logits") ? CL_LOSS_BCE_LOGITS : CL_LOSS_MSE;
-  l.delta = fx_num(f, "delta", 1);
-  l.pos_weight = fx_num(f, "pos_weight", 1);
-  l.reduction = fx_is(f, "reduction", "sum")         ? CL_REDUCE_SUM
-                : fx_is(f, "reduction", "batchmean") ? CL_REDUCE_BATCHMEAN
-                                                     : CL_REDUCE_MEAN;
-  return l;
-}
-
 static void check(const char *name) {
-  char dir[256];
-  snprintf(dir, sizeof dir, "tests/testthat/fixtures/training/%s", name);
   fixture f;
-  CHECK(fx_open(&f, dir), "%s: no fixture", dir);
-  if (!f.n) return;
+  if (!fx_open_in(&f, "training", name)) return;
+  const char *dir = f.dir;
   const int B = fx_int(&f, "B"), T = fx_int(&f, "T"), H = fx_int(&f, "H"), W = fx_int(&f, "W");
   const int C = fx_int(&f, "input_dim"), steps = fx_int(&f, "steps");
   int hidden[CL_MAX_LAYERS];
@@ -71,10 +34,10 @@ static void check(const char *name) {
   cl_host_array wa = {w, CL_HOST_TORCH_F32, 4, {B, hidden[L - 1], H, W, 0}};
   cl_step_options o;
   memset(&o, 0, sizeof o);
-  o.loss = fixture_loss(&f);
+  o.loss = fx_loss(&f);
   o.max_grad_norm = fx_num(&f, "max_grad_norm", 0);
   o.weight = w ? &wa : NULL;
-  const cl_optim opt = fixture_optim(&f);
+  const cl_optim opt = fx_optim(&f);
   double worst = 0;
   for (int s = 0; s < steps; s++) {
     double loss = NAN;

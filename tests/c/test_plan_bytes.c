@@ -158,13 +158,9 @@ static void run_case(const pcase *c) {
   if (!m) return;
   CHECK(cl_model_n_params(m) == n_params(c), "%s: %zu parameters, want %zu", c->name,
         (size_t)cl_model_n_params(m), n_params(c));
-  cl_step_options o;
-  memset(&o, 0, sizeof o);
-  o.checkpoint = c->checkpoint;
-  o.tbptt = c->tbptt;
-  o.accumulation_steps = c->accumulation;
-  o.recompute_gates = c->recompute;
-  o.outputs = c->outputs;
+  cl_step_options o = {.checkpoint = c->checkpoint, .tbptt = c->tbptt,
+                       .accumulation_steps = c->accumulation, .recompute_gates = c->recompute,
+                       .outputs = c->outputs};
   const cl_optim *opt = c->training ? &c->optim : NULL;
   cl_plan plan, any;
   /* a plan for either target (a separate forward and backward) holds every

@@ -18,3 +18,37 @@ api_y <- function(B = 2, C = 2, H = 5, W = 4, T = NULL) {
 expect_convlstm_error <- function(expr, status = "invalid", regexp = NULL) {
   testthat::expect_error(expr, regexp = regexp, class = paste0("convlstm_error_", status))
 }
+
+# Two models with the same weights, and their release.
+twin_models <- function(...) {
+  a <- api_model(...)
+  b <- api_model(...)
+  load_state_dict(b, state_dict(a))
+  list(a = a, b = b)
+}
+release_all <- function(models) for (m in models) convlstm_release(m)
+
+# Twins m (twin_models()) take `steps` steps of opt; m$a is saved with its
+# optimizer, whose state tensors `states` (torch's names) the file must hold,
+# and loaded: its next step and weights must equal m$b's, bit for bit (one
+# thread, as m$b: the same sums). Returns the file's convlstm_file_info().
+expect_resumes_exactly <- function(m, x, y, opt, states, steps = 2) {
+  for (i in seq_len(steps)) {
+    train_step(m$a, x, y, opt)
+    train_step(m$b, x, y, opt)
+  }
+  path <- tempfile(fileext = ".safetensors")
+  on.exit(unlink(path))
+  convlstm_save(m$a, path, optimizer = opt)
+  info <- convlstm_file_info(path)
+  for (state in states) {
+    expect_true(any(startsWith(info$tensors$name, paste0("optimizer.", state, "."))),
+                label = paste0("the file holds optimizer.", state, ".*"))
+  }
+  expect_identical(info$optimizer, opt)
+  loaded <- convlstm_load(path, device = "cpu", threads = 1)
+  on.exit(convlstm_release(loaded), add = TRUE)
+  expect_identical(train_step(loaded, x, y, opt), train_step(m$b, x, y, opt))
+  expect_identical(state_dict(loaded), state_dict(m$b))
+  invisible(info)
+}

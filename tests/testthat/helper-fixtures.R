@@ -155,6 +155,14 @@ expect_fixture_tensors <- function(got, fx, prefix, rel = 1e-5, label = NULL) {
   }
 }
 
+# An Adam run against the fixture's: the losses of its steps (adam_losses)
+# and the parameters after them (params, a named list as state_dict()
+# gives; adam_params/), each within rel.
+expect_adam_run <- function(losses, params, fx, rel, label) {
+  expect_close(losses, fx$tensors$adam_losses, rel = rel, label = paste(label, "losses"))
+  expect_fixture_tensors(params, fx, "adam_params/", rel = rel, label = paste(label, "params"))
+}
+
 `%||%` <- function(a, b) if (is.null(a)) b else a
 
 # A fixture's kernels and dilations in convlstm()'s forms: square kernels

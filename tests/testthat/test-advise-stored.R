@@ -67,14 +67,7 @@ test_that("on the CPU no half type is predicted faster than float32; a budget it
 # its largest step's plan and its data (calibration_bytes(), ?memory_advise),
 # measured from outside in a fresh process with an empty cache folder.
 test_that("the first calibration grows the high-water mark by at most its largest step and its data", {
-  skip_on_cran()
-  skip_on_os(c("windows", "mac", "solaris"))
-  skip_if_not(file.exists("/proc/self/clear_refs"), "no /proc/self/clear_refs to reset VmHWM")
-  ok <- tryCatch({
-    writeLines("5", "/proc/self/clear_refs")
-    TRUE
-  }, error = function(e) FALSE, warning = function(w) FALSE)
-  skip_if_not(ok, "cannot reset VmHWM through /proc/self/clear_refs here")
+  skip_without_hwm_reset()
   cache <- tempfile("cache")
   dir.create(cache)
   out <- tempfile(fileext = ".txt")

@@ -3,13 +3,6 @@
 # and without one, their memory is accounted and returned, and their
 # lifetime follows the model's.
 
-twin_models <- function(...) {
-  a <- api_model(...)
-  b <- api_model(...)
-  load_state_dict(b, state_dict(a))
-  list(a = a, b = b)
-}
-
 rows_of <- function(x, rows) slice_batch_test(x, rows)
 slice_batch_test <- function(x, idx) {
   args <- c(list(x, idx), rep(list(quote(expr = )), length(dim(x)) - 1L), list(drop = FALSE))

@@ -11,6 +11,27 @@ drop_model <- function(dropout = 0.3, recurrent_dropout = 0.4, ...) {
            recurrent_dropout = recurrent_dropout, ...)
 }
 
+# The weights of a drop_model() drawn after set.seed(seed).
+drop_weights <- function(seed) {
+  set.seed(seed)
+  ref <- drop_model()
+  on.exit(convlstm_release(ref))
+  state_dict(ref)
+}
+
+# One SGD step at lr 0 (target "sequence": every output counts) of a
+# drop_model(model_args) with weights w, its masks drawn after set.seed(seed)
+# or given (masks); `...` goes to train_step(). Its loss and gradients.
+drop_step <- function(w, x, y, seed, model_args = list(), masks = NULL, ...) {
+  m <- do.call(drop_model, model_args)
+  on.exit(convlstm_release(m))
+  load_state_dict(m, w)
+  if (!is.null(masks)) convlstm:::local_dropout_masks(masks)
+  set.seed(seed)
+  loss <- train_step(m, x, y, optimizer_sgd(lr = 0), target = "sequence", ...)
+  list(loss = as.numeric(loss), g = gradients(m))
+}
+
 test_that("the rates read back per layer, and a model without them says so on train()", {
   m <- drop_model(c(0.1, 0), 0.25)
   on.exit(convlstm_release(m))
@@ -197,19 +218,9 @@ test_that("inference applies no dropout: predict(), model(x) in eval mode, evalu
 test_that("checkpointing and accumulation give the gradients of the plain step with dropout", {
   x <- api_x(B = 4, T = 5)
   y <- api_y(B = 4, T = 5)
-  set.seed(8)
-  ref <- drop_model()
-  w <- state_dict(ref)
-  grads_of <- function(...) {
-    m <- drop_model()
-    on.exit(convlstm_release(m))
-    load_state_dict(m, w)
-    set.seed(99) # the same masks for every variant
-    train_step(m, x, y, optimizer_sgd(lr = 0), target = "sequence", ...)
-    gradients(m)
-  }
+  w <- drop_weights(8)
+  grads_of <- function(...) drop_step(w, x, y, 99, ...)$g # the same masks for every variant
   g0 <- grads_of()
-  convlstm_release(ref)
   for (v in list(list(checkpoint = 2), list(checkpoint = 1), list(accumulation_steps = 2),
                  list(accumulation_steps = 3, checkpoint = 2))) {
     g <- do.call(grads_of, v)
@@ -313,10 +324,7 @@ for (device in c("cpu", if (gpu_available()) "cuda")) for (fixture in names(free
           expect_gt(grad_gap(g, fx, "grad_detached/"), 10 * rel)
         }
       }
-      expect_close(losses, fx$tensors$adam_losses, rel = rel, label = paste(device, "losses"))
-      after <- state_dict(m)
-      expect_fixture_tensors(after, fx, "adam_params/", rel = rel,
-                             label = paste(device, sched, "params"))
+      expect_adam_run(losses, state_dict(m), fx, rel, paste(device, sched))
     })
   }
 }
@@ -461,18 +469,9 @@ test_that("a model file without dropout_masks loads as shared: what it trained w
 test_that("per-gate masks reach each gate: shared differs, equal gates agree", {
   x <- api_x(B = 3, T = 4)
   y <- api_y(B = 3, T = 4)
-  set.seed(21)
-  ref <- drop_model()
-  w <- state_dict(ref)
-  convlstm_release(ref)
-  grads_of <- function(kind, masks = NULL, seed = 5) {
-    m <- drop_model(dropout_masks = kind)
-    on.exit(convlstm_release(m))
-    load_state_dict(m, w)
-    if (!is.null(masks)) convlstm:::local_dropout_masks(masks)
-    set.seed(seed)
-    loss <- train_step(m, x, y, optimizer_sgd(lr = 0), target = "sequence")
-    list(loss = as.numeric(loss), g = gradients(m))
+  w <- drop_weights(21)
+  grads_of <- function(kind, masks = NULL) {
+    drop_step(w, x, y, 5, list(dropout_masks = kind), masks)
   }
   gap <- function(a, b) max(vapply(names(a$g), function(k) max(abs(a$g[[k]] - b$g[[k]])), 0))
   expect_gt(gap(grads_of("per_gate"), grads_of("shared")), 1e-4)
@@ -498,18 +497,8 @@ test_that("per-gate masks reach each gate: shared differs, equal gates agree", {
 test_that("per-gate dropout in float16 and bfloat16: the float32 step's gradients", {
   x <- api_x(B = 2, T = 3)
   y <- api_y(B = 2, T = 3)
-  set.seed(30)
-  ref <- drop_model()
-  w <- state_dict(ref)
-  convlstm_release(ref)
-  grads_of <- function(dtype, ...) {
-    m <- drop_model(dtype = dtype)
-    on.exit(convlstm_release(m))
-    load_state_dict(m, w)
-    set.seed(31) # the same masks
-    train_step(m, x, y, optimizer_sgd(lr = 0), target = "sequence", ...)
-    gradients(m)
-  }
+  w <- drop_weights(30)
+  grads_of <- function(dtype, ...) drop_step(w, x, y, 31, list(dtype = dtype), ...)$g # same masks
   g32 <- grads_of("float32")
   # storage rounding (2^-11, 2^-8 relative) through a few steps' products
   for (dt in list(list("float16", 1e-2), list("bfloat16", 6e-2))) {

@@ -19,12 +19,6 @@ run_budget_probe <- function(extra, n, batch, H, W, vH, vW, data_on_device = "au
   v
 }
 
-skip_unless_hwm <- function() {
-  skip_on_cran()
-  skip_on_os(c("windows", "mac", "solaris"))
-  skip_if_not(file.exists("/proc/self/clear_refs"), "no /proc/self/clear_refs to reset VmHWM")
-}
-
 # growth of the high-water mark within the budget plus what R allocated
 # itself, 1 % + 2 MiB (the bound of test-memory-measured.R)
 expect_within_budget <- function(p, label) {
@@ -35,7 +29,7 @@ expect_within_budget <- function(p, label) {
 }
 
 test_that("validation frames larger than the training frames stay in the budget", {
-  skip_unless_hwm()
+  skip_without_hwm_reset()
   # the probe reads the advisor's stored rates; R CMD check stores none
   # (?memory_advise), so the fit would calibrate inside the measured window
   skip_if(nzchar(Sys.getenv("_R_CHECK_PACKAGE_NAME_")),
@@ -48,7 +42,7 @@ test_that("validation frames larger than the training frames stay in the budget"
 })
 
 test_that("data_on_device = \"auto\" uploads only a data set that fits the budget", {
-  skip_unless_hwm()
+  skip_without_hwm_reset()
   # 512 samples of 32x32 (10 MiB as float32) beside a step at batch 8 with
   # 3 MiB to spare: the data set must stay in R. R's own copies of the
   # arrays (doubles, twice the data set) are the same in a fit with

@@ -155,14 +155,7 @@ one_layer_cases <- function() {
   })
 }
 test_that("measured: the high-water mark grows by memory_estimate()'s total over creation and the first step, and not at a second step", {
-  skip_on_cran()
-  skip_on_os(c("windows", "mac", "solaris"))
-  skip_if_not(file.exists("/proc/self/clear_refs"), "no /proc/self/clear_refs to reset VmHWM")
-  ok <- tryCatch({
-    writeLines("5", "/proc/self/clear_refs")
-    TRUE
-  }, error = function(e) FALSE, warning = function(w) FALSE)
-  skip_if_not(ok, "cannot reset VmHWM through /proc/self/clear_refs here")
+  skip_without_hwm_reset()
   # The bound, 1 % + 2 MiB: the measure counts pages (4 KiB), so each of the
   # plan's ~10-30 buffers may show up to a page more or less than its bytes;
   # buffers under 64 KiB come from the malloc heap, where they may share a
@@ -254,18 +247,6 @@ test_that("measured: the high-water mark grows by memory_estimate()'s total over
             paste(cold_notes, collapse = "; "))
   }
 })
-
-# Skips where /proc cannot reset and report the high-water mark.
-skip_without_hwm_reset <- function() {
-  skip_on_cran()
-  skip_on_os(c("windows", "mac", "solaris"))
-  skip_if_not(file.exists("/proc/self/clear_refs"), "no /proc/self/clear_refs to reset VmHWM")
-  ok <- tryCatch({
-    writeLines("5", "/proc/self/clear_refs")
-    TRUE
-  }, error = function(e) FALSE, warning = function(w) FALSE)
-  skip_if_not(ok, "cannot reset VmHWM through /proc/self/clear_refs here")
-}
 
 # Issue #27.3: a step with per-gate dropout (the default) drew its masks on
 # the host, outside the plan: +5.7 MiB (+9.5 %) at batch 12, +11.7 MiB at

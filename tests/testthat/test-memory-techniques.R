@@ -280,15 +280,11 @@ test_that("truncated BPTT: memory independent of T beyond the window", {
   expect_gt(plain[[2]], plain[[1]])
   # a window as long as the sequence is full backpropagation
   d <- tech_data(T = 6)
-  a <- tech_model()
-  b <- tech_model()
-  on.exit({
-    convlstm_release(a)
-    convlstm_release(b)
-  }, add = TRUE)
-  train_step(a, d$x, d$y, optimizer_sgd(0))
-  train_step(b, d$x, d$y, optimizer_sgd(0), tbptt = 6)
-  expect_lt(max_rel_diff(gradients(b), gradients(a)), 1e-6)
+  m <- list(a = tech_model(), b = tech_model()) # the same weights (tech_model's seed)
+  on.exit(release_all(m), add = TRUE)
+  train_step(m$a, d$x, d$y, optimizer_sgd(0))
+  train_step(m$b, d$x, d$y, optimizer_sgd(0), tbptt = 6)
+  expect_lt(max_rel_diff(gradients(m$b), gradients(m$a)), 1e-6)
 })
 
 test_that("inference with only the last state: the same peak for T = 10 and T = 1000", {
@@ -336,18 +332,15 @@ test_that("train_step() and convlstm_fit() check and pass the step options", {
   expect_equal(nrow(h), 2)
   expect_true(all(is.finite(h$loss)))
   # same data, same seeds: fit with checkpointing matches plain fit
-  a <- tech_model()
-  b <- tech_model()
-  on.exit({
-    convlstm_release(a)
-    convlstm_release(b)
-  }, add = TRUE)
+  m <- list(a = tech_model(), b = tech_model()) # the same weights (tech_model's seed)
+  on.exit(release_all(m), add = TRUE)
   set.seed(10)
-  ha <- convlstm_fit(a, d$x, d$y, opt, epochs = 2, batch_size = 2, verbose = FALSE)
+  ha <- convlstm_fit(m$a, d$x, d$y, opt, epochs = 2, batch_size = 2, verbose = FALSE)
   set.seed(10)
-  hb <- convlstm_fit(b, d$x, d$y, opt, epochs = 2, batch_size = 2, verbose = FALSE, checkpoint = 3)
+  hb <- convlstm_fit(m$b, d$x, d$y, opt, epochs = 2, batch_size = 2, verbose = FALSE,
+                     checkpoint = 3)
   expect_equal(hb$loss, ha$loss, tolerance = 1e-5)
   expect_lt(max(hb$peak_bytes), max(ha$peak_bytes))
-  expect_convlstm_error(convlstm_fit(a, d$x, d$y, opt, tbptt = -2, verbose = FALSE),
+  expect_convlstm_error(convlstm_fit(m$a, d$x, d$y, opt, tbptt = -2, verbose = FALSE),
                         regexp = "`tbptt`")
 })

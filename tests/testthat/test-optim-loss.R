@@ -4,15 +4,6 @@
 # against PyTorch's runs (tools/make_training_fixtures.py) and against the
 # whole batch's value under accumulation.
 
-# Two models with the same weights.
-rms_models <- function(...) {
-  a <- api_model(...)
-  b <- api_model(...)
-  load_state_dict(b, state_dict(a))
-  list(a = a, b = b)
-}
-rms_release <- function(models) for (m in models) convlstm_release(m)
-
 # The fixture's optimizer, RMSprop's arguments read from its config.
 rms_fixture_optimizer <- function(cfg) {
   if (cfg$optimizer == "sgd") {
@@ -122,27 +113,12 @@ test_that("RMSprop's state is saved under torch's names and resumes exactly", {
   set.seed(32)
   x <- api_x()
   y <- api_y()
-  m <- rms_models()
-  on.exit(rms_release(m))
+  m <- twin_models()
+  on.exit(release_all(m))
   opt <- optimizer_rmsprop(0.01, alpha = 0.9, momentum = 0.5, centered = TRUE,
                            weight_decay = 0.01)
-  for (i in 1:2) {
-    train_step(m$a, x, y, opt)
-    train_step(m$b, x, y, opt)
-  }
-  path <- tempfile(fileext = ".safetensors")
-  on.exit(unlink(path), add = TRUE)
-  convlstm_save(m$a, path, optimizer = opt)
-  info <- convlstm_file_info(path)
-  for (state in c("square_avg", "momentum_buffer", "grad_avg")) {
-    expect_true(any(startsWith(info$tensors$name, paste0("optimizer.", state, "."))))
-  }
-  expect_identical(info$optimizer, opt)
+  info <- expect_resumes_exactly(m, x, y, opt, c("square_avg", "momentum_buffer", "grad_avg"))
   expect_identical(info$optimizer_steps, 2)
-  loaded <- convlstm_load(path, device = "cpu", threads = 1)
-  on.exit(convlstm_release(loaded), add = TRUE)
-  expect_identical(train_step(loaded, x, y, opt), train_step(m$b, x, y, opt))
-  expect_identical(state_dict(loaded), state_dict(m$b))
 })
 
 test_that("RMSprop's guard refuses an overflowing square_avg and leaves the model as it was", {
@@ -164,8 +140,8 @@ test_that("schedules and clipping drive RMSprop: each step uses the scheduled lr
   set.seed(34)
   x <- api_x()
   y <- api_y()
-  m <- rms_models()
-  on.exit(rms_release(m))
+  m <- twin_models()
+  on.exit(release_all(m))
   sched <- lr_step(optimizer_rmsprop(0.01), step_size = 1, gamma = 0.5)
   opt_b <- optimizer_rmsprop(0.01)
   for (i in 1:3) {
@@ -189,7 +165,7 @@ test_that("a summed loss splits over uneven micro-batches and checkpoints to the
     y <- if (target == "sequence") api_y(B = 5, T = 3) else api_y(B = 5)
     yb <- (y > 0) * 1
     for (red in c("sum", "batchmean")) {
-      m <- rms_models()
+      m <- twin_models()
       still <- optimizer_sgd(lr = 0)
       whole <- train_step(m$a, x, yb, still, target = target, loss = "bce_logits",
                           reduction = red)
@@ -212,7 +188,7 @@ test_that("a summed loss splits over uneven micro-batches and checkpoints to the
       scale <- if (red == "sum") length(yb) else length(yb) / 5
       for (k in names(gm)) expect_equal(ga[[k]], gm[[k]] * scale, tolerance = 1e-5)
       convlstm_release(mean_m)
-      rms_release(m)
+      release_all(m)
     }
   }
 })

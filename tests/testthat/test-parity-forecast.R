@@ -76,9 +76,7 @@ for (device in forecast_devices) {
         train_step(model, fx$tensors$x, fx$tensors$y, opt, target = cfg$target,
                    state = fixture_state(fx))
       }, numeric(1))
-      expect_close(losses, fx$tensors$adam_losses, rel = REL, label = paste(label, "losses"))
-      after <- state_dict(model)
-      expect_fixture_tensors(after, fx, "adam_params/", rel = REL, label = paste(label, "params"))
+      expect_adam_run(losses, state_dict(model), fx, REL, label)
       expect_null(carried_state(model)) # a given state is not kept
       convlstm_release(model)
     })
@@ -108,10 +106,7 @@ for (device in forecast_devices) {
                          target = cfg$target, state = "carry"), schedules[[sched]])
           do.call(train_step, args)
         }, numeric(1))
-        expect_close(losses, fx$tensors$adam_losses, rel = REL, label = paste(label, sched, "losses"))
-        after <- state_dict(model)
-        expect_fixture_tensors(after, fx, "adam_params/", rel = REL,
-                               label = paste(label, sched, "params"))
+        expect_adam_run(losses, state_dict(model), fx, REL, paste(label, sched))
         expect_identical(carried_state(model), as.integer(c(cfg$B, cfg$H, cfg$W)))
         convlstm_release(model)
       })
@@ -217,10 +212,7 @@ for (device in forecast_devices) {
           expect_fixture_tensors(g, fx, "grad/", rel = REL, label = paste(label, sched, "grad"))
         }
       }
-      expect_close(losses, fx$tensors$adam_losses, rel = REL, label = paste(label, sched, "losses"))
-      after <- state_dict(model)
-      expect_fixture_tensors(after, fx, "adam_params/", rel = REL,
-                             label = paste(label, sched, "params"))
+      expect_adam_run(losses, state_dict(model), fx, REL, paste(label, sched))
       convlstm_release(model)
     })
   }
@@ -279,11 +271,7 @@ for (device in forecast_devices) {
             expect_gt(max_rel_diff(g, fx, "grad_detached/"), 10 * REL)
           }
         }
-        expect_close(losses, fx$tensors$adam_losses, rel = REL,
-                     label = paste(label, sched, "losses"))
-        after <- state_dict(model)
-        expect_fixture_tensors(after, fx, "adam_params/", rel = REL,
-                               label = paste(label, sched, "params"))
+        expect_adam_run(losses, state_dict(model), fx, REL, paste(label, sched))
         convlstm_release(model)
       })
     }
@@ -398,11 +386,7 @@ for (device in forecast_devices) {
             expect_gt(max_rel_diff(g, fx, "grad_teacher/"), 10 * REL)
           }
         }
-        expect_close(losses, fx$tensors$adam_losses, rel = REL,
-                     label = paste(label, sched, "losses"))
-        after <- state_dict(model)
-        expect_fixture_tensors(after, fx, "adam_params/", rel = REL,
-                               label = paste(label, sched, "params"))
+        expect_adam_run(losses, state_dict(model), fx, REL, paste(label, sched))
       })
     }
   }

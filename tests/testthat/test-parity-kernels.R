@@ -290,15 +290,6 @@ test_that("memory_estimate() of two kernels is the shapes' bytes and what a step
   expect_true(any(adv$fits))
 })
 
-# row-major float32 files, as inst/python/safetensors_check.py reads and writes
-kernels_write_f32 <- function(x, path) {
-  writeBin(as.vector(aperm(x, rev(seq_along(dim(x))))), path, size = 4, endian = "little")
-}
-kernels_read_f32 <- function(path, d) {
-  v <- readBin(path, "numeric", n = prod(d), size = 4, endian = "little")
-  aperm(array(v, rev(d)), rev(seq_along(d)))
-}
-
 test_that("a file of two kernels loads in PyTorch and computes the same outputs", {
   pt <- python_torch()
   set.seed(9)
@@ -306,23 +297,17 @@ test_that("a file of two kernels loads in PyTorch and computes the same outputs"
                     dilation = list(1, c(1, 2)), device = "cpu", threads = 1)
   x <- array(runif(2 * 3 * 2 * 6 * 5, -1, 1), c(2, 3, 2, 6, 5))
   path <- tempfile(fileext = ".safetensors")
-  xf <- tempfile()
-  of <- tempfile()
   on.exit({
     convlstm_release(model)
-    unlink(c(path, xf, of))
+    unlink(path)
   })
   convlstm_save(model, path)
-  kernels_write_f32(x, xf)
-  out <- system2(pt[[1]], c(shQuote(pt[[2]]), "read", shQuote(path), shQuote(xf), dim(x),
-                            shQuote(of)), stdout = TRUE, stderr = TRUE)
-  expect_null(attr(out, "status"))
-  summary <- paste(out, collapse = "\n")
-  expect_match(summary, "\"cell_list.0.conv_x.weight\": \\[12, 2, 3, 5\\]")
-  expect_match(summary, "\"cell_list.0.conv_h.weight\": \\[12, 3, 1, 1\\]")
-  expect_match(summary, "\"cell_list.1.conv_h.weight\": \\[8, 2, 5, 1\\]")
   ours <- predict(model, x)
-  expect_equal(ours, kernels_read_f32(of, dim(ours)), tolerance = 1e-5)
+  torch <- torch_check(pt, "read", path, x, dim(ours))
+  expect_match(torch$summary, "\"cell_list.0.conv_x.weight\": \\[12, 2, 3, 5\\]")
+  expect_match(torch$summary, "\"cell_list.0.conv_h.weight\": \\[12, 3, 1, 1\\]")
+  expect_match(torch$summary, "\"cell_list.1.conv_h.weight\": \\[8, 2, 5, 1\\]")
+  expect_equal(ours, torch$output, tolerance = 1e-5)
 })
 
 test_that("a PyTorch state dict of two convolutions loads, kernels read from the shapes", {
@@ -330,14 +315,9 @@ test_that("a PyTorch state dict of two convolutions loads, kernels read from the
   set.seed(10)
   x <- array(runif(2 * 3 * 1 * 6 * 5, -1, 1), c(2, 3, 1, 6, 5))
   path <- tempfile(fileext = ".safetensors")
-  xf <- tempfile()
-  of <- tempfile()
-  on.exit(unlink(c(path, xf, of)))
-  kernels_write_f32(x, xf)
-  out <- system2(pt[[1]], c(shQuote(pt[[2]]), "write", shQuote(path), "7", "1", "4,2", "9,3",
-                            "true", shQuote(xf), dim(x), shQuote(of), "1,3"),
-                 stdout = TRUE, stderr = TRUE)
-  expect_null(attr(out, "status"))
+  on.exit(unlink(path))
+  torch <- torch_check(pt, "write", path, x, c(2, 3, 2, 6, 5),
+                       args = c("7", "1", "4,2", "9,3", "true"), tail = "1,3")
   info <- convlstm_file_info(path)
   expect_length(info$all_metadata, 0)
   expect_identical(info$config$kernel_sizes, c(9L, 3L))
@@ -347,5 +327,5 @@ test_that("a PyTorch state dict of two convolutions loads, kernels read from the
   expect_identical(names(state_dict(model))[1:3], c("cell_list.0.conv_x.weight",
                                                    "cell_list.0.conv_x.bias",
                                                    "cell_list.0.conv_h.weight"))
-  expect_equal(predict(model, x), kernels_read_f32(of, c(2, 3, 2, 6, 5)), tolerance = 1e-5)
+  expect_equal(predict(model, x), torch$output, tolerance = 1e-5)
 })

@@ -265,16 +265,6 @@ test_that("a load that runs out of memory frees what it made", {
   expect_identical(state_dict(ok), state_dict(model))
 })
 
-write_f32 <- function(x, path) {
-  # row-major float32: R's array reversed in its dims
-  writeBin(as.vector(aperm(x, rev(seq_along(dim(x))))), path, size = 4, endian = "little")
-}
-
-read_f32 <- function(path, d) {
-  v <- readBin(path, "numeric", n = prod(d), size = 4, endian = "little")
-  aperm(array(v, rev(d)), rev(seq_along(d)))
-}
-
 test_that("the file loads in PyTorch and computes the same outputs", {
   pt <- python_torch()
   set.seed(12)
@@ -284,21 +274,14 @@ test_that("the file loads in PyTorch and computes the same outputs", {
   opt <- optimizer_sgd(0.05, momentum = 0.9)
   train_step(model, d$x, array(stats::runif(3 * 3 * 5 * 4), c(3, 3, 5, 4)), opt)
   path <- st_file()
-  xf <- tempfile()
-  of <- tempfile()
-  on.exit(unlink(c(path, xf, of)), add = TRUE)
+  on.exit(unlink(path), add = TRUE)
   convlstm_save(model, path, optimizer = opt, metadata = c(epoch = "1"))
-  write_f32(d$x, xf)
-  out <- system2(pt[[1]], c(shQuote(pt[[2]]), "read", shQuote(path), shQuote(xf),
-                            dim(d$x), shQuote(of)), stdout = TRUE, stderr = TRUE)
-  expect_null(attr(out, "status"))
-  summary <- paste(out, collapse = "\n") # one line of JSON, matched as text
-  expect_match(summary, "\"cell_list.0.conv.weight\": \\[16, 6, 3, 3\\]")
-  expect_match(summary, "\"optimizer.momentum_buffer.cell_list.1.conv.bias\": \\[12\\]")
-  expect_match(summary, "\"epoch\": \"1\"")
-  torch_out <- read_f32(of, c(3, 4, 3, 5, 4))
+  torch <- torch_check(pt, "read", path, d$x, c(3, 4, 3, 5, 4))
+  expect_match(torch$summary, "\"cell_list.0.conv.weight\": \\[16, 6, 3, 3\\]")
+  expect_match(torch$summary, "\"optimizer.momentum_buffer.cell_list.1.conv.bias\": \\[12\\]")
+  expect_match(torch$summary, "\"epoch\": \"1\"")
   ours <- predict(model, d$x)
-  expect_equal(ours, torch_out, tolerance = 1e-5)
+  expect_equal(ours, torch$output, tolerance = 1e-5)
 })
 
 test_that("a file with peepholes loads in PyTorch and computes the same outputs", {
@@ -309,11 +292,9 @@ test_that("a file with peepholes loads in PyTorch and computes the same outputs"
     model <- convlstm(2, c(3, 2), 3, device = "cpu", threads = 1, peephole = kind,
                       frame_size = if (kind == "position") dim(d$x)[4:5])
     path <- st_file()
-    xf <- tempfile()
-    of <- tempfile()
     on.exit({ # also when a check below errs
       convlstm_release(model)
-      unlink(c(path, xf, of))
+      unlink(path)
     })
     sd <- state_dict(model)
     for (k in grep("w_c", names(sd), value = TRUE)) {
@@ -321,13 +302,10 @@ test_that("a file with peepholes loads in PyTorch and computes the same outputs"
     }
     load_state_dict(model, sd)
     convlstm_save(model, path)
-    write_f32(d$x, xf)
-    out <- system2(pt[[1]], c(shQuote(pt[[2]]), "read", shQuote(path), shQuote(xf),
-                              dim(d$x), shQuote(of)), stdout = TRUE, stderr = TRUE)
-    expect_null(attr(out, "status"))
-    expect_match(paste(out, collapse = "\n"), "\"cell_list.1.w_co\": \\[2, ")
     ours <- predict(model, d$x)
-    expect_equal(ours, read_f32(of, dim(ours)), tolerance = 1e-5)
+    torch <- torch_check(pt, "read", path, d$x, dim(ours))
+    expect_match(torch$summary, "\"cell_list.1.w_co\": \\[2, ")
+    expect_equal(ours, torch$output, tolerance = 1e-5)
   })
 })
 
@@ -341,36 +319,25 @@ test_that("a file with non-square, dilated kernels loads in PyTorch: [out, in, k
   model <- convlstm(2, c(3, 2), list(c(3, 5), c(5, 1)), device = "cpu", threads = 1,
                     dilation = list(c(1, 2), 1))
   path <- st_file()
-  xf <- tempfile()
-  of <- tempfile()
   on.exit({
     convlstm_release(model)
-    unlink(c(path, xf, of))
+    unlink(path)
   })
   convlstm_save(model, path)
-  write_f32(d$x, xf)
-  out <- system2(pt[[1]], c(shQuote(pt[[2]]), "read", shQuote(path), shQuote(xf),
-                            dim(d$x), shQuote(of)), stdout = TRUE, stderr = TRUE)
-  expect_null(attr(out, "status"))
-  summary <- paste(out, collapse = "\n")
-  expect_match(summary, "\"cell_list.0.conv.weight\": \\[12, 5, 3, 5\\]")
-  expect_match(summary, "\"cell_list.1.conv.weight\": \\[8, 5, 5, 1\\]")
   ours <- predict(model, d$x)
-  expect_equal(ours, read_f32(of, dim(ours)), tolerance = 1e-5)
+  torch <- torch_check(pt, "read", path, d$x, dim(ours))
+  expect_match(torch$summary, "\"cell_list.0.conv.weight\": \\[12, 5, 3, 5\\]")
+  expect_match(torch$summary, "\"cell_list.1.conv.weight\": \\[8, 5, 5, 1\\]")
+  expect_equal(ours, torch$output, tolerance = 1e-5)
 })
 
 test_that("a state dict saved from PyTorch loads, architecture read from the shapes", {
   pt <- python_torch()
   d <- save_data(n = 2)
   path <- st_file()
-  xf <- tempfile()
-  of <- tempfile()
-  on.exit(unlink(c(path, xf, of)))
-  write_f32(d$x, xf)
-  out <- system2(pt[[1]], c(shQuote(pt[[2]]), "write", shQuote(path), "7", "2", "5,1", "3,3",
-                            "true", shQuote(xf), dim(d$x), shQuote(of)),
-                 stdout = TRUE, stderr = TRUE)
-  expect_null(attr(out, "status"))
+  on.exit(unlink(path))
+  torch <- torch_check(pt, "write", path, d$x, c(2, 4, 1, 5, 4),
+                       args = c("7", "2", "5,1", "3,3", "true"))
   info <- convlstm_file_info(path)
   expect_equal(info$config$hidden_dims, c(5L, 1L))
   expect_equal(info$config$kernel_sizes, c(3L, 3L))
@@ -378,5 +345,5 @@ test_that("a state dict saved from PyTorch loads, architecture read from the sha
   expect_length(info$all_metadata, 0)
   model <- convlstm_load(path, device = "cpu")
   on.exit(convlstm_release(model), add = TRUE)
-  expect_equal(predict(model, d$x), read_f32(of, c(2, 4, 1, 5, 4)), tolerance = 1e-5)
+  expect_equal(predict(model, d$x), torch$output, tolerance = 1e-5)
 })

@@ -1,15 +1,6 @@
 # train_step() against the step taken piece by piece; gradients,
 # zero_grad(), backward's checks; optimizers.
 
-twin_models <- function(...) {
-  a <- api_model(...)
-  b <- api_model(...)
-  load_state_dict(b, state_dict(a))
-  list(a = a, b = b)
-}
-
-release_all <- function(models) for (m in models) convlstm_release(m)
-
 manual_step <- function(model, x, y, opt, target) {
   zero_grad(model)
   out <- convlstm_forward(model, x, training = TRUE)
@@ -208,11 +199,19 @@ expect_training_fixture <- function(name, device = "cpu", dtype = "float32", rel
   }
 }
 
-test_that("max_grad_norm equals torch's clip_grad_norm_ before Adam and SGD (fixtures)", {
+# expect_training_fixture() for each of `names` on every device here, in
+# each of `dtypes` (float16 within its rounding: 5e-3).
+expect_training_fixtures <- function(names, dtypes = "float32") {
+  rel <- c(float32 = 1e-5, float16 = 5e-3)
   for (device in c("cpu", if (gpu_available()) "cuda")) {
-    expect_training_fixture("clip_adam", device)
-    expect_training_fixture("clip_sgd_momentum", device)
+    for (name in names) {
+      for (dtype in dtypes) expect_training_fixture(name, device, dtype, rel[[dtype]])
+    }
   }
+}
+
+test_that("max_grad_norm equals torch's clip_grad_norm_ before Adam and SGD (fixtures)", {
+  expect_training_fixtures(c("clip_adam", "clip_sgd_momentum"))
 })
 
 test_that("clipping scales the gradients to max_grad_norm and reports the norm before", {
@@ -295,12 +294,8 @@ test_that("clipping comes before the update's guard, which checks the clipped gr
 # ---- losses -------------------------------------------------------------
 
 test_that("MAE, Huber and BCE with logits give torch's losses and gradients (fixtures)", {
-  for (device in c("cpu", if (gpu_available()) "cuda")) {
-    for (name in c("loss_mae", "loss_huber", "loss_bce_logits")) {
-      expect_training_fixture(name, device)
-      expect_training_fixture(name, device, dtype = "float16", rel = 5e-3)
-    }
-  }
+  expect_training_fixtures(c("loss_mae", "loss_huber", "loss_bce_logits"),
+                           c("float32", "float16"))
 })
 
 test_that("every loss holds across accumulation and checkpointing, and evaluate agrees", {
@@ -331,12 +326,8 @@ test_that("every loss holds across accumulation and checkpointing, and evaluate 
 # ---- the per-element loss weight -----------------------------------------
 
 test_that("a weighted loss gives torch's (w * l).mean() and its gradients (fixtures)", {
-  for (device in c("cpu", if (gpu_available()) "cuda")) {
-    for (name in c("weighted_mse", "weighted_huber", "weighted_bce_logits")) {
-      expect_training_fixture(name, device)
-      expect_training_fixture(name, device, dtype = "float16", rel = 5e-3)
-    }
-  }
+  expect_training_fixtures(c("weighted_mse", "weighted_huber", "weighted_bce_logits"),
+                           c("float32", "float16"))
 })
 
 test_that("a weight of ones is no weight, bit for bit, for every loss and target", {
@@ -473,10 +464,7 @@ test_that("convlstm_fit() trains on a loss and reports it for validation too", {
 # ---- AdamW and amsgrad -------------------------------------------------
 
 test_that("AdamW and Adam with amsgrad equal torch.optim.AdamW / Adam(amsgrad=True) (fixtures)", {
-  for (device in c("cpu", if (gpu_available()) "cuda")) {
-    expect_training_fixture("adamw", device)
-    expect_training_fixture("adam_amsgrad", device)
-  }
+  expect_training_fixtures(c("adamw", "adam_amsgrad"))
 })
 
 # Mixed precision: activations in float16 with the loss scaled, the update in
@@ -486,11 +474,8 @@ test_that("AdamW and Adam with amsgrad equal torch.optim.AdamW / Adam(amsgrad=Tr
 # scaled gradients, a 65536 times larger norm) or a missing unscale would be
 # off by far more.
 test_that("with float16 the same steps track torch's within float16 rounding (fixtures)", {
-  for (device in c("cpu", if (gpu_available()) "cuda")) {
-    for (name in c("clip_adam", "clip_sgd_momentum", "adamw", "adam_amsgrad")) {
-      expect_training_fixture(name, device, dtype = "float16", rel = 5e-3)
-    }
-  }
+  expect_training_fixtures(c("clip_adam", "clip_sgd_momentum", "adamw", "adam_amsgrad"),
+                           "float16")
 })
 
 test_that("AdamW decays the weights apart from the gradient; amsgrad keeps the maximum", {
@@ -530,20 +515,7 @@ test_that("amsgrad's max_exp_avg_sq is saved under torch's name and resumes exac
   m <- twin_models()
   on.exit(release_all(m))
   opt <- optimizer_adamw(0.01, betas = c(0.9, 0.5), amsgrad = TRUE)
-  for (i in 1:2) {
-    train_step(m$a, x, y, opt)
-    train_step(m$b, x, y, opt)
-  }
-  path <- tempfile(fileext = ".safetensors")
-  on.exit(unlink(path), add = TRUE)
-  convlstm_save(m$a, path, optimizer = opt)
-  info <- convlstm_file_info(path)
-  expect_true(any(startsWith(info$tensors$name, "optimizer.max_exp_avg_sq.")))
-  expect_identical(info$optimizer, opt)
-  loaded <- convlstm_load(path, device = "cpu", threads = 1) # m$b's threads: the same sums
-  on.exit(convlstm_release(loaded), add = TRUE)
-  expect_identical(train_step(loaded, x, y, opt), train_step(m$b, x, y, opt))
-  expect_identical(state_dict(loaded), state_dict(m$b))
+  expect_resumes_exactly(m, x, y, opt, "max_exp_avg_sq")
 })
 
 test_that("the update's guard covers amsgrad: a refused step leaves max_exp_avg_sq as it was", {
