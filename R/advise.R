@@ -140,7 +140,10 @@
 #'   `horizon`); `target` is then `"sequence"`. The time prediction counts
 #'   that many steps, of which a free-running step's `horizon - 1` fed-back
 #'   ones run their input convolutions one step per call (a schedule is
-#'   predicted free-running).
+#'   predicted free-running). For an encoder-forecaster
+#'   ([convlstm_forecaster()]): the frames it forecasts, at least 1; its step
+#'   takes none of the options compared here, so the advice is its one
+#'   configuration, the float32 step, planned against `budget`.
 #' @param teacher_forcing With a `horizon`: `TRUE` plans teacher-forced
 #'   steps; `FALSE` or a probability below 1 free-running ones (scheduled
 #'   sampling plans as free-running, see [memory_estimate()]), which cannot
@@ -160,7 +163,8 @@
 #'   process needs beside the model, taken off a budget given); `fits`; `time_ratio`
 #'   (predicted step time over the plain float32 step's); `reason` (why it
 #'   does not fit, `""` when it does). Attributes: `budget`, `shape`,
-#'   `target`, `optimizer`, `rates` (the cost model's measured rates),
+#'   `target`, `optimizer`, `rates` (the cost model's measured rates; `NULL`
+#'   for an encoder-forecaster, whose one row needs no prediction),
 #'   `horizon` and `teacher_forcing` (the teacher forcing of each plan: 1,
 #'   below 1, or both for a schedule).
 #'   It has a `print()` method (`n` rows of each kind).
@@ -187,19 +191,17 @@ memory_advise <- function(model, budget, batch_size, seq_len, height, width,
                           allow_tbptt = FALSE, horizon = 0, teacher_forcing = TRUE) {
   call <- sys.call()
   ptr <- model_ptr(model)
-  if (is_convlstm_forecaster(model)) { # its step has no memory-saving options to choose among
-    abort_convlstm(paste0(
-      "memory_advise() does not advise an encoder-forecaster: its step takes none of the ",
-      "options it chooses among. memory_estimate(horizon =) and max_batch_size(horizon =) ",
-      "plan it."), status = "unsupported", call = call)
-  }
+  # an encoder-forecaster's step takes none of the options chosen among:
+  # its one configuration, the plain float32 step, planned against the budget
+  forecaster <- is_convlstm_forecaster(model)
   budget <- resolve_budget(ptr, budget, "budget", call)
   B <- check_count(batch_size, "batch_size")
   T <- check_count(seq_len, "seq_len")
   H <- check_count(height, "height")
   W <- check_count(width, "width")
   optimizer <- check_optimizer(optimizer)
-  forecast <- advise_forecast(horizon, teacher_forcing, ptr, call)
+  forecast <- if (forecaster) forecaster_forecast(horizon, teacher_forcing, call)
+              else advise_forecast(horizon, teacher_forcing, ptr, call)
   if (forecast$horizon > 0) {
     if (!missing(target) && !identical(target, "sequence")) {
       abort_arg("target", '"sequence" with a `horizon`', target, call)
@@ -211,7 +213,8 @@ memory_advise <- function(model, budget, batch_size, seq_len, height, width,
   # a forecast trains over the sequence and the frames fed back after it
   steps <- T + forecast$horizon - (forecast$horizon > 0)
 
-  grid <- advise_grid(B, steps, allow_tbptt, forecast$free_run)
+  grid <- advise_grid(B, steps, allow_tbptt && !forecaster, forecast$free_run)
+  if (forecaster) grid <- grid[1, , drop = FALSE]
   plans <- lapply(seq_len(nrow(grid)), function(i) {
     plan_of(model, grid[i, ], B, T, H, W, optimizer, forecast, target)
   })
@@ -219,10 +222,10 @@ memory_advise <- function(model, budget, batch_size, seq_len, height, width,
   rows <- cbind(grid, micro_batch = ceiling(B / grid$accumulation_steps), as.data.frame(bytes))
   rows$fits <- !is.na(rows$reserved) & rows$reserved <= budget
   config <- c_model_config(ptr)
-  rates <- backend_rates(config)
+  rates <- if (!forecaster) backend_rates(config)
   # a free-running step's fed-back steps (a schedule's too: predicted free-running)
   fed <- if (forecast$free_run) max(0L, forecast$horizon - 1L) else 0L
-  seconds <- vapply(seq_len(nrow(grid)), function(i) {
+  seconds <- if (forecaster) 1 else vapply(seq_len(nrow(grid)), function(i) {
     predicted_seconds(ptr, config, c(grid[i, ], fed = fed), B, steps, H, W, target,
                       optimizer, rates)
   }, numeric(1))
@@ -245,6 +248,18 @@ memory_advise <- function(model, budget, batch_size, seq_len, height, width,
             shape = c(batch_size = B, seq_len = T, height = H, width = W), target = target,
             optimizer = optimizer$kind, rates = rates, horizon = forecast$horizon,
             teacher_forcing = forecast$modes)
+}
+
+# An encoder-forecaster's horizon (the frames its forecaster runs, >= 1),
+# in advise_forecast()'s form: its forecaster reads no frames, so there is
+# no teacher forcing to choose.
+forecaster_forecast <- function(horizon, teacher_forcing, call) {
+  K <- check_count(horizon, "horizon", min = 1, call = call)
+  if (!isTRUE(teacher_forcing)) {
+    abort_arg("teacher_forcing", "TRUE for an encoder-forecaster (its forecaster reads no frames)",
+              teacher_forcing, call)
+  }
+  list(horizon = K, modes = 1, free_run = FALSE)
 }
 
 # memory_advise()'s horizon and teacher_forcing: the horizon (0: none), the

@@ -161,8 +161,9 @@ test_that("an encoder-forecaster refuses what it does not support, with classed 
                  class = "convlstm_error_unsupported")
   }
   expect_error(convlstm_data(model, x, y), class = "convlstm_error_unsupported")
-  expect_error(memory_advise(model, "100 MiB", 2, 3, 8, 8, horizon = 2),
-               class = "convlstm_error_unsupported")
+  expect_error(memory_advise(model, "100 MiB", 2, 3, 8, 8), class = "convlstm_error_invalid")
+  expect_error(memory_advise(model, "100 MiB", 2, 3, 8, 8, horizon = 2, teacher_forcing = FALSE),
+               class = "convlstm_error_invalid")
   expect_gt(max_batch_size(model, 3, 8, 8, budget = "50 MiB", horizon = 2), 1)
   odd <- array(0, dim = c(2, 3, 1, 7, 8))
   expect_error(train_step(model, odd, odd, opt), class = "convlstm_error_invalid")
@@ -210,4 +211,28 @@ test_that("convlstm_fit() trains an encoder-forecaster and reports its validatio
   expect_output(print(h), "6 epochs")
   expect_error(convlstm_fit(model, data$x, data$y, opt, epochs = 1, checkpoint = 2),
                class = "convlstm_error_unsupported")
+})
+
+test_that("memory_advise() plans an encoder-forecaster's one configuration against the budget", {
+  model <- convlstm_forecaster(1, c(6, 4), 3, patch = 2, device = "cpu")
+  on.exit(convlstm_release(model))
+  opt <- optimizer_rmsprop()
+  est <- memory_estimate(model, 3, 4, 8, 8, horizon = 5, optimizer = opt)
+  reserved <- estimate_bytes(est)[["reserved"]]
+  roomy <- memory_advise(model, reserved + 1, 3, 4, 8, 8, optimizer = opt, horizon = 5)
+  expect_s3_class(roomy, "convlstm_memory_advice")
+  # none of checkpoint, tbptt, recomputed gates, micro-batches or a half dtype
+  # applies: the plain float32 step alone, the plan memory_estimate() gives
+  expect_identical(nrow(roomy), 1L)
+  expect_identical(roomy$dtype, "float32")
+  expect_identical(c(roomy$checkpoint, roomy$recompute_gates, roomy$tbptt), c(0L, 0L, 0L))
+  expect_identical(roomy$accumulation_steps, 1L)
+  expect_identical(roomy$reserved, reserved)
+  expect_identical(roomy$activations, estimate_bytes(est)[["activations"]])
+  expect_true(roomy$fits)
+  expect_identical(attr(roomy, "horizon"), 5L)
+  expect_output(print(roomy), "float32")
+  tight <- memory_advise(model, reserved - 1, 3, 4, 8, 8, optimizer = opt, horizon = 5)
+  expect_false(tight$fits)
+  expect_match(tight$reason, "over the budget")
 })
