@@ -127,9 +127,13 @@ class Writer:
     def info(self, key, value):
         self.lines.append("info %s %s" % (key, value))
 
+    def file_name(self, name):
+        """The file a tensor's bytes go to (the manifest maps the name to it)."""
+        return name.replace("/", "__") + ".bin"
+
     def tensor(self, name, t):
         t = t.detach().to(torch.float32).contiguous()
-        fname = name.replace("/", "__") + ".bin"
+        fname = self.file_name(name)
         # the bytes of a contiguous float32 tensor, forced little-endian, are the format
         path = os.path.join(self.folder, fname)
         with open(path, "wb") as f:
