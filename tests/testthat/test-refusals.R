@@ -9,7 +9,10 @@
 # Contents, by R source file:
 #   R/errors.R         check_threads(): 1024 threads accepted, 1025 refused
 #   R/model.R          n_layers = 32 (max_layers) accepted, 33 refused by the same count
-#   R/forecaster.R     convlstm_forecaster(): 15 layers per stack accepted, 16 refused
+#   R/forecaster.R     convlstm_forecaster(): 15 layers per stack accepted, 16 refused;
+#                      convlstm_fit() of one: y of other rows, validation_data not list(x, y);
+#                      predict() without a horizon
+#   R/estimate.R       memory_estimate() of an encoder-forecaster: horizon 1 accepted, 0 refused
 #   R/moving_beams.R   moving_beams(): n, seq_len, size and seed refused with the package's class
 #                      (they were plain stop() errors; Inf was taken as a count)
 #   R/moving_digits.R  moving_digits(): a digit of 7 x 5 * scale exactly the frame accepted, one
@@ -65,6 +68,31 @@ test_that("convlstm_forecaster(): 15 layers a stack (30 of the core's 32, plus 2
   convlstm_release(m)
   expect_convlstm_error(convlstm_forecaster(1, rep(1, 16), 1, patch = 1, device = "cpu"),
                         regexp = "`hidden_dims` may have at most 15 layers, not 16")
+})
+
+test_that("convlstm_fit() of an encoder-forecaster refuses y of other rows and a bad validation_data", {
+  fc <- convlstm_forecaster(1, 2, 3, patch = 2, device = "cpu", threads = 1)
+  on.exit(convlstm_release(fc))
+  x <- array(runif(2 * 3 * 4 * 4), dim = c(2, 3, 1, 4, 4))
+  y <- array(runif(2 * 2 * 4 * 4), dim = c(2, 2, 1, 4, 4))
+  expect_convlstm_error(convlstm_fit(fc, x, y[1, , , , , drop = FALSE], optimizer_sgd(0),
+                                     verbose = FALSE),
+                        regexp = "`y` must be 2 sequences, as `x`")
+  expect_convlstm_error(convlstm_fit(fc, x, y, optimizer_sgd(0), verbose = FALSE,
+                                     validation_data = list(x)),
+                        regexp = "`validation_data` must be NULL or list\\(x, y\\)")
+  expect_convlstm_error(predict(fc, x), regexp = "`horizon` must be the number of frames to forecast")
+})
+
+# ---- R/estimate.R -----------------------------------------------------------------------------
+
+test_that("memory_estimate() of an encoder-forecaster: horizon 1 is accepted, 0 refused naming `horizon`", {
+  fc <- convlstm_forecaster(1, 2, 3, patch = 2, device = "cpu", threads = 1)
+  on.exit(convlstm_release(fc))
+  est <- memory_estimate(fc, 2, 3, 4, 4, horizon = 1)
+  expect_gt(sum(est$bytes), 0)
+  expect_convlstm_error(memory_estimate(fc, 2, 3, 4, 4),
+                        regexp = "`horizon` must be the frames an encoder-forecaster forecasts")
 })
 
 # ---- R/moving_beams.R -------------------------------------------------------------------------
