@@ -13,6 +13,8 @@
 #                      convlstm_fit() of one: y of other rows, validation_data not list(x, y);
 #                      predict() without a horizon
 #   R/estimate.R       memory_estimate() of an encoder-forecaster: horizon 1 accepted, 0 refused
+#   R/evaluate_metrics.R  metrics = "cross_entropy": targets in [0, 1] with 0 and 1 themselves
+#                      accepted, a target below 0 refused
 #   R/moving_beams.R   moving_beams(): n, seq_len, size and seed refused with the package's class
 #                      (they were plain stop() errors; Inf was taken as a count)
 #   R/moving_digits.R  moving_digits(): a digit of 7 x 5 * scale exactly the frame accepted, one
@@ -93,6 +95,29 @@ test_that("memory_estimate() of an encoder-forecaster: horizon 1 is accepted, 0 
   expect_gt(sum(est$bytes), 0)
   expect_convlstm_error(memory_estimate(fc, 2, 3, 4, 4),
                         regexp = "`horizon` must be the frames an encoder-forecaster forecasts")
+})
+
+# ---- R/evaluate_metrics.R ---------------------------------------------------------------------
+
+test_that("metrics = \"cross_entropy\": targets of exactly 0 and 1 are accepted, one below 0 refused", {
+  m <- api_model(input_dim = 2, hidden_dims = c(3, 2))
+  on.exit(convlstm_release(m))
+  x <- api_x(B = 2)
+  y <- array(rep(c(0, 1, 0.5, 1), length.out = 2 * 2 * 5 * 4), dim = c(2, 2, 5, 4))
+  r <- convlstm_evaluate(m, x, y, metrics = "cross_entropy")
+  # Shi et al.'s cross-entropy written out: the last state clipped to [1e-7, 1 - 1e-7], summed
+  # over each sequence's pixels, averaged over the 2 sequences (one frame)
+  p <- pmin(pmax(predict(m, x)[, 3, , , ], 1e-7), 1 - 1e-7)
+  want <- sum(-(y * log(p) + (1 - y) * log(1 - p))) / 2
+  expect_equal(r[["cross_entropy"]], want, tolerance = 1e-6)
+  # a target below 0 in the first sequence or in another: the same refusal, naming `metrics`
+  # (the first one's used to be met by forecast_metrics()'s own, naming its `observed`)
+  for (i in 1:2) {
+    bad <- y
+    bad[i, 1, 1, 1] <- -1e-9
+    expect_convlstm_error(convlstm_evaluate(m, x, bad, metrics = "cross_entropy"),
+                          regexp = "`metrics` has \"cross_entropy\", which needs targets in \\[0, 1\\]")
+  }
 })
 
 # ---- R/moving_beams.R -------------------------------------------------------------------------
