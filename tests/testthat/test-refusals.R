@@ -19,13 +19,14 @@
 #                      (they were plain stop() errors; Inf was taken as a count)
 #   R/moving_digits.R  moving_digits(): a digit of 7 x 5 * scale exactly the frame accepted, one
 #                      pixel more refused; horizon = seq_len - 1 accepted, seq_len refused
-#   R/moving_mnist.R   moving_mnist(): size 28 (the glyphs') accepted, 27 refused
+#   R/moving_mnist.R   moving_mnist(): size 28 (the glyphs') accepted, 27 refused; read_idx()
+#                      of a path that is not one non-empty string
 #   R/metrics.R        forecast_metrics(): a threshold equal to max(observed) accepted, just above
 #                      refused, just above min(observed) accepted; an SSIM window as wide as the
 #                      frames accepted, one wider refused; metrics named twice refused
 #   R/grid.R           grid_windows(): input + horizon equal to the series accepted, one frame
-#                      more refused; grid_restore(): window = the number of windows accepted,
-#                      one more refused
+#                      more refused; an array of 4 dimensions (channels) accepted, 5 refused;
+#                      grid_restore(): window = the number of windows accepted, one more refused
 #   R/fit.R            validation_split leaving exactly one sample on each side accepted, the
 #                      split leaving none for validation refused
 #   R/fit_check.R      batch_size equal to the samples accepted, one more refused
@@ -162,6 +163,12 @@ test_that("moving_mnist(): size 28, the glyphs' own, is accepted; 27 refused nam
                         regexp = "`size` \\(27\\) must be at least the digits' 28 x 28")
 })
 
+test_that("read_idx() refuses a path that is not one non-empty string, naming `path`", {
+  for (bad in list(1, "", NA_character_, c("a.idx", "b.idx"), NULL)) {
+    expect_convlstm_error(read_idx(bad), regexp = "`path` must be the path of an idx file")
+  }
+})
+
 # ---- R/metrics.R ------------------------------------------------------------------------------
 
 test_that("forecast_metrics(): a threshold at max(observed) is accepted, above it refused", {
@@ -203,6 +210,16 @@ test_that("grid_windows(): a series exactly input + horizon long gives one windo
   expect_identical(as.vector(w$x[1, , 1, , ]), as.double(aperm(series[, , 1:3], c(3, 1, 2))))
   expect_convlstm_error(grid_windows(series, input = 3, horizon = 3),
                         regexp = "`input` \\+ `horizon` \\(3 \\+ 3 frames\\) is longer than the series \\(5 frames\\)")
+})
+
+test_that("grid_windows(): an array of 4 dimensions (channels first) is accepted, one of 5 refused", {
+  a <- array(seq_len(2 * 2 * 3 * 5), dim = c(2, 2, 3, 5)) # [channels, height, width, time]
+  w <- grid_windows(a, input = 2, horizon = 1) # 5 - 3 + 1 = 3 windows
+  expect_identical(dim(w$x), c(3L, 2L, 2L, 2L, 3L))
+  expect_identical(as.vector(w$x[1, 1, , , ]), as.double(a[, , , 1]))
+  expect_identical(as.vector(w$y[3, 1, , , ]), as.double(a[, , , 5]))
+  expect_convlstm_error(grid_windows(array(0, dim = c(1, 2, 2, 3, 5)), input = 2, horizon = 1),
+                        regexp = "`data` must be an array \\[height, width\\] or \\[channels, height, width\\] plus a time dimension")
 })
 
 test_that("grid_restore(): window = the number of windows is accepted, one more refused", {
