@@ -30,7 +30,8 @@
 #   R/fit.R            validation_split leaving exactly one sample on each side accepted, the
 #                      split leaving none for validation refused
 #   R/fit_check.R      batch_size equal to the samples accepted, one more refused
-#   R/train.R          accumulation_steps equal to the batch accepted, one more refused
+#   R/train.R          accumulation_steps equal to the batch accepted, one more refused; a loss
+#                      weight with a data set (convlstm_data()) refused, not ignored
 #   R/sampling.R       inverse_sigmoid k = 1 accepted; a teacher_forcing schedule that errors is
 #                      named, classed; exponential k just below 1 accepted
 #   R/profile.R        memory_profile(): unnamed values in `...` refused
@@ -281,6 +282,20 @@ test_that("train_step(): accumulation_steps equal to the batch is accepted, one 
                tolerance = 1e-6)
   expect_convlstm_error(train_step(m$a, x, y, optimizer_sgd(0), accumulation_steps = 4),
                         regexp = "`accumulation_steps` \\(4\\) must not exceed the batch size \\(3\\)")
+})
+
+test_that("train_step() on a data set refuses a loss weight instead of ignoring it", {
+  m <- twin_models()
+  on.exit(release_all(m))
+  x <- api_x(B = 2)
+  y <- api_y(B = 2)
+  data <- convlstm_data(m$a, x, y)
+  w <- array(c(1, 0), dim = dim(y))
+  expect_convlstm_error(train_step(m$a, data, optimizer = optimizer_sgd(0), weight = w),
+                        regexp = "`weight` must be NULL when `x` is a data set")
+  # without the weight the data set's step is the arrays' step
+  expect_equal(train_step(m$a, data, optimizer = optimizer_sgd(0)),
+               train_step(m$b, x, y, optimizer_sgd(0)), tolerance = 1e-6)
 })
 
 # ---- R/sampling.R -----------------------------------------------------------------------------
