@@ -20,6 +20,10 @@ metrics_spec <- function(metrics, y, call) {
     abort_convlstm("`metrics` needs held-out data to score: give `validation_data` or `validation_split`.",
                    call = call)
   }
+  # before the probe, which would name its own `observed` for a target in its row
+  if ("cross_entropy" %in% spec$metrics && (min(y) < 0 || max(y) > 1)) {
+    abort_convlstm("`metrics` has \"cross_entropy\", which needs targets in [0, 1].", call = call)
+  }
   # forecast_metrics() checks the rest; y against itself is cheap at this size
   probe <- slice_batch(y, 1L)
   tryCatch(do.call(forecast_metrics, c(list(probe, probe), spec[names(spec) != "thresholds"])),
@@ -28,9 +32,6 @@ metrics_spec <- function(metrics, y, call) {
              stop(cnd)
            })
   if (!is.null(spec$thresholds)) check_thresholds(spec$thresholds, y, call)
-  if ("cross_entropy" %in% spec$metrics && (min(y) < 0 || max(y) > 1)) {
-    abort_convlstm("`metrics` has \"cross_entropy\", which needs targets in [0, 1].", call = call)
-  }
   spec
 }
 

@@ -91,9 +91,10 @@ moving_beams <- function(n = 100, seq_len = 6, size = 24, seed = NULL) {
 }
 
 beams_check_count <- function(value, name, min) {
-  if (!is.numeric(value) || length(value) != 1L || is.na(value) ||
-      value != round(value) || value < min) {
-    stop(sprintf("`%s` must be a whole number >= %d.", name, min), call. = FALSE)
+  if (!is.numeric(value) || length(value) != 1L || is.na(value) || !is.finite(value) ||
+      value != round(value) || value < min || value > .Machine$integer.max) {
+    abort_convlstm(sprintf("`%s` must be a whole number >= %d, not %s.", name, min,
+                           describe(value)), call = sys.call(-1))
   }
   as.integer(value)
 }
@@ -106,7 +107,8 @@ beams_with_seed <- function(seed, expr) {
     return(expr)
   }
   if (!is.numeric(seed) || length(seed) != 1L || is.na(seed)) {
-    stop("`seed` must be NULL or a single number.", call. = FALSE)
+    abort_convlstm(sprintf("`seed` must be NULL or a single number, not %s.", describe(seed)),
+                   call = sys.call(-1))
   }
   env <- globalenv()
   had_seed <- exists(".Random.seed", envir = env, inherits = FALSE)

@@ -14,7 +14,16 @@
 # reinstalls the scratch copy into a scratch library (R CMD INSTALL,
 # incremental) and runs the testthat files named in its row; so does a core
 # mutant the C suite lets through when its row names testthat files (a line
-# only several processes reach). A mutant whose
+# only several processes reach). The scratch copy is installed once
+# unmutated, configured and compiled in place, and its objects (src/*.o,
+# the .so) stay there: a glue mutant recompiles its one file; an R mutant
+# (R/) reinstalls with those objects as they are, without configure (its
+# src/Makevars is the unmutated install's), help, demos, staging or
+# byte-compiling the R code (MUTATE_R_BYTE_COMPILE=1 keeps it): 3 s where
+# the incremental reinstall took 16 (on a loaded machine; doc/testing.md).
+# Without a core or backend mutant among those run, the standalone library
+# and the C suite's baseline are skipped; the unmutated tree's testthat
+# files that must pass first are those of the mutants run. A mutant whose
 # snippet is not found exactly once in its file is "stale" (re-anchor it: the
 # code moved), one that does not compile "broken"; neither counts as killed.
 #
@@ -25,8 +34,10 @@
 # default MUTATE_DIR/results.tsv), MUTATE_BACKEND_OPS_ARGS (arguments for
 # test_backend_ops, e.g. "-b blas": one backend family, when time is short;
 # default: every backend), MUTATE_R_LIB (where R mutants are installed;
-# default MUTATE_DIR/lib). It needs cc, make, python3 (for the exact
-# replacement) and, for R mutants, R with testthat. Runs under nice.
+# default MUTATE_DIR/lib), MUTATE_R_BYTE_COMPILE (1: byte-compile an R
+# mutant's code as a full install does; default 0). It needs cc, make,
+# python3 (for the exact replacement) and, for R mutants, R with testthat.
+# Runs under nice.
 #
 # The list (tests/mutate/mutants.tsv): one mutant a line, tab-separated:
 #   id  class  file  original  replacement  [testthat files, comma-separated]
@@ -53,15 +64,34 @@ mkdir -p "$scratch" "$build" "$log" "$rlib"
 mkdir -p "$work/pristine"
 ( cd "$scratch" && tar cf - src R ) | ( cd "$work/pristine" && tar xf - )
 
+# The mutants to run (ids given: in their order, the cheap ones first when
+# time is short), and whether any needs the standalone build and the C suite.
+tab=$(printf '\t')
+grep -v '^#' "$list" | grep -v '^[[:space:]]*$' >"$work/list.all"
+if [ $# -gt 0 ]; then
+  for id in "$@"; do grep "^$id$tab" "$work/list.all"; done >"$work/list.tsv"
+else
+  cp "$work/list.all" "$work/list.tsv"
+fi
+need_c=0
+if cut -f3 "$work/list.tsv" | grep -v '^src/r_[^/]*\.c$' | grep -v '^src/init\.c$' |
+  grep -v '^R/' | grep -q .; then
+  need_c=1
+fi
+
 make_lib() {
   CONVLSTM_NO_CUDA=1 nice make -s -C "$scratch/src" -f Makefile.standalone BUILD="$build" \
     CUDA=0 "$@"
 }
 
-echo "mutate: scratch tree $scratch; building the standalone library and the C tests"
-if ! make_lib all >"$log/build.log" 2>&1; then
-  echo "mutate: the unmutated tree does not build (see $log/build.log)" >&2
-  exit 2
+if [ $need_c -eq 1 ]; then
+  echo "mutate: scratch tree $scratch; building the standalone library and the C tests"
+  if ! make_lib all >"$log/build.log" 2>&1; then
+    echo "mutate: the unmutated tree does not build (see $log/build.log)" >&2
+    exit 2
+  fi
+else
+  echo "mutate: scratch tree $scratch; R and glue mutants only: no standalone build, no C suite"
 fi
 
 # The C suite, fast tests first, test_backend_ops last; stops at the first
@@ -102,8 +132,21 @@ c_suite() {
   return 0
 }
 
+# r_install TAG [FILE]: the scratch copy into the scratch library. For a
+# mutant in R/ the objects built by the unmutated install are reused as they
+# are (make finds nothing to do), configure is not run again, no help or
+# demos are installed (no test reads them), the install is not staged (the
+# library is the script's own) and the R code is not byte-compiled unless
+# MUTATE_R_BYTE_COMPILE=1.
 r_install() {
-  CONVLSTM_NO_CUDA=1 nice R CMD INSTALL --no-docs --no-multiarch --no-test-load \
+  fast=""
+  case ${2:-} in
+    R/*)
+      fast="--no-configure --no-html --no-help --no-demo --no-staged-install"
+      [ "${MUTATE_R_BYTE_COMPILE:-0}" = 1 ] || fast="$fast --no-byte-compile"
+      ;;
+  esac
+  CONVLSTM_NO_CUDA=1 nice R CMD INSTALL --no-docs --no-multiarch --no-test-load $fast \
     -l "$rlib" "$scratch" </dev/null >"$log/$1.install.log" 2>&1
 }
 
@@ -128,8 +171,8 @@ run_r() {
   if [ $r_ready -eq 0 ]; then
     restore "$2"
     r_install base || { echo "mutate: R install of the unmutated tree failed" >&2; exit 2; }
-    # every testthat file the list names must pass without a mutant
-    all=$(grep -v '^#' "$list" | cut -f6 | tr ',' '\n' | grep . | sort -u | tr '\n' ',')
+    # every testthat file the mutants run name must pass without a mutant
+    all=$(cut -f6 "$work/list.tsv" | tr ',' '\n' | grep . | sort -u | tr '\n' ',')
     if failed=$(r_suite base "$all"); then :; else
       echo "mutate: $failed fails without a mutant (see $log/base.$failed.log)" >&2
       exit 2
@@ -137,7 +180,7 @@ run_r() {
     r_ready=1
     apply "$1" "$2" "$3" "$4" >/dev/null
   fi
-  if ! r_install "$1"; then
+  if ! r_install "$1" "$2"; then
     result=broken
     by="R CMD INSTALL failed"
   elif by=$(r_suite "$1" "$5"); then
@@ -190,25 +233,19 @@ restore() {
   fi
 }
 
-echo "mutate: baseline (no mutant)"
-if failed=$(c_suite baseline); then :; else
-  echo "mutate: the C suite fails without a mutant ($failed; see $log/baseline.*.log)" >&2
-  exit 2
+if [ $need_c -eq 1 ]; then
+  echo "mutate: baseline (no mutant)"
+  if failed=$(c_suite baseline); then :; else
+    echo "mutate: the C suite fails without a mutant ($failed; see $log/baseline.*.log)" >&2
+    exit 2
+  fi
 fi
 r_ready=0
 
 printf 'id\tclass\tfile\tresult\tby\n' >"$out"
 printf '%-5s %-16s %-28s %-9s %s\n' id class file result "killed by"
-tab=$(printf '\t')
 # the list on fd 3, not stdin: R CMD INSTALL and Rscript read stdin, and a
 # list they could read would end the run after the first R mutant
-# Ids given: in their order (the cheap ones first, when time is short).
-grep -v '^#' "$list" | grep -v '^[[:space:]]*$' >"$work/list.all"
-if [ $# -gt 0 ]; then
-  for id in "$@"; do grep "^$id$tab" "$work/list.all"; done >"$work/list.tsv"
-else
-  cp "$work/list.all" "$work/list.tsv"
-fi
 while IFS="$tab" read -r id class file orig repl rtests <&3; do
   start=$(date +%s)
   save_obj "$file"
