@@ -37,6 +37,13 @@ expect_same_weights <- function(a, b) {
   expect_identical(unlist(state_dict(a)), unlist(state_dict(b)))
 }
 
+# The loss column print(history) shows (its second), as numbers.
+printed_losses <- function(h) {
+  out <- capture.output(print(h))
+  expect_match(out[[2]], "^ *epoch +loss")
+  as.numeric(vapply(strsplit(trimws(out[-(1:2)]), " +"), `[`, "", 2))
+}
+
 rows_of <- function(a, idx) a[idx, , , , , drop = FALSE]
 rows4_of <- function(a, idx) a[idx, , , , drop = FALSE]
 
@@ -82,6 +89,7 @@ for (case in list(list(loss = "mse", reduction = "mean"), list(loss = "mae", red
                       verbose = FALSE, loss = case$loss, reduction = case$reduction)
     want <- values_plain_by_hand(m$b, d, opt, list(1:5, 1:5), 2, case$loss, case$reduction)
     expect_equal(h$loss, want, tolerance = 1e-12)
+    expect_equal(printed_losses(h), want, tolerance = 1e-4) # printed to 5 digits
     expect_same_weights(m$a, m$b)
   })
 }
@@ -93,7 +101,7 @@ test_that("a plain fit's validation loss over several batches is the loss of pre
     m <- values_plain_pair()
     h <- convlstm_fit(m$a, d$x, d$y, optimizer_adam(0.01), epochs = 1, batch_size = 2,
                       shuffle = FALSE, verbose = FALSE, loss = "mae", reduction = reduction,
-                      validation_data = list(v$x, v$y))
+                      validation_data = list(v$x, v$y), metrics = c("mse", "mae"))
     # batch by batch, as the fit runs it, each batch's loss summed here
     elems <- unlist(lapply(values_batches(1:5, 2), function(i) {
       values_loss_elems(predict(m$a, rows_of(v$x, i), what = "last_state"), rows4_of(v$y, i),
@@ -101,6 +109,10 @@ test_that("a plain fit's validation loss over several batches is the loss of pre
     }))
     expect_equal(h$val_loss, values_reduce(elems, 5, reduction), tolerance = 1e-10,
                  label = reduction)
+    # the metrics: each sequence's (one frame's) errors summed, averaged over the 5
+    p <- predict(m$a, v$x, what = "last_state")
+    expect_equal(h$val_mse, sum((p - v$y)^2) / 5, tolerance = 1e-10)
+    expect_equal(h$val_mae, sum(abs(p - v$y)) / 5, tolerance = 1e-10)
     release_all(m)
   }
 })
@@ -178,6 +190,7 @@ for (case in list(list(loss = "mse", reduction = "mean"),
                       verbose = FALSE, loss = case$loss, reduction = case$reduction)
     want <- values_fc_by_hand(m$b, d, opt, list(1:5, 1:5), 2, case$loss, case$reduction)
     expect_equal(h$loss, want, tolerance = 1e-12)
+    expect_equal(printed_losses(h), want, tolerance = 1e-4)
     expect_same_weights(m$a, m$b)
   })
 }

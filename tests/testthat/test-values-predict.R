@@ -163,3 +163,24 @@ test_that("convlstm_evaluate() with a horizon is the loss of the free-running fo
                  sum(abs(f - y)) / 5, tolerance = 1e-12)
   }
 })
+
+test_that("convlstm_evaluate(metrics = ) scores predict()'s output, assembled batch by batch", {
+  model <- values_predict_model()
+  on.exit(convlstm_release(model))
+  x <- values_x()
+  set.seed(48)
+  y <- array(runif(5 * 3 * 2 * 5 * 4, -1, 1), c(5, 3, 2, 5, 4))
+  y1 <- array(runif(5 * 2 * 5 * 4, -1, 1), c(5, 2, 5, 4))
+  f <- predict(model, x, horizon = 3)
+  p <- predict(model, x, what = "last_state")
+  for (b in c(2, 5)) {
+    # the errors summed over each frame's pixels, averaged over 5 sequences x 3 frames
+    expect_equal(convlstm_evaluate(model, x, y, horizon = 3, batch_size = b,
+                                   metrics = c("mse", "mae")),
+                 c(loss = mean((f - y)^2), mse = sum((f - y)^2) / 15, mae = sum(abs(f - y)) / 15),
+                 tolerance = 1e-12)
+    # one frame per sequence
+    expect_equal(convlstm_evaluate(model, x, y1, batch_size = b, metrics = "mse"),
+                 c(loss = mean((p - y1)^2), mse = sum((p - y1)^2) / 5), tolerance = 1e-12)
+  }
+})
