@@ -252,6 +252,7 @@ forecaster_fit <- function(model, x, y, optimizer, epochs, batch_size, shuffle, 
     vy <- check_input(validation_data[[2]], config, "validation_data[[2]]", call = call)
   }
   fn <- loss %||% list(kind = "mse", reduction = "mean")
+  summed <- identical(fn$reduction, "sum") # the epoch's sum, not an average (as the plain stack)
   rows <- list()
   for (epoch in seq_len(epochs)) {
     t0 <- proc.time()[["elapsed"]]
@@ -261,18 +262,19 @@ forecaster_fit <- function(model, x, y, optimizer, epochs, batch_size, shuffle, 
       idx <- order[start:min(n, start + batch_size - 1L)]
       l <- forecaster_train_step(model, slice_batch(x, idx), slice_batch(y, idx), optimizer,
                                  loss, max_grad_norm, character(), call)
-      total <- total + as.numeric(l) * length(idx)
+      total <- total + as.numeric(l) * if (summed) 1 else length(idx)
     }
+    epoch_loss <- if (summed) total else total / n
     val <- NA_real_
     if (!is.null(validation_data)) {
       pred <- predict(model, vx, horizon = dim(vy)[[2]], batch_size = batch_size)
       val <- loss_sum(pred, vy, fn) / loss_divisor(fn, length(vy), dim(vy)[[1]])
     }
-    rows[[epoch]] <- data.frame(epoch = epoch, loss = total / n, val_loss = val,
+    rows[[epoch]] <- data.frame(epoch = epoch, loss = epoch_loss, val_loss = val,
                                 lr = optimizer$lr, seconds = proc.time()[["elapsed"]] - t0,
                                 peak_bytes = memory_stats(model)$peak_reserved)
     if (verbose) {
-      message(sprintf("epoch %d/%d  loss %s%s", epoch, epochs, format_loss(total / n),
+      message(sprintf("epoch %d/%d  loss %s%s", epoch, epochs, format_loss(epoch_loss),
                       if (is.na(val)) "" else paste0("  val_loss ", format_loss(val))))
     }
   }
