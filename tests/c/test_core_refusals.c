@@ -555,6 +555,39 @@ static void plain_calls(void) {
   REFUSED(m, &s, cl_model_set_param(m, n0, pbuf, ne + 1), CL_E_INVALID, "set_param: n + 1");
   REFUSED(m, &s, cl_model_set_param(m, "nope", pbuf, ne), CL_E_INVALID, "set_param: no name");
   REFUSED(m, &s, cl_model_get_grad(m, n0, pbuf, ne + 1), CL_E_INVALID, "get_grad: n + 1");
+  CHECK(cl_model_get_param(m, n0, pbuf, ne) == CL_OK, "get_param: %s", cl_model_error(m));
+  pbuf[ne - 1] = INFINITY;
+  REFUSED(m, &s, cl_model_set_param(m, n0, pbuf, ne), CL_E_INVALID, "set_param: an Inf weight");
+  pbuf[ne - 1] = NAN;
+  REFUSED(m, &s, cl_model_set_param(m, n0, pbuf, ne), CL_E_INVALID, "set_param: a NaN weight");
+  /* the separate forward, loss and backward: in their order, of one target */
+  float gbuf[PB * PT * PTOP * PH * PW] = {0};
+  cl_host_array ga = {gbuf, CL_HOST_TORCH_F32, 4, {PB, PTOP, PH, PW, 0}};
+  ACCEPTED(m, cl_model_forward(m, &x, 0, NULL), "inference forward");
+  REFUSED(m, &s, cl_model_mse(m, &yl, CL_TARGET_LAST_STATE, &loss), CL_E_STATE,
+          "mse after an inference forward");
+  /* (usable() has just run an inference forward) */
+  REFUSED(m, &s, cl_model_backward(m, CL_TARGET_LAST_STATE, &ga), CL_E_STATE,
+          "backward after an inference forward");
+  ACCEPTED(m, cl_model_forward(m, &x, 1, NULL), "training forward");
+  REFUSED(m, &s, cl_model_mse(m, &ys, CL_TARGET_LAST_STATE, &loss), CL_E_INVALID,
+          "mse: a sequence y for the last state");
+  ACCEPTED(m, cl_model_forward(m, &x, 1, NULL), "training forward");
+  ACCEPTED(m, cl_model_mse(m, &yl, CL_TARGET_LAST_STATE, &loss), "mse");
+  REFUSED(m, &s, cl_model_backward(m, CL_TARGET_SEQUENCE, NULL), CL_E_STATE,
+          "backward of the sequence after the last state's loss");
+  ACCEPTED(m, cl_model_forward(m, &x, 1, NULL), "training forward");
+  ga.dims[1] = 3;
+  REFUSED(m, &s, cl_model_backward(m, CL_TARGET_LAST_STATE, &ga), CL_E_INVALID,
+          "backward: a gradient of 3 channels");
+  ga.dims[1] = PTOP;
+  ACCEPTED(m, cl_model_forward(m, &x, 1, NULL), "training forward");
+  CHECK(cl_model_get_param(m, n0, pbuf, ne) == CL_OK, "get_param: %s", cl_model_error(m));
+  ACCEPTED(m, cl_model_set_param(m, n0, pbuf, ne), "set_param: the same values");
+  REFUSED(m, &s, cl_model_mse(m, &yl, CL_TARGET_LAST_STATE, &loss), CL_E_STATE,
+          "mse after the parameters were replaced");
+  ACCEPTED(m, cl_model_forward(m, &x, 1, NULL), "training forward");
+  ACCEPTED(m, cl_model_backward(m, CL_TARGET_LAST_STATE, &ga), "backward of a given gradient");
   CHECK(cl_model_tensor_info(m, -1, &n0, &nd, d) == CL_E_INVALID &&
             cl_model_tensor_info(m, cl_model_n_tensors(m), &n0, &nd, d) == CL_E_INVALID,
         "tensor_info outside 0..n-1 is not refused");
