@@ -24,7 +24,13 @@
  *    constant gradients with alpha 0.9), at the step a reference written
  *    here predicts, so that a guard predicting the plain denominator
  *    sqrt(square_avg) + eps lets the update write non-finite parameters and
- *    fails here.
+ *    fails here (test_backend_ops.c has the same two kinds of case for each
+ *    backend's rmsprop_check, against its reference).
+ * Not here: the refusals of files (cl_saved_*, cl_model_save, their
+ * malformed headers and metadata: test_core_safetensors.c,
+ * test_core_save_targets.c), of communicators (test_core_comm.c,
+ * test_core_dist.c), of the JSON reader (test_core_json.c), of a GPU
+ * (test_cuda_*.c), and the backend slots' own (test_backend_ops.c).
  */
 #include "ctest.h" /* CHECK, uniform01, ctest_model, ctest_flat */
 
