@@ -2348,6 +2348,16 @@ static const guard_case rms_guard_cases[] = {
     {"lr * g / avg overflows the parameter", 300001, 3e38f, 0, 0, 0, 0,
      {{0, 0.5f, 0.5f, 0, 0}}, 1, CL_PART_PARAM, 0, 0, 0, 0},
     {"no state yet, all finite", 1000, 1e-2f, 0, 0.9f, 1, 1, {NOPLANT}, 0, -1, 0, 0, 0, 0},
+    /* centered, grad_avg from zeros: the centered denominator alone makes the
+     * update non-finite, the plain one sqrt(square_avg) + eps would not (so a
+     * guard predicting the plain one fails): square_avg planted below 0 so
+     * that v = 0.99 v0 + 0.01 g^2 lies under grad_avg^2 = (0.01 g)^2, NaN,
+     * or 9.5e-10 above it (clear of an FMA's rounding), sqrt 3e-5: lr g / avg
+     * passes 3.4e38 where the plain root's 1e-2 gives 1e37 */
+    {"centered: square_avg < grad_avg^2, NaN", 40009, 1e-2f, 0, 0, 1, 0,
+     {{11, 0.5f, 1.0f, 0, -0.0100505f}}, 1, CL_PART_PARAM, 1, 11, 0, 0},
+    {"centered: square_avg - grad_avg^2 = 9.5e-10, Inf", 40009, 1e35f, 0, 0, 1, 0,
+     {{20011, 0.5f, 1.0f, 0, -0.0099999899f}}, 1, CL_PART_PARAM, 0, 20011, 0, 0},
     {"two faults: the earlier element wins", 40009, 1e-2f, 0, 0, 0, 0,
      {{39000, 0, NAN, 0, 0}, {15000, 0, 0, 0, INFINITY}}, 2, CL_PART_V, 0, 15000, 0, 0},
 };

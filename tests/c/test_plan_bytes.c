@@ -19,6 +19,14 @@
  * GEMM choice, thread count and lowering, cpu_conv.c) and the backend's own
  * scratch (backend_scratch); the workspace category is compared without
  * those two entries.
+ *
+ * The encoder-forecaster (cl_config.forecaster) row by row: every row of its
+ * plan, by name, against bytes computed from the shapes (training in float32
+ * with each optimizer, prediction in float32, float16 and bfloat16, patches
+ * of 1, 2 and 4, horizons shorter and longer than the input, batches of 1 to
+ * 5, state kernels and peepholes), none skipped, and each category against
+ * the allocator's peak after a real step: an input row counted over T + K
+ * steps instead of T fails here by exactly K frames.
  */
 #include "convlstm.h"
 #include "ctest.h" /* CHECK, uniform01 */
@@ -222,6 +230,206 @@ static void run_case(const pcase *c) {
   cl_model_free(m);
 }
 
+/* ---- the encoder-forecaster (cl_config.forecaster) ------------------------
+ * Row by row: every row of the plan, by name, against bytes computed here
+ * from the shapes, and each category's sum against the allocator's peak
+ * after a real step (a train_step, or a prediction with the horizon). The
+ * model works on patched frames: C = input_dim p^2 channels of
+ * (H / p) x (W / p) pixels. */
+
+typedef struct fcase {
+  const char *name;
+  int L, in, hidden[MAXL], k[MAXL], rk[MAXL]; /* per stack; rk 0: k */
+  int patch, peephole;
+  cl_dtype dtype;
+  int B, T, K, H, W; /* T input frames, K predicted */
+  int training;      /* 0: a prediction */
+  cl_optim optim;
+} fcase;
+
+typedef struct frow {
+  char name[48];
+  cl_mem_category cat;
+  size_t bytes;
+} frow;
+
+/* Parameters: encoder layer l over its input (C frames' channels, then the
+ * layer below's h), forecaster layer 0 over h only (no input), forecaster
+ * layer l > 0 over the forecaster layer below's h; each [4 h, in, k, k] +
+ * [4 h, h, rk, rk] + bias [4 h], peepholes per channel 3 h; the head a 1x1
+ * convolution from every forecaster h to the C frame channels, with bias. */
+static size_t fc_params(const fcase *c) {
+  size_t C = (size_t)c->in * c->patch * c->patch, n = 0, sum_h = 0;
+  for (int s = 0; s < 2; s++)
+    for (int l = 0; l < c->L; l++) {
+      size_t h = (size_t)c->hidden[l], k = (size_t)c->k[l];
+      size_t rk = c->rk[l] ? (size_t)c->rk[l] : k;
+      size_t in = l ? (size_t)c->hidden[l - 1] : s ? 0 : C;
+      n += 4 * h * in * k * k + 4 * h * h * rk * rk + 4 * h;
+      if (c->peephole) n += 3 * h;
+      if (s) sum_h += h;
+    }
+  return n + C * sum_h + C;
+}
+
+static int fc_rows(const fcase *c, frow *r) {
+  int n = 0;
+  const size_t e = esize(c->dtype), f = sizeof(float);
+  const size_t C = (size_t)c->in * c->patch * c->patch;
+  const size_t P = (size_t)(c->H / c->patch) * (size_t)(c->W / c->patch);
+  const size_t B = (size_t)c->B, T = (size_t)c->T, K = (size_t)c->K, pb = f * fc_params(c);
+  size_t hmax = 0;
+  for (int l = 0; l < c->L; l++)
+    if ((size_t)c->hidden[l] > hmax) hmax = (size_t)c->hidden[l];
+#define ROWF(cat_, bytes_, ...)                                  \
+  do {                                                           \
+    snprintf(r[n].name, sizeof r[n].name, __VA_ARGS__);          \
+    r[n].cat = cat_;                                             \
+    r[n].bytes = bytes_;                                         \
+    n++;                                                         \
+  } while (0)
+  ROWF(CL_MEM_PARAMETERS, pb, "parameters");
+  if (!c->training) {
+    /* one step's input frame, one step's gates (any layer's), the K frames
+     * predicted; each layer's c and h of two steps (before, after) */
+    ROWF(CL_MEM_DATA, e * B * C * P, "x");
+    ROWF(CL_MEM_WORKSPACE, e * B * 4 * hmax * P, "gates");
+    ROWF(CL_MEM_ACTIVATIONS, e * K * B * C * P, "frames");
+    for (int l = 0; l < 2 * c->L; l++) {
+      size_t h = (size_t)c->hidden[l % c->L];
+      ROWF(CL_MEM_STATES, 2 * e * B * h * P, "cell[%d]", l);
+      ROWF(CL_MEM_STATES, 2 * e * B * h * P, "hidden[%d]", l);
+    }
+    return n;
+  }
+  ROWF(CL_MEM_GRADIENTS, pb, "gradients");
+  const cl_optim *o = &c->optim;
+  if (o->kind == CL_OPTIM_ADAM || o->kind == CL_OPTIM_ADAMW) {
+    ROWF(CL_MEM_OPTIMIZER, pb, "adam.exp_avg");
+    ROWF(CL_MEM_OPTIMIZER, pb, "adam.exp_avg_sq");
+    if (o->amsgrad) ROWF(CL_MEM_OPTIMIZER, pb, "adam.max_exp_avg_sq");
+  } else if (o->kind == CL_OPTIM_RMSPROP) {
+    if (o->momentum != 0) ROWF(CL_MEM_OPTIMIZER, pb, "rmsprop.momentum_buffer");
+    ROWF(CL_MEM_OPTIMIZER, pb, "rmsprop.square_avg");
+    if (o->centered) ROWF(CL_MEM_OPTIMIZER, pb, "rmsprop.grad_avg");
+  } else if (o->momentum != 0) {
+    ROWF(CL_MEM_OPTIMIZER, pb, "sgd.momentum_buffer");
+  }
+  /* the T input frames (the K target frames go to d_head, not here) */
+  ROWF(CL_MEM_DATA, e * T * B * C * P, "x");
+  /* saved for backward: each layer's gates, c and h over its stack's steps
+   * (the encoder's T, the forecaster's K) */
+  for (int l = 0; l < 2 * c->L; l++) {
+    size_t h = (size_t)c->hidden[l % c->L], S = l < c->L ? T : K;
+    ROWF(CL_MEM_ACTIVATIONS, e * S * B * 4 * h * P, "gates[%d]", l);
+    ROWF(CL_MEM_ACTIVATIONS, e * S * B * h * P, "cell[%d]", l);
+    ROWF(CL_MEM_ACTIVATIONS, e * S * B * h * P, "hidden[%d]", l);
+  }
+  /* dL/dc of each forecaster layer's initial state, handed to its encoder
+   * layer's last step */
+  for (int l = 0; l < c->L; l++)
+    ROWF(CL_MEM_WORKSPACE, f * B * (size_t)c->hidden[l] * P, "d_cell_handover[%d]", l);
+  /* dL/dh over the longer stack's steps and dL/dc of one step, any layer's */
+  ROWF(CL_MEM_WORKSPACE, f * (T > K ? T : K) * B * hmax * P, "d_hidden");
+  ROWF(CL_MEM_WORKSPACE, f * B * hmax * P, "d_cell");
+  /* the head's K frames, and the target then its gradient in float */
+  ROWF(CL_MEM_ACTIVATIONS, e * K * B * C * P, "head_output");
+  ROWF(CL_MEM_WORKSPACE, f * K * B * C * P, "d_head");
+#undef ROWF
+  return n;
+}
+
+static void run_forecaster(const fcase *c) {
+  cl_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.input_dim = c->in;
+  cfg.n_layers = 2 * c->L;
+  for (int l = 0; l < 2 * c->L; l++) {
+    cfg.hidden_dims[l] = c->hidden[l % c->L];
+    cfg.kernel_sizes[l] = c->k[l % c->L];
+    cfg.recurrent_kernel_sizes[l] = c->rk[l % c->L];
+  }
+  cfg.bias = 1;
+  cfg.device = CL_DEVICE_CPU;
+  cfg.dtype = c->dtype;
+  cfg.n_threads = 1;
+  cfg.forecaster = 1;
+  cfg.patch = c->patch;
+  cfg.peephole = c->peephole ? CL_PEEP_CHANNEL : CL_PEEP_NONE;
+  cl_model *m = ctest_model(&cfg);
+  if (!m) return;
+  CHECK(cl_model_n_params(m) == fc_params(c), "%s: %zu parameters, want %zu", c->name,
+        (size_t)cl_model_n_params(m), fc_params(c));
+  cl_step_options o = {0};
+  o.horizon = c->K;
+  const cl_optim *opt = c->training ? &c->optim : NULL;
+  cl_plan plan;
+  if (cl_model_plan(m, c->B, c->T, c->H, c->W, c->training, opt, &o, &plan) != CL_OK) {
+    CHECK(0, "%s: plan: %s", c->name, cl_model_error(m));
+    cl_model_free(m);
+    return;
+  }
+  frow want[64];
+  int nw = fc_rows(c, want);
+  int used[64] = {0};
+  size_t skip = 0, cat[CL_MEM_NCAT] = {0};
+  for (int i = 0; i < nw; i++) cat[want[i].cat] += want[i].bytes;
+  for (int i = 0; i < plan.n; i++) {
+    const cl_plan_entry *p = &plan.entries[i];
+    if (!strcmp(p->name, "conv_workspace") || !strcmp(p->name, "backend_scratch")) {
+      CHECK(p->category == CL_MEM_WORKSPACE, "%s: %s is not workspace", c->name, p->name);
+      skip += p->bytes;
+      continue;
+    }
+    int j = 0;
+    while (j < nw && strcmp(want[j].name, p->name)) j++;
+    if (j == nw) {
+      CHECK(0, "%s: the plan has a row %s (%zu bytes) the shapes do not", c->name, p->name,
+            p->bytes);
+      continue;
+    }
+    used[j]++;
+    CHECK(p->bytes == want[j].bytes && p->category == want[j].cat,
+          "%s: row %s planned %zu bytes (%s), from the shapes %zu (%s) (%+lld)", c->name,
+          p->name, p->bytes, cl_mem_category_name(p->category), want[j].bytes,
+          cl_mem_category_name(want[j].cat), (long long)p->bytes - (long long)want[j].bytes);
+  }
+  for (int j = 0; j < nw; j++)
+    CHECK(used[j] == 1, "%s: row %s appears %d times in the plan, want once", c->name,
+          want[j].name, used[j]);
+  /* a real step: what the allocator held at its peak, per category */
+  size_t frame = (size_t)c->in * c->H * c->W;
+  size_t nx = (size_t)c->B * c->T * frame, ny = (size_t)c->B * c->K * frame;
+  float *x = malloc(nx * sizeof *x), *y = malloc(ny * sizeof *y);
+  for (size_t i = 0; i < nx; i++) x[i] = (float)uniform01(NULL);
+  for (size_t i = 0; i < ny; i++) y[i] = (float)uniform01(NULL);
+  cl_host_array xa = {x, CL_HOST_TORCH_F32, 5, {c->B, c->T, c->in, c->H, c->W}};
+  cl_host_array ya = {y, CL_HOST_TORCH_F32, 5, {c->B, c->K, c->in, c->H, c->W}};
+  double loss;
+  cl_step_options none = {0};
+  cl_status s = c->training
+                    ? cl_model_train_step(m, &xa, &ya, CL_TARGET_SEQUENCE, opt, &none, &loss)
+                    : cl_model_forward(m, &xa, 0, &o);
+  CHECK(s == CL_OK, "%s: step: %s", c->name, cl_model_error(m));
+  cl_mem_stats st;
+  cl_model_memory_stats(m, &st);
+  for (int k = 0; k < CL_MEM_NCAT; k++) {
+    size_t planned = plan.by_category[k], held = st.peak[k];
+    if (k == CL_MEM_WORKSPACE) planned -= skip, held -= skip;
+    const char *name = cl_mem_category_name((cl_mem_category)k);
+    CHECK(planned == cat[k], "%s: %s planned %zu bytes, from the shapes %zu (%+lld)", c->name,
+          name, planned, cat[k], (long long)planned - (long long)cat[k]);
+    CHECK(held == cat[k], "%s: %s held %zu bytes at the step's peak, from the shapes %zu",
+          c->name, name, held, cat[k]);
+  }
+  printf("%-44s %d rows, activations %zu, workspace %zu (+ %zu convolution), data %zu\n",
+         c->name, nw, cat[CL_MEM_ACTIVATIONS], cat[CL_MEM_WORKSPACE], skip, cat[CL_MEM_DATA]);
+  free(x);
+  free(y);
+  cl_plan_free(&plan);
+  cl_model_free(m);
+}
+
 int main(void) {
   const cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0};
   const cl_optim amsgrad = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 1, 0, 0};
@@ -265,5 +473,31 @@ int main(void) {
        adam, 2, 0, 0, 2, 0, {0}},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
+  const cl_optim adamw = {CL_OPTIM_ADAMW, 1e-3, 0.9, 0.999, 1e-8, 0, 0.01, 0, 0, 0};
+  const fcase fcases[] = {
+      /* name, L (layers per stack), in, hidden, kernels, state kernels (0: the kernels),
+       * patch, peephole, dtype, B, T, K, H, W, training, optim */
+      {"forecaster 1+1 adam, patch 1, T 3 K 2", 1, 1, {3}, {3}, {0}, 1, 0, CL_F32, 2, 3, 2, 4, 5,
+       1, adam},
+      {"forecaster 2+2 sgd, patch 2, T 2 < K 4", 2, 1, {4, 2}, {3, 5}, {0}, 2, 0, CL_F32, 3, 2, 4,
+       6, 4, 1, sgd},
+      {"forecaster 2+2 rmsprop centered, patch 4, T 5 > K 2", 2, 2, {3, 3}, {3, 3}, {0}, 4, 0,
+       CL_F32, 1, 5, 2, 8, 12, 1, rmsprop},
+      {"forecaster 3+3 amsgrad, patch 2, kernels 1-3-3", 3, 1, {2, 3, 2}, {1, 3, 3}, {0}, 2, 0,
+       CL_F32, 2, 3, 3, 4, 4, 1, amsgrad},
+      {"forecaster 2+2 adamw, kernels 5-3 / 3-1, peepholes", 2, 1, {3, 4}, {5, 3}, {3, 1}, 2, 1,
+       CL_F32, 2, 4, 3, 6, 6, 1, adamw},
+      {"forecaster 1+1 sgd momentum, batch 1, K 1", 1, 3, {2}, {3}, {0}, 1, 0, CL_F32, 1, 2, 1, 3,
+       3, 1, momentum},
+      {"forecaster 1+1 rmsprop, batch 5, patch 4", 1, 1, {4}, {3}, {0}, 4, 0, CL_F32, 5, 2, 3, 8,
+       4, 1, rms_plain},
+      {"forecaster prediction, patch 2, K 5", 2, 1, {3, 4}, {3, 3}, {0}, 2, 0, CL_F32, 2, 3, 5, 6,
+       6, 0, adam},
+      {"forecaster prediction float16, patch 4", 1, 1, {5}, {3}, {0}, 4, 0, CL_F16, 3, 2, 3, 8, 4,
+       0, adam},
+      {"forecaster prediction bfloat16, patch 1, peepholes", 2, 2, {2, 3}, {3, 1}, {1, 3}, 1, 1,
+       CL_BF16, 1, 4, 2, 5, 3, 0, adam},
+  };
+  for (size_t i = 0; i < sizeof fcases / sizeof fcases[0]; i++) run_forecaster(&fcases[i]);
   return ctest_done("test_plan_bytes");
 }
