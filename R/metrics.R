@@ -53,6 +53,12 @@ metric_names <- c("mse", "mae", "ssim", "psnr", "cross_entropy")
 #' @param thresholds `NULL`, or values at which to count events for CSI,
 #'   POD and FAR; each must lie within the range of `observed` (above its
 #'   minimum, at most its maximum), so that events and non-events exist.
+#'   Column names carry each threshold as `format()` prints it, with 7
+#'   significant digits; thresholds that agree to 7 digits are written with
+#'   as many as it takes to read back as themselves (at most 17), so the
+#'   names are distinct: `csi_0.5` and `csi_0.50000001` for
+#'   `c(0.5, 0.50000001)`, `csi_0.3` and `csi_0.30000000000000004` for
+#'   `c(0.3, 0.1 + 0.2)`.
 #' @param data_range The range of the values (1 for frames in \[0, 1\]): the
 #'   peak of PSNR and the scale of SSIM's constants.
 #' @param ssim_window Side of SSIM's square window, odd, at least 3 and at
@@ -129,9 +135,10 @@ forecast_metrics <- function(forecast, observed, metrics = c("mse", "mae", "ssim
   if (!is.null(thresholds)) {
     tables <- lapply(thresholds, contingency_counts, forecast = forecast, observed = observed)
     contingency <- do.call(rbind, tables)
+    labels <- threshold_labels(thresholds)
     for (k in seq_along(thresholds)) {
       tab <- tables[[k]]
-      label <- format(thresholds[[k]])
+      label <- labels[[k]]
       scores <- categorical_scores(tab)
       each <- !is.na(tab$frame)
       for (s in names(scores)) {
@@ -206,6 +213,23 @@ check_thresholds <- function(thresholds, observed, call) {
       if (sum(out) == 1) "is" else "are"), call = call)
   }
   as.double(thresholds)
+}
+
+# Labels of distinct thresholds for column names: format()'s 7 significant
+# digits, except where two thresholds share them: those get the fewest
+# digits (up to 17) that read back as the threshold itself, so the labels
+# are distinct and exact.
+threshold_labels <- function(thresholds) {
+  labels <- vapply(thresholds, format, "", digits = 7)
+  clash <- labels %in% labels[duplicated(labels)]
+  labels[clash] <- vapply(thresholds[clash], function(t) {
+    for (digits in 8:17) {
+      label <- format(t, digits = digits)
+      if (as.numeric(label) == t) break
+    }
+    label
+  }, "")
+  labels
 }
 
 # Sums over each frame's channels and pixels: [n, time, c, h, w] -> [n, time].
