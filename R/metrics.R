@@ -2,12 +2,13 @@
 # the frames observed: MSE and MAE per frame as the Moving MNIST literature
 # sums them, SSIM (scikit-image's definition), PSNR, Shi et al.'s
 # cross-entropy, and the precipitation scores CSI, POD and FAR at
-# thresholds. Pure R on arrays: it runs no model (convlstm_evaluate() with
+# thresholds, and the fractions skill score (FSS) at thresholds and spatial
+# scales as pysteps computes it. Pure R on arrays: it runs no model (convlstm_evaluate() with
 # `metrics` runs the model and calls forecast_metrics()).
 
 metric_names <- c("mse", "mae", "ssim", "psnr", "cross_entropy")
 
-#' Score a forecast: MSE, MAE, SSIM, PSNR, cross-entropy, CSI, POD, FAR
+#' Score a forecast: MSE, MAE, SSIM, PSNR, cross-entropy, CSI, POD, FAR, FSS
 #'
 #' Compares forecast frames with the frames observed, frame by frame, with
 #' the measures the ConvLSTM literature reports, and averages them over the
@@ -45,6 +46,24 @@ metric_names <- c("mse", "mae", "ssim", "psnr", "cross_entropy")
 #' `FAR = F / (H + F)` (`NaN` where the denominator is 0). The counts are in
 #' `contingency`.
 #'
+#' With `scales` as well, the fractions skill score of Roberts and Lean
+#' (2008) at each threshold and scale, as pysteps'
+#' `pysteps.verification.spatialscores.fss()` computes it: the event fields
+#' `forecast >= threshold` and `observed >= threshold` (0 or 1) of each
+#' sequence, frame and channel become fractions, the mean over the
+#' `scale x scale` square around each pixel with the cells outside the frame
+#' counted as 0 (scipy's `uniform_filter(size = scale, mode = "constant",
+#' cval = 0)`; for an even scale the square reaches `scale / 2` pixels up and
+#' left of the pixel and `scale / 2 - 1` down and right, as scipy places it;
+#' scale 1 is the events themselves), and
+#' \deqn{FSS = 1 - \frac{\sum (P_f - P_o)^2}{\sum P_f^2 + \sum P_o^2}}{
+#'   FSS = 1 - sum((Pf - Po)^2) / (sum(Pf^2) + sum(Po^2))}
+#' with the sums over the pixels of all sequences and channels of a frame
+#' (pysteps' `fss_accum()` of each field, then `fss_compute()`), and over all
+#' frames for `overall`. It is 1 for a perfect forecast and 0 where no
+#' forecast fraction overlaps an observed one. Where neither field has an
+#' event (the denominator is 0) it is `NaN`, pysteps' `1 - 0 / 0`.
+#'
 #' @param forecast,observed Arrays of the same dimensions: frames
 #'   `[n, time, channels, height, width]` (as [predict()] with `horizon`
 #'   returns them) or one frame per sequence, `[n, channels, height, width]`.
@@ -53,6 +72,12 @@ metric_names <- c("mse", "mae", "ssim", "psnr", "cross_entropy")
 #' @param thresholds `NULL`, or values at which to count events for CSI,
 #'   POD and FAR; each must lie within the range of `observed` (above its
 #'   minimum, at most its maximum), so that events and non-events exist.
+#'   Column names carry each threshold as `format()` prints it, with 7
+#'   significant digits; thresholds that agree to 7 digits are written with
+#'   as many as it takes to read back as themselves (at most 17), so the
+#'   names are distinct: `csi_0.5` and `csi_0.50000001` for
+#'   `c(0.5, 0.50000001)`, `csi_0.3` and `csi_0.30000000000000004` for
+#'   `c(0.3, 0.1 + 0.2)`.
 #' @param data_range The range of the values (1 for frames in \[0, 1\]): the
 #'   peak of PSNR and the scale of SSIM's constants.
 #' @param ssim_window Side of SSIM's square window, odd, at least 3 and at
@@ -60,9 +85,16 @@ metric_names <- c("mse", "mae", "ssim", "psnr", "cross_entropy")
 #' @param ssim_gaussian `TRUE` for Gaussian-weighted windows (sigma 1.5,
 #'   11 x 11; `ssim_window` is then not used), as Wang et al. (2004) and
 #'   scikit-image's `gaussian_weights = True`.
+#' @param scales `NULL`, or the sides of the square neighbourhoods, in
+#'   pixels, at which to compute the fractions skill score at each of
+#'   `thresholds` (which it needs): distinct positive whole numbers, odd or
+#'   even, as pysteps takes them; a scale larger than the frame is allowed
+#'   (every pixel's square then covers the whole frame).
 #' @return An object of class `convlstm_forecast_metrics`, a list with
 #'   \item{per_frame}{a data frame, one row per frame: `frame`, the
-#'     metrics, and `csi_<threshold>`, `pod_<threshold>`, `far_<threshold>`;}
+#'     metrics, and `csi_<threshold>`, `pod_<threshold>`, `far_<threshold>`,
+#'     and with `scales`, `fss_<threshold>_scale<scale>` (e.g.
+#'     `fss_0.5_scale3`), thresholds in turn, each at every scale;}
 #'   \item{overall}{a named numeric vector of the same measures over all
 #'     frames;}
 #'   \item{contingency}{`NULL`, or a data frame of `threshold`, `frame`
@@ -75,6 +107,10 @@ metric_names <- c("mse", "mae", "ssim", "psnr", "cross_entropy")
 #'
 #'   Shi, X. et al. (2015). Convolutional LSTM network: a machine learning
 #'   approach for precipitation nowcasting. NeurIPS.
+#'
+#'   Roberts, N. M. and Lean, H. W. (2008). Scale-selective verification of
+#'   rainfall accumulations from high-resolution forecasts of convective
+#'   events. Monthly Weather Review 136(1), 78-97.
 #' @seealso [convlstm_evaluate()] with `metrics`, which runs the model and
 #'   calls this; [moving_mnist()]; [grid_windows()] for rain fields.
 #' @export
@@ -86,9 +122,13 @@ metric_names <- c("mse", "mae", "ssim", "psnr", "cross_entropy")
 #'                       "cross_entropy"), thresholds = c(0.25, 0.5))
 #' m
 #' m$per_frame[, c("frame", "mse", "ssim", "csi_0.5")]
+#' # the fractions skill score over 1, 5 and 9 pixel squares
+#' f <- forecast_metrics(persistence, d$y, metrics = "mse", thresholds = 0.5,
+#'                       scales = c(1, 5, 9))
+#' f$overall
 forecast_metrics <- function(forecast, observed, metrics = c("mse", "mae", "ssim", "psnr"),
                              thresholds = NULL, data_range = 1, ssim_window = 7,
-                             ssim_gaussian = FALSE) {
+                             ssim_gaussian = FALSE, scales = NULL) {
   call <- sys.call()
   d <- dim(observed)
   observed <- metrics_frames(observed, "observed", NULL, call)
@@ -98,6 +138,7 @@ forecast_metrics <- function(forecast, observed, metrics = c("mse", "mae", "ssim
   ssim_gaussian <- check_flag(ssim_gaussian, "ssim_gaussian", call = call)
   weights <- if ("ssim" %in% metrics) ssim_weights(ssim_window, ssim_gaussian, dim(observed), call)
   if (!is.null(thresholds)) thresholds <- check_thresholds(thresholds, observed, call)
+  if (!is.null(scales)) scales <- check_scales(scales, thresholds, call)
   if ("cross_entropy" %in% metrics && (min(observed) < 0 || max(observed) > 1)) {
     abort_convlstm(sprintf(
       "`observed` must lie in [0, 1] for the cross-entropy, not in [%s, %s].",
@@ -129,14 +170,23 @@ forecast_metrics <- function(forecast, observed, metrics = c("mse", "mae", "ssim
   if (!is.null(thresholds)) {
     tables <- lapply(thresholds, contingency_counts, forecast = forecast, observed = observed)
     contingency <- do.call(rbind, tables)
+    labels <- threshold_labels(thresholds)
     for (k in seq_along(thresholds)) {
       tab <- tables[[k]]
-      label <- format(thresholds[[k]])
+      label <- labels[[k]]
       scores <- categorical_scores(tab)
       each <- !is.na(tab$frame)
       for (s in names(scores)) {
         per_frame[[paste0(s, "_", label)]] <- scores[[s]][each]
         overall[[paste0(s, "_", label)]] <- scores[[s]][!each]
+      }
+    }
+    for (k in seq_along(thresholds)) {
+      for (s in scales) {
+        score <- fss_frames(thresholds[[k]], s, forecast, observed)
+        name <- paste0("fss_", labels[[k]], "_scale", s)
+        per_frame[[name]] <- score$per_frame
+        overall[[name]] <- score$overall
       }
     }
   }
@@ -206,6 +256,35 @@ check_thresholds <- function(thresholds, observed, call) {
       if (sum(out) == 1) "is" else "are"), call = call)
   }
   as.double(thresholds)
+}
+
+# Labels of distinct thresholds for column names: format()'s 7 significant
+# digits, except where two thresholds share them: those get the fewest
+# digits (up to 17) that read back as the threshold itself, so the labels
+# are distinct and exact.
+threshold_labels <- function(thresholds) {
+  labels <- vapply(thresholds, format, "", digits = 7)
+  clash <- labels %in% labels[duplicated(labels)]
+  labels[clash] <- vapply(thresholds[clash], function(t) {
+    for (digits in 8:17) {
+      label <- format(t, digits = digits)
+      if (as.numeric(label) == t) break
+    }
+    label
+  }, "")
+  labels
+}
+
+check_scales <- function(scales, thresholds, call) {
+  if (length(scales) < 1 || !is_whole(scales) || any(scales < 1) ||
+      any(scales > .Machine$integer.max) || anyDuplicated(scales)) {
+    abort_arg("scales", "distinct positive whole numbers", scales, call)
+  }
+  if (is.null(thresholds)) {
+    abort_convlstm(paste("`scales` needs `thresholds`: the fractions skill score counts",
+                         "events at thresholds."), call = call)
+  }
+  as.integer(scales)
 }
 
 # Sums over each frame's channels and pixels: [n, time, c, h, w] -> [n, time].
@@ -290,4 +369,51 @@ valid_filter <- function(a, w, along) {
     out <- out + w[[j]] * (if (along == 2L) a[, idx, , drop = FALSE] else a[, , idx, drop = FALSE])
   }
   out
+}
+
+# The fractions skill score at one threshold and scale: pysteps' fss_accum()
+# over each frame's sequences and channels, fss_compute() per frame and over
+# all frames; NaN where neither field has an event.
+fss_frames <- function(threshold, scale, forecast, observed) {
+  d <- dim(observed)
+  stack <- function(a) array(a >= threshold, c(prod(d[1:3]), d[[4]], d[[5]]))
+  pf <- box_fraction(stack(forecast), scale)
+  po <- box_fraction(stack(observed), scale)
+  # back to [n, time, channels, h, w]: per frame, summed over the rest
+  per <- function(a) colSums(frame_sums(array(a, d)))
+  num <- per((pf - po)^2)
+  den <- per(pf^2) + per(po^2)
+  skill <- function(num, den) ifelse(den > 0, 1 - num / den, NaN)
+  list(per_frame = skill(num, den), overall = skill(sum(num), sum(den)))
+}
+
+# The mean of the scale x scale square around each pixel of the stack a
+# [k, h, w], zero outside: rows i - scale %/% 2 to i + scale - 1 - scale %/% 2
+# (scipy.ndimage's uniform_filter, mode "constant"), columns likewise.
+box_fraction <- function(a, scale) {
+  box_sum(box_sum(a, scale, 2L), scale, 3L) / scale^2
+}
+
+# Window sums along dimension `along` (2 or 3) of a [k, h, w], from running
+# sums (exact for counts).
+box_sum <- function(a, scale, along) {
+  d <- dim(a)
+  m <- d[[along]]
+  cs <- array(0, replace(d, along, m + 1L))
+  for (i in seq_len(m)) {
+    if (along == 2L) {
+      cs[, i + 1L, ] <- cs[, i, ] + a[, i, ]
+    } else {
+      cs[, , i + 1L] <- cs[, , i] + a[, , i]
+    }
+  }
+  lo <- scale %/% 2L
+  hi <- scale - 1L - lo
+  top <- pmin(seq_len(m) + hi, m) + 1L
+  bottom <- pmax(seq_len(m) - lo, 1L)
+  if (along == 2L) {
+    cs[, top, , drop = FALSE] - cs[, bottom, , drop = FALSE]
+  } else {
+    cs[, , top, drop = FALSE] - cs[, , bottom, drop = FALSE]
+  }
 }
