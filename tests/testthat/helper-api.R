@@ -14,6 +14,12 @@ api_y <- function(B = 2, C = 2, H = 5, W = 4, T = NULL) {
   array(stats::runif(prod(d), -1, 1), dim = d)
 }
 
+# Rows `rows` of an array of any rank (its first dimension), kept as an array.
+rows_of <- function(x, rows) {
+  args <- c(list(x, rows), rep(list(quote(expr = )), length(dim(x)) - 1L), list(drop = FALSE))
+  do.call(`[`, args)
+}
+
 # The class a package error must carry for a given status.
 expect_convlstm_error <- function(expr, status = "invalid", regexp = NULL) {
   testthat::expect_error(expr, regexp = regexp, class = paste0("convlstm_error_", status))

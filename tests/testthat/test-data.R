@@ -3,12 +3,6 @@
 # and without one, their memory is accounted and returned, and their
 # lifetime follows the model's.
 
-rows_of <- function(x, rows) slice_batch_test(x, rows)
-slice_batch_test <- function(x, idx) {
-  args <- c(list(x, idx), rep(list(quote(expr = )), length(dim(x)) - 1L), list(drop = FALSE))
-  do.call(`[`, args)
-}
-
 test_that("steps on a data set equal steps on the same rows sliced in R", {
   set.seed(3)
   x <- api_x(B = 6, T = 4)

@@ -44,9 +44,6 @@ printed_losses <- function(h) {
   as.numeric(vapply(strsplit(trimws(out[-(1:2)]), " +"), `[`, "", 2))
 }
 
-rows_of <- function(a, idx) a[idx, , , , , drop = FALSE]
-rows4_of <- function(a, idx) a[idx, , , , drop = FALSE]
-
 # --- the plain stack ----------------------------------------------------------------------------
 
 values_plain_pair <- function(seed = 11) {
@@ -70,7 +67,7 @@ values_plain_by_hand <- function(b, d, opt, orders, bs, loss, reduction, data_x 
   vapply(orders, function(order) {
     batches <- values_batches(order, bs)
     l <- vapply(batches, function(i) {
-      train_step(b, rows_of(data_x, i), rows4_of(data_y, i), opt, loss = loss,
+      train_step(b, rows_of(data_x, i), rows_of(data_y, i), opt, loss = loss,
                  reduction = reduction)
     }, numeric(1))
     values_epoch_loss(l, lengths(batches), reduction)
@@ -104,7 +101,7 @@ test_that("a plain fit's validation loss over several batches is the loss of pre
                       validation_data = list(v$x, v$y), metrics = c("mse", "mae"))
     # batch by batch, as the fit runs it, each batch's loss summed here
     elems <- unlist(lapply(values_batches(1:5, 2), function(i) {
-      values_loss_elems(predict(m$a, rows_of(v$x, i), what = "last_state"), rows4_of(v$y, i),
+      values_loss_elems(predict(m$a, rows_of(v$x, i), what = "last_state"), rows_of(v$y, i),
                         "mae")
     }))
     expect_equal(h$val_loss, values_reduce(elems, 5, reduction), tolerance = 1e-10,
@@ -117,38 +114,45 @@ test_that("a plain fit's validation loss over several batches is the loss of pre
   }
 })
 
-test_that("a plain fit's shuffle draws another order, the same for the same seed", {
-  d <- values_plain_data(6)
-  opt <- optimizer_sgd(0.1)
-  fit_with <- function(model, shuffle, seed) {
-    set.seed(seed)
+# A fit with shuffle = TRUE after set.seed(seed) trains in the orders
+# sample.int() draws (one permutation of the n sequences per epoch, batches
+# of 2, a twin trained in that order by hand with by_hand()), repeats bit
+# for bit with the same seed, and differs from shuffle = FALSE and from
+# seed + 1. pair() makes twin models; fit_args go to convlstm_fit().
+expect_shuffle_by_seed <- function(pair, d, opt, by_hand, seed, ...) {
+  n <- dim(d$x)[[1]]
+  fit_with <- function(model, shuffle, s) {
+    set.seed(s)
     convlstm_fit(model, d$x, d$y, opt, epochs = 2, batch_size = 2, shuffle = shuffle,
-                 verbose = FALSE, data_on_device = FALSE)
+                 verbose = FALSE, ...)
   }
-  m <- values_plain_pair()
-  on.exit(release_all(m))
-  m2 <- values_plain_pair()
-  on.exit(release_all(m2), add = TRUE)
-  h_shuffled <- fit_with(m$a, TRUE, 21)
-  h_again <- fit_with(m2$a, TRUE, 21)
+  m <- pair()
+  m2 <- pair()
+  m3 <- pair()
+  on.exit(release_all(c(m, m2, m3)))
+  h_shuffled <- fit_with(m$a, TRUE, seed)
+  h_again <- fit_with(m2$a, TRUE, seed)
   # the same seed: the same order, bit for bit
   expect_identical(h_again$loss, h_shuffled$loss)
   expect_same_weights(m2$a, m$a)
   # the orders R's generator gives for that seed, one permutation per epoch
-  set.seed(21)
-  orders <- list(sample.int(6), sample.int(6))
-  expect_false(identical(orders[[1]], 1:6))
-  want <- values_plain_by_hand(m$b, d, opt, orders, 2, "mse", "mean")
+  set.seed(seed)
+  orders <- list(sample.int(n), sample.int(n))
+  expect_false(identical(orders[[1]], seq_len(n)))
+  want <- by_hand(m$b, d, opt, orders, 2, "mse", "mean")
   expect_equal(h_shuffled$loss, want, tolerance = 1e-12)
   expect_same_weights(m$a, m$b)
   # and not the order of shuffle = FALSE
-  fit_with(m2$b, FALSE, 21)
+  fit_with(m2$b, FALSE, seed)
   expect_false(identical(state_dict(m2$b), state_dict(m$a)))
   # another seed, another order
-  m3 <- values_plain_pair()
-  on.exit(release_all(m3), add = TRUE)
-  h_other <- fit_with(m3$a, TRUE, 22)
+  h_other <- fit_with(m3$a, TRUE, seed + 1)
   expect_false(identical(h_other$loss, h_shuffled$loss))
+}
+
+test_that("a plain fit's shuffle draws another order, the same for the same seed", {
+  expect_shuffle_by_seed(values_plain_pair, values_plain_data(6), optimizer_sgd(0.1),
+                         values_plain_by_hand, seed = 21, data_on_device = FALSE)
 })
 
 # --- the encoder-forecaster ---------------------------------------------------------------------
@@ -214,27 +218,6 @@ test_that("a forecaster fit's validation loss over several batches is the loss o
 })
 
 test_that("a forecaster fit's shuffle draws another order, the same for the same seed", {
-  d <- values_fc_data(6)
-  opt <- optimizer_sgd(0.5)
-  fit_with <- function(model, shuffle, seed) {
-    set.seed(seed)
-    convlstm_fit(model, d$x, d$y, opt, epochs = 2, batch_size = 2, shuffle = shuffle,
-                 verbose = FALSE)
-  }
-  m <- values_fc_pair()
-  on.exit(release_all(m))
-  m2 <- values_fc_pair()
-  on.exit(release_all(m2), add = TRUE)
-  h_shuffled <- fit_with(m$a, TRUE, 31)
-  h_again <- fit_with(m2$a, TRUE, 31)
-  expect_identical(h_again$loss, h_shuffled$loss)
-  expect_same_weights(m2$a, m$a)
-  set.seed(31)
-  orders <- list(sample.int(6), sample.int(6))
-  expect_false(identical(orders[[1]], 1:6))
-  want <- values_fc_by_hand(m$b, d, opt, orders, 2, "mse", "mean")
-  expect_equal(h_shuffled$loss, want, tolerance = 1e-12)
-  expect_same_weights(m$a, m$b)
-  fit_with(m2$b, FALSE, 31)
-  expect_false(identical(state_dict(m2$b), state_dict(m$a)))
+  expect_shuffle_by_seed(values_fc_pair, values_fc_data(6), optimizer_sgd(0.5),
+                         values_fc_by_hand, seed = 31)
 })

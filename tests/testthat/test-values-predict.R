@@ -7,9 +7,6 @@
 # output written out here in R, for each loss, reduction, weight and horizon,
 # whatever its batch size.
 
-rows_of <- function(a, idx) a[idx, , , , , drop = FALSE]
-rows4_of <- function(a, idx) a[idx, , , , drop = FALSE]
-
 # Bit for bit the same array: its dims, then its values as one vector (which
 # testthat compares and prints well; it cannot print a diff of 5-d arrays).
 expect_bitwise <- function(actual, expected, info = NULL) {
@@ -77,7 +74,7 @@ test_that("a batched predict() from a given state takes each batch's rows of tha
   whole <- predict(model, x, state = state)
   # row i from row i of the state, alone
   for (i in 1:5) {
-    s_i <- lapply(state, function(l) lapply(l, rows4_of, i))
+    s_i <- lapply(state, function(l) lapply(l, rows_of, i))
     expect_bitwise(rows_of(whole, i), predict(model, rows_of(x, i), state = s_i),
                    info = sprintf("row %d", i))
   }
