@@ -38,7 +38,8 @@ NPROC := $(shell nproc 2>/dev/null || echo 1)
 # way (an R package installed from CRAN, a tool built from source).
 DEB_PKGS := r-base-dev r-cran-cli r-cran-generics r-cran-ggplot2 r-cran-testthat r-cran-roxygen2 r-cran-knitr \
             r-cran-rmarkdown r-cran-pkgdown pandoc qpdf valgrind \
-            chromium-headless-shell python3 python3-torch fonts-font-awesome libopenmpi-dev openmpi-bin
+            chromium-headless-shell python3 python3-torch fonts-font-awesome libopenmpi-dev openmpi-bin \
+            r-cran-stars r-cran-terra r-cran-ncdf4
 
 .NOTPARALLEL:
 .PHONY: all deps check-deps docs install build check test test-guard ctest asan valgrind fuzz demo bench site clean \
@@ -109,9 +110,11 @@ check-deps: deps
 # runs the C tests in it, one test each; CONVLSTM_C_TESTS=require makes a
 # reason for it to skip them (no compiler, no source tree) a failure here;
 # CONVLSTM_MPI_TESTS=require likewise for test-distributed.R's mpirun jobs
-# (2 and 3 processes on the CPU; Open MPI is in DEB_PKGS); and
+# (2 and 3 processes on the CPU; Open MPI is in DEB_PKGS);
 # CONVLSTM_TORCH_TESTS=require likewise for the tests that run PyTorch
-# (python3-torch is in DEB_PKGS).
+# (python3-torch is in DEB_PKGS); and CONVLSTM_RASTER_TESTS=require for
+# test-grid*.R's stars, terra and ncdf4 series (r-cran-stars, r-cran-terra
+# and r-cran-ncdf4 are in DEB_PKGS).
 # A log (not a terminal) gets the summary reporter: one line per file.
 TESTTHAT = r <- as.data.frame(testthat::test_dir("tests/testthat", package = "$(PKG)", \
   load_package = "installed", stop_on_failure = TRUE, reporter = if (isatty(stdout())) "progress" else "summary")); \
@@ -119,6 +122,7 @@ TESTTHAT = r <- as.data.frame(testthat::test_dir("tests/testthat", package = "$(
   sum(r$$nb), sum(r$$failed), sum(r$$error), sum(r$$skipped), sum(r$$warning), sum(r$$real)))
 test: deps install
 	NOT_CRAN=true CONVLSTM_C_TESTS=require CONVLSTM_MPI_TESTS=require CONVLSTM_TORCH_TESTS=require \
+	  CONVLSTM_RASTER_TESTS=require \
 	  CONVLSTM_PYTHON=$(PYTHON) $(RSCRIPT) -e '$(TESTTHAT)'
 
 # The testthat suite once more with guard bands after every step buffer

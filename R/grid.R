@@ -20,19 +20,37 @@
 #' variable as `ncdf4` reads it. Window `i` starts at frame
 #' `1 + (i - 1) * stride`.
 #'
-#' @param data The series: a `stars` object with one attribute and
-#'   dimensions `x`, `y` and a time dimension (values of class `POSIXct`,
-#'   `Date` or `PCICt`, or named `"time"`), optionally a fourth as channels;
+#' @param data The series: a `stars` object with dimensions `x`, `y` and a
+#'   time dimension (values of class `POSIXct`, `Date` or `PCICt`, or named
+#'   `"time"`), and as channels either a fourth dimension or several
+#'   attributes (channel `k` is attribute `k`), not both;
 #'   a `SpatRaster` whose layers have times ([terra::time()]); an `ncdf4`
 #'   object from [ncdf4::nc_open()] with `var`; or a numeric array whose
-#'   dimension `time_dim` is time and whose others are `[height, width]` or
-#'   `[channels, height, width]`.
+#'   dimensions are time, height, width and optionally channels, in the
+#'   order `layout` (or its dimension names) declares.
 #' @param input Frames in each window's input.
 #' @param horizon Frames to forecast after them.
 #' @param stride Frames between the starts of consecutive windows.
 #' @param var For an `ncdf4` object: the name of the variable.
-#' @param time_dim For an array: which dimension is time (by default the
-#'   last).
+#' @param time_dim For an array without `layout` or named dimensions:
+#'   which dimension is time (by default the last); the others are then
+#'   `[height, width]` or `[channels, height, width]` in that order. With a
+#'   layout it must agree with it.
+#' @param layout For an array: its dimension order, one letter per
+#'   dimension, `"t"` (time), `"h"` (height), `"w"` (width) once each and
+#'   `"c"` (channels) at most once: `"chwt"` (the default for four
+#'   dimensions), `"hwt"` (three), `"hwct"` for `[height, width, channels,
+#'   time]`, `"tchw"`, ... `NULL` reads it from the names of the array's
+#'   dimnames when they are `time`, `height`, `width` and optionally
+#'   `channel` (a `layout` that contradicts them is an error), else uses
+#'   `time_dim`. A four-dimensional array's order cannot be told from its
+#'   values: declare it unless it is `[channels, height, width, time]`.
+#' @param na What to do with missing cells (`NA`, `NaN`): `"refuse"` (an
+#'   error that counts them), or `"mask"`: they become 0 in `x` and `y`,
+#'   and the result has a loss weight `weight`, shaped as `y`, 0 where the
+#'   target cell was missing and 1 elsewhere, to pass with `y` as
+#'   `convlstm_fit(weight = )` or `train_step(weight = )`. Infinite values
+#'   are refused either way.
 #' @return An object of class `convlstm_grid_windows`, a list with
 #'   \item{x}{array `[n, input, channels, height, width]`;}
 #'   \item{y}{array `[n, horizon, channels, height, width]`;}
@@ -40,7 +58,9 @@
 #'     `[n, horizon]`: the frames of the series in each window;}
 #'   \item{times}{the time of each frame of the series (an integer sequence
 #'     for an array);}
-#'   \item{grid}{what [grid_restore()] needs to rebuild the grid.}
+#'   \item{grid}{what [grid_restore()] needs to rebuild the grid;}
+#'   \item{weight}{with `na = "mask"` only: an array shaped as `y`, 1 where
+#'     the target cell was observed and 0 where it was missing.}
 #' @seealso [grid_restore()]; [forecast_metrics()] for CSI, POD and FAR;
 #'   `vignette("rain", package = "convlstm")`.
 #' @export
@@ -61,13 +81,24 @@
 #'   dim(w$x)
 #'   range(w$times)
 #' }
-grid_windows <- function(data, input, horizon, stride = 1, var = NULL, time_dim = NULL) {
+grid_windows <- function(data, input, horizon, stride = 1, var = NULL, time_dim = NULL,
+                         layout = NULL, na = c("refuse", "mask")) {
   call <- sys.call()
   input <- check_count(input, "input", call = call)
   horizon <- check_count(horizon, "horizon", call = call)
   stride <- check_count(stride, "stride", call = call)
-  series <- grid_read(data, var, time_dim, call)
+  if (!is.character(na) || length(na) < 1 || !na[[1]] %in% c("refuse", "mask")) {
+    abort_arg("na", '"refuse" or "mask"', na, call)
+  }
+  na <- na[[1]]
+  if (!is.null(layout) && !(is.array(data) && (is.numeric(data) || is.logical(data)))) {
+    abort_arg("layout", "NULL unless `data` is an array", layout, call)
+  }
+  series <- grid_read(data, var, time_dim, layout, call)
   frames <- series$frames # [time, channels, height, width]
+  missing <- if (na == "mask") is.na(frames) else NULL
+  if (!is.null(missing)) frames[missing] <- 0
+  check_finite(frames, "data", call)
   steps <- dim(frames)[[1]]
   if (input + horizon > steps) {
     abort_convlstm(sprintf(
@@ -83,10 +114,14 @@ grid_windows <- function(data, input, horizon, stride = 1, var = NULL, time_dim 
     dim(out) <- c(ncol(idx), length(starts), d[-1])
     aperm(out, c(2, 1, 3, 4, 5))
   }
-  structure(list(x = take(input_frames), y = take(target_frames),
-                 input_frames = input_frames, target_frames = target_frames,
-                 times = series$times, grid = series$grid),
-            class = "convlstm_grid_windows")
+  out <- list(x = take(input_frames), y = take(target_frames),
+              input_frames = input_frames, target_frames = target_frames,
+              times = series$times, grid = series$grid)
+  if (!is.null(missing)) {
+    frames <- array(as.double(!missing), dim(frames)) # 1 where observed, 0 where NA
+    out$weight <- take(target_frames)
+  }
+  structure(out, class = "convlstm_grid_windows")
 }
 
 #' @export
@@ -173,12 +208,12 @@ grid_restore <- function(frames, windows, window = 1, path = NULL) {
 
 # ---- reading: each kind of series to [time, channels, height, width] --------
 
-grid_read <- function(data, var, time_dim, call) {
+grid_read <- function(data, var, time_dim, layout, call) {
   if (inherits(data, "stars")) return(grid_read_stars(data, call))
   if (inherits(data, "SpatRaster")) return(grid_read_terra(data, call))
   if (inherits(data, "ncdf4")) return(grid_read_ncdf4(data, var, call))
   if (is.array(data) && (is.numeric(data) || is.logical(data))) {
-    return(grid_read_array(data, time_dim, call))
+    return(grid_read_array(data, time_dim, layout, call))
   }
   abort_arg("data", "a stars object, a SpatRaster, an ncdf4 object or a numeric array", data, call)
 }
@@ -194,20 +229,17 @@ no_time_axis <- function(arg, what, call) {
   abort_convlstm(sprintf("`%s` has no time axis: %s.", arg, what), call = call)
 }
 
+# plain doubles; NA, NaN and Inf are grid_windows()'s to refuse or mask
 grid_frames_finite <- function(frames, call) {
   dim(frames) <- unname(dim(frames))
   storage.mode(frames) <- "double"
-  check_finite(frames, "data", call)
   frames
 }
 
 grid_read_stars <- function(data, call) {
   need_package("stars", "A stars series", call)
   if (inherits(data, "stars_proxy")) data <- stars::st_as_stars(data) # read the cells
-  if (length(data) != 1) {
-    abort_convlstm(sprintf("`data` must be a stars object with one attribute, not %d.", length(data)),
-                   call = call)
-  }
+  if (length(data) < 1) abort_arg("data", "a stars object with at least one attribute", data, call)
   dims <- stars::st_dimensions(data)
   xy <- attr(dims, "raster")$dimensions
   is_time <- vapply(names(dims), function(nm) {
@@ -225,11 +257,25 @@ grid_read_stars <- function(data, call) {
       "`data` must have the dimensions x, y, time and at most one more (channels), not %s.",
       paste(names(dims), collapse = ", ")), call = call)
   }
-  a <- unclass(data[[1]])
-  a <- array(as.vector(a), dim(data[[1]]))
+  attrs <- length(data)
+  if (attrs > 1 && length(other) > 0) {
+    abort_convlstm(sprintf(paste0(
+      "`data` has %d attributes and a dimension \"%s\": the channels are either its attributes ",
+      "or that dimension (merge them with stars' merge() or split())."), attrs, other), call = call)
+  }
   order <- match(c(time_name, other, xy[[2]], xy[[1]]), names(dims))
-  frames <- aperm(a, order)
-  if (length(other) == 0) dim(frames) <- c(dim(frames)[[1]], 1L, dim(frames)[-1])
+  # each attribute [time, (channels,) rows, cols]; several attributes are the channels, in order
+  frames <- lapply(seq_len(attrs), function(k) {
+    aperm(array(as.vector(unclass(data[[k]])), dim(data[[k]])), order)
+  })
+  frames <- array(unlist(frames, use.names = FALSE), c(dim(frames[[1]]), attrs))
+  d <- dim(frames)
+  if (length(other) == 0) {
+    # [time, rows, cols, attributes] -> [time, attributes, rows, cols]
+    frames <- aperm(frames, c(1, 4, 2, 3))
+  } else {
+    dim(frames) <- d[-length(d)]
+  }
   list(frames = grid_frames_finite(frames, call),
        times = stars::st_get_dimension_values(data, time_name),
        grid = list(kind = "stars object", template = data, names = names(dims), order = order,
@@ -276,24 +322,67 @@ grid_read_ncdf4 <- function(data, var, call) {
        grid = list(kind = "netCDF variable", nc = data, var = var, time_at = t_at, spatial = sp))
 }
 
-grid_read_array <- function(data, time_dim, call) {
+# The array's layout: one letter per dimension, "t" (time), "h" (height),
+# "w" (width) once each and "c" (channels) at most once. From `layout`, or
+# from the names of the array's dimnames (time, channel, height, width), or
+# by default the others in the order [channels,] height, width with time at
+# `time_dim` (the last by default).
+grid_layout <- function(data, time_dim, layout, call) {
+  d <- dim(data)
+  n <- length(d)
+  letters_ok <- function(l) {
+    length(l) == n && !anyDuplicated(l) && all(l %in% c("c", "h", "w", "t")) &&
+      all(c("h", "w", "t") %in% l)
+  }
+  if (!is.null(time_dim)) time_dim <- check_count(time_dim, "time_dim", call = call)
+  dn <- names(dimnames(data))
+  named <- NULL
+  if (!is.null(dn) && all(dn %in% c("channel", "height", "width", "time"))) {
+    named <- c(channel = "c", height = "h", width = "w", time = "t")[dn]
+    if (!letters_ok(named)) named <- NULL
+  }
+  if (!is.null(layout)) {
+    if (!is.character(layout) || length(layout) != 1 || is.na(layout) ||
+        !letters_ok(strsplit(layout, "")[[1]])) {
+      abort_arg("layout", sprintf(paste0(
+        "one letter per dimension of the %d-dimensional array: \"t\", \"h\" and \"w\" once each ",
+        "and \"c\" at most once (\"%s\")"), n, if (n == 4) "chwt" else "hwt"), layout, call)
+    }
+    l <- strsplit(layout, "")[[1]]
+    if (!is.null(named) && !identical(unname(named), l)) {
+      abort_convlstm(sprintf("`layout` (\"%s\") contradicts the array's named dimensions (%s).",
+                             layout, paste(dn, collapse = ", ")), call = call)
+    }
+  } else if (!is.null(named)) {
+    l <- unname(named)
+  } else {
+    if (is.null(time_dim)) time_dim <- n
+    if (time_dim > n) {
+      abort_convlstm(sprintf("`time_dim` (%d) must be one of the array's %d dimensions.",
+                             time_dim, n), call = call)
+    }
+    l <- append(if (n == 4) c("c", "h", "w") else c("h", "w"), "t", after = time_dim - 1L)
+  }
+  if (!is.null(time_dim) && !identical(match("t", l), as.integer(time_dim))) {
+    abort_convlstm(sprintf("`time_dim` (%s) contradicts the layout \"%s\" (time is dimension %d).",
+                           format(time_dim), paste(l, collapse = ""), match("t", l)), call = call)
+  }
+  l
+}
+
+grid_read_array <- function(data, time_dim, layout, call) {
   d <- dim(data)
   if (!length(d) %in% 3:4) {
     abort_arg("data", "an array [height, width] or [channels, height, width] plus a time dimension",
               data, call)
   }
-  if (is.null(time_dim)) time_dim <- length(d)
-  time_dim <- check_count(time_dim, "time_dim", call = call)
-  if (time_dim > length(d)) {
-    abort_convlstm(sprintf("`time_dim` (%d) must be one of the array's %d dimensions.",
-                           time_dim, length(d)), call = call)
-  }
-  rest <- setdiff(seq_along(d), time_dim)
-  frames <- aperm(data, c(time_dim, rest))
-  if (length(d) == 3) dim(frames) <- c(d[[time_dim]], 1L, d[rest])
-  list(frames = grid_frames_finite(frames, call), times = seq_len(d[[time_dim]]),
-       grid = list(kind = "array", dim = d, dimnames = dimnames(data), time_dim = time_dim,
-                   rest = rest))
+  l <- grid_layout(data, time_dim, layout, call)
+  perm <- match(intersect(c("t", "c", "h", "w"), l), l) # the array's dims in [time, (c,) h, w]
+  frames <- aperm(data, perm)
+  if (length(d) == 3) dim(frames) <- c(d[[perm[[1]]]], 1L, d[perm[-1]])
+  list(frames = grid_frames_finite(frames, call), times = seq_len(d[[perm[[1]]]]),
+       grid = list(kind = "array", dim = d, dimnames = dimnames(data), time_dim = perm[[1]],
+                   perm = perm))
 }
 
 # ---- writing: [horizon, channels, height, width] back to the series' kind ---
@@ -313,11 +402,15 @@ grid_write_stars <- function(frames, grid, idx, call) {
   args <- rep(list(quote(expr = )), length(grid$names) + 1L)
   args[[match(grid$time, grid$names) + 1L]] <- idx
   out <- do.call(`[`, c(list(out), args))
-  if (!grid$channels) dim(frames) <- dim(frames)[-2]
-  vals <- aperm(frames, order(grid$order))
-  a <- out[[1]]
-  a[] <- vals # keeps the attribute's class and units
-  out[[1]] <- a
+  for (k in seq_along(out)) {
+    # several attributes: channel k is attribute k
+    f <- if (length(out) > 1) frames[, k, , , drop = FALSE] else frames
+    if (!grid$channels) dim(f) <- dim(f)[-2]
+    vals <- aperm(f, order(grid$order))
+    a <- out[[k]]
+    a[] <- vals # keeps the attribute's class and units
+    out[[k]] <- a
+  }
   out
 }
 
@@ -333,8 +426,8 @@ grid_write_array <- function(frames, grid, idx) {
   d <- grid$dim
   d[[grid$time_dim]] <- length(idx)
   inner <- if (length(d) == 3) frames[, 1L, , , drop = TRUE] else frames
-  dim(inner) <- c(length(idx), d[grid$rest])
-  out <- aperm(inner, order(c(grid$time_dim, grid$rest)))
+  dim(inner) <- d[grid$perm]
+  out <- aperm(inner, order(grid$perm))
   if (!is.null(grid$dimnames)) {
     dn <- grid$dimnames
     if (!is.null(dn[[grid$time_dim]])) dn[[grid$time_dim]] <- dn[[grid$time_dim]][idx]
@@ -358,8 +451,14 @@ grid_write_ncdf4 <- function(frames, grid, idx, times, path, call) {
     ncdf4::ncdim_def(d$name, d$units, vals, unlim = unlim, create_dimvar = isTRUE(d$create_dimvar),
                      longname = d$longname %||% d$name)
   }
+  # netCDF allows an unlimited dimension only as the slowest-varying one
+  # (the last in ncdf4's order): time elsewhere is written fixed-length
   dims <- lapply(seq_along(src), function(k) {
-    if (k == grid$time_at) remake(src[[k]], vals = times[idx], unlim = TRUE) else remake(src[[k]])
+    if (k == grid$time_at) {
+      remake(src[[k]], vals = times[idx], unlim = k == length(src))
+    } else {
+      remake(src[[k]])
+    }
   })
   spatial_names <- vapply(src[grid$spatial], `[[`, "", "name")
   fill <- if (is.null(v$missval) || is.na(v$missval)) NA else v$missval
@@ -379,7 +478,9 @@ grid_write_ncdf4 <- function(frames, grid, idx, times, path, call) {
   ok <- FALSE
   on.exit(if (!ok) unlink(tmp), add = TRUE)
   # [horizon, 1, rows, cols] -> the variable's own order (x, y, time in ncdf4)
-  ordered <- aperm(frames[, 1L, , , drop = TRUE], c(3, 2, 1))
+  first <- frames[, 1L, , , drop = FALSE]
+  dim(first) <- dim(frames)[-2] # [horizon, rows, cols], a horizon of 1 kept
+  ordered <- aperm(first, c(3, 2, 1))
   dim(ordered) <- c(dim(frames)[[4]], dim(frames)[[3]], dim(frames)[[1]])
   perm <- order(c(grid$spatial[[1]], grid$spatial[[2]], grid$time_at))
   ncdf4::ncvar_put(out, main, aperm(ordered, perm))

@@ -41,7 +41,7 @@ test_that("grid_restore gives back the array's own layout at the targets' times"
 })
 
 test_that("a stars series keeps its grid, units and times", {
-  skip_if_not_installed("stars")
+  skip_if_no_raster_pkg("stars")
   rain <- suppressMessages(stars::read_stars(stageiv()))
   w <- grid_windows(rain, input = 4, horizon = 2, stride = 2)
   expect_identical(dim(w$x), c(9L, 4L, 1L, 118L, 87L))
@@ -62,7 +62,7 @@ test_that("a stars series keeps its grid, units and times", {
 })
 
 test_that("a fourth stars dimension becomes the channels", {
-  skip_if_not_installed("stars")
+  skip_if_no_raster_pkg("stars")
   a <- array(seq_len(5 * 4 * 2 * 6), c(5, 4, 2, 6)) # [x, y, band, time]
   s <- stars::st_as_stars(a)
   s <- stars::st_set_dimensions(s, 1, name = "x")
@@ -78,8 +78,8 @@ test_that("a fourth stars dimension becomes the channels", {
 })
 
 test_that("a terra SpatRaster with times is read and restored", {
-  skip_if_not_installed("terra")
-  skip_if_not_installed("stars")
+  skip_if_no_raster_pkg("terra")
+  skip_if_no_raster_pkg("stars")
   rain <- suppressMessages(stars::read_stars(stageiv()))
   r <- suppressWarnings({
     out <- NULL
@@ -100,7 +100,7 @@ test_that("a terra SpatRaster with times is read and restored", {
 })
 
 test_that("an ncdf4 variable is read, and forecasts are written to a new netCDF file", {
-  skip_if_not_installed("ncdf4")
+  skip_if_no_raster_pkg("ncdf4")
   nc <- ncdf4::nc_open(stageiv())
   on.exit(ncdf4::nc_close(nc))
   var <- "Total_precipitation_surface_1_Hour_Accumulation"
@@ -147,7 +147,7 @@ test_that("bad input is a classed error naming the argument", {
   expect_identical(grid_restore(w$y[3, , , , , drop = FALSE], w, window = 3),
                    grid_restore(w$y, w, window = 3))
   expect_error(grid_restore(w$y, list()), "`windows`", class = "convlstm_error_invalid")
-  skip_if_not_installed("stars")
+  skip_if_no_raster_pkg("stars")
   flat <- stars::st_as_stars(matrix(1, 4, 5))
   expect_error(grid_windows(flat, input = 1, horizon = 1), "`data` has no time axis",
                class = "convlstm_error_invalid")
