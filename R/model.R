@@ -564,7 +564,7 @@ move_model <- function(model, device, dtype, call) {
     n_layers = , bias = , device = ,
     dtype = , backend = , memory_limit = , peephole = , frame_size = , dropout = ,
     recurrent_dropout = , dropout_masks = model_config(model)[[name]],
-    n_parameters = sum(layer_table(model_config(model))$parameters),
+    n_parameters = model_config(model)$n_params,
     parameters = state_dict(model),
     state_dict = function() state_dict(model),
     load_state_dict = function(state_dict, strict = TRUE) {

@@ -1,0 +1,37 @@
+# The encoder-forecaster's user-facing bugs of issues 33 and 34, each pinned by a number computed
+# apart here: `$n_parameters` (the count of the tensors the core holds, and by hand), the
+# per-layer fields as convlstm_forecaster() was given them, convlstm_fit(callbacks = list()),
+# validation_data checked whole before anything trains (the weights unchanged), and
+# convlstm_evaluate() of a forecaster with any horizon (the loss of predict()'s frames, in R).
+
+# The count of the tensors the core holds.
+tensor_count <- function(model) sum(vapply(state_dict(model), length, numeric(1)))
+
+fc_model <- function(...) convlstm_forecaster(1, c(6, 5), 3, patch = 2, device = "cpu", threads = 1, ...)
+
+test_that("$n_parameters is the count of the tensors the core holds, for plain and forecaster models", {
+  fc <- fc_model()
+  on.exit(convlstm_release(fc))
+  # by hand, 4 channels in 2x2 patches: encoder 4*6*(4*9 + 6*9) + 24 + 18 = 2202 and
+  # 4*5*(6*9 + 5*9) + 20 + 15 = 2015; forecaster layer 1 (no input) 4*6*6*9 + 24 + 18 = 1338
+  # and 2015; the head 4 x 11 + 4 = 48
+  expect_identical(fc$n_parameters, 2202 + 2015 + 1338 + 2015 + 48)
+  expect_identical(fc$n_parameters, 7618)
+  expect_identical(fc$n_parameters, tensor_count(fc))
+  expect_identical(fc[["n_parameters"]], tensor_count(fc))
+  # other forecasters: split kernels, no bias, no peepholes, 3 layers, 1x1 patches
+  for (args in list(list(2, c(4, 3), c(3, 5), patch = 2, recurrent_kernel_sizes = c(1, 3)),
+                    list(1, c(3, 2, 2), 3, patch = 1, bias = FALSE, peephole = "none"))) {
+    m <- do.call(convlstm_forecaster, c(args, device = "cpu", threads = 1))
+    expect_identical(m$n_parameters, tensor_count(m))
+    convlstm_release(m)
+  }
+  # plain stacks: one kernel, split kernels, per-channel and per-position peepholes
+  for (args in list(list(2, c(3, 2), 3), list(1, 4, 5, recurrent_kernel_sizes = 1, bias = FALSE),
+                    list(2, c(3, 2), 3, peephole = "channel"),
+                    list(1, 2, 3, peephole = TRUE, frame_size = c(4, 5)))) {
+    m <- do.call(convlstm, c(args, device = "cpu", threads = 1))
+    expect_identical(m$n_parameters, tensor_count(m))
+    convlstm_release(m)
+  }
+})
