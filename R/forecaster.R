@@ -27,6 +27,14 @@
 #' (see [state_dict()]). With 5x5 kernels, hidden sizes 128-64-64, one
 #' channel and 4x4 patches it has 7,585,296 parameters, Table 1's.
 #'
+#' The model's fields read back what `convlstm_forecaster()` was given, one
+#' stack's: `model$hidden_dims`, `$kernel_sizes`, `$recurrent_kernel_sizes`,
+#' `$dilation`, `$dropout` and `$recurrent_dropout` have one value per layer
+#' of a stack and `$n_layers` is `length(hidden_dims)` (the forecaster's
+#' stack has the same); `$n_parameters` counts both stacks and the head.
+#' Only `$config`, the core's description, lists both stacks' layers, the
+#' encoder's first.
+#'
 #' Trained with [train_step()] (`y` holds the frames to forecast: their
 #' number, `dim(y)[2]`, is the forecaster's steps) or [convlstm_fit()]
 #' (epochs of mini-batches, `shuffle`, `verbose`, the loss and its

@@ -35,3 +35,32 @@ test_that("$n_parameters is the count of the tensors the core holds, for plain a
     convlstm_release(m)
   }
 })
+
+test_that("a forecaster's per-layer fields are what convlstm_forecaster() was given, one stack's", {
+  fc <- convlstm_forecaster(1, c(6, 5), list(c(3, 5), 1), recurrent_kernel_sizes = list(c(1, 3), 3),
+                            dilation = list(c(2, 1), 1), patch = 2, device = "cpu", threads = 1)
+  on.exit(convlstm_release(fc))
+  expect_identical(fc$hidden_dims, c(6L, 5L))
+  expect_identical(fc$n_layers, 2L)
+  expect_identical(fc[["n_layers"]], 2L)
+  expect_identical(fc$kernel_sizes, list(c(3L, 5L), c(1L, 1L)))
+  expect_identical(fc$recurrent_kernel_sizes, list(c(1L, 3L), c(3L, 3L)))
+  expect_identical(fc$dilation, list(c(2L, 1L), c(1L, 1L)))
+  expect_identical(fc$dropout, c(0, 0))
+  expect_identical(fc$recurrent_dropout, c(0, 0))
+  # the core's description still lists both stacks' 4 layers
+  expect_identical(fc$config$hidden_dims, c(6L, 5L, 6L, 5L))
+  expect_identical(fc$config$n_layers, 4L)
+  sq <- convlstm_forecaster(1, c(4, 3, 2), c(3, 5, 1), device = "cpu", threads = 1)
+  expect_identical(sq$hidden_dims, c(4L, 3L, 2L))
+  expect_identical(sq$kernel_sizes, c(3L, 5L, 1L))
+  expect_identical(sq$n_layers, 3L)
+  convlstm_release(sq)
+  # a plain stack's fields are all its layers
+  m <- convlstm(1, c(4, 3, 2), c(3, 5, 1), device = "cpu", threads = 1, dropout = c(0.1, 0, 0.2))
+  expect_identical(m$hidden_dims, c(4L, 3L, 2L))
+  expect_identical(m$kernel_sizes, c(3L, 5L, 1L))
+  expect_identical(m$n_layers, 3L)
+  expect_equal(m$dropout, c(0.1, 0, 0.2))
+  convlstm_release(m)
+})
