@@ -196,6 +196,8 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
     given <- others[!vapply(others, function(a) eval(call("missing", as.name(a)), env),
                             logical(1))]
     if (identical(target, "sequence")) given <- setdiff(given, "target")
+    # an empty list is no callbacks
+    if (is.list(callbacks) && length(callbacks) == 0) given <- setdiff(given, "callbacks")
     return(forecaster_fit(model, x, y, optimizer, epochs, batch_size, shuffle, verbose,
                           validation_data, check_loss(loss, delta, pos_weight, reduction),
                           max_grad_norm, given, call))

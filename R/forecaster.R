@@ -40,7 +40,7 @@
 #' (epochs of mini-batches, `shuffle`, `verbose`, the loss and its
 #' reduction, `max_grad_norm`, and `validation_data = list(x, y)` whose
 #' frames to forecast may be as many as you like; its other arguments are
-#' refused),
+#' refused, but for an empty `callbacks = list()`, which is no callbacks),
 #' predicted with [predict()] and a `horizon`, saved with [convlstm_save()],
 #' planned by [memory_estimate()] and [max_batch_size()] (give `horizon`,
 #' the forecast frames; [memory_advise()] refuses it: its step has none of

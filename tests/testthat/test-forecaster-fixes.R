@@ -64,3 +64,36 @@ test_that("a forecaster's per-layer fields are what convlstm_forecaster() was gi
   expect_equal(m$dropout, c(0.1, 0, 0.2))
   convlstm_release(m)
 })
+
+# Two forecasters with the same weights.
+fc_twins <- function(...) {
+  a <- fc_model(...)
+  b <- fc_model(...)
+  load_state_dict(b, state_dict(a))
+  list(a = a, b = b)
+}
+
+fc_data <- function(B, T = 3, K = 2, H = 8, W = 8) {
+  list(x = array(runif(B * T * H * W), dim = c(B, T, 1, H, W)),
+       y = array(runif(B * K * H * W), dim = c(B, K, 1, H, W)))
+}
+
+test_that("convlstm_fit() of a forecaster takes callbacks = list() (no callbacks), refuses one callback", {
+  set.seed(11)
+  m <- fc_twins()
+  on.exit(release_all(m))
+  d <- fc_data(3)
+  h <- convlstm_fit(m$a, d$x, d$y, optimizer_rmsprop(1e-3), epochs = 1, batch_size = 3,
+                    shuffle = FALSE, verbose = FALSE, callbacks = list())
+  # one batch of all 3: the epoch is one train_step() of the twin
+  want <- train_step(m$b, d$x, d$y, optimizer_rmsprop(1e-3))
+  expect_identical(h$loss, as.numeric(want))
+  expect_identical(state_dict(m$a), state_dict(m$b))
+  # one callback is still refused, as unsupported, and trains nothing
+  before <- state_dict(m$a)
+  expect_convlstm_error(convlstm_fit(m$a, d$x, d$y, optimizer_rmsprop(1e-3), epochs = 1,
+                                     verbose = FALSE,
+                                     callbacks = list(callback_early_stopping(patience = 1))),
+                        status = "unsupported", regexp = "`callbacks`")
+  expect_identical(state_dict(m$a), before)
+})
