@@ -39,7 +39,9 @@
 #' number, `dim(y)[2]`, is the forecaster's steps) or [convlstm_fit()]
 #' (epochs of mini-batches, `shuffle`, `verbose`, the loss and its
 #' reduction, `max_grad_norm`, and `validation_data = list(x, y)` whose
-#' frames to forecast may be as many as you like; its other arguments are
+#' frames to forecast may be as many as you like, checked whole before
+#' anything trains (y has x's sequences and frame size, the patch divides
+#' it, which may differ from the training frames'); its other arguments are
 #' refused, but for an empty `callbacks = list()`, which is no callbacks),
 #' predicted with [predict()] and a `horizon`, saved with [convlstm_save()],
 #' planned by [memory_estimate()] and [max_batch_size()] (give `horizon`,
@@ -226,6 +228,28 @@ print.summary.convlstm_forecaster <- function(x, ...) {
   invisible(x)
 }
 
+# Held-out frames x and the frames y to forecast from them (any number of
+# them), each checked by check_input(): the patch must divide x's frames,
+# and y must have x's sequences and frame size; `arg` names the pair
+# (its [[1]] and [[2]]). Checked before a fit trains, not after an epoch.
+check_forecast_pair <- function(x, y, config, arg, call) {
+  xd <- dim(x)
+  p <- config$patch
+  if (xd[[4]] %% p != 0 || xd[[5]] %% p != 0) {
+    abort_convlstm(sprintf(
+      "`%s[[1]]` has frames of %d x %d pixels: the patch size %d must divide both.",
+      arg, xd[[4]], xd[[5]], p), call = call)
+  }
+  yd <- dim(y)
+  if (yd[[1]] != xd[[1]] || yd[[4]] != xd[[4]] || yd[[5]] != xd[[5]]) {
+    abort_convlstm(sprintf(paste0(
+      "`%s[[2]]` must have dim [%d, K, %d, %d, %d] (K frames that follow each sequence of ",
+      "`%s[[1]]`), not %s."), arg, xd[[1]], config$input_dim, xd[[4]], xd[[5]], arg,
+      format_dims(yd)), call = call)
+  }
+  invisible()
+}
+
 # convlstm_fit() of an encoder-forecaster (convlstm_fit() hands it here):
 # epochs of shuffled mini-batches through forecaster_train_step(), the
 # validation loss (validation_data = list(x, y), any horizon: dim(y)[2]) of
@@ -258,6 +282,7 @@ forecaster_fit <- function(model, x, y, optimizer, epochs, batch_size, shuffle, 
     }
     vx <- check_input(validation_data[[1]], config, "validation_data[[1]]", call = call)
     vy <- check_input(validation_data[[2]], config, "validation_data[[2]]", call = call)
+    check_forecast_pair(vx, vy, config, "validation_data", call)
   }
   fn <- loss %||% list(kind = "mse", reduction = "mean")
   summed <- identical(fn$reduction, "sum") # the epoch's sum, not an average (as the plain stack)

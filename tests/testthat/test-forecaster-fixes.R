@@ -97,3 +97,35 @@ test_that("convlstm_fit() of a forecaster takes callbacks = list() (no callbacks
                         status = "unsupported", regexp = "`callbacks`")
   expect_identical(state_dict(m$a), before)
 })
+
+test_that("a forecaster's fit checks validation_data whole before it trains: frames, sequences, patch", {
+  set.seed(12)
+  fc <- fc_model()
+  on.exit(convlstm_release(fc))
+  d <- fc_data(2)
+  opt <- optimizer_rmsprop(1e-3)
+  refused <- function(vx, vy, regexp) {
+    before <- state_dict(fc)
+    expect_convlstm_error(convlstm_fit(fc, d$x, d$y, opt, epochs = 1, batch_size = 2,
+                                       verbose = FALSE, validation_data = list(vx, vy)),
+                          regexp = regexp)
+    expect_identical(state_dict(fc), before) # nothing trained
+  }
+  v <- fc_data(3)
+  # y's frames of another size than x's (x's are the training frames)
+  refused(v$x, fc_data(3, H = 6, W = 8)$y, "`validation_data\\[\\[2\\]\\]` must have dim \\[3, K, 1, 8, 8\\]")
+  refused(v$x, fc_data(3, H = 8, W = 10)$y, "`validation_data\\[\\[2\\]\\]` must have dim \\[3, K, 1, 8, 8\\]")
+  # y of one sequence fewer or more than x
+  refused(v$x, fc_data(2)$y, "`validation_data\\[\\[2\\]\\]` must have dim \\[3, K")
+  refused(v$x, fc_data(4)$y, "`validation_data\\[\\[2\\]\\]` must have dim \\[3, K")
+  # frames the patch (2) does not divide: 7 high, 9 wide
+  refused(fc_data(3, H = 7)$x, fc_data(3, H = 7)$y, "`validation_data\\[\\[1\\]\\]` has frames of 7 x 8 pixels")
+  refused(fc_data(3, W = 9)$x, fc_data(3, W = 9)$y, "`validation_data\\[\\[1\\]\\]` has frames of 8 x 9 pixels")
+  # at the edge: 3 sequences of 6 x 10 frames (the patch divides both, not the training size),
+  # 4 frames to forecast: accepted, and its val_loss is the MSE of predict()'s 4 frames
+  ok <- fc_data(3, K = 4, H = 6, W = 10)
+  h <- convlstm_fit(fc, d$x, d$y, opt, epochs = 1, batch_size = 2, verbose = FALSE,
+                    validation_data = list(ok$x, ok$y))
+  p <- predict(fc, ok$x, horizon = 4)
+  expect_equal(h$val_loss, mean((p - ok$y)^2), tolerance = 1e-6)
+})
