@@ -43,7 +43,8 @@
 #' anything trains (y has x's sequences and frame size, the patch divides
 #' it, which may differ from the training frames'); its other arguments are
 #' refused, but for an empty `callbacks = list()`, which is no callbacks),
-#' predicted with [predict()] and a `horizon`, saved with [convlstm_save()],
+#' predicted with [predict()] and a `horizon`, evaluated with
+#' [convlstm_evaluate()] (any `horizon`), saved with [convlstm_save()],
 #' planned by [memory_estimate()] and [max_batch_size()] (give `horizon`,
 #' the forecast frames; [memory_advise()] refuses it: its step has none of
 #' the options that function chooses among).
@@ -169,6 +170,16 @@ predict.convlstm_forecaster <- function(object, x, horizon, batch_size = NULL, .
     out <- assign_batch(out, idx, part)
   }
   out
+}
+
+# convlstm_evaluate() of an encoder-forecaster (x, y, the loss, weight and
+# metrics spec checked there): the loss of its forecast of `horizon` frames
+# against y, reduced as the loss says, and with a spec its metrics.
+forecaster_evaluate <- function(model, x, y, horizon, batch_size, loss, weight, spec) {
+  pred <- predict(model, x, horizon = horizon, batch_size = batch_size)
+  value <- loss_sum(pred, y, loss, weight) / loss_divisor(loss, length(y), dim(y)[[1]])
+  if (is.null(spec)) return(value)
+  c(loss = value, do.call(forecast_metrics, c(list(pred, y), spec))$overall)
 }
 
 # The stacks' layers as the user gave them (the encoder's; the forecaster

@@ -129,3 +129,34 @@ test_that("a forecaster's fit checks validation_data whole before it trains: fra
   p <- predict(fc, ok$x, horizon = 4)
   expect_equal(h$val_loss, mean((p - ok$y)^2), tolerance = 1e-6)
 })
+
+test_that("convlstm_evaluate() of a forecaster is the loss of predict()'s frames, any horizon", {
+  set.seed(13)
+  fc <- fc_model() # hidden c(6, 5): the last layer's 5 channels are not a frame's 1
+  on.exit(convlstm_release(fc))
+  train_step(fc, fc_data(2)$x, fc_data(2)$y, optimizer_rmsprop(1e-2)) # weights not the initial ones
+  d <- fc_data(3, K = 3)
+  p3 <- predict(fc, d$x, horizon = 3)
+  expect_equal(convlstm_evaluate(fc, d$x, d$y, horizon = 3), mean((p3 - d$y)^2), tolerance = 1e-6)
+  # horizon NULL: y's 3 frames
+  expect_equal(convlstm_evaluate(fc, d$x, d$y), mean((p3 - d$y)^2), tolerance = 1e-6)
+  # one frame, the sum over batches of 2 and 1
+  y1 <- d$y[, 1, , , , drop = FALSE]
+  p1 <- predict(fc, d$x, horizon = 1)
+  expect_equal(convlstm_evaluate(fc, d$x, y1, horizon = 1, batch_size = 2, reduction = "sum"),
+               sum((p1 - y1)^2), tolerance = 1e-6)
+  # 5 frames, BCE with logits summed per sequence, MAE as a metric
+  y5 <- array(runif(3 * 5 * 64), dim = c(3, 5, 1, 8, 8))
+  p5 <- predict(fc, d$x, horizon = 5)
+  bce <- sum(pmax(p5, 0) - p5 * y5 + log1p(exp(-abs(p5)))) / 3
+  got <- convlstm_evaluate(fc, d$x, y5, horizon = 5, loss = "bce_logits", reduction = "batchmean",
+                           metrics = "mae")
+  expect_equal(unname(got[["loss"]]), bce, tolerance = 1e-6)
+  # forecast_metrics()'s MAE: summed over a frame's 64 pixels, averaged over the 3 x 5 frames
+  expect_equal(unname(got[["mae"]]), sum(abs(p5 - y5)) / 15, tolerance = 1e-6)
+  # y must hold the horizon's frames: 3 frames against horizon 2 or 4 refused, naming `y`
+  expect_convlstm_error(convlstm_evaluate(fc, d$x, d$y, horizon = 2), regexp = "`y` must have dim")
+  expect_convlstm_error(convlstm_evaluate(fc, d$x, d$y, horizon = 4), regexp = "`y` must have dim")
+  expect_convlstm_error(convlstm_evaluate(fc, d$x, d$y[, 1:2, , , , drop = FALSE], horizon = 0),
+                        regexp = "`horizon` must be a positive whole number")
+})
