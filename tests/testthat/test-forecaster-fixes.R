@@ -160,3 +160,15 @@ test_that("convlstm_evaluate() of a forecaster is the loss of predict()'s frames
   expect_convlstm_error(convlstm_evaluate(fc, d$x, d$y[, 1:2, , , , drop = FALSE], horizon = 0),
                         regexp = "`horizon` must be a positive whole number")
 })
+
+test_that("convlstm_evaluate() of a forecaster weighs each element's loss by `weight`", {
+  set.seed(14)
+  fc <- fc_model()
+  on.exit(convlstm_release(fc))
+  d <- fc_data(3, K = 2)
+  w <- array(runif(length(d$y), 0, 2), dim = dim(d$y))
+  p <- predict(fc, d$x, horizon = 2)
+  # the mean still over all elements, each squared error times its weight
+  expect_equal(convlstm_evaluate(fc, d$x, d$y, horizon = 2, weight = w),
+               sum(w * (p - d$y)^2) / length(d$y), tolerance = 1e-6)
+})
