@@ -196,6 +196,8 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
     given <- others[!vapply(others, function(a) eval(call("missing", as.name(a)), env),
                             logical(1))]
     if (identical(target, "sequence")) given <- setdiff(given, "target")
+    # an empty list is no callbacks
+    if (is.list(callbacks) && length(callbacks) == 0) given <- setdiff(given, "callbacks")
     return(forecaster_fit(model, x, y, optimizer, epochs, batch_size, shuffle, verbose,
                           validation_data, check_loss(loss, delta, pos_weight, reduction),
                           max_grad_norm, given, call))
@@ -366,7 +368,10 @@ evaluate_loss <- function(ptr, x, y, target, batch_size, loss = NULL, weight = N
 #' @param horizon `NULL`, or the loss of the forecast of `horizon` frames
 #'   ([predict()] with `horizon`: free-running, each predicted frame fed
 #'   back) against `y`, `[n, horizon, channels, height, width]`; `target` is
-#'   then not used.
+#'   then not used. For an encoder-forecaster ([convlstm_forecaster()]),
+#'   which feeds nothing back, any `horizon`: the loss of its forecast of
+#'   that many frames, `predict(model, x, horizon)`, against `y` (`NULL`:
+#'   `y`'s frames, `dim(y)[2]`); `target` is not used.
 #' @param metrics `NULL`, or also score the output with [forecast_metrics()]:
 #'   metric names (`"mse"`, `"mae"`, `"ssim"`, `"psnr"`,
 #'   `"cross_entropy"`) or a list of its arguments, e.g. `list(metrics =
@@ -393,12 +398,20 @@ convlstm_evaluate <- function(model, x, y, target = c("last_state", "sequence"),
   ptr <- model_ptr(model)
   config <- model_config(model)
   x <- check_input(x, config, "x", forward = TRUE)
-  if (is.null(horizon)) {
+  forecaster <- is_convlstm_forecaster(model)
+  if (is.null(horizon) && !forecaster) {
     target <- check_choice(target, c("last_state", "sequence"), "target")
     y <- check_target_array(y, dim(x), config, target, "y")
     K <- 0L
   } else {
-    K <- check_horizon(horizon, config)
+    # an encoder-forecaster feeds nothing back: any horizon, by default y's frames
+    K <- if (!forecaster) {
+      check_horizon(horizon, config)
+    } else if (is.null(horizon)) {
+      dim(check_array(y, "y", 5))[[2]]
+    } else {
+      check_count(horizon, "horizon")
+    }
     target <- "sequence"
     y <- check_frames(y, dim(x), K, config, "y")
   }
@@ -406,6 +419,7 @@ convlstm_evaluate <- function(model, x, y, target = c("last_state", "sequence"),
   loss <- check_loss(loss, delta, pos_weight, reduction)
   weight <- check_weight(weight, dim(y), target)
   spec <- metrics_spec(metrics, y, sys.call())
+  if (forecaster) return(forecaster_evaluate(model, x, y, K, batch_size, loss, weight, spec))
   value <- evaluate_loss(ptr, x, y, target, batch_size, loss, weight, horizon = K)
   if (is.null(spec)) return(value)
   c(loss = value, evaluate_metrics(ptr, x, y, target, batch_size, K, spec))

@@ -27,13 +27,24 @@
 #' (see [state_dict()]). With 5x5 kernels, hidden sizes 128-64-64, one
 #' channel and 4x4 patches it has 7,585,296 parameters, Table 1's.
 #'
+#' The model's fields read back what `convlstm_forecaster()` was given, one
+#' stack's: `model$hidden_dims`, `$kernel_sizes`, `$recurrent_kernel_sizes`,
+#' `$dilation`, `$dropout` and `$recurrent_dropout` have one value per layer
+#' of a stack and `$n_layers` is `length(hidden_dims)` (the forecaster's
+#' stack has the same); `$n_parameters` counts both stacks and the head.
+#' Only `$config`, the core's description, lists both stacks' layers, the
+#' encoder's first.
+#'
 #' Trained with [train_step()] (`y` holds the frames to forecast: their
 #' number, `dim(y)[2]`, is the forecaster's steps) or [convlstm_fit()]
 #' (epochs of mini-batches, `shuffle`, `verbose`, the loss and its
 #' reduction, `max_grad_norm`, and `validation_data = list(x, y)` whose
-#' frames to forecast may be as many as you like; its other arguments are
-#' refused),
-#' predicted with [predict()] and a `horizon`, saved with [convlstm_save()],
+#' frames to forecast may be as many as you like, checked whole before
+#' anything trains (y has x's sequences and frame size, the patch divides
+#' it, which may differ from the training frames'); its other arguments are
+#' refused, but for an empty `callbacks = list()`, which is no callbacks),
+#' predicted with [predict()] and a `horizon`, evaluated with
+#' [convlstm_evaluate()] (any `horizon`), saved with [convlstm_save()],
 #' planned by [memory_estimate()] and [max_batch_size()] (give `horizon`,
 #' the forecast frames; [memory_advise()] refuses it: its step has none of
 #' the options that function chooses among).
@@ -161,6 +172,16 @@ predict.convlstm_forecaster <- function(object, x, horizon, batch_size = NULL, .
   out
 }
 
+# convlstm_evaluate() of an encoder-forecaster (x, y, the loss, weight and
+# metrics spec checked there): the loss of its forecast of `horizon` frames
+# against y, reduced as the loss says, and with a spec its metrics.
+forecaster_evaluate <- function(model, x, y, horizon, batch_size, loss, weight, spec) {
+  pred <- predict(model, x, horizon = horizon, batch_size = batch_size)
+  value <- loss_sum(pred, y, loss, weight) / loss_divisor(loss, length(y), dim(y)[[1]])
+  if (is.null(spec)) return(value)
+  c(loss = value, do.call(forecast_metrics, c(list(pred, y), spec))$overall)
+}
+
 # The stacks' layers as the user gave them (the encoder's; the forecaster
 # has the same), with the parameters of each stack's layer and the head's.
 forecaster_table <- function(config) {
@@ -218,6 +239,28 @@ print.summary.convlstm_forecaster <- function(x, ...) {
   invisible(x)
 }
 
+# Held-out frames x and the frames y to forecast from them (any number of
+# them), each checked by check_input(): the patch must divide x's frames,
+# and y must have x's sequences and frame size; `arg` names the pair
+# (its [[1]] and [[2]]). Checked before a fit trains, not after an epoch.
+check_forecast_pair <- function(x, y, config, arg, call) {
+  xd <- dim(x)
+  p <- config$patch
+  if (xd[[4]] %% p != 0 || xd[[5]] %% p != 0) {
+    abort_convlstm(sprintf(
+      "`%s[[1]]` has frames of %d x %d pixels: the patch size %d must divide both.",
+      arg, xd[[4]], xd[[5]], p), call = call)
+  }
+  yd <- dim(y)
+  if (yd[[1]] != xd[[1]] || yd[[4]] != xd[[4]] || yd[[5]] != xd[[5]]) {
+    abort_convlstm(sprintf(paste0(
+      "`%s[[2]]` must have dim [%d, K, %d, %d, %d] (K frames that follow each sequence of ",
+      "`%s[[1]]`), not %s."), arg, xd[[1]], config$input_dim, xd[[4]], xd[[5]], arg,
+      format_dims(yd)), call = call)
+  }
+  invisible()
+}
+
 # convlstm_fit() of an encoder-forecaster (convlstm_fit() hands it here):
 # epochs of shuffled mini-batches through forecaster_train_step(), the
 # validation loss (validation_data = list(x, y), any horizon: dim(y)[2]) of
@@ -250,6 +293,7 @@ forecaster_fit <- function(model, x, y, optimizer, epochs, batch_size, shuffle, 
     }
     vx <- check_input(validation_data[[1]], config, "validation_data[[1]]", call = call)
     vy <- check_input(validation_data[[2]], config, "validation_data[[2]]", call = call)
+    check_forecast_pair(vx, vy, config, "validation_data", call)
   }
   fn <- loss %||% list(kind = "mse", reduction = "mean")
   summed <- identical(fn$reduction, "sum") # the epoch's sum, not an average (as the plain stack)

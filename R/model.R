@@ -560,11 +560,12 @@ move_model <- function(model, device, dtype, call) {
   model <- x
   switch(name,
     config = model_config(model),
-    input_dim = , hidden_dims = , kernel_sizes = , recurrent_kernel_sizes = , dilation = ,
-    n_layers = , bias = , device = ,
-    dtype = , backend = , memory_limit = , peephole = , frame_size = , dropout = ,
-    recurrent_dropout = , dropout_masks = model_config(model)[[name]],
-    n_parameters = sum(layer_table(model_config(model))$parameters),
+    input_dim = , bias = , device = ,
+    dtype = , backend = , memory_limit = , peephole = , frame_size = ,
+    dropout_masks = model_config(model)[[name]],
+    hidden_dims = , kernel_sizes = , recurrent_kernel_sizes = , dilation = , n_layers = ,
+    dropout = , recurrent_dropout = model_layers(model_config(model), name),
+    n_parameters = model_config(model)$n_params,
     parameters = state_dict(model),
     state_dict = function() state_dict(model),
     load_state_dict = function(state_dict, strict = TRUE) {
@@ -590,6 +591,16 @@ move_model <- function(model, device, dtype, call) {
       paste(model_fields, collapse = ", ")
     ), call = sys.call())
   )
+}
+
+# A per-layer field as the user gave it: an encoder-forecaster's core holds
+# both stacks (the encoder's layers, then the forecaster's of the same
+# sizes), and convlstm_forecaster() was given one stack's.
+model_layers <- function(config, name) {
+  value <- config[[name]]
+  if (!isTRUE(config$forecaster)) return(value)
+  L <- config$n_layers %/% 2L
+  if (identical(name, "n_layers")) L else value[seq_len(L)]
 }
 
 #' @export
