@@ -52,3 +52,36 @@ test_that("memory_summary() returns its table invisibly: printed once at top lev
   expect_identical(n, 920)
   expect_true(any(grepl(paste0("| parameters +| +", bytes_text(4 * n), " |"), out)))
 })
+
+# --- 5. max_batch_size() prints one line, and stays a number ----------------
+
+test_that("max_batch_size() prints \"Largest batch: b (planned bytes of budget)\"", {
+  m <- api_model()
+  on.exit(convlstm_release(m))
+  budget <- 16 * 2^20 # 16 MiB, and no runtime on the CPU
+  b <- max_batch_size(m, 3, 5, 4, budget = budget)
+  n <- as.integer(b)
+  expect_gt(n, 1000L) # a number with a thousands separator
+  out <- capture.output(expect_invisible(print(b)))
+  expect_identical(out, sprintf("Largest batch: %s (planned %s of 16 MiB)",
+                                formatC(n, big.mark = ",", format = "d"),
+                                bytes_text(attr(b, "bytes"))))
+  # the printed figures read back to the attributes (three digits)
+  planned <- as.numeric(sub(".*planned ([0-9.]+) MiB.*", "\\1", out)) * 2^20
+  expect_lt(abs(planned - attr(b, "bytes")), 0.005 * attr(b, "bytes"))
+  # nothing fits: said so, with the budget
+  none <- max_batch_size(m, 3, 5, 4, budget = 100)
+  expect_identical(capture.output(print(none)),
+                   "Largest batch: 0 (not even the smallest batch fits in 100 B)")
+  # still a plain integer for arithmetic, comparisons and as.integer()
+  expect_true(inherits(b, "convlstm_batch_size"))
+  expect_true(is.integer(b))
+  expect_identical(b + 1L, n + 1L)
+  expect_identical(b + 1, n + 1)
+  expect_identical(2L * b, 2L * n)
+  expect_identical(-b, -n)
+  expect_identical(b > n - 1L, TRUE)
+  expect_identical(as.integer(b), n)
+  expect_null(attributes(as.integer(b)))
+  expect_identical(attr(b, "budget"), budget)
+})
