@@ -85,3 +85,36 @@ test_that("max_batch_size() prints \"Largest batch: b (planned bytes of budget)\
   expect_null(attributes(as.integer(b)))
   expect_identical(attr(b, "budget"), budget)
 })
+
+# --- 2. str(model): one line, not the closure -------------------------------
+
+test_that("str(model) is one line: layers, parameters, device, dtype, status", {
+  m <- api_model()
+  n <- cell_params(2, 3, 3) + cell_params(3, 2, 3)
+  line <- function(status) {
+    sprintf(" <convlstm_model> 2 layers (hidden 3, 2), %d parameters, on cpu, float32, %s",
+            n, status)
+  }
+  out <- capture.output(expect_invisible(str(m)))
+  expect_identical(out, line("live"))
+  expect_false(any(grepl("function", out)))
+  # inside a list, the same line after the element's name
+  expect_identical(capture.output(str(list(m = m)))[[2]], paste0(" $ m:", line("live")))
+  convlstm_release(m)
+  expect_identical(capture.output(str(m)), line("released"))
+  one <- convlstm(1, 4, 3, device = "cpu")
+  on.exit(convlstm_release(one))
+  expect_identical(capture.output(str(one)), sprintf(
+    " <convlstm_model> 1 layer (hidden 4), %d parameters, on cpu, float32, live",
+    cell_params(1, 4, 3)))
+})
+
+test_that("str() of an encoder-forecaster counts its 2 + 2 layers and head", {
+  fc <- convlstm_forecaster(1, c(4, 4), 3, device = "cpu")
+  on.exit(convlstm_release(fc))
+  cell <- function(inp, h) 4 * h * (inp * 9 + h * 9) + 4 * h + 3 * h
+  n <- cell(1, 4) + cell(4, 4) + cell(0, 4) + cell(4, 4) + (8 + 1)
+  expect_identical(capture.output(str(fc)), sprintf(
+    " <convlstm_forecaster> 2 + 2 layers (hidden 4, 4), %s parameters, on cpu, float32, live",
+    formatC(n, big.mark = ",", format = "d")))
+})
