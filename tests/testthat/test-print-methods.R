@@ -86,6 +86,62 @@ test_that("max_batch_size() prints \"Largest batch: b (planned bytes of budget)\
   expect_identical(attr(b, "budget"), budget)
 })
 
+# --- 1. a file's description in a few lines ---------------------------------
+
+test_that("convlstm_file_info() prints a header, the parameters and the first tensors", {
+  m <- api_model()
+  on.exit(convlstm_release(m))
+  train_step(m, api_x(), api_y(), optimizer_adam(lr = 0.002))
+  path <- tempfile(fileext = ".safetensors")
+  on.exit(unlink(path), add = TRUE)
+  convlstm_save(m, path, optimizer = optimizer_adam(lr = 0.002),
+                metadata = c(epoch = "3", note = "x"))
+  info <- convlstm_file_info(path)
+  expect_s3_class(info, "convlstm_file_info")
+  out <- capture.output(expect_invisible(print(info)))
+  n <- cell_params(2, 3, 3) + cell_params(3, 2, 3)
+  # per layer a weight and a bias; with Adam's two moments each, three times
+  n_tensors <- 2 * 2 * 3
+  expect_identical(out[1:6], c(
+    paste0("<convlstm_file_info> ConvLSTM stack, format version ",
+           info$all_metadata[["convlstm.format_version"]]),
+    "  2 layers (hidden 3, 2), 2 input channels, float32",
+    sprintf("  parameters: %d (%s)", n, bytes_text(4 * n)),
+    "  optimizer: adam, lr 0.002, 1 step",
+    "  metadata: epoch, note",
+    sprintf("  tensors: %d", n_tensors)
+  ))
+  expect_identical(out[[2]], "  2 layers (hidden 3, 2), 2 input channels, float32")
+  # a table of the first 6 tensors, in the file's order, then the count left
+  expect_match(out[[7]], "^ *name +dtype +shape *$")
+  rows <- out[8:13]
+  expect_identical(sub("^ *(\\S+) .*$", "\\1", rows), info$tensors$name[1:6])
+  expect_identical(out[[14]], sprintf("  ... %d more", n_tensors - 6))
+  expect_length(out, 14)
+  # all tensors shown: no "more" line
+  all <- capture.output(print(info, n = n_tensors))
+  expect_length(all, 7 + n_tensors)
+  expect_false(any(grepl("more$", all)))
+})
+
+test_that("an encoder-forecaster's file prints its 2 + 2 layers and its count", {
+  fc <- convlstm_forecaster(1, c(4, 4), 3, device = "cpu")
+  on.exit(convlstm_release(fc))
+  path <- tempfile(fileext = ".safetensors")
+  on.exit(unlink(path), add = TRUE)
+  convlstm_save(fc, path)
+  out <- capture.output(print(convlstm_file_info(path)))
+  # Shi et al.'s cells with per-channel peepholes (3 h); the forecaster's
+  # first layer has no input; a 1x1 head over the 8 hidden channels
+  cell <- function(inp, h) 4 * h * (inp * 9 + h * 9) + 4 * h + 3 * h
+  n <- cell(1, 4) + cell(4, 4) + cell(0, 4) + cell(4, 4) + (8 + 1)
+  expect_identical(n, 3721)
+  expect_match(out[[1]], "^<convlstm_file_info> encoder-forecaster, format version")
+  expect_identical(out[[2]], "  2 + 2 layers (hidden 4, 4), 1 input channel, float32")
+  expect_identical(out[[3]], sprintf("  parameters: 3,721 (%s)", bytes_text(4 * n)))
+  expect_identical(out[[4]], "  optimizer: none saved")
+})
+
 # --- 2. str(model): one line, not the closure -------------------------------
 
 test_that("str(model) is one line: layers, parameters, device, dtype, status", {
