@@ -174,3 +174,65 @@ test_that("str() of an encoder-forecaster counts its 2 + 2 layers and head", {
     " <convlstm_forecaster> 2 + 2 layers (hidden 4, 4), %s parameters, on cpu, float32, live",
     formatC(n, big.mark = ",", format = "d")))
 })
+
+# --- 3. the progress line fits the console ----------------------------------
+
+test_that("the progress line fits its width, dropping fields, never the loss", {
+  line <- function(width) {
+    convlstm:::fit_progress_line(3, 10, 12, 40, "0.1234", "3.2s", "42.2 KiB", width = width)
+  }
+  fields <- "12/40 | loss 0.1234 | 3.2s | peak 42.2 KiB"
+  # wide: every field and a bar of 30 cells, 12/40 of them (9) filled
+  wide <- line(200)
+  expect_identical(nchar(wide), nchar("Epoch 3/10 ") + 30L + 1L + nchar(fields))
+  expect_identical(substring(wide, 42), paste0(" ", fields))
+  expect_identical(nchar(trimws(substr(wide, 12, 41), "right")), as.integer(round(30 * 12 / 40)))
+  for (width in 20:120) {
+    got <- line(width)
+    expect_lte(nchar(got), width)
+    if (width >= nchar("Epoch 3/10 loss 0.1234")) {
+      expect_match(got, "^Epoch 3/10 .*loss 0\\.1234( |$)", label = paste("width", width))
+    }
+  }
+  # the bar shrinks first: at 80 columns every field is there, bar narrower
+  at80 <- line(80)
+  expect_identical(nchar(at80), 80L)
+  expect_true(endsWith(at80, fields))
+  # then the elapsed time goes (bar of at least 10 cells kept), then the bar,
+  # then the peak, then the count
+  tail2 <- "12/40 | loss 0.1234 | peak 42.2 KiB"
+  w <- nchar("Epoch 3/10 ") + 10L + 1L + nchar(fields) - 1L # one short of the 10-cell bar
+  expect_identical(substring(line(w), w - nchar(tail2) + 1L), tail2)
+  expect_false(grepl("3.2s", line(w), fixed = TRUE))
+  w2 <- nchar("Epoch 3/10 ") + 10L + 1L + nchar(tail2) - 1L
+  expect_identical(line(w2), paste("Epoch 3/10", tail2))
+  expect_identical(line(nchar("Epoch 3/10 ") + nchar(tail2) - 1L), "Epoch 3/10 12/40 | loss 0.1234")
+  expect_identical(line(nchar("Epoch 3/10 12/40 | loss 0.1234") - 1L), "Epoch 3/10 loss 0.1234")
+})
+
+test_that("convlstm_fit()'s progress lines are at most getOption(\"width\") wide", {
+  old <- options(width = 60, cli.width = NULL, cli.progress_show_after = 0)
+  on.exit(options(old))
+  m <- api_model()
+  on.exit(convlstm_release(m), add = TRUE)
+  msgs <- character()
+  h <- withCallingHandlers(
+    convlstm_fit(m, api_x(B = 8), api_y(B = 8), optimizer_adam(), epochs = 2, batch_size = 2,
+                 verbose = TRUE),
+    message = function(cnd) {
+      msgs <<- c(msgs, conditionMessage(cnd))
+      invokeRestart("muffleMessage")
+    })
+  lines <- unlist(strsplit(msgs, "\n", fixed = TRUE))
+  progress <- grep("^Epoch [0-9]+/2 .*[0-9]+/4 \\|", lines, value = TRUE)
+  expect_gte(length(progress), 1)
+  expect_true(all(nchar(lines) <= 60), info = paste(lines, collapse = "\n"))
+  # the loss field whole: "loss " and a number, then " |" or the end
+  expect_true(all(grepl("\\| loss [0-9.e+-]+( \\||$)", progress)))
+  expect_false(any(grepl("\u2026", lines))) # nothing cut by cli
+  # the epochs' lines carry the history's losses, four digits
+  for (e in 1:2) {
+    expect_true(any(startsWith(lines, sprintf("Epoch %d/2: loss %s,", e,
+                                               sprintf("%.4g", h$loss[[e]])))))
+  }
+})
