@@ -69,6 +69,18 @@ test_that("max_batch_size() prints \"Largest batch: b (planned bytes of budget)\
   # the printed figures read back to the attributes (three digits)
   planned <- as.numeric(sub(".*planned ([0-9.]+) MiB.*", "\\1", out)) * 2^20
   expect_lt(abs(planned - attr(b, "bytes")), 0.005 * attr(b, "bytes"))
+  # a budget halfway between the plans of batches 1 and 2: the planned bytes
+  # (batch 1's) and the budget printed apart
+  reserved <- function(b) {
+    est <- memory_estimate(m, b, 3, 5, 4)
+    est$bytes[est$category == "reserved"]
+  }
+  r <- c(reserved(1), reserved(2))
+  one <- max_batch_size(m, 3, 5, 4, budget = mean(r))
+  expect_identical(attr(one, "bytes"), r[[1]])
+  expect_identical(capture.output(print(one)), sprintf(
+    "Largest batch: 1 (planned %s of %s)", bytes_text(r[[1]]), bytes_text(attr(one, "budget"))))
+  expect_false(identical(bytes_text(r[[1]]), bytes_text(mean(r))))
   # nothing fits: said so, with the budget
   none <- max_batch_size(m, 3, 5, 4, budget = 100)
   expect_identical(capture.output(print(none)),
@@ -228,8 +240,11 @@ test_that("convlstm_fit()'s progress lines are at most getOption(\"width\") wide
   expect_gte(length(progress), 1)
   expect_true(all(nchar(lines) <= 60), info = paste(lines, collapse = "\n"))
   # the loss field whole: "loss " and a number, then " |" or the end
-  expect_true(all(grepl("\\| loss [0-9.e+-]+( \\||$)", progress)))
-  expect_false(any(grepl("\u2026", lines))) # nothing cut by cli
+  number <- "-?[0-9]+(\\.[0-9]+)?(e[+-]?[0-9]+)?"
+  expect_true(all(grepl(paste0("\\| loss ", number, "( \\||$)"), progress)),
+              info = paste(progress, collapse = "\n"))
+  # nothing cut by cli ("..." or, in UTF-8, an ellipsis at the end)
+  expect_false(any(grepl("(\\.\\.\\.|\u2026)$", lines)))
   # the epochs' lines carry the history's losses, four digits
   for (e in 1:2) {
     expect_true(any(startsWith(lines, sprintf("Epoch %d/2: loss %s,", e,
