@@ -337,7 +337,9 @@ print.convlstm_plan <- function(x, ...) {
 #'   `optimizer`, `outputs`.
 #' @return The batch size (an integer; 0 if not even the smallest batch
 #'   fits), with attributes `bytes` (the plan's reserved bytes at that
-#'   batch) and `budget`.
+#'   batch) and `budget`, of class `convlstm_batch_size`, which prints as
+#'   "Largest batch: 12 (planned 45.2 MiB of 64 MiB)". Arithmetic and
+#'   comparisons on it give plain numbers; `as.integer()` drops the rest.
 #' @seealso [memory_estimate()], [set_memory_limit()].
 #' @export
 #' @examples
@@ -361,7 +363,8 @@ max_batch_size <- function(model, seq_len, height, width, budget = NULL, ...) {
     tryCatch(reserved_at(b) <= budget, convlstm_error_invalid = function(e) FALSE)
   }
   result <- function(b) {
-    structure(as.integer(b), bytes = if (b > 0) reserved_at(b) else 0, budget = budget)
+    structure(as.integer(b), bytes = if (b > 0) reserved_at(b) else 0, budget = budget,
+              class = "convlstm_batch_size")
   }
   if (reserved_at(first) > budget) return(result(0L))
   lo <- first
@@ -377,6 +380,27 @@ max_batch_size <- function(model, seq_len, height, width, budget = NULL, ...) {
     if (fits(mid)) lo <- mid else hi <- mid
   }
   result(lo)
+}
+
+#' @export
+print.convlstm_batch_size <- function(x, ...) {
+  b <- as.integer(x)
+  budget <- format_bytes(attr(x, "budget"))
+  cat(if (b > 0) {
+    sprintf("Largest batch: %s (planned %s of %s)\n", format_count(b),
+            format_bytes(attr(x, "bytes")), budget)
+  } else {
+    sprintf("Largest batch: 0 (not even the smallest batch fits in %s)\n", budget)
+  })
+  invisible(x)
+}
+
+# max_batch_size()'s answer in arithmetic and comparisons is the number
+# alone: b + 1 is a batch size, not a plan's answer.
+#' @export
+Ops.convlstm_batch_size <- function(e1, e2) {
+  plain <- function(v) if (inherits(v, "convlstm_batch_size")) as.integer(v) else v
+  if (missing(e2)) get(.Generic)(plain(e1)) else get(.Generic)(plain(e1), plain(e2))
 }
 
 # A budget as max_batch_size() and memory_advise() read it: bytes or a size

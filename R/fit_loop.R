@@ -184,15 +184,54 @@ fit_batch <- function(f, ctx, b, global, xs, p, epoch_options) {
 }
 
 # The epoch's progress bar, closed when `envir` (fit_epoch()'s frame, where
-# its `epoch` and `f` are read) ends.
+# its `epoch` and `f` are read) ends. The line is made to fit the console
+# (fit_progress_line()), so that cli never cuts it mid-field.
 fit_progress_bar <- function(f, envir) {
   cli::cli_progress_bar(
     format = paste0(
-      "Epoch {epoch}/{f$epochs} {cli::pb_bar} {cli::pb_current}/{cli::pb_total} ",
-      "| loss {format_loss(f$running)} | {cli::pb_elapsed} | peak {f$peak}"
+      "{fit_progress_line(epoch, f$epochs, cli::pb_current, cli::pb_total, ",
+      "format_loss(f$running), cli::pb_elapsed, f$peak)}"
     ),
     total = f$n_batches, clear = TRUE, .envir = envir
   )
+}
+
+# The progress line at most `width` characters wide: "Epoch e/E <bar>
+# b/n | loss x | elapsed | peak p" where it fits; else the bar shrinks (30
+# down to 10 cells), then the elapsed time goes, then the bar, then the
+# peak, then the batch count; the epoch and the loss stay (cut only on a
+# console too narrow for them alone).
+fit_progress_line <- function(epoch, epochs, current, total, loss, elapsed, peak,
+                              width = cli::console_width()) {
+  head <- sprintf("Epoch %d/%d", as.integer(epoch), as.integer(epochs))
+  count <- sprintf("%d/%d", as.integer(current), as.integer(total))
+  fields <- list(loss = paste("loss", loss), elapsed = elapsed, peak = paste("peak", peak))
+  layouts <- list(
+    list(bar = TRUE, count = TRUE, keep = c("loss", "elapsed", "peak")),
+    list(bar = TRUE, count = TRUE, keep = c("loss", "peak")),
+    list(bar = FALSE, count = TRUE, keep = c("loss", "peak")),
+    list(bar = FALSE, count = TRUE, keep = "loss"),
+    list(bar = FALSE, count = FALSE, keep = "loss")
+  )
+  for (l in layouts) {
+    tail <- paste(c(if (l$count) count, unlist(fields[l$keep])), collapse = " | ")
+    if (!l$bar) {
+      line <- paste(head, tail)
+      if (nchar(line) <= width) return(line)
+      next
+    }
+    cells <- min(30L, width - nchar(head) - nchar(tail) - 2L) # a space either side
+    if (cells >= 10L) return(paste(head, progress_cells(current, total, cells), tail))
+  }
+  strtrim(paste(head, fields$loss), width)
+}
+
+# A bar of `cells` characters, the done share filled.
+progress_cells <- function(current, total, cells) {
+  done <- if (is.na(total) || total <= 0) 0L else
+    as.integer(round(cells * min(1, current / total)))
+  full <- if (cli::is_utf8_output()) "\u25a0" else "="
+  paste0(strrep(full, done), strrep(" ", cells - done))
 }
 
 fit_epoch_line <- function(f, row, epoch) {

@@ -128,11 +128,15 @@ grid_windows <- function(data, input, horizon, stride = 1, var = NULL, time_dim 
 print.convlstm_grid_windows <- function(x, ...) {
   d <- dim(x$x)
   cat(sprintf(paste0("<convlstm_grid_windows> %d window%s of %d input and %d target frames, ",
-                     "%d channel%s, %d x %d, from a %s\n"),
+                     "%d channel%s, %d x %d, from %s %s\n"),
               d[[1]], if (d[[1]] == 1) "" else "s", d[[2]], dim(x$y)[[2]], d[[3]],
-              if (d[[3]] == 1) "" else "s", d[[4]], d[[5]], x$grid$kind))
+              if (d[[3]] == 1) "" else "s", d[[4]], d[[5]], article(x$grid$kind), x$grid$kind))
   invisible(x)
 }
+
+# "an" before a vowel ("an array"), "a" otherwise ("a stars object", "a
+# SpatRaster", "a netCDF variable").
+article <- function(word) if (grepl("^[aeiouAEIOU]", word)) "an" else "a"
 
 #' Put forecast frames back onto the grid they came from
 #'

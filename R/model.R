@@ -415,6 +415,32 @@ print.convlstm_model <- function(x, ...) {
   invisible(x)
 }
 
+# str(model): one line, as torch prints a module's header, instead of the
+# closure's arguments.
+#' @rawNamespace S3method(utils::str, convlstm_model)
+str.convlstm_model <- function(object, ...) {
+  status <- c_model_status(model_ptr(object))
+  config <- model_config(object)
+  n <- config$n_params %||% sum(layer_table(config)$parameters)
+  cat(sprintf(" <%s> %s (hidden %s), %s parameters, on %s, %s, %s\n", class(object)[[1]],
+              layers_text(config), paste(stack_hidden(config), collapse = ", "),
+              format_count(n), config$device, config$dtype, status))
+  invisible()
+}
+
+# The hidden channels of a stack (an encoder-forecaster's two stacks have
+# the same: the encoder's), and "2 layers" or, for an encoder-forecaster,
+# "2 + 2 layers".
+stack_hidden <- function(config) {
+  h <- config$hidden_dims
+  if (isTRUE(config$forecaster)) h[seq_len(length(h) %/% 2L)] else h
+}
+layers_text <- function(config) {
+  L <- length(stack_hidden(config))
+  sprintf("%s layer%s", if (isTRUE(config$forecaster)) sprintf("%d + %d", L, L) else L,
+          if (L == 1 && !isTRUE(config$forecaster)) "" else "s")
+}
+
 #' Summarise a convlstm model
 #'
 #' Layers (input and hidden channels, kernel), parameter counts and bytes,

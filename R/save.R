@@ -141,14 +141,17 @@ convlstm_load <- function(path, device = "auto", dtype = NULL, memory_limit = NU
 #'   (as for `convlstm_load()`, or `NULL`), `optimizer_steps`, `loss_scale`
 #'   (`NULL` unless a float16 model was saved with its optimizer), `metadata`
 #'   (your entries), `all_metadata` (every entry, convlstm's included) and
-#'   `tensors` (a data frame: `name`, `dtype`, `shape`).
+#'   `tensors` (a data frame: `name`, `dtype`, `shape`), of class
+#'   `convlstm_file_info`, which prints a few lines: kind, layers, format
+#'   version, parameters (count and bytes), optimizer, metadata and the
+#'   first tensors.
 #' @export
 convlstm_file_info <- function(path) {
   path <- check_path(path, sys.call(), must_exist = TRUE)
   info <- c_file_info(path)
   tensors <- data.frame(name = info$tensors$name, dtype = info$tensors$dtype)
   tensors$shape <- vapply(info$tensors$shape, format_dims, character(1))
-  list(
+  structure(list(
     config = info$config,
     optimizer = saved_optimizer(info),
     optimizer_steps = info$optimizer_steps,
@@ -156,7 +159,45 @@ convlstm_file_info <- function(path) {
     metadata = user_metadata(info$metadata),
     all_metadata = info$metadata,
     tensors = tensors
-  )
+  ), class = "convlstm_file_info")
+}
+
+# A file's description in a few lines: what the file holds (kind, layers,
+# format version), the parameters (count and bytes, from the tensors'
+# shapes and types), the optimizer, the user's metadata and the first
+# tensors, then how many more.
+#' @export
+print.convlstm_file_info <- function(x, n = 6, ...) {
+  cfg <- x$config
+  meta <- x$all_metadata
+  t <- x$tensors
+  elements <- vapply(strsplit(gsub("[][ ]", "", t$shape), ",", fixed = TRUE),
+                     function(d) prod(as.numeric(d)), numeric(1))
+  size <- c(F64 = 8, F32 = 4, F16 = 2, BF16 = 2)[t$dtype]
+  model <- !startsWith(t$name, "optimizer.")
+  n_params <- sum(elements[model])
+  cat(sprintf("<convlstm_file_info> %s, format version %s\n",
+              if (isTRUE(cfg$forecaster)) "encoder-forecaster" else "ConvLSTM stack",
+              meta[["convlstm.format_version"]] %||% "unknown"))
+  cat(sprintf("  %s (hidden %s), %d input channel%s, %s\n", layers_text(cfg),
+              paste(stack_hidden(cfg), collapse = ", "), cfg$input_dim,
+              if (cfg$input_dim == 1) "" else "s", cfg$dtype))
+  cat(sprintf("  parameters: %s (%s)\n", format_count(n_params),
+              format_bytes(sum((elements * size)[model]))))
+  opt <- x$optimizer
+  cat(sprintf("  optimizer: %s\n", if (is.null(opt)) "none saved" else {
+    sprintf("%s, lr %s, %s step%s", opt$kind, format(opt$lr), format_count(x$optimizer_steps),
+            if (identical(as.numeric(x$optimizer_steps), 1)) "" else "s")
+  }))
+  if (!is.null(x$loss_scale)) cat(sprintf("  loss scale: %s\n", format(x$loss_scale)))
+  if (length(x$metadata) > 0) {
+    cat(sprintf("  metadata: %s\n", paste(names(x$metadata), collapse = ", ")))
+  }
+  cat(sprintf("  tensors: %d\n", nrow(t)))
+  shown <- utils::head(t, n)
+  print(shown, row.names = FALSE, right = FALSE)
+  if (nrow(t) > nrow(shown)) cat(sprintf("  ... %d more\n", nrow(t) - nrow(shown)))
+  invisible(x)
 }
 
 # list(kind, lr, beta1, beta2, eps, momentum, weight_decay, amsgrad, alpha,

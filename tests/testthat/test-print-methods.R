@@ -1,0 +1,253 @@
+# test-print-methods.R -- output that reads well (issue 35 item 5): what the
+# print and str methods write, checked against numbers computed here from the
+# object's own fields or from the model's shapes, and their widths measured
+# with nchar().
+
+# A layer's parameters: the four gates' convolutions of the input (inp
+# channels) and of the hidden state (h channels), k x k, and a bias per gate
+# channel.
+cell_params <- function(inp, h, k) 4 * h * (inp * k^2 + h * k^2) + 4 * h
+
+# Bytes as written here: below 1 KiB "n B", else in the largest binary unit
+# that leaves at least 1, to three significant digits (whole from 100 up).
+bytes_text <- function(b) {
+  units <- c("B", "KiB", "MiB", "GiB", "TiB")
+  p <- if (b < 1024) 0 else min(floor(log(b) / log(1024)), 4)
+  if (p == 0) return(paste(b, "B"))
+  v <- b / 1024^p
+  paste(if (v >= 100) as.character(round(v)) else as.character(signif(v, 3)), units[[p + 1]])
+}
+
+# --- 6. a windows object names its source with the right article ------------
+
+test_that("a windows object says \"from an array\", \"from a stars object\"", {
+  series <- array(seq_len(6 * 5 * 7), c(6, 5, 7))
+  w <- grid_windows(series, input = 3, horizon = 2)
+  out <- capture.output(print(w))
+  # 7 frames, windows of 3 + 2: 7 - 5 + 1 of them
+  expect_identical(out, sprintf(paste0("<convlstm_grid_windows> %d windows of 3 input and 2 target ",
+                                       "frames, 1 channel, 6 x 5, from an array"), 7 - 5 + 1))
+  # the article follows the kind's first letter: a consonant takes "a"
+  for (kind in c("stars object", "SpatRaster", "netCDF variable")) {
+    w$grid$kind <- kind
+    expect_match(capture.output(print(w)), paste0(", from a ", kind, "$"), fixed = FALSE)
+  }
+  capture.output(expect_invisible(print(w)))
+})
+
+# --- 4. memory_summary() prints its table once ------------------------------
+
+test_that("memory_summary() returns its table invisibly: printed once at top level", {
+  m <- api_model()
+  on.exit(convlstm_release(m))
+  train_step(m, api_x(), api_y(), optimizer_adam())
+  capture.output(expect_invisible(memory_summary(m)))
+  # capture.output() prints a visible value, as the console does: the table
+  # must come out once, not a second time as a character string
+  out <- capture.output(text <- memory_summary(m))
+  expect_identical(out, strsplit(text, "\n", fixed = TRUE)[[1]])
+  expect_false(any(startsWith(out, "[1]")))
+  # its parameters row: 920 float32 parameters (the two layers' convolutions)
+  n <- cell_params(2, 3, 3) + cell_params(3, 2, 3)
+  expect_identical(n, 920)
+  expect_true(any(grepl(paste0("| parameters +| +", bytes_text(4 * n), " |"), out)))
+})
+
+# --- 5. max_batch_size() prints one line, and stays a number ----------------
+
+test_that("max_batch_size() prints \"Largest batch: b (planned bytes of budget)\"", {
+  m <- api_model()
+  on.exit(convlstm_release(m))
+  budget <- 16 * 2^20 # 16 MiB, and no runtime on the CPU
+  b <- max_batch_size(m, 3, 5, 4, budget = budget)
+  n <- as.integer(b)
+  expect_gt(n, 1000L) # a number with a thousands separator
+  out <- capture.output(expect_invisible(print(b)))
+  expect_identical(out, sprintf("Largest batch: %s (planned %s of 16 MiB)",
+                                formatC(n, big.mark = ",", format = "d"),
+                                bytes_text(attr(b, "bytes"))))
+  # the printed figures read back to the attributes (three digits)
+  planned <- as.numeric(sub(".*planned ([0-9.]+) MiB.*", "\\1", out)) * 2^20
+  expect_lt(abs(planned - attr(b, "bytes")), 0.005 * attr(b, "bytes"))
+  # a budget halfway between the plans of batches 1 and 2: the planned bytes
+  # (batch 1's) and the budget printed apart
+  reserved <- function(b) {
+    est <- memory_estimate(m, b, 3, 5, 4)
+    est$bytes[est$category == "reserved"]
+  }
+  r <- c(reserved(1), reserved(2))
+  one <- max_batch_size(m, 3, 5, 4, budget = mean(r))
+  expect_identical(attr(one, "bytes"), r[[1]])
+  expect_identical(capture.output(print(one)), sprintf(
+    "Largest batch: 1 (planned %s of %s)", bytes_text(r[[1]]), bytes_text(attr(one, "budget"))))
+  expect_false(identical(bytes_text(r[[1]]), bytes_text(mean(r))))
+  # nothing fits: said so, with the budget
+  none <- max_batch_size(m, 3, 5, 4, budget = 100)
+  expect_identical(capture.output(print(none)),
+                   "Largest batch: 0 (not even the smallest batch fits in 100 B)")
+  # still a plain integer for arithmetic, comparisons and as.integer()
+  expect_true(inherits(b, "convlstm_batch_size"))
+  expect_true(is.integer(b))
+  expect_identical(b + 1L, n + 1L)
+  expect_identical(b + 1, n + 1)
+  expect_identical(2L * b, 2L * n)
+  expect_identical(-b, -n)
+  expect_identical(b > n - 1L, TRUE)
+  expect_identical(as.integer(b), n)
+  expect_null(attributes(as.integer(b)))
+  expect_identical(attr(b, "budget"), budget)
+})
+
+# --- 1. a file's description in a few lines ---------------------------------
+
+test_that("convlstm_file_info() prints a header, the parameters and the first tensors", {
+  m <- api_model()
+  on.exit(convlstm_release(m))
+  train_step(m, api_x(), api_y(), optimizer_adam(lr = 0.002))
+  path <- tempfile(fileext = ".safetensors")
+  on.exit(unlink(path), add = TRUE)
+  convlstm_save(m, path, optimizer = optimizer_adam(lr = 0.002),
+                metadata = c(epoch = "3", note = "x"))
+  info <- convlstm_file_info(path)
+  expect_s3_class(info, "convlstm_file_info")
+  out <- capture.output(expect_invisible(print(info)))
+  n <- cell_params(2, 3, 3) + cell_params(3, 2, 3)
+  # per layer a weight and a bias; with Adam's two moments each, three times
+  n_tensors <- 2 * 2 * 3
+  expect_identical(out[1:6], c(
+    paste0("<convlstm_file_info> ConvLSTM stack, format version ",
+           info$all_metadata[["convlstm.format_version"]]),
+    "  2 layers (hidden 3, 2), 2 input channels, float32",
+    sprintf("  parameters: %d (%s)", n, bytes_text(4 * n)),
+    "  optimizer: adam, lr 0.002, 1 step",
+    "  metadata: epoch, note",
+    sprintf("  tensors: %d", n_tensors)
+  ))
+  expect_identical(out[[2]], "  2 layers (hidden 3, 2), 2 input channels, float32")
+  # a table of the first 6 tensors, in the file's order, then the count left
+  expect_match(out[[7]], "^ *name +dtype +shape *$")
+  rows <- out[8:13]
+  expect_identical(sub("^ *(\\S+) .*$", "\\1", rows), info$tensors$name[1:6])
+  expect_identical(out[[14]], sprintf("  ... %d more", n_tensors - 6))
+  expect_length(out, 14)
+  # all tensors shown: no "more" line
+  all <- capture.output(print(info, n = n_tensors))
+  expect_length(all, 7 + n_tensors)
+  expect_false(any(grepl("more$", all)))
+})
+
+test_that("an encoder-forecaster's file prints its 2 + 2 layers and its count", {
+  fc <- convlstm_forecaster(1, c(4, 4), 3, device = "cpu")
+  on.exit(convlstm_release(fc))
+  path <- tempfile(fileext = ".safetensors")
+  on.exit(unlink(path), add = TRUE)
+  convlstm_save(fc, path)
+  out <- capture.output(print(convlstm_file_info(path)))
+  # Shi et al.'s cells with per-channel peepholes (3 h); the forecaster's
+  # first layer has no input; a 1x1 head over the 8 hidden channels
+  cell <- function(inp, h) 4 * h * (inp * 9 + h * 9) + 4 * h + 3 * h
+  n <- cell(1, 4) + cell(4, 4) + cell(0, 4) + cell(4, 4) + (8 + 1)
+  expect_identical(n, 3721)
+  expect_match(out[[1]], "^<convlstm_file_info> encoder-forecaster, format version")
+  expect_identical(out[[2]], "  2 + 2 layers (hidden 4, 4), 1 input channel, float32")
+  expect_identical(out[[3]], sprintf("  parameters: 3,721 (%s)", bytes_text(4 * n)))
+  expect_identical(out[[4]], "  optimizer: none saved")
+})
+
+# --- 2. str(model): one line, not the closure -------------------------------
+
+test_that("str(model) is one line: layers, parameters, device, dtype, status", {
+  m <- api_model()
+  n <- cell_params(2, 3, 3) + cell_params(3, 2, 3)
+  line <- function(status) {
+    sprintf(" <convlstm_model> 2 layers (hidden 3, 2), %d parameters, on cpu, float32, %s",
+            n, status)
+  }
+  out <- capture.output(expect_invisible(str(m)))
+  expect_identical(out, line("live"))
+  expect_false(any(grepl("function", out)))
+  # inside a list, the same line after the element's name
+  expect_identical(capture.output(str(list(m = m)))[[2]], paste0(" $ m:", line("live")))
+  convlstm_release(m)
+  expect_identical(capture.output(str(m)), line("released"))
+  one <- convlstm(1, 4, 3, device = "cpu")
+  on.exit(convlstm_release(one))
+  expect_identical(capture.output(str(one)), sprintf(
+    " <convlstm_model> 1 layer (hidden 4), %d parameters, on cpu, float32, live",
+    cell_params(1, 4, 3)))
+})
+
+test_that("str() of an encoder-forecaster counts its 2 + 2 layers and head", {
+  fc <- convlstm_forecaster(1, c(4, 4), 3, device = "cpu")
+  on.exit(convlstm_release(fc))
+  cell <- function(inp, h) 4 * h * (inp * 9 + h * 9) + 4 * h + 3 * h
+  n <- cell(1, 4) + cell(4, 4) + cell(0, 4) + cell(4, 4) + (8 + 1)
+  expect_identical(capture.output(str(fc)), sprintf(
+    " <convlstm_forecaster> 2 + 2 layers (hidden 4, 4), %s parameters, on cpu, float32, live",
+    formatC(n, big.mark = ",", format = "d")))
+})
+
+# --- 3. the progress line fits the console ----------------------------------
+
+test_that("the progress line fits its width, dropping fields, never the loss", {
+  line <- function(width) {
+    convlstm:::fit_progress_line(3, 10, 12, 40, "0.1234", "3.2s", "42.2 KiB", width = width)
+  }
+  fields <- "12/40 | loss 0.1234 | 3.2s | peak 42.2 KiB"
+  # wide: every field and a bar of 30 cells, 12/40 of them (9) filled
+  wide <- line(200)
+  expect_identical(nchar(wide), nchar("Epoch 3/10 ") + 30L + 1L + nchar(fields))
+  expect_identical(substring(wide, 42), paste0(" ", fields))
+  expect_identical(nchar(trimws(substr(wide, 12, 41), "right")), as.integer(round(30 * 12 / 40)))
+  for (width in 20:120) {
+    got <- line(width)
+    expect_lte(nchar(got), width)
+    if (width >= nchar("Epoch 3/10 loss 0.1234")) {
+      expect_match(got, "^Epoch 3/10 .*loss 0\\.1234( |$)", label = paste("width", width))
+    }
+  }
+  # the bar shrinks first: at 80 columns every field is there, bar narrower
+  at80 <- line(80)
+  expect_identical(nchar(at80), 80L)
+  expect_true(endsWith(at80, fields))
+  # then the elapsed time goes (bar of at least 10 cells kept), then the bar,
+  # then the peak, then the count
+  tail2 <- "12/40 | loss 0.1234 | peak 42.2 KiB"
+  w <- nchar("Epoch 3/10 ") + 10L + 1L + nchar(fields) - 1L # one short of the 10-cell bar
+  expect_identical(substring(line(w), w - nchar(tail2) + 1L), tail2)
+  expect_false(grepl("3.2s", line(w), fixed = TRUE))
+  w2 <- nchar("Epoch 3/10 ") + 10L + 1L + nchar(tail2) - 1L
+  expect_identical(line(w2), paste("Epoch 3/10", tail2))
+  expect_identical(line(nchar("Epoch 3/10 ") + nchar(tail2) - 1L), "Epoch 3/10 12/40 | loss 0.1234")
+  expect_identical(line(nchar("Epoch 3/10 12/40 | loss 0.1234") - 1L), "Epoch 3/10 loss 0.1234")
+})
+
+test_that("convlstm_fit()'s progress lines are at most getOption(\"width\") wide", {
+  old <- options(width = 60, cli.width = NULL, cli.progress_show_after = 0)
+  on.exit(options(old))
+  m <- api_model()
+  on.exit(convlstm_release(m), add = TRUE)
+  msgs <- character()
+  h <- withCallingHandlers(
+    convlstm_fit(m, api_x(B = 8), api_y(B = 8), optimizer_adam(), epochs = 2, batch_size = 2,
+                 verbose = TRUE),
+    message = function(cnd) {
+      msgs <<- c(msgs, conditionMessage(cnd))
+      invokeRestart("muffleMessage")
+    })
+  lines <- unlist(strsplit(msgs, "\n", fixed = TRUE))
+  progress <- grep("^Epoch [0-9]+/2 .*[0-9]+/4 \\|", lines, value = TRUE)
+  expect_gte(length(progress), 1)
+  expect_true(all(nchar(lines) <= 60), info = paste(lines, collapse = "\n"))
+  # the loss field whole: "loss " and a number, then " |" or the end
+  number <- "-?[0-9]+(\\.[0-9]+)?(e[+-]?[0-9]+)?"
+  expect_true(all(grepl(paste0("\\| loss ", number, "( \\||$)"), progress)),
+              info = paste(progress, collapse = "\n"))
+  # nothing cut by cli ("..." or, in UTF-8, an ellipsis at the end)
+  expect_false(any(grepl("(\\.\\.\\.|\u2026)$", lines)))
+  # the epochs' lines carry the history's losses, four digits
+  for (e in 1:2) {
+    expect_true(any(startsWith(lines, sprintf("Epoch %d/2: loss %s,", e,
+                                               sprintf("%.4g", h$loss[[e]])))))
+  }
+})
