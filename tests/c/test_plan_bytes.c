@@ -148,6 +148,22 @@ static size_t excluded(const cl_plan *p) {
   return n;
 }
 
+/* Each category of a plan, and of the allocator's peaks after the step, equals
+ * want (bytes from the shapes); the convolution workspace (skip bytes, the
+ * backend's choice) is left out of both. */
+static void expect_categories(const char *name, const cl_plan *plan, const cl_mem_stats *st,
+                              const size_t want[CL_MEM_NCAT], size_t skip) {
+  for (int k = 0; k < CL_MEM_NCAT; k++) {
+    size_t planned = plan->by_category[k], held = st->peak[k];
+    if (k == CL_MEM_WORKSPACE) planned -= skip, held -= skip;
+    const char *cat = cl_mem_category_name((cl_mem_category)k);
+    CHECK(planned == want[k], "%s: %s planned %zu bytes, from the shapes %zu (%+lld)", name, cat,
+          planned, want[k], (long long)planned - (long long)want[k]);
+    CHECK(held == want[k], "%s: %s held %zu bytes at the step's peak, from the shapes %zu", name,
+          cat, held, want[k]);
+  }
+}
+
 static void run_case(const pcase *c) {
   cl_config cfg;
   memset(&cfg, 0, sizeof cfg);
@@ -212,15 +228,7 @@ static void run_case(const pcase *c) {
   cl_model_memory_stats(m, &st);
   size_t want[CL_MEM_NCAT], skip = excluded(&plan);
   expected(c, want);
-  for (int k = 0; k < CL_MEM_NCAT; k++) {
-    size_t planned = plan.by_category[k], held = st.peak[k];
-    if (k == CL_MEM_WORKSPACE) planned -= skip, held -= skip;
-    const char *cat = cl_mem_category_name((cl_mem_category)k);
-    CHECK(planned == want[k], "%s: %s planned %zu bytes, from the shapes %zu (%+lld)", c->name,
-          cat, planned, want[k], (long long)planned - (long long)want[k]);
-    CHECK(held == want[k], "%s: %s held %zu bytes at the step's peak, from the shapes %zu",
-          c->name, cat, held, want[k]);
-  }
+  expect_categories(c->name, &plan, &st, want, skip);
   printf("%-44s params %zu, activations %zu, workspace %zu (+ %zu convolution), data %zu\n",
          c->name, want[CL_MEM_PARAMETERS], want[CL_MEM_ACTIVATIONS], want[CL_MEM_WORKSPACE], skip,
          want[CL_MEM_DATA]);
@@ -413,15 +421,7 @@ static void run_forecaster(const fcase *c) {
   CHECK(s == CL_OK, "%s: step: %s", c->name, cl_model_error(m));
   cl_mem_stats st;
   cl_model_memory_stats(m, &st);
-  for (int k = 0; k < CL_MEM_NCAT; k++) {
-    size_t planned = plan.by_category[k], held = st.peak[k];
-    if (k == CL_MEM_WORKSPACE) planned -= skip, held -= skip;
-    const char *name = cl_mem_category_name((cl_mem_category)k);
-    CHECK(planned == cat[k], "%s: %s planned %zu bytes, from the shapes %zu (%+lld)", c->name,
-          name, planned, cat[k], (long long)planned - (long long)cat[k]);
-    CHECK(held == cat[k], "%s: %s held %zu bytes at the step's peak, from the shapes %zu",
-          c->name, name, held, cat[k]);
-  }
+  expect_categories(c->name, &plan, &st, cat, skip);
   printf("%-44s %d rows, activations %zu, workspace %zu (+ %zu convolution), data %zu\n",
          c->name, nw, cat[CL_MEM_ACTIVATIONS], cat[CL_MEM_WORKSPACE], skip, cat[CL_MEM_DATA]);
   free(x);
