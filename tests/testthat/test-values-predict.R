@@ -25,6 +25,17 @@ predict_alone <- function(model, x, ...) {
   out
 }
 
+# predict(model, x, ..., batch_size = b) is `whole`, bit for bit, for each b.
+expect_batched_predict <- function(model, x, whole, sizes, ...) {
+  args <- list(...)
+  shown <- vapply(args, function(a) if (is.atomic(a) && length(a) == 1) format(a) else "<list>", "")
+  for (b in sizes) {
+    expect_bitwise(predict(model, x, ..., batch_size = b), whole,
+                   info = paste(c(paste(names(args), shown, sep = " = "),
+                                  paste("batch_size =", b)), collapse = ", "))
+  }
+}
+
 values_predict_model <- function() {
   set.seed(41)
   convlstm(2, c(3, 2), 3, device = "cpu", threads = 1)
@@ -46,10 +57,7 @@ test_that("a plain stack's batched predict() is its unbatched one, bit for bit, 
     # the rows differ, so a row written in the wrong place shows
     row_values <- function(i) c(whole)[seq(i, length(whole), by = 5)]
     expect_false(identical(row_values(1), row_values(2)))
-    for (b in c(1, 2, 3, 4, 5, 7)) {
-      expect_bitwise(predict(model, x, what = what, batch_size = b), whole,
-                     info = sprintf("what = %s, batch_size = %d", what, b))
-    }
+    expect_batched_predict(model, x, whole, c(1, 2, 3, 4, 5, 7), what = what)
   }
 })
 
@@ -60,10 +68,7 @@ test_that("a plain stack's batched forecast (horizon) is its unbatched one, row 
   whole <- predict(model, x, horizon = 3)
   expect_identical(dim(whole), c(5L, 3L, 2L, 5L, 4L))
   expect_bitwise(whole, predict_alone(model, x, horizon = 3))
-  for (b in c(1, 2, 3, 5, 6)) {
-    expect_bitwise(predict(model, x, horizon = 3, batch_size = b), whole,
-                   info = sprintf("batch_size = %d", b))
-  }
+  expect_batched_predict(model, x, whole, c(1, 2, 3, 5, 6), horizon = 3)
 })
 
 test_that("a batched predict() from a given state takes each batch's rows of that state", {
@@ -79,13 +84,9 @@ test_that("a batched predict() from a given state takes each batch's rows of tha
                    info = sprintf("row %d", i))
   }
   expect_false(identical(whole, predict(model, x))) # the state matters
-  for (b in c(2, 3)) {
-    expect_bitwise(predict(model, x, state = state, batch_size = b), whole,
-                   info = sprintf("batch_size = %d", b))
-    expect_bitwise(predict(model, x, state = state, horizon = 2, batch_size = b),
-                   predict(model, x, state = state, horizon = 2),
-                   info = sprintf("horizon, batch_size = %d", b))
-  }
+  expect_batched_predict(model, x, whole, c(2, 3), state = state)
+  expect_batched_predict(model, x, predict(model, x, state = state, horizon = 2), c(2, 3),
+                         state = state, horizon = 2)
 })
 
 test_that("an encoder-forecaster's batched predict() is its unbatched one, row by row", {
@@ -97,10 +98,7 @@ test_that("an encoder-forecaster's batched predict() is its unbatched one, row b
   expect_identical(dim(whole), c(5L, 3L, 1L, 4L, 4L))
   expect_bitwise(whole, predict_alone(model, x, horizon = 3))
   expect_false(identical(rows_of(whole, 1), rows_of(whole, 5)))
-  for (b in c(1, 2, 3, 4, 5, 8)) {
-    expect_bitwise(predict(model, x, horizon = 3, batch_size = b), whole,
-                   info = sprintf("batch_size = %d", b))
-  }
+  expect_batched_predict(model, x, whole, c(1, 2, 3, 4, 5, 8), horizon = 3)
 })
 
 # --- convlstm_evaluate() ------------------------------------------------------------------------
