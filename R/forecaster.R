@@ -66,7 +66,10 @@
 #' @param patch Patch size: it must divide the frames' height and width.
 #' @param recurrent_kernel_sizes State-to-state kernels (`NULL`: the input
 #'   kernels), as in [convlstm()].
-#' @param peephole `"channel"` (the paper's cell, the default) or `"none"`.
+#' @param peephole `"channel"` (the default: one weight per hidden channel,
+#'   the cell whose parameters Table 1 counts) or `"none"`. The
+#'   per-position peepholes of the paper's equations (3) ([convlstm()]'s
+#'   `"position"`) would not give Table 1's counts and are not offered.
 #' @param bias Whether the cells' convolutions have a bias (the head always
 #'   has one).
 #' @param device,dtype,threads,memory_limit,dilation As in [convlstm()].
