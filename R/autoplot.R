@@ -36,6 +36,7 @@ utils::globalVariables(c("epoch", "value", "set", "panel", "batch_size", "bytes"
                          "category"))
 
 #' @rdname autoplot.convlstm
+#' @usage \method{autoplot}{convlstm_history}(object, log_loss = TRUE, ...)
 autoplot.convlstm_history <- function(object, log_loss = TRUE, ...) {
   x <- object
   has_val <- any(!is.na(x$val_loss))
@@ -67,6 +68,7 @@ autoplot.convlstm_history <- function(object, log_loss = TRUE, ...) {
 }
 
 #' @rdname autoplot.convlstm
+#' @usage \method{autoplot}{convlstm_memory_profile}(object, ...)
 autoplot.convlstm_memory_profile <- function(object, ...) {
   x <- object
   cats <- mem_categories[vapply(mem_categories, function(cn) any(x[[cn]] > 0, na.rm = TRUE),

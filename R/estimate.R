@@ -350,8 +350,18 @@ print.convlstm_plan <- function(x, ...) {
 max_batch_size <- function(model, seq_len, height, width, budget = NULL, ...) {
   check_dots(list(...), estimate_options(), "max_batch_size")
   ptr <- model_ptr(model)
-  budget <- resolve_budget(ptr, budget, "budget", sys.call())
   dots <- list(...)
+  if (is_convlstm_forecaster(model)) {
+    # checked here, so that the error names this function, not memory_estimate()
+    h <- dots$horizon
+    if (is.null(h) || (is.numeric(h) && length(h) == 1 && !is.na(h) && h < 1)) {
+      abort_convlstm(sprintf(paste0(
+        "max_batch_size() of an encoder-forecaster needs `horizon`, the frames it forecasts ",
+        "(a whole number >= 1), not %s."), if (is.null(h)) "none" else describe(h)),
+        call = sys.call())
+    }
+  }
+  budget <- resolve_budget(ptr, budget, "budget", sys.call())
   first <- max(1L, as.integer(dots$accumulation_steps %||% 1L))
   reserved_at <- function(b) {
     est <- memory_estimate(model, b, seq_len, height, width, ...)

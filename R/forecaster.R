@@ -45,13 +45,19 @@
 #' refused, but for an empty `callbacks = list()`, which is no callbacks),
 #' predicted with [predict()] and a `horizon`, evaluated with
 #' [convlstm_evaluate()] (any `horizon`), saved with [convlstm_save()],
-#' planned by [memory_estimate()] and [max_batch_size()] (give `horizon`,
-#' the forecast frames; [memory_advise()] refuses it: its step has none of
-#' the options that function chooses among).
-#' Not supported (a classed error says so): checkpointing, `tbptt`,
-#' `recompute_gates`, `accumulation_steps`, a given or carried state,
-#' dropout, a loss weight, data sets, and training in float16 or bfloat16
-#' (predicting in them works).
+#' planned by [memory_estimate()], [max_batch_size()] and
+#' [memory_advise()] (give `horizon`, the forecast frames; the advice is
+#' one row, the plain float32 step, as its step takes none of the options
+#' that function chooses among).
+#' Not supported (a classed `convlstm_error_unsupported` says so, naming
+#' the arguments given): in [train_step()], `target` other than `"sequence"`,
+#' `checkpoint`, `accumulation_steps`, `tbptt`, `rows`, `state`, `horizon`
+#' (the forecast is `dim(y)[2]` frames), `teacher_forcing`, `weight` and
+#' `recompute_gates`; in [convlstm_fit()], these (but `rows`) and
+#' `data_on_device`, `validation_split`, `callbacks`, `lr_scheduler`,
+#' `resume`, `memory_budget`, `distributed` and `metrics`; data sets
+#' ([convlstm_data()]); and training in float16 or bfloat16 (predicting in
+#' them works). The constructor takes no dropout.
 #'
 #' @param input_dim Channels of a frame (before patching).
 #' @param hidden_dims Hidden channels of each layer, for both stacks.
@@ -60,7 +66,10 @@
 #' @param patch Patch size: it must divide the frames' height and width.
 #' @param recurrent_kernel_sizes State-to-state kernels (`NULL`: the input
 #'   kernels), as in [convlstm()].
-#' @param peephole `"channel"` (the paper's cell, the default) or `"none"`.
+#' @param peephole `"channel"` (the default: one weight per hidden channel,
+#'   the cell whose parameters Table 1 counts) or `"none"`. The
+#'   per-position peepholes of the paper's equations (3) ([convlstm()]'s
+#'   `"position"`) would not give Table 1's counts and are not offered.
 #' @param bias Whether the cells' convolutions have a bias (the head always
 #'   has one).
 #' @param device,dtype,threads,memory_limit,dilation As in [convlstm()].

@@ -75,11 +75,15 @@
 #'   and forget gates also see `w_ci * c[t-1]` and `w_cf * c[t-1]`, the
 #'   output gate `w_co * c[t]` (elementwise products with the cell state).
 #'   `FALSE` (or `"none"`, the default): the tutorial's cell. `TRUE` or
-#'   `"position"`: the paper's weights, one per hidden channel and pixel,
-#'   `[hidden, height, width]`, which fix the frame size to `frame_size`
-#'   (an input of another size is an error naming the argument).
-#'   `"channel"`: one weight per hidden channel, `[hidden, 1, 1]`, for any
-#'   frame size. The weights are parameters named `cell_list.<l>.w_ci`,
+#'   `"position"`: one weight per hidden channel and pixel,
+#'   `[hidden, height, width]`, as the paper's equations (3) write them
+#'   (Hadamard products with weights of the cell state's shape), which fix
+#'   the frame size to `frame_size` (an input of another size is an error
+#'   naming the argument). `"channel"`: one weight per hidden channel,
+#'   `[hidden, 1, 1]`, for any frame size: the cell whose parameters the
+#'   paper counts, since Table 1's 7,585,296 for its encoder-forecaster
+#'   hold 3 peephole weights per hidden channel (per-position ones would
+#'   add 3 per channel and pixel), and [convlstm_forecaster()]'s. The weights are parameters named `cell_list.<l>.w_ci`,
 #'   `.w_cf` and `.w_co` (after the layer's conv weight and bias), trained,
 #'   clipped, saved and loaded like the others; they start at zero, so a
 #'   new model computes what the same model without peepholes computes, and
@@ -166,7 +170,7 @@
 #' # only the last states: memory independent of the sequence length
 #' str(model(x, outputs = "last_states")$layer_last_states[[2]])
 #' convlstm_release(model)
-#' # the paper's peepholes: weights per channel and pixel, for 6 x 6 frames
+#' # peepholes as the paper's equations write them: per channel and pixel, 6 x 6 frames
 #' pm <- convlstm(input_dim = 1, hidden_dims = 4, kernel_sizes = 3,
 #'                peephole = TRUE, frame_size = c(6, 6), device = "cpu")
 #' pm
