@@ -425,22 +425,15 @@ print.convlstm_model <- function(x, ...) {
 str.convlstm_model <- function(object, ...) {
   status <- c_model_status(model_ptr(object))
   config <- model_config(object)
-  n <- config$n_params %||% sum(layer_table(config)$parameters)
   cat(sprintf(" <%s> %s (hidden %s), %s parameters, on %s, %s, %s\n", class(object)[[1]],
-              layers_text(config), paste(stack_hidden(config), collapse = ", "),
-              format_count(n), config$device, config$dtype, status))
+              layers_text(config), paste(model_layers(config, "hidden_dims"), collapse = ", "),
+              format_count(config$n_params), config$device, config$dtype, status))
   invisible()
 }
 
-# The hidden channels of a stack (an encoder-forecaster's two stacks have
-# the same: the encoder's), and "2 layers" or, for an encoder-forecaster,
-# "2 + 2 layers".
-stack_hidden <- function(config) {
-  h <- config$hidden_dims
-  if (isTRUE(config$forecaster)) h[seq_len(length(h) %/% 2L)] else h
-}
+# "2 layers" or, for an encoder-forecaster, "2 + 2 layers".
 layers_text <- function(config) {
-  L <- length(stack_hidden(config))
+  L <- model_layers(config, "n_layers")
   sprintf("%s layer%s", if (isTRUE(config$forecaster)) sprintf("%d + %d", L, L) else L,
           if (L == 1 && !isTRUE(config$forecaster)) "" else "s")
 }

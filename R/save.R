@@ -180,7 +180,7 @@ print.convlstm_file_info <- function(x, n = 6, ...) {
               if (isTRUE(cfg$forecaster)) "encoder-forecaster" else "ConvLSTM stack",
               meta[["convlstm.format_version"]] %||% "unknown"))
   cat(sprintf("  %s (hidden %s), %d input channel%s, %s\n", layers_text(cfg),
-              paste(stack_hidden(cfg), collapse = ", "), cfg$input_dim,
+              paste(model_layers(cfg, "hidden_dims"), collapse = ", "), cfg$input_dim,
               if (cfg$input_dim == 1) "" else "s", cfg$dtype))
   cat(sprintf("  parameters: %s (%s)\n", format_count(n_params),
               format_bytes(sum((elements * size)[model]))))
