@@ -1,7 +1,7 @@
 # save.R -- saving a model (and its optimizer) to a safetensors file and
 # loading it back, so training resumes exactly where it stopped, and reading
 # what a file holds. The file format and its checks are the C core's
-# (src/core/checkpoint.c over safetensors.c and json.c); this file checks the
+# (src/core/model_file_read.c over safetensors.c and json.c); this file checks the
 # R arguments and builds the model and optimizer objects.
 
 #' Save and load models

@@ -3,7 +3,7 @@
  * optimizer) to a safetensors file, convlstm_file_info() reads what a file
  * holds, and convlstm_load() fills a freshly created model from one.
  *
- * It is not where files are checked (core/checkpoint.c, core/safetensors.c
+ * It is not where files are checked (core/model_file_read.c, core/safetensors.c
  * and core/json.c check every byte of them) nor where R arguments are
  * (R/save.R). A parsed file is C memory, so it lives in an external
  * pointer with a finalizer for as long as R allocates around it: an R error

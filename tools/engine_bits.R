@@ -85,7 +85,7 @@ run("huber_weight_clip", target = "sequence",
                      weight = array(rep(c(0, 1, 2), length.out = 5 * 4 * 2 * 6 * 5),
                                     dim = c(5, 4, 2, 6, 5))))
 run("bce_sgd_data", target = "sequence", step_args = list(loss = "bce_logits", pos_weight = 2))
-# one layer on its last state: d_hidden holds one step (cl_geom.dh_one)
+# one layer on its last state: d_hidden holds one step (cl_schedule.dh_one)
 one <- list(hidden_dims = 3)
 run("one_layer", model_args = one)
 run("one_layer_ckpt_accum", model_args = one, T = 5,

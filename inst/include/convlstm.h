@@ -676,7 +676,7 @@ const char *cl_device_name(cl_device d);
 void cl_pack_host(float *dst, const cl_host_array *src);
 void cl_unpack_host(cl_host_array *dst, const float *src);
 
-/* ---- saving and loading: safetensors files (core/checkpoint.c) ------- */
+/* ---- saving and loading: safetensors files (core/model_file_read.c) ------- */
 
 /* A model's file is safetensors (8-byte little-endian header length N, N
  * bytes of JSON, then the data), readable by PyTorch's safetensors and R

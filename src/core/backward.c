@@ -28,7 +28,7 @@ cl_status cl_zero(cl_model *m, void *p, size_t bytes) {
 
 /* Elements of one step of the last layer for b sequences. */
 static size_t top_step(const cl_model *m, int b) {
-  const cl_geom *g = &m->step.g;
+  const cl_schedule *g = &m->step.g;
   return (size_t)b * m->layer[m->cfg.n_layers - 1].hidden * g->H * g->W;
 }
 
@@ -58,7 +58,7 @@ static cl_status place_target(cl_model *m, const cl_source *a, cl_target target,
   *n = 0;
   if (target == CL_TARGET_SEQUENCE) {
     /* with a horizon K the target covers only the last K steps: zeros before */
-    const cl_geom *g = &m->step.g;
+    const cl_schedule *g = &m->step.g;
     int first = g->horizon ? g->T - g->horizon : 0, from = t0 > first ? t0 : first;
     if (from >= t0 + len) return cl_zero(m, dh, (size_t)len * bh * sizeof(float));
     if (from > t0) CL_TRY(cl_zero(m, dh, (size_t)(from - t0) * bh * sizeof(float)));
@@ -111,7 +111,7 @@ static cl_status backward_layer(cl_model *m, int l, int b, int len, int done, co
                                 const void *prev_h, const void *prev_c, int fresh_dc,
                                 int carry_in, int save_carry) {
   const cl_step *st = &m->step;
-  const cl_geom *g = &st->g;
+  const cl_schedule *g = &st->g;
   const cl_layer *L = &m->layer[l];
   const struct cl_backend_i *be = m->be->iface;
   cl_dtype t = g->dtype;
@@ -175,7 +175,7 @@ cl_status cl_backward_layer(cl_model *m, int l, int b, int len, const void *in,
 static cl_status chunk_grads(cl_model *m, int l, int b, int s0, int k, const void *in,
                              const void *prev_h) {
   const cl_step *st = &m->step;
-  const cl_geom *g = &st->g;
+  const cl_schedule *g = &st->g;
   const cl_layer *L = &m->layer[l];
   const struct cl_backend_i *be = m->be->iface;
   cl_dtype t = g->dtype;
@@ -211,7 +211,7 @@ static cl_status backward_layer_chunks(cl_model *m, int l, int b, int len, const
                                        const void *prev_h, const void *prev_c, int fresh_dc,
                                        int carry_in, int save_carry) {
   const cl_step *st = &m->step;
-  const cl_geom *g = &st->g;
+  const cl_schedule *g = &st->g;
   const cl_layer *L = &m->layer[l];
   const struct cl_backend_i *be = m->be->iface;
   cl_dtype t = g->dtype;
@@ -263,7 +263,7 @@ cl_status cl_backward_segment(cl_model *m, const cl_call *c, int b, int len, con
 /* Layer l's d loss / d h of fed-back step s in the ring (plan.c: one slot
  * when a single step is fed back, else two). */
 static float *ring_at(const cl_model *m, int l, int b, int s, int tin) {
-  const cl_geom *g = &m->step.g;
+  const cl_schedule *g = &m->step.g;
   size_t bh = (size_t)b * m->layer[l].hidden * g->H * g->W;
   return m->step.dh_roll[l] + (g->horizon > 2 ? (size_t)((s - tin) % 2) * bh : 0);
 }
@@ -280,7 +280,7 @@ static float *ring_at(const cl_model *m, int l, int b, int s, int tin) {
  * overwrites. */
 static cl_status roll_back_step(cl_model *m, const cl_call *c, int l, int b, int s, int tin) {
   const cl_step *st = &m->step;
-  const cl_geom *g = &st->g;
+  const cl_schedule *g = &st->g;
   const cl_layer *L = &m->layer[l];
   const struct cl_backend_i *be = m->be->iface;
   cl_dtype t = g->dtype;
@@ -313,7 +313,7 @@ static cl_status roll_back_step(cl_model *m, const cl_call *c, int l, int b, int
 cl_status cl_backward_free_run(cl_model *m, const cl_call *c, int b, const void *x,
                                void *const *prev_h, void *const *prev_c) {
   const cl_step *st = &m->step;
-  const cl_geom *g = &st->g;
+  const cl_schedule *g = &st->g;
   int top = m->cfg.n_layers - 1, tin = g->T - g->horizon + 1;
   size_t P = (size_t)g->H * g->W;
   for (int l = 0; l <= top; l++) /* one d_cell per layer (plan.c) */
@@ -344,7 +344,7 @@ static cl_status need_kept_forward(cl_model *m, const char *what) {
 cl_status cl_model_mse(cl_model *m, const cl_host_array *y, cl_target target, double *loss) {
   m->err[0] = '\0';
   CL_TRY(need_kept_forward(m, "the loss"));
-  const cl_geom *g = &m->step.g;
+  const cl_schedule *g = &m->step.g;
   CL_TRY(cl_check_target(m, y, target, "y", g->B, g->T, g->H, g->W));
   cl_source ys = cl_source_host(y);
   cl_call plain = cl_call_plain();
@@ -365,7 +365,7 @@ cl_status cl_model_backward(cl_model *m, cl_target target, const cl_host_array *
     return cl_fail(m, CL_E_STATE,
                    "backward already ran for this forward pass; run a new training forward");
   CL_TRY(need_kept_forward(m, "backward"));
-  const cl_geom *g = &m->step.g;
+  const cl_schedule *g = &m->step.g;
   if (grad) {
     float *at;
     size_t n;

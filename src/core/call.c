@@ -6,7 +6,7 @@
  * arguments, never from the model. The checks of arrays (cl_check_sequence,
  * cl_check_target) serve the separate forward, loss and backward too.
  */
-#include "plan.h" /* cl_geom_make; internal.h */
+#include "plan.h" /* cl_schedule_make; internal.h */
 
 #include <stdint.h>
 
@@ -130,8 +130,8 @@ cl_status cl_call_check_forecast(cl_model *m, const cl_host_array *x, const cl_h
 }
 
 cl_status cl_call_make(cl_model *m, const cl_source *x, int B, int T, int H, int W,
-                       const cl_step_options *opts, cl_geom *g, cl_call *c) {
-  CL_TRY(cl_geom_make(m, B, T, H, W, 1, opts, g));
+                       const cl_step_options *opts, cl_schedule *g, cl_call *c) {
+  CL_TRY(cl_schedule_make(m, B, T, H, W, 1, opts, g));
   CL_TRY(cl_state_check(m, opts, B, H, W));
   CL_TRY(cl_dropout_check(m, opts));
   if (g->horizon && !x->host)

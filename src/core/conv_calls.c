@@ -16,7 +16,7 @@
 
 typedef struct walk {
   const cl_model *m;
-  const cl_geom *g;
+  const cl_schedule *g;
   cl_conv_list *out;
 } walk;
 
@@ -71,7 +71,7 @@ static void fwd_steps(walk *w, int l, int b, int k, int first, int prev, int64_t
 
 /* recompute_gates: len steps in chunks of rc from step 0; the first
  * chunk k1 (the one with step 0), then `full` more of rc, then one of rem. */
-static void chunks_of(const cl_geom *g, int len, int *k1, int *full, int *rem) {
+static void chunks_of(const cl_schedule *g, int len, int *k1, int *full, int *rem) {
   *k1 = len < g->rc ? len : g->rc;
   *full = (len - *k1) / g->rc;
   *rem = (len - *k1) % g->rc;
@@ -137,7 +137,7 @@ static void bwd_segment(walk *w, int b, int len, int prev, int carry, int64_t x)
  * a fed-back step that reads the true frame sends no gradient into the
  * frame it replaced (layer 0's input). */
 static void free_run(walk *w, int b, int prev, const int *truth, int64_t x) {
-  const cl_geom *g = w->g;
+  const cl_schedule *g = w->g;
   int tin = g->T - g->horizon + 1, fed = g->horizon - 1, own = fed;
   for (int k = 0; truth && k < fed; k++) own -= truth[k] != 0;
   fwd_segment(w, b, tin, prev, x);
@@ -165,7 +165,7 @@ static void window(walk *w, int b, int len, int prev, int backward, int64_t x) {
 
 /* One micro-batch of b sequences, x of them: segments or windows. */
 static void micro_batch(walk *w, int b, cl_target target, const int *truth, int64_t x) {
-  const cl_geom *g = w->g;
+  const cl_schedule *g = w->g;
   int from = g->state != CL_STATE_ZERO, n = g->T / g->S + (g->T % g->S != 0);
   int last = g->T - (n - 1) * g->S;
   if (g->free_run) {
@@ -199,7 +199,7 @@ static void head(walk *w, cl_conv_dir d, int l, int64_t n, int64_t count) {
   add(w, d, l, 2, cl_conv_head(w->m, l, w->g, images_of(n)), n, count);
 }
 static void forecast(walk *w, int b, int64_t x) {
-  const cl_geom *g = w->g;
+  const cl_schedule *g = w->g;
   int L = cl_cfg_encoder_layers(&w->m->cfg), n = w->m->cfg.n_layers;
   int64_t kb = (int64_t)g->horizon * b;
   for (int l = 0; l < n; l++) fwd_layer(w, l, b, l < L ? g->T : g->horizon, l >= L, x);
@@ -218,7 +218,7 @@ static void forecast(walk *w, int b, int64_t x) {
 /* its prediction (forward.c, forecast_infer): the encoder over T steps,
  * the forecaster and the head over the horizon's */
 static void forecast_inference(walk *w) {
-  const cl_geom *g = w->g;
+  const cl_schedule *g = w->g;
   int L = cl_cfg_encoder_layers(&w->m->cfg);
   for (int l = 0; l < w->m->cfg.n_layers; l++) {
     int64_t steps = l < L ? g->T : g->horizon;
@@ -231,7 +231,7 @@ static void forecast_inference(walk *w) {
 /* inference (forward.c, infer_step): step by step over T steps and the
  * horizon's fed-back frames, each layer both halves over the batch */
 static void inference(walk *w) {
-  const cl_geom *g = w->g;
+  const cl_schedule *g = w->g;
   int64_t steps = (int64_t)g->T + (g->horizon > 1 ? g->horizon - 1 : 0);
   int from = g->state != CL_STATE_ZERO;
   for (int l = 0; l < w->m->cfg.n_layers; l++) {
@@ -240,7 +240,7 @@ static void inference(walk *w) {
   }
 }
 
-cl_status cl_conv_calls(const cl_model *m, const cl_geom *g, cl_target target, const int *truth,
+cl_status cl_conv_calls(const cl_model *m, const cl_schedule *g, cl_target target, const int *truth,
                         cl_conv_list *out) {
   walk w = {m, g, out};
   if (m->cfg.forecaster) {

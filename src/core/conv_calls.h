@@ -10,7 +10,7 @@
 #ifndef CONVLSTM_CORE_CONV_CALLS_H
 #define CONVLSTM_CORE_CONV_CALLS_H
 
-#include "internal.h" /* cl_model, cl_geom, cl_conv_shape */
+#include "internal.h" /* cl_model, cl_schedule, cl_conv_shape */
 
 typedef struct cl_conv_call {
   cl_conv_dir dir;
@@ -33,7 +33,7 @@ typedef struct cl_conv_list {
  * flags as cl_step_options.truth), or an inference forward (target and
  * truth unused). Appends to *out (zeroed by the caller). CL_E_OOM when the
  * list could not grow. */
-cl_status cl_conv_calls(const cl_model *m, const cl_geom *g, cl_target target, const int *truth,
+cl_status cl_conv_calls(const cl_model *m, const cl_schedule *g, cl_target target, const int *truth,
                         cl_conv_list *out);
 void cl_conv_list_free(cl_conv_list *l);
 

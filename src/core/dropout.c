@@ -50,7 +50,7 @@ cl_status cl_dropout_check(cl_model *m, const cl_step_options *o) {
 
 /* Rows b0.. of a host mask [B, G, C, H, W] into a device one [b, G, C, H, W]. */
 static cl_status put_rows(cl_model *m, float *dev, const float *host, int GC, int b0, int b) {
-  const cl_geom *g = &m->step.g;
+  const cl_schedule *g = &m->step.g;
   size_t row = (size_t)GC * g->H * g->W;
   /* through the backend's pinned stage, as x and y: a step recorded as a
    * CUDA graph replays the upload from there */
@@ -72,7 +72,7 @@ static cl_status fill_rows(cl_model *m, int l, int k, float *dev, const float *g
                            int b0, int b) {
   if (given) return put_rows(m, dev, given, GC, b0, b);
   const double p = k ? m->cfg.recurrent_dropout[l] : m->cfg.dropout[l];
-  const cl_geom *g = &m->step.g;
+  const cl_schedule *g = &m->step.g;
   cl_mask_draw d = draw_of(m->step.seed, l, k, p, (size_t)GC, (size_t)g->H * g->W, b0, b);
   CL_KERNEL(m, m->be->iface->mask_draw(m->be, &d, dev));
   return CL_OK;

@@ -19,7 +19,7 @@
  * before forecaster layer L + l: h[L + l], c[L + l]. */
 static void encoder_last(cl_model *m, int b, void **h, void **c) {
   const cl_step *st = &m->step;
-  const cl_geom *g = &st->g;
+  const cl_schedule *g = &st->g;
   int L = cl_cfg_encoder_layers(&m->cfg);
   for (int l = 0; l < L; l++) {
     size_t bh = (size_t)b * m->layer[l].hidden * g->H * g->W;
@@ -31,7 +31,7 @@ static void encoder_last(cl_model *m, int b, void **h, void **c) {
 /* Sequences b0.. of x through both stacks and the head. */
 static cl_status forward(cl_model *m, const cl_source *x, int b0, int b, void **h, void **c) {
   cl_step *st = &m->step;
-  const cl_geom *g = &st->g;
+  const cl_schedule *g = &st->g;
   int L = cl_cfg_encoder_layers(&m->cfg);
   cl_block all = {b0, b, 0, g->T};
   CL_TRY(cl_put_frames(m, st->x, g->dtype, x->host, all));
@@ -46,7 +46,7 @@ static cl_status forward(cl_model *m, const cl_source *x, int b0, int b, void **
 static cl_status loss(cl_model *m, const cl_call *c, const cl_source *y, int b0, int b, float ls,
                       double *acc) {
   const cl_step *st = &m->step;
-  const cl_geom *g = &st->g;
+  const cl_schedule *g = &st->g;
   size_t n = (size_t)g->horizon * b * cl_cfg_frame_dim(&m->cfg) * g->H * g->W;
   cl_block k = {b0, b, 0, g->horizon};
   CL_TRY(cl_put_frames(m, st->head_grad, CL_F32, y->host, k));
@@ -61,7 +61,7 @@ static cl_status loss(cl_model *m, const cl_call *c, const cl_source *y, int b0,
  * gradient kept for the encoder (d_cell serves the next layer). */
 static cl_status back_forecaster(cl_model *m, int l, int b, void **h, void **c) {
   const cl_step *st = &m->step;
-  const cl_geom *g = &st->g;
+  const cl_schedule *g = &st->g;
   const struct cl_backend_i *be = m->be->iface;
   int L = cl_cfg_encoder_layers(&m->cfg), top = l == m->cfg.n_layers - 1;
   cl_conv_shape s = cl_conv_head(m, l, g, g->horizon * b);
@@ -81,7 +81,7 @@ static cl_status back_forecaster(cl_model *m, int l, int b, void **h, void **c) 
  * dz) and of its initial c; the top encoder layer has no other. */
 static cl_status back_encoder(cl_model *m, int e, int b) {
   const cl_step *st = &m->step;
-  const cl_geom *g = &st->g;
+  const cl_schedule *g = &st->g;
   int L = cl_cfg_encoder_layers(&m->cfg);
   size_t bh = (size_t)b * m->layer[e].hidden * g->H * g->W;
   float *dh_last = st->dh[e] + (size_t)(g->T - 1) * bh;

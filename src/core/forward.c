@@ -14,7 +14,7 @@
  *    for two steps too when only the last states are wanted, so memory does
  *    not grow with the sequence.
  */
-#include "plan.h" /* cl_geom_make, cl_plan_build; internal.h */
+#include "plan.h" /* cl_schedule_make, cl_plan_build; internal.h */
 
 
 static const float *bias_of(const cl_model *m, const cl_layer *L) {
@@ -31,7 +31,7 @@ static const float *bias_of(const cl_model *m, const cl_layer *L) {
 cl_status cl_forward_steps(cl_model *m, int l, int b, int s0, int len, const void *in,
                            const void *prev_h, const void *prev_c, void *z) {
   const cl_step *st = &m->step;
-  const cl_geom *g = &st->g;
+  const cl_schedule *g = &st->g;
   const cl_layer *L = &m->layer[l];
   const struct cl_backend_i *be = m->be->iface;
   cl_dtype t = g->dtype;
@@ -71,7 +71,7 @@ cl_status cl_forward_steps(cl_model *m, int l, int b, int s0, int len, const voi
 static cl_status forward_layer(cl_model *m, int l, int b, int s0, int len, const void *in,
                                const void *prev_h, const void *prev_c) {
   const cl_step *st = &m->step;
-  const cl_geom *g = &st->g;
+  const cl_schedule *g = &st->g;
   if (!g->rc) {
     size_t bg = (size_t)b * 4 * m->layer[l].hidden * g->H * g->W;
     return cl_forward_steps(m, l, b, s0, len, in, prev_h, prev_c,
@@ -98,7 +98,7 @@ cl_status cl_forward_segment(cl_model *m, int b, int len, const void *x, void *c
 }
 
 cl_status cl_head_forward(cl_model *m, int n, void *const *h, void *out) {
-  const cl_geom *g = &m->step.g;
+  const cl_schedule *g = &m->step.g;
   const cl_layer *H = cl_head(m);
   int f0 = cl_cfg_encoder_layers(&m->cfg);
   for (int l = f0; l < m->cfg.n_layers; l++) {
@@ -118,7 +118,7 @@ cl_status cl_head_forward(cl_model *m, int n, void *const *h, void *out) {
 cl_status cl_forward_free_run(cl_model *m, const cl_call *c, int b, void *x,
                               void *const *prev_h, void *const *prev_c) {
   const cl_step *st = &m->step;
-  const cl_geom *g = &st->g;
+  const cl_schedule *g = &st->g;
   int top = m->cfg.n_layers - 1, tin = g->T - g->horizon + 1;
   size_t frame = (size_t)b * m->cfg.input_dim * g->H * g->W; /* == the last layer's h */
   CL_TRY(cl_forward_segment(m, b, tin, x, prev_h, prev_c));
@@ -149,7 +149,7 @@ cl_status cl_save_segment_end(cl_model *m, int b, int len, void *const *dst_h,
 }
 
 /* Inference, step-major; h slot of step s in layer l's buffer. */
-static size_t hid_slot(const cl_geom *g, int s) {
+static size_t hid_slot(const cl_schedule *g, int s) {
   return g->outputs == CL_OUTPUTS_ALL ? (size_t)s : (size_t)(s % 2);
 }
 
@@ -158,7 +158,7 @@ static size_t hid_slot(const cl_geom *g, int s) {
 static cl_status infer_layers(cl_model *m, int lo, int hi, int s, const void *x_s,
                               void *const *ih, void *const *ic) {
   const cl_step *st = &m->step;
-  const cl_geom *g = &st->g;
+  const cl_schedule *g = &st->g;
   const struct cl_backend_i *be = m->be->iface;
   cl_dtype t = g->dtype;
   size_t P = (size_t)g->H * g->W;
@@ -198,7 +198,7 @@ static cl_status infer_step(cl_model *m, int s, const void *x_s, void *const *ih
  * cl_model_read_frames shuffles them back). */
 static cl_status forecast_infer(cl_model *m, const cl_host_array *x) {
   const cl_step *st = &m->step;
-  const cl_geom *g = &st->g;
+  const cl_schedule *g = &st->g;
   cl_dtype t = g->dtype;
   int L = cl_cfg_encoder_layers(&m->cfg);
   size_t P = (size_t)g->H * g->W, frame = (size_t)g->B * cl_cfg_frame_dim(&m->cfg) * P;
@@ -226,7 +226,7 @@ static cl_status forecast_infer(cl_model *m, const cl_host_array *x) {
  * each next one is the h after a step whose input is the frame before. */
 static cl_status roll_forward(cl_model *m, void *const *ih, void *const *ic) {
   const cl_step *st = &m->step;
-  const cl_geom *g = &st->g;
+  const cl_schedule *g = &st->g;
   cl_dtype t = g->dtype;
   size_t frame = (size_t)g->B * m->cfg.input_dim * g->H * g->W; /* == last layer's h */
   size_t bytes = frame * cl_dtype_size(t);
@@ -271,8 +271,8 @@ cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training,
   if (opts && opts->state_mode == CL_STATE_CARRY)
     return cl_fail(m, CL_E_INVALID, "state = \"carry\" applies to train_step only");
   int B = x->dims[0], T = x->dims[1], p = cl_cfg_patch(&m->cfg);
-  cl_geom g;
-  CL_TRY(cl_geom_make(m, B, T, x->dims[3] / p, x->dims[4] / p, training, opts, &g));
+  cl_schedule g;
+  CL_TRY(cl_schedule_make(m, B, T, x->dims[3] / p, x->dims[4] / p, training, opts, &g));
   CL_TRY(cl_state_check(m, opts, B, x->dims[3], x->dims[4]));
   m->phase = CL_PHASE_NONE;
   CL_TRY(cl_step_prepare(m, &g));
@@ -321,7 +321,7 @@ static cl_status check_read(cl_model *m, int layer, const cl_host_array *out, in
     return cl_fail(m, CL_E_INVALID, "layer %d does not exist (1..%d)", layer + 1, m->cfg.n_layers);
   if (ndim == 5 && !st->g.training && st->g.outputs != CL_OUTPUTS_ALL)
     return cl_fail(m, CL_E_STATE, "this forward pass kept only the last states");
-  const cl_geom *g = &st->g;
+  const cl_schedule *g = &st->g;
   int want[5] = {g->B, g->T, m->layer[layer].hidden, g->H, g->W};
   if (ndim == 4) { /* drop T */
     want[1] = want[2]; want[2] = want[3]; want[3] = want[4];
@@ -341,7 +341,7 @@ cl_status cl_model_read_output(cl_model *m, int layer, cl_host_array *out) {
 
 cl_status cl_model_read_state(cl_model *m, int layer, int which, cl_host_array *out) {
   CL_TRY(check_read(m, layer, out, 4));
-  const cl_geom *g = &m->step.g;
+  const cl_schedule *g = &m->step.g;
   size_t bh = (size_t)g->B * m->layer[layer].hidden * g->H * g->W;
   /* an inference rollout ran horizon - 1 steps after x (a training horizon
    * is inside T already) */
@@ -356,7 +356,7 @@ cl_status cl_model_read_state(cl_model *m, int layer, int which, cl_host_array *
 }
 
 cl_status cl_model_read_frames(cl_model *m, cl_host_array *out) {
-  const cl_geom *g = &m->step.g;
+  const cl_schedule *g = &m->step.g;
   if (m->phase != CL_PHASE_INFERENCE || g->horizon < 1)
     return cl_fail(m, CL_E_STATE, "no forward with a horizon has run");
   int p = cl_cfg_patch(&m->cfg);

@@ -37,7 +37,7 @@ typedef struct cl_layer {
  * w_ci, w_cf, w_co (with peepholes); a layer with two different kernels has
  * conv_x.weight, conv_x.bias (with bias), conv_h.weight in place of the
  * first two. Names, torch shapes and the flat layout (model.c) all follow
- * it; checkpoint.c reads files by it. */
+ * it; model_file_read.c reads files by it. */
 typedef enum cl_tensor_role {
   CL_TR_WEIGHT = 0, /* both halves in one torch tensor (equal kernels) */
   CL_TR_BIAS,
@@ -148,7 +148,7 @@ static inline int cl_cfg_split(const cl_config *c, int l) {
  *  - accumulation: micro-batches of Bm sequences (the last may be smaller).
  *  - inference: step-major, x uploaded step by step, c kept for two steps,
  *    h for two steps too when only last states are asked for. */
-typedef struct cl_geom {
+typedef struct cl_schedule {
   int B, T, H, W;
   int training;
   int Bm;    /* sequences held at once: the micro-batch */
@@ -174,8 +174,8 @@ typedef struct cl_geom {
                           target on one layer, where only the last step receives
                           the loss's gradient and nothing comes from above, so
                           each step's flows back through one buffer (backward.c
-                          dh_at; cl_geom_target) */
-} cl_geom;
+                          dh_at; cl_schedule_target) */
+} cl_schedule;
 
 /* Layer L's two convolutions over n images at g's frame size and storage
  * type: the input half (in -> 4h channels, kernel kh x kw) and the hidden
@@ -184,13 +184,13 @@ typedef struct cl_geom {
  * masked copies side by side (4 in or 4 h channels), each gate's weight rows
  * on its own copy. The one place a layer's convolution geometry is written
  * down. */
-static inline cl_conv_shape cl_conv_input_half(const cl_layer *L, const cl_geom *g, int n) {
+static inline cl_conv_shape cl_conv_input_half(const cl_layer *L, const cl_schedule *g, int n) {
   int G = g->training ? L->groups_x : 1;
   cl_conv_shape s = {n,     G * L->in, g->H,     g->W, 4 * L->hidden, L->kh, L->kw, L->dh,
                      L->dw, g->dtype,  G};
   return s;
 }
-static inline cl_conv_shape cl_conv_hidden_half(const cl_layer *L, const cl_geom *g, int n) {
+static inline cl_conv_shape cl_conv_hidden_half(const cl_layer *L, const cl_schedule *g, int n) {
   int G = g->training ? L->groups_h : 1;
   cl_conv_shape s = {n,     G * L->hidden, g->H,     g->W, 4 * L->hidden, L->rkh, L->rkw, L->dh,
                      L->dw, g->dtype,      G};
@@ -249,7 +249,7 @@ static inline cl_conv_shape cl_conv_hidden_half(const cl_layer *L, const cl_geom
   /* d loss / d layer output [S, Bm, max h, H, W], one buffer for every layer              \
    * in turn (backward.c); the last layer's also receives the target, which                \
    * the loss kernel turns into its gradient in place; [1, Bm, h, H, W] with               \
-   * cl_geom.dh_one */                                                                     \
+   * cl_schedule.dh_one */                                                                     \
   ROW(DH, dh, "d_hidden", NULL, LAYER, F32)                                                \
   /* d loss / d c, one step [Bm, h, H, W]; one buffer of the largest h unless              \
    * checkpoint segments interleave layers, then one per layer */                          \
@@ -313,7 +313,7 @@ static inline int cl_buf_is_step(int kind) { return kind >= CL_BUF_X; }
 #define CL_BUF_FIELD_(kind, field, name, other, per, dt) CL_BUF_CTYPE_##dt *field CL_BUF_DIM_##per;
 typedef struct cl_step {
   int valid;
-  cl_geom g;
+  cl_schedule g;
   cl_plan plan;
   CL_STEP_BUFFERS(CL_BUF_FIELD_)
   int outputs_kept; /* the buffers hold the whole call's outputs and states */
@@ -358,7 +358,7 @@ struct cl_model {
   int held_B, held_H, held_W;
   cl_dtype held_dtype;
   int64_t opt_steps;
-  double grad_norm; /* before clipping, of the last step that measured it (clip.c); else NaN */
+  double grad_norm; /* before clipping, of the last step that measured it (grad_norm.c); else NaN */
   cl_step step;
   void *be_scratch; /* the backend's scratch_bytes, workspace, held for the model's life */
   void *arena; /* reserved for step buffers; outlives any one step's plan */
@@ -385,7 +385,7 @@ struct cl_model {
  * params.c), so that each layer's part is a convolution of its own. */
 static inline const cl_layer *cl_head(const cl_model *m) { return &m->layer[m->cfg.n_layers]; }
 /* Forecaster layer l's part of the head over n images: h_l -> C p p, 1x1. */
-static inline cl_conv_shape cl_conv_head(const cl_model *m, int l, const cl_geom *g, int n) {
+static inline cl_conv_shape cl_conv_head(const cl_model *m, int l, const cl_schedule *g, int n) {
   cl_conv_shape s = {n, m->layer[l].hidden, g->H, g->W, cl_cfg_frame_dim(&m->cfg), 1, 1, 1, 1,
                      g->dtype, 1};
   return s;
@@ -401,7 +401,7 @@ static inline size_t cl_head_offset(const cl_model *m, int l) {
 /* Layer L's fused cell over n images at g's frame size: the one place its
  * shape (and which peepholes it has) is written down. */
 static inline cl_gates_shape cl_cell_shape(const cl_model *m, const cl_layer *L,
-                                           const cl_geom *g, int n) {
+                                           const cl_schedule *g, int n) {
   cl_gates_shape s = {n, L->hidden, g->H * g->W, g->dtype, (cl_peephole)m->cfg.peephole};
   return s;
 }
@@ -453,7 +453,7 @@ int cl_os_process_memory(size_t *rss, size_t *hwm, char *why, size_t whylen);
  * CONVLSTM_GUARD=1, beyond the buffer's alignment padding (which is guarded
  * too); 0 otherwise. plan.c places them, step.c fills and checks them. */
 #define CL_GUARD_BYTES 256
-cl_status cl_step_prepare(cl_model *m, const cl_geom *g);
+cl_status cl_step_prepare(cl_model *m, const cl_schedule *g);
 /* Every guard band still holds its canary; else CL_E_INTERNAL naming the
  * buffer written past. Nothing to check without guards. */
 cl_status cl_guard_check(cl_model *m);
@@ -529,7 +529,7 @@ static inline cl_call cl_call_plain(void) {
 /* Whether fed-back step s (T - horizon + 1 <= s < T of g) of a
  * free-running step reads the true frame, which train.c put in x's slot
  * (scheduled sampling), instead of the last layer's h of the step before. */
-static inline int cl_reads_truth(const cl_call *c, const cl_geom *g, int s) {
+static inline int cl_reads_truth(const cl_call *c, const cl_schedule *g, int s) {
   return c->truth && c->truth[s - (g->T - g->horizon + 1)];
 }
 
@@ -635,7 +635,7 @@ const char *cl_optim_kind_title(cl_optim_kind k);
  * (zeros) before the step arena; cl_state_upload: the given state into the
  * step buffers once they exist. */
 cl_status cl_state_check(cl_model *m, const cl_step_options *o, int B, int H, int W);
-cl_status cl_state_prepare(cl_model *m, const cl_geom *g);
+cl_status cl_state_prepare(cl_model *m, const cl_schedule *g);
 cl_status cl_state_upload(cl_model *m, const cl_step_options *o);
 /* The state before step 0 of sequences b0.. of the current step: 1 with
  * per-layer pointers in h, c, or 0 for zeros. */
@@ -724,7 +724,7 @@ cl_status cl_call_check_arrays(cl_model *m, const cl_host_array *x, const cl_hos
                                cl_target target, const cl_optim *opt,
                                const cl_step_options *opts, int *shape);
 cl_status cl_call_make(cl_model *m, const cl_source *x, int B, int T, int H, int W,
-                       const cl_step_options *opts, cl_geom *g, cl_call *c);
+                       const cl_step_options *opts, cl_schedule *g, cl_call *c);
 
 /* forecast.c: an encoder-forecaster's training over sequences b0..b0+b-1
  * of its step (g.T input frames of x, g.horizon target frames of y, host

@@ -5,7 +5,7 @@
  * step.c, forward.c and backward.c.
  */
 #include "conv_calls.h" /* cl_conv_calls */
-#include "plan.h"       /* cl_geom_make, cl_plan_build; internal.h */
+#include "plan.h"       /* cl_schedule_make, cl_plan_build; internal.h */
 
 #include <math.h> /* NAN */
 #include <stdarg.h>
@@ -363,8 +363,8 @@ cl_status cl_model_set_memory_limit(cl_model *m, size_t bytes) {
  * horizon steps (training and inference alike), and a schedule it does
  * not run is refused as its train_step refuses it (call.c). */
 static cl_status public_geom(cl_model *m, int B, int T, int H, int W, int training,
-                             const cl_step_options *o, cl_geom *g) {
-  if (!m->cfg.forecaster) return cl_geom_make(m, B, T, H, W, training, o, g);
+                             const cl_step_options *o, cl_schedule *g) {
+  if (!m->cfg.forecaster) return cl_schedule_make(m, B, T, H, W, training, o, g);
   int p = cl_cfg_patch(&m->cfg);
   if (H < 1 || W < 1 || H % p || W % p)
     return cl_fail(m, CL_E_INVALID, "frames of %d x %d pixels: the patch size %d must divide both",
@@ -377,15 +377,15 @@ static cl_status public_geom(cl_model *m, int B, int T, int H, int W, int traini
     return cl_fail(m, CL_E_UNSUPPORTED,
                    "an encoder-forecaster does not support checkpoint, tbptt, recompute_gates, "
                    "accumulation_steps, free running, given or carried states or a loss weight");
-  return cl_geom_make(m, B, T, H / p, W / p, training, o, g);
+  return cl_schedule_make(m, B, T, H / p, W / p, training, o, g);
 }
 
 cl_status cl_model_plan(cl_model *m, int B, int T, int H, int W, int training,
                         const cl_optim *opt, const cl_step_options *opts, cl_plan *out) {
   memset(out, 0, sizeof *out);
-  cl_geom g;
+  cl_schedule g;
   CL_TRY(public_geom(m, B, T, H, W, training, opts, &g));
-  if (opts && opts->plan_target) cl_geom_target(m, (cl_target)(opts->plan_target - 1), &g);
+  if (opts && opts->plan_target) cl_schedule_target(m, (cl_target)(opts->plan_target - 1), &g);
   char err[CL_ERRMSG_LEN];
   cl_status st = cl_plan_build(m, &g, opt, out, err, sizeof err);
   if (st != CL_OK) return cl_fail(m, st, "%s", err);
@@ -397,7 +397,7 @@ cl_status cl_model_conv_calls(cl_model *m, int B, int T, int H, int W, int train
                               cl_conv_call_info **out, int *n) {
   *out = NULL;
   *n = 0;
-  cl_geom g;
+  cl_schedule g;
   CL_TRY(public_geom(m, B, T, H, W, training, opts, &g));
   cl_conv_list l = {0};
   cl_status st = cl_conv_calls(m, &g, target, opts ? opts->truth : NULL, &l);

@@ -18,8 +18,8 @@
  * into as many micro-batches, and divide by the zero it wraps to */
 static int ceil_div(int a, int b) { return a / b + (a % b != 0); }
 
-cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
-                       const cl_step_options *o, cl_geom *g) {
+cl_status cl_schedule_make(cl_model *m, int B, int T, int H, int W, int training,
+                       const cl_step_options *o, cl_schedule *g) {
   static const cl_step_options none;
   if (!o) o = &none;
   memset(g, 0, sizeof *g);
@@ -104,7 +104,7 @@ cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
   return CL_OK;
 }
 
-void cl_geom_target(const cl_model *m, cl_target target, cl_geom *g) {
+void cl_schedule_target(const cl_model *m, cl_target target, cl_schedule *g) {
   /* a layer below would read the whole sequence of its d_hidden, and a
    * horizon (sequence targets only) fills every step of it */
   g->dh_one = g->training && target == CL_TARGET_LAST_STATE && m->cfg.n_layers == 1 &&
@@ -195,7 +195,7 @@ static size_t ws_of(plan_builder *b, const cl_model *m, size_t cur, cl_conv_shap
  * target: a sequence target's calls include a last-state target's (tbptt
  * runs every window backward, not only the last), and without scheduled
  * sampling's flags every fed-back frame is the model's own. */
-static size_t plan_workspace(plan_builder *b, const cl_model *m, const cl_geom *g) {
+static size_t plan_workspace(plan_builder *b, const cl_model *m, const cl_schedule *g) {
   size_t ws = 0;
   cl_conv_list calls = {0};
   if (cl_conv_calls(m, g, CL_TARGET_SEQUENCE, NULL, &calls) != CL_OK) b->overflow = 1;
@@ -207,7 +207,7 @@ static size_t plan_workspace(plan_builder *b, const cl_model *m, const cl_geom *
   return ws;
 }
 
-static void plan_model_buffers(plan_builder *b, const struct cl_model *m, const cl_geom *g,
+static void plan_model_buffers(plan_builder *b, const struct cl_model *m, const cl_schedule *g,
                                const cl_optim *opt) {
   int training = g->training;
   size_t pb = nbytes(b, sizeof(float), m->n_params, 1, 1, 1);
@@ -235,7 +235,7 @@ static void plan_model_buffers(plan_builder *b, const struct cl_model *m, const 
 }
 
 /* A given initial state: h and c of every layer for the whole batch. */
-static void plan_given_state(plan_builder *b, const struct cl_model *m, const cl_geom *g) {
+static void plan_given_state(plan_builder *b, const struct cl_model *m, const cl_schedule *g) {
   if (g->state != CL_STATE_GIVEN) return;
   size_t e = cl_dtype_size(g->dtype), P = (size_t)g->H * g->W;
   for (int l = 0; l < m->cfg.n_layers; l++) {
@@ -273,7 +273,7 @@ int cl_dh_layout(const cl_model *m, int *at) {
   return need;
 }
 
-static void plan_inference(plan_builder *b, const struct cl_model *m, const cl_geom *g) {
+static void plan_inference(plan_builder *b, const struct cl_model *m, const cl_schedule *g) {
   size_t e = cl_dtype_size(g->dtype), P = (size_t)g->H * g->W, B = (size_t)g->B;
   add(b, CL_BUF_X, -1, CL_MEM_DATA, nbytes(b, e, B, (size_t)cl_cfg_frame_dim(&m->cfg), P, 1));
   add(b, CL_BUF_GATES, -1, CL_MEM_WORKSPACE, nbytes(b, e, B, 4 * (size_t)max_hidden(m), P, 1));
@@ -302,7 +302,7 @@ static void plan_inference(plan_builder *b, const struct cl_model *m, const cl_g
  * copies' gradients before they are gathered; layer 0's input has none).
  * Measured against what the step touches in
  * tests/testthat/test-memory-measured.R. */
-static void plan_dropout(plan_builder *b, const struct cl_model *m, const cl_geom *g) {
+static void plan_dropout(plan_builder *b, const struct cl_model *m, const cl_schedule *g) {
   size_t e = cl_dtype_size(g->dtype), f = sizeof(float), P = (size_t)g->H * g->W;
   size_t Bm = (size_t)g->Bm, S = (size_t)g->S, most = 0;
   size_t h_steps = S > 1 ? S - 1 : 1;
@@ -341,7 +341,7 @@ static void plan_dropout(plan_builder *b, const struct cl_model *m, const cl_geo
  * forecaster's horizon), one d_hidden and one d_cell for the layers in
  * turn, each encoder layer's handed-over d_cell, the head's output and its
  * target-then-gradient. */
-static void plan_forecast(plan_builder *b, const struct cl_model *m, const cl_geom *g) {
+static void plan_forecast(plan_builder *b, const struct cl_model *m, const cl_schedule *g) {
   size_t e = cl_dtype_size(g->dtype), f = sizeof(float), P = (size_t)g->H * g->W;
   size_t Bm = (size_t)g->Bm, T = (size_t)g->T, K = (size_t)g->horizon;
   size_t C = (size_t)cl_cfg_frame_dim(&m->cfg), hmax = (size_t)max_hidden(m);
@@ -361,7 +361,7 @@ static void plan_forecast(plan_builder *b, const struct cl_model *m, const cl_ge
   add(b, CL_BUF_HEAD_GRAD, -1, CL_MEM_WORKSPACE, nbytes(b, f, K, Bm, C, P));
 }
 
-static void plan_training(plan_builder *b, const struct cl_model *m, const cl_geom *g) {
+static void plan_training(plan_builder *b, const struct cl_model *m, const cl_schedule *g) {
   if (m->cfg.forecaster) {
     plan_forecast(b, m, g);
     return;
@@ -443,7 +443,7 @@ static void place_in_arena(plan_builder *b, size_t guard) {
   if (p->reserved < at) b->overflow = 1;
 }
 
-cl_status cl_plan_build(const cl_model *m, const cl_geom *g, const cl_optim *opt, cl_plan *out,
+cl_status cl_plan_build(const cl_model *m, const cl_schedule *g, const cl_optim *opt, cl_plan *out,
                         char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   plan_builder b = {out, 0, 0, CL_OK};

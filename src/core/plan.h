@@ -8,14 +8,14 @@
 #ifndef CONVLSTM_CORE_PLAN_H
 #define CONVLSTM_CORE_PLAN_H
 
-#include "internal.h" /* cl_model, cl_geom */
+#include "internal.h" /* cl_model, cl_schedule */
 
 /* The geometry of a call from its shape and options (checked). */
-cl_status cl_geom_make(cl_model *m, int B, int T, int H, int W, int training,
-                       const cl_step_options *o, cl_geom *g);
-/* A training step's target, where the plan depends on it (cl_geom.dh_one):
+cl_status cl_schedule_make(cl_model *m, int B, int T, int H, int W, int training,
+                       const cl_step_options *o, cl_schedule *g);
+/* A training step's target, where the plan depends on it (cl_schedule.dh_one):
  * train_step's, or the one cl_model_plan is asked for. */
-void cl_geom_target(const cl_model *m, cl_target target, cl_geom *g);
+void cl_schedule_target(const cl_model *m, cl_target target, cl_schedule *g);
 /* Fills *out (entries malloc'ed; free with cl_plan_free). opt may be NULL:
  * then the optimizer state the model holds, if any, is planned. Fails, with
  * the reason in err, with CL_E_INVALID when sizes overflow, or with the
@@ -27,7 +27,7 @@ size_t cl_state_bytes(const cl_model *m, int B, int H, int W, cl_dtype t);
  * (at[l], in units of S * Bm * H * W floats) and the channels per step the
  * buffer holds (plan.c). */
 int cl_dh_layout(const cl_model *m, int *at);
-cl_status cl_plan_build(const cl_model *m, const cl_geom *g, const cl_optim *opt, cl_plan *out,
+cl_status cl_plan_build(const cl_model *m, const cl_schedule *g, const cl_optim *opt, cl_plan *out,
                         char *err, size_t errlen);
 
 #endif

@@ -16,7 +16,7 @@
  * dtypes, shapes, offsets, sizes and their overflow, duplicate names), and
  * every failure is a message, never a crash. What convlstm keeps in the
  * container (architecture, optimizer, which tensors a model needs) is
- * checkpoint.c's; a libFuzzer target (tests/fuzz/) drives both.
+ * model_file_read.c's; a libFuzzer target (tests/fuzz/) drives both.
  *
  * It is not a general safetensors library: it reads floating tensors only
  * (other dtypes are known by name and refused by the caller), and writes

@@ -3,7 +3,7 @@
  * and checked into a table of tensors and a table of metadata, its tensors'
  * elements read as float32, and what writing one takes (a header built
  * piece by piece, float32 data, the atomic temp-file write). See
- * safetensors.c; what convlstm keeps in the container is checkpoint.c's.
+ * safetensors.c; what convlstm keeps in the container is model_file_read.c's.
  */
 #ifndef CONVLSTM_CORE_SAFETENSORS_H
 #define CONVLSTM_CORE_SAFETENSORS_H

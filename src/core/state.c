@@ -94,7 +94,7 @@ cl_status cl_state_check(cl_model *m, const cl_step_options *o, int B, int H, in
   return CL_OK;
 }
 
-cl_status cl_state_prepare(cl_model *m, const cl_geom *g) {
+cl_status cl_state_prepare(cl_model *m, const cl_schedule *g) {
   if (g->state != CL_STATE_CARRY) return CL_OK;
   if (m->held && m->held_dtype == g->dtype) return CL_OK;
   cl_state_free(m); /* another storage type: set_dtype gives it back already */
@@ -138,7 +138,7 @@ static void *held_at(cl_model *m, int l, int w, int b0) {
 
 int cl_state_initial(cl_model *m, int b0, void **h, void **c) {
   const cl_step *st = &m->step;
-  const cl_geom *g = &st->g;
+  const cl_schedule *g = &st->g;
   if (g->state == CL_STATE_ZERO) return 0;
   for (int l = 0; l < m->cfg.n_layers; l++) {
     if (g->state == CL_STATE_CARRY) {

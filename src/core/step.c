@@ -8,7 +8,7 @@
  * nothing of the new step stays reserved and the model remains usable with a
  * smaller shape.
  */
-#include "plan.h" /* cl_geom_make, cl_plan_build; internal.h */
+#include "plan.h" /* cl_schedule_make, cl_plan_build; internal.h */
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -176,7 +176,7 @@ static void bind_view(cl_step *st, const cl_plan_entry *e, void *p) {
 
 /* recompute_gates: each layer's d_hidden at its place in the one buffer
  * (cl_dh_layout). */
-static void place_dh(cl_model *m, const cl_geom *g) {
+static void place_dh(cl_model *m, const cl_schedule *g) {
   cl_step *st = &m->step;
   int at[CL_MAX_LAYERS];
   cl_dh_layout(m, at);
@@ -197,7 +197,7 @@ static cl_status ensure_arena(cl_model *m, size_t bytes) {
   return CL_OK;
 }
 
-cl_status cl_step_prepare(cl_model *m, const cl_geom *g) {
+cl_status cl_step_prepare(cl_model *m, const cl_schedule *g) {
   if (g->training) CL_TRY(cl_grads_ensure(m));
   cl_step *st = &m->step;
   if (st->valid && memcmp(&st->g, g, sizeof *g) == 0) return CL_OK;

@@ -2,7 +2,7 @@
  * core/tensors.c -- the one table of a configuration's named tensors: which
  * tensors a layer has, in state-dict order, their torch names and shapes.
  * model.c lays the flat parameter buffer out by it, params.c names and
- * converts by it, checkpoint.c reads and writes files by it, so a name or
+ * converts by it, model_file_read.c reads and writes files by it, so a name or
  * a shape is written down here only.
  *
  * Not here: where a tensor lives in the flat buffer (model.c) or how it is

@@ -14,7 +14,7 @@
  *    drew (the call's truth: put_truth puts the true ones in x first);
  *  - float16: the loss scaled up for backward, the gradients unscaled and
  *    checked before the update, which is skipped on inf/NaN (GradScaler);
- *  - max_grad_norm: the gradients clipped by their global norm (clip.c)
+ *  - max_grad_norm: the gradients clipped by their global norm (grad_norm.c)
  *    after unscaling, before the update and its guard;
  *  - data parallel (dist.c): each layer's gradients summed over the ranks
  *    from the last backward pass on, waited for, and the loss summed, before
@@ -29,7 +29,7 @@
  * A backend may record that stream as one graph and replay it (graph_begin,
  * graph_end: CUDA graphs); the core calls the same slots either way.
  */
-#include "plan.h" /* cl_geom_make, cl_plan_build; internal.h */
+#include "plan.h" /* cl_schedule_make, cl_plan_build; internal.h */
 
 #include <math.h>
 #include <stdio.h>
@@ -55,14 +55,14 @@ void cl_scaler_reset(cl_loss_scale *s) {
   s->skipped_in_a_row = 0;
 }
 
-static int seg_len(const cl_geom *g, int s) {
+static int seg_len(const cl_schedule *g, int s) {
   int left = g->T - s * g->S;
   return left < g->S ? left : g->S;
 }
 
 /* Share of the whole batch's loss elements held by b sequences, steps t0 ..
  * t0 + len - 1 (with a horizon, only its last steps have a target). */
-static double share_of(const cl_geom *g, cl_target tg, int b, int t0, int len) {
+static double share_of(const cl_schedule *g, cl_target tg, int b, int t0, int len) {
   if (tg != CL_TARGET_SEQUENCE) return (double)b / g->B;
   int first = g->horizon ? g->T - g->horizon : 0, from = t0 > first ? t0 : first;
   int steps = t0 + len > from ? t0 + len - from : 0;
@@ -84,7 +84,7 @@ static void ckpt_slot(cl_model *m, int b, int s, void **h, void **c) {
  * copies the model's own frame into the others' slots. */
 static cl_status put_truth(cl_model *m, const cl_call *c, const cl_source *y, int b0, int b) {
   cl_step *st = &m->step;
-  const cl_geom *g = &st->g;
+  const cl_schedule *g = &st->g;
   int tin = g->T - g->horizon + 1;
   size_t frame = (size_t)b * m->cfg.input_dim * g->H * g->W;
   for (int s = tin; s < g->T; s++) {
@@ -100,7 +100,7 @@ static cl_status put_truth(cl_model *m, const cl_call *c, const cl_source *y, in
 static cl_status run_segments(cl_model *m, cl_call *c, const cl_source *x, const cl_source *y,
                               cl_target tg, int b0, int b, float ls, int final, double *acc) {
   cl_step *st = &m->step;
-  const cl_geom *g = &st->g;
+  const cl_schedule *g = &st->g;
   size_t xstep = (size_t)b * m->cfg.input_dim * g->H * g->W;
   void *ph[CL_MAX_LAYERS], *pc[CL_MAX_LAYERS], *eh[CL_MAX_LAYERS], *ec[CL_MAX_LAYERS];
   void *ih[CL_MAX_LAYERS], *ic[CL_MAX_LAYERS];
@@ -152,7 +152,7 @@ static cl_status run_segments(cl_model *m, cl_call *c, const cl_source *x, const
 static cl_status run_windows(cl_model *m, cl_call *c, const cl_source *x, const cl_source *y,
                              cl_target tg, int b0, int b, float ls, int final, double *acc) {
   cl_step *st = &m->step;
-  const cl_geom *g = &st->g;
+  const cl_schedule *g = &st->g;
   int nwin = (g->T + g->S - 1) / g->S;
   void *ih[CL_MAX_LAYERS], *ic[CL_MAX_LAYERS];
   int from = cl_state_initial(m, b0, ih, ic);
@@ -216,7 +216,7 @@ static cl_status scaler_update(cl_model *m, const cl_optim *opt, const cl_step_v
 static cl_status step_launches(cl_model *m, cl_call *c, const cl_source *x, const cl_source *y,
                                cl_target target, float ls, const cl_update_args *u,
                                const cl_step_options *opts) {
-  const cl_geom *g = &m->step.g;
+  const cl_schedule *g = &m->step.g;
   cl_step_vals *v = cl_vals(m);
   CL_TRY(cl_model_zero_grad(m));
   CL_TRY(cl_vals_zero(m));
@@ -259,10 +259,10 @@ static cl_status launch_step(cl_model *m, cl_call *c, const cl_source *x, const 
 }
 
 static cl_status train_step(cl_model *m, cl_call *c, const cl_source *x, const cl_source *y,
-                            cl_target target, const cl_optim *opt, const cl_geom *gp,
+                            cl_target target, const cl_optim *opt, const cl_schedule *gp,
                             const cl_step_options *opts, double *loss) {
   double max_norm = opts ? opts->max_grad_norm : 0;
-  const cl_geom g = *gp;
+  const cl_schedule g = *gp;
   m->grad_norm = NAN; /* until this step's norm is read */
   CL_TRY(cl_step_prepare(m, &g));
   CL_TRY(cl_state_upload(m, opts));
@@ -316,10 +316,10 @@ cl_status cl_model_train_step(cl_model *m, const cl_host_array *x, const cl_host
 cl_status cl_train_sources(cl_model *m, const cl_source *x, const cl_source *y, cl_target target,
                            int B, int T, int H, int W, const cl_optim *opt,
                            const cl_step_options *opts, double *loss) {
-  cl_geom g;
+  cl_schedule g;
   cl_call c;
   CL_TRY(cl_call_make(m, x, B, T, H, W, opts, &g, &c));
-  cl_geom_target(m, target, &g);
+  cl_schedule_target(m, target, &g);
   m->phase = CL_PHASE_NONE;
   /* every model buffer before the step's arena, so that nothing is
    * allocated once the step has begun; a state made for a step that fails

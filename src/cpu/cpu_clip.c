@@ -1,7 +1,7 @@
 /*
  * cpu/cpu_clip.c -- the CPU backend's sum_squares (backend.h): the squared
  * L2 norm of the flat gradient buffer that gradient clipping needs
- * (core/clip.c). Summed in double, chunk by chunk in a fixed order per
+ * (core/grad_norm.c). Summed in double, chunk by chunk in a fixed order per
  * thread count (cpu_sum.c), so a norm is the same from run to run.
  */
 #include "cpu_kernels.h"

@@ -1,7 +1,7 @@
 /*
  * cuda/cuda_clip.cu -- the CUDA backend's sum_squares (twin of
  * src/cpu/cpu_clip.c): the squared L2 norm of the flat gradient buffer for
- * gradient clipping (core/clip.c). Each block leaves its double partial sum
+ * gradient clipping (core/grad_norm.c). Each block leaves its double partial sum
  * in the context's partials (in the scratch the core hands over, shared with the losses),
  * and the host adds them in order, so the norm is the same from run to run.
  */

@@ -1,6 +1,6 @@
 /*
  * tests/fuzz/fuzz_safetensors.c -- a libFuzzer target for the model file
- * loader (src/core/checkpoint.c over safetensors.c and json.c), built with
+ * loader (src/core/model_file_read.c over safetensors.c and json.c), built with
  * AddressSanitizer and UndefinedBehaviorSanitizer by tests/fuzz/run.sh;
  * tests/fuzz/fuzz_json.c fuzzes the JSON reader alone.
  *

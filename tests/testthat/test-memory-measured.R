@@ -140,7 +140,7 @@ recompute_case <- function() {
   }
 }
 # One layer trained on its last state, whose d_hidden holds one step
-# (cl_geom.dh_one in src/core/plan.c): random_case()'s shapes and options,
+# (cl_schedule.dh_one in src/core/plan.c): random_case()'s shapes and options,
 # the third recomputing its gates. Drawn after the cases above and their
 # options.
 one_layer_cases <- function() {

@@ -1,6 +1,6 @@
 /*
- * core/checkpoint.h -- what checkpoint.c (reading a model file) and
- * checkpoint_save.c (writing one) agree on: the roles a stored tensor plays
+ * core/model_file.h -- what model_file_read.c (reading a model file) and
+ * model_file_write.c (writing one) agree on: the roles a stored tensor plays
  * and their name prefixes, and the prefix of convlstm's own metadata.
  */
 #ifndef CL_CHECKPOINT_H

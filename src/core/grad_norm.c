@@ -1,5 +1,5 @@
 /*
- * core/clip.c -- what R asks of gradient clipping by global norm. The
+ * core/grad_norm.c -- what R asks of gradient clipping by global norm. The
  * clipping itself, torch's torch.nn.utils.clip_grad_norm_ (norm_type 2:
  * the gradients scaled by max_norm / (norm + 1e-6) when that is below 1),
  * runs inside the training step's end on the device (backend.h,

@@ -1,5 +1,5 @@
 /*
- * tests/c/test_core_forecast.c -- training with a horizon against PyTorch's
+ * tests/c/test_core_horizon.c -- training with a horizon against PyTorch's
  * gradients, in the C suite: the forecast fixtures of
  * tools/make_fixtures_forecast.py (tests/testthat/fixtures/forecast/) that
  * test-parity-forecast.R reads too, here through the public header on the
@@ -127,5 +127,5 @@ int main(void) {
                          "free_run_one", "free_peep_ch", "free_peep_pos", "free_drop",
                          "free_gate",    "sampled",      "sampled_deep",  "sampled_drop"};
   for (size_t i = 0; i < sizeof names / sizeof *names; i++) check(names[i]);
-  return ctest_done("test_core_forecast");
+  return ctest_done("test_core_horizon");
 }

@@ -1,9 +1,9 @@
 /*
- * core/checkpoint.c -- what convlstm keeps in a safetensors file: a model's
+ * core/model_file_read.c -- what convlstm keeps in a safetensors file: a model's
  * parameters, and optionally its optimizer's state and hyperparameters, so
  * that training resumes exactly and the weights open in PyTorch: reading
  * one. It holds cl_model_load and the cl_saved_* functions of convlstm.h,
- * where what a file holds is documented; checkpoint_save.c writes it.
+ * where what a file holds is documented; model_file_write.c writes it.
  *
  * Why a file of its own: the container (safetensors.c, below it) knows
  * tensors and string metadata; this file knows what they mean to convlstm:
@@ -20,7 +20,7 @@
  * state first, so that running out of memory leaves the model as it was.
  */
 #include "internal.h"
-#include "checkpoint.h"  /* tensor roles, the metadata prefix */
+#include "model_file.h"  /* tensor roles, the metadata prefix */
 #include "safetensors.h" /* the container, and through it json.h */
 
 #include <math.h>

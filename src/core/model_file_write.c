@@ -1,13 +1,13 @@
 /*
- * core/checkpoint_save.c -- writing a model file: cl_model_save and
- * cl_save_target_check of convlstm.h. It writes what checkpoint.c reads
+ * core/model_file_write.c -- writing a model file: cl_model_save and
+ * cl_save_target_check of convlstm.h. It writes what model_file_read.c reads
  * (the tensors by state-dict name and role, "convlstm.*" metadata for the
  * architecture, the optimizer and the loss scale), into a temporary file
  * renamed over the target only when complete, so a failed save never
  * loses the file that was there.
  */
 #include "internal.h"
-#include "checkpoint.h"  /* tensor roles, the metadata prefix */
+#include "model_file.h"  /* tensor roles, the metadata prefix */
 #include "safetensors.h" /* the container's writer */
 
 #include <math.h>
