@@ -55,7 +55,7 @@ static void add(walk *w, cl_conv_dir d, int layer, int half, cl_conv_shape s, in
  * N is 0 where n overflows an int) */
 static int images_of(int64_t n) { return n > INT32_MAX ? 0 : (int)n; }
 static void add_x(walk *w, cl_conv_dir d, int l, int64_t n, int64_t count) {
-  if (!w->m->layer[l].in) return; /* the forecaster's first layer has no input half */
+  if (!w->m->layer[l].in) return; /* a layer reading nothing has no input half */
   add(w, d, l, 0, cl_conv_input_half(&w->m->layer[l], w->g, images_of(n)), n, count);
 }
 static void add_h(walk *w, cl_conv_dir d, int l, int64_t n, int64_t count) {
@@ -190,41 +190,49 @@ static void micro_batch(walk *w, int b, cl_target target, const int *truth, int6
   if (n > 1) window(w, b, last, 1, 1, x);
 }
 
-/* An encoder-forecaster (half 2: forecaster layer l's part of the head),
- * as forecast.c runs a micro-batch of b sequences, x of them: the encoder
- * over T steps from zeros, the forecaster over K from its states, the head
- * over all K steps at once; backward the head into each forecaster layer,
- * the layer, then each encoder layer after the handed-over h's gradient. */
+/* A wired architecture (arch.h; half 2: layer l's part of the head), as
+ * stacks.c runs a micro-batch of b sequences, x of them: each stack over
+ * its steps from the call's state (zeros) or the last state of the stack
+ * it follows, the head over all the target's steps at once; backward
+ * stack by stack from the last: the head into each layer it reads, the
+ * gradient a layer's last step receives from the stack it handed its
+ * state to (through that layer's hidden half), the layer. */
 static void head(walk *w, cl_conv_dir d, int l, int64_t n, int64_t count) {
   add(w, d, l, 2, cl_conv_head(w->m, l, w->g, images_of(n)), n, count);
 }
-static void forecast(walk *w, int b, int64_t x) {
+static int reads_head(const cl_arch *a, int l) { return l >= a->head_lo && l < a->head_hi; }
+static void wired(walk *w, int b, int64_t x) {
   const cl_schedule *g = w->g;
-  int L = cl_cfg_encoder_layers(&w->m->cfg), n = w->m->cfg.n_layers;
+  const cl_arch *a = &w->m->arch;
   int64_t kb = (int64_t)g->horizon * b;
-  for (int l = 0; l < n; l++) fwd_layer(w, l, b, l < L ? g->T : g->horizon, l >= L, x);
-  for (int l = L; l < n; l++) {
-    head(w, CL_CONV_FORWARD, l, kb, x);
-    head(w, CL_CONV_BACKWARD_DATA, l, kb, x);
-    head(w, CL_CONV_BACKWARD_FILTER, l, kb, x);
-    bwd_layer(w, l, b, g->horizon, 0, 1, 0, x);
-  }
-  for (int l = 0; l < L; l++) {
-    add_h(w, CL_CONV_BACKWARD_DATA, L + l, b, x);
-    bwd_layer(w, l, b, g->T, 0, 0, 0, x);
+  for (int si = 0; si < a->n_stacks; si++)
+    for (int l = a->stack[si].lo; l < a->stack[si].hi; l++)
+      fwd_layer(w, l, b, cl_arch_steps(a, si, g->T, g->horizon), a->stack[si].state_from >= 0, x);
+  for (int si = a->n_stacks - 1; si >= 0; si--) {
+    const cl_stack *s = &a->stack[si];
+    for (int l = s->lo, to; l < s->hi; l++) {
+      if (reads_head(a, l)) {
+        head(w, CL_CONV_FORWARD, l, kb, x);
+        head(w, CL_CONV_BACKWARD_DATA, l, kb, x);
+        head(w, CL_CONV_BACKWARD_FILTER, l, kb, x);
+      }
+      if (cl_arch_hands_on(a, l, &to) >= 0) add_h(w, CL_CONV_BACKWARD_DATA, to, b, x);
+      bwd_layer(w, l, b, cl_arch_steps(a, si, g->T, g->horizon), 0, s->state_from >= 0, 0, x);
+    }
   }
 }
 
-/* its prediction (forward.c, forecast_infer): the encoder over T steps,
- * the forecaster and the head over the horizon's */
-static void forecast_inference(walk *w) {
+/* its prediction (forward.c, infer_stacks): each stack step by step over
+ * its steps, the head over the target's */
+static void wired_inference(walk *w) {
   const cl_schedule *g = w->g;
-  int L = cl_cfg_encoder_layers(&w->m->cfg);
+  const cl_arch *a = &w->m->arch;
   for (int l = 0; l < w->m->cfg.n_layers; l++) {
-    int64_t steps = l < L ? g->T : g->horizon;
+    int si = cl_arch_stack_of(a, l), from = a->stack[si].state_from >= 0;
+    int64_t steps = cl_arch_steps(a, si, g->T, g->horizon);
     add_x(w, CL_CONV_FORWARD, l, g->B, steps);
-    add_h(w, CL_CONV_FORWARD, l, g->B, steps - (l < L));
-    if (l >= L) head(w, CL_CONV_FORWARD, l, g->B, steps);
+    add_h(w, CL_CONV_FORWARD, l, g->B, steps - !from);
+    if (reads_head(a, l)) head(w, CL_CONV_FORWARD, l, g->B, steps);
   }
 }
 
@@ -243,11 +251,11 @@ static void inference(walk *w) {
 cl_status cl_conv_calls(const cl_model *m, const cl_schedule *g, cl_target target, const int *truth,
                         cl_conv_list *out) {
   walk w = {m, g, out};
-  if (m->cfg.forecaster) {
+  if (cl_arch_is_wired(&m->arch)) {
     if (g->training)
-      forecast(&w, g->B, 1); /* one micro-batch (call.c) */
+      wired(&w, g->B, 1); /* one micro-batch (call.c) */
     else
-      forecast_inference(&w);
+      wired_inference(&w);
   } else if (!g->training) {
     inference(&w);
   } else {

@@ -15,7 +15,7 @@
 typedef struct cl_conv_call {
   cl_conv_dir dir;
   int layer, half; /* the layer's input half (0), hidden half (1) or part of the
-                   * encoder-forecaster's head (2) */
+                   * head (2) */
   cl_conv_shape s;  /* its N is 0 where the images overflow an int */
   int64_t images;   /* N: steps times sequences */
   int64_t count;

@@ -100,8 +100,8 @@ cl_status cl_forward_segment(cl_model *m, int b, int len, const void *x, void *c
 cl_status cl_head_forward(cl_model *m, int n, void *const *h, void *out) {
   const cl_schedule *g = &m->step.g;
   const cl_layer *H = cl_head(m);
-  int f0 = cl_cfg_encoder_layers(&m->cfg);
-  for (int l = f0; l < m->cfg.n_layers; l++) {
+  int f0 = m->arch.head_lo;
+  for (int l = f0; l < m->arch.head_hi; l++) {
     cl_conv_shape s = cl_conv_head(m, l, g, n);
     CL_KERNEL(m, m->be->iface->conv_forward(m->be, &s, h[l], m->params + cl_head_offset(m, l),
                                             l == f0 ? m->params + H->off_b : NULL, out, l > f0,
@@ -192,32 +192,48 @@ static cl_status infer_step(cl_model *m, int s, const void *x_s, void *const *ih
   return infer_layers(m, 0, m->cfg.n_layers, s, x_s, ih, ic);
 }
 
-/* The encoder-forecaster's prediction: the encoder over x's T steps from
- * zeros, then K forecaster steps from the encoder's last states, each
- * step's frame the head over every forecaster layer's h (frames, patched;
- * cl_model_read_frames shuffles them back). */
-static cl_status forecast_infer(cl_model *m, const cl_host_array *x) {
-  const cl_step *st = &m->step;
-  const cl_schedule *g = &st->g;
-  cl_dtype t = g->dtype;
-  int L = cl_cfg_encoder_layers(&m->cfg);
-  size_t P = (size_t)g->H * g->W, frame = (size_t)g->B * cl_cfg_frame_dim(&m->cfg) * P;
-  for (int s = 0; s < g->T; s++) {
-    cl_block k = {0, g->B, s, 1};
-    CL_TRY(cl_put_frames(m, st->x, t, x, k));
-    CL_TRY(infer_layers(m, 0, L, s, st->x, NULL, NULL));
-  }
-  void *ih[CL_MAX_LAYERS], *ic[CL_MAX_LAYERS], *h[CL_MAX_LAYERS];
-  for (int l = 0; l < L; l++) { /* the encoder's last states (slot T - 1) */
+/* A wired architecture's prediction (arch.h), stack by stack: a stack
+ * reading frames over x's T steps, one reading nothing over the horizon's;
+ * each from zeros or from the last states of the stack it follows; the
+ * head over its layers' h at each of the horizon's steps gives the frames
+ * (patched; cl_model_read_frames shuffles them back). */
+static void last_states(cl_model *m, const cl_stack *from, const cl_stack *to, int n, void **ih,
+                        void **ic) {
+  const cl_schedule *g = &m->step.g;
+  size_t P = (size_t)g->H * g->W;
+  for (int i = 0; i < from->hi - from->lo; i++) {
+    int l = from->lo + i;
     size_t bh = (size_t)g->B * m->layer[l].hidden * P;
-    ih[L + l] = cl_at(st->hid[l], hid_slot(g, g->T - 1) * bh, t);
-    ic[L + l] = cl_at(st->cell[l], (size_t)((g->T - 1) % 2) * bh, t);
+    ih[to->lo + i] = cl_at(m->step.hid[l], hid_slot(g, n - 1) * bh, g->dtype);
+    ic[to->lo + i] = cl_at(m->step.cell[l], (size_t)((n - 1) % 2) * bh, g->dtype);
   }
-  for (int k = 0; k < g->horizon; k++) {
-    CL_TRY(infer_layers(m, L, m->cfg.n_layers, k, NULL, ih, ic));
-    for (int l = L; l < m->cfg.n_layers; l++)
-      h[l] = cl_at(st->hid[l], hid_slot(g, k) * (size_t)g->B * m->layer[l].hidden * P, t);
-    CL_TRY(cl_head_forward(m, g->B, h, cl_at(st->frames, k * frame, t)));
+}
+
+static cl_status infer_head(cl_model *m, int k) {
+  const cl_schedule *g = &m->step.g;
+  void *h[CL_MAX_LAYERS];
+  size_t P = (size_t)g->H * g->W, frame = (size_t)g->B * m->arch.frame_dim * P;
+  for (int l = m->arch.head_lo; l < m->arch.head_hi; l++)
+    h[l] = cl_at(m->step.hid[l], hid_slot(g, k) * (size_t)g->B * m->layer[l].hidden * P, g->dtype);
+  return cl_head_forward(m, g->B, h, cl_at(m->step.frames, k * frame, g->dtype));
+}
+
+static cl_status infer_stacks(cl_model *m, const cl_host_array *x) {
+  const cl_schedule *g = &m->step.g;
+  const cl_arch *a = &m->arch;
+  void *ih[CL_MAX_LAYERS], *ic[CL_MAX_LAYERS];
+  int ran[CL_MAX_STACKS];
+  for (int si = 0; si < a->n_stacks; si++) {
+    const cl_stack *s = &a->stack[si];
+    int n = ran[si] = cl_arch_steps(a, si, g->T, g->horizon), from = s->state_from >= 0;
+    if (from) last_states(m, &a->stack[s->state_from], s, ran[s->state_from], ih, ic);
+    for (int k = 0; k < n; k++) {
+      cl_block blk = {0, g->B, k, 1};
+      if (s->input == CL_STACK_READS_FRAMES) CL_TRY(cl_put_frames(m, m->step.x, g->dtype, x, blk));
+      CL_TRY(infer_layers(m, s->lo, s->hi, k, s->input == CL_STACK_READS_FRAMES ? m->step.x : NULL,
+                          from ? ih : NULL, from ? ic : NULL));
+      if (s->hi == a->head_hi && cl_arch_has_head(a)) CL_TRY(infer_head(m, k));
+    }
   }
   return CL_OK;
 }
@@ -240,9 +256,9 @@ static cl_status roll_forward(cl_model *m, void *const *ih, void *const *ic) {
   return CL_OK;
 }
 
-/* An encoder-forecaster predicts (inference with a horizon) from zeros. */
-static cl_status check_forecast_forward(cl_model *m, const cl_host_array *x, int training,
-                                        const cl_step_options *o) {
+/* A wired architecture predicts (inference with a horizon) from zeros. */
+static cl_status check_wired_forward(cl_model *m, const cl_host_array *x, int training,
+                                     const cl_step_options *o) {
   if (training)
     return cl_fail(m, CL_E_UNSUPPORTED,
                    "an encoder-forecaster trains through train_step only (no separate forward, "
@@ -257,8 +273,8 @@ static cl_status check_forecast_forward(cl_model *m, const cl_host_array *x, int
 cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training,
                            const cl_step_options *opts) {
   m->err[0] = '\0';
-  if (m->cfg.forecaster)
-    CL_TRY(check_forecast_forward(m, x, training, opts));
+  if (cl_arch_is_wired(&m->arch))
+    CL_TRY(check_wired_forward(m, x, training, opts));
   else
     CL_TRY(cl_check_sequence(m, x, "x", m->cfg.input_dim));
   if (training && opts &&
@@ -270,7 +286,7 @@ cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training,
                    "backward");
   if (opts && opts->state_mode == CL_STATE_CARRY)
     return cl_fail(m, CL_E_INVALID, "state = \"carry\" applies to train_step only");
-  int B = x->dims[0], T = x->dims[1], p = cl_cfg_patch(&m->cfg);
+  int B = x->dims[0], T = x->dims[1], p = m->arch.patch;
   cl_schedule g;
   CL_TRY(cl_schedule_make(m, B, T, x->dims[3] / p, x->dims[4] / p, training, opts, &g));
   CL_TRY(cl_state_check(m, opts, B, x->dims[3], x->dims[4]));
@@ -286,8 +302,8 @@ cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training,
     CL_TRY(cl_dropout_upload(m, opts, 0, B));
     CL_TRY(cl_put_host(m, st->x, g.dtype, x, cl_block_all(x)));
     CL_TRY(cl_forward_segment(m, B, T, st->x, from ? ih : NULL, from ? ic : NULL));
-  } else if (m->cfg.forecaster) {
-    CL_TRY(forecast_infer(m, x));
+  } else if (cl_arch_is_wired(&m->arch)) {
+    CL_TRY(infer_stacks(m, x));
   } else {
     for (int s = 0; s < T; s++) {
       cl_block k = {0, B, s, 1};

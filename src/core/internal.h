@@ -9,6 +9,7 @@
 #include "convlstm.h"
 #include "backend.h"   /* cl_backend, kernel shapes */
 #include "alloc.h"     /* cl_allocator */
+#include "arch.h"      /* cl_arch: the stacks and the head */
 
 /* One ConvLSTM layer. Its torch weight [4h, in+h, kh, kw] is kept as two packed
  * halves, wx [4h, in, kh, kw] and wh [4h, h, rkh, rkw], because the input half runs
@@ -46,7 +47,7 @@ typedef enum cl_tensor_role {
   CL_TR_WCO,
   CL_TR_WEIGHT_X, /* the halves as two tensors (different kernels) */
   CL_TR_WEIGHT_H,
-  /* the encoder-forecaster's head (its pseudo-layer, cl_head): weight, bias */
+  /* the head (arch.h; its pseudo-layer, cl_head): weight, bias */
   CL_TR_HEAD_W,
   CL_TR_HEAD_B
 } cl_tensor_role;
@@ -110,23 +111,15 @@ static inline int cl_cfg_rkernel_w(const cl_config *c, int l) {
   return c->recurrent_kernel_widths[l] ? c->recurrent_kernel_widths[l]
                                        : c->recurrent_kernel_sizes[l];
 }
-/* The encoder-forecaster (cl_config.forecaster): its patch size (1
- * without patches), the encoder's layers (a plain stack's all), the
- * channels of a frame as the engine holds it (patched), and layer l's
- * input channels: 0 for the forecaster's first layer, which reads no input
- * (one convolution over h with its recurrent kernel, and the bias). */
-static inline int cl_cfg_patch(const cl_config *c) {
-  return c->forecaster && c->patch > 1 ? c->patch : 1;
-}
-static inline int cl_cfg_encoder_layers(const cl_config *c) {
-  return c->forecaster ? c->n_layers / 2 : c->n_layers;
-}
-static inline int cl_cfg_frame_dim(const cl_config *c) {
-  return c->input_dim * cl_cfg_patch(c) * cl_cfg_patch(c);
-}
+/* The configuration's architecture (arch.h) asked for one fact: its patch
+ * size (1 without patches), the channels of a frame as the layers see it
+ * (patched), and layer l's input channels (0 for a layer reading nothing:
+ * one convolution over h with its recurrent kernel, and the bias). */
+static inline int cl_cfg_patch(const cl_config *c) { return cl_arch_of(c).patch; }
+static inline int cl_cfg_frame_dim(const cl_config *c) { return cl_arch_of(c).frame_dim; }
 static inline int cl_cfg_layer_in(const cl_config *c, int l) {
-  if (l == 0) return cl_cfg_frame_dim(c);
-  return c->forecaster && l == c->n_layers / 2 ? 0 : c->hidden_dims[l - 1];
+  cl_arch a = cl_arch_of(c);
+  return cl_arch_layer_in(&a, c, l);
 }
 /* Whether layer l's two kernels differ (its weight is then two tensors);
  * a layer without input has one. */
@@ -277,11 +270,11 @@ static inline cl_conv_shape cl_conv_hidden_half(const cl_layer *L, const cl_sche
    * [2, Bm, h, H, W] (one when a single step is fed back), while the fed-back             \
    * steps run backward step by step (backward.c) */                                       \
   ROW(DH_ROLL, dh_roll, "d_hidden_rollout", NULL, LAYER, F32)                              \
-  /* encoder-forecaster training (forecast.c): the head's output, each                     \
-   * predicted frame patched [T_out, Bm, C p p, H/p, W/p] (inference: frames);             \
-   * the target placed there in float, then the loss's gradient; and                      \
-   * d loss / d c of forecaster layer l's initial state [Bm, h, H/p, W/p],                 \
-   * handed to encoder layer l's last step */                                              \
+  /* a wired step (stacks.c, arch.h): the head's output, each predicted                    \
+   * frame patched [T_out, Bm, C p p, H/p, W/p] (inference: frames); the                   \
+   * target placed there in float, then the loss's gradient; and d loss / d c              \
+   * of the initial state that layer l handed on [Bm, h, H/p, W/p], for its                \
+   * last step */                                                                          \
   ROW(HEAD_OUT, head_out, "head_output", NULL, ONE, STORE)                                 \
   ROW(HEAD_GRAD, head_grad, "d_head", NULL, ONE, F32)                                      \
   ROW(HAND_C, hand_c, "d_cell_handover", NULL, LAYER, F32)                                 \
@@ -337,6 +330,7 @@ typedef enum cl_phase {
 } cl_phase;
 
 struct cl_model {
+  cl_arch arch; /* the stacks and the head, from cfg (arch.h) */
   cl_config cfg;
   cl_backend *be;
   cl_allocator mem;
@@ -378,23 +372,23 @@ struct cl_model {
   char err[CL_ERRMSG_LEN];
 };
 
-/* The encoder-forecaster's head: a pseudo-layer after the last (its
- * weight at off_wx, n_wx; its bias at off_b, n_b). In the flat buffer its
- * weight is one 1x1 filter [C p p, h_j] per forecaster layer j, one after
- * the other (torch's [C p p, sum h, 1, 1] is their columns side by side,
- * params.c), so that each layer's part is a convolution of its own. */
+/* The head (arch.h): a pseudo-layer after the last (its weight at off_wx,
+ * n_wx; its bias at off_b, n_b). In the flat buffer its weight is one 1x1
+ * filter [C p p, h_j] per layer j it reads, one after the other (torch's
+ * [C p p, sum h, 1, 1] is their columns side by side, params.c), so that
+ * each layer's part is a convolution of its own. */
 static inline const cl_layer *cl_head(const cl_model *m) { return &m->layer[m->cfg.n_layers]; }
-/* Forecaster layer l's part of the head over n images: h_l -> C p p, 1x1. */
+/* Layer l's part of the head over n images: h_l -> C p p, 1x1. */
 static inline cl_conv_shape cl_conv_head(const cl_model *m, int l, const cl_schedule *g, int n) {
-  cl_conv_shape s = {n, m->layer[l].hidden, g->H, g->W, cl_cfg_frame_dim(&m->cfg), 1, 1, 1, 1,
+  cl_conv_shape s = {n, m->layer[l].hidden, g->H, g->W, m->arch.frame_dim, 1, 1, 1, 1,
                      g->dtype, 1};
   return s;
 }
-/* Where forecaster layer l's part of the head's weight starts. */
+/* Where layer l's part of the head's weight starts. */
 static inline size_t cl_head_offset(const cl_model *m, int l) {
   size_t at = cl_head(m)->off_wx;
-  for (int j = cl_cfg_encoder_layers(&m->cfg); j < l; j++)
-    at += (size_t)m->layer[j].hidden * (size_t)cl_cfg_frame_dim(&m->cfg);
+  for (int j = m->arch.head_lo; j < l; j++)
+    at += (size_t)m->layer[j].hidden * (size_t)m->arch.frame_dim;
   return at;
 }
 
@@ -580,9 +574,9 @@ cl_status cl_forward_segment(cl_model *m, int b, int len, const void *x, void *c
  * without input); prev_h, prev_c indexed by layer. */
 cl_status cl_forward_layers(cl_model *m, int lo, int hi, int b, int len, const void *x,
                             void *const *prev_h, void *const *prev_c);
-/* The encoder-forecaster's head over n images: out (C p p channels, the
- * step's dtype) = bias + the sum over forecaster layers l of their 1x1
- * filters over h[l] (n images each). */
+/* The head (arch.h) over n images: out (C p p channels, the step's dtype)
+ * = bias + the sum over the layers l it reads of their 1x1 filters over
+ * h[l] (n images each). */
 cl_status cl_head_forward(cl_model *m, int n, void *const *h, void *out);
 /* Layer l's steps s0..s0+len-1 (in: its input from the segment's step 0),
  * their gates into z on, c and h into the layer's buffers; prev_h, prev_c
@@ -726,12 +720,12 @@ cl_status cl_call_check_arrays(cl_model *m, const cl_host_array *x, const cl_hos
 cl_status cl_call_make(cl_model *m, const cl_source *x, int B, int T, int H, int W,
                        const cl_step_options *opts, cl_schedule *g, cl_call *c);
 
-/* forecast.c: an encoder-forecaster's training over sequences b0..b0+b-1
- * of its step (g.T input frames of x, g.horizon target frames of y, host
- * arrays): forward, the loss (times share of the batch, its gradient times
- * ls, added to *acc) and backward into the gradients. */
-cl_status cl_forecast_run(cl_model *m, const cl_call *c, const cl_source *x, const cl_source *y,
-                          int b0, int b, float ls, double *acc);
+/* stacks.c: a wired architecture's training (arch.h) over sequences
+ * b0..b0+b-1 of its step (g.T input frames of x, g.horizon target frames
+ * of y, host arrays): forward, the loss (times share of the batch, its
+ * gradient times ls, added to *acc) and backward into the gradients. */
+cl_status cl_stacks_run(cl_model *m, const cl_call *c, const cl_source *x, const cl_source *y,
+                        int b0, int b, float ls, double *acc);
 /* call.c: an encoder-forecaster's train_step arguments: x [B, T, C, H, W],
  * y [B, K, C, H, W] (the sequence target; K the forecaster's steps), what
  * its schedule does not run refused; shape gets B, T, H / p, W / p, K. */

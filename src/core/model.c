@@ -26,52 +26,6 @@ const char *cl_model_conv_math(const cl_model *m) {
   return m->be->conv_math ? m->be->conv_math : "";
 }
 
-/* An encoder-forecaster: two stacks of the same sizes and kernels (the
- * forecaster's first layer has no input kernel), room for the head's
- * pseudo-layer, and what its schedule does not run refused. */
-static cl_status check_forecaster(const cl_config *c, char *err, size_t errlen) {
-  int L = c->n_layers / 2;
-  if (c->forecaster != 1 || c->n_layers % 2 || c->n_layers > CL_MAX_LAYERS - 2) {
-    snprintf(err, errlen,
-             "an encoder-forecaster has forecaster = 1 and an even n_layers (encoder, then "
-             "forecaster) of at most %d, not forecaster = %d with %d layers",
-             CL_MAX_LAYERS - 2, c->forecaster, c->n_layers);
-    return CL_E_INVALID;
-  }
-  if (c->patch < 0) {
-    snprintf(err, errlen, "patch must be a positive integer, not %d", c->patch);
-    return CL_E_INVALID;
-  }
-  for (int l = 0; l < L; l++) {
-    int f = L + l, same = c->hidden_dims[f] == c->hidden_dims[l] &&
-                          cl_cfg_rkernel_h(c, f) == cl_cfg_rkernel_h(c, l) &&
-                          cl_cfg_rkernel_w(c, f) == cl_cfg_rkernel_w(c, l) &&
-                          cl_cfg_dilation_h(c, f) == cl_cfg_dilation_h(c, l) &&
-                          cl_cfg_dilation_w(c, f) == cl_cfg_dilation_w(c, l);
-    if (l > 0)
-      same = same && c->kernel_sizes[f] == c->kernel_sizes[l] &&
-             cl_cfg_kernel_w(c, f) == cl_cfg_kernel_w(c, l);
-    if (!same) {
-      snprintf(err, errlen,
-               "forecaster layer %d must have encoder layer %d's hidden size, kernels and "
-               "dilation", l + 1, l + 1);
-      return CL_E_INVALID;
-    }
-  }
-  for (int l = 0; l < c->n_layers; l++)
-    if (c->dropout[l] > 0 || c->recurrent_dropout[l] > 0) {
-      snprintf(err, errlen, "an encoder-forecaster does not support dropout");
-      return CL_E_UNSUPPORTED;
-    }
-  if (c->peephole == CL_PEEP_POSITION) {
-    snprintf(err, errlen,
-             "an encoder-forecaster supports peepholes \"none\" and \"channel\", not "
-             "\"position\"");
-    return CL_E_UNSUPPORTED;
-  }
-  return CL_OK;
-}
-
 static cl_status check_config(const cl_config *c, char *err, size_t errlen) {
   if (c->input_dim < 1) {
     snprintf(err, errlen, "input_dim must be a positive integer, not %d", c->input_dim);
@@ -143,17 +97,17 @@ static cl_status check_config(const cl_config *c, char *err, size_t errlen) {
     snprintf(err, errlen, "unknown dtype %d", (int)c->dtype);
     return CL_E_INVALID;
   }
-  return c->forecaster ? check_forecaster(c, err, errlen) : CL_OK;
+  return cl_arch_check(c, err, errlen);
 }
 
-/* The encoder-forecaster's head after the layers (cl_head): its weight,
- * then its bias (the head always has one). Returns the end. */
+/* The head after the layers (cl_head): its weight, then its bias (the
+ * head always has one). Returns the end. */
 static size_t layout_head(cl_model *m, size_t off) {
   cl_layer *H = &m->layer[m->cfg.n_layers];
   memset(H, 0, sizeof *H);
-  for (int l = cl_cfg_encoder_layers(&m->cfg); l < m->cfg.n_layers; l++) H->in += m->layer[l].hidden;
+  for (int l = m->arch.head_lo; l < m->arch.head_hi; l++) H->in += m->layer[l].hidden;
   H->kh = H->kw = 1; /* 1x1: its fan-in is sum h (params.c) */
-  H->n_b = (size_t)cl_cfg_frame_dim(&m->cfg);
+  H->n_b = (size_t)m->arch.frame_dim;
   H->n_wx = cl_mul_size(H->n_b, (size_t)H->in);
   H->off_wx = off;
   H->off_b = off + H->n_wx;
@@ -203,7 +157,7 @@ static cl_status layout_layers(cl_model *m) {
     L->off_pc = L->off_b + L->n_b;
     off = L->off_pc + L->n_pc;
   }
-  if (m->cfg.forecaster) off = layout_head(m, off);
+  if (cl_arch_has_head(&m->arch)) off = layout_head(m, off);
   m->n_tensors = cl_cfg_n_tensors(&m->cfg);
   for (int i = 0; i < m->n_tensors; i++) {
     cl_tensor_spec t = cl_cfg_tensor(&m->cfg, i);
@@ -260,6 +214,7 @@ cl_status cl_model_create(const cl_config *cfg, cl_model **out, char *err, size_
   }
   m->cfg = *cfg;
   m->cfg.bias = cfg->bias ? 1 : 0;
+  m->arch = cl_arch_of(&m->cfg);
   cl_scaler_defaults(&m->scaler);
   m->grad_norm = NAN; /* no step has measured it */
   models_alive++;
@@ -358,14 +313,14 @@ cl_status cl_model_set_memory_limit(cl_model *m, size_t bytes) {
   return CL_OK;
 }
 
-/* The geometry of a call planned from outside: an encoder-forecaster's
- * frame is H x W pixels (patched inside), its forecaster runs opts'
- * horizon steps (training and inference alike), and a schedule it does
- * not run is refused as its train_step refuses it (call.c). */
+/* The geometry of a call planned from outside: a frame is H x W pixels
+ * (patched inside, arch.h), a stack running the target's steps runs opts'
+ * horizon (training and inference alike), and a schedule the wired step
+ * does not run is refused as its train_step refuses it (call.c). */
 static cl_status public_geom(cl_model *m, int B, int T, int H, int W, int training,
                              const cl_step_options *o, cl_schedule *g) {
-  if (!m->cfg.forecaster) return cl_schedule_make(m, B, T, H, W, training, o, g);
-  int p = cl_cfg_patch(&m->cfg);
+  if (!cl_arch_is_wired(&m->arch)) return cl_schedule_make(m, B, T, H, W, training, o, g);
+  int p = m->arch.patch;
   if (H < 1 || W < 1 || H % p || W % p)
     return cl_fail(m, CL_E_INVALID, "frames of %d x %d pixels: the patch size %d must divide both",
                    H, W, p);

@@ -38,11 +38,11 @@ size_t cl_tensor_numel(const cl_model *m, int i) {
 }
 
 /* Where element j of torch's head.weight [C p p, sum h, 1, 1] lies in the
- * flat buffer: column j % sum h belongs to one forecaster layer, whose
+ * flat buffer: column j % sum h belongs to one layer the head reads, whose
  * filter [C p p, h] is a block of its own there (internal.h, cl_head). */
 static size_t head_flat(const cl_model *m, size_t j) {
   size_t S = (size_t)cl_head(m)->in, o = j / S, col = j % S;
-  int l = cl_cfg_encoder_layers(&m->cfg);
+  int l = m->arch.head_lo;
   while (col >= (size_t)m->layer[l].hidden) col -= (size_t)m->layer[l++].hidden;
   return cl_head_offset(m, l) + o * (size_t)m->layer[l].hidden + col;
 }

@@ -41,10 +41,10 @@ cl_status cl_schedule_make(cl_model *m, int B, int T, int H, int W, int training
     return cl_fail(m, CL_E_INVALID, "unknown state mode %d", (int)o->state_mode);
   if (o->state_mode == CL_STATE_CARRY && !training)
     return cl_fail(m, CL_E_INVALID, "state = \"carry\" applies to train_step only");
-  if (o->horizon < 0 || (training && o->horizon > T && !m->cfg.forecaster))
+  if (o->horizon < 0 || (training && o->horizon > T && !cl_arch_runs_target(&m->arch)))
     return cl_fail(m, CL_E_INVALID, "horizon must be >= 0 and, in training, at most the %d steps",
                    T);
-  if (o->horizon > 0 && !m->cfg.forecaster &&
+  if (o->horizon > 0 && !cl_arch_runs_target(&m->arch) &&
       m->layer[m->cfg.n_layers - 1].hidden != m->cfg.input_dim)
     return cl_fail(m, CL_E_INVALID,
                    "horizon: the last layer's hidden size (%d) must equal the input channels "
@@ -336,34 +336,39 @@ static void plan_dropout(plan_builder *b, const struct cl_model *m, const cl_sch
   if (most) add(b, CL_BUF_SEED, -1, CL_MEM_DATA, sizeof(uint64_t));
 }
 
-/* An encoder-forecaster's step (forecast.c): the input frames, each
- * layer's gates, c and h over its stack's steps (the encoder's T, the
- * forecaster's horizon), one d_hidden and one d_cell for the layers in
- * turn, each encoder layer's handed-over d_cell, the head's output and its
- * target-then-gradient. */
-static void plan_forecast(plan_builder *b, const struct cl_model *m, const cl_schedule *g) {
+/* A wired step (stacks.c): the input frames, each layer's gates, c and h
+ * over its stack's steps (the input's T or the target's horizon), one
+ * d_hidden and one d_cell for the layers in turn, the d_cell each layer
+ * hands back to the stack it started from, and with a head its output and
+ * its target-then-gradient over the target's steps. */
+static void plan_stacks(plan_builder *b, const struct cl_model *m, const cl_schedule *g) {
+  const cl_arch *a = &m->arch;
   size_t e = cl_dtype_size(g->dtype), f = sizeof(float), P = (size_t)g->H * g->W;
   size_t Bm = (size_t)g->Bm, T = (size_t)g->T, K = (size_t)g->horizon;
-  size_t C = (size_t)cl_cfg_frame_dim(&m->cfg), hmax = (size_t)max_hidden(m);
-  int L = cl_cfg_encoder_layers(&m->cfg);
+  size_t C = (size_t)a->frame_dim, hmax = (size_t)max_hidden(m), most = 0;
   add(b, CL_BUF_X, -1, CL_MEM_DATA, nbytes(b, e, T, Bm, C, P));
   for (int l = 0; l < m->cfg.n_layers; l++) {
-    size_t h = (size_t)m->layer[l].hidden, S = l < L ? T : K;
+    size_t h = (size_t)m->layer[l].hidden;
+    size_t S = (size_t)cl_arch_steps(a, cl_arch_stack_of(a, l), g->T, g->horizon);
+    if (S > most) most = S;
     add(b, CL_BUF_GATES, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, 4 * h, P));
     add(b, CL_BUF_CELL, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, h, P));
     add(b, CL_BUF_HID, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, h, P));
   }
-  for (int l = 0; l < L; l++)
-    add(b, CL_BUF_HAND_C, l, CL_MEM_WORKSPACE, nbytes(b, f, Bm, (size_t)m->layer[l].hidden, P, 1));
-  add(b, CL_BUF_DH, -1, CL_MEM_WORKSPACE, nbytes(b, f, T > K ? T : K, Bm, hmax, P));
+  for (int l = 0; l < m->cfg.n_layers; l++)
+    if (cl_arch_hands_on(a, l, NULL) >= 0)
+      add(b, CL_BUF_HAND_C, l, CL_MEM_WORKSPACE,
+          nbytes(b, f, Bm, (size_t)m->layer[l].hidden, P, 1));
+  add(b, CL_BUF_DH, -1, CL_MEM_WORKSPACE, nbytes(b, f, most, Bm, hmax, P));
   add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, hmax, P, 1));
+  if (!cl_arch_has_head(a)) return;
   add(b, CL_BUF_HEAD_OUT, -1, CL_MEM_ACTIVATIONS, nbytes(b, e, K, Bm, C, P));
   add(b, CL_BUF_HEAD_GRAD, -1, CL_MEM_WORKSPACE, nbytes(b, f, K, Bm, C, P));
 }
 
 static void plan_training(plan_builder *b, const struct cl_model *m, const cl_schedule *g) {
-  if (m->cfg.forecaster) {
-    plan_forecast(b, m, g);
+  if (cl_arch_is_wired(&m->arch)) {
+    plan_stacks(b, m, g);
     return;
   }
   size_t e = cl_dtype_size(g->dtype), f = sizeof(float), P = (size_t)g->H * g->W;

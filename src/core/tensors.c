@@ -21,20 +21,23 @@ static int per_layer(const cl_config *c, int l) {
   return 1 + cl_cfg_split(c, l) + (c->bias != 0) + (c->peephole != CL_PEEP_NONE ? 3 : 0);
 }
 
-/* An encoder-forecaster's last two: head.weight, head.bias. */
+/* With a head (arch.h), the last two: head.weight, head.bias. */
 int cl_cfg_n_tensors(const cl_config *c) {
   int n = 0;
+  cl_arch a = cl_arch_of(c);
   for (int l = 0; l < c->n_layers; l++) n += per_layer(c, l);
-  return n + (c->forecaster ? 2 : 0);
+  return n + (cl_arch_has_head(&a) ? 2 : 0);
 }
 
 /* The head's tensors (layer: the pseudo-layer after the last): weight
- * [C p p, sum of the forecaster's hidden sizes, 1, 1], bias [C p p]. */
+ * [C p p, sum of the hidden sizes of the layers it reads, 1, 1], bias
+ * [C p p]. */
 static cl_tensor_spec head_tensor(const cl_config *c, int k) {
   cl_tensor_spec t = {c->n_layers, k ? CL_TR_HEAD_B : CL_TR_HEAD_W, 0, k ? 1 : 4, {0, 0, 0, 0}};
   int64_t sum = 0;
-  for (int l = cl_cfg_encoder_layers(c); l < c->n_layers; l++) sum += c->hidden_dims[l];
-  t.dims[0] = cl_cfg_frame_dim(c);
+  cl_arch a = cl_arch_of(c);
+  for (int l = a.head_lo; l < a.head_hi; l++) sum += c->hidden_dims[l];
+  t.dims[0] = a.frame_dim;
   if (!k) {
     t.dims[1] = sum;
     t.dims[2] = t.dims[3] = 1;
@@ -71,7 +74,7 @@ static cl_tensor_role role_of(const cl_config *c, int l, int k) {
 cl_tensor_spec cl_cfg_tensor(const cl_config *c, int i) {
   int l = 0, k = i;
   while (l < c->n_layers - 1 && k >= per_layer(c, l)) k -= per_layer(c, l++);
-  if (c->forecaster && k >= per_layer(c, l)) return head_tensor(c, k - per_layer(c, l));
+  if (k >= per_layer(c, l)) return head_tensor(c, k - per_layer(c, l)); /* past the layers */
   cl_tensor_spec t = {l, role_of(c, l, k), cl_cfg_split(c, l), 0, {0, 0, 0, 0}};
   int64_t h = c->hidden_dims[l], in = cl_cfg_layer_in(c, l);
   switch (t.role) {
@@ -104,10 +107,10 @@ cl_tensor_spec cl_cfg_tensor(const cl_config *c, int i) {
   return t;
 }
 
-/* An encoder-forecaster's layers are its encoder's (encoder.cell_list.l)
- * and its forecaster's (forecaster.cell_list.l, from 0 again). The head's
- * pseudo-layer (head.weight, head.bias) lies after every layer; a plain
- * stack's layers have no stack prefix. */
+/* A layer's name is its stack's prefix (arch.h: none for a plain stack;
+ * "encoder.", "forecaster.") and its place in the stack (cell_list.l,
+ * from 0 in each stack). The head's pseudo-layer (head.weight, head.bias)
+ * lies after every layer. */
 void cl_tensor_name(char *buf, size_t len, const char *prefix, const cl_tensor_spec *t,
                     const cl_config *c) {
   if (t->role == CL_TR_HEAD_W || t->role == CL_TR_HEAD_B) {
@@ -115,7 +118,7 @@ void cl_tensor_name(char *buf, size_t len, const char *prefix, const cl_tensor_s
     return;
   }
   const char *role = t->role == CL_TR_BIAS && t->split ? "conv_x.bias" : ROLE_NAME[t->role];
-  int L = cl_cfg_encoder_layers(c), fc = c->forecaster && t->layer >= L;
-  const char *stack = !c->forecaster ? "" : fc ? "forecaster." : "encoder.";
-  snprintf(buf, len, "%s%scell_list.%d.%s", prefix, stack, fc ? t->layer - L : t->layer, role);
+  cl_arch a = cl_arch_of(c);
+  const cl_stack *s = &a.stack[cl_arch_stack_of(&a, t->layer)];
+  snprintf(buf, len, "%s%scell_list.%d.%s", prefix, s->prefix, t->layer - s->lo, role);
 }

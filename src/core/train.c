@@ -223,8 +223,8 @@ static cl_status step_launches(cl_model *m, cl_call *c, const cl_source *x, cons
   for (int b0 = 0; b0 < g->B; b0 += g->Bm) {
     int b = g->B - b0 < g->Bm ? g->B - b0 : g->Bm, final = b0 + b >= g->B;
     CL_TRY(cl_dropout_upload(m, opts, b0, b)); /* these sequences' masks, staged as x */
-    if (m->cfg.forecaster)
-      CL_TRY(cl_forecast_run(m, c, x, y, b0, b, ls, &v->loss));
+    if (cl_arch_is_wired(&m->arch)) /* stacks handing states on, a head (arch.h) */
+      CL_TRY(cl_stacks_run(m, c, x, y, b0, b, ls, &v->loss));
     else
       CL_TRY(g->tbptt ? run_windows(m, c, x, y, target, b0, b, ls, final, &v->loss)
                       : run_segments(m, c, x, y, target, b0, b, ls, final, &v->loss));
@@ -280,8 +280,8 @@ static cl_status train_step(cl_model *m, cl_call *c, const cl_source *x, const c
    * cell): the update's guard refuses them, after clipping */
   u.check_loss = !half;
   CL_TRY(launch_step(m, c, x, y, target, ls, &u, opts));
-  /* an encoder-forecaster's layers hold steps of two lengths: read none */
-  m->step.outputs_kept = g.Bm == g.B && g.nseg == 1 && !g.tbptt && !m->cfg.forecaster;
+  /* a wired step's layers hold steps of two lengths: read none */
+  m->step.outputs_kept = g.Bm == g.B && g.nseg == 1 && !g.tbptt && !cl_arch_is_wired(&m->arch);
   cl_step_vals v;
   CL_TRY(cl_vals_read(m, &v)); /* the step's one synchronisation */
   *loss = v.loss;
@@ -300,9 +300,9 @@ cl_status cl_model_train_step(cl_model *m, const cl_host_array *x, const cl_host
                               const cl_step_options *opts, double *loss) {
   m->err[0] = '\0';
   *loss = 0;
-  int d[5]; /* B, T, H, W; an encoder-forecaster's K */
+  int d[5]; /* B, T, H, W; a wired step's target steps K */
   cl_source xs = cl_source_host(x), ys = cl_source_host(y);
-  if (m->cfg.forecaster) { /* its forecaster's steps are the plan's horizon */
+  if (cl_arch_is_wired(&m->arch)) { /* the target's steps are the plan's horizon */
     static const cl_step_options none;
     CL_TRY(cl_call_check_forecast(m, x, y, target, opt, opts, d));
     cl_step_options o = opts ? *opts : none;
