@@ -11,14 +11,15 @@
 # peephole: peephole_spec()'s c(kind, height, width);
 # dropout, recurrent_dropout: one rate per layer (check_rates());
 # dropout_masks: "per_gate" or "shared";
-# structure: c(forecaster, patch) (convlstm_forecaster(); c(0, 0): a plain stack).
+# structure: c(forecaster, patch, head) (convlstm_forecaster(): c(1, patch, 0); a
+# plain stack: c(0, 0, 0), with a head c(0, 0, 1)).
 # options(convlstm.cuda_graphs = TRUE / FALSE) sets CONVLSTM_CUDA_GRAPHS for
 # the creation only (the CUDA backend reads it then; memory_stats() says
 # what it did); NULL leaves the environment as it is.
 c_model_create <- function(input_dim, hidden_dims, geometry, bias, device, dtype,
                            threads, memory_limit, peephole = c(0L, 0L, 0L), dropout = 0,
                            recurrent_dropout = 0, dropout_masks = "per_gate",
-                           structure = c(0L, 0L)) {
+                           structure = c(0L, 0L, 0L)) {
   n <- length(hidden_dims)
   graphs <- getOption("convlstm.cuda_graphs")
   if (!is.null(graphs)) {

@@ -400,7 +400,7 @@ convlstm_evaluate <- function(model, x, y, target = c("last_state", "sequence"),
   x <- check_input(x, config, "x", forward = TRUE)
   forecaster <- is_convlstm_forecaster(model)
   if (is.null(horizon) && !forecaster) {
-    target <- check_choice(target, c("last_state", "sequence"), "target")
+    target <- target_choice(target, config, missing(target))
     y <- check_target_array(y, dim(x), config, target, "y")
     K <- 0L
   } else {

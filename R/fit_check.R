@@ -77,7 +77,7 @@ fit_check_data <- function(f, a, target_missing, call) {
   f$forecast <- fit_forecast(a$horizon, a$teacher_forcing, target_missing, a$target, f$config,
                              call)
   if (is.null(f$forecast)) {
-    f$target <- check_choice(a$target, c("last_state", "sequence"), "target", call = call)
+    f$target <- target_choice(a$target, f$config, target_missing, call = call)
     f$y <- check_target_array(a$y, dim(f$x), f$config, f$target, "y", call = call)
   } else {
     f$target <- "sequence"

@@ -120,7 +120,7 @@ convlstm_forecaster <- function(input_dim, hidden_dims, kernel_sizes, patch = 1L
   ptr <- with_cuda_tf32(tf32, c_model_create(
     input_dim, rep(hidden_dims, 2L), cbind(geometry, geometry), bias,
     device = device, dtype = dtype, threads = threads, memory_limit = memory_limit,
-    peephole = peephole_spec(peephole, NULL, call), structure = c(1L, patch)
+    peephole = peephole_spec(peephole, NULL, call), structure = c(1L, patch, 0L)
   ))
   c_model_init_params(ptr)
   new_convlstm_model(ptr)

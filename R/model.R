@@ -118,6 +118,21 @@
 #'   the masks' and the masked copy's memory). `"shared"`: one mask per kind
 #'   for all four gates (the tied variant). Saved with the model; a file
 #'   written before this option loads as `"shared"`, what it trained with.
+#' @param head `"none"` (the default): the model's output at each step is
+#'   the last layer's hidden state `h`, bounded by `tanh` to `(-1, 1)`.
+#'   `"top"`: a 1x1 convolution with bias over the last layer's `h` gives
+#'   each step's output, a frame of `input_dim` channels on any scale (rain
+#'   rates in mm/h, temperatures), as [convlstm_forecaster()]'s head does.
+#'   It adds `head.weight` `[input_dim, hidden_dims[n_layers], 1, 1]` and
+#'   `head.bias` `[input_dim]` to the parameters (initialised as torch's
+#'   `nn_conv2d()`). Then [predict()] returns the head's frames, the
+#'   training target ([train_step()], [convlstm_fit()]) has `input_dim`
+#'   channels and is a sequence (`target = "sequence"`), and a `horizon`
+#'   feeds the head's frames back, whatever the last layer's size
+#'   (teacher forcing in training: `teacher_forcing = FALSE` is refused).
+#'   Checkpointing, truncation, accumulation, recomputed gates, dropout,
+#'   float16 and data parallel training all work with it. `model(x)` still
+#'   returns the layers' outputs and states.
 #'
 #' @return A model: a function of class `convlstm_model`. Calling it on an
 #'   array `x` of dim `[batch, time, channels, height, width]` runs an
@@ -191,11 +206,19 @@
 #' shi
 #' names(shi$parameters)  # conv_x.weight, conv_x.bias, conv_h.weight
 #' convlstm_release(shi)
+#' # a head: outputs on the data's scale, not bounded by tanh
+#' rain <- convlstm(1, c(8, 8), 3, head = "top", device = "cpu")
+#' dim(rain$parameters[["head.weight"]])  # [1, 8, 1, 1]
+#' y <- 20 * x                            # mm/h, say
+#' train_step(rain, x, y, optimizer_adam(lr = 0.01))
+#' dim(predict(rain, x))                  # [2, 4, 1, 6, 6]: frames
+#' convlstm_release(rain)
 convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hidden_dims),
                      bias = TRUE, device = "auto", dtype = "float32", memory_limit = NULL,
                      threads = NULL, dilation = 1, peephole = FALSE, frame_size = NULL,
                      dropout = 0, recurrent_dropout = 0,
-                     dropout_masks = c("per_gate", "shared"), recurrent_kernel_sizes = NULL) {
+                     dropout_masks = c("per_gate", "shared"), recurrent_kernel_sizes = NULL,
+                     head = c("none", "top")) {
   input_dim <- check_count(input_dim, "input_dim")
   # n_layers defaults to length(hidden_dims): an empty hidden_dims is its fault
   if (missing(n_layers)) hidden_dims <- check_counts(hidden_dims, "hidden_dims")
@@ -217,6 +240,7 @@ convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hid
   dropout <- check_rates(dropout, "dropout", n_layers, sys.call())
   recurrent_dropout <- check_rates(recurrent_dropout, "recurrent_dropout", n_layers, sys.call())
   dropout_masks <- check_choice(dropout_masks, c("per_gate", "shared"), "dropout_masks")
+  head <- check_choice(head, c("none", "top"), "head")
 
   tf32 <- cuda_tf32_option(sys.call())
 
@@ -225,7 +249,8 @@ convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hid
     input_dim, hidden_dims, geometry, bias,
     device = device,
     dtype = dtype, threads = threads, memory_limit = memory_limit, peephole = peephole,
-    dropout = dropout, recurrent_dropout = recurrent_dropout, dropout_masks = dropout_masks
+    dropout = dropout, recurrent_dropout = recurrent_dropout, dropout_masks = dropout_masks,
+    structure = c(0L, 0L, as.integer(head == "top"))
   ))
   c_model_init_params(ptr)
   new_convlstm_model(ptr)

@@ -123,7 +123,8 @@ convlstm_load <- function(path, device = "auto", dtype = NULL, memory_limit = NU
     memory_limit = memory_limit, peephole = config$peephole_spec,
     dropout = config$dropout, recurrent_dropout = config$recurrent_dropout,
     dropout_masks = config$dropout_masks,
-    structure = c(as.integer(isTRUE(config$forecaster)), config$patch %||% 1L)
+    structure = c(as.integer(isTRUE(config$forecaster)), config$patch %||% 1L,
+                  as.integer(isTRUE(config$head)))
   ))
   # The file is read again into the model; the glue checks that it still
   # has this architecture.

@@ -117,7 +117,7 @@ state_option <- function(state, config, xd, allow_carry = TRUE, call = sys.call(
 # A forecast's number of frames, for a model that can feed its output back.
 check_horizon <- function(horizon, config, call = sys.call(-1)) {
   horizon <- check_count(horizon, "horizon", call = call)
-  C <- config$hidden_dims[[config$n_layers]]
+  C <- output_channels(config)
   if (C != config$input_dim) {
     abort_convlstm(sprintf(paste0(
       "`horizon` needs the last layer's hidden size (%d) to equal `input_dim` (%d): each ",

@@ -212,7 +212,7 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
     y <- tf$y
     target <- "sequence"
   } else {
-    target <- check_choice(target, c("last_state", "sequence"), "target")
+    target <- target_choice(target, config, missing(target))
     y <- check_target_array(y, dim(x), config, target, "y")
   }
   optimizer <- check_optimizer(optimizer)
@@ -383,9 +383,22 @@ check_max_grad_norm <- function(x, call = sys.call(-1)) {
 # The smallest normal 32-bit float (FLT_MIN).
 float_min_normal <- 2^-126
 
+# The target a call trains on: as given, or by default the last state --
+# but a model with a head trains on the sequence of its outputs.
+target_choice <- function(target, config, target_missing, call = sys.call(-1)) {
+  if (target_missing && isTRUE(config$head)) return("sequence")
+  check_choice(target, c("last_state", "sequence"), "target", call = call)
+}
+
+# The channels of a model's output at each step: its head's frame, or the
+# last layer's h.
+output_channels <- function(config) {
+  if (isTRUE(config$head)) config$input_dim else config$hidden_dims[[config$n_layers]]
+}
+
 # The shape of the chosen output for an input of dims xd.
 output_dims <- function(xd, config, target) {
-  C <- config$hidden_dims[[config$n_layers]]
+  C <- output_channels(config)
   if (identical(target, "sequence")) c(xd[[1]], xd[[2]], C, xd[[4]], xd[[5]])
   else c(xd[[1]], C, xd[[4]], xd[[5]])
 }

@@ -91,8 +91,8 @@ static SEXP saved_info(const cl_saved *s) {
   const cl_config *c = cl_saved_config(s);
   const char *cn[] = {"input_dim", "hidden_dims", "kernel_sizes", "n_layers", "bias",
                       "dtype",     "geometry",    "peephole",     "dropout",  "recurrent_dropout",
-                      "dropout_masks", "forecaster", "patch"};
-  SEXP cfg = r_named_list(cn, 13);
+                      "dropout_masks", "forecaster", "patch", "head"};
+  SEXP cfg = r_named_list(cn, 14);
   SET_VECTOR_ELT(out, 0, cfg);
   SET_VECTOR_ELT(cfg, 0, Rf_ScalarInteger(c->input_dim));
   SEXP hd = Rf_allocVector(INTSXP, c->n_layers);
@@ -119,6 +119,7 @@ static SEXP saved_info(const cl_saved *s) {
   SET_VECTOR_ELT(cfg, 10, Rf_mkString(cl_dropout_masks_name(c->dropout_masks)));
   SET_VECTOR_ELT(cfg, 11, Rf_ScalarLogical(c->forecaster != 0));
   SET_VECTOR_ELT(cfg, 12, Rf_ScalarInteger(c->forecaster && c->patch > 1 ? c->patch : 1));
+  SET_VECTOR_ELT(cfg, 13, Rf_ScalarLogical(c->head != 0));
 
   cl_optim o;
   int64_t steps = 0;

@@ -13,9 +13,9 @@
 
 static int int_at(SEXP x, int i) { return INTEGER(x)[i]; }
 
-/* structure: integer c(forecaster, patch) (cl_config: an encoder-forecaster
- * whose n_layers are its encoder's then its forecaster's; c(0, 0): a plain
- * stack). geometry: integer [CL_R_GEOMETRY_ROWS, n_layers]: kernel height, width,
+/* structure: integer c(forecaster, patch, head) (cl_config: an
+ * encoder-forecaster whose n_layers are its encoder's then its
+ * forecaster's; c(0, 0, 0): a plain stack, c(0, 0, 1) with a head). geometry: integer [CL_R_GEOMETRY_ROWS, n_layers]: kernel height, width,
  * dilation height, width, recurrent kernel height, width of each layer
  * (column). peephole: integer c(kind, height, width),
  * as r_peephole() returns it. dropout: double [2, n_layers]: dropout and
@@ -29,7 +29,7 @@ SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP geometry, SEXP bias
       TYPEOF(geometry) != INTSXP || TYPEOF(bias) != LGLSXP || TYPEOF(threads) != INTSXP ||
       TYPEOF(memory_limit) != REALSXP || TYPEOF(peephole) != INTSXP ||
       Rf_length(peephole) != 3 || TYPEOF(dropout) != REALSXP || TYPEOF(dropout_masks) != STRSXP ||
-      Rf_length(dropout_masks) != 1 || TYPEOF(structure) != INTSXP || Rf_length(structure) != 2)
+      Rf_length(dropout_masks) != 1 || TYPEOF(structure) != INTSXP || Rf_length(structure) != 3)
     r_raise_invalid("internal: ffi_model_create() got arguments of the wrong type");
   int n_layers = Rf_length(hidden_dims);
   if (n_layers < 1 || n_layers > CL_MAX_LAYERS || Rf_length(geometry) != CL_R_GEOMETRY_ROWS * n_layers ||
@@ -62,6 +62,7 @@ SEXP ffi_model_create(SEXP input_dim, SEXP hidden_dims, SEXP geometry, SEXP bias
   cfg.peephole_w = int_at(peephole, 2);
   cfg.forecaster = int_at(structure, 0);
   cfg.patch = int_at(structure, 1);
+  cfg.head = int_at(structure, 2);
   const char *masks = CHAR(STRING_ELT(dropout_masks, 0));
   if (strcmp(masks, cl_dropout_masks_name(CL_MASKS_PER_GATE)) == 0)
     cfg.dropout_masks = CL_MASKS_PER_GATE;
@@ -101,7 +102,7 @@ SEXP ffi_model_config(SEXP ptr) {
                          "bias",      "device",      "dtype",        "threads",
                          "memory_limit", "backend",  "n_params",     "peephole",
                          "conv_math",    "dropout",  "recurrent_dropout", "dropout_masks",
-                         "forecaster",   "patch",    "geometry"};
+                         "forecaster",   "patch",    "head",     "geometry"};
   SEXP out = PROTECT(r_named_list(names, (int)(sizeof names / sizeof names[0])));
   nprotect++;
 
@@ -124,6 +125,7 @@ SEXP ffi_model_config(SEXP ptr) {
   SET_VECTOR_ELT(out, 15, Rf_mkString(cl_dropout_masks_name(cfg->dropout_masks)));
   SET_VECTOR_ELT(out, 16, Rf_ScalarLogical(cfg->forecaster != 0));
   SET_VECTOR_ELT(out, 17, Rf_ScalarInteger(cfg->forecaster && cfg->patch > 1 ? cfg->patch : 1));
+  SET_VECTOR_ELT(out, 18, Rf_ScalarLogical(cfg->head != 0));
   SET_VECTOR_ELT(out, 0, Rf_ScalarInteger(cfg->input_dim));
   SET_VECTOR_ELT(out, 1, hd);
   SET_VECTOR_ELT(out, 2, ks);

@@ -64,6 +64,8 @@ SEXP ffi_forward(SEXP ptr, SEXP x, SEXP training, SEXP what, SEXP opts) {
   R_CL_CHECK(m, st);
   const cl_config *cfg = cl_model_config(m);
   int L = cfg->n_layers;
+  if (mode == R_FWD_SEQUENCE && cfg->head) /* the model's outputs: the head's frames */
+    return read_output(m, L, B, T, cfg->input_dim, H, W);
   if (mode == R_FWD_SEQUENCE) return read_output(m, L - 1, B, T, cfg->hidden_dims[L - 1], H, W);
   if (mode == R_FWD_LAST_STATE) return read_state(m, L - 1, 0, B, cfg->hidden_dims[L - 1], H, W);
   if (mode == R_FWD_FRAMES) return read_frames(m, B, so.horizon, cfg->input_dim, H, W);

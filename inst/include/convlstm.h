@@ -144,6 +144,13 @@ typedef struct cl_config {
    * pixel_shuffle; 0 or 1: no patches. A plain stack ignores patch (0). */
   int forecaster;
   int patch;
+  /* A plain stack's head (1; 0: none): a 1x1 convolution with bias over the
+   * top layer's h giving each step's output frame of input_dim channels, so
+   * outputs are not bounded by tanh (head.weight [input_dim, h, 1, 1],
+   * head.bias). The model's outputs, its training target and the frames a
+   * horizon feeds back are then the head's. An encoder-forecaster has its
+   * head always and leaves this 0. */
+  int head;
 } cl_config;
 
 typedef struct cl_model cl_model;
@@ -377,12 +384,14 @@ cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training,
                            const cl_step_options *opts);
 /* Shape of the last forward (0s before any). */
 cl_status cl_model_last_shape(const cl_model *m, int *B, int *T, int *H, int *W);
-/* Copy results of the last forward to host: layer output [B, T, C_l, H, W];
- * last state h or c [B, C_l, H, W] (which: 0 = h, 1 = c). out->dims must match. */
+/* Copy results of the last forward to host: layer output [B, T, C_l, H, W]
+ * (layer n_layers: a plain stack's head, [B, T, input_dim, H, W]); last
+ * state h or c [B, C_l, H, W] (which: 0 = h, 1 = c). out->dims must match. */
 cl_status cl_model_read_output(cl_model *m, int layer, cl_host_array *out);
 cl_status cl_model_read_state(cl_model *m, int layer, int which, cl_host_array *out);
 /* The frames of the last forward with a horizon K: [B, K, input_dim, H, W];
- * frame 1 is the last layer's h after x's last step (after the rollout, the
+ * frame 1 is the output after x's last step (a head's, or the last layer's
+ * h), each next one the output after reading the one before (after the rollout, the
  * last states are those of its last step). */
 cl_status cl_model_read_frames(cl_model *m, cl_host_array *out);
 /* Mean squared error of the chosen output of the last training forward

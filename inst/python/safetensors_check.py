@@ -13,7 +13,8 @@ with the package: system.file("python", "safetensors_check.py", package =
       tutorial's ConvLSTM (torch_convlstm.py, beside this file) with the architecture in
       the file's metadata (peepholes, kernel widths and dilations included), loads the weights with load_state_dict(strict=True),
       runs it on X.bin (float32, row-major [B, T, C, H, W]) and writes the last
-      layer's output sequence to OUT.bin (float32, row-major). Prints a JSON
+      layer's output sequence (with a head, convlstm.head "top": the head's
+      frames) to OUT.bin (float32, row-major). Prints a JSON
       summary: reader, tensors (name: shape), metadata.
   safetensors_check.py write FILE SEED INPUT_DIM HIDDEN,.. KERNEL,.. BIAS X.bin B T C H W OUT.bin [RKERNEL,..]
       A ConvLSTM with torch's default initialisation (torch.manual_seed(SEED))
@@ -104,13 +105,15 @@ def read_x(path, dims):
 
 def write_out(model, x, path):
     with torch.no_grad():
-        outputs, _ = model(x)
-    outputs[-1].contiguous().numpy().astype("<f4").tofile(path)
+        if hasattr(model, "head"):  # the model's outputs are the head's frames
+            out = model.frames(x)
+        else:
+            out = model(x)[0][-1]
+    out.contiguous().numpy().astype("<f4").tofile(path)
 
 
-def cmd_read(args):
-    path, xfile, dims, outfile = args[0], args[1], [int(v) for v in args[2:7]], args[7]
-    tensors, meta, reader = read_file(path)
+def model_from(tensors, meta):
+    """The reference ConvLSTM of a file's metadata, its weights loaded."""
     hidden = json.loads(meta["convlstm.hidden_dims"])
     kernels = json.loads(meta["convlstm.kernel_sizes"])
     # non-square or dilated kernels: widths and dilations are recorded too
@@ -128,9 +131,17 @@ def cmd_read(args):
     model = ConvLSTM(int(meta["convlstm.input_dim"]), hidden, list(zip(kernels, widths)),
                      meta["convlstm.bias"] == "true", list(zip(dil_h, dil_w)),
                      peephole=peephole, frame_size=frame,
-                     recurrent_kernel_sizes=list(zip(rk_h, rk_w)) if rk_h else None)
+                     recurrent_kernel_sizes=list(zip(rk_h, rk_w)) if rk_h else None,
+                     head=meta.get("convlstm.head") == "top")
     params = {k: v for k, v in tensors.items() if not k.startswith("optimizer.")}
     model.load_state_dict(params, strict=True)
+    return model, params
+
+
+def cmd_read(args):
+    path, xfile, dims, outfile = args[0], args[1], [int(v) for v in args[2:7]], args[7]
+    tensors, meta, reader = read_file(path)
+    model, params = model_from(tensors, meta)
     for k, v in tensors.items():
         if k.startswith("optimizer."):
             base = k.split(".", 2)[2]

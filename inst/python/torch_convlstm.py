@@ -122,12 +122,16 @@ class ConvLSTMCell(nn.Module):
 
 class ConvLSTM(nn.Module):
     def __init__(self, input_dim, hidden_dims, kernel_sizes, bias=True, dilations=None,
-                 peephole=None, frame_size=None, recurrent_kernel_sizes=None):
+                 peephole=None, frame_size=None, recurrent_kernel_sizes=None, head=False):
         """kernel_sizes: per layer an int or (height, width); dilations: None
         (1) or per layer an int or (height, width); peephole: None, "channel"
         or "position" (then frame_size = (H, W)); recurrent_kernel_sizes: None
-        (the input kernels) or per layer an int or (height, width)."""
+        (the input kernels) or per layer an int or (height, width); head: a
+        1x1 convolution with bias from the last layer's h to input_dim
+        channels (convlstm(head = "top")), applied by frames()."""
         super().__init__()
+        if head:  # state-dict keys head.weight, head.bias
+            self.head = nn.Conv2d(hidden_dims[-1], input_dim, 1)
         # the attribute name makes the state-dict keys cell_list.<l>.conv.weight
         # / .bias, the names the package uses
         dims = [input_dim] + list(hidden_dims[:-1])
@@ -163,6 +167,14 @@ class ConvLSTM(nn.Module):
             layer_outputs.append(cur)
             last_states.append((h, c))
         return layer_outputs, last_states
+
+    def frames(self, x, state=None):
+        """The head over the last layer's h at every step: [B, T, input_dim, H, W]."""
+        outputs, _ = self(x, state=state)
+        top = outputs[-1]
+        B, T = top.shape[:2]
+        y = self.head(top.reshape(B * T, *top.shape[2:]))
+        return y.reshape(B, T, *y.shape[1:])
 
 
 class EncoderForecaster(nn.Module):

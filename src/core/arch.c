@@ -22,6 +22,8 @@ cl_arch cl_arch_of(const cl_config *c) {
   if (!c->forecaster) {
     a.n_stacks = 1;
     a.stack[0] = stack_of(0, c->n_layers, CL_STACK_READS_FRAMES, CL_STEPS_INPUT, -1, "");
+    a.head_lo = c->head ? c->n_layers - 1 : c->n_layers;
+    a.head_hi = c->n_layers;
     return a;
   }
   int L = c->n_layers / 2;
@@ -54,7 +56,14 @@ static cl_status fail(char *err, size_t errlen, cl_status s, const char *msg) {
 }
 
 cl_status cl_arch_check(const cl_config *c, char *err, size_t errlen) {
+  if (c->head != 0 && c->head != 1) {
+    snprintf(err, errlen, "head must be 0 (none) or 1 (over the top layer), not %d", c->head);
+    return CL_E_INVALID;
+  }
   if (!c->forecaster) return CL_OK;
+  if (c->head)
+    return fail(err, errlen, CL_E_INVALID,
+                "an encoder-forecaster has its head already (head is for a plain stack)");
   if (c->forecaster != 1 || c->n_layers % 2 || c->n_layers > CL_MAX_LAYERS - 2) {
     snprintf(err, errlen,
              "an encoder-forecaster has forecaster = 1 and an even n_layers (encoder, then "

@@ -8,7 +8,7 @@
  * asks for.
  *
  * A plain stack is one stack that reads the frames for the input's T steps
- * from the call's state. Shi et al.'s encoder-forecaster is two: the
+ * from the call's state, with or without a head over its top layer. Shi et al.'s encoder-forecaster is two: the
  * encoder (frames, T steps, the call's state) and the forecaster (no
  * input, the target's K steps, from the encoder's last state layer by
  * layer), and a head: a 1x1 convolution with bias over the forecaster's
@@ -62,11 +62,10 @@ static inline int cl_arch_stack_of(const cl_arch *a, int l) {
   while (s < a->n_stacks - 1 && l >= a->stack[s].hi) s++;
   return s;
 }
-/* Whether the step runs more than one stack from the call's state
- * straight to its loss: stacks handing states on, or a head. */
-static inline int cl_arch_is_wired(const cl_arch *a) {
-  return a->n_stacks > 1 || cl_arch_has_head(a);
-}
+/* Whether stacks hand states on (stacks.c runs the step); a single
+ * stack runs through the executor's segments and windows, its head (if
+ * any) in the loss (backward.c). */
+static inline int cl_arch_is_wired(const cl_arch *a) { return a->n_stacks > 1; }
 /* Whether a stack runs the target's steps: a call then needs its horizon. */
 static inline int cl_arch_runs_target(const cl_arch *a) {
   for (int s = 0; s < a->n_stacks; s++)

@@ -31,6 +31,11 @@ static size_t top_step(const cl_model *m, int b) {
   const cl_schedule *g = &m->step.g;
   return (size_t)b * m->layer[m->cfg.n_layers - 1].hidden * g->H * g->W;
 }
+/* One step of the model's output (the head's, or the top layer's h). */
+static size_t out_step(const cl_model *m, int b) {
+  const cl_schedule *g = &m->step.g;
+  return (size_t)b * cl_output_channels(m) * g->H * g->W;
+}
 
 /* Layer l's d loss / d h of step s: with dh_one (plan.c) every step's in
  * the one step the buffer holds. */
@@ -47,13 +52,16 @@ static cl_status back_to_h(cl_model *m, int l, int b, const void *dz_s, int s, s
 }
 
 /* Put the segment's part of an array shaped like the target into the last
- * layer's d_hidden: zeros where the target says nothing. Returns through
+ * layer's d_hidden (with a head, the head's d_head): zeros where the target
+ * says nothing. Returns through
  * *at / *n the part that holds values (n = 0: none in this segment) and
  * through *k (may be NULL) the block of the array it came from. */
 static cl_status place_target(cl_model *m, const cl_source *a, cl_target target, int b0,
                               int b, int t0, int len, float **at, size_t *n, cl_block *k) {
-  float *dh = m->step.dh[m->cfg.n_layers - 1];
-  size_t bh = top_step(m, b);
+  /* with a head the target is its output's, in its own buffer */
+  int head = cl_arch_has_head(&m->arch);
+  float *dh = head ? m->step.head_grad : m->step.dh[m->cfg.n_layers - 1];
+  size_t bh = out_step(m, b);
   *at = dh;
   *n = 0;
   if (target == CL_TARGET_SEQUENCE) {
@@ -80,26 +88,46 @@ static cl_status place_target(cl_model *m, const cl_source *a, cl_target target,
   return cl_put_source(m, *at, CL_F32, a, blk);
 }
 
+cl_status cl_head_backward(cl_model *m, int l, int n, int accumulate) {
+  const cl_step *st = &m->step;
+  const struct cl_backend_i *be = m->be->iface;
+  cl_conv_shape s = cl_conv_head(m, l, &st->g, n);
+  float *gb = l == m->arch.head_lo ? m->grads + cl_head(m)->off_b : NULL;
+  CL_KERNEL(m, be->conv_backward_data(m->be, &s, st->head_grad, m->params + cl_head_offset(m, l),
+                                      st->dh[l], accumulate, st->ws));
+  CL_KERNEL(m, be->conv_backward_filter(m->be, &s, st->head_grad, st->hid[l],
+                                        m->grads + cl_head_offset(m, l), gb, st->ws));
+  return CL_OK;
+}
+
+/* With a head (a single stack's, over its top layer) the loss reads the
+ * head's output over the segment's len steps, and (want_grad) d_head,
+ * whose steps without a target hold zeros, goes back into the top layer's
+ * d_hidden and the head's gradients. */
 cl_status cl_loss_segment(cl_model *m, const cl_call *c, const cl_source *y, cl_target target,
                           int b0, int b, int t0, int len, double share, float loss_scale,
                           int want_grad, double *acc) {
   float *at, *w = NULL;
   size_t n;
   cl_block k;
+  int head = cl_arch_has_head(&m->arch), top = m->cfg.n_layers - 1;
   CL_TRY(place_target(m, y, target, b0, b, t0, len, &at, &n, &k));
-  if (n == 0) return CL_OK;
   const cl_step *st = &m->step;
-  float *dh = st->dh[m->cfg.n_layers - 1];
-  /* with dh_one the last state's gradient is the buffer's one step */
-  size_t off = st->g.dh_one ? (size_t)(len - 1) * top_step(m, b) : (size_t)(at - dh);
-  const void *pred = cl_at(st->hid[m->cfg.n_layers - 1], off, st->g.dtype);
-  if (c->weight.host) { /* the same block as the target's, from the buffer's start */
-    w = st->weight;
-    CL_TRY(cl_put_source(m, w, CL_F32, &c->weight, k));
+  if (head) CL_TRY(cl_head_forward(m, len * b, st->hid, st->head_out));
+  if (n > 0) {
+    float *dh = head ? st->head_grad : st->dh[top];
+    /* with dh_one the last state's gradient is the buffer's one step */
+    size_t off = st->g.dh_one ? (size_t)(len - 1) * top_step(m, b) : (size_t)(at - dh);
+    const void *pred = cl_at(head ? st->head_out : st->hid[top], off, st->g.dtype);
+    if (c->weight.host) { /* the same block as the target's, from the buffer's start */
+      w = st->weight;
+      CL_TRY(cl_put_source(m, w, CL_F32, &c->weight, k));
+    }
+    share = cl_loss_share(&c->loss, share, n, st->g.B); /* mean: as it is */
+    CL_TRY(cl_loss_run(m, &c->loss, pred, at, w, n, (float)(share * loss_scale),
+                       want_grad ? at : NULL, share, acc));
   }
-  share = cl_loss_share(&c->loss, share, n, st->g.B); /* mean: as it is */
-  return cl_loss_run(m, &c->loss, pred, at, w, n, (float)(share * loss_scale),
-                     want_grad ? at : NULL, share, acc);
+  return head && want_grad ? cl_head_backward(m, top, len * b, 0) : CL_OK;
 }
 
 /* done: the last `done` steps of the segment already ran backward through

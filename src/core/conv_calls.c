@@ -150,17 +150,31 @@ static void free_run(walk *w, int b, int prev, const int *truth, int64_t x) {
   }
 }
 
+/* A single stack's head in the loss of a segment (backward.c,
+ * cl_loss_segment): forward over its steps, backward into the top layer. */
+static void head(walk *w, cl_conv_dir d, int l, int64_t n, int64_t count);
+static void loss_head(walk *w, int b, int len, int64_t x) {
+  const cl_arch *a = &w->m->arch;
+  if (!cl_arch_has_head(a)) return;
+  head(w, CL_CONV_FORWARD, a->head_lo, (int64_t)len * b, x);
+  head(w, CL_CONV_BACKWARD_DATA, a->head_lo, (int64_t)len * b, x);
+  head(w, CL_CONV_BACKWARD_FILTER, a->head_lo, (int64_t)len * b, x);
+}
+
 /* run_segments' segment: forward, again before its backward unless it is
- * the last, then backward */
+ * the last, then the loss and backward */
 static void segment(walk *w, int b, int len, int prev, int last, int64_t x) {
   fwd_segment(w, b, len, prev, x * (last ? 1 : 2));
+  loss_head(w, b, len, x);
   bwd_segment(w, b, len, prev, !last, x);
 }
 
-/* run_windows' window: forward, and backward when it has a loss */
+/* run_windows' window: forward, and the loss and backward when it has one */
 static void window(walk *w, int b, int len, int prev, int backward, int64_t x) {
   fwd_segment(w, b, len, prev, x);
-  if (backward) bwd_segment(w, b, len, prev, 0, x);
+  if (!backward) return;
+  loss_head(w, b, len, x);
+  bwd_segment(w, b, len, prev, 0, x);
 }
 
 /* One micro-batch of b sequences, x of them: segments or windows. */
@@ -237,15 +251,20 @@ static void wired_inference(walk *w) {
 }
 
 /* inference (forward.c, infer_step): step by step over T steps and the
- * horizon's fed-back frames, each layer both halves over the batch */
+ * horizon's fed-back frames, each layer both halves over the batch; a head
+ * over each kept output and each frame */
 static void inference(walk *w) {
   const cl_schedule *g = w->g;
+  const cl_arch *a = &w->m->arch;
   int64_t steps = (int64_t)g->T + (g->horizon > 1 ? g->horizon - 1 : 0);
   int from = g->state != CL_STATE_ZERO;
   for (int l = 0; l < w->m->cfg.n_layers; l++) {
     add_x(w, CL_CONV_FORWARD, l, g->B, steps);
     add_h(w, CL_CONV_FORWARD, l, g->B, steps - !from);
   }
+  if (!cl_arch_has_head(a)) return;
+  int64_t outs = (g->outputs == CL_OUTPUTS_ALL ? g->T : 0) + g->horizon;
+  head(w, CL_CONV_FORWARD, a->head_lo, g->B, outs);
 }
 
 cl_status cl_conv_calls(const cl_model *m, const cl_schedule *g, cl_target target, const int *truth,

@@ -52,11 +52,15 @@ static cl_status comm_failed(cl_model *m, cl_comm *c, cl_status s) {
 }
 
 /* Layer l's bucket: its wx, wh, bias and peephole gradients, contiguous
- * (model.c). */
+ * (model.c); the top layer's also holds a single stack's head, laid out
+ * after it and complete before it (the loss runs the head's backward). */
 static size_t bucket_of(const cl_model *m, int l, size_t *offset) {
   const cl_layer *L = &m->layer[l];
   *offset = L->off_wx;
-  return L->n_wx + L->n_wh + L->n_b + L->n_pc;
+  size_t n = L->n_wx + L->n_wh + L->n_b + L->n_pc;
+  if (l == m->cfg.n_layers - 1 && cl_arch_has_head(&m->arch) && !cl_arch_is_wired(&m->arch))
+    n += cl_head(m)->n_wx + cl_head(m)->n_b;
+  return n;
 }
 
 int cl_model_grad_buckets(const cl_model *m, int *layer, size_t *bytes) {

@@ -238,20 +238,29 @@ static cl_status infer_stacks(cl_model *m, const cl_host_array *x) {
   return CL_OK;
 }
 
-/* A horizon of K frames: frame 0 is the last layer's h after x's last step;
- * each next one is the h after a step whose input is the frame before. */
+/* Step s's output into out: the head over the top layer's h, or that h. */
+static cl_status infer_output(cl_model *m, int s, void *out) {
+  const cl_schedule *g = &m->step.g;
+  int top = m->cfg.n_layers - 1;
+  size_t hb = (size_t)g->B * m->layer[top].hidden * g->H * g->W;
+  void *h[CL_MAX_LAYERS];
+  h[top] = cl_at(m->step.hid[top], hid_slot(g, s) * hb, g->dtype);
+  if (cl_arch_has_head(&m->arch)) return cl_head_forward(m, g->B, h, out);
+  CL_KERNEL(m, m->be->iface->copy(m->be, out, h[top], hb * cl_dtype_size(g->dtype)));
+  return CL_OK;
+}
+
+/* A horizon of K frames: frame 0 is the output after x's last step; each
+ * next one is the output after a step whose input is the frame before. */
 static cl_status roll_forward(cl_model *m, void *const *ih, void *const *ic) {
   const cl_step *st = &m->step;
   const cl_schedule *g = &st->g;
   cl_dtype t = g->dtype;
-  size_t frame = (size_t)g->B * m->cfg.input_dim * g->H * g->W; /* == last layer's h */
-  size_t bytes = frame * cl_dtype_size(t);
-  void *top = st->hid[m->cfg.n_layers - 1];
+  size_t frame = (size_t)g->B * m->cfg.input_dim * g->H * g->W; /* == one output step */
   for (int k = 0; k < g->horizon; k++) {
     int s = g->T - 1 + k;
     if (k > 0) CL_TRY(infer_step(m, s, cl_at(st->frames, (k - 1) * frame, t), ih, ic));
-    CL_KERNEL(m, m->be->iface->copy(m->be, cl_at(st->frames, k * frame, t),
-                                    cl_at(top, hid_slot(g, s) * frame, t), bytes));
+    CL_TRY(infer_output(m, s, cl_at(st->frames, k * frame, t)));
   }
   return CL_OK;
 }
@@ -305,10 +314,14 @@ cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training,
   } else if (cl_arch_is_wired(&m->arch)) {
     CL_TRY(infer_stacks(m, x));
   } else {
+    /* a head gives every step's output when all are kept */
+    int head = cl_arch_has_head(&m->arch) && g.outputs == CL_OUTPUTS_ALL;
+    size_t frame = (size_t)B * m->arch.frame_dim * g.H * g.W;
     for (int s = 0; s < T; s++) {
       cl_block k = {0, B, s, 1};
       CL_TRY(cl_put_host(m, st->x, g.dtype, x, k));
       CL_TRY(infer_step(m, s, st->x, from ? ih : NULL, from ? ic : NULL));
+      if (head) CL_TRY(infer_output(m, s, cl_at(st->head_out, s * frame, g.dtype)));
     }
     CL_TRY(roll_forward(m, from ? ih : NULL, from ? ic : NULL));
   }
@@ -333,12 +346,16 @@ static cl_status check_read(cl_model *m, int layer, const cl_host_array *out, in
     return cl_fail(m, CL_E_STATE,
                    "the last step ran in pieces (checkpoint, tbptt or accumulation) and kept "
                    "no outputs: run a forward pass to read them");
-  if (layer < 0 || layer >= m->cfg.n_layers)
+  /* a single stack's head: the pseudo-layer after the last (its outputs) */
+  int head = layer == m->cfg.n_layers && cl_arch_has_head(&m->arch) && !cl_arch_is_wired(&m->arch);
+  if (layer < 0 || (layer >= m->cfg.n_layers && !head))
     return cl_fail(m, CL_E_INVALID, "layer %d does not exist (1..%d)", layer + 1, m->cfg.n_layers);
+  if (head && ndim != 5)
+    return cl_fail(m, CL_E_INVALID, "the head keeps outputs, not states");
   if (ndim == 5 && !st->g.training && st->g.outputs != CL_OUTPUTS_ALL)
     return cl_fail(m, CL_E_STATE, "this forward pass kept only the last states");
   const cl_schedule *g = &st->g;
-  int want[5] = {g->B, g->T, m->layer[layer].hidden, g->H, g->W};
+  int want[5] = {g->B, g->T, head ? m->arch.frame_dim : m->layer[layer].hidden, g->H, g->W};
   if (ndim == 4) { /* drop T */
     want[1] = want[2]; want[2] = want[3]; want[3] = want[4];
   }
@@ -352,7 +369,8 @@ static cl_status check_read(cl_model *m, int layer, const cl_host_array *out, in
 
 cl_status cl_model_read_output(cl_model *m, int layer, cl_host_array *out) {
   CL_TRY(check_read(m, layer, out, 5));
-  return cl_get_host(m, out, m->step.hid[layer], m->step.g.dtype);
+  void *buf = layer == m->cfg.n_layers ? m->step.head_out : m->step.hid[layer];
+  return cl_get_host(m, out, buf, m->step.g.dtype);
 }
 
 cl_status cl_model_read_state(cl_model *m, int layer, int which, cl_host_array *out) {

@@ -392,6 +392,12 @@ static inline size_t cl_head_offset(const cl_model *m, int l) {
   return at;
 }
 
+/* Channels of the model's output at each step: its head's frame, or the
+ * top layer's h. */
+static inline int cl_output_channels(const cl_model *m) {
+  return cl_arch_has_head(&m->arch) ? m->arch.frame_dim : m->layer[m->cfg.n_layers - 1].hidden;
+}
+
 /* Layer L's fused cell over n images at g's frame size: the one place its
  * shape (and which peepholes it has) is written down. */
 static inline cl_gates_shape cl_cell_shape(const cl_model *m, const cl_layer *L,
@@ -578,6 +584,10 @@ cl_status cl_forward_layers(cl_model *m, int lo, int hi, int b, int len, const v
  * = bias + the sum over the layers l it reads of their 1x1 filters over
  * h[l] (n images each). */
 cl_status cl_head_forward(cl_model *m, int n, void *const *h, void *out);
+/* The head's backward for layer l's part over n images of d_head: into
+ * d_hidden[l] (accumulate: onto what it holds) and the head's gradients
+ * (its bias with the first part). */
+cl_status cl_head_backward(cl_model *m, int l, int n, int accumulate);
 /* Layer l's steps s0..s0+len-1 (in: its input from the segment's step 0),
  * their gates into z on, c and h into the layer's buffers; prev_h, prev_c
  * are read when s0 is 0. Forward, and backward's recompute_gates. */

@@ -309,11 +309,17 @@ static cl_status arch_sizes_ok(const cl_config *c, char *err, size_t errlen) {
 }
 
 /* An encoder-forecaster (convlstm.model "encoder_forecaster", with
- * convlstm.patch; absent: a plain stack, patch 1). */
+ * convlstm.patch; absent: a plain stack, patch 1); a plain stack's head
+ * (convlstm.head "top"; absent: none). */
 static cl_status read_model_kind(cl_saved *s, char *err, size_t errlen) {
   const char *v = cl_st_find_meta(&s->f, META_PREFIX "model");
   const char *p = cl_st_find_meta(&s->f, META_PREFIX "patch");
+  const char *hd = cl_st_find_meta(&s->f, META_PREFIX "head");
   long long x = 1;
+  if (hd && strcmp(hd, "top") != 0)
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "metadata convlstm.head must be \"top\", not \"%.40s\"", hd);
+  s->cfg.head = hd != NULL;
   if (!v && !p) return CL_OK;
   if (!v || strcmp(v, "encoder_forecaster") != 0 || (p && !cl_st_meta_int(p, 1, 4096, &x)))
     return cl_st_fail(err, errlen, CL_E_INVALID,
@@ -735,7 +741,10 @@ cl_status cl_saved_load_into(const cl_saved *s, cl_model *m, int with_optimizer)
   int same = c->input_dim == f->input_dim && c->n_layers == f->n_layers && c->bias == f->bias &&
              c->peephole == f->peephole && c->peephole_h == f->peephole_h &&
              c->peephole_w == f->peephole_w && c->forecaster == f->forecaster &&
-             cl_cfg_patch(c) == cl_cfg_patch(f);
+             cl_cfg_patch(c) == cl_cfg_patch(f) && c->head == f->head;
+  if (c->head != f->head)
+    return cl_fail(m, CL_E_INVALID, "the file's model %s a head, the model %s",
+                   f->head ? "has" : "has no", c->head ? "has one" : "has none");
   if (c->forecaster != f->forecaster)
     return cl_fail(m, CL_E_INVALID, "the file holds %s, the model is %s",
                    f->forecaster ? "an encoder-forecaster" : "a plain ConvLSTM stack",

@@ -89,6 +89,7 @@ static cl_status build_header(cl_model *m, const cl_optim *opt, const save_plan 
     cl_st_header_meta(h, &first, META_PREFIX "model", "encoder_forecaster");
     cl_st_header_meta_int(h, &first, META_PREFIX "patch", cl_cfg_patch(c));
   }
+  if (c->head) cl_st_header_meta(h, &first, META_PREFIX "head", "top"); /* else as they were */
   if (c->peephole) { /* files of models without stay as they were */
     cl_st_header_meta(h, &first, META_PREFIX "peephole", cl_peephole_name(c->peephole));
     int hw[2] = {c->peephole_h, c->peephole_w};

@@ -44,7 +44,7 @@ cl_status cl_schedule_make(cl_model *m, int B, int T, int H, int W, int training
   if (o->horizon < 0 || (training && o->horizon > T && !cl_arch_runs_target(&m->arch)))
     return cl_fail(m, CL_E_INVALID, "horizon must be >= 0 and, in training, at most the %d steps",
                    T);
-  if (o->horizon > 0 && !cl_arch_runs_target(&m->arch) &&
+  if (o->horizon > 0 && !cl_arch_runs_target(&m->arch) && !cl_arch_has_head(&m->arch) &&
       m->layer[m->cfg.n_layers - 1].hidden != m->cfg.input_dim)
     return cl_fail(m, CL_E_INVALID,
                    "horizon: the last layer's hidden size (%d) must equal the input channels "
@@ -75,6 +75,11 @@ cl_status cl_schedule_make(cl_model *m, int B, int T, int H, int W, int training
     return cl_fail(m, CL_E_INVALID,
                    "training without teacher forcing cannot be combined with checkpoint or tbptt");
   g->free_run = o->free_run && o->horizon > 1;
+  /* the fed-back frame would be the head's output, which no fed-back
+   * step's forward or backward computes */
+  if (g->free_run && cl_arch_has_head(&m->arch))
+    return cl_fail(m, CL_E_UNSUPPORTED,
+                   "a model with a head trains a horizon with teacher forcing only");
   /* the fed-back steps' backward reads their gates step by step across the
    * layers (backward.c roll_back_step): no chunk of one layer covers them */
   if (g->free_run && o->recompute_gates)
@@ -273,6 +278,16 @@ int cl_dh_layout(const cl_model *m, int *at) {
   return need;
 }
 
+/* A head's output over S steps of Bm sequences, in training also its
+ * target-then-gradient (float). */
+static void plan_head(plan_builder *b, const struct cl_model *m, const cl_schedule *g, size_t S,
+                      size_t Bm) {
+  size_t C = (size_t)m->arch.frame_dim, P = (size_t)g->H * g->W;
+  add(b, CL_BUF_HEAD_OUT, -1, CL_MEM_ACTIVATIONS, nbytes(b, cl_dtype_size(g->dtype), S, Bm, C, P));
+  if (g->training)
+    add(b, CL_BUF_HEAD_GRAD, -1, CL_MEM_WORKSPACE, nbytes(b, sizeof(float), S, Bm, C, P));
+}
+
 static void plan_inference(plan_builder *b, const struct cl_model *m, const cl_schedule *g) {
   size_t e = cl_dtype_size(g->dtype), P = (size_t)g->H * g->W, B = (size_t)g->B;
   add(b, CL_BUF_X, -1, CL_MEM_DATA, nbytes(b, e, B, (size_t)cl_cfg_frame_dim(&m->cfg), P, 1));
@@ -289,6 +304,10 @@ static void plan_inference(plan_builder *b, const struct cl_model *m, const cl_s
     else
       add(b, CL_BUF_HID, l, CL_MEM_STATES, nbytes(b, e, 2, B, h, P));
   }
+  /* a single stack's head gives every step's output (a wired one's frames
+   * are the horizon's, above) */
+  if (all && cl_arch_has_head(&m->arch) && !cl_arch_is_wired(&m->arch))
+    plan_head(b, m, g, (size_t)g->T, B);
 }
 
 /* Dropout (dropout.c): each layer's masks ([Bm, G, C, H, W], G = 4 per
@@ -361,9 +380,7 @@ static void plan_stacks(plan_builder *b, const struct cl_model *m, const cl_sche
           nbytes(b, f, Bm, (size_t)m->layer[l].hidden, P, 1));
   add(b, CL_BUF_DH, -1, CL_MEM_WORKSPACE, nbytes(b, f, most, Bm, hmax, P));
   add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, hmax, P, 1));
-  if (!cl_arch_has_head(a)) return;
-  add(b, CL_BUF_HEAD_OUT, -1, CL_MEM_ACTIVATIONS, nbytes(b, e, K, Bm, C, P));
-  add(b, CL_BUF_HEAD_GRAD, -1, CL_MEM_WORKSPACE, nbytes(b, f, K, Bm, C, P));
+  if (cl_arch_has_head(a)) plan_head(b, m, g, K, Bm);
 }
 
 static void plan_training(plan_builder *b, const struct cl_model *m, const cl_schedule *g) {
@@ -418,8 +435,10 @@ static void plan_training(plan_builder *b, const struct cl_model *m, const cl_sc
   if (nseg == 1 && !g->free_run)
     add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, hmax, P, 1));
   plan_dropout(b, m, g);
+  if (cl_arch_has_head(&m->arch)) /* the segment's outputs, and target then gradient */
+    plan_head(b, m, g, S, Bm);
   if (g->weight_steps) {
-    size_t c = (size_t)m->layer[m->cfg.n_layers - 1].hidden;
+    size_t c = (size_t)cl_output_channels(m);
     add(b, CL_BUF_WEIGHT, -1, CL_MEM_DATA, nbytes(b, f, (size_t)g->weight_steps, Bm, c, P));
   }
 }

@@ -70,22 +70,6 @@ static cl_status loss(cl_model *m, const cl_call *c, const cl_source *y, int b0,
                      st->head_grad, share, acc);
 }
 
-/* The head's gradient into layer l's h at every step (added to what the
- * layer above sent to its input, unless l is its stack's top), and the
- * head's filter gradient for l's part (its bias with the first part). */
-static cl_status back_head(cl_model *m, int l, int b, int top) {
-  const cl_step *st = &m->step;
-  const cl_schedule *g = &st->g;
-  const struct cl_backend_i *be = m->be->iface;
-  cl_conv_shape s = cl_conv_head(m, l, g, g->horizon * b);
-  float *gb = l == m->arch.head_lo ? m->grads + cl_head(m)->off_b : NULL;
-  CL_KERNEL(m, be->conv_backward_data(m->be, &s, st->head_grad, m->params + cl_head_offset(m, l),
-                                      st->dh[l], !top, st->ws));
-  CL_KERNEL(m, be->conv_backward_filter(m->be, &s, st->head_grad, st->hid[l],
-                                        m->grads + cl_head_offset(m, l), gb, st->ws));
-  return CL_OK;
-}
-
 /* Layer l's last step receives the gradient of the state it handed on:
  * h's through the receiving layer's hidden half (from that layer's step 0
  * dz), c's from d_cell_handover. Its stack's top has no other gradient. */
@@ -110,7 +94,7 @@ static cl_status back_stack(cl_model *m, int si, int b, void **h, void **c) {
   int n = steps_of(m, si), from = s->state_from >= 0;
   for (int l = s->hi - 1, to; l >= s->lo; l--) {
     int top = l == s->hi - 1, head = l >= a->head_lo && l < a->head_hi, handed;
-    if (head) CL_TRY(back_head(m, l, b, top));
+    if (head) CL_TRY(cl_head_backward(m, l, g->horizon * b, !top)); /* onto the layer above's */
     handed = cl_arch_hands_on(a, l, &to) >= 0;
     if (handed) CL_TRY(receive_handed(m, l, to, b, n, top && !head));
     const void *in = l > s->lo ? st->hid[l - 1]

@@ -84,6 +84,7 @@ typedef struct config {
   int peephole;   /* cl_peephole */
   int dropout;    /* 0 none, 1 shared masks, 2 per gate */
   cl_dtype dtype;
+  int head;       /* a 1x1 head over the top layer (cl_config.head) */
 } config;
 
 static void fill(float *p, size_t n, float v) {
@@ -93,7 +94,8 @@ static void fill(float *p, size_t n, float v) {
 static cl_model *make(const config *c) {
   cl_config cfg = ctest_config(2, c->h0, c->h1, c->kh, c->kh, 1, 2);
   cfg.n_layers = c->layers;
-  if (c->horizon) cfg.hidden_dims[c->layers - 1] = cfg.input_dim; /* frames fed back */
+  /* frames fed back: the top layer's h, unless a head makes them */
+  if (c->horizon && !c->head) cfg.hidden_dims[c->layers - 1] = cfg.input_dim;
   for (int l = 0; l < c->layers; l++) {
     cfg.kernel_widths[l] = c->kw;
     cfg.dilation_h[l] = c->dil;
@@ -106,6 +108,7 @@ static cl_model *make(const config *c) {
   cfg.peephole_h = c->peephole == CL_PEEP_POSITION ? c->H : 0;
   cfg.peephole_w = c->peephole == CL_PEEP_POSITION ? c->W : 0;
   cfg.dtype = c->dtype;
+  cfg.head = c->head;
   return ctest_model(&cfg);
 }
 
@@ -170,7 +173,7 @@ static void run(const config *c) {
   struct cl_backend_i table;
   install(m, &table);
   const int C = 2, B = c->B, T = c->T, H = c->H, W = c->W, P = H * W;
-  const int top = c->horizon ? C : c->layers == 1 ? c->h0 : c->h1;
+  const int top = c->horizon || c->head ? C : c->layers == 1 ? c->h0 : c->h1;
   const int K = c->horizon, tx = c->free_run ? T - K + 1 : T;
   float *x = malloc(sizeof(float) * (size_t)B * T * C * P);
   float *y = malloc(sizeof(float) * (size_t)B * T * top * P);
@@ -187,7 +190,7 @@ static void run(const config *c) {
   cl_host_array st[2 * CL_MAX_LAYERS];
   if (c->given_state) {
     o.state_mode = CL_STATE_GIVEN;
-    int hid[2] = {c->h0, c->horizon ? C : c->h1};
+    int hid[2] = {c->h0, c->horizon && !c->head ? C : c->h1};
     float *at = init;
     for (int l = 0; l < c->layers; l++)
       for (int k = 0; k < 2; k++) {
@@ -198,7 +201,7 @@ static void run(const config *c) {
     o.state = st;
   }
   if (c->dropout) {
-    int ins[2] = {C, c->h0}, hid[2] = {c->h0, c->horizon ? C : c->h1}, G = c->dropout == 2 ? 4 : 1;
+    int ins[2] = {C, c->h0}, hid[2] = {c->h0, c->horizon && !c->head ? C : c->h1}, G = c->dropout == 2 ? 4 : 1;
     float *at = masks;
     for (int l = 0; l < c->layers; l++) {
       size_t nx = (size_t)B * G * ins[l] * P, nh = (size_t)B * G * hid[l] * P;
@@ -308,32 +311,39 @@ int main(void) {
   /* name, B T H W, layers h0 h1, kh kw dil, training target, checkpoint tbptt
    * accumulation recompute horizon free_run truth given, peephole dropout dtype */
   const config cs[] = {
-      {"plain", 3, 5, 5, 4, 2, 3, 4, 3, 3, 1, 1, LAST, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32},
-      {"plain, sequence target", 2, 4, 4, 4, 2, 3, 2, 3, 3, 1, 1, SEQ, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32},
-      {"uneven micro-batches", 5, 4, 4, 3, 2, 3, 2, 3, 3, 1, 1, LAST, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, CL_F32},
-      {"checkpoint 2 of 7", 2, 7, 4, 4, 2, 2, 3, 3, 3, 1, 1, SEQ, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32},
-      {"checkpoint, micro-batches, state", 3, 6, 4, 4, 2, 2, 3, 3, 3, 1, 1, LAST, 4, 0, 2, 0, 0, 0, 0, 1, 0, 0, CL_F32},
-      {"tbptt 3 of 8, last state", 2, 8, 4, 4, 2, 3, 2, 3, 3, 1, 1, LAST, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32},
-      {"tbptt 3 of 8, sequence", 2, 8, 4, 4, 2, 3, 2, 3, 3, 1, 1, SEQ, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32},
-      {"tbptt 2 of 6, state, micro", 3, 6, 4, 4, 2, 2, 2, 3, 3, 1, 1, LAST, 0, 2, 3, 0, 0, 0, 0, 1, 0, 0, CL_F32},
-      {"recompute_gates 3 of 7", 2, 7, 4, 4, 2, 3, 2, 3, 3, 1, 1, SEQ, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, CL_F32},
-      {"recompute_gates 2, checkpoint 5 of 9", 2, 9, 4, 4, 2, 2, 3, 3, 3, 1, 1, LAST, 5, 0, 0, 2, 0, 0, 0, 1, 0, 0, CL_F32},
-      {"recompute_gates 4, tbptt 3 of 7", 2, 7, 4, 4, 2, 2, 2, 3, 3, 1, 1, SEQ, 0, 3, 0, 4, 0, 0, 0, 0, 0, 0, CL_F32},
-      {"free-running horizon 4", 2, 7, 4, 4, 2, 3, 2, 3, 3, 1, 1, SEQ, 0, 0, 0, 0, 4, 1, 0, 0, 0, 0, CL_F32},
-      {"free-running, scheduled sampling", 3, 8, 4, 4, 2, 3, 2, 3, 3, 1, 1, SEQ, 0, 0, 2, 0, 5, 1, 1, 1, 0, 0, CL_F32},
-      {"teacher-forced horizon 3", 2, 6, 4, 4, 2, 3, 2, 3, 3, 1, 1, SEQ, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, CL_F32},
-      {"per-gate dropout", 2, 5, 4, 4, 2, 3, 2, 3, 3, 1, 1, SEQ, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, CL_F32},
-      {"per-gate dropout, checkpoint, rc", 2, 7, 4, 4, 2, 3, 2, 3, 3, 1, 1, LAST, 3, 0, 0, 2, 0, 0, 0, 0, 0, 2, CL_F32},
-      {"per-gate dropout, free-running", 2, 6, 4, 4, 2, 3, 2, 3, 3, 1, 1, SEQ, 0, 0, 0, 0, 3, 1, 0, 0, 0, 2, CL_F32},
-      {"shared dropout, tbptt", 2, 6, 4, 4, 2, 3, 2, 3, 3, 1, 1, LAST, 0, 4, 0, 0, 0, 0, 0, 0, 0, 1, CL_F32},
-      {"peepholes per channel", 2, 4, 4, 4, 2, 3, 2, 3, 3, 1, 1, LAST, 0, 0, 0, 0, 0, 0, 0, 0, CL_PEEP_CHANNEL, 0, CL_F32},
-      {"peepholes per position", 2, 4, 5, 3, 2, 3, 2, 3, 3, 1, 1, SEQ, 2, 0, 0, 0, 0, 0, 0, 0, CL_PEEP_POSITION, 0, CL_F32},
-      {"non-square kernels", 2, 4, 6, 5, 2, 3, 2, 3, 5, 1, 1, LAST, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32},
-      {"dilation 2, one layer", 2, 5, 6, 6, 1, 3, 0, 3, 1, 2, 1, SEQ, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, CL_F32},
-      {"float16, checkpoint", 2, 5, 4, 4, 2, 3, 2, 3, 3, 1, 1, LAST, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, CL_F16},
-      {"inference", 3, 5, 4, 4, 2, 3, 2, 3, 3, 1, 0, LAST, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32},
-      {"inference, state, horizon 3", 2, 4, 4, 4, 2, 3, 2, 5, 3, 2, 0, LAST, 0, 0, 0, 0, 3, 0, 0, 1, 0, 0, CL_F32},
-      {"inference, per-gate dropout model", 2, 3, 4, 4, 2, 3, 2, 3, 3, 1, 0, LAST, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, CL_F32},
+      {"plain", 3, 5, 5, 4, 2, 3, 4, 3, 3, 1, 1, LAST, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32, 0},
+      {"plain, sequence target", 2, 4, 4, 4, 2, 3, 2, 3, 3, 1, 1, SEQ, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32, 0},
+      {"uneven micro-batches", 5, 4, 4, 3, 2, 3, 2, 3, 3, 1, 1, LAST, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, CL_F32, 0},
+      {"checkpoint 2 of 7", 2, 7, 4, 4, 2, 2, 3, 3, 3, 1, 1, SEQ, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32, 0},
+      {"checkpoint, micro-batches, state", 3, 6, 4, 4, 2, 2, 3, 3, 3, 1, 1, LAST, 4, 0, 2, 0, 0, 0, 0, 1, 0, 0, CL_F32, 0},
+      {"tbptt 3 of 8, last state", 2, 8, 4, 4, 2, 3, 2, 3, 3, 1, 1, LAST, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32, 0},
+      {"tbptt 3 of 8, sequence", 2, 8, 4, 4, 2, 3, 2, 3, 3, 1, 1, SEQ, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32, 0},
+      {"tbptt 2 of 6, state, micro", 3, 6, 4, 4, 2, 2, 2, 3, 3, 1, 1, LAST, 0, 2, 3, 0, 0, 0, 0, 1, 0, 0, CL_F32, 0},
+      {"recompute_gates 3 of 7", 2, 7, 4, 4, 2, 3, 2, 3, 3, 1, 1, SEQ, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, CL_F32, 0},
+      {"recompute_gates 2, checkpoint 5 of 9", 2, 9, 4, 4, 2, 2, 3, 3, 3, 1, 1, LAST, 5, 0, 0, 2, 0, 0, 0, 1, 0, 0, CL_F32, 0},
+      {"recompute_gates 4, tbptt 3 of 7", 2, 7, 4, 4, 2, 2, 2, 3, 3, 1, 1, SEQ, 0, 3, 0, 4, 0, 0, 0, 0, 0, 0, CL_F32, 0},
+      {"free-running horizon 4", 2, 7, 4, 4, 2, 3, 2, 3, 3, 1, 1, SEQ, 0, 0, 0, 0, 4, 1, 0, 0, 0, 0, CL_F32, 0},
+      {"free-running, scheduled sampling", 3, 8, 4, 4, 2, 3, 2, 3, 3, 1, 1, SEQ, 0, 0, 2, 0, 5, 1, 1, 1, 0, 0, CL_F32, 0},
+      {"teacher-forced horizon 3", 2, 6, 4, 4, 2, 3, 2, 3, 3, 1, 1, SEQ, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, CL_F32, 0},
+      {"per-gate dropout", 2, 5, 4, 4, 2, 3, 2, 3, 3, 1, 1, SEQ, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, CL_F32, 0},
+      {"per-gate dropout, checkpoint, rc", 2, 7, 4, 4, 2, 3, 2, 3, 3, 1, 1, LAST, 3, 0, 0, 2, 0, 0, 0, 0, 0, 2, CL_F32, 0},
+      {"per-gate dropout, free-running", 2, 6, 4, 4, 2, 3, 2, 3, 3, 1, 1, SEQ, 0, 0, 0, 0, 3, 1, 0, 0, 0, 2, CL_F32, 0},
+      {"shared dropout, tbptt", 2, 6, 4, 4, 2, 3, 2, 3, 3, 1, 1, LAST, 0, 4, 0, 0, 0, 0, 0, 0, 0, 1, CL_F32, 0},
+      {"peepholes per channel", 2, 4, 4, 4, 2, 3, 2, 3, 3, 1, 1, LAST, 0, 0, 0, 0, 0, 0, 0, 0, CL_PEEP_CHANNEL, 0, CL_F32, 0},
+      {"peepholes per position", 2, 4, 5, 3, 2, 3, 2, 3, 3, 1, 1, SEQ, 2, 0, 0, 0, 0, 0, 0, 0, CL_PEEP_POSITION, 0, CL_F32, 0},
+      {"non-square kernels", 2, 4, 6, 5, 2, 3, 2, 3, 5, 1, 1, LAST, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32, 0},
+      {"dilation 2, one layer", 2, 5, 6, 6, 1, 3, 0, 3, 1, 2, 1, SEQ, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, CL_F32, 0},
+      {"float16, checkpoint", 2, 5, 4, 4, 2, 3, 2, 3, 3, 1, 1, LAST, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, CL_F16, 0},
+      {"inference", 3, 5, 4, 4, 2, 3, 2, 3, 3, 1, 0, LAST, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32, 0},
+      {"inference, state, horizon 3", 2, 4, 4, 4, 2, 3, 2, 5, 3, 2, 0, LAST, 0, 0, 0, 0, 3, 0, 0, 1, 0, 0, CL_F32, 0},
+      {"inference, per-gate dropout model", 2, 3, 4, 4, 2, 3, 2, 3, 3, 1, 0, LAST, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, CL_F32, 0},
+      {"head", 2, 4, 4, 4, 2, 3, 4, 3, 3, 1, 1, SEQ, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32, 1},
+      {"head, checkpoint 2 of 7, micro", 3, 7, 4, 4, 2, 2, 3, 3, 3, 1, 1, SEQ, 2, 0, 2, 0, 0, 0, 0, 1, 0, 0, CL_F32, 1},
+      {"head, tbptt 3 of 8", 2, 8, 4, 4, 2, 3, 2, 3, 3, 1, 1, SEQ, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32, 1},
+      {"head, recompute 2, float16, dropout", 2, 5, 4, 4, 2, 3, 5, 3, 3, 1, 1, SEQ, 0, 0, 0, 2, 0, 0, 0, 0, 0, 2, CL_F16, 1},
+      {"head, teacher-forced horizon 3", 2, 6, 4, 4, 1, 5, 0, 3, 3, 1, 1, SEQ, 3, 0, 0, 0, 3, 0, 0, 0, 0, 0, CL_F32, 1},
+      {"head, inference", 2, 4, 4, 4, 2, 3, 4, 3, 3, 1, 0, LAST, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32, 1},
+      {"head, inference, horizon 3", 2, 4, 4, 4, 2, 3, 4, 3, 3, 1, 0, LAST, 0, 0, 0, 0, 3, 0, 0, 1, 0, 0, CL_F32, 1},
   };
   for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) run(&cs[i]);
   run_forecaster("encoder-forecaster, training", 1, 3, 3, 3, 2);
