@@ -3,7 +3,7 @@
  * the one place that reads the kind of model (cl_config.forecaster), and
  * the constraints that kind puts on the layers.
  */
-#include "internal.h" /* arch.h, the configuration's kernel defaults */
+#include "arch.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -5,7 +5,9 @@
  * starts, and the head over chosen layers' h. The parameter layout, the
  * tensors' names, the planner, the list of convolution calls and the
  * executor read it; only arch.c reads which kind of model a configuration
- * asks for.
+ * asks for. Here too: a layer's kernel and dilation with the
+ * configuration's defaults resolved (they are facts of the configuration
+ * alone).
  *
  * A plain stack is one stack that reads the frames for the input's T steps
  * from the call's state, with or without a head over its top layer. Shi et al.'s encoder-forecaster is two: the
@@ -22,6 +24,28 @@
 #include <stddef.h>
 
 #define CL_MAX_STACKS 2
+
+/* A configuration's kernel width and dilation of layer l, defaults (0)
+ * resolved: what cl_model_create stores, and what a file's config means. */
+static inline int cl_cfg_kernel_w(const cl_config *c, int l) {
+  return c->kernel_widths[l] ? c->kernel_widths[l] : c->kernel_sizes[l];
+}
+static inline int cl_cfg_dilation_h(const cl_config *c, int l) {
+  return c->dilation_h[l] ? c->dilation_h[l] : 1;
+}
+static inline int cl_cfg_dilation_w(const cl_config *c, int l) {
+  return c->dilation_w[l] ? c->dilation_w[l] : 1;
+}
+/* The state-to-state kernel of layer l: the input kernel when unset, square
+ * when only its height is set. */
+static inline int cl_cfg_rkernel_h(const cl_config *c, int l) {
+  return c->recurrent_kernel_sizes[l] ? c->recurrent_kernel_sizes[l] : c->kernel_sizes[l];
+}
+static inline int cl_cfg_rkernel_w(const cl_config *c, int l) {
+  if (!c->recurrent_kernel_sizes[l]) return cl_cfg_kernel_w(c, l);
+  return c->recurrent_kernel_widths[l] ? c->recurrent_kernel_widths[l]
+                                       : c->recurrent_kernel_sizes[l];
+}
 
 /* What the first layer of a stack reads at each step. */
 typedef enum cl_stack_input {

@@ -90,27 +90,6 @@ int64_t cl_cfg_peephole_pixels(const cl_config *c);
 /* "none", "channel", "position". */
 const char *cl_peephole_name(int kind);
 
-/* A configuration's kernel width and dilation of layer l, defaults (0)
- * resolved: what cl_model_create stores, and what a file's config means. */
-static inline int cl_cfg_kernel_w(const cl_config *c, int l) {
-  return c->kernel_widths[l] ? c->kernel_widths[l] : c->kernel_sizes[l];
-}
-static inline int cl_cfg_dilation_h(const cl_config *c, int l) {
-  return c->dilation_h[l] ? c->dilation_h[l] : 1;
-}
-static inline int cl_cfg_dilation_w(const cl_config *c, int l) {
-  return c->dilation_w[l] ? c->dilation_w[l] : 1;
-}
-/* The state-to-state kernel of layer l: the input kernel when unset, square
- * when only its height is set. */
-static inline int cl_cfg_rkernel_h(const cl_config *c, int l) {
-  return c->recurrent_kernel_sizes[l] ? c->recurrent_kernel_sizes[l] : c->kernel_sizes[l];
-}
-static inline int cl_cfg_rkernel_w(const cl_config *c, int l) {
-  if (!c->recurrent_kernel_sizes[l]) return cl_cfg_kernel_w(c, l);
-  return c->recurrent_kernel_widths[l] ? c->recurrent_kernel_widths[l]
-                                       : c->recurrent_kernel_sizes[l];
-}
 /* The configuration's architecture (arch.h) asked for one fact: its patch
  * size (1 without patches), the channels of a frame as the layers see it
  * (patched), and layer l's input channels (0 for a layer reading nothing:
