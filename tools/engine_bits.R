@@ -126,5 +126,22 @@ sd <- state_dict(model)
 for (n in names(sd)) say("fit_local ", n, " ", md5(sd[[n]]))
 convlstm_release(model)
 
+# Shi et al.'s encoder-forecaster: two stacks and a head (stacks.c)
+for (cfg in list(list(name = "forecaster", hidden = c(4, 3), k = 3, rk = NULL, patch = 2),
+                 list(name = "forecaster_split", hidden = 3, k = 5, rk = 1, patch = 1))) {
+  set.seed(13)
+  model <- convlstm_forecaster(2, cfg$hidden, cfg$k, patch = cfg$patch,
+                               recurrent_kernel_sizes = cfg$rk, device = "cpu", threads = 1)
+  x <- array(runif(3 * 4 * 2 * 8 * 8), dim = c(3, 4, 2, 8, 8))
+  y <- array(runif(3 * 2 * 2 * 8 * 8), dim = c(3, 2, 2, 8, 8))
+  opt <- optimizer_rmsprop(lr = 0.01)
+  ls <- vapply(1:3, function(i) train_step(model, x, y, opt, loss = "bce_logits"), 0)
+  say(cfg$name, " loss ", hex(ls))
+  say(cfg$name, " forecast ", md5(predict(model, x, horizon = 3)))
+  sd <- state_dict(model)
+  for (n in names(sd)) say(cfg$name, " ", n, " ", md5(sd[[n]]))
+  convlstm_release(model)
+}
+
 writeLines(lines, out)
 cat(length(lines), "lines written to", out, "\n")
