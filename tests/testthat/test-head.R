@@ -171,6 +171,10 @@ test_that("a head refuses what it cannot train, by class", {
   on.exit(convlstm_release(m2), add = TRUE)
   expect_convlstm_error(train_step(m2, x, x[, 4:5, , , ], optimizer_sgd(lr = 0), horizon = 2,
                                    teacher_forcing = FALSE), status = "unsupported")
+  half <- head_model(dtype = "float16")
+  on.exit(convlstm_release(half), add = TRUE)
+  expect_convlstm_error(train_step(half, x, x, optimizer_sgd(lr = 0)), status = "unsupported")
+  expect_identical(dim(predict(half, x)), dim(x))
   expect_error(convlstm(2, 3, 3, head = "all", device = "cpu"), class = "convlstm_error_invalid")
   expect_error(convlstm(2, 3, 3, head = TRUE, device = "cpu"), class = "convlstm_error_invalid")
 })
