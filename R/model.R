@@ -130,10 +130,10 @@
 #'   channels and is a sequence (`target = "sequence"`), and a `horizon`
 #'   feeds the head's frames back, whatever the last layer's size
 #'   (teacher forcing in training: `teacher_forcing = FALSE` is refused).
-#'   Checkpointing, truncation, accumulation, recomputed gates, dropout
-#'   and data parallel training all work with it; it trains in float32
-#'   (float16 and bfloat16 predict, and their training is refused with the
-#'   reason). `model(x)` still returns the layers' outputs and states.
+#'   Checkpointing, truncation, accumulation, recomputed gates, dropout,
+#'   float16 and bfloat16 (the head's gradient in the storage type, under
+#'   the loss scale) and data parallel training all work with it.
+#'   `model(x)` still returns the layers' outputs and states.
 #'
 #' @return A model: a function of class `convlstm_model`. Calling it on an
 #'   array `x` of dim `[batch, time, channels, height, width]` runs an

@@ -233,7 +233,10 @@ typedef enum { CL_GRAPH_AUTO = 0, CL_GRAPH_PLAIN = 1, CL_GRAPH_OFF_COMM = 2 } cl
  * into dst [nt, nb, row]: for t in [t0, t0 + nt) and j in [0, nb),
  * dst[(t - t0) * nb + j] = src[t * N + idx[j]], each row row_bytes long.
  * idx is a device int array (nb entries, each in [0, N)). A training step
- * on a data set reads its batch so; default: one copy() per row. */
+ * on a data set reads its batch so; default: one copy() per row.
+ * store_f32: dst (n elements of dtype) = src (float), rounded to nearest
+ * even as core/half.h: a float gradient (a head's d_head) into the storage
+ * dtype the convolutions read. */
 #define CL_SLOTS_MEMORY(X)                                                                          \
   X(NONE, REQ, void, destroy, (cl_backend * be), (be))                                            \
   X(SYNC, REQ, cl_status, alloc, (cl_backend * be, size_t bytes, void **out), (be, bytes, out))    \
@@ -245,6 +248,9 @@ typedef enum { CL_GRAPH_AUTO = 0, CL_GRAPH_PLAIN = 1, CL_GRAPH_OFF_COMM = 2 } cl
     (cl_backend * be, void *host_dst, const void *src, size_t bytes), (be, host_dst, src, bytes))  \
   X(STEP, REQ, cl_status, copy, (cl_backend * be, void *dst, const void *src, size_t bytes),       \
     (be, dst, src, bytes))                                                                         \
+  X(STEP, REQ, cl_status, store_f32,                                                              \
+    (cl_backend * be, void *dst, const float *src, size_t n, cl_dtype dtype),                     \
+    (be, dst, src, n, dtype))                                                                      \
   X(SYNC, OPT, cl_status, synchronize, (cl_backend * be), (be))                                    \
   X(NONE, OPT, void, set_scratch, (cl_backend * be, void *p), (be, p))                             \
   X(NONE, OPT, cl_status, host_stage, (cl_backend * be, size_t bytes, void **host),               \

@@ -88,14 +88,30 @@ static cl_status place_target(cl_model *m, const cl_source *a, cl_target target,
   return cl_put_source(m, *at, CL_F32, a, blk);
 }
 
+/* d_head as the head's convolutions read it: in float32 the loss's own
+ * float gradient; in a storage dtype its copy in head_output, whose
+ * predictions the loss has read (cl_head_grad_store). */
+static const void *head_dy(const cl_model *m) {
+  const cl_step *st = &m->step;
+  return st->g.dtype == CL_F32 ? (const void *)st->head_grad : st->head_out;
+}
+
+cl_status cl_head_grad_store(cl_model *m, int n) {
+  const cl_step *st = &m->step;
+  if (st->g.dtype == CL_F32) return CL_OK;
+  size_t e = (size_t)n * m->arch.frame_dim * st->g.H * st->g.W;
+  CL_KERNEL(m, m->be->iface->store_f32(m->be, st->head_out, st->head_grad, e, st->g.dtype));
+  return CL_OK;
+}
+
 cl_status cl_head_backward(cl_model *m, int l, int n, int accumulate) {
   const cl_step *st = &m->step;
   const struct cl_backend_i *be = m->be->iface;
   cl_conv_shape s = cl_conv_head(m, l, &st->g, n);
   float *gb = l == m->arch.head_lo ? m->grads + cl_head(m)->off_b : NULL;
-  CL_KERNEL(m, be->conv_backward_data(m->be, &s, st->head_grad, m->params + cl_head_offset(m, l),
+  CL_KERNEL(m, be->conv_backward_data(m->be, &s, head_dy(m), m->params + cl_head_offset(m, l),
                                       st->dh[l], accumulate, st->ws));
-  CL_KERNEL(m, be->conv_backward_filter(m->be, &s, st->head_grad, st->hid[l],
+  CL_KERNEL(m, be->conv_backward_filter(m->be, &s, head_dy(m), st->hid[l],
                                         m->grads + cl_head_offset(m, l), gb, st->ws));
   return CL_OK;
 }
@@ -127,7 +143,9 @@ cl_status cl_loss_segment(cl_model *m, const cl_call *c, const cl_source *y, cl_
     CL_TRY(cl_loss_run(m, &c->loss, pred, at, w, n, (float)(share * loss_scale),
                        want_grad ? at : NULL, share, acc));
   }
-  return head && want_grad ? cl_head_backward(m, top, len * b, 0) : CL_OK;
+  if (!head || !want_grad) return CL_OK;
+  CL_TRY(cl_head_grad_store(m, len * b));
+  return cl_head_backward(m, top, len * b, 0);
 }
 
 /* done: the last `done` steps of the segment already ran backward through

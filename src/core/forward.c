@@ -352,6 +352,9 @@ static cl_status check_read(cl_model *m, int layer, const cl_host_array *out, in
     return cl_fail(m, CL_E_INVALID, "layer %d does not exist (1..%d)", layer + 1, m->cfg.n_layers);
   if (head && ndim != 5)
     return cl_fail(m, CL_E_INVALID, "the head keeps outputs, not states");
+  /* training runs the head inside the loss, leaving its gradient there */
+  if (head && m->phase != CL_PHASE_INFERENCE)
+    return cl_fail(m, CL_E_STATE, "the head's outputs are kept by inference (predict) only");
   if (ndim == 5 && !st->g.training && st->g.outputs != CL_OUTPUTS_ALL)
     return cl_fail(m, CL_E_STATE, "this forward pass kept only the last states");
   const cl_schedule *g = &st->g;

@@ -563,10 +563,14 @@ cl_status cl_forward_layers(cl_model *m, int lo, int hi, int b, int len, const v
  * = bias + the sum over the layers l it reads of their 1x1 filters over
  * h[l] (n images each). */
 cl_status cl_head_forward(cl_model *m, int n, void *const *h, void *out);
-/* The head's backward for layer l's part over n images of d_head: into
+/* The head's backward for layer l's part over n images of d_head (in the
+ * storage dtype: cl_head_grad_store first): into
  * d_hidden[l] (accumulate: onto what it holds) and the head's gradients
  * (its bias with the first part). */
 cl_status cl_head_backward(cl_model *m, int l, int n, int accumulate);
+/* After the loss: d_head (float, n images) where the head's backward
+ * reads it, in the step's storage dtype (nothing to do in float32). */
+cl_status cl_head_grad_store(cl_model *m, int n);
 /* Layer l's steps s0..s0+len-1 (in: its input from the segment's step 0),
  * their gates into z on, c and h into the layer's buffers; prev_h, prev_c
  * are read when s0 is 0. Forward, and backward's recompute_gates. */

@@ -75,12 +75,6 @@ cl_status cl_schedule_make(cl_model *m, int B, int T, int H, int W, int training
     return cl_fail(m, CL_E_INVALID,
                    "training without teacher forcing cannot be combined with checkpoint or tbptt");
   g->free_run = o->free_run && o->horizon > 1;
-  /* the loss's gradient reaches the head in float (d_head); its backward
-   * reads it in the storage dtype, which no kernel converts it to yet */
-  if (cl_arch_has_head(&m->arch) && g->dtype != CL_F32)
-    return cl_fail(m, CL_E_UNSUPPORTED,
-                   "a model with a head trains in float32 (its dtype is %s; predict runs in any)",
-                   cl_dtype_name(g->dtype));
   /* the fed-back frame would be the head's output, which no fed-back
    * step's forward or backward computes */
   if (g->free_run && cl_arch_has_head(&m->arch))

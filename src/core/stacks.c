@@ -66,8 +66,9 @@ static cl_status loss(cl_model *m, const cl_call *c, const cl_source *y, int b0,
   cl_block k = {b0, b, 0, g->horizon};
   CL_TRY(cl_put_frames(m, st->head_grad, CL_F32, y->host, k));
   double share = cl_loss_share(&c->loss, (double)b / g->B, n, g->B);
-  return cl_loss_run(m, &c->loss, st->head_out, st->head_grad, NULL, n, (float)(share * ls),
-                     st->head_grad, share, acc);
+  CL_TRY(cl_loss_run(m, &c->loss, st->head_out, st->head_grad, NULL, n, (float)(share * ls),
+                     st->head_grad, share, acc));
+  return cl_head_grad_store(m, g->horizon * b);
 }
 
 /* Layer l's last step receives the gradient of the state it handed on:

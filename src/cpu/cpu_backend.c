@@ -132,6 +132,12 @@ cl_status cl_cpu_download(cl_backend *be, void *host_dst, const void *src, size_
   return cpu_copy(host_dst, src, bytes);
 }
 
+cl_status cl_cpu_store_f32(cl_backend *be, void *dst, const float *src, size_t n, cl_dtype dtype) {
+  (void)be;
+  cl_cpu_store(dtype, src, dst, 0, n, 0);
+  return CL_OK;
+}
+
 cl_status cl_cpu_copy(cl_backend *be, void *dst, const void *src, size_t bytes) {
   (void)be;
   return cpu_copy(dst, src, bytes);

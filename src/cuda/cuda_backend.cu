@@ -146,6 +146,12 @@ cl_status cl_cuda_download(cl_backend *be, void *host_dst, const void *src, size
   return CL_OK;
 }
 
+/* The twin of cl_cpu_store_f32: the cast above (round to nearest even). */
+cl_status cl_cuda_store_f32(cl_backend *be, void *dst, const float *src, size_t n,
+                            cl_dtype dtype) {
+  return cl_cuda_cast_from_f32(be, src, dst, n, dtype);
+}
+
 cl_status cl_cuda_copy(cl_backend *be, void *dst, const void *src, size_t bytes) {
   if (bytes == 0 || dst == src) return CL_OK;
   CL_CUDA_CHECK(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
