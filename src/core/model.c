@@ -4,6 +4,7 @@
  * releasing everything. Parameters by name are in params.c, the step in
  * step.c, forward.c and backward.c.
  */
+#include "capability.h" /* cl_cap_check, cl_cap_check_config */
 #include "conv_calls.h" /* cl_conv_calls */
 #include "plan.h"       /* cl_schedule_make, cl_plan_build; internal.h */
 
@@ -27,8 +28,8 @@ const char *cl_model_conv_math(const cl_model *m) {
 }
 
 /* An encoder-forecaster: two stacks of the same sizes and kernels (the
- * forecaster's first layer has no input kernel), room for the head's
- * pseudo-layer, and what its schedule does not run refused. */
+ * forecaster's first layer has no input kernel) and room for the head's
+ * pseudo-layer (what it does not run: the capability table). */
 static cl_status check_forecaster(const cl_config *c, char *err, size_t errlen) {
   int L = c->n_layers / 2;
   if (c->forecaster != 1 || c->n_layers % 2 || c->n_layers > CL_MAX_LAYERS - 2) {
@@ -57,17 +58,6 @@ static cl_status check_forecaster(const cl_config *c, char *err, size_t errlen) 
                "dilation", l + 1, l + 1);
       return CL_E_INVALID;
     }
-  }
-  for (int l = 0; l < c->n_layers; l++)
-    if (c->dropout[l] > 0 || c->recurrent_dropout[l] > 0) {
-      snprintf(err, errlen, "an encoder-forecaster does not support dropout");
-      return CL_E_UNSUPPORTED;
-    }
-  if (c->peephole == CL_PEEP_POSITION) {
-    snprintf(err, errlen,
-             "an encoder-forecaster supports peepholes \"none\" and \"channel\", not "
-             "\"position\"");
-    return CL_E_UNSUPPORTED;
   }
   return CL_OK;
 }
@@ -143,7 +133,8 @@ static cl_status check_config(const cl_config *c, char *err, size_t errlen) {
     snprintf(err, errlen, "unknown dtype %d", (int)c->dtype);
     return CL_E_INVALID;
   }
-  return c->forecaster ? check_forecaster(c, err, errlen) : CL_OK;
+  if (c->forecaster) CL_TRY(check_forecaster(c, err, errlen));
+  return cl_cap_check_config(c, err, errlen);
 }
 
 /* The encoder-forecaster's head after the layers (cl_head): its weight,
@@ -358,13 +349,23 @@ cl_status cl_model_set_memory_limit(cl_model *m, size_t bytes) {
   return CL_OK;
 }
 
-/* The geometry of a call planned from outside: an encoder-forecaster's
- * frame is H x W pixels (patched inside), its forecaster runs opts'
- * horizon steps (training and inference alike), and a schedule it does
- * not run is refused as its train_step refuses it (call.c). */
+/* The geometry of a call planned from outside, refusing what the call
+ * would refuse (the capability table, as train_step and predict). An
+ * encoder-forecaster's frame is H x W pixels (patched inside) and its
+ * forecaster runs opts' horizon steps (train_step's dim(y)[2]); the
+ * target is the one asked for (plan_target), else the sequence. */
 static cl_status public_geom(cl_model *m, int B, int T, int H, int W, int training,
                              const cl_step_options *o, cl_schedule *g) {
-  if (!m->cfg.forecaster) return cl_schedule_make(m, B, T, H, W, training, o, g);
+  static const cl_step_options none;
+  cl_step_options asked = o ? *o : none;
+  int fc = m->cfg.forecaster;
+  if (fc) asked.horizon = 0; /* the forecaster's steps, not train_step's horizon */
+  int pd = asked.plan_dtype; /* its range: cl_schedule_make's check */
+  cl_dtype t = pd > 0 && pd <= 1 + CL_BF16 ? (cl_dtype)(pd - 1) : m->cfg.dtype;
+  cl_target target =
+      asked.plan_target ? (cl_target)(asked.plan_target - 1) : CL_TARGET_SEQUENCE;
+  CL_TRY(cl_cap_check(m, &asked, training, target, t));
+  if (!fc) return cl_schedule_make(m, B, T, H, W, training, o, g);
   int p = cl_cfg_patch(&m->cfg);
   if (H < 1 || W < 1 || H % p || W % p)
     return cl_fail(m, CL_E_INVALID, "frames of %d x %d pixels: the patch size %d must divide both",
@@ -372,11 +373,6 @@ static cl_status public_geom(cl_model *m, int B, int T, int H, int W, int traini
   if (!o || o->horizon < 1)
     return cl_fail(m, CL_E_INVALID,
                    "an encoder-forecaster's plan needs its horizon (the forecaster's steps) >= 1");
-  if (o->checkpoint || o->tbptt || o->recompute_gates || o->accumulation_steps > 1 ||
-      o->free_run || o->state_mode != CL_STATE_ZERO || o->weight)
-    return cl_fail(m, CL_E_UNSUPPORTED,
-                   "an encoder-forecaster does not support checkpoint, tbptt, recompute_gates, "
-                   "accumulation_steps, free running, given or carried states or a loss weight");
   return cl_schedule_make(m, B, T, H / p, W / p, training, o, g);
 }
 
