@@ -84,7 +84,7 @@ cl_status cl_call_check_forecast(cl_model *m, const cl_host_array *x, const cl_h
                                  cl_target target, const cl_optim *opt,
                                  const cl_step_options *opts, int *shape) {
   CL_TRY(cl_check_optim(m, opt));
-  CL_TRY(cl_cap_check(m, opts, 1, target, m->cfg.dtype));
+  CL_TRY(cl_cap_check(m, opts, 1, target, m->cfg.dtype)); /* what its schedule does not run */
   CL_TRY(cl_check_frames(m, x, "x"));
   CL_TRY(cl_check_frames(m, y, "y"));
   int p = cl_cfg_patch(&m->cfg);

@@ -118,7 +118,7 @@ cl_status cl_data_create(cl_model *m, const cl_host_array *x, const cl_host_arra
   m->err[0] = '\0';
   if (target != CL_TARGET_SEQUENCE && target != CL_TARGET_LAST_STATE)
     return cl_fail(m, CL_E_INVALID, "unknown target %d", (int)target);
-  CL_TRY(cl_cap_require(m, CL_CAP_DATA_SET));
+  CL_TRY(cl_cap_require(m, CL_CAP_DATA_SET)); /* before a byte is uploaded */
   CL_TRY(cl_check_sequence(m, x, "x", m->cfg.input_dim));
   int N = x->dims[0], T = x->dims[1], H = x->dims[3], W = x->dims[4];
   CL_TRY(cl_check_target(m, y, target, "y", N, T, H, W));

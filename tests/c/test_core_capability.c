@@ -200,8 +200,26 @@ static int is_model(const char *o) {
   return 0;
 }
 
+/* What an encoder-forecaster refuses today, written here by hand (issue 33's
+ * list, from the refusals before the table): a row turned to supported
+ * without the engine running it fails here (issue 34 changes both). */
+static const char *const FORECASTER_REFUSES[] = {
+    "dtype = float16/bfloat16 training", "checkpoint", "tbptt", "recompute_gates",
+    "accumulation_steps", "horizon", "teacher_forcing < 1 (free running)", "state = given",
+    "state = carry", "weight", "target = last_state", "dropout", "dropout_masks",
+    "peephole = position", "data parallel", "data set on the device (convlstm_data)",
+    "separate forward/backward", "callbacks", "lr_scheduler", "validation_split", "resume",
+    "memory_budget", "metrics"};
+
+static int forecaster_refuses(const char *option) {
+  for (size_t i = 0; i < sizeof FORECASTER_REFUSES / sizeof *FORECASTER_REFUSES; i++)
+    if (!strcmp(option, FORECASTER_REFUSES[i])) return 1;
+  return 0;
+}
+
 /* The table's shape: every option once per kind, the plain stack supporting
- * all of them today, a refusal always CL_E_UNSUPPORTED with a reason. */
+ * all of them today, the encoder-forecaster refusing the list above, a
+ * refusal always CL_E_UNSUPPORTED with a reason. */
 static void table_shape(void) {
   int n = cl_capability_count(), refused = 0;
   CHECK(n > 0 && n % CL_N_MODEL_KINDS == 0, "%d rows", n);
@@ -216,6 +234,9 @@ static void table_shape(void) {
     CHECK(r.supported == (r.reason[0] == '\0'), "row %d (%s, %s): a reason iff refused", i,
           r.option, r.model);
     if (r.kind == CL_KIND_STACK) CHECK(r.supported, "the plain stack refuses %s", r.option);
+    if (r.kind == CL_KIND_FORECASTER)
+      CHECK(r.supported == !forecaster_refuses(r.option), "the encoder-forecaster: %s %s",
+            r.option, r.supported ? "supported" : "refused");
     refused += !r.supported;
     for (int j = 0; j < i; j++) {
       cl_capability q;
@@ -224,7 +245,8 @@ static void table_shape(void) {
             r.model);
     }
   }
-  CHECK(refused > 0, "no row refuses anything");
+  CHECK(refused == (int)(sizeof FORECASTER_REFUSES / sizeof *FORECASTER_REFUSES),
+        "%d rows refused", refused);
   cl_config c = config_of(0);
   cl_model *m = ctest_model(&c);
   if (m) {
