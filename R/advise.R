@@ -141,9 +141,12 @@
 #'   that many steps, of which a free-running step's `horizon - 1` fed-back
 #'   ones run their input convolutions one step per call (a schedule is
 #'   predicted free-running). For an encoder-forecaster
-#'   ([convlstm_forecaster()]): the frames it forecasts, at least 1; its step
-#'   takes none of the options compared here, so the advice is its one
-#'   configuration, the float32 step, planned against `budget`.
+#'   ([convlstm_forecaster()]): the frames it forecasts, at least 1. The
+#'   advice lists only configurations whose every option the model's kind
+#'   supports ([convlstm_capabilities()]): for an encoder-forecaster today
+#'   its one configuration, the float32 step, planned against `budget`; a
+#'   `teacher_forcing` or `target` it does not support is refused as
+#'   [train_step()] refuses it.
 #' @param teacher_forcing With a `horizon`: `TRUE` plans teacher-forced
 #'   steps; `FALSE` or a probability below 1 free-running ones (scheduled
 #'   sampling plans as free-running, see [memory_estimate()]), which cannot
