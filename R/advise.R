@@ -141,9 +141,12 @@
 #'   that many steps, of which a free-running step's `horizon - 1` fed-back
 #'   ones run their input convolutions one step per call (a schedule is
 #'   predicted free-running). For an encoder-forecaster
-#'   ([convlstm_forecaster()]): the frames it forecasts, at least 1; its step
-#'   takes none of the options compared here, so the advice is its one
-#'   configuration, the float32 step, planned against `budget`.
+#'   ([convlstm_forecaster()]): the frames it forecasts, at least 1. The
+#'   advice lists only configurations whose every option the model's kind
+#'   supports ([convlstm_capabilities()]): for an encoder-forecaster today
+#'   its one configuration, the float32 step, planned against `budget`; a
+#'   `teacher_forcing` or `target` it does not support is refused as
+#'   [train_step()] refuses it.
 #' @param teacher_forcing With a `horizon`: `TRUE` plans teacher-forced
 #'   steps; `FALSE` or a probability below 1 free-running ones (scheduled
 #'   sampling plans as free-running, see [memory_estimate()]), which cannot
@@ -191,16 +194,17 @@ memory_advise <- function(model, budget, batch_size, seq_len, height, width,
                           allow_tbptt = FALSE, horizon = 0, teacher_forcing = TRUE) {
   call <- sys.call()
   ptr <- model_ptr(model)
-  # an encoder-forecaster's step takes none of the options chosen among:
-  # its one configuration, the plain float32 step, planned against the budget
   forecaster <- is_convlstm_forecaster(model)
+  # what the model's kind does not run, refused as train_step() refuses it
+  require_capabilities(model, step_capabilities(
+    teacher_forcing = teacher_forcing, target = if (!missing(target)) target))
   budget <- resolve_budget(ptr, budget, "budget", call)
   B <- check_count(batch_size, "batch_size")
   T <- check_count(seq_len, "seq_len")
   H <- check_count(height, "height")
   W <- check_count(width, "width")
   optimizer <- check_optimizer(optimizer)
-  forecast <- if (forecaster) forecaster_forecast(horizon, teacher_forcing, call)
+  forecast <- if (forecaster) forecaster_forecast(horizon, call)
               else advise_forecast(horizon, teacher_forcing, ptr, call)
   if (forecast$horizon > 0) {
     if (!missing(target) && !identical(target, "sequence")) {
@@ -213,8 +217,7 @@ memory_advise <- function(model, budget, batch_size, seq_len, height, width,
   # a forecast trains over the sequence and the frames fed back after it
   steps <- T + forecast$horizon - (forecast$horizon > 0)
 
-  grid <- advise_grid(B, steps, allow_tbptt && !forecaster, forecast$free_run)
-  if (forecaster) grid <- grid[1, , drop = FALSE]
+  grid <- offered(model, advise_grid(B, steps, allow_tbptt, forecast$free_run))
   plans <- lapply(seq_len(nrow(grid)), function(i) {
     plan_of(model, grid[i, ], B, T, H, W, optimizer, forecast, target)
   })
@@ -251,15 +254,26 @@ memory_advise <- function(model, budget, batch_size, seq_len, height, width,
 }
 
 # An encoder-forecaster's horizon (the frames its forecaster runs, >= 1),
-# in advise_forecast()'s form: its forecaster reads no frames, so there is
-# no teacher forcing to choose.
-forecaster_forecast <- function(horizon, teacher_forcing, call) {
+# in advise_forecast()'s form (its teacher forcing: the capability table).
+forecaster_forecast <- function(horizon, call) {
   K <- check_count(horizon, "horizon", min = 1, call = call)
-  if (!isTRUE(teacher_forcing)) {
-    abort_arg("teacher_forcing", "TRUE for an encoder-forecaster (its forecaster reads no frames)",
-              teacher_forcing, call)
-  }
   list(horizon = K, modes = 1, free_run = FALSE)
+}
+
+# The configurations of a grid whose every option the model's kind supports
+# (the capability table): the advisor offers nothing training refuses.
+offered <- function(model, grid) {
+  asked <- lapply(seq_len(nrow(grid)), function(i) {
+    step_capabilities(dtype = grid$dtype[[i]], checkpoint = grid$checkpoint[[i]],
+                      tbptt = grid$tbptt[[i]], recompute_gates = grid$recompute_gates[[i]],
+                      accumulation_steps = grid$accumulation_steps[[i]])
+  })
+  options <- unique(unlist(asked))
+  ok <- stats::setNames(supports(model, options), options)
+  keep <- vapply(asked, function(a) all(ok[a]), logical(1))
+  out <- grid[keep, , drop = FALSE]
+  rownames(out) <- NULL
+  out
 }
 
 # memory_advise()'s horizon and teacher_forcing: the horizon (0: none), the

@@ -49,10 +49,7 @@
 #' convlstm_release(model) # frees the data set too
 convlstm_data <- function(model, x, y, target = c("last_state", "sequence")) {
   ptr <- model_ptr(model)
-  if (is_convlstm_forecaster(model)) {
-    abort_convlstm("An encoder-forecaster trains on arrays, not on a data set on the device.",
-                   status = "unsupported", call = sys.call())
-  }
+  require_capabilities(model, step_capabilities(data = TRUE))
   config <- model_config(model)
   x <- check_input(x, config, "x")
   target <- check_choice(target, c("last_state", "sequence"), "target")

@@ -56,13 +56,14 @@
 #'   weight (`train_step(..., weight = )`) the target it is shaped as,
 #'   `"last_state"` or `"sequence"`: its buffer on the device (`weight`,
 #'   under `data`) is planned too.
-#' @param target For a training estimate, `NULL` plans a step that can
-#'   take either target (what [convlstm_forward()] with `training = TRUE`
-#'   and a separate backward hold); `"last_state"` or `"sequence"` plans
-#'   [train_step()]'s with that target. They differ for a model of one
-#'   layer trained on its last state, whose `d_hidden` holds one time step
-#'   instead of every step (only the last step receives the loss's
-#'   gradient, and nothing comes from a layer above).
+#' @param target For a training estimate, the target of the planned
+#'   [train_step()]: `NULL` plans the default call's (`"last_state"`; with a
+#'   `horizon`, or for an encoder-forecaster, `"sequence"`), so that the
+#'   default estimate is what a default `train_step()` holds. The targets
+#'   differ for a model of one layer trained on its last state, whose
+#'   `d_hidden` holds one time step instead of every step (only the last
+#'   step receives the loss's gradient, and nothing comes from a layer
+#'   above).
 #' @param horizon `0`, or for an inference estimate the frames a forecast
 #'   `predict(model, x, horizon = )` rolls on after `seq_len` steps (planned
 #'   as `frames`, under `activations`, with only the running states kept);
@@ -147,7 +148,20 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
   }
   horizon <- check_count(horizon, "horizon", min = 0)
   teacher_forcing <- check_teacher_forcing(teacher_forcing, horizon > 0, sys.call())
-  if (is_convlstm_forecaster(model)) {
+  forecaster <- is_convlstm_forecaster(model)
+  # the step train_step() would run: its default target, and what the
+  # model's kind does not run refused as train_step() refuses it
+  if (training && is.null(target)) {
+    target <- if (forecaster || horizon > 0) "sequence" else "last_state"
+  }
+  require_capabilities(model, step_capabilities(
+    dtype = if (training) dtype, checkpoint = if (training) checkpoint,
+    tbptt = if (training) tbptt, recompute_gates = if (training) recompute_gates,
+    accumulation_steps = if (training) accumulation_steps,
+    teacher_forcing = if (training) teacher_forcing, state = if (state != "zero") state,
+    weight = weight, target = if (training) target,
+    parallel = training && is.numeric(world_size) && isTRUE(world_size > 1)))
+  if (forecaster) {
     # the forecaster's steps: the frames it forecasts (core: the plan's horizon)
     if (horizon < 1) abort_arg("horizon", "the frames an encoder-forecaster forecasts (>= 1)",
                                horizon, sys.call())

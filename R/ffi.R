@@ -202,3 +202,8 @@ c_dist_barrier <- function() invisible(.Call(ffi_dist_barrier))
 c_dist_abort <- function(msg) invisible(.Call(ffi_dist_abort, as.character(msg)[1]))
 c_dist_finalize <- function() invisible(.Call(ffi_dist_finalize))
 c_dist_stats <- function(reset = FALSE) .Call(ffi_dist_stats, isTRUE(reset))
+
+# the capability table (src/r_capability.c): its rows as columns; one option
+# asked of a model's kind, refused with the core's class and message
+c_capabilities <- function() .Call(ffi_capabilities)
+c_model_capability <- function(ptr, option) invisible(.Call(ffi_model_capability, ptr, option))

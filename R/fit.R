@@ -187,20 +187,20 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
                          distributed = NULL, recompute_gates = FALSE, metrics = NULL,
                          reduction = "mean") {
   call <- sys.call()
+  # what the model's kind does not run: the capability table's refusal,
+  # before anything trains
+  require_capabilities(model, c(
+    step_capabilities(checkpoint = checkpoint, tbptt = tbptt, recompute_gates = recompute_gates,
+                      accumulation_steps = accumulation_steps, horizon = horizon,
+                      teacher_forcing = teacher_forcing, state = state, weight = weight,
+                      target = if (!missing(target)) target, data = isTRUE(data_on_device),
+                      parallel = !is.null(distributed)),
+    fit_capabilities(callbacks, lr_scheduler, validation_split, resume, memory_budget, metrics)))
   if (is_convlstm_forecaster(model)) {
-    others <- c("target", "checkpoint", "accumulation_steps", "tbptt", "data_on_device",
-                "validation_split", "callbacks", "lr_scheduler", "resume", "memory_budget",
-                "weight", "horizon", "teacher_forcing", "state", "distributed",
-                "recompute_gates", "metrics")
-    env <- environment()
-    given <- others[!vapply(others, function(a) eval(call("missing", as.name(a)), env),
-                            logical(1))]
-    if (identical(target, "sequence")) given <- setdiff(given, "target")
-    # an empty list is no callbacks
-    if (is.list(callbacks) && length(callbacks) == 0) given <- setdiff(given, "callbacks")
-    return(forecaster_fit(model, x, y, optimizer, epochs, batch_size, shuffle, verbose,
-                          validation_data, check_loss(loss, delta, pos_weight, reduction),
-                          max_grad_norm, given, call))
+    return(forecaster_fit(model, x, y, optimizer, epochs, batch_size,
+                          !missing(batch_size) && !identical(batch_size, "max"), shuffle,
+                          verbose, validation_data, check_loss(loss, delta, pos_weight, reduction),
+                          max_grad_norm, call))
   }
   # data parallel: whatever stops this rank must stop the others, or they
   # wait for it in an all-reduce (armed once the ranks are known)

@@ -127,14 +127,8 @@ fit_check_batches <- function(f, call) {
   world <- f$world
   # The default stands for "all of it" on small data; a larger size given on
   # purpose is more likely a mix-up (of x, or of arguments) than a wish.
-  if (f$batch_size_given && f$batch_size * world > n) {
-    abort_convlstm(sprintf(
-      "`batch_size` (%d%s) must not exceed the number of samples in `x` (%d); leave it out to train on all %d at once.",
-      f$batch_size, if (world > 1) sprintf(" on each of %d ranks", world) else "", n, n
-    ), call = call)
-  }
   f$n <- n
-  f$batch_size <- min(f$batch_size, n %/% world)
+  f$batch_size <- fit_batch_size(f$batch_size, f$batch_size_given, n, world, call)
   f$global_batch <- f$batch_size * world
   f$n_batches <- ceiling(n / f$global_batch)
   if (f$carry && n %% f$global_batch != 0) {
@@ -195,4 +189,17 @@ fit_begin <- function(f) {
                  f$options)
   }
   invisible(f)
+}
+
+# The batch size of a fit of n samples on `world` ranks: one given on purpose
+# may not exceed the samples (more likely a mix-up of x, or of arguments, than
+# a wish); the default stands for "all of it" on small data.
+fit_batch_size <- function(batch_size, given, n, world, call) {
+  if (given && batch_size * world > n) {
+    abort_convlstm(sprintf(
+      "`batch_size` (%d%s) must not exceed the number of samples in `x` (%d); leave it out to train on all %d at once.",
+      batch_size, if (world > 1) sprintf(" on each of %d ranks", world) else "", n, n
+    ), call = call)
+  }
+  min(batch_size, n %/% world)
 }

@@ -41,23 +41,23 @@
 #' reduction, `max_grad_norm`, and `validation_data = list(x, y)` whose
 #' frames to forecast may be as many as you like, checked whole before
 #' anything trains (y has x's sequences and frame size, the patch divides
-#' it, which may differ from the training frames'); its other arguments are
-#' refused, but for an empty `callbacks = list()`, which is no callbacks),
-#' predicted with [predict()] and a `horizon`, evaluated with
+#' it, which may differ from the training frames'); its other options are
+#' refused as below), predicted with [predict()] and a `horizon`, evaluated with
 #' [convlstm_evaluate()] (any `horizon`), saved with [convlstm_save()],
 #' planned by [memory_estimate()], [max_batch_size()] and
-#' [memory_advise()] (give `horizon`, the forecast frames; the advice is
-#' one row, the plain float32 step, as its step takes none of the options
-#' that function chooses among).
-#' Not supported (a classed `convlstm_error_unsupported` says so, naming
-#' the arguments given): in [train_step()], `target` other than `"sequence"`,
-#' `checkpoint`, `accumulation_steps`, `tbptt`, `rows`, `state`, `horizon`
-#' (the forecast is `dim(y)[2]` frames), `teacher_forcing`, `weight` and
-#' `recompute_gates`; in [convlstm_fit()], these (but `rows`) and
-#' `data_on_device`, `validation_split`, `callbacks`, `lr_scheduler`,
-#' `resume`, `memory_budget`, `distributed` and `metrics`; data sets
-#' ([convlstm_data()]); and training in float16 or bfloat16 (predicting in
-#' them works). The constructor takes no dropout.
+#' [memory_advise()] (give `horizon`, the forecast frames; the advice
+#' offers only what its training runs: today the plain float32 step).
+#' Not supported today: the rows of [convlstm_capabilities()] whose `model` is
+#' `"encoder_forecaster"` and `supported` is `FALSE` (float16 or bfloat16
+#' training -- predicting in them works --, `checkpoint`, `tbptt`,
+#' `recompute_gates`, `accumulation_steps`, a `horizon` argument (the forecast
+#' is `dim(y)[2]` frames), `teacher_forcing` below 1, given or carried states,
+#' a loss `weight`, `target = "last_state"`, data sets ([convlstm_data()]),
+#' data parallel training and, in [convlstm_fit()], `callbacks`,
+#' `lr_scheduler`, `validation_split`, `resume`, `memory_budget` and
+#' `metrics`). Every function refuses them alike: a classed
+#' `convlstm_error_unsupported` whose message is the table's reason. The
+#' constructor takes no dropout.
 #'
 #' @param input_dim Channels of a frame (before patching).
 #' @param hidden_dims Hidden channels of each layer, for both stacks.
@@ -129,15 +129,9 @@ convlstm_forecaster <- function(input_dim, hidden_dims, kernel_sizes, patch = 1L
 is_convlstm_forecaster <- function(x) inherits(x, "convlstm_forecaster")
 
 # train_step() of an encoder-forecaster: x [B, T, C, H, W] the input frames,
-# y [B, K, C, H, W] the K frames it forecasts. `given` names the arguments
-# of train_step() the caller set that this model does not take.
-forecaster_train_step <- function(model, x, y, optimizer, loss, max_grad_norm, given, call) {
-  if (length(given)) {
-    abort_convlstm(sprintf(paste0(
-      "An encoder-forecaster (convlstm_forecaster()) does not take %s: it trains on the whole ",
-      "sequence from zero states, its horizon being `dim(y)[2]`."),
-      paste0("`", given, "`", collapse = ", ")), status = "unsupported", call = call)
-  }
+# y [B, K, C, H, W] the K frames it forecasts (the options it does not
+# take: refused by the capability table before this).
+forecaster_train_step <- function(model, x, y, optimizer, loss, max_grad_norm, call) {
   ptr <- model_ptr(model)
   config <- model_config(model)
   x <- check_input(x, config, "x", call = call)
@@ -274,16 +268,10 @@ check_forecast_pair <- function(x, y, config, arg, call) {
 # epochs of shuffled mini-batches through forecaster_train_step(), the
 # validation loss (validation_data = list(x, y), any horizon: dim(y)[2]) of
 # the forecast of y's frames, computed with the training loss's formula and
-# reduction. `given` names convlstm_fit()'s arguments the caller set that
-# this loop does not take. Returns a convlstm_history.
-forecaster_fit <- function(model, x, y, optimizer, epochs, batch_size, shuffle, verbose,
-                           validation_data, loss, max_grad_norm, given, call) {
-  if (length(given)) {
-    abort_convlstm(sprintf(paste0(
-      "convlstm_fit() of an encoder-forecaster does not take %s (it runs epochs of ",
-      "train_step() over mini-batches, with an optional `validation_data`)."),
-      paste0("`", given, "`", collapse = ", ")), status = "unsupported", call = call)
-  }
+# reduction (the options it does not take: refused by the capability table
+# before this). Returns a convlstm_history.
+forecaster_fit <- function(model, x, y, optimizer, epochs, batch_size, batch_size_given, shuffle,
+                           verbose, validation_data, loss, max_grad_norm, call) {
   config <- model_config(model)
   x <- check_input(x, config, "x", call = call)
   y <- check_input(y, config, "y", call = call)
@@ -293,7 +281,8 @@ forecaster_fit <- function(model, x, y, optimizer, epochs, batch_size, shuffle, 
   }
   optimizer <- check_optimizer(optimizer, call = call)
   epochs <- check_count(epochs, "epochs", call = call)
-  batch_size <- min(check_count(batch_size, "batch_size", call = call), n)
+  batch_size <- check_count(batch_size, "batch_size", call = call)
+  batch_size <- fit_batch_size(batch_size, batch_size_given, n, 1L, call)
   shuffle <- check_flag(shuffle, "shuffle", call = call)
   verbose <- check_flag(verbose, "verbose", call = call)
   if (!is.null(validation_data)) {
@@ -314,7 +303,7 @@ forecaster_fit <- function(model, x, y, optimizer, epochs, batch_size, shuffle, 
     for (start in seq(1L, n, by = batch_size)) {
       idx <- order[start:min(n, start + batch_size - 1L)]
       l <- forecaster_train_step(model, slice_batch(x, idx), slice_batch(y, idx), optimizer,
-                                 loss, max_grad_norm, character(), call)
+                                 loss, max_grad_norm, call)
       total <- total + as.numeric(l) * if (summed) 1 else length(idx)
     }
     epoch_loss <- if (summed) total else total / n

@@ -172,13 +172,18 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
                        max_grad_norm = NULL, loss = "mse", delta = 1, pos_weight = 1,
                        weight = NULL, recompute_gates = FALSE, reduction = "mean") {
   loss <- check_loss(loss, delta, pos_weight, reduction)
+  # what the model's kind does not run: the capability table's refusal
+  require_capabilities(model, step_capabilities(
+    checkpoint = checkpoint, tbptt = tbptt, recompute_gates = recompute_gates,
+    accumulation_steps = accumulation_steps, horizon = horizon, teacher_forcing = teacher_forcing,
+    state = state, weight = weight, target = if (!missing(target)) target,
+    data = is_convlstm_data(x)))
   if (is_convlstm_forecaster(model)) {
-    given <- c("target", "checkpoint", "accumulation_steps", "tbptt", "rows", "state", "horizon",
-               "teacher_forcing", "weight", "recompute_gates")
-    env <- environment()
-    given <- given[!vapply(given, function(a) eval(call("missing", as.name(a)), env), logical(1))]
-    if (identical(target, "sequence")) given <- setdiff(given, "target")
-    return(forecaster_train_step(model, x, y, optimizer, loss, max_grad_norm, given, sys.call()))
+    if (!is.null(rows)) {
+      abort_convlstm("`rows` applies only when `x` is a data set made by convlstm_data().",
+                     call = sys.call())
+    }
+    return(forecaster_train_step(model, x, y, optimizer, loss, max_grad_norm, sys.call()))
   }
   if (is.null(horizon)) check_teacher_forcing(teacher_forcing, FALSE, sys.call())
   if (is_convlstm_data(x)) {

@@ -51,6 +51,8 @@ static const R_CallMethodDef call_entries[] = {
     CALLDEF(ffi_model_plan, 5),
     CALLDEF(ffi_conv_calls, 5),
     CALLDEF(ffi_buffer_names, 0),
+    CALLDEF(ffi_capabilities, 0),
+    CALLDEF(ffi_model_capability, 2),
     CALLDEF(ffi_grad_buckets, 1),
     CALLDEF(ffi_dist_init, 2),
     CALLDEF(ffi_dist_info, 0),

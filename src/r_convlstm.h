@@ -218,6 +218,10 @@ SEXP ffi_conv_calls(SEXP ptr, SEXP shape, SEXP training, SEXP opts, SEXP sequenc
 SEXP ffi_buffer_names(void);
 SEXP ffi_grad_buckets(SEXP ptr);
 
+/* r_capability.c */
+SEXP ffi_capabilities(void);
+SEXP ffi_model_capability(SEXP ptr, SEXP option);
+
 /* r_io.c */
 SEXP ffi_model_save(SEXP ptr, SEXP path, SEXP optimizer, SEXP metadata);
 SEXP ffi_save_target_check(SEXP path);

@@ -807,6 +807,35 @@ cl_status cl_model_train_step_data(cl_model *m, const cl_data *d, const int *idx
 
 /* ---- the version of this interface ----------------------------------- */
 
+/* ---- capabilities ---------------------------------------------------- */
+
+/* The kinds of model: a plain stack, Shi et al.'s encoder-forecaster
+ * (cl_config.forecaster). */
+typedef enum cl_model_kind { CL_KIND_STACK = 0, CL_KIND_FORECASTER = 1 } cl_model_kind;
+#define CL_N_MODEL_KINDS 2
+
+/* One row of the capability table: an option (as R users write it: "checkpoint",
+ * "state = carry", "data parallel", ...) for one kind of model, whether that kind
+ * supports it, and if not the status (CL_E_UNSUPPORTED) and the reason, which is
+ * the whole message every entry point refuses it with. Strings are static. */
+typedef struct cl_capability {
+  const char *option;
+  const char *model; /* "convlstm" or "encoder_forecaster" */
+  cl_model_kind kind;
+  int supported;
+  cl_status status;   /* CL_OK when supported */
+  const char *reason; /* "" when supported */
+} cl_capability;
+
+/* The table's rows: cl_capability_row(i) for i in 0 .. count - 1
+ * (CL_E_INVALID outside). */
+int cl_capability_count(void);
+cl_status cl_capability_row(int i, cl_capability *out);
+/* CL_OK when m's kind supports the option named as a row names it; else the
+ * row's status, with its reason as the model's error (CL_E_INVALID for an
+ * unknown name). */
+cl_status cl_model_capability(cl_model *m, const char *option);
+
 /* Other programs compile against this header and run against whatever
  * library is installed later: an R package with LinkingTo: convlstm
  * (through convlstm_api.h, which checks both at run time) or a ctypes

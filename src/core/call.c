@@ -6,7 +6,8 @@
  * arguments, never from the model. The checks of arrays (cl_check_sequence,
  * cl_check_target) serve the separate forward, loss and backward too.
  */
-#include "plan.h" /* cl_schedule_make; internal.h */
+#include "capability.h" /* cl_cap_check */
+#include "plan.h"       /* cl_schedule_make; internal.h */
 
 #include <stdint.h>
 
@@ -53,6 +54,7 @@ cl_status cl_call_check_arrays(cl_model *m, const cl_host_array *x, const cl_hos
                                cl_target target, const cl_optim *opt,
                                const cl_step_options *opts, int *shape) {
   CL_TRY(cl_check_optim(m, opt));
+  CL_TRY(cl_cap_check(m, opts, 1, target, m->cfg.dtype));
   CL_TRY(cl_check_sequence(m, x, "x", m->cfg.input_dim));
   int B = x->dims[0], T = x->dims[1], H = x->dims[3], W = x->dims[4];
   int K = opts ? opts->horizon : 0;
@@ -82,41 +84,11 @@ cl_status cl_call_check_arrays(cl_model *m, const cl_host_array *x, const cl_hos
   return CL_OK;
 }
 
-/* What an encoder-forecaster's schedule (forecast.c) does not run: one
- * whole sequence from zero states, no dropout, in float32. */
-static cl_status forecast_options(cl_model *m, const cl_step_options *o) {
-  if (m->cfg.dtype != CL_F32)
-    return cl_fail(m, CL_E_UNSUPPORTED,
-                   "an encoder-forecaster trains in float32 (its dtype is %s; predict runs in "
-                   "any)", cl_dtype_name(m->cfg.dtype));
-  if (!o) return CL_OK;
-  if (o->checkpoint || o->tbptt || o->recompute_gates || o->accumulation_steps > 1)
-    return cl_fail(m, CL_E_UNSUPPORTED,
-                   "an encoder-forecaster does not support checkpoint, tbptt, recompute_gates or "
-                   "accumulation_steps");
-  if (o->horizon || o->free_run || o->truth)
-    return cl_fail(m, CL_E_UNSUPPORTED,
-                   "an encoder-forecaster's horizon is the target's steps (dim(y)[2]); free "
-                   "running and truth flags do not apply");
-  if (o->state_mode != CL_STATE_ZERO)
-    return cl_fail(m, CL_E_UNSUPPORTED, "an encoder-forecaster starts from zero states");
-  if (o->weight || o->draw_masks || o->comm)
-    return cl_fail(m, CL_E_UNSUPPORTED,
-                   "an encoder-forecaster does not support a loss weight, dropout masks or data "
-                   "parallel training");
-  for (int l = 0; l < CL_MAX_LAYERS; l++)
-    if (o->mask_x[l] || o->mask_h[l])
-      return cl_fail(m, CL_E_UNSUPPORTED, "an encoder-forecaster does not support dropout");
-  return CL_OK;
-}
-
 cl_status cl_call_check_forecast(cl_model *m, const cl_host_array *x, const cl_host_array *y,
                                  cl_target target, const cl_optim *opt,
                                  const cl_step_options *opts, int *shape) {
   CL_TRY(cl_check_optim(m, opt));
-  CL_TRY(forecast_options(m, opts));
-  if (target != CL_TARGET_SEQUENCE)
-    return cl_fail(m, CL_E_INVALID, "an encoder-forecaster's target is the sequence of frames");
+  CL_TRY(cl_cap_check(m, opts, 1, target, m->cfg.dtype)); /* what its schedule does not run */
   CL_TRY(cl_check_frames(m, x, "x"));
   CL_TRY(cl_check_frames(m, y, "y"));
   int p = cl_cfg_patch(&m->cfg);

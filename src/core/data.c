@@ -15,7 +15,7 @@
  * memory_stats), or keeping a host copy (there is none; a data set whose
  * dtype no longer matches the model's is refused, not converted).
  */
-#include "internal.h"
+#include "capability.h" /* cl_cap_require, cl_cap_check; internal.h */
 
 #include <stdlib.h>
 #include <string.h>
@@ -118,8 +118,7 @@ cl_status cl_data_create(cl_model *m, const cl_host_array *x, const cl_host_arra
   m->err[0] = '\0';
   if (target != CL_TARGET_SEQUENCE && target != CL_TARGET_LAST_STATE)
     return cl_fail(m, CL_E_INVALID, "unknown target %d", (int)target);
-  if (m->cfg.forecaster) /* its schedule (forecast.c) reads host arrays */
-    return cl_fail(m, CL_E_UNSUPPORTED, "an encoder-forecaster trains on arrays, not data sets");
+  CL_TRY(cl_cap_require(m, CL_CAP_DATA_SET)); /* before a byte is uploaded */
   CL_TRY(cl_check_sequence(m, x, "x", m->cfg.input_dim));
   int N = x->dims[0], T = x->dims[1], H = x->dims[3], W = x->dims[4];
   CL_TRY(cl_check_target(m, y, target, "y", N, T, H, W));
@@ -188,6 +187,8 @@ cl_status cl_model_train_step_data(cl_model *m, const cl_data *d, const int *idx
   if (!d) return cl_fail(m, CL_E_INVALID, "no data set");
   if (d->m != m) return cl_fail(m, CL_E_INVALID, "the data set belongs to another model");
   CL_TRY(cl_check_optim(m, opt));
+  CL_TRY(cl_cap_require(m, CL_CAP_DATA_SET));
+  CL_TRY(cl_cap_check(m, opts, 1, d->target, d->dtype));
   if (n < 1 || !idx)
     return cl_fail(m, CL_E_INVALID, "a step needs at least one row of the data set (n = %d)", n);
   for (int i = 0; i < n; i++)

@@ -14,7 +14,8 @@
  *    for two steps too when only the last states are wanted, so memory does
  *    not grow with the sequence.
  */
-#include "plan.h" /* cl_schedule_make, cl_plan_build; internal.h */
+#include "capability.h" /* cl_cap_require, cl_cap_check */
+#include "plan.h"       /* cl_schedule_make, cl_plan_build; internal.h */
 
 
 static const float *bias_of(const cl_model *m, const cl_layer *L) {
@@ -265,25 +266,21 @@ static cl_status roll_forward(cl_model *m, void *const *ih, void *const *ic) {
   return CL_OK;
 }
 
-/* A wired architecture predicts (inference with a horizon) from zeros. */
-static cl_status check_wired_forward(cl_model *m, const cl_host_array *x, int training,
+/* A wired architecture predicts a horizon (what it refuses: the table). */
+static cl_status check_wired_forward(cl_model *m, const cl_host_array *x,
                                      const cl_step_options *o) {
-  if (training)
-    return cl_fail(m, CL_E_UNSUPPORTED,
-                   "an encoder-forecaster trains through train_step only (no separate forward, "
-                   "loss and backward)");
   if (!o || o->horizon < 1)
     return cl_fail(m, CL_E_INVALID, "an encoder-forecaster predicts a horizon of >= 1 frames");
-  if (o->state_mode != CL_STATE_ZERO)
-    return cl_fail(m, CL_E_UNSUPPORTED, "an encoder-forecaster starts from zero states");
   return cl_check_frames(m, x, "x");
 }
 
 cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training,
                            const cl_step_options *opts) {
   m->err[0] = '\0';
+  if (training) CL_TRY(cl_cap_require(m, CL_CAP_SEPARATE));
+  CL_TRY(cl_cap_check(m, opts, 0, CL_TARGET_SEQUENCE, m->cfg.dtype));
   if (cl_arch_is_wired(&m->arch))
-    CL_TRY(check_wired_forward(m, x, training, opts));
+    CL_TRY(check_wired_forward(m, x, opts));
   else
     CL_TRY(cl_check_sequence(m, x, "x", m->cfg.input_dim));
   if (training && opts &&

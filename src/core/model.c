@@ -4,6 +4,7 @@
  * releasing everything. Parameters by name are in params.c, the step in
  * step.c, forward.c and backward.c.
  */
+#include "capability.h" /* cl_cap_check, cl_cap_check_config */
 #include "conv_calls.h" /* cl_conv_calls */
 #include "plan.h"       /* cl_schedule_make, cl_plan_build; internal.h */
 
@@ -97,7 +98,8 @@ static cl_status check_config(const cl_config *c, char *err, size_t errlen) {
     snprintf(err, errlen, "unknown dtype %d", (int)c->dtype);
     return CL_E_INVALID;
   }
-  return cl_arch_check(c, err, errlen);
+  CL_TRY(cl_arch_check(c, err, errlen));
+  return cl_cap_check_config(c, err, errlen);
 }
 
 /* The head after the layers (cl_head): its weight, then its bias (the
@@ -313,13 +315,23 @@ cl_status cl_model_set_memory_limit(cl_model *m, size_t bytes) {
   return CL_OK;
 }
 
-/* The geometry of a call planned from outside: a frame is H x W pixels
- * (patched inside, arch.h), a stack running the target's steps runs opts'
- * horizon (training and inference alike), and a schedule the wired step
- * does not run is refused as its train_step refuses it (call.c). */
+/* The geometry of a call planned from outside, refusing what the call
+ * would refuse (the capability table, as train_step and predict). An
+ * encoder-forecaster's frame is H x W pixels (patched inside) and its
+ * forecaster runs opts' horizon steps (train_step's dim(y)[2]); the
+ * target is the one asked for (plan_target), else the sequence. */
 static cl_status public_geom(cl_model *m, int B, int T, int H, int W, int training,
                              const cl_step_options *o, cl_schedule *g) {
-  if (!cl_arch_is_wired(&m->arch)) return cl_schedule_make(m, B, T, H, W, training, o, g);
+  static const cl_step_options none;
+  cl_step_options asked = o ? *o : none;
+  int fc = cl_arch_is_wired(&m->arch); /* stacks handing states on (arch.h) */
+  if (fc) asked.horizon = 0; /* the forecaster's steps, not train_step's horizon */
+  int pd = asked.plan_dtype; /* its range: cl_schedule_make's check */
+  cl_dtype t = pd > 0 && pd <= 1 + CL_BF16 ? (cl_dtype)(pd - 1) : m->cfg.dtype;
+  cl_target target =
+      asked.plan_target ? (cl_target)(asked.plan_target - 1) : CL_TARGET_SEQUENCE;
+  CL_TRY(cl_cap_check(m, &asked, training, target, t));
+  if (!fc) return cl_schedule_make(m, B, T, H, W, training, o, g);
   int p = m->arch.patch;
   if (H < 1 || W < 1 || H % p || W % p)
     return cl_fail(m, CL_E_INVALID, "frames of %d x %d pixels: the patch size %d must divide both",
@@ -327,11 +339,6 @@ static cl_status public_geom(cl_model *m, int B, int T, int H, int W, int traini
   if (!o || o->horizon < 1)
     return cl_fail(m, CL_E_INVALID,
                    "an encoder-forecaster's plan needs its horizon (the forecaster's steps) >= 1");
-  if (o->checkpoint || o->tbptt || o->recompute_gates || o->accumulation_steps > 1 ||
-      o->free_run || o->state_mode != CL_STATE_ZERO || o->weight)
-    return cl_fail(m, CL_E_UNSUPPORTED,
-                   "an encoder-forecaster does not support checkpoint, tbptt, recompute_gates, "
-                   "accumulation_steps, free running, given or carried states or a loss weight");
   return cl_schedule_make(m, B, T, H / p, W / p, training, o, g);
 }
 

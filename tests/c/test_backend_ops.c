@@ -587,10 +587,41 @@ static void run_conv(const row *r) {
     }
 }
 
+/* How many of n stored values differ from core/half.h's rounding of b
+ * (NaN must stay NaN, its payload may differ); *first: the first. */
+static size_t rounding_bad(cl_dtype t, const float *b, const uint16_t *got, size_t n,
+                           size_t *first) {
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    const uint16_t want = t == CL_F16 ? cl_f32_to_f16(b[i]) : cl_f32_to_bf16(b[i]);
+    const float wv = t == CL_F16 ? cl_f16_to_f32(want) : cl_bf16_to_f32(want);
+    const float gv = t == CL_F16 ? cl_f16_to_f32(got[i]) : cl_bf16_to_f32(got[i]);
+    if (!(isnan(wv) ? isnan(gv) : got[i] == want) && bad++ == 0) *first = i;
+  }
+  return bad;
+}
+
+/* store_f32 of the n floats b in dtype t (float32: a copy, bit for bit). */
+static void check_store_f32(variant *v, scope *sc, cl_dtype t, const float *b, size_t n) {
+  size_t e = t == CL_F32 ? 4 : 2, bad = 0, first = 0;
+  void *S = dev_of(sc, b, n * 4), *D = dev_alloc(sc, n * e);
+  unsigned char *got = xmalloc(n * e);
+  if (sc->ok) CALL(sc, v->be->iface->store_f32(v->be, D, S, n, t));
+  if (sc->ok) CALL(sc, v->be->iface->download(v->be, got, D, n * e));
+  if (sc->ok && t == CL_F32)
+    bad = memcmp(got, b, n * 4) != 0;
+  else if (sc->ok)
+    bad = rounding_bad(t, b, (const uint16_t *)got, n, &first);
+  if (sc->ok)
+    expect(v, bad == 0, "store_f32 of %zu values as %s, bit for bit%s (first %.9g)", n,
+           dtype_str(t), bad ? ": differs" : "", bad ? (double)b[first] : 0.0);
+  free(got);
+}
+
 /* The device's float32 -> storage rounding against core/half.h, bit for
  * bit, on special values (ties, subnormals, overflow, inf, NaN) and random
  * bit patterns: y = 0 + bias rounds bias[k] into channel k of a 1x1
- * convolution of zeros. NaN must stay NaN (its payload may differ). */
+ * convolution of zeros, and store_f32 rounds them straight. */
 static void run_rounding(const row *r) {
   static const float special[] = {
       0.0f, 1.0f, -1.0f, 0.1f, 1.0f / 3.0f, 65504.0f, 65519.0f, 65520.0f, 65536.0f, 1e5f,
@@ -623,16 +654,13 @@ static void run_rounding(const row *r) {
       uint16_t *got = xmalloc(n * 2);
       if (sc.ok) CALL(&sc, v->be->iface->download(v->be, got, Y, n * 2));
       size_t bad = 0, first = 0;
-      for (size_t i = 0; sc.ok && i < n; i++) {
-        const uint16_t want = t == CL_F16 ? cl_f32_to_f16(b[i]) : cl_f32_to_bf16(b[i]);
-        const float wv = t == CL_F16 ? cl_f16_to_f32(want) : cl_bf16_to_f32(want);
-        const float gv = t == CL_F16 ? cl_f16_to_f32(got[i]) : cl_bf16_to_f32(got[i]);
-        if (!(isnan(wv) ? isnan(gv) : got[i] == want) && bad++ == 0) first = i;
-      }
+      if (sc.ok) bad = rounding_bad((cl_dtype)t, b, got, n, &first);
       if (sc.ok)
         expect(v, bad == 0, "float32 -> %s rounding of %zu values, bit for bit%s (first %.9g)",
                dtype_str((cl_dtype)t), n, bad ? ": differs" : "", bad ? (double)b[first] : 0.0);
       free(got);
+      check_store_f32(v, &sc, (cl_dtype)t, b, n);
+      if (t == CL_F16) check_store_f32(v, &sc, CL_F32, b, n);
       scope_end(&sc);
     }
   }
@@ -2443,7 +2471,7 @@ static const row ops[] = {
      CASES(conv_half_shapes), HALF, 0, CONV_TOL},
     {"conv_* on activations at element offset 1", run_conv, CASES(conv_offset_shapes), ALL, 1,
      CONV_TOL},
-    {"conv_forward: float32 -> storage rounding", run_rounding, CASES(conv_rounding_cases), HALF, 0,
+    {"conv_forward store_f32 (float32 -> storage rounding)", run_rounding, CASES(conv_rounding_cases), HALF, 0,
      EXACT("0 + bias is bias; its rounding must be core/half.h's, bit for bit")},
     {"conv_* refusals and no-ops", run_conv_errors, NULL, 1, ALL, 0, EXACT("statuses")},
     {"gates_forward", run_gates_forward, CASES(gates_shapes), ALL, 0,

@@ -778,9 +778,10 @@ static void forecaster_calls(void) {
   memset(&o, 0, sizeof o), o.accumulation_steps = 1;
   ACCEPTED(m, cl_model_train_step(m, &x, &y, CL_TARGET_SEQUENCE, &sgd0, &o, &loss),
            "train_step: accumulation_steps 1");
-  /* its target: the sequence of frames, x's batch and frame size */
+  /* its target: the sequence of frames (a last state: the capability
+   * table's refusal, unsupported), x's batch and frame size */
   REFUSED(m, &s, cl_model_train_step(m, &x, &y, CL_TARGET_LAST_STATE, &adam, NULL, &loss),
-          CL_E_INVALID, "train_step: a last-state target");
+          CL_E_UNSUPPORTED, "train_step: a last-state target");
   cl_optim neg = {CL_OPTIM_SGD, -1e-3, 0, 0, 0, 0, 0, 0, 0, 0};
   REFUSED(m, &s, cl_model_train_step(m, &x, &y, CL_TARGET_SEQUENCE, &neg, NULL, &loss),
           CL_E_INVALID, "train_step: lr < 0");

@@ -162,8 +162,9 @@ test_that("an encoder-forecaster refuses what it does not support, with classed 
   }
   expect_error(convlstm_data(model, x, y), class = "convlstm_error_unsupported")
   expect_error(memory_advise(model, "100 MiB", 2, 3, 8, 8), class = "convlstm_error_invalid")
+  # free running: the capability table's refusal, as train_step()'s (test-capabilities.R)
   expect_error(memory_advise(model, "100 MiB", 2, 3, 8, 8, horizon = 2, teacher_forcing = FALSE),
-               class = "convlstm_error_invalid")
+               class = "convlstm_error_unsupported")
   expect_gt(max_batch_size(model, 3, 8, 8, budget = "50 MiB", horizon = 2), 1)
   odd <- array(0, dim = c(2, 3, 1, 7, 8))
   expect_error(train_step(model, odd, odd, opt), class = "convlstm_error_invalid")

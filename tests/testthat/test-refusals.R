@@ -41,8 +41,9 @@
 #                      the glue's own argument checks, reached through the internal c_*()
 #                      functions: classed invalid errors naming the argument
 #   R/train.R, R/fit.R, R/advise.R, R/data.R
-#                      the encoder-forecaster's refusals, written four times (issue 33): where
-#                      the copies disagree, the disagreement shown
+#                      the encoder-forecaster's refusals, once written four times and
+#                      disagreeing (issue 33), now the capability table's: the same class and
+#                      message from each (test-capabilities.R checks every row)
 
 # ---- R/errors.R -------------------------------------------------------------------------------
 
@@ -364,53 +365,73 @@ test_that("the glue's own argument checks raise classed errors naming the argume
                         regexp = "`path` must be a single string")
 })
 
-# ---- the encoder-forecaster's refusals, written in four places (issue 33) ----------------------
+# ---- the encoder-forecaster's refusals: one capability table (issue 33) ----------------------
+# They were written four times in R (train.R, fit.R, advise.R, data.R) and disagreed; each
+# combination now gets the same class and message from every entry point.
 
-test_that("an encoder-forecaster's target = \"last_state\": train_step() and convlstm_fit() say unsupported, memory_advise() invalid", {
+fc_refusal <- function(expr) {
+  e <- tryCatch({
+    force(expr)
+    NULL
+  }, error = function(e) e)
+  expect_s3_class(e, "convlstm_error_unsupported")
+  conditionMessage(e)
+}
+
+test_that("an encoder-forecaster's target = \"last_state\": train_step(), convlstm_fit(), memory_advise() and memory_estimate() give one refusal", {
   fc <- convlstm_forecaster(1, 2, 3, patch = 2, device = "cpu", threads = 1)
   on.exit(convlstm_release(fc))
   x <- array(runif(2 * 3 * 4 * 4), dim = c(2, 3, 1, 4, 4))
   y <- array(runif(2 * 2 * 4 * 4), dim = c(2, 2, 1, 4, 4))
-  # target = "sequence", what it trains on, is taken by all three
+  # target = "sequence", what it trains on, is taken by all
   expect_true(is.finite(train_step(fc, x, y, optimizer_sgd(0), target = "sequence")))
-  expect_convlstm_error(train_step(fc, x, y, optimizer_sgd(0), target = "last_state"),
-                        status = "unsupported", regexp = "`target`")
-  expect_convlstm_error(convlstm_fit(fc, x, y, optimizer_sgd(0), target = "last_state",
-                                     verbose = FALSE),
-                        status = "unsupported", regexp = "`target`")
-  # the copy in advise.R: the same argument, another class (issue 33)
-  expect_convlstm_error(memory_advise(fc, "100 MiB", 2, 3, 4, 4, horizon = 2, target = "last_state"),
-                        status = "invalid", regexp = "`target`")
-  # convlstm_data() (data.R) refuses the model itself, whatever the arguments
-  expect_convlstm_error(convlstm_data(fc, x, y), status = "unsupported",
-                        regexp = "encoder-forecaster trains on arrays")
+  want <- 'an encoder-forecaster does not support target = "last_state": its target is the sequence of frames'
+  expect_identical(fc_refusal(train_step(fc, x, y, optimizer_sgd(0), target = "last_state")), want)
+  expect_identical(fc_refusal(convlstm_fit(fc, x, y, optimizer_sgd(0), target = "last_state",
+                                           verbose = FALSE)), want)
+  # advise.R's copy said invalid (issue 33): now the same refusal
+  expect_identical(fc_refusal(memory_advise(fc, "100 MiB", 2, 3, 4, 4, horizon = 2,
+                                            target = "last_state")), want)
+  expect_identical(fc_refusal(memory_estimate(fc, 2, 3, 4, 4, horizon = 2, target = "last_state")),
+                   want)
+  # convlstm_data() (data.R) refuses the data set, with the table's reason
+  expect_identical(fc_refusal(convlstm_data(fc, x, y)),
+                   "an encoder-forecaster trains on arrays, not on a data set on the device (convlstm_data)")
 })
 
-test_that("an encoder-forecaster's teacher_forcing = TRUE: memory_advise() takes it, train_step() and convlstm_fit() refuse it", {
+test_that("an encoder-forecaster's teacher_forcing: TRUE taken by memory_advise(), train_step() and convlstm_fit(); below 1 refused by all with one message", {
   fc <- convlstm_forecaster(1, 2, 3, patch = 2, device = "cpu", threads = 1)
   on.exit(convlstm_release(fc))
   x <- array(runif(2 * 3 * 4 * 4), dim = c(2, 3, 1, 4, 4))
   y <- array(runif(2 * 2 * 4 * 4), dim = c(2, 2, 1, 4, 4))
   plan <- memory_advise(fc, "100 MiB", 2, 3, 4, 4, horizon = 2, teacher_forcing = TRUE)
   expect_s3_class(plan, "data.frame")
-  expect_convlstm_error(train_step(fc, x, y, optimizer_sgd(0), teacher_forcing = TRUE),
-                        status = "unsupported", regexp = "`teacher_forcing`")
-  expect_convlstm_error(convlstm_fit(fc, x, y, optimizer_sgd(0), teacher_forcing = TRUE,
-                                     verbose = FALSE),
-                        status = "unsupported", regexp = "`teacher_forcing`")
+  expect_true(is.finite(train_step(fc, x, y, optimizer_sgd(0), teacher_forcing = TRUE)))
+  h <- convlstm_fit(fc, x, y, optimizer_sgd(0), teacher_forcing = TRUE, epochs = 1, verbose = FALSE)
+  expect_true(is.finite(h$loss[[1]]))
+  want <- paste0("an encoder-forecaster does not support teacher_forcing below 1 (free running, ",
+                 "scheduled sampling): its forecaster reads no frames")
+  expect_identical(fc_refusal(train_step(fc, x, y, optimizer_sgd(0), teacher_forcing = FALSE)), want)
+  expect_identical(fc_refusal(convlstm_fit(fc, x, y, optimizer_sgd(0), teacher_forcing = 0.5,
+                                           verbose = FALSE)), want)
+  expect_identical(fc_refusal(memory_advise(fc, "100 MiB", 2, 3, 4, 4, horizon = 2,
+                                            teacher_forcing = FALSE)), want)
 })
 
-test_that("an encoder-forecaster's batch_size above the samples: convlstm_fit() takes it (all at once), the plain model's refuses it", {
+test_that("an encoder-forecaster's batch_size above the samples: convlstm_fit() refuses it as the plain model's does", {
   fc <- convlstm_forecaster(1, 2, 3, patch = 2, device = "cpu", threads = 1)
   on.exit(convlstm_release(fc))
   x <- array(runif(2 * 3 * 4 * 4), dim = c(2, 3, 1, 4, 4))
   y <- array(runif(2 * 2 * 4 * 4), dim = c(2, 2, 1, 4, 4))
-  # lr 0: the epoch's loss is the loss of both sequences in one batch, as train_step() gives it
-  h <- convlstm_fit(fc, x, y, optimizer_sgd(0), epochs = 1, batch_size = 5, verbose = FALSE)
-  expect_equal(h$loss[[1]], train_step(fc, x, y, optimizer_sgd(0)), tolerance = 1e-6)
+  want <- "`batch_size` \\(5\\) must not exceed the number of samples in `x` \\(2\\)"
+  expect_convlstm_error(convlstm_fit(fc, x, y, optimizer_sgd(0), epochs = 1, batch_size = 5,
+                                     verbose = FALSE), regexp = want)
   m <- api_model()
   on.exit(convlstm_release(m), add = TRUE)
   expect_convlstm_error(convlstm_fit(m, api_x(B = 2), api_y(B = 2), optimizer_sgd(0),
-                                     batch_size = 5, verbose = FALSE),
-                        regexp = "`batch_size` \\(5\\)")
+                                     batch_size = 5, verbose = FALSE), regexp = want)
+  # the default batch_size (32) stands for all of it, for both: lr 0, the epoch's loss is
+  # the loss of both sequences in one batch, as train_step() gives it
+  h <- convlstm_fit(fc, x, y, optimizer_sgd(0), epochs = 1, verbose = FALSE)
+  expect_equal(h$loss[[1]], train_step(fc, x, y, optimizer_sgd(0)), tolerance = 1e-6)
 })

@@ -1,0 +1,152 @@
+/*
+ * core/capability.c -- the capability table (capability.h): one row per
+ * option and model kind, and the checks that read it. Nothing else in the
+ * core refuses an option for a kind of model: a new capability is a row
+ * turned to supported here.
+ */
+#include "capability.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define FC "an encoder-forecaster "
+#define FIT "convlstm_fit() of an encoder-forecaster "
+#define WHOLE "its step runs the whole sequence in one pass"
+
+/* Per option: its name as R users write it, then the encoder-forecaster's
+ * verdict; the plain stack supports every option. */
+static const struct {
+  const char *option;
+  int forecaster;     /* 1: supported */
+  const char *reason; /* the refusal's whole message */
+} OPTIONS[CL_N_CAPS] = {
+    [CL_CAP_HALF_TRAINING] = {"dtype = float16/bfloat16 training", 0,
+                              FC "trains in float32, not in float16 or bfloat16 (its predict() "
+                                 "runs in any dtype)"},
+    [CL_CAP_CHECKPOINT] = {"checkpoint", 0, FC "does not support checkpoint: " WHOLE},
+    [CL_CAP_TBPTT] = {"tbptt", 0, FC "does not support tbptt: " WHOLE},
+    [CL_CAP_RECOMPUTE_GATES] = {"recompute_gates", 0,
+                                FC "does not support recompute_gates: its step keeps every gate"},
+    [CL_CAP_ACCUMULATION] = {"accumulation_steps", 0,
+                             FC "does not support accumulation_steps: its step takes the batch "
+                                "at once"},
+    [CL_CAP_HORIZON] = {"horizon", 0,
+                        FC "takes no horizon in training: its horizon is the target's steps, "
+                           "dim(y)[2]"},
+    [CL_CAP_FREE_RUN] = {"teacher_forcing < 1 (free running)", 0,
+                         FC "does not support teacher_forcing below 1 (free running, scheduled "
+                            "sampling): its forecaster reads no frames"},
+    [CL_CAP_STATE_GIVEN] = {"state = given", 0,
+                            FC "does not support a given state: it starts from zero states"},
+    [CL_CAP_STATE_CARRY] = {"state = carry", 0,
+                            FC "does not support state = \"carry\": it starts from zero states"},
+    [CL_CAP_WEIGHT] = {"weight", 0, FC "does not support a loss weight"},
+    [CL_CAP_TARGET_LAST] = {"target = last_state", 0,
+                            FC "does not support target = \"last_state\": its target is the "
+                               "sequence of frames"},
+    [CL_CAP_DROPOUT] = {"dropout", 0, FC "does not support dropout"},
+    [CL_CAP_DROPOUT_MASKS] = {"dropout_masks", 0, FC "does not support dropout masks"},
+    [CL_CAP_PEEP_POSITION] = {"peephole = position", 0,
+                              FC "supports peepholes \"none\" and \"channel\", not \"position\""},
+    [CL_CAP_DATA_PARALLEL] = {"data parallel", 0, FC "does not support data parallel training"},
+    [CL_CAP_DATA_SET] = {"data set on the device (convlstm_data)", 0,
+                         FC "trains on arrays, not on a data set on the device (convlstm_data)"},
+    [CL_CAP_SEPARATE] = {"separate forward/backward", 0,
+                         FC "trains through train_step only (no separate forward, loss and "
+                            "backward)"},
+    [CL_CAP_CALLBACKS] = {"callbacks", 0, FIT "does not support callbacks"},
+    [CL_CAP_LR_SCHEDULER] = {"lr_scheduler", 0, FIT "does not support lr_scheduler"},
+    [CL_CAP_VALIDATION_SPLIT] = {"validation_split", 0,
+                                 FIT "does not support validation_split (give validation_data)"},
+    [CL_CAP_RESUME] = {"resume", 0, FIT "does not support resume"},
+    [CL_CAP_MEMORY_BUDGET] = {"memory_budget", 0, FIT "does not support memory_budget"},
+    [CL_CAP_METRICS] = {"metrics", 0, FIT "does not support metrics"},
+};
+
+static const char *const KIND_NAME[CL_N_MODEL_KINDS] = {"convlstm", "encoder_forecaster"};
+
+/* Another kind (an architecture value) is asked here, and only here. */
+cl_model_kind cl_cfg_kind(const cl_config *c) {
+  cl_arch a = cl_arch_of(c); /* stacks handing states on: the encoder-forecaster */
+  return cl_arch_is_wired(&a) ? CL_KIND_FORECASTER : CL_KIND_STACK;
+}
+
+int cl_capability_count(void) { return CL_N_CAPS * CL_N_MODEL_KINDS; }
+
+/* Row i: option i / kinds, kind i % kinds. */
+cl_status cl_capability_row(int i, cl_capability *out) {
+  memset(out, 0, sizeof *out);
+  if (i < 0 || i >= cl_capability_count()) return CL_E_INVALID;
+  int c = i / CL_N_MODEL_KINDS, k = i % CL_N_MODEL_KINDS;
+  int ok = k == CL_KIND_STACK || OPTIONS[c].forecaster;
+  out->option = OPTIONS[c].option;
+  out->model = KIND_NAME[k];
+  out->kind = (cl_model_kind)k;
+  out->supported = ok;
+  out->status = ok ? CL_OK : CL_E_UNSUPPORTED;
+  out->reason = ok ? "" : OPTIONS[c].reason;
+  return CL_OK;
+}
+
+static cl_status row_of(const cl_config *cfg, cl_cap c, const char **reason) {
+  cl_capability r;
+  cl_capability_row((int)c * CL_N_MODEL_KINDS + (int)cl_cfg_kind(cfg), &r);
+  *reason = r.reason;
+  return r.status;
+}
+
+cl_status cl_cap_require(cl_model *m, cl_cap c) {
+  const char *why;
+  cl_status s = row_of(&m->cfg, c, &why);
+  return s == CL_OK ? CL_OK : cl_fail(m, s, "%s", why);
+}
+
+cl_status cl_model_capability(cl_model *m, const char *option) {
+  m->err[0] = '\0';
+  for (int c = 0; c < CL_N_CAPS; c++)
+    if (option && strcmp(option, OPTIONS[c].option) == 0) return cl_cap_require(m, (cl_cap)c);
+  return cl_fail(m, CL_E_INVALID, "no capability is named \"%s\"", option ? option : "");
+}
+
+cl_status cl_cap_check_config(const cl_config *c, char *err, size_t errlen) {
+  int dropout = 0;
+  for (int l = 0; l < c->n_layers && l < CL_MAX_LAYERS; l++)
+    dropout |= c->dropout[l] > 0 || c->recurrent_dropout[l] > 0;
+  const char *why = "";
+  cl_status s = CL_OK;
+  if (dropout) s = row_of(c, CL_CAP_DROPOUT, &why);
+  if (s == CL_OK && c->peephole == CL_PEEP_POSITION) s = row_of(c, CL_CAP_PEEP_POSITION, &why);
+  if (s != CL_OK) snprintf(err, errlen, "%s", why);
+  return s;
+}
+
+static int has_masks(const cl_step_options *o) {
+  int any = o->draw_masks != 0;
+  for (int l = 0; l < CL_MAX_LAYERS; l++) any |= o->mask_x[l] || o->mask_h[l];
+  return any;
+}
+
+cl_status cl_cap_check(cl_model *m, const cl_step_options *o, int training, cl_target target,
+                       cl_dtype dtype) {
+  static const cl_step_options none;
+  if (!o) o = &none;
+  /* which rows this call asks for, in the table's order */
+  int asks[CL_N_CAPS] = {
+      [CL_CAP_HALF_TRAINING] = training && dtype != CL_F32,
+      [CL_CAP_CHECKPOINT] = training && o->checkpoint != 0,
+      [CL_CAP_TBPTT] = training && o->tbptt != 0,
+      [CL_CAP_RECOMPUTE_GATES] = training && o->recompute_gates != 0,
+      [CL_CAP_ACCUMULATION] = training && o->accumulation_steps > 1,
+      [CL_CAP_HORIZON] = training && o->horizon != 0,
+      [CL_CAP_FREE_RUN] = training && (o->free_run || o->truth),
+      [CL_CAP_STATE_GIVEN] = o->state_mode == CL_STATE_GIVEN,
+      [CL_CAP_STATE_CARRY] = o->state_mode == CL_STATE_CARRY,
+      [CL_CAP_WEIGHT] = training && o->weight,
+      [CL_CAP_TARGET_LAST] = training && target == CL_TARGET_LAST_STATE,
+      [CL_CAP_DROPOUT_MASKS] = training && has_masks(o),
+      [CL_CAP_DATA_PARALLEL] = training && o->comm,
+  };
+  for (int c = 0; c < CL_N_CAPS; c++)
+    if (asks[c]) CL_TRY(cl_cap_require(m, (cl_cap)c));
+  return CL_OK;
+}
