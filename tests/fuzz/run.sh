@@ -1,6 +1,7 @@
 #!/bin/sh
-# tests/fuzz/run.sh -- builds the libFuzzer targets (over src/core and
-# src/cpu, with AddressSanitizer and UndefinedBehaviorSanitizer) and runs
+# tests/fuzz/run.sh -- builds the libFuzzer targets (over src/core, src/cpu
+# and the backend registry src/backend_reg.c, with AddressSanitizer and
+# UndefinedBehaviorSanitizer) and runs
 # them, one after the other:
 #
 #   fuzz_safetensors  the model file loader (tests/fuzz/fuzz_safetensors.c):
