@@ -6,7 +6,9 @@
 #                 PyTorch interop tests must run, not skip)
 #   make deps     apt-get install what is missing (root or sudo; Debian/Ubuntu)
 #   make docs     roxygen2: NAMESPACE and man/
-#   make install  R CMD INSTALL (configure runs: OpenMP, BLAS, CUDA/cuDNN)
+#   make install  R CMD build (the vignettes built), then R CMD INSTALL of the tarball
+#                 (configure runs: OpenMP, BLAS, CUDA/cuDNN)
+#   make install-code  R CMD INSTALL of the source tree: no vignettes, one compile (make test)
 #   make build    docs, then R CMD build -> convlstm_<version>.tar.gz
 #   make check    build, then R CMD check --as-cran --no-manual
 #   make test-guard  the testthat suite with CONVLSTM_GUARD=1 (guard bands checked after every step)
@@ -39,10 +41,13 @@ NPROC := $(shell nproc 2>/dev/null || echo 1)
 DEB_PKGS := r-base-dev r-cran-cli r-cran-generics r-cran-ggplot2 r-cran-testthat r-cran-roxygen2 r-cran-knitr \
             r-cran-rmarkdown r-cran-pkgdown pandoc qpdf valgrind \
             chromium-headless-shell python3 python3-torch fonts-font-awesome libopenmpi-dev openmpi-bin \
-            r-cran-stars r-cran-terra r-cran-ncdf4
+            r-cran-stars r-cran-terra r-cran-ncdf4 dataset-fashion-mnist
+
+# Where Debian's dataset-fashion-mnist puts the files test-moving_mnist.R reads.
+FASHION_MNIST := /usr/share/datasets/fashion-mnist
 
 .NOTPARALLEL:
-.PHONY: all deps check-deps docs install build check test test-guard ctest asan valgrind fuzz demo bench site clean \
+.PHONY: all deps check-deps docs install install-code build check test test-guard ctest asan valgrind fuzz demo bench site clean \
         harness-check fixtures-check blas-check
 
 all: install
@@ -57,6 +62,7 @@ deps:
 	                && command -v make >/dev/null 2>&1 && command -v gcc >/dev/null 2>&1 && continue ;; \
 	    fonts-font-awesome) [ -f /usr/share/fonts-font-awesome/css/font-awesome.min.css ] && continue ;; \
 	    python3-torch) $(PYTHON) -c 'import torch' >/dev/null 2>&1 && continue ;; \
+	    dataset-fashion-mnist) [ -f $(FASHION_MNIST)/t10k-images-idx3-ubyte.gz ] && continue ;; \
 	    r-cran-*) r=$$(echo $$p | sed 's/^r-cran-//'); \
 	              command -v Rscript >/dev/null 2>&1 && \
 	              Rscript -e "quit(status = !requireNamespace('$$r', quietly = TRUE))" >/dev/null 2>&1 && continue ;; \
@@ -83,12 +89,33 @@ docs:
 # own (here, in build and in check): it cannot share this make's jobserver,
 # whose descriptors R does not pass on ("read jobs pipe: Bad file descriptor"
 # when another file has taken their numbers).
-install:
-	@lib=$$($(RSCRIPT) -e 'p <- .libPaths(); w <- p[file.access(p, 2) == 0]; \
+#
+# make install installs the vignettes built, as an install from CRAN has
+# them (vignette("getting-started", package = "convlstm")): R CMD build makes
+# the tarball in build/install (it installs the package in a temporary
+# library to run the vignettes), then R CMD INSTALL installs the tarball.
+# Without knitr, rmarkdown or pandoc (make deps installs them) it says so and
+# installs from the source tree, without vignettes, as install-code does.
+# install-code: one compile, no vignettes -- what make test needs (the
+# vignettes run in make check and make site).
+LIB_DIR = $$($(RSCRIPT) -e 'p <- .libPaths(); w <- p[file.access(p, 2) == 0]; \
 	  if (length(w)) cat(w[1]) else { u <- path.expand(strsplit(Sys.getenv("R_LIBS_USER"), .Platform$$path.sep)[[1]][1]); \
-	  dir.create(u, recursive = TRUE, showWarnings = FALSE); cat(u) }'); \
-	echo "install: into $$lib"; \
-	MAKEFLAGS=-j$(NPROC) $(R) CMD INSTALL --preclean --no-multiarch -l "$$lib" .
+	  dir.create(u, recursive = TRUE, showWarnings = FALSE); cat(u) }')
+VIGNETTE_TOOLS = $(RSCRIPT) -e 'quit(status = !(requireNamespace("knitr", quietly = TRUE) && \
+	  requireNamespace("rmarkdown", quietly = TRUE) && rmarkdown::pandoc_available()))' >/dev/null 2>&1
+INSTALL_SOURCE = MAKEFLAGS=-j$(NPROC) $(R) CMD INSTALL --preclean --no-multiarch -l "$$lib" .
+install:
+	@lib=$(LIB_DIR); \
+	if ! $(VIGNETTE_TOOLS); then \
+	  echo "install: knitr, rmarkdown or pandoc missing (make deps installs them): no vignettes"; \
+	  echo "install: into $$lib"; $(INSTALL_SOURCE); exit $$?; fi; \
+	echo "install: building the vignettes, then into $$lib"; \
+	rm -rf build/install && mkdir -p build/install && \
+	(cd build/install && MAKEFLAGS=-j$(NPROC) $(R) CMD build --no-manual ../..) && \
+	MAKEFLAGS=-j$(NPROC) $(R) CMD INSTALL --no-multiarch -l "$$lib" build/install/$(TARBALL)
+
+install-code:
+	@lib=$(LIB_DIR); echo "install-code: into $$lib"; $(INSTALL_SOURCE)
 
 build: docs
 	MAKEFLAGS=-j$(NPROC) $(R) CMD build .
@@ -114,15 +141,17 @@ check-deps: deps
 # CONVLSTM_TORCH_TESTS=require likewise for the tests that run PyTorch
 # (python3-torch is in DEB_PKGS); and CONVLSTM_RASTER_TESTS=require for
 # test-grid*.R's stars, terra and ncdf4 series (r-cran-stars, r-cran-terra
-# and r-cran-ncdf4 are in DEB_PKGS).
+# and r-cran-ncdf4 are in DEB_PKGS); and CONVLSTM_DATASET_TESTS=require for
+# the tests that read a Debian data set (test-moving_mnist.R's Fashion-MNIST:
+# dataset-fashion-mnist is in DEB_PKGS).
 # A log (not a terminal) gets the summary reporter: one line per file.
 TESTTHAT = r <- as.data.frame(testthat::test_dir("tests/testthat", package = "$(PKG)", \
   load_package = "installed", stop_on_failure = TRUE, reporter = if (isatty(stdout())) "progress" else "summary")); \
   cat(sprintf("testthat: %d expectations, %d failed, %d errors, %d skipped, %d warnings, %.0fs\n", \
   sum(r$$nb), sum(r$$failed), sum(r$$error), sum(r$$skipped), sum(r$$warning), sum(r$$real)))
-test: deps install
+test: deps install-code
 	NOT_CRAN=true CONVLSTM_C_TESTS=require CONVLSTM_MPI_TESTS=require CONVLSTM_TORCH_TESTS=require \
-	  CONVLSTM_RASTER_TESTS=require \
+	  CONVLSTM_RASTER_TESTS=require CONVLSTM_DATASET_TESTS=require \
 	  CONVLSTM_PYTHON=$(PYTHON) $(RSCRIPT) -e '$(TESTTHAT)'
 
 # The testthat suite once more with guard bands after every step buffer

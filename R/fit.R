@@ -142,8 +142,12 @@
 #'   columns `epoch`, `loss` (mean training loss over the epoch's batches,
 #'   weighted by batch size), `val_loss` (`NA` without validation data),
 #'   `lr` (the learning rate of the epoch's steps; for a per-batch schedule,
-#'   of its last step), `seconds` and `peak_bytes` (peak memory the model
-#'   held during the epoch), and the attribute `data_on_device` (whether the
+#'   of its last step), `seconds` and `peak_bytes` (bytes: the most the
+#'   model's allocator held allocated at once during the epoch, validation
+#'   included, i.e. [memory_stats()]'s `peak_allocated` after a
+#'   [reset_peak_memory_stats()] at the epoch's start; the step buffers
+#'   earlier calls left are given back ([empty_cache()]) before the first
+#'   epoch, so they do not count; the same for an encoder-forecaster), and the attribute `data_on_device` (whether the
 #'   training set was on the device). It has `print()`, `plot()` and
 #'   (with ggplot2) `autoplot()` methods. With a `horizon`, also the
 #'   column `teacher_forcing`.

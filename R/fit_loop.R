@@ -16,6 +16,9 @@ fit_epochs <- function(f) {
   ctx$epoch <- f$initial_epoch
   ctx$optimizer <- fit_optimizer(f)
   run_callbacks(f$callbacks, "on_fit_begin", ctx)
+  # the step buffers earlier calls left are given back, so that the first
+  # epoch's peak (fit_epoch()) counts this fit's memory alone
+  c_empty_cache(f$ptr)
   tryCatch(
     for (epoch in seq_len(f$epochs)[seq_len(f$epochs) > f$initial_epoch]) {
       ctx$epoch <- epoch # the epoch running: on_batch_end sees it

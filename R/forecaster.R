@@ -296,7 +296,10 @@ forecaster_fit <- function(model, x, y, optimizer, epochs, batch_size, batch_siz
   fn <- loss %||% list(kind = "mse", reduction = "mean")
   summed <- identical(fn$reduction, "sum") # the epoch's sum, not an average (as the plain stack)
   rows <- list()
+  ptr <- model_ptr(model, call = call)
+  c_empty_cache(ptr) # what earlier calls left is not the first epoch's (as the plain stack's)
   for (epoch in seq_len(epochs)) {
+    c_memory_reset_peak(ptr) # each epoch's peak from what is held at its start, as the plain stack's
     t0 <- proc.time()[["elapsed"]]
     order <- if (shuffle) sample.int(n) else seq_len(n)
     total <- 0
@@ -314,7 +317,7 @@ forecaster_fit <- function(model, x, y, optimizer, epochs, batch_size, batch_siz
     }
     rows[[epoch]] <- data.frame(epoch = epoch, loss = epoch_loss, val_loss = val,
                                 lr = optimizer$lr, seconds = proc.time()[["elapsed"]] - t0,
-                                peak_bytes = memory_stats(model)$peak_reserved)
+                                peak_bytes = c_memory_stats(ptr)$peak_allocated)
     if (verbose) {
       message(sprintf("epoch %d/%d  loss %s%s", epoch, epochs, format_loss(epoch_loss),
                       if (is.na(val)) "" else paste0("  val_loss ", format_loss(val))))

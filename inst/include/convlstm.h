@@ -699,6 +699,10 @@ void cl_unpack_host(cl_host_array *dst, const float *src);
  * and __metadata__ (strings, as the format requires): "format": "pt",
  * "convlstm.format_version": "1", convlstm.input_dim, convlstm.hidden_dims
  * and convlstm.kernel_sizes ("[8, 1]"), convlstm.bias ("true"/"false"),
+ * (an encoder-forecaster: convlstm.model "encoder_forecaster" and
+ * convlstm.patch, with format version "2" and the per-layer lists one
+ * stack's, as convlstm_forecaster() was given them; version 1 files of one,
+ * which list both stacks' layers, still load),
  * convlstm.dtype, convlstm.device (informative); with an optimizer
  * convlstm.optimizer ("adam"/"adamw"/"sgd"; convlstm.optimizer.amsgrad
  * "true" when on, absent otherwise), convlstm.optimizer.{lr, weight_decay,

@@ -501,10 +501,17 @@ struct cl_backend {
   char err[CL_ERRMSG_LEN];
 };
 
-/* Constructors; a build without CUDA returns CL_E_UNSUPPORTED for CUDA. */
+/* Constructors; a build without CUDA returns CL_E_UNSUPPORTED for CUDA.
+ * The core calls none of them: the registry above it and the backends
+ * (src/backend_reg.c, as ggml's ggml-backend-reg) picks one by cfg->device
+ * and hands it to the core's model constructors as a cl_backend_ctor. */
 cl_status cl_backend_cpu_create(int n_threads, cl_backend **out);
 cl_status cl_backend_cuda_create(cl_backend **out, char *err, size_t errlen);
 int cl_backend_cuda_available(void);
+/* A backend for cfg (its device, its n_threads), or a status with the
+ * reason in err. */
+typedef cl_status (*cl_backend_ctor)(const cl_config *cfg, cl_backend **out, char *err,
+                                     size_t errlen);
 /* The CUDA backend's description of device `device` (-1: the current one),
  * asked of the driver afresh; CL_E_UNSUPPORTED with the reason in err when
  * none is usable. The core's cl_gpu_info_get passes it on. */

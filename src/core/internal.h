@@ -742,6 +742,18 @@ void cl_scaler_reset(cl_loss_scale *s);
 /* data.c: frees every data set of m (cl_model_free). */
 void cl_data_free_all(cl_model *m);
 
+/* model.c, model_file_read.c: convlstm.h's model constructors
+ * (cl_model_create, cl_saved_create_model, cl_model_load) with the backend's
+ * constructor given; src/backend_reg.c gives it. */
+cl_status cl_model_create_with(const cl_config *cfg, cl_backend_ctor make_backend, cl_model **out,
+                               char *err, size_t errlen);
+cl_status cl_saved_create_model_with(const cl_saved *s, const cl_config *runtime,
+                                     int with_optimizer, cl_backend_ctor make_backend,
+                                     cl_model **out, char *err, size_t errlen);
+cl_status cl_model_load_with(const char *path, const cl_config *runtime, int with_optimizer,
+                             cl_backend_ctor make_backend, cl_model **out, char *err,
+                             size_t errlen);
+
 /* params.c: tensor i (state-dict order) between the flat buffer, where a
  * weight is two packed halves, and torch's layout (to_torch: flat -> t). */
 void cl_convert_tensor(const cl_model *m, int i, float *flat, float *t, int to_torch);

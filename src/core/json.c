@@ -137,90 +137,115 @@ static int read_hex4(cl_json *p, size_t at, unsigned *out) {
   return 1;
 }
 
+/* The character a one-letter escape (\" \\ \/ \b \f \n \r \t) stands for;
+ * -1 for any other letter. */
+static int simple_escape(unsigned char e) {
+  switch (e) {
+  case '"': return '"';
+  case '\\': return '\\';
+  case '/': return '/';
+  case 'b': return '\b';
+  case 'f': return '\f';
+  case 'n': return '\n';
+  case 'r': return '\r';
+  case 't': return '\t';
+  default: return -1;
+  }
+}
+
+/* The code point of a \u escape, p->i just past its "\u" and the string
+ * ending at j: a UTF-16 surrogate pair joins into one; a lone surrogate and
+ * NUL (which no C string can hold) are refused. */
+static cl_status read_u_escape(cl_json *p, size_t j, unsigned *cp) {
+  unsigned lo;
+  if (p->i + 4 > j || !read_hex4(p, p->i, cp)) return cl_json_fail(p, "\\u needs four hex digits");
+  p->i += 4;
+  if (*cp >= 0xD800 && *cp <= 0xDBFF) {
+    if (p->i + 6 > j || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u' ||
+        !read_hex4(p, p->i + 2, &lo) || lo < 0xDC00 || lo > 0xDFFF)
+      return cl_json_fail(p, "unpaired UTF-16 surrogate in a \\u escape");
+    p->i += 6;
+    *cp = 0x10000 + ((*cp - 0xD800) << 10) + (lo - 0xDC00);
+  } else if (*cp >= 0xDC00 && *cp <= 0xDFFF) {
+    return cl_json_fail(p, "unpaired UTF-16 surrogate in a \\u escape");
+  }
+  if (*cp == 0) return cl_json_fail(p, "a string holds a NUL character (\\u0000)");
+  return CL_OK;
+}
+
+/* cp as UTF-8 into buf at o (at most as long as the escape it came from);
+ * returns the new end. */
+static size_t put_utf8(char *buf, size_t o, unsigned cp) {
+  if (cp < 0x80) {
+    buf[o++] = (char)cp;
+  } else if (cp < 0x800) {
+    buf[o++] = (char)(0xC0 | cp >> 6);
+    buf[o++] = (char)(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    buf[o++] = (char)(0xE0 | cp >> 12);
+    buf[o++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    buf[o++] = (char)(0x80 | (cp & 0x3F));
+  } else {
+    buf[o++] = (char)(0xF0 | cp >> 18);
+    buf[o++] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    buf[o++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    buf[o++] = (char)(0x80 | (cp & 0x3F));
+  }
+  return o;
+}
+
+/* The escape whose backslash is at p->i, in a string ending at j, decoded
+ * into buf at *o; p->i moves past it (or, refused, to the offending letter). */
+static cl_status read_escape(cl_json *p, size_t j, char *buf, size_t *o) {
+  unsigned char e = p->s[p->i + 1];
+  p->i += 2;
+  int c = simple_escape(e);
+  if (c >= 0) {
+    buf[(*o)++] = (char)c;
+    return CL_OK;
+  }
+  if (e != 'u') {
+    p->i -= 1;
+    return cl_json_fail(p, "invalid escape in a string");
+  }
+  unsigned cp;
+  cl_status st = read_u_escape(p, j, &cp);
+  if (st == CL_OK) *o = put_utf8(buf, *o, cp);
+  return st;
+}
+
 /* The text was checked to be UTF-8 as a whole (cl_json_open), so raw bytes
- * copy as they are; escapes decode, and a NUL (which no C string can hold)
- * is refused. */
+ * copy as they are; escapes decode (read_escape), and a control character
+ * must have been escaped. */
 cl_status cl_json_string(cl_json *p, char **out) {
   *out = NULL;
   if (!cl_json_peek(p, '"')) return cl_json_fail(p, "expected a string");
   size_t j = p->i + 1;
   while (j < p->n && p->s[j] != '"') j += p->s[j] == '\\' ? 2 : 1;
   if (j >= p->n) return cl_json_fail(p, "unterminated string");
-  size_t raw = j - (p->i + 1);
-  char *buf = malloc(raw + 1); /* decoding never lengthens */
+  char *buf = malloc(j - p->i); /* the raw text and a NUL: decoding never lengthens */
   if (!buf) {
     if (p->err && p->errlen)
       snprintf(p->err, p->errlen, "out of host memory reading the %s", p->name);
     return CL_E_OOM;
   }
   size_t o = 0;
+  cl_status st = CL_OK;
   p->i++;
-  while (p->i < j) {
+  while (p->i < j && st == CL_OK) {
     unsigned char c = p->s[p->i];
     if (c < 0x20) {
-      free(buf);
-      return cl_json_fail(p, "control character in a string (it must be escaped)");
-    }
-    if (c != '\\') {
+      st = cl_json_fail(p, "control character in a string (it must be escaped)");
+    } else if (c == '\\') {
+      st = read_escape(p, j, buf, &o);
+    } else {
       buf[o++] = (char)c;
       p->i++;
-      continue;
     }
-    unsigned char e = p->s[p->i + 1];
-    p->i += 2;
-    switch (e) {
-    case '"': buf[o++] = '"'; continue;
-    case '\\': buf[o++] = '\\'; continue;
-    case '/': buf[o++] = '/'; continue;
-    case 'b': buf[o++] = '\b'; continue;
-    case 'f': buf[o++] = '\f'; continue;
-    case 'n': buf[o++] = '\n'; continue;
-    case 'r': buf[o++] = '\r'; continue;
-    case 't': buf[o++] = '\t'; continue;
-    case 'u': break;
-    default:
-      p->i -= 1;
-      free(buf);
-      return cl_json_fail(p, "invalid escape in a string");
-    }
-    unsigned cp, lo;
-    if (p->i + 4 > j || !read_hex4(p, p->i, &cp)) {
-      free(buf);
-      return cl_json_fail(p, "\\u needs four hex digits");
-    }
-    p->i += 4;
-    if (cp >= 0xD800 && cp <= 0xDBFF) {
-      if (p->i + 6 > j || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u' ||
-          !read_hex4(p, p->i + 2, &lo) || lo < 0xDC00 || lo > 0xDFFF) {
-        free(buf);
-        return cl_json_fail(p, "unpaired UTF-16 surrogate in a \\u escape");
-      }
-      p->i += 6;
-      cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-    } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-      free(buf);
-      return cl_json_fail(p, "unpaired UTF-16 surrogate in a \\u escape");
-    }
-    if (cp == 0) {
-      free(buf);
-      return cl_json_fail(p, "a string holds a NUL character (\\u0000)");
-    }
-    /* UTF-8 of cp: at most as long as the escape it came from */
-    if (cp < 0x80) {
-      buf[o++] = (char)cp;
-    } else if (cp < 0x800) {
-      buf[o++] = (char)(0xC0 | cp >> 6);
-      buf[o++] = (char)(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      buf[o++] = (char)(0xE0 | cp >> 12);
-      buf[o++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-      buf[o++] = (char)(0x80 | (cp & 0x3F));
-    } else {
-      buf[o++] = (char)(0xF0 | cp >> 18);
-      buf[o++] = (char)(0x80 | ((cp >> 12) & 0x3F));
-      buf[o++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-      buf[o++] = (char)(0x80 | (cp & 0x3F));
-    }
+  }
+  if (st != CL_OK) {
+    free(buf);
+    return st;
   }
   buf[o] = '\0';
   p->i = j + 1;

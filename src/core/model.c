@@ -171,11 +171,10 @@ static cl_status layout_layers(cl_model *m) {
   return CL_OK;
 }
 
-static cl_status create_backend(cl_model *m) {
-  if (m->cfg.device == CL_DEVICE_CUDA) return cl_backend_cuda_create(&m->be, m->err, sizeof m->err);
-  cl_status s = cl_backend_cpu_create(m->cfg.n_threads, &m->be);
-  if (s != CL_OK) return cl_fail(m, s, "could not create the CPU backend");
-  return CL_OK;
+/* The backend comes from the constructor the caller hands down (the
+ * registry, src/backend_reg.c): the core calls no backend by name. */
+static cl_status create_backend(cl_model *m, cl_backend_ctor make_backend) {
+  return make_backend(&m->cfg, &m->be, m->err, sizeof m->err);
 }
 
 /* The backend's own scratch, from the accounting allocator like every other
@@ -200,7 +199,8 @@ static int device_used(cl_model *m, size_t *used) {
   return 1;
 }
 
-cl_status cl_model_create(const cl_config *cfg, cl_model **out, char *err, size_t errlen) {
+cl_status cl_model_create_with(const cl_config *cfg, cl_backend_ctor make_backend, cl_model **out,
+                               char *err, size_t errlen) {
   *out = NULL;
   char scratch[CL_ERRMSG_LEN];
   if (!err) {
@@ -221,7 +221,7 @@ cl_status cl_model_create(const cl_config *cfg, cl_model **out, char *err, size_
   m->grad_norm = NAN; /* no step has measured it */
   models_alive++;
   s = layout_layers(m);
-  if (s == CL_OK) s = create_backend(m);
+  if (s == CL_OK) s = create_backend(m, make_backend);
   if (s == CL_OK) {
     m->mem.be = m->be;
     m->mem.limit = cfg->memory_limit;

@@ -331,15 +331,40 @@ static cl_status read_model_kind(cl_saved *s, char *err, size_t errlen) {
   return CL_OK;
 }
 
+/* Format version 2 lists an encoder-forecaster's layers once, as the user
+ * gave them (model_file_write.c's one_stack_listed): its forecaster stack
+ * repeats the encoder's. */
+static cl_status repeat_stack(cl_config *c, char *err, size_t errlen) {
+  const int L = c->n_layers;
+  if (!c->forecaster)
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "convlstm format version 2 is an encoder-forecaster's, but the metadata "
+                      "convlstm.model is absent");
+  if (2 * L > CL_MAX_LAYERS - 2)
+    return cl_st_fail(err, errlen, CL_E_INVALID,
+                      "an encoder-forecaster has at most %d layers per stack, not %d",
+                      (CL_MAX_LAYERS - 2) / 2, L);
+  int *ints[] = {c->hidden_dims, c->kernel_sizes, c->kernel_widths, c->dilation_h, c->dilation_w,
+                 c->recurrent_kernel_sizes, c->recurrent_kernel_widths};
+  for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+    memcpy(ints[i] + L, ints[i], (size_t)L * sizeof(int));
+  memcpy(c->dropout + L, c->dropout, (size_t)L * sizeof(double));
+  memcpy(c->recurrent_dropout + L, c->recurrent_dropout, (size_t)L * sizeof(double));
+  c->n_layers = 2 * L;
+  return CL_OK;
+}
+
 static cl_status read_architecture(cl_saved *s, char *err, size_t errlen) {
   cl_config *c = &s->cfg;
   memset(c, 0, sizeof *c);
   c->device = CL_DEVICE_CPU;
   c->dtype = CL_F32;
-  const char *v;
-  if ((v = cl_st_find_meta(&s->f, META_PREFIX "format_version")) && strcmp(v, "1") != 0)
+  const char *v = cl_st_find_meta(&s->f, META_PREFIX "format_version");
+  if (v && strcmp(v, "1") != 0 && strcmp(v, "2") != 0)
     return cl_st_fail(err, errlen, CL_E_UNSUPPORTED,
-                      "the file is convlstm format version \"%.20s\"; this build reads version 1", v);
+                      "the file is convlstm format version \"%.20s\"; this build reads versions 1 "
+                      "and 2", v);
+  const int per_stack = v && strcmp(v, "2") == 0;
   const char *in = cl_st_find_meta(&s->f, META_PREFIX "input_dim");
   const char *hd = cl_st_find_meta(&s->f, META_PREFIX "hidden_dims");
   const char *ks = cl_st_find_meta(&s->f, META_PREFIX "kernel_sizes");
@@ -350,6 +375,7 @@ static cl_status read_architecture(cl_saved *s, char *err, size_t errlen) {
     CL_TRY(arch_from_weights(s, err, errlen));
   CL_TRY(read_peephole(s, err, errlen));
   CL_TRY(read_model_kind(s, err, errlen));
+  if (per_stack) CL_TRY(repeat_stack(c, err, errlen));
   CL_TRY(arch_dtype(c, cl_st_find_meta(&s->f, META_PREFIX "dtype"), err, errlen));
   return arch_sizes_ok(c, err, errlen);
 }
@@ -809,8 +835,9 @@ cl_status cl_saved_load_into(const cl_saved *s, cl_model *m, int with_optimizer)
   return CL_OK;
 }
 
-cl_status cl_saved_create_model(const cl_saved *s, const cl_config *runtime, int with_optimizer,
-                                cl_model **out, char *err, size_t errlen) {
+cl_status cl_saved_create_model_with(const cl_saved *s, const cl_config *runtime,
+                                     int with_optimizer, cl_backend_ctor make_backend,
+                                     cl_model **out, char *err, size_t errlen) {
   *out = NULL;
   cl_config cfg = s->cfg;
   if (runtime) {
@@ -820,7 +847,7 @@ cl_status cl_saved_create_model(const cl_saved *s, const cl_config *runtime, int
     cfg.memory_limit = runtime->memory_limit;
   }
   cl_model *m = NULL;
-  CL_TRY(cl_model_create(&cfg, &m, err, errlen));
+  CL_TRY(cl_model_create_with(&cfg, make_backend, &m, err, errlen));
   cl_status st = cl_saved_load_into(s, m, with_optimizer);
   if (st != CL_OK) {
     cl_st_fail(err, errlen, st, "%s", cl_model_error(m));
@@ -831,12 +858,14 @@ cl_status cl_saved_create_model(const cl_saved *s, const cl_config *runtime, int
   return CL_OK;
 }
 
-cl_status cl_model_load(const char *path, const cl_config *runtime, int with_optimizer,
-                        cl_model **out, char *err, size_t errlen) {
+cl_status cl_model_load_with(const char *path, const cl_config *runtime, int with_optimizer,
+                             cl_backend_ctor make_backend, cl_model **out, char *err,
+                             size_t errlen) {
   *out = NULL;
   cl_saved *s = NULL;
   CL_TRY(cl_saved_read(path, &s, err, errlen));
-  cl_status st = cl_saved_create_model(s, runtime, with_optimizer, out, err, errlen);
+  cl_status st = cl_saved_create_model_with(s, runtime, with_optimizer, make_backend, out, err,
+                                            errlen);
   cl_saved_free(s);
   return st;
 }

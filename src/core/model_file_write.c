@@ -52,88 +52,130 @@ static int square_undilated(const cl_config *c) {
   return 1;
 }
 
-static cl_status build_header(cl_model *m, const cl_optim *opt, const save_plan *sp, int n_meta,
-                              const char *const *keys, const char *const *values, cl_st_buf *h) {
-  const cl_config *c = &m->cfg;
-  int first = 1;
-  cl_st_header_begin(h);
-  cl_st_header_meta(h, &first, "format", "pt");
-  cl_st_header_meta(h, &first, META_PREFIX "format_version", "1");
-  cl_st_header_meta_int(h, &first, META_PREFIX "input_dim", c->input_dim);
-  cl_st_header_meta_list(h, &first, META_PREFIX "hidden_dims", c->hidden_dims, c->n_layers);
-  cl_st_header_meta_list(h, &first, META_PREFIX "kernel_sizes", c->kernel_sizes, c->n_layers);
-  if (!square_undilated(c)) { /* files of square, undilated models stay as they were */
-    cl_st_header_meta_list(h, &first, META_PREFIX "kernel_widths", c->kernel_widths, c->n_layers);
-    cl_st_header_meta_list(h, &first, META_PREFIX "dilation_h", c->dilation_h, c->n_layers);
-    cl_st_header_meta_list(h, &first, META_PREFIX "dilation_w", c->dilation_w, c->n_layers);
+/* The layers' kernels, dilations and two kernels (each list only where a
+ * model needs it: files of square, undilated models with one kernel per
+ * layer stay as they were). */
+static void meta_kernels(cl_st_buf *h, int *first, const cl_config *c) {
+  cl_st_header_meta_list(h, first, META_PREFIX "kernel_sizes", c->kernel_sizes, c->n_layers);
+  if (!square_undilated(c)) {
+    cl_st_header_meta_list(h, first, META_PREFIX "kernel_widths", c->kernel_widths, c->n_layers);
+    cl_st_header_meta_list(h, first, META_PREFIX "dilation_h", c->dilation_h, c->n_layers);
+    cl_st_header_meta_list(h, first, META_PREFIX "dilation_w", c->dilation_w, c->n_layers);
   }
-  int split = 0; /* files of models with one kernel per layer stay as they were */
+  int split = 0;
   for (int l = 0; l < c->n_layers; l++) split |= cl_cfg_split(c, l);
   if (split) {
-    cl_st_header_meta_list(h, &first, META_PREFIX "recurrent_kernel_sizes",
+    cl_st_header_meta_list(h, first, META_PREFIX "recurrent_kernel_sizes",
                            c->recurrent_kernel_sizes, c->n_layers);
-    cl_st_header_meta_list(h, &first, META_PREFIX "recurrent_kernel_widths",
+    cl_st_header_meta_list(h, first, META_PREFIX "recurrent_kernel_widths",
                            c->recurrent_kernel_widths, c->n_layers);
   }
-  int drops = 0; /* files of models without dropout stay as they were */
+}
+
+/* Dropout's rates and masks (files of models without dropout stay as they
+ * were). */
+static void meta_dropout(cl_st_buf *h, int *first, const cl_config *c) {
+  int drops = 0;
   for (int l = 0; l < c->n_layers; l++) drops |= c->dropout[l] > 0 || c->recurrent_dropout[l] > 0;
-  if (drops) {
-    cl_st_header_meta_nums(h, &first, META_PREFIX "dropout", c->dropout, c->n_layers);
-    cl_st_header_meta_nums(h, &first, META_PREFIX "recurrent_dropout", c->recurrent_dropout,
-                           c->n_layers);
-    cl_st_header_meta(h, &first, META_PREFIX "dropout_masks",
-                      cl_dropout_masks_name(c->dropout_masks));
-  }
-  cl_st_header_meta(h, &first, META_PREFIX "bias", c->bias ? "true" : "false");
+  if (!drops) return;
+  cl_st_header_meta_nums(h, first, META_PREFIX "dropout", c->dropout, c->n_layers);
+  cl_st_header_meta_nums(h, first, META_PREFIX "recurrent_dropout", c->recurrent_dropout,
+                         c->n_layers);
+  cl_st_header_meta(h, first, META_PREFIX "dropout_masks", cl_dropout_masks_name(c->dropout_masks));
+}
+
+/* An encoder-forecaster whose forecaster stack repeats its encoder's layers
+ * field for field (convlstm_forecaster() makes no other) is listed as the
+ * user gave it: one stack's layers. */
+static int one_stack_listed(const cl_config *c) {
+  if (!c->forecaster) return 0;
+  const int L = c->n_layers / 2;
+  for (int l = 0, f = L; l < L; l++, f++)
+    if (c->hidden_dims[f] != c->hidden_dims[l] || c->kernel_sizes[f] != c->kernel_sizes[l] ||
+        c->kernel_widths[f] != c->kernel_widths[l] || c->dilation_h[f] != c->dilation_h[l] ||
+        c->dilation_w[f] != c->dilation_w[l] ||
+        c->recurrent_kernel_sizes[f] != c->recurrent_kernel_sizes[l] ||
+        c->recurrent_kernel_widths[f] != c->recurrent_kernel_widths[l] ||
+        c->dropout[f] != c->dropout[l] || c->recurrent_dropout[f] != c->recurrent_dropout[l])
+      return 0;
+  return 1;
+}
+
+/* The architecture: what model_file_read.c's read_architecture reads back.
+ * Keys added since the first files are written only where they say
+ * something, so that older files and newer ones of the same model agree.
+ * Format version 2 is an encoder-forecaster's listed once per stack
+ * (one_stack_listed; the reader repeats it); version 1 lists every layer,
+ * as every file of a plain stack and every older file does. */
+static void meta_architecture(cl_st_buf *h, int *first, const cl_config *c) {
+  cl_config listed = *c;
+  const int per_stack = one_stack_listed(c);
+  if (per_stack) listed.n_layers = c->n_layers / 2;
+  cl_st_header_meta(h, first, "format", "pt");
+  cl_st_header_meta(h, first, META_PREFIX "format_version", per_stack ? "2" : "1");
+  cl_st_header_meta_int(h, first, META_PREFIX "input_dim", c->input_dim);
+  cl_st_header_meta_list(h, first, META_PREFIX "hidden_dims", c->hidden_dims, listed.n_layers);
+  meta_kernels(h, first, &listed);
+  meta_dropout(h, first, &listed);
+  cl_st_header_meta(h, first, META_PREFIX "bias", c->bias ? "true" : "false");
   if (c->forecaster) { /* files of plain stacks stay as they were */
-    cl_st_header_meta(h, &first, META_PREFIX "model", "encoder_forecaster");
-    cl_st_header_meta_int(h, &first, META_PREFIX "patch", cl_cfg_patch(c));
+    cl_st_header_meta(h, first, META_PREFIX "model", "encoder_forecaster");
+    cl_st_header_meta_int(h, first, META_PREFIX "patch", cl_cfg_patch(c));
   }
-  if (c->head) cl_st_header_meta(h, &first, META_PREFIX "head", "top"); /* else as they were */
+  if (c->head) cl_st_header_meta(h, first, META_PREFIX "head", "top"); /* else as they were */
   if (c->peephole) { /* files of models without stay as they were */
-    cl_st_header_meta(h, &first, META_PREFIX "peephole", cl_peephole_name(c->peephole));
+    cl_st_header_meta(h, first, META_PREFIX "peephole", cl_peephole_name(c->peephole));
     int hw[2] = {c->peephole_h, c->peephole_w};
     if (c->peephole == CL_PEEP_POSITION)
-      cl_st_header_meta_list(h, &first, META_PREFIX "peephole_size", hw, 2);
+      cl_st_header_meta_list(h, first, META_PREFIX "peephole_size", hw, 2);
   }
-  cl_st_header_meta(h, &first, META_PREFIX "dtype", cl_dtype_name(c->dtype));
-  cl_st_header_meta(h, &first, META_PREFIX "device", cl_device_name(c->device));
-  if (opt) {
-    cl_st_header_meta(h, &first, META_PREFIX "optimizer", cl_optim_kind_name(opt->kind));
-    cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.lr", opt->lr);
-    cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.weight_decay", opt->weight_decay);
-    if (cl_optim_is_adam(opt->kind)) {
-      cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.beta1", opt->beta1);
-      cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.beta2", opt->beta2);
-      cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.eps", opt->eps);
-      if (opt->amsgrad) cl_st_header_meta(h, &first, META_PREFIX "optimizer.amsgrad", "true");
-    } else if (opt->kind == CL_OPTIM_RMSPROP) {
-      cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.alpha", opt->alpha);
-      cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.eps", opt->eps);
-      cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.momentum", opt->momentum);
-      if (opt->centered) cl_st_header_meta(h, &first, META_PREFIX "optimizer.centered", "true");
-    } else {
-      cl_st_header_meta_num(h, &first, META_PREFIX "optimizer.momentum", opt->momentum);
-    }
-    cl_st_header_meta_int(h, &first, META_PREFIX "optimizer.steps",
-                m->opt_kind == opt->kind ? (long long)m->opt_steps : 0);
-    if (c->dtype == CL_F16) {
-      cl_st_header_meta_num(h, &first, META_PREFIX "loss_scale.scale", m->scaler.scale);
-      cl_st_header_meta_int(h, &first, META_PREFIX "loss_scale.growth_interval", m->scaler.growth_interval);
-      cl_st_header_meta_int(h, &first, META_PREFIX "loss_scale.clean_steps", m->scaler.clean_steps);
-      cl_st_header_meta_int(h, &first, META_PREFIX "loss_scale.skipped_steps",
-                  (long long)m->scaler.skipped_steps);
-      cl_st_header_meta_int(h, &first, META_PREFIX "loss_scale.skipped_in_a_row",
-                  (long long)m->scaler.skipped_in_a_row);
-      cl_st_header_meta_num(h, &first, META_PREFIX "loss_scale.init_scale", m->scaler.init_scale);
-      cl_st_header_meta_num(h, &first, META_PREFIX "loss_scale.growth_factor",
-                            m->scaler.growth_factor);
-      cl_st_header_meta_num(h, &first, META_PREFIX "loss_scale.backoff_factor",
-                            m->scaler.backoff_factor);
-    }
+  cl_st_header_meta(h, first, META_PREFIX "dtype", cl_dtype_name(c->dtype));
+  cl_st_header_meta(h, first, META_PREFIX "device", cl_device_name(c->device));
+}
+
+/* The float16 loss scaler, so that a resumed run scales as the saved one
+ * would have. */
+static void meta_loss_scale(cl_st_buf *h, int *first, const cl_loss_scale *sc) {
+  cl_st_header_meta_num(h, first, META_PREFIX "loss_scale.scale", sc->scale);
+  cl_st_header_meta_int(h, first, META_PREFIX "loss_scale.growth_interval", sc->growth_interval);
+  cl_st_header_meta_int(h, first, META_PREFIX "loss_scale.clean_steps", sc->clean_steps);
+  cl_st_header_meta_int(h, first, META_PREFIX "loss_scale.skipped_steps",
+                        (long long)sc->skipped_steps);
+  cl_st_header_meta_int(h, first, META_PREFIX "loss_scale.skipped_in_a_row",
+                        (long long)sc->skipped_in_a_row);
+  cl_st_header_meta_num(h, first, META_PREFIX "loss_scale.init_scale", sc->init_scale);
+  cl_st_header_meta_num(h, first, META_PREFIX "loss_scale.growth_factor", sc->growth_factor);
+  cl_st_header_meta_num(h, first, META_PREFIX "loss_scale.backoff_factor", sc->backoff_factor);
+}
+
+/* The optimizer's kind, the hyperparameters its kind has, its step count
+ * (0 when the model's state is another kind's) and, for float16, the loss
+ * scaler. */
+static void meta_optimizer(cl_st_buf *h, int *first, const cl_model *m, const cl_optim *opt) {
+  cl_st_header_meta(h, first, META_PREFIX "optimizer", cl_optim_kind_name(opt->kind));
+  cl_st_header_meta_num(h, first, META_PREFIX "optimizer.lr", opt->lr);
+  cl_st_header_meta_num(h, first, META_PREFIX "optimizer.weight_decay", opt->weight_decay);
+  if (cl_optim_is_adam(opt->kind)) {
+    cl_st_header_meta_num(h, first, META_PREFIX "optimizer.beta1", opt->beta1);
+    cl_st_header_meta_num(h, first, META_PREFIX "optimizer.beta2", opt->beta2);
+    cl_st_header_meta_num(h, first, META_PREFIX "optimizer.eps", opt->eps);
+    if (opt->amsgrad) cl_st_header_meta(h, first, META_PREFIX "optimizer.amsgrad", "true");
+  } else if (opt->kind == CL_OPTIM_RMSPROP) {
+    cl_st_header_meta_num(h, first, META_PREFIX "optimizer.alpha", opt->alpha);
+    cl_st_header_meta_num(h, first, META_PREFIX "optimizer.eps", opt->eps);
+    cl_st_header_meta_num(h, first, META_PREFIX "optimizer.momentum", opt->momentum);
+    if (opt->centered) cl_st_header_meta(h, first, META_PREFIX "optimizer.centered", "true");
+  } else {
+    cl_st_header_meta_num(h, first, META_PREFIX "optimizer.momentum", opt->momentum);
   }
-  for (int i = 0; i < n_meta; i++) cl_st_header_meta(h, &first, keys[i], values[i]);
-  cl_st_header_end_meta(h);
+  cl_st_header_meta_int(h, first, META_PREFIX "optimizer.steps",
+                        m->opt_kind == opt->kind ? (long long)m->opt_steps : 0);
+  if (m->cfg.dtype == CL_F16) meta_loss_scale(h, first, &m->scaler);
+}
+
+/* Each saved tensor's entry, role by role (the parameters first), laid end
+ * to end in the order write_file writes them. */
+static cl_status header_tensors(cl_model *m, const save_plan *sp, cl_st_buf *h) {
   uint64_t off = 0;
   char name[96];
   for (int r = 0; r < N_ROLES; r++) {
@@ -148,6 +190,18 @@ static cl_status build_header(cl_model *m, const cl_optim *opt, const save_plan 
       off += bytes;
     }
   }
+  return CL_OK;
+}
+
+static cl_status build_header(cl_model *m, const cl_optim *opt, const save_plan *sp, int n_meta,
+                              const char *const *keys, const char *const *values, cl_st_buf *h) {
+  int first = 1;
+  cl_st_header_begin(h);
+  meta_architecture(h, &first, &m->cfg);
+  if (opt) meta_optimizer(h, &first, m, opt);
+  for (int i = 0; i < n_meta; i++) cl_st_header_meta(h, &first, keys[i], values[i]);
+  cl_st_header_end_meta(h);
+  CL_TRY(header_tensors(m, sp, h));
   cl_st_header_end(h);
   if (h->oom) return cl_fail(m, CL_E_OOM, "out of host memory writing the header");
   return CL_OK;

@@ -435,7 +435,7 @@ static const bad_case BAD[] = {
     {"metadata non-string", META("\"a\":1") TINY_WB, -1, "must be strings"},
     {"metadata twice", META("") "\"__metadata__\":{}," TINY_WB, -1, "twice"},
     {"metadata dup key", META("\"a\":\"1\",\"a\":\"2\"") TINY_WB, -1, "twice"},
-    {"future version", META("\"convlstm.format_version\":\"2\"") TINY_WB, -1, "version"},
+    {"future version", META("\"convlstm.format_version\":\"3\"") TINY_WB, -1, "version"},
     {"bad optimizer", META("\"convlstm.optimizer\":\"adagrad\"") TINY_WB, -1,
      "\"sgd\" or \"rmsprop\""},
     {"optimizer missing lr", META("\"convlstm.optimizer\":\"sgd\"") TINY_WB, -1,

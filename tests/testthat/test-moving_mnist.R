@@ -112,8 +112,7 @@ test_that("a speed range draws each digit's speed within it", {
 test_that("moving_mnist draws from a Fashion-MNIST idx file a user points at", {
   images <- "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz"
   labels <- "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz"
-  skip_if_not(file.exists(images) && file.exists(labels),
-              "Debian's dataset-fashion-mnist is not installed")
+  skip_if_no_dataset(c(images, labels), "dataset-fashion-mnist")
   d <- moving_mnist(n = 2, n_digits = 1, images = images, labels = labels, seed = 4)
   all_labels <- read_idx(labels)
   expect_identical(d$digits[, 1], all_labels[d$index[, 1]])
@@ -123,6 +122,20 @@ test_that("moving_mnist draws from a Fashion-MNIST idx file a user points at", {
   nolab <- moving_mnist(n = 2, n_digits = 1, images = images, seed = 4)
   expect_true(all(is.na(nolab$digits)))
   expect_identical(nolab$x, d$x)
+})
+
+test_that("a missing data set is a failure under CONVLSTM_DATASET_TESTS=require, else a skip", {
+  old <- Sys.getenv("CONVLSTM_DATASET_TESTS", unset = NA)
+  on.exit(if (is.na(old)) Sys.unsetenv("CONVLSTM_DATASET_TESTS") else
+    Sys.setenv(CONVLSTM_DATASET_TESTS = old))
+  nowhere <- file.path(tempdir(), "no-such-dataset", "t10k-images-idx3-ubyte.gz")
+  Sys.setenv(CONVLSTM_DATASET_TESTS = "require")
+  expect_failure(skip_if_no_dataset(nowhere, "dataset-fashion-mnist"),
+                 "CONVLSTM_DATASET_TESTS=require, but Debian's dataset-fashion-mnist")
+  Sys.unsetenv("CONVLSTM_DATASET_TESTS")
+  expect_condition(skip_if_no_dataset(nowhere, "dataset-fashion-mnist"),
+                   "dataset-fashion-mnist is not installed", class = "skip")
+  expect_true(skip_if_no_dataset(tempdir(), "none"))
 })
 
 test_that("a digit file of the wrong format is a classed error naming the argument", {
