@@ -256,12 +256,13 @@ test_that("forecast_metrics() prints each measure's unit under the table", {
   obs <- array(c(0, 1, 0, 0), c(1, 1, 1, 2, 2))
   fc <- array(c(1, 0, 0, 0), c(1, 1, 1, 2, 2))
   out <- capture.output(print(forecast_metrics(fc, obs, metrics = c("mae", "mse_frame", "psnr"),
-                                               thresholds = 0.5)))
+                                               thresholds = c(0.5, 0.75))))
   expect_true("mae: mean absolute error per element" %in% out)
   expect_true("mse_frame: squared error summed over a frame's elements" %in% out)
   expect_true("psnr: peak signal-to-noise ratio in dB" %in% out)
-  # a threshold's three columns: one line each kind, not one per threshold
+  # two thresholds' columns: one line each kind, not one per threshold
   expect_equal(sum(startsWith(out, "csi_*: critical success index")), 1L)
+  expect_equal(sum(startsWith(out, "far_*: false alarm ratio")), 1L)
   expect_false(any(grepl("^mse: ", out)))
 })
 
