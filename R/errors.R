@@ -160,16 +160,53 @@ check_threads <- function(threads, call = sys.call(-1)) {
   threads
 }
 
-# device = "cuda" where no CUDA GPU is usable: said here, naming `device`,
-# rather than as the driver's message from deep in model creation.
-check_cuda_device <- function(device, call = sys.call(-1)) {
-  if (identical(device, "cuda") && !gpu_available()) {
-    abort_convlstm(paste0(
-      "`device` is \"cuda\", but no CUDA GPU is usable here (no device, a driver too old for ",
-      "the CUDA runtime, or a build without CUDA); use device = \"cpu\" or \"auto\"."
-    ), status = "unsupported", call = call)
+# The one reading of a `device` argument, written as torch writes devices:
+# "cpu", "cuda" (the process's current CUDA device), "cuda:N" (GPU N as
+# CUDA numbers them, after CUDA_VISIBLE_DEVICES) or "auto". The request:
+# list(device = "auto" / "cpu" / "cuda", index = N, or NA for none given).
+parse_device <- function(device, call = sys.call(-1)) {
+  if (!is.character(device) || length(device) != 1 || is.na(device) ||
+      !grepl("^(auto|cpu|cuda(:[0-9]{1,4})?)$", device)) {
+    abort_arg("device", '"auto", "cpu", "cuda" or "cuda:N" (N the index of a GPU: 0, 1, ...)',
+              device, call)
   }
-  invisible(device)
+  parts <- strsplit(device, ":", fixed = TRUE)[[1]]
+  list(device = parts[[1]], index = if (length(parts) == 2) as.integer(parts[[2]]) else NA_integer_)
+}
+
+# The device a model is made on ("cpu" or "cuda"), from a `device` argument:
+# "auto" is "cuda" where a GPU is usable. A GPU the model cannot use is
+# refused here, naming `device`, rather than as the driver's message from
+# deep in model creation. The core runs every model of a process on the
+# process's current CUDA device (the one a data-parallel rank selected), so
+# "cuda:N" must name that one; another index is refused with the way to
+# select it (CUDA_VISIBLE_DEVICES). `gpu`: what gpu_info() says (available,
+# n_devices, device), asked only for a CUDA request; tests give their own.
+resolve_device <- function(device, call = sys.call(-1), gpu = gpu_info()) {
+  req <- parse_device(device, call)
+  if (identical(req$device, "cpu")) return("cpu")
+  if (identical(req$device, "auto")) return(if (isTRUE(gpu$available)) "cuda" else "cpu")
+  if (!isTRUE(gpu$available)) {
+    abort_convlstm(sprintf(paste0(
+      "`device` is \"%s\", but no CUDA GPU is usable here (no device, a driver too old for ",
+      "the CUDA runtime, or a build without CUDA); use device = \"cpu\" or \"auto\"."), device),
+      status = "unsupported", call = call)
+  }
+  if (is.na(req$index)) return("cuda")
+  if (req$index >= gpu$n_devices) {
+    abort_convlstm(sprintf(
+      "`device` is \"%s\", but this process sees %d CUDA GPU%s: use %s.", device,
+      gpu$n_devices, if (gpu$n_devices == 1) "" else "s",
+      paste0('"cuda:', seq_len(gpu$n_devices) - 1L, '"', collapse = " or ")), call = call)
+  }
+  if (req$index != gpu$device) {
+    abort_convlstm(sprintf(paste0(
+      "`device` is \"%s\", but convlstm runs on the process's current CUDA device, ",
+      "\"cuda:%d\" (or \"cuda\"); to use GPU %d, start R with CUDA_VISIBLE_DEVICES=%d, where ",
+      "it is \"cuda:0\"."), device, gpu$device, req$index, req$index),
+      status = "unsupported", call = call)
+  }
+  "cuda"
 }
 
 # No NA, NaN or Inf: they would train silently into NaN weights; and no

@@ -136,8 +136,11 @@
 #' @param metrics `NULL`, or score the validation data after every epoch
 #'   with [forecast_metrics()] (metric names, or a list of its arguments as
 #'   in [convlstm_evaluate()]): the history gets a column `val_<name>` per
-#'   overall value (`val_mse`, `val_ssim`, `val_csi_0.5`, ...). Needs
-#'   `validation_data` or `validation_split`.
+#'   overall value (`val_mse`, `val_ssim`, `val_csi_0.5`, ...). `"mse"` and
+#'   `"mae"` are means per element, the unit of the loss `"mse"`;
+#'   `"mse_frame"` and `"mae_frame"` the per-frame sums of the Moving MNIST
+#'   literature. `print()` shows these columns with their units under the
+#'   table. Needs `validation_data` or `validation_split`.
 #' @return A `convlstm_history`: a data frame with one row per epoch and
 #'   columns `epoch`, `loss` (mean training loss over the epoch's batches,
 #'   weighted by batch size), `val_loss` (`NA` without validation data),
@@ -377,7 +380,8 @@ evaluate_loss <- function(ptr, x, y, target, batch_size, loss = NULL, weight = N
 #'   that many frames, `predict(model, x, horizon)`, against `y` (`NULL`:
 #'   `y`'s frames, `dim(y)[2]`); `target` is not used.
 #' @param metrics `NULL`, or also score the output with [forecast_metrics()]:
-#'   metric names (`"mse"`, `"mae"`, `"ssim"`, `"psnr"`,
+#'   metric names (`"mse"`, `"mae"`: means per element; `"mse_frame"`,
+#'   `"mae_frame"`: sums per frame; `"ssim"`, `"psnr"`,
 #'   `"cross_entropy"`) or a list of its arguments, e.g. `list(metrics =
 #'   "mse", thresholds = c(0.5, 2))` for CSI, POD and FAR too.
 #' @return The loss over all of `y` (a number), reduced as `reduction` says
@@ -469,7 +473,10 @@ print.convlstm_history <- function(x, ...) {
   if (!is.null(x$teacher_forcing)) { # a forecasting fit: p per epoch
     shown$teacher_forcing <- formatC(x$teacher_forcing, digits = 4, format = "g")
   }
+  scored <- setdiff(grep("^val_", names(x), value = TRUE), "val_loss") # convlstm_fit(metrics =)
+  shown[scored] <- lapply(x[scored], formatC, digits = 5, format = "g")
   print(shown, row.names = FALSE, right = TRUE)
+  cat_lines(metric_footnotes(scored, prefix = "val_"))
   invisible(x)
 }
 

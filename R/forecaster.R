@@ -110,12 +110,11 @@ convlstm_forecaster <- function(input_dim, hidden_dims, kernel_sizes, patch = 1L
                              recurrent_kernel_sizes = recurrent_kernel_sizes)
   check_layer_sizes(input_dim * patch^2, hidden_dims, geometry, call)
   bias <- check_flag(bias, "bias")
-  device <- check_cuda_device(check_choice(device, c("auto", "cpu", "cuda"), "device"), call)
+  device <- resolve_device(device, call)
   dtype <- check_choice(dtype, dtypes(), "dtype")
   memory_limit <- parse_bytes(memory_limit, "memory_limit", call)
   threads <- check_threads(threads, call)
   tf32 <- cuda_tf32_option(call)
-  if (identical(device, "auto")) device <- if (gpu_available()) "cuda" else "cpu"
   # the encoder's layers, then the forecaster's of the same sizes and kernels
   ptr <- with_cuda_tf32(tf32, c_model_create(
     input_dim, rep(hidden_dims, 2L), cbind(geometry, geometry), bias,

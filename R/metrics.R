@@ -1,12 +1,45 @@
 # metrics.R -- the scores forecasters report, computed from a forecast and
-# the frames observed: MSE and MAE per frame as the Moving MNIST literature
-# sums them, SSIM (scikit-image's definition), PSNR, Shi et al.'s
+# the frames observed: MSE and MAE as means per element (torchmetrics' and
+# Keras' unit) or summed per frame as the Moving MNIST literature sums them
+# (mse_frame, mae_frame), SSIM (scikit-image's definition), PSNR, Shi et al.'s
 # cross-entropy, and the precipitation scores CSI, POD and FAR at
 # thresholds, and the fractions skill score (FSS) at thresholds and spatial
 # scales as pysteps computes it. Pure R on arrays: it runs no model (convlstm_evaluate() with
 # `metrics` runs the model and calls forecast_metrics()).
 
-metric_names <- c("mse", "mae", "ssim", "psnr", "cross_entropy")
+metric_names <- c("mse", "mae", "mse_frame", "mae_frame", "ssim", "psnr", "cross_entropy")
+
+# What each measure's value is, said once: the prints of forecast_metrics()
+# and of a fit's history (its val_<name> columns) read it.
+metric_units <- c(
+  mse = "mean squared error per element",
+  mae = "mean absolute error per element",
+  mse_frame = "squared error summed over a frame's elements",
+  mae_frame = "absolute error summed over a frame's elements",
+  ssim = "structural similarity, 1 for a perfect frame",
+  psnr = "peak signal-to-noise ratio in dB",
+  cross_entropy = "Shi et al.'s cross-entropy summed over a frame's elements (overall: per sequence)",
+  csi = "critical success index at the threshold",
+  pod = "probability of detection at the threshold",
+  far = "false alarm ratio at the threshold",
+  fss = "fractions skill score at the threshold and scale"
+)
+
+# One line "<name>: <unit>" for each kind of measure among `columns`
+# (names as forecast_metrics() gives them, after `prefix`: "val_" for a
+# fit's history); a threshold's columns (csi_0.5, fss_0.5_scale3) share one
+# line, csi_*.
+metric_footnotes <- function(columns, prefix = "") {
+  base <- substring(columns[startsWith(columns, prefix)], nchar(prefix) + 1L)
+  exact <- base %in% names(metric_units)
+  kind <- ifelse(exact, base, sub("_.*$", "", base))
+  keep <- !duplicated(kind) & kind %in% names(metric_units)
+  label <- paste0(prefix, kind, ifelse(exact, "", "_*"))
+  sprintf("%s: %s", label[keep], metric_units[kind[keep]])
+}
+
+# Each of `lines` on a line of its own; nothing for none.
+cat_lines <- function(lines) if (length(lines) > 0) cat(paste0(lines, "\n"), sep = "")
 
 #' Score a forecast: MSE, MAE, SSIM, PSNR, cross-entropy, CSI, POD, FAR, FSS
 #'
@@ -16,9 +49,13 @@ metric_names <- c("mse", "mae", "ssim", "psnr", "cross_entropy")
 #'
 #' Per sequence and frame (a frame's pixels over all its channels):
 #' \describe{
-#'   \item{`mse`, `mae`}{the squared and absolute errors *summed* over the
-#'     frame's pixels, as Moving MNIST results are reported (e.g. an MSE of
-#'     about 100 per 64 x 64 frame), not averaged;}
+#'   \item{`mse`, `mae`}{the mean squared and mean absolute error per
+#'     element (a pixel of a channel), as torchmetrics and Keras report them
+#'     and as the loss `"mse"` / `"mae"` of [convlstm_fit()] is;}
+#'   \item{`mse_frame`, `mae_frame`}{the squared and absolute errors *summed*
+#'     over the frame's elements, as Moving MNIST results are reported (e.g.
+#'     an MSE of about 100 per 64 x 64 frame): `mse` times the elements of a
+#'     frame (channels x height x width);}
 #'   \item{`ssim`}{the structural similarity of Wang et al. (2004) exactly as
 #'     scikit-image's `structural_similarity()` computes it with
 #'     `data_range = data_range`, `win_size = ssim_window`,
@@ -67,8 +104,9 @@ metric_names <- c("mse", "mae", "ssim", "psnr", "cross_entropy")
 #' @param forecast,observed Arrays of the same dimensions: frames
 #'   `[n, time, channels, height, width]` (as [predict()] with `horizon`
 #'   returns them) or one frame per sequence, `[n, channels, height, width]`.
-#' @param metrics Which of `"mse"`, `"mae"`, `"ssim"`, `"psnr"` and
-#'   `"cross_entropy"` to compute.
+#' @param metrics Which of `"mse"`, `"mae"`, `"mse_frame"`, `"mae_frame"`,
+#'   `"ssim"`, `"psnr"` and `"cross_entropy"` to compute. `print()` says
+#'   each one's unit under the table.
 #' @param thresholds `NULL`, or values at which to count events for CSI,
 #'   POD and FAR; each must lie within the range of `observed` (above its
 #'   minimum, at most its maximum), so that events and non-events exist.
@@ -148,14 +186,15 @@ forecast_metrics <- function(forecast, observed, metrics = c("mse", "mae", "ssim
   steps <- dim(observed)[[2]]
   # [n, time] of each measure, one value per sequence and frame
   per_seq <- list()
-  if ("mse" %in% metrics) per_seq$mse <- frame_sums((forecast - observed)^2)
-  if ("mae" %in% metrics) per_seq$mae <- frame_sums(abs(forecast - observed))
+  elements <- prod(dim(observed)[3:5]) # of a frame: channels x height x width
+  sq <- if (any(c("mse", "mse_frame", "psnr") %in% metrics)) frame_sums((forecast - observed)^2)
+  ab <- if (any(c("mae", "mae_frame") %in% metrics)) frame_sums(abs(forecast - observed))
+  if ("mse" %in% metrics) per_seq$mse <- sq / elements
+  if ("mae" %in% metrics) per_seq$mae <- ab / elements
+  if ("mse_frame" %in% metrics) per_seq$mse_frame <- sq
+  if ("mae_frame" %in% metrics) per_seq$mae_frame <- ab
   if ("ssim" %in% metrics) per_seq$ssim <- ssim_frames(forecast, observed, weights, data_range)
-  if ("psnr" %in% metrics) {
-    pixels <- prod(dim(observed)[3:5])
-    mse <- if (is.null(per_seq$mse)) frame_sums((forecast - observed)^2) else per_seq$mse
-    per_seq$psnr <- 10 * log10(data_range^2 / (mse / pixels))
-  }
+  if ("psnr" %in% metrics) per_seq$psnr <- 10 * log10(data_range^2 / (sq / elements))
   if ("cross_entropy" %in% metrics) {
     p <- pmin(pmax(forecast, 1e-7), 1 - 1e-7)
     per_seq$cross_entropy <- frame_sums(-(observed * log(p) + (1 - observed) * log(1 - p)))
@@ -200,17 +239,12 @@ print.convlstm_forecast_metrics <- function(x, digits = 4, ...) {
   cat(sprintf("<convlstm_forecast_metrics> %d sequence%s, %d frame%s, data range %s\n",
               x$n, if (x$n == 1) "" else "s", nrow(x$per_frame),
               if (nrow(x$per_frame) == 1) "" else "s", format(x$data_range)))
-  if ("cross_entropy" %in% names(x$overall)) {
-    cat("(mse, mae, cross_entropy per frame: summed over its pixels; overall cross_entropy:",
-        "per sequence)\n")
-  } else if (any(c("mse", "mae") %in% names(x$overall))) {
-    cat("(mse, mae: summed over a frame's pixels)\n")
-  }
   shown <- x$per_frame
   shown[-1] <- lapply(shown[-1], signif, digits = digits)
   print(shown, row.names = FALSE)
   cat("overall:\n")
   print(signif(x$overall, digits))
+  cat_lines(metric_footnotes(names(x$overall)))
   invisible(x)
 }
 

@@ -30,7 +30,12 @@
 #' @param n_layers Number of stacked layers.
 #' @param bias Whether the convolutions have a bias.
 #' @param device `"auto"` (a CUDA GPU when one is usable, else the CPU),
-#'   `"cpu"` or `"cuda"`. On CUDA, float32 convolutions may use TF32 tensor
+#'   `"cpu"`, `"cuda"` (the process's current CUDA device) or `"cuda:N"` as
+#'   torch writes it, where `N` must be the current device (usually 0: a
+#'   model runs on the GPU the process uses; start R with
+#'   `CUDA_VISIBLE_DEVICES=N` to use GPU `N` as `"cuda:0"`). A model stays
+#'   on the device it is made on; to move one, [convlstm_save()] it and
+#'   [convlstm_load()] it with `device =`. On CUDA, float32 convolutions may use TF32 tensor
 #'   cores (inputs rounded to 10 mantissa bits, float32 accumulation), as
 #'   PyTorch's default `torch.backends.cudnn.allow_tf32 = TRUE`; everything
 #'   else stays float32. `options(convlstm.cuda_tf32 = FALSE)` (or the
@@ -164,9 +169,10 @@
 #'   forward, which keeps activations, as torch's train mode with autograd
 #'   does) and `eval()` turns that off again (the default); a model without
 #'   dropout infers either way, and says so once a session. [predict()]
-#'   always infers and [train_step()] always trains; `to(device, dtype)`, `cuda()` and `cpu()` change
-#'   the dtype, or explain how to move a model to another device
-#'   ([convlstm_save()] then [convlstm_load()] with `device =`). Optimizers
+#'   always infers and [train_step()] always trains. A model has no
+#'   `to()`, `cuda()` or `cpu()`: it stays on the device it was made on, and
+#'   moves by [convlstm_save()] then [convlstm_load()] with `device =`
+#'   (calling one of them says so). Optimizers
 #'   are not built from `model$parameters` as with torch's `optim_adam()`:
 #'   see [optimizer_adam()].
 #'
@@ -233,7 +239,7 @@ convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hid
                              recurrent_kernel_sizes = recurrent_kernel_sizes)
   check_layer_sizes(input_dim, hidden_dims, geometry, sys.call())
   bias <- check_flag(bias, "bias")
-  device <- check_cuda_device(check_choice(device, c("auto", "cpu", "cuda"), "device"), sys.call())
+  device <- resolve_device(device, sys.call())
   dtype <- check_choice(dtype, dtypes(), "dtype")
   memory_limit <- parse_bytes(memory_limit, "memory_limit", sys.call())
   threads <- check_threads(threads, sys.call())
@@ -245,7 +251,6 @@ convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hid
 
   tf32 <- cuda_tf32_option(sys.call())
 
-  if (identical(device, "auto")) device <- if (gpu_available()) "cuda" else "cpu"
   ptr <- with_cuda_tf32(tf32, c_model_create(
     input_dim, hidden_dims, geometry, bias,
     device = device,
@@ -561,8 +566,7 @@ model_fields <- c(
   "n_layers", "bias", "device",
   "dtype", "backend", "memory_limit", "peephole", "frame_size", "dropout", "recurrent_dropout",
   "dropout_masks", "n_parameters", "parameters", "state_dict",
-  "load_state_dict", "zero_grad", "forward", "half", "bfloat16", "float", "train", "eval", "to",
-  "cuda", "cpu"
+  "load_state_dict", "zero_grad", "forward", "half", "bfloat16", "float", "train", "eval"
 )
 
 # torch modules switch between training and evaluation mode. Here
@@ -588,20 +592,17 @@ set_mode <- function(model, training) {
 
 the <- new.env(parent = emptyenv())
 
-# model$to(): a model stays on the device it was made on (its memory is
-# planned there); a dtype is changed in place, as set_dtype() does.
-move_model <- function(model, device, dtype, call) {
-  if (!is.null(device)) {
-    device <- check_choice(device, c("cpu", "cuda"), "device", call = call)
-    if (!identical(device, model_config(model)$device)) {
-      abort_convlstm(sprintf(paste0(
-        "A convlstm model stays on the device it was made on (%s); to move it, ",
-        "convlstm_save(model, path) then convlstm_load(path, device = \"%s\")."),
-        model_config(model)$device, device), call = call)
-    }
-  }
-  if (!is.null(dtype)) set_dtype(model, dtype)
-  invisible(model)
+# torch's module$to(), $cuda() and $cpu() move a module in place. A convlstm
+# model's memory is planned and held on the device it was made on, and a
+# move could not be shown to work without a GPU, so the model has no such
+# methods (they do not appear in completion); calling one says how to move
+# a model: save it and load it with `device =`.
+no_move <- function(model, name, call) {
+  abort_convlstm(sprintf(paste0(
+    "A convlstm model has no `$%s()`: it stays on the device it was made on (%s). To move it, ",
+    "convlstm_save(model, path) then convlstm_load(path, device = \"cuda:0\") (or \"cpu\"); ",
+    "for another dtype, $half(), $bfloat16() or $float()."), name, model_config(model)$device),
+    call = call)
 }
 
 #' @export
@@ -632,9 +633,7 @@ move_model <- function(model, device, dtype, call) {
       set_mode(model, mode)
     },
     eval = function() set_mode(model, FALSE),
-    to = function(device = NULL, dtype = NULL) move_model(model, device, dtype, sys.call()),
-    cuda = function() move_model(model, "cuda", NULL, sys.call()),
-    cpu = function() move_model(model, "cpu", NULL, sys.call()),
+    to = , cuda = , cpu = no_move(model, name, sys.call()),
     abort_convlstm(sprintf(
       "A convlstm model has no field `%s`; available: %s.", name,
       paste(model_fields, collapse = ", ")

@@ -86,8 +86,11 @@ convlstm_save <- function(model, path, optimizer = NULL, metadata = NULL) {
 
 #' @rdname convlstm_save
 #' @param device `"auto"` (a CUDA GPU when one is usable, else the CPU),
-#'   `"cpu"` or `"cuda"`: where the loaded model lives, whatever device it was
-#'   saved from.
+#'   `"cpu"`, `"cuda"` or `"cuda:N"` (as in [convlstm()]): where the loaded
+#'   model lives, whatever device it was saved from. This is how a model
+#'   moves between devices: `convlstm_save(model, path)`, then
+#'   `convlstm_load(path, device = "cuda:0")`; an optimizer saved with it
+#'   travels too (`with_optimizer`).
 #' @param dtype `NULL` for the storage type the model was saved with, or
 #'   `"float32"`, `"float16"`, `"bfloat16"` (see [convlstm()]).
 #' @param memory_limit,threads As in [convlstm()].
@@ -106,7 +109,7 @@ convlstm_load <- function(path, device = "auto", dtype = NULL, memory_limit = NU
                           threads = NULL, with_optimizer = TRUE) {
   call <- sys.call()
   path <- check_path(path, call, must_exist = TRUE)
-  device <- check_cuda_device(check_choice(device, c("auto", "cpu", "cuda"), "device"), call)
+  device <- resolve_device(device, call)
   if (!is.null(dtype)) dtype <- check_choice(dtype, dtypes(), "dtype")
   memory_limit <- parse_bytes(memory_limit, "memory_limit", call)
   threads <- check_threads(threads, call)
@@ -115,7 +118,6 @@ convlstm_load <- function(path, device = "auto", dtype = NULL, memory_limit = NU
 
   info <- c_file_info(path)
   config <- info$config
-  if (identical(device, "auto")) device <- if (gpu_available()) "cuda" else "cpu"
   ptr <- with_cuda_tf32(tf32, c_model_create(
     config$input_dim, config$hidden_dims, config$geometry, config$bias,
     device = device,

@@ -150,10 +150,12 @@ test_that("convlstm_evaluate() of a forecaster is the loss of predict()'s frames
   p5 <- predict(fc, d$x, horizon = 5)
   bce <- sum(pmax(p5, 0) - p5 * y5 + log1p(exp(-abs(p5)))) / 3
   got <- convlstm_evaluate(fc, d$x, y5, horizon = 5, loss = "bce_logits", reduction = "batchmean",
-                           metrics = "mae")
+                           metrics = c("mae", "mae_frame"))
   expect_equal(unname(got[["loss"]]), bce, tolerance = 1e-6)
-  # forecast_metrics()'s MAE: summed over a frame's 64 pixels, averaged over the 3 x 5 frames
-  expect_equal(unname(got[["mae"]]), sum(abs(p5 - y5)) / 15, tolerance = 1e-6)
+  # forecast_metrics()'s MAE: the mean over every element; mae_frame: summed
+  # over a frame's 64 pixels, averaged over the 3 x 5 frames
+  expect_equal(unname(got[["mae"]]), sum(abs(p5 - y5)) / (15 * 64), tolerance = 1e-6)
+  expect_equal(unname(got[["mae_frame"]]), sum(abs(p5 - y5)) / 15, tolerance = 1e-6)
   # y must hold the horizon's frames: 3 frames against horizon 2 or 4 refused, naming `y`
   expect_convlstm_error(convlstm_evaluate(fc, d$x, d$y, horizon = 2), regexp = "`y` must have dim")
   expect_convlstm_error(convlstm_evaluate(fc, d$x, d$y, horizon = 4), regexp = "`y` must have dim")

@@ -72,3 +72,67 @@ test_that("host arrays of changing sizes go through the pinned staging buffer in
     expect_equal(gpu(x), cpu(x), tolerance = 1e-4)
   }
 })
+
+test_that("device is read as torch writes it: \"cpu\", \"cuda\", \"cuda:N\", \"auto\"", {
+  parse <- convlstm:::parse_device
+  expect_identical(parse("cpu"), list(device = "cpu", index = NA_integer_))
+  expect_identical(parse("auto"), list(device = "auto", index = NA_integer_))
+  expect_identical(parse("cuda"), list(device = "cuda", index = NA_integer_))
+  expect_identical(parse("cuda:0"), list(device = "cuda", index = 0L))
+  expect_identical(parse("cuda:12"), list(device = "cuda", index = 12L))
+  for (bad in list("gpu", "cuda:", "cuda:-1", "cuda:1.5", "CUDA", "cuda:0 ", "cpu:0",
+                   "cuda:99999", c("cpu", "cuda"), NA_character_, 0L, NULL)) {
+    expect_convlstm_error(parse(bad),
+                          regexp = "`device` must be \"auto\", \"cpu\", \"cuda\" or \"cuda:N\"")
+  }
+})
+
+test_that("\"cuda:N\" reaches the request \"cuda\" makes, or is refused naming `device`", {
+  resolve <- convlstm:::resolve_device
+  two <- list(available = TRUE, n_devices = 2L, device = 0L) # GPU 0 of 2 is current
+  none <- list(available = FALSE, n_devices = NA_integer_, device = NA_integer_)
+  # the same internal request as device = "cuda" on the current device 0
+  expect_identical(resolve("cuda:0", gpu = two), "cuda")
+  expect_identical(resolve("cuda", gpu = two), "cuda")
+  expect_identical(resolve("auto", gpu = two), "cuda")
+  expect_identical(resolve("auto", gpu = none), "cpu")
+  expect_identical(resolve("cpu", gpu = none), "cpu")
+  # another GPU than the current one: how to select it
+  expect_convlstm_error(resolve("cuda:1", gpu = two), status = "unsupported",
+                        regexp = "`device` is \"cuda:1\".*\"cuda:0\".*CUDA_VISIBLE_DEVICES=1")
+  expect_identical(resolve("cuda:1", gpu = list(available = TRUE, n_devices = 2L, device = 1L)),
+                   "cuda")
+  # out of range: the indices there are
+  expect_convlstm_error(resolve("cuda:2", gpu = two),
+                        regexp = "`device` is \"cuda:2\", but this process sees 2 CUDA GPUs: use \"cuda:0\" or \"cuda:1\"")
+  # no GPU: every CUDA spelling is refused the same way
+  for (d in c("cuda", "cuda:0", "cuda:3")) {
+    expect_convlstm_error(resolve(d, gpu = none), status = "unsupported",
+                          regexp = sprintf("`device` is \"%s\", but no CUDA GPU is usable", d))
+  }
+})
+
+test_that("convlstm(), convlstm_forecaster() and convlstm_load() take \"cuda:N\"", {
+  path <- tempfile(fileext = ".safetensors")
+  on.exit(unlink(path))
+  m <- convlstm(1, 2, 3, device = "cpu")
+  convlstm_save(m, path)
+  convlstm_release(m)
+  makers <- list(
+    convlstm = function(d) convlstm(1, 2, 3, device = d),
+    convlstm_forecaster = function(d) convlstm_forecaster(1, 2, 3, device = d),
+    convlstm_load = function(d) convlstm_load(path, device = d)
+  )
+  for (name in names(makers)) {
+    expect_convlstm_error(makers[[name]]("cuda:x"), regexp = "`device` must be")
+    if (gpu_available()) {
+      m <- makers[[name]](sprintf("cuda:%d", gpu_info()$device))
+      expect_identical(m$device, "cuda")
+      convlstm_release(m)
+      expect_convlstm_error(makers[[name]](sprintf("cuda:%d", gpu_info()$n_devices)))
+    } else {
+      expect_convlstm_error(makers[[name]]("cuda:0"), status = "unsupported",
+                            regexp = "`device` is \"cuda:0\", but no CUDA GPU")
+    }
+  }
+})

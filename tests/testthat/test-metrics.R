@@ -59,21 +59,27 @@ test_that("PSNR is scikit-image's peak_signal_noise_ratio averaged over sequence
   expect_identical(forecast_metrics(same, same, metrics = "psnr")$overall[["psnr"]], Inf)
 })
 
-test_that("MSE and MAE are summed over each frame's pixels, then averaged", {
+test_that("MSE and MAE are means per element; mse_frame, mae_frame sums per frame", {
   obs <- array(0, c(2, 2, 1, 2, 2))
   fc <- obs
   fc[1, 1, 1, , ] <- c(1, 0, 0, 0.5)  # sequence 1, frame 1: errors 1, 0, 0, 0.5
   fc[2, 1, 1, , ] <- c(0, 0, 2, 0)    # sequence 2, frame 1: error 2
   fc[1, 2, 1, , ] <- -1               # sequence 1, frame 2: four errors of 1
-  m <- forecast_metrics(fc, obs, metrics = c("mse", "mae"))
+  m <- forecast_metrics(fc, obs, metrics = c("mse", "mae", "mse_frame", "mae_frame"))
   # frame 1: squared sums 1.25 and 4, absolute sums 1.5 and 2; frame 2: 4 and 0
-  expect_equal(m$per_frame$mse, c((1.25 + 4) / 2, (4 + 0) / 2))
-  expect_equal(m$per_frame$mae, c((1.5 + 2) / 2, (4 + 0) / 2))
-  expect_equal(m$overall[["mse"]], mean(c(2.625, 2)))
+  expect_equal(m$per_frame$mse_frame, c((1.25 + 4) / 2, (4 + 0) / 2))
+  expect_equal(m$per_frame$mae_frame, c((1.5 + 2) / 2, (4 + 0) / 2))
+  expect_equal(m$overall[["mse_frame"]], mean(c(2.625, 2)))
+  # per element: each frame has 4, so the mean over the sequences' elements
+  expect_equal(m$per_frame$mse, c(mean(c(1, 0, 0, 0.25, 0, 0, 4, 0)), mean(c(1, 1, 1, 1, 0, 0, 0, 0))))
+  expect_equal(m$per_frame$mae, c(mean(c(1, 0, 0, 0.5, 0, 0, 2, 0)), mean(c(1, 1, 1, 1, 0, 0, 0, 0))))
+  expect_equal(m$overall[["mse"]], mean((fc - obs)^2))
+  expect_equal(m$overall[["mae"]], mean(abs(fc - obs)))
   # one frame per sequence, [n, channels, height, width], is one frame
   one <- forecast_metrics(array(fc[, 1, , , ], c(2, 1, 2, 2)), array(obs[, 1, , , ], c(2, 1, 2, 2)),
-                          metrics = "mse")
-  expect_equal(one$per_frame$mse, 2.625)
+                          metrics = c("mse", "mse_frame"))
+  expect_equal(one$per_frame$mse_frame, 2.625)
+  expect_equal(one$per_frame$mse, 2.625 / 4)
 })
 
 test_that("the cross-entropy is Shi et al.'s, per sequence over frames and pixels", {

@@ -134,16 +134,16 @@ test_that("torch idioms work or say in one line what to do instead", {
   expect_silent(model$eval())
   x <- api_x()
   expect_identical(model(x), model(x))
-  # to(): the same device and a dtype work; another device explains how
-  expect_identical(model$to("cpu"), model)
-  expect_identical(model$cpu(), model)
-  model$to(dtype = "bfloat16")
-  expect_equal(model$dtype, "bfloat16")
-  model$to(dtype = "float32")
-  expect_convlstm_error(model$to("cuda"),
-                        regexp = "stays on the device it was made on \\(cpu\\).*convlstm_load")
-  expect_convlstm_error(model$cuda(), regexp = "convlstm_save\\(model, path\\)")
-  expect_convlstm_error(model$to("tpu"), regexp = "`device`")
+  # no to(), cuda() or cpu(): not offered in completion, and calling one
+  # says how to move a model (save, then load with device =) or change dtype
+  expect_false(any(c("to", "cuda", "cpu") %in% utils::.DollarNames(model, "")))
+  for (call in list(quote(model$to("cuda")), quote(model$to("cpu")), quote(model$cuda()),
+                    quote(model$cpu()))) {
+    expect_convlstm_error(eval(call), regexp = paste0(
+      "no `\\$(to|cuda|cpu)\\(\\)`: it stays on the device it was made on \\(cpu\\)",
+      ".*convlstm_save\\(model, path\\) then convlstm_load\\(path, device = \"cuda:0\\\")",
+      ".*\\$half\\(\\)"))
+  }
   # ?optim_adam leads to optimizer_adam()'s page
   expect_true("optim_adam" %in% names(readRDS(system.file("help", "aliases.rds",
                                                           package = "convlstm"))))

@@ -251,3 +251,44 @@ test_that("convlstm_fit()'s progress lines are at most getOption(\"width\") wide
                                                sprintf("%.4g", h$loss[[e]])))))
   }
 })
+
+test_that("forecast_metrics() prints each measure's unit under the table", {
+  obs <- array(c(0, 1, 0, 0), c(1, 1, 1, 2, 2))
+  fc <- array(c(1, 0, 0, 0), c(1, 1, 1, 2, 2))
+  out <- capture.output(print(forecast_metrics(fc, obs, metrics = c("mae", "mse_frame", "psnr"),
+                                               thresholds = c(0.5, 0.75))))
+  expect_true("mae: mean absolute error per element" %in% out)
+  expect_true("mse_frame: squared error summed over a frame's elements" %in% out)
+  expect_true("psnr: peak signal-to-noise ratio in dB" %in% out)
+  # two thresholds' columns: one line each kind, not one per threshold
+  expect_equal(sum(startsWith(out, "csi_*: critical success index")), 1L)
+  expect_equal(sum(startsWith(out, "far_*: false alarm ratio")), 1L)
+  expect_false(any(grepl("^mse: ", out)))
+})
+
+test_that("a fit's history prints its val_<metric> columns and their units", {
+  set.seed(3)
+  model <- convlstm(1, c(3, 1), 3, device = "cpu", threads = 1)
+  on.exit(convlstm_release(model))
+  x <- array(stats::runif(6 * 3 * 16), c(6, 3, 1, 4, 4))
+  y <- array(x[, 3, 1, , ], c(6, 1, 4, 4))
+  h <- convlstm_fit(model, x, y, optimizer_adam(0.01), epochs = 1, batch_size = 3,
+                    validation_split = 0.5, verbose = FALSE,
+                    metrics = list(metrics = c("mae", "mae_frame"), thresholds = 0.5))
+  out <- capture.output(print(h))
+  header <- out[[2]]
+  for (col in c("val_loss", "val_mae", "val_mae_frame", "val_csi_0.5")) {
+    expect_match(header, col, fixed = TRUE)
+  }
+  # the value printed is the history's, to 5 digits
+  expect_match(out[[3]], formatC(h$val_mae, digits = 5, format = "g"), fixed = TRUE)
+  expect_true("val_mae: mean absolute error per element" %in% out)
+  expect_true("val_mae_frame: absolute error summed over a frame's elements" %in% out)
+  expect_true("val_csi_*: critical success index at the threshold" %in% out)
+  # no metrics, no footnote
+  h0 <- convlstm_fit(model, x, y, optimizer_adam(0.01), epochs = 1, batch_size = 3,
+                     verbose = FALSE)
+  out0 <- capture.output(print(h0))
+  expect_false(any(grepl(": ", out0[-1])))
+  expect_length(out0, 3) # header, column names, one epoch: no empty line
+})

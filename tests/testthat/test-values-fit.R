@@ -98,7 +98,8 @@ test_that("a plain fit's validation loss over several batches is the loss of pre
     m <- values_plain_pair()
     h <- convlstm_fit(m$a, d$x, d$y, optimizer_adam(0.01), epochs = 1, batch_size = 2,
                       shuffle = FALSE, verbose = FALSE, loss = "mae", reduction = reduction,
-                      validation_data = list(v$x, v$y), metrics = c("mse", "mae"))
+                      validation_data = list(v$x, v$y),
+                      metrics = c("mse", "mae", "mse_frame", "mae_frame"))
     # batch by batch, as the fit runs it, each batch's loss summed here
     elems <- unlist(lapply(values_batches(1:5, 2), function(i) {
       values_loss_elems(predict(m$a, rows_of(v$x, i), what = "last_state"), rows_of(v$y, i),
@@ -106,10 +107,15 @@ test_that("a plain fit's validation loss over several batches is the loss of pre
     }))
     expect_equal(h$val_loss, values_reduce(elems, 5, reduction), tolerance = 1e-10,
                  label = reduction)
-    # the metrics: each sequence's (one frame's) errors summed, averaged over the 5
+    # the metrics: "mse", "mae" means over every element; "_frame": each
+    # sequence's (one frame's) errors summed, averaged over the 5
     p <- predict(m$a, v$x, what = "last_state")
-    expect_equal(h$val_mse, sum((p - v$y)^2) / 5, tolerance = 1e-10)
-    expect_equal(h$val_mae, sum(abs(p - v$y)) / 5, tolerance = 1e-10)
+    expect_equal(h$val_mse, mean((p - v$y)^2), tolerance = 1e-10)
+    expect_equal(h$val_mae, mean(abs(p - v$y)), tolerance = 1e-10)
+    expect_equal(h$val_mse_frame, sum((p - v$y)^2) / 5, tolerance = 1e-10)
+    expect_equal(h$val_mae_frame, sum(abs(p - v$y)) / 5, tolerance = 1e-10)
+    # in the loss's unit: the metric MAE is the mean-reduced MAE loss (from C)
+    if (reduction == "mean") expect_equal(h$val_mae, h$val_loss, tolerance = 1e-6)
     release_all(m)
   }
 })

@@ -12,9 +12,12 @@ test_that("MSE, MAE and PSNR of a 2 x 2 frame, by hand", {
   obs <- a5(c(0, 0.5, 1, 0.25), c(1, 1, 1, 2, 2))
   fc <- a5(c(0.5, 0.5, 0, 1), c(1, 1, 1, 2, 2))
   # errors 0.5, 0, -1, 0.75
-  m <- forecast_metrics(fc, obs, metrics = c("mse", "mae", "psnr"))
-  expect_equal(m$overall[["mse"]], 0.25 + 0 + 1 + 0.5625, tolerance = 1e-15)
-  expect_equal(m$overall[["mae"]], 0.5 + 0 + 1 + 0.75, tolerance = 1e-15)
+  m <- forecast_metrics(fc, obs, metrics = c("mse", "mae", "psnr", "mse_frame", "mae_frame"))
+  # "mse", "mae": means per element (4 of them); "_frame": the frame's sums
+  expect_equal(m$overall[["mse"]], (0.25 + 0 + 1 + 0.5625) / 4, tolerance = 1e-15)
+  expect_equal(m$overall[["mae"]], (0.5 + 0 + 1 + 0.75) / 4, tolerance = 1e-15)
+  expect_equal(m$overall[["mse_frame"]], 0.25 + 0 + 1 + 0.5625, tolerance = 1e-15)
+  expect_equal(m$overall[["mae_frame"]], 0.5 + 0 + 1 + 0.75, tolerance = 1e-15)
   expect_equal(m$overall[["psnr"]], 10 * log10(1 / (1.8125 / 4)), tolerance = 1e-14)
   # data_range 2: the peak is 2
   m2 <- forecast_metrics(fc, obs, metrics = "psnr", data_range = 2)
@@ -22,8 +25,9 @@ test_that("MSE, MAE and PSNR of a 2 x 2 frame, by hand", {
   # two channels: their pixels together make the frame (8 pixels)
   obs2 <- a5(c(0, 0.5, 1, 0.25, 0, 0, 0, 0), c(1, 1, 2, 2, 2))
   fc2 <- a5(c(0.5, 0.5, 0, 1, 0, 0, 0, 2), c(1, 1, 2, 2, 2))
-  m3 <- forecast_metrics(fc2, obs2, metrics = c("mse", "psnr"))
-  expect_equal(m3$overall[["mse"]], 1.8125 + 4, tolerance = 1e-15)
+  m3 <- forecast_metrics(fc2, obs2, metrics = c("mse", "psnr", "mse_frame"))
+  expect_equal(m3$overall[["mse"]], (1.8125 + 4) / 8, tolerance = 1e-15)
+  expect_equal(m3$overall[["mse_frame"]], 1.8125 + 4, tolerance = 1e-15)
   expect_equal(m3$overall[["psnr"]], 10 * log10(1 / (5.8125 / 8)), tolerance = 1e-14)
 })
 
