@@ -212,7 +212,7 @@ memory_advise <- function(model, budget, batch_size, seq_len, height, width,
     }
     target <- "sequence"
   }
-  target <- check_choice(target, c("last_state", "sequence"), "target")
+  target <- target_choice(target, model_config(model), missing(target))
   allow_tbptt <- check_flag(allow_tbptt, "allow_tbptt")
   # a forecast trains over the sequence and the frames fed back after it
   steps <- T + forecast$horizon - (forecast$horizon > 0)

@@ -8,7 +8,8 @@
 #'
 #' The capability table of the core: one row per option and kind of model
 #' (`"convlstm"`, a plain stack; `"encoder_forecaster"`,
-#' [convlstm_forecaster()]), whether that kind supports it and, if not, the
+#' [convlstm_forecaster()]; `"convlstm_head"`, a plain stack with a head,
+#' `convlstm(head = "top")`), whether that kind supports it and, if not, the
 #' reason. Every entry point ([train_step()], [convlstm_fit()],
 #' [memory_estimate()], [max_batch_size()], [memory_advise()],
 #' [convlstm_data()]) refuses an unsupported option with the same classed

@@ -152,7 +152,8 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
   # the step train_step() would run: its default target, and what the
   # model's kind does not run refused as train_step() refuses it
   if (training && is.null(target)) {
-    target <- if (forecaster || horizon > 0) "sequence" else "last_state"
+    target <- if (forecaster || horizon > 0 || isTRUE(model_config(model)$head)) "sequence"
+              else "last_state"
   }
   require_capabilities(model, step_capabilities(
     dtype = if (training) dtype, checkpoint = if (training) checkpoint,

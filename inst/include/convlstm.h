@@ -814,9 +814,13 @@ cl_status cl_model_train_step_data(cl_model *m, const cl_data *d, const int *idx
 /* ---- capabilities ---------------------------------------------------- */
 
 /* The kinds of model: a plain stack, Shi et al.'s encoder-forecaster
- * (cl_config.forecaster). */
-typedef enum cl_model_kind { CL_KIND_STACK = 0, CL_KIND_FORECASTER = 1 } cl_model_kind;
-#define CL_N_MODEL_KINDS 2
+ * (cl_config.forecaster), a plain stack with a head (cl_config.head). */
+typedef enum cl_model_kind {
+  CL_KIND_STACK = 0,
+  CL_KIND_FORECASTER = 1,
+  CL_KIND_HEAD = 2
+} cl_model_kind;
+#define CL_N_MODEL_KINDS 3
 
 /* One row of the capability table: an option (as R users write it: "checkpoint",
  * "state = carry", "data parallel", ...) for one kind of model, whether that kind
@@ -824,7 +828,7 @@ typedef enum cl_model_kind { CL_KIND_STACK = 0, CL_KIND_FORECASTER = 1 } cl_mode
  * the whole message every entry point refuses it with. Strings are static. */
 typedef struct cl_capability {
   const char *option;
-  const char *model; /* "convlstm" or "encoder_forecaster" */
+  const char *model; /* "convlstm", "encoder_forecaster" or "convlstm_head" */
   cl_model_kind kind;
   int supported;
   cl_status status;   /* CL_OK when supported */

@@ -60,10 +60,6 @@ cl_status cl_call_check_arrays(cl_model *m, const cl_host_array *x, const cl_hos
   int K = opts ? opts->horizon : 0;
   if (K > 0 && target != CL_TARGET_SEQUENCE)
     return cl_fail(m, CL_E_INVALID, "a training horizon needs the target \"sequence\"");
-  if (target != CL_TARGET_SEQUENCE && cl_arch_has_head(&m->arch))
-    return cl_fail(m, CL_E_UNSUPPORTED,
-                   "a model with a head trains on the sequence of its outputs (target "
-                   "\"sequence\"), not on the last state");
   if (opts && opts->truth && !opts->free_run)
     return cl_fail(m, CL_E_INVALID,
                    "truth flags (scheduled sampling) apply to a free-running horizon only");

@@ -12,13 +12,16 @@
 #define FC "an encoder-forecaster "
 #define FIT "convlstm_fit() of an encoder-forecaster "
 #define WHOLE "its step runs the whole sequence in one pass"
+#define HEAD "a model with a head "
 
 /* Per option: its name as R users write it, then the encoder-forecaster's
- * verdict; the plain stack supports every option. */
+ * verdict and reason, and a plain stack with a head's refusal (none: it
+ * supports the option); the plain stack supports every option. */
 static const struct {
   const char *option;
   int forecaster;     /* 1: supported */
   const char *reason; /* the refusal's whole message */
+  const char *head_refusal; /* NULL: supported */
 } OPTIONS[CL_N_CAPS] = {
     [CL_CAP_HALF_TRAINING] = {"dtype = float16/bfloat16 training", 0,
                               FC "trains in float32, not in float16 or bfloat16 (its predict() "
@@ -35,7 +38,9 @@ static const struct {
                            "dim(y)[2]"},
     [CL_CAP_FREE_RUN] = {"teacher_forcing < 1 (free running)", 0,
                          FC "does not support teacher_forcing below 1 (free running, scheduled "
-                            "sampling): its forecaster reads no frames"},
+                            "sampling): its forecaster reads no frames",
+                         HEAD "trains a horizon with teacher forcing only: its fed-back steps "
+                              "do not run the head"},
     [CL_CAP_STATE_GIVEN] = {"state = given", 0,
                             FC "does not support a given state: it starts from zero states"},
     [CL_CAP_STATE_CARRY] = {"state = carry", 0,
@@ -43,7 +48,9 @@ static const struct {
     [CL_CAP_WEIGHT] = {"weight", 0, FC "does not support a loss weight"},
     [CL_CAP_TARGET_LAST] = {"target = last_state", 0,
                             FC "does not support target = \"last_state\": its target is the "
-                               "sequence of frames"},
+                               "sequence of frames",
+                            HEAD "does not support target = \"last_state\": its target is the "
+                                 "sequence of its outputs"},
     [CL_CAP_DROPOUT] = {"dropout", 0, FC "does not support dropout"},
     [CL_CAP_DROPOUT_MASKS] = {"dropout_masks", 0, FC "does not support dropout masks"},
     [CL_CAP_PEEP_POSITION] = {"peephole = position", 0,
@@ -53,7 +60,9 @@ static const struct {
                          FC "trains on arrays, not on a data set on the device (convlstm_data)"},
     [CL_CAP_SEPARATE] = {"separate forward/backward", 0,
                          FC "trains through train_step only (no separate forward, loss and "
-                            "backward)"},
+                            "backward)",
+                         HEAD "trains through train_step only (its separate forward keeps the "
+                              "layers' outputs, not the head's)"},
     [CL_CAP_CALLBACKS] = {"callbacks", 0, FIT "does not support callbacks"},
     [CL_CAP_LR_SCHEDULER] = {"lr_scheduler", 0, FIT "does not support lr_scheduler"},
     [CL_CAP_VALIDATION_SPLIT] = {"validation_split", 0,
@@ -63,12 +72,22 @@ static const struct {
     [CL_CAP_METRICS] = {"metrics", 0, FIT "does not support metrics"},
 };
 
-static const char *const KIND_NAME[CL_N_MODEL_KINDS] = {"convlstm", "encoder_forecaster"};
+static const char *const KIND_NAME[CL_N_MODEL_KINDS] = {"convlstm", "encoder_forecaster",
+                                                         "convlstm_head"};
 
-/* Another kind (an architecture value) is asked here, and only here. */
+/* The kind, asked of the architecture (arch.h) here, and only here:
+ * stacks handing states on (the encoder-forecaster), or one stack with or
+ * without a head. */
 cl_model_kind cl_cfg_kind(const cl_config *c) {
-  cl_arch a = cl_arch_of(c); /* stacks handing states on: the encoder-forecaster */
-  return cl_arch_is_wired(&a) ? CL_KIND_FORECASTER : CL_KIND_STACK;
+  cl_arch a = cl_arch_of(c);
+  if (cl_arch_is_wired(&a)) return CL_KIND_FORECASTER;
+  return cl_arch_has_head(&a) ? CL_KIND_HEAD : CL_KIND_STACK;
+}
+
+/* Kind k's refusal of option c (NULL: supported). */
+static const char *refusal(int c, int k) {
+  if (k == CL_KIND_FORECASTER) return OPTIONS[c].forecaster ? NULL : OPTIONS[c].reason;
+  return k == CL_KIND_HEAD ? OPTIONS[c].head_refusal : NULL;
 }
 
 int cl_capability_count(void) { return CL_N_CAPS * CL_N_MODEL_KINDS; }
@@ -78,13 +97,13 @@ cl_status cl_capability_row(int i, cl_capability *out) {
   memset(out, 0, sizeof *out);
   if (i < 0 || i >= cl_capability_count()) return CL_E_INVALID;
   int c = i / CL_N_MODEL_KINDS, k = i % CL_N_MODEL_KINDS;
-  int ok = k == CL_KIND_STACK || OPTIONS[c].forecaster;
+  const char *no = refusal(c, k);
   out->option = OPTIONS[c].option;
   out->model = KIND_NAME[k];
   out->kind = (cl_model_kind)k;
-  out->supported = ok;
-  out->status = ok ? CL_OK : CL_E_UNSUPPORTED;
-  out->reason = ok ? "" : OPTIONS[c].reason;
+  out->supported = !no;
+  out->status = no ? CL_E_UNSUPPORTED : CL_OK;
+  out->reason = no ? no : "";
   return CL_OK;
 }
 

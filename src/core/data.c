@@ -119,6 +119,7 @@ cl_status cl_data_create(cl_model *m, const cl_host_array *x, const cl_host_arra
   if (target != CL_TARGET_SEQUENCE && target != CL_TARGET_LAST_STATE)
     return cl_fail(m, CL_E_INVALID, "unknown target %d", (int)target);
   CL_TRY(cl_cap_require(m, CL_CAP_DATA_SET)); /* before a byte is uploaded */
+  if (target == CL_TARGET_LAST_STATE) CL_TRY(cl_cap_require(m, CL_CAP_TARGET_LAST));
   CL_TRY(cl_check_sequence(m, x, "x", m->cfg.input_dim));
   int N = x->dims[0], T = x->dims[1], H = x->dims[3], W = x->dims[4];
   CL_TRY(cl_check_target(m, y, target, "y", N, T, H, W));

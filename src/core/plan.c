@@ -75,11 +75,6 @@ cl_status cl_schedule_make(cl_model *m, int B, int T, int H, int W, int training
     return cl_fail(m, CL_E_INVALID,
                    "training without teacher forcing cannot be combined with checkpoint or tbptt");
   g->free_run = o->free_run && o->horizon > 1;
-  /* the fed-back frame would be the head's output, which no fed-back
-   * step's forward or backward computes */
-  if (g->free_run && cl_arch_has_head(&m->arch))
-    return cl_fail(m, CL_E_UNSUPPORTED,
-                   "a model with a head trains a horizon with teacher forcing only");
   /* the fed-back steps' backward reads their gates step by step across the
    * layers (backward.c roll_back_step): no chunk of one layer covers them */
   if (g->free_run && o->recompute_gates)

@@ -25,9 +25,11 @@ static float xs[B * (T + 1) * H * W], ys[B * T * H * W], y4[B * H * W], ones[B *
 static float st[4][B * H * W];
 
 /* A plain stack of one layer (hidden == input channels, so that a horizon
- * feeds frames back) or an encoder-forecaster of one layer per stack,
- * patch 2: for both, y [B, T, 1, H, W] is a sequence target. */
-static cl_config config_of(int forecaster) {
+ * feeds frames back), the same with a head, or an encoder-forecaster of one
+ * layer per stack, patch 2: for all, y [B, T, 1, H, W] is a sequence
+ * target. */
+static cl_config config_of(cl_model_kind kind) {
+  const int forecaster = kind == CL_KIND_FORECASTER;
   cl_config c;
   memset(&c, 0, sizeof c);
   c.input_dim = 1;
@@ -38,6 +40,7 @@ static cl_config config_of(int forecaster) {
   c.n_threads = 1;
   c.forecaster = forecaster;
   c.patch = forecaster ? 2 : 0;
+  c.head = kind == CL_KIND_HEAD;
   return c;
 }
 
@@ -141,7 +144,7 @@ static cl_status plan_of(cl_model *m, const asked *a, int forecaster) {
 /* A call's option (the step's options, target, dtype) through the step and the plan. */
 static void call_row(int i, const cl_capability *r, cl_comm *comm) {
   int fc = r->kind == CL_KIND_FORECASTER;
-  cl_config c = config_of(fc);
+  cl_config c = config_of(r->kind);
   if (!strcmp(r->option, "dropout_masks") && !fc) c.dropout[0] = 0.25; /* masks to draw */
   cl_model *m = ctest_model(&c);
   if (!m) return;
@@ -156,7 +159,7 @@ static void call_row(int i, const cl_capability *r, cl_comm *comm) {
 
 /* A configuration's option: the model's creation refuses it (err). */
 static void config_row(const cl_capability *r) {
-  cl_config c = config_of(r->kind == CL_KIND_FORECASTER);
+  cl_config c = config_of(r->kind);
   if (!strcmp(r->option, "dropout")) c.dropout[0] = 0.25;
   if (!strcmp(r->option, "peephole = position"))
     c.peephole = CL_PEEP_POSITION, c.peephole_h = H / (c.forecaster ? 2 : 1),
@@ -174,7 +177,7 @@ static void config_row(const cl_capability *r) {
 
 /* A data set, a training forward, or R's fit loop (through the table alone). */
 static void model_row(const cl_capability *r) {
-  cl_config c = config_of(r->kind == CL_KIND_FORECASTER);
+  cl_config c = config_of(r->kind);
   cl_model *m = ctest_model(&c);
   if (!m) return;
   cl_host_array x = {xs, CL_HOST_TORCH_F32, 5, {B, T, 1, H, W}};
@@ -211,6 +214,18 @@ static const char *const FORECASTER_REFUSES[] = {
     "separate forward/backward", "callbacks", "lr_scheduler", "validation_split", "resume",
     "memory_budget", "metrics"};
 
+/* What a plain stack with a head refuses: the last state as a target (its
+ * output is the head's sequence), free running (the fed-back steps do not
+ * run the head) and the separate forward. */
+static const char *const HEAD_REFUSES[] = {"teacher_forcing < 1 (free running)",
+                                           "target = last_state", "separate forward/backward"};
+
+static int head_refuses(const char *option) {
+  for (size_t i = 0; i < sizeof HEAD_REFUSES / sizeof *HEAD_REFUSES; i++)
+    if (!strcmp(option, HEAD_REFUSES[i])) return 1;
+  return 0;
+}
+
 static int forecaster_refuses(const char *option) {
   for (size_t i = 0; i < sizeof FORECASTER_REFUSES / sizeof *FORECASTER_REFUSES; i++)
     if (!strcmp(option, FORECASTER_REFUSES[i])) return 1;
@@ -237,6 +252,9 @@ static void table_shape(void) {
     if (r.kind == CL_KIND_FORECASTER)
       CHECK(r.supported == !forecaster_refuses(r.option), "the encoder-forecaster: %s %s",
             r.option, r.supported ? "supported" : "refused");
+    if (r.kind == CL_KIND_HEAD)
+      CHECK(r.supported == !head_refuses(r.option), "a stack with a head: %s %s", r.option,
+            r.supported ? "supported" : "refused");
     refused += !r.supported;
     for (int j = 0; j < i; j++) {
       cl_capability q;
@@ -245,9 +263,10 @@ static void table_shape(void) {
             r.model);
     }
   }
-  CHECK(refused == (int)(sizeof FORECASTER_REFUSES / sizeof *FORECASTER_REFUSES),
+  CHECK(refused == (int)(sizeof FORECASTER_REFUSES / sizeof *FORECASTER_REFUSES +
+                         sizeof HEAD_REFUSES / sizeof *HEAD_REFUSES),
         "%d rows refused", refused);
-  cl_config c = config_of(0);
+  cl_config c = config_of(CL_KIND_STACK);
   cl_model *m = ctest_model(&c);
   if (m) {
     CHECK(cl_model_capability(m, "no such option") == CL_E_INVALID, "an unknown option is taken");

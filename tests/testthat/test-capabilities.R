@@ -26,16 +26,20 @@ forecaster_refuses <- c(
 # frames), yh a horizon's 2 frames.
 cap_setup <- function(kind) {
   set.seed(3)
-  model <- if (kind == "convlstm") {
-    convlstm(1, 1, 3, device = "cpu", threads = 1)
-  } else {
+  model <- if (kind == "encoder_forecaster") {
     convlstm_forecaster(1, 1, 3, patch = 2, device = "cpu", threads = 1)
+  } else {
+    convlstm(1, 1, 3, device = "cpu", threads = 1,
+             head = if (kind == "convlstm_head") "top" else "none")
   }
   x <- array(runif(2 * 3 * 16), dim = c(2, 3, 1, 4, 4))
   yh <- array(runif(2 * 2 * 16), dim = c(2, 2, 1, 4, 4))
-  y <- if (kind == "convlstm") array(runif(2 * 16), dim = c(2, 1, 4, 4)) else yh
-  list(model = model, x = x, y = y, yh = yh, seq = array(runif(2 * 3 * 16), dim = c(2, 3, 1, 4, 4)),
-       h = if (kind == "convlstm") 0 else 2, kind = kind)
+  seq <- array(runif(2 * 3 * 16), dim = c(2, 3, 1, 4, 4))
+  # the default target: the last state, a forecaster's frames, a head's sequence
+  y <- switch(kind, convlstm = array(runif(2 * 16), dim = c(2, 1, 4, 4)),
+              encoder_forecaster = yh, convlstm_head = seq)
+  list(model = model, x = x, y = y, yh = yh, seq = seq,
+       h = if (kind == "encoder_forecaster") 2 else 0, kind = kind)
 }
 
 # Per option, the calls that ask for it (each a function of cap_setup()'s
@@ -54,7 +58,9 @@ cap_calls <- function(option, s) {
   most <- function(...) max_batch_size(m, 3, 4, 4, budget = "1 GiB", horizon = h, ...)
   fit <- function(...) convlstm_fit(m, x, y, opt, epochs = 1, verbose = FALSE, ...)
   step <- function(...) train_step(m, x, y, opt, ...)
-  fc <- s$kind != "convlstm"
+  fc <- s$kind == "encoder_forecaster"
+  sq <- s$kind != "convlstm" # trains on a sequence target by default
+  head <- if (s$kind == "convlstm_head") "top" else "none"
   switch(option,
     "dtype = float16/bfloat16 training" = list(
       train_step = function() {
@@ -102,7 +108,7 @@ cap_calls <- function(option, s) {
                            memory_estimate = function() plan(state = "carry")),
     weight = list(train_step = function() step(weight = array(1, dim(y))),
                   convlstm_fit = function() fit(weight = array(1, dim(y))),
-                  memory_estimate = function() plan(weight = if (fc) "sequence" else "last_state")),
+                  memory_estimate = function() plan(weight = if (sq) "sequence" else "last_state")),
     "target = last_state" = list(
       train_step = function() train_step(m, x, array(0, c(2, 1, 4, 4)), opt, target = "last_state"),
       convlstm_fit = function() convlstm_fit(m, x, array(0, c(2, 1, 4, 4)), opt, epochs = 1,
@@ -113,18 +119,18 @@ cap_calls <- function(option, s) {
                                                target = "last_state")),
     dropout_masks = NULL,
     dropout = if (!fc) list(convlstm = function() {
-      d <- convlstm(1, 1, 3, dropout = 0.2, device = "cpu", threads = 1)
+      d <- convlstm(1, 1, 3, dropout = 0.2, device = "cpu", threads = 1, head = head)
       convlstm_release(d)
     }),
     "peephole = position" = if (!fc) list(convlstm = function() {
       p <- convlstm(1, 1, 3, peephole = "position", frame_size = c(4, 4), device = "cpu",
-                    threads = 1)
+                    threads = 1, head = head)
       convlstm_release(p)
     }),
     "data parallel" = list(memory_estimate = function() plan(world_size = 2),
                            max_batch_size = function() most(world_size = 2)),
     "data set on the device (convlstm_data)" = list(
-      convlstm_data = function() convlstm_data(m, x, y, target = if (fc) "sequence" else "last_state"),
+      convlstm_data = function() convlstm_data(m, x, y, target = if (sq) "sequence" else "last_state"),
       convlstm_fit = function() fit(data_on_device = TRUE)),
     "separate forward/backward" = list(convlstm_forward = function() convlstm_forward(m, x)),
     callbacks = list(convlstm_fit = function() {
@@ -145,9 +151,12 @@ test_that("the table lists every option once per kind, and an encoder-forecaster
   caps <- convlstm_capabilities()
   expect_s3_class(caps, "data.frame")
   expect_identical(names(caps), c("option", "model", "supported", "status", "reason"))
-  expect_setequal(unique(caps$model), c("convlstm", "encoder_forecaster"))
+  expect_setequal(unique(caps$model), c("convlstm", "encoder_forecaster", "convlstm_head"))
   expect_false(anyDuplicated(caps[c("option", "model")]) > 0)
-  for (o in unique(caps$option)) expect_identical(sum(caps$option == o), 2L)
+  for (o in unique(caps$option)) expect_identical(sum(caps$option == o), 3L)
+  hd <- caps[caps$model == "convlstm_head", ]
+  expect_setequal(hd$option[!hd$supported], c("teacher_forcing < 1 (free running)",
+                                              "target = last_state", "separate forward/backward"))
   expect_true(all(caps$supported[caps$model == "convlstm"]))
   fc <- caps[caps$model == "encoder_forecaster", ]
   expect_setequal(fc$option[!fc$supported], forecaster_refuses)
