@@ -15,6 +15,8 @@
 #   - definitions at the start of a line: old <- function
 #   - roxygen topics: @rdname/@inheritParams/@inherit.../@describeIn old,
 #     \link{old}, [old], ?old, help(old)
+#   - the function as a value where only a function goes: do.call(old, ...),
+#     formals(old), match.fun(old), body(old), args(old), environment(old)
 #   - for names that are nothing but our function (no local variable,
 #     argument or field shares them: see `ambiguous` below), also bare
 #     references (do.call(old, ...), formals(old), `old`) and the string
@@ -73,7 +75,10 @@ rules_for <- function(old, new, type) {
       c(paste0("\\\\link\\{", q, "\\}"), paste0("\\\\link{", new, "}")),
       c(paste0("(?<!\\])\\[", q, "\\](?![(\\[])"), paste0("[", new, "]")),   # [old]
       c(paste0("(?<![A-Za-z0-9])\\?", q, NOT_AFTER), paste0("?", new)),     # ?old
-      c(paste0("help\\((\"?)", q, "(\"?)(?=[,)])"), paste0("help(\\1", new, "\\2"))
+      c(paste0("help\\((\"?)", q, "(\"?)(?=[,)])"), paste0("help(\\1", new, "\\2")),
+      # the function as a value, where only a function goes: do.call(old, ...)
+      c(paste0("(?<![A-Za-z0-9._$])((?:do\\.call|formals|match\\.fun|body|args|environment)\\(\\s*)",
+               q, NOT_AFTER, "(?!\\s*\\()"), paste0("\\1", new))
     ))
     if (!old %in% ambiguous && !dropped) {
       r <- c(r, list(
