@@ -16,7 +16,8 @@
 #   - roxygen topics: @rdname/@inheritParams/@inherit.../@describeIn old,
 #     \link{old}, [old], ?old, help(old)
 #   - the function as a value where only a function goes: do.call(old, ...),
-#     formals(old), match.fun(old), body(old), args(old), environment(old)
+#     formals(old), match.fun(old), body(old), args(old), environment(old),
+#     and the call's name: quote(old), as.name("old")
 #   - for names that are nothing but our function (no local variable,
 #     argument or field shares them: see `ambiguous` below), also bare
 #     references (do.call(old, ...), formals(old), `old`) and the string
@@ -77,8 +78,9 @@ rules_for <- function(old, new, type) {
       c(paste0("(?<![A-Za-z0-9])\\?", q, NOT_AFTER), paste0("?", new)),     # ?old
       c(paste0("help\\((\"?)", q, "(\"?)(?=[,)])"), paste0("help(\\1", new, "\\2")),
       # the function as a value, where only a function goes: do.call(old, ...)
-      c(paste0("(?<![A-Za-z0-9._$])((?:do\\.call|formals|match\\.fun|body|args|environment)\\(\\s*)",
-               q, NOT_AFTER, "(?!\\s*\\()"), paste0("\\1", new))
+      c(paste0("(?<![A-Za-z0-9._$])((?:do\\.call|formals|match\\.fun|body|args|environment|quote|bquote)\\(\\s*)",
+               q, NOT_AFTER, "(?!\\s*\\()"), paste0("\\1", new)),
+      c(paste0("((?:as\\.name|as\\.symbol)\\(\\s*\")", q, "(?=\")"), paste0("\\1", new))
     ))
     if (!old %in% ambiguous && !dropped) {
       r <- c(r, list(

@@ -203,14 +203,14 @@ test_that("forecast_metrics(): a metric named twice is refused naming `metrics`"
 
 # ---- R/grid.R ---------------------------------------------------------------------------------
 
-test_that("grid_windows(): a series exactly input + horizon long gives one window; a frame more is refused", {
+test_that("grid_windows(): a series exactly seq_len + horizon long gives one window; a frame more is refused", {
   series <- array(seq_len(2 * 3 * 5), dim = c(2, 3, 5)) # [height, width, time]: 5 frames
   w <- grid_windows(series, input = 3, horizon = 2)
   expect_identical(dim(w$x)[1:2], c(1L, 3L))
   # the window's input frames are the series' first 3, its target the last 2
   expect_identical(as.vector(w$x[1, , 1, , ]), as.double(aperm(series[, , 1:3], c(3, 1, 2))))
   expect_convlstm_error(grid_windows(series, input = 3, horizon = 3),
-                        regexp = "`input` \\+ `horizon` \\(3 \\+ 3 frames\\) is longer than the series \\(5 frames\\)")
+                        regexp = "`seq_len` \\+ `horizon` \\(3 \\+ 3 frames\\) is longer than the series \\(5 frames\\)")
 })
 
 test_that("grid_windows(): an array of 4 dimensions (channels first) is accepted, one of 5 refused", {
