@@ -26,6 +26,8 @@
 #     replacement, so that each snippet still quotes its line; rows whose
 #     snippet no longer occurs exactly once are listed (fix them by hand)
 #   - _pkgdown.yml: reference entries and starts_with() prefixes.
+# A file that defines a name for itself (a test's local fit <- function())
+# keeps its uses of that name (local_names()).
 # It never matches $old, x@old, pkg::old (pkg other than convlstm), .old,
 # old. , x_old or old_x: so model$state_dict(), torch::lr_step() and
 # convlstm_lr_step() are left alone.
@@ -146,9 +148,22 @@ drop_reexports <- function(text) {
   list(text = text, n = n)
 }
 
-rename_text <- function(text, type) {
+# Names a file defines for itself (a test's local `fit <- function(...)`, a
+# script's own helper): there old(...) calls that, not ours, so the file's
+# uses of the name are left alone. In R/ a definition at the start of a
+# line is ours (the one renamed); anywhere else any assignment is local.
+local_names <- function(text, path) {
+  ours_at_col0 <- startsWith(path, "R/")
+  map$old[vapply(map$old, function(old) {
+    grepl(sprintf("(?m)^\\s+%s\\s*<-", old), text, perl = TRUE) ||
+      (!ours_at_col0 && grepl(sprintf("(?m)^%s\\s*<-", old), text, perl = TRUE))
+  }, logical(1))]
+}
+
+rename_text <- function(text, type, skip_names = character()) {
   n <- 0L
   for (i in seq_len(nrow(map))) {
+    if (map$old[[i]] %in% skip_names) next
     for (rule in rules_for(map$old[[i]], map$new[[i]], type)) {
       res <- gsub_count(rule[[1]], rule[[2]], text)
       text <- res$text; n <- n + res$n
@@ -183,7 +198,7 @@ write_text <- function(p, text) writeLines(text, p, useBytes = TRUE)
 changed <- list()
 for (p in files) {
   text <- read_text(p)
-  res <- rename_text(text, file_type(p))
+  res <- rename_text(text, file_type(p), local_names(text, p))
   if (res$n > 0 && !identical(res$text, text)) {
     changed[[p]] <- res$n
     if (!dry_run) write_text(p, res$text)
@@ -231,12 +246,13 @@ if (file.exists(mutants)) {
     f <- strsplit(rows[[j]], "\t", fixed = TRUE)[[1]]
     if (length(f) < 5 || !f[[3]] %in% files) next
     type <- file_type(f[[3]])
+    skip_names <- local_names(read_text(f[[3]]), f[[3]])
     for (k in 4:5) {
-      res <- rename_text(f[[k]], type)
+      res <- rename_text(f[[k]], type, skip_names)
       f[[k]] <- res$text; n_mut <- n_mut + res$n
     }
     out[[j]] <- paste(f, collapse = "\t")
-    body <- if (dry_run) rename_text(read_text(f[[3]]), type)$text else read_text(f[[3]])
+    body <- if (dry_run) rename_text(read_text(f[[3]]), type, skip_names)$text else read_text(f[[3]])
     hits <- gregexpr(f[[4]], body, fixed = TRUE)[[1]]
     if (sum(hits > 0) != 1) bad_rows <- c(bad_rows, sprintf("%s (%d in %s)", f[[1]], sum(hits > 0), f[[3]]))
   }

@@ -128,7 +128,7 @@ test_that("moving_beams() refuses bad counts and seeds with the package's class,
   expect_convlstm_error(moving_beams(n = 0), regexp = "`n` must be a whole number >= 1")
   expect_convlstm_error(moving_beams(n = 1.5), regexp = "`n`")
   expect_convlstm_error(moving_beams(n = Inf), regexp = "`n`")
-  expect_convlstm_error(moving_beams(n = 1, seq_len = 1), regexp = "`seq_len` must be a whole number >= 2")
+  expect_convlstm_error(moving_beams(n = 1, seq_len = 1), regexp = "`n_frames` must be a whole number >= 2")
   expect_convlstm_error(moving_beams(n = 1, size = 3), regexp = "`size` must be a whole number >= 4")
   expect_convlstm_error(moving_beams(n = 1, seed = "a"), regexp = "`seed`")
   # the limits themselves are accepted: one sequence of 2 frames of 4 x 4
@@ -147,12 +147,12 @@ test_that("moving_digits(): a digit exactly the frame's size is accepted, a pixe
                         regexp = "`scale` \\(2\\) makes a digit 14 x 10 pixels, larger than the 13-pixel")
 })
 
-test_that("moving_digits(): horizon = seq_len - 1 is accepted, horizon = seq_len refused", {
+test_that("moving_digits(): horizon = n_frames - 1 is accepted, horizon = n_frames refused", {
   d <- moving_digits(n = 1, seq_len = 4, size = 8, scale = 1, horizon = 3, seed = 1)
   expect_identical(dim(d$x)[[2]], 1L)
   expect_identical(dim(d$y)[[2]], 3L)
   expect_convlstm_error(moving_digits(n = 1, seq_len = 4, size = 8, scale = 1, horizon = 4),
-                        regexp = "`horizon` \\(4\\) must be smaller than `seq_len` \\(4\\)")
+                        regexp = "`horizon` \\(4\\) must be smaller than `n_frames` \\(4\\)")
 })
 
 # ---- R/moving_mnist.R -------------------------------------------------------------------------
