@@ -25,7 +25,9 @@
 #   - tests/mutate/mutants.tsv: the same rules on each row's snippet and
 #     replacement, so that each snippet still quotes its line; rows whose
 #     snippet no longer occurs exactly once are listed (fix them by hand)
-#   - _pkgdown.yml: reference entries and starts_with() prefixes.
+#   - _pkgdown.yml: reference entries and starts_with() prefixes
+#   - src/r_*.c and src/core/: old() inside a C string literal (an error
+#     message naming the R function), nothing else.
 # A file that defines a name for itself (a test's local fit <- function())
 # keeps its uses of that name (local_names()).
 # It never matches $old, x@old, pkg::old (pkg other than convlstm), .old,
@@ -161,6 +163,7 @@ local_names <- function(text, path) {
 }
 
 rename_text <- function(text, type, skip_names = character()) {
+  if (type == "C") return(rename_c_strings(text))
   n <- 0L
   for (i in seq_len(nrow(map))) {
     if (map$old[[i]] %in% skip_names) next
@@ -180,17 +183,40 @@ rename_text <- function(text, type, skip_names = character()) {
 
 file_type <- function(path) {
   ext <- tolower(tools::file_ext(path))
-  if (ext == "r") "R" else if (ext == "rmd") "Rmd" else if (ext == "md") "md" else ""
+  if (ext == "r") "R" else if (ext == "rmd") "Rmd" else if (ext == "md") "md" else
+    if (ext %in% c("c", "h", "cu", "cuh")) "C" else ""
+}
+
+# C sources (src/r_*.c, src/core/): only the R function named in an error
+# message, "... call old() ...", inside a string literal; C identifiers,
+# comments and everything else are left alone.
+rename_c_strings <- function(text) {
+  n <- 0L
+  lit <- gregexpr('"(?:[^"\\\\\n]|\\\\.)*"', text, perl = TRUE)
+  regmatches(text, lit) <- lapply(regmatches(text, lit), function(strings) {
+    for (i in seq_len(nrow(map))) {
+      if (grepl("::", map$new[[i]], fixed = TRUE)) next
+      pat <- paste0(NOT_BEFORE, map$old[[i]], "(?=\\(\\))")
+      hits <- vapply(gregexpr(pat, strings, perl = TRUE), function(h) sum(h > 0), 0L)
+      n <<- n + sum(hits)
+      strings <- gsub(pat, map$new[[i]], strings, perl = TRUE)
+    }
+    strings
+  })
+  list(text = text, n = n)
 }
 
 skip <- c("tools/rename_exports.R", "tools/exports_renamed.tsv", "tools/arguments_renamed.tsv",
           "NEWS.md", # NEWS keeps the names each release had
           "tests/testthat/test-exports-mask-nothing.R") # quotes other packages' names
 files <- c("README.md", unlist(lapply(
-  c("R", "tests/testthat", "vignettes", "doc", "demo", "inst", "bench", "tools"),
+  c("R", "tests/testthat", "vignettes", "doc", "demo", "inst", "bench", "tools", "src"),
   function(d) list.files(d, recursive = TRUE, full.names = TRUE, all.files = FALSE))))
 files <- files[file.exists(files) & nzchar(vapply(files, file_type, ""))]
 files <- files[!startsWith(files, "tests/testthat/fixtures/") & !files %in% skip]
+# in src/, only the R glue's and the core's C (see rename_c_strings())
+files <- files[!startsWith(files, "src/") | (vapply(files, file_type, "") == "C" &
+                 (grepl("^src/r_[^/]*\\.c$", files) | startsWith(files, "src/core/")))]
 
 read_text <- function(p) paste(readLines(p, warn = FALSE, encoding = "UTF-8"), collapse = "\n")
 write_text <- function(p, text) writeLines(text, p, useBytes = TRUE)
