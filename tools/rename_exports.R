@@ -26,6 +26,8 @@
 #     replacement, so that each snippet still quotes its line; rows whose
 #     snippet no longer occurs exactly once are listed (fix them by hand)
 #   - _pkgdown.yml: reference entries and starts_with() prefixes
+#   - shell scripts (*.sh, e.g. an Rscript -e '...' in tools/device/): calls
+#     old( and convlstm::old only
 #   - src/r_*.c and src/core/: old() inside a C string literal (an error
 #     message naming the R function), nothing else.
 # A file that defines a name for itself (a test's local fit <- function())
@@ -184,7 +186,7 @@ rename_text <- function(text, type, skip_names = character()) {
 file_type <- function(path) {
   ext <- tolower(tools::file_ext(path))
   if (ext == "r") "R" else if (ext == "rmd") "Rmd" else if (ext == "md") "md" else
-    if (ext %in% c("c", "h", "cu", "cuh")) "C" else ""
+    if (ext %in% c("c", "h", "cu", "cuh")) "C" else if (ext == "sh") "sh" else ""
 }
 
 # C sources (src/r_*.c, src/core/): only the R function named in an error
