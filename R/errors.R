@@ -60,6 +60,17 @@ describe <- function(x) {
   paste0(if (grepl("^[aeiou]", cls)) "an " else "a ", cls, " of ", shape)
 }
 
+# One spelling per idea (issue 35): a value an earlier version took, refused
+# by check_choice() with a message naming the one it is spelled as now.
+old_spellings <- c(last_states = "last_state")
+
+# An argument an earlier version took under another name (or with another
+# meaning), refused naming the one that replaced it. why: what changed.
+abort_renamed_arg <- function(old, new, why, call) {
+  abort_convlstm(sprintf("`%s` is now `%s`: %s", old, new, why), call = call, old = old,
+                 new = new)
+}
+
 abort_arg <- function(arg, expected, x, call) {
   abort_convlstm(sprintf("`%s` must be %s, not %s.", arg, expected, describe(x)), call = call)
 }
@@ -102,6 +113,11 @@ check_number <- function(x, arg, min = -Inf, max = Inf, min_inclusive = TRUE,
 check_choice <- function(x, choices, arg, call = sys.call(-1)) {
   # A default of the whole choice vector means "the first", as match.arg().
   if (identical(x, choices)) return(choices[[1]])
+  if (is.character(x) && length(x) == 1 && x %in% names(old_spellings) &&
+      old_spellings[[x]] %in% choices) {
+    abort_convlstm(sprintf('`%s = "%s"` is spelled `%s = "%s"` now.', arg, x, arg,
+                           old_spellings[[x]]), call = call, old = x, new = old_spellings[[x]])
+  }
   if (!is.character(x) || length(x) != 1 || is.na(x) || !x %in% choices) {
     abort_arg(arg, paste0("one of ", paste0('"', choices, '"', collapse = ", ")), x, call)
   }

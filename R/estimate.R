@@ -345,7 +345,9 @@ print.convlstm_plan <- function(x, ...) {
 #' @param seq_len,height,width The input's number of time steps, height and
 #'   width.
 #' @param budget Bytes the step may take in all, parameters included: a
-#'   number or a string such as `"16 GiB"`. `NULL`: what the model holds now
+#'   number or a string such as `"16 GiB"`. It comes second, as in
+#'   [memory_advise()]; a call in the order before (shape, then budget) is
+#'   refused. `NULL`: what the model holds now
 #'   plus what its device (or its `memory_limit`) has free.
 #' @param ... Passed to [memory_estimate()]: `training`, `dtype`,
 #'   `checkpoint`, `recompute_gates`, `accumulation_steps`, `tbptt`,
@@ -360,9 +362,12 @@ print.convlstm_plan <- function(x, ...) {
 #' @examples
 #' model <- convlstm(1, c(64, 1), 3, device = "cpu")
 #' max_batch_size(model, seq_len = 10, height = 64, width = 64, budget = "16 GiB")
-#' max_batch_size(model, 10, 64, 64, budget = "16 GiB", dtype = "float16", checkpoint = 3)
+#' max_batch_size(model, "16 GiB", 10, 64, 64, dtype = "float16", checkpoint = 3)
 #' convlstm_release(model)
-max_batch_size <- function(model, seq_len, height, width, budget = NULL, ...) {
+max_batch_size <- function(model, budget = NULL, seq_len, height, width, ...) {
+  if (!missing(budget) && !"budget" %in% names(sys.call())) {
+    check_budget_second(budget, if (missing(width)) NULL else width, sys.call())
+  }
   check_dots(list(...), estimate_options(), "max_batch_size")
   ptr <- model_ptr(model)
   dots <- list(...)
@@ -405,6 +410,23 @@ max_batch_size <- function(model, seq_len, height, width, budget = NULL, ...) {
     if (fits(mid)) lo <- mid else hi <- mid
   }
   result(lo)
+}
+
+# Until issue 35 the budget came after the shape (model, seq_len, height,
+# width, budget); it is second now, as in memory_advise(). A call in the old
+# order would be misread silently (seq_len taken as a budget of a few bytes),
+# so a budget given by position is refused where it reads as that order: a
+# number under 64 KiB (no step fits in it) or no `width` (or a string there).
+check_budget_second <- function(budget, width, call) {
+  old_order <- is.null(width) || is.character(width) ||
+    (is.numeric(budget) && length(budget) == 1 && !is.na(budget) && budget < 65536)
+  if (old_order) {
+    abort_convlstm(paste0(
+      "max_batch_size() takes `budget` second, as memory_advise() does: ",
+      "max_batch_size(model, budget, seq_len, height, width). A call in the old order ",
+      "(the shape first, then the budget) reads its shape as the budget; name the ",
+      "arguments or put the budget second."), call = call)
+  }
 }
 
 #' @export

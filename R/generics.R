@@ -1,6 +1,9 @@
-# generics.R -- fit() and evaluate() from the generics package (as luz
-# does), re-exported, with methods for a convlstm model that call
-# convlstm_fit() and convlstm_evaluate().
+# generics.R -- methods of the generics package's generics fit and evaluate
+# (which luz and keras use) for a convlstm model, calling convlstm_fit() and
+# convlstm_evaluate(). The generics are imported, not re-exported (issue 35:
+# an export named fit or evaluate would mask keras's, keras3's and luz's);
+# generics::fit(model, ...), or the fit of any package that re-exports it,
+# reaches them.
 
 #' @importFrom generics fit
 #' @export

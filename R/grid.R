@@ -9,7 +9,7 @@
 #'
 #' Turns a gridded time series -- a `stars` object, a `terra` `SpatRaster`
 #' with a time axis, a variable of an open netCDF file (`ncdf4`), or a plain
-#' array -- into overlapping windows of `input` frames followed by the
+#' array -- into overlapping windows of `seq_len` frames followed by the
 #' `horizon` frames to forecast, in the layout [convlstm()] models and
 #' `predict(model, x, horizon = )` use. [grid_restore()] puts forecasts
 #' back onto the grid.
@@ -28,7 +28,8 @@
 #'   object from [ncdf4::nc_open()] with `var`; or a numeric array whose
 #'   dimensions are time, height, width and optionally channels, in the
 #'   order `layout` (or its dimension names) declares.
-#' @param input Frames in each window's input.
+#' @param seq_len Frames in each window's input: the input steps, as
+#'   `seq_len` is in [memory_estimate()].
 #' @param horizon Frames to forecast after them.
 #' @param stride Frames between the starts of consecutive windows.
 #' @param var For an `ncdf4` object: the name of the variable.
@@ -51,10 +52,12 @@
 #'   target cell was missing and 1 elsewhere, to pass with `y` as
 #'   `convlstm_fit(weight = )` or `train_step(weight = )`. Infinite values
 #'   are refused either way.
+#' @param ... Nothing: `input`, this argument's name before `seq_len`, is
+#'   refused with an error naming `seq_len`.
 #' @return An object of class `convlstm_grid_windows`, a list with
-#'   \item{x}{array `[n, input, channels, height, width]`;}
+#'   \item{x}{array `[n, seq_len, channels, height, width]`;}
 #'   \item{y}{array `[n, horizon, channels, height, width]`;}
-#'   \item{input_frames, target_frames}{integer matrices `[n, input]` and
+#'   \item{input_frames, target_frames}{integer matrices `[n, seq_len]` and
 #'     `[n, horizon]`: the frames of the series in each window;}
 #'   \item{times}{the time of each frame of the series (an integer sequence
 #'     for an array);}
@@ -68,7 +71,7 @@
 #' # a plain array [height, width, time]: a blob drifting east
 #' series <- array(0, c(12, 16, 8))
 #' for (t in 1:8) series[5:8, t + 0:3, t] <- 1
-#' w <- grid_windows(series, input = 3, horizon = 2)
+#' w <- grid_windows(series, seq_len = 3, horizon = 2)
 #' dim(w$x)   # [4, 3, 1, 12, 16]
 #' dim(w$y)   # [4, 2, 1, 12, 16]
 #' w$target_frames
@@ -77,14 +80,19 @@
 #' if (requireNamespace("stars", quietly = TRUE)) {
 #'   f <- system.file("nc/test_stageiv_xyt.nc", package = "stars")
 #'   rain <- suppressMessages(stars::read_stars(f))
-#'   w <- grid_windows(rain, input = 4, horizon = 2, stride = 3)
+#'   w <- grid_windows(rain, seq_len = 4, horizon = 2, stride = 3)
 #'   dim(w$x)
 #'   range(w$times)
 #' }
-grid_windows <- function(data, input, horizon, stride = 1, var = NULL, time_dim = NULL,
-                         layout = NULL, na = c("refuse", "mask")) {
+grid_windows <- function(data, seq_len, horizon, stride = 1, var = NULL, time_dim = NULL,
+                         layout = NULL, na = c("refuse", "mask"), ...) {
   call <- sys.call()
-  input <- check_count(input, "input", call = call)
+  dots <- list(...)
+  if ("input" %in% names(dots)) {
+    abort_renamed_arg("input", "seq_len", "the input frames of each window, as `seq_len` is in memory_estimate().", call)
+  }
+  check_dots(dots, character(), "grid_windows", names = "seq_len", call = call)
+  input <- check_count(seq_len, "seq_len", call = call)
   horizon <- check_count(horizon, "horizon", call = call)
   stride <- check_count(stride, "stride", call = call)
   if (!is.character(na) || length(na) < 1 || !na[[1]] %in% c("refuse", "mask")) {
@@ -102,7 +110,7 @@ grid_windows <- function(data, input, horizon, stride = 1, var = NULL, time_dim 
   steps <- dim(frames)[[1]]
   if (input + horizon > steps) {
     abort_convlstm(sprintf(
-      "`input` + `horizon` (%d + %d frames) is longer than the series (%d frames).",
+      "`seq_len` + `horizon` (%d + %d frames) is longer than the series (%d frames).",
       input, horizon, steps), call = call)
   }
   starts <- seq(1L, steps - input - horizon + 1L, by = stride)
@@ -167,7 +175,7 @@ article <- function(word) if (grepl("^[aeiouAEIOU]", word)) "an" else "a"
 #' @examples
 #' series <- array(0, c(12, 16, 8))
 #' for (t in 1:8) series[5:8, t + 0:3, t] <- 1
-#' w <- grid_windows(series, input = 3, horizon = 2)
+#' w <- grid_windows(series, seq_len = 3, horizon = 2)
 #' persistence <- w$x[, rep(3, 2), , , , drop = FALSE] # the last input frame, copied
 #' back <- grid_restore(persistence, w, window = 4)
 #' dim(back)   # [12, 16, 2]: the array's own layout
@@ -176,7 +184,7 @@ article <- function(word) if (grepl("^[aeiouAEIOU]", word)) "an" else "a"
 #' if (requireNamespace("stars", quietly = TRUE)) {
 #'   f <- system.file("nc/test_stageiv_xyt.nc", package = "stars")
 #'   rain <- suppressMessages(stars::read_stars(f))
-#'   w <- grid_windows(rain, input = 4, horizon = 2)
+#'   w <- grid_windows(rain, seq_len = 4, horizon = 2)
 #'   grid_restore(w$x[, c(4, 4), , , , drop = FALSE], w, window = 10)
 #' }
 grid_restore <- function(frames, windows, window = 1, path = NULL) {

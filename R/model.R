@@ -147,7 +147,7 @@
 #'   dim `[batch, time, hidden_dims[l], height, width]` and
 #'   `layer_last_states[[l]]` is `list(h = , c = )`, each of dim
 #'   `[batch, hidden_dims[l], height, width]`. `model(x, outputs =
-#'   "last_states")` returns only the last states (`layer_outputs` is an
+#'   "last_state")` returns only the last states (`layer_outputs` is an
 #'   empty list) from a forward that keeps no output sequence, so its memory
 #'   does not grow with the number of time steps. `kernel_sizes`,
 #'   `recurrent_kernel_sizes` and `dilation` read back in the forms
@@ -190,7 +190,7 @@
 #' dim(out[[1]][[2]])      # layer 2 output: [2, 4, 1, 6, 6]
 #' dim(out[[2]][[2]]$h)    # layer 2 last h:  [2, 1, 6, 6]
 #' # only the last states: memory independent of the sequence length
-#' str(model(x, outputs = "last_states")$layer_last_states[[2]])
+#' str(model(x, outputs = "last_state")$layer_last_states[[2]])
 #' convlstm_release(model)
 #' # peepholes as the paper's equations write them: per channel and pixel, 6 x 6 frames
 #' pm <- convlstm(input_dim = 1, hidden_dims = 4, kernel_sizes = 3,
@@ -321,9 +321,9 @@ parse_bytes <- function(x, arg, call) {
 new_convlstm_model <- function(ptr) {
   config <- c_model_config(ptr)
   training <- FALSE # model$train() / model$eval(): whether model(x) applies dropout
-  model <- function(x, outputs = c("all", "last_states"), state = NULL) {
+  model <- function(x, outputs = c("all", "last_state"), state = NULL) {
     x <- check_input(x, config, "x", forward = TRUE)
-    outputs <- check_choice(outputs, c("all", "last_states"), "outputs")
+    outputs <- check_choice(outputs, c("all", "last_state"), "outputs")
     state <- state_option(state, config, dim(x), allow_carry = FALSE)
     # train mode with dropout: a training forward, with masks
     train <- training && has_dropout(config)

@@ -21,19 +21,21 @@
 #' column `size %/% 4 + 1`.
 #'
 #' @param n Number of sequences.
-#' @param seq_len Frames per sequence (at least 2): the first `seq_len - 1`
+#' @param n_frames Frames per sequence (at least 2): the first `n_frames - 1`
 #'   are the input, the last one is the target, as in the tutorial.
 #' @param size Height and width of each frame, in pixels (at least 4).
 #' @param seed `NULL` to draw the translations from the current random number
 #'   generator, or an integer: the data are then the same on every call, and
 #'   the caller's random number stream is left as it was.
+#' @param ... Nothing: `seq_len`, this argument's name before `n_frames`, is
+#'   refused with an error naming `n_frames`.
 #' @return A list with
-#'   \item{x}{array `[n, seq_len - 1, 1, size, size]`: the input frames, with a
+#'   \item{x}{array `[n, n_frames - 1, 1, size, size]`: the input frames, with a
 #'     channel dimension, in the batch-first layout [convlstm()] models take;}
 #'   \item{y}{array `[n, 1, size, size]`: the frame that follows, the target of
 #'     `train_step(..., target = "last_state")`.}
 #' @examples
-#' d <- moving_beams(n = 4, seq_len = 6, size = 24, seed = 1)
+#' d <- moving_beams(n = 4, n_frames = 6, size = 24, seed = 1)
 #' dim(d$x)
 #' dim(d$y)
 #' # the tutorial's view of the target of the first sequence
@@ -46,9 +48,10 @@
 #' }
 #' par(op)
 #' @export
-moving_beams <- function(n = 100, seq_len = 6, size = 24, seed = NULL) {
+moving_beams <- function(n = 100, n_frames = 6, size = 24, seed = NULL, ...) {
+  refuse_generator_dots(list(...), "moving_beams", sys.call())
   n <- beams_check_count(n, "n", 1)
-  seq_len <- beams_check_count(seq_len, "seq_len", 2)
+  n_frames <- beams_check_count(n_frames, "n_frames", 2)
   size <- beams_check_count(size, "size", 4)
 
   shifts <- beams_with_seed(seed, {
@@ -69,10 +72,10 @@ moving_beams <- function(n = 100, seq_len = 6, size = 24, seed = NULL) {
 
   # Pixel coordinates of the beam in every frame of the untranslated movie:
   # frame t is the first rolled by t - 1 rows up and t - 1 columns right.
-  frame <- rep(seq_len(seq_len), each = len)
+  frame <- rep(seq_len(n_frames), each = len)
   step <- frame - 1L
-  row0 <- (top + rep(k, seq_len) - step) %% size + 1L
-  col0 <- (left + rep(k, seq_len) + step) %% size + 1L
+  row0 <- (top + rep(k, n_frames) - step) %% size + 1L
+  col0 <- (left + rep(k, n_frames) + step) %% size + 1L
 
   # The same pixels in every sequence, moved by that sequence's translation;
   # whatever leaves the frame is dropped.
@@ -80,12 +83,12 @@ moving_beams <- function(n = 100, seq_len = 6, size = 24, seed = NULL) {
   row <- rep(row0, n) + shifts[seq_id, 1]
   col <- rep(col0, n) + shifts[seq_id, 2]
   keep <- row >= 1 & row <= size & col >= 1 & col <= size
-  movies <- array(0, c(n, seq_len, size, size))
+  movies <- array(0, c(n, n_frames, size, size))
   movies[cbind(seq_id, rep(frame, n), row, col)[keep, , drop = FALSE]] <- 1
 
-  x <- movies[, -seq_len, , , drop = FALSE]
-  dim(x) <- c(n, seq_len - 1L, 1L, size, size)
-  y <- movies[, seq_len, , , drop = FALSE]
+  x <- movies[, -n_frames, , , drop = FALSE]
+  dim(x) <- c(n, n_frames - 1L, 1L, size, size)
+  y <- movies[, n_frames, , , drop = FALSE]
   dim(y) <- c(n, 1L, size, size)
   list(x = x, y = y)
 }

@@ -36,22 +36,26 @@ digit_glyph <- function(d, scale) {
 #' Pixels are 0 or 1.
 #'
 #' @param n Number of sequences.
-#' @param seq_len Frames per sequence.
+#' @param n_frames Frames per sequence: the input frames and the `horizon`
+#'   frames together (`seq_len` elsewhere, e.g. [memory_estimate()], is the
+#'   input steps alone).
 #' @param size Height and width of each frame, in pixels (at least 8).
 #' @param n_digits Digits per sequence.
 #' @param scale Side of one font pixel, in pixels: a digit is `5 * scale`
 #'   wide and `7 * scale` high. The default makes it about 40% of the frame,
 #'   as Moving MNIST's 28-pixel digits in 64-pixel frames are.
 #' @param speed Pixels a digit moves per frame.
-#' @param horizon `0`, or split each sequence into `seq_len - horizon` input
+#' @param horizon `0`, or split each sequence into `n_frames - horizon` input
 #'   frames `x` and the `horizon` frames `y` that follow, for
 #'   `predict(model, x, horizon = horizon)` and training on them.
 #' @param seed `NULL` to draw digits, places and directions from R's random
 #'   number generator (so [set.seed()] reproduces them), or a number: the
 #'   data are then the same on every call and the caller's random number
 #'   stream is left as it was.
+#' @param ... Nothing: `seq_len`, this argument's name before `n_frames`, is
+#'   refused with an error naming `n_frames`.
 #' @return A list with
-#'   \item{x}{array `[n, seq_len - horizon, 1, size, size]`: the frames (all
+#'   \item{x}{array `[n, n_frames - horizon, 1, size, size]`: the frames (all
 #'     of them when `horizon = 0`), in the layout [convlstm()] models take;}
 #'   \item{y}{array `[n, horizon, 1, size, size]` of the frames that follow,
 #'     or `NULL` when `horizon = 0`;}
@@ -60,7 +64,7 @@ digit_glyph <- function(d, scale) {
 #'   [predict.convlstm_model()] with `horizon` to forecast frames.
 #' @export
 #' @examples
-#' d <- moving_digits(n = 2, seq_len = 6, size = 32, horizon = 2, seed = 1)
+#' d <- moving_digits(n = 2, n_frames = 6, size = 32, horizon = 2, seed = 1)
 #' dim(d$x)   # [2, 4, 1, 32, 32]
 #' dim(d$y)   # [2, 2, 1, 32, 32]
 #' d$digits
@@ -70,17 +74,18 @@ digit_glyph <- function(d, scale) {
 #'         col = gray.colors(2, start = 1, end = 0))
 #' }
 #' par(op)
-moving_digits <- function(n = 100, seq_len = 20, size = 64, n_digits = 2,
+moving_digits <- function(n = 100, n_frames = 20, size = 64, n_digits = 2,
                           scale = max(1, round(0.4 * size / 7)), speed = 2, horizon = 0,
-                          seed = NULL) {
+                          seed = NULL, ...) {
   call <- sys.call()
+  refuse_generator_dots(list(...), "moving_digits", call)
   n <- check_count(n, "n", call = call)
-  seq_len <- check_count(seq_len, "seq_len", call = call)
+  n_frames <- check_count(n_frames, "n_frames", call = call)
   size <- check_count(size, "size", min = 8, call = call)
   n_digits <- check_count(n_digits, "n_digits", call = call)
   scale <- check_count(scale, "scale", call = call)
   speed <- check_number(speed, "speed", min = 0, call = call)
-  horizon <- check_generator_horizon(horizon, seq_len, call)
+  horizon <- check_generator_horizon(horizon, n_frames, call)
   if (!is.null(seed)) check_number(seed, "seed", call = call)
   gh <- 7L * scale
   gw <- 5L * scale
@@ -95,14 +100,14 @@ moving_digits <- function(n = 100, seq_len = 20, size = 64, n_digits = 2,
     col = matrix(stats::runif(n * n_digits, 0, size - gw), n, n_digits),
     angle = matrix(stats::runif(n * n_digits, 0, 2 * pi), n, n_digits)
   ))
-  frames <- array(0, c(n, seq_len, 1L, size, size))
+  frames <- array(0, c(n, n_frames, 1L, size, size))
   glyphs <- lapply(0:9, digit_glyph, scale = scale)
   for (i in seq_len(n)) {
     for (j in seq_len(n_digits)) {
-      path_r <- bounce(draws$row[i, j], speed * sin(draws$angle[i, j]), size - gh, seq_len)
-      path_c <- bounce(draws$col[i, j], speed * cos(draws$angle[i, j]), size - gw, seq_len)
+      path_r <- bounce(draws$row[i, j], speed * sin(draws$angle[i, j]), size - gh, n_frames)
+      path_c <- bounce(draws$col[i, j], speed * cos(draws$angle[i, j]), size - gw, n_frames)
       g <- glyphs[[draws$digits[i, j] + 1L]]
-      for (t in seq_len(seq_len)) {
+      for (t in seq_len(n_frames)) {
         rows <- round(path_r[[t]]) + seq_len(gh)
         cols <- round(path_c[[t]]) + seq_len(gw)
         frames[i, t, 1L, rows, cols] <- pmax(frames[i, t, 1L, rows, cols], g)
@@ -111,7 +116,7 @@ moving_digits <- function(n = 100, seq_len = 20, size = 64, n_digits = 2,
   }
   digits <- draws$digits
   if (horizon == 0) return(list(x = frames, y = NULL, digits = digits))
-  keep <- seq_len(seq_len - horizon)
+  keep <- seq_len(n_frames - horizon)
   list(x = frames[, keep, , , , drop = FALSE], y = frames[, -keep, , , , drop = FALSE],
        digits = digits)
 }
@@ -135,15 +140,27 @@ bounce <- function(p0, v, hi, steps) {
   p
 }
 
-# A generator's horizon: the last `horizon` of `seq_len` frames are the
+# A generator's `...` takes nothing: it is there so that `seq_len`, the name
+# of its frame count before issue 35, is refused naming `n_frames` (seq_len
+# is the input steps alone in memory_estimate() and grid_windows()).
+refuse_generator_dots <- function(dots, fn, call) {
+  if ("seq_len" %in% names(dots)) {
+    abort_renamed_arg("seq_len", "n_frames", paste0(
+      "the frames per sequence, input and horizon together (`seq_len` is the input ",
+      "steps alone, as in memory_estimate())."), call)
+  }
+  check_dots(dots, character(), fn, names = "n_frames", call = call)
+}
+
+# A generator's horizon: the last `horizon` of `n_frames` frames are the
 # targets, so at least one frame must stay the input (moving_digits(),
 # moving_mnist()).
-check_generator_horizon <- function(horizon, seq_len, call) {
+check_generator_horizon <- function(horizon, n_frames, call) {
   horizon <- check_count(horizon, "horizon", min = 0, call = call)
-  if (horizon >= seq_len) {
+  if (horizon >= n_frames) {
     abort_convlstm(sprintf(
-      "`horizon` (%d) must be smaller than `seq_len` (%d): some frames must be the input.",
-      horizon, seq_len), call = call)
+      "`horizon` (%d) must be smaller than `n_frames` (%d): some frames must be the input.",
+      horizon, n_frames), call = call)
   }
   horizon
 }

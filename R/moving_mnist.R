@@ -29,7 +29,9 @@
 #'
 #' @inheritParams moving_digits
 #' @param n Number of sequences.
-#' @param seq_len Frames per sequence.
+#' @param n_frames Frames per sequence: the input frames and the `horizon`
+#'   frames together (`seq_len` elsewhere, e.g. [memory_estimate()], is the
+#'   input steps alone).
 #' @param size Height and width of each frame, in pixels (at least the
 #'   digits' size, 28 for MNIST).
 #' @param speed Pixels a digit moves per frame: `NULL` for Srivastava et
@@ -37,7 +39,7 @@
 #'   (3.6 for 28-pixel digits in 64-pixel frames); one number; or two, the
 #'   range within which each digit's speed is drawn uniformly (Shi et al.'s
 #'   variant).
-#' @param horizon `0`, or split each sequence into `seq_len - horizon` input
+#' @param horizon `0`, or split each sequence into `n_frames - horizon` input
 #'   frames `x` and the `horizon` frames `y` that follow.
 #' @param images `NULL` for the shipped digits, or the path of an idx
 #'   images file (magic number 2051, unsigned bytes, `[n, rows, cols]`).
@@ -45,7 +47,7 @@
 #'   labels file (magic number 2049); without it the labels returned are
 #'   `NA`.
 #' @return A list with
-#'   \item{x}{array `[n, seq_len - horizon, 1, size, size]` of the frames
+#'   \item{x}{array `[n, n_frames - horizon, 1, size, size]` of the frames
 #'     (all of them when `horizon = 0`), values in \[0, 1\];}
 #'   \item{y}{array `[n, horizon, 1, size, size]` of the frames that follow,
 #'     or `NULL` when `horizon = 0`;}
@@ -72,15 +74,16 @@
 #'   image(t(d$x[1, t, 1, 64:1, ]), axes = FALSE, col = gray.colors(32, 0, 1))
 #' }
 #' par(op)
-moving_mnist <- function(n = 100, seq_len = 20, size = 64, n_digits = 2, speed = NULL,
-                         horizon = 10, images = NULL, labels = NULL, seed = NULL) {
+moving_mnist <- function(n = 100, n_frames = 20, size = 64, n_digits = 2, speed = NULL,
+                         horizon = 10, images = NULL, labels = NULL, seed = NULL, ...) {
   call <- sys.call()
+  refuse_generator_dots(list(...), "moving_mnist", call)
   n <- check_count(n, "n", call = call)
-  seq_len <- check_count(seq_len, "seq_len", call = call)
+  n_frames <- check_count(n_frames, "n_frames", call = call)
   size <- check_count(size, "size", call = call)
   n_digits <- check_count(n_digits, "n_digits", call = call)
   if (!is.null(speed)) speed <- check_speed(speed, call)
-  horizon <- check_generator_horizon(horizon, seq_len, call)
+  horizon <- check_generator_horizon(horizon, n_frames, call)
   if (!is.null(seed)) check_number(seed, "seed", call = call)
   src <- mnist_source(images, labels, call)
   glyph <- dim(src$images)[1:2]
@@ -98,26 +101,26 @@ moving_mnist <- function(n = 100, seq_len = 20, size = 64, n_digits = 2, speed =
   ))
   # positions in pixels over the frames, one column per digit
   span <- size - glyph
-  rows <- bounce_clamped(draws$row * span[[1]], draws$speed * sin(draws$angle), span[[1]], seq_len)
-  cols <- bounce_clamped(draws$col * span[[2]], draws$speed * cos(draws$angle), span[[2]], seq_len)
-  frames <- array(0, c(size, size, seq_len, n))
+  rows <- bounce_clamped(draws$row * span[[1]], draws$speed * sin(draws$angle), span[[1]], n_frames)
+  cols <- bounce_clamped(draws$col * span[[2]], draws$speed * cos(draws$angle), span[[2]], n_frames)
+  frames <- array(0, c(size, size, n_frames, n))
   r0 <- seq_len(glyph[[1]])
   c0 <- seq_len(glyph[[2]])
   for (k in seq_len(m)) {
     i <- (k - 1L) %% n + 1L # column-major: digit j of sequence i is k = i + (j - 1) n
     img <- src$images[, , draws$index[[k]]]
-    for (t in seq_len(seq_len)) {
+    for (t in seq_len(n_frames)) {
       rr <- floor(rows[t, k]) + r0
       cc <- floor(cols[t, k]) + c0
       frames[rr, cc, t, i] <- pmax(frames[rr, cc, t, i], img)
     }
   }
   frames <- aperm(frames, c(4, 3, 1, 2))
-  dim(frames) <- c(n, seq_len, 1L, size, size)
+  dim(frames) <- c(n, n_frames, 1L, size, size)
   digits <- matrix(src$labels[draws$index], n, n_digits)
   out <- list(x = frames, y = NULL, digits = digits, index = draws$index)
   if (horizon == 0) return(out)
-  keep <- seq_len(seq_len - horizon)
+  keep <- seq_len(n_frames - horizon)
   out$x <- frames[, keep, , , , drop = FALSE]
   out$y <- frames[, -keep, , , , drop = FALSE]
   out

@@ -6,8 +6,8 @@ test_that("max_batch_size() of an encoder-forecaster without a horizon names max
   on.exit(convlstm_release(fc))
   # no horizon, and horizon = 0 (one step below the edge): refused, classed, in this
   # function's name (it used to be memory_estimate()'s error, naming an internal call)
-  for (call in list(quote(max_batch_size(fc, 3, 4, 4, "40 MiB")),
-                    quote(max_batch_size(fc, 3, 4, 4, "40 MiB", horizon = 0)))) {
+  for (call in list(quote(max_batch_size(fc, "40 MiB", 3, 4, 4)),
+                    quote(max_batch_size(fc, "40 MiB", 3, 4, 4, horizon = 0)))) {
     e <- tryCatch(eval(call), error = identity)
     expect_s3_class(e, "convlstm_error_invalid")
     expect_match(conditionMessage(e), "max_batch_size() of an encoder-forecaster needs `horizon`",
@@ -17,7 +17,7 @@ test_that("max_batch_size() of an encoder-forecaster without a horizon names max
   }
   expect_match(conditionMessage(e), "not 0.", fixed = TRUE)
   # horizon = 1, the edge: accepted, a batch size of the budget
-  b <- max_batch_size(fc, 3, 4, 4, "40 MiB", horizon = 1)
+  b <- max_batch_size(fc, "40 MiB", 3, 4, 4, horizon = 1)
   expect_s3_class(b, "convlstm_batch_size")
   expect_gte(as.integer(b), 1L)
 })

@@ -126,13 +126,13 @@ test_that("an ncdf4 variable is read, and forecasts are written to a new netCDF 
 
 test_that("bad input is a classed error naming the argument", {
   series <- drifting_blob()
-  expect_error(grid_windows(series, input = 6, horizon = 3), "`input` \\+ `horizon`.*8 frames",
+  expect_error(grid_windows(series, input = 6, horizon = 3), "`seq_len` \\+ `horizon`.*8 frames",
                class = "convlstm_error_invalid")
   expect_error(grid_windows(series[, , 1], input = 1, horizon = 1), "`data`",
                class = "convlstm_error_invalid")
   expect_error(grid_windows(list(1), input = 1, horizon = 1), "`data`",
                class = "convlstm_error_invalid")
-  expect_error(grid_windows(series, input = 0, horizon = 1), "`input`",
+  expect_error(grid_windows(series, input = 0, horizon = 1), "`seq_len`",
                class = "convlstm_error_invalid")
   expect_error(grid_windows(series, input = 2, horizon = 1, time_dim = 4), "`time_dim`",
                class = "convlstm_error_invalid")

@@ -303,9 +303,9 @@ test_that("inference with only the last state: the same peak for T = 10 and T = 
   p1000 <- peak_for(1000, function(m, x) predict(m, x, what = "last_state"))
   expect_identical(p1000$peak, p10$peak)
   expect_identical(p1000$reserved, p10$reserved)
-  # model(x, outputs = "last_states") too, with the same states as a full forward
-  s10 <- peak_for(10, function(m, x) m(x, outputs = "last_states"))
-  s1000 <- peak_for(1000, function(m, x) m(x, outputs = "last_states"))
+  # model(x, outputs = "last_state") too, with the same states as a full forward
+  s10 <- peak_for(10, function(m, x) m(x, outputs = "last_state"))
+  s1000 <- peak_for(1000, function(m, x) m(x, outputs = "last_state"))
   expect_identical(s1000$peak, s10$peak)
   expect_length(s10$out$layer_outputs, 0)
   full <- peak_for(10, function(m, x) m(x), outputs = "all")

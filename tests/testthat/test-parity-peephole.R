@@ -71,7 +71,7 @@ for (device in peep_devices) {
       state <- lapply(seq_len(n_layers) - 1L, function(i) {
         list(h = fx$tensors[[sprintf("state_h/%d", i)]], c = fx$tensors[[sprintf("state_c/%d", i)]])
       })
-      out <- model(fx$tensors$x, state = state, outputs = "last_states")
+      out <- model(fx$tensors$x, state = state, outputs = "last_state")
       for (l in seq_len(n_layers)) {
         expect_close(out[[2]][[l]]$h, fx$tensors[[sprintf("from_state/last_h/%d", l - 1L)]],
                      rel = REL, label = sprintf("%s: h from a state %d", label, l))

@@ -72,7 +72,7 @@ test_that("max_batch_size() passes step options through and takes sizes with uni
   # the default budget is what the model holds plus what the device has free:
   # under a memory limit (free memory of a real device moves), the limit
   set_memory_limit(probe, "10 MiB")
-  expect_equal(attr(max_batch_size(probe, 3, 6, 6), "budget"), 10 * 2^20)
+  expect_equal(attr(max_batch_size(probe, seq_len = 3, height = 6, width = 6), "budget"), 10 * 2^20)
   s <- memory_stats(probe)
   expect_equal(s$device_free + s$reserved, 10 * 2^20)
   set_memory_limit(probe, NULL)
@@ -143,7 +143,7 @@ test_that("memory_profile() records batches that run out of memory and goes on",
   set.seed(14)
   model <- batch_model(memory_limit = "100 KiB")
   on.exit(convlstm_release(model))
-  fits <- max_batch_size(model, 3, 6, 6)
+  fits <- max_batch_size(model, seq_len = 3, height = 6, width = 6)
   prof <- memory_profile(model, c(1, fits, fits + 5), 3, 6, 6, steps = 1, checkpoint = 2)
   expect_equal(prof$oom, c(FALSE, FALSE, TRUE))
   expect_true(all(is.na(prof[3, c("activations", "peak", "seconds_per_step")])))

@@ -129,7 +129,7 @@ test_that("moving_beams() refuses bad counts and seeds with the package's class,
   expect_convlstm_error(moving_beams(n = 0), regexp = "`n` must be a whole number >= 1")
   expect_convlstm_error(moving_beams(n = 1.5), regexp = "`n`")
   expect_convlstm_error(moving_beams(n = Inf), regexp = "`n`")
-  expect_convlstm_error(moving_beams(n = 1, seq_len = 1), regexp = "`seq_len` must be a whole number >= 2")
+  expect_convlstm_error(moving_beams(n = 1, seq_len = 1), regexp = "`n_frames` must be a whole number >= 2")
   expect_convlstm_error(moving_beams(n = 1, size = 3), regexp = "`size` must be a whole number >= 4")
   expect_convlstm_error(moving_beams(n = 1, seed = "a"), regexp = "`seed`")
   # the limits themselves are accepted: one sequence of 2 frames of 4 x 4
@@ -148,12 +148,12 @@ test_that("moving_digits(): a digit exactly the frame's size is accepted, a pixe
                         regexp = "`scale` \\(2\\) makes a digit 14 x 10 pixels, larger than the 13-pixel")
 })
 
-test_that("moving_digits(): horizon = seq_len - 1 is accepted, horizon = seq_len refused", {
+test_that("moving_digits(): horizon = n_frames - 1 is accepted, horizon = n_frames refused", {
   d <- moving_digits(n = 1, seq_len = 4, size = 8, scale = 1, horizon = 3, seed = 1)
   expect_identical(dim(d$x)[[2]], 1L)
   expect_identical(dim(d$y)[[2]], 3L)
   expect_convlstm_error(moving_digits(n = 1, seq_len = 4, size = 8, scale = 1, horizon = 4),
-                        regexp = "`horizon` \\(4\\) must be smaller than `seq_len` \\(4\\)")
+                        regexp = "`horizon` \\(4\\) must be smaller than `n_frames` \\(4\\)")
 })
 
 # ---- R/moving_mnist.R -------------------------------------------------------------------------
@@ -204,14 +204,14 @@ test_that("forecast_metrics(): a metric named twice is refused naming `metrics`"
 
 # ---- R/grid.R ---------------------------------------------------------------------------------
 
-test_that("grid_windows(): a series exactly input + horizon long gives one window; a frame more is refused", {
+test_that("grid_windows(): a series exactly seq_len + horizon long gives one window; a frame more is refused", {
   series <- array(seq_len(2 * 3 * 5), dim = c(2, 3, 5)) # [height, width, time]: 5 frames
   w <- grid_windows(series, input = 3, horizon = 2)
   expect_identical(dim(w$x)[1:2], c(1L, 3L))
   # the window's input frames are the series' first 3, its target the last 2
   expect_identical(as.vector(w$x[1, , 1, , ]), as.double(aperm(series[, , 1:3], c(3, 1, 2))))
   expect_convlstm_error(grid_windows(series, input = 3, horizon = 3),
-                        regexp = "`input` \\+ `horizon` \\(3 \\+ 3 frames\\) is longer than the series \\(5 frames\\)")
+                        regexp = "`seq_len` \\+ `horizon` \\(3 \\+ 3 frames\\) is longer than the series \\(5 frames\\)")
 })
 
 test_that("grid_windows(): an array of 4 dimensions (channels first) is accepted, one of 5 refused", {

@@ -216,7 +216,7 @@ test_that("a misspelt argument in `...` is refused, naming it, wherever a typo c
   expect_convlstm_error(evaluate(m, d$x, d$y, batchsize = 1), regexp = "`batchsize`")
   expect_convlstm_error(summary(m, input_shape = c(2, 3, 2, 5, 4), chekpoint = 1),
                         regexp = "`chekpoint`")
-  expect_convlstm_error(max_batch_size(m, 3, 5, 4, "1 MiB", acumulation_steps = 2),
+  expect_convlstm_error(max_batch_size(m, "1 MiB", 3, 5, 4, acumulation_steps = 2),
                         regexp = "`acumulation_steps`")
   # what is meant passes
   expect_equal(dim(predict(m, d$x, horizon = 2))[[2]], 2)
