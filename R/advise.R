@@ -1,7 +1,7 @@
-# advise.R -- making training fit: memory_advise() lists every way of
+# advise.R -- making training fit: convlstm_memory_advise() lists every way of
 # running a training step that keeps its result (dtype, checkpointing,
 # gradient accumulation; truncated backpropagation only when allowed), with
-# the memory plan of each (memory_estimate(): the planner itself, no second
+# the memory plan of each (convlstm_memory_estimate(): the planner itself, no second
 # estimator here), whether it fits a budget, and its step time relative to
 # the plain float32 step from a small cost model of the backend. The cost
 # model's rates are measured once per machine and stored (backend_rates()).
@@ -12,11 +12,11 @@
 #'
 #' Lists every configuration of a training step that keeps the result of
 #' training -- storage type `float32`, `float16` or `bfloat16` (see
-#' [set_dtype()]), checkpointing every `k` time steps, keeping only the
+#' [convlstm_set_dtype()]), checkpointing every `k` time steps, keeping only the
 #' states and recomputing the gates in backward (`recompute_gates`), and
-#' accumulation over `m` micro-batches (see [train_step()]) -- with the
+#' accumulation over `m` micro-batches (see [convlstm_train_step()]) -- with the
 #' memory plan of each
-#' ([memory_estimate()]: the bytes the step will then hold, per category),
+#' ([convlstm_memory_estimate()]: the bytes the step will then hold, per category),
 #' whether it fits `budget`, and its step time predicted relative to the
 #' plain float32 step. Truncated backpropagation (`tbptt`) changes the
 #' gradient, so it is listed only with `allow_tbptt = TRUE`. Nothing is
@@ -24,7 +24,7 @@
 #' that this machine does not have.
 #'
 #' A configuration fits when its `reserved` bytes (what the device must hand
-#' over: the model's buffers plus the step arena, as for [max_batch_size()])
+#' over: the model's buffers plus the step arena, as for [convlstm_max_batch_size()])
 #' are at most `budget`: a model with `memory_limit = budget` then trains in
 #' it, and one that does not fit fails with an error of class
 #' `convlstm_error_oom`.
@@ -57,7 +57,7 @@
 #' are measured once per R session. The calibration's five small models
 #' are made, timed and released one at a time, so it holds at most the
 #' largest of their planned steps (the one mostly memory traffic: 15.4 MiB
-#' on the CPU, its [memory_estimate()] total) plus their data (R arrays,
+#' on the CPU, its [convlstm_memory_estimate()] total) plus their data (R arrays,
 #' 3.1 MiB): 18.5 MiB, outside any `memory_budget`. Measured from outside
 #' (the growth of the process's high-water mark over the calibration, a
 #' fresh process on this package's development machine): 18.4 MiB; 37.8 MiB
@@ -122,21 +122,21 @@
 #' against 1.31) and free-running micro-batches of one sample were
 #' predicted at 1.99 against 3.60 measured: the same limits as above.
 #'
-#' @inheritParams memory_estimate
+#' @inheritParams convlstm_memory_estimate
 #' @param budget Bytes the training step may take in all, parameters
 #'   included: a number or a string such as `"16 GiB"` (as `memory_limit` in
 #'   [convlstm()] takes); `NULL`: what the model holds now plus what its
-#'   device (or its `memory_limit`) has free, as in [max_batch_size()].
-#' @param optimizer The optimizer whose state to plan ([optimizer_adam()],
-#'   [optimizer_sgd()], [optimizer_rmsprop()]).
-#' @param target The output the loss is on, as in [train_step()]: it decides
+#'   device (or its `memory_limit`) has free, as in [convlstm_max_batch_size()].
+#' @param optimizer The optimizer whose state to plan ([convlstm_optimizer_adam()],
+#'   [convlstm_optimizer_sgd()], [convlstm_optimizer_rmsprop()]).
+#' @param target The output the loss is on, as in [convlstm_train_step()]: it decides
 #'   how much of the sequence a truncated backpropagation runs backward.
 #' @param allow_tbptt Also list truncated backpropagation through time
 #'   (windows of `tbptt` steps), which saves memory but does not compute the
 #'   same gradient.
-#' @param horizon `0`, or plan the forecasting step of [train_step()] with
+#' @param horizon `0`, or plan the forecasting step of [convlstm_train_step()] with
 #'   `horizon`: `seq_len` input steps and the `horizon` frames that follow
-#'   (a step over `seq_len + horizon - 1` steps, [memory_estimate()] with
+#'   (a step over `seq_len + horizon - 1` steps, [convlstm_memory_estimate()] with
 #'   `horizon`); `target` is then `"sequence"`. The time prediction counts
 #'   that many steps, of which a free-running step's `horizon - 1` fed-back
 #'   ones run their input convolutions one step per call (a schedule is
@@ -146,12 +146,12 @@
 #'   supports ([convlstm_capabilities()]): for an encoder-forecaster today
 #'   its one configuration, the float32 step, planned against `budget`; a
 #'   `teacher_forcing` or `target` it does not support is refused as
-#'   [train_step()] refuses it.
+#'   [convlstm_train_step()] refuses it.
 #' @param teacher_forcing With a `horizon`: `TRUE` plans teacher-forced
 #'   steps; `FALSE` or a probability below 1 free-running ones (scheduled
-#'   sampling plans as free-running, see [memory_estimate()]), which cannot
+#'   sampling plans as free-running, see [convlstm_memory_estimate()]), which cannot
 #'   use `checkpoint`, `tbptt` or `recompute_gates`, so these are left out of
-#'   the list; a function of the epoch (a schedule, [sampling_schedule()])
+#'   the list; a function of the epoch (a schedule, [convlstm_sampling_schedule()])
 #'   plans both, as [convlstm_fit()] may take either: a row's bytes are then
 #'   those of the plan that reserves more, and free-running's exclusions
 #'   apply. `TRUE` without a `horizon`.
@@ -171,31 +171,31 @@
 #'   `horizon` and `teacher_forcing` (the teacher forcing of each plan: 1,
 #'   below 1, or both for a schedule).
 #'   It has a `print()` method (`n` rows of each kind).
-#' @seealso [memory_estimate()], [max_batch_size()], [convlstm_fit()] with
+#' @seealso [convlstm_memory_estimate()], [convlstm_max_batch_size()], [convlstm_fit()] with
 #'   `memory_budget`.
 #' @export
 #' @examples
 #' model <- convlstm(1, c(16, 1), 3, device = "cpu")
-#' advice <- memory_advise(model, budget = "40 MiB", batch_size = 32, seq_len = 10,
+#' advice <- convlstm_memory_advise(model, budget = "40 MiB", batch_size = 32, seq_len = 10,
 #'                         height = 32, width = 32)
 #' advice
 #' advice[1, c("dtype", "checkpoint", "accumulation_steps", "reserved", "time_ratio")]
 #' convlstm_release(model)
 #' # forecasting 3 frames: teacher-forced, free-running (no checkpoint), a schedule
 #' fc <- convlstm(1, c(16, 1), 3, device = "cpu")
-#' memory_advise(fc, "40 MiB", 32, 10, 32, 32, horizon = 3)
-#' free <- memory_advise(fc, "40 MiB", 32, 10, 32, 32, horizon = 3, teacher_forcing = FALSE)
+#' convlstm_memory_advise(fc, "40 MiB", 32, 10, 32, 32, horizon = 3)
+#' free <- convlstm_memory_advise(fc, "40 MiB", 32, 10, 32, 32, horizon = 3, teacher_forcing = FALSE)
 #' any(free$checkpoint > 0 | free$recompute_gates > 0) # FALSE
-#' memory_advise(fc, "40 MiB", 32, 10, 32, 32, horizon = 3,
-#'               teacher_forcing = sampling_schedule("exponential", k = 0.5))
+#' convlstm_memory_advise(fc, "40 MiB", 32, 10, 32, 32, horizon = 3,
+#'               teacher_forcing = convlstm_sampling_schedule("exponential", k = 0.5))
 #' convlstm_release(fc)
-memory_advise <- function(model, budget, batch_size, seq_len, height, width,
-                          optimizer = optimizer_adam(), target = c("last_state", "sequence"),
+convlstm_memory_advise <- function(model, budget, batch_size, seq_len, height, width,
+                          optimizer = convlstm_optimizer_adam(), target = c("last_state", "sequence"),
                           allow_tbptt = FALSE, horizon = 0, teacher_forcing = TRUE) {
   call <- sys.call()
   ptr <- model_ptr(model)
   forecaster <- is_convlstm_forecaster(model)
-  # what the model's kind does not run, refused as train_step() refuses it
+  # what the model's kind does not run, refused as convlstm_train_step() refuses it
   require_capabilities(model, step_capabilities(
     teacher_forcing = teacher_forcing, target = if (!missing(target)) target))
   budget <- resolve_budget(ptr, budget, "budget", call)
@@ -276,7 +276,7 @@ offered <- function(model, grid) {
   out
 }
 
-# memory_advise()'s horizon and teacher_forcing: the horizon (0: none), the
+# convlstm_memory_advise()'s horizon and teacher_forcing: the horizon (0: none), the
 # teacher forcing of every step to plan (modes: 1 teacher-forced, below 1
 # free-running; a schedule's steps may be either, so both), and whether
 # any step runs free (it refuses checkpoint, tbptt and recompute_gates:
@@ -340,7 +340,7 @@ plan_of <- function(model, cfg, B, T, H, W, optimizer, forecast, target) {
   cols <- c(mem_categories, "total", "reserved", "runtime")
   tryCatch({
     each <- lapply(forecast$modes, function(tf) {
-      est <- memory_estimate(model, B, T, H, W, dtype = cfg$dtype, checkpoint = cfg$checkpoint,
+      est <- convlstm_memory_estimate(model, B, T, H, W, dtype = cfg$dtype, checkpoint = cfg$checkpoint,
                              accumulation_steps = cfg$accumulation_steps, tbptt = cfg$tbptt,
                              optimizer = optimizer, recompute_gates = cfg$recompute_gates,
                              horizon = forecast$horizon, teacher_forcing = tf,
@@ -487,7 +487,7 @@ gpu_name <- function() {
 
 # The file of stored rates: one per user, in R's cache folder for the
 # package (tools::R_user_dir(); the environment variable R_USER_CACHE_DIR
-# moves it). Deleting it makes the next memory_advise() measure again.
+# moves it). Deleting it makes the next convlstm_memory_advise() measure again.
 rates_file <- function() {
   file.path(tools::R_user_dir("convlstm", which = "cache"), "advise-rates.rds")
 }
@@ -625,8 +625,8 @@ calibration_step <- function(config, cal, dtype, accumulation_steps, d) {
     convlstm_release(model)
     invisible(gc(full = FALSE))
   })
-  opt <- optimizer_adam()
-  run <- function() train_step(model, d$x, d$y, opt, accumulation_steps = accumulation_steps)
+  opt <- convlstm_optimizer_adam()
+  run <- function() convlstm_train_step(model, d$x, d$y, opt, accumulation_steps = accumulation_steps)
   run()
   t0 <- cpu_seconds()
   run()
@@ -634,7 +634,7 @@ calibration_step <- function(config, cal, dtype, accumulation_steps, d) {
 }
 
 # The most memory the calibration holds at once: the largest of its steps'
-# plans (memory_estimate()'s total: model, optimizer state and step) on the
+# plans (convlstm_memory_estimate()'s total: model, optimizer state and step) on the
 # device of `config`, plus the data of every step (R doubles, made once).
 # Made without running a step.
 calibration_bytes <- function(config) {
@@ -645,9 +645,9 @@ calibration_bytes <- function(config) {
     cal <- r[[1]]
     model <- calibration_model(config, cal, r[[2]])
     on.exit(convlstm_release(model))
-    e <- memory_estimate(model, cal$B, cal$T, cal$size, cal$size,
-                         accumulation_steps = r[[3]], optimizer = optimizer_adam(),
-                         target = "last_state") # train_step()'s default, as run() below
+    e <- convlstm_memory_estimate(model, cal$B, cal$T, cal$size, cal$size,
+                         accumulation_steps = r[[3]], optimizer = convlstm_optimizer_adam(),
+                         target = "last_state") # convlstm_train_step()'s default, as run() below
     e$bytes[e$category == "total"]
   }, numeric(1))
   data <- vapply(runs, function(r) {
@@ -732,7 +732,7 @@ forecast_line <- function(K, modes) {
 # memory_budget the advisor picks the fastest configuration that fits (its
 # `dtype`, which convlstm_fit() converts the model to once every argument is
 # checked: nothing is changed here) and says which in one `line` (printed
-# by the fit); batch_size = "max" trains at max_batch_size() for that
+# by the fit); batch_size = "max" trains at convlstm_max_batch_size() for that
 # configuration (for the options given when there is no budget), at most
 # the n samples there are. Without either, the arguments as given. A
 # forecast's fit gives the plans of its steps (fit_forecast()) and its
@@ -757,7 +757,7 @@ fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, tar
   # forecast's, fit_forecast()); the batch must fit each
   largest <- function(opts, dtype = NULL) {
     b <- min(vapply(plans, function(f) {
-      as.double(do.call(max_batch_size, c(list(model), shape,
+      as.double(do.call(convlstm_max_batch_size, c(list(model), shape,
                                           list(budget = budget, optimizer = optimizer,
                                                dtype = dtype), opts, f)))
     }, numeric(1)))
@@ -783,7 +783,7 @@ fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, tar
     }
     B <- if (is_max) max(1L, largest(list()))
          else min(n, check_count(batch_size, "batch_size", call = call))
-    advice <- memory_advise(model, budget, B, shape$seq_len, shape$height, shape$width,
+    advice <- convlstm_memory_advise(model, budget, B, shape$seq_len, shape$height, shape$width,
                             optimizer = optimizer, target = target, horizon = horizon,
                             teacher_forcing = teacher_forcing)
     if (!any(advice$fits)) {
@@ -796,7 +796,7 @@ fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, tar
     b <- if (is_max) largest(opts, pick$dtype) else batch_size # more than n: the fit says so
     trained <- min(b, n) # the default batch of 32 is lowered to the samples there are
     estimates <- lapply(plans, function(f) {
-      do.call(memory_estimate, c(list(model, trained), shape,
+      do.call(convlstm_memory_estimate, c(list(model, trained), shape,
                                  list(optimizer = optimizer, dtype = pick$dtype), opts, f))
     })
     planned <- max(vapply(estimates, function(e) estimate_bytes(e)[["reserved"]], numeric(1)))

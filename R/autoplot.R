@@ -9,7 +9,7 @@
 #' With ggplot2 installed, `ggplot2::autoplot()` draws a
 #' [convlstm_fit()] history (training and validation loss per epoch, and
 #' the learning rate in a panel below when it changed) or a
-#' [memory_profile()] (memory per category stacked over the batch sizes,
+#' [convlstm_memory_profile()] (memory per category stacked over the batch sizes,
 #' with the plan's estimate and the device capacity). The base-graphics
 #' `plot()` methods draw the same without ggplot2.
 #'
@@ -23,11 +23,11 @@
 #' model <- convlstm(1, c(4, 1), 3, device = "cpu")
 #' x <- array(runif(8 * 3 * 6 * 6), dim = c(8, 3, 1, 6, 6))
 #' y <- array(x[, 3, 1, , ], dim = c(8, 1, 6, 6))
-#' opt <- optimizer_adam(0.01)
+#' opt <- convlstm_optimizer_adam(0.01)
 #' h <- convlstm_fit(model, x, y, opt, epochs = 4, batch_size = 2, verbose = FALSE,
-#'                   validation_split = 0.25, lr_scheduler = lr_step(opt, 2, 0.5))
+#'                   validation_split = 0.25, lr_scheduler = convlstm_lr_step(opt, 2, 0.5))
 #' ggplot2::autoplot(h)
-#' ggplot2::autoplot(memory_profile(model, c(2, 4), 3, 6, 6, steps = 0))
+#' ggplot2::autoplot(convlstm_memory_profile(model, c(2, 4), 3, 6, 6, steps = 0))
 #' convlstm_release(model)
 NULL
 

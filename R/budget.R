@@ -57,7 +57,7 @@ fit_budget <- function(model, fits, x_dim, validation, batch_size, target, data_
 # dtype the fit will train in (the model is converted only once every
 # argument is checked, after this).
 validation_arena <- function(model, b, vd, target, horizon, dtype = NULL) {
-  est <- estimate_bytes(memory_estimate(
+  est <- estimate_bytes(convlstm_memory_estimate(
     model, b, vd[[2]], vd[[4]], vd[[5]], training = FALSE, dtype = dtype,
     outputs = if (horizon == 0 && identical(target, "last_state")) "last_state" else "all",
     horizon = horizon))

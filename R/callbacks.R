@@ -1,13 +1,13 @@
 # callbacks.R -- hooks into convlstm_fit()'s loop in the style of luz and
-# keras: callback() from R functions, and the built-in early stopping, model
+# keras: convlstm_callback() from R functions, and the built-in early stopping, model
 # checkpoint and CSV logger. A callback is a list of functions of one
 # argument, `ctx`: the fit's context, an environment that fit.R fills (see
-# ?callback for its fields). Per-epoch work only; the per-batch hook runs in
+# ?convlstm_callback for its fields). Per-epoch work only; the per-batch hook runs in
 # R between two native steps.
 
 #' Callbacks for convlstm_fit()
 #'
-#' `callback()` makes a callback from R functions; `convlstm_fit(callbacks =
+#' `convlstm_callback()` makes a callback from R functions; `convlstm_fit(callbacks =
 #' list(...))` calls them at these points:
 #'
 #' * `on_fit_begin(ctx)`: before the first epoch (after a resume's state is
@@ -36,8 +36,8 @@
 #' @param on_fit_begin,on_epoch_end,on_batch_end,on_fit_end `NULL` or a
 #'   function of `ctx`.
 #' @return A callback: an object of class `convlstm_callback`.
-#' @seealso [callback_early_stopping()], [callback_model_checkpoint()],
-#'   [callback_csv_logger()].
+#' @seealso [convlstm_callback_early_stopping()], [convlstm_callback_model_checkpoint()],
+#'   [convlstm_callback_csv_logger()].
 #' @export
 #' @examples
 #' set.seed(1)
@@ -45,12 +45,12 @@
 #' x <- array(runif(8 * 3 * 6 * 6), dim = c(8, 3, 1, 6, 6))
 #' y <- array(x[, 3, 1, , ], dim = c(8, 1, 6, 6))
 #' losses <- numeric()
-#' keep <- callback(on_batch_end = function(ctx) losses <<- c(losses, ctx$loss))
-#' h <- convlstm_fit(model, x, y, optimizer_adam(0.01), epochs = 2, batch_size = 4,
+#' keep <- convlstm_callback(on_batch_end = function(ctx) losses <<- c(losses, ctx$loss))
+#' h <- convlstm_fit(model, x, y, convlstm_optimizer_adam(0.01), epochs = 2, batch_size = 4,
 #'                   callbacks = list(keep), verbose = FALSE)
 #' losses  # four steps
 #' convlstm_release(model)
-callback <- function(on_fit_begin = NULL, on_epoch_end = NULL, on_batch_end = NULL,
+convlstm_callback <- function(on_fit_begin = NULL, on_epoch_end = NULL, on_batch_end = NULL,
                      on_fit_end = NULL) {
   hooks <- list(on_fit_begin = on_fit_begin, on_epoch_end = on_epoch_end,
                 on_batch_end = on_batch_end, on_fit_end = on_fit_end)
@@ -85,12 +85,12 @@ callback <- function(on_fit_begin = NULL, on_epoch_end = NULL, on_batch_end = NU
 #' model <- convlstm(1, c(4, 1), 3, device = "cpu")
 #' x <- array(runif(10 * 3 * 4 * 4), dim = c(10, 3, 1, 4, 4))
 #' y <- array(x[, 3, 1, , ], dim = c(10, 1, 4, 4))
-#' h <- convlstm_fit(model, x, y, optimizer_sgd(0.5), epochs = 10, batch_size = 8,
+#' h <- convlstm_fit(model, x, y, convlstm_optimizer_sgd(0.5), epochs = 10, batch_size = 8,
 #'                   validation_split = 0.2, verbose = FALSE,
-#'                   callbacks = list(callback_early_stopping(patience = 1)))
+#'                   callbacks = list(convlstm_callback_early_stopping(patience = 1)))
 #' nrow(h)  # at most 10
 #' convlstm_release(model)
-callback_early_stopping <- function(monitor = "val_loss", patience = 0, min_delta = 0,
+convlstm_callback_early_stopping <- function(monitor = "val_loss", patience = 0, min_delta = 0,
                                     mode = c("min", "max"), restore_best = TRUE) {
   monitor <- check_monitor(monitor)
   patience <- check_count(patience, "patience", min = 0)
@@ -102,9 +102,9 @@ callback_early_stopping <- function(monitor = "val_loss", patience = 0, min_delt
   wait <- 0L
   weights <- NULL
   improved <- function(v) !is.na(v) && sign * v < best - min_delta
-  callback(
+  convlstm_callback(
     on_fit_begin = function(ctx) {
-      require_monitor(ctx, monitor, "callback_early_stopping")
+      require_monitor(ctx, monitor, "convlstm_callback_early_stopping")
       best <<- Inf
       best_epoch <<- 0L
       wait <<- 0L
@@ -126,7 +126,7 @@ callback_early_stopping <- function(monitor = "val_loss", patience = 0, min_delt
         best <<- sign * v
         best_epoch <<- ctx$epoch
         wait <<- 0L
-        if (restore_best) weights <<- state_dict(ctx$model)
+        if (restore_best) weights <<- convlstm_state_dict(ctx$model)
         return()
       }
       wait <<- wait + 1L
@@ -142,7 +142,7 @@ callback_early_stopping <- function(monitor = "val_loss", patience = 0, min_delt
     },
     on_fit_end = function(ctx) {
       if (restore_best && !is.null(weights) && best_epoch != ctx$epoch) {
-        load_state_dict(ctx$model, weights)
+        convlstm_load_state_dict(ctx$model, weights)
         ctx$restored_epoch <- best_epoch
         if (ctx$verbose) {
           cli::cli_alert_info(sprintf("Restored the weights of epoch %d.", best_epoch))
@@ -176,16 +176,16 @@ callback_early_stopping <- function(monitor = "val_loss", patience = 0, min_delt
 #' x <- array(runif(8 * 3 * 6 * 6), dim = c(8, 3, 1, 6, 6))
 #' y <- array(x[, 3, 1, , ], dim = c(8, 1, 6, 6))
 #' path <- tempfile(fileext = ".safetensors")
-#' opt <- optimizer_adam(0.01)
+#' opt <- convlstm_optimizer_adam(0.01)
 #' h <- convlstm_fit(model, x, y, opt, epochs = 2, batch_size = 4, verbose = FALSE,
-#'                   callbacks = list(callback_model_checkpoint(path)))
+#'                   callbacks = list(convlstm_callback_model_checkpoint(path)))
 #' convlstm_file_info(path)$metadata[["fit.epoch"]]
 #' # two more epochs, continuing from the file
 #' h <- convlstm_fit(model, x, y, opt, epochs = 4, batch_size = 4, verbose = FALSE,
 #'                   resume = path)
 #' h$epoch
 #' convlstm_release(model); unlink(path)
-callback_model_checkpoint <- function(path, monitor = "val_loss", save_best_only = FALSE,
+convlstm_callback_model_checkpoint <- function(path, monitor = "val_loss", save_best_only = FALSE,
                                       mode = c("min", "max")) {
   if (!is.character(path) || length(path) != 1 || is.na(path) || !nzchar(path)) {
     abort_arg("path", "a single file name", path, sys.call())
@@ -195,9 +195,9 @@ callback_model_checkpoint <- function(path, monitor = "val_loss", save_best_only
   save_best_only <- check_flag(save_best_only, "save_best_only")
   sign <- if (check_choice(mode, c("min", "max"), "mode") == "min") 1 else -1
   best <- Inf
-  cb <- callback(
+  cb <- convlstm_callback(
     on_fit_begin = function(ctx) {
-      if (save_best_only) require_monitor(ctx, monitor, "callback_model_checkpoint")
+      if (save_best_only) require_monitor(ctx, monitor, "convlstm_callback_model_checkpoint")
       past <- ctx$history[[monitor]]
       best <<- if (length(past) > 0 && any(!is.na(past))) min(sign * past, na.rm = TRUE) else Inf
     },
@@ -214,7 +214,7 @@ callback_model_checkpoint <- function(path, monitor = "val_loss", save_best_only
   # the fit would write: the same directory as every later one)
   structure(cb, targets = function(initial_epoch) {
     list(path = checkpoint_path(path, initial_epoch + 1L), replace = TRUE,
-         who = "callback_model_checkpoint()")
+         who = "convlstm_callback_model_checkpoint()")
   })
 }
 
@@ -237,11 +237,11 @@ checkpoint_path <- function(path, epoch) gsub("{epoch}", epoch, path, fixed = TR
 #' x <- array(runif(8 * 3 * 6 * 6), dim = c(8, 3, 1, 6, 6))
 #' y <- array(x[, 3, 1, , ], dim = c(8, 1, 6, 6))
 #' path <- tempfile(fileext = ".csv")
-#' h <- convlstm_fit(model, x, y, optimizer_adam(0.01), epochs = 3, batch_size = 4,
-#'                   verbose = FALSE, callbacks = list(callback_csv_logger(path)))
+#' h <- convlstm_fit(model, x, y, convlstm_optimizer_adam(0.01), epochs = 3, batch_size = 4,
+#'                   verbose = FALSE, callbacks = list(convlstm_callback_csv_logger(path)))
 #' read.csv(path)
 #' convlstm_release(model); unlink(path)
-callback_csv_logger <- function(path, append = FALSE) {
+convlstm_callback_csv_logger <- function(path, append = FALSE) {
   if (!is.character(path) || length(path) != 1 || is.na(path) || !nzchar(path)) {
     abort_arg("path", "a single file name", path, sys.call())
   }
@@ -252,12 +252,12 @@ callback_csv_logger <- function(path, append = FALSE) {
   # classed error naming the callback, not R's "cannot open the connection"
   write <- function(text, append) {
     tryCatch(cat(text, file = path, append = append),
-             error = function(e) abort_target(path, "callback_csv_logger()",
+             error = function(e) abort_target(path, "convlstm_callback_csv_logger()",
                                               conditionMessage(e), NULL),
-             warning = function(w) abort_target(path, "callback_csv_logger()",
+             warning = function(w) abort_target(path, "convlstm_callback_csv_logger()",
                                                 conditionMessage(w), NULL))
   }
-  structure(callback(
+  structure(convlstm_callback(
     on_fit_begin = function(ctx) {
       keep <- (append || ctx$initial_epoch > 0) && file.exists(path)
       if (!keep) write(paste0(paste(history_columns, collapse = ","), "\n"), FALSE)
@@ -268,7 +268,7 @@ callback_csv_logger <- function(path, append = FALSE) {
                                 ""), collapse = ","), "\n"), TRUE)
     }
   ), writes_files = TRUE, targets = function(initial_epoch) {
-    list(path = path, replace = FALSE, who = "callback_csv_logger()")
+    list(path = path, replace = FALSE, who = "convlstm_callback_csv_logger()")
   })
 }
 
@@ -289,7 +289,7 @@ check_callbacks <- function(callbacks, call = sys.call(-1)) {
   ok <- is.list(callbacks) &&
     all(vapply(callbacks, inherits, logical(1), "convlstm_callback"))
   if (!ok) {
-    abort_arg("callbacks", "a list of callbacks made by callback() or callback_*()", callbacks,
+    abort_arg("callbacks", "a list of callbacks made by convlstm_callback() or callback_*()", callbacks,
               call)
   }
   callbacks

@@ -10,11 +10,11 @@
 #' (`"convlstm"`, a plain stack; `"encoder_forecaster"`,
 #' [convlstm_forecaster()]; `"convlstm_head"`, a plain stack with a head,
 #' `convlstm(head = "top")`), whether that kind supports it and, if not, the
-#' reason. Every entry point ([train_step()], [convlstm_fit()],
-#' [memory_estimate()], [max_batch_size()], [memory_advise()],
+#' reason. Every entry point ([convlstm_train_step()], [convlstm_fit()],
+#' [convlstm_memory_estimate()], [convlstm_max_batch_size()], [convlstm_memory_advise()],
 #' [convlstm_data()]) refuses an unsupported option with the same classed
 #' error (`convlstm_error_unsupported`) and the row's reason as its message,
-#' and [memory_advise()] offers no configuration the table refuses.
+#' and [convlstm_memory_advise()] offers no configuration the table refuses.
 #'
 #' @return A data frame with columns `option` (as the argument is written),
 #'   `model`, `supported` (logical), `status` (`"ok"` or `"unsupported"`)

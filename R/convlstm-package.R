@@ -6,8 +6,8 @@
 #' convlstm: convolutional LSTMs trained in C, with exact memory accounting
 #'
 #' Train the ConvLSTM of the R torch tutorial with one `.Call` per training
-#' step. Start with [convlstm()], then [train_step()] or [convlstm_fit()];
-#' [state_dict()] moves weights to and from torch; [memory_stats()] shows
+#' step. Start with [convlstm()], then [convlstm_train_step()] or [convlstm_fit()];
+#' [convlstm_state_dict()] moves weights to and from torch; [convlstm_memory_stats()] shows
 #' what the model holds.
 #'
 #' Errors have class `c("convlstm_error_<status>", "convlstm_error",

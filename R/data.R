@@ -1,5 +1,5 @@
 # data.R -- a training set uploaded to the model's device once
-# (convlstm_data()), so that train_step() and convlstm_fit() gather each
+# (convlstm_data()), so that convlstm_train_step() and convlstm_fit() gather each
 # batch's rows there instead of slicing, converting and uploading it from R
 # at every step. The data set belongs to its model: releasing the model
 # frees it too. The C side is src/r_data.c and src/core/data.c.
@@ -9,18 +9,18 @@
 #' Converts `x` and `y` into the model's storage type and layout and keeps
 #' them on the model's device (the GPU for a CUDA model), so that each
 #' training step takes its batch by row number: no slicing of R arrays and
-#' no transfer per step. [train_step()] accepts the data set in place of `x`
+#' no transfer per step. [convlstm_train_step()] accepts the data set in place of `x`
 #' with `rows`; [convlstm_fit()] makes one itself when the data fit
 #' (`data_on_device`). The loss and gradients are exactly those of the same
 #' rows passed as arrays.
 #'
-#' The bytes count under `"data"` in [memory_stats()] and against
-#' [set_memory_limit()]; a data set that does not fit is an error of class
+#' The bytes count under `"data"` in [convlstm_memory_stats()] and against
+#' [convlstm_set_memory_limit()]; a data set that does not fit is an error of class
 #' `convlstm_error_oom` and the model stays usable. The data set belongs to
 #' `model`: [convlstm_release()] of the model frees it too (using it
 #' afterwards is an error of class `convlstm_error_state`), and
 #' `convlstm_release(data)` or `rm(data); gc()` frees it alone. It holds
-#' `x` in the model's dtype at the time it is made; after [set_dtype()] make
+#' `x` in the model's dtype at the time it is made; after [convlstm_set_dtype()] make
 #' it again.
 #'
 #' @param model A model created by [convlstm()].
@@ -31,7 +31,7 @@
 #'   computed on.
 #' @return An object of class `convlstm_data`, with a `print()` method;
 #'   `data$n` is its number of rows.
-#' @seealso [train_step()], [convlstm_fit()].
+#' @seealso [convlstm_train_step()], [convlstm_fit()].
 #' @export
 #' @examples
 #' set.seed(1)
@@ -40,12 +40,12 @@
 #' y <- array(runif(8 * 6 * 6), dim = c(8, 1, 6, 6))
 #' data <- convlstm_data(model, x, y)
 #' data
-#' opt <- optimizer_adam(lr = 0.01)
-#' train_step(model, data, optimizer = opt, rows = c(3, 1, 8, 5))
+#' opt <- convlstm_optimizer_adam(lr = 0.01)
+#' convlstm_train_step(model, data, optimizer = opt, rows = c(3, 1, 8, 5))
 #' # the same step as on the rows sliced in R:
-#' # train_step(model, x[c(3, 1, 8, 5), , , , , drop = FALSE],
+#' # convlstm_train_step(model, x[c(3, 1, 8, 5), , , , , drop = FALSE],
 #' #            y[c(3, 1, 8, 5), , , , drop = FALSE], opt)
-#' memory_stats(model)$by_category
+#' convlstm_memory_stats(model)$by_category
 #' convlstm_release(model) # frees the data set too
 convlstm_data <- function(model, x, y, target = c("last_state", "sequence")) {
   ptr <- model_ptr(model)
@@ -94,7 +94,7 @@ check_rows <- function(rows, n, call = sys.call(-1)) {
   as.integer(rows)
 }
 
-# train_step() on a data set: y must not be given (the targets are in the
+# convlstm_train_step() on a data set: y must not be given (the targets are in the
 # data set); a target given explicitly must be the data set's.
 train_step_data <- function(model, data, y, optimizer, target, target_given, checkpoint,
                             accumulation_steps, tbptt, rows, state, call, max_grad_norm = NULL,
@@ -127,7 +127,7 @@ train_step_data <- function(model, data, y, optimizer, target, target_given, che
 }
 
 # Whether a data set of inputs x_dim and the training step of batch_size
-# rows fit together in the capacity memory_stats() reports: the memory limit
+# rows fit together in the capacity convlstm_memory_stats() reports: the memory limit
 # when one is set, else what the device has free plus what the model holds
 # already. The data set's bytes are core/data.c's own (cl_data_bytes_for).
 data_set_fits <- function(ptr, x_dim, target, batch_size, optimizer, options) {

@@ -30,7 +30,7 @@
 #' model <- convlstm(1, 4, 3, device = "cpu")
 #' x <- array(runif(8 * 3 * 6 * 6), dim = c(8, 3, 1, 6, 6))
 #' y <- array(runif(8 * 4 * 6 * 6), dim = c(8, 4, 6, 6))
-#' h <- convlstm_fit(model, x, y, optimizer_adam(0.01), epochs = 2, batch_size = 4,
+#' h <- convlstm_fit(model, x, y, convlstm_optimizer_adam(0.01), epochs = 2, batch_size = 4,
 #'                   distributed = d, verbose = FALSE)
 #' h$loss
 #' convlstm_release(model)

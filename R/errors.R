@@ -18,7 +18,7 @@ abort_convlstm <- function(message, status = "invalid", call = NULL, ...) {
 
 # Called from C with the core's status name and message. The call shown is
 # the outermost package function on the stack, i.e. the one the user typed
-# (train_step(), convlstm_fit(), model(x), ...), not an internal helper.
+# (convlstm_train_step(), convlstm_fit(), model(x), ...), not an internal helper.
 signal_core_error <- function(status, message) {
   if (identical(status, "internal")) {
     message <- paste0(
@@ -196,9 +196,9 @@ parse_device <- function(device, call = sys.call(-1)) {
 # deep in model creation. The core runs every model of a process on the
 # process's current CUDA device (the one a data-parallel rank selected), so
 # "cuda:N" must name that one; another index is refused with the way to
-# select it (CUDA_VISIBLE_DEVICES). `gpu`: what gpu_info() says (available,
+# select it (CUDA_VISIBLE_DEVICES). `gpu`: what convlstm_gpu_info() says (available,
 # n_devices, device), asked only for a CUDA request; tests give their own.
-resolve_device <- function(device, call = sys.call(-1), gpu = gpu_info()) {
+resolve_device <- function(device, call = sys.call(-1), gpu = convlstm_gpu_info()) {
   req <- parse_device(device, call)
   if (identical(req$device, "cpu")) return("cpu")
   if (identical(req$device, "auto")) return(if (isTRUE(gpu$available)) "cuda" else "cpu")

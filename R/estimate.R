@@ -1,8 +1,8 @@
-# estimate.R -- memory before running: memory_estimate() reads the plan of a
+# estimate.R -- memory before running: convlstm_memory_estimate() reads the plan of a
 # step (every buffer the executor will allocate, with its category and
-# bytes) from the core without allocating anything, and max_batch_size()
+# bytes) from the core without allocating anything, and convlstm_max_batch_size()
 # searches that plan for the largest batch under a budget. The plan is the
-# allocation itself, so these numbers are the ones memory_stats() then
+# allocation itself, so these numbers are the ones convlstm_memory_stats() then
 # measures; measured runs over batch sizes are in profile.R.
 
 #' Estimate the memory of a step before running it
@@ -10,15 +10,15 @@
 #' Asks the model's memory planner for every buffer a step of the given
 #' shape needs -- the same plan the executor then allocates -- without
 #' allocating anything, and sums it per category. After a step of that shape
-#' on a fresh model (or after [reset_peak_memory_stats()] and
-#' [empty_cache()]), the peaks of [memory_stats()] equal these numbers to
+#' on a fresh model (or after [convlstm_reset_peak_memory_stats()] and
+#' [convlstm_empty_cache()]), the peaks of [convlstm_memory_stats()] equal these numbers to
 #' the byte.
 #'
 #' The step's buffers live in one arena, reserved at the first step and
 #' grown only when a step needs more than it holds: a smaller step
 #' afterwards (validation, the last batch of an epoch) reuses it without
-#' asking the device for memory, so `reserved` in [memory_stats()] stays at
-#' the largest step's until [empty_cache()].
+#' asking the device for memory, so `reserved` in [convlstm_memory_stats()] stays at
+#' the largest step's until [convlstm_empty_cache()].
 #'
 #' Knobs that shrink memory are planned too: a half `dtype` halves
 #' activations and data; `checkpoint` keeps states only every `checkpoint`
@@ -31,18 +31,18 @@
 #' @param model A model created by [convlstm()].
 #' @param batch_size,seq_len,height,width The shape of the input: `[batch,
 #'   time, channels, height, width]` (channels are the model's `input_dim`).
-#' @param training `TRUE` for a training step ([train_step()]), `FALSE` for
+#' @param training `TRUE` for a training step ([convlstm_train_step()]), `FALSE` for
 #'   an inference forward (`model(x)`, [predict()]).
 #' @param dtype `NULL` for the model's storage type, or `"float32"`,
 #'   `"float16"`, `"bfloat16"` to see what the model would take after
-#'   [set_dtype()].
+#'   [convlstm_set_dtype()].
 #' @param recompute_gates Plan a training step that keeps only the hidden
 #'   and cell states of each time step and recomputes the gates in backward
-#'   (one chunk of gates instead of every step's), as in [train_step()].
+#'   (one chunk of gates instead of every step's), as in [convlstm_train_step()].
 #' @param checkpoint,accumulation_steps,tbptt Step options, as in
-#'   [train_step()].
-#' @param optimizer The optimizer whose state to plan ([optimizer_adam()],
-#'   [optimizer_sgd()], [optimizer_rmsprop()]); `NULL`: the state the model holds, or for a
+#'   [convlstm_train_step()].
+#' @param optimizer The optimizer whose state to plan ([convlstm_optimizer_adam()],
+#'   [convlstm_optimizer_sgd()], [convlstm_optimizer_rmsprop()]); `NULL`: the state the model holds, or for a
 #'   training step of a model that has not taken one, Adam's.
 #' @param outputs For an inference estimate: `"all"` keeps every layer's
 #'   output sequence (as `model(x)`), `"last_state"` only the last states
@@ -50,16 +50,16 @@
 #' @param state Where the step starts: `"zero"`; `"given"`, an initial
 #'   state passed as `state =` (planned as `initial_h` and `initial_c` per
 #'   layer, under `states`); or `"carry"` (training only), the state
-#'   `train_step(state = "carry")` keeps in the model (`carried_state`,
+#'   `convlstm_train_step(state = "carry")` keeps in the model (`carried_state`,
 #'   under `states`). A model that carries a state has it in every plan.
 #' @param weight `NULL`, or for a training estimate with a per-element loss
-#'   weight (`train_step(..., weight = )`) the target it is shaped as,
+#'   weight (`convlstm_train_step(..., weight = )`) the target it is shaped as,
 #'   `"last_state"` or `"sequence"`: its buffer on the device (`weight`,
 #'   under `data`) is planned too.
 #' @param target For a training estimate, the target of the planned
-#'   [train_step()]: `NULL` plans the default call's (`"last_state"`; with a
+#'   [convlstm_train_step()]: `NULL` plans the default call's (`"last_state"`; with a
 #'   `horizon`, or for an encoder-forecaster, `"sequence"`), so that the
-#'   default estimate is what a default `train_step()` holds. The targets
+#'   default estimate is what a default `convlstm_train_step()` holds. The targets
 #'   differ for a model of one layer trained on its last state, whose
 #'   `d_hidden` holds one time step instead of every step (only the last
 #'   step receives the loss's gradient, and nothing comes from a layer
@@ -67,10 +67,10 @@
 #' @param horizon `0`, or for an inference estimate the frames a forecast
 #'   `predict(model, x, horizon = )` rolls on after `seq_len` steps (planned
 #'   as `frames`, under `activations`, with only the running states kept);
-#'   for a training estimate the frames `train_step(..., horizon = )` trains
+#'   for a training estimate the frames `convlstm_train_step(..., horizon = )` trains
 #'   after `seq_len` input steps (a step over `seq_len + horizon - 1` steps).
 #' @param teacher_forcing For a training estimate with a `horizon`, as in
-#'   [train_step()]: `FALSE` plans free-running training, whose fed-back
+#'   [convlstm_train_step()]: `FALSE` plans free-running training, whose fed-back
 #'   frames sit in `x`'s slots of the later steps and whose backward through
 #'   them keeps, per layer, its own `d_cell` and (below the last layer) two
 #'   steps of `d_hidden_rollout` (one for a horizon of 2), under
@@ -100,7 +100,7 @@
 #'   context, the cuDNN handle and the stream; on the CPU 0, since the CPU
 #'   backend's own costs -- its OpenMP threads' stacks -- are the process's
 #'   host memory, which
-#'   [memory_stats()] measures as `process_peak`). It is in neither `total` nor `reserved`.
+#'   [convlstm_memory_stats()] measures as `process_peak`). It is in neither `total` nor `reserved`.
 #'   The estimate is the same on every run for the same model, shape,
 #'   build and machine (the CPU's GEMM is a fixed rule, its workspace that
 #'   of the convolutions it will run); `runtime` is a measurement. Attribute `plan` holds
@@ -111,23 +111,23 @@
 #'   parameters, gradients and optimizer state, which are allocations of
 #'   their own); `shape`,
 #'   `training`, `dtype`, `options` and `optimizer` record the question.
-#' @seealso [max_batch_size()], [memory_profile()], [memory_stats()].
+#' @seealso [convlstm_max_batch_size()], [convlstm_memory_profile()], [convlstm_memory_stats()].
 #' @export
 #' @examples
 #' model <- convlstm(1, c(64, 1), 3, device = "cpu")
-#' est <- memory_estimate(model, batch_size = 16, seq_len = 10, height = 64, width = 64)
+#' est <- convlstm_memory_estimate(model, batch_size = 16, seq_len = 10, height = 64, width = 64)
 #' est
 #' attr(est, "plan")
 #' # half the activation memory in float16, less again with checkpointing
-#' memory_estimate(model, 16, 10, 64, 64, dtype = "float16", checkpoint = 3)
+#' convlstm_memory_estimate(model, 16, 10, 64, 64, dtype = "float16", checkpoint = 3)
 #' # the gates recomputed in backward instead of kept
-#' memory_estimate(model, 16, 10, 64, 64, recompute_gates = TRUE)
+#' convlstm_memory_estimate(model, 16, 10, 64, 64, recompute_gates = TRUE)
 #' # inference, keeping only the last state
-#' memory_estimate(model, 16, 1000, 64, 64, training = FALSE, outputs = "last_state")
+#' convlstm_memory_estimate(model, 16, 1000, 64, 64, training = FALSE, outputs = "last_state")
 #' # each of 8 data-parallel ranks with batch 16: the same plan, and what is reduced
-#' attr(memory_estimate(model, 16, 10, 64, 64, world_size = 8), "communication")
+#' attr(convlstm_memory_estimate(model, 16, 10, 64, 64, world_size = 8), "communication")
 #' convlstm_release(model)
-memory_estimate <- function(model, batch_size, seq_len, height, width, training = TRUE,
+convlstm_memory_estimate <- function(model, batch_size, seq_len, height, width, training = TRUE,
                             dtype = NULL, checkpoint = 0, accumulation_steps = 1, tbptt = 0,
                             optimizer = NULL, outputs = c("all", "last_state"),
                             state = c("zero", "given", "carry"), horizon = 0,
@@ -143,14 +143,14 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
   outputs <- check_choice(outputs, c("all", "last_state"), "outputs")
   state <- check_choice(state, c("zero", "given", "carry"), "state")
   if (identical(state, "carry") && !training) {
-    abort_convlstm('`state` = "carry" applies to training steps (train_step()) only.',
+    abort_convlstm('`state` = "carry" applies to training steps (convlstm_train_step()) only.',
                    call = sys.call())
   }
   horizon <- check_count(horizon, "horizon", min = 0)
   teacher_forcing <- check_teacher_forcing(teacher_forcing, horizon > 0, sys.call())
   forecaster <- is_convlstm_forecaster(model)
-  # the step train_step() would run: its default target, and what the
-  # model's kind does not run refused as train_step() refuses it
+  # the step convlstm_train_step() would run: its default target, and what the
+  # model's kind does not run refused as convlstm_train_step() refuses it
   if (training && is.null(target)) {
     target <- if (forecaster || horizon > 0 || isTRUE(model_config(model)$head)) "sequence"
               else "last_state"
@@ -216,7 +216,7 @@ memory_estimate <- function(model, batch_size, seq_len, height, width, training 
 # the larger state), so that the estimate covers the step that creates it.
 plan_optimizer <- function(ptr, optimizer, training, call = sys.call(-1)) {
   if (!is.null(optimizer)) return(check_optimizer(optimizer, call = call))
-  if (training && c_optimizer_steps(ptr) == 0) return(optimizer_adam())
+  if (training && c_optimizer_steps(ptr) == 0) return(convlstm_optimizer_adam())
   NULL
 }
 
@@ -334,22 +334,22 @@ print.convlstm_plan <- function(x, ...) {
 #' Searches the memory plan (doubling the batch, then bisecting) for the
 #' largest batch size whose step fits in `budget` bytes (its `reserved`
 #' bytes: what the device must hand over; with a `budget` given, plus the
-#' `runtime` line of [memory_estimate()], which the device's memory must
+#' `runtime` line of [convlstm_memory_estimate()], which the device's memory must
 #' hold too). Nothing is
 #' allocated, so it answers for budgets far beyond this machine, e.g. for
 #' the GPU a model is meant to train on. A model with `memory_limit =
 #' budget` trains with that batch, and one more sample fails with an error
 #' of class `convlstm_error_oom`.
 #'
-#' @inheritParams memory_estimate
+#' @inheritParams convlstm_memory_estimate
 #' @param seq_len,height,width The input's number of time steps, height and
 #'   width.
 #' @param budget Bytes the step may take in all, parameters included: a
 #'   number or a string such as `"16 GiB"`. It comes second, as in
-#'   [memory_advise()]; a call in the order before (shape, then budget) is
+#'   [convlstm_memory_advise()]; a call in the order before (shape, then budget) is
 #'   refused. `NULL`: what the model holds now
 #'   plus what its device (or its `memory_limit`) has free.
-#' @param ... Passed to [memory_estimate()]: `training`, `dtype`,
+#' @param ... Passed to [convlstm_memory_estimate()]: `training`, `dtype`,
 #'   `checkpoint`, `recompute_gates`, `accumulation_steps`, `tbptt`,
 #'   `optimizer`, `outputs`.
 #' @return The batch size (an integer; 0 if not even the smallest batch
@@ -357,26 +357,26 @@ print.convlstm_plan <- function(x, ...) {
 #'   batch) and `budget`, of class `convlstm_batch_size`, which prints as
 #'   "Largest batch: 12 (planned 45.2 MiB of 64 MiB)". Arithmetic and
 #'   comparisons on it give plain numbers; `as.integer()` drops the rest.
-#' @seealso [memory_estimate()], [set_memory_limit()].
+#' @seealso [convlstm_memory_estimate()], [convlstm_set_memory_limit()].
 #' @export
 #' @examples
 #' model <- convlstm(1, c(64, 1), 3, device = "cpu")
-#' max_batch_size(model, seq_len = 10, height = 64, width = 64, budget = "16 GiB")
-#' max_batch_size(model, "16 GiB", 10, 64, 64, dtype = "float16", checkpoint = 3)
+#' convlstm_max_batch_size(model, seq_len = 10, height = 64, width = 64, budget = "16 GiB")
+#' convlstm_max_batch_size(model, "16 GiB", 10, 64, 64, dtype = "float16", checkpoint = 3)
 #' convlstm_release(model)
-max_batch_size <- function(model, budget = NULL, seq_len, height, width, ...) {
+convlstm_max_batch_size <- function(model, budget = NULL, seq_len, height, width, ...) {
   if (!missing(budget) && !"budget" %in% names(sys.call())) {
     check_budget_second(budget, if (missing(width)) NULL else width, sys.call())
   }
-  check_dots(list(...), estimate_options(), "max_batch_size")
+  check_dots(list(...), estimate_options(), "convlstm_max_batch_size")
   ptr <- model_ptr(model)
   dots <- list(...)
   if (is_convlstm_forecaster(model)) {
-    # checked here, so that the error names this function, not memory_estimate()
+    # checked here, so that the error names this function, not convlstm_memory_estimate()
     h <- dots$horizon
     if (is.null(h) || (is.numeric(h) && length(h) == 1 && !is.na(h) && h < 1)) {
       abort_convlstm(sprintf(paste0(
-        "max_batch_size() of an encoder-forecaster needs `horizon`, the frames it forecasts ",
+        "convlstm_max_batch_size() of an encoder-forecaster needs `horizon`, the frames it forecasts ",
         "(a whole number >= 1), not %s."), if (is.null(h)) "none" else describe(h)),
         call = sys.call())
     }
@@ -384,7 +384,7 @@ max_batch_size <- function(model, budget = NULL, seq_len, height, width, ...) {
   budget <- resolve_budget(ptr, budget, "budget", sys.call())
   first <- max(1L, as.integer(dots$accumulation_steps %||% 1L))
   reserved_at <- function(b) {
-    est <- memory_estimate(model, b, seq_len, height, width, ...)
+    est <- convlstm_memory_estimate(model, b, seq_len, height, width, ...)
     est$bytes[est$category == "reserved"]
   }
   # The first plan runs unguarded so that bad options are reported; later
@@ -413,7 +413,7 @@ max_batch_size <- function(model, budget = NULL, seq_len, height, width, ...) {
 }
 
 # Until issue 35 the budget came after the shape (model, seq_len, height,
-# width, budget); it is second now, as in memory_advise(). A call in the old
+# width, budget); it is second now, as in convlstm_memory_advise(). A call in the old
 # order would be misread silently (seq_len taken as a budget of a few bytes),
 # so a budget given by position is refused where it reads as that order: a
 # number under 64 KiB (no step fits in it) or no `width` (or a string there).
@@ -422,8 +422,8 @@ check_budget_second <- function(budget, width, call) {
     (is.numeric(budget) && length(budget) == 1 && !is.na(budget) && budget < 65536)
   if (old_order) {
     abort_convlstm(paste0(
-      "max_batch_size() takes `budget` second, as memory_advise() does: ",
-      "max_batch_size(model, budget, seq_len, height, width). A call in the old order ",
+      "convlstm_max_batch_size() takes `budget` second, as convlstm_memory_advise() does: ",
+      "convlstm_max_batch_size(model, budget, seq_len, height, width). A call in the old order ",
       "(the shape first, then the budget) reads its shape as the budget; name the ",
       "arguments or put the budget second."), call = call)
   }
@@ -442,7 +442,7 @@ print.convlstm_batch_size <- function(x, ...) {
   invisible(x)
 }
 
-# max_batch_size()'s answer in arithmetic and comparisons is the number
+# convlstm_max_batch_size()'s answer in arithmetic and comparisons is the number
 # alone: b + 1 is a batch size, not a plan's answer.
 #' @export
 Ops.convlstm_batch_size <- function(e1, e2) {
@@ -450,7 +450,7 @@ Ops.convlstm_batch_size <- function(e1, e2) {
   if (missing(e2)) get(.Generic)(plain(e1)) else get(.Generic)(plain(e1), plain(e2))
 }
 
-# A budget as max_batch_size() and memory_advise() read it: bytes or a size
+# A budget as convlstm_max_batch_size() and convlstm_memory_advise() read it: bytes or a size
 # with a unit, as memory_limit; NULL: what the model holds plus what its
 # device (or its limit) has free.
 resolve_budget <- function(ptr, budget, arg, call) {
@@ -461,8 +461,8 @@ resolve_budget <- function(ptr, budget, arg, call) {
   parse_bytes(budget, arg, call) - s$runtime
 }
 
-# The options memory_estimate() takes beyond the model and the shape (what
-# summary() and max_batch_size() pass on through `...`).
+# The options convlstm_memory_estimate() takes beyond the model and the shape (what
+# summary() and convlstm_max_batch_size() pass on through `...`).
 estimate_options <- function() {
-  setdiff(names(formals(memory_estimate)), c("model", "batch_size", "seq_len", "height", "width"))
+  setdiff(names(formals(convlstm_memory_estimate)), c("model", "batch_size", "seq_len", "height", "width"))
 }

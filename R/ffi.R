@@ -14,7 +14,7 @@
 # structure: c(forecaster, patch, head) (convlstm_forecaster(): c(1, patch, 0); a
 # plain stack: c(0, 0, 0), with a head c(0, 0, 1)).
 # options(convlstm.cuda_graphs = TRUE / FALSE) sets CONVLSTM_CUDA_GRAPHS for
-# the creation only (the CUDA backend reads it then; memory_stats() says
+# the creation only (the CUDA backend reads it then; convlstm_memory_stats() says
 # what it did); NULL leaves the environment as it is.
 c_model_create <- function(input_dim, hidden_dims, geometry, bias, device, dtype,
                            threads, memory_limit, peephole = c(0L, 0L, 0L), dropout = 0,

@@ -11,13 +11,13 @@
 
 #' Train a model over epochs and mini-batches
 #'
-#' Runs [train_step()] on every mini-batch of `x` and `y`, `epochs` times,
+#' Runs [convlstm_train_step()] on every mini-batch of `x` and `y`, `epochs` times,
 #' showing a progress bar with the loss, the elapsed time and the peak
 #' memory, and returns the per-epoch history. The last batch of an epoch may
 #' be smaller than `batch_size`. Pressing Esc or Ctrl-C stops training after
 #' the current batch and returns the epochs completed so far.
 #'
-#' @inheritParams train_step
+#' @inheritParams convlstm_train_step
 #' @param x Inputs `[n, time, channels, height, width]`.
 #' @param y Targets: `[n, hidden, height, width]` for `"last_state"`,
 #'   `[n, time, hidden, height, width]` for `"sequence"`; with a `horizon`
@@ -26,7 +26,7 @@
 #' @param epochs Number of passes over the data.
 #' @param batch_size Samples per training step, at most the number of
 #'   samples (the default, 32, is lowered to it); or `"max"`: the largest
-#'   batch that fits ([max_batch_size()]) in `memory_budget` (without one,
+#'   batch that fits ([convlstm_max_batch_size()]) in `memory_budget` (without one,
 #'   in what the device has free), for the configuration trained with (with
 #'   a `horizon`, its teacher-forced or free-running step, or with a
 #'   schedule of `teacher_forcing` both).
@@ -39,38 +39,38 @@
 #'   keras does) as validation data. Not with `validation_data`.
 #' @param verbose Show progress and a line per epoch.
 #' @param checkpoint,accumulation_steps,tbptt,recompute_gates Memory-saving
-#'   step options, as in [train_step()]; `accumulation_steps` is capped by
+#'   step options, as in [convlstm_train_step()]; `accumulation_steps` is capped by
 #'   the size of each mini-batch.
 #' @param data_on_device `"auto"`, `TRUE` or `FALSE`: upload the whole of
 #'   `x` and `y` to the model's device once ([convlstm_data()]) and take each
 #'   batch there by row numbers, instead of slicing the batch out of the R
 #'   arrays and uploading it at every step. `"auto"` does so when the data
 #'   set and the training step fit together in the capacity
-#'   [memory_stats()] reports (the memory limit when one is set, else what
+#'   [convlstm_memory_stats()] reports (the memory limit when one is set, else what
 #'   the device has free); `TRUE` always (an error of class
 #'   `convlstm_error_oom` if it does not fit); `FALSE` never. The losses are
 #'   the same either way; the data set is freed when training ends. The
 #'   validation data stay in R.
-#' @param callbacks A list of callbacks ([callback()],
-#'   [callback_early_stopping()], [callback_model_checkpoint()],
-#'   [callback_csv_logger()]), called in that order at each point.
+#' @param callbacks A list of callbacks ([convlstm_callback()],
+#'   [convlstm_callback_early_stopping()], [convlstm_callback_model_checkpoint()],
+#'   [convlstm_callback_csv_logger()]), called in that order at each point.
 #' @param lr_scheduler `NULL`, or a learning-rate schedule made from
 #'   `optimizer` ([lr_schedulers]). It is stepped after every epoch
-#'   (`lr_reduce_on_plateau()` with the validation loss, or the training
+#'   (`convlstm_lr_reduce_on_plateau()` with the validation loss, or the training
 #'   loss without validation data), or after every batch for
-#'   `lr_one_cycle()`, and is left in its final state.
-#' @param loss,delta,pos_weight,reduction The loss, as in [train_step()];
+#'   `convlstm_lr_one_cycle()`, and is left in its final state.
+#' @param loss,delta,pos_weight,reduction The loss, as in [convlstm_train_step()];
 #'   the validation loss is the same one. An epoch's loss is its batches'
 #'   losses averaged over their sequences (for `reduction = "sum"`: summed,
 #'   the sum over the epoch's data).
 #' @param weight `NULL`, or a per-element loss weight shaped as `y`, as in
-#'   [train_step()], sliced with each batch (the training set is then not
+#'   [convlstm_train_step()], sliced with each batch (the training set is then not
 #'   uploaded as a data set); with `validation_split` its held-out part
 #'   weights the validation loss, while `validation_data` is unweighted.
 #' @param max_grad_norm `NULL`, or clip every step's gradients by their
-#'   global norm, as in [train_step()]; callbacks' `on_batch_end` then sees
+#'   global norm, as in [convlstm_train_step()]; callbacks' `on_batch_end` then sees
 #'   the norm before clipping as `grad_norm`.
-#' @param resume `NULL`, or a file written by [callback_model_checkpoint()]:
+#' @param resume `NULL`, or a file written by [convlstm_callback_model_checkpoint()]:
 #'   load its weights and optimizer state into `model`, its schedule state
 #'   into `lr_scheduler`, restore R's random number generator and the
 #'   history, and continue with the epoch after the saved one up to `epochs`.
@@ -78,11 +78,11 @@
 #'   was never interrupted (bit for bit on the CPU).
 #' @param memory_budget `NULL`, or the memory training may take (bytes or a
 #'   string such as `"2 GiB"`): the fastest configuration that fits
-#'   ([memory_advise()]: dtype, `checkpoint`, `recompute_gates`,
+#'   ([convlstm_memory_advise()]: dtype, `checkpoint`, `recompute_gates`,
 #'   `accumulation_steps`) is trained with, said in one line; the model's
 #'   dtype is converted if another is chosen. Leave `checkpoint`,
 #'   `recompute_gates`, `accumulation_steps` and `tbptt` out then. With a
-#'   `horizon`, the forecasting step ([memory_advise()] with `horizon` and
+#'   `horizon`, the forecasting step ([convlstm_memory_advise()] with `horizon` and
 #'   `teacher_forcing`): free-running (`teacher_forcing` below 1) without
 #'   `checkpoint` or `recompute_gates`, and with a schedule a configuration
 #'   that fits both the teacher-forced and the free-running step. Not with
@@ -92,13 +92,13 @@
 #'   an error of class `convlstm_error_oom`), and validation data run in
 #'   smaller batches when a batch of theirs would not fit.
 #' @param horizon,teacher_forcing `NULL`, or train every batch as
-#'   [train_step()] with `horizon` (the forecast of the frames in `y`) and
+#'   [convlstm_train_step()] with `horizon` (the forecast of the frames in `y`) and
 #'   `teacher_forcing` (`TRUE`: the true frames fed back; `FALSE`:
 #'   free-running, the model's own; a probability `p`: scheduled sampling,
 #'   each fed-back step of each batch the true frame with probability `p`).
 #'   `teacher_forcing` may also be a function of the epoch number (1, 2,
 #'   ...) returning that epoch's `p`, such as a decay made by
-#'   [sampling_schedule()]; the history then has a column `teacher_forcing`,
+#'   [convlstm_sampling_schedule()]; the history then has a column `teacher_forcing`,
 #'   the `p` each epoch trained with (every forecasting fit has it). The
 #'   coins are drawn from R's random number generator before each batch.
 #'   `target` is then `"sequence"`, the batches are sliced from R arrays
@@ -109,12 +109,12 @@
 #' @param state `NULL` (every batch starts from zeros) or `"carry"`:
 #'   stateful training over consecutive chunks of long sequences, as
 #'   Keras's `stateful = TRUE`. Each batch starts from the state the batch
-#'   before ended with (detached, [train_step()] with `state = "carry"`),
+#'   before ended with (detached, [convlstm_train_step()] with `state = "carry"`),
 #'   so row `i` of batch `k + 1` must continue row `i` of batch `k`: sample
 #'   `(k - 1) * batch_size + i` is chunk `k` of stream `i`. Hence `shuffle
 #'   = FALSE` is required and the number of training samples must be a
 #'   multiple of `batch_size` (every batch the same size); the state is reset
-#'   ([reset_state()]) at the start of every epoch and kept after the last
+#'   ([convlstm_reset_state()]) at the start of every epoch and kept after the last
 #'   batch. Validation losses start from zeros.
 #' @param distributed `NULL` (one process), `TRUE` or the result of
 #'   [convlstm_distributed()]: train data parallel on every process `mpirun`
@@ -134,7 +134,7 @@
 #'   state of its own rows, and the samples must be a multiple of the global
 #'   batch.
 #' @param metrics `NULL`, or score the validation data after every epoch
-#'   with [forecast_metrics()] (metric names, or a list of its arguments as
+#'   with [convlstm_forecast_metrics()] (metric names, or a list of its arguments as
 #'   in [convlstm_evaluate()]): the history gets a column `val_<name>` per
 #'   overall value (`val_mse`, `val_ssim`, `val_csi_0.5`, ...). `"mse"` and
 #'   `"mae"` are means per element, the unit of the loss `"mse"`;
@@ -147,30 +147,30 @@
 #'   `lr` (the learning rate of the epoch's steps; for a per-batch schedule,
 #'   of its last step), `seconds` and `peak_bytes` (bytes: the most the
 #'   model's allocator held allocated at once during the epoch, validation
-#'   included, i.e. [memory_stats()]'s `peak_allocated` after a
-#'   [reset_peak_memory_stats()] at the epoch's start; the step buffers
-#'   earlier calls left are given back ([empty_cache()]) before the first
+#'   included, i.e. [convlstm_memory_stats()]'s `peak_allocated` after a
+#'   [convlstm_reset_peak_memory_stats()] at the epoch's start; the step buffers
+#'   earlier calls left are given back ([convlstm_empty_cache()]) before the first
 #'   epoch, so they do not count; the same for an encoder-forecaster), and the attribute `data_on_device` (whether the
 #'   training set was on the device). It has `print()`, `plot()` and
 #'   (with ggplot2) `autoplot()` methods. With a `horizon`, also the
 #'   column `teacher_forcing`.
-#' @seealso [fit()][fit.convlstm_model] for the same through the generic.
+#' @seealso [generics::fit()][fit.convlstm_model] for the same through the generic.
 #' @export
 #' @examples
 #' set.seed(1)
 #' model <- convlstm(1, c(4, 1), 3, device = "cpu")
 #' x <- array(runif(16 * 3 * 6 * 6), dim = c(16, 3, 1, 6, 6))
 #' y <- array(x[, 3, 1, , ], dim = c(16, 1, 6, 6))  # predict the last frame
-#' history <- convlstm_fit(model, x, y, optimizer_adam(0.01), epochs = 3,
+#' history <- convlstm_fit(model, x, y, convlstm_optimizer_adam(0.01), epochs = 3,
 #'                         batch_size = 8, verbose = FALSE)
 #' history
 #' plot(history)
 #' # a schedule, a validation split and early stopping
-#' opt <- optimizer_adam(0.02)
+#' opt <- convlstm_optimizer_adam(0.02)
 #' history <- convlstm_fit(model, x, y, opt, epochs = 10, batch_size = 4,
 #'                         validation_split = 0.25, verbose = FALSE,
-#'                         lr_scheduler = lr_cosine_annealing(opt, T_max = 10),
-#'                         callbacks = list(callback_early_stopping(patience = 3)))
+#'                         lr_scheduler = convlstm_lr_cosine_annealing(opt, T_max = 10),
+#'                         callbacks = list(convlstm_callback_early_stopping(patience = 3)))
 #' history$lr
 #' # forecasting 2 frames, free-running, the state carried from batch to batch
 #' y2 <- array(runif(16 * 2 * 6 * 6), dim = c(16, 2, 1, 6, 6))
@@ -179,7 +179,7 @@
 #'              verbose = FALSE)
 #' # scheduled sampling, the true frame fed back less and less often
 #' h <- convlstm_fit(model, x, y2, opt, epochs = 3, batch_size = 8, horizon = 2,
-#'                   teacher_forcing = sampling_schedule("exponential", k = 0.5),
+#'                   teacher_forcing = convlstm_sampling_schedule("exponential", k = 0.5),
 #'                   verbose = FALSE)
 #' h$teacher_forcing
 #' convlstm_release(model)
@@ -279,7 +279,7 @@ check_validation_data <- function(v, config, target, horizon = NULL, call = sys.
   list(x = vx, y = vy)
 }
 
-# A fit's horizon: NULL, or list(horizon, p_of), checked as train_step()
+# A fit's horizon: NULL, or list(horizon, p_of), checked as convlstm_train_step()
 # checks them; p_of(epoch): the epoch's teacher forcing as a probability
 # (a constant, or a schedule's value checked when it is read).
 fit_forecast <- function(horizon, teacher_forcing, target_missing, target, config, call) {
@@ -323,12 +323,12 @@ fit_state <- function(state, shuffle, batch_size, memory_budget, call) {
       "`state = \"carry\"` needs a batch size chosen by you (the rows of a batch are the ",
       "streams): not `batch_size = \"max\"`."), call = call)
   }
-  # memory_advise() plans no carried state (its arrays, kept between steps),
+  # convlstm_memory_advise() plans no carried state (its arrays, kept between steps),
   # so a pick could fail on the first step it undersized
   if (!is.null(memory_budget)) {
     abort_convlstm(paste0(
-      "`state = \"carry\"` takes no `memory_budget`: memory_advise() does not plan the carried ",
-      "state. Choose the options yourself (memory_estimate(..., state = \"carry\") shows what ",
+      "`state = \"carry\"` takes no `memory_budget`: convlstm_memory_advise() does not plan the carried ",
+      "state. Choose the options yourself (convlstm_memory_estimate(..., state = \"carry\") shows what ",
       "they take)."), call = call)
   }
   TRUE
@@ -371,7 +371,7 @@ evaluate_loss <- function(ptr, x, y, target, batch_size, loss = NULL, weight = N
 #'
 #' @inheritParams convlstm_fit
 #' @param batch_size Samples per forward call.
-#' @param loss,delta,pos_weight,weight,reduction The loss, as in [train_step()].
+#' @param loss,delta,pos_weight,weight,reduction The loss, as in [convlstm_train_step()].
 #' @param horizon `NULL`, or the loss of the forecast of `horizon` frames
 #'   ([predict()] with `horizon`: free-running, each predicted frame fed
 #'   back) against `y`, `[n, horizon, channels, height, width]`; `target` is
@@ -379,7 +379,7 @@ evaluate_loss <- function(ptr, x, y, target, batch_size, loss = NULL, weight = N
 #'   which feeds nothing back, any `horizon`: the loss of its forecast of
 #'   that many frames, `predict(model, x, horizon)`, against `y` (`NULL`:
 #'   `y`'s frames, `dim(y)[2]`); `target` is not used.
-#' @param metrics `NULL`, or also score the output with [forecast_metrics()]:
+#' @param metrics `NULL`, or also score the output with [convlstm_forecast_metrics()]:
 #'   metric names (`"mse"`, `"mae"`: means per element; `"mse_frame"`,
 #'   `"mae_frame"`: sums per frame; `"ssim"`, `"psnr"`,
 #'   `"cross_entropy"`) or a list of its arguments, e.g. `list(metrics =
@@ -392,7 +392,7 @@ evaluate_loss <- function(ptr, x, y, target, batch_size, loss = NULL, weight = N
 #' # the trained tutorial model (?tutorial_model) on sequences it has not seen
 #' path <- system.file("extdata", "tutorial.safetensors", package = "convlstm")
 #' model <- convlstm_load(path, device = "cpu")
-#' beams <- moving_beams(n = 20, seq_len = 6, size = 24, seed = 2)
+#' beams <- convlstm_moving_beams(n = 20, n_frames = 6, size = 24, seed = 2)
 #' convlstm_evaluate(model, beams$x, beams$y)
 #' mean(beams$y^2)   # the loss of an all-zero forecast
 #' convlstm_evaluate(model, beams$x, beams$y, loss = "mae")

@@ -173,7 +173,7 @@ fit_step_options <- function(f, b, p = 1) {
 # Every change the fit makes before its first step, once every check passed.
 fit_begin <- function(f) {
   if (!is.null(f$budget_line) && f$verbose) cli::cli_alert_info(f$budget_line)
-  if (!is.null(f$dtype) && !identical(f$dtype, f$config$dtype)) set_dtype(f$model, f$dtype)
+  if (!is.null(f$dtype) && !identical(f$dtype, f$config$dtype)) convlstm_set_dtype(f$model, f$dtype)
   # a resumed fit continues after the saved epoch, with its state restored
   f$past <- if (!is.null(f$resume)) {
     resume_fit(f$ptr, f$resume, f$scheduler, f$resume_state)

@@ -54,7 +54,7 @@ fit_epochs <- function(f) {
   history
 }
 
-# The callbacks' context (see ?callback for its fields).
+# The callbacks' context (see ?convlstm_callback for its fields).
 fit_context <- function(f) {
   ctx <- new.env(parent = emptyenv())
   ctx$model <- f$model
@@ -138,7 +138,7 @@ fit_epoch <- function(f, ctx, epoch) {
     peak_bytes = c_memory_stats(f$ptr)$peak_allocated
   )
   if (!is.null(f$forecast)) row$teacher_forcing <- p
-  if (!is.null(f$metric_spec)) { # val_<metric> columns, forecast_metrics() overall
+  if (!is.null(f$metric_spec)) { # val_<metric> columns, convlstm_forecast_metrics() overall
     scores <- evaluate_metrics(f$ptr, f$validation$x, f$validation$y, f$target,
                                f$held$validation_batch, f$forecast$horizon %||% 0L,
                                f$metric_spec)

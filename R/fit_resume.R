@@ -31,7 +31,7 @@ read_fit_checkpoint <- function(path, scheduler, config, call) {
   meta <- as.list(all[startsWith(names(all), "fit.")])
   if (is.null(meta[["fit.epoch"]])) {
     abort_convlstm(sprintf(paste0(
-      "`resume`: '%s' was not written by callback_model_checkpoint() (it has no fit state); ",
+      "`resume`: '%s' was not written by convlstm_callback_model_checkpoint() (it has no fit state); ",
       "to start from its weights, use convlstm_load()."), path), call = call)
   }
   if (!same_architecture(info$config, config)) {
@@ -160,19 +160,19 @@ decode_history <- function(text) {
 check_lr_scheduler <- function(scheduler, optimizer, call = sys.call(-1)) {
   if (is.null(scheduler)) return(NULL)
   if (!is_lr_scheduler(scheduler)) {
-    abort_arg("lr_scheduler", "NULL or a schedule made by lr_step(), lr_cosine_annealing(), ...",
+    abort_arg("lr_scheduler", "NULL or a schedule made by convlstm_lr_step(), convlstm_lr_cosine_annealing(), ...",
               scheduler, call)
   }
   if (!identical(unclass(scheduler$base_optimizer), unclass(optimizer))) {
     abort_convlstm(paste0(
       "`lr_scheduler` was made from another optimizer than `optimizer`; make it from the ",
-      "same one, e.g. lr_step(optimizer, step_size = 10)."
+      "same one, e.g. convlstm_lr_step(optimizer, step_size = 10)."
     ), call = call)
   }
   scheduler
 }
 
-# lr_one_cycle() stops at its total_steps: check before training that the
+# convlstm_lr_one_cycle() stops at its total_steps: check before training that the
 # fit's batches fit in what is left of it (last_epoch: the steps taken, a
 # resume file's when resuming).
 check_schedule_length <- function(scheduler, epochs, n_batches, call,
@@ -182,7 +182,7 @@ check_schedule_length <- function(scheduler, epochs, n_batches, call,
   need <- epochs * n_batches
   if (need > left) {
     abort_convlstm(sprintf(paste0(
-      "`lr_scheduler` (lr_one_cycle) has %d steps left, but the fit takes %d (%d epochs of %d ",
+      "`lr_scheduler` (convlstm_lr_one_cycle) has %d steps left, but the fit takes %d (%d epochs of %d ",
       "batches); make it with epochs = %d, steps_per_epoch = %d."),
       left, need, epochs, n_batches, epochs, n_batches), call = call)
   }

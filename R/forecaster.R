@@ -1,5 +1,5 @@
 # forecaster.R -- Shi et al. (2015)'s encoder-forecaster: its constructor,
-# its training step (train_step() hands an encoder-forecaster here), its
+# its training step (convlstm_train_step() hands an encoder-forecaster here), its
 # prediction and how it prints. The core runs it (src/core/forecast.c);
 # the model is a convlstm_model whose class says it is this one.
 
@@ -24,7 +24,7 @@
 #' `cell_list.<l>.*`, from 0; the forecaster's first layer has one
 #' convolution `conv.weight` `[4h, h, rkh, rkw]` and `conv.bias`), then
 #' `head.weight` `[C p p, sum(hidden_dims), 1, 1]` and `head.bias`
-#' (see [state_dict()]). With 5x5 kernels, hidden sizes 128-64-64, one
+#' (see [convlstm_state_dict()]). With 5x5 kernels, hidden sizes 128-64-64, one
 #' channel and 4x4 patches it has 7,585,296 parameters, Table 1's.
 #'
 #' The model's fields read back what `convlstm_forecaster()` was given, one
@@ -35,7 +35,7 @@
 #' Only `$config`, the core's description, lists both stacks' layers, the
 #' encoder's first.
 #'
-#' Trained with [train_step()] (`y` holds the frames to forecast: their
+#' Trained with [convlstm_train_step()] (`y` holds the frames to forecast: their
 #' number, `dim(y)[2]`, is the forecaster's steps) or [convlstm_fit()]
 #' (epochs of mini-batches, `shuffle`, `verbose`, the loss and its
 #' reduction, `max_grad_norm`, and `validation_data = list(x, y)` whose
@@ -44,8 +44,8 @@
 #' it, which may differ from the training frames'); its other options are
 #' refused as below), predicted with [predict()] and a `horizon`, evaluated with
 #' [convlstm_evaluate()] (any `horizon`), saved with [convlstm_save()],
-#' planned by [memory_estimate()], [max_batch_size()] and
-#' [memory_advise()] (give `horizon`, the forecast frames; the advice
+#' planned by [convlstm_memory_estimate()], [convlstm_max_batch_size()] and
+#' [convlstm_memory_advise()] (give `horizon`, the forecast frames; the advice
 #' offers only what its training runs: today the plain float32 step).
 #' Not supported today: the rows of [convlstm_capabilities()] whose `model` is
 #' `"encoder_forecaster"` and `supported` is `FALSE` (float16 or bfloat16
@@ -77,7 +77,7 @@
 #' @references Shi, X., Chen, Z., Wang, H., Yeung, D.-Y., Wong, W.-K. and
 #'   Woo, W.-C. (2015). Convolutional LSTM network: a machine learning
 #'   approach for precipitation nowcasting. NIPS 28.
-#' @seealso [moving_mnist()] for the paper's data.
+#' @seealso [convlstm_moving_mnist()] for the paper's data.
 #' @export
 #' @examples
 #' set.seed(1)
@@ -85,8 +85,8 @@
 #' model
 #' x <- array(runif(2 * 3 * 8 * 8), dim = c(2, 3, 1, 8, 8))
 #' y <- array(runif(2 * 2 * 8 * 8), dim = c(2, 2, 1, 8, 8))
-#' opt <- optimizer_rmsprop(lr = 1e-3)
-#' train_step(model, x, y, opt, loss = "bce_logits", reduction = "sum")
+#' opt <- convlstm_optimizer_rmsprop(lr = 1e-3)
+#' convlstm_train_step(model, x, y, opt, loss = "bce_logits", reduction = "sum")
 #' dim(predict(model, x, horizon = 2))  # [2, 2, 1, 8, 8]
 #' history <- convlstm_fit(model, x, y, opt, epochs = 2, batch_size = 1, verbose = FALSE,
 #'                         loss = "bce_logits", validation_data = list(x, y))
@@ -127,7 +127,7 @@ convlstm_forecaster <- function(input_dim, hidden_dims, kernel_sizes, patch = 1L
 
 is_convlstm_forecaster <- function(x) inherits(x, "convlstm_forecaster")
 
-# train_step() of an encoder-forecaster: x [B, T, C, H, W] the input frames,
+# convlstm_train_step() of an encoder-forecaster: x [B, T, C, H, W] the input frames,
 # y [B, K, C, H, W] the K frames it forecasts (the options it does not
 # take: refused by the capability table before this).
 forecaster_train_step <- function(model, x, y, optimizer, loss, max_grad_norm, call) {
@@ -181,7 +181,7 @@ forecaster_evaluate <- function(model, x, y, horizon, batch_size, loss, weight, 
   pred <- predict(model, x, horizon = horizon, batch_size = batch_size)
   value <- loss_sum(pred, y, loss, weight) / loss_divisor(loss, length(y), dim(y)[[1]])
   if (is.null(spec)) return(value)
-  c(loss = value, do.call(forecast_metrics, c(list(pred, y), spec))$overall)
+  c(loss = value, do.call(convlstm_forecast_metrics, c(list(pred, y), spec))$overall)
 }
 
 # The stacks' layers as the user gave them (the encoder's; the forecaster

@@ -6,36 +6,34 @@
 # reaches them.
 
 #' @importFrom generics fit
-#' @export
-generics::fit
+NULL
 
 #' @importFrom generics evaluate
-#' @export
-generics::evaluate
+NULL
 
-#' Train and evaluate with the fit() and evaluate() generics
+#' Train and evaluate with the generics::fit() and generics::evaluate() generics
 #'
-#' `fit(model, x, y, optimizer, ...)` is [convlstm_fit()] and
-#' `evaluate(model, x, y, ...)` is [convlstm_evaluate()], for code written
+#' `generics::fit(model, x, y, optimizer, ...)` is [convlstm_fit()] and
+#' `generics::evaluate(model, x, y, ...)` is [convlstm_evaluate()], for code written
 #' against the generics that luz, keras and tidymodels share.
 #'
-#' @param object For `fit()`: a model made by [convlstm()].
-#' @param x For `fit()`: the inputs, as in [convlstm_fit()]. For `evaluate()`:
+#' @param object For `generics::fit()`: a model made by [convlstm()].
+#' @param x For `generics::fit()`: the inputs, as in [convlstm_fit()]. For `generics::evaluate()`:
 #'   the model (the generic's first argument is called `x`).
 #' @param y Targets, as in [convlstm_fit()].
 #' @param optimizer As in [convlstm_fit()].
-#' @param newdata For `evaluate()`: the inputs.
+#' @param newdata For `generics::evaluate()`: the inputs.
 #' @param ... Further arguments of [convlstm_fit()] or
 #'   [convlstm_evaluate()].
-#' @return `fit()`: the history; `evaluate()`: the loss.
+#' @return `generics::fit()`: the history; `generics::evaluate()`: the loss.
 #' @export
 #' @examples
 #' set.seed(1)
 #' model <- convlstm(1, c(4, 1), 3, device = "cpu")
 #' x <- array(runif(8 * 3 * 6 * 6), dim = c(8, 3, 1, 6, 6))
 #' y <- array(x[, 3, 1, , ], dim = c(8, 1, 6, 6))
-#' h <- fit(model, x, y, optimizer_adam(0.01), epochs = 2, verbose = FALSE)
-#' evaluate(model, x, y)
+#' h <- generics::fit(model, x, y, convlstm_optimizer_adam(0.01), epochs = 2, verbose = FALSE)
+#' generics::evaluate(model, x, y)
 #' convlstm_release(model)
 fit.convlstm_model <- function(object, x, y, optimizer, ...) {
   check_dots(list(...), names(formals(convlstm_fit))[-(1:4)], "fit", positional = TRUE)

@@ -1,5 +1,5 @@
-# gpu.R -- gpu_info(): what the CUDA device and libraries are, for users
-# deciding on a device and for bug reports. gpu_available() stays in model.R
+# gpu.R -- convlstm_gpu_info(): what the CUDA device and libraries are, for users
+# deciding on a device and for bug reports. convlstm_gpu_available() stays in model.R
 # beside convlstm(), whose device = "auto" it serves. Nothing here creates a
 # model or holds device memory.
 
@@ -14,11 +14,11 @@
 #'
 #' The memory figures are the whole device's, as `cudaMemGetInfo()` reports
 #' them, including what other processes hold; a model's own use is in
-#' [memory_stats()].
+#' [convlstm_memory_stats()].
 #'
 #' @return A list of class `convlstm_gpu_info` with
 #'   * `available`: `TRUE` when a model can be created with `device = "cuda"`
-#'     (the same answer as [gpu_available()]);
+#'     (the same answer as [convlstm_gpu_available()]);
 #'   * `reason`: why not (`""` when available);
 #'   * `cuda_build`: whether this installation was built with CUDA;
 #'   * `device`, `n_devices`: the device's index and how many are visible;
@@ -30,13 +30,13 @@
 #'     one the package was compiled against.
 #'
 #'   Fields that could not be read are `NA`.
-#' @seealso [gpu_available()], [memory_stats()]
+#' @seealso [convlstm_gpu_available()], [convlstm_memory_stats()]
 #' @export
 #' @examples
-#' info <- gpu_info()
+#' info <- convlstm_gpu_info()
 #' info
 #' if (info$available) info$name else info$reason
-gpu_info <- function() {
+convlstm_gpu_info <- function() {
   structure(c_gpu_info(), class = "convlstm_gpu_info")
 }
 

@@ -11,7 +11,7 @@
 #' with a time axis, a variable of an open netCDF file (`ncdf4`), or a plain
 #' array -- into overlapping windows of `seq_len` frames followed by the
 #' `horizon` frames to forecast, in the layout [convlstm()] models and
-#' `predict(model, x, horizon = )` use. [grid_restore()] puts forecasts
+#' `predict(model, x, horizon = )` use. [convlstm_grid_restore()] puts forecasts
 #' back onto the grid.
 #'
 #' Frames are `[height, width]` with row 1 the first row of the grid as its
@@ -29,7 +29,7 @@
 #'   dimensions are time, height, width and optionally channels, in the
 #'   order `layout` (or its dimension names) declares.
 #' @param seq_len Frames in each window's input: the input steps, as
-#'   `seq_len` is in [memory_estimate()].
+#'   `seq_len` is in [convlstm_memory_estimate()].
 #' @param horizon Frames to forecast after them.
 #' @param stride Frames between the starts of consecutive windows.
 #' @param var For an `ncdf4` object: the name of the variable.
@@ -50,7 +50,7 @@
 #'   error that counts them), or `"mask"`: they become 0 in `x` and `y`,
 #'   and the result has a loss weight `weight`, shaped as `y`, 0 where the
 #'   target cell was missing and 1 elsewhere, to pass with `y` as
-#'   `convlstm_fit(weight = )` or `train_step(weight = )`. Infinite values
+#'   `convlstm_fit(weight = )` or `convlstm_train_step(weight = )`. Infinite values
 #'   are refused either way.
 #' @param ... Nothing: `input`, this argument's name before `seq_len`, is
 #'   refused with an error naming `seq_len`.
@@ -61,17 +61,17 @@
 #'     `[n, horizon]`: the frames of the series in each window;}
 #'   \item{times}{the time of each frame of the series (an integer sequence
 #'     for an array);}
-#'   \item{grid}{what [grid_restore()] needs to rebuild the grid;}
+#'   \item{grid}{what [convlstm_grid_restore()] needs to rebuild the grid;}
 #'   \item{weight}{with `na = "mask"` only: an array shaped as `y`, 1 where
 #'     the target cell was observed and 0 where it was missing.}
-#' @seealso [grid_restore()]; [forecast_metrics()] for CSI, POD and FAR;
+#' @seealso [convlstm_grid_restore()]; [convlstm_forecast_metrics()] for CSI, POD and FAR;
 #'   `vignette("rain", package = "convlstm")`.
 #' @export
 #' @examples
 #' # a plain array [height, width, time]: a blob drifting east
 #' series <- array(0, c(12, 16, 8))
 #' for (t in 1:8) series[5:8, t + 0:3, t] <- 1
-#' w <- grid_windows(series, seq_len = 3, horizon = 2)
+#' w <- convlstm_grid_windows(series, seq_len = 3, horizon = 2)
 #' dim(w$x)   # [4, 3, 1, 12, 16]
 #' dim(w$y)   # [4, 2, 1, 12, 16]
 #' w$target_frames
@@ -80,18 +80,18 @@
 #' if (requireNamespace("stars", quietly = TRUE)) {
 #'   f <- system.file("nc/test_stageiv_xyt.nc", package = "stars")
 #'   rain <- suppressMessages(stars::read_stars(f))
-#'   w <- grid_windows(rain, seq_len = 4, horizon = 2, stride = 3)
+#'   w <- convlstm_grid_windows(rain, seq_len = 4, horizon = 2, stride = 3)
 #'   dim(w$x)
 #'   range(w$times)
 #' }
-grid_windows <- function(data, seq_len, horizon, stride = 1, var = NULL, time_dim = NULL,
+convlstm_grid_windows <- function(data, seq_len, horizon, stride = 1, var = NULL, time_dim = NULL,
                          layout = NULL, na = c("refuse", "mask"), ...) {
   call <- sys.call()
   dots <- list(...)
   if ("input" %in% names(dots)) {
-    abort_renamed_arg("input", "seq_len", "the input frames of each window, as `seq_len` is in memory_estimate().", call)
+    abort_renamed_arg("input", "seq_len", "the input frames of each window, as `seq_len` is in convlstm_memory_estimate().", call)
   }
-  check_dots(dots, character(), "grid_windows", names = "seq_len", call = call)
+  check_dots(dots, character(), "convlstm_grid_windows", names = "seq_len", call = call)
   input <- check_count(seq_len, "seq_len", call = call)
   horizon <- check_count(horizon, "horizon", call = call)
   stride <- check_count(stride, "stride", call = call)
@@ -148,7 +148,7 @@ article <- function(word) if (grepl("^[aeiouAEIOU]", word)) "an" else "a"
 
 #' Put forecast frames back onto the grid they came from
 #'
-#' The inverse of [grid_windows()] for one window: frames in the models'
+#' The inverse of [convlstm_grid_windows()] for one window: frames in the models'
 #' layout become an object of the series' own kind, on its grid, at the
 #' times of that window's targets. A `stars` object keeps its dimensions,
 #' coordinates, reference system and units; a `SpatRaster` its extent,
@@ -163,34 +163,34 @@ article <- function(word) if (grepl("^[aeiouAEIOU]", word)) "an" else "a"
 #'   a row per window (as `predict(model, windows$x, horizon = )` returns
 #'   them; row `window` is used), or one window's, `[1, horizon, channels,
 #'   height, width]` or `[horizon, channels, height, width]`.
-#' @param windows What [grid_windows()] returned.
+#' @param windows What [convlstm_grid_windows()] returned.
 #' @param window Which window the frames forecast: their times are that
 #'   window's target times.
 #' @param path For an `ncdf4` series: the netCDF file to write (it must not
 #'   exist).
 #' @return A `stars` object, a `SpatRaster`, an array, or for an `ncdf4`
 #'   series `path`, invisibly.
-#' @seealso [grid_windows()].
+#' @seealso [convlstm_grid_windows()].
 #' @export
 #' @examples
 #' series <- array(0, c(12, 16, 8))
 #' for (t in 1:8) series[5:8, t + 0:3, t] <- 1
-#' w <- grid_windows(series, seq_len = 3, horizon = 2)
+#' w <- convlstm_grid_windows(series, seq_len = 3, horizon = 2)
 #' persistence <- w$x[, rep(3, 2), , , , drop = FALSE] # the last input frame, copied
-#' back <- grid_restore(persistence, w, window = 4)
+#' back <- convlstm_grid_restore(persistence, w, window = 4)
 #' dim(back)   # [12, 16, 2]: the array's own layout
 #' identical(back[, , 1], series[, , 6])
 #'
 #' if (requireNamespace("stars", quietly = TRUE)) {
 #'   f <- system.file("nc/test_stageiv_xyt.nc", package = "stars")
 #'   rain <- suppressMessages(stars::read_stars(f))
-#'   w <- grid_windows(rain, seq_len = 4, horizon = 2)
-#'   grid_restore(w$x[, c(4, 4), , , , drop = FALSE], w, window = 10)
+#'   w <- convlstm_grid_windows(rain, seq_len = 4, horizon = 2)
+#'   convlstm_grid_restore(w$x[, c(4, 4), , , , drop = FALSE], w, window = 10)
 #' }
-grid_restore <- function(frames, windows, window = 1, path = NULL) {
+convlstm_grid_restore <- function(frames, windows, window = 1, path = NULL) {
   call <- sys.call()
   if (!inherits(windows, "convlstm_grid_windows")) {
-    abort_arg("windows", "what grid_windows() returned", windows, call)
+    abort_arg("windows", "what convlstm_grid_windows() returned", windows, call)
   }
   n <- nrow(windows$target_frames)
   window <- check_count(window, "window", call = call)
@@ -241,7 +241,7 @@ no_time_axis <- function(arg, what, call) {
   abort_convlstm(sprintf("`%s` has no time axis: %s.", arg, what), call = call)
 }
 
-# plain doubles; NA, NaN and Inf are grid_windows()'s to refuse or mask
+# plain doubles; NA, NaN and Inf are convlstm_grid_windows()'s to refuse or mask
 grid_frames_finite <- function(frames, call) {
   dim(frames) <- unname(dim(frames))
   storage.mode(frames) <- "double"

@@ -1,8 +1,8 @@
 # memory.R -- what the model's accounting allocator reports and the knobs on
 # it: bytes per category (parameters, gradients, optimizer, activations,
 # states, workspace, data), current and peak, allocation counts, what is
-# reserved from the device and what the device has free (memory_stats(),
-# memory_summary()); resetting the peaks, giving the step buffers back and
+# reserved from the device and what the device has free (convlstm_memory_stats(),
+# convlstm_memory_summary()); resetting the peaks, giving the step buffers back and
 # the memory limit. Estimates from the memory plan are in estimate.R, runs
 # over batch sizes in profile.R.
 
@@ -12,7 +12,7 @@ mem_categories <- c("parameters", "gradients", "optimizer", "activations", "stat
 #' Memory held by a model
 #'
 #' Every byte the model holds on its device goes through one accounting
-#' allocator, with a category. `memory_stats()` reports, per category, the
+#' allocator, with a category. `convlstm_memory_stats()` reports, per category, the
 #' bytes held now and at the peak, and how many allocations and frees were
 #' made; and in total what is allocated, what the allocator has reserved
 #' from the device, the model's `memory_limit`, and the device's free and
@@ -29,12 +29,12 @@ mem_categories <- c("parameters", "gradients", "optimizer", "activations", "stat
 #' and targets on the device).
 #'
 #' Peaks run from the model's creation or the last
-#' [reset_peak_memory_stats()]. On the CPU, "device" memory is the
+#' [convlstm_reset_peak_memory_stats()]. On the CPU, "device" memory is the
 #' machine's: the total is the `memory_limit` if one is set, else physical
 #' memory.
 #'
 #' **Planned and measured.** The per-category numbers are the allocator's:
-#' it counts what the plan asked for, so they equal [memory_estimate()] by
+#' it counts what the plan asked for, so they equal [convlstm_memory_estimate()] by
 #' construction. What the memory costs is measured apart, by the operating
 #' system and the driver, and reported beside them: `process_rss` and
 #' `process_peak` are the whole R process's resident memory now and its
@@ -58,7 +58,7 @@ mem_categories <- c("parameters", "gradients", "optimizer", "activations", "stat
 #'   `device_used_change` (bytes, `NA` where not measurable),
 #'   `measured_note` (why a measure is `NA`; `""` when none is) and
 #'   `runtime` (the process's device memory outside every model, measured
-#'   once per process: see [memory_estimate()]; 0 on the CPU), and
+#'   once per process: see [convlstm_memory_estimate()]; 0 on the CPU), and
 #'   `cuda_graphs`: what one-graph-per-training-step did (a list: `asked`,
 #'   `on`, the steps `captured`, `replayed` and run `plain`, graphs `held`,
 #'   the device `bytes` their instantiation took as the driver's free memory
@@ -69,17 +69,17 @@ mem_categories <- c("parameters", "gradients", "optimizer", "activations", "stat
 #'   TRUE)` when the model is created (off by default: not yet verified on a
 #'   GPU); all zero on the CPU.
 #'   `as.data.frame()` gives `by_category` with the totals as attributes.
-#' @seealso [memory_summary()] for a printed table, [memory_estimate()] for
+#' @seealso [convlstm_memory_summary()] for a printed table, [convlstm_memory_estimate()] for
 #'   what a step will take before running it.
 #' @export
 #' @examples
 #' model <- convlstm(1, c(8, 1), 3, device = "cpu")
 #' x <- array(runif(2 * 3 * 8 * 8), dim = c(2, 3, 1, 8, 8))
 #' y <- array(runif(2 * 8 * 8), dim = c(2, 1, 8, 8))
-#' train_step(model, x, y, optimizer_adam())
-#' memory_stats(model)
+#' convlstm_train_step(model, x, y, convlstm_optimizer_adam())
+#' convlstm_memory_stats(model)
 #' convlstm_release(model)
-memory_stats <- function(model) {
+convlstm_memory_stats <- function(model) {
   s <- c_memory_stats(model_ptr(model))
   by_category <- data.frame(
     category = s$category, current = s$current, peak = s$peak,
@@ -125,14 +125,14 @@ print.convlstm_memory_stats <- function(x, ...) {
 
 #' A printed table of a model's memory
 #'
-#' The numbers of [memory_stats()] as one table, in the spirit of torch's
+#' The numbers of [convlstm_memory_stats()] as one table, in the spirit of torch's
 #' `cuda_memory_summary()`: per category the bytes held now and at the
 #' peak and the number of allocations and frees; then allocated and
 #' reserved memory, the memory limit and the device's free and total memory.
 #'
 #' Two columns: `Planned` is the allocator's count of what the plan took
-#' (as [memory_estimate()] said before the step), `Measured` what the
-#' operating system or the driver reports (see [memory_stats()]): the
+#' (as [convlstm_memory_estimate()] said before the step), `Measured` what the
+#' operating system or the driver reports (see [convlstm_memory_stats()]): the
 #' process's resident memory and its high-water mark, and on a GPU the
 #' device memory in use and its change since the model was created.
 #'
@@ -143,12 +143,12 @@ print.convlstm_memory_stats <- function(x, ...) {
 #' model <- convlstm(1, c(8, 1), 3, device = "cpu")
 #' x <- array(runif(2 * 3 * 8 * 8), dim = c(2, 3, 1, 8, 8))
 #' y <- array(runif(2 * 8 * 8), dim = c(2, 1, 8, 8))
-#' train_step(model, x, y, optimizer_adam())
-#' memory_summary(model)
+#' convlstm_train_step(model, x, y, convlstm_optimizer_adam())
+#' convlstm_memory_summary(model)
 #' convlstm_release(model)
-memory_summary <- function(model) {
+convlstm_memory_summary <- function(model) {
   ptr <- model_ptr(model)
-  s <- memory_stats(model)
+  s <- convlstm_memory_stats(model)
   config <- c_model_config(ptr)
   text <- format_memory_summary(s, config)
   cat(text, "\n", sep = "")
@@ -222,9 +222,9 @@ measured_line <- function(x) {
 
 #' Reset peaks and give back step memory
 #'
-#' `reset_peak_memory_stats()` starts the peaks of [memory_stats()] afresh
+#' `convlstm_reset_peak_memory_stats()` starts the peaks of [convlstm_memory_stats()] afresh
 #' from what is held now (as torch's `cuda_reset_peak_memory_stats()`), so
-#' the peak of the next step can be read on its own. `empty_cache()` gives
+#' the peak of the next step can be read on its own. `convlstm_empty_cache()` gives
 #' back the buffers of the last step (activations, states, workspace, data);
 #' parameters, gradients and optimizer state stay. The next step plans and
 #' allocates again. A model's memory is otherwise kept between steps of the
@@ -237,21 +237,21 @@ measured_line <- function(x) {
 #' model <- convlstm(1, c(8, 1), 3, device = "cpu")
 #' x <- array(runif(2 * 3 * 8 * 8), dim = c(2, 3, 1, 8, 8))
 #' y <- array(runif(2 * 8 * 8), dim = c(2, 1, 8, 8))
-#' train_step(model, x, y, optimizer_adam())
-#' memory_stats(model)$allocated
-#' empty_cache(model)
-#' memory_stats(model)$allocated    # parameters, gradients, optimizer state
-#' reset_peak_memory_stats(model)
-#' memory_stats(model)$peak_allocated
+#' convlstm_train_step(model, x, y, convlstm_optimizer_adam())
+#' convlstm_memory_stats(model)$allocated
+#' convlstm_empty_cache(model)
+#' convlstm_memory_stats(model)$allocated    # parameters, gradients, optimizer state
+#' convlstm_reset_peak_memory_stats(model)
+#' convlstm_memory_stats(model)$peak_allocated
 #' convlstm_release(model)
-reset_peak_memory_stats <- function(model) {
+convlstm_reset_peak_memory_stats <- function(model) {
   c_memory_reset_peak(model_ptr(model))
   invisible(model)
 }
 
-#' @rdname reset_peak_memory_stats
+#' @rdname convlstm_reset_peak_memory_stats
 #' @export
-empty_cache <- function(model) {
+convlstm_empty_cache <- function(model) {
   c_empty_cache(model_ptr(model))
   invisible(model)
 }
@@ -267,27 +267,27 @@ empty_cache <- function(model) {
 #' sets it at creation.
 #'
 #' A limit below what the model holds now takes effect at its next
-#' allocation; nothing held is given back (see [empty_cache()]).
+#' allocation; nothing held is given back (see [convlstm_empty_cache()]).
 #'
 #' @param model A model created by [convlstm()].
 #' @param bytes `NULL` (no limit beyond the device's capacity), or the limit
 #'   in bytes, or as a string with a unit: `"512 MiB"`, `"2 GiB"`, `"1.5GB"`
 #'   (KiB, MiB, GiB, TiB are powers of 1024; KB, MB, GB, TB of 1000).
 #' @return `model`, invisibly.
-#' @seealso [max_batch_size()] for the largest batch under a limit.
+#' @seealso [convlstm_max_batch_size()] for the largest batch under a limit.
 #' @export
 #' @examples
 #' model <- convlstm(1, c(8, 1), 3, device = "cpu")
-#' set_memory_limit(model, "64 KiB")
+#' convlstm_set_memory_limit(model, "64 KiB")
 #' x <- array(runif(32 * 4 * 16 * 16), dim = c(32, 4, 1, 16, 16))
 #' y <- array(runif(32 * 16 * 16), dim = c(32, 1, 16, 16))
-#' err <- tryCatch(train_step(model, x, y, optimizer_adam()),
+#' err <- tryCatch(convlstm_train_step(model, x, y, convlstm_optimizer_adam()),
 #'                 convlstm_error_oom = function(e) e)
 #' conditionMessage(err)
-#' set_memory_limit(model, NULL)
-#' train_step(model, x, y, optimizer_adam())
+#' convlstm_set_memory_limit(model, NULL)
+#' convlstm_train_step(model, x, y, convlstm_optimizer_adam())
 #' convlstm_release(model)
-set_memory_limit <- function(model, bytes) {
+convlstm_set_memory_limit <- function(model, bytes) {
   ptr <- model_ptr(model)
   bytes <- parse_bytes(bytes, "bytes", sys.call())
   c_set_memory_limit(ptr, bytes)

@@ -5,11 +5,11 @@
 # cross-entropy, and the precipitation scores CSI, POD and FAR at
 # thresholds, and the fractions skill score (FSS) at thresholds and spatial
 # scales as pysteps computes it. Pure R on arrays: it runs no model (convlstm_evaluate() with
-# `metrics` runs the model and calls forecast_metrics()).
+# `metrics` runs the model and calls convlstm_forecast_metrics()).
 
 metric_names <- c("mse", "mae", "mse_frame", "mae_frame", "ssim", "psnr", "cross_entropy")
 
-# What each measure's value is, said once: the prints of forecast_metrics()
+# What each measure's value is, said once: the prints of convlstm_forecast_metrics()
 # and of a fit's history (its val_<name> columns) read it.
 metric_units <- c(
   mse = "mean squared error per element",
@@ -26,7 +26,7 @@ metric_units <- c(
 )
 
 # One line "<name>: <unit>" for each kind of measure among `columns`
-# (names as forecast_metrics() gives them, after `prefix`: "val_" for a
+# (names as convlstm_forecast_metrics() gives them, after `prefix`: "val_" for a
 # fit's history); a threshold's columns (csi_0.5, fss_0.5_scale3) share one
 # line, csi_*.
 metric_footnotes <- function(columns, prefix = "") {
@@ -150,21 +150,21 @@ cat_lines <- function(lines) if (length(lines) > 0) cat(paste0(lines, "\n"), sep
 #'   rainfall accumulations from high-resolution forecasts of convective
 #'   events. Monthly Weather Review 136(1), 78-97.
 #' @seealso [convlstm_evaluate()] with `metrics`, which runs the model and
-#'   calls this; [moving_mnist()]; [grid_windows()] for rain fields.
+#'   calls this; [convlstm_moving_mnist()]; [convlstm_grid_windows()] for rain fields.
 #' @export
 #' @examples
-#' d <- moving_mnist(n = 4, seed = 1)
+#' d <- convlstm_moving_mnist(n = 4, seed = 1)
 #' # the simplest forecast: the last input frame, copied
 #' persistence <- d$x[, rep(10, 10), , , , drop = FALSE]
-#' m <- forecast_metrics(persistence, d$y, metrics = c("mse", "mae", "ssim", "psnr",
+#' m <- convlstm_forecast_metrics(persistence, d$y, metrics = c("mse", "mae", "ssim", "psnr",
 #'                       "cross_entropy"), thresholds = c(0.25, 0.5))
 #' m
 #' m$per_frame[, c("frame", "mse", "ssim", "csi_0.5")]
 #' # the fractions skill score over 1, 5 and 9 pixel squares
-#' f <- forecast_metrics(persistence, d$y, metrics = "mse", thresholds = 0.5,
+#' f <- convlstm_forecast_metrics(persistence, d$y, metrics = "mse", thresholds = 0.5,
 #'                       scales = c(1, 5, 9))
 #' f$overall
-forecast_metrics <- function(forecast, observed, metrics = c("mse", "mae", "ssim", "psnr"),
+convlstm_forecast_metrics <- function(forecast, observed, metrics = c("mse", "mae", "ssim", "psnr"),
                              thresholds = NULL, data_range = 1, ssim_window = 7,
                              ssim_gaussian = FALSE, scales = NULL) {
   call <- sys.call()

@@ -46,9 +46,9 @@
 #'   `"float32"`, or `"float16"` / `"bfloat16"` for mixed precision, which
 #'   halves activation memory. Parameters (the master weights), gradients and
 #'   optimizer state stay float32; with `"float16"` the loss is scaled
-#'   dynamically as torch's `GradScaler` does (see [loss_scale()]). On the CPU
+#'   dynamically as torch's `GradScaler` does (see [convlstm_loss_scale()]). On the CPU
 #'   the half types are storage only (round-to-nearest-even), arithmetic is
-#'   float32. [set_dtype()] (or `model$half()`, `model$bfloat16()`,
+#'   float32. [convlstm_set_dtype()] (or `model$half()`, `model$bfloat16()`,
 #'   `model$float()`) converts an existing model.
 #' @param memory_limit `NULL` (no limit beyond the device's capacity), or the
 #'   most memory the model may hold, in bytes or as a string such as
@@ -98,7 +98,7 @@
 #' @param dropout,recurrent_dropout Dropout of each layer's input `x_t` and
 #'   of its previous hidden state `h_{t-1}`, as Keras's `ConvLSTM2D(dropout =
 #'   , recurrent_dropout = )`: a fraction in `[0, 1)`, one for every layer or
-#'   one per layer (default 0: none). In training ([train_step()],
+#'   one per layer (default 0: none). In training ([convlstm_train_step()],
 #'   [convlstm_fit()], `model$forward()`, and `model(x)` after
 #'   `model$train()`) each sequence gets masks per layer and kind (Gal and
 #'   Ghahramani's variational dropout), of the shape of one step of what they
@@ -114,7 +114,7 @@
 #'   in eval mode, the default) applies no dropout.
 #'   The masks and one masked copy are planned step buffers
 #'   (`dropout_mask_x`, `dropout_mask_h`, `dropout_masked` in
-#'   [memory_estimate()]): a step with dropout takes no memory beyond them.
+#'   [convlstm_memory_estimate()]): a step with dropout takes no memory beyond them.
 #' @param dropout_masks With dropout, `"per_gate"` (the default) gives each
 #'   of the four gates (i, f, o, g) masks of its own, as Keras 3's
 #'   `ConvLSTM2D` does: each gate convolves its own masked copies of `x_t` and
@@ -131,7 +131,7 @@
 #'   It adds `head.weight` `[input_dim, hidden_dims[n_layers], 1, 1]` and
 #'   `head.bias` `[input_dim]` to the parameters (initialised as torch's
 #'   `nn_conv2d()`). Then [predict()] returns the head's frames, the
-#'   training target ([train_step()], [convlstm_fit()]) has `input_dim`
+#'   training target ([convlstm_train_step()], [convlstm_fit()]) has `input_dim`
 #'   channels and is a sequence (`target = "sequence"`), and a `horizon`
 #'   feeds the head's frames back, whatever the last layer's size
 #'   (teacher forcing in training: `teacher_forcing = FALSE` is refused).
@@ -162,22 +162,22 @@
 #'   (`"none"`, `"channel"` or `"position"`), `frame_size`, `dropout`,
 #'   `recurrent_dropout`, `dropout_masks`, `n_parameters`,
 #'   `parameters` (the state dict: a named list of the weights as R arrays),
-#'   and the methods `state_dict()`, `load_state_dict()`, `zero_grad()`,
+#'   and the methods `convlstm_state_dict()`, `convlstm_load_state_dict()`, `convlstm_zero_grad()`,
 #'   `forward()`, and `half()`, `bfloat16()`, `float()` (storage type
-#'   conversion, see [set_dtype()]). For code written for torch modules:
+#'   conversion, see [convlstm_set_dtype()]). For code written for torch modules:
 #'   `train()` makes `model(x)` apply the model's dropout (a training
 #'   forward, which keeps activations, as torch's train mode with autograd
 #'   does) and `eval()` turns that off again (the default); a model without
 #'   dropout infers either way, and says so once a session. [predict()]
-#'   always infers and [train_step()] always trains. A model has no
+#'   always infers and [convlstm_train_step()] always trains. A model has no
 #'   `to()`, `cuda()` or `cpu()`: it stays on the device it was made on, and
 #'   moves by [convlstm_save()] then [convlstm_load()] with `device =`
 #'   (calling one of them says so). Optimizers
 #'   are not built from `model$parameters` as with torch's `optim_adam()`:
-#'   see [optimizer_adam()].
+#'   see [convlstm_optimizer_adam()].
 #'
-#' @seealso [train_step()], [convlstm_fit()], [state_dict()],
-#'   [memory_stats()], [memory_estimate()], [set_memory_limit()],
+#' @seealso [convlstm_train_step()], [convlstm_fit()], [convlstm_state_dict()],
+#'   [convlstm_memory_stats()], [convlstm_memory_estimate()], [convlstm_set_memory_limit()],
 #'   [convlstm_release()].
 #' @export
 #' @examples
@@ -217,7 +217,7 @@
 #' rain <- convlstm(1, c(8, 8), 3, head = "top", device = "cpu")
 #' dim(rain$parameters[["head.weight"]])  # [1, 8, 1, 1]
 #' y <- 20 * x                            # mm/h, say
-#' train_step(rain, x, y, optimizer_adam(lr = 0.01))
+#' convlstm_train_step(rain, x, y, convlstm_optimizer_adam(lr = 0.01))
 #' dim(predict(rain, x))                  # [2, 4, 1, 6, 6]: frames
 #' convlstm_release(rain)
 convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hidden_dims),
@@ -356,7 +356,7 @@ model_config <- function(model) {
 
 # forward: x is run forward only (an output the user reads), where float16
 # storage would turn values beyond its range into silent zeros; a training
-# step instead skips the overflowing step and says so (loss_scale()).
+# step instead skips the overflowing step and says so (convlstm_loss_scale()).
 check_input <- function(x, config, arg, call = sys.call(-1), forward = FALSE) {
   x <- check_array(x, arg, 5, call = call)
   if (dim(x)[[3]] != config$input_dim) {
@@ -382,7 +382,7 @@ check_half_range <- function(x, config, arg, call) {
   abort_convlstm(sprintf(paste0(
     "`%s` has %s of %s values beyond float16's range (magnitude at most 65504), the model's ",
     "storage type; the first, %s, at [%s]. Scale the data, or use a float32 or bfloat16 model ",
-    "(set_dtype())."), arg, format_count(sum(abs(x) > float16_max)), format_count(length(x)),
+    "(convlstm_set_dtype())."), arg, format_count(sum(abs(x) > float16_max)), format_count(length(x)),
     format(x[[first]]), paste(arrayInd(first, dim(x)), collapse = ", ")), call = call)
 }
 
@@ -474,19 +474,19 @@ layers_text <- function(config) {
 #' Layers (input and hidden channels, kernel), parameter counts and bytes,
 #' device, dtype and, for a live model, the memory it holds per category.
 #' Given an `input_shape`, also what a training step on that input takes,
-#' per category, from the memory plan ([memory_estimate()]): like a
+#' per category, from the memory plan ([convlstm_memory_estimate()]): like a
 #' keras or torchinfo summary that also knows training memory.
 #'
 #' @param object A model created by [convlstm()].
 #' @param input_shape `NULL`, or the dims of an input, `c(batch, time,
 #'   channels, height, width)`, for which to estimate a training step's
 #'   memory.
-#' @param ... Passed to [memory_estimate()] with `input_shape`: `training`,
+#' @param ... Passed to [convlstm_memory_estimate()] with `input_shape`: `training`,
 #'   `dtype`, `checkpoint`, `accumulation_steps`, `tbptt`, `optimizer`.
 #' @return An object of class `summary.convlstm_model`: a list with `layers`
 #'   (a data frame), `n_parameters`, `parameter_bytes`, `device`, `dtype`,
-#'   `backend`, `status`, `memory` ([memory_stats()] or `NULL`) and
-#'   `estimate` ([memory_estimate()] for `input_shape`, or `NULL`).
+#'   `backend`, `status`, `memory` ([convlstm_memory_stats()] or `NULL`) and
+#'   `estimate` ([convlstm_memory_estimate()] for `input_shape`, or `NULL`).
 #' @export
 #' @examples
 #' model <- convlstm(1, c(4, 2), 3, device = "cpu")
@@ -503,7 +503,7 @@ summary.convlstm_model <- function(object, input_shape = NULL, ...) {
   estimate <- NULL
   if (!is.null(input_shape)) {
     shape <- check_input_shape(input_shape, config)
-    estimate <- memory_estimate(object, shape[[1]], shape[[2]], shape[[4]], shape[[5]], ...)
+    estimate <- convlstm_memory_estimate(object, shape[[1]], shape[[2]], shape[[4]], shape[[5]], ...)
   }
   structure(list(
     layers = layers,
@@ -514,7 +514,7 @@ summary.convlstm_model <- function(object, input_shape = NULL, ...) {
     backend = config$backend %||% config$device,
     bias = config$bias,
     status = status,
-    memory = if (status == "live") memory_stats(object) else NULL,
+    memory = if (status == "live") convlstm_memory_stats(object) else NULL,
     input_shape = if (is.null(estimate)) NULL else as.integer(input_shape),
     estimate = estimate
   ), class = "summary.convlstm_model")
@@ -566,11 +566,11 @@ model_fields <- c(
   "n_layers", "bias", "device",
   "dtype", "backend", "memory_limit", "peephole", "frame_size", "dropout", "recurrent_dropout",
   "dropout_masks", "n_parameters", "parameters", "state_dict",
-  "load_state_dict", "zero_grad", "forward", "half", "bfloat16", "float", "train", "eval"
+  "convlstm_load_state_dict", "zero_grad", "forward", "half", "bfloat16", "float", "train", "eval"
 )
 
 # torch modules switch between training and evaluation mode. Here
-# predict() and convlstm_evaluate() always infer and train_step() and
+# predict() and convlstm_evaluate() always infer and convlstm_train_step() and
 # convlstm_fit() always train; model$train() and model$eval() decide only
 # whether model(x) applies the model's dropout, so for a model without
 # dropout they change nothing, and say so once a session.
@@ -579,7 +579,7 @@ no_mode_note <- function() {
   the$no_mode_noted <- TRUE
   message(paste0(
     "This convlstm model has no dropout, so it has no train/eval mode: model(x), predict() and ",
-    "convlstm_evaluate() infer, train_step() and convlstm_fit() train; model$train() and ",
+    "convlstm_evaluate() infer, convlstm_train_step() and convlstm_fit() train; model$train() and ",
     "model$eval() change nothing."
   ))
 }
@@ -616,18 +616,18 @@ no_move <- function(model, name, call) {
     hidden_dims = , kernel_sizes = , recurrent_kernel_sizes = , dilation = , n_layers = ,
     dropout = , recurrent_dropout = model_layers(model_config(model), name),
     n_parameters = model_config(model)$n_params,
-    parameters = state_dict(model),
-    state_dict = function() state_dict(model),
+    parameters = convlstm_state_dict(model),
+    state_dict = function() convlstm_state_dict(model),
     load_state_dict = function(state_dict, strict = TRUE) {
-      load_state_dict(model, state_dict, strict = strict)
+      convlstm_load_state_dict(model, state_dict, strict = strict)
     },
-    zero_grad = function() zero_grad(model),
+    zero_grad = function() convlstm_zero_grad(model),
     forward = function(x, training = TRUE, target = NULL) {
       convlstm_forward(model, x, training = training, target = target)
     },
-    half = function() set_dtype(model, "float16"),
-    bfloat16 = function() set_dtype(model, "bfloat16"),
-    float = function() set_dtype(model, "float32"),
+    half = function() convlstm_set_dtype(model, "float16"),
+    bfloat16 = function() convlstm_set_dtype(model, "bfloat16"),
+    float = function() convlstm_set_dtype(model, "float32"),
     train = function(mode = TRUE) {
       mode <- check_flag(mode, "mode")
       set_mode(model, mode)
@@ -657,7 +657,7 @@ model_layers <- function(config, name) {
 #' @export
 `$<-.convlstm_model` <- function(x, name, value) {
   abort_convlstm(
-    "A convlstm model's fields are read-only; use load_state_dict() to change its weights.",
+    "A convlstm model's fields are read-only; use convlstm_load_state_dict() to change its weights.",
     call = sys.call()
   )
 }
@@ -683,7 +683,7 @@ model_layers <- function(config, name) {
 #' hidden state), and returns the K predicted frames. This needs the last
 #' layer's hidden size to equal `input_dim`, as in an encoder-forecaster
 #' whose last layer outputs frames. The rollout keeps only the running
-#' states and the frames: [memory_estimate()] with `training = FALSE,
+#' states and the frames: [convlstm_memory_estimate()] with `training = FALSE,
 #' horizon = K` plans it.
 #'
 #' @param object A model created by [convlstm()].
@@ -709,7 +709,7 @@ model_layers <- function(config, name) {
 #' # the trained tutorial model (?tutorial_model) on sequences it has not seen
 #' path <- system.file("extdata", "tutorial.safetensors", package = "convlstm")
 #' model <- convlstm_load(path, device = "cpu")
-#' beams <- moving_beams(n = 3, seq_len = 6, size = 24, seed = 2)
+#' beams <- convlstm_moving_beams(n = 3, n_frames = 6, size = 24, seed = 2)
 #' dim(predict(model, beams$x))                  # [3, 5, 1, 24, 24]
 #' forecast <- predict(model, beams$x, what = "last_state")
 #' dim(forecast)                                 # [3, 1, 24, 24]: the next frame
@@ -788,24 +788,24 @@ assign_batch <- function(x, idx, value) {
 #' torch modules' methods of those names do.
 #'
 #' With `"float16"` the loss is scaled dynamically, as torch's `GradScaler`
-#' does: [loss_scale()] reports the scaler.
+#' does: [convlstm_loss_scale()] reports the scaler.
 #'
 #' @param model A model created by [convlstm()].
 #' @param dtype `"float32"`, `"float16"` or `"bfloat16"`.
 #' @return `model`, invisibly.
-#' @seealso [memory_estimate()] to see what each dtype takes before
+#' @seealso [convlstm_memory_estimate()] to see what each dtype takes before
 #'   converting.
 #' @export
 #' @examples
 #' model <- convlstm(1, c(4, 1), 3, device = "cpu")
 #' x <- array(runif(2 * 3 * 8 * 8), dim = c(2, 3, 1, 8, 8))
-#' set_dtype(model, "bfloat16")
+#' convlstm_set_dtype(model, "bfloat16")
 #' model$dtype
 #' dim(predict(model, x, what = "last_state"))
 #' model$float()
 #' model$dtype
 #' convlstm_release(model)
-set_dtype <- function(model, dtype) {
+convlstm_set_dtype <- function(model, dtype) {
   ptr <- model_ptr(model)
   dtype <- check_choice(dtype, dtypes(), "dtype")
   c_set_dtype(ptr, dtype)
@@ -819,7 +819,7 @@ set_dtype <- function(model, dtype) {
 #' before the update, as torch's `GradScaler` does: a step whose gradients
 #' hold an infinity or NaN is skipped and the scale halves; after
 #' `growth_interval` clean steps in a row the scale doubles. Every 10th
-#' skipped step in a row, [train_step()] and [convlstm_fit()] warn (class
+#' skipped step in a row, [convlstm_train_step()] and [convlstm_fit()] warn (class
 #' `convlstm_warning_loss_scale`): the parameters have not changed since.
 #' When the scale would fall below 1 the gradients overflow float16 even
 #' unscaled, and the step is an error that says why and what to do.
@@ -834,10 +834,10 @@ set_dtype <- function(model, dtype) {
 #' model <- convlstm(1, c(4, 1), 3, device = "cpu", dtype = "float16")
 #' x <- array(runif(2 * 3 * 8 * 8), dim = c(2, 3, 1, 8, 8))
 #' y <- array(runif(2 * 8 * 8), dim = c(2, 1, 8, 8))
-#' for (i in 1:3) train_step(model, x, y, optimizer_adam())
-#' loss_scale(model)
+#' for (i in 1:3) convlstm_train_step(model, x, y, convlstm_optimizer_adam())
+#' convlstm_loss_scale(model)
 #' convlstm_release(model)
-loss_scale <- function(model) {
+convlstm_loss_scale <- function(model) {
   ptr <- model_ptr(model)
   structure(c(c_loss_scale(ptr), list(dtype = model_config(model)$dtype)),
             class = "convlstm_loss_scale")
@@ -863,7 +863,7 @@ print.convlstm_loss_scale <- function(x, ...) {
 #' at `init_scale`, is multiplied by `backoff_factor` after a step whose
 #' gradients overflow (the step is skipped) and by `growth_factor` after
 #' `growth_interval` clean steps in a row. Setting them starts the scale again
-#' at `init_scale`. They are kept across [set_dtype()] and saved with the
+#' at `init_scale`. They are kept across [convlstm_set_dtype()] and saved with the
 #' model by [convlstm_save()]; they act only while the model stores float16.
 #'
 #' @param model A model created by [convlstm()].
@@ -872,14 +872,14 @@ print.convlstm_loss_scale <- function(x, ...) {
 #' @param growth_factor A number > 1.
 #' @param backoff_factor A number in (0, 1).
 #' @param growth_interval A whole number >= 1.
-#' @return The model's [loss_scale()], invisibly.
+#' @return The model's [convlstm_loss_scale()], invisibly.
 #' @export
 #' @examples
 #' model <- convlstm(1, c(4, 1), 3, device = "cpu", dtype = "float16")
-#' set_loss_scale(model, init_scale = 1024, growth_interval = 100)
-#' loss_scale(model)
+#' convlstm_set_loss_scale(model, init_scale = 1024, growth_interval = 100)
+#' convlstm_loss_scale(model)
 #' convlstm_release(model)
-set_loss_scale <- function(model, init_scale = 65536, growth_factor = 2, backoff_factor = 0.5,
+convlstm_set_loss_scale <- function(model, init_scale = 65536, growth_factor = 2, backoff_factor = 0.5,
                            growth_interval = 2000) {
   ptr <- model_ptr(model)
   call <- sys.call()
@@ -890,7 +890,7 @@ set_loss_scale <- function(model, init_scale = 65536, growth_factor = 2, backoff
                                  min_inclusive = FALSE, call = call)
   growth_interval <- check_count(growth_interval, "growth_interval", call = call)
   c_set_loss_scale(ptr, init_scale, growth_factor, backoff_factor, growth_interval)
-  invisible(loss_scale(model))
+  invisible(convlstm_loss_scale(model))
 }
 
 #' Release a model's memory now
@@ -925,7 +925,7 @@ convlstm_release <- function(model) {
 #' @return `TRUE` or `FALSE`.
 #' @export
 #' @examples
-#' gpu_available()
-gpu_available <- function() {
+#' convlstm_gpu_available()
+convlstm_gpu_available <- function() {
   c_gpu_available()
 }

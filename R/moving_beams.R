@@ -33,9 +33,9 @@
 #'   \item{x}{array `[n, n_frames - 1, 1, size, size]`: the input frames, with a
 #'     channel dimension, in the batch-first layout [convlstm()] models take;}
 #'   \item{y}{array `[n, 1, size, size]`: the frame that follows, the target of
-#'     `train_step(..., target = "last_state")`.}
+#'     `convlstm_train_step(..., target = "last_state")`.}
 #' @examples
-#' d <- moving_beams(n = 4, n_frames = 6, size = 24, seed = 1)
+#' d <- convlstm_moving_beams(n = 4, n_frames = 6, size = 24, seed = 1)
 #' dim(d$x)
 #' dim(d$y)
 #' # the tutorial's view of the target of the first sequence
@@ -48,8 +48,8 @@
 #' }
 #' par(op)
 #' @export
-moving_beams <- function(n = 100, n_frames = 6, size = 24, seed = NULL, ...) {
-  refuse_generator_dots(list(...), "moving_beams", sys.call())
+convlstm_moving_beams <- function(n = 100, n_frames = 6, size = 24, seed = NULL, ...) {
+  refuse_generator_dots(list(...), "convlstm_moving_beams", sys.call())
   n <- beams_check_count(n, "n", 1)
   n_frames <- beams_check_count(n_frames, "n_frames", 2)
   size <- beams_check_count(size, "size", 4)

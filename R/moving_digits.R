@@ -37,7 +37,7 @@ digit_glyph <- function(d, scale) {
 #'
 #' @param n Number of sequences.
 #' @param n_frames Frames per sequence: the input frames and the `horizon`
-#'   frames together (`seq_len` elsewhere, e.g. [memory_estimate()], is the
+#'   frames together (`seq_len` elsewhere, e.g. [convlstm_memory_estimate()], is the
 #'   input steps alone).
 #' @param size Height and width of each frame, in pixels (at least 8).
 #' @param n_digits Digits per sequence.
@@ -60,11 +60,11 @@ digit_glyph <- function(d, scale) {
 #'   \item{y}{array `[n, horizon, 1, size, size]` of the frames that follow,
 #'     or `NULL` when `horizon = 0`;}
 #'   \item{digits}{integer matrix `[n, n_digits]`: the digits drawn.}
-#' @seealso [moving_beams()], the R torch tutorial's simpler data;
+#' @seealso [convlstm_moving_beams()], the R torch tutorial's simpler data;
 #'   [predict.convlstm_model()] with `horizon` to forecast frames.
 #' @export
 #' @examples
-#' d <- moving_digits(n = 2, n_frames = 6, size = 32, horizon = 2, seed = 1)
+#' d <- convlstm_moving_digits(n = 2, n_frames = 6, size = 32, horizon = 2, seed = 1)
 #' dim(d$x)   # [2, 4, 1, 32, 32]
 #' dim(d$y)   # [2, 2, 1, 32, 32]
 #' d$digits
@@ -74,11 +74,11 @@ digit_glyph <- function(d, scale) {
 #'         col = gray.colors(2, start = 1, end = 0))
 #' }
 #' par(op)
-moving_digits <- function(n = 100, n_frames = 20, size = 64, n_digits = 2,
+convlstm_moving_digits <- function(n = 100, n_frames = 20, size = 64, n_digits = 2,
                           scale = max(1, round(0.4 * size / 7)), speed = 2, horizon = 0,
                           seed = NULL, ...) {
   call <- sys.call()
-  refuse_generator_dots(list(...), "moving_digits", call)
+  refuse_generator_dots(list(...), "convlstm_moving_digits", call)
   n <- check_count(n, "n", call = call)
   n_frames <- check_count(n_frames, "n_frames", call = call)
   size <- check_count(size, "size", min = 8, call = call)
@@ -142,19 +142,19 @@ bounce <- function(p0, v, hi, steps) {
 
 # A generator's `...` takes nothing: it is there so that `seq_len`, the name
 # of its frame count before issue 35, is refused naming `n_frames` (seq_len
-# is the input steps alone in memory_estimate() and grid_windows()).
+# is the input steps alone in convlstm_memory_estimate() and convlstm_grid_windows()).
 refuse_generator_dots <- function(dots, fn, call) {
   if ("seq_len" %in% names(dots)) {
     abort_renamed_arg("seq_len", "n_frames", paste0(
       "the frames per sequence, input and horizon together (`seq_len` is the input ",
-      "steps alone, as in memory_estimate())."), call)
+      "steps alone, as in convlstm_memory_estimate())."), call)
   }
   check_dots(dots, character(), fn, names = "n_frames", call = call)
 }
 
 # A generator's horizon: the last `horizon` of `n_frames` frames are the
-# targets, so at least one frame must stay the input (moving_digits(),
-# moving_mnist()).
+# targets, so at least one frame must stay the input (convlstm_moving_digits(),
+# convlstm_moving_mnist()).
 check_generator_horizon <- function(horizon, n_frames, call) {
   horizon <- check_count(horizon, "horizon", min = 0, call = call)
   if (horizon >= n_frames) {

@@ -27,10 +27,10 @@
 #' instead; any idx file of unsigned-byte images no larger than the frame
 #' works.
 #'
-#' @inheritParams moving_digits
+#' @inheritParams convlstm_moving_digits
 #' @param n Number of sequences.
 #' @param n_frames Frames per sequence: the input frames and the `horizon`
-#'   frames together (`seq_len` elsewhere, e.g. [memory_estimate()], is the
+#'   frames together (`seq_len` elsewhere, e.g. [convlstm_memory_estimate()], is the
 #'   input steps alone).
 #' @param size Height and width of each frame, in pixels (at least the
 #'   digits' size, 28 for MNIST).
@@ -60,12 +60,12 @@
 #'
 #'   Shi, X. et al. (2015). Convolutional LSTM network: a machine learning
 #'   approach for precipitation nowcasting. NeurIPS.
-#' @seealso [moving_digits()] for a lighter variant with a bitmap font;
-#'   [read_idx()] to read the digit files; [forecast_metrics()] to score a
+#' @seealso [convlstm_moving_digits()] for a lighter variant with a bitmap font;
+#'   [convlstm_read_idx()] to read the digit files; [convlstm_forecast_metrics()] to score a
 #'   forecast.
 #' @export
 #' @examples
-#' d <- moving_mnist(n = 2, seed = 1)
+#' d <- convlstm_moving_mnist(n = 2, seed = 1)
 #' dim(d$x)   # [2, 10, 1, 64, 64]
 #' dim(d$y)   # [2, 10, 1, 64, 64]
 #' d$digits
@@ -74,10 +74,10 @@
 #'   image(t(d$x[1, t, 1, 64:1, ]), axes = FALSE, col = gray.colors(32, 0, 1))
 #' }
 #' par(op)
-moving_mnist <- function(n = 100, n_frames = 20, size = 64, n_digits = 2, speed = NULL,
+convlstm_moving_mnist <- function(n = 100, n_frames = 20, size = 64, n_digits = 2, speed = NULL,
                          horizon = 10, images = NULL, labels = NULL, seed = NULL, ...) {
   call <- sys.call()
-  refuse_generator_dots(list(...), "moving_mnist", call)
+  refuse_generator_dots(list(...), "convlstm_moving_mnist", call)
   n <- check_count(n, "n", call = call)
   n_frames <- check_count(n_frames, "n_frames", call = call)
   size <- check_count(size, "size", call = call)
@@ -190,16 +190,16 @@ mnist_source <- function(images, labels, call) {
 #' @return An integer array with the file's dimensions (a vector for a
 #'   one-dimensional file), values 0 to 255: `[n, rows, cols]` for an
 #'   images file, length `n` for a labels file.
-#' @seealso [moving_mnist()], which draws its digits from such files.
+#' @seealso [convlstm_moving_mnist()], which draws its digits from such files.
 #' @export
 #' @examples
 #' path <- system.file("extdata", "mnist-subset-images-idx3-ubyte.gz", package = "convlstm")
-#' digits <- read_idx(path)
+#' digits <- convlstm_read_idx(path)
 #' dim(digits)   # [1000, 28, 28]
 #' image(t(digits[1, 28:1, ]), col = gray.colors(32, 1, 0), axes = FALSE)
-read_idx <- function(path) idx_read(path, "path", sys.call())
+convlstm_read_idx <- function(path) idx_read(path, "path", sys.call())
 
-# read_idx() with the argument name and call its messages report.
+# convlstm_read_idx() with the argument name and call its messages report.
 idx_read <- function(path, arg, call) {
   if (!is.character(path) || length(path) != 1 || is.na(path) || !nzchar(path)) {
     abort_arg(arg, "the path of an idx file", path, call)

@@ -7,9 +7,9 @@
 
 #' Optimizers
 #'
-#' `optimizer_adam()`, `optimizer_adamw()`, `optimizer_sgd()` and
-#' `optimizer_rmsprop()` describe the
-#' update that [train_step()], [convlstm_fit()] and [optimizer_step()] apply,
+#' `convlstm_optimizer_adam()`, `convlstm_optimizer_adamw()`, `convlstm_optimizer_sgd()` and
+#' `convlstm_optimizer_rmsprop()` describe the
+#' update that [convlstm_train_step()], [convlstm_fit()] and [convlstm_optimizer_step()] apply,
 #' with the semantics of torch's `optim_adam()` / `torch.optim.Adam` (weight
 #' decay is L2, added to the gradient), `optim_adamw()` / `torch.optim.AdamW`
 #' (decoupled weight decay: each parameter is first multiplied by
@@ -21,21 +21,21 @@
 #' `momentum > 0` a `momentum_buffer` and with `centered = TRUE` the running
 #' average of the gradient `grad_avg`, each starting at zeros). With `amsgrad = TRUE` Adam and AdamW divide by the
 #' running maximum of the second moment (torch's `max_exp_avg_sq`, one more
-#' tensor of the parameters' size, counted by [memory_estimate()] and saved
+#' tensor of the parameters' size, counted by [convlstm_memory_estimate()] and saved
 #' by [convlstm_save()]).
 #'
 #' The optimizer's state (Adam's first and second moments and step count,
 #' SGD's momentum buffer, RMSprop's `square_avg`, `momentum_buffer` and
 #' `grad_avg`) is kept in the model, next to the parameters it
-#' updates, so it is counted in [memory_stats()] under `optimizer`. It is
+#' updates, so it is counted in [convlstm_memory_stats()] under `optimizer`. It is
 #' created by the first step and reset when a step uses the other kind of
 #' optimizer.
 #'
 #' **Coming from torch:** `optim_adam(model$parameters, lr = 0.01)` is
-#' written `optimizer_adam(lr = 0.01)` here, with no parameters (the model
+#' written `convlstm_optimizer_adam(lr = 0.01)` here, with no parameters (the model
 #' holds them, and the optimizer's state), and `opt$step()` is
-#' [train_step()] or [optimizer_step()]. Learning-rate schedules take the
-#' optimizer as in torch: [lr_step()] and the others ([lr_schedulers]).
+#' [convlstm_train_step()] or [convlstm_optimizer_step()]. Learning-rate schedules take the
+#' optimizer as in torch: [convlstm_lr_step()] and the others ([lr_schedulers]).
 #'
 #' @param lr Learning rate.
 #' @param betas Coefficients of the running averages of the gradient and of
@@ -55,29 +55,29 @@
 #' @name optimizers
 #' @aliases optim_adam optim_adamw optim_sgd optim_rmsprop
 #' @examples
-#' optimizer_adam(lr = 0.01)
-#' optimizer_adamw(lr = 0.01, weight_decay = 0.05, amsgrad = TRUE)
-#' optimizer_sgd(lr = 0.1, momentum = 0.9)
-#' optimizer_rmsprop(lr = 1e-3, alpha = 0.9, centered = TRUE)
+#' convlstm_optimizer_adam(lr = 0.01)
+#' convlstm_optimizer_adamw(lr = 0.01, weight_decay = 0.05, amsgrad = TRUE)
+#' convlstm_optimizer_sgd(lr = 0.1, momentum = 0.9)
+#' convlstm_optimizer_rmsprop(lr = 1e-3, alpha = 0.9, centered = TRUE)
 #'
 #' # one RMSprop step on the CPU
 #' model <- convlstm(input_dim = 1, hidden_dims = 2, kernel_sizes = 3)
 #' x <- array(runif(2 * 3 * 1 * 6 * 6), c(2, 3, 1, 6, 6))
 #' y <- array(runif(2 * 2 * 6 * 6), c(2, 2, 6, 6))
-#' train_step(model, x, y, optimizer_rmsprop())
+#' convlstm_train_step(model, x, y, convlstm_optimizer_rmsprop())
 #' convlstm_release(model)
 NULL
 
 #' @rdname optimizers
 #' @export
-optimizer_adam <- function(lr = 1e-3, betas = c(0.9, 0.999), eps = 1e-8, weight_decay = 0,
+convlstm_optimizer_adam <- function(lr = 1e-3, betas = c(0.9, 0.999), eps = 1e-8, weight_decay = 0,
                            amsgrad = FALSE) {
   adam_family("adam", lr, betas, eps, weight_decay, amsgrad, sys.call())
 }
 
 #' @rdname optimizers
 #' @export
-optimizer_adamw <- function(lr = 1e-3, betas = c(0.9, 0.999), eps = 1e-8, weight_decay = 0.01,
+convlstm_optimizer_adamw <- function(lr = 1e-3, betas = c(0.9, 0.999), eps = 1e-8, weight_decay = 0.01,
                             amsgrad = FALSE) {
   adam_family("adamw", lr, betas, eps, weight_decay, amsgrad, sys.call())
 }
@@ -103,7 +103,7 @@ adam_family <- function(kind, lr, betas, eps, weight_decay, amsgrad, call) {
 
 #' @rdname optimizers
 #' @export
-optimizer_sgd <- function(lr, momentum = 0, weight_decay = 0) {
+convlstm_optimizer_sgd <- function(lr, momentum = 0, weight_decay = 0) {
   if (missing(lr)) {
     abort_convlstm("`lr` must be given: SGD has no default learning rate.", call = sys.call())
   }
@@ -120,7 +120,7 @@ optimizer_sgd <- function(lr, momentum = 0, weight_decay = 0) {
 
 #' @rdname optimizers
 #' @export
-optimizer_rmsprop <- function(lr = 0.01, alpha = 0.99, eps = 1e-8, weight_decay = 0,
+convlstm_optimizer_rmsprop <- function(lr = 0.01, alpha = 0.99, eps = 1e-8, weight_decay = 0,
                               momentum = 0, centered = FALSE) {
   call <- sys.call()
   lr <- check_number(lr, "lr", min = 0, call = call)
@@ -162,8 +162,8 @@ optimizer_names <- c(adam = "Adam", adamw = "AdamW", sgd = "SGD", rmsprop = "RMS
 
 check_optimizer <- function(x, arg = "optimizer", call = sys.call(-1)) {
   if (!inherits(x, "convlstm_optimizer") || !isTRUE(x$kind %in% names(optimizer_names))) {
-    abort_arg(arg, paste("an optimizer made by optimizer_adam(), optimizer_adamw(),",
-                         "optimizer_sgd() or optimizer_rmsprop()"), x, call)
+    abort_arg(arg, paste("an optimizer made by convlstm_optimizer_adam(), convlstm_optimizer_adamw(),",
+                         "convlstm_optimizer_sgd() or convlstm_optimizer_rmsprop()"), x, call)
   }
   x
 }

@@ -1,4 +1,4 @@
-# profile.R -- memory per batch size, measured: memory_profile() runs real
+# profile.R -- memory per batch size, measured: convlstm_memory_profile() runs real
 # training steps on random data for each batch size and records the peak of
 # every memory category, the reserved memory, the plan's estimate and the
 # speed; print() and plot() show the result. Estimates alone (no steps) are
@@ -19,7 +19,7 @@
 #' that does not fit (an error of class `convlstm_error_oom`) gets a row
 #' with `oom = TRUE` and missing measurements; the others still run.
 #'
-#' @inheritParams memory_estimate
+#' @inheritParams convlstm_memory_estimate
 #' @param batch_sizes Batch sizes to run (whole numbers).
 #' @param seq_len,height,width The input's number of time steps, height and
 #'   width.
@@ -27,8 +27,8 @@
 #'   plans and allocates; when `steps > 1` it is not timed. `0` runs nothing:
 #'   the category columns then hold the plan's estimate (instant for any
 #'   batch size, any budget), `peak`, `reserved` and the timings are `NA`.
-#' @param target,optimizer As in [train_step()].
-#' @param ... Step options passed to [train_step()] and [memory_estimate()]:
+#' @param target,optimizer As in [convlstm_train_step()].
+#' @param ... Step options passed to [convlstm_train_step()] and [convlstm_memory_estimate()]:
 #'   `checkpoint`, `accumulation_steps`, `tbptt`, `recompute_gates`.
 #' @return A data frame of class `convlstm_memory_profile`, one row per
 #'   batch size, with columns `batch_size`; the peak bytes of each category
@@ -38,19 +38,19 @@
 #'   `samples_per_second` and `oom`. Attributes record the shape, options,
 #'   dtype, device and `capacity` (the device's total memory, or the memory
 #'   limit). It has `print()` and `plot()` methods.
-#' @seealso [memory_estimate()] for the estimate alone (any batch size,
-#'   instantly), [max_batch_size()].
+#' @seealso [convlstm_memory_estimate()] for the estimate alone (any batch size,
+#'   instantly), [convlstm_max_batch_size()].
 #' @export
 #' @examples
 #' model <- convlstm(1, c(8, 1), 3, device = "cpu")
-#' prof <- memory_profile(model, batch_sizes = c(1, 2, 4, 8), seq_len = 4,
+#' prof <- convlstm_memory_profile(model, batch_sizes = c(1, 2, 4, 8), seq_len = 4,
 #'                        height = 16, width = 16)
 #' prof
 #' plot(prof)
 #' convlstm_release(model)
-memory_profile <- function(model, batch_sizes, seq_len, height, width, steps = 2,
+convlstm_memory_profile <- function(model, batch_sizes, seq_len, height, width, steps = 2,
                            target = c("last_state", "sequence"),
-                           optimizer = optimizer_adam(), ...) {
+                           optimizer = convlstm_optimizer_adam(), ...) {
   ptr <- model_ptr(model)
   batch_sizes <- check_counts(batch_sizes, "batch_sizes")
   seq_len <- check_count(seq_len, "seq_len")
@@ -86,7 +86,7 @@ memory_profile <- function(model, batch_sizes, seq_len, height, width, steps = 2
 
   C <- config$input_dim
   rows <- lapply(batch_sizes, function(B) {
-    est <- memory_estimate(copy, B, seq_len, height, width, optimizer = optimizer,
+    est <- convlstm_memory_estimate(copy, B, seq_len, height, width, optimizer = optimizer,
                            checkpoint = checkpoint, accumulation_steps = accumulation_steps,
                            tbptt = tbptt, recompute_gates = recompute_gates, target = target)
     if (steps == 0) {
@@ -108,7 +108,7 @@ memory_profile <- function(model, batch_sizes, seq_len, height, width, steps = 2
     for (i in seq_len(steps)) {
       t0 <- now()
       ok <- tryCatch({
-        train_step(copy, x, y, optimizer, target = target, checkpoint = checkpoint,
+        convlstm_train_step(copy, x, y, optimizer, target = target, checkpoint = checkpoint,
                    accumulation_steps = accumulation_steps, tbptt = tbptt,
                    recompute_gates = recompute_gates)
         TRUE
@@ -170,7 +170,7 @@ copy_model <- function(model, config) {
     memory_limit = if (config$memory_limit > 0) config$memory_limit else NULL,
     threads = if (config$threads > 0) config$threads else NULL
   )
-  load_state_dict(copy, state_dict(model))
+  convlstm_load_state_dict(copy, convlstm_state_dict(model))
   copy
 }
 
@@ -227,7 +227,7 @@ print.convlstm_memory_profile <- function(x, ...) {
 #' the legend when it lies far above the data). For a profile of estimates
 #' (`steps = 0`) the areas are the estimate's categories. Base graphics.
 #'
-#' @param x A `convlstm_memory_profile` from [memory_profile()].
+#' @param x A `convlstm_memory_profile` from [convlstm_memory_profile()].
 #' @param y Unused.
 #' @param capacity The capacity line, in bytes: the device's (or the memory
 #'   limit) by default; `NA` for none.

@@ -1,7 +1,7 @@
 # sampling.R -- scheduled sampling for forecasting (Bengio et al. 2015):
 # `teacher_forcing` as a probability p, the coins that decide which of a
 # train step's fed-back steps read the true frame, and schedules of p over
-# epochs for convlstm_fit() (sampling_schedule()).
+# epochs for convlstm_fit() (convlstm_sampling_schedule()).
 #
 # The coins are drawn here, from R's generator, so set.seed() reproduces a
 # run; the step itself (src/core/train.c, forward.c, backward.c) only reads
@@ -16,7 +16,7 @@
 #' Prediction with Recurrent Neural Networks") trains a forecast by feeding
 #' back the true frame with a probability that decays over training, so the
 #' model moves from teacher forcing towards reading its own predictions, as
-#' it must when it forecasts. `sampling_schedule()` makes such a decay for
+#' it must when it forecasts. `convlstm_sampling_schedule()` makes such a decay for
 #' `convlstm_fit(teacher_forcing = )`: a function of the epoch number
 #' (1, 2, ...) returning the probability `p` of that epoch's steps, with `i
 #' = epoch - 1` the epochs completed before it:
@@ -30,7 +30,7 @@
 #' exactly 1 trains teacher-forced and one whose `p` is 0 free-running, as
 #' `teacher_forcing = TRUE` and `FALSE` do; in between, each of a step's
 #' `horizon - 1` fed-back steps reads the true frame with probability `p`
-#' (see [train_step()]). Any function of the epoch returning a number in
+#' (see [convlstm_train_step()]). Any function of the epoch returning a number in
 #' `[0, 1]` serves as well.
 #'
 #' @param type `"inverse_sigmoid"`, `"exponential"` or `"linear"`.
@@ -38,23 +38,23 @@
 #' @param min The floor every schedule decays towards (in `[0, 1]`).
 #' @return A function of the epoch number returning `p`, of class
 #'   `convlstm_sampling_schedule` (it prints its first values).
-#' @seealso [convlstm_fit()], [train_step()] with `teacher_forcing` a
+#' @seealso [convlstm_fit()], [convlstm_train_step()] with `teacher_forcing` a
 #'   probability.
 #' @export
 #' @examples
-#' s <- sampling_schedule("inverse_sigmoid", k = 3)
+#' s <- convlstm_sampling_schedule("inverse_sigmoid", k = 3)
 #' s
 #' round(s(1:10), 3)
 #' set.seed(1)
 #' model <- convlstm(1, c(4, 1), 3, device = "cpu")
 #' x <- array(runif(8 * 3 * 6 * 6), dim = c(8, 3, 1, 6, 6))
 #' y <- array(runif(8 * 3 * 6 * 6), dim = c(8, 3, 1, 6, 6))
-#' history <- convlstm_fit(model, x, y, optimizer_adam(0.01), epochs = 3,
+#' history <- convlstm_fit(model, x, y, convlstm_optimizer_adam(0.01), epochs = 3,
 #'                         batch_size = 4, horizon = 3, verbose = FALSE,
-#'                         teacher_forcing = sampling_schedule("linear", k = 0.4))
+#'                         teacher_forcing = convlstm_sampling_schedule("linear", k = 0.4))
 #' history$teacher_forcing # 1, 0.6, 0.2: the p each epoch trained with
 #' convlstm_release(model)
-sampling_schedule <- function(type = c("inverse_sigmoid", "exponential", "linear"), k,
+convlstm_sampling_schedule <- function(type = c("inverse_sigmoid", "exponential", "linear"), k,
                               min = 0) {
   call <- sys.call()
   type <- check_choice(type, c("inverse_sigmoid", "exponential", "linear"), "type", call = call)

@@ -12,19 +12,19 @@
 #' safetensors file (the format of Hugging Face's safetensors library).
 #' `convlstm_load()` creates a model from such a file; if the file holds an
 #' optimizer, its state is restored inside the model, so that the next
-#' [train_step()] or [convlstm_fit()] with the saved optimizer continues the
+#' [convlstm_train_step()] or [convlstm_fit()] with the saved optimizer continues the
 #' saved run exactly: the losses are those of a run that was never
 #' interrupted (same data order, same number of threads on the CPU).
 #' `convlstm_file_info()` reads a file's description without creating a
 #' model.
 #'
-#' The tensors are named as in [state_dict()] (`cell_list.<l>.conv.weight`,
+#' The tensors are named as in [convlstm_state_dict()] (`cell_list.<l>.conv.weight`,
 #' `cell_list.<l>.conv.bias`; `conv_x.weight`, `conv_x.bias` and
 #' `conv_h.weight` for a layer of two kernels, whose sizes the metadata
 #' keeps as `convlstm.recurrent_kernel_sizes` and
 #' `convlstm.recurrent_kernel_widths`), float32 in torch's layout, so the file opens
 #' in PyTorch with `safetensors.torch.load_file()` and loads into the R
-#' torch tutorial's module with `load_state_dict()`. Optimizer state is in
+#' torch tutorial's module with `convlstm_load_state_dict()`. Optimizer state is in
 #' extra tensors named `optimizer.exp_avg.<name>`,
 #' `optimizer.exp_avg_sq.<name>`, `optimizer.momentum_buffer.<name>` (and
 #' for RMSprop `optimizer.square_avg.<name>`, `optimizer.grad_avg.<name>`), and
@@ -49,30 +49,30 @@
 #' @param model A model created by [convlstm()] or `convlstm_load()`.
 #' @param path File name; `.safetensors` is the usual extension.
 #' @param optimizer `NULL` to save the weights only, or the optimizer
-#'   ([optimizer_adam()], [optimizer_sgd()]) the model is being trained with:
+#'   ([convlstm_optimizer_adam()], [convlstm_optimizer_sgd()]) the model is being trained with:
 #'   its hyperparameters and the state the model holds for it are saved.
 #' @param metadata `NULL`, or a named character vector (or named list of
 #'   single strings) of your own entries for the file's metadata, such as
 #'   `c(epoch = "12")`. Names `"format"`, `"convlstm.*"` and `"fit.*"` (a
-#'   fit checkpoint's state, see [callback_model_checkpoint()]) are reserved.
+#'   fit checkpoint's state, see [convlstm_callback_model_checkpoint()]) are reserved.
 #' @return `convlstm_save()`: `path`, invisibly.
-#' @seealso [state_dict()] for the weights as R arrays.
+#' @seealso [convlstm_state_dict()] for the weights as R arrays.
 #' @export
 #' @examples
 #' set.seed(1)
 #' model <- convlstm(1, c(4, 1), 3, device = "cpu")
 #' x <- array(runif(4 * 3 * 6 * 6), dim = c(4, 3, 1, 6, 6))
 #' y <- array(runif(4 * 6 * 6), dim = c(4, 1, 6, 6))
-#' opt <- optimizer_adam(lr = 0.01)
-#' train_step(model, x, y, opt)
+#' opt <- convlstm_optimizer_adam(lr = 0.01)
+#' convlstm_train_step(model, x, y, opt)
 #' path <- tempfile(fileext = ".safetensors")
 #' convlstm_save(model, path, optimizer = opt, metadata = c(epoch = "1"))
 #' convlstm_file_info(path)$metadata[["epoch"]]
 #'
 #' resumed <- convlstm_load(path, device = "cpu")
-#' opt <- attr(resumed, "optimizer")   # optimizer_adam(lr = 0.01)
-#' train_step(resumed, x, y, opt)      # the same loss as train_step(model, x, y, opt)
-#' train_step(model, x, y, opt)
+#' opt <- attr(resumed, "optimizer")   # convlstm_optimizer_adam(lr = 0.01)
+#' convlstm_train_step(resumed, x, y, opt)      # the same loss as convlstm_train_step(model, x, y, opt)
+#' convlstm_train_step(model, x, y, opt)
 #' convlstm_release(model); convlstm_release(resumed); unlink(path)
 convlstm_save <- function(model, path, optimizer = NULL, metadata = NULL) {
   ptr <- model_ptr(model)
@@ -99,8 +99,8 @@ convlstm_save <- function(model, path, optimizer = NULL, metadata = NULL) {
 #'   fresh optimizer).
 #' @return `convlstm_load()`: a model. If the file holds an optimizer, the
 #'   model's attribute `"optimizer"` is that optimizer (an
-#'   [optimizer_adam()] or [optimizer_sgd()] with the saved
-#'   hyperparameters), to pass to [train_step()] or [convlstm_fit()];
+#'   [convlstm_optimizer_adam()] or [convlstm_optimizer_sgd()] with the saved
+#'   hyperparameters), to pass to [convlstm_train_step()] or [convlstm_fit()];
 #'   otherwise it is `NULL`. The attribute `"metadata"` holds the file's own
 #'   metadata entries (those that `convlstm_save()` was given) as a named
 #'   character vector.
@@ -211,14 +211,14 @@ saved_optimizer <- function(info) {
   v <- info$optimizer
   if (is.null(v)) return(NULL)
   if (v$kind %in% c("adam", "adamw")) {
-    make <- if (identical(v$kind, "adam")) optimizer_adam else optimizer_adamw
+    make <- if (identical(v$kind, "adam")) convlstm_optimizer_adam else convlstm_optimizer_adamw
     make(lr = v$lr, betas = c(v$beta1, v$beta2), eps = v$eps, weight_decay = v$weight_decay,
          amsgrad = isTRUE(v$amsgrad))
   } else if (identical(v$kind, "rmsprop")) {
-    optimizer_rmsprop(lr = v$lr, alpha = v$alpha, eps = v$eps, weight_decay = v$weight_decay,
+    convlstm_optimizer_rmsprop(lr = v$lr, alpha = v$alpha, eps = v$eps, weight_decay = v$weight_decay,
                       momentum = v$momentum, centered = isTRUE(v$centered))
   } else {
-    optimizer_sgd(lr = v$lr, momentum = v$momentum, weight_decay = v$weight_decay)
+    convlstm_optimizer_sgd(lr = v$lr, momentum = v$momentum, weight_decay = v$weight_decay)
   }
 }
 
@@ -270,7 +270,7 @@ check_metadata <- function(metadata, call) {
       call = call
     )
   }
-  # fit.*: a fit checkpoint's state (callback_model_checkpoint()), which
+  # fit.*: a fit checkpoint's state (convlstm_callback_model_checkpoint()), which
   # convlstm_fit(resume = ) trusts
   reserved <- keys == "format" | startsWith(keys, "convlstm.") | startsWith(keys, "fit.")
   if (any(reserved)) {

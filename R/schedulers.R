@@ -1,6 +1,6 @@
 # schedulers.R -- learning-rate schedules with R torch's names and
-# semantics (lr_step(), lr_multiplicative(), lr_cosine_annealing(),
-# lr_one_cycle(), lr_reduce_on_plateau()).
+# semantics (convlstm_lr_step(), convlstm_lr_multiplicative(), convlstm_lr_cosine_annealing(),
+# convlstm_lr_one_cycle(), convlstm_lr_reduce_on_plateau()).
 #
 # An optimizer here is a value (a validated list the step reads), not an
 # object holding parameters, and its moments live in the model, keyed only by
@@ -8,28 +8,28 @@
 # therefore a small mutable object (an environment) holding the optimizer it
 # was made from and its schedule's state; `$step()` advances it and
 # `$optimizer` is the optimizer with the current lr, to pass to the next
-# train_step(). The values follow torch's schedulers (checked against
+# convlstm_train_step(). The values follow torch's schedulers (checked against
 # PyTorch 1.13 in test-schedulers.R).
 
 #' Learning-rate schedules
 #'
 #' Schedules with the names, arguments and values of R torch's (and
 #' PyTorch's) learning-rate schedulers. Make one from an optimizer, then call
-#' `sched$step()` after each epoch (or, for `lr_one_cycle()`, after each
+#' `sched$step()` after each epoch (or, for `convlstm_lr_one_cycle()`, after each
 #' batch) and train with `sched$optimizer`, the optimizer with the current
 #' learning rate. [convlstm_fit()] does both when given `lr_scheduler =`.
 #'
-#' * `lr_step()`: the rate times `gamma` every `step_size` epochs
+#' * `convlstm_lr_step()`: the rate times `gamma` every `step_size` epochs
 #'   (`torch.optim.lr_scheduler.StepLR`). Steps per epoch.
-#' * `lr_multiplicative()`: the rate times `lr_lambda(epoch)` at every step
+#' * `convlstm_lr_multiplicative()`: the rate times `lr_lambda(epoch)` at every step
 #'   (`MultiplicativeLR`). Steps per epoch.
-#' * `lr_cosine_annealing()`: from the optimizer's rate down to `eta_min`
+#' * `convlstm_lr_cosine_annealing()`: from the optimizer's rate down to `eta_min`
 #'   over `T_max` epochs along a half cosine, then back up, periodically
 #'   (`CosineAnnealingLR`). With `warmup > 0`, first a linear warm-up from
 #'   `warmup_start_factor` times the rate to the rate over `warmup` epochs,
 #'   and then the cosine (as torch's `SequentialLR` of `LinearLR` and
 #'   `CosineAnnealingLR` with the milestone `warmup`). Steps per epoch.
-#' * `lr_one_cycle()`: the 1cycle policy (`OneCycleLR`): up from
+#' * `convlstm_lr_one_cycle()`: the 1cycle policy (`OneCycleLR`): up from
 #'   `max_lr / div_factor` to `max_lr` over the first `pct_start` of
 #'   `total_steps`, then down to `max_lr / div_factor / final_div_factor`;
 #'   with `cycle_momentum`, Adam's first beta (or SGD's or RMSprop's
@@ -37,23 +37,23 @@
 #'   opposite way between `max_momentum` and `base_momentum`. **Steps per
 #'   batch**, as in R torch: `total_steps` is `epochs * steps_per_epoch`
 #'   batches, and stepping past it is an error.
-#' * `lr_reduce_on_plateau()`: the rate times `factor` once the monitored
+#' * `convlstm_lr_reduce_on_plateau()`: the rate times `factor` once the monitored
 #'   value has not improved for more than `patience` epochs
 #'   (`ReduceLROnPlateau`); `sched$step(value)` takes that value.
 #'   [convlstm_fit()] passes the validation loss, or the training loss
 #'   without validation data. Steps per epoch.
 #'
 #' The object's fields and methods, as in R torch: `sched$step()` (or
-#' `sched$step(value)` for `lr_reduce_on_plateau()`), `sched$get_lr()` (the
+#' `sched$step(value)` for `convlstm_lr_reduce_on_plateau()`), `sched$get_lr()` (the
 #' current rate), `sched$last_epoch` (steps taken), `sched$optimizer` (the
 #' optimizer to use for the next step), `sched$state_dict()` and
 #' `sched$load_state_dict(state)`. The schedule's state is saved with the
-#' model by [callback_model_checkpoint()] and restored by
+#' model by [convlstm_callback_model_checkpoint()] and restored by
 #' `convlstm_fit(resume = )`. Values equal PyTorch's to a relative 1e-12;
 #' the step itself uses them as 32-bit floats.
 #'
-#' @param optimizer An optimizer made by [optimizer_adam()],
-#'   [optimizer_adamw()], [optimizer_sgd()] or [optimizer_rmsprop()]: its
+#' @param optimizer An optimizer made by [convlstm_optimizer_adam()],
+#'   [convlstm_optimizer_adamw()], [convlstm_optimizer_sgd()] or [convlstm_optimizer_rmsprop()]: its
 #'   rate is the schedule's starting (base) rate.
 #' @param step_size Epochs between two decays.
 #' @param gamma Factor of each decay.
@@ -87,20 +87,20 @@
 #' @param eps Reductions smaller than this are skipped.
 #' @return A scheduler: an object of class `convlstm_lr_scheduler`.
 #' @name lr_schedulers
-#' @seealso [convlstm_fit()], [optimizer_adam()].
+#' @seealso [convlstm_fit()], [convlstm_optimizer_adam()].
 #' @examples
 #' set.seed(1)
 #' model <- convlstm(1, c(4, 1), 3, device = "cpu")
 #' x <- array(runif(4 * 3 * 6 * 6), dim = c(4, 3, 1, 6, 6))
 #' y <- array(runif(4 * 6 * 6), dim = c(4, 1, 6, 6))
-#' sched <- lr_cosine_annealing(optimizer_adam(0.01), T_max = 5, warmup = 2)
+#' sched <- convlstm_lr_cosine_annealing(convlstm_optimizer_adam(0.01), T_max = 5, warmup = 2)
 #' for (epoch in 1:6) {
-#'   loss <- train_step(model, x, y, sched$optimizer)
+#'   loss <- convlstm_train_step(model, x, y, sched$optimizer)
 #'   cat(sprintf("epoch %d: lr %.5f, loss %.4f\n", epoch, sched$get_lr(), loss))
 #'   sched$step()
 #' }
 #' # per batch: the 1cycle policy over 3 epochs of 4 batches
-#' sched <- lr_one_cycle(optimizer_sgd(0.1, momentum = 0.9), max_lr = 0.1,
+#' sched <- convlstm_lr_one_cycle(convlstm_optimizer_sgd(0.1, momentum = 0.9), max_lr = 0.1,
 #'                       epochs = 3, steps_per_epoch = 4)
 #' lrs <- vapply(1:12, function(i) { lr <- sched$get_lr(); sched$step(); lr }, 0)
 #' round(lrs, 4)
@@ -109,7 +109,7 @@ NULL
 
 #' @rdname lr_schedulers
 #' @export
-lr_step <- function(optimizer, step_size, gamma = 0.1) {
+convlstm_lr_step <- function(optimizer, step_size, gamma = 0.1) {
   step_size <- check_count(step_size, "step_size")
   gamma <- check_number(gamma, "gamma", min = 0)
   new_lr_scheduler(optimizer, "step", "epoch", function(s, metric) {
@@ -119,7 +119,7 @@ lr_step <- function(optimizer, step_size, gamma = 0.1) {
 
 #' @rdname lr_schedulers
 #' @export
-lr_multiplicative <- function(optimizer, lr_lambda) {
+convlstm_lr_multiplicative <- function(optimizer, lr_lambda) {
   if (!is.function(lr_lambda)) {
     abort_arg("lr_lambda", "a function of the epoch", lr_lambda, sys.call())
   }
@@ -137,7 +137,7 @@ lr_multiplicative <- function(optimizer, lr_lambda) {
 
 #' @rdname lr_schedulers
 #' @export
-lr_cosine_annealing <- function(optimizer, T_max, eta_min = 0, warmup = 0,
+convlstm_lr_cosine_annealing <- function(optimizer, T_max, eta_min = 0, warmup = 0,
                                 warmup_start_factor = 1 / 3) {
   T_max <- check_count(T_max, "T_max")
   eta_min <- check_number(eta_min, "eta_min", min = 0)
@@ -156,7 +156,7 @@ lr_cosine_annealing <- function(optimizer, T_max, eta_min = 0, warmup = 0,
 
 #' @rdname lr_schedulers
 #' @export
-lr_one_cycle <- function(optimizer, max_lr, total_steps = NULL, epochs = NULL,
+convlstm_lr_one_cycle <- function(optimizer, max_lr, total_steps = NULL, epochs = NULL,
                          steps_per_epoch = NULL, pct_start = 0.3,
                          anneal_strategy = c("cos", "linear"), cycle_momentum = TRUE,
                          base_momentum = 0.85, max_momentum = 0.95, div_factor = 25,
@@ -199,7 +199,7 @@ lr_one_cycle <- function(optimizer, max_lr, total_steps = NULL, epochs = NULL,
     e <- s$last_epoch
     if (e > total_steps) {
       abort_convlstm(sprintf(paste0(
-        "lr_one_cycle(): stepped %d times, beyond its total_steps (%d); make it with the ",
+        "convlstm_lr_one_cycle(): stepped %d times, beyond its total_steps (%d); make it with the ",
         "fit's epochs and batches per epoch."), e, total_steps), call = NULL)
     }
     start <- 0
@@ -219,7 +219,7 @@ lr_one_cycle <- function(optimizer, max_lr, total_steps = NULL, epochs = NULL,
 
 #' @rdname lr_schedulers
 #' @export
-lr_reduce_on_plateau <- function(optimizer, mode = c("min", "max"), factor = 0.1, patience = 10,
+convlstm_lr_reduce_on_plateau <- function(optimizer, mode = c("min", "max"), factor = 0.1, patience = 10,
                                  threshold = 1e-4, threshold_mode = c("rel", "abs"),
                                  cooldown = 0, min_lr = 0, eps = 1e-8) {
   mode <- check_choice(mode, c("min", "max"), "mode")
@@ -240,7 +240,7 @@ lr_reduce_on_plateau <- function(optimizer, mode = c("min", "max"), factor = 0.1
     if (s$last_epoch == 0) return(list(lr = s$lr))
     if (!is.numeric(metric) || length(metric) != 1 || is.na(metric)) {
       abort_convlstm(sprintf(
-        "lr_reduce_on_plateau()$step() needs the monitored value (one number), not %s.",
+        "convlstm_lr_reduce_on_plateau()$step() needs the monitored value (one number), not %s.",
         describe(metric)
       ), call = NULL)
     }
@@ -320,7 +320,7 @@ new_lr_scheduler <- function(optimizer, kind, per, rule, call = sys.call(-1)) {
 # The optimizer with another rate (and momentum: Adam's first beta, SGD's
 # and RMSprop's momentum), checked as the step will read it. The moments in the model are
 # kept: they depend only on the optimizer's kind. A negative rate becomes 0:
-# torch's linear lr_one_cycle() extrapolates below 0 at step total_steps,
+# torch's linear convlstm_lr_one_cycle() extrapolates below 0 at step total_steps,
 # which no training step uses (the schedule's own value stays torch's).
 with_hyperparameters <- function(optimizer, lr, momentum = NULL) {
   optimizer$lr <- max(lr, 0)

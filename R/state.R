@@ -1,43 +1,43 @@
 # state.R -- where a forward or a training step starts from: an initial
 # state given as the model returns its last states (`model(x, state = )`,
-# `predict(state = )`, `convlstm_forward(state = )`, `train_step(state = )`),
-# or the state a model carries from one train_step(state = "carry") to the
-# next, with reset_state() to forget it. The checks here name the argument;
+# `predict(state = )`, `convlstm_forward(state = )`, `convlstm_train_step(state = )`),
+# or the state a model carries from one convlstm_train_step(state = "carry") to the
+# next, with convlstm_reset_state() to forget it. The checks here name the argument;
 # the core (src/core/state.c) checks again and owns the carried state.
 
 #' Forget the state a model carries between training steps
 #'
-#' `train_step(..., state = "carry")` starts each step from the hidden and
+#' `convlstm_train_step(..., state = "carry")` starts each step from the hidden and
 #' cell states the previous carrying step ended with, detached (no gradient
 #' flows back into the previous step), as Keras's `stateful = TRUE` does for
 #' a long sequence cut into consecutive chunks. The model holds that state
-#' (counted under `states` by [memory_stats()], and planned by
-#' [memory_estimate()] as `carried_state`) until `reset_state()` gives it
-#' back, [set_dtype()] changes the storage type, or the model is released.
+#' (counted under `states` by [convlstm_memory_stats()], and planned by
+#' [convlstm_memory_estimate()] as `carried_state`) until `convlstm_reset_state()` gives it
+#' back, [convlstm_set_dtype()] changes the storage type, or the model is released.
 #' The carried state is not saved by [convlstm_save()]: as in Keras, a loaded
 #' model starts from zeros.
 #'
 #' @param model A model created by [convlstm()].
 #' @return `TRUE` if the model held a carried state, `FALSE` if not,
 #'   invisibly.
-#' @seealso [train_step()] (its `state` argument), [carried_state()].
+#' @seealso [convlstm_train_step()] (its `state` argument), [convlstm_carried_state()].
 #' @export
 #' @examples
 #' set.seed(1)
 #' model <- convlstm(1, c(4, 1), 3, device = "cpu")
 #' x <- array(runif(2 * 6 * 6 * 6), dim = c(2, 6, 1, 6, 6))
 #' y <- array(runif(2 * 6 * 6 * 6), dim = c(2, 6, 1, 6, 6))
-#' opt <- optimizer_adam(lr = 0.01)
+#' opt <- convlstm_optimizer_adam(lr = 0.01)
 #' # one long sequence in chunks of 3 steps, the state carried between them
 #' for (chunk in list(1:3, 4:6)) {
-#'   train_step(model, x[, chunk, , , , drop = FALSE], y[, chunk, , , , drop = FALSE],
+#'   convlstm_train_step(model, x[, chunk, , , , drop = FALSE], y[, chunk, , , , drop = FALSE],
 #'              opt, target = "sequence", state = "carry")
 #' }
-#' carried_state(model)
-#' reset_state(model)
-#' carried_state(model)
+#' convlstm_carried_state(model)
+#' convlstm_reset_state(model)
+#' convlstm_carried_state(model)
 #' convlstm_release(model)
-reset_state <- function(model) {
+convlstm_reset_state <- function(model) {
   ptr <- model_ptr(model)
   held <- !is.null(c_carried_state(ptr))
   c_reset_state(ptr)
@@ -47,15 +47,15 @@ reset_state <- function(model) {
 #' The shape of the state a model carries
 #'
 #' @param model A model created by [convlstm()].
-#' @return `NULL` when the model carries no state (see [reset_state()]),
+#' @return `NULL` when the model carries no state (see [convlstm_reset_state()]),
 #'   else `c(batch, height, width)` of the state the next
-#'   `train_step(..., state = "carry")` starts from.
+#'   `convlstm_train_step(..., state = "carry")` starts from.
 #' @export
 #' @examples
 #' model <- convlstm(1, 2, 3, device = "cpu")
-#' carried_state(model)
+#' convlstm_carried_state(model)
 #' convlstm_release(model)
-carried_state <- function(model) {
+convlstm_carried_state <- function(model) {
   c_carried_state(model_ptr(model))
 }
 
@@ -99,7 +99,7 @@ check_state <- function(state, config, xd, arg = "state", call = sys.call(-1)) {
   out
 }
 
-# The state argument of train_step(): NULL (zeros), "carry", or a given
+# The state argument of convlstm_train_step(): NULL (zeros), "carry", or a given
 # state. Returns list(mode, arrays) for c_step_options().
 state_option <- function(state, config, xd, allow_carry = TRUE, call = sys.call(-1)) {
   if (is.null(state)) return(list(mode = "zero", arrays = NULL))

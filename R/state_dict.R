@@ -4,7 +4,7 @@
 
 #' Get and set a model's weights
 #'
-#' `state_dict()` returns the parameters as a named list of arrays with the
+#' `convlstm_state_dict()` returns the parameters as a named list of arrays with the
 #' names and shapes of torch's state dict for the same module:
 #' `cell_list.<l>.conv.weight` of dim `[4 * hidden, in + hidden, k, k]` and,
 #' with bias, `cell_list.<l>.conv.bias` of length `4 * hidden` (layers count
@@ -17,39 +17,39 @@
 #' `w[o - 1, i - 1, kh - 1, kw - 1]`, so weights move between this package,
 #' R torch (`as_array()`, `torch_tensor()`) and PyTorch unchanged.
 #'
-#' `load_state_dict()` copies such a list into the model. Values are stored
+#' `convlstm_load_state_dict()` copies such a list into the model. Values are stored
 #' as float32.
 #'
 #' @param model A model created by [convlstm()].
-#' @param state_dict A named list of numeric arrays, as `state_dict()`
+#' @param state_dict A named list of numeric arrays, as `convlstm_state_dict()`
 #'   returns.
 #' @param strict If `TRUE`, `state_dict` must have exactly the model's
 #'   entries; if `FALSE`, missing entries keep their values and unknown ones
 #'   are an error only if none match.
-#' @return `state_dict()`: a named list of double arrays (biases are plain
-#'   vectors). `load_state_dict()`: `model`, invisibly.
+#' @return `convlstm_state_dict()`: a named list of double arrays (biases are plain
+#'   vectors). `convlstm_load_state_dict()`: `model`, invisibly.
 #' @export
 #' @examples
 #' set.seed(1)
 #' a <- convlstm(1, 4, 3, device = "cpu")
 #' b <- convlstm(1, 4, 3, device = "cpu")
-#' sd <- state_dict(a)
+#' sd <- convlstm_state_dict(a)
 #' str(sd)
-#' load_state_dict(b, sd)
-#' identical(state_dict(b), sd)
+#' convlstm_load_state_dict(b, sd)
+#' identical(convlstm_state_dict(b), sd)
 #' convlstm_release(a); convlstm_release(b)
-state_dict <- function(model) {
+convlstm_state_dict <- function(model) {
   c_get_tensors(model_ptr(model), grad = FALSE)
 }
 
-#' @rdname state_dict
+#' @rdname convlstm_state_dict
 #' @export
-load_state_dict <- function(model, state_dict, strict = TRUE) {
+convlstm_load_state_dict <- function(model, state_dict, strict = TRUE) {
   ptr <- model_ptr(model)
   strict <- check_flag(strict, "strict")
   call <- sys.call()
   if (!is.list(state_dict) || (length(state_dict) > 0 && is.null(names(state_dict)))) {
-    abort_arg("state_dict", "a named list of arrays as state_dict() returns", state_dict, call)
+    abort_arg("state_dict", "a named list of arrays as convlstm_state_dict() returns", state_dict, call)
   }
   info <- c_tensor_info(ptr)
   have <- names(state_dict)

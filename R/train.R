@@ -1,6 +1,6 @@
-# train.R -- one training step in one .Call (train_step()), and the pieces
+# train.R -- one training step in one .Call (convlstm_train_step()), and the pieces
 # of a step for losses written in R: convlstm_forward(), convlstm_backward(),
-# optimizer_step(), zero_grad() and gradients(). The epoch loop is in fit.R.
+# convlstm_optimizer_step(), convlstm_zero_grad() and convlstm_gradients(). The epoch loop is in fit.R.
 #
 # Shapes are checked here, before C is called, so that a wrong y or
 # grad_output is reported with the argument's name and the expected dims.
@@ -22,8 +22,8 @@
 #'   `[batch, time, hidden, height, width]` for `"sequence"`, where `hidden`
 #'   is the last layer's hidden dimension. `NULL` when `x` is a data set
 #'   (its targets are in it).
-#' @param optimizer [optimizer_adam()], [optimizer_adamw()], [optimizer_sgd()] or
-#'   [optimizer_rmsprop()].
+#' @param optimizer [convlstm_optimizer_adam()], [convlstm_optimizer_adamw()], [convlstm_optimizer_sgd()] or
+#'   [convlstm_optimizer_rmsprop()].
 #' @param target Which output the loss is computed on. For a data set, the
 #'   one it was made for.
 #' @param checkpoint `0`, or keep the hidden and cell states only every
@@ -51,7 +51,7 @@
 #'   gradient as full backpropagation.
 #' @param rows When `x` is a data set: the row numbers of this step's batch
 #'   (any order, repeats allowed; `NULL`: every row). The step is exactly
-#'   `train_step()` on `x[rows, , , , , drop = FALSE]` and the same rows of
+#'   `convlstm_train_step()` on `x[rows, , , , , drop = FALSE]` and the same rows of
 #'   `y`, without copying them out of R.
 #' @param max_grad_norm `NULL`, or clip the gradients by their global norm
 #'   before the update, as torch's `nn_utils_clip_grad_norm_()` /
@@ -85,7 +85,7 @@
 #'   the mean over all elements, as torch's `(w * l)$mean()`, so masked
 #'   elements still count in the mean's denominator. Arrays only, not data
 #'   sets; uploaded with the target into a planned buffer
-#'   (`memory_estimate(weight = )`).
+#'   (`convlstm_memory_estimate(weight = )`).
 #' @param pos_weight The weight of positive targets for `loss =
 #'   "bce_logits"` (> 1 raises recall), > 0.
 #' @param state Where the step starts from: `NULL`, zeros (the tutorial's
@@ -96,7 +96,7 @@
 #'   step's last state is kept for the next, detached -- Keras's `stateful =
 #'   TRUE`, for a long sequence cut into consecutive chunks. The batch size
 #'   and frame size must stay the same while a state is carried;
-#'   [reset_state()] forgets it. A data set `x` takes `NULL` or `"carry"`.
+#'   [convlstm_reset_state()] forgets it. A data set `x` takes `NULL` or `"carry"`.
 #' @param horizon `NULL`, or train the forecast of `horizon` frames: `y` is
 #'   `[batch, horizon, channels, height, width]`, the frames that follow
 #'   `x`, and the loss is `loss` over the model's last `horizon` outputs
@@ -130,43 +130,43 @@
 #'   reproduces them; `p` of 0 or 1 draws none. `1` is `TRUE` and `0` is
 #'   `FALSE`, the same steps bit for bit. Between them the step is
 #'   scheduled and planned as free-running (the most memory of the three:
-#'   `memory_estimate(teacher_forcing = p)`), with its limits.
+#'   `convlstm_memory_estimate(teacher_forcing = p)`), with its limits.
 #'   [convlstm_fit()] takes a schedule of `p` over epochs
-#'   ([sampling_schedule()]).
+#'   ([convlstm_sampling_schedule()]).
 #' @return The loss before the update (a number): the chosen loss (by
 #'   default the mean squared error) over the whole batch. With
 #'   `max_grad_norm`, it carries the attribute `grad_norm`: the gradients'
 #'   global norm before clipping (not finite when a gradient is not, and then
 #'   the step is refused or, with float16, skipped).
 #' @seealso [convlstm_fit()] for the loop over epochs and batches;
-#'   [memory_estimate()] for what each option saves.
+#'   [convlstm_memory_estimate()] for what each option saves.
 #' @export
 #' @examples
 #' set.seed(1)
 #' model <- convlstm(1, c(4, 1), 3, device = "cpu")
 #' x <- array(runif(4 * 3 * 6 * 6), dim = c(4, 3, 1, 6, 6))
 #' y <- array(runif(4 * 6 * 6), dim = c(4, 1, 6, 6))
-#' opt <- optimizer_adam(lr = 0.01)
-#' for (i in 1:3) print(train_step(model, x, y, opt))
+#' opt <- convlstm_optimizer_adam(lr = 0.01)
+#' for (i in 1:3) print(convlstm_train_step(model, x, y, opt))
 #' # the same update in two micro-batches of 2, keeping states every 2 steps
-#' train_step(model, x, y, opt, accumulation_steps = 2, checkpoint = 2)
+#' convlstm_train_step(model, x, y, opt, accumulation_steps = 2, checkpoint = 2)
 #' # keeping only h and c of each step, the gates recomputed in backward
-#' train_step(model, x, y, opt, recompute_gates = TRUE)
+#' convlstm_train_step(model, x, y, opt, recompute_gates = TRUE)
 #' # another loss: Huber, quadratic within 0.1 of the target
-#' train_step(model, x, y, opt, loss = "huber", delta = 0.1)
+#' convlstm_train_step(model, x, y, opt, loss = "huber", delta = 0.1)
 #' # gradients clipped to a global norm of 1; the norm before clipping
-#' attr(train_step(model, x, y, opt, max_grad_norm = 1), "grad_norm")
+#' attr(convlstm_train_step(model, x, y, opt, max_grad_norm = 1), "grad_norm")
 #' # the data uploaded once, a batch taken by row numbers
 #' data <- convlstm_data(model, x, y)
-#' train_step(model, data, optimizer = opt, rows = c(4, 2))
+#' convlstm_train_step(model, data, optimizer = opt, rows = c(4, 2))
 #' # forecast the 2 frames after x, trained through the model's own frames
 #' y2 <- array(runif(4 * 2 * 6 * 6), dim = c(4, 2, 1, 6, 6))
-#' train_step(model, x, y2, opt, horizon = 2, teacher_forcing = FALSE)
+#' convlstm_train_step(model, x, y2, opt, horizon = 2, teacher_forcing = FALSE)
 #' # scheduled sampling: the fed-back frame is the true one half the time
 #' set.seed(2)
-#' train_step(model, x, y2, opt, horizon = 2, teacher_forcing = 0.5)
+#' convlstm_train_step(model, x, y2, opt, horizon = 2, teacher_forcing = 0.5)
 #' convlstm_release(model)
-train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "sequence"),
+convlstm_train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "sequence"),
                        checkpoint = 0, accumulation_steps = 1, tbptt = 0, rows = NULL,
                        state = NULL, horizon = NULL, teacher_forcing = TRUE,
                        max_grad_norm = NULL, loss = "mse", delta = 1, pos_weight = 1,
@@ -191,7 +191,7 @@ train_step <- function(model, x, y = NULL, optimizer, target = c("last_state", "
       abort_arg("weight", "NULL when `x` is a data set (a loss weight applies to arrays)",
                 weight, sys.call())
     }
-    # train_step(model, data, opt): the optimizer given where y would be
+    # convlstm_train_step(model, data, opt): the optimizer given where y would be
     if (missing(optimizer) && inherits(y, "convlstm_optimizer")) {
       optimizer <- y
       y <- NULL
@@ -442,14 +442,14 @@ check_array_rank <- function(y, arg, ndim, target, call) {
 #' For losses written in R, or to inspect gradients: `convlstm_forward()`
 #' runs a forward pass (a training forward keeps what backward needs),
 #' `convlstm_backward()` backpropagates the gradient of a loss with respect
-#' to the model's output, `optimizer_step()` updates the parameters from
-#' their gradients, `zero_grad()` sets the gradients to zero and
-#' `gradients()` returns them. As in torch, gradients accumulate over
-#' backward calls until `zero_grad()`.
+#' to the model's output, `convlstm_optimizer_step()` updates the parameters from
+#' their gradients, `convlstm_zero_grad()` sets the gradients to zero and
+#' `convlstm_gradients()` returns them. As in torch, gradients accumulate over
+#' backward calls until `convlstm_zero_grad()`.
 #'
-#' `train_step(model, x, y, opt)` is the same as
-#' `zero_grad(model)`; `out <- convlstm_forward(model, x)`; backward of the
-#' MSE `2 * (h - y) / length(y)`; `optimizer_step(model, opt)`, in one call.
+#' `convlstm_train_step(model, x, y, opt)` is the same as
+#' `convlstm_zero_grad(model)`; `out <- convlstm_forward(model, x)`; backward of the
+#' MSE `2 * (h - y) / length(y)`; `convlstm_optimizer_step(model, opt)`, in one call.
 #'
 #' @param model A model created by [convlstm()].
 #' @param x Input array `[batch, time, channels, height, width]`.
@@ -470,25 +470,25 @@ check_array_rank <- function(y, arg, ndim, target, call) {
 #'   `target = "last_state"`), or with respect to its whole output sequence,
 #'   `[batch, time, hidden, height, width]` (`target = "sequence"`). Its rank
 #'   says which.
-#' @param optimizer [optimizer_adam()], [optimizer_adamw()], [optimizer_sgd()] or
-#'   [optimizer_rmsprop()].
+#' @param optimizer [convlstm_optimizer_adam()], [convlstm_optimizer_adamw()], [convlstm_optimizer_sgd()] or
+#'   [convlstm_optimizer_rmsprop()].
 #' @return `convlstm_forward()`: the same list as `model(x)`, or with
 #'   `target`, the chosen output.
-#'   `gradients()`: a named list of arrays with the names and shapes of
-#'   [state_dict()]. The others return `model`, invisibly.
+#'   `convlstm_gradients()`: a named list of arrays with the names and shapes of
+#'   [convlstm_state_dict()]. The others return `model`, invisibly.
 #' @export
 #' @examples
 #' set.seed(1)
 #' model <- convlstm(1, c(4, 1), 3, device = "cpu")
 #' x <- array(runif(2 * 3 * 6 * 6), dim = c(2, 3, 1, 6, 6))
 #' y <- array(runif(2 * 6 * 6), dim = c(2, 1, 6, 6))
-#' zero_grad(model)
+#' convlstm_zero_grad(model)
 #' h <- convlstm_forward(model, x, target = "last_state")
 #' # the same array as convlstm_forward(model, x)$layer_last_states[[2]]$h
 #' loss <- mean((h - y)^2)
 #' convlstm_backward(model, 2 * (h - y) / length(y))
-#' str(gradients(model))
-#' optimizer_step(model, optimizer_sgd(lr = 0.1))
+#' str(convlstm_gradients(model))
+#' convlstm_optimizer_step(model, convlstm_optimizer_sgd(lr = 0.1))
 #' convlstm_release(model)
 convlstm_forward <- function(model, x, training = TRUE, target = NULL, state = NULL) {
   ptr <- model_ptr(model)
@@ -529,7 +529,7 @@ convlstm_backward <- function(model, grad_output) {
 
 #' @rdname convlstm_forward
 #' @export
-optimizer_step <- function(model, optimizer) {
+convlstm_optimizer_step <- function(model, optimizer) {
   ptr <- model_ptr(model)
   optimizer <- check_optimizer(optimizer)
   c_optimizer_step(ptr, optimizer)
@@ -538,14 +538,14 @@ optimizer_step <- function(model, optimizer) {
 
 #' @rdname convlstm_forward
 #' @export
-zero_grad <- function(model) {
+convlstm_zero_grad <- function(model) {
   c_zero_grad(model_ptr(model))
   invisible(model)
 }
 
 #' @rdname convlstm_forward
 #' @export
-gradients <- function(model) {
+convlstm_gradients <- function(model) {
   c_get_tensors(model_ptr(model), grad = TRUE)
 }
 
@@ -561,7 +561,7 @@ watch_skips <- function(ptr, loss) {
       message = sprintf(paste0(
         "float16: the last %d steps overflowed and were skipped (loss scale now %s): the ",
         "parameters have not changed since. Inputs or targets beyond float16's range (65504) or ",
-        "a diverging model cause this; see loss_scale()."), n, format(ls$scale)),
+        "a diverging model cause this; see convlstm_loss_scale()."), n, format(ls$scale)),
       call = NULL
     )))
   }

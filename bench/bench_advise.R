@@ -1,4 +1,4 @@
-# bench_advise.R -- how good memory_advise()'s step-time prediction is: for
+# bench_advise.R -- how good convlstm_memory_advise()'s step-time prediction is: for
 # the tutorial model, real training steps in several configurations, their
 # measured time relative to the plain float32 step against the ratio the
 # advisor predicts. Configurations alternate within each round, and each
@@ -37,12 +37,12 @@ models <- lapply(c(float32 = "float32", float16 = "float16", bfloat16 = "bfloat1
 })
 x <- array(runif(B * T * H * W), c(B, T, 1, H, W))
 y <- array(runif(B * H * W), c(B, 1, H, W))
-opt <- optimizer_adam()
+opt <- convlstm_optimizer_adam()
 t_advise <- system.time(
-  advice <- memory_advise(models$float32, "80 GiB", B, T, H, W, optimizer = opt)
+  advice <- convlstm_memory_advise(models$float32, "80 GiB", B, T, H, W, optimizer = opt)
 )[["elapsed"]]
 step <- function(cf) {
-  train_step(models[[cf$dtype]], x, y, opt, checkpoint = cf$checkpoint,
+  convlstm_train_step(models[[cf$dtype]], x, y, opt, checkpoint = cf$checkpoint,
              accumulation_steps = cf$accumulation_steps)
 }
 for (cf in configs) step(cf) # plan and allocate
@@ -73,7 +73,7 @@ res <- data.frame(configuration = vapply(configs, label, ""), wall_s = round(bes
                   error_cpu = sprintf("%+.0f%%", 100 * (predicted / measured_cpu - 1)))
 cat(sprintf("tutorial model, batch %d, %d steps of %dx%d, threads %s, %d rounds x %d steps, fastest kept\n",
             B, T, H, W, if (is.null(threads)) "default" else threads, rounds, steps))
-cat(sprintf("memory_advise() took %.2f s (rates measured in this process)\n", t_advise))
+cat(sprintf("convlstm_memory_advise() took %.2f s (rates measured in this process)\n", t_advise))
 str(attr(advice, "rates"))
 print(res, row.names = FALSE)
 cat(sprintf("largest error %.0f%% (wall clock), %.0f%% (CPU time); rank correlation (Spearman) %.2f, %.2f\n",

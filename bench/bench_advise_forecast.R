@@ -1,4 +1,4 @@
-# bench_advise_forecast.R -- memory_advise(horizon =, teacher_forcing =)'s
+# bench_advise_forecast.R -- convlstm_memory_advise(horizon =, teacher_forcing =)'s
 # step-time prediction for forecasting steps: the tutorial model trained to
 # forecast `horizon` frames, free-running (the grid without checkpoint and
 # recompute_gates) and teacher-forced, each configuration's measured CPU
@@ -36,14 +36,14 @@ models <- lapply(c(float32 = "float32", float16 = "float16", bfloat16 = "bfloat1
 })
 x <- array(runif(B * T * H * W), c(B, T, 1, H, W))
 y <- array(runif(B * K * H * W), c(B, K, 1, H, W))
-opt <- optimizer_adam()
+opt <- convlstm_optimizer_adam()
 advice <- list(
-  free = memory_advise(models$float32, "80 GiB", B, T, H, W, optimizer = opt, horizon = K,
+  free = convlstm_memory_advise(models$float32, "80 GiB", B, T, H, W, optimizer = opt, horizon = K,
                        teacher_forcing = FALSE),
-  teacher = memory_advise(models$float32, "80 GiB", B, T, H, W, optimizer = opt, horizon = K)
+  teacher = convlstm_memory_advise(models$float32, "80 GiB", B, T, H, W, optimizer = opt, horizon = K)
 )
 step <- function(c) {
-  train_step(models[[c$dtype]], x, y, opt, horizon = K, teacher_forcing = c$tf,
+  convlstm_train_step(models[[c$dtype]], x, y, opt, horizon = K, teacher_forcing = c$tf,
              checkpoint = c$checkpoint, accumulation_steps = c$accumulation_steps,
              recompute_gates = c$recompute_gates)
 }

@@ -1,5 +1,5 @@
 # bench/bench_convlstm.R -- times one training step of the R torch tutorial's
-# ConvLSTM in the installed convlstm package (train_step(): forward, MSE on
+# ConvLSTM in the installed convlstm package (convlstm_train_step(): forward, MSE on
 # the last state, backward and Adam in one .Call) and measures the process's
 # peak resident memory growth. Run by bench_cpu.sh, which runs the PyTorch
 # twin (bench_torch.py) in the same invocation; not a test.
@@ -40,16 +40,16 @@ hwm_ok <- reset_hwm()
 
 model <- convlstm(input_dim = 1, hidden_dims = c(64, 1), kernel_sizes = c(3, 3),
                   n_layers = 2, device = "cpu", threads = threads)
-opt <- optimizer_adam(lr = 1e-3)
-for (i in seq_len(warmup)) loss <- train_step(model, x, y, opt, target = "last_state")
+opt <- convlstm_optimizer_adam(lr = 1e-3)
+for (i in seq_len(warmup)) loss <- convlstm_train_step(model, x, y, opt, target = "last_state")
 times <- numeric(steps)
 for (i in seq_len(steps)) {
   t0 <- proc.time()[["elapsed"]]
-  loss <- train_step(model, x, y, opt, target = "last_state")
+  loss <- convlstm_train_step(model, x, y, opt, target = "last_state")
   times[i] <- proc.time()[["elapsed"]] - t0
 }
 rss_peak <- if (hwm_ok) status_bytes("VmHWM") - rss0 else NA
-ms <- memory_stats(model)
+ms <- convlstm_memory_stats(model)
 pick <- function(name) {
   v <- tryCatch(ms[[name]], error = function(e) NULL)
   if (is.null(v) || !length(v)) NA else sum(as.numeric(v))

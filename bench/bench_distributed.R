@@ -28,7 +28,7 @@ y <- array(runif(n * 24 * 24), dim = c(n, 1, 24, 24))
 fit <- function(k) {
   rows <- seq_len(batch * d$size * k)
   convlstm_fit(model, x[rows, , , , , drop = FALSE], y[rows, , , , drop = FALSE],
-               optimizer_adam(1e-3), epochs = 1, batch_size = batch, shuffle = FALSE,
+               convlstm_optimizer_adam(1e-3), epochs = 1, batch_size = batch, shuffle = FALSE,
                verbose = FALSE, distributed = d, data_on_device = FALSE)
 }
 invisible(fit(2)) # warm-up

@@ -5,7 +5,7 @@
 #
 #   Rscript bench/bench_fit_data.R [epochs] [threads] [repeats]
 #
-# moving_beams(n = 100, seq_len = 6, size = 24), hidden c(64, 1), 3x3
+# convlstm_moving_beams(n = 100, n_frames = 6, size = 24), hidden c(64, 1), 3x3
 # kernels, batch 10 (10 batches per epoch), Adam. The two variants alternate
 # `repeats` times from the same initial weights and seed; the table shows the
 # median seconds per fit and the ratio. Also a small-model configuration
@@ -22,12 +22,12 @@ repeats <- if (length(args) >= 3) as.integer(args[[3]]) else 3L
 bench <- function(label, beams, hidden, batch_size) {
   set.seed(1)
   model <- convlstm(1, hidden, 3, device = "cpu", threads = threads)
-  sd0 <- state_dict(model)
+  sd0 <- convlstm_state_dict(model)
   fit <- function(on_device) {
-    load_state_dict(model, sd0)
+    convlstm_load_state_dict(model, sd0)
     convlstm:::c_optimizer_reset(convlstm:::model_ptr(model))
     set.seed(2)
-    t <- system.time(h <- convlstm_fit(model, beams$x, beams$y, optimizer_adam(0.005),
+    t <- system.time(h <- convlstm_fit(model, beams$x, beams$y, convlstm_optimizer_adam(0.005),
                                        epochs = epochs, batch_size = batch_size,
                                        verbose = FALSE, data_on_device = on_device))
     list(seconds = t[["elapsed"]], loss = h$loss)
@@ -60,7 +60,7 @@ bench_steps <- function(label, beams, hidden, batch_size, n = 30) {
   model <- convlstm(1, hidden, 3, device = "cpu", threads = threads)
   on.exit(convlstm_release(model))
   ptr <- convlstm:::model_ptr(model)
-  opt <- optimizer_adam(0.005)
+  opt <- convlstm_optimizer_adam(0.005)
   data <- convlstm_data(model, beams$x, beams$y)
   N <- dim(beams$x)[[1]]
   slice <- convlstm:::slice_batch
@@ -87,18 +87,18 @@ bench_steps <- function(label, beams, hidden, batch_size, n = 30) {
 
 rows <- rbind(
   bench("tutorial: 24x24, hidden c(64, 1), batch 10",
-        moving_beams(n = 100, seq_len = 6, size = 24, seed = 1), c(64, 1), 10),
+        convlstm_moving_beams(n = 100, n_frames = 6, size = 24, seed = 1), c(64, 1), 10),
   bench("small model: 64x64, hidden c(8, 1), batch 10",
-        moving_beams(n = 100, seq_len = 6, size = 64, seed = 1), c(8, 1), 10)
+        convlstm_moving_beams(n = 100, n_frames = 6, size = 64, seed = 1), c(8, 1), 10)
 )
 cat(sprintf("convlstm_fit, %d epochs, %d threads, median of %d\n", epochs, threads, repeats))
 print(rows, row.names = FALSE, digits = 4)
 
 steps <- rbind(
   bench_steps("tutorial: 24x24, hidden c(64, 1), batch 10",
-              moving_beams(n = 100, seq_len = 6, size = 24, seed = 1), c(64, 1), 10),
+              convlstm_moving_beams(n = 100, n_frames = 6, size = 24, seed = 1), c(64, 1), 10),
   bench_steps("small model: 64x64, hidden c(8, 1), batch 10",
-              moving_beams(n = 100, seq_len = 6, size = 64, seed = 1), c(8, 1), 10)
+              convlstm_moving_beams(n = 100, n_frames = 6, size = 64, seed = 1), c(8, 1), 10)
 )
 cat("\nstep by step, alternating, median of 30\n")
 print(steps, row.names = FALSE, digits = 4)

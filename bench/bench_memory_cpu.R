@@ -24,16 +24,16 @@ x <- array(runif(B * cf$T * cf$n * S * S), c(B, cf$T, cf$n, S, S))
 y <- array(runif(B * K * S * S), c(B, K, S, S))
 # warm-up at a tiny shape: the process's costs, not the model's
 w <- convlstm(cf$n, c(2, 2), 3, device = "cpu", threads = 1)
-invisible(train_step(w, x[1, 1:2, , 1:8, 1:8, drop = FALSE], array(runif(128), c(1, 2, 8, 8)),
-                     optimizer_adam()))
+invisible(convlstm_train_step(w, x[1, 1:2, , 1:8, 1:8, drop = FALSE], array(runif(128), c(1, 2, 8, 8)),
+                     convlstm_optimizer_adam()))
 m <- convlstm(cf$n, cf$hidden, 3, device = "cpu", threads = 1)
-opt <- optimizer_adam()
-est <- memory_estimate(m, B, cf$T, S, S, optimizer = opt, target = "last_state")
+opt <- convlstm_optimizer_adam()
+est <- convlstm_memory_estimate(m, B, cf$T, S, S, optimizer = opt, target = "last_state")
 invisible(gc())
 r0 <- status("VmRSS")
 writeLines("5", "/proc/self/clear_refs")
 t0 <- proc.time()[["user.self"]]
-invisible(train_step(m, x, y, opt))
+invisible(convlstm_train_step(m, x, y, opt))
 cpu <- proc.time()[["user.self"]] - t0
 cat(sprintf("ours  %s batch %d: VmHWM growth %.1f MiB, plan %.1f MiB, CPU %.2f s\n", args[[1]], B,
             (status("VmHWM") - r0) / 2^20, est$bytes[est$category == "total"] / 2^20, cpu))

@@ -2,13 +2,13 @@
 # model (convlstm(1, c(64, 1), 3), 24 x 24 frames): plain, checkpoint
 # (segments of ceiling(sqrt(T))), recompute_gates (chunks of 1, 2, 4, 8
 # steps) and both, for T = 5 (the tutorial) and a longer sequence. Per
-# configuration: the planned peak (memory_estimate()'s total), the measured
-# peak of the step (memory_stats(), equal to it by construction), the step's
+# configuration: the planned peak (convlstm_memory_estimate()'s total), the measured
+# peak of the step (convlstm_memory_stats(), equal to it by construction), the step's
 # time (configurations alternate within each round, each keeps its fastest
 # step; the process's CPU time, which other work on a shared machine
 # disturbs less than the wall clock, and the wall clock) and the largest
 # batch under a budget
-# (max_batch_size()).
+# (convlstm_max_batch_size()).
 #
 #   Rscript bench/bench_recompute.R [batch] [rounds] [threads] [budget] [T...]
 library(convlstm)
@@ -38,12 +38,12 @@ for (T in Ts) {
   models <- lapply(configs, function(cf) {
     convlstm(1, c(64, 1), c(3, 3), device = "cpu", threads = threads)
   })
-  sd <- state_dict(models[[1]])
-  for (m in models) load_state_dict(m, sd)
-  opt <- optimizer_adam(1e-3)
+  sd <- convlstm_state_dict(models[[1]])
+  for (m in models) convlstm_load_state_dict(m, sd)
+  opt <- convlstm_optimizer_adam(1e-3)
   step <- function(i) {
     cf <- configs[[i]]
-    train_step(models[[i]], x, y, opt, checkpoint = cf$checkpoint,
+    convlstm_train_step(models[[i]], x, y, opt, checkpoint = cf$checkpoint,
                recompute_gates = cf$recompute_gates)
   }
   first <- vapply(seq_along(configs), step, numeric(1)) # plans and allocates: not timed
@@ -59,15 +59,15 @@ for (T in Ts) {
   }
   rows <- lapply(seq_along(configs), function(i) {
     cf <- configs[[i]]
-    est <- memory_estimate(models[[i]], B, T, H, W, checkpoint = cf$checkpoint,
+    est <- convlstm_memory_estimate(models[[i]], B, T, H, W, checkpoint = cf$checkpoint,
                            recompute_gates = cf$recompute_gates, optimizer = opt)
     planned <- est$bytes[est$category == "total"]
     act <- est$bytes[est$category == "activations"]
-    mb <- max_batch_size(models[[i]], T, H, W, budget = budget, checkpoint = cf$checkpoint,
+    mb <- convlstm_max_batch_size(models[[i]], T, H, W, budget = budget, checkpoint = cf$checkpoint,
                          recompute_gates = cf$recompute_gates, optimizer = opt)
     data.frame(config = cf$name, planned_MiB = round(planned / 2^20, 2),
                activations_MiB = round(act / 2^20, 2),
-               measured_MiB = round(memory_stats(models[[i]])$peak_allocated / 2^20, 2),
+               measured_MiB = round(convlstm_memory_stats(models[[i]])$peak_allocated / 2^20, 2),
                step_s = round(t[[i]], 3), time_ratio = round(t[[i]] / t[[1]], 2),
                wall_s = round(wall[[i]], 3), wall_ratio = round(wall[[i]] / wall[[1]], 2),
                max_batch = as.integer(mb), first_loss = signif(first[[i]], 9))

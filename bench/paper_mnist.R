@@ -1,8 +1,8 @@
 # bench/paper_mnist.R -- the package's side of the paper check (Shi et al.
 # 2015, Moving MNIST; bench/README.md, "The paper check"): the same run as
 # bench/paper_mnist.py, through the package's R API for the
-# encoder-forecaster: convlstm_forecaster(), load_state_dict(),
-# optimizer_rmsprop(lr = 1e-3, alpha = 0.9), train_step(loss = "bce_logits",
+# encoder-forecaster: convlstm_forecaster(), convlstm_load_state_dict(),
+# convlstm_optimizer_rmsprop(lr = 1e-3, alpha = 0.9), convlstm_train_step(loss = "bce_logits",
 # reduction = "batchmean") and predict(horizon = 10).
 #
 #   Rscript bench/paper_mnist.R [--dir=build/paper_mnist] [--hidden=16,16]
@@ -107,15 +107,15 @@ model <- convlstm_forecaster(input_dim = 1L, hidden_dims = hidden,
                              recurrent_kernel_sizes = if (rkernel != kernel) rep(rkernel, length(hidden)),
                              patch = patch,
                              peephole = "channel", device = device, threads = threads)
-load_state_dict(model, read_safetensors(file.path(dir, "init.safetensors")))
-n_par <- sum(lengths(state_dict(model)))
+convlstm_load_state_dict(model, read_safetensors(file.path(dir, "init.safetensors")))
+n_par <- sum(lengths(convlstm_state_dict(model)))
 cat(sprintf(paste0("paper_mnist.R: convlstm %s, %s, %d threads; hidden %s, kernel %d-%d, patch %d: ",
                    "%d parameters; weights from %s; %d training / %d test sequences, batch %d\n"),
             format(utils::packageVersion("convlstm")), device, threads,
             paste(hidden, collapse = ","), kernel, rkernel, patch, n_par,
             file.path(dir, "init.safetensors"), n_train, n_test, batch))
 
-opt <- optimizer_rmsprop(lr = lr, alpha = alpha, eps = eps)
+opt <- convlstm_optimizer_rmsprop(lr = lr, alpha = alpha, eps = eps)
 ce0 <- test_ce(model)
 losses <- seconds <- numeric(steps)
 done <- 0L
@@ -128,7 +128,7 @@ for (s in seq_len(steps)) {
   x <- seqs[, 1:t_in, , , , drop = FALSE]
   y <- seqs[, t_in + 1:t_out, , , , drop = FALSE]
   t0 <- proc.time()[["elapsed"]]
-  loss <- train_step(model, x, y, opt, loss = "bce_logits", reduction = "batchmean")
+  loss <- convlstm_train_step(model, x, y, opt, loss = "bce_logits", reduction = "batchmean")
   secs <- proc.time()[["elapsed"]] - t0
   losses[[s]] <- as.numeric(loss)
   seconds[[s]] <- secs

@@ -1,6 +1,6 @@
 # bench/paper_mnist_data.R -- the Moving MNIST sequences of the paper
 # benchmark (bench/README.md, "The paper check"), drawn once with the
-# package's moving_mnist() and written where both sides read them
+# package's convlstm_moving_mnist() and written where both sides read them
 # (bench/paper_mnist.py, bench/paper_mnist.R):
 #
 #   Rscript bench/paper_mnist_data.R [--dir=build/paper_mnist] [--n-train=256]
@@ -8,7 +8,7 @@
 #
 # DIR/train.u8 and DIR/test.u8: unsigned bytes, row-major [n, 20, 64, 64]
 # (drawn in chunks of 500 sequences, write_set()),
-# each the pixel times 255 (moving_mnist()'s values are MNIST's bytes / 255,
+# each the pixel times 255 (convlstm_moving_mnist()'s values are MNIST's bytes / 255,
 # so this is exact; the readers divide by 255 in double and store float32,
 # as the package stores R's doubles); DIR/data.txt: one "key value" a line
 # (n_train, n_test, seq_len, size, seed, images, the package's version).
@@ -45,7 +45,7 @@ write_set <- function(n, offset, path) {
   on.exit(close(con))
   for (k in seq(0, (n - 1) %/% 500)) {
     m <- min(500L, n - 500L * k)
-    write_u8(moving_mnist(n = m, seq_len = 20, size = 64, horizon = 0, seed = seed + 2L * k + offset,
+    write_u8(convlstm_moving_mnist(n = m, n_frames = 20, size = 64, horizon = 0, seed = seed + 2L * k + offset,
                           images = if (nzchar(images)) images else NULL)$x, con)
   }
 }

@@ -11,8 +11,8 @@ set.seed(777)
 epochs <- as.integer(Sys.getenv("CONVLSTM_DEMO_EPOCHS", "6"))
 
 # 100 movies of 6 frames, as in the tutorial: x = the first 5 frames, y = the 6th.
-beams <- moving_beams(n = 100, seq_len = 6, size = 24, seed = 1)
-valid <- moving_beams(n = 20, seq_len = 6, size = 24, seed = 2)
+beams <- convlstm_moving_beams(n = 100, n_frames = 6, size = 24, seed = 1)
+valid <- convlstm_moving_beams(n = 20, n_frames = 6, size = 24, seed = 2)
 cat(sprintf("data: x [%s], y [%s]\n",
             paste(dim(beams$x), collapse = ", "), paste(dim(beams$y), collapse = ", ")))
 
@@ -24,7 +24,7 @@ print(model)
 # The tutorial's Adam, with lr 0.005 instead of 0.001 and batches of 10 so
 # that a few epochs, not a hundred, show the beams being learnt (at 0.01
 # this model often collapses to predicting zeros).
-opt <- optimizer_adam(lr = 0.005)
+opt <- convlstm_optimizer_adam(lr = 0.005)
 history <- convlstm_fit(model, beams$x, beams$y, opt, epochs = epochs, batch_size = 10,
                         target = "last_state", validation_data = list(valid$x, valid$y))
 
@@ -36,7 +36,7 @@ cat(sprintf("\ntraining loss: %.5f after epoch 1, %.5f after epoch %d (%.1fx low
 cat(sprintf("an all-zero forecast would score %.5f (%.1fx the final loss)\n", zero, zero / last))
 
 cat("\nmemory held by the model (bytes, by category):\n")
-print(memory_stats(model))
+print(convlstm_memory_stats(model))
 
 # The tutorial's inspection: the target frame next to the prediction.
 pred <- predict(model, valid$x[1:1, , , , , drop = FALSE], what = "last_state")

@@ -72,8 +72,8 @@ r_forward_what r_forward_mode(SEXP s) {
  * kinds' names are the core's (cl_optim_kind_name), the one table. */
 void r_optim(SEXP opt, cl_optim *out) {
   if (TYPEOF(opt) != VECSXP)
-    r_raise_invalid("`optimizer` must be made by optimizer_adam(), optimizer_adamw(), "
-                    "optimizer_sgd() or optimizer_rmsprop()");
+    r_raise_invalid("`optimizer` must be made by convlstm_optimizer_adam(), convlstm_optimizer_adamw(), "
+                    "convlstm_optimizer_sgd() or convlstm_optimizer_rmsprop()");
   memset(out, 0, sizeof *out);
   const char *names[CL_N_OPTIM_KINDS];
   for (int k = 0; k < CL_N_OPTIM_KINDS; k++) names[k] = cl_optim_kind_name((cl_optim_kind)(k + 1));

@@ -43,7 +43,7 @@ for (name in c("l1_p1", "l2_p2_c2", "l2_two_kernels", "l2_nopeep", "l1_p4")) {
   strip <- function(prefix) { s <- w[startsWith(names(w), prefix)]; names(s) <- substring(names(s), nchar(prefix) + 1); s }
   enc <- convlstm(C * p * p, cf$hidden_dims, k, peephole = pe, device = "cpu",
                   recurrent_kernel_sizes = if (!identical(rk, k) || !identical(rkw, k)) rks)
-  load_state_dict(enc, strip("encoder."))
+  convlstm_load_state_dict(enc, strip("encoder."))
   xp <- unshuffle(fx$tensors$x, p)
   r <- convlstm_forward(enc, xp, training = FALSE)
   e_h <- max(sapply(seq_len(L), function(l) rel(r$layer_last_states[[l]]$h, fx$tensors[[sprintf("enc_h/%d", l - 1)]])))
@@ -59,7 +59,7 @@ for (name in c("l1_p1", "l2_p2_c2", "l2_two_kernels", "l2_nopeep", "l1_p4")) {
   # a zero input channel in front: [4h, 1 + h, kh, kw]
   z <- array(0, c(d0[1], 1 + d0[2], d0[3], d0[4])); z[, -1, , ] <- w0
   fw[["cell_list.0.conv.weight"]] <- z
-  load_state_dict(fc, fw)
+  convlstm_load_state_dict(fc, fw)
   B <- cf$B; Hp <- cf$H / p; Wp <- cf$W / p
   state <- r$layer_last_states
   horizon <- cf$predict_horizon

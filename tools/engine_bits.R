@@ -24,7 +24,7 @@ md5 <- function(v) {
 lines <- character()
 say <- function(...) lines <<- c(lines, paste0(...))
 
-# One configuration: a model, three steps of train_step(args), then its
+# One configuration: a model, three steps of convlstm_train_step(args), then its
 # losses, gradient norm where asked, and every tensor's md5.
 run <- function(name, model_args = list(), step_args = list(), steps = 3, B = 5, T = 4,
                 horizon = NULL, dtype = "float32", target = "last_state", seed = 1) {
@@ -41,16 +41,16 @@ run <- function(name, model_args = list(), step_args = list(), steps = 3, B = 5,
   } else {
     array(runif(B * out_c * 6 * 5), dim = c(B, out_c, 6, 5))
   }
-  opt <- optimizer_adam(lr = 0.01)
+  opt <- convlstm_optimizer_adam(lr = 0.01)
   losses <- numeric()
   for (i in seq_len(steps)) {
     a <- c(list(model, x, y, opt), step_args)
     if (is.null(horizon)) a$target <- target else a$horizon <- horizon
-    l <- do.call(train_step, a)
+    l <- do.call(convlstm_train_step, a)
     losses <- c(losses, l, attr(l, "grad_norm"))
   }
   say(name, " loss ", hex(losses))
-  sd <- state_dict(model)
+  sd <- convlstm_state_dict(model)
   for (n in names(sd)) say(name, " ", n, " ", md5(sd[[n]]))
   convlstm_release(model)
 }
@@ -106,11 +106,11 @@ model <- convlstm(2, c(3, 2), 3, device = "cpu", threads = 1)
 x <- array(runif(6 * 4 * 2 * 6 * 5), dim = c(6, 4, 2, 6, 5))
 y <- array(runif(6 * 2 * 6 * 5), dim = c(6, 2, 6, 5))
 d <- convlstm_data(model, x, y)
-opt <- optimizer_sgd(lr = 0.05, momentum = 0.9)
-ls <- c(train_step(model, d, optimizer = opt, rows = c(4, 2, 6)),
-        train_step(model, d, optimizer = opt, rows = c(1, 1, 3), accumulation_steps = 2))
+opt <- convlstm_optimizer_sgd(lr = 0.05, momentum = 0.9)
+ls <- c(convlstm_train_step(model, d, optimizer = opt, rows = c(4, 2, 6)),
+        convlstm_train_step(model, d, optimizer = opt, rows = c(1, 1, 3), accumulation_steps = 2))
 say("data loss ", hex(ls))
-sd <- state_dict(model)
+sd <- convlstm_state_dict(model)
 for (n in names(sd)) say("data ", n, " ", md5(sd[[n]]))
 convlstm_release(model)
 
@@ -119,10 +119,10 @@ set.seed(12)
 model <- convlstm(2, c(3, 2), 3, device = "cpu", threads = 1)
 x <- array(runif(8 * 4 * 2 * 6 * 5), dim = c(8, 4, 2, 6, 5))
 y <- array(runif(8 * 2 * 6 * 5), dim = c(8, 2, 6, 5))
-h <- convlstm_fit(model, x, y, optimizer_adam(lr = 0.01), epochs = 2, batch_size = 3,
+h <- convlstm_fit(model, x, y, convlstm_optimizer_adam(lr = 0.01), epochs = 2, batch_size = 3,
                   verbose = FALSE, distributed = convlstm_distributed("local"))
 say("fit_local loss ", hex(h$loss))
-sd <- state_dict(model)
+sd <- convlstm_state_dict(model)
 for (n in names(sd)) say("fit_local ", n, " ", md5(sd[[n]]))
 convlstm_release(model)
 
@@ -134,11 +134,11 @@ for (cfg in list(list(name = "forecaster", hidden = c(4, 3), k = 3, rk = NULL, p
                                recurrent_kernel_sizes = cfg$rk, device = "cpu", threads = 1)
   x <- array(runif(3 * 4 * 2 * 8 * 8), dim = c(3, 4, 2, 8, 8))
   y <- array(runif(3 * 2 * 2 * 8 * 8), dim = c(3, 2, 2, 8, 8))
-  opt <- optimizer_rmsprop(lr = 0.01)
-  ls <- vapply(1:3, function(i) train_step(model, x, y, opt, loss = "bce_logits"), 0)
+  opt <- convlstm_optimizer_rmsprop(lr = 0.01)
+  ls <- vapply(1:3, function(i) convlstm_train_step(model, x, y, opt, loss = "bce_logits"), 0)
   say(cfg$name, " loss ", hex(ls))
   say(cfg$name, " forecast ", md5(predict(model, x, horizon = 3)))
-  sd <- state_dict(model)
+  sd <- convlstm_state_dict(model)
   for (n in names(sd)) say(cfg$name, " ", n, " ", md5(sd[[n]]))
   convlstm_release(model)
 }

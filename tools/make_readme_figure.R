@@ -1,7 +1,7 @@
 # tools/make_readme_figure.R -- the README's figure, man/figures/README-memory.png:
 # the tutorial model's memory per batch size, planned before the step
-# (memory_estimate()'s total) against the peak held during two real training
-# steps (memory_profile(), the accounting allocator's peak), in float32 and
+# (convlstm_memory_estimate()'s total) against the peak held during two real training
+# steps (convlstm_memory_profile(), the accounting allocator's peak), in float32 and
 # float16, on the CPU. Seeded and on one thread: a rerun draws the same figure.
 #   Rscript tools/make_readme_figure.R        (the package installed)
 library(convlstm)
@@ -10,7 +10,7 @@ batch_sizes <- c(1, 5, 10, 20, 40, 70, 100)
 profile_of <- function(dtype) {
   model <- convlstm(1, c(64, 1), c(3, 3), device = "cpu", dtype = dtype, threads = 1)
   on.exit(convlstm_release(model))
-  memory_profile(model, batch_sizes = batch_sizes, seq_len = 5, height = 24, width = 24)
+  convlstm_memory_profile(model, batch_sizes = batch_sizes, seq_len = 5, height = 24, width = 24)
 }
 prof <- list(float32 = profile_of("float32"), float16 = profile_of("float16"))
 mib <- 2^20
@@ -30,7 +30,7 @@ for (d in names(prof)) {
   points(p$batch_size, p$peak / mib, col = cols[[d]], pch = 1, cex = 1.6, lwd = 2)
 }
 legend("topleft", bty = "n", inset = c(0.01, 0.02),
-       legend = c("float32: planned by memory_estimate()", "float32: peak held, memory_profile()",
+       legend = c("float32: planned by convlstm_memory_estimate()", "float32: peak held, convlstm_memory_profile()",
                   "float16: planned", "float16: peak held"),
        col = rep(cols, each = 2), lty = c(1, NA, 1, NA), pch = c(NA, 1, NA, 1), lwd = 2)
 dev.off()

@@ -56,7 +56,7 @@ for (key in c("data", "fresh_data")) {
 
 set.seed(as.integer(meta[["seed"]]))
 model <- convlstm(1, c(8, 1), c(3, 3), device = "cpu", threads = 1)
-for (name in names(state_dict(model))) tensor(paste0("weights/", name), state_dict(model)[[name]])
+for (name in names(convlstm_state_dict(model))) tensor(paste0("weights/", name), convlstm_state_dict(model)[[name]])
 convlstm_release(model)
 order <- t(vapply(seq_len(epochs_rerun), function(e) sample(n), integer(n)))
 tensor("order", order)

@@ -21,21 +21,21 @@ if (is.na(out)) out <- file.path("inst", "extdata", "tutorial.safetensors")
 epochs <- 100
 batch_size <- 20
 seed <- 1
-data_call <- "moving_beams(n = 100, seq_len = 6, size = 24, seed = 1)"
+data_call <- "convlstm_moving_beams(n = 100, n_frames = 6, size = 24, seed = 1)"
 beams <- eval(parse(text = data_call)[[1]])
 n <- dim(beams$x)[1]
 
 set.seed(seed)
 model <- convlstm(input_dim = 1, hidden_dims = c(8, 1), kernel_sizes = c(3, 3),
                   device = "cpu", threads = 1)
-optimizer <- optimizer_adam(lr = 1e-2)
+optimizer <- convlstm_optimizer_adam(lr = 1e-2)
 
 losses <- numeric(epochs)
 elapsed <- system.time({
   for (epoch in seq_len(epochs)) {
     batches <- split(sample(n), ceiling(seq_len(n) / batch_size))
     batch_losses <- vapply(batches, function(b) {
-      train_step(model, beams$x[b, , , , , drop = FALSE], beams$y[b, , , , drop = FALSE],
+      convlstm_train_step(model, beams$x[b, , , , , drop = FALSE], beams$y[b, , , , drop = FALSE],
                  optimizer, target = "last_state")
     }, numeric(1))
     losses[epoch] <- mean(batch_losses)
@@ -43,7 +43,7 @@ elapsed <- system.time({
   }
 })[["elapsed"]]
 
-fresh <- moving_beams(n = 100, seq_len = 6, size = 24, seed = 2)
+fresh <- convlstm_moving_beams(n = 100, n_frames = 6, size = 24, seed = 2)
 fresh_loss <- mean((predict(model, fresh$x, what = "last_state") - fresh$y)^2)
 
 dir.create(dirname(out), showWarnings = FALSE, recursive = TRUE)
@@ -58,7 +58,7 @@ convlstm_save(model, out, optimizer = optimizer, metadata = c(
   batch_size = as.character(batch_size),
   threads = "1",
   loss_history = paste(sprintf("%.9g", losses), collapse = ","),
-  fresh_data = "moving_beams(n = 100, seq_len = 6, size = 24, seed = 2)",
+  fresh_data = "convlstm_moving_beams(n = 100, n_frames = 6, size = 24, seed = 2)",
   fresh_loss = sprintf("%.9g", fresh_loss),
   package_version = as.character(utils::packageVersion("convlstm"))
 ))

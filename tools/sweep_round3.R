@@ -34,17 +34,17 @@ make_fixtures <- function(dir) {
   x <- array(runif(4 * 3 * 2 * 5 * 4, -1, 1), c(4, 3, 2, 5, 4))
   y <- array(runif(4 * 2 * 5 * 4, -1, 1), c(4, 2, 5, 4))
   m <- new_model()
-  opt <- optimizer_adam(0.01)
+  opt <- convlstm_optimizer_adam(0.01)
   ckpt <- file.path(dir, "ckpt.safetensors")
   h <- convlstm_fit(m, x, y, opt, epochs = 1, batch_size = 2, verbose = FALSE,
-                    callbacks = list(callback_model_checkpoint(ckpt)))
+                    callbacks = list(convlstm_callback_model_checkpoint(ckpt)))
   sched <- file.path(dir, "ckpt_sched.safetensors")
   h <- convlstm_fit(new_model(), x, y, opt, epochs = 1, batch_size = 2, verbose = FALSE,
-                    lr_scheduler = lr_step(opt, step_size = 1),
-                    callbacks = list(callback_model_checkpoint(sched)))
+                    lr_scheduler = convlstm_lr_step(opt, step_size = 1),
+                    callbacks = list(convlstm_callback_model_checkpoint(sched)))
   other <- file.path(dir, "ckpt_other.safetensors")
   h <- convlstm_fit(new_model(c(4, 2)), x, y, opt, epochs = 1, batch_size = 2, verbose = FALSE,
-                    callbacks = list(callback_model_checkpoint(other)))
+                    callbacks = list(convlstm_callback_model_checkpoint(other)))
   convlstm_save(m, file.path(dir, "plain.safetensors"), optimizer = opt)
   meta <- convlstm_file_info(ckpt)$all_metadata
   fit_meta <- meta[startsWith(names(meta), "fit.")]
@@ -92,7 +92,7 @@ child_env <- function(dir) {
   e$y <- array(runif(4 * 2 * 5 * 4, -1, 1), c(4, 2, 5, 4))
   e$ys <- array(runif(4 * 3 * 2 * 5 * 4, -1, 1), c(4, 3, 2, 5, 4))
   e$y2 <- array(runif(4 * 2 * 2 * 5 * 4, -1, 1), c(4, 2, 2, 5, 4))
-  e$opt <- optimizer_adam(0.01)
+  e$opt <- convlstm_optimizer_adam(0.01)
   # the frames a horizon h needs (y2 when h is not a usable horizon)
   e$frames <- function(h) {
     ok <- is.numeric(h) && length(h) == 1 && is.finite(h) && h >= 1 && h <= 5 && h == round(h)
@@ -110,8 +110,8 @@ child_env <- function(dir) {
 }
 
 snapshot <- function(e) {
-  list(sd = convlstm::state_dict(e$m), dtype = e$m$dtype,
-       carried = convlstm::carried_state(e$m))
+  list(sd = convlstm::convlstm_state_dict(e$m), dtype = e$m$dtype,
+       carried = convlstm::convlstm_carried_state(e$m))
 }
 
 fixture_sums <- function(dir) {
@@ -129,7 +129,7 @@ run_child <- function(case, dir) {
   failed <- inherits(res, "error")
   changed <- !identical(fixture_sums(dir), sums) ||
     (failed && !isTRUE(case$changes_ok) && !identical(snapshot(e), before))
-  trains <- tryCatch(is.finite(convlstm::train_step(e$m, e$x, e$y, e$opt)) ||
+  trains <- tryCatch(is.finite(convlstm::convlstm_train_step(e$m, e$x, e$y, e$opt)) ||
                        !identical(e$m$dtype, "float32"), error = function(err) FALSE)
   msg <- if (failed) gsub("[\t\n]", " ", conditionMessage(res)) else ""
   outcome <- if (changed || !trains) {
@@ -193,7 +193,7 @@ for (h in c(bad_h, good_h)) {
       sprintf("convlstm_evaluate(m, x, frames(%s), horizon = %s)", h, h), exp, pat,
       check = "finite(.value)")
   add("horizon", paste("train_step horizon", h),
-      sprintf("train_step(m, x, frames(%s), opt, horizon = %s)", h, h), exp, pat,
+      sprintf("convlstm_train_step(m, x, frames(%s), opt, horizon = %s)", h, h), exp, pat,
       check = "finite(.value)")
   add("horizon", paste("fit horizon", h),
       sprintf("convlstm_fit(m, x, frames(%s), opt, epochs = 1, batch_size = 2, horizon = %s, verbose = FALSE)", h, h),
@@ -204,14 +204,14 @@ for (h in c(bad_h, good_h)) {
 bad_tf <- c("-0.1", "1.1", "NA", "'a'", "c(0.5, 0.5)", "NaN", "Inf", "list(0.5)")
 for (tf in bad_tf) {
   add("teacher_forcing", paste("train_step teacher_forcing", tf),
-      sprintf("train_step(m, x, y2, opt, horizon = 2, teacher_forcing = %s)", tf), "error",
+      sprintf("convlstm_train_step(m, x, y2, opt, horizon = 2, teacher_forcing = %s)", tf), "error",
       "`teacher_forcing`")
   add("teacher_forcing", paste("fit teacher_forcing", tf),
       sprintf("fit2(teacher_forcing = %s)", tf), "error", "`teacher_forcing`")
 }
 for (tf in c("0.5", "0", "1", "TRUE", "FALSE")) {
   add("teacher_forcing", paste("train_step teacher_forcing", tf),
-      sprintf("train_step(m, x, y2, opt, horizon = 2, teacher_forcing = %s)", tf), "accept",
+      sprintf("convlstm_train_step(m, x, y2, opt, horizon = 2, teacher_forcing = %s)", tf), "accept",
       check = "finite(.value)")
   add("teacher_forcing", paste("fit teacher_forcing", tf),
       sprintf("fit2(teacher_forcing = %s)", tf), "accept",
@@ -220,39 +220,39 @@ for (tf in c("0.5", "0", "1", "TRUE", "FALSE")) {
 add_each("teacher_forcing", "fit schedule %s", "fit2(teacher_forcing = %s)",
          c("function(e) 2", "function(e) NA", "function(e) c(0.1, 0.2)", "function(e) 'a'",
            "function() 0.5"), "error", "teacher_forcing")
-add("teacher_forcing", "fit schedule linear", "fit2(teacher_forcing = sampling_schedule('linear', k = 0.5))",
+add("teacher_forcing", "fit schedule linear", "fit2(teacher_forcing = convlstm_sampling_schedule('linear', k = 0.5))",
     "accept", check = "identical(.value$teacher_forcing, c(1, 0.5))")
 add("teacher_forcing", "fit schedule function", "fit2(teacher_forcing = function(e) 0.3)", "accept",
     check = "all(.value$teacher_forcing == 0.3)")
 add("teacher_forcing", "train_step schedule function",
-    "train_step(m, x, y2, opt, horizon = 2, teacher_forcing = function(e) 0.3)", "error",
+    "convlstm_train_step(m, x, y2, opt, horizon = 2, teacher_forcing = function(e) 0.3)", "error",
     "`teacher_forcing`")
 add("teacher_forcing", "fit p < 1 without horizon", "fit1(teacher_forcing = 0.5)", "error",
     "`teacher_forcing`")
 add("teacher_forcing", "fit schedule without horizon",
-    "fit1(teacher_forcing = sampling_schedule('linear', k = 0.5))", "error", "`teacher_forcing`")
+    "fit1(teacher_forcing = convlstm_sampling_schedule('linear', k = 0.5))", "error", "`teacher_forcing`")
 add("teacher_forcing", "free running with checkpoint", "fit2(teacher_forcing = 0.5, checkpoint = 1)",
     "error", "checkpoint")
 add("teacher_forcing", "free running with recompute_gates",
     "fit2(teacher_forcing = FALSE, recompute_gates = TRUE)", "error", "recompute_gates")
 
-# sampling_schedule()
-add_each("sampling_schedule", "type %s", "sampling_schedule(%s, k = 0.5)",
+# convlstm_sampling_schedule()
+add_each("sampling_schedule", "type %s", "convlstm_sampling_schedule(%s, k = 0.5)",
          c("'bogus'", "NA", "1", "c('linear', 'exponential')"), "error", "`type`")
 ks <- list(inverse_sigmoid = list(bad = c("0.5", "0", "-1", "NA", "Inf", "'a'"), good = c("1", "5")),
            exponential = list(bad = c("0", "1", "1.5", "-0.1", "NA", "Inf"), good = c("0.5", "0.99")),
            linear = list(bad = c("0", "-1", "NA", "Inf", "'a'"), good = c("0.1", "2")))
 for (t in names(ks)) {
-  add_each("sampling_schedule", paste(t, "k %s"), sprintf("sampling_schedule('%s', k = %%s)", t),
+  add_each("sampling_schedule", paste(t, "k %s"), sprintf("convlstm_sampling_schedule('%s', k = %%s)", t),
            ks[[t]]$bad, "error", "`k`")
   add_each("sampling_schedule", paste(t, "k %s min 0.3"),
-           sprintf("sampling_schedule('%s', k = %%s, min = 0.3)(1:50)", t), ks[[t]]$good, "accept",
+           sprintf("convlstm_sampling_schedule('%s', k = %%s, min = 0.3)(1:50)", t), ks[[t]]$good, "accept",
            check = "all(.value >= 0.3 & .value <= 1) && min(.value) == 0.3 || all(.value >= 0.3)")
   add_each("sampling_schedule", paste(t, "min %s"),
-           sprintf("sampling_schedule('%s', k = %s, min = %%s)", t, ks[[t]]$good[[1]]),
+           sprintf("convlstm_sampling_schedule('%s', k = %s, min = %%s)", t, ks[[t]]$good[[1]]),
            c("-0.1", "1.1", "NA", "'a'"), "error", "`min`")
 }
-add("sampling_schedule", "missing k", "sampling_schedule('linear')", "error", "`k`")
+add("sampling_schedule", "missing k", "convlstm_sampling_schedule('linear')", "error", "`k`")
 
 # dropout, per gate and shared
 for (arg in c("dropout", "recurrent_dropout")) {
@@ -260,7 +260,7 @@ for (arg in c("dropout", "recurrent_dropout")) {
            c("-0.1", "1", "1.5", "NA", "'a'", "c(0.1, 0.2, 0.3)", "Inf", "NaN"), "error",
            sprintf("`%s`", arg))
   add_each("dropout", paste(arg, "%s trains"),
-           sprintf("{ d <- new_model(%s = %%s); train_step(d, x, y, opt) }", arg),
+           sprintf("{ d <- new_model(%s = %%s); convlstm_train_step(d, x, y, opt) }", arg),
            c("0", "0.5", "c(0.1, 0.2)", "0.999"), "accept", check = "finite(.value)")
 }
 add_each("dropout", "dropout_masks %s", "new_model(dropout = 0.2, dropout_masks = %s)",
@@ -316,7 +316,7 @@ add_each("memory_budget", "budget 30000 with %s", "fit1(memory_budget = 30000, %
 add("memory_budget", "budget with horizon free", "fit2(memory_budget = 1e6, teacher_forcing = FALSE)",
     "accept", check = "hist_ok(.value)")
 add("memory_budget", "budget with a schedule",
-    "fit2(memory_budget = 1e6, teacher_forcing = sampling_schedule('exponential', k = 0.5))",
+    "fit2(memory_budget = 1e6, teacher_forcing = convlstm_sampling_schedule('exponential', k = 0.5))",
     "accept", check = "hist_ok(.value)")
 add("memory_budget", "batch_size a word", "fit1(batch_size = 'all')", "error", "`batch_size`")
 
@@ -342,18 +342,18 @@ resume_bad <- list(
   c("schedule state damaged", "fx('dmg_sched.safetensors')", "damaged"),
   c("path NA", "NA_character_", "`path`"), c("path a number", "1", "`path`"))
 for (r in resume_bad) {
-  sched <- if (grepl("sched", r[[2]])) ", lr_scheduler = lr_step(opt, step_size = 1)" else ""
+  sched <- if (grepl("sched", r[[2]])) ", lr_scheduler = convlstm_lr_step(opt, step_size = 1)" else ""
   if (r[[1]] == "saved with a schedule") sched <- ""
   add("resume", paste("resume", r[[1]]),
       sprintf("convlstm_fit(m, x, y, opt, epochs = 3, batch_size = 2, verbose = FALSE, resume = %s%s)",
               r[[2]], sched), "error", r[[3]])
 }
 add("resume", "resume a schedule into no schedule... the reverse",
-    "convlstm_fit(m, x, y, opt, epochs = 3, batch_size = 2, verbose = FALSE, resume = fx('ckpt.safetensors'), lr_scheduler = lr_step(opt, step_size = 1))",
+    "convlstm_fit(m, x, y, opt, epochs = 3, batch_size = 2, verbose = FALSE, resume = fx('ckpt.safetensors'), lr_scheduler = convlstm_lr_step(opt, step_size = 1))",
     "error", "schedule")
 add("resume", "resume good", "convlstm_fit(m, x, y, opt, epochs = 3, batch_size = 2, verbose = FALSE, resume = fx('ckpt.safetensors'))",
     "accept", check = "identical(.value$epoch, 1:3) && hist_ok(.value)")
-add("resume", "resume with its schedule", "convlstm_fit(m, x, y, opt, epochs = 2, batch_size = 2, verbose = FALSE, resume = fx('ckpt_sched.safetensors'), lr_scheduler = lr_step(opt, step_size = 1))",
+add("resume", "resume with its schedule", "convlstm_fit(m, x, y, opt, epochs = 2, batch_size = 2, verbose = FALSE, resume = fx('ckpt_sched.safetensors'), lr_scheduler = convlstm_lr_step(opt, step_size = 1))",
     "accept", check = "identical(.value$epoch, 1:2)")
 add("resume", "resume already done", "convlstm_fit(m, x, y, opt, epochs = 1, batch_size = 2, verbose = FALSE, resume = fx('ckpt.safetensors'))",
     "accept", check = "identical(.value$epoch, 1L)")
@@ -361,7 +361,7 @@ add("resume", "resume already done", "convlstm_fit(m, x, y, opt, epochs = 1, bat
 # callbacks
 add_each("callbacks", "callbacks %s", "fit1(callbacks = %s)",
          c("'x'", "1", "list(1)", "list(function(ctx) 1)"), "error", "`callbacks`")
-add_each("callbacks", "callback %s", "callback(%s)",
+add_each("callbacks", "callback %s", "convlstm_callback(%s)",
          c("on_epoch_end = 1", "on_fit_begin = 'f'", "on_batch_end = list()"), "error", "`on_")
 paths_bad <- list(c("NA", "NA_character_", "`path`"), c("a number", "1", "`path`"),
                   c("empty", "''", "`path`"), c("two", "c('a', 'b')", "`path`"),
@@ -371,34 +371,34 @@ paths_bad <- list(c("NA", "NA_character_", "`path`"), c("a number", "1", "`path`
                   c("a FIFO", "fx('fifo')", "FIFO"), c("/dev/null", "'/dev/null'", "device"))
 for (p in paths_bad) { # interleaved, as the case numbers have always been
   add_refused("callbacks", "checkpoint path %s",
-              "fit1(memory_budget = 30000, callbacks = list(callback_model_checkpoint(%s)))", list(p))
-  add_refused("callbacks", "csv path %s", "fit1(callbacks = list(callback_csv_logger(%s)))", list(p))
+              "fit1(memory_budget = 30000, callbacks = list(convlstm_callback_model_checkpoint(%s)))", list(p))
+  add_refused("callbacks", "csv path %s", "fit1(callbacks = list(convlstm_callback_csv_logger(%s)))", list(p))
 }
-add("callbacks", "early stopping monitor bogus", "callback_early_stopping(monitor = 'bogus')", "error", "`monitor`")
-add("callbacks", "early stopping patience -1", "callback_early_stopping(patience = -1)", "error", "`patience`")
-add("callbacks", "early stopping mode x", "callback_early_stopping(mode = 'x')", "error", "`mode`")
+add("callbacks", "early stopping monitor bogus", "convlstm_callback_early_stopping(monitor = 'bogus')", "error", "`monitor`")
+add("callbacks", "early stopping patience -1", "convlstm_callback_early_stopping(patience = -1)", "error", "`patience`")
+add("callbacks", "early stopping mode x", "convlstm_callback_early_stopping(mode = 'x')", "error", "`mode`")
 add("callbacks", "early stopping val_loss without validation",
-    "fit1(callbacks = list(callback_early_stopping()))", "error", "val_loss")
+    "fit1(callbacks = list(convlstm_callback_early_stopping()))", "error", "val_loss")
 add("callbacks", "checkpoint save_best_only val_loss without validation",
-    "fit1(callbacks = list(callback_model_checkpoint(tempfile(), save_best_only = TRUE)))", "error", "val_loss")
+    "fit1(callbacks = list(convlstm_callback_model_checkpoint(tempfile(), save_best_only = TRUE)))", "error", "val_loss")
 add("callbacks", "early stopping works",
-    "convlstm_fit(m, x, y, opt, epochs = 30, batch_size = 2, validation_split = 0.5, verbose = FALSE, callbacks = list(callback_early_stopping(patience = 0, min_delta = 10)))",
+    "convlstm_fit(m, x, y, opt, epochs = 30, batch_size = 2, validation_split = 0.5, verbose = FALSE, callbacks = list(convlstm_callback_early_stopping(patience = 0, min_delta = 10)))",
     "accept", check = "nrow(.value) == 2")
 add("callbacks", "checkpoint per epoch files",
-    "{ d <- tempfile(); dir.create(d); h <- convlstm_fit(m, x, y, opt, epochs = 2, batch_size = 2, verbose = FALSE, callbacks = list(callback_model_checkpoint(file.path(d, 'e{epoch}.safetensors')))); sort(list.files(d)) }",
+    "{ d <- tempfile(); dir.create(d); h <- convlstm_fit(m, x, y, opt, epochs = 2, batch_size = 2, verbose = FALSE, callbacks = list(convlstm_callback_model_checkpoint(file.path(d, 'e{epoch}.safetensors')))); sort(list.files(d)) }",
     "accept", check = "identical(.value, c('e1.safetensors', 'e2.safetensors'))")
 add("callbacks", "csv logger lines",
-    "{ f <- tempfile(); h <- convlstm_fit(m, x, y, opt, epochs = 3, batch_size = 2, verbose = FALSE, callbacks = list(callback_csv_logger(f))); length(readLines(f)) }",
+    "{ f <- tempfile(); h <- convlstm_fit(m, x, y, opt, epochs = 3, batch_size = 2, verbose = FALSE, callbacks = list(convlstm_callback_csv_logger(f))); length(readLines(f)) }",
     "accept", check = "identical(.value, 4L)")
 add("callbacks", "ctx$epoch in on_batch_end",
-    "{ s <- integer(); cb <- callback(on_batch_end = function(ctx) s <<- c(s, ctx$epoch)); h <- convlstm_fit(m, x, y, opt, epochs = 2, batch_size = 2, verbose = FALSE, callbacks = list(cb)); s }",
+    "{ s <- integer(); cb <- convlstm_callback(on_batch_end = function(ctx) s <<- c(s, ctx$epoch)); h <- convlstm_fit(m, x, y, opt, epochs = 2, batch_size = 2, verbose = FALSE, callbacks = list(cb)); s }",
     "accept", check = "identical(.value, c(1L, 1L, 2L, 2L))")
-add("callbacks", "ctx$stop", "convlstm_fit(m, x, y, opt, epochs = 5, batch_size = 2, verbose = FALSE, callbacks = list(callback(on_epoch_end = function(ctx) ctx$stop <- TRUE)))",
+add("callbacks", "ctx$stop", "convlstm_fit(m, x, y, opt, epochs = 5, batch_size = 2, verbose = FALSE, callbacks = list(convlstm_callback(on_epoch_end = function(ctx) ctx$stop <- TRUE)))",
     "accept", check = "nrow(.value) == 1")
 add("callbacks", "a callback's own error propagates",
-    "fit1(callbacks = list(callback(on_epoch_end = function(ctx) stop('mine'))))", "error",
+    "fit1(callbacks = list(convlstm_callback(on_epoch_end = function(ctx) stop('mine'))))", "error",
     "^mine$", changes_ok = TRUE, users_own = TRUE)
-add("callbacks", "fit typo in ...", "fit(m, x, y, opt, epochz = 1)", "error", "`epochz`")
+add("callbacks", "fit typo in ...", "generics::fit(m, x, y, opt, epochz = 1)", "error", "`epochz`")
 
 # files
 load_bad <- list(c("missing", "tempfile()", "`path`"), c("a directory", "fx('adir')", "directory"),
@@ -427,7 +427,7 @@ add("files", "save over 0600 keeps 0600",
     "{ f <- tempfile(); convlstm_save(m, f); Sys.chmod(f, '600', use_umask = FALSE); convlstm_save(m, f, optimizer = opt); format(file.info(f)$mode) }",
     "accept", check = "identical(.value, '600')")
 add("files", "save over a 0640 checkpoint from a fit keeps 0640",
-    "{ f <- tempfile(); convlstm_save(m, f); Sys.chmod(f, '640', use_umask = FALSE); h <- fit1(callbacks = list(callback_model_checkpoint(f))); format(file.info(f)$mode) }",
+    "{ f <- tempfile(); convlstm_save(m, f); Sys.chmod(f, '640', use_umask = FALSE); h <- fit1(callbacks = list(convlstm_callback_model_checkpoint(f))); format(file.info(f)$mode) }",
     "accept", check = "identical(.value, '640')")
 add("files", "save through a symlink keeps the link",
     "{ f <- tempfile(); l <- tempfile(); convlstm_save(m, f); file.symlink(f, l); convlstm_save(m, l); c(nzchar(Sys.readlink(l)), file.exists(f)) }",
@@ -445,7 +445,7 @@ add("files", "tutorial model under a comma locale",
     "accept", check = "is.numeric(.value)")
 
 # the silent classes of #29
-for (call in c("predict(m, X)", "train_step(m, X, y, opt)", "convlstm_evaluate(m, X, y)",
+for (call in c("predict(m, X)", "convlstm_train_step(m, X, y, opt)", "convlstm_evaluate(m, X, y)",
                "convlstm_fit(m, X, y, opt, epochs = 1, verbose = FALSE)")) {
   for (v in c("{ X <- x; X[1:2] <- 1e308; X }", "{ X <- x; X[5] <- 1e39; X }",
               "{ X <- x; X[5] <- -1e39; X }", "{ X <- x; X[2] <- Inf; X }",
@@ -460,7 +460,7 @@ for (call in c("predict(h, X)", "convlstm_evaluate(h, X, y)", "h(X)",
       "float16's range")
 }
 add("silent", "float16 train_step 1e5 skips the step and says so",
-    "{ h <- new_model(dtype = 'float16'); X <- x; X[7] <- 1e5; suppressWarnings(train_step(h, X, y, opt)); loss_scale(h)$skipped_steps }",
+    "{ h <- new_model(dtype = 'float16'); X <- x; X[7] <- 1e5; suppressWarnings(convlstm_train_step(h, X, y, opt)); convlstm_loss_scale(h)$skipped_steps }",
     "accept", check = ".value >= 1")
 add("silent", "float16 predict 65504",
     "{ h <- new_model(dtype = 'float16'); X <- x; X[7] <- 65504; predict(h, X) }", "accept",
@@ -468,11 +468,11 @@ add("silent", "float16 predict 65504",
 add("silent", "bfloat16 predict 1e5",
     "{ h <- new_model(dtype = 'bfloat16'); X <- x; X[7] <- 1e5; predict(h, X) }", "accept",
     check = "finite(.value)")
-add_each("silent", "train_step max_grad_norm %s", "train_step(m, x, y, opt, max_grad_norm = %s)",
+add_each("silent", "train_step max_grad_norm %s", "convlstm_train_step(m, x, y, opt, max_grad_norm = %s)",
          c("1e-300", "1e-40", "0", "-1", "NA", "'a'", "c(1, 2)"), "error", "`max_grad_norm`")
 add_each("silent", "fit max_grad_norm %s", "fit1(max_grad_norm = %s)", c("1e-300", "0"), "error",
          "`max_grad_norm`")
-add_each("silent", "train_step max_grad_norm %s", "train_step(m, x, y, opt, max_grad_norm = %s)",
+add_each("silent", "train_step max_grad_norm %s", "convlstm_train_step(m, x, y, opt, max_grad_norm = %s)",
          c("1e-30", "Inf", "1"), "accept", check = "finite(.value)")
 add("silent", "data_on_device TRUE with horizon", "fit2(data_on_device = TRUE)", "error", "data_on_device")
 add("silent", "data_on_device TRUE with weight", "fit1(data_on_device = TRUE, weight = array(1, dim(y)))",
@@ -481,16 +481,16 @@ add("silent", "data_on_device 'yes'", "fit1(data_on_device = 'yes')", "error", "
 add("silent", "data_on_device TRUE", "fit1(data_on_device = TRUE)", "accept",
     check = "isTRUE(attr(.value, 'data_on_device'))")
 for (d in c("predict(m, x, horizont = 3)", "predict(m, x, batchsize = 1)",
-            "evaluate(m, x, y, horizont = 2)", "summary(m, input_shape = c(2, 3, 2, 5, 4), chekpoint = 1)",
-            "max_batch_size(m, 3, 5, 4, '1 MiB', acumulation_steps = 2)",
-            "fit(m, x, y, opt, verbos = FALSE)")) {
+            "generics::evaluate(m, x, y, horizont = 2)", "summary(m, input_shape = c(2, 3, 2, 5, 4), chekpoint = 1)",
+            "convlstm_max_batch_size(m, 3, 5, 4, '1 MiB', acumulation_steps = 2)",
+            "generics::fit(m, x, y, opt, verbos = FALSE)")) {
   add("silent", paste("typo", d), d, "error", "has no argument")
 }
-add("silent", "logical weight mask", "train_step(m, x, y, opt, weight = array(c(TRUE, FALSE), dim(y)))",
+add("silent", "logical weight mask", "convlstm_train_step(m, x, y, opt, weight = array(c(TRUE, FALSE), dim(y)))",
     "accept", check = "finite(.value)")
 for (w in c("array(NA, dim(y))", "array(-1, dim(y))", "array(1, c(4, 2, 5, 3))", "array('a', dim(y))",
             "array(Inf, dim(y))", "1")) {
-  add("silent", paste("weight", w), sprintf("train_step(m, x, y, opt, weight = %s)", w), "error", "`weight`")
+  add("silent", paste("weight", w), sprintf("convlstm_train_step(m, x, y, opt, weight = %s)", w), "error", "`weight`")
 }
 
 # fits whose arguments conflict
@@ -505,7 +505,7 @@ conflicts <- list(c("validation_split = 1", "`validation_split`"), c("validation
                   c("loss = 'huber', delta = -1", "`delta`"), c("pos_weight = 0", "`pos_weight`"),
                   c("accumulation_steps = 0", "`accumulation_steps`"), c("checkpoint = -1", "`checkpoint`"),
                   c("tbptt = 'a'", "`tbptt`"), c("recompute_gates = 'x'", "recompute_gates"),
-                  c("lr_scheduler = lr_one_cycle(opt, max_lr = 0.1, total_steps = 1)", "steps left"),
+                  c("lr_scheduler = convlstm_lr_one_cycle(opt, max_lr = 0.1, total_steps = 1)", "steps left"),
                   c("shuffle = NA", "`shuffle`"), c("verbose = 2", "`verbose`"))
 for (cf in conflicts) {
   add("fit", paste("fit", cf[[1]]), sprintf("fit1(%s)", cf[[1]]), "error", cf[[2]])
@@ -513,7 +513,7 @@ for (cf in conflicts) {
 add("fit", "fit horizon with target last_state", "fit2(target = 'last_state')", "error", "`target`")
 for (ok in c("state = 'carry', shuffle = FALSE", "accumulation_steps = 2", "checkpoint = 1",
              "recompute_gates = TRUE", "loss = 'huber'", "loss = 'mae'", "validation_split = 0.5",
-             "lr_scheduler = lr_one_cycle(opt, max_lr = 0.1, total_steps = 2)", "tbptt = 1",
+             "lr_scheduler = convlstm_lr_one_cycle(opt, max_lr = 0.1, total_steps = 2)", "tbptt = 1",
              "target = 'sequence', y = NULL")) {
   code <- if (grepl("y = NULL", ok)) "convlstm_fit(m, x, ys, opt, epochs = 1, batch_size = 2, target = 'sequence', verbose = FALSE)"
           else sprintf("fit1(%s)", ok)

@@ -89,7 +89,7 @@ cl_status cl_state_check(cl_model *m, const cl_step_options *o, int B, int H, in
   if (m->held && (m->held_B != B || m->held_H != H || m->held_W != W))
     return cl_fail(m, CL_E_INVALID,
                    "state = \"carry\": the carried state is for a batch of %d at %dx%d pixels, "
-                   "this step has %d at %dx%d; call reset_state() to start afresh",
+                   "this step has %d at %dx%d; call convlstm_reset_state() to start afresh",
                    m->held_B, m->held_H, m->held_W, B, H, W);
   return CL_OK;
 }

@@ -29,7 +29,7 @@ expect_convlstm_error <- function(expr, status = "invalid", regexp = NULL) {
 twin_models <- function(...) {
   a <- api_model(...)
   b <- api_model(...)
-  load_state_dict(b, state_dict(a))
+  convlstm_load_state_dict(b, convlstm_state_dict(a))
   list(a = a, b = b)
 }
 release_all <- function(models) for (m in models) convlstm_release(m)
@@ -40,8 +40,8 @@ release_all <- function(models) for (m in models) convlstm_release(m)
 # thread, as m$b: the same sums). Returns the file's convlstm_file_info().
 expect_resumes_exactly <- function(m, x, y, opt, states, steps = 2) {
   for (i in seq_len(steps)) {
-    train_step(m$a, x, y, opt)
-    train_step(m$b, x, y, opt)
+    convlstm_train_step(m$a, x, y, opt)
+    convlstm_train_step(m$b, x, y, opt)
   }
   path <- tempfile(fileext = ".safetensors")
   on.exit(unlink(path))
@@ -54,7 +54,7 @@ expect_resumes_exactly <- function(m, x, y, opt, states, steps = 2) {
   expect_identical(info$optimizer, opt)
   loaded <- convlstm_load(path, device = "cpu", threads = 1)
   on.exit(convlstm_release(loaded), add = TRUE)
-  expect_identical(train_step(loaded, x, y, opt), train_step(m$b, x, y, opt))
-  expect_identical(state_dict(loaded), state_dict(m$b))
+  expect_identical(convlstm_train_step(loaded, x, y, opt), convlstm_train_step(m$b, x, y, opt))
+  expect_identical(convlstm_state_dict(loaded), convlstm_state_dict(m$b))
   invisible(info)
 }

@@ -156,7 +156,7 @@ expect_fixture_tensors <- function(got, fx, prefix, rel = 1e-5, label = NULL) {
 }
 
 # An Adam run against the fixture's: the losses of its steps (adam_losses)
-# and the parameters after them (params, a named list as state_dict()
+# and the parameters after them (params, a named list as convlstm_state_dict()
 # gives; adam_params/), each within rel.
 expect_adam_run <- function(losses, params, fx, rel, label) {
   expect_close(losses, fx$tensors$adam_losses, rel = rel, label = paste(label, "losses"))

@@ -1,5 +1,5 @@
 # helper-rasters.R -- the raster packages (stars, terra, ncdf4) that
-# grid_windows() and grid_restore() read and write. They are never hard
+# convlstm_grid_windows() and convlstm_grid_restore() read and write. They are never hard
 # dependencies of the package: without one, its tests skip and say why,
 # except under CONVLSTM_RASTER_TESTS=require (the top-level Makefile's
 # `make test`, CI, which installs r-cran-stars, r-cran-terra and

@@ -1,4 +1,4 @@
-# test-advise-stored.R -- memory_advise()'s ranking is the same in every
+# test-advise-stored.R -- convlstm_memory_advise()'s ranking is the same in every
 # process on one machine (its rates are measured once and stored), and on
 # the CPU it never ranks a half type ahead of float32: each checked in
 # fresh R processes (scripts/advise-probe.R) sharing one cache folder.
@@ -64,7 +64,7 @@ test_that("on the CPU no half type is predicted faster than float32; a budget it
 # Issue #27: the first calibration on a machine held its five calibration
 # models at once, 47 MiB of the process's high-water mark outside any
 # budget. Now one model is alive at a time: the calibration holds at most
-# its largest step's plan and its data (calibration_bytes(), ?memory_advise),
+# its largest step's plan and its data (calibration_bytes(), ?convlstm_memory_advise),
 # measured from outside in a fresh process with an empty cache folder.
 test_that("the first calibration grows the high-water mark by at most its largest step and its data", {
   skip_without_hwm_reset()

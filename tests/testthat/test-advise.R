@@ -1,4 +1,4 @@
-# test-advise.R -- memory_advise() and convlstm_fit(memory_budget = ,
+# test-advise.R -- convlstm_memory_advise() and convlstm_fit(memory_budget = ,
 # batch_size = "max"): for random models and budgets, the configuration the
 # advisor picks trains under memory_limit = budget and its peaks as the
 # allocator accounts them (the plan read back, not a measurement) are the
@@ -30,10 +30,10 @@ advise_data <- function(case, hidden_last) {
 train_row <- function(case, row, budget, d) {
   model <- advise_model(case, dtype = row$dtype, memory_limit = budget)
   on.exit(convlstm_release(model))
-  loss <- train_step(model, d$x, d$y, optimizer_adam(), checkpoint = row$checkpoint,
+  loss <- convlstm_train_step(model, d$x, d$y, convlstm_optimizer_adam(), checkpoint = row$checkpoint,
                      accumulation_steps = row$accumulation_steps, tbptt = row$tbptt,
                      recompute_gates = row$recompute_gates)
-  s <- memory_stats(model)
+  s <- convlstm_memory_stats(model)
   list(loss = loss, peak = s$peak_allocated, peak_reserved = s$peak_reserved)
 }
 
@@ -41,10 +41,10 @@ test_that("the pick trains under memory_limit = budget at its planned peak; the 
   for (seed in 1:8) {
     case <- advise_case(seed)
     probe <- advise_model(case)
-    all_fit <- memory_advise(probe, "1 GiB", case$B, case$T, case$H, case$W)
+    all_fit <- convlstm_memory_advise(probe, "1 GiB", case$B, case$T, case$H, case$W)
     # a budget between the smallest and the largest plan, so some fit and some do not
     budget <- floor(stats::quantile(all_fit$reserved, runif(1, 0.1, 0.9), names = FALSE))
-    advice <- memory_advise(probe, budget, case$B, case$T, case$H, case$W)
+    advice <- convlstm_memory_advise(probe, budget, case$B, case$T, case$H, case$W)
     convlstm_release(probe)
     info <- sprintf("seed %d, budget %s", seed, format(budget))
     expect_true(any(advice$fits), info = info)
@@ -68,7 +68,7 @@ test_that("rows: every dtype, checkpoint and micro-batch; fitting ones first, fa
   model <- convlstm(1, c(8, 1), 3, device = "cpu", threads = 1)
   on.exit(convlstm_release(model))
   budget <- 3 * 2^20
-  a <- memory_advise(model, budget, 16, 8, 16, 16)
+  a <- convlstm_memory_advise(model, budget, 16, 8, 16, 16)
   expect_s3_class(a, c("convlstm_memory_advice", "data.frame"))
   expect_setequal(unique(a$dtype), c("float32", "float16", "bfloat16"))
   expect_setequal(unique(a$checkpoint), c(0, 1, 2, 3, 4))
@@ -83,13 +83,13 @@ test_that("rows: every dtype, checkpoint and micro-batch; fitting ones first, fa
   expect_false(is.unsorted(a$reserved[!a$fits]))
   expect_true(all(a$reason[a$fits] == ""))
   expect_true(all(grepl("over the budget", a$reason[!a$fits])))
-  # each row is memory_estimate()'s plan for that configuration
+  # each row is convlstm_memory_estimate()'s plan for that configuration
   for (i in c(1, nrow(a))) {
-    est <- memory_estimate(model, 16, 8, 16, 16, dtype = a$dtype[[i]],
+    est <- convlstm_memory_estimate(model, 16, 8, 16, 16, dtype = a$dtype[[i]],
                            checkpoint = a$checkpoint[[i]],
                            accumulation_steps = a$accumulation_steps[[i]],
                            recompute_gates = a$recompute_gates[[i]],
-                           optimizer = optimizer_adam())
+                           optimizer = convlstm_optimizer_adam())
     expect_equal(unlist(a[i, c(est$category)]), stats::setNames(est$bytes, est$category))
   }
   plain <- a$dtype == "float32" & a$checkpoint == 0 & a$accumulation_steps == 1 &
@@ -107,22 +107,22 @@ test_that("rows: every dtype, checkpoint and micro-batch; fitting ones first, fa
   expect_equal(attr(a, "budget"), budget)
   expect_named(attr(a, "rates"), c("flops", "bytes", "weights", "threads", "device", "half"))
   # tbptt only when allowed, and never together with checkpointing
-  t <- memory_advise(model, budget, 16, 8, 16, 16, allow_tbptt = TRUE)
+  t <- convlstm_memory_advise(model, budget, 16, 8, 16, 16, allow_tbptt = TRUE)
   expect_true(any(t$tbptt > 0))
   expect_true(all(t$checkpoint[t$tbptt > 0] == 0))
   # sizes with units as memory_limit takes them
-  expect_equal(attr(memory_advise(model, "3 MiB", 16, 8, 16, 16), "budget"), budget)
+  expect_equal(attr(convlstm_memory_advise(model, "3 MiB", 16, 8, 16, 16), "budget"), budget)
 })
 
 test_that("sizes far beyond any device are answered without a crash or a warning", {
   model <- convlstm(2, 3, 3, device = "cpu", threads = 1)
   on.exit(convlstm_release(model))
   big <- .Machine$integer.max
-  expect_no_warning(a <- memory_advise(model, "80 GiB", 2^20, 2^20, 64, 64))
+  expect_no_warning(a <- convlstm_memory_advise(model, "80 GiB", 2^20, 2^20, 64, 64))
   expect_true(all(is.finite(a$time_ratio)))
   expect_false(all(a$fits))
   # sizes the planner cannot hold: rows with the planner's reason
-  expect_no_warning(b <- memory_advise(model, "80 GiB", big, 3, big, big))
+  expect_no_warning(b <- convlstm_memory_advise(model, "80 GiB", big, 3, big, big))
   expect_false(any(b$fits))
   expect_true(all(grepl("overflow", b$reason)))
 })
@@ -130,7 +130,7 @@ test_that("sizes far beyond any device are answered without a crash or a warning
 test_that("print() shows what fits with its predicted time and why the others do not", {
   model <- convlstm(1, c(8, 1), 3, device = "cpu", threads = 1)
   on.exit(convlstm_release(model))
-  a <- memory_advise(model, "3 MiB", 16, 8, 16, 16)
+  a <- convlstm_memory_advise(model, "3 MiB", 16, 8, 16, 16)
   out <- capture.output(print(a, n = 3))
   expect_match(out[[1]], "training batch 16, 8 steps of 16x16", fixed = TRUE)
   expect_true(any(grepl("budget 3 MiB: [0-9]+ of [0-9]+ configurations fit", out)))
@@ -139,25 +139,25 @@ test_that("print() shows what fits with its predicted time and why the others do
   expect_true(any(grepl("over the budget", out)))
   expect_true(any(grepl("[0-9.]+x$", out)))
   expect_true(any(grepl("n = Inf", out)))
-  nothing <- memory_advise(model, 1000, 16, 8, 16, 16)
+  nothing <- convlstm_memory_advise(model, 1000, 16, 8, 16, 16)
   out <- capture.output(print(nothing))
   expect_false(any(grepl("Fits, fastest first", out)))
   expect_true(any(grepl("0 of [0-9]+ configurations fit", out)))
 })
 
-test_that("memory_advise() checks its arguments", {
+test_that("convlstm_memory_advise() checks its arguments", {
   model <- convlstm(1, 2, 3, device = "cpu", threads = 1)
   on.exit(convlstm_release(model))
-  expect_convlstm_error(memory_advise(model, "lots", 2, 3, 4, 4), regexp = "`budget`")
-  expect_convlstm_error(memory_advise(model, -1, 2, 3, 4, 4), regexp = "`budget`")
-  expect_convlstm_error(memory_advise(model, "1 MiB", 0, 3, 4, 4), regexp = "`batch_size`")
-  expect_convlstm_error(memory_advise(model, "1 MiB", 2, 3, 4, 4, optimizer = "adam"),
+  expect_convlstm_error(convlstm_memory_advise(model, "lots", 2, 3, 4, 4), regexp = "`budget`")
+  expect_convlstm_error(convlstm_memory_advise(model, -1, 2, 3, 4, 4), regexp = "`budget`")
+  expect_convlstm_error(convlstm_memory_advise(model, "1 MiB", 0, 3, 4, 4), regexp = "`batch_size`")
+  expect_convlstm_error(convlstm_memory_advise(model, "1 MiB", 2, 3, 4, 4, optimizer = "adam"),
                         regexp = "`optimizer`")
-  expect_convlstm_error(memory_advise(model, "1 MiB", 2, 3, 4, 4, target = "all"),
+  expect_convlstm_error(convlstm_memory_advise(model, "1 MiB", 2, 3, 4, 4, target = "all"),
                         regexp = "`target`")
-  expect_convlstm_error(memory_advise(model, "1 MiB", 2, 3, 4, 4, allow_tbptt = NA),
+  expect_convlstm_error(convlstm_memory_advise(model, "1 MiB", 2, 3, 4, 4, allow_tbptt = NA),
                         regexp = "`allow_tbptt`")
-  expect_convlstm_error(memory_advise("model", "1 MiB", 2, 3, 4, 4), regexp = "`model`")
+  expect_convlstm_error(convlstm_memory_advise("model", "1 MiB", 2, 3, 4, 4), regexp = "`model`")
 })
 
 test_that("convlstm_fit(memory_budget = ) trains with the advisor's pick and says which", {
@@ -166,15 +166,15 @@ test_that("convlstm_fit(memory_budget = ) trains with the advisor's pick and say
   d <- advise_data(case, 1)
   model <- advise_model(case)
   on.exit(convlstm_release(model))
-  advice <- memory_advise(model, 2^20, 8, 6, 8, 8)
+  advice <- convlstm_memory_advise(model, 2^20, 8, 6, 8, 8)
   budget <- floor(stats::quantile(advice$reserved, 0.3, names = FALSE))
-  advice <- memory_advise(model, budget, 8, 6, 8, 8)
+  advice <- convlstm_memory_advise(model, budget, 8, 6, 8, 8)
   pick <- advice[1, ]
   limited <- advise_model(case, memory_limit = budget)
   on.exit(convlstm_release(limited), add = TRUE)
   msgs <- character()
   h <- withCallingHandlers(
-    convlstm_fit(limited, d$x, d$y, optimizer_adam(), epochs = 1, batch_size = 8,
+    convlstm_fit(limited, d$x, d$y, convlstm_optimizer_adam(), epochs = 1, batch_size = 8,
                  shuffle = FALSE, memory_budget = budget, data_on_device = FALSE),
     message = function(m) {
       msgs <<- c(msgs, conditionMessage(m))
@@ -184,8 +184,8 @@ test_that("convlstm_fit(memory_budget = ) trains with the advisor's pick and say
   expect_equal(nrow(h), 1)
   expect_true(is.finite(h$loss))
   expect_equal(limited$dtype, pick$dtype)
-  expect_lte(memory_stats(limited)$peak_reserved, budget)
-  expect_equal(memory_stats(limited)$peak_allocated, pick$total)
+  expect_lte(convlstm_memory_stats(limited)$peak_reserved, budget)
+  expect_equal(convlstm_memory_stats(limited)$peak_allocated, pick$total)
   line <- grep("memory_budget", msgs, value = TRUE)
   expect_length(line, 1)
   expect_match(line, pick$dtype, fixed = TRUE)
@@ -195,26 +195,26 @@ test_that("convlstm_fit(memory_budget = ) trains with the advisor's pick and say
   fresh <- advise_model(case)
   on.exit(convlstm_release(manual), add = TRUE)
   on.exit(convlstm_release(fresh), add = TRUE)
-  load_state_dict(manual, state_dict(model))
-  load_state_dict(fresh, state_dict(model))
-  h1 <- convlstm_fit(fresh, d$x, d$y, optimizer_adam(), epochs = 1, batch_size = 8,
+  convlstm_load_state_dict(manual, convlstm_state_dict(model))
+  convlstm_load_state_dict(fresh, convlstm_state_dict(model))
+  h1 <- convlstm_fit(fresh, d$x, d$y, convlstm_optimizer_adam(), epochs = 1, batch_size = 8,
                      shuffle = FALSE, memory_budget = budget, verbose = FALSE)
-  h2 <- convlstm_fit(manual, d$x, d$y, optimizer_adam(), epochs = 1, batch_size = 8,
+  h2 <- convlstm_fit(manual, d$x, d$y, convlstm_optimizer_adam(), epochs = 1, batch_size = 8,
                      shuffle = FALSE, checkpoint = pick$checkpoint,
                      accumulation_steps = pick$accumulation_steps,
                      recompute_gates = pick$recompute_gates, verbose = FALSE)
   expect_equal(h1$loss, h2$loss)
   # nothing fits: the out-of-memory error, before any training
   expect_convlstm_error(
-    convlstm_fit(model, d$x, d$y, optimizer_adam(), epochs = 1, memory_budget = 1000,
+    convlstm_fit(model, d$x, d$y, convlstm_optimizer_adam(), epochs = 1, memory_budget = 1000,
                  verbose = FALSE),
     status = "oom", regexp = "does not fit in the memory budget")
   expect_convlstm_error(
-    convlstm_fit(model, d$x, d$y, optimizer_adam(), epochs = 1, memory_budget = budget,
+    convlstm_fit(model, d$x, d$y, convlstm_optimizer_adam(), epochs = 1, memory_budget = budget,
                  checkpoint = 2, verbose = FALSE),
     regexp = "`memory_budget` chooses")
   expect_convlstm_error(
-    convlstm_fit(model, d$x, d$y, optimizer_adam(), epochs = 1, memory_budget = "lots",
+    convlstm_fit(model, d$x, d$y, convlstm_optimizer_adam(), epochs = 1, memory_budget = "lots",
                  verbose = FALSE),
     regexp = "`memory_budget`")
 })
@@ -225,9 +225,9 @@ test_that("a tight budget picks recomputed gates, and convlstm_fit() says so", {
   d <- advise_data(case, 1)
   model <- advise_model(case)
   on.exit(convlstm_release(model))
-  all <- memory_advise(model, "1 GiB", 8, 12, 8, 8)
+  all <- convlstm_memory_advise(model, "1 GiB", 8, 12, 8, 8)
   budget <- min(all$reserved) # only the leanest configuration fits
-  advice <- memory_advise(model, budget, 8, 12, 8, 8)
+  advice <- convlstm_memory_advise(model, budget, 8, 12, 8, 8)
   pick <- advice[1, ]
   expect_gt(pick$recompute_gates, 0)
   # without it, the same configuration does not fit
@@ -237,7 +237,7 @@ test_that("a tight budget picks recomputed gates, and convlstm_fit() says so", {
   expect_gt(plainer$reserved, budget)
   msgs <- character()
   withCallingHandlers(
-    convlstm_fit(model, d$x, d$y, optimizer_adam(), epochs = 1, batch_size = 8,
+    convlstm_fit(model, d$x, d$y, convlstm_optimizer_adam(), epochs = 1, batch_size = 8,
                  shuffle = FALSE, memory_budget = budget, data_on_device = FALSE),
     message = function(m) {
       msgs <<- c(msgs, conditionMessage(m))
@@ -245,40 +245,40 @@ test_that("a tight budget picks recomputed gates, and convlstm_fit() says so", {
     }
   )
   expect_match(paste(msgs, collapse = "\n"), "gates recomputed in backward, 1 step at a time")
-  expect_lte(memory_stats(model)$peak_reserved, budget)
+  expect_lte(convlstm_memory_stats(model)$peak_reserved, budget)
 })
 
-test_that("convlstm_fit(batch_size = \"max\") trains at max_batch_size() for the configuration", {
+test_that("convlstm_fit(batch_size = \"max\") trains at convlstm_max_batch_size() for the configuration", {
   set.seed(6)
   case <- list(input_dim = 1, hidden = c(4, 1), kernel = 3, B = 40, T = 4, H = 8, W = 8)
   d <- advise_data(case, 1)
   model <- advise_model(case)
   on.exit(convlstm_release(model))
   budget <- 400 * 1024
-  b <- as.integer(max_batch_size(model, 4, 8, 8, budget = budget, optimizer = optimizer_adam(),
+  b <- as.integer(convlstm_max_batch_size(model, 4, 8, 8, budget = budget, optimizer = convlstm_optimizer_adam(),
                                  checkpoint = 2))
   expect_gt(b, 1)
   expect_lt(b, 40)
-  set_memory_limit(model, budget)
-  h <- convlstm_fit(model, d$x, d$y, optimizer_adam(), epochs = 1, batch_size = "max",
+  convlstm_set_memory_limit(model, budget)
+  h <- convlstm_fit(model, d$x, d$y, convlstm_optimizer_adam(), epochs = 1, batch_size = "max",
                     checkpoint = 2, verbose = FALSE, data_on_device = FALSE)
   expect_equal(attr(h, "batch_size"), b)
-  expect_lte(memory_stats(model)$peak_reserved, budget)
+  expect_lte(convlstm_memory_stats(model)$peak_reserved, budget)
   # with a budget: the advisor's configuration (the plain step fits the
   # plain step's largest batch, and nothing is predicted faster than it on
   # the CPU), at its largest batch
   m2 <- advise_model(case)
   on.exit(convlstm_release(m2), add = TRUE)
-  h2 <- convlstm_fit(m2, d$x, d$y, optimizer_adam(), epochs = 1, batch_size = "max",
+  h2 <- convlstm_fit(m2, d$x, d$y, convlstm_optimizer_adam(), epochs = 1, batch_size = "max",
                      memory_budget = budget, verbose = FALSE, data_on_device = FALSE)
-  plain <- as.integer(max_batch_size(m2, 4, 8, 8, budget = budget, optimizer = optimizer_adam()))
+  plain <- as.integer(convlstm_max_batch_size(m2, 4, 8, 8, budget = budget, optimizer = convlstm_optimizer_adam()))
   expect_gte(attr(h2, "batch_size"), plain)
   # all samples when they fit
-  h3 <- convlstm_fit(m2, d$x, d$y, optimizer_adam(), epochs = 1, batch_size = "max",
+  h3 <- convlstm_fit(m2, d$x, d$y, convlstm_optimizer_adam(), epochs = 1, batch_size = "max",
                      memory_budget = "1 GiB", verbose = FALSE)
   expect_equal(attr(h3, "batch_size"), 40)
   expect_convlstm_error(
-    convlstm_fit(m2, d$x, d$y, optimizer_adam(), epochs = 1, batch_size = "all",
+    convlstm_fit(m2, d$x, d$y, convlstm_optimizer_adam(), epochs = 1, batch_size = "all",
                  verbose = FALSE),
     regexp = "`batch_size`")
 })
@@ -293,18 +293,18 @@ test_that("convlstm_fit(batch_size = \"max\", horizon = ) plans the steps the fi
     d <- advise_data(case, 1)
     y <- array(stats::runif(40 * K * 64), c(40, K, 1, 8, 8))
     budget <- 1200 * 1024
-    opt <- optimizer_adam()
+    opt <- convlstm_optimizer_adam()
     largest <- function(model, tf) {
-      as.integer(max_batch_size(model, 3, 8, 8, budget = budget, optimizer = opt, horizon = K,
+      as.integer(convlstm_max_batch_size(model, 3, 8, 8, budget = budget, optimizer = opt, horizon = K,
                                 teacher_forcing = tf))
     }
     fit_max <- function(tf) {
       model <- advise_model(case)
       on.exit(convlstm_release(model))
-      set_memory_limit(model, budget)
+      convlstm_set_memory_limit(model, budget)
       h <- convlstm_fit(model, d$x, y, opt, epochs = 2, batch_size = "max", horizon = K,
                         teacher_forcing = tf, verbose = FALSE, shuffle = FALSE)
-      expect_lte(memory_stats(model)$peak_reserved, budget)
+      expect_lte(convlstm_memory_stats(model)$peak_reserved, budget)
       list(batch = attr(h, "batch_size"), teacher = largest(model, TRUE),
            free = largest(model, FALSE))
     }
@@ -317,12 +317,12 @@ test_that("convlstm_fit(batch_size = \"max\", horizon = ) plans the steps the fi
     expect_identical(fit_max(0.5)$batch, teacher$free, info = K)
     # a schedule runs both kinds of step (here epoch 1 teacher-forced, epoch
     # 2 free-running): the batch fits both
-    sched <- fit_max(sampling_schedule("linear", k = 1))
+    sched <- fit_max(convlstm_sampling_schedule("linear", k = 1))
     expect_identical(sched$batch, min(teacher$teacher, teacher$free), info = K)
   }
 })
 
-# ---- forecasting: memory_advise(horizon =, teacher_forcing =) -------------
+# ---- forecasting: convlstm_memory_advise(horizon =, teacher_forcing =) -------------
 
 forecast_case <- list(input_dim = 1, hidden = c(4, 1), kernel = 3, B = 4, T = 4, H = 8, W = 8,
                       K = 3)
@@ -335,10 +335,10 @@ forecast_data <- function(case) {
 # The planned reservation of configuration `row` for a forecast step with
 # teacher forcing tf.
 forecast_reserved <- function(model, case, row, tf) {
-  est <- memory_estimate(model, case$B, case$T, case$H, case$W, dtype = row$dtype,
+  est <- convlstm_memory_estimate(model, case$B, case$T, case$H, case$W, dtype = row$dtype,
                          checkpoint = row$checkpoint, recompute_gates = row$recompute_gates,
                          accumulation_steps = row$accumulation_steps, tbptt = row$tbptt,
-                         optimizer = optimizer_adam(), horizon = case$K, teacher_forcing = tf)
+                         optimizer = convlstm_optimizer_adam(), horizon = case$K, teacher_forcing = tf)
   est$bytes[est$category == "reserved"]
 }
 
@@ -347,10 +347,10 @@ forecast_reserved <- function(model, case, row, tf) {
 forecast_step <- function(case, row, limit, d, tf) {
   model <- advise_model(case, dtype = row$dtype, memory_limit = limit)
   on.exit(convlstm_release(model))
-  loss <- train_step(model, d$x, d$y, optimizer_adam(), horizon = case$K, teacher_forcing = tf,
+  loss <- convlstm_train_step(model, d$x, d$y, convlstm_optimizer_adam(), horizon = case$K, teacher_forcing = tf,
                      checkpoint = row$checkpoint, recompute_gates = row$recompute_gates,
                      accumulation_steps = row$accumulation_steps, tbptt = row$tbptt)
-  list(loss = loss, peak_reserved = memory_stats(model)$peak_reserved)
+  list(loss = loss, peak_reserved = convlstm_memory_stats(model)$peak_reserved)
 }
 
 test_that("a forecast's pick trains within the budget for every step it plans; less memory fails", {
@@ -359,11 +359,11 @@ test_that("a forecast's pick trains within the budget for every step it plans; l
   d <- forecast_data(case)
   probe <- advise_model(case)
   on.exit(convlstm_release(probe))
-  schedule <- sampling_schedule("exponential", k = 0.5)
+  schedule <- convlstm_sampling_schedule("exponential", k = 0.5)
   for (tf in list(TRUE, FALSE, 0.5, schedule)) {
     modes <- if (is.function(tf)) list(TRUE, FALSE) else list(tf)
     label <- if (is.function(tf)) "schedule" else format(tf)
-    all <- memory_advise(probe, "1 GiB", case$B, case$T, case$H, case$W, horizon = case$K,
+    all <- convlstm_memory_advise(probe, "1 GiB", case$B, case$T, case$H, case$W, horizon = case$K,
                          teacher_forcing = tf)
     expect_equal(attr(all, "horizon"), case$K)
     free <- !isTRUE(tf)
@@ -374,7 +374,7 @@ test_that("a forecast's pick trains within the budget for every step it plans; l
       expect_true(any(all$checkpoint > 0) && any(all$recompute_gates > 0), info = label)
     }
     budget <- floor(stats::quantile(all$reserved, 0.3, names = FALSE))
-    advice <- memory_advise(probe, budget, case$B, case$T, case$H, case$W, horizon = case$K,
+    advice <- convlstm_memory_advise(probe, budget, case$B, case$T, case$H, case$W, horizon = case$K,
                             teacher_forcing = tf)
     pick <- advice[1, ]
     expect_true(pick$fits, info = label)
@@ -400,13 +400,13 @@ test_that("a tight teacher-forced budget picks checkpoint or recompute_gates; fr
   d <- forecast_data(case)
   probe <- advise_model(case)
   on.exit(convlstm_release(probe))
-  all <- memory_advise(probe, "1 GiB", case$B, case$T, case$H, case$W, horizon = case$K)
+  all <- convlstm_memory_advise(probe, "1 GiB", case$B, case$T, case$H, case$W, horizon = case$K)
   budget <- min(all$reserved)
-  pick <- memory_advise(probe, budget, case$B, case$T, case$H, case$W, horizon = case$K)[1, ]
+  pick <- convlstm_memory_advise(probe, budget, case$B, case$T, case$H, case$W, horizon = case$K)[1, ]
   expect_true(pick$checkpoint > 0 || pick$recompute_gates > 0)
   expect_lte(forecast_step(case, pick, budget, d, TRUE)$peak_reserved, budget)
   # free-running at the same budget: nothing it may use fits, and its print says why
-  free <- memory_advise(probe, budget, case$B, case$T, case$H, case$W, horizon = case$K,
+  free <- convlstm_memory_advise(probe, budget, case$B, case$T, case$H, case$W, horizon = case$K,
                         teacher_forcing = FALSE)
   expect_false(any(free$fits))
   expect_output(print(free), "no checkpoint, tbptt or recompute_gates")
@@ -419,18 +419,18 @@ test_that("convlstm_fit(memory_budget = , horizon = ) trains the advisor's pick 
   d <- forecast_data(case)
   probe <- advise_model(case)
   on.exit(convlstm_release(probe))
-  schedule <- sampling_schedule("exponential", k = 0.5)
+  schedule <- convlstm_sampling_schedule("exponential", k = 0.5)
   for (tf in list(TRUE, FALSE, schedule)) {
     label <- if (is.function(tf)) "schedule" else format(tf)
-    all <- memory_advise(probe, "1 GiB", case$B, case$T, case$H, case$W, horizon = case$K,
+    all <- convlstm_memory_advise(probe, "1 GiB", case$B, case$T, case$H, case$W, horizon = case$K,
                          teacher_forcing = tf)
     budget <- floor(stats::quantile(all$reserved, 0.2, names = FALSE))
-    pick <- memory_advise(probe, budget, case$B, case$T, case$H, case$W, horizon = case$K,
+    pick <- convlstm_memory_advise(probe, budget, case$B, case$T, case$H, case$W, horizon = case$K,
                           teacher_forcing = tf)[1, ]
     model <- advise_model(case, memory_limit = budget)
     msgs <- character()
     h <- withCallingHandlers(
-      convlstm_fit(model, d$x, d$y, optimizer_adam(), epochs = 3, batch_size = case$B,
+      convlstm_fit(model, d$x, d$y, convlstm_optimizer_adam(), epochs = 3, batch_size = case$B,
                    shuffle = FALSE, horizon = case$K, teacher_forcing = tf,
                    memory_budget = budget),
       message = function(m) {
@@ -440,7 +440,7 @@ test_that("convlstm_fit(memory_budget = , horizon = ) trains the advisor's pick 
     )
     expect_true(all(is.finite(h$loss)), info = label)
     expect_equal(model$dtype, pick$dtype, info = label)
-    expect_lte(memory_stats(model)$peak_reserved, budget)
+    expect_lte(convlstm_memory_stats(model)$peak_reserved, budget)
     line <- grep("memory_budget", msgs, value = TRUE)
     expect_length(line, 1)
     expect_match(line, sprintf("forecast of %d frames", case$K), fixed = TRUE)
@@ -453,19 +453,19 @@ test_that("convlstm_fit(memory_budget = , horizon = ) trains the advisor's pick 
   model <- advise_model(case)
   on.exit(convlstm_release(model), add = TRUE)
   budget <- 300 * 1024
-  h <- convlstm_fit(model, d$x, d$y, optimizer_adam(), epochs = 2, batch_size = "max",
+  h <- convlstm_fit(model, d$x, d$y, convlstm_optimizer_adam(), epochs = 2, batch_size = "max",
                     horizon = case$K, teacher_forcing = schedule, memory_budget = budget,
                     shuffle = FALSE, verbose = FALSE)
-  expect_lte(memory_stats(model)$peak_reserved, budget)
+  expect_lte(convlstm_memory_stats(model)$peak_reserved, budget)
   expect_gte(attr(h, "batch_size"), 1)
 })
 
-test_that("memory_advise() predicts times for non-square kernels (kernel sizes as a list)", {
+test_that("convlstm_memory_advise() predicts times for non-square kernels (kernel sizes as a list)", {
   model <- convlstm(1, c(4, 1), list(c(3, 5), 3), device = "cpu", threads = 1)
   on.exit(convlstm_release(model))
   square <- convlstm(1, c(4, 1), list(c(3, 3), 3), device = "cpu", threads = 1)
   on.exit(convlstm_release(square), add = TRUE)
-  advice <- memory_advise(model, "1 GiB", 4, 4, 8, 8, horizon = 2)
+  advice <- convlstm_memory_advise(model, "1 GiB", 4, 4, 8, 8, horizon = 2)
   expect_true(all(is.finite(advice$time_ratio)))
   # the 3 x 5 layer's convolutions count 15 taps, the 3 x 3 one's 9
   conf <- function(m) convlstm:::c_model_config(convlstm:::model_ptr(m))

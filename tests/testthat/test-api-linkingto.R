@@ -53,7 +53,7 @@ client_session <- function(lib) {
   client <- "convlstmclient"
   library(client, lib.loc = lib, character.only = TRUE)
   # A row-major (torch layout) vector as the R array of the same logical
-  # dims that state_dict() holds (a bias is a plain vector there).
+  # dims that convlstm_state_dict() holds (a bias is a plain vector there).
   to_r <- function(v, like) {
     d <- dim(like)
     if (is.null(d)) v else aperm(array(v, rev(d)), rev(seq_along(d)))
@@ -70,23 +70,23 @@ client_session <- function(lib) {
   cm <- client_model(2, c(3, 2), c(3, 3), threads = 1, seed = 7)
   out$alive_c <- client_alive()
   rm_ <- convlstm::convlstm(2, c(3, 2), c(3, 3), device = "cpu", threads = 1)
-  sd <- convlstm::state_dict(rm_)
+  sd <- convlstm::convlstm_state_dict(rm_)
   w0 <- client_params(cm)
   out$names <- list(c = names(w0), r = names(sd))
-  convlstm::load_state_dict(rm_, Map(to_r, w0[names(sd)], sd))
+  convlstm::convlstm_load_state_dict(rm_, Map(to_r, w0[names(sd)], sd))
   out$init_range <- range(unlist(w0))
 
   # The plan before the step, then one Adam step on both sides.
   out$plan <- list(c = client_plan(cm, 2, 3, 5, 4, lr = 0.01),
-                   r = convlstm::memory_estimate(rm_, 2, 3, 5, 4,
-                                                 optimizer = convlstm::optimizer_adam(0.01)))
+                   r = convlstm::convlstm_memory_estimate(rm_, 2, 3, 5, 4,
+                                                 optimizer = convlstm::convlstm_optimizer_adam(0.01)))
   out$loss <- c(c = client_train_step(cm, x, y, lr = 0.01),
-                r = convlstm::train_step(rm_, x, y, convlstm::optimizer_adam(lr = 0.01)))
+                r = convlstm::convlstm_train_step(rm_, x, y, convlstm::convlstm_optimizer_adam(lr = 0.01)))
   w1 <- client_params(cm)
-  sd1 <- convlstm::state_dict(rm_)
+  sd1 <- convlstm::convlstm_state_dict(rm_)
   out$w_diff <- max(abs(unlist(Map(function(v, r) to_r(v, r) - r, w1[names(sd1)], sd1))))
   out$w_moved <- max(abs(unlist(w1) - unlist(w0)))
-  out$stats <- list(c = client_memory_stats(cm), r = convlstm::memory_stats(rm_))
+  out$stats <- list(c = client_memory_stats(cm), r = convlstm::convlstm_memory_stats(rm_))
 
   # A model saved by R, loaded by the client: the same next step.
   path <- tempfile(fileext = ".safetensors")
@@ -95,7 +95,7 @@ client_session <- function(lib) {
   # (The loss is that of the weights the step starts from, the saved ones;
   # the R model's Adam state only changes the update that follows.)
   out$loss2 <- c(c = client_train_step(lm, x, y, lr = 0.01),
-                 r = convlstm::train_step(rm_, x, y, convlstm::optimizer_adam(lr = 0.01)))
+                 r = convlstm::convlstm_train_step(rm_, x, y, convlstm::convlstm_optimizer_adam(lr = 0.01)))
 
   # Lifetime: explicit free (twice is harmless), and the finalizer on gc().
   before <- client_alive()
@@ -125,7 +125,7 @@ test_that("a package with LinkingTo: convlstm builds and calls the C interface",
   expect_setequal(res$names$c, res$names$r)
   expect_true(res$init_range[1] < 0 && res$init_range[2] > 0)
 
-  # The plan the C caller reads is memory_estimate()'s, category by category.
+  # The plan the C caller reads is convlstm_memory_estimate()'s, category by category.
   est <- res$plan$r
   r_bytes <- stats::setNames(est$bytes, est$category)
   shared <- intersect(names(res$plan$c), names(r_bytes))

@@ -1,7 +1,7 @@
 # test-capabilities.R -- the capability table (src/core/capability.c,
 # convlstm_capabilities()) against every R entry point that takes its options:
-# train_step(), convlstm_fit(), memory_estimate(), max_batch_size(),
-# memory_advise(), convlstm_data() and the forward. For each row refused for a
+# convlstm_train_step(), convlstm_fit(), convlstm_memory_estimate(), convlstm_max_batch_size(),
+# convlstm_memory_advise(), convlstm_data() and the forward. For each row refused for a
 # kind of model, every entry point that can ask for the option refuses it with
 # class convlstm_error_unsupported and exactly the row's reason as its message;
 # for each supported row, every such entry point accepts it. Which options an
@@ -53,20 +53,20 @@ cap_calls <- function(option, s) {
   x <- s$x
   y <- s$y
   h <- s$h
-  opt <- optimizer_sgd(0)
-  plan <- function(...) memory_estimate(m, 2, 3, 4, 4, horizon = h, ...)
-  most <- function(...) max_batch_size(m, 3, 4, 4, budget = "1 GiB", horizon = h, ...)
+  opt <- convlstm_optimizer_sgd(0)
+  plan <- function(...) convlstm_memory_estimate(m, 2, 3, 4, 4, horizon = h, ...)
+  most <- function(...) convlstm_max_batch_size(m, 3, 4, 4, budget = "1 GiB", horizon = h, ...)
   fit <- function(...) convlstm_fit(m, x, y, opt, epochs = 1, verbose = FALSE, ...)
-  step <- function(...) train_step(m, x, y, opt, ...)
+  step <- function(...) convlstm_train_step(m, x, y, opt, ...)
   fc <- s$kind == "encoder_forecaster"
   sq <- s$kind != "convlstm" # trains on a sequence target by default
   head <- if (s$kind == "convlstm_head") "top" else "none"
   switch(option,
     "dtype = float16/bfloat16 training" = list(
       train_step = function() {
-        set_dtype(m, "float16")
-        on.exit(set_dtype(m, "float32"))
-        train_step(m, x, y, opt)
+        convlstm_set_dtype(m, "float16")
+        on.exit(convlstm_set_dtype(m, "float32"))
+        convlstm_train_step(m, x, y, opt)
       },
       memory_estimate = function() plan(dtype = "float16"),
       max_batch_size = function() most(dtype = "bfloat16")),
@@ -85,19 +85,19 @@ cap_calls <- function(option, s) {
                               convlstm_fit = function() fit(accumulation_steps = 2),
                               memory_estimate = function() plan(accumulation_steps = 2),
                               max_batch_size = function() most(accumulation_steps = 2)),
-    horizon = list(train_step = function() train_step(m, x, s$yh, opt, horizon = 2),
+    horizon = list(train_step = function() convlstm_train_step(m, x, s$yh, opt, horizon = 2),
                    convlstm_fit = function() convlstm_fit(m, x, s$yh, opt, epochs = 1,
                                                           verbose = FALSE, horizon = 2)),
     "teacher_forcing < 1 (free running)" = list(
-      train_step = function() train_step(m, x, s$yh, opt, horizon = if (!fc) 2,
+      train_step = function() convlstm_train_step(m, x, s$yh, opt, horizon = if (!fc) 2,
                                          teacher_forcing = FALSE),
       convlstm_fit = function() convlstm_fit(m, x, s$yh, opt, epochs = 1, verbose = FALSE,
                                              horizon = if (!fc) 2, teacher_forcing = 0.5),
-      memory_estimate = function() memory_estimate(m, 2, 3, 4, 4, horizon = 2,
+      memory_estimate = function() convlstm_memory_estimate(m, 2, 3, 4, 4, horizon = 2,
                                                    teacher_forcing = FALSE),
-      max_batch_size = function() max_batch_size(m, 3, 4, 4, budget = "1 GiB", horizon = 2,
+      max_batch_size = function() convlstm_max_batch_size(m, 3, 4, 4, budget = "1 GiB", horizon = 2,
                                                  teacher_forcing = FALSE),
-      memory_advise = function() memory_advise(m, "1 GiB", 2, 3, 4, 4, horizon = 2,
+      memory_advise = function() convlstm_memory_advise(m, "1 GiB", 2, 3, 4, 4, horizon = 2,
                                                teacher_forcing = FALSE)),
     "state = given" = list(
       train_step = function() step(state = list(list(h = array(0, c(2, 1, 4, 4)),
@@ -110,12 +110,12 @@ cap_calls <- function(option, s) {
                   convlstm_fit = function() fit(weight = array(1, dim(y))),
                   memory_estimate = function() plan(weight = if (sq) "sequence" else "last_state")),
     "target = last_state" = list(
-      train_step = function() train_step(m, x, array(0, c(2, 1, 4, 4)), opt, target = "last_state"),
+      train_step = function() convlstm_train_step(m, x, array(0, c(2, 1, 4, 4)), opt, target = "last_state"),
       convlstm_fit = function() convlstm_fit(m, x, array(0, c(2, 1, 4, 4)), opt, epochs = 1,
                                              verbose = FALSE, target = "last_state"),
       memory_estimate = function() plan(target = "last_state"),
       max_batch_size = function() most(target = "last_state"),
-      memory_advise = function() memory_advise(m, "1 GiB", 2, 3, 4, 4, horizon = h,
+      memory_advise = function() convlstm_memory_advise(m, "1 GiB", 2, 3, 4, 4, horizon = h,
                                                target = "last_state")),
     dropout_masks = NULL,
     dropout = if (!fc) list(convlstm = function() {
@@ -134,9 +134,9 @@ cap_calls <- function(option, s) {
       convlstm_fit = function() fit(data_on_device = TRUE)),
     "separate forward/backward" = list(convlstm_forward = function() convlstm_forward(m, x)),
     callbacks = list(convlstm_fit = function() {
-      fit(callbacks = list(callback_early_stopping(monitor = "loss", patience = 1)))
+      fit(callbacks = list(convlstm_callback_early_stopping(monitor = "loss", patience = 1)))
     }),
-    lr_scheduler = list(convlstm_fit = function() fit(lr_scheduler = lr_step(opt, step_size = 1))),
+    lr_scheduler = list(convlstm_fit = function() fit(lr_scheduler = convlstm_lr_step(opt, step_size = 1))),
     validation_split = list(convlstm_fit = function() fit(validation_split = 0.5, batch_size = 1)),
     resume = if (fc) list(convlstm_fit = function() fit(resume = tempfile(fileext = ".safetensors"))),
     memory_budget = list(convlstm_fit = function() fit(memory_budget = "1 GiB")),
@@ -202,10 +202,10 @@ test_that("a supported row: every entry point accepts it", {
   }
 })
 
-test_that("memory_advise() offers an encoder-forecaster nothing its training refuses", {
+test_that("convlstm_memory_advise() offers an encoder-forecaster nothing its training refuses", {
   s <- cap_setup("encoder_forecaster")
   on.exit(convlstm_release(s$model))
-  advice <- memory_advise(s$model, "1 GiB", 2, 3, 4, 4, horizon = 2, allow_tbptt = TRUE)
+  advice <- convlstm_memory_advise(s$model, "1 GiB", 2, 3, 4, 4, horizon = 2, allow_tbptt = TRUE)
   # the one configuration it trains: float32, none of checkpoint, recompute_gates,
   # accumulation_steps or tbptt
   expect_identical(nrow(advice), 1L)
@@ -213,10 +213,10 @@ test_that("memory_advise() offers an encoder-forecaster nothing its training ref
   expect_identical(c(advice$checkpoint, advice$recompute_gates, advice$tbptt), c(0L, 0L, 0L))
   expect_identical(as.integer(advice$accumulation_steps), 1L)
   # and that configuration trains
-  expect_true(is.finite(train_step(s$model, s$x, s$y, optimizer_adam())))
+  expect_true(is.finite(convlstm_train_step(s$model, s$x, s$y, convlstm_optimizer_adam())))
 })
 
-test_that("the default memory_estimate() is what a default train_step() holds (random hidden sizes)", {
+test_that("the default convlstm_memory_estimate() is what a default convlstm_train_step() holds (random hidden sizes)", {
   set.seed(33)
   for (i in 1:6) {
     layers <- sample(1:2, 1)
@@ -226,12 +226,12 @@ test_that("the default memory_estimate() is what a default train_step() holds (r
     H <- sample(3:6, 1)
     W <- sample(3:6, 1)
     m <- convlstm(2, hidden, 3, device = "cpu", threads = 1)
-    est <- memory_estimate(m, B, T, H, W, optimizer = optimizer_adam())
+    est <- convlstm_memory_estimate(m, B, T, H, W, optimizer = convlstm_optimizer_adam())
     planned <- est$bytes[est$category == "reserved"]
     x <- array(runif(B * T * 2 * H * W), dim = c(B, T, 2, H, W))
     y <- array(runif(B * hidden[[layers]] * H * W), dim = c(B, hidden[[layers]], H, W))
-    train_step(m, x, y, optimizer_adam()) # the default target: the last state
-    held <- memory_stats(m)$peak_reserved # the executor's allocations, at their peak
+    convlstm_train_step(m, x, y, convlstm_optimizer_adam()) # the default target: the last state
+    held <- convlstm_memory_stats(m)$peak_reserved # the executor's allocations, at their peak
     expect_identical(planned, held,
                      label = sprintf("plan of hidden %s, B %d, T %d, %dx%d",
                                      paste(hidden, collapse = "-"), B, T, H, W))

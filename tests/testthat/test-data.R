@@ -18,15 +18,15 @@ test_that("steps on a data set equal steps on the same rows sliced in R", {
   for (case in cases) {
     m <- twin_models()
     data <- convlstm_data(m$a, x, case$y, target = case$target)
-    opt <- optimizer_adam(0.01)
+    opt <- convlstm_optimizer_adam(0.01)
     for (rows in batches) {
-      la <- do.call(train_step, c(list(m$a, data, optimizer = opt, rows = rows), case$opts))
-      lb <- do.call(train_step, c(list(m$b, rows_of(x, rows), rows_of(case$y, rows), opt,
+      la <- do.call(convlstm_train_step, c(list(m$a, data, optimizer = opt, rows = rows), case$opts))
+      lb <- do.call(convlstm_train_step, c(list(m$b, rows_of(x, rows), rows_of(case$y, rows), opt,
                                        target = case$target), case$opts))
       expect_identical(la, lb)
-      expect_identical(gradients(m$a), gradients(m$b))
+      expect_identical(convlstm_gradients(m$a), convlstm_gradients(m$b))
     }
-    expect_identical(state_dict(m$a), state_dict(m$b))
+    expect_identical(convlstm_state_dict(m$a), convlstm_state_dict(m$b))
     convlstm_release(m$a)
     convlstm_release(m$b)
   }
@@ -39,9 +39,9 @@ test_that("train_step on a data set takes the optimizer in y's place and every r
   x <- api_x(B = 3)
   y <- api_y(B = 3)
   data <- convlstm_data(m$a, x, y)
-  opt <- optimizer_sgd(0.1)
-  expect_identical(train_step(m$a, data, opt), train_step(m$b, x, y, opt))
-  expect_identical(train_step(m$a, data, opt, target = "last_state"), train_step(m$b, x, y, opt))
+  opt <- convlstm_optimizer_sgd(0.1)
+  expect_identical(convlstm_train_step(m$a, data, opt), convlstm_train_step(m$b, x, y, opt))
+  expect_identical(convlstm_train_step(m$a, data, opt, target = "last_state"), convlstm_train_step(m$b, x, y, opt))
 })
 
 test_that("a float16 model's data set gives the host path's losses", {
@@ -52,15 +52,15 @@ test_that("a float16 model's data set gives the host path's losses", {
   y <- api_y(B = 4)
   data <- convlstm_data(m$a, x, y)
   expect_output(print(data), "float16")
-  opt <- optimizer_adam(0.01)
+  opt <- convlstm_optimizer_adam(0.01)
   for (rows in list(c(1, 3), c(4, 4, 2))) {
-    expect_identical(train_step(m$a, data, optimizer = opt, rows = rows),
-                     train_step(m$b, rows_of(x, rows), rows_of(y, rows), opt))
+    expect_identical(convlstm_train_step(m$a, data, optimizer = opt, rows = rows),
+                     convlstm_train_step(m$b, rows_of(x, rows), rows_of(y, rows), opt))
   }
-  expect_identical(state_dict(m$a), state_dict(m$b))
+  expect_identical(convlstm_state_dict(m$a), convlstm_state_dict(m$b))
   # after a change of dtype the data set no longer matches the model
-  set_dtype(m$a, "float32")
-  expect_convlstm_error(train_step(m$a, data, optimizer = opt), status = "state",
+  convlstm_set_dtype(m$a, "float32")
+  expect_convlstm_error(convlstm_train_step(m$a, data, optimizer = opt), status = "state",
                         regexp = "uploaded as float16")
 })
 
@@ -71,9 +71,9 @@ test_that("convlstm_fit gives the same history with the data on the device or no
     set.seed(42)
     model <- api_model()
     on.exit(convlstm_release(model))
-    h <- convlstm_fit(model, x, y, optimizer_adam(0.01), epochs = 3, batch_size = 4,
+    h <- convlstm_fit(model, x, y, convlstm_optimizer_adam(0.01), epochs = 3, batch_size = 4,
                       target = "sequence", verbose = FALSE, data_on_device = on_device, ...)
-    list(h = h, sd = state_dict(model))
+    list(h = h, sd = convlstm_state_dict(model))
   }
   host <- fit(FALSE)
   dev <- fit(TRUE)
@@ -96,24 +96,24 @@ test_that("data_on_device = 'auto' keeps the data in R when it does not fit, TRU
   x <- api_x(B = 64, T = 3, H = 8, W = 8)
   y <- api_y(B = 64, H = 8, W = 8)
   # room for a step of 8 but not for 64 sequences more
-  est <- memory_estimate(model, 8, 3, 8, 8, optimizer = optimizer_adam())
-  set_memory_limit(model, est$bytes[est$category == "total"] + 4096)
-  h <- convlstm_fit(model, x, y, optimizer_adam(), epochs = 1, batch_size = 8, verbose = FALSE)
+  est <- convlstm_memory_estimate(model, 8, 3, 8, 8, optimizer = convlstm_optimizer_adam())
+  convlstm_set_memory_limit(model, est$bytes[est$category == "total"] + 4096)
+  h <- convlstm_fit(model, x, y, convlstm_optimizer_adam(), epochs = 1, batch_size = 8, verbose = FALSE)
   expect_false(attr(h, "data_on_device"))
   expect_convlstm_error(
-    convlstm_fit(model, x, y, optimizer_adam(), epochs = 1, batch_size = 8, verbose = FALSE,
+    convlstm_fit(model, x, y, convlstm_optimizer_adam(), epochs = 1, batch_size = 8, verbose = FALSE,
                  data_on_device = TRUE),
     status = "oom", regexp = "tried to allocate"
   )
-  data_before <- memory_stats(model)$by_category$current[7]
+  data_before <- convlstm_memory_stats(model)$by_category$current[7]
   # more than the whole limit, even once the cached step arena is given back
   xl <- api_x(B = 1024, T = 3, H = 8, W = 8)
   yl <- api_y(B = 1024, H = 8, W = 8)
   expect_convlstm_error(convlstm_data(model, xl, yl), status = "oom")
-  expect_equal(memory_stats(model)$by_category$current[7], data_before)
+  expect_equal(convlstm_memory_stats(model)$by_category$current[7], data_before)
   expect_equal(convlstm:::c_data_alive(), 0L)
   # the model is still usable
-  expect_true(is.finite(train_step(model, rows_of(x, 1:8), rows_of(y, 1:8), optimizer_adam())))
+  expect_true(is.finite(convlstm_train_step(model, rows_of(x, 1:8), rows_of(y, 1:8), convlstm_optimizer_adam())))
 })
 
 test_that("memory_stats shows a data set under 'data' and release returns it", {
@@ -122,9 +122,9 @@ test_that("memory_stats shows a data set under 'data' and release returns it", {
   on.exit(convlstm_release(model))
   x <- api_x(B = 5, T = 3)
   y <- api_y(B = 5)
-  before <- memory_stats(model)$by_category
+  before <- convlstm_memory_stats(model)$by_category
   data <- convlstm_data(model, x, y)
-  after <- memory_stats(model)$by_category
+  after <- convlstm_memory_stats(model)$by_category
   bytes <- 5 * 3 * 2 * 5 * 4 * 4 + 5 * 2 * 5 * 4 * 4
   expect_equal(data$bytes, bytes)
   expect_equal(after$current[after$category == "data"] - before$current[before$category == "data"],
@@ -132,9 +132,9 @@ test_that("memory_stats shows a data set under 'data' and release returns it", {
   expect_output(print(data), "5 sequences on cpu, float32")
   expect_true(convlstm_release(data))
   expect_false(convlstm_release(data))
-  expect_equal(memory_stats(model)$by_category$current[7], before$current[7])
+  expect_equal(convlstm_memory_stats(model)$by_category$current[7], before$current[7])
   expect_output(print(data), "released")
-  expect_convlstm_error(train_step(model, data, optimizer = optimizer_sgd(0.1)), status = "state",
+  expect_convlstm_error(convlstm_train_step(model, data, optimizer = convlstm_optimizer_sgd(0.1)), status = "state",
                         regexp = "released")
 })
 
@@ -146,10 +146,10 @@ test_that("releasing the model invalidates its data sets; gc frees them in any o
   expect_equal(convlstm:::c_data_alive(), 1L)
   convlstm_release(model)
   expect_equal(convlstm:::c_data_alive(), 0L)
-  expect_convlstm_error(train_step(model, data, optimizer = optimizer_sgd(0.1)), status = "state")
+  expect_convlstm_error(convlstm_train_step(model, data, optimizer = convlstm_optimizer_sgd(0.1)), status = "state")
   other <- api_model()
   on.exit(convlstm_release(other))
-  expect_convlstm_error(train_step(other, data, optimizer = optimizer_sgd(0.1)), status = "state",
+  expect_convlstm_error(convlstm_train_step(other, data, optimizer = convlstm_optimizer_sgd(0.1)), status = "state",
                         regexp = "model of this data set was released")
   expect_output(print(data), "released with its model")
   expect_false(convlstm_release(data))
@@ -160,7 +160,7 @@ test_that("releasing the model invalidates its data sets; gc frees them in any o
     rm(m)
     gc()
     expect_equal(convlstm:::c_data_alive(), 1L)
-    expect_true(is.finite(train_step(other, api_x(), api_y(), optimizer_sgd(0.1))))
+    expect_true(is.finite(convlstm_train_step(other, api_x(), api_y(), convlstm_optimizer_sgd(0.1))))
   })
   gc()
   expect_equal(convlstm:::c_data_alive(), 0L)
@@ -168,7 +168,7 @@ test_that("releasing the model invalidates its data sets; gc frees them in any o
   # a data set restored by readRDS explains itself
   d2 <- convlstm_data(other, api_x(), api_y())
   restored <- unserialize(serialize(d2, NULL))
-  expect_convlstm_error(train_step(other, restored, optimizer = optimizer_sgd(0.1)),
+  expect_convlstm_error(convlstm_train_step(other, restored, optimizer = convlstm_optimizer_sgd(0.1)),
                         status = "state", regexp = "readRDS")
   expect_output(print(restored), "restored")
 })
@@ -181,7 +181,7 @@ test_that("a data set of another model is refused", {
     convlstm_release(b)
   })
   data <- convlstm_data(a, api_x(), api_y())
-  expect_convlstm_error(train_step(b, data, optimizer = optimizer_sgd(0.1)), regexp = "another model")
+  expect_convlstm_error(convlstm_train_step(b, data, optimizer = convlstm_optimizer_sgd(0.1)), regexp = "another model")
 })
 
 test_that("bad arguments are refused with the argument's name", {
@@ -195,25 +195,25 @@ test_that("bad arguments are refused with the argument's name", {
   expect_convlstm_error(convlstm_data(model, x, y, target = "middle"), regexp = "`target`")
   expect_convlstm_error(convlstm_data("model", x, y), regexp = "`model`")
   data <- convlstm_data(model, x, y)
-  opt <- optimizer_adam()
-  expect_convlstm_error(train_step(model, data, optimizer = opt, rows = 0), regexp = "`rows`")
-  expect_convlstm_error(train_step(model, data, optimizer = opt, rows = 4), regexp = "`rows`")
-  expect_convlstm_error(train_step(model, data, optimizer = opt, rows = 1.5), regexp = "`rows`")
-  expect_convlstm_error(train_step(model, data, optimizer = opt, rows = c(1, NA)), regexp = "`rows`")
-  expect_convlstm_error(train_step(model, data, optimizer = opt, rows = integer()), regexp = "`rows`")
-  expect_convlstm_error(train_step(model, data, y, opt), regexp = "`y` must be NULL")
-  expect_convlstm_error(train_step(model, data, optimizer = opt, target = "sequence"),
+  opt <- convlstm_optimizer_adam()
+  expect_convlstm_error(convlstm_train_step(model, data, optimizer = opt, rows = 0), regexp = "`rows`")
+  expect_convlstm_error(convlstm_train_step(model, data, optimizer = opt, rows = 4), regexp = "`rows`")
+  expect_convlstm_error(convlstm_train_step(model, data, optimizer = opt, rows = 1.5), regexp = "`rows`")
+  expect_convlstm_error(convlstm_train_step(model, data, optimizer = opt, rows = c(1, NA)), regexp = "`rows`")
+  expect_convlstm_error(convlstm_train_step(model, data, optimizer = opt, rows = integer()), regexp = "`rows`")
+  expect_convlstm_error(convlstm_train_step(model, data, y, opt), regexp = "`y` must be NULL")
+  expect_convlstm_error(convlstm_train_step(model, data, optimizer = opt, target = "sequence"),
                         regexp = "`target`")
-  expect_convlstm_error(train_step(model, data, optimizer = opt, rows = 1:2,
+  expect_convlstm_error(convlstm_train_step(model, data, optimizer = opt, rows = 1:2,
                                    accumulation_steps = 3), regexp = "`accumulation_steps`")
-  expect_convlstm_error(train_step(model, data, optimizer = "adam"), regexp = "`optimizer`")
-  expect_convlstm_error(train_step(model, x, y, opt, rows = 1:2), regexp = "`rows`")
+  expect_convlstm_error(convlstm_train_step(model, data, optimizer = "adam"), regexp = "`optimizer`")
+  expect_convlstm_error(convlstm_train_step(model, x, y, opt, rows = 1:2), regexp = "`rows`")
   expect_convlstm_error(convlstm_fit(model, x, y, opt, data_on_device = "yes"),
                         regexp = "`data_on_device`")
 })
 
 test_that("a data set on the GPU gives the CPU's steps", {
-  skip_if_not(gpu_available(), "no usable CUDA GPU")
+  skip_if_not(convlstm_gpu_available(), "no usable CUDA GPU")
   set.seed(11)
   cpu <- api_model()
   gpu <- convlstm(2, c(3, 2), 3, device = "cuda")
@@ -221,29 +221,29 @@ test_that("a data set on the GPU gives the CPU's steps", {
     convlstm_release(cpu)
     convlstm_release(gpu)
   })
-  load_state_dict(gpu, state_dict(cpu))
+  convlstm_load_state_dict(gpu, convlstm_state_dict(cpu))
   x <- api_x(B = 6)
   y <- api_y(B = 6)
   data <- convlstm_data(gpu, x, y)
   expect_output(print(data), "on cuda")
-  opt <- optimizer_adam(0.01)
+  opt <- convlstm_optimizer_adam(0.01)
   for (rows in list(c(5, 2, 2), 1:6)) {
-    expect_equal(train_step(gpu, data, optimizer = opt, rows = rows),
-                 train_step(cpu, rows_of(x, rows), rows_of(y, rows), opt), tolerance = 1e-4)
+    expect_equal(convlstm_train_step(gpu, data, optimizer = opt, rows = rows),
+                 convlstm_train_step(cpu, rows_of(x, rows), rows_of(y, rows), opt), tolerance = 1e-4)
   }
-  sg <- state_dict(gpu)
-  sc <- state_dict(cpu)
+  sg <- convlstm_state_dict(gpu)
+  sc <- convlstm_state_dict(cpu)
   for (name in names(sc)) expect_equal(sg[[name]], sc[[name]], tolerance = 1e-3)
-  s <- memory_stats(gpu)$by_category
+  s <- convlstm_memory_stats(gpu)$by_category
   expect_gte(s$current[s$category == "data"], data$bytes)
   # the same history from fit on the GPU with and without the data set
   # (cuDNN may sum in another order from run to run: equal, not identical)
-  sd0 <- state_dict(cpu)
+  sd0 <- convlstm_state_dict(cpu)
   fit <- function(on_device) {
     set.seed(1)
     m <- convlstm(2, c(3, 2), 3, device = "cuda")
     on.exit(convlstm_release(m))
-    load_state_dict(m, sd0)
+    convlstm_load_state_dict(m, sd0)
     h <- convlstm_fit(m, x, y, opt, epochs = 2, batch_size = 4, verbose = FALSE,
                       data_on_device = on_device)
     expect_identical(attr(h, "data_on_device"), on_device)

@@ -52,12 +52,12 @@ big_batch <- function(n, batch, epochs, max_grad_norm = NULL, resume = NULL, mod
   forecast <- mode %in% c("freerun", "teacher")
   case <- mpi_case(n, seed_model = 100, forecast = forecast, peephole = mode == "peephole")
   set.seed(1000)
-  h <- convlstm_fit(case$model, case$x, case$y, optimizer_adam(0.01), epochs = epochs,
+  h <- convlstm_fit(case$model, case$x, case$y, convlstm_optimizer_adam(0.01), epochs = epochs,
                     batch_size = batch, verbose = FALSE, max_grad_norm = max_grad_norm,
                     resume = resume, shuffle = !mode %in% c("carry", "noshuffle"),
                     horizon = if (forecast) 3L, teacher_forcing = mode != "freerun",
                     state = if (mode == "carry") "carry")
-  out <- list(weights = state_dict(case$model), loss = h$loss)
+  out <- list(weights = convlstm_state_dict(case$model), loss = h$loss)
   convlstm_release(case$model)
   out
 }
@@ -79,10 +79,10 @@ test_that("convlstm_distributed() without mpirun is one process that trains as w
   fit_once <- function(distributed) {
     case <- mpi_case(8)
     set.seed(3)
-    h <- convlstm_fit(case$model, case$x, case$y, optimizer_adam(0.01), epochs = 2,
+    h <- convlstm_fit(case$model, case$x, case$y, convlstm_optimizer_adam(0.01), epochs = 2,
                       batch_size = 3, verbose = FALSE, distributed = distributed,
                       max_grad_norm = 0.1)
-    list(loss = h$loss, w = state_dict(case$model))
+    list(loss = h$loss, w = convlstm_state_dict(case$model))
   }
   expect_identical(fit_once(d), fit_once(NULL)) # bit for bit: size 1 reduces nothing
   # one communicator per process: MPI cannot start beside the one-process one
@@ -96,7 +96,7 @@ test_that("convlstm_distributed() without mpirun is one process that trains as w
 test_that("convlstm_distributed() and convlstm_fit(distributed = ) refuse bad input", {
   expect_error(convlstm_distributed("carrier-pigeon"), class = "convlstm_error")
   case <- mpi_case(4)
-  expect_error(convlstm_fit(case$model, case$x, case$y, optimizer_adam(), epochs = 1,
+  expect_error(convlstm_fit(case$model, case$x, case$y, convlstm_optimizer_adam(), epochs = 1,
                             distributed = "yes", verbose = FALSE),
                class = "convlstm_error", regexp = "distributed")
   if (!convlstm:::c_dist_available()$nccl) {
@@ -126,7 +126,7 @@ test_that("2 ranks x batch 2 train as 1 x batch 4, the same on every rank, every
   # convolution, the ranks 2 + 2 then the sum of two halves: other roundings
   expect_lt(max_diff(r[[1]]$weights, ref$weights), 1e-5)
   expect_equal(r[[1]]$loss, ref$loss, tolerance = 1e-5)
-  # 3 epochs of 3 steps, each reducing every bucket memory_estimate() lists
+  # 3 epochs of 3 steps, each reducing every bucket convlstm_memory_estimate() lists
   st <- r[[2]]$stats
   expect_equal(st$steps, 9)
   expect_equal(st$bytes, 9 * sum(r[[2]]$buckets$bytes))

@@ -16,20 +16,20 @@ drop_weights <- function(seed) {
   set.seed(seed)
   ref <- drop_model()
   on.exit(convlstm_release(ref))
-  state_dict(ref)
+  convlstm_state_dict(ref)
 }
 
 # One SGD step at lr 0 (target "sequence": every output counts) of a
 # drop_model(model_args) with weights w, its masks drawn after set.seed(seed)
-# or given (masks); `...` goes to train_step(). Its loss and gradients.
+# or given (masks); `...` goes to convlstm_train_step(). Its loss and gradients.
 drop_step <- function(w, x, y, seed, model_args = list(), masks = NULL, ...) {
   m <- do.call(drop_model, model_args)
   on.exit(convlstm_release(m))
-  load_state_dict(m, w)
+  convlstm_load_state_dict(m, w)
   if (!is.null(masks)) convlstm:::local_dropout_masks(masks)
   set.seed(seed)
-  loss <- train_step(m, x, y, optimizer_sgd(lr = 0), target = "sequence", ...)
-  list(loss = as.numeric(loss), g = gradients(m))
+  loss <- convlstm_train_step(m, x, y, convlstm_optimizer_sgd(lr = 0), target = "sequence", ...)
+  list(loss = as.numeric(loss), g = convlstm_gradients(m))
 }
 
 test_that("the rates read back per layer, and a model without them says so on train()", {
@@ -146,25 +146,25 @@ for (kind in c("per_gate", "shared")) test_that(sprintf(
   set.seed(11)
   a <- drop_model(dropout_masks = kind)
   b <- drop_model(dropout_masks = kind)
-  load_state_dict(b, state_dict(a))
+  convlstm_load_state_dict(b, convlstm_state_dict(a))
   on.exit({
     convlstm_release(a)
     convlstm_release(b)
   })
-  opt <- optimizer_sgd(lr = 0.1)
+  opt <- convlstm_optimizer_sgd(lr = 0.1)
   # drawn into the planned buffers per micro-batch (accumulation: 2 of 2
   # and 1), with a checkpoint's recomputation reading them again
   for (args in list(list(), list(accumulation_steps = 2, checkpoint = 2))) {
     set.seed(5)
     masks <- convlstm:::c_dropout_draw(environment(a)$ptr, c(3, 5, 4))
     set.seed(5)
-    la <- do.call(train_step, c(list(a, x, y, opt), args))
+    la <- do.call(convlstm_train_step, c(list(a, x, y, opt), args))
     local({
       convlstm:::local_dropout_masks(masks)
-      lb <<- do.call(train_step, c(list(b, x, y, opt), args))
+      lb <<- do.call(convlstm_train_step, c(list(b, x, y, opt), args))
     })
     expect_identical(as.numeric(la), as.numeric(lb), label = deparse(args))
-    expect_identical(state_dict(a), state_dict(b), label = deparse(args))
+    expect_identical(convlstm_state_dict(a), convlstm_state_dict(b), label = deparse(args))
   }
 })
 
@@ -176,9 +176,9 @@ test_that("set.seed() reproduces a training run with dropout; another seed diffe
     m <- drop_model()
     on.exit(convlstm_release(m))
     set.seed(seed)
-    opt <- optimizer_adam(lr = 0.01)
-    losses <- vapply(1:3, function(i) as.numeric(train_step(m, x, y, opt)), 0)
-    list(losses = losses, params = state_dict(m))
+    opt <- convlstm_optimizer_adam(lr = 0.01)
+    losses <- vapply(1:3, function(i) as.numeric(convlstm_train_step(m, x, y, opt)), 0)
+    list(losses = losses, params = convlstm_state_dict(m))
   }
   r1 <- run(42)
   expect_identical(run(42), r1)
@@ -197,7 +197,7 @@ test_that("inference applies no dropout: predict(), model(x) in eval mode, evalu
     convlstm_release(m)
     convlstm_release(plain)
   })
-  load_state_dict(plain, state_dict(m))
+  convlstm_load_state_dict(plain, convlstm_state_dict(m))
   x <- api_x(B = 2, T = 3)
   p1 <- predict(m, x)
   expect_identical(predict(m, x), p1)
@@ -232,9 +232,9 @@ test_that("checkpointing and accumulation give the gradients of the plain step w
   # and dropout moves them: the gradients of a model without it differ
   plain <- drop_model(0, 0)
   on.exit(convlstm_release(plain))
-  load_state_dict(plain, w)
-  train_step(plain, x, y, optimizer_sgd(lr = 0), target = "sequence")
-  expect_gt(max(abs(gradients(plain)[[1]] - g0[[1]])), 1e-4)
+  convlstm_load_state_dict(plain, w)
+  convlstm_train_step(plain, x, y, convlstm_optimizer_sgd(lr = 0), target = "sequence")
+  expect_gt(max(abs(convlstm_gradients(plain)[[1]] - g0[[1]])), 1e-4)
 })
 
 test_that("tbptt, a carried state and data sets train with dropout", {
@@ -243,20 +243,20 @@ test_that("tbptt, a carried state and data sets train with dropout", {
   on.exit(convlstm_release(m))
   x <- api_x(B = 2, T = 6)
   y <- api_y(B = 2, T = 6)
-  opt <- optimizer_adam(lr = 0.01)
-  expect_true(is.finite(train_step(m, x, y, opt, target = "sequence", tbptt = 2)))
-  expect_true(is.finite(train_step(m, x, y, opt, target = "sequence", state = "carry")))
-  expect_true(is.finite(train_step(m, x, y, opt, target = "sequence", state = "carry",
+  opt <- convlstm_optimizer_adam(lr = 0.01)
+  expect_true(is.finite(convlstm_train_step(m, x, y, opt, target = "sequence", tbptt = 2)))
+  expect_true(is.finite(convlstm_train_step(m, x, y, opt, target = "sequence", state = "carry")))
+  expect_true(is.finite(convlstm_train_step(m, x, y, opt, target = "sequence", state = "carry",
                                    checkpoint = 2)))
-  reset_state(m)
+  convlstm_reset_state(m)
   fit <- function(seed) {
     set.seed(1)
     f <- drop_model()
     on.exit(convlstm_release(f))
     set.seed(seed)
     h <- convlstm_fit(f, x, y, epochs = 2, batch_size = 1, target = "sequence",
-                      optimizer = optimizer_adam(lr = 0.01), verbose = FALSE)
-    state_dict(f)
+                      optimizer = convlstm_optimizer_adam(lr = 0.01), verbose = FALSE)
+    convlstm_state_dict(f)
   }
   expect_identical(fit(7), fit(7))
 })
@@ -266,10 +266,10 @@ test_that("a forecast trains with dropout and predicts without it", {
   m <- convlstm(1, c(4, 1), 3, device = "cpu", threads = 1, dropout = 0.2,
                 recurrent_dropout = 0.3)
   on.exit(convlstm_release(m))
-  d <- moving_digits(n = 2, seq_len = 8, size = 12, horizon = 3)
-  opt <- optimizer_adam(lr = 0.01)
+  d <- convlstm_moving_digits(n = 2, n_frames = 8, size = 12, horizon = 3)
+  opt <- convlstm_optimizer_adam(lr = 0.01)
   # teacher forcing: the true frames fed back are inputs, masked like x
-  expect_true(is.finite(train_step(m, d$x, d$y, opt, horizon = 3)))
+  expect_true(is.finite(convlstm_train_step(m, d$x, d$y, opt, horizon = 3)))
   f1 <- predict(m, d$x, horizon = 3)
   expect_identical(predict(m, d$x, horizon = 3), f1)
   expect_equal(dim(f1), c(2, 3, 1, 12, 12))
@@ -294,7 +294,7 @@ grad_gap <- function(g, fx, prefix) {
   }, numeric(1)))
 }
 
-for (device in c("cpu", if (gpu_available()) "cuda")) for (fixture in names(free_run_fxs)) {
+for (device in c("cpu", if (convlstm_gpu_available()) "cuda")) for (fixture in names(free_run_fxs)) {
   for (sched in c("plain", "accumulation")) {
     test_that(sprintf("free-running training with dropout matches PyTorch's masks [%s, %s, %s]",
                       fixture, device, sched), {
@@ -306,17 +306,17 @@ for (device in c("cpu", if (gpu_available()) "cuda")) for (fixture in names(free
                     recurrent_dropout = cfg$recurrent_dropout,
                     dropout_masks = cfg$dropout_masks %||% "shared")
       on.exit(convlstm_release(m))
-      load_state_dict(m, fixture_group(fx, "weights/"))
+      convlstm_load_state_dict(m, fixture_group(fx, "weights/"))
       convlstm:::local_dropout_masks(fixture_masks(fx))
-      opt <- optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
+      opt <- convlstm_optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
       extra <- if (sched == "accumulation") list(accumulation_steps = 2) else list()
       losses <- numeric(cfg$adam_steps)
       for (i in seq_len(cfg$adam_steps)) {
-        losses[[i]] <- do.call(train_step, c(list(m, fx$tensors$x, fx$tensors$y_frames, opt,
+        losses[[i]] <- do.call(convlstm_train_step, c(list(m, fx$tensors$x, fx$tensors$y_frames, opt,
                                                   horizon = cfg$horizon,
                                                   teacher_forcing = FALSE), extra))
         if (i == 1) {
-          g <- gradients(m)
+          g <- convlstm_gradients(m)
           expect_fixture_tensors(g, fx, "grad/", rel = rel, label = paste(device, sched, "grad"))
           # each wrong variant is ten tolerances away and more
           expect_gt(grad_gap(g, fx, "grad_nodropout/"), 10 * rel)
@@ -324,7 +324,7 @@ for (device in c("cpu", if (gpu_available()) "cuda")) for (fixture in names(free
           expect_gt(grad_gap(g, fx, "grad_detached/"), 10 * rel)
         }
       }
-      expect_adam_run(losses, state_dict(m), fx, rel, paste(device, sched))
+      expect_adam_run(losses, convlstm_state_dict(m), fx, rel, paste(device, sched))
     })
   }
 }
@@ -333,12 +333,12 @@ test_that("free-running with drawn masks: set.seed() reproduces it, predict() ha
   m <- convlstm(1, c(3, 1), 3, device = "cpu", threads = 1, dropout = 0.3,
                 recurrent_dropout = 0.2)
   on.exit(convlstm_release(m))
-  d <- moving_digits(n = 2, seq_len = 6, size = 8, horizon = 3)
-  sd <- state_dict(m)
+  d <- convlstm_moving_digits(n = 2, n_frames = 6, size = 8, horizon = 3)
+  sd <- convlstm_state_dict(m)
   run <- function(seed) {
-    load_state_dict(m, sd)
+    convlstm_load_state_dict(m, sd)
     set.seed(seed)
-    train_step(m, d$x, d$y, optimizer_sgd(lr = 0), horizon = 3, teacher_forcing = FALSE)
+    convlstm_train_step(m, d$x, d$y, convlstm_optimizer_sgd(lr = 0), horizon = 3, teacher_forcing = FALSE)
   }
   l1 <- run(5)
   expect_true(is.finite(l1))
@@ -349,10 +349,10 @@ test_that("free-running with drawn masks: set.seed() reproduces it, predict() ha
 })
 
 for (kind in c("per_gate", "shared")) test_that(sprintf(
-  "memory_estimate() plans the masks and the masked copy, in training only [%s]", kind), {
+  "convlstm_memory_estimate() plans the masks and the masked copy, in training only [%s]", kind), {
   m <- drop_model(c(0.3, 0), c(0, 0.5), dropout_masks = kind)
   on.exit(convlstm_release(m))
-  est <- memory_estimate(m, 4, 3, 5, 6)
+  est <- convlstm_memory_estimate(m, 4, 3, 5, 6)
   plan <- attr(est, "plan")
   row <- function(n) plan$bytes[plan$name == n]
   P <- 5 * 6
@@ -368,7 +368,7 @@ for (kind in c("per_gate", "shared")) test_that(sprintf(
   h_only <- drop_model(0, c(0.5, 0), dropout_masks = kind)
   on.exit(convlstm_release(h_only), add = TRUE)
   masked <- function(...) {
-    p <- attr(memory_estimate(h_only, 4, 3, 5, 6, ...), "plan")
+    p <- attr(convlstm_memory_estimate(h_only, 4, 3, 5, 6, ...), "plan")
     p$bytes[p$name == "dropout_masked"]
   }
   expect_equal(masked(), 2 * 4 * G * 3 * P * 4) # [T - 1, B, G hidden 3, H, W] float32
@@ -376,12 +376,12 @@ for (kind in c("per_gate", "shared")) test_that(sprintf(
   # the float gradient between segments, or the copy of h before one
   expect_equal(masked(checkpoint = 1), G * 4 * 3 * P * 4)
   expect_equal(plan$category[plan$name == "dropout_mask_x[0]"], "activations")
-  inf <- attr(memory_estimate(m, 4, 3, 5, 6, training = FALSE), "plan")
+  inf <- attr(convlstm_memory_estimate(m, 4, 3, 5, 6, training = FALSE), "plan")
   expect_false(any(grepl("^dropout", inf$name)))
   # and a step allocates exactly that
-  train_step(m, api_x(B = 4, T = 3, H = 5, W = 6), api_y(B = 4, H = 5, W = 6),
-             optimizer_adam())
-  s <- memory_stats(m)
+  convlstm_train_step(m, api_x(B = 4, T = 3, H = 5, W = 6), api_y(B = 4, H = 5, W = 6),
+             convlstm_optimizer_adam())
+  s <- convlstm_memory_stats(m)
   measured <- stats::setNames(s$by_category$peak, s$by_category$category)
   b <- stats::setNames(est$bytes, est$category)
   expect_identical(measured, b[names(measured)])
@@ -515,12 +515,12 @@ test_that("per-gate masks plan the float gradient of a layer's four input copies
   # gradient of its 4 x 3 masked channels from a float buffer of T steps
   m <- drop_model(0.3, 0.4, dtype = "float16")
   on.exit(convlstm_release(m))
-  est <- memory_estimate(m, 4, 3, 5, 6)
+  est <- convlstm_memory_estimate(m, 4, 3, 5, 6)
   plan <- attr(est, "plan")
   expect_equal(plan$bytes[plan$name == "dropout_masked"], 3 * 4 * 4 * 3 * 5 * 6 * 4)
-  train_step(m, api_x(B = 4, T = 3, H = 5, W = 6), api_y(B = 4, T = 3, H = 5, W = 6),
-             optimizer_adam(), target = "sequence")
-  s <- memory_stats(m)
+  convlstm_train_step(m, api_x(B = 4, T = 3, H = 5, W = 6), api_y(B = 4, T = 3, H = 5, W = 6),
+             convlstm_optimizer_adam(), target = "sequence")
+  s <- convlstm_memory_stats(m)
   measured <- stats::setNames(s$by_category$peak, s$by_category$category)
   b <- stats::setNames(est$bytes, est$category)
   expect_identical(measured, b[names(measured)])

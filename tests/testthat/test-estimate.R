@@ -1,4 +1,4 @@
-# test-estimate.R -- memory_estimate() against bytes derived from the shapes
+# test-estimate.R -- convlstm_memory_estimate() against bytes derived from the shapes
 # (the model's math, written here apart from the planner) for a set of
 # configurations through the R API; and equal to the allocator's accounting
 # to the byte: over 60 random tiny configurations, shapes and step options (checkpoint,
@@ -31,8 +31,8 @@ random_case <- function(i) {
     case$tbptt <- if (technique == "tbptt") sample(1:4, 1) else 0
     case$accumulation_steps <- if (runif(1) < 0.4) sample(seq_len(case$B), 1) else 1
     case$target <- sample(c("last_state", "sequence"), 1)
-    case$optimizer <- switch(sample(3, 1), optimizer_adam(), optimizer_sgd(0.1),
-                             optimizer_sgd(0.1, momentum = 0.9))
+    case$optimizer <- switch(sample(3, 1), convlstm_optimizer_adam(), convlstm_optimizer_sgd(0.1),
+                             convlstm_optimizer_sgd(0.1, momentum = 0.9))
   } else {
     case$outputs <- sample(c("all", "last_state"), 1)
   }
@@ -86,24 +86,24 @@ run_case <- function(case) {
              c(case$B, case$T, case$input_dim, case$H, case$W))
   state <- switch(case$state, zero = NULL, given = case_state(case), carry = "carry")
   if (case$training) {
-    est <- memory_estimate(model, case$B, case$T, case$H, case$W,
+    est <- convlstm_memory_estimate(model, case$B, case$T, case$H, case$W,
                            checkpoint = case$checkpoint, tbptt = case$tbptt,
                            accumulation_steps = case$accumulation_steps,
                            optimizer = case$optimizer, state = case$state,
                            target = case$target)
     yd <- if (case$target == "sequence") c(case$B, case$T, C_out, case$H, case$W)
           else c(case$B, C_out, case$H, case$W)
-    loss <- train_step(model, x, array(runif(prod(yd)), yd), case$optimizer,
+    loss <- convlstm_train_step(model, x, array(runif(prod(yd)), yd), case$optimizer,
                        target = case$target, checkpoint = case$checkpoint, tbptt = case$tbptt,
                        accumulation_steps = case$accumulation_steps, state = state)
     expect_true(is.finite(loss))
   } else {
-    est <- memory_estimate(model, case$B, case$T, case$H, case$W, training = FALSE,
+    est <- convlstm_memory_estimate(model, case$B, case$T, case$H, case$W, training = FALSE,
                            outputs = case$outputs, state = case$state)
     out <- if (case$outputs == "all") model(x, state = state)
            else predict(model, x, what = "last_state", state = state)
   }
-  list(est = est, stats = memory_stats(model))
+  list(est = est, stats = convlstm_memory_stats(model))
 }
 
 # Bytes per category a training step (or an inference forward) must hold,
@@ -139,34 +139,34 @@ bytes_from_shapes <- function(input_dim, hidden, k, B, T, H, W, dtype = "float32
     states = 0, workspace = ws, data = e * T * Bm * input_dim * P)
 }
 
-test_that("memory_estimate() equals bytes derived from the shapes, category by category", {
+test_that("convlstm_memory_estimate() equals bytes derived from the shapes, category by category", {
   cases <- list(
-    # no target: the default train_step()'s, the last state (one layer: one step of dL/dh)
-    list(args = list(2, 3, 3), shape = c(2, 4, 5, 6), opts = list(optimizer = optimizer_adam()),
+    # no target: the default convlstm_train_step()'s, the last state (one layer: one step of dL/dh)
+    list(args = list(2, 3, 3), shape = c(2, 4, 5, 6), opts = list(optimizer = convlstm_optimizer_adam()),
          dh_one = TRUE),
     list(args = list(1, c(4, 2), c(3, 5)), shape = c(3, 3, 6, 4),
-         opts = list(optimizer = optimizer_sgd(0.1)), moments = 0),
+         opts = list(optimizer = convlstm_optimizer_sgd(0.1)), moments = 0),
     list(args = list(2, c(4, 3), c(3, 1), dtype = "float16"), shape = c(2, 5, 4, 4),
-         opts = list(optimizer = optimizer_sgd(0.1, momentum = 0.9), checkpoint = 2), moments = 1),
+         opts = list(optimizer = convlstm_optimizer_sgd(0.1, momentum = 0.9), checkpoint = 2), moments = 1),
     list(args = list(1, c(3, 5), c(3, 3), dtype = "bfloat16"), shape = c(5, 4, 5, 3),
-         opts = list(optimizer = optimizer_adam(amsgrad = TRUE), accumulation_steps = 2),
+         opts = list(optimizer = convlstm_optimizer_adam(amsgrad = TRUE), accumulation_steps = 2),
          moments = 3),
     list(args = list(2, c(3, 5), c(3, 3)), shape = c(2, 6, 5, 4),
          opts = list(training = FALSE, outputs = "last_state")),
-    # train_step()'s plan for its target: one layer on its last state keeps
+    # convlstm_train_step()'s plan for its target: one layer on its last state keeps
     # one step of dL/dh; a sequence, or a layer above, every step
     list(args = list(2, 3, 3), shape = c(2, 4, 5, 6),
-         opts = list(optimizer = optimizer_adam(), target = "last_state", checkpoint = 3),
+         opts = list(optimizer = convlstm_optimizer_adam(), target = "last_state", checkpoint = 3),
          dh_one = TRUE),
     list(args = list(2, 3, 3), shape = c(2, 4, 5, 6),
-         opts = list(optimizer = optimizer_adam(), target = "sequence")),
+         opts = list(optimizer = convlstm_optimizer_adam(), target = "sequence")),
     list(args = list(1, c(4, 2), c(3, 5)), shape = c(3, 3, 6, 4),
-         opts = list(optimizer = optimizer_adam(), target = "last_state"))
+         opts = list(optimizer = convlstm_optimizer_adam(), target = "last_state"))
   )
   for (cs in cases) {
     model <- do.call(est_model, cs$args)
     sh <- cs$shape
-    est <- do.call(memory_estimate, c(list(model, sh[1], sh[2], sh[3], sh[4]), cs$opts))
+    est <- do.call(convlstm_memory_estimate, c(list(model, sh[1], sh[2], sh[3], sh[4]), cs$opts))
     convlstm_release(model)
     plan <- attr(est, "plan")
     left_out <- sum(plan$bytes[plan$name %in% c("conv_workspace", "backend_scratch")])
@@ -229,10 +229,10 @@ test_that("the allocator's accounted peaks equal the estimate to the byte over 6
   expect_gt(n_training, 30)
 })
 
-test_that("memory_estimate() returns categories, total, reserved, runtime and the plan", {
+test_that("convlstm_memory_estimate() returns categories, total, reserved, runtime and the plan", {
   model <- est_model(2, c(3, 2), 3)
   on.exit(convlstm_release(model))
-  est <- memory_estimate(model, 2, 3, 5, 4)
+  est <- convlstm_memory_estimate(model, 2, 3, 5, 4)
   expect_s3_class(est, c("convlstm_memory_estimate", "data.frame"))
   expect_named(est, c("category", "bytes"))
   expect_equal(est$category, c("parameters", "gradients", "optimizer", "activations", "states",
@@ -240,7 +240,7 @@ test_that("memory_estimate() returns categories, total, reserved, runtime and th
   b <- estimate_bytes_of(est)
   # the CPU backend holds no device memory outside the models (backend.h)
   expect_equal(b[["runtime"]], 0)
-  expect_equal(memory_stats(model)$runtime, 0)
+  expect_equal(convlstm_memory_stats(model)$runtime, 0)
   expect_equal(b[["parameters"]], 920 * 4)
   expect_equal(b[["gradients"]], 920 * 4)
   expect_equal(b[["optimizer"]], 2 * 920 * 4)  # Adam, planned for a first step
@@ -264,16 +264,16 @@ test_that("memory_estimate() returns categories, total, reserved, runtime and th
   expect_output(print(est), "activations")
   expect_output(print(plan), "<convlstm_plan> [0-9]+ buffers")
   # plain SGD has no state; inference plans no gradients for a fresh model
-  b <- estimate_bytes_of(memory_estimate(model, 2, 3, 5, 4, optimizer = optimizer_sgd(0.1)))
+  b <- estimate_bytes_of(convlstm_memory_estimate(model, 2, 3, 5, 4, optimizer = convlstm_optimizer_sgd(0.1)))
   expect_equal(b[["optimizer"]], 0)
-  b <- estimate_bytes_of(memory_estimate(model, 2, 3, 5, 4, training = FALSE))
+  b <- estimate_bytes_of(convlstm_memory_estimate(model, 2, 3, 5, 4, training = FALSE))
   expect_equal(unname(b[c("gradients", "optimizer")]), c(0, 0))
   expect_gt(b[["states"]], 0)
-  b1 <- estimate_bytes_of(memory_estimate(model, 2, 3, 5, 4, training = FALSE,
+  b1 <- estimate_bytes_of(convlstm_memory_estimate(model, 2, 3, 5, 4, training = FALSE,
                                           outputs = "last_state"))
   expect_lt(b1[["total"]], b[["total"]])
   # nothing was allocated
-  expect_equal(memory_stats(model)$allocated, 920 * 4)
+  expect_equal(convlstm_memory_stats(model)$allocated, 920 * 4)
 })
 
 test_that("the estimate follows the optimizer state a model holds", {
@@ -281,13 +281,13 @@ test_that("the estimate follows the optimizer state a model holds", {
   model <- est_model(2, c(3, 2), 3)
   on.exit(convlstm_release(model))
   x <- array(runif(2 * 3 * 2 * 5 * 4), c(2, 3, 2, 5, 4))
-  train_step(model, x, array(runif(2 * 2 * 5 * 4), c(2, 2, 5, 4)),
-             optimizer_sgd(0.1, momentum = 0.9))
-  est <- memory_estimate(model, 2, 3, 5, 4)
+  convlstm_train_step(model, x, array(runif(2 * 2 * 5 * 4), c(2, 2, 5, 4)),
+             convlstm_optimizer_sgd(0.1, momentum = 0.9))
+  est <- convlstm_memory_estimate(model, 2, 3, 5, 4)
   expect_equal(attr(est, "optimizer"), "sgd")
   expect_equal(estimate_bytes_of(est)[["optimizer"]], 920 * 4)
   # an inference estimate counts what the model holds
-  b <- estimate_bytes_of(memory_estimate(model, 2, 3, 5, 4, training = FALSE))
+  b <- estimate_bytes_of(convlstm_memory_estimate(model, 2, 3, 5, 4, training = FALSE))
   expect_equal(b[["gradients"]], 920 * 4)
   expect_equal(b[["optimizer"]], 920 * 4)
 })
@@ -300,11 +300,11 @@ test_that("every plan row is named by the core's one table of buffers", {
   m <- est_model(2, c(3, 2), 3, dropout = 0.2, recurrent_dropout = 0.1)
   rows <- character()
   plans <- list(
-    memory_estimate(m, 2, 4, 5, 5, optimizer = optimizer_adam(amsgrad = TRUE), checkpoint = 2),
-    memory_estimate(m, 2, 4, 5, 5, optimizer = optimizer_sgd(0.1, momentum = 0.9),
+    convlstm_memory_estimate(m, 2, 4, 5, 5, optimizer = convlstm_optimizer_adam(amsgrad = TRUE), checkpoint = 2),
+    convlstm_memory_estimate(m, 2, 4, 5, 5, optimizer = convlstm_optimizer_sgd(0.1, momentum = 0.9),
                     recompute_gates = TRUE),
-    memory_estimate(m, 2, 4, 5, 5, optimizer = optimizer_adam(), tbptt = 2),
-    memory_estimate(m, 2, 4, 5, 5, training = FALSE)
+    convlstm_memory_estimate(m, 2, 4, 5, 5, optimizer = convlstm_optimizer_adam(), tbptt = 2),
+    convlstm_memory_estimate(m, 2, 4, 5, 5, training = FALSE)
   )
   for (est in plans) rows <- c(rows, attr(est, "plan")$name)
   expect_true(all(sub("\\[[0-9]+\\]$", "", rows) %in% known))
@@ -314,23 +314,23 @@ test_that("every plan row is named by the core's one table of buffers", {
   convlstm_release(m)
 })
 
-test_that("memory_estimate() checks its arguments", {
+test_that("convlstm_memory_estimate() checks its arguments", {
   model <- est_model(1, 2, 3)
   on.exit(convlstm_release(model))
-  expect_convlstm_error(memory_estimate(model, 0, 3, 4, 4), regexp = "`batch_size`")
-  expect_convlstm_error(memory_estimate(model, 2, 3.5, 4, 4), regexp = "`seq_len`")
-  expect_convlstm_error(memory_estimate(model, 2, 3, 4, 4, checkpoint = -1),
+  expect_convlstm_error(convlstm_memory_estimate(model, 0, 3, 4, 4), regexp = "`batch_size`")
+  expect_convlstm_error(convlstm_memory_estimate(model, 2, 3.5, 4, 4), regexp = "`seq_len`")
+  expect_convlstm_error(convlstm_memory_estimate(model, 2, 3, 4, 4, checkpoint = -1),
                         regexp = "`checkpoint`")
-  expect_convlstm_error(memory_estimate(model, 2, 3, 4, 4, accumulation_steps = 3),
+  expect_convlstm_error(convlstm_memory_estimate(model, 2, 3, 4, 4, accumulation_steps = 3),
                         regexp = "`accumulation_steps`")
-  expect_convlstm_error(memory_estimate(model, 2, 3, 4, 4, dtype = "float64"),
+  expect_convlstm_error(convlstm_memory_estimate(model, 2, 3, 4, 4, dtype = "float64"),
                         regexp = "`dtype`")
-  expect_convlstm_error(memory_estimate(model, 2, 3, 4, 4, optimizer = "adam"),
+  expect_convlstm_error(convlstm_memory_estimate(model, 2, 3, 4, 4, optimizer = "adam"),
                         regexp = "`optimizer`")
-  expect_convlstm_error(memory_estimate(model, 2, 6, 4, 4, checkpoint = 2, tbptt = 2),
+  expect_convlstm_error(convlstm_memory_estimate(model, 2, 6, 4, 4, checkpoint = 2, tbptt = 2),
                         regexp = "cannot be combined")
-  expect_convlstm_error(memory_estimate("model", 2, 3, 4, 4), regexp = "`model`")
-  expect_convlstm_error(memory_estimate(model, 2, 3, 4, 4, target = "last"), regexp = "`target`")
+  expect_convlstm_error(convlstm_memory_estimate("model", 2, 3, 4, 4), regexp = "`model`")
+  expect_convlstm_error(convlstm_memory_estimate(model, 2, 3, 4, 4, target = "last"), regexp = "`target`")
 })
 
 test_that("a batch near INT_MAX in as many micro-batches plans one sample, not a crash", {
@@ -338,11 +338,11 @@ test_that("a batch near INT_MAX in as many micro-batches plans one sample, not a
   model <- est_model(1, 2, 3)
   on.exit(convlstm_release(model))
   big <- .Machine$integer.max
-  one <- estimate_bytes_of(memory_estimate(model, 1, 3, 4, 4))
-  est <- estimate_bytes_of(memory_estimate(model, big, 3, 4, 4, accumulation_steps = big))
+  one <- estimate_bytes_of(convlstm_memory_estimate(model, 1, 3, 4, 4))
+  est <- estimate_bytes_of(convlstm_memory_estimate(model, big, 3, 4, 4, accumulation_steps = big))
   expect_equal(est[["activations"]], one[["activations"]])
   expect_equal(est[["data"]], one[["data"]])
-  half <- estimate_bytes_of(memory_estimate(model, big, 3, 4, 4, accumulation_steps = big - 1))
+  half <- estimate_bytes_of(convlstm_memory_estimate(model, big, 3, 4, 4, accumulation_steps = big - 1))
   expect_equal(half[["activations"]], 2 * one[["activations"]])
 })
 
@@ -351,7 +351,7 @@ test_that("summary(model, input_shape) adds the training estimate for that input
   on.exit(convlstm_release(model))
   s <- summary(model, input_shape = c(4, 10, 1, 16, 16))
   expect_s3_class(s$estimate, "convlstm_memory_estimate")
-  expect_equal(s$estimate$bytes, memory_estimate(model, 4, 10, 16, 16)$bytes)
+  expect_equal(s$estimate$bytes, convlstm_memory_estimate(model, 4, 10, 16, 16)$bytes)
   out <- capture.output(print(s))
   expect_true(any(grepl("Total parameters", out)))
   expect_true(any(grepl("Input shape: [4, 10, 1, 16, 16]", out, fixed = TRUE)))
@@ -366,23 +366,23 @@ test_that("summary(model, input_shape) adds the training estimate for that input
   expect_convlstm_error(summary(model, input_shape = c(4, 10, 16)), regexp = "`input_shape`")
 })
 
-test_that("memory_estimate(world_size = ) keeps each rank's plan and lists the buckets reduced in place", {
+test_that("convlstm_memory_estimate(world_size = ) keeps each rank's plan and lists the buckets reduced in place", {
   model <- convlstm(1, c(4, 3), 3, device = "cpu")
-  one <- memory_estimate(model, 4, 3, 8, 8)
-  four <- memory_estimate(model, 4, 3, 8, 8, world_size = 4)
+  one <- convlstm_memory_estimate(model, 4, 3, 8, 8)
+  four <- convlstm_memory_estimate(model, 4, 3, 8, 8, world_size = 4)
   expect_identical(four$bytes, one$bytes) # no buffer of its own: in place
   expect_null(attr(one, "communication"))
   comm <- attr(four, "communication")
   expect_identical(comm$layer, c(1L, 0L)) # the last layer's backward ends first
   # the buckets are the gradients, layer by layer (weights and bias, float32)
-  sd <- state_dict(model)
+  sd <- convlstm_state_dict(model)
   per_layer <- c(length(sd[["cell_list.1.conv.weight"]]) + length(sd[["cell_list.1.conv.bias"]]),
                  length(sd[["cell_list.0.conv.weight"]]) + length(sd[["cell_list.0.conv.bias"]]))
   expect_identical(comm$bytes, 4 * per_layer)
   expect_identical(sum(comm$bytes), estimate_bytes_of(four)[["gradients"]])
   expect_equal(comm$sent_per_rank, comm$bytes * 2 * 3 / 4)
   expect_output(print(four), "data parallel over 4 ranks")
-  expect_error(memory_estimate(model, 4, 3, 8, 8, world_size = 0), class = "convlstm_error",
+  expect_error(convlstm_memory_estimate(model, 4, 3, 8, 8, world_size = 0), class = "convlstm_error",
                regexp = "world_size")
   convlstm_release(model)
 })

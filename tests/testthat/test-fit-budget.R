@@ -31,7 +31,7 @@ expect_within_budget <- function(p, label) {
 test_that("validation frames larger than the training frames stay in the budget", {
   skip_without_hwm_reset()
   # the probe reads the advisor's stored rates; R CMD check stores none
-  # (?memory_advise), so the fit would calibrate inside the measured window
+  # (?convlstm_memory_advise), so the fit would calibrate inside the measured window
   skip_if(nzchar(Sys.getenv("_R_CHECK_PACKAGE_NAME_")),
           "R CMD check: the advisor's rates are not stored (make test runs this)")
   # training 8x8, validation 96x96: a validation forward of the training

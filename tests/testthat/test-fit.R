@@ -13,7 +13,7 @@ test_that("convlstm_fit() returns a history and lowers the loss", {
   on.exit(convlstm_release(model))
   d <- fit_data()
   v <- fit_data(5)
-  h <- convlstm_fit(model, d$x, d$y, optimizer_adam(0.02), epochs = 8, batch_size = 5,
+  h <- convlstm_fit(model, d$x, d$y, convlstm_optimizer_adam(0.02), epochs = 8, batch_size = 5,
                     validation_data = list(v$x, v$y), verbose = FALSE)
   expect_s3_class(h, "convlstm_history")
   expect_s3_class(h, "data.frame")
@@ -41,7 +41,7 @@ test_that("convlstm_fit() handles sequences, one batch and verbose output", {
   y <- d$x  # predict the input sequence itself
   msgs <- character()
   h <- withCallingHandlers(
-    convlstm_fit(model, d$x, y, optimizer_sgd(0.05), epochs = 2, batch_size = 4,
+    convlstm_fit(model, d$x, y, convlstm_optimizer_sgd(0.05), epochs = 2, batch_size = 4,
                  target = "sequence", shuffle = FALSE),
     message = function(m) {
       msgs <<- c(msgs, conditionMessage(m))
@@ -54,11 +54,11 @@ test_that("convlstm_fit() handles sequences, one batch and verbose output", {
   expect_true(all(is.na(h$val_loss)))
   expect_false(any(grepl("val_loss", capture.output(print(h)))))
   # one batch, no shuffle: the epoch loss is the loss of the step
-  sd <- state_dict(model)
-  h1 <- convlstm_fit(model, d$x, y, optimizer_sgd(0), epochs = 1, target = "sequence",
+  sd <- convlstm_state_dict(model)
+  h1 <- convlstm_fit(model, d$x, y, convlstm_optimizer_sgd(0), epochs = 1, target = "sequence",
                      verbose = FALSE)
   expect_equal(h1$loss, convlstm_evaluate(model, d$x, y, target = "sequence"), tolerance = 1e-5)
-  expect_identical(state_dict(model), sd)
+  expect_identical(convlstm_state_dict(model), sd)
 })
 
 test_that("validation_split holds out the last samples, before shuffling", {
@@ -66,7 +66,7 @@ test_that("validation_split holds out the last samples, before shuffling", {
   model <- convlstm(1, c(3, 1), 3, device = "cpu", threads = 1)
   on.exit(convlstm_release(model))
   d <- fit_data(10)
-  h <- convlstm_fit(model, d$x, d$y, optimizer_sgd(0), epochs = 2, batch_size = 4,
+  h <- convlstm_fit(model, d$x, d$y, convlstm_optimizer_sgd(0), epochs = 2, batch_size = 4,
                     validation_split = 0.3, verbose = FALSE)
   held <- 8:10
   expect_equal(h$val_loss, rep(convlstm_evaluate(model, d$x[held, , , , , drop = FALSE],
@@ -74,12 +74,12 @@ test_that("validation_split holds out the last samples, before shuffling", {
   # the training loss is over the first 7 (lr 0: the model does not change)
   expect_equal(h$loss[[1]], convlstm_evaluate(model, d$x[1:7, , , , , drop = FALSE],
                                               d$y[1:7, , , , drop = FALSE]), tolerance = 1e-6)
-  expect_convlstm_error(convlstm_fit(model, d$x, d$y, optimizer_sgd(0), validation_split = 1),
+  expect_convlstm_error(convlstm_fit(model, d$x, d$y, convlstm_optimizer_sgd(0), validation_split = 1),
                         regexp = "`validation_split`")
-  expect_convlstm_error(convlstm_fit(model, d$x, d$y, optimizer_sgd(0), validation_split = 0.95),
+  expect_convlstm_error(convlstm_fit(model, d$x, d$y, convlstm_optimizer_sgd(0), validation_split = 0.95),
                         regexp = "leaves 0 for training and 10 for validation")
   expect_convlstm_error(
-    convlstm_fit(model, d$x, d$y, optimizer_sgd(0), validation_split = 0.2,
+    convlstm_fit(model, d$x, d$y, convlstm_optimizer_sgd(0), validation_split = 0.2,
                  validation_data = list(d$x, d$y)),
     regexp = "not both"
   )
@@ -89,7 +89,7 @@ test_that("convlstm_fit() checks its arguments", {
   model <- convlstm(1, c(3, 1), 3, device = "cpu")
   on.exit(convlstm_release(model))
   d <- fit_data(4)
-  opt <- optimizer_adam()
+  opt <- convlstm_optimizer_adam()
   expect_convlstm_error(convlstm_fit(model, d$x, d$y, opt, epochs = 0), regexp = "`epochs`")
   expect_convlstm_error(convlstm_fit(model, d$x, d$y, opt, batch_size = 2.5),
                         regexp = "`batch_size`")
@@ -107,10 +107,10 @@ test_that("convlstm_fit() checks its arguments", {
                         regexp = "`batch_size`")
 })
 
-# Forecasting fits: each batch is train_step() with the horizon, and a fit
-# that carries the state is train_step(state = "carry") over the batches in
+# Forecasting fits: each batch is convlstm_train_step() with the horizon, and a fit
+# that carries the state is convlstm_train_step(state = "carry") over the batches in
 # order, reset at each epoch's start.
-forecast_data <- function(n = 4) moving_digits(n = n, seq_len = 5, size = 12, horizon = 2,
+forecast_data <- function(n = 4) convlstm_moving_digits(n = n, n_frames = 5, size = 12, horizon = 2,
                                                seed = 5)
 forecast_model <- function() {
   set.seed(9)
@@ -122,27 +122,27 @@ for (tf in c(TRUE, FALSE)) {
     d <- forecast_data()
     fitted <- forecast_model()
     on.exit(convlstm_release(fitted))
-    h <- convlstm_fit(fitted, d$x, d$y, optimizer_adam(0.01), epochs = 2, batch_size = 2,
+    h <- convlstm_fit(fitted, d$x, d$y, convlstm_optimizer_adam(0.01), epochs = 2, batch_size = 2,
                       horizon = 2, teacher_forcing = tf, state = "carry", shuffle = FALSE,
                       verbose = FALSE)
     expect_identical(attr(h, "target"), "sequence")
     expect_false(attr(h, "data_on_device"))
     by_hand <- forecast_model()
     on.exit(convlstm_release(by_hand), add = TRUE)
-    opt <- optimizer_adam(0.01)
+    opt <- convlstm_optimizer_adam(0.01)
     losses <- numeric(2)
     for (epoch in 1:2) {
-      reset_state(by_hand)
+      convlstm_reset_state(by_hand)
       l <- vapply(list(1:2, 3:4), function(i) {
-        train_step(by_hand, d$x[i, , , , , drop = FALSE], d$y[i, , , , , drop = FALSE], opt,
+        convlstm_train_step(by_hand, d$x[i, , , , , drop = FALSE], d$y[i, , , , , drop = FALSE], opt,
                    horizon = 2, teacher_forcing = tf, state = "carry")
       }, numeric(1))
       losses[[epoch]] <- mean(l)
     }
     expect_equal(h$loss, losses, tolerance = 1e-12)
-    expect_identical(state_dict(fitted), state_dict(by_hand))
+    expect_identical(convlstm_state_dict(fitted), convlstm_state_dict(by_hand))
     # the carried state is kept after the last batch
-    expect_identical(carried_state(fitted), c(2L, 12L, 12L))
+    expect_identical(convlstm_carried_state(fitted), c(2L, 12L, 12L))
   })
 }
 
@@ -150,7 +150,7 @@ test_that("a forecasting fit's validation loss is the free-running forecast's", 
   d <- forecast_data(6)
   model <- forecast_model()
   on.exit(convlstm_release(model))
-  h <- convlstm_fit(model, d$x, d$y, optimizer_adam(0.01), epochs = 2, batch_size = 2,
+  h <- convlstm_fit(model, d$x, d$y, convlstm_optimizer_adam(0.01), epochs = 2, batch_size = 2,
                     horizon = 2, validation_split = 1 / 3, verbose = FALSE)
   held <- 5:6
   forecast <- predict(model, d$x[held, , , , , drop = FALSE], horizon = 2)

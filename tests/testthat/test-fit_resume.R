@@ -18,7 +18,7 @@ test_that("a resumed fit equals the uninterrupted one, bit for bit, with shuffli
   d <- resume_data()
   run <- function(make_sched, epochs, ...) {
     model <- resume_model()
-    opt <- optimizer_adam(0.02)
+    opt <- convlstm_optimizer_adam(0.02)
     set.seed(7)
     h <- convlstm_fit(model, d$x, d$y, opt, epochs = epochs, batch_size = 3, shuffle = TRUE,
                       validation_split = 0.2, verbose = FALSE, lr_scheduler = make_sched(opt),
@@ -26,20 +26,20 @@ test_that("a resumed fit equals the uninterrupted one, bit for bit, with shuffli
     list(model = model, history = h)
   }
   schedules <- list(
-    cosine = function(opt) lr_cosine_annealing(opt, T_max = 4, warmup = 1),
-    one_cycle = function(opt) lr_one_cycle(opt, max_lr = 0.05, epochs = 5, steps_per_epoch = 3),
-    plateau = function(opt) lr_reduce_on_plateau(opt, patience = 0, factor = 0.5),
+    cosine = function(opt) convlstm_lr_cosine_annealing(opt, T_max = 4, warmup = 1),
+    one_cycle = function(opt) convlstm_lr_one_cycle(opt, max_lr = 0.05, epochs = 5, steps_per_epoch = 3),
+    plateau = function(opt) convlstm_lr_reduce_on_plateau(opt, patience = 0, factor = 0.5),
     none = function(opt) NULL
   )
   for (name in names(schedules)) {
     make <- schedules[[name]]
     straight <- run(make, 5)
     path <- tempfile(fileext = ".safetensors")
-    first <- run(make, 2, callbacks = list(callback_model_checkpoint(path)))
+    first <- run(make, 2, callbacks = list(convlstm_callback_model_checkpoint(path)))
     convlstm_release(first$model)
     stats::runif(3) # the RNG moves on before the resume
     model <- resume_model()
-    opt <- optimizer_adam(0.02)
+    opt <- convlstm_optimizer_adam(0.02)
     sched <- make(opt)
     h <- convlstm_fit(model, d$x, d$y, opt, epochs = 5, batch_size = 3, validation_split = 0.2,
                       verbose = FALSE, lr_scheduler = sched, resume = path)
@@ -48,7 +48,7 @@ test_that("a resumed fit equals the uninterrupted one, bit for bit, with shuffli
     expect_identical(h$val_loss, straight$history$val_loss, info = name)
     expect_identical(h$lr, straight$history$lr, info = name)
     expect_identical(h$seconds[1:2], first$history$seconds, info = name)
-    expect_identical(state_dict(model), state_dict(straight$model), info = name)
+    expect_identical(convlstm_state_dict(model), convlstm_state_dict(straight$model), info = name)
     convlstm_release(model)
     convlstm_release(straight$model)
     unlink(path)
@@ -59,14 +59,14 @@ test_that("resume restores the history and continues the CSV log; done is done",
   d <- resume_data()
   model <- resume_model()
   on.exit(convlstm_release(model))
-  opt <- optimizer_sgd(0.05)
+  opt <- convlstm_optimizer_sgd(0.05)
   ck <- tempfile(fileext = ".st")
   log <- tempfile(fileext = ".csv")
   on.exit(unlink(c(ck, log)), add = TRUE)
   h1 <- convlstm_fit(model, d$x, d$y, opt, epochs = 2, verbose = FALSE,
-                     callbacks = list(callback_model_checkpoint(ck), callback_csv_logger(log)))
+                     callbacks = list(convlstm_callback_model_checkpoint(ck), convlstm_callback_csv_logger(log)))
   h2 <- convlstm_fit(model, d$x, d$y, opt, epochs = 3, verbose = FALSE, resume = ck,
-                     callbacks = list(callback_csv_logger(log)))
+                     callbacks = list(convlstm_callback_csv_logger(log)))
   expect_equal(read.csv(log)$epoch, 1:3)
   expect_identical(h2$loss[1:2], h1$loss)
   # nothing left to run: the saved history comes back
@@ -78,7 +78,7 @@ test_that("resume refuses files and schedules that do not match", {
   d <- resume_data(4)
   model <- resume_model()
   on.exit(convlstm_release(model))
-  opt <- optimizer_adam(0.01)
+  opt <- convlstm_optimizer_adam(0.01)
   plain <- tempfile(fileext = ".st")
   ck <- tempfile(fileext = ".st")
   on.exit(unlink(c(plain, ck)), add = TRUE)
@@ -90,20 +90,20 @@ test_that("resume refuses files and schedules that do not match", {
   expect_convlstm_error(convlstm_fit(model, d$x, d$y, opt, resume = tempfile()),
                         regexp = "`path` names no file")
   convlstm_fit(model, d$x, d$y, opt, epochs = 1, verbose = FALSE,
-               lr_scheduler = lr_step(opt, 2), callbacks = callback_model_checkpoint(ck))
+               lr_scheduler = convlstm_lr_step(opt, 2), callbacks = convlstm_callback_model_checkpoint(ck))
   expect_convlstm_error(
     convlstm_fit(model, d$x, d$y, opt, epochs = 2, verbose = FALSE, resume = ck),
     regexp = "saved with a step schedule, but `lr_scheduler` is NULL"
   )
   expect_convlstm_error(
     convlstm_fit(model, d$x, d$y, opt, epochs = 2, verbose = FALSE, resume = ck,
-                 lr_scheduler = lr_cosine_annealing(opt, 3)),
+                 lr_scheduler = convlstm_lr_cosine_annealing(opt, 3)),
     regexp = "but `lr_scheduler` is a cosine_annealing schedule"
   )
   other <- convlstm(1, c(2, 1), 3, device = "cpu")
   on.exit(convlstm_release(other), add = TRUE)
   expect_error(convlstm_fit(other, d$x, d$y, opt, epochs = 2, verbose = FALSE, resume = ck,
-                            lr_scheduler = lr_step(opt, 2)),
+                            lr_scheduler = convlstm_lr_step(opt, 2)),
                class = "convlstm_error")
 })
 
@@ -111,16 +111,16 @@ test_that("schedules passed to convlstm_fit() must match its optimizer and lengt
   d <- resume_data(4)
   model <- resume_model()
   on.exit(convlstm_release(model))
-  opt <- optimizer_adam(0.01)
+  opt <- convlstm_optimizer_adam(0.01)
   expect_convlstm_error(
-    convlstm_fit(model, d$x, d$y, opt, lr_scheduler = lr_step(optimizer_adam(0.1), 2)),
+    convlstm_fit(model, d$x, d$y, opt, lr_scheduler = convlstm_lr_step(convlstm_optimizer_adam(0.1), 2)),
     regexp = "made from another optimizer"
   )
   expect_convlstm_error(convlstm_fit(model, d$x, d$y, opt, lr_scheduler = opt),
                         regexp = "`lr_scheduler`")
   expect_convlstm_error(
     convlstm_fit(model, d$x, d$y, opt, epochs = 3, batch_size = 2, verbose = FALSE,
-                 lr_scheduler = lr_one_cycle(opt, 0.1, epochs = 3, steps_per_epoch = 1)),
+                 lr_scheduler = convlstm_lr_one_cycle(opt, 0.1, epochs = 3, steps_per_epoch = 1)),
     regexp = paste0("has 3 steps left, but the fit takes 6 \\(3 epochs of 2 batches\\); ",
                     "make it with epochs = 3, steps_per_epoch = 2")
   )

@@ -5,7 +5,7 @@
 # convlstm_evaluate() of a forecaster with any horizon (the loss of predict()'s frames, in R).
 
 # The count of the tensors the core holds.
-tensor_count <- function(model) sum(vapply(state_dict(model), length, numeric(1)))
+tensor_count <- function(model) sum(vapply(convlstm_state_dict(model), length, numeric(1)))
 
 fc_model <- function(...) convlstm_forecaster(1, c(6, 5), 3, patch = 2, device = "cpu", threads = 1, ...)
 
@@ -69,7 +69,7 @@ test_that("a forecaster's per-layer fields are what convlstm_forecaster() was gi
 fc_twins <- function(...) {
   a <- fc_model(...)
   b <- fc_model(...)
-  load_state_dict(b, state_dict(a))
+  convlstm_load_state_dict(b, convlstm_state_dict(a))
   list(a = a, b = b)
 }
 
@@ -83,19 +83,19 @@ test_that("convlstm_fit() of a forecaster takes callbacks = list() (no callbacks
   m <- fc_twins()
   on.exit(release_all(m))
   d <- fc_data(3)
-  h <- convlstm_fit(m$a, d$x, d$y, optimizer_rmsprop(1e-3), epochs = 1, batch_size = 3,
+  h <- convlstm_fit(m$a, d$x, d$y, convlstm_optimizer_rmsprop(1e-3), epochs = 1, batch_size = 3,
                     shuffle = FALSE, verbose = FALSE, callbacks = list())
-  # one batch of all 3: the epoch is one train_step() of the twin
-  want <- train_step(m$b, d$x, d$y, optimizer_rmsprop(1e-3))
+  # one batch of all 3: the epoch is one convlstm_train_step() of the twin
+  want <- convlstm_train_step(m$b, d$x, d$y, convlstm_optimizer_rmsprop(1e-3))
   expect_identical(h$loss, as.numeric(want))
-  expect_identical(state_dict(m$a), state_dict(m$b))
+  expect_identical(convlstm_state_dict(m$a), convlstm_state_dict(m$b))
   # one callback is still refused, as unsupported, and trains nothing
-  before <- state_dict(m$a)
-  expect_convlstm_error(convlstm_fit(m$a, d$x, d$y, optimizer_rmsprop(1e-3), epochs = 1,
+  before <- convlstm_state_dict(m$a)
+  expect_convlstm_error(convlstm_fit(m$a, d$x, d$y, convlstm_optimizer_rmsprop(1e-3), epochs = 1,
                                      verbose = FALSE,
-                                     callbacks = list(callback_early_stopping(patience = 1))),
+                                     callbacks = list(convlstm_callback_early_stopping(patience = 1))),
                         status = "unsupported", regexp = "does not support callbacks")
-  expect_identical(state_dict(m$a), before)
+  expect_identical(convlstm_state_dict(m$a), before)
 })
 
 test_that("a forecaster's fit checks validation_data whole before it trains: frames, sequences, patch", {
@@ -103,13 +103,13 @@ test_that("a forecaster's fit checks validation_data whole before it trains: fra
   fc <- fc_model()
   on.exit(convlstm_release(fc))
   d <- fc_data(2)
-  opt <- optimizer_rmsprop(1e-3)
+  opt <- convlstm_optimizer_rmsprop(1e-3)
   refused <- function(vx, vy, regexp) {
-    before <- state_dict(fc)
+    before <- convlstm_state_dict(fc)
     expect_convlstm_error(convlstm_fit(fc, d$x, d$y, opt, epochs = 1, batch_size = 2,
                                        verbose = FALSE, validation_data = list(vx, vy)),
                           regexp = regexp)
-    expect_identical(state_dict(fc), before) # nothing trained
+    expect_identical(convlstm_state_dict(fc), before) # nothing trained
   }
   v <- fc_data(3)
   # y's frames of another size than x's (x's are the training frames)
@@ -134,7 +134,7 @@ test_that("convlstm_evaluate() of a forecaster is the loss of predict()'s frames
   set.seed(13)
   fc <- fc_model() # hidden c(6, 5): the last layer's 5 channels are not a frame's 1
   on.exit(convlstm_release(fc))
-  train_step(fc, fc_data(2)$x, fc_data(2)$y, optimizer_rmsprop(1e-2)) # weights not the initial ones
+  convlstm_train_step(fc, fc_data(2)$x, fc_data(2)$y, convlstm_optimizer_rmsprop(1e-2)) # weights not the initial ones
   d <- fc_data(3, K = 3)
   p3 <- predict(fc, d$x, horizon = 3)
   expect_equal(convlstm_evaluate(fc, d$x, d$y, horizon = 3), mean((p3 - d$y)^2), tolerance = 1e-6)
@@ -152,7 +152,7 @@ test_that("convlstm_evaluate() of a forecaster is the loss of predict()'s frames
   got <- convlstm_evaluate(fc, d$x, y5, horizon = 5, loss = "bce_logits", reduction = "batchmean",
                            metrics = c("mae", "mae_frame"))
   expect_equal(unname(got[["loss"]]), bce, tolerance = 1e-6)
-  # forecast_metrics()'s MAE: the mean over every element; mae_frame: summed
+  # convlstm_forecast_metrics()'s MAE: the mean over every element; mae_frame: summed
   # over a frame's 64 pixels, averaged over the 3 x 5 frames
   expect_equal(unname(got[["mae"]]), sum(abs(p5 - y5)) / (15 * 64), tolerance = 1e-6)
   expect_equal(unname(got[["mae_frame"]]), sum(abs(p5 - y5)) / 15, tolerance = 1e-6)

@@ -16,7 +16,7 @@ table1_count <- function(hidden, k, rk, C = 1, p = 4) {
   enc + fc + C * p^2 * sum(hidden) + C * p^2
 }
 
-n_parameters <- function(model) sum(vapply(state_dict(model), length, numeric(1)))
+n_parameters <- function(model) sum(vapply(convlstm_state_dict(model), length, numeric(1)))
 
 test_that("the Moving MNIST rows of Shi et al.'s Table 1 have the paper's parameter counts", {
   rows <- list(
@@ -41,7 +41,7 @@ test_that("an encoder-forecaster's tensors have the contract's names and shapes"
   model <- convlstm_forecaster(2, c(5, 3), 3, patch = 2, recurrent_kernel_sizes = 1,
                                device = "cpu")
   on.exit(convlstm_release(model))
-  sd <- state_dict(model)
+  sd <- convlstm_state_dict(model)
   expect_equal(names(sd)[1:4], c("encoder.cell_list.0.conv_x.weight",
                                  "encoder.cell_list.0.conv_x.bias",
                                  "encoder.cell_list.0.conv_h.weight", "encoder.cell_list.0.w_ci"))
@@ -62,28 +62,28 @@ test_that("the head reads forecaster layer 1's hidden channels first", {
   model <- convlstm_forecaster(1, c(2, 3), 3, patch = 1, device = "cpu")
   on.exit(convlstm_release(model))
   x <- array(runif(1 * 2 * 5 * 5), dim = c(1, 2, 1, 5, 5))
-  sd <- state_dict(model)
+  sd <- convlstm_state_dict(model)
   # zero the head's columns of forecaster layer 2 (channels 3..5): the
   # forecast must not change when layer 2's weights do
   sd$head.weight[, 3:5, , ] <- 0
-  load_state_dict(model, sd)
+  convlstm_load_state_dict(model, sd)
   before <- predict(model, x, horizon = 2)
   sd$forecaster.cell_list.1.conv.weight[] <- runif(length(sd$forecaster.cell_list.1.conv.weight))
-  load_state_dict(model, sd)
+  convlstm_load_state_dict(model, sd)
   expect_identical(predict(model, x, horizon = 2), before)
   sd$forecaster.cell_list.0.conv.weight[] <- runif(length(sd$forecaster.cell_list.0.conv.weight))
-  load_state_dict(model, sd)
+  convlstm_load_state_dict(model, sd)
   expect_false(identical(predict(model, x, horizon = 2), before))
 })
 
 test_that("an encoder-forecaster learns Moving MNIST", {
-  data <- moving_mnist(n = 4, seq_len = 6, size = 32, horizon = 3, seed = 1)
+  data <- convlstm_moving_mnist(n = 4, n_frames = 6, size = 32, horizon = 3, seed = 1)
   set.seed(1)
   model <- convlstm_forecaster(1, c(8, 8), 3, patch = 4, device = "cpu")
   on.exit(convlstm_release(model))
-  opt <- optimizer_rmsprop(lr = 1e-2, alpha = 0.9)
+  opt <- convlstm_optimizer_rmsprop(lr = 1e-2, alpha = 0.9)
   losses <- vapply(1:25, function(i) {
-    train_step(model, data$x, data$y, opt, loss = "bce_logits", reduction = "sum")
+    convlstm_train_step(model, data$x, data$y, opt, loss = "bce_logits", reduction = "sum")
   }, numeric(1))
   expect_true(all(is.finite(losses)))
   expect_lt(mean(tail(losses, 5)), 0.6 * losses[[1]])
@@ -99,18 +99,18 @@ test_that("an encoder-forecaster saves and loads bit for bit, optimizer included
   on.exit(convlstm_release(model))
   x <- array(runif(2 * 3 * 8 * 8), dim = c(2, 3, 1, 8, 8))
   y <- array(runif(2 * 2 * 8 * 8), dim = c(2, 2, 1, 8, 8))
-  opt <- optimizer_rmsprop(lr = 1e-3, momentum = 0.5)
-  train_step(model, x, y, opt)
+  opt <- convlstm_optimizer_rmsprop(lr = 1e-3, momentum = 0.5)
+  convlstm_train_step(model, x, y, opt)
   path <- tempfile(fileext = ".safetensors")
   on.exit(unlink(path), add = TRUE)
   convlstm_save(model, path, opt)
   back <- convlstm_load(path, device = "cpu")
   on.exit(convlstm_release(back), add = TRUE)
   expect_s3_class(back, "convlstm_forecaster")
-  expect_identical(state_dict(back), state_dict(model))
+  expect_identical(convlstm_state_dict(back), convlstm_state_dict(model))
   expect_identical(predict(back, x, horizon = 3), predict(model, x, horizon = 3))
   # the next step continues the saved run exactly
-  expect_identical(train_step(back, x, y, attr(back, "optimizer")), train_step(model, x, y, opt))
+  expect_identical(convlstm_train_step(back, x, y, attr(back, "optimizer")), convlstm_train_step(model, x, y, opt))
   info <- convlstm_file_info(path)
   expect_true(info$config$forecaster)
   expect_equal(info$config$patch, 2)
@@ -123,7 +123,7 @@ test_that("a plain stack's weights or file do not load into an encoder-forecaste
     convlstm_release(fc)
     convlstm_release(plain)
   })
-  expect_error(load_state_dict(fc, state_dict(plain)), class = "convlstm_error")
+  expect_error(convlstm_load_state_dict(fc, convlstm_state_dict(plain)), class = "convlstm_error")
   path <- tempfile(fileext = ".safetensors")
   on.exit(unlink(path), add = TRUE)
   convlstm_save(plain, path)
@@ -139,11 +139,11 @@ test_that("an encoder-forecaster predicts in float16 and bfloat16 and trains in 
   want <- predict(ref, x, horizon = 2)
   for (dt in c("float16", "bfloat16")) {
     model <- convlstm_forecaster(1, c(4, 4), 3, patch = 2, device = "cpu", dtype = dt)
-    load_state_dict(model, state_dict(ref))
+    convlstm_load_state_dict(model, convlstm_state_dict(ref))
     got <- predict(model, x, horizon = 2)
     expect_equal(dim(got), dim(want))
     expect_lt(max(abs(got - want)), if (dt == "float16") 5e-3 else 5e-2)
-    expect_error(train_step(model, x, y, optimizer_sgd(lr = 0.1)),
+    expect_error(convlstm_train_step(model, x, y, convlstm_optimizer_sgd(lr = 0.1)),
                  class = "convlstm_error_unsupported")
     convlstm_release(model)
   }
@@ -154,31 +154,31 @@ test_that("an encoder-forecaster refuses what it does not support, with classed 
   on.exit(convlstm_release(model))
   x <- array(runif(2 * 3 * 8 * 8), dim = c(2, 3, 1, 8, 8))
   y <- array(runif(2 * 2 * 8 * 8), dim = c(2, 2, 1, 8, 8))
-  opt <- optimizer_sgd(lr = 0.1)
+  opt <- convlstm_optimizer_sgd(lr = 0.1)
   for (arg in list(list(checkpoint = 2), list(tbptt = 2), list(accumulation_steps = 2),
                    list(recompute_gates = TRUE), list(state = "carry"), list(horizon = 2))) {
-    expect_error(do.call(train_step, c(list(model, x, y, opt), arg)),
+    expect_error(do.call(convlstm_train_step, c(list(model, x, y, opt), arg)),
                  class = "convlstm_error_unsupported")
   }
   expect_error(convlstm_data(model, x, y), class = "convlstm_error_unsupported")
-  expect_error(memory_advise(model, "100 MiB", 2, 3, 8, 8), class = "convlstm_error_invalid")
-  # free running: the capability table's refusal, as train_step()'s (test-capabilities.R)
-  expect_error(memory_advise(model, "100 MiB", 2, 3, 8, 8, horizon = 2, teacher_forcing = FALSE),
+  expect_error(convlstm_memory_advise(model, "100 MiB", 2, 3, 8, 8), class = "convlstm_error_invalid")
+  # free running: the capability table's refusal, as convlstm_train_step()'s (test-capabilities.R)
+  expect_error(convlstm_memory_advise(model, "100 MiB", 2, 3, 8, 8, horizon = 2, teacher_forcing = FALSE),
                class = "convlstm_error_unsupported")
-  expect_gt(max_batch_size(model, 3, 8, 8, budget = "50 MiB", horizon = 2), 1)
+  expect_gt(convlstm_max_batch_size(model, 3, 8, 8, budget = "50 MiB", horizon = 2), 1)
   odd <- array(0, dim = c(2, 3, 1, 7, 8))
-  expect_error(train_step(model, odd, odd, opt), class = "convlstm_error_invalid")
+  expect_error(convlstm_train_step(model, odd, odd, opt), class = "convlstm_error_invalid")
   expect_error(predict(model, odd, horizon = 2), class = "convlstm_error_invalid")
   expect_error(predict(model, x), class = "convlstm_error")
-  expect_error(memory_estimate(model, 2, 3, 7, 8, horizon = 2), class = "convlstm_error_invalid")
+  expect_error(convlstm_memory_estimate(model, 2, 3, 7, 8, horizon = 2), class = "convlstm_error_invalid")
   expect_error(convlstm_forecaster(1, 4, 3, peephole = "position"), class = "convlstm_error")
   expect_error(convlstm_forecaster(1, 4, 3, patch = 0), class = "convlstm_error")
 })
 
-test_that("memory_estimate() plans an encoder-forecaster's buffers", {
+test_that("convlstm_memory_estimate() plans an encoder-forecaster's buffers", {
   model <- convlstm_forecaster(1, c(6, 4), 3, patch = 2, device = "cpu")
   on.exit(convlstm_release(model))
-  est <- memory_estimate(model, 3, 4, 8, 8, horizon = 5, optimizer = optimizer_rmsprop())
+  est <- convlstm_memory_estimate(model, 3, 4, 8, 8, horizon = 5, optimizer = convlstm_optimizer_rmsprop())
   plan <- attr(est, "plan")
   P <- 4 * 4
   row <- function(n) plan$bytes[plan$name == n]
@@ -192,11 +192,11 @@ test_that("memory_estimate() plans an encoder-forecaster's buffers", {
 })
 
 test_that("convlstm_fit() trains an encoder-forecaster and reports its validation loss", {
-  data <- moving_mnist(n = 6, seq_len = 6, size = 32, horizon = 3, seed = 2)
+  data <- convlstm_moving_mnist(n = 6, n_frames = 6, size = 32, horizon = 3, seed = 2)
   set.seed(5)
   model <- convlstm_forecaster(1, 8, 3, patch = 4, device = "cpu")
   on.exit(convlstm_release(model))
-  opt <- optimizer_rmsprop(lr = 1e-2, alpha = 0.9)
+  opt <- convlstm_optimizer_rmsprop(lr = 1e-2, alpha = 0.9)
   vx <- data$x[5:6, , , , , drop = FALSE]
   vy <- data$y[5:6, 1:2, , , , drop = FALSE] # a shorter forecast than the training one
   h <- convlstm_fit(model, data$x[1:4, , , , , drop = FALSE], data$y[1:4, , , , , drop = FALSE],
@@ -214,16 +214,16 @@ test_that("convlstm_fit() trains an encoder-forecaster and reports its validatio
                class = "convlstm_error_unsupported")
 })
 
-test_that("memory_advise() plans an encoder-forecaster's one configuration against the budget", {
+test_that("convlstm_memory_advise() plans an encoder-forecaster's one configuration against the budget", {
   model <- convlstm_forecaster(1, c(6, 4), 3, patch = 2, device = "cpu")
   on.exit(convlstm_release(model))
-  opt <- optimizer_rmsprop()
-  est <- memory_estimate(model, 3, 4, 8, 8, horizon = 5, optimizer = opt)
+  opt <- convlstm_optimizer_rmsprop()
+  est <- convlstm_memory_estimate(model, 3, 4, 8, 8, horizon = 5, optimizer = opt)
   reserved <- estimate_bytes(est)[["reserved"]]
-  roomy <- memory_advise(model, reserved + 1, 3, 4, 8, 8, optimizer = opt, horizon = 5)
+  roomy <- convlstm_memory_advise(model, reserved + 1, 3, 4, 8, 8, optimizer = opt, horizon = 5)
   expect_s3_class(roomy, "convlstm_memory_advice")
   # none of checkpoint, tbptt, recomputed gates, micro-batches or a half dtype
-  # applies: the plain float32 step alone, the plan memory_estimate() gives
+  # applies: the plain float32 step alone, the plan convlstm_memory_estimate() gives
   expect_identical(nrow(roomy), 1L)
   expect_identical(roomy$dtype, "float32")
   expect_identical(c(roomy$checkpoint, roomy$recompute_gates, roomy$tbptt), c(0L, 0L, 0L))
@@ -233,7 +233,7 @@ test_that("memory_advise() plans an encoder-forecaster's one configuration again
   expect_true(roomy$fits)
   expect_identical(attr(roomy, "horizon"), 5L)
   expect_output(print(roomy), "float32")
-  tight <- memory_advise(model, reserved - 1, 3, 4, 8, 8, optimizer = opt, horizon = 5)
+  tight <- convlstm_memory_advise(model, reserved - 1, 3, 4, 8, 8, optimizer = opt, horizon = 5)
   expect_false(tight$fits)
   expect_match(tight$reason, "over the budget")
 })

@@ -1,15 +1,15 @@
-# gpu_info() in every build, and (with a GPU only) what it reports and the
+# convlstm_gpu_info() in every build, and (with a GPU only) what it reports and the
 # pinned staging of host arrays on a CUDA model.
 
-test_that("gpu_info() answers in every build, and agrees with gpu_available()", {
-  info <- gpu_info()
+test_that("convlstm_gpu_info() answers in every build, and agrees with convlstm_gpu_available()", {
+  info <- convlstm_gpu_info()
   expect_s3_class(info, "convlstm_gpu_info")
   expect_named(info, c(
     "available", "reason", "cuda_build", "device", "n_devices", "name",
     "compute_capability", "multiprocessors", "memory_free", "memory_total",
     "driver_version", "runtime_version", "cudnn_version", "cudnn_build_version"
   ))
-  expect_identical(info$available, gpu_available())
+  expect_identical(info$available, convlstm_gpu_available())
   expect_type(info$reason, "character")
   expect_type(info$cuda_build, "logical")
   expect_type(info$memory_total, "double")
@@ -32,9 +32,9 @@ test_that("gpu_info() answers in every build, and agrees with gpu_available()", 
   expect_match(out[[1]], if (info$available) "^GPU " else "^no usable GPU")
 })
 
-test_that("gpu_info() describes a usable GPU", {
-  skip_if_not(gpu_available(), "no usable CUDA GPU")
-  info <- gpu_info()
+test_that("convlstm_gpu_info() describes a usable GPU", {
+  skip_if_not(convlstm_gpu_available(), "no usable CUDA GPU")
+  info <- convlstm_gpu_info()
   expect_true(info$cuda_build)
   expect_identical(info$reason, "")
   expect_true(nzchar(info$name))
@@ -52,11 +52,11 @@ test_that("gpu_info() describes a usable GPU", {
   # the model's view of the device agrees with the driver's
   m <- convlstm(1, 4, 3, device = "cuda")
   on.exit(convlstm_release(m))
-  expect_equal(memory_stats(m)$device_total, info$memory_total)
+  expect_equal(convlstm_memory_stats(m)$device_total, info$memory_total)
 })
 
 test_that("host arrays of changing sizes go through the pinned staging buffer intact", {
-  skip_if_not(gpu_available(), "no usable CUDA GPU")
+  skip_if_not(convlstm_gpu_available(), "no usable CUDA GPU")
   set.seed(5)
   cpu <- convlstm(2, c(6, 3), 3, device = "cpu")
   gpu <- convlstm(2, c(6, 3), 3, device = "cuda")
@@ -64,7 +64,7 @@ test_that("host arrays of changing sizes go through the pinned staging buffer in
     convlstm_release(cpu)
     convlstm_release(gpu)
   })
-  load_state_dict(gpu, state_dict(cpu))
+  convlstm_load_state_dict(gpu, convlstm_state_dict(cpu))
   # small, larger (the buffer grows), smaller again (it is reused), and one
   # above 1 MiB so that several MiB-rounded sizes are crossed
   for (b in c(1, 9, 3, 100)) {
@@ -125,11 +125,11 @@ test_that("convlstm(), convlstm_forecaster() and convlstm_load() take \"cuda:N\"
   )
   for (name in names(makers)) {
     expect_convlstm_error(makers[[name]]("cuda:x"), regexp = "`device` must be")
-    if (gpu_available()) {
-      m <- makers[[name]](sprintf("cuda:%d", gpu_info()$device))
+    if (convlstm_gpu_available()) {
+      m <- makers[[name]](sprintf("cuda:%d", convlstm_gpu_info()$device))
       expect_identical(m$device, "cuda")
       convlstm_release(m)
-      expect_convlstm_error(makers[[name]](sprintf("cuda:%d", gpu_info()$n_devices)))
+      expect_convlstm_error(makers[[name]](sprintf("cuda:%d", convlstm_gpu_info()$n_devices)))
     } else {
       expect_convlstm_error(makers[[name]]("cuda:0"), status = "unsupported",
                             regexp = "`device` is \"cuda:0\", but no CUDA GPU")

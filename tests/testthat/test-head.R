@@ -33,7 +33,7 @@ torch_head <- function(model, x, y, K = 0) {
                             shQuote(yf), dim(x), shQuote(dir), if (K) K),
                  stdout = TRUE, stderr = TRUE)
   expect_null(attr(out, "status"), label = paste(out, collapse = "\n"))
-  sd <- state_dict(model)
+  sd <- convlstm_state_dict(model)
   list(frames = read_f32(file.path(dir, "frames.bin"), dim(x)),
        loss = readBin(file.path(dir, "loss.bin"), "double", n = 1, size = 8, endian = "little"),
        grads = lapply(setNames(names(sd), names(sd)), function(k) {
@@ -44,7 +44,7 @@ torch_head <- function(model, x, y, K = 0) {
 test_that("a head adds head.weight [input_dim, h, 1, 1] and head.bias [input_dim]", {
   m <- head_model()
   on.exit(convlstm_release(m))
-  sd <- state_dict(m)
+  sd <- convlstm_state_dict(m)
   expect_identical(tail(names(sd), 2), c("head.weight", "head.bias"))
   expect_identical(dim(sd[["head.weight"]]), c(2L, 3L, 1L, 1L))
   expect_identical(length(sd[["head.bias"]]), 2L)
@@ -60,9 +60,9 @@ test_that("a head adds head.weight [input_dim, h, 1, 1] and head.bias [input_dim
 test_that("a head's frames match PyTorch's and are not bounded by tanh", {
   m <- head_model()
   on.exit(convlstm_release(m))
-  sd <- state_dict(m)
+  sd <- convlstm_state_dict(m)
   sd[["head.bias"]] <- c(7, -9) # far outside (-1, 1)
-  load_state_dict(m, sd)
+  convlstm_load_state_dict(m, sd)
   x <- head_x()
   out <- predict(m, x)
   expect_identical(dim(out), dim(x))
@@ -85,9 +85,9 @@ test_that("a head's loss and every gradient match PyTorch, with every memory tec
                      all = list(checkpoint = 3, accumulation_steps = 3, recompute_gates = 2))
   for (t in names(techniques)) {
     m <- head_model()
-    loss <- do.call(train_step, c(list(m, x, y, optimizer_sgd(lr = 0)), techniques[[t]]))
+    loss <- do.call(convlstm_train_step, c(list(m, x, y, convlstm_optimizer_sgd(lr = 0)), techniques[[t]]))
     expect_close(loss, ref$loss, rel = REL, label = paste(t, "loss"))
-    g <- gradients(m)
+    g <- convlstm_gradients(m)
     expect_setequal(names(g), names(ref$grads))
     for (k in names(g)) expect_close(g[[k]], ref$grads[[k]], rel = REL, label = paste(t, k))
     convlstm_release(m)
@@ -105,9 +105,9 @@ test_that("a head trains a teacher-forced horizon: the loss of its last K frames
   xt <- array(c(aperm(x, c(1, 3, 4, 5, 2)), aperm(y[, 1, , , , drop = FALSE], c(1, 3, 4, 5, 2))),
               c(3, 2, 6, 5, 7))
   ref <- torch_head(m, aperm(xt, c(1, 5, 2, 3, 4)), y, K = 2)
-  loss <- train_step(m, x, y, optimizer_sgd(lr = 0), horizon = 2, teacher_forcing = TRUE)
+  loss <- convlstm_train_step(m, x, y, convlstm_optimizer_sgd(lr = 0), horizon = 2, teacher_forcing = TRUE)
   expect_close(loss, ref$loss, rel = REL)
-  g <- gradients(m)
+  g <- convlstm_gradients(m)
   for (k in names(g)) expect_close(g[[k]], ref$grads[[k]], rel = REL, label = k)
 })
 
@@ -134,7 +134,7 @@ test_that("a head model saves and loads whole; a plain stack's weights do not fi
   m <- head_model()
   on.exit(convlstm_release(m))
   x <- head_x()
-  train_step(m, x, 3 * x, optimizer_adam(lr = 0.01))
+  convlstm_train_step(m, x, 3 * x, convlstm_optimizer_adam(lr = 0.01))
   f <- tempfile(fileext = ".safetensors")
   on.exit(unlink(f), add = TRUE)
   convlstm_save(m, f)
@@ -146,8 +146,8 @@ test_that("a head model saves and loads whole; a plain stack's weights do not fi
   plain <- convlstm(2, c(4, 3), 3, device = "cpu")
   on.exit(convlstm_release(plain), add = TRUE)
   expect_false(plain$config$head)
-  expect_error(load_state_dict(m, state_dict(plain)), class = "convlstm_error")
-  expect_error(load_state_dict(plain, state_dict(m)), class = "convlstm_error")
+  expect_error(convlstm_load_state_dict(m, convlstm_state_dict(plain)), class = "convlstm_error")
+  expect_error(convlstm_load_state_dict(plain, convlstm_state_dict(m)), class = "convlstm_error")
 })
 
 test_that("a head trains in float16 and bfloat16: the gradients of float32, rounded", {
@@ -156,14 +156,14 @@ test_that("a head trains in float16 and bfloat16: the gradients of float32, roun
   y <- array(rnorm(length(x), sd = 3), dim(x))
   m <- head_model()
   on.exit(convlstm_release(m))
-  train_step(m, x, y, optimizer_sgd(lr = 0))
-  want <- gradients(m)
+  convlstm_train_step(m, x, y, convlstm_optimizer_sgd(lr = 0))
+  want <- convlstm_gradients(m)
   # bfloat16 keeps 8 bits of mantissa, float16 11: a gradient read in the
   # wrong format (d_head's float bits as half) is off by far more
   for (dt in c("float16", "bfloat16")) {
     h <- head_model(dtype = dt)
-    train_step(h, x, y, optimizer_sgd(lr = 0), checkpoint = 2)
-    g <- gradients(h)
+    convlstm_train_step(h, x, y, convlstm_optimizer_sgd(lr = 0), checkpoint = 2)
+    g <- convlstm_gradients(h)
     tol <- if (dt == "float16") 0.01 else 0.05
     for (k in names(want)) {
       err <- max(abs(g[[k]] - want[[k]])) / max(abs(want[[k]]))
@@ -174,26 +174,26 @@ test_that("a head trains in float16 and bfloat16: the gradients of float32, roun
   }
 })
 
-test_that("a head's step holds what memory_estimate() plans", {
+test_that("a head's step holds what convlstm_memory_estimate() plans", {
   m <- head_model()
   on.exit(convlstm_release(m))
   x <- head_x()
-  train_step(m, x, x, optimizer_sgd(lr = 0), checkpoint = 2)
-  est <- memory_estimate(m, 3, 5, 6, 5, optimizer = optimizer_sgd(lr = 0), checkpoint = 2)
+  convlstm_train_step(m, x, x, convlstm_optimizer_sgd(lr = 0), checkpoint = 2)
+  est <- convlstm_memory_estimate(m, 3, 5, 6, 5, optimizer = convlstm_optimizer_sgd(lr = 0), checkpoint = 2)
   plan <- attr(est, "plan")
   expect_true(all(c("head_output", "d_head") %in% plan$name))
-  expect_identical(memory_stats(m)$reserved, est$bytes[est$category == "reserved"])
+  expect_identical(convlstm_memory_stats(m)$reserved, est$bytes[est$category == "reserved"])
 })
 
 test_that("a head refuses what it cannot train, by class", {
   m <- head_model()
   on.exit(convlstm_release(m))
   x <- head_x()
-  expect_convlstm_error(train_step(m, x, x[, 5, , , ], optimizer_sgd(lr = 0),
+  expect_convlstm_error(convlstm_train_step(m, x, x[, 5, , , ], convlstm_optimizer_sgd(lr = 0),
                                    target = "last_state"), status = "unsupported")
   m2 <- convlstm(2, c(4, 2), 3, head = "top", device = "cpu")
   on.exit(convlstm_release(m2), add = TRUE)
-  expect_convlstm_error(train_step(m2, x, x[, 4:5, , , ], optimizer_sgd(lr = 0), horizon = 2,
+  expect_convlstm_error(convlstm_train_step(m2, x, x[, 4:5, , , ], convlstm_optimizer_sgd(lr = 0), horizon = 2,
                                    teacher_forcing = FALSE), status = "unsupported")
   expect_error(convlstm(2, 3, 3, head = "all", device = "cpu"), class = "convlstm_error_invalid")
   expect_error(convlstm(2, 3, 3, head = TRUE, device = "cpu"), class = "convlstm_error_invalid")

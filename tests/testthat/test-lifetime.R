@@ -1,15 +1,15 @@
 # Lifetime of the C model behind a model object: explicit release, the
 # finalizer, models restored by readRDS, core errors as classed conditions,
-# and memory_stats().
+# and convlstm_memory_stats().
 
 test_that("a released model errors with an explanation", {
   model <- api_model()
   expect_true(convlstm_release(model))
   expect_false(convlstm_release(model))
   expect_convlstm_error(model(api_x()), status = "state", regexp = "released")
-  expect_convlstm_error(state_dict(model), status = "state", regexp = "convlstm_release")
-  expect_convlstm_error(train_step(model, api_x(), api_y(), optimizer_adam()), status = "state")
-  expect_convlstm_error(memory_stats(model), status = "state")
+  expect_convlstm_error(convlstm_state_dict(model), status = "state", regexp = "convlstm_release")
+  expect_convlstm_error(convlstm_train_step(model, api_x(), api_y(), convlstm_optimizer_adam()), status = "state")
+  expect_convlstm_error(convlstm_memory_stats(model), status = "state")
   # printing still works and says so
   expect_output(print(model), "released")
   expect_equal(summary(model)$status, "released")
@@ -26,7 +26,7 @@ test_that("a model restored by unserialize/readRDS explains saveRDS", {
   expect_s3_class(restored, "convlstm_model")
   expect_convlstm_error(restored(api_x()), status = "state",
                         regexp = "saveRDS cannot store a model's C memory")
-  expect_convlstm_error(state_dict(restored), status = "state", regexp = "convlstm_save")
+  expect_convlstm_error(convlstm_state_dict(restored), status = "state", regexp = "convlstm_save")
   expect_output(print(restored), "readRDS")
   again <- unserialize(serialize(model, NULL))
   expect_convlstm_error(predict(again, api_x()), status = "state", regexp = "readRDS")
@@ -73,16 +73,16 @@ test_that("core errors arrive as classed conditions with the user's call", {
   small <- api_model(memory_limit = "64 KiB")
   on.exit(convlstm_release(small), add = TRUE)
   x <- api_x(B = 16, H = 16, W = 16)
-  expect_convlstm_error(train_step(small, x, api_y(B = 16, H = 16, W = 16), optimizer_adam()),
+  expect_convlstm_error(convlstm_train_step(small, x, api_y(B = 16, H = 16, W = 16), convlstm_optimizer_adam()),
                         status = "oom")
   expect_equal(dim(predict(small, api_x(B = 1, T = 1, H = 2, W = 2))), c(1, 1, 2, 2, 2))
 })
 
-test_that("memory_stats() reports every category", {
+test_that("convlstm_memory_stats() reports every category", {
   model <- api_model()
   on.exit(convlstm_release(model))
-  train_step(model, api_x(), api_y(), optimizer_adam())
-  s <- memory_stats(model)
+  convlstm_train_step(model, api_x(), api_y(), convlstm_optimizer_adam())
+  s <- convlstm_memory_stats(model)
   expect_s3_class(s, "convlstm_memory_stats")
   cats <- c("parameters", "gradients", "optimizer", "activations", "states", "workspace",
             "data")

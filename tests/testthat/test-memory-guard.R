@@ -13,16 +13,16 @@ test_that("guard bands: a step trains as without them, and the bands are reserve
   set.seed(1)
   guarded <- guarded_model(2, c(6, 1), 3, device = "cpu")
   on.exit(convlstm_release(guarded), add = TRUE)
-  load_state_dict(guarded, state_dict(plain))
+  convlstm_load_state_dict(guarded, convlstm_state_dict(plain))
   for (i in 1:3) {
-    expect_identical(train_step(guarded, x, y, optimizer_adam()),
-                     train_step(plain, x, y, optimizer_adam()))
+    expect_identical(convlstm_train_step(guarded, x, y, convlstm_optimizer_adam()),
+                     convlstm_train_step(plain, x, y, convlstm_optimizer_adam()))
   }
-  eg <- estimate_bytes(memory_estimate(guarded, 3, 4, 8, 8))
-  ep <- estimate_bytes(memory_estimate(plain, 3, 4, 8, 8))
+  eg <- estimate_bytes(convlstm_memory_estimate(guarded, 3, 4, 8, 8))
+  ep <- estimate_bytes(convlstm_memory_estimate(plain, 3, 4, 8, 8))
   expect_identical(eg[["total"]], ep[["total"]])    # the categories do not change
   expect_gt(eg[["reserved"]], ep[["reserved"]])     # the bands are reserved, in the arena
-  expect_identical(memory_stats(guarded)$reserved, eg[["reserved"]])
+  expect_identical(convlstm_memory_stats(guarded)$reserved, eg[["reserved"]])
 })
 
 test_that("guard bands: a write past a step buffer fails the next step with the buffer's name", {
@@ -30,15 +30,15 @@ test_that("guard bands: a write past a step buffer fails the next step with the 
   y <- array(runif(2 * 8 * 8), c(2, 1, 8, 8))
   m <- guarded_model(1, c(4, 1), 3, device = "cpu")
   on.exit(convlstm_release(m))
-  opt <- optimizer_adam()
-  train_step(m, x, y, opt)
+  opt <- convlstm_optimizer_adam()
+  convlstm_train_step(m, x, y, opt)
   for (buffer in c("gates[0]", "hidden[1]", "conv_workspace", "x")) {
     convlstm:::c_test_overrun(convlstm:::model_ptr(m), buffer)
-    err <- tryCatch(train_step(m, x, y, opt), convlstm_error_internal = function(e) e)
+    err <- tryCatch(convlstm_train_step(m, x, y, opt), convlstm_error_internal = function(e) e)
     expect_s3_class(err, "convlstm_error_internal")
     expect_match(conditionMessage(err), sprintf("past buffer '%s'", buffer), fixed = TRUE)
     # the canary is restored once reported: the model trains on
-    expect_true(is.finite(train_step(m, x, y, opt)))
+    expect_true(is.finite(convlstm_train_step(m, x, y, opt)))
   }
   # an inference forward is checked too
   invisible(m(x))

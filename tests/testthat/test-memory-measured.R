@@ -1,4 +1,4 @@
-# Planned against measured: memory_estimate() (the plan) against what the
+# Planned against measured: convlstm_memory_estimate() (the plan) against what the
 # operating system says the process holds (VmHWM, its resident high-water
 # mark), each model in a fresh R process (scripts/hwm-probe.R says how the
 # model is isolated from the R session's own allocations).
@@ -154,7 +154,7 @@ one_layer_cases <- function() {
     a
   })
 }
-test_that("measured: the high-water mark grows by memory_estimate()'s total over creation and the first step, and not at a second step", {
+test_that("measured: the high-water mark grows by convlstm_memory_estimate()'s total over creation and the first step, and not at a second step", {
   skip_without_hwm_reset()
   # The bound, 1 % + 2 MiB: the measure counts pages (4 KiB), so each of the
   # plan's ~10-30 buffers may show up to a page more or less than its bytes;

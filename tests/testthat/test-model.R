@@ -41,7 +41,7 @@ test_that("hidden_dims and kernel_sizes recycle from length 1", {
   on.exit(convlstm_release(m2), add = TRUE)
   expect_equal(m2$kernel_sizes, c(5L, 1L))
   expect_false(m2$bias)
-  expect_equal(names(state_dict(m2)), c("cell_list.0.conv.weight", "cell_list.1.conv.weight"))
+  expect_equal(names(convlstm_state_dict(m2)), c("cell_list.0.conv.weight", "cell_list.1.conv.weight"))
 })
 
 test_that("argument errors name the argument", {
@@ -67,7 +67,7 @@ test_that("argument errors name the argument", {
 })
 
 test_that("unsupported devices are clear errors; half dtypes are supported", {
-  if (!gpu_available()) {
+  if (!convlstm_gpu_available()) {
     expect_convlstm_error(convlstm(1, 4, 3, device = "cuda"), status = "unsupported")
   }
   expect_convlstm_error(convlstm(1, 4, 3, device = "cpu", dtype = "float64"),
@@ -85,7 +85,7 @@ test_that("memory_limit accepts bytes and sizes with units", {
   model <- convlstm(1, 4, 3, device = "cpu", memory_limit = "64 MiB")
   on.exit(convlstm_release(model))
   expect_equal(model$config$memory_limit, 64 * 2^20)
-  expect_equal(memory_stats(model)$limit, 64 * 2^20)
+  expect_equal(convlstm_memory_stats(model)$limit, 64 * 2^20)
 })
 
 test_that("x is checked before C sees it", {
@@ -110,8 +110,8 @@ test_that("$ gives fields and methods, and unknown fields are errors", {
   expect_equal(model$backend, "cpu")
   expect_equal(model$n_parameters, 4 * 3 * (2 + 3) * 9 + 12 + 4 * 2 * (3 + 2) * 9 + 8)
   expect_equal(model$n_parameters, cfg$n_params)
-  expect_identical(model$parameters, state_dict(model))
-  expect_identical(model$state_dict(), state_dict(model))
+  expect_identical(model$parameters, convlstm_state_dict(model))
+  expect_identical(model$state_dict(), convlstm_state_dict(model))
   expect_identical(model[["dtype"]], "float32")
   expect_convlstm_error(model$nope, regexp = "no field `nope`")
   expect_convlstm_error(model$bias <- FALSE, regexp = "read-only")
@@ -124,7 +124,7 @@ test_that("torch idioms work or say in one line what to do instead", {
   params <- model$parameters
   expect_type(params, "list")
   expect_true(all(vapply(params, is.double, logical(1))))
-  expect_identical(names(params), names(state_dict(model)))
+  expect_identical(names(params), names(convlstm_state_dict(model)))
   # without dropout, train() and eval() change nothing and say so once a
   # session (test-dropout.R: with dropout they switch model(x))
   env <- environment(convlstm:::no_mode_note)$the
@@ -144,7 +144,7 @@ test_that("torch idioms work or say in one line what to do instead", {
       ".*convlstm_save\\(model, path\\) then convlstm_load\\(path, device = \"cuda:0\\\")",
       ".*\\$half\\(\\)"))
   }
-  # ?optim_adam leads to optimizer_adam()'s page
+  # ?optim_adam leads to convlstm_optimizer_adam()'s page
   expect_true("optim_adam" %in% names(readRDS(system.file("help", "aliases.rds",
                                                           package = "convlstm"))))
 })
@@ -197,17 +197,17 @@ test_that("set.seed() makes initialisation reproducible", {
     convlstm_release(b)
     convlstm_release(c)
   })
-  expect_identical(state_dict(a), state_dict(b))
-  expect_false(identical(state_dict(a), state_dict(c)))
+  expect_identical(convlstm_state_dict(a), convlstm_state_dict(b))
+  expect_false(identical(convlstm_state_dict(a), convlstm_state_dict(c)))
   # torch's default bound: 1 / sqrt(fan_in), fan_in = (in + h) k k
-  w <- state_dict(a)[["cell_list.0.conv.weight"]]
+  w <- convlstm_state_dict(a)[["cell_list.0.conv.weight"]]
   expect_true(all(abs(w) <= 1 / sqrt((2 + 3) * 9)))
   expect_gt(stats::sd(w), 0.5 / sqrt(3) / sqrt((2 + 3) * 9))
 })
 
-test_that("gpu_available() answers TRUE or FALSE", {
-  expect_type(gpu_available(), "logical")
-  expect_length(gpu_available(), 1)
+test_that("convlstm_gpu_available() answers TRUE or FALSE", {
+  expect_type(convlstm_gpu_available(), "logical")
+  expect_length(convlstm_gpu_available(), 1)
 })
 
 test_that("options(convlstm.cuda_tf32) is checked, and hands CONVLSTM_CUDA_TF32 back as it was", {
@@ -234,7 +234,7 @@ test_that("options(convlstm.cuda_tf32) is checked, and hands CONVLSTM_CUDA_TF32 
 })
 
 test_that("CUDA float32 convolutions: TF32 by the option's TRUE, strict float32 by FALSE", {
-  skip_if_not(gpu_available(), "no usable CUDA GPU")
+  skip_if_not(convlstm_gpu_available(), "no usable CUDA GPU")
   set.seed(12)
   cpu <- api_model()
   x <- api_x()
@@ -253,8 +253,8 @@ test_that("CUDA float32 convolutions: TF32 by the option's TRUE, strict float32 
   expect_identical(strict$config$conv_math, "float32")
   expect_match(capture.output(print(tf32)), "TF32 tensor cores", all = FALSE)
   expect_match(capture.output(print(strict)), "strict float32", all = FALSE)
-  load_state_dict(tf32, state_dict(cpu))
-  load_state_dict(strict, state_dict(cpu))
+  convlstm_load_state_dict(tf32, convlstm_state_dict(cpu))
+  convlstm_load_state_dict(strict, convlstm_state_dict(cpu))
   # strict: float32 rounding only, summed in another order
   expect_equal(strict(x), ref, tolerance = 1e-5)
   # TF32 rounds both operands of every product to 10 mantissa bits (2^-11

@@ -1,4 +1,4 @@
-# moving_mnist() and read_idx(): real MNIST digits, the shipped subset and
+# convlstm_moving_mnist() and convlstm_read_idx(): real MNIST digits, the shipped subset and
 # user idx files, and the errors for a file of the wrong format.
 
 shipped <- function(kind) {
@@ -17,18 +17,18 @@ test_that("read_idx reads row-major unsigned bytes into [n, rows, cols]", {
   path <- tempfile(fileext = ".idx")
   # two 2 x 3 images: values 0..11 in the file's row-major order
   write_idx(path, 8, c(2, 2, 3), 0:11)
-  a <- read_idx(path)
+  a <- convlstm_read_idx(path)
   expect_identical(dim(a), c(2L, 2L, 3L))
   expect_identical(a[1, 1, ], 0:2)   # first row of the first image
   expect_identical(a[1, 2, ], 3:5)
   expect_identical(a[2, 2, 3], 11L)
   write_idx(path, 8, 4, c(7, 0, 255, 3))
-  expect_identical(read_idx(path), c(7L, 0L, 255L, 3L))
+  expect_identical(convlstm_read_idx(path), c(7L, 0L, 255L, 3L))
 })
 
 test_that("the shipped subset is 1,000 MNIST digits, 100 per class", {
-  img <- read_idx(shipped("images-idx3-ubyte"))
-  lab <- read_idx(shipped("labels-idx1-ubyte"))
+  img <- convlstm_read_idx(shipped("images-idx3-ubyte"))
+  lab <- convlstm_read_idx(shipped("labels-idx1-ubyte"))
   expect_identical(dim(img), c(1000L, 28L, 28L))
   expect_identical(as.vector(table(lab)), rep(100L, 10))
   # real digits: grey levels, not a 0/1 font, on a mostly black ground
@@ -37,12 +37,12 @@ test_that("the shipped subset is 1,000 MNIST digits, 100 per class", {
 })
 
 test_that("moving_mnist has the paper's layout and puts whole digits in every frame", {
-  d <- moving_mnist(n = 5, n_digits = 1, seed = 3)
+  d <- convlstm_moving_mnist(n = 5, n_digits = 1, seed = 3)
   expect_identical(dim(d$x), c(5L, 10L, 1L, 64L, 64L))
   expect_identical(dim(d$y), c(5L, 10L, 1L, 64L, 64L))
   expect_true(all(d$x >= 0 & d$x <= 1))
-  img <- read_idx(shipped("images-idx3-ubyte"))
-  lab <- read_idx(shipped("labels-idx1-ubyte"))
+  img <- convlstm_read_idx(shipped("images-idx3-ubyte"))
+  lab <- convlstm_read_idx(shipped("labels-idx1-ubyte"))
   expect_identical(d$digits[, 1], lab[d$index[, 1]])
   for (i in 1:5) {
     digit <- img[d$index[i, 1], , ] / 255
@@ -66,8 +66,8 @@ test_that("digits move at `speed` and bounce off the edges as in Srivastava et a
   expect_equal(p[, 1], c(0, 2.5, 5))
   expect_equal(p[, 2], c(10, 8, 6))
   expect_equal(p[, 3], c(4.5, 5, 5.5))
-  d <- moving_mnist(n = 20, seq_len = 30, horizon = 0, n_digits = 1, speed = 3, seed = 9)
-  img <- read_idx(shipped("images-idx3-ubyte"))
+  d <- convlstm_moving_mnist(n = 20, n_frames = 30, horizon = 0, n_digits = 1, speed = 3, seed = 9)
+  img <- convlstm_read_idx(shipped("images-idx3-ubyte"))
   for (i in 1:20) {
     digit <- img[d$index[i, 1], , ]
     off <- c(min(which(rowSums(digit) > 0)), min(which(colSums(digit) > 0)))
@@ -86,40 +86,40 @@ test_that("digits move at `speed` and bounce off the edges as in Srivastava et a
 test_that("a seed reproduces the data and leaves the caller's stream alone", {
   set.seed(11)
   before <- .Random.seed
-  a <- moving_mnist(n = 2, seed = 5)
+  a <- convlstm_moving_mnist(n = 2, seed = 5)
   expect_identical(.Random.seed, before)
-  expect_identical(moving_mnist(n = 2, seed = 5), a)
-  expect_false(identical(moving_mnist(n = 2, seed = 6)$x, a$x))
-  set.seed(1); b <- moving_mnist(n = 2)
-  set.seed(1); expect_identical(moving_mnist(n = 2), b)
+  expect_identical(convlstm_moving_mnist(n = 2, seed = 5), a)
+  expect_false(identical(convlstm_moving_mnist(n = 2, seed = 6)$x, a$x))
+  set.seed(1); b <- convlstm_moving_mnist(n = 2)
+  set.seed(1); expect_identical(convlstm_moving_mnist(n = 2), b)
 })
 
 test_that("the default speed is Srivastava et al.'s tenth of the travel", {
-  d <- moving_mnist(n = 1, n_digits = 1, seed = 8)
-  expect_identical(moving_mnist(n = 1, n_digits = 1, speed = 3.6, seed = 8), d)
-  expect_false(identical(moving_mnist(n = 1, n_digits = 1, speed = 2, seed = 8)$x, d$x))
-  expect_identical(moving_mnist(n = 1, n_digits = 1, size = 48, seed = 8),
-                   moving_mnist(n = 1, n_digits = 1, size = 48, speed = 2, seed = 8))
+  d <- convlstm_moving_mnist(n = 1, n_digits = 1, seed = 8)
+  expect_identical(convlstm_moving_mnist(n = 1, n_digits = 1, speed = 3.6, seed = 8), d)
+  expect_false(identical(convlstm_moving_mnist(n = 1, n_digits = 1, speed = 2, seed = 8)$x, d$x))
+  expect_identical(convlstm_moving_mnist(n = 1, n_digits = 1, size = 48, seed = 8),
+                   convlstm_moving_mnist(n = 1, n_digits = 1, size = 48, speed = 2, seed = 8))
 })
 
 test_that("a speed range draws each digit's speed within it", {
-  d <- moving_mnist(n = 3, speed = c(2, 5), seed = 1)
+  d <- convlstm_moving_mnist(n = 3, speed = c(2, 5), seed = 1)
   expect_identical(dim(d$x), c(3L, 10L, 1L, 64L, 64L))
-  expect_error(moving_mnist(n = 1, speed = c(5, 2)), class = "convlstm_error_invalid")
-  expect_error(moving_mnist(n = 1, speed = -1), "`speed`", class = "convlstm_error_invalid")
+  expect_error(convlstm_moving_mnist(n = 1, speed = c(5, 2)), class = "convlstm_error_invalid")
+  expect_error(convlstm_moving_mnist(n = 1, speed = -1), "`speed`", class = "convlstm_error_invalid")
 })
 
 test_that("moving_mnist draws from a Fashion-MNIST idx file a user points at", {
   images <- "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz"
   labels <- "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz"
   skip_if_no_dataset(c(images, labels), "dataset-fashion-mnist")
-  d <- moving_mnist(n = 2, n_digits = 1, images = images, labels = labels, seed = 4)
-  all_labels <- read_idx(labels)
+  d <- convlstm_moving_mnist(n = 2, n_digits = 1, images = images, labels = labels, seed = 4)
+  all_labels <- convlstm_read_idx(labels)
   expect_identical(d$digits[, 1], all_labels[d$index[, 1]])
-  img <- read_idx(images)
+  img <- convlstm_read_idx(images)
   expect_identical(dim(img), c(10000L, 28L, 28L))
   expect_equal(sum(d$x[1, 1, 1, , ]), sum(img[d$index[1, 1], , ]) / 255)
-  nolab <- moving_mnist(n = 2, n_digits = 1, images = images, seed = 4)
+  nolab <- convlstm_moving_mnist(n = 2, n_digits = 1, images = images, seed = 4)
   expect_true(all(is.na(nolab$digits)))
   expect_identical(nolab$x, d$x)
 })
@@ -141,27 +141,27 @@ test_that("a missing data set is a failure under CONVLSTM_DATASET_TESTS=require,
 test_that("a digit file of the wrong format is a classed error naming the argument", {
   path <- tempfile(fileext = ".idx")
   write_idx(path, 8, c(2, 28, 28), rep(0, 2 * 28 * 28 - 5)) # cut short
-  expect_error(moving_mnist(n = 1, images = path), "`images`.*fewer than", class = "convlstm_error_invalid")
+  expect_error(convlstm_moving_mnist(n = 1, images = path), "`images`.*fewer than", class = "convlstm_error_invalid")
   write_idx(path, 8, c(2, 28, 28), rep(0, 2 * 28 * 28 + 1)) # too long
-  expect_error(moving_mnist(n = 1, images = path), "`images`.*beyond", class = "convlstm_error_invalid")
+  expect_error(convlstm_moving_mnist(n = 1, images = path), "`images`.*beyond", class = "convlstm_error_invalid")
   write_idx(path, 0x0d, c(2, 28, 28), rep(0, 4 * 2 * 28 * 28)) # float32
-  expect_error(moving_mnist(n = 1, images = path), "`images`.*type 0x0d", class = "convlstm_error_invalid")
+  expect_error(convlstm_moving_mnist(n = 1, images = path), "`images`.*type 0x0d", class = "convlstm_error_invalid")
   writeLines("not an idx file at all", path)
-  expect_error(moving_mnist(n = 1, images = path), "`images`.*magic", class = "convlstm_error_invalid")
-  expect_error(read_idx(path), "`path`.*magic", class = "convlstm_error_invalid")
+  expect_error(convlstm_moving_mnist(n = 1, images = path), "`images`.*magic", class = "convlstm_error_invalid")
+  expect_error(convlstm_read_idx(path), "`path`.*magic", class = "convlstm_error_invalid")
   write_idx(path, 8, 1000, rep(1, 1000)) # labels given as images
-  expect_error(moving_mnist(n = 1, images = path), "`images`.*images", class = "convlstm_error_invalid")
-  expect_error(moving_mnist(n = 1, images = file.path(tempdir(), "nope.gz")), "`images`.*no file",
+  expect_error(convlstm_moving_mnist(n = 1, images = path), "`images`.*images", class = "convlstm_error_invalid")
+  expect_error(convlstm_moving_mnist(n = 1, images = file.path(tempdir(), "nope.gz")), "`images`.*no file",
                class = "convlstm_error_invalid")
   write_idx(path, 8, 7, rep(1, 7)) # 7 labels for 1,000 images
-  expect_error(moving_mnist(n = 1, images = shipped("images-idx3-ubyte"), labels = path),
+  expect_error(convlstm_moving_mnist(n = 1, images = shipped("images-idx3-ubyte"), labels = path),
                "`labels`.*1000 labels", class = "convlstm_error_invalid")
-  expect_error(moving_mnist(n = 1, labels = path), "`labels`", class = "convlstm_error_invalid")
+  expect_error(convlstm_moving_mnist(n = 1, labels = path), "`labels`", class = "convlstm_error_invalid")
 })
 
 test_that("bad sizes are classed errors", {
-  expect_error(moving_mnist(n = 1, size = 20), "`size`", class = "convlstm_error_invalid")
-  expect_error(moving_mnist(n = 1, seq_len = 10, horizon = 10), "`horizon`",
+  expect_error(convlstm_moving_mnist(n = 1, size = 20), "`size`", class = "convlstm_error_invalid")
+  expect_error(convlstm_moving_mnist(n = 1, n_frames = 10, horizon = 10), "`horizon`",
                class = "convlstm_error_invalid")
-  expect_error(moving_mnist(n = 0), "`n`", class = "convlstm_error_invalid")
+  expect_error(convlstm_moving_mnist(n = 0), "`n`", class = "convlstm_error_invalid")
 })

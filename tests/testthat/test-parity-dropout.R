@@ -13,7 +13,7 @@
 REL <- 1e-5
 dropout_root <- testthat::test_path("fixtures", "dropout")
 dropout_fixtures <- list.dirs(dropout_root, full.names = FALSE, recursive = FALSE)
-parity_devices <- c("cpu", if (gpu_available()) "cuda")
+parity_devices <- c("cpu", if (convlstm_gpu_available()) "cuda")
 
 dropout_model <- function(fx, device) {
   cfg <- fx$config
@@ -22,7 +22,7 @@ dropout_model <- function(fx, device) {
                     dilation = k$dilation, device = device,
                     dropout = cfg$dropout, recurrent_dropout = cfg$recurrent_dropout,
                     dropout_masks = cfg$dropout_masks %||% "shared")
-  load_state_dict(model, fixture_group(fx, "weights/"))
+  convlstm_load_state_dict(model, fixture_group(fx, "weights/"))
   model
 }
 
@@ -55,11 +55,11 @@ for (device in parity_devices) for (fixture in dropout_fixtures) {
       expect_close(out[[2]][[l]][[2]], fx$tensors[[sprintf("last_c/%d", l - 1)]], rel = REL,
                    label = sprintf("%s: last c %d", name, l))
     }
-    zero_grad(model)
+    convlstm_zero_grad(model)
     pred <- pred_of(convlstm_forward(model, x, training = TRUE), cfg$target)
     expect_close(mean((pred - y)^2), fx$tensors$loss, rel = REL, label = paste(name, "loss"))
     convlstm_backward(model, 2 * (pred - y) / length(y))
-    g <- gradients(model)
+    g <- convlstm_gradients(model)
     for (k in names(fixture_group(fx, "grad/"))) {
       expect_close(g[[k]], fixture_group(fx, "grad/")[[k]], rel = REL,
                    label = paste(name, "gradient", k))
@@ -70,12 +70,12 @@ for (device in parity_devices) for (fixture in dropout_fixtures) {
     model <- dropout_model(fx, device)
     on.exit(convlstm_release(model))
     convlstm:::local_dropout_masks(fixture_masks(fx))
-    opt <- optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
+    opt <- convlstm_optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
     losses <- vapply(seq_len(cfg$adam_steps), function(s) {
-      as.numeric(train_step(model, x, y, opt, target = cfg$target))
+      as.numeric(convlstm_train_step(model, x, y, opt, target = cfg$target))
     }, numeric(1))
     expect_close(losses, fx$tensors$adam_losses, rel = REL, label = paste(name, "Adam losses"))
-    sd <- state_dict(model)
+    sd <- convlstm_state_dict(model)
     for (k in names(fixture_group(fx, "adam_params/"))) {
       expect_close(sd[[k]], fixture_group(fx, "adam_params/")[[k]], rel = REL,
                    label = paste(name, "parameters after Adam", k))

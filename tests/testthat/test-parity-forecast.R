@@ -6,7 +6,7 @@
 # tolerance as test-parity-torch.R: |ours - torch| <= 1e-5 * max|torch| + 1e-8.
 
 REL <- 1e-5
-forecast_devices <- c("cpu", if (gpu_available()) "cuda")
+forecast_devices <- c("cpu", if (convlstm_gpu_available()) "cuda")
 
 forecast_fixture <- function(name) read_fixture(file.path("forecast", name))
 
@@ -15,7 +15,7 @@ forecast_model <- function(fx, device) {
   model <- convlstm(cfg$input_dim, cfg$hidden_dims, cfg$kernel_sizes, bias = cfg$bias,
                     device = device, peephole = cfg$peephole %||% FALSE,
                     frame_size = cfg$frame_size)
-  load_state_dict(model, fixture_group(fx, "weights/"))
+  convlstm_load_state_dict(model, fixture_group(fx, "weights/"))
   model
 }
 
@@ -59,25 +59,25 @@ for (device in forecast_devices) {
 
     test_that(sprintf("gradients from a given state match PyTorch [%s]", label), {
       model <- forecast_model(fx, device)
-      zero_grad(model)
+      convlstm_zero_grad(model)
       pred <- convlstm_forward(model, fx$tensors$x, target = cfg$target, state = fixture_state(fx))
       loss <- mean((pred - fx$tensors$y)^2)
       expect_close(loss, fx$tensors$loss, rel = REL, label = paste(label, "loss"))
       convlstm_backward(model, 2 * (pred - fx$tensors$y) / length(pred))
-      g <- gradients(model)
+      g <- convlstm_gradients(model)
       expect_fixture_tensors(g, fx, "grad/", rel = REL, label = paste(label, "grad"))
       convlstm_release(model)
     })
 
     test_that(sprintf("Adam steps from a given state match PyTorch [%s]", label), {
       model <- forecast_model(fx, device)
-      opt <- optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
+      opt <- convlstm_optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
       losses <- vapply(seq_len(cfg$adam_steps), function(i) {
-        train_step(model, fx$tensors$x, fx$tensors$y, opt, target = cfg$target,
+        convlstm_train_step(model, fx$tensors$x, fx$tensors$y, opt, target = cfg$target,
                    state = fixture_state(fx))
       }, numeric(1))
-      expect_adam_run(losses, state_dict(model), fx, REL, label)
-      expect_null(carried_state(model)) # a given state is not kept
+      expect_adam_run(losses, convlstm_state_dict(model), fx, REL, label)
+      expect_null(convlstm_carried_state(model)) # a given state is not kept
       convlstm_release(model)
     })
   }
@@ -100,21 +100,21 @@ for (device in forecast_devices) {
     for (sched in names(schedules)) {
       test_that(sprintf("train steps carrying the state match PyTorch [%s, %s]", label, sched), {
         model <- forecast_model(fx, device)
-        opt <- optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
+        opt <- convlstm_optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
         losses <- vapply(seq_len(cfg$adam_steps) - 1L, function(i) {
           args <- c(list(model, time_slice(fx$tensors$x, chunk_of(i)), target_of(i), opt,
                          target = cfg$target, state = "carry"), schedules[[sched]])
-          do.call(train_step, args)
+          do.call(convlstm_train_step, args)
         }, numeric(1))
-        expect_adam_run(losses, state_dict(model), fx, REL, paste(label, sched))
-        expect_identical(carried_state(model), as.integer(c(cfg$B, cfg$H, cfg$W)))
+        expect_adam_run(losses, convlstm_state_dict(model), fx, REL, paste(label, sched))
+        expect_identical(convlstm_carried_state(model), as.integer(c(cfg$B, cfg$H, cfg$W)))
         convlstm_release(model)
       })
     }
 
     test_that(sprintf("tbptt windows hand the carried state on [%s]", label), {
       model <- forecast_model(fx, device)
-      opt <- optimizer_sgd(lr = 0)
+      opt <- convlstm_optimizer_sgd(lr = 0)
       x <- fx$tensors$x
       T <- cfg$T
       first <- seq_len(T %/% 2)
@@ -122,9 +122,9 @@ for (device in forecast_devices) {
       y <- array(0.5, c(cfg$B, length(rest), cfg$hidden_dims[[length(cfg$hidden_dims)]],
                         cfg$H, cfg$W))
       ys <- array(0.5, c(cfg$B, length(first), dim(y)[-(1:2)]))
-      train_step(model, time_slice(x, first), ys, opt, target = "sequence", state = "carry",
+      convlstm_train_step(model, time_slice(x, first), ys, opt, target = "sequence", state = "carry",
                  tbptt = 1)
-      loss <- train_step(model, time_slice(x, rest), y, opt, target = "sequence",
+      loss <- convlstm_train_step(model, time_slice(x, rest), y, opt, target = "sequence",
                          state = "carry", tbptt = 1)
       s1 <- model(time_slice(x, first))$layer_last_states
       pred <- predict(model, time_slice(x, rest), state = s1)
@@ -132,17 +132,17 @@ for (device in forecast_devices) {
       convlstm_release(model)
     })
 
-    test_that(sprintf("reset_state() starts the carried state from zeros again [%s]", label), {
+    test_that(sprintf("convlstm_reset_state() starts the carried state from zeros again [%s]", label), {
       model <- forecast_model(fx, device)
-      opt <- optimizer_sgd(lr = 0) # parameters unchanged: only the state differs
+      opt <- convlstm_optimizer_sgd(lr = 0) # parameters unchanged: only the state differs
       x0 <- time_slice(fx$tensors$x, chunk_of(0))
-      first <- train_step(model, x0, target_of(0), opt, target = cfg$target, state = "carry")
-      second <- train_step(model, x0, target_of(0), opt, target = cfg$target, state = "carry")
+      first <- convlstm_train_step(model, x0, target_of(0), opt, target = cfg$target, state = "carry")
+      second <- convlstm_train_step(model, x0, target_of(0), opt, target = cfg$target, state = "carry")
       expect_false(isTRUE(all.equal(first, second)))
-      expect_true(reset_state(model))
-      expect_null(carried_state(model))
-      expect_false(reset_state(model))
-      again <- train_step(model, x0, target_of(0), opt, target = cfg$target, state = "carry")
+      expect_true(convlstm_reset_state(model))
+      expect_null(convlstm_carried_state(model))
+      expect_false(convlstm_reset_state(model))
+      again <- convlstm_train_step(model, x0, target_of(0), opt, target = cfg$target, state = "carry")
       expect_identical(again, first)
       convlstm_release(model)
     })
@@ -172,17 +172,17 @@ for (device in forecast_devices) {
 
   test_that(sprintf("a forecast's memory is planned to the byte [%s]", label), {
     model <- forecast_model(fx, device)
-    est <- memory_estimate(model, cfg$B, cfg$T, cfg$H, cfg$W, training = FALSE,
+    est <- convlstm_memory_estimate(model, cfg$B, cfg$T, cfg$H, cfg$W, training = FALSE,
                            horizon = cfg$horizon)
     plan <- attr(est, "plan")
     frames <- plan[plan$name == "frames", ]
     expect_identical(frames$bytes, 4 * cfg$horizon * cfg$B * cfg$input_dim * cfg$H * cfg$W)
     predict(model, fx$tensors$x, horizon = cfg$horizon)
-    s <- memory_stats(model)
+    s <- convlstm_memory_stats(model)
     measured <- stats::setNames(s$by_category$peak, s$by_category$category)
     expect_identical(measured, stats::setNames(est$bytes, est$category)[names(measured)])
     # the rollout's memory does not grow with the horizon beyond the frames
-    long <- memory_estimate(model, cfg$B, cfg$T, cfg$H, cfg$W, training = FALSE, horizon = 40)
+    long <- convlstm_memory_estimate(model, cfg$B, cfg$T, cfg$H, cfg$W, training = FALSE, horizon = 40)
     grow <- estimate_bytes(long) - estimate_bytes(est)
     expect_identical(grow[["states"]], 0)
     expect_identical(grow[["activations"]], (40 - cfg$horizon) * 4 * cfg$B * cfg$input_dim *
@@ -202,28 +202,28 @@ for (device in forecast_devices) {
   for (sched in names(schedules)) {
     test_that(sprintf("teacher-forced horizon training matches PyTorch [%s, %s]", label, sched), {
       model <- forecast_model(fx, device)
-      opt <- optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
+      opt <- convlstm_optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
       losses <- numeric(cfg$adam_steps)
       for (i in seq_len(cfg$adam_steps)) {
-        losses[[i]] <- do.call(train_step, c(list(model, fx$tensors$x, y, opt,
+        losses[[i]] <- do.call(convlstm_train_step, c(list(model, fx$tensors$x, y, opt,
                                                   horizon = cfg$horizon), schedules[[sched]]))
         if (i == 1) {
-          g <- gradients(model)
+          g <- convlstm_gradients(model)
           expect_fixture_tensors(g, fx, "grad/", rel = REL, label = paste(label, sched, "grad"))
         }
       }
-      expect_adam_run(losses, state_dict(model), fx, REL, paste(label, sched))
+      expect_adam_run(losses, convlstm_state_dict(model), fx, REL, paste(label, sched))
       convlstm_release(model)
     })
   }
 
   test_that(sprintf("teacher-forced training is planned to the byte [%s]", label), {
     model <- forecast_model(fx, device)
-    opt <- optimizer_adam()
-    est <- memory_estimate(model, cfg$B, cfg$T, cfg$H, cfg$W, horizon = cfg$horizon,
+    opt <- convlstm_optimizer_adam()
+    est <- convlstm_memory_estimate(model, cfg$B, cfg$T, cfg$H, cfg$W, horizon = cfg$horizon,
                            optimizer = opt)
-    train_step(model, fx$tensors$x, y, opt, horizon = cfg$horizon)
-    s <- memory_stats(model)
+    convlstm_train_step(model, fx$tensors$x, y, opt, horizon = cfg$horizon)
+    s <- convlstm_memory_stats(model)
     measured <- stats::setNames(s$by_category$peak, s$by_category$category)
     expect_identical(measured, estimate_bytes(est)[names(measured)])
     convlstm_release(model)
@@ -256,22 +256,22 @@ for (device in forecast_devices) {
     for (sched in names(schedules)) {
       test_that(sprintf("free-running horizon training matches PyTorch [%s, %s]", label, sched), {
         model <- forecast_model(fx, device)
-        opt <- optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
+        opt <- convlstm_optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
         losses <- numeric(cfg$adam_steps)
         for (i in seq_len(cfg$adam_steps)) {
-          losses[[i]] <- do.call(train_step, c(list(model, fx$tensors$x, y, opt,
+          losses[[i]] <- do.call(convlstm_train_step, c(list(model, fx$tensors$x, y, opt,
                                                     horizon = cfg$horizon,
                                                     teacher_forcing = FALSE),
                                                schedules[[sched]]))
           if (i == 1) {
-            g <- gradients(model)
+            g <- convlstm_gradients(model)
             expect_fixture_tensors(g, fx, "grad/", rel = REL, label = paste(label, sched, "grad"))
             # the fed-back frames' gradient path is ten tolerances and more
             # here: cut, the comparison above would fail
             expect_gt(max_rel_diff(g, fx, "grad_detached/"), 10 * REL)
           }
         }
-        expect_adam_run(losses, state_dict(model), fx, REL, paste(label, sched))
+        expect_adam_run(losses, convlstm_state_dict(model), fx, REL, paste(label, sched))
         convlstm_release(model)
       })
     }
@@ -284,12 +284,12 @@ for (device in forecast_devices) {
   test_that(sprintf("a free-running step's loss is predict()'s forecast error [%s]", label), {
     model <- forecast_model(fx, device)
     frames <- predict(model, fx$tensors$x, horizon = cfg$horizon)
-    loss <- train_step(model, fx$tensors$x, fx$tensors$y_frames, optimizer_sgd(lr = 0),
+    loss <- convlstm_train_step(model, fx$tensors$x, fx$tensors$y_frames, convlstm_optimizer_sgd(lr = 0),
                        horizon = cfg$horizon, teacher_forcing = FALSE)
     expect_close(loss, mean((frames - fx$tensors$y_frames)^2), rel = REL,
                  label = paste(label, "loss"))
     # and not the teacher-forced one
-    forced <- train_step(model, fx$tensors$x, fx$tensors$y_frames, optimizer_sgd(lr = 0),
+    forced <- convlstm_train_step(model, fx$tensors$x, fx$tensors$y_frames, convlstm_optimizer_sgd(lr = 0),
                          horizon = cfg$horizon)
     expect_gt(abs(forced - loss), 1e-4)
     convlstm_release(model)
@@ -299,19 +299,19 @@ for (device in forecast_devices) {
     model <- forecast_model(fx, device)
     s0 <- model(fx$tensors$x)$layer_last_states
     frames <- predict(model, fx$tensors$x, horizon = cfg$horizon, state = s0)
-    opt <- optimizer_sgd(lr = 0)
+    opt <- convlstm_optimizer_sgd(lr = 0)
     y <- fx$tensors$y_frames
-    given <- train_step(model, fx$tensors$x, y, opt, horizon = cfg$horizon,
+    given <- convlstm_train_step(model, fx$tensors$x, y, opt, horizon = cfg$horizon,
                         teacher_forcing = FALSE, state = s0)
     expect_close(given, mean((frames - y)^2), rel = REL, label = paste(label, "given"))
     # carrying: the second step starts where the first one's last step ended
     # (after its fed-back frames)
-    train_step(model, fx$tensors$x, y, opt, horizon = cfg$horizon, teacher_forcing = FALSE,
+    convlstm_train_step(model, fx$tensors$x, y, opt, horizon = cfg$horizon, teacher_forcing = FALSE,
                state = "carry")
     long <- predict(model, fx$tensors$x, horizon = cfg$horizon)
     fed <- long[, seq_len(cfg$horizon - 1), , , , drop = FALSE] # what the first step fed back
     s1 <- model(fed, state = s0)$layer_last_states
-    carried <- train_step(model, fx$tensors$x, y, opt, horizon = cfg$horizon,
+    carried <- convlstm_train_step(model, fx$tensors$x, y, opt, horizon = cfg$horizon,
                           teacher_forcing = FALSE, state = "carry")
     expect_close(carried, mean((predict(model, fx$tensors$x, horizon = cfg$horizon,
                                         state = s1) - y)^2),
@@ -321,17 +321,17 @@ for (device in forecast_devices) {
 
   test_that(sprintf("free-running training is planned to the byte [%s]", label), {
     model <- forecast_model(fx, device)
-    opt <- optimizer_adam()
-    est <- memory_estimate(model, cfg$B, cfg$T, cfg$H, cfg$W, horizon = cfg$horizon,
+    opt <- convlstm_optimizer_adam()
+    est <- convlstm_memory_estimate(model, cfg$B, cfg$T, cfg$H, cfg$W, horizon = cfg$horizon,
                            teacher_forcing = FALSE, optimizer = opt)
     plan <- attr(est, "plan")
     # its own d_cell per layer and the ring of two steps below the last
     expect_identical(sum(startsWith(plan$name, "d_cell[")), length(cfg$hidden_dims))
     ring <- plan[startsWith(plan$name, "d_hidden_rollout"), ]
     expect_identical(ring$bytes, 4 * 2 * cfg$B * cfg$hidden_dims[[1]] * cfg$H * cfg$W)
-    train_step(model, fx$tensors$x, fx$tensors$y_frames, opt, horizon = cfg$horizon,
+    convlstm_train_step(model, fx$tensors$x, fx$tensors$y_frames, opt, horizon = cfg$horizon,
                teacher_forcing = FALSE)
-    s <- memory_stats(model)
+    s <- convlstm_memory_stats(model)
     measured <- stats::setNames(s$by_category$peak, s$by_category$category)
     expect_identical(measured, estimate_bytes(est)[names(measured)])
     convlstm_release(model)
@@ -341,8 +341,8 @@ for (device in forecast_devices) {
 # Scheduled sampling (teacher_forcing a probability): each fed-back step
 # reads the true frame or the model's own as R's generator draws. PyTorch's
 # rollout() with the fixture's choices per Adam step (choices_<i>) is the
-# reference; the seed that makes train_step() draw each step's choices is
-# found through stats::runif(), the generator ?train_step names. grad_free/
+# reference; the seed that makes convlstm_train_step() draw each step's choices is
+# found through stats::runif(), the generator ?convlstm_train_step names. grad_free/
 # and grad_teacher/ are the gradients with every fed-back step the model's
 # own or the truth: a step that ignored the coins would match one of them.
 seed_drawing <- function(choices, p) {
@@ -367,26 +367,26 @@ for (device in forecast_devices) {
                           recurrent_dropout = cfg$recurrent_dropout %||% 0,
                           dropout_masks = cfg$dropout_masks %||% "shared")
         on.exit(convlstm_release(model))
-        load_state_dict(model, fixture_group(fx, "weights/"))
+        convlstm_load_state_dict(model, fixture_group(fx, "weights/"))
         if (!is.null(cfg$dropout)) convlstm:::local_dropout_masks(fixture_masks(fx))
-        opt <- optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
+        opt <- convlstm_optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
         extra <- if (sched == "accumulation") list(accumulation_steps = 2) else list()
         losses <- numeric(cfg$adam_steps)
         p <- c(0.5, 0.3, 0.7)
         for (i in seq_len(cfg$adam_steps)) {
           choices <- cfg[[sprintf("choices_%d", i - 1L)]]
           set.seed(seed_drawing(choices, p[[i]]))
-          losses[[i]] <- do.call(train_step, c(list(model, fx$tensors$x, fx$tensors$y_frames,
+          losses[[i]] <- do.call(convlstm_train_step, c(list(model, fx$tensors$x, fx$tensors$y_frames,
                                                     opt, horizon = cfg$horizon,
                                                     teacher_forcing = p[[i]]), extra))
           if (i == 1) {
-            g <- gradients(model)
+            g <- convlstm_gradients(model)
             expect_fixture_tensors(g, fx, "grad/", rel = REL, label = paste(label, sched, "grad"))
             expect_gt(max_rel_diff(g, fx, "grad_free/"), 10 * REL)
             expect_gt(max_rel_diff(g, fx, "grad_teacher/"), 10 * REL)
           }
         }
-        expect_adam_run(losses, state_dict(model), fx, REL, paste(label, sched))
+        expect_adam_run(losses, convlstm_state_dict(model), fx, REL, paste(label, sched))
       })
     }
   }

@@ -10,7 +10,7 @@
 # |ours - torch| <= 1e-5 * max|torch| + 1e-8.
 
 REL <- 1e-5
-forecaster_devices <- c("cpu", if (gpu_available()) "cuda")
+forecaster_devices <- c("cpu", if (convlstm_gpu_available()) "cuda")
 forecaster_fixtures <- c("l1_p1", "l1_p4", "l2_nopeep", "l2_p2_c2", "l2_two_kernels")
 
 forecaster_model <- function(fx, device) {
@@ -19,7 +19,7 @@ forecaster_model <- function(fx, device) {
   model <- convlstm_forecaster(cfg$input_dim, cfg$hidden_dims, k$kernel_sizes, patch = cfg$patch,
                                recurrent_kernel_sizes = k$recurrent_kernel_sizes,
                                peephole = cfg$peephole, bias = cfg$bias, device = device)
-  load_state_dict(model, fixture_group(fx, "weights/"))
+  convlstm_load_state_dict(model, fixture_group(fx, "weights/"))
   model
 }
 
@@ -53,34 +53,34 @@ for (device in forecaster_devices) for (name in forecaster_fixtures) {
     for (reduction in c("sum", "batchmean")) {
       model <- forecaster_model(fx, device)
       # a step of learning rate 0 leaves the weights and keeps its gradients
-      loss <- train_step(model, x, y, optimizer_sgd(lr = 0), loss = "bce_logits",
+      loss <- convlstm_train_step(model, x, y, convlstm_optimizer_sgd(lr = 0), loss = "bce_logits",
                          reduction = reduction)
       want <- fx$tensors[[paste0("loss_", reduction)]]
       expect_close(loss, want, rel = REL, label = paste(label, reduction, "loss"))
       if (identical(reduction, cfg$reduction)) {
-        g <- gradients(model)
+        g <- convlstm_gradients(model)
         expect_setequal(names(g), names(fixture_group(fx, "grad/")))
         expect_fixture_tensors(g, fx, "grad/", rel = REL, label = paste(label, "grad"))
       }
-      expect_fixture_tensors(state_dict(model), fx, "weights/", rel = 0,
+      expect_fixture_tensors(convlstm_state_dict(model), fx, "weights/", rel = 0,
                              label = paste(label, "unchanged"))
       convlstm_release(model)
     }
   })
 
   optimizers <- list(
-    rmsprop = function() optimizer_rmsprop(cfg$rmsprop_lr, alpha = cfg$rmsprop_alpha,
+    rmsprop = function() convlstm_optimizer_rmsprop(cfg$rmsprop_lr, alpha = cfg$rmsprop_alpha,
                                            eps = cfg$rmsprop_eps, momentum = cfg$rmsprop_momentum,
                                            centered = cfg$rmsprop_centered,
                                            weight_decay = cfg$rmsprop_weight_decay),
-    adam = function() optimizer_adam(cfg$adam_lr, weight_decay = cfg$adam_weight_decay))
+    adam = function() convlstm_optimizer_adam(cfg$adam_lr, weight_decay = cfg$adam_weight_decay))
   for (opt_kind in names(optimizers)) {
     test_that(sprintf("encoder-forecaster: %s steps match PyTorch [%s]", opt_kind, label), {
       model <- forecaster_model(fx, device)
       on.exit(convlstm_release(model))
       opt <- optimizers[[opt_kind]]()
       losses <- vapply(seq_len(cfg$steps), function(i) {
-        train_step(model, x, y, opt, loss = "bce_logits", reduction = cfg$reduction)
+        convlstm_train_step(model, x, y, opt, loss = "bce_logits", reduction = cfg$reduction)
       }, 0)
       expect_close(losses, fx$tensors[[paste0(opt_kind, "_losses")]], rel = REL,
                    label = paste(label, opt_kind, "losses"))
@@ -91,7 +91,7 @@ for (device in forecaster_devices) for (name in forecaster_fixtures) {
       # lr / 100 of PyTorch's. A wrong update (a missing bias correction,
       # alpha or centring ignored) moves weights by a sizeable part of lr.
       lr <- cfg[[paste0(opt_kind, "_lr")]]
-      sd <- state_dict(model)
+      sd <- convlstm_state_dict(model)
       for (k in names(sd)) {
         expect_close(sd[[k]], fx$tensors[[paste0(opt_kind, "_params/", k)]], rel = REL,
                      abs = cfg$steps * lr / 100, label = paste(label, opt_kind, "params", k))

@@ -10,7 +10,7 @@
 # Tolerance as test-parity-torch.R: |ours - torch| <= 1e-5 * max|torch| + 1e-8.
 
 REL <- 1e-5
-kernel_devices <- c("cpu", if (gpu_available()) "cuda")
+kernel_devices <- c("cpu", if (convlstm_gpu_available()) "cuda")
 kernel_fixtures <- c("k9_h1", "k3x5_h5x3", "mixed_dropout")
 
 kernel_model <- function(fx, device) {
@@ -21,7 +21,7 @@ kernel_model <- function(fx, device) {
                     peephole = cfg$peephole %||% FALSE, device = device,
                     dropout = cfg$dropout %||% 0, recurrent_dropout = cfg$recurrent_dropout %||% 0,
                     dropout_masks = cfg$dropout_masks %||% "per_gate")
-  load_state_dict(model, fixture_group(fx, "weights/"))
+  convlstm_load_state_dict(model, fixture_group(fx, "weights/"))
   model
 }
 
@@ -59,11 +59,11 @@ for (device in kernel_devices) for (name in kernel_fixtures) {
       wrong <- fx$tensors[[sprintf("wrong/h_undilated/%d", l - 1)]]
       if (!is.null(wrong)) expect_gt(scaled_gap(out[[1]][[l]], wrong), 100 * REL)
     }
-    zero_grad(model)
+    convlstm_zero_grad(model)
     pred <- convlstm_forward(model, x, training = TRUE, target = cfg$target)
     expect_close(mean((pred - y)^2), fx$tensors$loss, rel = REL, label = paste(label, "loss"))
     convlstm_backward(model, 2 * (pred - y) / length(pred))
-    g <- gradients(model)
+    g <- convlstm_gradients(model)
     expect_setequal(names(g), sub("^grad/", "", grep("^grad/", names(fx$tensors), value = TRUE)))
     expect_fixture_tensors(g, fx, "grad/", rel = REL, label = paste(label, "grad"))
   })
@@ -77,15 +77,15 @@ for (device in kernel_devices) for (name in kernel_fixtures) {
       model <- kernel_model(fx, device)
       on.exit(convlstm_release(model))
       if (!is.null(masks)) convlstm:::local_dropout_masks(masks)
-      opt <- if (opt_kind == "sgd") optimizer_sgd(cfg$sgd_lr, momentum = cfg$sgd_momentum) else
-        optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
+      opt <- if (opt_kind == "sgd") convlstm_optimizer_sgd(cfg$sgd_lr, momentum = cfg$sgd_momentum) else
+        convlstm_optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
       steps <- cfg[[paste0(opt_kind, "_steps")]]
       losses <- vapply(seq_len(steps), function(i) {
-        do.call(train_step, c(list(model, x, y, opt, target = cfg$target), schedules[[sched]]))
+        do.call(convlstm_train_step, c(list(model, x, y, opt, target = cfg$target), schedules[[sched]]))
       }, numeric(1))
       expect_close(losses, fx$tensors[[paste0(opt_kind, "_losses")]], rel = REL,
                    label = paste(label, sched, "losses"))
-      expect_fixture_tensors(state_dict(model), fx, paste0(opt_kind, "_params/"), rel = REL,
+      expect_fixture_tensors(convlstm_state_dict(model), fx, paste0(opt_kind, "_params/"), rel = REL,
                              label = paste(label, sched, "params"))
     })
   }
@@ -96,7 +96,7 @@ test_that("recurrent_kernel_sizes: names, shapes, counts, read-back and printing
   m <- convlstm(2, c(4, 3), kernel_sizes = 9, recurrent_kernel_sizes = list(1, c(3, 5)),
                 device = "cpu")
   on.exit(convlstm_release(m))
-  sd <- state_dict(m)
+  sd <- convlstm_state_dict(m)
   expect_identical(names(sd), c("cell_list.0.conv_x.weight", "cell_list.0.conv_x.bias",
                                 "cell_list.0.conv_h.weight", "cell_list.1.conv_x.weight",
                                 "cell_list.1.conv_x.bias", "cell_list.1.conv_h.weight"))
@@ -119,7 +119,7 @@ test_that("recurrent_kernel_sizes: names, shapes, counts, read-back and printing
   a <- convlstm(1, 3, 3, device = "cpu")
   set.seed(4)
   b <- convlstm(1, 3, 3, recurrent_kernel_sizes = 3, device = "cpu")
-  expect_identical(state_dict(a), state_dict(b))
+  expect_identical(convlstm_state_dict(a), convlstm_state_dict(b))
   expect_identical(b$recurrent_kernel_sizes, 3L)
   convlstm_release(a)
   convlstm_release(b)
@@ -151,8 +151,8 @@ test_that("a model of two kernels saves, loads and refuses another geometry", {
   on.exit(convlstm_release(m))
   x <- array(runif(2 * 3 * 1 * 6 * 5), c(2, 3, 1, 6, 5))
   y <- array(runif(2 * 1 * 6 * 5), c(2, 1, 6, 5))
-  opt <- optimizer_adam(lr = 0.01)
-  train_step(m, x, y, opt)
+  opt <- convlstm_optimizer_adam(lr = 0.01)
+  convlstm_train_step(m, x, y, opt)
   path <- tempfile(fileext = ".safetensors")
   on.exit(unlink(path), add = TRUE)
   convlstm_save(m, path, optimizer = opt)
@@ -161,18 +161,18 @@ test_that("a model of two kernels saves, loads and refuses another geometry", {
   expect_true("cell_list.1.conv_h.weight" %in% info$tensors$name)
   back <- convlstm_load(path, device = "cpu")
   on.exit(convlstm_release(back), add = TRUE)
-  expect_identical(state_dict(back), state_dict(m))
+  expect_identical(convlstm_state_dict(back), convlstm_state_dict(m))
   expect_identical(back$recurrent_kernel_sizes, m$recurrent_kernel_sizes)
   expect_identical(predict(back, x), predict(m, x))
   # training resumes exactly: the optimizer's moments came back too
   opt2 <- attr(back, "optimizer")
-  expect_identical(train_step(back, x, y, opt2), train_step(m, x, y, opt))
-  expect_identical(state_dict(back), state_dict(m))
+  expect_identical(convlstm_train_step(back, x, y, opt2), convlstm_train_step(m, x, y, opt))
+  expect_identical(convlstm_state_dict(back), convlstm_state_dict(m))
   # a model whose state kernels differ refuses the file's weights
   other <- convlstm(1, c(3, 1), 5, recurrent_kernel_sizes = 3, peephole = "channel",
                     device = "cpu")
   on.exit(convlstm_release(other), add = TRUE)
-  expect_error(load_state_dict(other, state_dict(m)), class = "convlstm_error")
+  expect_error(convlstm_load_state_dict(other, convlstm_state_dict(m)), class = "convlstm_error")
 })
 
 # The weights of a one-kernel 3x3 model equal to a 3x3-1x1 model's:
@@ -214,12 +214,12 @@ test_that("a 3x3-1x1 cell is the 3x3 cell with centre-only state taps, by every 
                     dropout = drop, recurrent_dropout = drop, device = "cpu")
     one <- convlstm(2, c(3, 2), 3, peephole = peephole, dropout = drop,
                     recurrent_dropout = drop, device = "cpu")
-    sd <- state_dict(two)
+    sd <- convlstm_state_dict(two)
     if (peephole != "none") { # nonzero peepholes, so that they count
       for (k in grep("w_c", names(sd), value = TRUE)) sd[[k]][] <- runif(length(sd[[k]]), -1, 1)
-      load_state_dict(two, sd)
+      convlstm_load_state_dict(two, sd)
     }
-    load_state_dict(one, embed_1x1(sd, 2, c(2, 3)))
+    convlstm_load_state_dict(one, embed_1x1(sd, 2, c(2, 3)))
     args <- runs[[run]]
     # a free-running forecast feeds the last layer's h back as the input
     xin <- if (is.null(args$horizon)) x else x[, seq_len(T - args$horizon), , , , drop = FALSE]
@@ -240,11 +240,11 @@ test_that("a 3x3-1x1 cell is the 3x3 cell with centre-only state taps, by every 
     # gradients at the centre being conv_h's
     losses <- vapply(list(two, one), function(m) {
       set.seed(8) # the same dropout masks: the shapes are the same
-      do.call(train_step, c(list(m, xin, y, optimizer_sgd(0.1), target = target), args))
+      do.call(convlstm_train_step, c(list(m, xin, y, convlstm_optimizer_sgd(0.1), target = target), args))
     }, numeric(1))
     expect_equal(losses[[1]], losses[[2]], tolerance = 1e-6, info = info)
-    g2 <- gradients(two)
-    g1 <- gradients(one)
+    g2 <- convlstm_gradients(two)
+    g1 <- convlstm_gradients(one)
     for (l in 0:1) {
       p <- sprintf("cell_list.%d.", l)
       w1 <- g1[[paste0(p, "conv.weight")]]
@@ -269,23 +269,23 @@ test_that("a 3x3-1x1 cell is the 3x3 cell with centre-only state taps, by every 
   }
 })
 
-test_that("memory_estimate() of two kernels is the shapes' bytes and what a step holds", {
+test_that("convlstm_memory_estimate() of two kernels is the shapes' bytes and what a step holds", {
   m <- convlstm(2, c(4, 3), 9, recurrent_kernel_sizes = list(1, 3), device = "cpu",
                 threads = 1)
   on.exit(convlstm_release(m))
-  est <- memory_estimate(m, 2, 4, 6, 5, optimizer = optimizer_adam())
+  est <- convlstm_memory_estimate(m, 2, 4, 6, 5, optimizer = convlstm_optimizer_adam())
   b <- stats::setNames(est$bytes, est$category)
   n <- 16 * (2 * 81 + 4 * 1) + 16 + 12 * (4 * 81 + 3 * 9) + 12
   expect_identical(b[["parameters"]], 4 * n)
   expect_identical(b[["optimizer"]], 2 * 4 * n)
   x <- array(runif(2 * 4 * 2 * 6 * 5), c(2, 4, 2, 6, 5))
-  train_step(m, x, array(runif(2 * 3 * 6 * 5), c(2, 3, 6, 5)), optimizer_adam())
-  s <- memory_stats(m)
+  convlstm_train_step(m, x, array(runif(2 * 3 * 6 * 5), c(2, 3, 6, 5)), convlstm_optimizer_adam())
+  s <- convlstm_memory_stats(m)
   accounted <- stats::setNames(s$by_category$peak, s$by_category$category)
   expect_identical(accounted, b[names(accounted)])
   expect_identical(s$peak_reserved, b[["reserved"]])
   # the advisor plans the same model
-  adv <- memory_advise(m, "64 MiB", 2, 4, 6, 5)
+  adv <- convlstm_memory_advise(m, "64 MiB", 2, 4, 6, 5)
   expect_s3_class(adv, "data.frame")
   expect_true(any(adv$fits))
 })
@@ -324,7 +324,7 @@ test_that("a PyTorch state dict of two convolutions loads, kernels read from the
   expect_identical(info$config$recurrent_kernel_sizes, c(1L, 3L))
   model <- convlstm_load(path, device = "cpu")
   on.exit(convlstm_release(model), add = TRUE)
-  expect_identical(names(state_dict(model))[1:3], c("cell_list.0.conv_x.weight",
+  expect_identical(names(convlstm_state_dict(model))[1:3], c("cell_list.0.conv_x.weight",
                                                    "cell_list.0.conv_x.bias",
                                                    "cell_list.0.conv_h.weight"))
   expect_equal(predict(model, x), torch$output, tolerance = 1e-5)

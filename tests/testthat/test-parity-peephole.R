@@ -10,7 +10,7 @@
 # made one of those mistakes.
 
 REL <- 1e-5
-peep_devices <- c("cpu", if (gpu_available()) "cuda")
+peep_devices <- c("cpu", if (convlstm_gpu_available()) "cuda")
 
 peep_fixture <- function(name) read_fixture(file.path("peephole", name))
 
@@ -19,7 +19,7 @@ peep_model <- function(fx, device, dtype = "float32") {
   model <- convlstm(cfg$input_dim, cfg$hidden_dims, cfg$kernel_sizes, bias = cfg$bias,
                     device = device, dtype = dtype, peephole = cfg$peephole,
                     frame_size = cfg$frame_size)
-  load_state_dict(model, fixture_group(fx, "weights/"))
+  convlstm_load_state_dict(model, fixture_group(fx, "weights/"))
   model
 }
 
@@ -54,12 +54,12 @@ for (device in peep_devices) {
 
     test_that(sprintf("gradients with peepholes match PyTorch [%s]", label), {
       model <- peep_model(fx, device)
-      zero_grad(model)
+      convlstm_zero_grad(model)
       pred <- convlstm_forward(model, fx$tensors$x, target = cfg$target)
       loss <- mean((pred - fx$tensors$y)^2)
       expect_close(loss, fx$tensors$loss, rel = REL, label = paste(label, "loss"))
       convlstm_backward(model, 2 * (pred - fx$tensors$y) / length(pred))
-      g <- gradients(model)
+      g <- convlstm_gradients(model)
       expect_setequal(names(g), sub("^grad/", "", grep("^grad/", names(fx$tensors), value = TRUE)))
       expect_fixture_tensors(g, fx, "grad/", rel = REL, label = paste(label, "grad"))
       expect_gt(max(abs(g[["cell_list.0.w_co"]])), 0)
@@ -89,12 +89,12 @@ for (device in peep_devices) {
     for (sched in names(schedules)) {
       test_that(sprintf("Adam steps with peepholes match PyTorch [%s, %s]", label, sched), {
         model <- peep_model(fx, device)
-        opt <- optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
+        opt <- convlstm_optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
         losses <- vapply(seq_len(cfg$adam_steps), function(i) {
-          do.call(train_step, c(list(model, fx$tensors$x, fx$tensors$y, opt,
+          do.call(convlstm_train_step, c(list(model, fx$tensors$x, fx$tensors$y, opt,
                                      target = cfg$target), schedules[[sched]]))
         }, numeric(1))
-        after <- state_dict(model)
+        after <- convlstm_state_dict(model)
         expect_adam_run(losses, after, fx, REL, paste(label, sched))
         # the peepholes moved: the optimizer counts them
         moved <- after[["cell_list.0.w_ci"]] - fx$tensors[["weights/cell_list.0.w_ci"]]
@@ -120,10 +120,10 @@ for (device in peep_devices) {
             expect_gt(scaled_diff(fx$tensors[[sprintf("wrong/%s/%d", mistake, l - 1L)]], want),
                       2 * tol)
         }
-        zero_grad(model)
+        convlstm_zero_grad(model)
         pred <- convlstm_forward(model, fx$tensors$x, target = cfg$target)
         convlstm_backward(model, 2 * (pred - fx$tensors$y) / length(pred))
-        g <- gradients(model)
+        g <- convlstm_gradients(model)
         for (k in grep("w_c", names(g), value = TRUE)) {
           expect_lt(scaled_diff(g[[k]], fx$tensors[[paste0("grad/", k)]]), 2 * tol)
         }

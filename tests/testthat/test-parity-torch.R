@@ -16,14 +16,14 @@ REL <- 1e-5
 
 # Every backend this build can run is held to the same fixtures (the CUDA
 # backend keeps float32 convolutions off TF32, so the same tolerance applies).
-parity_devices <- c("cpu", if (gpu_available()) "cuda")
+parity_devices <- c("cpu", if (convlstm_gpu_available()) "cuda")
 
 fixture_model <- function(fx, device = "cpu") {
   cfg <- fx$config
   k <- fixture_kernels(cfg)
   model <- convlstm(cfg$input_dim, cfg$hidden_dims, k$kernel_sizes, bias = cfg$bias,
                     device = device, dilation = k$dilation)
-  load_state_dict(model, fixture_group(fx, "weights/"))
+  convlstm_load_state_dict(model, fixture_group(fx, "weights/"))
   model
 }
 
@@ -48,7 +48,7 @@ for (device in parity_devices) for (fixture in fixture_names()) {
 
   test_that(sprintf("state_dict round-trips the PyTorch weights [%s]", name), {
     model <- fixture_model(fx, device)
-    sd <- state_dict(model)
+    sd <- convlstm_state_dict(model)
     weights <- fixture_group(fx, "weights/")
     expect_identical(names(sd), names(weights))
     for (k in names(weights)) {
@@ -77,7 +77,7 @@ for (device in parity_devices) for (fixture in fixture_names()) {
 
   test_that(sprintf("loss gradients match PyTorch [%s]", name), {
     model <- fixture_model(fx, device)
-    zero_grad(model)
+    convlstm_zero_grad(model)
     pred <- prediction_of(convlstm_forward(model, x, training = TRUE), cfg$target)
     last <- length(cfg$hidden_dims) - 1L
     expected <- if (cfg$target == "last_state") "last_h/%d" else "output/%d"
@@ -86,24 +86,24 @@ for (device in parity_devices) for (fixture in fixture_names()) {
     expect_close(mean((pred - y)^2), fx$tensors$loss, rel = REL, label = paste(name, "loss"))
     # d mean((pred - y)^2) / d pred, as torch's mse_loss backward gives it
     convlstm_backward(model, 2 * (pred - y) / length(y))
-    expect_state_dict_close(gradients(model), fixture_group(fx, "grad/"),
+    expect_state_dict_close(convlstm_gradients(model), fixture_group(fx, "grad/"),
                             paste(name, "gradient"))
   })
 
   test_that(sprintf("three Adam steps match PyTorch [%s]", name), {
     model <- fixture_model(fx, device)
-    opt <- optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
+    opt <- convlstm_optimizer_adam(lr = cfg$adam_lr, weight_decay = cfg$adam_weight_decay)
     losses <- numeric(cfg$adam_steps)
     for (s in seq_len(cfg$adam_steps)) {
-      losses[s] <- train_step(model, x, y, opt, target = cfg$target)
+      losses[s] <- convlstm_train_step(model, x, y, opt, target = cfg$target)
       if (s == 1) {
         # the one-call step computes the gradient the R-level backward does
-        expect_state_dict_close(gradients(model), fixture_group(fx, "grad/"),
+        expect_state_dict_close(convlstm_gradients(model), fixture_group(fx, "grad/"),
                                 paste(name, "train_step gradient"))
       }
     }
     expect_close(losses, fx$tensors$adam_losses, rel = REL, label = paste(name, "Adam losses"))
-    expect_state_dict_close(state_dict(model), fixture_group(fx, "adam_params/"),
+    expect_state_dict_close(convlstm_state_dict(model), fixture_group(fx, "adam_params/"),
                             paste(name, "parameters after Adam"))
     after <- mean((prediction_of(model(x), cfg$target) - y)^2)
     expect_close(after, fx$tensors$adam_loss_after, rel = REL,
@@ -116,18 +116,18 @@ test_that("the R-level loop (forward, backward, optimizer_step) equals train_ste
   cfg <- fx$config
   a <- fixture_model(fx)
   b <- fixture_model(fx)
-  opt_a <- optimizer_adam(lr = cfg$adam_lr)
-  opt_b <- optimizer_adam(lr = cfg$adam_lr)
+  opt_a <- convlstm_optimizer_adam(lr = cfg$adam_lr)
+  opt_b <- convlstm_optimizer_adam(lr = cfg$adam_lr)
   for (s in seq_len(cfg$adam_steps)) {
-    zero_grad(a)
+    convlstm_zero_grad(a)
     pred <- prediction_of(convlstm_forward(a, fx$tensors$x, training = TRUE), cfg$target)
     convlstm_backward(a, 2 * (pred - fx$tensors$y) / length(fx$tensors$y))
-    optimizer_step(a, opt_a)
-    train_step(b, fx$tensors$x, fx$tensors$y, opt_b, target = cfg$target)
+    convlstm_optimizer_step(a, opt_a)
+    convlstm_train_step(b, fx$tensors$x, fx$tensors$y, opt_b, target = cfg$target)
   }
-  expect_state_dict_close(state_dict(a), fixture_group(fx, "adam_params/"),
+  expect_state_dict_close(convlstm_state_dict(a), fixture_group(fx, "adam_params/"),
                           "R-level loop after Adam")
-  expect_state_dict_close(state_dict(a), state_dict(b), "R-level loop vs train_step")
+  expect_state_dict_close(convlstm_state_dict(a), convlstm_state_dict(b), "R-level loop vs train_step")
 })
 
 # For the record, not a test: CONVLSTM_PARITY_REPORT=<file.csv> writes every

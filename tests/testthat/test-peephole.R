@@ -84,7 +84,7 @@ test_that("peepholes start at zero: the same seed gives the same model as withou
   expect_identical(peep(x), plain(x))
   # and the weights then move with training: the optimizer updates them
   y <- array(0.5, c(2, 1, 5, 4))
-  train_step(peep, x, y, optimizer_adam(0.01))
+  convlstm_train_step(peep, x, y, convlstm_optimizer_adam(0.01))
   expect_gt(max(abs(peep$parameters[["cell_list.0.w_ci"]])), 1e-3)
   expect_gt(max(abs(peep$parameters[["cell_list.1.w_co"]])), 1e-3)
 })
@@ -97,15 +97,15 @@ test_that("the memory plan counts the peepholes as parameters, gradients and Ada
     convlstm_release(plain)
   })
   peep_bytes <- 4 * 3 * (4 + 1) * 36
-  a <- memory_estimate(m, 2, 3, 6, 6, optimizer = optimizer_adam())
-  b <- memory_estimate(plain, 2, 3, 6, 6, optimizer = optimizer_adam())
+  a <- convlstm_memory_estimate(m, 2, 3, 6, 6, optimizer = convlstm_optimizer_adam())
+  b <- convlstm_memory_estimate(plain, 2, 3, 6, 6, optimizer = convlstm_optimizer_adam())
   grow <- stats::setNames(a$bytes - b$bytes, a$category)
   expect_identical(grow[["parameters"]], peep_bytes)
   expect_identical(grow[["gradients"]], peep_bytes)
   expect_identical(grow[["optimizer"]], 2 * peep_bytes)
   # and the model holds what the plan says after a step
-  train_step(m, peep_x(H = 6, W = 6), array(0, c(2, 1, 6, 6)), optimizer_adam())
-  s <- memory_stats(m)
+  convlstm_train_step(m, peep_x(H = 6, W = 6), array(0, c(2, 1, 6, 6)), convlstm_optimizer_adam())
+  s <- convlstm_memory_stats(m)
   expect_identical(stats::setNames(s$by_category$peak, s$by_category$category)[["parameters"]],
                    a$bytes[a$category == "parameters"])
 })
@@ -115,17 +115,17 @@ test_that("gradient clipping's norm includes the peephole gradients", {
   m <- convlstm(1, c(3, 1), 3, device = "cpu", peephole = TRUE, frame_size = c(5, 4))
   on.exit(convlstm_release(m))
   # random peepholes, so that they matter
-  sd <- state_dict(m)
+  sd <- convlstm_state_dict(m)
   for (k in grep("w_c", names(sd), value = TRUE)) sd[[k]][] <- runif(length(sd[[k]]), -1, 1)
-  load_state_dict(m, sd)
+  convlstm_load_state_dict(m, sd)
   x <- peep_x()
   y <- array(stats::runif(2 * 5 * 4), c(2, 1, 5, 4))
   norms <- numeric()
-  cb <- callback(on_batch_end = function(ctx) norms <<- c(norms, ctx$grad_norm))
-  convlstm_fit(m, x, y, optimizer_sgd(0), epochs = 1, batch_size = 2, shuffle = FALSE,
+  cb <- convlstm_callback(on_batch_end = function(ctx) norms <<- c(norms, ctx$grad_norm))
+  convlstm_fit(m, x, y, convlstm_optimizer_sgd(0), epochs = 1, batch_size = 2, shuffle = FALSE,
                verbose = FALSE, callbacks = cb, max_grad_norm = Inf)
   # the step's gradients, as the norm saw them (lr 0, Inf: nothing changed)
-  g <- gradients(m)
+  g <- convlstm_gradients(m)
   expect_gt(max(abs(g[["cell_list.0.w_co"]])), 0)
   sq <- vapply(g, function(a) sum(a^2), 0)
   full <- sqrt(sum(sq))
@@ -140,12 +140,12 @@ test_that("peepholes are saved and loaded, and a file without metadata is read b
   for (kind in c("position", "channel")) {
     m <- convlstm(1, c(3, 1), 3, device = "cpu", peephole = kind,
                   frame_size = if (kind == "position") c(5, 4))
-    sd <- state_dict(m)
+    sd <- convlstm_state_dict(m)
     for (k in grep("w_c", names(sd), value = TRUE)) sd[[k]][] <- runif(length(sd[[k]]), -1, 1)
-    load_state_dict(m, sd)
-    opt <- optimizer_adam(0.01)
+    convlstm_load_state_dict(m, sd)
+    opt <- convlstm_optimizer_adam(0.01)
     x <- peep_x()
-    train_step(m, x, array(0.5, c(2, 1, 5, 4)), opt)
+    convlstm_train_step(m, x, array(0.5, c(2, 1, 5, 4)), opt)
     f <- tempfile(fileext = ".safetensors")
     convlstm_save(m, f, optimizer = opt)
     info <- convlstm_file_info(f)
@@ -153,7 +153,7 @@ test_that("peepholes are saved and loaded, and a file without metadata is read b
     m2 <- convlstm_load(f, device = "cpu")
     expect_identical(m2$config$peephole, kind)
     expect_identical(m2$config$frame_size, m$config$frame_size)
-    expect_identical(state_dict(m2), state_dict(m))
+    expect_identical(convlstm_state_dict(m2), convlstm_state_dict(m))
     expect_identical(m2(x), m(x))
     # the tensors alone, as PyTorch saves a state dict: the kind and frame
     # size come from w_ci's shape
@@ -165,7 +165,7 @@ test_that("peepholes are saved and loaded, and a file without metadata is read b
     m3 <- convlstm_load(g, device = "cpu")
     expect_identical(m3$config$peephole, kind)
     expect_identical(m3$config$frame_size, m$config$frame_size)
-    expect_identical(state_dict(m3), state_dict(m))
+    expect_identical(convlstm_state_dict(m3), convlstm_state_dict(m))
     convlstm_release(m)
     convlstm_release(m2)
     convlstm_release(m3)
@@ -180,7 +180,7 @@ test_that("a file of another peephole kind or frame size does not load into a mo
     convlstm_release(m)
     convlstm_release(other)
   })
-  expect_error(load_state_dict(m, state_dict(other)), "cell_list.0.w_ci",
+  expect_error(convlstm_load_state_dict(m, convlstm_state_dict(other)), "cell_list.0.w_ci",
                class = "convlstm_error_invalid")
 })
 
@@ -190,9 +190,9 @@ test_that("data-parallel gradient buckets hold the peephole gradients", {
   for (kind in c("position", "channel")) {
     m <- convlstm(1, c(4, 3), 3, device = "cpu", peephole = kind,
                   frame_size = if (kind == "position") c(8, 8))
-    est <- memory_estimate(m, 4, 3, 8, 8, world_size = 2)
+    est <- convlstm_memory_estimate(m, 4, 3, 8, 8, world_size = 2)
     comm <- attr(est, "communication")
-    sd <- state_dict(m)
+    sd <- convlstm_state_dict(m)
     per_layer <- vapply(1:0, function(l) {
       sum(lengths(sd[startsWith(names(sd), sprintf("cell_list.%d.", l))]))
     }, numeric(1))
@@ -202,10 +202,10 @@ test_that("data-parallel gradient buckets hold the peephole gradients", {
   }
 })
 
-test_that("memory_profile() runs a copy of a model with peepholes", {
+test_that("convlstm_memory_profile() runs a copy of a model with peepholes", {
   m <- convlstm(1, 3, 3, device = "cpu", threads = 1, peephole = TRUE, frame_size = c(6, 6))
   on.exit(convlstm_release(m))
-  prof <- memory_profile(m, batch_sizes = 2, seq_len = 2, height = 6, width = 6, steps = 1)
+  prof <- convlstm_memory_profile(m, batch_sizes = 2, seq_len = 2, height = 6, width = 6, steps = 1)
   expect_s3_class(prof, "data.frame")
   expect_gt(nrow(prof), 0)
 })
@@ -224,17 +224,17 @@ test_that("peepholes and dropout together: training, and checkpointing's gradien
   for (kind in c("position", "channel")) {
     set.seed(8)
     ref <- make(kind)
-    w <- state_dict(ref)
+    w <- convlstm_state_dict(ref)
     convlstm_release(ref)
     # peepholes of the size of the conv weights' effect (they start at zero)
     for (k in grep("\\.w_c[ifo]$", names(w), value = TRUE)) w[[k]][] <- runif(length(w[[k]]), -0.8, 0.8)
     grads_of <- function(seed = 99, ...) {
       m <- make(kind)
       on.exit(convlstm_release(m))
-      load_state_dict(m, w)
+      convlstm_load_state_dict(m, w)
       set.seed(seed) # the same masks for every variant
-      train_step(m, x, y, optimizer_sgd(lr = 0), target = "sequence", ...)
-      gradients(m)
+      convlstm_train_step(m, x, y, convlstm_optimizer_sgd(lr = 0), target = "sequence", ...)
+      convlstm_gradients(m)
     }
     g0 <- grads_of()
     expect_gt(max(abs(g0[["cell_list.0.w_ci"]])), 0, label = kind)
@@ -254,11 +254,11 @@ test_that("peepholes and dropout together: training, and checkpointing's gradien
   set.seed(3)
   m <- make("channel")
   on.exit(convlstm_release(m))
-  opt <- optimizer_adam(lr = 0.02)
+  opt <- convlstm_optimizer_adam(lr = 0.02)
   losses <- vapply(seq_len(30), function(i) {
-    train_step(m, x, y, opt, target = "sequence")
+    convlstm_train_step(m, x, y, opt, target = "sequence")
   }, numeric(1))
   expect_true(all(is.finite(losses)))
   expect_lt(mean(tail(losses, 5)), mean(head(losses, 5)))
-  expect_gt(max(abs(state_dict(m)[["cell_list.1.w_cf"]])), 1e-3) # the peepholes moved
+  expect_gt(max(abs(convlstm_state_dict(m)[["cell_list.1.w_cf"]])), 1e-3) # the peepholes moved
 })

@@ -22,7 +22,7 @@ bytes_text <- function(b) {
 
 test_that("a windows object says \"from an array\", \"from a stars object\"", {
   series <- array(seq_len(6 * 5 * 7), c(6, 5, 7))
-  w <- grid_windows(series, input = 3, horizon = 2)
+  w <- convlstm_grid_windows(series, seq_len = 3, horizon = 2)
   out <- capture.output(print(w))
   # 7 frames, windows of 3 + 2: 7 - 5 + 1 of them
   expect_identical(out, sprintf(paste0("<convlstm_grid_windows> %d windows of 3 input and 2 target ",
@@ -35,16 +35,16 @@ test_that("a windows object says \"from an array\", \"from a stars object\"", {
   capture.output(expect_invisible(print(w)))
 })
 
-# --- 4. memory_summary() prints its table once ------------------------------
+# --- 4. convlstm_memory_summary() prints its table once ------------------------------
 
-test_that("memory_summary() returns its table invisibly: printed once at top level", {
+test_that("convlstm_memory_summary() returns its table invisibly: printed once at top level", {
   m <- api_model()
   on.exit(convlstm_release(m))
-  train_step(m, api_x(), api_y(), optimizer_adam())
-  capture.output(expect_invisible(memory_summary(m)))
+  convlstm_train_step(m, api_x(), api_y(), convlstm_optimizer_adam())
+  capture.output(expect_invisible(convlstm_memory_summary(m)))
   # capture.output() prints a visible value, as the console does: the table
   # must come out once, not a second time as a character string
-  out <- capture.output(text <- memory_summary(m))
+  out <- capture.output(text <- convlstm_memory_summary(m))
   expect_identical(out, strsplit(text, "\n", fixed = TRUE)[[1]])
   expect_false(any(startsWith(out, "[1]")))
   # its parameters row: 920 float32 parameters (the two layers' convolutions)
@@ -53,13 +53,13 @@ test_that("memory_summary() returns its table invisibly: printed once at top lev
   expect_true(any(grepl(paste0("| parameters +| +", bytes_text(4 * n), " |"), out)))
 })
 
-# --- 5. max_batch_size() prints one line, and stays a number ----------------
+# --- 5. convlstm_max_batch_size() prints one line, and stays a number ----------------
 
-test_that("max_batch_size() prints \"Largest batch: b (planned bytes of budget)\"", {
+test_that("convlstm_max_batch_size() prints \"Largest batch: b (planned bytes of budget)\"", {
   m <- api_model()
   on.exit(convlstm_release(m))
   budget <- 16 * 2^20 # 16 MiB, and no runtime on the CPU
-  b <- max_batch_size(m, 3, 5, 4, budget = budget)
+  b <- convlstm_max_batch_size(m, 3, 5, 4, budget = budget)
   n <- as.integer(b)
   expect_gt(n, 1000L) # a number with a thousands separator
   out <- capture.output(expect_invisible(print(b)))
@@ -72,17 +72,17 @@ test_that("max_batch_size() prints \"Largest batch: b (planned bytes of budget)\
   # a budget halfway between the plans of batches 1 and 2: the planned bytes
   # (batch 1's) and the budget printed apart
   reserved <- function(b) {
-    est <- memory_estimate(m, b, 3, 5, 4)
+    est <- convlstm_memory_estimate(m, b, 3, 5, 4)
     est$bytes[est$category == "reserved"]
   }
   r <- c(reserved(1), reserved(2))
-  one <- max_batch_size(m, 3, 5, 4, budget = mean(r))
+  one <- convlstm_max_batch_size(m, 3, 5, 4, budget = mean(r))
   expect_identical(attr(one, "bytes"), r[[1]])
   expect_identical(capture.output(print(one)), sprintf(
     "Largest batch: 1 (planned %s of %s)", bytes_text(r[[1]]), bytes_text(attr(one, "budget"))))
   expect_false(identical(bytes_text(r[[1]]), bytes_text(mean(r))))
   # nothing fits: said so, with the budget
-  none <- max_batch_size(m, 3, 5, 4, budget = 100)
+  none <- convlstm_max_batch_size(m, 3, 5, 4, budget = 100)
   expect_identical(capture.output(print(none)),
                    "Largest batch: 0 (not even the smallest batch fits in 100 B)")
   # still a plain integer for arithmetic, comparisons and as.integer()
@@ -103,10 +103,10 @@ test_that("max_batch_size() prints \"Largest batch: b (planned bytes of budget)\
 test_that("convlstm_file_info() prints a header, the parameters and the first tensors", {
   m <- api_model()
   on.exit(convlstm_release(m))
-  train_step(m, api_x(), api_y(), optimizer_adam(lr = 0.002))
+  convlstm_train_step(m, api_x(), api_y(), convlstm_optimizer_adam(lr = 0.002))
   path <- tempfile(fileext = ".safetensors")
   on.exit(unlink(path), add = TRUE)
-  convlstm_save(m, path, optimizer = optimizer_adam(lr = 0.002),
+  convlstm_save(m, path, optimizer = convlstm_optimizer_adam(lr = 0.002),
                 metadata = c(epoch = "3", note = "x"))
   info <- convlstm_file_info(path)
   expect_s3_class(info, "convlstm_file_info")
@@ -229,7 +229,7 @@ test_that("convlstm_fit()'s progress lines are at most getOption(\"width\") wide
   on.exit(convlstm_release(m), add = TRUE)
   msgs <- character()
   h <- withCallingHandlers(
-    convlstm_fit(m, api_x(B = 8), api_y(B = 8), optimizer_adam(), epochs = 2, batch_size = 2,
+    convlstm_fit(m, api_x(B = 8), api_y(B = 8), convlstm_optimizer_adam(), epochs = 2, batch_size = 2,
                  verbose = TRUE),
     message = function(cnd) {
       msgs <<- c(msgs, conditionMessage(cnd))
@@ -252,10 +252,10 @@ test_that("convlstm_fit()'s progress lines are at most getOption(\"width\") wide
   }
 })
 
-test_that("forecast_metrics() prints each measure's unit under the table", {
+test_that("convlstm_forecast_metrics() prints each measure's unit under the table", {
   obs <- array(c(0, 1, 0, 0), c(1, 1, 1, 2, 2))
   fc <- array(c(1, 0, 0, 0), c(1, 1, 1, 2, 2))
-  out <- capture.output(print(forecast_metrics(fc, obs, metrics = c("mae", "mse_frame", "psnr"),
+  out <- capture.output(print(convlstm_forecast_metrics(fc, obs, metrics = c("mae", "mse_frame", "psnr"),
                                                thresholds = c(0.5, 0.75))))
   expect_true("mae: mean absolute error per element" %in% out)
   expect_true("mse_frame: squared error summed over a frame's elements" %in% out)
@@ -272,7 +272,7 @@ test_that("a fit's history prints its val_<metric> columns and their units", {
   on.exit(convlstm_release(model))
   x <- array(stats::runif(6 * 3 * 16), c(6, 3, 1, 4, 4))
   y <- array(x[, 3, 1, , ], c(6, 1, 4, 4))
-  h <- convlstm_fit(model, x, y, optimizer_adam(0.01), epochs = 1, batch_size = 3,
+  h <- convlstm_fit(model, x, y, convlstm_optimizer_adam(0.01), epochs = 1, batch_size = 3,
                     validation_split = 0.5, verbose = FALSE,
                     metrics = list(metrics = c("mae", "mae_frame"), thresholds = 0.5))
   out <- capture.output(print(h))
@@ -286,7 +286,7 @@ test_that("a fit's history prints its val_<metric> columns and their units", {
   expect_true("val_mae_frame: absolute error summed over a frame's elements" %in% out)
   expect_true("val_csi_*: critical success index at the threshold" %in% out)
   # no metrics, no footnote
-  h0 <- convlstm_fit(model, x, y, optimizer_adam(0.01), epochs = 1, batch_size = 3,
+  h0 <- convlstm_fit(model, x, y, convlstm_optimizer_adam(0.01), epochs = 1, batch_size = 3,
                      verbose = FALSE)
   out0 <- capture.output(print(h0))
   expect_false(any(grepl(": ", out0[-1])))

@@ -141,7 +141,7 @@ make_case <- function(case, seed) {
   }
   y <- as_f32(array(stats::runif(prod(ydim), -0.5, 0.5), ydim))
   model <- convlstm(case$input_dim, case$hidden_dims, case$kernel_sizes, bias = case$bias)
-  load_state_dict(model, sd)
+  convlstm_load_state_dict(model, sd)
   list(model = model, sd = sd, x = x, y = y)
 }
 
@@ -165,10 +165,10 @@ test_that("model(x) matches the plain-R reference", {
 # The package's gradient of mean((prediction - y)^2), through the API for
 # losses written in R.
 package_gradients <- function(s, target) {
-  zero_grad(s$model)
+  convlstm_zero_grad(s$model)
   pred <- ref_prediction(convlstm_forward(s$model, s$x, training = TRUE), target)
   convlstm_backward(s$model, 2 * (pred - s$y) / length(s$y))
-  gradients(s$model)
+  convlstm_gradients(s$model)
 }
 
 # A few elements of each tensor: the first, the last and some in between.
@@ -204,7 +204,7 @@ test_that("gradients match central differences of the double-precision reference
 })
 
 test_that("gradients match central differences of the package's own forward", {
-  # Black box: perturb a parameter through load_state_dict, evaluate the loss
+  # Black box: perturb a parameter through convlstm_load_state_dict, evaluate the loss
   # with model(x) in float32. The loss is smooth and about 0.1, so float32
   # rounding in it (~1e-8) over 2 * eps = 2e-2 is ~1e-6, and the O(eps^2)
   # truncation ~1e-4 of the largest gradient (9e-5 over every element when
@@ -213,7 +213,7 @@ test_that("gradients match central differences of the package's own forward", {
   s <- make_case(case, seed = 300)
   g <- package_gradients(s, case$target)
   loss_at <- function(sd) {
-    load_state_dict(s$model, sd)
+    convlstm_load_state_dict(s$model, sd)
     mean((ref_prediction(s$model(s$x), case$target) - s$y)^2)
   }
   eps <- 1e-2

@@ -7,15 +7,15 @@
 test_that("float16 steps that keep overflowing warn, then fail with advice, weights untouched", {
   set.seed(3)
   m <- api_model(dtype = "float16")
-  before <- state_dict(m)
+  before <- convlstm_state_dict(m)
   x <- api_x() * 1e6 # finite doubles, beyond float16's 65504
   y <- api_y()
-  opt <- optimizer_adam()
+  opt <- convlstm_optimizer_adam()
   warned <- integer()
   err <- NULL
   for (i in 1:40) {
     err <- tryCatch(
-      withCallingHandlers(train_step(m, x, y, opt), convlstm_warning_loss_scale = function(w) {
+      withCallingHandlers(convlstm_train_step(m, x, y, opt), convlstm_warning_loss_scale = function(w) {
         warned <<- c(warned, i)
         invokeRestart("muffleWarning")
       }),
@@ -29,8 +29,8 @@ test_that("float16 steps that keep overflowing warn, then fail with advice, weig
   expect_match(conditionMessage(err), "65504")
   expect_identical(i, 17L)
   expect_identical(warned, 10L)
-  expect_identical(state_dict(m), before)
-  ls <- loss_scale(m)
+  expect_identical(convlstm_state_dict(m), before)
+  ls <- convlstm_loss_scale(m)
   expect_identical(ls$skipped_in_a_row, 17L)
   expect_identical(ls$skipped_steps, 17)
   convlstm_release(m)
@@ -41,52 +41,52 @@ test_that("an update resets the run of skipped steps", {
   m <- api_model(dtype = "float16")
   x <- api_x()
   y <- api_y()
-  opt <- optimizer_adam()
-  expect_warning(for (i in 1:3) train_step(m, x * 1e6, y, opt), NA)
-  expect_identical(loss_scale(m)$skipped_in_a_row, 3L)
-  train_step(m, x, y, opt)
-  expect_identical(loss_scale(m)$skipped_in_a_row, 0L)
-  expect_identical(loss_scale(m)$skipped_steps, 3)
+  opt <- convlstm_optimizer_adam()
+  expect_warning(for (i in 1:3) convlstm_train_step(m, x * 1e6, y, opt), NA)
+  expect_identical(convlstm_loss_scale(m)$skipped_in_a_row, 3L)
+  convlstm_train_step(m, x, y, opt)
+  expect_identical(convlstm_loss_scale(m)$skipped_in_a_row, 0L)
+  expect_identical(convlstm_loss_scale(m)$skipped_steps, 3)
   convlstm_release(m)
 })
 
-test_that("convlstm_fit() warns on a run of skipped float16 steps as train_step() does", {
+test_that("convlstm_fit() warns on a run of skipped float16 steps as convlstm_train_step() does", {
   set.seed(5)
   m <- api_model(dtype = "float16")
   x <- api_x(B = 4) * 1e6
   y <- api_y(B = 4)
   expect_warning(
-    tryCatch(convlstm_fit(m, x, y, optimizer_adam(), epochs = 12, batch_size = 4, verbose = FALSE),
+    tryCatch(convlstm_fit(m, x, y, convlstm_optimizer_adam(), epochs = 12, batch_size = 4, verbose = FALSE),
              convlstm_error = function(e) NULL),
     class = "convlstm_warning_loss_scale"
   )
   convlstm_release(m)
 })
 
-test_that("set_loss_scale() sets GradScaler's settings, kept across set_dtype() and a file", {
+test_that("convlstm_set_loss_scale() sets GradScaler's settings, kept across convlstm_set_dtype() and a file", {
   set.seed(6)
   m <- api_model(dtype = "float16")
   x <- api_x()
   y <- api_y()
-  opt <- optimizer_adam()
-  set_loss_scale(m, init_scale = 1024, growth_factor = 3, backoff_factor = 0.25,
+  opt <- convlstm_optimizer_adam()
+  convlstm_set_loss_scale(m, init_scale = 1024, growth_factor = 3, backoff_factor = 0.25,
                  growth_interval = 2)
-  ls <- loss_scale(m)
+  ls <- convlstm_loss_scale(m)
   expect_identical(c(ls$scale, ls$init_scale, ls$growth_factor, ls$backoff_factor),
                    c(1024, 1024, 3, 0.25))
-  train_step(m, x * 1e6, y, opt) # overflows: skipped, scale times 0.25
-  expect_identical(loss_scale(m)$scale, 256)
-  train_step(m, x, y, opt)
-  train_step(m, x, y, opt) # two clean steps: times 3
-  expect_identical(loss_scale(m)$scale, 768)
+  convlstm_train_step(m, x * 1e6, y, opt) # overflows: skipped, scale times 0.25
+  expect_identical(convlstm_loss_scale(m)$scale, 256)
+  convlstm_train_step(m, x, y, opt)
+  convlstm_train_step(m, x, y, opt) # two clean steps: times 3
+  expect_identical(convlstm_loss_scale(m)$scale, 768)
   path <- tempfile(fileext = ".safetensors")
   on.exit(unlink(path), add = TRUE)
   convlstm_save(m, path, optimizer = opt)
   loaded <- convlstm_load(path)
-  expect_identical(unclass(loss_scale(loaded)), unclass(loss_scale(m)))
-  set_dtype(m, "float32")
-  set_dtype(m, "float16") # the scale starts again, the settings stay
-  ls <- loss_scale(m)
+  expect_identical(unclass(convlstm_loss_scale(loaded)), unclass(convlstm_loss_scale(m)))
+  convlstm_set_dtype(m, "float32")
+  convlstm_set_dtype(m, "float16") # the scale starts again, the settings stay
+  ls <- convlstm_loss_scale(m)
   expect_identical(c(ls$scale, ls$growth_factor, ls$backoff_factor, ls$growth_interval),
                    c(1024, 3, 0.25, 2))
   convlstm_release(m)

@@ -16,8 +16,8 @@ fork_driver <- function(scenario, threads, steps_in_child) {
   x <- array(stats::runif(2 * 3 * 2 * 6 * 6, -1, 1), c(2, 3, 2, 6, 6))
   y <- array(stats::runif(2 * 2 * 6 * 6, -1, 1), c(2, 2, 6, 6))
   new_model <- function() convlstm(2, c(4, 2), 3, 2, device = "cpu", threads = threads)
-  opt <- optimizer_adam(lr = 0.01)
-  steps <- function(m, n) vapply(seq_len(n), function(s) train_step(m, x, y, opt), numeric(1))
+  opt <- convlstm_optimizer_adam(lr = 0.01)
+  steps <- function(m, n) vapply(seq_len(n), function(s) convlstm_train_step(m, x, y, opt), numeric(1))
   parent <- new_model()
   before <- steps(parent, 2)
   in_child <- switch(scenario,

@@ -64,12 +64,12 @@ test_that("randomly mutated calls return or raise classed errors, and R stays up
   y <- api_y()
   ys <- api_y(T = 3)
   y2 <- api_y(T = 2) # the 2 frames after x
-  opt <- optimizer_adam(0.01)
-  sd <- state_dict(m)
+  opt <- convlstm_optimizer_adam(0.01)
+  sd <- convlstm_state_dict(m)
   path <- tempfile(fileext = ".safetensors")
   convlstm_save(m, path, optimizer = opt)
   on.exit(unlink(path), add = TRUE)
-  opt_sgd <- optimizer_sgd(0.1, momentum = 0.5)
+  opt_sgd <- convlstm_optimizer_sgd(0.1, momentum = 0.5)
 
   targets <- list(
     convlstm = list(fn = function(...) convlstm_release(convlstm(...)), args = list(input_dim = 2, hidden_dims = c(3, 2),
@@ -77,10 +77,10 @@ test_that("randomly mutated calls return or raise classed errors, and R stays up
     call = list(fn = function(x) m(x), args = list(x = x)),
     predict = list(fn = function(x, what, batch_size) predict(m, x, what, batch_size),
                    args = list(x = x, what = "sequence", batch_size = 1)),
-    train_step = list(fn = function(x, y, optimizer, target) train_step(m, x, y, optimizer, target),
+    train_step = list(fn = function(x, y, optimizer, target) convlstm_train_step(m, x, y, optimizer, target),
                       args = list(x = x, y = y, optimizer = opt, target = "last_state")),
     train_step_seq = list(fn = function(x, y, optimizer, checkpoint, accumulation_steps, tbptt) {
-      train_step(m, x, y, optimizer, "sequence", checkpoint, accumulation_steps, tbptt)
+      convlstm_train_step(m, x, y, optimizer, "sequence", checkpoint, accumulation_steps, tbptt)
     }, args = list(x = x, y = ys, optimizer = opt_sgd, checkpoint = 2, accumulation_steps = 2,
                    tbptt = 0)),
     fit = list(fn = function(x, y, optimizer, epochs, batch_size, shuffle) {
@@ -91,7 +91,7 @@ test_that("randomly mutated calls return or raise classed errors, and R stays up
     # forecasting: free-running steps, fits over a horizon carrying the state
     train_step_free = list(fn = function(x, y, optimizer, horizon, teacher_forcing,
                                          accumulation_steps) {
-      train_step(m, x, y, optimizer, horizon = horizon, teacher_forcing = teacher_forcing,
+      convlstm_train_step(m, x, y, optimizer, horizon = horizon, teacher_forcing = teacher_forcing,
                  accumulation_steps = accumulation_steps)
     }, args = list(x = x, y = y2, optimizer = opt, horizon = 2, teacher_forcing = FALSE,
                    accumulation_steps = 2)),
@@ -102,7 +102,7 @@ test_that("randomly mutated calls return or raise classed errors, and R stays up
     }, args = list(x = x, y = y2, horizon = 2, teacher_forcing = FALSE, state = "carry",
                    shuffle = FALSE)),
     estimate_free = list(fn = function(seq_len, horizon, teacher_forcing) {
-      memory_estimate(m, 2, seq_len, 5, 4, horizon = horizon, teacher_forcing = teacher_forcing)
+      convlstm_memory_estimate(m, 2, seq_len, 5, 4, horizon = horizon, teacher_forcing = teacher_forcing)
     }, args = list(seq_len = 3, horizon = 2, teacher_forcing = FALSE)),
     evaluate = list(fn = function(x, y, batch_size) convlstm_evaluate(m, x, y, batch_size = batch_size),
                     args = list(x = x, y = y, batch_size = 2)),
@@ -112,13 +112,13 @@ test_that("randomly mutated calls return or raise classed errors, and R stays up
       convlstm_forward(m, x, training = TRUE)
       convlstm_backward(m, grad_output)
     }, args = list(grad_output = y)),
-    adam = list(fn = optimizer_adam, args = list(lr = 0.01, betas = c(0.9, 0.999), eps = 1e-8,
+    adam = list(fn = convlstm_optimizer_adam, args = list(lr = 0.01, betas = c(0.9, 0.999), eps = 1e-8,
                                                   weight_decay = 0)),
-    sgd = list(fn = optimizer_sgd, args = list(lr = 0.1, momentum = 0.9, weight_decay = 0)),
-    load_state_dict = list(fn = function(state_dict, strict) load_state_dict(m, state_dict, strict),
+    sgd = list(fn = convlstm_optimizer_sgd, args = list(lr = 0.1, momentum = 0.9, weight_decay = 0)),
+    load_state_dict = list(fn = function(state_dict, strict) convlstm_load_state_dict(m, state_dict, strict),
                            args = list(state_dict = sd, strict = TRUE)),
     estimate = list(fn = function(batch_size, seq_len, height, width) {
-      memory_estimate(m, batch_size, seq_len, height, width)
+      convlstm_memory_estimate(m, batch_size, seq_len, height, width)
     }, args = list(batch_size = 2, seq_len = 3, height = 5, width = 4)),
     save = list(fn = function(path, optimizer, metadata) {
       convlstm_save(m, path, optimizer, metadata)
@@ -158,8 +158,8 @@ test_that("randomly mutated calls return or raise classed errors, and R stays up
   expect_gt(n_errors, n_calls / 3)
   message(sprintf("fuzz: %d calls, %d errors, all classed", n_calls, n_errors))
   # the model survived: it trains, and nothing leaked
-  load_state_dict(m, sd)
-  expect_true(is.finite(train_step(m, x, y, opt)))
+  convlstm_load_state_dict(m, sd)
+  expect_true(is.finite(convlstm_train_step(m, x, y, opt)))
   convlstm_release(m)
   gc()
   expect_equal(convlstm:::c_models_alive(), alive0)

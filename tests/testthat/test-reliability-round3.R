@@ -15,7 +15,7 @@
 # model's state counted: Adam moments after a step, guard bands under
 # CONVLSTM_GUARD=1), so the fit would convert the model.
 r3_half_budget <- function(m) {
-  a <- memory_advise(m, 2^40, 2L, 3L, 5L, 4L, optimizer = optimizer_adam(0.01))
+  a <- convlstm_memory_advise(m, 2^40, 2L, 3L, 5L, 4L, optimizer = convlstm_optimizer_adam(0.01))
   budget <- min(a$reserved[a$dtype == "float32"]) - 1
   stopifnot(min(a$reserved[a$dtype != "float32"]) <= budget)
   budget
@@ -29,7 +29,7 @@ r3_data <- function(n = 4, T = 3) {
 
 # the model's whole observable state: weights, dtype, carried state
 r3_snapshot <- function(m) {
-  list(sd = state_dict(m), dtype = m$dtype, carried = carried_state(m))
+  list(sd = convlstm_state_dict(m), dtype = m$dtype, carried = convlstm_carried_state(m))
 }
 
 # ---- 1. a failed call changes nothing ------------------------------------
@@ -46,12 +46,12 @@ for (what in names(r3_failing_fits)) {
     "a fit with memory_budget and a %s changes neither dtype, weights nor carried state", what), {
     d <- r3_data()
     m <- api_model()
-    opt <- optimizer_adam(0.01)
-    train_step(m, d$x, d$y, opt, state = "carry") # a state is carried
+    opt <- convlstm_optimizer_adam(0.01)
+    convlstm_train_step(m, d$x, d$y, opt, state = "carry") # a state is carried
     before <- r3_snapshot(m)
     expect_false(is.null(before$carried))
     args <- r3_failing_fits[[what]]
-    if (identical(args$lr_scheduler, "sched")) args$lr_scheduler <- lr_step(optimizer_sgd(0.1), 2)
+    if (identical(args$lr_scheduler, "sched")) args$lr_scheduler <- convlstm_lr_step(convlstm_optimizer_sgd(0.1), 2)
     if (identical(args$resume, "missing")) args$resume <- tempfile(fileext = ".safetensors")
     # a budget in which only a half type fits: the model would be converted
     budget <- r3_half_budget(m)
@@ -67,7 +67,7 @@ for (what in names(r3_failing_fits)) {
 test_that("the budget test above does pick another dtype (so it can see a conversion)", {
   d <- r3_data()
   m <- api_model()
-  h <- convlstm_fit(m, d$x, d$y, optimizer_adam(0.01), epochs = 1, batch_size = 2,
+  h <- convlstm_fit(m, d$x, d$y, convlstm_optimizer_adam(0.01), epochs = 1, batch_size = 2,
                     memory_budget = r3_half_budget(m), verbose = FALSE)
   expect_false(identical(m$dtype, "float32"))
   convlstm_release(m)
@@ -82,9 +82,9 @@ test_that("a resume file with fit.epoch but not the rest is refused before its w
   convlstm:::c_model_save(convlstm:::model_ptr(src), path, NULL, c(fit.epoch = "1"))
   m <- api_model()
   before <- r3_snapshot(m)
-  expect_false(identical(state_dict(src), before$sd))
+  expect_false(identical(convlstm_state_dict(src), before$sd))
   seed <- .Random.seed
-  err <- tryCatch(convlstm_fit(m, d$x, d$y, optimizer_adam(0.01), epochs = 2, batch_size = 2,
+  err <- tryCatch(convlstm_fit(m, d$x, d$y, convlstm_optimizer_adam(0.01), epochs = 2, batch_size = 2,
                                resume = path, verbose = FALSE), error = identity)
   expect_s3_class(err, "convlstm_error_invalid")
   expect_match(conditionMessage(err), "incomplete or damaged", fixed = TRUE)
@@ -99,8 +99,8 @@ test_that("a resume file with a damaged history or epoch is refused, the model u
   path <- tempfile(fileext = ".safetensors")
   on.exit(unlink(path))
   m <- api_model()
-  h <- convlstm_fit(m, d$x, d$y, optimizer_adam(0.01), epochs = 1, batch_size = 2,
-                    verbose = FALSE, callbacks = list(callback_model_checkpoint(path)))
+  h <- convlstm_fit(m, d$x, d$y, convlstm_optimizer_adam(0.01), epochs = 1, batch_size = 2,
+                    verbose = FALSE, callbacks = list(convlstm_callback_model_checkpoint(path)))
   meta <- convlstm_file_info(path)$all_metadata
   fit_meta <- meta[startsWith(names(meta), "fit.")]
   for (bad in list(c(fit.epoch = "x"), c(fit.epoch = "-1"), c(fit.rng_kind = "nonsense"),
@@ -108,10 +108,10 @@ test_that("a resume file with a damaged history or epoch is refused, the model u
     m2 <- api_model()
     broken <- fit_meta
     broken[names(bad)] <- bad
-    convlstm:::c_model_save(convlstm:::model_ptr(m2), path, optimizer_adam(0.01), broken)
+    convlstm:::c_model_save(convlstm:::model_ptr(m2), path, convlstm_optimizer_adam(0.01), broken)
     target <- api_model()
     before <- r3_snapshot(target)
-    err <- tryCatch(convlstm_fit(target, d$x, d$y, optimizer_adam(0.01), epochs = 2,
+    err <- tryCatch(convlstm_fit(target, d$x, d$y, convlstm_optimizer_adam(0.01), epochs = 2,
                                  batch_size = 2, resume = path, verbose = FALSE),
                     error = identity)
     expect_s3_class(err, "convlstm_error_invalid")
@@ -128,7 +128,7 @@ test_that("a teacher_forcing schedule that fails at epoch 2 fails before epoch 1
   before <- r3_snapshot(m)
   for (tf in list(function(e) if (e == 2) 2 else 0.5, function(e) if (e == 2) stop("no") else 1,
                   function() 0.5)) {
-    err <- tryCatch(convlstm_fit(m, d$x, d$y2, optimizer_adam(), epochs = 2, batch_size = 2,
+    err <- tryCatch(convlstm_fit(m, d$x, d$y2, convlstm_optimizer_adam(), epochs = 2, batch_size = 2,
                                  horizon = 2, teacher_forcing = tf, verbose = FALSE),
                     error = identity)
     expect_s3_class(err, "convlstm_error_invalid")
@@ -154,7 +154,7 @@ test_that("two finite values whose sum overflows are still beyond a float's rang
   x <- api_x()
   x[1:2] <- 1e308
   expect_convlstm_error(predict(m, x), regexp = "32-bit float's range")
-  expect_convlstm_error(train_step(m, x, api_y(), optimizer_adam()), regexp = "`x`")
+  expect_convlstm_error(convlstm_train_step(m, x, api_y(), convlstm_optimizer_adam()), regexp = "`x`")
   convlstm_release(m)
 })
 
@@ -166,12 +166,12 @@ test_that("a float16 model's forwards refuse inputs beyond 65504 instead of retu
   expect_convlstm_error(convlstm_evaluate(m, x, api_y()), regexp = "float16's range")
   expect_convlstm_error(m(x), regexp = "float16's range")
   expect_convlstm_error(convlstm_forward(m, x, training = FALSE), regexp = "float16's range")
-  expect_convlstm_error(convlstm_fit(m, api_x(), api_y(), optimizer_adam(), epochs = 1,
+  expect_convlstm_error(convlstm_fit(m, api_x(), api_y(), convlstm_optimizer_adam(), epochs = 1,
                                      validation_data = list(x, api_y()), verbose = FALSE),
                         regexp = "validation_data")
   # a training step skips the overflowing step and says so (test-reliability-float16.R)
-  suppressWarnings(train_step(m, x * 10, api_y(), optimizer_adam()))
-  expect_gte(loss_scale(m)$skipped_steps, 1)
+  suppressWarnings(convlstm_train_step(m, x * 10, api_y(), convlstm_optimizer_adam()))
+  expect_gte(convlstm_loss_scale(m)$skipped_steps, 1)
   x[3] <- 65504 # the largest float16: accepted
   expect_true(all(is.finite(predict(m, x))))
   convlstm_release(m)
@@ -180,26 +180,26 @@ test_that("a float16 model's forwards refuse inputs beyond 65504 instead of retu
 test_that("max_grad_norm that is 0 or subnormal as a float is refused", {
   d <- r3_data()
   m <- api_model()
-  before <- state_dict(m)
-  expect_convlstm_error(train_step(m, d$x, d$y, optimizer_sgd(0.1), max_grad_norm = 1e-300),
+  before <- convlstm_state_dict(m)
+  expect_convlstm_error(convlstm_train_step(m, d$x, d$y, convlstm_optimizer_sgd(0.1), max_grad_norm = 1e-300),
                         regexp = "`max_grad_norm`")
-  expect_convlstm_error(train_step(m, d$x, d$y, optimizer_sgd(0.1), max_grad_norm = 1e-40),
+  expect_convlstm_error(convlstm_train_step(m, d$x, d$y, convlstm_optimizer_sgd(0.1), max_grad_norm = 1e-40),
                         regexp = "`max_grad_norm`")
-  expect_convlstm_error(convlstm_fit(m, d$x, d$y, optimizer_sgd(0.1), epochs = 1,
+  expect_convlstm_error(convlstm_fit(m, d$x, d$y, convlstm_optimizer_sgd(0.1), epochs = 1,
                                      max_grad_norm = 1e-300, verbose = FALSE),
                         regexp = "`max_grad_norm`")
-  expect_identical(state_dict(m), before)
-  expect_true(is.finite(train_step(m, d$x, d$y, optimizer_sgd(0.1), max_grad_norm = 2^-126)))
+  expect_identical(convlstm_state_dict(m), before)
+  expect_true(is.finite(convlstm_train_step(m, d$x, d$y, convlstm_optimizer_sgd(0.1), max_grad_norm = 2^-126)))
   convlstm_release(m)
 })
 
 test_that("data_on_device = TRUE with a horizon or a weight is an error, not ignored", {
   d <- r3_data()
   m <- api_model()
-  expect_convlstm_error(convlstm_fit(m, d$x, d$y2, optimizer_adam(), epochs = 1, horizon = 2,
+  expect_convlstm_error(convlstm_fit(m, d$x, d$y2, convlstm_optimizer_adam(), epochs = 1, horizon = 2,
                                      data_on_device = TRUE, verbose = FALSE),
                         regexp = "`data_on_device = TRUE`")
-  expect_convlstm_error(convlstm_fit(m, d$x, d$y, optimizer_adam(), epochs = 1,
+  expect_convlstm_error(convlstm_fit(m, d$x, d$y, convlstm_optimizer_adam(), epochs = 1,
                                      weight = array(1, dim(d$y)), data_on_device = TRUE,
                                      verbose = FALSE), regexp = "a `weight`")
   convlstm_release(m)
@@ -212,11 +212,11 @@ test_that("a misspelt argument in `...` is refused, naming it, wherever a typo c
   expect_s3_class(err, "convlstm_error_invalid")
   expect_match(conditionMessage(err), "`horizont`.*did you mean `horizon`")
   expect_convlstm_error(predict(m, d$x, "sequence", NULL, NULL, NULL, 3), regexp = "unnamed")
-  expect_convlstm_error(fit(m, d$x, d$y, optimizer_adam(), epochz = 1), regexp = "`epochz`")
-  expect_convlstm_error(evaluate(m, d$x, d$y, batchsize = 1), regexp = "`batchsize`")
+  expect_convlstm_error(generics::fit(m, d$x, d$y, convlstm_optimizer_adam(), epochz = 1), regexp = "`epochz`")
+  expect_convlstm_error(generics::evaluate(m, d$x, d$y, batchsize = 1), regexp = "`batchsize`")
   expect_convlstm_error(summary(m, input_shape = c(2, 3, 2, 5, 4), chekpoint = 1),
                         regexp = "`chekpoint`")
-  expect_convlstm_error(max_batch_size(m, "1 MiB", 3, 5, 4, acumulation_steps = 2),
+  expect_convlstm_error(convlstm_max_batch_size(m, "1 MiB", 3, 5, 4, acumulation_steps = 2),
                         regexp = "`acumulation_steps`")
   # what is meant passes
   expect_equal(dim(predict(m, d$x, horizon = 2))[[2]], 2)
@@ -225,16 +225,16 @@ test_that("a misspelt argument in `...` is refused, naming it, wherever a typo c
   convlstm_release(m)
 })
 
-test_that("sampling_schedule()'s min is the floor of every type", {
+test_that("convlstm_sampling_schedule()'s min is the floor of every type", {
   for (type in c("inverse_sigmoid", "exponential", "linear")) {
     k <- if (type == "exponential") 0.5 else 2
-    s <- sampling_schedule(type, k = k, min = 0.5)
+    s <- convlstm_sampling_schedule(type, k = k, min = 0.5)
     expect_equal(min(s(1:200)), 0.5, info = type)
     expect_equal(s(1), 1 * (type != "inverse_sigmoid") + (type == "inverse_sigmoid") *
                    max(0.5, 2 / (2 + 1)), info = type)
   }
   # without a floor, the decay is the paper's
-  expect_equal(sampling_schedule("inverse_sigmoid", k = 2)(3), 2 / (2 + exp(1)))
+  expect_equal(convlstm_sampling_schedule("inverse_sigmoid", k = 2)(3), 2 / (2 + exp(1)))
 })
 
 # ---- 3. no hang ----------------------------------------------------------
@@ -252,7 +252,7 @@ test_that("a FIFO with no writer is refused by load, file_info and resume withou
     "x <- array(runif(2 * 3 * 2 * 5 * 4), c(2, 3, 2, 5, 4)); y <- array(0, c(2, 2, 5, 4))",
     "r <- c(tryCatch({convlstm_load(f); 'loaded'}, convlstm_error_invalid = function(e) 'refused'),",
     "  tryCatch({convlstm_file_info(f); 'read'}, convlstm_error_invalid = function(e) 'refused'),",
-    "  tryCatch({convlstm_fit(m, x, y, optimizer_adam(), epochs = 1, resume = f, verbose = FALSE);",
+    "  tryCatch({convlstm_fit(m, x, y, convlstm_optimizer_adam(), epochs = 1, resume = f, verbose = FALSE);",
     "  'resumed'}, convlstm_error_invalid = function(e) 'refused'))",
     "cat(r)", sep = "\n"), deparse(fifo))
   script <- tempfile(fileext = ".R")
@@ -299,7 +299,7 @@ test_that("with a comma decimal point in LC_NUMERIC, files with fractional metad
   path <- tempfile(fileext = ".safetensors")
   on.exit(unlink(path))
   m <- api_model()
-  convlstm_save(m, path, optimizer = optimizer_adam(lr = 0.0125, betas = c(0.85, 0.975)))
+  convlstm_save(m, path, optimizer = convlstm_optimizer_adam(lr = 0.0125, betas = c(0.85, 0.975)))
   convlstm_release(m)
   code <- sprintf(paste(
     "suppressPackageStartupMessages(library(convlstm))",
@@ -336,11 +336,11 @@ test_that("saving over a 0600 checkpoint keeps it 0600 (and its owner, where all
   on.exit(unlink(path))
   convlstm_save(m, path)
   Sys.chmod(path, "600", use_umask = FALSE)
-  convlstm_save(m, path, optimizer = optimizer_adam())
+  convlstm_save(m, path, optimizer = convlstm_optimizer_adam())
   expect_identical(format(file.info(path)$mode), "600")
   Sys.chmod(path, "640", use_umask = FALSE)
-  h <- convlstm_fit(m, r3_data()$x, r3_data()$y, optimizer_adam(), epochs = 1, verbose = FALSE,
-                    callbacks = list(callback_model_checkpoint(path)))
+  h <- convlstm_fit(m, r3_data()$x, r3_data()$y, convlstm_optimizer_adam(), epochs = 1, verbose = FALSE,
+                    callbacks = list(convlstm_callback_model_checkpoint(path)))
   expect_identical(format(file.info(path)$mode), "640")
   # a new file: the umask's mode, as before
   fresh <- tempfile(fileext = ".safetensors")
@@ -367,41 +367,41 @@ r3_unwritable_dir <- function() {
   NULL
 }
 
-test_that("callback_model_checkpoint() into an unwritable directory fails before training", {
+test_that("convlstm_callback_model_checkpoint() into an unwritable directory fails before training", {
   dir <- r3_unwritable_dir()
   if (is.null(dir)) skip("no unwritable directory")
   d <- r3_data()
   m <- api_model()
   before <- r3_snapshot(m)
-  err <- tryCatch(convlstm_fit(m, d$x, d$y, optimizer_adam(), epochs = 3,
+  err <- tryCatch(convlstm_fit(m, d$x, d$y, convlstm_optimizer_adam(), epochs = 3,
                                memory_budget = r3_half_budget(m),
                                verbose = FALSE,
-                               callbacks = list(callback_model_checkpoint(
+                               callbacks = list(convlstm_callback_model_checkpoint(
                                  file.path(dir, "ckpt-{epoch}.safetensors")))),
                   error = identity)
   expect_s3_class(err, "convlstm_error_invalid")
-  expect_match(conditionMessage(err), "callback_model_checkpoint() cannot write", fixed = TRUE)
+  expect_match(conditionMessage(err), "convlstm_callback_model_checkpoint() cannot write", fixed = TRUE)
   expect_identical(r3_snapshot(m), before) # nothing trained, nothing converted
-  expect_convlstm_error(convlstm_fit(m, d$x, d$y, optimizer_adam(), epochs = 1, verbose = FALSE,
-                                     callbacks = list(callback_model_checkpoint(
+  expect_convlstm_error(convlstm_fit(m, d$x, d$y, convlstm_optimizer_adam(), epochs = 1, verbose = FALSE,
+                                     callbacks = list(convlstm_callback_model_checkpoint(
                                        file.path(tempfile(), "m.safetensors")))),
                         regexp = "does not exist")
   expect_identical(r3_snapshot(m), before)
   convlstm_release(m)
 })
 
-test_that("callback_csv_logger() into an unwritable directory is a classed error before training", {
+test_that("convlstm_callback_csv_logger() into an unwritable directory is a classed error before training", {
   dir <- r3_unwritable_dir()
   if (is.null(dir)) skip("no unwritable directory")
   d <- r3_data()
   m <- api_model()
-  before <- state_dict(m)
-  err <- tryCatch(convlstm_fit(m, d$x, d$y, optimizer_adam(), epochs = 1, verbose = FALSE,
-                               callbacks = list(callback_csv_logger(file.path(dir, "h.csv")))),
+  before <- convlstm_state_dict(m)
+  err <- tryCatch(convlstm_fit(m, d$x, d$y, convlstm_optimizer_adam(), epochs = 1, verbose = FALSE,
+                               callbacks = list(convlstm_callback_csv_logger(file.path(dir, "h.csv")))),
                   error = identity)
   expect_s3_class(err, "convlstm_error_invalid")
-  expect_match(conditionMessage(err), "callback_csv_logger() cannot write", fixed = TRUE)
-  expect_identical(state_dict(m), before)
+  expect_match(conditionMessage(err), "convlstm_callback_csv_logger() cannot write", fixed = TRUE)
+  expect_identical(convlstm_state_dict(m), before)
   convlstm_release(m)
 })
 
@@ -411,12 +411,12 @@ test_that("a CSV log that cannot be written mid-fit is a classed error naming th
   dir <- tempfile()
   dir.create(dir)
   path <- file.path(dir, "h.csv")
-  gone <- callback(on_epoch_end = function(ctx) unlink(dir, recursive = TRUE))
-  err <- tryCatch(convlstm_fit(m, d$x, d$y, optimizer_adam(), epochs = 2, verbose = FALSE,
-                               callbacks = list(gone, callback_csv_logger(path))),
+  gone <- convlstm_callback(on_epoch_end = function(ctx) unlink(dir, recursive = TRUE))
+  err <- tryCatch(convlstm_fit(m, d$x, d$y, convlstm_optimizer_adam(), epochs = 2, verbose = FALSE,
+                               callbacks = list(gone, convlstm_callback_csv_logger(path))),
                   error = identity)
   expect_s3_class(err, "convlstm_error_invalid")
-  expect_match(conditionMessage(err), "callback_csv_logger()", fixed = TRUE)
+  expect_match(conditionMessage(err), "convlstm_callback_csv_logger()", fixed = TRUE)
   convlstm_release(m)
 })
 
@@ -426,10 +426,10 @@ test_that("ctx$epoch in on_batch_end is the epoch the step belongs to", {
   d <- r3_data()
   m <- api_model()
   seen <- integer()
-  cb <- callback(on_batch_end = function(ctx) seen <<- c(seen, ctx$epoch))
+  cb <- convlstm_callback(on_batch_end = function(ctx) seen <<- c(seen, ctx$epoch))
   ends <- integer()
-  cb_end <- callback(on_fit_end = function(ctx) ends <<- ctx$epoch)
-  h <- convlstm_fit(m, d$x, d$y, optimizer_adam(), epochs = 2, batch_size = 2, shuffle = FALSE,
+  cb_end <- convlstm_callback(on_fit_end = function(ctx) ends <<- ctx$epoch)
+  h <- convlstm_fit(m, d$x, d$y, convlstm_optimizer_adam(), epochs = 2, batch_size = 2, shuffle = FALSE,
                     verbose = FALSE, callbacks = list(cb, cb_end))
   expect_identical(seen, c(1L, 1L, 2L, 2L))
   expect_identical(ends, 2L)
@@ -441,14 +441,14 @@ test_that("a checkpoint saved mid-epoch holds the last complete epoch, and resum
   m <- api_model()
   path <- tempfile(fileext = ".safetensors")
   on.exit(unlink(path))
-  mid <- callback(on_batch_end = function(ctx) {
+  mid <- convlstm_callback(on_batch_end = function(ctx) {
     if (ctx$epoch == 2 && ctx$batch == 1) ctx$save_checkpoint(path)
   })
-  h <- convlstm_fit(m, d$x, d$y, optimizer_adam(), epochs = 2, batch_size = 2, verbose = FALSE,
+  h <- convlstm_fit(m, d$x, d$y, convlstm_optimizer_adam(), epochs = 2, batch_size = 2, verbose = FALSE,
                     callbacks = list(mid))
   expect_identical(convlstm_file_info(path)$metadata[["fit.epoch"]], "1")
   m2 <- api_model()
-  h2 <- convlstm_fit(m2, d$x, d$y, optimizer_adam(), epochs = 2, batch_size = 2,
+  h2 <- convlstm_fit(m2, d$x, d$y, convlstm_optimizer_adam(), epochs = 2, batch_size = 2,
                      verbose = FALSE, resume = path)
   expect_identical(h2$epoch, 1:2)
   convlstm_release(m)
@@ -461,13 +461,13 @@ test_that("a logical weight mask is a mask (TRUE 1, FALSE 0), not a complaint ab
   d <- r3_data()
   mask <- array(c(TRUE, FALSE), dim(d$y))
   m1 <- api_model()
-  sd <- state_dict(m1)
+  sd <- convlstm_state_dict(m1)
   m2 <- api_model()
-  load_state_dict(m2, sd)
-  l1 <- train_step(m1, d$x, d$y, optimizer_sgd(0.1), weight = mask)
-  l2 <- train_step(m2, d$x, d$y, optimizer_sgd(0.1), weight = mask * 1)
+  convlstm_load_state_dict(m2, sd)
+  l1 <- convlstm_train_step(m1, d$x, d$y, convlstm_optimizer_sgd(0.1), weight = mask)
+  l2 <- convlstm_train_step(m2, d$x, d$y, convlstm_optimizer_sgd(0.1), weight = mask * 1)
   expect_identical(l1, l2)
-  expect_convlstm_error(train_step(m1, d$x, d$y, optimizer_sgd(0.1), weight = "a"),
+  expect_convlstm_error(convlstm_train_step(m1, d$x, d$y, convlstm_optimizer_sgd(0.1), weight = "a"),
                         regexp = "numeric \\(or logical\\)", status = "invalid")
   convlstm_release(m1)
   convlstm_release(m2)
@@ -485,11 +485,11 @@ test_that("a resume into another architecture describes the file and the model a
   path <- tempfile(fileext = ".safetensors")
   on.exit(unlink(path))
   m <- api_model()
-  h <- convlstm_fit(m, d$x, d$y, optimizer_adam(), epochs = 1, verbose = FALSE,
-                    callbacks = list(callback_model_checkpoint(path)))
+  h <- convlstm_fit(m, d$x, d$y, convlstm_optimizer_adam(), epochs = 1, verbose = FALSE,
+                    callbacks = list(convlstm_callback_model_checkpoint(path)))
   other <- api_model(hidden_dims = c(4, 2))
   before <- r3_snapshot(other)
-  err <- tryCatch(convlstm_fit(other, d$x, d$y, optimizer_adam(), epochs = 2, verbose = FALSE,
+  err <- tryCatch(convlstm_fit(other, d$x, d$y, convlstm_optimizer_adam(), epochs = 2, verbose = FALSE,
                                resume = path), error = identity)
   expect_s3_class(err, "convlstm_error_invalid")
   expect_match(conditionMessage(err), "the file: input 2, hidden 3-2", fixed = TRUE)

@@ -28,7 +28,7 @@ expect_model_file <- function(path, model) {
   if (!file.exists(path)) return(invisible())
   r <- convlstm_load(path, device = "cpu")
   on.exit(convlstm_release(r))
-  expect_true(identical(state_dict(r), state_dict(model)), label = "the model in the file")
+  expect_true(identical(convlstm_state_dict(r), convlstm_state_dict(model)), label = "the model in the file")
 }
 
 make_fifo <- function(path) {
@@ -76,7 +76,7 @@ for (case in names(link_cases)) {
     # loading through the link reads the new model too
     r <- convlstm_load(file.path(d, k$save), device = "cpu")
     on.exit(convlstm_release(r), add = TRUE)
-    expect_true(identical(state_dict(r), state_dict(new)), label = "the model through the link")
+    expect_true(identical(convlstm_state_dict(r), convlstm_state_dict(new)), label = "the model through the link")
     # no temporary file left anywhere
     expect_identical(list.files(d, recursive = TRUE, all.files = TRUE), before)
   })
@@ -184,10 +184,10 @@ test_that("a refused or failed save leaves the old file byte-identical", {
   bytes <- readBin(real, "raw", file.size(real))
   file.symlink("real.safetensors", file.path(d, "link"))
   dir.create(file.path(d, "adir"))
-  train_step(new, api_x(), api_y(), optimizer_adam())
+  convlstm_train_step(new, api_x(), api_y(), convlstm_optimizer_adam())
   refused <- list(
     reserved_metadata = function(p) convlstm_save(new, p, metadata = c(format = "x")),
-    other_optimizer = function(p) convlstm_save(new, p, optimizer = optimizer_sgd(0.1))
+    other_optimizer = function(p) convlstm_save(new, p, optimizer = convlstm_optimizer_sgd(0.1))
   )
   for (what in names(refused)) {
     for (p in c(real, file.path(d, "link"))) {

@@ -33,7 +33,7 @@ test_that("weights, architecture and metadata round-trip", {
   expect_equal(info$tensors$shape, c("[12, 5, 3, 3]", "[8, 5, 3, 3]"))
   loaded <- convlstm_load(path, device = "cpu")
   on.exit(convlstm_release(loaded), add = TRUE)
-  expect_identical(state_dict(loaded), state_dict(model))
+  expect_identical(convlstm_state_dict(loaded), convlstm_state_dict(model))
   expect_null(attr(loaded, "optimizer"))
   expect_equal(attr(loaded, "metadata"), c(epoch = "7", note = "caf\u00e9"))
   x <- api_x()
@@ -57,7 +57,7 @@ resume_check <- function(optimizer, dtype = "float32", epochs = 4, first = 2, ..
   on.exit(convlstm_release(a), add = TRUE)
   b <- api_model(dtype = dtype)
   on.exit(convlstm_release(b), add = TRUE)
-  load_state_dict(b, state_dict(a))
+  convlstm_load_state_dict(b, convlstm_state_dict(a))
   set.seed(5)
   ha <- convlstm_fit(a, d$x, d$y, optimizer, epochs = epochs, batch_size = 3, verbose = FALSE, ...)
   set.seed(5)
@@ -74,8 +74,8 @@ resume_check <- function(optimizer, dtype = "float32", epochs = 4, first = 2, ..
   hb2 <- convlstm_fit(r, d$x, d$y, opt, epochs = epochs - first, batch_size = 3, verbose = FALSE,
                       ...)
   expect_identical(c(hb1$loss, hb2$loss), ha$loss)
-  expect_identical(state_dict(r), state_dict(a))
-  expect_identical(unclass(loss_scale(r)), unclass(loss_scale(a)))
+  expect_identical(convlstm_state_dict(r), convlstm_state_dict(a))
+  expect_identical(unclass(convlstm_loss_scale(r)), unclass(convlstm_loss_scale(a)))
   # without the optimizer state the continuation differs (the optimizer starts afresh)
   if (!identical(optimizer$kind, "sgd") || optimizer$momentum > 0) {
     e <- convlstm_load(path, device = "cpu", threads = 1, with_optimizer = FALSE)
@@ -90,23 +90,23 @@ resume_check <- function(optimizer, dtype = "float32", epochs = 4, first = 2, ..
 }
 
 test_that("Adam resumes with exactly the losses of an uninterrupted run", {
-  resume_check(optimizer_adam(lr = 0.01, weight_decay = 1e-3))
+  resume_check(convlstm_optimizer_adam(lr = 0.01, weight_decay = 1e-3))
 })
 
 test_that("SGD with momentum resumes exactly", {
-  resume_check(optimizer_sgd(lr = 0.05, momentum = 0.9))
+  resume_check(convlstm_optimizer_sgd(lr = 0.05, momentum = 0.9))
 })
 
 test_that("plain SGD (no optimizer state) resumes exactly", {
-  resume_check(optimizer_sgd(lr = 0.05))
+  resume_check(convlstm_optimizer_sgd(lr = 0.05))
 })
 
 test_that("resuming is exact with checkpointing and accumulation too", {
-  resume_check(optimizer_adam(lr = 0.01), checkpoint = 2, accumulation_steps = 2)
+  resume_check(convlstm_optimizer_adam(lr = 0.01), checkpoint = 2, accumulation_steps = 2)
 })
 
 test_that("a float16 model resumes exactly, loss scale included", {
-  resume_check(optimizer_adam(lr = 0.01), dtype = "float16")
+  resume_check(convlstm_optimizer_adam(lr = 0.01), dtype = "float16")
 })
 
 test_that("the loss scale after skipped steps is saved and restored", {
@@ -115,9 +115,9 @@ test_that("the loss scale after skipped steps is saved and restored", {
   on.exit(convlstm_release(model))
   x <- api_x()
   huge <- api_y() * 1e6 # overflows float16 gradients: the step is skipped, the scale halves
-  opt <- optimizer_adam(lr = 0.01)
-  for (i in 1:3) train_step(model, x, huge, opt)
-  before <- loss_scale(model)
+  opt <- convlstm_optimizer_adam(lr = 0.01)
+  for (i in 1:3) convlstm_train_step(model, x, huge, opt)
+  before <- convlstm_loss_scale(model)
   expect_equal(before$skipped_steps, 3)
   expect_equal(before$scale, 65536 / 8)
   path <- st_file()
@@ -127,7 +127,7 @@ test_that("the loss scale after skipped steps is saved and restored", {
   expect_equal(info$loss_scale$scale, before$scale)
   loaded <- convlstm_load(path, device = "cpu")
   on.exit(convlstm_release(loaded), add = TRUE)
-  expect_identical(unclass(loss_scale(loaded)), unclass(before))
+  expect_identical(unclass(convlstm_loss_scale(loaded)), unclass(before))
 })
 
 test_that("saving refuses wrong arguments with classed errors naming them", {
@@ -151,8 +151,8 @@ test_that("saving refuses wrong arguments with classed errors naming them", {
                         regexp = "reserved")
   expect_convlstm_error(convlstm_save(model, path, metadata = c(a = NA)), regexp = "`metadata`")
   expect_convlstm_error(convlstm_save("model", path), regexp = "`model`")
-  train_step(model, api_x(), api_y(), optimizer_adam())
-  expect_convlstm_error(convlstm_save(model, path, optimizer = optimizer_sgd(0.1)),
+  convlstm_train_step(model, api_x(), api_y(), convlstm_optimizer_adam())
+  expect_convlstm_error(convlstm_save(model, path, optimizer = convlstm_optimizer_sgd(0.1)),
                         regexp = "Adam's")
   expect_false(file.exists(path))
   convlstm_release(model)
@@ -174,7 +174,7 @@ test_that("saving replaces a file atomically and leaves nothing beside it", {
   expect_equal(list.files(dir), "m.safetensors")
   r <- convlstm_load(path, device = "cpu")
   on.exit(convlstm_release(r), add = TRUE)
-  expect_identical(state_dict(r), state_dict(b))
+  expect_identical(convlstm_state_dict(r), convlstm_state_dict(b))
   # a failed save (a directory in the way) leaves the old file and no temporary one
   expect_error(convlstm_save(a, dir))
   expect_equal(list.files(dir), "m.safetensors")
@@ -185,7 +185,7 @@ test_that("damaged and foreign files are refused with classed errors", {
   on.exit(convlstm_release(model))
   path <- st_file()
   on.exit(unlink(path), add = TRUE)
-  convlstm_save(model, path, optimizer = optimizer_adam())
+  convlstm_save(model, path, optimizer = convlstm_optimizer_adam())
   bytes <- readBin(path, "raw", file.size(path))
   bad <- st_file()
   on.exit(unlink(bad), add = TRUE)
@@ -251,8 +251,8 @@ test_that("a load that runs out of memory frees what it made", {
   on.exit(convlstm_release(model))
   path <- st_file()
   on.exit(unlink(path), add = TRUE)
-  train_step(model, api_x(), api_y(), optimizer_adam())
-  convlstm_save(model, path, optimizer = optimizer_adam())
+  convlstm_train_step(model, api_x(), api_y(), convlstm_optimizer_adam())
+  convlstm_save(model, path, optimizer = convlstm_optimizer_adam())
   gc()
   alive <- convlstm:::c_models_alive()
   # parameters (3680 bytes) fit, the optimizer state does not
@@ -262,7 +262,7 @@ test_that("a load that runs out of memory frees what it made", {
   expect_equal(convlstm:::c_models_alive(), alive)
   ok <- convlstm_load(path, device = "cpu", memory_limit = 6000, with_optimizer = FALSE)
   on.exit(convlstm_release(ok), add = TRUE)
-  expect_identical(state_dict(ok), state_dict(model))
+  expect_identical(convlstm_state_dict(ok), convlstm_state_dict(model))
 })
 
 test_that("the file loads in PyTorch and computes the same outputs", {
@@ -271,8 +271,8 @@ test_that("the file loads in PyTorch and computes the same outputs", {
   model <- convlstm(2, c(4, 3), c(3, 1), device = "cpu", threads = 1)
   on.exit(convlstm_release(model))
   d <- save_data(n = 3)
-  opt <- optimizer_sgd(0.05, momentum = 0.9)
-  train_step(model, d$x, array(stats::runif(3 * 3 * 5 * 4), c(3, 3, 5, 4)), opt)
+  opt <- convlstm_optimizer_sgd(0.05, momentum = 0.9)
+  convlstm_train_step(model, d$x, array(stats::runif(3 * 3 * 5 * 4), c(3, 3, 5, 4)), opt)
   path <- st_file()
   on.exit(unlink(path), add = TRUE)
   convlstm_save(model, path, optimizer = opt, metadata = c(epoch = "1"))
@@ -296,11 +296,11 @@ test_that("a file with peepholes loads in PyTorch and computes the same outputs"
       convlstm_release(model)
       unlink(path)
     })
-    sd <- state_dict(model)
+    sd <- convlstm_state_dict(model)
     for (k in grep("w_c", names(sd), value = TRUE)) {
       sd[[k]][] <- stats::runif(length(sd[[k]]), -1, 1)
     }
-    load_state_dict(model, sd)
+    convlstm_load_state_dict(model, sd)
     convlstm_save(model, path)
     ours <- predict(model, d$x)
     torch <- torch_check(pt, "read", path, d$x, dim(ours))
@@ -311,7 +311,7 @@ test_that("a file with peepholes loads in PyTorch and computes the same outputs"
 
 # Square kernels hide a writer that swaps kh and kw in a weight's shape:
 # PyTorch builds Conv2d(kernel_size = (kh, kw)) from the metadata and its
-# load_state_dict(strict = TRUE) refuses a [out, in, kw, kh] weight.
+# convlstm_load_state_dict(strict = TRUE) refuses a [out, in, kw, kh] weight.
 test_that("a file with non-square, dilated kernels loads in PyTorch: [out, in, kh, kw]", {
   pt <- python_torch()
   set.seed(14)

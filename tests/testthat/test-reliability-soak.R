@@ -19,7 +19,7 @@ test_that("20,000 steps of training, validation, save and load leave resident me
   x <- api_x()
   y <- api_y()
   d <- convlstm_data(m, x, y)
-  opt <- optimizer_adam()
+  opt <- convlstm_optimizer_adam()
   path <- tempfile(fileext = ".safetensors")
   on.exit(unlink(path), add = TRUE)
   n <- 20000L
@@ -27,15 +27,15 @@ test_that("20,000 steps of training, validation, save and load leave resident me
   rss_warm <- NA_real_
   for (i in seq_len(n)) {
     switch(i %% 4 + 1,
-      train_step(m, x, y, opt),
-      train_step(m, d, rows = 1:2, optimizer = opt),
+      convlstm_train_step(m, x, y, opt),
+      convlstm_train_step(m, d, rows = 1:2, optimizer = opt),
       predict(m, x),
       if (i %% 200 == 3) {
         convlstm_save(m, path, optimizer = opt)
         loaded <- convlstm_load(path)
         convlstm_release(loaded)
       } else {
-        train_step(m, x, y, opt)
+        convlstm_train_step(m, x, y, opt)
       }
     )
     if (i == warm) {

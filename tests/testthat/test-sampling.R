@@ -1,6 +1,6 @@
-# Scheduled sampling: teacher_forcing as a probability in train_step() and
-# memory_estimate(), as a schedule over epochs in convlstm_fit()
-# (sampling_schedule()). PyTorch parity of the steps is in
+# Scheduled sampling: teacher_forcing as a probability in convlstm_train_step() and
+# convlstm_memory_estimate(), as a schedule over epochs in convlstm_fit()
+# (convlstm_sampling_schedule()). PyTorch parity of the steps is in
 # test-parity-forecast.R; here: the schedules' values, TRUE / FALSE being
 # 1 / 0 bit for bit, the coins coming from R's generator, a pattern of all
 # truths or none being teacher forcing or free running, the plan, and fits.
@@ -23,13 +23,13 @@ one_step <- function(d, tf, seed = 1, ...) {
   model <- sampling_model(...)
   on.exit(convlstm_release(model))
   set.seed(seed)
-  loss <- train_step(model, d$x, d$y, optimizer_adam(0.01), horizon = dim(d$y)[[2]],
+  loss <- convlstm_train_step(model, d$x, d$y, convlstm_optimizer_adam(0.01), horizon = dim(d$y)[[2]],
                      teacher_forcing = tf)
-  list(loss = loss, weights = state_dict(model), next_uniform = stats::runif(1))
+  list(loss = loss, weights = convlstm_state_dict(model), next_uniform = stats::runif(1))
 }
 
 # A seed at which stats::runif() draws the coins `truth` with probability p
-# (?train_step: the k-th fed-back step reads the truth when its uniform is
+# (?convlstm_train_step: the k-th fed-back step reads the truth when its uniform is
 # below p).
 seed_for <- function(truth, p) {
   for (seed in seq_len(10000)) {
@@ -39,13 +39,13 @@ seed_for <- function(truth, p) {
   stop("no seed")
 }
 
-test_that("sampling_schedule() gives the paper's decays, 1-based epochs", {
+test_that("convlstm_sampling_schedule() gives the paper's decays, 1-based epochs", {
   e <- 1:12
-  s <- sampling_schedule("inverse_sigmoid", k = 4)
+  s <- convlstm_sampling_schedule("inverse_sigmoid", k = 4)
   expect_equal(s(e), 4 / (4 + exp((e - 1) / 4)))
   expect_true(all(diff(s(e)) < 0))
-  expect_equal(sampling_schedule("exponential", k = 0.8)(e), 0.8^(e - 1))
-  lin <- sampling_schedule("linear", k = 0.25, min = 0.1)
+  expect_equal(convlstm_sampling_schedule("exponential", k = 0.8)(e), 0.8^(e - 1))
+  lin <- convlstm_sampling_schedule("linear", k = 0.25, min = 0.1)
   expect_equal(lin(e), pmax(0.1, 1 - 0.25 * (e - 1)))
   expect_identical(lin(1), 1) # the first epoch teacher-forced
   expect_identical(lin(12), 0.1)
@@ -110,8 +110,8 @@ test_that("where the truth is read, the fed-back frame's loss reaches no earlier
     model <- sampling_model()
     on.exit(convlstm_release(model))
     if (!is.null(seed)) set.seed(seed)
-    train_step(model, d$x, d$y, optimizer_sgd(lr = 0), horizon = 2, teacher_forcing = tf)
-    gradients(model)
+    convlstm_train_step(model, d$x, d$y, convlstm_optimizer_sgd(lr = 0), horizon = 2, teacher_forcing = tf)
+    convlstm_gradients(model)
   }
   truth <- grads(0.5, seed_for(TRUE, 0.5))
   teacher <- grads(TRUE)
@@ -127,10 +127,10 @@ test_that("scheduled sampling is planned as free running, to the byte", {
   for (name in names(configs)) {
     cfg <- configs[[name]]
     model <- sampling_model(dtype = cfg$dtype %||% "float32")
-    opt <- optimizer_adam()
+    opt <- convlstm_optimizer_adam()
     acc <- cfg$accumulation_steps %||% 1
     plan <- function(tf) {
-      memory_estimate(model, 2, 3, 5, 4, horizon = 3, teacher_forcing = tf, optimizer = opt,
+      convlstm_memory_estimate(model, 2, 3, 5, 4, horizon = 3, teacher_forcing = tf, optimizer = opt,
                       accumulation_steps = acc)
     }
     est <- plan(0.4)
@@ -139,9 +139,9 @@ test_that("scheduled sampling is planned as free running, to the byte", {
     expect_output(print(est), "scheduled sampling \\(p = 0.4\\)")
     for (seed in c(seed_for(c(TRUE, TRUE), 0.4), seed_for(c(FALSE, TRUE), 0.4))) {
       set.seed(seed)
-      train_step(model, d$x, d$y, opt, horizon = 3, teacher_forcing = 0.4,
+      convlstm_train_step(model, d$x, d$y, opt, horizon = 3, teacher_forcing = 0.4,
                  accumulation_steps = acc)
-      s <- memory_stats(model)
+      s <- convlstm_memory_stats(model)
       measured <- stats::setNames(s$by_category$peak, s$by_category$category)
       expect_identical(measured, estimate_bytes(est)[names(measured)], info = name)
     }
@@ -155,28 +155,28 @@ test_that("convlstm_fit() trains each epoch with its p and records it", {
     model <- sampling_model()
     on.exit(convlstm_release(model))
     set.seed(9)
-    h <- convlstm_fit(model, d$x, d$y, optimizer_adam(0.01), epochs = epochs, batch_size = 2,
+    h <- convlstm_fit(model, d$x, d$y, convlstm_optimizer_adam(0.01), epochs = epochs, batch_size = 2,
                       horizon = 3, teacher_forcing = tf, shuffle = FALSE, verbose = FALSE)
-    list(history = h, weights = state_dict(model))
+    list(history = h, weights = convlstm_state_dict(model))
   }
   # epoch 1 teacher-forced, 2 at p = 0.5, 3 free-running: the steps of
-  # train_step() with the same p, drawing the same coins
-  sched <- sampling_schedule("linear", k = 0.5)
+  # convlstm_train_step() with the same p, drawing the same coins
+  sched <- convlstm_sampling_schedule("linear", k = 0.5)
   h <- fit(sched)
   expect_identical(h$history$teacher_forcing, c(1, 0.5, 0))
   model <- sampling_model()
   set.seed(9)
-  opt <- optimizer_adam(0.01)
+  opt <- convlstm_optimizer_adam(0.01)
   losses <- numeric(3)
   for (epoch in 1:3) {
     l <- vapply(list(1:2, 3:4), function(idx) {
-      train_step(model, d$x[idx, , , , , drop = FALSE], d$y[idx, , , , , drop = FALSE], opt,
+      convlstm_train_step(model, d$x[idx, , , , , drop = FALSE], d$y[idx, , , , , drop = FALSE], opt,
                  horizon = 3, teacher_forcing = sched(epoch))
     }, numeric(1))
     losses[[epoch]] <- mean(l)
   }
   expect_equal(h$history$loss, losses, tolerance = 1e-12)
-  expect_identical(h$weights, state_dict(model))
+  expect_identical(h$weights, convlstm_state_dict(model))
   convlstm_release(model)
   expect_output(print(h$history), "teacher_forcing")
   # a constant p, and any function of the epoch
@@ -188,18 +188,18 @@ test_that("convlstm_fit() trains each epoch with its p and records it", {
 
 test_that("a resumed forecasting fit keeps the p of the epochs before", {
   d <- sampling_data(B = 4, T = 2, K = 3)
-  sched <- sampling_schedule("exponential", k = 0.5)
+  sched <- convlstm_sampling_schedule("exponential", k = 0.5)
   run <- function(epochs, ...) {
     model <- sampling_model()
     on.exit(convlstm_release(model))
     set.seed(9)
-    convlstm_fit(model, d$x, d$y, optimizer_adam(0.01), epochs = epochs, batch_size = 2,
+    convlstm_fit(model, d$x, d$y, convlstm_optimizer_adam(0.01), epochs = epochs, batch_size = 2,
                  horizon = 3, teacher_forcing = sched, verbose = FALSE, ...)
   }
   straight <- run(3)
   path <- tempfile(fileext = ".safetensors")
   on.exit(unlink(path))
-  run(2, callbacks = list(callback_model_checkpoint(path)))
+  run(2, callbacks = list(convlstm_callback_model_checkpoint(path)))
   resumed <- run(3, resume = path)
   expect_identical(resumed$teacher_forcing, c(1, 0.5, 0.25))
   expect_identical(resumed$loss, straight$loss)
@@ -211,10 +211,10 @@ test_that("float16 and bfloat16 store the true frames too: their losses track fl
   losses <- function(dtype, tf = 0.5) {
     model <- sampling_model(dtype = dtype)
     on.exit(convlstm_release(model))
-    opt <- optimizer_adam(0.02)
+    opt <- convlstm_optimizer_adam(0.02)
     vapply(1:4, function(i) {
       set.seed(seed)
-      train_step(model, d$x, d$y, opt, horizon = 4, teacher_forcing = tf)
+      convlstm_train_step(model, d$x, d$y, opt, horizon = 4, teacher_forcing = tf)
     }, numeric(1))
   }
   f32 <- losses("float32")

@@ -10,29 +10,29 @@ schedule_fixture <- function() {
 
 # Each case of make_lr_fixtures.py, made with the same arguments.
 schedule_cases <- function() {
-  adam <- optimizer_adam(0.1)
-  sgd <- optimizer_sgd(0.1, momentum = 0.9)
+  adam <- convlstm_optimizer_adam(0.1)
+  sgd <- convlstm_optimizer_sgd(0.1, momentum = 0.9)
   list(
-    step = function() lr_step(adam, step_size = 3, gamma = 0.5),
+    step = function() convlstm_lr_step(adam, step_size = 3, gamma = 0.5),
     multiplicative = function() {
-      lr_multiplicative(adam, function(e) if (e %% 2 == 1) 0.9 else 0.99)
+      convlstm_lr_multiplicative(adam, function(e) if (e %% 2 == 1) 0.9 else 0.99)
     },
-    cosine = function() lr_cosine_annealing(adam, T_max = 10, eta_min = 0.001),
+    cosine = function() convlstm_lr_cosine_annealing(adam, T_max = 10, eta_min = 0.001),
     cosine_warmup = function() {
-      lr_cosine_annealing(adam, T_max = 10, eta_min = 0.001, warmup = 4, warmup_start_factor = 0.1)
+      convlstm_lr_cosine_annealing(adam, T_max = 10, eta_min = 0.001, warmup = 4, warmup_start_factor = 0.1)
     },
-    one_cycle_adam = function() lr_one_cycle(adam, max_lr = 0.1, epochs = 5, steps_per_epoch = 5),
+    one_cycle_adam = function() convlstm_lr_one_cycle(adam, max_lr = 0.1, epochs = 5, steps_per_epoch = 5),
     one_cycle_sgd_linear_3phase = function() {
-      lr_one_cycle(sgd, max_lr = 0.2, total_steps = 25, pct_start = 0.25,
+      convlstm_lr_one_cycle(sgd, max_lr = 0.2, total_steps = 25, pct_start = 0.25,
                    anneal_strategy = "linear", three_phase = TRUE, div_factor = 10,
                    final_div_factor = 100, base_momentum = 0.8, max_momentum = 0.9)
     },
     plateau = function() {
-      lr_reduce_on_plateau(adam, mode = "min", factor = 0.5, patience = 2, threshold = 1e-3,
+      convlstm_lr_reduce_on_plateau(adam, mode = "min", factor = 0.5, patience = 2, threshold = 1e-3,
                            cooldown = 1, min_lr = 0.01)
     },
     plateau_max_abs = function() {
-      lr_reduce_on_plateau(adam, mode = "max", factor = 0.1, patience = 1, threshold = 0.05,
+      convlstm_lr_reduce_on_plateau(adam, mode = "max", factor = 0.1, patience = 1, threshold = 0.05,
                            threshold_mode = "abs")
     }
   )
@@ -66,8 +66,8 @@ test_that("every schedule gives PyTorch's learning rate (and momentum) at every 
 })
 
 test_that("the schedule's optimizer carries the rate and momentum; the base is kept", {
-  opt <- optimizer_adam(0.1, betas = c(0.9, 0.99), weight_decay = 0.01)
-  s <- lr_one_cycle(opt, max_lr = 0.1, total_steps = 10)
+  opt <- convlstm_optimizer_adam(0.1, betas = c(0.9, 0.99), weight_decay = 0.01)
+  s <- convlstm_lr_one_cycle(opt, max_lr = 0.1, total_steps = 10)
   expect_s3_class(s$optimizer, "convlstm_optimizer_adam")
   expect_equal(s$optimizer$lr, 0.1 / 25)
   expect_equal(s$optimizer$betas, c(0.95, 0.99))
@@ -77,7 +77,7 @@ test_that("the schedule's optimizer carries the rate and momentum; the base is k
   expect_lt(s$optimizer$betas[[1]], 0.95)
   # the linear 1cycle's rate past its last step is torch's (below 0); the
   # optimizer's is 0, since no step may use a negative rate
-  s2 <- lr_one_cycle(optimizer_sgd(0.1), max_lr = 0.2, total_steps = 4,
+  s2 <- convlstm_lr_one_cycle(convlstm_optimizer_sgd(0.1), max_lr = 0.2, total_steps = 4,
                      anneal_strategy = "linear", three_phase = TRUE)
   for (i in 1:4) s2$step()
   expect_lt(s2$get_lr(), 0)
@@ -85,28 +85,28 @@ test_that("the schedule's optimizer carries the rate and momentum; the base is k
   expect_convlstm_error(s2$step(), regexp = "beyond its total_steps \\(4\\)")
 })
 
-test_that("a schedule drives train_step() by hand, and its moments survive a new rate", {
+test_that("a schedule drives convlstm_train_step() by hand, and its moments survive a new rate", {
   set.seed(1)
   d <- list(x = array(runif(2 * 3 * 16), c(2, 3, 1, 4, 4)), y = array(runif(32), c(2, 1, 4, 4)))
   m1 <- convlstm(1, c(3, 1), 3, device = "cpu", threads = 1)
   on.exit(convlstm_release(m1))
   m2 <- convlstm(1, c(3, 1), 3, device = "cpu", threads = 1)
   on.exit(convlstm_release(m2), add = TRUE)
-  load_state_dict(m2, state_dict(m1))
-  opt <- optimizer_adam(0.05)
-  s <- lr_step(opt, step_size = 1, gamma = 0.5)
+  convlstm_load_state_dict(m2, convlstm_state_dict(m1))
+  opt <- convlstm_optimizer_adam(0.05)
+  s <- convlstm_lr_step(opt, step_size = 1, gamma = 0.5)
   l1 <- numeric()
   for (i in 1:3) {
-    l1 <- c(l1, train_step(m1, d$x, d$y, s$optimizer))
+    l1 <- c(l1, convlstm_train_step(m1, d$x, d$y, s$optimizer))
     s$step()
   }
   # the same as optimizers made by hand with those rates: Adam's moments are
   # kept across rates (they depend only on the optimizer's kind)
   l2 <- vapply(c(0.05, 0.025, 0.0125), function(lr) {
-    train_step(m2, d$x, d$y, optimizer_adam(lr))
+    convlstm_train_step(m2, d$x, d$y, convlstm_optimizer_adam(lr))
   }, numeric(1))
   expect_identical(l1, l2)
-  expect_identical(state_dict(m1), state_dict(m2))
+  expect_identical(convlstm_state_dict(m1), convlstm_state_dict(m2))
   # and the step count was not reset by a new rate: 3 Adam steps in a row
   path <- tempfile(fileext = ".safetensors")
   on.exit(unlink(path), add = TRUE)
@@ -114,41 +114,41 @@ test_that("a schedule drives train_step() by hand, and its moments survive a new
   expect_equal(convlstm_file_info(path)$optimizer_steps, 3)
 })
 
-test_that("state_dict() and load_state_dict() carry a schedule's state", {
-  s <- lr_reduce_on_plateau(optimizer_sgd(0.1), patience = 0, factor = 0.5)
+test_that("convlstm_state_dict() and convlstm_load_state_dict() carry a schedule's state", {
+  s <- convlstm_lr_reduce_on_plateau(convlstm_optimizer_sgd(0.1), patience = 0, factor = 0.5)
   s$step(1)
   s$step(2)
   st <- s$state_dict()
-  t <- lr_reduce_on_plateau(optimizer_sgd(0.1), patience = 0, factor = 0.5)
+  t <- convlstm_lr_reduce_on_plateau(convlstm_optimizer_sgd(0.1), patience = 0, factor = 0.5)
   t$load_state_dict(st)
   expect_equal(t$get_lr(), 0.05)
   expect_equal(t$optimizer$lr, 0.05)
   s$step(3)
   t$step(3)
   expect_identical(t$get_lr(), s$get_lr())
-  expect_convlstm_error(lr_step(optimizer_sgd(0.1), 2)$load_state_dict(st),
+  expect_convlstm_error(convlstm_lr_step(convlstm_optimizer_sgd(0.1), 2)$load_state_dict(st),
                         regexp = "not a step scheduler")
   expect_output(print(s), "reduce_on_plateau, steps per epoch: 3 steps taken, lr 0.025")
 })
 
 test_that("schedules check their arguments", {
-  opt <- optimizer_adam()
-  expect_convlstm_error(lr_step(list(lr = 1), 2), regexp = "`optimizer`")
-  expect_convlstm_error(lr_step(opt, 0), regexp = "`step_size`")
-  expect_convlstm_error(lr_step(opt, 2, gamma = -1), regexp = "`gamma`")
-  expect_convlstm_error(lr_multiplicative(opt, 0.9), regexp = "`lr_lambda`")
-  expect_convlstm_error(lr_multiplicative(opt, function(e) "a")$step(),
+  opt <- convlstm_optimizer_adam()
+  expect_convlstm_error(convlstm_lr_step(list(lr = 1), 2), regexp = "`optimizer`")
+  expect_convlstm_error(convlstm_lr_step(opt, 0), regexp = "`step_size`")
+  expect_convlstm_error(convlstm_lr_step(opt, 2, gamma = -1), regexp = "`gamma`")
+  expect_convlstm_error(convlstm_lr_multiplicative(opt, 0.9), regexp = "`lr_lambda`")
+  expect_convlstm_error(convlstm_lr_multiplicative(opt, function(e) "a")$step(),
                         regexp = "`lr_lambda\\(1\\)` must return one non-negative number")
-  expect_convlstm_error(lr_cosine_annealing(opt, T_max = 0), regexp = "`T_max`")
-  expect_convlstm_error(lr_cosine_annealing(opt, 5, warmup = -1), regexp = "`warmup`")
-  expect_convlstm_error(lr_cosine_annealing(opt, 5, warmup = 2, warmup_start_factor = 2),
+  expect_convlstm_error(convlstm_lr_cosine_annealing(opt, T_max = 0), regexp = "`T_max`")
+  expect_convlstm_error(convlstm_lr_cosine_annealing(opt, 5, warmup = -1), regexp = "`warmup`")
+  expect_convlstm_error(convlstm_lr_cosine_annealing(opt, 5, warmup = 2, warmup_start_factor = 2),
                         regexp = "`warmup_start_factor`")
-  expect_convlstm_error(lr_one_cycle(opt, 0.1), regexp = "`total_steps`, or both `epochs`")
-  expect_convlstm_error(lr_one_cycle(opt, 0.1, total_steps = 10, pct_start = 2),
+  expect_convlstm_error(convlstm_lr_one_cycle(opt, 0.1), regexp = "`total_steps`, or both `epochs`")
+  expect_convlstm_error(convlstm_lr_one_cycle(opt, 0.1, total_steps = 10, pct_start = 2),
                         regexp = "`pct_start`")
-  expect_convlstm_error(lr_one_cycle(opt, 0.1, 10, anneal_strategy = "exp"),
+  expect_convlstm_error(convlstm_lr_one_cycle(opt, 0.1, 10, anneal_strategy = "exp"),
                         regexp = "`anneal_strategy`")
-  expect_convlstm_error(lr_reduce_on_plateau(opt, factor = 1), regexp = "`factor`")
-  expect_convlstm_error(lr_reduce_on_plateau(opt, mode = "up"), regexp = "`mode`")
-  expect_convlstm_error(lr_reduce_on_plateau(opt)$step(), regexp = "needs the monitored value")
+  expect_convlstm_error(convlstm_lr_reduce_on_plateau(opt, factor = 1), regexp = "`factor`")
+  expect_convlstm_error(convlstm_lr_reduce_on_plateau(opt, mode = "up"), regexp = "`mode`")
+  expect_convlstm_error(convlstm_lr_reduce_on_plateau(opt)$step(), regexp = "needs the monitored value")
 })

@@ -1,7 +1,7 @@
 # test-state.R -- initial and carried states (R/state.R): a sequence cut in
 # two and continued from the first part's last states gives the whole
 # sequence's outputs; the carried state is memory the model owns, counted
-# under `states`, freed by reset_state() and set_dtype(), and not saved.
+# under `states`, freed by convlstm_reset_state() and convlstm_set_dtype(), and not saved.
 # Parity with PyTorch is in test-parity-forecast.R.
 
 test_that("continuing from the last states equals running the whole sequence", {
@@ -25,36 +25,36 @@ test_that("continuing from the last states equals running the whole sequence", {
   convlstm_release(m)
 })
 
-test_that("the carried state is owned, counted under states and freed by reset_state()", {
+test_that("the carried state is owned, counted under states and freed by convlstm_reset_state()", {
   set.seed(4)
   m <- api_model()
   x <- api_x()
   y <- api_y()
-  opt <- optimizer_adam()
-  expect_null(carried_state(m))
-  est <- memory_estimate(m, 2, 3, 5, 4, state = "carry", optimizer = opt)
+  opt <- convlstm_optimizer_adam()
+  expect_null(convlstm_carried_state(m))
+  est <- convlstm_memory_estimate(m, 2, 3, 5, 4, state = "carry", optimizer = opt)
   carried <- attr(est, "plan")
   carried <- carried[carried$name == "carried_state", ]
   # h and c of both layers, float32: 2 * 2 * (3 + 2) * 5 * 4 values
   expect_identical(carried$bytes, 4 * 2 * 2 * (3 + 2) * 5 * 4)
   expect_identical(carried$category, "states")
-  train_step(m, x, y, opt, state = "carry")
-  expect_identical(carried_state(m), c(2L, 5L, 4L))
+  convlstm_train_step(m, x, y, opt, state = "carry")
+  expect_identical(convlstm_carried_state(m), c(2L, 5L, 4L))
   held <- function() {
-    s <- memory_stats(m)$by_category
+    s <- convlstm_memory_stats(m)$by_category
     s$current[s$category == "states"]
   }
   expect_identical(held(), carried$bytes)
   # every later plan lists it, and the estimate still equals the allocation
-  est2 <- memory_estimate(m, 2, 3, 5, 4, training = FALSE)
+  est2 <- convlstm_memory_estimate(m, 2, 3, 5, 4, training = FALSE)
   expect_true("carried_state" %in% attr(est2, "plan")$name)
-  expect_true(reset_state(m))
+  expect_true(convlstm_reset_state(m))
   expect_identical(held(), 0)
-  expect_null(carried_state(m))
+  expect_null(convlstm_carried_state(m))
   # a new dtype gives it back too (it was stored in the old one)
-  train_step(m, x, y, opt, state = "carry")
-  set_dtype(m, "bfloat16")
-  expect_null(carried_state(m))
+  convlstm_train_step(m, x, y, opt, state = "carry")
+  convlstm_set_dtype(m, "bfloat16")
+  expect_null(convlstm_carried_state(m))
   convlstm_release(m)
 })
 
@@ -63,13 +63,13 @@ test_that("the carried state is not saved: a loaded model starts from zeros", {
   m <- api_model()
   x <- api_x()
   y <- api_y()
-  train_step(m, x, y, optimizer_sgd(lr = 0), state = "carry")
+  convlstm_train_step(m, x, y, convlstm_optimizer_sgd(lr = 0), state = "carry")
   path <- tempfile(fileext = ".safetensors")
   on.exit(unlink(path))
   convlstm_save(m, path)
   loaded <- convlstm_load(path, device = "cpu")
-  expect_null(carried_state(loaded))
-  expect_identical(carried_state(m), c(2L, 5L, 4L))
+  expect_null(convlstm_carried_state(loaded))
+  expect_identical(convlstm_carried_state(m), c(2L, 5L, 4L))
   convlstm_release(loaded)
   convlstm_release(m)
 })

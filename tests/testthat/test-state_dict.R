@@ -1,4 +1,4 @@
-# state_dict() / load_state_dict(): torch's names and shapes, the
+# convlstm_state_dict() / convlstm_load_state_dict(): torch's names and shapes, the
 # element order torch uses, round trips and the errors of a bad state dict.
 
 # A "same"-padded 2-d convolution in plain R, indexing the weight as torch
@@ -37,11 +37,11 @@ ref_cell <- function(x_seq, w, b, hidden) {
   list(h = h, c = c)
 }
 
-test_that("state_dict() has torch's names, shapes and element order", {
+test_that("convlstm_state_dict() has torch's names, shapes and element order", {
   set.seed(3)
   model <- convlstm(2, c(3, 2), c(3, 1), device = "cpu")
   on.exit(convlstm_release(model))
-  sd <- state_dict(model)
+  sd <- convlstm_state_dict(model)
   expect_named(sd, c("cell_list.0.conv.weight", "cell_list.0.conv.bias",
                      "cell_list.1.conv.weight", "cell_list.1.conv.bias"))
   expect_equal(dim(sd[[1]]), c(12, 5, 3, 3))
@@ -60,7 +60,7 @@ test_that("state_dict() has torch's names, shapes and element order", {
   expect_equal(out$layer_last_states[[1]]$c[1, , , ], ref$c, tolerance = 1e-5)
 })
 
-test_that("state_dict round trips through load_state_dict()", {
+test_that("state_dict round trips through convlstm_load_state_dict()", {
   set.seed(4)
   a <- api_model()
   b <- api_model()
@@ -70,57 +70,57 @@ test_that("state_dict round trips through load_state_dict()", {
   })
   x <- api_x()
   expect_false(isTRUE(all.equal(a(x), b(x))))
-  sd <- state_dict(a)
-  expect_invisible(load_state_dict(b, sd))
-  expect_identical(state_dict(b), sd)
+  sd <- convlstm_state_dict(a)
+  expect_invisible(convlstm_load_state_dict(b, sd))
+  expect_identical(convlstm_state_dict(b), sd)
   expect_identical(b(x), a(x))
   # values are stored as float32
   sd2 <- sd
   sd2[[1]][1, 1, 1, 1] <- 0.1
-  load_state_dict(b, sd2)
-  expect_equal(state_dict(b)[[1]][1, 1, 1, 1], 0.1, tolerance = 1e-7)
-  expect_false(identical(state_dict(b)[[1]][1, 1, 1, 1], 0.1))
+  convlstm_load_state_dict(b, sd2)
+  expect_equal(convlstm_state_dict(b)[[1]][1, 1, 1, 1], 0.1, tolerance = 1e-7)
+  expect_false(identical(convlstm_state_dict(b)[[1]][1, 1, 1, 1], 0.1))
   # integer values and 1-d arrays are accepted
   sd3 <- sd
   sd3[[2]] <- array(seq_len(12), 12)
-  load_state_dict(b, sd3)
-  expect_equal(state_dict(b)[[2]], as.double(1:12))
+  convlstm_load_state_dict(b, sd3)
+  expect_equal(convlstm_state_dict(b)[[2]], as.double(1:12))
   # strict = FALSE loads a subset
-  load_state_dict(b, sd["cell_list.0.conv.bias"], strict = FALSE)
-  expect_identical(state_dict(b)[[2]], sd[[2]])
+  convlstm_load_state_dict(b, sd["cell_list.0.conv.bias"], strict = FALSE)
+  expect_identical(convlstm_state_dict(b)[[2]], sd[[2]])
   # the method form
   b$load_state_dict(sd)
-  expect_identical(state_dict(b), sd)
+  expect_identical(convlstm_state_dict(b), sd)
 })
 
-test_that("load_state_dict() errors name what is wrong", {
+test_that("convlstm_load_state_dict() errors name what is wrong", {
   model <- api_model()
   on.exit(convlstm_release(model))
-  sd <- state_dict(model)
-  expect_convlstm_error(load_state_dict(model, sd[-1]),
+  sd <- convlstm_state_dict(model)
+  expect_convlstm_error(convlstm_load_state_dict(model, sd[-1]),
                         regexp = "missing: cell_list.0.conv.weight")
   extra <- c(sd, list(cell_list.9.conv.weight = 1))
-  expect_convlstm_error(load_state_dict(model, extra),
+  expect_convlstm_error(convlstm_load_state_dict(model, extra),
                         regexp = "unexpected: cell_list.9.conv.weight")
   bad <- sd
   bad[[1]] <- array(0, c(12, 5, 3, 2))
-  expect_convlstm_error(load_state_dict(model, bad),
+  expect_convlstm_error(convlstm_load_state_dict(model, bad),
                         regexp = "`state_dict\\$cell_list.0.conv.weight` must be a numeric array of dim \\[12, 5, 3, 3\\]")
   bad <- sd
   bad[[2]] <- rep(0, 11)
-  expect_convlstm_error(load_state_dict(model, bad), regexp = "cell_list.0.conv.bias")
+  expect_convlstm_error(convlstm_load_state_dict(model, bad), regexp = "cell_list.0.conv.bias")
   bad <- sd
   bad[[2]][1] <- NA
-  expect_convlstm_error(load_state_dict(model, bad), regexp = "missing values")
+  expect_convlstm_error(convlstm_load_state_dict(model, bad), regexp = "missing values")
   bad <- sd
   bad[[2]] <- as.character(bad[[2]])
-  expect_convlstm_error(load_state_dict(model, bad), regexp = "numeric array")
-  expect_convlstm_error(load_state_dict(model, unname(sd)), regexp = "named list")
-  expect_convlstm_error(load_state_dict(model, 1:3), regexp = "`state_dict`")
-  expect_convlstm_error(load_state_dict(model, list(foo = 1), strict = FALSE),
+  expect_convlstm_error(convlstm_load_state_dict(model, bad), regexp = "numeric array")
+  expect_convlstm_error(convlstm_load_state_dict(model, unname(sd)), regexp = "named list")
+  expect_convlstm_error(convlstm_load_state_dict(model, 1:3), regexp = "`state_dict`")
+  expect_convlstm_error(convlstm_load_state_dict(model, list(foo = 1), strict = FALSE),
                         regexp = "no entry of this model")
-  expect_convlstm_error(load_state_dict(model, c(sd, sd[1])), regexp = "unique")
-  expect_convlstm_error(load_state_dict(1, sd), regexp = "`model`")
+  expect_convlstm_error(convlstm_load_state_dict(model, c(sd, sd[1])), regexp = "unique")
+  expect_convlstm_error(convlstm_load_state_dict(1, sd), regexp = "`model`")
   # nothing was changed by the failed loads
-  expect_identical(state_dict(model), sd)
+  expect_identical(convlstm_state_dict(model), sd)
 })

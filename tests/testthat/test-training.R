@@ -1,6 +1,6 @@
 # test-training.R -- the R torch tutorial's sanity check, scaled down for CI:
 # a two-layer ConvLSTM trained with Adam on MSE of the last layer's last h
-# against the next frame of moving_beams() must learn the motion. The tutorial
+# against the next frame of convlstm_moving_beams() must learn the motion. The tutorial
 # uses hidden c(64, 1), 100 sequences of 24 x 24 and 100 epochs at lr 1e-3;
 # here hidden c(8, 1), 16 sequences of 16 x 16 and 80 full-batch steps at
 # lr 1e-2: 20 ms a step, under two seconds per seed, on one CPU core.
@@ -14,14 +14,14 @@
 
 train_beams <- function(seed, steps = 80, lr = 1e-2) {
   set.seed(seed)
-  train <- moving_beams(n = 16, seq_len = 6, size = 16)
-  test <- moving_beams(n = 32, seq_len = 6, size = 16)
+  train <- convlstm_moving_beams(n = 16, n_frames = 6, size = 16)
+  test <- convlstm_moving_beams(n = 32, n_frames = 6, size = 16)
   # one thread: steps this small gain nothing from more, and on a busy
   # machine (CI, R CMD check beside other jobs) waiting threads cost seconds
   model <- convlstm(input_dim = 1, hidden_dims = c(8, 1), kernel_sizes = c(3, 3), threads = 1)
-  opt <- optimizer_adam(lr = lr)
+  opt <- convlstm_optimizer_adam(lr = lr)
   losses <- vapply(seq_len(steps), function(i) {
-    train_step(model, train$x, train$y, opt, target = "last_state")
+    convlstm_train_step(model, train$x, train$y, opt, target = "last_state")
   }, numeric(1))
   pred <- model(test$x)[[2]][[2]][[1]]
   list(

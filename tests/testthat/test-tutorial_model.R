@@ -21,7 +21,7 @@ ones_of <- function(a) {
   unname(i[do.call(order, as.data.frame(i)), , drop = FALSE])
 }
 
-# tutorial/inputs: the fixture's beams checked against moving_beams() of the
+# tutorial/inputs: the fixture's beams checked against convlstm_moving_beams() of the
 # file's metadata; returns the fixture's tensors and config.
 tutorial_inputs <- function(meta) {
   fx <- read_fixture("tutorial/inputs")
@@ -44,7 +44,7 @@ test_that("the shipped model is small and has the documented architecture", {
   expect_identical(model$kernel_sizes, c(3L, 3L))
   expect_equal(model$n_parameters, 2952)
   meta <- convlstm_file_info(path)$metadata
-  expect_identical(meta[["data"]], "moving_beams(n = 100, seq_len = 6, size = 24, seed = 1)")
+  expect_identical(meta[["data"]], "convlstm_moving_beams(n = 100, n_frames = 6, size = 24, seed = 1)")
   expect_identical(meta[["made_by"]], "tools/make_tutorial_model.R")
   expect_length(tutorial_losses(meta), as.integer(meta[["epochs"]]))
 })
@@ -87,8 +87,8 @@ test_that("training continues from the shipped optimizer state", {
   # Adam's state after every step of the run: 100 sequences per epoch
   steps <- as.integer(meta[["epochs"]]) * 100 / as.integer(meta[["batch_size"]])
   expect_equal(as.numeric(info$optimizer_steps), steps)
-  beams <- moving_beams(n = 20, seq_len = 6, size = 24, seed = 1)
-  loss <- train_step(model, beams$x, beams$y, opt)
+  beams <- convlstm_moving_beams(n = 20, n_frames = 6, size = 24, seed = 1)
+  loss <- convlstm_train_step(model, beams$x, beams$y, opt)
   expect_lt(loss, 10 * tail(tutorial_losses(meta), 1))
 })
 
@@ -104,17 +104,17 @@ test_that("the recorded losses of the first two epochs are PyTorch's from the sa
   set.seed(as.integer(meta[["seed"]]))
   model <- convlstm(1, c(8, 1), c(3, 3), device = "cpu", threads = 1)
   on.exit(convlstm_release(model))
-  sd <- state_dict(model)
+  sd <- convlstm_state_dict(model)
   for (name in names(sd)) {
     expect_equal(as_f32(sd[[name]]), fx$tensors[[paste0("weights/", name)]], info = name)
   }
-  opt <- optimizer_adam(lr = fx$config$adam_lr)
+  opt <- convlstm_optimizer_adam(lr = fx$config$adam_lr)
   losses <- vapply(1:2, function(epoch) {
     order <- sample(100)
     expect_equal(order, as.integer(fx$tensors[["order"]][epoch, ]), info = epoch)
     batches <- split(order, ceiling(seq_len(100) / batch_size))
     mean(vapply(batches, function(b) {
-      train_step(model, beams$x[b, , , , , drop = FALSE], beams$y[b, , , , drop = FALSE], opt)
+      convlstm_train_step(model, beams$x[b, , , , , drop = FALSE], beams$y[b, , , , drop = FALSE], opt)
     }, numeric(1)))
   }, numeric(1))
   # float32 on both sides, 10 Adam steps from the same start (4e-8 apart when made)

@@ -1,14 +1,14 @@
 # test-values-budget.R -- budgets at their edge, byte for byte (issue 38,
-# items 1 and 2): max_batch_size() and memory_advise() against a budget of
+# items 1 and 2): convlstm_max_batch_size() and convlstm_memory_advise() against a budget of
 # exactly a plan's bytes (fits) and one byte less (does not), the plan's
-# bytes taken from memory_estimate() (the plan the comparison reads, not
+# bytes taken from convlstm_memory_estimate() (the plan the comparison reads, not
 # the comparison under test); convlstm_fit(memory_budget = )'s validation
 # batch and data set (fit_budget(), R/budget.R) at exactly the bytes they
 # need and one byte less, the data set's bytes written out here.
 
 # The plan's reserved bytes for a batch b (the training step as given).
 reserved_of <- function(model, b, ...) {
-  e <- memory_estimate(model, b, ...)
+  e <- convlstm_memory_estimate(model, b, ...)
   e$bytes[e$category == "reserved"]
 }
 runtime_of <- function(model) c_memory_stats(model_ptr(model))$runtime
@@ -20,36 +20,36 @@ test_that("max_batch_size: a budget of exactly batch b's reserved bytes gives b,
   expect_true(all(diff(r) > 0)) # each sample more needs more: the edges below are sharp
   rt <- runtime_of(m)
   for (b in c(1, 2, 5, 8)) { # the first plan, the doubling (2, 8) and the bisection (5)
-    got <- max_batch_size(m, 3, 5, 4, budget = r[[b]] + rt)
+    got <- convlstm_max_batch_size(m, 3, 5, 4, budget = r[[b]] + rt)
     expect_identical(as.integer(got), as.integer(b), label = paste("budget of batch", b))
     expect_identical(attr(got, "bytes"), r[[b]])
-    expect_identical(as.integer(max_batch_size(m, 3, 5, 4, budget = r[[b]] + rt - 1)),
+    expect_identical(as.integer(convlstm_max_batch_size(m, 3, 5, 4, budget = r[[b]] + rt - 1)),
                      as.integer(b - 1), label = paste("one byte under batch", b))
   }
   # one byte under batch 1: nothing fits, bytes 0
-  none <- max_batch_size(m, 3, 5, 4, budget = r[[1]] + rt - 1)
+  none <- convlstm_max_batch_size(m, 3, 5, 4, budget = r[[1]] + rt - 1)
   expect_identical(attr(none, "bytes"), 0)
   # a budget between two plans: the smaller
-  expect_identical(as.integer(max_batch_size(m, 3, 5, 4, budget = (r[[6]] + r[[7]]) / 2 + rt)), 6L)
+  expect_identical(as.integer(convlstm_max_batch_size(m, 3, 5, 4, budget = (r[[6]] + r[[7]]) / 2 + rt)), 6L)
 })
 
 test_that("memory_advise: a configuration fits a budget of exactly its reserved bytes, not one less", {
   m <- api_model()
   on.exit(convlstm_release(m))
-  opt <- optimizer_adam()
+  opt <- convlstm_optimizer_adam()
   want <- reserved_of(m, 4, seq_len = 3, height = 5, width = 4, optimizer = opt)
   plain <- function(a) {
     a[a$dtype == "float32" & a$checkpoint == 0 & a$recompute_gates == 0 &
         a$accumulation_steps == 1 & a$tbptt == 0, , drop = FALSE]
   }
   rt <- runtime_of(m)
-  at <- plain(memory_advise(m, budget = want + rt, batch_size = 4, seq_len = 3, height = 5,
+  at <- plain(convlstm_memory_advise(m, budget = want + rt, batch_size = 4, seq_len = 3, height = 5,
                             width = 4, optimizer = opt))
   expect_identical(nrow(at), 1L)
-  expect_identical(at$reserved, want) # the advisor plans what memory_estimate() plans
+  expect_identical(at$reserved, want) # the advisor plans what convlstm_memory_estimate() plans
   expect_true(at$fits)
   expect_identical(at$reason, "")
-  under <- plain(memory_advise(m, budget = want + rt - 1, batch_size = 4, seq_len = 3, height = 5,
+  under <- plain(convlstm_memory_advise(m, budget = want + rt - 1, batch_size = 4, seq_len = 3, height = 5,
                                width = 4, optimizer = opt))
   expect_false(under$fits)
   expect_match(under$reason, "1 B over the budget")
@@ -68,7 +68,7 @@ test_that("the validation batch is the largest whose forward fits the budget exa
   # the inference forward of b samples: its plan's reserved bytes less the
   # model's own buffers (parameters, gradients, optimizer state)
   va <- vapply(1:8, function(b) {
-    e <- memory_estimate(m, b, 3, 12, 12, training = FALSE, outputs = "last_state")
+    e <- convlstm_memory_estimate(m, b, 3, 12, 12, training = FALSE, outputs = "last_state")
     by <- stats::setNames(e$bytes, e$category)
     by[["reserved"]] - by[["parameters"]] - by[["gradients"]] - by[["optimizer"]]
   }, numeric(1))
@@ -134,15 +134,15 @@ test_that("convlstm_fit(memory_budget = ) trains at exactly the smallest plan's 
   on.exit(convlstm_release(m))
   x <- api_x(B = 4)
   y <- api_y(B = 4)
-  a <- memory_advise(m, budget = 2^30, batch_size = 4, seq_len = 3, height = 5, width = 4)
+  a <- convlstm_memory_advise(m, budget = 2^30, batch_size = 4, seq_len = 3, height = 5, width = 4)
   smallest <- min(a$reserved, na.rm = TRUE)
   rt <- runtime_of(m)
-  h <- convlstm_fit(m, x, y, optimizer_adam(), epochs = 1, batch_size = 4, shuffle = FALSE,
+  h <- convlstm_fit(m, x, y, convlstm_optimizer_adam(), epochs = 1, batch_size = 4, shuffle = FALSE,
                     memory_budget = smallest + rt, verbose = FALSE)
   expect_identical(nrow(h), 1L)
   expect_true(is.finite(h$loss))
   expect_convlstm_error(
-    convlstm_fit(m, x, y, optimizer_adam(), epochs = 1, batch_size = 4, shuffle = FALSE,
+    convlstm_fit(m, x, y, convlstm_optimizer_adam(), epochs = 1, batch_size = 4, shuffle = FALSE,
                  memory_budget = smallest + rt - 1, verbose = FALSE),
     status = "oom", regexp = "does not fit in the memory budget")
 })

@@ -1,9 +1,9 @@
 # test-values-data.R -- the generated data sets pinned by values computed
-# here in plain R (issue 38, items 1 and 2): moving_mnist() in its general
+# here in plain R (issue 38, items 1 and 2): convlstm_moving_mnist() in its general
 # case (several digits, overlaps, long bouncing trajectories) rebuilt frame
-# by frame from its documented construction, read_idx() on files written
-# byte by byte, moving_digits() against the font written out here, and
-# moving_beams() against its pixels worked out by hand. Every limit is
+# by frame from its documented construction, convlstm_read_idx() on files written
+# byte by byte, convlstm_moving_digits() against the font written out here, and
+# convlstm_moving_beams() against its pixels worked out by hand. Every limit is
 # tried on both sides of its edge.
 
 # An idx file written byte by byte: the magic number (two zero bytes, the
@@ -92,7 +92,7 @@ ref_moving_mnist <- function(img, n, n_digits, seq_len, size, speed, seed) {
 test_that("moving_mnist with several digits equals its construction rebuilt frame by frame", {
   f <- mnist_files()
   n <- 4
-  d <- moving_mnist(n = n, seq_len = 25, size = 9, n_digits = 3, speed = c(0.5, 2.5),
+  d <- convlstm_moving_mnist(n = n, n_frames = 25, size = 9, n_digits = 3, speed = c(0.5, 2.5),
                     horizon = 6, images = f$images, labels = f$labels, seed = 17)
   ref <- ref_moving_mnist(f$img, n, 3, 25, 9, c(0.5, 2.5), 17)
   expect_identical(d$index, ref$index)
@@ -116,7 +116,7 @@ test_that("overlapping digits hold the brighter pixel, never the sum", {
   img <- array(c(rep(102L, 9), rep(255L, 9)), c(3, 3, 2))
   img <- aperm(img, c(3, 1, 2))
   f <- mnist_files(img, labels = c(4L, 9L))
-  d <- moving_mnist(n = 6, seq_len = 3, size = 3, n_digits = 2, horizon = 1, speed = 1,
+  d <- convlstm_moving_mnist(n = 6, n_frames = 3, size = 3, n_digits = 2, horizon = 1, speed = 1,
                     images = f$images, labels = f$labels, seed = 2)
   for (i in 1:6) {
     want <- max(c(0.4, 1)[d$index[i, ]]) # the brighter of the two digits drawn
@@ -130,7 +130,7 @@ test_that("overlapping digits hold the brighter pixel, never the sum", {
 test_that("over a long trajectory every digit reaches all four edges, the last row and column too", {
   img <- array(255L, c(1, 4, 4)) # solid: the occupied cells are the digit's place exactly
   f <- mnist_files(img, labels = 1L)
-  d <- moving_mnist(n = 5, seq_len = 150, size = 10, n_digits = 1, speed = 1.7, horizon = 0,
+  d <- convlstm_moving_mnist(n = 5, n_frames = 150, size = 10, n_digits = 1, speed = 1.7, horizon = 0,
                     images = f$images, labels = f$labels, seed = 23)
   for (i in 1:5) {
     rows <- apply(d$x[i, , 1, , ], 1, function(fr) range(which(rowSums(fr) > 0)))
@@ -143,23 +143,23 @@ test_that("over a long trajectory every digit reaches all four edges, the last r
   }
 })
 
-test_that("moving_mnist's limits: the horizon, the frame size against the digits", {
+test_that("convlstm_moving_mnist's limits: the horizon, the frame size against the digits", {
   f <- mnist_files()
   args <- list(n = 1, n_digits = 1, speed = 1, images = f$images, labels = f$labels, seed = 1)
   # horizon seq_len - 1: one input frame; seq_len: none, refused
-  d <- do.call(moving_mnist, c(args, list(seq_len = 4, size = 6, horizon = 3)))
+  d <- do.call(convlstm_moving_mnist, c(args, list(seq_len = 4, size = 6, horizon = 3)))
   expect_identical(dim(d$x), c(1L, 1L, 1L, 6L, 6L))
   expect_identical(dim(d$y), c(1L, 3L, 1L, 6L, 6L))
-  expect_convlstm_error(do.call(moving_mnist, c(args, list(seq_len = 4, size = 6, horizon = 4))),
+  expect_convlstm_error(do.call(convlstm_moving_mnist, c(args, list(seq_len = 4, size = 6, horizon = 4))),
                         regexp = "`horizon`")
   # the 5 x 3 digits fit a 5-pixel frame exactly (rows pinned at 0), not a 4-pixel one
-  d <- do.call(moving_mnist, c(args, list(seq_len = 3, size = 5, horizon = 0)))
+  d <- do.call(convlstm_moving_mnist, c(args, list(seq_len = 3, size = 5, horizon = 0)))
   g <- f$img[d$index[1, 1], , ] / 255
   for (t in 1:3) {
     fr <- d$x[1, t, 1, , ]
     expect_equal(fr[, which(colSums(fr) > 0)[[1]] + 0:2], g, tolerance = 0)
   }
-  expect_convlstm_error(do.call(moving_mnist, c(args, list(seq_len = 3, size = 4, horizon = 0))),
+  expect_convlstm_error(do.call(convlstm_moving_mnist, c(args, list(seq_len = 3, size = 4, horizon = 0))),
                         regexp = "`size`")
 })
 
@@ -167,7 +167,7 @@ test_that("read_idx round-trips the values written and refuses a wrong magic num
   path <- tempfile(fileext = ".idx")
   vals <- c(0, 255, 1, 128, 254, 7, 9, 200, 3, 4, 5, 6)
   write_idx_file(path, c(2, 3, 2), vals)
-  a <- read_idx(path)
+  a <- convlstm_read_idx(path)
   # row-major: a[i, r, c] is value (i - 1) * 6 + (r - 1) * 2 + c
   want <- array(0L, c(2, 3, 2))
   for (i in 1:2) for (r in 1:3) for (cc in 1:2) want[i, r, cc] <- as.integer(vals[(i - 1) * 6 + (r - 1) * 2 + cc])
@@ -175,37 +175,37 @@ test_that("read_idx round-trips the values written and refuses a wrong magic num
   # the same through gzip
   gz <- tempfile(fileext = ".gz")
   write_idx_file(gz, c(2, 3, 2), vals, gz = TRUE)
-  expect_identical(read_idx(gz), want)
+  expect_identical(convlstm_read_idx(gz), want)
   # one dimension: a plain vector; a dimension of 1 is accepted
   write_idx_file(path, 3, c(9, 8, 7))
-  expect_identical(read_idx(path), c(9L, 8L, 7L))
+  expect_identical(convlstm_read_idx(path), c(9L, 8L, 7L))
   write_idx_file(path, c(1, 1, 2), c(5, 6))
-  expect_identical(read_idx(path), array(c(5L, 6L), c(1, 1, 2)))
+  expect_identical(convlstm_read_idx(path), array(c(5L, 6L), c(1, 1, 2)))
   # the magic number's first byte and its second byte must both be 0
   write_idx_file(path, 3, c(9, 8, 7), magic0 = as.raw(c(1, 0)))
-  expect_convlstm_error(read_idx(path), regexp = "magic")
+  expect_convlstm_error(convlstm_read_idx(path), regexp = "magic")
   write_idx_file(path, 3, c(9, 8, 7), magic0 = as.raw(c(0x80, 0)))
-  expect_convlstm_error(read_idx(path), regexp = "magic")
+  expect_convlstm_error(convlstm_read_idx(path), regexp = "magic")
   write_idx_file(path, 3, c(9, 8, 7), magic0 = as.raw(c(0, 1)))
-  expect_convlstm_error(read_idx(path), regexp = "magic")
+  expect_convlstm_error(convlstm_read_idx(path), regexp = "magic")
   # type 0x08 only; 0x09 (signed bytes) refused
   write_idx_file(path, 3, c(9, 8, 7), type = 9)
-  expect_convlstm_error(read_idx(path), regexp = "0x09")
+  expect_convlstm_error(convlstm_read_idx(path), regexp = "0x09")
   # a dimension of 0 and no dimensions at all are refused
   write_idx_file(path, c(2, 0), integer())
-  expect_convlstm_error(read_idx(path), regexp = "zero dimension")
+  expect_convlstm_error(convlstm_read_idx(path), regexp = "zero dimension")
   write_idx_file(path, integer(), integer())
-  expect_convlstm_error(read_idx(path), regexp = "no dimensions")
+  expect_convlstm_error(convlstm_read_idx(path), regexp = "no dimensions")
   # exactly as many values as the dimensions say: one fewer or one more refused
   write_idx_file(path, c(2, 2), 1:3)
-  expect_convlstm_error(read_idx(path), regexp = "fewer")
+  expect_convlstm_error(convlstm_read_idx(path), regexp = "fewer")
   write_idx_file(path, c(2, 2), 1:5)
-  expect_convlstm_error(read_idx(path), regexp = "beyond")
+  expect_convlstm_error(convlstm_read_idx(path), regexp = "beyond")
   write_idx_file(path, c(2, 2), 1:4)
-  expect_identical(read_idx(path), matrix(1:4, 2, 2, byrow = TRUE))
+  expect_identical(convlstm_read_idx(path), matrix(1:4, 2, 2, byrow = TRUE))
 })
 
-# The 5 x 7 font of moving_digits(), written out again here as the reference.
+# The 5 x 7 font of convlstm_moving_digits(), written out again here as the reference.
 font_ref <- list(
   "0" = c(" ### ", "#   #", "#  ##", "# # #", "##  #", "#   #", " ### "),
   "1" = c("  #  ", " ##  ", "  #  ", "  #  ", "  #  ", "  #  ", " ### "),
@@ -233,7 +233,7 @@ holds_glyph <- function(fr, g) {
 }
 
 test_that("moving_digits draws the glyph of the label it returns, in every frame", {
-  d <- moving_digits(n = 6, seq_len = 8, size = 12, n_digits = 1, scale = 1, speed = 1.5,
+  d <- convlstm_moving_digits(n = 6, n_frames = 8, size = 12, n_digits = 1, scale = 1, speed = 1.5,
                      horizon = 3, seed = 4)
   expect_identical(dim(d$x), c(6L, 5L, 1L, 12L, 12L))
   expect_identical(dim(d$y), c(6L, 3L, 1L, 12L, 12L))
@@ -244,17 +244,17 @@ test_that("moving_digits draws the glyph of the label it returns, in every frame
     for (t in 1:3) expect_true(holds_glyph(d$y[i, t, 1, , ], g), label = paste("y", i, t))
   }
   # scale 2: each font pixel a 2 x 2 block
-  d2 <- moving_digits(n = 2, seq_len = 2, size = 16, n_digits = 1, scale = 2, seed = 5)
+  d2 <- convlstm_moving_digits(n = 2, n_frames = 2, size = 16, n_digits = 1, scale = 2, seed = 5)
   for (i in 1:2) expect_true(holds_glyph(d2$x[i, 1, 1, , ], glyph_ref(d2$digits[i, 1], 2)))
   # y is the frames after x: the whole sequence drawn with the same seed
-  all <- moving_digits(n = 6, seq_len = 8, size = 12, n_digits = 1, scale = 1, speed = 1.5,
+  all <- convlstm_moving_digits(n = 6, n_frames = 8, size = 12, n_digits = 1, scale = 1, speed = 1.5,
                        horizon = 0, seed = 4)
   expect_identical(d$x, all$x[, 1:5, , , , drop = FALSE])
   expect_identical(d$y, all$x[, 6:8, , , , drop = FALSE])
 })
 
 test_that("moving_digits combines overlapping digits by their maximum and keeps its limits", {
-  d <- moving_digits(n = 5, seq_len = 6, size = 8, n_digits = 4, scale = 1, seed = 6)
+  d <- convlstm_moving_digits(n = 5, n_frames = 6, size = 8, n_digits = 4, scale = 1, seed = 6)
   # 0/1 glyphs: a maximum stays 0/1 (a sum would give 2 where they overlap,
   # and four 7 x 5 digits in an 8 x 8 frame always overlap)
   expect_true(all(d$x %in% c(0, 1)))
@@ -268,16 +268,16 @@ test_that("moving_digits combines overlapping digits by their maximum and keeps 
   expect_equal(bounce(1, -3, 10, 3), c(1, 2, 5))
   expect_equal(bounce(9, 2, 10, 3), c(9, 9, 7))
   # a glyph of exactly the frame's height fits; one pixel more does not
-  expect_identical(dim(moving_digits(n = 1, seq_len = 2, size = 14, scale = 2, seed = 1)$x),
+  expect_identical(dim(convlstm_moving_digits(n = 1, n_frames = 2, size = 14, scale = 2, seed = 1)$x),
                    c(1L, 2L, 1L, 14L, 14L))
-  expect_convlstm_error(moving_digits(n = 1, seq_len = 2, size = 13, scale = 2), regexp = "`scale`")
-  expect_identical(dim(moving_digits(n = 1, seq_len = 3, size = 8, horizon = 2, seed = 1)$x),
+  expect_convlstm_error(convlstm_moving_digits(n = 1, n_frames = 2, size = 13, scale = 2), regexp = "`scale`")
+  expect_identical(dim(convlstm_moving_digits(n = 1, n_frames = 3, size = 8, horizon = 2, seed = 1)$x),
                    c(1L, 1L, 1L, 8L, 8L))
-  expect_convlstm_error(moving_digits(n = 1, seq_len = 3, size = 8, horizon = 3), regexp = "`horizon`")
+  expect_convlstm_error(convlstm_moving_digits(n = 1, n_frames = 3, size = 8, horizon = 3), regexp = "`horizon`")
 })
 
 test_that("moving_beams puts the beam where the tutorial's construction says, by hand", {
-  d <- moving_beams(n = 4, seq_len = 3, size = 8, seed = 3)
+  d <- convlstm_moving_beams(n = 4, n_frames = 3, size = 8, seed = 3)
   expect_identical(dim(d$x), c(4L, 2L, 1L, 8L, 8L))
   expect_identical(dim(d$y), c(4L, 1L, 8L, 8L))
   # size 8: a beam of 8 %/% 4 = 2 pixels starting at row 8 %/% 2 + 1 = 5,

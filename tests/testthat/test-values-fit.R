@@ -1,5 +1,5 @@
 # convlstm_fit()'s history pinned by numbers computed apart (issue 38): each
-# epoch's loss is that of train_step() called by hand on a twin model (the
+# epoch's loss is that of convlstm_train_step() called by hand on a twin model (the
 # same weights, one thread, the same optimizer) over the same batches in the
 # same order, reduced as the documentation says (the batches' losses averaged
 # over their sequences, or summed for reduction = "sum"); the validation loss
@@ -34,7 +34,7 @@ values_epoch_loss <- function(l, sizes, reduction) {
 
 # Bit for bit the same weights (compared as one named vector, which testthat prints well).
 expect_same_weights <- function(a, b) {
-  expect_identical(unlist(state_dict(a)), unlist(state_dict(b)))
+  expect_identical(unlist(convlstm_state_dict(a)), unlist(convlstm_state_dict(b)))
 }
 
 # The loss column print(history) shows (its second), as numbers.
@@ -50,7 +50,7 @@ values_plain_pair <- function(seed = 11) {
   set.seed(seed)
   a <- convlstm(2, c(3, 2), 3, device = "cpu", threads = 1)
   b <- convlstm(2, c(3, 2), 3, device = "cpu", threads = 1)
-  load_state_dict(b, state_dict(a))
+  convlstm_load_state_dict(b, convlstm_state_dict(a))
   list(a = a, b = b)
 }
 
@@ -67,7 +67,7 @@ values_plain_by_hand <- function(b, d, opt, orders, bs, loss, reduction, data_x 
   vapply(orders, function(order) {
     batches <- values_batches(order, bs)
     l <- vapply(batches, function(i) {
-      train_step(b, rows_of(data_x, i), rows_of(data_y, i), opt, loss = loss,
+      convlstm_train_step(b, rows_of(data_x, i), rows_of(data_y, i), opt, loss = loss,
                  reduction = reduction)
     }, numeric(1))
     values_epoch_loss(l, lengths(batches), reduction)
@@ -81,7 +81,7 @@ for (case in list(list(loss = "mse", reduction = "mean"), list(loss = "mae", red
     m <- values_plain_pair()
     on.exit(release_all(m))
     d <- values_plain_data()
-    opt <- optimizer_adam(0.01)
+    opt <- convlstm_optimizer_adam(0.01)
     h <- convlstm_fit(m$a, d$x, d$y, opt, epochs = 2, batch_size = 2, shuffle = FALSE,
                       verbose = FALSE, loss = case$loss, reduction = case$reduction)
     want <- values_plain_by_hand(m$b, d, opt, list(1:5, 1:5), 2, case$loss, case$reduction)
@@ -96,7 +96,7 @@ test_that("a plain fit's validation loss over several batches is the loss of pre
   v <- values_plain_data(5, seed = 4) # 5 validation sequences: batches of 2, 2 and 1
   for (reduction in c("mean", "batchmean", "sum")) {
     m <- values_plain_pair()
-    h <- convlstm_fit(m$a, d$x, d$y, optimizer_adam(0.01), epochs = 1, batch_size = 2,
+    h <- convlstm_fit(m$a, d$x, d$y, convlstm_optimizer_adam(0.01), epochs = 1, batch_size = 2,
                       shuffle = FALSE, verbose = FALSE, loss = "mae", reduction = reduction,
                       validation_data = list(v$x, v$y),
                       metrics = c("mse", "mae", "mse_frame", "mae_frame"))
@@ -150,14 +150,14 @@ expect_shuffle_by_seed <- function(pair, d, opt, by_hand, seed, ...) {
   expect_same_weights(m$a, m$b)
   # and not the order of shuffle = FALSE
   fit_with(m2$b, FALSE, seed)
-  expect_false(identical(state_dict(m2$b), state_dict(m$a)))
+  expect_false(identical(convlstm_state_dict(m2$b), convlstm_state_dict(m$a)))
   # another seed, another order
   h_other <- fit_with(m3$a, TRUE, seed + 1)
   expect_false(identical(h_other$loss, h_shuffled$loss))
 }
 
 test_that("a plain fit's shuffle draws another order, the same for the same seed", {
-  expect_shuffle_by_seed(values_plain_pair, values_plain_data(6), optimizer_sgd(0.1),
+  expect_shuffle_by_seed(values_plain_pair, values_plain_data(6), convlstm_optimizer_sgd(0.1),
                          values_plain_by_hand, seed = 21, data_on_device = FALSE)
 })
 
@@ -167,7 +167,7 @@ values_fc_pair <- function(seed = 12) {
   set.seed(seed)
   a <- convlstm_forecaster(1, c(3, 2), 3, patch = 2, device = "cpu", threads = 1)
   b <- convlstm_forecaster(1, c(3, 2), 3, patch = 2, device = "cpu", threads = 1)
-  load_state_dict(b, state_dict(a))
+  convlstm_load_state_dict(b, convlstm_state_dict(a))
   list(a = a, b = b)
 }
 
@@ -181,7 +181,7 @@ values_fc_by_hand <- function(b, d, opt, orders, bs, loss, reduction) {
   vapply(orders, function(order) {
     batches <- values_batches(order, bs)
     l <- vapply(batches, function(i) {
-      train_step(b, rows_of(d$x, i), rows_of(d$y, i), opt, loss = loss, reduction = reduction)
+      convlstm_train_step(b, rows_of(d$x, i), rows_of(d$y, i), opt, loss = loss, reduction = reduction)
     }, numeric(1))
     values_epoch_loss(l, lengths(batches), reduction)
   }, numeric(1))
@@ -195,7 +195,7 @@ for (case in list(list(loss = "mse", reduction = "mean"),
     m <- values_fc_pair()
     on.exit(release_all(m))
     d <- values_fc_data()
-    opt <- optimizer_rmsprop(lr = 1e-2, alpha = 0.9)
+    opt <- convlstm_optimizer_rmsprop(lr = 1e-2, alpha = 0.9)
     h <- convlstm_fit(m$a, d$x, d$y, opt, epochs = 2, batch_size = 2, shuffle = FALSE,
                       verbose = FALSE, loss = case$loss, reduction = case$reduction)
     want <- values_fc_by_hand(m$b, d, opt, list(1:5, 1:5), 2, case$loss, case$reduction)
@@ -210,7 +210,7 @@ test_that("a forecaster fit's validation loss over several batches is the loss o
   v <- values_fc_data(5, K = 3, seed = 6) # 5 sequences of 3 frames (training: 2)
   for (reduction in c("mean", "batchmean", "sum")) {
     m <- values_fc_pair()
-    h <- convlstm_fit(m$a, d$x, d$y, optimizer_rmsprop(lr = 1e-2), epochs = 1, batch_size = 2,
+    h <- convlstm_fit(m$a, d$x, d$y, convlstm_optimizer_rmsprop(lr = 1e-2), epochs = 1, batch_size = 2,
                       shuffle = FALSE, verbose = FALSE, loss = "bce_logits",
                       reduction = reduction, validation_data = list(v$x, v$y))
     elems <- unlist(lapply(values_batches(1:5, 2), function(i) {
@@ -224,6 +224,6 @@ test_that("a forecaster fit's validation loss over several batches is the loss o
 })
 
 test_that("a forecaster fit's shuffle draws another order, the same for the same seed", {
-  expect_shuffle_by_seed(values_fc_pair, values_fc_data(6), optimizer_sgd(0.5),
+  expect_shuffle_by_seed(values_fc_pair, values_fc_data(6), convlstm_optimizer_sgd(0.5),
                          values_fc_by_hand, seed = 31)
 })

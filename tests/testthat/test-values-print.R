@@ -2,7 +2,7 @@
 # pinned by numbers computed apart (issue 38): each row equals the count
 # written out here from the layer's shapes, and the rows (with the
 # encoder-forecaster's 1x1 head) sum to the count of the tensors the core
-# holds (state_dict()) and to the total printed in the header; for the plain
+# holds (convlstm_state_dict()) and to the total printed in the header; for the plain
 # stack (one kernel or separate input and recurrent kernels, bias or not, no
 # peepholes, per-channel and per-position peepholes) and for Shi et al.'s
 # encoder-forecaster, Table 1's 7,585,296-parameter model included.
@@ -16,7 +16,7 @@ cell_count <- function(inp, h, k, rk = k, bias = TRUE, peephole = "none", pixels
 }
 
 # The count of the tensors the core holds.
-core_count <- function(model) sum(vapply(state_dict(model), length, numeric(1)))
+core_count <- function(model) sum(vapply(convlstm_state_dict(model), length, numeric(1)))
 
 # The printed table's column `name` (right-aligned under its header, as
 # print.data.frame() writes it), as text, for the table whose header line

@@ -209,7 +209,7 @@ r_ready() {
 # The whole suite (not stopping at the first failure), one line per file, and
 # a total the summary can quote.
 # shellcheck disable=SC2016
-RTEST='library(convlstm); print(gpu_info())
+RTEST='library(convlstm); print(convlstm_gpu_info())
 r <- as.data.frame(testthat::test_dir("tests/testthat", package = "convlstm",
   load_package = "installed", stop_on_failure = FALSE, reporter = "summary"))
 cat(sprintf("testthat: %d expectations, %d failed, %d skipped, %d files with errors\n",
@@ -293,7 +293,7 @@ PY
     use_cudnn
     CUDNN_HOME="$home" CONVLSTM_CUDA_GENCODE="$(gencode)" MAKEFLAGS="-j$JOBS" \
       R CMD INSTALL -l "$RLIB" . &&
-      R_LIBS="$RLIB" Rscript -e 'library(convlstm); print(gpu_info())'
+      R_LIBS="$RLIB" Rscript -e 'library(convlstm); print(convlstm_gpu_info())'
     ;;
   rtest)
     r_ready || { echo "STAGE SKIPPED: no R"; return 0; }

@@ -1,9 +1,9 @@
-# calibration-probe.R -- the memory of memory_advise()'s first calibration
+# calibration-probe.R -- the memory of convlstm_memory_advise()'s first calibration
 # on this machine, in a fresh R process: the growth of the resident
 # high-water mark (VmHWM, reset through /proc/self/clear_refs) over the
-# measurement of the rates that memory_advise() makes when none are stored
+# measurement of the rates that convlstm_memory_advise() makes when none are stored
 # (backend_rates(); R_USER_CACHE_DIR must name an empty folder), beside the
-# bound ?memory_advise states (calibration_bytes(): the largest calibration
+# bound ?convlstm_memory_advise states (calibration_bytes(): the largest calibration
 # step's plan plus the calibration's data). The advisor's own work (its
 # plans of every configuration) is not in the window.
 #
@@ -20,17 +20,17 @@ status <- function(key) {
     1024
 }
 model <- convlstm(1, c(8, 1), 3, device = "cpu", threads = 1)
-opt <- optimizer_adam()
+opt <- convlstm_optimizer_adam()
 # warm-up: the process's own costs (the package's code, the thread pool,
 # each dtype's and kernel size's first use), paid before the window by tiny
 # steps of the kinds the calibration runs
 x <- array(runif(2 * 2 * 8 * 8), c(2, 2, 1, 8, 8))
 y <- array(runif(2 * 8 * 8), c(2, 1, 8, 8))
-invisible(train_step(model, x, y, opt))
+invisible(convlstm_train_step(model, x, y, opt))
 for (dtype in c("float32", "float16", "bfloat16")) {
   for (k in c(1, 3)) {
     w <- convlstm(1, 1, k, device = "cpu", dtype = dtype, threads = 1)
-    invisible(train_step(w, x, y, optimizer_adam(), accumulation_steps = 2))
+    invisible(convlstm_train_step(w, x, y, convlstm_optimizer_adam(), accumulation_steps = 2))
     convlstm_release(w)
   }
 }

@@ -45,26 +45,26 @@ w <- convlstm(1, c(2, 1), 1, device = "cpu", threads = 1)
 small <- function(a) {
   if (length(dim(a)) == 5) a[1:2, , , 1:4, 1:4, drop = FALSE] else a[1:2, , 1:4, 1:4, drop = FALSE]
 }
-invisible(convlstm_fit(w, small(x), small(y), optimizer_adam(), epochs = 1, verbose = FALSE,
+invisible(convlstm_fit(w, small(x), small(y), convlstm_optimizer_adam(), epochs = 1, verbose = FALSE,
                        validation_data = list(small(vx), small(vy))))
 convlstm_release(w)
 model <- convlstm(1, c(8, 1), 3, device = "cpu", threads = 1)
-# the advisor's rates, measured once per machine (?memory_advise: its
+# the advisor's rates, measured once per machine (?convlstm_memory_advise: its
 # calibration models are outside any budget) and stored: measured in another
 # process when the test's cache folder is new, so that this one reads them
 # as every later process on a machine does (calibrating in this process
 # before the window still left the fit's growth at 15 MiB against 7 MiB)
 calibrate <- sprintf(paste0("suppressPackageStartupMessages(library(convlstm, lib.loc = %s)); ",
-                            "invisible(memory_advise(convlstm(1, c(8, 1), 3, device = 'cpu', ",
+                            "invisible(convlstm_memory_advise(convlstm(1, c(8, 1), 3, device = 'cpu', ",
                             "threads = 1), 2^30, 1L, 4L, 8L, 8L))"), deparse(lib))
 system2(file.path(R.home("bin"), "Rscript"), c("-e", shQuote(calibrate)))
-step <- memory_estimate(model, num[["batch"]], T, H, W, optimizer = optimizer_adam())
+step <- convlstm_memory_estimate(model, num[["batch"]], T, H, W, optimizer = convlstm_optimizer_adam())
 budget <- step$bytes[step$category == "reserved"] + num[["extra"]]
-val_all <- memory_estimate(model, n, T, vH, vW, training = FALSE, outputs = "last_state")
+val_all <- convlstm_memory_estimate(model, n, T, vH, vW, training = FALSE, outputs = "last_state")
 invisible(gc())
 writeLines("5", "/proc/self/clear_refs")
 s0 <- status()
-h <- convlstm_fit(model, x, y, optimizer_adam(), epochs = 1, batch_size = num[["batch"]],
+h <- convlstm_fit(model, x, y, convlstm_optimizer_adam(), epochs = 1, batch_size = num[["batch"]],
                   memory_budget = budget, validation_data = list(vx, vy), verbose = FALSE,
                   shuffle = FALSE, data_on_device = dod)
 s1 <- status()

@@ -1,7 +1,7 @@
 # hwm-probe.R -- one model in a fresh R process, measured by the operating
 # system: how far the process's resident high-water mark (VmHWM in
 # /proc/self/status) grows over creating the model and its first step, and
-# over a second step, against memory_estimate() for that step.
+# over a second step, against convlstm_memory_estimate() for that step.
 #
 #   Rscript hwm-probe.R LIB OUT key=value ...
 #
@@ -33,7 +33,7 @@
 #   start, not the session's earlier peaks.
 # - A throwaway model first creates and trains once at a tiny shape: R's
 #   byte-compiled package code and the OpenMP thread pool are the
-#   process's, not the model's (memory_stats()$runtime's kind of cost), and
+#   process's, not the model's (convlstm_memory_stats()$runtime's kind of cost), and
 #   are paid before the windows open.
 # - The inputs (x, y, a given state, a weight) are made and checked before
 #   the windows, gc() runs before each, and the step is the native call
@@ -119,7 +119,7 @@ y <- if (seq2seq) {
 } else {
   array(runif(B * oc * H * W), c(B, oc, H, W))
 }
-opt <- optimizer_adam(lr = 1e-3)
+opt <- convlstm_optimizer_adam(lr = 1e-3)
 # a given initial state: h then c of each layer, flat, as check_state() makes it
 given <- if (state_mode == "given") {
   unlist(lapply(hid, function(h) replicate(2, array(runif(B * h * H * W), c(B, h, H, W)),
@@ -225,8 +225,8 @@ cold_bytes <- function(present, plan) {
   stats::setNames(cold, plan$name[inside])
 }
 
-# memory_estimate() of the step the windows ran
-est <- memory_estimate(model, B, T_in, H, W,
+# convlstm_memory_estimate() of the step the windows ran
+est <- convlstm_memory_estimate(model, B, T_in, H, W,
                        training = training, checkpoint = num[["checkpoint"]],
                        accumulation_steps = num[["accumulation"]], tbptt = num[["tbptt"]],
                        optimizer = if (training) opt else NULL,
@@ -237,7 +237,7 @@ est <- memory_estimate(model, B, T_in, H, W,
                        target = if (training) target)
 b <- stats::setNames(est$bytes, est$category)
 plan <- attr(est, "plan")
-ms <- memory_stats(model)
+ms <- convlstm_memory_stats(model)
 # reserved pages the steps never wrote cost nothing: the test counts them
 # apart, and names the buffers they lie in
 present <- arena_pages()

@@ -40,9 +40,9 @@ case <- mpi_case(n, seed_model = 100 + d$rank, # different initial weights per r
                  forecast = mode == "freerun", peephole = mode == "peephole")
 set.seed(1000 + d$rank)                         # and different generators
 ckpt <- file.path(out, "ckpt.safetensors")
-callbacks <- list(callback_model_checkpoint(ckpt), callback_csv_logger(file.path(out, "log.csv")))
+callbacks <- list(convlstm_callback_model_checkpoint(ckpt), convlstm_callback_csv_logger(file.path(out, "log.csv")))
 if (mode %in% c("error", "kill")) {
-  callbacks <- c(callbacks, list(callback(on_batch_end = function(ctx) {
+  callbacks <- c(callbacks, list(convlstm_callback(on_batch_end = function(ctx) {
     # after epoch 2's first step: the other ranks wait in the second's
     if (ctx$epoch == 2L && ctx$batch == 1L && ctx$rank == fail_rank) {
       if (mode == "kill") tools::pskill(Sys.getpid(), tools::SIGKILL)
@@ -50,14 +50,14 @@ if (mode %in% c("error", "kill")) {
     }
   })))
 }
-h <- convlstm_fit(case$model, case$x, case$y, optimizer_adam(0.01), epochs = epochs,
+h <- convlstm_fit(case$model, case$x, case$y, convlstm_optimizer_adam(0.01), epochs = epochs,
                   batch_size = batch, shuffle = mode != "carry", verbose = FALSE, distributed = d,
                   callbacks = callbacks, max_grad_norm = if (mode == "clip") 0.05,
                   resume = if (mode == "resume") ckpt,
                   horizon = if (mode == "freerun") 3L, teacher_forcing = mode != "freerun",
                   state = if (mode == "carry") "carry")
-saveRDS(list(weights = state_dict(case$model), loss = h$loss, rank = d$rank, size = d$size,
+saveRDS(list(weights = convlstm_state_dict(case$model), loss = h$loss, rank = d$rank, size = d$size,
              stats = convlstm:::c_dist_stats(),
-             buckets = attr(memory_estimate(case$model, batch, 3, 6, 6, world_size = d$size),
+             buckets = attr(convlstm_memory_estimate(case$model, batch, 3, 6, 6, world_size = d$size),
                             "communication")),
         file.path(out, sprintf("w%d.rds", d$rank)))
