@@ -85,7 +85,7 @@ test_that("resume refuses files and schedules that do not match", {
   convlstm_save(model, plain, optimizer = opt)
   expect_convlstm_error(
     convlstm_fit(model, d$x, d$y, opt, verbose = FALSE, resume = plain),
-    regexp = "was not written by callback_model_checkpoint"
+    regexp = "was not written by convlstm_callback_model_checkpoint"
   )
   expect_convlstm_error(convlstm_fit(model, d$x, d$y, opt, resume = tempfile()),
                         regexp = "`path` names no file")

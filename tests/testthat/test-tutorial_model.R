@@ -23,10 +23,22 @@ ones_of <- function(a) {
 
 # tutorial/inputs: the fixture's beams checked against convlstm_moving_beams() of the
 # file's metadata; returns the fixture's tensors and config.
+# The shipped model was made before issue 35's rename: its metadata records
+# the data's call with the names of then (the generator without its prefix, seq_len); a model
+# remade by tools/make_tutorial_model.R records today's. Both are read as
+# today's call. (Spelt in pieces so that tools/rename_exports.R leaves them.)
+old_beams_call <- paste0("moving", "_beams(")
+recorded_call <- function(text) {
+  if (startsWith(text, old_beams_call)) {
+    text <- paste0("convlstm_", sub("seq_len =", "n_frames =", text, fixed = TRUE))
+  }
+  text
+}
+
 tutorial_inputs <- function(meta) {
   fx <- read_fixture("tutorial/inputs")
   for (key in c("data", "fresh_data")) {
-    beams <- eval(parse(text = meta[[key]])[[1]])
+    beams <- eval(parse(text = recorded_call(meta[[key]]))[[1]])
     expect_equal(dim(beams$x), fx$config[[paste0(key, "_dims")]], info = key)
     expect_equal(ones_of(beams$x), unname(fx$tensors[[paste0(key, "/x_ones")]]), info = key)
     expect_equal(ones_of(beams$y), unname(fx$tensors[[paste0(key, "/y_ones")]]), info = key)
@@ -44,7 +56,8 @@ test_that("the shipped model is small and has the documented architecture", {
   expect_identical(model$kernel_sizes, c(3L, 3L))
   expect_equal(model$n_parameters, 2952)
   meta <- convlstm_file_info(path)$metadata
-  expect_identical(meta[["data"]], "convlstm_moving_beams(n = 100, n_frames = 6, size = 24, seed = 1)")
+  expect_identical(recorded_call(meta[["data"]]),
+                   "convlstm_moving_beams(n = 100, n_frames = 6, size = 24, seed = 1)")
   expect_identical(meta[["made_by"]], "tools/make_tutorial_model.R")
   expect_length(tutorial_losses(meta), as.integer(meta[["epochs"]]))
 })
@@ -54,7 +67,7 @@ test_that("the shipped model forecasts unseen beams far better than an all-zero 
   model <- convlstm_load(path, device = "cpu")
   on.exit(convlstm_release(model))
   meta <- convlstm_file_info(path)$metadata
-  fresh <- eval(parse(text = meta[["fresh_data"]])[[1]])
+  fresh <- eval(parse(text = recorded_call(meta[["fresh_data"]]))[[1]])
   loss <- convlstm_evaluate(model, fresh$x, fresh$y)
   expect_lt(loss, mean(fresh$y^2) / 50)
 })
@@ -66,7 +79,7 @@ test_that("the shipped model's loss on fresh beams is PyTorch's on the same weig
   torch_fx <- read_fixture("tutorial/torch")
   model <- convlstm_load(path, device = "cpu", threads = 1)
   on.exit(convlstm_release(model))
-  fresh <- eval(parse(text = meta[["fresh_data"]])[[1]])
+  fresh <- eval(parse(text = recorded_call(meta[["fresh_data"]]))[[1]])
   loss <- convlstm_evaluate(model, fresh$x, fresh$y)
   torch_loss <- as.numeric(torch_fx$tensors[["losses"]])[3]
   # float32 on both sides, sums in another order (PyTorch: 7.969461e-05 vs 7.969462e-05 recorded)
@@ -97,7 +110,7 @@ test_that("the recorded losses of the first two epochs are PyTorch's from the sa
   meta <- convlstm_file_info(path)$metadata
   fx <- tutorial_inputs(meta)
   torch_losses <- as.numeric(read_fixture("tutorial/torch")$tensors[["losses"]])[1:2]
-  beams <- eval(parse(text = meta[["data"]])[[1]])
+  beams <- eval(parse(text = recorded_call(meta[["data"]]))[[1]])
   batch_size <- as.integer(meta[["batch_size"]])
   expect_identical(batch_size, as.integer(fx$config$batch_size))
   # the documented loop's start: its initial weights and its order of batches

@@ -146,20 +146,20 @@ test_that("over a long trajectory every digit reaches all four edges, the last r
 test_that("convlstm_moving_mnist's limits: the horizon, the frame size against the digits", {
   f <- mnist_files()
   args <- list(n = 1, n_digits = 1, speed = 1, images = f$images, labels = f$labels, seed = 1)
-  # horizon seq_len - 1: one input frame; seq_len: none, refused
-  d <- do.call(convlstm_moving_mnist, c(args, list(seq_len = 4, size = 6, horizon = 3)))
+  # horizon n_frames - 1: one input frame; n_frames: none, refused
+  d <- do.call(convlstm_moving_mnist, c(args, list(n_frames = 4, size = 6, horizon = 3)))
   expect_identical(dim(d$x), c(1L, 1L, 1L, 6L, 6L))
   expect_identical(dim(d$y), c(1L, 3L, 1L, 6L, 6L))
-  expect_convlstm_error(do.call(convlstm_moving_mnist, c(args, list(seq_len = 4, size = 6, horizon = 4))),
+  expect_convlstm_error(do.call(convlstm_moving_mnist, c(args, list(n_frames = 4, size = 6, horizon = 4))),
                         regexp = "`horizon`")
   # the 5 x 3 digits fit a 5-pixel frame exactly (rows pinned at 0), not a 4-pixel one
-  d <- do.call(convlstm_moving_mnist, c(args, list(seq_len = 3, size = 5, horizon = 0)))
+  d <- do.call(convlstm_moving_mnist, c(args, list(n_frames = 3, size = 5, horizon = 0)))
   g <- f$img[d$index[1, 1], , ] / 255
   for (t in 1:3) {
     fr <- d$x[1, t, 1, , ]
     expect_equal(fr[, which(colSums(fr) > 0)[[1]] + 0:2], g, tolerance = 0)
   }
-  expect_convlstm_error(do.call(convlstm_moving_mnist, c(args, list(seq_len = 3, size = 4, horizon = 0))),
+  expect_convlstm_error(do.call(convlstm_moving_mnist, c(args, list(n_frames = 3, size = 4, horizon = 0))),
                         regexp = "`size`")
 })
 
