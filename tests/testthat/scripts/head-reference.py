@@ -9,7 +9,7 @@ Builds the reference ConvLSTM with its head (inst/python/torch_convlstm.py,
 through safetensors_check.py's model_from, from SCRIPT_DIR), runs it on X
 (float32, row-major [B, T, C, H, W]) and writes to OUT_DIR: frames.bin (the
 head's outputs), loss.bin (float64: the mean squared error against Y over
-the last K steps, all T without K, as train_step(horizon = K) with teacher
+the last K steps, all T without K, as convlstm_train_step(horizon = K) with teacher
 forcing), and grad_<name>.bin for every parameter (float32, row-major).
 """
 

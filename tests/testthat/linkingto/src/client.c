@@ -204,7 +204,7 @@ static cl_host_array host_array(SEXP x) {
 }
 
 /* One Adam step on MSE against the last state: what convlstm's
- * train_step(model, x, y, optimizer_adam(lr)) does. */
+ * convlstm_train_step(model, x, y, convlstm_optimizer_adam(lr)) does. */
 static SEXP c_train_step(SEXP ptr, SEXP x, SEXP y, SEXP lr) {
   cl_model *m = get_model(ptr);
   cl_host_array hx = host_array(x), hy = host_array(y);
