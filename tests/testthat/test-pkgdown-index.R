@@ -33,5 +33,5 @@ test_that("the reference index names every exported topic exactly once, without 
   topics <- rd_topics(file.path(root, "man"))
   public <- topics$name[!topics$internal]
   expect_setequal(setdiff(listed, topics$name[topics$internal]), public)
-  expect_true(all(c("reset_state", "carried_state", "autoplot.convlstm") %in% listed))
+  expect_true(all(c("convlstm_reset_state", "convlstm_carried_state", "autoplot.convlstm") %in% listed))
 })
