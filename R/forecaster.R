@@ -46,11 +46,13 @@
 #' [convlstm_evaluate()] (any `horizon`), saved with [convlstm_save()],
 #' planned by [convlstm_memory_estimate()], [convlstm_max_batch_size()] and
 #' [convlstm_memory_advise()] (give `horizon`, the forecast frames; the advice
-#' offers only what its training runs: today the plain float32 step).
+#' offers only what its training runs: float32, float16 and bfloat16, with
+#' or without micro-batches). It trains in float16 and bfloat16 (the head's
+#' gradient in the storage type, under the loss scale) and with
+#' `accumulation_steps`, as a plain stack does.
 #' Not supported today: the rows of [convlstm_capabilities()] whose `model` is
-#' `"encoder_forecaster"` and `supported` is `FALSE` (float16 or bfloat16
-#' training -- predicting in them works --, `checkpoint`, `tbptt`,
-#' `recompute_gates`, `accumulation_steps`, a `horizon` argument (the forecast
+#' `"encoder_forecaster"` and `supported` is `FALSE` (`checkpoint`, `tbptt`,
+#' `recompute_gates`, a `horizon` argument (the forecast
 #' is `dim(y)[2]` frames), `teacher_forcing` below 1, given or carried states,
 #' a loss `weight`, `target = "last_state"`, data sets ([convlstm_data()]),
 #' data parallel training and, in [convlstm_fit()], `callbacks`,
@@ -130,13 +132,15 @@ is_convlstm_forecaster <- function(x) inherits(x, "convlstm_forecaster")
 # convlstm_train_step() of an encoder-forecaster: x [B, T, C, H, W] the input frames,
 # y [B, K, C, H, W] the K frames it forecasts (the options it does not
 # take: refused by the capability table before this).
-forecaster_train_step <- function(model, x, y, optimizer, loss, max_grad_norm, call) {
+forecaster_train_step <- function(model, x, y, optimizer, loss, max_grad_norm, call,
+                                  accumulation_steps = 1) {
   ptr <- model_ptr(model)
   config <- model_config(model)
   x <- check_input(x, config, "x", call = call)
   y <- check_input(y, config, "y", call = call)
   optimizer <- check_optimizer(optimizer, call = call)
-  options <- check_step_options(max_grad_norm = max_grad_norm, loss = loss,
+  options <- check_step_options(accumulation_steps = accumulation_steps,
+                                max_grad_norm = max_grad_norm, loss = loss,
                                 batch_size = dim(x)[[1]], call = call)
   c_train_step(ptr, x, y, "sequence", optimizer, options)
 }
@@ -270,7 +274,8 @@ check_forecast_pair <- function(x, y, config, arg, call) {
 # reduction (the options it does not take: refused by the capability table
 # before this). Returns a convlstm_history.
 forecaster_fit <- function(model, x, y, optimizer, epochs, batch_size, batch_size_given, shuffle,
-                           verbose, validation_data, loss, max_grad_norm, call) {
+                           verbose, validation_data, loss, max_grad_norm, call,
+                           accumulation_steps = 1) {
   config <- model_config(model)
   x <- check_input(x, config, "x", call = call)
   y <- check_input(y, config, "y", call = call)
@@ -284,6 +289,7 @@ forecaster_fit <- function(model, x, y, optimizer, epochs, batch_size, batch_siz
   batch_size <- fit_batch_size(batch_size, batch_size_given, n, 1L, call)
   shuffle <- check_flag(shuffle, "shuffle", call = call)
   verbose <- check_flag(verbose, "verbose", call = call)
+  accumulation_steps <- check_count(accumulation_steps, "accumulation_steps", call = call)
   if (!is.null(validation_data)) {
     if (!is.list(validation_data) || length(validation_data) != 2) {
       abort_arg("validation_data", "NULL or list(x, y)", validation_data, call)
@@ -304,8 +310,10 @@ forecaster_fit <- function(model, x, y, optimizer, epochs, batch_size, batch_siz
     total <- 0
     for (start in seq(1L, n, by = batch_size)) {
       idx <- order[start:min(n, start + batch_size - 1L)]
+      # a last batch smaller than accumulation_steps takes one sequence a step (as the plain fit)
       l <- forecaster_train_step(model, slice_batch(x, idx), slice_batch(y, idx), optimizer,
-                                 loss, max_grad_norm, call)
+                                 loss, max_grad_norm, call,
+                                 min(accumulation_steps, length(idx)))
       total <- total + as.numeric(l) * if (summed) 1 else length(idx)
     }
     epoch_loss <- if (summed) total else total / n

@@ -183,7 +183,8 @@ convlstm_train_step <- function(model, x, y = NULL, optimizer, target = c("last_
       abort_convlstm("`rows` applies only when `x` is a data set made by convlstm_data().",
                      call = sys.call())
     }
-    return(forecaster_train_step(model, x, y, optimizer, loss, max_grad_norm, sys.call()))
+    return(forecaster_train_step(model, x, y, optimizer, loss, max_grad_norm, sys.call(),
+                                 accumulation_steps))
   }
   if (is.null(horizon)) check_teacher_forcing(teacher_forcing, FALSE, sys.call())
   if (is_convlstm_data(x)) {

@@ -23,16 +23,12 @@ static const struct {
   const char *reason; /* the refusal's whole message */
   const char *head_refusal; /* NULL: supported */
 } OPTIONS[CL_N_CAPS] = {
-    [CL_CAP_HALF_TRAINING] = {"dtype = float16/bfloat16 training", 0,
-                              FC "trains in float32, not in float16 or bfloat16 (its predict() "
-                                 "runs in any dtype)"},
+    [CL_CAP_HALF_TRAINING] = {"dtype = float16/bfloat16 training", 1, NULL},
     [CL_CAP_CHECKPOINT] = {"checkpoint", 0, FC "does not support checkpoint: " WHOLE},
     [CL_CAP_TBPTT] = {"tbptt", 0, FC "does not support tbptt: " WHOLE},
     [CL_CAP_RECOMPUTE_GATES] = {"recompute_gates", 0,
                                 FC "does not support recompute_gates: its step keeps every gate"},
-    [CL_CAP_ACCUMULATION] = {"accumulation_steps", 0,
-                             FC "does not support accumulation_steps: its step takes the batch "
-                                "at once"},
+    [CL_CAP_ACCUMULATION] = {"accumulation_steps", 1, NULL},
     [CL_CAP_HORIZON] = {"horizon", 0,
                         FC "takes no horizon in training: its horizon is the target's steps, "
                            "dim(y)[2]"},

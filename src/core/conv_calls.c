@@ -270,15 +270,16 @@ static void inference(walk *w) {
 cl_status cl_conv_calls(const cl_model *m, const cl_schedule *g, cl_target target, const int *truth,
                         cl_conv_list *out) {
   walk w = {m, g, out};
-  if (cl_arch_is_wired(&m->arch)) {
-    if (g->training)
-      wired(&w, g->B, 1); /* one micro-batch (call.c) */
-    else
+  int nb = g->B / g->Bm + (g->B % g->Bm != 0), last = g->B - (nb - 1) * g->Bm;
+  if (!g->training) {
+    if (cl_arch_is_wired(&m->arch))
       wired_inference(&w);
-  } else if (!g->training) {
-    inference(&w);
+    else
+      inference(&w);
+  } else if (cl_arch_is_wired(&m->arch)) { /* micro-batches of Bm, the last of `last` */
+    wired(&w, g->Bm, nb - 1);
+    wired(&w, last, 1);
   } else {
-    int nb = g->B / g->Bm + (g->B % g->Bm != 0), last = g->B - (nb - 1) * g->Bm;
     micro_batch(&w, g->Bm, target, truth, nb - 1);
     micro_batch(&w, last, target, truth, 1);
   }

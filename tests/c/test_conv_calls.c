@@ -245,11 +245,14 @@ static void run(const config *c) {
   cl_model_free(m);
 }
 
-/* Shi et al.'s encoder-forecaster (forecast.c): two layers of 3 and 2,
+/* Shi et al.'s encoder-forecaster (stacks.c): two layers of 3 and 2,
  * 2 channels in 2x2 patches of 4x6 frames, T input and K forecast steps,
- * a training step or a prediction. */
-static void run_forecaster(const char *name, int training, int k, int rk, int T, int K) {
-  const int B = 2, C = 2, H = 4, W = 6;
+ * a training step (in micro-batches of accumulation steps: three sequences
+ * then, the last micro-batch smaller; in storage dtype dt) or a
+ * prediction. */
+static void run_forecaster(const char *name, int training, int k, int rk, int T, int K,
+                           int accumulation, cl_dtype dt) {
+  const int B = accumulation > 1 ? 3 : 2, C = 2, H = 4, W = 6;
   cl_config cfg = ctest_config(C, 3, 2, k, k, 1, 2);
   cfg.n_layers = 4;
   for (int l = 0; l < 4; l++) {
@@ -260,6 +263,7 @@ static void run_forecaster(const char *name, int training, int k, int rk, int T,
   cfg.peephole = CL_PEEP_CHANNEL;
   cfg.forecaster = 1;
   cfg.patch = 2;
+  cfg.dtype = dt;
   cl_model *m = ctest_model(&cfg);
   if (!m) return;
   struct cl_backend_i table;
@@ -272,6 +276,7 @@ static void run_forecaster(const char *name, int training, int k, int rk, int T,
   cl_host_array ya = {y, CL_HOST_TORCH_F32, 5, {B, K, C, H, W}};
   cl_step_options o;
   memset(&o, 0, sizeof o);
+  o.accumulation_steps = accumulation;
   cl_optim sgd = {.kind = CL_OPTIM_SGD, .lr = 1e-3};
   n_rec = rec_overflow = 0;
   double loss;
@@ -347,8 +352,11 @@ int main(void) {
       {"head, inference, horizon 3", 2, 4, 4, 4, 2, 3, 4, 3, 3, 1, 0, LAST, 0, 0, 0, 0, 3, 0, 0, 1, 0, 0, CL_F32, 1},
   };
   for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) run(&cs[i]);
-  run_forecaster("encoder-forecaster, training", 1, 3, 3, 3, 2);
-  run_forecaster("encoder-forecaster, 5x5 / 3x3", 1, 5, 3, 2, 3);
-  run_forecaster("encoder-forecaster, prediction", 0, 3, 1, 3, 4);
+  run_forecaster("encoder-forecaster, training", 1, 3, 3, 3, 2, 0, CL_F32);
+  run_forecaster("encoder-forecaster, 5x5 / 3x3", 1, 5, 3, 2, 3, 0, CL_F32);
+  run_forecaster("encoder-forecaster, accumulation 2 of 3", 1, 3, 3, 3, 2, 2, CL_F32);
+  run_forecaster("encoder-forecaster, float16, accumulation", 1, 3, 1, 2, 3, 3, CL_F16);
+  run_forecaster("encoder-forecaster, bfloat16", 1, 3, 3, 3, 2, 0, CL_BF16);
+  run_forecaster("encoder-forecaster, prediction", 0, 3, 1, 3, 4, 0, CL_F32);
   return ctest_done("test_conv_calls");
 }
