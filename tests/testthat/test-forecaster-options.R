@@ -54,11 +54,22 @@ test_that("an encoder-forecaster's accumulation holds micro-batches, and its fit
   # activations of one sequence at a time, not of all five
   expect_identical(5 * one$peak[one$category == "activations"],
                    all$peak[all$category == "activations"])
-  # a fit with accumulation: the losses of the steps taken by hand
+  # a fit with accumulation: the losses of the steps taken by hand, at the
+  # peak of one sequence's activations, not five's
   twin <- fo_model()
   on.exit(convlstm_release(twin), add = TRUE)
   h <- convlstm_fit(twin, d$x, d$y, convlstm_optimizer_adam(lr = 0.01), epochs = 2,
                     batch_size = 5, shuffle = FALSE, verbose = FALSE, accumulation_steps = 2)
+  m5 <- fo_model()
+  m1 <- fo_model()
+  on.exit(convlstm_release(m5), add = TRUE)
+  on.exit(convlstm_release(m1), add = TRUE)
+  h5 <- convlstm_fit(m5, d$x, d$y, convlstm_optimizer_adam(lr = 0.01), epochs = 1,
+                     batch_size = 5, verbose = FALSE, accumulation_steps = 5)
+  h1 <- convlstm_fit(m1, d$x, d$y, convlstm_optimizer_adam(lr = 0.01), epochs = 1,
+                     batch_size = 5, verbose = FALSE)
+  # the activations shrink to a fifth (the other step buffers too)
+  expect_gte(h1$peak - h5$peak, 4 * one$peak[one$category == "activations"])
   m2 <- fo_model()
   on.exit(convlstm_release(m2), add = TRUE)
   opt <- convlstm_optimizer_adam(lr = 0.01)
