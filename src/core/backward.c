@@ -209,10 +209,6 @@ static cl_status backward_layer(cl_model *m, int l, int b, int len, int done, co
   return CL_OK;
 }
 
-cl_status cl_backward_layer(cl_model *m, int l, int b, int len, const void *in,
-                            const void *prev_h, const void *prev_c, int fresh_dc) {
-  return backward_layer(m, l, b, len, 0, in, prev_h, prev_c, fresh_dc, 0, 0);
-}
 
 /* recompute_gates: one chunk's share of layer l's weight gradients, steps
  * s0..s0+k-1 whose dz are in the chunk buffer, and of the gradient of the
@@ -290,6 +286,26 @@ static cl_status backward_layer_chunks(cl_model *m, int l, int b, int len, const
   return CL_OK;
 }
 
+/* Layer l over a segment, the one per-layer piece every schedule runs:
+ * whole, or with recompute_gates chunk by chunk; then its gradient bucket
+ * is complete on the step's last pass (data parallel: off while the layers
+ * below run). */
+static cl_status backward_piece(cl_model *m, const cl_call *c, int l, int b, int len,
+                                const void *in, const void *prev_h, const void *prev_c,
+                                int fresh_dc, int carry_in, int save_carry) {
+  if (m->step.g.rc)
+    CL_TRY(backward_layer_chunks(m, l, b, len, in, prev_h, prev_c, fresh_dc, carry_in,
+                                 save_carry));
+  else
+    CL_TRY(backward_layer(m, l, b, len, 0, in, prev_h, prev_c, fresh_dc, carry_in, save_carry));
+  return cl_dist_bucket_ready(m, c, l);
+}
+
+cl_status cl_backward_layer(cl_model *m, const cl_call *c, int l, int b, int len, const void *in,
+                            const void *prev_h, const void *prev_c, int fresh_dc) {
+  return backward_piece(m, c, l, b, len, in, prev_h, prev_c, fresh_dc, 0, 0);
+}
+
 cl_status cl_backward_segment(cl_model *m, const cl_call *c, int b, int len, const void *x,
                               void *const *prev_h, void *const *prev_c, int fresh_dc,
                               int carry_in, int save_carry) {
@@ -297,11 +313,7 @@ cl_status cl_backward_segment(cl_model *m, const cl_call *c, int b, int len, con
   for (int l = m->cfg.n_layers - 1; l >= 0; l--) {
     const void *in = l == 0 ? x : st->hid[l - 1];
     const void *ph = prev_h ? prev_h[l] : NULL, *pc = prev_c ? prev_c[l] : NULL;
-    CL_TRY(st->g.rc ? backward_layer_chunks(m, l, b, len, in, ph, pc, fresh_dc, carry_in,
-                                            save_carry)
-                    : backward_layer(m, l, b, len, 0, in, ph, pc, fresh_dc, carry_in,
-                                     save_carry));
-    CL_TRY(cl_dist_bucket_ready(m, c, l)); /* data parallel: off while the layers below run */
+    CL_TRY(backward_piece(m, c, l, b, len, in, ph, pc, fresh_dc, carry_in, save_carry));
   }
   return CL_OK;
 }

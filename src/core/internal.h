@@ -586,8 +586,10 @@ cl_status cl_backward_segment(cl_model *m, const cl_call *c, int b, int len, con
                               int carry_in, int save_carry);
 /* Layer l alone over len steps from step 0, as cl_backward_segment does
  * each layer (no checkpoint carry; d_hidden[l] holds its output's
- * gradient; fresh_dc: d_cell starts at zero, else from what it holds). */
-cl_status cl_backward_layer(cl_model *m, int l, int b, int len, const void *in,
+ * gradient; fresh_dc: d_cell starts at zero, else from what it holds):
+ * the per-layer piece that owns recompute_gates' chunks and the
+ * data-parallel bucket hook, whichever schedule calls it. */
+cl_status cl_backward_layer(cl_model *m, const cl_call *c, int l, int b, int len, const void *in,
                             const void *prev_h, const void *prev_c, int fresh_dc);
 /* Free-running training (g.free_run): the whole step of g.T steps, whose
  * last horizon - 1 read the last layer's h of the step before, copied into

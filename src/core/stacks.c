@@ -87,7 +87,8 @@ static cl_status receive_handed(cl_model *m, int l, int to, int b, int n, int to
 /* Stack si backward, from its top layer down. A layer starting from a
  * stack's state keeps its initial c's gradient for that stack (d_cell
  * serves the next layer). */
-static cl_status back_stack(cl_model *m, int si, int b, void **h, void **c) {
+static cl_status back_stack(cl_model *m, const cl_call *call, int si, int b, void **h,
+                            void **c) {
   const cl_step *st = &m->step;
   const cl_schedule *g = &st->g;
   const cl_arch *a = &m->arch;
@@ -100,7 +101,8 @@ static cl_status back_stack(cl_model *m, int si, int b, void **h, void **c) {
     if (handed) CL_TRY(receive_handed(m, l, to, b, n, top && !head));
     const void *in = l > s->lo ? st->hid[l - 1]
                      : s->input == CL_STACK_READS_FRAMES ? st->x : NULL;
-    CL_TRY(cl_backward_layer(m, l, b, n, in, from ? h[l] : NULL, from ? c[l] : NULL, !handed));
+    CL_TRY(cl_backward_layer(m, call, l, b, n, in, from ? h[l] : NULL, from ? c[l] : NULL,
+                             !handed));
     if (!from) continue;
     size_t bh = (size_t)b * m->layer[l].hidden * g->H * g->W;
     int back = a->stack[s->state_from].lo + (l - s->lo);
@@ -114,6 +116,6 @@ cl_status cl_stacks_run(cl_model *m, const cl_call *c, const cl_source *x, const
   void *h[CL_MAX_LAYERS], *cs[CL_MAX_LAYERS];
   CL_TRY(forward(m, x, b0, b, h, cs));
   CL_TRY(loss(m, c, y, b0, b, ls, acc));
-  for (int si = m->arch.n_stacks - 1; si >= 0; si--) CL_TRY(back_stack(m, si, b, h, cs));
+  for (int si = m->arch.n_stacks - 1; si >= 0; si--) CL_TRY(back_stack(m, c, si, b, h, cs));
   return CL_OK;
 }
