@@ -169,13 +169,16 @@ test_that("convlstm_evaluate(metrics = ) scores predict()'s output, assembled ba
   f <- predict(model, x, horizon = 3)
   p <- predict(model, x, what = "last_state")
   for (b in c(2, 5)) {
-    # the errors summed over each frame's pixels, averaged over 5 sequences x 3 frames
+    # "mse", "mae": means per element; "mse_frame", "mae_frame": the errors
+    # summed over each frame's pixels, averaged over 5 sequences x 3 frames
     expect_equal(convlstm_evaluate(model, x, y, horizon = 3, batch_size = b,
-                                   metrics = c("mse", "mae")),
-                 c(loss = mean((f - y)^2), mse = sum((f - y)^2) / 15, mae = sum(abs(f - y)) / 15),
+                                   metrics = c("mse", "mae", "mse_frame", "mae_frame")),
+                 c(loss = mean((f - y)^2), mse = mean((f - y)^2), mae = mean(abs(f - y)),
+                   mse_frame = sum((f - y)^2) / 15, mae_frame = sum(abs(f - y)) / 15),
                  tolerance = 1e-12)
     # one frame per sequence
-    expect_equal(convlstm_evaluate(model, x, y1, batch_size = b, metrics = "mse"),
-                 c(loss = mean((p - y1)^2), mse = sum((p - y1)^2) / 5), tolerance = 1e-12)
+    expect_equal(convlstm_evaluate(model, x, y1, batch_size = b, metrics = c("mse", "mse_frame")),
+                 c(loss = mean((p - y1)^2), mse = mean((p - y1)^2),
+                   mse_frame = sum((p - y1)^2) / 5), tolerance = 1e-12)
   }
 })
