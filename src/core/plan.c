@@ -18,11 +18,9 @@
  * into as many micro-batches, and divide by the zero it wraps to */
 static int ceil_div(int a, int b) { return a / b + (a % b != 0); }
 
-cl_status cl_schedule_make(cl_model *m, int B, int T, int H, int W, int training,
-                       const cl_step_options *o, cl_schedule *g) {
-  static const cl_step_options none;
-  if (!o) o = &none;
-  memset(g, 0, sizeof *g);
+/* The call's shape and options, before any schedule is made of them. */
+static cl_status schedule_check(cl_model *m, int B, int T, int H, int W, int training,
+                                const cl_step_options *o) {
   if (B < 1 || T < 1 || H < 1 || W < 1)
     return cl_fail(m, CL_E_INVALID, "batch, steps, height and width must be positive");
   if (m->cfg.peephole == CL_PEEP_POSITION && (H != m->cfg.peephole_h || W != m->cfg.peephole_w))
@@ -52,20 +50,15 @@ cl_status cl_schedule_make(cl_model *m, int B, int T, int H, int W, int training
                    m->layer[m->cfg.n_layers - 1].hidden, m->cfg.input_dim);
   if (o->horizon > 0 && T > INT32_MAX - o->horizon)
     return cl_fail(m, CL_E_INVALID, "horizon: %d + %d steps overflow", T, o->horizon);
-  g->B = B; g->T = T; g->H = H; g->W = W;
-  g->training = training ? 1 : 0;
-  g->dtype = o->plan_dtype ? (cl_dtype)(o->plan_dtype - 1) : m->cfg.dtype;
-  g->Bm = B;
-  g->S = T;
-  g->nseg = 1;
-  g->state = o->state_mode;
-  g->horizon = o->horizon; /* training: the target is the last `horizon` steps */
   if (o->weight && o->weight->ndim != 4 && o->weight->ndim != 5)
     return cl_fail(m, CL_E_INVALID, "weight must have 4 or 5 dimensions, as the target");
-  if (!training) {
-    g->outputs = o->horizon ? CL_OUTPUTS_LAST : o->outputs; /* the frames are the output */
-    return CL_OK;
-  }
+  return CL_OK;
+}
+
+/* A training call's schedule: free running, micro-batches, checkpoint
+ * segments or tbptt windows, recomputed chunks, the loss weight's steps. */
+static cl_status schedule_training(cl_model *m, const cl_step_options *o, cl_schedule *g) {
+  const int B = g->B, T = g->T;
   int ck = o->checkpoint > 0 && o->checkpoint < T, tb = o->tbptt > 0 && o->tbptt < T;
   if (ck && tb)
     return cl_fail(m, CL_E_INVALID, "checkpoint and tbptt cannot be combined: use one of them");
@@ -101,6 +94,25 @@ cl_status cl_schedule_make(cl_model *m, int B, int T, int H, int W, int training
     int before = K - last < g->S ? K - last : g->S;
     g->weight_steps = o->weight->ndim != 5 ? 1 : K <= last ? K : last > before ? last : before;
   }
+  return CL_OK;
+}
+
+cl_status cl_schedule_make(cl_model *m, int B, int T, int H, int W, int training,
+                           const cl_step_options *o, cl_schedule *g) {
+  static const cl_step_options none;
+  if (!o) o = &none;
+  memset(g, 0, sizeof *g);
+  CL_TRY(schedule_check(m, B, T, H, W, training, o));
+  g->B = B; g->T = T; g->H = H; g->W = W;
+  g->training = training ? 1 : 0;
+  g->dtype = o->plan_dtype ? (cl_dtype)(o->plan_dtype - 1) : m->cfg.dtype;
+  g->Bm = B;
+  g->S = T;
+  g->nseg = 1;
+  g->state = o->state_mode;
+  g->horizon = o->horizon; /* training: the target is the last `horizon` steps */
+  if (training) return schedule_training(m, o, g);
+  g->outputs = o->horizon ? CL_OUTPUTS_LAST : o->outputs; /* the frames are the output */
   return CL_OK;
 }
 
