@@ -125,7 +125,7 @@ class cl_config(C.Structure):
                 ("peephole", C.c_int), ("peephole_h", C.c_int), ("peephole_w", C.c_int),
                 ("dropout", C.c_double * CL_MAX_LAYERS),
                 ("recurrent_dropout", C.c_double * CL_MAX_LAYERS), ("dropout_masks", C.c_int),
-                ("forecaster", C.c_int), ("patch", C.c_int)]
+                ("forecaster", C.c_int), ("patch", C.c_int), ("head", C.c_int)]
 
 
 class cl_host_array(C.Structure):
