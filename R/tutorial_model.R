@@ -1,5 +1,6 @@
 # tutorial_model.R -- documents the trained model that ships in
-# inst/extdata/ (made by tools/make_tutorial_model.R); no code.
+# inst/extdata/ (made by tools/make_tutorial_model.R), and reads the data
+# call its metadata records.
 
 #' The trained tutorial model shipped with the package
 #'
@@ -43,3 +44,16 @@
 #' c(mse = mean((forecast - beams$y)^2), all_zero = mean(beams$y^2))
 #' convlstm_release(model)
 NULL
+
+# The shipped model was made before the exports were renamed (issue 35): its
+# metadata records the data's call with the names of then (the generator
+# without its prefix, seq_len); a model remade by
+# tools/make_tutorial_model.R records today's. Both are returned as today's
+# call, for tests/testthat/test-tutorial_model.R and
+# tools/make_tutorial_inputs.R. (Spelt in pieces so that
+# tools/rename_exports.R leaves them.)
+tutorial_data_call <- function(text) {
+  old <- paste0("moving", "_beams(")
+  if (!startsWith(text, old)) return(text)
+  paste0("convlstm_", sub("seq_len =", "n_frames =", text, fixed = TRUE))
+}

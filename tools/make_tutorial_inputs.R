@@ -46,7 +46,7 @@ ones <- function(a) {
 }
 
 for (key in c("data", "fresh_data")) {
-  beams <- eval(parse(text = meta[[key]])[[1]])
+  beams <- eval(parse(text = convlstm:::tutorial_data_call(meta[[key]]))[[1]])
   if (key == "data") n <- dim(beams$x)[1]
   stopifnot(all(beams$x %in% c(0, 1)), all(beams$y %in% c(0, 1)))
   lines <- c(lines, paste("config", paste0(key, "_dims"), paste(dim(beams$x), collapse = " ")))

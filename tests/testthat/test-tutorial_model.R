@@ -23,17 +23,9 @@ ones_of <- function(a) {
 
 # tutorial/inputs: the fixture's beams checked against convlstm_moving_beams() of the
 # file's metadata; returns the fixture's tensors and config.
-# The shipped model was made before issue 35's rename: its metadata records
-# the data's call with the names of then (the generator without its prefix, seq_len); a model
-# remade by tools/make_tutorial_model.R records today's. Both are read as
-# today's call. (Spelt in pieces so that tools/rename_exports.R leaves them.)
-old_beams_call <- paste0("moving", "_beams(")
-recorded_call <- function(text) {
-  if (startsWith(text, old_beams_call)) {
-    text <- paste0("convlstm_", sub("seq_len =", "n_frames =", text, fixed = TRUE))
-  }
-  text
-}
+# The data call the shipped model's metadata records, as today's call
+# (R/tutorial_model.R: it was made before the exports were renamed).
+recorded_call <- function(text) convlstm:::tutorial_data_call(text)
 
 tutorial_inputs <- function(meta) {
   fx <- read_fixture("tutorial/inputs")
