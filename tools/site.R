@@ -147,7 +147,7 @@ cat(sprintf("site: %d pages, %d images, every local link and image resolves\n",
 # on them, every internal link (and #fragment) resolves, nothing was asked of
 # the network and no script threw; it saves screenshots for a person to look
 # at. Mandatory (CI runs it); SITE_BROWSER=0 skips it where no Chromium is.
-checked <- c("index.html", "reference/memory_estimate.html",
+checked <- c("index.html", "reference/convlstm_memory_estimate.html",
              "articles/gpu-memory-answered.html")
 if (identical(Sys.getenv("SITE_BROWSER"), "0")) {
   cat("site: SITE_BROWSER=0: browser check skipped\n")
