@@ -71,7 +71,8 @@
 #'
 #' resumed <- convlstm_load(path, device = "cpu")
 #' opt <- attr(resumed, "optimizer")   # convlstm_optimizer_adam(lr = 0.01)
-#' convlstm_train_step(resumed, x, y, opt)      # the same loss as convlstm_train_step(model, x, y, opt)
+#' # the same loss as convlstm_train_step(model, x, y, opt) would give
+#' convlstm_train_step(resumed, x, y, opt)
 #' convlstm_train_step(model, x, y, opt)
 #' convlstm_release(model); convlstm_release(resumed); unlink(path)
 convlstm_save <- function(model, path, optimizer = NULL, metadata = NULL) {
