@@ -21,6 +21,7 @@
 #   make fixtures-check  every fixture generator rerun into a temporary folder, diffed
 #                 against tests/testthat/fixtures (PyTorch; the package installed)
 #   make bench    one training step here vs PyTorch on CPU (bench/)
+#   make bench-peak  the convolutions' share of this CPU's FMA peak, beside PyTorch's
 #   make clean
 #
 # It is not part of the package: R CMD build ignores it, and the package
@@ -47,7 +48,7 @@ DEB_PKGS := r-base-dev r-cran-cli r-cran-generics r-cran-ggplot2 r-cran-testthat
 FASHION_MNIST := /usr/share/datasets/fashion-mnist
 
 .NOTPARALLEL:
-.PHONY: all deps check-deps docs install install-code build check test test-guard ctest asan valgrind fuzz demo bench site clean \
+.PHONY: all deps check-deps docs install install-code build check test test-guard ctest asan valgrind fuzz demo bench bench-peak site clean \
         harness-check fixtures-check blas-check
 
 all: install
@@ -245,6 +246,9 @@ demo: deps install
 
 bench: install
 	bash bench/bench_cpu.sh
+
+bench-peak:
+	PYTHON=$(PYTHON) bash bench/cpu_peak.sh
 
 clean:
 	./cleanup
