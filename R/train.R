@@ -184,7 +184,7 @@ convlstm_train_step <- function(model, x, y = NULL, optimizer, target = c("last_
                      call = sys.call())
     }
     return(forecaster_train_step(model, x, y, optimizer, loss, max_grad_norm, sys.call(),
-                                 accumulation_steps))
+                                 accumulation_steps, checkpoint, recompute_gates))
   }
   if (is.null(horizon)) check_teacher_forcing(teacher_forcing, FALSE, sys.call())
   if (is_convlstm_data(x)) {
