@@ -4,7 +4,7 @@
  * without them, on the CPU backend (one thread, so that a convolution's
  * sums run in one order whatever the call's size).
  *
- * What must hold, for float32 and float16 training, with and without
+ * What must hold, for float32, float16 and bfloat16 training, with and without
  * accumulation:
  *  - the first step's loss bit for bit: neither option changes a value of
  *    the forward (a recomputed segment or chunk repeats its calls);
@@ -161,6 +161,7 @@ int main(void) {
       {"L2 3-5, T 6, K 4, accumulation 2", 2, {3, 5}, 1, 4, 6, 4, 2, CL_F32},
       {"L2 4-4, float16, T 5, K 4", 2, {4, 4}, 0, 2, 5, 4, 1, CL_F16},
       {"L1, float16, accumulation 3, T 4, K 5", 1, {5, 0}, 1, 3, 4, 5, 3, CL_F16},
+      {"L2 5-3, bfloat16, accumulation 2, T 6, K 3", 2, {5, 3}, 1, 4, 6, 3, 2, CL_BF16},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i]);
   return ctest_done("test_core_fc_memory");
