@@ -143,8 +143,8 @@
 #'   predicted free-running). For an encoder-forecaster
 #'   ([convlstm_forecaster()]): the frames it forecasts, at least 1. The
 #'   advice lists only configurations whose every option the model's kind
-#'   supports ([convlstm_capabilities()]): for an encoder-forecaster today
-#'   its one configuration, the float32 step, planned against `budget`; a
+#'   supports ([convlstm_capabilities()]): for an encoder-forecaster every
+#'   dtype, micro-batches, `checkpoint` and `recompute_gates` (not `tbptt`); a
 #'   `teacher_forcing` or `target` it does not support is refused as
 #'   [convlstm_train_step()] refuses it.
 #' @param teacher_forcing With a `horizon`: `TRUE` plans teacher-forced

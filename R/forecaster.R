@@ -47,12 +47,15 @@
 #' planned by [convlstm_memory_estimate()], [convlstm_max_batch_size()] and
 #' [convlstm_memory_advise()] (give `horizon`, the forecast frames; the advice
 #' offers only what its training runs: float32, float16 and bfloat16, with
-#' or without micro-batches). It trains in float16 and bfloat16 (the head's
-#' gradient in the storage type, under the loss scale) and with
-#' `accumulation_steps`, as a plain stack does.
+#' or without micro-batches, checkpointing and recomputed gates). It trains in float16 and bfloat16 (the head's
+#' gradient in the storage type, under the loss scale), with
+#' `accumulation_steps`, and with `checkpoint` (each stack's steps in
+#' segments of `checkpoint`, recomputed in backward) and `recompute_gates`,
+#' as a plain stack does: the same loss, gradients within float32 rounding,
+#' less memory.
 #' Not supported today: the rows of [convlstm_capabilities()] whose `model` is
-#' `"encoder_forecaster"` and `supported` is `FALSE` (`checkpoint`, `tbptt`,
-#' `recompute_gates`, a `horizon` argument (the forecast
+#' `"encoder_forecaster"` and `supported` is `FALSE` (`tbptt`,
+#' a `horizon` argument (the forecast
 #' is `dim(y)[2]` frames), `teacher_forcing` below 1, given or carried states,
 #' a loss `weight`, `target = "last_state"`, data sets ([convlstm_data()]),
 #' data parallel training and, in [convlstm_fit()], `callbacks`,
@@ -133,15 +136,17 @@ is_convlstm_forecaster <- function(x) inherits(x, "convlstm_forecaster")
 # y [B, K, C, H, W] the K frames it forecasts (the options it does not
 # take: refused by the capability table before this).
 forecaster_train_step <- function(model, x, y, optimizer, loss, max_grad_norm, call,
-                                  accumulation_steps = 1) {
+                                  accumulation_steps = 1, checkpoint = 0,
+                                  recompute_gates = FALSE) {
   ptr <- model_ptr(model)
   config <- model_config(model)
   x <- check_input(x, config, "x", call = call)
   y <- check_input(y, config, "y", call = call)
   optimizer <- check_optimizer(optimizer, call = call)
-  options <- check_step_options(accumulation_steps = accumulation_steps,
+  options <- check_step_options(checkpoint = checkpoint, accumulation_steps = accumulation_steps,
                                 max_grad_norm = max_grad_norm, loss = loss,
-                                batch_size = dim(x)[[1]], call = call)
+                                batch_size = dim(x)[[1]], recompute_gates = recompute_gates,
+                                call = call)
   c_train_step(ptr, x, y, "sequence", optimizer, options)
 }
 
@@ -275,7 +280,7 @@ check_forecast_pair <- function(x, y, config, arg, call) {
 # before this). Returns a convlstm_history.
 forecaster_fit <- function(model, x, y, optimizer, epochs, batch_size, batch_size_given, shuffle,
                            verbose, validation_data, loss, max_grad_norm, call,
-                           accumulation_steps = 1) {
+                           accumulation_steps = 1, checkpoint = 0, recompute_gates = FALSE) {
   config <- model_config(model)
   x <- check_input(x, config, "x", call = call)
   y <- check_input(y, config, "y", call = call)
@@ -313,7 +318,8 @@ forecaster_fit <- function(model, x, y, optimizer, epochs, batch_size, batch_siz
       # a last batch smaller than accumulation_steps takes one sequence a step (as the plain fit)
       l <- forecaster_train_step(model, slice_batch(x, idx), slice_batch(y, idx), optimizer,
                                  loss, max_grad_norm, call,
-                                 min(accumulation_steps, length(idx)))
+                                 min(accumulation_steps, length(idx)), checkpoint,
+                                 recompute_gates)
       total <- total + as.numeric(l) * if (summed) 1 else length(idx)
     }
     epoch_loss <- if (summed) total else total / n

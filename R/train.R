@@ -29,7 +29,11 @@
 #' @param checkpoint `0`, or keep the hidden and cell states only every
 #'   `checkpoint` time steps and recompute the rest during backward: the same
 #'   gradients with activation memory that grows as `T / checkpoint +
-#'   checkpoint` instead of `T`, for about one more forward's time.
+#'   checkpoint` instead of `T`, for about one more forward's time (the
+#'   same loss; gradients within float32 rounding when `checkpoint` splits
+#'   the sequence: the weight gradients are summed segment by segment). An
+#'   encoder-forecaster ([convlstm_forecaster()]) checkpoints each stack's
+#'   own steps: the encoder's `T`, the forecaster's `dim(y)[2]`.
 #' @param recompute_gates `FALSE`, or keep only the hidden and cell states of
 #'   every time step, not the four gates' activations, and recompute those
 #'   during backward from the kept states and the input, a few steps at a
@@ -39,7 +43,8 @@
 #'   float32 rounding: the weight gradients are summed chunk by chunk).
 #'   Combines with `checkpoint` (segments whose steps keep only the
 #'   states), `tbptt`, `accumulation_steps`, dropout, peepholes and the half
-#'   types; not with `teacher_forcing = FALSE`.
+#'   types, in a plain stack and an encoder-forecaster; not with
+#'   `teacher_forcing = FALSE`.
 #' @param accumulation_steps Split the batch into this many micro-batches
 #'   whose gradients are summed (each loss weighted by its share of the
 #'   batch) before one update: the update of the whole batch, with the
@@ -184,7 +189,7 @@ convlstm_train_step <- function(model, x, y = NULL, optimizer, target = c("last_
                      call = sys.call())
     }
     return(forecaster_train_step(model, x, y, optimizer, loss, max_grad_norm, sys.call(),
-                                 accumulation_steps))
+                                 accumulation_steps, checkpoint, recompute_gates))
   }
   if (is.null(horizon)) check_teacher_forcing(teacher_forcing, FALSE, sys.call())
   if (is_convlstm_data(x)) {

@@ -88,14 +88,6 @@ static cl_status place_target(cl_model *m, const cl_source *a, cl_target target,
   return cl_put_source(m, *at, CL_F32, a, blk);
 }
 
-/* d_head as the head's convolutions read it: in float32 the loss's own
- * float gradient; in a storage dtype its copy in head_output, whose
- * predictions the loss has read (cl_head_grad_store). */
-static const void *head_dy(const cl_model *m) {
-  const cl_step *st = &m->step;
-  return st->g.dtype == CL_F32 ? (const void *)st->head_grad : st->head_out;
-}
-
 cl_status cl_head_grad_store(cl_model *m, int n) {
   const cl_step *st = &m->step;
   if (st->g.dtype == CL_F32) return CL_OK;
@@ -104,14 +96,18 @@ cl_status cl_head_grad_store(cl_model *m, int n) {
   return CL_OK;
 }
 
-cl_status cl_head_backward(cl_model *m, int l, int n, int accumulate) {
+cl_status cl_head_backward(cl_model *m, int l, int n0, int n, int accumulate) {
   const cl_step *st = &m->step;
   const struct cl_backend_i *be = m->be->iface;
   cl_conv_shape s = cl_conv_head(m, l, &st->g, n);
   float *gb = l == m->arch.head_lo ? m->grads + cl_head(m)->off_b : NULL;
-  CL_KERNEL(m, be->conv_backward_data(m->be, &s, head_dy(m), m->params + cl_head_offset(m, l),
-                                      st->dh[l], accumulate, st->ws));
-  CL_KERNEL(m, be->conv_backward_filter(m->be, &s, head_dy(m), st->hid[l],
+  /* images n0.. of d_head: the layer's own buffers hold only these */
+  size_t frame = (size_t)m->arch.frame_dim * st->g.H * st->g.W;
+  const void *dy = st->g.dtype == CL_F32 ? (const void *)(st->head_grad + (size_t)n0 * frame)
+                                         : cl_at(st->head_out, (size_t)n0 * frame, st->g.dtype);
+  CL_KERNEL(m, be->conv_backward_data(m->be, &s, dy, m->params + cl_head_offset(m, l), st->dh[l],
+                                      accumulate, st->ws));
+  CL_KERNEL(m, be->conv_backward_filter(m->be, &s, dy, st->hid[l],
                                         m->grads + cl_head_offset(m, l), gb, st->ws));
   return CL_OK;
 }
@@ -145,7 +141,7 @@ cl_status cl_loss_segment(cl_model *m, const cl_call *c, const cl_source *y, cl_
   }
   if (!head || !want_grad) return CL_OK;
   CL_TRY(cl_head_grad_store(m, len * b));
-  return cl_head_backward(m, top, len * b, 0);
+  return cl_head_backward(m, top, 0, len * b, 0);
 }
 
 /* done: the last `done` steps of the segment already ran backward through
@@ -224,19 +220,23 @@ static cl_status chunk_grads(cl_model *m, int l, int b, int s0, int k, const voi
   size_t P = (size_t)g->H * g->W, bh = (size_t)b * L->hidden * P, bin = (size_t)b * L->in * P;
   void *dz = st->gates[l];
   float *gw = m->grads;
+  /* a layer without input (a forecaster's first) has its bias in the
+   * hidden half (forward.c), as in backward_layer */
+  float *db_h = L->in || !m->cfg.bias ? NULL : gw + L->off_b;
   int first = s0 == 0; /* step 0 reads the state before the segment */
   if (k > first) { /* steps against h of the steps before them */
     const void *h = cl_at(st->hid[l], (first ? s0 : s0 - 1) * bh, t);
     cl_conv_shape sf = cl_conv_hidden_half(L, g, (k - first) * b);
     CL_TRY(cl_dropout_hidden(m, l, b, k - first, h, &h));
     CL_KERNEL(m, be->conv_backward_filter(m->be, &sf, cl_at(dz, first * 4 * bh, t), h,
-                                          gw + L->off_wh, NULL, st->ws));
+                                          gw + L->off_wh, db_h, st->ws));
   }
   if (first && prev_h) {
     cl_conv_shape sh = cl_conv_hidden_half(L, g, b);
     CL_TRY(cl_dropout_hidden(m, l, b, 1, prev_h, &prev_h));
-    CL_KERNEL(m, be->conv_backward_filter(m->be, &sh, dz, prev_h, gw + L->off_wh, NULL, st->ws));
+    CL_KERNEL(m, be->conv_backward_filter(m->be, &sh, dz, prev_h, gw + L->off_wh, db_h, st->ws));
   }
+  if (!L->in) return CL_OK;
   cl_conv_shape sx = cl_conv_input_half(L, g, k * b);
   const void *xin = cl_at((void *)in, s0 * bin, t);
   CL_TRY(cl_dropout_input(m, l, b, k, xin, &xin));
@@ -302,8 +302,9 @@ static cl_status backward_piece(cl_model *m, const cl_call *c, int l, int b, int
 }
 
 cl_status cl_backward_layer(cl_model *m, const cl_call *c, int l, int b, int len, const void *in,
-                            const void *prev_h, const void *prev_c, int fresh_dc) {
-  return backward_piece(m, c, l, b, len, in, prev_h, prev_c, fresh_dc, 0, 0);
+                            const void *prev_h, const void *prev_c, int fresh_dc, int carry_in,
+                            int save_carry) {
+  return backward_piece(m, c, l, b, len, in, prev_h, prev_c, fresh_dc, carry_in, save_carry);
 }
 
 cl_status cl_backward_segment(cl_model *m, const cl_call *c, int b, int len, const void *x,

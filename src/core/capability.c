@@ -24,10 +24,9 @@ static const struct {
   const char *head_refusal; /* NULL: supported */
 } OPTIONS[CL_N_CAPS] = {
     [CL_CAP_HALF_TRAINING] = {"dtype = float16/bfloat16 training", 1, NULL},
-    [CL_CAP_CHECKPOINT] = {"checkpoint", 0, FC "does not support checkpoint: " WHOLE},
+    [CL_CAP_CHECKPOINT] = {"checkpoint", 1, NULL},
     [CL_CAP_TBPTT] = {"tbptt", 0, FC "does not support tbptt: " WHOLE},
-    [CL_CAP_RECOMPUTE_GATES] = {"recompute_gates", 0,
-                                FC "does not support recompute_gates: its step keeps every gate"},
+    [CL_CAP_RECOMPUTE_GATES] = {"recompute_gates", 1, NULL},
     [CL_CAP_ACCUMULATION] = {"accumulation_steps", 1, NULL},
     [CL_CAP_HORIZON] = {"horizon", 0,
                         FC "takes no horizon in training: its horizon is the target's steps, "

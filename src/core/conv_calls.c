@@ -117,19 +117,22 @@ static void bwd_chunk(walk *w, int l, int b, int k, int first, int prev, int64_t
   if (l > 0) add_x(w, CL_CONV_BACKWARD_DATA, l, (int64_t)k * b, x);
 }
 
-static void bwd_segment(walk *w, int b, int len, int prev, int carry, int64_t x) {
-  for (int l = 0; l < w->m->cfg.n_layers; l++) {
-    if (!w->g->rc) {
-      bwd_layer(w, l, b, len, 0, prev, carry, x);
-      continue;
-    }
-    int k1, full, rem;
-    chunks_of(w->g, len, &k1, &full, &rem);
-    add_h(w, CL_CONV_BACKWARD_DATA, l, b, x * carry);
-    bwd_chunk(w, l, b, k1, 1, prev, x);
-    bwd_chunk(w, l, b, w->g->rc, 0, prev, x * full);
-    bwd_chunk(w, l, b, rem, 0, prev, x);
+/* backward.c's backward_piece: layer l whole, or in recomputed chunks */
+static void bwd_piece(walk *w, int l, int b, int len, int prev, int carry, int64_t x) {
+  if (!w->g->rc) {
+    bwd_layer(w, l, b, len, 0, prev, carry, x);
+    return;
   }
+  int k1, full, rem;
+  chunks_of(w->g, len, &k1, &full, &rem);
+  add_h(w, CL_CONV_BACKWARD_DATA, l, b, x * carry);
+  bwd_chunk(w, l, b, k1, 1, prev, x);
+  bwd_chunk(w, l, b, w->g->rc, 0, prev, x * full);
+  bwd_chunk(w, l, b, rem, 0, prev, x);
+}
+
+static void bwd_segment(walk *w, int b, int len, int prev, int carry, int64_t x) {
+  for (int l = 0; l < w->m->cfg.n_layers; l++) bwd_piece(w, l, b, len, prev, carry, x);
 }
 
 /* cl_forward_free_run and cl_backward_free_run: the input steps as a
@@ -206,33 +209,46 @@ static void micro_batch(walk *w, int b, cl_target target, const int *truth, int6
 
 /* A wired architecture (arch.h; half 2: layer l's part of the head), as
  * stacks.c runs a micro-batch of b sequences, x of them: each stack over
- * its steps from the call's state (zeros) or the last state of the stack
- * it follows, the head over all the target's steps at once; backward
- * stack by stack from the last: the head into each layer it reads, the
- * gradient a layer's last step receives from the stack it handed its
- * state to (through that layer's hidden half), the layer. */
+ * its steps in checkpoint segments of S (one without checkpointing) from
+ * the call's state (zeros) or the last state of the stack it follows, the
+ * head over each segment's steps; backward stack by stack from the last,
+ * segment by segment (each but the last recomputed first): the head into
+ * each layer it reads, the gradient a layer's last step receives from the
+ * stack it handed its state to (through that layer's hidden half), the
+ * layer. */
 static void head(walk *w, cl_conv_dir d, int l, int64_t n, int64_t count) {
   add(w, d, l, 2, cl_conv_head(w->m, l, w->g, images_of(n)), n, count);
 }
 static int reads_head(const cl_arch *a, int l) { return l >= a->head_lo && l < a->head_hi; }
+/* stack si's segment of len steps, count of them (prev: a state before it;
+ * last: the stack's last segment, not recomputed) */
+static void wired_segment(walk *w, int si, int b, int len, int prev, int last, int64_t x) {
+  const cl_arch *a = &w->m->arch;
+  const cl_stack *s = &a->stack[si];
+  for (int l = s->lo, to; l < s->hi; l++) {
+    fwd_layer(w, l, b, len, prev, x * (last ? 1 : 2));
+    if (reads_head(a, l)) {
+      head(w, CL_CONV_FORWARD, l, (int64_t)len * b, x);
+      head(w, CL_CONV_BACKWARD_DATA, l, (int64_t)len * b, x);
+      head(w, CL_CONV_BACKWARD_FILTER, l, (int64_t)len * b, x);
+    }
+    if (last && cl_arch_hands_on(a, l, &to) >= 0) add_h(w, CL_CONV_BACKWARD_DATA, to, b, x);
+    bwd_piece(w, l, b, len, prev, !last, x);
+  }
+}
 static void wired(walk *w, int b, int64_t x) {
   const cl_schedule *g = w->g;
   const cl_arch *a = &w->m->arch;
-  int64_t kb = (int64_t)g->horizon * b;
-  for (int si = 0; si < a->n_stacks; si++)
-    for (int l = a->stack[si].lo; l < a->stack[si].hi; l++)
-      fwd_layer(w, l, b, cl_arch_steps(a, si, g->T, g->horizon), a->stack[si].state_from >= 0, x);
-  for (int si = a->n_stacks - 1; si >= 0; si--) {
-    const cl_stack *s = &a->stack[si];
-    for (int l = s->lo, to; l < s->hi; l++) {
-      if (reads_head(a, l)) {
-        head(w, CL_CONV_FORWARD, l, kb, x);
-        head(w, CL_CONV_BACKWARD_DATA, l, kb, x);
-        head(w, CL_CONV_BACKWARD_FILTER, l, kb, x);
-      }
-      if (cl_arch_hands_on(a, l, &to) >= 0) add_h(w, CL_CONV_BACKWARD_DATA, to, b, x);
-      bwd_layer(w, l, b, cl_arch_steps(a, si, g->T, g->horizon), 0, s->state_from >= 0, 0, x);
+  for (int si = 0; si < a->n_stacks; si++) {
+    int n = cl_arch_steps(a, si, g->T, g->horizon), from = a->stack[si].state_from >= 0;
+    int nseg = n / g->S + (n % g->S != 0), last = n - (nseg - 1) * g->S;
+    if (nseg == 1) {
+      wired_segment(w, si, b, n, from, 1, x);
+      continue;
     }
+    wired_segment(w, si, b, g->S, from, 0, x);
+    if (nseg > 2) wired_segment(w, si, b, g->S, 1, 0, x * (nseg - 2));
+    wired_segment(w, si, b, last, 1, 1, x);
   }
 }
 

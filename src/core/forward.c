@@ -138,10 +138,15 @@ cl_status cl_forward_free_run(cl_model *m, const cl_call *c, int b, void *x,
  * (checkpoints, or the state a truncation window hands to the next). */
 cl_status cl_save_segment_end(cl_model *m, int b, int len, void *const *dst_h,
                               void *const *dst_c) {
+  return cl_save_layers_end(m, 0, m->cfg.n_layers, b, len, dst_h, dst_c);
+}
+
+cl_status cl_save_layers_end(cl_model *m, int lo, int hi, int b, int len, void *const *dst_h,
+                             void *const *dst_c) {
   const cl_step *st = &m->step;
   cl_dtype t = st->g.dtype;
   size_t P = (size_t)st->g.H * st->g.W;
-  for (int l = 0; l < m->cfg.n_layers; l++) {
+  for (int l = lo; l < hi; l++) {
     size_t bh = (size_t)b * m->layer[l].hidden * P, bytes = bh * cl_dtype_size(t);
     CL_KERNEL(m, m->be->iface->copy(m->be, dst_h[l], cl_at(st->hid[l], (len - 1) * bh, t), bytes));
     CL_KERNEL(m, m->be->iface->copy(m->be, dst_c[l], cl_at(st->cell[l], (len - 1) * bh, t), bytes));

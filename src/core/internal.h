@@ -563,11 +563,12 @@ cl_status cl_forward_layers(cl_model *m, int lo, int hi, int b, int len, const v
  * = bias + the sum over the layers l it reads of their 1x1 filters over
  * h[l] (n images each). */
 cl_status cl_head_forward(cl_model *m, int n, void *const *h, void *out);
-/* The head's backward for layer l's part over n images of d_head (in the
- * storage dtype: cl_head_grad_store first): into
- * d_hidden[l] (accumulate: onto what it holds) and the head's gradients
- * (its bias with the first part). */
-cl_status cl_head_backward(cl_model *m, int l, int n, int accumulate);
+/* The head's backward for layer l's part over images n0..n0+n-1 of d_head
+ * (in the storage dtype: cl_head_grad_store first), against the n images
+ * of h that layer l's buffer holds from its start: into d_hidden[l]
+ * (accumulate: onto what it holds) and the head's gradients (its bias with
+ * the first part). */
+cl_status cl_head_backward(cl_model *m, int l, int n0, int n, int accumulate);
 /* After the loss: d_head (float, n images) where the head's backward
  * reads it, in the step's storage dtype (nothing to do in float32). */
 cl_status cl_head_grad_store(cl_model *m, int n);
@@ -578,6 +579,9 @@ cl_status cl_forward_steps(cl_model *m, int l, int b, int s0, int len, const voi
                            const void *prev_h, const void *prev_c, void *z);
 cl_status cl_save_segment_end(cl_model *m, int b, int len, void *const *dst_h,
                               void *const *dst_c);
+/* The same for layers lo..hi-1 only (a stack's checkpoints). */
+cl_status cl_save_layers_end(cl_model *m, int lo, int hi, int b, int len, void *const *dst_h,
+                             void *const *dst_c);
 /* fresh_dc: d_cell starts at zero (else it carries the later segment's);
  * carry_in: add the recurrent gradient that the later segment left in
  * dz_carry; save_carry: leave this segment's for the earlier one. */
@@ -585,12 +589,14 @@ cl_status cl_backward_segment(cl_model *m, const cl_call *c, int b, int len, con
                               void *const *prev_h, void *const *prev_c, int fresh_dc,
                               int carry_in, int save_carry);
 /* Layer l alone over len steps from step 0, as cl_backward_segment does
- * each layer (no checkpoint carry; d_hidden[l] holds its output's
- * gradient; fresh_dc: d_cell starts at zero, else from what it holds):
- * the per-layer piece that owns recompute_gates' chunks and the
- * data-parallel bucket hook, whichever schedule calls it. */
+ * each layer (d_hidden[l] holds its output's gradient; fresh_dc, carry_in,
+ * save_carry as there; save_carry also keeps step 0's dz in dz_carry for a
+ * stack that handed this layer its state): the per-layer piece that owns
+ * recompute_gates' chunks and the data-parallel bucket hook, whichever
+ * schedule calls it. */
 cl_status cl_backward_layer(cl_model *m, const cl_call *c, int l, int b, int len, const void *in,
-                            const void *prev_h, const void *prev_c, int fresh_dc);
+                            const void *prev_h, const void *prev_c, int fresh_dc, int carry_in,
+                            int save_carry);
 /* Free-running training (g.free_run): the whole step of g.T steps, whose
  * last horizon - 1 read the last layer's h of the step before, copied into
  * x's slot. Backward: through those steps one at a time, every layer in

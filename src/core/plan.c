@@ -58,8 +58,12 @@ static cl_status schedule_check(cl_model *m, int B, int T, int H, int W, int tra
 /* A training call's schedule: free running, micro-batches, checkpoint
  * segments or tbptt windows, recomputed chunks, the loss weight's steps. */
 static cl_status schedule_training(cl_model *m, const cl_step_options *o, cl_schedule *g) {
-  const int B = g->B, T = g->T;
+  const int B = g->B;
+  /* stacks handing states on (stacks.c) hold S steps of each: segments of
+   * a stack's own steps (the input's or the target's), S the longest */
+  const int T = cl_arch_is_wired(&m->arch) && g->horizon > g->T ? g->horizon : g->T;
   int ck = o->checkpoint > 0 && o->checkpoint < T, tb = o->tbptt > 0 && o->tbptt < T;
+  g->S = T;
   if (ck && tb)
     return cl_fail(m, CL_E_INVALID, "checkpoint and tbptt cannot be combined: use one of them");
   /* free-running: the fed-back steps interleave the layers, which neither
@@ -79,7 +83,7 @@ static cl_status schedule_training(cl_model *m, const cl_step_options *o, cl_sch
   if (o->accumulation_steps > 1) g->Bm = ceil_div(B, o->accumulation_steps);
   if (ck) {
     g->S = o->checkpoint;
-    g->nseg = ceil_div(T, g->S);
+    g->nseg = ceil_div(T, g->S); /* a wired step: the longest stack's */
   } else if (tb) {
     g->S = o->tbptt;
     g->tbptt = 1;
@@ -362,31 +366,51 @@ static void plan_dropout(plan_builder *b, const struct cl_model *m, const cl_sch
   if (most) add(b, CL_BUF_SEED, -1, CL_MEM_DATA, sizeof(uint64_t));
 }
 
-/* A wired step (stacks.c): the input frames, each layer's gates, c and h
- * over its stack's steps (the input's T or the target's horizon), one
- * d_hidden and one d_cell for the layers in turn, the d_cell each layer
- * hands back to the stack it started from, and with a head its output and
- * its target-then-gradient over the target's steps. */
+/* A wired step (stacks.c): the input frames; each layer's gates, c and h
+ * over S steps of its stack (the input's T or the target's horizon, or a
+ * checkpoint segment of them), with recompute_gates one chunk of gates for
+ * all; a stack in segments its checkpoints, each layer's dz_carry and
+ * d_cell (the layers interleave across segments), else one d_cell for the
+ * layers in turn; one d_hidden; the d_cell each layer hands back to the
+ * stack it started from (and with recomputed chunks, the receiving
+ * layer's step 0 dz in its dz_carry); with a head its output and its
+ * target-then-gradient over all the target's steps. */
 static void plan_stacks(plan_builder *b, const struct cl_model *m, const cl_schedule *g) {
   const cl_arch *a = &m->arch;
   size_t e = cl_dtype_size(g->dtype), f = sizeof(float), P = (size_t)g->H * g->W;
   size_t Bm = (size_t)g->Bm, T = (size_t)g->T, K = (size_t)g->horizon;
   size_t C = (size_t)a->frame_dim, hmax = (size_t)max_hidden(m), most = 0;
+  int segmented = 0;
   add(b, CL_BUF_X, -1, CL_MEM_DATA, nbytes(b, e, T, Bm, C, P));
+  if (g->rc) /* one chunk of steps, any layer's (forward.c, backward.c) */
+    add_row(b, CL_BUF_GATES, -1, CL_MEM_ACTIVATIONS,
+            nbytes(b, e, (size_t)g->rc, Bm, 4 * hmax, P), 1);
   for (int l = 0; l < m->cfg.n_layers; l++) {
     size_t h = (size_t)m->layer[l].hidden;
-    size_t S = (size_t)cl_arch_steps(a, cl_arch_stack_of(a, l), g->T, g->horizon);
+    int n = cl_arch_steps(a, cl_arch_stack_of(a, l), g->T, g->horizon);
+    size_t S = (size_t)(n < g->S ? n : g->S), nseg = (size_t)ceil_div(n, g->S);
     if (S > most) most = S;
-    add(b, CL_BUF_GATES, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, 4 * h, P));
+    if (!g->rc) add(b, CL_BUF_GATES, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, 4 * h, P));
     add(b, CL_BUF_CELL, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, h, P));
     add(b, CL_BUF_HID, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, h, P));
+    int receives = a->stack[cl_arch_stack_of(a, l)].state_from >= 0 && g->rc;
+    if (nseg > 1) {
+      segmented = 1;
+      add(b, CL_BUF_CKPT_H, l, CL_MEM_ACTIVATIONS, nbytes(b, e, nseg - 1, Bm, h, P));
+      add(b, CL_BUF_CKPT_C, l, CL_MEM_ACTIVATIONS, nbytes(b, e, nseg - 1, Bm, h, P));
+    }
+    if (nseg > 1 || receives)
+      add(b, CL_BUF_DZ_CARRY, l, CL_MEM_WORKSPACE, nbytes(b, e, Bm, 4 * h, P, 1));
   }
   for (int l = 0; l < m->cfg.n_layers; l++)
     if (cl_arch_hands_on(a, l, NULL) >= 0)
       add(b, CL_BUF_HAND_C, l, CL_MEM_WORKSPACE,
           nbytes(b, f, Bm, (size_t)m->layer[l].hidden, P, 1));
-  add(b, CL_BUF_DH, -1, CL_MEM_WORKSPACE, nbytes(b, f, most, Bm, hmax, P));
-  add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, hmax, P, 1));
+  size_t dh_rows = most * (g->rc ? (size_t)cl_dh_layout(m, NULL) : hmax);
+  add(b, CL_BUF_DH, -1, CL_MEM_WORKSPACE, nbytes(b, f, dh_rows, Bm, P, 1));
+  for (int l = 0; segmented && l < m->cfg.n_layers; l++)
+    add(b, CL_BUF_DC, l, CL_MEM_WORKSPACE, nbytes(b, f, Bm, (size_t)m->layer[l].hidden, P, 1));
+  if (!segmented) add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, hmax, P, 1));
   if (cl_arch_has_head(a)) plan_head(b, m, g, K, Bm);
 }
 

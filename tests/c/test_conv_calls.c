@@ -248,10 +248,11 @@ static void run(const config *c) {
 /* Shi et al.'s encoder-forecaster (stacks.c): two layers of 3 and 2,
  * 2 channels in 2x2 patches of 4x6 frames, T input and K forecast steps,
  * a training step (in micro-batches of accumulation steps: three sequences
- * then, the last micro-batch smaller; in storage dtype dt) or a
+ * then, the last micro-batch smaller; in storage dtype dt; in checkpoint
+ * segments of ck steps, gates recomputed in chunks of rc) or a
  * prediction. */
-static void run_forecaster(const char *name, int training, int k, int rk, int T, int K,
-                           int accumulation, cl_dtype dt) {
+static void run_forecaster_opts(const char *name, int training, int k, int rk, int T, int K,
+                                int accumulation, cl_dtype dt, int ck, int rc) {
   const int B = accumulation > 1 ? 3 : 2, C = 2, H = 4, W = 6;
   cl_config cfg = ctest_config(C, 3, 2, k, k, 1, 2);
   cfg.n_layers = 4;
@@ -277,6 +278,8 @@ static void run_forecaster(const char *name, int training, int k, int rk, int T,
   cl_step_options o;
   memset(&o, 0, sizeof o);
   o.accumulation_steps = accumulation;
+  o.checkpoint = ck;
+  o.recompute_gates = rc;
   cl_optim sgd = {.kind = CL_OPTIM_SGD, .lr = 1e-3};
   n_rec = rec_overflow = 0;
   double loss;
@@ -309,6 +312,11 @@ static void run_forecaster(const char *name, int training, int k, int rk, int T,
   free(x);
   free(y);
   cl_model_free(m);
+}
+
+static void run_forecaster(const char *name, int training, int k, int rk, int T, int K,
+                           int accumulation, cl_dtype dt) {
+  run_forecaster_opts(name, training, k, rk, T, K, accumulation, dt, 0, 0);
 }
 
 int main(void) {
@@ -358,5 +366,10 @@ int main(void) {
   run_forecaster("encoder-forecaster, float16, accumulation", 1, 3, 1, 2, 3, 3, CL_F16);
   run_forecaster("encoder-forecaster, bfloat16", 1, 3, 3, 3, 2, 0, CL_BF16);
   run_forecaster("encoder-forecaster, prediction", 0, 3, 1, 3, 4, 0, CL_F32);
+  run_forecaster_opts("encoder-forecaster, checkpoint 2, T 5, K 3", 1, 3, 3, 5, 3, 0, CL_F32, 2, 0);
+  run_forecaster_opts("encoder-forecaster, checkpoint 1, T 2, K 4", 1, 3, 1, 2, 4, 0, CL_F32, 1, 0);
+  run_forecaster_opts("encoder-forecaster, recompute 2, T 5, K 4", 1, 3, 3, 5, 4, 0, CL_F32, 0, 2);
+  run_forecaster_opts("encoder-forecaster, ck 3, rc 2, accumulation", 1, 5, 3, 7, 4, 2, CL_F16, 3,
+                      2);
   return ctest_done("test_conv_calls");
 }

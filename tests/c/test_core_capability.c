@@ -207,7 +207,7 @@ static int is_model(const char *o) {
  * list, from the refusals before the table): a row turned to supported
  * without the engine running it fails here (issue 34 changes both). */
 static const char *const FORECASTER_REFUSES[] = {
-    "checkpoint", "tbptt", "recompute_gates", "horizon", "teacher_forcing < 1 (free running)", "state = given",
+    "tbptt", "horizon", "teacher_forcing < 1 (free running)", "state = given",
     "state = carry", "weight", "target = last_state", "dropout", "dropout_masks",
     "peephole = position", "data parallel", "data set on the device (convlstm_data)",
     "separate forward/backward", "callbacks", "lr_scheduler", "validation_split", "resume",

@@ -751,7 +751,6 @@ static void forecaster_calls(void) {
   } while (0)
   int truth[1] = {1};
   float mk[FB * 4 * 2 * 2];
-  UNSUP("recompute_gates", recompute_gates, 1);
   UNSUP("a horizon option", horizon, 2);
   UNSUP("free running", free_run, 1);
   UNSUP("truth flags", truth, truth);
@@ -760,7 +759,6 @@ static void forecaster_calls(void) {
   UNSUP("drawn dropout masks", draw_masks, 1);
   UNSUP("a dropout mask", mask_x[0], mk);
   UNSUP("a mask of h", mask_h[3], mk);
-  UNSUP("checkpoint", checkpoint, 1);
   UNSUP("tbptt", tbptt, 1);
 #undef UNSUP
   for (int i = 0; i < nu; i++)
@@ -780,6 +778,12 @@ static void forecaster_calls(void) {
   o.accumulation_steps = 2; /* a table row turned to supported (issue 34) */
   ACCEPTED(m, cl_model_train_step(m, &x, &y, CL_TARGET_SEQUENCE, &sgd0, &o, &loss),
            "train_step: accumulation_steps 2");
+  memset(&o, 0, sizeof o), o.checkpoint = 1; /* rows turned to supported (issue 34) */
+  ACCEPTED(m, cl_model_train_step(m, &x, &y, CL_TARGET_SEQUENCE, &sgd0, &o, &loss),
+           "train_step: checkpoint 1");
+  memset(&o, 0, sizeof o), o.recompute_gates = 1;
+  ACCEPTED(m, cl_model_train_step(m, &x, &y, CL_TARGET_SEQUENCE, &sgd0, &o, &loss),
+           "train_step: recompute_gates 1");
   /* its target: the sequence of frames (a last state: the capability
    * table's refusal, unsupported), x's batch and frame size */
   REFUSED(m, &s, cl_model_train_step(m, &x, &y, CL_TARGET_LAST_STATE, &adam, NULL, &loss),
@@ -825,16 +829,18 @@ static void forecaster_calls(void) {
   struct {
     const char *what;
     int field;
-  } pu[] = {{"plan: checkpoint", 0},     {"plan: tbptt", 1},
-            {"plan: recompute_gates", 2}, {"plan: free running", 4},
+  } pu[] = {{"plan: tbptt", 1},          {"plan: free running", 4},
             {"plan: a given state", 5},   {"plan: a carried state", 6},
-            {"plan: a loss weight", 7}}; /* accumulation: supported (issue 34) */
+            {"plan: a loss weight", 7}}; /* accumulation, checkpoint, recompute_gates:
+                                            supported (issue 34) */
+  memset(&o, 0, sizeof o), o.horizon = FK, o.checkpoint = 1, o.recompute_gates = 1;
+  ACCEPTED(m, cl_model_plan(m, FB, FT, FH, FW, 1, &adam, &o, &plan),
+           "plan: checkpoint and recompute_gates");
+  cl_plan_free(&plan);
   for (size_t i = 0; i < sizeof pu / sizeof *pu; i++) {
     memset(&o, 0, sizeof o), o.horizon = FK;
     switch (pu[i].field) {
-    case 0: o.checkpoint = 1; break;
     case 1: o.tbptt = 1; break;
-    case 2: o.recompute_gates = 1; break;
     case 4: o.free_run = 1; break;
     case 5: o.state_mode = CL_STATE_GIVEN; break;
     case 6: o.state_mode = CL_STATE_CARRY; break;

@@ -385,10 +385,6 @@ static void refusals(void) {
   cl_step_options o;
   memset(&o, 0, sizeof o);
   double loss;
-  o.checkpoint = 1;
-  CHECK(cl_model_train_step(m, &xa, &ya, CL_TARGET_SEQUENCE, &opt, &o, &loss) == CL_E_UNSUPPORTED,
-        "checkpoint is not refused");
-  memset(&o, 0, sizeof o);
   o.tbptt = 1;
   CHECK(cl_model_train_step(m, &xa, &ya, CL_TARGET_SEQUENCE, &opt, &o, &loss) == CL_E_UNSUPPORTED,
         "tbptt is not refused");

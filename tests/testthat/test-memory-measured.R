@@ -290,6 +290,11 @@ test_that("measured: an encoder-forecaster's first step grows the high-water mar
          mode = "seq2seq", horizon = 3, patch = 1),
     list(input_dim = 1, hidden = c(16, 8), kernel = 3, B = 4, T = 5, H = 32, W = 32,
          mode = "seq2seq_predict", horizon = 7, patch = 2),
+    # checkpoint segments and recomputed gates (issue 34), with micro-batches
+    list(input_dim = 1, hidden = c(16, 8), kernel = 3, B = 4, T = 6, H = 32, W = 32,
+         mode = "seq2seq", horizon = 5, patch = 2, checkpoint = 2),
+    list(input_dim = 1, hidden = c(16, 8), kernel = 3, B = 4, T = 6, H = 32, W = 32,
+         mode = "seq2seq", horizon = 5, patch = 2, recompute_gates = 2, accumulation = 2),
     list(input_dim = 1, hidden = c(16, 16), kernel = 3, B = 2, T = 3, H = 64, W = 64,
          mode = "seq2seq_predict", horizon = 4, patch = 4, dtype = "bfloat16")
   )

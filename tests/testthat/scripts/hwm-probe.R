@@ -126,8 +126,13 @@ given <- if (state_mode == "given") {
                                            simplify = FALSE)), recursive = FALSE)
 }
 weight <- if (weighted) array(runif(length(y)), dim(y))
-options <- if (seq2seq) {
-  if (training) NULL else ns$c_step_options(outputs = "last_state", horizon = K)
+options <- if (seq2seq) { # a training step's target steps are y's: no horizon option
+  if (training) {
+    ns$check_step_options(num[["checkpoint"]], num[["accumulation"]], batch_size = B,
+                          recompute_gates = rc)
+  } else {
+    ns$c_step_options(outputs = "last_state", horizon = K)
+  }
 } else if (training) {
   ns$check_step_options(num[["checkpoint"]], num[["accumulation"]], num[["tbptt"]],
                         batch_size = B,
