@@ -190,6 +190,21 @@ test_that("callbacks and a schedule see a forecaster fit as they see a plain sta
   expect_equal(vapply(rec2$batches, `[[`, numeric(1), "lr"), rep(0.1 * 0.5^(0:2), each = 2))
   expect_equal(h$lr, 0.1 * 0.5^(0:2))
   expect_equal(sched$optimizer$lr, 0.1 * 0.5^3)
+  # a per-batch schedule (one cycle over 3 epochs of 2 batches): each batch at the rate
+  # the same schedule gives a plain stack's batches
+  lrs <- function(model, y, target = NULL) {
+    opt <- convlstm_optimizer_sgd(0.1)
+    r <- recorder()
+    args <- list(model, d$x, y, opt, epochs = 3, batch_size = 3, verbose = FALSE,
+                 lr_scheduler = convlstm_lr_one_cycle(opt, max_lr = 0.1, epochs = 3,
+                                                      steps_per_epoch = 2),
+                 callbacks = list(r$cb))
+    do.call(convlstm_fit, c(args, if (!is.null(target)) list(target = target)))
+    vapply(r$batches, `[[`, numeric(1), "lr")
+  }
+  fc_lrs <- lrs(fc, d$y)
+  expect_length(unique(fc_lrs), 6L)
+  expect_identical(fc_lrs, lrs(m, array(runif(4 * 3 * 64), c(4, 3, 1, 8, 8)), "sequence"))
   # early stopping ends a forecaster fit as a plain one: the loss never improves at lr 0
   h <- convlstm_fit(fc, d$x, d$y, convlstm_optimizer_sgd(0), epochs = 6, batch_size = 4,
                     verbose = FALSE, callbacks = list(
@@ -282,6 +297,7 @@ test_that("memory_budget with batch_size = \"max\" picks a forecaster's batch th
                                                   batch_size = "max", memory_budget = budget,
                                                   verbose = TRUE))
   expect_true(any(grepl("batch 5, float32, forecast of 3 frames", said, fixed = TRUE)))
+  expect_true(any(grepl("Epoch 1/1: loss", said, fixed = TRUE))) # the plain stack's epoch line
   # validation data of 2 frames (training: 3) inside the budget: its inference forward
   # planned too, and the validation loss that of predict()'s 2 frames
   v <- ff_data(3, T = 4, K = 2, seed = 27)
