@@ -807,14 +807,17 @@ fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, tar
       paste0("memory_budget %s: batch %d, %s%s%s (planned %s; step time predicted %.2fx the ",
              "plain float32 step's)"),
       format_bytes(budget), trained, pick$dtype, describe_options(c(opts, outputs = "all")),
-      describe_forecast(horizon, teacher_forcing), format_bytes(planned), pick$time_ratio)
+      describe_forecast(horizon, if (!is_convlstm_forecaster(model)) teacher_forcing),
+      format_bytes(planned), pick$time_ratio)
   }
   c(chosen, list(line = line))
 }
 
-# A forecasting fit's steps, for the budget's line.
+# A forecasting fit's steps, for the budget's line (teacher_forcing NULL:
+# an encoder-forecaster's, which feeds nothing back).
 describe_forecast <- function(K, teacher_forcing) {
   if (K == 0) return("")
+  if (is.null(teacher_forcing)) return(sprintf(", forecast of %d frame%s", K, if (K == 1) "" else "s"))
   steps <- if (is.function(teacher_forcing)) "teacher-forced and free-running steps"
            else if (teacher_forcing < 1) "free-running steps" else "teacher-forced steps"
   sprintf(", forecast of %d frame%s, %s", K, if (K == 1) "" else "s", steps)

@@ -22,7 +22,9 @@
 #' @param y Targets: `[n, hidden, height, width]` for `"last_state"`,
 #'   `[n, time, hidden, height, width]` for `"sequence"`; with a `horizon`
 #'   of K, the K frames that follow each sequence, `[n, K, channels, height,
-#'   width]`.
+#'   width]`. For an encoder-forecaster ([convlstm_forecaster()]) the K
+#'   frames it forecasts, `[n, K, channels, height, width]`, any K (not
+#'   necessarily `x`'s time steps).
 #' @param epochs Number of passes over the data.
 #' @param batch_size Samples per training step, at most the number of
 #'   samples (the default, 32, is lowered to it); or `"max"`: the largest
@@ -33,7 +35,12 @@
 #' @param shuffle Draw a new order of the samples every epoch (with R's
 #'   random number generator). Must be `FALSE` with `state = "carry"`.
 #' @param validation_data `NULL`, or `list(x, y)` on which the loss is
-#'   computed (without training) after every epoch.
+#'   computed (without training) after every epoch. It is checked whole
+#'   before anything trains (an error leaves the model as it was). For an
+#'   encoder-forecaster, `y` may hold another number of frames than the
+#'   training `y` (the validation loss is that of the forecast of
+#'   `dim(y)[2]` frames) and the frames may be of another size than the
+#'   training frames, as long as the patch divides it.
 #' @param validation_split A fraction in `[0, 1)`: hold out the last
 #'   `validation_split` of the samples of `x` and `y` (before any shuffle, as
 #'   keras does) as validation data. Not with `validation_data`.
@@ -62,7 +69,7 @@
 #' @param loss,delta,pos_weight,reduction The loss, as in [convlstm_train_step()];
 #'   the validation loss is the same one. An epoch's loss is its batches'
 #'   losses averaged over their sequences (for `reduction = "sum"`: summed,
-#'   the sum over the epoch's data).
+#'   the sum over the epoch's data), for every kind of model.
 #' @param weight `NULL`, or a per-element loss weight shaped as `y`, as in
 #'   [convlstm_train_step()], sliced with each batch (the training set is then not
 #'   uploaded as a data set); with `validation_split` its held-out part
@@ -85,7 +92,8 @@
 #'   `horizon`, the forecasting step ([convlstm_memory_advise()] with `horizon` and
 #'   `teacher_forcing`): free-running (`teacher_forcing` below 1) without
 #'   `checkpoint` or `recompute_gates`, and with a schedule a configuration
-#'   that fits both the teacher-forced and the free-running step. Not with
+#'   that fits both the teacher-forced and the free-running step. For an
+#'   encoder-forecaster, its step forecasting `dim(y)[2]` frames. Not with
 #'   `state = "carry"` (the advisor does not plan the carried state). The
 #'   budget holds the whole fit: a data set `data_on_device = "auto"` would
 #'   upload stays in R when it does not fit beside the step (`TRUE` is then
@@ -203,12 +211,6 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
                       target = if (!missing(target)) target, data = isTRUE(data_on_device),
                       parallel = !is.null(distributed)),
     fit_capabilities(callbacks, lr_scheduler, validation_split, resume, memory_budget, metrics)))
-  if (is_convlstm_forecaster(model)) {
-    return(forecaster_fit(model, x, y, optimizer, epochs, batch_size,
-                          !missing(batch_size) && !identical(batch_size, "max"), shuffle,
-                          verbose, validation_data, check_loss(loss, delta, pos_weight, reduction),
-                          max_grad_norm, call, accumulation_steps, checkpoint, recompute_gates))
-  }
   # data parallel: whatever stops this rank must stop the others, or they
   # wait for it in an all-reduce (armed once the ranks are known)
   guard <- new.env(parent = emptyenv())
@@ -272,7 +274,7 @@ check_validation_data <- function(v, config, target, horizon = NULL, call = sys.
   }
   vx <- check_input(v[[1]], config, "validation_data[[1]]", call = call, forward = TRUE)
   vy <- if (is.null(horizon)) {
-    check_target_array(v[[2]], dim(vx), config, target, "validation_data[[2]]", call = call)
+    check_target(v[[2]], dim(vx), config, target, "validation_data[[2]]", call = call)
   } else {
     check_frames(v[[2]], dim(vx), horizon, config, "validation_data[[2]]", call)
   }
@@ -427,7 +429,6 @@ convlstm_evaluate <- function(model, x, y, target = c("last_state", "sequence"),
   loss <- check_loss(loss, delta, pos_weight, reduction)
   weight <- check_weight(weight, dim(y), target)
   spec <- metrics_spec(metrics, y, sys.call())
-  if (forecaster) return(forecaster_evaluate(model, x, y, K, batch_size, loss, weight, spec))
   value <- evaluate_loss(ptr, x, y, target, batch_size, loss, weight, horizon = K)
   if (is.null(spec)) return(value)
   c(loss = value, evaluate_metrics(ptr, x, y, target, batch_size, K, spec))

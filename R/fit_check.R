@@ -49,12 +49,14 @@ fit_check <- function(a, target_missing, batch_size_missing, guard, call) {
     f$callbacks <- Filter(function(cb) !isTRUE(attr(cb, "writes_files")), f$callbacks)
   }
   fit_check_split(f, a$validation_split, call)
+  # the frames a validation forward forecasts: the horizon's, or an
+  # encoder-forecaster's validation y's own (any number of them)
+  f$val_horizon <- fit_horizon(f$config, f$validation$y, f$forecast)
   f$metric_spec <- metrics_spec(a$metrics, f$validation$y, call)
   fit_check_batches(f, call)
   # what the budget holds beside the step: the data set, validation batches
   f$held <- fit_budget(f$model, f$fits, dim(f$x), f$validation, f$batch_size, f$target,
-                       f$data_on_device, is.null(f$weight) && is.null(f$forecast),
-                       f$forecast$horizon %||% 0L, call)
+                       f$data_on_device, f$can_upload, f$val_horizon, call)
   fit_check_resume(f, call)
   # each epoch's teacher forcing, read (and checked) now rather than after
   # some epochs have trained
@@ -78,14 +80,36 @@ fit_check_data <- function(f, a, target_missing, call) {
                              call)
   if (is.null(f$forecast)) {
     f$target <- target_choice(a$target, f$config, target_missing, call = call)
-    f$y <- check_target_array(a$y, dim(f$x), f$config, f$target, "y", call = call)
+    f$y <- check_target(a$y, dim(f$x), f$config, f$target, "y", call = call)
   } else {
     f$target <- "sequence"
     f$y <- check_frames(a$y, dim(f$x), f$forecast$horizon, f$config, "y", call)
   }
   f$carry <- fit_state(a$state, a$shuffle, a$batch_size, a$memory_budget, call)
   f$weight <- check_weight(a$weight, dim(f$y), f$target, call = call)
+  # the training set may go to the device as a data set (fit_data_set()):
+  # not with a weight or a horizon (their batches are sliced in R), nor for
+  # a kind of model the capability table keeps on arrays
+  f$can_upload <- is.null(f$weight) && is.null(f$forecast) &&
+    supports(f$model, "data set on the device (convlstm_data)")
   invisible(f)
+}
+
+# The frames a fit's forward forecasts from held-out data y (NULL: none):
+# a horizon's (fit_forecast()), an encoder-forecaster's dim(y)[2] (its
+# validation may forecast another number of frames than its training), else
+# 0 (the chosen output, no forecast).
+fit_horizon <- function(config, y, forecast) {
+  if (isTRUE(config$forecaster) && !is.null(y)) return(dim(y)[[2]])
+  forecast$horizon %||% 0L
+}
+
+# The forecast options of every step a fit may take, which its memory plan
+# must fit (fit_memory_plan()): a horizon's plans (fit_forecast()), an
+# encoder-forecaster's step of y's frames, else the plain step.
+fit_plans <- function(f) {
+  if (isTRUE(f$config$forecaster)) return(list(list(horizon = dim(f$y)[[2]])))
+  f$forecast$plans %||% list(list())
 }
 
 # The batch size and step options (a memory_budget's pick, which may name
@@ -93,7 +117,7 @@ fit_check_data <- function(f, a, target_missing, call) {
 fit_check_memory <- function(f, a, call) {
   fits <- fit_memory_plan(f$model, dim(f$x), a$batch_size, a$memory_budget, f$optimizer,
                           f$target, a$checkpoint, a$accumulation_steps, a$tbptt,
-                          plans = f$forecast$plans %||% list(list()),
+                          plans = fit_plans(f),
                           recompute_gates = a$recompute_gates,
                           teacher_forcing = f$forecast$teacher_forcing %||% TRUE, call = call)
   f$checkpoint <- fits$checkpoint
@@ -184,7 +208,7 @@ fit_begin <- function(f) {
   }
   # a weighted loss slices its weight with each batch, and a horizon applies
   # to arrays: from R arrays
-  f$data <- if (is.null(f$weight) && is.null(f$forecast)) {
+  f$data <- if (f$can_upload) {
     fit_data_set(f$ptr, f$x, f$y, f$target, f$held$data_on_device, f$batch_size, f$optimizer,
                  f$options)
   }

@@ -130,7 +130,7 @@ fit_epoch <- function(f, ctx, epoch) {
     NA_real_
   } else {
     evaluate_loss(f$ptr, f$validation$x, f$validation$y, f$target, f$held$validation_batch,
-                  f$loss_fn, f$validation$weight, horizon = f$forecast$horizon %||% 0L)
+                  f$loss_fn, f$validation$weight, horizon = f$val_horizon)
   }
   row <- data.frame(
     epoch = epoch, loss = if (summed) total else total / seen, val_loss = val_loss, lr = f$last_lr,
@@ -140,8 +140,7 @@ fit_epoch <- function(f, ctx, epoch) {
   if (!is.null(f$forecast)) row$teacher_forcing <- p
   if (!is.null(f$metric_spec)) { # val_<metric> columns, convlstm_forecast_metrics() overall
     scores <- evaluate_metrics(f$ptr, f$validation$x, f$validation$y, f$target,
-                               f$held$validation_batch, f$forecast$horizon %||% 0L,
-                               f$metric_spec)
+                               f$held$validation_batch, f$val_horizon, f$metric_spec)
     row[paste0("val_", names(scores))] <- as.list(scores)
   }
   if (!is.null(f$scheduler) && !f$per_batch) {

@@ -107,7 +107,9 @@ same_architecture <- function(a, b) {
     identical(as.integer(a$hidden_dims), as.integer(b$hidden_dims)) &&
     identical(unname(as.integer(a$geometry)), unname(as.integer(b$geometry))) &&
     identical(isTRUE(a$bias), isTRUE(b$bias)) &&
-    identical(as.integer(a$peephole_spec), as.integer(b$peephole_spec))
+    identical(as.integer(a$peephole_spec), as.integer(b$peephole_spec)) &&
+    identical(isTRUE(a$forecaster), isTRUE(b$forecaster)) &&
+    identical(as.integer(a$patch %||% 1L), as.integer(b$patch %||% 1L))
 }
 
 describe_architecture <- function(config) {

@@ -1,7 +1,9 @@
 # forecaster.R -- Shi et al. (2015)'s encoder-forecaster: its constructor,
-# its training step (convlstm_train_step() hands an encoder-forecaster here), its
-# prediction and how it prints. The core runs it (src/core/forecast.c);
-# the model is a convlstm_model whose class says it is this one.
+# its prediction and how it prints. It trains and is evaluated through the
+# same convlstm_train_step(), convlstm_fit() and convlstm_evaluate() as a
+# plain stack (its target: the K frames of y); the core runs it
+# (src/core/stacks.c); the model is a convlstm_model whose class says it is
+# this one.
 
 #' Create Shi et al.'s encoder-forecaster
 #'
@@ -36,14 +38,20 @@
 #' encoder's first.
 #'
 #' Trained with [convlstm_train_step()] (`y` holds the frames to forecast: their
-#' number, `dim(y)[2]`, is the forecaster's steps) or [convlstm_fit()]
-#' (epochs of mini-batches, `shuffle`, `verbose`, the loss and its
-#' reduction, `max_grad_norm`, and `validation_data = list(x, y)` whose
-#' frames to forecast may be as many as you like, checked whole before
-#' anything trains (y has x's sequences and frame size, the patch divides
-#' it, which may differ from the training frames'); its other options are
-#' refused as below), predicted with [predict()] and a `horizon`, evaluated with
-#' [convlstm_evaluate()] (any `horizon`), saved with [convlstm_save()],
+#' number, `dim(y)[2]`, is the forecaster's steps, which may differ from
+#' `x`'s) or [convlstm_fit()], the same loop as a plain stack's: epochs of
+#' mini-batches, `shuffle`, the progress bar, the loss and its reduction
+#' (the history's epoch loss in the plain stack's units for each),
+#' `max_grad_norm`, `callbacks`, `lr_scheduler`, `validation_split`,
+#' `validation_data = list(x, y)` (whose frames to forecast may be as many
+#' as you like and whose frames may be of another size than the training
+#' ones; checked whole before anything trains: y has x's sequences and
+#' frame size, the patch divides it), `metrics`, `resume` (the losses of an
+#' uninterrupted fit) and `memory_budget` (the advisor's pick for the
+#' forecast of `dim(y)[2]` frames; with `batch_size = "max"` the largest
+#' batch [convlstm_max_batch_size()] plans for it). Predicted with [predict()]
+#' and a `horizon`, evaluated with [convlstm_evaluate()] (any `horizon`),
+#' saved with [convlstm_save()],
 #' planned by [convlstm_memory_estimate()], [convlstm_max_batch_size()] and
 #' [convlstm_memory_advise()] (give `horizon`, the forecast frames; the advice
 #' offers only what its training runs: float32, float16 and bfloat16, with
@@ -57,10 +65,8 @@
 #' `"encoder_forecaster"` and `supported` is `FALSE` (`tbptt`,
 #' a `horizon` argument (the forecast
 #' is `dim(y)[2]` frames), `teacher_forcing` below 1, given or carried states,
-#' a loss `weight`, `target = "last_state"`, data sets ([convlstm_data()]),
-#' data parallel training and, in [convlstm_fit()], `callbacks`,
-#' `lr_scheduler`, `validation_split`, `resume`, `memory_budget` and
-#' `metrics`). Every function refuses them alike: a classed
+#' a loss `weight`, `target = "last_state"`, data sets ([convlstm_data()])
+#' and data parallel training). Every function refuses them alike: a classed
 #' `convlstm_error_unsupported` whose message is the table's reason. The
 #' constructor takes no dropout.
 #'
@@ -94,8 +100,10 @@
 #' convlstm_train_step(model, x, y, opt, loss = "bce_logits", reduction = "sum")
 #' dim(predict(model, x, horizon = 2))  # [2, 2, 1, 8, 8]
 #' history <- convlstm_fit(model, x, y, opt, epochs = 2, batch_size = 1, verbose = FALSE,
-#'                         loss = "bce_logits", validation_data = list(x, y))
+#'                         loss = "bce_logits", validation_data = list(x, y),
+#'                         lr_scheduler = convlstm_lr_step(opt, step_size = 1, gamma = 0.5))
 #' history
+#' convlstm_evaluate(model, x, y[, 1, , , , drop = FALSE], horizon = 1, loss = "bce_logits")
 #' convlstm_release(model)
 convlstm_forecaster <- function(input_dim, hidden_dims, kernel_sizes, patch = 1L,
                                 recurrent_kernel_sizes = NULL, peephole = "channel",
@@ -132,24 +140,6 @@ convlstm_forecaster <- function(input_dim, hidden_dims, kernel_sizes, patch = 1L
 
 is_convlstm_forecaster <- function(x) inherits(x, "convlstm_forecaster")
 
-# convlstm_train_step() of an encoder-forecaster: x [B, T, C, H, W] the input frames,
-# y [B, K, C, H, W] the K frames it forecasts (the options it does not
-# take: refused by the capability table before this).
-forecaster_train_step <- function(model, x, y, optimizer, loss, max_grad_norm, call,
-                                  accumulation_steps = 1, checkpoint = 0,
-                                  recompute_gates = FALSE) {
-  ptr <- model_ptr(model)
-  config <- model_config(model)
-  x <- check_input(x, config, "x", call = call)
-  y <- check_input(y, config, "y", call = call)
-  optimizer <- check_optimizer(optimizer, call = call)
-  options <- check_step_options(checkpoint = checkpoint, accumulation_steps = accumulation_steps,
-                                max_grad_norm = max_grad_norm, loss = loss,
-                                batch_size = dim(x)[[1]], recompute_gates = recompute_gates,
-                                call = call)
-  c_train_step(ptr, x, y, "sequence", optimizer, options)
-}
-
 #' @rdname convlstm_forecaster
 #' @param object An encoder-forecaster.
 #' @param x Input frames `[batch, time, channels, height, width]`.
@@ -181,16 +171,6 @@ predict.convlstm_forecaster <- function(object, x, horizon, batch_size = NULL, .
     out <- assign_batch(out, idx, part)
   }
   out
-}
-
-# convlstm_evaluate() of an encoder-forecaster (x, y, the loss, weight and
-# metrics spec checked there): the loss of its forecast of `horizon` frames
-# against y, reduced as the loss says, and with a spec its metrics.
-forecaster_evaluate <- function(model, x, y, horizon, batch_size, loss, weight, spec) {
-  pred <- predict(model, x, horizon = horizon, batch_size = batch_size)
-  value <- loss_sum(pred, y, loss, weight) / loss_divisor(loss, length(y), dim(y)[[1]])
-  if (is.null(spec)) return(value)
-  c(loss = value, do.call(convlstm_forecast_metrics, c(list(pred, y), spec))$overall)
 }
 
 # The stacks' layers as the user gave them (the encoder's; the forecaster
@@ -250,92 +230,13 @@ print.summary.convlstm_forecaster <- function(x, ...) {
   invisible(x)
 }
 
-# Held-out frames x and the frames y to forecast from them (any number of
-# them), each checked by check_input(): the patch must divide x's frames,
-# and y must have x's sequences and frame size; `arg` names the pair
-# (its [[1]] and [[2]]). Checked before a fit trains, not after an epoch.
-check_forecast_pair <- function(x, y, config, arg, call) {
-  xd <- dim(x)
-  p <- config$patch
-  if (xd[[4]] %% p != 0 || xd[[5]] %% p != 0) {
-    abort_convlstm(sprintf(
-      "`%s[[1]]` has frames of %d x %d pixels: the patch size %d must divide both.",
-      arg, xd[[4]], xd[[5]], p), call = call)
-  }
-  yd <- dim(y)
-  if (yd[[1]] != xd[[1]] || yd[[4]] != xd[[4]] || yd[[5]] != xd[[5]]) {
-    abort_convlstm(sprintf(paste0(
-      "`%s[[2]]` must have dim [%d, K, %d, %d, %d] (K frames that follow each sequence of ",
-      "`%s[[1]]`), not %s."), arg, xd[[1]], config$input_dim, xd[[4]], xd[[5]], arg,
-      format_dims(yd)), call = call)
-  }
-  invisible()
-}
-
-# convlstm_fit() of an encoder-forecaster (convlstm_fit() hands it here):
-# epochs of shuffled mini-batches through forecaster_train_step(), the
-# validation loss (validation_data = list(x, y), any horizon: dim(y)[2]) of
-# the forecast of y's frames, computed with the training loss's formula and
-# reduction (the options it does not take: refused by the capability table
-# before this). Returns a convlstm_history.
-forecaster_fit <- function(model, x, y, optimizer, epochs, batch_size, batch_size_given, shuffle,
-                           verbose, validation_data, loss, max_grad_norm, call,
-                           accumulation_steps = 1, checkpoint = 0, recompute_gates = FALSE) {
-  config <- model_config(model)
-  x <- check_input(x, config, "x", call = call)
-  y <- check_input(y, config, "y", call = call)
-  n <- dim(x)[[1]]
-  if (dim(y)[[1]] != n) {
-    abort_arg("y", sprintf("%d sequences, as `x`", n), y, call)
-  }
-  optimizer <- check_optimizer(optimizer, call = call)
-  epochs <- check_count(epochs, "epochs", call = call)
-  batch_size <- check_count(batch_size, "batch_size", call = call)
-  batch_size <- fit_batch_size(batch_size, batch_size_given, n, 1L, call)
-  shuffle <- check_flag(shuffle, "shuffle", call = call)
-  verbose <- check_flag(verbose, "verbose", call = call)
-  accumulation_steps <- check_count(accumulation_steps, "accumulation_steps", call = call)
-  if (!is.null(validation_data)) {
-    if (!is.list(validation_data) || length(validation_data) != 2) {
-      abort_arg("validation_data", "NULL or list(x, y)", validation_data, call)
-    }
-    vx <- check_input(validation_data[[1]], config, "validation_data[[1]]", call = call)
-    vy <- check_input(validation_data[[2]], config, "validation_data[[2]]", call = call)
-    check_forecast_pair(vx, vy, config, "validation_data", call)
-  }
-  fn <- loss %||% list(kind = "mse", reduction = "mean")
-  summed <- identical(fn$reduction, "sum") # the epoch's sum, not an average (as the plain stack)
-  rows <- list()
-  ptr <- model_ptr(model, call = call)
-  c_empty_cache(ptr) # what earlier calls left is not the first epoch's (as the plain stack's)
-  for (epoch in seq_len(epochs)) {
-    c_memory_reset_peak(ptr) # each epoch's peak from what is held at its start, as the plain stack's
-    t0 <- proc.time()[["elapsed"]]
-    order <- if (shuffle) sample.int(n) else seq_len(n)
-    total <- 0
-    for (start in seq(1L, n, by = batch_size)) {
-      idx <- order[start:min(n, start + batch_size - 1L)]
-      # a last batch smaller than accumulation_steps takes one sequence a step (as the plain fit)
-      l <- forecaster_train_step(model, slice_batch(x, idx), slice_batch(y, idx), optimizer,
-                                 loss, max_grad_norm, call,
-                                 min(accumulation_steps, length(idx)), checkpoint,
-                                 recompute_gates)
-      total <- total + as.numeric(l) * if (summed) 1 else length(idx)
-    }
-    epoch_loss <- if (summed) total else total / n
-    val <- NA_real_
-    if (!is.null(validation_data)) {
-      pred <- predict(model, vx, horizon = dim(vy)[[2]], batch_size = batch_size)
-      val <- loss_sum(pred, vy, fn) / loss_divisor(fn, length(vy), dim(vy)[[1]])
-    }
-    rows[[epoch]] <- data.frame(epoch = epoch, loss = epoch_loss, val_loss = val,
-                                lr = optimizer$lr, seconds = proc.time()[["elapsed"]] - t0,
-                                peak_bytes = c_memory_stats(ptr)$peak_allocated)
-    if (verbose) {
-      message(sprintf("epoch %d/%d  loss %s%s", epoch, epochs, format_loss(epoch_loss),
-                      if (is.na(val)) "" else paste0("  val_loss ", format_loss(val))))
-    }
-  }
-  new_history(rows, target = "sequence", batch_size = batch_size, optimizer = optimizer,
-              loss = fn$kind)
+# An encoder-forecaster's frames enter as patch x patch patches: the patch
+# must divide the frames' height and width (xd: [B, T, C, H, W]), for every
+# array a call takes (check_input()), before anything is computed or trained.
+check_patch <- function(xd, config, arg, call) {
+  p <- config$patch %||% 1L
+  if (xd[[4]] %% p == 0 && xd[[5]] %% p == 0) return(invisible())
+  abort_convlstm(sprintf(
+    "`%s` has frames of %d x %d pixels: the patch size %d must divide both.",
+    arg, xd[[4]], xd[[5]], p), call = call)
 }

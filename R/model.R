@@ -366,6 +366,7 @@ check_input <- function(x, config, arg, call = sys.call(-1), forward = FALSE) {
     ), call = call)
   }
   check_frame_size(dim(x)[4:5], config, arg, call)
+  check_patch(dim(x), config, arg, call)
   if (forward) check_half_range(x, config, arg, call)
   x
 }

@@ -20,7 +20,9 @@
 #'   the batch.
 #' @param y Target: `[batch, hidden, height, width]` for `"last_state"`,
 #'   `[batch, time, hidden, height, width]` for `"sequence"`, where `hidden`
-#'   is the last layer's hidden dimension. `NULL` when `x` is a data set
+#'   is the last layer's hidden dimension. For an encoder-forecaster
+#'   ([convlstm_forecaster()]), the K frames it forecasts, `[batch, K,
+#'   channels, height, width]` (any K; the target is their sequence). `NULL` when `x` is a data set
 #'   (its targets are in it).
 #' @param optimizer [convlstm_optimizer_adam()], [convlstm_optimizer_adamw()], [convlstm_optimizer_sgd()] or
 #'   [convlstm_optimizer_rmsprop()].
@@ -183,14 +185,6 @@ convlstm_train_step <- function(model, x, y = NULL, optimizer, target = c("last_
     accumulation_steps = accumulation_steps, horizon = horizon, teacher_forcing = teacher_forcing,
     state = state, weight = weight, target = if (!missing(target)) target,
     data = is_convlstm_data(x)))
-  if (is_convlstm_forecaster(model)) {
-    if (!is.null(rows)) {
-      abort_convlstm("`rows` applies only when `x` is a data set made by convlstm_data().",
-                     call = sys.call())
-    }
-    return(forecaster_train_step(model, x, y, optimizer, loss, max_grad_norm, sys.call(),
-                                 accumulation_steps, checkpoint, recompute_gates))
-  }
   if (is.null(horizon)) check_teacher_forcing(teacher_forcing, FALSE, sys.call())
   if (is_convlstm_data(x)) {
     if (!is.null(weight)) {
@@ -224,7 +218,7 @@ convlstm_train_step <- function(model, x, y = NULL, optimizer, target = c("last_
     target <- "sequence"
   } else {
     target <- target_choice(target, config, missing(target))
-    y <- check_target_array(y, dim(x), config, target, "y")
+    y <- check_target(y, dim(x), config, target, "y")
   }
   optimizer <- check_optimizer(optimizer)
   state <- state_option(state, config, dim(x))
@@ -395,9 +389,11 @@ check_max_grad_norm <- function(x, call = sys.call(-1)) {
 float_min_normal <- 2^-126
 
 # The target a call trains on: as given, or by default the last state --
-# but a model with a head trains on the sequence of its outputs.
+# but a model with a head trains on the sequence of its outputs, and an
+# encoder-forecaster on the sequence of frames it forecasts.
 target_choice <- function(target, config, target_missing, call = sys.call(-1)) {
   if (target_missing && isTRUE(config$head)) return("sequence")
+  if (target_missing && isTRUE(config$forecaster)) return("sequence")
   check_choice(target, c("last_state", "sequence"), "target", call = call)
 }
 
@@ -429,6 +425,22 @@ check_target_array <- function(y, xd, config, target, arg, call = sys.call(-1)) 
       "`%s` must have dim %s (%s of the last layer for target = \"%s\"), not %s.",
       arg, format_dims(want), what, target, format_dims(dim(y))
     ), call = call)
+  }
+  y
+}
+
+# The training target for inputs of dims xd: an encoder-forecaster's K
+# frames to forecast (any K >= 1, y's own: its forecaster runs dim(y)[2]
+# steps, whatever x's T), else the chosen output (check_target_array()).
+check_target <- function(y, xd, config, target, arg, call = sys.call(-1)) {
+  if (!isTRUE(config$forecaster)) return(check_target_array(y, xd, config, target, arg, call))
+  y <- check_array(y, arg, 5, call = call)
+  want <- c(xd[[1]], config$input_dim, xd[[4]], xd[[5]])
+  if (!identical(as.integer(dim(y)[-2]), as.integer(want))) {
+    abort_convlstm(sprintf(paste0(
+      "`%s` must have dim [%d, K, %d, %d, %d] (the K frames forecast after each of the %d ",
+      "input sequences, of their size), not %s."), arg, want[[1]], want[[2]], want[[3]],
+      want[[4]], xd[[1]], format_dims(dim(y))), call = call)
   }
   y
 }

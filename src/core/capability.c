@@ -10,7 +10,6 @@
 #include <string.h>
 
 #define FC "an encoder-forecaster "
-#define FIT "convlstm_fit() of an encoder-forecaster "
 #define WHOLE "its step runs the whole sequence in one pass"
 #define HEAD "a model with a head "
 
@@ -58,13 +57,13 @@ static const struct {
                             "backward)",
                          HEAD "trains through train_step only (its separate forward keeps the "
                               "layers' outputs, not the head's)"},
-    [CL_CAP_CALLBACKS] = {"callbacks", 0, FIT "does not support callbacks"},
-    [CL_CAP_LR_SCHEDULER] = {"lr_scheduler", 0, FIT "does not support lr_scheduler"},
-    [CL_CAP_VALIDATION_SPLIT] = {"validation_split", 0,
-                                 FIT "does not support validation_split (give validation_data)"},
-    [CL_CAP_RESUME] = {"resume", 0, FIT "does not support resume"},
-    [CL_CAP_MEMORY_BUDGET] = {"memory_budget", 0, FIT "does not support memory_budget"},
-    [CL_CAP_METRICS] = {"metrics", 0, FIT "does not support metrics"},
+    /* R's fit loop (convlstm_fit()): one loop for every kind of model */
+    [CL_CAP_CALLBACKS] = {"callbacks", 1, NULL},
+    [CL_CAP_LR_SCHEDULER] = {"lr_scheduler", 1, NULL},
+    [CL_CAP_VALIDATION_SPLIT] = {"validation_split", 1, NULL},
+    [CL_CAP_RESUME] = {"resume", 1, NULL},
+    [CL_CAP_MEMORY_BUDGET] = {"memory_budget", 1, NULL},
+    [CL_CAP_METRICS] = {"metrics", 1, NULL},
 };
 
 static const char *const KIND_NAME[CL_N_MODEL_KINDS] = {"convlstm", "encoder_forecaster",

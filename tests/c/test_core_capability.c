@@ -210,8 +210,7 @@ static const char *const FORECASTER_REFUSES[] = {
     "tbptt", "horizon", "teacher_forcing < 1 (free running)", "state = given",
     "state = carry", "weight", "target = last_state", "dropout", "dropout_masks",
     "peephole = position", "data parallel", "data set on the device (convlstm_data)",
-    "separate forward/backward", "callbacks", "lr_scheduler", "validation_split", "resume",
-    "memory_budget", "metrics"};
+    "separate forward/backward"};
 
 /* What a plain stack with a head refuses: the last state as a target (its
  * output is the head's sequence), free running (the fed-back steps do not

@@ -82,10 +82,10 @@ test_that("convlstm_fit() of an encoder-forecaster refuses y of other rows and a
   y <- array(runif(2 * 2 * 4 * 4), dim = c(2, 2, 1, 4, 4))
   expect_convlstm_error(convlstm_fit(fc, x, y[1, , , , , drop = FALSE], convlstm_optimizer_sgd(0),
                                      verbose = FALSE),
-                        regexp = "`y` must be 2 sequences, as `x`")
+                        regexp = "`y` must have dim \\[2, K, 1, 4, 4\\] \\(the K frames forecast after each of the 2 input sequences")
   expect_convlstm_error(convlstm_fit(fc, x, y, convlstm_optimizer_sgd(0), verbose = FALSE,
                                      validation_data = list(x)),
-                        regexp = "`validation_data` must be NULL or list\\(x, y\\)")
+                        regexp = "`validation_data` must be NULL or a list of two arrays, list\\(x, y\\)")
   expect_convlstm_error(predict(fc, x), regexp = "`horizon` must be the number of frames to forecast")
 })
 
