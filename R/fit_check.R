@@ -53,7 +53,7 @@ fit_check <- function(a, target_missing, batch_size_missing, guard, call) {
   fit_check_batches(f, call)
   # what the budget holds beside the step: the data set, validation batches
   f$held <- fit_budget(f$model, f$fits, dim(f$x), f$validation, f$batch_size, f$target,
-                       f$data_on_device, is.null(f$weight) && is.null(f$forecast),
+                       f$data_on_device, is.null(f$weight) && is.null(f$forecast) && is.null(f$source),
                        f$forecast$horizon %||% 0L, call)
   fit_check_resume(f, call)
   # each epoch's teacher forcing, read (and checked) now rather than after
@@ -73,6 +73,7 @@ fit_check <- function(a, target_missing, batch_size_missing, guard, call) {
 
 # x, y, the forecast, the carried state and the weight.
 fit_check_data <- function(f, a, target_missing, call) {
+  if (is_convlstm_source(a$x)) return(source_fit_check(f, a, target_missing, call)) # R/source.R
   f$x <- check_input(a$x, f$config, "x", call = call)
   f$forecast <- fit_forecast(a$horizon, a$teacher_forcing, target_missing, a$target, f$config,
                              call)
@@ -109,6 +110,7 @@ fit_check_memory <- function(f, a, call) {
 
 # validation_split's hold-out, with the same split of the weight.
 fit_check_split <- function(f, fraction, call) {
+  if (!is.null(f$source)) return(source_fit_split(f, fraction, call)) # rows of the source
   held_out <- split_validation(f$x, f$y, fraction, f$validation, call)
   f$x <- held_out$x
   f$y <- held_out$y
@@ -184,7 +186,7 @@ fit_begin <- function(f) {
   }
   # a weighted loss slices its weight with each batch, and a horizon applies
   # to arrays: from R arrays
-  f$data <- if (is.null(f$weight) && is.null(f$forecast)) {
+  f$data <- if (is.null(f$weight) && is.null(f$forecast) && is.null(f$source)) {
     fit_data_set(f$ptr, f$x, f$y, f$target, f$held$data_on_device, f$batch_size, f$optimizer,
                  f$options)
   }
