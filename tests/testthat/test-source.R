@@ -99,6 +99,12 @@ test_that("the writer takes a function chunk by chunk and grid windows, and leav
                         regexp = "finite")
   expect_false(file.exists(p2))
   expect_length(Sys.glob(paste0(p2, ".part-*")), 0)
+  # a chunk of the wrong shape (found in R): no file either
+  odd <- function(frames) if (frames[[1]] > 4) array(0, c(length(frames), 1, 3, 2)) else make(frames)
+  expect_convlstm_error(convlstm_frame_file_write(odd, p2, n_frames = 10, chunk_frames = 4),
+                        regexp = "frames 5 to 8")
+  expect_false(file.exists(p2))
+  expect_length(Sys.glob(paste0(p2, ".part-*")), 0)
   # an existing file is kept unless overwrite
   expect_convlstm_error(convlstm_frame_file_write(make, path, n_frames = 10), regexp = "exists")
   # convlstm_grid_windows() output: the series it was cut from
