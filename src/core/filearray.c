@@ -144,13 +144,20 @@ static cl_status header_read(const unsigned char *h, const char *path, cl_fa_inf
 
 /* ---- reading ---- */
 
-static void give_back(unsigned char *map, size_t from, size_t to) {
+/* The pages of [from, to) and of the blocks of FAULT_AROUND bytes they
+ * touch: a page fault maps the cached pages around the faulting one too
+ * (Linux's fault-around, 64 KiB by default), so pages of a neighbouring
+ * window, given back already, would come back resident with it and stay
+ * (shuffled windows: one such block per window read). */
+#define FAULT_AROUND ((size_t)64 << 10)
+static void give_back(unsigned char *map, size_t map_bytes, size_t from, size_t to) {
 #ifdef MADV_DONTNEED
-  long page = sysconf(_SC_PAGESIZE);
-  size_t lo = from - from % (size_t)page;
-  if (to > lo) madvise(map + lo, to - lo, MADV_DONTNEED);
+  size_t lo = from - from % FAULT_AROUND;
+  size_t hi = to + (FAULT_AROUND - to % FAULT_AROUND) % FAULT_AROUND;
+  if (hi > map_bytes) hi = map_bytes;
+  if (hi > lo) madvise(map + lo, hi - lo, MADV_DONTNEED);
 #else
-  (void)map, (void)from, (void)to;
+  (void)map, (void)map_bytes, (void)from, (void)to;
 #endif
 }
 
@@ -159,7 +166,7 @@ static cl_status verify_checksum(cl_fa *a, char *err, size_t errlen) {
   for (size_t at = 0; at < a->info.data_bytes; at += CHUNK_BYTES) {
     size_t n = a->info.data_bytes - at < CHUNK_BYTES ? a->info.data_bytes - at : CHUNK_BYTES;
     h = cl_fa_checksum(h, a->map + CL_FA_HEADER_BYTES + at, n);
-    give_back(a->map, CL_FA_HEADER_BYTES + at, CL_FA_HEADER_BYTES + at + n);
+    give_back(a->map, a->map_bytes, CL_FA_HEADER_BYTES + at, CL_FA_HEADER_BYTES + at + n);
   }
   if (h == a->info.checksum) return CL_OK;
   snprintf(err, errlen,
@@ -287,7 +294,7 @@ cl_status cl_fa_read_windows(cl_fa *a, const int64_t *starts, int64_t n, int64_t
       decode_frame(a, a->map + from + (size_t)s * frame_bytes, out + i + (size_t)n * (size_t)s,
                    stride);
     }
-    give_back(a->map, from, from + (size_t)len * frame_bytes);
+    give_back(a->map, a->map_bytes, from, from + (size_t)len * frame_bytes);
   }
   return CL_OK;
 }

@@ -290,3 +290,27 @@ test_that("a source refuses y, weight, metrics and data_on_device = TRUE", {
   expect_convlstm_error(convlstm_source_read(src, 10), regexp = "1:9")
   expect_convlstm_error(convlstm_source_function(function(i) 1, n = 3), regexp = "the probe")
 })
+
+test_that("reading a frame file leaves its pages out of the resident set", {
+  skip_on_cran()
+  skip_on_os(c("windows", "mac", "solaris"))
+  skip_if_not(file.exists("/proc/self/status"))
+  rss_file <- function() { # the file-backed resident pages, as the OS counts them
+    l <- grep("^RssFile:", readLines("/proc/self/status"), value = TRUE)
+    as.numeric(sub("^[^0-9]*([0-9]+).*$", "\\1", l)) * 1024
+  }
+  skip_if(length(rss_file()) == 0, "no RssFile line in /proc/self/status")
+  frames <- function(f) array(f %% 251 / 251, c(length(f), 1, 64, 64))
+  path <- tempfile(fileext = ".frames")
+  on.exit(unlink(path))
+  convlstm_frame_file_write(frames, path, n_frames = 3072, chunk_frames = 256) # 48 MiB
+  src <- convlstm_source_frames(path, seq_len = 2, horizon = 1, stride = 3)
+  before <- rss_file()
+  set.seed(1)
+  order <- sample.int(src$n) # shuffled, as a fit reads them
+  for (i in seq(1, src$n, by = 8)) invisible(convlstm_source_read(src, order[i:min(src$n, i + 7)]))
+  grown <- rss_file() - before
+  expect_lt(grown, file.size(path) / 8,
+            label = sprintf("file-backed resident growth %.1f MiB over a %.0f MiB file",
+                            grown / 2^20, file.size(path) / 2^20))
+})
