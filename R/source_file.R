@@ -22,7 +22,10 @@ frame_dtypes <- c(float32 = 0L, float16 = 1L, uint8 = 2L)
 #'   must be in a window); or a function `function(frames)` returning the
 #'   frames asked for (integers), `[length(frames), channels, height,
 #'   width]`, with `n_frames`, so that a series larger than memory is
-#'   never held whole.
+#'   never held whole; a variable of an open netCDF file (an `ncdf4`
+#'   object with `var`), read `chunk_frames` times at a time; or a `stars`
+#'   object or `SpatRaster` (in memory already), read as
+#'   [convlstm_grid_windows()] reads them.
 #' @param path The file to write.
 #' @param dtype `"float32"`, `"float16"` (half the bytes; values within
 #'   +-65504) or `"uint8"` (a quarter; each value stored as `round((v -
@@ -32,6 +35,7 @@ frame_dtypes <- c(float32 = 0L, float16 = 1L, uint8 = 2L)
 #'   for a function, required. A value outside `offset + scale * [0, 255]`
 #'   is an error.
 #' @param n_frames For a function: the series' length.
+#' @param var For an `ncdf4` object: the variable's name.
 #' @param chunk_frames Frames converted and written at a time.
 #' @param overwrite Replace an existing `path`.
 #' @return `path`, invisibly.
@@ -49,13 +53,13 @@ frame_dtypes <- c(float32 = 0L, float16 = 1L, uint8 = 2L)
 #'                           n_frames = 1000)
 #' file.size(path8)
 convlstm_frame_file_write <- function(data, path, dtype = c("float32", "float16", "uint8"),
-                                      scale = NULL, offset = 0, n_frames = NULL,
+                                      scale = NULL, offset = 0, n_frames = NULL, var = NULL,
                                       chunk_frames = 64, overwrite = FALSE) {
   call <- sys.call()
   dtype <- check_choice(dtype, names(frame_dtypes), "dtype", call = call)
   path <- check_frame_path(path, overwrite, call)
   chunk_frames <- check_count(chunk_frames, "chunk_frames", call = call)
-  frames <- frame_reader(data, n_frames, call)
+  frames <- frame_reader(data, n_frames, var, call)
   first <- frames$get(seq_len(min(chunk_frames, frames$n)))
   so <- frame_scale(dtype, scale, offset, if (is.null(frames$range)) NULL else frames$range(), call)
   w <- c_fa_writer_open(path, frame_dtypes[[dtype]], c(frames$n, dim(first)[-1]), so)
@@ -83,19 +87,37 @@ check_frame_path <- function(path, overwrite, call) {
 }
 
 # list(n, get(frames) -> [k, C, H, W], range() or NULL) for each kind of data.
-frame_reader <- function(data, n_frames, call) {
+frame_reader <- function(data, n_frames, var, call) {
   if (is.function(data)) {
     if (is.null(n_frames)) abort_convlstm("A function as `data` needs `n_frames`.", call = call)
     n <- check_count(n_frames, "n_frames", call = call)
     return(list(n = n, get = data, range = NULL))
   }
   if (inherits(data, "convlstm_grid_windows")) return(windows_frames(data, call))
+  if (inherits(data, "ncdf4")) return(ncdf4_frames(data, var, call))
+  if (inherits(data, c("stars", "SpatRaster"))) { # already in memory: its frames, as the windows read them
+    data <- grid_read(data, NULL, NULL, NULL, call)$frames
+  }
   if (!(is.numeric(data) || is.logical(data)) || length(dim(data)) != 4) {
-    abort_arg("data", "an array [time, channels, height, width], convlstm_grid_windows() output or a function",
-              data, call)
+    abort_arg("data", paste0("an array [time, channels, height, width], convlstm_grid_windows() output, ",
+                             "a function, an ncdf4 object, a stars object or a SpatRaster"), data, call)
   }
   list(n = dim(data)[[1]], get = function(idx) data[idx, , , , drop = FALSE],
        range = function() range(data, na.rm = TRUE))
+}
+
+# A netCDF variable's frames, read a chunk of times at a time.
+ncdf4_frames <- function(nc, var, call) {
+  ax <- grid_ncdf4_axes(nc, var, call)
+  get <- function(idx) {
+    start <- rep(1L, length(ax$dims))
+    count <- rep(-1L, length(ax$dims))
+    start[[ax$t_at]] <- idx[[1]]
+    count[[ax$t_at]] <- length(idx)
+    a <- ncdf4::ncvar_get(nc, var, start = start, count = count, collapse_degen = FALSE)
+    grid_ncdf4_frames(a, ax)
+  }
+  list(n = ax$dims[[ax$t_at]]$len, get = get, range = NULL)
 }
 
 # The series' frames from convlstm_grid_windows() output: frame t from the
@@ -129,7 +151,7 @@ windows_frames <- function(w, call) {
 frame_scale <- function(dtype, scale, offset, range, call) {
   if (dtype != "uint8") return(c(1, 0))
   if (is.null(scale)) {
-    if (is.null(range)) abort_convlstm("`dtype = \"uint8\"` with a function as `data` needs `scale`.",
+    if (is.null(range)) abort_convlstm("`dtype = \"uint8\"` with a function or a netCDF variable as `data` needs `scale`.",
                                        call = call)
     offset <- range[[1]]
     scale <- if (range[[2]] > range[[1]]) (range[[2]] - range[[1]]) / 255 else 1

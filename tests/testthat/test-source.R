@@ -314,3 +314,33 @@ test_that("reading a frame file leaves its pages out of the resident set", {
             label = sprintf("file-backed resident growth %.1f MiB over a %.0f MiB file",
                             grown / 2^20, file.size(path) / 2^20))
 })
+
+test_that("a netCDF variable is written a chunk of times at a time, as the windows read it", {
+  skip_if_no_raster_pkg("ncdf4")
+  nc_path <- tempfile(fileext = ".nc")
+  steps <- 9
+  dx <- ncdf4::ncdim_def("x", "m", as.double(1:3))
+  dy <- ncdf4::ncdim_def("y", "m", as.double(1:2))
+  dt <- ncdf4::ncdim_def("time", "hours since 2020-01-01 00:00:00", as.double(seq_len(steps) - 1),
+                         unlim = TRUE)
+  v <- ncdf4::ncvar_def("v", "mm", list(dx, dy, dt), missval = -9999, prec = "float")
+  vals <- array(0, c(3, 2, steps))
+  for (x in 1:3) for (y in 1:2) for (t in seq_len(steps)) vals[x, y, t] <- 100 * x + 10 * y + t
+  nc <- ncdf4::nc_create(nc_path, list(v))
+  ncdf4::ncvar_put(nc, v, vals)
+  ncdf4::nc_close(nc)
+  nc <- ncdf4::nc_open(nc_path)
+  on.exit(ncdf4::nc_close(nc))
+  path <- tempfile(fileext = ".frames")
+  convlstm_frame_file_write(nc, path, var = "v", chunk_frames = 4)
+  got <- convlstm_source_read(convlstm_source_frames(path, seq_len = 8, horizon = 1), 1)
+  # frame t is [rows (y), columns (x)]: 100 x + 10 y + t, by hand
+  want <- outer(1:2, 1:3, function(y, x) 100 * x + 10 * y)
+  for (t in 1:8) expect_identical(got$x[1, t, 1, , ], want + t)
+  expect_identical(got$y[1, 1, 1, , ], want + 9)
+  # the same frames as convlstm_grid_windows() cuts from it
+  w <- convlstm_grid_windows(nc, seq_len = 8, horizon = 1, var = "v")
+  expect_identical(got$x, w$x)
+  expect_convlstm_error(convlstm_frame_file_write(nc, tempfile(), var = "v", dtype = "uint8"),
+                        regexp = "needs `scale`")
+})
