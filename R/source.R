@@ -54,8 +54,7 @@ is_convlstm_source <- function(x) inherits(x, "convlstm_source")
 #' @export
 #' @examples
 #' x <- array(runif(8 * 3 * 6 * 6), c(8, 3, 1, 6, 6))
-#' y <- x[, 3, , , , drop = FALSE][, 1, , , , drop = TRUE]
-#' y <- array(y, c(8, 1, 6, 6))
+#' y <- array(x[, 3, 1, , ], c(8, 1, 6, 6)) # the last frame
 #' src <- convlstm_source_arrays(x, y)
 #' src
 #' dim(convlstm_source_read(src, 2:3)$x)
