@@ -13,8 +13,8 @@
 # through source_fit_batch(), which checks the batch before the step, so a
 # bad batch stops the fit with the model as the last step left it. Only
 # the rows of one batch are ever held (the source's cache: x and y of the
-# last rows read, so that a validation pass reading x and then y reads
-# once).
+# rows of the last validation batch, so that a validation pass reading x
+# and then y reads once).
 #
 # Not here: reading ahead while a step runs (issue 36 item 2), and the
 # bytes of that staging in the memory plan.
@@ -163,7 +163,7 @@ convlstm_source_read <- function(source, indices) {
   if (any(rows > source$n)) {
     abort_arg("indices", sprintf("sample numbers in 1:%d", source$n), indices, call)
   }
-  source_fetch(source, rows, "indices", call)
+  source_fetch(source, rows, "indices", call, keep = FALSE)
 }
 
 #' @export
@@ -182,10 +182,12 @@ source_call <- function(fun, rows, label, call) {
   })
 }
 
-# The rows' batch, read once (the cache keeps the last) and checked.
-source_fetch <- function(s, rows, label, call) {
+# The rows' batch, read and checked; keep: cache it (a validation pass
+# reads x and then y of the same rows), else the caller's alone, so that
+# nothing of a training batch outlives its step.
+source_fetch <- function(s, rows, label, call, keep = TRUE) {
   if (identical(s$cache_rows, rows)) return(s$cache)
-  s$cache <- NULL # the old batch goes before the new one is read
+  s$cache <- s$cache_rows <- NULL # the old batch goes before the new one is read
   b <- if (identical(s$kind, "function")) source_call(s$read, rows, label, call) else {
     tryCatch(s$read(rows), convlstm_error = function(cnd) {
       abort_convlstm(sprintf("Reading %s: %s", label, conditionMessage(cnd)),
@@ -194,8 +196,10 @@ source_fetch <- function(s, rows, label, call) {
   }
   b <- source_check_batch(b, length(rows), s$x_dim, s$y_dim, s$types, label, call)
   if (is.null(s$types)) s$types <- attr(b, "types")
-  s$cache_rows <- rows
-  s$cache <- b
+  if (keep) {
+    s$cache_rows <- rows
+    s$cache <- b
+  }
   b
 }
 
@@ -320,7 +324,7 @@ source_fit_split <- function(f, fraction, call) {
 # hook): read, checked, y shaped for the target, x teacher-forced when the
 # epoch feeds the true frames back (p of 1).
 source_fit_batch <- function(f, idx, label, p) {
-  b <- source_fetch(f$source, f$x$rows[idx], label, f$call)
+  b <- source_fetch(f$source, f$x$rows[idx], label, f$call, keep = FALSE)
   y <- b$y
   if (f$y$drop) dim(y) <- dim(y)[-2]
   x <- if (!is.null(f$forecast) && p >= 1) teacher_sequence(b$x, y) else b$x
