@@ -122,8 +122,8 @@ convlstm_source_function <- function(fun, n, x_dim = NULL, y_dim = NULL) {
   }
   types <- c(x = "double", y = "double")
   if (is.null(x_dim)) {
-    probe <- source_call(fun, 1L, "the probe fun(1L)", call)
-    probe <- source_check_batch(probe, 1L, NULL, NULL, NULL, "the probe fun(1L)", call)
+    probe <- source_call(fun, 1L, "probe fun(1L)", call)
+    probe <- source_check_batch(probe, 1L, NULL, NULL, NULL, "probe fun(1L)", call)
     x_dim <- dim(probe$x)[-1]
     y_dim <- dim(probe$y)[-1]
     types <- c(x = typeof(probe$x), y = typeof(probe$y))
@@ -208,7 +208,7 @@ source_fetch <- function(s, rows, label, call, keep = TRUE) {
 # the types it came in as its attribute "types".
 source_check_batch <- function(b, n, x_dim, y_dim, types, label, call) {
   fail <- function(what) {
-    abort_convlstm(sprintf("The source's %s %s.", label, what), call = call, batch = label)
+    abort_convlstm(sprintf("The source's %s: %s.", label, what), call = call, batch = label)
   }
   if (!is.list(b) || !all(c("x", "y") %in% names(b))) {
     fail(sprintf("returned %s, not list(x = , y = )", describe(b)))
