@@ -288,7 +288,7 @@ test_that("a source refuses y, weight, metrics and data_on_device = TRUE", {
   on.exit(convlstm_release(m2), add = TRUE)
   expect_convlstm_error(convlstm_fit(m2, src, NULL, opt, epochs = 1, verbose = FALSE))
   expect_convlstm_error(convlstm_source_read(src, 10), regexp = "1:9")
-  expect_convlstm_error(convlstm_source_function(function(i) 1, n = 3), regexp = "probe fun(1L)", fixed = TRUE)
+  expect_convlstm_error(convlstm_source_function(function(i) 1, n = 3), regexp = "probe fun\\(1L\\)")
 })
 
 test_that("reading a frame file leaves its pages out of the resident set", {
