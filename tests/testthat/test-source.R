@@ -344,3 +344,17 @@ test_that("a netCDF variable is written a chunk of times at a time, as the windo
   expect_convlstm_error(convlstm_frame_file_write(nc, tempfile(), var = "v", dtype = "uint8"),
                         regexp = "needs `scale`")
 })
+
+test_that("a function source with declared dims takes the first batch's types and checks its shape", {
+  x <- array(1:24, c(2, 3, 1, 2, 2)) # integers: the first batch's type
+  fun <- function(i) list(x = x[i, , , , , drop = FALSE], y = array(0L, c(length(i), 1, 2, 2)))
+  src <- convlstm_source_function(fun, n = 2, x_dim = c(3, 1, 2, 2), y_dim = c(1, 2, 2))
+  b <- convlstm_source_read(src, 2:1)
+  expect_identical(b$x[1, , 1, , ], array(as.double(x[2, , 1, , ]), c(3, 2, 2)))
+  expect_true(is.double(b$x))
+  bad <- convlstm_source_function(fun, n = 2, x_dim = c(4, 1, 2, 2), y_dim = c(1, 2, 2))
+  expect_convlstm_error(convlstm_source_read(bad, 1), regexp = "dim 1 x 4 x 1 x 2 x 2")
+  expect_convlstm_error(convlstm_source_function(fun, n = 2, x_dim = c(3, 1, 2, 2)),
+                        regexp = "both")
+  expect_convlstm_error(convlstm_source_arrays(x, array(0, c(3, 1, 2, 2))), regexp = "2 rows")
+})
