@@ -358,3 +358,29 @@ test_that("a function source with declared dims takes the first batch's types an
                         regexp = "both")
   expect_convlstm_error(convlstm_source_arrays(x, array(0, c(3, 1, 2, 2))), regexp = "2 rows")
 })
+
+test_that("a fit from a source resumes as one never interrupted, and takes batch_size = \"max\"", {
+  series <- source_series(t = 24, seed = 4)
+  path <- write_frames(series)
+  src <- convlstm_source_frames(path, 3, 1)
+  w <- series_windows(as_float32(series), 3, 1)
+  m <- twin()
+  on.exit(release_all(m))
+  opt <- convlstm_optimizer_adam(0.01)
+  set.seed(2)
+  whole <- convlstm_fit(m$a, src, NULL, opt, epochs = 3, batch_size = 5, verbose = FALSE)
+  ck <- tempfile(fileext = ".safetensors")
+  set.seed(2)
+  convlstm_fit(m$b, src, NULL, opt, epochs = 2, batch_size = 5, verbose = FALSE,
+               callbacks = list(convlstm_callback_model_checkpoint(ck)))
+  resumed <- convlstm_fit(m$b, src, NULL, opt, epochs = 3, batch_size = 5, verbose = FALSE,
+                          resume = ck)
+  expect_identical(resumed$loss, whole$loss)
+  expect_identical(convlstm_state_dict(m$b), convlstm_state_dict(m$a))
+  # "max": the batch the same budget gives the same windows in arrays
+  h_src <- convlstm_fit(m$a, src, NULL, opt, epochs = 1, batch_size = "max",
+                        memory_budget = "2 MiB", verbose = FALSE)
+  h_arr <- convlstm_fit(m$b, w$x, array(w$y, c(dim(w$y)[1], 1, 5, 5)), opt, epochs = 1,
+                        batch_size = "max", memory_budget = "2 MiB", verbose = FALSE)
+  expect_identical(attr(h_src, "batch_size"), attr(h_arr, "batch_size"))
+})
