@@ -181,6 +181,17 @@ c_data_alive <- function() .Call(ffi_data_alive)
 c_data_bytes_for <- function(ptr, shape, target) {
   .Call(ffi_data_bytes_for, ptr, as.integer(shape), target)
 }
+# Frame files (src/r_filearray.c): frames are 1-based here, 0-based in C.
+c_fa_open <- function(path, verify) .Call(ffi_fa_open, path, verify)
+c_fa_close <- function(fa) .Call(ffi_fa_close, fa)
+c_fa_info <- function(fa) .Call(ffi_fa_info, fa)
+c_fa_read <- function(fa, starts, len) .Call(ffi_fa_read, fa, as.double(starts), as.double(len))
+c_fa_writer_open <- function(path, dtype, dims, scale_offset) {
+  .Call(ffi_fa_writer_open, path, as.integer(dtype), as.double(dims), as.double(scale_offset))
+}
+c_fa_writer_append <- function(w, x) .Call(ffi_fa_writer_append, w, x)
+c_fa_writer_finish <- function(w) .Call(ffi_fa_writer_finish, w)
+c_fa_writer_abort <- function(w) .Call(ffi_fa_writer_abort, w)
 c_train_step_data <- function(ptr, dptr, rows, optimizer, options = NULL) {
   options <- with_fixed_masks(options)
   watch_skips(ptr, .Call(ffi_train_step_data, ptr, dptr, as.integer(rows) - 1L,

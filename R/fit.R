@@ -18,7 +18,13 @@
 #' the current batch and returns the epochs completed so far.
 #'
 #' @inheritParams convlstm_train_step
-#' @param x Inputs `[n, time, channels, height, width]`.
+#' @param x Inputs `[n, time, channels, height, width]`; or a data source
+#'   read batch by batch instead of `x` and `y` ([convlstm_source_frames()]:
+#'   windows of a file on disk; [convlstm_source_function()]: an R function
+#'   of the rows; [convlstm_source_arrays()]), with `y = NULL`. Shuffling,
+#'   `validation_split` (the last rows), `batch_size` and the losses are as
+#'   for the same data in arrays; not with `weight` or `metrics`, and never
+#'   uploaded (`data_on_device`).
 #' @param y Targets: `[n, hidden, height, width]` for `"last_state"`,
 #'   `[n, time, hidden, height, width]` for `"sequence"`; with a `horizon`
 #'   of K, the K frames that follow each sequence, `[n, K, channels, height,
@@ -353,7 +359,7 @@ evaluate_loss <- function(ptr, x, y, target, batch_size, loss = NULL, weight = N
   }
   for (start in seq(1L, n, by = batch_size)) {
     idx <- start:min(n, start + batch_size - 1L)
-    if (length(idx) == n) {
+    if (length(idx) == n && is.array(x)) { # a source's part (R/source.R) is read by slice_batch()
       pred <- c_forward(ptr, x, training = FALSE, what = what, options)
       total <- total + loss_sum(pred, y, loss, weight)
     } else {
@@ -372,6 +378,7 @@ evaluate_loss <- function(ptr, x, y, target, batch_size, loss = NULL, weight = N
 #' unchanged).
 #'
 #' @inheritParams convlstm_fit
+#' @param x Inputs `[n, time, channels, height, width]`.
 #' @param batch_size Samples per forward call.
 #' @param loss,delta,pos_weight,weight,reduction The loss, as in [convlstm_train_step()].
 #' @param horizon `NULL`, or the loss of the forecast of `horizon` frames

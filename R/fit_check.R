@@ -75,6 +75,7 @@ fit_check <- function(a, target_missing, batch_size_missing, guard, call) {
 
 # x, y, the forecast, the carried state and the weight.
 fit_check_data <- function(f, a, target_missing, call) {
+  if (is_convlstm_source(a$x)) return(source_fit_check(f, a, target_missing, call)) # R/source.R
   f$x <- check_input(a$x, f$config, "x", call = call)
   f$forecast <- fit_forecast(a$horizon, a$teacher_forcing, target_missing, a$target, f$config,
                              call)
@@ -133,6 +134,7 @@ fit_check_memory <- function(f, a, call) {
 
 # validation_split's hold-out, with the same split of the weight.
 fit_check_split <- function(f, fraction, call) {
+  if (!is.null(f$source)) return(source_fit_split(f, fraction, call)) # rows of the source
   held_out <- split_validation(f$x, f$y, fraction, f$validation, call)
   f$x <- held_out$x
   f$y <- held_out$y

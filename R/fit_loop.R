@@ -94,7 +94,7 @@ fit_optimizer <- function(f) if (is.null(f$scheduler)) f$optimizer else f$schedu
 # 1) reads x and then the true frames, joined once, when an epoch first
 # needs them.
 fit_batch_x <- function(f, p) {
-  if (is.null(f$forecast) || p < 1) return(f$x)
+  if (is.null(f$forecast) || p < 1 || !is.null(f$source)) return(f$x) # a source's: per batch
   if (is.null(f$x_teacher)) f$x_teacher <- teacher_sequence(f$x, f$y)
   f$x_teacher
 }
@@ -165,6 +165,9 @@ fit_batch <- function(f, ctx, b, global, xs, p, epoch_options) {
   if (!is.null(f$weight) && f$n_batches * f$world > 1) opts$weight <- slice_batch(f$weight, idx)
   if (!is.null(f$data)) {
     loss <- c_train_step_data(f$ptr, f$data, idx, opt, opts)
+  } else if (!is.null(f$source)) { # read now, checked before the step (R/source.R)
+    batch <- source_fit_batch(f, idx, sprintf("batch %d of epoch %d", b, ctx$epoch), p)
+    loss <- c_train_step(f$ptr, batch$x, batch$y, f$target, opt, opts)
   } else if (f$n_batches == 1 && f$world == 1) {
     loss <- c_train_step(f$ptr, xs, f$y, f$target, opt, opts)
   } else {

@@ -308,6 +308,17 @@ grid_read_terra <- function(data, call) {
 }
 
 grid_read_ncdf4 <- function(data, var, call) {
+  ax <- grid_ncdf4_axes(data, var, call)
+  a <- ncdf4::ncvar_get(data, var, collapse_degen = FALSE)
+  list(frames = grid_frames_finite(grid_ncdf4_frames(a, ax), call), times = ax$dims[[ax$t_at]]$vals,
+       grid = list(kind = "netCDF variable", nc = data, var = var, time_at = ax$t_at,
+                   spatial = ax$sp))
+}
+
+# A netCDF variable's axes, checked: its dims, which is time (t_at) and the
+# spatial ones (sp, in ncdf4's order: x (columns) first, then y (rows)).
+# Also read by the frame file writer, which reads the time axis in chunks.
+grid_ncdf4_axes <- function(data, var, call) {
   need_package("ncdf4", "A netCDF series", call)
   if (!is.character(var) || length(var) != 1 || !var %in% names(data$var)) {
     abort_arg("var", paste0("the name of one of the file's variables (",
@@ -325,13 +336,16 @@ grid_read_ncdf4 <- function(data, var, call) {
     abort_convlstm(sprintf("`var` (\"%s\") must have two spatial dimensions and time, not %d dimensions.",
                            var, length(dims)), call = call)
   }
-  a <- ncdf4::ncvar_get(data, var, collapse_degen = FALSE)
   t_at <- which(is_time)[[1]]
-  sp <- setdiff(seq_along(dims), t_at) # ncdf4's order: x (columns) first, then y (rows)
-  frames <- aperm(a, c(t_at, sp[[2]], sp[[1]]))
+  list(dims = dims, t_at = t_at, sp = setdiff(seq_along(dims), t_at))
+}
+
+# ncdf4's values of some times, in the variable's order, as frames
+# [time, 1, rows, columns].
+grid_ncdf4_frames <- function(a, ax) {
+  frames <- aperm(a, c(ax$t_at, ax$sp[[2]], ax$sp[[1]]))
   dim(frames) <- c(dim(frames)[[1]], 1L, dim(frames)[-1])
-  list(frames = grid_frames_finite(frames, call), times = dims[[t_at]]$vals,
-       grid = list(kind = "netCDF variable", nc = data, var = var, time_at = t_at, spatial = sp))
+  frames
 }
 
 # The array's layout: one letter per dimension, "t" (time), "h" (height),

@@ -770,6 +770,7 @@ forward_options <- function(what, state) {
 
 # x[idx, , , ...] for an array of any rank, keeping every dimension.
 slice_batch <- function(x, idx) {
+  if (inherits(x, "convlstm_source_part")) return(source_part_slice(x, idx)) # R/source.R
   args <- c(list(x, idx), rep(list(quote(expr = )), length(dim(x)) - 1L), list(drop = FALSE))
   do.call(`[`, args)
 }

@@ -78,6 +78,14 @@ static const R_CallMethodDef call_entries[] = {
     CALLDEF(ffi_data_alive, 0),
     CALLDEF(ffi_data_bytes_for, 3),
     CALLDEF(ffi_train_step_data, 5),
+    CALLDEF(ffi_fa_open, 2),
+    CALLDEF(ffi_fa_close, 1),
+    CALLDEF(ffi_fa_info, 1),
+    CALLDEF(ffi_fa_read, 3),
+    CALLDEF(ffi_fa_writer_open, 4),
+    CALLDEF(ffi_fa_writer_append, 2),
+    CALLDEF(ffi_fa_writer_finish, 1),
+    CALLDEF(ffi_fa_writer_abort, 1),
     {NULL, NULL, 0}};
 
 /* What convlstm_api_check() in another package compares with what it was

@@ -241,4 +241,14 @@ SEXP ffi_data_alive(void);
 SEXP ffi_data_bytes_for(SEXP ptr, SEXP shape, SEXP target);
 SEXP ffi_train_step_data(SEXP ptr, SEXP dptr, SEXP rows, SEXP opt, SEXP opts);
 
+/* r_filearray.c */
+SEXP ffi_fa_open(SEXP path, SEXP verify);
+SEXP ffi_fa_close(SEXP ptr);
+SEXP ffi_fa_info(SEXP ptr);
+SEXP ffi_fa_read(SEXP ptr, SEXP starts, SEXP len);
+SEXP ffi_fa_writer_open(SEXP path, SEXP dtype, SEXP dims, SEXP scale_offset);
+SEXP ffi_fa_writer_append(SEXP ptr, SEXP x);
+SEXP ffi_fa_writer_finish(SEXP ptr);
+SEXP ffi_fa_writer_abort(SEXP ptr);
+
 #endif
