@@ -52,8 +52,14 @@ convlstm_data <- function(model, x, y, target = c("last_state", "sequence")) {
   require_capabilities(model, step_capabilities(data = TRUE))
   config <- model_config(model)
   x <- check_input(x, config, "x")
-  target <- check_choice(target, c("last_state", "sequence"), "target")
-  y <- check_target_array(y, dim(x), config, target, "y")
+  if (is_convlstm_forecaster(model)) { # y: the frames to forecast, any number of them
+    if (!missing(target)) require_capabilities(model, step_capabilities(target = target))
+    target <- "sequence"
+    y <- check_input(y, config, "y") # the patch and the pair's sizes: the core's checks
+  } else {
+    target <- check_choice(target, c("last_state", "sequence"), "target")
+    y <- check_target_array(y, dim(x), config, target, "y")
+  }
   dptr <- c_data_create(ptr, x, y, target)
   info <- c_data_info(dptr)
   structure(

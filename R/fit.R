@@ -207,7 +207,8 @@ convlstm_fit <- function(model, x, y, optimizer, epochs = 10, batch_size = 32,
     return(forecaster_fit(model, x, y, optimizer, epochs, batch_size,
                           !missing(batch_size) && !identical(batch_size, "max"), shuffle,
                           verbose, validation_data, check_loss(loss, delta, pos_weight, reduction),
-                          max_grad_norm, call, accumulation_steps))
+                          max_grad_norm, call, accumulation_steps, weight, data_on_device,
+                          distributed))
   }
   # data parallel: whatever stops this rank must stop the others, or they
   # wait for it in an all-reduce (armed once the ranks are known)

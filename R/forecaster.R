@@ -130,19 +130,51 @@ convlstm_forecaster <- function(input_dim, hidden_dims, kernel_sizes, patch = 1L
 is_convlstm_forecaster <- function(x) inherits(x, "convlstm_forecaster")
 
 # convlstm_train_step() of an encoder-forecaster: x [B, T, C, H, W] the input frames,
-# y [B, K, C, H, W] the K frames it forecasts (the options it does not
+# y [B, K, C, H, W] the K frames it forecasts, weight NULL or y's shape; or
+# x a data set (convlstm_data()) and its `rows` (the options it does not
 # take: refused by the capability table before this).
 forecaster_train_step <- function(model, x, y, optimizer, loss, max_grad_norm, call,
-                                  accumulation_steps = 1) {
+                                  accumulation_steps = 1, weight = NULL, rows = NULL) {
   ptr <- model_ptr(model)
   config <- model_config(model)
+  if (is_convlstm_data(x)) return(forecaster_step_data(ptr, x, y, optimizer, loss, max_grad_norm,
+                                                       call, accumulation_steps, weight, rows))
+  if (!is.null(rows)) {
+    abort_convlstm("`rows` applies only when `x` is a data set made by convlstm_data().",
+                   call = call)
+  }
   x <- check_input(x, config, "x", call = call)
   y <- check_input(y, config, "y", call = call)
+  weight <- check_weight(weight, dim(y), "sequence", call = call)
+  optimizer <- check_optimizer(optimizer, call = call)
+  options <- check_step_options(accumulation_steps = accumulation_steps,
+                                max_grad_norm = max_grad_norm, loss = loss, weight = weight,
+                                batch_size = dim(x)[[1]], call = call)
+  c_train_step(ptr, x, y, "sequence", optimizer, options)
+}
+
+# The step on rows of a forecaster's data set: its targets are in it (the
+# optimizer may come where y would, as convlstm_train_step(fc, data, opt)).
+forecaster_step_data <- function(ptr, data, y, optimizer, loss, max_grad_norm, call,
+                                 accumulation_steps, weight, rows) {
+  if (missing(optimizer) && inherits(y, "convlstm_optimizer")) {
+    optimizer <- y
+    y <- NULL
+  }
+  if (!is.null(y)) {
+    abort_convlstm(paste0("`y` must be NULL when `x` is a data set: its targets are in the ",
+                          "data set; choose the rows with `rows`."), call = call)
+  }
+  if (!is.null(weight)) {
+    abort_arg("weight", "NULL when `x` is a data set (a loss weight applies to arrays)",
+              weight, call)
+  }
+  rows <- check_rows(rows, data$n, call = call)
   optimizer <- check_optimizer(optimizer, call = call)
   options <- check_step_options(accumulation_steps = accumulation_steps,
                                 max_grad_norm = max_grad_norm, loss = loss,
-                                batch_size = dim(x)[[1]], call = call)
-  c_train_step(ptr, x, y, "sequence", optimizer, options)
+                                batch_size = length(rows), call = call)
+  c_train_step_data(ptr, data$ptr, rows, optimizer, options)
 }
 
 #' @rdname convlstm_forecaster
@@ -275,7 +307,8 @@ check_forecast_pair <- function(x, y, config, arg, call) {
 # before this). Returns a convlstm_history.
 forecaster_fit <- function(model, x, y, optimizer, epochs, batch_size, batch_size_given, shuffle,
                            verbose, validation_data, loss, max_grad_norm, call,
-                           accumulation_steps = 1) {
+                           accumulation_steps = 1, weight = NULL, data_on_device = "auto",
+                           distributed = NULL) {
   config <- model_config(model)
   x <- check_input(x, config, "x", call = call)
   y <- check_input(y, config, "y", call = call)
@@ -286,7 +319,16 @@ forecaster_fit <- function(model, x, y, optimizer, epochs, batch_size, batch_siz
   optimizer <- check_optimizer(optimizer, call = call)
   epochs <- check_count(epochs, "epochs", call = call)
   batch_size <- check_count(batch_size, "batch_size", call = call)
-  batch_size <- fit_batch_size(batch_size, batch_size_given, n, 1L, call)
+  weight <- check_weight(weight, dim(y), "sequence", call = call)
+  # a data set when asked for (TRUE; "auto" slices in R), not with a weight
+  data_on_device <- check_data_on_device(data_on_device, call = call)
+  if (isTRUE(data_on_device) && !is.null(weight)) {
+    abort_convlstm(paste0("`data_on_device = TRUE` cannot be used with a `weight`: its batches ",
+                          "are sliced from the R arrays. Use \"auto\" or FALSE."), call = call)
+  }
+  dist <- check_distributed(distributed, call)
+  world <- dist$size %||% 1L
+  batch_size <- fit_batch_size(batch_size, batch_size_given, n, world, call)
   shuffle <- check_flag(shuffle, "shuffle", call = call)
   verbose <- check_flag(verbose, "verbose", call = call)
   accumulation_steps <- check_count(accumulation_steps, "accumulation_steps", call = call)
@@ -302,19 +344,29 @@ forecaster_fit <- function(model, x, y, optimizer, epochs, batch_size, batch_siz
   summed <- identical(fn$reduction, "sum") # the epoch's sum, not an average (as the plain stack)
   rows <- list()
   ptr <- model_ptr(model, call = call)
+  done <- FALSE
+  if (world > 1) { # the plain fit's data parallel: the same steps, shuffles and weights
+    check_same_on_ranks(c(samples = n, batch_size = batch_size, epochs = epochs), dist$rank,
+                        call)
+    on.exit(if (!isTRUE(done)) c_dist_abort("convlstm_fit() stopped on this rank"), add = TRUE)
+    sync_rng()
+    c_dist_broadcast_params(ptr, 0L)
+  }
+  data <- if (isTRUE(data_on_device)) c_data_create(ptr, x, y, "sequence")
+  if (!is.null(data)) on.exit(c_data_release(data), add = TRUE)
   c_empty_cache(ptr) # what earlier calls left is not the first epoch's (as the plain stack's)
   for (epoch in seq_len(epochs)) {
     c_memory_reset_peak(ptr) # each epoch's peak from what is held at its start, as the plain stack's
     t0 <- proc.time()[["elapsed"]]
     order <- if (shuffle) sample.int(n) else seq_len(n)
     total <- 0
-    for (start in seq(1L, n, by = batch_size)) {
-      idx <- order[start:min(n, start + batch_size - 1L)]
-      # a last batch smaller than accumulation_steps takes one sequence a step (as the plain fit)
-      l <- forecaster_train_step(model, slice_batch(x, idx), slice_batch(y, idx), optimizer,
-                                 loss, max_grad_norm, call,
-                                 min(accumulation_steps, length(idx)))
-      total <- total + as.numeric(l) * if (summed) 1 else length(idx)
+    for (start in seq(1L, n, by = batch_size * world)) {
+      global <- order[start:min(n, start + batch_size * world - 1L)]
+      if (length(global) < world) next # a rank would have nothing to train on
+      idx <- shard_rows(global, dist$rank %||% 0L, world)
+      l <- forecaster_fit_step(ptr, x, y, weight, data, idx, length(global), optimizer, loss,
+                               max_grad_norm, accumulation_steps, world, call)
+      total <- total + as.numeric(l) * if (summed) 1 else length(global)
     }
     epoch_loss <- if (summed) total else total / n
     val <- NA_real_
@@ -330,6 +382,27 @@ forecaster_fit <- function(model, x, y, optimizer, epochs, batch_size, batch_siz
                       if (is.na(val)) "" else paste0("  val_loss ", format_loss(val))))
     }
   }
-  new_history(rows, target = "sequence", batch_size = batch_size, optimizer = optimizer,
-              loss = fn$kind)
+  done <- TRUE
+  history <- new_history(rows, target = "sequence", batch_size = batch_size,
+                         optimizer = optimizer, loss = fn$kind)
+  attr(history, "data_on_device") <- !is.null(data)
+  history
+}
+
+# One step of forecaster_fit() on rows idx (this rank's share of a global
+# batch of `global` sequences): from the data set, or sliced from the
+# arrays with the weight's rows; the global batch's loss.
+forecaster_fit_step <- function(ptr, x, y, weight, data, idx, global, optimizer, loss,
+                                max_grad_norm, accumulation_steps, world, call) {
+  # a last batch smaller than accumulation_steps takes one sequence a step (as the plain fit)
+  opts <- check_step_options(accumulation_steps = min(accumulation_steps, length(idx)),
+                             max_grad_norm = max_grad_norm, loss = loss,
+                             weight = if (!is.null(weight)) slice_batch(weight, idx),
+                             call = call)
+  if (world > 1) { # this rank's share of the global batch's loss
+    opts <- opts %||% c_step_options()
+    opts$comm_share <- length(idx) / global
+  }
+  if (!is.null(data)) return(c_train_step_data(ptr, data, idx, optimizer, opts))
+  c_train_step(ptr, slice_batch(x, idx), slice_batch(y, idx), "sequence", optimizer, opts)
 }

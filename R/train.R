@@ -179,12 +179,8 @@ convlstm_train_step <- function(model, x, y = NULL, optimizer, target = c("last_
     state = state, weight = weight, target = if (!missing(target)) target,
     data = is_convlstm_data(x)))
   if (is_convlstm_forecaster(model)) {
-    if (!is.null(rows)) {
-      abort_convlstm("`rows` applies only when `x` is a data set made by convlstm_data().",
-                     call = sys.call())
-    }
     return(forecaster_train_step(model, x, y, optimizer, loss, max_grad_norm, sys.call(),
-                                 accumulation_steps))
+                                 accumulation_steps, weight = weight, rows = rows))
   }
   if (is.null(horizon)) check_teacher_forcing(teacher_forcing, FALSE, sys.call())
   if (is_convlstm_data(x)) {

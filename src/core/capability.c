@@ -41,7 +41,7 @@ static const struct {
                             FC "does not support a given state: it starts from zero states"},
     [CL_CAP_STATE_CARRY] = {"state = carry", 0,
                             FC "does not support state = \"carry\": it starts from zero states"},
-    [CL_CAP_WEIGHT] = {"weight", 0, FC "does not support a loss weight"},
+    [CL_CAP_WEIGHT] = {"weight", 1, NULL},
     [CL_CAP_TARGET_LAST] = {"target = last_state", 0,
                             FC "does not support target = \"last_state\": its target is the "
                                "sequence of frames",
@@ -51,9 +51,8 @@ static const struct {
     [CL_CAP_DROPOUT_MASKS] = {"dropout_masks", 0, FC "does not support dropout masks"},
     [CL_CAP_PEEP_POSITION] = {"peephole = position", 0,
                               FC "supports peepholes \"none\" and \"channel\", not \"position\""},
-    [CL_CAP_DATA_PARALLEL] = {"data parallel", 0, FC "does not support data parallel training"},
-    [CL_CAP_DATA_SET] = {"data set on the device (convlstm_data)", 0,
-                         FC "trains on arrays, not on a data set on the device (convlstm_data)"},
+    [CL_CAP_DATA_PARALLEL] = {"data parallel", 1, NULL},
+    [CL_CAP_DATA_SET] = {"data set on the device (convlstm_data)", 1, NULL},
     [CL_CAP_SEPARATE] = {"separate forward/backward", 0,
                          FC "trains through train_step only (no separate forward, loss and "
                             "backward)",

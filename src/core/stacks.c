@@ -45,7 +45,7 @@ static cl_status forward(cl_model *m, const cl_source *x, int b0, int b, void **
   const cl_schedule *g = &st->g;
   const cl_arch *a = &m->arch;
   cl_block all = {b0, b, 0, g->T};
-  CL_TRY(cl_put_frames(m, st->x, g->dtype, x->host, all));
+  CL_TRY(cl_put_frames_source(m, st->x, g->dtype, x, all));
   for (int si = 0; si < a->n_stacks; si++) {
     const cl_stack *s = &a->stack[si];
     int from = s->state_from >= 0, reads = s->input == CL_STACK_READS_FRAMES;
@@ -56,17 +56,20 @@ static cl_status forward(cl_model *m, const cl_source *x, int b0, int b, void **
   return cl_head_forward(m, g->horizon * b, st->hid, st->head_out);
 }
 
-/* The loss of the K frames against y's, its gradient (times the loss
- * scale) left in d_head where the target was placed. */
+/* The loss of the K frames against y's (each element's times the call's
+ * weight, patched as y), its gradient (times the loss scale) left in
+ * d_head where the target was placed. */
 static cl_status loss(cl_model *m, const cl_call *c, const cl_source *y, int b0, int b, float ls,
                       double *acc) {
   const cl_step *st = &m->step;
   const cl_schedule *g = &st->g;
   size_t n = (size_t)g->horizon * b * m->arch.frame_dim * g->H * g->W;
   cl_block k = {b0, b, 0, g->horizon};
-  CL_TRY(cl_put_frames(m, st->head_grad, CL_F32, y->host, k));
+  CL_TRY(cl_put_frames_source(m, st->head_grad, CL_F32, y, k));
+  float *w = c->weight.host ? st->weight : NULL;
+  if (w) CL_TRY(cl_put_frames(m, w, CL_F32, c->weight.host, k));
   double share = cl_loss_share(&c->loss, (double)b / g->B, n, g->B);
-  CL_TRY(cl_loss_run(m, &c->loss, st->head_out, st->head_grad, NULL, n, (float)(share * ls),
+  CL_TRY(cl_loss_run(m, &c->loss, st->head_out, st->head_grad, w, n, (float)(share * ls),
                      st->head_grad, share, acc));
   return cl_head_grad_store(m, g->horizon * b);
 }
@@ -97,6 +100,9 @@ static cl_status back_stack(cl_model *m, const cl_call *call, int si, int b, voi
   for (int l = s->hi - 1, to; l >= s->lo; l--) {
     int top = l == s->hi - 1, head = l >= a->head_lo && l < a->head_hi, handed;
     if (head) CL_TRY(cl_head_backward(m, l, g->horizon * b, !top)); /* onto the layer above's */
+    /* the head's gradient is complete with its lowest layer's part (data
+     * parallel: its bucket, the pseudo-layer n_layers, goes now) */
+    if (head && l == a->head_lo) CL_TRY(cl_dist_bucket_ready(m, call, m->cfg.n_layers));
     handed = cl_arch_hands_on(a, l, &to) >= 0;
     if (handed) CL_TRY(receive_handed(m, l, to, b, n, top && !head));
     const void *in = l > s->lo ? st->hid[l - 1]

@@ -208,9 +208,8 @@ static int is_model(const char *o) {
  * without the engine running it fails here (issue 34 changes both). */
 static const char *const FORECASTER_REFUSES[] = {
     "checkpoint", "tbptt", "recompute_gates", "horizon", "teacher_forcing < 1 (free running)", "state = given",
-    "state = carry", "weight", "target = last_state", "dropout", "dropout_masks",
-    "peephole = position", "data parallel", "data set on the device (convlstm_data)",
-    "separate forward/backward", "callbacks", "lr_scheduler", "validation_split", "resume",
+    "state = carry", "target = last_state", "dropout", "dropout_masks",
+    "peephole = position", "separate forward/backward", "callbacks", "lr_scheduler", "validation_split", "resume",
     "memory_budget", "metrics"};
 
 /* What a plain stack with a head refuses: the last state as a target (its

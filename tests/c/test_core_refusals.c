@@ -756,7 +756,6 @@ static void forecaster_calls(void) {
   UNSUP("free running", free_run, 1);
   UNSUP("truth flags", truth, truth);
   UNSUP("a given state", state_mode, CL_STATE_GIVEN);
-  UNSUP("a loss weight", weight, &y);
   UNSUP("drawn dropout masks", draw_masks, 1);
   UNSUP("a dropout mask", mask_x[0], mk);
   UNSUP("a mask of h", mask_h[3], mk);
@@ -770,8 +769,8 @@ static void forecaster_calls(void) {
   char cerr[CL_ERRMSG_LEN];
   if (cl_comm_local_create(&comm, cerr, sizeof cerr) == CL_OK) {
     memset(&o, 0, sizeof o), o.comm = comm, o.comm_share = 1;
-    REFUSED(m, &s, cl_model_train_step(m, &x, &y, CL_TARGET_SEQUENCE, &adam, &o, &loss),
-            CL_E_UNSUPPORTED, "train_step: data parallel");
+    ACCEPTED(m, cl_model_train_step(m, &x, &y, CL_TARGET_SEQUENCE, &sgd0, &o, &loss),
+             "train_step: data parallel (a table row turned to supported, issue 34)");
     cl_comm_free(comm);
   }
   memset(&o, 0, sizeof o), o.accumulation_steps = 1;
@@ -827,8 +826,8 @@ static void forecaster_calls(void) {
     int field;
   } pu[] = {{"plan: checkpoint", 0},     {"plan: tbptt", 1},
             {"plan: recompute_gates", 2}, {"plan: free running", 4},
-            {"plan: a given state", 5},   {"plan: a carried state", 6},
-            {"plan: a loss weight", 7}}; /* accumulation: supported (issue 34) */
+            {"plan: a given state", 5},   {"plan: a carried state", 6}};
+  /* accumulation, a loss weight: supported (issue 34) */
   for (size_t i = 0; i < sizeof pu / sizeof *pu; i++) {
     memset(&o, 0, sizeof o), o.horizon = FK;
     switch (pu[i].field) {
@@ -838,14 +837,47 @@ static void forecaster_calls(void) {
     case 4: o.free_run = 1; break;
     case 5: o.state_mode = CL_STATE_GIVEN; break;
     case 6: o.state_mode = CL_STATE_CARRY; break;
-    default: o.weight = &wa;
     }
     REFUSED(m, &s, cl_model_plan(m, FB, FT, FH, FW, 1, &adam, &o, &plan), CL_E_UNSUPPORTED,
             pu[i].what);
   }
+  memset(&o, 0, sizeof o), o.horizon = FK, o.weight = &wa;
+  ACCEPTED(m, cl_model_plan(m, FB, FT, FH, FW, 1, &adam, &o, &plan), "plan: a loss weight");
+  cl_plan_free(&plan);
+  /* the loss weight (a table row turned to supported, issue 34): y's shape,
+   * finite and >= 0 */
+  float wneg[sizeof fy / sizeof *fy];
+  for (size_t i = 0; i < sizeof wneg / sizeof *wneg; i++) wneg[i] = 1;
+  wa.data = wneg;
+  memset(&o, 0, sizeof o), o.weight = &wa;
+  ACCEPTED(m, cl_model_train_step(m, &x, &y, CL_TARGET_SEQUENCE, &sgd0, &o, &loss),
+           "train_step: a loss weight of y's shape");
+  wa.dims[1] = FK + 1;
+  REFUSED(m, &s, cl_model_train_step(m, &x, &y, CL_TARGET_SEQUENCE, &sgd0, &o, &loss),
+          CL_E_INVALID, "train_step: a loss weight of one frame more than y");
+  wa = y, wa.ndim = 4;
+  REFUSED(m, &s, cl_model_train_step(m, &x, &y, CL_TARGET_SEQUENCE, &sgd0, &o, &loss),
+          CL_E_INVALID, "train_step: a loss weight of 4 dims");
+  wneg[3] = -1;
+  wa = y, wa.data = wneg;
+  REFUSED(m, &s, cl_model_train_step(m, &x, &y, CL_TARGET_SEQUENCE, &sgd0, &o, &loss),
+          CL_E_INVALID, "train_step: a negative loss weight");
+  /* data sets (issue 34): frames the patch divides, y with x's sequences */
   cl_data *ds = NULL;
-  REFUSED(m, &s, cl_data_create(m, &x, &y, CL_TARGET_SEQUENCE, &ds), CL_E_UNSUPPORTED,
-          "data_create");
+  a = x, a.dims[3] = 5;
+  REFUSED(m, &s, cl_data_create(m, &a, &y, CL_TARGET_SEQUENCE, &ds), CL_E_INVALID,
+          "data_create: 5 rows, patch 2");
+  a = y, a.dims[0] = 1;
+  REFUSED(m, &s, cl_data_create(m, &x, &a, CL_TARGET_SEQUENCE, &ds), CL_E_INVALID,
+          "data_create: y of batch 1, x of 2");
+  CHECK(ds == NULL, "a refused data set is not NULL");
+  ACCEPTED(m, cl_data_create(m, &x, &y, CL_TARGET_SEQUENCE, &ds), "data_create");
+  int rows[2] = {1, 0};
+  ACCEPTED(m, cl_model_train_step_data(m, ds, rows, 2, &sgd0, NULL, &loss), "train_step_data");
+  rows[1] = FB;
+  REFUSED(m, &s, cl_model_train_step_data(m, ds, rows, 2, &sgd0, NULL, &loss), CL_E_INVALID,
+          "train_step_data: a row outside the data set");
+  cl_data_free(ds);
   same_step(m, twin, &x, &y, CL_TARGET_SEQUENCE, "encoder-forecaster");
   cl_model_free(m);
   cl_model_free(twin);
