@@ -26,7 +26,10 @@
 #' @param model A model created by [convlstm()].
 #' @param x Inputs `[n, time, channels, height, width]`.
 #' @param y Targets: `[n, hidden, height, width]` for `"last_state"`,
-#'   `[n, time, hidden, height, width]` for `"sequence"`.
+#'   `[n, time, hidden, height, width]` for `"sequence"`. For an
+#'   encoder-forecaster ([convlstm_forecaster()]): the frames it forecasts,
+#'   `[n, K, channels, height, width]` (any `K`; its target is always the
+#'   sequence of frames).
 #' @param target Which output the loss of steps on this data set is
 #'   computed on.
 #' @return An object of class `convlstm_data`, with a `print()` method;

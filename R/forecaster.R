@@ -49,13 +49,18 @@
 #' offers only what its training runs: float32, float16 and bfloat16, with
 #' or without micro-batches). It trains in float16 and bfloat16 (the head's
 #' gradient in the storage type, under the loss scale) and with
-#' `accumulation_steps`, as a plain stack does.
+#' `accumulation_steps`, as a plain stack does; with a loss `weight` shaped
+#' as `y`; on a data set on the device ([convlstm_data()]`(model, x, y)`,
+#' `y` its frames to forecast; [convlstm_train_step()]'s `rows`,
+#' [convlstm_fit()]'s `data_on_device = TRUE`), whose steps are those of the
+#' same rows given as arrays, bit for bit; and data parallel over MPI
+#' ([convlstm_fit()]'s `distributed`: the ranks train as one process on their
+#' global batch).
 #' Not supported today: the rows of [convlstm_capabilities()] whose `model` is
 #' `"encoder_forecaster"` and `supported` is `FALSE` (`checkpoint`, `tbptt`,
 #' `recompute_gates`, a `horizon` argument (the forecast
 #' is `dim(y)[2]` frames), `teacher_forcing` below 1, given or carried states,
-#' a loss `weight`, `target = "last_state"`, data sets ([convlstm_data()]),
-#' data parallel training and, in [convlstm_fit()], `callbacks`,
+#' `target = "last_state"` and, in [convlstm_fit()], `callbacks`,
 #' `lr_scheduler`, `validation_split`, `resume`, `memory_budget` and
 #' `metrics`). Every function refuses them alike: a classed
 #' `convlstm_error_unsupported` whose message is the table's reason. The

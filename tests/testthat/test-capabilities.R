@@ -12,9 +12,8 @@
 # before the table: call.c, model.c, forward.c, data.c and R's copies)
 forecaster_refuses <- c(
   "checkpoint", "tbptt", "recompute_gates", "horizon", "teacher_forcing < 1 (free running)", "state = given",
-  "state = carry", "weight", "target = last_state", "dropout", "dropout_masks",
-  "peephole = position", "data parallel", "data set on the device (convlstm_data)",
-  "separate forward/backward", "callbacks", "lr_scheduler", "validation_split", "resume",
+  "state = carry", "target = last_state", "dropout", "dropout_masks",
+  "peephole = position", "separate forward/backward", "callbacks", "lr_scheduler", "validation_split", "resume",
   "memory_budget", "metrics"
 )
 
