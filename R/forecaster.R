@@ -176,8 +176,8 @@ forecaster_step_data <- function(ptr, data, y, optimizer, loss, max_grad_norm, c
   }
   rows <- check_rows(rows, data$n, call = call)
   optimizer <- check_optimizer(optimizer, call = call)
-  options <- check_step_options(accumulation_steps = accumulation_steps,
-                                max_grad_norm = max_grad_norm, loss = loss,
+  options <- check_step_options(max_grad_norm = max_grad_norm, loss = loss,
+                                accumulation_steps = accumulation_steps,
                                 batch_size = length(rows), call = call)
   c_train_step_data(ptr, data$ptr, rows, optimizer, options)
 }
