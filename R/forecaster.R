@@ -63,8 +63,7 @@
 #' `target = "last_state"` and, in [convlstm_fit()], `callbacks`,
 #' `lr_scheduler`, `validation_split`, `resume`, `memory_budget` and
 #' `metrics`). Every function refuses them alike: a classed
-#' `convlstm_error_unsupported` whose message is the table's reason. The
-#' constructor takes no dropout.
+#' `convlstm_error_unsupported` whose message is the table's reason.
 #'
 #' @param input_dim Channels of a frame (before patching).
 #' @param hidden_dims Hidden channels of each layer, for both stacks.
@@ -79,6 +78,13 @@
 #'   `"position"`) would not give Table 1's counts and are not offered.
 #' @param bias Whether the cells' convolutions have a bias (the head always
 #'   has one).
+#' @param dropout,recurrent_dropout,dropout_masks As in [convlstm()], for the
+#'   layers of both stacks (one rate for every layer, or one per layer of a
+#'   stack): variational dropout of each layer's input `x_t` and its
+#'   `h_{t-1}` in training, masks drawn once per sequence and call. The
+#'   forecaster's first layer reads no input, so it has only
+#'   `recurrent_dropout`; its first `h_{t-1}`, the encoder's last state, goes
+#'   through its mask as every later one does. [predict()] applies none.
 #' @param device,dtype,threads,memory_limit,dilation As in [convlstm()].
 #' @return A model: a `convlstm_forecaster`, which is a `convlstm_model`.
 #' @references Shi, X., Chen, Z., Wang, H., Yeung, D.-Y., Wong, W.-K. and
@@ -102,7 +108,8 @@
 convlstm_forecaster <- function(input_dim, hidden_dims, kernel_sizes, patch = 1L,
                                 recurrent_kernel_sizes = NULL, peephole = "channel",
                                 bias = TRUE, device = "cpu", dtype = "float32", threads = NULL,
-                                memory_limit = NULL, dilation = 1) {
+                                memory_limit = NULL, dilation = 1, dropout = 0,
+                                recurrent_dropout = 0, dropout_masks = c("per_gate", "shared")) {
   call <- sys.call()
   input_dim <- check_count(input_dim, "input_dim")
   hidden_dims <- check_counts(hidden_dims, "hidden_dims")
@@ -121,12 +128,18 @@ convlstm_forecaster <- function(input_dim, hidden_dims, kernel_sizes, patch = 1L
   dtype <- check_choice(dtype, dtypes(), "dtype")
   memory_limit <- parse_bytes(memory_limit, "memory_limit", call)
   threads <- check_threads(threads, call)
+  dropout <- check_rates(dropout, "dropout", L, call)
+  recurrent_dropout <- check_rates(recurrent_dropout, "recurrent_dropout", L, call)
+  dropout_masks <- check_choice(dropout_masks, c("per_gate", "shared"), "dropout_masks")
   tf32 <- cuda_tf32_option(call)
   # the encoder's layers, then the forecaster's of the same sizes and kernels
   ptr <- with_cuda_tf32(tf32, c_model_create(
     input_dim, rep(hidden_dims, 2L), cbind(geometry, geometry), bias,
     device = device, dtype = dtype, threads = threads, memory_limit = memory_limit,
-    peephole = peephole_spec(peephole, NULL, call), structure = c(1L, patch, 0L)
+    peephole = peephole_spec(peephole, NULL, call), structure = c(1L, patch, 0L),
+    # the forecaster's first layer has no input to drop
+    dropout = c(dropout, 0, dropout[-1]), recurrent_dropout = rep(recurrent_dropout, 2L),
+    dropout_masks = dropout_masks
   ))
   c_model_init_params(ptr)
   new_convlstm_model(ptr)
@@ -257,6 +270,11 @@ print.convlstm_forecaster <- function(x, ...) {
   cat(sprintf("  frames of %d channel%s in %dx%d patches; peepholes: %s; head: 1x1 over %d channels\n",
               config$input_dim, if (config$input_dim == 1) "" else "s", config$patch,
               config$patch, config$peephole, sum(layers$hidden)))
+  if (has_dropout(config)) { # per layer of a stack, both stacks alike
+    cat(sprintf("  dropout (input / recurrent, per layer): %s; masks %s\n",
+                paste(model_layers(config, "dropout"), model_layers(config, "recurrent_dropout"),
+                      sep = " / ", collapse = ", "), config$dropout_masks))
+  }
   shown <- layers
   shown$encoder <- format_count(shown$encoder)
   shown$forecaster <- format_count(shown$forecaster)

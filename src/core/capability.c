@@ -47,8 +47,8 @@ static const struct {
                                "sequence of frames",
                             HEAD "does not support target = \"last_state\": its target is the "
                                  "sequence of its outputs"},
-    [CL_CAP_DROPOUT] = {"dropout", 0, FC "does not support dropout"},
-    [CL_CAP_DROPOUT_MASKS] = {"dropout_masks", 0, FC "does not support dropout masks"},
+    [CL_CAP_DROPOUT] = {"dropout", 1, NULL},
+    [CL_CAP_DROPOUT_MASKS] = {"dropout_masks", 1, NULL},
     [CL_CAP_PEEP_POSITION] = {"peephole = position", 0,
                               FC "supports peepholes \"none\" and \"channel\", not \"position\""},
     [CL_CAP_DATA_PARALLEL] = {"data parallel", 1, NULL},

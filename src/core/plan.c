@@ -389,6 +389,12 @@ static void plan_stacks(plan_builder *b, const struct cl_model *m, const cl_sche
           nbytes(b, f, Bm, (size_t)m->layer[l].hidden, P, 1));
   add(b, CL_BUF_DH, -1, CL_MEM_WORKSPACE, nbytes(b, f, most, Bm, hmax, P));
   add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, hmax, P, 1));
+  /* dropout's masks and masked copies: as a single stack's segment of the
+   * longest stack's steps (its input over them, h a step at a time, the
+   * handed-on h's gradient through the receiving layer's mask) */
+  cl_schedule longest = *g;
+  longest.S = (int)most;
+  plan_dropout(b, m, &longest);
   if (cl_arch_has_head(a)) plan_head(b, m, g, K, Bm);
   if (g->weight_steps) /* the loss weight of the K frames, patched as y */
     add(b, CL_BUF_WEIGHT, -1, CL_MEM_DATA, nbytes(b, f, (size_t)g->weight_steps, Bm, C, P));
