@@ -165,3 +165,20 @@ test_that("a forecaster's rates read back per layer of a stack, and are checked"
   expect_true(all(c("dropout_mask_x[0]", "dropout_mask_h[2]") %in% plan$name))
   expect_false("dropout_mask_x[2]" %in% plan$name) # the forecaster's first layer reads no input
 })
+
+test_that("the plan of a forecaster's step with dropout or a weight is what the step reserves", {
+  set.seed(1)
+  x <- array(runif(2 * 3 * 64), c(2, 3, 1, 8, 8))
+  y <- array(runif(2 * 4 * 64), c(2, 4, 1, 8, 8)) # K 4 > T 3: the forecaster's steps the longest
+  cases <- list(list(), list(dropout = 0.3, recurrent_dropout = 0.2),
+                list(dropout = 0.3, recurrent_dropout = 0.2, kind = "shared"))
+  for (args in cases) for (weighted in c(FALSE, TRUE)) {
+    m <- do.call(fdrop_model, args)
+    est <- convlstm_memory_estimate(m, 2, 3, 8, 8, horizon = 4, optimizer = convlstm_optimizer_adam(),
+                                    weight = if (weighted) "sequence")
+    convlstm_train_step(m, x, y, convlstm_optimizer_adam(), weight = if (weighted) array(1, dim(y)))
+    expect_identical(est$bytes[est$category == "reserved"], convlstm_memory_stats(m)$peak_reserved,
+                     label = paste(length(args), weighted))
+    convlstm_release(m)
+  }
+})
