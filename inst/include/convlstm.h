@@ -799,6 +799,10 @@ size_t cl_data_bytes(const cl_data *d);
  * HxW with this target: x, y, and the index buffer when it would grow; 0 on
  * a bad shape or size overflow. Allocates nothing. */
 size_t cl_data_bytes_for(const cl_model *m, int N, int T, int H, int W, cl_target target);
+/* The same for y of K steps: an encoder-forecaster's frames to forecast
+ * (cl_data_bytes_for: K = T). */
+size_t cl_data_bytes_for_steps(const cl_model *m, int N, int T, int K, int H, int W,
+                               cl_target target);
 /* Data sets alive in this process (leak tests). */
 int cl_data_alive(void);
 

@@ -194,9 +194,14 @@ cl_dtype cl_data_dtype(const cl_data *d) { return d->dtype; }
 size_t cl_data_bytes(const cl_data *d) { return d->x_bytes + d->y_bytes; }
 
 size_t cl_data_bytes_for(const cl_model *m, int N, int T, int H, int W, cl_target target) {
-  if (N < 1 || T < 1 || H < 1 || W < 1) return 0;
+  return cl_data_bytes_for_steps(m, N, T, T, H, W, target);
+}
+
+size_t cl_data_bytes_for_steps(const cl_model *m, int N, int T, int K, int H, int W,
+                               cl_target target) {
+  if (N < 1 || T < 1 || K < 1 || H < 1 || W < 1) return 0;
   cl_data d;
-  describe(m, &d, N, T, T, H, W, target); /* a forecaster's y: as many frames as x */
+  describe(m, &d, N, T, K, H, W, target);
   /* the index buffer too, when this data set would be the one to grow it */
   size_t idx = N > m->data_idx_cap ? (size_t)N * sizeof(int) : 0, total = d.x_bytes + d.y_bytes;
   if (d.x_bytes == 0 || d.y_bytes == 0 || total < d.x_bytes || total + idx < total) return 0;

@@ -416,8 +416,14 @@ static void test_forecaster(void) {
     cl_data *d = NULL;
     CHECK(cl_data_create(mb, &x, &y, CL_TARGET_LAST_STATE, &d) == CL_E_UNSUPPORTED && !d,
           "forecaster: a data set of last states is not refused");
+    size_t planned = cl_data_bytes_for_steps(mb, NF, TF, KF, HF, WF, CL_TARGET_SEQUENCE);
     CHECK(cl_data_create(mb, &x, &y, CL_TARGET_SEQUENCE, &d) == CL_OK && d,
           "forecaster: cl_data_create: %s", cl_model_error(mb));
+    /* x in the storage dtype, y's K frames in float32, the index buffer */
+    size_t want = (size_t)NF * CF * HF * WF * (TF * (half ? 2 : 4) + KF * 4) + NF * sizeof(int);
+    CHECK(planned == want && cl_data_bytes(d) + NF * sizeof(int) == want,
+          "forecaster: cl_data_bytes_for_steps %zu, the data set %zu, want %zu", planned,
+          cl_data_bytes(d), want);
     cl_optim adam = {CL_OPTIM_ADAM, 0.01, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0};
     cl_step_options o = {0};
     o.accumulation_steps = 2;

@@ -94,9 +94,13 @@ test_that("a forecaster's data set trains as the same rows given as arrays, bit 
     convlstm_release(s$fc)
     convlstm_release(twin)
   })
+  # its bytes, planned before (x and y's 4 frames in float32; the index buffer)
+  planned <- convlstm:::c_data_bytes_for(environment(s$fc)$ptr, c(5, 3, 8, 8, 4), "sequence")
+  expect_equal(planned, 5 * 64 * (3 + 4) * 4 + 5 * 4)
   d <- convlstm_data(s$fc, s$x, s$y)
   expect_s3_class(d, "convlstm_data")
   expect_equal(d$n, 5)
+  expect_equal(d$bytes, 5 * 64 * (3 + 4) * 4)
   opt <- convlstm_optimizer_adam(0.01)
   for (rows in list(c(3, 1), c(5, 2, 2, 4), 1:5)) {
     a <- convlstm_train_step(s$fc, d, optimizer = opt, rows = rows, accumulation_steps = 2)
