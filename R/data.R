@@ -23,7 +23,7 @@
 #' `x` in the model's dtype at the time it is made; after [convlstm_set_dtype()] make
 #' it again.
 #'
-#' @param model A model created by [convlstm()].
+#' @param model A model created by [convlstm()] or [convlstm_forecaster()].
 #' @param x Inputs `[n, time, channels, height, width]`.
 #' @param y Targets: `[n, hidden, height, width]` for `"last_state"`,
 #'   `[n, time, hidden, height, width]` for `"sequence"`. For an

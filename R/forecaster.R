@@ -101,6 +101,15 @@
 #' opt <- convlstm_optimizer_rmsprop(lr = 1e-3)
 #' convlstm_train_step(model, x, y, opt, loss = "bce_logits", reduction = "sum")
 #' dim(predict(model, x, horizon = 2))  # [2, 2, 1, 8, 8]
+#' # a loss weight shaped as y (0 masks an element); the data uploaded once
+#' convlstm_train_step(model, x, y, opt, weight = array(runif(length(y)) > 0.2, dim(y)))
+#' data <- convlstm_data(model, x, y)
+#' convlstm_train_step(model, data, optimizer = opt, rows = c(2, 1))
+#' # variational dropout in both stacks, in training only
+#' dropped <- convlstm_forecaster(1, c(8, 4), 3, patch = 2, dropout = 0.2,
+#'                                recurrent_dropout = 0.2, device = "cpu")
+#' convlstm_train_step(dropped, x, y, opt)
+#' convlstm_release(dropped)
 #' history <- convlstm_fit(model, x, y, opt, epochs = 2, batch_size = 1, verbose = FALSE,
 #'                         loss = "bce_logits", validation_data = list(x, y))
 #' history
