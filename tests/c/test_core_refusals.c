@@ -851,10 +851,13 @@ static void forecaster_calls(void) {
   memset(&o, 0, sizeof o), o.weight = &wa;
   ACCEPTED(m, cl_model_train_step(m, &x, &y, CL_TARGET_SEQUENCE, &sgd0, &o, &loss),
            "train_step: a loss weight of y's shape");
-  wa.dims[1] = FK + 1;
+  /* shapes refused for their shape: every value a valid weight of 1 */
+  static float wbig[FB * (FK + 1) * FH * FW];
+  for (size_t i = 0; i < sizeof wbig / sizeof *wbig; i++) wbig[i] = 1;
+  wa.data = wbig, wa.dims[1] = FK + 1;
   REFUSED(m, &s, cl_model_train_step(m, &x, &y, CL_TARGET_SEQUENCE, &sgd0, &o, &loss),
           CL_E_INVALID, "train_step: a loss weight of one frame more than y");
-  wa = y, wa.ndim = 4;
+  wa = y, wa.data = wbig, wa.ndim = 4;
   REFUSED(m, &s, cl_model_train_step(m, &x, &y, CL_TARGET_SEQUENCE, &sgd0, &o, &loss),
           CL_E_INVALID, "train_step: a loss weight of 4 dims");
   wneg[3] = -1;
