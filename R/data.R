@@ -23,10 +23,13 @@
 #' `x` in the model's dtype at the time it is made; after [convlstm_set_dtype()] make
 #' it again.
 #'
-#' @param model A model created by [convlstm()].
+#' @param model A model created by [convlstm()] or [convlstm_forecaster()].
 #' @param x Inputs `[n, time, channels, height, width]`.
 #' @param y Targets: `[n, hidden, height, width]` for `"last_state"`,
-#'   `[n, time, hidden, height, width]` for `"sequence"`.
+#'   `[n, time, hidden, height, width]` for `"sequence"`. For an
+#'   encoder-forecaster ([convlstm_forecaster()]): the frames it forecasts,
+#'   `[n, K, channels, height, width]` (any `K`; its target is always the
+#'   sequence of frames).
 #' @param target Which output the loss of steps on this data set is
 #'   computed on.
 #' @return An object of class `convlstm_data`, with a `print()` method;
@@ -52,8 +55,14 @@ convlstm_data <- function(model, x, y, target = c("last_state", "sequence")) {
   require_capabilities(model, step_capabilities(data = TRUE))
   config <- model_config(model)
   x <- check_input(x, config, "x")
-  target <- check_choice(target, c("last_state", "sequence"), "target")
-  y <- check_target_array(y, dim(x), config, target, "y")
+  if (is_convlstm_forecaster(model)) { # y: the frames to forecast, any number of them
+    if (!missing(target)) require_capabilities(model, step_capabilities(target = target))
+    target <- "sequence"
+    y <- check_input(y, config, "y") # the patch and the pair's sizes: the core's checks
+  } else {
+    target <- check_choice(target, c("last_state", "sequence"), "target")
+    y <- check_target_array(y, dim(x), config, target, "y")
+  }
   dptr <- c_data_create(ptr, x, y, target)
   info <- c_data_info(dptr)
   structure(

@@ -63,7 +63,8 @@
 #'   the device has free); `TRUE` always (an error of class
 #'   `convlstm_error_oom` if it does not fit); `FALSE` never. The losses are
 #'   the same either way; the data set is freed when training ends. The
-#'   validation data stay in R.
+#'   validation data stay in R. An encoder-forecaster's fit uploads only
+#'   with `TRUE` (`"auto"` slices in R).
 #' @param callbacks A list of callbacks ([convlstm_callback()],
 #'   [convlstm_callback_early_stopping()], [convlstm_callback_model_checkpoint()],
 #'   [convlstm_callback_csv_logger()]), called in that order at each point.

@@ -55,20 +55,23 @@
 #' planned by [convlstm_memory_estimate()], [convlstm_max_batch_size()] and
 #' [convlstm_memory_advise()] (give `horizon`, the forecast frames; the advice
 #' offers only what its training runs: float32, float16 and bfloat16, with
-#' or without micro-batches, checkpointing and recomputed gates). It trains in float16 and bfloat16 (the head's
-#' gradient in the storage type, under the loss scale), with
-#' `accumulation_steps`, and with `checkpoint` (each stack's steps in
-#' segments of `checkpoint`, recomputed in backward) and `recompute_gates`,
-#' as a plain stack does: the same loss, gradients within float32 rounding,
-#' less memory.
+#' or without micro-batches, checkpointing and recomputed gates). It trains in
+#' float16 and bfloat16 (the head's gradient in the storage type, under the
+#' loss scale), with `accumulation_steps`, and with `checkpoint` (each
+#' stack's steps in segments of `checkpoint`, recomputed in backward) and
+#' `recompute_gates`, as a plain stack does: the same loss, gradients within
+#' float32 rounding, less memory; with a loss `weight` shaped as `y`; on a
+#' data set on the device ([convlstm_data()]`(model, x, y)`, `y` its frames
+#' to forecast; [convlstm_train_step()]'s `rows`, [convlstm_fit()]'s
+#' `data_on_device = TRUE`), whose steps are those of the same rows given as
+#' arrays, bit for bit; and data parallel over MPI ([convlstm_fit()]'s
+#' `distributed`: the ranks train as one process on their global batch).
 #' Not supported today: the rows of [convlstm_capabilities()] whose `model` is
 #' `"encoder_forecaster"` and `supported` is `FALSE` (`tbptt`,
 #' a `horizon` argument (the forecast
 #' is `dim(y)[2]` frames), `teacher_forcing` below 1, given or carried states,
-#' a loss `weight`, `target = "last_state"`, data sets ([convlstm_data()])
-#' and data parallel training). Every function refuses them alike: a classed
-#' `convlstm_error_unsupported` whose message is the table's reason. The
-#' constructor takes no dropout.
+#' `target = "last_state"`). Every function refuses them alike: a classed
+#' `convlstm_error_unsupported` whose message is the table's reason.
 #'
 #' @param input_dim Channels of a frame (before patching).
 #' @param hidden_dims Hidden channels of each layer, for both stacks.
@@ -83,6 +86,13 @@
 #'   `"position"`) would not give Table 1's counts and are not offered.
 #' @param bias Whether the cells' convolutions have a bias (the head always
 #'   has one).
+#' @param dropout,recurrent_dropout,dropout_masks As in [convlstm()], for the
+#'   layers of both stacks (one rate for every layer, or one per layer of a
+#'   stack): variational dropout of each layer's input `x_t` and its
+#'   `h_{t-1}` in training, masks drawn once per sequence and call. The
+#'   forecaster's first layer reads no input, so it has only
+#'   `recurrent_dropout`; its first `h_{t-1}`, the encoder's last state, goes
+#'   through its mask as every later one does. [predict()] applies none.
 #' @param device,dtype,threads,memory_limit,dilation As in [convlstm()].
 #' @return A model: a `convlstm_forecaster`, which is a `convlstm_model`.
 #' @references Shi, X., Chen, Z., Wang, H., Yeung, D.-Y., Wong, W.-K. and
@@ -99,6 +109,15 @@
 #' opt <- convlstm_optimizer_rmsprop(lr = 1e-3)
 #' convlstm_train_step(model, x, y, opt, loss = "bce_logits", reduction = "sum")
 #' dim(predict(model, x, horizon = 2))  # [2, 2, 1, 8, 8]
+#' # a loss weight shaped as y (0 masks an element); the data uploaded once
+#' convlstm_train_step(model, x, y, opt, weight = array(runif(length(y)) > 0.2, dim(y)))
+#' data <- convlstm_data(model, x, y)
+#' convlstm_train_step(model, data, optimizer = opt, rows = c(2, 1))
+#' # variational dropout in both stacks, in training only
+#' dropped <- convlstm_forecaster(1, c(8, 4), 3, patch = 2, dropout = 0.2,
+#'                                recurrent_dropout = 0.2, device = "cpu")
+#' convlstm_train_step(dropped, x, y, opt)
+#' convlstm_release(dropped)
 #' history <- convlstm_fit(model, x, y, opt, epochs = 2, batch_size = 1, verbose = FALSE,
 #'                         loss = "bce_logits", validation_data = list(x, y),
 #'                         lr_scheduler = convlstm_lr_step(opt, step_size = 1, gamma = 0.5))
@@ -108,7 +127,8 @@
 convlstm_forecaster <- function(input_dim, hidden_dims, kernel_sizes, patch = 1L,
                                 recurrent_kernel_sizes = NULL, peephole = "channel",
                                 bias = TRUE, device = "cpu", dtype = "float32", threads = NULL,
-                                memory_limit = NULL, dilation = 1) {
+                                memory_limit = NULL, dilation = 1, dropout = 0,
+                                recurrent_dropout = 0, dropout_masks = c("per_gate", "shared")) {
   call <- sys.call()
   input_dim <- check_count(input_dim, "input_dim")
   hidden_dims <- check_counts(hidden_dims, "hidden_dims")
@@ -127,12 +147,18 @@ convlstm_forecaster <- function(input_dim, hidden_dims, kernel_sizes, patch = 1L
   dtype <- check_choice(dtype, dtypes(), "dtype")
   memory_limit <- parse_bytes(memory_limit, "memory_limit", call)
   threads <- check_threads(threads, call)
+  dropout <- check_rates(dropout, "dropout", L, call)
+  recurrent_dropout <- check_rates(recurrent_dropout, "recurrent_dropout", L, call)
+  dropout_masks <- check_choice(dropout_masks, c("per_gate", "shared"), "dropout_masks")
   tf32 <- cuda_tf32_option(call)
   # the encoder's layers, then the forecaster's of the same sizes and kernels
   ptr <- with_cuda_tf32(tf32, c_model_create(
     input_dim, rep(hidden_dims, 2L), cbind(geometry, geometry), bias,
     device = device, dtype = dtype, threads = threads, memory_limit = memory_limit,
-    peephole = peephole_spec(peephole, NULL, call), structure = c(1L, patch, 0L)
+    peephole = peephole_spec(peephole, NULL, call), structure = c(1L, patch, 0L),
+    # the forecaster's first layer has no input to drop
+    dropout = c(dropout, 0, dropout[-1]), recurrent_dropout = rep(recurrent_dropout, 2L),
+    dropout_masks = dropout_masks
   ))
   c_model_init_params(ptr)
   new_convlstm_model(ptr)
@@ -205,6 +231,11 @@ print.convlstm_forecaster <- function(x, ...) {
   cat(sprintf("  frames of %d channel%s in %dx%d patches; peepholes: %s; head: 1x1 over %d channels\n",
               config$input_dim, if (config$input_dim == 1) "" else "s", config$patch,
               config$patch, config$peephole, sum(layers$hidden)))
+  if (has_dropout(config)) { # per layer of a stack, both stacks alike
+    cat(sprintf("  dropout (input / recurrent, per layer): %s; masks %s\n",
+                paste(model_layers(config, "dropout"), model_layers(config, "recurrent_dropout"),
+                      sep = " / ", collapse = ", "), config$dropout_masks))
+  }
   shown <- layers
   shown$encoder <- format_count(shown$encoder)
   shown$forecaster <- format_count(shown$forecaster)

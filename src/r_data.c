@@ -114,15 +114,17 @@ SEXP ffi_data_info(SEXP ptr) {
 
 SEXP ffi_data_alive(void) { return Rf_ScalarInteger(cl_data_alive()); }
 
-/* shape: c(N, T, H, W); target: 0 last state, 1 sequence. Bytes as a double
- * (exact up to 2^53); 0 when the sizes overflow. */
+/* shape: c(N, T, H, W), or c(N, T, H, W, K) for y of K steps (an
+ * encoder-forecaster's frames); target: 0 last state, 1 sequence. Bytes as
+ * a double (exact up to 2^53); 0 when the sizes overflow. */
 SEXP ffi_data_bytes_for(SEXP ptr, SEXP shape, SEXP target) {
   cl_model *m = r_model(ptr);
-  if (TYPEOF(shape) != INTSXP || Rf_length(shape) != 4)
-    r_raise_invalid("internal: ffi_data_bytes_for() needs c(rows, time, height, width)");
+  if (TYPEOF(shape) != INTSXP || (Rf_length(shape) != 4 && Rf_length(shape) != 5))
+    r_raise_invalid("internal: ffi_data_bytes_for() needs c(rows, time, height, width[, K])");
   const int *s = INTEGER(shape);
   cl_target tg = r_target(target);
-  return Rf_ScalarReal((double)cl_data_bytes_for(m, s[0], s[1], s[2], s[3], tg));
+  int K = Rf_length(shape) == 5 ? s[4] : s[1];
+  return Rf_ScalarReal((double)cl_data_bytes_for_steps(m, s[0], s[1], K, s[2], s[3], tg));
 }
 
 /* rows: 0-based integer row indices (R/ffi.R converts from R's 1-based). */

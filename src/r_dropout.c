@@ -65,8 +65,16 @@ static void given_masks(const cl_config *c, SEXP fixed, int B, int H, int W,
   if (TYPEOF(fixed) != VECSXP || Rf_length(fixed) != 2 * c->n_layers)
     r_raise_invalid("internal: dropout_masks must be a list of 2 * n_layers masks");
   const int G = mask_groups(c);
+  /* an encoder-forecaster's frames enter as patches: its masks are of the
+   * patched frame (a forecaster stack's first layer has no input, and so
+   * no input dropout: convlstm_forecaster() gives it none) */
+  const int p = c->patch > 1 ? c->patch : 1, wired = c->forecaster != 0;
+  H /= p;
+  W /= p;
   for (int l = 0; l < c->n_layers; l++) {
-    const int C[2] = {l == 0 ? c->input_dim : c->hidden_dims[l - 1], c->hidden_dims[l]};
+    const int first = l == 0 || (wired && l == c->n_layers / 2);
+    const int C[2] = {l == 0 ? c->input_dim * p * p : first ? 0 : c->hidden_dims[l - 1],
+                      c->hidden_dims[l]};
     const double p[2] = {c->dropout[l], c->recurrent_dropout[l]};
     const float **dst[2] = {&o->mask_x[l], &o->mask_h[l]};
     for (int k = 0; k < 2; k++) {

@@ -596,7 +596,8 @@ void cl_comm_free(cl_comm *c);
 cl_status cl_model_broadcast_params(cl_model *m, cl_comm *c, int root);
 /* The gradient buckets a data-parallel step sums over the ranks, in the
  * order it starts them (the last layer first): layer[k] and bytes[k] (float32
- * gradients), CL_MAX_LAYERS at most; returns their number. Views of the
+ * gradients), CL_MAX_LAYERS at most; returns their number (an
+ * encoder-forecaster's head is a bucket of its own, layer n_layers). Views of the
  * gradient buffer: no memory of their own. */
 int cl_model_grad_buckets(const cl_model *m, int *layer, size_t *bytes);
 
@@ -798,6 +799,10 @@ size_t cl_data_bytes(const cl_data *d);
  * HxW with this target: x, y, and the index buffer when it would grow; 0 on
  * a bad shape or size overflow. Allocates nothing. */
 size_t cl_data_bytes_for(const cl_model *m, int N, int T, int H, int W, cl_target target);
+/* The same for y of K steps: an encoder-forecaster's frames to forecast
+ * (cl_data_bytes_for: K = T). */
+size_t cl_data_bytes_for_steps(const cl_model *m, int N, int T, int K, int H, int W,
+                               cl_target target);
 /* Data sets alive in this process (leak tests). */
 int cl_data_alive(void);
 

@@ -84,5 +84,10 @@ cl_status cl_arch_check(const cl_config *c, char *err, size_t errlen) {
                "dilation", i + 1, i + 1);
       return CL_E_INVALID;
     }
+  if (c->dropout[to->lo] > 0) { /* a layer reading nothing has no input to drop */
+    snprintf(err, errlen, "forecaster layer 1 reads no input: its dropout must be 0, not %g",
+             c->dropout[to->lo]);
+    return CL_E_INVALID;
+  }
   return CL_OK; /* what the kind does not run: the capability table */
 }

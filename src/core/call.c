@@ -93,6 +93,15 @@ cl_status cl_call_check_forecast(cl_model *m, const cl_host_array *x, const cl_h
                    "y [%d, %d, %d, %d, %d] must have x's batch and frame size [%d, ., %d, %d, %d]",
                    y->dims[0], y->dims[1], y->dims[2], y->dims[3], y->dims[4], x->dims[0],
                    x->dims[2], x->dims[3], x->dims[4]);
+  if (opts && opts->weight) { /* a weight per element of y */
+    const cl_host_array *w = opts->weight;
+    int same = w->ndim == 5;
+    for (int i = 0; same && i < 5; i++) same = w->dims[i] == y->dims[i];
+    if (!same)
+      return cl_fail(m, CL_E_INVALID, "weight must have y's dimensions [%d, %d, %d, %d, %d]",
+                     y->dims[0], y->dims[1], y->dims[2], y->dims[3], y->dims[4]);
+    CL_TRY(cl_loss_weight_check(m, w));
+  }
   shape[0] = x->dims[0];
   shape[1] = x->dims[1];
   shape[2] = x->dims[3] / p;
@@ -106,7 +115,7 @@ cl_status cl_call_make(cl_model *m, const cl_source *x, int B, int T, int H, int
   CL_TRY(cl_schedule_make(m, B, T, H, W, 1, opts, g));
   CL_TRY(cl_state_check(m, opts, B, H, W));
   CL_TRY(cl_dropout_check(m, opts));
-  if (g->horizon && !x->host)
+  if (g->horizon && !x->host && !cl_arch_runs_target(&m->arch)) /* a forecaster's is y's */
     return cl_fail(m, CL_E_INVALID, "a training horizon applies to arrays, not to data sets");
   if (g->weight_steps && !x->host)
     return cl_fail(m, CL_E_INVALID, "a loss weight applies to arrays, not to data sets");

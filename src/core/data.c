@@ -24,11 +24,13 @@ struct cl_data {
   cl_model *m;
   cl_data *prev, *next; /* the model's list */
   int N, T, C, H, W;
-  int Cy; /* channels of y: the last layer's hidden */
+  int Cy; /* channels of y: the last layer's hidden (a forecaster's: the frame's) */
+  int K;  /* steps of y: T, or a forecaster's target frames */
+  int frames; /* an encoder-forecaster's: x and y stored patched, as a step packs them */
   cl_target target;
   cl_dtype dtype; /* x's storage: the model's when uploaded */
   void *x;        /* [T, N, C, H, W] */
-  float *y;       /* [T, N, Cy, H, W], or [N, Cy, H, W] for the last state */
+  float *y;       /* [K, N, Cy, H, W], or [N, Cy, H, W] for the last state */
   size_t row_x, row_y; /* bytes of one row (one sequence at one step) */
   size_t x_bytes, y_bytes;
 };
@@ -81,7 +83,7 @@ void cl_data_free_all(cl_model *m) {
 #define CL_DATA_CHUNK ((size_t)64 << 20)
 
 static cl_status upload(cl_model *m, void *dev, cl_dtype t, const cl_host_array *a, int N,
-                        int T, size_t row) {
+                        int T, size_t row, int frames) {
   size_t step = (size_t)N * row;
   int per = T;
   if (!m->be->iface->host_accessible) {
@@ -90,26 +92,48 @@ static cl_status upload(cl_model *m, void *dev, cl_dtype t, const cl_host_array 
   }
   for (int t0 = 0; t0 < T; t0 += per) {
     cl_block k = {0, N, t0, T - t0 < per ? T - t0 : per};
-    CL_TRY(cl_put_host(m, (char *)dev + (size_t)t0 * step, t, a, k));
+    void *at = (char *)dev + (size_t)t0 * step;
+    CL_TRY(frames ? cl_put_frames(m, at, t, a, k) : cl_put_host(m, at, t, a, k));
   }
   return CL_OK;
 }
 
-/* A data set of N sequences of T steps of HxW for m, target and m's storage
- * dtype: its shape, and the row and total bytes of x (storage dtype) and y
- * (float32); 0 bytes on overflow. */
-static void describe(const cl_model *m, cl_data *d, int N, int T, int H, int W, cl_target target) {
-  d->N = N; d->T = T; d->H = H; d->W = W;
+/* A data set of N sequences of T steps (y: K) of HxW for m, target and m's
+ * storage dtype: its shape, and the row and total bytes of x (storage
+ * dtype) and y (float32); 0 bytes on overflow. An encoder-forecaster's y
+ * holds frames (a patched row has the same bytes as a frame's). */
+static void describe(const cl_model *m, cl_data *d, int N, int T, int K, int H, int W,
+                     cl_target target) {
+  d->N = N; d->T = T; d->K = K; d->H = H; d->W = W;
+  d->frames = cl_arch_runs_target(&m->arch);
   d->C = m->cfg.input_dim;
-  d->Cy = m->layer[m->cfg.n_layers - 1].hidden;
+  d->Cy = d->frames ? m->cfg.input_dim : m->layer[m->cfg.n_layers - 1].hidden;
   d->target = target;
   d->dtype = m->cfg.dtype;
   size_t P = cl_mul_size((size_t)H, (size_t)W);
-  int Ty = target == CL_TARGET_SEQUENCE ? T : 1;
+  int Ty = target == CL_TARGET_SEQUENCE ? K : 1;
   d->row_x = cl_mul_size(cl_mul_size(P, (size_t)d->C), cl_dtype_size(d->dtype));
   d->row_y = cl_mul_size(cl_mul_size(P, (size_t)d->Cy), sizeof(float));
   d->x_bytes = cl_mul_size(cl_mul_size(d->row_x, (size_t)N), (size_t)T);
   d->y_bytes = cl_mul_size(cl_mul_size(d->row_y, (size_t)N), (size_t)Ty);
+}
+
+/* x and y of a data set, as a step on them would check them; *K: y's steps.
+ * An encoder-forecaster's: frames the patch divides, y [N, K, C, H, W]. */
+static cl_status check_arrays(cl_model *m, const cl_host_array *x, const cl_host_array *y,
+                              cl_target target, int *K) {
+  *K = x->ndim == 5 ? x->dims[1] : 0;
+  if (!cl_arch_runs_target(&m->arch)) {
+    CL_TRY(cl_check_sequence(m, x, "x", m->cfg.input_dim));
+    return cl_check_target(m, y, target, "y", x->dims[0], x->dims[1], x->dims[3], x->dims[4]);
+  }
+  CL_TRY(cl_check_frames(m, x, "x"));
+  CL_TRY(cl_check_frames(m, y, "y"));
+  if (y->dims[0] != x->dims[0] || y->dims[3] != x->dims[3] || y->dims[4] != x->dims[4])
+    return cl_fail(m, CL_E_INVALID, "y must have x's sequences and frame size [%d, ., %d, %d, %d]",
+                   x->dims[0], x->dims[2], x->dims[3], x->dims[4]);
+  *K = y->dims[1];
+  return CL_OK;
 }
 
 cl_status cl_data_create(cl_model *m, const cl_host_array *x, const cl_host_array *y,
@@ -120,14 +144,14 @@ cl_status cl_data_create(cl_model *m, const cl_host_array *x, const cl_host_arra
     return cl_fail(m, CL_E_INVALID, "unknown target %d", (int)target);
   CL_TRY(cl_cap_require(m, CL_CAP_DATA_SET)); /* before a byte is uploaded */
   if (target == CL_TARGET_LAST_STATE) CL_TRY(cl_cap_require(m, CL_CAP_TARGET_LAST));
-  CL_TRY(cl_check_sequence(m, x, "x", m->cfg.input_dim));
+  int K;
+  CL_TRY(check_arrays(m, x, y, target, &K));
   int N = x->dims[0], T = x->dims[1], H = x->dims[3], W = x->dims[4];
-  CL_TRY(cl_check_target(m, y, target, "y", N, T, H, W));
   cl_data *d = calloc(1, sizeof *d);
   if (!d) return cl_fail(m, CL_E_OOM, "out of host memory creating a data set");
   d->m = m;
-  describe(m, d, N, T, H, W, target);
-  int Ty = target == CL_TARGET_SEQUENCE ? T : 1;
+  describe(m, d, N, T, K, H, W, target);
+  int Ty = target == CL_TARGET_SEQUENCE ? K : 1;
   if (d->x_bytes == 0 || d->y_bytes == 0) {
     free(d);
     return cl_fail(m, CL_E_INVALID, "a data set of %d sequences of %d steps of %dx%d: sizes overflow",
@@ -139,8 +163,8 @@ cl_status cl_data_create(cl_model *m, const cl_host_array *x, const cl_host_arra
   /* the index buffer of a step over every row, so that training seldom
    * allocates (only for more rows than the data set has, with repeats) */
   if (s == CL_OK) s = ensure_index(m, N);
-  if (s == CL_OK) s = upload(m, d->x, d->dtype, x, N, T, d->row_x);
-  if (s == CL_OK) s = upload(m, d->y, CL_F32, y, N, Ty, d->row_y);
+  if (s == CL_OK) s = upload(m, d->x, d->dtype, x, N, T, d->row_x, d->frames);
+  if (s == CL_OK) s = upload(m, d->y, CL_F32, y, N, Ty, d->row_y, d->frames);
   /* linked before a failure is cleaned up, so cl_data_free unlinks and
    * gives the index buffer back when this was to be the first data set */
   d->next = m->data;
@@ -170,9 +194,14 @@ cl_dtype cl_data_dtype(const cl_data *d) { return d->dtype; }
 size_t cl_data_bytes(const cl_data *d) { return d->x_bytes + d->y_bytes; }
 
 size_t cl_data_bytes_for(const cl_model *m, int N, int T, int H, int W, cl_target target) {
-  if (N < 1 || T < 1 || H < 1 || W < 1) return 0;
+  return cl_data_bytes_for_steps(m, N, T, T, H, W, target);
+}
+
+size_t cl_data_bytes_for_steps(const cl_model *m, int N, int T, int K, int H, int W,
+                               cl_target target) {
+  if (N < 1 || T < 1 || K < 1 || H < 1 || W < 1) return 0;
   cl_data d;
-  describe(m, &d, N, T, H, W, target);
+  describe(m, &d, N, T, K, H, W, target);
   /* the index buffer too, when this data set would be the one to grow it */
   size_t idx = N > m->data_idx_cap ? (size_t)N * sizeof(int) : 0, total = d.x_bytes + d.y_bytes;
   if (d.x_bytes == 0 || d.y_bytes == 0 || total < d.x_bytes || total + idx < total) return 0;
@@ -207,5 +236,13 @@ cl_status cl_model_train_step_data(cl_model *m, const cl_data *d, const int *idx
   CL_KERNEL(m, m->be->iface->upload(m->be, m->data_idx, idx, (size_t)n * sizeof(int)));
   cl_source xs = {NULL, d->x, d->N, d->row_x, d->dtype, idx, m->data_idx};
   cl_source ys = {NULL, d->y, d->N, d->row_y, CL_F32, idx, m->data_idx};
-  return cl_train_sources(m, &xs, &ys, d->target, n, d->T, d->H, d->W, opt, opts, loss);
+  if (!d->frames)
+    return cl_train_sources(m, &xs, &ys, d->target, n, d->T, d->H, d->W, opt, opts, loss);
+  /* an encoder-forecaster's step, as cl_model_train_step's: at the patched
+   * size, the target's frames its horizon */
+  static const cl_step_options none;
+  cl_step_options o = opts ? *opts : none;
+  o.horizon = d->K;
+  int p = cl_cfg_patch(&m->cfg);
+  return cl_train_sources(m, &xs, &ys, d->target, n, d->T, d->H / p, d->W / p, opt, &o, loss);
 }

@@ -53,7 +53,8 @@ static cl_status comm_failed(cl_model *m, cl_comm *c, cl_status s) {
 
 /* Layer l's bucket: its wx, wh, bias and peephole gradients, contiguous
  * (model.c); the top layer's also holds a single stack's head, laid out
- * after it and complete before it (the loss runs the head's backward). */
+ * after it and complete before it (the loss runs the head's backward).
+ * l = n_layers is the head's pseudo-layer (cl_head) alone: wired stacks'. */
 static size_t bucket_of(const cl_model *m, int l, size_t *offset) {
   const cl_layer *L = &m->layer[l];
   *offset = L->off_wx;
@@ -63,14 +64,20 @@ static size_t bucket_of(const cl_model *m, int l, size_t *offset) {
   return n;
 }
 
+/* Stacks handing states on (stacks.c) send their head's bucket, the
+ * pseudo-layer n_layers, once its lowest layer's part is done: before that
+ * layer's own. */
 int cl_model_grad_buckets(const cl_model *m, int *layer, size_t *bytes) {
-  int n = m->cfg.n_layers;
-  for (int k = 0; k < n; k++) { /* in the order backward completes them */
-    size_t off;
-    layer[k] = n - 1 - k;
-    bytes[k] = bucket_of(m, layer[k], &off) * sizeof(float);
+  int n = m->cfg.n_layers, k = 0, wired = cl_arch_is_wired(&m->arch);
+  for (int l = n - 1; l >= 0; l--) { /* in the order backward completes them */
+    if (wired && l == m->arch.head_lo) layer[k++] = n;
+    layer[k++] = l;
   }
-  return n;
+  for (int i = 0; i < k; i++) {
+    size_t off;
+    bytes[i] = bucket_of(m, layer[i], &off) * sizeof(float);
+  }
+  return k;
 }
 
 cl_status cl_dist_bucket_ready(cl_model *m, const cl_call *call, int l) {

@@ -479,6 +479,10 @@ static inline cl_source cl_source_host(const cl_host_array *a) {
 }
 /* cl_put_host for either kind of source. */
 cl_status cl_put_source(cl_model *m, void *dev, cl_dtype t, const cl_source *src, cl_block blk);
+/* cl_put_frames for either kind of source (a data set of frames is stored
+ * patched already: its rows are gathered as they are). */
+cl_status cl_put_frames_source(cl_model *m, void *dev, cl_dtype t, const cl_source *src,
+                               cl_block blk);
 
 /* What one training call asks beyond its arrays, built once from its
  * cl_step_options (call.c, cl_call_make) and handed down as an argument

@@ -296,3 +296,8 @@ cl_status cl_put_source(cl_model *m, void *dev, cl_dtype t, const cl_source *s, 
                    (int)s->dtype, (int)t);
   return gather(m, dev, s, k);
 }
+
+cl_status cl_put_frames_source(cl_model *m, void *dev, cl_dtype t, const cl_source *s,
+                               cl_block k) {
+  return s->host ? cl_put_frames(m, dev, t, s->host, k) : cl_put_source(m, dev, t, s, k);
+}

@@ -93,7 +93,9 @@ static cl_status schedule_training(cl_model *m, const cl_step_options *o, cl_sch
    * with a horizon only its last `horizon` (place_target in backward.c):
    * the most any segment (or window) holds of them -- the last one's, or
    * where the horizon reaches past it, the one before's */
-  if (o->weight) {
+  if (o->weight && cl_arch_is_wired(&m->arch)) { /* stacks.c: the K target frames at once */
+    g->weight_steps = g->horizon;
+  } else if (o->weight) {
     int K = g->horizon ? g->horizon : g->T, last = g->T - (ceil_div(g->T, g->S) - 1) * g->S;
     int before = K - last < g->S ? K - last : g->S;
     g->weight_steps = o->weight->ndim != 5 ? 1 : K <= last ? K : last > before ? last : before;
@@ -411,7 +413,15 @@ static void plan_stacks(plan_builder *b, const struct cl_model *m, const cl_sche
   for (int l = 0; segmented && l < m->cfg.n_layers; l++)
     add(b, CL_BUF_DC, l, CL_MEM_WORKSPACE, nbytes(b, f, Bm, (size_t)m->layer[l].hidden, P, 1));
   if (!segmented) add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, hmax, P, 1));
+  /* dropout's masks and masked copies: as a single stack's segment of the
+   * longest stack's steps (its input over them, h a step at a time, the
+   * handed-on h's gradient through the receiving layer's mask) */
+  cl_schedule longest = *g;
+  longest.S = (int)most;
+  plan_dropout(b, m, &longest);
   if (cl_arch_has_head(a)) plan_head(b, m, g, K, Bm);
+  if (g->weight_steps) /* the loss weight of the K frames, patched as y */
+    add(b, CL_BUF_WEIGHT, -1, CL_MEM_DATA, nbytes(b, f, (size_t)g->weight_steps, Bm, C, P));
 }
 
 static void plan_training(plan_builder *b, const struct cl_model *m, const cl_schedule *g) {

@@ -111,7 +111,7 @@ static cl_status forward(cl_model *m, const cl_source *x, int b0, int b, void **
   const cl_schedule *g = &st->g;
   const cl_arch *a = &m->arch;
   cl_block all = {b0, b, 0, g->T};
-  CL_TRY(cl_put_frames(m, st->x, g->dtype, x->host, all));
+  CL_TRY(cl_put_frames_source(m, st->x, g->dtype, x, all));
   for (int si = 0; si < a->n_stacks; si++) {
     const cl_stack *s = &a->stack[si];
     for (int l = s->lo; l < s->hi; l++) h[l] = c[l] = NULL;
@@ -121,17 +121,20 @@ static cl_status forward(cl_model *m, const cl_source *x, int b0, int b, void **
   return CL_OK;
 }
 
-/* The loss of the K frames against y's, its gradient (times the loss
- * scale) left in d_head where the target was placed. */
+/* The loss of the K frames against y's (each element's times the call's
+ * weight, patched as y), its gradient (times the loss scale) left in
+ * d_head where the target was placed. */
 static cl_status loss(cl_model *m, const cl_call *c, const cl_source *y, int b0, int b, float ls,
                       double *acc) {
   const cl_step *st = &m->step;
   const cl_schedule *g = &st->g;
   size_t n = (size_t)g->horizon * b * m->arch.frame_dim * g->H * g->W;
   cl_block k = {b0, b, 0, g->horizon};
-  CL_TRY(cl_put_frames(m, st->head_grad, CL_F32, y->host, k));
+  CL_TRY(cl_put_frames_source(m, st->head_grad, CL_F32, y, k));
+  float *w = c->weight.host ? st->weight : NULL;
+  if (w) CL_TRY(cl_put_frames(m, w, CL_F32, c->weight.host, k));
   double share = cl_loss_share(&c->loss, (double)b / g->B, n, g->B);
-  CL_TRY(cl_loss_run(m, &c->loss, st->head_out, st->head_grad, NULL, n, (float)(share * ls),
+  CL_TRY(cl_loss_run(m, &c->loss, st->head_out, st->head_grad, w, n, (float)(share * ls),
                      st->head_grad, share, acc));
   return cl_head_grad_store(m, g->horizon * b);
 }
@@ -163,6 +166,10 @@ static cl_status back_layer(cl_model *m, const cl_call *call, int si, int l, int
   size_t bh = step_elems(m, l, b);
   if (reads_head(a, l)) /* onto the layer above's */
     CL_TRY(cl_head_backward(m, l, s * st->g.S * b, len * b, !top));
+  /* the head's gradient is complete with its lowest layer's part (data
+   * parallel: its bucket, the pseudo-layer n_layers, goes then) */
+  if (l == a->head_lo && reads_head(a, l))
+    CL_TRY(cl_dist_bucket_ready(m, call, m->cfg.n_layers));
   else if (top) /* nothing from above: the handed state's and the later segment's only */
     CL_TRY(cl_zero(m, st->dh[l], (size_t)len * bh * sizeof(float)));
   if (handed && last) CL_TRY(receive_handed(m, l, to, b, len));
@@ -184,11 +191,15 @@ static cl_status back_stack(cl_model *m, const cl_call *call, int si, int b, voi
   void *ph[CL_MAX_LAYERS], *pc[CL_MAX_LAYERS];
   for (int s = segs_of(m, si) - 1; s >= 0; s--) {
     int len = seg_len(m, si, s), has = seg_state(m, si, b, s, h0, c0, ph, pc);
+    /* a layer's gradients are complete after its first segment, the last
+     * one backward: only then may its bucket go (dist.c) */
+    cl_call seg = *call;
+    seg.last_pass = call->last_pass && s == 0;
     if (s < segs_of(m, si) - 1) /* recompute what the later segments overwrote */
       CL_TRY(cl_forward_layers(m, k->lo, k->hi, b, len, seg_input(m, si, b, s), has ? ph : NULL,
                                has ? pc : NULL));
     for (int l = k->hi - 1; l >= k->lo; l--)
-      CL_TRY(back_layer(m, call, si, l, b, s, len, has ? ph : NULL, has ? pc : NULL));
+      CL_TRY(back_layer(m, &seg, si, l, b, s, len, has ? ph : NULL, has ? pc : NULL));
   }
   return CL_OK;
 }

@@ -223,9 +223,10 @@ static cl_status step_launches(cl_model *m, cl_call *c, const cl_source *x, cons
   for (int b0 = 0; b0 < g->B; b0 += g->Bm) {
     int b = g->B - b0 < g->Bm ? g->B - b0 : g->Bm, final = b0 + b >= g->B;
     CL_TRY(cl_dropout_upload(m, opts, b0, b)); /* these sequences' masks, staged as x */
-    if (cl_arch_is_wired(&m->arch)) /* stacks handing states on, a head (arch.h) */
+    if (cl_arch_is_wired(&m->arch)) { /* stacks handing states on, a head (arch.h) */
+      c->last_pass = final; /* one pass over each layer per micro-batch */
       CL_TRY(cl_stacks_run(m, c, x, y, b0, b, ls, &v->loss));
-    else
+    } else
       CL_TRY(g->tbptt ? run_windows(m, c, x, y, target, b0, b, ls, final, &v->loss)
                       : run_segments(m, c, x, y, target, b0, b, ls, final, &v->loss));
   }

@@ -4,7 +4,7 @@
  * set equals, bit for bit, cl_model_train_step on the same rows as host
  * arrays (plain, checkpoint, tbptt, accumulation, float16 and bfloat16, both
  * targets, both host layouts, shuffled and repeated rows), over several
- * steps of Adam; bad rows, shapes, models and dtypes are refused; a data set
+ * steps of Adam, and so for an encoder-forecaster's (patched frames); bad rows, shapes, models and dtypes are refused; a data set
  * over memory_limit is an OOM that leaves the model usable; freeing in
  * either order returns every byte. Also the CPU backend's gather_rows slot
  * against a plain loop. Exits nonzero on any failure.
@@ -370,8 +370,92 @@ static void test_gather_slot(void) {
   be->iface->destroy(be);
 }
 
+/* An encoder-forecaster's data set (issue 34): x [NF, TF, 2, 4, 6] and its KF
+ * frames to forecast, stored patched (2 x 2); a step on its rows equals the
+ * step on the same rows as host arrays, bit for bit, in float32 and float16,
+ * with accumulation; a data set of last states is refused. */
+enum { NF = 5, TF = 3, KF = 4, CF = 2, HF = 4, WF = 6 };
+static float fxs[NF * TF * CF * HF * WF], fys[NF * KF * CF * HF * WF];
+
+static cl_model *new_forecaster(cl_dtype dt) {
+  cl_config c;
+  memset(&c, 0, sizeof c);
+  c.input_dim = CF;
+  c.n_layers = 4;
+  c.hidden_dims[0] = c.hidden_dims[2] = 3;
+  c.hidden_dims[1] = c.hidden_dims[3] = 2;
+  for (int l = 0; l < 4; l++) c.kernel_sizes[l] = 3;
+  c.bias = 1;
+  c.device = CL_DEVICE_CPU;
+  c.n_threads = 1;
+  c.forecaster = 1;
+  c.patch = 2;
+  c.peephole = CL_PEEP_CHANNEL;
+  c.dtype = dt;
+  ctest_rng = 777;
+  return ctest_model(&c);
+}
+
+/* Rows idx of a torch-layout [n, steps, CF, HF, WF] array, into out. */
+static void rows_of(const float *a, int steps, const int *idx, int n, float *out) {
+  size_t row = (size_t)steps * CF * HF * WF;
+  for (int i = 0; i < n; i++) memcpy(out + i * row, a + idx[i] * row, row * sizeof(float));
+}
+
+static void test_forecaster(void) {
+  for (size_t i = 0; i < sizeof fxs / sizeof *fxs; i++) fxs[i] = (float)uniform01(NULL);
+  for (size_t i = 0; i < sizeof fys / sizeof *fys; i++) fys[i] = (float)uniform01(NULL);
+  static const int a[3] = {4, 0, 2}, b[5] = {1, 1, 3, 0, 4};
+  const int *batches[2] = {a, b}, sizes[2] = {3, 5};
+  static float bx[5 * TF * CF * HF * WF], by[5 * KF * CF * HF * WF];
+  for (int half = 0; half < 2; half++) {
+    cl_dtype dt = half ? CL_F16 : CL_F32;
+    cl_model *ma = new_forecaster(dt), *mb = new_forecaster(dt);
+    cl_host_array x = {fxs, CL_HOST_TORCH_F32, 5, {NF, TF, CF, HF, WF}};
+    cl_host_array y = {fys, CL_HOST_TORCH_F32, 5, {NF, KF, CF, HF, WF}};
+    cl_data *d = NULL;
+    CHECK(cl_data_create(mb, &x, &y, CL_TARGET_LAST_STATE, &d) == CL_E_UNSUPPORTED && !d,
+          "forecaster: a data set of last states is not refused");
+    size_t planned = cl_data_bytes_for_steps(mb, NF, TF, KF, HF, WF, CL_TARGET_SEQUENCE);
+    CHECK(cl_data_create(mb, &x, &y, CL_TARGET_SEQUENCE, &d) == CL_OK && d,
+          "forecaster: cl_data_create: %s", cl_model_error(mb));
+    /* x in the storage dtype, y's K frames in float32, the index buffer */
+    size_t want = (size_t)NF * CF * HF * WF * (TF * (half ? 2 : 4) + KF * 4) + NF * sizeof(int);
+    CHECK(planned == want && cl_data_bytes(d) + NF * sizeof(int) == want,
+          "forecaster: cl_data_bytes_for_steps %zu, the data set %zu, want %zu", planned,
+          cl_data_bytes(d), want);
+    cl_optim adam = {CL_OPTIM_ADAM, 0.01, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0};
+    cl_step_options o = {0};
+    o.accumulation_steps = 2;
+    int same = 1;
+    for (int step = 0; step < 2 && d; step++)
+      for (int k = 0; k < 2; k++) {
+        rows_of(fxs, TF, batches[k], sizes[k], bx);
+        rows_of(fys, KF, batches[k], sizes[k], by);
+        cl_host_array ax = {bx, CL_HOST_TORCH_F32, 5, {sizes[k], TF, CF, HF, WF}};
+        cl_host_array ay = {by, CL_HOST_TORCH_F32, 5, {sizes[k], KF, CF, HF, WF}};
+        double la = NAN, lb = NAN;
+        CHECK(cl_model_train_step(ma, &ax, &ay, CL_TARGET_SEQUENCE, &adam, &o, &la) == CL_OK,
+              "forecaster: train_step: %s", cl_model_error(ma));
+        CHECK(cl_model_train_step_data(mb, d, batches[k], sizes[k], &adam, &o, &lb) == CL_OK,
+              "forecaster: train_step_data: %s", cl_model_error(mb));
+        CHECK(la == lb && isfinite(la), "forecaster %d: loss %.17g (host) vs %.17g (data)",
+              half, la, lb);
+        size_t n = ctest_flat(ma, 0, pa, sizeof pa / sizeof *pa);
+        ctest_flat(mb, 0, pb, sizeof pb / sizeof *pb);
+        if (memcmp(pa, pb, n * sizeof(float)) != 0) same = 0;
+      }
+    CHECK(same, "forecaster %s: parameters differ between host arrays and the data set",
+          half ? "float16" : "float32");
+    printf("%-44s identical over 4 steps\n", half ? "forecaster, float16" : "forecaster, float32");
+    cl_model_free(ma);
+    cl_model_free(mb);
+  }
+}
+
 int main(void) {
   fill_set();
+  test_forecaster();
   test_gather_slot();
   test_identical();
   test_refused();

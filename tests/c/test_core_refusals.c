@@ -263,8 +263,11 @@ static void create_forecaster(void) {
   /* forecaster layer 0 has no input: only its state kernel must match */
   c = c0, c.kernel_sizes[2] = 7, c.recurrent_kernel_sizes[2] = 3;
   accept_create(&c, "forecaster layer 1 without input, its state kernel the encoder's");
-  c = c0, c.recurrent_dropout[3] = 0.5, refuse_create(&c, CL_E_UNSUPPORTED, "recurrent dropout");
-  c = c0, c.dropout[1] = 0.5, refuse_create(&c, CL_E_UNSUPPORTED, "dropout");
+  /* dropout (a table row turned to supported, issue 34), but not on the
+   * input of forecaster layer 1, which reads none */
+  c = c0, c.recurrent_dropout[2] = 0.5, accept_create(&c, "recurrent dropout");
+  c = c0, c.dropout[1] = c.dropout[3] = 0.5, accept_create(&c, "dropout");
+  c = c0, c.dropout[2] = 0.5, refuse_create(&c, CL_E_INVALID, "dropout of forecaster layer 1");
   c = c0, c.peephole = CL_PEEP_POSITION, c.peephole_h = c.peephole_w = 2;
   refuse_create(&c, CL_E_UNSUPPORTED, "per-position peepholes");
   c = c0, c.peephole = CL_PEEP_CHANNEL, accept_create(&c, "per-channel peepholes");
@@ -750,15 +753,10 @@ static void forecaster_calls(void) {
     nu++;                                       \
   } while (0)
   int truth[1] = {1};
-  float mk[FB * 4 * 2 * 2];
   UNSUP("a horizon option", horizon, 2);
   UNSUP("free running", free_run, 1);
   UNSUP("truth flags", truth, truth);
   UNSUP("a given state", state_mode, CL_STATE_GIVEN);
-  UNSUP("a loss weight", weight, &y);
-  UNSUP("drawn dropout masks", draw_masks, 1);
-  UNSUP("a dropout mask", mask_x[0], mk);
-  UNSUP("a mask of h", mask_h[3], mk);
   UNSUP("tbptt", tbptt, 1);
 #undef UNSUP
   for (int i = 0; i < nu; i++)
@@ -768,8 +766,8 @@ static void forecaster_calls(void) {
   char cerr[CL_ERRMSG_LEN];
   if (cl_comm_local_create(&comm, cerr, sizeof cerr) == CL_OK) {
     memset(&o, 0, sizeof o), o.comm = comm, o.comm_share = 1;
-    REFUSED(m, &s, cl_model_train_step(m, &x, &y, CL_TARGET_SEQUENCE, &adam, &o, &loss),
-            CL_E_UNSUPPORTED, "train_step: data parallel");
+    ACCEPTED(m, cl_model_train_step(m, &x, &y, CL_TARGET_SEQUENCE, &sgd0, &o, &loss),
+             "train_step: data parallel (a table row turned to supported, issue 34)");
     cl_comm_free(comm);
   }
   memset(&o, 0, sizeof o), o.accumulation_steps = 1;
@@ -830,9 +828,9 @@ static void forecaster_calls(void) {
     const char *what;
     int field;
   } pu[] = {{"plan: tbptt", 1},          {"plan: free running", 4},
-            {"plan: a given state", 5},   {"plan: a carried state", 6},
-            {"plan: a loss weight", 7}}; /* accumulation, checkpoint, recompute_gates:
-                                            supported (issue 34) */
+            {"plan: a given state", 5},   {"plan: a carried state", 6}};
+  /* accumulation, checkpoint, recompute_gates, a loss weight: supported
+   * (issue 34) */
   memset(&o, 0, sizeof o), o.horizon = FK, o.checkpoint = 1, o.recompute_gates = 1;
   ACCEPTED(m, cl_model_plan(m, FB, FT, FH, FW, 1, &adam, &o, &plan),
            "plan: checkpoint and recompute_gates");
@@ -844,14 +842,50 @@ static void forecaster_calls(void) {
     case 4: o.free_run = 1; break;
     case 5: o.state_mode = CL_STATE_GIVEN; break;
     case 6: o.state_mode = CL_STATE_CARRY; break;
-    default: o.weight = &wa;
     }
     REFUSED(m, &s, cl_model_plan(m, FB, FT, FH, FW, 1, &adam, &o, &plan), CL_E_UNSUPPORTED,
             pu[i].what);
   }
+  memset(&o, 0, sizeof o), o.horizon = FK, o.weight = &wa;
+  ACCEPTED(m, cl_model_plan(m, FB, FT, FH, FW, 1, &adam, &o, &plan), "plan: a loss weight");
+  cl_plan_free(&plan);
+  /* the loss weight (a table row turned to supported, issue 34): y's shape,
+   * finite and >= 0 */
+  float wneg[sizeof fy / sizeof *fy];
+  for (size_t i = 0; i < sizeof wneg / sizeof *wneg; i++) wneg[i] = 1;
+  wa.data = wneg;
+  memset(&o, 0, sizeof o), o.weight = &wa;
+  ACCEPTED(m, cl_model_train_step(m, &x, &y, CL_TARGET_SEQUENCE, &sgd0, &o, &loss),
+           "train_step: a loss weight of y's shape");
+  /* shapes refused for their shape: every value a valid weight of 1 */
+  static float wbig[FB * (FK + 1) * FH * FW];
+  for (size_t i = 0; i < sizeof wbig / sizeof *wbig; i++) wbig[i] = 1;
+  wa.data = wbig, wa.dims[1] = FK + 1;
+  REFUSED(m, &s, cl_model_train_step(m, &x, &y, CL_TARGET_SEQUENCE, &sgd0, &o, &loss),
+          CL_E_INVALID, "train_step: a loss weight of one frame more than y");
+  wa = y, wa.data = wbig, wa.ndim = 4;
+  REFUSED(m, &s, cl_model_train_step(m, &x, &y, CL_TARGET_SEQUENCE, &sgd0, &o, &loss),
+          CL_E_INVALID, "train_step: a loss weight of 4 dims");
+  wneg[3] = -1;
+  wa = y, wa.data = wneg;
+  REFUSED(m, &s, cl_model_train_step(m, &x, &y, CL_TARGET_SEQUENCE, &sgd0, &o, &loss),
+          CL_E_INVALID, "train_step: a negative loss weight");
+  /* data sets (issue 34): frames the patch divides, y with x's sequences */
   cl_data *ds = NULL;
-  REFUSED(m, &s, cl_data_create(m, &x, &y, CL_TARGET_SEQUENCE, &ds), CL_E_UNSUPPORTED,
-          "data_create");
+  a = x, a.dims[3] = 5;
+  REFUSED(m, &s, cl_data_create(m, &a, &y, CL_TARGET_SEQUENCE, &ds), CL_E_INVALID,
+          "data_create: 5 rows, patch 2");
+  a = y, a.dims[0] = 1;
+  REFUSED(m, &s, cl_data_create(m, &x, &a, CL_TARGET_SEQUENCE, &ds), CL_E_INVALID,
+          "data_create: y of batch 1, x of 2");
+  CHECK(ds == NULL, "a refused data set is not NULL");
+  ACCEPTED(m, cl_data_create(m, &x, &y, CL_TARGET_SEQUENCE, &ds), "data_create");
+  int rows[2] = {1, 0};
+  ACCEPTED(m, cl_model_train_step_data(m, ds, rows, 2, &sgd0, NULL, &loss), "train_step_data");
+  rows[1] = FB;
+  REFUSED(m, &s, cl_model_train_step_data(m, ds, rows, 2, &sgd0, NULL, &loss), CL_E_INVALID,
+          "train_step_data: a row outside the data set");
+  cl_data_free(ds);
   same_step(m, twin, &x, &y, CL_TARGET_SEQUENCE, "encoder-forecaster");
   cl_model_free(m);
   cl_model_free(twin);

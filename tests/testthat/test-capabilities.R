@@ -13,8 +13,7 @@
 # before the table: call.c, model.c, forward.c, data.c and R's copies)
 forecaster_refuses <- c(
   "tbptt", "horizon", "teacher_forcing < 1 (free running)", "state = given",
-  "state = carry", "weight", "target = last_state", "dropout", "dropout_masks",
-  "peephole = position", "data parallel", "data set on the device (convlstm_data)",
+  "state = carry", "target = last_state", "peephole = position",
   "separate forward/backward"
 )
 
@@ -43,8 +42,8 @@ cap_setup <- function(kind) {
 
 # Per option, the calls that ask for it (each a function of cap_setup()'s
 # list); NULL where no R entry point asks it of that kind (an
-# encoder-forecaster's constructor takes neither dropout nor a frame size for
-# per-position peepholes, and no R call draws its dropout masks:
+# encoder-forecaster's constructor takes no frame size for per-position
+# peepholes, and no R call asks for dropout masks alone:
 # test_core_capability.c checks the core's refusals; a resume reads the
 # checkpoint a fit of one epoch wrote).
 cap_calls <- function(option, s) {
@@ -120,6 +119,11 @@ cap_calls <- function(option, s) {
     dropout = if (!fc) list(convlstm = function() {
       d <- convlstm(1, 1, 3, dropout = 0.2, device = "cpu", threads = 1, head = head)
       convlstm_release(d)
+    }) else list(convlstm_forecaster = function() {
+      d <- convlstm_forecaster(1, 1, 3, patch = 2, dropout = 0.2, recurrent_dropout = 0.1,
+                               device = "cpu", threads = 1)
+      on.exit(convlstm_release(d))
+      convlstm_train_step(d, x, y, opt)
     }),
     "peephole = position" = if (!fc) list(convlstm = function() {
       p <- convlstm(1, 1, 3, peephole = "position", frame_size = c(4, 4), device = "cpu",

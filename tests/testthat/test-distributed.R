@@ -183,6 +183,44 @@ test_that("2 ranks carrying the state train as 1 x batch 4 carrying it", {
   expect_gt(max_diff(zeros$weights, got$ref$weights), 1e-6)
 })
 
+# The encoder-forecaster's fit of 12 sequences, batch `batch`, 2 epochs in
+# one process: the reference of its 2-rank jobs.
+forecaster_big_batch <- function(batch, weighted) {
+  case <- mpi_case(12, seed_model = 100, forecaster = TRUE)
+  on.exit(convlstm_release(case$model))
+  set.seed(1000)
+  h <- convlstm_fit(case$model, case$x, case$y, convlstm_optimizer_adam(0.01), epochs = 2,
+                    batch_size = batch, verbose = FALSE,
+                    weight = if (weighted) mpi_forecaster_weight(case$y))
+  list(weights = convlstm_state_dict(case$model), loss = h$loss)
+}
+
+for (mode in c("forecaster", "forecaster_data")) {
+  test_that(sprintf("2 ranks train an encoder-forecaster as 1 x batch 4 (%s)", mode), {
+    skip_without_mpi()
+    out <- temp_dir()
+    run <- run_mpi(2, mode, out, n = 12, batch = 2, epochs = 2)
+    expect_equal(run$status, 0L, info = run$log)
+    r <- ranks_of(out, 2)
+    expect_identical(r[[1]]$weights, r[[2]]$weights)
+    expect_identical(r[[1]]$loss, r[[2]]$loss)
+    expect_identical(r[[1]]$on_device, mode == "forecaster_data")
+    weighted <- mode == "forecaster"
+    ref <- forecaster_big_batch(4, weighted)
+    expect_lt(max_diff(r[[1]]$weights, ref$weights), 1e-5)
+    expect_equal(r[[1]]$loss, ref$loss, tolerance = 1e-5)
+    # every bucket of each of the 6 steps, the head's among them, was reduced
+    st <- r[[2]]$stats
+    expect_equal(st$steps, 6)
+    expect_true(4L %in% r[[2]]$buckets$layer) # the head: the pseudo-layer after 4 layers
+    expect_equal(st$bytes, 6 * sum(r[[2]]$buckets$bytes))
+    expect_equal(sum(r[[2]]$buckets$bytes), 4 * sum(lengths(ref$weights)))
+    # the ranks' batch of 2 alone trains otherwise: the reduction was used
+    small <- forecaster_big_batch(2, weighted)
+    expect_gt(max_diff(small$weights, ref$weights), 1e-4)
+  })
+}
+
 test_that("3 ranks with uneven shards and clipping train as one process (the global norm)", {
   skip_without_mpi()
   out <- temp_dir()

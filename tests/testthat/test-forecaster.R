@@ -159,7 +159,9 @@ test_that("an encoder-forecaster refuses what it does not support, with classed 
     expect_error(do.call(convlstm_train_step, c(list(model, x, y, opt), arg)),
                  class = "convlstm_error_unsupported")
   }
-  expect_error(convlstm_data(model, x, y), class = "convlstm_error_unsupported")
+  # a data set of its frames is taken (issue 34), a last-state one refused
+  expect_error(convlstm_data(model, x, y, target = "last_state"),
+               class = "convlstm_error_unsupported")
   expect_error(convlstm_memory_advise(model, "100 MiB", 2, 3, 8, 8), class = "convlstm_error_invalid")
   # free running: the capability table's refusal, as convlstm_train_step()'s (test-capabilities.R)
   expect_error(convlstm_memory_advise(model, "100 MiB", 2, 3, 8, 8, horizon = 2, teacher_forcing = FALSE),

@@ -4,7 +4,11 @@
 # last layer has the input's 1 channel, so that it can feed its frames back.
 # peephole: the model has per-position peepholes (their gradients are in
 # each layer's bucket).
-mpi_case <- function(n, seed_model = 100, forecast = FALSE, peephole = FALSE) {
+# forecaster: an encoder-forecaster (2 layers per stack, patch 2), y the 2
+# frames it forecasts.
+mpi_case <- function(n, seed_model = 100, forecast = FALSE, peephole = FALSE,
+                     forecaster = FALSE) {
+  if (forecaster) return(mpi_forecaster_case(n, seed_model))
   set.seed(1)
   x <- array(stats::runif(n * 3 * 1 * 6 * 6), dim = c(n, 3, 1, 6, 6))
   y <- if (forecast) {
@@ -16,4 +20,20 @@ mpi_case <- function(n, seed_model = 100, forecast = FALSE, peephole = FALSE) {
   hidden <- if (forecast) c(4, 1) else c(4, 2)
   list(x = x, y = y, model = convlstm(1, hidden, 3, device = "cpu", threads = 1,
                                      peephole = peephole, frame_size = if (peephole) c(6, 6)))
+}
+
+mpi_forecaster_case <- function(n, seed_model) {
+  set.seed(1)
+  x <- array(stats::runif(n * 3 * 1 * 6 * 6), dim = c(n, 3, 1, 6, 6))
+  y <- array(stats::runif(n * 2 * 1 * 6 * 6), dim = c(n, 2, 1, 6, 6))
+  set.seed(seed_model)
+  list(x = x, y = y, model = convlstm_forecaster(1, c(3, 2), 3, patch = 2, device = "cpu",
+                                                 threads = 1))
+}
+
+# A loss weight for the forecaster's y: 0 on its first frame's left half.
+mpi_forecaster_weight <- function(y) {
+  w <- array(1, dim(y))
+  w[, 1, , , 1:3] <- 0
+  w
 }

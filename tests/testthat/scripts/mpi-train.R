@@ -22,6 +22,9 @@
 #   carry   as train, state = "carry" without shuffling (each rank carries
 #           its rows of the global batch)
 #   peephole  as train, 2 epochs, the model with per-position peepholes
+#   forecaster  an encoder-forecaster (mpi_case(forecaster = TRUE)), no
+#           callbacks, with a loss weight (mpi_forecaster_weight())
+#   forecaster_data  the same without the weight, its data set on the device
 args <- commandArgs(trailingOnly = TRUE)
 lib <- args[[1]]
 out <- args[[2]]
@@ -36,6 +39,20 @@ d <- convlstm_distributed()
 source(file.path(dirname(sub("^--file=", "", grep("^--file=", commandArgs(), value = TRUE))),
                  "mpi-case.R"))
 if (mode == "mismatch" && d$rank == fail_rank) n <- n - 1L
+if (mode %in% c("forecaster", "forecaster_data")) {
+  case <- mpi_case(n, seed_model = 100 + d$rank, forecaster = TRUE)
+  set.seed(1000 + d$rank)
+  h <- convlstm_fit(case$model, case$x, case$y, convlstm_optimizer_adam(0.01), epochs = epochs,
+                    batch_size = batch, verbose = FALSE, distributed = d,
+                    weight = if (mode == "forecaster") mpi_forecaster_weight(case$y),
+                    data_on_device = mode == "forecaster_data")
+  saveRDS(list(weights = convlstm_state_dict(case$model), loss = h$loss, rank = d$rank,
+               on_device = attr(h, "data_on_device"), stats = convlstm:::c_dist_stats(),
+               buckets = attr(convlstm_memory_estimate(case$model, batch, 3, 6, 6, horizon = 2,
+                                                       world_size = d$size), "communication")),
+          file.path(out, sprintf("w%d.rds", d$rank)))
+  quit(save = "no")
+}
 case <- mpi_case(n, seed_model = 100 + d$rank, # different initial weights per rank
                  forecast = mode == "freerun", peephole = mode == "peephole")
 set.seed(1000 + d$rank)                         # and different generators
