@@ -13,10 +13,11 @@
 # array's dim; validation: NULL or list(x, y); batch_size: the training
 # batch; data_on_device as given ("auto", TRUE, FALSE), can_upload: whether
 # this fit could upload its data set at all (not with a weight or a
-# horizon). The budget must hold the model's buffers, the larger of the
+# horizon); K: an encoder-forecaster's target frames. The budget must hold
+# the model's buffers, the larger of the
 # training and the validation arena, and the data set.
 fit_budget <- function(model, fits, x_dim, validation, batch_size, target, data_on_device,
-                       can_upload, horizon = 0L, call = sys.call(-1)) {
+                       can_upload, horizon = 0L, call = sys.call(-1), K = NULL) {
   uploads <- if (can_upload) data_on_device else FALSE
   out <- list(data_on_device = data_on_device, validation_batch = batch_size)
   held <- fits$held
@@ -27,7 +28,7 @@ fit_budget <- function(model, fits, x_dim, validation, batch_size, target, data_
     validation_arena(model, b, dim(validation$x), target, horizon, fits$dtype)
   }
   peak <- function(b, data) held$model_bytes + max(held$arena, val_arena(b)) + data
-  data <- if (!isFALSE(uploads)) c_data_bytes_for(model_ptr(model), x_dim[c(1, 2, 4, 5)], target)
+  data <- if (!isFALSE(uploads)) c_data_bytes_for(model_ptr(model), data_shape(x_dim, K), target)
           else 0
   if (data > 0 && peak(1, data) > budget) {
     if (isTRUE(uploads)) {

@@ -135,13 +135,21 @@ train_step_data <- function(model, data, y, optimizer, target, target_given, che
   c_train_step_data(ptr, data$ptr, rows, optimizer, options)
 }
 
+# The shape cl_data_bytes_for() sizes a data set by: c(N, T, H, W) of its
+# inputs x_dim, and K, an encoder-forecaster's target frames (NULL: none).
+data_shape <- function(x_dim, K = NULL) c(x_dim[c(1, 2, 4, 5)], K)
+
 # Whether a data set of inputs x_dim and the training step of batch_size
 # rows fit together in the capacity convlstm_memory_stats() reports: the memory limit
 # when one is set, else what the device has free plus what the model holds
 # already. The data set's bytes are core/data.c's own (cl_data_bytes_for).
-data_set_fits <- function(ptr, x_dim, target, batch_size, optimizer, options) {
-  shape <- x_dim[c(1, 2, 4, 5)]
-  plan <- c_model_plan(ptr, c(batch_size, shape[-1]), TRUE, optimizer, options)
+data_set_fits <- function(ptr, x_dim, target, batch_size, optimizer, options, K = NULL) {
+  shape <- data_shape(x_dim, K)
+  if (!is.null(K)) { # an encoder-forecaster's step plans its K forecast frames
+    options <- options %||% c_step_options()
+    options$horizon <- as.integer(K)
+  }
+  plan <- c_model_plan(ptr, c(batch_size, shape[2:4]), TRUE, optimizer, options)
   data_bytes <- c_data_bytes_for(ptr, shape, target)
   s <- c_memory_stats(ptr)
   capacity <- if (s$limit > 0) s$limit else s$device_free + s$reserved

@@ -265,10 +265,10 @@ check_data_on_device <- function(x, call = sys.call(-1)) {
 # (and falls back to slicing if the upload still runs out of memory), TRUE
 # always uploads, FALSE never.
 fit_data_set <- function(ptr, x, y, target, data_on_device, batch_size, optimizer,
-                         options) {
+                         options, K = NULL) {
   if (isFALSE(data_on_device)) return(NULL)
   if (isTRUE(data_on_device)) return(c_data_create(ptr, x, y, target))
-  if (!data_set_fits(ptr, dim(x), target, batch_size, optimizer, options)) return(NULL)
+  if (!data_set_fits(ptr, dim(x), target, batch_size, optimizer, options, K)) return(NULL)
   tryCatch(c_data_create(ptr, x, y, target), convlstm_error_oom = function(cnd) NULL)
 }
 

@@ -56,7 +56,7 @@ fit_check <- function(a, target_missing, batch_size_missing, guard, call) {
   fit_check_batches(f, call)
   # what the budget holds beside the step: the data set, validation batches
   f$held <- fit_budget(f$model, f$fits, dim(f$x), f$validation, f$batch_size, f$target,
-                       f$data_on_device, f$can_upload, f$val_horizon, call)
+                       f$data_on_device, f$can_upload, f$val_horizon, call, fit_data_steps(f))
   fit_check_resume(f, call)
   # each epoch's teacher forcing, read (and checked) now rather than after
   # some epochs have trained
@@ -104,6 +104,10 @@ fit_horizon <- function(config, y, forecast) {
   if (isTRUE(config$forecaster) && !is.null(y)) return(dim(y)[[2]])
   forecast$horizon %||% 0L
 }
+
+# The target frames of a data set of the training set: an
+# encoder-forecaster's y's K (NULL for other models: their x's).
+fit_data_steps <- function(f) if (isTRUE(f$config$forecaster)) dim(f$y)[[2]]
 
 # The forecast options of every step a fit may take, which its memory plan
 # must fit (fit_memory_plan()): a horizon's plans (fit_forecast()), an
@@ -212,7 +216,7 @@ fit_begin <- function(f) {
   # to arrays: from R arrays
   f$data <- if (f$can_upload) {
     fit_data_set(f$ptr, f$x, f$y, f$target, f$held$data_on_device, f$batch_size, f$optimizer,
-                 f$options)
+                 f$options, fit_data_steps(f))
   }
   invisible(f)
 }

@@ -166,12 +166,12 @@ static cl_status back_layer(cl_model *m, const cl_call *call, int si, int l, int
   size_t bh = step_elems(m, l, b);
   if (reads_head(a, l)) /* onto the layer above's */
     CL_TRY(cl_head_backward(m, l, s * st->g.S * b, len * b, !top));
+  else if (top) /* nothing from above: the handed state's and the later segment's only */
+    CL_TRY(cl_zero(m, st->dh[l], (size_t)len * bh * sizeof(float)));
   /* the head's gradient is complete with its lowest layer's part (data
    * parallel: its bucket, the pseudo-layer n_layers, goes then) */
   if (l == a->head_lo && reads_head(a, l))
     CL_TRY(cl_dist_bucket_ready(m, call, m->cfg.n_layers));
-  else if (top) /* nothing from above: the handed state's and the later segment's only */
-    CL_TRY(cl_zero(m, st->dh[l], (size_t)len * bh * sizeof(float)));
   if (handed && last) CL_TRY(receive_handed(m, l, to, b, len));
   const void *in = l > k->lo ? st->hid[l - 1] : seg_input(m, si, b, s);
   int save = s > 0 || (from && st->g.rc); /* for the earlier segment, or the stack before */

@@ -119,8 +119,10 @@ test_that("convlstm_fit() of an encoder-forecaster checkpoints and recomputes ga
     m <- convlstm_forecaster(1, c(5, 3), 3, patch = 2, device = "cpu", threads = 1)
     on.exit(convlstm_release(m))
     set.seed(35)
+    # the data in R: the epoch's peak is then the step's alone
     h <- convlstm_fit(m, d$x, d$y, convlstm_optimizer_adam(lr = 1e-2), epochs = 2,
-                      batch_size = 4, shuffle = FALSE, verbose = FALSE, ...)
+                      batch_size = 4, shuffle = FALSE, verbose = FALSE,
+                      data_on_device = FALSE, ...)
     est <- convlstm_memory_estimate(m, 4, 5, 8, 8, horizon = 3,
                                     optimizer = convlstm_optimizer_adam(lr = 1e-2), ...)
     list(h = h, total = estimate_bytes(est)[["total"]])
