@@ -24,7 +24,7 @@ struct cl_data {
   cl_model *m;
   cl_data *prev, *next; /* the model's list */
   int N, T, C, H, W;
-  int Cy; /* channels of y: the last layer's hidden (a forecaster's: the frame's) */
+  int Cy; /* channels of y: the model's output (cl_output_channels; a forecaster's: the frame's) */
   int K;  /* steps of y: T, or a forecaster's target frames */
   int frames; /* an encoder-forecaster's: x and y stored patched, as a step packs them */
   cl_target target;
@@ -107,7 +107,7 @@ static void describe(const cl_model *m, cl_data *d, int N, int T, int K, int H, 
   d->N = N; d->T = T; d->K = K; d->H = H; d->W = W;
   d->frames = cl_arch_runs_target(&m->arch);
   d->C = m->cfg.input_dim;
-  d->Cy = d->frames ? m->cfg.input_dim : m->layer[m->cfg.n_layers - 1].hidden;
+  d->Cy = d->frames ? m->cfg.input_dim : cl_output_channels(m);
   d->target = target;
   d->dtype = m->cfg.dtype;
   size_t P = cl_mul_size((size_t)H, (size_t)W);

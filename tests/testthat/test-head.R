@@ -198,3 +198,23 @@ test_that("a head refuses what it cannot train, by class", {
   expect_error(convlstm(2, 3, 3, head = "all", device = "cpu"), class = "convlstm_error_invalid")
   expect_error(convlstm(2, 3, 3, head = TRUE, device = "cpu"), class = "convlstm_error_invalid")
 })
+
+test_that("a model with a head trains on any rows of a data set as on the same arrays", {
+  # y holds the head's channels (the input's), not the top layer's hidden
+  # ones: rows of a data set are found at the head's row size
+  set.seed(36)
+  x <- array(runif(5 * 3 * 64), c(5, 3, 1, 8, 8))
+  y <- array(runif(5 * 3 * 64), c(5, 3, 1, 8, 8))
+  m <- convlstm(1, c(3, 2), 3, head = "top", device = "cpu")
+  on.exit(convlstm_release(m))
+  d <- convlstm_data(m, x, y, target = "sequence")
+  opt <- convlstm_optimizer_sgd(lr = 0)
+  for (r in list(1:5, 1:2, 5L, c(3L, 1L))) {
+    on_device <- convlstm_train_step(m, d, optimizer = opt, rows = r)
+    # the mean squared error of the same rows, in plain R from predict()
+    pred <- predict(m, x[r, , , , , drop = FALSE])
+    by_hand <- mean((pred - y[r, , , , , drop = FALSE])^2)
+    expect_equal(as.numeric(on_device), by_hand, tolerance = 1e-6,
+                 label = paste("rows", paste(r, collapse = ",")))
+  }
+})
