@@ -42,14 +42,17 @@ def read_shapes(path):
 
 
 def best_time(fn, reps, threads=1):
-    """Best CPU seconds of the process over its threads: as the C program's
-    clock, a pre-empted thread is not charged for another process's turn."""
+    """Best seconds of a call, clocked as the C program clocks: the process's
+    CPU seconds on one thread (another process's turn on the core is not
+    charged), wall seconds on more (a thread asleep at a barrier charges
+    nothing to the CPU clock)."""
+    clock = time.process_time if threads == 1 else time.perf_counter
     fn()  # warm-up: oneDNN picks and caches its kernels on the first call
     best = float("inf")
     for _ in range(reps):
-        t0 = time.process_time()
+        t0 = clock()
         fn()
-        best = min(best, (time.process_time() - t0) / threads)
+        best = min(best, clock() - t0)
     return best
 
 

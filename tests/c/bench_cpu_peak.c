@@ -8,7 +8,7 @@
  * backend's forward, backward-data and backward-filter convolution at each
  * shape of bench/cpu_shapes.tsv and prints GFLOP/s (2 N K C k^2 H W per call,
  * the formula of bench/cpu_peak.py) and the share of the peak. Seconds are
- * the process's CPU seconds divided by the threads (see now_seconds()).
+ * CPU seconds on one thread, wall seconds on more (see now_seconds()).
  *
  * Not a test: it checks nothing. `make bench-peak` builds it and pairs it with
  * PyTorch's convolutions of the same shapes.
@@ -27,14 +27,15 @@
 #include <string.h>
 #include <time.h>
 
-/* The process's CPU seconds over its threads: on a shared machine a thread
- * that another process pre-empts is not charged for the wait, which wall time
- * would charge (bench/cpu_peak.py clocks PyTorch the same way). */
+/* One thread: the process's CPU seconds, so that on a shared machine the
+ * time another process holds the core is not charged (wall time would).
+ * More threads: wall seconds, since a thread waiting at a barrier may sleep
+ * and then charges nothing. bench/cpu_peak.py clocks PyTorch the same way. */
 static int g_threads = 1;
 static double now_seconds(void) {
   struct timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return ((double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec) / g_threads;
+  clock_gettime(g_threads == 1 ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* 12 accumulators: more than the FMA latency times the pipes of any x86 core
