@@ -34,8 +34,14 @@ test_that("an encoder-forecaster's peak_bytes is its planned step in every epoch
   y <- array(runif(4 * 2 * 8 * 8), c(4, 2, 1, 8, 8))
   opt <- convlstm_optimizer_rmsprop()
   invisible(predict(fc, array(0, c(16, 6, 1, 8, 8)), horizon = 4)) # an earlier, larger call
-  h <- convlstm_fit(fc, x, y, opt, epochs = 2, batch_size = 2, shuffle = FALSE, verbose = FALSE)
+  h <- convlstm_fit(fc, x, y, opt, epochs = 2, batch_size = 2, shuffle = FALSE, verbose = FALSE,
+                    data_on_device = FALSE)
   want <- planned_total(fc, batch_size = 2, seq_len = 3, height = 8, width = 8, horizon = 2,
                         optimizer = opt)
   expect_equal(h$peak_bytes, c(want, want))
+  # "auto" uploads the training set beside the step: x and y in float32 and
+  # the rows' int32 index, counted by hand
+  h <- convlstm_fit(fc, x, y, opt, epochs = 2, batch_size = 2, shuffle = FALSE, verbose = FALSE)
+  data_bytes <- 4 * (length(x) + length(y)) + 4 * dim(x)[[1]]
+  expect_equal(h$peak_bytes, c(want, want) + data_bytes)
 })
