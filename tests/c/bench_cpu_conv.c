@@ -10,10 +10,8 @@
  * Arguments: [threads] (default: all) [path] (1 im2col + GEMM, 2 direct; default:
  * chosen per shape). CONVLSTM_GEMM picks the GEMM.
  */
-#include "cpu/cpu_kernels.h"
+#include "bench_conv.h" /* buffers, one call, best time */
 
-#include <stdio.h>
-#include <stdlib.h>
 #include <time.h>
 
 static double now_seconds(void) {
@@ -22,73 +20,20 @@ static double now_seconds(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static float *random_floats(size_t n) {
-  float *p = malloc(sizeof(float) * (n ? n : 1));
-  if (!p) {
-    fprintf(stderr, "out of memory\n");
-    exit(1);
-  }
-  for (size_t i = 0; i < n; i++) p[i] = (float)rand() / (float)RAND_MAX - 0.5f;
-  return p;
-}
-
-typedef struct bufs {
-  float *x, *w, *b, *y, *dy, *dx, *dw, *db;
-  void *ws;
-} bufs;
-
-/* op 0: forward, 1: backward data, 2: backward filter. */
-static cl_status run_op(cl_backend *be, const cl_conv_shape *s, bufs *B, int op) {
-  const struct cl_backend_i *f = be->iface;
-  if (op == 0) return f->conv_forward(be, s, B->x, B->w, B->b, B->y, 0, B->ws);
-  if (op == 1) return f->conv_backward_data(be, s, B->dy, B->w, B->dx, 0, B->ws);
-  return f->conv_backward_filter(be, s, B->dy, B->x, B->dw, B->db, B->ws);
-}
-
-/* Best time of a few calls after one warm-up, as the torch script does. */
-static double best_time(cl_backend *be, const cl_conv_shape *s, bufs *B, int op, int reps) {
-  double best = 1e30;
-  for (int r = 0; r <= reps; r++) {
-    double t0 = now_seconds();
-    if (run_op(be, s, B, op) != CL_OK) {
-      fprintf(stderr, "conv failed: %s\n", be->err);
-      exit(1);
-    }
-    double t = now_seconds() - t0;
-    if (r > 0 && t < best) best = t;
-  }
-  return best;
-}
-
 static void bench(cl_backend *be, cl_conv_shape s) {
   size_t P = (size_t)s.H * s.W, kk = (size_t)s.kh * s.kw;
-  bufs B;
-  B.x = random_floats(s.N * s.C * P);
-  B.dx = random_floats(s.N * s.C * P);
-  B.y = random_floats(s.N * s.K * P);
-  B.dy = random_floats(s.N * s.K * P);
-  B.w = random_floats(s.K * s.C * kk);
-  B.dw = random_floats(s.K * s.C * kk);
-  B.b = random_floats(s.K);
-  B.db = random_floats(s.K);
-  size_t wsb = 0;
-  if (cl_backend_conv_workspace_any(be, &s, &wsb) != CL_OK) {
-    fprintf(stderr, "conv_workspace: %s\n", be->err);
-    exit(1);
-  }
-  be->iface->alloc(be, wsb, &B.ws);
+  bench_bufs B = bench_bufs_make(be, &s);
   double flop = 2.0 * s.N * s.K * (s.C / cl_conv_groups(&s)) * kk * P;
   int reps = (int)(2e10 / flop) + 3;
   static const char *names[] = {"fwd", "bwd-data", "bwd-filter"};
   printf("N=%4d C=%3d K=%3d G%d %dx%d k=%dx%d ws=%6.1f MiB:", s.N, s.C, s.K, cl_conv_groups(&s),
-         s.H, s.W, s.kh, s.kw, wsb / 1048576.0);
+         s.H, s.W, s.kh, s.kw, B.ws_bytes / 1048576.0);
   for (int op = 0; op < 3; op++) {
-    double t = best_time(be, &s, &B, op, reps);
+    double t = bench_conv_best(be, &s, &B, op, reps, now_seconds);
     printf(" | %s %8.2f ms %6.1f GF/s", names[op], t * 1e3, flop / t / 1e9);
   }
   printf("\n");
-  be->iface->free(be, B.ws);
-  free(B.x), free(B.dx), free(B.y), free(B.dy), free(B.w), free(B.dw), free(B.b), free(B.db);
+  bench_bufs_free(be, &B);
 }
 
 int main(int argc, char **argv) {

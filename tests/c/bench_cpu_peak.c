@@ -18,7 +18,7 @@
  * "conv CONFIG PART N C K H W k OP MS GFLOP/s SHARE".
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
-#include "cpu/cpu_kernels.h"
+#include "bench_conv.h" /* buffers, one call, best time */
 
 #include <immintrin.h>
 #include <omp.h>
@@ -99,65 +99,19 @@ static double fma_peak(int lanes, int threads, long iters) {
   return best;
 }
 
-static float *random_floats(size_t n) {
-  float *p = malloc(sizeof(float) * (n ? n : 1));
-  if (!p) {
-    fprintf(stderr, "out of memory\n");
-    exit(1);
-  }
-  for (size_t i = 0; i < n; i++) p[i] = (float)rand() / (float)RAND_MAX - 0.5f;
-  return p;
-}
-
-typedef struct bufs {
-  float *x, *w, *b, *dy, *dx, *dw, *db, *y;
-  void *ws;
-} bufs;
-
-/* op 0: forward, 1: backward data, 2: backward filter. */
-static cl_status run_op(cl_backend *be, const cl_conv_shape *s, bufs *B, int op) {
-  const struct cl_backend_i *f = be->iface;
-  if (op == 0) return f->conv_forward(be, s, B->x, B->w, B->b, B->y, 0, B->ws);
-  if (op == 1) return f->conv_backward_data(be, s, B->dy, B->w, B->dx, 0, B->ws);
-  return f->conv_backward_filter(be, s, B->dy, B->x, B->dw, B->db, B->ws);
-}
-
-static double best_time(cl_backend *be, const cl_conv_shape *s, bufs *B, int op, int reps) {
-  double best = 1e30;
-  for (int r = 0; r <= reps; r++) {
-    double t0 = now_seconds();
-    if (run_op(be, s, B, op) != CL_OK) {
-      fprintf(stderr, "conv failed: %s\n", be->err);
-      exit(1);
-    }
-    double t = now_seconds() - t0;
-    if ((r > 0 || reps == 0) && t < best) best = t;
-  }
-  return best;
-}
-
 static void bench_shape(cl_backend *be, const char *config, const char *part, cl_conv_shape s,
                         double peak, int quick) {
   size_t P = (size_t)s.H * s.W, kk = (size_t)s.kh * s.kw;
-  bufs B = {random_floats(s.N * s.C * P), random_floats(s.K * s.C * kk), random_floats(s.K),
-            random_floats(s.N * s.K * P),  random_floats(s.N * s.C * P),  random_floats(s.K * s.C * kk),
-            random_floats(s.K),            random_floats(s.N * s.K * P),  NULL};
-  size_t wsb = 0;
-  if (cl_backend_conv_workspace_any(be, &s, &wsb) != CL_OK ||
-      be->iface->alloc(be, wsb, &B.ws) != CL_OK) {
-    fprintf(stderr, "workspace: %s\n", be->err);
-    exit(1);
-  }
+  bench_bufs B = bench_bufs_make(be, &s);
   double flop = 2.0 * s.N * s.K * s.C * kk * P;
   int reps = quick ? 0 : (int)(1e10 / flop) + 5;
   static const char *names[] = {"fwd", "bwd-data", "bwd-filter"};
   for (int op = 0; op < 3; op++) {
-    double t = best_time(be, &s, &B, op, reps);
+    double t = bench_conv_best(be, &s, &B, op, reps, now_seconds);
     printf("conv\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%.4f\t%.2f\t%.3f\n", config, part, s.N, s.C,
            s.K, s.H, s.W, s.kh, names[op], t * 1e3, flop / t / 1e9, flop / t / 1e9 / peak);
   }
-  be->iface->free(be, B.ws);
-  free(B.x), free(B.w), free(B.b), free(B.dy), free(B.dx), free(B.dw), free(B.db), free(B.y);
+  bench_bufs_free(be, &B);
 }
 
 /* One shape per non-comment row of the table: config, part, N, C, K, H, W, k. */
