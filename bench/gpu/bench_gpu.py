@@ -26,6 +26,13 @@ Modes (several may be given; default: --bench):
                counted peak per category, inference peak independent of T);
                recovery from a real device OOM; the runtime line
   --layout     the ctypes structs against the C compiler's offsetof()
+  --ab         each runtime switch of our backend (AB_SWITCHES: cuDNN's
+               algorithms by measurement, CUDA graphs) against the default,
+               our step only: two models side by side from the same weights,
+               their steps timed in alternating rounds (drift falls on both
+               alike); the speed-up (default's time / switched time) and the
+               two losses after the same steps, so that a lent GPU decides
+               each switch's default from one call
   --cpu-smoke  all of the above at tiny sizes on the CPU (device CPU, PyTorch
                on the CPU, no torch.compile where PyTorch lacks it): checks
                the harness itself on a machine without a GPU
@@ -694,17 +701,22 @@ def torch_empty(dev):
 
 
 @contextlib.contextmanager
-def cuda_graphs(on):
-    """CONVLSTM_CUDA_GRAPHS for the models created inside (read at creation)."""
-    old = os.environ.get("CONVLSTM_CUDA_GRAPHS")
-    os.environ["CONVLSTM_CUDA_GRAPHS"] = "1" if on else "0"
+def backend_env(name, value):
+    """An environment knob for the models created inside (our backend reads
+    its knobs when a model is created)."""
+    old = os.environ.get(name)
+    os.environ[name] = value
     try:
         yield
     finally:
         if old is None:
-            del os.environ["CONVLSTM_CUDA_GRAPHS"]
+            del os.environ[name]
         else:
-            os.environ["CONVLSTM_CUDA_GRAPHS"] = old
+            os.environ[name] = old
+
+
+def cuda_graphs(on):
+    return backend_env("CONVLSTM_CUDA_GRAPHS", "1" if on else "0")
 
 
 def graph_info(lib, m):
@@ -978,6 +990,88 @@ def max_batch_torch(a, res, name, cfg, dtype):
         torch_empty(a.torch_dev)
     res.add(rec)
     return rec
+
+
+# ---- A/B: each backend switch against the default -------------------------------
+
+# name -> (environment variable read when a model is created, its default,
+# the switched value, whether a switched step must give the default's loss
+# bit for bit). A switch that lands is one row here; gpu_session.sh's ab
+# stage times every row.
+AB_SWITCHES = {
+    "cudnn_benchmark": ("CONVLSTM_CUDNN_BENCHMARK", "0", "1", False),
+    "cuda_graphs": ("CONVLSTM_CUDA_GRAPHS", "0", "1", True),
+}
+AB_ROUNDS = 5
+
+
+def ab_model(a, lib, cfg, dtype, ref, env):
+    """Our model with the knobs in env (a list of (variable, value)), loaded
+    with the reference's weights, and its Adam state."""
+    with contextlib.ExitStack() as stack:
+        for name, value in env:
+            stack.enter_context(backend_env(name, value))
+        m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device, DTYPES[dtype])
+    m.load_torch(ref)
+    return m, adam()
+
+
+def ab_pair(a, lib, res, name, cfg, dtype, switch):
+    var, off, on, exact = AB_SWITCHES[switch]
+    rec = dict(mode="ab", switch=switch, config=name, dtype=dtype, impl="convlstm",
+               batch=cfg["batch"], math=a.math if dtype == "float32" else "half")
+    models = []
+    try:
+        x, y = make_data(cfg, cfg["batch"])
+        xa, ya = host_array(x), host_array(y)
+        ref = ConvLSTM(cfg["input_dim"], cfg["hidden"], cfg["kernels"])
+        for value in (off, on):
+            models.append(ab_model(a, lib, cfg, dtype, ref, [(var, value)]))
+        steps = [lambda m=m, o=o: m.train_step(xa, ya, o) for m, o in models]
+        k = max(1, a.steps // AB_ROUNDS)
+        means = ([], [])
+        losses = [None, None]
+        for i, (m, _) in enumerate(models):  # the same warm-up: same weights after it
+            for _ in range(a.warmup):
+                losses[i] = steps[i]()
+            m.sync()
+        for _ in range(AB_ROUNDS):
+            for i, (m, _) in enumerate(models):
+                t = time_steps(steps[i], m.sync, 0, k)
+                means[i].append(t["mean_ms"])
+                losses[i] = t["loss"]
+        base, switched = statistics.median(means[0]), statistics.median(means[1])
+        rec.update(base_ms=base, switch_ms=switched, speedup=base / switched,
+                   rounds=AB_ROUNDS, steps_per_round=k, loss_base=losses[0],
+                   loss_switch=losses[1], same_loss=losses[0] == losses[1])
+        if exact:
+            res.check("ab %s %s %s: the switched step's losses equal the default's bit for bit" % (
+                switch, name, dtype), losses[0] == losses[1], base=losses[0], switched=losses[1])
+    except Exception as e:  # noqa: BLE001 -- a failed measurement is a result too
+        rec["error"] = "%s: %s" % (type(e).__name__, e)
+    finally:
+        for m, _ in models:
+            m.free()
+    res.add(rec)
+    return rec
+
+
+def run_ab(a, lib, res):
+    for dtype, math in bench_rounds(a):
+        set_math(a, math)
+        for name in a.configs:
+            for switch in AB_SWITCHES:
+                if time_left(a) < 20:
+                    skipped(res, "ab", name, dtype, "convlstm", "time budget").update(
+                        switch=switch, math=math)
+                    continue
+                r = ab_pair(a, lib, res, name, a.cfg[name], dtype, switch)
+                print("   ab %-16s %-9s %-8s %s" % (
+                    switch, name, dtype, r.get("error") or
+                    "default %.3f ms, switched %.3f ms: %.2fx; losses %s" % (
+                        r["base_ms"], r["switch_ms"], r["speedup"],
+                        "equal" if r["same_loss"] else "%.7g vs %.7g" % (
+                            r["loss_base"], r["loss_switch"]))), flush=True)
 
 
 def run_max_batch(a, lib, res):
@@ -1583,6 +1677,14 @@ def summarize(res):
             print("  %-9s %-8s %-12s %s%s" % (
                 r["config"], r["dtype"], r["impl"], r.get("max_batch"),
                 " (planned %s)" % r["max_batch_planned"] if "max_batch_planned" in r else ""))
+    ab = [r for r in res.doc["records"] if r["mode"] == "ab" and "speedup" in r]
+    if ab:
+        print("\nA/B, each switch against the default (speed-up: default's time / switched; "
+              "median of %d alternating rounds):" % AB_ROUNDS)
+        for r in ab:
+            print("  %-16s %-9s %-8s %-7s %9.3f ms %9.3f ms %6.2fx  losses %s" % (
+                r["switch"], r["config"], r["dtype"], r["math"], r["base_ms"], r["switch_ms"],
+                r["speedup"], "equal" if r["same_loss"] else "differ"))
     rt = res.doc.get("runtime")
     if rt:
         print("\nruntime (%s backend, outside every model: CUDA context, cuDNN handle, "
@@ -1621,6 +1723,8 @@ def main(argv=None):
     ap.add_argument("--max-batch", action="store_true")
     ap.add_argument("--checks", action="store_true")
     ap.add_argument("--layout", action="store_true")
+    ap.add_argument("--ab", action="store_true",
+                    help="each backend switch (AB_SWITCHES) timed against the default")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="every mode at tiny sizes on the CPU (no GPU needed)")
     ap.add_argument("--configs", default="tutorial,video64,mnist64")
@@ -1644,10 +1748,10 @@ def main(argv=None):
                     help="seconds for the whole run: no measurement starts that would not "
                          "end in time (it is recorded as skipped)")
     a = ap.parse_args(argv)
-    if not (a.bench or a.max_batch or a.checks or a.layout):
+    if not (a.bench or a.max_batch or a.checks or a.layout or a.ab):
         a.bench = True
     if a.cpu_smoke:
-        a.bench = a.max_batch = a.checks = a.layout = True
+        a.bench = a.max_batch = a.checks = a.layout = a.ab = True
         a.steps, a.warmup = min(a.steps, 3), 1
     a.configs = [c for c in a.configs.split(",") if c]
     a.dtypes = [d for d in a.dtypes.split(",") if d]
@@ -1657,7 +1761,7 @@ def main(argv=None):
         ap.error("--math: a comma list of %s, not %r" % (", ".join(MATHS), a.math))
     a.cfg = TINY if a.cpu_smoke else CONFIGS
     a.deadline = time.monotonic() + a.time_budget
-    if a.layout and not (a.bench or a.max_batch or a.checks):
+    if a.layout and not (a.bench or a.max_batch or a.checks or a.ab):
         return layout_only(a)
     load_torch()
 
@@ -1668,7 +1772,7 @@ def main(argv=None):
 
     lib = Lib(a.lib)
     # --layout alone needs only a C compiler: it runs anywhere
-    gpu = not a.cpu_smoke and (a.bench or a.max_batch or a.checks)
+    gpu = not a.cpu_smoke and (a.bench or a.max_batch or a.checks or a.ab)
     if gpu and not (torch.cuda.is_available() and lib.L.cl_device_available(CL_DEVICE_CUDA)):
         print("no usable GPU for both sides: torch.cuda %s, convlstm cuda %s %s" % (
             torch.cuda.is_available(), lib.L.cl_device_available(CL_DEVICE_CUDA),
@@ -1696,7 +1800,7 @@ def main(argv=None):
     print("convlstm GPU bench: %s | torch %s | %s" % (meta["device"], torch.__version__,
                                                      meta["convlstm_cuda"]), flush=True)
     res = Results(a.outdir, meta)
-    if a.checks or a.bench or a.max_batch:
+    if a.checks or a.bench or a.max_batch or a.ab:
         res.doc["runtime"] = runtime_line(a, lib)
     if a.layout:
         check_layout(res)
@@ -1709,6 +1813,8 @@ def main(argv=None):
         run_bench(a, lib, res)
     if a.max_batch:
         run_max_batch(a, lib, res)
+    if a.ab:
+        run_ab(a, lib, res)
     fails = summarize(res)
     alive = lib.L.cl_models_alive()
     if alive:

@@ -8,7 +8,7 @@
 #   bash tools/device/gpu_session.sh [STAGE...]      (from the repository root)
 #
 # Stages, run in the order given (default, the one call: info build ctest checks
-# profile bench; a second call, only when time is left: rinstall rtest sanitize):
+# ab profile bench; a second call, only when time is left: rinstall rtest sanitize):
 #   info      nvidia-smi, nvcc, PyTorch, cuDNN, compilers, R: what the machine is
 #   build     the standalone library with CUDA (make -C src -f Makefile.standalone),
 #             against PyTorch's pip cuDNN, for this GPU's architecture only; from
@@ -23,6 +23,9 @@
 #   checks    bench/gpu/bench_gpu.py --checks --layout (parity with PyTorch,
 #             the plan against the driver's measured bytes, the allocator's
 #             counters, inference peak vs T, OOM recovery, the runtime line)
+#   ab        bench/gpu/bench_gpu.py --ab: each runtime switch of our backend
+#             (its AB_SWITCHES table) timed against the default on our step,
+#             float32 (TF32) and float16, with the losses of both; ab.json
 #   profile   bench/gpu/profile_gpu.py (kernels by GPU time, ours and PyTorch's,
 #             mnist64) twice: --math default (TF32) and --math strict
 #   bench     bench/gpu/bench_gpu.py --bench --math default, for the time that is
@@ -41,7 +44,7 @@
 #   OUT         where results go (the device tool's $OUT; default ./gpu-out).
 #               At most 8 files come back from the device, so it holds only
 #               summary.txt, session.log, results.json, results.csv (bench),
-#               checks.json, and logs.tar.gz with one log per stage. What they
+#               checks.json, ab.json, and logs.tar.gz with one log per stage. What they
 #               show is written up in doc/gpu.md ("On a GPU: what ran and what
 #               it measured") and the GPU row of README.md's "What it measured".
 #   BUDGET_S    seconds for the whole run (default 450: a call's timeout_s 480
@@ -54,6 +57,7 @@
 #               "--max-batch" for a second call when time is left)
 #   PROFILE_ARGS arguments for profile_gpu.py (default "--configs mnist64
 #               --dtypes float32,float16 --steps 3")
+#   AB_ARGS     extra arguments for bench_gpu.py in the ab stage (e.g. "--configs mnist64")
 #   BENCH_ARGS  extra arguments for bench_gpu.py in the bench stage
 #               (e.g. "--configs mnist64 --dtypes float32 --no-compile")
 #   JOBS        parallel make jobs (default: nproc)
@@ -77,6 +81,7 @@ cap_of() {
   case $1 in
     info) echo 30 ;; build) echo 200 ;; ctest) echo 120 ;; sanitize) echo 180 ;;
     rinstall) echo 300 ;; rtest) echo 240 ;; checks) echo 150 ;; profile) echo 90 ;;
+    ab) echo 90 ;;
     bench) echo 100000 ;;
     *) echo 60 ;;
   esac
@@ -313,6 +318,16 @@ PY
     cp "$LOGDIR/checks/results.json" "$OUT/checks.json" 2>/dev/null
     return $rc
     ;;
+  ab)
+    have_gpu || { echo "STAGE SKIPPED: no GPU (make harness-check runs --ab in the CPU smoke)"; return 0; }
+    use_cudnn
+    # shellcheck disable=SC2086
+    "$py" bench/gpu/bench_gpu.py "$LOGDIR/ab" --ab --math default --dtypes float32,float16 \
+      --steps 10 --time-budget "${STAGE_BUDGET:-70}" ${AB_ARGS:-}
+    local rc=$?
+    cp "$LOGDIR/ab/results.json" "$OUT/ab.json" 2>/dev/null
+    return $rc
+    ;;
   profile)
     have_gpu || { echo "STAGE SKIPPED: no GPU (profile_gpu.py profiles CUDA kernels)"; return 0; }
     use_cudnn
@@ -349,7 +364,7 @@ fi
 # ---- the driver ----------------------------------------------------------------
 
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(info build ctest checks profile bench)
+[ ${#stages[@]} -gt 0 ] || stages=(info build ctest checks ab profile bench)
 mkdir -p "$OUT" "$LOGDIR"
 t0=$(date +%s)
 summary="$OUT/summary.txt"
