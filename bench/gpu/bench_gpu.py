@@ -9,7 +9,10 @@ library built by `make -C src -f Makefile.standalone CUDA=1`.
 
 Modes (several may be given; default: --bench):
   --bench      step time (float32, float16) and peak memory of the three
-               configs of issue 4, ours vs PyTorch eager and torch.compile;
+               configs of issue 4 and of Shi et al.'s encoder-forecaster
+               ("paper": Table 1's best Moving MNIST model, against
+               torch_convlstm.py's EncoderForecaster with the paper's BCE
+               loss), ours vs PyTorch eager and torch.compile;
                float32 at both sides' defaults (TF32 convolutions) and both
                strict (--math), with the achieved TFLOP/s of the
                convolutions and its fraction of the device's peak
@@ -83,18 +86,19 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 # CI checks the ctypes mirror below on a machine without torch or a GPU.
 torch = None
 ConvLSTM = None
+EncoderForecaster = None
 
 
 def load_torch():
     """Imports torch and ConvLSTM into this module; call it before Lib():
     on the GPU machine torch loads PyTorch's own cuDNN and CUDA runtime, and
     our library's dependencies of the same soname then resolve to them."""
-    global torch, ConvLSTM
+    global torch, ConvLSTM, EncoderForecaster
     if torch is None:
         import torch as torch_module
         sys.path.insert(0, os.path.join(ROOT, "inst", "python"))
-        from torch_convlstm import ConvLSTM as model
-        torch, ConvLSTM = torch_module, model
+        from torch_convlstm import ConvLSTM as model, EncoderForecaster as fc_model
+        torch, ConvLSTM, EncoderForecaster = torch_module, model, fc_model
     return torch
 
 # ---- the C API (inst/include/convlstm.h), declared field by field ----------------
@@ -110,6 +114,9 @@ CL_MEM_NCAT = 7
 CL_DEVICE_CPU, CL_DEVICE_CUDA = 0, 1
 CL_F32, CL_F16, CL_BF16 = 0, 1, 2
 CL_TARGET_LAST_STATE, CL_TARGET_SEQUENCE = 0, 1
+CL_PEEP_CHANNEL = 1
+CL_LOSS_BCE_LOGITS = 3
+CL_REDUCE_BATCHMEAN = 2
 CL_HOST_R_F64, CL_HOST_TORCH_F32 = 0, 1
 CL_OPTIM_ADAM, CL_OPTIM_SGD, CL_OPTIM_ADAMW, CL_OPTIM_RMSPROP = 1, 2, 3, 4
 CL_OUTPUTS_ALL, CL_OUTPUTS_LAST = 0, 1
@@ -319,10 +326,19 @@ def adam(lr=1e-3):
 class Ours:
     """One convlstm model: created, trained and freed through the C API."""
 
-    def __init__(self, lib, input_dim, hidden, kernels, device, dtype, memory_limit=0):
+    def __init__(self, lib, input_dim, hidden, kernels, device, dtype, memory_limit=0, fc=None):
         self.lib, self.L = lib, lib.L
+        # fc: an encoder-forecaster (Shi et al.): dict(patch, K), its two
+        # stacks of the same hidden sizes and kernels, channel peepholes (the
+        # paper's cell), trained on K frames with BCE on logits per sequence
+        self.fc = fc
+        self.target = CL_TARGET_SEQUENCE if fc else CL_TARGET_LAST_STATE
+        if fc:
+            hidden, kernels = list(hidden) * 2, list(kernels) * 2
         cfg = cl_config()
         cfg.input_dim, cfg.n_layers, cfg.bias = input_dim, len(hidden), 1
+        if fc:
+            cfg.forecaster, cfg.patch, cfg.peephole = 1, fc["patch"], CL_PEEP_CHANNEL
         for i, (h, k) in enumerate(zip(hidden, kernels)):
             # square, undilated: PyTorch's reference model (torch_convlstm.py)
             cfg.hidden_dims[i], cfg.kernel_sizes[i], cfg.kernel_widths[i] = h, k, k
@@ -343,6 +359,8 @@ class Ours:
                back.dtype, back.memory_limit)
         want = (input_dim, n, list(hidden), list(kernels), list(kernels), [1] * n, [1] * n, 1,
                 device, dtype, memory_limit)
+        if fc and (back.forecaster, back.patch, back.peephole) != (1, fc["patch"], CL_PEEP_CHANNEL):
+            got = got + ((back.forecaster, back.patch, back.peephole),)
         if got != want:
             raise RuntimeError("cl_config layout mismatch: wrote %r, read %r" % (want, got))
         self.tensors = []
@@ -350,6 +368,27 @@ class Ours:
             name, ndim, dims = C.c_char_p(), C.c_int(), (C.c_int * 4)()
             self.check(self.L.cl_model_tensor_info(self.m, i, C.byref(name), C.byref(ndim), dims))
             self.tensors.append((name.value.decode(), tuple(dims[:ndim.value])))
+
+    @classmethod
+    def of(cls, lib, cfg, device, dtype, memory_limit=0):
+        """The model of a configuration (CONFIGS): a plain stack, or with
+        "patch" and "K" an encoder-forecaster."""
+        fc = dict(patch=cfg["patch"], K=cfg["K"]) if is_forecaster(cfg) else None
+        return cls(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], device, dtype,
+                   memory_limit, fc)
+
+    def options(self, opts=None, horizon=False):
+        """A step's options: an encoder-forecaster's loss (the paper's: BCE
+        on logits, summed over a sequence, averaged over the batch) on top of
+        the caller's, and where the call has no y to tell it (horizon: a plan,
+        an inference) its K frames."""
+        if not self.fc:
+            return opts
+        o = opts or cl_step_options()
+        if horizon:
+            o.horizon = self.fc["K"]
+        o.loss = cl_loss_fn(kind=CL_LOSS_BCE_LOGITS, pos_weight=1.0, reduction=CL_REDUCE_BATCHMEAN)
+        return o
 
     def check(self, s):
         if s != 0:
@@ -388,15 +427,17 @@ class Ours:
 
     def train_step(self, xa, ya, opt, opts=None):
         loss = C.c_double()
+        opts = self.options(opts)
         self.check(self.L.cl_model_train_step(self.m, C.byref(xa), C.byref(ya),
-                                              CL_TARGET_LAST_STATE, C.byref(opt),
+                                              self.target, C.byref(opt),
                                               C.byref(opts) if opts else None, C.byref(loss)))
         return loss.value
 
-    def data_create(self, xa, ya, target=CL_TARGET_LAST_STATE):
+    def data_create(self, xa, ya):
         """A data set on the model's device (freed by data_free or with the model)."""
         d = C.c_void_p()
-        self.check(self.L.cl_data_create(self.m, C.byref(xa), C.byref(ya), target, C.byref(d)))
+        self.check(self.L.cl_data_create(self.m, C.byref(xa), C.byref(ya), self.target,
+                                         C.byref(d)))
         return d
 
     def data_free(self, d):
@@ -405,12 +446,14 @@ class Ours:
     def train_step_data(self, d, rows, opt, opts=None):
         """rows: a ctypes c_int array of 0-based row numbers."""
         loss = C.c_double()
+        opts = self.options(opts)
         self.check(self.L.cl_model_train_step_data(self.m, d, rows, len(rows), C.byref(opt),
                                                    C.byref(opts) if opts else None,
                                                    C.byref(loss)))
         return loss.value
 
     def forward(self, xa, training, opts=None):
+        opts = self.options(opts, horizon=True)
         self.check(self.L.cl_model_forward(self.m, C.byref(xa), int(training),
                                            C.byref(opts) if opts else None))
 
@@ -451,9 +494,10 @@ class Ours:
 
     def plan(self, B, T, H, W, training=True, opt=None, opts=None):
         p = cl_plan()
-        if training:  # train_step's plan: it trains on the last state (train_step above)
+        opts = self.options(opts, horizon=True)
+        if training:  # train_step's plan: its target (train_step above)
             opts = opts or cl_step_options()
-            opts.plan_target = 1 + CL_TARGET_LAST_STATE
+            opts.plan_target = 1 + self.target
         self.check(self.L.cl_model_plan(self.m, B, T, H, W, int(training),
                                         C.byref(opt) if opt else None,
                                         C.byref(opts) if opts else None, C.byref(p)))
@@ -481,7 +525,8 @@ class TorchRun:
 
     def __init__(self, cfg, dtype, device, compiled=False, compile_mode=None, seed=1):
         torch.manual_seed(seed)
-        self.model = ConvLSTM(cfg["input_dim"], cfg["hidden"], cfg["kernels"]).to(device)
+        self.model = reference(cfg).to(device)
+        self.K = cfg["K"] if is_forecaster(cfg) else 0
         self.device = device
         self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3)
         self.amp = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(dtype)
@@ -499,8 +544,13 @@ class TorchRun:
         ctx = (torch.autocast(device_type=self.device.type, dtype=self.amp) if self.amp
                else contextlib.nullcontext())
         with ctx:
-            h = self.fwd(x, last_only=True)
-            loss = torch.nn.functional.mse_loss(h.float(), y)
+            if self.K:  # the paper's loss: BCE on logits per sequence ("batchmean")
+                out = self.fwd(x, self.K)
+                loss = torch.nn.functional.binary_cross_entropy_with_logits(
+                    out.float(), y, reduction="sum") / x.shape[0]
+            else:
+                h = self.fwd(x, last_only=True)
+                loss = torch.nn.functional.mse_loss(h.float(), y)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
             self.scaler.step(self.opt)
@@ -524,12 +574,33 @@ CONFIGS = {
     "tutorial": dict(input_dim=1, H=24, W=24, T=5, hidden=[64, 1], kernels=[3, 3], batch=100),
     "video64": dict(input_dim=3, H=64, W=64, T=10, hidden=[64], kernels=[3], batch=16),
     "mnist64": dict(input_dim=1, H=64, W=64, T=10, hidden=[64, 64], kernels=[3, 3], batch=32),
+    # Shi et al. (2015)'s best Moving MNIST model (Table 1): an encoder-
+    # forecaster of 5x5 ConvLSTMs 128-64-64 over 4x4 patches of 64x64 frames,
+    # 10 frames in, 10 forecast, channel peepholes; batch 16
+    "paper": dict(input_dim=1, H=64, W=64, T=10, K=10, patch=4, hidden=[128, 64, 64],
+                  kernels=[5, 5, 5], batch=16),
 }
 TINY = {  # --cpu-smoke: the same shapes of model, small enough for a CPU
     "tutorial": dict(input_dim=1, H=8, W=8, T=3, hidden=[6, 1], kernels=[3, 3], batch=4),
     "video64": dict(input_dim=3, H=10, W=8, T=3, hidden=[5], kernels=[3], batch=3),
     "mnist64": dict(input_dim=1, H=8, W=10, T=3, hidden=[4, 4], kernels=[3, 3], batch=2),
+    "paper": dict(input_dim=1, H=8, W=8, T=3, K=2, patch=2, hidden=[3, 2], kernels=[3, 3],
+                  batch=2),
 }
+
+
+def is_forecaster(cfg):
+    return "K" in cfg
+
+
+def reference(cfg):
+    """PyTorch's model of a configuration (inst/python/torch_convlstm.py)."""
+    if is_forecaster(cfg):
+        return EncoderForecaster(cfg["input_dim"], cfg["hidden"], cfg["kernels"],
+                                 patch=cfg["patch"])
+    return ConvLSTM(cfg["input_dim"], cfg["hidden"], cfg["kernels"])
+
+
 # Float32 convolution arithmetic, set on both sides at once (set_math):
 #   "default": each side's default: ours TF32 (CONVLSTM_CUDA_TF32 unset = 1),
 #              PyTorch's torch.backends.cudnn.allow_tf32 = True (its default);
@@ -571,6 +642,8 @@ def step_flops(cfg, B):
     and backward data of every layer's convolution over [input, h] at every
     step, less the input gradient of layer 1 (x needs none). The cell's
     elementwise work, the loss and Adam are left out (well under 1%)."""
+    if is_forecaster(cfg):
+        return forecaster_flops(cfg, B)
     total, first_input = 0, 0
     c_in = cfg["input_dim"]
     for layer, (h, k) in enumerate(zip(cfg["hidden"], cfg["kernels"])):
@@ -582,14 +655,43 @@ def step_flops(cfg, B):
     return 3 * total - first_input
 
 
+def forecaster_flops(cfg, B):
+    """step_flops of an encoder-forecaster: the encoder over T steps of the
+    patched frames (C p p channels of H/p x W/p), the forecaster over K with
+    no input to its first layer, and the head (a 1x1 convolution from all
+    forecaster h to C p p channels) at each of the K steps."""
+    p = cfg["patch"]
+    pixels = B * (cfg["H"] // p) * (cfg["W"] // p)
+    c_frame = cfg["input_dim"] * p * p
+    total, first_input = 0, 0
+    for steps, c0 in ((cfg["T"], c_frame), (cfg["K"], 0)):
+        c_in = c0
+        for layer, (h, k) in enumerate(zip(cfg["hidden"], cfg["kernels"])):
+            per_channel = 2 * steps * pixels * 4 * h * k * k
+            total += per_channel * (c_in + h)
+            if layer == 0 and c0:
+                first_input = per_channel * c_in
+            c_in = h
+    total += 2 * cfg["K"] * pixels * sum(cfg["hidden"]) * c_frame
+    return 3 * total - first_input
+
+
 TARGETS = {"speedup_eager_f32": 3.0, "speedup_compile_f32": 1.5, "peak_ratio_max": 0.5,
            "f16_over_f32_mnist64": 1.8}
+
+
+def target_shape(cfg, B):
+    """y: the last layer's last h, or an encoder-forecaster's K frames (in
+    [0, 1], BCE's targets)."""
+    if is_forecaster(cfg):
+        return (B, cfg["K"], cfg["input_dim"], cfg["H"], cfg["W"])
+    return (B, cfg["hidden"][-1], cfg["H"], cfg["W"])
 
 
 def make_data(cfg, B, seed=0):
     g = torch.Generator().manual_seed(seed)
     x = torch.rand(B, cfg["T"], cfg["input_dim"], cfg["H"], cfg["W"], generator=g)
-    y = torch.rand(B, cfg["hidden"][-1], cfg["H"], cfg["W"], generator=g)
+    y = torch.rand(*target_shape(cfg, B), generator=g)
     return x, y
 
 
@@ -736,9 +838,9 @@ def bench_ours(a, lib, res, name, cfg, dtype, x, y, data_on_device=False, graphs
     m = None
     try:
         with cuda_graphs(graphs):
-            m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device,
+            m = Ours.of(lib, cfg, a.cl_device,
                      DTYPES[dtype])
-        m.load_torch(ConvLSTM(cfg["input_dim"], cfg["hidden"], cfg["kernels"]))
+        m.load_torch(reference(cfg))
         opt = adam()
         if data_on_device:
             t0 = time.perf_counter()
@@ -905,7 +1007,7 @@ def max_batch_ours(a, lib, res, name, cfg, dtype):
     m = None
     try:
         torch_empty(a.torch_dev)
-        m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device,
+        m = Ours.of(lib, cfg, a.cl_device,
                  DTYPES[dtype], memory_limit=a.memory_limit)
         opt = adam()
         st = m.stats()
@@ -965,7 +1067,7 @@ def max_batch_torch(a, res, name, cfg, dtype):
         ok = False
         try:
             x = torch.rand((B,) + shape, device=a.torch_dev)
-            y = torch.rand(B, cfg["hidden"][-1], cfg["H"], cfg["W"], device=a.torch_dev)
+            y = torch.rand(*target_shape(cfg, B), device=a.torch_dev)
             run.step(x, y)
             run.step(x, y)
             run.sync()
@@ -1011,7 +1113,7 @@ def ab_model(a, lib, cfg, dtype, ref, env):
     with contextlib.ExitStack() as stack:
         for name, value in env:
             stack.enter_context(backend_env(name, value))
-        m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device, DTYPES[dtype])
+        m = Ours.of(lib, cfg, a.cl_device, DTYPES[dtype])
     m.load_torch(ref)
     return m, adam()
 
@@ -1024,7 +1126,7 @@ def ab_pair(a, lib, res, name, cfg, dtype, switch):
     try:
         x, y = make_data(cfg, cfg["batch"])
         xa, ya = host_array(x), host_array(y)
-        ref = ConvLSTM(cfg["input_dim"], cfg["hidden"], cfg["kernels"])
+        ref = reference(cfg)
         for value in (off, on):
             models.append(ab_model(a, lib, cfg, dtype, ref, [(var, value)]))
         steps = [lambda m=m, o=o: m.train_step(xa, ya, o) for m, o in models]
@@ -1109,7 +1211,7 @@ def check_parity(a, lib, res, name, cfg, dtype, n_steps):
     set_math(a, "strict")  # float32's tolerance; both sides' TF32 differ more
     x, y = make_data(cfg, cfg["batch"], seed=2)
     run = TorchRun(cfg, dtype, a.torch_dev, seed=3)
-    m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device, DTYPES[dtype])
+    m = Ours.of(lib, cfg, a.cl_device, DTYPES[dtype])
     try:
         m.load_torch(run.model)
         xa, ya, opt = host_array(x), host_array(y), adam()
@@ -1152,9 +1254,9 @@ def check_data_equals_host(a, lib, res, name, cfg, dtype, n_steps):
     x, y = make_data(cfg, 2 * B, seed=4)
     g = torch.Generator().manual_seed(5)
     batches = [torch.randint(0, 2 * B, (B,), generator=g) for _ in range(n_steps)]
-    ref = ConvLSTM(cfg["input_dim"], cfg["hidden"], cfg["kernels"])
-    host = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device, DTYPES[dtype])
-    dev = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device, DTYPES[dtype])
+    ref = reference(cfg)
+    host = Ours.of(lib, cfg, a.cl_device, DTYPES[dtype])
+    dev = Ours.of(lib, cfg, a.cl_device, DTYPES[dtype])
     try:
         host.load_torch(ref)
         dev.load_torch(ref)
@@ -1228,7 +1330,7 @@ def check_measured_gpu(a, lib, res, name, cfg, dtype):
     T, H, W, B = cfg["T"], cfg["H"], cfg["W"], cfg["batch"]
     # warm-up at the same shape: the kernels and cuDNN engines this step
     # loads (lazily, at first launch) are the process's runtime, not the model's
-    w = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device, DTYPES[dtype])
+    w = Ours.of(lib, cfg, a.cl_device, DTYPES[dtype])
     try:
         w.train_step(host_array(x), host_array(y), opt)
         w.sync()
@@ -1237,7 +1339,7 @@ def check_measured_gpu(a, lib, res, name, cfg, dtype):
     xa, ya = host_array(x), host_array(y)
     torch_empty(a.torch_dev)  # PyTorch's cache holds nothing now, and takes nothing below
     used0 = cuda_used()
-    m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device, DTYPES[dtype])
+    m = Ours.of(lib, cfg, a.cl_device, DTYPES[dtype])
     try:
         m.train_step(xa, ya, opt)
         m.sync()
@@ -1340,7 +1442,7 @@ def hwm_probe(argjson):
     small = dict(cfg, hidden=[1] * len(cfg["hidden"]), kernels=[1] * len(cfg["hidden"]),
                  T=2, H=min(4, cfg["H"]), W=min(4, cfg["W"]))
     wx, wy = make_data(small, 1)
-    w = Ours(lib, cfg["input_dim"], small["hidden"], small["kernels"], CL_DEVICE_CPU, dt)
+    w = Ours.of(lib, small, CL_DEVICE_CPU, dt)
     w.train_step(host_array(wx), host_array(wy), opt)
     w.free()
     del w, wx, wy
@@ -1348,7 +1450,7 @@ def hwm_probe(argjson):
     box = {}
 
     def create():
-        box["m"] = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], CL_DEVICE_CPU, dt)
+        box["m"] = Ours.of(lib, cfg, CL_DEVICE_CPU, dt)
 
     grow_create = hwm_window(create)
     m = box["m"]
@@ -1371,7 +1473,7 @@ def check_measured_cpu(a, lib, res, name, cfg, dtype):
         res.check("memory %s %s: no /proc/self/clear_refs, VmHWM not measured" %
                   (name, dtype), True)
         return
-    m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device, DTYPES[dtype])
+    m = Ours.of(lib, cfg, a.cl_device, DTYPES[dtype])
     try:
         B = cfg["batch"]
         while m.plan(B, cfg["T"], cfg["H"], cfg["W"], True, adam())["total"] < HWM_MIN_PLAN \
@@ -1406,7 +1508,7 @@ def check_plan_equals_peak(a, lib, res, name, cfg, dtype):
         check_measured_gpu(a, lib, res, name, cfg, dtype)
     else:
         check_measured_cpu(a, lib, res, name, cfg, dtype)
-    m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device, DTYPES[dtype])
+    m = Ours.of(lib, cfg, a.cl_device, DTYPES[dtype])
     try:
         x, y = make_data(cfg, cfg["batch"])
         opt = adam()
@@ -1449,7 +1551,7 @@ def check_oom_recovery(a, lib, res, name, cfg):
     """A real device OOM (or, on the CPU, the memory limit's): a clear error
     with the numbers, and the model trains afterwards."""
     limit = 0 if a.cl_device == CL_DEVICE_CUDA else 64 * 2**20
-    m = Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], a.cl_device, CL_F32,
+    m = Ours.of(lib, cfg, a.cl_device, CL_F32,
              memory_limit=limit)
     try:
         opt = adam()
@@ -1727,7 +1829,7 @@ def main(argv=None):
                     help="each backend switch (AB_SWITCHES) timed against the default")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="every mode at tiny sizes on the CPU (no GPU needed)")
-    ap.add_argument("--configs", default="tutorial,video64,mnist64")
+    ap.add_argument("--configs", default="tutorial,video64,mnist64,paper")
     ap.add_argument("--dtypes", default="float32,float16")
     ap.add_argument("--check-dtypes", default="float32,float16,bfloat16")
     ap.add_argument("--steps", type=int, default=20)

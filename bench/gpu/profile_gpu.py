@@ -76,8 +76,7 @@ def main():
         cfg = bg.CONFIGS[name]
         x, y = bg.make_data(cfg, cfg["batch"], seed=1)
         for dtype in a.dtypes.split(","):
-            m = bg.Ours(lib, cfg["input_dim"], cfg["hidden"], cfg["kernels"], bg.CL_DEVICE_CUDA,
-                        bg.DTYPES[dtype])
+            m = bg.Ours.of(lib, cfg, bg.CL_DEVICE_CUDA, bg.DTYPES[dtype])
             try:
                 opt = bg.adam()
                 xa, ya = bg.host_array(x), bg.host_array(y)

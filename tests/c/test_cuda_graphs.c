@@ -18,6 +18,10 @@
  * replays; with the seed a kernel argument, it never did),
  * and with scheduled sampling (truth flags: the true frames staged as y
  * is, the forward's copy and backward's path skipped where they are set).
+ * Shi et al.'s encoder-forecaster too (2 x 16 channels over 2x2 patches,
+ * channel peepholes, K = 3 frames, BCE on logits per sequence): its
+ * patching, second stack from the first's last states, head and its loss
+ * recorded and replayed as the plain stack's are.
  *
  * Both models keep to cuDNN's deterministic algorithms
  * (CONVLSTM_CUDNN_DETERMINISTIC=1): an algorithm with atomics differs from
@@ -51,10 +55,16 @@ typedef struct gcase {
   int horizon;       /* > 1: free-running training over that many frames */
   int recompute;     /* > 0: recompute_gates, chunks of that many steps */
   int drawn;         /* with dropout: masks drawn by the core from a new seed each step */
+  int forecast;      /* > 0: an encoder-forecaster trained on that many target frames */
 } gcase;
 
 static cl_model *make(const gcase *gc, int graphs) {
   cl_config c = ctest_config(1, 64, 1, 3, 3, 1, 0);
+  if (gc->forecast) { /* one encoder and one forecaster layer of 16 */
+    c.hidden_dims[0] = c.hidden_dims[1] = 16;
+    c.forecaster = 1;
+    c.patch = 2;
+  }
   c.peephole = gc->peep;
   if (gc->peep == CL_PEEP_POSITION) {
     c.peephole_h = H;
@@ -63,6 +73,7 @@ static cl_model *make(const gcase *gc, int graphs) {
   c.dtype = gc->dtype;
   c.device = CL_DEVICE_CUDA;
   for (int l = 0; l < c.n_layers; l++) c.dropout[l] = c.recurrent_dropout[l] = gc->dropout;
+  if (gc->forecast) c.dropout[1] = 0; /* the forecaster's first layer has no input */
   setenv("CONVLSTM_CUDA_GRAPHS", graphs ? "1" : "0", 1);
   ctest_rng = 88172645463325252ULL; /* the same parameters for both */
   cl_model *m = ctest_model(&c);
@@ -152,7 +163,10 @@ static void run_case(const gcase *gc, const int *truth) {
   opts.horizon = gc->horizon;
   opts.free_run = gc->horizon > 1;
   opts.truth = truth;
-  const int ty = gc->horizon > 1 ? gc->horizon : T;
+  if (gc->forecast) /* the paper's loss; the K frames are y's (no horizon in training) */
+    opts.loss = (cl_loss_fn){.kind = CL_LOSS_BCE_LOGITS, .pos_weight = 1.0,
+                             .reduction = CL_REDUCE_BATCHMEAN};
+  const int ty = gc->forecast ? gc->forecast : gc->horizon > 1 ? gc->horizon : T;
   int equal = 1;
   for (int s = 0; s < STEPS + 3; s++) {
     /* steps 4 and 5: a smaller last batch, a shape with no graph yet */
@@ -222,41 +236,52 @@ int main(void) {
     return 77;
   }
   const gcase cases[] = {
-      {"float32 adam", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0, 0, 0, 0},
+      {"float32 adam", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0, 0, 0, 0, 0},
       {"float32 adam checkpoint=2 clip=0.05", CL_F32, 2, 0.05, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0,
-       0, 0, 0},
-      {"float32 sgd momentum clip=1e9", CL_F32, 0, 1e9, CL_OPTIM_SGD, 0, CL_PEEP_NONE, 0, 0, 0, 0},
-      {"float16 adam scaler", CL_F16, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0, 0, 0, 0},
+       0, 0, 0, 0},
+      {"float32 sgd momentum clip=1e9", CL_F32, 0, 1e9, CL_OPTIM_SGD, 0, CL_PEEP_NONE, 0, 0, 0, 0,
+       0},
+      {"float16 adam scaler", CL_F16, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0, 0, 0, 0, 0},
       {"float16 adam overflow checkpoint=2", CL_F16, 2, 0.05, CL_OPTIM_ADAM, 1073741824.0,
-       CL_PEEP_NONE, 0, 0, 0, 0},
-      {"bfloat16 adamw", CL_BF16, 0, 0, CL_OPTIM_ADAMW, 0, CL_PEEP_NONE, 0, 0, 0, 0},
-      {"float32 adam dropout 0.3", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0.3, 0, 0, 0},
+       CL_PEEP_NONE, 0, 0, 0, 0, 0},
+      {"bfloat16 adamw", CL_BF16, 0, 0, CL_OPTIM_ADAMW, 0, CL_PEEP_NONE, 0, 0, 0, 0, 0},
+      {"float32 adam dropout 0.3", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0.3, 0, 0, 0, 0},
       {"float16 adam dropout 0.3 checkpoint=2", CL_F16, 2, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0.3,
-       0, 0, 0},
+       0, 0, 0, 0},
       {"float32 adam dropout 0.3 free-running 3", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE,
-       0.3, 3, 0, 0},
+       0.3, 3, 0, 0, 0},
       {"float32 adam peepholes per position", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_POSITION, 0,
-       0, 0, 0},
+       0, 0, 0, 0},
       {"float16 adam peepholes per channel checkpoint=2", CL_F16, 2, 0, CL_OPTIM_ADAM, 0,
-       CL_PEEP_CHANNEL, 0, 0, 0, 0},
+       CL_PEEP_CHANNEL, 0, 0, 0, 0, 0},
       {"float16 adam peepholes per channel dropout 0.3 checkpoint=3 recompute_gates=1", CL_F16, 3,
-       0, CL_OPTIM_ADAM, 0, CL_PEEP_CHANNEL, 0.3, 0, 1, 0},
-      {"float32 adam recompute_gates=2", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0, 0, 2, 0},
+       0, CL_OPTIM_ADAM, 0, CL_PEEP_CHANNEL, 0.3, 0, 1, 0, 0},
+      {"float32 adam recompute_gates=2", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0, 0, 2, 0,
+       0},
       {"float32 adam peepholes per channel dropout 0.3 free-running 3", CL_F32, 0, 0,
-       CL_OPTIM_ADAM, 0, CL_PEEP_CHANNEL, 0.3, 3, 0, 0},
+       CL_OPTIM_ADAM, 0, CL_PEEP_CHANNEL, 0.3, 3, 0, 0, 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], NULL);
   const gcase drawn[] = {
       {"float32 adam dropout 0.3 drawn", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0.3, 0, 0,
-       1},
+       1, 0},
       {"float16 adam dropout 0.3 drawn checkpoint=2 recompute_gates=1", CL_F16, 2, 0,
-       CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0.3, 0, 1, 1},
+       CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0.3, 0, 1, 1, 0},
       {"float32 adam dropout 0.3 drawn free-running 3", CL_F32, 0, 0, CL_OPTIM_ADAM, 0,
-       CL_PEEP_NONE, 0.3, 3, 0, 1},
+       CL_PEEP_NONE, 0.3, 3, 0, 1, 0},
   };
   for (size_t i = 0; i < sizeof drawn / sizeof drawn[0]; i++) run_case(&drawn[i], NULL);
+  const gcase forecasters[] = {
+      {"forecaster float32 adam", CL_F32, 0, 0, CL_OPTIM_ADAM, 0, CL_PEEP_CHANNEL, 0, 0, 0, 0, 3},
+      {"forecaster float16 adam checkpoint=2 recompute_gates=1", CL_F16, 2, 0, CL_OPTIM_ADAM, 0,
+       CL_PEEP_CHANNEL, 0, 0, 1, 0, 3},
+      {"forecaster bfloat16 adamw dropout 0.3 drawn", CL_BF16, 0, 0, CL_OPTIM_ADAMW, 0,
+       CL_PEEP_CHANNEL, 0.3, 0, 0, 1, 3},
+  };
+  for (size_t i = 0; i < sizeof forecasters / sizeof forecasters[0]; i++)
+    run_case(&forecasters[i], NULL);
   const gcase sampled = {"float32 adam dropout 0.3 sampled 4 (1 0 1)", CL_F32, 0, 0,
-                         CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0.3, 4, 0, 0};
+                         CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0.3, 4, 0, 0, 0};
   const int truth[3] = {1, 0, 1};
   run_case(&sampled, truth);
   return ctest_done("test_cuda_graphs");

@@ -309,7 +309,7 @@ PY
   checks)
     use_cudnn
     if have_gpu; then
-      "$py" bench/gpu/bench_gpu.py "$LOGDIR/checks" --checks --layout --configs tutorial,video64,mnist64
+      "$py" bench/gpu/bench_gpu.py "$LOGDIR/checks" --checks --layout --configs tutorial,video64,mnist64,paper
     else
       echo "no GPU: the harness's checks at tiny sizes on the CPU instead"
       "$py" bench/gpu/bench_gpu.py "$LOGDIR/checks" --cpu-smoke --dtypes float32 --configs tutorial
