@@ -2198,6 +2198,11 @@ static const cl_conv_shape conv_shapes[] = {
     {2, 12, 6, 9, 32, 5, 3, 2, 1, 0, 4},   {4, 20, 8, 8, 160, 3, 3, 1, 1, 0, 4},
     {1, 8, 6, 6, 544, 3, 3, 1, 1, 0, 4},   {3, 8, 5, 5, 8, 1, 1, 1, 1, 0, 2},
     {2, 4, 9, 8, 12, 3, 3, 1, 2, 0, 2},
+    /* Shi et al.'s encoder-forecaster as bench_gpu.py's "paper" runs it:
+     * the head (1 x 1 from all forecaster h, 128 + 64 + 64, to the patched
+     * frame's 16 channels), and a 5 x 5 input half of the 16 patched
+     * channels at 16 x 16 (fewer outputs than the paper's 512: CPU time) */
+    {2, 256, 16, 16, 16, 1, 1, 1, 1, 0, 0}, {2, 16, 16, 16, 64, 5, 5, 1, 1, 0, 0},
 };
 /* The same slots in float16 / bfloat16 on fewer shapes: the storage paths
  * are per element, the arithmetic is the float32 one above. */
@@ -2210,6 +2215,7 @@ static const cl_conv_shape conv_half_shapes[] = {
     {2, 3, 8, 9, 4, 3, 3, 2, 2, 0, 0},    {2, 20, 9, 8, 24, 5, 3, 1, 3, 0, 0},
     {2, 3, 4, 5, 20, 5, 3, 3, 2, 0, 0},
     {3, 8, 5, 7, 12, 3, 3, 1, 1, 0, 4},    {2, 12, 6, 9, 32, 5, 3, 2, 1, 0, 4},
+    {2, 256, 16, 16, 16, 1, 1, 1, 1, 0, 0}, /* the paper's head */
 };
 /* The core's per-step slices: activations one element past an aligned
  * start, square and dilated non-square. */
