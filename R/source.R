@@ -16,8 +16,10 @@
 # rows of the last validation batch, so that a validation pass reading x
 # and then y reads once).
 #
-# Not here: reading ahead while a step runs (issue 36 item 2), and the
-# bytes of that staging in the memory plan.
+# The staging buffers a fit holds for a source's batches (x and y as the
+# step takes them; two of each where the next batch is read while the step
+# runs) are planned by source_staging(), a row of the plan's `data`
+# (convlstm_memory_estimate(source = )). Reading ahead: source_prefetch.R.
 
 # A source: an environment (its cache changes as it is read) of class
 # c("convlstm_source_<kind>", "convlstm_source"). x_dim, y_dim: one
@@ -238,6 +240,17 @@ source_check_batch <- function(b, n, x_dim, y_dim, types, label, call) {
   storage.mode(out$y) <- "double"
   attr(out, "types") <- got
   out
+}
+
+# The host staging buffers of a batch of batch_size samples of s: x and y
+# as the step takes them (doubles), bytes by the plan's row name; twice
+# where the next batch is read while the step runs (source_overlaps()).
+source_staging <- function(s, batch_size, call) {
+  if (!is_convlstm_source(s)) abort_arg("source", "NULL or a convlstm_source", s, call)
+  one <- c(source_x = prod(as.double(s$x_dim)), source_y = prod(as.double(s$y_dim))) *
+    8 * batch_size
+  if (!source_overlaps(s)) return(one)
+  c(one, stats::setNames(one, c("source_x_next", "source_y_next")))
 }
 
 # ---- a fit's view of a source (fit_check.R, fit_loop.R) ----

@@ -384,3 +384,37 @@ test_that("a fit from a source resumes as one never interrupted, and takes batch
                         batch_size = "max", memory_budget = "2 MiB", verbose = FALSE)
   expect_identical(attr(h_src, "batch_size"), attr(h_arr, "batch_size"))
 })
+
+test_that("a source's staging buffers are planned under data: a batch of x and y in doubles, two when read ahead", {
+  series <- source_series(t = 30)
+  src <- convlstm_source_frames(write_frames(series), 4, 1) # x [4, 1, 5, 5], y [1, 1, 5, 5]
+  m <- convlstm(1, c(3, 1), 3, device = "cpu", threads = 1)
+  on.exit(convlstm_release(m))
+  by <- function(e) stats::setNames(e$bytes, e$category)
+  plain <- by(convlstm_memory_estimate(m, 6, 4, 5, 5))
+  one <- 6 * (4 * 1 * 5 * 5 + 1 * 1 * 5 * 5) * 8 # batch x shape x 8 bytes, x and y
+  grown <- function(e) by(e)[c("data", "total", "reserved")] - plain[c("data", "total", "reserved")]
+  est <- convlstm_memory_estimate(m, 6, 4, 5, 5, source = src)
+  expect_equal(unname(grown(est)), rep(2 * one, 3)) # read ahead: two of each
+  rows <- attr(est, "plan")
+  expect_equal(rows$bytes[match(c("source_x", "source_y", "source_x_next", "source_y_next"),
+                                rows$name)], c(4800, 1200, 4800, 1200))
+  expect_true(all(rows$category[grepl("^source_", rows$name)] == "data"))
+  old <- options(convlstm.prefetch = FALSE)
+  off <- convlstm_memory_estimate(m, 6, 4, 5, 5, source = src)
+  options(old)
+  expect_equal(unname(grown(off)), rep(one, 3))
+  # the advisor's every configuration holds them
+  adv <- convlstm_memory_advise(m, "64 MiB", 6, 4, 5, 5)
+  adv_src <- convlstm_memory_advise(m, "64 MiB", 6, 4, 5, 5, source = src)
+  key <- function(a) paste(a$dtype, a$checkpoint, a$recompute_gates, a$accumulation_steps)
+  adv_src <- adv_src[match(key(adv), key(adv_src)), ]
+  expect_equal(adv_src$data - adv$data, rep(2 * one, nrow(adv)))
+  expect_equal(adv_src$reserved - adv$reserved, rep(2 * one, nrow(adv)))
+  # memory_budget: "max" is the largest batch whose step and staging fit
+  per <- 2 * (4 * 25 + 25) * 8
+  budget <- by(convlstm_memory_estimate(m, 8, 4, 5, 5, dtype = "float32"))[["reserved"]] + 8 * per
+  h <- convlstm_fit(m, src, NULL, convlstm_optimizer_adam(0.01), epochs = 1, batch_size = "max",
+                    memory_budget = budget, verbose = FALSE)
+  expect_equal(attr(h, "batch_size"), 8)
+})
