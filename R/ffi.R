@@ -192,6 +192,13 @@ c_fa_writer_open <- function(path, dtype, dims, scale_offset) {
 c_fa_writer_append <- function(w, x) .Call(ffi_fa_writer_append, w, x)
 c_fa_writer_finish <- function(w) .Call(ffi_fa_writer_finish, w)
 c_fa_writer_abort <- function(w) .Call(ffi_fa_writer_abort, w)
+c_fa_ahead_new <- function(fa) .Call(ffi_fa_ahead_new, fa)
+c_fa_ahead_start <- function(h, slot, starts_x, len_x, starts_y, len_y) {
+  .Call(ffi_fa_ahead_start, h, as.integer(slot), as.double(starts_x), as.double(len_x),
+        as.double(starts_y), as.double(len_y))
+}
+c_fa_ahead_wait <- function(h) .Call(ffi_fa_ahead_wait, h)
+c_fa_ahead_take <- function(h) .Call(ffi_fa_ahead_take, h)
 c_train_step_data <- function(ptr, dptr, rows, optimizer, options = NULL) {
   options <- with_fixed_masks(options)
   watch_skips(ptr, .Call(ffi_train_step_data, ptr, dptr, as.integer(rows) - 1L,

@@ -187,11 +187,12 @@ source_call <- function(fun, rows, label, call) {
 # The rows' batch, read and checked; keep: cache it (a validation pass
 # reads x and then y of the same rows), else the caller's alone, so that
 # nothing of a training batch outlives its step.
-source_fetch <- function(s, rows, label, call, keep = TRUE) {
+# read: the reader of the rows (a reader ahead's, R/source_prefetch.R).
+source_fetch <- function(s, rows, label, call, keep = TRUE, read = s$read) {
   if (identical(s$cache_rows, rows)) return(s$cache)
   s$cache <- s$cache_rows <- NULL # the old batch goes before the new one is read
-  b <- if (identical(s$kind, "function")) source_call(s$read, rows, label, call) else {
-    tryCatch(s$read(rows), convlstm_error = function(cnd) {
+  b <- if (identical(s$kind, "function")) source_call(read, rows, label, call) else {
+    tryCatch(read(rows), convlstm_error = function(cnd) {
       abort_convlstm(sprintf("Reading %s: %s", label, conditionMessage(cnd)),
                      status = cnd$status %||% "invalid", call = call, batch = label)
     })
@@ -336,9 +337,11 @@ source_fit_split <- function(f, fraction, call) {
 
 # The step's x and y for the rows idx of the training parts (fit_batch()'s
 # hook): read, checked, y shaped for the target, x teacher-forced when the
-# epoch feeds the true frames back (p of 1).
-source_fit_batch <- function(f, idx, label, p) {
-  b <- source_fetch(f$source, f$x$rows[idx], label, f$call, keep = FALSE)
+# epoch feeds the true frames back (p of 1). b: the batch's number, for
+# a reader ahead (its batch read during the step before).
+source_fit_batch <- function(f, idx, label, p, b = NULL) {
+  read <- if (!is.null(f$ahead)) source_ahead_read(f, b) else f$source$read
+  b <- source_fetch(f$source, f$x$rows[idx], label, f$call, keep = FALSE, read = read)
   y <- b$y
   if (f$y$drop) dim(y) <- dim(y)[-2]
   x <- if (!is.null(f$forecast) && p >= 1) teacher_sequence(b$x, y) else b$x

@@ -232,10 +232,11 @@ convlstm_source_frames <- function(path, seq_len, horizon = 1, stride = 1, verif
                            seq_len, horizon, path, steps), call = call)
   }
   n <- (steps - seq_len - horizon) %/% stride + 1
+  starts <- function(rows) 1 + (rows - 1) * stride # the windows' first frames
   read <- function(rows) {
-    starts <- 1 + (rows - 1) * stride
-    list(x = c_fa_read(fa, starts, seq_len), y = c_fa_read(fa, starts + seq_len, horizon))
+    first <- starts(rows)
+    list(x = c_fa_read(fa, first, seq_len), y = c_fa_read(fa, first + seq_len, horizon))
   }
   new_source("frames", n, c(seq_len, info$dims[-1]), c(horizon, info$dims[-1]), read,
-             extra = list(path = path, info = info, stride = stride, file = fa))
+             extra = list(path = path, info = info, stride = stride, file = fa, starts = starts))
 }

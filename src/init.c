@@ -86,6 +86,10 @@ static const R_CallMethodDef call_entries[] = {
     CALLDEF(ffi_fa_writer_append, 2),
     CALLDEF(ffi_fa_writer_finish, 1),
     CALLDEF(ffi_fa_writer_abort, 1),
+    CALLDEF(ffi_fa_ahead_new, 1),
+    CALLDEF(ffi_fa_ahead_start, 6),
+    CALLDEF(ffi_fa_ahead_wait, 1),
+    CALLDEF(ffi_fa_ahead_take, 1),
     {NULL, NULL, 0}};
 
 /* What convlstm_api_check() in another package compares with what it was

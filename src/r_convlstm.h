@@ -250,5 +250,10 @@ SEXP ffi_fa_writer_open(SEXP path, SEXP dtype, SEXP dims, SEXP scale_offset);
 SEXP ffi_fa_writer_append(SEXP ptr, SEXP x);
 SEXP ffi_fa_writer_finish(SEXP ptr);
 SEXP ffi_fa_writer_abort(SEXP ptr);
+SEXP ffi_fa_ahead_new(SEXP fa);
+SEXP ffi_fa_ahead_start(SEXP ptr, SEXP slot, SEXP starts_x, SEXP len_x, SEXP starts_y,
+                        SEXP len_y);
+SEXP ffi_fa_ahead_wait(SEXP ptr);
+SEXP ffi_fa_ahead_take(SEXP ptr);
 
 #endif

@@ -418,3 +418,62 @@ test_that("a source's staging buffers are planned under data: a batch of x and y
                     memory_budget = budget, verbose = FALSE)
   expect_equal(attr(h, "batch_size"), 8)
 })
+
+test_that("a fit reading a frame file ahead equals, bit for bit, the fit that reads each batch at its step", {
+  series <- source_series(t = 40, seed = 5)
+  src <- convlstm_source_frames(write_frames(series), 4, 1, stride = 1) # 36 windows
+  m <- twin()
+  on.exit(release_all(m))
+  opt <- convlstm_optimizer_adam(0.01)
+  fit <- function(model, prefetch) {
+    old <- options(convlstm.prefetch = prefetch)
+    on.exit(options(old))
+    set.seed(3) # shuffled batches of 5, the last of 2, a validation split
+    convlstm_fit(model, src, NULL, opt, epochs = 2, batch_size = 5, validation_split = 0.2,
+                 verbose = FALSE)
+  }
+  taken <- new.env()
+  taken$n <- 0
+  suppressMessages(trace("c_fa_ahead_take", where = asNamespace("convlstm"), print = FALSE,
+                         tracer = bquote(assign("n", get("n", .(taken)) + 1, envir = .(taken)))))
+  on.exit(suppressMessages(untrace("c_fa_ahead_take", where = asNamespace("convlstm"))),
+          add = TRUE)
+  ahead <- fit(m$a, TRUE)
+  expect_equal(taken$n, 2 * 6) # every training batch came from the reader ahead
+  taken$n <- 0
+  plain <- fit(m$b, FALSE)
+  expect_equal(taken$n, 0)
+  expect_identical(ahead$loss, plain$loss)
+  expect_identical(ahead$val_loss, plain$val_loss)
+  expect_identical(convlstm_state_dict(m$a), convlstm_state_dict(m$b))
+  # the environment variable turns it off as the option does
+  withr_env <- Sys.getenv("CONVLSTM_PREFETCH", unset = NA)
+  Sys.setenv(CONVLSTM_PREFETCH = "0")
+  on.exit(if (is.na(withr_env)) Sys.unsetenv("CONVLSTM_PREFETCH")
+          else Sys.setenv(CONVLSTM_PREFETCH = withr_env), add = TRUE)
+  set.seed(3)
+  convlstm_fit(m$b, src, NULL, opt, epochs = 1, batch_size = 5, verbose = FALSE)
+  expect_equal(taken$n, 0)
+})
+
+test_that("a frame file truncated before a batch read ahead stops the fit naming that batch, the model kept", {
+  series <- source_series(t = 30)
+  path <- write_frames(series)
+  src <- convlstm_source_frames(path, 4, 1)
+  m <- convlstm(1, c(3, 1), 3, device = "cpu", threads = 1)
+  on.exit(convlstm_release(m))
+  last <- NULL
+  cb <- convlstm_callback(
+    on_batch_end = function(ctx) last <<- convlstm_state_dict(ctx$model),
+    # the header alone is left: the reader's thread, starting epoch 2's
+    # batch 1, must find it truncated before it touches the map
+    on_epoch_end = function(ctx) writeBin(readBin(path, "raw", 128), path))
+  e <- expect_convlstm_error(
+    convlstm_fit(m, src, NULL, convlstm_optimizer_adam(0.01), epochs = 2, batch_size = 5,
+                 shuffle = FALSE, callbacks = list(cb), verbose = FALSE),
+    status = "invalid", regexp = "batch 1 of epoch 2")
+  expect_match(conditionMessage(e), "truncated")
+  expect_match(conditionMessage(e), basename(path), fixed = TRUE)
+  expect_identical(e$batch, "batch 1 of epoch 2")
+  expect_identical(convlstm_state_dict(m), last)
+})
