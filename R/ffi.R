@@ -73,6 +73,14 @@ c_train_step <- function(ptr, x, y, target, optimizer, options = NULL) {
   watch_skips(ptr, .Call(ffi_train_step, ptr, x, y, target, c_optim(optimizer), options))
 }
 
+# c_train_step() in halves, the step on a thread of its own between them
+# (R/source_prefetch.R; not with a test's fixed dropout masks).
+c_train_step_start <- function(ptr, x, y, target, optimizer, options = NULL) {
+  .Call(ffi_train_step_start, ptr, x, y, target, c_optim(optimizer), options)
+}
+c_train_step_wait <- function(job) .Call(ffi_train_step_wait, job)
+c_train_step_finish <- function(ptr, job) watch_skips(ptr, .Call(ffi_train_step_finish, job))
+
 c_memory_stats <- function(ptr) .Call(ffi_memory_stats, ptr)
 c_memory_reset_peak <- function(ptr) invisible(.Call(ffi_memory_reset_peak, ptr))
 c_empty_cache <- function(ptr) invisible(.Call(ffi_empty_cache, ptr))

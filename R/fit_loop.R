@@ -109,7 +109,7 @@ fit_epoch <- function(f, ctx, epoch) {
   epoch_options <- if (p < 1) fit_step_options(f, f$batch_size, p) else f$options
   xs <- fit_batch_x(f, p)
   order <- if (f$shuffle && f$n_batches > 1) sample.int(f$n) else seq_len(f$n)
-  source_epoch_begin(f, order) # a frame file's batch 1 read now, each next one during a step
+  source_epoch_begin(f, order, epoch) # a source's next batch read during each step
   on.exit(source_epoch_end(f), add = TRUE)
   if (f$verbose) pb <- fit_progress_bar(f, environment())
   total <- 0
@@ -158,6 +158,7 @@ fit_global_rows <- function(f, order, b) {
   order[((b - 1L) * f$global_batch + 1L):min(f$n, b * f$global_batch)]
 }
 fit_rank_rows <- function(f, global) if (f$world > 1) shard_rows(global, f$rank, f$world) else global
+fit_batch_label <- function(b, epoch) sprintf("batch %d of epoch %d", b, epoch)
 
 # One training step on the global batch's rows `global` (this rank's share
 # of them); returns the step's loss, after the batch's callbacks.
@@ -175,9 +176,9 @@ fit_batch <- function(f, ctx, b, global, xs, p, epoch_options) {
   if (!is.null(f$data)) {
     loss <- c_train_step_data(f$ptr, f$data, idx, opt, opts)
   } else if (!is.null(f$source)) { # read now, checked before the step (R/source.R)
-    batch <- source_fit_batch(f, idx, sprintf("batch %d of epoch %d", b, ctx$epoch), p, b)
-    loss <- c_train_step(f$ptr, batch$x, batch$y, f$target, opt, opts)
-    source_step_done(f) # the next batch, read meanwhile, is in
+    batch <- source_fit_batch(f, idx, fit_batch_label(b, ctx$epoch), p, b)
+    loss <- source_train_step(f, batch, opt, opts, b) # the next batch read meanwhile
+    source_step_done(f)
   } else if (f$n_batches == 1 && f$world == 1) {
     loss <- c_train_step(f$ptr, xs, f$y, f$target, opt, opts)
   } else {

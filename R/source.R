@@ -89,6 +89,15 @@ convlstm_source_arrays <- function(x, y) {
 #' epoch (its field `batch`), and the model as its last completed step
 #' left it.
 #'
+#' In a fit on the CPU (one process), `fun` is called for the next batch
+#' while the step of this one runs on a thread of its own, so that a
+#' generator's time hides behind the step's; the batches, losses and
+#' weights are those of calling it at each step. An error in it is raised
+#' when that batch's turn comes; an interrupt while it runs ends the fit
+#' once the running step is complete. `options(convlstm.prefetch = FALSE)`
+#' (or the environment variable `CONVLSTM_PREFETCH=0`) calls it at its
+#' step instead. `fun` must not use the model being fitted.
+#'
 #' @param fun A function of one argument, the sample indices (integers in
 #'   `1:n`), returning `list(x = , y = )`.
 #' @param n The number of samples.
@@ -340,10 +349,11 @@ source_fit_split <- function(f, fraction, call) {
 # epoch feeds the true frames back (p of 1). b: the batch's number, for
 # a reader ahead (its batch read during the step before).
 source_fit_batch <- function(f, idx, label, p, b = NULL) {
-  read <- if (!is.null(f$ahead)) source_ahead_read(f, b) else f$source$read
-  b <- source_fetch(f$source, f$x$rows[idx], label, f$call, keep = FALSE, read = read)
-  y <- b$y
+  rows <- f$x$rows[idx]
+  got <- source_ahead_taken(f, b, rows) %||% # a function's, read during the last step
+    source_fetch(f$source, rows, label, f$call, keep = FALSE, read = source_reader(f, b))
+  y <- got$y
   if (f$y$drop) dim(y) <- dim(y)[-2]
-  x <- if (!is.null(f$forecast) && p >= 1) teacher_sequence(b$x, y) else b$x
+  x <- if (!is.null(f$forecast) && p >= 1) teacher_sequence(got$x, y) else got$x
   list(x = x, y = y)
 }

@@ -188,6 +188,9 @@ SEXP ffi_optimizer_steps(SEXP ptr);
 SEXP ffi_optimizer_reset(SEXP ptr);
 SEXP ffi_optim_check(SEXP opt);
 SEXP ffi_train_step(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts);
+SEXP ffi_train_step_start(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts);
+SEXP ffi_train_step_wait(SEXP h);
+SEXP ffi_train_step_finish(SEXP h);
 
 /* r_state.c */
 SEXP ffi_reset_state(SEXP ptr);

@@ -404,6 +404,10 @@ test_that("a source's staging buffers are planned under data: a batch of x and y
   off <- convlstm_memory_estimate(m, 6, 4, 5, 5, source = src)
   options(old)
   expect_equal(unname(grown(off)), rep(one, 3))
+  # a function's next batch is read while the step runs: two of each too
+  fun_src <- convlstm_source_function(function(i) convlstm_source_read(src, i), n = src$n)
+  expect_equal(unname(grown(convlstm_memory_estimate(m, 6, 4, 5, 5, source = fun_src))),
+               rep(2 * one, 3))
   # the advisor's every configuration holds them
   adv <- convlstm_memory_advise(m, "64 MiB", 6, 4, 5, 5)
   adv_src <- convlstm_memory_advise(m, "64 MiB", 6, 4, 5, 5, source = src)
@@ -476,4 +480,58 @@ test_that("a frame file truncated before a batch read ahead stops the fit naming
   expect_match(conditionMessage(e), basename(path), fixed = TRUE)
   expect_identical(e$batch, "batch 1 of epoch 2")
   expect_identical(convlstm_state_dict(m), last)
+})
+
+# A fit over a generator of 14 samples of [3, 1, 4, 4] (batches of 4: the
+# last of 2), with or without reading ahead; stop_at: the call of the
+# generator (1 is the probe) that signals an interrupt instead.
+fit_generator <- function(prefetch, threads = 1, stop_at = 0) {
+  set.seed(3)
+  x <- array(stats::runif(14 * 3 * 4 * 4), c(14, 3, 1, 4, 4))
+  y <- array(x[, 3, 1, , ], c(14, 1, 4, 4))
+  calls <- 0
+  fun <- function(i) {
+    calls <<- calls + 1
+    if (calls == stop_at) signalCondition(structure(class = c("interrupt", "condition"),
+                                                    list(message = "", call = NULL)))
+    list(x = x[i, , , , , drop = FALSE], y = y[i, , , , drop = FALSE])
+  }
+  src <- convlstm_source_function(fun, n = 14)
+  old <- options(convlstm.prefetch = prefetch)
+  on.exit(options(old))
+  m <- convlstm(1, c(3, 1), 3, device = "cpu", threads = threads)
+  on.exit(convlstm_release(m), add = TRUE)
+  set.seed(5)
+  h <- convlstm_fit(m, src, NULL, convlstm_optimizer_adam(0.02), epochs = 2, batch_size = 4,
+                    validation_split = 0.15, verbose = FALSE)
+  list(h = h, w = convlstm_state_dict(m))
+}
+
+test_that("a fit whose step runs on a C thread while the generator reads the next batch equals the one that does not", {
+  steps <- new.env()
+  steps$n <- 0
+  suppressMessages(trace("c_train_step_finish", where = asNamespace("convlstm"), print = FALSE,
+                         tracer = bquote(assign("n", get("n", .(steps)) + 1, envir = .(steps)))))
+  on.exit(suppressMessages(untrace("c_train_step_finish", where = asNamespace("convlstm"))))
+  for (threads in 1:2) { # the CPU backend's worker threads, started from the step's thread
+    ahead <- fit_generator(TRUE, threads)
+    expect_equal(steps$n, 2 * 3, info = threads) # 12 training samples, batches 4, 4, 4
+    steps$n <- 0
+    plain <- fit_generator(FALSE, threads)
+    expect_equal(steps$n, 0, info = threads)
+    expect_identical(ahead$h$loss, plain$h$loss, info = threads)
+    expect_identical(ahead$h$val_loss, plain$h$val_loss, info = threads)
+    expect_identical(ahead$w, plain$w, info = threads)
+  }
+})
+
+test_that("an interrupt while the generator reads ahead ends the fit after the running step, the model valid", {
+  # call 4 reads batch 3 of epoch 1: during step 2 when reading ahead, after it otherwise
+  ahead <- fit_generator(TRUE, stop_at = 4)
+  plain <- fit_generator(FALSE, stop_at = 4)
+  expect_equal(nrow(ahead$h), 0) # no epoch completed
+  expect_identical(ahead$w, plain$w) # both after step 2, complete
+  untouched <- fit_generator(FALSE, stop_at = 3) # after step 1
+  expect_false(identical(ahead$w, untouched$w))
+  expect_true(all(vapply(ahead$w, function(v) all(is.finite(v)), logical(1))))
 })
