@@ -82,6 +82,7 @@ ahead_batch <- function(f, b) {
 # Starts reading batch b (or the next that trains) into the slot not read
 # last.
 source_ahead_start <- function(f, b) {
+  c_fa_ahead_wait(f$ahead_reader) # one read in flight at most
   a <- f$ahead
   a$pending <- NA_integer_
   nxt <- ahead_batch(f, b)
