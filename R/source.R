@@ -92,7 +92,10 @@ convlstm_source_arrays <- function(x, y) {
 #' In a fit on the CPU (one process), `fun` is called for the next batch
 #' while the step of this one runs on a thread of its own, so that a
 #' generator's time hides behind the step's; the batches, losses and
-#' weights are those of calling it at each step. An error in it is raised
+#' weights are those of calling it at each step (a `fun` that draws R's
+#' random numbers draws them in another order relative to the fit's own
+#' draws -- dropout seeds, scheduled sampling's coins -- than when it is
+#' called at its step). An error in it is raised
 #' when that batch's turn comes; an interrupt while it runs ends the fit
 #' once the running step is complete. `options(convlstm.prefetch = FALSE)`
 #' (or the environment variable `CONVLSTM_PREFETCH=0`) calls it at its
