@@ -175,7 +175,7 @@ fit_batch <- function(f, ctx, b, global, xs, p, epoch_options) {
   if (!is.null(f$weight) && f$n_batches * f$world > 1) opts$weight <- slice_batch(f$weight, idx)
   if (!is.null(f$data)) {
     loss <- c_train_step_data(f$ptr, f$data, idx, opt, opts)
-  } else if (!is.null(f$source)) { # read now, checked before the step (R/source.R)
+  } else if (!is.null(f$source)) { # read (or read ahead), checked before the step (R/source*.R)
     batch <- source_fit_batch(f, idx, fit_batch_label(b, ctx$epoch), p, b)
     loss <- source_train_step(f, batch, opt, opts, b) # the next batch read meanwhile
     source_step_done(f)
