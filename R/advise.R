@@ -155,6 +155,9 @@
 #'   plans both, as [convlstm_fit()] may take either: a row's bytes are then
 #'   those of the plan that reserves more, and free-running's exclusions
 #'   apply. `TRUE` without a `horizon`.
+#' @param source `NULL`, or the data source a fit reads its batches from:
+#'   every configuration's plan then holds the source's staging buffers of
+#'   a batch of `batch_size` (under `data`, see [convlstm_memory_estimate()]).
 #' @return A data frame of class `convlstm_memory_advice`, one row per
 #'   configuration: the fitting ones first, fastest first; then the others,
 #'   closest to fitting first. Columns: `dtype`, `checkpoint`,
@@ -191,7 +194,8 @@
 #' convlstm_release(fc)
 convlstm_memory_advise <- function(model, budget, batch_size, seq_len, height, width,
                           optimizer = convlstm_optimizer_adam(), target = c("last_state", "sequence"),
-                          allow_tbptt = FALSE, horizon = 0, teacher_forcing = TRUE) {
+                          allow_tbptt = FALSE, horizon = 0, teacher_forcing = TRUE,
+                          source = NULL) {
   call <- sys.call()
   ptr <- model_ptr(model)
   forecaster <- is_convlstm_forecaster(model)
@@ -219,7 +223,7 @@ convlstm_memory_advise <- function(model, budget, batch_size, seq_len, height, w
 
   grid <- offered(model, advise_grid(B, steps, allow_tbptt, forecast$free_run))
   plans <- lapply(seq_len(nrow(grid)), function(i) {
-    plan_of(model, grid[i, ], B, T, H, W, optimizer, forecast, target)
+    plan_of(model, grid[i, ], B, T, H, W, optimizer, forecast, target, source)
   })
   bytes <- do.call(rbind, lapply(plans, `[[`, "bytes"))
   rows <- cbind(grid, micro_batch = ceiling(B / grid$accumulation_steps), as.data.frame(bytes))
@@ -336,7 +340,7 @@ micro_splits <- function(B) {
 # overflow what the planner can hold); with several teacher-forcing modes
 # (forecast$modes) the plan of the one that reserves the most, so that the
 # configuration fits every step.
-plan_of <- function(model, cfg, B, T, H, W, optimizer, forecast, target) {
+plan_of <- function(model, cfg, B, T, H, W, optimizer, forecast, target, source = NULL) {
   cols <- c(mem_categories, "total", "reserved", "runtime")
   tryCatch({
     each <- lapply(forecast$modes, function(tf) {
@@ -344,7 +348,7 @@ plan_of <- function(model, cfg, B, T, H, W, optimizer, forecast, target) {
                              accumulation_steps = cfg$accumulation_steps, tbptt = cfg$tbptt,
                              optimizer = optimizer, recompute_gates = cfg$recompute_gates,
                              horizon = forecast$horizon, teacher_forcing = tf,
-                             target = target)
+                             target = target, source = source)
       estimate_bytes(est)[cols]
     })
     list(bytes = each[[which.max(vapply(each, function(b) b[["reserved"]], numeric(1)))]])
@@ -736,11 +740,12 @@ forecast_line <- function(K, modes) {
 # configuration (for the options given when there is no budget), at most
 # the n samples there are. Without either, the arguments as given. A
 # forecast's fit gives the plans of its steps (fit_forecast()) and its
-# teacher_forcing: the pick and the batch fit every one of them.
+# teacher_forcing: the pick and the batch fit every one of them. A
+# source's staging buffers (source_staging()) are planned with each step.
 fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, target,
                             checkpoint, accumulation_steps, tbptt,
                             plans = list(list()), recompute_gates = FALSE,
-                            teacher_forcing = TRUE, call = sys.call(-1)) {
+                            teacher_forcing = TRUE, source = NULL, call = sys.call(-1)) {
   given <- list(batch_size = batch_size, checkpoint = checkpoint,
                 accumulation_steps = accumulation_steps, tbptt = tbptt,
                 recompute_gates = recompute_gates)
@@ -759,7 +764,7 @@ fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, tar
     b <- min(vapply(plans, function(f) {
       as.double(do.call(convlstm_max_batch_size, c(list(model), shape,
                                           list(budget = budget, optimizer = optimizer,
-                                               dtype = dtype), opts, f)))
+                                               dtype = dtype, source = source), opts, f)))
     }, numeric(1)))
     min(n, as.integer(b))
   }
@@ -785,7 +790,7 @@ fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, tar
          else min(n, check_count(batch_size, "batch_size", call = call))
     advice <- convlstm_memory_advise(model, budget, B, shape$seq_len, shape$height, shape$width,
                             optimizer = optimizer, target = target, horizon = horizon,
-                            teacher_forcing = teacher_forcing)
+                            teacher_forcing = teacher_forcing, source = source)
     if (!any(advice$fits)) {
       abort_no_fit(budget, sprintf("no configuration of a batch of %d fits; the closest is %s",
                                    B, advice$reason[[1]]), call)
@@ -797,7 +802,8 @@ fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, tar
     trained <- min(b, n) # the default batch of 32 is lowered to the samples there are
     estimates <- lapply(plans, function(f) {
       do.call(convlstm_memory_estimate, c(list(model, trained), shape,
-                                 list(optimizer = optimizer, dtype = pick$dtype), opts, f))
+                                 list(optimizer = optimizer, dtype = pick$dtype, source = source),
+                                 opts, f))
     })
     planned <- max(vapply(estimates, function(e) estimate_bytes(e)[["reserved"]], numeric(1)))
     # held: what fit_budget() (budget.R) fits the data set and validation beside

@@ -87,6 +87,17 @@
 #'   `layer`, `bytes` (all-reduced per step) and `sent_per_rank` (what a
 #'   ring all-reduce sends from each rank, `2 (N - 1) / N` of them), in the
 #'   order they are reduced (the last layer first).
+#' @param source `NULL`, or the data source a fit reads this step's batch
+#'   from ([convlstm_source_frames()], [convlstm_source_function()],
+#'   [convlstm_source_arrays()]): the host staging buffers of its batch, `x`
+#'   and `y` as the step takes them (doubles, `batch_size` samples of the
+#'   source's shapes), are planned too, under `data`, as `source_x` and
+#'   `source_y`; where the next batch is read while the step runs (a frame
+#'   file, unless `options(convlstm.prefetch = FALSE)`), twice
+#'   (`source_x_next`, `source_y_next`). They are host memory, outside the
+#'   allocator ([convlstm_memory_stats()] does not count them), so they
+#'   are added to `total` and `reserved` too: what a fit from the source
+#'   takes, which `memory_budget` must hold.
 #' @return A data frame of class `convlstm_memory_estimate` with columns
 #'   `category` and `bytes`: one row per category (`parameters`,
 #'   `gradients`, `optimizer`, `activations`, `states`, `workspace`,
@@ -132,7 +143,7 @@ convlstm_memory_estimate <- function(model, batch_size, seq_len, height, width, 
                             optimizer = NULL, outputs = c("all", "last_state"),
                             state = c("zero", "given", "carry"), horizon = 0,
                             weight = NULL, teacher_forcing = TRUE, world_size = 1,
-                            recompute_gates = FALSE, target = NULL) {
+                            recompute_gates = FALSE, target = NULL, source = NULL) {
   ptr <- model_ptr(model)
   shape <- c(
     check_count(batch_size, "batch_size"), check_count(seq_len, "seq_len"),
@@ -198,6 +209,7 @@ convlstm_memory_estimate <- function(model, batch_size, seq_len, height, width, 
   optimizer <- plan_optimizer(ptr, optimizer, training)
   world_size <- check_count(world_size, "world_size")
   plan <- c_model_plan(ptr, shape, training, optimizer, options)
+  if (!is.null(source)) plan <- plan_with_staging(plan, source_staging(source, shape[[1]], sys.call()))
   config <- c_model_config(ptr)
   est <- new_memory_estimate(
     plan, shape = shape, training = training, dtype = dtype %||% config$dtype,
@@ -241,6 +253,22 @@ new_memory_estimate <- function(plan, shape, training, dtype, options, optimizer
   structure(df, class = c("convlstm_memory_estimate", "data.frame"), plan = buffers,
             shape = stats::setNames(shape, c("batch_size", "seq_len", "height", "width")),
             training = training, dtype = dtype, options = options, optimizer = optimizer)
+}
+
+# The core's plan with a source's host staging buffers (source_staging(),
+# R/source.R) added as rows of `data`, and to the total and the reserved
+# bytes: they are not in the arena, but a fit holds them beside it.
+plan_with_staging <- function(plan, staging) {
+  n <- length(staging)
+  plan$name <- c(plan$name, names(staging))
+  plan$category <- c(plan$category, rep("data", n))
+  plan$bytes <- c(plan$bytes, unname(staging))
+  plan$layer <- c(plan$layer, rep(NA_integer_, n))
+  plan$offset <- c(plan$offset, rep(NA_real_, n))
+  plan$by_category[["data"]] <- plan$by_category[["data"]] + sum(staging)
+  plan$total <- plan$total + sum(staging)
+  plan$reserved <- plan$reserved + sum(staging)
+  plan
 }
 
 # The estimate's bytes by category name (with total and reserved).
@@ -351,7 +379,7 @@ print.convlstm_plan <- function(x, ...) {
 #'   plus what its device (or its `memory_limit`) has free.
 #' @param ... Passed to [convlstm_memory_estimate()]: `training`, `dtype`,
 #'   `checkpoint`, `recompute_gates`, `accumulation_steps`, `tbptt`,
-#'   `optimizer`, `outputs`.
+#'   `optimizer`, `outputs`, `source`.
 #' @return The batch size (an integer; 0 if not even the smallest batch
 #'   fits), with attributes `bytes` (the plan's reserved bytes at that
 #'   batch) and `budget`, of class `convlstm_batch_size`, which prints as

@@ -73,6 +73,14 @@ c_train_step <- function(ptr, x, y, target, optimizer, options = NULL) {
   watch_skips(ptr, .Call(ffi_train_step, ptr, x, y, target, c_optim(optimizer), options))
 }
 
+# c_train_step() in halves, the step on a thread of its own between them
+# (R/source_prefetch.R; not with a test's fixed dropout masks).
+c_train_step_start <- function(ptr, x, y, target, optimizer, options = NULL) {
+  .Call(ffi_train_step_start, ptr, x, y, target, c_optim(optimizer), options)
+}
+c_train_step_wait <- function(job) .Call(ffi_train_step_wait, job)
+c_train_step_finish <- function(ptr, job) watch_skips(ptr, .Call(ffi_train_step_finish, job))
+
 c_memory_stats <- function(ptr) .Call(ffi_memory_stats, ptr)
 c_memory_reset_peak <- function(ptr) invisible(.Call(ffi_memory_reset_peak, ptr))
 c_empty_cache <- function(ptr) invisible(.Call(ffi_empty_cache, ptr))
@@ -192,6 +200,13 @@ c_fa_writer_open <- function(path, dtype, dims, scale_offset) {
 c_fa_writer_append <- function(w, x) .Call(ffi_fa_writer_append, w, x)
 c_fa_writer_finish <- function(w) .Call(ffi_fa_writer_finish, w)
 c_fa_writer_abort <- function(w) .Call(ffi_fa_writer_abort, w)
+c_fa_ahead_new <- function(fa) .Call(ffi_fa_ahead_new, fa)
+c_fa_ahead_start <- function(h, slot, starts_x, len_x, starts_y, len_y) {
+  .Call(ffi_fa_ahead_start, h, as.integer(slot), as.double(starts_x), as.double(len_x),
+        as.double(starts_y), as.double(len_y))
+}
+c_fa_ahead_wait <- function(h) .Call(ffi_fa_ahead_wait, h)
+c_fa_ahead_take <- function(h) .Call(ffi_fa_ahead_take, h)
 c_train_step_data <- function(ptr, dptr, rows, optimizer, options = NULL) {
   options <- with_fixed_masks(options)
   watch_skips(ptr, .Call(ffi_train_step_data, ptr, dptr, as.integer(rows) - 1L,

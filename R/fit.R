@@ -105,7 +105,10 @@
 #'   budget holds the whole fit: a data set `data_on_device = "auto"` would
 #'   upload stays in R when it does not fit beside the step (`TRUE` is then
 #'   an error of class `convlstm_error_oom`), and validation data run in
-#'   smaller batches when a batch of theirs would not fit.
+#'   smaller batches when a batch of theirs would not fit. With a source
+#'   as `x`, its staging buffers (a batch of `x` and `y`, two where the
+#'   next batch is read while the step runs: [convlstm_memory_estimate()]
+#'   with `source`) are planned with the step.
 #' @param horizon,teacher_forcing `NULL`, or train every batch as
 #'   [convlstm_train_step()] with `horizon` (the forecast of the frames in `y`) and
 #'   `teacher_forcing` (`TRUE`: the true frames fed back; `FALSE`:

@@ -124,7 +124,8 @@ fit_check_memory <- function(f, a, call) {
                           f$target, a$checkpoint, a$accumulation_steps, a$tbptt,
                           plans = fit_plans(f),
                           recompute_gates = a$recompute_gates,
-                          teacher_forcing = f$forecast$teacher_forcing %||% TRUE, call = call)
+                          teacher_forcing = f$forecast$teacher_forcing %||% TRUE,
+                          source = f$source, call = call)
   f$checkpoint <- fits$checkpoint
   f$recompute_gates <- fits$recompute_gates
   f$accumulation_steps <- fits$accumulation_steps

@@ -109,12 +109,14 @@ fit_epoch <- function(f, ctx, epoch) {
   epoch_options <- if (p < 1) fit_step_options(f, f$batch_size, p) else f$options
   xs <- fit_batch_x(f, p)
   order <- if (f$shuffle && f$n_batches > 1) sample.int(f$n) else seq_len(f$n)
+  source_epoch_begin(f, order, epoch) # a source's next batch read during each step
+  on.exit(source_epoch_end(f), add = TRUE)
   if (f$verbose) pb <- fit_progress_bar(f, environment())
   total <- 0
   seen <- 0
   summed <- identical(f$loss_fn$reduction, "sum") # the epoch's sum, not an average
   for (b in seq_len(f$n_batches)) {
-    global <- order[((b - 1L) * f$global_batch + 1L):min(f$n, b * f$global_batch)]
+    global <- fit_global_rows(f, order, b)
     if (length(global) < f$world) next # a rank would have nothing to train on
     loss <- fit_batch(f, ctx, b, global, xs, p, epoch_options)
     total <- total + loss * if (summed) 1 else length(global) # the global batch's loss
@@ -150,10 +152,18 @@ fit_epoch <- function(f, ctx, epoch) {
   row
 }
 
+# The rows of batch b of an epoch drawn in `order`, all ranks'; this
+# rank's share of them.
+fit_global_rows <- function(f, order, b) {
+  order[((b - 1L) * f$global_batch + 1L):min(f$n, b * f$global_batch)]
+}
+fit_rank_rows <- function(f, global) if (f$world > 1) shard_rows(global, f$rank, f$world) else global
+fit_batch_label <- function(b, epoch) sprintf("batch %d of epoch %d", b, epoch)
+
 # One training step on the global batch's rows `global` (this rank's share
 # of them); returns the step's loss, after the batch's callbacks.
 fit_batch <- function(f, ctx, b, global, xs, p, epoch_options) {
-  idx <- if (f$world > 1) shard_rows(global, f$rank, f$world) else global
+  idx <- fit_rank_rows(f, global)
   opts <- if (length(idx) == f$batch_size) epoch_options else fit_step_options(f, length(idx), p)
   if (!is.null(f$forecast)) opts$truth <- draw_truth(p, f$forecast$horizon)
   if (!is.null(f$dist)) { # this rank's share of the global batch's loss
@@ -165,9 +175,10 @@ fit_batch <- function(f, ctx, b, global, xs, p, epoch_options) {
   if (!is.null(f$weight) && f$n_batches * f$world > 1) opts$weight <- slice_batch(f$weight, idx)
   if (!is.null(f$data)) {
     loss <- c_train_step_data(f$ptr, f$data, idx, opt, opts)
-  } else if (!is.null(f$source)) { # read now, checked before the step (R/source.R)
-    batch <- source_fit_batch(f, idx, sprintf("batch %d of epoch %d", b, ctx$epoch), p)
-    loss <- c_train_step(f$ptr, batch$x, batch$y, f$target, opt, opts)
+  } else if (!is.null(f$source)) { # read (or read ahead), checked before the step (R/source*.R)
+    batch <- source_fit_batch(f, idx, fit_batch_label(b, ctx$epoch), p, b)
+    loss <- source_train_step(f, batch, opt, opts, b) # the next batch read meanwhile
+    source_step_done(f)
   } else if (f$n_batches == 1 && f$world == 1) {
     loss <- c_train_step(f$ptr, xs, f$y, f$target, opt, opts)
   } else {

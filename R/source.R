@@ -16,8 +16,10 @@
 # rows of the last validation batch, so that a validation pass reading x
 # and then y reads once).
 #
-# Not here: reading ahead while a step runs (issue 36 item 2), and the
-# bytes of that staging in the memory plan.
+# The staging buffers a fit holds for a source's batches (x and y as the
+# step takes them; two of each where the next batch is read while the step
+# runs) are planned by source_staging(), a row of the plan's `data`
+# (convlstm_memory_estimate(source = )). Reading ahead: source_prefetch.R.
 
 # A source: an environment (its cache changes as it is read) of class
 # c("convlstm_source_<kind>", "convlstm_source"). x_dim, y_dim: one
@@ -86,6 +88,18 @@ convlstm_source_arrays <- function(x, y) {
 #' with an error of class `convlstm_error_invalid` naming the batch and
 #' epoch (its field `batch`), and the model as its last completed step
 #' left it.
+#'
+#' In a fit on the CPU (one process), `fun` is called for the next batch
+#' while the step of this one runs on a thread of its own, so that a
+#' generator's time hides behind the step's; the batches, losses and
+#' weights are those of calling it at each step (a `fun` that draws R's
+#' random numbers draws them in another order relative to the fit's own
+#' draws -- dropout seeds, scheduled sampling's coins -- than when it is
+#' called at its step). An error in it is raised
+#' when that batch's turn comes; an interrupt while it runs ends the fit
+#' once the running step is complete. `options(convlstm.prefetch = FALSE)`
+#' (or the environment variable `CONVLSTM_PREFETCH=0`) calls it at its
+#' step instead. `fun` must not use the model being fitted.
 #'
 #' @param fun A function of one argument, the sample indices (integers in
 #'   `1:n`), returning `list(x = , y = )`.
@@ -185,11 +199,12 @@ source_call <- function(fun, rows, label, call) {
 # The rows' batch, read and checked; keep: cache it (a validation pass
 # reads x and then y of the same rows), else the caller's alone, so that
 # nothing of a training batch outlives its step.
-source_fetch <- function(s, rows, label, call, keep = TRUE) {
+# read: the reader of the rows (a reader ahead's, R/source_prefetch.R).
+source_fetch <- function(s, rows, label, call, keep = TRUE, read = s$read) {
   if (identical(s$cache_rows, rows)) return(s$cache)
   s$cache <- s$cache_rows <- NULL # the old batch goes before the new one is read
-  b <- if (identical(s$kind, "function")) source_call(s$read, rows, label, call) else {
-    tryCatch(s$read(rows), convlstm_error = function(cnd) {
+  b <- if (identical(s$kind, "function")) source_call(read, rows, label, call) else {
+    tryCatch(read(rows), convlstm_error = function(cnd) {
       abort_convlstm(sprintf("Reading %s: %s", label, conditionMessage(cnd)),
                      status = cnd$status %||% "invalid", call = call, batch = label)
     })
@@ -238,6 +253,17 @@ source_check_batch <- function(b, n, x_dim, y_dim, types, label, call) {
   storage.mode(out$y) <- "double"
   attr(out, "types") <- got
   out
+}
+
+# The host staging buffers of a batch of batch_size samples of s: x and y
+# as the step takes them (doubles), bytes by the plan's row name; twice
+# where the next batch is read while the step runs (source_overlaps()).
+source_staging <- function(s, batch_size, call) {
+  if (!is_convlstm_source(s)) abort_arg("source", "NULL or a convlstm_source", s, call)
+  one <- c(source_x = prod(as.double(s$x_dim)), source_y = prod(as.double(s$y_dim))) *
+    8 * batch_size
+  if (!source_overlaps(s)) return(one)
+  c(one, stats::setNames(one, c("source_x_next", "source_y_next")))
 }
 
 # ---- a fit's view of a source (fit_check.R, fit_loop.R) ----
@@ -323,11 +349,14 @@ source_fit_split <- function(f, fraction, call) {
 
 # The step's x and y for the rows idx of the training parts (fit_batch()'s
 # hook): read, checked, y shaped for the target, x teacher-forced when the
-# epoch feeds the true frames back (p of 1).
-source_fit_batch <- function(f, idx, label, p) {
-  b <- source_fetch(f$source, f$x$rows[idx], label, f$call, keep = FALSE)
-  y <- b$y
+# epoch feeds the true frames back (p of 1). b: the batch's number, for
+# a reader ahead (its batch read during the step before).
+source_fit_batch <- function(f, idx, label, p, b = NULL) {
+  rows <- f$x$rows[idx]
+  got <- source_ahead_taken(f, b, rows) %||% # a function's, read during the last step
+    source_fetch(f$source, rows, label, f$call, keep = FALSE, read = source_reader(f, b))
+  y <- got$y
   if (f$y$drop) dim(y) <- dim(y)[-2]
-  x <- if (!is.null(f$forecast) && p >= 1) teacher_sequence(b$x, y) else b$x
+  x <- if (!is.null(f$forecast) && p >= 1) teacher_sequence(got$x, y) else got$x
   list(x = x, y = y)
 }

@@ -183,7 +183,12 @@ check_frame_chunk <- function(chunk, idx, frame_dim, call) {
 #' and the `"last_state"` target, the next frame `[channels, height,
 #' width]`). The file is memory-mapped; each batch's windows are decoded
 #' from it in C into the batch's arrays, and the pages read are given back,
-#' so what a fit holds does not grow with the file.
+#' so what a fit holds does not grow with the file. While a step runs, the
+#' next batch's windows are decoded by a thread of their own into a second
+#' staging buffer (both planned: [convlstm_memory_estimate()] with
+#' `source`); `options(convlstm.prefetch = FALSE)` (or the environment
+#' variable `CONVLSTM_PREFETCH=0`) reads each batch at its step instead,
+#' with the same results bit for bit.
 #'
 #' The file is checked when opened: its header, its size (a truncated file
 #' is an error) and, with `verify`, the checksum of its data (a changed
@@ -232,10 +237,11 @@ convlstm_source_frames <- function(path, seq_len, horizon = 1, stride = 1, verif
                            seq_len, horizon, path, steps), call = call)
   }
   n <- (steps - seq_len - horizon) %/% stride + 1
+  starts <- function(rows) 1 + (rows - 1) * stride # the windows' first frames
   read <- function(rows) {
-    starts <- 1 + (rows - 1) * stride
-    list(x = c_fa_read(fa, starts, seq_len), y = c_fa_read(fa, starts + seq_len, horizon))
+    first <- starts(rows)
+    list(x = c_fa_read(fa, first, seq_len), y = c_fa_read(fa, first + seq_len, horizon))
   }
   new_source("frames", n, c(seq_len, info$dims[-1]), c(horizon, info$dims[-1]), read,
-             extra = list(path = path, info = info, stride = stride, file = fa))
+             extra = list(path = path, info = info, stride = stride, file = fa, starts = starts))
 }

@@ -41,6 +41,9 @@ static const R_CallMethodDef call_entries[] = {
     CALLDEF(ffi_optimizer_reset, 1),
     CALLDEF(ffi_optim_check, 1),
     CALLDEF(ffi_train_step, 6),
+    CALLDEF(ffi_train_step_start, 6),
+    CALLDEF(ffi_train_step_wait, 1),
+    CALLDEF(ffi_train_step_finish, 1),
     CALLDEF(ffi_reset_state, 1),
     CALLDEF(ffi_carried_state, 1),
     CALLDEF(ffi_memory_stats, 1),
@@ -86,6 +89,10 @@ static const R_CallMethodDef call_entries[] = {
     CALLDEF(ffi_fa_writer_append, 2),
     CALLDEF(ffi_fa_writer_finish, 1),
     CALLDEF(ffi_fa_writer_abort, 1),
+    CALLDEF(ffi_fa_ahead_new, 1),
+    CALLDEF(ffi_fa_ahead_start, 6),
+    CALLDEF(ffi_fa_ahead_wait, 1),
+    CALLDEF(ffi_fa_ahead_take, 1),
     {NULL, NULL, 0}};
 
 /* What convlstm_api_check() in another package compares with what it was

@@ -188,6 +188,9 @@ SEXP ffi_optimizer_steps(SEXP ptr);
 SEXP ffi_optimizer_reset(SEXP ptr);
 SEXP ffi_optim_check(SEXP opt);
 SEXP ffi_train_step(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts);
+SEXP ffi_train_step_start(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts);
+SEXP ffi_train_step_wait(SEXP h);
+SEXP ffi_train_step_finish(SEXP h);
 
 /* r_state.c */
 SEXP ffi_reset_state(SEXP ptr);
@@ -250,5 +253,10 @@ SEXP ffi_fa_writer_open(SEXP path, SEXP dtype, SEXP dims, SEXP scale_offset);
 SEXP ffi_fa_writer_append(SEXP ptr, SEXP x);
 SEXP ffi_fa_writer_finish(SEXP ptr);
 SEXP ffi_fa_writer_abort(SEXP ptr);
+SEXP ffi_fa_ahead_new(SEXP fa);
+SEXP ffi_fa_ahead_start(SEXP ptr, SEXP slot, SEXP starts_x, SEXP len_x, SEXP starts_y,
+                        SEXP len_y);
+SEXP ffi_fa_ahead_wait(SEXP ptr);
+SEXP ffi_fa_ahead_take(SEXP ptr);
 
 #endif

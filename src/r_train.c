@@ -194,3 +194,102 @@ SEXP ffi_train_step(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts) 
   R_CL_CHECK(m, st);
   return r_step_loss(m, loss);
 }
+
+/* ---- a training step on a thread of its own (R/source_prefetch.R) ----
+ *
+ * ffi_train_step's step, its arguments read here on R's thread, run by a
+ * POSIX thread while R calls an R function source for the next batch. The
+ * core and the backend call no R API; x, y, the optimizer and the options
+ * (whose arrays the step reads in place) are kept in the handle's
+ * protected list, and R touches neither them nor the model until
+ * ffi_train_step_finish (or _wait, or the handle's finalizer) has joined
+ * the thread. Not for dropout masks given as arrays (R_alloc'ed: R frees
+ * them when the .Call returns) nor a communicator (MPI from R's thread
+ * only): the R side runs those steps as ffi_train_step. */
+#include <pthread.h>
+
+typedef struct {
+  cl_model *m;
+  cl_host_array hx, hy;
+  cl_target tg;
+  cl_optim o;
+  cl_step_options so;
+  cl_host_array sb[R_OPT_ARRAYS];
+  double loss;
+  cl_status st;
+  pthread_t thread;
+  int running, finished;
+} step_job;
+
+static SEXP step_tag(void) { return Rf_install("convlstm_step_job"); }
+
+static void *step_run(void *arg) {
+  step_job *j = arg;
+  j->st = cl_model_train_step(j->m, &j->hx, &j->hy, j->tg, &j->o, &j->so, &j->loss);
+  return NULL;
+}
+
+static void step_join(step_job *j) {
+  if (!j->running) return;
+  pthread_join(j->thread, NULL);
+  j->running = 0;
+}
+
+static void step_finalize(SEXP h) {
+  step_job *j = (step_job *)R_ExternalPtrAddr(h);
+  if (j) step_join(j);
+  free(j);
+  R_ClearExternalPtr(h);
+}
+
+static step_job *r_step_job(SEXP h) {
+  step_job *j = TYPEOF(h) == EXTPTRSXP && R_ExternalPtrTag(h) == step_tag()
+                    ? (step_job *)R_ExternalPtrAddr(h) : NULL;
+  if (!j) r_raise_invalid("internal: not a running training step");
+  return j;
+}
+
+SEXP ffi_train_step_start(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts) {
+  cl_model *m = r_model(ptr);
+  if (opts != R_NilValue && (r_option(opts, "dropout_masks") != R_NilValue ||
+                             r_option(opts, "comm_share") != R_NilValue))
+    r_raise_invalid("internal: a step on its own thread takes no given masks nor communicator");
+  SEXP prot = PROTECT(Rf_allocVector(VECSXP, 5));
+  SEXP keep[5] = {ptr, x, y, opt, opts};
+  for (int i = 0; i < 5; i++) SET_VECTOR_ELT(prot, i, keep[i]);
+  SEXP h = PROTECT(r_new_handle(step_tag(), prot, step_finalize, NULL));
+  step_job *j = calloc(1, sizeof *j);
+  if (!j) r_raise(CL_E_OOM, "out of host memory for a training step");
+  R_SetExternalPtrAddr(h, j); /* from here the finalizer frees it */
+  j->m = m;
+  j->tg = r_target(target);
+  r_host_array(x, 5, "x", &j->hx);
+  r_host_array(y, j->tg == CL_TARGET_SEQUENCE ? 5 : 4, "y", &j->hy);
+  r_optim(opt, &j->o);
+  r_step_options(opts, &j->so, j->sb);
+  r_dropout_masks(m, opts, j->hx.dims[0], j->hx.dims[3], j->hx.dims[4], &j->so); /* a seed */
+  int rc = pthread_create(&j->thread, NULL, step_run, j);
+  if (rc != 0) r_raise(CL_E_INVALID, "cannot start a thread for the training step");
+  j->running = 1;
+  UNPROTECT(2);
+  return h;
+}
+
+/* Waits for the step, if it still runs (an interrupt or error in R while
+ * it ran: the model is then the step's, complete). */
+SEXP ffi_train_step_wait(SEXP h) {
+  if (TYPEOF(h) == EXTPTRSXP && R_ExternalPtrTag(h) == step_tag() && R_ExternalPtrAddr(h))
+    step_join((step_job *)R_ExternalPtrAddr(h));
+  return R_NilValue;
+}
+
+/* The step's loss, as ffi_train_step returns it, once it finished; its
+ * error raised as ffi_train_step raises it. */
+SEXP ffi_train_step_finish(SEXP h) {
+  step_job *j = r_step_job(h);
+  step_join(j);
+  if (j->finished) r_raise_invalid("internal: this training step was finished already");
+  j->finished = 1;
+  R_CL_CHECK(j->m, j->st);
+  return r_step_loss(j->m, j->loss);
+}

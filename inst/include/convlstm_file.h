@@ -18,7 +18,7 @@
  *  72  uint64   data bytes (time * channels * height * width * size)
  *  80  zeros up to 128
  *
- * Plain C11 and POSIX (mmap); no R header.
+ * Plain C11 and POSIX (mmap, threads); no R header.
  */
 #ifndef CONVLSTM_FILE_H
 #define CONVLSTM_FILE_H
@@ -66,7 +66,28 @@ void cl_fa_get_info(const cl_fa *a, cl_fa_info *out);
  * what stays resident does not grow with the file. */
 cl_status cl_fa_read_windows(cl_fa *a, const int64_t *starts, int64_t n, int64_t len,
                              double *out, char *err, size_t errlen);
+/* CL_OK while the file is still the one opened (its size and time of
+ * modification), else CL_E_INVALID naming it, as a read would say. */
+cl_status cl_fa_check(const cl_fa *a, char *err, size_t errlen);
+/* Closes the file, first waiting for a read ahead of it still in flight. */
 void cl_fa_close(cl_fa *a);
+
+/* Reading ahead: the windows of one batch, x's (n windows of len_x frames
+ * from starts_x) and y's (n of len_y from starts_y), read as
+ * cl_fa_read_windows() reads them into out_x and out_y, on a thread of
+ * their own (POSIX threads), so that the caller's training step runs
+ * meanwhile. The thread touches nothing but the file, the starts (copied)
+ * and the two buffers, which must stay untouched until cl_fa_async_finish;
+ * a cl_fa has one read in flight at most (closing it waits for that
+ * read). CL_E_OOM / CL_E_INVALID (with
+ * err) when the thread cannot start: then nothing runs. */
+typedef struct cl_fa_async cl_fa_async;
+cl_status cl_fa_async_start(cl_fa *a, const int64_t *starts_x, int64_t len_x,
+                            const int64_t *starts_y, int64_t len_y, int64_t n, double *out_x,
+                            double *out_y, cl_fa_async **out, char *err, size_t errlen);
+/* Waits for the read and frees it: its status, its message in err (a
+ * file truncated or changed before it read, a window outside the file). */
+cl_status cl_fa_async_finish(cl_fa_async *job, char *err, size_t errlen);
 
 /* A writer of path's file: it writes to a temporary name beside path and
  * renames it to path only in cl_fa_writer_finish, once the header holds the

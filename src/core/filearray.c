@@ -12,8 +12,15 @@
  * windows being decoded, whatever the file's size; the page cache still
  * holds them, so a second read is a minor fault, not a disk read.
  *
+ * Reading ahead (cl_fa_async_*): a batch's windows read on a thread of
+ * their own while the caller's step runs, by the same cl_fa_read_windows,
+ * so the values are the same bits; one thread per batch (started and
+ * joined around the step: a thread's start costs microseconds, a step
+ * milliseconds), so there is no queue, no lock and nothing to stop.
+ *
  * Plain C11 and POSIX: no R header, no model. Not here: which windows an
- * epoch reads (R/source_file.R), the staging buffer (the caller's).
+ * epoch reads (R/source_file.R), the staging buffers (the caller's: R
+ * arrays made on R's thread, src/r_filearray.c).
  */
 #define _DEFAULT_SOURCE /* madvise, MADV_DONTNEED on glibc */
 #define _POSIX_C_SOURCE 200809L
@@ -21,6 +28,7 @@
 #include "convlstm_file.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -45,6 +53,7 @@ struct cl_fa {
   size_t frame_values; /* channels * height * width */
   size_t value_bytes;
   struct stat opened; /* size and time of modification when opened */
+  struct cl_fa_async *busy; /* the read ahead in flight, joined before the file closes */
 };
 
 struct cl_fa_writer {
@@ -176,8 +185,11 @@ static cl_status verify_checksum(cl_fa *a, char *err, size_t errlen) {
   return CL_E_INVALID;
 }
 
+static void async_join(struct cl_fa_async *j);
+
 void cl_fa_close(cl_fa *a) {
   if (!a) return;
+  if (a->busy) async_join(a->busy); /* its thread reads the map */
   if (a->map) munmap(a->map, a->map_bytes);
   if (a->fd >= 0) close(a->fd);
   free(a->path);
@@ -250,6 +262,8 @@ static cl_status still_same(const cl_fa *a, char *err, size_t errlen) {
   return CL_OK;
 }
 
+cl_status cl_fa_check(const cl_fa *a, char *err, size_t errlen) { return still_same(a, err, errlen); }
+
 /* One frame's values into out[0], out[stride], ... */
 static void decode_frame(const cl_fa *a, const unsigned char *src, double *out, size_t stride) {
   size_t n = a->frame_values;
@@ -297,6 +311,81 @@ cl_status cl_fa_read_windows(cl_fa *a, const int64_t *starts, int64_t n, int64_t
     give_back(a->map, a->map_bytes, from, from + (size_t)len * frame_bytes);
   }
   return CL_OK;
+}
+
+/* ---- reading ahead ---- */
+
+struct cl_fa_async {
+  cl_fa *a;
+  int64_t *starts; /* x's n, then y's n */
+  int64_t n, len_x, len_y;
+  double *out_x, *out_y;
+  pthread_t thread;
+  int joined;
+  cl_status status;
+  char err[1024];
+};
+
+static void *async_read(void *arg) {
+  cl_fa_async *j = arg;
+  j->status = cl_fa_read_windows(j->a, j->starts, j->n, j->len_x, j->out_x, j->err, sizeof j->err);
+  if (j->status == CL_OK) {
+    j->status = cl_fa_read_windows(j->a, j->starts + j->n, j->n, j->len_y, j->out_y, j->err,
+                                   sizeof j->err);
+  }
+  return NULL;
+}
+
+static void async_join(cl_fa_async *j) {
+  if (j->joined) return;
+  pthread_join(j->thread, NULL);
+  j->joined = 1;
+  if (j->a && j->a->busy == j) j->a->busy = NULL;
+}
+
+cl_status cl_fa_async_start(cl_fa *a, const int64_t *starts_x, int64_t len_x,
+                            const int64_t *starts_y, int64_t len_y, int64_t n, double *out_x,
+                            double *out_y, cl_fa_async **out, char *err, size_t errlen) {
+  *out = NULL;
+  if (n < 1 || a->busy) {
+    snprintf(err, errlen, "a read ahead of '%s' needs at least one window, and no other in flight.",
+             a->path);
+    return CL_E_INVALID;
+  }
+  cl_fa_async *j = calloc(1, sizeof *j);
+  if (j) j->starts = malloc(2 * (size_t)n * sizeof *j->starts);
+  if (!j || !j->starts) {
+    free(j);
+    snprintf(err, errlen, "out of host memory reading ahead from '%s'", a->path);
+    return CL_E_OOM;
+  }
+  memcpy(j->starts, starts_x, (size_t)n * sizeof *j->starts);
+  memcpy(j->starts + n, starts_y, (size_t)n * sizeof *j->starts);
+  j->a = a;
+  j->n = n;
+  j->len_x = len_x;
+  j->len_y = len_y;
+  j->out_x = out_x;
+  j->out_y = out_y;
+  int rc = pthread_create(&j->thread, NULL, async_read, j);
+  if (rc != 0) {
+    snprintf(err, errlen, "cannot start a thread to read '%s' ahead: %s.", a->path, strerror(rc));
+    free(j->starts);
+    free(j);
+    return CL_E_INVALID;
+  }
+  a->busy = j;
+  *out = j;
+  return CL_OK;
+}
+
+cl_status cl_fa_async_finish(cl_fa_async *j, char *err, size_t errlen) {
+  async_join(j);
+  cl_status st = j->status;
+  if (st != CL_OK) snprintf(err, errlen, "%s", j->err);
+  free(j->starts);
+  free(j);
+  return st;
 }
 
 /* ---- writing ---- */

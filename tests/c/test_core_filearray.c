@@ -6,7 +6,10 @@
  * message naming the file: a truncated or longer file, changed data
  * (verify), a file cut under the map after it was opened (an error, not a
  * SIGBUS), a window outside the series; a write that does not finish
- * leaves no file. Exits nonzero on any failure.
+ * leaves no file; a read ahead on its own thread (cl_fa_async) gives the
+ * same bits as the read, finds a file truncated before it starts (an
+ * error, not a SIGBUS), and a file closed with one in flight waits for
+ * it. Exits nonzero on any failure.
  */
 #define _POSIX_C_SOURCE 200809L /* truncate, mkstemp */
 #include "convlstm_file.h"
@@ -162,6 +165,48 @@ static void test_unfinished(void) {
   CHECK(access(p, F_OK) != 0, "an aborted file exists");
 }
 
+static void test_async(void) {
+  char p[128];
+  path_of(p, sizeof p, "ahead.frames");
+  CHECK(write_series(p, CL_FA_FLOAT16, 2, 1, 0) == CL_OK, "write: %s", err);
+  cl_fa *a = NULL;
+  CHECK(cl_fa_open(p, 1, &a, err, sizeof err) == CL_OK, "open: %s", err);
+  if (!a) return;
+  /* windows 3, 0, 1 of 2 frames (x) and the frame after each (y) */
+  int64_t sx[3] = {3, 0, 1}, sy[3] = {5, 2, 3};
+  double want_x[3 * 2 * FV], want_y[3 * FV], got_x[3 * 2 * FV], got_y[3 * FV];
+  CHECK(cl_fa_read_windows(a, sx, 3, 2, want_x, err, sizeof err) == CL_OK, "read x: %s", err);
+  CHECK(cl_fa_read_windows(a, sy, 3, 1, want_y, err, sizeof err) == CL_OK, "read y: %s", err);
+  memset(got_x, 0, sizeof got_x);
+  memset(got_y, 0, sizeof got_y);
+  cl_fa_async *j = NULL;
+  CHECK(cl_fa_async_start(a, sx, 2, sy, 1, 3, got_x, got_y, &j, err, sizeof err) == CL_OK,
+        "start: %s", err);
+  cl_fa_async *second = NULL; /* one in flight at most */
+  CHECK(cl_fa_async_start(a, sx, 2, sy, 1, 3, got_x, got_y, &second, err, sizeof err) ==
+            CL_E_INVALID && !second, "a second read in flight started");
+  CHECK(j && cl_fa_async_finish(j, err, sizeof err) == CL_OK, "finish: %s", err);
+  CHECK(memcmp(got_x, want_x, sizeof got_x) == 0, "x read ahead differs from x read");
+  CHECK(memcmp(got_y, want_y, sizeof got_y) == 0, "y read ahead differs from y read");
+  /* closed with a read in flight: the close waits for it, the finish frees it */
+  j = NULL;
+  CHECK(cl_fa_async_start(a, sx, 2, sy, 1, 3, got_x, got_y, &j, err, sizeof err) == CL_OK,
+        "start: %s", err);
+  cl_fa_close(a);
+  CHECK(j && cl_fa_async_finish(j, err, sizeof err) == CL_OK, "finish after close: %s", err);
+  /* the header alone left: the thread must find it before touching the map */
+  CHECK(cl_fa_open(p, 0, &a, err, sizeof err) == CL_OK, "reopen: %s", err);
+  CHECK(truncate(p, CL_FA_HEADER_BYTES) == 0, "truncate");
+  j = NULL;
+  CHECK(cl_fa_async_start(a, sx, 2, sy, 1, 3, got_x, got_y, &j, err, sizeof err) == CL_OK,
+        "start on a cut file: %s", err);
+  err[0] = 0;
+  CHECK(j && cl_fa_async_finish(j, err, sizeof err) == CL_E_INVALID, "read ahead of a cut file");
+  CHECK(strstr(err, "truncated") && strstr(err, p), "message: %s", err);
+  cl_fa_close(a);
+  remove(p);
+}
+
 int main(void) {
   (void)uniform01;
   snprintf(dir, sizeof dir, "/tmp/cl_fa_XXXXXX");
@@ -170,6 +215,7 @@ int main(void) {
   test_checksum_chunks();
   test_damage();
   test_unfinished();
+  test_async();
   rmdir(dir);
   return ctest_done("test_core_filearray");
 }

@@ -384,3 +384,154 @@ test_that("a fit from a source resumes as one never interrupted, and takes batch
                         batch_size = "max", memory_budget = "2 MiB", verbose = FALSE)
   expect_identical(attr(h_src, "batch_size"), attr(h_arr, "batch_size"))
 })
+
+test_that("a source's staging buffers are planned under data: a batch of x and y in doubles, two when read ahead", {
+  series <- source_series(t = 30)
+  src <- convlstm_source_frames(write_frames(series), 4, 1) # x [4, 1, 5, 5], y [1, 1, 5, 5]
+  m <- convlstm(1, c(3, 1), 3, device = "cpu", threads = 1)
+  on.exit(convlstm_release(m))
+  by <- function(e) stats::setNames(e$bytes, e$category)
+  plain <- by(convlstm_memory_estimate(m, 6, 4, 5, 5))
+  one <- 6 * (4 * 1 * 5 * 5 + 1 * 1 * 5 * 5) * 8 # batch x shape x 8 bytes, x and y
+  grown <- function(e) by(e)[c("data", "total", "reserved")] - plain[c("data", "total", "reserved")]
+  est <- convlstm_memory_estimate(m, 6, 4, 5, 5, source = src)
+  expect_equal(unname(grown(est)), rep(2 * one, 3)) # read ahead: two of each
+  rows <- attr(est, "plan")
+  expect_equal(rows$bytes[match(c("source_x", "source_y", "source_x_next", "source_y_next"),
+                                rows$name)], c(4800, 1200, 4800, 1200))
+  expect_true(all(rows$category[grepl("^source_", rows$name)] == "data"))
+  old <- options(convlstm.prefetch = FALSE)
+  off <- convlstm_memory_estimate(m, 6, 4, 5, 5, source = src)
+  options(old)
+  expect_equal(unname(grown(off)), rep(one, 3))
+  # a function's next batch is read while the step runs: two of each too
+  fun_src <- convlstm_source_function(function(i) convlstm_source_read(src, i), n = src$n)
+  expect_equal(unname(grown(convlstm_memory_estimate(m, 6, 4, 5, 5, source = fun_src))),
+               rep(2 * one, 3))
+  # the advisor's every configuration holds them
+  adv <- convlstm_memory_advise(m, "64 MiB", 6, 4, 5, 5)
+  adv_src <- convlstm_memory_advise(m, "64 MiB", 6, 4, 5, 5, source = src)
+  key <- function(a) paste(a$dtype, a$checkpoint, a$recompute_gates, a$accumulation_steps)
+  adv_src <- adv_src[match(key(adv), key(adv_src)), ]
+  expect_equal(adv_src$data - adv$data, rep(2 * one, nrow(adv)))
+  expect_equal(adv_src$reserved - adv$reserved, rep(2 * one, nrow(adv)))
+  # memory_budget: "max" is the largest batch whose step and staging fit
+  per <- 2 * (4 * 25 + 25) * 8
+  budget <- by(convlstm_memory_estimate(m, 8, 4, 5, 5, dtype = "float32"))[["reserved"]] + 8 * per
+  h <- convlstm_fit(m, src, NULL, convlstm_optimizer_adam(0.01), epochs = 1, batch_size = "max",
+                    memory_budget = budget, verbose = FALSE)
+  expect_equal(attr(h, "batch_size"), 8)
+})
+
+test_that("a fit reading a frame file ahead equals, bit for bit, the fit that reads each batch at its step", {
+  series <- source_series(t = 40, seed = 5)
+  src <- convlstm_source_frames(write_frames(series), 4, 1, stride = 1) # 36 windows
+  m <- twin()
+  on.exit(release_all(m))
+  opt <- convlstm_optimizer_adam(0.01)
+  fit <- function(model, prefetch) {
+    old <- options(convlstm.prefetch = prefetch)
+    on.exit(options(old))
+    set.seed(3) # shuffled batches of 5, the last of 2, a validation split
+    convlstm_fit(model, src, NULL, opt, epochs = 2, batch_size = 5, validation_split = 0.2,
+                 verbose = FALSE)
+  }
+  taken <- new.env()
+  taken$n <- 0
+  suppressMessages(trace("c_fa_ahead_take", where = asNamespace("convlstm"), print = FALSE,
+                         tracer = bquote(assign("n", get("n", .(taken)) + 1, envir = .(taken)))))
+  on.exit(suppressMessages(untrace("c_fa_ahead_take", where = asNamespace("convlstm"))),
+          add = TRUE)
+  ahead <- fit(m$a, TRUE)
+  expect_equal(taken$n, 2 * 6) # every training batch came from the reader ahead
+  taken$n <- 0
+  plain <- fit(m$b, FALSE)
+  expect_equal(taken$n, 0)
+  expect_identical(ahead$loss, plain$loss)
+  expect_identical(ahead$val_loss, plain$val_loss)
+  expect_identical(convlstm_state_dict(m$a), convlstm_state_dict(m$b))
+  # the environment variable turns it off as the option does
+  withr_env <- Sys.getenv("CONVLSTM_PREFETCH", unset = NA)
+  Sys.setenv(CONVLSTM_PREFETCH = "0")
+  on.exit(if (is.na(withr_env)) Sys.unsetenv("CONVLSTM_PREFETCH")
+          else Sys.setenv(CONVLSTM_PREFETCH = withr_env), add = TRUE)
+  set.seed(3)
+  convlstm_fit(m$b, src, NULL, opt, epochs = 1, batch_size = 5, verbose = FALSE)
+  expect_equal(taken$n, 0)
+})
+
+test_that("a frame file truncated before a batch read ahead stops the fit naming that batch, the model kept", {
+  series <- source_series(t = 30)
+  path <- write_frames(series)
+  src <- convlstm_source_frames(path, 4, 1)
+  m <- convlstm(1, c(3, 1), 3, device = "cpu", threads = 1)
+  on.exit(convlstm_release(m))
+  last <- NULL
+  cb <- convlstm_callback(
+    on_batch_end = function(ctx) last <<- convlstm_state_dict(ctx$model),
+    # the header alone is left: the reader's thread, starting epoch 2's
+    # batch 1, must find it truncated before it touches the map
+    on_epoch_end = function(ctx) writeBin(readBin(path, "raw", 128), path))
+  e <- expect_convlstm_error(
+    convlstm_fit(m, src, NULL, convlstm_optimizer_adam(0.01), epochs = 2, batch_size = 5,
+                 shuffle = FALSE, callbacks = list(cb), verbose = FALSE),
+    status = "invalid", regexp = "batch 1 of epoch 2")
+  expect_match(conditionMessage(e), "truncated")
+  expect_match(conditionMessage(e), basename(path), fixed = TRUE)
+  expect_identical(e$batch, "batch 1 of epoch 2")
+  expect_identical(convlstm_state_dict(m), last)
+})
+
+# A fit over a generator of 14 samples of [3, 1, 4, 4] (batches of 4: the
+# last of 2), with or without reading ahead; stop_at: the call of the
+# generator (1 is the probe) that signals an interrupt instead.
+fit_generator <- function(prefetch, threads = 1, stop_at = 0) {
+  set.seed(3)
+  x <- array(stats::runif(14 * 3 * 4 * 4), c(14, 3, 1, 4, 4))
+  y <- array(x[, 3, 1, , ], c(14, 1, 4, 4))
+  calls <- 0
+  fun <- function(i) {
+    calls <<- calls + 1
+    if (calls == stop_at) signalCondition(structure(class = c("interrupt", "condition"),
+                                                    list(message = "", call = NULL)))
+    list(x = x[i, , , , , drop = FALSE], y = y[i, , , , drop = FALSE])
+  }
+  src <- convlstm_source_function(fun, n = 14)
+  old <- options(convlstm.prefetch = prefetch)
+  on.exit(options(old))
+  m <- convlstm(1, c(3, 1), 3, device = "cpu", threads = threads)
+  on.exit(convlstm_release(m), add = TRUE)
+  set.seed(5)
+  h <- convlstm_fit(m, src, NULL, convlstm_optimizer_adam(0.02), epochs = 2, batch_size = 4,
+                    validation_split = 0.15, verbose = FALSE)
+  list(h = h, w = convlstm_state_dict(m))
+}
+
+test_that("a fit whose step runs on a C thread while the generator reads the next batch equals the one that does not", {
+  steps <- new.env()
+  steps$n <- 0
+  suppressMessages(trace("c_train_step_finish", where = asNamespace("convlstm"), print = FALSE,
+                         tracer = bquote(assign("n", get("n", .(steps)) + 1, envir = .(steps)))))
+  on.exit(suppressMessages(untrace("c_train_step_finish", where = asNamespace("convlstm"))))
+  for (threads in 1:2) { # the CPU backend's worker threads, started from the step's thread
+    ahead <- fit_generator(TRUE, threads)
+    expect_equal(steps$n, 2 * 3, info = threads) # 12 training samples, batches 4, 4, 4
+    steps$n <- 0
+    plain <- fit_generator(FALSE, threads)
+    expect_equal(steps$n, 0, info = threads)
+    expect_identical(ahead$h$loss, plain$h$loss, info = threads)
+    expect_identical(ahead$h$val_loss, plain$h$val_loss, info = threads)
+    expect_identical(ahead$w, plain$w, info = threads)
+  }
+})
+
+test_that("an interrupt while the generator reads ahead ends the fit after the running step, the model valid", {
+  # call 4 reads batch 3 of epoch 1: during step 2 when reading ahead, after it otherwise
+  ahead <- fit_generator(TRUE, stop_at = 4)
+  plain <- fit_generator(FALSE, stop_at = 4)
+  expect_equal(nrow(ahead$h), 0) # no epoch completed
+  expect_identical(ahead$w, plain$w) # both after step 2, complete
+  untouched <- fit_generator(FALSE, stop_at = 3) # after step 1
+  expect_false(identical(ahead$w, untouched$w))
+  expect_true(all(vapply(ahead$w, function(v) all(is.finite(v)), logical(1))))
+})

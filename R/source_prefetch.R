@@ -1,0 +1,155 @@
+# source_prefetch.R -- reading a source's next batch while the step runs
+# (issue 36 item 2). The batches, and so the losses and weights, are bit
+# for bit those of reading each batch when its step comes; what changes is
+# only when they are read.
+#
+# - A frame file: a C thread (src/core/filearray.c's cl_fa_async) decodes
+#   the next batch's windows into the second of two staging buffers (R
+#   arrays made on R's thread and held by the reader's handle,
+#   src/r_filearray.c) while the step runs here; it is joined after the
+#   step (source_step_done()), so nothing reads the file while callbacks
+#   run.
+# - An R function: the step runs on a C thread (src/r_train.c's
+#   ffi_train_step_start; the core calls no R API) while R calls the
+#   function for the next batch and checks it. An error in it is kept and
+#   raised when that batch's turn comes (after this step's callbacks, as
+#   without reading ahead); an interrupt waits for the step to finish, so
+#   the model is the step's, complete. Only on one process (no
+#   communicator off R's thread), on the CPU, without a test's fixed
+#   dropout masks; otherwise the function is called at its step.
+#
+# f$ahead, for the epoch running: its kind ("file" or "function"), order
+# and epoch, the batch read ahead (`pending`) and, for a function, that
+# batch (or its error); NULL when nothing reads ahead.
+
+# The switch: options(convlstm.prefetch = FALSE), else the environment
+# variable CONVLSTM_PREFETCH=0, turns reading ahead off.
+prefetch_enabled <- function() {
+  opt <- getOption("convlstm.prefetch")
+  if (!is.null(opt)) return(isTRUE(opt))
+  !identical(Sys.getenv("CONVLSTM_PREFETCH"), "0")
+}
+
+# Whether a fit reads s's next batch while a step runs (the plan counts
+# two staging buffers then: source_staging()).
+source_overlaps <- function(s) s$kind %in% c("frames", "function") && prefetch_enabled()
+
+# Whether this fit's steps may run on a thread of their own.
+fit_step_thread <- function(f) {
+  f$world == 1 && identical(f$config$backend, "cpu") && is.null(the$dropout_masks)
+}
+
+source_epoch_begin <- function(f, order, epoch) {
+  f$ahead <- NULL
+  s <- f$source
+  if (is.null(s) || !source_overlaps(s)) return(invisible(f))
+  if (identical(s$kind, "function")) {
+    if (fit_step_thread(f)) {
+      f$ahead <- list(kind = "function", order = order, epoch = epoch, pending = NA_integer_)
+    }
+    return(invisible(f))
+  }
+  if (is.null(f$ahead_reader)) f$ahead_reader <- c_fa_ahead_new(s$file)
+  f$ahead <- list(kind = "file", order = order, epoch = epoch, pending = NA_integer_, slot = 1L)
+  source_ahead_start(f, 1L) # batch 1, now
+}
+
+# After a step, and when the epoch ends (an error or an interrupt
+# included): a file's read in flight is waited for.
+source_step_done <- function(f) {
+  if (identical(f$ahead$kind, "file")) c_fa_ahead_wait(f$ahead_reader)
+  invisible(f)
+}
+source_epoch_end <- function(f) {
+  source_step_done(f)
+  f$ahead <- NULL
+  invisible(f)
+}
+
+# The first batch from b on that trains (fit_epoch() skips a batch of fewer
+# rows than ranks): list(b, rows), or NULL past the epoch's last.
+ahead_batch <- function(f, b) {
+  while (b <= f$n_batches) {
+    global <- fit_global_rows(f, f$ahead$order, b)
+    if (length(global) >= f$world) return(list(b = b, rows = f$x$rows[fit_rank_rows(f, global)]))
+    b <- b + 1L
+  }
+  NULL
+}
+
+# ---- a frame file ----
+
+# Starts reading batch b (or the next that trains) into the slot not read
+# last.
+source_ahead_start <- function(f, b) {
+  c_fa_ahead_wait(f$ahead_reader) # one read in flight at most
+  a <- f$ahead
+  a$pending <- NA_integer_
+  nxt <- ahead_batch(f, b)
+  if (!is.null(nxt)) {
+    s <- f$source
+    first <- s$starts(nxt$rows)
+    a$slot <- 1L - a$slot
+    c_fa_ahead_start(f$ahead_reader, a$slot, first, s$x_dim[[1]], first + s$x_dim[[1]],
+                     s$y_dim[[1]])
+    a$pending <- nxt$b
+  }
+  f$ahead <- a
+  invisible(f)
+}
+
+# The reader source_fetch() calls for batch b's rows: a file's, the batch
+# read during the step before (read now if it was not), the next batch's
+# read started to run during this batch's step; its errors are the read's
+# (a file truncated or changed: classed, naming the file), which
+# source_fetch() names the batch in. Else the source's own.
+source_reader <- function(f, b) {
+  if (!identical(f$ahead$kind, "file")) return(f$source$read)
+  function(rows) {
+    if (!identical(f$ahead$pending, b)) source_ahead_start(f, b)
+    batch <- c_fa_ahead_take(f$ahead_reader)
+    source_ahead_start(f, b + 1L)
+    batch
+  }
+}
+
+# ---- an R function ----
+
+# The step of batch b on a thread of its own while the function reads the
+# next batch (source_ahead_fetch()); else c_train_step().
+source_train_step <- function(f, batch, opt, opts, b) {
+  if (!identical(f$ahead$kind, "function")) {
+    return(c_train_step(f$ptr, batch$x, batch$y, f$target, opt, opts))
+  }
+  job <- c_train_step_start(f$ptr, batch$x, batch$y, f$target, opt, opts)
+  on.exit(c_train_step_wait(job)) # an interrupt in the function: the step ends first
+  source_ahead_fetch(f, b + 1L)
+  c_train_step_finish(f$ptr, job)
+}
+
+# Batch b (or the next that trains) read and checked as source_fetch()
+# reads it at its step, kept with its rows; its error kept, to be raised
+# at its turn.
+source_ahead_fetch <- function(f, b) {
+  nxt <- ahead_batch(f, b)
+  if (is.null(nxt)) return(invisible(f))
+  batch <- tryCatch(
+    source_fetch(f$source, nxt$rows, fit_batch_label(nxt$b, f$ahead$epoch), f$call, keep = FALSE),
+    convlstm_error = function(cnd) cnd)
+  f$ahead$pending <- nxt$b
+  f$ahead$rows <- nxt$rows
+  f$ahead$batch <- batch
+  invisible(f)
+}
+
+# Batch b as read ahead (its error raised now), or NULL when it was not.
+source_ahead_taken <- function(f, b, rows) {
+  a <- f$ahead
+  if (!identical(a$kind, "function") || !identical(a$pending, b) || !identical(a$rows, rows)) {
+    return(NULL)
+  }
+  f$ahead$pending <- NA_integer_
+  f$ahead$batch <- NULL # the step's alone from here
+  if (inherits(a$batch, "condition")) stop(a$batch)
+  a$batch
+}
