@@ -34,7 +34,8 @@ from the distance between each half run and the float32 one, recorded
 here as info.
 
 Writes tests/testthat/fixtures/forecaster_half/<config>/ (or under its first
-argument), the format of make_fixtures.py. A developer tool: PyTorch 1.13
+argument), the format of make_fixtures.py (make_fixtures_forecaster.py's short
+file names). A developer tool: PyTorch 1.13
 CPU, /usr/bin/python3, one thread (reproducible for make fixtures-check).
 """
 
@@ -43,7 +44,8 @@ import os
 import torch
 import torch.nn.functional as F
 
-from make_fixtures import Writer, config_model, fixture_root, info_seed, max_rel
+from make_fixtures import config_model, fixture_root, info_seed, max_rel
+from make_fixtures_forecaster import ShortWriter  # file names short enough for R CMD check
 from torch_convlstm import EncoderForecaster
 
 STEPS = 3
@@ -205,7 +207,7 @@ def make(cfg, root, seed):
     y = torch.rand(B, cfg["T_out"], C, H, W)
     initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
 
-    w = Writer(os.path.join(root, cfg["name"]))
+    w = ShortWriter(os.path.join(root, cfg["name"]))
     config_model(w, cfg)
     w.config("patch", cfg["patch"])
     for k in ("B", "T_in", "T_out", "H", "W"):
