@@ -46,7 +46,11 @@
 #' mostly convolution arithmetic (in each dtype, as the CPU computes half
 #' types through conversions, and in micro-batches of one sample), one
 #' mostly memory traffic. Only ratios are reported, relative to the plain
-#' float32 step of the same shape. The first call on a machine runs 25
+#' float32 step of the same shape. An encoder-forecaster's step is priced
+#' the same way from its own list of calls: the encoder over the input
+#' frames, the forecaster over the `horizon` target frames, the head, each
+#' at the patches' size, and what checkpointing and `recompute_gates` run
+#' again in each stack. The first call on a machine runs 25
 #' calibration steps (1.3 s on one thread of the machine below, 12 s on two
 #' threads while it was loaded) and stores the rates in the user's cache
 #' folder for the package (`tools::R_user_dir("convlstm", "cache")`, file
@@ -169,8 +173,7 @@
 #'   process needs beside the model, taken off a budget given); `fits`; `time_ratio`
 #'   (predicted step time over the plain float32 step's); `reason` (why it
 #'   does not fit, `""` when it does). Attributes: `budget`, `shape`,
-#'   `target`, `optimizer`, `rates` (the cost model's measured rates; `NULL`
-#'   for an encoder-forecaster, whose one row needs no prediction),
+#'   `target`, `optimizer`, `rates` (the cost model's measured rates),
 #'   `horizon` and `teacher_forcing` (the teacher forcing of each plan: 1,
 #'   below 1, or both for a schedule).
 #'   It has a `print()` method (`n` rows of each kind).
@@ -229,12 +232,14 @@ convlstm_memory_advise <- function(model, budget, batch_size, seq_len, height, w
   rows <- cbind(grid, micro_batch = ceiling(B / grid$accumulation_steps), as.data.frame(bytes))
   rows$fits <- !is.na(rows$reserved) & rows$reserved <= budget
   config <- c_model_config(ptr)
-  rates <- if (!forecaster) backend_rates(config)
+  rates <- backend_rates(config)
   # a free-running step's fed-back steps (a schedule's too: predicted free-running)
   fed <- if (forecast$free_run) max(0L, forecast$horizon - 1L) else 0L
-  seconds <- if (forecaster) 1 else vapply(seq_len(nrow(grid)), function(i) {
-    predicted_seconds(ptr, config, c(grid[i, ], fed = fed), B, steps, H, W, target,
-                      optimizer, rates)
+  # an encoder-forecaster's step: T input frames, its horizon's target frames
+  priced <- if (forecaster) list(T = T, horizon = forecast$horizon) else list(T = steps, horizon = 0L)
+  seconds <- vapply(seq_len(nrow(grid)), function(i) {
+    predicted_seconds(ptr, config, c(grid[i, ], fed = fed, horizon = priced$horizon), B,
+                      priced$T, H, W, target, optimizer, rates)
   }, numeric(1))
   rows$time_ratio <- seconds / seconds[[1]] # row 1 is the plain float32 step
   rows$reason <- ifelse(rows$fits, "", vapply(seq_len(nrow(rows)), function(i) {
@@ -382,10 +387,13 @@ why_not <- function(row, budget) {
 # in its filter gradients.
 step_work <- function(ptr, config, cfg, B, T, H, W, target, optimizer_kind, threads) {
   fed <- cfg$fed %||% 0
+  # an encoder-forecaster's horizon: the target frames its forecaster runs
+  # (T is then its input frames, and the calls are at the patches' size)
+  K <- cfg$horizon %||% 0L
   options <- check_step_options(cfg$checkpoint, cfg$accumulation_steps, cfg$tbptt,
                                 dtype = cfg$dtype, batch_size = B,
                                 state = list(mode = "zero", arrays = NULL,
-                                             horizon = if (fed > 0) fed + 1L else 0L,
+                                             horizon = if (fed > 0) fed + 1L else K,
                                              free_run = fed > 0),
                                 recompute_gates = cfg$recompute_gates %||% 0L)
   calls <- c_conv_calls(ptr, c(B, T, H, W), TRUE, options, identical(target, "sequence"))
@@ -396,24 +404,41 @@ step_work <- function(ptr, config, cfg, B, T, H, W, target, optimizer_kind, thre
   n <- as.double(calls$N)
   taps <- as.double(calls$K) * calls$C / calls$groups * calls$kh * calls$kw
   busy <- function(n) n / (threads * ceiling(n / threads)) # share of threads at work
-  flops <- sum(2 * P * taps * n * calls$count / busy(n))
+  # each call's pixels: a forecaster's calls are at (H / patch) x (W / patch)
+  px <- as.double(calls$H) * calls$W
+  flops <- sum(2 * px * taps * n * calls$count / busy(n))
   weights <- sum(4 * taps * calls$count)
-  images <- function(dir) {
-    on <- calls$direction == dir & calls$layer == 0 & calls$half == 0
-    sum(n[on] * calls$count[on]) / B
-  }
-  fwd <- images("forward")          # steps each sample runs forward
-  bwd <- images("backward_filter")  # and backward
   hid <- as.double(config$hidden_dims)
-  inp <- c(as.double(config$input_dim), hid[-length(hid)])
-  below <- seq_along(hid) > 1 # layers whose input gradient is needed
+  L <- length(hid)
+  # per layer: the steps each sample runs it forward and backward (the
+  # images of its input half's forward calls and filter gradients; a layer
+  # reading nothing, a forecaster's first, its hidden half's), the channels
+  # it reads (0: none) and whether its input's gradient is needed
+  images <- function(dir, half) {
+    on <- calls$direction == dir & calls$half == half
+    v <- tapply(n[on] * calls$count[on], factor(calls$layer[on], levels = seq_len(L) - 1), sum)
+    ifelse(is.na(v), 0, v) / B
+  }
+  has_x <- images("forward", 0) > 0
+  fwd <- ifelse(has_x, images("forward", 0), images("forward", 1))
+  bwd <- ifelse(has_x, images("backward_filter", 0), images("backward_filter", 1))
+  inp <- vapply(seq_len(L) - 1, function(l) {
+    c0 <- calls$C[calls$layer == l & calls$half == 0]
+    if (length(c0)) as.double(c0[[1]]) else 0
+  }, numeric(1))
+  below <- seq_len(L) > 1 & has_x
   # per sample and step: forward convolutions and cell; backward cell,
   # convolutions (data and filter) and the gradients they accumulate
-  fwd_bytes <- P * e * (inp + 19 * hid)
-  bwd_bytes <- P * (e * (inp + 23 * hid) + f * 5 * hid + below * (e * 4 * hid + f * inp))
-  C_out <- hid[[length(hid)]]
-  data <- B * P * (T * config$input_dim * (8 + e) +
-                     (if (target == "sequence") T else 1) * C_out * (8 + f))
+  lp <- if (isTRUE(config$forecaster)) px[[1]] else P # a layer's pixels
+  fwd_bytes <- lp * e * (inp + 19 * hid)
+  bwd_bytes <- lp * (e * (inp + 23 * hid) + f * 5 * hid + below * (e * 4 * hid + f * inp))
+  data <- if (isTRUE(config$forecaster)) { # T input and K target frames
+    B * P * config$input_dim * (T * (8 + e) + K * (8 + f))
+  } else {
+    C_out <- hid[[L]]
+    B * P * (T * config$input_dim * (8 + e) +
+               (if (target == "sequence") T else 1) * C_out * (8 + f))
+  }
   update <- config$n_params * 4 * if (identical(optimizer_kind, "adam")) 10 else 6
   bytes <- B * sum(fwd_bytes * fwd + bwd_bytes * bwd) + data + update
   c(flops = flops, bytes = bytes, weights = weights)

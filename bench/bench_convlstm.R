@@ -2,7 +2,10 @@
 # ConvLSTM in the installed convlstm package (convlstm_train_step(): forward, MSE on
 # the last state, backward and Adam in one .Call) and measures the process's
 # peak resident memory growth. Run by bench_cpu.sh, which runs the PyTorch
-# twin (bench_torch.py) in the same invocation; not a test.
+# twin (bench_torch.py) in the same invocation; not a test. With
+# --model=forecaster: Shi et al.'s encoder-forecaster at issue 34's shape
+# (convlstm_forecaster(1, c(48, 48), 5, patch = 4), 10 input and 10 target
+# frames of 64x64, MSE over the forecast, Adam), bench_torch.py's twin.
 #
 # Prints one line: RESULT impl=convlstm median=<s> min=<s> rss_peak=<bytes>
 #   alloc_peak=<bytes> reserved_peak=<bytes> steps=<n> loss=<last loss>
@@ -16,7 +19,10 @@ steps <- as.integer(arg("steps", "20"))
 warmup <- as.integer(arg("warmup", "2"))
 threads <- as.integer(arg("threads", "2"))
 B <- as.integer(arg("batch", "100"))
-T <- 5L; C <- 1L; H <- 24L; W <- 24L
+fc <- identical(arg("model", "tutorial"), "forecaster")
+T <- if (fc) 10L else 5L
+C <- 1L
+H <- W <- if (fc) 64L else 24L
 
 suppressPackageStartupMessages(library(convlstm))
 
@@ -32,20 +38,26 @@ reset_hwm <- function() {
 
 set.seed(1)
 x <- array(runif(B * T * C * H * W), dim = c(B, T, C, H, W))
-y <- array(runif(B * 1 * H * W), dim = c(B, 1L, H, W))
+y <- if (fc) array(runif(B * T * C * H * W), dim = c(B, T, C, H, W)) else
+  array(runif(B * 1 * H * W), dim = c(B, 1L, H, W))
 invisible(gc())
 
 rss0 <- status_bytes("VmRSS")
 hwm_ok <- reset_hwm()
 
-model <- convlstm(input_dim = 1, hidden_dims = c(64, 1), kernel_sizes = c(3, 3),
-                  n_layers = 2, device = "cpu", threads = threads)
+model <- if (fc) {
+  convlstm_forecaster(1, c(48, 48), c(5, 5), patch = 4, device = "cpu", threads = threads)
+} else {
+  convlstm(input_dim = 1, hidden_dims = c(64, 1), kernel_sizes = c(3, 3),
+           n_layers = 2, device = "cpu", threads = threads)
+}
+target <- if (fc) "sequence" else "last_state"
 opt <- convlstm_optimizer_adam(lr = 1e-3)
-for (i in seq_len(warmup)) loss <- convlstm_train_step(model, x, y, opt, target = "last_state")
+for (i in seq_len(warmup)) loss <- convlstm_train_step(model, x, y, opt, target = target)
 times <- numeric(steps)
 for (i in seq_len(steps)) {
   t0 <- proc.time()[["elapsed"]]
-  loss <- convlstm_train_step(model, x, y, opt, target = "last_state")
+  loss <- convlstm_train_step(model, x, y, opt, target = target)
   times[i] <- proc.time()[["elapsed"]] - t0
 }
 rss_peak <- if (hwm_ok) status_bytes("VmHWM") - rss0 else NA

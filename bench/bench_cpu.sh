@@ -5,9 +5,13 @@
 # invocation, on the same cores and thread count, then a table: seconds per
 # step (median), ratio ours/torch, peak memory. See bench/README.md for the
 # method. It needs the package installed (make install) and Debian's
-# python3-torch; it is a benchmark, not a test.
+# python3-torch; it is a benchmark, not a test. --model=forecaster times
+# Shi et al.'s encoder-forecaster instead (issue 34's shape: hidden 48-48,
+# 5x5, 4x4 patches of 64x64 frames, 10 + 10 frames, batch 4 unless
+# --batch, MSE over the forecast frames, Adam).
 #
 #   bash bench/bench_cpu.sh [--steps=10] [--warmup=2] [--threads=2] [--batch=100] [--rounds=1]
+#                           [--model=tutorial|forecaster]
 #
 # Environment: PYTHON (default /usr/bin/python3, which has torch), RSCRIPT,
 # CORES (taskset list, default 0..threads-1).
@@ -16,7 +20,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 PYTHON=${PYTHON:-/usr/bin/python3}
 RSCRIPT=${RSCRIPT:-Rscript}
 
-steps=10; warmup=2; threads=2; batch=100; rounds=1
+steps=10; warmup=2; threads=2; batch=; rounds=1; model=tutorial
 for a in "$@"; do
   case $a in
     --steps=*) steps=${a#*=} ;;
@@ -24,9 +28,17 @@ for a in "$@"; do
     --threads=*) threads=${a#*=} ;;
     --batch=*) batch=${a#*=} ;;
     --rounds=*) rounds=${a#*=} ;;
+    --model=*) model=${a#*=} ;;
     *) echo "unknown argument: $a" >&2; exit 2 ;;
   esac
 done
+case $model in
+  tutorial) batch=${batch:-100}
+    what="tutorial model: input 1x24x24, T=5, hidden c(64, 1), kernels 3, batch $batch, Adam, MSE(last state)" ;;
+  forecaster) batch=${batch:-4}
+    what="encoder-forecaster: 1x64x64 in 4x4 patches, 10 + 10 frames, hidden 48-48, kernels 5, batch $batch, Adam, MSE(forecast)" ;;
+  *) echo "unknown model: $model (tutorial or forecaster)" >&2; exit 2 ;;
+esac
 common=(--steps="$steps" --warmup="$warmup" --threads="$threads" --batch="$batch")
 
 # Same cores and the same thread count on both sides.
@@ -39,15 +51,15 @@ export OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=1
 
 results=()
 for ((r = 1; r <= rounds; r++)); do
-  results+=("$("${pin[@]}" "$RSCRIPT" "$here/bench_convlstm.R" "${common[@]}" | grep '^RESULT')")
-  results+=("$("${pin[@]}" "$PYTHON" "$here/bench_torch.py" "${common[@]}" | grep '^RESULT')")
+  results+=("$("${pin[@]}" "$RSCRIPT" "$here/bench_convlstm.R" "${common[@]}" --model="$model" | grep '^RESULT')")
+  results+=("$("${pin[@]}" "$PYTHON" "$here/bench_torch.py" "${common[@]}" --model "$model" | grep '^RESULT')")
 done
 
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 rev=$(git -C "$here/.." rev-parse --short HEAD 2>/dev/null || echo "?")
 echo "convlstm CPU benchmark, $(date -u +%Y-%m-%d), commit $rev"
 echo "  CPU: ${cpu:-unknown}; cores ${CORES} (${pin[*]:-no taskset}); $threads threads each"
-echo "  tutorial model: input 1x24x24, T=5, hidden c(64, 1), kernels 3, batch $batch, Adam, MSE(last state)"
+echo "  $what"
 echo "  median of $steps steps after $warmup warm-up steps; $rounds round(s), best median kept"
 echo
 printf '%s\n' "${results[@]}" | awk '

@@ -1,5 +1,5 @@
 """bench/torch_common.py -- what PyTorch's side of the CPU benches shares: the
-one reference ConvLSTM (inst/python/torch_convlstm.py) and the process's
+one reference ConvLSTM and encoder-forecaster (inst/python/torch_convlstm.py) and the process's
 memory as Linux reports it in /proc/self/status. Imported by bench_torch.py
 and bench_memory_cpu.py (a script's own folder is on Python's path).
 """
@@ -7,9 +7,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "inst", "python"))
-from torch_convlstm import ConvLSTM  # noqa: E402
+from torch_convlstm import ConvLSTM, EncoderForecaster  # noqa: E402
 
-__all__ = ["ConvLSTM", "status_bytes", "reset_hwm"]
+__all__ = ["ConvLSTM", "EncoderForecaster", "status_bytes", "reset_hwm"]
 
 
 def status_bytes(key):

@@ -59,8 +59,10 @@ log="$work/log"
 mkdir -p "$scratch" "$build" "$log" "$rlib"
 
 # The scratch copy: tracked and untracked (not ignored) files of the tree.
-( cd "$root" && git ls-files -z --cached --others --exclude-standard ) |
-  ( cd "$root" && xargs -0 tar cf - 2>/dev/null ) | ( cd "$scratch" && tar xf - )
+# one tar reads the whole list (xargs would split a long one into several
+# archives, and tar xf stops at the first one's end: files went missing)
+( cd "$root" && git ls-files -z --cached --others --exclude-standard |
+    tar cf - --null -T - 2>/dev/null ) | ( cd "$scratch" && tar xf - )
 mkdir -p "$work/pristine"
 ( cd "$scratch" && tar cf - src R ) | ( cd "$work/pristine" && tar xf - )
 

@@ -435,3 +435,46 @@ test_that("an encoder-forecaster's batch_size above the samples: convlstm_fit() 
   h <- convlstm_fit(fc, x, y, convlstm_optimizer_sgd(0), epochs = 1, verbose = FALSE)
   expect_equal(h$loss[[1]], convlstm_train_step(fc, x, y, convlstm_optimizer_sgd(0)), tolerance = 1e-6)
 })
+
+test_that("an encoder-forecaster's remaining refusals: tbptt, horizon, given and carried states, position peepholes, a separate forward, each classed and named", {
+  fc <- convlstm_forecaster(1, 2, 3, patch = 2, device = "cpu", threads = 1)
+  on.exit(convlstm_release(fc))
+  x <- array(runif(2 * 3 * 4 * 4), dim = c(2, 3, 1, 4, 4))
+  y <- array(runif(2 * 2 * 4 * 4), dim = c(2, 2, 1, 4, 4))
+  o <- convlstm_optimizer_sgd(0)
+  fit <- function(...) convlstm_fit(fc, x, y, o, epochs = 1, verbose = FALSE, ...)
+  unsupported <- function(expr, regexp) {
+    expect_convlstm_error(expr, status = "unsupported", regexp = regexp)
+  }
+  # tbptt: the step runs both stacks whole (the loss reads every target step at once)
+  tb <- "does not support tbptt: its step runs the whole sequence in one pass"
+  unsupported(convlstm_train_step(fc, x, y, o, tbptt = 2), tb)
+  unsupported(fit(tbptt = 2), tb)
+  unsupported(convlstm_memory_estimate(fc, 2, 3, 4, 4, horizon = 2, tbptt = 2), tb)
+  # a horizon in training: the target's frames are the horizon
+  hz <- "takes no horizon in training: its horizon is the target's steps, dim\\(y\\)\\[2\\]"
+  unsupported(convlstm_train_step(fc, x, y, o, horizon = 2), hz)
+  unsupported(fit(horizon = 2), hz)
+  # free running: its forecaster reads no frames, so there is nothing to feed back
+  unsupported(convlstm_train_step(fc, x, y, o, teacher_forcing = FALSE), "teacher_forcing below 1")
+  # given and carried states: it starts from zeros
+  given <- list(list(h = array(0, c(2, 1, 4, 4)), c = array(0, c(2, 1, 4, 4))))
+  unsupported(convlstm_train_step(fc, x, y, o, state = given), "does not support a given state")
+  unsupported(convlstm_memory_estimate(fc, 2, 3, 4, 4, horizon = 2, state = "given"),
+              "does not support a given state")
+  unsupported(convlstm_train_step(fc, x, y, o, state = "carry"), 'does not support state = "carry"')
+  unsupported(fit(state = "carry", shuffle = FALSE), 'does not support state = "carry"')
+  # the last state as the target: its target is the frames
+  unsupported(convlstm_train_step(fc, x, array(0, c(2, 1, 4, 4)), o, target = "last_state"),
+              'does not support target = "last_state"')
+  # a separate forward (and so loss and backward)
+  unsupported(convlstm_forward(fc, x), "trains through train_step only")
+  # per-position peepholes: refused by the constructor's argument check, naming `peephole`
+  # (the table's row says the same of the core; R never reaches it)
+  for (p in list("position", TRUE)) {
+    expect_convlstm_error(convlstm_forecaster(1, 2, 3, patch = 2, peephole = p, device = "cpu"),
+                          status = "invalid", regexp = '`peephole` must be one of "channel", "none"')
+  }
+  # and a step with none of these still trains
+  expect_true(is.finite(convlstm_train_step(fc, x, y, o)))
+})
