@@ -36,6 +36,15 @@ require_capabilities <- function(model, options) {
   invisible()
 }
 
+# A refusal before any model exists (a constructor's argument): the table's
+# row for that kind and option, raised as the core raises it.
+refuse_by_table <- function(kind, option, call) {
+  table <- c_capabilities()
+  row <- which(table$model == kind & table$option == option)
+  if (length(row) != 1 || isTRUE(table$supported[[row]])) return(invisible())
+  abort_convlstm(table$reason[[row]], status = table$status[[row]], call = call)
+}
+
 # Whether the model's kind supports each option (no error).
 supports <- function(model, options) {
   ptr <- model_ptr(model)

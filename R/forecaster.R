@@ -83,7 +83,8 @@
 #' @param peephole `"channel"` (the default: one weight per hidden channel,
 #'   the cell whose parameters Table 1 counts) or `"none"`. The
 #'   per-position peepholes of the paper's equations (3) ([convlstm()]'s
-#'   `"position"`) would not give Table 1's counts and are not offered.
+#'   `"position"`) would not give Table 1's counts: refused with the
+#'   capability table's reason ([convlstm_capabilities()]).
 #' @param bias Whether the cells' convolutions have a bias (the head always
 #'   has one).
 #' @param dropout,recurrent_dropout,dropout_masks As in [convlstm()], for the
@@ -138,6 +139,9 @@ convlstm_forecaster <- function(input_dim, hidden_dims, kernel_sizes, patch = 1L
                            (max_layers - 2L) %/% 2L, L), call = call)
   }
   patch <- check_count(patch, "patch")
+  if (isTRUE(peephole) || identical(peephole, "position")) { # the table's row, as the core says it
+    refuse_by_table("encoder_forecaster", "peephole = position", call)
+  }
   peephole <- check_choice(peephole, c("channel", "none"), "peephole")
   geometry <- layer_geometry(kernel_sizes, dilation, L, call,
                              recurrent_kernel_sizes = recurrent_kernel_sizes)

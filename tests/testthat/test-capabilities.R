@@ -41,9 +41,8 @@ cap_setup <- function(kind) {
 }
 
 # Per option, the calls that ask for it (each a function of cap_setup()'s
-# list); NULL where no R entry point asks it of that kind (an
-# encoder-forecaster's constructor takes no frame size for per-position
-# peepholes, and no R call asks for dropout masks alone:
+# list); NULL where no R entry point asks it of that kind (no R call asks
+# for dropout masks alone:
 # test_core_capability.c checks the core's refusals; a resume reads the
 # checkpoint a fit of one epoch wrote).
 cap_calls <- function(option, s) {
@@ -129,6 +128,8 @@ cap_calls <- function(option, s) {
       p <- convlstm(1, 1, 3, peephole = "position", frame_size = c(4, 4), device = "cpu",
                     threads = 1, head = head)
       convlstm_release(p)
+    }) else list(convlstm_forecaster = function() {
+      convlstm_forecaster(1, 1, 3, patch = 2, peephole = "position", device = "cpu")
     }),
     "data parallel" = list(memory_estimate = function() plan(world_size = 2),
                            max_batch_size = function() most(world_size = 2)),

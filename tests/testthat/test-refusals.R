@@ -469,12 +469,15 @@ test_that("an encoder-forecaster's remaining refusals: tbptt, horizon, given and
               'does not support target = "last_state"')
   # a separate forward (and so loss and backward)
   unsupported(convlstm_forward(fc, x), "trains through train_step only")
-  # per-position peepholes: refused by the constructor's argument check, naming `peephole`
-  # (the table's row says the same of the core; R never reaches it)
+  # per-position peepholes: refused by the constructor with the capability table's row
+  # (its status and reason), naming `peephole`; another word stays an argument error
   for (p in list("position", TRUE)) {
     expect_convlstm_error(convlstm_forecaster(1, 2, 3, patch = 2, peephole = p, device = "cpu"),
-                          status = "invalid", regexp = '`peephole` must be one of "channel", "none"')
+                          status = "unsupported",
+                          regexp = 'supports peepholes "none" and "channel", not "position"')
   }
+  expect_convlstm_error(convlstm_forecaster(1, 2, 3, patch = 2, peephole = "both", device = "cpu"),
+                        status = "invalid", regexp = '`peephole` must be one of "channel", "none"')
   # and a step with none of these still trains
   expect_true(is.finite(convlstm_train_step(fc, x, y, o)))
 })
