@@ -159,12 +159,12 @@ cl_status cl_model_set_param(cl_model *m, const char *name, const float *in, siz
   return host_view_done(m, m->params, host, 1);
 }
 
-/* Offset in the flat buffer of element j of tensor i in torch's layout. */
-static size_t flat_index(const cl_model *m, int i, size_t j) {
-  cl_tensor_spec t = cl_cfg_tensor(&m->cfg, i);
-  const cl_layer *L = &m->layer[t.layer];
-  if (t.role == CL_TR_HEAD_W) return head_flat(m, j);
-  if (t.role != CL_TR_WEIGHT) return cl_whole_offset(L, t.role) + j;
+/* Offset in the flat buffer of element j of tensor t in torch's layout (t
+ * read once per tensor by the caller: its spec costs a walk of the layers). */
+static size_t flat_index(const cl_model *m, const cl_tensor_spec *t, size_t j) {
+  const cl_layer *L = &m->layer[t->layer];
+  if (t->role == CL_TR_HEAD_W) return head_flat(m, j);
+  if (t->role != CL_TR_WEIGHT) return cl_whole_offset(L, t->role) + j;
   size_t kk = (size_t)L->kh * L->kw, rx = L->in * kk, rh = L->hidden * kk;
   size_t o = j / (rx + rh), r = j % (rx + rh);
   return r < rx ? L->off_wx + o * rx + r : L->off_wh + o * rh + (r - rx);
@@ -195,7 +195,7 @@ cl_status cl_model_init_params(cl_model *m, double (*uniform01)(void *), void *c
     double bound = 1.0 / sqrt(fan_in);
     size_t n = cl_tensor_numel(m, i);
     for (size_t j = 0; j < n; j++)
-      host[flat_index(m, i, j)] = (float)((2.0 * uniform01(ctx) - 1.0) * bound);
+      host[flat_index(m, &t, j)] = (float)((2.0 * uniform01(ctx) - 1.0) * bound);
   }
   return host_view_done(m, m->params, host, 1);
 }
