@@ -169,8 +169,9 @@
 #'   [convlstm_reset_peak_memory_stats()] at the epoch's start; the step buffers
 #'   earlier calls left are given back ([convlstm_empty_cache()]) before the first
 #'   epoch, so they do not count; the same for an encoder-forecaster), and the attribute `data_on_device` (whether the
-#'   training set was on the device). It has `print()`, `plot()` and
-#'   (with ggplot2) `autoplot()` methods. With a `horizon`, also the
+#'   training set was on the device). It has `print()` (under the table, a
+#'   line per unit: the loss's, from `loss` and `reduction`, the peak's and
+#'   each `val_<metric>`'s), `plot()` and (with ggplot2) `autoplot()` methods. With a `horizon`, also the
 #'   column `teacher_forcing`.
 #' @seealso [generics::fit()][fit.convlstm_model] for the same through the generic.
 #' @export
@@ -447,7 +448,7 @@ convlstm_evaluate <- function(model, x, y, target = c("last_state", "sequence"),
 
 history_columns <- c("epoch", "loss", "val_loss", "lr", "seconds", "peak_bytes")
 
-new_history <- function(rows, target, batch_size, optimizer, loss = "mse") {
+new_history <- function(rows, target, batch_size, optimizer, loss = "mse", reduction = "mean") {
   df <- if (length(rows) > 0) {
     do.call(rbind, rows)
   } else {
@@ -455,7 +456,24 @@ new_history <- function(rows, target, batch_size, optimizer, loss = "mse") {
                seconds = double(), peak_bytes = double())
   }
   structure(df, class = c("convlstm_history", "data.frame"), target = target,
-            batch_size = batch_size, optimizer = optimizer$kind, loss = loss)
+            batch_size = batch_size, optimizer = optimizer$kind, loss = loss, reduction = reduction)
+}
+
+# What a history's columns hold, one line each, under print(): the loss in
+# its reduction's unit (an epoch's loss is its batches' averaged over their
+# sequences, summed for "sum") and the peak; the val_<metric> columns'
+# units are metric_units'.
+history_footnotes <- function(x) {
+  error <- c(mse = "squared error", mae = "absolute error", huber = "Huber loss",
+             bce_logits = "binary cross-entropy of the logits")[[attr(x, "loss") %||% "mse"]]
+  reduction <- attr(x, "reduction") %||% "mean"
+  unit <- switch(reduction,
+    mean = sprintf("%s, mean per element", error),
+    batchmean = sprintf("%s summed over a sequence's elements, mean per sequence", error),
+    sum = sprintf("%s summed over every element of the epoch's data", error))
+  c(sprintf("%s: %s (reduction \"%s\")",
+            if (all(is.na(x$val_loss))) "loss" else "loss, val_loss", unit, reduction),
+    "peak: the most bytes the model's allocator held at once during the epoch")
 }
 
 # The axis label of a history's loss.
@@ -488,7 +506,7 @@ print.convlstm_history <- function(x, ...) {
   scored <- setdiff(grep("^val_", names(x), value = TRUE), "val_loss") # convlstm_fit(metrics =)
   shown[scored] <- lapply(x[scored], formatC, digits = 5, format = "g")
   print(shown, row.names = FALSE, right = TRUE)
-  cat_lines(metric_footnotes(scored, prefix = "val_"))
+  cat_lines(c(history_footnotes(x), metric_footnotes(scored, prefix = "val_")))
   invisible(x)
 }
 

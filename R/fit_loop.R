@@ -84,7 +84,8 @@ fit_epochs_done <- function(f) {
 
 fit_set_history <- function(f, ctx) {
   ctx$history <- new_history(f$rows, target = f$target, batch_size = f$batch_size,
-                             optimizer = f$optimizer, loss = f$loss_fn$kind %||% "mse")
+                             optimizer = f$optimizer, loss = f$loss_fn$kind %||% "mse",
+                             reduction = f$loss_fn$reduction %||% "mean")
 }
 
 # The optimizer of the next step: the schedule's, with its current rate.

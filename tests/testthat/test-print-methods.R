@@ -285,10 +285,56 @@ test_that("a fit's history prints its val_<metric> columns and their units", {
   expect_true("val_mae: mean absolute error per element" %in% out)
   expect_true("val_mae_frame: absolute error summed over a frame's elements" %in% out)
   expect_true("val_csi_*: critical success index at the threshold" %in% out)
-  # no metrics, no footnote
+  # no metrics: the loss's and the peak's lines only, no empty line
   h0 <- convlstm_fit(model, x, y, convlstm_optimizer_adam(0.01), epochs = 1, batch_size = 3,
                      verbose = FALSE)
   out0 <- capture.output(print(h0))
-  expect_false(any(grepl(": ", out0[-1])))
-  expect_length(out0, 3) # header, column names, one epoch: no empty line
+  expect_identical(out0[4:5], c(
+    "loss: squared error, mean per element (reduction \"mean\")",
+    "peak: the most bytes the model's allocator held at once during the epoch"))
+  expect_length(out0, 5) # header, column names, one epoch, two units
+})
+
+test_that("a fit's history says its loss's unit as its loss and reduction make it", {
+  set.seed(4)
+  x <- array(stats::runif(4 * 3 * 16), c(4, 3, 1, 4, 4))
+  y <- array(stats::runif(4 * 16), c(4, 1, 4, 4))
+  unit_line <- function(model, ...) {
+    h <- convlstm_fit(model, x, y, convlstm_optimizer_sgd(0), epochs = 1, batch_size = 2,
+                      verbose = FALSE, ...)
+    out <- capture.output(print(h))
+    list(h = h, line = grep("^loss", out, value = TRUE))
+  }
+  model <- convlstm(1, c(2, 1), 3, device = "cpu", threads = 1)
+  on.exit(convlstm_release(model))
+  pred <- model(x)[[2]][[2]][[1]] # lr 0: the same weights for every batch and fit
+  e <- (pred - y)
+  # each reduction's value by hand, so the unit the line names is the value's
+  mean_el <- unit_line(model)
+  expect_identical(mean_el$line, "loss: squared error, mean per element (reduction \"mean\")")
+  expect_equal(mean_el$h$loss, mean(e^2), tolerance = 1e-5)
+  per_seq <- unit_line(model, reduction = "batchmean", loss = "mae", validation_data = list(x, y))
+  expect_identical(per_seq$line, paste0("loss, val_loss: absolute error summed over a sequence's ",
+                                        "elements, mean per sequence (reduction \"batchmean\")"))
+  expect_equal(per_seq$h$loss, sum(abs(e)) / 4, tolerance = 1e-5)
+  summed <- unit_line(model, reduction = "sum")
+  expect_identical(summed$line, paste0("loss: squared error summed over every element of the ",
+                                       "epoch's data (reduction \"sum\")"))
+  expect_equal(summed$h$loss, sum(e^2), tolerance = 1e-5)
+})
+
+test_that("an encoder-forecaster's history says the same units", {
+  set.seed(5)
+  fc <- convlstm_forecaster(1, 2, 3, device = "cpu")
+  on.exit(convlstm_release(fc))
+  x <- array(stats::runif(2 * 2 * 16), c(2, 2, 1, 4, 4))
+  y <- array(stats::runif(2 * 2 * 16), c(2, 2, 1, 4, 4))
+  h <- convlstm_fit(fc, x, y, convlstm_optimizer_adam(), epochs = 1, batch_size = 2,
+                    loss = "bce_logits", reduction = "batchmean", verbose = FALSE,
+                    metrics = "mse_frame", validation_data = list(x, y))
+  out <- capture.output(print(h))
+  expect_true(paste0("loss, val_loss: binary cross-entropy of the logits summed over a ",
+                     "sequence's elements, mean per sequence (reduction \"batchmean\")") %in% out)
+  expect_true("peak: the most bytes the model's allocator held at once during the epoch" %in% out)
+  expect_true("val_mse_frame: squared error summed over a frame's elements" %in% out)
 })

@@ -41,7 +41,8 @@ expect_same_weights <- function(a, b) {
 printed_losses <- function(h) {
   out <- capture.output(print(h))
   expect_match(out[[2]], "^ *epoch +loss")
-  as.numeric(vapply(strsplit(trimws(out[-(1:2)]), " +"), `[`, "", 2))
+  rows <- out[2 + seq_len(nrow(h))] # the epochs' lines; the units' lines follow
+  as.numeric(vapply(strsplit(trimws(rows), " +"), `[`, "", 2))
 }
 
 # --- the plain stack ----------------------------------------------------------------------------
