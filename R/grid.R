@@ -33,19 +33,20 @@
 #' @param horizon Frames to forecast after them.
 #' @param stride Frames between the starts of consecutive windows.
 #' @param var For an `ncdf4` object: the name of the variable.
-#' @param time_dim For an array without `layout` or named dimensions:
-#'   which dimension is time (by default the last); the others are then
-#'   `[height, width]` or `[channels, height, width]` in that order. With a
-#'   layout it must agree with it.
+#' @param time_dim For a three-dimensional array without `layout` or named
+#'   dimensions: which dimension is time (by default the last); the others
+#'   are then `[height, width]` in that order. With a layout it must agree
+#'   with it.
 #' @param layout For an array: its dimension order, one letter per
 #'   dimension, `"t"` (time), `"h"` (height), `"w"` (width) once each and
-#'   `"c"` (channels) at most once: `"chwt"` (the default for four
-#'   dimensions), `"hwt"` (three), `"hwct"` for `[height, width, channels,
-#'   time]`, `"tchw"`, ... `NULL` reads it from the names of the array's
-#'   dimnames when they are `time`, `height`, `width` and optionally
-#'   `channel` (a `layout` that contradicts them is an error), else uses
-#'   `time_dim`. A four-dimensional array's order cannot be told from its
-#'   values: declare it unless it is `[channels, height, width, time]`.
+#'   `"c"` (channels) at most once: `"chwt"` for `[channels, height, width,
+#'   time]`, `"hwt"` (the default for three dimensions), `"hwct"` for
+#'   `[height, width, channels, time]`, `"tchw"`, ... `NULL` reads it from the
+#'   names of the array's dimnames when they are `time`, `height`, `width` and
+#'   optionally `channel` (a `layout` that contradicts them is an error), else,
+#'   for three dimensions, uses `time_dim`. A four-dimensional array's
+#'   order cannot be told from its values: it must be declared, by `layout`
+#'   or by named dimensions.
 #' @param na What to do with missing cells (`NA`, `NaN`): `"refuse"` (an
 #'   error that counts them), or `"mask"`: they become 0 in `x` and `y`,
 #'   and the result has a loss weight `weight`, shaped as `y`, 0 where the
@@ -382,6 +383,12 @@ grid_layout <- function(data, time_dim, layout, call) {
   } else if (!is.null(named)) {
     l <- unname(named)
   } else {
+    if (n == 4) { # [C, H, W, T] and [H, W, C, T] alike have four numbers: say which
+      abort_convlstm(paste0(
+        "A four-dimensional array's order cannot be told from its values: declare it with ",
+        "`layout` (\"chwt\" for [channels, height, width, time], \"hwct\", \"tchw\", ...) or ",
+        "with dimnames named channel, height, width and time."), call = call)
+    }
     if (is.null(time_dim)) time_dim <- n
     if (time_dim > n) {
       abort_convlstm(sprintf("`time_dim` (%d) must be one of the array's %d dimensions.",

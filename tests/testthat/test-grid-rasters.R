@@ -21,9 +21,13 @@ test_that("an [H, W, C, T] array is read as declared: layout = \"hwct\"", {
   expect_identical(w$y[3, 1, 2, , ], rbind(c(1124, 1224, 1324), c(2124, 2224, 2324)))
   # restored in the array's own order, at the target's time (frame 4)
   expect_identical(convlstm_grid_restore(w$y, w, window = 3), a[, , , 4, drop = FALSE])
-  # the default for four dimensions is [channels, height, width, time]: the same array is
-  # then 2 channels of 3 x 2 -- what the caller must declare away
-  d <- convlstm_grid_windows(a, seq_len = 1, horizon = 1)
+  # undeclared, four dimensions are refused (they were read as [channels, height, width,
+  # time]: 2 channels of 3 x 2, silently); declared as that, they are read so
+  expect_convlstm_error(convlstm_grid_windows(a, seq_len = 1, horizon = 1),
+                        regexp = "four-dimensional array's order.*`layout`")
+  expect_convlstm_error(convlstm_grid_windows(a, seq_len = 1, horizon = 1, time_dim = 4),
+                        regexp = "four-dimensional array's order.*`layout`")
+  d <- convlstm_grid_windows(a, seq_len = 1, horizon = 1, layout = "chwt")
   expect_identical(dim(d$x), c(3L, 1L, 2L, 3L, 2L))
   expect_identical(d$x[2, 1, 2, 1, 2], a[2, 1, 2, 2])
   # time first: [time, height, width, channels]
@@ -48,9 +52,10 @@ test_that("named dimensions declare the layout; a layout that contradicts them i
   expect_identical(convlstm_grid_restore(w$y, w, window = 1), a[, , , 2, drop = FALSE]) # dimnames kept
   expect_identical(convlstm_grid_windows(a, seq_len = 1, horizon = 1, layout = "hwct")$x, w$x)
   expect_convlstm_error(convlstm_grid_windows(a, seq_len = 1, horizon = 1, layout = "chwt"), regexp = "`layout`.*contradicts")
-  # names that are not all of time/height/width/channel: the default order, [c, h, w, t]
+  # names that are not all of time/height/width/channel declare nothing: refused
   names(dimnames(a))[[1]] <- "lat"
-  expect_identical(dim(convlstm_grid_windows(a, seq_len = 1, horizon = 1)$x), c(3L, 1L, 2L, 3L, 2L))
+  expect_convlstm_error(convlstm_grid_windows(a, seq_len = 1, horizon = 1),
+                        regexp = "four-dimensional array's order")
 })
 
 test_that("a layout that is not one letter per dimension, or that time_dim contradicts, is refused", {

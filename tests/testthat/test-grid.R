@@ -34,7 +34,7 @@ test_that("grid_restore gives back the array's own layout at the targets' times"
   expect_identical(convlstm_grid_restore(array(w$y[3, , , , ], dim(w$y)[-1]), w, window = 3), series[, , 6:7, drop = FALSE])
   # time first and a channel dimension: [time, channels, height, width]
   multi <- aperm(array(c(series, -series), c(12, 16, 8, 2)), c(3, 4, 1, 2))
-  wm <- convlstm_grid_windows(multi, seq_len = 2, horizon = 3, time_dim = 1)
+  wm <- convlstm_grid_windows(multi, seq_len = 2, horizon = 3, layout = "tchw")
   expect_identical(dim(wm$x), c(4L, 2L, 2L, 12L, 16L))
   expect_identical(wm$x[2, 1, 2, , ], -unname(series[, , 2]))
   expect_identical(convlstm_grid_restore(wm$y, wm, window = 4), multi[6:8, , , , drop = FALSE])

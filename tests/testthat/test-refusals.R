@@ -25,7 +25,7 @@
 #                      refused, just above min(observed) accepted; an SSIM window as wide as the
 #                      frames accepted, one wider refused; metrics named twice refused
 #   R/grid.R           convlstm_grid_windows(): input + horizon equal to the series accepted, one frame
-#                      more refused; an array of 4 dimensions (channels) accepted, 5 refused;
+#                      more refused; an array of 4 dimensions (declared) accepted, 5 refused;
 #                      convlstm_grid_restore(): window = the number of windows accepted, one more refused
 #   R/fit.R            validation_split leaving exactly one sample on each side accepted, the
 #                      split leaving none for validation refused
@@ -214,9 +214,9 @@ test_that("convlstm_grid_windows(): a series exactly seq_len + horizon long give
                         regexp = "`seq_len` \\+ `horizon` \\(3 \\+ 3 frames\\) is longer than the series \\(5 frames\\)")
 })
 
-test_that("convlstm_grid_windows(): an array of 4 dimensions (channels first) is accepted, one of 5 refused", {
+test_that("convlstm_grid_windows(): an array of 4 dimensions (declared channels first) is accepted, one of 5 refused", {
   a <- array(seq_len(2 * 2 * 3 * 5), dim = c(2, 2, 3, 5)) # [channels, height, width, time]
-  w <- convlstm_grid_windows(a, seq_len = 2, horizon = 1) # 5 - 3 + 1 = 3 windows
+  w <- convlstm_grid_windows(a, seq_len = 2, horizon = 1, layout = "chwt") # 5 - 3 + 1 = 3 windows
   expect_identical(dim(w$x), c(3L, 2L, 2L, 2L, 3L))
   expect_identical(as.vector(w$x[1, 1, , , ]), as.double(a[, , , 1]))
   expect_identical(as.vector(w$y[3, 1, , , ]), as.double(a[, , , 5]))
