@@ -11,7 +11,7 @@
 #
 # Where each generator writes, given its first argument:
 #   tools/make_fixtures.py             the folder of fixtures/ itself (configs, dropout/)
-#   tools/make_fixtures_NAME.py        fixtures/NAME (forecast, peephole, ... any new one)
+#   tools/make_fixtures_NAME.py        fixtures/NAME (forecast, peephole, bf16, ... any new one)
 #   tools/make_training_fixtures.py    fixtures/training
 #   tools/make_lr_fixtures.py          fixtures/lr_schedules/schedules.csv (a file)
 #   tools/make_tutorial_inputs.R       fixtures/tutorial/inputs (R, the package installed)

@@ -37,8 +37,12 @@
  * float16 / bfloat16 storage always takes the direct path: images are
  * converted to float32 where they are copied into the padded buffer and
  * results rounded back where rows are written out, so the kernels compute
- * in float32 as the CUDA backend does. dx and the weight gradients are
- * float32 whatever the storage (backend.h).
+ * in float32 as the CUDA backend does. On a CPU with AVX512_BF16 (and an
+ * AVX-512 backend; CONVLSTM_BF16_DOT=0 forces float32) bfloat16 storage
+ * runs bfloat16 dot products instead (cl_cpu_bf16_rows / _dot): the padded
+ * images pass unchanged, the weights are rounded to bfloat16 as PyTorch's
+ * bfloat16 autocast rounds them, products are exact and sums float32. dx
+ * and the weight gradients are float32 whatever the storage (backend.h).
  *
  * Groups (per-gate dropout): image n of G groups is G images of C/G
  * channels to K/G outputs, each through its group's weight rows; in NCHW
@@ -65,6 +69,7 @@ typedef struct conv_plan {
   int threads;      /* image-parallel threads (1: images in sequence) */
   int gemm_threads; /* threads inside each GEMM (> 1 only when threads == 1) */
   int direct;       /* padded-image kernels instead of im2col + GEMM */
+  int bf16;         /* direct, bfloat16 storage: bfloat16 dot products (vdpbf16ps) */
   int view;         /* GEMM path: B packed straight from the padded image */
   int flip;         /* backward data through flipped weights */
   int gM, gN, gK;   /* the per-image GEMM (direct: the rows / dot product) */
@@ -76,6 +81,7 @@ typedef struct conv_plan {
   size_t dw_bytes;  /* one thread's private dw */
   size_t buf_bytes; /* per slice: im2col columns, or the padded image */
   size_t aux_bytes; /* per slice: GEMM scratch, or the padded y / dy */
+  size_t bf16_bytes; /* per slice: the bfloat16 kernels' packed operands */
   size_t slice_bytes;
   size_t total; /* bytes including 64 of alignment slack; 0 when none is used */
 } conv_plan;
@@ -170,7 +176,7 @@ static void plan_padding(conv_plan *pl, const cl_conv_shape *s) {
 static void plan_direct(conv_plan *pl, conv_op op, const cl_conv_shape *s) {
   int kk = cl_conv_taps(s);
   plan_padding(pl, s);
-  int mult = op == OP_BWD_FILTER ? CL_CPU_DOT_PAD : CL_CPU_ROWS_PAD;
+  int mult = op != OP_BWD_FILTER ? CL_CPU_ROWS_PAD : pl->bf16 ? CL_CPU_BF16_DOT_PAD : CL_CPU_DOT_PAD;
   pl->nq = round_up(s->H * pl->Wp, mult);
   /* Backward data pads dy (K channels) and produces C rows of dx. */
   int in = op == OP_BWD_DATA ? s->K : s->C, out = op == OP_BWD_DATA ? s->C : s->K;
@@ -183,6 +189,11 @@ static void plan_direct(conv_plan *pl, conv_op op, const cl_conv_shape *s) {
     pl->gM = s->K, pl->gN = s->C * kk, pl->gK = pl->nq;
   else
     pl->gM = out, pl->gN = pl->nq, pl->gK = in * kk;
+  if (pl->bf16)
+    pl->bf16_bytes = round64(
+        op == OP_BWD_FILTER
+            ? cl_cpu_bf16_dot_scratch_bytes(pl->gM, pl->nq, pl->buf_bytes / sizeof(float))
+            : cl_cpu_bf16_rows_scratch_bytes(pl->gM, in, kk, pl->buf_bytes / sizeof(float)));
 }
 
 /* The im2col + GEMM path. The internal GEMM can pack the im2col matrix
@@ -216,7 +227,7 @@ static void plan_regions(conv_plan *pl, conv_op op, const cl_conv_shape *s, int 
     dbias = round64(sizeof(double) * (size_t)s->K * G * pl->threads);
     pl->dw_bytes = round64(sizeof(float) * s->K * s->C * kk * G);
   }
-  pl->slice_bytes = pl->buf_bytes + pl->aux_bytes;
+  pl->slice_bytes = pl->buf_bytes + pl->aux_bytes + pl->bf16_bytes;
   pl->off_wflip = 0;
   pl->off_boff = wflip;
   pl->off_dbias = pl->off_boff + boff;
@@ -237,6 +248,8 @@ static conv_plan conv_plan_of(conv_op op, const cl_conv_shape *grouped, const cl
   /* Half storage is converted where the direct path copies images in and
    * rows out; the GEMM path reads float32 in place. */
   pl.direct = s->dtype != CL_F32 || (forced ? forced == 2 : use_direct(op, s, kind));
+  /* bfloat16 storage: bfloat16 products where the CPU has them */
+  pl.bf16 = s->dtype == CL_BF16 && cl_cpu_bf16_dot_of(kind);
   plan_threads(&pl, s->N, be->n_threads);
   if (pl.direct)
     plan_direct(&pl, op, s);
@@ -404,6 +417,10 @@ static float *slice_aux(const conv_job *j, int tid) {
   return slice_buf(j, tid) + j->pl->buf_bytes / sizeof(float);
 }
 
+static void *slice_bf16(const conv_job *j, int tid) {
+  return (char *)slice_aux(j, tid) + j->pl->aux_bytes;
+}
+
 static const ptrdiff_t *job_offsets(const conv_job *j) {
   return (const ptrdiff_t *)(j->ws + j->pl->off_boff);
 }
@@ -477,13 +494,24 @@ static void store_rows(const cl_conv_shape *s, int channels, const float *src, s
                 y, first + ((size_t)o * s->H + r) * s->W);
 }
 
+/* The direct path's C = A (shifted views of the padded image xp), in
+ * bfloat16 products when the plan says so. */
+static void direct_rows(const conv_job *j, int tid, const float *A, const float *xp, float *C) {
+  const conv_plan *pl = j->pl;
+  if (pl->bf16)
+    cl_cpu_bf16_rows(pl->gM, pl->gN, pl->gK / cl_conv_taps(j->s), cl_conv_taps(j->s), A, pl->gK,
+                     xp, pl->plane, pl->buf_bytes / sizeof(float), job_offsets(j), C, pl->nq,
+                     slice_bf16(j, tid));
+  else
+    cl_cpu_sgemm_rows(j->kind, pl->gM, pl->gN, pl->gK, A, pl->gK, xp, job_offsets(j), C, pl->nq);
+}
+
 static void forward_image_direct(const conv_job *j, int n, int tid) {
   const cl_conv_shape *s = j->s;
   const conv_plan *pl = j->pl;
   float *xp = slice_buf(j, tid), *yp = slice_aux(j, tid);
   fill_padded(pl, s->dtype, j->x, n, s->C, s->H, s->W, xp);
-  cl_cpu_sgemm_rows(j->kind, pl->gM, pl->gN, pl->gK, w_of(j, n), pl->gK, xp, job_offsets(j), yp,
-                    pl->nq);
+  direct_rows(j, tid, w_of(j, n), xp, yp);
   store_rows(s, s->K, yp, (size_t)pl->nq, (size_t)pl->Wp, bias_of(j, n), j->accumulate, s->dtype,
              j->y, n);
 }
@@ -495,7 +523,7 @@ static void backward_data_image_direct(const conv_job *j, int n, int tid) {
   float *dyp = slice_buf(j, tid), *dxp = slice_aux(j, tid);
   const float *wf = wflip_of(j, n);
   fill_padded(pl, s->dtype, j->dy, n, s->K, s->H, s->W, dyp);
-  cl_cpu_sgemm_rows(j->kind, pl->gM, pl->gN, pl->gK, wf, pl->gK, dyp, job_offsets(j), dxp, pl->nq);
+  direct_rows(j, tid, wf, dyp, dxp);
   store_rows(s, s->C, dxp, (size_t)pl->nq, (size_t)pl->Wp, NULL, j->accumulate, CL_F32, j->dx, n);
 }
 
@@ -597,8 +625,12 @@ static void backward_filter_image_direct(const conv_job *j, int n, int tid) {
     for (int y = 0; y < s->H; y++)
       cl_cpu_load(s->dtype, j->dy, first + ((size_t)o * s->H + y) * s->W,
                   dyp + (size_t)o * pl->nq + (size_t)y * pl->Wp, (size_t)s->W);
-  cl_cpu_sgemm_dot(j->kind, pl->gM, pl->gN, pl->gK, dyp, pl->nq, xp, job_offsets(j),
-                   filter_dw_at(j, tid, n), pl->gN);
+  if (pl->bf16)
+    cl_cpu_bf16_dot(pl->gM, pl->gN, pl->gK, dyp, pl->nq, xp, pl->buf_bytes / sizeof(float),
+                    job_offsets(j), filter_dw_at(j, tid, n), pl->gN, slice_bf16(j, tid));
+  else
+    cl_cpu_sgemm_dot(j->kind, pl->gM, pl->gN, pl->gK, dyp, pl->nq, xp, job_offsets(j),
+                     filter_dw_at(j, tid, n), pl->gN);
   add_dbias(j, dyp, (size_t)pl->nq, pl->nq, tid, n);
 }
 

@@ -21,15 +21,21 @@
  * plain -O2, so global -m flags cannot be relied on.
  *
  * This file is not the convolution (cpu_conv.c lowers convolutions to these
- * calls). It keeps no static mutable state: cl_cpu_gemm_choose() is a fixed
- * rule (the CPU's best internal kernel unless CONVLSTM_GEMM forces one).
+ * calls). cl_cpu_gemm_choose() is a fixed rule (the CPU's best internal
+ * kernel unless CONVLSTM_GEMM forces one); its one static mutable state is
+ * the table of register tiles timed per shape (tile_pick), which changes
+ * speed only, never a result.
  */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
+#endif
 #include "cpu_gemm.h"
 #include "cpu_threads.h" /* cl_cpu_threads */
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -56,6 +62,8 @@ typedef struct gemm_arch {
   int mr, nr;
   gemm_ukernel ukr;
   int avx_pack; /* the CPU has AVX: transposing packs may use 8 x 8 register transposes */
+  int jr_outer; /* BLIS's loop order: one B sliver stays in L1 across the row tiles */
+  const char *name;
 } gemm_arch;
 
 static int imin(int a, int b) { return a < b ? a : b; }
@@ -148,65 +156,72 @@ CL_TARGET_AVX2 static void ukr_avx2(int kc, const float *a, const float *b, floa
   store_tile(t, AVX2_NR, c, ldc, alpha, beta, m, n);
 }
 
-/* ---- AVX-512F micro-kernel: 8 x 48, 24 zmm accumulators ----------------
- * 8 rows divide the usual channel counts (4 * hidden) and 48 columns divide
- * 24 * 24 pixels; per k step 3 loads and 8 broadcasts feed 24 FMAs, which
- * keeps the FMA pipes busy on both Intel and Zen 4 (double-pumped). */
+/* ---- AVX-512F micro-kernels ---------------------------------------------
+ * Two register tiles, both with 24 zmm accumulators: 8 x 48 (8 rows divide
+ * the usual channel counts, 4 * hidden, and 48 columns divide 24 * 24
+ * pixels; per k step 3 loads and 8 broadcasts feed 24 FMAs) and 12 x 32
+ * (32 columns divide 16 * 16 pixels, where 48 leaves a sixth tile a third
+ * used; 2 loads and 12 broadcasts per 24 FMAs). Which runs faster depends
+ * on the shape, so cl_cpu_sgemm times both per shape (tile_pick below).
+ * Both sum each element of C over k in the same order with the same
+ * operations, so their results are identical bit for bit. */
 
 #define CL_TARGET_AVX512 __attribute__((target("avx512f")))
-enum { AVX512_MR = 8, AVX512_NV = 3, AVX512_NR = 16 * AVX512_NV };
 
-CL_TARGET_AVX512 static void ukr_avx512_store(__m512 acc[AVX512_MR][AVX512_NV], float *c, int ldc,
-                                              float alpha, float beta, int m, int n) {
-  __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  __mmask16 mk[AVX512_NV];
-  for (int v = 0; v < AVX512_NV; v++) {
-    int left = n - 16 * v;
-    mk[v] = left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1u);
+/* C[0:m, 0:n] = alpha acc + beta C for an MR x 16 NV tile of accumulators. */
+#define CL_UKR_AVX512(NAME, MR, NV)                                                               \
+  CL_TARGET_AVX512 static void NAME##_store(__m512 acc[MR][NV], float *c, int ldc, float alpha,   \
+                                            float beta, int m, int n) {                           \
+    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);                                 \
+    __mmask16 mk[NV];                                                                             \
+    for (int v = 0; v < NV; v++) {                                                                \
+      int left = n - 16 * v;                                                                      \
+      mk[v] = left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1u);    \
+    }                                                                                             \
+    for (int i = 0; i < m; i++) {                                                                 \
+      float *cr = c + (size_t)i * ldc;                                                            \
+      for (int v = 0; v < NV; v++) {                                                              \
+        __m512 x = alpha == 1.0f ? acc[i][v] : _mm512_mul_ps(va, acc[i][v]);                      \
+        if (beta != 0.0f) x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mk[v], cr + 16 * v), x);  \
+        _mm512_mask_storeu_ps(cr + 16 * v, mk[v], x);                                             \
+      }                                                                                           \
+    }                                                                                             \
+  }                                                                                               \
+  CL_TARGET_AVX512 static void NAME(int kc, const float *a, const float *b, float *c, int ldc,    \
+                                    float alpha, float beta, int m, int n) {                      \
+    __m512 acc[MR][NV];                                                                           \
+    _Pragma("GCC unroll 12") for (int i = 0; i < MR; i++)                                         \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[i][v] = _mm512_setzero_ps();     \
+    for (int p = 0; p < kc; p++) {                                                                \
+      __m512 bv[NV];                                                                              \
+      _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) bv[v] = _mm512_loadu_ps(b + 16 * v);   \
+      _Pragma("GCC unroll 12") for (int i = 0; i < MR; i++) {                                     \
+        __m512 ai = _mm512_set1_ps(a[i]);                                                         \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[i][v] =                          \
+            _mm512_fmadd_ps(ai, bv[v], acc[i][v]);                                                \
+      }                                                                                           \
+      a += MR;                                                                                    \
+      b += 16 * NV;                                                                               \
+    }                                                                                             \
+    NAME##_store(acc, c, ldc, alpha, beta, m, n);                                                 \
   }
-  for (int i = 0; i < m; i++) {
-    float *cr = c + (size_t)i * ldc;
-    for (int v = 0; v < AVX512_NV; v++) {
-      __m512 x = alpha == 1.0f ? acc[i][v] : _mm512_mul_ps(va, acc[i][v]);
-      if (beta != 0.0f) x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mk[v], cr + 16 * v), x);
-      _mm512_mask_storeu_ps(cr + 16 * v, mk[v], x);
-    }
-  }
-}
 
-CL_TARGET_AVX512 static void ukr_avx512(int kc, const float *a, const float *b, float *c, int ldc,
-                                        float alpha, float beta, int m, int n) {
-  __m512 acc[AVX512_MR][AVX512_NV];
-#pragma GCC unroll 8
-  for (int i = 0; i < AVX512_MR; i++)
-#pragma GCC unroll 4
-    for (int v = 0; v < AVX512_NV; v++) acc[i][v] = _mm512_setzero_ps();
-  for (int p = 0; p < kc; p++) {
-    __m512 bv[AVX512_NV];
-#pragma GCC unroll 4
-    for (int v = 0; v < AVX512_NV; v++) bv[v] = _mm512_loadu_ps(b + 16 * v);
-#pragma GCC unroll 8
-    for (int i = 0; i < AVX512_MR; i++) {
-      __m512 ai = _mm512_set1_ps(a[i]);
-#pragma GCC unroll 4
-      for (int v = 0; v < AVX512_NV; v++) acc[i][v] = _mm512_fmadd_ps(ai, bv[v], acc[i][v]);
-    }
-    a += AVX512_MR;
-    b += AVX512_NR;
-  }
-  ukr_avx512_store(acc, c, ldc, alpha, beta, m, n);
-}
+CL_UKR_AVX512(ukr_avx512, 8, 3)
+CL_UKR_AVX512(ukr_avx512_12x32, 12, 2)
+#undef CL_UKR_AVX512
 #endif /* CL_GEMM_X86 */
 
-static const gemm_arch ARCH_GENERIC = {GEN_MR, GEN_NR, ukr_generic, 0};
+static const gemm_arch ARCH_GENERIC = {GEN_MR, GEN_NR, ukr_generic, 0, 0, "4x16"};
 #if CL_GEMM_X86
-static const gemm_arch ARCH_AVX2 = {AVX2_MR, AVX2_NR, ukr_avx2, 1};
-static const gemm_arch ARCH_AVX512 = {AVX512_MR, AVX512_NR, ukr_avx512, 1};
+static const gemm_arch ARCH_AVX2 = {AVX2_MR, AVX2_NR, ukr_avx2, 1, 0, "6x16"};
+/* The AVX-512 tiles cl_cpu_sgemm chooses between, the first the default. */
+static const gemm_arch ARCH_AVX512[] = {{8, 48, ukr_avx512, 1, 0, "8x48"},
+                                        {12, 32, ukr_avx512_12x32, 1, 1, "12x32"}};
 #endif
 
 static const gemm_arch *arch_of(cl_cpu_gemm_kind kind) {
 #if CL_GEMM_X86
-  if (kind == CL_CPU_GEMM_AVX512) return &ARCH_AVX512;
+  if (kind == CL_CPU_GEMM_AVX512) return &ARCH_AVX512[0];
   if (kind == CL_CPU_GEMM_AVX2) return &ARCH_AVX2;
 #endif
   (void)kind;
@@ -275,12 +290,19 @@ CL_TARGET_AVX static inline void transpose8x8(const float *src, size_t lds, floa
   }
 }
 
-/* An MR = 8 sliver from 8 full rows of A: dst[p * 8 + i] = src[i * lda + p]. */
-CL_TARGET_AVX static void pack_rows8_avx(const float *src, int lda, int kc, float *dst) {
+/* An MR-tall sliver from mr full rows of A (mr a multiple of 4, at least 8):
+ * dst[p * mr + i] = src[i * lda + p]. Row groups of 8 start at 0, 8, ...
+ * and the last at mr - 8, so for mr = 12 rows 4-7 are written twice, with
+ * the same values. */
+CL_TARGET_AVX static void pack_rows_avx(const float *src, int lda, int kc, int mr, float *dst) {
   int p = 0;
-  for (; p + 8 <= kc; p += 8) transpose8x8(src + p, (size_t)lda, dst + (size_t)p * 8, 8);
+  for (; p + 8 <= kc; p += 8)
+    for (int g = 0; g < (mr + 7) / 8; g++) {
+      const int r0 = imin(8 * g, mr - 8);
+      transpose8x8(src + (size_t)r0 * lda + p, (size_t)lda, dst + (size_t)p * mr + r0, (size_t)mr);
+    }
   for (; p < kc; p++)
-    for (int i = 0; i < 8; i++) dst[(size_t)p * 8 + i] = src[(size_t)i * lda + p];
+    for (int i = 0; i < mr; i++) dst[(size_t)p * mr + i] = src[(size_t)i * lda + p];
 }
 
 /* An NR-wide sliver (NR a multiple of 8) from n rows of B, n <= NR:
@@ -326,8 +348,8 @@ static void pack_a(const gemm_arch *ar, int transA, const float *A, int lda, int
     }
     const float *src = A + (size_t)(i0 + s) * lda + p0;
 #if CL_GEMM_X86
-    if (ar->avx_pack && mr == 8 && m == 8) {
-      pack_rows8_avx(src, lda, kc, dst);
+    if (ar->avx_pack && mr % 4 == 0 && mr >= 8 && m == mr) {
+      pack_rows_avx(src, lda, kc, mr, dst);
       continue;
     }
 #endif
@@ -405,6 +427,15 @@ static gemm_blocks blocks_of(const gemm_arch *ar, int M, int N, int K) {
 
 static void macro_kernel(const gemm_arch *ar, int mc, int nc, int kc, const float *pa,
                          const float *pb, float *c, int ldc, float alpha, float beta) {
+  if (ar->jr_outer) {
+    for (int jr = 0; jr < nc; jr += ar->nr) {
+      const float *b = pb + (size_t)jr * kc;
+      for (int ir = 0; ir < mc; ir += ar->mr)
+        ar->ukr(kc, pa + (size_t)ir * kc, b, c + (size_t)ir * ldc + jr, ldc, alpha, beta,
+                imin(ar->mr, mc - ir), imin(ar->nr, nc - jr));
+    }
+    return;
+  }
   for (int ir = 0; ir < mc; ir += ar->mr) {
     const float *a = pa + (size_t)ir * kc;
     for (int jr = 0; jr < nc; jr += ar->nr)
@@ -513,6 +544,220 @@ void cl_cpu_sgemm_dot(cl_cpu_gemm_kind kind, int M, int N, int K, const float *A
   }
 }
 
+/* ---- bfloat16 dot products (AVX512_BF16) ----------------------------------
+ *
+ * vdpbf16ps multiplies 32 pairs of bfloat16 and adds each lane's two
+ * products into a float32 accumulator. A product of two bfloat16 (8-bit
+ * significands) has at most 16 significant bits, so it is exact in float32:
+ * the only rounding left is the float32 sum's, as in the float32 kernels.
+ * The operands are rounded to bfloat16 (nearest even) where they are packed;
+ * activations stored in bfloat16 pass unchanged, the float32 weights are
+ * rounded as PyTorch's bfloat16 autocast rounds them. The pairs run along
+ * the reduced dimension: for the rows kernel two channels of the padded
+ * image interleaved pixel by pixel (packed here, once per image: each tap's
+ * shifted view of the interleaved image is then a row of pairs, with no
+ * im2col copy), for the dot kernel two neighbouring pixels (already side by
+ * side in a row). */
+
+#if CL_GEMM_X86 && (defined(__clang__) ? __clang_major__ >= 9 : __GNUC__ >= 10)
+#define CL_GEMM_BF16 1
+#define CL_TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+/* bf16(f), nearest even (NaN kept a NaN): the bits of core/half.h's rule. */
+static uint16_t cl_bf16_round(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu)) return (uint16_t)((u >> 16) | 0x40);
+  return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* dst[i] = bf16(src[i]), i < n (nearest even). */
+CL_TARGET_BF16 static void to_bf16(const float *src, size_t n, uint16_t *dst) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256((__m256i *)(dst + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
+  if (i < n) {
+    __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+    __m256i v = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + i));
+    _mm256_mask_storeu_epi16(dst + i, m, v);
+  }
+}
+
+/* Channels 2 cp and 2 cp + 1 (c1 NULL: zeros) of a padded image, n floats
+ * each, as n pairs: dst[2 i] = bf16(c0[i]), dst[2 i + 1] = bf16(c1[i]). */
+CL_TARGET_BF16 static void pack_pair(const float *c0, const float *c1, size_t n, uint16_t *dst) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(c0 + i)));
+    __m512i hi = c1 ? _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(c1 + i)))
+                    : _mm512_setzero_si512();
+    _mm512_storeu_si512((void *)(dst + 2 * i), _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+  }
+  uint16_t t[32];
+  float z[16] = {0}, a[16] = {0}, b[16] = {0};
+  if (i == n) return;
+  memcpy(a, c0 + i, sizeof(float) * (n - i));
+  if (c1) memcpy(b, c1 + i, sizeof(float) * (n - i));
+  pack_pair(a, c1 ? b : z, 16, t);
+  memcpy(dst + 2 * i, t, sizeof(uint16_t) * 2 * (n - i));
+}
+
+enum { BF_MR = 4, BF_NV = 6 }; /* 24 zmm accumulators, as the float32 rows kernel */
+
+/* C[i][q] = sum_r pair(a_i, r) . pair(bp, off[r] + q): a row's pairs at
+ * ap + 2 Kh i, each (r) a 32-bit word; bp pairs of channels. */
+CL_TARGET_BF16 static void bf16_rows_kernel(int M, int N, int Kh, const uint16_t *ap,
+                                            const uint16_t *bp, const ptrdiff_t *off, float *C,
+                                            int ldc) {
+  for (int i0 = 0; i0 < M; i0 += BF_MR) {
+    const uint32_t *a[BF_MR];
+    for (int i = 0; i < BF_MR; i++)
+      a[i] = (const uint32_t *)(ap + 2 * (size_t)Kh * (i0 + i < M ? i0 + i : M - 1));
+    for (int q0 = 0; q0 < N; q0 += 16 * BF_NV) {
+      __m512 acc[BF_MR][BF_NV];
+#pragma GCC unroll 4
+      for (int i = 0; i < BF_MR; i++)
+#pragma GCC unroll 6
+        for (int v = 0; v < BF_NV; v++) acc[i][v] = _mm512_setzero_ps();
+      for (int r = 0; r < Kh; r++) {
+        const uint16_t *b = bp + 2 * (off[r] + (ptrdiff_t)q0);
+        __m512i bv[BF_NV];
+#pragma GCC unroll 6
+        for (int v = 0; v < BF_NV; v++) bv[v] = _mm512_loadu_si512((const void *)(b + 32 * v));
+#pragma GCC unroll 4
+        for (int i = 0; i < BF_MR; i++) {
+          __m512i ai = _mm512_set1_epi32((int)a[i][r]);
+#pragma GCC unroll 6
+          for (int v = 0; v < BF_NV; v++)
+            acc[i][v] = _mm512_dpbf16_ps(acc[i][v], (__m512bh)ai, (__m512bh)bv[v]);
+        }
+      }
+#pragma GCC unroll 4
+      for (int i = 0; i < BF_MR; i++)
+        if (i0 + i < M)
+#pragma GCC unroll 6
+          for (int v = 0; v < BF_NV; v++)
+            _mm512_storeu_ps(C + (size_t)(i0 + i) * ldc + q0 + 16 * v, acc[i][v]);
+    }
+  }
+}
+
+enum { BD_MR = 4, BD_NR = 6 };
+
+CL_TARGET_BF16 static void bf16_dot_kernel(int M, int N, int K, const uint16_t *A, int lda,
+                                           const uint16_t *B, const ptrdiff_t *boff, float *C,
+                                           int ldc) {
+  for (int i0 = 0; i0 < M; i0 += BD_MR)
+    for (int j0 = 0; j0 < N; j0 += BD_NR) {
+      const uint16_t *a[BD_MR], *b[BD_NR];
+#pragma GCC unroll 4
+      for (int i = 0; i < BD_MR; i++) a[i] = A + (size_t)(i0 + i < M ? i0 + i : M - 1) * lda;
+#pragma GCC unroll 6
+      for (int j = 0; j < BD_NR; j++) b[j] = B + boff[j0 + j < N ? j0 + j : N - 1];
+      __m512 acc[BD_MR][BD_NR];
+#pragma GCC unroll 4
+      for (int i = 0; i < BD_MR; i++)
+#pragma GCC unroll 6
+        for (int j = 0; j < BD_NR; j++) acc[i][j] = _mm512_setzero_ps();
+      for (int p = 0; p < K; p += 32) {
+        __m512i av[BD_MR];
+#pragma GCC unroll 4
+        for (int i = 0; i < BD_MR; i++) av[i] = _mm512_loadu_si512((const void *)(a[i] + p));
+#pragma GCC unroll 6
+        for (int j = 0; j < BD_NR; j++) {
+          __m512i bv = _mm512_loadu_si512((const void *)(b[j] + p));
+#pragma GCC unroll 4
+          for (int i = 0; i < BD_MR; i++)
+            acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)av[i], (__m512bh)bv);
+        }
+      }
+#pragma GCC unroll 4
+      for (int i = 0; i < BD_MR; i++)
+#pragma GCC unroll 6
+        for (int j = 0; j < BD_NR; j++)
+          if (i0 + i < M && j0 + j < N)
+            C[(size_t)(i0 + i) * ldc + j0 + j] += _mm512_reduce_add_ps(acc[i][j]);
+    }
+}
+#else
+#define CL_GEMM_BF16 0
+#endif
+
+int cl_cpu_bf16_dot_of(cl_cpu_gemm_kind kind) {
+#if CL_GEMM_BF16
+  const char *e = getenv("CONVLSTM_BF16_DOT");
+  if (e && strcmp(e, "0") == 0) return 0;
+  return direct_kind(kind) == CL_CPU_GEMM_AVX512 && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512bf16");
+#else
+  (void)kind;
+  return 0;
+#endif
+}
+
+static size_t a64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
+
+size_t cl_cpu_bf16_rows_scratch_bytes(int M, int channels, int taps, size_t b_len) {
+  size_t Kh = (size_t)(channels + 1) / 2 * taps;
+  return a64(sizeof(uint32_t) * M * Kh) + a64(sizeof(ptrdiff_t) * Kh) +
+         a64(sizeof(uint32_t) * b_len);
+}
+
+size_t cl_cpu_bf16_dot_scratch_bytes(int M, int lda, size_t b_len) {
+  return a64(sizeof(uint16_t) * M * (size_t)lda) + a64(sizeof(uint16_t) * b_len);
+}
+
+void cl_cpu_bf16_rows(int M, int N, int channels, int taps, const float *A, int lda,
+                      const float *B, size_t plane, size_t b_len, const ptrdiff_t *boff, float *C,
+                      int ldc, void *scratch) {
+#if CL_GEMM_BF16
+  if (M <= 0 || N <= 0) return;
+  /* pairs of channels (c even, c + 1) at each tap: A[i][(c / 2) taps + t]
+   * holds w[i][c][t] and w[i][c + 1][t]; the image's pair cp at cp plane */
+  const int Cp = (channels + 1) / 2, Kh = Cp * taps;
+  uint16_t *ap = scratch;
+  ptrdiff_t *off = (ptrdiff_t *)((char *)scratch + a64(sizeof(uint32_t) * M * (size_t)Kh));
+  uint16_t *bp = (uint16_t *)((char *)off + a64(sizeof(ptrdiff_t) * (size_t)Kh));
+  for (int i = 0; i < M; i++)
+    for (int cp = 0; cp < Cp; cp++) {
+      const float *w0 = A + (size_t)i * lda + (size_t)2 * cp * taps;
+      for (int t = 0; t < taps; t++) {
+        uint16_t *d = ap + 2 * ((size_t)i * Kh + (size_t)cp * taps + t);
+        d[0] = cl_bf16_round(w0[t]);
+        d[1] = 2 * cp + 1 < channels ? cl_bf16_round(w0[taps + t]) : 0;
+      }
+    }
+  for (int cp = 0; cp < Cp; cp++) {
+    for (int t = 0; t < taps; t++) off[cp * taps + t] = (ptrdiff_t)(cp * plane) + boff[t];
+    /* the pair's plane, and past the last one what the most shifted view reads */
+    size_t n = cp + 1 < Cp ? plane : b_len - (size_t)2 * cp * plane;
+    if (2 * cp + 1 < channels && n > b_len - (size_t)(2 * cp + 1) * plane)
+      n = b_len - (size_t)(2 * cp + 1) * plane;
+    pack_pair(B + (size_t)2 * cp * plane, 2 * cp + 1 < channels ? B + (size_t)(2 * cp + 1) * plane : NULL,
+              n, bp + 2 * (size_t)cp * plane);
+  }
+  bf16_rows_kernel(M, N, Kh, ap, bp, off, C, ldc);
+#else
+  (void)M, (void)N, (void)channels, (void)taps, (void)A, (void)lda, (void)B, (void)plane;
+  (void)b_len, (void)boff, (void)C, (void)ldc, (void)scratch;
+#endif
+}
+
+void cl_cpu_bf16_dot(int M, int N, int K, const float *A, int lda, const float *B, size_t b_len,
+                     const ptrdiff_t *boff, float *C, int ldc, void *scratch) {
+#if CL_GEMM_BF16
+  if (M <= 0 || N <= 0) return;
+  uint16_t *ab = scratch, *bb = (uint16_t *)((char *)scratch + a64(sizeof(uint16_t) * M * (size_t)lda));
+  to_bf16(A, (size_t)M * lda, ab);
+  to_bf16(B, b_len, bb);
+  bf16_dot_kernel(M, N, K, ab, lda, bb, boff, C, ldc);
+#else
+  (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)b_len, (void)boff, (void)C;
+  (void)ldc, (void)scratch;
+#endif
+}
+
 /* ---- BLAS ----------------------------------------------------------------- */
 
 #ifdef CL_HAVE_BLAS
@@ -533,10 +778,164 @@ static void gemm_blas(int transA, int transB, int M, int N, int K, float alpha, 
 }
 #endif
 
+/* ---- choosing the register tile per shape, by timing ----------------------
+ *
+ * oneDNN and cuDNN pick a kernel per shape by measuring; so does this. The
+ * first calls of each shape class (M, N, K, transposes, im2col view) in a
+ * process alternate between the kind's tiles, TUNE_ROUNDS calls each, and
+ * the tile of the shortest call then runs every later call of the class.
+ * The timed calls are the real ones (no extra work), clocked in the calling
+ * thread's CPU seconds so that a neighbour holding the core is not charged.
+ * The choice cannot change a result: every tile sums each element of C in
+ * one order (see the micro-kernels), and the scratch is sized for the
+ * largest tile. CONVLSTM_GEMM_TILE=<name> (cl_cpu_gemm_tile_name) forces a
+ * tile; products under TUNE_MIN_FLOP and classes past the table's size run
+ * the first tile. */
+
+enum { TUNE_ROUNDS = 3, TUNE_SLOTS = 256 };
+#define TUNE_MIN_FLOP 2e6
+
+typedef struct tune_slot {
+  int used, M, N, K, flags; /* flags: transA | transB << 1 | view << 2 */
+  int calls, choice;        /* choice: -1 until the timing rounds are done */
+  double best[2];
+} tune_slot;
+
+static tune_slot tune_table[TUNE_SLOTS]; /* only inside the critical section */
+
+static int shape_flags(int transA, int transB, int view) {
+  return (transA != 0) | (transB != 0) << 1 | (view != 0) << 2;
+}
+
+static int tiles_of(cl_cpu_gemm_kind kind, const gemm_arch **tiles) {
+#if CL_GEMM_X86
+  if (kind == CL_CPU_GEMM_AVX512) {
+    *tiles = ARCH_AVX512;
+    return (int)(sizeof ARCH_AVX512 / sizeof ARCH_AVX512[0]);
+  }
+#endif
+  *tiles = arch_of(kind);
+  return 1;
+}
+
+int cl_cpu_gemm_tiles(cl_cpu_gemm_kind kind) {
+  const gemm_arch *t;
+  return kind == CL_CPU_GEMM_BLAS ? 0 : tiles_of(kind, &t);
+}
+
+const char *cl_cpu_gemm_tile_name(cl_cpu_gemm_kind kind, int tile) {
+  const gemm_arch *t;
+  int n = tiles_of(kind, &t);
+  return tile >= 0 && tile < n ? t[tile].name : "?";
+}
+
+/* The tile CONVLSTM_GEMM_TILE names among n, or -1. */
+static int tile_forced(const gemm_arch *tiles, int n) {
+  const char *e = getenv("CONVLSTM_GEMM_TILE");
+  for (int i = 0; e && i < n; i++)
+    if (strcmp(e, tiles[i].name) == 0) return i;
+  return -1;
+}
+
+static double thread_seconds(void) {
+  struct timespec ts;
+#ifdef CLOCK_THREAD_CPUTIME_ID
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+#else
+  timespec_get(&ts, TIME_UTC);
+#endif
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The class's slot (open addressing), or NULL when the table is full. */
+static tune_slot *tune_find(int M, int N, int K, int flags) {
+  unsigned h = ((unsigned)M * 2654435761u) ^ ((unsigned)N * 40503u) ^ ((unsigned)K * 97u) ^
+               (unsigned)flags;
+  for (int probe = 0; probe < TUNE_SLOTS; probe++) {
+    tune_slot *t = &tune_table[(h + (unsigned)probe) % TUNE_SLOTS];
+    if (!t->used) {
+      *t = (tune_slot){1, M, N, K, flags, 0, -1, {1e30, 1e30}};
+      return t;
+    }
+    if (t->M == M && t->N == N && t->K == K && t->flags == flags) return t;
+  }
+  return NULL;
+}
+
+/* Which tile runs this call; *timed: whether its time is to be recorded. */
+static int tile_pick(int n, const gemm_arch *tiles, int M, int N, int K, int flags,
+                     tune_slot **timed) {
+  *timed = NULL;
+  if (n == 1) return 0;
+  int forced = tile_forced(tiles, n);
+  if (forced >= 0) return forced;
+  if (2.0 * M * N * K < TUNE_MIN_FLOP) return 0;
+  int pick = 0;
+#ifdef _OPENMP
+#pragma omp critical(cl_gemm_tune)
+#endif
+  {
+    tune_slot *t = tune_find(M, N, K, flags);
+    if (t && t->choice >= 0) {
+      pick = t->choice;
+    } else if (t) {
+      pick = t->calls++ % 2; /* alternate: a slow spell of the machine hits both */
+      *timed = t;
+    }
+  }
+  return pick;
+}
+
+static void tile_record(tune_slot *t, int tile, double seconds) {
+#ifdef _OPENMP
+#pragma omp critical(cl_gemm_tune)
+#endif
+  {
+    if (seconds < t->best[tile]) t->best[tile] = seconds;
+    if (t->choice < 0 && t->calls >= 2 * TUNE_ROUNDS && t->best[0] < 1e30 && t->best[1] < 1e30)
+      t->choice = t->best[1] < t->best[0];
+  }
+}
+
+int cl_cpu_gemm_tile_chosen(cl_cpu_gemm_kind kind, int transA, int transB, int view, int M, int N,
+                            int K) {
+  const gemm_arch *tiles;
+  if (kind == CL_CPU_GEMM_BLAS || tiles_of(kind, &tiles) == 1) return 0;
+  int choice = -1, flags = shape_flags(transA, transB, view);
+#ifdef _OPENMP
+#pragma omp critical(cl_gemm_tune)
+#endif
+  {
+    tune_slot *t = tune_find(M, N, K, flags);
+    if (t) choice = t->choice;
+  }
+  return choice;
+}
+
+/* gemm_internal with the tile tile_pick chooses, timed while tuning. */
+static void gemm_tuned(cl_cpu_gemm_kind kind, int transA, const gemm_bsrc *B, int M, int N, int K,
+                       float alpha, const float *A, int lda, float beta, float *C, int ldc,
+                       float *scratch) {
+  const gemm_arch *tiles;
+  int n = tiles_of(kind, &tiles);
+  tune_slot *timed;
+  int flags = shape_flags(transA, B->trans, B->view != NULL);
+  int tile = tile_pick(n, tiles, M, N, K, flags, &timed);
+  double t0 = timed ? thread_seconds() : 0.0;
+  gemm_internal(&tiles[tile], transA, B, M, N, K, alpha, A, lda, beta, C, ldc, scratch);
+  if (timed) tile_record(timed, tile, thread_seconds() - t0);
+}
+
 size_t cl_cpu_sgemm_scratch_bytes(cl_cpu_gemm_kind kind, int M, int N, int K) {
   if (kind == CL_CPU_GEMM_BLAS || M <= 0 || N <= 0 || K <= 0) return 0;
-  gemm_blocks bl = blocks_of(arch_of(kind), M, N, K);
-  return sizeof(float) * (bl.a_floats + bl.b_floats);
+  const gemm_arch *tiles;
+  size_t most = 0;
+  for (int i = 0, n = tiles_of(kind, &tiles); i < n; i++) {
+    gemm_blocks bl = blocks_of(&tiles[i], M, N, K);
+    size_t b = sizeof(float) * (bl.a_floats + bl.b_floats);
+    if (b > most) most = b;
+  }
+  return most;
 }
 
 int cl_cpu_sgemm(cl_cpu_gemm_kind kind, int transA, int transB, int M, int N, int K, float alpha,
@@ -561,7 +960,7 @@ int cl_cpu_sgemm(cl_cpu_gemm_kind kind, int transA, int transB, int M, int N, in
     scratch = (void *)(((uintptr_t)owned + 63) & ~(uintptr_t)63);
   }
   gemm_bsrc b = {transB, B, ldb, NULL};
-  gemm_internal(arch_of(kind), transA, &b, M, N, K, alpha, A, lda, beta, C, ldc, (float *)scratch);
+  gemm_tuned(kind, transA, &b, M, N, K, alpha, A, lda, beta, C, ldc, (float *)scratch);
   free(owned);
   return 0;
 }
@@ -582,7 +981,7 @@ int cl_cpu_sgemm_im2col(cl_cpu_gemm_kind kind, int M, int N, int K, float alpha,
     scratch = (void *)(((uintptr_t)owned + 63) & ~(uintptr_t)63);
   }
   gemm_bsrc b = {0, NULL, 0, B};
-  gemm_internal(arch_of(kind), 0, &b, M, N, K, alpha, A, lda, beta, C, ldc, (float *)scratch);
+  gemm_tuned(kind, 0, &b, M, N, K, alpha, A, lda, beta, C, ldc, (float *)scratch);
   free(owned);
   return 0;
 }

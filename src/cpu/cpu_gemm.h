@@ -10,9 +10,10 @@
  * picks one per backend.
  *
  * It is not a general BLAS: no complex types, no argument checking beyond
- * what the convolutions need. cl_cpu_sgemm() keeps no static state and
- * takes its packing scratch from the caller, so threads may call it
- * concurrently from inside an OpenMP parallel region.
+ * what the convolutions need. cl_cpu_sgemm() takes its packing scratch from
+ * the caller and guards its one table (the tile timed per shape) with a
+ * critical section, so threads may call it concurrently from inside an
+ * OpenMP parallel region.
  */
 #ifndef CONVLSTM_CPU_GEMM_H
 #define CONVLSTM_CPU_GEMM_H
@@ -36,6 +37,17 @@ const char *cl_cpu_gemm_name(cl_cpu_gemm_kind kind);
  * or =avx512 forces one; otherwise the best internal kind of the running
  * CPU, the same in every process on one machine (n_threads is not used). */
 cl_cpu_gemm_kind cl_cpu_gemm_choose(int n_threads);
+
+/* The register tiles of an internal kind (0 for BLAS): AVX-512 has two
+ * (8x48 and 12x32), the others one. cl_cpu_sgemm times them on the first
+ * calls of each shape in a process and keeps the faster; every tile gives
+ * the same result bit for bit. CONVLSTM_GEMM_TILE=<tile name> forces one. */
+int cl_cpu_gemm_tiles(cl_cpu_gemm_kind kind);
+const char *cl_cpu_gemm_tile_name(cl_cpu_gemm_kind kind, int tile);
+/* The tile chosen for a shape class (view: B an im2col view), -1 while it
+ * is still being timed or was never called; 0 for kinds with one tile. */
+int cl_cpu_gemm_tile_chosen(cl_cpu_gemm_kind kind, int transA, int transB, int view, int M, int N,
+                            int K);
 
 /* Bytes of scratch one cl_cpu_sgemm call of this size needs (0 for BLAS).
  * The result is exact: the call touches no byte beyond it. */
@@ -89,5 +101,31 @@ void cl_cpu_sgemm_rows(cl_cpu_gemm_kind kind, int M, int N, int K, const float *
                        const float *B, const ptrdiff_t *boff, float *C, int ldc);
 void cl_cpu_sgemm_dot(cl_cpu_gemm_kind kind, int M, int N, int K, const float *A, int lda,
                       const float *B, const ptrdiff_t *boff, float *C, int ldc);
+
+/* bfloat16 dot products (AVX512_BF16's vdpbf16ps) with float32 sums, for
+ * the convolutions of bfloat16 storage: the same two shapes as rows and dot
+ * above, each operand rounded to bfloat16 (nearest even) as it is packed
+ * into scratch, every product exact in float32, sums in float32.
+ * cl_cpu_bf16_dot_of: nonzero when a backend of this kind runs them (its
+ * vector ISA is AVX-512, the CPU has AVX512_BF16, AVX512BW and VL, and
+ * CONVLSTM_BF16_DOT=0 does not force the float32 kernels); call the two
+ * only then.
+ * rows: C[i][q] = sum_r A[i lda + r] B[boff[r] + q] (C written, not added)
+ *       for r = c taps + t over `channels` planes of a padded image, plane
+ *       floats apart (B holds b_len floats), boff[t] the tap offsets (as in
+ *       cl_cpu_sgemm_rows, boff[c taps + t] = c plane + boff[t]); N a multiple
+ *       of CL_CPU_ROWS_PAD. Pairs of channels are interleaved into scratch,
+ *       so the shifted views need no im2col copy;
+ * dot:  C[i][j] += sum_p A[i lda + p] B[boff[j] + p], K a multiple of
+ *       CL_CPU_BF16_DOT_PAD; B holds b_len readable floats, A M rows of lda. */
+enum { CL_CPU_BF16_DOT_PAD = 32 };
+int cl_cpu_bf16_dot_of(cl_cpu_gemm_kind kind);
+size_t cl_cpu_bf16_rows_scratch_bytes(int M, int channels, int taps, size_t b_len);
+size_t cl_cpu_bf16_dot_scratch_bytes(int M, int lda, size_t b_len);
+void cl_cpu_bf16_rows(int M, int N, int channels, int taps, const float *A, int lda,
+                      const float *B, size_t plane, size_t b_len, const ptrdiff_t *boff, float *C,
+                      int ldc, void *scratch);
+void cl_cpu_bf16_dot(int M, int N, int K, const float *A, int lda, const float *B, size_t b_len,
+                     const ptrdiff_t *boff, float *C, int ldc, void *scratch);
 
 #endif

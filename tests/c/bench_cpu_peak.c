@@ -12,13 +12,20 @@
  *
  * Not a test: it checks nothing. `make bench-peak` builds it and pairs it with
  * PyTorch's convolutions of the same shapes.
- * Usage: bench_cpu_peak THREADS SHAPES.tsv [quick]   (quick: one call per
- * figure, for CI to see it run)
+ * Usage: bench_cpu_peak THREADS SHAPES.tsv [quick|tiles|bf16]   (quick: one
+ * call per figure, for CI to see it run; tiles: each GEMM register tile
+ * forced and the per-shape timed choice, their calls interleaved; bf16:
+ * float32 storage, bfloat16 storage on float32 kernels (CONVLSTM_BF16_DOT=0)
+ * and on bfloat16 dot products, interleaved)
  * Output: tab-separated rows "peak ISA THREADS GFLOP/s" and
- * "conv CONFIG PART N C K H W k OP MS GFLOP/s SHARE".
+ * "conv CONFIG PART N C K H W k OP MS GFLOP/s SHARE" (tiles: "tile CONFIG
+ * PART N C K H W k OP TILE MS GFLOP/s SHARE", TILE a name or "auto"; bf16:
+ * "bf16 CONFIG PART N C K H W k OP PATH MS GFLOP/s SHARE", PATH f32,
+ * bf16-f32 or bf16-dot, SHARE of the float32 FMA peak).
  */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, setenv */
 #include "bench_conv.h" /* buffers, one call, best time */
+#include "core/half.h"   /* cl_f32_to_bf16 */
 
 #include <immintrin.h>
 #include <omp.h>
@@ -114,8 +121,103 @@ static void bench_shape(cl_backend *be, const char *config, const char *part, cl
   bench_bufs_free(be, &B);
 }
 
+/* The tiles mode: each op's calls with every register tile forced
+ * (CONVLSTM_GEMM_TILE) and with none (the per-shape timed choice, "auto",
+ * after warm-up calls that finish its timing) in turn, so that a slow spell
+ * of the shared machine hits all of them; best call of each. */
+static void bench_shape_tiles(cl_backend *be, const char *config, const char *part,
+                              cl_conv_shape s, double peak) {
+  enum { MAXT = 4 };
+  const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(be);
+  const int nt = cl_cpu_gemm_tiles(kind) < MAXT ? cl_cpu_gemm_tiles(kind) : MAXT - 1;
+  size_t P = (size_t)s.H * s.W, kk = (size_t)s.kh * s.kw;
+  bench_bufs B = bench_bufs_make(be, &s);
+  double flop = 2.0 * s.N * s.K * s.C * kk * P;
+  int reps = (int)(2e10 / flop) + 8;
+  static const char *names[] = {"fwd", "bwd-data", "bwd-filter"};
+  for (int op = 0; op < 3; op++) {
+    double best[MAXT];
+    for (int t = 0; t <= nt; t++) best[t] = 1e30;
+    for (int w = 0; w < 3; w++) bench_conv_op(be, &s, &B, op); /* auto's timing rounds */
+    for (int r = 0; r < reps; r++)
+      for (int t = 0; t <= nt; t++) {
+        if (t < nt) setenv("CONVLSTM_GEMM_TILE", cl_cpu_gemm_tile_name(kind, t), 1);
+        double t0 = now_seconds();
+        if (bench_conv_op(be, &s, &B, op) != CL_OK) {
+          fprintf(stderr, "conv failed: %s\n", be->err);
+          exit(1);
+        }
+        double dt = now_seconds() - t0;
+        unsetenv("CONVLSTM_GEMM_TILE");
+        if (dt < best[t]) best[t] = dt;
+      }
+    for (int t = 0; t <= nt; t++)
+      printf("tile\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%.4f\t%.2f\t%.3f\n", config, part,
+             s.N, s.C, s.K, s.H, s.W, s.kh, names[op],
+             t < nt ? cl_cpu_gemm_tile_name(kind, t) : "auto", best[t] * 1e3, flop / best[t] / 1e9,
+             flop / best[t] / 1e9 / peak);
+  }
+  bench_bufs_free(be, &B);
+}
+
+static uint16_t *bf16_copy(const float *v, size_t n) {
+  uint16_t *p = malloc(sizeof(uint16_t) * (n ? n : 1));
+  if (!p) exit(1);
+  for (size_t i = 0; i < n; i++) p[i] = cl_f32_to_bf16(v[i]);
+  return p;
+}
+
+/* The bf16 mode: one op at float32 storage, at bfloat16 storage on the
+ * float32 kernels and on the bfloat16 dot products, calls interleaved. */
+static void bench_shape_bf16(cl_backend *be, const char *config, const char *part,
+                             cl_conv_shape s, double peak) {
+  size_t P = (size_t)s.H * s.W, kk = (size_t)s.kh * s.kw;
+  bench_bufs F = bench_bufs_make(be, &s);
+  cl_conv_shape h = s;
+  h.dtype = CL_BF16;
+  size_t off_bytes = 0;
+  setenv("CONVLSTM_BF16_DOT", "0", 1);
+  cl_backend_conv_workspace_any(be, &h, &off_bytes);
+  unsetenv("CONVLSTM_BF16_DOT");
+  bench_bufs H = bench_bufs_make(be, &h); /* its workspace sized for the dot path */
+  if (off_bytes > H.ws_bytes) {
+    fprintf(stderr, "the float32 kernels' workspace is larger than the dot path's\n");
+    exit(1);
+  }
+  size_t nx = (size_t)s.N * s.C * P, ny = (size_t)s.N * s.K * P;
+  uint16_t *xb = bf16_copy(H.x, nx), *dyb = bf16_copy(H.dy, ny), *yb = bf16_copy(H.y, ny);
+  float *keep[3] = {H.x, H.dy, H.y};
+  H.x = (float *)xb, H.dy = (float *)dyb, H.y = (float *)yb; /* storage, passed as void * */
+  double flop = 2.0 * s.N * s.K * s.C * kk * P;
+  int reps = (int)(2e10 / flop) + 8;
+  static const char *names[] = {"fwd", "bwd-data", "bwd-filter"}, *paths[] = {"f32", "bf16-f32", "bf16-dot"};
+  for (int op = 0; op < 3; op++) {
+    double best[3] = {1e30, 1e30, 1e30};
+    for (int r = -1; r < reps; r++) /* r = -1: a warm-up round */
+      for (int k = 0; k < 3; k++) {
+        if (k == 1) setenv("CONVLSTM_BF16_DOT", "0", 1);
+        double t0 = now_seconds();
+        if (bench_conv_op(be, k ? &h : &s, k ? &H : &F, op) != CL_OK) {
+          fprintf(stderr, "conv failed: %s\n", be->err);
+          exit(1);
+        }
+        double dt = now_seconds() - t0;
+        unsetenv("CONVLSTM_BF16_DOT");
+        if (r >= 0 && dt < best[k]) best[k] = dt;
+      }
+    for (int k = 0; k < 3; k++)
+      printf("bf16\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%.4f\t%.2f\t%.3f\n", config, part,
+             s.N, s.C, s.K, s.H, s.W, s.kh, names[op], paths[k], best[k] * 1e3,
+             flop / best[k] / 1e9, flop / best[k] / 1e9 / peak);
+  }
+  H.x = keep[0], H.dy = keep[1], H.y = keep[2];
+  free(xb), free(dyb), free(yb);
+  bench_bufs_free(be, &F);
+  bench_bufs_free(be, &H);
+}
+
 /* One shape per non-comment row of the table: config, part, N, C, K, H, W, k. */
-static void bench_table(cl_backend *be, const char *path, double peak, int quick) {
+static void bench_table(cl_backend *be, const char *path, double peak, int quick, int mode) {
   FILE *f = fopen(path, "r");
   if (!f) {
     fprintf(stderr, "cannot open %s\n", path);
@@ -131,17 +233,25 @@ static void bench_table(cl_backend *be, const char *path, double peak, int quick
       exit(1);
     }
     s.kw = s.kh, s.dh = s.dw = 1, s.dtype = CL_F32;
-    bench_shape(be, config, part, s, peak, quick);
+    if (mode == 1)
+      bench_shape_tiles(be, config, part, s, peak);
+    else if (mode == 2)
+      bench_shape_bf16(be, config, part, s, peak);
+    else
+      bench_shape(be, config, part, s, peak, quick);
   }
   fclose(f);
 }
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: bench_cpu_peak THREADS SHAPES.tsv [quick]\n");
+    fprintf(stderr, "usage: bench_cpu_peak THREADS SHAPES.tsv [quick|tiles|bf16]\n");
     return 2;
   }
   int threads = atoi(argv[1]), quick = argc > 3 && strcmp(argv[3], "quick") == 0;
+  int mode = argc > 3 && strcmp(argv[3], "tiles") == 0 ? 1
+             : argc > 3 && strcmp(argv[3], "bf16") == 0  ? 2
+                                                         : 0;
   g_threads = threads > 0 ? threads : 1;
   cl_backend *be;
   if (threads < 1 || cl_backend_cpu_create(threads, &be) != CL_OK) return 1;
@@ -162,7 +272,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   printf("gemm\t%s\t%d\n", cl_cpu_gemm_name(cl_cpu_gemm_of(be)), be->n_threads);
-  bench_table(be, argv[2], peak, quick);
+  bench_table(be, argv[2], peak, quick, mode);
   be->iface->destroy(be);
   return 0;
 }

@@ -59,11 +59,13 @@ static int verbose, under_valgrind, fail_fast;
 typedef struct variant {
   char name[64];
   cl_backend *be;
-  /* cudnn_conv.cu runs half convolutions in the storage type on tensor
-   * cores: weights cast, and dx, dw written in the storage type before they
-   * are added into float32 (the rounding autocast applies). The CPU
-   * computes them in float32 from the stored inputs. */
-  int half_conv_in_storage;
+  /* 1 << dtype for each half type whose convolutions the backend runs in
+   * the storage type. cudnn_conv.cu does for both on tensor cores: weights
+   * cast, and dx, dw written in the storage type before they are added into
+   * float32 (the rounding autocast applies). The CPU computes them in
+   * float32 from the stored inputs, except bfloat16 on a CPU with
+   * AVX512_BF16 (cl_cpu_bf16_dot_of): weights cast to bfloat16 there. */
+  unsigned half_conv_in_storage;
   /* The backend's scratch_bytes, handed over with set_scratch before any
    * row runs, as the core does when it creates a model (model.c) */
   void *scratch;
@@ -111,7 +113,7 @@ typedef struct row {
 #define CASES(a) (a), COUNT(a)
 
 static double tol_of(const row *r, const variant *v, cl_dtype op, cl_dtype result) {
-  if (op != CL_F32 && v->half_conv_in_storage && r->tol.f16_cast > 0)
+  if (op != CL_F32 && (v->half_conv_in_storage >> op & 1u) && r->tol.f16_cast > 0)
     return op == CL_F16 ? r->tol.f16_cast : r->tol.bf16_cast;
   return result == CL_F32 ? r->tol.f32 : result == CL_F16 ? r->tol.f16 : r->tol.bf16;
 }
@@ -2660,7 +2662,7 @@ static void cpu_own(variant *v) {
 
 /* ---- finding the backends ---------------------------------------------------------------- */
 
-static variant *add_variant(cl_backend *be, int half_in_storage, const char *fmt, ...) {
+static variant *add_variant(cl_backend *be, unsigned half_in_storage, const char *fmt, ...) {
   if (n_vs == MAX_VARIANTS) {
     fprintf(stderr, "test_backend_ops: more than %d backends\n", MAX_VARIANTS);
     exit(2);
@@ -2694,7 +2696,8 @@ static void add_cpu_variants(void) {
         cl_cpu_ctx *ctx = be->context;
         ctx->gemm = (cl_cpu_gemm_kind)kind;
         ctx->conv_path = path;
-        add_variant(be, 0, "cpu %s t%d %s", cl_cpu_gemm_name(ctx->gemm), t, paths[path]);
+        add_variant(be, cl_cpu_bf16_dot_of(ctx->gemm) ? 1u << CL_BF16 : 0u, "cpu %s t%d %s",
+                    cl_cpu_gemm_name(ctx->gemm), t, paths[path]);
       }
     }
 }
@@ -2777,7 +2780,7 @@ static int add_cuda_variants(void) {
       ok = 0;
       continue;
     }
-    add_variant(be, 1, "%s", ways[i].name);
+    add_variant(be, HALF, "%s", ways[i].name);
   }
   return ok;
 }

@@ -303,7 +303,7 @@ static void run_forecaster_opts(const char *name, int training, int k, int rk, i
   c.H = H;
   c.W = W;
   c.training = training;
-  c.dtype = CL_F32;
+  c.dtype = dt; /* the workspace queries are of the calls in the model's storage */
   compare(&c, list, n);
   printf("%-34s %3d distinct calls\n", name, n_rec);
   m->be->iface = real;

@@ -5,11 +5,14 @@
  * blocked sizes, padded leading dimensions, C not read when beta is 0, its
  * packing scratch used to the byte it reports, threads calling it at once)
  * against a naive product in double, and the float16 / bfloat16 load and
- * store against core/half.h bit for bit.
+ * store against core/half.h bit for bit; a kind with several register tiles
+ * (AVX-512) with each tile forced, all tiles equal bit for bit, and the
+ * per-shape timing that chooses among them settling.
  *
  * A standalone program: prints one line per check (-q: failures only) and
  * exits 1 on any failure. Not a benchmark (bench_cpu_conv.c).
  */
+#define _POSIX_C_SOURCE 200112L /* setenv */
 #include "core/half.h"       /* the reference float16 / bfloat16 conversions */
 #include "cpu/cpu_kernels.h" /* cl_cpu_sgemm*, cl_cpu_load, cl_cpu_store */
 #include "ctest.h"           /* the one RNG of the C tests (uniform01) */
@@ -188,6 +191,65 @@ static void test_gemm_reentrant(cl_cpu_gemm_kind kind) {
   free(A), free(B), free(C), free(ref);
 }
 
+/* C = A B with the named tile forced (CONVLSTM_GEMM_TILE), on `threads`. */
+static void gemm_with_tile(cl_cpu_gemm_kind kind, const char *tile, int threads, int tA, int tB,
+                           int M, int N, int K, const float *A, const float *B, float *C) {
+  setenv("CONVLSTM_GEMM_TILE", tile, 1);
+  int lda = tA ? M : K, ldb = tB ? K : N;
+  if (threads > 1)
+    cl_cpu_sgemm_threaded(kind, threads, tA, tB, M, N, K, 1.0f, A, lda, B, ldb, 0.5f, C, N, NULL);
+  else
+    cl_cpu_sgemm(kind, tA, tB, M, N, K, 1.0f, A, lda, B, ldb, 0.5f, C, N, NULL);
+  unsetenv("CONVLSTM_GEMM_TILE");
+}
+
+/* A kind with several register tiles (AVX-512: 8x48, 12x32) times them per
+ * shape and keeps the faster, so the floats must not depend on the tile:
+ * each forced tile passes the whole GEMM suite, and all give the same bits
+ * (each element of C summed over k in one order). Then the timing settles:
+ * after its rounds a shape class has a tile, before them it has none. */
+static void test_gemm_tiles(cl_cpu_gemm_kind kind) {
+  const int n = cl_cpu_gemm_tiles(kind);
+  if (n < 2) return;
+  for (int t = 0; t < n; t++) {
+    printf("-- sgemm, %s, tile %s forced\n", cl_cpu_gemm_name(kind), cl_cpu_gemm_tile_name(kind, t));
+    setenv("CONVLSTM_GEMM_TILE", cl_cpu_gemm_tile_name(kind, t), 1);
+    test_gemm_kind(kind);
+    unsetenv("CONVLSTM_GEMM_TILE");
+  }
+  int same = 1;
+  for (int rep = 0; rep < 30; rep++) {
+    int big = rep < 4 && !under_valgrind;
+    int M = big ? 192 : rand_int(1, 100), N = big ? 256 : rand_int(1, 300);
+    int K = big ? 1200 : rand_int(1, 600), tA = rep % 2, tB = (rep / 2) % 2;
+    int threads = rep % 3 == 2 ? 2 : 1;
+    float *A = rand_floats((size_t)M * K), *B = rand_floats((size_t)K * N);
+    float *C0 = rand_floats((size_t)M * N), *C = xmalloc(sizeof(float) * M * N);
+    float *first = xmalloc(sizeof(float) * M * N);
+    for (int t = 0; t < n; t++) {
+      memcpy(C, C0, sizeof(float) * M * N);
+      gemm_with_tile(kind, cl_cpu_gemm_tile_name(kind, t), threads, tA, tB, M, N, K, A, B, C);
+      if (t == 0) memcpy(first, C, sizeof(float) * M * N);
+      else same &= memcmp(first, C, sizeof(float) * M * N) == 0;
+    }
+    free(A), free(B), free(C0), free(C), free(first);
+  }
+  check_true(same, "sgemm %s: every tile gives the same floats bit for bit (30 shapes)",
+             cl_cpu_gemm_name(kind));
+  enum { M = 96, N = 160, K = 300 };
+  float *A = rand_floats(M * K), *B = rand_floats(K * N), *C = xmalloc(sizeof(float) * M * N);
+  int before = cl_cpu_gemm_tile_chosen(kind, 1, 1, 0, M, N, K), calls = 0, after;
+  while ((after = cl_cpu_gemm_tile_chosen(kind, 1, 1, 0, M, N, K)) < 0 && calls < 100) {
+    cl_cpu_sgemm(kind, 1, 1, M, N, K, 1.0f, A, M, B, K, 0.0f, C, N, NULL);
+    calls++;
+  }
+  check_true(before == -1 && after >= 0 && after < n && calls == 6,
+             "sgemm %s: a new shape is timed (no tile before), then settles on %s after %d calls "
+             "(3 per tile)",
+             cl_cpu_gemm_name(kind), cl_cpu_gemm_tile_name(kind, after), calls);
+  free(A), free(B), free(C);
+}
+
 /* Conversions of the kernels against core/half.h on awkward values:
  * subnormals, overflow, ties, NaN, through the vector and the scalar path. */
 static void test_half_conversions(void) {
@@ -222,6 +284,7 @@ int main(int argc, char **argv) {
     if (cl_cpu_gemm_available((cl_cpu_gemm_kind)kind)) {
       test_gemm_kind((cl_cpu_gemm_kind)kind);
       test_gemm_reentrant((cl_cpu_gemm_kind)kind);
+      test_gemm_tiles((cl_cpu_gemm_kind)kind);
     }
   printf("-- float16 / bfloat16 load and store\n");
   test_half_conversions();
