@@ -52,15 +52,19 @@ test_that("channels and a time axis elsewhere: slices by hand", {
   for (t in 1:5) for (ch in 1:2) for (r in 1:2) for (cc in 1:2) {
     a[t, ch, r, cc] <- 1000 * t + 100 * ch + 10 * r + cc
   }
-  w <- convlstm_grid_windows(a, seq_len = 2, horizon = 2, time_dim = 1)
+  w <- convlstm_grid_windows(a, seq_len = 2, horizon = 2, layout = "tchw")
   expect_identical(dim(w$x), c(2L, 2L, 2L, 2L, 2L))
   expect_identical(w$x[2, 1, 2, 1, 2], 1000 * 2 + 200 + 10 + 2)
   expect_identical(w$y[2, 2, 1, 2, 1], 1000 * 5 + 100 + 20 + 1)
   expect_identical(w$y[1, 1, 2, 2, 2], 1000 * 3 + 200 + 20 + 2)
-  # time_dim: one of the array's dimensions (4 here), not 5
+  # the same series as [channels, height, width, time], declared
   b <- aperm(a, c(2, 3, 4, 1))
-  expect_identical(convlstm_grid_windows(b, seq_len = 2, horizon = 2, time_dim = 4)$x, w$x)
-  expect_convlstm_error(convlstm_grid_windows(b, seq_len = 2, horizon = 2, time_dim = 5), regexp = "`time_dim`")
+  expect_identical(convlstm_grid_windows(b, seq_len = 2, horizon = 2, layout = "chwt")$x, w$x)
+  # time_dim (three dimensions): one of the array's dimensions (3 here), not 4
+  b3 <- b[1, , , ]
+  expect_identical(convlstm_grid_windows(b3, seq_len = 2, horizon = 2, time_dim = 3)$x,
+                   w$x[, , 1, , , drop = FALSE])
+  expect_convlstm_error(convlstm_grid_windows(b3, seq_len = 2, horizon = 2, time_dim = 4), regexp = "`time_dim`")
 })
 
 test_that("grid_restore puts a window's forecast back on the series' layout, by hand", {
