@@ -113,7 +113,7 @@ fit_data_steps <- function(f) if (isTRUE(f$config$forecaster)) dim(f$y)[[2]]
 # must fit (fit_memory_plan()): a horizon's plans (fit_forecast()), an
 # encoder-forecaster's step of y's frames, else the plain step.
 fit_plans <- function(f) {
-  if (isTRUE(f$config$forecaster)) return(list(list(horizon = dim(f$y)[[2]])))
+  if (isTRUE(f$config$forecaster)) return(list(list(horizon = fit_data_steps(f))))
   f$forecast$plans %||% list(list())
 }
 
