@@ -155,7 +155,10 @@
 #'   "carry"` the streams are the global batch's rows: sample `(k - 1) * size
 #'   * batch_size + i` is chunk `k` of stream `i`, each rank carrying the
 #'   state of its own rows, and the samples must be a multiple of the global
-#'   batch.
+#'   batch. From a source each rank reads only its share's rows (a frame
+#'   file's reader thread reading them ahead on each rank; a function, or
+#'   arrays, called at each step: the step runs on R's thread when there
+#'   are several ranks).
 #' @param metrics `NULL`, or score the validation data after every epoch
 #'   with [convlstm_forecast_metrics()] (metric names, or a list of its arguments as
 #'   in [convlstm_evaluate()]): the history gets a column `val_<name>` per
