@@ -171,3 +171,21 @@ test_that("an arrays source's plan holds two batches of x and y when the next is
   expect_equal(unname(by(convlstm_memory_estimate(m, 6, 3, 4, 4, source = src)) - plain),
                rep(one, 3))
 })
+
+test_that("dropout's seeds are drawn as when slicing at each step: a fit with dropout reads ahead identically", {
+  set.seed(8)
+  x <- array(stats::runif(11 * 3 * 4 * 4), c(11, 3, 1, 4, 4))
+  y <- array(x[, 3, 1, , ], c(11, 1, 4, 4))
+  drop_model <- function(dropout = 0.3) {
+    set.seed(12)
+    convlstm(1, c(3, 1), 3, device = "cpu", threads = 1, dropout = dropout,
+             recurrent_dropout = dropout)
+  }
+  ahead <- fit_arrays(drop_model, x, y, TRUE, epochs = 2, batch_size = 3)
+  plain <- fit_arrays(drop_model, x, y, FALSE, epochs = 2, batch_size = 3)
+  expect_equal(ahead$calls$c_train_step_start, 2 * 4)
+  expect_same_fit(ahead, plain)
+  # the masks matter: the same model without dropout trains otherwise
+  none <- fit_arrays(function() drop_model(0), x, y, TRUE, epochs = 2, batch_size = 3)
+  expect_false(identical(none$h$loss, ahead$h$loss))
+})
