@@ -92,8 +92,8 @@
 #'   [convlstm_source_arrays()]): the host staging buffers of its batch, `x`
 #'   and `y` as the step takes them (doubles, `batch_size` samples of the
 #'   source's shapes), are planned too, under `data`, as `source_x` and
-#'   `source_y`; where the next batch is read while the step runs (a frame
-#'   file, unless `options(convlstm.prefetch = FALSE)`), twice
+#'   `source_y`; where the next batch is read while the step runs (every
+#'   kind of source, unless `options(convlstm.prefetch = FALSE)`), twice
 #'   (`source_x_next`, `source_y_next`). They are host memory, outside the
 #'   allocator ([convlstm_memory_stats()] does not count them), so they
 #'   are added to `total` and `reserved` too: what a fit from the source

@@ -64,7 +64,10 @@
 #'   `convlstm_error_oom` if it does not fit); `FALSE` never. The losses are
 #'   the same either way; the data set is freed when training ends. The
 #'   validation data stay in R. An encoder-forecaster's fit uploads only
-#'   with `TRUE` (`"auto"` slices in R).
+#'   with `TRUE` (`"auto"` slices in R). Sliced in R on the CPU (one
+#'   process), the next batch is sliced while the step of this one runs on
+#'   a thread of its own, with the same losses and weights;
+#'   `options(convlstm.prefetch = FALSE)` slices each batch at its step.
 #' @param callbacks A list of callbacks ([convlstm_callback()],
 #'   [convlstm_callback_early_stopping()], [convlstm_callback_model_checkpoint()],
 #'   [convlstm_callback_csv_logger()]), called in that order at each point.
@@ -108,7 +111,9 @@
 #'   smaller batches when a batch of theirs would not fit. With a source
 #'   as `x`, its staging buffers (a batch of `x` and `y`, two where the
 #'   next batch is read while the step runs: [convlstm_memory_estimate()]
-#'   with `source`) are planned with the step.
+#'   with `source`) are planned with the step. The batches sliced from R
+#'   arrays `x` and `y` are not (nor are the arrays: R's memory, held
+#'   before the fit); give [convlstm_source_arrays()] to have them planned.
 #' @param horizon,teacher_forcing `NULL`, or train every batch as
 #'   [convlstm_train_step()] with `horizon` (the forecast of the frames in `y`) and
 #'   `teacher_forcing` (`TRUE`: the true frames fed back; `FALSE`:
@@ -150,7 +155,10 @@
 #'   "carry"` the streams are the global batch's rows: sample `(k - 1) * size
 #'   * batch_size + i` is chunk `k` of stream `i`, each rank carrying the
 #'   state of its own rows, and the samples must be a multiple of the global
-#'   batch.
+#'   batch. From a source each rank reads only its share's rows (a frame
+#'   file's reader thread reading them ahead on each rank; a function, or
+#'   arrays, called at each step: the step runs on R's thread when there
+#'   are several ranks).
 #' @param metrics `NULL`, or score the validation data after every epoch
 #'   with [convlstm_forecast_metrics()] (metric names, or a list of its arguments as
 #'   in [convlstm_evaluate()]): the history gets a column `val_<name>` per

@@ -173,7 +173,6 @@ fit_batch <- function(f, ctx, b, global, xs, p, epoch_options) {
   }
   opt <- fit_optimizer(f)
   f$last_lr <- opt$lr # the history's lr: the epoch's last step's
-  if (!is.null(f$weight) && f$n_batches * f$world > 1) opts$weight <- slice_batch(f$weight, idx)
   if (!is.null(f$data)) {
     loss <- c_train_step_data(f$ptr, f$data, idx, opt, opts)
   } else if (!is.null(f$source)) { # read (or read ahead), checked before the step (R/source*.R)
@@ -182,8 +181,8 @@ fit_batch <- function(f, ctx, b, global, xs, p, epoch_options) {
     source_step_done(f)
   } else if (f$n_batches == 1 && f$world == 1) {
     loss <- c_train_step(f$ptr, xs, f$y, f$target, opt, opts)
-  } else {
-    loss <- c_train_step(f$ptr, slice_batch(xs, idx), slice_batch(f$y, idx), f$target, opt, opts)
+  } else { # sliced with a weight's rows (or sliced ahead, R/source_prefetch.R)
+    loss <- arrays_train_step(f, xs, idx, opt, opts, b)
   }
   grad_norm <- attr(loss, "grad_norm") %||% NA_real_
   loss <- as.double(loss)

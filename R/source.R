@@ -46,7 +46,12 @@ is_convlstm_source <- function(x) inherits(x, "convlstm_source")
 #' Wraps `x` and `y` in the interface every source has ([convlstm_fit()]
 #' takes a source as its `x`, with `y = NULL`); training on it gives the
 #' same losses as training on the arrays themselves. Mostly useful to write
-#' code that takes any source, and to compare the others with it.
+#' code that takes any source, and to compare the others with it, and to
+#' have a fit's batches planned ([convlstm_memory_estimate()] with
+#' `source`). As for arrays given as `x` and `y`, a fit on the CPU (one
+#' process) slices and checks the next batch while the step of this one
+#' runs on a thread of its own, unless `options(convlstm.prefetch = FALSE)`;
+#' the losses and weights are the same either way.
 #'
 #' @param x Inputs `[n, time, channels, height, width]`.
 #' @param y Targets with `n` rows, shaped as [convlstm_fit()] takes them.

@@ -16,11 +16,17 @@
 #   without reading ahead); an interrupt waits for the step to finish, so
 #   the model is the step's, complete. Only on one process (no
 #   communicator off R's thread), on the CPU, without a test's fixed
-#   dropout masks; otherwise the function is called at its step.
+#   dropout masks; otherwise the function is called at its step. An
+#   arrays source (convlstm_source_arrays()) is read, sliced and checked,
+#   the same way.
+# - Plain R arrays (convlstm_fit(model, x, y), batches sliced in R, not
+#   the data set on the device): the same, the next batch's slices of x,
+#   y and a weight cut while the step runs (arrays_train_step()).
 #
-# f$ahead, for the epoch running: its kind ("file" or "function"), order
-# and epoch, the batch read ahead (`pending`) and, for a function, that
-# batch (or its error); NULL when nothing reads ahead.
+# f$ahead, for the epoch running: its kind ("file", "thread" for a
+# function or arrays source, "arrays" for plain arrays), order and epoch,
+# the batch read ahead (`pending`) and, but for a file, that batch (or a
+# function's error); NULL when nothing reads ahead.
 
 # The switch: options(convlstm.prefetch = FALSE), else the environment
 # variable CONVLSTM_PREFETCH=0, turns reading ahead off.
@@ -32,7 +38,7 @@ prefetch_enabled <- function() {
 
 # Whether a fit reads s's next batch while a step runs (the plan counts
 # two staging buffers then: source_staging()).
-source_overlaps <- function(s) s$kind %in% c("frames", "function") && prefetch_enabled()
+source_overlaps <- function(s) s$kind %in% c("frames", "function", "arrays") && prefetch_enabled()
 
 # Whether this fit's steps may run on a thread of their own.
 fit_step_thread <- function(f) {
@@ -42,10 +48,11 @@ fit_step_thread <- function(f) {
 source_epoch_begin <- function(f, order, epoch) {
   f$ahead <- NULL
   s <- f$source
-  if (is.null(s) || !source_overlaps(s)) return(invisible(f))
-  if (identical(s$kind, "function")) {
+  if (is.null(s)) return(arrays_epoch_begin(f, order, epoch)) # plain R arrays
+  if (!source_overlaps(s)) return(invisible(f))
+  if (s$kind %in% c("function", "arrays")) { # read by R while the step runs on a thread
     if (fit_step_thread(f)) {
-      f$ahead <- list(kind = "function", order = order, epoch = epoch, pending = NA_integer_)
+      f$ahead <- list(kind = "thread", order = order, epoch = epoch, pending = NA_integer_)
     }
     return(invisible(f))
   }
@@ -118,7 +125,7 @@ source_reader <- function(f, b) {
 # The step of batch b on a thread of its own while the function reads the
 # next batch (source_ahead_fetch()); else c_train_step().
 source_train_step <- function(f, batch, opt, opts, b) {
-  if (!identical(f$ahead$kind, "function")) {
+  if (!identical(f$ahead$kind, "thread")) {
     return(c_train_step(f$ptr, batch$x, batch$y, f$target, opt, opts))
   }
   job <- c_train_step_start(f$ptr, batch$x, batch$y, f$target, opt, opts)
@@ -145,11 +152,68 @@ source_ahead_fetch <- function(f, b) {
 # Batch b as read ahead (its error raised now), or NULL when it was not.
 source_ahead_taken <- function(f, b, rows) {
   a <- f$ahead
-  if (!identical(a$kind, "function") || !identical(a$pending, b) || !identical(a$rows, rows)) {
+  if (!identical(a$kind, "thread") || !identical(a$pending, b) || !identical(a$rows, rows)) {
     return(NULL)
   }
   f$ahead$pending <- NA_integer_
   f$ahead$batch <- NULL # the step's alone from here
   if (inherits(a$batch, "condition")) stop(a$batch)
+  a$batch
+}
+
+# ---- plain R arrays ----
+
+# Reading ahead for an epoch of batches sliced from R arrays: not the data
+# set on the device (nothing is sliced), not one batch of every row (the
+# arrays are the batch).
+arrays_epoch_begin <- function(f, order, epoch) {
+  sliced <- is.null(f$data) && f$n_batches > 1
+  if (sliced && prefetch_enabled() && fit_step_thread(f)) {
+    f$ahead <- list(kind = "arrays", order = order, epoch = epoch, pending = NA_integer_)
+  }
+  invisible(f)
+}
+
+# The step of batch b on the rows idx of xs (the epoch's inputs) and f$y:
+# its slices, cut during the step before when read ahead, the next batch's
+# cut while this step runs on a thread of its own.
+arrays_train_step <- function(f, xs, idx, opt, opts, b) {
+  batch <- arrays_ahead_taken(f, b, idx) %||% arrays_slice(f, xs, idx)
+  if (!is.null(batch$weight)) opts$weight <- batch$weight
+  if (!identical(f$ahead$kind, "arrays")) {
+    return(c_train_step(f$ptr, batch$x, batch$y, f$target, opt, opts))
+  }
+  job <- c_train_step_start(f$ptr, batch$x, batch$y, f$target, opt, opts)
+  on.exit(c_train_step_wait(job)) # an interrupt while slicing: the step ends first
+  arrays_ahead_slice(f, xs, b + 1L)
+  c_train_step_finish(f$ptr, job)
+}
+
+# A batch's slices: x, y and a weight's rows (one batch of every row on
+# one process is not sliced: fit_batch()).
+arrays_slice <- function(f, xs, idx) {
+  list(x = slice_batch(xs, idx), y = slice_batch(f$y, idx),
+       weight = if (!is.null(f$weight)) slice_batch(f$weight, idx))
+}
+
+# Batch b's slices cut now, kept with its rows (one process: its rows are
+# the global batch's, and every batch trains).
+arrays_ahead_slice <- function(f, xs, b) {
+  if (b > f$n_batches) return(invisible(f))
+  rows <- fit_global_rows(f, f$ahead$order, b)
+  f$ahead$batch <- arrays_slice(f, xs, rows)
+  f$ahead$rows <- rows
+  f$ahead$pending <- b
+  invisible(f)
+}
+
+# Batch b's slices as cut ahead, or NULL when they were not.
+arrays_ahead_taken <- function(f, b, idx) {
+  a <- f$ahead
+  if (!identical(a$kind, "arrays") || !identical(a$pending, b) || !identical(a$rows, idx)) {
+    return(NULL)
+  }
+  f$ahead$pending <- NA_integer_
+  f$ahead$batch <- NULL # the step's alone from here
   a$batch
 }

@@ -9,12 +9,18 @@
 # (arithmetic in R for that long: it needs a core of its own beside the
 # step's).
 #
-#   Rscript bench/bench_overlap.R [--rounds=5] [--batches=24]
+#   Rscript bench/bench_overlap.R [--rounds=5] [--batches=24] [--part=both|generator|arrays]
 #
 # Prints a table of median epoch seconds and their ratio to the step alone;
 # the target is under 1.15 with overlap (about 1.5 without). Nothing here
 # fails on a slow result. The CPU backend runs on one thread, so the step
 # takes one core and R the other.
+#
+# Then (part "arrays") plain R arrays, batches sliced in R
+# (data_on_device = FALSE), on a shape where slicing is a noticeable part
+# of the step (a small model, long sequences of large frames): epochs
+# with the next batch sliced while the step runs on its thread and
+# without, alternating, after checking that both give identical losses.
 args <- commandArgs(trailingOnly = TRUE)
 opt <- function(name, default) {
   hit <- grep(paste0("^--", name, "="), args, value = TRUE)
@@ -22,6 +28,8 @@ opt <- function(name, default) {
 }
 rounds <- opt("rounds", 5)
 n_batches <- opt("batches", 24)
+part <- sub("^--part=", "", grep("^--part=", args, value = TRUE)[1])
+if (is.na(part)) part <- "both"
 suppressPackageStartupMessages(library(convlstm))
 
 B <- 8L
@@ -49,49 +57,100 @@ generator <- function(secs, kind) {
   }
 }
 
-model <- convlstm(1, c(16, 1), 3, device = "cpu", threads = 1)
-opt_adam <- convlstm_optimizer_adam(0.001)
-epoch <- function(fun, overlap) {
-  old <- options(convlstm.prefetch = overlap)
-  on.exit(options(old))
-  src <- convlstm_source_function(fun, n, x_dim = c(T, 1, S, S), y_dim = c(1, S, S))
-  set.seed(2)
-  h <- convlstm_fit(model, src, NULL, opt_adam, epochs = 1, batch_size = B, shuffle = FALSE,
-                    verbose = FALSE)
-  h$seconds[[1]]
+bench_generator <- function() {
+  model <- convlstm(1, c(16, 1), 3, device = "cpu", threads = 1)
+  opt_adam <- convlstm_optimizer_adam(0.001)
+  epoch <- function(fun, overlap) {
+    old <- options(convlstm.prefetch = overlap)
+    on.exit(options(old))
+    src <- convlstm_source_function(fun, n, x_dim = c(T, 1, S, S), y_dim = c(1, S, S))
+    set.seed(2)
+    h <- convlstm_fit(model, src, NULL, opt_adam, epochs = 1, batch_size = B, shuffle = FALSE,
+                      verbose = FALSE)
+    h$seconds[[1]]
+  }
+
+  # "a step": the step alone's share of an epoch (the step itself, slicing
+  # and checking its batch), from an epoch over a generator that costs
+  # nothing, after a warm-up one; the read takes half of it
+  invisible(epoch(generator(0, "sleep"), FALSE))
+  step_s <- epoch(generator(0, "sleep"), FALSE) / n_batches
+  read_s <- step_s / 2
+  core_s <- stats::median(vapply(1:5, function(k) { # the training step's own time, for reference
+    b <- batch_of(((k - 1) %% n_batches) * B + seq_len(B))
+    t0 <- proc.time()[["elapsed"]]
+    convlstm_train_step(model, b$x, b$y, opt_adam)
+    proc.time()[["elapsed"]] - t0
+  }, numeric(1)))
+  cat(sprintf(paste0("(c) a generator read while the step runs: %d batches of %d, %d steps of ",
+                     "%dx%d, hidden c(16, 1), 1 CPU thread; a step %.1f ms of the epoch ",
+                     "(convlstm_train_step() alone %.1f ms), the read %.1f ms\n"),
+              n_batches, B, T, S, S, 1000 * step_s, 1000 * core_s, 1000 * read_s))
+
+  cases <- list(
+    step_alone = list(fun = generator(0, "sleep"), overlap = FALSE),
+    free_overlap = list(fun = generator(0, "sleep"), overlap = TRUE), # the thread's own cost
+    sleep_overlap = list(fun = generator(read_s, "sleep"), overlap = TRUE),
+    sleep_no_overlap = list(fun = generator(read_s, "sleep"), overlap = FALSE),
+    busy_overlap = list(fun = generator(read_s, "busy"), overlap = TRUE),
+    busy_no_overlap = list(fun = generator(read_s, "busy"), overlap = FALSE)
+  )
+  times <- matrix(NA_real_, rounds, length(cases), dimnames = list(NULL, names(cases)))
+  for (r in seq_len(rounds)) {
+    for (k in names(cases)) times[r, k] <- epoch(cases[[k]]$fun, cases[[k]]$overlap)
+  }
+  med <- apply(times, 2, stats::median)
+  print(data.frame(case = names(cases), median_epoch_s = round(med, 3),
+                   over_step_alone = round(med / med[["step_alone"]], 3)), row.names = FALSE)
+  cat(sprintf("load average: %s\n", paste(readLines("/proc/loadavg", warn = FALSE), collapse = " ")))
+  convlstm_release(model)
 }
 
-# "a step": the step alone's share of an epoch (the step itself, slicing
-# and checking its batch), from an epoch over a generator that costs
-# nothing, after a warm-up one; the read takes half of it
-invisible(epoch(generator(0, "sleep"), FALSE))
-step_s <- epoch(generator(0, "sleep"), FALSE) / n_batches
-read_s <- step_s / 2
-core_s <- stats::median(vapply(1:5, function(k) { # the training step's own time, for reference
-  b <- batch_of(((k - 1) %% n_batches) * B + seq_len(B))
-  t0 <- proc.time()[["elapsed"]]
-  convlstm_train_step(model, b$x, b$y, opt_adam)
-  proc.time()[["elapsed"]] - t0
-}, numeric(1)))
-cat(sprintf(paste0("(c) a generator read while the step runs: %d batches of %d, %d steps of ",
-                   "%dx%d, hidden c(16, 1), 1 CPU thread; a step %.1f ms of the epoch ",
-                   "(convlstm_train_step() alone %.1f ms), the read %.1f ms\n"),
-            n_batches, B, T, S, S, 1000 * step_s, 1000 * core_s, 1000 * read_s))
-
-cases <- list(
-  step_alone = list(fun = generator(0, "sleep"), overlap = FALSE),
-  free_overlap = list(fun = generator(0, "sleep"), overlap = TRUE), # the thread's own cost
-  sleep_overlap = list(fun = generator(read_s, "sleep"), overlap = TRUE),
-  sleep_no_overlap = list(fun = generator(read_s, "sleep"), overlap = FALSE),
-  busy_overlap = list(fun = generator(read_s, "busy"), overlap = TRUE),
-  busy_no_overlap = list(fun = generator(read_s, "busy"), overlap = FALSE)
-)
-times <- matrix(NA_real_, rounds, length(cases), dimnames = list(NULL, names(cases)))
-for (r in seq_len(rounds)) {
-  for (k in names(cases)) times[r, k] <- epoch(cases[[k]]$fun, cases[[k]]$overlap)
+# Plain arrays: the next batch sliced (x [B, T, 1, S, S] out of [n, ...],
+# rows shuffled) during the step, or at its step.
+bench_arrays <- function() {
+  Ba <- 16L
+  Ta <- 12L
+  Sa <- 48L
+  na <- Ba * n_batches
+  set.seed(3)
+  xa <- array(stats::runif(na * Ta * Sa * Sa), c(na, Ta, 1, Sa, Sa))
+  ya <- array(xa[, Ta, 1, , ], c(na, 1, Sa, Sa))
+  small <- convlstm(1, c(2, 1), 3, device = "cpu", threads = 1)
+  sd0 <- convlstm_state_dict(small)
+  epoch_a <- function(overlap) {
+    old <- options(convlstm.prefetch = overlap)
+    on.exit(options(old))
+    convlstm_load_state_dict(small, sd0)
+    set.seed(4)
+    h <- convlstm_fit(small, xa, ya, convlstm_optimizer_sgd(0.01), epochs = 1, batch_size = Ba,
+                      data_on_device = FALSE, verbose = FALSE)
+    c(seconds = h$seconds[[1]], loss = h$loss[[1]])
+  }
+  a <- epoch_a(TRUE) # warm-up, and the check
+  b <- epoch_a(FALSE)
+  stopifnot(identical(a[["loss"]], b[["loss"]]))
+  slice_s <- stats::median(vapply(1:5, function(k) {
+    i <- sample.int(na, Ba)
+    t0 <- proc.time()[["elapsed"]]
+    invisible(list(xa[i, , , , , drop = FALSE], ya[i, , , , drop = FALSE]))
+    proc.time()[["elapsed"]] - t0
+  }, numeric(1)))
+  times <- matrix(NA_real_, rounds, 2, dimnames = list(NULL, c("sliced_ahead", "sliced_at_step")))
+  for (r in seq_len(rounds)) {
+    times[r, "sliced_ahead"] <- epoch_a(TRUE)[["seconds"]]
+    times[r, "sliced_at_step"] <- epoch_a(FALSE)[["seconds"]]
+  }
+  med <- apply(times, 2, stats::median)
+  cat(sprintf(paste0("\n(arrays) the next batch sliced while the step runs: %d batches of %d, ",
+                     "%d steps of %dx%d, hidden c(2, 1), 1 CPU thread; slicing a batch %.1f ms, ",
+                     "a step %.1f ms of the epoch without reading ahead\n"),
+              n_batches, Ba, Ta, Sa, Sa, 1000 * slice_s, 1000 * med[["sliced_at_step"]] / n_batches))
+  print(data.frame(case = names(med), median_epoch_s = round(med, 3),
+                   over_sliced_at_step = round(med / med[["sliced_at_step"]], 3)), row.names = FALSE)
+  cat(sprintf("load average: %s\n", paste(readLines("/proc/loadavg", warn = FALSE), collapse = " ")))
+  convlstm_release(small)
 }
-med <- apply(times, 2, stats::median)
-print(data.frame(case = names(cases), median_epoch_s = round(med, 3),
-                 over_step_alone = round(med / med[["step_alone"]], 3)), row.names = FALSE)
-cat(sprintf("load average: %s\n", paste(readLines("/proc/loadavg", warn = FALSE), collapse = " ")))
-convlstm_release(model)
+
+if (part %in% c("both", "generator")) bench_generator()
+if (part %in% c("both", "arrays")) bench_arrays()

@@ -284,3 +284,55 @@ for (how in c("error", "kill")) {
     convlstm_release(m)
   })
 }
+
+# A source's data-parallel fit (issue 36 item 1: each rank reads its own
+# rows): 12 windows of mpi_series(12), batch 2 per rank, 2 epochs, against
+# one process reading batches of 4 from an R function source whose calls
+# are recorded (the global batches, in order).
+source_big_batch <- function() {
+  series <- mpi_series(12)
+  asked <- list()
+  src <- convlstm_source_function(function(i) {
+    asked[[length(asked) + 1L]] <<- i
+    mpi_windows(series, i)
+  }, n = 12, x_dim = c(3, 1, 6, 6), y_dim = c(1, 1, 6, 6))
+  model <- mpi_source_model(100)
+  on.exit(convlstm_release(model))
+  set.seed(1000)
+  h <- convlstm_fit(model, src, NULL, convlstm_optimizer_adam(0.01), epochs = 2, batch_size = 4,
+                    verbose = FALSE)
+  list(weights = convlstm_state_dict(model), loss = h$loss, asked = asked)
+}
+
+for (mode in c("source_frames", "source_function")) {
+  test_that(sprintf("2 ranks train from %s as 1 x batch 4, each reading its half of each batch",
+                    if (mode == "source_frames") "a frame file" else "a function source"), {
+    skip_without_mpi()
+    out <- temp_dir()
+    convlstm_frame_file_write(mpi_series(12), file.path(out, "series.frames"))
+    run <- run_mpi(2, mode, out, n = 12, batch = 2, epochs = 2)
+    expect_equal(run$status, 0L, info = run$log)
+    r <- ranks_of(out, 2)
+    expect_identical(r[[1]]$weights, r[[2]]$weights)
+    expect_identical(r[[1]]$loss, r[[2]]$loss)
+    ref <- source_big_batch()
+    expect_lt(max_diff(r[[1]]$weights, ref$weights), 1e-5)
+    expect_equal(r[[1]]$loss, ref$loss, tolerance = 1e-5)
+    # the rows each rank read, per batch: a frame file's reader thread reads
+    # them ahead on each rank (the first frame of window i is frame i);
+    # a function is called at each step (no step thread on 2 ranks)
+    reads <- lapply(r, function(k) if (mode == "source_frames") k$starts else k$asked)
+    for (k in 1:2) {
+      expect_length(reads[[k]], 2 * 3) # 3 steps an epoch
+      expect_true(all(lengths(reads[[k]]) == 2))
+      expect_equal(r[[k]]$takes, if (mode == "source_frames") 6 else 0)
+      expect_equal(r[[k]]$threaded, 0)
+    }
+    # rank 0 the first half of each global batch, rank 1 the second
+    expect_length(ref$asked, 2 * 3)
+    for (b in seq_along(ref$asked)) {
+      expect_equal(reads[[1]][[b]], ref$asked[[b]][1:2], info = b)
+      expect_equal(reads[[2]][[b]], ref$asked[[b]][3:4], info = b)
+    }
+  })
+}

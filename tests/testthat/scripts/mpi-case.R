@@ -37,3 +37,20 @@ mpi_forecaster_weight <- function(y) {
   w[, 1, , , 1:3] <- 0
   w
 }
+
+# The source modes: a series of n + 3 frames [time, 1, 6, 6] whose windows
+# of 3 frames (the next one the target) are the n samples, and a model whose
+# last layer's one channel is that frame.
+mpi_series <- function(n) {
+  set.seed(1)
+  array(stats::runif((n + 3) * 36), c(n + 3, 1, 6, 6))
+}
+mpi_windows <- function(series, i) {
+  x <- array(0, c(length(i), 3, 1, 6, 6))
+  for (k in seq_along(i)) x[k, , , , ] <- series[i[k] + 0:2, , , , drop = FALSE]
+  list(x = x, y = array(series[i + 3, , , , drop = FALSE], c(length(i), 1, 1, 6, 6)))
+}
+mpi_source_model <- function(seed_model) {
+  set.seed(seed_model)
+  convlstm(1, c(4, 1), 3, device = "cpu", threads = 1)
+}

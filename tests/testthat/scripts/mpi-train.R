@@ -25,6 +25,12 @@
 #   forecaster  an encoder-forecaster (mpi_case(forecaster = TRUE)), no
 #           callbacks, with a loss weight (mpi_forecaster_weight())
 #   forecaster_data  the same without the weight, its data set on the device
+#   source_frames  a fit from the frame file OUT/series.frames (written by
+#           the test: mpi_series(N_SAMPLES)), windows of 3 frames and the
+#           next; OUT/w<rank>.rds also holds the first frame of every
+#           window the rank's reader read, per read, and the reads it took
+#   source_function  the same windows from an R function source; the rows
+#           it was asked for, per call, and the steps run on a thread
 args <- commandArgs(trailingOnly = TRUE)
 lib <- args[[1]]
 out <- args[[2]]
@@ -50,6 +56,40 @@ if (mode %in% c("forecaster", "forecaster_data")) {
                on_device = attr(h, "data_on_device"), stats = convlstm:::c_dist_stats(),
                buckets = attr(convlstm_memory_estimate(case$model, batch, 3, 6, 6, horizon = 2,
                                                        world_size = d$size), "communication")),
+          file.path(out, sprintf("w%d.rds", d$rank)))
+  quit(save = "no")
+}
+if (mode %in% c("source_frames", "source_function")) {
+  model <- mpi_source_model(100 + d$rank)
+  series <- mpi_series(n)
+  rec <- new.env()
+  rec$asked <- list()
+  rec$starts <- list()
+  rec$takes <- 0
+  rec$threaded <- 0
+  ns <- asNamespace("convlstm")
+  trace_in <- function(fn, tracer) {
+    suppressMessages(trace(fn, where = ns, print = FALSE, tracer = tracer))
+  }
+  trace_in("c_fa_ahead_start", bquote(assign("starts", c(get("starts", .(rec)), list(starts_x)),
+                                             envir = .(rec))))
+  trace_in("c_fa_ahead_take", bquote(assign("takes", get("takes", .(rec)) + 1, envir = .(rec))))
+  trace_in("c_train_step_start", bquote(assign("threaded", get("threaded", .(rec)) + 1,
+                                               envir = .(rec))))
+  src <- if (mode == "source_frames") {
+    convlstm_source_frames(file.path(out, "series.frames"), 3, 1)
+  } else {
+    convlstm_source_function(function(i) {
+      rec$asked[[length(rec$asked) + 1L]] <- i
+      mpi_windows(series, i)
+    }, n = n, x_dim = c(3, 1, 6, 6), y_dim = c(1, 1, 6, 6))
+  }
+  set.seed(1000 + d$rank)
+  h <- convlstm_fit(model, src, NULL, convlstm_optimizer_adam(0.01), epochs = epochs,
+                    batch_size = batch, verbose = FALSE, distributed = d)
+  saveRDS(list(weights = convlstm_state_dict(model), loss = h$loss, rank = d$rank,
+               asked = rec$asked, starts = rec$starts, takes = rec$takes,
+               threaded = rec$threaded),
           file.path(out, sprintf("w%d.rds", d$rank)))
   quit(save = "no")
 }

@@ -1,0 +1,191 @@
+# R arrays read ahead (issue 36 item 2, "the same double-buffered path
+# serves R arrays"): a fit on plain arrays, batches sliced in R, runs its
+# step on a C thread while R slices the next batch (CPU, one process). The
+# expected values are the same fit's with options(convlstm.prefetch =
+# FALSE), which slices each batch at its step: the losses, the validation
+# losses and the weights after every batch must be identical bit for bit.
+
+# Counts of calls to the package's functions `fns` while expr runs.
+count_calls <- function(fns, expr) {
+  seen <- new.env()
+  for (fn in fns) {
+    seen[[fn]] <- 0
+    suppressMessages(trace(fn, where = asNamespace("convlstm"), print = FALSE,
+                           tracer = bquote(assign(.(fn), get(.(fn), .(seen)) + 1, envir = .(seen)))))
+  }
+  on.exit(for (fn in fns) suppressMessages(untrace(fn, where = asNamespace("convlstm"))))
+  force(expr)
+  mget(fns, envir = seen)
+}
+
+# A fit of `make()`'s model on x, y with or without reading ahead; the
+# weights after every batch (a callback reads the model), the history and
+# the calls made to the thread's step and to the slicer.
+fit_arrays <- function(make, x, y, prefetch, ..., count = c("c_train_step_start", "arrays_slice")) {
+  old <- options(convlstm.prefetch = prefetch)
+  on.exit(options(old))
+  m <- make()
+  on.exit(convlstm_release(m), add = TRUE)
+  seen <- list()
+  cb <- convlstm_callback(on_batch_end = function(ctx) {
+    seen[[length(seen) + 1L]] <<- convlstm_state_dict(ctx$model)
+  })
+  set.seed(7) # the same shuffles, splits and coins
+  calls <- count_calls(count, {
+    h <- convlstm_fit(m, x, y, convlstm_optimizer_adam(0.02), callbacks = list(cb),
+                      verbose = FALSE, data_on_device = FALSE, ...)
+  })
+  list(h = h, seen = seen, w = convlstm_state_dict(m), calls = calls)
+}
+
+expect_same_fit <- function(a, b) {
+  expect_identical(a$h$loss, b$h$loss)
+  expect_identical(a$h$val_loss, b$h$val_loss)
+  expect_identical(length(a$seen), length(b$seen))
+  expect_identical(a$seen, b$seen)
+  expect_identical(a$w, b$w)
+}
+
+stack_model <- function() {
+  set.seed(11)
+  convlstm(1, c(3, 1), 3, device = "cpu", threads = 1)
+}
+
+test_that("a fit on R arrays slicing the next batch during the step equals, bit for bit, the fit slicing at each step", {
+  set.seed(3)
+  x <- array(stats::runif(23 * 3 * 4 * 4), c(23, 3, 1, 4, 4))
+  y <- array(x[, 3, 1, , ], c(23, 1, 4, 4))
+  w <- array(stats::runif(23 * 4 * 4), c(23, 1, 4, 4)) # a weight, sliced with each batch
+  args <- list(epochs = 2, batch_size = 4, shuffle = TRUE, validation_split = 0.2,
+               accumulation_steps = 2, weight = w)
+  ahead <- do.call(fit_arrays, c(list(stack_model, x, y, TRUE), args))
+  plain <- do.call(fit_arrays, c(list(stack_model, x, y, FALSE), args))
+  # 23 rows, 5 held out: 18 train in batches 4, 4, 4, 4, 2; each step on
+  # the thread, each batch sliced once
+  expect_equal(ahead$calls$c_train_step_start, 2 * 5)
+  expect_equal(ahead$calls$arrays_slice, 2 * 5)
+  expect_equal(plain$calls$c_train_step_start, 0)
+  expect_equal(plain$calls$arrays_slice, 2 * 5)
+  expect_equal(length(ahead$seen), 2 * 5)
+  expect_same_fit(ahead, plain)
+  # the weight is used: without it the fit differs
+  unweighted <- do.call(fit_arrays, c(list(stack_model, x, y, TRUE), args[names(args) != "weight"]))
+  expect_false(identical(unweighted$h$loss, ahead$h$loss))
+})
+
+test_that("a forecasting fit on arrays (teacher forcing per epoch, an encoder-forecaster) reads ahead as it slices", {
+  set.seed(4)
+  x <- array(stats::runif(10 * 3 * 4 * 4), c(10, 3, 1, 4, 4))
+  y <- array(stats::runif(10 * 2 * 4 * 4), c(10, 2, 1, 4, 4))
+  # a horizon, teacher forcing 1 then 0.5: the teacher-forced inputs (x and
+  # y's true frames) are what the step after the next reads
+  tf <- function(epoch) if (epoch == 1) 1 else 0.5
+  args <- list(epochs = 2, batch_size = 3, horizon = 2, teacher_forcing = tf)
+  ahead <- do.call(fit_arrays, c(list(stack_model, x, y, TRUE), args))
+  plain <- do.call(fit_arrays, c(list(stack_model, x, y, FALSE), args))
+  expect_equal(ahead$calls$c_train_step_start, 2 * 4)
+  expect_same_fit(ahead, plain)
+  ff <- function() {
+    set.seed(21)
+    convlstm_forecaster(1, c(4, 3), 3, patch = 2, device = "cpu", threads = 1)
+  }
+  x8 <- array(stats::runif(7 * 3 * 8 * 8), c(7, 3, 1, 8, 8))
+  y8 <- array(stats::runif(7 * 2 * 8 * 8), c(7, 2, 1, 8, 8))
+  args <- list(epochs = 2, batch_size = 2, validation_split = 0.3)
+  ahead <- do.call(fit_arrays, c(list(ff, x8, y8, TRUE), args))
+  plain <- do.call(fit_arrays, c(list(ff, x8, y8, FALSE), args))
+  expect_equal(ahead$calls$c_train_step_start, 2 * 2) # 3 rows held out, 4 train: 2, 2
+  expect_same_fit(ahead, plain)
+})
+
+test_that("an arrays source reads ahead, and the data set on the device, one batch or the switch off do not", {
+  set.seed(5)
+  x <- array(stats::runif(12 * 3 * 4 * 4), c(12, 3, 1, 4, 4))
+  y <- array(x[, 3, 1, , ], c(12, 1, 4, 4))
+  src <- convlstm_source_arrays(x, y)
+  ahead <- fit_arrays(stack_model, src, NULL, TRUE, epochs = 2, batch_size = 5)
+  plain <- fit_arrays(stack_model, src, NULL, FALSE, epochs = 2, batch_size = 5)
+  expect_equal(ahead$calls$c_train_step_start, 2 * 3)
+  expect_equal(plain$calls$c_train_step_start, 0)
+  expect_same_fit(ahead, plain)
+  arrays <- fit_arrays(stack_model, x, y, TRUE, epochs = 2, batch_size = 5)
+  expect_same_fit(arrays, ahead) # the arrays' own fit, the same batches
+  # nothing is sliced: the training set on the device, or all rows in one batch
+  old <- options(convlstm.prefetch = TRUE)
+  on.exit(options(old))
+  m <- stack_model()
+  on.exit(convlstm_release(m), add = TRUE)
+  calls <- count_calls("c_train_step_start", {
+    convlstm_fit(m, x, y, convlstm_optimizer_adam(0.02), epochs = 1, batch_size = 5,
+                 data_on_device = TRUE, verbose = FALSE)
+    convlstm_fit(m, x, y, convlstm_optimizer_adam(0.02), epochs = 1, batch_size = 12,
+                 data_on_device = FALSE, verbose = FALSE)
+  })
+  expect_equal(calls$c_train_step_start, 0)
+})
+
+test_that("an interrupt while the next batch is sliced ends the fit after the running step, the model valid", {
+  set.seed(6)
+  x <- array(stats::runif(12 * 3 * 4 * 4), c(12, 3, 1, 4, 4))
+  y <- array(x[, 3, 1, , ], c(12, 1, 4, 4))
+  # the third slicing: batch 3's, during step 2 when reading ahead, after
+  # it otherwise
+  interrupted <- function(prefetch) {
+    n <- new.env()
+    n$k <- 0
+    suppressMessages(trace("arrays_slice", where = asNamespace("convlstm"), print = FALSE,
+                           tracer = bquote({
+                             assign("k", get("k", .(n)) + 1, envir = .(n))
+                             if (get("k", .(n)) == 3) signalCondition(structure(
+                               class = c("interrupt", "condition"), list(message = "", call = NULL)))
+                           })))
+    on.exit(suppressMessages(untrace("arrays_slice", where = asNamespace("convlstm"))))
+    fit_arrays(stack_model, x, y, prefetch, epochs = 2, batch_size = 4, shuffle = FALSE,
+               count = "c_train_step_start")
+  }
+  ahead <- interrupted(TRUE)
+  plain <- interrupted(FALSE)
+  expect_equal(nrow(ahead$h), 0) # no epoch completed
+  expect_equal(length(plain$seen), 2) # steps 1 and 2 and their callbacks
+  expect_equal(length(ahead$seen), 1) # step 2 ended, its callbacks not run
+  expect_identical(ahead$w, plain$w) # after step 2, complete
+  expect_identical(plain$w, plain$seen[[2]])
+})
+
+test_that("an arrays source's plan holds two batches of x and y when the next is sliced during the step", {
+  x <- array(0, c(9, 3, 1, 4, 4))
+  y <- array(0, c(9, 1, 4, 4))
+  src <- convlstm_source_arrays(x, y)
+  m <- stack_model()
+  on.exit(convlstm_release(m))
+  by <- function(e) stats::setNames(e$bytes, e$category)[c("data", "total", "reserved")]
+  plain <- by(convlstm_memory_estimate(m, 6, 3, 4, 4))
+  one <- 6 * (3 * 1 * 4 * 4 + 1 * 4 * 4) * 8 # 6 samples of x [3, 1, 4, 4] and y [1, 4, 4], doubles
+  est <- convlstm_memory_estimate(m, 6, 3, 4, 4, source = src)
+  expect_equal(unname(by(est) - plain), rep(2 * one, 3))
+  rows <- attr(est, "plan")
+  expect_equal(rows$bytes[match(c("source_x", "source_y", "source_x_next", "source_y_next"),
+                                rows$name)], c(2304, 768, 2304, 768))
+  old <- options(convlstm.prefetch = FALSE)
+  on.exit(options(old), add = TRUE)
+  expect_equal(unname(by(convlstm_memory_estimate(m, 6, 3, 4, 4, source = src)) - plain),
+               rep(one, 3))
+})
+
+test_that("dropout's seeds are drawn as when slicing at each step: a fit with dropout reads ahead identically", {
+  set.seed(8)
+  x <- array(stats::runif(11 * 3 * 4 * 4), c(11, 3, 1, 4, 4))
+  y <- array(x[, 3, 1, , ], c(11, 1, 4, 4))
+  drop_model <- function(dropout = 0.3) {
+    set.seed(12)
+    convlstm(1, c(3, 1), 3, device = "cpu", threads = 1, dropout = dropout,
+             recurrent_dropout = dropout)
+  }
+  ahead <- fit_arrays(drop_model, x, y, TRUE, epochs = 2, batch_size = 3)
+  plain <- fit_arrays(drop_model, x, y, FALSE, epochs = 2, batch_size = 3)
+  expect_equal(ahead$calls$c_train_step_start, 2 * 4)
+  expect_same_fit(ahead, plain)
+  # the masks matter: the same model without dropout trains otherwise
+  none <- fit_arrays(function() drop_model(0), x, y, TRUE, epochs = 2, batch_size = 3)
+  expect_false(identical(none$h$loss, ahead$h$loss))
+})
