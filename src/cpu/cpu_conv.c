@@ -725,7 +725,7 @@ cl_status cl_cpu_conv_forward(cl_backend *be, const cl_conv_shape *s, const void
   cl_status st = begin(be, OP_FORWARD, s, ws, &pl, &j);
   if (st != CL_OK) return st;
   j.x = x, j.w = w, j.bias = bias, j.y = y, j.accumulate = accumulate;
-  if (cl_cpu_wino_pick(s, 0, ws, &tk))
+  if (cl_cpu_wino_pick(be, s, 0, ws, &tk))
     cl_cpu_wino_conv(be, s, 0, x, w, bias, y, accumulate, ws);
   else if (pl.direct)
     for_each_image(&j, forward_image_direct, direct_init);
@@ -744,7 +744,7 @@ cl_status cl_cpu_conv_backward_data(cl_backend *be, const cl_conv_shape *s, cons
   cl_status st = begin(be, OP_BWD_DATA, s, ws, &pl, &j);
   if (st != CL_OK) return st;
   j.dy = dy, j.w = w, j.dx = dx, j.accumulate = accumulate;
-  if (cl_cpu_wino_pick(s, 1, ws, &tk)) {
+  if (cl_cpu_wino_pick(be, s, 1, ws, &tk)) {
     cl_cpu_wino_conv(be, s, 1, dy, w, NULL, dx, accumulate, ws);
     cl_cpu_wino_done(&tk);
     return CL_OK;

@@ -17,6 +17,7 @@
 typedef struct cl_cpu_ctx {
   cl_cpu_gemm_kind gemm; /* chosen once in cl_backend_cpu_create */
   int conv_path;         /* tests and benchmarks: 0 auto, 1 im2col + GEMM, 2 direct */
+  int conv_algo;         /* tests: 0 CONVLSTM_CONV_ALGO or timed, 1 gemm, 2 winograd, 3 winograd4 */
 } cl_cpu_ctx;
 
 static inline cl_cpu_gemm_kind cl_cpu_gemm_of(const cl_backend *be) {
@@ -73,12 +74,12 @@ typedef struct cl_cpu_wino_ticket {
   double t0;
 } cl_cpu_wino_ticket;
 size_t cl_cpu_wino_workspace(const cl_backend *be, const cl_conv_shape *s, int dir);
-int cl_cpu_wino_pick(const cl_conv_shape *s, int dir, const void *ws, cl_cpu_wino_ticket *tk);
+int cl_cpu_wino_pick(const cl_backend *be, const cl_conv_shape *s, int dir, const void *ws, cl_cpu_wino_ticket *tk);
 void cl_cpu_wino_done(const cl_cpu_wino_ticket *tk);
 void cl_cpu_wino_conv(cl_backend *be, const cl_conv_shape *s, int dir, const float *x,
                       const float *w, const float *bias, float *y, int accumulate, void *ws);
 /* 1 when later calls of s in dir run Winograd, 0 GEMM paths, -1 still timing. */
-int cl_cpu_wino_chosen(const cl_conv_shape *s, int dir);
-const char *cl_cpu_wino_name(const cl_conv_shape *s);
+int cl_cpu_wino_chosen(const cl_backend *be, const cl_conv_shape *s, int dir);
+const char *cl_cpu_wino_name(const cl_backend *be, const cl_conv_shape *s);
 
 #endif

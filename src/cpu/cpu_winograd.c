@@ -48,11 +48,11 @@ typedef struct wino_form {
 } wino_form;
 
 static const wino_form FORMS[3] = {
-    {2, 3, 4, "WINOGRAD F(2x2,3x3)",
+    {2, 3, 4, "winograd F(2x2,3x3)",
      {{1, 1, 1, 0}, {0, 1, -1, 1}},
      {{-1, 0, 0}, {0.5f, 0.5f, 0.5f}, {0.5f, -0.5f, 0.5f}, {0, 0, 1}},
      {{-1, 0, 1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, -1, 0, 1}}},
-    {4, 3, 6, "WINOGRAD F(4x4,3x3)",
+    {4, 3, 6, "winograd F(4x4,3x3)",
      {{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}},
      {{0.25f, 0, 0},
       {-1.0f / 6, -1.0f / 6, -1.0f / 6},
@@ -66,7 +66,7 @@ static const wino_form FORMS[3] = {
       {0, -2, -1, 2, 1, 0},
       {0, 2, -1, -2, 1, 0},
       {0, 4, 0, -5, 0, 1}}},
-    {2, 5, 6, "WINOGRAD F(2x2,5x5)",
+    {2, 5, 6, "winograd F(2x2,5x5)",
      {{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 1}},
      {{0.25f, 0, 0, 0, 0},
       {-1.0f / 6, -1.0f / 6, -1.0f / 6, -1.0f / 6, -1.0f / 6},
@@ -84,8 +84,11 @@ static const wino_form FORMS[3] = {
 
 static size_t round64(size_t b) { return (b + 63) & ~(size_t)63; }
 
-/* CONVLSTM_CONV_ALGO: 0 auto (timed), 1 gemm, 2 winograd, 3 winograd4. */
-static int algo_env(void) {
+/* The backend's forced algorithm (tests), else CONVLSTM_CONV_ALGO: 0 auto
+ * (timed), 1 gemm, 2 winograd, 3 winograd4. */
+static int algo_env(const cl_backend *be) {
+  const int forced = ((const cl_cpu_ctx *)be->context)->conv_algo;
+  if (forced) return forced;
   const char *e = getenv("CONVLSTM_CONV_ALGO");
   if (!e) return 0;
   if (strcmp(e, "gemm") == 0) return 1;
@@ -95,10 +98,10 @@ static int algo_env(void) {
 }
 
 /* The form for s (NULL: none handles it). */
-static const wino_form *form_of(const cl_conv_shape *s) {
+static const wino_form *form_of(const cl_backend *be, const cl_conv_shape *s) {
   if (s->dtype != CL_F32 || cl_conv_groups(s) != 1 || s->dh != 1 || s->dw != 1 || s->kh != s->kw)
     return NULL;
-  if (s->kh == 3) return &FORMS[algo_env() == 3 ? 1 : 0];
+  if (s->kh == 3) return &FORMS[algo_env(be) == 3 ? 1 : 0];
   if (s->kh == 5) return &FORMS[2];
   return NULL;
 }
@@ -122,7 +125,7 @@ typedef struct wino_plan {
 static wino_plan plan_of(const cl_backend *be, const cl_conv_shape *s, int dir) {
   wino_plan p;
   memset(&p, 0, sizeof p);
-  p.f = form_of(s);
+  p.f = form_of(be, s);
   if (!p.f || dir == 2 || s->N < 1) return p;
   const cl_conv_shape t = dir_shape(s, dir);
   const int m = p.f->m, nn = p.f->n * p.f->n;
@@ -145,7 +148,7 @@ static wino_plan plan_of(const cl_backend *be, const cl_conv_shape *s, int dir) 
 }
 
 size_t cl_cpu_wino_workspace(const cl_backend *be, const cl_conv_shape *s, int dir) {
-  if (algo_env() == 1) return 0;
+  if (algo_env(be) == 1) return 0;
   return plan_of(be, s, dir).total;
 }
 
@@ -334,9 +337,9 @@ static double process_seconds(void) {
 }
 
 /* Which algorithm this call runs (1 Winograd); *timed: record its time. */
-static int pick(const cl_conv_shape *s, int dir, wino_slot **timed) {
+static int pick(const cl_backend *be, const cl_conv_shape *s, int dir, wino_slot **timed) {
   *timed = NULL;
-  const int env = algo_env();
+  const int env = algo_env(be);
   if (env) return env >= 2;
   int choice = 0;
 #ifdef _OPENMP
@@ -365,9 +368,9 @@ static void record(wino_slot *t, int choice, double seconds) {
   }
 }
 
-int cl_cpu_wino_chosen(const cl_conv_shape *s, int dir) {
-  if (!form_of(s) || dir == 2) return 0;
-  const int env = algo_env();
+int cl_cpu_wino_chosen(const cl_backend *be, const cl_conv_shape *s, int dir) {
+  if (!form_of(be, s) || dir == 2) return 0;
+  const int env = algo_env(be);
   if (env) return env >= 2;
   int choice = 0;
 #ifdef _OPENMP
@@ -380,18 +383,19 @@ int cl_cpu_wino_chosen(const cl_conv_shape *s, int dir) {
   return choice;
 }
 
-const char *cl_cpu_wino_name(const cl_conv_shape *s) {
-  const wino_form *f = form_of(s);
+const char *cl_cpu_wino_name(const cl_backend *be, const cl_conv_shape *s) {
+  const wino_form *f = form_of(be, s);
   return f ? f->name : "";
 }
 
 /* The algorithm of this call: 1 Winograd (run cl_cpu_wino_conv), 0 the
  * GEMM paths; tk then times the call between here and cl_cpu_wino_done. */
-int cl_cpu_wino_pick(const cl_conv_shape *s, int dir, const void *ws, cl_cpu_wino_ticket *tk) {
+int cl_cpu_wino_pick(const cl_backend *be, const cl_conv_shape *s, int dir, const void *ws,
+                     cl_cpu_wino_ticket *tk) {
   memset(tk, 0, sizeof *tk);
-  if (!form_of(s) || dir == 2 || s->N < 1 || !ws) return 0;
+  if (!form_of(be, s) || dir == 2 || s->N < 1 || !ws) return 0;
   wino_slot *timed;
-  tk->use = pick(s, dir, &timed);
+  tk->use = pick(be, s, dir, &timed);
   tk->slot = timed;
   if (timed) tk->t0 = process_seconds();
   return tk->use;
@@ -410,10 +414,9 @@ void cl_cpu_wino_conv(cl_backend *be, const cl_conv_shape *s, int dir, const flo
  * while the shape is being timed: "gemm/..."), else "gemm" for cpu_conv.c's
  * im2col + GEMM and direct paths (float32 products, direct sums). */
 const char *cl_cpu_conv_algo(cl_backend *be, const cl_conv_shape *s, int dir) {
-  (void)be;
   static _Thread_local char buf[64];
-  int c = cl_cpu_wino_chosen(s, dir);
+  int c = cl_cpu_wino_chosen(be, s, dir);
   if (c == 0) return "gemm";
-  snprintf(buf, sizeof buf, "%s%s", c < 0 ? "gemm/" : "", cl_cpu_wino_name(s));
+  snprintf(buf, sizeof buf, "%s%s", c < 0 ? "gemm/" : "", cl_cpu_wino_name(be, s));
   return buf;
 }
