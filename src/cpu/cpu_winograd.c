@@ -26,6 +26,9 @@
  * each shape and direction in a process alternate between the two, WINO_ROUNDS
  * each, timed in the process's CPU seconds, and the faster runs every later
  * call (cl_cpu_gemm's register-tile choice does the same per GEMM shape).
+ * The workspace reported (cpu_conv.c's conv_workspace) covers both
+ * algorithms and every form, so the variable may change between the plan
+ * and the calls.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
 #include "cpu_kernels.h"
@@ -122,10 +125,11 @@ typedef struct wino_plan {
   size_t off_wf, off_u, off_slices, v_bytes, m_bytes, scratch_bytes, slice_bytes, total;
 } wino_plan;
 
-static wino_plan plan_of(const cl_backend *be, const cl_conv_shape *s, int dir) {
+static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir,
+                           const wino_form *f) {
   wino_plan p;
   memset(&p, 0, sizeof p);
-  p.f = form_of(be, s);
+  p.f = f;
   if (!p.f || dir == 2 || s->N < 1) return p;
   const cl_conv_shape t = dir_shape(s, dir);
   const int m = p.f->m, nn = p.f->n * p.f->n;
@@ -147,9 +151,22 @@ static wino_plan plan_of(const cl_backend *be, const cl_conv_shape *s, int dir) 
   return p;
 }
 
+static wino_plan plan_of(const cl_backend *be, const cl_conv_shape *s, int dir) {
+  return plan_form(be, s, dir, form_of(be, s));
+}
+
+/* The largest over the forms CONVLSTM_CONV_ALGO may pick for s, whatever it
+ * says now: the plan's workspace is sized once and the variable (or the
+ * timed choice) decides at each call. */
 size_t cl_cpu_wino_workspace(const cl_backend *be, const cl_conv_shape *s, int dir) {
-  if (algo_env(be) == 1) return 0;
-  return plan_of(be, s, dir).total;
+  const wino_form *f = form_of(be, s);
+  if (!f) return 0;
+  size_t b = plan_form(be, s, dir, f).total;
+  if (s->kh == 3) {
+    size_t b4 = plan_form(be, s, dir, &FORMS[1]).total, b2 = plan_form(be, s, dir, &FORMS[0]).total;
+    b = b4 > b2 ? b4 : b2;
+  }
+  return b;
 }
 
 /* U[e][k][c] = (G w[k][c] G^T)[e]. */
