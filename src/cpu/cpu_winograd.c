@@ -100,9 +100,17 @@ static int algo_env(const cl_backend *be) {
   return 0;
 }
 
+/* Below this many flops (2 N K C k^2 H W) a call is not timed for
+ * Winograd (unless forced): its transforms' fixed costs dominate, and its
+ * workspace would grow small plans (a step under a 64 KiB memory limit). */
+#define WINO_MIN_FLOP 1e8
+
 /* The form for s (NULL: none handles it). */
 static const wino_form *form_of(const cl_backend *be, const cl_conv_shape *s) {
   if (s->dtype != CL_F32 || cl_conv_groups(s) != 1 || s->dh != 1 || s->dw != 1 || s->kh != s->kw)
+    return NULL;
+  if (algo_env(be) < 2 &&
+      2.0 * s->N * s->K * s->C * s->kh * s->kw * s->H * s->W < WINO_MIN_FLOP)
     return NULL;
   if (s->kh == 3) return &FORMS[algo_env(be) == 3 ? 1 : 0];
   if (s->kh == 5) return &FORMS[2];
