@@ -20,7 +20,8 @@
  * and transposed (stride 1, odd kernel, "same" padding), so it runs the
  * same code on a flipped copy of w.
  *
- * Which algorithm runs: CONVLSTM_CONV_ALGO=gemm forces cpu_conv.c's paths,
+ * Which algorithm runs (calls of WINO_MIN_FLOP or more; smaller ones always
+ * take cpu_conv.c's paths): CONVLSTM_CONV_ALGO=gemm forces cpu_conv.c's paths,
  * =winograd the Winograd form of the kernel size (F(2x2,3x3) for 3 x 3),
  * =winograd4 F(4x4,3x3) for 3 x 3. Unset (or =auto), the first calls of
  * each shape and direction in a process alternate between the two, WINO_ROUNDS
@@ -100,16 +101,18 @@ static int algo_env(const cl_backend *be) {
   return 0;
 }
 
-/* Below this many flops (2 N K C k^2 H W) a call is not timed for
- * Winograd (unless forced): its transforms' fixed costs dominate, and its
- * workspace would grow small plans (a step under a 64 KiB memory limit). */
+/* Below this many flops (2 N K C k^2 H W) a call never runs Winograd,
+ * timed or forced by CONVLSTM_CONV_ALGO (only a backend's conv_algo, set by
+ * the conformance test, forces it there): its transforms' fixed costs
+ * dominate, and its workspace would grow small plans past the memory limits
+ * that tests set just above them (a step under 40-64 KiB). */
 #define WINO_MIN_FLOP 1e8
 
 /* The form for s (NULL: none handles it). */
 static const wino_form *form_of(const cl_backend *be, const cl_conv_shape *s) {
   if (s->dtype != CL_F32 || cl_conv_groups(s) != 1 || s->dh != 1 || s->dw != 1 || s->kh != s->kw)
     return NULL;
-  if (algo_env(be) < 2 &&
+  if (!((const cl_cpu_ctx *)be->context)->conv_algo &&
       2.0 * s->N * s->K * s->C * s->kh * s->kw * s->H * s->W < WINO_MIN_FLOP)
     return NULL;
   if (s->kh == 3) return &FORMS[algo_env(be) == 3 ? 1 : 0];
