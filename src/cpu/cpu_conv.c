@@ -283,6 +283,9 @@ cl_status cl_cpu_conv_workspace(cl_backend *be, const cl_conv_shape *s, cl_conv_
                      : dir == CL_CONV_BACKWARD_DATA ? OP_BWD_DATA
                                                     : OP_BWD_FILTER;
   *bytes = conv_plan_of(op, s, be).total;
+  /* room for either algorithm: the choice is timed at the first calls */
+  size_t wino = cl_cpu_wino_workspace(be, s, (int)op);
+  if (wino > *bytes) *bytes = wino;
   return CL_OK;
 }
 
@@ -717,14 +720,18 @@ cl_status cl_cpu_conv_forward(cl_backend *be, const cl_conv_shape *s, const void
                               const float *bias, void *y, int accumulate, void *ws) {
   conv_plan pl;
   conv_job j;
+  cl_cpu_wino_ticket tk;
   if (s->N == 0) return check_shape(be, s);
   cl_status st = begin(be, OP_FORWARD, s, ws, &pl, &j);
   if (st != CL_OK) return st;
   j.x = x, j.w = w, j.bias = bias, j.y = y, j.accumulate = accumulate;
-  if (pl.direct)
+  if (cl_cpu_wino_pick(be, s, 0, ws, &tk))
+    cl_cpu_wino_conv(be, s, 0, x, w, bias, y, accumulate, ws);
+  else if (pl.direct)
     for_each_image(&j, forward_image_direct, direct_init);
   else
     for_each_image(&j, forward_image, pl.view ? view_init : NULL);
+  cl_cpu_wino_done(&tk);
   return CL_OK;
 }
 
@@ -732,10 +739,16 @@ cl_status cl_cpu_conv_backward_data(cl_backend *be, const cl_conv_shape *s, cons
                                     const float *w, float *dx, int accumulate, void *ws) {
   conv_plan pl;
   conv_job j;
+  cl_cpu_wino_ticket tk;
   if (s->N == 0) return check_shape(be, s);
   cl_status st = begin(be, OP_BWD_DATA, s, ws, &pl, &j);
   if (st != CL_OK) return st;
   j.dy = dy, j.w = w, j.dx = dx, j.accumulate = accumulate;
+  if (cl_cpu_wino_pick(be, s, 1, ws, &tk)) {
+    cl_cpu_wino_conv(be, s, 1, dy, w, NULL, dx, accumulate, ws);
+    cl_cpu_wino_done(&tk);
+    return CL_OK;
+  }
   for (int g = 0; pl.flip && g < j.G; g++)
     flip_weights(w + (size_t)g * j.wg, j.s->K, j.s->C, cl_conv_taps(s),
                  (float *)(j.ws + pl.off_wflip) + (size_t)g * j.wg);
@@ -743,6 +756,7 @@ cl_status cl_cpu_conv_backward_data(cl_backend *be, const cl_conv_shape *s, cons
     for_each_image(&j, backward_data_image_direct, direct_init);
   else
     for_each_image(&j, backward_data_image, pl.view ? view_init : NULL);
+  cl_cpu_wino_done(&tk);
   return CL_OK;
 }
 

@@ -17,6 +17,7 @@
 typedef struct cl_cpu_ctx {
   cl_cpu_gemm_kind gemm; /* chosen once in cl_backend_cpu_create */
   int conv_path;         /* tests and benchmarks: 0 auto, 1 im2col + GEMM, 2 direct */
+  int conv_algo;         /* tests: 0 CONVLSTM_CONV_ALGO or timed, 1 gemm, 2 winograd, 3 winograd4 */
 } cl_cpu_ctx;
 
 static inline cl_cpu_gemm_kind cl_cpu_gemm_of(const cl_backend *be) {
@@ -60,5 +61,25 @@ CL_BACKEND_SLOTS(CL_CPU_SLOT_PROTO_)
 typedef double (*cl_cpu_chunk_fn)(long long chunk, void *ctx);
 double cl_cpu_sum_chunks(int n_threads, long long chunks, int parallel, cl_cpu_chunk_fn f,
                          void *ctx);
+
+/* cpu_winograd.c: Winograd convolutions (3 x 3 and 5 x 5, float32, no
+ * groups, dilation 1), forward (dir 0) and backward data (dir 1). pick:
+ * 1 when this call runs cl_cpu_wino_conv (CONVLSTM_CONV_ALGO, or the
+ * choice timed per shape), 0 for cpu_conv.c's own paths; the call between
+ * pick and done is timed while the shape is being measured. workspace:
+ * the bytes Winograd needs (0 when it cannot run). */
+typedef struct cl_cpu_wino_ticket {
+  void *slot;
+  int use;
+  double t0;
+} cl_cpu_wino_ticket;
+size_t cl_cpu_wino_workspace(const cl_backend *be, const cl_conv_shape *s, int dir);
+int cl_cpu_wino_pick(const cl_backend *be, const cl_conv_shape *s, int dir, const void *ws, cl_cpu_wino_ticket *tk);
+void cl_cpu_wino_done(const cl_cpu_wino_ticket *tk);
+void cl_cpu_wino_conv(cl_backend *be, const cl_conv_shape *s, int dir, const float *x,
+                      const float *w, const float *bias, float *y, int accumulate, void *ws);
+/* 1 when later calls of s in dir run Winograd, 0 GEMM paths, -1 still timing. */
+int cl_cpu_wino_chosen(const cl_backend *be, const cl_conv_shape *s, int dir);
+const char *cl_cpu_wino_name(const cl_backend *be, const cl_conv_shape *s);
 
 #endif

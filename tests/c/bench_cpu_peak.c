@@ -12,16 +12,19 @@
  *
  * Not a test: it checks nothing. `make bench-peak` builds it and pairs it with
  * PyTorch's convolutions of the same shapes.
- * Usage: bench_cpu_peak THREADS SHAPES.tsv [quick|tiles|bf16]   (quick: one
+ * Usage: bench_cpu_peak THREADS SHAPES.tsv [quick|tiles|bf16|algo]   (quick: one
  * call per figure, for CI to see it run; tiles: each GEMM register tile
  * forced and the per-shape timed choice, their calls interleaved; bf16:
  * float32 storage, bfloat16 storage on float32 kernels (CONVLSTM_BF16_DOT=0)
- * and on bfloat16 dot products, interleaved)
+ * and on bfloat16 dot products, interleaved; algo: forward and backward
+ * data on im2col/direct + GEMM, Winograd and the timed choice, interleaved)
  * Output: tab-separated rows "peak ISA THREADS GFLOP/s" and
  * "conv CONFIG PART N C K H W k OP MS GFLOP/s SHARE" (tiles: "tile CONFIG
  * PART N C K H W k OP TILE MS GFLOP/s SHARE", TILE a name or "auto"; bf16:
  * "bf16 CONFIG PART N C K H W k OP PATH MS GFLOP/s SHARE", PATH f32,
- * bf16-f32 or bf16-dot, SHARE of the float32 FMA peak).
+ * bf16-f32 or bf16-dot, SHARE of the float32 FMA peak; algo: "algo CONFIG
+ * PART N C K H W k OP ALGO MS GFLOP/s SHARE", ALGO gemm, winograd,
+ * winograd4 or "auto (<the algorithm it chose>)").
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, setenv */
 #include "bench_conv.h" /* buffers, one call, best time */
@@ -160,6 +163,46 @@ static void bench_shape_tiles(cl_backend *be, const char *config, const char *pa
   bench_bufs_free(be, &B);
 }
 
+/* The algo mode: forward and backward data with CONVLSTM_CONV_ALGO forcing
+ * im2col/direct + GEMM ("gemm"), Winograd (F(2x2,3x3) or F(2x2,5x5)),
+ * F(4x4,3x3) for 3 x 3 kernels, and unset ("auto": the per-shape timed
+ * choice, after warm-up calls that finish its timing), calls interleaved;
+ * best call of each. Backward filter has no Winograd form here. */
+static void bench_shape_algo(cl_backend *be, const char *config, const char *part,
+                             cl_conv_shape s, double peak) {
+  static const char *algos[] = {"gemm", "winograd", "winograd4", "auto"};
+  size_t P = (size_t)s.H * s.W, kk = (size_t)s.kh * s.kw;
+  bench_bufs B = bench_bufs_make(be, &s); /* workspace for every algorithm */
+  double flop = 2.0 * s.N * s.K * s.C * kk * P;
+  int reps = (int)(1e10 / flop) + 4;
+  static const char *names[] = {"fwd", "bwd-data"};
+  for (int op = 0; op < 2; op++) {
+    double best[4] = {1e30, 1e30, 1e30, 1e30};
+    for (int w = 0; w < 6; w++) bench_conv_op(be, &s, &B, op); /* auto's timing rounds */
+    for (int r = 0; r < reps; r++)
+      for (int a = 0; a < 4; a++) {
+        if (a == 2 && s.kh != 3) continue;
+        if (a < 3) setenv("CONVLSTM_CONV_ALGO", algos[a], 1);
+        double t0 = now_seconds();
+        if (bench_conv_op(be, &s, &B, op) != CL_OK) {
+          fprintf(stderr, "conv failed: %s\n", be->err);
+          exit(1);
+        }
+        double dt = now_seconds() - t0;
+        unsetenv("CONVLSTM_CONV_ALGO");
+        if (dt < best[a]) best[a] = dt;
+      }
+    for (int a = 0; a < 4; a++) {
+      if (best[a] >= 1e30) continue;
+      const char *name = a == 3 ? be->iface->conv_algo(be, &s, op) : algos[a];
+      printf("algo\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s%s%s\t%.4f\t%.2f\t%.3f\n", config,
+             part, s.N, s.C, s.K, s.H, s.W, s.kh, names[op], a == 3 ? "auto (" : "", name,
+             a == 3 ? ")" : "", best[a] * 1e3, flop / best[a] / 1e9, flop / best[a] / 1e9 / peak);
+    }
+  }
+  bench_bufs_free(be, &B);
+}
+
 static uint16_t *bf16_copy(const float *v, size_t n) {
   uint16_t *p = malloc(sizeof(uint16_t) * (n ? n : 1));
   if (!p) exit(1);
@@ -237,6 +280,8 @@ static void bench_table(cl_backend *be, const char *path, double peak, int quick
       bench_shape_tiles(be, config, part, s, peak);
     else if (mode == 2)
       bench_shape_bf16(be, config, part, s, peak);
+    else if (mode == 3)
+      bench_shape_algo(be, config, part, s, peak);
     else
       bench_shape(be, config, part, s, peak, quick);
   }
@@ -245,12 +290,13 @@ static void bench_table(cl_backend *be, const char *path, double peak, int quick
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: bench_cpu_peak THREADS SHAPES.tsv [quick|tiles|bf16]\n");
+    fprintf(stderr, "usage: bench_cpu_peak THREADS SHAPES.tsv [quick|tiles|bf16|algo]\n");
     return 2;
   }
   int threads = atoi(argv[1]), quick = argc > 3 && strcmp(argv[3], "quick") == 0;
   int mode = argc > 3 && strcmp(argv[3], "tiles") == 0 ? 1
              : argc > 3 && strcmp(argv[3], "bf16") == 0  ? 2
+             : argc > 3 && strcmp(argv[3], "algo") == 0  ? 3
                                                          : 0;
   g_threads = threads > 0 ? threads : 1;
   cl_backend *be;

@@ -2678,6 +2678,35 @@ static variant *add_variant(cl_backend *be, unsigned half_in_storage, const char
   return v;
 }
 
+/* Winograd forced (cpu_winograd.c: every float32 3 x 3 and 5 x 5 case
+ * without groups or dilation, forward and backward data, runs through it;
+ * the others through cpu_conv.c's paths): F(2x2,3x3) and F(2x2,5x5) on each
+ * internal GEMM kind at 2 threads, F(4x4,3x3) on the best. The CPU's forms
+ * name themselves "winograd ..." (not cuDNN's "WINOGRAD"), so algo_tol
+ * leaves them at the direct algorithms' 2e-5: measured over this suite's
+ * cases the worst error scaled by the largest result was 4.2e-7
+ * (F(2x2,3x3)), 3.1e-6 (F(2x2,5x5)) and 6.3e-6 (F(4x4,3x3)), the transforms'
+ * entries (up to 8 in F(4x4,3x3)'s A^T, 1/24 in G) amplifying the products'
+ * rounding some 10x over direct sums, still within 2e-5. */
+static void add_cpu_winograd_variants(void) {
+  static const char *names[] = {"", "", "winograd", "winograd4"};
+  for (int algo = 2; algo <= 3; algo++)
+    for (int kind = CL_CPU_GEMM_GENERIC; kind <= CL_CPU_GEMM_AVX512; kind++) {
+      if (!cl_cpu_gemm_available((cl_cpu_gemm_kind)kind)) continue;
+      if (algo == 3 && kind != (int)cl_cpu_gemm_best_internal()) continue;
+      cl_backend *be = NULL;
+      if (cl_backend_cpu_create(2, &be) != CL_OK) {
+        fprintf(stderr, "test_backend_ops: cannot create the cpu backend\n");
+        exit(2);
+      }
+      cl_cpu_ctx *ctx = be->context;
+      ctx->gemm = (cl_cpu_gemm_kind)kind;
+      ctx->conv_algo = algo;
+      add_variant(be, cl_cpu_bf16_dot_of(ctx->gemm) ? 1u << CL_BF16 : 0u, "cpu %s t2 %s",
+                  cl_cpu_gemm_name(ctx->gemm), names[algo]);
+    }
+}
+
 /* Each GEMM kind this machine runs at 1, 2 and 3 threads (the convolution
  * path chosen automatically), and each path forced at 2 threads for the
  * internal kinds. */
@@ -2700,6 +2729,7 @@ static void add_cpu_variants(void) {
                     cl_cpu_gemm_name(ctx->gemm), t, paths[path]);
       }
     }
+  add_cpu_winograd_variants();
 }
 
 #ifdef CL_HAVE_CUDA
