@@ -237,6 +237,7 @@ cl_status cl_backend_cpu_create(int n_threads, cl_backend **out) {
    * convolution workspace size, which must stay fixed for the plans made
    * with this backend. */
   ctx->gemm = cl_cpu_gemm_choose(n_threads);
+  ctx->conv_algo_env = cl_cpu_conv_algo_env(); /* the same reason: it sizes the workspace */
   *out = be;
   return CL_OK;
 }

@@ -17,7 +17,9 @@
 typedef struct cl_cpu_ctx {
   cl_cpu_gemm_kind gemm; /* chosen once in cl_backend_cpu_create */
   int conv_path;         /* tests and benchmarks: 0 auto, 1 im2col + GEMM, 2 direct */
-  int conv_algo;         /* tests: 0 CONVLSTM_CONV_ALGO or timed, 1 gemm, 2 winograd, 3 winograd4 */
+  int conv_algo;         /* tests: 0 conv_algo_env, 1 gemm, 2 winograd, 3 winograd4 */
+  int conv_algo_env;     /* CONVLSTM_CONV_ALGO when created: 1 gemm (unset: the default),
+                            0 auto (timed per shape), 2 winograd, 3 winograd4 */
 } cl_cpu_ctx;
 
 static inline cl_cpu_gemm_kind cl_cpu_gemm_of(const cl_backend *be) {
@@ -74,6 +76,9 @@ typedef struct cl_cpu_wino_ticket {
   double t0;
 } cl_cpu_wino_ticket;
 size_t cl_cpu_wino_workspace(const cl_backend *be, const cl_conv_shape *s, int dir);
+/* CONVLSTM_CONV_ALGO, read once when a backend is created (its plans and
+ * calls then agree on the workspace): cl_cpu_ctx's conv_algo_env. */
+int cl_cpu_conv_algo_env(void);
 int cl_cpu_wino_pick(const cl_backend *be, const cl_conv_shape *s, int dir, const void *ws, cl_cpu_wino_ticket *tk);
 void cl_cpu_wino_done(const cl_cpu_wino_ticket *tk);
 void cl_cpu_wino_conv(cl_backend *be, const cl_conv_shape *s, int dir, const float *x,

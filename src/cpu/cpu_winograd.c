@@ -20,16 +20,19 @@
  * and transposed (stride 1, odd kernel, "same" padding), so it runs the
  * same code on a flipped copy of w.
  *
- * Which algorithm runs (calls of WINO_MIN_FLOP or more; smaller ones always
- * take cpu_conv.c's paths): CONVLSTM_CONV_ALGO=gemm forces cpu_conv.c's paths,
- * =winograd the Winograd form of the kernel size (F(2x2,3x3) for 3 x 3),
- * =winograd4 F(4x4,3x3) for 3 x 3. Unset (or =auto), the first calls of
- * each shape and direction in a process alternate between the two, WINO_ROUNDS
- * each, timed in the process's CPU seconds, and the faster runs every later
- * call (cl_cpu_gemm's register-tile choice does the same per GEMM shape).
- * The workspace reported (cpu_conv.c's conv_workspace) covers both
- * algorithms and every form, so the variable may change between the plan
- * and the calls.
+ * Which algorithm runs, from CONVLSTM_CONV_ALGO as it was when the backend
+ * was created (calls of WINO_MIN_FLOP or more; smaller ones always take
+ * cpu_conv.c's paths): unset or =gemm, cpu_conv.c's paths and no Winograd
+ * workspace (the default: Winograd lost on every step shape measured here,
+ * 3.4x to 47x, doc/speed.md); =winograd the Winograd form of the kernel size
+ * (F(2x2,3x3) for 3 x 3), =winograd4 F(4x4,3x3) for 3 x 3; =auto, the first
+ * calls of each shape and direction in a process alternate between the two,
+ * WINO_ROUNDS each, timed in the process's CPU seconds, and the faster runs
+ * every later call (the results of those first calls then differ in the
+ * last bits from one process to another). Whenever Winograd may run, the
+ * workspace reported (cpu_conv.c's conv_workspace) covers both algorithms
+ * and every form; read once per backend, the variable cannot change between
+ * a plan and its calls.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
 #include "cpu_kernels.h"
@@ -88,17 +91,23 @@ static const wino_form FORMS[3] = {
 
 static size_t round64(size_t b) { return (b + 63) & ~(size_t)63; }
 
-/* The backend's forced algorithm (tests), else CONVLSTM_CONV_ALGO: 0 auto
- * (timed), 1 gemm, 2 winograd, 3 winograd4. */
-static int algo_env(const cl_backend *be) {
-  const int forced = ((const cl_cpu_ctx *)be->context)->conv_algo;
-  if (forced) return forced;
+/* CONVLSTM_CONV_ALGO: unset or "gemm" 1 (Winograd off: it lost on every
+ * step shape measured, doc/speed.md), "auto" 0 (timed per shape),
+ * "winograd" 2, "winograd4" 3. */
+int cl_cpu_conv_algo_env(void) {
   const char *e = getenv("CONVLSTM_CONV_ALGO");
-  if (!e) return 0;
-  if (strcmp(e, "gemm") == 0) return 1;
+  if (!e || strcmp(e, "gemm") == 0) return 1;
+  if (strcmp(e, "auto") == 0) return 0;
   if (strcmp(e, "winograd") == 0) return 2;
   if (strcmp(e, "winograd4") == 0) return 3;
-  return 0;
+  return 1;
+}
+
+/* The backend's forced algorithm (tests, benchmarks), else the variable as
+ * it was when the backend was created. */
+static int algo_env(const cl_backend *be) {
+  const cl_cpu_ctx *ctx = (const cl_cpu_ctx *)be->context;
+  return ctx->conv_algo ? ctx->conv_algo : ctx->conv_algo_env;
 }
 
 /* Below this many flops (2 N K C k^2 H W) a call never runs Winograd,
@@ -112,8 +121,9 @@ static int algo_env(const cl_backend *be) {
 static const wino_form *form_of(const cl_backend *be, const cl_conv_shape *s) {
   if (s->dtype != CL_F32 || cl_conv_groups(s) != 1 || s->dh != 1 || s->dw != 1 || s->kh != s->kw)
     return NULL;
-  if (!((const cl_cpu_ctx *)be->context)->conv_algo &&
-      2.0 * s->N * s->K * s->C * s->kh * s->kw * s->H * s->W < WINO_MIN_FLOP)
+  const cl_cpu_ctx *ctx = (const cl_cpu_ctx *)be->context;
+  if (!ctx->conv_algo && ctx->conv_algo_env == 1) return NULL; /* the default: no workspace */
+  if (!ctx->conv_algo && 2.0 * s->N * s->K * s->C * s->kh * s->kw * s->H * s->W < WINO_MIN_FLOP)
     return NULL;
   if (s->kh == 3) return &FORMS[algo_env(be) == 3 ? 1 : 0];
   if (s->kh == 5) return &FORMS[2];

@@ -163,16 +163,19 @@ static void bench_shape_tiles(cl_backend *be, const char *config, const char *pa
   bench_bufs_free(be, &B);
 }
 
-/* The algo mode: forward and backward data with CONVLSTM_CONV_ALGO forcing
- * im2col/direct + GEMM ("gemm"), Winograd (F(2x2,3x3) or F(2x2,5x5)),
- * F(4x4,3x3) for 3 x 3 kernels, and unset ("auto": the per-shape timed
- * choice, after warm-up calls that finish its timing), calls interleaved;
+/* The algo mode: forward and backward data with the backend's conv_algo
+ * forcing im2col/direct + GEMM ("gemm"), Winograd (F(2x2,3x3) or
+ * F(2x2,5x5)), F(4x4,3x3) for 3 x 3 kernels, and "auto" (the per-shape
+ * timed choice, CONVLSTM_CONV_ALGO=auto, after warm-up calls that finish its
+ * timing), calls interleaved;
  * best call of each. Backward filter has no Winograd form here. */
 static void bench_shape_algo(cl_backend *be, const char *config, const char *part,
                              cl_conv_shape s, double peak) {
   static const char *algos[] = {"gemm", "winograd", "winograd4", "auto"};
+  cl_cpu_ctx *ctx = (cl_cpu_ctx *)be->context;
   size_t P = (size_t)s.H * s.W, kk = (size_t)s.kh * s.kw;
-  bench_bufs B = bench_bufs_make(be, &s); /* workspace for every algorithm */
+  ctx->conv_algo_env = 0; /* auto: the workspace covers every algorithm */
+  bench_bufs B = bench_bufs_make(be, &s);
   double flop = 2.0 * s.N * s.K * s.C * kk * P;
   int reps = (int)(1e10 / flop) + 4;
   static const char *names[] = {"fwd", "bwd-data"};
@@ -182,14 +185,14 @@ static void bench_shape_algo(cl_backend *be, const char *config, const char *par
     for (int r = 0; r < reps; r++)
       for (int a = 0; a < 4; a++) {
         if (a == 2 && s.kh != 3) continue;
-        if (a < 3) setenv("CONVLSTM_CONV_ALGO", algos[a], 1);
+        ctx->conv_algo = a < 3 ? a + 1 : 0; /* 1 gemm, 2 winograd, 3 winograd4; 0 the timed choice */
         double t0 = now_seconds();
         if (bench_conv_op(be, &s, &B, op) != CL_OK) {
           fprintf(stderr, "conv failed: %s\n", be->err);
           exit(1);
         }
         double dt = now_seconds() - t0;
-        unsetenv("CONVLSTM_CONV_ALGO");
+        ctx->conv_algo = 0;
         if (dt < best[a]) best[a] = dt;
       }
     for (int a = 0; a < 4; a++) {
@@ -201,6 +204,7 @@ static void bench_shape_algo(cl_backend *be, const char *config, const char *par
     }
   }
   bench_bufs_free(be, &B);
+  ctx->conv_algo_env = cl_cpu_conv_algo_env();
 }
 
 static uint16_t *bf16_copy(const float *v, size_t n) {
