@@ -126,16 +126,30 @@ sd <- convlstm_state_dict(model)
 for (n in names(sd)) say("fit_local ", n, " ", md5(sd[[n]]))
 convlstm_release(model)
 
-# Shi et al.'s encoder-forecaster: two stacks and a head (stacks.c)
-for (cfg in list(list(name = "forecaster", hidden = c(4, 3), k = 3, rk = NULL, patch = 2),
-                 list(name = "forecaster_split", hidden = 3, k = 5, rk = 1, patch = 1))) {
+# Shi et al.'s encoder-forecaster: two stacks and a head (program.c's
+# stacks handing states on), with the options a step takes
+fc_cfgs <- list(
+  list(name = "forecaster", hidden = c(4, 3), k = 3, rk = NULL, patch = 2),
+  list(name = "forecaster_split", hidden = 3, k = 5, rk = 1, patch = 1),
+  list(name = "forecaster_ckpt_accum", hidden = c(4, 3), k = 3, rk = NULL, patch = 2,
+       step = list(checkpoint = 3, accumulation_steps = 2), K = 5),
+  list(name = "forecaster_rc_dropout", hidden = c(4, 3), k = 3, rk = NULL, patch = 2,
+       step = list(recompute_gates = 2), dropout = 0.2),
+  list(name = "forecaster_f16_ckpt", hidden = c(3, 3), k = 3, rk = NULL, patch = 2,
+       step = list(checkpoint = 2), dtype = "float16"))
+for (cfg in fc_cfgs) {
   set.seed(13)
+  K <- if (is.null(cfg$K)) 2 else cfg$K
   model <- convlstm_forecaster(2, cfg$hidden, cfg$k, patch = cfg$patch,
-                               recurrent_kernel_sizes = cfg$rk, device = "cpu", threads = 1)
+                               recurrent_kernel_sizes = cfg$rk, device = "cpu", threads = 1,
+                               dropout = if (is.null(cfg$dropout)) 0 else cfg$dropout,
+                               dtype = if (is.null(cfg$dtype)) "float32" else cfg$dtype)
   x <- array(runif(3 * 4 * 2 * 8 * 8), dim = c(3, 4, 2, 8, 8))
-  y <- array(runif(3 * 2 * 2 * 8 * 8), dim = c(3, 2, 2, 8, 8))
+  y <- array(runif(3 * K * 2 * 8 * 8), dim = c(3, K, 2, 8, 8))
   opt <- convlstm_optimizer_rmsprop(lr = 0.01)
-  ls <- vapply(1:3, function(i) convlstm_train_step(model, x, y, opt, loss = "bce_logits"), 0)
+  ls <- vapply(1:3, function(i) {
+    do.call(convlstm_train_step, c(list(model, x, y, opt, loss = "bce_logits"), cfg$step))
+  }, 0)
   say(cfg$name, " loss ", hex(ls))
   say(cfg$name, " forecast ", md5(predict(model, x, horizon = 3)))
   sd <- convlstm_state_dict(model)

@@ -144,6 +144,21 @@ cl_status cl_loss_segment(cl_model *m, const cl_call *c, const cl_source *y, cl_
   return cl_head_backward(m, top, 0, len * b, 0);
 }
 
+cl_status cl_loss_frames(cl_model *m, const cl_call *c, const cl_source *y, int b0, int b,
+                         float ls, double *acc) {
+  const cl_step *st = &m->step;
+  const cl_schedule *g = &st->g;
+  size_t n = (size_t)g->horizon * b * m->arch.frame_dim * g->H * g->W;
+  cl_block k = {b0, b, 0, g->horizon};
+  CL_TRY(cl_put_frames_source(m, st->head_grad, CL_F32, y, k));
+  float *w = c->weight.host ? st->weight : NULL;
+  if (w) CL_TRY(cl_put_frames(m, w, CL_F32, c->weight.host, k));
+  double share = cl_loss_share(&c->loss, (double)b / g->B, n, g->B);
+  CL_TRY(cl_loss_run(m, &c->loss, st->head_out, st->head_grad, w, n, (float)(share * ls),
+                     st->head_grad, share, acc));
+  return cl_head_grad_store(m, g->horizon * b);
+}
+
 /* done: the last `done` steps of the segment already ran backward through
  * the cell (free-running's fed-back steps, cl_backward_free_run): the time
  * loop and the input half's data gradient cover the steps before them, the

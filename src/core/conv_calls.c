@@ -1,15 +1,16 @@
 /*
  * core/conv_calls.c -- the step's convolution calls, enumerated (see
- * conv_calls.h). It walks the executor's schedule without running it:
- * micro-batches (run_segments / run_windows in train.c), checkpoint
- * segments and tbptt windows, each layer's segment forward (forward.c),
- * its backward through time (backward.c) and the gradients sent through
- * dropout's masks (dropout.c), with the same shape helpers the executor
- * calls (cl_conv_input_half, cl_conv_hidden_half), so a shape is one fact.
- * Steps, segments and chunks of equal length are counted, not walked: the
- * work is O(layers), whatever T.
+ * conv_calls.h). A training step's are read off its programs (program.h):
+ * each op's calls, with the same shape helpers the executor calls
+ * (cl_conv_input_half, cl_conv_hidden_half, cl_conv_head), so a shape is
+ * one fact; the steps of a layer's segment and its recomputed chunks of
+ * equal length are counted, not walked, and a step's equal micro-batches
+ * are one program counted as often. Inference runs step by step
+ * (forward.c): its calls are counted per layer.
  */
 #include "conv_calls.h"
+
+#include "program.h" /* the training step as ops */
 
 #include <stdint.h> /* INT32_MAX */
 #include <stdlib.h>
@@ -131,129 +132,79 @@ static void bwd_piece(walk *w, int l, int b, int len, int prev, int carry, int64
   bwd_chunk(w, l, b, rem, 0, prev, x);
 }
 
-static void bwd_segment(walk *w, int b, int len, int prev, int carry, int64_t x) {
-  for (int l = 0; l < w->m->cfg.n_layers; l++) bwd_piece(w, l, b, len, prev, carry, x);
-}
-
-/* cl_forward_free_run and cl_backward_free_run: the input steps as a
- * segment, then each fed-back step through every layer, one step per call;
- * a fed-back step that reads the true frame sends no gradient into the
- * frame it replaced (layer 0's input). */
-static void free_run(walk *w, int b, int prev, const int *truth, int64_t x) {
+/* The fed-back steps of free running (forward.c cl_forward_free_run,
+ * backward.c cl_backward_free_run): each through every layer, one step per
+ * call; a fed-back step that reads the true frame sends no gradient into
+ * the frame it replaced (layer 0's input). */
+static void free_forward(walk *w, int b, int prev, int64_t x) {
   const cl_schedule *g = w->g;
-  int tin = g->T - g->horizon + 1, fed = g->horizon - 1, own = fed;
-  for (int k = 0; truth && k < fed; k++) own -= truth[k] != 0;
+  int tin = g->T - g->horizon + 1, fed = g->horizon - 1;
   fwd_segment(w, b, tin, prev, x);
   for (int l = 0; l < w->m->cfg.n_layers; l++) {
     add_x(w, CL_CONV_FORWARD, l, b, x * fed);
     add_h(w, CL_CONV_FORWARD, l, b, x * fed);
+  }
+}
+static void free_backward(walk *w, int b, int prev, const int *truth, int64_t x) {
+  const cl_schedule *g = w->g;
+  int fed = g->horizon - 1, own = fed;
+  for (int k = 0; truth && k < fed; k++) own -= truth[k] != 0;
+  for (int l = 0; l < w->m->cfg.n_layers; l++) {
     add_h(w, CL_CONV_BACKWARD_DATA, l, b, x * (fed - 1));
     add_x(w, CL_CONV_BACKWARD_DATA, l, b, x * (l > 0 ? fed : own));
     bwd_layer(w, l, b, g->T, fed, prev, 0, x);
   }
 }
 
-/* A single stack's head in the loss of a segment (backward.c,
- * cl_loss_segment): forward over its steps, backward into the top layer. */
-static void head(walk *w, cl_conv_dir d, int l, int64_t n, int64_t count);
-static void loss_head(walk *w, int b, int len, int64_t x) {
-  const cl_arch *a = &w->m->arch;
-  if (!cl_arch_has_head(a)) return;
-  head(w, CL_CONV_FORWARD, a->head_lo, (int64_t)len * b, x);
-  head(w, CL_CONV_BACKWARD_DATA, a->head_lo, (int64_t)len * b, x);
-  head(w, CL_CONV_BACKWARD_FILTER, a->head_lo, (int64_t)len * b, x);
-}
-
-/* run_segments' segment: forward, again before its backward unless it is
- * the last, then the loss and backward */
-static void segment(walk *w, int b, int len, int prev, int last, int64_t x) {
-  fwd_segment(w, b, len, prev, x * (last ? 1 : 2));
-  loss_head(w, b, len, x);
-  bwd_segment(w, b, len, prev, !last, x);
-}
-
-/* run_windows' window: forward, and the loss and backward when it has one */
-static void window(walk *w, int b, int len, int prev, int backward, int64_t x) {
-  fwd_segment(w, b, len, prev, x);
-  if (!backward) return;
-  loss_head(w, b, len, x);
-  bwd_segment(w, b, len, prev, 0, x);
-}
-
-/* One micro-batch of b sequences, x of them: segments or windows. */
-static void micro_batch(walk *w, int b, cl_target target, const int *truth, int64_t x) {
-  const cl_schedule *g = w->g;
-  int from = g->state != CL_STATE_ZERO, n = g->T / g->S + (g->T % g->S != 0);
-  int last = g->T - (n - 1) * g->S;
-  if (g->free_run) {
-    free_run(w, b, from, truth, x);
-    return;
-  }
-  if (!g->tbptt) {
-    if (n == 1) {
-      segment(w, b, g->T, from, 1, x);
-      return;
-    }
-    segment(w, b, g->S, from, 0, x);
-    if (n > 2) segment(w, b, g->S, 1, 0, x * (n - 2));
-    segment(w, b, last, 1, 1, x);
-    return;
-  }
-  /* run_windows: every window forward; backward each (a sequence target)
-   * or only the last (a last-state target) */
-  int seq = target == CL_TARGET_SEQUENCE;
-  window(w, b, n == 1 ? g->T : g->S, from, seq || n == 1, x);
-  if (n > 2) window(w, b, g->S, 1, seq, x * (n - 2));
-  if (n > 1) window(w, b, last, 1, 1, x);
-}
-
-/* A wired architecture (arch.h; half 2: layer l's part of the head), as
- * stacks.c runs a micro-batch of b sequences, x of them: each stack over
- * its steps in checkpoint segments of S (one without checkpointing) from
- * the call's state (zeros) or the last state of the stack it follows, the
- * head over each segment's steps; backward stack by stack from the last,
- * segment by segment (each but the last recomputed first): the head into
- * each layer it reads, the gradient a layer's last step receives from the
- * stack it handed its state to (through that layer's hidden half), the
- * layer. */
+/* Layer l's part of the head (half 2) over n images. */
 static void head(walk *w, cl_conv_dir d, int l, int64_t n, int64_t count) {
   add(w, d, l, 2, cl_conv_head(w->m, l, w->g, images_of(n)), n, count);
 }
-static int reads_head(const cl_arch *a, int l) { return l >= a->head_lo && l < a->head_hi; }
-/* stack si's segment of len steps, count of them (prev: a state before it;
- * last: the stack's last segment, not recomputed) */
-static void wired_segment(walk *w, int si, int b, int len, int prev, int last, int64_t x) {
+
+/* The calls of op o of a micro-batch of b sequences, x of them. */
+static void op_calls(walk *w, const cl_op *o, int b, const int *truth, int64_t x) {
   const cl_arch *a = &w->m->arch;
-  const cl_stack *s = &a->stack[si];
-  for (int l = s->lo, to; l < s->hi; l++) {
-    fwd_layer(w, l, b, len, prev, x * (last ? 1 : 2));
-    if (reads_head(a, l)) {
-      head(w, CL_CONV_FORWARD, l, (int64_t)len * b, x);
-      head(w, CL_CONV_BACKWARD_DATA, l, (int64_t)len * b, x);
-      head(w, CL_CONV_BACKWARD_FILTER, l, (int64_t)len * b, x);
-    }
-    if (last && cl_arch_hands_on(a, l, &to) >= 0) add_h(w, CL_CONV_BACKWARD_DATA, to, b, x);
-    bwd_piece(w, l, b, len, prev, !last, x);
+  int prev = o->before.at != CL_AT_ZERO;
+  int64_t n = (int64_t)o->len * b;
+  switch (o->kind) {
+  case CL_OP_FORWARD:
+    for (int l = o->lo; l < o->hi; l++) fwd_layer(w, l, b, o->len, prev, x);
+    return;
+  case CL_OP_FORWARD_FREE: free_forward(w, b, prev, x); return;
+  case CL_OP_HEAD_FORWARD:
+    for (int l = a->head_lo; l < a->head_hi; l++) head(w, CL_CONV_FORWARD, l, n, x);
+    return;
+  case CL_OP_LOSS_SEGMENT: /* a single stack's head: forward, backward into its layer */
+    if (!cl_arch_has_head(a)) return;
+    head(w, CL_CONV_FORWARD, a->head_lo, n, x);
+    head(w, CL_CONV_BACKWARD_DATA, a->head_lo, n, x);
+    head(w, CL_CONV_BACKWARD_FILTER, a->head_lo, n, x);
+    return;
+  case CL_OP_HEAD_BACKWARD:
+    head(w, CL_CONV_BACKWARD_DATA, o->lo, n, x);
+    head(w, CL_CONV_BACKWARD_FILTER, o->lo, n, x);
+    return;
+  case CL_OP_RECEIVE: add_h(w, CL_CONV_BACKWARD_DATA, o->hi, b, x); return;
+  case CL_OP_BACKWARD: bwd_piece(w, o->lo, b, o->len, prev, o->carry_in, x); return;
+  case CL_OP_BACKWARD_FREE: free_backward(w, b, prev, truth, x); return;
+  default: return; /* no convolution */
   }
 }
-static void wired(walk *w, int b, int64_t x) {
-  const cl_schedule *g = w->g;
-  const cl_arch *a = &w->m->arch;
-  for (int si = 0; si < a->n_stacks; si++) {
-    int n = cl_arch_steps(a, si, g->T, g->horizon), from = a->stack[si].state_from >= 0;
-    int nseg = n / g->S + (n % g->S != 0), last = n - (nseg - 1) * g->S;
-    if (nseg == 1) {
-      wired_segment(w, si, b, n, from, 1, x);
-      continue;
-    }
-    wired_segment(w, si, b, g->S, from, 0, x);
-    if (nseg > 2) wired_segment(w, si, b, g->S, 1, 0, x * (nseg - 2));
-    wired_segment(w, si, b, last, 1, 1, x);
-  }
+
+/* A micro-batch's program (program.h), x of them. */
+static void micro_batch(walk *w, int b, int final, cl_target target, const int *truth,
+                        int64_t x) {
+  cl_program p = {0};
+  if (x <= 0) return;
+  if (cl_program_build(&w->m->arch, w->m->cfg.n_layers, w->g, target, b, final, &p) != CL_OK)
+    w->out->oom = 1;
+  for (int i = 0; i < p.n; i++) op_calls(w, &p.v[i], b, truth, x);
+  cl_program_free(&p);
 }
 
 /* its prediction (forward.c, infer_stacks): each stack step by step over
  * its steps, the head over the target's */
+static int reads_head(const cl_arch *a, int l) { return l >= a->head_lo && l < a->head_hi; }
 static void wired_inference(walk *w) {
   const cl_schedule *g = w->g;
   const cl_arch *a = &w->m->arch;
@@ -286,18 +237,15 @@ static void inference(walk *w) {
 cl_status cl_conv_calls(const cl_model *m, const cl_schedule *g, cl_target target, const int *truth,
                         cl_conv_list *out) {
   walk w = {m, g, out};
-  int nb = g->B / g->Bm + (g->B % g->Bm != 0), last = g->B - (nb - 1) * g->Bm;
+  int last, nb = cl_micro_batches(g, &last);
   if (!g->training) {
     if (cl_arch_is_wired(&m->arch))
       wired_inference(&w);
     else
       inference(&w);
-  } else if (cl_arch_is_wired(&m->arch)) { /* micro-batches of Bm, the last of `last` */
-    wired(&w, g->Bm, nb - 1);
-    wired(&w, last, 1);
-  } else {
-    micro_batch(&w, g->Bm, target, truth, nb - 1);
-    micro_batch(&w, last, target, truth, 1);
+  } else { /* micro-batches of Bm, the last (the final one) of `last` */
+    micro_batch(&w, g->Bm, 0, target, truth, nb - 1);
+    micro_batch(&w, last, 1, target, truth, 1);
   }
   return out->oom ? CL_E_OOM : CL_OK;
 }

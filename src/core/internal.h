@@ -618,6 +618,12 @@ cl_status cl_backward_free_run(cl_model *m, const cl_call *c, int b, const void 
 cl_status cl_loss_segment(cl_model *m, const cl_call *c, const cl_source *y, cl_target target,
                           int b0, int b, int t0, int len, double share, float loss_scale,
                           int want_grad, double *acc);
+/* The loss of the head's output over the target's g.horizon steps of
+ * sequences b0.. against y's frames (patched as y; each element's times
+ * the call's weight), at once: its gradient (times ls) left in d_head,
+ * in the storage dtype, for each layer's part of the head's backward. */
+cl_status cl_loss_frames(cl_model *m, const cl_call *c, const cl_source *y, int b0, int b,
+                         float ls, double *acc);
 cl_status cl_zero(cl_model *m, void *p, size_t bytes);
 
 /* Adam and AdamW share moments, update and state names. */
@@ -725,12 +731,6 @@ cl_status cl_call_check_arrays(cl_model *m, const cl_host_array *x, const cl_hos
 cl_status cl_call_make(cl_model *m, const cl_source *x, int B, int T, int H, int W,
                        const cl_step_options *opts, cl_schedule *g, cl_call *c);
 
-/* stacks.c: a wired architecture's training (arch.h) over sequences
- * b0..b0+b-1 of its step (g.T input frames of x, g.horizon target frames
- * of y, host arrays): forward, the loss (times share of the batch, its
- * gradient times ls, added to *acc) and backward into the gradients. */
-cl_status cl_stacks_run(cl_model *m, const cl_call *c, const cl_source *x, const cl_source *y,
-                        int b0, int b, float ls, double *acc);
 /* call.c: an encoder-forecaster's train_step arguments: x [B, T, C, H, W],
  * y [B, K, C, H, W] (the sequence target; K the forecaster's steps), what
  * its schedule does not run refused; shape gets B, T, H / p, W / p, K. */

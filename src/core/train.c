@@ -29,7 +29,8 @@
  * A backend may record that stream as one graph and replay it (graph_begin,
  * graph_end: CUDA graphs); the core calls the same slots either way.
  */
-#include "plan.h" /* cl_schedule_make, cl_plan_build; internal.h */
+#include "plan.h"    /* cl_schedule_make, cl_plan_build; internal.h */
+#include "program.h" /* the step as ops */
 
 #include <math.h>
 #include <stdio.h>
@@ -53,128 +54,6 @@ void cl_scaler_reset(cl_loss_scale *s) {
   s->clean_steps = 0;
   s->skipped_steps = 0;
   s->skipped_in_a_row = 0;
-}
-
-static int seg_len(const cl_schedule *g, int s) {
-  int left = g->T - s * g->S;
-  return left < g->S ? left : g->S;
-}
-
-/* Share of the whole batch's loss elements held by b sequences, steps t0 ..
- * t0 + len - 1 (with a horizon, only its last steps have a target). */
-static double share_of(const cl_schedule *g, cl_target tg, int b, int t0, int len) {
-  if (tg != CL_TARGET_SEQUENCE) return (double)b / g->B;
-  int first = g->horizon ? g->T - g->horizon : 0, from = t0 > first ? t0 : first;
-  int steps = t0 + len > from ? t0 + len - from : 0;
-  return ((double)b * steps) / ((double)g->B * (g->T - first));
-}
-
-/* Pointers to checkpoint slot s of every layer, for b sequences. */
-static void ckpt_slot(cl_model *m, int b, int s, void **h, void **c) {
-  const cl_step *st = &m->step;
-  for (int l = 0; l < m->cfg.n_layers; l++) {
-    size_t bh = (size_t)b * m->layer[l].hidden * st->g.H * st->g.W;
-    h[l] = cl_at(st->ckpt_h[l], (size_t)s * bh, st->g.dtype);
-    c[l] = cl_at(st->ckpt_c[l], (size_t)s * bh, st->g.dtype);
-  }
-}
-
-/* Scheduled sampling: y's frame j of sequences b0.. into x's slot of
- * fed-back step tin + j, for each step that reads the truth; the forward
- * copies the model's own frame into the others' slots. */
-static cl_status put_truth(cl_model *m, const cl_call *c, const cl_source *y, int b0, int b) {
-  cl_step *st = &m->step;
-  const cl_schedule *g = &st->g;
-  int tin = g->T - g->horizon + 1;
-  size_t frame = (size_t)b * m->cfg.input_dim * g->H * g->W;
-  for (int s = tin; s < g->T; s++) {
-    if (!cl_reads_truth(c, g, s)) continue;
-    cl_block k = {b0, b, s - tin, 1};
-    CL_TRY(cl_put_source(m, cl_at(st->x, (size_t)s * frame, g->dtype), g->dtype, y, k));
-  }
-  return CL_OK;
-}
-
-/* The whole sequence of one micro-batch, in checkpoint segments (one
- * segment without checkpointing). */
-static cl_status run_segments(cl_model *m, cl_call *c, const cl_source *x, const cl_source *y,
-                              cl_target tg, int b0, int b, float ls, int final, double *acc) {
-  cl_step *st = &m->step;
-  const cl_schedule *g = &st->g;
-  size_t xstep = (size_t)b * m->cfg.input_dim * g->H * g->W;
-  void *ph[CL_MAX_LAYERS], *pc[CL_MAX_LAYERS], *eh[CL_MAX_LAYERS], *ec[CL_MAX_LAYERS];
-  void *ih[CL_MAX_LAYERS], *ic[CL_MAX_LAYERS];
-  int from = cl_state_initial(m, b0, ih, ic);
-  /* free-running: x holds the input steps only; the forward fills the rest */
-  cl_block all = {b0, b, 0, g->T - (g->free_run ? g->horizon - 1 : 0)};
-  CL_TRY(cl_put_source(m, st->x, g->dtype, x, all));
-  if (g->free_run) CL_TRY(put_truth(m, c, y, b0, b));
-  for (int s = 0; s < g->nseg; s++) {
-    int len = seg_len(g, s);
-    if (s > 0) ckpt_slot(m, b, s - 1, ph, pc);
-    int start = s > 0 || from;
-    if (g->free_run) { /* one segment (plan.c) */
-      CL_TRY(cl_forward_free_run(m, c, b, st->x, from ? ih : NULL, from ? ic : NULL));
-      continue;
-    }
-    CL_TRY(cl_forward_segment(m, b, len, cl_at(st->x, (size_t)s * g->S * xstep, g->dtype),
-                              !start ? NULL : s > 0 ? ph : ih, !start ? NULL : s > 0 ? pc : ic));
-    if (s < g->nseg - 1) {
-      ckpt_slot(m, b, s, eh, ec);
-      CL_TRY(cl_save_segment_end(m, b, len, eh, ec));
-    } else if (g->nseg > 1 && g->state == CL_STATE_CARRY) { /* planned for this */
-      CL_TRY(cl_save_segment_end(m, b, len, st->carry_h, st->carry_c));
-    }
-  }
-  for (int s = g->nseg - 1; s >= 0; s--) {
-    int len = seg_len(g, s), last = s == g->nseg - 1, start = s > 0 || from;
-    void *xs = cl_at(st->x, (size_t)s * g->S * xstep, g->dtype);
-    if (s > 0) ckpt_slot(m, b, s - 1, ph, pc);
-    void **sh = !start ? NULL : s > 0 ? ph : ih, **sc = !start ? NULL : s > 0 ? pc : ic;
-    if (!last) /* recompute what the later segments overwrote */
-      CL_TRY(cl_forward_segment(m, b, len, xs, sh, sc));
-    double share = share_of(g, tg, b, s * g->S, len);
-    CL_TRY(cl_loss_segment(m, c, y, tg, b0, b, s * g->S, len, share, ls, 1, acc));
-    c->last_pass = final && s == 0; /* each layer's gradient complete after it */
-    if (g->free_run)
-      CL_TRY(cl_backward_free_run(m, c, b, xs, sh, sc));
-    else
-      CL_TRY(cl_backward_segment(m, c, b, len, xs, sh, sc, last, !last, s > 0));
-  }
-  /* the state this micro-batch started from is read no more: hand on its
-   * last one (still in the buffers when there is a single segment) */
-  if (g->state != CL_STATE_CARRY) return CL_OK;
-  if (g->nseg > 1) return cl_state_keep(m, b0, b, st->carry_h, st->carry_c);
-  return cl_save_segment_end(m, b, g->T, ih, ic); /* ih, ic: the carried state itself */
-}
-
-/* Truncated BPTT over one micro-batch: windows of S steps. */
-static cl_status run_windows(cl_model *m, cl_call *c, const cl_source *x, const cl_source *y,
-                             cl_target tg, int b0, int b, float ls, int final, double *acc) {
-  cl_step *st = &m->step;
-  const cl_schedule *g = &st->g;
-  int nwin = (g->T + g->S - 1) / g->S;
-  void *ih[CL_MAX_LAYERS], *ic[CL_MAX_LAYERS];
-  int from = cl_state_initial(m, b0, ih, ic);
-  for (int w = 0; w < nwin; w++) {
-    int t0 = w * g->S, len = seg_len(g, w), first = w == 0;
-    void **sh = !first ? st->carry_h : from ? ih : NULL;
-    void **sc = !first ? st->carry_c : from ? ic : NULL;
-    cl_block k = {b0, b, t0, len};
-    CL_TRY(cl_put_source(m, st->x, g->dtype, x, k));
-    CL_TRY(cl_forward_segment(m, b, len, st->x, sh, sc));
-    if (tg == CL_TARGET_SEQUENCE || w == nwin - 1) {
-      CL_TRY(cl_loss_segment(m, c, y, tg, b0, b, t0, len, share_of(g, tg, b, t0, len), ls, 1,
-                             acc));
-      c->last_pass = final && w == nwin - 1;
-      CL_TRY(cl_backward_segment(m, c, b, len, st->x, sh, sc, 1, 0, 0));
-    }
-    /* after backward, which still reads the incoming state; the last
-     * window's end is the state a carrying step hands on */
-    if (w < nwin - 1) CL_TRY(cl_save_segment_end(m, b, len, st->carry_h, st->carry_c));
-    else if (g->state == CL_STATE_CARRY) CL_TRY(cl_save_segment_end(m, b, len, ih, ic));
-  }
-  return CL_OK;
 }
 
 /* float16, after the step: GradScaler.update. The device skipped the update
@@ -215,7 +94,7 @@ static cl_status scaler_update(cl_model *m, const cl_optim *opt, const cl_step_v
  * state that a second run would see differently. */
 static cl_status step_launches(cl_model *m, cl_call *c, const cl_source *x, const cl_source *y,
                                cl_target target, float ls, const cl_update_args *u,
-                               const cl_step_options *opts) {
+                               const cl_step_options *opts, const cl_program *prog) {
   const cl_schedule *g = &m->step.g;
   cl_step_vals *v = cl_vals(m);
   CL_TRY(cl_model_zero_grad(m));
@@ -223,12 +102,7 @@ static cl_status step_launches(cl_model *m, cl_call *c, const cl_source *x, cons
   for (int b0 = 0; b0 < g->B; b0 += g->Bm) {
     int b = g->B - b0 < g->Bm ? g->B - b0 : g->Bm, final = b0 + b >= g->B;
     CL_TRY(cl_dropout_upload(m, opts, b0, b)); /* these sequences' masks, staged as x */
-    if (cl_arch_is_wired(&m->arch)) { /* stacks handing states on, a head (arch.h) */
-      c->last_pass = final; /* one pass over each layer per micro-batch */
-      CL_TRY(cl_stacks_run(m, c, x, y, b0, b, ls, &v->loss));
-    } else
-      CL_TRY(g->tbptt ? run_windows(m, c, x, y, target, b0, b, ls, final, &v->loss)
-                      : run_segments(m, c, x, y, target, b0, b, ls, final, &v->loss));
+    CL_TRY(cl_program_run(m, c, &prog[final], x, y, target, b0, b, ls, &v->loss));
   }
   /* data parallel: the summed gradients and the global loss, before
    * unscaling, clipping and the guard, so every rank decides the same */
@@ -237,10 +111,22 @@ static cl_status step_launches(cl_model *m, cl_call *c, const cl_source *x, cons
   return CL_OK;
 }
 
+/* The programs of a step's micro-batches (program.h): [0] those of Bm
+ * sequences before the last, [1] the last. */
+static cl_status programs_make(cl_model *m, cl_target target, cl_program *prog) {
+  const cl_schedule *g = &m->step.g;
+  int last, n = cl_micro_batches(g, &last);
+  cl_status s = CL_OK;
+  if (n > 1) s = cl_program_build(&m->arch, m->cfg.n_layers, g, target, g->Bm, 0, &prog[0]);
+  if (s == CL_OK) s = cl_program_build(&m->arch, m->cfg.n_layers, g, target, last, 1, &prog[1]);
+  if (s != CL_OK) return cl_fail(m, s, "out of host memory listing the step's operations");
+  return CL_OK;
+}
+
 /* step_launches, through the backend's graph of it when it keeps one. */
 static cl_status launch_step(cl_model *m, cl_call *c, const cl_source *x, const cl_source *y,
                              cl_target target, float ls, const cl_update_args *u,
-                             const cl_step_options *opts) {
+                             const cl_step_options *opts, const cl_program *prog) {
   cl_status s = CL_OK;
   /* a communicator's reduction is work outside the backend's stream (a host
    * sum, a wait): a graph cannot hold it, and a dry pass must not start it */
@@ -249,7 +135,7 @@ static cl_status launch_step(cl_model *m, cl_call *c, const cl_source *x, const 
   for (int pass = 0; pass < 3; pass++) {
     cl_graph_mode mode = comm ? CL_GRAPH_OFF_COMM : pass < 2 ? CL_GRAPH_AUTO : CL_GRAPH_PLAIN;
     CL_KERNEL(m, cl_backend_graph_begin(m->be, mode));
-    s = step_launches(m, c, x, y, target, ls, u, opts);
+    s = step_launches(m, c, x, y, target, ls, u, opts, prog);
     int redo = 0;
     cl_status e = cl_backend_graph_end(m->be, s, &redo);
     if (redo) continue; /* nothing ran: again, as plain launches */
@@ -280,7 +166,12 @@ static cl_status train_step(cl_model *m, cl_call *c, const cl_source *x, const c
    * finite loss can still carry inf/NaN gradients (an overflow inside the
    * cell): the update's guard refuses them, after clipping */
   u.check_loss = !half;
-  CL_TRY(launch_step(m, c, x, y, target, ls, &u, opts));
+  cl_program prog[2] = {{0}, {0}};
+  cl_status s = programs_make(m, target, prog);
+  if (s == CL_OK) s = launch_step(m, c, x, y, target, ls, &u, opts, prog);
+  cl_program_free(&prog[0]);
+  cl_program_free(&prog[1]);
+  CL_TRY(s);
   /* a wired step's layers hold steps of two lengths: read none */
   m->step.outputs_kept = g.Bm == g.B && g.nseg == 1 && !g.tbptt && !cl_arch_is_wired(&m->arch);
   cl_step_vals v;
