@@ -120,7 +120,13 @@
 #'   buffer names and the state dict, and `NA` marks model-wide buffers,
 #'   and `offset`, the buffer's place in the step arena, `NA` for the
 #'   parameters, gradients and optimizer state, which are allocations of
-#'   their own); `shape`,
+#'   their own, and for a training step `first_op` and `last_op`: the first
+#'   and last operation of a micro-batch's list of operations that uses the
+#'   buffer, counted from 1, `NA` for what lives the whole call (model
+#'   buffers, dropout masks, the convolution workspace; every buffer of an
+#'   inference call). Buffers whose operations do not overlap may share
+#'   memory: the layers' `d_cell` is one buffer unless two layers' lifetimes
+#'   overlap (checkpoint segments, free running). `shape`,
 #'   `training`, `dtype`, `options` and `optimizer` record the question.
 #' @seealso [convlstm_max_batch_size()], [convlstm_memory_profile()], [convlstm_memory_stats()].
 #' @export
@@ -248,7 +254,8 @@ new_memory_estimate <- function(plan, shape, training, dtype, options, optimizer
     bytes = unname(c(by, plan$total, plan$reserved, plan$runtime))
   )
   buffers <- data.frame(name = plan$name, category = plan$category, bytes = plan$bytes,
-                        layer = plan$layer, offset = plan$offset)
+                        layer = plan$layer, offset = plan$offset, first_op = plan$first_op,
+                        last_op = plan$last_op)
   class(buffers) <- c("convlstm_plan", "data.frame")
   structure(df, class = c("convlstm_memory_estimate", "data.frame"), plan = buffers,
             shape = stats::setNames(shape, c("batch_size", "seq_len", "height", "width")),
@@ -265,6 +272,8 @@ plan_with_staging <- function(plan, staging) {
   plan$bytes <- c(plan$bytes, unname(staging))
   plan$layer <- c(plan$layer, rep(NA_integer_, n))
   plan$offset <- c(plan$offset, rep(NA_real_, n))
+  plan$first_op <- c(plan$first_op, rep(NA_integer_, n))
+  plan$last_op <- c(plan$last_op, rep(NA_integer_, n))
   plan$by_category[["data"]] <- plan$by_category[["data"]] + sum(staging)
   plan$total <- plan$total + sum(staging)
   plan$reserved <- plan$reserved + sum(staging)

@@ -2,7 +2,7 @@
 # its prediction and how it prints. It trains and is evaluated through the
 # same convlstm_train_step(), convlstm_fit() and convlstm_evaluate() as a
 # plain stack (its target: the K frames of y); the core runs it
-# (src/core/stacks.c); the model is a convlstm_model whose class says it is
+# (src/core/program.c); the model is a convlstm_model whose class says it is
 # this one.
 
 #' Create Shi et al.'s encoder-forecaster

@@ -1,5 +1,5 @@
 # bench_forecaster_wiring.R -- what the encoder-forecaster's wiring
-# (src/core/stacks.c: two stacks handing states on, a head over the second)
+# (src/core/program.c: two stacks handing states on, a head over the second)
 # costs beside a plain stack doing the same convolutions and pointwise work
 # (issue 34, item 4: within 5 %). Both step in one process, interleaved
 # (forecaster, plain, forecaster, ...), one thread each, each keeping its

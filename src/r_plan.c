@@ -22,9 +22,10 @@ typedef struct plan_copy {
 static SEXP plan_to_r(void *data) {
   const cl_plan *p = &((plan_copy *)data)->plan;
   int nprotect = 0;
-  const char *const names[] = {"name",        "category", "bytes", "layer",   "offset",
-                               "by_category", "total",    "arena", "reserved", "runtime"};
-  SEXP out = PROTECT(r_named_list(names, 10));
+  const char *const names[] = {"name",     "category", "bytes",    "layer",
+                               "offset",   "by_category", "total", "arena",
+                               "reserved", "runtime",  "first_op", "last_op"};
+  SEXP out = PROTECT(r_named_list(names, 12));
   nprotect++;
   SEXP name = Rf_allocVector(STRSXP, p->n);
   SET_VECTOR_ELT(out, 0, name);
@@ -36,6 +37,10 @@ static SEXP plan_to_r(void *data) {
   SET_VECTOR_ELT(out, 3, layer);
   SEXP offset = Rf_allocVector(REALSXP, p->n);
   SET_VECTOR_ELT(out, 4, offset);
+  SEXP first = Rf_allocVector(INTSXP, p->n);
+  SET_VECTOR_ELT(out, 10, first);
+  SEXP last = Rf_allocVector(INTSXP, p->n);
+  SET_VECTOR_ELT(out, 11, last);
   for (int i = 0; i < p->n; i++) {
     const cl_plan_entry *e = &p->entries[i];
     SET_STRING_ELT(name, i, Rf_mkChar(e->name));
@@ -45,6 +50,9 @@ static SEXP plan_to_r(void *data) {
     INTEGER(layer)[i] = e->layer >= 0 ? e->layer : NA_INTEGER;
     /* NA: a model buffer, its own device allocation outside the arena */
     REAL(offset)[i] = e->in_arena ? (double)e->offset : NA_REAL;
+    /* from 1, as R counts; NA: it lives the whole call */
+    INTEGER(first)[i] = e->first_op >= 0 ? e->first_op + 1 : NA_INTEGER;
+    INTEGER(last)[i] = e->last_op >= 0 ? e->last_op + 1 : NA_INTEGER;
   }
   SEXP by = Rf_allocVector(REALSXP, CL_MEM_NCAT);
   SET_VECTOR_ELT(out, 5, by);

@@ -11,7 +11,7 @@ inst/python/torch_convlstm.py) trained in mixed precision (issue 34 item 5):
   types its operands have);
 - float16, which PyTorch 1.13 does not autocast on the CPU: emulated where
   the package stores float16 (src/cpu/cpu_cell.c, cpu_conv.c,
-  core/stacks.c): the patched frames, each convolution's output z (the
+  core/program.c): the patched frames, each convolution's output z (the
   input half's with its bias, then the hidden half added to it), the
   cell's c and h, the head's output: rounded with .half().float() on the way
   forward; the loss's gradient times the scale as it enters the head

@@ -190,7 +190,7 @@ class cl_mem_stats(C.Structure):
 class cl_plan_entry(C.Structure):
     _fields_ = [("name", C.c_char * 48), ("category", C.c_int), ("bytes", C.c_size_t),
                 ("offset", C.c_size_t), ("in_arena", C.c_int), ("kind", C.c_int),
-                ("layer", C.c_int)]
+                ("layer", C.c_int), ("first_op", C.c_int), ("last_op", C.c_int)]
 
 
 class cl_plan(C.Structure):

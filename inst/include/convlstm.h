@@ -617,6 +617,9 @@ typedef struct cl_plan_entry {
   int in_arena;  /* 1 for step buffers */
   int kind;      /* internal: which buffer (core/plan.h) */
   int layer;     /* layer index, -1 for model-wide buffers */
+  /* a training step's buffers: the first and last op of a micro-batch's
+   * program (core/program.h) that use it; -1: it lives the whole call */
+  int first_op, last_op;
 } cl_plan_entry;
 
 typedef struct cl_plan {

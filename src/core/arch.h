@@ -86,7 +86,7 @@ static inline int cl_arch_stack_of(const cl_arch *a, int l) {
   while (s < a->n_stacks - 1 && l >= a->stack[s].hi) s++;
   return s;
 }
-/* Whether stacks hand states on (stacks.c runs the step); a single
+/* Whether stacks hand states on (program.c schedules the step); a single
  * stack runs through the executor's segments and windows, its head (if
  * any) in the loss (backward.c). */
 static inline int cl_arch_is_wired(const cl_arch *a) { return a->n_stacks > 1; }

@@ -64,7 +64,7 @@ static size_t bucket_of(const cl_model *m, int l, size_t *offset) {
   return n;
 }
 
-/* Stacks handing states on (stacks.c) send their head's bucket, the
+/* Stacks handing states on (program.c) send their head's bucket, the
  * pseudo-layer n_layers, once its lowest layer's part is done: before that
  * layer's own. */
 int cl_model_grad_buckets(const cl_model *m, int *layer, size_t *bytes) {

@@ -6,6 +6,9 @@
  */
 #include "program.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 /* The micro-batch an op runs in: its sequences, sources and results. */
 typedef struct run_ctx {
   cl_model *m;
@@ -160,10 +163,45 @@ static cl_status run_op(const run_ctx *k, const cl_op *o) {
   return cl_fail(m, CL_E_INTERNAL, "unknown op %d", (int)o->kind);
 }
 
+/* CONVLSTM_POISON=1: each step buffer filled with NaN bytes before the
+ * first op of the program that uses it and after the last (cl_op_uses),
+ * so that an op reading a buffer outside the lifetime the program gives it
+ * changes the step's numbers: every step that runs checks the lifetimes
+ * the planner reads. span[2 j], span[2 j + 1]: plan row j's. */
+static void poison(cl_model *m, const int *span, int i, int after) {
+  const cl_plan *p = &m->step.plan;
+  for (int j = 0; span && j < p->n; j++) {
+    const cl_plan_entry *e = &p->entries[j];
+    if (e->in_arena && span[2 * j + after] == i)
+      memset((char *)m->arena + e->offset, 0xFF, e->bytes);
+  }
+}
+
+static int *poison_spans(cl_model *m, const cl_program *prog) {
+  const cl_plan *p = &m->step.plan;
+  if (!m->poison || !m->be->iface->host_accessible) return NULL;
+  cl_lifetimes *t = malloc(sizeof *t);
+  int *span = malloc(2 * (size_t)(p->n + 1) * sizeof *span);
+  if (t && span) {
+    cl_program_lifetimes(prog, &m->arch, &m->step.g, m->cfg.n_layers, t);
+    for (int j = 0; j < p->n; j++)
+      cl_plan_row_lifetime(&p->entries[j], t, m->cfg.n_layers, &span[2 * j], &span[2 * j + 1]);
+  }
+  free(t);
+  return span;
+}
+
 cl_status cl_program_run(cl_model *m, cl_call *c, const cl_program *p, const cl_source *x,
                          const cl_source *y, cl_target tg, int b0, int b, float ls, double *acc) {
   run_ctx k = {m, c, x, y, tg, b0, b, ls, acc, 0, {0}, {0}};
   k.from = cl_state_initial(m, b0, k.ih, k.ic);
-  for (int i = 0; i < p->n; i++) CL_TRY(run_op(&k, &p->v[i]));
-  return CL_OK;
+  int *span = poison_spans(m, p);
+  cl_status s = CL_OK;
+  for (int i = 0; i < p->n && s == CL_OK; i++) {
+    poison(m, span, i, 0);
+    s = run_op(&k, &p->v[i]);
+    poison(m, span, i, 1);
+  }
+  free(span);
+  return s;
 }

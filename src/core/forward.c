@@ -134,13 +134,8 @@ cl_status cl_forward_free_run(cl_model *m, const cl_call *c, int b, void *x,
   return CL_OK;
 }
 
-/* Copy the last step's h and c of every layer to dst_h[l], dst_c[l]
+/* Copy the last step's h and c of layers lo..hi-1 to dst_h[l], dst_c[l]
  * (checkpoints, or the state a truncation window hands to the next). */
-cl_status cl_save_segment_end(cl_model *m, int b, int len, void *const *dst_h,
-                              void *const *dst_c) {
-  return cl_save_layers_end(m, 0, m->cfg.n_layers, b, len, dst_h, dst_c);
-}
-
 cl_status cl_save_layers_end(cl_model *m, int lo, int hi, int b, int len, void *const *dst_h,
                              void *const *dst_c) {
   const cl_step *st = &m->step;

@@ -249,7 +249,7 @@ static inline cl_conv_shape cl_conv_hidden_half(const cl_layer *L, const cl_sche
    * [2, Bm, h, H, W] (one when a single step is fed back), while the fed-back             \
    * steps run backward step by step (backward.c) */                                       \
   ROW(DH_ROLL, dh_roll, "d_hidden_rollout", NULL, LAYER, F32)                              \
-  /* a wired step (stacks.c, arch.h): the head's output, each predicted                    \
+  /* a wired step (program.c, arch.h): the head's output, each predicted                    \
    * frame patched [T_out, Bm, C p p, H/p, W/p] (inference: frames); the                   \
    * target placed there in float, then the loss's gradient; and d loss / d c              \
    * of the initial state that layer l handed on [Bm, h, H/p, W/p], for its                \
@@ -347,6 +347,8 @@ struct cl_model {
   int data_idx_cap;
   size_t device_used_at_create; /* device total - free before the parameters (GPU) */
   int guard; /* CONVLSTM_GUARD=1 at creation: guard bands after arena buffers (step.c) */
+  int poison; /* CONVLSTM_POISON=1 at creation: step buffers filled with NaN outside
+                 their lifetimes, host backends (execute.c) */
   int have_device_used;
   char err[CL_ERRMSG_LEN];
 };
@@ -554,7 +556,7 @@ cl_status cl_dropout_hidden_grad(cl_model *m, int l, int b, const void *dz, floa
 cl_status cl_dropout_input_step_grad(cl_model *m, int l, int b, const void *dz, float *dx,
                                      int accumulate);
 
-/* forward.c / backward.c: the engine's pieces, used by train.c. A segment
+/* forward.c / backward.c: the engine's pieces, run by execute.c. A segment
  * is len steps of b sequences in the step buffers; prev_h/prev_c give each
  * layer's state before it (NULL: zeros); x is its input. */
 cl_status cl_forward_segment(cl_model *m, int b, int len, const void *x, void *const *prev_h,
@@ -581,9 +583,8 @@ cl_status cl_head_grad_store(cl_model *m, int n);
  * are read when s0 is 0. Forward, and backward's recompute_gates. */
 cl_status cl_forward_steps(cl_model *m, int l, int b, int s0, int len, const void *in,
                            const void *prev_h, const void *prev_c, void *z);
-cl_status cl_save_segment_end(cl_model *m, int b, int len, void *const *dst_h,
-                              void *const *dst_c);
-/* The same for layers lo..hi-1 only (a stack's checkpoints). */
+/* Layers lo..hi-1's h and c at step len - 1 to dst_h[l], dst_c[l]: a
+ * segment's end (checkpoints, a window's state handed on). */
 cl_status cl_save_layers_end(cl_model *m, int lo, int hi, int b, int len, void *const *dst_h,
                              void *const *dst_c);
 /* fresh_dc: d_cell starts at zero (else it carries the later segment's);

@@ -228,6 +228,8 @@ cl_status cl_model_create_with(const cl_config *cfg, cl_backend_ctor make_backen
     m->have_device_used = device_used(m, &m->device_used_at_create);
     const char *guard = getenv("CONVLSTM_GUARD");
     m->guard = guard && strcmp(guard, "1") == 0;
+    const char *poison = getenv("CONVLSTM_POISON");
+    m->poison = poison && strcmp(poison, "1") == 0;
     s = alloc_backend_scratch(m);
   }
   if (s == CL_OK) {

@@ -9,6 +9,7 @@
 #include "plan.h"
 
 #include "conv_calls.h" /* cl_conv_calls */
+#include "program.h"    /* the step's ops and their buffers' lifetimes */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +60,7 @@ static cl_status schedule_check(cl_model *m, int B, int T, int H, int W, int tra
  * segments or tbptt windows, recomputed chunks, the loss weight's steps. */
 static cl_status schedule_training(cl_model *m, const cl_step_options *o, cl_schedule *g) {
   const int B = g->B;
-  /* stacks handing states on (stacks.c) hold S steps of each: segments of
+  /* stacks handing states on (program.c) hold S steps of each: segments of
    * a stack's own steps (the input's or the target's), S the longest */
   const int T = cl_arch_is_wired(&m->arch) && g->horizon > g->T ? g->horizon : g->T;
   int ck = o->checkpoint > 0 && o->checkpoint < T, tb = o->tbptt > 0 && o->tbptt < T;
@@ -93,7 +94,7 @@ static cl_status schedule_training(cl_model *m, const cl_step_options *o, cl_sch
    * with a horizon only its last `horizon` (place_target in backward.c):
    * the most any segment (or window) holds of them -- the last one's, or
    * where the horizon reaches past it, the one before's */
-  if (o->weight && cl_arch_is_wired(&m->arch)) { /* stacks.c: the K target frames at once */
+  if (o->weight && cl_arch_is_wired(&m->arch)) { /* program.c: the K target frames at once */
     g->weight_steps = g->horizon;
   } else if (o->weight) {
     int K = g->horizon ? g->horizon : g->T, last = g->T - (ceil_div(g->T, g->S) - 1) * g->S;
@@ -145,6 +146,7 @@ typedef struct plan_builder {
   int cap;
   int overflow;
   cl_status backend; /* a failed workspace query: its status (the reason in be->err) */
+  int dc_apart; /* layers' d_cell values live at once: one each, else one for all */
 } plan_builder;
 
 #define NAME_MODEL_(kind, name, other) [CL_BUF_##kind] = {name, other, #kind},
@@ -368,7 +370,7 @@ static void plan_dropout(plan_builder *b, const struct cl_model *m, const cl_sch
   if (most) add(b, CL_BUF_SEED, -1, CL_MEM_DATA, sizeof(uint64_t));
 }
 
-/* A wired step (stacks.c): the input frames; each layer's gates, c and h
+/* A wired step (program.c): the input frames; each layer's gates, c and h
  * over S steps of its stack (the input's T or the target's horizon, or a
  * checkpoint segment of them), with recompute_gates one chunk of gates for
  * all; a stack in segments its checkpoints, each layer's dz_carry and
@@ -382,7 +384,6 @@ static void plan_stacks(plan_builder *b, const struct cl_model *m, const cl_sche
   size_t e = cl_dtype_size(g->dtype), f = sizeof(float), P = (size_t)g->H * g->W;
   size_t Bm = (size_t)g->Bm, T = (size_t)g->T, K = (size_t)g->horizon;
   size_t C = (size_t)a->frame_dim, hmax = (size_t)max_hidden(m), most = 0;
-  int segmented = 0;
   add(b, CL_BUF_X, -1, CL_MEM_DATA, nbytes(b, e, T, Bm, C, P));
   if (g->rc) /* one chunk of steps, any layer's (forward.c, backward.c) */
     add_row(b, CL_BUF_GATES, -1, CL_MEM_ACTIVATIONS,
@@ -397,7 +398,6 @@ static void plan_stacks(plan_builder *b, const struct cl_model *m, const cl_sche
     add(b, CL_BUF_HID, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, h, P));
     int receives = a->stack[cl_arch_stack_of(a, l)].state_from >= 0 && g->rc;
     if (nseg > 1) {
-      segmented = 1;
       add(b, CL_BUF_CKPT_H, l, CL_MEM_ACTIVATIONS, nbytes(b, e, nseg - 1, Bm, h, P));
       add(b, CL_BUF_CKPT_C, l, CL_MEM_ACTIVATIONS, nbytes(b, e, nseg - 1, Bm, h, P));
     }
@@ -410,9 +410,9 @@ static void plan_stacks(plan_builder *b, const struct cl_model *m, const cl_sche
           nbytes(b, f, Bm, (size_t)m->layer[l].hidden, P, 1));
   size_t dh_rows = most * (g->rc ? (size_t)cl_dh_layout(m, NULL) : hmax);
   add(b, CL_BUF_DH, -1, CL_MEM_WORKSPACE, nbytes(b, f, dh_rows, Bm, P, 1));
-  for (int l = 0; segmented && l < m->cfg.n_layers; l++)
+  for (int l = 0; b->dc_apart && l < m->cfg.n_layers; l++)
     add(b, CL_BUF_DC, l, CL_MEM_WORKSPACE, nbytes(b, f, Bm, (size_t)m->layer[l].hidden, P, 1));
-  if (!segmented) add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, hmax, P, 1));
+  if (!b->dc_apart) add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, hmax, P, 1));
   /* dropout's masks and masked copies: as a single stack's segment of the
    * longest stack's steps (its input over them, h a step at a time, the
    * handed-on h's gradient through the receiving layer's mask) */
@@ -451,9 +451,9 @@ static void plan_training(plan_builder *b, const struct cl_model *m, const cl_sc
       add(b, CL_BUF_CKPT_H, l, CL_MEM_ACTIVATIONS, nbytes(b, e, nseg - 1, Bm, h, P));
       add(b, CL_BUF_CKPT_C, l, CL_MEM_ACTIVATIONS, nbytes(b, e, nseg - 1, Bm, h, P));
       add(b, CL_BUF_DZ_CARRY, l, CL_MEM_WORKSPACE, nbytes(b, e, Bm, 4 * h, P, 1));
-      add(b, CL_BUF_DC, l, CL_MEM_WORKSPACE, nbytes(b, f, Bm, h, P, 1));
-    } else if (g->free_run) { /* the fed-back steps interleave the layers */
-      add(b, CL_BUF_DC, l, CL_MEM_WORKSPACE, nbytes(b, f, Bm, h, P, 1));
+    }
+    if (b->dc_apart) add(b, CL_BUF_DC, l, CL_MEM_WORKSPACE, nbytes(b, f, Bm, h, P, 1));
+    if (nseg == 1 && g->free_run) { /* the fed-back steps interleave the layers */
       if (l < m->cfg.n_layers - 1)
         add(b, CL_BUF_DH_ROLL, l, CL_MEM_WORKSPACE,
             nbytes(b, f, g->horizon > 2 ? 2 : 1, Bm, h, P));
@@ -473,8 +473,7 @@ static void plan_training(plan_builder *b, const struct cl_model *m, const cl_sc
     dh_rows = top > tin * hmax ? top : tin * hmax;
   }
   add(b, CL_BUF_DH, -1, CL_MEM_WORKSPACE, nbytes(b, f, dh_rows, Bm, P, 1));
-  if (nseg == 1 && !g->free_run)
-    add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, hmax, P, 1));
+  if (!b->dc_apart) add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, hmax, P, 1));
   plan_dropout(b, m, g);
   if (cl_arch_has_head(&m->arch)) /* the segment's outputs, and target then gradient */
     plan_head(b, m, g, S, Bm);
@@ -508,10 +507,54 @@ static void place_in_arena(plan_builder *b, size_t guard) {
   if (p->reserved < at) b->overflow = 1;
 }
 
+/* Each row's first and last op: its view's, or for a row that serves every
+ * layer (layer -1) the union of theirs. */
+void cl_plan_row_lifetime(const cl_plan_entry *e, const cl_lifetimes *t, int n_layers,
+                          int *first, int *last) {
+  *first = *last = -1;
+  if (!t || !cl_buf_is_step(e->kind)) return;
+  int lo = e->layer + 1, hi = e->layer >= 0 ? e->layer + 1 : n_layers;
+  for (int j = lo; j <= hi; j++) {
+    int f = t->first[e->kind][j], l = t->last[e->kind][j];
+    if (f < 0) continue;
+    if (*first < 0 || f < *first) *first = f;
+    if (l > *last) *last = l;
+  }
+}
+
+static void set_lifetimes(cl_plan *p, const cl_lifetimes *t, int n_layers) {
+  for (int i = 0; i < p->n; i++) {
+    cl_plan_entry *e = &p->entries[i];
+    cl_plan_row_lifetime(e, t, n_layers, &e->first_op, &e->last_op);
+  }
+}
+
+/* A training step's program (its micro-batch of Bm): the lifetimes of the
+ * buffers it uses, and whether the layers' d_cell values live at once
+ * (checkpoint segments and free running carry each layer's across the
+ * others'): each layer keeps its own then, else they take one in turn. */
+static cl_status step_lifetimes(const cl_model *m, const cl_schedule *g, cl_lifetimes *t,
+                                int *dc_apart) {
+  cl_program prog = {0};
+  cl_status s = cl_program_build(&m->arch, m->cfg.n_layers, g, CL_TARGET_SEQUENCE, g->Bm, 1, &prog);
+  if (s == CL_OK) {
+    cl_program_lifetimes(&prog, &m->arch, g, m->cfg.n_layers, t);
+    *dc_apart = cl_program_layers_overlap(&prog, &m->arch, g, m->cfg.n_layers, CL_BUF_DC);
+  }
+  cl_program_free(&prog);
+  return s;
+}
+
 cl_status cl_plan_build(const cl_model *m, const cl_schedule *g, const cl_optim *opt, cl_plan *out,
                         char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
-  plan_builder b = {out, 0, 0, CL_OK};
+  plan_builder b = {out, 0, 0, CL_OK, 0};
+  cl_lifetimes *life = g->training ? malloc(sizeof *life) : NULL;
+  if (g->training && (!life || step_lifetimes(m, g, life, &b.dc_apart) != CL_OK)) {
+    free(life);
+    snprintf(err, errlen, "out of host memory planning a step");
+    return CL_E_OOM;
+  }
   plan_model_buffers(&b, m, g, opt);
   if (g->training)
     plan_training(&b, m, g);
@@ -520,6 +563,8 @@ cl_status cl_plan_build(const cl_model *m, const cl_schedule *g, const cl_optim 
   plan_given_state(&b, m, g);
   add(&b, CL_BUF_WS, -1, CL_MEM_WORKSPACE, plan_workspace(&b, m, g));
   place_in_arena(&b, m->guard ? CL_GUARD_BYTES : 0);
+  set_lifetimes(out, life, m->cfg.n_layers);
+  free(life);
   out->runtime = cl_backend_runtime_bytes(m->be);
   if (b.backend != CL_OK) {
     cl_plan_free(out);

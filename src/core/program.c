@@ -225,7 +225,7 @@ static void backward_stack_layer(builder *k, int si, int l, int s, int len) {
   o->x_at = l > st->lo ? CL_X_BELOW : stack_x(k, si, s);
   o->before = stack_before(k, si, s);
   o->fresh_dc = last && !handed;
-  o->carry_in = !last;
+  o->carry_in = !last; /* the later segment's first dz reaches back */
   o->save_carry = s > 0 || (from && k->g->rc); /* for the earlier segment, or the stack before */
   o->last_pass = lp;
   if (from && s == 0) emit(k, CL_OP_HAND_C, l, a->stack[st->state_from].lo + (l - st->lo), 0, len);
@@ -258,6 +258,196 @@ cl_status cl_program_build(const cl_arch *a, int n_layers, const cl_schedule *g,
   else
     segments(&k);
   return out->oom ? CL_E_OOM : CL_OK;
+}
+
+/* ---- which buffers each op uses ---------------------------------------- */
+
+typedef struct user {
+  cl_use_fn use;
+  void *ctx;
+} user;
+
+static void per_layer(const user *u, int kind, int lo, int hi) {
+  for (int l = lo; l < hi; l++) u->use(u->ctx, kind, l, 0);
+}
+
+/* The states of r for layers lo .. hi - 1, where they are step buffers. */
+static void state_uses(const user *u, const cl_arch *a, cl_state_ref r, int lo, int hi) {
+  for (int l = lo; l < hi; l++) {
+    if (r.at == CL_AT_CKPT) {
+      u->use(u->ctx, CL_BUF_CKPT_H, l, 0);
+      u->use(u->ctx, CL_BUF_CKPT_C, l, 0);
+    } else if (r.at == CL_AT_CARRY) {
+      u->use(u->ctx, CL_BUF_CARRY_H, l, 0);
+      u->use(u->ctx, CL_BUF_CARRY_C, l, 0);
+    } else if (r.at == CL_AT_STACK_END) { /* the stack's layer in the same place */
+      int f = a->stack[r.stack].lo + (l - a->stack[cl_arch_stack_of(a, l)].lo);
+      u->use(u->ctx, CL_BUF_HID, f, 0);
+      u->use(u->ctx, CL_BUF_CELL, f, 0);
+    }
+  }
+}
+
+/* A layer's own buffers over its steps, forward or backward. */
+static void layer_uses(const user *u, int l, int backward, int dc_def) {
+  u->use(u->ctx, CL_BUF_GATES, l, 0);
+  u->use(u->ctx, CL_BUF_CELL, l, 0);
+  u->use(u->ctx, CL_BUF_HID, l, 0);
+  u->use(u->ctx, CL_BUF_DROPPED, -1, 0);
+  if (!backward) return;
+  u->use(u->ctx, CL_BUF_DH, l, 0);
+  u->use(u->ctx, CL_BUF_DC, l, dc_def);
+  u->use(u->ctx, CL_BUF_DZ_CARRY, l, 0);
+}
+
+/* Layer lo's input: x, or the layer below's h (and its d_hidden, which
+ * the input half's data gradient writes). */
+static void input_uses(const user *u, const cl_op *o, int backward) {
+  if (o->x_at >= 0) u->use(u->ctx, CL_BUF_X, -1, 0);
+  if (o->x_at != CL_X_BELOW) return;
+  u->use(u->ctx, CL_BUF_HID, o->lo - 1, 0);
+  if (backward) u->use(u->ctx, CL_BUF_DH, o->lo - 1, 0);
+}
+
+static void head_uses(const user *u, int lo, int hi) {
+  u->use(u->ctx, CL_BUF_HEAD_OUT, -1, 0);
+  u->use(u->ctx, CL_BUF_HEAD_GRAD, -1, 0);
+  per_layer(u, CL_BUF_HID, lo, hi);
+}
+
+void cl_op_uses(const cl_op *o, const cl_arch *a, const cl_schedule *g, int n_layers,
+                cl_use_fn use, void *ctx) {
+  const user u = {use, ctx};
+  int top = n_layers - 1;
+  switch (o->kind) {
+  case CL_OP_PUT_X:
+  case CL_OP_PUT_TRUTH: use(ctx, CL_BUF_X, -1, 0); return;
+  case CL_OP_FORWARD:
+    input_uses(&u, o, 0);
+    for (int l = o->lo; l < o->hi; l++) layer_uses(&u, l, 0, 0);
+    state_uses(&u, a, o->before, o->lo, o->hi);
+    return;
+  case CL_OP_FORWARD_FREE:
+  case CL_OP_BACKWARD_FREE: /* every layer, step by step, through x */
+    use(ctx, CL_BUF_X, -1, 0);
+    for (int l = 0; l < n_layers; l++) layer_uses(&u, l, o->kind == CL_OP_BACKWARD_FREE, 0);
+    if (o->kind == CL_OP_BACKWARD_FREE) per_layer(&u, CL_BUF_DH_ROLL, 0, top);
+    state_uses(&u, a, o->before, 0, n_layers);
+    return;
+  case CL_OP_HEAD_FORWARD:
+    use(ctx, CL_BUF_HEAD_OUT, -1, 0);
+    per_layer(&u, CL_BUF_HID, a->head_lo, a->head_hi);
+    return;
+  case CL_OP_SAVE_END:
+    per_layer(&u, CL_BUF_HID, o->lo, o->hi);
+    per_layer(&u, CL_BUF_CELL, o->lo, o->hi);
+    state_uses(&u, a, o->to, o->lo, o->hi);
+    return;
+  case CL_OP_LOSS_SEGMENT: /* the target in the top layer's d_hidden, or the head's */
+    use(ctx, CL_BUF_HID, top, 0);
+    use(ctx, CL_BUF_DH, top, 0);
+    if (g->weight_steps) use(ctx, CL_BUF_WEIGHT, -1, 0);
+    if (cl_arch_has_head(a)) head_uses(&u, a->head_lo, a->head_hi);
+    return;
+  case CL_OP_LOSS_FRAMES:
+    use(ctx, CL_BUF_HEAD_OUT, -1, 0);
+    use(ctx, CL_BUF_HEAD_GRAD, -1, 0);
+    if (g->weight_steps) use(ctx, CL_BUF_WEIGHT, -1, 0);
+    return;
+  case CL_OP_HEAD_BACKWARD:
+    head_uses(&u, o->lo, o->hi);
+    use(ctx, CL_BUF_DH, o->lo, 0);
+    return;
+  case CL_OP_ZERO_DH: use(ctx, CL_BUF_DH, o->lo, 0); return;
+  case CL_OP_RECEIVE: /* the receiving layer's step 0 dz: kept, or still in its gates */
+    use(ctx, g->rc ? CL_BUF_DZ_CARRY : CL_BUF_GATES, o->hi, 0);
+    use(ctx, CL_BUF_DROPPED, -1, 0);
+    use(ctx, CL_BUF_DH, o->lo, 0);
+    use(ctx, CL_BUF_DC, o->lo, 1); /* d_cell from the handed state's: a new value */
+    use(ctx, CL_BUF_HAND_C, o->lo, 0);
+    return;
+  case CL_OP_BACKWARD:
+    input_uses(&u, o, 1);
+    layer_uses(&u, o->lo, 1, o->fresh_dc); /* d_cell from zeros: a new value */
+    state_uses(&u, a, o->before, o->lo, o->hi);
+    return;
+  case CL_OP_HAND_C:
+    use(ctx, CL_BUF_DC, o->lo, 0);
+    use(ctx, CL_BUF_HAND_C, o->hi, 0);
+    return;
+  case CL_OP_KEEP_STATE:
+    per_layer(&u, CL_BUF_CARRY_H, 0, n_layers);
+    per_layer(&u, CL_BUF_CARRY_C, 0, n_layers);
+    return;
+  case CL_OP_BUCKET:
+  case CL_OP_NKIND: return;
+  }
+}
+
+typedef struct span_ctx {
+  cl_lifetimes *t;
+  int i;
+} span_ctx;
+
+static void span(void *ctx, int kind, int layer, int def) {
+  span_ctx *k = ctx;
+  (void)def; /* a view's span runs from its first use to its last, whatever it holds */
+  int j = layer + 1;
+  if (kind < 0 || kind >= CL_BUF_NKIND || j < 0 || j > CL_MAX_LAYERS) return;
+  if (k->t->first[kind][j] < 0) k->t->first[kind][j] = k->i;
+  k->t->last[kind][j] = k->i;
+}
+
+void cl_program_lifetimes(const cl_program *p, const cl_arch *a, const cl_schedule *g,
+                          int n_layers, cl_lifetimes *out) {
+  for (int k = 0; k < CL_BUF_NKIND; k++)
+    for (int j = 0; j <= CL_MAX_LAYERS; j++) out->first[k][j] = out->last[k][j] = -1;
+  span_ctx c = {out, 0};
+  for (c.i = 0; c.i < p->n; c.i++) cl_op_uses(&p->v[c.i], a, g, n_layers, span, &c);
+}
+
+/* Live ranges of one kind's per-layer views: a range starts where a view
+ * is defined (written whole before it is read) and runs to its last use
+ * before the next definition. */
+typedef struct ranges_ctx {
+  int kind, i, n, cap, oom;
+  int open[CL_MAX_LAYERS]; /* the layer's current range in r, or -1 */
+  int (*r)[3];             /* layer, start, end */
+} ranges_ctx;
+
+static void range_use(void *ctx, int kind, int layer, int def) {
+  ranges_ctx *k = ctx;
+  if (kind != k->kind || layer < 0 || layer >= CL_MAX_LAYERS) return;
+  int j = k->open[layer];
+  if (j >= 0 && !def) {
+    k->r[j][2] = k->i;
+    return;
+  }
+  if (k->n == k->cap) {
+    int cap = k->cap ? 2 * k->cap : 64;
+    int(*r)[3] = realloc(k->r, (size_t)cap * sizeof *r);
+    if (!r) {
+      k->oom = 1;
+      return;
+    }
+    k->r = r;
+    k->cap = cap;
+  }
+  k->r[k->n][0] = layer, k->r[k->n][1] = k->r[k->n][2] = k->i;
+  k->open[layer] = k->n++;
+}
+
+int cl_program_layers_overlap(const cl_program *p, const cl_arch *a, const cl_schedule *g,
+                              int n_layers, int kind) {
+  ranges_ctx k = {kind, 0, 0, 0, 0, {0}, NULL};
+  for (int l = 0; l < CL_MAX_LAYERS; l++) k.open[l] = -1;
+  for (k.i = 0; k.i < p->n; k.i++) cl_op_uses(&p->v[k.i], a, g, n_layers, range_use, &k);
+  int overlap = k.oom;
+  for (int x = 0; x < k.n && !overlap; x++)
+    for (int y = x + 1; y < k.n && !overlap; y++)
+      overlap = k.r[x][0] != k.r[y][0] && k.r[x][1] <= k.r[y][2] && k.r[y][1] <= k.r[x][2];
+  free(k.r);
+  return overlap;
 }
 
 void cl_program_free(cl_program *p) {

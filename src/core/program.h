@@ -87,6 +87,34 @@ typedef struct cl_program {
 cl_status cl_program_build(const cl_arch *a, int n_layers, const cl_schedule *g, cl_target tg,
                            int b, int final, cl_program *out);
 void cl_program_free(cl_program *p);
+/* The step buffers an op reads or writes, as (kind, layer) views (layer
+ * -1: a buffer of the whole step), each once or more, through use(ctx,
+ * kind, layer, def): the ones the program makes and consumes itself; def:
+ * the op writes the view whole before reading it (a new value begins). Not
+ * listed: the convolution workspace (every convolution's scratch), the
+ * dropout masks and seed and a given initial state (uploaded before a
+ * micro-batch's program runs), which live the whole step. */
+typedef void (*cl_use_fn)(void *ctx, int kind, int layer, int def);
+void cl_op_uses(const cl_op *o, const cl_arch *a, const cl_schedule *g, int n_layers,
+                cl_use_fn use, void *ctx);
+/* First and last op of a program that uses each view (-1: none), per kind
+ * and layer + 1 (index 0: layer -1). */
+typedef struct cl_lifetimes {
+  int first[CL_BUF_NKIND][CL_MAX_LAYERS + 1], last[CL_BUF_NKIND][CL_MAX_LAYERS + 1];
+} cl_lifetimes;
+void cl_program_lifetimes(const cl_program *p, const cl_arch *a, const cl_schedule *g,
+                          int n_layers, cl_lifetimes *out);
+/* Whether two layers' views of a kind hold live values at once: their
+ * live ranges (from a definition to the last use before the next)
+ * overlap. Where they never do, the layers may share one buffer. 1 also
+ * when the ranges could not be listed (out of memory): share nothing. */
+int cl_program_layers_overlap(const cl_program *p, const cl_arch *a, const cl_schedule *g,
+                              int n_layers, int kind);
+/* plan.c: the first and last op of t that use plan row e: its view's,
+ * or for a row that serves every layer (layer -1) the union of theirs
+ * (-1: none, or not a step buffer). */
+void cl_plan_row_lifetime(const cl_plan_entry *e, const cl_lifetimes *t, int n_layers,
+                          int *first, int *last);
 /* execute.c: program p over sequences b0 .. b0 + b - 1 of the step (x, y
  * its sources, tg its target; the loss times its share of the batch added
  * to *acc, its gradient times ls). */

@@ -1,17 +1,10 @@
 /*
  * core/train.c -- the training step: zero_grad, forward, MSE, backward and
- * the update in one call, scheduled by the step's geometry (plan.c):
- *  - accumulation: micro-batches in turn, each loss weighted by its share of
- *    the batch, so the summed gradients are the whole batch's;
- *  - checkpointing: forward segment by segment keeping only the states at
- *    segment ends, then backward from the last segment, recomputing each
- *    earlier one from its checkpoint first -- the same gradients as without;
- *  - truncated BPTT: window by window, forward then backward, the state
- *    handed on detached;
- *  - a horizon without teacher forcing: one segment whose last horizon - 1
- *    steps read the model's own frames (forward.c, backward.c), or with
- *    scheduled sampling each the true frame or its own, as the caller
- *    drew (the call's truth: put_truth puts the true ones in x first);
+ * the update in one call. Its micro-batches (accumulation: each loss
+ * weighted by its share of the batch, so the summed gradients are the
+ * whole batch's) each run their program (program.c: checkpoint segments,
+ * tbptt windows, free running or scheduled sampling, stacks handing states
+ * on -- the ops in order; execute.c runs them); besides:
  *  - float16: the loss scaled up for backward, the gradients unscaled and
  *    checked before the update, which is skipped on inf/NaN (GradScaler);
  *  - max_grad_norm: the gradients clipped by their global norm (grad_norm.c)
@@ -173,7 +166,8 @@ static cl_status train_step(cl_model *m, cl_call *c, const cl_source *x, const c
   cl_program_free(&prog[1]);
   CL_TRY(s);
   /* a wired step's layers hold steps of two lengths: read none */
-  m->step.outputs_kept = g.Bm == g.B && g.nseg == 1 && !g.tbptt && !cl_arch_is_wired(&m->arch);
+  m->step.outputs_kept = g.Bm == g.B && g.nseg == 1 && !g.tbptt &&
+                         !cl_arch_is_wired(&m->arch) && !m->poison; /* NaN after their last use */
   cl_step_vals v;
   CL_TRY(cl_vals_read(m, &v)); /* the step's one synchronisation */
   *loss = v.loss;

@@ -245,7 +245,7 @@ static void run(const config *c) {
   cl_model_free(m);
 }
 
-/* Shi et al.'s encoder-forecaster (stacks.c): two layers of 3 and 2,
+/* Shi et al.'s encoder-forecaster (program.c): two layers of 3 and 2,
  * 2 channels in 2x2 patches of 4x6 frames, T input and K forecast steps,
  * a training step (in micro-batches of accumulation steps: three sequences
  * then, the last micro-batch smaller; in storage dtype dt; in checkpoint

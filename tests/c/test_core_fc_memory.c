@@ -1,6 +1,6 @@
 /*
  * tests/c/test_core_fc_memory.c -- checkpoint and recompute_gates on Shi et
- * al.'s encoder-forecaster (stacks.c), against the same forecaster trained
+ * al.'s encoder-forecaster (program.c), against the same forecaster trained
  * without them, on the CPU backend (one thread, so that a convolution's
  * sums run in one order whatever the call's size).
  *

@@ -10,7 +10,7 @@
  *    cl_model_forward / cl_model_backward, each window started from the
  *    state the window before read back (a constant: detached), the output
  *    gradient of the mean squared error computed here.
- * train_step's schedule (run_windows in train.c) is in neither reference,
+ * train_step's schedule (windows in program.c) is in neither reference,
  * so a later window whose backward starts from zeros, a share of the loss
  * taken from the wrong window or a carried state that is not the last
  * window's end fails here. Exits nonzero on any failure.

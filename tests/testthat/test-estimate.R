@@ -249,7 +249,7 @@ test_that("convlstm_memory_estimate() returns categories, total, reserved, runti
   expect_equal(attr(est, "shape"), c(batch_size = 2L, seq_len = 3L, height = 5L, width = 4L))
   plan <- attr(est, "plan")
   expect_s3_class(plan, "convlstm_plan")
-  expect_named(plan, c("name", "category", "bytes", "layer", "offset"))
+  expect_named(plan, c("name", "category", "bytes", "layer", "offset", "first_op", "last_op"))
   # model buffers are allocations of their own; the rest sit in the step arena
   own <- plan$name %in% c("parameters", "gradients", "adam.exp_avg", "adam.exp_avg_sq")
   expect_true(all(is.na(plan$offset[own])) && !anyNA(plan$offset[!own]))

@@ -1,5 +1,5 @@
 # test-forecaster-memory.R -- checkpoint and recompute_gates on the
-# encoder-forecaster (issue 34; src/core/stacks.c), each against the same
+# encoder-forecaster (issue 34; src/core/program.c), each against the same
 # forecaster trained without them (test-parity-forecaster.R checks that one
 # against PyTorch), float32 and float16, with and without accumulation:
 # - the first step's loss bit for bit (neither option changes a value of the
