@@ -370,113 +370,98 @@ static void plan_dropout(plan_builder *b, const struct cl_model *m, const cl_sch
   if (most) add(b, CL_BUF_SEED, -1, CL_MEM_DATA, sizeof(uint64_t));
 }
 
-/* A wired step (program.c): the input frames; each layer's gates, c and h
- * over S steps of its stack (the input's T or the target's horizon, or a
- * checkpoint segment of them), with recompute_gates one chunk of gates for
- * all; a stack in segments its checkpoints, each layer's dz_carry and
- * d_cell (the layers interleave across segments), else one d_cell for the
- * layers in turn; one d_hidden; the d_cell each layer hands back to the
- * stack it started from (and with recomputed chunks, the receiving
- * layer's step 0 dz in its dz_carry); with a head its output and its
- * target-then-gradient over all the target's steps. */
-static void plan_stacks(plan_builder *b, const struct cl_model *m, const cl_schedule *g) {
-  const cl_arch *a = &m->arch;
+/* How much of each buffer a training step's program holds at once, read
+ * off its ops: each layer's steps (the longest segment, window or stack
+ * it runs), checkpoint slots, whether it carries dz across segments or
+ * hands a state's gradient on; x's steps, the head's output's steps, a
+ * carried window state, free running's fed-back steps. */
+typedef struct extents {
+  int steps[CL_MAX_LAYERS], ckpt[CL_MAX_LAYERS], dz_carry[CL_MAX_LAYERS], hand_c[CL_MAX_LAYERS];
+  int x_steps, head_steps, most, carry, roll;
+} extents;
+
+static int imax(int a, int b) { return a > b ? a : b; }
+
+static void extents_of_op(extents *x, const cl_op *o, const cl_arch *a, int n_layers) {
+  int lo = o->lo, hi = o->hi;
+  if (o->kind == CL_OP_FORWARD_FREE) lo = 0, hi = n_layers;
+  if (o->kind == CL_OP_FORWARD || o->kind == CL_OP_FORWARD_FREE) {
+    for (int l = lo; l < hi; l++) x->steps[l] = imax(x->steps[l], o->len);
+    x->most = imax(x->most, o->len);
+    if (o->x_at >= 0) x->x_steps = imax(x->x_steps, o->x_at + o->len);
+  }
+  x->carry |= o->before.at == CL_AT_CARRY || o->to.at == CL_AT_CARRY;
+  switch (o->kind) {
+  case CL_OP_PUT_X: x->x_steps = imax(x->x_steps, o->len); break;
+  case CL_OP_SAVE_END:
+    for (int l = lo; o->to.at == CL_AT_CKPT && l < hi; l++)
+      x->ckpt[l] = imax(x->ckpt[l], o->to.slot + 1);
+    break;
+  case CL_OP_BACKWARD: x->dz_carry[lo] |= o->carry_in || o->save_carry; break;
+  case CL_OP_BACKWARD_FREE: x->roll = 1; break;
+  case CL_OP_HAND_C: x->hand_c[hi] = 1; break;
+  case CL_OP_HEAD_FORWARD: x->head_steps = imax(x->head_steps, o->t0 + o->len); break;
+  case CL_OP_LOSS_SEGMENT: /* a single stack's head over the segment */
+    if (cl_arch_has_head(a)) x->head_steps = imax(x->head_steps, o->len);
+    break;
+  default: break;
+  }
+}
+
+/* A training step, sized from its program's extents: the input frames;
+ * each layer's gates (with recompute_gates one chunk for all), c and h
+ * over its steps, its checkpoints, its dz_carry, its d_cell when the
+ * layers' live at once, free running's ring below the last, a window's
+ * carried state; the d_cell each layer hands back to the stack it started
+ * from; one d_hidden for the layers in turn; dropout's masks and masked
+ * copies; a head's output and its target-then-gradient; the loss weight. */
+static void plan_training(plan_builder *b, const struct cl_model *m, const cl_schedule *g,
+                          const extents *x) {
   size_t e = cl_dtype_size(g->dtype), f = sizeof(float), P = (size_t)g->H * g->W;
-  size_t Bm = (size_t)g->Bm, T = (size_t)g->T, K = (size_t)g->horizon;
-  size_t C = (size_t)a->frame_dim, hmax = (size_t)max_hidden(m), most = 0;
-  add(b, CL_BUF_X, -1, CL_MEM_DATA, nbytes(b, e, T, Bm, C, P));
+  size_t Bm = (size_t)g->Bm, hmax = (size_t)max_hidden(m), most = (size_t)x->most;
+  int top = m->cfg.n_layers - 1;
+  add(b, CL_BUF_X, -1, CL_MEM_DATA,
+      nbytes(b, e, (size_t)x->x_steps, Bm, (size_t)m->arch.frame_dim, P));
   if (g->rc) /* one chunk of steps, any layer's (forward.c, backward.c) */
     add_row(b, CL_BUF_GATES, -1, CL_MEM_ACTIVATIONS,
             nbytes(b, e, (size_t)g->rc, Bm, 4 * hmax, P), 1);
-  for (int l = 0; l < m->cfg.n_layers; l++) {
-    size_t h = (size_t)m->layer[l].hidden;
-    int n = cl_arch_steps(a, cl_arch_stack_of(a, l), g->T, g->horizon);
-    size_t S = (size_t)(n < g->S ? n : g->S), nseg = (size_t)ceil_div(n, g->S);
-    if (S > most) most = S;
+  for (int l = 0; l <= top; l++) {
+    size_t h = (size_t)m->layer[l].hidden, S = (size_t)x->steps[l], n = (size_t)x->ckpt[l];
     if (!g->rc) add(b, CL_BUF_GATES, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, 4 * h, P));
     add(b, CL_BUF_CELL, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, h, P));
     add(b, CL_BUF_HID, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, h, P));
-    int receives = a->stack[cl_arch_stack_of(a, l)].state_from >= 0 && g->rc;
-    if (nseg > 1) {
-      add(b, CL_BUF_CKPT_H, l, CL_MEM_ACTIVATIONS, nbytes(b, e, nseg - 1, Bm, h, P));
-      add(b, CL_BUF_CKPT_C, l, CL_MEM_ACTIVATIONS, nbytes(b, e, nseg - 1, Bm, h, P));
+    if (n) {
+      add(b, CL_BUF_CKPT_H, l, CL_MEM_ACTIVATIONS, nbytes(b, e, n, Bm, h, P));
+      add(b, CL_BUF_CKPT_C, l, CL_MEM_ACTIVATIONS, nbytes(b, e, n, Bm, h, P));
     }
-    if (nseg > 1 || receives)
-      add(b, CL_BUF_DZ_CARRY, l, CL_MEM_WORKSPACE, nbytes(b, e, Bm, 4 * h, P, 1));
-  }
-  for (int l = 0; l < m->cfg.n_layers; l++)
-    if (cl_arch_hands_on(a, l, NULL) >= 0)
-      add(b, CL_BUF_HAND_C, l, CL_MEM_WORKSPACE,
-          nbytes(b, f, Bm, (size_t)m->layer[l].hidden, P, 1));
-  size_t dh_rows = most * (g->rc ? (size_t)cl_dh_layout(m, NULL) : hmax);
-  add(b, CL_BUF_DH, -1, CL_MEM_WORKSPACE, nbytes(b, f, dh_rows, Bm, P, 1));
-  for (int l = 0; b->dc_apart && l < m->cfg.n_layers; l++)
-    add(b, CL_BUF_DC, l, CL_MEM_WORKSPACE, nbytes(b, f, Bm, (size_t)m->layer[l].hidden, P, 1));
-  if (!b->dc_apart) add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, hmax, P, 1));
-  /* dropout's masks and masked copies: as a single stack's segment of the
-   * longest stack's steps (its input over them, h a step at a time, the
-   * handed-on h's gradient through the receiving layer's mask) */
-  cl_schedule longest = *g;
-  longest.S = (int)most;
-  plan_dropout(b, m, &longest);
-  if (cl_arch_has_head(a)) plan_head(b, m, g, K, Bm);
-  if (g->weight_steps) /* the loss weight of the K frames, patched as y */
-    add(b, CL_BUF_WEIGHT, -1, CL_MEM_DATA, nbytes(b, f, (size_t)g->weight_steps, Bm, C, P));
-}
-
-static void plan_training(plan_builder *b, const struct cl_model *m, const cl_schedule *g) {
-  if (cl_arch_is_wired(&m->arch)) {
-    plan_stacks(b, m, g);
-    return;
-  }
-  size_t e = cl_dtype_size(g->dtype), f = sizeof(float), P = (size_t)g->H * g->W;
-  size_t Bm = (size_t)g->Bm, S = (size_t)g->S, nseg = (size_t)g->nseg;
-  size_t Tx = g->tbptt ? S : (size_t)g->T;
-  /* tbptt hands the state between windows; a carrying step with checkpoint
-   * segments keeps the last one's end there while backward still reads the
-   * state the step started from */
-  int carry_windows = (g->tbptt && g->S < g->T) || (g->state == CL_STATE_CARRY && nseg > 1);
-  add(b, CL_BUF_X, -1, CL_MEM_DATA, nbytes(b, e, Tx, Bm, (size_t)m->cfg.input_dim, P));
-  size_t hmax = (size_t)max_hidden(m);
-  if (g->rc) /* one chunk of steps, any layer's (forward.c, backward.c) */
-    add_row(b, CL_BUF_GATES, -1, CL_MEM_ACTIVATIONS,
-            nbytes(b, e, (size_t)g->rc, Bm, 4 * hmax, P), 1);
-  for (int l = 0; l < m->cfg.n_layers; l++) {
-    size_t h = (size_t)m->layer[l].hidden;
-    if (!g->rc)
-      add(b, CL_BUF_GATES, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, 4 * h, P));
-    add(b, CL_BUF_CELL, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, h, P));
-    add(b, CL_BUF_HID, l, CL_MEM_ACTIVATIONS, nbytes(b, e, S, Bm, h, P));
-    if (nseg > 1) {
-      add(b, CL_BUF_CKPT_H, l, CL_MEM_ACTIVATIONS, nbytes(b, e, nseg - 1, Bm, h, P));
-      add(b, CL_BUF_CKPT_C, l, CL_MEM_ACTIVATIONS, nbytes(b, e, nseg - 1, Bm, h, P));
-      add(b, CL_BUF_DZ_CARRY, l, CL_MEM_WORKSPACE, nbytes(b, e, Bm, 4 * h, P, 1));
-    }
+    if (x->dz_carry[l]) add(b, CL_BUF_DZ_CARRY, l, CL_MEM_WORKSPACE, nbytes(b, e, Bm, 4 * h, P, 1));
     if (b->dc_apart) add(b, CL_BUF_DC, l, CL_MEM_WORKSPACE, nbytes(b, f, Bm, h, P, 1));
-    if (nseg == 1 && g->free_run) { /* the fed-back steps interleave the layers */
-      if (l < m->cfg.n_layers - 1)
-        add(b, CL_BUF_DH_ROLL, l, CL_MEM_WORKSPACE,
-            nbytes(b, f, g->horizon > 2 ? 2 : 1, Bm, h, P));
-    }
-    if (carry_windows) {
+    if (x->roll && l < top) /* the fed-back steps interleave the layers */
+      add(b, CL_BUF_DH_ROLL, l, CL_MEM_WORKSPACE, nbytes(b, f, g->horizon > 2 ? 2 : 1, Bm, h, P));
+    if (x->carry) {
       add(b, CL_BUF_CARRY_H, l, CL_MEM_STATES, nbytes(b, e, Bm, h, P, 1));
       add(b, CL_BUF_CARRY_C, l, CL_MEM_STATES, nbytes(b, e, Bm, h, P, 1));
     }
   }
+  for (int l = 0; l <= top; l++)
+    if (x->hand_c[l])
+      add(b, CL_BUF_HAND_C, l, CL_MEM_WORKSPACE,
+          nbytes(b, f, Bm, (size_t)m->layer[l].hidden, P, 1));
   /* d_hidden of layer l is last read by l's time loop, and l's input half
-   * writes layer l - 1's only after that loop: one buffer serves them all */
-  /* rows of steps x channels (< 2^62: both factors are ints) */
-  size_t dh_rows = (g->dh_one ? 1 : S) * (g->rc ? (size_t)cl_dh_layout(m, NULL) : hmax);
-  if (g->free_run) { /* layers below the last keep their fed-back steps in the ring */
-    size_t tin = (size_t)(g->T - g->horizon + 1);
-    size_t top = S * (size_t)m->layer[m->cfg.n_layers - 1].hidden;
-    dh_rows = top > tin * hmax ? top : tin * hmax;
+   * writes layer l - 1's only after that loop: one buffer serves them all
+   * (rows of steps x channels, < 2^62: both factors are ints) */
+  size_t dh_rows = (g->dh_one ? 1 : most) * (g->rc ? (size_t)cl_dh_layout(m, NULL) : hmax);
+  if (x->roll) { /* layers below the last keep their fed-back steps in the ring */
+    size_t tin = (size_t)(g->T - g->horizon + 1), up = most * (size_t)m->layer[top].hidden;
+    dh_rows = up > tin * hmax ? up : tin * hmax;
   }
   add(b, CL_BUF_DH, -1, CL_MEM_WORKSPACE, nbytes(b, f, dh_rows, Bm, P, 1));
   if (!b->dc_apart) add(b, CL_BUF_DC, -1, CL_MEM_WORKSPACE, nbytes(b, f, Bm, hmax, P, 1));
-  plan_dropout(b, m, g);
-  if (cl_arch_has_head(&m->arch)) /* the segment's outputs, and target then gradient */
-    plan_head(b, m, g, S, Bm);
+  /* dropout's masks and masked copies over the longest run of steps */
+  cl_schedule longest = *g;
+  longest.S = x->most;
+  plan_dropout(b, m, &longest);
+  if (x->head_steps) plan_head(b, m, g, (size_t)x->head_steps, Bm);
   if (g->weight_steps) {
     size_t c = (size_t)cl_output_channels(m);
     add(b, CL_BUF_WEIGHT, -1, CL_MEM_DATA, nbytes(b, f, (size_t)g->weight_steps, Bm, c, P));
@@ -529,15 +514,17 @@ static void set_lifetimes(cl_plan *p, const cl_lifetimes *t, int n_layers) {
   }
 }
 
-/* A training step's program (its micro-batch of Bm): the lifetimes of the
- * buffers it uses, and whether the layers' d_cell values live at once
- * (checkpoint segments and free running carry each layer's across the
+/* A training step's program (its micro-batch of Bm): the extents of its
+ * buffers, their lifetimes, and whether the layers' d_cell values live at
+ * once (checkpoint segments and free running carry each layer's across the
  * others'): each layer keeps its own then, else they take one in turn. */
-static cl_status step_lifetimes(const cl_model *m, const cl_schedule *g, cl_lifetimes *t,
-                                int *dc_apart) {
+static cl_status read_program(const cl_model *m, const cl_schedule *g, cl_lifetimes *t,
+                              extents *x, int *dc_apart) {
   cl_program prog = {0};
   cl_status s = cl_program_build(&m->arch, m->cfg.n_layers, g, CL_TARGET_SEQUENCE, g->Bm, 1, &prog);
   if (s == CL_OK) {
+    memset(x, 0, sizeof *x);
+    for (int i = 0; i < prog.n; i++) extents_of_op(x, &prog.v[i], &m->arch, m->cfg.n_layers);
     cl_program_lifetimes(&prog, &m->arch, g, m->cfg.n_layers, t);
     *dc_apart = cl_program_layers_overlap(&prog, &m->arch, g, m->cfg.n_layers, CL_BUF_DC);
   }
@@ -549,15 +536,16 @@ cl_status cl_plan_build(const cl_model *m, const cl_schedule *g, const cl_optim 
                         char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   plan_builder b = {out, 0, 0, CL_OK, 0};
+  extents x;
   cl_lifetimes *life = g->training ? malloc(sizeof *life) : NULL;
-  if (g->training && (!life || step_lifetimes(m, g, life, &b.dc_apart) != CL_OK)) {
+  if (g->training && (!life || read_program(m, g, life, &x, &b.dc_apart) != CL_OK)) {
     free(life);
     snprintf(err, errlen, "out of host memory planning a step");
     return CL_E_OOM;
   }
   plan_model_buffers(&b, m, g, opt);
   if (g->training)
-    plan_training(&b, m, g);
+    plan_training(&b, m, g, &x);
   else
     plan_inference(&b, m, g);
   plan_given_state(&b, m, g);
