@@ -374,9 +374,12 @@ static double process_seconds(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Which algorithm this call runs (1 Winograd); *timed: record its time. */
-static int pick(const cl_backend *be, const cl_conv_shape *s, int dir, wino_slot **timed) {
-  *timed = NULL;
+/* The algorithm of s in dir: CONVLSTM_CONV_ALGO's, else the table's (1
+ * Winograd, 0 GEMM, -1 still timing). With timed (a call about to run), a
+ * shape still being timed alternates the two (1 Winograd) and *timed is its
+ * slot, to record the call's time in. */
+static int choice_of(const cl_backend *be, const cl_conv_shape *s, int dir, wino_slot **timed) {
+  if (timed) *timed = NULL;
   const int env = algo_env(be);
   if (env) return env >= 2;
   int choice = 0;
@@ -385,9 +388,8 @@ static int pick(const cl_backend *be, const cl_conv_shape *s, int dir, wino_slot
 #endif
   {
     wino_slot *t = slot_find(s, dir);
-    if (t && t->choice >= 0) {
-      choice = t->choice;
-    } else if (t) {
+    if (t) choice = t->choice;
+    if (t && choice < 0 && timed) {
       choice = t->calls++ % 2;
       *timed = t;
     }
@@ -408,17 +410,7 @@ static void record(wino_slot *t, int choice, double seconds) {
 
 int cl_cpu_wino_chosen(const cl_backend *be, const cl_conv_shape *s, int dir) {
   if (!form_of(be, s) || dir == 2) return 0;
-  const int env = algo_env(be);
-  if (env) return env >= 2;
-  int choice = 0;
-#ifdef _OPENMP
-#pragma omp critical(cl_wino_tune)
-#endif
-  {
-    wino_slot *t = slot_find(s, dir);
-    if (t) choice = t->choice;
-  }
-  return choice;
+  return choice_of(be, s, dir, NULL);
 }
 
 const char *cl_cpu_wino_name(const cl_backend *be, const cl_conv_shape *s) {
@@ -433,7 +425,7 @@ int cl_cpu_wino_pick(const cl_backend *be, const cl_conv_shape *s, int dir, cons
   memset(tk, 0, sizeof *tk);
   if (!form_of(be, s) || dir == 2 || s->N < 1 || !ws) return 0;
   wino_slot *timed;
-  tk->use = pick(be, s, dir, &timed);
+  tk->use = choice_of(be, s, dir, &timed);
   tk->slot = timed;
   if (timed) tk->t0 = process_seconds();
   return tk->use;
