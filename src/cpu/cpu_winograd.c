@@ -42,9 +42,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 enum { WMAX = 6 }; /* largest tile side n */
 
@@ -283,21 +280,35 @@ static void output_transform(const wino_plan *p, const cl_conv_shape *t, const f
     }
 }
 
-/* One thread's images [n0, n1) in chunks of p->nb. */
-static void run_images(const cl_backend *be, const wino_plan *p, const cl_conv_shape *t,
-                       const float *x, const float *U, const float *bias, int accumulate, float *y,
-                       char *slice, int n0, int n1) {
+/* One call's operands, shared by the team's threads. */
+typedef struct wino_job {
+  const cl_backend *be;
+  const wino_plan *p;
+  const cl_conv_shape *t;
+  const float *x, *U, *bias;
+  float *y;
+  int accumulate;
+  char *base;
+} wino_job;
+
+/* Thread tid's images [n0, n1) (cl_cpu_blocks) in chunks of p->nb, in its
+ * own slice of the workspace. */
+static void run_images(void *arg, long long n0, long long n1, int tid) {
+  const wino_job *j = arg;
+  const wino_plan *p = j->p;
+  const cl_conv_shape *t = j->t;
+  char *slice = j->base + p->off_slices + p->slice_bytes * tid;
   float *V = (float *)slice, *M = (float *)(slice + p->v_bytes);
   void *scratch = slice + p->v_bytes + p->m_bytes;
   const int nn = p->f->n * p->f->n, T = p->nb * p->T1;
-  const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(be);
-  for (int c0 = n0; c0 < n1; c0 += p->nb) {
-    int nb = n1 - c0 < p->nb ? n1 - c0 : p->nb;
-    input_transform(p, t, x, c0, nb, V);
+  const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(j->be);
+  for (int c0 = (int)n0; c0 < (int)n1; c0 += p->nb) {
+    int nb = (int)n1 - c0 < p->nb ? (int)n1 - c0 : p->nb;
+    input_transform(p, t, j->x, c0, nb, V);
     for (int e = 0; e < nn; e++)
-      cl_cpu_sgemm(kind, 0, 0, t->K, T, t->C, 1.0f, U + (size_t)e * t->K * t->C, t->C,
+      cl_cpu_sgemm(kind, 0, 0, t->K, T, t->C, 1.0f, j->U + (size_t)e * t->K * t->C, t->C,
                    V + (size_t)e * t->C * T, T, 0.0f, M + (size_t)e * t->K * T, T, scratch);
-    output_transform(p, t, M, bias, accumulate, y, c0, nb);
+    output_transform(p, t, M, j->bias, j->accumulate, j->y, c0, nb);
   }
 }
 
@@ -323,21 +334,8 @@ static void wino_run(cl_backend *be, const cl_conv_shape *s, int dir, const floa
   }
   float *U = (float *)(base + p.off_u);
   filter_transform(p.f, w, t.K, t.C, U);
-  const int threads = cl_cpu_threads(p.threads);
-  (void)threads;
-#ifdef _OPENMP
-#pragma omp parallel num_threads(threads) if (threads > 1)
-#endif
-  {
-    int tid = 0, team = 1;
-#ifdef _OPENMP
-    tid = omp_get_thread_num();
-    team = omp_get_num_threads();
-#endif
-    int n0 = (int)((int64_t)t.N * tid / team), n1 = (int)((int64_t)t.N * (tid + 1) / team);
-    run_images(be, &p, &t, x, U, bias, accumulate, y, base + p.off_slices + p.slice_bytes * tid,
-               n0, n1);
-  }
+  wino_job j = {be, &p, &t, x, U, bias, y, accumulate, base};
+  cl_cpu_blocks(p.threads, t.N, run_images, &j);
 }
 
 /* ---- choosing per shape, by timing ------------------------------------- */
