@@ -22,7 +22,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from make_fixtures import Writer, config_model, first_good_seed, fixture_root, info_seed, \
+from make_fixtures import Writer, config_model, fixture_root, info_seed, make_all, \
     max_rel, smallest_gradient
 from torch_convlstm import EncoderForecaster
 
@@ -288,12 +288,8 @@ def make(cfg, root, seed):
 
 def main():
     run_reference_checks()
-    root = fixture_root("forecaster")
-    only = sys.argv[2:]  # config names: write just those (the others stay as written)
-    torch.set_num_threads(1)  # reproducible reductions
-    for i, cfg in enumerate(CONFIGS):  # seeds by position in CONFIGS, whatever is asked
-        if not only or cfg["name"] in only:
-            print("%-15s %s" % (cfg["name"], first_good_seed(make, cfg, root, 20261127 + 1000 * i)))
+    # only: config names, write just those (the others stay as written)
+    make_all(CONFIGS, make, fixture_root("forecaster"), 20261127, 15, only=sys.argv[2:])
 
 
 if __name__ == "__main__":

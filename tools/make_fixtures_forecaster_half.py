@@ -44,7 +44,7 @@ import os
 import torch
 import torch.nn.functional as F
 
-from make_fixtures import config_model, fixture_root, info_seed, max_rel
+from make_fixtures import config_model, fixture_root, info_seed, make_all, max_rel
 from make_fixtures_forecaster import ShortWriter  # file names short enough for R CMD check
 from torch_convlstm import EncoderForecaster
 
@@ -265,16 +265,8 @@ def make(cfg, root, seed):
 
 
 def main():
-    root = fixture_root("forecaster_half")
-    torch.set_num_threads(1)  # reproducible reductions
-    for i, cfg in enumerate(CONFIGS):
-        for attempt in range(20):  # a seed whose files `file` takes for no program
-            got = make(cfg, root, 20261129 + 1000 * i + attempt)
-            if got:
-                print("%-8s %s" % (cfg["name"], got))
-                break
-        else:
-            raise SystemExit("no seed in 20 for " + cfg["name"])
+    # the first seed whose files `file` takes for no program (make: None otherwise)
+    make_all(CONFIGS, make, fixture_root("forecaster_half"), 20261129, 8)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ import os
 
 import torch
 
-from make_fixtures import Writer, config_model, fixture_root, info_seed, prediction
+from make_fixtures import Writer, config_model, fixture_root, info_seed, make_all, prediction
 from torch_convlstm import ConvLSTM
 
 CONFIGS = [
@@ -132,15 +132,8 @@ def grads_of(w, model):
 
 
 def main():
-    root = fixture_root("tbptt")
-    torch.set_num_threads(1)  # reproducible reductions
-    for i, cfg in enumerate(CONFIGS):
-        for attempt in range(100):
-            res = make(cfg, root, seed=20261126 + 1000 * i + attempt)
-            if res is not None:
-                break
-        print("%-14s loss %.6f, carried step's loss %.6f; full BPTT differs by %.2e" % (
-            (cfg["name"],) + res))
+    make_all(CONFIGS, make, fixture_root("tbptt"), 20261126, 14,
+             lambda res: "loss %.6f, carried step's loss %.6f; full BPTT differs by %.2e" % res)
 
 
 if __name__ == "__main__":
