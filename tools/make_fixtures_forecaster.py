@@ -185,11 +185,16 @@ def head_reversed(model, x, horizon):
     return torch.stack(frames, dim=1)
 
 
-def config_records(w, cfg):
+def config_shape(w, cfg):
+    """The model's records, its patch and the batch's sizes."""
     config_model(w, cfg)
     w.config("patch", cfg["patch"])
     for k in ("B", "T_in", "T_out", "H", "W"):
         w.config(k, cfg[k])
+
+
+def config_records(w, cfg):
+    config_shape(w, cfg)
     w.config("loss", "bce_logits")
     w.config("reduction", cfg["reduction"])
     w.config("predict_horizon", cfg["T_out"] + 2)
@@ -215,15 +220,21 @@ class ShortWriter(Writer):
         short = name.replace("encoder.cell_list.", "enc.").replace("forecaster.cell_list.", "fc.")
         return Writer.file_name(self, short)
 
-def make(cfg, root, seed):
+def draw(cfg, seed):
+    """A fixture's model (random peepholes), x and y (soft targets in [0, 1],
+    as Moving MNIST's) from seed, and a copy of its initial weights."""
     torch.manual_seed(seed)
     model = model_of(cfg)
     random_peepholes(model)
     B, C, H, W = cfg["B"], cfg["input_dim"], cfg["H"], cfg["W"]
     x = torch.rand(B, cfg["T_in"], C, H, W)
-    y = torch.rand(B, cfg["T_out"], C, H, W)  # soft targets in [0, 1], as Moving MNIST's
+    y = torch.rand(B, cfg["T_out"], C, H, W)
     initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return model, x, y, initial
 
+
+def make(cfg, root, seed):
+    model, x, y, initial = draw(cfg, seed)
     w = ShortWriter(os.path.join(root, cfg["name"]))
     config_records(w, cfg)
     info_seed(w, seed)
