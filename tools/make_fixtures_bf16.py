@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from make_fixtures import Writer, config_model, fixture_root, info_seed, make_all, max_rel, \
-    prediction
+    prediction, write_inputs
 from torch_convlstm import ConvLSTM
 
 # 4 h = 64 and 32 output channels, 5x5 and 3x3 kernels: products long
@@ -65,10 +65,7 @@ def make(cfg, root, seed):
     for key in ("B", "T", "H", "W", "target"):
         w.config(key, cfg[key])
     info_seed(w, seed)
-    for key, v in model.state_dict().items():
-        w.tensor("weights/" + key, v)
-    w.tensor("x", x)
-    w.tensor("y", y)
+    write_inputs(w, model, x, y)
     loss, grads = step(model, x, y, cfg["target"], True)
     loss32, grads32 = step(model, x, y, cfg["target"], False)
     w.tensor("loss", torch.tensor([loss]))

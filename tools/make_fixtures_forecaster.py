@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from make_fixtures import Writer, config_model, fixture_root, info_seed, make_all, \
-    max_rel, smallest_gradient
+    max_rel, smallest_gradient, write_inputs
 from torch_convlstm import EncoderForecaster
 
 STEPS = 3
@@ -238,10 +238,7 @@ def make(cfg, root, seed):
     w = ShortWriter(os.path.join(root, cfg["name"]))
     config_records(w, cfg)
     info_seed(w, seed)
-    for k, v in initial.items():
-        w.tensor("weights/" + k, v)
-    w.tensor("x", x)
-    w.tensor("y", y)
+    write_inputs(w, model, x, y)  # the model as drawn: its initial weights
 
     # forward, both reductions' losses, the config's gradient, in float32
     model.zero_grad()

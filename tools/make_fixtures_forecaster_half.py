@@ -44,7 +44,7 @@ import os
 import torch
 import torch.nn.functional as F
 
-from make_fixtures import fixture_root, info_seed, make_all, max_rel
+from make_fixtures import fixture_root, info_seed, make_all, max_rel, write_inputs
 # ShortWriter: file names short enough for R CMD check
 from make_fixtures_forecaster import ShortWriter, config_shape, draw
 
@@ -197,10 +197,7 @@ def make(cfg, root, seed):
     w.config("overflow_init", "%.0f" % OVERFLOW_INIT)
     w.config("overflow_calls", OVERFLOW_CALLS)
     info_seed(w, seed)
-    for k, v in initial.items():
-        w.tensor("weights/" + k, v)
-    w.tensor("x", x)
-    w.tensor("y", y)
+    write_inputs(w, model, x, y)  # the model as drawn: its initial weights
 
     runs = {}
     losses, grads = run_plain(model, x, y, STEPS)

@@ -31,7 +31,8 @@ import os
 
 import torch
 
-from make_fixtures import Writer, config_model, fixture_root, info_seed, make_all, prediction
+from make_fixtures import Writer, config_model, fixture_root, info_seed, make_all, prediction, \
+    write_inputs
 from torch_convlstm import ConvLSTM
 
 CONFIGS = [
@@ -88,10 +89,7 @@ def make(cfg, root, seed):
     for key in ("B", "T", "H", "W", "target", "tbptt"):
         w.config(key, cfg[key])
     info_seed(w, seed)
-    for key, v in model.state_dict().items():
-        w.tensor("weights/" + key, v)
-    w.tensor("x", x)
-    w.tensor("y", y)
+    write_inputs(w, model, x, y)
     w.tensor("x2", x2)
     w.tensor("y2", y2)
 
