@@ -358,7 +358,7 @@ source_fit_split <- function(f, fraction, call) {
 # a reader ahead (its batch read during the step before).
 source_fit_batch <- function(f, idx, label, p, b = NULL) {
   rows <- f$x$rows[idx]
-  got <- source_ahead_taken(f, b, rows) %||% # a function's, read during the last step
+  got <- ahead_taken(f, "thread", b, rows) %||% # a function's, read during the last step
     source_fetch(f$source, rows, label, f$call, keep = FALSE, read = source_reader(f, b))
   y <- got$y
   if (f$y$drop) dim(y) <- dim(y)[-2]

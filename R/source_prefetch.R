@@ -149,10 +149,11 @@ source_ahead_fetch <- function(f, b) {
   invisible(f)
 }
 
-# Batch b as read ahead (its error raised now), or NULL when it was not.
-source_ahead_taken <- function(f, b, rows) {
+# Batch b of these rows as read ahead by kind ("thread": a source's read,
+# its error raised now; "arrays": slices cut), or NULL when it was not.
+ahead_taken <- function(f, kind, b, rows) {
   a <- f$ahead
-  if (!identical(a$kind, "thread") || !identical(a$pending, b) || !identical(a$rows, rows)) {
+  if (!identical(a$kind, kind) || !identical(a$pending, b) || !identical(a$rows, rows)) {
     return(NULL)
   }
   f$ahead$pending <- NA_integer_
@@ -178,7 +179,7 @@ arrays_epoch_begin <- function(f, order, epoch) {
 # its slices, cut during the step before when read ahead, the next batch's
 # cut while this step runs on a thread of its own.
 arrays_train_step <- function(f, xs, idx, opt, opts, b) {
-  batch <- arrays_ahead_taken(f, b, idx) %||% arrays_slice(f, xs, idx)
+  batch <- ahead_taken(f, "arrays", b, idx) %||% arrays_slice(f, xs, idx)
   if (!is.null(batch$weight)) opts$weight <- batch$weight
   if (!identical(f$ahead$kind, "arrays")) {
     return(c_train_step(f$ptr, batch$x, batch$y, f$target, opt, opts))
@@ -205,15 +206,4 @@ arrays_ahead_slice <- function(f, xs, b) {
   f$ahead$rows <- rows
   f$ahead$pending <- b
   invisible(f)
-}
-
-# Batch b's slices as cut ahead, or NULL when they were not.
-arrays_ahead_taken <- function(f, b, idx) {
-  a <- f$ahead
-  if (!identical(a$kind, "arrays") || !identical(a$pending, b) || !identical(a$rows, idx)) {
-    return(NULL)
-  }
-  f$ahead$pending <- NA_integer_
-  f$ahead$batch <- NULL # the step's alone from here
-  a$batch
 }

@@ -10,16 +10,13 @@
 # Prints one line: RESULT impl=convlstm median=<s> min=<s> rss_peak=<bytes>
 #   alloc_peak=<bytes> reserved_peak=<bytes> steps=<n> loss=<last loss>
 
-args <- commandArgs(trailingOnly = TRUE)
-arg <- function(name, default) {
-  hit <- grep(paste0("^--", name, "="), args, value = TRUE)
-  if (length(hit)) sub("^[^=]*=", "", hit[[1]]) else default
-}
-steps <- as.integer(arg("steps", "20"))
-warmup <- as.integer(arg("warmup", "2"))
-threads <- as.integer(arg("threads", "2"))
-B <- as.integer(arg("batch", "100"))
-fc <- identical(arg("model", "tutorial"), "forecaster")
+source(file.path(dirname(sub("^--file=", "", grep("^--file=", commandArgs(), value = TRUE)[[1]])),
+                 "bench_args.R")) # bench_arg()
+steps <- as.integer(bench_arg("steps", "20"))
+warmup <- as.integer(bench_arg("warmup", "2"))
+threads <- as.integer(bench_arg("threads", "2"))
+B <- as.integer(bench_arg("batch", "100"))
+fc <- identical(bench_arg("model", "tutorial"), "forecaster")
 T <- if (fc) 10L else 5L
 C <- 1L
 H <- W <- if (fc) 64L else 24L

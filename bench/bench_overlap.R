@@ -21,15 +21,11 @@
 # of the step (a small model, long sequences of large frames): epochs
 # with the next batch sliced while the step runs on its thread and
 # without, alternating, after checking that both give identical losses.
-args <- commandArgs(trailingOnly = TRUE)
-opt <- function(name, default) {
-  hit <- grep(paste0("^--", name, "="), args, value = TRUE)
-  if (length(hit) == 0) default else as.numeric(sub("^[^=]*=", "", hit[[1]]))
-}
-rounds <- opt("rounds", 5)
-n_batches <- opt("batches", 24)
-part <- sub("^--part=", "", grep("^--part=", args, value = TRUE)[1])
-if (is.na(part)) part <- "both"
+source(file.path(dirname(sub("^--file=", "", grep("^--file=", commandArgs(), value = TRUE)[[1]])),
+                 "bench_args.R")) # bench_arg()
+rounds <- as.numeric(bench_arg("rounds", 5))
+n_batches <- as.numeric(bench_arg("batches", 24))
+part <- bench_arg("part", "both")
 suppressPackageStartupMessages(library(convlstm))
 
 B <- 8L

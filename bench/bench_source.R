@@ -16,13 +16,10 @@
 #
 # Prints a table; nothing here fails on a slow or large result. One thread
 # (OMP_NUM_THREADS=1, threads = 1) so the figures do not depend on the load.
-args <- commandArgs(trailingOnly = TRUE)
-opt <- function(name, default) {
-  hit <- grep(paste0("^--", name, "="), args, value = TRUE)
-  if (length(hit) == 0) default else as.numeric(sub("^[^=]*=", "", hit[[1]]))
-}
-budget_mib <- opt("budget-mib", 16)
-rounds <- opt("rounds", 3)
+source(file.path(dirname(sub("^--file=", "", grep("^--file=", commandArgs(), value = TRUE)[[1]])),
+                 "bench_args.R")) # bench_arg()
+budget_mib <- as.numeric(bench_arg("budget-mib", 16))
+rounds <- as.numeric(bench_arg("rounds", 3))
 suppressPackageStartupMessages(library(convlstm))
 
 status <- function() {

@@ -19,24 +19,22 @@
 # the loss per step and the test cross-entropy per sequence before and after.
 suppressPackageStartupMessages(library(convlstm))
 
-arg <- function(name, default) {
-  hit <- grep(paste0("^--", name, "="), commandArgs(TRUE), value = TRUE)
-  if (length(hit) == 0) default else sub("^[^=]*=", "", hit[[length(hit)]])
-}
-dir <- arg("dir", file.path("build", "paper_mnist"))
-hidden <- as.integer(strsplit(arg("hidden", "16,16"), ",")[[1]])
-kernel <- as.integer(arg("kernel", 5))
-rkernel <- as.integer(arg("rkernel", 0)) # the state-to-state kernel (0: kernel)
+source(file.path(dirname(sub("^--file=", "", grep("^--file=", commandArgs(), value = TRUE)[[1]])),
+                 "bench_args.R")) # bench_arg()
+dir <- bench_arg("dir", file.path("build", "paper_mnist"))
+hidden <- as.integer(strsplit(bench_arg("hidden", "16,16"), ",")[[1]])
+kernel <- as.integer(bench_arg("kernel", 5))
+rkernel <- as.integer(bench_arg("rkernel", 0)) # the state-to-state kernel (0: kernel)
 if (rkernel == 0) rkernel <- kernel
-patch <- as.integer(arg("patch", 4))
-batch <- as.integer(arg("batch", 8))
-steps <- as.integer(arg("steps", 300))
-budget <- as.numeric(arg("budget-s", 0))
-threads <- as.integer(arg("threads", 1))
-device <- arg("device", "cpu")
-lr <- as.numeric(arg("lr", 1e-3)) # RMSprop's: the paper's 1e-3 and decay 0.9
-alpha <- as.numeric(arg("alpha", 0.9))
-eps <- as.numeric(arg("eps", 1e-8)) # torch's default
+patch <- as.integer(bench_arg("patch", 4))
+batch <- as.integer(bench_arg("batch", 8))
+steps <- as.integer(bench_arg("steps", 300))
+budget <- as.numeric(bench_arg("budget-s", 0))
+threads <- as.integer(bench_arg("threads", 1))
+device <- bench_arg("device", "cpu")
+lr <- as.numeric(bench_arg("lr", 1e-3)) # RMSprop's: the paper's 1e-3 and decay 0.9
+alpha <- as.numeric(bench_arg("alpha", 0.9))
+eps <- as.numeric(bench_arg("eps", 1e-8)) # torch's default
 t_in <- 10L
 t_out <- 10L
 

@@ -9,11 +9,9 @@
 # Reads DIR/torch_losses.csv, DIR/torch_result.txt and, where the package's
 # side has run, DIR/convlstm_losses.csv and DIR/convlstm_result.txt; writes
 # DIR/paper_mnist_curves.png. Base R only (no package needed).
-arg <- function(name, default) {
-  hit <- grep(paste0("^--", name, "="), commandArgs(TRUE), value = TRUE)
-  if (length(hit) == 0) default else sub("^[^=]*=", "", hit[[length(hit)]])
-}
-dir <- arg("dir", file.path("build", "paper_mnist"))
+source(file.path(dirname(sub("^--file=", "", grep("^--file=", commandArgs(), value = TRUE)[[1]])),
+                 "bench_args.R")) # bench_arg()
+dir <- bench_arg("dir", file.path("build", "paper_mnist"))
 read_result <- function(side) {
   f <- file.path(dir, paste0(side, "_result.txt"))
   if (!file.exists(f)) return(NULL)

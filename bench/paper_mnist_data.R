@@ -17,15 +17,13 @@
 # instead of the 1,000 digits the package ships.
 suppressPackageStartupMessages(library(convlstm))
 
-arg <- function(name, default) {
-  hit <- grep(paste0("^--", name, "="), commandArgs(TRUE), value = TRUE)
-  if (length(hit) == 0) default else sub("^[^=]*=", "", hit[[length(hit)]])
-}
-dir <- arg("dir", file.path("build", "paper_mnist"))
-n_train <- as.integer(arg("n-train", 256))
-n_test <- as.integer(arg("n-test", 64))
-seed <- as.integer(arg("seed", 2015))
-images <- arg("images", "")
+source(file.path(dirname(sub("^--file=", "", grep("^--file=", commandArgs(), value = TRUE)[[1]])),
+                 "bench_args.R")) # bench_arg()
+dir <- bench_arg("dir", file.path("build", "paper_mnist"))
+n_train <- as.integer(bench_arg("n-train", 256))
+n_test <- as.integer(bench_arg("n-test", 64))
+seed <- as.integer(bench_arg("seed", 2015))
+images <- bench_arg("images", "")
 dir.create(dir, recursive = TRUE, showWarnings = FALSE)
 
 # frames [n, 20, 1, 64, 64] in R's order -> bytes row-major over [n, 20, 64, 64]

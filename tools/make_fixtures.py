@@ -319,22 +319,28 @@ def fixture_root(*sub):
     return os.path.join(here, "..", "tests", "testthat", "fixtures", *sub)
 
 
-def make_all(configs, make, root, base, width):
-    """Each config from its first good seed (base + 1000 i on), with one
-    thread (reproducible reductions); prints what make returns."""
+def make_all(configs, make, root, base, width, show=str, only=(), prefix=""):
+    """Each config (only those named in `only`, when given) from its first
+    good seed (base + 1000 i on, i its place in configs, whatever is asked),
+    with one thread (reproducible reductions); prints prefix, its name padded
+    to width, and show(what make returns)."""
     torch.set_num_threads(1)
     for i, cfg in enumerate(configs):
-        print("%-*s %s" % (width, cfg["name"], first_good_seed(make, cfg, root, base + 1000 * i)))
+        if only and cfg["name"] not in only:
+            continue
+        res = first_good_seed(make, cfg, root, base + 1000 * i)
+        print("%s%-*s %s" % (prefix, width, cfg["name"], show(res)))
 
 
 def first_good_seed(make, cfg, root, base):
-    """make(cfg, root, seed) for seeds base, base + 1, ... until one gives
-    well-conditioned Adam steps (make returns not None); its result."""
+    """make(cfg, root, seed) for seeds base, base + 1, ... until one gives a
+    usable fixture (make returns not None: well-conditioned steps, files that
+    `file` takes for no program); its result."""
     for attempt in range(1000):
         res = make(cfg, root, seed=base + attempt)
         if res is not None:
             return res
-    sys.exit("no seed gives well-conditioned Adam steps for " + cfg["name"])
+    sys.exit("no seed of 1000 gives a usable fixture for " + cfg["name"])
 
 
 def start_fixture(cfg, root, seed, model):
@@ -403,23 +409,19 @@ def make(cfg, root, seed):
     return out_err, grad_err, losses, after.item()
 
 
+def summary(res):
+    """What main prints of make's result."""
+    out_err, grad_err, losses, after = res
+    return "f32 vs f64: output %.1e, grad %.1e; adam losses %s -> %.5f" % (
+        out_err, grad_err, " ".join("%.5f" % l for l in losses), after)
+
+
 def main():
     root = fixture_root()
     only = sys.argv[2:]  # config names: write just those (the others stay as committed)
-    torch.set_num_threads(1)  # reproducible reductions
-    for i, cfg in enumerate(CONFIGS):
-        if only and cfg["name"] not in only:
-            continue
-        out_err, grad_err, losses, after = first_good_seed(make, cfg, root, 20201217 + 1000 * i)
-        print("%-18s f32 vs f64: output %.1e, grad %.1e; adam losses %s -> %.5f" % (
-            cfg["name"], out_err, grad_err, " ".join("%.5f" % l for l in losses), after))
-    for i, cfg in enumerate(DROPOUT_CONFIGS):
-        if only and cfg["name"] not in only:
-            continue
-        out_err, grad_err, losses, after = first_good_seed(make, cfg, os.path.join(root, "dropout"),
-                                                           20261123 + 1000 * i)
-        print("dropout/%-18s f32 vs f64: output %.1e, grad %.1e; adam losses %s -> %.5f" % (
-            cfg["name"], out_err, grad_err, " ".join("%.5f" % l for l in losses), after))
+    make_all(CONFIGS, make, root, 20201217, 18, summary, only)
+    make_all(DROPOUT_CONFIGS, make, os.path.join(root, "dropout"), 20261123, 18, summary, only,
+             "dropout/")
 
 
 if __name__ == "__main__":

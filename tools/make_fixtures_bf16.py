@@ -29,7 +29,8 @@ import os
 import torch
 import torch.nn.functional as F
 
-from make_fixtures import Writer, config_model, fixture_root, info_seed, max_rel, prediction
+from make_fixtures import Writer, config_model, fixture_root, info_seed, make_all, max_rel, \
+    prediction, write_inputs
 from torch_convlstm import ConvLSTM
 
 # 4 h = 64 and 32 output channels, 5x5 and 3x3 kernels: products long
@@ -64,10 +65,7 @@ def make(cfg, root, seed):
     for key in ("B", "T", "H", "W", "target"):
         w.config(key, cfg[key])
     info_seed(w, seed)
-    for key, v in model.state_dict().items():
-        w.tensor("weights/" + key, v)
-    w.tensor("x", x)
-    w.tensor("y", y)
+    write_inputs(w, model, x, y)
     loss, grads = step(model, x, y, cfg["target"], True)
     loss32, grads32 = step(model, x, y, cfg["target"], False)
     w.tensor("loss", torch.tensor([loss]))
@@ -84,15 +82,9 @@ def make(cfg, root, seed):
 
 
 def main():
-    root = fixture_root("bf16")
-    torch.set_num_threads(1)  # reproducible reductions
-    for i, cfg in enumerate(CONFIGS):
-        for attempt in range(100):
-            res = make(cfg, root, seed=20261129 + 1000 * i + attempt)
-            if res is not None:
-                break
-        print("%-12s loss bf16 %.6f, float32 %.6f; gradients differ by %.2e of their largest" % (
-            (cfg["name"],) + res))
+    make_all(CONFIGS, make, fixture_root("bf16"), 20261129, 12,
+             lambda res: "loss bf16 %.6f, float32 %.6f; gradients differ by %.2e of their largest"
+             % res)
 
 
 if __name__ == "__main__":

@@ -22,8 +22,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from make_fixtures import Writer, config_model, first_good_seed, fixture_root, info_seed, \
-    max_rel, smallest_gradient
+from make_fixtures import Writer, config_model, fixture_root, info_seed, make_all, \
+    max_rel, smallest_gradient, write_inputs
 from torch_convlstm import EncoderForecaster
 
 STEPS = 3
@@ -185,11 +185,16 @@ def head_reversed(model, x, horizon):
     return torch.stack(frames, dim=1)
 
 
-def config_records(w, cfg):
+def config_shape(w, cfg):
+    """The model's records, its patch and the batch's sizes."""
     config_model(w, cfg)
     w.config("patch", cfg["patch"])
     for k in ("B", "T_in", "T_out", "H", "W"):
         w.config(k, cfg[k])
+
+
+def config_records(w, cfg):
+    config_shape(w, cfg)
     w.config("loss", "bce_logits")
     w.config("reduction", cfg["reduction"])
     w.config("predict_horizon", cfg["T_out"] + 2)
@@ -215,22 +220,25 @@ class ShortWriter(Writer):
         short = name.replace("encoder.cell_list.", "enc.").replace("forecaster.cell_list.", "fc.")
         return Writer.file_name(self, short)
 
-def make(cfg, root, seed):
+def draw(cfg, seed):
+    """A fixture's model (random peepholes), x and y (soft targets in [0, 1],
+    as Moving MNIST's) from seed, and a copy of its initial weights."""
     torch.manual_seed(seed)
     model = model_of(cfg)
     random_peepholes(model)
     B, C, H, W = cfg["B"], cfg["input_dim"], cfg["H"], cfg["W"]
     x = torch.rand(B, cfg["T_in"], C, H, W)
-    y = torch.rand(B, cfg["T_out"], C, H, W)  # soft targets in [0, 1], as Moving MNIST's
+    y = torch.rand(B, cfg["T_out"], C, H, W)
     initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return model, x, y, initial
 
+
+def make(cfg, root, seed):
+    model, x, y, initial = draw(cfg, seed)
     w = ShortWriter(os.path.join(root, cfg["name"]))
     config_records(w, cfg)
     info_seed(w, seed)
-    for k, v in initial.items():
-        w.tensor("weights/" + k, v)
-    w.tensor("x", x)
-    w.tensor("y", y)
+    write_inputs(w, model, x, y)  # the model as drawn: its initial weights
 
     # forward, both reductions' losses, the config's gradient, in float32
     model.zero_grad()
@@ -288,12 +296,8 @@ def make(cfg, root, seed):
 
 def main():
     run_reference_checks()
-    root = fixture_root("forecaster")
-    only = sys.argv[2:]  # config names: write just those (the others stay as written)
-    torch.set_num_threads(1)  # reproducible reductions
-    for i, cfg in enumerate(CONFIGS):  # seeds by position in CONFIGS, whatever is asked
-        if not only or cfg["name"] in only:
-            print("%-15s %s" % (cfg["name"], first_good_seed(make, cfg, root, 20261127 + 1000 * i)))
+    # only: config names, write just those (the others stay as written)
+    make_all(CONFIGS, make, fixture_root("forecaster"), 20261127, 15, only=sys.argv[2:])
 
 
 if __name__ == "__main__":

@@ -44,9 +44,9 @@ import os
 import torch
 import torch.nn.functional as F
 
-from make_fixtures import config_model, fixture_root, info_seed, max_rel
-from make_fixtures_forecaster import ShortWriter  # file names short enough for R CMD check
-from torch_convlstm import EncoderForecaster
+from make_fixtures import fixture_root, info_seed, make_all, max_rel, write_inputs
+# ShortWriter: file names short enough for R CMD check
+from make_fixtures_forecaster import ShortWriter, config_shape, draw
 
 STEPS = 3
 LR = 0.1
@@ -83,11 +83,6 @@ class Grad16(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         return g.half().float()
-
-
-def model_of(cfg):
-    return EncoderForecaster(cfg["input_dim"], cfg["hidden_dims"], cfg["kernel_sizes"],
-                             patch=cfg["patch"], peephole=cfg["peephole"], bias=cfg["bias"])
 
 
 def cell16(cell, x, h, c):
@@ -134,13 +129,6 @@ def forward16(model, x, horizon):
         out = Grad16.apply(Store16.apply(model.head(torch.cat(hs, dim=1))))
         frames.append(F.pixel_shuffle(out, model.patch))
     return torch.stack(frames, dim=1)
-
-
-def random_peepholes(model):
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.rsplit(".", 1)[-1] in ("w_ci", "w_cf", "w_co"):
-                p.uniform_(-0.8, 0.8)
 
 
 def sgd(model):
@@ -199,19 +187,9 @@ def params(w, prefix, model):
 
 
 def make(cfg, root, seed):
-    torch.manual_seed(seed)
-    model = model_of(cfg)
-    random_peepholes(model)
-    B, C, H, W = cfg["B"], cfg["input_dim"], cfg["H"], cfg["W"]
-    x = torch.rand(B, cfg["T_in"], C, H, W)
-    y = torch.rand(B, cfg["T_out"], C, H, W)
-    initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
-
+    model, x, y, initial = draw(cfg, seed)
     w = ShortWriter(os.path.join(root, cfg["name"]))
-    config_model(w, cfg)
-    w.config("patch", cfg["patch"])
-    for k in ("B", "T_in", "T_out", "H", "W"):
-        w.config(k, cfg[k])
+    config_shape(w, cfg)
     w.config("loss", "mse")
     w.config("sgd_lr", LR)
     w.config("steps", STEPS)
@@ -219,10 +197,7 @@ def make(cfg, root, seed):
     w.config("overflow_init", "%.0f" % OVERFLOW_INIT)
     w.config("overflow_calls", OVERFLOW_CALLS)
     info_seed(w, seed)
-    for k, v in initial.items():
-        w.tensor("weights/" + k, v)
-    w.tensor("x", x)
-    w.tensor("y", y)
+    write_inputs(w, model, x, y)  # the model as drawn: its initial weights
 
     runs = {}
     losses, grads = run_plain(model, x, y, STEPS)
@@ -265,16 +240,8 @@ def make(cfg, root, seed):
 
 
 def main():
-    root = fixture_root("forecaster_half")
-    torch.set_num_threads(1)  # reproducible reductions
-    for i, cfg in enumerate(CONFIGS):
-        for attempt in range(20):  # a seed whose files `file` takes for no program
-            got = make(cfg, root, 20261129 + 1000 * i + attempt)
-            if got:
-                print("%-8s %s" % (cfg["name"], got))
-                break
-        else:
-            raise SystemExit("no seed in 20 for " + cfg["name"])
+    # the first seed whose files `file` takes for no program (make: None otherwise)
+    make_all(CONFIGS, make, fixture_root("forecaster_half"), 20261129, 8)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,8 @@ import os
 
 import torch
 
-from make_fixtures import Writer, config_model, fixture_root, info_seed, prediction
+from make_fixtures import Writer, config_model, fixture_root, info_seed, make_all, prediction, \
+    write_inputs
 from torch_convlstm import ConvLSTM
 
 CONFIGS = [
@@ -88,10 +89,7 @@ def make(cfg, root, seed):
     for key in ("B", "T", "H", "W", "target", "tbptt"):
         w.config(key, cfg[key])
     info_seed(w, seed)
-    for key, v in model.state_dict().items():
-        w.tensor("weights/" + key, v)
-    w.tensor("x", x)
-    w.tensor("y", y)
+    write_inputs(w, model, x, y)
     w.tensor("x2", x2)
     w.tensor("y2", y2)
 
@@ -132,15 +130,8 @@ def grads_of(w, model):
 
 
 def main():
-    root = fixture_root("tbptt")
-    torch.set_num_threads(1)  # reproducible reductions
-    for i, cfg in enumerate(CONFIGS):
-        for attempt in range(100):
-            res = make(cfg, root, seed=20261126 + 1000 * i + attempt)
-            if res is not None:
-                break
-        print("%-14s loss %.6f, carried step's loss %.6f; full BPTT differs by %.2e" % (
-            (cfg["name"],) + res))
+    make_all(CONFIGS, make, fixture_root("tbptt"), 20261126, 14,
+             lambda res: "loss %.6f, carried step's loss %.6f; full BPTT differs by %.2e" % res)
 
 
 if __name__ == "__main__":

@@ -171,11 +171,17 @@ static cl_status grad_through(cl_model *m, const float *mask, const cl_conv_shap
   return CL_OK;
 }
 
-cl_status cl_dropout_input_grad(cl_model *m, int l, int b, int len, const void *dz, float *dx) {
+/* The input half's gradient over len steps of b samples (both public forms). */
+static cl_status input_grad(cl_model *m, int l, int b, int len, const void *dz, float *dx,
+                            int accumulate) {
   const cl_layer *L = &m->layer[l];
   cl_conv_shape sx = cl_conv_input_half(L, &m->step.g, len * b);
   const float *mask = cl_layer_drops_input(m, l) ? m->step.mask_x[l] : NULL;
-  return grad_through(m, mask, &sx, L->in, b, len, dz, m->params + L->off_wx, dx, 0);
+  return grad_through(m, mask, &sx, L->in, b, len, dz, m->params + L->off_wx, dx, accumulate);
+}
+
+cl_status cl_dropout_input_grad(cl_model *m, int l, int b, int len, const void *dz, float *dx) {
+  return input_grad(m, l, b, len, dz, dx, 0);
 }
 
 cl_status cl_dropout_hidden_grad(cl_model *m, int l, int b, const void *dz, float *dh,
@@ -188,8 +194,5 @@ cl_status cl_dropout_hidden_grad(cl_model *m, int l, int b, const void *dz, floa
 
 cl_status cl_dropout_input_step_grad(cl_model *m, int l, int b, const void *dz, float *dx,
                                      int accumulate) {
-  const cl_layer *L = &m->layer[l];
-  cl_conv_shape sx = cl_conv_input_half(L, &m->step.g, b);
-  const float *mask = cl_layer_drops_input(m, l) ? m->step.mask_x[l] : NULL;
-  return grad_through(m, mask, &sx, L->in, b, 1, dz, m->params + L->off_wx, dx, accumulate);
+  return input_grad(m, l, b, 1, dz, dx, accumulate);
 }

@@ -56,9 +56,6 @@
 
 #include <stdint.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 typedef enum conv_op { OP_FORWARD, OP_BWD_DATA, OP_BWD_FILTER } conv_op;
 
@@ -655,29 +652,24 @@ static void backward_filter_image(const conv_job *j, int n, int tid) {
 typedef void (*image_fn)(const conv_job *j, int n, int tid);
 typedef void (*init_fn)(const conv_job *j, int tid);
 
-/* Thread tid of a team of `team` takes images [N tid / team, N (tid+1) / team),
- * after init(j, tid). Returns the team size (smaller than planned inside an
- * enclosing parallel region, or in a forked child). */
+typedef struct image_run {
+  const conv_job *j;
+  image_fn fn;
+  init_fn init;
+} image_run;
+
+static void run_block(void *arg, long long lo, long long hi, int tid) {
+  const image_run *r = arg;
+  if (r->init) r->init(r->j, tid);
+  for (int n = (int)lo; n < (int)hi; n++) r->fn(r->j, n, tid);
+}
+
+/* Thread tid of the team takes its block of images (cl_cpu_blocks), after
+ * init(j, tid). Returns the team size. One thread in a forked child: it
+ * takes every image, whatever the plan. */
 static int for_each_image(const conv_job *j, image_fn fn, init_fn init) {
-  int used = 1;
-  /* One thread in a forked child: it takes every image, whatever the plan. */
-  const int threads = cl_cpu_threads(j->pl->threads);
-  (void)threads;
-#ifdef _OPENMP
-#pragma omp parallel num_threads(threads) if (threads > 1)
-#endif
-  {
-    int tid = 0, team = 1;
-#ifdef _OPENMP
-    tid = omp_get_thread_num();
-    team = omp_get_num_threads();
-#endif
-    if (tid == 0) used = team;
-    if (init) init(j, tid);
-    int n0 = (int)((int64_t)j->s->N * tid / team), n1 = (int)((int64_t)j->s->N * (tid + 1) / team);
-    for (int n = n0; n < n1; n++) fn(j, n, tid);
-  }
-  return used;
+  image_run r = {j, fn, init};
+  return cl_cpu_blocks(j->pl->threads, j->s->N, run_block, &r);
 }
 
 /* Direct path: zero the thread's padded buffers once (borders, slack and

@@ -57,6 +57,14 @@ void cl_cpu_store(cl_dtype t, const float *src, void *dst, size_t off, size_t n,
 CL_BACKEND_SLOTS(CL_CPU_SLOT_PROTO_)
 #undef CL_CPU_SLOT_PROTO_
 
+/* cpu_sum.c: thread tid of a team of at most n_threads (cl_cpu_threads)
+ * runs fn(arg, lo, hi, tid) on its block [n tid / team, n (tid+1) / team).
+ * Returns the team size: smaller than asked inside an enclosing parallel
+ * region or in a forked child (a caller whose workspace was planned for
+ * n_threads slices uses the first `team` of them). */
+typedef void (*cl_cpu_block_fn)(void *arg, long long lo, long long hi, int tid);
+int cl_cpu_blocks(int n_threads, long long n, cl_cpu_block_fn fn, void *arg);
+
 /* cpu_sum.c: f(0) + ... + f(chunks - 1) in double, on n_threads when
  * parallel, in an order fixed by the team's size (not by the threads'
  * timing) */

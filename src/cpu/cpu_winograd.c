@@ -42,9 +42,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 enum { WMAX = 6 }; /* largest tile side n */
 
@@ -283,21 +280,35 @@ static void output_transform(const wino_plan *p, const cl_conv_shape *t, const f
     }
 }
 
-/* One thread's images [n0, n1) in chunks of p->nb. */
-static void run_images(const cl_backend *be, const wino_plan *p, const cl_conv_shape *t,
-                       const float *x, const float *U, const float *bias, int accumulate, float *y,
-                       char *slice, int n0, int n1) {
+/* One call's operands, shared by the team's threads. */
+typedef struct wino_job {
+  const cl_backend *be;
+  const wino_plan *p;
+  const cl_conv_shape *t;
+  const float *x, *U, *bias;
+  float *y;
+  int accumulate;
+  char *base;
+} wino_job;
+
+/* Thread tid's images [n0, n1) (cl_cpu_blocks) in chunks of p->nb, in its
+ * own slice of the workspace. */
+static void run_images(void *arg, long long n0, long long n1, int tid) {
+  const wino_job *j = arg;
+  const wino_plan *p = j->p;
+  const cl_conv_shape *t = j->t;
+  char *slice = j->base + p->off_slices + p->slice_bytes * tid;
   float *V = (float *)slice, *M = (float *)(slice + p->v_bytes);
   void *scratch = slice + p->v_bytes + p->m_bytes;
   const int nn = p->f->n * p->f->n, T = p->nb * p->T1;
-  const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(be);
-  for (int c0 = n0; c0 < n1; c0 += p->nb) {
-    int nb = n1 - c0 < p->nb ? n1 - c0 : p->nb;
-    input_transform(p, t, x, c0, nb, V);
+  const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(j->be);
+  for (int c0 = (int)n0; c0 < (int)n1; c0 += p->nb) {
+    int nb = (int)n1 - c0 < p->nb ? (int)n1 - c0 : p->nb;
+    input_transform(p, t, j->x, c0, nb, V);
     for (int e = 0; e < nn; e++)
-      cl_cpu_sgemm(kind, 0, 0, t->K, T, t->C, 1.0f, U + (size_t)e * t->K * t->C, t->C,
+      cl_cpu_sgemm(kind, 0, 0, t->K, T, t->C, 1.0f, j->U + (size_t)e * t->K * t->C, t->C,
                    V + (size_t)e * t->C * T, T, 0.0f, M + (size_t)e * t->K * T, T, scratch);
-    output_transform(p, t, M, bias, accumulate, y, c0, nb);
+    output_transform(p, t, M, j->bias, j->accumulate, j->y, c0, nb);
   }
 }
 
@@ -323,21 +334,8 @@ static void wino_run(cl_backend *be, const cl_conv_shape *s, int dir, const floa
   }
   float *U = (float *)(base + p.off_u);
   filter_transform(p.f, w, t.K, t.C, U);
-  const int threads = cl_cpu_threads(p.threads);
-  (void)threads;
-#ifdef _OPENMP
-#pragma omp parallel num_threads(threads) if (threads > 1)
-#endif
-  {
-    int tid = 0, team = 1;
-#ifdef _OPENMP
-    tid = omp_get_thread_num();
-    team = omp_get_num_threads();
-#endif
-    int n0 = (int)((int64_t)t.N * tid / team), n1 = (int)((int64_t)t.N * (tid + 1) / team);
-    run_images(be, &p, &t, x, U, bias, accumulate, y, base + p.off_slices + p.slice_bytes * tid,
-               n0, n1);
-  }
+  wino_job j = {be, &p, &t, x, U, bias, y, accumulate, base};
+  cl_cpu_blocks(p.threads, t.N, run_images, &j);
 }
 
 /* ---- choosing per shape, by timing ------------------------------------- */
@@ -374,9 +372,12 @@ static double process_seconds(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Which algorithm this call runs (1 Winograd); *timed: record its time. */
-static int pick(const cl_backend *be, const cl_conv_shape *s, int dir, wino_slot **timed) {
-  *timed = NULL;
+/* The algorithm of s in dir: CONVLSTM_CONV_ALGO's, else the table's (1
+ * Winograd, 0 GEMM, -1 still timing). With timed (a call about to run), a
+ * shape still being timed alternates the two (1 Winograd) and *timed is its
+ * slot, to record the call's time in. */
+static int choice_of(const cl_backend *be, const cl_conv_shape *s, int dir, wino_slot **timed) {
+  if (timed) *timed = NULL;
   const int env = algo_env(be);
   if (env) return env >= 2;
   int choice = 0;
@@ -385,9 +386,8 @@ static int pick(const cl_backend *be, const cl_conv_shape *s, int dir, wino_slot
 #endif
   {
     wino_slot *t = slot_find(s, dir);
-    if (t && t->choice >= 0) {
-      choice = t->choice;
-    } else if (t) {
+    if (t) choice = t->choice;
+    if (t && choice < 0 && timed) {
       choice = t->calls++ % 2;
       *timed = t;
     }
@@ -408,17 +408,7 @@ static void record(wino_slot *t, int choice, double seconds) {
 
 int cl_cpu_wino_chosen(const cl_backend *be, const cl_conv_shape *s, int dir) {
   if (!form_of(be, s) || dir == 2) return 0;
-  const int env = algo_env(be);
-  if (env) return env >= 2;
-  int choice = 0;
-#ifdef _OPENMP
-#pragma omp critical(cl_wino_tune)
-#endif
-  {
-    wino_slot *t = slot_find(s, dir);
-    if (t) choice = t->choice;
-  }
-  return choice;
+  return choice_of(be, s, dir, NULL);
 }
 
 const char *cl_cpu_wino_name(const cl_backend *be, const cl_conv_shape *s) {
@@ -433,7 +423,7 @@ int cl_cpu_wino_pick(const cl_backend *be, const cl_conv_shape *s, int dir, cons
   memset(tk, 0, sizeof *tk);
   if (!form_of(be, s) || dir == 2 || s->N < 1 || !ws) return 0;
   wino_slot *timed;
-  tk->use = pick(be, s, dir, &timed);
+  tk->use = choice_of(be, s, dir, &timed);
   tk->slot = timed;
   if (timed) tk->t0 = process_seconds();
   return tk->use;

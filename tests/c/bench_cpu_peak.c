@@ -175,7 +175,12 @@ static void bench_shape_algo(cl_backend *be, const char *config, const char *par
   cl_cpu_ctx *ctx = (cl_cpu_ctx *)be->context;
   size_t P = (size_t)s.H * s.W, kk = (size_t)s.kh * s.kw;
   ctx->conv_algo_env = 0; /* auto: the workspace covers every algorithm */
+  /* sized with Winograd forced, as the loop below forces it: under 1e8
+   * flops the timed choice plans no Winograd workspace, and a forced call
+   * on that smaller one wrote past it (glibc: double free at the free) */
+  ctx->conv_algo = 2;
   bench_bufs B = bench_bufs_make(be, &s);
+  ctx->conv_algo = 0;
   double flop = 2.0 * s.N * s.K * s.C * kk * P;
   int reps = (int)(1e10 / flop) + 4;
   static const char *names[] = {"fwd", "bwd-data"};

@@ -33,6 +33,14 @@ write_frames <- function(series, ...) {
   path
 }
 
+# A frame file of source_series(t = 30), its source of windows of 4 frames
+# and 1 target, and a model of it (the test releases f$m).
+frame_fit <- function() {
+  path <- write_frames(source_series(t = 30))
+  list(path = path, src = convlstm_source_frames(path, 4, 1),
+       m = convlstm(1, c(3, 1), 3, device = "cpu", threads = 1))
+}
+
 twin <- function() {
   a <- convlstm(1, c(3, 1), 3, device = "cpu", threads = 1)
   b <- convlstm(1, c(3, 1), 3, device = "cpu", threads = 1)
@@ -249,26 +257,23 @@ test_that("a truncated or changed frame file is an error naming the file", {
 })
 
 test_that("a frame file truncated during a fit stops it before the next step, the model kept", {
-  series <- source_series(t = 30)
-  path <- write_frames(series)
-  src <- convlstm_source_frames(path, 4, 1)
-  m <- convlstm(1, c(3, 1), 3, device = "cpu", threads = 1)
-  on.exit(convlstm_release(m))
+  f <- frame_fit()
+  on.exit(convlstm_release(f$m))
   last <- NULL
   cb <- convlstm_callback(on_batch_end = function(ctx) {
     last <<- convlstm_state_dict(ctx$model)
     if (ctx$batch == 2) { # cut the file in half under the map
-      bytes <- readBin(path, "raw", file.size(path))
-      writeBin(bytes[seq_len(length(bytes) %/% 2)], path)
+      bytes <- readBin(f$path, "raw", file.size(f$path))
+      writeBin(bytes[seq_len(length(bytes) %/% 2)], f$path)
     }
   })
   e <- expect_convlstm_error(
-    convlstm_fit(m, src, NULL, convlstm_optimizer_adam(0.01), epochs = 1, batch_size = 5,
+    convlstm_fit(f$m, f$src, NULL, convlstm_optimizer_adam(0.01), epochs = 1, batch_size = 5,
                  shuffle = FALSE, callbacks = list(cb), verbose = FALSE),
     regexp = "batch 3 of epoch 1")
   expect_match(conditionMessage(e), "truncated")
-  expect_match(conditionMessage(e), basename(path), fixed = TRUE)
-  expect_identical(convlstm_state_dict(m), last)
+  expect_match(conditionMessage(e), basename(f$path), fixed = TRUE)
+  expect_identical(convlstm_state_dict(f$m), last)
 })
 
 test_that("a source refuses y, weight, metrics and data_on_device = TRUE", {
@@ -386,9 +391,9 @@ test_that("a fit from a source resumes as one never interrupted, and takes batch
 })
 
 test_that("a source's staging buffers are planned under data: a batch of x and y in doubles, two when read ahead", {
-  series <- source_series(t = 30)
-  src <- convlstm_source_frames(write_frames(series), 4, 1) # x [4, 1, 5, 5], y [1, 1, 5, 5]
-  m <- convlstm(1, c(3, 1), 3, device = "cpu", threads = 1)
+  f <- frame_fit()
+  src <- f$src # x [4, 1, 5, 5], y [1, 1, 5, 5]
+  m <- f$m
   on.exit(convlstm_release(m))
   by <- function(e) stats::setNames(e$bytes, e$category)
   plain <- by(convlstm_memory_estimate(m, 6, 4, 5, 5))
@@ -461,25 +466,22 @@ test_that("a fit reading a frame file ahead equals, bit for bit, the fit that re
 })
 
 test_that("a frame file truncated before a batch read ahead stops the fit naming that batch, the model kept", {
-  series <- source_series(t = 30)
-  path <- write_frames(series)
-  src <- convlstm_source_frames(path, 4, 1)
-  m <- convlstm(1, c(3, 1), 3, device = "cpu", threads = 1)
-  on.exit(convlstm_release(m))
+  f <- frame_fit()
+  on.exit(convlstm_release(f$m))
   last <- NULL
   cb <- convlstm_callback(
     on_batch_end = function(ctx) last <<- convlstm_state_dict(ctx$model),
     # the header alone is left: the reader's thread, starting epoch 2's
     # batch 1, must find it truncated before it touches the map
-    on_epoch_end = function(ctx) writeBin(readBin(path, "raw", 128), path))
+    on_epoch_end = function(ctx) writeBin(readBin(f$path, "raw", 128), f$path))
   e <- expect_convlstm_error(
-    convlstm_fit(m, src, NULL, convlstm_optimizer_adam(0.01), epochs = 2, batch_size = 5,
+    convlstm_fit(f$m, f$src, NULL, convlstm_optimizer_adam(0.01), epochs = 2, batch_size = 5,
                  shuffle = FALSE, callbacks = list(cb), verbose = FALSE),
     status = "invalid", regexp = "batch 1 of epoch 2")
   expect_match(conditionMessage(e), "truncated")
-  expect_match(conditionMessage(e), basename(path), fixed = TRUE)
+  expect_match(conditionMessage(e), basename(f$path), fixed = TRUE)
   expect_identical(e$batch, "batch 1 of epoch 2")
-  expect_identical(convlstm_state_dict(m), last)
+  expect_identical(convlstm_state_dict(f$m), last)
 })
 
 # A fit over a generator of 14 samples of [3, 1, 4, 4] (batches of 4: the
