@@ -6,7 +6,7 @@
  * one fact; the steps of a layer's segment and its recomputed chunks of
  * equal length are counted, not walked, and a step's equal micro-batches
  * are one program counted as often. Inference runs step by step
- * (forward.c): its calls are counted per layer.
+ * (forward.c): its calls are counted per layer from the stacks it runs.
  */
 #include "conv_calls.h"
 
@@ -202,36 +202,26 @@ static void micro_batch(walk *w, int b, int final, cl_target target, const int *
   cl_program_free(&p);
 }
 
-/* its prediction (forward.c, infer_stacks): each stack step by step over
- * its steps, the head over the target's */
-static int reads_head(const cl_arch *a, int l) { return l >= a->head_lo && l < a->head_hi; }
-static void wired_inference(walk *w) {
-  const cl_schedule *g = w->g;
-  const cl_arch *a = &w->m->arch;
-  for (int l = 0; l < w->m->cfg.n_layers; l++) {
-    int si = cl_arch_stack_of(a, l), from = a->stack[si].state_from >= 0;
-    int64_t steps = cl_arch_steps(a, si, g->T, g->horizon);
-    add_x(w, CL_CONV_FORWARD, l, g->B, steps);
-    add_h(w, CL_CONV_FORWARD, l, g->B, steps - !from);
-    if (reads_head(a, l)) head(w, CL_CONV_FORWARD, l, g->B, steps);
-  }
-}
-
-/* inference (forward.c, infer_step): step by step over T steps and the
- * horizon's fed-back frames, each layer both halves over the batch; a head
- * over each kept output and each frame */
+/* inference (forward.c): step by step, each layer both halves over the
+ * batch: a stack over its steps (the input's T, the target's horizon), a
+ * stack rolling forward past its input (no stack runs the target) over
+ * the horizon's fed-back frames too; the hidden half from the first step
+ * only with a state before it (the call's, or the stack's it follows); the
+ * head over each kept output and each predicted frame. */
 static void inference(walk *w) {
   const cl_schedule *g = w->g;
   const cl_arch *a = &w->m->arch;
-  int64_t steps = (int64_t)g->T + (g->horizon > 1 ? g->horizon - 1 : 0);
-  int from = g->state != CL_STATE_ZERO;
+  int fed = cl_arch_runs_target(a) || g->horizon < 2 ? 0 : g->horizon - 1;
   for (int l = 0; l < w->m->cfg.n_layers; l++) {
+    int si = cl_arch_stack_of(a, l);
+    const cl_stack *st = &a->stack[si];
+    int from = st->state_from >= 0 || g->state != CL_STATE_ZERO;
+    int64_t steps = cl_arch_steps(a, si, g->T, g->horizon) + (st->steps == CL_STEPS_INPUT ? fed : 0);
     add_x(w, CL_CONV_FORWARD, l, g->B, steps);
     add_h(w, CL_CONV_FORWARD, l, g->B, steps - !from);
   }
-  if (!cl_arch_has_head(a)) return;
   int64_t outs = (g->outputs == CL_OUTPUTS_ALL ? g->T : 0) + g->horizon;
-  head(w, CL_CONV_FORWARD, a->head_lo, g->B, outs);
+  for (int l = a->head_lo; l < a->head_hi; l++) head(w, CL_CONV_FORWARD, l, g->B, outs);
 }
 
 cl_status cl_conv_calls(const cl_model *m, const cl_schedule *g, cl_target target, const int *truth,
@@ -239,10 +229,7 @@ cl_status cl_conv_calls(const cl_model *m, const cl_schedule *g, cl_target targe
   walk w = {m, g, out};
   int last, nb = cl_micro_batches(g, &last);
   if (!g->training) {
-    if (cl_arch_is_wired(&m->arch))
-      wired_inference(&w);
-    else
-      inference(&w);
+    inference(&w);
   } else { /* micro-batches of Bm, the last (the final one) of `last` */
     micro_batch(&w, g->Bm, 0, target, truth, nb - 1);
     micro_batch(&w, last, 1, target, truth, 1);
