@@ -38,16 +38,12 @@ static void add(walk *w, cl_conv_dir d, int layer, int half, cl_conv_shape s, in
       o->v[i].count += count;
       return;
     }
-  if (o->n == o->cap) {
-    int cap = o->cap ? 2 * o->cap : 16;
-    cl_conv_call *v = realloc(o->v, (size_t)cap * sizeof *v);
-    if (!v) {
-      o->oom = 1;
-      return;
-    }
-    o->v = v;
-    o->cap = cap;
+  cl_conv_call *v = cl_grow(o->v, &o->cap, o->n, sizeof *v);
+  if (!v) {
+    o->oom = 1;
+    return;
   }
+  o->v = v;
   cl_conv_call c = {d, layer, half, s, images, count};
   o->v[o->n++] = c;
 }

@@ -424,6 +424,10 @@ cl_status cl_fail_backend(cl_model *m, cl_status s, const char *what);
   } while (0)
 /* Sizes with overflow checks: 0 on overflow. */
 size_t cl_mul_size(size_t a, size_t b);
+/* A list of n elements (elt bytes) at v with room for one more: v, or
+ * moved with its capacity *cap doubled (from 16) when it was full; NULL
+ * (v still the list, as it was) when it cannot grow. */
+void *cl_grow(void *v, int *cap, int n, size_t elt);
 
 /* osmem.c. The process's resident bytes now and at their high-water mark;
  * 1 when read, 0 with the reason in why where the platform cannot say. */

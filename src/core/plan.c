@@ -166,16 +166,12 @@ const char *cl_buffer_name(int kind, cl_bufname which) {
 static void add_row(plan_builder *b, int kind, int layer, cl_mem_category cat, size_t bytes,
                     int other) {
   const char *name = BUF_NAME[kind][other];
-  if (b->p->n == b->cap) {
-    int cap = b->cap ? 2 * b->cap : 32;
-    cl_plan_entry *e = realloc(b->p->entries, (size_t)cap * sizeof *e);
-    if (!e) {
-      b->overflow = 1; /* reported as a failed plan either way */
-      return;
-    }
-    b->p->entries = e;
-    b->cap = cap;
+  cl_plan_entry *grown = cl_grow(b->p->entries, &b->cap, b->p->n, sizeof *grown);
+  if (!grown) {
+    b->overflow = 1; /* reported as a failed plan either way */
+    return;
   }
+  b->p->entries = grown;
   cl_plan_entry *e = &b->p->entries[b->p->n++];
   memset(e, 0, sizeof *e);
   if (layer >= 0)

@@ -34,16 +34,12 @@ typedef struct builder {
 static cl_op *emit(builder *k, cl_op_kind kind, int lo, int hi, int t0, int len) {
   static cl_op dummy;
   cl_program *p = k->out;
-  if (p->n == p->cap) {
-    int cap = p->cap ? 2 * p->cap : 64;
-    cl_op *v = realloc(p->v, (size_t)cap * sizeof *v);
-    if (!v) {
-      p->oom = 1;
-      return &dummy; /* written to and dropped: the list is reported incomplete */
-    }
-    p->v = v;
-    p->cap = cap;
+  cl_op *v = cl_grow(p->v, &p->cap, p->n, sizeof *v);
+  if (!v) {
+    p->oom = 1;
+    return &dummy; /* written to and dropped: the list is reported incomplete */
   }
+  p->v = v;
   cl_op *o = &p->v[p->n++];
   cl_op z = {0};
   *o = z;
@@ -423,16 +419,12 @@ static void range_use(void *ctx, int kind, int layer, int def) {
     k->r[j][2] = k->i;
     return;
   }
-  if (k->n == k->cap) {
-    int cap = k->cap ? 2 * k->cap : 64;
-    int(*r)[3] = realloc(k->r, (size_t)cap * sizeof *r);
-    if (!r) {
-      k->oom = 1;
-      return;
-    }
-    k->r = r;
-    k->cap = cap;
+  int(*r)[3] = cl_grow(k->r, &k->cap, k->n, sizeof *r);
+  if (!r) {
+    k->oom = 1;
+    return;
   }
+  k->r = r;
   k->r[k->n][0] = layer, k->r[k->n][1] = k->r[k->n][2] = k->i;
   k->open[layer] = k->n++;
 }

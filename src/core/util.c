@@ -1,12 +1,15 @@
 /*
  * core/util.c -- the ground floor of the core: a model's error message
  * (cl_fail, cl_fail_backend), size arithmetic that reports overflow instead
- * of wrapping (cl_mul_size), and the names of statuses, devices and storage
+ * of wrapping (cl_mul_size), a growing list's room (cl_grow), and the names
+ * of statuses, devices and storage
  * types (cl_status_name, cl_device_name, cl_dtype_name: the one table of
  * each). Every other core
  * file may use these; they use nothing of the core but internal.h's types.
  */
 #include "internal.h"
+
+#include <stdlib.h>
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -54,4 +57,12 @@ const char *cl_device_name(cl_device d) {
 const char *cl_dtype_name(cl_dtype t) {
   static const char *names[CL_N_DTYPES] = {"float32", "float16", "bfloat16"};
   return (int)t >= 0 && (int)t < CL_N_DTYPES ? names[t] : "unknown";
+}
+
+void *cl_grow(void *v, int *cap, int n, size_t elt) {
+  if (n < *cap) return v;
+  int c = *cap ? 2 * *cap : 16;
+  void *p = c > *cap ? realloc(v, (size_t)c * elt) : NULL;
+  if (p) *cap = c;
+  return p;
 }
