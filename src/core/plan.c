@@ -62,7 +62,7 @@ static cl_status schedule_training(cl_model *m, const cl_step_options *o, cl_sch
   const int B = g->B;
   /* stacks handing states on (program.c) hold S steps of each: segments of
    * a stack's own steps (the input's or the target's), S the longest */
-  const int T = cl_arch_is_wired(&m->arch) && g->horizon > g->T ? g->horizon : g->T;
+  const int T = cl_arch_runs_target(&m->arch) && g->horizon > g->T ? g->horizon : g->T;
   int ck = o->checkpoint > 0 && o->checkpoint < T, tb = o->tbptt > 0 && o->tbptt < T;
   g->S = T;
   if (ck && tb)
@@ -94,7 +94,7 @@ static cl_status schedule_training(cl_model *m, const cl_step_options *o, cl_sch
    * with a horizon only its last `horizon` (place_target in backward.c):
    * the most any segment (or window) holds of them -- the last one's, or
    * where the horizon reaches past it, the one before's */
-  if (o->weight && cl_arch_is_wired(&m->arch)) { /* program.c: the K target frames at once */
+  if (o->weight && cl_arch_runs_target(&m->arch)) { /* the K target frames at once */
     g->weight_steps = g->horizon;
   } else if (o->weight) {
     int K = g->horizon ? g->horizon : g->T, last = g->T - (ceil_div(g->T, g->S) - 1) * g->S;
@@ -315,9 +315,9 @@ static void plan_inference(plan_builder *b, const struct cl_model *m, const cl_s
     else
       add(b, CL_BUF_HID, l, CL_MEM_STATES, nbytes(b, e, 2, B, h, P));
   }
-  /* a single stack's head gives every step's output (a wired one's frames
-   * are the horizon's, above) */
-  if (all && cl_arch_has_head(&m->arch) && !cl_arch_is_wired(&m->arch))
+  /* a head over a stack of the input's steps gives every step's output (over
+   * one of the target's steps, the frames are the horizon's, above) */
+  if (all && cl_arch_has_head(&m->arch) && !cl_arch_runs_target(&m->arch))
     plan_head(b, m, g, (size_t)g->T, B);
 }
 

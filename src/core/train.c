@@ -165,9 +165,9 @@ static cl_status train_step(cl_model *m, cl_call *c, const cl_source *x, const c
   cl_program_free(&prog[0]);
   cl_program_free(&prog[1]);
   CL_TRY(s);
-  /* a wired step's layers hold steps of two lengths: read none */
+  /* layers running the target's steps beside the input's hold two lengths: read none */
   m->step.outputs_kept = g.Bm == g.B && g.nseg == 1 && !g.tbptt &&
-                         !cl_arch_is_wired(&m->arch) && !m->poison; /* NaN after their last use */
+                         !cl_arch_runs_target(&m->arch) && !m->poison; /* NaN after their last use */
   cl_step_vals v;
   CL_TRY(cl_vals_read(m, &v)); /* the step's one synchronisation */
   *loss = v.loss;
@@ -188,7 +188,7 @@ cl_status cl_model_train_step(cl_model *m, const cl_host_array *x, const cl_host
   *loss = 0;
   int d[5]; /* B, T, H, W; a wired step's target steps K */
   cl_source xs = cl_source_host(x), ys = cl_source_host(y);
-  if (cl_arch_is_wired(&m->arch)) { /* the target's steps are the plan's horizon */
+  if (cl_arch_runs_target(&m->arch)) { /* the target's steps are the plan's horizon */
     static const cl_step_options none;
     CL_TRY(cl_call_check_forecast(m, x, y, target, opt, opts, d));
     cl_step_options o = opts ? *opts : none;
