@@ -158,7 +158,7 @@ static cl_status run_op(const run_ctx *k, const cl_op *o) {
     CL_KERNEL(m, m->be->iface->copy(m->be, st->hand_c[o->hi], st->dc[o->lo], bh * sizeof(float)));
     return CL_OK;
   case CL_OP_KEEP_STATE: return cl_state_keep(m, k->b0, k->b, st->carry_h, st->carry_c);
-  case CL_OP_NKIND: break;
+  default: break; /* the step's own ops: cl_step_run */
   }
   return cl_fail(m, CL_E_INTERNAL, "unknown op %d", (int)o->kind);
 }
@@ -204,4 +204,29 @@ cl_status cl_program_run(cl_model *m, cl_call *c, const cl_program *p, const cl_
   }
   free(span);
   return s;
+}
+
+cl_status cl_step_run(cl_model *m, cl_call *c, const cl_program *step, const cl_program *prog,
+                      const cl_source *x, const cl_source *y, cl_target tg, float ls,
+                      const cl_update_args *u, const cl_step_options *opts) {
+  cl_step_vals *v = cl_vals(m);
+  for (int i = 0; i < step->n; i++) {
+    const cl_op *o = &step->v[i];
+    switch (o->kind) {
+    case CL_OP_ZERO_GRAD:
+      CL_TRY(cl_model_zero_grad(m));
+      CL_TRY(cl_vals_zero(m));
+      break;
+    case CL_OP_MICRO_BATCH: /* these sequences' masks, staged as x, then their ops */
+      CL_TRY(cl_dropout_upload(m, opts, o->t0, o->len));
+      CL_TRY(cl_program_run(m, c, &prog[o->hi], x, y, tg, o->t0, o->len, ls, &v->loss));
+      break;
+    case CL_OP_REDUCE: /* before unscaling, clipping and the guard: every rank decides alike */
+      CL_TRY(cl_dist_finish(m, c, &v->loss));
+      break;
+    case CL_OP_UPDATE: CL_KERNEL(m, cl_backend_update_step(m->be, u, v)); break;
+    default: return cl_fail(m, CL_E_INTERNAL, "op %d is not a step's", (int)o->kind);
+    }
+  }
+  return CL_OK;
 }

@@ -256,6 +256,18 @@ cl_status cl_program_build(const cl_arch *a, int n_layers, const cl_schedule *g,
   return out->oom ? CL_E_OOM : CL_OK;
 }
 
+cl_status cl_step_ops(const cl_schedule *g, cl_program *out) {
+  builder k = {NULL, 0, g, CL_TARGET_SEQUENCE, 0, 0, out};
+  emit(&k, CL_OP_ZERO_GRAD, 0, 0, 0, 0);
+  for (int b0 = 0; b0 < g->B; b0 += g->Bm) {
+    int b = g->B - b0 < g->Bm ? g->B - b0 : g->Bm;
+    emit(&k, CL_OP_MICRO_BATCH, 0, b0 + b >= g->B, b0, b);
+  }
+  emit(&k, CL_OP_REDUCE, 0, 0, 0, 0);
+  emit(&k, CL_OP_UPDATE, 0, 0, 0, 0);
+  return out->oom ? CL_E_OOM : CL_OK;
+}
+
 /* ---- which buffers each op uses ---------------------------------------- */
 
 typedef struct user {
@@ -375,8 +387,7 @@ void cl_op_uses(const cl_op *o, const cl_arch *a, const cl_schedule *g, int n_la
     per_layer(&u, CL_BUF_CARRY_H, 0, n_layers);
     per_layer(&u, CL_BUF_CARRY_C, 0, n_layers);
     return;
-  case CL_OP_BUCKET:
-  case CL_OP_NKIND: return;
+  default: return; /* no step buffer: a bucket, the step's own ops */
   }
 }
 

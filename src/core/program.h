@@ -40,6 +40,12 @@ typedef enum cl_op_kind {
   CL_OP_BACKWARD_FREE, /* free running: the fed-back steps, then the input steps */
   CL_OP_HAND_C,        /* layer lo's initial c's gradient into hand_c of layer hi */
   CL_OP_KEEP_STATE,    /* the carried state, from carry_h / carry_c */
+  /* the step's own list (cl_step_ops): */
+  CL_OP_ZERO_GRAD,     /* the gradients and the step's results zeroed */
+  CL_OP_MICRO_BATCH,   /* sequences t0 .. t0 + len - 1: their dropout masks, then the
+                          micro-batch's program (hi: 1 for the step's last, else 0) */
+  CL_OP_REDUCE,        /* data parallel: the gradients and the loss summed over the ranks */
+  CL_OP_UPDATE,        /* unscale, clip, guard and the optimizer's update */
   CL_OP_NKIND
 } cl_op_kind;
 
@@ -115,11 +121,21 @@ int cl_program_layers_overlap(const cl_program *p, const cl_arch *a, const cl_sc
  * (-1: none, or not a step buffer). */
 void cl_plan_row_lifetime(const cl_plan_entry *e, const cl_lifetimes *t, int n_layers,
                           int *first, int *last);
+/* execute.c: a step's list (cl_step_ops) with its micro-batches'
+ * programs prog[0] (those before the last) and prog[1] (the last); opts
+ * for the dropout masks, u for the update. */
+cl_status cl_step_run(cl_model *m, cl_call *c, const cl_program *step, const cl_program *prog,
+                      const cl_source *x, const cl_source *y, cl_target tg, float ls,
+                      const cl_update_args *u, const cl_step_options *opts);
 /* execute.c: program p over sequences b0 .. b0 + b - 1 of the step (x, y
  * its sources, tg its target; the loss times its share of the batch added
  * to *acc, its gradient times ls). */
 cl_status cl_program_run(cl_model *m, cl_call *c, const cl_program *p, const cl_source *x,
                          const cl_source *y, cl_target tg, int b0, int b, float ls, double *acc);
+/* A training step of schedule g as a list: the gradients zeroed, each
+ * micro-batch of Bm sequences (the last perhaps fewer), the data-parallel
+ * reduction, the update. Appends to *out; CL_E_OOM when it cannot grow. */
+cl_status cl_step_ops(const cl_schedule *g, cl_program *out);
 /* The micro-batches of a step: how many (*n) and the last one's size. */
 static inline int cl_micro_batches(const cl_schedule *g, int *last) {
   int n = g->B / g->Bm + (g->B % g->Bm != 0);

@@ -12,7 +12,7 @@
  *  - data parallel (dist.c): each layer's gradients summed over the ranks
  *    from the last backward pass on, waited for, and the loss summed, before
  *    all of the above, so that every rank makes the same decisions.
- * The step's device work is a pure stream of launches (step_launches): the
+ * The step's device work is a pure stream of launches (launch_step): the
  * loss accumulates on the device, and the float16 overflow check, the
  * clipping norm, the guard and the decision to skip the update are made
  * there too (backend.h, cl_update_args), so nothing waits mid-step (but for
@@ -79,44 +79,26 @@ static cl_status scaler_update(cl_model *m, const cl_optim *opt, const cl_step_v
   return CL_OK;
 }
 
-/* The step's device work: zeroed gradients and results, every micro-batch's
- * forward, loss and backward, and the update with its decisions. No
- * synchronisation and no allocation happen here (the arena, the optimizer
- * state and the staging buffers exist before), so that a backend can record
- * it as a graph; it runs twice when graph_end asks, and so changes no host
- * state that a second run would see differently. */
-static cl_status step_launches(cl_model *m, cl_call *c, const cl_source *x, const cl_source *y,
-                               cl_target target, float ls, const cl_update_args *u,
-                               const cl_step_options *opts, const cl_program *prog) {
-  const cl_schedule *g = &m->step.g;
-  cl_step_vals *v = cl_vals(m);
-  CL_TRY(cl_model_zero_grad(m));
-  CL_TRY(cl_vals_zero(m));
-  for (int b0 = 0; b0 < g->B; b0 += g->Bm) {
-    int b = g->B - b0 < g->Bm ? g->B - b0 : g->Bm, final = b0 + b >= g->B;
-    CL_TRY(cl_dropout_upload(m, opts, b0, b)); /* these sequences' masks, staged as x */
-    CL_TRY(cl_program_run(m, c, &prog[final], x, y, target, b0, b, ls, &v->loss));
-  }
-  /* data parallel: the summed gradients and the global loss, before
-   * unscaling, clipping and the guard, so every rank decides the same */
-  CL_TRY(cl_dist_finish(m, c, &v->loss));
-  CL_KERNEL(m, cl_backend_update_step(m->be, u, v));
-  return CL_OK;
-}
-
-/* The programs of a step's micro-batches (program.h): [0] those of Bm
- * sequences before the last, [1] the last. */
+/* The step as ops (program.h): [0] the program of the micro-batches of Bm
+ * sequences before the last, [1] the last one's, [2] the step's own list. */
 static cl_status programs_make(cl_model *m, cl_target target, cl_program *prog) {
   const cl_schedule *g = &m->step.g;
   int last, n = cl_micro_batches(g, &last);
   cl_status s = CL_OK;
   if (n > 1) s = cl_program_build(&m->arch, m->cfg.n_layers, g, target, g->Bm, 0, &prog[0]);
   if (s == CL_OK) s = cl_program_build(&m->arch, m->cfg.n_layers, g, target, last, 1, &prog[1]);
+  if (s == CL_OK) s = cl_step_ops(g, &prog[2]);
   if (s != CL_OK) return cl_fail(m, s, "out of host memory listing the step's operations");
   return CL_OK;
 }
 
-/* step_launches, through the backend's graph of it when it keeps one. */
+/* The step's device work (its ops, cl_step_run): zeroed gradients and
+ * results, every micro-batch's forward, loss and backward, and the update
+ * with its decisions, through the backend's graph of it when it keeps one.
+ * No synchronisation and no device allocation happen in it (the arena,
+ * the optimizer state and the staging buffers exist before), so that a
+ * backend can record it as a graph; it runs twice when graph_end asks, and
+ * so changes no host state that a second run would see differently. */
 static cl_status launch_step(cl_model *m, cl_call *c, const cl_source *x, const cl_source *y,
                              cl_target target, float ls, const cl_update_args *u,
                              const cl_step_options *opts, const cl_program *prog) {
@@ -128,7 +110,7 @@ static cl_status launch_step(cl_model *m, cl_call *c, const cl_source *x, const 
   for (int pass = 0; pass < 3; pass++) {
     cl_graph_mode mode = comm ? CL_GRAPH_OFF_COMM : pass < 2 ? CL_GRAPH_AUTO : CL_GRAPH_PLAIN;
     CL_KERNEL(m, cl_backend_graph_begin(m->be, mode));
-    s = step_launches(m, c, x, y, target, ls, u, opts, prog);
+    s = cl_step_run(m, c, &prog[2], prog, x, y, target, ls, u, opts);
     int redo = 0;
     cl_status e = cl_backend_graph_end(m->be, s, &redo);
     if (redo) continue; /* nothing ran: again, as plain launches */
@@ -159,11 +141,10 @@ static cl_status train_step(cl_model *m, cl_call *c, const cl_source *x, const c
    * finite loss can still carry inf/NaN gradients (an overflow inside the
    * cell): the update's guard refuses them, after clipping */
   u.check_loss = !half;
-  cl_program prog[2] = {{0}, {0}};
+  cl_program prog[3] = {{0}, {0}, {0}};
   cl_status s = programs_make(m, target, prog);
   if (s == CL_OK) s = launch_step(m, c, x, y, target, ls, &u, opts, prog);
-  cl_program_free(&prog[0]);
-  cl_program_free(&prog[1]);
+  for (int i = 0; i < 3; i++) cl_program_free(&prog[i]);
   CL_TRY(s);
   /* layers running the target's steps beside the input's hold two lengths: read none */
   m->step.outputs_kept = g.Bm == g.B && g.nseg == 1 && !g.tbptt &&
