@@ -407,6 +407,11 @@ static cl_status cuda_init(cl_backend *be, cl_cuda_ctx *ctx) {
    * float32 that matches the CPU backend to float32 rounding. */
   ctx->allow_tf32 = env_double("CONVLSTM_CUDA_TF32", 1.0) != 0.0;
   be->conv_math = ctx->allow_tf32 ? "tf32" : "float32";
+  /* The layers' bias added in the cell's kernel and its gradient summed in
+   * the cell's backward kernel (cuda_cell.cu) instead of cudnn_conv.cu's
+   * add_bias and bias_grad passes over the gates (15 % of a float16 step
+   * on the H200). Off until a GPU has timed it (bench_gpu.py --ab). */
+  be->fused_bias = env_double("CONVLSTM_CUDA_FUSED_BIAS", 0.0) != 0.0;
   /* Half-type backward data converts its result into float32 through this
    * much scratch at most, working in slices of images beyond it: 64 MiB holds
    * 32M elements, a call large enough to keep the GPU busy, without the
