@@ -42,11 +42,9 @@ __global__ void gates_forward_kernel(T *z, const T *c_prev, peep_at w, const flo
     const size_t n = e / hp, r = e - n * hp;
     T *zi = z + n * 4 * hp + r; /* the gates of e: zi[0], zi[hp], zi[2hp], zi[3hp] */
     float zi_ = cl_ld(zi[0]), zf_ = cl_ld(zi[hp]);
-    float zo_ = cl_ld(zi[2 * hp]), zg_ = cl_ld(zi[3 * hp]);
-    if (BIAS) {
-      const size_t ch = r / w.P, hid = hp / w.P;
-      zi_ += bias[ch], zf_ += bias[hid + ch], zo_ += bias[2 * hid + ch], zg_ += bias[3 * hid + ch];
-    }
+    /* (each load where it was before BIAS existed: without it, the same code) */
+    const size_t ch = BIAS ? r / w.P : 0, hid = BIAS ? hp / w.P : 0;
+    if (BIAS) zi_ += bias[ch], zf_ += bias[hid + ch];
     const size_t k = PEEP ? peep_index(w, r) : 0;
     if (PEEP && c_prev) {
       const float cp = cl_ld(c_prev[e]);
@@ -55,10 +53,11 @@ __global__ void gates_forward_kernel(T *z, const T *c_prev, peep_at w, const flo
     }
     const float i = sigmoidf_(zi_);
     const float f = sigmoidf_(zf_);
-    const float g = tanhf(zg_);
+    const float g = tanhf(BIAS ? cl_ld(zi[3 * hp]) + bias[3 * hid + ch] : cl_ld(zi[3 * hp]));
     /* no c_prev: c = i*g exactly as the CPU computes it (f*0 would turn a
      * NaN f into a NaN c) */
     const float cn = c_prev ? f * cl_ld(c_prev[e]) + i * g : i * g;
+    const float zo_ = BIAS ? cl_ld(zi[2 * hp]) + bias[2 * hid + ch] : cl_ld(zi[2 * hp]);
     const float o = sigmoidf_(PEEP ? zo_ + w.wp[k + 2 * w.per] * cn : zo_);
     zi[0] = cl_st<T>(i);
     zi[hp] = cl_st<T>(f);
@@ -188,9 +187,8 @@ static peep_at peep_of(const cl_gates_shape *s, const float *wp) {
 }
 
 template <typename T, bool PEEP>
-static void forward_launch(const cl_gates_shape *s, T *z, const T *c_prev, peep_at w,
-                           const float *bias, T *c, T *h, size_t total, size_t hp,
-                           cudaStream_t stream) {
+static void forward_launch(T *z, const T *c_prev, peep_at w, const float *bias, T *c, T *h,
+                           size_t total, size_t hp, cudaStream_t stream) {
   const unsigned blocks = cl_cuda_blocks(total);
   if (bias)
     gates_forward_kernel<T, PEEP, true><<<blocks, CL_CUDA_THREADS, 0, stream>>>(
@@ -198,7 +196,6 @@ static void forward_launch(const cl_gates_shape *s, T *z, const T *c_prev, peep_
   else
     gates_forward_kernel<T, PEEP, false><<<blocks, CL_CUDA_THREADS, 0, stream>>>(
         z, c_prev, w, NULL, c, h, total, hp);
-  (void)s;
 }
 
 template <typename T>
@@ -208,10 +205,10 @@ static cl_status forward_t(cl_backend *be, const cl_gates_shape *s, void *z, con
   if (total == 0) return CL_OK;
   cudaStream_t stream = cl_cuda_ctx_of(be)->stream;
   if (s->peep == CL_PEEP_NONE)
-    forward_launch<T, false>(s, (T *)z, (const T *)c_prev, peep_of(s, NULL), bias, (T *)c, (T *)h,
+    forward_launch<T, false>((T *)z, (const T *)c_prev, peep_of(s, NULL), bias, (T *)c, (T *)h,
                              total, hp, stream);
   else
-    forward_launch<T, true>(s, (T *)z, (const T *)c_prev, peep_of(s, wp), bias, (T *)c, (T *)h,
+    forward_launch<T, true>((T *)z, (const T *)c_prev, peep_of(s, wp), bias, (T *)c, (T *)h,
                             total, hp, stream);
   CL_CUDA_LAUNCH_CHECK(be);
   return CL_OK;
