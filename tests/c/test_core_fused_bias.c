@@ -12,7 +12,9 @@
  * bfloat16. Where a GPU is usable the CUDA backend does the same with
  * CONVLSTM_CUDA_FUSED_BIAS=1 against itself unfused (strict float32:
  * CONVLSTM_CUDA_TF32=0), which is what a GPU session runs; without one
- * that part says "skip cuda".
+ * that part says "skip cuda". There the fused step runs twice and must give
+ * the same bits (CONVLSTM_CUDNN_DETERMINISTIC=1: the convolutions' own
+ * algorithms deterministic too).
  */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L /* setenv */
@@ -110,6 +112,13 @@ static void compare(const fcase *f, cl_device dev, double tol) {
         f->what, dev ? "cuda" : "cpu", worst, tol);
   printf("%-48s %-4s loss rel %.1e, gradients %.1e (tol %.0e)\n", f->what,
          dev ? "cuda" : "cpu", dl, worst, tol);
+  if (dev != CL_DEVICE_CUDA) return;
+  /* the fused sums in a fixed order: the same bits run after run */
+  double l2 = NAN;
+  size_t n2 = 0;
+  if (!step(f, dev, 1, &l2, g0, &n2)) return;
+  CHECK(l2 == l1 && n2 == n1 && memcmp(g0, g1, n1 * sizeof *g0) == 0,
+        "%s (cuda): the fused step again gives the same loss and gradients bit for bit", f->what);
 }
 
 int main(void) {
