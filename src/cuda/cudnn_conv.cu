@@ -513,6 +513,7 @@ static cl_algo_file *stored_file(cl_backend *be) {
  * machine, the storage type, TF32 and determinism, the call's shape. */
 static void entry_key(cl_backend *be, const conv_entry *e, unsigned dir, char *key) {
   cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  (void)stored_file(be); /* the machine's part, read with the file */
   const struct cl_cudnn_cache *c = ctx->conv;
   const int shape[10] = {e->N,    e->C,    e->H,    e->W,    e->K,
                          e->s.kh, e->s.kw, e->s.dh, e->s.dw, cl_conv_groups(&e->s)};

@@ -223,6 +223,13 @@ static void test_cuda(void) {
     dirs[1] += strstr(f.r[i].key, "|data|") != NULL;
     dirs[2] += strstr(f.r[i].key, "|filter|") != NULL;
   }
+  /* every key names this machine alike: device, capability, driver, cuDNN */
+  int same_machine = f.n > 0 && f.r[0].key[0] != '|' && !strstr(f.r[0].key, "|sm0|") &&
+                     !strstr(f.r[0].key, "|driver0|") && !strstr(f.r[0].key, "|cudnn0|");
+  const char *end = f.n > 0 ? strstr(f.r[0].key, "|f16|") : NULL;
+  for (int i = 0; end && i < f.n; i++)
+    same_machine &= strncmp(f.r[i].key, f.r[0].key, (size_t)(end - f.r[0].key)) == 0;
+  CHECK(same_machine && end, "cuda: every key names the machine (%s)", f.n ? f.r[0].key : "none");
   CHECK(n1 > 0 && dirs[0] > 0 && dirs[1] > 0 && dirs[2] > 0,
         "cuda: the first step stored its choices: %d records (%d forward, %d data, %d filter) %s",
         n1, dirs[0], dirs[1], dirs[2], f.note);
