@@ -228,6 +228,11 @@ restore() {
   if [ -n "$o" ] && [ -f "$work/saved.o" ]; then
     cp -p "$work/pristine/$1" "$scratch/$1"
     cp -p "$work/saved.o" "$o"
+    # newer than the library the mutant relinked, older than nothing it is
+    # made from: the next build relinks the library from it (a header
+    # mutant next, which recompiles no .c of the library, would otherwise
+    # run against the last .c mutant's library)
+    touch "$o"
     rm -f "$work/saved.o"
   else
     cp "$work/pristine/$1" "$scratch/$1"
@@ -264,7 +269,13 @@ while IFS="$tab" read -r id class file orig repl rtests <&3; do
           run_r "$id" "$file" "$orig" "$repl" "${rtests:-}"
           ;;
         *)
-          if ! make_lib lib >"$log/$id.build.log" 2>&1; then
+          # the library, which the tests load at run time; a header mutant
+          # rebuilds the tests too, since a test may include it itself (one
+          # that only a test and a CUDA file include never reaches the
+          # library of this CUDA=0 build)
+          target=lib
+          case $file in *.h) target=all ;; esac
+          if ! make_lib $target >"$log/$id.build.log" 2>&1; then
             result=broken
             by="does not compile"
           elif by=$(c_suite "$id" "$file"); then

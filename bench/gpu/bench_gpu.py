@@ -30,7 +30,8 @@ Modes (several may be given; default: --bench):
                recovery from a real device OOM; the runtime line
   --layout     the ctypes structs against the C compiler's offsetof()
   --ab         each runtime switch of our backend (AB_SWITCHES: cuDNN's
-               algorithms by measurement, CUDA graphs) against the default,
+               algorithms by measurement, CUDA graphs, the fused bias, the
+               algorithms stored per machine) against the default,
                our step only: two models side by side from the same weights,
                their steps timed in alternating rounds (drift falls on both
                alike); the speed-up (default's time / switched time) and the
@@ -1100,10 +1101,28 @@ def max_batch_torch(a, res, name, cfg, dtype):
 # the switched value, whether a switched step must give the default's loss
 # bit for bit). A switch that lands is one row here; gpu_session.sh's ab
 # stage times every row.
+# CONVLSTM_CUDNN_ALGO_CACHE's file: one per machine, kept between sessions
+# on it (a first run times and stores; a later one reuses, no timing).
+ALGO_CACHE = os.path.join(tempfile.gettempdir(), "convlstm-cudnn-algos.txt")
 AB_SWITCHES = {
     "cudnn_benchmark": ("CONVLSTM_CUDNN_BENCHMARK", "0", "1", False),
     "cuda_graphs": ("CONVLSTM_CUDA_GRAPHS", "0", "1", True),
+    # the bias added in the cell's kernels (no add_bias / bias_grad passes):
+    # other sums' order, so not bit for bit
+    "cuda_fused_bias": ("CONVLSTM_CUDA_FUSED_BIAS", "0", "1", False),
+    # timed choices stored per machine ("": none, the default)
+    "cudnn_algo_cache": ("CONVLSTM_CUDNN_ALGO_CACHE", "", ALGO_CACHE, False),
 }
+
+
+def algo_cache_records(path):
+    """Records in a stored algorithm file (its first line is the header);
+    None when there is none."""
+    try:
+        with open(path) as f:
+            return max(0, sum(1 for _ in f) - 1)
+    except OSError:
+        return None
 AB_ROUNDS = 5
 
 
@@ -1143,6 +1162,8 @@ def ab_pair(a, lib, res, name, cfg, dtype, switch):
                 means[i].append(t["mean_ms"])
                 losses[i] = t["loss"]
         base, switched = statistics.median(means[0]), statistics.median(means[1])
+        if var == "CONVLSTM_CUDNN_ALGO_CACHE":
+            rec.update(algo_cache=on, algo_cache_records=algo_cache_records(on))
         rec.update(base_ms=base, switch_ms=switched, speedup=base / switched,
                    rounds=AB_ROUNDS, steps_per_round=k, loss_base=losses[0],
                    loss_switch=losses[1], same_loss=losses[0] == losses[1])

@@ -293,14 +293,21 @@ typedef enum { CL_GRAPH_AUTO = 0, CL_GRAPH_PLAIN = 1, CL_GRAPH_OFF_COMM = 2 } cl
 /* ---- the fused cell ----
  * gates_forward: z holds pre-activations on entry, activations (sig i,
  * sig f, sig o, tanh g) on return. c = f*c_prev + i*g; h = o*tanh(c).
- * c_prev NULL means zeros. With peepholes (s->peep, weights wp; else wp is
+ * c_prev NULL means zeros. bias (float [4 hidden], may be NULL): the
+ * layer's bias, added in float to z's stored pre-activations (gate q,
+ * channel ch: bias[q hidden + ch]) before anything else, when the core
+ * passes it here instead of to conv_forward (be->fused_bias). With peepholes (s->peep, weights wp; else wp is
  * ignored): i = sig(z_i + w_ci c_prev), f = sig(z_f + w_cf c_prev),
  * o = sig(z_o + w_co c), c computed before o.
  * gates_backward: gates: activations on entry, d loss / d pre-activations
  * on return. dh: total gradient of h_t. dc: on entry the gradient of c_t
  * arriving from step t+1 (zeros at the last step); on return the gradient
  * of c_{t-1}. c_prev NULL means zeros. With peepholes, dc of c_t also takes
- * dz_o w_co, and that of c_{t-1} dz_i w_ci + dz_f w_cf.
+ * dz_o w_co, and that of c_{t-1} dz_i w_ci + dz_f w_cf. dbias (float
+ * [4 hidden], may be NULL) += the sum over the N images and P pixels of
+ * the dz it writes, as stored (rounded to dtype): conv_backward_filter's
+ * bias gradient, taken in the pass that writes dz (be->fused_bias); the
+ * order of the sums is fixed (no atomics), as the peepholes' is.
  * (optional: needed with peepholes) peephole_filter: dwp [3, hidden, pp] +=
  * the peephole weights' gradient from gates_backward's dz: dw_ci += dz_i
  * c_prev, dw_cf += dz_f c_prev, dw_co += dz_o c, summed over the N images
@@ -310,12 +317,12 @@ typedef enum { CL_GRAPH_AUTO = 0, CL_GRAPH_PLAIN = 1, CL_GRAPH_OFF_COMM = 2 } cl
 #define CL_SLOTS_CELL(X)                                                                            \
   X(STEP, REQ, cl_status, gates_forward,                                                          \
     (cl_backend * be, const cl_gates_shape *s, void *z, const void *c_prev, const float *wp,       \
-     void *c, void *h),                                                                            \
-    (be, s, z, c_prev, wp, c, h))                                                                  \
+     const float *bias, void *c, void *h),                                                         \
+    (be, s, z, c_prev, wp, bias, c, h))                                                            \
   X(STEP, REQ, cl_status, gates_backward,                                                         \
     (cl_backend * be, const cl_gates_shape *s, void *gates, const void *c, const void *c_prev,    \
-     const float *wp, const float *dh, float *dc),                                                 \
-    (be, s, gates, c, c_prev, wp, dh, dc))                                                         \
+     const float *wp, const float *dh, float *dc, float *dbias),                                   \
+    (be, s, gates, c, c_prev, wp, dh, dc, dbias))                                                  \
   X(STEP, OPT, cl_status, peephole_filter,                                                        \
     (cl_backend * be, const cl_gates_shape *s, const void *dz, const void *c, const void *c_prev, \
      float *dwp),                                                                                  \
@@ -498,6 +505,12 @@ struct cl_backend {
    * cores, inputs rounded to 10 mantissa bits) or "float32"; NULL where the
    * backend has no such choice (the CPU's is always float32) */
   const char *conv_math;
+  /* Nonzero: the core passes a layer's bias to the cell slots
+   * (gates_forward's bias, gates_backward's dbias) instead of the
+   * convolution slots, saving the convolutions' separate bias passes over
+   * the gates. Set by the backend when it is created (CUDA:
+   * CONVLSTM_CUDA_FUSED_BIAS=1); 0 keeps the bias with the convolutions. */
+  int fused_bias;
   char err[CL_ERRMSG_LEN];
 };
 

@@ -26,6 +26,17 @@ cl_status cl_zero(cl_model *m, void *p, size_t bytes) {
   return CL_OK;
 }
 
+/* Layer l's bias gradient where its backward pass takes it: with the
+ * convolutions' filter gradient (conv_db), or, where the backend fuses the
+ * bias into the cell (be->fused_bias, forward.c), in gates_backward
+ * (cell_db); the other one is NULL. */
+static float *conv_db(const cl_model *m, const cl_layer *L) {
+  return m->cfg.bias && !m->be->fused_bias ? m->grads + L->off_b : NULL;
+}
+static float *cell_db(const cl_model *m, const cl_layer *L) {
+  return m->cfg.bias && m->be->fused_bias ? m->grads + L->off_b : NULL;
+}
+
 /* Elements of one step of the last layer for b sequences. */
 static size_t top_step(const cl_model *m, int b) {
   const cl_schedule *g = &m->step.g;
@@ -189,7 +200,7 @@ static cl_status backward_layer(cl_model *m, int l, int b, int len, int done, co
     void *dz_s = cl_at(dz, s * bg, t);
     const void *c_prev = s > 0 ? cl_at(cell, (s - 1) * bh, t) : prev_c;
     CL_KERNEL(m, be->gates_backward(m->be, &gs, dz_s, cl_at(cell, s * bh, t), c_prev, wp,
-                                    dh_at(m, l, s, bh), dc));
+                                    dh_at(m, l, s, bh), dc, cell_db(m, L)));
     if (wp)
       CL_KERNEL(m, be->peephole_filter(m->be, &gs, dz_s, cl_at(cell, s * bh, t), c_prev,
                                        cl_peep_of(L, gw)));
@@ -200,7 +211,7 @@ static cl_status backward_layer(cl_model *m, int l, int b, int len, int done, co
   /* with dropout, each filter gradient reads the masked copy its forward
    * convolved (dropout.c makes it again); a layer without input has its
    * bias in the hidden half (forward.c) */
-  float *db = m->cfg.bias ? gw + L->off_b : NULL, *db_h = L->in ? NULL : db;
+  float *db = conv_db(m, L), *db_h = L->in ? NULL : db;
   if (len > 1) { /* steps 1.. against h of steps 0.. */
     cl_conv_shape sf = sh;
     sf.N = (len - 1) * b;
@@ -237,7 +248,7 @@ static cl_status chunk_grads(cl_model *m, int l, int b, int s0, int k, const voi
   float *gw = m->grads;
   /* a layer without input (a forecaster's first) has its bias in the
    * hidden half (forward.c), as in backward_layer */
-  float *db_h = L->in || !m->cfg.bias ? NULL : gw + L->off_b;
+  float *db_h = L->in ? NULL : conv_db(m, L);
   int first = s0 == 0; /* step 0 reads the state before the segment */
   if (k > first) { /* steps against h of the steps before them */
     const void *h = cl_at(st->hid[l], (first ? s0 : s0 - 1) * bh, t);
@@ -255,8 +266,8 @@ static cl_status chunk_grads(cl_model *m, int l, int b, int s0, int k, const voi
   cl_conv_shape sx = cl_conv_input_half(L, g, k * b);
   const void *xin = cl_at((void *)in, s0 * bin, t);
   CL_TRY(cl_dropout_input(m, l, b, k, xin, &xin));
-  CL_KERNEL(m, be->conv_backward_filter(m->be, &sx, dz, xin, gw + L->off_wx,
-                                        m->cfg.bias ? gw + L->off_b : NULL, st->ws));
+  CL_KERNEL(m, be->conv_backward_filter(m->be, &sx, dz, xin, gw + L->off_wx, conv_db(m, L),
+                                        st->ws));
   if (l == 0) return CL_OK;
   return cl_dropout_input_grad(m, l, b, k, dz, st->dh[l - 1] + s0 * bin);
 }
@@ -288,7 +299,7 @@ static cl_status backward_layer_chunks(cl_model *m, int l, int b, int len, const
       void *dz_s = cl_at(dz, (size_t)(s - s0) * bg, t);
       const void *c_prev = s > 0 ? cl_at(cell, (s - 1) * bh, t) : prev_c;
       CL_KERNEL(m, be->gates_backward(m->be, &gs, dz_s, cl_at(cell, s * bh, t), c_prev, wp,
-                                      dh_at(m, l, s, bh), dc));
+                                      dh_at(m, l, s, bh), dc, cell_db(m, L)));
       if (wp)
         CL_KERNEL(m, be->peephole_filter(m->be, &gs, dz_s, cl_at(cell, s * bh, t), c_prev,
                                          cl_peep_of(L, m->grads)));
@@ -365,7 +376,7 @@ static cl_status roll_back_step(cl_model *m, const cl_call *c, int l, int b, int
   void *dz = cl_at(st->gates[l], s * bg, t);
   const void *c_s = cl_at(st->cell[l], s * bh, t), *c_prev = cl_at(st->cell[l], (s - 1) * bh, t);
   float *dh_s = l == top ? st->dh[top] + s * bh : ring_at(m, l, b, s, tin);
-  CL_KERNEL(m, be->gates_backward(m->be, &gs, dz, c_s, c_prev, wp, dh_s, st->dc[l]));
+  CL_KERNEL(m, be->gates_backward(m->be, &gs, dz, c_s, c_prev, wp, dh_s, st->dc[l], cell_db(m, L)));
   if (wp)
     CL_KERNEL(m, be->peephole_filter(m->be, &gs, dz, c_s, c_prev, cl_peep_of(L, m->grads)));
   /* with dropout each through its mask, the same as the input steps' */

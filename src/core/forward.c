@@ -18,8 +18,14 @@
 #include "plan.h"       /* cl_schedule_make, cl_plan_build; internal.h */
 
 
+/* A layer's bias where it is added: with the convolution (bias_of), or,
+ * where the backend fuses it (be->fused_bias), in the cell (cell_bias_of);
+ * the other one is NULL. */
 static const float *bias_of(const cl_model *m, const cl_layer *L) {
-  return m->cfg.bias ? m->params + L->off_b : NULL;
+  return m->cfg.bias && !m->be->fused_bias ? m->params + L->off_b : NULL;
+}
+static const float *cell_bias_of(const cl_model *m, const cl_layer *L) {
+  return m->cfg.bias && m->be->fused_bias ? m->params + L->off_b : NULL;
 }
 
 /* Layer l over steps s0..s0+len-1 of the segment buffers, b sequences,
@@ -61,8 +67,8 @@ cl_status cl_forward_steps(cl_model *m, int l, int b, int s0, int len, const voi
     if (h_prev)
       CL_KERNEL(m, be->conv_forward(m->be, &sh, h_prev, m->params + L->off_wh,
                                     L->in ? NULL : bias_of(m, L), z_s, L->in != 0, st->ws));
-    CL_KERNEL(m, be->gates_forward(m->be, &gs, z_s, c_prev, wp, cl_at(cell, s * bh, t),
-                                   cl_at(hid, s * bh, t)));
+    CL_KERNEL(m, be->gates_forward(m->be, &gs, z_s, c_prev, wp, cell_bias_of(m, L),
+                                   cl_at(cell, s * bh, t), cl_at(hid, s * bh, t)));
   }
   return CL_OK;
 }
@@ -182,7 +188,7 @@ static cl_status infer_layers(cl_model *m, int lo, int hi, int s, const void *x_
       CL_KERNEL(m, be->conv_forward(m->be, &sh, h_prev, m->params + L->off_wh,
                                     L->in ? NULL : bias_of(m, L), z, L->in != 0, st->ws));
     CL_KERNEL(m, be->gates_forward(m->be, &gs, z, c_prev, cl_peep_of(L, m->params),
-                                   cl_at(st->cell[l], (s % 2) * bh, t),
+                                   cell_bias_of(m, L), cl_at(st->cell[l], (s % 2) * bh, t),
                                    cl_at(st->hid[l], hid_slot(g, s) * bh, t)));
   }
   return CL_OK;

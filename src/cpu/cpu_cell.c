@@ -143,7 +143,22 @@ typedef struct cell_io {
   void *c, *h;
   const float *dh;
   float *dc;
+  const float *bias; /* forward: the layer's bias (fused), NULL: none */
 } cell_io;
+
+/* Row r's four gate rows (float, n pixels, `gate` apart) plus the bias of
+ * its channel in each gate, in float, before the row runs: the
+ * pre-activation conv_forward would have made with the bias, without its
+ * rounding to the storage type in between. */
+static void add_row_bias(const cl_gates_shape *s, const float *bias, int64_t r, float *i,
+                         size_t gate, size_t n) {
+  const int ch = (int)(r % s->hidden);
+  for (int q = 0; q < 4; q++) {
+    const float b = bias[(size_t)q * s->hidden + ch];
+    float *row = i + q * gate;
+    for (size_t p = 0; p < n; p++) row[p] += b;
+  }
+}
 
 /* ---- half storage: float chunks through the same row code ----------------- */
 
@@ -159,6 +174,7 @@ static void row_half(cl_cpu_gemm_kind isa, int dir, const cl_gates_shape *s, con
   for (int p0 = 0; p0 < s->P; p0 += HALF_CHUNK) {
     size_t n = (size_t)(s->P - p0 < HALF_CHUNK ? s->P - p0 : HALF_CHUNK);
     for (int q = 0; q < 4; q++) cl_cpu_load(t, io->z, zo + q * gate + p0, b[q], n);
+    if (io->bias) add_row_bias(s, io->bias, r, b[0], HALF_CHUNK, n);
     if (io->c_prev) cl_cpu_load(t, io->c_prev, so + p0, b[4], n);
     if (dir == BACKWARD) cl_cpu_load(t, io->c, so + p0, b[5], n);
     cell_row cr = {.i = b[0],
@@ -198,6 +214,7 @@ static cl_status run_rows(cl_backend *be, int dir, const cl_gates_shape *s, cons
       continue;
     }
     cell_row cr = row_of(s, (float *)io->z, r);
+    if (io->bias) add_row_bias(s, io->bias, r, cr.i, (size_t)s->hidden * s->P, (size_t)s->P);
     size_t off = (size_t)r * s->P;
     cr.cp = io->c_prev ? (const float *)io->c_prev + off : NULL;
     cr.c = cr.cn = (float *)io->c + off;
@@ -209,19 +226,48 @@ static cl_status run_rows(cl_backend *be, int dir, const cl_gates_shape *s, cons
   return CL_OK;
 }
 
+/* dbias[k] += the sum of the stored dz of gate row k (k = q hidden + ch)
+ * over the images and pixels, in double, images in order: one thread per
+ * row k, so the result does not depend on the thread count. A second pass
+ * over dz here (the CUDA twin sums in the pass that writes it). */
+static void bias_grad_rows(cl_backend *be, const cl_gates_shape *s, const void *dz, float *dbias) {
+  const int64_t K = 4 * (int64_t)s->hidden;
+  const size_t P = (size_t)s->P;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
+    if ((int64_t)s->N * K * s->P > 16384)
+#else
+  (void)be;
+#endif
+  for (int64_t k = 0; k < K; k++) {
+    double total = 0;
+    float a[HALF_CHUNK];
+    for (int img = 0; img < s->N; img++)
+      for (size_t p0 = 0; p0 < P; p0 += HALF_CHUNK) {
+        const size_t n = P - p0 < HALF_CHUNK ? P - p0 : HALF_CHUNK;
+        cl_cpu_load(s->dtype, dz, ((size_t)img * K + (size_t)k) * P + p0, a, n);
+        for (size_t p = 0; p < n; p++) total += a[p];
+      }
+    dbias[k] += (float)total;
+  }
+}
+
 /* ---- the slots -------------------------------------------------------------- */
 
 /* forward: activations, c = f c_prev + i g, h = o tanh(c) */
 cl_status cl_cpu_gates_forward(cl_backend *be, const cl_gates_shape *s, void *z, const void *c_prev,
-                               const float *wp, void *c, void *h) {
-  const cell_io io = {z, c_prev, c, h, NULL, NULL};
+                               const float *wp, const float *bias, void *c, void *h) {
+  const cell_io io = {z, c_prev, c, h, NULL, NULL, bias};
   return run_rows(be, FORWARD, s, &io, wp);
 }
 
 /* backward: see backend.h; activations in, pre-activation grads out */
 cl_status cl_cpu_gates_backward(cl_backend *be, const cl_gates_shape *s, void *gates, const void *c,
-                                const void *c_prev, const float *wp, const float *dh, float *dc) {
+                                const void *c_prev, const float *wp, const float *dh, float *dc,
+                                float *dbias) {
   /* c only read: row_half and run_row write it forward only */
-  const cell_io io = {gates, c_prev, (void *)c, NULL, dh, dc};
-  return run_rows(be, BACKWARD, s, &io, wp);
+  const cell_io io = {gates, c_prev, (void *)c, NULL, dh, dc, NULL};
+  cl_status st = run_rows(be, BACKWARD, s, &io, wp);
+  if (st == CL_OK && dbias) bias_grad_rows(be, s, gates, dbias);
+  return st;
 }

@@ -266,6 +266,7 @@ void cl_cuda_destroy(cl_backend *be) {
     if (ctx->stream) (void)cudaStreamSynchronize(ctx->stream);
     cl_cuda_graphs_free(be);
     cl_cudnn_cache_free(ctx->conv);
+    free(ctx->algo_cache);
     if (ctx->cudnn) (void)cudnnDestroy(ctx->cudnn);
     if (ctx->h_partials) (void)cudaFreeHost(ctx->h_partials);
     if (ctx->h_flag) (void)cudaFreeHost(ctx->h_flag);
@@ -398,6 +399,16 @@ static cl_status cuda_init(cl_backend *be, cl_cuda_ctx *ctx) {
    * every benchmark shape. */
   ctx->ws_limit = (size_t)(env_double("CONVLSTM_CUDA_WORKSPACE_MB", 256.0) * 1024.0 * 1024.0);
   ctx->benchmark = env_double("CONVLSTM_CUDNN_BENCHMARK", 0.0) != 0.0;
+  /* Choices timed once per machine and stored in this file for later
+   * processes (cudnn_conv.cu, cudnn_algo_cache.h); unset or empty: none. */
+  const char *algo_cache = getenv("CONVLSTM_CUDNN_ALGO_CACHE");
+  if (algo_cache && *algo_cache) {
+    ctx->algo_cache = strdup(algo_cache);
+    if (!ctx->algo_cache) {
+      snprintf(be->err, sizeof be->err, "cuda backend: out of host memory");
+      return CL_E_OOM;
+    }
+  }
   /* As torch.backends.cudnn.deterministic: a step gives the same bits run
    * after run (test_cuda_graphs compares graphs with launches so). */
   ctx->deterministic = env_double("CONVLSTM_CUDNN_DETERMINISTIC", 0.0) != 0.0;
@@ -407,6 +418,11 @@ static cl_status cuda_init(cl_backend *be, cl_cuda_ctx *ctx) {
    * float32 that matches the CPU backend to float32 rounding. */
   ctx->allow_tf32 = env_double("CONVLSTM_CUDA_TF32", 1.0) != 0.0;
   be->conv_math = ctx->allow_tf32 ? "tf32" : "float32";
+  /* The layers' bias added in the cell's kernel and its gradient summed in
+   * the cell's backward kernel (cuda_cell.cu) instead of cudnn_conv.cu's
+   * add_bias and bias_grad passes over the gates (15 % of a float16 step
+   * on the H200). Off until a GPU has timed it (bench_gpu.py --ab). */
+  be->fused_bias = env_double("CONVLSTM_CUDA_FUSED_BIAS", 0.0) != 0.0;
   /* Half-type backward data converts its result into float32 through this
    * much scratch at most, working in slices of images beyond it: 64 MiB holds
    * 32M elements, a call large enough to keep the GPU busy, without the

@@ -31,14 +31,20 @@ static __device__ __forceinline__ size_t peep_index(const peep_at &w, size_t r) 
 }
 
 /* z [N, 4*hid, P] (pre-activations in, activations out), c_prev/c/h [N, hid, P].
- * hp = hid*P: the distance between two gates of one element. */
-template <typename T, bool PEEP>
-__global__ void gates_forward_kernel(T *z, const T *c_prev, peep_at w, T *c, T *h, size_t total,
-                                     size_t hp) {
+ * hp = hid*P: the distance between two gates of one element. BIAS (the
+ * fused bias, CONVLSTM_CUDA_FUSED_BIAS): bias[q hid + ch] added in float
+ * to gate q's stored pre-activation; the kernel without it is the code it
+ * was before (a template flag, as PEEP). */
+template <typename T, bool PEEP, bool BIAS>
+__global__ void gates_forward_kernel(T *z, const T *c_prev, peep_at w, const float *bias, T *c,
+                                     T *h, size_t total, size_t hp) {
   CL_CUDA_FOR(e, total) {
     const size_t n = e / hp, r = e - n * hp;
     T *zi = z + n * 4 * hp + r; /* the gates of e: zi[0], zi[hp], zi[2hp], zi[3hp] */
     float zi_ = cl_ld(zi[0]), zf_ = cl_ld(zi[hp]);
+    /* (each load where it was before BIAS existed: without it, the same code) */
+    const size_t ch = BIAS ? r / w.P : 0, hid = BIAS ? hp / w.P : 0;
+    if (BIAS) zi_ += bias[ch], zf_ += bias[hid + ch];
     const size_t k = PEEP ? peep_index(w, r) : 0;
     if (PEEP && c_prev) {
       const float cp = cl_ld(c_prev[e]);
@@ -47,12 +53,12 @@ __global__ void gates_forward_kernel(T *z, const T *c_prev, peep_at w, T *c, T *
     }
     const float i = sigmoidf_(zi_);
     const float f = sigmoidf_(zf_);
-    const float g = tanhf(cl_ld(zi[3 * hp]));
+    const float g = tanhf(BIAS ? cl_ld(zi[3 * hp]) + bias[3 * hid + ch] : cl_ld(zi[3 * hp]));
     /* no c_prev: c = i*g exactly as the CPU computes it (f*0 would turn a
      * NaN f into a NaN c) */
     const float cn = c_prev ? f * cl_ld(c_prev[e]) + i * g : i * g;
-    const float o = sigmoidf_(PEEP ? cl_ld(zi[2 * hp]) + w.wp[k + 2 * w.per] * cn
-                                   : cl_ld(zi[2 * hp]));
+    const float zo_ = BIAS ? cl_ld(zi[2 * hp]) + bias[2 * hid + ch] : cl_ld(zi[2 * hp]);
+    const float o = sigmoidf_(PEEP ? zo_ + w.wp[k + 2 * w.per] * cn : zo_);
     zi[0] = cl_st<T>(i);
     zi[hp] = cl_st<T>(f);
     zi[2 * hp] = cl_st<T>(o);
@@ -68,9 +74,10 @@ __global__ void gates_forward_kernel(T *z, const T *c_prev, peep_at w, T *c, T *
  * from the stored c, which is what the forward's h was computed from up to
  * storage rounding. */
 template <typename T, bool PEEP>
-__global__ void gates_backward_kernel(T *gates, const T *c, const T *c_prev, peep_at w,
-                                      const float *dh, float *dc, size_t total, size_t hp) {
-  CL_CUDA_FOR(e, total) {
+static __device__ __forceinline__ void cell_grad_at(T *gates, const T *c, const T *c_prev,
+                                                    const peep_at &w, const float *dh, float *dc,
+                                                    size_t e, size_t hp) {
+  {
     const size_t n = e / hp, r = e - n * hp;
     T *gi = gates + n * 4 * hp + r;
     const float i = cl_ld(gi[0]), f = cl_ld(gi[hp]), o = cl_ld(gi[2 * hp]), g = cl_ld(gi[3 * hp]);
@@ -94,6 +101,73 @@ __global__ void gates_backward_kernel(T *gates, const T *c, const T *c_prev, pee
   }
 }
 
+template <typename T, bool PEEP>
+__global__ void gates_backward_kernel(T *gates, const T *c, const T *c_prev, peep_at w,
+                                      const float *dh, float *dc, size_t total, size_t hp) {
+  CL_CUDA_FOR(e, total) cell_grad_at<T, PEEP>(gates, c, c_prev, w, dh, dc, e, hp);
+}
+
+/* ---- the fused bias gradient (CONVLSTM_CUDA_FUSED_BIAS) ------------------
+ * The same per-element gradient, with the blocks laid out by channel so
+ * that each sums what it wrote: block (ch, j) runs channel ch's elements
+ * j*per .. (j+1)*per - 1 of its N*P (image-major), each thread a fixed
+ * stride of them, and adds up the four dz it stored (as stored: rounded to
+ * T) per gate; a fixed tree over the block, then, with one block row, into
+ * dbias, else into part[j 4hid + q hid + ch], which bias_part_finish adds
+ * in the order of j. No atomics: the same bits run after run. */
+enum { BIAS_THREADS = 512 };
+
+/* Four sums over the block, valid in thread 0 (blockDim.x = BIAS_THREADS). */
+static __device__ __forceinline__ void block_sum4(float v[4]) {
+  __shared__ float warp_sums[4][BIAS_THREADS / 32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int q = 0; q < 4; q++) {
+    for (int o = 16; o > 0; o >>= 1) v[q] += __shfl_down_sync(0xffffffffu, v[q], o);
+    if (lane == 0) warp_sums[q][warp] = v[q];
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const int n_warps = (blockDim.x + 31) >> 5;
+    for (int q = 0; q < 4; q++) {
+      v[q] = lane < n_warps ? warp_sums[q][lane] : 0.0f;
+      for (int o = 16; o > 0; o >>= 1) v[q] += __shfl_down_sync(0xffffffffu, v[q], o);
+    }
+  }
+}
+
+template <typename T, bool PEEP>
+__global__ void __launch_bounds__(BIAS_THREADS)
+    gates_backward_bias_kernel(T *gates, const T *c, const T *c_prev, peep_at w, const float *dh,
+                               float *dc, float *dbias, double *part, int N, int hid, size_t per) {
+  const int ch = blockIdx.x;
+  const size_t P = w.P, hp = (size_t)hid * P, all = (size_t)N * P;
+  const size_t q0 = (size_t)blockIdx.y * per, q1 = q0 + per < all ? q0 + per : all;
+  float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (size_t q = q0 + threadIdx.x; q < q1; q += blockDim.x) {
+    const size_t n = q / P, e = n * hp + (size_t)ch * P + (q - n * P);
+    cell_grad_at<T, PEEP>(gates, c, c_prev, w, dh, dc, e, hp);
+    const T *gi = gates + n * 4 * hp + (e - n * hp);
+    for (int g = 0; g < 4; g++) sum[g] += cl_ld(gi[(size_t)g * hp]);
+  }
+  block_sum4(sum);
+  if (threadIdx.x != 0) return;
+  for (int g = 0; g < 4; g++) {
+    const size_t k = (size_t)g * hid + ch;
+    if (gridDim.y == 1)
+      dbias[k] += sum[g];
+    else
+      part[(size_t)blockIdx.y * 4 * hid + k] = sum[g];
+  }
+}
+
+__global__ void bias_part_finish_kernel(const double *part, float *dbias, int K, int ny) {
+  CL_CUDA_FOR(k, (size_t)K) {
+    double s = 0.0;
+    for (int j = 0; j < ny; j++) s += part[(size_t)j * K + k];
+    dbias[k] += (float)s;
+  }
+}
+
 static cl_status check_gates(cl_backend *be, const cl_gates_shape *s, const float *wp,
                              const char *what) {
   if (s->N < 0 || s->hidden < 0 || s->P < 0 || s->peep < CL_PEEP_NONE ||
@@ -112,28 +186,79 @@ static peep_at peep_of(const cl_gates_shape *s, const float *wp) {
   return w;
 }
 
+template <typename T, bool PEEP>
+static void forward_launch(T *z, const T *c_prev, peep_at w, const float *bias, T *c, T *h,
+                           size_t total, size_t hp, cudaStream_t stream) {
+  const unsigned blocks = cl_cuda_blocks(total);
+  if (bias)
+    gates_forward_kernel<T, PEEP, true><<<blocks, CL_CUDA_THREADS, 0, stream>>>(
+        z, c_prev, w, bias, c, h, total, hp);
+  else
+    gates_forward_kernel<T, PEEP, false><<<blocks, CL_CUDA_THREADS, 0, stream>>>(
+        z, c_prev, w, NULL, c, h, total, hp);
+}
+
 template <typename T>
 static cl_status forward_t(cl_backend *be, const cl_gates_shape *s, void *z, const void *c_prev,
-                           const float *wp, void *c, void *h) {
+                           const float *wp, const float *bias, void *c, void *h) {
   const size_t hp = (size_t)s->hidden * s->P, total = (size_t)s->N * hp;
   if (total == 0) return CL_OK;
-  const unsigned blocks = cl_cuda_blocks(total);
   cudaStream_t stream = cl_cuda_ctx_of(be)->stream;
   if (s->peep == CL_PEEP_NONE)
-    gates_forward_kernel<T, false><<<blocks, CL_CUDA_THREADS, 0, stream>>>(
-        (T *)z, (const T *)c_prev, peep_of(s, NULL), (T *)c, (T *)h, total, hp);
+    forward_launch<T, false>((T *)z, (const T *)c_prev, peep_of(s, NULL), bias, (T *)c, (T *)h,
+                             total, hp, stream);
   else
-    gates_forward_kernel<T, true><<<blocks, CL_CUDA_THREADS, 0, stream>>>(
-        (T *)z, (const T *)c_prev, peep_of(s, wp), (T *)c, (T *)h, total, hp);
+    forward_launch<T, true>((T *)z, (const T *)c_prev, peep_of(s, wp), bias, (T *)c, (T *)h,
+                            total, hp, stream);
   CL_CUDA_LAUNCH_CHECK(be);
+  return CL_OK;
+}
+
+/* The fused bias gradient's grid: hidden block columns, and rows enough to
+ * give the GPU some 256 blocks, as many as the scratch's partials hold
+ * (d_partials: the stream runs its users one after another, and none
+ * keeps them across a call); one row, no partials, when they hold too few
+ * (4 hidden > CL_CUDA_MAX_PARTIALS) or there is no scratch. */
+template <typename T>
+static cl_status backward_bias_t(cl_backend *be, const cl_gates_shape *s, T *gates, const T *c,
+                                 const T *c_prev, peep_at w, const float *dh, float *dc,
+                                 float *dbias) {
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  const int K = 4 * s->hidden;
+  const size_t all = (size_t)s->N * s->P;
+  size_t ny = (256 + (size_t)s->hidden - 1) / (size_t)s->hidden;
+  const size_t fit = ctx->d_partials ? CL_CUDA_MAX_PARTIALS / (size_t)K : 1;
+  const size_t most = (all + BIAS_THREADS - 1) / BIAS_THREADS; /* a thread's worth each, at least */
+  if (ny > fit) ny = fit;
+  if (ny > most) ny = most;
+  if (ny < 1) ny = 1;
+  const size_t per = (all + ny - 1) / ny;
+  ny = (all + per - 1) / per;
+  dim3 grid((unsigned)s->hidden, (unsigned)ny);
+  if (s->peep == CL_PEEP_NONE)
+    gates_backward_bias_kernel<T, false><<<grid, BIAS_THREADS, 0, ctx->stream>>>(
+        gates, c, c_prev, w, dh, dc, dbias, ctx->d_partials, s->N, s->hidden, per);
+  else
+    gates_backward_bias_kernel<T, true><<<grid, BIAS_THREADS, 0, ctx->stream>>>(
+        gates, c, c_prev, w, dh, dc, dbias, ctx->d_partials, s->N, s->hidden, per);
+  CL_CUDA_LAUNCH_CHECK(be);
+  if (ny > 1) {
+    bias_part_finish_kernel<<<cl_cuda_blocks((size_t)K), CL_CUDA_THREADS, 0, ctx->stream>>>(
+        ctx->d_partials, dbias, K, (int)ny);
+    CL_CUDA_LAUNCH_CHECK(be);
+  }
   return CL_OK;
 }
 
 template <typename T>
 static cl_status backward_t(cl_backend *be, const cl_gates_shape *s, void *gates, const void *c,
-                            const void *c_prev, const float *wp, const float *dh, float *dc) {
+                            const void *c_prev, const float *wp, const float *dh, float *dc,
+                            float *dbias) {
   const size_t hp = (size_t)s->hidden * s->P, total = (size_t)s->N * hp;
   if (total == 0) return CL_OK;
+  if (dbias)
+    return backward_bias_t<T>(be, s, (T *)gates, (const T *)c, (const T *)c_prev,
+                              peep_of(s, s->peep == CL_PEEP_NONE ? NULL : wp), dh, dc, dbias);
   const unsigned blocks = cl_cuda_blocks(total);
   cudaStream_t stream = cl_cuda_ctx_of(be)->stream;
   if (s->peep == CL_PEEP_NONE)
@@ -147,32 +272,33 @@ static cl_status backward_t(cl_backend *be, const cl_gates_shape *s, void *gates
 }
 
 cl_status cl_cuda_gates_forward(cl_backend *be, const cl_gates_shape *s, void *z,
-                                const void *c_prev, const float *wp, void *c, void *h) {
+                                const void *c_prev, const float *wp, const float *bias, void *c,
+                                void *h) {
   cl_status st = check_gates(be, s, wp, "gates_forward");
   if (st != CL_OK) return st;
   switch (s->dtype) {
   case CL_F32:
-    return forward_t<float>(be, s, z, c_prev, wp, c, h);
+    return forward_t<float>(be, s, z, c_prev, wp, bias, c, h);
   case CL_F16:
-    return forward_t<__half>(be, s, z, c_prev, wp, c, h);
+    return forward_t<__half>(be, s, z, c_prev, wp, bias, c, h);
   case CL_BF16:
-    return forward_t<__nv_bfloat16>(be, s, z, c_prev, wp, c, h);
+    return forward_t<__nv_bfloat16>(be, s, z, c_prev, wp, bias, c, h);
   }
   return cl_cuda_bad_dtype(be, s->dtype, "gates_forward");
 }
 
 cl_status cl_cuda_gates_backward(cl_backend *be, const cl_gates_shape *s, void *gates,
                                  const void *c, const void *c_prev, const float *wp,
-                                 const float *dh, float *dc) {
+                                 const float *dh, float *dc, float *dbias) {
   cl_status st = check_gates(be, s, wp, "gates_backward");
   if (st != CL_OK) return st;
   switch (s->dtype) {
   case CL_F32:
-    return backward_t<float>(be, s, gates, c, c_prev, wp, dh, dc);
+    return backward_t<float>(be, s, gates, c, c_prev, wp, dh, dc, dbias);
   case CL_F16:
-    return backward_t<__half>(be, s, gates, c, c_prev, wp, dh, dc);
+    return backward_t<__half>(be, s, gates, c, c_prev, wp, dh, dc, dbias);
   case CL_BF16:
-    return backward_t<__nv_bfloat16>(be, s, gates, c, c_prev, wp, dh, dc);
+    return backward_t<__nv_bfloat16>(be, s, gates, c, c_prev, wp, dh, dc, dbias);
   }
   return cl_cuda_bad_dtype(be, s->dtype, "gates_backward");
 }

@@ -35,6 +35,10 @@ typedef struct cl_cuda_ctx {
   struct cl_cudnn_cache *conv; /* owned by cudnn_conv.cu, freed by destroy */
   size_t ws_limit;             /* most convolution workspace an algorithm may ask for */
   int benchmark;               /* 1: time algorithms (cudnnFind*); 0: cuDNN's heuristics */
+  /* CONVLSTM_CUDNN_ALGO_CACHE: the file of timed choices stored per machine
+   * (cudnn_algo_cache.h): a stored one is used without timing, one not
+   * stored is timed (as with benchmark) and stored; NULL: none */
+  char *algo_cache;
   int deterministic;           /* 1: only algorithms cuDNN calls deterministic (no atomics) */
   int allow_tf32;              /* 1: float32 convolutions may use TF32 tensor cores */
   /* Most bytes of half-type scratch that backward data may hold for its

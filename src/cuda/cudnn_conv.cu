@@ -38,6 +38,7 @@
 #include <string.h> /* strcmp, strlen */
 
 #include "cuda_common.h" /* context, check macros, cl_ld/cl_st, cl_block_sum */
+#include "cudnn_algo_cache.h" /* the choices stored per machine (CONVLSTM_CUDNN_ALGO_CACHE) */
 
 /* ---- the cache of algorithm choices ------------------------------------ */
 
@@ -67,6 +68,13 @@ struct cl_cudnn_cache {
   conv_entry **e; /* pointers, so an entry stays put when the array grows */
   int n, cap;
   char algo[160]; /* cl_cuda_conv_algo's answer */
+  /* CONVLSTM_CUDNN_ALGO_CACHE: the stored choices, read at the first timing
+   * (file.note: why none were read, or a save failed), and the machine's
+   * part of their keys */
+  cl_algo_file file;
+  int file_read;
+  char device[256];
+  int cc, driver, cudnn;
 };
 
 static void entry_free(conv_entry *e) {
@@ -84,6 +92,7 @@ void cl_cudnn_cache_free(struct cl_cudnn_cache *c) {
   if (!c) return;
   for (int i = 0; i < c->n; i++) entry_free(c->e[i]);
   free(c->e);
+  cl_algo_file_free(&c->file);
   free(c);
 }
 
@@ -476,6 +485,86 @@ static cl_status cudnn_room(cl_backend *be, const cl_conv_shape *s, unsigned dir
   return CL_OK;
 }
 
+/* ---- CONVLSTM_CUDNN_ALGO_CACHE: choices stored per machine ------------- */
+
+/* The stored choices, read once (a file missing, foreign or corrupt gives
+ * none, the reason in file.note: the shapes are then timed as without it). */
+static cl_algo_file *stored_file(cl_backend *be) {
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  struct cl_cudnn_cache *c = ctx->conv;
+  if (!c->file_read) {
+    c->file_read = 1;
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, ctx->device) == cudaSuccess) {
+      snprintf(c->device, sizeof c->device, "%s", prop.name);
+      c->cc = prop.major * 10 + prop.minor;
+    } else {
+      snprintf(c->device, sizeof c->device, "device%d", ctx->device);
+    }
+    if (cudaDriverGetVersion(&c->driver) != cudaSuccess) c->driver = 0;
+    (void)cudaGetLastError();
+    c->cudnn = (int)cudnnGetVersion();
+    cl_algo_file_load(&c->file, ctx->algo_cache);
+  }
+  return &c->file;
+}
+
+/* The key of e's calls in direction dir (cudnn_algo_cache.h): this
+ * machine, the storage type, TF32 and determinism, the call's shape. */
+static void entry_key(cl_backend *be, const conv_entry *e, unsigned dir, char *key) {
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  (void)stored_file(be); /* the machine's part, read with the file */
+  const struct cl_cudnn_cache *c = ctx->conv;
+  const int shape[10] = {e->N,    e->C,    e->H,    e->W,    e->K,
+                         e->s.kh, e->s.kw, e->s.dh, e->s.dw, cl_conv_groups(&e->s)};
+  const char *dt = e->dtype == CL_F16 ? "f16" : e->dtype == CL_BF16 ? "bf16" : "f32";
+  cl_algo_key(key, CL_ALGO_KEY_LEN, c->device, c->cc, c->driver, c->cudnn, dt,
+              dir == DIR_FWD ? 0 : dir == DIR_DATA ? 1 : 2, ctx->allow_tf32, ctx->deterministic,
+              shape);
+}
+
+/* The stored choice for key, where this cuDNN still takes it (its
+ * workspace query succeeds with the stored math type) within `room`, the
+ * plan's bytes: then 1, the choice on cd and in *algo, *ws_bytes. Else 0
+ * and cd as it was: the caller times the candidates. */
+template <class Op>
+static int use_stored(cl_backend *be, const conv_entry *e, cudnnConvolutionDescriptor_t cd,
+                      const char *key, size_t room, typename Op::algo_t *algo,
+                      size_t *ws_bytes) {
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  const cl_algo_rec *r = cl_algo_file_find(stored_file(be), key);
+  if (!r) return 0;
+  cudnnMathType_t kept;
+  if (cudnnGetConvolutionMathType(cd, &kept) != CUDNN_STATUS_SUCCESS) return 0;
+  const int pin_fma = e->dtype == CL_F32 && !ctx->allow_tf32;
+  const cudnnMathType_t mt = pin_fma ? CUDNN_FMA_MATH : (cudnnMathType_t)r->math;
+  const typename Op::algo_t a = (typename Op::algo_t)r->algo;
+  size_t need = 0;
+  if (cudnnSetConvolutionMathType(cd, mt) == CUDNN_STATUS_SUCCESS &&
+      Op::workspace(ctx->cudnn, e, cd, a, &need) == CUDNN_STATUS_SUCCESS &&
+      (need = need > r->workspace ? need : (size_t)r->workspace) <= room) {
+    /* (the timing's own figure where it was larger: perf.memory) */
+    *algo = a;
+    *ws_bytes = need;
+    return 1;
+  }
+  (void)cudaGetLastError();
+  (void)cudnnSetConvolutionMathType(cd, kept);
+  return 0;
+}
+
+/* A timed choice into the stored file (a failed save leaves its reason in
+ * file.note and costs nothing else: the next process times again). */
+static void store_choice(cl_backend *be, const char *key, int algo, cudnnConvolutionDescriptor_t cd,
+                         size_t ws_bytes, float ms) {
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  cl_algo_file *f = stored_file(be);
+  cudnnMathType_t mt = CUDNN_DEFAULT_MATH;
+  if (f->foreign || cudnnGetConvolutionMathType(cd, &mt) != CUDNN_STATUS_SUCCESS) return;
+  if (cl_algo_file_put(f, key, algo, (int)mt, (unsigned long long)ws_bytes, ms >= 0 ? ms : 0))
+    (void)cl_algo_file_save(f, ctx->algo_cache);
+}
+
 /* Time e's candidates for one direction on the call's own buffers (a, b:
  * its inputs in Op's order) within `room` bytes at cws, and keep the fastest
  * that fits; once per entry and direction. cuDNN overwrites the output it
@@ -490,6 +579,11 @@ static cl_status tune(cl_backend *be, conv_entry *e, cudnnConvolutionDescriptor_
                       size_t *ws_bytes) {
   cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
   e->tuned |= dir;
+  char key[CL_ALGO_KEY_LEN] = "";
+  if (ctx->algo_cache) { /* stored by an earlier process: no timing */
+    entry_key(be, e, dir, key);
+    if (use_stored<Op>(be, e, cd, key, room, algo, ws_bytes)) return CL_OK;
+  }
   if (!clobber_ok) {
     const size_t o = align256(out_bytes);
     if (!cws || o > room) return CL_OK;
@@ -525,7 +619,15 @@ static cl_status tune(cl_backend *be, conv_entry *e, cudnnConvolutionDescriptor_
   }
   *algo = perf[best].algo;
   *ws_bytes = need;
+  if (ctx->algo_cache) store_choice(be, key, (int)perf[best].algo, cd, need, perf[best].time);
   return CL_OK;
+}
+
+/* Whether the first call of an entry and direction times (or reads the
+ * stored choice): CONVLSTM_CUDNN_BENCHMARK=1 or CONVLSTM_CUDNN_ALGO_CACHE. */
+static int measures(cl_backend *be) {
+  const cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  return ctx->benchmark || ctx->algo_cache != NULL;
 }
 
 /* ---- which algorithm runs (the conv_algo slot) -------------------------- */
@@ -731,7 +833,7 @@ cl_status cl_cuda_conv_forward(cl_backend *be, const cl_conv_shape *s, const voi
     char *yp = (char *)y + (size_t)n * y_img;
     conv_entry *e;
     if ((st = lookup(be, s, nb, DIR_FWD, &e)) != CL_OK) return st;
-    if (cl_cuda_ctx_of(be)->benchmark && !(e->tuned & DIR_FWD)) {
+    if (measures(be) && !(e->tuned & DIR_FWD)) {
       size_t room;
       if ((st = cudnn_room(be, s, DIR_FWD, &room)) != CL_OK ||
           (st = tune<fwd_op>(be, e, e->conv_fwd, DIR_FWD, xp, wk, yp, nb * y_img, !accumulate,
@@ -777,7 +879,7 @@ cl_status cl_cuda_conv_backward_data(cl_backend *be, const cl_conv_shape *s, con
     void *out = narrow ? (void *)scratch : (void *)dxp;
     conv_entry *e;
     if ((st = lookup(be, s, nb, DIR_DATA, &e)) != CL_OK) return st;
-    if (cl_cuda_ctx_of(be)->benchmark && !(e->tuned & DIR_DATA)) {
+    if (measures(be) && !(e->tuned & DIR_DATA)) {
       size_t room;
       if ((st = cudnn_room(be, s, DIR_DATA, &room)) != CL_OK ||
           (st = tune<data_op>(be, e, e->conv_data, DIR_DATA, wk, dyp, out,
@@ -824,7 +926,7 @@ cl_status cl_cuda_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, c
     const char *dyp = (const char *)dy + (size_t)n * y_img;
     conv_entry *e;
     if ((st = lookup(be, s, nb, DIR_FILTER, &e)) != CL_OK) return st;
-    if (cl_cuda_ctx_of(be)->benchmark && !(e->tuned & DIR_FILTER)) {
+    if (measures(be) && !(e->tuned & DIR_FILTER)) {
       size_t room; /* float32 accumulates into dw: it is timed into the workspace */
       if ((st = cudnn_room(be, s, DIR_FILTER, &room)) != CL_OK ||
           (st = tune<filter_op>(be, e, e->conv_filter, DIR_FILTER, xp, dyp, dwk, nw * es, narrow,

@@ -759,7 +759,7 @@ static void run_gates_forward(const row *r) {
           void *C = dev_alloc(&sc, ns * es), *H = dev_alloc(&sc, ns * es);
           float *WP = nw ? dev_of(&sc, wp, nw * 4) : NULL;
           if (sc.ok)
-            CALL(&sc, v->be->iface->gates_forward(v->be, &s, Z, with_cp ? CP : NULL, WP, C, H));
+            CALL(&sc, v->be->iface->gates_forward(v->be, &s, Z, with_cp ? CP : NULL, WP, NULL, C, H));
           const double tl = tol_of(r, v, s.dtype, s.dtype);
           float *got = sc.ok ? dev_get(&sc, s.dtype, Z, nz) : NULL;
           snprintf(what, sizeof what, "%s: activations", label);
@@ -795,7 +795,7 @@ static void run_activation_accuracy(const row *r) {
     variant *v = &vs[vi];
     scope sc = scope_of(v);
     void *Z = dev_of(&sc, z, 4 * P * 4), *C = dev_alloc(&sc, P * 4), *H = dev_alloc(&sc, P * 4);
-    if (sc.ok) CALL(&sc, v->be->iface->gates_forward(v->be, &s, Z, NULL, NULL, C, H));
+    if (sc.ok) CALL(&sc, v->be->iface->gates_forward(v->be, &s, Z, NULL, NULL, NULL, C, H));
     float *a = sc.ok ? dev_get(&sc, CL_F32, Z, 4 * P) : NULL;
     if (a) {
       double max_sig = 0.0, max_tanh = 0.0;
@@ -849,7 +849,7 @@ static void run_gates_backward(const row *r) {
           float *WP = nw ? dev_of(&sc, wp, nw * 4) : NULL;
           if (sc.ok)
             CALL(&sc, v->be->iface->gates_backward(v->be, &s, A, C, with_cp ? CP : NULL, WP, DH,
-                                                   DC));
+                                                   DC, NULL));
           float *got = sc.ok ? dev_get(&sc, s.dtype, A, nz) : NULL;
           snprintf(what, sizeof what, "%s: d pre-activations (stored)", label);
           if (got) compare(v, what, got, rdz, nz, tol_of(r, v, s.dtype, s.dtype));
@@ -905,8 +905,8 @@ static void run_gates_fd(const row *r) {
         float *DH = dev_of(&sc, a, ns * 4), *DC = dev_of(&sc, b, ns * 4);
         float *WP = nw ? dev_of(&sc, wp, nw * 4) : NULL, *DW = nw ? dev_of(&sc, dw0, nw * 4) : NULL;
         const void *cpp = with_cp ? CP : NULL;
-        if (sc.ok) CALL(&sc, v->be->iface->gates_forward(v->be, &s, Z, cpp, WP, C, H));
-        if (sc.ok) CALL(&sc, v->be->iface->gates_backward(v->be, &s, Z, C, cpp, WP, DH, DC));
+        if (sc.ok) CALL(&sc, v->be->iface->gates_forward(v->be, &s, Z, cpp, WP, NULL, C, H));
+        if (sc.ok) CALL(&sc, v->be->iface->gates_backward(v->be, &s, Z, C, cpp, WP, DH, DC, NULL));
         if (sc.ok && nw) CALL(&sc, v->be->iface->peephole_filter(v->be, &s, Z, C, cpp, DW));
         float *got = sc.ok ? dev_get(&sc, CL_F32, Z, nz) : NULL;
         snprintf(what, sizeof what, "%s: dz vs finite differences", label);
@@ -970,6 +970,168 @@ static void run_peephole_filter(const row *r) {
       }
 }
 
+/* ---- the fused bias (backend.h: gates_forward's bias, gates_backward's
+ * dbias; be->fused_bias) ---------------------------------------------------- */
+
+/* The unfused path's slot on the same backend, as the core runs it
+ * without fusion: a 1x1 convolution over [N, 1, 1, P] images with zero
+ * weights and the bias, accumulating into y = z (forward: y += 0 + bias),
+ * or its filter gradient with dbias (backward: dbias += sum of dy).
+ * Returns the device buffers' scope status. */
+static cl_conv_shape bias_conv_shape(const cl_gates_shape *s) {
+  cl_conv_shape c = {s->N, 1, 1, s->P, 4 * s->hidden, 1, 1, 1, 1, s->dtype, 0};
+  return c;
+}
+
+/* gates_forward with the bias against the reference of z + bias (the sum
+ * in float, as backends form it) and against the unfused slots on the same
+ * backend (conv_forward adds the bias, then gates_forward without it). */
+static void run_gates_forward_bias(const row *r) {
+  const cl_gates_shape *shapes = r->cases;
+  for (int i = 0; i < r->n_cases; i++)
+    for (int t = CL_F32; t <= CL_BF16; t++)
+      for (int with_cp = 0; with_cp < 2; with_cp++) {
+        if (!(r->dtypes & (1u << t))) continue;
+        cl_gates_shape s = shapes[i];
+        s.dtype = (cl_dtype)t;
+        const size_t ns = (size_t)s.N * s.hidden * s.P, nz = 4 * ns, es = cl_dtype_size(s.dtype);
+        const size_t nb = 4 * (size_t)s.hidden, nw = ref_peep_numel(&s);
+        float *z = rand_floats(nz, -3, 3), *cp = rand_floats(ns, -2, 2);
+        float *bias = rand_floats(nb, -1, 1), *zb = xmalloc(nz * 4);
+        float *wp = nw ? rand_floats(nw, -1, 1) : NULL;
+        void *zs = to_storage(s.dtype, z, nz), *cps = to_storage(s.dtype, cp, ns);
+        for (size_t e = 0; e < ns; e++) /* gate q of channel ch: bias[q hidden + ch] */
+          for (int q = 0; q < 4; q++) {
+            const size_t k = ref_gate_at(&s, e, q);
+            zb[k] = z[k] + bias[(size_t)q * s.hidden + e / s.P % s.hidden];
+          }
+        double *ra = xmalloc(nz * 8), *rc = xmalloc(ns * 8), *rh = xmalloc(ns * 8);
+        ref_gates_forward(&s, zb, with_cp ? cp : NULL, wp, ra, rc, rh);
+        cl_conv_shape cs = bias_conv_shape(&s);
+        char label[120], what[200];
+        snprintf(label, sizeof label, "%s N%d hidden%d P%d c_prev%s peep%d bias", dtype_str(s.dtype),
+                 s.N, s.hidden, s.P, with_cp ? "" : "=NULL", (int)s.peep);
+        for (int vi = 0; vi < n_vs; vi++) {
+          variant *v = &vs[vi];
+          const struct cl_backend_i *f = v->be->iface;
+          scope sc = scope_of(v);
+          size_t wsb = 0;
+          CALL(&sc, cl_backend_conv_workspace_any(v->be, &cs, &wsb));
+          void *Z = dev_of(&sc, zs, nz * es), *Z2 = dev_of(&sc, zs, nz * es);
+          void *CP = dev_of(&sc, cps, ns * es), *X = dev_alloc(&sc, ns * es);
+          void *C = dev_alloc(&sc, ns * es), *H = dev_alloc(&sc, ns * es);
+          void *C2 = dev_alloc(&sc, ns * es), *H2 = dev_alloc(&sc, ns * es);
+          float *B = dev_of(&sc, bias, nb * 4), *W0 = dev_alloc(&sc, nb * 4);
+          void *WS = wsb ? dev_alloc(&sc, wsb) : NULL;
+          float *WP = nw ? dev_of(&sc, wp, nw * 4) : NULL;
+          const void *cpp = with_cp ? CP : NULL;
+          if (sc.ok) CALL(&sc, f->memset0(v->be, W0, nb * 4));
+          if (sc.ok) CALL(&sc, f->memset0(v->be, X, ns * es));
+          if (sc.ok) CALL(&sc, f->gates_forward(v->be, &s, Z, cpp, WP, B, C, H));
+          if (sc.ok) CALL(&sc, f->conv_forward(v->be, &cs, X, W0, B, Z2, 1, WS));
+          if (sc.ok) CALL(&sc, f->gates_forward(v->be, &s, Z2, cpp, WP, NULL, C2, H2));
+          const double tl = tol_of(r, v, s.dtype, s.dtype);
+          void *outs[3][2] = {{Z, Z2}, {C, C2}, {H, H2}};
+          const double *refs[3] = {ra, rc, rh};
+          const char *names[3] = {"activations", "c", "h"};
+          const size_t counts[3] = {nz, ns, ns};
+          for (int o = 0; o < 3 && sc.ok; o++) {
+            float *got = dev_get(&sc, s.dtype, outs[o][0], counts[o]);
+            float *un = got ? dev_get(&sc, s.dtype, outs[o][1], counts[o]) : NULL;
+            if (!got || !un) {
+              free(got), free(un);
+              break;
+            }
+            snprintf(what, sizeof what, "%s: %s", label, names[o]);
+            compare(v, what, got, refs[o], counts[o], tl);
+            /* the unfused path rounds z + bias to the storage type once more */
+            double *und = to_double(un, counts[o]);
+            snprintf(what, sizeof what, "%s: %s vs the unfused slots", label, names[o]);
+            compare(v, what, got, und, counts[o], 2 * tl);
+            free(got), free(un), free(und);
+          }
+          scope_end(&sc);
+        }
+        free(z), free(cp), free(bias), free(zb), free(wp), free(zs), free(cps);
+        free(ra), free(rc), free(rh);
+      }
+}
+
+/* gates_backward with dbias (onto a nonzero db0: it accumulates): dz and
+ * dc_prev as without it, dbias against db0 + the double sum of the dz it
+ * stored (downloaded), and against conv_backward_filter's bias gradient of
+ * those same dz on the same backend (the unfused slot). */
+static void run_gates_backward_bias(const row *r) {
+  const cl_gates_shape *shapes = r->cases;
+  for (int i = 0; i < r->n_cases; i++)
+    for (int t = CL_F32; t <= CL_BF16; t++)
+      for (int with_cp = 0; with_cp < 2; with_cp++) {
+        if (!(r->dtypes & (1u << t))) continue;
+        cl_gates_shape s = shapes[i];
+        s.dtype = (cl_dtype)t;
+        const size_t ns = (size_t)s.N * s.hidden * s.P, nz = 4 * ns, es = cl_dtype_size(s.dtype);
+        const size_t nb = 4 * (size_t)s.hidden, nw = ref_peep_numel(&s);
+        float *act = xmalloc(nz * 4);
+        for (size_t e = 0; e < ns; e++)
+          for (int q = 0; q < 4; q++)
+            act[ref_gate_at(&s, e, q)] = q < 3 ? urand(0.01f, 0.99f) : urand(-0.99f, 0.99f);
+        float *c = rand_floats(ns, -2, 2), *cp = rand_floats(ns, -2, 2);
+        float *dh = rand_floats(ns, -1, 1), *dc = rand_floats(ns, -1, 1);
+        float *db0 = rand_floats(nb, -1, 1);
+        float *wp = nw ? rand_floats(nw, -1, 1) : NULL;
+        void *as = to_storage(s.dtype, act, nz), *cs = to_storage(s.dtype, c, ns);
+        void *cps = to_storage(s.dtype, cp, ns);
+        double *rdz = xmalloc(nz * 8), *rdc = xmalloc(ns * 8), *rdb = xmalloc(nb * 8);
+        ref_gates_backward(&s, act, c, with_cp ? cp : NULL, wp, dh, dc, rdz, rdc);
+        cl_conv_shape fs = bias_conv_shape(&s);
+        char label[120], what[200];
+        snprintf(label, sizeof label, "%s N%d hidden%d P%d c_prev%s peep%d dbias",
+                 dtype_str(s.dtype), s.N, s.hidden, s.P, with_cp ? "" : "=NULL", (int)s.peep);
+        for (int vi = 0; vi < n_vs; vi++) {
+          variant *v = &vs[vi];
+          const struct cl_backend_i *f = v->be->iface;
+          scope sc = scope_of(v);
+          size_t wsb = 0;
+          CALL(&sc, cl_backend_conv_workspace_any(v->be, &fs, &wsb));
+          void *A = dev_of(&sc, as, nz * es), *C = dev_of(&sc, cs, ns * es);
+          void *CP = dev_of(&sc, cps, ns * es), *X = dev_alloc(&sc, ns * es);
+          float *DH = dev_of(&sc, dh, ns * 4), *DC = dev_of(&sc, dc, ns * 4);
+          float *DB = dev_of(&sc, db0, nb * 4), *DBU = dev_of(&sc, db0, nb * 4);
+          float *DW = dev_alloc(&sc, nb * 4);
+          void *WS = wsb ? dev_alloc(&sc, wsb) : NULL;
+          float *WP = nw ? dev_of(&sc, wp, nw * 4) : NULL;
+          if (sc.ok) CALL(&sc, f->memset0(v->be, X, ns * es));
+          if (sc.ok)
+            CALL(&sc, f->gates_backward(v->be, &s, A, C, with_cp ? CP : NULL, WP, DH, DC, DB));
+          if (sc.ok) CALL(&sc, f->conv_backward_filter(v->be, &fs, A, X, DW, DBU, WS));
+          float *got = sc.ok ? dev_get(&sc, s.dtype, A, nz) : NULL;
+          snprintf(what, sizeof what, "%s: d pre-activations (stored)", label);
+          if (got) compare(v, what, got, rdz, nz, tol_of(r, v, s.dtype, s.dtype));
+          float *gdc = got ? dev_get(&sc, CL_F32, DC, ns) : NULL;
+          snprintf(what, sizeof what, "%s: dc_prev (float32)", label);
+          if (gdc) compare(v, what, gdc, rdc, ns, tol_of(r, v, s.dtype, CL_F32));
+          float *gdb = gdc ? dev_get(&sc, CL_F32, DB, nb) : NULL;
+          float *gdu = gdb ? dev_get(&sc, CL_F32, DBU, nb) : NULL;
+          if (gdu) {
+            for (size_t k = 0; k < nb; k++) rdb[k] = db0[k];
+            for (size_t e = 0; e < ns; e++) /* the sums of what it stored */
+              for (int q = 0; q < 4; q++)
+                rdb[(size_t)q * s.hidden + e / s.P % s.hidden] += got[ref_gate_at(&s, e, q)];
+            snprintf(what, sizeof what, "%s: dbias (+= db0) vs the sums of its dz", label);
+            compare(v, what, gdb, rdb, nb, r->tol.f32);
+            double *und = to_double(gdu, nb);
+            snprintf(what, sizeof what, "%s: dbias vs the unfused conv_backward_filter", label);
+            compare(v, what, gdb, und, nb, r->tol.f32);
+            free(und);
+          }
+          free(got), free(gdc), free(gdb), free(gdu);
+          scope_end(&sc);
+        }
+        free(act), free(c), free(cp), free(dh), free(dc), free(db0), free(wp), free(as), free(cs);
+        free(cps), free(rdz), free(rdc), free(rdb);
+      }
+}
+
 static void run_gates_errors(const row *r) {
   (void)r;
   for (int vi = 0; vi < n_vs; vi++) {
@@ -978,8 +1140,8 @@ static void run_gates_errors(const row *r) {
     scope sc = scope_of(v);
     void *Z = dev_alloc(&sc, 64), *C = dev_alloc(&sc, 64), *H = dev_alloc(&sc, 64);
     if (sc.ok) {
-      cl_status s1 = v->be->iface->gates_forward(v->be, &bad, Z, NULL, NULL, C, H);
-      cl_status s2 = v->be->iface->gates_backward(v->be, &bad, Z, C, NULL, NULL, H, C);
+      cl_status s1 = v->be->iface->gates_forward(v->be, &bad, Z, NULL, NULL, NULL, C, H);
+      cl_status s2 = v->be->iface->gates_backward(v->be, &bad, Z, C, NULL, NULL, H, C, NULL);
       bad.peep = CL_PEEP_CHANNEL;
       cl_status s3 = v->be->iface->peephole_filter(v->be, &bad, Z, C, NULL, H);
       expect(v, s1 == CL_E_UNSUPPORTED && s2 == CL_E_UNSUPPORTED && s3 == CL_E_UNSUPPORTED,
@@ -992,8 +1154,8 @@ static void run_gates_errors(const row *r) {
              status_str(s4), v->be->err);
       /* a cell with peepholes and no weights is refused, not run without */
       cl_gates_shape peep = {1, 1, 1, CL_F32, CL_PEEP_CHANNEL};
-      cl_status s5 = v->be->iface->gates_forward(v->be, &peep, Z, NULL, NULL, C, H);
-      cl_status s6 = v->be->iface->gates_backward(v->be, &peep, Z, C, NULL, NULL, H, C);
+      cl_status s5 = v->be->iface->gates_forward(v->be, &peep, Z, NULL, NULL, NULL, C, H);
+      cl_status s6 = v->be->iface->gates_backward(v->be, &peep, Z, C, NULL, NULL, H, C, NULL);
       expect(v, s5 == CL_E_INVALID && s6 == CL_E_INVALID,
              "peepholes without weights: forward %s, backward %s (%s)", status_str(s5),
              status_str(s6), v->be->err);
@@ -2516,6 +2678,23 @@ static const row ops[] = {
      {2e-5, 0, 0, 0, 0, 0,
       "central differences of step 1e-6 in double are exact to ~1e-9; the rest is float32 "
       "rounding as in gates_backward, and a sum of up to N P = 74 float32 products"}},
+    {"gates_forward with the fused bias", run_gates_forward_bias, CASES(gates_shapes), ALL, 0,
+     {1e-6, 1e-3, 8e-3, 0, 0, 0,
+      "as gates_forward, from z + bias summed in float (|z + bias| <= 4); against the unfused "
+      "slots (conv_forward's bias, then the cell) twice that: they round z + bias to the "
+      "storage type once more"}},
+    {"gates_forward with peepholes and the fused bias", run_gates_forward_bias,
+     CASES(gates_peep_shapes), ALL, 0,
+     {2e-6, 1e-3, 8e-3, 0, 0, 0, "as gates_forward with peepholes, and the bias as above"}},
+    {"gates_backward with the fused bias gradient", run_gates_backward_bias, CASES(gates_shapes),
+     ALL, 0,
+     {1e-5, 1e-3, 8e-3, 0, 0, 0,
+      "dz, dc_prev as gates_backward; dbias (float32 for every dtype) sums the stored dz it "
+      "wrote, N P <= 2304 terms <= 1 per channel, as conv_backward_filter's bias gradient "
+      "does: only summation order differs (float32 partial sums on a GPU)"}},
+    {"gates_backward with peepholes and the fused bias gradient", run_gates_backward_bias,
+     CASES(gates_peep_shapes), ALL, 0,
+     {2e-5, 1e-3, 8e-3, 0, 0, 0, "as gates_backward with peepholes, and dbias as above"}},
     {"gates_* refusals", run_gates_errors, NULL, 1, ALL, 0, EXACT("statuses")},
     {"loss: MSE, unweighted (the plain step's)", run_loss, CASES(mse_cases), ALL, 0,
      {1e-6, 0, 0, 0, 0, 1e-10,

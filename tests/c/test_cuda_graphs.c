@@ -21,7 +21,8 @@
  * Shi et al.'s encoder-forecaster too (2 x 16 channels over 2x2 patches,
  * channel peepholes, K = 3 frames, BCE on logits per sequence): its
  * patching, second stack from the first's last states, head and its loss
- * recorded and replayed as the plain stack's are.
+ * recorded and replayed as the plain stack's are. Last, four of these with
+ * the fused bias (CONVLSTM_CUDA_FUSED_BIAS=1 for both models).
  *
  * Both models keep to cuDNN's deterministic algorithms
  * (CONVLSTM_CUDNN_DETERMINISTIC=1): an algorithm with atomics differs from
@@ -284,5 +285,21 @@ int main(void) {
                          CL_OPTIM_ADAM, 0, CL_PEEP_NONE, 0.3, 4, 0, 0, 0};
   const int truth[3] = {1, 0, 1};
   run_case(&sampled, truth);
+  /* the fused bias (CONVLSTM_CUDA_FUSED_BIAS=1, both models): the cell's
+   * kernels with the bias, its gradient's partial sums in the scratch and
+   * their finishing kernel, recorded and replayed as the launches ran */
+  setenv("CONVLSTM_CUDA_FUSED_BIAS", "1", 1);
+  const gcase fused[] = {
+      {"fused bias float32 adam checkpoint=2 clip=0.05", CL_F32, 2, 0.05, CL_OPTIM_ADAM, 0,
+       CL_PEEP_NONE, 0, 0, 0, 0, 0},
+      {"fused bias float16 adam peepholes per channel dropout 0.3 checkpoint=3 recompute_gates=1",
+       CL_F16, 3, 0, CL_OPTIM_ADAM, 0, CL_PEEP_CHANNEL, 0.3, 0, 1, 0, 0},
+      {"fused bias float32 adam dropout 0.3 drawn free-running 3", CL_F32, 0, 0, CL_OPTIM_ADAM, 0,
+       CL_PEEP_NONE, 0.3, 3, 0, 1, 0},
+      {"fused bias forecaster bfloat16 adamw dropout 0.3 drawn", CL_BF16, 0, 0, CL_OPTIM_ADAMW, 0,
+       CL_PEEP_CHANNEL, 0.3, 0, 0, 1, 3},
+  };
+  for (size_t i = 0; i < sizeof fused / sizeof fused[0]; i++) run_case(&fused[i], NULL);
+  unsetenv("CONVLSTM_CUDA_FUSED_BIAS");
   return ctest_done("test_cuda_graphs");
 }
