@@ -9,10 +9,12 @@
  *    at a time into one chunk of gates, of which only c_t and h_t stay
  *    (backward runs each chunk again). Free-running (cl_forward_free_run): so for the
  *    input steps, then step by step with every layer in turn.
- *  - inference, step-major: x arrives step by step, both halves go into one
- *    small gates buffer shared by all layers, c is kept for two steps, and h
- *    for two steps too when only the last states are wanted, so memory does
- *    not grow with the sequence.
+ *  - inference, stack by stack, each step-major: x arrives step by step
+ *    (and a stack rolling forward reads its own frames), both halves go into
+ *    one small gates buffer shared by all layers, c is kept for two steps,
+ *    and h for two steps too when only the last states are wanted, so memory
+ *    does not grow with the sequence; the top stack's steps give the
+ *    outputs and the horizon's frames.
  */
 #include "capability.h" /* cl_cap_require, cl_cap_check */
 #include "plan.h"       /* cl_schedule_make, cl_plan_build; internal.h */
@@ -194,16 +196,8 @@ static cl_status infer_layers(cl_model *m, int lo, int hi, int s, const void *x_
   return CL_OK;
 }
 
-static cl_status infer_step(cl_model *m, int s, const void *x_s, void *const *ih,
-                            void *const *ic) {
-  return infer_layers(m, 0, m->cfg.n_layers, s, x_s, ih, ic);
-}
-
-/* A wired architecture's prediction (arch.h), stack by stack: a stack
- * reading frames over x's T steps, one reading nothing over the horizon's;
- * each from zeros or from the last states of the stack it follows; the
- * head over its layers' h at each of the horizon's steps gives the frames
- * (patched; cl_model_read_frames shuffles them back). */
+/* The last h and c of stack `from`'s layers (its step n - 1) as the states
+ * before stack `to`'s, layer by layer. */
 static void last_states(cl_model *m, const cl_stack *from, const cl_stack *to, int n, void **ih,
                         void **ic) {
   const cl_schedule *g = &m->step.g;
@@ -216,64 +210,74 @@ static void last_states(cl_model *m, const cl_stack *from, const cl_stack *to, i
   }
 }
 
-static cl_status infer_head(cl_model *m, int k) {
-  const cl_schedule *g = &m->step.g;
-  void *h[CL_MAX_LAYERS];
-  size_t P = (size_t)g->H * g->W, frame = (size_t)g->B * m->arch.frame_dim * P;
-  for (int l = m->arch.head_lo; l < m->arch.head_hi; l++)
-    h[l] = cl_at(m->step.hid[l], hid_slot(g, k) * (size_t)g->B * m->layer[l].hidden * P, g->dtype);
-  return cl_head_forward(m, g->B, h, cl_at(m->step.frames, k * frame, g->dtype));
-}
-
-static cl_status infer_stacks(cl_model *m, const cl_host_array *x) {
+/* Step k's output into dst: the head over its layers' h at step k, or
+ * without a head the top layer's h. */
+static cl_status step_output(cl_model *m, int k, void *dst) {
   const cl_schedule *g = &m->step.g;
   const cl_arch *a = &m->arch;
-  void *ih[CL_MAX_LAYERS], *ic[CL_MAX_LAYERS];
-  int ran[CL_MAX_STACKS];
+  size_t P = (size_t)g->H * g->W;
+  void *h[CL_MAX_LAYERS];
+  for (int l = 0; l < m->cfg.n_layers; l++)
+    h[l] = cl_at(m->step.hid[l], hid_slot(g, k) * (size_t)g->B * m->layer[l].hidden * P, g->dtype);
+  if (cl_arch_has_head(a)) return cl_head_forward(m, g->B, h, dst);
+  int top = m->cfg.n_layers - 1;
+  size_t hb = (size_t)g->B * m->layer[top].hidden * P * cl_dtype_size(g->dtype);
+  CL_KERNEL(m, m->be->iface->copy(m->be, dst, h[top], hb));
+  return CL_OK;
+}
+
+/* Step k of the top stack gives: over the target's steps, frame k; over
+ * the input's, with a head and every output kept, output k, and from the
+ * last input step on the horizon's frames, each the next step's input. */
+static cl_status stack_outputs(cl_model *m, const cl_stack *s, int k) {
+  const cl_step *st = &m->step;
+  const cl_schedule *g = &st->g;
+  size_t frame = (size_t)g->B * m->arch.frame_dim * g->H * g->W; /* == one output step */
+  if (s->steps == CL_STEPS_TARGET) return step_output(m, k, cl_at(st->frames, k * frame, g->dtype));
+  if (cl_arch_has_head(&m->arch) && g->outputs == CL_OUTPUTS_ALL && k < g->T)
+    CL_TRY(step_output(m, k, cl_at(st->head_out, k * frame, g->dtype)));
+  if (g->horizon > 0 && k >= g->T - 1)
+    CL_TRY(step_output(m, k, cl_at(st->frames, (size_t)(k - g->T + 1) * frame, g->dtype)));
+  return CL_OK;
+}
+
+/* Inference, stack by stack (arch.h), each step-major over its steps: a
+ * stack reading frames over x's T steps and, when no stack runs the
+ * target, over the horizon's fed-back frames (step T + j reads frame j);
+ * one reading nothing over the target's steps; each from the call's state
+ * or the last states of the stack it follows. The top stack's steps give
+ * the outputs and frames (patched: cl_model_read_frames shuffles them
+ * back). */
+static cl_status infer(cl_model *m, const cl_host_array *x, int from, void **ih, void **ic) {
+  const cl_step *st = &m->step;
+  const cl_schedule *g = &st->g;
+  const cl_arch *a = &m->arch;
+  int fed = cl_arch_runs_target(a) || g->horizon < 2 ? 0 : g->horizon - 1, ran[CL_MAX_STACKS];
+  size_t frame = (size_t)g->B * a->frame_dim * g->H * g->W;
   for (int si = 0; si < a->n_stacks; si++) {
     const cl_stack *s = &a->stack[si];
-    int n = ran[si] = cl_arch_steps(a, si, g->T, g->horizon), from = s->state_from >= 0;
-    if (from) last_states(m, &a->stack[s->state_from], s, ran[s->state_from], ih, ic);
+    int n = ran[si] = cl_arch_steps(a, si, g->T, g->horizon) + (s->steps == CL_STEPS_INPUT ? fed : 0);
+    int has = s->state_from >= 0 || from;
+    if (s->state_from >= 0) last_states(m, &a->stack[s->state_from], s, ran[s->state_from], ih, ic);
     for (int k = 0; k < n; k++) {
-      cl_block blk = {0, g->B, k, 1};
-      if (s->input == CL_STACK_READS_FRAMES) CL_TRY(cl_put_frames(m, m->step.x, g->dtype, x, blk));
-      CL_TRY(infer_layers(m, s->lo, s->hi, k, s->input == CL_STACK_READS_FRAMES ? m->step.x : NULL,
-                          from ? ih : NULL, from ? ic : NULL));
-      if (s->hi == a->head_hi && cl_arch_has_head(a)) CL_TRY(infer_head(m, k));
+      const void *in = NULL;
+      if (s->input == CL_STACK_READS_FRAMES && k < g->T) {
+        cl_block blk = {0, g->B, k, 1};
+        CL_TRY(cl_put_frames(m, st->x, g->dtype, x, blk));
+        in = st->x;
+      } else if (s->input == CL_STACK_READS_FRAMES) {
+        in = cl_at(st->frames, (size_t)(k - g->T) * frame, g->dtype);
+      }
+      CL_TRY(infer_layers(m, s->lo, s->hi, k, in, has ? ih : NULL, has ? ic : NULL));
+      if (s->hi == m->cfg.n_layers) CL_TRY(stack_outputs(m, s, k));
     }
   }
   return CL_OK;
 }
 
-/* Step s's output into out: the head over the top layer's h, or that h. */
-static cl_status infer_output(cl_model *m, int s, void *out) {
-  const cl_schedule *g = &m->step.g;
-  int top = m->cfg.n_layers - 1;
-  size_t hb = (size_t)g->B * m->layer[top].hidden * g->H * g->W;
-  void *h[CL_MAX_LAYERS];
-  h[top] = cl_at(m->step.hid[top], hid_slot(g, s) * hb, g->dtype);
-  if (cl_arch_has_head(&m->arch)) return cl_head_forward(m, g->B, h, out);
-  CL_KERNEL(m, m->be->iface->copy(m->be, out, h[top], hb * cl_dtype_size(g->dtype)));
-  return CL_OK;
-}
-
-/* A horizon of K frames: frame 0 is the output after x's last step; each
- * next one is the output after a step whose input is the frame before. */
-static cl_status roll_forward(cl_model *m, void *const *ih, void *const *ic) {
-  const cl_step *st = &m->step;
-  const cl_schedule *g = &st->g;
-  cl_dtype t = g->dtype;
-  size_t frame = (size_t)g->B * m->cfg.input_dim * g->H * g->W; /* == one output step */
-  for (int k = 0; k < g->horizon; k++) {
-    int s = g->T - 1 + k;
-    if (k > 0) CL_TRY(infer_step(m, s, cl_at(st->frames, (k - 1) * frame, t), ih, ic));
-    CL_TRY(infer_output(m, s, cl_at(st->frames, k * frame, t)));
-  }
-  return CL_OK;
-}
-
-/* A wired architecture predicts a horizon (what it refuses: the table). */
-static cl_status check_wired_forward(cl_model *m, const cl_host_array *x,
+/* Stacks that run the target's steps predict a horizon (what they refuse:
+ * the capability table). */
+static cl_status check_target_forward(cl_model *m, const cl_host_array *x,
                                      const cl_step_options *o) {
   if (!o || o->horizon < 1)
     return cl_fail(m, CL_E_INVALID, "an encoder-forecaster predicts a horizon of >= 1 frames");
@@ -285,8 +289,8 @@ cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training,
   m->err[0] = '\0';
   if (training) CL_TRY(cl_cap_require(m, CL_CAP_SEPARATE));
   CL_TRY(cl_cap_check(m, opts, 0, CL_TARGET_SEQUENCE, m->cfg.dtype));
-  if (cl_arch_is_wired(&m->arch))
-    CL_TRY(check_wired_forward(m, x, opts));
+  if (cl_arch_runs_target(&m->arch))
+    CL_TRY(check_target_forward(m, x, opts));
   else
     CL_TRY(cl_check_sequence(m, x, "x", m->cfg.input_dim));
   if (training && opts &&
@@ -314,19 +318,8 @@ cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training,
     CL_TRY(cl_dropout_upload(m, opts, 0, B));
     CL_TRY(cl_put_host(m, st->x, g.dtype, x, cl_block_all(x)));
     CL_TRY(cl_forward_segment(m, B, T, st->x, from ? ih : NULL, from ? ic : NULL));
-  } else if (cl_arch_is_wired(&m->arch)) {
-    CL_TRY(infer_stacks(m, x));
   } else {
-    /* a head gives every step's output when all are kept */
-    int head = cl_arch_has_head(&m->arch) && g.outputs == CL_OUTPUTS_ALL;
-    size_t frame = (size_t)B * m->arch.frame_dim * g.H * g.W;
-    for (int s = 0; s < T; s++) {
-      cl_block k = {0, B, s, 1};
-      CL_TRY(cl_put_host(m, st->x, g.dtype, x, k));
-      CL_TRY(infer_step(m, s, st->x, from ? ih : NULL, from ? ic : NULL));
-      if (head) CL_TRY(infer_output(m, s, cl_at(st->head_out, s * frame, g.dtype)));
-    }
-    CL_TRY(roll_forward(m, from ? ih : NULL, from ? ic : NULL));
+    CL_TRY(infer(m, x, from, ih, ic));
   }
   st->outputs_kept = 1;
   m->phase = training ? CL_PHASE_TRAINING : CL_PHASE_INFERENCE;
@@ -349,8 +342,8 @@ static cl_status check_read(cl_model *m, int layer, const cl_host_array *out, in
     return cl_fail(m, CL_E_STATE,
                    "the last step ran in pieces (checkpoint, tbptt or accumulation) and kept "
                    "no outputs: run a forward pass to read them");
-  /* a single stack's head: the pseudo-layer after the last (its outputs) */
-  int head = layer == m->cfg.n_layers && cl_arch_has_head(&m->arch) && !cl_arch_is_wired(&m->arch);
+  /* a head over the input's steps: the pseudo-layer after the last (its outputs) */
+  int head = layer == m->cfg.n_layers && cl_arch_has_head(&m->arch) && !cl_arch_runs_target(&m->arch);
   if (layer < 0 || (layer >= m->cfg.n_layers && !head))
     return cl_fail(m, CL_E_INVALID, "layer %d does not exist (1..%d)", layer + 1, m->cfg.n_layers);
   if (head && ndim != 5)
