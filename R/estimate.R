@@ -122,7 +122,9 @@
 #'   parameters, gradients and optimizer state, which are allocations of
 #'   their own, and for a training step `first_op` and `last_op`: the first
 #'   and last operation of a micro-batch's list of operations that uses the
-#'   buffer, counted from 1, `NA` for what lives the whole call (model
+#'   buffer, counted from 1 (in the planner's summary of the list, where more
+#'   than four segments or windows list the middle ones once), `NA` for what
+#'   lives the whole call (model
 #'   buffers, dropout masks, the convolution workspace; every buffer of an
 #'   inference call). Buffers whose operations do not overlap may share
 #'   memory: the layers' `d_cell` is one buffer unless two layers' lifetimes

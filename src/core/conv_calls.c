@@ -187,14 +187,15 @@ static void op_calls(walk *w, const cl_op *o, int b, const int *truth, int64_t x
   }
 }
 
-/* A micro-batch's program (program.h), x of them. */
+/* A micro-batch's program (program.h, in summary: its ops count the equal
+ * segments they stand for), x of them. */
 static void micro_batch(walk *w, int b, int final, cl_target target, const int *truth,
                         int64_t x) {
   cl_program p = {0};
   if (x <= 0) return;
-  if (cl_program_build(&w->m->arch, w->m->cfg.n_layers, w->g, target, b, final, &p) != CL_OK)
+  if (cl_program_summary(&w->m->arch, w->m->cfg.n_layers, w->g, target, b, final, &p) != CL_OK)
     w->out->oom = 1;
-  for (int i = 0; i < p.n; i++) op_calls(w, &p.v[i], b, truth, x);
+  for (int i = 0; i < p.n; i++) op_calls(w, &p.v[i], b, truth, x * p.v[i].times);
   cl_program_free(&p);
 }
 

@@ -510,14 +510,15 @@ static void set_lifetimes(cl_plan *p, const cl_lifetimes *t, int n_layers) {
   }
 }
 
-/* A training step's program (its micro-batch of Bm): the extents of its
+/* A training step's program in summary (its micro-batch of Bm): the extents of its
  * buffers, their lifetimes, and whether the layers' d_cell values live at
  * once (checkpoint segments and free running carry each layer's across the
  * others'): each layer keeps its own then, else they take one in turn. */
 static cl_status read_program(const cl_model *m, const cl_schedule *g, cl_lifetimes *t,
                               extents *x, int *dc_apart) {
   cl_program prog = {0};
-  cl_status s = cl_program_build(&m->arch, m->cfg.n_layers, g, CL_TARGET_SEQUENCE, g->Bm, 1, &prog);
+  cl_status s =
+      cl_program_summary(&m->arch, m->cfg.n_layers, g, CL_TARGET_SEQUENCE, g->Bm, 1, &prog);
   if (s == CL_OK) {
     memset(x, 0, sizeof *x);
     for (int i = 0; i < prog.n; i++) extents_of_op(x, &prog.v[i], &m->arch, m->cfg.n_layers);

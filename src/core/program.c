@@ -29,6 +29,8 @@ typedef struct builder {
   cl_target tg;
   int b, final;
   cl_program *out;
+  int summary;   /* the middle segments once (cl_program_summary) */
+  int64_t times; /* what the ops emitted now stand for */
 } builder;
 
 static cl_op *emit(builder *k, cl_op_kind kind, int lo, int hi, int t0, int len) {
@@ -49,6 +51,7 @@ static cl_op *emit(builder *k, cl_op_kind kind, int lo, int hi, int t0, int len)
   o->t0 = t0;
   o->len = len;
   o->x_at = CL_X_NONE;
+  o->times = k->times;
   return o;
 }
 
@@ -60,6 +63,26 @@ static cl_state_ref at(cl_state_at where, int slot) {
 /* Segment s of n steps in pieces of S: its length. */
 static int piece_len(int n, int S, int s) { return n - s * S < S ? n - s * S : S; }
 static int pieces(int n, int S) { return n / S + (n % S != 0); }
+
+/* The segments of n a program walks, forward (next) and back (prev), and
+ * what each stands for: every one; in a summary of many, the middle ones
+ * 1 .. n - 2 as n - 2 (equal in length: S), sets k->times. */
+static int folded(const builder *k, int n) { return k->summary && n > CL_SUMMARY_SEGMENTS; }
+static int next_seg(builder *k, int n, int s) {
+  int t = folded(k, n) && s == 0 ? n - 2 : s + 1;
+  k->times = folded(k, n) && t == n - 2 ? n - 2 : 1;
+  return t;
+}
+static int prev_seg(builder *k, int n, int s) {
+  int t = folded(k, n) && s == n - 2 ? 0 : s - 1;
+  k->times = folded(k, n) && t == n - 2 ? n - 2 : 1;
+  return t;
+}
+static int first_seg(builder *k) {
+  k->times = 1;
+  return 0;
+}
+static int last_seg(builder *k, int n) { return prev_seg(k, n, n); }
 
 /* Share of the whole batch's loss elements held by the micro-batch's
  * sequences over steps t0 .. t0 + len - 1 (with a horizon, only its last
@@ -105,7 +128,7 @@ static void segments(builder *k) {
   /* free running: x holds the input steps only; the forward fills the rest */
   emit(k, CL_OP_PUT_X, 0, L, 0, g->T - (g->free_run ? g->horizon - 1 : 0));
   if (g->free_run) emit(k, CL_OP_PUT_TRUTH, 0, L, 0, g->T);
-  for (int s = 0; s < n; s++) {
+  for (int s = first_seg(k); s < n; s = next_seg(k, n, s)) {
     int len = piece_len(g->T, S, s);
     cl_state_ref before = s > 0 ? at(CL_AT_CKPT, s - 1) : call;
     if (g->free_run) { /* one segment (plan.c) */
@@ -120,7 +143,7 @@ static void segments(builder *k) {
     else if (n > 1 && g->state == CL_STATE_CARRY) /* planned for this */
       save(k, 0, L, len, at(CL_AT_CARRY, 0));
   }
-  for (int s = n - 1; s >= 0; s--) {
+  for (int s = last_seg(k, n); s >= 0; s = prev_seg(k, n, s)) {
     int len = piece_len(g->T, S, s), last = s == n - 1, lp = k->final && s == 0;
     cl_state_ref before = s > 0 ? at(CL_AT_CKPT, s - 1) : call;
     if (!last) forward(k, 0, L, len, s * S, before); /* what the later segments overwrote */
@@ -136,6 +159,7 @@ static void segments(builder *k) {
   }
   /* the state the micro-batch started from is read no more: hand on its
    * last one (still in the buffers when there is a single segment) */
+  k->times = 1;
   if (g->state != CL_STATE_CARRY) return;
   if (n > 1)
     emit(k, CL_OP_KEEP_STATE, 0, L, 0, 0);
@@ -148,7 +172,7 @@ static void windows(builder *k) {
   const cl_schedule *g = k->g;
   int L = k->L, n = pieces(g->T, g->S);
   cl_state_ref call = at(g->state != CL_STATE_ZERO ? CL_AT_CALL : CL_AT_ZERO, 0);
-  for (int w = 0; w < n; w++) {
+  for (int w = first_seg(k); w < n; w = next_seg(k, n, w)) {
     int t0 = w * g->S, len = piece_len(g->T, g->S, w);
     cl_state_ref before = w > 0 ? at(CL_AT_CARRY, 0) : call;
     emit(k, CL_OP_PUT_X, 0, L, t0, len);
@@ -190,7 +214,7 @@ static int stack_x(const builder *k, int si, int s) {
 static void forward_stack(builder *k, int si) {
   const cl_stack *st = &k->a->stack[si];
   int n = stack_steps(k, si), S = k->g->S, nseg = pieces(n, S);
-  for (int s = 0; s < nseg; s++) {
+  for (int s = first_seg(k); s < nseg; s = next_seg(k, nseg, s)) {
     int len = piece_len(n, S, s);
     forward(k, st->lo, st->hi, len, stack_x(k, si, s), stack_before(k, si, s));
     if (reads_head(k->a, st->hi - 1)) emit(k, CL_OP_HEAD_FORWARD, 0, 0, s * S, len);
@@ -231,11 +255,12 @@ static void stacks(builder *k) {
   const cl_arch *a = k->a;
   emit(k, CL_OP_PUT_X, 0, k->L, 0, k->g->T);
   for (int si = 0; si < a->n_stacks; si++) forward_stack(k, si);
+  k->times = 1;
   emit(k, CL_OP_LOSS_FRAMES, a->head_lo, a->head_hi, 0, k->g->horizon);
   for (int si = a->n_stacks - 1; si >= 0; si--) {
     const cl_stack *st = &a->stack[si];
     int n = stack_steps(k, si), S = k->g->S;
-    for (int s = pieces(n, S) - 1; s >= 0; s--) {
+    for (int s = last_seg(k, pieces(n, S)); s >= 0; s = prev_seg(k, pieces(n, S), s)) {
       int len = piece_len(n, S, s);
       if (s < pieces(n, S) - 1) /* recompute what the later segments overwrote */
         forward(k, st->lo, st->hi, len, stack_x(k, si, s), stack_before(k, si, s));
@@ -244,9 +269,9 @@ static void stacks(builder *k) {
   }
 }
 
-cl_status cl_program_build(const cl_arch *a, int n_layers, const cl_schedule *g, cl_target tg,
-                           int b, int final, cl_program *out) {
-  builder k = {a, n_layers, g, tg, b, final, out};
+static cl_status build(const cl_arch *a, int n_layers, const cl_schedule *g, cl_target tg, int b,
+                       int final, int summary, cl_program *out) {
+  builder k = {a, n_layers, g, tg, b, final, out, summary, 1};
   if (cl_arch_is_wired(a))
     stacks(&k);
   else if (g->tbptt)
@@ -256,8 +281,18 @@ cl_status cl_program_build(const cl_arch *a, int n_layers, const cl_schedule *g,
   return out->oom ? CL_E_OOM : CL_OK;
 }
 
+cl_status cl_program_build(const cl_arch *a, int n_layers, const cl_schedule *g, cl_target tg,
+                           int b, int final, cl_program *out) {
+  return build(a, n_layers, g, tg, b, final, 0, out);
+}
+
+cl_status cl_program_summary(const cl_arch *a, int n_layers, const cl_schedule *g, cl_target tg,
+                             int b, int final, cl_program *out) {
+  return build(a, n_layers, g, tg, b, final, 1, out);
+}
+
 cl_status cl_step_ops(const cl_schedule *g, cl_program *out) {
-  builder k = {NULL, 0, g, CL_TARGET_SEQUENCE, 0, 0, out};
+  builder k = {NULL, 0, g, CL_TARGET_SEQUENCE, 0, 0, out, 0, 1};
   emit(&k, CL_OP_ZERO_GRAD, 0, 0, 0, 0);
   for (int b0 = 0; b0 < g->B; b0 += g->Bm) {
     int b = g->B - b0 < g->Bm ? g->B - b0 : g->Bm;

@@ -78,6 +78,7 @@ typedef struct cl_op {
   unsigned last_pass : 1; /* BACKWARD(_FREE), BUCKET: each gradient is complete after it */
   unsigned accumulate : 1; /* HEAD_BACKWARD */
   double share;            /* LOSS_SEGMENT */
+  int64_t times;           /* a summary's op stands for this many (1 in a program that runs) */
 } cl_op;
 
 typedef struct cl_program {
@@ -92,6 +93,14 @@ typedef struct cl_program {
  * caller); CL_E_OOM when it could not grow. */
 cl_status cl_program_build(const cl_arch *a, int n_layers, const cl_schedule *g, cl_target tg,
                            int b, int final, cl_program *out);
+/* The same ops in summary, for what counts them and sizes their buffers
+ * (the convolution-call list, the planner): where a stack runs more than
+ * CL_SUMMARY_SEGMENTS segments or windows, the middle ones (all but the
+ * first and the last) appear once, as the last of them, with `times` their
+ * number -- so a summary's length does not grow with the steps. */
+#define CL_SUMMARY_SEGMENTS 4
+cl_status cl_program_summary(const cl_arch *a, int n_layers, const cl_schedule *g, cl_target tg,
+                             int b, int final, cl_program *out);
 void cl_program_free(cl_program *p);
 /* The step buffers an op reads or writes, as (kind, layer) views (layer
  * -1: a buffer of the whole step), each once or more, through use(ctx,

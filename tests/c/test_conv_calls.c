@@ -347,6 +347,12 @@ int main(void) {
       {"non-square kernels", 2, 4, 6, 5, 2, 3, 2, 3, 5, 1, 1, LAST, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32, 0},
       {"dilation 2, one layer", 2, 5, 6, 6, 1, 3, 0, 3, 1, 2, 1, SEQ, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, CL_F32, 0},
       {"float16, checkpoint", 2, 5, 4, 4, 2, 3, 2, 3, 3, 1, 1, LAST, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, CL_F16, 0},
+      /* more segments or windows than a summary lists one by one
+       * (CL_SUMMARY_SEGMENTS): the middle ones counted, not walked */
+      {"checkpoint 1 of 7, state", 2, 7, 4, 4, 2, 3, 2, 3, 3, 1, 1, SEQ, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, CL_F32, 0},
+      {"checkpoint 2 of 11, rc, micro", 3, 11, 4, 4, 2, 2, 3, 3, 3, 1, 1, LAST, 2, 0, 2, 1, 0, 0, 0, 0, 0, 0, CL_F32, 0},
+      {"tbptt 1 of 7, last state", 2, 7, 4, 4, 2, 3, 2, 3, 3, 1, 1, LAST, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32, 0},
+      {"tbptt 2 of 11, sequence, head", 2, 11, 4, 4, 2, 3, 2, 3, 3, 1, 1, SEQ, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32, 1},
       {"inference", 3, 5, 4, 4, 2, 3, 2, 3, 3, 1, 0, LAST, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32, 0},
       {"inference, state, horizon 3", 2, 4, 4, 4, 2, 3, 2, 5, 3, 2, 0, LAST, 0, 0, 0, 0, 3, 0, 0, 1, 0, 0, CL_F32, 0},
       {"inference, per-gate dropout model", 2, 3, 4, 4, 2, 3, 2, 3, 3, 1, 0, LAST, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, CL_F32, 0},
@@ -371,5 +377,7 @@ int main(void) {
   run_forecaster_opts("encoder-forecaster, recompute 2, T 5, K 4", 1, 3, 3, 5, 4, 0, CL_F32, 0, 2);
   run_forecaster_opts("encoder-forecaster, ck 3, rc 2, accumulation", 1, 5, 3, 7, 4, 2, CL_F16, 3,
                       2);
+  run_forecaster_opts("encoder-forecaster, checkpoint 1, T 7, K 6", 1, 3, 3, 7, 6, 0, CL_F32, 1, 0);
+  run_forecaster_opts("encoder-forecaster, ck 1, rc 1, T 6, K 5", 1, 3, 3, 6, 5, 2, CL_F32, 1, 1);
   return ctest_done("test_conv_calls");
 }
