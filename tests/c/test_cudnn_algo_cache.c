@@ -57,7 +57,7 @@ static void key_of(char *out, int field, int value) {
   int cudnn = field == 103 ? 90100 : 91000, dirn = field == 104 ? 2 : 0;
   int tf32 = field == 105 ? 0 : 1, det = field == 106 ? 1 : 0;
   const char *dt = field == 107 ? "f32" : "f16";
-  if (field < 10) s[field] = value;
+  if (field >= 0 && field < 10) s[field] = value;
   cl_algo_key(out, CL_ALGO_KEY_LEN, dev, cc, drv, cudnn, dt, dirn, tf32, det, s);
 }
 
