@@ -80,6 +80,10 @@ cl_arch cl_arch_of(const cl_config *c);
 cl_status cl_arch_check(const cl_config *c, char *err, size_t errlen);
 
 static inline int cl_arch_has_head(const cl_arch *a) { return a->head_hi > a->head_lo; }
+/* Whether the head reads layer l's h. */
+static inline int cl_arch_head_reads(const cl_arch *a, int l) {
+  return cl_arch_has_head(a) && l >= a->head_lo && l < a->head_hi;
+}
 /* The stack that holds layer l. */
 static inline int cl_arch_stack_of(const cl_arch *a, int l) {
   int s = 0;

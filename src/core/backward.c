@@ -235,7 +235,7 @@ static cl_status backward_layer(cl_model *m, int l, int b, int len, int done, co
 /* recompute_gates: one chunk's share of layer l's weight gradients, steps
  * s0..s0+k-1 whose dz are in the chunk buffer, and of the gradient of the
  * layer's input (overwritten there: the layer above's steps before s0 stay
- * clear, cl_dh_layout). */
+ * clear: d_hidden's places, cl_program_place). */
 static cl_status chunk_grads(cl_model *m, int l, int b, int s0, int k, const void *in,
                              const void *prev_h) {
   const cl_step *st = &m->step;

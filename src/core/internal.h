@@ -283,12 +283,18 @@ static inline int cl_buf_is_step(int kind) { return kind >= CL_BUF_X; }
 #define CL_BUF_DIM_ONE
 #define CL_BUF_DIM_LAYER [CL_MAX_LAYERS]
 #define CL_BUF_FIELD_(kind, field, name, other, per, dt) CL_BUF_CTYPE_##dt *field CL_BUF_DIM_##per;
+struct cl_program; /* program.h */
 typedef struct cl_step {
   int valid;
   cl_schedule g;
   cl_plan plan;
   CL_STEP_BUFFERS(CL_BUF_FIELD_)
   int outputs_kept; /* the buffers hold the whole call's outputs and states */
+  /* a training step's ops (train.c) for target prog_target, kept while g
+   * holds: [0] its micro-batches' before the last, [1] the last's, [2] its
+   * own list; NULL: none yet */
+  struct cl_program *prog;
+  cl_target prog_target;
 } cl_step;
 #undef CL_BUF_FIELD_
 

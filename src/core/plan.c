@@ -268,27 +268,6 @@ static int max_hidden(const struct cl_model *m) {
   return h;
 }
 
-/* recompute_gates: a layer's backward sends each chunk's gradient into the
- * d_hidden of the layer below while its own earlier steps there are still
- * to be read, so the two must not overlap. Layer l's steps lie from
- * at[l] * S * Bm * H * W floats on: the last layer's from 0, and each layer
- * below either entirely under the one above (when it fits there) or from
- * where its later steps stay clear of the one above's earlier steps, however
- * many steps and sequences the call runs. Returns the channels the buffer
- * must hold per step and sequence (the largest hidden size when all are
- * equal). at may be NULL. */
-int cl_dh_layout(const cl_model *m, int *at) {
-  int top = m->cfg.n_layers - 1, u = 0, need = m->layer[top].hidden;
-  if (at) at[top] = 0;
-  for (int l = top - 1; l >= 0; l--) {
-    int hr = m->layer[l + 1].hidden, hw = m->layer[l].hidden;
-    u = hw <= u ? 0 : u + (hr > hw ? hr - hw : 0);
-    if (at) at[l] = u;
-    if (u + hw > need) need = u + hw;
-  }
-  return need;
-}
-
 /* A head's output over S steps of Bm sequences, in training also its
  * target-then-gradient (float). */
 static void plan_head(plan_builder *b, const struct cl_model *m, const cl_schedule *g, size_t S,
@@ -374,6 +353,7 @@ static void plan_dropout(plan_builder *b, const struct cl_model *m, const cl_sch
 typedef struct extents {
   int steps[CL_MAX_LAYERS], ckpt[CL_MAX_LAYERS], dz_carry[CL_MAX_LAYERS], hand_c[CL_MAX_LAYERS];
   int x_steps, head_steps, most, carry, roll;
+  int dh_rows; /* d_hidden's channels per step: its layers as the program places them */
 } extents;
 
 static int imax(int a, int b) { return a > b ? a : b; }
@@ -443,10 +423,9 @@ static void plan_training(plan_builder *b, const struct cl_model *m, const cl_sc
     if (x->hand_c[l])
       add(b, CL_BUF_HAND_C, l, CL_MEM_WORKSPACE,
           nbytes(b, f, Bm, (size_t)m->layer[l].hidden, P, 1));
-  /* d_hidden of layer l is last read by l's time loop, and l's input half
-   * writes layer l - 1's only after that loop: one buffer serves them all
-   * (rows of steps x channels, < 2^62: both factors are ints) */
-  size_t dh_rows = (g->dh_one ? 1 : most) * (g->rc ? (size_t)cl_dh_layout(m, NULL) : hmax);
+  /* one buffer serves every layer's d_hidden, each where the program
+   * places it (rows of steps x channels, < 2^62: both factors are ints) */
+  size_t dh_rows = (g->dh_one ? 1 : most) * (size_t)x->dh_rows;
   if (x->roll) { /* layers below the last keep their fed-back steps in the ring */
     size_t tin = (size_t)(g->T - g->horizon + 1), up = most * (size_t)m->layer[top].hidden;
     dh_rows = up > tin * hmax ? up : tin * hmax;
@@ -510,21 +489,47 @@ static void set_lifetimes(cl_plan *p, const cl_lifetimes *t, int n_layers) {
   }
 }
 
-/* A training step's program in summary (its micro-batch of Bm): the extents of its
- * buffers, their lifetimes, and whether the layers' d_cell values live at
- * once (checkpoint segments and free running carry each layer's across the
- * others'): each layer keeps its own then, else they take one in turn. */
+/* Each layer's view of a kind placed in one region from program p
+ * (cl_program_place; units: the layer's hidden channels): its extent, -1
+ * out of memory. */
+static int place_views(const cl_model *m, const cl_schedule *g, const cl_program *p, int kind,
+                       int *at) {
+  int size[CL_MAX_LAYERS];
+  for (int l = 0; l < m->cfg.n_layers; l++) size[l] = m->layer[l].hidden;
+  return cl_program_place(p, &m->arch, g, m->cfg.n_layers, kind, size, at);
+}
+
+static cl_status summary_of(const cl_model *m, const cl_schedule *g, cl_program *p) {
+  return cl_program_summary(&m->arch, m->cfg.n_layers, g, CL_TARGET_SEQUENCE, g->Bm, 1, p);
+}
+
+/* A training step's program in summary (its micro-batch of Bm): the extents
+ * of its buffers, their lifetimes, d_hidden's places, and whether the
+ * layers' d_cell values live at once (checkpoint segments and free running
+ * carry each layer's across the others'): each layer keeps its own then,
+ * else they take one in turn. */
 static cl_status read_program(const cl_model *m, const cl_schedule *g, cl_lifetimes *t,
                               extents *x, int *dc_apart) {
   cl_program prog = {0};
-  cl_status s =
-      cl_program_summary(&m->arch, m->cfg.n_layers, g, CL_TARGET_SEQUENCE, g->Bm, 1, &prog);
+  cl_status s = summary_of(m, g, &prog);
+  int dc[CL_MAX_LAYERS], dh[CL_MAX_LAYERS];
   if (s == CL_OK) {
     memset(x, 0, sizeof *x);
     for (int i = 0; i < prog.n; i++) extents_of_op(x, &prog.v[i], &m->arch, m->cfg.n_layers);
     cl_program_lifetimes(&prog, &m->arch, g, m->cfg.n_layers, t);
-    *dc_apart = cl_program_layers_overlap(&prog, &m->arch, g, m->cfg.n_layers, CL_BUF_DC);
+    x->dh_rows = place_views(m, g, &prog, CL_BUF_DH, dh);
+    if (place_views(m, g, &prog, CL_BUF_DC, dc) < 0 || x->dh_rows < 0) s = CL_E_OOM;
+    *dc_apart = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) *dc_apart |= dc[l] != 0;
   }
+  cl_program_free(&prog);
+  return s;
+}
+
+cl_status cl_plan_dh_places(const cl_model *m, const cl_schedule *g, int *at) {
+  cl_program prog = {0};
+  cl_status s = summary_of(m, g, &prog);
+  if (s == CL_OK && place_views(m, g, &prog, CL_BUF_DH, at) < 0) s = CL_E_OOM;
   cl_program_free(&prog);
   return s;
 }

@@ -23,10 +23,11 @@ void cl_schedule_target(const cl_model *m, cl_target target, cl_schedule *g);
 /* The carried state (state.c): per layer h then c, each [B, hidden, H, W]
  * in dtype t; its bytes, 0 on overflow. */
 size_t cl_state_bytes(const cl_model *m, int B, int H, int W, cl_dtype t);
-/* recompute_gates: where each layer's d_hidden starts in the shared buffer
- * (at[l], in units of S * Bm * H * W floats) and the channels per step the
- * buffer holds (plan.c). */
-int cl_dh_layout(const cl_model *m, int *at);
+/* Where each layer's d_hidden starts in a training step's one d_hidden
+ * buffer (at[l], in units of S * Bm * H * W floats), as the plan places it
+ * from the step's program (cl_program_place); CL_E_OOM when the program
+ * could not be listed. */
+cl_status cl_plan_dh_places(const cl_model *m, const cl_schedule *g, int *at);
 cl_status cl_plan_build(const cl_model *m, const cl_schedule *g, const cl_optim *opt, cl_plan *out,
                         char *err, size_t errlen);
 

@@ -21,6 +21,7 @@
 #include "program.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct builder {
   const cl_arch *a;
@@ -194,10 +195,6 @@ static void windows(builder *k) {
 static int stack_steps(const builder *k, int si) {
   return cl_arch_steps(k->a, si, k->g->T, k->g->horizon);
 }
-static int reads_head(const cl_arch *a, int l) {
-  return cl_arch_has_head(a) && l >= a->head_lo && l < a->head_hi;
-}
-
 /* The states before segment s of stack si, and where its input starts. */
 static cl_state_ref stack_before(const builder *k, int si, int s) {
   const cl_stack *st = &k->a->stack[si];
@@ -217,7 +214,7 @@ static void forward_stack(builder *k, int si) {
   for (int s = first_seg(k); s < nseg; s = next_seg(k, nseg, s)) {
     int len = piece_len(n, S, s);
     forward(k, st->lo, st->hi, len, stack_x(k, si, s), stack_before(k, si, s));
-    if (reads_head(k->a, st->hi - 1)) emit(k, CL_OP_HEAD_FORWARD, 0, 0, s * S, len);
+    if (cl_arch_head_reads(k->a, st->hi - 1)) emit(k, CL_OP_HEAD_FORWARD, 0, 0, s * S, len);
     if (s < nseg - 1) save(k, st->lo, st->hi, len, at(CL_AT_CKPT, s));
   }
 }
@@ -231,7 +228,7 @@ static void backward_stack_layer(builder *k, int si, int l, int s, int len) {
   int last = s == pieces(stack_steps(k, si), k->g->S) - 1, top = l == st->hi - 1, to = -1;
   int from = st->state_from >= 0, handed = cl_arch_hands_on(a, l, &to) >= 0;
   int lp = k->final && s == 0;
-  if (reads_head(a, l)) { /* onto the layer above's */
+  if (cl_arch_head_reads(a, l)) { /* onto the layer above's */
     cl_op *o = emit(k, CL_OP_HEAD_BACKWARD, l, l + 1, s * k->g->S, len);
     o->accumulate = !top;
   } else if (top) { /* nothing from above: the handed state's and the later segment's only */
@@ -239,7 +236,8 @@ static void backward_stack_layer(builder *k, int si, int l, int s, int len) {
   }
   /* the head's gradient is complete with its lowest layer's part (data
    * parallel: its bucket, the pseudo-layer after the last, goes then) */
-  if (l == a->head_lo && reads_head(a, l)) emit(k, CL_OP_BUCKET, k->L, k->L + 1, 0, 0)->last_pass = lp;
+  if (l == a->head_lo && cl_arch_head_reads(a, l))
+    emit(k, CL_OP_BUCKET, k->L, k->L + 1, 0, 0)->last_pass = lp;
   if (handed && last) emit(k, CL_OP_RECEIVE, l, to, 0, len);
   cl_op *o = emit(k, CL_OP_BACKWARD, l, l + 1, 0, len);
   o->x_at = l > st->lo ? CL_X_BELOW : stack_x(k, si, s);
@@ -332,24 +330,25 @@ static void state_uses(const user *u, const cl_arch *a, cl_state_ref r, int lo, 
 }
 
 /* A layer's own buffers over its steps, forward or backward. */
-static void layer_uses(const user *u, int l, int backward, int dc_def) {
+static void layer_uses(const user *u, int l, int backward, int dc_how) {
   u->use(u->ctx, CL_BUF_GATES, l, 0);
   u->use(u->ctx, CL_BUF_CELL, l, 0);
   u->use(u->ctx, CL_BUF_HID, l, 0);
   u->use(u->ctx, CL_BUF_DROPPED, -1, 0);
   if (!backward) return;
   u->use(u->ctx, CL_BUF_DH, l, 0);
-  u->use(u->ctx, CL_BUF_DC, l, dc_def);
+  u->use(u->ctx, CL_BUF_DC, l, dc_how);
   u->use(u->ctx, CL_BUF_DZ_CARRY, l, 0);
 }
 
 /* Layer lo's input: x, or the layer below's h (and its d_hidden, which
- * the input half's data gradient writes). */
-static void input_uses(const user *u, const cl_op *o, int backward) {
+ * the input half's data gradient writes anew: after the time loop has
+ * read layer lo's, or with recomputed gates chunk by chunk beside it). */
+static void input_uses(const user *u, const cl_op *o, const cl_schedule *g, int backward) {
   if (o->x_at >= 0) u->use(u->ctx, CL_BUF_X, -1, 0);
   if (o->x_at != CL_X_BELOW) return;
   u->use(u->ctx, CL_BUF_HID, o->lo - 1, 0);
-  if (backward) u->use(u->ctx, CL_BUF_DH, o->lo - 1, 0);
+  if (backward) u->use(u->ctx, CL_BUF_DH, o->lo - 1, g->rc ? CL_USE_DEF_STREAM : CL_USE_DEF_AFTER);
 }
 
 static void head_uses(const user *u, int lo, int hi) {
@@ -366,7 +365,7 @@ void cl_op_uses(const cl_op *o, const cl_arch *a, const cl_schedule *g, int n_la
   case CL_OP_PUT_X:
   case CL_OP_PUT_TRUTH: use(ctx, CL_BUF_X, -1, 0); return;
   case CL_OP_FORWARD:
-    input_uses(&u, o, 0);
+    input_uses(&u, o, g, 0);
     for (int l = o->lo; l < o->hi; l++) layer_uses(&u, l, 0, 0);
     state_uses(&u, a, o->before, o->lo, o->hi);
     return;
@@ -386,9 +385,10 @@ void cl_op_uses(const cl_op *o, const cl_arch *a, const cl_schedule *g, int n_la
     per_layer(&u, CL_BUF_CELL, o->lo, o->hi);
     state_uses(&u, a, o->to, o->lo, o->hi);
     return;
-  case CL_OP_LOSS_SEGMENT: /* the target in the top layer's d_hidden, or the head's */
+  case CL_OP_LOSS_SEGMENT: /* the target's gradient in the top layer's d_hidden, or
+                             through the head's into it */
     use(ctx, CL_BUF_HID, top, 0);
-    use(ctx, CL_BUF_DH, top, 0);
+    use(ctx, CL_BUF_DH, top, CL_USE_DEF);
     if (g->weight_steps) use(ctx, CL_BUF_WEIGHT, -1, 0);
     if (cl_arch_has_head(a)) head_uses(&u, a->head_lo, a->head_hi);
     return;
@@ -399,19 +399,19 @@ void cl_op_uses(const cl_op *o, const cl_arch *a, const cl_schedule *g, int n_la
     return;
   case CL_OP_HEAD_BACKWARD:
     head_uses(&u, o->lo, o->hi);
-    use(ctx, CL_BUF_DH, o->lo, 0);
+    use(ctx, CL_BUF_DH, o->lo, o->accumulate ? CL_USE_READ : CL_USE_DEF);
     return;
-  case CL_OP_ZERO_DH: use(ctx, CL_BUF_DH, o->lo, 0); return;
+  case CL_OP_ZERO_DH: use(ctx, CL_BUF_DH, o->lo, CL_USE_DEF); return;
   case CL_OP_RECEIVE: /* the receiving layer's step 0 dz: kept, or still in its gates */
     use(ctx, g->rc ? CL_BUF_DZ_CARRY : CL_BUF_GATES, o->hi, 0);
     use(ctx, CL_BUF_DROPPED, -1, 0);
     use(ctx, CL_BUF_DH, o->lo, 0);
-    use(ctx, CL_BUF_DC, o->lo, 1); /* d_cell from the handed state's: a new value */
+    use(ctx, CL_BUF_DC, o->lo, CL_USE_DEF); /* d_cell from the handed state's */
     use(ctx, CL_BUF_HAND_C, o->lo, 0);
     return;
   case CL_OP_BACKWARD:
-    input_uses(&u, o, 1);
-    layer_uses(&u, o->lo, 1, o->fresh_dc); /* d_cell from zeros: a new value */
+    input_uses(&u, o, g, 1);
+    layer_uses(&u, o->lo, 1, o->fresh_dc ? CL_USE_DEF : CL_USE_READ); /* d_cell from zeros */
     state_uses(&u, a, o->before, o->lo, o->hi);
     return;
   case CL_OP_HAND_C:
@@ -431,9 +431,9 @@ typedef struct span_ctx {
   int i;
 } span_ctx;
 
-static void span(void *ctx, int kind, int layer, int def) {
+static void span(void *ctx, int kind, int layer, int how) {
   span_ctx *k = ctx;
-  (void)def; /* a view's span runs from its first use to its last, whatever it holds */
+  (void)how; /* a view's span runs from its first use to its last, whatever it holds */
   int j = layer + 1;
   if (kind < 0 || kind >= CL_BUF_NKIND || j < 0 || j > CL_MAX_LAYERS) return;
   if (k->t->first[kind][j] < 0) k->t->first[kind][j] = k->i;
@@ -449,43 +449,110 @@ void cl_program_lifetimes(const cl_program *p, const cl_arch *a, const cl_schedu
 }
 
 /* Live ranges of one kind's per-layer views: a range starts where a view
- * is defined (written whole before it is read) and runs to its last use
- * before the next definition. */
+ * is defined and runs to its last use before the next definition. An op i
+ * is two points: 2i, its uses, and 2i + 1, what it defines after them. */
+typedef struct range {
+  int layer, start, end;
+  int streamed; /* defined by streaming over the layer above's view */
+} range;
+
 typedef struct ranges_ctx {
   int kind, i, n, cap, oom;
   int open[CL_MAX_LAYERS]; /* the layer's current range in r, or -1 */
-  int (*r)[3];             /* layer, start, end */
+  range *r;
 } ranges_ctx;
 
-static void range_use(void *ctx, int kind, int layer, int def) {
+static void range_use(void *ctx, int kind, int layer, int how) {
   ranges_ctx *k = ctx;
   if (kind != k->kind || layer < 0 || layer >= CL_MAX_LAYERS) return;
-  int j = k->open[layer];
-  if (j >= 0 && !def) {
-    k->r[j][2] = k->i;
+  int at = 2 * k->i + (how == CL_USE_DEF_AFTER || how == CL_USE_DEF_STREAM), j = k->open[layer];
+  if (j >= 0 && how == CL_USE_READ) {
+    k->r[j].end = at;
     return;
   }
-  int(*r)[3] = cl_grow(k->r, &k->cap, k->n, sizeof *r);
+  range *r = cl_grow(k->r, &k->cap, k->n, sizeof *r);
   if (!r) {
     k->oom = 1;
     return;
   }
   k->r = r;
-  k->r[k->n][0] = layer, k->r[k->n][1] = k->r[k->n][2] = k->i;
+  range z = {layer, at, at, how == CL_USE_DEF_STREAM};
+  k->r[k->n] = z;
   k->open[layer] = k->n++;
 }
 
-int cl_program_layers_overlap(const cl_program *p, const cl_arch *a, const cl_schedule *g,
-                              int n_layers, int kind) {
+/* What the ranges ask of two layers' places: live[a][b], that they hold
+ * values at once (disjoint then); streamed[a], that a value of layer a is
+ * streamed over layer a + 1's. */
+typedef struct clash {
+  unsigned char live[CL_MAX_LAYERS][CL_MAX_LAYERS], streamed[CL_MAX_LAYERS];
+} clash;
+
+static void clash_of(const ranges_ctx *k, clash *c) {
+  memset(c, 0, sizeof *c);
+  for (int x = 0; x < k->n; x++) {
+    const range *p = &k->r[x];
+    c->streamed[p->layer] |= (unsigned char)p->streamed;
+    for (int y = x + 1; y < k->n; y++) {
+      const range *q = &k->r[y];
+      if (p->layer != q->layer && p->start <= q->end && q->start <= p->end)
+        c->live[p->layer][q->layer] = c->live[q->layer][p->layer] = 1;
+    }
+  }
+}
+
+/* Whether layer l of size[l] fits at offset o beside the layers placed. A
+ * value streamed over the layer above's writes its step s after that one's
+ * steps s, s + 1, ... are read: clear of the ones still to be read when it
+ * lies wholly below, or at least as far above as the one above is larger. */
+static int fits(const clash *c, const int *size, const int *at, const int *placed, int L, int l,
+                int o) {
+  for (int j = 0; j < L; j++) {
+    if (!placed[j] || j == l) continue;
+    int below = o + size[l] <= at[j], above = o >= at[j] + size[j];
+    if (c->live[l][j] && !below && !above) return 0;
+    int lag = size[j] > size[l] ? size[j] - size[l] : 0;
+    if (j == l + 1 && c->streamed[l] && !below && o < at[j] + lag) return 0;
+  }
+  return 1;
+}
+
+/* Layer l at the lowest offset that fits: 0, or against a layer placed. */
+static void place_one(const clash *c, const int *size, int *at, int *placed, int L, int l) {
+  int best = -1;
+  for (int j = -1; j < L; j++) {
+    if (j >= 0 && !placed[j]) continue;
+    int lag = j >= 0 && size[j] > size[l] ? size[j] - size[l] : 0;
+    int cand[2] = {j < 0 ? 0 : at[j] + size[j], j < 0 ? 0 : at[j] + lag};
+    for (int q = 0; q < 2; q++)
+      if ((best < 0 || cand[q] < best) && fits(c, size, at, placed, L, l, cand[q])) best = cand[q];
+  }
+  at[l] = best;
+  placed[l] = 1;
+}
+
+int cl_program_place(const cl_program *p, const cl_arch *a, const cl_schedule *g, int n_layers,
+                     int kind, const int *size, int *at) {
   ranges_ctx k = {kind, 0, 0, 0, 0, {0}, NULL};
   for (int l = 0; l < CL_MAX_LAYERS; l++) k.open[l] = -1;
   for (k.i = 0; k.i < p->n; k.i++) cl_op_uses(&p->v[k.i], a, g, n_layers, range_use, &k);
-  int overlap = k.oom;
-  for (int x = 0; x < k.n && !overlap; x++)
-    for (int y = x + 1; y < k.n && !overlap; y++)
-      overlap = k.r[x][0] != k.r[y][0] && k.r[x][1] <= k.r[y][2] && k.r[y][1] <= k.r[x][2];
+  clash *c = k.oom ? NULL : malloc(sizeof *c);
+  if (!c) {
+    free(k.r);
+    return -1;
+  }
+  clash_of(&k, c);
+  /* in the order the layers' values first begin, then the layers never used */
+  int placed[CL_MAX_LAYERS] = {0}, extent = 0;
+  for (int x = 0; x < k.n; x++)
+    if (!placed[k.r[x].layer]) place_one(c, size, at, placed, n_layers, k.r[x].layer);
+  for (int l = 0; l < n_layers; l++) {
+    if (!placed[l]) place_one(c, size, at, placed, n_layers, l);
+    if (at[l] + size[l] > extent) extent = at[l] + size[l];
+  }
+  free(c);
   free(k.r);
-  return overlap;
+  return extent;
 }
 
 void cl_program_free(cl_program *p) {

@@ -9,6 +9,7 @@
  * smaller shape.
  */
 #include "plan.h" /* cl_schedule_make, cl_plan_build; internal.h */
+#include "program.h" /* the step's ops it keeps */
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -139,6 +140,8 @@ static void unbind(cl_model *m) {
     if (e->in_arena) cl_mem_give(&m->mem, e->category, e->bytes);
   }
   cl_plan_free(&st->plan);
+  for (int i = 0; st->prog && i < 3; i++) cl_program_free(&st->prog[i]);
+  free(st->prog);
   memset(st, 0, sizeof *st);
   m->phase = CL_PHASE_NONE;
 }
@@ -174,15 +177,18 @@ static void bind_view(cl_step *st, const cl_plan_entry *e, void *p) {
 #undef BIND_ONE_
 #undef BIND_LAYER_
 
-/* recompute_gates: each layer's d_hidden at its place in the one buffer
- * (cl_dh_layout). */
-static void place_dh(cl_model *m, const cl_schedule *g) {
+/* A training step's d_hidden: each layer's at its place in the one buffer
+ * (free running keeps its own ring, forward.c). */
+static cl_status place_dh(cl_model *m, const cl_schedule *g) {
   cl_step *st = &m->step;
   int at[CL_MAX_LAYERS];
-  cl_dh_layout(m, at);
+  if (!g->training || g->free_run) return CL_OK;
+  cl_status s = cl_plan_dh_places(m, g, at);
+  if (s != CL_OK) return cl_fail(m, s, "out of host memory placing d_hidden");
   float *base = st->dh[0];
   size_t unit = (size_t)g->S * g->Bm * g->H * g->W;
   for (int l = 0; l < m->cfg.n_layers; l++) st->dh[l] = base + at[l] * unit;
+  return CL_OK;
 }
 
 /* An arena of at least `bytes`: grown (old one given back first, so that a
@@ -222,7 +228,11 @@ cl_status cl_step_prepare(cl_model *m, const cl_schedule *g) {
     cl_mem_take(&m->mem, e->category, e->bytes);
     bind_view(st, e, e->bytes ? (char *)m->arena + e->offset : NULL);
   }
-  if (g->rc) place_dh(m, g);
+  s = place_dh(m, g);
+  if (s != CL_OK) {
+    cl_step_release(m);
+    return s;
+  }
   st->valid = 1;
   st->g = *g;
   if (m->guard) CL_TRY(guard_fill(m));

@@ -27,6 +27,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #define CL_SCALE_INIT 65536.0
 #define CL_SCALE_GROWTH_INTERVAL 2000
@@ -80,15 +81,32 @@ static cl_status scaler_update(cl_model *m, const cl_optim *opt, const cl_step_v
 }
 
 /* The step as ops (program.h): [0] the program of the micro-batches of Bm
- * sequences before the last, [1] the last one's, [2] the step's own list. */
-static cl_status programs_make(cl_model *m, cl_target target, cl_program *prog) {
-  const cl_schedule *g = &m->step.g;
+ * sequences before the last, [1] the last one's, [2] the step's own list;
+ * listed once for the geometry the step holds (step.c drops them with it). */
+static cl_status programs_of(cl_model *m, cl_target target, const cl_program **out) {
+  cl_step *st = &m->step;
+  const cl_schedule *g = &st->g;
+  if (st->prog && st->prog_target == target) {
+    *out = st->prog;
+    return CL_OK;
+  }
+  cl_program *prog = st->prog ? st->prog : calloc(3, sizeof *prog);
+  if (!prog) return cl_fail(m, CL_E_OOM, "out of host memory listing the step's operations");
+  for (int i = 0; i < 3; i++) cl_program_free(&prog[i]);
+  st->prog = prog;
   int last, n = cl_micro_batches(g, &last);
   cl_status s = CL_OK;
   if (n > 1) s = cl_program_build(&m->arch, m->cfg.n_layers, g, target, g->Bm, 0, &prog[0]);
   if (s == CL_OK) s = cl_program_build(&m->arch, m->cfg.n_layers, g, target, last, 1, &prog[1]);
   if (s == CL_OK) s = cl_step_ops(g, &prog[2]);
-  if (s != CL_OK) return cl_fail(m, s, "out of host memory listing the step's operations");
+  if (s != CL_OK) {
+    for (int i = 0; i < 3; i++) cl_program_free(&prog[i]);
+    free(prog);
+    st->prog = NULL;
+    return cl_fail(m, s, "out of host memory listing the step's operations");
+  }
+  st->prog_target = target;
+  *out = prog;
   return CL_OK;
 }
 
@@ -141,11 +159,9 @@ static cl_status train_step(cl_model *m, cl_call *c, const cl_source *x, const c
    * finite loss can still carry inf/NaN gradients (an overflow inside the
    * cell): the update's guard refuses them, after clipping */
   u.check_loss = !half;
-  cl_program prog[3] = {{0}, {0}, {0}};
-  cl_status s = programs_make(m, target, prog);
-  if (s == CL_OK) s = launch_step(m, c, x, y, target, ls, &u, opts, prog);
-  for (int i = 0; i < 3; i++) cl_program_free(&prog[i]);
-  CL_TRY(s);
+  const cl_program *prog = NULL;
+  CL_TRY(programs_of(m, target, &prog));
+  CL_TRY(launch_step(m, c, x, y, target, ls, &u, opts, prog));
   /* layers running the target's steps beside the input's hold two lengths: read none */
   m->step.outputs_kept = g.Bm == g.B && g.nseg == 1 && !g.tbptt &&
                          !cl_arch_runs_target(&m->arch) && !m->poison; /* NaN after their last use */

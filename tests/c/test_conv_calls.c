@@ -353,6 +353,10 @@ int main(void) {
       {"checkpoint 2 of 11, rc, micro", 3, 11, 4, 4, 2, 2, 3, 3, 3, 1, 1, LAST, 2, 0, 2, 1, 0, 0, 0, 0, 0, 0, CL_F32, 0},
       {"tbptt 1 of 7, last state", 2, 7, 4, 4, 2, 3, 2, 3, 3, 1, 1, LAST, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32, 0},
       {"tbptt 2 of 11, sequence, head", 2, 11, 4, 4, 2, 3, 2, 3, 3, 1, 1, SEQ, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32, 1},
+      /* at the summary's edge: 4 segments listed one by one, 5 the fewest folded */
+      {"checkpoint 1 of 4, edge", 2, 4, 4, 4, 2, 3, 2, 3, 3, 1, 1, SEQ, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32, 0},
+      {"checkpoint 1 of 5, edge", 2, 5, 4, 4, 2, 3, 2, 3, 3, 1, 1, LAST, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32, 0},
+      {"tbptt 1 of 5, sequence, edge", 2, 5, 4, 4, 2, 3, 2, 3, 3, 1, 1, SEQ, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32, 0},
       {"inference", 3, 5, 4, 4, 2, 3, 2, 3, 3, 1, 0, LAST, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32, 0},
       {"inference, state, horizon 3", 2, 4, 4, 4, 2, 3, 2, 5, 3, 2, 0, LAST, 0, 0, 0, 0, 3, 0, 0, 1, 0, 0, CL_F32, 0},
       {"inference, per-gate dropout model", 2, 3, 4, 4, 2, 3, 2, 3, 3, 1, 0, LAST, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, CL_F32, 0},
