@@ -4,7 +4,7 @@
  * states resolved to the step's buffers. It knows ops, layers and buffers,
  * not kinds of model: which ops run, in what order, program.c decides.
  */
-#include "program.h"
+#include "lifetimes.h" /* the step's ops and their buffers' spans */
 
 #include <stdlib.h>
 #include <string.h>

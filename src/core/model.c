@@ -326,19 +326,18 @@ static cl_status public_geom(cl_model *m, int B, int T, int H, int W, int traini
                              const cl_step_options *o, cl_schedule *g) {
   static const cl_step_options none;
   cl_step_options asked = o ? *o : none;
-  int fc = cl_arch_is_wired(&m->arch); /* stacks handing states on (arch.h) */
-  if (fc) asked.horizon = 0; /* the forecaster's steps, not train_step's horizon */
+  int runs = cl_arch_runs_target(&m->arch); /* a stack runs the target's steps */
+  if (runs) asked.horizon = 0; /* those steps, not train_step's horizon */
   int pd = asked.plan_dtype; /* its range: cl_schedule_make's check */
   cl_dtype t = pd > 0 && pd <= 1 + CL_BF16 ? (cl_dtype)(pd - 1) : m->cfg.dtype;
   cl_target target =
       asked.plan_target ? (cl_target)(asked.plan_target - 1) : CL_TARGET_SEQUENCE;
   CL_TRY(cl_cap_check(m, &asked, training, target, t));
-  if (!fc) return cl_schedule_make(m, B, T, H, W, training, o, g);
-  int p = m->arch.patch;
-  if (H < 1 || W < 1 || H % p || W % p)
+  int p = m->arch.patch; /* frames cut into p x p patches as channels (arch.h) */
+  if (p > 1 && (H < 1 || W < 1 || H % p || W % p))
     return cl_fail(m, CL_E_INVALID, "frames of %d x %d pixels: the patch size %d must divide both",
                    H, W, p);
-  if (!o || o->horizon < 1)
+  if (runs && (!o || o->horizon < 1))
     return cl_fail(m, CL_E_INVALID,
                    "an encoder-forecaster's plan needs its horizon (the forecaster's steps) >= 1");
   return cl_schedule_make(m, B, T, H / p, W / p, training, o, g);

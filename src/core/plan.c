@@ -9,7 +9,7 @@
 #include "plan.h"
 
 #include "conv_calls.h" /* cl_conv_calls */
-#include "program.h"    /* the step's ops and their buffers' lifetimes */
+#include "lifetimes.h"  /* the step's ops, their buffers' lifetimes and places */
 
 #include <stdio.h>
 #include <stdlib.h>

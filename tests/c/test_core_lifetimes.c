@@ -20,7 +20,7 @@
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "core/plan.h"          /* cl_schedule_make, cl_plan_dh_places */
-#include "core/program.h"       /* cl_program_place, a list made by hand */
+#include "core/lifetimes.h"     /* cl_program_place, a list made by hand */
 #include "ctest.h"              /* CHECK, uniform01, ctest_model, ctest_flat */
 
 #include <math.h>
@@ -191,7 +191,9 @@ static void chunks_train_alike(void) {
 
 /* The step keeps its list of ops between steps of one geometry: a step
  * with the other target, right after one with the first, trains as it does
- * on a model whose list was dropped in between (by an inference call). */
+ * on a model whose list was dropped in between (by an inference call). In
+ * checkpoint segments the two targets' lists differ (each segment's share
+ * of the loss). */
 static void kept_ops_follow_target(void) {
   const int h[2] = {3, 2};
   double loss[2];
@@ -201,15 +203,18 @@ static void kept_ops_follow_target(void) {
   cl_host_array ys = {Y, CL_HOST_TORCH_F32, 5, {B, T, 2, H, W}};
   cl_host_array yl = {Y, CL_HOST_TORCH_F32, 4, {B, 2, H, W, 0}};
   cl_optim sgd = {CL_OPTIM_SGD, 1e-1, 0, 0, 0, 0, 0, 0, 0, 0};
+  cl_step_options o;
+  memset(&o, 0, sizeof o);
+  o.checkpoint = 2;
   for (int dropped = 0; dropped < 2; dropped++) {
     ctest_rng = 88172645463325252ULL;
     cl_model *m = stack_of(2, h, 1);
     if (!m) return;
     double l0;
-    CHECK(cl_model_train_step(m, &xa, &ys, CL_TARGET_SEQUENCE, &sgd, NULL, &l0) == CL_OK,
+    CHECK(cl_model_train_step(m, &xa, &ys, CL_TARGET_SEQUENCE, &sgd, &o, &l0) == CL_OK,
           "sequence step: %s", cl_model_error(m));
     if (dropped) CHECK(cl_model_forward(m, &xa, 0, NULL) == CL_OK, "%s", cl_model_error(m));
-    CHECK(cl_model_train_step(m, &xa, &yl, CL_TARGET_LAST_STATE, &sgd, NULL, &loss[dropped]) ==
+    CHECK(cl_model_train_step(m, &xa, &yl, CL_TARGET_LAST_STATE, &sgd, &o, &loss[dropped]) ==
               CL_OK,
           "last-state step: %s", cl_model_error(m));
     n[dropped] = ctest_flat(m, 0, p[dropped], MAXP);
