@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# bench/cpu_threads.sh -- two threads against one on this machine's first two
+# cores, ours (bench_convlstm.R) and PyTorch's (bench_torch.py) at the same
+# model, quiet and then beside a busy core, with each side's OpenMP regions
+# per step counted from outside (bench/omp_regions.c, LD_PRELOAD). Issue 39
+# item 5; the figures are in doc/speed.md ("Two threads").
+#
+#   bash bench/cpu_threads.sh [--model=forecaster|tutorial] [--batch=N]
+#                             [--steps=3] [--rounds=2] [--busy=1]
+#
+# Quiet: one thread on core 0 and two on cores 0-1 (under libgomp's default
+# wait policy and under OMP_WAIT_POLICY=passive), the sides alternated
+# `rounds` times, each keeping its best median. Busy (--busy=1): a shell
+# loop spinning on core 1 the whole time, and two threads on cores 0-1 under
+# libgomp's default wait policy, OMP_WAIT_POLICY=passive and =active. It
+# needs the package installed (make install) and Debian's python3-torch
+# (PYTHON, default /usr/bin/python3); it is a benchmark, not a test.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+PYTHON=${PYTHON:-/usr/bin/python3}
+RSCRIPT=${RSCRIPT:-Rscript}
+model=forecaster; batch=; steps=3; rounds=2; busy=1
+for a in "$@"; do
+  case $a in
+    --model=*) model=${a#*=} ;;
+    --batch=*) batch=${a#*=} ;;
+    --steps=*) steps=${a#*=} ;;
+    --rounds=*) rounds=${a#*=} ;;
+    --busy=*) busy=${a#*=} ;;
+    *) echo "unknown argument: $a" >&2; exit 2 ;;
+  esac
+done
+case $model in
+  tutorial) batch=${batch:-100} ;;
+  forecaster) batch=${batch:-4} ;;
+  *) echo "unknown model: $model (tutorial or forecaster)" >&2; exit 2 ;;
+esac
+[ "$(nproc --all)" -ge 2 ] || { echo "cpu_threads.sh: needs two cores" >&2; exit 2; }
+
+shim=$(mktemp -d)/omp_regions.so
+cc -O2 -shared -fPIC "$here/omp_regions.c" -o "$shim" -ldl
+spin=
+cleanup() { [ -n "$spin" ] && kill "$spin" 2>/dev/null; rm -rf "$(dirname "$shim")"; }
+trap cleanup EXIT
+
+# side threads steps warmup [env...]: the RESULT line's median (s/step)
+one() {
+  local side=$1 t=$2 n=$3 w=$4; shift 4
+  local cores=0; [ "$t" -gt 1 ] && cores=0-$((t - 1))
+  local cmd=("$RSCRIPT" "$here/bench_convlstm.R")
+  [ "$side" = torch ] && cmd=("$PYTHON" "$here/bench_torch.py")
+  env OMP_NUM_THREADS="$t" MKL_NUM_THREADS="$t" OPENBLAS_NUM_THREADS=1 "$@" \
+    taskset -c "$cores" "${cmd[@]}" --steps="$n" --warmup="$w" --threads="$t" \
+    --batch="$batch" --model="$model" 2>&1
+}
+median() { sed -n 's/^RESULT .*median=\([0-9.]*\).*/\1/p'; }
+regions() { sed -n 's/^omp_regions: \([0-9]*\) regions.*/\1/p' | sort -n | tail -n 1; }
+best() { printf '%s\n' "$@" | sort -g | head -n 1; }
+
+echo "cpu_threads.sh: $model, batch $batch, $steps steps per timing, $(date -u +%Y-%m-%dT%H:%MZ)," \
+  "commit $(git -C "$here/.." rev-parse --short HEAD 2>/dev/null || echo '?')"
+echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
+
+echo "regions per step (two threads; counted over 3 steps less 1 step):"
+for side in ours torch; do
+  r1=$(one "$side" 2 1 1 LD_PRELOAD="$shim" | regions)
+  r3=$(one "$side" 2 3 1 LD_PRELOAD="$shim" | regions)
+  echo "  $side: $(((r3 - r1) / 2))"
+done
+
+declare -A q
+for ((r = 1; r <= rounds; r++)); do
+  for side in ours torch; do
+    for t in 1 2; do q[$side$t]+=" $(one "$side" "$t" "$steps" 1 | median)"; done
+    q[${side}p]+=" $(one "$side" 2 "$steps" 1 OMP_WAIT_POLICY=passive | median)"
+  done
+done
+echo "quiet, best median of $rounds (s/step):"
+for side in ours torch; do
+  b1=$(best ${q[${side}1]}); b2=$(best ${q[${side}2]}); bp=$(best ${q[${side}p]})
+  echo "  $side: 1 thread $b1, 2 threads $b2, speed-up $(echo "$b1 / $b2" | bc -l | cut -c1-5);" \
+    "2 threads under OMP_WAIT_POLICY=passive $bp, speed-up $(echo "$b1 / $bp" | bc -l | cut -c1-5)"
+done
+
+[ "$busy" = 1 ] || exit 0
+taskset -c 1 sh -c 'while :; do :; done' &
+spin=$!
+echo "beside a busy core 1 (a shell loop), 2 threads on cores 0-1 (s/step; x: over quiet 2 threads):"
+for side in ours torch; do
+  b2=$(best ${q[${side}2]})
+  for policy in default passive active; do
+    env=(); [ "$policy" != default ] && env=(OMP_WAIT_POLICY="$policy")
+    s=$(one "$side" 2 "$steps" 1 "${env[@]}" | median)
+    echo "  $side, wait policy $policy: $s ($(echo "$s / $b2" | bc -l | cut -c1-5)x)"
+  done
+done
