@@ -94,6 +94,13 @@ static inline int cl_arch_stack_of(const cl_arch *a, int l) {
  * stack runs through the executor's segments and windows, its head (if
  * any) in the loss (backward.c). */
 static inline int cl_arch_is_wired(const cl_arch *a) { return a->n_stacks > 1; }
+/* Whether the head's gradient rides in the top layer's bucket (dist.c):
+ * when the head reads that layer alone it is laid out right after it
+ * (model.c) and complete before that layer's backward is; else it is a
+ * bucket of its own, sent once its lowest layer's part is done (program.c). */
+static inline int cl_arch_head_in_top_bucket(const cl_arch *a) {
+  return cl_arch_has_head(a) && a->head_lo == a->stack[a->n_stacks - 1].hi - 1;
+}
 /* Whether a stack runs the target's steps: a call then needs its horizon. */
 static inline int cl_arch_runs_target(const cl_arch *a) {
   for (int s = 0; s < a->n_stacks; s++)

@@ -52,25 +52,25 @@ static cl_status comm_failed(cl_model *m, cl_comm *c, cl_status s) {
 }
 
 /* Layer l's bucket: its wx, wh, bias and peephole gradients, contiguous
- * (model.c); the top layer's also holds a single stack's head, laid out
- * after it and complete before it (the loss runs the head's backward).
- * l = n_layers is the head's pseudo-layer (cl_head) alone: wired stacks'. */
+ * (model.c); the top layer's also holds a head that reads it alone, laid
+ * out after it and complete before it (arch.h). l = n_layers is the
+ * head's pseudo-layer (cl_head) alone: a head over several layers. */
 static size_t bucket_of(const cl_model *m, int l, size_t *offset) {
   const cl_layer *L = &m->layer[l];
   *offset = L->off_wx;
   size_t n = L->n_wx + L->n_wh + L->n_b + L->n_pc;
-  if (l == m->cfg.n_layers - 1 && cl_arch_has_head(&m->arch) && !cl_arch_is_wired(&m->arch))
+  if (l == m->cfg.n_layers - 1 && cl_arch_head_in_top_bucket(&m->arch))
     n += cl_head(m)->n_wx + cl_head(m)->n_b;
   return n;
 }
 
-/* Stacks handing states on (program.c) send their head's bucket, the
- * pseudo-layer n_layers, once its lowest layer's part is done: before that
- * layer's own. */
+/* A head of its own bucket, the pseudo-layer n_layers, goes once its
+ * lowest layer's part is done: before that layer's own (program.c). */
 int cl_model_grad_buckets(const cl_model *m, int *layer, size_t *bytes) {
-  int n = m->cfg.n_layers, k = 0, wired = cl_arch_is_wired(&m->arch);
+  const cl_arch *a = &m->arch;
+  int n = m->cfg.n_layers, k = 0, own = cl_arch_has_head(a) && !cl_arch_head_in_top_bucket(a);
   for (int l = n - 1; l >= 0; l--) { /* in the order backward completes them */
-    if (wired && l == m->arch.head_lo) layer[k++] = n;
+    if (own && l == a->head_lo) layer[k++] = n;
     layer[k++] = l;
   }
   for (int i = 0; i < k; i++) {

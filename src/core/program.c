@@ -234,8 +234,9 @@ static void backward_stack_layer(builder *k, int si, int l, int s, int len) {
     emit(k, CL_OP_ZERO_DH, l, l + 1, 0, len);
   }
   /* the head's gradient is complete with its lowest layer's part (data
-   * parallel: its bucket, the pseudo-layer after the last, goes then) */
-  if (l == a->head_lo && cl_arch_head_reads(a, l))
+   * parallel: its bucket, the pseudo-layer after the last, goes then,
+   * unless it rides in the top layer's) */
+  if (l == a->head_lo && cl_arch_head_reads(a, l) && !cl_arch_head_in_top_bucket(a))
     emit(k, CL_OP_BUCKET, k->L, k->L + 1, 0, 0)->last_pass = lp;
   if (handed && last) emit(k, CL_OP_RECEIVE, l, to, 0, len);
   cl_op *o = emit(k, CL_OP_BACKWARD, l, l + 1, 0, len);

@@ -9,7 +9,11 @@
  * starts from other weights and takes rank 0's by cl_model_broadcast_params.
  * Cases: the last state's target under SGD with momentum (two steps), and a
  * sequence target with gradient accumulation (uneven micro-batches on each
- * rank: a bucket sent before its layer's last pass would be summed short).
+ * rank: a bucket sent before its layer's last pass would be summed short),
+ * and an encoder-forecaster of 1 + 1 layers (its head, reading the top
+ * layer alone, rides in that layer's bucket) and of 2 + 2 with accumulation
+ * (its head a bucket of its own): the communicator's bytes count each
+ * gradient once.
  * test_core_comm.c has the one-process communicator and the shares' algebra;
  * tests/testthat/test-distributed.R the MPI engine under mpirun.
  */
@@ -165,8 +169,16 @@ typedef struct rank_job {
   cl_status status;
 } rank_job;
 
+enum { K = 2 };      /* an encoder-forecaster's target frames */
+static int fc_layers; /* 0: a plain stack; n: an encoder-forecaster of n layers a stack */
+
 static cl_model *model(unsigned long long seed) {
   cl_config c = ctest_config(C, 4, 3, 3, 3, 1, 1);
+  if (fc_layers) {
+    c.forecaster = 1;
+    c.n_layers = 2 * fc_layers;
+    for (int l = 0; l < c.n_layers; l++) c.hidden_dims[l] = 4 - l % fc_layers % 2, c.kernel_sizes[l] = 3;
+  }
   ctest_rng = seed;
   return ctest_model(&c);
 }
@@ -177,6 +189,8 @@ static cl_status steps_on(cl_model *m, int r0, int rows, const rank_job *j, cl_c
   cl_host_array xa = {xs + (size_t)r0 * T * C * H * W, CL_HOST_TORCH_F32, 5, {rows, T, C, H, W}};
   cl_host_array ya = {ys + (size_t)r0 * (seq ? T : 1) * 3 * H * W, CL_HOST_TORCH_F32, seq ? 5 : 4,
                       {rows, seq ? T : 3, seq ? 3 : H, seq ? H : W, seq ? W : 0}};
+  cl_host_array yf = {ys + (size_t)r0 * K * C * H * W, CL_HOST_TORCH_F32, 5, {rows, K, C, H, W}};
+  if (fc_layers) ya = yf;
   cl_step_options o;
   memset(&o, 0, sizeof o);
   o.accumulation_steps = j->accumulation;
@@ -263,5 +277,9 @@ int main(void) {
   cl_optim sgd = {.kind = CL_OPTIM_SGD, .lr = 0.5, .momentum = 0.9};
   run_case("last state, SGD with momentum, 2 steps", CL_TARGET_LAST_STATE, &sgd, 0, 2);
   run_case("sequence, accumulation 2 (2 + 1 and 3 + 2)", CL_TARGET_SEQUENCE, &sgd, 2, 1);
+  fc_layers = 1;
+  run_case("encoder-forecaster 1 + 1, 2 steps", CL_TARGET_SEQUENCE, &sgd, 0, 2);
+  fc_layers = 2;
+  run_case("encoder-forecaster 2 + 2, accumulation 2", CL_TARGET_SEQUENCE, &sgd, 2, 1);
   return ctest_done("test_core_dist");
 }
