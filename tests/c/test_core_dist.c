@@ -262,6 +262,13 @@ static void run_case(const char *label, cl_target target, const cl_optim *opt, i
   cl_comm_get_stats(jobs[1].comm, &st, 0);
   CHECK(st.steps == steps && st.bytes == (double)steps * cl_model_n_params(ref.m) * sizeof(float),
         "%s: stats %ld steps, %.0f bytes", label, st.steps, st.bytes);
+  /* the buckets listed (the advisor's time model reads them) hold each gradient once */
+  int layer[CL_MAX_LAYERS + 1];
+  size_t bytes[CL_MAX_LAYERS + 1], sum = 0;
+  int nb = cl_model_grad_buckets(ref.m, layer, bytes);
+  for (int i = 0; i < nb; i++) sum += bytes[i];
+  CHECK(sum == cl_model_n_params(ref.m) * sizeof(float), "%s: %d buckets of %zu bytes, want %zu",
+        label, nb, sum, (size_t)cl_model_n_params(ref.m) * sizeof(float));
   for (int r = 0; r < RANKS; r++) {
     cl_model_free(jobs[r].m);
     cl_comm_free(jobs[r].comm);
