@@ -596,9 +596,10 @@ void cl_comm_free(cl_comm *c);
 cl_status cl_model_broadcast_params(cl_model *m, cl_comm *c, int root);
 /* The gradient buckets a data-parallel step sums over the ranks, in the
  * order it starts them (the last layer first): layer[k] and bytes[k] (float32
- * gradients), CL_MAX_LAYERS at most; returns their number (an
- * encoder-forecaster's head is a bucket of its own, layer n_layers). Views of the
- * gradient buffer: no memory of their own. */
+ * gradients), CL_MAX_LAYERS at most; returns their number (a head
+ * that reads more than the top layer, an encoder-forecaster's of two or
+ * more layers a stack, is a bucket of its own, layer n_layers). Views of
+ * the gradient buffer: no memory of their own. */
 int cl_model_grad_buckets(const cl_model *m, int *layer, size_t *bytes);
 
 /* A plan: every buffer one step needs, computed without allocating. The

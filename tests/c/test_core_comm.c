@@ -109,6 +109,26 @@ static void test_buckets(void) {
   cl_model_free(m);
 }
 
+/* The most buckets an encoder-forecaster has: the most layers it holds
+ * (CL_MAX_LAYERS - 2, arch.c), each its own, and its head's (a head over
+ * 15 layers): one more than the layers, each gradient in one of them. */
+static void test_most_buckets(void) {
+  cl_config c = config();
+  c.forecaster = 1;
+  c.n_layers = CL_MAX_LAYERS - 2;
+  for (int l = 0; l < c.n_layers; l++) c.hidden_dims[l] = 1, c.kernel_sizes[l] = 1;
+  cl_model *m = ctest_model(&c);
+  if (!m) return;
+  int layer[CL_MAX_LAYERS];
+  size_t bytes[CL_MAX_LAYERS], sum = 0;
+  int n = cl_model_grad_buckets(m, layer, bytes);
+  for (int k = 0; k < n; k++) sum += bytes[k];
+  CHECK(n == c.n_layers + 1 && sum == cl_model_n_params(m) * sizeof(float),
+        "%d layers: %d buckets of %zu bytes, gradients %zu", c.n_layers, n, sum,
+        cl_model_n_params(m) * sizeof(float));
+  cl_model_free(m);
+}
+
 static void test_shares(void) {
   int splits[][2] = {{3, 3}, {1, 5}, {4, 2}};
   size_t n = grads_of(0, B, g_full, NULL);
@@ -139,6 +159,7 @@ int main(void) {
   test_local();
   test_stand_ins();
   test_buckets();
+  test_most_buckets();
   test_shares();
   return ctest_done("test_core_comm");
 }
