@@ -29,7 +29,7 @@
 #include <string.h>
 
 enum { MAXP = 4096, B = 4, T = 6, H = 6, W = 8, K = 3 };
-static float X[B * T * 2 * H * W], Y[B * T * 2 * H * W];
+static float X[B * T * 2 * H * W], Y[B * T * 3 * H * W]; /* y: up to 3 channels */
 
 typedef struct lcase {
   const char *name;
