@@ -79,6 +79,7 @@ typedef struct conv_plan {
   size_t buf_bytes; /* per slice: im2col columns, or the padded image */
   size_t aux_bytes; /* per slice: GEMM scratch, or the padded y / dy */
   size_t bf16_bytes; /* per slice: the bfloat16 kernels' packed operands */
+  size_t apack_bytes; /* per slice, view: the weights packed once for all its images */
   size_t slice_bytes;
   size_t total; /* bytes including 64 of alignment slack; 0 when none is used */
 } conv_plan;
@@ -138,10 +139,13 @@ static void plan_threads(conv_plan *pl, int N, int nt) {
     pl->gemm_threads = nt;
 }
 
-/* The per-image GEMM of the im2col path; returns its column buffer bytes. */
-static size_t plan_gemm(conv_plan *pl, conv_op op, const cl_conv_shape *s) {
+/* The per-image GEMM of the im2col path; returns its column buffer bytes.
+ * Backward data goes through flipped weights when that needs the smaller
+ * column buffer, or when the GEMM reads dy's image in place (inplace: then
+ * it needs none, and runs as fast as the forward). */
+static size_t plan_gemm(conv_plan *pl, conv_op op, const cl_conv_shape *s, int inplace) {
   int kk = cl_conv_taps(s), P = s->H * s->W;
-  pl->flip = op == OP_BWD_DATA && kk > 1 && s->K <= s->C;
+  pl->flip = op == OP_BWD_DATA && kk > 1 && (s->K <= s->C || inplace);
   switch (op) {
     case OP_FORWARD: pl->gM = s->K, pl->gN = P, pl->gK = s->C * kk; break;
     case OP_BWD_DATA:
@@ -198,12 +202,18 @@ static void plan_direct(conv_plan *pl, conv_op op, const cl_conv_shape *s) {
  * C k^2 H W), when each image runs one GEMM on one thread. */
 static void plan_gemm_path(conv_plan *pl, conv_op op, const cl_conv_shape *s,
                            cl_cpu_gemm_kind kind) {
-  pl->buf_bytes = round64(plan_gemm(pl, op, s));
-  pl->view = cl_conv_taps(s) > 1 && kind != CL_CPU_GEMM_BLAS && pl->gemm_threads == 1 &&
-             (op == OP_FORWARD || pl->flip);
+  const int viewable = cl_conv_taps(s) > 1 && kind != CL_CPU_GEMM_BLAS && pl->gemm_threads == 1;
+  /* In place through flipped weights, C rows of dx: worth it while a whole
+   * number of 12-row tiles wastes little of them (16 rows fill 2/3 of 24). */
+  const int inplace = viewable && cl_cpu_sgemm_inplace_of(kind, s->W) &&
+                      5 * s->C >= 4 * round_up(s->C, 12);
+  pl->buf_bytes = round64(plan_gemm(pl, op, s, inplace));
+  pl->view = viewable && (op == OP_FORWARD || pl->flip);
   if (pl->view) {
     plan_padding(pl, s);
     pl->buf_bytes = round64(sizeof(float) * (size_t)(pl->flip ? s->K : s->C) * pl->plane);
+    pl->apack_bytes = round64(sizeof(cl_cpu_apack)) +
+                      round64(cl_cpu_sgemm_apack_bytes(kind, pl->gM, pl->gK));
   }
   pl->aux_bytes =
       round64(pl->gemm_threads > 1 ? cl_cpu_sgemm_threaded_scratch_bytes(kind, pl->gemm_threads,
@@ -224,7 +234,7 @@ static void plan_regions(conv_plan *pl, conv_op op, const cl_conv_shape *s, int 
     dbias = round64(sizeof(double) * (size_t)s->K * G * pl->threads);
     pl->dw_bytes = round64(sizeof(float) * s->K * s->C * kk * G);
   }
-  pl->slice_bytes = pl->buf_bytes + pl->aux_bytes + pl->bf16_bytes;
+  pl->slice_bytes = pl->buf_bytes + pl->aux_bytes + pl->bf16_bytes + pl->apack_bytes;
   pl->off_wflip = 0;
   pl->off_boff = wflip;
   pl->off_dbias = pl->off_boff + boff;
@@ -421,6 +431,11 @@ static void *slice_bf16(const conv_job *j, int tid) {
   return (char *)slice_aux(j, tid) + j->pl->aux_bytes;
 }
 
+/* The thread's packed weights: the record, then the floats. */
+static cl_cpu_apack *slice_apack(const conv_job *j, int tid) {
+  return (cl_cpu_apack *)((char *)slice_bf16(j, tid) + j->pl->bf16_bytes);
+}
+
 static const ptrdiff_t *job_offsets(const conv_job *j) {
   return (const ptrdiff_t *)(j->ws + j->pl->off_boff);
 }
@@ -459,7 +474,7 @@ static void view_gemm(const conv_job *j, int tid, const float *A, const void *im
   fill_padded(pl, j->s->dtype, img, n, channels, j->s->H, j->s->W, slice_buf(j, tid));
   cl_cpu_im2col_view v = {slice_buf(j, tid), job_offsets(j), j->s->W, pl->Wp};
   cl_cpu_sgemm_im2col(j->kind, pl->gM, pl->gN, pl->gK, 1.0f, A, pl->gK, &v, beta, C, pl->gN,
-                      slice_aux(j, tid));
+                      slice_aux(j, tid), slice_apack(j, tid));
 }
 
 /* One row of y (+)= src + b; y in dtype t, at element `at`. Half storage
@@ -679,9 +694,13 @@ static void direct_init(const conv_job *j, int tid) {
   memset(slice_buf(j, tid), 0, j->pl->slice_bytes);
 }
 
-/* GEMM path with an im2col view: only the padded image needs zero borders. */
+/* GEMM path with an im2col view: only the padded image needs zero borders,
+ * and the weights, which may have changed since the last call, are packed
+ * afresh by the first image. */
 static void view_init(const conv_job *j, int tid) {
   memset(slice_buf(j, tid), 0, j->pl->buf_bytes);
+  cl_cpu_apack *ap = slice_apack(j, tid);
+  *ap = (cl_cpu_apack){(float *)((char *)ap + round64(sizeof *ap)), NULL, -1};
 }
 
 static cl_status begin(cl_backend *be, conv_op op, const cl_conv_shape *s, void *ws, conv_plan *pl,

@@ -58,12 +58,19 @@ enum { GEMM_KC = 256, GEMM_MC = 240, GEMM_NC = 720 };
 typedef void (*gemm_ukernel)(int kc, const float *a, const float *b, float *c, int ldc, float alpha,
                              float beta, int m, int n);
 
+/* The same tile with B an im2col view read in place: row p of B starts at
+ * xp + boff[p], and the tile's 16-column vector v at seg[v] from there. */
+typedef void (*gemm_vkernel)(int kc, const float *a, const float *xp, const ptrdiff_t *boff,
+                             const ptrdiff_t *seg, float *c, int ldc, float alpha, float beta,
+                             int m, int n);
+
 typedef struct gemm_arch {
   int mr, nr;
   gemm_ukernel ukr;
   int avx_pack; /* the CPU has AVX: transposing packs may use 8 x 8 register transposes */
   int jr_outer; /* BLIS's loop order: one B sliver stays in L1 across the row tiles */
   const char *name;
+  gemm_vkernel vukr; /* for views of images W % 16 == 0 wide: B is not packed (else NULL) */
 } gemm_arch;
 
 static int imin(int a, int b) { return a < b ? a : b; }
@@ -170,8 +177,9 @@ CL_TARGET_AVX2 static void ukr_avx2(int kc, const float *a, const float *b, floa
 
 /* C[0:m, 0:n] = alpha acc + beta C for an MR x 16 NV tile of accumulators. */
 #define CL_UKR_AVX512(NAME, MR, NV)                                                               \
-  CL_TARGET_AVX512 static void NAME##_store(__m512 acc[MR][NV], float *c, int ldc, float alpha,   \
-                                            float beta, int m, int n) {                           \
+  /* Inlined: a call costs a twentieth of a tile of K = 240. */                                 \
+  CL_TARGET_AVX512 __attribute__((always_inline)) static inline void NAME##_store(                \
+      __m512 acc[MR][NV], float *c, int ldc, float alpha, float beta, int m, int n) {             \
     __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);                                 \
     __mmask16 mk[NV];                                                                             \
     for (int v = 0; v < NV; v++) {                                                                \
@@ -209,14 +217,53 @@ CL_TARGET_AVX2 static void ukr_avx2(int kc, const float *a, const float *b, floa
 CL_UKR_AVX512(ukr_avx512, 8, 3)
 CL_UKR_AVX512(ukr_avx512_12x32, 12, 2)
 #undef CL_UKR_AVX512
+
+/* 12 x 32 with B read from the image in place. When the image is a multiple
+ * of 16 pixels wide, each 16 columns of an im2col row are one image row's
+ * segment shifted by the row's tap, so the loads that a packed sliver would
+ * serve come straight from the zero-bordered image (in L1 across the row
+ * tiles) and B is never packed. Products and sums are those of the packed
+ * 12 x 32 kernel, in its order: the results are the same bit for bit. */
+CL_TARGET_AVX512 static void vukr_avx512_12x32(int kc, const float *a, const float *xp,
+                                               const ptrdiff_t *boff, const ptrdiff_t *seg,
+                                               float *c, int ldc, float alpha, float beta, int m,
+                                               int n) {
+  __m512 acc[12][2];
+#pragma GCC unroll 12
+  for (int i = 0; i < 12; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  const __mmask16 m0 = n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
+  const __mmask16 m1 = n >= 32 ? (__mmask16)0xFFFF : n <= 16 ? 0 : (__mmask16)((1u << (n - 16)) - 1u);
+  const float *s0 = xp + seg[0], *s1 = xp + seg[1];
+  for (int p = 0; p < kc; p++) {
+    const ptrdiff_t o = boff[p];
+    __m512 b0 = _mm512_maskz_loadu_ps(m0, s0 + o), b1 = _mm512_maskz_loadu_ps(m1, s1 + o);
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; i++) {
+      __m512 ai = _mm512_set1_ps(a[i]);
+      acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+    }
+    a += 12;
+  }
+  /* A copy for the store, whose runtime-indexed loops would otherwise keep
+   * acc in memory, written back on every k step. */
+  __m512 out[12][2];
+#pragma GCC unroll 12
+  for (int i = 0; i < 12; i++) out[i][0] = acc[i][0], out[i][1] = acc[i][1];
+  ukr_avx512_12x32_store(out, c, ldc, alpha, beta, m, n);
+}
 #endif /* CL_GEMM_X86 */
 
-static const gemm_arch ARCH_GENERIC = {GEN_MR, GEN_NR, ukr_generic, 0, 0, "4x16"};
+static const gemm_arch ARCH_GENERIC = {GEN_MR, GEN_NR, ukr_generic, 0, 0, "4x16", NULL};
 #if CL_GEMM_X86
-static const gemm_arch ARCH_AVX2 = {AVX2_MR, AVX2_NR, ukr_avx2, 1, 0, "6x16"};
-/* The AVX-512 tiles cl_cpu_sgemm chooses between, the first the default. */
-static const gemm_arch ARCH_AVX512[] = {{8, 48, ukr_avx512, 1, 0, "8x48"},
-                                        {12, 32, ukr_avx512_12x32, 1, 1, "12x32"}};
+static const gemm_arch ARCH_AVX2 = {AVX2_MR, AVX2_NR, ukr_avx2, 1, 0, "6x16", NULL};
+/* The AVX-512 tiles cl_cpu_sgemm chooses between, the first the default.
+ * Tiles with a view kernel come last: a product they cannot read in place
+ * chooses among the others (tiles_for), and forced, runs them packed. */
+static const gemm_arch ARCH_AVX512[] = {
+    {8, 48, ukr_avx512, 1, 0, "8x48", NULL},
+    {12, 32, ukr_avx512_12x32, 1, 1, "12x32", NULL},
+    {12, 32, ukr_avx512_12x32, 1, 1, "12x32-inplace", vukr_avx512_12x32}};
 #endif
 
 static const gemm_arch *arch_of(cl_cpu_gemm_kind kind) {
@@ -455,8 +502,24 @@ static void scale_c(int M, int N, float beta, float *C, int ldc) {
   }
 }
 
-static void gemm_internal(const gemm_arch *ar, int transA, const gemm_bsrc *B, int M, int N, int K,
-                          float alpha, const float *A, int lda, float beta, float *C, int ldc,
+/* Where A's block (ic, pc) is packed: into the scratch when A is packed
+ * per call, or in a whole packed A (apack) laid out block by block, K slice
+ * pc at pc round_up(M, mr) floats and its row block ic at ic kc from there. */
+typedef struct gemm_asrc {
+  int trans, lda;
+  const float *A;
+  const float *packed; /* the whole A, packed; NULL: pack into scratch */
+} gemm_asrc;
+
+static const float *a_block(const gemm_arch *ar, const gemm_asrc *a, int M, int ic, int pc,
+                            int mc, int kc, float *scratch) {
+  if (a->packed) return a->packed + (size_t)pc * round_up(M, ar->mr) + (size_t)ic * kc;
+  pack_a(ar, a->trans, a->A, a->lda, ic, pc, mc, kc, scratch);
+  return scratch;
+}
+
+static void gemm_internal(const gemm_arch *ar, const gemm_asrc *A, const gemm_bsrc *B, int M,
+                          int N, int K, float alpha, float beta, float *C, int ldc,
                           float *scratch) {
   gemm_blocks bl = blocks_of(ar, M, N, K);
   float *pa = scratch, *pb = scratch + bl.a_floats;
@@ -469,8 +532,52 @@ static void gemm_internal(const gemm_arch *ar, int transA, const gemm_bsrc *B, i
       pack_b(ar, B, pc, jc, kc, nc, pb);
       for (int ic = 0; ic < M; ic += bl.mc) {
         int mc = imin(bl.mc, M - ic);
-        pack_a(ar, transA, A, lda, ic, pc, mc, kc, pa);
-        macro_kernel(ar, mc, nc, kc, pa, pb, C + (size_t)ic * ldc + jc, ldc, alpha, bta);
+        const float *a = a_block(ar, A, M, ic, pc, mc, kc, pa);
+        macro_kernel(ar, mc, nc, kc, a, pb, C + (size_t)ic * ldc + jc, ldc, alpha, bta);
+      }
+    }
+  }
+}
+
+/* All of A packed into dst in a_block's layout. */
+static void pack_a_whole(const gemm_arch *ar, const gemm_asrc *a, int M, int K, float *dst) {
+  gemm_blocks bl = blocks_of(ar, M, 1, K);
+  for (int pc = 0; pc < K; pc += bl.kc) {
+    int kc = imin(bl.kc, K - pc);
+    for (int ic = 0; ic < M; ic += bl.mc)
+      pack_a(ar, a->trans, a->A, a->lda, ic, pc, imin(bl.mc, M - ic), kc,
+             dst + (size_t)pc * round_up(M, ar->mr) + (size_t)ic * kc);
+  }
+}
+
+/* gemm_internal for an im2col view with a view kernel: only A is packed,
+ * in the same blocks, and each tile's K slices are summed in the same order,
+ * so C gets the floats the packed tile gives it. The row tiles run inner:
+ * one A sliver and the image rows of a block's taps both stay in L1. */
+static int view_inplace(const gemm_arch *ar, const gemm_bsrc *b) {
+  return ar->vukr && b->view && b->view->W % 16 == 0;
+}
+
+static void gemm_view_inplace(const gemm_arch *ar, const gemm_asrc *A, const cl_cpu_im2col_view *v,
+                              int M, int N, int K, float alpha, float beta, float *C, int ldc,
+                              float *scratch) {
+  gemm_blocks bl = blocks_of(ar, M, N, K);
+  for (int pc = 0; pc < K; pc += bl.kc) {
+    int kc = imin(bl.kc, K - pc);
+    float bta = pc == 0 ? beta : 1.0f;
+    for (int ic = 0; ic < M; ic += bl.mc) {
+      int mc = imin(bl.mc, M - ic);
+      const float *a = a_block(ar, A, M, ic, pc, mc, kc, scratch);
+      for (int jr = 0; jr < N; jr += ar->nr) {
+        ptrdiff_t seg[2];
+        for (int h = 0; h < 2; h++) {
+          int q = jr + 16 * h < N ? jr + 16 * h : jr; /* past N: masked off, any row */
+          seg[h] = (ptrdiff_t)(q / v->W) * v->Wp + q % v->W;
+        }
+        for (int ir = 0; ir < mc; ir += ar->mr)
+          ar->vukr(kc, a + (size_t)ir * kc, v->xp, v->boff + pc, seg,
+                   C + (size_t)(ic + ir) * ldc + jr, ldc, alpha, bta, imin(ar->mr, mc - ir),
+                   imin(ar->nr, N - jr));
       }
     }
   }
@@ -795,16 +902,18 @@ static void gemm_blas(int transA, int transB, int M, int N, int K, float alpha, 
 enum { TUNE_ROUNDS = 3, TUNE_SLOTS = 256 };
 #define TUNE_MIN_FLOP 2e6
 
+enum { TUNE_MAX_TILES = 3 };
+
 typedef struct tune_slot {
-  int used, M, N, K, flags; /* flags: transA | transB << 1 | view << 2 */
+  int used, M, N, K, flags; /* flags: transA | transB << 1 | view << 2 | in place << 3 */
   int calls, choice;        /* choice: -1 until the timing rounds are done */
-  double best[2];
+  double best[TUNE_MAX_TILES];
 } tune_slot;
 
 static tune_slot tune_table[TUNE_SLOTS]; /* only inside the critical section */
 
-static int shape_flags(int transA, int transB, int view) {
-  return (transA != 0) | (transB != 0) << 1 | (view != 0) << 2;
+static int shape_flags(int transA, int transB, int view, int inplace) {
+  return (transA != 0) | (transB != 0) << 1 | (view != 0) << 2 | (inplace != 0) << 3;
 }
 
 static int tiles_of(cl_cpu_gemm_kind kind, const gemm_arch **tiles) {
@@ -827,6 +936,13 @@ const char *cl_cpu_gemm_tile_name(cl_cpu_gemm_kind kind, int tile) {
   const gemm_arch *t;
   int n = tiles_of(kind, &t);
   return tile >= 0 && tile < n ? t[tile].name : "?";
+}
+
+/* How many of the n tiles may run a product from b: the view tiles only
+ * when they can read it in place. */
+static int tiles_for(const gemm_arch *tiles, int n, const gemm_bsrc *b) {
+  while (n > 1 && tiles[n - 1].vukr && !view_inplace(&tiles[n - 1], b)) n--;
+  return n;
 }
 
 /* The tile CONVLSTM_GEMM_TILE names among n, or -1. */
@@ -854,7 +970,7 @@ static tune_slot *tune_find(int M, int N, int K, int flags) {
   for (int probe = 0; probe < TUNE_SLOTS; probe++) {
     tune_slot *t = &tune_table[(h + (unsigned)probe) % TUNE_SLOTS];
     if (!t->used) {
-      *t = (tune_slot){1, M, N, K, flags, 0, -1, {1e30, 1e30}};
+      *t = (tune_slot){1, M, N, K, flags, 0, -1, {1e30, 1e30, 1e30}};
       return t;
     }
     if (t->M == M && t->N == N && t->K == K && t->flags == flags) return t;
@@ -862,13 +978,15 @@ static tune_slot *tune_find(int M, int N, int K, int flags) {
   return NULL;
 }
 
-/* Which tile runs this call; *timed: whether its time is to be recorded. */
-static int tile_pick(int n, const gemm_arch *tiles, int M, int N, int K, int flags,
+/* Which tile runs this call, of the first `eligible` of n; *timed: whether
+ * its time is to be recorded. A forced tile runs whether eligible or not. */
+static int tile_pick(int n, int eligible, const gemm_arch *tiles, int M, int N, int K, int flags,
                      tune_slot **timed) {
   *timed = NULL;
   if (n == 1) return 0;
   int forced = tile_forced(tiles, n);
   if (forced >= 0) return forced;
+  if (eligible == 1) return 0;
   if (2.0 * M * N * K < TUNE_MIN_FLOP) return 0;
   int pick = 0;
 #ifdef _OPENMP
@@ -879,21 +997,25 @@ static int tile_pick(int n, const gemm_arch *tiles, int M, int N, int K, int fla
     if (t && t->choice >= 0) {
       pick = t->choice;
     } else if (t) {
-      pick = t->calls++ % 2; /* alternate: a slow spell of the machine hits both */
+      pick = t->calls++ % eligible; /* in turn: a slow spell of the machine hits each */
       *timed = t;
     }
   }
   return pick;
 }
 
-static void tile_record(tune_slot *t, int tile, double seconds) {
+static void tile_record(tune_slot *t, int eligible, int tile, double seconds) {
 #ifdef _OPENMP
 #pragma omp critical(cl_gemm_tune)
 #endif
   {
     if (seconds < t->best[tile]) t->best[tile] = seconds;
-    if (t->choice < 0 && t->calls >= 2 * TUNE_ROUNDS && t->best[0] < 1e30 && t->best[1] < 1e30)
-      t->choice = t->best[1] < t->best[0];
+    int done = t->choice < 0 && t->calls >= eligible * TUNE_ROUNDS, fastest = 0;
+    for (int i = 0; done && i < eligible; i++) {
+      done = t->best[i] < 1e30;
+      if (t->best[i] < t->best[fastest]) fastest = i;
+    }
+    if (done) t->choice = fastest;
   }
 }
 
@@ -901,7 +1023,7 @@ int cl_cpu_gemm_tile_chosen(cl_cpu_gemm_kind kind, int transA, int transB, int v
                             int K) {
   const gemm_arch *tiles;
   if (kind == CL_CPU_GEMM_BLAS || tiles_of(kind, &tiles) == 1) return 0;
-  int choice = -1, flags = shape_flags(transA, transB, view);
+  int choice = -1, flags = shape_flags(transA, transB, view, view == 2);
 #ifdef _OPENMP
 #pragma omp critical(cl_gemm_tune)
 #endif
@@ -912,18 +1034,52 @@ int cl_cpu_gemm_tile_chosen(cl_cpu_gemm_kind kind, int transA, int transB, int v
   return choice;
 }
 
-/* gemm_internal with the tile tile_pick chooses, timed while tuning. */
+/* gemm_internal (or its in-place twin) with the tile tile_pick chooses,
+ * timed while tuning. ap: NULL, or A kept packed across calls (repacked
+ * when A or the tile differ from what it holds; the time counts). */
 static void gemm_tuned(cl_cpu_gemm_kind kind, int transA, const gemm_bsrc *B, int M, int N, int K,
                        float alpha, const float *A, int lda, float beta, float *C, int ldc,
-                       float *scratch) {
+                       float *scratch, cl_cpu_apack *ap) {
   const gemm_arch *tiles;
-  int n = tiles_of(kind, &tiles);
+  int n = tiles_of(kind, &tiles), eligible = tiles_for(tiles, n, B);
   tune_slot *timed;
-  int flags = shape_flags(transA, B->trans, B->view != NULL);
-  int tile = tile_pick(n, tiles, M, N, K, flags, &timed);
+  int flags = shape_flags(transA, B->trans, B->view != NULL, tiles[n - 1].vukr && eligible == n);
+  int tile = tile_pick(n, eligible, tiles, M, N, K, flags, &timed);
+  const gemm_arch *ar = &tiles[tile];
   double t0 = timed ? thread_seconds() : 0.0;
-  gemm_internal(&tiles[tile], transA, B, M, N, K, alpha, A, lda, beta, C, ldc, scratch);
-  if (timed) tile_record(timed, tile, thread_seconds() - t0);
+  gemm_asrc a = {transA, lda, A, NULL};
+  if (ap) {
+    if (ap->of != A || ap->tile != tile) {
+      pack_a_whole(ar, &a, M, K, ap->buf);
+      ap->of = A, ap->tile = tile;
+    }
+    a.packed = ap->buf;
+  }
+  if (view_inplace(ar, B) && !transA)
+    gemm_view_inplace(ar, &a, B->view, M, N, K, alpha, beta, C, ldc, scratch);
+  else
+    gemm_internal(ar, &a, B, M, N, K, alpha, beta, C, ldc, scratch);
+  if (timed) tile_record(timed, eligible, tile, thread_seconds() - t0);
+}
+
+int cl_cpu_sgemm_inplace_of(cl_cpu_gemm_kind kind, int W) {
+  const gemm_arch *tiles;
+  int n = tiles_of(direct_kind(kind), &tiles);
+  cl_cpu_im2col_view v = {NULL, NULL, W, W};
+  gemm_bsrc b = {0, NULL, 0, &v};
+  return view_inplace(&tiles[n - 1], &b);
+}
+
+size_t cl_cpu_sgemm_apack_bytes(cl_cpu_gemm_kind kind, int M, int K) {
+  kind = direct_kind(kind);
+  if (M <= 0 || K <= 0) return 0;
+  const gemm_arch *tiles;
+  size_t most = 0;
+  for (int i = 0, n = tiles_of(kind, &tiles); i < n; i++) {
+    size_t b = sizeof(float) * (size_t)round_up(M, tiles[i].mr) * (size_t)K;
+    if (b > most) most = b;
+  }
+  return most;
 }
 
 size_t cl_cpu_sgemm_scratch_bytes(cl_cpu_gemm_kind kind, int M, int N, int K) {
@@ -960,14 +1116,14 @@ int cl_cpu_sgemm(cl_cpu_gemm_kind kind, int transA, int transB, int M, int N, in
     scratch = (void *)(((uintptr_t)owned + 63) & ~(uintptr_t)63);
   }
   gemm_bsrc b = {transB, B, ldb, NULL};
-  gemm_tuned(kind, transA, &b, M, N, K, alpha, A, lda, beta, C, ldc, (float *)scratch);
+  gemm_tuned(kind, transA, &b, M, N, K, alpha, A, lda, beta, C, ldc, (float *)scratch, NULL);
   free(owned);
   return 0;
 }
 
 int cl_cpu_sgemm_im2col(cl_cpu_gemm_kind kind, int M, int N, int K, float alpha, const float *A,
                         int lda, const cl_cpu_im2col_view *B, float beta, float *C, int ldc,
-                        void *scratch) {
+                        void *scratch, cl_cpu_apack *ap) {
   if (M <= 0 || N <= 0) return 0;
   if (K <= 0 || alpha == 0.0f) {
     scale_c(M, N, beta, C, ldc);
@@ -981,7 +1137,7 @@ int cl_cpu_sgemm_im2col(cl_cpu_gemm_kind kind, int M, int N, int K, float alpha,
     scratch = (void *)(((uintptr_t)owned + 63) & ~(uintptr_t)63);
   }
   gemm_bsrc b = {0, NULL, 0, B};
-  gemm_tuned(kind, 0, &b, M, N, K, alpha, A, lda, beta, C, ldc, (float *)scratch);
+  gemm_tuned(kind, 0, &b, M, N, K, alpha, A, lda, beta, C, ldc, (float *)scratch, ap);
   free(owned);
   return 0;
 }

@@ -38,14 +38,18 @@ const char *cl_cpu_gemm_name(cl_cpu_gemm_kind kind);
  * CPU, the same in every process on one machine (n_threads is not used). */
 cl_cpu_gemm_kind cl_cpu_gemm_choose(int n_threads);
 
-/* The register tiles of an internal kind (0 for BLAS): AVX-512 has two
- * (8x48 and 12x32), the others one. cl_cpu_sgemm times them on the first
- * calls of each shape in a process and keeps the faster; every tile gives
- * the same result bit for bit. CONVLSTM_GEMM_TILE=<tile name> forces one. */
+/* The register tiles of an internal kind (0 for BLAS): AVX-512 has three
+ * (8x48, 12x32, and 12x32-inplace, which reads an im2col view of an image
+ * a multiple of 16 pixels wide in place instead of packing it; other
+ * products run it as 12x32), the others one. cl_cpu_sgemm times the tiles
+ * a product can use on the first calls of each shape in a process and keeps
+ * the fastest; every tile gives the same result bit for bit.
+ * CONVLSTM_GEMM_TILE=<tile name> forces one. */
 int cl_cpu_gemm_tiles(cl_cpu_gemm_kind kind);
 const char *cl_cpu_gemm_tile_name(cl_cpu_gemm_kind kind, int tile);
-/* The tile chosen for a shape class (view: B an im2col view), -1 while it
- * is still being timed or was never called; 0 for kinds with one tile. */
+/* The tile chosen for a shape class, -1 while it is still being timed or
+ * was never called; 0 for kinds with one tile. view: 0 B a matrix, 1 an
+ * im2col view, 2 a view of an image a multiple of 16 pixels wide. */
 int cl_cpu_gemm_tile_chosen(cl_cpu_gemm_kind kind, int transA, int transB, int view, int M, int N,
                             int K);
 
@@ -79,13 +83,29 @@ typedef struct cl_cpu_im2col_view {
   int W, Wp;
 } cl_cpu_im2col_view;
 
+/* A packed once for many products that share it (a convolution's weights
+ * over its images). `of` is the A last packed into buf, for `tile`; NULL
+ * until then. The caller sets of = NULL whenever A's values may have
+ * changed, and buf holds cl_cpu_sgemm_apack_bytes(). */
+typedef struct cl_cpu_apack {
+  float *buf;
+  const float *of;
+  int tile;
+} cl_cpu_apack;
+size_t cl_cpu_sgemm_apack_bytes(cl_cpu_gemm_kind kind, int M, int K);
+/* Nonzero when a tile of this kind reads im2col views of images W pixels
+ * wide in place (cl_cpu_sgemm_im2col packs no B for them). */
+int cl_cpu_sgemm_inplace_of(cl_cpu_gemm_kind kind, int W);
+
 /* C = alpha A[M,K] B[K,N] + beta C with B an im2col view: the packing step
- * gathers B's slivers straight from the image, so no im2col buffer is
- * written and read back. Internal kernels only (BLAS kinds use the best
- * internal one); scratch as for cl_cpu_sgemm with that kind. */
+ * gathers B's slivers straight from the image (or the in-place tile reads
+ * them there), so no im2col buffer is written and read back. Internal
+ * kernels only (BLAS kinds use the best internal one); scratch as for
+ * cl_cpu_sgemm with that kind. ap: NULL, or where A stays packed between
+ * calls with the same A (then A's own packing is skipped). */
 int cl_cpu_sgemm_im2col(cl_cpu_gemm_kind kind, int M, int N, int K, float alpha, const float *A,
                         int lda, const cl_cpu_im2col_view *B, float beta, float *C, int ldc,
-                        void *scratch);
+                        void *scratch, cl_cpu_apack *ap);
 
 /* Two unpacked kernels for convolutions with few channels, where packing
  * and im2col would cost more than the arithmetic. Row r of B starts at

@@ -250,6 +250,143 @@ static void test_gemm_tiles(cl_cpu_gemm_kind kind) {
   free(A), free(B), free(C);
 }
 
+/* ---- GEMM on an im2col view ----------------------------------------------- */
+
+/* One image of C channels, H x W, k x k taps, zero-bordered; its im2col
+ * matrix written out (B, K = C k k rows of H W) for the reference. */
+typedef struct view_img {
+  int C, H, W, k, Wp, K, N;
+  float *xp, *B;
+  ptrdiff_t *boff;
+} view_img;
+
+static view_img view_make(int C, int H, int W, int k) {
+  int pad = k / 2, Hp = H + 2 * pad, Wp = W + 2 * pad;
+  view_img v = {C, H, W, k, Wp, C * k * k, H * W, NULL, NULL, NULL};
+  v.xp = calloc((size_t)C * Hp * Wp, sizeof(float));
+  v.boff = xmalloc(sizeof(ptrdiff_t) * v.K);
+  v.B = xmalloc(sizeof(float) * (size_t)v.K * v.N);
+  for (int c = 0; c < C; c++)
+    for (int y = 0; y < H; y++)
+      for (int x = 0; x < W; x++) v.xp[((size_t)c * Hp + y + pad) * Wp + x + pad] = (float)uniform();
+  for (int r = 0; r < v.K; r++) {
+    int c = r / (k * k), t = r % (k * k);
+    v.boff[r] = (ptrdiff_t)c * Hp * Wp + (t / k) * Wp + t % k;
+    for (int q = 0; q < v.N; q++)
+      v.B[(size_t)r * v.N + q] = v.xp[v.boff[r] + (q / W) * Wp + q % W];
+  }
+  return v;
+}
+
+static void view_free(view_img *v) { free(v->xp), free(v->boff), free(v->B); }
+
+/* C = A view + 0.5 C0 with one tile forced ("" for the timed choice),
+ * through ap when given; checked against the double reference, scratch and
+ * the packed A within their sizes. */
+static void view_case(cl_cpu_gemm_kind kind, const char *tile, const view_img *v, int M,
+                      const float *A, const float *C0, const double *ref, cl_cpu_apack *ap,
+                      size_t ap_bytes, float *C, const char *what) {
+  if (*tile) setenv("CONVLSTM_GEMM_TILE", tile, 1);
+  size_t sb = cl_cpu_sgemm_scratch_bytes(kind == CL_CPU_GEMM_BLAS ? cl_cpu_gemm_best_internal() : kind,
+                                         M, v->N, v->K);
+  unsigned char *scratch = xmalloc(sb + CANARY);
+  fill_canary(scratch + sb);
+  if (ap) fill_canary((unsigned char *)ap->buf + ap_bytes);
+  memcpy(C, C0, sizeof(float) * M * v->N);
+  cl_cpu_im2col_view view = {v->xp, v->boff, v->W, v->Wp};
+  int rc = cl_cpu_sgemm_im2col(kind, M, v->N, v->K, 1.0f, A, v->K, &view, 0.5f, C, v->N, scratch, ap);
+  unsetenv("CONVLSTM_GEMM_TILE");
+  int q = verbose;
+  verbose = 0;
+  check_close(what, C, ref, (size_t)M * v->N, 1e-5);
+  verbose = q;
+  check_true(rc == 0 && canary_intact(scratch + sb) &&
+                 (!ap || canary_intact((unsigned char *)ap->buf + ap_bytes)),
+             "%s: scratch within %zu bytes, packed A within %zu", what, sb, ap ? ap_bytes : 0);
+  free(scratch);
+}
+
+/* cl_cpu_sgemm_im2col against the reference on the written-out im2col
+ * matrix, for images 16 and 32 wide (the in-place tile reads them where
+ * they lie) and 24 and 13 wide (it cannot; forced, it packs as 12x32):
+ * every tile forced, with and without A kept packed, all bit for bit equal
+ * to cl_cpu_sgemm on the written-out matrix; a kept A reused, and repacked
+ * when the caller says its values changed. */
+static void test_gemm_views(cl_cpu_gemm_kind kind) {
+  static const int shapes[][5] = {{3, 5, 16, 3, 40}, {24, 4, 16, 5, 192}, {2, 3, 32, 5, 13},
+                                  {12, 3, 24, 3, 50}, {5, 2, 13, 3, 7},   {20, 1, 16, 5, 12}};
+  const int n = cl_cpu_gemm_tiles(kind == CL_CPU_GEMM_BLAS ? cl_cpu_gemm_best_internal() : kind);
+  for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+    view_img v = view_make(shapes[sh][0], shapes[sh][1], shapes[sh][2], shapes[sh][3]);
+    const int M = shapes[sh][4], N = v.N;
+    float *A = rand_floats((size_t)M * v.K), *C0 = rand_floats((size_t)M * N);
+    float *C = xmalloc(sizeof(float) * M * N), *first = xmalloc(sizeof(float) * M * N);
+    double *ref = xmalloc(sizeof(double) * M * N);
+    ref_gemm(0, 0, M, N, v.K, 1.0, A, v.K, v.B, N, 0.5, C0, N, ref);
+    size_t apb = cl_cpu_sgemm_apack_bytes(kind, M, v.K);
+    cl_cpu_apack ap = {xmalloc(apb + CANARY), NULL, -1};
+    int same = 1;
+    for (int t = 0; t <= n; t++) {
+      const char *tile = t < n ? cl_cpu_gemm_tile_name(
+                                     kind == CL_CPU_GEMM_BLAS ? cl_cpu_gemm_best_internal() : kind, t)
+                               : "";
+      char what[160];
+      for (int kept = 0; kept < 3; kept++) { /* none, packed by this call, reused */
+        snprintf(what, sizeof what, "im2col %s C%d %dx%d k%d M=%d tile %s, A %s",
+                 cl_cpu_gemm_name(kind), v.C, v.H, v.W, v.k, M, *tile ? tile : "timed",
+                 kept == 0 ? "packed per call" : kept == 1 ? "kept, packed" : "kept, reused");
+        view_case(kind, tile, &v, M, A, C0, ref, kept ? &ap : NULL, apb, C, what);
+        if (t == 0 && kept == 0) {
+          /* the same tile on the written-out matrix */
+          setenv("CONVLSTM_GEMM_TILE", tile, 1);
+          float *D = xmalloc(sizeof(float) * M * N);
+          memcpy(D, C0, sizeof(float) * M * N);
+          cl_cpu_sgemm(kind == CL_CPU_GEMM_BLAS ? cl_cpu_gemm_best_internal() : kind, 0, 0, M, N,
+                       v.K, 1.0f, A, v.K, v.B, N, 0.5f, D, N, NULL);
+          unsetenv("CONVLSTM_GEMM_TILE");
+          same &= memcmp(D, C, sizeof(float) * M * N) == 0;
+          memcpy(first, C, sizeof(float) * M * N);
+          free(D);
+        } else if (t < n) {
+          same &= memcmp(first, C, sizeof(float) * M * N) == 0;
+        }
+      }
+    }
+    check_true(same, "im2col %s C%d %dx%d k%d M=%d: every tile, A packed or kept, the floats of "
+               "sgemm on the written-out matrix", cl_cpu_gemm_name(kind), v.C, v.H, v.W, v.k, M);
+    /* A changed in place: with of reset the next call repacks; without, it
+     * would not (the caller's contract), which the result shows. */
+    for (size_t i = 0; i < (size_t)M * v.K; i++) A[i] = -A[i];
+    for (size_t i = 0; i < (size_t)M * N; i++) ref[i] = ref[i] - 2.0 * (ref[i] - 0.5 * C0[i]);
+    ap.of = NULL;
+    char what[160];
+    snprintf(what, sizeof what, "im2col %s C%d %dx%d: A changed, kept A reset, repacked",
+             cl_cpu_gemm_name(kind), v.C, v.H, v.W);
+    view_case(kind, "", &v, M, A, C0, ref, &ap, apb, C, what);
+    free(A), free(C0), free(C), free(first), free(ref), free(ap.buf);
+    view_free(&v);
+  }
+  if (kind != CL_CPU_GEMM_AVX512) return;
+  /* The timed choice: a 16-wide image's view is timed over three tiles, a
+   * 24-wide one's over the two that pack it. */
+  for (int w = 16; w <= 24; w += 8) {
+    view_img v = view_make(8, 8, w, 3);
+    const int M = 192, view = w == 16 ? 2 : 1, tiles = w == 16 ? 3 : 2;
+    float *A = rand_floats((size_t)M * v.K), *C = xmalloc(sizeof(float) * M * v.N);
+    cl_cpu_im2col_view view_ = {v.xp, v.boff, v.W, v.Wp};
+    int before = cl_cpu_gemm_tile_chosen(kind, 0, 0, view, M, v.N, v.K), calls = 0, after;
+    while ((after = cl_cpu_gemm_tile_chosen(kind, 0, 0, view, M, v.N, v.K)) < 0 && calls < 100) {
+      cl_cpu_sgemm_im2col(kind, M, v.N, v.K, 1.0f, A, v.K, &view_, 0.0f, C, v.N, NULL, NULL);
+      calls++;
+    }
+    check_true(before == -1 && after >= 0 && after < tiles && calls == 3 * tiles,
+               "im2col %s %d wide: timed over %d tiles, settles on %s after %d calls", 
+               cl_cpu_gemm_name(kind), w, tiles, cl_cpu_gemm_tile_name(kind, after), calls);
+    free(A), free(C);
+    view_free(&v);
+  }
+}
+
 /* Conversions of the kernels against core/half.h on awkward values:
  * subnormals, overflow, ties, NaN, through the vector and the scalar path. */
 static void test_half_conversions(void) {
@@ -285,6 +422,7 @@ int main(int argc, char **argv) {
       test_gemm_kind((cl_cpu_gemm_kind)kind);
       test_gemm_reentrant((cl_cpu_gemm_kind)kind);
       test_gemm_tiles((cl_cpu_gemm_kind)kind);
+      test_gemm_views((cl_cpu_gemm_kind)kind);
     }
   printf("-- float16 / bfloat16 load and store\n");
   test_half_conversions();
