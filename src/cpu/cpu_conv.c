@@ -14,7 +14,15 @@
  * with P = H W and Ckk = C k k. Backward data picks whichever lowering needs
  * the smaller column buffer: col2im's is Ckk x P, the flipped-kernel one
  * (a forward convolution with weights transposed and rotated 180 degrees)
- * Kkk x P.
+ * Kkk x P; or the flipped kernel whenever the GEMM can read dy's image in
+ * place (below), which needs no column buffer and no col2im pass.
+ *
+ * When each image runs one GEMM on one thread, no column matrix is written
+ * at all: the GEMM packs col(x) (forward), col(dy) (flipped backward data)
+ * or col(x)^T (backward filter) straight from a zero-bordered copy of the
+ * image (cl_cpu_sgemm_im2col), and for images a multiple of 16 pixels wide
+ * its 12 x 32 tile reads col(x) and col(dy) where they lie, packing only
+ * the weights, once per thread and call rather than once per image.
  *
  * When the GEMM is thin (few output channels forward; few output channels or
  * a small C k k in backward filter) im2col and packing would cost more than
@@ -197,9 +205,9 @@ static void plan_direct(conv_plan *pl, conv_op op, const cl_conv_shape *s) {
             : cl_cpu_bf16_rows_scratch_bytes(pl->gM, in, kk, pl->buf_bytes / sizeof(float)));
 }
 
-/* The im2col + GEMM path. The internal GEMM can pack the im2col matrix
- * straight from a padded copy of the image (C Hp Wp floats instead of
- * C k^2 H W), when each image runs one GEMM on one thread. */
+/* The im2col + GEMM path. The internal GEMM can pack the im2col matrix (or
+ * its transpose) straight from a padded copy of the image (C Hp Wp floats
+ * instead of C k^2 H W), when each image runs one GEMM on one thread. */
 static void plan_gemm_path(conv_plan *pl, conv_op op, const cl_conv_shape *s,
                            cl_cpu_gemm_kind kind) {
   const int viewable = cl_conv_taps(s) > 1 && kind != CL_CPU_GEMM_BLAS && pl->gemm_threads == 1;
@@ -208,12 +216,14 @@ static void plan_gemm_path(conv_plan *pl, conv_op op, const cl_conv_shape *s,
   const int inplace = viewable && cl_cpu_sgemm_inplace_of(kind, s->W) &&
                       5 * s->C >= 4 * round_up(s->C, 12);
   pl->buf_bytes = round64(plan_gemm(pl, op, s, inplace));
-  pl->view = viewable && (op == OP_FORWARD || pl->flip);
+  pl->view = viewable && (op != OP_BWD_DATA || pl->flip);
   if (pl->view) {
     plan_padding(pl, s);
     pl->buf_bytes = round64(sizeof(float) * (size_t)(pl->flip ? s->K : s->C) * pl->plane);
-    pl->apack_bytes = round64(sizeof(cl_cpu_apack)) +
-                      round64(cl_cpu_sgemm_apack_bytes(kind, pl->gM, pl->gK));
+    /* backward filter's A is dy, a new one for every image */
+    if (op != OP_BWD_FILTER)
+      pl->apack_bytes = round64(sizeof(cl_cpu_apack)) +
+                        round64(cl_cpu_sgemm_apack_bytes(kind, pl->gM, pl->gK));
   }
   pl->aux_bytes =
       round64(pl->gemm_threads > 1 ? cl_cpu_sgemm_threaded_scratch_bytes(kind, pl->gemm_threads,
@@ -473,7 +483,7 @@ static void view_gemm(const conv_job *j, int tid, const float *A, const void *im
   const conv_plan *pl = j->pl;
   fill_padded(pl, j->s->dtype, img, n, channels, j->s->H, j->s->W, slice_buf(j, tid));
   cl_cpu_im2col_view v = {slice_buf(j, tid), job_offsets(j), j->s->W, pl->Wp};
-  cl_cpu_sgemm_im2col(j->kind, pl->gM, pl->gN, pl->gK, 1.0f, A, pl->gK, &v, beta, C, pl->gN,
+  cl_cpu_sgemm_im2col(j->kind, 0, pl->gM, pl->gN, pl->gK, 1.0f, A, pl->gK, &v, beta, C, pl->gN,
                       slice_aux(j, tid), slice_apack(j, tid));
 }
 
@@ -654,6 +664,15 @@ static void backward_filter_image(const conv_job *j, int n, int tid) {
   const int P = s->H * s->W;
   const float *dyn = (const float *)j->dy + img_floats(s, s->K) * n;
   const float *B = (const float *)j->x + img_floats(s, s->C) * n;
+  if (j->pl->view) {
+    const conv_plan *pl = j->pl;
+    fill_padded(pl, s->dtype, j->x, n, s->C, s->H, s->W, slice_buf(j, tid));
+    cl_cpu_im2col_view v = {slice_buf(j, tid), job_offsets(j), s->W, pl->Wp};
+    cl_cpu_sgemm_im2col(j->kind, 1, pl->gM, pl->gN, pl->gK, 1.0f, dyn, P, &v, 1.0f,
+                        filter_dw_at(j, tid, n), pl->gN, slice_aux(j, tid), NULL);
+    add_dbias(j, dyn, (size_t)P, P, tid, n);
+    return;
+  }
   if (cl_conv_taps(s) > 1) {
     im2col(B, s->C, s, slice_buf(j, tid));
     B = slice_buf(j, tid);
@@ -699,6 +718,7 @@ static void direct_init(const conv_job *j, int tid) {
  * afresh by the first image. */
 static void view_init(const conv_job *j, int tid) {
   memset(slice_buf(j, tid), 0, j->pl->buf_bytes);
+  if (!j->pl->apack_bytes) return;
   cl_cpu_apack *ap = slice_apack(j, tid);
   *ap = (cl_cpu_apack){(float *)((char *)ap + round64(sizeof *ap)), NULL, -1};
 }
@@ -778,6 +798,7 @@ static void filter_init(const conv_job *j, int tid) {
     memset((double *)(j->ws + j->pl->off_dbias) + (size_t)tid * j->s->K * j->G, 0,
            sizeof(double) * j->s->K * j->G);
   if (j->pl->direct) direct_init(j, tid);
+  if (j->pl->view) view_init(j, tid);
 }
 
 /* dw += the partials of threads 1..team-1; dbias += every thread's sums. */

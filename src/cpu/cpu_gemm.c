@@ -316,11 +316,11 @@ const char *cl_cpu_gemm_name(cl_cpu_gemm_kind kind) {
 #if CL_GEMM_X86
 #define CL_TARGET_AVX __attribute__((target("avx")))
 
-/* dst[q * ldd + i] = src[i * lds + q] for an 8 x 8 block. */
-CL_TARGET_AVX static inline void transpose8x8(const float *src, size_t lds, float *dst,
-                                              size_t ldd) {
+/* dst[q * ldd + i] = row[i][q] for an 8 x 8 block. */
+CL_TARGET_AVX static inline void transpose8x8_rows(const float *const row[8], float *dst,
+                                                   size_t ldd) {
   __m256 r[8], t[8], u[8];
-  for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + i * lds);
+  for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(row[i]);
   for (int i = 0; i < 8; i += 2) {
     t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
     t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
@@ -335,6 +335,14 @@ CL_TARGET_AVX static inline void transpose8x8(const float *src, size_t lds, floa
     _mm256_storeu_ps(dst + q * ldd, _mm256_permute2f128_ps(u[q], u[q + 4], 0x20));
     _mm256_storeu_ps(dst + (q + 4) * ldd, _mm256_permute2f128_ps(u[q], u[q + 4], 0x31));
   }
+}
+
+/* dst[q * ldd + i] = src[i * lds + q] for an 8 x 8 block. */
+CL_TARGET_AVX static inline void transpose8x8(const float *src, size_t lds, float *dst,
+                                              size_t ldd) {
+  const float *row[8];
+  for (int i = 0; i < 8; i++) row[i] = src + i * lds;
+  transpose8x8_rows(row, dst, ldd);
 }
 
 /* An MR-tall sliver from mr full rows of A (mr a multiple of 4, at least 8):
@@ -425,6 +433,41 @@ static void pack_view_row(const cl_cpu_im2col_view *v, int r, int q, int n, floa
   }
 }
 
+/* Row p0 + p of a transposed view, columns [j, j + n): element j is pixel
+ * p0 + p of the view's row j (pixel q at (q / W) Wp + q % W). */
+static void pack_tview(const cl_cpu_im2col_view *v, int p0, int kc, int j, int n, int nr,
+                       int avx, float *dst) {
+  int jj = 0;
+#if CL_GEMM_X86
+  /* Eight view rows at a time: runs of 8 pixels within an image row are
+   * 8 x 8 transposes from the image itself. */
+  for (; avx && jj + 8 <= n; jj += 8) {
+    const float *row[8];
+    for (int p = 0; p < kc;) {
+      int q = p0 + p, y = q / v->W, x = q % v->W;
+      ptrdiff_t off = (ptrdiff_t)y * v->Wp + x;
+      if (x + 8 <= v->W && p + 8 <= kc) {
+        for (int i = 0; i < 8; i++) row[i] = v->xp + v->boff[j + jj + i] + off;
+        transpose8x8_rows(row, dst + (size_t)p * nr + jj, (size_t)nr);
+        p += 8;
+      } else {
+        for (int i = 0; i < 8; i++) dst[(size_t)p * nr + jj + i] = v->xp[v->boff[j + jj + i] + off];
+        p++;
+      }
+    }
+  }
+#else
+  (void)avx;
+#endif
+  for (; jj < n; jj++) {
+    const float *src = v->xp + v->boff[j + jj];
+    for (int p = 0; p < kc; p++) {
+      int q = p0 + p;
+      dst[(size_t)p * nr + jj] = src[(ptrdiff_t)(q / v->W) * v->Wp + q % v->W];
+    }
+  }
+}
+
 /* op(B)[p0:p0+kc, j0:j0+nc] into NR-wide slivers, element (p, j) of a sliver
  * at [p * nr + j]; columns past nc are zero. */
 static void pack_b(const gemm_arch *ar, const gemm_bsrc *b, int p0, int j0, int kc, int nc,
@@ -433,6 +476,10 @@ static void pack_b(const gemm_arch *ar, const gemm_bsrc *b, int p0, int j0, int 
   for (int t = 0; t < nc; t += nr, dst += (size_t)nr * kc) {
     int n = imin(nr, nc - t);
     if (n < nr) memset(dst, 0, sizeof(float) * (size_t)nr * kc);
+    if (b->view && b->trans) {
+      pack_tview(b->view, p0, kc, j0 + t, n, nr, ar->avx_pack, dst);
+      continue;
+    }
     if (b->view) {
       for (int p = 0; p < kc; p++) pack_view_row(b->view, p0 + p, j0 + t, n, dst + (size_t)p * nr);
       continue;
@@ -555,7 +602,7 @@ static void pack_a_whole(const gemm_arch *ar, const gemm_asrc *a, int M, int K, 
  * so C gets the floats the packed tile gives it. The row tiles run inner:
  * one A sliver and the image rows of a block's taps both stay in L1. */
 static int view_inplace(const gemm_arch *ar, const gemm_bsrc *b) {
-  return ar->vukr && b->view && b->view->W % 16 == 0;
+  return ar->vukr && b->view && !b->trans && b->view->W % 16 == 0;
 }
 
 static void gemm_view_inplace(const gemm_arch *ar, const gemm_asrc *A, const cl_cpu_im2col_view *v,
@@ -1121,9 +1168,9 @@ int cl_cpu_sgemm(cl_cpu_gemm_kind kind, int transA, int transB, int M, int N, in
   return 0;
 }
 
-int cl_cpu_sgemm_im2col(cl_cpu_gemm_kind kind, int M, int N, int K, float alpha, const float *A,
-                        int lda, const cl_cpu_im2col_view *B, float beta, float *C, int ldc,
-                        void *scratch, cl_cpu_apack *ap) {
+int cl_cpu_sgemm_im2col(cl_cpu_gemm_kind kind, int transB, int M, int N, int K, float alpha,
+                        const float *A, int lda, const cl_cpu_im2col_view *B, float beta, float *C,
+                        int ldc, void *scratch, cl_cpu_apack *ap) {
   if (M <= 0 || N <= 0) return 0;
   if (K <= 0 || alpha == 0.0f) {
     scale_c(M, N, beta, C, ldc);
@@ -1136,7 +1183,7 @@ int cl_cpu_sgemm_im2col(cl_cpu_gemm_kind kind, int M, int N, int K, float alpha,
     if (!owned) return -1;
     scratch = (void *)(((uintptr_t)owned + 63) & ~(uintptr_t)63);
   }
-  gemm_bsrc b = {0, NULL, 0, B};
+  gemm_bsrc b = {transB, NULL, 0, B};
   gemm_tuned(kind, 0, &b, M, N, K, alpha, A, lda, beta, C, ldc, (float *)scratch, ap);
   free(owned);
   return 0;

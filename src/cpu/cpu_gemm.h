@@ -97,15 +97,17 @@ size_t cl_cpu_sgemm_apack_bytes(cl_cpu_gemm_kind kind, int M, int K);
  * wide in place (cl_cpu_sgemm_im2col packs no B for them). */
 int cl_cpu_sgemm_inplace_of(cl_cpu_gemm_kind kind, int W);
 
-/* C = alpha A[M,K] B[K,N] + beta C with B an im2col view: the packing step
+/* C = alpha A[M,K] op(B) + beta C with B an im2col view: [K, N] (the
+ * view's rows are op(B)'s rows), or with transB its transpose ([N, K]: a
+ * convolution's weight gradient, the sum over pixels). The packing step
  * gathers B's slivers straight from the image (or the in-place tile reads
  * them there), so no im2col buffer is written and read back. Internal
  * kernels only (BLAS kinds use the best internal one); scratch as for
  * cl_cpu_sgemm with that kind. ap: NULL, or where A stays packed between
  * calls with the same A (then A's own packing is skipped). */
-int cl_cpu_sgemm_im2col(cl_cpu_gemm_kind kind, int M, int N, int K, float alpha, const float *A,
-                        int lda, const cl_cpu_im2col_view *B, float beta, float *C, int ldc,
-                        void *scratch, cl_cpu_apack *ap);
+int cl_cpu_sgemm_im2col(cl_cpu_gemm_kind kind, int transB, int M, int N, int K, float alpha,
+                        const float *A, int lda, const cl_cpu_im2col_view *B, float beta, float *C,
+                        int ldc, void *scratch, cl_cpu_apack *ap);
 
 /* Two unpacked kernels for convolutions with few channels, where packing
  * and im2col would cost more than the arithmetic. Row r of B starts at

@@ -280,25 +280,26 @@ static view_img view_make(int C, int H, int W, int k) {
 
 static void view_free(view_img *v) { free(v->xp), free(v->boff), free(v->B); }
 
-/* C = A view + 0.5 C0 with one tile forced ("" for the timed choice),
+/* C = A op(view) + 0.5 C0 with one tile forced ("" for the timed choice),
  * through ap when given; checked against the double reference, scratch and
- * the packed A within their sizes. */
-static void view_case(cl_cpu_gemm_kind kind, const char *tile, const view_img *v, int M,
+ * the packed A within their sizes. tB: op(view) = view^T, [pixels, taps]. */
+static void view_case(cl_cpu_gemm_kind kind, const char *tile, const view_img *v, int tB, int M,
                       const float *A, const float *C0, const double *ref, cl_cpu_apack *ap,
                       size_t ap_bytes, float *C, const char *what) {
   if (*tile) setenv("CONVLSTM_GEMM_TILE", tile, 1);
+  const int N = tB ? v->K : v->N, K = tB ? v->N : v->K;
   size_t sb = cl_cpu_sgemm_scratch_bytes(kind == CL_CPU_GEMM_BLAS ? cl_cpu_gemm_best_internal() : kind,
-                                         M, v->N, v->K);
+                                         M, N, K);
   unsigned char *scratch = xmalloc(sb + CANARY);
   fill_canary(scratch + sb);
   if (ap) fill_canary((unsigned char *)ap->buf + ap_bytes);
-  memcpy(C, C0, sizeof(float) * M * v->N);
+  memcpy(C, C0, sizeof(float) * M * N);
   cl_cpu_im2col_view view = {v->xp, v->boff, v->W, v->Wp};
-  int rc = cl_cpu_sgemm_im2col(kind, M, v->N, v->K, 1.0f, A, v->K, &view, 0.5f, C, v->N, scratch, ap);
+  int rc = cl_cpu_sgemm_im2col(kind, tB, M, N, K, 1.0f, A, K, &view, 0.5f, C, N, scratch, ap);
   unsetenv("CONVLSTM_GEMM_TILE");
   int q = verbose;
   verbose = 0;
-  check_close(what, C, ref, (size_t)M * v->N, 1e-5);
+  check_close(what, C, ref, (size_t)M * N, 1e-5);
   verbose = q;
   check_true(rc == 0 && canary_intact(scratch + sb) &&
                  (!ap || canary_intact((unsigned char *)ap->buf + ap_bytes)),
@@ -308,22 +309,22 @@ static void view_case(cl_cpu_gemm_kind kind, const char *tile, const view_img *v
 
 /* cl_cpu_sgemm_im2col against the reference on the written-out im2col
  * matrix, for images 16 and 32 wide (the in-place tile reads them where
- * they lie) and 24 and 13 wide (it cannot; forced, it packs as 12x32):
- * every tile forced, with and without A kept packed, all bit for bit equal
- * to cl_cpu_sgemm on the written-out matrix; a kept A reused, and repacked
- * when the caller says its values changed. */
-static void test_gemm_views(cl_cpu_gemm_kind kind) {
+ * they lie) and 24 and 13 wide (it cannot; forced, it packs as 12x32), the
+ * view and (tB) its transpose: every tile forced, with and without A kept
+ * packed, all bit for bit equal to cl_cpu_sgemm on the written-out matrix;
+ * a kept A reused, and repacked when the caller says its values changed. */
+static void test_gemm_views_op(cl_cpu_gemm_kind kind, int tB) {
   static const int shapes[][5] = {{3, 5, 16, 3, 40}, {24, 4, 16, 5, 192}, {2, 3, 32, 5, 13},
                                   {12, 3, 24, 3, 50}, {5, 2, 13, 3, 7},   {20, 1, 16, 5, 12}};
   const int n = cl_cpu_gemm_tiles(kind == CL_CPU_GEMM_BLAS ? cl_cpu_gemm_best_internal() : kind);
   for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
     view_img v = view_make(shapes[sh][0], shapes[sh][1], shapes[sh][2], shapes[sh][3]);
-    const int M = shapes[sh][4], N = v.N;
-    float *A = rand_floats((size_t)M * v.K), *C0 = rand_floats((size_t)M * N);
+    const int M = shapes[sh][4], N = tB ? v.K : v.N, K = tB ? v.N : v.K;
+    float *A = rand_floats((size_t)M * K), *C0 = rand_floats((size_t)M * N);
     float *C = xmalloc(sizeof(float) * M * N), *first = xmalloc(sizeof(float) * M * N);
     double *ref = xmalloc(sizeof(double) * M * N);
-    ref_gemm(0, 0, M, N, v.K, 1.0, A, v.K, v.B, N, 0.5, C0, N, ref);
-    size_t apb = cl_cpu_sgemm_apack_bytes(kind, M, v.K);
+    ref_gemm(0, tB, M, N, K, 1.0, A, K, v.B, v.N, 0.5, C0, N, ref);
+    size_t apb = cl_cpu_sgemm_apack_bytes(kind, M, K);
     cl_cpu_apack ap = {xmalloc(apb + CANARY), NULL, -1};
     int same = 1;
     for (int t = 0; t <= n; t++) {
@@ -332,17 +333,17 @@ static void test_gemm_views(cl_cpu_gemm_kind kind) {
                                : "";
       char what[160];
       for (int kept = 0; kept < 3; kept++) { /* none, packed by this call, reused */
-        snprintf(what, sizeof what, "im2col %s C%d %dx%d k%d M=%d tile %s, A %s",
+        snprintf(what, sizeof what, "im2col%s %s C%d %dx%d k%d M=%d tile %s, A %s", tB ? "^T" : "",
                  cl_cpu_gemm_name(kind), v.C, v.H, v.W, v.k, M, *tile ? tile : "timed",
                  kept == 0 ? "packed per call" : kept == 1 ? "kept, packed" : "kept, reused");
-        view_case(kind, tile, &v, M, A, C0, ref, kept ? &ap : NULL, apb, C, what);
+        view_case(kind, tile, &v, tB, M, A, C0, ref, kept ? &ap : NULL, apb, C, what);
         if (t == 0 && kept == 0) {
           /* the same tile on the written-out matrix */
           setenv("CONVLSTM_GEMM_TILE", tile, 1);
           float *D = xmalloc(sizeof(float) * M * N);
           memcpy(D, C0, sizeof(float) * M * N);
-          cl_cpu_sgemm(kind == CL_CPU_GEMM_BLAS ? cl_cpu_gemm_best_internal() : kind, 0, 0, M, N,
-                       v.K, 1.0f, A, v.K, v.B, N, 0.5f, D, N, NULL);
+          cl_cpu_sgemm(kind == CL_CPU_GEMM_BLAS ? cl_cpu_gemm_best_internal() : kind, 0, tB, M, N,
+                       K, 1.0f, A, K, v.B, v.N, 0.5f, D, N, NULL);
           unsetenv("CONVLSTM_GEMM_TILE");
           same &= memcmp(D, C, sizeof(float) * M * N) == 0;
           memcpy(first, C, sizeof(float) * M * N);
@@ -352,20 +353,26 @@ static void test_gemm_views(cl_cpu_gemm_kind kind) {
         }
       }
     }
-    check_true(same, "im2col %s C%d %dx%d k%d M=%d: every tile, A packed or kept, the floats of "
-               "sgemm on the written-out matrix", cl_cpu_gemm_name(kind), v.C, v.H, v.W, v.k, M);
+    check_true(same, "im2col%s %s C%d %dx%d k%d M=%d: every tile, A packed or kept, the floats "
+               "of sgemm on the written-out matrix", tB ? "^T" : "", cl_cpu_gemm_name(kind), v.C,
+               v.H, v.W, v.k, M);
     /* A changed in place: with of reset the next call repacks; without, it
      * would not (the caller's contract), which the result shows. */
-    for (size_t i = 0; i < (size_t)M * v.K; i++) A[i] = -A[i];
+    for (size_t i = 0; i < (size_t)M * K; i++) A[i] = -A[i];
     for (size_t i = 0; i < (size_t)M * N; i++) ref[i] = ref[i] - 2.0 * (ref[i] - 0.5 * C0[i]);
     ap.of = NULL;
     char what[160];
-    snprintf(what, sizeof what, "im2col %s C%d %dx%d: A changed, kept A reset, repacked",
-             cl_cpu_gemm_name(kind), v.C, v.H, v.W);
-    view_case(kind, "", &v, M, A, C0, ref, &ap, apb, C, what);
+    snprintf(what, sizeof what, "im2col%s %s C%d %dx%d: A changed, kept A reset, repacked",
+             tB ? "^T" : "", cl_cpu_gemm_name(kind), v.C, v.H, v.W);
+    view_case(kind, "", &v, tB, M, A, C0, ref, &ap, apb, C, what);
     free(A), free(C0), free(C), free(first), free(ref), free(ap.buf);
     view_free(&v);
   }
+}
+
+static void test_gemm_views(cl_cpu_gemm_kind kind) {
+  test_gemm_views_op(kind, 0);
+  test_gemm_views_op(kind, 1);
   if (kind != CL_CPU_GEMM_AVX512) return;
   /* The timed choice: a 16-wide image's view is timed over three tiles, a
    * 24-wide one's over the two that pack it. */
@@ -376,7 +383,7 @@ static void test_gemm_views(cl_cpu_gemm_kind kind) {
     cl_cpu_im2col_view view_ = {v.xp, v.boff, v.W, v.Wp};
     int before = cl_cpu_gemm_tile_chosen(kind, 0, 0, view, M, v.N, v.K), calls = 0, after;
     while ((after = cl_cpu_gemm_tile_chosen(kind, 0, 0, view, M, v.N, v.K)) < 0 && calls < 100) {
-      cl_cpu_sgemm_im2col(kind, M, v.N, v.K, 1.0f, A, v.K, &view_, 0.0f, C, v.N, NULL, NULL);
+      cl_cpu_sgemm_im2col(kind, 0, M, v.N, v.K, 1.0f, A, v.K, &view_, 0.0f, C, v.N, NULL, NULL);
       calls++;
     }
     check_true(before == -1 && after >= 0 && after < tiles && calls == 3 * tiles,
