@@ -488,6 +488,44 @@ static const char *algo_of(cl_backend *be, const cl_conv_shape *s, int dir, char
  * host-accessible backend they start 4 or 12 bytes past an aligned address
  * (the CPU aligns its workspace itself; the core gives device backends an
  * aligned one). */
+/* Two calls on one workspace with the weights changed in place between
+ * them (an optimizer step between two training steps): the second sees the
+ * new weights, -w, whatever the first left in the workspace (the CPU
+ * backend keeps its packed weights there across a call's images). */
+static void conv_weights_changed(const row *r, variant *v, const conv_data *d, scope *sc, void *X,
+                                 void *DY, float *W, float *B, void *Y, void *DX, void *WS,
+                                 const char *label) {
+  const cl_conv_shape *s = &d->s;
+  const struct cl_backend_i *f = v->be->iface;
+  float *neg = xmalloc(d->nw * 4);
+  for (size_t i = 0; i < d->nw; i++) neg[i] = -d->w[i];
+  const size_t P = (size_t)s->H * s->W;
+  double *want = xmalloc(sizeof(double) * (d->ny > d->nx ? d->ny : d->nx));
+  for (int dir = 0; dir < 2 && sc->ok; dir++) {
+    if (dir == 1 && !d->run_data) continue;
+    for (int pass = 0; pass < 2 && sc->ok; pass++) {
+      dev_put(sc, W, pass ? neg : d->w, d->nw * 4);
+      if (dir == 0)
+        CALL(sc, f->conv_forward(v->be, s, X, W, d->bias ? B : NULL, Y, 0, WS));
+      else
+        CALL(sc, f->conv_backward_data(v->be, s, DY, W, (float *)DX, 0, WS));
+    }
+    const size_t n = dir ? d->nx : d->ny;
+    for (size_t i = 0; i < n; i++) {
+      const double b = dir == 0 && d->bias ? d->b[(i / P) % (size_t)s->K] : 0.0;
+      want[i] = 2.0 * b - (dir ? d->rdx[i] : d->ry[i]);
+    }
+    float *got = sc->ok ? dev_get(sc, CL_F32, dir ? DX : Y, n) : NULL;
+    char what[240];
+    snprintf(what, sizeof what, "%s: %s again after the weights changed in place", label,
+             dir ? "backward data" : "forward");
+    if (got) compare(v, what, got, want, n, algo_tol(tol_of(r, v, CL_F32, CL_F32), "tf32"));
+    free(got);
+  }
+  dev_put(sc, W, d->w, d->nw * 4);
+  free(neg), free(want);
+}
+
 static void conv_on(const row *r, variant *v, const conv_data *d, const char *label) {
   cl_backend *be = v->be;
   const struct cl_backend_i *f = be->iface;
@@ -564,6 +602,7 @@ static void conv_on(const row *r, variant *v, const conv_data *d, const char *la
   if (got && !d->bias)
     expect(v, memcmp(got, d->db0, s->K * 4) == 0, "%s: dbias NULL leaves it alone", label);
   free(got);
+  if (f32 && !d->acc && s->N > 0) conv_weights_changed(r, v, d, &sc, X, DY, W, B, Y, DX, WS, label);
 out:
   scope_end(&sc);
 }
