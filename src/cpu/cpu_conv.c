@@ -211,10 +211,9 @@ static void plan_direct(conv_plan *pl, conv_op op, const cl_conv_shape *s) {
 static void plan_gemm_path(conv_plan *pl, conv_op op, const cl_conv_shape *s,
                            cl_cpu_gemm_kind kind) {
   const int viewable = cl_conv_taps(s) > 1 && kind != CL_CPU_GEMM_BLAS && pl->gemm_threads == 1;
-  /* In place through flipped weights, C rows of dx: worth it while a whole
-   * number of 12-row tiles wastes little of them (16 rows fill 2/3 of 24). */
-  const int inplace = viewable && cl_cpu_sgemm_inplace_of(kind, s->W) &&
-                      5 * s->C >= 4 * round_up(s->C, 12);
+  /* In place through flipped weights: the C rows of dx must fill the
+   * in-place tile's rows */
+  const int inplace = viewable && cl_cpu_sgemm_inplace_of(kind, s->C, s->W);
   pl->buf_bytes = round64(plan_gemm(pl, op, s, inplace));
   pl->view = viewable && (op != OP_BWD_DATA || pl->flip);
   if (pl->view) {
@@ -476,15 +475,16 @@ static size_t img_floats(const cl_conv_shape *s, int channels) {
   return (size_t)channels * s->H * s->W;
 }
 
-/* C (+)= A im2col(img): img padded into the thread's buffer, whose border
- * stays zero from view_init. */
-static void view_gemm(const conv_job *j, int tid, const float *A, const void *img, int n,
-                      int channels, float beta, float *C) {
+/* C (+)= A op(im2col(img)), op the transpose for tB (backward filter):
+ * img padded into the thread's buffer, whose border stays zero from
+ * view_init; A packed once per call where the plan keeps it. */
+static void view_gemm(const conv_job *j, int tid, int tB, const float *A, int lda, const void *img,
+                      int n, int channels, float beta, float *C) {
   const conv_plan *pl = j->pl;
   fill_padded(pl, j->s->dtype, img, n, channels, j->s->H, j->s->W, slice_buf(j, tid));
   cl_cpu_im2col_view v = {slice_buf(j, tid), job_offsets(j), j->s->W, pl->Wp};
-  cl_cpu_sgemm_im2col(j->kind, 0, pl->gM, pl->gN, pl->gK, 1.0f, A, pl->gK, &v, beta, C, pl->gN,
-                      slice_aux(j, tid), slice_apack(j, tid));
+  cl_cpu_sgemm_im2col(j->kind, tB, pl->gM, pl->gN, pl->gK, 1.0f, A, lda, &v, beta, C, pl->gN,
+                      slice_aux(j, tid), pl->apack_bytes ? slice_apack(j, tid) : NULL);
 }
 
 /* One row of y (+)= src + b; y in dtype t, at element `at`. Half storage
@@ -577,7 +577,7 @@ static void forward_image(const conv_job *j, int n, int tid) {
     beta = 1.0f;
   }
   if (j->pl->view)
-    view_gemm(j, tid, w_of(j, n), j->x, n, s->C, beta, yn);
+    view_gemm(j, tid, 0, w_of(j, n), j->pl->gK, j->x, n, s->C, beta, yn);
   else
     job_gemm(j, tid, 0, 0, w_of(j, n), j->pl->gK, B, P, beta, yn, P);
 }
@@ -593,7 +593,7 @@ static void backward_data_image(const conv_job *j, int n, int tid) {
   } else if (j->pl->flip) {
     const float *wf = wflip_of(j, n);
     if (j->pl->view) {
-      view_gemm(j, tid, wf, j->dy, n, s->K, beta, dxn);
+      view_gemm(j, tid, 0, wf, j->pl->gK, j->dy, n, s->K, beta, dxn);
     } else {
       im2col(dyn, s->K, s, slice_buf(j, tid));
       job_gemm(j, tid, 0, 0, wf, j->pl->gK, slice_buf(j, tid), P, beta, dxn, P);
@@ -665,19 +665,14 @@ static void backward_filter_image(const conv_job *j, int n, int tid) {
   const float *dyn = (const float *)j->dy + img_floats(s, s->K) * n;
   const float *B = (const float *)j->x + img_floats(s, s->C) * n;
   if (j->pl->view) {
-    const conv_plan *pl = j->pl;
-    fill_padded(pl, s->dtype, j->x, n, s->C, s->H, s->W, slice_buf(j, tid));
-    cl_cpu_im2col_view v = {slice_buf(j, tid), job_offsets(j), s->W, pl->Wp};
-    cl_cpu_sgemm_im2col(j->kind, 1, pl->gM, pl->gN, pl->gK, 1.0f, dyn, P, &v, 1.0f,
-                        filter_dw_at(j, tid, n), pl->gN, slice_aux(j, tid), NULL);
-    add_dbias(j, dyn, (size_t)P, P, tid, n);
-    return;
+    view_gemm(j, tid, 1, dyn, P, j->x, n, s->C, 1.0f, filter_dw_at(j, tid, n));
+  } else {
+    if (cl_conv_taps(s) > 1) {
+      im2col(B, s->C, s, slice_buf(j, tid));
+      B = slice_buf(j, tid);
+    }
+    job_gemm(j, tid, 0, 1, dyn, P, B, P, 1.0f, filter_dw_at(j, tid, n), j->pl->gN);
   }
-  if (cl_conv_taps(s) > 1) {
-    im2col(B, s->C, s, slice_buf(j, tid));
-    B = slice_buf(j, tid);
-  }
-  job_gemm(j, tid, 0, 1, dyn, P, B, P, 1.0f, filter_dw_at(j, tid, n), j->pl->gN);
   add_dbias(j, dyn, (size_t)P, P, tid, n);
 }
 

@@ -296,6 +296,10 @@ cl_cpu_gemm_kind cl_cpu_gemm_best_internal(void) {
   return CL_CPU_GEMM_GENERIC;
 }
 
+cl_cpu_gemm_kind cl_cpu_gemm_internal_of(cl_cpu_gemm_kind kind) {
+  return kind == CL_CPU_GEMM_BLAS ? cl_cpu_gemm_best_internal() : kind;
+}
+
 const char *cl_cpu_gemm_name(cl_cpu_gemm_kind kind) {
   switch (kind) {
     case CL_CPU_GEMM_GENERIC: return "internal-generic";
@@ -601,8 +605,10 @@ static void pack_a_whole(const gemm_arch *ar, const gemm_asrc *a, int M, int K, 
  * in the same blocks, and each tile's K slices are summed in the same order,
  * so C gets the floats the packed tile gives it. The row tiles run inner:
  * one A sliver and the image rows of a block's taps both stay in L1. */
+enum { VIEW_SEG = 16, VIEW_SEGS_MAX = 4 }; /* a view kernel's vectors: 16 columns each */
+
 static int view_inplace(const gemm_arch *ar, const gemm_bsrc *b) {
-  return ar->vukr && b->view && !b->trans && b->view->W % 16 == 0;
+  return ar->vukr && b->view && !b->trans && b->view->W % VIEW_SEG == 0;
 }
 
 static void gemm_view_inplace(const gemm_arch *ar, const gemm_asrc *A, const cl_cpu_im2col_view *v,
@@ -616,9 +622,9 @@ static void gemm_view_inplace(const gemm_arch *ar, const gemm_asrc *A, const cl_
       int mc = imin(bl.mc, M - ic);
       const float *a = a_block(ar, A, M, ic, pc, mc, kc, scratch);
       for (int jr = 0; jr < N; jr += ar->nr) {
-        ptrdiff_t seg[2];
-        for (int h = 0; h < 2; h++) {
-          int q = jr + 16 * h < N ? jr + 16 * h : jr; /* past N: masked off, any row */
+        ptrdiff_t seg[VIEW_SEGS_MAX];
+        for (int h = 0; h < ar->nr / VIEW_SEG; h++) {
+          int q = jr + VIEW_SEG * h < N ? jr + VIEW_SEG * h : jr; /* past N: masked off, any row */
           seg[h] = (ptrdiff_t)(q / v->W) * v->Wp + q % v->W;
         }
         for (int ir = 0; ir < mc; ir += ar->mr)
@@ -669,15 +675,10 @@ CL_TARGET_AVX2 static inline float hsum_avx2(__m256 v) {
 #include "cpu_direct_tmpl.h" /* sgemm_rows_avx512, sgemm_dot_avx512 */
 #endif /* CL_GEMM_X86 */
 
-/* BLAS has no such kernels; its backends use the best internal ones. */
-static cl_cpu_gemm_kind direct_kind(cl_cpu_gemm_kind kind) {
-  return kind == CL_CPU_GEMM_BLAS ? cl_cpu_gemm_best_internal() : kind;
-}
-
 void cl_cpu_sgemm_rows(cl_cpu_gemm_kind kind, int M, int N, int K, const float *A, int lda,
                        const float *B, const ptrdiff_t *boff, float *C, int ldc) {
   if (M <= 0 || N <= 0) return;
-  switch (direct_kind(kind)) {
+  switch (cl_cpu_gemm_internal_of(kind)) {
 #if CL_GEMM_X86
     case CL_CPU_GEMM_AVX512: sgemm_rows_avx512(M, N, K, A, lda, B, boff, C, ldc); return;
     case CL_CPU_GEMM_AVX2: sgemm_rows_avx2(M, N, K, A, lda, B, boff, C, ldc); return;
@@ -689,227 +690,13 @@ void cl_cpu_sgemm_rows(cl_cpu_gemm_kind kind, int M, int N, int K, const float *
 void cl_cpu_sgemm_dot(cl_cpu_gemm_kind kind, int M, int N, int K, const float *A, int lda,
                       const float *B, const ptrdiff_t *boff, float *C, int ldc) {
   if (M <= 0 || N <= 0) return;
-  switch (direct_kind(kind)) {
+  switch (cl_cpu_gemm_internal_of(kind)) {
 #if CL_GEMM_X86
     case CL_CPU_GEMM_AVX512: sgemm_dot_avx512(M, N, K, A, lda, B, boff, C, ldc); return;
     case CL_CPU_GEMM_AVX2: sgemm_dot_avx2(M, N, K, A, lda, B, boff, C, ldc); return;
 #endif
     default: sgemm_dot_generic(M, N, K, A, lda, B, boff, C, ldc); return;
   }
-}
-
-/* ---- bfloat16 dot products (AVX512_BF16) ----------------------------------
- *
- * vdpbf16ps multiplies 32 pairs of bfloat16 and adds each lane's two
- * products into a float32 accumulator. A product of two bfloat16 (8-bit
- * significands) has at most 16 significant bits, so it is exact in float32:
- * the only rounding left is the float32 sum's, as in the float32 kernels.
- * The operands are rounded to bfloat16 (nearest even) where they are packed;
- * activations stored in bfloat16 pass unchanged, the float32 weights are
- * rounded as PyTorch's bfloat16 autocast rounds them. The pairs run along
- * the reduced dimension: for the rows kernel two channels of the padded
- * image interleaved pixel by pixel (packed here, once per image: each tap's
- * shifted view of the interleaved image is then a row of pairs, with no
- * im2col copy), for the dot kernel two neighbouring pixels (already side by
- * side in a row). */
-
-#if CL_GEMM_X86 && (defined(__clang__) ? __clang_major__ >= 9 : __GNUC__ >= 10)
-#define CL_GEMM_BF16 1
-#define CL_TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-
-/* bf16(f), nearest even (NaN kept a NaN): the bits of core/half.h's rule. */
-static uint16_t cl_bf16_round(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu)) return (uint16_t)((u >> 16) | 0x40);
-  return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
-/* dst[i] = bf16(src[i]), i < n (nearest even). */
-CL_TARGET_BF16 static void to_bf16(const float *src, size_t n, uint16_t *dst) {
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    _mm256_storeu_si256((__m256i *)(dst + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
-  if (i < n) {
-    __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
-    __m256i v = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + i));
-    _mm256_mask_storeu_epi16(dst + i, m, v);
-  }
-}
-
-/* Channels 2 cp and 2 cp + 1 (c1 NULL: zeros) of a padded image, n floats
- * each, as n pairs: dst[2 i] = bf16(c0[i]), dst[2 i + 1] = bf16(c1[i]). */
-CL_TARGET_BF16 static void pack_pair(const float *c0, const float *c1, size_t n, uint16_t *dst) {
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(c0 + i)));
-    __m512i hi = c1 ? _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(c1 + i)))
-                    : _mm512_setzero_si512();
-    _mm512_storeu_si512((void *)(dst + 2 * i), _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
-  }
-  uint16_t t[32];
-  float z[16] = {0}, a[16] = {0}, b[16] = {0};
-  if (i == n) return;
-  memcpy(a, c0 + i, sizeof(float) * (n - i));
-  if (c1) memcpy(b, c1 + i, sizeof(float) * (n - i));
-  pack_pair(a, c1 ? b : z, 16, t);
-  memcpy(dst + 2 * i, t, sizeof(uint16_t) * 2 * (n - i));
-}
-
-enum { BF_MR = 4, BF_NV = 6 }; /* 24 zmm accumulators, as the float32 rows kernel */
-
-/* C[i][q] = sum_r pair(a_i, r) . pair(bp, off[r] + q): a row's pairs at
- * ap + 2 Kh i, each (r) a 32-bit word; bp pairs of channels. */
-CL_TARGET_BF16 static void bf16_rows_kernel(int M, int N, int Kh, const uint16_t *ap,
-                                            const uint16_t *bp, const ptrdiff_t *off, float *C,
-                                            int ldc) {
-  for (int i0 = 0; i0 < M; i0 += BF_MR) {
-    const uint32_t *a[BF_MR];
-    for (int i = 0; i < BF_MR; i++)
-      a[i] = (const uint32_t *)(ap + 2 * (size_t)Kh * (i0 + i < M ? i0 + i : M - 1));
-    for (int q0 = 0; q0 < N; q0 += 16 * BF_NV) {
-      __m512 acc[BF_MR][BF_NV];
-#pragma GCC unroll 4
-      for (int i = 0; i < BF_MR; i++)
-#pragma GCC unroll 6
-        for (int v = 0; v < BF_NV; v++) acc[i][v] = _mm512_setzero_ps();
-      for (int r = 0; r < Kh; r++) {
-        const uint16_t *b = bp + 2 * (off[r] + (ptrdiff_t)q0);
-        __m512i bv[BF_NV];
-#pragma GCC unroll 6
-        for (int v = 0; v < BF_NV; v++) bv[v] = _mm512_loadu_si512((const void *)(b + 32 * v));
-#pragma GCC unroll 4
-        for (int i = 0; i < BF_MR; i++) {
-          __m512i ai = _mm512_set1_epi32((int)a[i][r]);
-#pragma GCC unroll 6
-          for (int v = 0; v < BF_NV; v++)
-            acc[i][v] = _mm512_dpbf16_ps(acc[i][v], (__m512bh)ai, (__m512bh)bv[v]);
-        }
-      }
-#pragma GCC unroll 4
-      for (int i = 0; i < BF_MR; i++)
-        if (i0 + i < M)
-#pragma GCC unroll 6
-          for (int v = 0; v < BF_NV; v++)
-            _mm512_storeu_ps(C + (size_t)(i0 + i) * ldc + q0 + 16 * v, acc[i][v]);
-    }
-  }
-}
-
-enum { BD_MR = 4, BD_NR = 6 };
-
-CL_TARGET_BF16 static void bf16_dot_kernel(int M, int N, int K, const uint16_t *A, int lda,
-                                           const uint16_t *B, const ptrdiff_t *boff, float *C,
-                                           int ldc) {
-  for (int i0 = 0; i0 < M; i0 += BD_MR)
-    for (int j0 = 0; j0 < N; j0 += BD_NR) {
-      const uint16_t *a[BD_MR], *b[BD_NR];
-#pragma GCC unroll 4
-      for (int i = 0; i < BD_MR; i++) a[i] = A + (size_t)(i0 + i < M ? i0 + i : M - 1) * lda;
-#pragma GCC unroll 6
-      for (int j = 0; j < BD_NR; j++) b[j] = B + boff[j0 + j < N ? j0 + j : N - 1];
-      __m512 acc[BD_MR][BD_NR];
-#pragma GCC unroll 4
-      for (int i = 0; i < BD_MR; i++)
-#pragma GCC unroll 6
-        for (int j = 0; j < BD_NR; j++) acc[i][j] = _mm512_setzero_ps();
-      for (int p = 0; p < K; p += 32) {
-        __m512i av[BD_MR];
-#pragma GCC unroll 4
-        for (int i = 0; i < BD_MR; i++) av[i] = _mm512_loadu_si512((const void *)(a[i] + p));
-#pragma GCC unroll 6
-        for (int j = 0; j < BD_NR; j++) {
-          __m512i bv = _mm512_loadu_si512((const void *)(b[j] + p));
-#pragma GCC unroll 4
-          for (int i = 0; i < BD_MR; i++)
-            acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)av[i], (__m512bh)bv);
-        }
-      }
-#pragma GCC unroll 4
-      for (int i = 0; i < BD_MR; i++)
-#pragma GCC unroll 6
-        for (int j = 0; j < BD_NR; j++)
-          if (i0 + i < M && j0 + j < N)
-            C[(size_t)(i0 + i) * ldc + j0 + j] += _mm512_reduce_add_ps(acc[i][j]);
-    }
-}
-#else
-#define CL_GEMM_BF16 0
-#endif
-
-int cl_cpu_bf16_dot_of(cl_cpu_gemm_kind kind) {
-#if CL_GEMM_BF16
-  const char *e = getenv("CONVLSTM_BF16_DOT");
-  if (e && strcmp(e, "0") == 0) return 0;
-  return direct_kind(kind) == CL_CPU_GEMM_AVX512 && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512bf16");
-#else
-  (void)kind;
-  return 0;
-#endif
-}
-
-static size_t a64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
-
-size_t cl_cpu_bf16_rows_scratch_bytes(int M, int channels, int taps, size_t b_len) {
-  size_t Kh = (size_t)(channels + 1) / 2 * taps;
-  return a64(sizeof(uint32_t) * M * Kh) + a64(sizeof(ptrdiff_t) * Kh) +
-         a64(sizeof(uint32_t) * b_len);
-}
-
-size_t cl_cpu_bf16_dot_scratch_bytes(int M, int lda, size_t b_len) {
-  return a64(sizeof(uint16_t) * M * (size_t)lda) + a64(sizeof(uint16_t) * b_len);
-}
-
-void cl_cpu_bf16_rows(int M, int N, int channels, int taps, const float *A, int lda,
-                      const float *B, size_t plane, size_t b_len, const ptrdiff_t *boff, float *C,
-                      int ldc, void *scratch) {
-#if CL_GEMM_BF16
-  if (M <= 0 || N <= 0) return;
-  /* pairs of channels (c even, c + 1) at each tap: A[i][(c / 2) taps + t]
-   * holds w[i][c][t] and w[i][c + 1][t]; the image's pair cp at cp plane */
-  const int Cp = (channels + 1) / 2, Kh = Cp * taps;
-  uint16_t *ap = scratch;
-  ptrdiff_t *off = (ptrdiff_t *)((char *)scratch + a64(sizeof(uint32_t) * M * (size_t)Kh));
-  uint16_t *bp = (uint16_t *)((char *)off + a64(sizeof(ptrdiff_t) * (size_t)Kh));
-  for (int i = 0; i < M; i++)
-    for (int cp = 0; cp < Cp; cp++) {
-      const float *w0 = A + (size_t)i * lda + (size_t)2 * cp * taps;
-      for (int t = 0; t < taps; t++) {
-        uint16_t *d = ap + 2 * ((size_t)i * Kh + (size_t)cp * taps + t);
-        d[0] = cl_bf16_round(w0[t]);
-        d[1] = 2 * cp + 1 < channels ? cl_bf16_round(w0[taps + t]) : 0;
-      }
-    }
-  for (int cp = 0; cp < Cp; cp++) {
-    for (int t = 0; t < taps; t++) off[cp * taps + t] = (ptrdiff_t)(cp * plane) + boff[t];
-    /* the pair's plane, and past the last one what the most shifted view reads */
-    size_t n = cp + 1 < Cp ? plane : b_len - (size_t)2 * cp * plane;
-    if (2 * cp + 1 < channels && n > b_len - (size_t)(2 * cp + 1) * plane)
-      n = b_len - (size_t)(2 * cp + 1) * plane;
-    pack_pair(B + (size_t)2 * cp * plane, 2 * cp + 1 < channels ? B + (size_t)(2 * cp + 1) * plane : NULL,
-              n, bp + 2 * (size_t)cp * plane);
-  }
-  bf16_rows_kernel(M, N, Kh, ap, bp, off, C, ldc);
-#else
-  (void)M, (void)N, (void)channels, (void)taps, (void)A, (void)lda, (void)B, (void)plane;
-  (void)b_len, (void)boff, (void)C, (void)ldc, (void)scratch;
-#endif
-}
-
-void cl_cpu_bf16_dot(int M, int N, int K, const float *A, int lda, const float *B, size_t b_len,
-                     const ptrdiff_t *boff, float *C, int ldc, void *scratch) {
-#if CL_GEMM_BF16
-  if (M <= 0 || N <= 0) return;
-  uint16_t *ab = scratch, *bb = (uint16_t *)((char *)scratch + a64(sizeof(uint16_t) * M * (size_t)lda));
-  to_bf16(A, (size_t)M * lda, ab);
-  to_bf16(B, b_len, bb);
-  bf16_dot_kernel(M, N, K, ab, lda, bb, boff, C, ldc);
-#else
-  (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)b_len, (void)boff, (void)C;
-  (void)ldc, (void)scratch;
-#endif
 }
 
 /* ---- BLAS ----------------------------------------------------------------- */
@@ -1109,16 +896,17 @@ static void gemm_tuned(cl_cpu_gemm_kind kind, int transA, const gemm_bsrc *B, in
   if (timed) tile_record(timed, eligible, tile, thread_seconds() - t0);
 }
 
-int cl_cpu_sgemm_inplace_of(cl_cpu_gemm_kind kind, int W) {
+int cl_cpu_sgemm_inplace_of(cl_cpu_gemm_kind kind, int M, int W) {
   const gemm_arch *tiles;
-  int n = tiles_of(direct_kind(kind), &tiles);
+  int n = tiles_of(cl_cpu_gemm_internal_of(kind), &tiles);
   cl_cpu_im2col_view v = {NULL, NULL, W, W};
   gemm_bsrc b = {0, NULL, 0, &v};
-  return view_inplace(&tiles[n - 1], &b);
+  /* the rows fill 4/5 or more of their whole tiles (16 rows fill 2/3 of 24) */
+  return view_inplace(&tiles[n - 1], &b) && 5 * M >= 4 * round_up(M, tiles[n - 1].mr);
 }
 
 size_t cl_cpu_sgemm_apack_bytes(cl_cpu_gemm_kind kind, int M, int K) {
-  kind = direct_kind(kind);
+  kind = cl_cpu_gemm_internal_of(kind);
   if (M <= 0 || K <= 0) return 0;
   const gemm_arch *tiles;
   size_t most = 0;
@@ -1176,7 +964,7 @@ int cl_cpu_sgemm_im2col(cl_cpu_gemm_kind kind, int transB, int M, int N, int K, 
     scale_c(M, N, beta, C, ldc);
     return 0;
   }
-  kind = direct_kind(kind);
+  kind = cl_cpu_gemm_internal_of(kind);
   void *owned = NULL;
   if (!scratch) {
     owned = malloc(cl_cpu_sgemm_scratch_bytes(kind, M, N, K) + 63);

@@ -27,6 +27,11 @@ typedef enum cl_cpu_gemm_kind {
   CL_CPU_GEMM_BLAS = 3     /* sgemm_ of the BLAS R links (CL_HAVE_BLAS) */
 } cl_cpu_gemm_kind;
 
+/* The internal kind whose kernels a backend of `kind` runs where BLAS has
+ * none (the im2col views, the unpacked and bfloat16 kernels): `kind`
+ * itself, or for BLAS the best internal one. */
+cl_cpu_gemm_kind cl_cpu_gemm_internal_of(cl_cpu_gemm_kind kind);
+
 /* Nonzero when this build and the running CPU can use `kind`. */
 int cl_cpu_gemm_available(cl_cpu_gemm_kind kind);
 /* The fastest internal kind the running CPU supports. */
@@ -94,8 +99,10 @@ typedef struct cl_cpu_apack {
 } cl_cpu_apack;
 size_t cl_cpu_sgemm_apack_bytes(cl_cpu_gemm_kind kind, int M, int K);
 /* Nonzero when a tile of this kind reads im2col views of images W pixels
- * wide in place (cl_cpu_sgemm_im2col packs no B for them). */
-int cl_cpu_sgemm_inplace_of(cl_cpu_gemm_kind kind, int W);
+ * wide in place (cl_cpu_sgemm_im2col packs no B for them) and M rows fill
+ * its whole row tiles well enough (4/5 or more) to be worth choosing a
+ * product of M rows for it. */
+int cl_cpu_sgemm_inplace_of(cl_cpu_gemm_kind kind, int M, int W);
 
 /* C = alpha A[M,K] op(B) + beta C with B an im2col view: [K, N] (the
  * view's rows are op(B)'s rows), or with transB its transpose ([N, K]: a
@@ -123,31 +130,5 @@ void cl_cpu_sgemm_rows(cl_cpu_gemm_kind kind, int M, int N, int K, const float *
                        const float *B, const ptrdiff_t *boff, float *C, int ldc);
 void cl_cpu_sgemm_dot(cl_cpu_gemm_kind kind, int M, int N, int K, const float *A, int lda,
                       const float *B, const ptrdiff_t *boff, float *C, int ldc);
-
-/* bfloat16 dot products (AVX512_BF16's vdpbf16ps) with float32 sums, for
- * the convolutions of bfloat16 storage: the same two shapes as rows and dot
- * above, each operand rounded to bfloat16 (nearest even) as it is packed
- * into scratch, every product exact in float32, sums in float32.
- * cl_cpu_bf16_dot_of: nonzero when a backend of this kind runs them (its
- * vector ISA is AVX-512, the CPU has AVX512_BF16, AVX512BW and VL, and
- * CONVLSTM_BF16_DOT=0 does not force the float32 kernels); call the two
- * only then.
- * rows: C[i][q] = sum_r A[i lda + r] B[boff[r] + q] (C written, not added)
- *       for r = c taps + t over `channels` planes of a padded image, plane
- *       floats apart (B holds b_len floats), boff[t] the tap offsets (as in
- *       cl_cpu_sgemm_rows, boff[c taps + t] = c plane + boff[t]); N a multiple
- *       of CL_CPU_ROWS_PAD. Pairs of channels are interleaved into scratch,
- *       so the shifted views need no im2col copy;
- * dot:  C[i][j] += sum_p A[i lda + p] B[boff[j] + p], K a multiple of
- *       CL_CPU_BF16_DOT_PAD; B holds b_len readable floats, A M rows of lda. */
-enum { CL_CPU_BF16_DOT_PAD = 32 };
-int cl_cpu_bf16_dot_of(cl_cpu_gemm_kind kind);
-size_t cl_cpu_bf16_rows_scratch_bytes(int M, int channels, int taps, size_t b_len);
-size_t cl_cpu_bf16_dot_scratch_bytes(int M, int lda, size_t b_len);
-void cl_cpu_bf16_rows(int M, int N, int channels, int taps, const float *A, int lda,
-                      const float *B, size_t plane, size_t b_len, const ptrdiff_t *boff, float *C,
-                      int ldc, void *scratch);
-void cl_cpu_bf16_dot(int M, int N, int K, const float *A, int lda, const float *B, size_t b_len,
-                     const ptrdiff_t *boff, float *C, int ldc, void *scratch);
 
 #endif

@@ -10,6 +10,7 @@
 #define CONVLSTM_CPU_KERNELS_H
 
 #include "../core/backend.h" /* cl_backend, shapes, hyperparameters */
+#include "cpu_bf16.h"        /* bfloat16 products */
 #include "cpu_gemm.h"        /* cl_cpu_gemm_kind */
 #include "cpu_threads.h"     /* cl_cpu_threads: the size of every OpenMP team */
 
@@ -29,8 +30,7 @@ static inline cl_cpu_gemm_kind cl_cpu_gemm_of(const cl_backend *be) {
 /* The instruction set the vector kernels of a backend use: its GEMM kind,
  * or the best internal one when the GEMM is BLAS. */
 static inline cl_cpu_gemm_kind cl_cpu_isa_of(const cl_backend *be) {
-  cl_cpu_gemm_kind k = cl_cpu_gemm_of(be);
-  return k == CL_CPU_GEMM_BLAS ? cl_cpu_gemm_best_internal() : k;
+  return cl_cpu_gemm_internal_of(cl_cpu_gemm_of(be));
 }
 
 /* Writes a message into be->err and returns st. */

@@ -1,7 +1,7 @@
 /*
  * tests/c/test_cpu_bf16.c -- the CPU backend's bfloat16 convolutions with
  * bfloat16 dot products (AVX512_BF16's vdpbf16ps, float32 sums; cpu_conv.c,
- * cl_cpu_bf16_rows / _dot in cpu_gemm.c), against a double reference of
+ * cl_cpu_bf16_rows / _dot in cpu_bf16.c), against a double reference of
  * the same bfloat16 inputs: x and dy as stored, the float32 weights rounded
  * to bfloat16 (nearest even, core/half.h) as the kernels round them.
  *

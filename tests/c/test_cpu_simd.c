@@ -288,8 +288,7 @@ static void view_case(cl_cpu_gemm_kind kind, const char *tile, const view_img *v
                       size_t ap_bytes, float *C, const char *what) {
   if (*tile) setenv("CONVLSTM_GEMM_TILE", tile, 1);
   const int N = tB ? v->K : v->N, K = tB ? v->N : v->K;
-  size_t sb = cl_cpu_sgemm_scratch_bytes(kind == CL_CPU_GEMM_BLAS ? cl_cpu_gemm_best_internal() : kind,
-                                         M, N, K);
+  size_t sb = cl_cpu_sgemm_scratch_bytes(cl_cpu_gemm_internal_of(kind), M, N, K);
   unsigned char *scratch = xmalloc(sb + CANARY);
   fill_canary(scratch + sb);
   if (ap) fill_canary((unsigned char *)ap->buf + ap_bytes);
@@ -316,7 +315,8 @@ static void view_case(cl_cpu_gemm_kind kind, const char *tile, const view_img *v
 static void test_gemm_views_op(cl_cpu_gemm_kind kind, int tB) {
   static const int shapes[][5] = {{3, 5, 16, 3, 40}, {24, 4, 16, 5, 192}, {2, 3, 32, 5, 13},
                                   {12, 3, 24, 3, 50}, {5, 2, 13, 3, 7},   {20, 1, 16, 5, 12}};
-  const int n = cl_cpu_gemm_tiles(kind == CL_CPU_GEMM_BLAS ? cl_cpu_gemm_best_internal() : kind);
+  const cl_cpu_gemm_kind inner = cl_cpu_gemm_internal_of(kind);
+  const int n = cl_cpu_gemm_tiles(inner);
   for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
     view_img v = view_make(shapes[sh][0], shapes[sh][1], shapes[sh][2], shapes[sh][3]);
     const int M = shapes[sh][4], N = tB ? v.K : v.N, K = tB ? v.N : v.K;
@@ -328,9 +328,7 @@ static void test_gemm_views_op(cl_cpu_gemm_kind kind, int tB) {
     cl_cpu_apack ap = {xmalloc(apb + CANARY), NULL, -1};
     int same = 1;
     for (int t = 0; t <= n; t++) {
-      const char *tile = t < n ? cl_cpu_gemm_tile_name(
-                                     kind == CL_CPU_GEMM_BLAS ? cl_cpu_gemm_best_internal() : kind, t)
-                               : "";
+      const char *tile = t < n ? cl_cpu_gemm_tile_name(inner, t) : "";
       char what[160];
       for (int kept = 0; kept < 3; kept++) { /* none, packed by this call, reused */
         snprintf(what, sizeof what, "im2col%s %s C%d %dx%d k%d M=%d tile %s, A %s", tB ? "^T" : "",
@@ -342,8 +340,7 @@ static void test_gemm_views_op(cl_cpu_gemm_kind kind, int tB) {
           setenv("CONVLSTM_GEMM_TILE", tile, 1);
           float *D = xmalloc(sizeof(float) * M * N);
           memcpy(D, C0, sizeof(float) * M * N);
-          cl_cpu_sgemm(kind == CL_CPU_GEMM_BLAS ? cl_cpu_gemm_best_internal() : kind, 0, tB, M, N,
-                       K, 1.0f, A, K, v.B, v.N, 0.5f, D, N, NULL);
+          cl_cpu_sgemm(inner, 0, tB, M, N, K, 1.0f, A, K, v.B, v.N, 0.5f, D, N, NULL);
           unsetenv("CONVLSTM_GEMM_TILE");
           same &= memcmp(D, C, sizeof(float) * M * N) == 0;
           memcpy(first, C, sizeof(float) * M * N);
@@ -373,7 +370,20 @@ static void test_gemm_views_op(cl_cpu_gemm_kind kind, int tB) {
 static void test_gemm_views(cl_cpu_gemm_kind kind) {
   test_gemm_views_op(kind, 0);
   test_gemm_views_op(kind, 1);
-  if (kind != CL_CPU_GEMM_AVX512) return;
+  if (kind != CL_CPU_GEMM_AVX512) {
+    if (cl_cpu_gemm_internal_of(kind) != CL_CPU_GEMM_AVX512)
+      check_true(!cl_cpu_sgemm_inplace_of(kind, 48, 16), "%s reads no view in place",
+                 cl_cpu_gemm_name(kind));
+    return;
+  }
+  /* Backward data's flipped path is taken where M rows fill 4/5 of the
+   * in-place tile's 12-row tiles: 20 of 24 do, 19 do not. */
+  static const int fit[][3] = {{12, 16, 1}, {20, 16, 1}, {19, 16, 0}, {13, 32, 0},
+                               {48, 32, 1}, {48, 24, 0}, {10, 16, 1}, {9, 16, 0}};
+  for (size_t i = 0; i < sizeof fit / sizeof fit[0]; i++)
+    check_true(cl_cpu_sgemm_inplace_of(kind, fit[i][0], fit[i][1]) == fit[i][2],
+               "%s: %d rows of a %d-wide view %s in place", cl_cpu_gemm_name(kind), fit[i][0],
+               fit[i][1], fit[i][2] ? "read" : "not read");
   /* The timed choice: a 16-wide image's view is timed over three tiles, a
    * 24-wide one's over the two that pack it. */
   for (int w = 16; w <= 24; w += 8) {
