@@ -5,7 +5,10 @@
 # twin (bench_torch.py) in the same invocation; not a test. With
 # --model=forecaster: Shi et al.'s encoder-forecaster at issue 34's shape
 # (convlstm_forecaster(1, c(48, 48), 5, patch = 4), 10 input and 10 target
-# frames of 64x64, MSE over the forecast, Adam), bench_torch.py's twin.
+# frames of 64x64, MSE over the forecast, Adam), bench_torch.py's twin. With
+# --model=plain: a plain stack where the convolutions are the work
+# (convlstm(16, c(48, 48), c(5, 5)), 20 frames of 16x16, MSE over the top
+# layer's sequence, Adam).
 #
 # Prints one line: RESULT impl=convlstm median=<s> min=<s> rss_peak=<bytes>
 #   alloc_peak=<bytes> reserved_peak=<bytes> steps=<n> loss=<last loss>
@@ -16,10 +19,12 @@ steps <- as.integer(bench_arg("steps", "20"))
 warmup <- as.integer(bench_arg("warmup", "2"))
 threads <- as.integer(bench_arg("threads", "2"))
 B <- as.integer(bench_arg("batch", "100"))
-fc <- identical(bench_arg("model", "tutorial"), "forecaster")
-T <- if (fc) 10L else 5L
-C <- 1L
-H <- W <- if (fc) 64L else 24L
+kind <- bench_arg("model", "tutorial")
+fc <- identical(kind, "forecaster")
+plain <- identical(kind, "plain")
+T <- if (fc) 10L else if (plain) 20L else 5L
+C <- if (plain) 16L else 1L
+H <- W <- if (fc) 64L else if (plain) 16L else 24L
 
 suppressPackageStartupMessages(library(convlstm))
 
@@ -36,6 +41,7 @@ reset_hwm <- function() {
 set.seed(1)
 x <- array(runif(B * T * C * H * W), dim = c(B, T, C, H, W))
 y <- if (fc) array(runif(B * T * C * H * W), dim = c(B, T, C, H, W)) else
+  if (plain) array(runif(B * T * 48 * H * W), dim = c(B, T, 48L, H, W)) else
   array(runif(B * 1 * H * W), dim = c(B, 1L, H, W))
 invisible(gc())
 
@@ -44,11 +50,14 @@ hwm_ok <- reset_hwm()
 
 model <- if (fc) {
   convlstm_forecaster(1, c(48, 48), c(5, 5), patch = 4, device = "cpu", threads = threads)
+} else if (plain) {
+  convlstm(input_dim = C, hidden_dims = c(48, 48), kernel_sizes = c(5, 5),
+           n_layers = 2, device = "cpu", threads = threads)
 } else {
   convlstm(input_dim = 1, hidden_dims = c(64, 1), kernel_sizes = c(3, 3),
            n_layers = 2, device = "cpu", threads = threads)
 }
-target <- if (fc) "sequence" else "last_state"
+target <- if (fc || plain) "sequence" else "last_state"
 opt <- convlstm_optimizer_adam(lr = 1e-3)
 for (i in seq_len(warmup)) loss <- convlstm_train_step(model, x, y, opt, target = target)
 times <- numeric(steps)

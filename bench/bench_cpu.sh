@@ -8,10 +8,13 @@
 # python3-torch; it is a benchmark, not a test. --model=forecaster times
 # Shi et al.'s encoder-forecaster instead (issue 34's shape: hidden 48-48,
 # 5x5, 4x4 patches of 64x64 frames, 10 + 10 frames, batch 4 unless
-# --batch, MSE over the forecast frames, Adam).
+# --batch, MSE over the forecast frames, Adam); --model=plain a plain stack
+# where the convolutions are the work (issue 39's: 16 input channels,
+# hidden 48-48, 5x5, 16x16 maps, 20 steps, batch 4 unless --batch, MSE over
+# the top layer's sequence, Adam).
 #
 #   bash bench/bench_cpu.sh [--steps=10] [--warmup=2] [--threads=2] [--batch=100] [--rounds=1]
-#                           [--model=tutorial|forecaster]
+#                           [--model=tutorial|forecaster|plain]
 #
 # Environment: PYTHON (default /usr/bin/python3, which has torch), RSCRIPT,
 # CORES (taskset list, default 0..threads-1).
@@ -37,7 +40,9 @@ case $model in
     what="tutorial model: input 1x24x24, T=5, hidden c(64, 1), kernels 3, batch $batch, Adam, MSE(last state)" ;;
   forecaster) batch=${batch:-4}
     what="encoder-forecaster: 1x64x64 in 4x4 patches, 10 + 10 frames, hidden 48-48, kernels 5, batch $batch, Adam, MSE(forecast)" ;;
-  *) echo "unknown model: $model (tutorial or forecaster)" >&2; exit 2 ;;
+  plain) batch=${batch:-4}
+    what="plain stack: input 16x16x16, T=20, hidden 48-48, kernels 5, batch $batch, Adam, MSE(sequence)" ;;
+  *) echo "unknown model: $model (tutorial, forecaster or plain)" >&2; exit 2 ;;
 esac
 common=(--steps="$steps" --warmup="$warmup" --threads="$threads" --batch="$batch")
 

@@ -5,7 +5,9 @@ CPU, and the process's peak resident memory growth measured the same way.
 With --model forecaster: Shi et al.'s encoder-forecaster (EncoderForecaster,
 the reference of the package's fixtures) at issue 34's shape, hidden 48-48,
 5x5 kernels, 4x4 patches of 64x64 frames, 10 input and 10 target frames,
-MSE over the 10 forecast frames, Adam.
+MSE over the 10 forecast frames, Adam. With --model plain: a plain stack
+where the convolutions are the work (ConvLSTM(16, [48, 48], [5, 5]), 20
+frames of 16x16, MSE over the top layer's sequence, Adam).
 Run by bench_cpu.sh with Debian's /usr/bin/python3 (python3-torch); not a test.
 
 Prints one line: RESULT impl=torch median=<s> min=<s> rss_peak=<bytes> ...
@@ -25,27 +27,32 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch", type=int, default=100)
-    ap.add_argument("--model", default="tutorial", choices=["tutorial", "forecaster"])
+    ap.add_argument("--model", default="tutorial", choices=["tutorial", "forecaster", "plain"])
     ap.add_argument("--verbose", action="store_true")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
-    fc = a.model == "forecaster"
+    fc, plain = a.model == "forecaster", a.model == "plain"
     b = a.batch
-    steps, ch, height, width = (10, 1, 64, 64) if fc else (5, 1, 24, 24)
+    steps, ch, height, width = ((10, 1, 64, 64) if fc else (20, 16, 16, 16) if plain
+                                else (5, 1, 24, 24))
     x = torch.rand(b, steps, ch, height, width)
-    y = torch.rand(b, steps, ch, height, width) if fc else torch.rand(b, 1, height, width)
+    y = (torch.rand(b, steps, ch, height, width) if fc else
+         torch.rand(b, steps, 48, height, width) if plain else torch.rand(b, 1, height, width))
 
     rss0 = status_bytes("VmRSS")
     hwm_ok = reset_hwm()
 
-    model = EncoderForecaster(1, [48, 48], [5, 5], patch=4) if fc else ConvLSTM(1, [64, 1], [3, 3])
+    model = (EncoderForecaster(1, [48, 48], [5, 5], patch=4) if fc else
+             ConvLSTM(16, [48, 48], [5, 5]) if plain else ConvLSTM(1, [64, 1], [3, 3]))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 
     def forward():
         if fc:
             return model(x, steps)
+        if plain:
+            return model(x)[0][-1]
         return model(x)[1][-1][0]
 
     def step():
