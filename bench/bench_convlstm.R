@@ -8,7 +8,8 @@
 # frames of 64x64, MSE over the forecast, Adam), bench_torch.py's twin. With
 # --model=plain: a plain stack where the convolutions are the work
 # (convlstm(16, c(48, 48), c(5, 5)), 20 frames of 16x16, MSE over the top
-# layer's sequence, Adam).
+# layer's sequence, Adam). --dtype=bfloat16 or float16: the model's storage
+# type (float32 by default).
 #
 # Prints one line: RESULT impl=convlstm median=<s> min=<s> rss_peak=<bytes>
 #   alloc_peak=<bytes> reserved_peak=<bytes> steps=<n> loss=<last loss>
@@ -20,6 +21,7 @@ warmup <- as.integer(bench_arg("warmup", "2"))
 threads <- as.integer(bench_arg("threads", "2"))
 B <- as.integer(bench_arg("batch", "100"))
 kind <- bench_arg("model", "tutorial")
+dtype <- bench_arg("dtype", "float32")
 fc <- identical(kind, "forecaster")
 plain <- identical(kind, "plain")
 T <- if (fc) 10L else if (plain) 20L else 5L
@@ -49,13 +51,14 @@ rss0 <- status_bytes("VmRSS")
 hwm_ok <- reset_hwm()
 
 model <- if (fc) {
-  convlstm_forecaster(1, c(48, 48), c(5, 5), patch = 4, device = "cpu", threads = threads)
+  convlstm_forecaster(1, c(48, 48), c(5, 5), patch = 4, device = "cpu", dtype = dtype,
+                      threads = threads)
 } else if (plain) {
   convlstm(input_dim = C, hidden_dims = c(48, 48), kernel_sizes = c(5, 5),
-           n_layers = 2, device = "cpu", threads = threads)
+           n_layers = 2, device = "cpu", dtype = dtype, threads = threads)
 } else {
   convlstm(input_dim = 1, hidden_dims = c(64, 1), kernel_sizes = c(3, 3),
-           n_layers = 2, device = "cpu", threads = threads)
+           n_layers = 2, device = "cpu", dtype = dtype, threads = threads)
 }
 target <- if (fc || plain) "sequence" else "last_state"
 opt <- convlstm_optimizer_adam(lr = 1e-3)
@@ -72,6 +75,6 @@ pick <- function(name) {
   v <- tryCatch(ms[[name]], error = function(e) NULL)
   if (is.null(v) || !length(v)) NA else sum(as.numeric(v))
 }
-cat(sprintf("RESULT impl=convlstm median=%.6f min=%.6f rss_peak=%.0f alloc_peak=%.0f reserved_peak=%.0f steps=%d loss=%.6g backend=%s\n",
+cat(sprintf("RESULT impl=convlstm median=%.6f min=%.6f rss_peak=%.0f alloc_peak=%.0f reserved_peak=%.0f steps=%d loss=%.6g backend=%s-%s\n",
             stats::median(times), min(times), rss_peak, pick("peak_allocated"),
-            pick("peak_reserved"), steps, loss, model$backend))
+            pick("peak_reserved"), steps, loss, model$backend, dtype))

@@ -4,14 +4,20 @@
  * convolutions whose activations are stored in bfloat16.
  *
  * The kernels are compiled per function with __attribute__((target)) and
- * run only where cl_cpu_bf16_dot_of() says the CPU has them, as the float32
- * kernels of cpu_gemm.c are.
+ * run only where cl_cpu_bf16_dot_of() says the CPU has them and they pay:
+ * some cores that have the instruction run it at half the float32 FMA's
+ * rate, where bfloat16 storage on the float32 kernels is the faster path.
  */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, CLOCK_THREAD_CPUTIME_ID under -std=c11 */
+#endif
 #include "cpu_bf16.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define CL_GEMM_X86 1
@@ -157,13 +163,98 @@ CL_TARGET_BF16 static void bf16_dot_kernel(int M, int N, int K, const uint16_t *
 #define CL_GEMM_BF16 0
 #endif
 
+int cl_cpu_bf16_dot_pays(double dot_gflops, double fma_gflops) {
+  return dot_gflops > 0.0 && dot_gflops >= fma_gflops;
+}
+
+#if CL_GEMM_BF16
+static double thread_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Register-only loops over 12 accumulators (more than latency times pipes
+ * on any core): GFLOP/s, a vdpbf16ps counting 64 flops (16 lanes of two
+ * products, each a multiply and an add) and a zmm FMA 32. */
+enum { RATE_ITERS = 20000, RATE_ACCS = 12 };
+
+/* The loops start from a volatile read after the first clock reading and
+ * end in a volatile write before the second: arithmetic without memory
+ * effects may otherwise be moved across the clock calls. */
+static volatile float rate_seed = 1.0f, rate_sink;
+
+CL_TARGET_BF16 static double dot_loop(void) {
+  __m512 a[RATE_ACCS];
+  __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80), y = (__m512bh)_mm512_set1_epi32(0x3c003c00);
+  double t0 = thread_seconds();
+  const float s0 = rate_seed;
+  for (int i = 0; i < RATE_ACCS; i++) a[i] = _mm512_set1_ps(s0 + (float)i);
+  for (int k = 0; k < RATE_ITERS; k++)
+#pragma GCC unroll 12
+    for (int i = 0; i < RATE_ACCS; i++) a[i] = _mm512_dpbf16_ps(a[i], x, y);
+  __m512 sum = a[0];
+  for (int i = 1; i < RATE_ACCS; i++) sum = _mm512_add_ps(sum, a[i]);
+  rate_sink = _mm512_reduce_add_ps(sum);
+  return 64.0 * RATE_ACCS * RATE_ITERS / (thread_seconds() - t0) / 1e9;
+}
+
+__attribute__((target("avx512f"))) static double fma_loop(void) {
+  __m512 a[RATE_ACCS], m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+  double t0 = thread_seconds();
+  const float s0 = rate_seed;
+  for (int i = 0; i < RATE_ACCS; i++) a[i] = _mm512_set1_ps(s0 + (float)i);
+  for (int k = 0; k < RATE_ITERS; k++)
+#pragma GCC unroll 12
+    for (int i = 0; i < RATE_ACCS; i++) a[i] = _mm512_fmadd_ps(a[i], m, c);
+  __m512 sum = a[0];
+  for (int i = 1; i < RATE_ACCS; i++) sum = _mm512_add_ps(sum, a[i]);
+  rate_sink = _mm512_reduce_add_ps(sum);
+  return 32.0 * RATE_ACCS * RATE_ITERS / (thread_seconds() - t0) / 1e9;
+}
+
+static double rate_dot, rate_fma;
+
+/* Best of five each, the two in turn after a warm-up of both, so that a
+ * clock still settling charges neither; clocked in the thread's CPU time,
+ * so a neighbour holding the core is not charged. */
+static void measure_rates(void) {
+  dot_loop(), fma_loop();
+  for (int r = 0; r < 5; r++) {
+    double d = dot_loop(), f = fma_loop();
+    if (d > rate_dot) rate_dot = d;
+    if (f > rate_fma) rate_fma = f;
+  }
+}
+
+static int isa_has_dot(cl_cpu_gemm_kind kind) {
+  return cl_cpu_gemm_internal_of(kind) == CL_CPU_GEMM_AVX512 && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+}
+#endif
+
+int cl_cpu_bf16_rates(double *dot_gflops, double *fma_gflops) {
+  *dot_gflops = *fma_gflops = 0.0;
+#if CL_GEMM_BF16
+  if (!isa_has_dot(CL_CPU_GEMM_AVX512)) return 0;
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, measure_rates);
+  *dot_gflops = rate_dot, *fma_gflops = rate_fma;
+  return 1;
+#else
+  return 0;
+#endif
+}
+
 int cl_cpu_bf16_dot_of(cl_cpu_gemm_kind kind) {
 #if CL_GEMM_BF16
   const char *e = getenv("CONVLSTM_BF16_DOT");
   if (e && strcmp(e, "0") == 0) return 0;
-  return cl_cpu_gemm_internal_of(kind) == CL_CPU_GEMM_AVX512 && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512bf16");
+  if (!isa_has_dot(kind)) return 0;
+  if (e && strcmp(e, "1") == 0) return 1;
+  double dot, fma;
+  cl_cpu_bf16_rates(&dot, &fma);
+  return cl_cpu_bf16_dot_pays(dot, fma);
 #else
   (void)kind;
   return 0;

@@ -3080,6 +3080,10 @@ int main(int argc, char **argv) {
   }
   const char *preload = getenv("LD_PRELOAD"); /* valgrind preloads its vgpreload_*.so */
   under_valgrind = preload && strstr(preload, "vgpreload") != NULL;
+  /* the CPU's bfloat16 kernels are checked wherever the CPU has them, also
+   * where they do not pay and would not run by default (cl_cpu_bf16_dot_of);
+   * CONVLSTM_BF16_DOT=0 set by the caller still checks the float32 path */
+  setenv("CONVLSTM_BF16_DOT", "1", 0);
   if (under_valgrind) printf("(under valgrind: fewer threads and no large cases)\n");
   slots_covered();
   add_cpu_variants();

@@ -150,7 +150,7 @@ static void check_shape(cl_conv_shape s, int threads) {
   conv_run got = run(be, &s, xb, dyb, w, b, dx0, dw0, nx, ny, nw);
   setenv("CONVLSTM_BF16_DOT", "0", 1);
   conv_run f32 = run(be, &s, xb, dyb, w, b, dx0, dw0, nx, ny, nw);
-  unsetenv("CONVLSTM_BF16_DOT");
+  setenv("CONVLSTM_BF16_DOT", "1", 1);
   char what[160];
   snprintf(what, sizeof what, "N%d C%d K%d %dx%d k%dx%d d%dx%d G%d t%d", s.N, s.C, s.K, s.H, s.W,
            s.kh, s.kw, s.dh, s.dw, G, threads);
@@ -249,6 +249,36 @@ static void check_fixture_step(int threads, int dot_off) {
   CHECK(dl <= 1e-3, "t%d: loss %.9g, autocast %.9g", threads, loss, loss_fx[0]);
   cl_model_free(m);
   free(x), free(y), free(loss_fx), free(loss32);
+  setenv("CONVLSTM_BF16_DOT", "1", 1);
+}
+
+/* Whether bfloat16 storage runs the dot products by default: where the
+ * CPU has them and vdpbf16ps does at least the float32 FMA's flops a second
+ * (on a core that runs it at half rate the bfloat16 step took 2.8x the
+ * float32 kernels' time); CONVLSTM_BF16_DOT=0 and =1 force either way. */
+static void check_dot_rule(void) {
+  CHECK(!cl_cpu_bf16_dot_pays(78.0, 163.0), "a half-rate vdpbf16ps (78 against 163 GFLOP/s) does not pay");
+  CHECK(cl_cpu_bf16_dot_pays(300.0, 160.0) && cl_cpu_bf16_dot_pays(160.0, 160.0),
+        "a full-rate vdpbf16ps pays");
+  CHECK(!cl_cpu_bf16_dot_pays(0.0, 0.0), "no rates, no dot products");
+  const cl_cpu_gemm_kind kind = cl_cpu_gemm_best_internal();
+  double dot, fma, dot2, fma2;
+  const int has = cl_cpu_bf16_rates(&dot, &fma);
+  cl_cpu_bf16_rates(&dot2, &fma2);
+  CHECK(dot == dot2 && fma == fma2, "the rates are measured once per process");
+  CHECK(has ? dot > 1.0 && fma > 1.0 : dot == 0.0 && fma == 0.0,
+        "rates: %.1f GFLOP/s vdpbf16ps, %.1f FMA (AVX512_BF16: %s)", dot, fma, has ? "yes" : "no");
+  unsetenv("CONVLSTM_BF16_DOT");
+  const int by_default = cl_cpu_bf16_dot_of(kind);
+  CHECK(by_default == (has && cl_cpu_bf16_dot_pays(dot, fma)),
+        "by default the dot products run where they pay: %s", by_default ? "yes" : "no");
+  setenv("CONVLSTM_BF16_DOT", "0", 1);
+  CHECK(!cl_cpu_bf16_dot_of(kind), "CONVLSTM_BF16_DOT=0 forces the float32 kernels");
+  setenv("CONVLSTM_BF16_DOT", "1", 1);
+  CHECK(cl_cpu_bf16_dot_of(kind) == has, "CONVLSTM_BF16_DOT=1 forces the dot products where the CPU "
+        "has them");
+  CHECK(!cl_cpu_bf16_dot_of(CL_CPU_GEMM_AVX2) && !cl_cpu_bf16_dot_of(CL_CPU_GEMM_GENERIC),
+        "never on an AVX2 or portable backend");
   unsetenv("CONVLSTM_BF16_DOT");
 }
 
@@ -262,7 +292,9 @@ int main(void) {
       {2, 20, 9, 8, 24, 5, 3, 1, 3, CL_BF16, 0},  {3, 8, 5, 7, 12, 3, 3, 1, 1, CL_BF16, 4},
       {4, 1, 24, 24, 64, 3, 3, 1, 1, CL_BF16, 0},
   };
-  unsetenv("CONVLSTM_BF16_DOT");
+  check_dot_rule();
+  /* the kernels are checked wherever the CPU has them, paying or not */
+  setenv("CONVLSTM_BF16_DOT", "1", 1);
   printf("bfloat16 dot products (AVX512_BF16) on this CPU: %s\n",
          cl_cpu_bf16_dot_of(cl_cpu_gemm_best_internal()) ? "yes" : "no");
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
