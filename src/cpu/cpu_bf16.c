@@ -19,12 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-#define CL_GEMM_X86 1
-#include <immintrin.h>
-#else
-#define CL_GEMM_X86 0
-#endif
+#include "cpu_x86.h" /* CL_CPU_X86 */
 
 /* vdpbf16ps multiplies 32 pairs of bfloat16 and adds each lane's two
  * products into a float32 accumulator. A product of two bfloat16 (8-bit
@@ -39,7 +34,7 @@
  * im2col copy), for the dot kernel two neighbouring pixels (already side by
  * side in a row). */
 
-#if CL_GEMM_X86 && (defined(__clang__) ? __clang_major__ >= 9 : __GNUC__ >= 10)
+#if CL_CPU_X86 && (defined(__clang__) ? __clang_major__ >= 9 : __GNUC__ >= 10)
 #define CL_GEMM_BF16 1
 #define CL_TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
@@ -184,34 +179,31 @@ enum { RATE_ITERS = 20000, RATE_ACCS = 12 };
  * effects may otherwise be moved across the clock calls. */
 static volatile float rate_seed = 1.0f, rate_sink;
 
-CL_TARGET_BF16 static double dot_loop(void) {
-  __m512 a[RATE_ACCS];
-  __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80), y = (__m512bh)_mm512_set1_epi32(0x3c003c00);
-  double t0 = thread_seconds();
-  const float s0 = rate_seed;
-  for (int i = 0; i < RATE_ACCS; i++) a[i] = _mm512_set1_ps(s0 + (float)i);
-  for (int k = 0; k < RATE_ITERS; k++)
-#pragma GCC unroll 12
-    for (int i = 0; i < RATE_ACCS; i++) a[i] = _mm512_dpbf16_ps(a[i], x, y);
-  __m512 sum = a[0];
-  for (int i = 1; i < RATE_ACCS; i++) sum = _mm512_add_ps(sum, a[i]);
-  rate_sink = _mm512_reduce_add_ps(sum);
-  return 64.0 * RATE_ACCS * RATE_ITERS / (thread_seconds() - t0) / 1e9;
-}
+/* NAME(): GFLOP/s of RATE_ITERS rounds of a[i] = STEP(a[i]) over the
+ * accumulators, FLOPS per instruction, in a TARGET function. */
+#define CL_RATE_LOOP(NAME, TARGET, STEP, FLOPS)                                                  \
+  TARGET static double NAME(void) {                                                              \
+    __m512 a[RATE_ACCS];                                                                         \
+    double t0 = thread_seconds();                                                                \
+    const float s0 = rate_seed;                                                                  \
+    for (int i = 0; i < RATE_ACCS; i++) a[i] = _mm512_set1_ps(s0 + (float)i);                    \
+    for (int k = 0; k < RATE_ITERS; k++)                                                         \
+      _Pragma("GCC unroll 12") for (int i = 0; i < RATE_ACCS; i++) a[i] = STEP(a[i]);            \
+    __m512 sum = a[0];                                                                           \
+    for (int i = 1; i < RATE_ACCS; i++) sum = _mm512_add_ps(sum, a[i]);                          \
+    rate_sink = _mm512_reduce_add_ps(sum);                                                       \
+    return (FLOPS) * RATE_ACCS * RATE_ITERS / (thread_seconds() - t0) / 1e9;                     \
+  }
 
-__attribute__((target("avx512f"))) static double fma_loop(void) {
-  __m512 a[RATE_ACCS], m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
-  double t0 = thread_seconds();
-  const float s0 = rate_seed;
-  for (int i = 0; i < RATE_ACCS; i++) a[i] = _mm512_set1_ps(s0 + (float)i);
-  for (int k = 0; k < RATE_ITERS; k++)
-#pragma GCC unroll 12
-    for (int i = 0; i < RATE_ACCS; i++) a[i] = _mm512_fmadd_ps(a[i], m, c);
-  __m512 sum = a[0];
-  for (int i = 1; i < RATE_ACCS; i++) sum = _mm512_add_ps(sum, a[i]);
-  rate_sink = _mm512_reduce_add_ps(sum);
-  return 32.0 * RATE_ACCS * RATE_ITERS / (thread_seconds() - t0) / 1e9;
-}
+#define DOT_STEP(a)                                                                              \
+  _mm512_dpbf16_ps((a), (__m512bh)_mm512_set1_epi32(0x3f803f80),                                 \
+                   (__m512bh)_mm512_set1_epi32(0x3c003c00))
+#define FMA_STEP(a) _mm512_fmadd_ps((a), _mm512_set1_ps(0.999999f), _mm512_set1_ps(1e-7f))
+CL_RATE_LOOP(dot_loop, CL_TARGET_BF16, DOT_STEP, 64.0)
+CL_RATE_LOOP(fma_loop, __attribute__((target("avx512f"))), FMA_STEP, 32.0)
+#undef DOT_STEP
+#undef FMA_STEP
+#undef CL_RATE_LOOP
 
 static double rate_dot, rate_fma;
 

@@ -101,7 +101,7 @@ static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 #define VTANH(v) tanhf(v)
 #include "cpu_cell_tmpl.h" /* forward_generic, ..., cell_fns_generic */
 
-#if CL_VMATH_X86
+#if CL_CPU_X86
 #define CL_SIMD 512
 #include "cpu_simd.h"
 #define VSIGMOID(v) cl_vm_sigmoid512(v)
@@ -116,7 +116,7 @@ static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 #endif
 
 static cell_fn const (*fns_of(cl_cpu_gemm_kind isa))[2] {
-#if CL_VMATH_X86
+#if CL_CPU_X86
   if (isa == CL_CPU_GEMM_AVX512) return cell_fns_avx512;
   if (isa == CL_CPU_GEMM_AVX2) return cell_fns_avx2;
 #endif

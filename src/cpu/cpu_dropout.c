@@ -13,12 +13,7 @@
 #include "cpu_kernels.h"
 #include "../core/dropout_rng.h"
 
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-#define CL_MASK_X86 1
-#include <immintrin.h> /* AVX2 / AVX-512 intrinsics inside target() functions */
-#else
-#define CL_MASK_X86 0
-#endif
+#include "cpu_x86.h" /* CL_CPU_X86 */
 #if defined(__GNUC__) && !defined(__clang__)
 #define CL_MASK_EXACT __attribute__((optimize("fp-contract=off")))
 #else
@@ -28,7 +23,7 @@
 #define CL_SIMD 1
 #include "cpu_simd.h"
 #include "cpu_mask_tmpl.h" /* mask_rows_generic, add_rows_generic */
-#if CL_MASK_X86
+#if CL_CPU_X86
 #define CL_SIMD 512
 #include "cpu_simd.h"
 #include "cpu_mask_tmpl.h" /* mask_rows_avx512, add_rows_avx512 */
@@ -54,7 +49,7 @@ typedef struct mask_fns {
 
 static mask_fns fns_of(cl_cpu_gemm_kind isa) {
   mask_fns f = {mask_rows_generic, add_rows_generic};
-#if CL_MASK_X86
+#if CL_CPU_X86
   if (isa == CL_CPU_GEMM_AVX512) f.mul = mask_rows_avx512, f.add = add_rows_avx512;
   if (isa == CL_CPU_GEMM_AVX2) f.mul = mask_rows_avx2, f.add = add_rows_avx2;
 #endif

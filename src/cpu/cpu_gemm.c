@@ -40,12 +40,7 @@
 #include <omp.h>
 #endif
 
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-#define CL_GEMM_X86 1
-#include <immintrin.h> /* AVX2 / AVX-512 intrinsics, usable inside target() functions */
-#else
-#define CL_GEMM_X86 0
-#endif
+#include "cpu_x86.h" /* CL_CPU_X86 */
 
 /* Cache blocking. KC bounds the depth of one pass (an A sliver of MR x KC
  * floats stays in L1), NC x KC floats of packed B (~720 KiB) fit the 1-2 MiB
@@ -115,7 +110,7 @@ static void ukr_generic(int kc, const float *a, const float *b, float *c, int ld
   store_tile(acc, GEN_NR, c, ldc, alpha, beta, m, n);
 }
 
-#if CL_GEMM_X86
+#if CL_CPU_X86
 /* ---- AVX2 + FMA micro-kernel: 6 x 16, twelve ymm accumulators ----------- */
 
 #define CL_TARGET_AVX2 __attribute__((target("avx2,fma")))
@@ -252,10 +247,10 @@ CL_TARGET_AVX512 static void vukr_avx512_12x32(int kc, const float *a, const flo
   for (int i = 0; i < 12; i++) out[i][0] = acc[i][0], out[i][1] = acc[i][1];
   ukr_avx512_12x32_store(out, c, ldc, alpha, beta, m, n);
 }
-#endif /* CL_GEMM_X86 */
+#endif /* CL_CPU_X86 */
 
 static const gemm_arch ARCH_GENERIC = {GEN_MR, GEN_NR, ukr_generic, 0, 0, "4x16", NULL};
-#if CL_GEMM_X86
+#if CL_CPU_X86
 static const gemm_arch ARCH_AVX2 = {AVX2_MR, AVX2_NR, ukr_avx2, 1, 0, "6x16", NULL};
 /* The AVX-512 tiles cl_cpu_sgemm chooses between, the first the default.
  * Tiles with a view kernel come last: a product they cannot read in place
@@ -267,7 +262,7 @@ static const gemm_arch ARCH_AVX512[] = {
 #endif
 
 static const gemm_arch *arch_of(cl_cpu_gemm_kind kind) {
-#if CL_GEMM_X86
+#if CL_CPU_X86
   if (kind == CL_CPU_GEMM_AVX512) return &ARCH_AVX512[0];
   if (kind == CL_CPU_GEMM_AVX2) return &ARCH_AVX2;
 #endif
@@ -278,7 +273,7 @@ static const gemm_arch *arch_of(cl_cpu_gemm_kind kind) {
 int cl_cpu_gemm_available(cl_cpu_gemm_kind kind) {
   switch (kind) {
     case CL_CPU_GEMM_GENERIC: return 1;
-#if CL_GEMM_X86
+#if CL_CPU_X86
     /* libgcc's checks include the OS (XCR0) enabling the wide registers. */
     case CL_CPU_GEMM_AVX2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     case CL_CPU_GEMM_AVX512: return __builtin_cpu_supports("avx512f");
@@ -317,7 +312,7 @@ const char *cl_cpu_gemm_name(cl_cpu_gemm_kind kind) {
  * the convolution's backward-filter GEMM (both operands transposed) a fifth
  * of its time. With AVX, 8 x 8 blocks go through registers instead. */
 
-#if CL_GEMM_X86
+#if CL_CPU_X86
 #define CL_TARGET_AVX __attribute__((target("avx")))
 
 /* dst[q * ldd + i] = row[i][q] for an 8 x 8 block. */
@@ -379,7 +374,7 @@ CL_TARGET_AVX static void pack_cols_avx(const float *src, int ldb, int kc, int n
   for (; j < n; j++)
     for (int p = 0; p < kc; p++) dst[(size_t)p * nr + j] = src[(size_t)j * ldb + p];
 }
-#endif /* CL_GEMM_X86 */
+#endif /* CL_CPU_X86 */
 
 /* A few dozen floats, where a memcpy call costs more than the copy. The
  * fixed-size pieces are inlined as moves; any plain element loop would be
@@ -406,7 +401,7 @@ static void pack_a(const gemm_arch *ar, int transA, const float *A, int lda, int
       continue;
     }
     const float *src = A + (size_t)(i0 + s) * lda + p0;
-#if CL_GEMM_X86
+#if CL_CPU_X86
     if (ar->avx_pack && mr % 4 == 0 && mr >= 8 && m == mr) {
       pack_rows_avx(src, lda, kc, mr, dst);
       continue;
@@ -442,7 +437,7 @@ static void pack_view_row(const cl_cpu_im2col_view *v, int r, int q, int n, floa
 static void pack_tview(const cl_cpu_im2col_view *v, int p0, int kc, int j, int n, int nr,
                        int avx, float *dst) {
   int jj = 0;
-#if CL_GEMM_X86
+#if CL_CPU_X86
   /* Eight view rows at a time: runs of 8 pixels within an image row are
    * 8 x 8 transposes from the image itself. */
   for (; avx && jj + 8 <= n; jj += 8) {
@@ -494,7 +489,7 @@ static void pack_b(const gemm_arch *ar, const gemm_bsrc *b, int p0, int j0, int 
       continue;
     }
     const float *src = b->B + (size_t)(j0 + t) * ldb + p0;
-#if CL_GEMM_X86
+#if CL_CPU_X86
     if (ar->avx_pack && nr % 8 == 0) {
       pack_cols_avx(src, ldb, kc, n, nr, dst);
       continue;
@@ -647,7 +642,7 @@ static void gemm_view_inplace(const gemm_arch *ar, const gemm_asrc *A, const cl_
 #define DOT_NR 4
 #include "cpu_direct_tmpl.h" /* sgemm_rows_generic, sgemm_dot_generic */
 
-#if CL_GEMM_X86
+#if CL_CPU_X86
 CL_TARGET_AVX2 static inline float hsum_avx2(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -673,13 +668,13 @@ CL_TARGET_AVX2 static inline float hsum_avx2(__m256 v) {
 #define DOT_MR 4
 #define DOT_NR 6
 #include "cpu_direct_tmpl.h" /* sgemm_rows_avx512, sgemm_dot_avx512 */
-#endif /* CL_GEMM_X86 */
+#endif /* CL_CPU_X86 */
 
 void cl_cpu_sgemm_rows(cl_cpu_gemm_kind kind, int M, int N, int K, const float *A, int lda,
                        const float *B, const ptrdiff_t *boff, float *C, int ldc) {
   if (M <= 0 || N <= 0) return;
   switch (cl_cpu_gemm_internal_of(kind)) {
-#if CL_GEMM_X86
+#if CL_CPU_X86
     case CL_CPU_GEMM_AVX512: sgemm_rows_avx512(M, N, K, A, lda, B, boff, C, ldc); return;
     case CL_CPU_GEMM_AVX2: sgemm_rows_avx2(M, N, K, A, lda, B, boff, C, ldc); return;
 #endif
@@ -691,7 +686,7 @@ void cl_cpu_sgemm_dot(cl_cpu_gemm_kind kind, int M, int N, int K, const float *A
                       const float *B, const ptrdiff_t *boff, float *C, int ldc) {
   if (M <= 0 || N <= 0) return;
   switch (cl_cpu_gemm_internal_of(kind)) {
-#if CL_GEMM_X86
+#if CL_CPU_X86
     case CL_CPU_GEMM_AVX512: sgemm_dot_avx512(M, N, K, A, lda, B, boff, C, ldc); return;
     case CL_CPU_GEMM_AVX2: sgemm_dot_avx2(M, N, K, A, lda, B, boff, C, ldc); return;
 #endif
@@ -751,7 +746,7 @@ static int shape_flags(int transA, int transB, int view, int inplace) {
 }
 
 static int tiles_of(cl_cpu_gemm_kind kind, const gemm_arch **tiles) {
-#if CL_GEMM_X86
+#if CL_CPU_X86
   if (kind == CL_CPU_GEMM_AVX512) {
     *tiles = ARCH_AVX512;
     return (int)(sizeof ARCH_AVX512 / sizeof ARCH_AVX512[0]);

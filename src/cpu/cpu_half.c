@@ -17,14 +17,9 @@
 
 #include <string.h>
 
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-#define CL_HALF_X86 1
-#include <immintrin.h> /* _mm512_cvtph_ps, _mm512_cvtps_ph inside target() functions */
-#else
-#define CL_HALF_X86 0
-#endif
+#include "cpu_x86.h" /* CL_CPU_X86 */
 
-#if CL_HALF_X86
+#if CL_CPU_X86
 /* Returns how many leading elements it converted (a multiple of 16). */
 __attribute__((target("avx512f"))) static size_t load_f16_avx512(const uint16_t *s, float *d,
                                                                  size_t n) {
@@ -54,7 +49,7 @@ void cl_cpu_load(cl_dtype t, const void *src, size_t off, float *dst, size_t n) 
   const uint16_t *s = (const uint16_t *)src + off;
   size_t i = 0;
   if (t == CL_F16) {
-#if CL_HALF_X86
+#if CL_CPU_X86
     if (have_avx512()) i = load_f16_avx512(s, dst, n);
 #endif
     for (; i < n; i++) dst[i] = cl_f16_to_f32(s[i]);
@@ -82,7 +77,7 @@ void cl_cpu_store(cl_dtype t, const float *src, void *dst, size_t off, size_t n,
   }
   size_t i = 0;
   if (t == CL_F16) {
-#if CL_HALF_X86
+#if CL_CPU_X86
     if (have_avx512()) i = store_f16_avx512(src, d, n);
 #endif
     for (; i < n; i++) d[i] = cl_f32_to_f16(src[i]);

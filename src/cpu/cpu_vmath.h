@@ -16,9 +16,9 @@
 #ifndef CONVLSTM_CPU_VMATH_H
 #define CONVLSTM_CPU_VMATH_H
 
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-#define CL_VMATH_X86 1
-#include <immintrin.h> /* AVX2 / AVX-512 intrinsics for target() functions */
+#include "cpu_x86.h" /* CL_CPU_X86 */
+
+#if CL_CPU_X86
 
 #define CL_VM_AVX512 __attribute__((target("avx512f"), always_inline)) static inline
 #define CL_VM_AVX2 __attribute__((target("avx2,fma"), always_inline)) static inline
@@ -143,7 +143,5 @@ CL_VM_AVX2 __m256 cl_vm_tanh256(__m256 x) {
   return _mm256_blendv_ps(big, small, is_small);
 }
 
-#else
-#define CL_VMATH_X86 0
-#endif
+#endif /* CL_CPU_X86 */
 #endif
