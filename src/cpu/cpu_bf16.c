@@ -17,9 +17,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "cpu_x86.h" /* CL_CPU_X86 */
+#include "cpu_clock.h" /* cl_cpu_thread_seconds */
+#include "cpu_x86.h"   /* CL_CPU_X86 */
 
 /* vdpbf16ps multiplies 32 pairs of bfloat16 and adds each lane's two
  * products into a float32 accumulator. A product of two bfloat16 (8-bit
@@ -163,12 +163,6 @@ int cl_cpu_bf16_dot_pays(double dot_gflops, double fma_gflops) {
 }
 
 #if CL_GEMM_BF16
-static double thread_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Register-only loops over 12 accumulators (more than latency times pipes
  * on any core): GFLOP/s, a vdpbf16ps counting 64 flops (16 lanes of two
  * products, each a multiply and an add) and a zmm FMA 32. */
@@ -184,7 +178,7 @@ static volatile float rate_seed = 1.0f, rate_sink;
 #define CL_RATE_LOOP(NAME, TARGET, STEP, FLOPS)                                                  \
   TARGET static double NAME(void) {                                                              \
     __m512 a[RATE_ACCS];                                                                         \
-    double t0 = thread_seconds();                                                                \
+    double t0 = cl_cpu_thread_seconds();                                                                \
     const float s0 = rate_seed;                                                                  \
     for (int i = 0; i < RATE_ACCS; i++) a[i] = _mm512_set1_ps(s0 + (float)i);                    \
     for (int k = 0; k < RATE_ITERS; k++)                                                         \
@@ -192,7 +186,7 @@ static volatile float rate_seed = 1.0f, rate_sink;
     __m512 sum = a[0];                                                                           \
     for (int i = 1; i < RATE_ACCS; i++) sum = _mm512_add_ps(sum, a[i]);                          \
     rate_sink = _mm512_reduce_add_ps(sum);                                                       \
-    return (FLOPS) * RATE_ACCS * RATE_ITERS / (thread_seconds() - t0) / 1e9;                     \
+    return (FLOPS) * RATE_ACCS * RATE_ITERS / (cl_cpu_thread_seconds() - t0) / 1e9;                     \
   }
 
 #define DOT_STEP(a)                                                                              \

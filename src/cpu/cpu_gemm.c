@@ -30,12 +30,12 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
 #endif
 #include "cpu_gemm.h"
+#include "cpu_clock.h"   /* cl_cpu_thread_seconds */
 #include "cpu_threads.h" /* cl_cpu_threads */
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -782,16 +782,6 @@ static int tile_forced(const gemm_arch *tiles, int n) {
   return -1;
 }
 
-static double thread_seconds(void) {
-  struct timespec ts;
-#ifdef CLOCK_THREAD_CPUTIME_ID
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-#else
-  timespec_get(&ts, TIME_UTC);
-#endif
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* The class's slot (open addressing), or NULL when the table is full. */
 static tune_slot *tune_find(int M, int N, int K, int flags) {
   unsigned h = ((unsigned)M * 2654435761u) ^ ((unsigned)N * 40503u) ^ ((unsigned)K * 97u) ^
@@ -875,7 +865,7 @@ static void gemm_tuned(cl_cpu_gemm_kind kind, int transA, const gemm_bsrc *B, in
   int flags = shape_flags(transA, B->trans, B->view != NULL, tiles[n - 1].vukr && eligible == n);
   int tile = tile_pick(n, eligible, tiles, M, N, K, flags, &timed);
   const gemm_arch *ar = &tiles[tile];
-  double t0 = timed ? thread_seconds() : 0.0;
+  double t0 = timed ? cl_cpu_thread_seconds() : 0.0;
   gemm_asrc a = {transA, lda, A, NULL};
   if (ap) {
     if (ap->of != A || ap->tile != tile) {
@@ -888,7 +878,7 @@ static void gemm_tuned(cl_cpu_gemm_kind kind, int transA, const gemm_bsrc *B, in
     gemm_view_inplace(ar, &a, B->view, M, N, K, alpha, beta, C, ldc, scratch);
   else
     gemm_internal(ar, &a, B, M, N, K, alpha, beta, C, ldc, scratch);
-  if (timed) tile_record(timed, eligible, tile, thread_seconds() - t0);
+  if (timed) tile_record(timed, eligible, tile, cl_cpu_thread_seconds() - t0);
 }
 
 int cl_cpu_sgemm_inplace_of(cl_cpu_gemm_kind kind, int M, int W) {

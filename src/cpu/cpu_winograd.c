@@ -35,13 +35,13 @@
  * a plan and its calls.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
+#include "cpu_clock.h" /* cl_cpu_process_seconds */
 #include "cpu_kernels.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 enum { WMAX = 6 }; /* largest tile side n */
 
@@ -366,12 +366,6 @@ static wino_slot *slot_find(const cl_conv_shape *s, int dir) {
   return NULL;
 }
 
-static double process_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* The algorithm of s in dir: CONVLSTM_CONV_ALGO's, else the table's (1
  * Winograd, 0 GEMM, -1 still timing). With timed (a call about to run), a
  * shape still being timed alternates the two (1 Winograd) and *timed is its
@@ -425,12 +419,12 @@ int cl_cpu_wino_pick(const cl_backend *be, const cl_conv_shape *s, int dir, cons
   wino_slot *timed;
   tk->use = choice_of(be, s, dir, &timed);
   tk->slot = timed;
-  if (timed) tk->t0 = process_seconds();
+  if (timed) tk->t0 = cl_cpu_process_seconds();
   return tk->use;
 }
 
 void cl_cpu_wino_done(const cl_cpu_wino_ticket *tk) {
-  if (tk->slot) record((wino_slot *)tk->slot, tk->use, process_seconds() - tk->t0);
+  if (tk->slot) record((wino_slot *)tk->slot, tk->use, cl_cpu_process_seconds() - tk->t0);
 }
 
 void cl_cpu_wino_conv(cl_backend *be, const cl_conv_shape *s, int dir, const float *x,

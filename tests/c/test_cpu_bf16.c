@@ -260,6 +260,7 @@ static void check_dot_rule(void) {
   CHECK(!cl_cpu_bf16_dot_pays(78.0, 163.0), "a half-rate vdpbf16ps (78 against 163 GFLOP/s) does not pay");
   CHECK(cl_cpu_bf16_dot_pays(300.0, 160.0) && cl_cpu_bf16_dot_pays(160.0, 160.0),
         "a full-rate vdpbf16ps pays");
+  CHECK(!cl_cpu_bf16_dot_pays(159.9, 160.0), "just below the FMA's rate does not pay");
   CHECK(!cl_cpu_bf16_dot_pays(0.0, 0.0), "no rates, no dot products");
   const cl_cpu_gemm_kind kind = cl_cpu_gemm_best_internal();
   double dot, fma, dot2, fma2;
