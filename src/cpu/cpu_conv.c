@@ -42,12 +42,16 @@
  * layout from the shape alone, so cl_cpu_conv_workspace() reports exactly
  * the bytes a call may touch.
  *
- * float16 / bfloat16 storage always takes the direct path: images are
- * converted to float32 where they are copied into the padded buffer and
- * results rounded back where rows are written out, so the kernels compute
- * in float32 as the CUDA backend does. On a CPU with AVX512_BF16 (and an
- * AVX-512 backend; CONVLSTM_BF16_DOT=0 forces float32) bfloat16 storage
- * runs bfloat16 dot products instead (cl_cpu_bf16_rows / _dot): the padded
+ * float16 / bfloat16 storage takes the paths that copy each image into a
+ * padded float32 buffer, the direct path and the GEMM path's view, and
+ * converts it there; results are rounded back where rows are written out
+ * (the view's forward computes an image of y in float32 first, its
+ * backward filter reads dy's image converted to float32), so the kernels
+ * compute in float32 as the CUDA backend does. Where the view cannot run
+ * (1 x 1 kernels, a GEMM split over threads) half storage takes the direct
+ * path. On a CPU with AVX512_BF16 whose dot products pay
+ * (cl_cpu_bf16_dot_of; CONVLSTM_BF16_DOT forces either way) bfloat16
+ * storage runs bfloat16 dot products on the direct path instead (cl_cpu_bf16_rows / _dot): the padded
  * images pass unchanged, the weights are rounded to bfloat16 as PyTorch's
  * bfloat16 autocast rounds them, products are exact and sums float32. dx
  * and the weight gradients are float32 whatever the storage (backend.h).
@@ -88,6 +92,7 @@ typedef struct conv_plan {
   size_t aux_bytes; /* per slice: GEMM scratch, or the padded y / dy */
   size_t bf16_bytes; /* per slice: the bfloat16 kernels' packed operands */
   size_t apack_bytes; /* per slice, view: the weights packed once for all its images */
+  size_t half_bytes;  /* per slice, view of half storage: y's or dy's image in float32 */
   size_t slice_bytes;
   size_t total; /* bytes including 64 of alignment slack; 0 when none is used */
 } conv_plan;
@@ -224,6 +229,10 @@ static void plan_gemm_path(conv_plan *pl, conv_op op, const cl_conv_shape *s,
       pl->apack_bytes = round64(sizeof(cl_cpu_apack)) +
                         round64(cl_cpu_sgemm_apack_bytes(kind, pl->gM, pl->gK));
   }
+  /* half storage: forward writes y, backward filter reads dy, through an
+   * image in float32 (backward data's dx is float32 whatever the storage) */
+  if (pl->view && s->dtype != CL_F32 && op != OP_BWD_DATA)
+    pl->half_bytes = round64(sizeof(float) * (size_t)s->K * s->H * s->W);
   pl->aux_bytes =
       round64(pl->gemm_threads > 1 ? cl_cpu_sgemm_threaded_scratch_bytes(kind, pl->gemm_threads,
                                                                          pl->gM, pl->gN, pl->gK)
@@ -243,7 +252,8 @@ static void plan_regions(conv_plan *pl, conv_op op, const cl_conv_shape *s, int 
     dbias = round64(sizeof(double) * (size_t)s->K * G * pl->threads);
     pl->dw_bytes = round64(sizeof(float) * s->K * s->C * kk * G);
   }
-  pl->slice_bytes = pl->buf_bytes + pl->aux_bytes + pl->bf16_bytes + pl->apack_bytes;
+  pl->slice_bytes =
+      pl->buf_bytes + pl->aux_bytes + pl->bf16_bytes + pl->apack_bytes + pl->half_bytes;
   pl->off_wflip = 0;
   pl->off_boff = wflip;
   pl->off_dbias = pl->off_boff + boff;
@@ -254,23 +264,34 @@ static void plan_regions(conv_plan *pl, conv_op op, const cl_conv_shape *s, int 
   pl->total = used ? used + 64 : 0;
 }
 
+/* The direct or GEMM path's threads and geometry. */
+static conv_plan plan_path(conv_op op, const cl_conv_shape *s, cl_cpu_gemm_kind kind, int direct,
+                           int bf16, int nt) {
+  conv_plan pl;
+  memset(&pl, 0, sizeof pl);
+  pl.direct = direct;
+  pl.bf16 = bf16;
+  plan_threads(&pl, s->N, nt);
+  if (pl.direct)
+    plan_direct(&pl, op, s);
+  else
+    plan_gemm_path(&pl, op, s, kind);
+  return pl;
+}
+
 /* s: the grouped shape (the plan is of its inner_shape). */
 static conv_plan conv_plan_of(conv_op op, const cl_conv_shape *grouped, const cl_backend *be) {
   const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(be);
   const cl_conv_shape inner = inner_shape(grouped), *s = &inner;
   const int forced = ((const cl_cpu_ctx *)be->context)->conv_path;
-  conv_plan pl;
-  memset(&pl, 0, sizeof pl);
-  /* Half storage is converted where the direct path copies images in and
-   * rows out; the GEMM path reads float32 in place. */
-  pl.direct = s->dtype != CL_F32 || (forced ? forced == 2 : use_direct(op, s, kind));
-  /* bfloat16 storage: bfloat16 products where the CPU has them */
-  pl.bf16 = s->dtype == CL_BF16 && cl_cpu_bf16_dot_of(kind);
-  plan_threads(&pl, s->N, be->n_threads);
-  if (pl.direct)
-    plan_direct(&pl, op, s);
-  else
-    plan_gemm_path(&pl, op, s, kind);
+  /* bfloat16 storage: bfloat16 products where the CPU has them and they pay */
+  const int bf16 = s->dtype == CL_BF16 && cl_cpu_bf16_dot_of(kind);
+  conv_plan pl = plan_path(op, s, kind, bf16 || (forced ? forced == 2 : use_direct(op, s, kind)),
+                           bf16, be->n_threads);
+  /* Half storage is converted where an image is copied into a padded
+   * buffer: the direct path's or the view's. The other GEMM paths read
+   * float32 in place. */
+  if (s->dtype != CL_F32 && !pl.direct && !pl.view) pl = plan_path(op, s, kind, 1, 0, be->n_threads);
   plan_regions(&pl, op, s, cl_conv_groups(grouped));
   return pl;
 }
@@ -445,6 +466,11 @@ static cl_cpu_apack *slice_apack(const conv_job *j, int tid) {
   return (cl_cpu_apack *)((char *)slice_bf16(j, tid) + j->pl->bf16_bytes);
 }
 
+/* The view's image of y or dy in float32, for half storage. */
+static float *slice_half(const conv_job *j, int tid) {
+  return (float *)((char *)slice_apack(j, tid) + j->pl->apack_bytes);
+}
+
 static const ptrdiff_t *job_offsets(const conv_job *j) {
   return (const ptrdiff_t *)(j->ws + j->pl->off_boff);
 }
@@ -552,9 +578,23 @@ static void backward_data_image_direct(const conv_job *j, int n, int tid) {
   store_rows(s, s->C, dxp, (size_t)pl->nq, (size_t)pl->Wp, NULL, j->accumulate, CL_F32, j->dx, n);
 }
 
+/* Half storage through the view: image n of y in float32 first, then
+ * rounded once where the bias (and y, accumulating) is added. */
+static void forward_image_half(const conv_job *j, int n, int tid) {
+  const cl_conv_shape *s = j->s;
+  float *yf = slice_half(j, tid);
+  view_gemm(j, tid, 0, w_of(j, n), j->pl->gK, j->x, n, s->C, 0.0f, yf);
+  store_rows(s, s->K, yf, (size_t)s->H * s->W, (size_t)s->W, bias_of(j, n), j->accumulate,
+             s->dtype, j->y, n);
+}
+
 static void forward_image(const conv_job *j, int n, int tid) {
   const cl_conv_shape *s = j->s;
   const int P = s->H * s->W;
+  if (s->dtype != CL_F32) {
+    forward_image_half(j, n, tid);
+    return;
+  }
   const float *xn = (const float *)j->x + img_floats(s, s->C) * n;
   float *yn = (float *)j->y + img_floats(s, s->K) * n;
   const float *B = xn;
@@ -585,19 +625,18 @@ static void forward_image(const conv_job *j, int n, int tid) {
 static void backward_data_image(const conv_job *j, int n, int tid) {
   const cl_conv_shape *s = j->s;
   const int P = s->H * s->W;
-  const float *dyn = (const float *)j->dy + img_floats(s, s->K) * n;
   float *dxn = j->dx + img_floats(s, s->C) * n;
   float beta = j->accumulate ? 1.0f : 0.0f;
+  if (j->pl->view) { /* through flipped weights; reads dy in its storage */
+    view_gemm(j, tid, 0, wflip_of(j, n), j->pl->gK, j->dy, n, s->K, beta, dxn);
+    return;
+  }
+  const float *dyn = (const float *)j->dy + img_floats(s, s->K) * n;
   if (cl_conv_taps(s) == 1) {
     job_gemm(j, tid, 1, 0, w_of(j, n), s->C, dyn, P, beta, dxn, P);
   } else if (j->pl->flip) {
-    const float *wf = wflip_of(j, n);
-    if (j->pl->view) {
-      view_gemm(j, tid, 0, wf, j->pl->gK, j->dy, n, s->K, beta, dxn);
-    } else {
-      im2col(dyn, s->K, s, slice_buf(j, tid));
-      job_gemm(j, tid, 0, 0, wf, j->pl->gK, slice_buf(j, tid), P, beta, dxn, P);
-    }
+    im2col(dyn, s->K, s, slice_buf(j, tid));
+    job_gemm(j, tid, 0, 0, wflip_of(j, n), j->pl->gK, slice_buf(j, tid), P, beta, dxn, P);
   } else {
     float *col = slice_buf(j, tid);
     job_gemm(j, tid, 1, 0, w_of(j, n), j->pl->gM, dyn, P, 0.0f, col, P);
@@ -662,6 +701,13 @@ static void backward_filter_image_direct(const conv_job *j, int n, int tid) {
 static void backward_filter_image(const conv_job *j, int n, int tid) {
   const cl_conv_shape *s = j->s;
   const int P = s->H * s->W;
+  if (s->dtype != CL_F32) { /* the view reads x's image; dy's is converted here */
+    float *dyf = slice_half(j, tid);
+    cl_cpu_load(s->dtype, j->dy, img_floats(s, s->K) * n, dyf, img_floats(s, s->K));
+    view_gemm(j, tid, 1, dyf, P, j->x, n, s->C, 1.0f, filter_dw_at(j, tid, n));
+    add_dbias(j, dyf, (size_t)P, P, tid, n);
+    return;
+  }
   const float *dyn = (const float *)j->dy + img_floats(s, s->K) * n;
   const float *B = (const float *)j->x + img_floats(s, s->C) * n;
   if (j->pl->view) {

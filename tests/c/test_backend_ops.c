@@ -2410,8 +2410,12 @@ static const cl_conv_shape conv_shapes[] = {
     {2, 256, 16, 16, 16, 1, 1, 1, 1, 0, 0}, {2, 16, 16, 16, 64, 5, 5, 1, 1, 0, 0},
 };
 /* The same slots in float16 / bfloat16 on fewer shapes: the storage paths
- * are per element, the arithmetic is the float32 one above. */
+ * are per element, the arithmetic is the float32 one above. The CPU backend
+ * runs half storage on its direct path and on the GEMM path's view (more
+ * than 128 outputs; 16 pixels wide: read in place), converting images where
+ * it pads them. */
 static const cl_conv_shape conv_half_shapes[] = {
+    {2, 12, 8, 16, 144, 5, 5, 1, 1, 0, 0}, {3, 10, 7, 9, 136, 3, 3, 1, 1, 0, 0},
     {3, 2, 5, 7, 4, 3, 3, 1, 1, 0, 0},    {2, 9, 12, 10, 24, 3, 3, 1, 1, 0, 0},
     {3, 17, 11, 13, 9, 1, 1, 1, 1, 0, 0}, {2, 3, 6, 7, 18, 5, 5, 1, 1, 0, 0},
     {2, 3, 5, 7, 4, 1, 1, 1, 1, 0, 0},    {3, 5, 6, 9, 8, 3, 3, 1, 1, 0, 0},

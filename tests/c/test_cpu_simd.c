@@ -410,10 +410,21 @@ static void test_half_conversions(void) {
   static const float special[] = {
       0.0f,     -0.0f, 1.0f,    65504.0f, 65520.0f,       1e-7f,          6.1e-5f,  5.96e-8f,
       2.98e-8f, 1e30f, -1e-40f, 3.14159f, 1.00048828125f, 1.00146484375f, INFINITY, -INFINITY};
-  enum { N = 1000 };
-  float x[N];
-  for (int i = 0; i < N; i++)
-    x[i] = i < 16 ? special[i] : (float)(uniform() * pow(2.0, rand_int(-30, 17)));
+  /* bfloat16 ties: 1 + 2^-8 rounds down to even 1, 1 + 3 2^-8 up to 1 + 2^-6 */
+  static const float ties[] = {1.00390625f, 1.01171875f, -1.00390625f};
+  /* NaNs: quiet, signalling with a payload only in the low bits (made
+   * quiet, not infinite, by the cut to 16 bits), negative; the largest
+   * float, which bfloat16 rounds up to infinity */
+  static const uint32_t special_bits[] = {0x7fc00000u, 0x7f800001u, 0xffc00123u, 0x7f7fffffu};
+  enum { N = 1000, NS = sizeof special / sizeof *special, NB = sizeof special_bits / sizeof *special_bits };
+  float x[N], y[N];
+  for (int i = 0; i < N; i++) {
+    x[i] = i < NS ? special[i] : (float)(uniform() * pow(2.0, rand_int(-30, 17)));
+    y[i] = (float)(uniform() * pow(2.0, rand_int(-30, 17)));
+  }
+  for (int i = 0; i < NB; i++) memcpy(&x[NS + i], &special_bits[i], sizeof(float));
+  for (int i = 0; i < 3; i++) x[NS + NB + i] = ties[i];
+  memcpy(&x[N - 3], &special_bits[1], sizeof(float)); /* the scalar tail (1000 = 62 16 + 8) too */
   for (int t = CL_F16; t <= CL_BF16; t++) {
     uint16_t bits[N];
     float back[N], want[N];
@@ -426,6 +437,15 @@ static void test_half_conversions(void) {
       want[i] = t == CL_F16 ? cl_f16_to_f32(bits[i]) : cl_bf16_to_f32(bits[i]);
     same &= memcmp(back, want, sizeof back) == 0;
     check_true(same, "%s store and load bit-identical to core/half.h", dtype_name((cl_dtype)t));
+    /* accumulating: the stored value widened, y added, the sum rounded once */
+    uint16_t acc[N];
+    memcpy(acc, bits, sizeof acc);
+    cl_cpu_store((cl_dtype)t, y, acc, 0, N, 1);
+    same = 1;
+    for (int i = 0; i < N; i++)
+      same &= acc[i] == (t == CL_F16 ? cl_f32_to_f16(cl_f16_to_f32(bits[i]) + y[i])
+                                     : cl_f32_to_bf16(cl_bf16_to_f32(bits[i]) + y[i]));
+    check_true(same, "%s accumulating store bit-identical to core/half.h", dtype_name((cl_dtype)t));
   }
 }
 
