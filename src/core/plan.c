@@ -509,10 +509,10 @@ static cl_status summary_of(const cl_model *m, const cl_schedule *g, cl_program 
  * carry each layer's across the others'): each layer keeps its own then,
  * else they take one in turn. */
 static cl_status read_program(const cl_model *m, const cl_schedule *g, cl_lifetimes *t,
-                              extents *x, int *dc_apart) {
+                              extents *x, int *dc_apart, int *dh) {
   cl_program prog = {0};
   cl_status s = summary_of(m, g, &prog);
-  int dc[CL_MAX_LAYERS], dh[CL_MAX_LAYERS];
+  int dc[CL_MAX_LAYERS];
   if (s == CL_OK) {
     memset(x, 0, sizeof *x);
     for (int i = 0; i < prog.n; i++) extents_of_op(x, &prog.v[i], &m->arch, m->cfg.n_layers);
@@ -526,25 +526,26 @@ static cl_status read_program(const cl_model *m, const cl_schedule *g, cl_lifeti
   return s;
 }
 
-cl_status cl_plan_dh_places(const cl_model *m, const cl_schedule *g, int *at) {
-  cl_program prog = {0};
-  cl_status s = summary_of(m, g, &prog);
-  if (s == CL_OK && place_views(m, g, &prog, CL_BUF_DH, at) < 0) s = CL_E_OOM;
-  cl_program_free(&prog);
-  return s;
-}
-
 cl_status cl_plan_build(const cl_model *m, const cl_schedule *g, const cl_optim *opt, cl_plan *out,
                         char *err, size_t errlen) {
+  return cl_plan_build_step(m, g, opt, out, NULL, err, errlen);
+}
+
+cl_status cl_plan_build_step(const cl_model *m, const cl_schedule *g, const cl_optim *opt,
+                             cl_plan *out, int *dh_at, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   plan_builder b = {out, 0, 0, CL_OK, 0};
   extents x;
+  int dh[CL_MAX_LAYERS] = {0};
   cl_lifetimes *life = g->training ? malloc(sizeof *life) : NULL;
-  if (g->training && (!life || read_program(m, g, life, &x, &b.dc_apart) != CL_OK)) {
+  if (g->training && (!life || read_program(m, g, life, &x, &b.dc_apart, dh) != CL_OK)) {
     free(life);
     snprintf(err, errlen, "out of host memory planning a step");
     return CL_E_OOM;
   }
+  /* free running: every layer's d_hidden starts at the buffer's start, the
+   * fed-back steps of those below the last in their ring (plan_training) */
+  for (int l = 0; dh_at && l < m->cfg.n_layers; l++) dh_at[l] = g->training && !x.roll ? dh[l] : 0;
   plan_model_buffers(&b, m, g, opt);
   if (g->training)
     plan_training(&b, m, g, &x);

@@ -23,12 +23,14 @@ void cl_schedule_target(const cl_model *m, cl_target target, cl_schedule *g);
 /* The carried state (state.c): per layer h then c, each [B, hidden, H, W]
  * in dtype t; its bytes, 0 on overflow. */
 size_t cl_state_bytes(const cl_model *m, int B, int H, int W, cl_dtype t);
-/* Where each layer's d_hidden starts in a training step's one d_hidden
- * buffer (at[l], in units of S * Bm * H * W floats), as the plan places it
- * from the step's program (cl_program_place); CL_E_OOM when the program
- * could not be listed. */
-cl_status cl_plan_dh_places(const cl_model *m, const cl_schedule *g, int *at);
 cl_status cl_plan_build(const cl_model *m, const cl_schedule *g, const cl_optim *opt, cl_plan *out,
                         char *err, size_t errlen);
+/* cl_plan_build for the step that binds the plan (step.c), which also
+ * needs where each layer's d_hidden starts in the step's one d_hidden
+ * buffer: dh_at[l], in units of S * Bm * H * W floats, as the plan placed
+ * it from the step's program (cl_program_place); 0 for every layer of an
+ * inference step or a free-running one. The program is listed once, here. */
+cl_status cl_plan_build_step(const cl_model *m, const cl_schedule *g, const cl_optim *opt,
+                             cl_plan *out, int *dh_at, char *err, size_t errlen);
 
 #endif

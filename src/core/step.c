@@ -177,18 +177,14 @@ static void bind_view(cl_step *st, const cl_plan_entry *e, void *p) {
 #undef BIND_ONE_
 #undef BIND_LAYER_
 
-/* A training step's d_hidden: each layer's at its place in the one buffer
- * (free running keeps its own ring, forward.c). */
-static cl_status place_dh(cl_model *m, const cl_schedule *g) {
+/* A training step's d_hidden: each layer's at its place in the one buffer,
+ * as the plan placed it (an inference step has no buffer). */
+static void place_dh(cl_model *m, const cl_schedule *g, const int *at) {
   cl_step *st = &m->step;
-  int at[CL_MAX_LAYERS];
-  if (!g->training || g->free_run) return CL_OK;
-  cl_status s = cl_plan_dh_places(m, g, at);
-  if (s != CL_OK) return cl_fail(m, s, "out of host memory placing d_hidden");
   float *base = st->dh[0];
+  if (!base) return;
   size_t unit = (size_t)g->S * g->Bm * g->H * g->W;
   for (int l = 0; l < m->cfg.n_layers; l++) st->dh[l] = base + at[l] * unit;
-  return CL_OK;
 }
 
 /* An arena of at least `bytes`: grown (old one given back first, so that a
@@ -210,7 +206,8 @@ cl_status cl_step_prepare(cl_model *m, const cl_schedule *g) {
   unbind(m);
   cl_plan plan;
   char err[CL_ERRMSG_LEN];
-  cl_status built = cl_plan_build(m, g, NULL, &plan, err, sizeof err);
+  int dh_at[CL_MAX_LAYERS];
+  cl_status built = cl_plan_build_step(m, g, NULL, &plan, dh_at, err, sizeof err);
   if (built != CL_OK) {
     cl_step_release(m);
     return cl_fail(m, built, "%s", err);
@@ -228,11 +225,7 @@ cl_status cl_step_prepare(cl_model *m, const cl_schedule *g) {
     cl_mem_take(&m->mem, e->category, e->bytes);
     bind_view(st, e, e->bytes ? (char *)m->arena + e->offset : NULL);
   }
-  s = place_dh(m, g);
-  if (s != CL_OK) {
-    cl_step_release(m);
-    return s;
-  }
+  place_dh(m, g, dh_at);
   st->valid = 1;
   st->g = *g;
   if (m->guard) CL_TRY(guard_fill(m));

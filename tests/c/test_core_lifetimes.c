@@ -19,7 +19,7 @@
  * disjoint places.
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
-#include "core/plan.h"          /* cl_schedule_make, cl_plan_dh_places */
+#include "core/plan.h"          /* cl_schedule_make, cl_plan_build_step */
 #include "core/lifetimes.h"     /* cl_program_place, a list made by hand */
 #include "ctest.h"              /* CHECK, uniform01, ctest_model, ctest_flat */
 
@@ -124,7 +124,10 @@ static void places_of(int L, const int *h, int rc, int ck) {
   int at[CL_MAX_LAYERS], want[CL_MAX_LAYERS];
   CHECK(cl_schedule_make(m, B, T, H, W, 1, &o, &g) == CL_OK, "schedule: %s", cl_model_error(m));
   cl_schedule_target(m, CL_TARGET_SEQUENCE, &g);
-  CHECK(cl_plan_dh_places(m, &g, at) == CL_OK, "places: %s", cl_model_error(m));
+  cl_plan built;
+  char err[CL_ERRMSG_LEN];
+  CHECK(cl_plan_build_step(m, &g, NULL, &built, at, err, sizeof err) == CL_OK, "places: %s", err);
+  cl_plan_free(&built);
   int need = rule_places(h, L, want), extent = 0, same = 1;
   if (!rc) /* without chunks the input half runs after the time loop: all at 0 */
     for (int l = need = 0; l < L; l++) want[l] = 0, need = need > h[l] ? need : h[l];
