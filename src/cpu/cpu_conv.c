@@ -51,10 +51,11 @@
  * (1 x 1 kernels, a GEMM split over threads) half storage takes the direct
  * path. On a CPU with AVX512_BF16 whose dot products pay
  * (cl_cpu_bf16_dot_of; CONVLSTM_BF16_DOT forces either way) bfloat16
- * storage runs bfloat16 dot products on the direct path instead (cl_cpu_bf16_rows / _dot): the padded
- * images pass unchanged, the weights are rounded to bfloat16 as PyTorch's
- * bfloat16 autocast rounds them, products are exact and sums float32. dx
- * and the weight gradients are float32 whatever the storage (backend.h).
+ * storage runs bfloat16 dot products on the direct path instead
+ * (cl_cpu_bf16_rows / _dot): the padded images pass unchanged, the weights
+ * are rounded to bfloat16 as PyTorch's bfloat16 autocast rounds them,
+ * products are exact and sums float32. dx and the weight gradients are
+ * float32 whatever the storage (backend.h).
  *
  * Groups (per-gate dropout): image n of G groups is G images of C/G
  * channels to K/G outputs, each through its group's weight rows; in NCHW
@@ -291,7 +292,8 @@ static conv_plan conv_plan_of(conv_op op, const cl_conv_shape *grouped, const cl
   /* Half storage is converted where an image is copied into a padded
    * buffer: the direct path's or the view's. The other GEMM paths read
    * float32 in place. */
-  if (s->dtype != CL_F32 && !pl.direct && !pl.view) pl = plan_path(op, s, kind, 1, 0, be->n_threads);
+  if (s->dtype != CL_F32 && !pl.direct && !pl.view)
+    pl = plan_path(op, s, kind, 1, 0, be->n_threads);
   plan_regions(&pl, op, s, cl_conv_groups(grouped));
   return pl;
 }

@@ -47,7 +47,8 @@ __attribute__((target("avx512f"))) static inline __m512 bf16_to_f32_x16(const ui
 __attribute__((target("avx512f"))) static inline __m256i f32_to_bf16_x16(__m512 v) {
   const __m512i u = _mm512_castps_si512(v), hi = _mm512_srli_epi32(u, 16);
   const __m512i odd = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
+  const __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd);
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
   const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
                                                 _mm512_set1_epi32(0x7f800000));
   r = _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40));

@@ -416,7 +416,11 @@ static void test_half_conversions(void) {
    * quiet, not infinite, by the cut to 16 bits), negative; the largest
    * float, which bfloat16 rounds up to infinity */
   static const uint32_t special_bits[] = {0x7fc00000u, 0x7f800001u, 0xffc00123u, 0x7f7fffffu};
-  enum { N = 1000, NS = sizeof special / sizeof *special, NB = sizeof special_bits / sizeof *special_bits };
+  enum {
+    N = 1000,
+    NS = sizeof special / sizeof *special,
+    NB = sizeof special_bits / sizeof *special_bits
+  };
   float x[N], y[N];
   for (int i = 0; i < N; i++) {
     x[i] = i < NS ? special[i] : (float)(uniform() * pow(2.0, rand_int(-30, 17)));
