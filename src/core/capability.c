@@ -22,47 +22,50 @@ static const struct {
   const char *reason; /* the refusal's whole message */
   const char *head_refusal; /* NULL: supported */
 } OPTIONS[CL_N_CAPS] = {
-    [CL_CAP_HALF_TRAINING] = {"dtype = float16/bfloat16 training", 1, NULL},
-    [CL_CAP_CHECKPOINT] = {"checkpoint", 1, NULL},
-    [CL_CAP_TBPTT] = {"tbptt", 0, FC "does not support tbptt: " WHOLE},
-    [CL_CAP_RECOMPUTE_GATES] = {"recompute_gates", 1, NULL},
-    [CL_CAP_ACCUMULATION] = {"accumulation_steps", 1, NULL},
+    [CL_CAP_HALF_TRAINING] = {"dtype = float16/bfloat16 training", 1, NULL, NULL},
+    [CL_CAP_CHECKPOINT] = {"checkpoint", 1, NULL, NULL},
+    [CL_CAP_TBPTT] = {"tbptt", 0, FC "does not support tbptt: " WHOLE, NULL},
+    [CL_CAP_RECOMPUTE_GATES] = {"recompute_gates", 1, NULL, NULL},
+    [CL_CAP_ACCUMULATION] = {"accumulation_steps", 1, NULL, NULL},
     [CL_CAP_HORIZON] = {"horizon", 0,
                         FC "takes no horizon in training: its horizon is the target's steps, "
-                           "dim(y)[2]"},
+                           "dim(y)[2]",
+                        NULL},
     [CL_CAP_FREE_RUN] = {"teacher_forcing < 1 (free running)", 0,
                          FC "does not support teacher_forcing below 1 (free running, scheduled "
                             "sampling): its forecaster reads no frames",
                          HEAD "trains a horizon with teacher forcing only: its fed-back steps "
                               "do not run the head"},
     [CL_CAP_STATE_GIVEN] = {"state = given", 0,
-                            FC "does not support a given state: it starts from zero states"},
+                            FC "does not support a given state: it starts from zero states",
+                            NULL},
     [CL_CAP_STATE_CARRY] = {"state = carry", 0,
-                            FC "does not support state = \"carry\": it starts from zero states"},
-    [CL_CAP_WEIGHT] = {"weight", 1, NULL},
+                            FC "does not support state = \"carry\": it starts from zero states",
+                            NULL},
+    [CL_CAP_WEIGHT] = {"weight", 1, NULL, NULL},
     [CL_CAP_TARGET_LAST] = {"target = last_state", 0,
                             FC "does not support target = \"last_state\": its target is the "
                                "sequence of frames",
                             HEAD "does not support target = \"last_state\": its target is the "
                                  "sequence of its outputs"},
-    [CL_CAP_DROPOUT] = {"dropout", 1, NULL},
-    [CL_CAP_DROPOUT_MASKS] = {"dropout_masks", 1, NULL},
+    [CL_CAP_DROPOUT] = {"dropout", 1, NULL, NULL},
+    [CL_CAP_DROPOUT_MASKS] = {"dropout_masks", 1, NULL, NULL},
     [CL_CAP_PEEP_POSITION] = {"peephole = position", 0,
-                              FC "supports peepholes \"none\" and \"channel\", not \"position\""},
-    [CL_CAP_DATA_PARALLEL] = {"data parallel", 1, NULL},
-    [CL_CAP_DATA_SET] = {"data set on the device (convlstm_data)", 1, NULL},
+                              FC "supports peepholes \"none\" and \"channel\", not \"position\"", NULL},
+    [CL_CAP_DATA_PARALLEL] = {"data parallel", 1, NULL, NULL},
+    [CL_CAP_DATA_SET] = {"data set on the device (convlstm_data)", 1, NULL, NULL},
     [CL_CAP_SEPARATE] = {"separate forward/backward", 0,
                          FC "trains through train_step only (no separate forward, loss and "
                             "backward)",
                          HEAD "trains through train_step only (its separate forward keeps the "
                               "layers' outputs, not the head's)"},
     /* R's fit loop (convlstm_fit()): one loop for every kind of model */
-    [CL_CAP_CALLBACKS] = {"callbacks", 1, NULL},
-    [CL_CAP_LR_SCHEDULER] = {"lr_scheduler", 1, NULL},
-    [CL_CAP_VALIDATION_SPLIT] = {"validation_split", 1, NULL},
-    [CL_CAP_RESUME] = {"resume", 1, NULL},
-    [CL_CAP_MEMORY_BUDGET] = {"memory_budget", 1, NULL},
-    [CL_CAP_METRICS] = {"metrics", 1, NULL},
+    [CL_CAP_CALLBACKS] = {"callbacks", 1, NULL, NULL},
+    [CL_CAP_LR_SCHEDULER] = {"lr_scheduler", 1, NULL, NULL},
+    [CL_CAP_VALIDATION_SPLIT] = {"validation_split", 1, NULL, NULL},
+    [CL_CAP_RESUME] = {"resume", 1, NULL, NULL},
+    [CL_CAP_MEMORY_BUDGET] = {"memory_budget", 1, NULL, NULL},
+    [CL_CAP_METRICS] = {"metrics", 1, NULL, NULL},
 };
 
 static const char *const KIND_NAME[CL_N_MODEL_KINDS] = {"convlstm", "encoder_forecaster",

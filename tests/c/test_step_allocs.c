@@ -129,6 +129,7 @@ int main(int argc, char **argv) {
   (void)argv;
   (void)ctest_done;
   (void)run_case;
+  (void)reexec_under_interposer;
   printf("skip: a sanitizer build (ASan must be the first library; LD_PRELOAD cannot go before it)\n");
   return 77;
 #else
