@@ -865,12 +865,19 @@ cl_status cl_cpu_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, co
                                       const void *x, float *dw, float *dbias, void *ws) {
   conv_plan pl;
   conv_job j;
+  cl_cpu_wino_ticket tk;
   if (s->N == 0) return check_shape(be, s);
   cl_status st = begin(be, OP_BWD_FILTER, s, ws, &pl, &j);
   if (st != CL_OK) return st;
+  if (cl_cpu_wino_pick(be, s, 2, ws, &tk)) {
+    cl_cpu_wino_filter(be, s, dy, x, dw, dbias, ws);
+    cl_cpu_wino_done(&tk);
+    return CL_OK;
+  }
   j.dy = dy, j.x = x, j.dw = dw, j.dbias = dbias;
   int team = for_each_image(&j, pl.direct ? backward_filter_image_direct : backward_filter_image,
                             filter_init);
   filter_reduce(&j, team);
+  cl_cpu_wino_done(&tk);
   return CL_OK;
 }

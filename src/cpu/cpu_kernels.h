@@ -18,9 +18,10 @@
 typedef struct cl_cpu_ctx {
   cl_cpu_gemm_kind gemm; /* chosen once in cl_backend_cpu_create */
   int conv_path;         /* tests and benchmarks: 0 auto, 1 im2col + GEMM, 2 direct */
-  int conv_algo;         /* tests: 0 conv_algo_env, 1 gemm, 2 winograd, 3 winograd4 */
-  int conv_algo_env;     /* CONVLSTM_CONV_ALGO when created: 1 gemm (unset: the default),
-                            0 auto (timed per shape), 2 winograd, 3 winograd4 */
+  int conv_algo;         /* tests: 0 conv_algo_env, else as it (1 gemm, 2 winograd, ...) */
+  int conv_algo_env;     /* CONVLSTM_CONV_ALGO when created: 4 the rule (unset: the
+                            default), 1 gemm, 0 auto (timed per shape), 2 winograd,
+                            3 winograd4 */
 } cl_cpu_ctx;
 
 static inline cl_cpu_gemm_kind cl_cpu_gemm_of(const cl_backend *be) {
@@ -91,6 +92,10 @@ int cl_cpu_wino_pick(const cl_backend *be, const cl_conv_shape *s, int dir, cons
 void cl_cpu_wino_done(const cl_cpu_wino_ticket *tk);
 void cl_cpu_wino_conv(cl_backend *be, const cl_conv_shape *s, int dir, const float *x,
                       const float *w, const float *bias, float *y, int accumulate, void *ws);
+/* dw += correlate(dy, x), dbias (may be NULL) += the sum of dy over N, H, W:
+ * conv_backward_filter through Winograd (dir 2 of cl_cpu_wino_pick). */
+void cl_cpu_wino_filter(cl_backend *be, const cl_conv_shape *s, const float *dy, const float *x,
+                        float *dw, float *dbias, void *ws);
 /* 1 when later calls of s in dir run Winograd, 0 GEMM paths, -1 still timing. */
 int cl_cpu_wino_chosen(const cl_backend *be, const cl_conv_shape *s, int dir);
 const char *cl_cpu_wino_name(const cl_backend *be, const cl_conv_shape *s);

@@ -18,25 +18,37 @@
  *   F(2x2,5x5): 36 against 100 (2.8x).
  * Backward data is the forward convolution of dy with the filters flipped
  * and transposed (stride 1, odd kernel, "same" padding), so it runs the
- * same code on a flipped copy of w.
+ * same code, the flip done in the filter transform. Backward filter is the
+ * same product's gradient: dU[e] = sum over tiles of (A dY A^T)[e] V[e]^T,
+ * then dw += G^T dU G (wgrad_run below).
  *
  * Which algorithm runs, from CONVLSTM_CONV_ALGO as it was when the backend
  * was created (calls of WINO_MIN_FLOP or more; smaller ones always take
- * cpu_conv.c's paths): unset or =gemm, cpu_conv.c's paths and no Winograd
- * workspace (the default: Winograd lost on every step shape measured here,
- * 3.4x to 47x, doc/speed.md); =winograd the Winograd form of the kernel size
- * (F(2x2,3x3) for 3 x 3), =winograd4 F(4x4,3x3) for 3 x 3; =auto, the first
- * calls of each shape and direction in a process alternate between the two,
- * WINO_ROUNDS each, timed in the process's CPU seconds, and the faster runs
- * every later call (the results of those first calls then differ in the
- * last bits from one process to another). Whenever Winograd may run, the
- * workspace reported (cpu_conv.c's conv_workspace) covers both algorithms
- * and every form; read once per backend, the variable cannot change between
- * a plan and its calls.
+ * cpu_conv.c's paths): unset (or =rule), the default, Winograd where both
+ * channel counts are WINO_MIN_CHANNELS or more (F(2x2,5x5), F(4x4,3x3)),
+ * cpu_conv.c's paths elsewhere: a fixed rule, so every process computes the
+ * same bits; =gemm, cpu_conv.c's paths and no Winograd workspace;
+ * =winograd the Winograd form of the kernel size (F(2x2,3x3) for 3 x 3),
+ * =winograd4 F(4x4,3x3) for 3 x 3; =auto, the first calls of each shape and
+ * direction in a process alternate between the two, WINO_ROUNDS each, timed
+ * in the process's CPU seconds, and the faster runs every later call (the
+ * results of those first calls then differ in the last bits from one
+ * process to another). Whenever Winograd may run, the workspace reported
+ * (cpu_conv.c's conv_workspace) covers both algorithms and every form; read
+ * once per backend, the variable cannot change between a plan and its
+ * calls.
+ *
+ * The layout that makes the transforms cheap: every transform is a linear
+ * combination of planes, each holding one tile element of a chunk's tiles
+ * (or of a block of filter pairs) side by side, so it runs along contiguous
+ * memory in vectors (cpu_wino_tmpl.h); an image is padded once and cut
+ * into tiles with permutes, and output tiles are interleaved back the same
+ * way. A chunk is WINO_TILES tiles, the GEMMs' width.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
 #include "cpu_clock.h" /* cl_cpu_process_seconds */
 #include "cpu_kernels.h"
+#include "cpu_x86.h"   /* CL_CPU_X86 */
 
 #include <stdint.h>
 #include <stdio.h>
@@ -88,16 +100,17 @@ static const wino_form FORMS[3] = {
 
 static size_t round64(size_t b) { return (b + 63) & ~(size_t)63; }
 
-/* CONVLSTM_CONV_ALGO: unset or "gemm" 1 (Winograd off: it lost on every
- * step shape measured, doc/speed.md), "auto" 0 (timed per shape),
- * "winograd" 2, "winograd4" 3. */
+/* CONVLSTM_CONV_ALGO: unset (or "rule") 4, Winograd where WINO_MIN_CHANNELS
+ * says it pays; "gemm" 1 (Winograd off); "auto" 0 (timed per shape);
+ * "winograd" 2; "winograd4" 3. */
 int cl_cpu_conv_algo_env(void) {
   const char *e = getenv("CONVLSTM_CONV_ALGO");
-  if (!e || strcmp(e, "gemm") == 0) return 1;
+  if (!e || strcmp(e, "rule") == 0) return 4;
+  if (strcmp(e, "gemm") == 0) return 1;
   if (strcmp(e, "auto") == 0) return 0;
   if (strcmp(e, "winograd") == 0) return 2;
   if (strcmp(e, "winograd4") == 0) return 3;
-  return 1;
+  return 4;
 }
 
 /* The backend's forced algorithm (tests, benchmarks), else the variable as
@@ -114,15 +127,24 @@ static int algo_env(const cl_backend *be) {
  * that tests set just above them (a step under 40-64 KiB). */
 #define WINO_MIN_FLOP 1e8
 
+/* The default rule: Winograd (F(2x2,5x5), F(4x4,3x3)) where both the
+ * channels in and the channels out are this many or more, in either
+ * direction (backward data swaps them): its n^2 GEMMs then have work
+ * enough. Measured on the step's shapes (doc/speed.md, one thread): 48 ->
+ * 192 and 64 -> 256 ran 1.1-1.6x faster than the GEMM paths; 16 -> 192
+ * (and back), 1 -> 256 and 64 -> 4 slower, 0.6-0.9x down to 0.2x. */
+#define WINO_MIN_CHANNELS 32
+
 /* The form for s (NULL: none handles it). */
 static const wino_form *form_of(const cl_backend *be, const cl_conv_shape *s) {
   if (s->dtype != CL_F32 || cl_conv_groups(s) != 1 || s->dh != 1 || s->dw != 1 || s->kh != s->kw)
     return NULL;
   const cl_cpu_ctx *ctx = (const cl_cpu_ctx *)be->context;
-  if (!ctx->conv_algo && ctx->conv_algo_env == 1) return NULL; /* the default: no workspace */
+  if (!ctx->conv_algo && ctx->conv_algo_env == 1) return NULL; /* off: no workspace */
   if (!ctx->conv_algo && 2.0 * s->N * s->K * s->C * s->kh * s->kw * s->H * s->W < WINO_MIN_FLOP)
     return NULL;
-  if (s->kh == 3) return &FORMS[algo_env(be) == 3 ? 1 : 0];
+  if (algo_env(be) == 4 && (s->C < WINO_MIN_CHANNELS || s->K < WINO_MIN_CHANNELS)) return NULL;
+  if (s->kh == 3) return &FORMS[algo_env(be) >= 3 ? 1 : 0];
   if (s->kh == 5) return &FORMS[2];
   return NULL;
 }
@@ -134,37 +156,53 @@ static cl_conv_shape dir_shape(const cl_conv_shape *s, int dir) {
   return t;
 }
 
-/* The layout of one call's workspace. */
+/* The layout of one call's workspace: the filters' transform U, then one
+ * slice per thread: V (input tiles), M (products), the GEMM's scratch and
+ * tmp, the planes a transform works in (also the filter transform's, in
+ * slice 0, before the threads start). */
 typedef struct wino_plan {
   const wino_form *f;
   int th, tw, T1; /* tiles down, across, per image */
   int nb;         /* images per chunk */
+  int T;          /* tiles per chunk, nb T1: the planes' length */
   int threads;
-  size_t off_wf, off_u, off_slices, v_bytes, m_bytes, scratch_bytes, slice_bytes, total;
+  size_t off_slices, v_bytes, m_bytes, scratch_bytes, tmp_bytes, du_bytes, slice_bytes, total;
 } wino_plan;
+
+/* Tiles per chunk: the GEMMs' width. M (n^2 K T floats) then stays in L2
+ * on the step's shapes (1.8 MB at K 192, F(2x2,5x5)). */
+enum { WINO_TILES = 256 };
 
 static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir,
                            const wino_form *f) {
   wino_plan p;
   memset(&p, 0, sizeof p);
   p.f = f;
-  if (!p.f || dir == 2 || s->N < 1) return p;
+  if (!p.f || s->N < 1) return p;
   const cl_conv_shape t = dir_shape(s, dir);
   const int m = p.f->m, nn = p.f->n * p.f->n;
   p.th = (t.H + m - 1) / m, p.tw = (t.W + m - 1) / m, p.T1 = p.th * p.tw;
   p.threads = be->n_threads < 1 ? 1 : be->n_threads < t.N ? be->n_threads : t.N;
   int per = (t.N + p.threads - 1) / p.threads;
-  p.nb = 256 / p.T1 < 1 ? 1 : 256 / p.T1;
+  p.nb = WINO_TILES / p.T1 < 1 ? 1 : WINO_TILES / p.T1;
   if (p.nb > per) p.nb = per;
-  const int T = p.nb * p.T1;
+  p.T = p.nb * p.T1;
   const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(be);
-  p.off_wf = 0;
-  p.off_u = dir == 1 ? round64(sizeof(float) * (size_t)t.K * t.C * t.kh * t.kw) : 0;
-  p.off_slices = p.off_u + round64(sizeof(float) * (size_t)nn * t.K * t.C);
-  p.v_bytes = round64(sizeof(float) * (size_t)nn * t.C * T);
-  p.m_bytes = round64(sizeof(float) * (size_t)nn * t.K * T);
-  p.scratch_bytes = round64(cl_cpu_sgemm_scratch_bytes(kind, t.K, T, t.C));
-  p.slice_bytes = p.v_bytes + p.m_bytes + p.scratch_bytes;
+  p.off_slices = round64(sizeof(float) * (size_t)nn * t.K * t.C);
+  p.v_bytes = round64(sizeof(float) * (size_t)nn * t.C * p.T);
+  p.m_bytes = round64(sizeof(float) * (size_t)nn * t.K * p.T);
+  p.scratch_bytes = round64(dir == 2 ? cl_cpu_sgemm_scratch_bytes(kind, t.K, t.C, p.T)
+                                     : cl_cpu_sgemm_scratch_bytes(kind, t.K, p.T, t.C));
+  /* backward filter: the thread's sums of dU (n^2 K C) and of dbias */
+  p.du_bytes = dir == 2 ? round64(sizeof(float) * (size_t)nn * t.K * t.C) +
+                              round64(sizeof(double) * (size_t)t.K)
+                        : 0;
+  /* two sets of n^2 planes: an input tile's d and B^T d (the filters' r^2
+   * + n r planes of T pairs fit too: 55 or 27 against 72 or 32); then an
+   * image padded to whole tiles, and the 32 floats wino_tiles may read past */
+  const size_t padded = (size_t)(p.th * m + p.f->n - m) * (p.tw * m + p.f->n - m) + 32;
+  p.tmp_bytes = round64(sizeof(float) * (2 * (size_t)nn * p.T + padded));
+  p.slice_bytes = p.v_bytes + p.m_bytes + p.scratch_bytes + p.tmp_bytes + p.du_bytes;
   p.total = p.off_slices + p.slice_bytes * (size_t)p.threads + 64;
   return p;
 }
@@ -187,97 +225,129 @@ size_t cl_cpu_wino_workspace(const cl_backend *be, const cl_conv_shape *s, int d
   return b;
 }
 
-/* U[e][k][c] = (G w[k][c] G^T)[e]. */
-static void filter_transform(const wino_form *f, const float *w, int K, int C, float *U) {
-  const int n = f->n, r = f->r;
-  const size_t KC = (size_t)K * C;
-  for (int k = 0; k < K; k++)
-    for (int c = 0; c < C; c++) {
-      const float *g = w + ((size_t)k * C + c) * r * r;
-      float t[WMAX][5], u;
-      for (int i = 0; i < n; i++)
-        for (int j = 0; j < r; j++) {
-          float a = 0;
-          for (int l = 0; l < r; l++) a += f->G[i][l] * g[l * r + j];
-          t[i][j] = a;
-        }
-      for (int i = 0; i < n; i++)
-        for (int j = 0; j < n; j++) {
-          u = 0;
-          for (int l = 0; l < r; l++) u += t[i][l] * f->G[j][l];
-          U[(size_t)(i * n + j) * KC + (size_t)k * C + c] = u;
-        }
+/* ---- the transforms, plane by plane ------------------------------------ */
+
+#define CL_SIMD 1
+#include "cpu_simd.h"
+#include "cpu_wino_tmpl.h" /* wino_comb_generic */
+#if CL_CPU_X86
+#define CL_SIMD 512
+#include "cpu_simd.h"
+#include "cpu_wino_tmpl.h" /* wino_comb_avx512 */
+#define CL_SIMD 256
+#include "cpu_simd.h"
+#include "cpu_wino_tmpl.h" /* wino_comb_avx2 */
+#endif
+
+/* The transforms' loops of one instruction set. */
+typedef struct wino_fns {
+  void (*comb)(float *d, const float *const *src, const float *c, int ns, size_t len);
+  void (*tiles)(float *D, size_t ds, const float *P, int Wp, int n, int m, int th, int tw);
+  void (*untile)(float *img, int H, int W, const float *Y, size_t ys, int m, int th, int tw,
+                 float bk, int acc);
+} wino_fns;
+
+static wino_fns fns_of(const cl_backend *be) {
+  wino_fns f = {wino_comb_generic, wino_tiles_generic, wino_untile_generic};
+#if CL_CPU_X86
+  cl_cpu_gemm_kind isa = cl_cpu_isa_of(be);
+  if (isa == CL_CPU_GEMM_AVX512)
+    f.comb = wino_comb_avx512, f.tiles = wino_tiles_avx512, f.untile = wino_untile_avx512;
+  if (isa == CL_CPU_GEMM_AVX2)
+    f.comb = wino_comb_avx2, f.tiles = wino_tiles_avx2, f.untile = wino_untile_avx2;
+#endif
+  (void)be;
+  return f;
+}
+
+/* d = sum over l < nc of coef[l] src[l ss], the planes src + l ss, over
+ * len elements; the zero coefficients skipped. */
+static void comb(const wino_fns *fns, float *d, const float *src, size_t ss, const float *coef,
+                 int nc, size_t len) {
+  const float *srcs[WMAX];
+  float c[WMAX];
+  int ns = 0;
+  for (int l = 0; l < nc; l++)
+    if (coef[l] != 0.0f) srcs[ns] = src + l * ss, c[ns++] = coef[l];
+  if (ns) fns->comb(d, srcs, c, ns, len);
+  else memset(d, 0, sizeof(float) * len);
+}
+
+/* U[e][k][c] = (G g G^T)[e], g = w[k][c] (dir 0) or, for backward data,
+ * w[c][k] flipped (a pair of the transposed shape t), np pairs at a time in
+ * tmp: g's r^2 planes, then G g's n r. */
+static void filter_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_shape *t,
+                             int dir, const float *w, float *U, float *tmp) {
+  const wino_form *f = p->f;
+  const int n = f->n, r = f->r, rr = r * r;
+  const size_t KC = (size_t)t->K * t->C, np = (size_t)p->T;
+  float *g = tmp, *gt = tmp + rr * np;
+  for (size_t p0 = 0; p0 < KC; p0 += np) {
+    const size_t len = KC - p0 < np ? KC - p0 : np;
+    size_t k = p0 / t->C, c = p0 % t->C;
+    for (size_t q = 0; q < len; q++) {
+      if (dir == 0) /* pairs in order: w's own */
+        for (int e = 0; e < rr; e++) g[e * np + q] = w[(p0 + q) * rr + e];
+      else /* t's pair (k, c) is the layer's (c, k): t->K is its C */
+        for (int e = 0; e < rr; e++) g[e * np + q] = w[(c * t->K + k) * rr + rr - 1 - e];
+      if (++c == (size_t)t->C) c = 0, k++;
     }
+    for (int i = 0; i < n; i++) /* G g: row i, column j */
+      for (int j = 0; j < r; j++)
+        comb(fns, gt + (i * r + j) * np, g + j * np, r * np, f->G[i], r, len);
+    for (int i = 0; i < n; i++) /* (G g) G^T */
+      for (int j = 0; j < n; j++)
+        comb(fns, U + (i * n + j) * KC + p0, gt + i * r * np, np, f->G[j], r, len);
+  }
 }
 
 /* V[e][c][q] = (B^T d B)[e] for the tiles of images n0 .. n0+nb-1 (q =
  * image-in-chunk T1 + tile), d read from x with zeros outside the image. */
-static void input_transform(const wino_plan *p, const cl_conv_shape *t, const float *x, int n0,
-                            int nb, float *V) {
+static void input_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_shape *t,
+                            const float *x, int n0, int nb, float *V, float *tmp) {
   const wino_form *f = p->f;
-  const int n = f->n, m = f->m, pad = (f->r - 1) / 2, H = t->H, W = t->W;
-  const size_t T = (size_t)p->nb * p->T1, CT = (size_t)t->C * T;
-  for (int b = 0; b < nb; b++)
-    for (int c = 0; c < t->C; c++) {
+  const int n = f->n, m = f->m, pad = (f->r - 1) / 2, H = t->H, W = t->W, nn = n * n;
+  const size_t T = (size_t)p->T, CT = (size_t)t->C * T, len = (size_t)nb * p->T1;
+  float *D = tmp, *E = tmp + nn * T, *P = tmp + 2 * nn * T;
+  const int Hp = p->th * m + n - m, Wp = p->tw * m + n - m;
+  for (int c = 0; c < t->C; c++) {
+    for (int b = 0; b < nb; b++) {
       const float *img = x + ((size_t)(n0 + b) * t->C + c) * H * W;
-      for (int ty = 0; ty < p->th; ty++)
-        for (int tx = 0; tx < p->tw; tx++) {
-          float d[WMAX][WMAX], u[WMAX][WMAX];
-          const int y0 = ty * m - pad, x0 = tx * m - pad;
-          for (int i = 0; i < n; i++)
-            for (int j = 0; j < n; j++) {
-              int yy = y0 + i, xx = x0 + j;
-              d[i][j] = yy >= 0 && yy < H && xx >= 0 && xx < W ? img[yy * W + xx] : 0.0f;
-            }
-          for (int i = 0; i < n; i++)
-            for (int j = 0; j < n; j++) {
-              float a = 0;
-              for (int l = 0; l < n; l++) a += f->BT[i][l] * d[l][j];
-              u[i][j] = a;
-            }
-          const size_t q = (size_t)b * p->T1 + (size_t)ty * p->tw + tx;
-          for (int i = 0; i < n; i++)
-            for (int j = 0; j < n; j++) {
-              float a = 0;
-              for (int l = 0; l < n; l++) a += u[i][l] * f->BT[j][l];
-              V[(size_t)(i * n + j) * CT + (size_t)c * T + q] = a;
-            }
-        }
+      memset(P, 0, sizeof(float) * Hp * Wp); /* the border, and beyond a cropped tile */
+      for (int yy = 0; yy < H; yy++)
+        memcpy(P + (yy + pad) * Wp + pad, img + (size_t)yy * W, sizeof(float) * W);
+      fns->tiles(D + (size_t)b * p->T1, T, P, Wp, n, m, p->th, p->tw);
     }
+    for (int i = 0; i < n; i++) /* B^T d */
+      for (int j = 0; j < n; j++)
+        comb(fns, E + (i * n + j) * T, D + j * T, n * T, f->BT[i], n, len);
+    for (int i = 0; i < n; i++) /* (B^T d) B */
+      for (int j = 0; j < n; j++)
+        comb(fns, V + (i * n + j) * CT + (size_t)c * T, E + i * n * T, T, f->BT[j], n, len);
+  }
 }
 
 /* y[k] (+)= A^T M A + bias over the chunk's tiles, cropped to H x W. */
-static void output_transform(const wino_plan *p, const cl_conv_shape *t, const float *M,
-                             const float *bias, int accumulate, float *y, int n0, int nb) {
+static void output_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_shape *t,
+                             const float *M, const float *bias, int accumulate, float *y, int n0,
+                             int nb, float *tmp) {
   const wino_form *f = p->f;
-  const int n = f->n, m = f->m, H = t->H, W = t->W;
-  const size_t T = (size_t)p->nb * p->T1, KT = (size_t)t->K * T;
-  for (int b = 0; b < nb; b++)
-    for (int k = 0; k < t->K; k++) {
-      float *img = y + ((size_t)(n0 + b) * t->K + k) * H * W;
-      const float bk = bias ? bias[k] : 0.0f;
-      for (int ty = 0; ty < p->th; ty++)
-        for (int tx = 0; tx < p->tw; tx++) {
-          const size_t q = (size_t)b * p->T1 + (size_t)ty * p->tw + tx;
-          float mt[WMAX][WMAX], u[4][WMAX];
-          for (int e = 0; e < n * n; e++) mt[e / n][e % n] = M[(size_t)e * KT + (size_t)k * T + q];
-          for (int i = 0; i < m; i++)
-            for (int j = 0; j < n; j++) {
-              float a = 0;
-              for (int l = 0; l < n; l++) a += f->AT[i][l] * mt[l][j];
-              u[i][j] = a;
-            }
-          for (int i = 0; i < m; i++)
-            for (int j = 0; j < m; j++) {
-              int yy = ty * m + i, xx = tx * m + j;
-              if (yy >= H || xx >= W) continue;
-              float a = 0;
-              for (int l = 0; l < n; l++) a += u[i][l] * f->AT[j][l];
-              float *o = img + yy * W + xx;
-              *o = accumulate ? *o + a + bk : a + bk;
-            }
-        }
-    }
+  const int n = f->n, m = f->m, H = t->H, W = t->W, nn = n * n;
+  const size_t T = (size_t)p->T, KT = (size_t)t->K * T, len = (size_t)nb * p->T1;
+  float *Z = tmp, *Y = tmp + nn * T;
+  for (int k = 0; k < t->K; k++) {
+    const float *Mk = M + (size_t)k * T;
+    for (int i = 0; i < m; i++) /* A^T M */
+      for (int j = 0; j < n; j++)
+        comb(fns, Z + (i * n + j) * T, Mk + j * KT, n * KT, f->AT[i], n, len);
+    for (int i = 0; i < m; i++) /* (A^T M) A */
+      for (int j = 0; j < m; j++)
+        comb(fns, Y + (i * m + j) * T, Z + i * n * T, T, f->AT[j], n, len);
+    const float bk = bias ? bias[k] : 0.0f;
+    for (int b = 0; b < nb; b++)
+      fns->untile(y + ((size_t)(n0 + b) * t->K + k) * H * W, H, W, Y + (size_t)b * p->T1, T, m,
+                  p->th, p->tw, bk, accumulate);
+  }
 }
 
 /* One call's operands, shared by the team's threads. */
@@ -300,26 +370,18 @@ static void run_images(void *arg, long long n0, long long n1, int tid) {
   char *slice = j->base + p->off_slices + p->slice_bytes * tid;
   float *V = (float *)slice, *M = (float *)(slice + p->v_bytes);
   void *scratch = slice + p->v_bytes + p->m_bytes;
-  const int nn = p->f->n * p->f->n, T = p->nb * p->T1;
+  float *tmp = (float *)(slice + p->v_bytes + p->m_bytes + p->scratch_bytes);
+  const int nn = p->f->n * p->f->n, T = p->T;
   const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(j->be);
+  const wino_fns fns = fns_of(j->be);
   for (int c0 = (int)n0; c0 < (int)n1; c0 += p->nb) {
     int nb = (int)n1 - c0 < p->nb ? (int)n1 - c0 : p->nb;
-    input_transform(p, t, j->x, c0, nb, V);
+    input_transform(&fns, p, t, j->x, c0, nb, V, tmp);
     for (int e = 0; e < nn; e++)
-      cl_cpu_sgemm(kind, 0, 0, t->K, T, t->C, 1.0f, j->U + (size_t)e * t->K * t->C, t->C,
+      cl_cpu_sgemm(kind, 0, 0, t->K, nb * p->T1, t->C, 1.0f, j->U + (size_t)e * t->K * t->C, t->C,
                    V + (size_t)e * t->C * T, T, 0.0f, M + (size_t)e * t->K * T, T, scratch);
-    output_transform(p, t, M, j->bias, j->accumulate, j->y, c0, nb);
+    output_transform(&fns, p, t, M, j->bias, j->accumulate, j->y, c0, nb, tmp);
   }
-}
-
-/* wf[c][k][i][j] = w[k][c][r-1-i][r-1-j]. */
-static void flip_transpose(const float *w, int K, int C, int kk, float *wf) {
-  for (int k = 0; k < K; k++)
-    for (int c = 0; c < C; c++) {
-      const float *src = w + ((size_t)k * C + c) * kk;
-      float *dst = wf + ((size_t)c * K + k) * kk;
-      for (int q = 0; q < kk; q++) dst[q] = src[kk - 1 - q];
-    }
 }
 
 /* dir 0: y (+)= conv(x, w) + bias; dir 1: dx (+)= conv_transpose(dy, w). */
@@ -328,14 +390,144 @@ static void wino_run(cl_backend *be, const cl_conv_shape *s, int dir, const floa
   const wino_plan p = plan_of(be, s, dir);
   const cl_conv_shape t = dir_shape(s, dir);
   char *base = (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
-  if (dir == 1) {
-    flip_transpose(w, s->K, s->C, s->kh * s->kw, (float *)(base + p.off_wf));
-    w = (const float *)(base + p.off_wf);
-  }
-  float *U = (float *)(base + p.off_u);
-  filter_transform(p.f, w, t.K, t.C, U);
+  float *U = (float *)base;
+  float *tmp0 = (float *)(base + p.off_slices + p.v_bytes + p.m_bytes + p.scratch_bytes);
+  const wino_fns fns = fns_of(be);
+  filter_transform(&fns, &p, &t, dir, w, U, tmp0);
   wino_job j = {be, &p, &t, x, U, bias, y, accumulate, base};
   cl_cpu_blocks(p.threads, t.N, run_images, &j);
+}
+
+/* ---- backward filter ---------------------------------------------------
+ * The gradient of Y = A^T [U .* V] A with respect to U is, per tile,
+ * (A dY A^T) .* V: so dU[e] (K x C) = the sum over tiles of DY[e] V[e]^T,
+ * n^2 GEMMs whose inner dimension is the tiles (the long one), and dw =
+ * G^T dU G per filter pair. dY: the tile's m x m output gradients, zeros
+ * past the image. */
+
+/* DY[e][k][q] = (A dY A^T)[e] for the chunk's tiles; dbias[k] += the sum of
+ * dy over the chunk's images, in double, image by image. */
+static void dy_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_shape *t,
+                         const float *dy, int n0, int nb, float *DY, double *dbias, float *tmp) {
+  const wino_form *f = p->f;
+  const int n = f->n, m = f->m, H = t->H, W = t->W, nn = n * n;
+  const size_t T = (size_t)p->T, KT = (size_t)t->K * T, len = (size_t)nb * p->T1;
+  float A[WMAX][4]; /* A = (A^T)^T: its rows are the columns of AT */
+  for (int i = 0; i < n; i++)
+    for (int l = 0; l < m; l++) A[i][l] = f->AT[l][i];
+  float *D = tmp, *Z = tmp + m * m * T, *P = tmp + 2 * nn * T;
+  const int Wp = p->tw * m;
+  for (int k = 0; k < t->K; k++) {
+    for (int b = 0; b < nb; b++) {
+      const float *img = dy + ((size_t)(n0 + b) * t->K + k) * H * W;
+      double sum = 0.0;
+      for (size_t i = 0; i < (size_t)H * W; i++) sum += img[i];
+      if (dbias) dbias[k] += sum;
+      memset(P, 0, sizeof(float) * p->th * m * Wp);
+      for (int yy = 0; yy < H; yy++) memcpy(P + yy * Wp, img + (size_t)yy * W, sizeof(float) * W);
+      fns->tiles(D + (size_t)b * p->T1, T, P, Wp, m, m, p->th, p->tw);
+    }
+    for (int i = 0; i < n; i++) /* A dY */
+      for (int j = 0; j < m; j++) comb(fns, Z + (i * m + j) * T, D + j * T, m * T, A[i], m, len);
+    for (int i = 0; i < n; i++) /* (A dY) A^T */
+      for (int j = 0; j < n; j++)
+        comb(fns, DY + (i * n + j) * KT + (size_t)k * T, Z + i * m * T, T, A[j], m, len);
+  }
+}
+
+/* dw[pair] += G^T dU G, np pairs at a time in tmp: (G^T dU)'s r n planes,
+ * then the r^2 of the result. */
+static void filter_grad_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_shape *t,
+                                  const float *dU, float *dw, float *tmp) {
+  const wino_form *f = p->f;
+  const int n = f->n, r = f->r, rr = r * r;
+  const size_t KC = (size_t)t->K * t->C, np = (size_t)p->T;
+  float Gt[5][WMAX]; /* G^T */
+  for (int i = 0; i < r; i++)
+    for (int l = 0; l < n; l++) Gt[i][l] = f->G[l][i];
+  float *Q = tmp, *dg = tmp + (size_t)r * n * np;
+  for (size_t p0 = 0; p0 < KC; p0 += np) {
+    const size_t len = KC - p0 < np ? KC - p0 : np;
+    for (int i = 0; i < r; i++) /* G^T dU */
+      for (int j = 0; j < n; j++)
+        comb(fns, Q + (i * n + j) * np, dU + j * KC + p0, n * KC, Gt[i], n, len);
+    for (int i = 0; i < r; i++) /* (G^T dU) G */
+      for (int j = 0; j < r; j++)
+        comb(fns, dg + (i * r + j) * np, Q + i * n * np, np, Gt[j], n, len);
+    for (size_t q = 0; q < len; q++)
+      for (int e = 0; e < rr; e++) dw[(p0 + q) * rr + e] += dg[e * np + q];
+  }
+}
+
+typedef struct wgrad_job {
+  const cl_backend *be;
+  const wino_plan *p;
+  const cl_conv_shape *t;
+  const float *x, *dy;
+  int want_dbias;
+  char *base;
+} wgrad_job;
+
+static float *slice_du(const wino_plan *p, char *base, int tid) {
+  return (float *)(base + p->off_slices + p->slice_bytes * tid + p->v_bytes + p->m_bytes +
+                   p->scratch_bytes + p->tmp_bytes);
+}
+static double *slice_db(const wino_plan *p, const cl_conv_shape *t, char *base, int tid) {
+  const size_t nn = (size_t)p->f->n * p->f->n;
+  return (double *)((char *)slice_du(p, base, tid) +
+                    round64(sizeof(float) * nn * t->K * t->C));
+}
+
+/* Thread tid's images [n0, n1): its own dU and dbias sums. */
+static void wgrad_images(void *arg, long long n0, long long n1, int tid) {
+  const wgrad_job *j = arg;
+  const wino_plan *p = j->p;
+  const cl_conv_shape *t = j->t;
+  char *slice = j->base + p->off_slices + p->slice_bytes * tid;
+  float *V = (float *)slice, *DY = (float *)(slice + p->v_bytes);
+  void *scratch = slice + p->v_bytes + p->m_bytes;
+  float *tmp = (float *)(slice + p->v_bytes + p->m_bytes + p->scratch_bytes);
+  float *dU = slice_du(p, j->base, tid);
+  double *db = j->want_dbias ? slice_db(p, t, j->base, tid) : NULL;
+  const int nn = p->f->n * p->f->n, T = p->T;
+  const size_t KC = (size_t)t->K * t->C;
+  const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(j->be);
+  const wino_fns fns = fns_of(j->be);
+  if (db) memset(db, 0, sizeof(double) * t->K);
+  if (n1 <= n0) memset(dU, 0, sizeof(float) * nn * KC);
+  for (int c0 = (int)n0; c0 < (int)n1; c0 += p->nb) {
+    int nb = (int)n1 - c0 < p->nb ? (int)n1 - c0 : p->nb;
+    input_transform(&fns, p, t, j->x, c0, nb, V, tmp);
+    dy_transform(&fns, p, t, j->dy, c0, nb, DY, db, tmp);
+    for (int e = 0; e < nn; e++)
+      cl_cpu_sgemm(kind, 0, 1, t->K, t->C, nb * p->T1, 1.0f, DY + (size_t)e * t->K * T, T,
+                   V + (size_t)e * t->C * T, T, c0 == (int)n0 ? 0.0f : 1.0f, dU + e * KC,
+                   t->C, scratch);
+  }
+}
+
+/* dw += correlate(dy, x) through Winograd; dbias += the sum of dy. The
+ * threads' sums are added in thread order. */
+static void wgrad_run(cl_backend *be, const cl_conv_shape *s, const float *x, const float *dy,
+                      float *dw, float *dbias, void *ws) {
+  const wino_plan p = plan_of(be, s, 2);
+  char *base = (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+  wgrad_job j = {be, &p, s, x, dy, dbias != NULL, base};
+  const int team = cl_cpu_blocks(p.threads, s->N, wgrad_images, &j);
+  float *dU = slice_du(&p, base, 0);
+  const size_t n = (size_t)p.f->n * p.f->n * s->K * s->C;
+  for (int tid = 1; tid < team; tid++) {
+    const float *part = slice_du(&p, base, tid);
+    for (size_t i = 0; i < n; i++) dU[i] += part[i];
+  }
+  const wino_fns fns = fns_of(be);
+  float *tmp0 = (float *)(base + p.off_slices + p.v_bytes + p.m_bytes + p.scratch_bytes);
+  filter_grad_transform(&fns, &p, s, dU, dw, tmp0);
+  for (int k = 0; dbias && k < s->K; k++) {
+    double sum = 0.0;
+    for (int tid = 0; tid < team; tid++) sum += slice_db(&p, s, base, tid)[k];
+    dbias[k] += (float)sum;
+  }
 }
 
 /* ---- choosing per shape, by timing ------------------------------------- */
@@ -401,7 +593,7 @@ static void record(wino_slot *t, int choice, double seconds) {
 }
 
 int cl_cpu_wino_chosen(const cl_backend *be, const cl_conv_shape *s, int dir) {
-  if (!form_of(be, s) || dir == 2) return 0;
+  if (!form_of(be, s)) return 0;
   return choice_of(be, s, dir, NULL);
 }
 
@@ -415,7 +607,7 @@ const char *cl_cpu_wino_name(const cl_backend *be, const cl_conv_shape *s) {
 int cl_cpu_wino_pick(const cl_backend *be, const cl_conv_shape *s, int dir, const void *ws,
                      cl_cpu_wino_ticket *tk) {
   memset(tk, 0, sizeof *tk);
-  if (!form_of(be, s) || dir == 2 || s->N < 1 || !ws) return 0;
+  if (!form_of(be, s) || s->N < 1 || !ws) return 0;
   wino_slot *timed;
   tk->use = choice_of(be, s, dir, &timed);
   tk->slot = timed;
@@ -430,6 +622,11 @@ void cl_cpu_wino_done(const cl_cpu_wino_ticket *tk) {
 void cl_cpu_wino_conv(cl_backend *be, const cl_conv_shape *s, int dir, const float *x,
                       const float *w, const float *bias, float *y, int accumulate, void *ws) {
   wino_run(be, s, dir, x, w, bias, y, accumulate, ws);
+}
+
+void cl_cpu_wino_filter(cl_backend *be, const cl_conv_shape *s, const float *dy, const float *x,
+                        float *dw, float *dbias, void *ws) {
+  wgrad_run(be, s, x, dy, dw, dbias, ws);
 }
 
 /* backend.h's conv_algo: Winograd's form when it runs (or may still run,

@@ -17,8 +17,8 @@
  * forced and the per-shape timed choice, their calls interleaved; bf16:
  * float32 storage, bfloat16 storage on float32 kernels (CONVLSTM_BF16_DOT=0)
  * and on bfloat16 dot products (CONVLSTM_BF16_DOT=1, where they pay or
- * not), interleaved; algo: forward and backward
- * data on im2col/direct + GEMM, Winograd and the timed choice, interleaved)
+ * not), interleaved; algo: forward, backward
+ * data and backward filter on im2col/direct + GEMM, Winograd and the timed choice, interleaved)
  * Output: tab-separated rows "peak ISA THREADS GFLOP/s" and
  * "conv CONFIG PART N C K H W k OP MS GFLOP/s SHARE" (tiles: "tile CONFIG
  * PART N C K H W k OP TILE MS GFLOP/s SHARE", TILE a name or "auto"; bf16:
@@ -164,12 +164,13 @@ static void bench_shape_tiles(cl_backend *be, const char *config, const char *pa
   bench_bufs_free(be, &B);
 }
 
-/* The algo mode: forward and backward data with the backend's conv_algo
+/* The algo mode: forward, backward data and backward filter with the
+ * backend's conv_algo
  * forcing im2col/direct + GEMM ("gemm"), Winograd (F(2x2,3x3) or
  * F(2x2,5x5)), F(4x4,3x3) for 3 x 3 kernels, and "auto" (the per-shape
  * timed choice, CONVLSTM_CONV_ALGO=auto, after warm-up calls that finish its
  * timing), calls interleaved;
- * best call of each. Backward filter has no Winograd form here. */
+ * best call of each. */
 static void bench_shape_algo(cl_backend *be, const char *config, const char *part,
                              cl_conv_shape s, double peak) {
   static const char *algos[] = {"gemm", "winograd", "winograd4", "auto"};
@@ -184,8 +185,8 @@ static void bench_shape_algo(cl_backend *be, const char *config, const char *par
   ctx->conv_algo = 0;
   double flop = 2.0 * s.N * s.K * s.C * kk * P;
   int reps = (int)(1e10 / flop) + 4;
-  static const char *names[] = {"fwd", "bwd-data"};
-  for (int op = 0; op < 2; op++) {
+  static const char *names[] = {"fwd", "bwd-data", "bwd-filter"};
+  for (int op = 0; op < 3; op++) {
     double best[4] = {1e30, 1e30, 1e30, 1e30};
     for (int w = 0; w < 6; w++) bench_conv_op(be, &s, &B, op); /* auto's timing rounds */
     for (int r = 0; r < reps; r++)

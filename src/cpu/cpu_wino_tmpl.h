@@ -1,0 +1,96 @@
+/*
+ * cpu/cpu_wino_tmpl.h -- the one loop of cpu_winograd.c's transforms,
+ * written once in cpu_simd.h's vocabulary and included once per instruction
+ * set:
+ *   wino_comb(d, src, c, ns, len):  d[q] = sum over l < ns of c[l] src[l][q]
+ * Every transform (filters, input tiles, output tiles) is a sequence of
+ * these over planes that hold one tile element of many tiles (or filter
+ * pairs) side by side, so each runs along contiguous memory, VW at a time.
+ * The caller passes only the nonzero coefficients.
+ *   wino_tiles(D, ds, P, Wp, n, m, th, tw):  D[(l n + j) ds + ty tw + tx]
+ *     = P[(ty m + l) Wp + tx m + j]: the n x n input tiles of a padded image
+ *     P, element by element into planes; P readable 32 floats past each
+ *     row's tiles (the caller's slack). AVX-512 picks a row's tw elements of
+ *     stride m with one permute where they lie within 32 floats.
+ *
+ * No include guard: included once per instruction set, between cpu_simd.h
+ * and cpu_simd_end.h (which this includes).
+ */
+TGT static void FN(wino_comb)(float *d, const float *const *src, const float *c, int ns,
+                              size_t len) {
+  size_t q = 0;
+  for (; q + VW <= len; q += VW) {
+    V a = VMUL(VSET1(c[0]), VLOADU(src[0] + q));
+    for (int l = 1; l < ns; l++) a = VFMA(VSET1(c[l]), VLOADU(src[l] + q), a);
+    VSTOREU(d + q, a);
+  }
+  for (; q < len; q++) {
+    float a = c[0] * src[0][q];
+    for (int l = 1; l < ns; l++) a += c[l] * src[l][q];
+    d[q] = a;
+  }
+}
+
+TGT static void FN(wino_tiles)(float *D, size_t ds, const float *P, int Wp, int n, int m, int th,
+                               int tw) {
+#if CL_SIMD == 512
+  if (tw <= 16 && (tw - 1) * m + n <= 32) {
+    const __mmask16 keep = (__mmask16)((1u << tw) - 1u);
+    for (int ty = 0; ty < th; ty++)
+      for (int l = 0; l < n; l++) {
+        const float *row = P + (size_t)(ty * m + l) * Wp;
+        const __m512 lo = _mm512_loadu_ps(row), hi = _mm512_loadu_ps(row + 16);
+        for (int j = 0; j < n; j++) {
+          const __m512i idx = _mm512_add_epi32(
+              _mm512_mullo_epi32(
+                  _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                  _mm512_set1_epi32(m)),
+              _mm512_set1_epi32(j));
+          _mm512_mask_storeu_ps(D + (l * n + j) * ds + (size_t)ty * tw, keep,
+                                _mm512_permutex2var_ps(lo, idx, hi));
+        }
+      }
+    return;
+  }
+#endif
+  for (int l = 0; l < n; l++)
+    for (int j = 0; j < n; j++)
+      for (int ty = 0; ty < th; ty++) {
+        const float *src = P + (size_t)(ty * m + l) * Wp + j;
+        float *d = D + (l * n + j) * ds + (size_t)ty * tw;
+        for (int tx = 0; tx < tw; tx++) d[tx] = src[tx * m];
+      }
+}
+
+TGT static void FN(wino_untile)(float *img, int H, int W, const float *Y, size_t ys, int m, int th,
+                                int tw, float bk, int acc) {
+#if CL_SIMD == 512
+  if (m == 2 && tw <= 8) {
+    const int w = tw * m < W ? tw * m : W;
+    const __mmask16 keep = (__mmask16)((1u << w) - 1u);
+    const __m512i idx = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512 b = _mm512_set1_ps(bk);
+    for (int ty = 0; ty < th; ty++)
+      for (int i = 0; i < m && ty * m + i < H; i++) {
+        const float *y0 = Y + (size_t)(i * m) * ys + (size_t)ty * tw;
+        __m512 v = _mm512_permutex2var_ps(_mm512_loadu_ps(y0), idx, _mm512_loadu_ps(y0 + ys));
+        float *o = img + (size_t)(ty * m + i) * W;
+        if (acc) v = _mm512_add_ps(_mm512_maskz_loadu_ps(keep, o), v);
+        _mm512_mask_storeu_ps(o, keep, _mm512_add_ps(v, b));
+      }
+    return;
+  }
+#endif
+  for (int e = 0; e < m * m; e++) {
+    const int i = e / m, j = e % m;
+    const float *v = Y + e * ys;
+    for (int ty = 0; ty < th && ty * m + i < H; ty++)
+      for (int tx = 0; tx < tw && tx * m + j < W; tx++) {
+        float *o = img + (ty * m + i) * W + tx * m + j;
+        const float a = v[ty * tw + tx];
+        *o = acc ? *o + a + bk : a + bk;
+      }
+  }
+}
+
+#include "cpu_simd_end.h"

@@ -1,0 +1,113 @@
+/*
+ * tests/c/test_cpu_wino_rule.c -- the CPU backend's default convolution
+ * algorithm is a fixed rule (cpu_winograd.c's WINO_MIN_CHANNELS): Winograd
+ * where both channel counts are 32 or more and the call is 1e8 flops or
+ * more, the GEMM paths elsewhere, in every direction and every process.
+ * The cases are the steps' shapes (bench/cpu_shapes.tsv) cut to just over
+ * 1e8 flops, and one under.
+ *
+ * The instrument is the results' bits: each call of a backend created
+ * without CONVLSTM_CONV_ALGO must give exactly the bits of the same call on
+ * a backend that forces the algorithm the rule names (conv_algo 2 or 3:
+ * Winograd, 1: the GEMM paths), and differ from the other algorithm's.
+ * CONVLSTM_CONV_ALGO=gemm must give the GEMM paths' bits everywhere.
+ */
+#define _POSIX_C_SOURCE 200112L
+#include "bench_conv.h"      /* bench_bufs: a shape's buffers, bench_conv_op */
+#include "cpu/cpu_kernels.h" /* cl_cpu_ctx */
+#include "ctest.h"           /* CHECK, ctest_done */
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct rule_case {
+  const char *name;
+  cl_conv_shape s;
+  int algo; /* what the default runs: 1 the GEMM paths, 2 Winograd, 3 F(4x4,3x3) */
+} rule_case;
+
+static cl_backend *backend(int conv_algo) {
+  cl_backend *be = NULL;
+  if (cl_backend_cpu_create(1, &be) != CL_OK) {
+    fprintf(stderr, "test_cpu_wino_rule: cannot create the cpu backend\n");
+    exit(2);
+  }
+  ((cl_cpu_ctx *)be->context)->conv_algo = conv_algo;
+  return be;
+}
+
+/* The output of op (0 forward, 1 backward data, 2 backward filter) on be,
+ * from the buffers' inputs; malloc'd, *n floats. */
+static float *run_op(cl_backend *be, const cl_conv_shape *s, int op, size_t *n) {
+  srand(7); /* the same inputs for every backend */
+  bench_bufs B = bench_bufs_make(be, s);
+  const size_t sizes[3] = {(size_t)s->N * s->K * s->H * s->W, (size_t)s->N * s->C * s->H * s->W,
+                           (size_t)s->K * s->C * s->kh * s->kw};
+  float *dst[3] = {B.y, B.dx, B.dw};
+  if (op == 2) memset(B.dw, 0, sizeof(float) * sizes[2]);
+  cl_status st = bench_conv_op(be, s, &B, op);
+  CHECK(st == CL_OK, "op %d: %s", op, be->err);
+  *n = sizes[op];
+  float *out = malloc(sizeof(float) * *n);
+  if (out) memcpy(out, dst[op], sizeof(float) * *n);
+  bench_bufs_free(be, &B);
+  return out;
+}
+
+static int same_bits(const float *a, const float *b, size_t n) {
+  return memcmp(a, b, sizeof(float) * n) == 0;
+}
+
+int main(void) {
+  const rule_case cases[] = {
+      {"hidden half 48 -> 192, 5x5", {1, 48, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0}, 2},
+      {"input half 16 -> 192, 5x5", {4, 16, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0}, 1},
+      {"hidden half 64 -> 256, 3x3", {1, 64, 24, 24, 256, 3, 3, 1, 1, CL_F32, 0}, 3},
+      {"input half 64 -> 4, 3x3", {40, 64, 24, 24, 4, 3, 3, 1, 1, CL_F32, 0}, 1},
+      {"small 48 -> 192, 5x5 (under 1e8 flops)", {1, 48, 8, 8, 192, 5, 5, 1, 1, CL_F32, 0}, 1},
+  };
+  /* Under valgrind (its preload in LD_PRELOAD) only the small case: the
+   * rule's cases are 1e8 flops or more by definition, minutes there, and
+   * test_backend_ops's Winograd variants run the same code on small shapes
+   * under it. */
+  const char *preload = getenv("LD_PRELOAD");
+  const int under_valgrind = preload && strstr(preload, "vgpreload") != NULL;
+  if (under_valgrind) printf("  under valgrind: the small case only\n");
+  unsetenv("CONVLSTM_CONV_ALGO");
+  cl_backend *def = backend(0), *gemm = backend(1);
+  setenv("CONVLSTM_CONV_ALGO", "gemm", 1);
+  cl_backend *off = backend(0);
+  unsetenv("CONVLSTM_CONV_ALGO");
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const rule_case *c = &cases[i];
+    const cl_conv_shape *z = &c->s;
+    if (under_valgrind && 2.0 * z->N * z->K * z->C * z->kh * z->kw * z->H * z->W >= 1e8) continue;
+    cl_backend *wino = backend(c->s.kh == 3 ? 3 : 2);
+    for (int op = 0; op < 3; op++) {
+      size_t n = 0, nw = 0, ng = 0, no = 0;
+      float *d = run_op(def, &c->s, op, &n), *w = run_op(wino, &c->s, op, &nw);
+      float *g = run_op(gemm, &c->s, op, &ng), *o = run_op(off, &c->s, op, &no);
+      if (!d || !w || !g || !o) {
+        fprintf(stderr, "test_cpu_wino_rule: out of memory\n");
+        exit(2);
+      }
+      const int is_wino = same_bits(d, w, n), is_gemm = same_bits(d, g, n);
+      printf("  %s, op %d: the default ran %s\n", c->name, op,
+             is_wino && !is_gemm   ? "Winograd"
+             : is_gemm && !is_wino ? "the GEMM paths"
+                                   : "neither (or both gave the same bits)");
+      CHECK(!same_bits(w, g, n), "%s, op %d: Winograd and the GEMM paths gave the same bits: "
+            "the instrument cannot tell them apart", c->name, op);
+      if (c->algo == 1)
+        CHECK(is_gemm, "%s, op %d: the default should run the GEMM paths", c->name, op);
+      else
+        CHECK(is_wino, "%s, op %d: the default should run Winograd", c->name, op);
+      CHECK(same_bits(o, g, n), "%s, op %d: CONVLSTM_CONV_ALGO=gemm should run the GEMM paths",
+            c->name, op);
+      free(d), free(w), free(g), free(o);
+    }
+    cl_backend_destroy(wino);
+  }
+  cl_backend_destroy(def), cl_backend_destroy(gemm), cl_backend_destroy(off);
+  return ctest_done("test_cpu_wino_rule");
+}
