@@ -193,15 +193,15 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
   p.m_bytes = round64(sizeof(float) * (size_t)nn * t.K * p.T);
   p.scratch_bytes = round64(dir == 2 ? cl_cpu_sgemm_scratch_bytes(kind, t.K, t.C, p.T)
                                      : cl_cpu_sgemm_scratch_bytes(kind, t.K, p.T, t.C));
-  /* backward filter: the thread's sums of dU (n^2 K C) and of dbias */
-  p.du_bytes = dir == 2 ? round64(sizeof(float) * (size_t)nn * t.K * t.C) +
-                              round64(sizeof(double) * (size_t)t.K)
-                        : 0;
   /* two sets of n^2 planes: an input tile's d and B^T d (the filters' r^2
    * + n r planes of T pairs fit too: 55 or 27 against 72 or 32); then an
    * image padded to whole tiles, and the 32 floats wino_tiles may read past */
   const size_t padded = (size_t)(p.th * m + p.f->n - m) * (p.tw * m + p.f->n - m) + 32;
   p.tmp_bytes = round64(sizeof(float) * (2 * (size_t)nn * p.T + padded));
+  /* backward filter: the thread's sums of dU (n^2 K C) and of dbias */
+  p.du_bytes = dir == 2 ? round64(sizeof(float) * (size_t)nn * t.K * t.C) +
+                              round64(sizeof(double) * (size_t)t.K)
+                        : 0;
   p.slice_bytes = p.v_bytes + p.m_bytes + p.scratch_bytes + p.tmp_bytes + p.du_bytes;
   p.total = p.off_slices + p.slice_bytes * (size_t)p.threads + 64;
   return p;
@@ -274,31 +274,29 @@ static void comb(const wino_fns *fns, float *d, const float *src, size_t ss, con
 }
 
 /* U[e][k][c] = (G g G^T)[e], g = w[k][c] (dir 0) or, for backward data,
- * w[c][k] flipped (a pair of the transposed shape t), np pairs at a time in
- * tmp: g's r^2 planes, then G g's n r. */
+ * w[c][k] flipped (a pair of the transposed shape t), for the len pairs
+ * from p0 (at most T), in tmp: g's r^2 planes, then G g's n r. */
 static void filter_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_shape *t,
-                             int dir, const float *w, float *U, float *tmp) {
+                             int dir, const float *w, float *U, size_t p0, size_t len,
+                             float *tmp) {
   const wino_form *f = p->f;
   const int n = f->n, r = f->r, rr = r * r;
   const size_t KC = (size_t)t->K * t->C, np = (size_t)p->T;
   float *g = tmp, *gt = tmp + rr * np;
-  for (size_t p0 = 0; p0 < KC; p0 += np) {
-    const size_t len = KC - p0 < np ? KC - p0 : np;
-    size_t k = p0 / t->C, c = p0 % t->C;
-    for (size_t q = 0; q < len; q++) {
-      if (dir == 0) /* pairs in order: w's own */
-        for (int e = 0; e < rr; e++) g[e * np + q] = w[(p0 + q) * rr + e];
-      else /* t's pair (k, c) is the layer's (c, k): t->K is its C */
-        for (int e = 0; e < rr; e++) g[e * np + q] = w[(c * t->K + k) * rr + rr - 1 - e];
-      if (++c == (size_t)t->C) c = 0, k++;
-    }
-    for (int i = 0; i < n; i++) /* G g: row i, column j */
-      for (int j = 0; j < r; j++)
-        comb(fns, gt + (i * r + j) * np, g + j * np, r * np, f->G[i], r, len);
-    for (int i = 0; i < n; i++) /* (G g) G^T */
-      for (int j = 0; j < n; j++)
-        comb(fns, U + (i * n + j) * KC + p0, gt + i * r * np, np, f->G[j], r, len);
+  size_t k = p0 / t->C, c = p0 % t->C;
+  for (size_t q = 0; q < len; q++) {
+    if (dir == 0) /* pairs in order: w's own */
+      for (int e = 0; e < rr; e++) g[e * np + q] = w[(p0 + q) * rr + e];
+    else /* t's pair (k, c) is the layer's (c, k): t->K is its C */
+      for (int e = 0; e < rr; e++) g[e * np + q] = w[(c * t->K + k) * rr + rr - 1 - e];
+    if (++c == (size_t)t->C) c = 0, k++;
   }
+  for (int i = 0; i < n; i++) /* G g: row i, column j */
+    for (int j = 0; j < r; j++)
+      comb(fns, gt + (i * r + j) * np, g + j * np, r * np, f->G[i], r, len);
+  for (int i = 0; i < n; i++) /* (G g) G^T */
+    for (int j = 0; j < n; j++)
+      comb(fns, U + (i * n + j) * KC + p0, gt + i * r * np, np, f->G[j], r, len);
 }
 
 /* V[e][c][q] = (B^T d B)[e] for the tiles of images n0 .. n0+nb-1 (q =
@@ -375,28 +373,15 @@ static void run_images(void *arg, long long n0, long long n1, int tid) {
   const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(j->be);
   const wino_fns fns = fns_of(j->be);
   for (int c0 = (int)n0; c0 < (int)n1; c0 += p->nb) {
-    int nb = (int)n1 - c0 < p->nb ? (int)n1 - c0 : p->nb;
+    int nb = (int)n1 - c0 < p->nb ? (int)n1 - c0 : p->nb, len = nb * p->T1;
     input_transform(&fns, p, t, j->x, c0, nb, V, tmp);
     for (int e = 0; e < nn; e++)
-      cl_cpu_sgemm(kind, 0, 0, t->K, nb * p->T1, t->C, 1.0f, j->U + (size_t)e * t->K * t->C, t->C,
+      cl_cpu_sgemm(kind, 0, 0, t->K, len, t->C, 1.0f, j->U + (size_t)e * t->K * t->C, t->C,
                    V + (size_t)e * t->C * T, T, 0.0f, M + (size_t)e * t->K * T, T, scratch);
     output_transform(&fns, p, t, M, j->bias, j->accumulate, j->y, c0, nb, tmp);
   }
 }
 
-/* dir 0: y (+)= conv(x, w) + bias; dir 1: dx (+)= conv_transpose(dy, w). */
-static void wino_run(cl_backend *be, const cl_conv_shape *s, int dir, const float *x,
-                     const float *w, const float *bias, float *y, int accumulate, void *ws) {
-  const wino_plan p = plan_of(be, s, dir);
-  const cl_conv_shape t = dir_shape(s, dir);
-  char *base = (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
-  float *U = (float *)base;
-  float *tmp0 = (float *)(base + p.off_slices + p.v_bytes + p.m_bytes + p.scratch_bytes);
-  const wino_fns fns = fns_of(be);
-  filter_transform(&fns, &p, &t, dir, w, U, tmp0);
-  wino_job j = {be, &p, &t, x, U, bias, y, accumulate, base};
-  cl_cpu_blocks(p.threads, t.N, run_images, &j);
-}
 
 /* ---- backward filter ---------------------------------------------------
  * The gradient of Y = A^T [U .* V] A with respect to U is, per tile,
@@ -435,10 +420,10 @@ static void dy_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_
   }
 }
 
-/* dw[pair] += G^T dU G, np pairs at a time in tmp: (G^T dU)'s r n planes,
- * then the r^2 of the result. */
+/* dw[pair] += G^T dU G for the len pairs from p0 (at most T), in tmp:
+ * (G^T dU)'s r n planes, then the r^2 of the result. */
 static void filter_grad_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_shape *t,
-                                  const float *dU, float *dw, float *tmp) {
+                                  const float *dU, float *dw, size_t p0, size_t len, float *tmp) {
   const wino_form *f = p->f;
   const int n = f->n, r = f->r, rr = r * r;
   const size_t KC = (size_t)t->K * t->C, np = (size_t)p->T;
@@ -446,17 +431,14 @@ static void filter_grad_transform(const wino_fns *fns, const wino_plan *p, const
   for (int i = 0; i < r; i++)
     for (int l = 0; l < n; l++) Gt[i][l] = f->G[l][i];
   float *Q = tmp, *dg = tmp + (size_t)r * n * np;
-  for (size_t p0 = 0; p0 < KC; p0 += np) {
-    const size_t len = KC - p0 < np ? KC - p0 : np;
-    for (int i = 0; i < r; i++) /* G^T dU */
-      for (int j = 0; j < n; j++)
-        comb(fns, Q + (i * n + j) * np, dU + j * KC + p0, n * KC, Gt[i], n, len);
-    for (int i = 0; i < r; i++) /* (G^T dU) G */
-      for (int j = 0; j < r; j++)
-        comb(fns, dg + (i * r + j) * np, Q + i * n * np, np, Gt[j], n, len);
-    for (size_t q = 0; q < len; q++)
-      for (int e = 0; e < rr; e++) dw[(p0 + q) * rr + e] += dg[e * np + q];
-  }
+  for (int i = 0; i < r; i++) /* G^T dU */
+    for (int j = 0; j < n; j++)
+      comb(fns, Q + (i * n + j) * np, dU + j * KC + p0, n * KC, Gt[i], n, len);
+  for (int i = 0; i < r; i++) /* (G^T dU) G */
+    for (int j = 0; j < r; j++)
+      comb(fns, dg + (i * r + j) * np, Q + i * n * np, np, Gt[j], n, len);
+  for (size_t q = 0; q < len; q++)
+    for (int e = 0; e < rr; e++) dw[(p0 + q) * rr + e] += dg[e * np + q];
 }
 
 typedef struct wgrad_job {
@@ -496,14 +478,74 @@ static void wgrad_images(void *arg, long long n0, long long n1, int tid) {
   if (db) memset(db, 0, sizeof(double) * t->K);
   if (n1 <= n0) memset(dU, 0, sizeof(float) * nn * KC);
   for (int c0 = (int)n0; c0 < (int)n1; c0 += p->nb) {
-    int nb = (int)n1 - c0 < p->nb ? (int)n1 - c0 : p->nb;
+    int nb = (int)n1 - c0 < p->nb ? (int)n1 - c0 : p->nb, len = nb * p->T1;
     input_transform(&fns, p, t, j->x, c0, nb, V, tmp);
     dy_transform(&fns, p, t, j->dy, c0, nb, DY, db, tmp);
     for (int e = 0; e < nn; e++)
-      cl_cpu_sgemm(kind, 0, 1, t->K, t->C, nb * p->T1, 1.0f, DY + (size_t)e * t->K * T, T,
-                   V + (size_t)e * t->C * T, T, c0 == (int)n0 ? 0.0f : 1.0f, dU + e * KC,
-                   t->C, scratch);
+      cl_cpu_sgemm(kind, 0, 1, t->K, t->C, len, 1.0f, DY + (size_t)e * t->K * T, T,
+                   V + (size_t)e * t->C * T, T, c0 == (int)n0 ? 0.0f : 1.0f, dU + e * KC, t->C,
+                   scratch);
   }
+}
+
+/* The filter pairs' work, T pairs a block, blocks over the team (each
+ * thread in its slice's tmp): the filter transform (dir 0, 1) or, for
+ * backward filter (dir 2), the threads' dU sums added into slice 0's (in
+ * thread order, element by element) and dw += G^T dU G. */
+typedef struct pairs_job {
+  const cl_backend *be;
+  const wino_plan *p;
+  const cl_conv_shape *t;
+  int dir, team;
+  const float *w;
+  float *U, *dw;
+  char *base;
+} pairs_job;
+
+static float *slice_tmp(const wino_plan *p, char *base, int tid) {
+  return (float *)(base + p->off_slices + p->slice_bytes * tid + p->v_bytes + p->m_bytes +
+                   p->scratch_bytes);
+}
+
+static void pair_blocks(void *arg, long long b0, long long b1, int tid) {
+  const pairs_job *j = arg;
+  const wino_plan *p = j->p;
+  const size_t KC = (size_t)j->t->K * j->t->C, np = (size_t)p->T;
+  const size_t nn = (size_t)p->f->n * p->f->n;
+  const wino_fns fns = fns_of(j->be);
+  float *tmp = slice_tmp(p, j->base, tid);
+  for (long long b = b0; b < b1; b++) {
+    const size_t p0 = (size_t)b * np, len = KC - p0 < np ? KC - p0 : np;
+    if (j->dir < 2) {
+      filter_transform(&fns, p, j->t, j->dir, j->w, j->U, p0, len, tmp);
+      continue;
+    }
+    float *dU = slice_du(p, j->base, 0);
+    for (int th = 1; th < j->team; th++) {
+      const float *part = slice_du(p, j->base, th);
+      for (size_t e = 0; e < nn; e++)
+        for (size_t q = e * KC + p0; q < e * KC + p0 + len; q++) dU[q] += part[q];
+    }
+    filter_grad_transform(&fns, p, j->t, dU, j->dw, p0, len, tmp);
+  }
+}
+
+static void run_pairs(const pairs_job *j) {
+  const long long KC = (long long)j->t->K * j->t->C;
+  cl_cpu_blocks(j->p->threads, (KC + j->p->T - 1) / j->p->T, pair_blocks, (void *)j);
+}
+
+/* dir 0: y (+)= conv(x, w) + bias; dir 1: dx (+)= conv_transpose(dy, w). */
+static void wino_run(cl_backend *be, const cl_conv_shape *s, int dir, const float *x,
+                     const float *w, const float *bias, float *y, int accumulate, void *ws) {
+  const wino_plan p = plan_of(be, s, dir);
+  const cl_conv_shape t = dir_shape(s, dir);
+  char *base = (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+  float *U = (float *)base;
+  const pairs_job pj = {be, &p, &t, dir, 1, w, U, NULL, base};
+  run_pairs(&pj);
+  wino_job j = {be, &p, &t, x, U, bias, y, accumulate, base};
+  cl_cpu_blocks(p.threads, t.N, run_images, &j);
 }
 
 /* dw += correlate(dy, x) through Winograd; dbias += the sum of dy. The
@@ -514,15 +556,8 @@ static void wgrad_run(cl_backend *be, const cl_conv_shape *s, const float *x, co
   char *base = (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
   wgrad_job j = {be, &p, s, x, dy, dbias != NULL, base};
   const int team = cl_cpu_blocks(p.threads, s->N, wgrad_images, &j);
-  float *dU = slice_du(&p, base, 0);
-  const size_t n = (size_t)p.f->n * p.f->n * s->K * s->C;
-  for (int tid = 1; tid < team; tid++) {
-    const float *part = slice_du(&p, base, tid);
-    for (size_t i = 0; i < n; i++) dU[i] += part[i];
-  }
-  const wino_fns fns = fns_of(be);
-  float *tmp0 = (float *)(base + p.off_slices + p.v_bytes + p.m_bytes + p.scratch_bytes);
-  filter_grad_transform(&fns, &p, s, dU, dw, tmp0);
+  const pairs_job pj = {be, &p, s, 2, team, NULL, NULL, dw, base};
+  run_pairs(&pj);
   for (int k = 0; dbias && k < s->K; k++) {
     double sum = 0.0;
     for (int tid = 0; tid < team; tid++) sum += slice_db(&p, s, base, tid)[k];
