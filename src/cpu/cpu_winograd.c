@@ -166,11 +166,14 @@ typedef struct wino_plan {
   int nb;         /* images per chunk */
   int T;          /* tiles per chunk, nb T1: the planes' length */
   int threads;
-  size_t off_slices, v_bytes, m_bytes, scratch_bytes, tmp_bytes, du_bytes, slice_bytes, total;
+  size_t off_slices, v_bytes, m_bytes, scratch_bytes, tmp_bytes, du_bytes, db_bytes;
+  size_t slice_bytes, total;
 } wino_plan;
 
-/* Tiles per chunk: the GEMMs' width. M (n^2 K T floats) then stays in L2
- * on the step's shapes (1.8 MB at K 192, F(2x2,5x5)). */
+/* Tiles per chunk: the GEMMs' width. Measured on the 5x5 hidden half (48
+ * -> 192, N 4, forward, before the permutes cut tiles): 64 tiles 3.9 ms,
+ * 128 2.9, 256 2.8. Wider GEMMs pack each U[e] fewer times, which outweighs
+ * the product planes spilling out of L2 (n^2 K T floats: 7 MB here). */
 enum { WINO_TILES = 256 };
 
 static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir,
@@ -199,16 +202,36 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
   const size_t padded = (size_t)(p.th * m + p.f->n - m) * (p.tw * m + p.f->n - m) + 32;
   p.tmp_bytes = round64(sizeof(float) * (2 * (size_t)nn * p.T + padded));
   /* backward filter: the thread's sums of dU (n^2 K C) and of dbias */
-  p.du_bytes = dir == 2 ? round64(sizeof(float) * (size_t)nn * t.K * t.C) +
-                              round64(sizeof(double) * (size_t)t.K)
-                        : 0;
-  p.slice_bytes = p.v_bytes + p.m_bytes + p.scratch_bytes + p.tmp_bytes + p.du_bytes;
+  p.du_bytes = dir == 2 ? round64(sizeof(float) * (size_t)nn * t.K * t.C) : 0;
+  p.db_bytes = dir == 2 ? round64(sizeof(double) * (size_t)t.K) : 0;
+  p.slice_bytes = p.v_bytes + p.m_bytes + p.scratch_bytes + p.tmp_bytes + p.du_bytes + p.db_bytes;
   p.total = p.off_slices + p.slice_bytes * (size_t)p.threads + 64;
   return p;
 }
 
 static wino_plan plan_of(const cl_backend *be, const cl_conv_shape *s, int dir) {
   return plan_form(be, s, dir, form_of(be, s));
+}
+
+/* Thread tid's slice of the workspace (base: its 64-byte aligned start),
+ * carved as plan_form sized it. M: backward filter's DY. */
+typedef struct wino_slice {
+  float *V, *M;
+  void *scratch;
+  float *tmp, *dU;
+  double *db;
+} wino_slice;
+
+static wino_slice slice_of(const wino_plan *p, char *base, int tid) {
+  char *at = base + p->off_slices + p->slice_bytes * tid;
+  wino_slice sl;
+  sl.V = (float *)at, at += p->v_bytes;
+  sl.M = (float *)at, at += p->m_bytes;
+  sl.scratch = at, at += p->scratch_bytes;
+  sl.tmp = (float *)at, at += p->tmp_bytes;
+  sl.dU = (float *)at, at += p->du_bytes;
+  sl.db = (double *)at;
+  return sl;
 }
 
 /* The largest over the forms CONVLSTM_CONV_ALGO may pick for s, whatever it
@@ -348,14 +371,16 @@ static void output_transform(const wino_fns *fns, const wino_plan *p, const cl_c
   }
 }
 
-/* One call's operands, shared by the team's threads. */
+/* One call's operands, shared by the team's threads: dir 0 forward, 1
+ * backward data (x is dy, y is dx), 2 backward filter; team: the threads
+ * that ran the images (backward filter's sums of dU to add). */
 typedef struct wino_job {
   const cl_backend *be;
   const wino_plan *p;
   const cl_conv_shape *t;
-  const float *x, *U, *bias;
-  float *y;
-  int accumulate;
+  int dir, team, accumulate;
+  const float *x, *dy, *w, *bias;
+  float *U, *y, *dw, *dbias;
   char *base;
 } wino_job;
 
@@ -365,10 +390,9 @@ static void run_images(void *arg, long long n0, long long n1, int tid) {
   const wino_job *j = arg;
   const wino_plan *p = j->p;
   const cl_conv_shape *t = j->t;
-  char *slice = j->base + p->off_slices + p->slice_bytes * tid;
-  float *V = (float *)slice, *M = (float *)(slice + p->v_bytes);
-  void *scratch = slice + p->v_bytes + p->m_bytes;
-  float *tmp = (float *)(slice + p->v_bytes + p->m_bytes + p->scratch_bytes);
+  const wino_slice sl = slice_of(p, j->base, tid);
+  float *V = sl.V, *M = sl.M, *tmp = sl.tmp;
+  void *scratch = sl.scratch;
   const int nn = p->f->n * p->f->n, T = p->T;
   const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(j->be);
   const wino_fns fns = fns_of(j->be);
@@ -441,36 +465,15 @@ static void filter_grad_transform(const wino_fns *fns, const wino_plan *p, const
     for (int e = 0; e < rr; e++) dw[(p0 + q) * rr + e] += dg[e * np + q];
 }
 
-typedef struct wgrad_job {
-  const cl_backend *be;
-  const wino_plan *p;
-  const cl_conv_shape *t;
-  const float *x, *dy;
-  int want_dbias;
-  char *base;
-} wgrad_job;
-
-static float *slice_du(const wino_plan *p, char *base, int tid) {
-  return (float *)(base + p->off_slices + p->slice_bytes * tid + p->v_bytes + p->m_bytes +
-                   p->scratch_bytes + p->tmp_bytes);
-}
-static double *slice_db(const wino_plan *p, const cl_conv_shape *t, char *base, int tid) {
-  const size_t nn = (size_t)p->f->n * p->f->n;
-  return (double *)((char *)slice_du(p, base, tid) +
-                    round64(sizeof(float) * nn * t->K * t->C));
-}
-
 /* Thread tid's images [n0, n1): its own dU and dbias sums. */
 static void wgrad_images(void *arg, long long n0, long long n1, int tid) {
-  const wgrad_job *j = arg;
+  const wino_job *j = arg;
   const wino_plan *p = j->p;
   const cl_conv_shape *t = j->t;
-  char *slice = j->base + p->off_slices + p->slice_bytes * tid;
-  float *V = (float *)slice, *DY = (float *)(slice + p->v_bytes);
-  void *scratch = slice + p->v_bytes + p->m_bytes;
-  float *tmp = (float *)(slice + p->v_bytes + p->m_bytes + p->scratch_bytes);
-  float *dU = slice_du(p, j->base, tid);
-  double *db = j->want_dbias ? slice_db(p, t, j->base, tid) : NULL;
+  const wino_slice sl = slice_of(p, j->base, tid);
+  float *V = sl.V, *DY = sl.M, *tmp = sl.tmp, *dU = sl.dU;
+  void *scratch = sl.scratch;
+  double *db = j->dbias ? sl.db : NULL;
   const int nn = p->f->n * p->f->n, T = p->T;
   const size_t KC = (size_t)t->K * t->C;
   const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(j->be);
@@ -492,37 +495,23 @@ static void wgrad_images(void *arg, long long n0, long long n1, int tid) {
  * thread in its slice's tmp): the filter transform (dir 0, 1) or, for
  * backward filter (dir 2), the threads' dU sums added into slice 0's (in
  * thread order, element by element) and dw += G^T dU G. */
-typedef struct pairs_job {
-  const cl_backend *be;
-  const wino_plan *p;
-  const cl_conv_shape *t;
-  int dir, team;
-  const float *w;
-  float *U, *dw;
-  char *base;
-} pairs_job;
-
-static float *slice_tmp(const wino_plan *p, char *base, int tid) {
-  return (float *)(base + p->off_slices + p->slice_bytes * tid + p->v_bytes + p->m_bytes +
-                   p->scratch_bytes);
-}
 
 static void pair_blocks(void *arg, long long b0, long long b1, int tid) {
-  const pairs_job *j = arg;
+  const wino_job *j = arg;
   const wino_plan *p = j->p;
   const size_t KC = (size_t)j->t->K * j->t->C, np = (size_t)p->T;
   const size_t nn = (size_t)p->f->n * p->f->n;
   const wino_fns fns = fns_of(j->be);
-  float *tmp = slice_tmp(p, j->base, tid);
+  float *tmp = slice_of(p, j->base, tid).tmp;
   for (long long b = b0; b < b1; b++) {
     const size_t p0 = (size_t)b * np, len = KC - p0 < np ? KC - p0 : np;
     if (j->dir < 2) {
       filter_transform(&fns, p, j->t, j->dir, j->w, j->U, p0, len, tmp);
       continue;
     }
-    float *dU = slice_du(p, j->base, 0);
+    float *dU = slice_of(p, j->base, 0).dU;
     for (int th = 1; th < j->team; th++) {
-      const float *part = slice_du(p, j->base, th);
+      const float *part = slice_of(p, j->base, th).dU;
       for (size_t e = 0; e < nn; e++)
         for (size_t q = e * KC + p0; q < e * KC + p0 + len; q++) dU[q] += part[q];
     }
@@ -530,7 +519,7 @@ static void pair_blocks(void *arg, long long b0, long long b1, int tid) {
   }
 }
 
-static void run_pairs(const pairs_job *j) {
+static void run_pairs(const wino_job *j) {
   const long long KC = (long long)j->t->K * j->t->C;
   cl_cpu_blocks(j->p->threads, (KC + j->p->T - 1) / j->p->T, pair_blocks, (void *)j);
 }
@@ -542,9 +531,8 @@ static void wino_run(cl_backend *be, const cl_conv_shape *s, int dir, const floa
   const cl_conv_shape t = dir_shape(s, dir);
   char *base = (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
   float *U = (float *)base;
-  const pairs_job pj = {be, &p, &t, dir, 1, w, U, NULL, base};
-  run_pairs(&pj);
-  wino_job j = {be, &p, &t, x, U, bias, y, accumulate, base};
+  wino_job j = {be, &p, &t, dir, 1, accumulate, x, NULL, w, bias, U, y, NULL, NULL, base};
+  run_pairs(&j);
   cl_cpu_blocks(p.threads, t.N, run_images, &j);
 }
 
@@ -554,13 +542,12 @@ static void wgrad_run(cl_backend *be, const cl_conv_shape *s, const float *x, co
                       float *dw, float *dbias, void *ws) {
   const wino_plan p = plan_of(be, s, 2);
   char *base = (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
-  wgrad_job j = {be, &p, s, x, dy, dbias != NULL, base};
-  const int team = cl_cpu_blocks(p.threads, s->N, wgrad_images, &j);
-  const pairs_job pj = {be, &p, s, 2, team, NULL, NULL, dw, base};
-  run_pairs(&pj);
+  wino_job j = {be, &p, s, 2, 1, 0, x, dy, NULL, NULL, NULL, NULL, dw, dbias, base};
+  j.team = cl_cpu_blocks(p.threads, s->N, wgrad_images, &j);
+  run_pairs(&j);
   for (int k = 0; dbias && k < s->K; k++) {
     double sum = 0.0;
-    for (int tid = 0; tid < team; tid++) sum += slice_db(&p, s, base, tid)[k];
+    for (int tid = 0; tid < j.team; tid++) sum += slice_of(&p, base, tid).db[k];
     dbias[k] += (float)sum;
   }
 }
