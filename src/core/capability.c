@@ -51,7 +51,9 @@ static const struct {
     [CL_CAP_DROPOUT] = {"dropout", 1, NULL, NULL},
     [CL_CAP_DROPOUT_MASKS] = {"dropout_masks", 1, NULL, NULL},
     [CL_CAP_PEEP_POSITION] = {"peephole = position", 0,
-                              FC "supports peepholes \"none\" and \"channel\", not \"position\"", NULL},
+                              FC "supports peepholes \"none\" and \"channel\", "
+                                 "not \"position\"",
+                              NULL},
     [CL_CAP_DATA_PARALLEL] = {"data parallel", 1, NULL, NULL},
     [CL_CAP_DATA_SET] = {"data set on the device (convlstm_data)", 1, NULL, NULL},
     [CL_CAP_SEPARATE] = {"separate forward/backward", 0,

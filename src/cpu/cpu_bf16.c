@@ -50,7 +50,8 @@ static uint16_t cl_bf16_round(float f) {
 CL_TARGET_BF16 static void to_bf16(const float *src, size_t n, uint16_t *dst) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16)
-    _mm256_storeu_si256((__m256i *)(dst + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
+    _mm256_storeu_si256((__m256i *)(dst + i),
+                        (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
   if (i < n) {
     __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
     __m256i v = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + i));
@@ -178,7 +179,7 @@ static volatile float rate_seed = 1.0f, rate_sink;
 #define CL_RATE_LOOP(NAME, TARGET, STEP, FLOPS)                                                  \
   TARGET static double NAME(void) {                                                              \
     __m512 a[RATE_ACCS];                                                                         \
-    double t0 = cl_cpu_thread_seconds();                                                                \
+    double t0 = cl_cpu_thread_seconds();                                                         \
     const float s0 = rate_seed;                                                                  \
     for (int i = 0; i < RATE_ACCS; i++) a[i] = _mm512_set1_ps(s0 + (float)i);                    \
     for (int k = 0; k < RATE_ITERS; k++)                                                         \
@@ -186,7 +187,7 @@ static volatile float rate_seed = 1.0f, rate_sink;
     __m512 sum = a[0];                                                                           \
     for (int i = 1; i < RATE_ACCS; i++) sum = _mm512_add_ps(sum, a[i]);                          \
     rate_sink = _mm512_reduce_add_ps(sum);                                                       \
-    return (FLOPS) * RATE_ACCS * RATE_ITERS / (cl_cpu_thread_seconds() - t0) / 1e9;                     \
+    return (FLOPS) * RATE_ACCS * RATE_ITERS / (cl_cpu_thread_seconds() - t0) / 1e9;              \
   }
 
 #define DOT_STEP(a)                                                                              \
@@ -214,8 +215,9 @@ static void measure_rates(void) {
 }
 
 static int isa_has_dot(cl_cpu_gemm_kind kind) {
-  return cl_cpu_gemm_internal_of(kind) == CL_CPU_GEMM_AVX512 && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+  return cl_cpu_gemm_internal_of(kind) == CL_CPU_GEMM_AVX512 &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512bf16");
 }
 #endif
 
@@ -285,8 +287,9 @@ void cl_cpu_bf16_rows(int M, int N, int channels, int taps, const float *A, int 
     size_t n = cp + 1 < Cp ? plane : b_len - (size_t)2 * cp * plane;
     if (2 * cp + 1 < channels && n > b_len - (size_t)(2 * cp + 1) * plane)
       n = b_len - (size_t)(2 * cp + 1) * plane;
-    pack_pair(B + (size_t)2 * cp * plane, 2 * cp + 1 < channels ? B + (size_t)(2 * cp + 1) * plane : NULL,
-              n, bp + 2 * (size_t)cp * plane);
+    pack_pair(B + (size_t)2 * cp * plane,
+              2 * cp + 1 < channels ? B + (size_t)(2 * cp + 1) * plane : NULL, n,
+              bp + 2 * (size_t)cp * plane);
   }
   bf16_rows_kernel(M, N, Kh, ap, bp, off, C, ldc);
 #else
@@ -299,7 +302,8 @@ void cl_cpu_bf16_dot(int M, int N, int K, const float *A, int lda, const float *
                      const ptrdiff_t *boff, float *C, int ldc, void *scratch) {
 #if CL_GEMM_BF16
   if (M <= 0 || N <= 0) return;
-  uint16_t *ab = scratch, *bb = (uint16_t *)((char *)scratch + a64(sizeof(uint16_t) * M * (size_t)lda));
+  uint16_t *ab = scratch,
+           *bb = (uint16_t *)((char *)scratch + a64(sizeof(uint16_t) * M * (size_t)lda));
   to_bf16(A, (size_t)M * lda, ab);
   to_bf16(B, b_len, bb);
   bf16_dot_kernel(M, N, K, ab, lda, bb, boff, C, ldc);
