@@ -165,6 +165,7 @@ typedef struct wino_plan {
   int th, tw, T1; /* tiles down, across, per image */
   int nb;         /* images per chunk */
   int T;          /* tiles per chunk, nb T1: the planes' length */
+  int kb;         /* output channels per block of M (K: backward filter) */
   int threads;
   size_t off_slices, v_bytes, m_bytes, scratch_bytes, tmp_bytes, du_bytes, db_bytes;
   size_t slice_bytes, total;
@@ -175,6 +176,10 @@ typedef struct wino_plan {
  * 128 2.9, 256 2.8. Wider GEMMs pack each U[e] fewer times, which outweighs
  * the product planes spilling out of L2 (n^2 K T floats: 7 MB here). */
 enum { WINO_TILES = 256 };
+/* The bytes of M (products, or dy's transform) a thread holds at once, a
+ * core's L2 here. Tried at 2 MiB: the plain stack's step ran 4-9 % slower
+ * (its 192 channels in four blocks) for 1.3 MiB less peak. */
+#define WINO_M_BYTES ((size_t)4 << 20)
 
 static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir,
                            const wino_form *f) {
@@ -188,12 +193,27 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
   p.threads = be->n_threads < 1 ? 1 : be->n_threads < t.N ? be->n_threads : t.N;
   int per = (t.N + p.threads - 1) / p.threads;
   p.nb = WINO_TILES / p.T1 < 1 ? 1 : WINO_TILES / p.T1;
+  /* backward filter's M, dy's transform, holds every channel (its GEMMs
+   * sum over the tiles, so fewer tiles a chunk pack nothing twice; at 36
+   * tiles a chunk the tutorial's 3x3 backward filter ran 1.25x slower) */
+  const size_t plane1 = sizeof(float) * (size_t)nn * t.K * p.T1;
+  if (dir == 2 && p.nb > (int)(WINO_M_BYTES / plane1)) p.nb = (int)(WINO_M_BYTES / plane1);
+  if (p.nb < 1) p.nb = 1;
   if (p.nb > per) p.nb = per;
   p.T = p.nb * p.T1;
   const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(be);
   p.off_slices = round64(sizeof(float) * (size_t)nn * t.K * t.C);
   p.v_bytes = round64(sizeof(float) * (size_t)nn * t.C * p.T);
-  p.m_bytes = round64(sizeof(float) * (size_t)nn * t.K * p.T);
+  /* forward and backward data: M holds the products of kb output channels
+   * at a time, the channels cut into as few blocks (of whole 12-row
+   * register tiles) as keep it within WINO_M_BYTES (backward filter: fewer
+   * tiles instead) */
+  const size_t m_all = sizeof(float) * (size_t)nn * t.K * p.T;
+  const int blocks = dir == 2 ? 1 : (int)((m_all + WINO_M_BYTES - 1) / WINO_M_BYTES);
+  p.kb = (t.K + blocks - 1) / blocks;
+  if (blocks > 1) p.kb = (p.kb + 11) / 12 * 12;
+  if (p.kb > t.K) p.kb = t.K;
+  p.m_bytes = round64(sizeof(float) * (size_t)nn * p.kb * p.T);
   p.scratch_bytes = round64(dir == 2 ? cl_cpu_sgemm_scratch_bytes(kind, t.K, t.C, p.T)
                                      : cl_cpu_sgemm_scratch_bytes(kind, t.K, p.T, t.C));
   /* two sets of n^2 planes: an input tile's d and B^T d (the filters' r^2
@@ -348,16 +368,18 @@ static void input_transform(const wino_fns *fns, const wino_plan *p, const cl_co
   }
 }
 
-/* y[k] (+)= A^T M A + bias over the chunk's tiles, cropped to H x W. */
+/* y[k] (+)= A^T M A + bias over the chunk's tiles, cropped to H x W, for
+ * the kn channels from k0, whose products M holds (kn planes of T a tile
+ * element). */
 static void output_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_shape *t,
-                             const float *M, const float *bias, int accumulate, float *y, int n0,
-                             int nb, float *tmp) {
+                             const float *M, int k0, int kn, const float *bias, int accumulate,
+                             float *y, int n0, int nb, float *tmp) {
   const wino_form *f = p->f;
   const int n = f->n, m = f->m, H = t->H, W = t->W, nn = n * n;
-  const size_t T = (size_t)p->T, KT = (size_t)t->K * T, len = (size_t)nb * p->T1;
+  const size_t T = (size_t)p->T, KT = (size_t)kn * T, len = (size_t)nb * p->T1;
   float *Z = tmp, *Y = tmp + nn * T;
-  for (int k = 0; k < t->K; k++) {
-    const float *Mk = M + (size_t)k * T;
+  for (int k = k0; k < k0 + kn; k++) {
+    const float *Mk = M + (size_t)(k - k0) * T;
     for (int i = 0; i < m; i++) /* A^T M */
       for (int j = 0; j < n; j++)
         comb(fns, Z + (i * n + j) * T, Mk + j * KT, n * KT, f->AT[i], n, len);
@@ -399,10 +421,13 @@ static void run_images(void *arg, long long n0, long long n1, int tid) {
   for (int c0 = (int)n0; c0 < (int)n1; c0 += p->nb) {
     int nb = (int)n1 - c0 < p->nb ? (int)n1 - c0 : p->nb, len = nb * p->T1;
     input_transform(&fns, p, t, j->x, c0, nb, V, tmp);
-    for (int e = 0; e < nn; e++)
-      cl_cpu_sgemm(kind, 0, 0, t->K, len, t->C, 1.0f, j->U + (size_t)e * t->K * t->C, t->C,
-                   V + (size_t)e * t->C * T, T, 0.0f, M + (size_t)e * t->K * T, T, scratch);
-    output_transform(&fns, p, t, M, j->bias, j->accumulate, j->y, c0, nb, tmp);
+    for (int k0 = 0; k0 < t->K; k0 += p->kb) {
+      const int kn = t->K - k0 < p->kb ? t->K - k0 : p->kb;
+      for (int e = 0; e < nn; e++)
+        cl_cpu_sgemm(kind, 0, 0, kn, len, t->C, 1.0f, j->U + ((size_t)e * t->K + k0) * t->C, t->C,
+                     V + (size_t)e * t->C * T, T, 0.0f, M + (size_t)e * kn * T, T, scratch);
+      output_transform(&fns, p, t, M, k0, kn, j->bias, j->accumulate, j->y, c0, nb, tmp);
+    }
   }
 }
 
@@ -414,19 +439,20 @@ static void run_images(void *arg, long long n0, long long n1, int tid) {
  * G^T dU G per filter pair. dY: the tile's m x m output gradients, zeros
  * past the image. */
 
-/* DY[e][k][q] = (A dY A^T)[e] for the chunk's tiles; dbias[k] += the sum of
+/* DY[e][k - k0][q] = (A dY A^T)[e] for channels k0 .. k0+kn-1 of the chunk's tiles; dbias[k] += the sum of
  * dy over the chunk's images, in double, image by image. */
 static void dy_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_shape *t,
-                         const float *dy, int n0, int nb, float *DY, double *dbias, float *tmp) {
+                         const float *dy, int k0, int kn, int n0, int nb, float *DY,
+                         double *dbias, float *tmp) {
   const wino_form *f = p->f;
   const int n = f->n, m = f->m, H = t->H, W = t->W, nn = n * n;
-  const size_t T = (size_t)p->T, KT = (size_t)t->K * T, len = (size_t)nb * p->T1;
+  const size_t T = (size_t)p->T, KT = (size_t)kn * T, len = (size_t)nb * p->T1;
   float A[WMAX][4]; /* A = (A^T)^T: its rows are the columns of AT */
   for (int i = 0; i < n; i++)
     for (int l = 0; l < m; l++) A[i][l] = f->AT[l][i];
   float *D = tmp, *Z = tmp + m * m * T, *P = tmp + 2 * nn * T;
   const int Wp = p->tw * m;
-  for (int k = 0; k < t->K; k++) {
+  for (int k = k0; k < k0 + kn; k++) {
     for (int b = 0; b < nb; b++) {
       const float *img = dy + ((size_t)(n0 + b) * t->K + k) * H * W;
       double sum = 0.0;
@@ -440,7 +466,7 @@ static void dy_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_
       for (int j = 0; j < m; j++) comb(fns, Z + (i * m + j) * T, D + j * T, m * T, A[i], m, len);
     for (int i = 0; i < n; i++) /* (A dY) A^T */
       for (int j = 0; j < n; j++)
-        comb(fns, DY + (i * n + j) * KT + (size_t)k * T, Z + i * m * T, T, A[j], m, len);
+        comb(fns, DY + (i * n + j) * KT + (size_t)(k - k0) * T, Z + i * m * T, T, A[j], m, len);
   }
 }
 
@@ -483,11 +509,14 @@ static void wgrad_images(void *arg, long long n0, long long n1, int tid) {
   for (int c0 = (int)n0; c0 < (int)n1; c0 += p->nb) {
     int nb = (int)n1 - c0 < p->nb ? (int)n1 - c0 : p->nb, len = nb * p->T1;
     input_transform(&fns, p, t, j->x, c0, nb, V, tmp);
-    dy_transform(&fns, p, t, j->dy, c0, nb, DY, db, tmp);
-    for (int e = 0; e < nn; e++)
-      cl_cpu_sgemm(kind, 0, 1, t->K, t->C, len, 1.0f, DY + (size_t)e * t->K * T, T,
-                   V + (size_t)e * t->C * T, T, c0 == (int)n0 ? 0.0f : 1.0f, dU + e * KC, t->C,
-                   scratch);
+    for (int k0 = 0; k0 < t->K; k0 += p->kb) {
+      const int kn = t->K - k0 < p->kb ? t->K - k0 : p->kb;
+      dy_transform(&fns, p, t, j->dy, k0, kn, c0, nb, DY, db, tmp);
+      for (int e = 0; e < nn; e++)
+        cl_cpu_sgemm(kind, 0, 1, kn, t->C, len, 1.0f, DY + (size_t)e * kn * T, T,
+                     V + (size_t)e * t->C * T, T, c0 == (int)n0 ? 0.0f : 1.0f,
+                     dU + e * KC + (size_t)k0 * t->C, t->C, scratch);
+    }
   }
 }
 
