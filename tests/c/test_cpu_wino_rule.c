@@ -10,13 +10,16 @@
  * without CONVLSTM_CONV_ALGO must give exactly the bits of the same call on
  * a backend that forces the algorithm the rule names (conv_algo 2 or 3:
  * Winograd, 1: the GEMM paths), and differ from the other algorithm's.
- * CONVLSTM_CONV_ALGO=gemm must give the GEMM paths' bits everywhere.
+ * CONVLSTM_CONV_ALGO=gemm must give the GEMM paths' bits everywhere, and
+ * Winograd's results must match the GEMM paths' within 2e-5 of the largest
+ * (among them a shape whose products run in blocks of output channels).
  */
 #define _POSIX_C_SOURCE 200112L
 #include "bench_conv.h"      /* bench_bufs: a shape's buffers, bench_conv_op */
 #include "cpu/cpu_kernels.h" /* cl_cpu_ctx */
 #include "ctest.h"           /* CHECK, ctest_done */
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,6 +68,14 @@ int main(void) {
       {"hidden half 64 -> 256, 3x3", {1, 64, 24, 24, 256, 3, 3, 1, 1, CL_F32, 0}, 3},
       {"input half 64 -> 4, 3x3", {40, 64, 24, 24, 4, 3, 3, 1, 1, CL_F32, 0}, 1},
       {"small 48 -> 192, 5x5 (under 1e8 flops)", {1, 48, 8, 8, 192, 5, 5, 1, 1, CL_F32, 0}, 1},
+      /* WINO_MIN_CHANNELS at its edge, in channels in and out */
+      {"edge 32 -> 192, 5x5", {2, 32, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0}, 2},
+      {"edge 31 -> 192, 5x5", {2, 31, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0}, 1},
+      {"edge 48 -> 32, 5x5", {6, 48, 16, 16, 32, 5, 5, 1, 1, CL_F32, 0}, 2},
+      {"edge 48 -> 31, 5x5", {6, 48, 16, 16, 31, 5, 5, 1, 1, CL_F32, 0}, 1},
+      /* 4 images of 192 channels: the products (7 MB) exceed WINO_M_BYTES,
+       * so forward and backward data run in blocks of output channels */
+      {"blocked 48 -> 192, 5x5", {4, 48, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0}, 2},
   };
   /* Under valgrind (its preload in LD_PRELOAD) only the small case: the
    * rule's cases are 1e8 flops or more by definition, minutes there, and
@@ -104,6 +115,16 @@ int main(void) {
         CHECK(is_wino, "%s, op %d: the default should run Winograd", c->name, op);
       CHECK(same_bits(o, g, n), "%s, op %d: CONVLSTM_CONV_ALGO=gemm should run the GEMM paths",
             c->name, op);
+      /* and Winograd's values are the convolution's: within the 2e-5 of
+       * the largest result that test_backend_ops holds every algorithm to,
+       * the GEMM paths (another algorithm) the reference */
+      double big = 0, worst = 0;
+      for (size_t q = 0; q < n; q++) {
+        if (fabs(g[q]) > big) big = fabs(g[q]);
+        if (fabs(w[q] - g[q]) > worst) worst = fabs(w[q] - g[q]);
+      }
+      CHECK(worst <= 2e-5 * big, "%s, op %d: Winograd differs from the GEMM paths by %.3g of "
+            "the largest result", c->name, op, big > 0 ? worst / big : worst);
       free(d), free(w), free(g), free(o);
     }
     cl_backend_destroy(wino);
