@@ -157,9 +157,10 @@ static cl_conv_shape dir_shape(const cl_conv_shape *s, int dir) {
 }
 
 /* The layout of one call's workspace: the filters' transform U, then one
- * slice per thread: V (input tiles), M (products), the GEMM's scratch and
- * tmp, the planes a transform works in (also the filter transform's, in
- * slice 0, before the threads start). */
+ * slice per thread (slice_of): V (input tiles), M (products, or dy's
+ * transform), the GEMM's scratch, tmp (the planes a transform works in,
+ * the filter pairs' blocks too), and for backward filter the thread's sums
+ * of dU and of dbias. */
 typedef struct wino_plan {
   const wino_form *f;
   int th, tw, T1; /* tiles down, across, per image */
@@ -173,11 +174,12 @@ typedef struct wino_plan {
 
 /* Tiles per chunk: the GEMMs' width. Measured on the 5x5 hidden half (48
  * -> 192, N 4, forward, before the permutes cut tiles): 64 tiles 3.9 ms,
- * 128 2.9, 256 2.8. Wider GEMMs pack each U[e] fewer times, which outweighs
- * the product planes spilling out of L2 (n^2 K T floats: 7 MB here). */
+ * 128 2.9, 256 2.8. Wider GEMMs pack each U[e] fewer times; WINO_M_BYTES
+ * then bounds what the wider chunk holds. */
 enum { WINO_TILES = 256 };
-/* The bytes of M (products, or dy's transform) a thread holds at once, a
- * core's L2 here. Tried at 2 MiB: the plain stack's step ran 4-9 % slower
+/* About the bytes of M (products, or dy's transform) a thread holds at
+ * once, a core's L2 here (a block is rounded up to whole 12-row tiles, and
+ * one image's tiles are the least a chunk holds). Tried at 2 MiB: the plain stack's step ran 4-9 % slower
  * (its 192 channels in four blocks) for 1.3 MiB less peak. */
 #define WINO_M_BYTES ((size_t)4 << 20)
 
@@ -206,7 +208,7 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
   p.v_bytes = round64(sizeof(float) * (size_t)nn * t.C * p.T);
   /* forward and backward data: M holds the products of kb output channels
    * at a time, the channels cut into as few blocks (of whole 12-row
-   * register tiles) as keep it within WINO_M_BYTES (backward filter: fewer
+   * register tiles) as keep it near WINO_M_BYTES (backward filter: fewer
    * tiles instead) */
   const size_t m_all = sizeof(float) * (size_t)nn * t.K * p.T;
   const int blocks = dir == 2 ? 1 : (int)((m_all + WINO_M_BYTES - 1) / WINO_M_BYTES);
