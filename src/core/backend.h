@@ -17,8 +17,10 @@
  * gradients d_hidden and d_cell, so gradients accumulate in float32.
  * A backend returns CL_E_UNSUPPORTED for a dtype it lacks.
  *
- * Tensor layouts are row-major NCHW. A "sequence" of T steps of B images is
- * simply N = T*B images: time-major storage makes every step contiguous.
+ * Tensor layouts are row-major NCHW, or NHWC (channels last) where a shape
+ * says so (cl_layout below). A "sequence" of T steps of B images is simply
+ * N = T*B images: time-major storage makes every step contiguous, in either
+ * layout (an image is contiguous in both).
  */
 #ifndef CONVLSTM_CORE_BACKEND_H
 #define CONVLSTM_CORE_BACKEND_H
@@ -28,6 +30,31 @@
 typedef struct cl_backend cl_backend;
 
 static inline size_t cl_dtype_size(cl_dtype t) { return t == CL_F32 ? 4 : 2; }
+
+#ifdef __CUDACC__
+#define CL_LAYOUT_FN static __host__ __device__ inline
+#else
+#define CL_LAYOUT_FN static inline
+#endif
+
+/* Where the channels of an activation lie: CL_NCHW, element (n, c, p) of an
+ * image of C channels and P = H*W pixels at (n C + c) P + p (torch's
+ * default), or CL_NHWC, channels last, at (n P + p) C + c (torch's
+ * channels_last memory format), which tensor-core convolutions read
+ * without the transposes cuDNN otherwise runs around each call. Only
+ * activations have a layout: convolution weights, their gradients, biases
+ * and peephole weights are the same float32 arrays in both. The core picks
+ * one per model (be->channels_last) and converts at its boundary alone
+ * (core/pack.c: frames, targets, states and outputs); element-wise slots
+ * (losses, store_f32, copies, gather_rows of whole images) need not know. */
+typedef enum { CL_NCHW = 0, CL_NHWC = 1 } cl_layout;
+
+/* Element (n, c, p) of [N, C, P] activations in layout l: the one place the
+ * two layouts' index is written down (both backends, core/pack.c and the
+ * tests ask here). */
+CL_LAYOUT_FN size_t cl_act_at(cl_layout l, size_t C, size_t P, size_t n, size_t c, size_t p) {
+  return l == CL_NHWC ? (n * P + p) * C + c : (n * C + c) * P + p;
+}
 
 /* A stride-1, "same"-padded 2-d convolution over N images:
  * x [N, C, H, W] -> y [N, K, H, W], weight [K, C / G, kh, kw], dilation
@@ -42,6 +69,7 @@ typedef struct cl_conv_shape {
   int dh, dw; /* dilation, >= 1 */
   cl_dtype dtype;
   int groups; /* 0 or 1: none; else dividing C and K */
+  cl_layout layout; /* of x, y, dx, dy; NHWC only with groups 0 or 1 */
 } cl_conv_shape;
 
 /* "Same" padding: half the dilated kernel's extent, so the output keeps the
@@ -57,7 +85,8 @@ static inline int cl_conv_groups(const cl_conv_shape *s) { return s->groups > 1 
 static inline int cl_conv_shape_ok(const cl_conv_shape *s) {
   return s->N >= 0 && s->C > 0 && s->K > 0 && s->H > 0 && s->W > 0 && s->kh > 0 && s->kw > 0 &&
          s->kh % 2 == 1 && s->kw % 2 == 1 && s->dh > 0 && s->dw > 0 && s->groups >= 0 &&
-         s->C % cl_conv_groups(s) == 0 && s->K % cl_conv_groups(s) == 0;
+         s->C % cl_conv_groups(s) == 0 && s->K % cl_conv_groups(s) == 0 &&
+         (s->layout == CL_NCHW || (s->layout == CL_NHWC && cl_conv_groups(s) == 1));
 }
 
 /* mask_mul over reps steps of n elements each: J = n / row images of `row`
@@ -93,15 +122,28 @@ typedef struct cl_mask_draw {
 } cl_mask_draw;
 
 /* The fused ConvLSTM cell over N images of `hidden` channels and P = H*W
- * pixels. Gates are [N, 4*hidden, P] in torch's order i, f, o, g.
- * peep: the peephole weights' kind (convlstm.h); with one, the cell slots
- * take wp, float [3, hidden, pp] (w_ci, w_cf, w_co; pp = 1 per channel, P
- * per position), and peephole_filter computes their gradient. */
+ * pixels. Gates are [N, 4*hidden, P] in torch's order i, f, o, g (NCHW:
+ * the 4 hidden channels of the convolution's output; NHWC [N, P, 4
+ * hidden]), c, h, dh, dc [N, hidden, P] in the same layout (cl_gate_at,
+ * cl_cell_at). peep: the peephole weights' kind (convlstm.h); with one,
+ * the cell slots take wp, float [3, hidden, pp] (w_ci, w_cf, w_co; pp = 1
+ * per channel, P per position), and peephole_filter computes their
+ * gradient. NHWC takes peepholes per channel only (CL_E_UNSUPPORTED). */
 typedef struct cl_gates_shape {
   int N, hidden, P;
   cl_dtype dtype;
   cl_peephole peep;
+  cl_layout layout;
 } cl_gates_shape;
+/* Gate q (0 i, 1 f, 2 o, 3 g) of state element (n, ch, p). */
+CL_LAYOUT_FN size_t cl_gate_at(const cl_gates_shape *s, size_t n, int q, size_t ch, size_t p) {
+  return cl_act_at(s->layout, 4 * (size_t)s->hidden, (size_t)s->P, n,
+                   (size_t)q * (size_t)s->hidden + ch, p);
+}
+/* State element (n, ch, p) of c, h, dh, dc. */
+CL_LAYOUT_FN size_t cl_cell_at(const cl_gates_shape *s, size_t n, size_t ch, size_t p) {
+  return cl_act_at(s->layout, (size_t)s->hidden, (size_t)s->P, n, ch, p);
+}
 /* pp of the shape's peephole weights: elements per channel of one weight. */
 static inline int cl_gates_peep_pixels(const cl_gates_shape *s) {
   return s->peep == CL_PEEP_POSITION ? s->P : 1;
@@ -511,6 +553,15 @@ struct cl_backend {
    * the gates. Set by the backend when it is created (CUDA:
    * CONVLSTM_CUDA_FUSED_BIAS=1); 0 keeps the bias with the convolutions. */
   int fused_bias;
+  /* Nonzero: the backend would have activations channels last (CL_NHWC)
+   * wherever a model allows it, as the core decides when the model is
+   * created (layout_of in model.c: not with dropout, whose masks are drawn
+   * in NCHW order, nor with per-position peepholes); every shape the core
+   * then hands down says CL_NHWC. Set by the backend when it is created
+   * (CUDA: CONVLSTM_CUDA_CHANNELS_LAST=1); 0 keeps NCHW. The CPU backend
+   * leaves it 0 but runs NHWC shapes too (the reference the tests hold
+   * the CUDA backend and the core's conversions to). */
+  int channels_last;
   char err[CL_ERRMSG_LEN];
 };
 

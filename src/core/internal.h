@@ -128,6 +128,7 @@ typedef struct cl_schedule {
   int nseg;  /* checkpoint segments, 1 without checkpointing */
   int tbptt; /* nonzero: S is a truncation window */
   cl_dtype dtype;
+  cl_layout layout;   /* of every activation: the model's (cl_model.layout) */
   cl_outputs outputs; /* inference */
   cl_state_mode state; /* where the call starts from (state.c) */
   int horizon;         /* inference: frames rolled forward after the T steps of x;
@@ -159,13 +160,13 @@ typedef struct cl_schedule {
 static inline cl_conv_shape cl_conv_input_half(const cl_layer *L, const cl_schedule *g, int n) {
   int G = g->training ? L->groups_x : 1;
   cl_conv_shape s = {n,     G * L->in, g->H,     g->W, 4 * L->hidden, L->kh, L->kw, L->dh,
-                     L->dw, g->dtype,  G};
+                     L->dw, g->dtype,  G,         g->layout};
   return s;
 }
 static inline cl_conv_shape cl_conv_hidden_half(const cl_layer *L, const cl_schedule *g, int n) {
   int G = g->training ? L->groups_h : 1;
   cl_conv_shape s = {n,     G * L->hidden, g->H,     g->W, 4 * L->hidden, L->rkh, L->rkw, L->dh,
-                     L->dw, g->dtype,      G};
+                     L->dw, g->dtype,      G,             g->layout};
   return s;
 }
 
@@ -352,6 +353,7 @@ struct cl_model {
   int *data_idx;        /* a step's rows on the device, shared by the data sets */
   int data_idx_cap;
   size_t device_used_at_create; /* device total - free before the parameters (GPU) */
+  cl_layout layout; /* of its activations, fixed at creation (model.c: layout_of) */
   int guard; /* CONVLSTM_GUARD=1 at creation: guard bands after arena buffers (step.c) */
   int poison; /* CONVLSTM_POISON=1 at creation: step buffers filled with NaN outside
                  their lifetimes, host backends (execute.c) */
@@ -368,7 +370,7 @@ static inline const cl_layer *cl_head(const cl_model *m) { return &m->layer[m->c
 /* Layer l's part of the head over n images: h_l -> C p p, 1x1. */
 static inline cl_conv_shape cl_conv_head(const cl_model *m, int l, const cl_schedule *g, int n) {
   cl_conv_shape s = {n, m->layer[l].hidden, g->H, g->W, m->arch.frame_dim, 1, 1, 1, 1,
-                     g->dtype, 1};
+                     g->dtype, 1, g->layout};
   return s;
 }
 /* Where layer l's part of the head's weight starts. */
@@ -389,7 +391,8 @@ static inline int cl_output_channels(const cl_model *m) {
  * shape (and which peepholes it has) is written down. */
 static inline cl_gates_shape cl_cell_shape(const cl_model *m, const cl_layer *L,
                                            const cl_schedule *g, int n) {
-  cl_gates_shape s = {n, L->hidden, g->H * g->W, g->dtype, (cl_peephole)m->cfg.peephole};
+  cl_gates_shape s = {n, L->hidden, g->H * g->W, g->dtype, (cl_peephole)m->cfg.peephole,
+                      g->layout};
   return s;
 }
 /* Its peephole weights (w_ci, w_cf, w_co) in a flat buffer of parameters

@@ -177,6 +177,19 @@ static cl_status create_backend(cl_model *m, cl_backend_ctor make_backend) {
   return make_backend(&m->cfg, &m->be, m->err, sizeof m->err);
 }
 
+/* The layout of m's activations: channels last where the backend asks for
+ * it (be->channels_last) and the model allows it. Dropout's masks are drawn
+ * in NCHW order (mask_draw numbers the elements of a [J, G, C H W] mask),
+ * so a model with dropout keeps NCHW, where the same seed gives the same
+ * masks on every backend; per-position peepholes, whose weights the cell
+ * reads along the pixels, keep it too. */
+static cl_layout layout_of(const cl_model *m) {
+  if (!m->be->channels_last || m->cfg.peephole == CL_PEEP_POSITION) return CL_NCHW;
+  for (int l = 0; l < m->cfg.n_layers; l++)
+    if (m->cfg.dropout[l] > 0 || m->cfg.recurrent_dropout[l] > 0) return CL_NCHW;
+  return CL_NHWC;
+}
+
 /* The backend's own scratch, from the accounting allocator like every other
  * device byte (plan.c names it "backend_scratch"). */
 static cl_status alloc_backend_scratch(cl_model *m) {
@@ -225,6 +238,7 @@ cl_status cl_model_create_with(const cl_config *cfg, cl_backend_ctor make_backen
   if (s == CL_OK) {
     m->mem.be = m->be;
     m->mem.limit = cfg->memory_limit;
+    m->layout = layout_of(m);
     m->have_device_used = device_used(m, &m->device_used_at_create);
     const char *guard = getenv("CONVLSTM_GUARD");
     m->guard = guard && strcmp(guard, "1") == 0;

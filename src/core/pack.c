@@ -133,55 +133,59 @@ static void unpack(cl_host_array *dst, const void *src, cl_dtype dt) {
   }
 }
 
-/* With p x p patches (pixel_unshuffle): host pixel (c, y, x) of an image
- * is the core's channel c p p + (y % p) p + x % p at (y / p, x / p); a
- * plain walk, element by element (patches are the encoder-forecaster's
- * frames only). */
-static size_t patched_index(const dims5 *d, int p, size_t img, size_t c, size_t y, size_t x) {
-  size_t hp = d->H / p, wp = d->W / p, P = hp * wp;
-  size_t ch = (c * p + y % p) * p + x % p;
-  return img + ch * P + (y / p) * wp + x / p;
+/* The general walk, element by element: with p x p patches
+ * (pixel_unshuffle; the encoder-forecaster's frames), host pixel (c, y, x)
+ * of an image is the core's channel c p p + (y % p) p + x % p at (y / p,
+ * x / p), and with layout l (the model's: channels last on a backend that
+ * asks for it) that element of image n lies at cl_act_at. p = 1 and NCHW
+ * take the faster walks above instead. */
+static size_t mapped_index(const dims5 *d, int p, cl_layout l, size_t n, size_t c, size_t y,
+                           size_t x) {
+  size_t hp = d->H / (size_t)p, wp = d->W / (size_t)p;
+  size_t ch = (c * (size_t)p + y % (size_t)p) * (size_t)p + x % (size_t)p;
+  return cl_act_at(l, d->C * (size_t)p * (size_t)p, hp * wp, n, ch,
+                   (y / (size_t)p) * wp + x / (size_t)p);
 }
 
-#define FOR_PATCHED(a, k, p, body)                                                  \
+#define FOR_MAPPED(a, k, p, l, body)                                                \
   do {                                                                              \
     dims5 d_ = dims_of(a);                                                          \
     int r_ = (a)->format == CL_HOST_R_F64;                                          \
-    size_t img_ = d_.C * d_.H * d_.W;                                               \
     for (size_t tt = 0; tt < (size_t)(k).nt; tt++)                                  \
       for (size_t j = 0; j < (size_t)(k).nb; j++)                                   \
         for (size_t c = 0; c < d_.C; c++)                                           \
           for (size_t y = 0; y < d_.H; y++)                                         \
             for (size_t x = 0; x < d_.W; x++) {                                     \
-              size_t i = patched_index(&d_, p, (tt * (k).nb + j) * img_, c, y, x);  \
+              size_t i = mapped_index(&d_, p, l, tt * (size_t)(k).nb + j, c, y, x); \
               size_t r = host_index(&d_, r_, (size_t)(k).b0 + j, (size_t)(k).t0 + tt, \
                                     c, y, x);                                       \
               body;                                                                 \
             }                                                                       \
   } while (0)
 
-static void pack_patched(void *dst, cl_dtype dt, const cl_host_array *src, cl_block k, int p) {
-  if (p <= 1) {
+static void pack_mapped(void *dst, cl_dtype dt, const cl_host_array *src, cl_block k, int p,
+                        cl_layout l) {
+  if (p <= 1 && l == CL_NCHW) {
     pack(dst, dt, src, k);
   } else if (src->format == CL_HOST_R_F64) {
     const double *s = src->data;
-    FOR_PATCHED(src, k, p, store(dst, i, (float)s[r], dt));
+    FOR_MAPPED(src, k, p, l, store(dst, i, (float)s[r], dt));
   } else {
     const float *s = src->data;
-    FOR_PATCHED(src, k, p, store(dst, i, s[r], dt));
+    FOR_MAPPED(src, k, p, l, store(dst, i, s[r], dt));
   }
 }
 
-static void unpack_patched(cl_host_array *dst, const void *src, cl_dtype dt, int p) {
+static void unpack_mapped(cl_host_array *dst, const void *src, cl_dtype dt, int p, cl_layout l) {
   cl_block k = cl_block_all(dst);
-  if (p <= 1) {
+  if (p <= 1 && l == CL_NCHW) {
     unpack(dst, src, dt);
   } else if (dst->format == CL_HOST_R_F64) {
     double *o = dst->data;
-    FOR_PATCHED(dst, k, p, o[r] = (double)load(src, i, dt));
+    FOR_MAPPED(dst, k, p, l, o[r] = (double)load(src, i, dt));
   } else {
     float *o = dst->data;
-    FOR_PATCHED(dst, k, p, o[r] = load(src, i, dt));
+    FOR_MAPPED(dst, k, p, l, o[r] = load(src, i, dt));
   }
 }
 
@@ -204,14 +208,14 @@ static void *stage_buffer(cl_model *m, size_t bytes, int *owned) {
 static cl_status put_patched(cl_model *m, void *dev, cl_dtype t, const cl_host_array *src,
                              cl_block k, int p) {
   if (m->be->iface->host_accessible) {
-    pack_patched(dev, t, src, k, p);
+    pack_mapped(dev, t, src, k, p, m->layout);
     return CL_OK;
   }
   size_t bytes = block_elems(src, k) * cl_dtype_size(t);
   int owned;
   void *tmp = stage_buffer(m, bytes, &owned);
   if (!tmp) return cl_fail(m, CL_E_OOM, "out of host memory staging an input");
-  pack_patched(tmp, t, src, k, p);
+  pack_mapped(tmp, t, src, k, p, m->layout);
   cl_status s = m->be->iface->upload(m->be, dev, tmp, bytes);
   /* tmp must outlive the copy: a region of the backend's stage stays
    * untouched until the backend next synchronises (so a training step's
@@ -250,7 +254,7 @@ cl_status cl_put_bytes(cl_model *m, void *dev, const void *host, size_t bytes) {
 static cl_status get_patched(cl_model *m, cl_host_array *dst, const void *dev, cl_dtype t,
                              int p) {
   if (m->be->iface->host_accessible) {
-    unpack_patched(dst, dev, t, p);
+    unpack_mapped(dst, dev, t, p, m->layout);
     return CL_OK;
   }
   size_t bytes = block_elems(dst, cl_block_all(dst)) * cl_dtype_size(t);
@@ -258,7 +262,7 @@ static cl_status get_patched(cl_model *m, cl_host_array *dst, const void *dev, c
   void *tmp = stage_buffer(m, bytes, &owned);
   if (!tmp) return cl_fail(m, CL_E_OOM, "out of host memory reading an output");
   cl_status s = m->be->iface->download(m->be, tmp, dev, bytes);
-  if (s == CL_OK) unpack_patched(dst, tmp, t, p);
+  if (s == CL_OK) unpack_mapped(dst, tmp, t, p, m->layout);
   if (owned) free(tmp);
   if (s != CL_OK) return cl_fail_backend(m, s, "download");
   return CL_OK;

@@ -113,6 +113,7 @@ cl_status cl_schedule_make(cl_model *m, int B, int T, int H, int W, int training
   g->B = B; g->T = T; g->H = H; g->W = W;
   g->training = training ? 1 : 0;
   g->dtype = o->plan_dtype ? (cl_dtype)(o->plan_dtype - 1) : m->cfg.dtype;
+  g->layout = m->layout;
   g->Bm = B;
   g->S = T;
   g->nseg = 1;

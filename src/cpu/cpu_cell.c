@@ -6,8 +6,9 @@
  * Gates are [N, 4 hidden, P] in torch's order i, f, o, g, so one image's
  * four gates of a channel are four rows hidden * P floats apart; c, h, dh and
  * dc are [N, hidden, P]. Threads split the N * hidden rows; within a row the
- * AVX-512 or AVX2 version runs 16 or 8 pixels at a time with the vector
- * exp/tanh of cpu_vmath.h, and the scalar version (other CPUs, row tails)
+ * AVX-512 or AVX2 version runs 16 or 8 pixels at a time (channels last,
+ * NHWC: the rows are the N * P pixels, each along its hidden channels) with
+ * the vector exp/tanh of cpu_vmath.h, and the scalar version (other CPUs, row tails)
  * calls expf/tanhf: one source, cpu_cell_tmpl.h, for all of them, with and
  * without peepholes, so they evaluate the same expressions in the same
  * order. With float16 / bfloat16 storage (z, c, h; dh and dc are float32
@@ -38,28 +39,57 @@ typedef struct cell_row {
   int ws;
 } cell_row;
 
-/* Element offset of row r's first gate (i) in [N, 4 hidden, P]. */
+/* The rows of a call run along contiguous memory: in NCHW an (image,
+ * channel) row along its P pixels, in NHWC an (image, pixel) row along its
+ * hidden channels. Either way a row's four gates are `gate` elements apart
+ * and its state elements follow each other, so the same row code serves
+ * both layouts. */
+typedef struct row_geom {
+  int64_t rows;
+  int len;     /* elements of a row */
+  size_t gate; /* from one gate of an element to the next */
+} row_geom;
+
+static row_geom geom_of(const cl_gates_shape *s) {
+  const int nhwc = s->layout == CL_NHWC;
+  row_geom g = {(int64_t)s->N * (nhwc ? s->P : s->hidden), nhwc ? s->hidden : s->P,
+                cl_gate_at(s, 0, 1, 0, 0)};
+  return g;
+}
+
+/* Element offsets of row r's first gate (i) and first state element. */
 static size_t gate_offset(const cl_gates_shape *s, int64_t r) {
-  int64_t n = r / s->hidden, ch = r % s->hidden;
-  return ((size_t)n * 4 * s->hidden + (size_t)ch) * s->P;
+  const int64_t per = s->layout == CL_NHWC ? s->P : s->hidden, n = r / per, k = r % per;
+  return s->layout == CL_NHWC ? cl_gate_at(s, (size_t)n, 0, 0, (size_t)k)
+                              : cl_gate_at(s, (size_t)n, 0, (size_t)k, 0);
+}
+static size_t state_offset(const cl_gates_shape *s, int64_t r) {
+  return (size_t)r * (size_t)(s->layout == CL_NHWC ? s->hidden : s->P);
 }
 
 static cell_row row_of(const cl_gates_shape *s, float *z, int64_t r) {
-  size_t gate = (size_t)s->hidden * s->P;
+  const row_geom g = geom_of(s);
   cell_row cr = {0};
   cr.i = z + gate_offset(s, r);
-  cr.f = cr.i + gate;
-  cr.o = cr.f + gate;
-  cr.g = cr.o + gate;
-  cr.P = s->P;
+  cr.f = cr.i + g.gate;
+  cr.o = cr.f + g.gate;
+  cr.g = cr.o + g.gate;
+  cr.P = g.len;
   return cr;
 }
 
-/* Row r's peephole weights from wp [3, hidden, pp], from pixel p0 on. */
+/* Row r's peephole weights from wp [3, hidden, pp], from element p0 on: an
+ * NCHW row's channel's weights (its own per pixel per position), an NHWC
+ * row's per-channel weights, one per element of the row. */
 static void row_peep(cell_row *cr, const cl_gates_shape *s, const float *wp, int64_t r, int p0) {
   const size_t pp = (size_t)cl_gates_peep_pixels(s), per = (size_t)s->hidden * pp;
-  cr->ws = s->peep == CL_PEEP_POSITION;
-  cr->wi = wp + (size_t)(r % s->hidden) * pp + (size_t)p0 * cr->ws;
+  if (s->layout == CL_NHWC) { /* per channel only (check) */
+    cr->ws = 1;
+    cr->wi = wp + p0;
+  } else {
+    cr->ws = s->peep == CL_PEEP_POSITION;
+    cr->wi = wp + (size_t)(r % s->hidden) * pp + (size_t)p0 * cr->ws;
+  }
   cr->wf = cr->wi + per;
   cr->wo = cr->wf + per;
 }
@@ -75,6 +105,11 @@ static cl_status check(cl_backend *be, const cl_gates_shape *s, const float *wp)
     return cl_cpu_fail(be, CL_E_INVALID, "cpu backend: unknown peephole kind %d", (int)s->peep);
   if (s->peep != CL_PEEP_NONE && !wp)
     return cl_cpu_fail(be, CL_E_INVALID, "cpu backend: a cell with peepholes needs their weights");
+  if (s->layout != CL_NCHW && s->layout != CL_NHWC)
+    return cl_cpu_fail(be, CL_E_INVALID, "cpu backend: unknown layout %d", (int)s->layout);
+  if (s->layout == CL_NHWC && s->peep == CL_PEEP_POSITION)
+    return cl_cpu_fail(be, CL_E_UNSUPPORTED,
+                       "cpu backend: channels-last cells take peepholes per channel only");
   return CL_OK;
 }
 
@@ -146,17 +181,18 @@ typedef struct cell_io {
   const float *bias; /* forward: the layer's bias (fused), NULL: none */
 } cell_io;
 
-/* Row r's four gate rows (float, n pixels, `gate` apart) plus the bias of
- * its channel in each gate, in float, before the row runs: the
- * pre-activation conv_forward would have made with the bias, without its
- * rounding to the storage type in between. */
+/* Row r's four gate rows (float, n elements from element p0, `gate` apart)
+ * plus the bias of each element's channel in each gate, in float, before
+ * the row runs: the pre-activation conv_forward would have made with the
+ * bias, without its rounding to the storage type in between. An NCHW row
+ * has one channel, an NHWC row one per element. */
 static void add_row_bias(const cl_gates_shape *s, const float *bias, int64_t r, float *i,
-                         size_t gate, size_t n) {
-  const int ch = (int)(r % s->hidden);
+                         size_t gate, size_t n, int p0) {
+  const int nhwc = s->layout == CL_NHWC, ch = nhwc ? p0 : (int)(r % s->hidden);
   for (int q = 0; q < 4; q++) {
-    const float b = bias[(size_t)q * s->hidden + ch];
+    const float *b = bias + (size_t)q * s->hidden + ch;
     float *row = i + q * gate;
-    for (size_t p = 0; p < n; p++) row[p] += b;
+    for (size_t p = 0; p < n; p++) row[p] += b[nhwc ? p : 0];
   }
 }
 
@@ -169,12 +205,13 @@ enum { HALF_CHUNK = 128 };
 static void row_half(cl_cpu_gemm_kind isa, int dir, const cl_gates_shape *s, const cell_io *io,
                      int64_t r, const float *wp) {
   const cl_dtype t = s->dtype;
-  const size_t zo = gate_offset(s, r), gate = (size_t)s->hidden * s->P, so = (size_t)r * s->P;
+  const row_geom g = geom_of(s);
+  const size_t zo = gate_offset(s, r), gate = g.gate, so = state_offset(s, r);
   float b[7][HALF_CHUNK]; /* i, f, o, g, c_prev, c, h */
-  for (int p0 = 0; p0 < s->P; p0 += HALF_CHUNK) {
-    size_t n = (size_t)(s->P - p0 < HALF_CHUNK ? s->P - p0 : HALF_CHUNK);
+  for (int p0 = 0; p0 < g.len; p0 += HALF_CHUNK) {
+    size_t n = (size_t)(g.len - p0 < HALF_CHUNK ? g.len - p0 : HALF_CHUNK);
     for (int q = 0; q < 4; q++) cl_cpu_load(t, io->z, zo + q * gate + p0, b[q], n);
-    if (io->bias) add_row_bias(s, io->bias, r, b[0], HALF_CHUNK, n);
+    if (io->bias) add_row_bias(s, io->bias, r, b[0], HALF_CHUNK, n, p0);
     if (io->c_prev) cl_cpu_load(t, io->c_prev, so + p0, b[4], n);
     if (dir == BACKWARD) cl_cpu_load(t, io->c, so + p0, b[5], n);
     cell_row cr = {.i = b[0],
@@ -202,11 +239,12 @@ static cl_status run_rows(cl_backend *be, int dir, const cl_gates_shape *s, cons
   cl_status st = check(be, s, wp);
   if (st != CL_OK) return st;
   const cl_cpu_gemm_kind isa = cl_cpu_isa_of(be);
-  const int64_t rows = (int64_t)s->N * s->hidden;
+  const row_geom g = geom_of(s);
+  const int64_t rows = g.rows;
   if (s->peep == CL_PEEP_NONE) wp = NULL;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
-    if (rows * s->P > 16384)
+    if (rows * g.len > 16384)
 #endif
   for (int64_t r = 0; r < rows; r++) {
     if (s->dtype != CL_F32) {
@@ -214,8 +252,8 @@ static cl_status run_rows(cl_backend *be, int dir, const cl_gates_shape *s, cons
       continue;
     }
     cell_row cr = row_of(s, (float *)io->z, r);
-    if (io->bias) add_row_bias(s, io->bias, r, cr.i, (size_t)s->hidden * s->P, (size_t)s->P);
-    size_t off = (size_t)r * s->P;
+    if (io->bias) add_row_bias(s, io->bias, r, cr.i, g.gate, (size_t)g.len, 0);
+    size_t off = state_offset(s, r);
     cr.cp = io->c_prev ? (const float *)io->c_prev + off : NULL;
     cr.c = cr.cn = (float *)io->c + off;
     cr.h = io->h ? (float *)io->h + off : NULL;
@@ -245,7 +283,11 @@ static void bias_grad_rows(cl_backend *be, const cl_gates_shape *s, const void *
     for (int img = 0; img < s->N; img++)
       for (size_t p0 = 0; p0 < P; p0 += HALF_CHUNK) {
         const size_t n = P - p0 < HALF_CHUNK ? P - p0 : HALF_CHUNK;
-        cl_cpu_load(s->dtype, dz, ((size_t)img * K + (size_t)k) * P + p0, a, n);
+        if (s->layout == CL_NHWC) /* the same sums in the same order, a stride apart */
+          for (size_t p = 0; p < n; p++)
+            cl_cpu_load(s->dtype, dz, cl_act_at(CL_NHWC, (size_t)K, P, img, k, p0 + p), a + p, 1);
+        else
+          cl_cpu_load(s->dtype, dz, cl_act_at(CL_NCHW, (size_t)K, P, img, k, p0), a, n);
         for (size_t p = 0; p < n; p++) total += a[p];
       }
     dbias[k] += (float)total;

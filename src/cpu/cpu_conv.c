@@ -310,11 +310,62 @@ static cl_status check_shape(cl_backend *be, const cl_conv_shape *s) {
   return CL_OK;
 }
 
+/* ---- channels last: the NCHW kernels between moves ------------------------
+ * A channels-last shape (backend.h: cl_layout) moves its inputs into NCHW
+ * copies in the workspace, runs the NCHW kernels there and moves the result
+ * back (cpu_layout.c): the reference the CUDA backend's channels-last calls
+ * and the core's conversions are tested against, not a fast path. Its
+ * workspace, aligned to 64 bytes by the call:
+ *   [a] x (forward, backward filter) or the float32 dx (backward data)
+ *   [b] y (forward) or dy (backward data, backward filter)
+ *   [the NCHW call's own workspace] */
+typedef struct nhwc_ws {
+  size_t a, b; /* bytes of each part, multiples of 64 */
+} nhwc_ws;
+
+static nhwc_ws nhwc_ws_of(const cl_conv_shape *s, cl_conv_dir dir) {
+  const size_t P = (size_t)s->H * s->W, es = cl_dtype_size(s->dtype);
+  const size_t in = (size_t)s->N * s->C * P, out = (size_t)s->N * s->K * P;
+  nhwc_ws w = {round64(in * (dir == CL_CONV_BACKWARD_DATA ? 4 : es)), round64(out * es)};
+  return w;
+}
+
+static cl_conv_shape nchw_of(const cl_conv_shape *s) {
+  cl_conv_shape in = *s;
+  in.layout = CL_NCHW;
+  return in;
+}
+
+static cl_status nhwc_workspace(cl_backend *be, const cl_conv_shape *s, cl_conv_dir dir,
+                                size_t *bytes) {
+  const cl_conv_shape in = nchw_of(s);
+  cl_status st = cl_cpu_conv_workspace(be, &in, dir, bytes);
+  const nhwc_ws w = nhwc_ws_of(s, dir);
+  *bytes += 64 + w.a + w.b;
+  return st;
+}
+
+/* The parts of ws (NULL when there is none: the shape was not planned). */
+static char *nhwc_parts(cl_backend *be, const cl_conv_shape *s, cl_conv_dir dir, void *ws,
+                        char **a, char **b, cl_status *st) {
+  *st = CL_OK;
+  if (!ws) {
+    *st = cl_cpu_fail(be, CL_E_INTERNAL, "cpu backend: a channels-last convolution without "
+                                         "its workspace (conv_workspace was not planned)");
+    return NULL;
+  }
+  const nhwc_ws w = nhwc_ws_of(s, dir);
+  *a = (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+  *b = *a + w.a;
+  return *b + w.b;
+}
+
 cl_status cl_cpu_conv_workspace(cl_backend *be, const cl_conv_shape *s, cl_conv_dir dir,
                                 size_t *bytes) {
   *bytes = 0;
   cl_status st = check_shape(be, s);
   if (st != CL_OK) return st;
+  if (s->layout == CL_NHWC) return nhwc_workspace(be, s, dir, bytes);
   /* The backend's GEMM is a fixed rule (cl_cpu_gemm_choose), so the plan
    * is sized for the kind that will run, the same in every process: no
    * margin for a kind that might have been chosen instead. */
@@ -790,7 +841,7 @@ static cl_status begin(cl_backend *be, conv_op op, const cl_conv_shape *s, void 
   return CL_OK;
 }
 
-cl_status cl_cpu_conv_forward(cl_backend *be, const cl_conv_shape *s, const void *x, const float *w,
+static cl_status forward_nchw(cl_backend *be, const cl_conv_shape *s, const void *x, const float *w,
                               const float *bias, void *y, int accumulate, void *ws) {
   conv_plan pl;
   conv_job j;
@@ -809,7 +860,7 @@ cl_status cl_cpu_conv_forward(cl_backend *be, const cl_conv_shape *s, const void
   return CL_OK;
 }
 
-cl_status cl_cpu_conv_backward_data(cl_backend *be, const cl_conv_shape *s, const void *dy,
+static cl_status backward_data_nchw(cl_backend *be, const cl_conv_shape *s, const void *dy,
                                     const float *w, float *dx, int accumulate, void *ws) {
   conv_plan pl;
   conv_job j;
@@ -861,7 +912,7 @@ static void filter_reduce(const conv_job *j, int team) {
   }
 }
 
-cl_status cl_cpu_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, const void *dy,
+static cl_status backward_filter_nchw(cl_backend *be, const cl_conv_shape *s, const void *dy,
                                       const void *x, float *dw, float *dbias, void *ws) {
   conv_plan pl;
   conv_job j;
@@ -880,4 +931,52 @@ cl_status cl_cpu_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, co
   filter_reduce(&j, team);
   cl_cpu_wino_done(&tk);
   return CL_OK;
+}
+
+/* ---- the slots: NCHW as it is, channels last between moves ---------------- */
+
+cl_status cl_cpu_conv_forward(cl_backend *be, const cl_conv_shape *s, const void *x, const float *w,
+                              const float *bias, void *y, int accumulate, void *ws) {
+  if (s->layout != CL_NHWC || s->N == 0) return forward_nchw(be, s, x, w, bias, y, accumulate, ws);
+  cl_status st = check_shape(be, s);
+  char *a, *b, *inner = st == CL_OK ? nhwc_parts(be, s, CL_CONV_FORWARD, ws, &a, &b, &st) : NULL;
+  if (st != CL_OK) return st;
+  const cl_conv_shape in = nchw_of(s);
+  const size_t P = (size_t)s->H * s->W, es = cl_dtype_size(s->dtype);
+  cl_cpu_relayout(a, CL_NCHW, x, (size_t)s->N, (size_t)s->C, P, es);
+  if (accumulate) cl_cpu_relayout(b, CL_NCHW, y, (size_t)s->N, (size_t)s->K, P, es);
+  if ((st = forward_nchw(be, &in, a, w, bias, b, accumulate, inner)) == CL_OK)
+    cl_cpu_relayout(y, CL_NHWC, b, (size_t)s->N, (size_t)s->K, P, es);
+  return st;
+}
+
+cl_status cl_cpu_conv_backward_data(cl_backend *be, const cl_conv_shape *s, const void *dy,
+                                    const float *w, float *dx, int accumulate, void *ws) {
+  if (s->layout != CL_NHWC || s->N == 0)
+    return backward_data_nchw(be, s, dy, w, dx, accumulate, ws);
+  cl_status st = check_shape(be, s);
+  char *a, *b,
+      *inner = st == CL_OK ? nhwc_parts(be, s, CL_CONV_BACKWARD_DATA, ws, &a, &b, &st) : NULL;
+  if (st != CL_OK) return st;
+  const cl_conv_shape in = nchw_of(s);
+  const size_t P = (size_t)s->H * s->W, es = cl_dtype_size(s->dtype);
+  cl_cpu_relayout(b, CL_NCHW, dy, (size_t)s->N, (size_t)s->K, P, es);
+  if (accumulate) cl_cpu_relayout(a, CL_NCHW, dx, (size_t)s->N, (size_t)s->C, P, 4);
+  if ((st = backward_data_nchw(be, &in, b, w, (float *)a, accumulate, inner)) == CL_OK)
+    cl_cpu_relayout(dx, CL_NHWC, a, (size_t)s->N, (size_t)s->C, P, 4);
+  return st;
+}
+
+cl_status cl_cpu_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, const void *dy,
+                                      const void *x, float *dw, float *dbias, void *ws) {
+  if (s->layout != CL_NHWC || s->N == 0) return backward_filter_nchw(be, s, dy, x, dw, dbias, ws);
+  cl_status st = check_shape(be, s);
+  char *a, *b,
+      *inner = st == CL_OK ? nhwc_parts(be, s, CL_CONV_BACKWARD_FILTER, ws, &a, &b, &st) : NULL;
+  if (st != CL_OK) return st;
+  const cl_conv_shape in = nchw_of(s);
+  const size_t P = (size_t)s->H * s->W, es = cl_dtype_size(s->dtype);
+  cl_cpu_relayout(a, CL_NCHW, x, (size_t)s->N, (size_t)s->C, P, es);
+  cl_cpu_relayout(b, CL_NCHW, dy, (size_t)s->N, (size_t)s->K, P, es);
+  return backward_filter_nchw(be, &in, b, a, dw, dbias, inner);
 }

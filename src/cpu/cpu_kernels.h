@@ -47,6 +47,11 @@ cl_status cl_cpu_fail(cl_backend *be, cl_status st, const char *fmt, ...)
 void cl_cpu_load(cl_dtype t, const void *src, size_t off, float *dst, size_t n);
 void cl_cpu_store(cl_dtype t, const float *src, void *dst, size_t off, size_t n, int accumulate);
 
+/* cpu_layout.c: dst (layout `to`) = src (the other layout), N images of C
+ * channels and P pixels of es bytes each (backend.h: cl_layout). */
+void cl_cpu_relayout(void *dst, cl_layout to, const void *src, size_t N, size_t C, size_t P,
+                     size_t es);
+
 /* The slots, cl_cpu_<slot> each, from core/backend.h's one list: where
  * they live, by the list's groups -- memory in cpu_backend.c (gather_rows in
  * cpu_gather.c), convolution cpu_conv.c, the cell cpu_cell.c (peepholes

@@ -15,20 +15,32 @@
 
 enum { CHUNK = 256 };
 
+/* n elements from (img, ch, p0) of gate k's dz and of src into a and b:
+ * one run in NCHW, a stride apart channels last. */
+static void load_pixels(const cl_gates_shape *s, int k, int ch, int img, size_t p0, size_t n,
+                        const void *dz, const void *src, float *a, float *b) {
+  if (s->layout == CL_NCHW) {
+    cl_cpu_load(s->dtype, dz, cl_gate_at(s, img, k, ch, p0), a, n);
+    cl_cpu_load(s->dtype, src, cl_cell_at(s, img, ch, p0), b, n);
+    return;
+  }
+  for (size_t p = 0; p < n; p++) {
+    cl_cpu_load(s->dtype, dz, cl_gate_at(s, img, k, ch, p0 + p), a + p, 1);
+    cl_cpu_load(s->dtype, src, cl_cell_at(s, img, ch, p0 + p), b + p, 1);
+  }
+}
+
 /* Weight k's row of channel ch: dw[0..pp) += sum over n of dz * src. */
 static void filter_row(const cl_gates_shape *s, int k, int ch, const void *dz, const void *src,
                        float *dw) {
-  const size_t P = (size_t)s->P, hp = (size_t)s->hidden * P;
+  const size_t P = (size_t)s->P;
   const int per_pos = s->peep == CL_PEEP_POSITION;
   double total = 0; /* per channel: all pixels of all images */
   float a[CHUNK], b[CHUNK];
   for (size_t p0 = 0; p0 < P; p0 += CHUNK) {
     size_t n = P - p0 < CHUNK ? P - p0 : CHUNK;
     for (int img = 0; img < s->N; img++) {
-      size_t zo = ((size_t)img * 4 + (size_t)k) * hp + (size_t)ch * P + p0;
-      size_t so = (size_t)img * hp + (size_t)ch * P + p0;
-      cl_cpu_load(s->dtype, dz, zo, a, n);
-      cl_cpu_load(s->dtype, src, so, b, n);
+      load_pixels(s, k, ch, img, p0, n, dz, src, a, b);
       if (per_pos)
         for (size_t p = 0; p < n; p++) dw[p0 + p] += a[p] * b[p];
       else
@@ -49,6 +61,11 @@ cl_status cl_cpu_peephole_filter(cl_backend *be, const cl_gates_shape *s, const 
                        "cpu backend: peephole_filter needs a shape with peepholes (N=%d hidden=%d "
                        "P=%d peep=%d)",
                        s->N, s->hidden, s->P, (int)s->peep);
+  if (s->layout != CL_NCHW && (s->layout != CL_NHWC || s->peep == CL_PEEP_POSITION))
+    return cl_cpu_fail(be, CL_E_UNSUPPORTED,
+                       "cpu backend: peephole_filter channels last takes peepholes per channel "
+                       "only (layout %d, peep %d)",
+                       (int)s->layout, (int)s->peep);
   const size_t pp = (size_t)cl_gates_peep_pixels(s);
   const int64_t rows = 3 * (int64_t)s->hidden;
 #ifdef _OPENMP

@@ -287,6 +287,50 @@ static void *dev_of(scope *sc, const void *host, size_t bytes) {
  * conv_workspace() bytes, which no call may touch. */
 enum { GUARD = 4096 };
 
+/* ---- channels last (backend.h: cl_layout) --------------------------------
+ * A row run channels last (the *_nhwc runners) keeps its data and its
+ * references in NCHW and moves each activation into NHWC on its way to the
+ * device and back on its way out. The index is written out here, not asked
+ * of cl_act_at: the code under test must agree with torch's channels_last,
+ * [N, H, W, C], not with itself. */
+static cl_layout layout_now;
+
+/* NCHW [N, C, P] of es-byte elements as a new copy in layout_now. */
+static void *to_layout(const void *src, size_t N, size_t C, size_t P, size_t es) {
+  char *dst = xmalloc(N * C * P * es + 1);
+  const char *from = src;
+  for (size_t n = 0; n < N; n++)
+    for (size_t c = 0; c < C; c++)
+      for (size_t p = 0; p < P; p++) {
+        const size_t i = (n * C + c) * P + p;
+        const size_t o = layout_now == CL_NHWC ? (n * P + p) * C + c : i;
+        memcpy(dst + o * es, from + i * es, es);
+      }
+  return dst;
+}
+
+/* Floats in layout_now back into NCHW (got freed; NULL stays NULL). */
+static float *from_layout(float *got, size_t N, size_t C, size_t P) {
+  if (!got || layout_now == CL_NCHW) return got;
+  float *out = xmalloc(N * C * P * 4 + 1);
+  for (size_t n = 0; n < N; n++)
+    for (size_t c = 0; c < C; c++)
+      for (size_t p = 0; p < P; p++) out[(n * C + c) * P + p] = got[(n * P + p) * C + c];
+  free(got);
+  return out;
+}
+
+/* dev_of and dev_get of an activation [N, C, P] in layout_now. */
+static void *dev_of_act(scope *sc, const void *host, size_t N, size_t C, size_t P, size_t es) {
+  void *moved = to_layout(host, N, C, P, es);
+  void *d = dev_of(sc, moved, N * C * P * es);
+  free(moved);
+  return d;
+}
+static float *dev_get_act(scope *sc, cl_dtype t, const void *src, size_t N, size_t C, size_t P) {
+  return from_layout(dev_get(sc, t, src, N * C * P), N, C, P);
+}
+
 static void guard_set(scope *sc, unsigned char *at) {
   unsigned char g[GUARD];
   for (int i = 0; i < GUARD; i++) g[i] = (unsigned char)(0xA5 ^ i);
@@ -510,7 +554,9 @@ static void conv_weights_changed(const row *r, variant *v, const conv_data *d, s
       const double b = dir == 0 && d->bias ? d->b[(i / P) % (size_t)s->K] : 0.0;
       want[i] = 2.0 * b - (dir ? d->rdx[i] : d->ry[i]);
     }
-    float *got = sc->ok ? dev_get(sc, CL_F32, dir ? DX : Y, n) : NULL;
+    float *got =
+        sc->ok ? dev_get_act(sc, CL_F32, dir ? DX : Y, (size_t)s->N, (size_t)(dir ? s->C : s->K), P)
+               : NULL;
     char what[240];
     snprintf(what, sizeof what, "%s: %s again after the weights changed in place", label,
              dir ? "backward data" : "forward");
@@ -544,13 +590,18 @@ static void conv_on(const row *r, variant *v, const conv_data *d, const char *la
   unsigned char *WS = ws ? dev_alloc(&sc, ws + 16 + GUARD) : NULL;
   if (!sc.ok) goto out;
   X += off * es, DY += off * es, Y += off * es, DX += off * 4;
-  dev_put(&sc, X, d->xs, d->nx * es);
-  dev_put(&sc, DY, d->dys, d->ny * es);
   {
+    const size_t N = (size_t)s->N, P = (size_t)s->H * s->W;
     unsigned char *nan = xmalloc(nmax * 4);
     memset(nan, 0xFF, nmax * 4);
-    dev_put(&sc, Y, d->acc ? d->y0s : nan, d->ny * es);
-    dev_put(&sc, DX, d->acc ? (const void *)d->dx0 : nan, d->nx * 4);
+    const void *in[4] = {d->xs, d->dys, d->acc ? d->y0s : nan, d->acc ? (const void *)d->dx0 : nan};
+    void *at[4] = {X, DY, Y, DX};
+    const size_t ch[4] = {(size_t)s->C, (size_t)s->K, (size_t)s->K, (size_t)s->C};
+    for (int k = 0; k < 4; k++) { /* each in the row's layout */
+      void *moved = to_layout(in[k], N, ch[k], P, k == 3 ? 4 : es);
+      dev_put(&sc, at[k], moved, N * ch[k] * P * (k == 3 ? 4 : es));
+      free(moved);
+    }
     free(nan);
   }
   static const int skew[3] = {4, 12, 0};
@@ -577,13 +628,14 @@ static void conv_on(const row *r, variant *v, const conv_data *d, const char *la
     expect(v, algo[0][0] && (!d->run_data || algo[1][0]) && (!d->run_filter || algo[2][0]),
            "%s: conv_algo names the algorithm of each direction that ran", label);
   const int f32 = t == CL_F32;
-  float *got = dev_get(&sc, t, Y, d->ny);
+  const size_t N = (size_t)s->N, P = (size_t)s->H * s->W;
+  float *got = dev_get_act(&sc, t, Y, N, (size_t)s->K, P);
   snprintf(what, sizeof what, "%s: forward%s%s", label, algo[0][0] ? " " : "", algo[0]);
   if (got)
     compare(v, what, got, d->ry, d->ny,
             f32 ? algo_tol(tol_of(r, v, t, t), algo[0]) : tol_of(r, v, t, t));
   free(got);
-  got = d->run_data ? dev_get(&sc, CL_F32, DX, d->nx) : NULL;
+  got = d->run_data ? dev_get_act(&sc, CL_F32, DX, N, (size_t)s->C, P) : NULL;
   snprintf(what, sizeof what, "%s: backward data (float32 dx)%s%s", label, algo[1][0] ? " " : "",
            algo[1]);
   if (got)
@@ -616,14 +668,17 @@ static void run_conv(const row *r) {
       if (!(r->dtypes & (1u << t))) continue;
       cl_conv_shape s = shapes[i];
       s.dtype = (cl_dtype)t;
+      s.layout = layout_now;
       if (too_big((double)s.N * s.H * s.W * s.C * s.K * cl_conv_taps(&s))) continue;
+      if (layout_now == CL_NHWC && cl_conv_groups(&s) > 1) continue; /* NCHW only */
       for (int acc = 0; acc < 2; acc++)
         for (int bias = 0; bias < 2; bias++) {
           conv_data d = conv_make(&s, acc, bias);
           char label[160];
-          snprintf(label, sizeof label, "%s N%d C%d %dx%d K%d k%dx%d d%dx%d G%d acc%d bias%d%s",
+          snprintf(label, sizeof label, "%s N%d C%d %dx%d K%d k%dx%d d%dx%d G%d acc%d bias%d%s%s",
                    dtype_str(s.dtype), s.N, s.C, s.H, s.W, s.K, s.kh, s.kw, s.dh, s.dw,
-                   cl_conv_groups(&s), acc, bias, r->offset ? " off+1" : "");
+                   cl_conv_groups(&s), acc, bias, r->offset ? " off+1" : "",
+                   layout_now == CL_NHWC ? " nhwc" : "");
           for (int vi = 0; vi < n_vs; vi++) conv_on(r, &vs[vi], &d, label);
           conv_free(&d);
         }
@@ -682,7 +737,7 @@ static void run_rounding(const row *r) {
   }
   for (int t = CL_F16; t <= CL_BF16; t++) {
     if (!(r->dtypes & (1u << t))) continue;
-    cl_conv_shape s = {1, 1, 1, 1, (int)n, 1, 1, 1, 1, (cl_dtype)t, 0};
+    cl_conv_shape s = {1, 1, 1, 1, (int)n, 1, 1, 1, 1, (cl_dtype)t, 0, CL_NCHW};
     for (int vi = 0; vi < n_vs; vi++) {
       variant *v = &vs[vi];
       scope sc = scope_of(v);
@@ -717,7 +772,7 @@ static void run_conv_errors(const row *r) {
     variant *v = &vs[vi];
     cl_backend *be = v->be;
     const struct cl_backend_i *f = be->iface;
-    cl_conv_shape s = {2, 3, 4, 4, 5, 3, 3, 1, 1, BAD_DTYPE, 0};
+    cl_conv_shape s = {2, 3, 4, 4, 5, 3, 3, 1, 1, BAD_DTYPE, 0, CL_NCHW};
     be->err[0] = '\0';
     cl_status st = f->conv_forward(be, &s, NULL, NULL, NULL, NULL, 0, NULL);
     expect(v, st == CL_E_UNSUPPORTED && be->err[0], "unknown dtype: %s (%s)", status_str(st),
@@ -754,7 +809,7 @@ static void run_conv_errors(const row *r) {
     /* A workspace asked for and not given is the caller's bug: refused,
      * whichever call it is, not a crash. */
     for (int t = CL_F32; t <= CL_BF16; t++) {
-      cl_conv_shape h = {1, 2, 4, 4, 4, 3, 3, 1, 1, (cl_dtype)t, 0};
+      cl_conv_shape h = {1, 2, 4, 4, 4, 3, 3, 1, 1, (cl_dtype)t, 0, CL_NCHW};
       size_t ws = 0;
       scope sc = scope_of(v);
       CALL(&sc, cl_backend_conv_workspace_any(be, &h, &ws));
@@ -775,14 +830,38 @@ static void run_conv_errors(const row *r) {
 
 /* ---- the fused cell ---------------------------------------------------------------- */
 
+/* A cell's activations in layout_now: gates [N, 4 hidden, P], states
+ * [N, hidden, P] (backend.h: cl_gates_shape). */
+static void *dev_gates(scope *sc, const void *host, const cl_gates_shape *s, size_t es) {
+  return dev_of_act(sc, host, (size_t)s->N, 4 * (size_t)s->hidden, (size_t)s->P, es);
+}
+static void *dev_cells(scope *sc, const void *host, const cl_gates_shape *s, size_t es) {
+  return dev_of_act(sc, host, (size_t)s->N, (size_t)s->hidden, (size_t)s->P, es);
+}
+static float *get_gates(scope *sc, cl_dtype t, const void *dev, const cl_gates_shape *s) {
+  return dev_get_act(sc, t, dev, (size_t)s->N, 4 * (size_t)s->hidden, (size_t)s->P);
+}
+static float *get_cells(scope *sc, cl_dtype t, const void *dev, const cl_gates_shape *s) {
+  return dev_get_act(sc, t, dev, (size_t)s->N, (size_t)s->hidden, (size_t)s->P);
+}
+static const char *layout_tag(void) { return layout_now == CL_NHWC ? " nhwc" : ""; }
+
+/* The shape of case i at dtype t in layout_now; 0 where that layout has no
+ * such cell (channels last takes peepholes per channel only). */
+static int gates_case(const row *r, int i, int t, cl_gates_shape *s) {
+  *s = ((const cl_gates_shape *)r->cases)[i];
+  s->dtype = (cl_dtype)t;
+  s->layout = layout_now;
+  return layout_now == CL_NCHW || s->peep != CL_PEEP_POSITION;
+}
+
 static void run_gates_forward(const row *r) {
-  const cl_gates_shape *shapes = r->cases;
   for (int i = 0; i < r->n_cases; i++)
     for (int t = CL_F32; t <= CL_BF16; t++)
       for (int with_cp = 0; with_cp < 2; with_cp++) {
         if (!(r->dtypes & (1u << t))) continue;
-        cl_gates_shape s = shapes[i];
-        s.dtype = (cl_dtype)t;
+        cl_gates_shape s;
+        if (!gates_case(r, i, t, &s)) continue;
         const size_t ns = (size_t)s.N * s.hidden * s.P, nz = 4 * ns, es = cl_dtype_size(s.dtype);
         float *z = rand_floats(nz, -4, 4), *cp = rand_floats(ns, -2, 2);
         const size_t nw = ref_peep_numel(&s);
@@ -791,26 +870,26 @@ static void run_gates_forward(const row *r) {
         double *ra = xmalloc(nz * 8), *rc = xmalloc(ns * 8), *rh = xmalloc(ns * 8);
         ref_gates_forward(&s, z, with_cp ? cp : NULL, wp, ra, rc, rh);
         char label[120], what[200];
-        snprintf(label, sizeof label, "%s N%d hidden%d P%d c_prev%s peep%d", dtype_str(s.dtype),
-                 s.N, s.hidden, s.P, with_cp ? "" : "=NULL", (int)s.peep);
+        snprintf(label, sizeof label, "%s N%d hidden%d P%d c_prev%s peep%d%s", dtype_str(s.dtype),
+                 s.N, s.hidden, s.P, with_cp ? "" : "=NULL", (int)s.peep, layout_tag());
         for (int vi = 0; vi < n_vs; vi++) {
           variant *v = &vs[vi];
           scope sc = scope_of(v);
-          void *Z = dev_of(&sc, zs, nz * es), *CP = dev_of(&sc, cps, ns * es);
+          void *Z = dev_gates(&sc, zs, &s, es), *CP = dev_cells(&sc, cps, &s, es);
           void *C = dev_alloc(&sc, ns * es), *H = dev_alloc(&sc, ns * es);
           float *WP = nw ? dev_of(&sc, wp, nw * 4) : NULL;
           if (sc.ok)
             CALL(&sc, v->be->iface->gates_forward(v->be, &s, Z, with_cp ? CP : NULL, WP, NULL, C, H));
           const double tl = tol_of(r, v, s.dtype, s.dtype);
-          float *got = sc.ok ? dev_get(&sc, s.dtype, Z, nz) : NULL;
+          float *got = sc.ok ? get_gates(&sc, s.dtype, Z, &s) : NULL;
           snprintf(what, sizeof what, "%s: activations", label);
           if (got) compare(v, what, got, ra, nz, tl);
           free(got);
-          got = sc.ok ? dev_get(&sc, s.dtype, C, ns) : NULL;
+          got = sc.ok ? get_cells(&sc, s.dtype, C, &s) : NULL;
           snprintf(what, sizeof what, "%s: c", label);
           if (got) compare(v, what, got, rc, ns, tl);
           free(got);
-          got = sc.ok ? dev_get(&sc, s.dtype, H, ns) : NULL;
+          got = sc.ok ? get_cells(&sc, s.dtype, H, &s) : NULL;
           snprintf(what, sizeof what, "%s: h", label);
           if (got) compare(v, what, got, rh, ns, tl);
           free(got);
@@ -825,7 +904,7 @@ static void run_gates_forward(const row *r) {
  * relative, huge ones where the sigmoid saturates. */
 static void run_activation_accuracy(const row *r) {
   enum { P = 4096 };
-  cl_gates_shape s = {1, 1, P, CL_F32, CL_PEEP_NONE};
+  cl_gates_shape s = {1, 1, P, CL_F32, CL_PEEP_NONE, CL_NCHW};
   float *z = xmalloc(sizeof(float) * 4 * P);
   for (int p = 0; p < P; p++) {
     const double t = (double)p / (P - 1);
@@ -858,13 +937,12 @@ static void run_activation_accuracy(const row *r) {
 /* Backward from stored activations, c and c_prev drawn independently of
  * any forward (plausible ranges), against the formulas of backend.h. */
 static void run_gates_backward(const row *r) {
-  const cl_gates_shape *shapes = r->cases;
   for (int i = 0; i < r->n_cases; i++)
     for (int t = CL_F32; t <= CL_BF16; t++)
       for (int with_cp = 0; with_cp < 2; with_cp++) {
         if (!(r->dtypes & (1u << t))) continue;
-        cl_gates_shape s = shapes[i];
-        s.dtype = (cl_dtype)t;
+        cl_gates_shape s;
+        if (!gates_case(r, i, t, &s)) continue;
         const size_t ns = (size_t)s.N * s.hidden * s.P, nz = 4 * ns, es = cl_dtype_size(s.dtype);
         float *act = xmalloc(nz * 4);
         for (size_t e = 0; e < ns; e++)
@@ -879,23 +957,23 @@ static void run_gates_backward(const row *r) {
         double *rdz = xmalloc(nz * 8), *rdc = xmalloc(ns * 8);
         ref_gates_backward(&s, act, c, with_cp ? cp : NULL, wp, dh, dc, rdz, rdc);
         char label[120], what[200];
-        snprintf(label, sizeof label, "%s N%d hidden%d P%d c_prev%s peep%d", dtype_str(s.dtype),
-                 s.N, s.hidden, s.P, with_cp ? "" : "=NULL", (int)s.peep);
+        snprintf(label, sizeof label, "%s N%d hidden%d P%d c_prev%s peep%d%s", dtype_str(s.dtype),
+                 s.N, s.hidden, s.P, with_cp ? "" : "=NULL", (int)s.peep, layout_tag());
         for (int vi = 0; vi < n_vs; vi++) {
           variant *v = &vs[vi];
           scope sc = scope_of(v);
-          void *A = dev_of(&sc, as, nz * es), *C = dev_of(&sc, cs, ns * es);
-          void *CP = dev_of(&sc, cps, ns * es);
-          float *DH = dev_of(&sc, dh, ns * 4), *DC = dev_of(&sc, dc, ns * 4);
+          void *A = dev_gates(&sc, as, &s, es), *C = dev_cells(&sc, cs, &s, es);
+          void *CP = dev_cells(&sc, cps, &s, es);
+          float *DH = dev_cells(&sc, dh, &s, 4), *DC = dev_cells(&sc, dc, &s, 4);
           float *WP = nw ? dev_of(&sc, wp, nw * 4) : NULL;
           if (sc.ok)
             CALL(&sc, v->be->iface->gates_backward(v->be, &s, A, C, with_cp ? CP : NULL, WP, DH,
                                                    DC, NULL));
-          float *got = sc.ok ? dev_get(&sc, s.dtype, A, nz) : NULL;
+          float *got = sc.ok ? get_gates(&sc, s.dtype, A, &s) : NULL;
           snprintf(what, sizeof what, "%s: d pre-activations (stored)", label);
           if (got) compare(v, what, got, rdz, nz, tol_of(r, v, s.dtype, s.dtype));
           free(got);
-          got = sc.ok ? dev_get(&sc, CL_F32, DC, ns) : NULL;
+          got = sc.ok ? get_cells(&sc, CL_F32, DC, &s) : NULL;
           snprintf(what, sizeof what, "%s: dc_prev (float32)", label);
           if (got) compare(v, what, got, rdc, ns, tol_of(r, v, s.dtype, CL_F32));
           free(got);
@@ -953,7 +1031,7 @@ static void run_gates_fd(const row *r) {
         snprintf(what, sizeof what, "%s: dz vs finite differences", label);
         if (got) compare(v, what, got, dz, nz, r->tol.f32);
         free(got);
-        got = sc.ok ? dev_get(&sc, CL_F32, DC, ns) : NULL;
+        got = sc.ok ? get_cells(&sc, CL_F32, DC, &s) : NULL;
         snprintf(what, sizeof what, "%s: dc_prev vs finite differences", label);
         if (got && with_cp) compare(v, what, got, dcp, ns, r->tol.f32);
         int finite = got != NULL;
@@ -974,13 +1052,12 @@ static void run_gates_fd(const row *r) {
 /* peephole_filter alone, from dz, c and c_prev drawn independently, onto a
  * nonzero dw0 (it accumulates), against the double sums. */
 static void run_peephole_filter(const row *r) {
-  const cl_gates_shape *shapes = r->cases;
   for (int i = 0; i < r->n_cases; i++)
     for (int t = CL_F32; t <= CL_BF16; t++)
       for (int with_cp = 0; with_cp < 2; with_cp++) {
         if (!(r->dtypes & (1u << t))) continue;
-        cl_gates_shape s = shapes[i];
-        s.dtype = (cl_dtype)t;
+        cl_gates_shape s;
+        if (!gates_case(r, i, t, &s)) continue;
         const size_t ns = (size_t)s.N * s.hidden * s.P, nz = 4 * ns, nw = ref_peep_numel(&s);
         const size_t es = cl_dtype_size(s.dtype);
         float *dz = rand_floats(nz, -1, 1), *c = rand_floats(ns, -2, 2);
@@ -991,13 +1068,13 @@ static void run_peephole_filter(const row *r) {
         double *rdw = xmalloc(nw * 8);
         ref_peephole_filter(&s, dz, c, with_cp ? cp : NULL, dw0, rdw);
         char label[120], what[200];
-        snprintf(label, sizeof label, "%s N%d hidden%d P%d c_prev%s peep%d", dtype_str(s.dtype),
-                 s.N, s.hidden, s.P, with_cp ? "" : "=NULL", (int)s.peep);
+        snprintf(label, sizeof label, "%s N%d hidden%d P%d c_prev%s peep%d%s", dtype_str(s.dtype),
+                 s.N, s.hidden, s.P, with_cp ? "" : "=NULL", (int)s.peep, layout_tag());
         for (int vi = 0; vi < n_vs; vi++) {
           variant *v = &vs[vi];
           scope sc = scope_of(v);
-          void *DZ = dev_of(&sc, dzs, nz * es), *C = dev_of(&sc, cs, ns * es);
-          void *CP = dev_of(&sc, cps, ns * es);
+          void *DZ = dev_gates(&sc, dzs, &s, es), *C = dev_cells(&sc, cs, &s, es);
+          void *CP = dev_cells(&sc, cps, &s, es);
           float *DW = dev_of(&sc, dw0, nw * 4);
           if (sc.ok)
             CALL(&sc, v->be->iface->peephole_filter(v->be, &s, DZ, C, with_cp ? CP : NULL, DW));
@@ -1020,7 +1097,7 @@ static void run_peephole_filter(const row *r) {
  * or its filter gradient with dbias (backward: dbias += sum of dy).
  * Returns the device buffers' scope status. */
 static cl_conv_shape bias_conv_shape(const cl_gates_shape *s) {
-  cl_conv_shape c = {s->N, 1, 1, s->P, 4 * s->hidden, 1, 1, 1, 1, s->dtype, 0};
+  cl_conv_shape c = {s->N, 1, 1, s->P, 4 * s->hidden, 1, 1, 1, 1, s->dtype, 0, s->layout};
   return c;
 }
 
@@ -1028,13 +1105,12 @@ static cl_conv_shape bias_conv_shape(const cl_gates_shape *s) {
  * in float, as backends form it) and against the unfused slots on the same
  * backend (conv_forward adds the bias, then gates_forward without it). */
 static void run_gates_forward_bias(const row *r) {
-  const cl_gates_shape *shapes = r->cases;
   for (int i = 0; i < r->n_cases; i++)
     for (int t = CL_F32; t <= CL_BF16; t++)
       for (int with_cp = 0; with_cp < 2; with_cp++) {
         if (!(r->dtypes & (1u << t))) continue;
-        cl_gates_shape s = shapes[i];
-        s.dtype = (cl_dtype)t;
+        cl_gates_shape s;
+        if (!gates_case(r, i, t, &s)) continue;
         const size_t ns = (size_t)s.N * s.hidden * s.P, nz = 4 * ns, es = cl_dtype_size(s.dtype);
         const size_t nb = 4 * (size_t)s.hidden, nw = ref_peep_numel(&s);
         float *z = rand_floats(nz, -3, 3), *cp = rand_floats(ns, -2, 2);
@@ -1050,16 +1126,17 @@ static void run_gates_forward_bias(const row *r) {
         ref_gates_forward(&s, zb, with_cp ? cp : NULL, wp, ra, rc, rh);
         cl_conv_shape cs = bias_conv_shape(&s);
         char label[120], what[200];
-        snprintf(label, sizeof label, "%s N%d hidden%d P%d c_prev%s peep%d bias", dtype_str(s.dtype),
-                 s.N, s.hidden, s.P, with_cp ? "" : "=NULL", (int)s.peep);
+        snprintf(label, sizeof label, "%s N%d hidden%d P%d c_prev%s peep%d bias%s",
+                 dtype_str(s.dtype), s.N, s.hidden, s.P, with_cp ? "" : "=NULL", (int)s.peep,
+                 layout_tag());
         for (int vi = 0; vi < n_vs; vi++) {
           variant *v = &vs[vi];
           const struct cl_backend_i *f = v->be->iface;
           scope sc = scope_of(v);
           size_t wsb = 0;
           CALL(&sc, cl_backend_conv_workspace_any(v->be, &cs, &wsb));
-          void *Z = dev_of(&sc, zs, nz * es), *Z2 = dev_of(&sc, zs, nz * es);
-          void *CP = dev_of(&sc, cps, ns * es), *X = dev_alloc(&sc, ns * es);
+          void *Z = dev_gates(&sc, zs, &s, es), *Z2 = dev_gates(&sc, zs, &s, es);
+          void *CP = dev_cells(&sc, cps, &s, es), *X = dev_alloc(&sc, ns * es);
           void *C = dev_alloc(&sc, ns * es), *H = dev_alloc(&sc, ns * es);
           void *C2 = dev_alloc(&sc, ns * es), *H2 = dev_alloc(&sc, ns * es);
           float *B = dev_of(&sc, bias, nb * 4), *W0 = dev_alloc(&sc, nb * 4);
@@ -1077,8 +1154,11 @@ static void run_gates_forward_bias(const row *r) {
           const char *names[3] = {"activations", "c", "h"};
           const size_t counts[3] = {nz, ns, ns};
           for (int o = 0; o < 3 && sc.ok; o++) {
-            float *got = dev_get(&sc, s.dtype, outs[o][0], counts[o]);
-            float *un = got ? dev_get(&sc, s.dtype, outs[o][1], counts[o]) : NULL;
+            float *got = o ? get_cells(&sc, s.dtype, outs[o][0], &s)
+                           : get_gates(&sc, s.dtype, outs[o][0], &s);
+            float *un = !got ? NULL
+                        : o  ? get_cells(&sc, s.dtype, outs[o][1], &s)
+                             : get_gates(&sc, s.dtype, outs[o][1], &s);
             if (!got || !un) {
               free(got), free(un);
               break;
@@ -1103,13 +1183,12 @@ static void run_gates_forward_bias(const row *r) {
  * stored (downloaded), and against conv_backward_filter's bias gradient of
  * those same dz on the same backend (the unfused slot). */
 static void run_gates_backward_bias(const row *r) {
-  const cl_gates_shape *shapes = r->cases;
   for (int i = 0; i < r->n_cases; i++)
     for (int t = CL_F32; t <= CL_BF16; t++)
       for (int with_cp = 0; with_cp < 2; with_cp++) {
         if (!(r->dtypes & (1u << t))) continue;
-        cl_gates_shape s = shapes[i];
-        s.dtype = (cl_dtype)t;
+        cl_gates_shape s;
+        if (!gates_case(r, i, t, &s)) continue;
         const size_t ns = (size_t)s.N * s.hidden * s.P, nz = 4 * ns, es = cl_dtype_size(s.dtype);
         const size_t nb = 4 * (size_t)s.hidden, nw = ref_peep_numel(&s);
         float *act = xmalloc(nz * 4);
@@ -1126,17 +1205,18 @@ static void run_gates_backward_bias(const row *r) {
         ref_gates_backward(&s, act, c, with_cp ? cp : NULL, wp, dh, dc, rdz, rdc);
         cl_conv_shape fs = bias_conv_shape(&s);
         char label[120], what[200];
-        snprintf(label, sizeof label, "%s N%d hidden%d P%d c_prev%s peep%d dbias",
-                 dtype_str(s.dtype), s.N, s.hidden, s.P, with_cp ? "" : "=NULL", (int)s.peep);
+        snprintf(label, sizeof label, "%s N%d hidden%d P%d c_prev%s peep%d dbias%s",
+                 dtype_str(s.dtype), s.N, s.hidden, s.P, with_cp ? "" : "=NULL", (int)s.peep,
+                 layout_tag());
         for (int vi = 0; vi < n_vs; vi++) {
           variant *v = &vs[vi];
           const struct cl_backend_i *f = v->be->iface;
           scope sc = scope_of(v);
           size_t wsb = 0;
           CALL(&sc, cl_backend_conv_workspace_any(v->be, &fs, &wsb));
-          void *A = dev_of(&sc, as, nz * es), *C = dev_of(&sc, cs, ns * es);
-          void *CP = dev_of(&sc, cps, ns * es), *X = dev_alloc(&sc, ns * es);
-          float *DH = dev_of(&sc, dh, ns * 4), *DC = dev_of(&sc, dc, ns * 4);
+          void *A = dev_gates(&sc, as, &s, es), *C = dev_cells(&sc, cs, &s, es);
+          void *CP = dev_cells(&sc, cps, &s, es), *X = dev_alloc(&sc, ns * es);
+          float *DH = dev_cells(&sc, dh, &s, 4), *DC = dev_cells(&sc, dc, &s, 4);
           float *DB = dev_of(&sc, db0, nb * 4), *DBU = dev_of(&sc, db0, nb * 4);
           float *DW = dev_alloc(&sc, nb * 4);
           void *WS = wsb ? dev_alloc(&sc, wsb) : NULL;
@@ -1145,10 +1225,10 @@ static void run_gates_backward_bias(const row *r) {
           if (sc.ok)
             CALL(&sc, f->gates_backward(v->be, &s, A, C, with_cp ? CP : NULL, WP, DH, DC, DB));
           if (sc.ok) CALL(&sc, f->conv_backward_filter(v->be, &fs, A, X, DW, DBU, WS));
-          float *got = sc.ok ? dev_get(&sc, s.dtype, A, nz) : NULL;
+          float *got = sc.ok ? get_gates(&sc, s.dtype, A, &s) : NULL;
           snprintf(what, sizeof what, "%s: d pre-activations (stored)", label);
           if (got) compare(v, what, got, rdz, nz, tol_of(r, v, s.dtype, s.dtype));
-          float *gdc = got ? dev_get(&sc, CL_F32, DC, ns) : NULL;
+          float *gdc = got ? get_cells(&sc, CL_F32, DC, &s) : NULL;
           snprintf(what, sizeof what, "%s: dc_prev (float32)", label);
           if (gdc) compare(v, what, gdc, rdc, ns, tol_of(r, v, s.dtype, CL_F32));
           float *gdb = gdc ? dev_get(&sc, CL_F32, DB, nb) : NULL;
@@ -1177,7 +1257,7 @@ static void run_gates_errors(const row *r) {
   (void)r;
   for (int vi = 0; vi < n_vs; vi++) {
     variant *v = &vs[vi];
-    cl_gates_shape bad = {1, 1, 1, BAD_DTYPE, CL_PEEP_NONE};
+    cl_gates_shape bad = {1, 1, 1, BAD_DTYPE, CL_PEEP_NONE, CL_NCHW};
     scope sc = scope_of(v);
     void *Z = dev_alloc(&sc, 64), *C = dev_alloc(&sc, 64), *H = dev_alloc(&sc, 64);
     if (sc.ok) {
@@ -1189,12 +1269,12 @@ static void run_gates_errors(const row *r) {
              "unknown dtype: forward %s, backward %s, peephole_filter %s (%s)", status_str(s1),
              status_str(s2), status_str(s3), v->be->err);
       /* the filter of a shape without peepholes has nothing to compute */
-      cl_gates_shape none = {1, 1, 1, CL_F32, CL_PEEP_NONE};
+      cl_gates_shape none = {1, 1, 1, CL_F32, CL_PEEP_NONE, CL_NCHW};
       cl_status s4 = v->be->iface->peephole_filter(v->be, &none, Z, C, NULL, H);
       expect(v, s4 == CL_E_INVALID, "peephole_filter without peepholes: %s (%s)",
              status_str(s4), v->be->err);
       /* a cell with peepholes and no weights is refused, not run without */
-      cl_gates_shape peep = {1, 1, 1, CL_F32, CL_PEEP_CHANNEL};
+      cl_gates_shape peep = {1, 1, 1, CL_F32, CL_PEEP_CHANNEL, CL_NCHW};
       cl_status s5 = v->be->iface->gates_forward(v->be, &peep, Z, NULL, NULL, NULL, C, H);
       cl_status s6 = v->be->iface->gates_backward(v->be, &peep, Z, C, NULL, NULL, H, C, NULL);
       expect(v, s5 == CL_E_INVALID && s6 == CL_E_INVALID,
@@ -2376,38 +2456,58 @@ static void run_destroy(const row *r) {
  * on direct (few channels) and GEMM (C = 20, K = 24) sizes, and a dilated
  * extent larger than the image (5x3 by 3x2 over 4x5: 13 x 5 pixels). */
 static const cl_conv_shape conv_shapes[] = {
-    {3, 2, 5, 7, 4, 3, 3, 1, 1, 0, 0},     {2, 1, 6, 6, 8, 3, 3, 1, 1, 0, 0},
-    {4, 3, 7, 5, 2, 5, 5, 1, 1, 0, 0},     {3, 5, 4, 9, 6, 1, 1, 1, 1, 0, 0},
-    {4, 6, 8, 8, 20, 3, 3, 1, 1, 0, 0},    {4, 20, 6, 5, 4, 3, 3, 1, 1, 0, 0},
-    {1, 3, 5, 5, 4, 3, 3, 1, 1, 0, 0},     {5, 1, 9, 4, 3, 5, 5, 1, 1, 0, 0},
-    {2, 9, 24, 24, 12, 3, 3, 1, 1, 0, 0},  {2, 4, 3, 3, 5, 5, 5, 1, 1, 0, 0},
-    {4, 2, 1, 6, 3, 3, 3, 1, 1, 0, 0},     {3, 17, 11, 13, 9, 1, 1, 1, 1, 0, 0},
-    {3, 8, 7, 9, 24, 3, 3, 1, 1, 0, 0},    {2, 40, 5, 6, 20, 1, 1, 1, 1, 0, 0},
-    {2, 3, 6, 7, 18, 5, 5, 1, 1, 0, 0},    {1, 10, 9, 8, 40, 3, 3, 1, 1, 0, 0},
-    {1, 16, 24, 24, 64, 3, 3, 1, 1, 0, 0}, {3, 1, 24, 24, 64, 3, 3, 1, 1, 0, 0},
-    {2, 16, 24, 24, 4, 3, 3, 1, 1, 0, 0},  {1, 16, 61, 60, 16, 3, 3, 1, 1, 0, 0},
-    {2, 3, 5, 7, 4, 1, 1, 1, 1, 0, 0},     {3, 5, 6, 9, 8, 3, 3, 1, 1, 0, 0},
-    {2, 4, 7, 5, 6, 5, 5, 1, 1, 0, 0},     {4, 17, 12, 10, 32, 3, 3, 1, 1, 0, 0},
-    {5, 3, 6, 9, 8, 3, 3, 1, 1, 0, 0},
+    {3, 2, 5, 7, 4, 3, 3, 1, 1, 0, 0, CL_NCHW},
+    {2, 1, 6, 6, 8, 3, 3, 1, 1, 0, 0, CL_NCHW},
+    {4, 3, 7, 5, 2, 5, 5, 1, 1, 0, 0, CL_NCHW},
+    {3, 5, 4, 9, 6, 1, 1, 1, 1, 0, 0, CL_NCHW},
+    {4, 6, 8, 8, 20, 3, 3, 1, 1, 0, 0, CL_NCHW},
+    {4, 20, 6, 5, 4, 3, 3, 1, 1, 0, 0, CL_NCHW},
+    {1, 3, 5, 5, 4, 3, 3, 1, 1, 0, 0, CL_NCHW},
+    {5, 1, 9, 4, 3, 5, 5, 1, 1, 0, 0, CL_NCHW},
+    {2, 9, 24, 24, 12, 3, 3, 1, 1, 0, 0, CL_NCHW},
+    {2, 4, 3, 3, 5, 5, 5, 1, 1, 0, 0, CL_NCHW},
+    {4, 2, 1, 6, 3, 3, 3, 1, 1, 0, 0, CL_NCHW},
+    {3, 17, 11, 13, 9, 1, 1, 1, 1, 0, 0, CL_NCHW},
+    {3, 8, 7, 9, 24, 3, 3, 1, 1, 0, 0, CL_NCHW},
+    {2, 40, 5, 6, 20, 1, 1, 1, 1, 0, 0, CL_NCHW},
+    {2, 3, 6, 7, 18, 5, 5, 1, 1, 0, 0, CL_NCHW},
+    {1, 10, 9, 8, 40, 3, 3, 1, 1, 0, 0, CL_NCHW},
+    {1, 16, 24, 24, 64, 3, 3, 1, 1, 0, 0, CL_NCHW},
+    {3, 1, 24, 24, 64, 3, 3, 1, 1, 0, 0, CL_NCHW},
+    {2, 16, 24, 24, 4, 3, 3, 1, 1, 0, 0, CL_NCHW},
+    {1, 16, 61, 60, 16, 3, 3, 1, 1, 0, 0, CL_NCHW},
+    {2, 3, 5, 7, 4, 1, 1, 1, 1, 0, 0, CL_NCHW},
+    {3, 5, 6, 9, 8, 3, 3, 1, 1, 0, 0, CL_NCHW},
+    {2, 4, 7, 5, 6, 5, 5, 1, 1, 0, 0, CL_NCHW},
+    {4, 17, 12, 10, 32, 3, 3, 1, 1, 0, 0, CL_NCHW},
+    {5, 3, 6, 9, 8, 3, 3, 1, 1, 0, 0, CL_NCHW},
     /* non-square and dilated */
-    {3, 2, 6, 7, 4, 3, 5, 1, 1, 0, 0},     {2, 3, 7, 5, 6, 5, 1, 1, 1, 0, 0},
-    {2, 2, 8, 9, 4, 3, 3, 2, 2, 0, 0},     {3, 4, 7, 8, 3, 3, 5, 2, 1, 0, 0},
-    {2, 20, 9, 8, 24, 3, 3, 1, 3, 0, 0},   {2, 3, 4, 5, 20, 5, 3, 3, 2, 0, 0},
-    {1, 6, 12, 10, 8, 1, 3, 1, 4, 0, 0},   {2, 3, 8, 9, 4, 3, 3, 2, 2, 0, 0},
-    {2, 20, 9, 8, 24, 5, 3, 1, 3, 0, 0},
+    {3, 2, 6, 7, 4, 3, 5, 1, 1, 0, 0, CL_NCHW},
+    {2, 3, 7, 5, 6, 5, 1, 1, 1, 0, 0, CL_NCHW},
+    {2, 2, 8, 9, 4, 3, 3, 2, 2, 0, 0, CL_NCHW},
+    {3, 4, 7, 8, 3, 3, 5, 2, 1, 0, 0, CL_NCHW},
+    {2, 20, 9, 8, 24, 3, 3, 1, 3, 0, 0, CL_NCHW},
+    {2, 3, 4, 5, 20, 5, 3, 3, 2, 0, 0, CL_NCHW},
+    {1, 6, 12, 10, 8, 1, 3, 1, 4, 0, 0, CL_NCHW},
+    {2, 3, 8, 9, 4, 3, 3, 2, 2, 0, 0, CL_NCHW},
+    {2, 20, 9, 8, 24, 5, 3, 1, 3, 0, 0, CL_NCHW},
     /* grouped (per-gate dropout: 4 masked copies, each gate's rows on its
      * own): small groups, the tutorial's hidden half, dilated non-square,
      * groups of more than 128 outputs (the CPU's GEMM path), 1 x 1, two
      * groups */
-    {3, 8, 5, 7, 12, 3, 3, 1, 1, 0, 4},    {2, 64, 12, 10, 64, 3, 3, 1, 1, 0, 4},
-    {2, 12, 6, 9, 32, 5, 3, 2, 1, 0, 4},   {4, 20, 8, 8, 160, 3, 3, 1, 1, 0, 4},
-    {1, 8, 6, 6, 544, 3, 3, 1, 1, 0, 4},   {3, 8, 5, 5, 8, 1, 1, 1, 1, 0, 2},
-    {2, 4, 9, 8, 12, 3, 3, 1, 2, 0, 2},
+    {3, 8, 5, 7, 12, 3, 3, 1, 1, 0, 4, CL_NCHW},
+    {2, 64, 12, 10, 64, 3, 3, 1, 1, 0, 4, CL_NCHW},
+    {2, 12, 6, 9, 32, 5, 3, 2, 1, 0, 4, CL_NCHW},
+    {4, 20, 8, 8, 160, 3, 3, 1, 1, 0, 4, CL_NCHW},
+    {1, 8, 6, 6, 544, 3, 3, 1, 1, 0, 4, CL_NCHW},
+    {3, 8, 5, 5, 8, 1, 1, 1, 1, 0, 2, CL_NCHW},
+    {2, 4, 9, 8, 12, 3, 3, 1, 2, 0, 2, CL_NCHW},
     /* Shi et al.'s encoder-forecaster as bench_gpu.py's "paper" runs it:
      * the head (1 x 1 from all forecaster h, 128 + 64 + 64, to the patched
      * frame's 16 channels), and a 5 x 5 input half of the 16 patched
      * channels at 16 x 16 (fewer outputs than the paper's 512: CPU time) */
-    {2, 256, 16, 16, 16, 1, 1, 1, 1, 0, 0}, {2, 16, 16, 16, 64, 5, 5, 1, 1, 0, 0},
+    {2, 256, 16, 16, 16, 1, 1, 1, 1, 0, 0, CL_NCHW},
+    {2, 16, 16, 16, 64, 5, 5, 1, 1, 0, 0, CL_NCHW},
 };
 /* The same slots in float16 / bfloat16 on fewer shapes: the storage paths
  * are per element, the arithmetic is the float32 one above. The CPU backend
@@ -2415,39 +2515,51 @@ static const cl_conv_shape conv_shapes[] = {
  * than 128 outputs; 16 pixels wide: read in place), converting images where
  * it pads them. */
 static const cl_conv_shape conv_half_shapes[] = {
-    {2, 12, 8, 16, 144, 5, 5, 1, 1, 0, 0}, {3, 10, 7, 9, 136, 3, 3, 1, 1, 0, 0},
-    {3, 2, 5, 7, 4, 3, 3, 1, 1, 0, 0},    {2, 9, 12, 10, 24, 3, 3, 1, 1, 0, 0},
-    {3, 17, 11, 13, 9, 1, 1, 1, 1, 0, 0}, {2, 3, 6, 7, 18, 5, 5, 1, 1, 0, 0},
-    {2, 3, 5, 7, 4, 1, 1, 1, 1, 0, 0},    {3, 5, 6, 9, 8, 3, 3, 1, 1, 0, 0},
-    {2, 4, 7, 5, 6, 5, 5, 1, 1, 0, 0},    {4, 17, 12, 10, 32, 3, 3, 1, 1, 0, 0},
-    {5, 3, 6, 9, 8, 3, 3, 1, 1, 0, 0},    {3, 2, 6, 7, 4, 3, 5, 1, 1, 0, 0},
-    {2, 3, 8, 9, 4, 3, 3, 2, 2, 0, 0},    {2, 20, 9, 8, 24, 5, 3, 1, 3, 0, 0},
-    {2, 3, 4, 5, 20, 5, 3, 3, 2, 0, 0},
-    {3, 8, 5, 7, 12, 3, 3, 1, 1, 0, 4},    {2, 12, 6, 9, 32, 5, 3, 2, 1, 0, 4},
-    {2, 256, 16, 16, 16, 1, 1, 1, 1, 0, 0}, /* the paper's head */
+    {2, 12, 8, 16, 144, 5, 5, 1, 1, 0, 0, CL_NCHW},
+    {3, 10, 7, 9, 136, 3, 3, 1, 1, 0, 0, CL_NCHW},
+    {3, 2, 5, 7, 4, 3, 3, 1, 1, 0, 0, CL_NCHW},
+    {2, 9, 12, 10, 24, 3, 3, 1, 1, 0, 0, CL_NCHW},
+    {3, 17, 11, 13, 9, 1, 1, 1, 1, 0, 0, CL_NCHW},
+    {2, 3, 6, 7, 18, 5, 5, 1, 1, 0, 0, CL_NCHW},
+    {2, 3, 5, 7, 4, 1, 1, 1, 1, 0, 0, CL_NCHW},
+    {3, 5, 6, 9, 8, 3, 3, 1, 1, 0, 0, CL_NCHW},
+    {2, 4, 7, 5, 6, 5, 5, 1, 1, 0, 0, CL_NCHW},
+    {4, 17, 12, 10, 32, 3, 3, 1, 1, 0, 0, CL_NCHW},
+    {5, 3, 6, 9, 8, 3, 3, 1, 1, 0, 0, CL_NCHW},
+    {3, 2, 6, 7, 4, 3, 5, 1, 1, 0, 0, CL_NCHW},
+    {2, 3, 8, 9, 4, 3, 3, 2, 2, 0, 0, CL_NCHW},
+    {2, 20, 9, 8, 24, 5, 3, 1, 3, 0, 0, CL_NCHW},
+    {2, 3, 4, 5, 20, 5, 3, 3, 2, 0, 0, CL_NCHW},
+    {3, 8, 5, 7, 12, 3, 3, 1, 1, 0, 4, CL_NCHW},
+    {2, 12, 6, 9, 32, 5, 3, 2, 1, 0, 4, CL_NCHW},
+    {2, 256, 16, 16, 16, 1, 1, 1, 1, 0, 0, CL_NCHW}, /* the paper's head */
 };
 /* The core's per-step slices: activations one element past an aligned
  * start, square and dilated non-square. */
-static const cl_conv_shape conv_offset_shapes[] = {{3, 5, 6, 9, 8, 3, 3, 1, 1, 0, 0},
-                                                   {4, 17, 12, 10, 32, 3, 3, 1, 1, 0, 0},
-                                                   {2, 20, 9, 8, 24, 5, 3, 1, 3, 0, 0},
-                                                   {3, 8, 5, 7, 12, 3, 3, 1, 1, 0, 4}};
-static const cl_conv_shape conv_rounding_cases[] = {{1, 1, 1, 1, 4136, 1, 1, 1, 1, 0, 0}};
+static const cl_conv_shape conv_offset_shapes[] = {{3, 5, 6, 9, 8, 3, 3, 1, 1, 0, 0, CL_NCHW},
+                                                   {4, 17, 12, 10, 32, 3, 3, 1, 1, 0, 0, CL_NCHW},
+                                                   {2, 20, 9, 8, 24, 5, 3, 1, 3, 0, 0, CL_NCHW},
+                                                   {3, 8, 5, 7, 12, 3, 3, 1, 1, 0, 4, CL_NCHW}};
+static const cl_conv_shape conv_rounding_cases[] = {{1, 1, 1, 1, 4136, 1, 1, 1, 1, 0, 0, CL_NCHW}};
 
 /* {N, hidden, P}: P = 35, 37 (a vector body and a scalar tail), 150 (a
  * full 128 chunk, a vector body and a tail), 576 (a 24x24 image). */
-static const cl_gates_shape gates_shapes[] = {
-    {2, 3, 37, 0, 0}, {4, 16, 576, 0, 0}, {3, 5, 150, 0, 0}, {3, 4, 35, 0, 0}, {2, 16, 63, 0, 0}};
-static const cl_gates_shape gates_fd_shapes[] = {{2, 3, 37, 0, 0}};
-static const cl_gates_shape one_case[] = {{1, 1, 1, 0, 0}};
+static const cl_gates_shape gates_shapes[] = {{2, 3, 37, 0, 0, CL_NCHW},
+                                              {4, 16, 576, 0, 0, CL_NCHW},
+                                              {3, 5, 150, 0, 0, CL_NCHW},
+                                              {3, 4, 35, 0, 0, CL_NCHW},
+                                              {2, 16, 63, 0, 0, CL_NCHW}};
+static const cl_gates_shape gates_fd_shapes[] = {{2, 3, 37, 0, 0, CL_NCHW}};
+static const cl_gates_shape one_case[] = {{1, 1, 1, 0, 0, CL_NCHW}};
 /* the same sizes with each kind of peephole: per channel (one weight
  * broadcast over a vector) and per position (a vector of weights) */
-static const cl_gates_shape gates_peep_shapes[] = {
-    {2, 3, 37, 0, CL_PEEP_CHANNEL},  {4, 16, 576, 0, CL_PEEP_POSITION},
-    {3, 5, 150, 0, CL_PEEP_POSITION}, {3, 4, 35, 0, CL_PEEP_CHANNEL},
-    {2, 16, 63, 0, CL_PEEP_POSITION}};
-static const cl_gates_shape gates_peep_fd_shapes[] = {{2, 3, 37, 0, CL_PEEP_CHANNEL},
-                                                      {2, 3, 37, 0, CL_PEEP_POSITION}};
+static const cl_gates_shape gates_peep_shapes[] = {{2, 3, 37, 0, CL_PEEP_CHANNEL, CL_NCHW},
+                                                   {4, 16, 576, 0, CL_PEEP_POSITION, CL_NCHW},
+                                                   {3, 5, 150, 0, CL_PEEP_POSITION, CL_NCHW},
+                                                   {3, 4, 35, 0, CL_PEEP_CHANNEL, CL_NCHW},
+                                                   {2, 16, 63, 0, CL_PEEP_POSITION, CL_NCHW}};
+static const cl_gates_shape gates_peep_fd_shapes[] = {{2, 3, 37, 0, CL_PEEP_CHANNEL, CL_NCHW},
+                                                      {2, 3, 37, 0, CL_PEEP_POSITION, CL_NCHW}};
 
 /* 1 and 4099 elements; more blocks than the CUDA reduction's partials */
 #define MSE {CL_LOSS_MSE, 1, 1, 0}
@@ -2676,6 +2788,22 @@ static const gather_case gather_cases[] = {
    "backend that names its algorithm (conv_algo): its family's, if looser (algo_tol: TF32 "     \
    "3e-3, FFT 2e-4, Winograd 1e-4)"}
 
+/* The same rows channels last (layout_now, to_layout): every slot that
+ * reads activations by channel, against the NCHW references. */
+#define NHWC_RUNNER(fn)                 \
+  static void fn##_nhwc(const row *r) { \
+    layout_now = CL_NHWC;               \
+    fn(r);                              \
+    layout_now = CL_NCHW;               \
+  }
+NHWC_RUNNER(run_conv)
+NHWC_RUNNER(run_gates_forward)
+NHWC_RUNNER(run_gates_backward)
+NHWC_RUNNER(run_peephole_filter)
+NHWC_RUNNER(run_gates_forward_bias)
+NHWC_RUNNER(run_gates_backward_bias)
+#undef NHWC_RUNNER
+
 static const row ops[] = {
     {"alloc free upload copy download memset0 mem_info synchronize", run_memory, NULL, 1, F32, 0,
      EXACT("bytes are moved, not computed: equal bit for bit")},
@@ -2686,92 +2814,211 @@ static const row ops[] = {
      CASES(conv_half_shapes), HALF, 0, CONV_TOL},
     {"conv_* on activations at element offset 1", run_conv, CASES(conv_offset_shapes), ALL, 1,
      CONV_TOL},
-    {"conv_forward store_f32 (float32 -> storage rounding)", run_rounding, CASES(conv_rounding_cases), HALF, 0,
+    {"conv_forward store_f32 (float32 -> storage rounding)", run_rounding,
+     CASES(conv_rounding_cases), HALF, 0,
      EXACT("0 + bias is bias; its rounding must be core/half.h's, bit for bit")},
     {"conv_* refusals and no-ops", run_conv_errors, NULL, 1, ALL, 0, EXACT("statuses")},
-    {"gates_forward", run_gates_forward, CASES(gates_shapes), ALL, 0,
+    {"gates_forward",
+     run_gates_forward,
+     CASES(gates_shapes),
+     ALL,
+     0,
      {1e-6, 1e-3, 8e-3, 0, 0, 0,
       "float32: expf/tanhf within a few ulp and 3 roundings of c, h (values <= 3); stored: one "
       "rounding of a float32 result, 2^-11 (float16) or 2^-8 (bfloat16)"}},
-    {"gates_forward activation accuracy", run_activation_accuracy, CASES(one_case), F32, 0,
+    {"gates_forward activation accuracy",
+     run_activation_accuracy,
+     CASES(one_case),
+     F32,
+     0,
      {6e-7, 0, 0, 0, 0, 0,
       "per element relative, |x| in 1e-7..1e2: sigmoid and tanh within 5 ulp (2^-23 = 1.2e-7) "
       "of the double functions"}},
-    {"gates_backward", run_gates_backward, CASES(gates_shapes), ALL, 0,
+    {"gates_backward",
+     run_gates_backward,
+     CASES(gates_shapes),
+     ALL,
+     0,
      {1e-5, 1e-3, 8e-3, 0, 0, 0,
       "float32 from the stored activations: a few roundings of products of values <= 2 and "
       "tanhf's few ulp; dz stored: one rounding, 2^-11 / 2^-8; dc_prev float32 for every dtype"}},
-    {"gates_forward + gates_backward vs finite differences", run_gates_fd, CASES(gates_fd_shapes),
-     F32, 0,
+    {"gates_forward + gates_backward vs finite differences",
+     run_gates_fd,
+     CASES(gates_fd_shapes),
+     F32,
+     0,
      {1e-5, 0, 0, 0, 0, 0,
       "central differences of step 1e-6 in double are exact to ~1e-9; the rest is float32 "
       "rounding as in gates_backward"}},
-    {"gates_forward with peepholes", run_gates_forward, CASES(gates_peep_shapes), ALL, 0,
+    {"gates_forward with peepholes",
+     run_gates_forward,
+     CASES(gates_peep_shapes),
+     ALL,
+     0,
      {2e-6, 1e-3, 8e-3, 0, 0, 0,
       "as gates_forward; w_ci c_prev, w_cf c_prev (|w| <= 1, |c_prev| <= 2) and w_co c add a "
       "rounding each to a pre-activation"}},
-    {"gates_backward with peepholes", run_gates_backward, CASES(gates_peep_shapes), ALL, 0,
+    {"gates_backward with peepholes",
+     run_gates_backward,
+     CASES(gates_peep_shapes),
+     ALL,
+     0,
      {2e-5, 1e-3, 8e-3, 0, 0, 0,
       "as gates_backward; dz_o w_co into dc_t and dz_i w_ci + dz_f w_cf into dc_prev add a few "
       "float32 roundings of values <= 4"}},
-    {"peephole_filter", run_peephole_filter, CASES(gates_peep_shapes), ALL, 0,
+    {"peephole_filter",
+     run_peephole_filter,
+     CASES(gates_peep_shapes),
+     ALL,
+     0,
      {1e-5, 1e-5, 1e-5, 0, 0, 0,
       "a float32 sum of N products per position (per channel: N * P in double) from the "
       "stored values: only summation order differs; the result is float32 for every dtype"}},
-    {"gates_forward + gates_backward + peephole_filter vs finite differences", run_gates_fd,
-     CASES(gates_peep_fd_shapes), F32, 0,
+    {"gates_forward + gates_backward + peephole_filter vs finite differences",
+     run_gates_fd,
+     CASES(gates_peep_fd_shapes),
+     F32,
+     0,
      {2e-5, 0, 0, 0, 0, 0,
       "central differences of step 1e-6 in double are exact to ~1e-9; the rest is float32 "
       "rounding as in gates_backward, and a sum of up to N P = 74 float32 products"}},
-    {"gates_forward with the fused bias", run_gates_forward_bias, CASES(gates_shapes), ALL, 0,
+    {"gates_forward with the fused bias",
+     run_gates_forward_bias,
+     CASES(gates_shapes),
+     ALL,
+     0,
      {1e-6, 1e-3, 8e-3, 0, 0, 0,
       "as gates_forward, from z + bias summed in float (|z + bias| <= 4); against the unfused "
       "slots (conv_forward's bias, then the cell) twice that: they round z + bias to the "
       "storage type once more"}},
-    {"gates_forward with peepholes and the fused bias", run_gates_forward_bias,
-     CASES(gates_peep_shapes), ALL, 0,
+    {"gates_forward with peepholes and the fused bias",
+     run_gates_forward_bias,
+     CASES(gates_peep_shapes),
+     ALL,
+     0,
      {2e-6, 1e-3, 8e-3, 0, 0, 0, "as gates_forward with peepholes, and the bias as above"}},
-    {"gates_backward with the fused bias gradient", run_gates_backward_bias, CASES(gates_shapes),
-     ALL, 0,
+    {"gates_backward with the fused bias gradient",
+     run_gates_backward_bias,
+     CASES(gates_shapes),
+     ALL,
+     0,
      {1e-5, 1e-3, 8e-3, 0, 0, 0,
       "dz, dc_prev as gates_backward; dbias (float32 for every dtype) sums the stored dz it "
       "wrote, N P <= 2304 terms <= 1 per channel, as conv_backward_filter's bias gradient "
       "does: only summation order differs (float32 partial sums on a GPU)"}},
-    {"gates_backward with peepholes and the fused bias gradient", run_gates_backward_bias,
-     CASES(gates_peep_shapes), ALL, 0,
+    {"gates_backward with peepholes and the fused bias gradient",
+     run_gates_backward_bias,
+     CASES(gates_peep_shapes),
+     ALL,
+     0,
      {2e-5, 1e-3, 8e-3, 0, 0, 0, "as gates_backward with peepholes, and dbias as above"}},
+    {"conv_* channels last (NHWC)", run_conv_nhwc, CASES(conv_shapes), F32, 0, CONV_TOL},
+    {"conv_* channels last (NHWC), half types", run_conv_nhwc, CASES(conv_half_shapes), HALF, 0,
+     CONV_TOL},
+    {"conv_* channels last (NHWC) at element offset 1", run_conv_nhwc, CASES(conv_offset_shapes),
+     ALL, 1, CONV_TOL},
+    {"gates_forward channels last (NHWC)",
+     run_gates_forward_nhwc,
+     CASES(gates_shapes),
+     ALL,
+     0,
+     {1e-6, 1e-3, 8e-3, 0, 0, 0,
+      "as gates_forward: the same arithmetic in another order of elements"}},
+    {"gates_backward channels last (NHWC)",
+     run_gates_backward_nhwc,
+     CASES(gates_shapes),
+     ALL,
+     0,
+     {1e-5, 1e-3, 8e-3, 0, 0, 0, "as gates_backward"}},
+    {"gates_forward channels last (NHWC) with peepholes per channel",
+     run_gates_forward_nhwc,
+     CASES(gates_peep_shapes),
+     ALL,
+     0,
+     {2e-6, 1e-3, 8e-3, 0, 0, 0, "as gates_forward with peepholes"}},
+    {"gates_backward channels last (NHWC) with peepholes per channel",
+     run_gates_backward_nhwc,
+     CASES(gates_peep_shapes),
+     ALL,
+     0,
+     {2e-5, 1e-3, 8e-3, 0, 0, 0, "as gates_backward with peepholes"}},
+    {"peephole_filter channels last (NHWC), per channel",
+     run_peephole_filter_nhwc,
+     CASES(gates_peep_shapes),
+     ALL,
+     0,
+     {1e-5, 1e-5, 1e-5, 0, 0, 0, "as peephole_filter"}},
+    {"gates_forward channels last (NHWC) with the fused bias",
+     run_gates_forward_bias_nhwc,
+     CASES(gates_shapes),
+     ALL,
+     0,
+     {1e-6, 1e-3, 8e-3, 0, 0, 0, "as gates_forward with the fused bias"}},
+    {"gates_backward channels last (NHWC) with the fused bias gradient",
+     run_gates_backward_bias_nhwc,
+     CASES(gates_shapes),
+     ALL,
+     0,
+     {1e-5, 1e-3, 8e-3, 0, 0, 0, "as gates_backward with the fused bias gradient"}},
     {"gates_* refusals", run_gates_errors, NULL, 1, ALL, 0, EXACT("statuses")},
-    {"loss: MSE, unweighted (the plain step's)", run_loss, CASES(mse_cases), ALL, 0,
+    {"loss: MSE, unweighted (the plain step's)",
+     run_loss,
+     CASES(mse_cases),
+     ALL,
+     0,
      {1e-6, 0, 0, 0, 0, 1e-10,
       "loss: the float32 differences squared and summed in double, so only summation order "
       "differs (1e-10 relative); gradient: scale * 2/n and the difference rounded to float32, "
       "a few ulp"}},
-    {"loss refusals: MSE (f NULL or by kind)", run_mse_errors, NULL, 1, F32, 0,
-     EXACT("statuses")},
-    {"loss", run_loss, CASES(loss_cases), ALL, 0,
+    {"loss refusals: MSE (f NULL or by kind)", run_mse_errors, NULL, 1, F32, 0, EXACT("statuses")},
+    {"loss",
+     run_loss,
+     CASES(loss_cases),
+     ALL,
+     0,
      {1e-5, 0, 0, 0, 0, 1e-5,
       "each element's loss in float32 (expf, logf within a few ulp; BCE's (1 - y) x + "
       "softplus(-x) cancels to ~1e-6 of the element's loss where x << 0), summed in double: "
       "1e-5 relative; gradient: sign, clamp or sigmoid in float32 times scale / n, a few ulp of "
       "the largest (1e-5, as torch's own CPU/CUDA agreement)"}},
-    {"weighted loss", run_weighted_loss, CASES(weighted_loss_cases), ALL, 0,
+    {"weighted loss",
+     run_weighted_loss,
+     CASES(weighted_loss_cases),
+     ALL,
+     0,
      {1e-5, 0, 0, 0, 0, 1e-5,
       "as the loss row, each element's loss and gradient times its weight (a float32 product "
       "in the gradient); a weight of ones: the unweighted call's bits exactly"}},
     {"loss refusals", run_loss_errors, NULL, 1, F32, 0, EXACT("statuses")},
-    {"sum_squares", run_sum_squares, CASES(sumsq_cases), F32, 0,
+    {"sum_squares",
+     run_sum_squares,
+     CASES(sumsq_cases),
+     F32,
+     0,
      {0, 0, 0, 0, 0, 1e-12,
       "squares of floats are exact in double; only the summation order differs (1e-12 "
       "relative); inf and NaN exactly"}},
     {"grad_unscale", run_grad_unscale, CASES(unscale_cases), F32, 0,
      EXACT("g * inv_scale is one float32 rounding: equal bit for bit; the flag exactly")},
-    {"adam_update", run_adam, CASES(adam_cases), F32, 0,
+    {"adam_update",
+     run_adam,
+     CASES(adam_cases),
+     F32,
+     0,
      {1e-6, 0, 0, 0, 0, 0,
       "float32 state against torch's update in double over a few steps: a few roundings of "
       "values <= 1"}},
-    {"sgd_update", run_sgd, CASES(sgd_cases), F32, 0,
+    {"sgd_update",
+     run_sgd,
+     CASES(sgd_cases),
+     F32,
+     0,
      {1e-6, 0, 0, 0, 0, 0, "float32 against torch's update in double: a few roundings"}},
-    {"rmsprop_update", run_rmsprop, CASES(rms_cases), F32, 0,
+    {"rmsprop_update",
+     run_rmsprop,
+     CASES(rms_cases),
+     F32,
+     0,
      {1e-5, 0, 0, 0, 0, 0,
       "float32 state against torch's update in double over a few steps: the first step "
       "divides g by about |g| sqrt(1 - alpha), so a few roundings of values up to "
@@ -2788,7 +3035,11 @@ static const row ops[] = {
      EXACT("bytes and keys exactly; the loss as MSE's 1e-10")},
     {"gather_rows (optional)", run_gather, CASES(gather_cases), F32, 0,
      EXACT("bytes, bit for bit")},
-    {"mask_mul", run_mask_mul, CASES(mask_cases), ALL, 0,
+    {"mask_mul",
+     run_mask_mul,
+     CASES(mask_cases),
+     ALL,
+     0,
      {2e-7, 1e-3, 8e-3, 0, 0, 0,
       "float32: a product and a sum, each rounded once (2^-24 each); stored: "
       "one rounding of the float32 result, 2^-11 (float16) or 2^-8 (bfloat16)"}},
@@ -2844,9 +3095,9 @@ static void cpu_own(variant *v) {
   cl_backend_destroy(dflt);
   expect(v, be->iface->synchronize == NULL && be->iface->host_stage == NULL,
          "no queue to wait for, nothing to stage (synchronize, host_stage NULL)");
-  static const cl_conv_shape shapes[] = {{4, 6, 8, 8, 20, 3, 3, 1, 1, CL_F32, 0},
-                                         {4, 20, 6, 5, 4, 3, 3, 1, 1, CL_F32, 0},
-                                         {2, 20, 9, 8, 24, 3, 3, 1, 3, CL_F32, 0}};
+  static const cl_conv_shape shapes[] = {{4, 6, 8, 8, 20, 3, 3, 1, 1, CL_F32, 0, CL_NCHW},
+                                         {4, 20, 6, 5, 4, 3, 3, 1, 1, CL_F32, 0, CL_NCHW},
+                                         {2, 20, 9, 8, 24, 3, 3, 1, 3, CL_F32, 0, CL_NCHW}};
   enum { NS = COUNT(shapes), NT = 2 * NS }; /* each shape forward, then backward filter */
   conv_data d[NS];
   for (int i = 0; i < NS; i++) d[i] = conv_make(&shapes[i], 1, 1);

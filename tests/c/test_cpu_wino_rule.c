@@ -63,19 +63,21 @@ static int same_bits(const float *a, const float *b, size_t n) {
 
 int main(void) {
   const rule_case cases[] = {
-      {"hidden half 48 -> 192, 5x5", {1, 48, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0}, 2},
-      {"input half 16 -> 192, 5x5", {4, 16, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0}, 1},
-      {"hidden half 64 -> 256, 3x3", {1, 64, 24, 24, 256, 3, 3, 1, 1, CL_F32, 0}, 3},
-      {"input half 64 -> 4, 3x3", {40, 64, 24, 24, 4, 3, 3, 1, 1, CL_F32, 0}, 1},
-      {"small 48 -> 192, 5x5 (under 1e8 flops)", {1, 48, 8, 8, 192, 5, 5, 1, 1, CL_F32, 0}, 1},
+      {"hidden half 48 -> 192, 5x5", {1, 48, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW}, 2},
+      {"input half 16 -> 192, 5x5", {4, 16, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW}, 1},
+      {"hidden half 64 -> 256, 3x3", {1, 64, 24, 24, 256, 3, 3, 1, 1, CL_F32, 0, CL_NCHW}, 3},
+      {"input half 64 -> 4, 3x3", {40, 64, 24, 24, 4, 3, 3, 1, 1, CL_F32, 0, CL_NCHW}, 1},
+      {"small 48 -> 192, 5x5 (under 1e8 flops)",
+       {1, 48, 8, 8, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW},
+       1},
       /* WINO_MIN_CHANNELS at its edge, in channels in and out */
-      {"edge 32 -> 192, 5x5", {2, 32, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0}, 2},
-      {"edge 31 -> 192, 5x5", {2, 31, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0}, 1},
-      {"edge 48 -> 32, 5x5", {6, 48, 16, 16, 32, 5, 5, 1, 1, CL_F32, 0}, 2},
-      {"edge 48 -> 31, 5x5", {6, 48, 16, 16, 31, 5, 5, 1, 1, CL_F32, 0}, 1},
+      {"edge 32 -> 192, 5x5", {2, 32, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW}, 2},
+      {"edge 31 -> 192, 5x5", {2, 31, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW}, 1},
+      {"edge 48 -> 32, 5x5", {6, 48, 16, 16, 32, 5, 5, 1, 1, CL_F32, 0, CL_NCHW}, 2},
+      {"edge 48 -> 31, 5x5", {6, 48, 16, 16, 31, 5, 5, 1, 1, CL_F32, 0, CL_NCHW}, 1},
       /* 4 images of 192 channels: the products (7 MB) exceed WINO_M_BYTES,
        * so forward and backward data run in blocks of output channels */
-      {"blocked 48 -> 192, 5x5", {4, 48, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0}, 2},
+      {"blocked 48 -> 192, 5x5", {4, 48, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW}, 2},
   };
   /* Under valgrind (its preload in LD_PRELOAD) only the small case: the
    * rule's cases are 1e8 flops or more by definition, minutes there, and

@@ -258,15 +258,18 @@ int main(void) {
   }
   /* K small (many block rows per channel), K large (one row), half types */
   static const cl_conv_shape convs[] = {
-      {97, 3, 33, 29, 8, 3, 3, 1, 1, CL_F32, 0},   {40, 16, 16, 16, 256, 3, 3, 1, 1, CL_F32, 0},
-      {2000, 2, 8, 8, 4, 3, 3, 1, 1, CL_F32, 0},   {97, 3, 33, 29, 8, 3, 3, 1, 1, CL_F16, 0},
-      {97, 3, 33, 29, 8, 3, 3, 1, 1, CL_BF16, 0},  {64, 8, 12, 12, 1024, 1, 1, 1, 1, CL_F32, 0},
+      {97, 3, 33, 29, 8, 3, 3, 1, 1, CL_F32, 0, CL_NCHW},
+      {40, 16, 16, 16, 256, 3, 3, 1, 1, CL_F32, 0, CL_NCHW},
+      {2000, 2, 8, 8, 4, 3, 3, 1, 1, CL_F32, 0, CL_NCHW},
+      {97, 3, 33, 29, 8, 3, 3, 1, 1, CL_F16, 0, CL_NCHW},
+      {97, 3, 33, 29, 8, 3, 3, 1, 1, CL_BF16, 0, CL_NCHW},
+      {64, 8, 12, 12, 1024, 1, 1, 1, 1, CL_F32, 0, CL_NCHW},
   };
   for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) conv_case(convs[i]);
   loss_cases(1000003);
-  static const cl_gates_shape peeps[] = {{37, 5, 41 * 43, CL_F32, CL_PEEP_CHANNEL},
-                                         {37, 5, 41 * 43, CL_F32, CL_PEEP_POSITION},
-                                         {37, 5, 41 * 43, CL_F16, CL_PEEP_CHANNEL}};
+  static const cl_gates_shape peeps[] = {{37, 5, 41 * 43, CL_F32, CL_PEEP_CHANNEL, CL_NCHW},
+                                         {37, 5, 41 * 43, CL_F32, CL_PEEP_POSITION, CL_NCHW},
+                                         {37, 5, 41 * 43, CL_F16, CL_PEEP_CHANNEL, CL_NCHW}};
   for (size_t i = 0; i < sizeof peeps / sizeof peeps[0]; i++) peep_case(peeps[i]);
   for (int t = CL_F32; t <= CL_BF16; t++) gather_case((cl_dtype)t);
   if (scratch) be->iface->free(be, scratch);
