@@ -30,8 +30,9 @@ Modes (several may be given; default: --bench):
                recovery from a real device OOM; the runtime line
   --layout     the ctypes structs against the C compiler's offsetof()
   --ab         each runtime switch of our backend (AB_SWITCHES: cuDNN's
-               algorithms by measurement, CUDA graphs, the fused bias, the
-               algorithms stored per machine) against the default,
+               algorithms by measurement, CUDA graphs, the fused bias,
+               channels-last activations, the algorithms stored per
+               machine) against the default,
                our step only: two models side by side from the same weights,
                their steps timed in alternating rounds (drift falls on both
                alike); the speed-up (default's time / switched time) and the
@@ -1110,6 +1111,9 @@ AB_SWITCHES = {
     # the bias added in the cell's kernels (no add_bias / bias_grad passes):
     # other sums' order, so not bit for bit
     "cuda_fused_bias": ("CONVLSTM_CUDA_FUSED_BIAS", "0", "1", False),
+    # activations channels last (NHWC) for cuDNN's tensor cores: other
+    # kernels, so not bit for bit
+    "cuda_channels_last": ("CONVLSTM_CUDA_CHANNELS_LAST", "0", "1", False),
     # timed choices stored per machine ("": none, the default)
     "cudnn_algo_cache": ("CONVLSTM_CUDNN_ALGO_CACHE", "", ALGO_CACHE, False),
 }
@@ -1189,7 +1193,7 @@ def run_ab(a, lib, res):
                         switch=switch, math=math)
                     continue
                 r = ab_pair(a, lib, res, name, a.cfg[name], dtype, switch)
-                print("   ab %-16s %-9s %-8s %s" % (
+                print("   ab %-18s %-9s %-8s %s" % (
                     switch, name, dtype, r.get("error") or
                     "default %.3f ms, switched %.3f ms: %.2fx; losses %s" % (
                         r["base_ms"], r["switch_ms"], r["speedup"],
@@ -1805,7 +1809,7 @@ def summarize(res):
         print("\nA/B, each switch against the default (speed-up: default's time / switched; "
               "median of %d alternating rounds):" % AB_ROUNDS)
         for r in ab:
-            print("  %-16s %-9s %-8s %-7s %9.3f ms %9.3f ms %6.2fx  losses %s" % (
+            print("  %-18s %-9s %-8s %-7s %9.3f ms %9.3f ms %6.2fx  losses %s" % (
                 r["switch"], r["config"], r["dtype"], r["math"], r["base_ms"], r["switch_ms"],
                 r["speedup"], "equal" if r["same_loss"] else "differ"))
     rt = res.doc.get("runtime")

@@ -423,6 +423,11 @@ static cl_status cuda_init(cl_backend *be, cl_cuda_ctx *ctx) {
    * add_bias and bias_grad passes over the gates (15 % of a float16 step
    * on the H200). Off until a GPU has timed it (bench_gpu.py --ab). */
   be->fused_bias = env_double("CONVLSTM_CUDA_FUSED_BIAS", 0.0) != 0.0;
+  /* Activations channels last (NHWC) where the model allows it (backend.h):
+   * cuDNN's tensor-core kernels then read them as they are, without the
+   * NCHW <-> NHWC transposes it runs around each call otherwise. Off until
+   * a GPU has timed it (bench_gpu.py --ab). */
+  be->channels_last = env_double("CONVLSTM_CUDA_CHANNELS_LAST", 0.0) != 0.0;
   /* Half-type backward data converts its result into float32 through this
    * much scratch at most, working in slices of images beyond it: 64 MiB holds
    * 32M elements, a call large enough to keep the GPU busy, without the

@@ -8,7 +8,9 @@
  * Per position, one thread owns one weight and sums the images in order;
  * per channel, one block owns one weight and sums its images' pixels in
  * double with a fixed tree (cl_block_sum), so the result is the same run to
- * run. Not the cell (cuda_cell.cu), which uses the weights.
+ * run. Per channel reads either layout (cl_gate_at, cl_cell_at) in the same
+ * order, so the sums have the same bits in both; per position is NCHW only
+ * (backend.h). Not the cell (cuda_cell.cu), which uses the weights.
  */
 #include <stdio.h> /* snprintf */
 
@@ -33,16 +35,16 @@ __global__ void peephole_position_kernel(const T *dz, const T *c, const T *c_pre
 /* Block b owns weight b of [3, hid]: channel ch of gate k. */
 template <typename T>
 __global__ void peephole_channel_kernel(const T *dz, const T *c, const T *c_prev, float *dw,
-                                        int N, int hid, size_t P) {
-  const int k = blockIdx.x / hid, ch = blockIdx.x - k * hid;
+                                        cl_gates_shape s) {
+  const int hid = s.hidden, k = blockIdx.x / hid, ch = blockIdx.x - k * hid;
   const T *src = k == 2 ? c : c_prev;
   if (!src) return; /* the whole block alike: no thread waits in cl_block_sum */
-  const size_t hp = (size_t)hid * P, count = (size_t)N * P;
+  const size_t P = (size_t)s.P, count = (size_t)s.N * P;
   double sum = 0.0;
   for (size_t j = threadIdx.x; j < count; j += blockDim.x) {
     const size_t n = j / P, p = j - n * P;
-    const size_t at = (size_t)ch * P + p;
-    sum += (double)cl_ld(dz[(n * 4 + (size_t)k) * hp + at]) * cl_ld(src[n * hp + at]);
+    sum += (double)cl_ld(dz[cl_gate_at(&s, n, k, (size_t)ch, p)]) *
+           cl_ld(src[cl_cell_at(&s, n, (size_t)ch, p)]);
   }
   sum = cl_block_sum(sum);
   if (threadIdx.x == 0) dw[blockIdx.x] += (float)sum;
@@ -60,7 +62,7 @@ static cl_status filter_t(cl_backend *be, const cl_gates_shape *s, const void *d
         (const T *)dz, (const T *)c, (const T *)c_prev, dwp, s->N, hp, total);
   } else {
     peephole_channel_kernel<T><<<3 * (unsigned)s->hidden, CL_CUDA_THREADS, 0, stream>>>(
-        (const T *)dz, (const T *)c, (const T *)c_prev, dwp, s->N, s->hidden, (size_t)s->P);
+        (const T *)dz, (const T *)c, (const T *)c_prev, dwp, *s);
   }
   CL_CUDA_LAUNCH_CHECK(be);
   return CL_OK;
@@ -74,6 +76,13 @@ cl_status cl_cuda_peephole_filter(cl_backend *be, const cl_gates_shape *s, const
              "cuda peephole_filter: needs a shape with peepholes (N=%d hidden=%d P=%d peep=%d)",
              s->N, s->hidden, s->P, (int)s->peep);
     return CL_E_INVALID;
+  }
+  if (s->layout != CL_NCHW && (s->layout != CL_NHWC || s->peep == CL_PEEP_POSITION)) {
+    snprintf(be->err, sizeof be->err,
+             "cuda peephole_filter: channels last takes peepholes per channel only (layout %d, "
+             "peep %d)",
+             (int)s->layout, (int)s->peep);
+    return CL_E_UNSUPPORTED;
   }
   switch (s->dtype) {
   case CL_F32:

@@ -4,10 +4,11 @@
  * data, backward filter (with the bias gradient) and the workspace each needs.
  *
  * The convolution is torch's Conv2d: cross-correlation, stride 1, "same"
- * padding (cl_conv_pad_h / _w), kh x kw kernels, dilation, NCHW. float32
- * may run on TF32 tensor cores, PyTorch's default (CONVLSTM_CUDA_TF32=0: FMA);
- * float16 and bfloat16 run on tensor cores with float accumulation, the
- * float32 weights being cast into the workspace first (as autocast does).
+ * padding (cl_conv_pad_h / _w), kh x kw kernels, dilation, NCHW or channels
+ * last (NHWC, below). float32 may run on TF32 tensor cores, PyTorch's
+ * default (CONVLSTM_CUDA_TF32=0: FMA); float16 and bfloat16 run on tensor
+ * cores with float accumulation, the float32 weights being cast into the
+ * workspace first (as autocast does).
  * cuDNN wants x, y and w of one type, but dx (an activation gradient) and
  * dw are float32 for every storage type: with half storage cuDNN writes them
  * in the storage type into the workspace, and a small kernel adds them into
@@ -30,6 +31,17 @@
  * algorithm is chosen, so the workspace sizes asked for are the grouped
  * convolution's; the filter is [K, C / G, kh, kw].
  *
+ * Channels last (backend.h, cl_layout; shapes without groups): x, y, dx and
+ * dy are NHWC tensors, which cuDNN's tensor-core kernels read and write as
+ * they are, where with NCHW tensors it runs NCHW <-> NHWC transposes around
+ * each such kernel. Its filter is then KRSC, [K, kh, kw, C]: the float32
+ * [K, C, kh, kw] weights are transposed (and cast) into the workspace for
+ * every storage type, float32 too, and the weight gradient comes back the
+ * same way, written by cuDNN into the workspace in KRSC and added,
+ * transposed, into the float32 dw. The bias and its gradient are our own
+ * kernels in both layouts; the gradient sums in the same order in both, so
+ * it has the same bits.
+ *
  * This file does not allocate device memory: all scratch is in `ws`.
  */
 #include <limits.h> /* INT_MAX */
@@ -44,10 +56,10 @@
 
 typedef struct conv_entry {
   int N, C, H, W, K; /* N is the images of one cuDNN call (see chunk_images) */
-  cl_conv_shape s;    /* the geometry: kernel, dilation (its own N unused) */
+  cl_conv_shape s;    /* the geometry: kernel, dilation, layout (its own N unused) */
   cl_dtype dtype;
-  cudnnTensorDescriptor_t x, y; /* [N, C, H, W], [N, K, H, W] */
-  cudnnFilterDescriptor_t w;    /* [K, C / groups, kh, kw] */
+  cudnnTensorDescriptor_t x, y; /* [N, C, H, W], [N, K, H, W] in s.layout */
+  cudnnFilterDescriptor_t w;    /* [K, C / groups, kh, kw]; NHWC: [K, kh, kw, C] (KRSC) */
   /* one convolution descriptor per direction: each carries the math type
    * that its chosen algorithm was reported with */
   cudnnConvolutionDescriptor_t conv_fwd, conv_data, conv_filter;
@@ -221,9 +233,9 @@ static cl_status choose(cl_backend *be, const conv_entry *e, cudnnConvolutionDes
   if (best < 0) {
     snprintf(be->err, sizeof be->err,
              "cuDNN has no %s algorithm for a %dx%d convolution (dilation %dx%d) of [%d, %d, "
-             "%d, %d] -> %d channels (storage type %d)",
+             "%d, %d] -> %d channels (storage type %d%s)",
              Op::name(), e->s.kh, e->s.kw, e->s.dh, e->s.dw, e->N, e->s.C, e->s.H, e->s.W, e->s.K,
-             (int)e->s.dtype);
+             (int)e->s.dtype, e->s.layout == CL_NHWC ? ", channels last" : "");
     return CL_E_UNSUPPORTED;
   }
   CL_CUDNN_CHECK(be, cudnnSetConvolutionMathType(cd, pin_fma ? CUDNN_FMA_MATH : perf[best].mathType));
@@ -247,14 +259,18 @@ static cl_status entry_init(cl_backend *be, conv_entry *e) {
   const cudnnDataType_t dt = cudnn_type(e->dtype);
   const int ph = cl_conv_pad_h(&e->s), pw = cl_conv_pad_w(&e->s);
   const cudnnMathType_t math = request_math(be, e->dtype);
+  /* the dimensions are given as N, C, H, W (K, C, kh, kw) in both formats:
+   * NHWC says how they lie in memory, for the filter KRSC */
+  const cudnnTensorFormat_t fmt =
+      e->s.layout == CL_NHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
   CL_CUDNN_CHECK(be, cudnnCreateTensorDescriptor(&e->x));
   CL_CUDNN_CHECK(be, cudnnCreateTensorDescriptor(&e->y));
   CL_CUDNN_CHECK(be, cudnnCreateFilterDescriptor(&e->w));
-  CL_CUDNN_CHECK(be, cudnnSetTensor4dDescriptor(e->x, CUDNN_TENSOR_NCHW, dt, e->N, e->C, e->H, e->W));
-  CL_CUDNN_CHECK(be, cudnnSetTensor4dDescriptor(e->y, CUDNN_TENSOR_NCHW, dt, e->N, e->K, e->H, e->W));
+  CL_CUDNN_CHECK(be, cudnnSetTensor4dDescriptor(e->x, fmt, dt, e->N, e->C, e->H, e->W));
+  CL_CUDNN_CHECK(be, cudnnSetTensor4dDescriptor(e->y, fmt, dt, e->N, e->K, e->H, e->W));
   const int G = cl_conv_groups(&e->s);
-  CL_CUDNN_CHECK(be, cudnnSetFilter4dDescriptor(e->w, dt, CUDNN_TENSOR_NCHW, e->K, e->C / G,
-                                                e->s.kh, e->s.kw));
+  CL_CUDNN_CHECK(be, cudnnSetFilter4dDescriptor(e->w, dt, fmt, e->K, e->C / G, e->s.kh,
+                                                e->s.kw));
   cudnnConvolutionDescriptor_t *cds[3] = {&e->conv_fwd, &e->conv_data, &e->conv_filter};
   for (int i = 0; i < 3; i++) {
     CL_CUDNN_CHECK(be, cudnnCreateConvolutionDescriptor(cds[i]));
@@ -298,7 +314,8 @@ static cl_status lookup(cl_backend *be, const cl_conv_shape *s, int n, unsigned 
       conv_entry *e = c->e[i];
       if (e->N == n && e->C == s->C && e->H == s->H && e->W == s->W && e->K == s->K &&
           e->s.kh == s->kh && e->s.kw == s->kw && e->s.dh == s->dh && e->s.dw == s->dw &&
-          cl_conv_groups(&e->s) == cl_conv_groups(s) && e->dtype == s->dtype) {
+          cl_conv_groups(&e->s) == cl_conv_groups(s) && e->dtype == s->dtype &&
+          e->s.layout == s->layout) {
         cl_status st = entry_choose(be, e, dir);
         if (st == CL_OK) *out = e;
         return st;
@@ -338,8 +355,10 @@ static cl_status check_shape(cl_backend *be, const cl_conv_shape *s) {
   if (!cl_conv_shape_ok(s)) {
     snprintf(be->err, sizeof be->err,
              "cuda convolution: bad shape N=%d C=%d H=%d W=%d K=%d kernel %dx%d dilation %dx%d "
-             "groups %d (odd kernels, dilation >= 1, groups dividing C and K)",
-             s->N, s->C, s->H, s->W, s->K, s->kh, s->kw, s->dh, s->dw, s->groups);
+             "groups %d layout %d (odd kernels, dilation >= 1, groups dividing C and K, "
+             "channels last without groups)",
+             s->N, s->C, s->H, s->W, s->K, s->kh, s->kw, s->dh, s->dw, s->groups,
+             (int)s->layout);
     return CL_E_INVALID;
   }
   if (s->dtype != CL_F32 && s->dtype != CL_F16 && s->dtype != CL_BF16)
@@ -402,8 +421,11 @@ static cl_status dir_chunk(cl_backend *be, const cl_conv_shape *s, unsigned dir,
 static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
 
 /* Layout of ws, 256-byte aligned parts:
- *   [weight copy]  half types: the cast weights, or in backward filter the
- *                  weight gradient of one chunk in the storage type
+ *   [weight copy]  half types or channels last: the weights as cuDNN takes
+ *                  them (cast to the storage type; NHWC: in KRSC order,
+ *                  float32 too), or in backward filter the weight gradient
+ *                  of one chunk as cuDNN writes it (storage type, KRSC for
+ *                  NHWC), before it is added into the float32 dw
  *   [dx scratch]   backward data with half types only: dx of one chunk
  *   [cuDNN's own]  */
 /* Elements of the weight, [K, C / groups, kh, kw]. */
@@ -411,8 +433,14 @@ static size_t weight_elems(const cl_conv_shape *s) {
   return (size_t)s->K * (s->C / cl_conv_groups(s)) * cl_conv_taps(s);
 }
 
+/* Whether cuDNN's filter (weights, weight gradient) is a copy in ws: not
+ * only for float32 NCHW, which is the float32 [K, C, kh, kw] itself. */
+static int filter_in_ws(const cl_conv_shape *s) {
+  return s->dtype != CL_F32 || s->layout == CL_NHWC;
+}
+
 static size_t weight_copy_bytes(const cl_conv_shape *s) {
-  if (s->dtype == CL_F32) return 0;
+  if (!filter_in_ws(s)) return 0;
   return align256(weight_elems(s) * cl_dtype_size(s->dtype));
 }
 
@@ -510,14 +538,18 @@ static cl_algo_file *stored_file(cl_backend *be) {
 }
 
 /* The key of e's calls in direction dir (cudnn_algo_cache.h): this
- * machine, the storage type, TF32 and determinism, the call's shape. */
+ * machine, the storage type and layout ("f16", "f16.nhwc": the two run
+ * different kernels), TF32 and determinism, the call's shape. */
 static void entry_key(cl_backend *be, const conv_entry *e, unsigned dir, char *key) {
   cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
   (void)stored_file(be); /* the machine's part, read with the file */
   const struct cl_cudnn_cache *c = ctx->conv;
   const int shape[10] = {e->N,    e->C,    e->H,    e->W,    e->K,
                          e->s.kh, e->s.kw, e->s.dh, e->s.dw, cl_conv_groups(&e->s)};
-  const char *dt = e->dtype == CL_F16 ? "f16" : e->dtype == CL_BF16 ? "bf16" : "f32";
+  char dt[16];
+  snprintf(dt, sizeof dt, "%s%s",
+           e->dtype == CL_F16 ? "f16" : e->dtype == CL_BF16 ? "bf16" : "f32",
+           e->s.layout == CL_NHWC ? ".nhwc" : "");
   cl_algo_key(key, CL_ALGO_KEY_LEN, c->device, c->cc, c->driver, c->cudnn, dt,
               dir == DIR_FWD ? 0 : dir == DIR_DATA ? 1 : 2, ctx->allow_tf32, ctx->deterministic,
               shape);
@@ -684,7 +716,7 @@ static cl_status missing_ws(cl_backend *be, const char *what, size_t bytes) {
   return CL_E_INTERNAL;
 }
 
-/* ---- small kernels for the half types ---------------------------------- */
+/* ---- small kernels: the bias, widening, the filter's layout ------------- */
 
 /* cuDNN's bias calls want bias and y of one type; with half storage the
  * bias stays float and is added (and reduced) here, in float.
@@ -703,22 +735,39 @@ __global__ void add_bias_kernel(T *y, const float *bias, size_t planes, int K, s
   }
 }
 
+/* Channels last: y[i] += bias[i % K] over the N*P*K elements. Each thread
+ * takes the modulo once and then steps its channel along with i: a 64-bit
+ * modulo per element would cost more than the element's memory traffic. */
+template <typename T>
+__global__ void add_bias_nhwc_kernel(T *y, const float *bias, size_t n, size_t K) {
+  const size_t stride = (size_t)gridDim.x * blockDim.x, kstep = stride % K;
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, k = i % K;
+  for (; i < n; i += stride) {
+    y[i] = cl_st<T>(cl_ld(y[i]) + bias[k]);
+    k += kstep; /* both below K */
+    if (k >= K) k -= K;
+  }
+}
+
 /* dbias[k] += sum over n, p of dy[n, k, p], the same bits run after run (no
  * atomics): block (k, j) sums images [j*per_block, (j+1)*per_block), each
  * thread the pixels t, t + blockDim.x, ... of each image in turn, then
  * cl_block_sum's fixed tree. With one block per channel it adds into dbias
  * itself; else it leaves its sum in part[j K + k] and bias_grad_finish adds
- * a channel's partials in the order of j. */
+ * a channel's partials in the order of j. Channels last, dy[n, p, k]: the
+ * pixels of a channel lie K apart, summed in the same order (the same bits
+ * as NCHW). */
 template <typename T>
 __global__ void bias_grad_kernel(const T *dy, float *dbias, double *part, int N, int K, size_t P,
-                                 int per_block) {
+                                 int per_block, cl_layout layout) {
   const int k = blockIdx.x;
   const int n0 = blockIdx.y * per_block;
   const int n1 = n0 + per_block < N ? n0 + per_block : N;
+  const size_t step = layout == CL_NHWC ? (size_t)K : 1; /* from a pixel to the next */
   float sum = 0.0f;
   for (int n = n0; n < n1; n++) {
-    const T *row = dy + ((size_t)n * K + k) * P;
-    for (size_t p = threadIdx.x; p < P; p += blockDim.x) sum += cl_ld(row[p]);
+    const T *row = dy + cl_act_at(layout, (size_t)K, P, (size_t)n, (size_t)k, 0);
+    for (size_t p = threadIdx.x; p < P; p += blockDim.x) sum += cl_ld(row[p * step]);
   }
   sum = cl_block_sum(sum);
   if (threadIdx.x != 0) return;
@@ -736,6 +785,27 @@ __global__ void bias_grad_finish_kernel(const double *part, float *dbias, int K,
   }
 }
 
+/* Channels last, cuDNN's filter is KRSC: the float32 [K, C, kh, kw] weights
+ * w into out [K, kh, kw, C] in the storage type, t = r kw + s of the taps:
+ * out[(k taps + t) C + c] = w[(k C + c) taps + t]. */
+template <typename T>
+__global__ void krsc_from_kcrs_kernel(const float *w, T *out, size_t C, size_t taps, size_t n) {
+  CL_CUDA_FOR(i, n) {
+    const size_t kt = i / C, c = i - kt * C, k = kt / taps, t = kt - k * taps;
+    out[i] = cl_st<T>(w[(k * C + c) * taps + t]);
+  }
+}
+
+/* And back: dw [K, C, kh, kw] += g [K, kh, kw, C] (cuDNN's KRSC weight
+ * gradient) widened to float. */
+template <typename T>
+__global__ void kcrs_add_krsc_kernel(float *dw, const T *g, size_t C, size_t taps, size_t n) {
+  CL_CUDA_FOR(i, n) {
+    const size_t kc = i / taps, t = i - kc * taps, k = kc / C, c = kc - k * C;
+    dw[i] += cl_ld(g[(k * taps + t) * C + c]);
+  }
+}
+
 /* dst (+)= src widened to float; accumulate 0 does not read dst. */
 template <typename T>
 __global__ void widen_kernel(float *dst, const T *src, size_t n, int accumulate) {
@@ -750,10 +820,17 @@ template <typename T>
 static cl_status add_bias(cl_backend *be, const cl_conv_shape *s, void *y, const float *bias) {
   const size_t P = (size_t)s->H * s->W, planes = (size_t)s->N * s->K;
   if (planes == 0) return CL_OK;
+  cudaStream_t stream = cl_cuda_ctx_of(be)->stream;
+  if (s->layout == CL_NHWC) {
+    const size_t n = planes * P;
+    add_bias_nhwc_kernel<T><<<cl_cuda_blocks(n), CL_CUDA_THREADS, 0, stream>>>((T *)y, bias, n,
+                                                                               (size_t)s->K);
+    CL_CUDA_LAUNCH_CHECK(be);
+    return CL_OK;
+  }
   const size_t bx = (P + CL_CUDA_THREADS - 1) / CL_CUDA_THREADS;
   dim3 grid((unsigned)(bx < 64 ? bx : 64), (unsigned)(planes < 65535 ? planes : 65535));
-  add_bias_kernel<T><<<grid, CL_CUDA_THREADS, 0, cl_cuda_ctx_of(be)->stream>>>(
-      (T *)y, bias, planes, s->K, P);
+  add_bias_kernel<T><<<grid, CL_CUDA_THREADS, 0, stream>>>((T *)y, bias, planes, s->K, P);
   CL_CUDA_LAUNCH_CHECK(be);
   return CL_OK;
 }
@@ -774,7 +851,7 @@ static cl_status bias_grad(cl_backend *be, const cl_conv_shape *s, const void *d
   ny = (s->N + per_block - 1) / per_block;
   dim3 grid((unsigned)s->K, (unsigned)ny);
   bias_grad_kernel<T><<<grid, CL_CUDA_THREADS, 0, ctx->stream>>>(
-      (const T *)dy, dbias, ctx->d_partials, s->N, s->K, P, per_block);
+      (const T *)dy, dbias, ctx->d_partials, s->N, s->K, P, per_block, s->layout);
   CL_CUDA_LAUNCH_CHECK(be);
   if (ny > 1) {
     bias_grad_finish_kernel<<<cl_cuda_blocks((size_t)s->K), CL_CUDA_THREADS, 0, ctx->stream>>>(
@@ -801,13 +878,52 @@ static cl_status widen(cl_backend *be, cl_dtype t, float *dst, const void *src, 
   return CL_OK;
 }
 
-/* Weights in the storage type: w itself for float32, else a cast into ws. */
+/* The float32 weights w into out as cuDNN's KRSC filter in s's storage type. */
+static cl_status weights_krsc(cl_backend *be, const cl_conv_shape *s, const float *w, void *out) {
+  const size_t n = weight_elems(s), C = (size_t)(s->C / cl_conv_groups(s));
+  const size_t taps = (size_t)cl_conv_taps(s);
+  const unsigned b = cl_cuda_blocks(n);
+  cudaStream_t st = cl_cuda_ctx_of(be)->stream;
+  if (s->dtype == CL_F32)
+    krsc_from_kcrs_kernel<float><<<b, CL_CUDA_THREADS, 0, st>>>(w, (float *)out, C, taps, n);
+  else if (s->dtype == CL_F16)
+    krsc_from_kcrs_kernel<__half><<<b, CL_CUDA_THREADS, 0, st>>>(w, (__half *)out, C, taps, n);
+  else
+    krsc_from_kcrs_kernel<__nv_bfloat16><<<b, CL_CUDA_THREADS, 0, st>>>(
+        w, (__nv_bfloat16 *)out, C, taps, n);
+  CL_CUDA_LAUNCH_CHECK(be);
+  return CL_OK;
+}
+
+/* dw += the weight gradient cuDNN left in the weight copy of ws (storage
+ * type; channels last in KRSC order). */
+static cl_status dw_from_ws(cl_backend *be, const cl_conv_shape *s, float *dw, const void *ws) {
+  const size_t n = weight_elems(s);
+  if (s->layout != CL_NHWC) return widen(be, s->dtype, dw, ws, n, 1);
+  const size_t C = (size_t)(s->C / cl_conv_groups(s)), taps = (size_t)cl_conv_taps(s);
+  const unsigned b = cl_cuda_blocks(n);
+  cudaStream_t st = cl_cuda_ctx_of(be)->stream;
+  if (s->dtype == CL_F32)
+    kcrs_add_krsc_kernel<float><<<b, CL_CUDA_THREADS, 0, st>>>(dw, (const float *)ws, C, taps, n);
+  else if (s->dtype == CL_F16)
+    kcrs_add_krsc_kernel<__half><<<b, CL_CUDA_THREADS, 0, st>>>(dw, (const __half *)ws, C, taps,
+                                                                 n);
+  else
+    kcrs_add_krsc_kernel<__nv_bfloat16><<<b, CL_CUDA_THREADS, 0, st>>>(
+        dw, (const __nv_bfloat16 *)ws, C, taps, n);
+  CL_CUDA_LAUNCH_CHECK(be);
+  return CL_OK;
+}
+
+/* Weights as cuDNN takes them: w itself for float32 NCHW, else a copy into
+ * ws, cast to the storage type (channels last: transposed to KRSC). */
 static cl_status weights_for(cl_backend *be, const cl_conv_shape *s, const float *w, void *ws,
                              const void **wk) {
   *wk = w;
-  if (s->dtype == CL_F32) return CL_OK;
+  if (!filter_in_ws(s)) return CL_OK;
   if (!ws) return missing_ws(be, "weights", weight_copy_bytes(s));
   *wk = ws;
+  if (s->layout == CL_NHWC) return weights_krsc(be, s, w, ws);
   return cl_cuda_cast_from_f32(be, w, ws, weight_elems(s), s->dtype);
 }
 
@@ -899,23 +1015,25 @@ cl_status cl_cuda_conv_backward_data(cl_backend *be, const cl_conv_shape *s, con
   return CL_OK;
 }
 
-/* float32: cuDNN accumulates into dw itself (beta 1). Half types: cuDNN
+/* float32 NCHW: cuDNN accumulates into dw itself (beta 1). Half types: cuDNN
  * writes each chunk's weight gradient in the storage type into ws (it has no
- * mixed-type configuration), and it is added to the float dw here. The bias
- * gradient is always our own reduction in float: cudnnConvolutionBackwardBias
- * reads dy in 8-byte words and faults (cudaErrorMisalignedAddress, found on
- * an H100) on the core's per-step slices, which are aligned to one element. */
+ * mixed-type configuration), and it is added to the float dw here; so is
+ * channels last's for every storage type, it being KRSC (dw_from_ws adds it
+ * transposed back). The bias gradient is always our own reduction in float:
+ * cudnnConvolutionBackwardBias reads dy in 8-byte words and faults
+ * (cudaErrorMisalignedAddress, found on an H100) on the core's per-step
+ * slices, which are aligned to one element. */
 cl_status cl_cuda_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, const void *dy,
                                        const void *x, float *dw, float *dbias, void *ws) {
   cl_status st = check_shape(be, s);
   if (st != CL_OK || s->N == 0) return st;
   cudnnHandle_t h = cl_cuda_ctx_of(be)->cudnn;
-  const int narrow = s->dtype != CL_F32;
   const size_t es = cl_dtype_size(s->dtype);
   const size_t x_img = (size_t)s->C * s->H * s->W * es, y_img = (size_t)s->K * s->H * s->W * es;
   const size_t nw = weight_elems(s);
-  if (narrow && !ws) return missing_ws(be, "weight gradient", weight_copy_bytes(s));
-  void *dwk = narrow ? ws : (void *)dw;
+  const int staged = filter_in_ws(s); /* cuDNN's dw into ws, then into dw by us */
+  if (staged && !ws) return missing_ws(be, "weight gradient", weight_copy_bytes(s));
+  void *dwk = staged ? ws : (void *)dw;
   char *cws = ws ? (char *)ws + weight_copy_bytes(s) : NULL;
   const float one = 1.0f, zero = 0.0f;
   int n0;
@@ -927,18 +1045,18 @@ cl_status cl_cuda_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, c
     conv_entry *e;
     if ((st = lookup(be, s, nb, DIR_FILTER, &e)) != CL_OK) return st;
     if (measures(be) && !(e->tuned & DIR_FILTER)) {
-      size_t room; /* float32 accumulates into dw: it is timed into the workspace */
+      size_t room; /* float32 NCHW accumulates into dw: it is timed into the workspace */
       if ((st = cudnn_room(be, s, DIR_FILTER, &room)) != CL_OK ||
-          (st = tune<filter_op>(be, e, e->conv_filter, DIR_FILTER, xp, dyp, dwk, nw * es, narrow,
+          (st = tune<filter_op>(be, e, e->conv_filter, DIR_FILTER, xp, dyp, dwk, nw * es, staged,
                                 cws, room, &e->algo_filter, &e->ws_filter)) != CL_OK)
         return st;
     }
     if (e->ws_filter > 0 && !cws) return missing_ws(be, "backward filter", e->ws_filter);
     CL_CUDNN_CHECK(be, cudnnConvolutionBackwardFilter(h, &one, e->x, xp, e->y, dyp,
                                                       e->conv_filter, e->algo_filter, cws,
-                                                      e->ws_filter, narrow ? &zero : &one, e->w,
+                                                      e->ws_filter, staged ? &zero : &one, e->w,
                                                       dwk));
-    if (narrow && (st = widen(be, s->dtype, dw, ws, nw, 1)) != CL_OK) return st;
+    if (staged && (st = dw_from_ws(be, s, dw, ws)) != CL_OK) return st;
   }
   if (dbias && s->dtype == CL_F32) return bias_grad<float>(be, s, dy, dbias);
   if (dbias && s->dtype == CL_F16) return bias_grad<__half>(be, s, dy, dbias);
