@@ -227,7 +227,9 @@ static void drop(graph_entry *e) {
 }
 
 static void turn_off(cl_cuda_graphs *G, const char *why) {
-  if (!G->off[0]) snprintf(G->off, sizeof G->off, "%s", why && *why ? why : "capture failed");
+  if (!G->off[0]) /* (a longer reason is cut at the field's end) */
+    snprintf(G->off, sizeof G->off, "%.*s", (int)sizeof G->off - 1,
+             why && *why ? why : "capture failed");
   for (int i = 0; i < G->n; i++) drop(&G->g[i]);
   G->n = 0;
 }

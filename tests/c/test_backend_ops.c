@@ -2543,12 +2543,15 @@ static const cl_conv_shape conv_offset_shapes[] = {{3, 5, 6, 9, 8, 3, 3, 1, 1, 0
 static const cl_conv_shape conv_rounding_cases[] = {{1, 1, 1, 1, 4136, 1, 1, 1, 1, 0, 0, CL_NCHW}};
 
 /* {N, hidden, P}: P = 35, 37 (a vector body and a scalar tail), 150 (a
- * full 128 chunk, a vector body and a tail), 576 (a 24x24 image). */
+ * full 128 chunk, a vector body and a tail), 576 (a 24x24 image); hidden
+ * 136: channels last, a row (the channels) longer than the half types'
+ * 128 chunks (cpu_cell.c). */
 static const cl_gates_shape gates_shapes[] = {{2, 3, 37, 0, 0, CL_NCHW},
                                               {4, 16, 576, 0, 0, CL_NCHW},
                                               {3, 5, 150, 0, 0, CL_NCHW},
                                               {3, 4, 35, 0, 0, CL_NCHW},
-                                              {2, 16, 63, 0, 0, CL_NCHW}};
+                                              {2, 16, 63, 0, 0, CL_NCHW},
+                                              {2, 136, 5, 0, 0, CL_NCHW}};
 static const cl_gates_shape gates_fd_shapes[] = {{2, 3, 37, 0, 0, CL_NCHW}};
 static const cl_gates_shape one_case[] = {{1, 1, 1, 0, 0, CL_NCHW}};
 /* the same sizes with each kind of peephole: per channel (one weight

@@ -5,13 +5,19 @@
  *  - the one-process communicator: rank 0 of 1, and a step through it is the
  *    step without one, bit for bit;
  *  - a build without MPI / NCCL says what to install;
+ *  - NCCL with one rank on a GPU is the step without it, bit for bit (the
+ *    GPU session's check of the NCCL path; "skip nccl" elsewhere);
  *  - the gradient buckets: one per layer, last layer first, summing to the
  *    gradients;
  *  - the shares: the gradient of a batch is the sum over any split of it of
  *    (rows / batch) x the split's own mean gradient (what dist.c sums over
  *    the ranks), for equal and unequal splits.
  */
-#include "ctest.h" /* CHECK, uniform01, ctest_config, ctest_flat */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* setenv */
+#endif
+#include "core/backend.h" /* cl_backend_cuda_available */
+#include "ctest.h"         /* CHECK, uniform01, ctest_config, ctest_flat */
 
 #include <math.h>
 #include <stdlib.h>
@@ -153,6 +159,56 @@ static void test_shares(void) {
   }
 }
 
+/* Gradients of rows [0, n) of a CUDA model after one step at lr 0. */
+static size_t grads_cuda(float *g, const cl_step_options *o) {
+  cl_config c = config();
+  c.device = CL_DEVICE_CUDA;
+  ctest_rng = 11;
+  cl_model *m = ctest_model(&c);
+  if (!m) return 0;
+  cl_host_array xa = {xs, CL_HOST_TORCH_F32, 5, {B, T, C, H, W}};
+  cl_host_array ya = {ys, CL_HOST_TORCH_F32, 4, {B, 3, H, W, 0}};
+  cl_optim sgd = {CL_OPTIM_SGD, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  double loss;
+  CHECK(cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &sgd, o, &loss) == CL_OK,
+        "cuda train_step: %s", cl_model_error(m));
+  size_t k = ctest_flat(m, 1, g, MAXG);
+  cl_model_free(m);
+  return k;
+}
+
+/* NCCL with one rank (over the one-process communicator, which carries
+ * its id) on the GPU: a step through it is the step without one, bit for
+ * bit (deterministic cuDNN algorithms; a sum over one rank is its own
+ * gradient). Needs a GPU and a build with NCCL; says "skip nccl" else. */
+static void test_nccl_one_rank(void) {
+  if (!cl_comm_available("nccl") || !cl_backend_cuda_available()) {
+    printf("skip nccl: %s\n", cl_comm_available("nccl") ? "no usable GPU" : "no NCCL in this build");
+    return;
+  }
+  setenv("CONVLSTM_CUDNN_DETERMINISTIC", "1", 1);
+  cl_comm *local = NULL, *c = NULL;
+  char err[256] = "";
+  CHECK(cl_comm_local_create(&local, err, sizeof err) == CL_OK, "local: %s", err);
+  CHECK(local && cl_comm_nccl_create(local, 0, &c, err, sizeof err) == CL_OK && c,
+        "nccl over the local communicator: %s", err);
+  if (c) {
+    CHECK(cl_comm_rank(c) == 0 && cl_comm_size(c) == 1, "nccl: rank %d of %d", cl_comm_rank(c),
+          cl_comm_size(c));
+    cl_step_options o;
+    memset(&o, 0, sizeof o);
+    o.comm = c;
+    o.comm_share = 1;
+    size_t n = grads_cuda(g_full, NULL), k = grads_cuda(g_part, &o);
+    CHECK(n > 0 && n == k && memcmp(g_full, g_part, n * sizeof(float)) == 0,
+          "nccl, one rank: the step differs from the step without it (max diff / max %.2e)",
+          n == k ? rel_diff(g_part, g_full, n) : INFINITY);
+    printf("nccl, one rank on the GPU: %zu gradients, the same bits as without it\n", n);
+  }
+  cl_comm_free(c);
+  cl_comm_free(local);
+}
+
 int main(void) {
   for (size_t i = 0; i < sizeof xs / sizeof *xs; i++) xs[i] = (float)(2 * uniform01(NULL) - 1);
   for (size_t i = 0; i < sizeof ys / sizeof *ys; i++) ys[i] = (float)uniform01(NULL);
@@ -161,5 +217,6 @@ int main(void) {
   test_buckets();
   test_most_buckets();
   test_shares();
+  test_nccl_one_rank();
   return ctest_done("test_core_comm");
 }
