@@ -345,19 +345,29 @@ static cl_status nhwc_workspace(cl_backend *be, const cl_conv_shape *s, cl_conv_
   return st;
 }
 
-/* The parts of ws (NULL when there is none: the shape was not planned). */
-static char *nhwc_parts(cl_backend *be, const cl_conv_shape *s, cl_conv_dir dir, void *ws,
-                        char **a, char **b, cl_status *st) {
-  *st = CL_OK;
-  if (!ws) {
-    *st = cl_cpu_fail(be, CL_E_INTERNAL, "cpu backend: a channels-last convolution without "
-                                         "its workspace (conv_workspace was not planned)");
-    return NULL;
-  }
+/* A channels-last call's NCHW twin: its shape, the parts of ws (a, b, and
+ * the inner call's workspace after them) and the sizes the moves take. */
+typedef struct nhwc_call {
+  cl_conv_shape in;
+  char *a, *b, *inner;
+  size_t N, C, K, P, es;
+} nhwc_call;
+
+static cl_status nhwc_begin(cl_backend *be, const cl_conv_shape *s, cl_conv_dir dir, void *ws,
+                            nhwc_call *c) {
+  cl_status st = check_shape(be, s);
+  if (st != CL_OK) return st;
+  if (!ws)
+    return cl_cpu_fail(be, CL_E_INTERNAL, "cpu backend: a channels-last convolution without "
+                                          "its workspace (conv_workspace was not planned)");
   const nhwc_ws w = nhwc_ws_of(s, dir);
-  *a = (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
-  *b = *a + w.a;
-  return *b + w.b;
+  c->in = nchw_of(s);
+  c->a = (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+  c->b = c->a + w.a;
+  c->inner = c->b + w.b;
+  c->N = (size_t)s->N, c->C = (size_t)s->C, c->K = (size_t)s->K;
+  c->P = (size_t)s->H * s->W, c->es = cl_dtype_size(s->dtype);
+  return CL_OK;
 }
 
 cl_status cl_cpu_conv_workspace(cl_backend *be, const cl_conv_shape *s, cl_conv_dir dir,
@@ -938,15 +948,13 @@ static cl_status backward_filter_nchw(cl_backend *be, const cl_conv_shape *s, co
 cl_status cl_cpu_conv_forward(cl_backend *be, const cl_conv_shape *s, const void *x, const float *w,
                               const float *bias, void *y, int accumulate, void *ws) {
   if (s->layout != CL_NHWC || s->N == 0) return forward_nchw(be, s, x, w, bias, y, accumulate, ws);
-  cl_status st = check_shape(be, s);
-  char *a, *b, *inner = st == CL_OK ? nhwc_parts(be, s, CL_CONV_FORWARD, ws, &a, &b, &st) : NULL;
+  nhwc_call c;
+  cl_status st = nhwc_begin(be, s, CL_CONV_FORWARD, ws, &c);
   if (st != CL_OK) return st;
-  const cl_conv_shape in = nchw_of(s);
-  const size_t P = (size_t)s->H * s->W, es = cl_dtype_size(s->dtype);
-  cl_cpu_relayout(a, CL_NCHW, x, (size_t)s->N, (size_t)s->C, P, es);
-  if (accumulate) cl_cpu_relayout(b, CL_NCHW, y, (size_t)s->N, (size_t)s->K, P, es);
-  if ((st = forward_nchw(be, &in, a, w, bias, b, accumulate, inner)) == CL_OK)
-    cl_cpu_relayout(y, CL_NHWC, b, (size_t)s->N, (size_t)s->K, P, es);
+  cl_cpu_relayout(c.a, CL_NCHW, x, c.N, c.C, c.P, c.es);
+  if (accumulate) cl_cpu_relayout(c.b, CL_NCHW, y, c.N, c.K, c.P, c.es);
+  if ((st = forward_nchw(be, &c.in, c.a, w, bias, c.b, accumulate, c.inner)) == CL_OK)
+    cl_cpu_relayout(y, CL_NHWC, c.b, c.N, c.K, c.P, c.es);
   return st;
 }
 
@@ -954,29 +962,23 @@ cl_status cl_cpu_conv_backward_data(cl_backend *be, const cl_conv_shape *s, cons
                                     const float *w, float *dx, int accumulate, void *ws) {
   if (s->layout != CL_NHWC || s->N == 0)
     return backward_data_nchw(be, s, dy, w, dx, accumulate, ws);
-  cl_status st = check_shape(be, s);
-  char *a, *b,
-      *inner = st == CL_OK ? nhwc_parts(be, s, CL_CONV_BACKWARD_DATA, ws, &a, &b, &st) : NULL;
+  nhwc_call c;
+  cl_status st = nhwc_begin(be, s, CL_CONV_BACKWARD_DATA, ws, &c);
   if (st != CL_OK) return st;
-  const cl_conv_shape in = nchw_of(s);
-  const size_t P = (size_t)s->H * s->W, es = cl_dtype_size(s->dtype);
-  cl_cpu_relayout(b, CL_NCHW, dy, (size_t)s->N, (size_t)s->K, P, es);
-  if (accumulate) cl_cpu_relayout(a, CL_NCHW, dx, (size_t)s->N, (size_t)s->C, P, 4);
-  if ((st = backward_data_nchw(be, &in, b, w, (float *)a, accumulate, inner)) == CL_OK)
-    cl_cpu_relayout(dx, CL_NHWC, a, (size_t)s->N, (size_t)s->C, P, 4);
+  cl_cpu_relayout(c.b, CL_NCHW, dy, c.N, c.K, c.P, c.es);
+  if (accumulate) cl_cpu_relayout(c.a, CL_NCHW, dx, c.N, c.C, c.P, 4);
+  if ((st = backward_data_nchw(be, &c.in, c.b, w, (float *)c.a, accumulate, c.inner)) == CL_OK)
+    cl_cpu_relayout(dx, CL_NHWC, c.a, c.N, c.C, c.P, 4);
   return st;
 }
 
 cl_status cl_cpu_conv_backward_filter(cl_backend *be, const cl_conv_shape *s, const void *dy,
                                       const void *x, float *dw, float *dbias, void *ws) {
   if (s->layout != CL_NHWC || s->N == 0) return backward_filter_nchw(be, s, dy, x, dw, dbias, ws);
-  cl_status st = check_shape(be, s);
-  char *a, *b,
-      *inner = st == CL_OK ? nhwc_parts(be, s, CL_CONV_BACKWARD_FILTER, ws, &a, &b, &st) : NULL;
+  nhwc_call c;
+  cl_status st = nhwc_begin(be, s, CL_CONV_BACKWARD_FILTER, ws, &c);
   if (st != CL_OK) return st;
-  const cl_conv_shape in = nchw_of(s);
-  const size_t P = (size_t)s->H * s->W, es = cl_dtype_size(s->dtype);
-  cl_cpu_relayout(a, CL_NCHW, x, (size_t)s->N, (size_t)s->C, P, es);
-  cl_cpu_relayout(b, CL_NCHW, dy, (size_t)s->N, (size_t)s->K, P, es);
-  return backward_filter_nchw(be, &in, b, a, dw, dbias, inner);
+  cl_cpu_relayout(c.a, CL_NCHW, x, c.N, c.C, c.P, c.es);
+  cl_cpu_relayout(c.b, CL_NCHW, dy, c.N, c.K, c.P, c.es);
+  return backward_filter_nchw(be, &c.in, c.b, c.a, dw, dbias, c.inner);
 }

@@ -38,9 +38,13 @@ static cl_model *model(void) {
   return ctest_model(&c);
 }
 
-/* Gradients of rows [r0, r0 + n) after one step at lr 0, flattened. */
-static size_t grads_of(int r0, int n, float *g, const cl_step_options *o) {
-  cl_model *m = model();
+/* Gradients of rows [r0, r0 + n) after one step at lr 0 on dev, flattened. */
+static size_t grads_on(cl_device dev, int r0, int n, float *g, const cl_step_options *o) {
+  cl_config c = config();
+  c.device = dev;
+  ctest_rng = 11;
+  cl_model *m = ctest_model(&c);
+  if (!m) return 0;
   cl_host_array xa = {xs + (size_t)r0 * T * C * H * W, CL_HOST_TORCH_F32, 5, {n, T, C, H, W}};
   cl_host_array ya = {ys + (size_t)r0 * 3 * H * W, CL_HOST_TORCH_F32, 4, {n, 3, H, W, 0}};
   cl_optim sgd = {CL_OPTIM_SGD, 0, 0, 0, 0, 0, 0, 0, 0, 0};
@@ -50,6 +54,10 @@ static size_t grads_of(int r0, int n, float *g, const cl_step_options *o) {
   size_t k = ctest_flat(m, 1, g, MAXG);
   cl_model_free(m);
   return k;
+}
+
+static size_t grads_of(int r0, int n, float *g, const cl_step_options *o) {
+  return grads_on(CL_DEVICE_CPU, r0, n, g, o);
 }
 
 static void test_local(void) {
@@ -159,24 +167,6 @@ static void test_shares(void) {
   }
 }
 
-/* Gradients of rows [0, n) of a CUDA model after one step at lr 0. */
-static size_t grads_cuda(float *g, const cl_step_options *o) {
-  cl_config c = config();
-  c.device = CL_DEVICE_CUDA;
-  ctest_rng = 11;
-  cl_model *m = ctest_model(&c);
-  if (!m) return 0;
-  cl_host_array xa = {xs, CL_HOST_TORCH_F32, 5, {B, T, C, H, W}};
-  cl_host_array ya = {ys, CL_HOST_TORCH_F32, 4, {B, 3, H, W, 0}};
-  cl_optim sgd = {CL_OPTIM_SGD, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-  double loss;
-  CHECK(cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &sgd, o, &loss) == CL_OK,
-        "cuda train_step: %s", cl_model_error(m));
-  size_t k = ctest_flat(m, 1, g, MAXG);
-  cl_model_free(m);
-  return k;
-}
-
 /* NCCL with one rank (over the one-process communicator, which carries
  * its id) on the GPU: a step through it is the step without one, bit for
  * bit (deterministic cuDNN algorithms; a sum over one rank is its own
@@ -199,7 +189,8 @@ static void test_nccl_one_rank(void) {
     memset(&o, 0, sizeof o);
     o.comm = c;
     o.comm_share = 1;
-    size_t n = grads_cuda(g_full, NULL), k = grads_cuda(g_part, &o);
+    size_t n = grads_on(CL_DEVICE_CUDA, 0, B, g_full, NULL);
+    size_t k = grads_on(CL_DEVICE_CUDA, 0, B, g_part, &o);
     CHECK(n > 0 && n == k && memcmp(g_full, g_part, n * sizeof(float)) == 0,
           "nccl, one rank: the step differs from the step without it (max diff / max %.2e)",
           n == k ? rel_diff(g_part, g_full, n) : INFINITY);
