@@ -283,11 +283,9 @@ static void bias_grad_rows(cl_backend *be, const cl_gates_shape *s, const void *
     for (int img = 0; img < s->N; img++)
       for (size_t p0 = 0; p0 < P; p0 += HALF_CHUNK) {
         const size_t n = P - p0 < HALF_CHUNK ? P - p0 : HALF_CHUNK;
-        if (s->layout == CL_NHWC) /* the same sums in the same order, a stride apart */
-          for (size_t p = 0; p < n; p++)
-            cl_cpu_load(s->dtype, dz, cl_act_at(CL_NHWC, (size_t)K, P, img, k, p0 + p), a + p, 1);
-        else
-          cl_cpu_load(s->dtype, dz, cl_act_at(CL_NCHW, (size_t)K, P, img, k, p0), a, n);
+        /* the same sums in the same order in both layouts, a stride apart in NHWC */
+        cl_cpu_load_stride(s->dtype, dz, cl_act_at(s->layout, (size_t)K, P, img, k, p0),
+                           s->layout == CL_NHWC ? (size_t)K : 1, a, n);
         for (size_t p = 0; p < n; p++) total += a[p];
       }
     dbias[k] += (float)total;

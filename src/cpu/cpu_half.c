@@ -110,6 +110,15 @@ void cl_cpu_load(cl_dtype t, const void *src, size_t off, float *dst, size_t n) 
   }
 }
 
+void cl_cpu_load_stride(cl_dtype t, const void *src, size_t off, size_t stride, float *dst,
+                        size_t n) {
+  if (stride == 1) {
+    cl_cpu_load(t, src, off, dst, n);
+    return;
+  }
+  for (size_t i = 0; i < n; i++) cl_cpu_load(t, src, off + i * stride, dst + i, 1);
+}
+
 /* dst[off + i] = src[i] + (accumulate ? dst[off + i] : 0), rounded once. */
 void cl_cpu_store(cl_dtype t, const float *src, void *dst, size_t off, size_t n, int accumulate) {
   if (t == CL_F32) {

@@ -45,6 +45,10 @@ cl_status cl_cpu_fail(cl_backend *be, cl_status st, const char *fmt, ...)
  * store: dst[off + i] = src[i] (+ dst[off + i] when accumulating), rounded
  * to nearest even once. */
 void cl_cpu_load(cl_dtype t, const void *src, size_t off, float *dst, size_t n);
+/* The same, src's elements `stride` apart: dst[i] = src[off + i stride]
+ * (a channel of channels-last activations). */
+void cl_cpu_load_stride(cl_dtype t, const void *src, size_t off, size_t stride, float *dst,
+                        size_t n);
 void cl_cpu_store(cl_dtype t, const float *src, void *dst, size_t off, size_t n, int accumulate);
 
 /* cpu_layout.c: dst (layout `to`) = src (the other layout), N images of C

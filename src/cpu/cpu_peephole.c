@@ -19,15 +19,11 @@ enum { CHUNK = 256 };
  * one run in NCHW, a stride apart channels last. */
 static void load_pixels(const cl_gates_shape *s, int k, int ch, int img, size_t p0, size_t n,
                         const void *dz, const void *src, float *a, float *b) {
-  if (s->layout == CL_NCHW) {
-    cl_cpu_load(s->dtype, dz, cl_gate_at(s, img, k, ch, p0), a, n);
-    cl_cpu_load(s->dtype, src, cl_cell_at(s, img, ch, p0), b, n);
-    return;
-  }
-  for (size_t p = 0; p < n; p++) {
-    cl_cpu_load(s->dtype, dz, cl_gate_at(s, img, k, ch, p0 + p), a + p, 1);
-    cl_cpu_load(s->dtype, src, cl_cell_at(s, img, ch, p0 + p), b + p, 1);
-  }
+  const int nhwc = s->layout == CL_NHWC; /* a pixel's next: 4 hidden (gates), hidden apart */
+  cl_cpu_load_stride(s->dtype, dz, cl_gate_at(s, img, k, ch, p0),
+                     nhwc ? 4 * (size_t)s->hidden : 1, a, n);
+  cl_cpu_load_stride(s->dtype, src, cl_cell_at(s, img, ch, p0), nhwc ? (size_t)s->hidden : 1, b,
+                     n);
 }
 
 /* Weight k's row of channel ch: dw[0..pp) += sum over n of dz * src. */
