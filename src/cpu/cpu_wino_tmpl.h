@@ -80,6 +80,28 @@ TGT static void FN(wino_untile)(float *img, int H, int W, const float *Y, size_t
       }
     return;
   }
+  if (m == 4 && tw <= 4) {
+    /* one output row of four tiles from four planes: the pairs of planes
+     * interleaved, then the pairs' pairs */
+    const int w = tw * m < W ? tw * m : W;
+    const __mmask16 keep = (__mmask16)((1u << w) - 1u), in = (__mmask16)((1u << tw) - 1u);
+    const __m512i pair = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i quad = _mm512_set_epi32(23, 22, 7, 6, 21, 20, 5, 4, 19, 18, 3, 2, 17, 16, 1, 0);
+    const __m512 b = _mm512_set1_ps(bk);
+    for (int ty = 0; ty < th; ty++)
+      for (int i = 0; i < m && ty * m + i < H; i++) {
+        const float *y0 = Y + (size_t)(i * m) * ys + (size_t)ty * tw;
+        const __m512 p01 = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(in, y0), pair,
+                                                  _mm512_maskz_loadu_ps(in, y0 + ys));
+        const __m512 p23 = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(in, y0 + 2 * ys), pair,
+                                                  _mm512_maskz_loadu_ps(in, y0 + 3 * ys));
+        __m512 v = _mm512_permutex2var_ps(p01, quad, p23);
+        float *o = img + (size_t)(ty * m + i) * W;
+        if (acc) v = _mm512_add_ps(_mm512_maskz_loadu_ps(keep, o), v);
+        _mm512_mask_storeu_ps(o, keep, _mm512_add_ps(v, b));
+      }
+    return;
+  }
 #endif
   for (int e = 0; e < m * m; e++) {
     const int i = e / m, j = e % m;

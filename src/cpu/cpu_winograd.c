@@ -55,7 +55,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { WMAX = 6 }; /* largest tile side n */
+enum { WMAX = 8 }; /* largest tile side n */
 
 typedef struct wino_form {
   int m, r, n;
@@ -63,7 +63,7 @@ typedef struct wino_form {
   float AT[4][WMAX], G[WMAX][5], BT[WMAX][WMAX];
 } wino_form;
 
-static const wino_form FORMS[3] = {
+static const wino_form FORMS[4] = {
     {2, 3, 4, "winograd F(2x2,3x3)",
      {{1, 1, 1, 0}, {0, 1, -1, 1}},
      {{-1, 0, 0}, {0.5f, 0.5f, 0.5f}, {0.5f, -0.5f, 0.5f}, {0, 0, 1}},
@@ -96,6 +96,28 @@ static const wino_form FORMS[3] = {
       {0, -2, -1, 2, 1, 0},
       {0, 2, -1, -2, 1, 0},
       {0, 4, 0, -5, 0, 1}}},
+    /* the points 0, 1, -1, 2, -2, 1/2, -1/2 and infinity */
+    {4, 5, 8, "winograd F(4x4,5x5)",
+     {{1, 1, 1, 1, 1, 1, 1, 0},
+      {0, 1, -1, 2, -2, 0.5f, -0.5f, 0},
+      {0, 1, 1, 4, 4, 0.25f, 0.25f, 0},
+      {0, 1, -1, 8, -8, 0.125f, -0.125f, 1}},
+     {{-1, 0, 0, 0, 0},
+      {-2.0f / 9, -2.0f / 9, -2.0f / 9, -2.0f / 9, -2.0f / 9},
+      {-2.0f / 9, 2.0f / 9, -2.0f / 9, 2.0f / 9, -2.0f / 9},
+      {1.0f / 90, 1.0f / 45, 2.0f / 45, 4.0f / 45, 8.0f / 45},
+      {1.0f / 90, -1.0f / 45, 2.0f / 45, -4.0f / 45, 8.0f / 45},
+      {32.0f / 45, 16.0f / 45, 8.0f / 45, 4.0f / 45, 2.0f / 45},
+      {32.0f / 45, -16.0f / 45, 8.0f / 45, -4.0f / 45, 2.0f / 45},
+      {0, 0, 0, 0, 1}},
+     {{-1, 0, 5.25f, 0, -5.25f, 0, 1, 0},
+      {0, 1, 1, -4.25f, -4.25f, 1, 1, 0},
+      {0, -1, 1, 4.25f, -4.25f, -1, 1, 0},
+      {0, 0.5f, 0.25f, -2.5f, -1.25f, 2, 1, 0},
+      {0, -0.5f, 0.25f, 2.5f, -1.25f, -2, 1, 0},
+      {0, 2, 4, -2.5f, -5, 0.5f, 1, 0},
+      {0, -2, 4, 2.5f, -5, -0.5f, 1, 0},
+      {0, -1, 0, 5.25f, 0, -5.25f, 0, 1}}},
 };
 
 static size_t round64(size_t b) { return (b + 63) & ~(size_t)63; }
@@ -145,7 +167,7 @@ static const wino_form *form_of(const cl_backend *be, const cl_conv_shape *s) {
     return NULL;
   if (algo_env(be) == 4 && (s->C < WINO_MIN_CHANNELS || s->K < WINO_MIN_CHANNELS)) return NULL;
   if (s->kh == 3) return &FORMS[algo_env(be) >= 3 ? 1 : 0];
-  if (s->kh == 5) return &FORMS[2];
+  if (s->kh == 5) return &FORMS[algo_env(be) >= 3 ? 3 : 2];
   return NULL;
 }
 
@@ -263,8 +285,10 @@ size_t cl_cpu_wino_workspace(const cl_backend *be, const cl_conv_shape *s, int d
   const wino_form *f = form_of(be, s);
   if (!f) return 0;
   size_t b = plan_form(be, s, dir, f).total;
-  if (s->kh == 3) {
-    size_t b4 = plan_form(be, s, dir, &FORMS[1]).total, b2 = plan_form(be, s, dir, &FORMS[0]).total;
+  if (s->kh == 3 || s->kh == 5) {
+    const int two = s->kh == 3 ? 0 : 2; /* F(2x2, r), then F(4x4, r) */
+    size_t b2 = plan_form(be, s, dir, &FORMS[two]).total;
+    size_t b4 = plan_form(be, s, dir, &FORMS[two + 1]).total;
     b = b4 > b2 ? b4 : b2;
   }
   return b;

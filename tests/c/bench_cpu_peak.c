@@ -167,7 +167,7 @@ static void bench_shape_tiles(cl_backend *be, const char *config, const char *pa
 /* The algo mode: forward, backward data and backward filter with the
  * backend's conv_algo
  * forcing im2col/direct + GEMM ("gemm"), Winograd (F(2x2,3x3) or
- * F(2x2,5x5)), F(4x4,3x3) for 3 x 3 kernels, and "auto" (the per-shape
+ * F(2x2,5x5)), F(4x4,3x3) or F(4x4,5x5) ("winograd4"), and "auto" (the per-shape
  * timed choice, CONVLSTM_CONV_ALGO=auto, after warm-up calls that finish its
  * timing), calls interleaved;
  * best call of each. */
@@ -191,7 +191,7 @@ static void bench_shape_algo(cl_backend *be, const char *config, const char *par
     for (int w = 0; w < 6; w++) bench_conv_op(be, &s, &B, op); /* auto's timing rounds */
     for (int r = 0; r < reps; r++)
       for (int a = 0; a < 4; a++) {
-        if (a == 2 && s.kh != 3) continue;
+        if (a == 2 && s.kh != 3 && s.kh != 5) continue;
         ctx->conv_algo = a < 3 ? a + 1 : 0; /* 1 gemm, 2 winograd, 3 winograd4; 0 the timed choice */
         double t0 = now_seconds();
         if (bench_conv_op(be, &s, &B, op) != CL_OK) {
