@@ -7,7 +7,7 @@
  * (n = m + r - 1) as Y = A^T [ (G g G^T) .* (B^T d B) ] A: per tile and
  * channel pair n^2 products instead of m^2 r^2. Over channels the
  * elementwise stage is n^2 GEMMs, one per tile element e:
- *   M[e][K x T] = U[e][K x C] V[e][C x T]
+ *   M[e][K x T] = U[e][K x C] V[e][C x T]   (U[e] stored as its transpose)
  * with U = G w G^T (the filters), V = B^T d B (T input tiles), then the
  * output transform A^T M A per tile. The GEMMs run on the backend's own
  * kernel (cl_cpu_sgemm). Forms (matrices from the Cook-Toom construction
@@ -189,6 +189,7 @@ typedef struct wino_plan {
   int nb;         /* images per chunk */
   int T;          /* tiles per chunk, nb T1: the planes' length */
   int kb;         /* output channels per block of M (K: backward filter) */
+  int np;         /* filter pairs per block of the filter-side work */
   int threads;
   size_t off_slices, v_bytes, m_bytes, scratch_bytes, tmp_bytes, du_bytes, db_bytes;
   size_t slice_bytes, total;
@@ -198,7 +199,7 @@ typedef struct wino_plan {
  * -> 192, N 4, forward, before the permutes cut tiles): 64 tiles 3.9 ms,
  * 128 2.9, 256 2.8. Wider GEMMs pack each U[e] fewer times; WINO_M_BYTES
  * then bounds what the wider chunk holds. */
-enum { WINO_TILES = 256 };
+enum { WINO_TILES = 256, WINO_PAIRS = 256 };
 /* About the bytes of M (products, or dy's transform) a thread holds at
  * once, a core's L2 here (a block is rounded up to whole 12-row tiles, and
  * one image's tiles are the least a chunk holds). Tried at 2 MiB: the plain stack's step ran 4-9 % slower
@@ -240,11 +241,17 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
   p.m_bytes = round64(sizeof(float) * (size_t)nn * p.kb * p.T);
   p.scratch_bytes = round64(dir == 2 ? cl_cpu_sgemm_scratch_bytes(kind, t.K, t.C, p.T)
                                      : cl_cpu_sgemm_scratch_bytes(kind, t.K, p.T, t.C));
-  /* two sets of n^2 planes: an input tile's d and B^T d (the filters' r^2
-   * + n r planes of T pairs fit too: 55 or 27 against 72 or 32); then an
-   * image padded to whole tiles, and the 32 floats wino_tiles may read past */
+  /* two sets of n^2 planes of T: an input tile's d and B^T d, or the
+   * filters' r^2 + n r planes of np pairs, whichever is more; then an image
+   * padded to whole tiles, and the 32 floats wino_tiles may read past */
   const size_t padded = (size_t)(p.th * m + p.f->n - m) * (p.tw * m + p.f->n - m) + 32;
-  p.tmp_bytes = round64(sizeof(float) * (2 * (size_t)nn * p.T + padded));
+  /* filter pairs a block: the filter-side transforms' planes as long as a
+   * chunk's, and never short (at 32 pairs, two threads' tiles of the
+   * hidden half, the calls of comb cost more than their sums) */
+  p.np = p.T > WINO_PAIRS ? p.T : WINO_PAIRS;
+  const size_t pairs = (size_t)(p.f->r * p.f->r + p.f->n * p.f->r) * p.np;
+  const size_t planes = 2 * (size_t)nn * p.T > pairs ? 2 * (size_t)nn * p.T : pairs;
+  p.tmp_bytes = round64(sizeof(float) * (planes + padded));
   /* backward filter: the thread's sums of dU (n^2 K C) and of dbias */
   p.du_bytes = dir == 2 ? round64(sizeof(float) * (size_t)nn * t.K * t.C) : 0;
   p.db_bytes = dir == 2 ? round64(sizeof(double) * (size_t)t.K) : 0;
@@ -342,23 +349,27 @@ static void comb(const wino_fns *fns, float *d, const float *src, size_t ss, con
   else memset(d, 0, sizeof(float) * len);
 }
 
-/* U[e][k][c] = (G g G^T)[e], g = w[k][c] (dir 0) or, for backward data,
+/* U[e][c][k] = (G g G^T)[e], g = w[k][c] (dir 0) or, for backward data,
  * w[c][k] flipped (a pair of the transposed shape t), for the len pairs
- * from p0 (at most T), in tmp: g's r^2 planes, then G g's n r. */
+ * from p0 (at most p->np) in U's order, in tmp: g's r^2 planes, then G g's
+ * n r. U[e] is stored transposed, output channels along its rows, so that
+ * the GEMMs read it as op(A) = U[e]^T and pack it by copying runs of it:
+ * packing a [K x C] U[e] took 8 x 8 transposes of 2 MB of planes at every
+ * GEMM, and as long as the products on two threads of the hidden half. */
 static void filter_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_shape *t,
                              int dir, const float *w, float *U, size_t p0, size_t len,
                              float *tmp) {
   const wino_form *f = p->f;
   const int n = f->n, r = f->r, rr = r * r;
-  const size_t KC = (size_t)t->K * t->C, np = (size_t)p->T;
+  const size_t KC = (size_t)t->K * t->C, np = (size_t)p->np;
   float *g = tmp, *gt = tmp + rr * np;
-  size_t k = p0 / t->C, c = p0 % t->C;
+  size_t c = p0 / t->K, k = p0 % t->K;
   for (size_t q = 0; q < len; q++) {
-    if (dir == 0) /* pairs in order: w's own */
-      for (int e = 0; e < rr; e++) g[e * np + q] = w[(p0 + q) * rr + e];
+    if (dir == 0) /* w[k][c] */
+      for (int e = 0; e < rr; e++) g[e * np + q] = w[(k * t->C + c) * rr + e];
     else /* t's pair (k, c) is the layer's (c, k): t->K is its C */
       for (int e = 0; e < rr; e++) g[e * np + q] = w[(c * t->K + k) * rr + rr - 1 - e];
-    if (++c == (size_t)t->C) c = 0, k++;
+    if (++k == (size_t)t->K) k = 0, c++;
   }
   for (int i = 0; i < n; i++) /* G g: row i, column j */
     for (int j = 0; j < r; j++)
@@ -450,7 +461,7 @@ static void run_images(void *arg, long long n0, long long n1, int tid) {
     for (int k0 = 0; k0 < t->K; k0 += p->kb) {
       const int kn = t->K - k0 < p->kb ? t->K - k0 : p->kb;
       for (int e = 0; e < nn; e++)
-        cl_cpu_sgemm(kind, 0, 0, kn, len, t->C, 1.0f, j->U + ((size_t)e * t->K + k0) * t->C, t->C,
+        cl_cpu_sgemm(kind, 1, 0, kn, len, t->C, 1.0f, j->U + (size_t)e * t->K * t->C + k0, t->K,
                      V + (size_t)e * t->C * T, T, 0.0f, M + (size_t)e * kn * T, T, scratch);
       output_transform(&fns, p, t, M, k0, kn, j->bias, j->accumulate, j->y, c0, nb, tmp);
     }
@@ -496,13 +507,13 @@ static void dy_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_
   }
 }
 
-/* dw[pair] += G^T dU G for the len pairs from p0 (at most T), in tmp:
+/* dw[pair] += G^T dU G for the len pairs from p0 (at most p->np), in tmp:
  * (G^T dU)'s r n planes, then the r^2 of the result. */
 static void filter_grad_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_shape *t,
                                   const float *dU, float *dw, size_t p0, size_t len, float *tmp) {
   const wino_form *f = p->f;
   const int n = f->n, r = f->r, rr = r * r;
-  const size_t KC = (size_t)t->K * t->C, np = (size_t)p->T;
+  const size_t KC = (size_t)t->K * t->C, np = (size_t)p->np;
   float Gt[5][WMAX]; /* G^T */
   for (int i = 0; i < r; i++)
     for (int l = 0; l < n; l++) Gt[i][l] = f->G[l][i];
@@ -554,7 +565,7 @@ static void wgrad_images(void *arg, long long n0, long long n1, int tid) {
 static void pair_blocks(void *arg, long long b0, long long b1, int tid) {
   const wino_job *j = arg;
   const wino_plan *p = j->p;
-  const size_t KC = (size_t)j->t->K * j->t->C, np = (size_t)p->T;
+  const size_t KC = (size_t)j->t->K * j->t->C, np = (size_t)p->np;
   const size_t nn = (size_t)p->f->n * p->f->n;
   const wino_fns fns = fns_of(j->be);
   float *tmp = slice_of(p, j->base, tid).tmp;
@@ -576,7 +587,7 @@ static void pair_blocks(void *arg, long long b0, long long b1, int tid) {
 
 static void run_pairs(const wino_job *j) {
   const long long KC = (long long)j->t->K * j->t->C;
-  cl_cpu_blocks(j->p->threads, (KC + j->p->T - 1) / j->p->T, pair_blocks, (void *)j);
+  cl_cpu_blocks(j->p->threads, (KC + j->p->np - 1) / j->p->np, pair_blocks, (void *)j);
 }
 
 /* dir 0: y (+)= conv(x, w) + bias; dir 1: dx (+)= conv_transpose(dy, w). */
