@@ -1,12 +1,14 @@
 /*
- * cpu/cpu_wino_tmpl.h -- the one loop of cpu_winograd.c's transforms,
- * written once in cpu_simd.h's vocabulary and included once per instruction
- * set:
- *   wino_comb(d, src, c, ns, len):  d[q] = sum over l < ns of c[l] src[l][q]
- * Every transform (filters, input tiles, output tiles) is a sequence of
- * these over planes that hold one tile element of many tiles (or filter
- * pairs) side by side, so each runs along contiguous memory, VW at a time.
- * The caller passes only the nonzero coefficients.
+ * cpu/cpu_wino_tmpl.h -- the loops of cpu_winograd.c's transforms, written
+ * once in cpu_simd.h's vocabulary and included once per instruction set:
+ *   wino_2d(d, ds, s, ss, M, len):  d[i R + j] = sum over a, b < C of
+ *     M[j][b] M[i][a] s[a C + b] for the R x C matrix M (wino_side, its
+ *     nonzero coefficients only): every transform (B^T d B, A^T m A, A dy
+ *     A^T, G g G^T, G^T du G) over planes that hold one element of many
+ *     tiles (or filter pairs) side by side, VW at a time along them. A
+ *     vector's whole transform runs in registers and a 4 KiB table: one call
+ *     a chunk, where a loop of one call per plane and stage cost a fifth of
+ *     the transforms' time on the short planes of F(4x4, r) (T = 64).
  *   wino_tiles(D, ds, P, Wp, n, m, th, tw):  D[(l n + j) ds + ty tw + tx]
  *     = P[(ty m + l) Wp + tx m + j]: the n x n input tiles of a padded image
  *     P, element by element into planes; P readable 32 floats past each
@@ -16,18 +18,43 @@
  * No include guard: included once per instruction set, between cpu_simd.h
  * and cpu_simd_end.h (which this includes).
  */
-TGT static void FN(wino_comb)(float *d, const float *const *src, const float *c, int ns,
-                              size_t len) {
+/* sum over l < M->nz[i] of M->c[i][l] x[M->at[i][l]]: row i of M times
+ * the column x, the first product and then FMAs in column order */
+TGT static inline V FN(wino_row)(const wino_side *M, int i, const V *x) {
+  if (!M->nz[i]) return VZERO();
+  V a = VMUL(VSET1(M->c[i][0]), x[M->at[i][0]]);
+  for (int l = 1; l < M->nz[i]; l++) a = VFMA(VSET1(M->c[i][l]), x[M->at[i][l]], a);
+  return a;
+}
+
+TGT static inline float FN(wino_row1)(const wino_side *M, int i, const float *x) {
+  if (!M->nz[i]) return 0.0f;
+  float a = M->c[i][0] * x[M->at[i][0]];
+  for (int l = 1; l < M->nz[i]; l++) a += M->c[i][l] * x[M->at[i][l]];
+  return a;
+}
+
+TGT static void FN(wino_2d)(float *d, size_t ds, const float *s, size_t ss, const wino_side *M,
+                            size_t len) {
+  const int R = M->rows, C = M->cols;
   size_t q = 0;
   for (; q + VW <= len; q += VW) {
-    V a = VMUL(VSET1(c[0]), VLOADU(src[0] + q));
-    for (int l = 1; l < ns; l++) a = VFMA(VSET1(c[l]), VLOADU(src[l] + q), a);
-    VSTOREU(d + q, a);
+    V t[WMAX][WMAX], x[WMAX]; /* t[i][b]: row i of M times column b of s */
+    for (int b = 0; b < C; b++) {
+      for (int a = 0; a < C; a++) x[a] = VLOADU(s + (size_t)(a * C + b) * ss + q);
+      for (int i = 0; i < R; i++) t[i][b] = FN(wino_row)(M, i, x);
+    }
+    for (int i = 0; i < R; i++)
+      for (int j = 0; j < R; j++) VSTOREU(d + (size_t)(i * R + j) * ds + q, FN(wino_row)(M, j, t[i]));
   }
   for (; q < len; q++) {
-    float a = c[0] * src[0][q];
-    for (int l = 1; l < ns; l++) a += c[l] * src[l][q];
-    d[q] = a;
+    float t[WMAX][WMAX], x[WMAX];
+    for (int b = 0; b < C; b++) {
+      for (int a = 0; a < C; a++) x[a] = s[(size_t)(a * C + b) * ss + q];
+      for (int i = 0; i < R; i++) t[i][b] = FN(wino_row1)(M, i, x);
+    }
+    for (int i = 0; i < R; i++)
+      for (int j = 0; j < R; j++) d[(size_t)(i * R + j) * ds + q] = FN(wino_row1)(M, j, t[i]);
   }
 }
 

@@ -303,6 +303,27 @@ size_t cl_cpu_wino_workspace(const cl_backend *be, const cl_conv_shape *s, int d
 
 /* ---- the transforms, plane by plane ------------------------------------ */
 
+/* A transform's matrix (R x C) as its nonzero coefficients, row by row:
+ * row i has nz[i] of them, c[i][l] in column at[i][l]. */
+typedef struct wino_side {
+  int rows, cols;
+  int nz[WMAX], at[WMAX][WMAX];
+  float c[WMAX][WMAX];
+} wino_side;
+
+/* M[i][j] = x[i * step_i + j * step_j] for i < rows, j < cols. */
+static wino_side side_of(const float *x, int step_i, int step_j, int rows, int cols) {
+  wino_side M;
+  memset(&M, 0, sizeof M);
+  M.rows = rows, M.cols = cols;
+  for (int i = 0; i < rows; i++)
+    for (int j = 0; j < cols; j++) {
+      const float v = x[i * step_i + j * step_j];
+      if (v != 0.0f) M.at[i][M.nz[i]] = j, M.c[i][M.nz[i]++] = v;
+    }
+  return M;
+}
+
 #define CL_SIMD 1
 #include "cpu_simd.h"
 #include "cpu_wino_tmpl.h" /* wino_comb_generic */
@@ -317,36 +338,23 @@ size_t cl_cpu_wino_workspace(const cl_backend *be, const cl_conv_shape *s, int d
 
 /* The transforms' loops of one instruction set. */
 typedef struct wino_fns {
-  void (*comb)(float *d, const float *const *src, const float *c, int ns, size_t len);
+  void (*t2d)(float *d, size_t ds, const float *s, size_t ss, const wino_side *M, size_t len);
   void (*tiles)(float *D, size_t ds, const float *P, int Wp, int n, int m, int th, int tw);
   void (*untile)(float *img, int H, int W, const float *Y, size_t ys, int m, int th, int tw,
                  float bk, int acc);
 } wino_fns;
 
 static wino_fns fns_of(const cl_backend *be) {
-  wino_fns f = {wino_comb_generic, wino_tiles_generic, wino_untile_generic};
+  wino_fns f = {wino_2d_generic, wino_tiles_generic, wino_untile_generic};
 #if CL_CPU_X86
   cl_cpu_gemm_kind isa = cl_cpu_isa_of(be);
   if (isa == CL_CPU_GEMM_AVX512)
-    f.comb = wino_comb_avx512, f.tiles = wino_tiles_avx512, f.untile = wino_untile_avx512;
+    f.t2d = wino_2d_avx512, f.tiles = wino_tiles_avx512, f.untile = wino_untile_avx512;
   if (isa == CL_CPU_GEMM_AVX2)
-    f.comb = wino_comb_avx2, f.tiles = wino_tiles_avx2, f.untile = wino_untile_avx2;
+    f.t2d = wino_2d_avx2, f.tiles = wino_tiles_avx2, f.untile = wino_untile_avx2;
 #endif
   (void)be;
   return f;
-}
-
-/* d = sum over l < nc of coef[l] src[l ss], the planes src + l ss, over
- * len elements; the zero coefficients skipped. */
-static void comb(const wino_fns *fns, float *d, const float *src, size_t ss, const float *coef,
-                 int nc, size_t len) {
-  const float *srcs[WMAX];
-  float c[WMAX];
-  int ns = 0;
-  for (int l = 0; l < nc; l++)
-    if (coef[l] != 0.0f) srcs[ns] = src + l * ss, c[ns++] = coef[l];
-  if (ns) fns->comb(d, srcs, c, ns, len);
-  else memset(d, 0, sizeof(float) * len);
 }
 
 /* U[e][c][k] = (G g G^T)[e], g = w[k][c] (dir 0) or, for backward data,
@@ -362,7 +370,7 @@ static void filter_transform(const wino_fns *fns, const wino_plan *p, const cl_c
   const wino_form *f = p->f;
   const int n = f->n, r = f->r, rr = r * r;
   const size_t KC = (size_t)t->K * t->C, np = (size_t)p->np;
-  float *g = tmp, *gt = tmp + rr * np;
+  float *g = tmp;
   size_t c = p0 / t->K, k = p0 % t->K;
   for (size_t q = 0; q < len; q++) {
     if (dir == 0) /* w[k][c] */
@@ -371,12 +379,8 @@ static void filter_transform(const wino_fns *fns, const wino_plan *p, const cl_c
       for (int e = 0; e < rr; e++) g[e * np + q] = w[(c * t->K + k) * rr + rr - 1 - e];
     if (++k == (size_t)t->K) k = 0, c++;
   }
-  for (int i = 0; i < n; i++) /* G g: row i, column j */
-    for (int j = 0; j < r; j++)
-      comb(fns, gt + (i * r + j) * np, g + j * np, r * np, f->G[i], r, len);
-  for (int i = 0; i < n; i++) /* (G g) G^T */
-    for (int j = 0; j < n; j++)
-      comb(fns, U + (i * n + j) * KC + p0, gt + i * r * np, np, f->G[j], r, len);
+  const wino_side Gs = side_of(&f->G[0][0], 5, 1, n, r);
+  fns->t2d(U + p0, KC, g, np, &Gs, len); /* G g G^T */
 }
 
 /* V[e][c][q] = (B^T d B)[e] for the tiles of images n0 .. n0+nb-1 (q =
@@ -386,8 +390,9 @@ static void input_transform(const wino_fns *fns, const wino_plan *p, const cl_co
   const wino_form *f = p->f;
   const int n = f->n, m = f->m, pad = (f->r - 1) / 2, H = t->H, W = t->W, nn = n * n;
   const size_t T = (size_t)p->T, CT = (size_t)t->C * T, len = (size_t)nb * p->T1;
-  float *D = tmp, *E = tmp + nn * T, *P = tmp + 2 * nn * T;
+  float *D = tmp, *P = tmp + 2 * nn * T;
   const int Hp = p->th * m + n - m, Wp = p->tw * m + n - m;
+  const wino_side Bs = side_of(&f->BT[0][0], WMAX, 1, n, n);
   for (int c = 0; c < t->C; c++) {
     for (int b = 0; b < nb; b++) {
       const float *img = x + ((size_t)(n0 + b) * t->C + c) * H * W;
@@ -396,12 +401,7 @@ static void input_transform(const wino_fns *fns, const wino_plan *p, const cl_co
         memcpy(P + (yy + pad) * Wp + pad, img + (size_t)yy * W, sizeof(float) * W);
       fns->tiles(D + (size_t)b * p->T1, T, P, Wp, n, m, p->th, p->tw);
     }
-    for (int i = 0; i < n; i++) /* B^T d */
-      for (int j = 0; j < n; j++)
-        comb(fns, E + (i * n + j) * T, D + j * T, n * T, f->BT[i], n, len);
-    for (int i = 0; i < n; i++) /* (B^T d) B */
-      for (int j = 0; j < n; j++)
-        comb(fns, V + (i * n + j) * CT + (size_t)c * T, E + i * n * T, T, f->BT[j], n, len);
+    fns->t2d(V + (size_t)c * T, CT, D, T, &Bs, len); /* B^T d B */
   }
 }
 
@@ -412,17 +412,12 @@ static void output_transform(const wino_fns *fns, const wino_plan *p, const cl_c
                              const float *M, int k0, int kn, const float *bias, int accumulate,
                              float *y, int n0, int nb, float *tmp) {
   const wino_form *f = p->f;
-  const int n = f->n, m = f->m, H = t->H, W = t->W, nn = n * n;
+  const int n = f->n, m = f->m, H = t->H, W = t->W;
   const size_t T = (size_t)p->T, KT = (size_t)kn * T, len = (size_t)nb * p->T1;
-  float *Z = tmp, *Y = tmp + nn * T;
+  float *Y = tmp;
+  const wino_side As = side_of(&f->AT[0][0], WMAX, 1, m, n);
   for (int k = k0; k < k0 + kn; k++) {
-    const float *Mk = M + (size_t)(k - k0) * T;
-    for (int i = 0; i < m; i++) /* A^T M */
-      for (int j = 0; j < n; j++)
-        comb(fns, Z + (i * n + j) * T, Mk + j * KT, n * KT, f->AT[i], n, len);
-    for (int i = 0; i < m; i++) /* (A^T M) A */
-      for (int j = 0; j < m; j++)
-        comb(fns, Y + (i * m + j) * T, Z + i * n * T, T, f->AT[j], n, len);
+    fns->t2d(Y, T, M + (size_t)(k - k0) * T, KT, &As, len); /* A^T M A */
     const float bk = bias ? bias[k] : 0.0f;
     for (int b = 0; b < nb; b++)
       fns->untile(y + ((size_t)(n0 + b) * t->K + k) * H * W, H, W, Y + (size_t)b * p->T1, T, m,
@@ -484,10 +479,8 @@ static void dy_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_
   const wino_form *f = p->f;
   const int n = f->n, m = f->m, H = t->H, W = t->W, nn = n * n;
   const size_t T = (size_t)p->T, KT = (size_t)kn * T, len = (size_t)nb * p->T1;
-  float A[WMAX][4]; /* A = (A^T)^T: its rows are the columns of AT */
-  for (int i = 0; i < n; i++)
-    for (int l = 0; l < m; l++) A[i][l] = f->AT[l][i];
-  float *D = tmp, *Z = tmp + m * m * T, *P = tmp + 2 * nn * T;
+  const wino_side As = side_of(&f->AT[0][0], 1, WMAX, n, m); /* A = (A^T)^T */
+  float *D = tmp, *P = tmp + 2 * nn * T;
   const int Wp = p->tw * m;
   for (int k = k0; k < k0 + kn; k++) {
     for (int b = 0; b < nb; b++) {
@@ -499,11 +492,7 @@ static void dy_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_
       for (int yy = 0; yy < H; yy++) memcpy(P + yy * Wp, img + (size_t)yy * W, sizeof(float) * W);
       fns->tiles(D + (size_t)b * p->T1, T, P, Wp, m, m, p->th, p->tw);
     }
-    for (int i = 0; i < n; i++) /* A dY */
-      for (int j = 0; j < m; j++) comb(fns, Z + (i * m + j) * T, D + j * T, m * T, A[i], m, len);
-    for (int i = 0; i < n; i++) /* (A dY) A^T */
-      for (int j = 0; j < n; j++)
-        comb(fns, DY + (i * n + j) * KT + (size_t)(k - k0) * T, Z + i * m * T, T, A[j], m, len);
+    fns->t2d(DY + (size_t)(k - k0) * T, KT, D, T, &As, len); /* A dY A^T */
   }
 }
 
@@ -514,16 +503,9 @@ static void filter_grad_transform(const wino_fns *fns, const wino_plan *p, const
   const wino_form *f = p->f;
   const int n = f->n, r = f->r, rr = r * r;
   const size_t KC = (size_t)t->K * t->C, np = (size_t)p->np;
-  float Gt[5][WMAX]; /* G^T */
-  for (int i = 0; i < r; i++)
-    for (int l = 0; l < n; l++) Gt[i][l] = f->G[l][i];
-  float *Q = tmp, *dg = tmp + (size_t)r * n * np;
-  for (int i = 0; i < r; i++) /* G^T dU */
-    for (int j = 0; j < n; j++)
-      comb(fns, Q + (i * n + j) * np, dU + j * KC + p0, n * KC, Gt[i], n, len);
-  for (int i = 0; i < r; i++) /* (G^T dU) G */
-    for (int j = 0; j < r; j++)
-      comb(fns, dg + (i * r + j) * np, Q + i * n * np, np, Gt[j], n, len);
+  const wino_side Gt = side_of(&f->G[0][0], 1, 5, r, n); /* G^T */
+  float *dg = tmp;
+  fns->t2d(dg, np, dU + p0, KC, &Gt, len); /* G^T dU G */
   for (size_t q = 0; q < len; q++)
     for (int e = 0; e < rr; e++) dw[(p0 + q) * rr + e] += dg[e * np + q];
 }
