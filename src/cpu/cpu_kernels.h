@@ -99,11 +99,11 @@ size_t cl_cpu_wino_workspace(const cl_backend *be, const cl_conv_shape *s, int d
 int cl_cpu_conv_algo_env(void);
 int cl_cpu_wino_pick(const cl_backend *be, const cl_conv_shape *s, int dir, const void *ws, cl_cpu_wino_ticket *tk);
 void cl_cpu_wino_done(const cl_cpu_wino_ticket *tk);
-void cl_cpu_wino_conv(cl_backend *be, const cl_conv_shape *s, int dir, const float *x,
-                      const float *w, const float *bias, float *y, int accumulate, void *ws);
+void cl_cpu_wino_conv(cl_backend *be, const cl_conv_shape *s, int dir, const void *x,
+                      const float *w, const float *bias, void *y, int accumulate, void *ws);
 /* dw += correlate(dy, x), dbias (may be NULL) += the sum of dy over N, H, W:
  * conv_backward_filter through Winograd (dir 2 of cl_cpu_wino_pick). */
-void cl_cpu_wino_filter(cl_backend *be, const cl_conv_shape *s, const float *dy, const float *x,
+void cl_cpu_wino_filter(cl_backend *be, const cl_conv_shape *s, const void *dy, const void *x,
                         float *dw, float *dbias, void *ws);
 /* 1 when later calls of s in dir run Winograd, 0 GEMM paths, -1 still timing. */
 int cl_cpu_wino_chosen(const cl_backend *be, const cl_conv_shape *s, int dir);

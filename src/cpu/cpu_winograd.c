@@ -1,7 +1,9 @@
 /*
  * cpu/cpu_winograd.c -- Winograd convolutions for the CPU backend: fewer
- * products than im2col + GEMM for 3 x 3 and 5 x 5 kernels (float32, stride
- * 1, "same" padding, dilation 1, no groups).
+ * products than im2col + GEMM for 3 x 3 and 5 x 5 kernels (stride 1, "same"
+ * padding, dilation 1, no groups). The arithmetic is float32 whatever the
+ * storage: float16 and bfloat16 activations are converted as an image is
+ * padded, and a forward's output is rounded once, as it is stored.
  *
  * F(m x m, r x r) computes an m x m output tile from an n x n input tile
  * (n = m + r - 1) as Y = A^T [ (G g G^T) .* (B^T d B) ] A: per tile and
@@ -159,8 +161,7 @@ static int algo_env(const cl_backend *be) {
 
 /* The form for s (NULL: none handles it). */
 static const wino_form *form_of(const cl_backend *be, const cl_conv_shape *s) {
-  if (s->dtype != CL_F32 || cl_conv_groups(s) != 1 || s->dh != 1 || s->dw != 1 || s->kh != s->kw)
-    return NULL;
+  if (cl_conv_groups(s) != 1 || s->dh != 1 || s->dw != 1 || s->kh != s->kw) return NULL;
   const cl_cpu_ctx *ctx = (const cl_cpu_ctx *)be->context;
   if (!ctx->conv_algo && ctx->conv_algo_env == 1) return NULL; /* off: no workspace */
   if (!ctx->conv_algo && 2.0 * s->N * s->K * s->C * s->kh * s->kw * s->H * s->W < WINO_MIN_FLOP)
@@ -386,7 +387,7 @@ static void filter_transform(const wino_fns *fns, const wino_plan *p, const cl_c
 /* V[e][c][q] = (B^T d B)[e] for the tiles of images n0 .. n0+nb-1 (q =
  * image-in-chunk T1 + tile), d read from x with zeros outside the image. */
 static void input_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_shape *t,
-                            const float *x, int n0, int nb, float *V, float *tmp) {
+                            const void *x, int n0, int nb, float *V, float *tmp) {
   const wino_form *f = p->f;
   const int n = f->n, m = f->m, pad = (f->r - 1) / 2, H = t->H, W = t->W, nn = n * n;
   const size_t T = (size_t)p->T, CT = (size_t)t->C * T, len = (size_t)nb * p->T1;
@@ -395,10 +396,10 @@ static void input_transform(const wino_fns *fns, const wino_plan *p, const cl_co
   const wino_side Bs = side_of(&f->BT[0][0], WMAX, 1, n, n);
   for (int c = 0; c < t->C; c++) {
     for (int b = 0; b < nb; b++) {
-      const float *img = x + ((size_t)(n0 + b) * t->C + c) * H * W;
+      const size_t img = ((size_t)(n0 + b) * t->C + c) * H * W;
       memset(P, 0, sizeof(float) * Hp * Wp); /* the border, and beyond a cropped tile */
       for (int yy = 0; yy < H; yy++)
-        memcpy(P + (yy + pad) * Wp + pad, img + (size_t)yy * W, sizeof(float) * W);
+        cl_cpu_load(t->dtype, x, img + (size_t)yy * W, P + (yy + pad) * Wp + pad, W);
       fns->tiles(D + (size_t)b * p->T1, T, P, Wp, n, m, p->th, p->tw);
     }
     fns->t2d(V + (size_t)c * T, CT, D, T, &Bs, len); /* B^T d B */
@@ -410,18 +411,26 @@ static void input_transform(const wino_fns *fns, const wino_plan *p, const cl_co
  * element). */
 static void output_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_shape *t,
                              const float *M, int k0, int kn, const float *bias, int accumulate,
-                             float *y, int n0, int nb, float *tmp) {
+                             cl_dtype yt, void *y, int n0, int nb, float *tmp) {
   const wino_form *f = p->f;
   const int n = f->n, m = f->m, H = t->H, W = t->W;
   const size_t T = (size_t)p->T, KT = (size_t)kn * T, len = (size_t)nb * p->T1;
-  float *Y = tmp;
+  float *Y = tmp, *img = tmp + 2 * (size_t)n * n * T; /* img: where the tiles' image was */
   const wino_side As = side_of(&f->AT[0][0], WMAX, 1, m, n);
   for (int k = k0; k < k0 + kn; k++) {
     fns->t2d(Y, T, M + (size_t)(k - k0) * T, KT, &As, len); /* A^T M A */
     const float bk = bias ? bias[k] : 0.0f;
-    for (int b = 0; b < nb; b++)
-      fns->untile(y + ((size_t)(n0 + b) * t->K + k) * H * W, H, W, Y + (size_t)b * p->T1, T, m,
-                  p->th, p->tw, bk, accumulate);
+    for (int b = 0; b < nb; b++) {
+      const size_t at = ((size_t)(n0 + b) * t->K + k) * H * W;
+      if (yt == CL_F32) {
+        fns->untile((float *)y + at, H, W, Y + (size_t)b * p->T1, T, m, p->th, p->tw, bk,
+                    accumulate);
+        continue;
+      }
+      /* half storage: the image in float32, rounded once (+ y's own) */
+      fns->untile(img, H, W, Y + (size_t)b * p->T1, T, m, p->th, p->tw, bk, 0);
+      cl_cpu_store(yt, img, y, at, (size_t)H * W, accumulate);
+    }
   }
 }
 
@@ -433,8 +442,11 @@ typedef struct wino_job {
   const wino_plan *p;
   const cl_conv_shape *t;
   int dir, team, accumulate;
-  const float *x, *dy, *w, *bias;
-  float *U, *y, *dw, *dbias;
+  const void *x, *dy; /* in the shape's dtype */
+  const float *w, *bias;
+  float *U;
+  void *y; /* forward: the dtype; backward data: float32 */
+  float *dw, *dbias;
   char *base;
 } wino_job;
 
@@ -458,7 +470,8 @@ static void run_images(void *arg, long long n0, long long n1, int tid) {
       for (int e = 0; e < nn; e++)
         cl_cpu_sgemm(kind, 1, 0, kn, len, t->C, 1.0f, j->U + (size_t)e * t->K * t->C + k0, t->K,
                      V + (size_t)e * t->C * T, T, 0.0f, M + (size_t)e * kn * T, T, scratch);
-      output_transform(&fns, p, t, M, k0, kn, j->bias, j->accumulate, j->y, c0, nb, tmp);
+      output_transform(&fns, p, t, M, k0, kn, j->bias, j->accumulate,
+                       j->dir == 0 ? t->dtype : CL_F32, j->y, c0, nb, tmp);
     }
   }
 }
@@ -474,7 +487,7 @@ static void run_images(void *arg, long long n0, long long n1, int tid) {
 /* DY[e][k - k0][q] = (A dY A^T)[e] for channels k0 .. k0+kn-1 of the chunk's tiles; dbias[k] += the sum of
  * dy over the chunk's images, in double, image by image. */
 static void dy_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_shape *t,
-                         const float *dy, int k0, int kn, int n0, int nb, float *DY,
+                         const void *dy, int k0, int kn, int n0, int nb, float *DY,
                          double *dbias, float *tmp) {
   const wino_form *f = p->f;
   const int n = f->n, m = f->m, H = t->H, W = t->W, nn = n * n;
@@ -484,12 +497,14 @@ static void dy_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_
   const int Wp = p->tw * m;
   for (int k = k0; k < k0 + kn; k++) {
     for (int b = 0; b < nb; b++) {
-      const float *img = dy + ((size_t)(n0 + b) * t->K + k) * H * W;
-      double sum = 0.0;
-      for (size_t i = 0; i < (size_t)H * W; i++) sum += img[i];
-      if (dbias) dbias[k] += sum;
+      const size_t img = ((size_t)(n0 + b) * t->K + k) * H * W;
       memset(P, 0, sizeof(float) * p->th * m * Wp);
-      for (int yy = 0; yy < H; yy++) memcpy(P + yy * Wp, img + (size_t)yy * W, sizeof(float) * W);
+      double sum = 0.0;
+      for (int yy = 0; yy < H; yy++) {
+        cl_cpu_load(t->dtype, dy, img + (size_t)yy * W, P + yy * Wp, W);
+        for (int xx = 0; xx < W; xx++) sum += P[yy * Wp + xx];
+      }
+      if (dbias) dbias[k] += sum;
       fns->tiles(D + (size_t)b * p->T1, T, P, Wp, m, m, p->th, p->tw);
     }
     fns->t2d(DY + (size_t)(k - k0) * T, KT, D, T, &As, len); /* A dY A^T */
@@ -573,8 +588,8 @@ static void run_pairs(const wino_job *j) {
 }
 
 /* dir 0: y (+)= conv(x, w) + bias; dir 1: dx (+)= conv_transpose(dy, w). */
-static void wino_run(cl_backend *be, const cl_conv_shape *s, int dir, const float *x,
-                     const float *w, const float *bias, float *y, int accumulate, void *ws) {
+static void wino_run(cl_backend *be, const cl_conv_shape *s, int dir, const void *x,
+                     const float *w, const float *bias, void *y, int accumulate, void *ws) {
   const wino_plan p = plan_of(be, s, dir);
   const cl_conv_shape t = dir_shape(s, dir);
   char *base = (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
@@ -586,7 +601,7 @@ static void wino_run(cl_backend *be, const cl_conv_shape *s, int dir, const floa
 
 /* dw += correlate(dy, x) through Winograd; dbias += the sum of dy. The
  * threads' sums are added in thread order. */
-static void wgrad_run(cl_backend *be, const cl_conv_shape *s, const float *x, const float *dy,
+static void wgrad_run(cl_backend *be, const cl_conv_shape *s, const void *x, const void *dy,
                       float *dw, float *dbias, void *ws) {
   const wino_plan p = plan_of(be, s, 2);
   char *base = (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
@@ -689,12 +704,12 @@ void cl_cpu_wino_done(const cl_cpu_wino_ticket *tk) {
   if (tk->slot) record((wino_slot *)tk->slot, tk->use, cl_cpu_process_seconds() - tk->t0);
 }
 
-void cl_cpu_wino_conv(cl_backend *be, const cl_conv_shape *s, int dir, const float *x,
-                      const float *w, const float *bias, float *y, int accumulate, void *ws) {
+void cl_cpu_wino_conv(cl_backend *be, const cl_conv_shape *s, int dir, const void *x,
+                      const float *w, const float *bias, void *y, int accumulate, void *ws) {
   wino_run(be, s, dir, x, w, bias, y, accumulate, ws);
 }
 
-void cl_cpu_wino_filter(cl_backend *be, const cl_conv_shape *s, const float *dy, const float *x,
+void cl_cpu_wino_filter(cl_backend *be, const cl_conv_shape *s, const void *dy, const void *x,
                         float *dw, float *dbias, void *ws) {
   wgrad_run(be, s, x, dy, dw, dbias, ws);
 }
