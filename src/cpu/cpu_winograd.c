@@ -253,6 +253,13 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
   const size_t pairs = (size_t)(p.f->r * p.f->r + p.f->n * p.f->r) * p.np;
   const size_t planes = 2 * (size_t)nn * p.T > pairs ? 2 * (size_t)nn * p.T : pairs;
   p.tmp_bytes = round64(sizeof(float) * (planes + padded));
+  if (dir == 2) { /* cl_transform's image channels last, a row, a tile's window */
+    const size_t xs = (size_t)(p.th * m + p.f->n - m) * (p.tw * m + p.f->n - m) * t.C + t.W +
+                      (size_t)p.f->n * p.f->n * t.C;
+    const size_t ds = (size_t)p.th * m * p.tw * m * t.K + t.W + (size_t)m * m * t.K;
+    const size_t most = xs > ds ? xs : ds;
+    if (sizeof(float) * most > p.tmp_bytes) p.tmp_bytes = round64(sizeof(float) * most);
+  }
   /* backward filter: the thread's sums of dU (n^2 K C) and of dbias */
   p.du_bytes = dir == 2 ? round64(sizeof(float) * (size_t)nn * t.K * t.C) : 0;
   p.db_bytes = dir == 2 ? round64(sizeof(double) * (size_t)t.K) : 0;
@@ -484,30 +491,49 @@ static void run_images(void *arg, long long n0, long long n1, int tid) {
  * G^T dU G per filter pair. dY: the tile's m x m output gradients, zeros
  * past the image. */
 
-/* DY[e][k - k0][q] = (A dY A^T)[e] for channels k0 .. k0+kn-1 of the chunk's tiles; dbias[k] += the sum of
- * dy over the chunk's images, in double, image by image. */
-static void dy_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_shape *t,
-                         const void *dy, int k0, int kn, int n0, int nb, float *DY,
-                         double *dbias, float *tmp) {
-  const wino_form *f = p->f;
-  const int n = f->n, m = f->m, H = t->H, W = t->W, nn = n * n;
-  const size_t T = (size_t)p->T, KT = (size_t)kn * T, len = (size_t)nb * p->T1;
-  const wino_side As = side_of(&f->AT[0][0], 1, WMAX, n, m); /* A = (A^T)^T */
-  float *D = tmp, *P = tmp + 2 * nn * T;
-  const int Wp = p->tw * m;
-  for (int k = k0; k < k0 + kn; k++) {
-    for (int b = 0; b < nb; b++) {
-      const size_t img = ((size_t)(n0 + b) * t->K + k) * H * W;
-      memset(P, 0, sizeof(float) * p->th * m * Wp);
-      double sum = 0.0;
-      for (int yy = 0; yy < H; yy++) {
-        cl_cpu_load(t->dtype, dy, img + (size_t)yy * W, P + yy * Wp, W);
-        for (int xx = 0; xx < W; xx++) sum += P[yy * Wp + xx];
+/* Backward filter's operands, channels last: out[e][q][c] = (S d S^T)[e],
+ * d the nt x nt window of tile q (image-in-chunk T1 + tile) of channel c0
+ * + c, c < cn, of the nb images from n0 (src: C channels of the shape's
+ * dtype, zeros past its border `pad` and past its last tile). Each image is
+ * turned channels last once ([y][x][c]), so that a tile's element is cn
+ * floats side by side and the transform runs along them. The GEMMs then
+ * read both operands by rows (op(A) = DY^T copied in runs, B = V as it
+ * is): planes [e][c][q] made every GEMM transpose both, nt^2 / m^2 (dy's)
+ * and nt^2 (x's) times the images they come from. dbias (may be NULL) +=
+ * each channel's sum over the images, in double, image by image, in four
+ * chains (one chain's add latency was a few per cent of a step). */
+static void cl_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_shape *t,
+                         const wino_side *S, int nt, int pad, const void *src, int C, int c0,
+                         int cn, int n0, int nb, float *out, double *dbias, float *tmp) {
+  const int m = p->f->m, H = t->H, W = t->W;
+  const int Hq = p->th * m + nt - m, Wq = p->tw * m + nt - m;
+  const size_t plane = (size_t)p->T * cn, pix = (size_t)cn;
+  float *Pc = tmp, *row = Pc + (size_t)Hq * Wq * pix, *D = row + W;
+  /* no border to clear when the tiles cover the image exactly (dy's) */
+  const int border = pad > 0 || Hq != H || Wq != W;
+  for (int b = 0; b < nb; b++) {
+    if (border) memset(Pc, 0, sizeof(float) * Hq * Wq * pix);
+    for (int c = 0; c < cn; c++) {
+      const size_t img = ((size_t)(n0 + b) * C + c0 + c) * H * W;
+      double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+      for (int y = 0; y < H; y++) {
+        cl_cpu_load(t->dtype, src, img + (size_t)y * W, row, W);
+        float *d = Pc + ((size_t)(y + pad) * Wq + pad) * pix + c;
+        for (int x = 0; x < W; x++) d[x * pix] = row[x];
+        int x = 0;
+        for (; dbias && x + 4 <= W; x += 4)
+          s0 += row[x], s1 += row[x + 1], s2 += row[x + 2], s3 += row[x + 3];
+        for (; dbias && x < W; x++) s0 += row[x];
       }
-      if (dbias) dbias[k] += sum;
-      fns->tiles(D + (size_t)b * p->T1, T, P, Wp, m, m, p->th, p->tw);
+      if (dbias) dbias[c0 + c] += (s0 + s1) + (s2 + s3);
     }
-    fns->t2d(DY + (size_t)(k - k0) * T, KT, D, T, &As, len); /* A dY A^T */
+    for (int q = 0; q < p->T1; q++) {
+      const int ty = q / p->tw, tx = q % p->tw;
+      for (int l = 0; l < nt; l++) /* a window row: nt pixels of cn floats */
+        memcpy(D + (size_t)l * nt * pix, Pc + ((size_t)(ty * m + l) * Wq + tx * m) * pix,
+               sizeof(float) * nt * pix);
+      fns->t2d(out + ((size_t)b * p->T1 + q) * pix, plane, D, pix, S, pix);
+    }
   }
 }
 
@@ -538,17 +564,20 @@ static void wgrad_images(void *arg, long long n0, long long n1, int tid) {
   const size_t KC = (size_t)t->K * t->C;
   const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(j->be);
   const wino_fns fns = fns_of(j->be);
+  const wino_form *f = p->f;
+  const wino_side Bs = side_of(&f->BT[0][0], WMAX, 1, f->n, f->n);
+  const wino_side As = side_of(&f->AT[0][0], 1, WMAX, f->n, f->m); /* A = (A^T)^T */
   if (db) memset(db, 0, sizeof(double) * t->K);
   if (n1 <= n0) memset(dU, 0, sizeof(float) * nn * KC);
   for (int c0 = (int)n0; c0 < (int)n1; c0 += p->nb) {
     int nb = (int)n1 - c0 < p->nb ? (int)n1 - c0 : p->nb, len = nb * p->T1;
-    input_transform(&fns, p, t, j->x, c0, nb, V, tmp);
+    cl_transform(&fns, p, t, &Bs, f->n, (f->r - 1) / 2, j->x, t->C, 0, t->C, c0, nb, V, NULL, tmp);
     for (int k0 = 0; k0 < t->K; k0 += p->kb) {
       const int kn = t->K - k0 < p->kb ? t->K - k0 : p->kb;
-      dy_transform(&fns, p, t, j->dy, k0, kn, c0, nb, DY, db, tmp);
-      for (int e = 0; e < nn; e++)
-        cl_cpu_sgemm(kind, 0, 1, kn, t->C, len, 1.0f, DY + (size_t)e * kn * T, T,
-                     V + (size_t)e * t->C * T, T, c0 == (int)n0 ? 0.0f : 1.0f,
+      cl_transform(&fns, p, t, &As, f->m, 0, j->dy, t->K, k0, kn, c0, nb, DY, db, tmp);
+      for (int e = 0; e < nn; e++) /* dU[e] (+)= DY[e]^T V[e], both stored [q][channel] */
+        cl_cpu_sgemm(kind, 1, 0, kn, t->C, len, 1.0f, DY + (size_t)e * T * kn, kn,
+                     V + (size_t)e * T * t->C, t->C, c0 == (int)n0 ? 0.0f : 1.0f,
                      dU + e * KC + (size_t)k0 * t->C, t->C, scratch);
     }
   }
