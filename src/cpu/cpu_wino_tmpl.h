@@ -58,6 +58,58 @@ TGT static void FN(wino_2d)(float *d, size_t ds, const float *s, size_t ss, cons
   }
 }
 
+/* wino_row for a matrix known when compiling (a form's, at constant
+ * indices once unrolled): its coefficients become constants and its zeros
+ * vanish, the same operations in the same order. */
+TGT static inline __attribute__((always_inline)) V FN(wino_row_fixed)(const float *M, int si,
+                                                                      int sj, int i, int C,
+                                                                      const V *x) {
+  V a = VZERO();
+  int first = 1;
+#pragma GCC unroll 8
+  for (int l = 0; l < C; l++) {
+    const float c = M[i * si + l * sj];
+    if (c != 0.0f) a = first ? VMUL(VSET1(c), x[l]) : VFMA(VSET1(c), x[l], a), first = 0;
+  }
+  return a;
+}
+
+/* wino_2d for one form's matrix (M[i][j] = MAT[i STI + j STJ], R x C),
+ * unrolled; the tail of len past the last whole vector goes to wino_2d. */
+#define WINO_2D_FIXED(NAME, MAT, STI, STJ, R, C)                                                  \
+  TGT static void FN(NAME)(float *d, size_t ds, const float *s, size_t ss, const wino_side *S,    \
+                           size_t len) {                                                          \
+    size_t q = 0;                                                                                 \
+    for (; q + VW <= len; q += VW) {                                                              \
+      V t[R][C], x[C];                                                                            \
+      _Pragma("GCC unroll 8") for (int b = 0; b < C; b++) {                                       \
+        _Pragma("GCC unroll 8") for (int a = 0; a < C; a++) x[a] =                                \
+            VLOADU(s + (size_t)(a * C + b) * ss + q);                                             \
+        _Pragma("GCC unroll 8") for (int i = 0; i < R; i++) t[i][b] =                             \
+            FN(wino_row_fixed)(MAT, STI, STJ, i, C, x);                                           \
+      }                                                                                           \
+      _Pragma("GCC unroll 8") for (int i = 0; i < R; i++)                                         \
+          _Pragma("GCC unroll 8") for (int j = 0; j < R; j++)                                     \
+              VSTOREU(d + (size_t)(i * R + j) * ds + q,                                           \
+                      FN(wino_row_fixed)(MAT, STI, STJ, j, C, t[i]));                             \
+    }                                                                                             \
+    if (q < len) FN(wino_2d)(d + q, ds, s + q, ss, S, len - q);                                   \
+  }
+
+/* The default rule's forms, F(4x4,3x3) and F(4x4,5x5), each matrix as a
+ * transform uses it (wino_side's roles: B^T, A^T, A, G, G^T). */
+WINO_2D_FIXED(wino_2d_43_bt, &FORMS[1].BT[0][0], WMAX, 1, 6, 6)
+WINO_2D_FIXED(wino_2d_43_at, &FORMS[1].AT[0][0], WMAX, 1, 4, 6)
+WINO_2D_FIXED(wino_2d_43_a, &FORMS[1].AT[0][0], 1, WMAX, 6, 4)
+WINO_2D_FIXED(wino_2d_43_g, &FORMS[1].G[0][0], 5, 1, 6, 3)
+WINO_2D_FIXED(wino_2d_43_gt, &FORMS[1].G[0][0], 1, 5, 3, 6)
+WINO_2D_FIXED(wino_2d_45_bt, &FORMS[3].BT[0][0], WMAX, 1, 8, 8)
+WINO_2D_FIXED(wino_2d_45_at, &FORMS[3].AT[0][0], WMAX, 1, 4, 8)
+WINO_2D_FIXED(wino_2d_45_a, &FORMS[3].AT[0][0], 1, WMAX, 8, 4)
+WINO_2D_FIXED(wino_2d_45_g, &FORMS[3].G[0][0], 5, 1, 8, 5)
+WINO_2D_FIXED(wino_2d_45_gt, &FORMS[3].G[0][0], 1, 5, 5, 8)
+#undef WINO_2D_FIXED
+
 TGT static void FN(wino_tiles)(float *D, size_t ds, const float *P, int Wp, int n, int m, int th,
                                int tw) {
 #if CL_SIMD == 512

@@ -317,16 +317,24 @@ typedef struct wino_side {
   int rows, cols;
   int nz[WMAX], at[WMAX][WMAX];
   float c[WMAX][WMAX];
+  int form, role; /* FORMS[form]'s matrix in role (wino_role) */
 } wino_side;
 
-/* M[i][j] = x[i * step_i + j * step_j] for i < rows, j < cols. */
-static wino_side side_of(const float *x, int step_i, int step_j, int rows, int cols) {
+/* A form's matrices, as its transforms use them. */
+typedef enum wino_role { ROLE_BT, ROLE_AT, ROLE_A, ROLE_G, ROLE_GT, ROLES } wino_role;
+
+/* The matrix of f in role. */
+static wino_side side_of(const wino_form *f, wino_role role) {
+  const int n = f->n, m = f->m, r = f->r;
+  const float *x = role == ROLE_BT ? &f->BT[0][0] : role <= ROLE_A ? &f->AT[0][0] : &f->G[0][0];
+  const int rows[] = {n, m, n, n, r}, cols[] = {n, n, m, r, n};
+  const int si[] = {WMAX, WMAX, 1, 5, 1}, sj[] = {1, 1, WMAX, 1, 5};
   wino_side M;
   memset(&M, 0, sizeof M);
-  M.rows = rows, M.cols = cols;
-  for (int i = 0; i < rows; i++)
-    for (int j = 0; j < cols; j++) {
-      const float v = x[i * step_i + j * step_j];
+  M.rows = rows[role], M.cols = cols[role], M.form = (int)(f - FORMS), M.role = role;
+  for (int i = 0; i < M.rows; i++)
+    for (int j = 0; j < M.cols; j++) {
+      const float v = x[i * si[role] + j * sj[role]];
       if (v != 0.0f) M.at[i][M.nz[i]] = j, M.c[i][M.nz[i]++] = v;
     }
   return M;
@@ -345,24 +353,43 @@ static wino_side side_of(const float *x, int step_i, int step_j, int rows, int c
 #endif
 
 /* The transforms' loops of one instruction set. */
+typedef void (*wino_t2d_fn)(float *d, size_t ds, const float *s, size_t ss, const wino_side *M,
+                            size_t len);
 typedef struct wino_fns {
-  void (*t2d)(float *d, size_t ds, const float *s, size_t ss, const wino_side *M, size_t len);
+  wino_t2d_fn t2d, fixed[4][ROLES]; /* fixed: per form and role, or NULL */
   void (*tiles)(float *D, size_t ds, const float *P, int Wp, int n, int m, int th, int tw);
   void (*untile)(float *img, int H, int W, const float *Y, size_t ys, int m, int th, int tw,
                  float bk, int acc);
 } wino_fns;
 
+#define FIXED_OF(ISA)                                                                             \
+  {{NULL}, {wino_2d_43_bt_##ISA, wino_2d_43_at_##ISA, wino_2d_43_a_##ISA, wino_2d_43_g_##ISA,     \
+            wino_2d_43_gt_##ISA},                                                                  \
+   {NULL}, {wino_2d_45_bt_##ISA, wino_2d_45_at_##ISA, wino_2d_45_a_##ISA, wino_2d_45_g_##ISA,     \
+            wino_2d_45_gt_##ISA}}
+
 static wino_fns fns_of(const cl_backend *be) {
-  wino_fns f = {wino_2d_generic, wino_tiles_generic, wino_untile_generic};
+  static const wino_fns generic = {wino_2d_generic, FIXED_OF(generic), wino_tiles_generic,
+                                   wino_untile_generic};
 #if CL_CPU_X86
+  static const wino_fns avx512 = {wino_2d_avx512, FIXED_OF(avx512), wino_tiles_avx512,
+                                  wino_untile_avx512};
+  static const wino_fns avx2 = {wino_2d_avx2, FIXED_OF(avx2), wino_tiles_avx2, wino_untile_avx2};
   cl_cpu_gemm_kind isa = cl_cpu_isa_of(be);
-  if (isa == CL_CPU_GEMM_AVX512)
-    f.t2d = wino_2d_avx512, f.tiles = wino_tiles_avx512, f.untile = wino_untile_avx512;
-  if (isa == CL_CPU_GEMM_AVX2)
-    f.t2d = wino_2d_avx2, f.tiles = wino_tiles_avx2, f.untile = wino_untile_avx2;
+  if (isa == CL_CPU_GEMM_AVX512) return avx512;
+  if (isa == CL_CPU_GEMM_AVX2) return avx2;
 #endif
   (void)be;
-  return f;
+  return generic;
+}
+#undef FIXED_OF
+
+/* d = the transform of s by M's role (wino_2d), unrolled for M's form where
+ * one is compiled. */
+static void t2d(const wino_fns *fns, float *d, size_t ds, const float *s, size_t ss,
+                const wino_side *M, size_t len) {
+  const wino_t2d_fn fx = fns->fixed[M->form][M->role];
+  (fx ? fx : fns->t2d)(d, ds, s, ss, M, len);
 }
 
 /* U[e][c][k] = (G g G^T)[e], g = w[k][c] (dir 0) or, for backward data,
@@ -376,7 +403,7 @@ static void filter_transform(const wino_fns *fns, const wino_plan *p, const cl_c
                              int dir, const float *w, float *U, size_t p0, size_t len,
                              float *tmp) {
   const wino_form *f = p->f;
-  const int n = f->n, r = f->r, rr = r * r;
+  const int r = f->r, rr = r * r;
   const size_t KC = (size_t)t->K * t->C, np = (size_t)p->np;
   float *g = tmp;
   size_t c = p0 / t->K, k = p0 % t->K;
@@ -387,8 +414,8 @@ static void filter_transform(const wino_fns *fns, const wino_plan *p, const cl_c
       for (int e = 0; e < rr; e++) g[e * np + q] = w[(c * t->K + k) * rr + rr - 1 - e];
     if (++k == (size_t)t->K) k = 0, c++;
   }
-  const wino_side Gs = side_of(&f->G[0][0], 5, 1, n, r);
-  fns->t2d(U + p0, KC, g, np, &Gs, len); /* G g G^T */
+  const wino_side Gs = side_of(f, ROLE_G);
+  t2d(fns, U + p0, KC, g, np, &Gs, len); /* G g G^T */
 }
 
 /* V[e][c][q] = (B^T d B)[e] for the tiles of images n0 .. n0+nb-1 (q =
@@ -400,7 +427,7 @@ static void input_transform(const wino_fns *fns, const wino_plan *p, const cl_co
   const size_t T = (size_t)p->T, CT = (size_t)t->C * T, len = (size_t)nb * p->T1;
   float *D = tmp, *P = tmp + 2 * nn * T;
   const int Hp = p->th * m + n - m, Wp = p->tw * m + n - m;
-  const wino_side Bs = side_of(&f->BT[0][0], WMAX, 1, n, n);
+  const wino_side Bs = side_of(f, ROLE_BT);
   for (int c = 0; c < t->C; c++) {
     for (int b = 0; b < nb; b++) {
       const size_t img = ((size_t)(n0 + b) * t->C + c) * H * W;
@@ -409,7 +436,7 @@ static void input_transform(const wino_fns *fns, const wino_plan *p, const cl_co
         cl_cpu_load(t->dtype, x, img + (size_t)yy * W, P + (yy + pad) * Wp + pad, W);
       fns->tiles(D + (size_t)b * p->T1, T, P, Wp, n, m, p->th, p->tw);
     }
-    fns->t2d(V + (size_t)c * T, CT, D, T, &Bs, len); /* B^T d B */
+    t2d(fns, V + (size_t)c * T, CT, D, T, &Bs, len); /* B^T d B */
   }
 }
 
@@ -423,9 +450,9 @@ static void output_transform(const wino_fns *fns, const wino_plan *p, const cl_c
   const int n = f->n, m = f->m, H = t->H, W = t->W;
   const size_t T = (size_t)p->T, KT = (size_t)kn * T, len = (size_t)nb * p->T1;
   float *Y = tmp, *img = tmp + 2 * (size_t)n * n * T; /* img: where the tiles' image was */
-  const wino_side As = side_of(&f->AT[0][0], WMAX, 1, m, n);
+  const wino_side As = side_of(f, ROLE_AT);
   for (int k = k0; k < k0 + kn; k++) {
-    fns->t2d(Y, T, M + (size_t)(k - k0) * T, KT, &As, len); /* A^T M A */
+    t2d(fns, Y, T, M + (size_t)(k - k0) * T, KT, &As, len); /* A^T M A */
     const float bk = bias ? bias[k] : 0.0f;
     for (int b = 0; b < nb; b++) {
       const size_t at = ((size_t)(n0 + b) * t->K + k) * H * W;
@@ -532,7 +559,7 @@ static void cl_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_
       for (int l = 0; l < nt; l++) /* a window row: nt pixels of cn floats */
         memcpy(D + (size_t)l * nt * pix, Pc + ((size_t)(ty * m + l) * Wq + tx * m) * pix,
                sizeof(float) * nt * pix);
-      fns->t2d(out + ((size_t)b * p->T1 + q) * pix, plane, D, pix, S, pix);
+      t2d(fns, out + ((size_t)b * p->T1 + q) * pix, plane, D, pix, S, pix);
     }
   }
 }
@@ -542,11 +569,11 @@ static void cl_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_
 static void filter_grad_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_shape *t,
                                   const float *dU, float *dw, size_t p0, size_t len, float *tmp) {
   const wino_form *f = p->f;
-  const int n = f->n, r = f->r, rr = r * r;
+  const int r = f->r, rr = r * r;
   const size_t KC = (size_t)t->K * t->C, np = (size_t)p->np;
-  const wino_side Gt = side_of(&f->G[0][0], 1, 5, r, n); /* G^T */
+  const wino_side Gt = side_of(f, ROLE_GT);
   float *dg = tmp;
-  fns->t2d(dg, np, dU + p0, KC, &Gt, len); /* G^T dU G */
+  t2d(fns, dg, np, dU + p0, KC, &Gt, len); /* G^T dU G */
   for (size_t q = 0; q < len; q++)
     for (int e = 0; e < rr; e++) dw[(p0 + q) * rr + e] += dg[e * np + q];
 }
@@ -565,8 +592,8 @@ static void wgrad_images(void *arg, long long n0, long long n1, int tid) {
   const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(j->be);
   const wino_fns fns = fns_of(j->be);
   const wino_form *f = p->f;
-  const wino_side Bs = side_of(&f->BT[0][0], WMAX, 1, f->n, f->n);
-  const wino_side As = side_of(&f->AT[0][0], 1, WMAX, f->n, f->m); /* A = (A^T)^T */
+  const wino_side Bs = side_of(f, ROLE_BT);
+  const wino_side As = side_of(f, ROLE_A); /* A = (A^T)^T */
   if (db) memset(db, 0, sizeof(double) * t->K);
   if (n1 <= n0) memset(dU, 0, sizeof(float) * nn * KC);
   for (int c0 = (int)n0; c0 < (int)n1; c0 += p->nb) {
