@@ -13,11 +13,13 @@
  * with U = G w G^T (the filters), V = B^T d B (T input tiles), then the
  * output transform A^T M A per tile. The GEMMs run on the backend's own
  * kernel (cl_cpu_sgemm). Forms (matrices from the Cook-Toom construction
- * with points 0, 1, -1, 2, -2 and infinity; derived exactly in rationals
- * and checked to reproduce correlation, see doc/speed.md):
+ * with points 0, 1, -1, 2, -2 (and 1/2, -1/2 for F(4x4,5x5)) and infinity;
+ * derived exactly in rationals and checked to reproduce correlation, see
+ * doc/speed.md):
  *   F(2x2,3x3): 16 products per tile against 36 (2.25x fewer);
  *   F(4x4,3x3): 36 against 144 (4x), larger float32 error;
- *   F(2x2,5x5): 36 against 100 (2.8x).
+ *   F(2x2,5x5): 36 against 100 (2.8x);
+ *   F(4x4,5x5): 64 against 400 (6.25x), float32 error like F(4x4,3x3)'s.
  * Backward data is the forward convolution of dy with the filters flipped
  * and transposed (stride 1, odd kernel, "same" padding), so it runs the
  * same code, the flip done in the filter transform. Backward filter is the
@@ -27,11 +29,11 @@
  * Which algorithm runs, from CONVLSTM_CONV_ALGO as it was when the backend
  * was created (calls of WINO_MIN_FLOP or more; smaller ones always take
  * cpu_conv.c's paths): unset (or =rule), the default, Winograd where both
- * channel counts are WINO_MIN_CHANNELS or more (F(2x2,5x5), F(4x4,3x3)),
+ * channel counts are WINO_MIN_CHANNELS or more (F(4x4,5x5), F(4x4,3x3)),
  * cpu_conv.c's paths elsewhere: a fixed rule, so every process computes the
  * same bits; =gemm, cpu_conv.c's paths and no Winograd workspace;
- * =winograd the Winograd form of the kernel size (F(2x2,3x3) for 3 x 3),
- * =winograd4 F(4x4,3x3) for 3 x 3; =auto, the first calls of each shape and
+ * =winograd F(2x2, r) for the kernel size r, =winograd4 F(4x4, r); =auto
+ * (with F(2x2, r)), the first calls of each shape and
  * direction in a process alternate between the two, WINO_ROUNDS each, timed
  * in the process's CPU seconds, and the faster runs every later call (the
  * results of those first calls then differ in the last bits from one
@@ -151,7 +153,7 @@ static int algo_env(const cl_backend *be) {
  * that tests set just above them (a step under 40-64 KiB). */
 #define WINO_MIN_FLOP 1e8
 
-/* The default rule: Winograd (F(2x2,5x5), F(4x4,3x3)) where both the
+/* The default rule: Winograd (F(4x4,5x5), F(4x4,3x3)) where both the
  * channels in and the channels out are this many or more, in either
  * direction (backward data swaps them): its n^2 GEMMs then have work
  * enough. Measured on the step's shapes (doc/speed.md, one thread): 48 ->
