@@ -193,7 +193,10 @@ typedef struct wino_plan {
   int T;          /* tiles per chunk, nb T1: the planes' length */
   int kb;         /* output channels per block of M (K: backward filter) */
   int np;         /* filter pairs per block of the filter-side work */
+  int small;      /* forward or backward data of one chunk: split by channels (run_small) */
+  int kt;         /* small: output channels a thread's part */
   int threads;
+  size_t off_v; /* small: the shared V */
   size_t off_slices, v_bytes, m_bytes, scratch_bytes, tmp_bytes, du_bytes, db_bytes;
   size_t slice_bytes, total;
 } wino_plan;
@@ -228,10 +231,20 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
   if (dir == 2 && p.nb > (int)(WINO_M_BYTES / plane1)) p.nb = (int)(WINO_M_BYTES / plane1);
   if (p.nb < 1) p.nb = 1;
   if (p.nb > per) p.nb = per;
+  /* A batch that is one chunk (the hidden halves' few images) is split by
+   * channels, not by images: split by images, each thread ran half-width
+   * GEMMs and packed all of U (run_small). */
+  p.small = dir != 2 && p.threads > 1 && t.N * p.T1 <= WINO_TILES;
+  if (p.small) p.nb = t.N;
   p.T = p.nb * p.T1;
   const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(be);
   p.off_slices = round64(sizeof(float) * (size_t)nn * t.K * t.C);
   p.v_bytes = round64(sizeof(float) * (size_t)nn * t.C * p.T);
+  if (p.small) { /* one V, shared, after U; a thread's part of the channels */
+    p.off_v = p.off_slices, p.off_slices += p.v_bytes, p.v_bytes = 0;
+    p.kt = (t.K + p.threads - 1) / p.threads;
+    p.kt = (p.kt + 11) / 12 * 12;
+  }
   /* forward and backward data: M holds the products of kb output channels
    * at a time, the channels cut into as few blocks (of whole 12-row
    * register tiles) as keep it near WINO_M_BYTES (backward filter: fewer
@@ -241,6 +254,7 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
   p.kb = (t.K + blocks - 1) / blocks;
   if (blocks > 1) p.kb = (p.kb + 11) / 12 * 12;
   if (p.kb > t.K) p.kb = t.K;
+  if (p.small && p.kb > p.kt) p.kb = p.kt;
   p.m_bytes = round64(sizeof(float) * (size_t)nn * p.kb * p.T);
   p.scratch_bytes = round64(dir == 2 ? cl_cpu_sgemm_scratch_bytes(kind, t.K, t.C, p.T)
                                      : cl_cpu_sgemm_scratch_bytes(kind, t.K, p.T, t.C));
@@ -423,14 +437,15 @@ static void filter_transform(const wino_fns *fns, const wino_plan *p, const cl_c
 /* V[e][c][q] = (B^T d B)[e] for the tiles of images n0 .. n0+nb-1 (q =
  * image-in-chunk T1 + tile), d read from x with zeros outside the image. */
 static void input_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_shape *t,
-                            const void *x, int n0, int nb, float *V, float *tmp) {
+                            const void *x, int c0, int c1, int n0, int nb, float *V,
+                            float *tmp) {
   const wino_form *f = p->f;
   const int n = f->n, m = f->m, pad = (f->r - 1) / 2, H = t->H, W = t->W, nn = n * n;
   const size_t T = (size_t)p->T, CT = (size_t)t->C * T, len = (size_t)nb * p->T1;
   float *D = tmp, *P = tmp + 2 * nn * T;
   const int Hp = p->th * m + n - m, Wp = p->tw * m + n - m;
   const wino_side Bs = side_of(f, ROLE_BT);
-  for (int c = 0; c < t->C; c++) {
+  for (int c = c0; c < c1; c++) {
     for (int b = 0; b < nb; b++) {
       const size_t img = ((size_t)(n0 + b) * t->C + c) * H * W;
       memset(P, 0, sizeof(float) * Hp * Wp); /* the border, and beyond a cropped tile */
@@ -486,32 +501,63 @@ typedef struct wino_job {
   char *base;
 } wino_job;
 
+/* y (+)= the output channels [k0, k1) of the chunk of nb images from n0
+ * whose input transform V holds: kb channels at a time, their n^2 GEMMs
+ * into M, then the output transform, in the thread's slice sl. */
+static void products(const wino_job *j, const wino_fns *fns, const float *V, int k0, int k1, int n0,
+                     int nb, wino_slice sl) {
+  const wino_plan *p = j->p;
+  const cl_conv_shape *t = j->t;
+  const int nn = p->f->n * p->f->n, T = p->T, len = nb * p->T1;
+  const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(j->be);
+  for (int kb0 = k0; kb0 < k1; kb0 += p->kb) {
+    const int kn = k1 - kb0 < p->kb ? k1 - kb0 : p->kb;
+    for (int e = 0; e < nn; e++)
+      cl_cpu_sgemm(kind, 1, 0, kn, len, t->C, 1.0f, j->U + (size_t)e * t->K * t->C + kb0, t->K,
+                   V + (size_t)e * t->C * T, T, 0.0f, sl.M + (size_t)e * kn * T, T, sl.scratch);
+    output_transform(fns, p, t, sl.M, kb0, kn, j->bias, j->accumulate,
+                     j->dir == 0 ? t->dtype : CL_F32, j->y, n0, nb, sl.tmp);
+  }
+}
+
 /* Thread tid's images [n0, n1) (cl_cpu_blocks) in chunks of p->nb, in its
  * own slice of the workspace. */
 static void run_images(void *arg, long long n0, long long n1, int tid) {
   const wino_job *j = arg;
   const wino_plan *p = j->p;
-  const cl_conv_shape *t = j->t;
   const wino_slice sl = slice_of(p, j->base, tid);
-  float *V = sl.V, *M = sl.M, *tmp = sl.tmp;
-  void *scratch = sl.scratch;
-  const int nn = p->f->n * p->f->n, T = p->T;
-  const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(j->be);
   const wino_fns fns = fns_of(j->be);
   for (int c0 = (int)n0; c0 < (int)n1; c0 += p->nb) {
-    int nb = (int)n1 - c0 < p->nb ? (int)n1 - c0 : p->nb, len = nb * p->T1;
-    input_transform(&fns, p, t, j->x, c0, nb, V, tmp);
-    for (int k0 = 0; k0 < t->K; k0 += p->kb) {
-      const int kn = t->K - k0 < p->kb ? t->K - k0 : p->kb;
-      for (int e = 0; e < nn; e++)
-        cl_cpu_sgemm(kind, 1, 0, kn, len, t->C, 1.0f, j->U + (size_t)e * t->K * t->C + k0, t->K,
-                     V + (size_t)e * t->C * T, T, 0.0f, M + (size_t)e * kn * T, T, scratch);
-      output_transform(&fns, p, t, M, k0, kn, j->bias, j->accumulate,
-                       j->dir == 0 ? t->dtype : CL_F32, j->y, c0, nb, tmp);
-    }
+    const int nb = (int)n1 - c0 < p->nb ? (int)n1 - c0 : p->nb;
+    input_transform(&fns, p, j->t, j->x, 0, j->t->C, c0, nb, sl.V, sl.tmp);
+    products(j, &fns, sl.V, 0, j->t->K, c0, nb, sl);
   }
 }
 
+
+/* One chunk split by channels (p->small): the threads transform their
+ * blocks of input channels into the shared V (small_inputs), then, after
+ * the region's barrier, each computes its part of the output channels
+ * over every tile (small_outputs): GEMMs as wide as the chunk, and each
+ * thread packs only its rows of U. */
+static void small_inputs(void *arg, long long c0, long long c1, int tid) {
+  const wino_job *j = arg;
+  const wino_fns fns = fns_of(j->be);
+  float *V = (float *)(j->base + j->p->off_v);
+  input_transform(&fns, j->p, j->t, j->x, (int)c0, (int)c1, 0, j->t->N, V,
+                  slice_of(j->p, j->base, tid).tmp);
+}
+
+static void small_outputs(void *arg, long long q0, long long q1, int tid) {
+  const wino_job *j = arg;
+  const wino_fns fns = fns_of(j->be);
+  const float *V = (const float *)(j->base + j->p->off_v);
+  const int kt = j->p->kt, K = j->t->K;
+  for (long long q = q0; q < q1; q++) {
+    const int k0 = (int)q * kt, k1 = k0 + kt < K ? k0 + kt : K;
+    products(j, &fns, V, k0, k1, 0, j->t->N, slice_of(j->p, j->base, tid));
+  }
+}
 
 /* ---- backward filter ---------------------------------------------------
  * The gradient of Y = A^T [U .* V] A with respect to U is, per tile,
@@ -654,6 +700,11 @@ static void wino_run(cl_backend *be, const cl_conv_shape *s, int dir, const void
   float *U = (float *)base;
   wino_job j = {be, &p, &t, dir, 1, accumulate, x, NULL, w, bias, U, y, NULL, NULL, base};
   run_pairs(&j);
+  if (p.small) {
+    cl_cpu_blocks(p.threads, t.C, small_inputs, &j);
+    cl_cpu_blocks(p.threads, (t.K + p.kt - 1) / p.kt, small_outputs, &j);
+    return;
+  }
   cl_cpu_blocks(p.threads, t.N, run_images, &j);
 }
 
