@@ -193,7 +193,7 @@ typedef struct wino_plan {
   int T;          /* tiles per chunk, nb T1: the planes' length */
   int kb;         /* output channels per block of M (K: backward filter) */
   int np;         /* filter pairs per block of the filter-side work */
-  int small;      /* forward or backward data of one chunk: split by channels (run_small) */
+  int small;      /* forward or backward data of one chunk, split by channels (small_*) */
   int kt;         /* small: output channels a thread's part */
   int threads;
   size_t off_v; /* small: the shared V */
@@ -233,7 +233,7 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
   if (p.nb > per) p.nb = per;
   /* A batch that is one chunk (the hidden halves' few images) is split by
    * channels, not by images: split by images, each thread ran half-width
-   * GEMMs and packed all of U (run_small). */
+   * GEMMs and packed all of U (small_inputs, small_outputs). */
   p.small = dir != 2 && p.threads > 1 && t.N * p.T1 <= WINO_TILES;
   if (p.small) p.nb = t.N;
   p.T = p.nb * p.T1;
@@ -264,7 +264,7 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
   const size_t padded = (size_t)(p.th * m + p.f->n - m) * (p.tw * m + p.f->n - m) + 32;
   /* filter pairs a block: the filter-side transforms' planes as long as a
    * chunk's, and never short (at 32 pairs, two threads' tiles of the
-   * hidden half, the calls of comb cost more than their sums) */
+   * hidden half, a transform call per plane cost more than its sums) */
   p.np = p.T > WINO_PAIRS ? p.T : WINO_PAIRS;
   const size_t pairs = (size_t)(p.f->r * p.f->r + p.f->n * p.f->r) * p.np;
   const size_t planes = 2 * (size_t)nn * p.T > pairs ? 2 * (size_t)nn * p.T : pairs;
@@ -358,14 +358,14 @@ static wino_side side_of(const wino_form *f, wino_role role) {
 
 #define CL_SIMD 1
 #include "cpu_simd.h"
-#include "cpu_wino_tmpl.h" /* wino_comb_generic */
+#include "cpu_wino_tmpl.h" /* wino_2d_generic, wino_tiles_generic, ... */
 #if CL_CPU_X86
 #define CL_SIMD 512
 #include "cpu_simd.h"
-#include "cpu_wino_tmpl.h" /* wino_comb_avx512 */
+#include "cpu_wino_tmpl.h" /* wino_2d_avx512, ... */
 #define CL_SIMD 256
 #include "cpu_simd.h"
-#include "cpu_wino_tmpl.h" /* wino_comb_avx2 */
+#include "cpu_wino_tmpl.h" /* wino_2d_avx2, ... */
 #endif
 
 /* The transforms' loops of one instruction set. */
