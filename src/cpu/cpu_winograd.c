@@ -181,11 +181,13 @@ static cl_conv_shape dir_shape(const cl_conv_shape *s, int dir) {
   return t;
 }
 
-/* The layout of one call's workspace: the filters' transform U, then one
- * slice per thread (slice_of): V (input tiles), M (products, or dy's
- * transform), the GEMM's scratch, tmp (the planes a transform works in,
- * the filter pairs' blocks too), and for backward filter the thread's sums
- * of dU and of dbias. */
+/* The layout of one call's workspace: the filters' transform U (forward
+ * and backward data), then one slice per thread (slice_of): V (input
+ * tiles), M (products, or dy's transform), the GEMM's scratch, tmp (the
+ * planes a transform works in, the filter pairs' blocks too), and for
+ * backward filter the thread's sums of dU and of dbias. A call of one
+ * chunk (small) shares one V, one M and one dU, after U; its slices hold
+ * the rest. */
 typedef struct wino_plan {
   const wino_form *f;
   int th, tw, T1; /* tiles down, across, per image */
@@ -193,10 +195,9 @@ typedef struct wino_plan {
   int T;          /* tiles per chunk, nb T1: the planes' length */
   int kb;         /* output channels per block of M (K: backward filter) */
   int np;         /* filter pairs per block of the filter-side work */
-  int small;      /* forward or backward data of one chunk, split by channels (small_*) */
-  int kt;         /* small: output channels a thread's part */
+  int small;      /* one chunk, split by channels and tile elements (small_*, wgrad_small_*) */
   int threads;
-  size_t off_v; /* small: the shared V */
+  size_t off_v, off_m, off_du; /* small: the shared V, M (or DY), backward filter's dU */
   size_t off_slices, v_bytes, m_bytes, scratch_bytes, tmp_bytes, du_bytes, db_bytes;
   size_t slice_bytes, total;
 } wino_plan;
@@ -211,6 +212,14 @@ enum { WINO_TILES = 256, WINO_PAIRS = 256 };
  * one image's tiles are the least a chunk holds). Tried at 2 MiB: the plain stack's step ran 4-9 % slower
  * (its 192 channels in four blocks) for 1.3 MiB less peak. */
 #define WINO_M_BYTES ((size_t)4 << 20)
+/* About the bytes of V (every input channel's transform) a thread holds at
+ * once. Backward data of the 5 x 5 hidden-to-gates layers reads 192 and 256
+ * channels (4h): at 256 tiles a chunk its V was 12.6 MB a thread for the
+ * plain stack's 48 <- 192. Bounded, one thread (ms, WINO_V_BYTES at 2, 4, 8,
+ * 16 MiB, none): the plain stack's 48 <- 192 at 16x16 37.6, 31.2, 27.6,
+ * 34.5, 34.9; the tutorial's 64 <- 256 at 24x24 (3 x 3) 122, 106, 81.5,
+ * 86.2, 86.2. */
+#define WINO_V_BYTES ((size_t)8 << 20)
 
 static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir,
                            const wino_form *f) {
@@ -221,40 +230,41 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
   const cl_conv_shape t = dir_shape(s, dir);
   const int m = p.f->m, nn = p.f->n * p.f->n;
   p.th = (t.H + m - 1) / m, p.tw = (t.W + m - 1) / m, p.T1 = p.th * p.tw;
-  p.threads = be->n_threads < 1 ? 1 : be->n_threads < t.N ? be->n_threads : t.N;
+  const int team = be->n_threads < 1 ? 1 : be->n_threads;
+  p.threads = team < t.N ? team : t.N;
   int per = (t.N + p.threads - 1) / p.threads;
   p.nb = WINO_TILES / p.T1 < 1 ? 1 : WINO_TILES / p.T1;
   /* backward filter's M, dy's transform, holds every channel (its GEMMs
    * sum over the tiles, so fewer tiles a chunk pack nothing twice; at 36
-   * tiles a chunk the tutorial's 3x3 backward filter ran 1.25x slower) */
+   * tiles a chunk the tutorial's 3x3 backward filter ran 1.25x slower).
+   * V holds every input channel in every direction (WINO_V_BYTES). */
   const size_t plane1 = sizeof(float) * (size_t)nn * t.K * p.T1;
+  const size_t vplane1 = sizeof(float) * (size_t)nn * t.C * p.T1;
   if (dir == 2 && p.nb > (int)(WINO_M_BYTES / plane1)) p.nb = (int)(WINO_M_BYTES / plane1);
+  if (p.nb > (int)(WINO_V_BYTES / vplane1)) p.nb = (int)(WINO_V_BYTES / vplane1);
   if (p.nb < 1) p.nb = 1;
   if (p.nb > per) p.nb = per;
-  /* A batch that is one chunk (the hidden halves' few images) is split by
-   * channels, not by images: split by images, each thread ran half-width
-   * GEMMs and packed all of U (small_inputs, small_outputs). */
-  p.small = dir != 2 && p.threads > 1 && t.N * p.T1 <= WINO_TILES;
-  if (p.small) p.nb = t.N;
+  /* A batch that is one chunk (the hidden halves' few images), its M in
+   * WINO_M_BYTES, is split by channels and tile elements, not by images
+   * (small_inputs): split by images, each thread ran half-width GEMMs and
+   * packed all of U. */
+  p.small = team > 1 && t.N * p.T1 <= WINO_TILES && (size_t)t.N * plane1 <= WINO_M_BYTES &&
+            (size_t)t.N * vplane1 <= WINO_M_BYTES;
+  if (p.small) p.nb = t.N, p.threads = team; /* fewer images than threads too */
   p.T = p.nb * p.T1;
   const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(be);
-  p.off_slices = round64(sizeof(float) * (size_t)nn * t.K * t.C);
+  /* U (the filters' transform) first; backward filter has none */
+  p.off_slices = dir == 2 ? 0 : round64(sizeof(float) * (size_t)nn * t.K * t.C);
   p.v_bytes = round64(sizeof(float) * (size_t)nn * t.C * p.T);
-  if (p.small) { /* one V, shared, after U; a thread's part of the channels */
-    p.off_v = p.off_slices, p.off_slices += p.v_bytes, p.v_bytes = 0;
-    p.kt = (t.K + p.threads - 1) / p.threads;
-    p.kt = (p.kt + 11) / 12 * 12;
-  }
   /* forward and backward data: M holds the products of kb output channels
    * at a time, the channels cut into as few blocks (of whole 12-row
    * register tiles) as keep it near WINO_M_BYTES (backward filter: fewer
    * tiles instead) */
   const size_t m_all = sizeof(float) * (size_t)nn * t.K * p.T;
-  const int blocks = dir == 2 ? 1 : (int)((m_all + WINO_M_BYTES - 1) / WINO_M_BYTES);
+  const int blocks = dir == 2 || p.small ? 1 : (int)((m_all + WINO_M_BYTES - 1) / WINO_M_BYTES);
   p.kb = (t.K + blocks - 1) / blocks;
   if (blocks > 1) p.kb = (p.kb + 11) / 12 * 12;
   if (p.kb > t.K) p.kb = t.K;
-  if (p.small && p.kb > p.kt) p.kb = p.kt;
   p.m_bytes = round64(sizeof(float) * (size_t)nn * p.kb * p.T);
   p.scratch_bytes = round64(dir == 2 ? cl_cpu_sgemm_scratch_bytes(kind, t.K, t.C, p.T)
                                      : cl_cpu_sgemm_scratch_bytes(kind, t.K, p.T, t.C));
@@ -279,6 +289,11 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
   /* backward filter: the thread's sums of dU (n^2 K C) and of dbias */
   p.du_bytes = dir == 2 ? round64(sizeof(float) * (size_t)nn * t.K * t.C) : 0;
   p.db_bytes = dir == 2 ? round64(sizeof(double) * (size_t)t.K) : 0;
+  if (p.small) { /* shared, after U: V, M (or DY) and backward filter's dU */
+    p.off_du = p.off_slices, p.off_slices += p.du_bytes, p.du_bytes = 0;
+    p.off_v = p.off_slices, p.off_slices += p.v_bytes, p.v_bytes = 0;
+    p.off_m = p.off_slices, p.off_slices += p.m_bytes, p.m_bytes = 0;
+  }
   p.slice_bytes = p.v_bytes + p.m_bytes + p.scratch_bytes + p.tmp_bytes + p.du_bytes + p.db_bytes;
   p.total = p.off_slices + p.slice_bytes * (size_t)p.threads + 64;
   return p;
@@ -458,18 +473,18 @@ static void input_transform(const wino_fns *fns, const wino_plan *p, const cl_co
 }
 
 /* y[k] (+)= A^T M A + bias over the chunk's tiles, cropped to H x W, for
- * the kn channels from k0, whose products M holds (kn planes of T a tile
- * element). */
+ * the kn channels from k0, whose products M holds (a plane of T per
+ * channel from k0's, tile element e's ms floats after e - 1's). */
 static void output_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_shape *t,
-                             const float *M, int k0, int kn, const float *bias, int accumulate,
-                             cl_dtype yt, void *y, int n0, int nb, float *tmp) {
+                             const float *M, size_t ms, int k0, int kn, const float *bias,
+                             int accumulate, cl_dtype yt, void *y, int n0, int nb, float *tmp) {
   const wino_form *f = p->f;
   const int n = f->n, m = f->m, H = t->H, W = t->W;
-  const size_t T = (size_t)p->T, KT = (size_t)kn * T, len = (size_t)nb * p->T1;
+  const size_t T = (size_t)p->T, len = (size_t)nb * p->T1;
   float *Y = tmp, *img = tmp + 2 * (size_t)n * n * T; /* img: where the tiles' image was */
   const wino_side As = side_of(f, ROLE_AT);
   for (int k = k0; k < k0 + kn; k++) {
-    t2d(fns, Y, T, M + (size_t)(k - k0) * T, KT, &As, len); /* A^T M A */
+    t2d(fns, Y, T, M + (size_t)(k - k0) * T, ms, &As, len); /* A^T M A */
     const float bk = bias ? bias[k] : 0.0f;
     for (int b = 0; b < nb; b++) {
       const size_t at = ((size_t)(n0 + b) * t->K + k) * H * W;
@@ -498,6 +513,7 @@ typedef struct wino_job {
   float *U;
   void *y; /* forward: the dtype; backward data: float32 */
   float *dw, *dbias;
+  float *dU; /* backward filter: where the threads' dU are summed */
   char *base;
 } wino_job;
 
@@ -515,7 +531,7 @@ static void products(const wino_job *j, const wino_fns *fns, const float *V, int
     for (int e = 0; e < nn; e++)
       cl_cpu_sgemm(kind, 1, 0, kn, len, t->C, 1.0f, j->U + (size_t)e * t->K * t->C + kb0, t->K,
                    V + (size_t)e * t->C * T, T, 0.0f, sl.M + (size_t)e * kn * T, T, sl.scratch);
-    output_transform(fns, p, t, sl.M, kb0, kn, j->bias, j->accumulate,
+    output_transform(fns, p, t, sl.M, (size_t)kn * T, kb0, kn, j->bias, j->accumulate,
                      j->dir == 0 ? t->dtype : CL_F32, j->y, n0, nb, sl.tmp);
   }
 }
@@ -535,11 +551,13 @@ static void run_images(void *arg, long long n0, long long n1, int tid) {
 }
 
 
-/* One chunk split by channels (p->small): the threads transform their
- * blocks of input channels into the shared V (small_inputs), then, after
- * the region's barrier, each computes its part of the output channels
- * over every tile (small_outputs): GEMMs as wide as the chunk, and each
- * thread packs only its rows of U. */
+/* One chunk (p->small), in three regions after the filter transform: the
+ * threads transform their blocks of input channels into the shared V
+ * (small_inputs), compute their tile elements' GEMMs over every tile and
+ * channel into the shared M (small_products), then their blocks of output
+ * channels' output transforms (small_outputs). Split by output channels
+ * instead, each thread packed all of V for its GEMMs: on two threads the
+ * hidden half's backward data ran 1.55x faster than on one. */
 static void small_inputs(void *arg, long long c0, long long c1, int tid) {
   const wino_job *j = arg;
   const wino_fns fns = fns_of(j->be);
@@ -548,15 +566,27 @@ static void small_inputs(void *arg, long long c0, long long c1, int tid) {
                   slice_of(j->p, j->base, tid).tmp);
 }
 
-static void small_outputs(void *arg, long long q0, long long q1, int tid) {
+static void small_products(void *arg, long long e0, long long e1, int tid) {
+  const wino_job *j = arg;
+  const cl_conv_shape *t = j->t;
+  const size_t T = (size_t)j->p->T, KC = (size_t)t->K * t->C;
+  const float *V = (const float *)(j->base + j->p->off_v);
+  float *M = (float *)(j->base + j->p->off_m);
+  void *scratch = slice_of(j->p, j->base, tid).scratch;
+  for (long long e = e0; e < e1; e++)
+    cl_cpu_sgemm(cl_cpu_gemm_of(j->be), 1, 0, t->K, (int)T, t->C, 1.0f, j->U + e * KC, t->K,
+                 V + e * t->C * T, (int)T, 0.0f, M + e * t->K * T, (int)T, scratch);
+}
+
+static void small_outputs(void *arg, long long k0, long long k1, int tid) {
   const wino_job *j = arg;
   const wino_fns fns = fns_of(j->be);
-  const float *V = (const float *)(j->base + j->p->off_v);
-  const int kt = j->p->kt, K = j->t->K;
-  for (long long q = q0; q < q1; q++) {
-    const int k0 = (int)q * kt, k1 = k0 + kt < K ? k0 + kt : K;
-    products(j, &fns, V, k0, k1, 0, j->t->N, slice_of(j->p, j->base, tid));
-  }
+  const float *M = (const float *)(j->base + j->p->off_m);
+  const size_t T = (size_t)j->p->T;
+  if (k1 <= k0) return;
+  output_transform(&fns, j->p, j->t, M + k0 * T, (size_t)j->t->K * T, (int)k0, (int)(k1 - k0),
+                   j->bias, j->accumulate, j->dir == 0 ? j->t->dtype : CL_F32, j->y, 0, j->t->N,
+                   slice_of(j->p, j->base, tid).tmp);
 }
 
 /* ---- backward filter ---------------------------------------------------
@@ -658,10 +688,47 @@ static void wgrad_images(void *arg, long long n0, long long n1, int tid) {
   }
 }
 
+/* One chunk (p->small), in two regions: each thread transforms its images
+ * of x and dy into the shared V and DY (and sums its dbias), then computes
+ * its tile elements' dU[e] over every tile. Split by images as
+ * wgrad_images is, each thread ran GEMMs half as deep into a dU of its own,
+ * and the sum of the threads' dU (9 MB of traffic for the hidden half at
+ * 48 -> 192) cost as much as a fifth of the call on two threads. */
+static void wgrad_small_inputs(void *arg, long long n0, long long n1, int tid) {
+  const wino_job *j = arg;
+  const wino_plan *p = j->p;
+  const cl_conv_shape *t = j->t;
+  const wino_slice sl = slice_of(p, j->base, tid);
+  const wino_fns fns = fns_of(j->be);
+  const wino_side Bs = side_of(p->f, ROLE_BT), As = side_of(p->f, ROLE_A);
+  const size_t q0 = (size_t)n0 * p->T1;
+  double *db = j->dbias ? sl.db : NULL;
+  if (db) memset(db, 0, sizeof(double) * t->K);
+  if (n1 <= n0) return;
+  float *V = (float *)(j->base + p->off_v), *DY = (float *)(j->base + p->off_m);
+  cl_transform(&fns, p, t, &Bs, p->f->n, (p->f->r - 1) / 2, j->x, t->C, 0, t->C, (int)n0,
+               (int)(n1 - n0), V + q0 * t->C, NULL, sl.tmp);
+  cl_transform(&fns, p, t, &As, p->f->m, 0, j->dy, t->K, 0, t->K, (int)n0, (int)(n1 - n0),
+               DY + q0 * t->K, db, sl.tmp);
+}
+
+static void wgrad_small_products(void *arg, long long e0, long long e1, int tid) {
+  const wino_job *j = arg;
+  const wino_plan *p = j->p;
+  const cl_conv_shape *t = j->t;
+  const size_t KC = (size_t)t->K * t->C, T = (size_t)p->T;
+  const float *V = (const float *)(j->base + p->off_v), *DY = (const float *)(j->base + p->off_m);
+  void *scratch = slice_of(p, j->base, tid).scratch;
+  for (long long e = e0; e < e1; e++)
+    cl_cpu_sgemm(cl_cpu_gemm_of(j->be), 1, 0, t->K, t->C, p->T, 1.0f, DY + e * T * t->K, t->K,
+                 V + e * T * t->C, t->C, 0.0f, j->dU + e * KC, t->C, scratch);
+}
+
 /* The filter pairs' work, T pairs a block, blocks over the team (each
  * thread in its slice's tmp): the filter transform (dir 0, 1) or, for
- * backward filter (dir 2), the threads' dU sums added into slice 0's (in
- * thread order, element by element) and dw += G^T dU G. */
+ * backward filter (dir 2), the threads' dU sums added into j->dU (in
+ * thread order, element by element; one chunk has one dU) and dw += G^T
+ * dU G. */
 
 static void pair_blocks(void *arg, long long b0, long long b1, int tid) {
   const wino_job *j = arg;
@@ -676,8 +743,8 @@ static void pair_blocks(void *arg, long long b0, long long b1, int tid) {
       filter_transform(&fns, p, j->t, j->dir, j->w, j->U, p0, len, tmp);
       continue;
     }
-    float *dU = slice_of(p, j->base, 0).dU;
-    for (int th = 1; th < j->team; th++) {
+    float *dU = j->dU;
+    for (int th = 1; th < j->team && !p->small; th++) {
       const float *part = slice_of(p, j->base, th).dU;
       for (size_t e = 0; e < nn; e++)
         for (size_t q = e * KC + p0; q < e * KC + p0 + len; q++) dU[q] += part[q];
@@ -698,11 +765,12 @@ static void wino_run(cl_backend *be, const cl_conv_shape *s, int dir, const void
   const cl_conv_shape t = dir_shape(s, dir);
   char *base = (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
   float *U = (float *)base;
-  wino_job j = {be, &p, &t, dir, 1, accumulate, x, NULL, w, bias, U, y, NULL, NULL, base};
+  wino_job j = {be, &p, &t, dir, 1, accumulate, x, NULL, w, bias, U, y, NULL, NULL, NULL, base};
   run_pairs(&j);
   if (p.small) {
     cl_cpu_blocks(p.threads, t.C, small_inputs, &j);
-    cl_cpu_blocks(p.threads, (t.K + p.kt - 1) / p.kt, small_outputs, &j);
+    cl_cpu_blocks(p.threads, (long long)p.f->n * p.f->n, small_products, &j);
+    cl_cpu_blocks(p.threads, t.K, small_outputs, &j);
     return;
   }
   cl_cpu_blocks(p.threads, t.N, run_images, &j);
@@ -714,8 +782,15 @@ static void wgrad_run(cl_backend *be, const cl_conv_shape *s, const void *x, con
                       float *dw, float *dbias, void *ws) {
   const wino_plan p = plan_of(be, s, 2);
   char *base = (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
-  wino_job j = {be, &p, s, 2, 1, 0, x, dy, NULL, NULL, NULL, NULL, dw, dbias, base};
-  j.team = cl_cpu_blocks(p.threads, s->N, wgrad_images, &j);
+  wino_job j = {be, &p, s, 2, 1, 0, x, dy, NULL, NULL, NULL, NULL, dw, dbias, NULL, base};
+  if (p.small) {
+    j.dU = (float *)(base + p.off_du);
+    j.team = cl_cpu_blocks(p.threads, s->N, wgrad_small_inputs, &j);
+    cl_cpu_blocks(p.threads, (long long)p.f->n * p.f->n, wgrad_small_products, &j);
+  } else {
+    j.dU = slice_of(&p, base, 0).dU;
+    j.team = cl_cpu_blocks(p.threads, s->N, wgrad_images, &j);
+  }
   run_pairs(&j);
   for (int k = 0; dbias && k < s->K; k++) {
     double sum = 0.0;

@@ -3059,7 +3059,9 @@ static variant *add_variant(cl_backend *be, unsigned half_in_storage, const char
 /* Winograd forced (cpu_winograd.c: every float32 3 x 3 and 5 x 5 case
  * without groups or dilation, forward and backward data, runs through it;
  * the others through cpu_conv.c's paths): F(2x2, r) and F(4x4, r) on each
- * internal GEMM kind at 2 threads (each kind has its own transform loops).
+ * internal GEMM kind at 2 and 3 threads (each kind has its own transform
+ * loops; a batch of one chunk is split by channels and tile elements, in
+ * parts that 3 threads make uneven).
  * The CPU's forms name themselves "winograd ..." (not cuDNN's "WINOGRAD"),
  * so algo_tol leaves them at the direct algorithms' 2e-5: measured over this
  * suite's cases the worst error scaled by the largest result was 4.2e-7
@@ -3071,19 +3073,20 @@ static variant *add_variant(cl_backend *be, unsigned half_in_storage, const char
 static void add_cpu_winograd_variants(void) {
   static const char *names[] = {"", "", "winograd", "winograd4"};
   for (int algo = 2; algo <= 3; algo++)
-    for (int kind = CL_CPU_GEMM_GENERIC; kind <= CL_CPU_GEMM_AVX512; kind++) {
-      if (!cl_cpu_gemm_available((cl_cpu_gemm_kind)kind)) continue;
-      cl_backend *be = NULL;
-      if (cl_backend_cpu_create(2, &be) != CL_OK) {
-        fprintf(stderr, "test_backend_ops: cannot create the cpu backend\n");
-        exit(2);
+    for (int kind = CL_CPU_GEMM_GENERIC; kind <= CL_CPU_GEMM_AVX512; kind++)
+      for (int t = 2; t <= (under_valgrind ? 2 : 3); t++) {
+        if (!cl_cpu_gemm_available((cl_cpu_gemm_kind)kind)) continue;
+        cl_backend *be = NULL;
+        if (cl_backend_cpu_create(t, &be) != CL_OK) {
+          fprintf(stderr, "test_backend_ops: cannot create the cpu backend\n");
+          exit(2);
+        }
+        cl_cpu_ctx *ctx = be->context;
+        ctx->gemm = (cl_cpu_gemm_kind)kind;
+        ctx->conv_algo = algo;
+        add_variant(be, cl_cpu_bf16_dot_of(ctx->gemm) ? 1u << CL_BF16 : 0u, "cpu %s t%d %s",
+                    cl_cpu_gemm_name(ctx->gemm), t, names[algo]);
       }
-      cl_cpu_ctx *ctx = be->context;
-      ctx->gemm = (cl_cpu_gemm_kind)kind;
-      ctx->conv_algo = algo;
-      add_variant(be, cl_cpu_bf16_dot_of(ctx->gemm) ? 1u << CL_BF16 : 0u, "cpu %s t2 %s",
-                  cl_cpu_gemm_name(ctx->gemm), names[algo]);
-    }
 }
 
 /* Each GEMM kind this machine runs at 1, 2 and 3 threads (the convolution
