@@ -22,6 +22,8 @@ typedef struct cl_cpu_ctx {
   int conv_algo_env;     /* CONVLSTM_CONV_ALGO when created: 4 the rule (unset: the
                             default), 1 gemm, 0 auto (timed per shape), 2 winograd,
                             3 winograd4 */
+  int wino_generic;      /* tests: Winograd's transforms on wino_2d's loop, not the
+                            unrolled kernels of the default forms */
 } cl_cpu_ctx;
 
 static inline cl_cpu_gemm_kind cl_cpu_gemm_of(const cl_backend *be) {

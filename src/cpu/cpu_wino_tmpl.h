@@ -60,7 +60,8 @@ TGT static void FN(wino_2d)(float *d, size_t ds, const float *s, size_t ss, cons
 
 /* wino_row for a matrix known when compiling (a form's, at constant
  * indices once unrolled): its coefficients become constants and its zeros
- * vanish, the same operations in the same order. */
+ * vanish, the same operations in the same order, so the same bits
+ * (tests/c/test_cpu_wino_fixed.c). */
 TGT static inline __attribute__((always_inline)) V FN(wino_row_fixed)(const float *M, int si,
                                                                       int sj, int i, int C,
                                                                       const V *x) {

@@ -399,7 +399,7 @@ typedef struct wino_fns {
    {NULL}, {wino_2d_45_bt_##ISA, wino_2d_45_at_##ISA, wino_2d_45_a_##ISA, wino_2d_45_g_##ISA,     \
             wino_2d_45_gt_##ISA}}
 
-static wino_fns fns_of(const cl_backend *be) {
+static wino_fns isa_fns(const cl_backend *be) {
   static const wino_fns generic = {wino_2d_generic, FIXED_OF(generic), wino_tiles_generic,
                                    wino_untile_generic};
 #if CL_CPU_X86
@@ -412,6 +412,12 @@ static wino_fns fns_of(const cl_backend *be) {
 #endif
   (void)be;
   return generic;
+}
+
+static wino_fns fns_of(const cl_backend *be) {
+  wino_fns f = isa_fns(be);
+  if (((const cl_cpu_ctx *)be->context)->wino_generic) memset(f.fixed, 0, sizeof f.fixed);
+  return f;
 }
 #undef FIXED_OF
 
