@@ -1,9 +1,10 @@
 /*
  * tests/c/bench_conv.h -- what the convolution benchmarks (bench_cpu_conv.c,
- * bench_cpu_peak.c) share: one shape's buffers of random values and its
- * workspace, one call of forward, backward-data or backward-filter, and the
- * best time of a few calls by the caller's clock. Benchmarks only: on any
- * failure it prints why and exits.
+ * bench_cpu_peak.c) and the tests that compare algorithms' bits
+ * (test_cpu_wino_rule.c, test_cpu_wino_fixed.c) share: one shape's buffers
+ * of random values and its workspace, one call of forward, backward-data
+ * or backward-filter, its result, and the best time of a few calls by the
+ * caller's clock. On any failure it prints why and exits.
  */
 #ifndef CONVLSTM_BENCH_CONV_H
 #define CONVLSTM_BENCH_CONV_H
@@ -12,6 +13,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static inline float *bench_random_floats(size_t n) {
   float *p = malloc(sizeof(float) * (n ? n : 1));
@@ -57,6 +59,28 @@ static inline cl_status bench_conv_op(cl_backend *be, const cl_conv_shape *s, be
   if (op == 0) return f->conv_forward(be, s, B->x, B->w, B->b, B->y, 0, B->ws);
   if (op == 1) return f->conv_backward_data(be, s, B->dy, B->w, B->dx, 0, B->ws);
   return f->conv_backward_filter(be, s, B->dy, B->x, B->dw, B->db, B->ws);
+}
+
+/* A copy of what op writes (y, dx, or dw summed from zeros) for inputs
+ * drawn after srand(seed): malloc'd, *n floats. The tests that compare
+ * backends' bits call it on each with the same seed. */
+static inline float *bench_conv_result(cl_backend *be, const cl_conv_shape *s, int op,
+                                       unsigned seed, size_t *n) {
+  srand(seed);
+  bench_bufs B = bench_bufs_make(be, s);
+  const size_t sizes[3] = {(size_t)s->N * s->K * s->H * s->W, (size_t)s->N * s->C * s->H * s->W,
+                           (size_t)s->K * s->C * s->kh * s->kw};
+  float *dst[3] = {B.y, B.dx, B.dw};
+  if (op == 2) memset(B.dw, 0, sizeof(float) * sizes[2]);
+  if (bench_conv_op(be, s, &B, op) != CL_OK) {
+    fprintf(stderr, "conv op %d failed: %s\n", op, be->err);
+    exit(1);
+  }
+  *n = sizes[op];
+  float *out = bench_random_floats(*n);
+  memcpy(out, dst[op], sizeof(float) * *n);
+  bench_bufs_free(be, &B);
+  return out;
 }
 
 /* Best time of reps calls after one warm-up (reps 0: the one call's time),

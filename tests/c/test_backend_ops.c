@@ -3070,19 +3070,26 @@ static variant *add_variant(cl_backend *be, unsigned half_in_storage, const char
  * rounding some 10x over direct sums, still within 2e-5; F(4x4,5x5) (its
  * B^T's entries up to 21/4) is held to the same, and test_cpu_wino_rule
  * prints its error on the steps' shapes. */
+/* A CPU backend of `threads` on GEMM kind `kind`, its context for the
+ * caller to force a path or an algorithm on. */
+static cl_backend *cpu_backend(int threads, int kind) {
+  cl_backend *be = NULL;
+  if (cl_backend_cpu_create(threads, &be) != CL_OK) {
+    fprintf(stderr, "test_backend_ops: cannot create the cpu backend\n");
+    exit(2);
+  }
+  ((cl_cpu_ctx *)be->context)->gemm = (cl_cpu_gemm_kind)kind;
+  return be;
+}
+
 static void add_cpu_winograd_variants(void) {
   static const char *names[] = {"", "", "winograd", "winograd4"};
   for (int algo = 2; algo <= 3; algo++)
     for (int kind = CL_CPU_GEMM_GENERIC; kind <= CL_CPU_GEMM_AVX512; kind++)
       for (int t = 2; t <= (under_valgrind ? 2 : 3); t++) {
         if (!cl_cpu_gemm_available((cl_cpu_gemm_kind)kind)) continue;
-        cl_backend *be = NULL;
-        if (cl_backend_cpu_create(t, &be) != CL_OK) {
-          fprintf(stderr, "test_backend_ops: cannot create the cpu backend\n");
-          exit(2);
-        }
+        cl_backend *be = cpu_backend(t, kind);
         cl_cpu_ctx *ctx = be->context;
-        ctx->gemm = (cl_cpu_gemm_kind)kind;
         ctx->conv_algo = algo;
         add_variant(be, cl_cpu_bf16_dot_of(ctx->gemm) ? 1u << CL_BF16 : 0u, "cpu %s t%d %s",
                     cl_cpu_gemm_name(ctx->gemm), t, names[algo]);
@@ -3099,13 +3106,8 @@ static void add_cpu_variants(void) {
       if (!cl_cpu_gemm_available((cl_cpu_gemm_kind)kind)) continue;
       if (path > 0 && kind == CL_CPU_GEMM_BLAS) continue;
       for (int t = path == 0 ? 1 : 2; t <= (path == 0 && !under_valgrind ? 3 : 2); t++) {
-        cl_backend *be = NULL;
-        if (cl_backend_cpu_create(t, &be) != CL_OK) {
-          fprintf(stderr, "test_backend_ops: cannot create the cpu backend\n");
-          exit(2);
-        }
+        cl_backend *be = cpu_backend(t, kind);
         cl_cpu_ctx *ctx = be->context;
-        ctx->gemm = (cl_cpu_gemm_kind)kind;
         ctx->conv_path = path;
         add_variant(be, cl_cpu_bf16_dot_of(ctx->gemm) ? 1u << CL_BF16 : 0u, "cpu %s t%d %s",
                     cl_cpu_gemm_name(ctx->gemm), t, paths[path]);

@@ -16,7 +16,7 @@
  * last whole vector.
  */
 #define _POSIX_C_SOURCE 200112L
-#include "bench_conv.h"      /* bench_bufs: a shape's buffers, bench_conv_op */
+#include "bench_conv.h"      /* bench_conv_result: one call's output */
 #include "cpu/cpu_kernels.h" /* cl_cpu_ctx */
 #include "ctest.h"           /* CHECK, ctest_done */
 
@@ -34,24 +34,6 @@ static cl_backend *backend(int threads, cl_cpu_gemm_kind kind, int generic) {
   ctx->conv_algo = 3; /* Winograd F(4x4, r) on every shape it handles */
   ctx->wino_generic = generic;
   return be;
-}
-
-/* The output of op (0 forward, 1 backward data, 2 backward filter) on be,
- * from the same inputs every time; malloc'd, *n floats. */
-static float *run_op(cl_backend *be, const cl_conv_shape *s, int op, size_t *n) {
-  srand(11);
-  bench_bufs B = bench_bufs_make(be, s);
-  const size_t sizes[3] = {(size_t)s->N * s->K * s->H * s->W, (size_t)s->N * s->C * s->H * s->W,
-                           (size_t)s->K * s->C * s->kh * s->kw};
-  float *dst[3] = {B.y, B.dx, B.dw};
-  if (op == 2) memset(B.dw, 0, sizeof(float) * sizes[2]);
-  cl_status st = bench_conv_op(be, s, &B, op);
-  CHECK(st == CL_OK, "op %d: %s", op, be->err);
-  *n = sizes[op];
-  float *out = malloc(sizeof(float) * *n);
-  if (out) memcpy(out, dst[op], sizeof(float) * *n);
-  bench_bufs_free(be, &B);
-  return out;
 }
 
 int main(void) {
@@ -75,11 +57,8 @@ int main(void) {
         const cl_conv_shape *s = &shapes[i];
         for (int op = 0; op < 3; op++) {
           size_t n = 0, m = 0;
-          float *a = run_op(fixed, s, op, &n), *b = run_op(loop, s, op, &m);
-          if (!a || !b) {
-            fprintf(stderr, "test_cpu_wino_fixed: out of memory\n");
-            exit(2);
-          }
+          float *a = bench_conv_result(fixed, s, op, 11, &n);
+          float *b = bench_conv_result(loop, s, op, 11, &m);
           size_t differ = 0;
           for (size_t q = 0; q < n; q++) differ += memcmp(&a[q], &b[q], sizeof(float)) != 0;
           CHECK(n == m && differ == 0,

@@ -16,7 +16,7 @@
  * (among them a shape whose products run in blocks of output channels).
  */
 #define _POSIX_C_SOURCE 200112L
-#include "bench_conv.h"      /* bench_bufs: a shape's buffers, bench_conv_op */
+#include "bench_conv.h"      /* bench_conv_result: one call's output */
 #include "cpu/cpu_kernels.h" /* cl_cpu_ctx */
 #include "ctest.h"           /* CHECK, ctest_done */
 
@@ -38,24 +38,6 @@ static cl_backend *backend(int conv_algo) {
   }
   ((cl_cpu_ctx *)be->context)->conv_algo = conv_algo;
   return be;
-}
-
-/* The output of op (0 forward, 1 backward data, 2 backward filter) on be,
- * from the buffers' inputs; malloc'd, *n floats. */
-static float *run_op(cl_backend *be, const cl_conv_shape *s, int op, size_t *n) {
-  srand(7); /* the same inputs for every backend */
-  bench_bufs B = bench_bufs_make(be, s);
-  const size_t sizes[3] = {(size_t)s->N * s->K * s->H * s->W, (size_t)s->N * s->C * s->H * s->W,
-                           (size_t)s->K * s->C * s->kh * s->kw};
-  float *dst[3] = {B.y, B.dx, B.dw};
-  if (op == 2) memset(B.dw, 0, sizeof(float) * sizes[2]);
-  cl_status st = bench_conv_op(be, s, &B, op);
-  CHECK(st == CL_OK, "op %d: %s", op, be->err);
-  *n = sizes[op];
-  float *out = malloc(sizeof(float) * *n);
-  if (out) memcpy(out, dst[op], sizeof(float) * *n);
-  bench_bufs_free(be, &B);
-  return out;
 }
 
 static int same_bits(const float *a, const float *b, size_t n) {
@@ -99,12 +81,10 @@ int main(void) {
     cl_backend *wino = backend(3); /* F(4x4,3x3) or F(4x4,5x5) */
     for (int op = 0; op < 3; op++) {
       size_t n = 0, nw = 0, ng = 0, no = 0;
-      float *d = run_op(def, &c->s, op, &n), *w = run_op(wino, &c->s, op, &nw);
-      float *g = run_op(gemm, &c->s, op, &ng), *o = run_op(off, &c->s, op, &no);
-      if (!d || !w || !g || !o) {
-        fprintf(stderr, "test_cpu_wino_rule: out of memory\n");
-        exit(2);
-      }
+      float *d = bench_conv_result(def, &c->s, op, 7, &n);
+      float *w = bench_conv_result(wino, &c->s, op, 7, &nw);
+      float *g = bench_conv_result(gemm, &c->s, op, 7, &ng);
+      float *o = bench_conv_result(off, &c->s, op, 7, &no);
       const int is_wino = same_bits(d, w, n), is_gemm = same_bits(d, g, n);
       printf("  %s, op %d: the default ran %s\n", c->name, op,
              is_wino && !is_gemm   ? "Winograd"
