@@ -1,9 +1,10 @@
 /*
  * cpu/cpu_wino_tmpl.h -- the loops of cpu_winograd.c's transforms, written
  * once in cpu_simd.h's vocabulary and included once per instruction set:
- *   wino_2d(d, ds, s, ss, M, len):  d[i R + j] = sum over a, b < C of
- *     M[j][b] M[i][a] s[a C + b] for the R x C matrix M (wino_side, its
- *     nonzero coefficients only): every transform (B^T d B, A^T m A, A dy
+ *   wino_2d(d, ds, s, rs, ss, M, len):  d[i R + j] = sum over a, b < C of
+ *     M[j][b] M[i][a] s[a][b] for the R x C matrix M (wino_side, its
+ *     nonzero coefficients only; d[e] the plane d + e ds, s[a][b] the
+ *     plane s + a rs + b ss): every transform (B^T d B, A^T m A, A dy
  *     A^T, G g G^T, G^T du G) over planes that hold one element of many
  *     tiles (or filter pairs) side by side, VW at a time along them. A
  *     vector's whole transform runs in registers and a 4 KiB table: one call
@@ -34,14 +35,14 @@ TGT static inline float FN(wino_row1)(const wino_side *M, int i, const float *x)
   return a;
 }
 
-TGT static void FN(wino_2d)(float *d, size_t ds, const float *s, size_t ss, const wino_side *M,
-                            size_t len) {
+TGT static void FN(wino_2d)(float *d, size_t ds, const float *s, size_t rs, size_t ss,
+                            const wino_side *M, size_t len) {
   const int R = M->rows, C = M->cols;
   size_t q = 0;
   for (; q + VW <= len; q += VW) {
     V t[WMAX][WMAX], x[WMAX]; /* t[i][b]: row i of M times column b of s */
     for (int b = 0; b < C; b++) {
-      for (int a = 0; a < C; a++) x[a] = VLOADU(s + (size_t)(a * C + b) * ss + q);
+      for (int a = 0; a < C; a++) x[a] = VLOADU(s + a * rs + b * ss + q);
       for (int i = 0; i < R; i++) t[i][b] = FN(wino_row)(M, i, x);
     }
     for (int i = 0; i < R; i++)
@@ -50,7 +51,7 @@ TGT static void FN(wino_2d)(float *d, size_t ds, const float *s, size_t ss, cons
   for (; q < len; q++) {
     float t[WMAX][WMAX], x[WMAX];
     for (int b = 0; b < C; b++) {
-      for (int a = 0; a < C; a++) x[a] = s[(size_t)(a * C + b) * ss + q];
+      for (int a = 0; a < C; a++) x[a] = s[a * rs + b * ss + q];
       for (int i = 0; i < R; i++) t[i][b] = FN(wino_row1)(M, i, x);
     }
     for (int i = 0; i < R; i++)
@@ -78,14 +79,14 @@ TGT static inline __attribute__((always_inline)) V FN(wino_row_fixed)(const floa
 /* wino_2d for one form's matrix (M[i][j] = MAT[i STI + j STJ], R x C),
  * unrolled; the tail of len past the last whole vector goes to wino_2d. */
 #define WINO_2D_FIXED(NAME, MAT, STI, STJ, R, C)                                                  \
-  TGT static void FN(NAME)(float *d, size_t ds, const float *s, size_t ss, const wino_side *S,    \
-                           size_t len) {                                                          \
+  TGT static void FN(NAME)(float *d, size_t ds, const float *s, size_t rs, size_t ss,            \
+                           const wino_side *S, size_t len) {                                      \
     size_t q = 0;                                                                                 \
     for (; q + VW <= len; q += VW) {                                                              \
       V t[R][C], x[C];                                                                            \
       _Pragma("GCC unroll 8") for (int b = 0; b < C; b++) {                                       \
         _Pragma("GCC unroll 8") for (int a = 0; a < C; a++) x[a] =                                \
-            VLOADU(s + (size_t)(a * C + b) * ss + q);                                             \
+            VLOADU(s + a * rs + b * ss + q);                                                      \
         _Pragma("GCC unroll 8") for (int i = 0; i < R; i++) t[i][b] =                             \
             FN(wino_row_fixed)(MAT, STI, STJ, i, C, x);                                           \
       }                                                                                           \
@@ -94,7 +95,7 @@ TGT static inline __attribute__((always_inline)) V FN(wino_row_fixed)(const floa
               VSTOREU(d + (size_t)(i * R + j) * ds + q,                                           \
                       FN(wino_row_fixed)(MAT, STI, STJ, j, C, t[i]));                             \
     }                                                                                             \
-    if (q < len) FN(wino_2d)(d + q, ds, s + q, ss, S, len - q);                                   \
+    if (q < len) FN(wino_2d)(d + q, ds, s + q, rs, ss, S, len - q);                               \
   }
 
 /* The default rule's forms, F(4x4,3x3) and F(4x4,5x5), each matrix as a

@@ -279,10 +279,9 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
   const size_t pairs = (size_t)(p.f->r * p.f->r + p.f->n * p.f->r) * p.np;
   const size_t planes = 2 * (size_t)nn * p.T > pairs ? 2 * (size_t)nn * p.T : pairs;
   p.tmp_bytes = round64(sizeof(float) * (planes + padded));
-  if (dir == 2) { /* cl_transform's image channels last, a row, a tile's window */
-    const size_t xs = (size_t)(p.th * m + p.f->n - m) * (p.tw * m + p.f->n - m) * t.C + t.W +
-                      (size_t)p.f->n * p.f->n * t.C;
-    const size_t ds = (size_t)p.th * m * p.tw * m * t.K + t.W + (size_t)m * m * t.K;
+  if (dir == 2) { /* cl_transform's image channels last, and a row */
+    const size_t xs = (size_t)(p.th * m + p.f->n - m) * (p.tw * m + p.f->n - m) * t.C + t.W;
+    const size_t ds = (size_t)p.th * m * p.tw * m * t.K + t.W;
     const size_t most = xs > ds ? xs : ds;
     if (sizeof(float) * most > p.tmp_bytes) p.tmp_bytes = round64(sizeof(float) * most);
   }
@@ -384,8 +383,8 @@ static wino_side side_of(const wino_form *f, wino_role role) {
 #endif
 
 /* The transforms' loops of one instruction set. */
-typedef void (*wino_t2d_fn)(float *d, size_t ds, const float *s, size_t ss, const wino_side *M,
-                            size_t len);
+typedef void (*wino_t2d_fn)(float *d, size_t ds, const float *s, size_t rs, size_t ss,
+                            const wino_side *M, size_t len);
 typedef struct wino_fns {
   wino_t2d_fn t2d, fixed[4][ROLES]; /* fixed: per form and role, or NULL */
   void (*tiles)(float *D, size_t ds, const float *P, int Wp, int n, int m, int th, int tw);
@@ -423,10 +422,10 @@ static wino_fns fns_of(const cl_backend *be) {
 
 /* d = the transform of s by M's role (wino_2d), unrolled for M's form where
  * one is compiled. */
-static void t2d(const wino_fns *fns, float *d, size_t ds, const float *s, size_t ss,
+static void t2d(const wino_fns *fns, float *d, size_t ds, const float *s, size_t rs, size_t ss,
                 const wino_side *M, size_t len) {
   const wino_t2d_fn fx = fns->fixed[M->form][M->role];
-  (fx ? fx : fns->t2d)(d, ds, s, ss, M, len);
+  (fx ? fx : fns->t2d)(d, ds, s, rs, ss, M, len);
 }
 
 /* U[e][c][k] = (G g G^T)[e], g = w[k][c] (dir 0) or, for backward data,
@@ -452,7 +451,7 @@ static void filter_transform(const wino_fns *fns, const wino_plan *p, const cl_c
     if (++k == (size_t)t->K) k = 0, c++;
   }
   const wino_side Gs = side_of(f, ROLE_G);
-  t2d(fns, U + p0, KC, g, np, &Gs, len); /* G g G^T */
+  t2d(fns, U + p0, KC, g, r * np, np, &Gs, len); /* G g G^T */
 }
 
 /* V[e][c][q] = (B^T d B)[e] for the tiles of images n0 .. n0+nb-1 (q =
@@ -474,7 +473,7 @@ static void input_transform(const wino_fns *fns, const wino_plan *p, const cl_co
         cl_cpu_load(t->dtype, x, img + (size_t)yy * W, P + (yy + pad) * Wp + pad, W);
       fns->tiles(D + (size_t)b * p->T1, T, P, Wp, n, m, p->th, p->tw);
     }
-    t2d(fns, V + (size_t)c * T, CT, D, T, &Bs, len); /* B^T d B */
+    t2d(fns, V + (size_t)c * T, CT, D, n * T, T, &Bs, len); /* B^T d B */
   }
 }
 
@@ -490,7 +489,7 @@ static void output_transform(const wino_fns *fns, const wino_plan *p, const cl_c
   float *Y = tmp, *img = tmp + 2 * (size_t)n * n * T; /* img: where the tiles' image was */
   const wino_side As = side_of(f, ROLE_AT);
   for (int k = k0; k < k0 + kn; k++) {
-    t2d(fns, Y, T, M + (size_t)(k - k0) * T, ms, &As, len); /* A^T M A */
+    t2d(fns, Y, T, M + (size_t)(k - k0) * T, n * ms, ms, &As, len); /* A^T M A */
     const float bk = bias ? bias[k] : 0.0f;
     for (int b = 0; b < nb; b++) {
       const size_t at = ((size_t)(n0 + b) * t->K + k) * H * W;
@@ -619,7 +618,7 @@ static void cl_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_
   const int m = p->f->m, H = t->H, W = t->W;
   const int Hq = p->th * m + nt - m, Wq = p->tw * m + nt - m;
   const size_t plane = (size_t)p->T * cn, pix = (size_t)cn;
-  float *Pc = tmp, *row = Pc + (size_t)Hq * Wq * pix, *D = row + W;
+  float *Pc = tmp, *row = Pc + (size_t)Hq * Wq * pix;
   /* no border to clear when the tiles cover the image exactly (dy's) */
   const int border = pad > 0 || Hq != H || Wq != W;
   for (int b = 0; b < nb; b++) {
@@ -638,12 +637,10 @@ static void cl_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_
       }
       if (dbias) dbias[c0 + c] += (s0 + s1) + (s2 + s3);
     }
-    for (int q = 0; q < p->T1; q++) {
+    for (int q = 0; q < p->T1; q++) { /* its window's rows Wq pixels of cn floats apart */
       const int ty = q / p->tw, tx = q % p->tw;
-      for (int l = 0; l < nt; l++) /* a window row: nt pixels of cn floats */
-        memcpy(D + (size_t)l * nt * pix, Pc + ((size_t)(ty * m + l) * Wq + tx * m) * pix,
-               sizeof(float) * nt * pix);
-      t2d(fns, out + ((size_t)b * p->T1 + q) * pix, plane, D, pix, S, pix);
+      t2d(fns, out + ((size_t)b * p->T1 + q) * pix, plane,
+          Pc + ((size_t)ty * m * Wq + (size_t)tx * m) * pix, Wq * pix, pix, S, pix);
     }
   }
 }
@@ -657,7 +654,7 @@ static void filter_grad_transform(const wino_fns *fns, const wino_plan *p, const
   const size_t KC = (size_t)t->K * t->C, np = (size_t)p->np;
   const wino_side Gt = side_of(f, ROLE_GT);
   float *dg = tmp;
-  t2d(fns, dg, np, dU + p0, KC, &Gt, len); /* G^T dU G */
+  t2d(fns, dg, np, dU + p0, p->f->n * KC, KC, &Gt, len); /* G^T dU G */
   for (size_t q = 0; q < len; q++)
     for (int e = 0; e < rr; e++) dw[(p0 + q) * rr + e] += dg[e * np + q];
 }
