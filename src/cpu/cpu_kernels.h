@@ -109,6 +109,6 @@ void cl_cpu_wino_filter(cl_backend *be, const cl_conv_shape *s, const void *dy, 
                         float *dw, float *dbias, void *ws);
 /* 1 when later calls of s in dir run Winograd, 0 GEMM paths, -1 still timing. */
 int cl_cpu_wino_chosen(const cl_backend *be, const cl_conv_shape *s, int dir);
-const char *cl_cpu_wino_name(const cl_backend *be, const cl_conv_shape *s);
+const char *cl_cpu_wino_name(const cl_backend *be, const cl_conv_shape *s, int dir);
 
 #endif

@@ -1,10 +1,11 @@
 /*
  * tests/c/test_cpu_wino_rule.c -- the CPU backend's default convolution
- * algorithm is a fixed rule (cpu_winograd.c's WINO_MIN_CHANNELS): Winograd
- * where both channel counts are 32 or more and the call is 1e8 flops or
- * more, the GEMM paths elsewhere, in every direction and every process.
- * The cases are the steps' shapes (bench/cpu_shapes.tsv) cut to just over
- * 1e8 flops, and one under.
+ * algorithm is a fixed rule (cpu_winograd.c's rule_runs): for calls of
+ * 1e8 flops or more, Winograd where both channel counts are 32 or more,
+ * and for 5x5 forward and backward data where both are 16 or more and one
+ * 64 or more; the GEMM paths elsewhere, in every process. The cases are
+ * the steps' shapes (bench/cpu_shapes.tsv) cut to just over 1e8 flops, the
+ * rule's edges, and one under 1e8 flops.
  *
  * The instrument is the results' bits: each call of a backend created
  * without CONVLSTM_CONV_ALGO must give exactly the bits of the same call on
@@ -27,7 +28,8 @@
 typedef struct rule_case {
   const char *name;
   cl_conv_shape s;
-  int algo; /* what the default runs: 1 the GEMM paths, 3 Winograd F(4x4, r) */
+  int algo[3]; /* what the default runs forward, backward data, backward filter: 1 the
+                  GEMM paths, 3 Winograd F(4x4, r) */
 } rule_case;
 
 static cl_backend *backend(int conv_algo) {
@@ -46,21 +48,29 @@ static int same_bits(const float *a, const float *b, size_t n) {
 
 int main(void) {
   const rule_case cases[] = {
-      {"hidden half 48 -> 192, 5x5", {1, 48, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW}, 3},
-      {"input half 16 -> 192, 5x5", {4, 16, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW}, 1},
-      {"hidden half 64 -> 256, 3x3", {1, 64, 24, 24, 256, 3, 3, 1, 1, CL_F32, 0, CL_NCHW}, 3},
-      {"input half 64 -> 4, 3x3", {40, 64, 24, 24, 4, 3, 3, 1, 1, CL_F32, 0, CL_NCHW}, 1},
+      {"hidden half 48 -> 192, 5x5", {1, 48, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW}, {3, 3, 3}},
+      /* the second case of the rule: 5x5, 16 and 64 channels or more, not
+       * backward filter */
+      {"input half 16 -> 192, 5x5", {6, 16, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW}, {3, 3, 1}},
+      {"hidden half 64 -> 256, 3x3", {1, 64, 24, 24, 256, 3, 3, 1, 1, CL_F32, 0, CL_NCHW}, {3, 3, 3}},
+      {"input half 64 -> 4, 3x3", {40, 64, 24, 24, 4, 3, 3, 1, 1, CL_F32, 0, CL_NCHW}, {1, 1, 1}},
+      {"input half 16 -> 128, 3x3", {6, 16, 24, 24, 128, 3, 3, 1, 1, CL_F32, 0, CL_NCHW}, {1, 1, 1}},
       {"small 48 -> 192, 5x5 (under 1e8 flops)",
        {1, 48, 8, 8, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW},
-       1},
-      /* WINO_MIN_CHANNELS at its edge, in channels in and out */
-      {"edge 32 -> 192, 5x5", {2, 32, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW}, 3},
-      {"edge 31 -> 192, 5x5", {2, 31, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW}, 1},
-      {"edge 48 -> 32, 5x5", {6, 48, 16, 16, 32, 5, 5, 1, 1, CL_F32, 0, CL_NCHW}, 3},
-      {"edge 48 -> 31, 5x5", {6, 48, 16, 16, 31, 5, 5, 1, 1, CL_F32, 0, CL_NCHW}, 1},
+       {1, 1, 1}},
+      /* the rule's edges: WINO_MIN_CHANNELS in channels in and out, and
+       * the 5x5 case's 16 and 64 */
+      {"edge 32 -> 192, 5x5", {2, 32, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW}, {3, 3, 3}},
+      {"edge 31 -> 192, 5x5", {2, 31, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW}, {3, 3, 1}},
+      {"edge 48 -> 32, 5x5", {6, 48, 16, 16, 32, 5, 5, 1, 1, CL_F32, 0, CL_NCHW}, {3, 3, 3}},
+      {"edge 48 -> 31, 5x5", {6, 48, 16, 16, 31, 5, 5, 1, 1, CL_F32, 0, CL_NCHW}, {1, 1, 1}},
+      {"edge 16 -> 64, 5x5", {8, 16, 16, 16, 64, 5, 5, 1, 1, CL_F32, 0, CL_NCHW}, {3, 3, 1}},
+      {"edge 15 -> 64, 5x5", {9, 15, 16, 16, 64, 5, 5, 1, 1, CL_F32, 0, CL_NCHW}, {1, 1, 1}},
+      {"edge 16 -> 63, 5x5", {8, 16, 16, 16, 63, 5, 5, 1, 1, CL_F32, 0, CL_NCHW}, {1, 1, 1}},
+      {"edge 64 -> 16, 5x5", {8, 64, 16, 16, 16, 5, 5, 1, 1, CL_F32, 0, CL_NCHW}, {3, 3, 1}},
       /* 4 images of 192 channels: the products (7 MB) exceed WINO_M_BYTES,
        * so forward and backward data run in blocks of output channels */
-      {"blocked 48 -> 192, 5x5", {4, 48, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW}, 3},
+      {"blocked 48 -> 192, 5x5", {4, 48, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW}, {3, 3, 3}},
   };
   /* Under valgrind (its preload in LD_PRELOAD) only the small case: the
    * rule's cases are 1e8 flops or more by definition, minutes there, and
@@ -92,7 +102,7 @@ int main(void) {
                                    : "neither (or both gave the same bits)");
       CHECK(!same_bits(w, g, n), "%s, op %d: Winograd and the GEMM paths gave the same bits: "
             "the instrument cannot tell them apart", c->name, op);
-      if (c->algo == 1)
+      if (c->algo[op] == 1)
         CHECK(is_gemm, "%s, op %d: the default should run the GEMM paths", c->name, op);
       else
         CHECK(is_wino, "%s, op %d: the default should run Winograd", c->name, op);
