@@ -542,22 +542,37 @@ typedef struct wino_job {
   char *base;
 } wino_job;
 
+/* Me (tile element e's plane of M) = U[e]^T V[e] for the kn output
+ * channels from k0 over the chunk's first len tiles. */
+static void element_products(const wino_job *j, long long e, int k0, int kn, int len,
+                             const float *V, float *Me, void *scratch) {
+  const cl_conv_shape *t = j->t;
+  const int T = j->p->T;
+  cl_cpu_sgemm(cl_cpu_gemm_of(j->be), 1, 0, kn, len, t->C, 1.0f,
+               j->U + (size_t)e * t->K * t->C + k0, t->K, V + (size_t)e * t->C * T, T, 0.0f, Me,
+               T, scratch);
+}
+
+/* y (+)= A^T M A + bias for the kn channels from k0 of the nb images from
+ * n0 (output_transform), y in the call's output type. */
+static void outputs(const wino_job *j, const wino_fns *fns, const float *M, size_t ms, int k0,
+                    int kn, int n0, int nb, float *tmp) {
+  output_transform(fns, j->p, j->t, M, ms, k0, kn, j->bias, j->accumulate,
+                   j->dir == 0 ? j->t->dtype : CL_F32, j->y, n0, nb, tmp);
+}
+
 /* y (+)= the output channels [k0, k1) of the chunk of nb images from n0
  * whose input transform V holds: kb channels at a time, their n^2 GEMMs
  * into M, then the output transform, in the thread's slice sl. */
 static void products(const wino_job *j, const wino_fns *fns, const float *V, int k0, int k1, int n0,
                      int nb, wino_slice sl) {
   const wino_plan *p = j->p;
-  const cl_conv_shape *t = j->t;
   const int nn = p->f->n * p->f->n, T = p->T, len = nb * p->T1;
-  const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(j->be);
   for (int kb0 = k0; kb0 < k1; kb0 += p->kb) {
     const int kn = k1 - kb0 < p->kb ? k1 - kb0 : p->kb;
     for (int e = 0; e < nn; e++)
-      cl_cpu_sgemm(kind, 1, 0, kn, len, t->C, 1.0f, j->U + (size_t)e * t->K * t->C + kb0, t->K,
-                   V + (size_t)e * t->C * T, T, 0.0f, sl.M + (size_t)e * kn * T, T, sl.scratch);
-    output_transform(fns, p, t, sl.M, (size_t)kn * T, kb0, kn, j->bias, j->accumulate,
-                     j->dir == 0 ? t->dtype : CL_F32, j->y, n0, nb, sl.tmp);
+      element_products(j, e, kb0, kn, len, V, sl.M + (size_t)e * kn * T, sl.scratch);
+    outputs(j, fns, sl.M, (size_t)kn * T, kb0, kn, n0, nb, sl.tmp);
   }
 }
 
@@ -593,14 +608,12 @@ static void small_inputs(void *arg, long long c0, long long c1, int tid) {
 
 static void small_products(void *arg, long long e0, long long e1, int tid) {
   const wino_job *j = arg;
-  const cl_conv_shape *t = j->t;
-  const size_t T = (size_t)j->p->T, KC = (size_t)t->K * t->C;
+  const size_t KT = (size_t)j->t->K * j->p->T;
   const float *V = (const float *)(j->base + j->p->off_v);
   float *M = (float *)(j->base + j->p->off_m);
   void *scratch = slice_of(j->p, j->base, tid).scratch;
   for (long long e = e0; e < e1; e++)
-    cl_cpu_sgemm(cl_cpu_gemm_of(j->be), 1, 0, t->K, (int)T, t->C, 1.0f, j->U + e * KC, t->K,
-                 V + e * t->C * T, (int)T, 0.0f, M + e * t->K * T, (int)T, scratch);
+    element_products(j, e, 0, j->t->K, j->p->T, V, M + e * KT, scratch);
 }
 
 static void small_outputs(void *arg, long long k0, long long k1, int tid) {
@@ -609,9 +622,8 @@ static void small_outputs(void *arg, long long k0, long long k1, int tid) {
   const float *M = (const float *)(j->base + j->p->off_m);
   const size_t T = (size_t)j->p->T;
   if (k1 <= k0) return;
-  output_transform(&fns, j->p, j->t, M + k0 * T, (size_t)j->t->K * T, (int)k0, (int)(k1 - k0),
-                   j->bias, j->accumulate, j->dir == 0 ? j->t->dtype : CL_F32, j->y, 0, j->t->N,
-                   slice_of(j->p, j->base, tid).tmp);
+  outputs(j, &fns, M + k0 * T, (size_t)j->t->K * T, (int)k0, (int)(k1 - k0), 0, j->t->N,
+          slice_of(j->p, j->base, tid).tmp);
 }
 
 /* ---- backward filter ---------------------------------------------------
@@ -679,35 +691,47 @@ static void filter_grad_transform(const wino_fns *fns, const wino_plan *p, const
     for (int e = 0; e < rr; e++) dw[(p0 + q) * rr + e] += dg[e * np + q];
 }
 
+/* V and DY, x's and dy's transforms channels last (cl_transform), of the
+ * nb images from n0, at their tiles' place in a chunk that starts at image
+ * c0; db (may be NULL) += dy's sums. */
+static void wgrad_transforms(const wino_job *j, const wino_fns *fns, int c0, int n0, int nb,
+                             float *V, float *DY, double *db, float *tmp) {
+  const wino_plan *p = j->p;
+  const cl_conv_shape *t = j->t;
+  const wino_side Bs = side_of(p->f, ROLE_BT);
+  const wino_side As = side_of(p->f, ROLE_A); /* A = (A^T)^T */
+  const size_t q0 = (size_t)(n0 - c0) * p->T1;
+  cl_transform(fns, p, t, &Bs, p->f->n, (p->f->r - 1) / 2, j->x, t->C, 0, t->C, n0, nb,
+               V + q0 * t->C, NULL, tmp);
+  cl_transform(fns, p, t, &As, p->f->m, 0, j->dy, t->K, 0, t->K, n0, nb, DY + q0 * t->K, db,
+               tmp);
+}
+
+/* dU[e] (+)= DY[e]^T V[e] over the chunk's first len tiles, both stored
+ * [q][channel]: beta 0 sets it, 1 adds. */
+static void element_grad(const wino_job *j, long long e, int len, const float *DY, const float *V,
+                         float beta, float *dU, void *scratch) {
+  const cl_conv_shape *t = j->t;
+  const size_t T = (size_t)j->p->T;
+  cl_cpu_sgemm(cl_cpu_gemm_of(j->be), 1, 0, t->K, t->C, len, 1.0f, DY + e * T * t->K, t->K,
+               V + e * T * t->C, t->C, beta, dU + e * t->K * t->C, t->C, scratch);
+}
+
 /* Thread tid's images [n0, n1): its own dU and dbias sums. */
 static void wgrad_images(void *arg, long long n0, long long n1, int tid) {
   const wino_job *j = arg;
   const wino_plan *p = j->p;
-  const cl_conv_shape *t = j->t;
   const wino_slice sl = slice_of(p, j->base, tid);
-  float *V = sl.V, *DY = sl.M, *tmp = sl.tmp, *dU = sl.dU;
-  void *scratch = sl.scratch;
   double *db = j->dbias ? sl.db : NULL;
-  const int nn = p->f->n * p->f->n, T = p->T;
-  const size_t KC = (size_t)t->K * t->C;
-  const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(j->be);
+  const int nn = p->f->n * p->f->n;
   const wino_fns fns = fns_of(j->be);
-  const wino_form *f = p->f;
-  const wino_side Bs = side_of(f, ROLE_BT);
-  const wino_side As = side_of(f, ROLE_A); /* A = (A^T)^T */
-  if (db) memset(db, 0, sizeof(double) * t->K);
-  if (n1 <= n0) memset(dU, 0, sizeof(float) * nn * KC);
+  if (db) memset(db, 0, sizeof(double) * j->t->K);
+  if (n1 <= n0) memset(sl.dU, 0, sizeof(float) * nn * j->t->K * j->t->C);
   for (int c0 = (int)n0; c0 < (int)n1; c0 += p->nb) {
-    int nb = (int)n1 - c0 < p->nb ? (int)n1 - c0 : p->nb, len = nb * p->T1;
-    cl_transform(&fns, p, t, &Bs, f->n, (f->r - 1) / 2, j->x, t->C, 0, t->C, c0, nb, V, NULL, tmp);
-    for (int k0 = 0; k0 < t->K; k0 += p->kb) {
-      const int kn = t->K - k0 < p->kb ? t->K - k0 : p->kb;
-      cl_transform(&fns, p, t, &As, f->m, 0, j->dy, t->K, k0, kn, c0, nb, DY, db, tmp);
-      for (int e = 0; e < nn; e++) /* dU[e] (+)= DY[e]^T V[e], both stored [q][channel] */
-        cl_cpu_sgemm(kind, 1, 0, kn, t->C, len, 1.0f, DY + (size_t)e * T * kn, kn,
-                     V + (size_t)e * T * t->C, t->C, c0 == (int)n0 ? 0.0f : 1.0f,
-                     dU + e * KC + (size_t)k0 * t->C, t->C, scratch);
-    }
+    const int nb = (int)n1 - c0 < p->nb ? (int)n1 - c0 : p->nb;
+    wgrad_transforms(j, &fns, c0, c0, nb, sl.V, sl.M, db, sl.tmp);
+    for (int e = 0; e < nn; e++)
+      element_grad(j, e, nb * p->T1, sl.M, sl.V, c0 == (int)n0 ? 0.0f : 1.0f, sl.dU, sl.scratch);
   }
 }
 
@@ -719,32 +743,21 @@ static void wgrad_images(void *arg, long long n0, long long n1, int tid) {
  * 48 -> 192) cost as much as a fifth of the call on two threads. */
 static void wgrad_small_inputs(void *arg, long long n0, long long n1, int tid) {
   const wino_job *j = arg;
-  const wino_plan *p = j->p;
-  const cl_conv_shape *t = j->t;
-  const wino_slice sl = slice_of(p, j->base, tid);
+  const wino_slice sl = slice_of(j->p, j->base, tid);
   const wino_fns fns = fns_of(j->be);
-  const wino_side Bs = side_of(p->f, ROLE_BT), As = side_of(p->f, ROLE_A);
-  const size_t q0 = (size_t)n0 * p->T1;
   double *db = j->dbias ? sl.db : NULL;
-  if (db) memset(db, 0, sizeof(double) * t->K);
+  if (db) memset(db, 0, sizeof(double) * j->t->K);
   if (n1 <= n0) return;
-  float *V = (float *)(j->base + p->off_v), *DY = (float *)(j->base + p->off_m);
-  cl_transform(&fns, p, t, &Bs, p->f->n, (p->f->r - 1) / 2, j->x, t->C, 0, t->C, (int)n0,
-               (int)(n1 - n0), V + q0 * t->C, NULL, sl.tmp);
-  cl_transform(&fns, p, t, &As, p->f->m, 0, j->dy, t->K, 0, t->K, (int)n0, (int)(n1 - n0),
-               DY + q0 * t->K, db, sl.tmp);
+  wgrad_transforms(j, &fns, 0, (int)n0, (int)(n1 - n0), (float *)(j->base + j->p->off_v),
+                   (float *)(j->base + j->p->off_m), db, sl.tmp);
 }
 
 static void wgrad_small_products(void *arg, long long e0, long long e1, int tid) {
   const wino_job *j = arg;
-  const wino_plan *p = j->p;
-  const cl_conv_shape *t = j->t;
-  const size_t KC = (size_t)t->K * t->C, T = (size_t)p->T;
-  const float *V = (const float *)(j->base + p->off_v), *DY = (const float *)(j->base + p->off_m);
-  void *scratch = slice_of(p, j->base, tid).scratch;
-  for (long long e = e0; e < e1; e++)
-    cl_cpu_sgemm(cl_cpu_gemm_of(j->be), 1, 0, t->K, t->C, p->T, 1.0f, DY + e * T * t->K, t->K,
-                 V + e * T * t->C, t->C, 0.0f, j->dU + e * KC, t->C, scratch);
+  const float *V = (const float *)(j->base + j->p->off_v);
+  const float *DY = (const float *)(j->base + j->p->off_m);
+  void *scratch = slice_of(j->p, j->base, tid).scratch;
+  for (long long e = e0; e < e1; e++) element_grad(j, e, j->p->T, DY, V, 0.0f, j->dU, scratch);
 }
 
 /* The filter pairs' work, T pairs a block, blocks over the team (each
