@@ -207,7 +207,7 @@ site: $(SITE_DEPS)
 # tools/device/gpu_session.sh under DRY_RUN=1 with every stage (each known,
 # each script it runs there). Outputs in build/harness.
 # HARNESS_BUILD: the standalone build folder whose library the smoke loads.
-HARNESS_STAGES = info build ctest checks ab profile bench rinstall rtest sanitize
+HARNESS_STAGES = info build ctest checks ab profile bench rinstall rtest roverlap sanitize
 HARNESS_BUILD ?= build
 harness-check:
 	@mkdir -p build/harness

@@ -64,8 +64,8 @@
 #'   `convlstm_error_oom` if it does not fit); `FALSE` never. The losses are
 #'   the same either way; the data set is freed when training ends. The
 #'   validation data stay in R. An encoder-forecaster's fit uploads only
-#'   with `TRUE` (`"auto"` slices in R). Sliced in R on the CPU (one
-#'   process), the next batch is sliced while the step of this one runs on
+#'   with `TRUE` (`"auto"` slices in R). Sliced in R (one process, on the
+#'   CPU or a GPU), the next batch is sliced while the step of this one runs on
 #'   a thread of its own, with the same losses and weights;
 #'   `options(convlstm.prefetch = FALSE)` slices each batch at its step.
 #' @param callbacks A list of callbacks ([convlstm_callback()],

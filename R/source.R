@@ -48,8 +48,8 @@ is_convlstm_source <- function(x) inherits(x, "convlstm_source")
 #' same losses as training on the arrays themselves. Mostly useful to write
 #' code that takes any source, and to compare the others with it, and to
 #' have a fit's batches planned ([convlstm_memory_estimate()] with
-#' `source`). As for arrays given as `x` and `y`, a fit on the CPU (one
-#' process) slices and checks the next batch while the step of this one
+#' `source`). As for arrays given as `x` and `y`, a fit on one process (on
+#' the CPU or a GPU) slices and checks the next batch while the step of this one
 #' runs on a thread of its own, unless `options(convlstm.prefetch = FALSE)`;
 #' the losses and weights are the same either way.
 #'
@@ -94,7 +94,7 @@ convlstm_source_arrays <- function(x, y) {
 #' epoch (its field `batch`), and the model as its last completed step
 #' left it.
 #'
-#' In a fit on the CPU (one process), `fun` is called for the next batch
+#' In a fit on one process (on the CPU or a GPU), `fun` is called for the next batch
 #' while the step of this one runs on a thread of its own, so that a
 #' generator's time hides behind the step's; the batches, losses and
 #' weights are those of calling it at each step (a `fun` that draws R's

@@ -15,8 +15,9 @@
 #   raised when that batch's turn comes (after this step's callbacks, as
 #   without reading ahead); an interrupt waits for the step to finish, so
 #   the model is the step's, complete. Only on one process (no
-#   communicator off R's thread), on the CPU, without a test's fixed
-#   dropout masks; otherwise the function is called at its step. An
+#   communicator off R's thread), without a test's fixed dropout masks;
+#   otherwise the function is called at its step. On a GPU the thread
+#   binds the model's device first (cl_model_bind_thread). An
 #   arrays source (convlstm_source_arrays()) is read, sliced and checked,
 #   the same way.
 # - Plain R arrays (convlstm_fit(model, x, y), batches sliced in R, not
@@ -40,9 +41,10 @@ prefetch_enabled <- function() {
 # two staging buffers then: source_staging()).
 source_overlaps <- function(s) s$kind %in% c("frames", "function", "arrays") && prefetch_enabled()
 
-# Whether this fit's steps may run on a thread of their own.
+# Whether this fit's steps may run on a thread of their own: one process
+# (MPI and NCCL calls stay on R's thread), on the CPU or a GPU.
 fit_step_thread <- function(f) {
-  f$world == 1 && identical(f$config$backend, "cpu") && is.null(the$dropout_masks)
+  f$world == 1 && f$config$backend %in% c("cpu", "cuda") && is.null(the$dropout_masks)
 }
 
 source_epoch_begin <- function(f, order, epoch) {

@@ -225,7 +225,9 @@ static SEXP step_tag(void) { return Rf_install("convlstm_step_job"); }
 
 static void *step_run(void *arg) {
   step_job *j = arg;
-  j->st = cl_model_train_step(j->m, &j->hx, &j->hy, j->tg, &j->o, &j->so, &j->loss);
+  j->st = cl_model_bind_thread(j->m); /* a GPU model's device, not this thread's device 0 */
+  if (j->st == CL_OK)
+    j->st = cl_model_train_step(j->m, &j->hx, &j->hy, j->tg, &j->o, &j->so, &j->loss);
   return NULL;
 }
 

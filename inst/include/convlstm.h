@@ -460,6 +460,10 @@ cl_status cl_model_optimizer_reset(cl_model *m);
 cl_status cl_model_train_step(cl_model *m, const cl_host_array *x, const cl_host_array *y,
                               cl_target target, const cl_optim *opt,
                               const cl_step_options *opts, double *loss);
+/* Makes m's device the one the calling thread's calls reach: a thread
+ * other than the one that made m (a training step on a thread of its own)
+ * calls it before any other call on m. One thread at a time calls m. */
+cl_status cl_model_bind_thread(cl_model *m);
 
 /* ---- precision ------------------------------------------------------- */
 

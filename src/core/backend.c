@@ -26,6 +26,10 @@ cl_status cl_backend_synchronize(cl_backend *be) {
   return be->iface->synchronize ? be->iface->synchronize(be) : CL_OK;
 }
 
+cl_status cl_backend_bind_thread(cl_backend *be) {
+  return be->iface->bind_thread ? be->iface->bind_thread(be) : CL_OK;
+}
+
 cl_status cl_backend_conv_workspace(cl_backend *be, const cl_conv_shape *s, cl_conv_dir dir,
                                     size_t *bytes) {
   *bytes = 0;

@@ -278,9 +278,16 @@ typedef enum { CL_GRAPH_AUTO = 0, CL_GRAPH_PLAIN = 1, CL_GRAPH_OFF_COMM = 2 } cl
  * on a data set reads its batch so; default: one copy() per row.
  * store_f32: dst (n elements of dtype) = src (float), rounded to nearest
  * even as core/half.h: a float gradient (a head's d_head) into the storage
- * dtype the convolutions read. */
+ * dtype the convolutions read.
+ * (optional) bind_thread: makes the calling thread's calls reach this
+ * backend's device; called by a thread before its first call of the other
+ * slots (a training step on a thread of its own, src/r_train.c). One
+ * thread at a time calls a backend. Default: nothing to bind (CPU). CUDA:
+ * the device is each thread's own setting, device 0 on a new thread,
+ * whatever device the backend was made on. */
 #define CL_SLOTS_MEMORY(X)                                                                          \
   X(NONE, REQ, void, destroy, (cl_backend * be), (be))                                            \
+  X(NONE, OPT, cl_status, bind_thread, (cl_backend * be), (be))                                    \
   X(SYNC, REQ, cl_status, alloc, (cl_backend * be, size_t bytes, void **out), (be, bytes, out))    \
   X(SYNC, REQ, void, free, (cl_backend * be, void *p), (be, p))                                    \
   X(STEP, REQ, cl_status, memset0, (cl_backend * be, void *p, size_t bytes), (be, p, bytes))       \
@@ -584,6 +591,7 @@ cl_status cl_backend_cuda_device_info(int device, cl_gpu_info *out, char *err, s
 /* Wrappers that supply defaults for the optional slots (backend.c). */
 cl_status cl_backend_mem_info(cl_backend *be, size_t *free_bytes, size_t *total_bytes);
 cl_status cl_backend_synchronize(cl_backend *be);
+cl_status cl_backend_bind_thread(cl_backend *be);
 /* The workspace of s's call in direction dir (conv_workspace), and the
  * largest of its three directions' (conv_workspace_any). */
 cl_status cl_backend_conv_workspace(cl_backend *be, const cl_conv_shape *s, cl_conv_dir dir,

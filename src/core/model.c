@@ -320,6 +320,12 @@ cl_status cl_model_graph_info(cl_model *m, cl_graph_info *out) {
 
 void cl_model_reset_peak(cl_model *m) { cl_mem_reset_peak(&m->mem); }
 
+cl_status cl_model_bind_thread(cl_model *m) {
+  m->err[0] = '\0';
+  CL_KERNEL(m, cl_backend_bind_thread(m->be));
+  return CL_OK;
+}
+
 cl_status cl_model_empty_cache(cl_model *m) {
   cl_step_release(m);
   return CL_OK;

@@ -184,6 +184,7 @@ void cl_cpu_destroy(cl_backend *be) {
 
 /* The optional slots, each decided by name: the CPU's function, or NULL
  * for the core's default (backend.c). */
+#define CPU_HAS_bind_thread NULL   /* host memory: every thread reaches it */
 #define CPU_HAS_synchronize NULL   /* kernels return when done */
 #define CPU_HAS_set_scratch NULL   /* reductions run in host variables: no scratch */
 #define CPU_HAS_host_stage NULL    /* host_accessible: nothing is staged */

@@ -212,6 +212,14 @@ void cl_cuda_stage_prepare(cl_backend *be) {
   if (stage_alloc(be, ctx, grow) != CL_OK) be->err[0] = '\0'; /* host_stage makes a smaller one */
 }
 
+/* The device is a per-thread setting of the runtime: a thread the backend
+ * was not made on starts on device 0. Setting the current one again costs
+ * nothing. */
+cl_status cl_cuda_bind_thread(cl_backend *be) {
+  CL_CUDA_CHECK(be, cudaSetDevice(cl_cuda_ctx_of(be)->device));
+  return CL_OK;
+}
+
 cl_status cl_cuda_synchronize(cl_backend *be) {
   CL_CUDA_CHECK(be, cudaStreamSynchronize(cl_cuda_ctx_of(be)->stream));
   cl_cuda_stage_settle(be);
@@ -314,6 +322,7 @@ cl_status cl_cuda_sum_partials(cl_backend *be, unsigned blocks, double *sum) {
 
 /* The optional slots, each decided by name: this backend's function, or
  * NULL for the core's default (backend.c). */
+#define CUDA_HAS_bind_thread cl_cuda_bind_thread
 #define CUDA_HAS_synchronize cl_cuda_synchronize
 #define CUDA_HAS_set_scratch cl_cuda_set_scratch
 #define CUDA_HAS_host_stage cl_cuda_host_stage

@@ -39,6 +39,7 @@
 #include "cpu/cpu_kernels.h" /* the CPU backend's configurations (GEMM kind, path) */
 #include "ctest.h"           /* the one RNG of the C tests (uniform01) */
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -2443,6 +2444,60 @@ static void run_destroy(const row *r) {
   }
 }
 
+/* ---- bind_thread: a thread of its own reaches the backend's device ---------------------- */
+
+/* What a training step on a thread of its own does first (src/r_train.c):
+ * bind, then call the slots. The buffer was made on the main thread. */
+typedef struct bind_job {
+  cl_backend *be;
+  void *dst;
+  const float *src;
+  float *back;
+  size_t n;
+  cl_status st;
+  int device; /* the thread's CUDA device after binding; -1 on the CPU */
+} bind_job;
+
+static void *bind_run(void *arg) {
+  bind_job *j = arg;
+  const struct cl_backend_i *f = j->be->iface;
+  j->st = cl_backend_bind_thread(j->be);
+  if (j->st == CL_OK) j->st = f->upload(j->be, j->dst, j->src, j->n * sizeof(float));
+  if (j->st == CL_OK) j->st = f->download(j->be, j->back, j->dst, j->n * sizeof(float));
+#ifdef CL_HAVE_CUDA
+  if (strcmp(f->name, "cuda") == 0) (void)cudaGetDevice(&j->device);
+#endif
+  return NULL;
+}
+
+static void run_bind_thread(const row *r) {
+  (void)r;
+  enum { N = 4099 };
+  float *src = rand_floats(N, -1, 1);
+  for (int vi = 0; vi < n_vs; vi++) {
+    variant *v = &vs[vi];
+    scope sc = scope_of(v);
+    bind_job j = {v->be, dev_alloc(&sc, N * sizeof(float)), src, xmalloc(N * sizeof(float)), N,
+                  CL_E_INVALID, -1};
+    pthread_t t;
+    if (sc.ok && expect(v, pthread_create(&t, NULL, bind_run, &j) == 0, "start a thread")) {
+      pthread_join(t, NULL);
+      expect(v, j.st == CL_OK && memcmp(j.back, src, N * sizeof(float)) == 0,
+             "bind_thread, upload and download on a thread of its own: %s, bytes %s (%s)",
+             status_str(j.st), j.st == CL_OK ? "compared" : "not read", v->be->err);
+    }
+#ifdef CL_HAVE_CUDA
+    int here = -1;
+    if (j.device >= 0 && cudaGetDevice(&here) == cudaSuccess)
+      expect(v, j.device == here, "the thread's device %d is the backend's, %d", j.device, here);
+#endif
+    expect(v, cl_backend_bind_thread(v->be) == CL_OK, "bind_thread again on the main thread");
+    scope_end(&sc);
+    free(j.back);
+  }
+  free(src);
+}
+
 /* ---- the table --------------------------------------------------------------------------- */
 
 /* {N, C, H, W, K, kh, kw, dh, dw}. Square kernels k = 1, 3, 5; H != W;
@@ -2955,6 +3010,7 @@ static const row ops[] = {
      EXACT("the host's order and roundings of the partial sums: bit for bit")},
     {"step_vals graph_begin graph_end graph_info (optional)", run_step_graphs, NULL, 1, F32, 0,
      EXACT("bytes, bit for bit; counts exactly")},
+    {"bind_thread", run_bind_thread, NULL, 1, F32, 0, EXACT("bytes, bit for bit")},
     {"destroy", run_destroy, NULL, 1, F32, 0, EXACT("statuses")},
 };
 

@@ -189,3 +189,33 @@ test_that("dropout's seeds are drawn as when slicing at each step: a fit with dr
   none <- fit_arrays(function() drop_model(0), x, y, TRUE, epochs = 2, batch_size = 3)
   expect_false(identical(none$h$loss, ahead$h$loss))
 })
+
+test_that("on a GPU the step's own thread binds the model's device: a fit reading ahead equals, bit for bit, one that does not", {
+  skip_if_not(convlstm_gpu_available(), "no usable CUDA GPU")
+  # cuDNN held to algorithms without atomics (read when the model is made),
+  # so that two fits can repeat each other's bits
+  old <- Sys.getenv("CONVLSTM_CUDNN_DETERMINISTIC", unset = NA)
+  Sys.setenv(CONVLSTM_CUDNN_DETERMINISTIC = "1")
+  on.exit(if (is.na(old)) Sys.unsetenv("CONVLSTM_CUDNN_DETERMINISTIC") else
+    Sys.setenv(CONVLSTM_CUDNN_DETERMINISTIC = old))
+  gpu_model <- function() {
+    set.seed(11)
+    convlstm(1, c(8, 1), 3, device = "cuda")
+  }
+  set.seed(9)
+  x <- array(stats::runif(23 * 3 * 8 * 8), c(23, 3, 1, 8, 8))
+  y <- array(x[, 3, 1, , ], c(23, 1, 8, 8))
+  args <- list(epochs = 2, batch_size = 4, shuffle = TRUE, validation_split = 0.2)
+  ahead <- do.call(fit_arrays, c(list(gpu_model, x, y, TRUE), args))
+  plain <- do.call(fit_arrays, c(list(gpu_model, x, y, FALSE), args))
+  expect_equal(ahead$calls$c_train_step_start, 2 * 5) # every step on the thread
+  expect_equal(plain$calls$c_train_step_start, 0)
+  expect_true(all(is.finite(ahead$h$loss)))
+  expect_same_fit(ahead, plain)
+  # and a function source, read while the step runs on the thread
+  src <- convlstm_source_function(function(i) list(x = x[i, , , , , drop = FALSE],
+                                                   y = y[i, , , , drop = FALSE]), n = 23)
+  fun <- do.call(fit_arrays, c(list(gpu_model, src, NULL, TRUE), args))
+  expect_equal(fun$calls$c_train_step_start, 2 * 5)
+  expect_same_fit(fun, plain)
+})

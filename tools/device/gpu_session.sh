@@ -8,7 +8,7 @@
 #   bash tools/device/gpu_session.sh [STAGE...]      (from the repository root)
 #
 # Stages, run in the order given (default, the one call: info build ctest checks
-# ab profile bench; a second call, only when time is left: rinstall rtest sanitize):
+# ab profile bench; a second call, only when time is left: rinstall rtest roverlap sanitize):
 #   info      nvidia-smi, nvcc, PyTorch, cuDNN, compilers, R: what the machine is
 #   build     the standalone library with CUDA (make -C src -f Makefile.standalone),
 #             against PyTorch's pip cuDNN, for this GPU's architecture only; from
@@ -20,6 +20,10 @@
 #             compute-sanitizer memcheck
 #   rinstall  R CMD INSTALL into build/rlib (R from .rt/setup.sh, see pack-r.sh)
 #   rtest     the testthat suite against that installation, GPU tests included
+#   roverlap  bench/bench_overlap.R --device=cuda --part=arrays: a GPU fit on R
+#             arrays, the next batch sliced while the step runs on its own
+#             thread, against slicing at each step and the data set on the
+#             device (issue 36)
 #   checks    bench/gpu/bench_gpu.py --checks --layout (parity with PyTorch,
 #             the plan against the driver's measured bytes, the allocator's
 #             counters, inference peak vs T, OOM recovery, the runtime line)
@@ -80,7 +84,8 @@ export PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin"
 cap_of() {
   case $1 in
     info) echo 30 ;; build) echo 200 ;; ctest) echo 120 ;; sanitize) echo 180 ;;
-    rinstall) echo 300 ;; rtest) echo 240 ;; checks) echo 150 ;; profile) echo 90 ;;
+    rinstall) echo 300 ;; rtest) echo 240 ;; roverlap) echo 120 ;; checks) echo 150 ;;
+    profile) echo 90 ;;
     ab) echo 90 ;;
     bench) echo 100000 ;;
     *) echo 60 ;;
@@ -305,6 +310,13 @@ PY
     use_cudnn
     [ -d "$RLIB/convlstm" ] || { echo "no package in $RLIB: run the rinstall stage"; return 1; }
     R_LIBS="$RLIB" Rscript -e "$RTEST"
+    ;;
+  roverlap)
+    r_ready || { echo "STAGE SKIPPED: no R"; return 0; }
+    have_gpu || { echo "STAGE SKIPPED: no GPU"; return 0; }
+    use_cudnn
+    [ -d "$RLIB/convlstm" ] || { echo "no package in $RLIB: run the rinstall stage"; return 1; }
+    R_LIBS="$RLIB" Rscript bench/bench_overlap.R --device=cuda --part=arrays --rounds=3
     ;;
   checks)
     use_cudnn
