@@ -104,7 +104,12 @@ convlstm_source_arrays <- function(x, y) {
 #' when that batch's turn comes; an interrupt while it runs ends the fit
 #' once the running step is complete. `options(convlstm.prefetch = FALSE)`
 #' (or the environment variable `CONVLSTM_PREFETCH=0`) calls it at its
-#' step instead. `fun` must not use the model being fitted.
+#' step instead. `fun` must not use the model being fitted while reading
+#' ahead: the step is writing it, so any use of it there (predicting,
+#' reading its weights, releasing it) is refused (class
+#' `convlstm_error_state`), which stops the fit as any error in `fun` does,
+#' the model as the running step left it; without reading ahead `fun` runs
+#' between steps and may use it.
 #'
 #' @param fun A function of one argument, the sample indices (integers in
 #'   `1:n`), returning `list(x = , y = )`.

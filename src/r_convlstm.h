@@ -62,8 +62,15 @@ NORET void r_raise_invalid(const char *fmt, ...) R_CL_PRINTF(1, 2);
 /* ---- r_handle.c ---- */
 
 /* The live model behind an external pointer, or a state error that says why
- * there is none (released, or restored by readRDS). */
+ * there is none (released, restored by readRDS) or why it cannot be used
+ * now (its training step runs on a thread of its own). */
 cl_model *r_model(SEXP ptr);
+/* While a model's training step runs on a thread of its own (r_train.c),
+ * r_model and convlstm_release() refuse it: R would read or free what the
+ * step writes. step_begin marks it; step_end puts back the mark it had
+ * (kept by the caller) and allocates nothing: it runs in a finalizer too. */
+void r_model_step_begin(SEXP ptr);
+void r_model_step_end(SEXP ptr, SEXP mark);
 /* An external pointer with no address yet, its finalizer registered and,
  * when cls is not NULL, that class: made before the object it will own, so
  * that no R allocation can fail while an unowned object is held. Unprotected. */

@@ -14,10 +14,12 @@
 #include "r_convlstm.h"
 
 /* The protected slot: "live" while the model exists, "released" after
- * convlstm_release(). Serialisation keeps the slot but drops the address, so
- * a NULL address next to "live" means the pointer came back from readRDS. */
+ * convlstm_release(), "stepping" while its training step runs on a thread of
+ * its own. Serialisation keeps the slot but drops the address, so a NULL
+ * address next to "live" means the pointer came back from readRDS. */
 static const char *const LIVE = "live";
 static const char *const RELEASED = "released";
+static const char *const STEPPING = "stepping";
 
 static SEXP model_tag(void) { return Rf_install("convlstm_model"); }
 
@@ -38,10 +40,22 @@ static void model_finalize(SEXP ptr) {
   R_ClearExternalPtr(ptr);
 }
 
+static void refuse_stepping(SEXP ptr) {
+  if (strcmp(ptr_mark(ptr), STEPPING) == 0)
+    r_raise(CL_E_STATE,
+            "This model's training step is running on a thread of its own while the fit reads "
+            "the next batch, so it cannot be used or released until that step ends. Use it in a "
+            "callback (convlstm_callback()), or set options(convlstm.prefetch = FALSE) so that "
+            "a data source's function is called between steps.");
+}
+
 cl_model *r_model(SEXP ptr) {
   if (!is_model_ptr(ptr)) r_raise_invalid("`model` is not a convlstm model");
   cl_model *m = (cl_model *)R_ExternalPtrAddr(ptr);
-  if (m != NULL) return m;
+  if (m != NULL) {
+    refuse_stepping(ptr);
+    return m;
+  }
   if (strcmp(ptr_mark(ptr), RELEASED) == 0)
     r_raise(CL_E_STATE,
             "This model was released with convlstm_release() and holds no memory any more; "
@@ -67,8 +81,13 @@ SEXP r_model_handle(void) {
   return ptr;
 }
 
+void r_model_step_begin(SEXP ptr) { R_SetExternalPtrProtected(ptr, Rf_mkString(STEPPING)); }
+
+void r_model_step_end(SEXP ptr, SEXP mark) { R_SetExternalPtrProtected(ptr, mark); }
+
 SEXP ffi_model_release(SEXP ptr) {
   if (!is_model_ptr(ptr)) r_raise_invalid("`model` is not a convlstm model");
+  refuse_stepping(ptr);
   cl_model *m = (cl_model *)R_ExternalPtrAddr(ptr);
   int had = m != NULL;
   if (had) {

@@ -219,6 +219,7 @@ typedef struct {
   cl_status st;
   pthread_t thread;
   int running, finished;
+  SEXP ptr, mark; /* the model's handle, marked stepping while the thread runs (r_handle.c) */
 } step_job;
 
 static SEXP step_tag(void) { return Rf_install("convlstm_step_job"); }
@@ -235,6 +236,7 @@ static void step_join(step_job *j) {
   if (!j->running) return;
   pthread_join(j->thread, NULL);
   j->running = 0;
+  r_model_step_end(j->ptr, j->mark);
 }
 
 static void step_finalize(SEXP h) {
@@ -256,7 +258,7 @@ SEXP ffi_train_step_start(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP 
   if (opts != R_NilValue && (r_option(opts, "dropout_masks") != R_NilValue ||
                              r_option(opts, "comm_share") != R_NilValue))
     r_raise_invalid("internal: a step on its own thread takes no given masks nor communicator");
-  SEXP prot = PROTECT(Rf_allocVector(VECSXP, 5));
+  SEXP prot = PROTECT(Rf_allocVector(VECSXP, 6)); /* and [5]: the model's mark */
   SEXP keep[5] = {ptr, x, y, opt, opts};
   for (int i = 0; i < 5; i++) SET_VECTOR_ELT(prot, i, keep[i]);
   SEXP h = PROTECT(r_new_handle(step_tag(), prot, step_finalize, NULL));
@@ -270,8 +272,14 @@ SEXP ffi_train_step_start(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP 
   r_optim(opt, &j->o);
   r_step_options(opts, &j->so, j->sb);
   r_dropout_masks(m, opts, j->hx.dims[0], j->hx.dims[3], j->hx.dims[4], &j->so); /* a seed */
-  int rc = pthread_create(&j->thread, NULL, step_run, j);
-  if (rc != 0) r_raise(CL_E_INVALID, "cannot start a thread for the training step");
+  j->ptr = ptr;
+  j->mark = R_ExternalPtrProtected(ptr);
+  SET_VECTOR_ELT(prot, 5, j->mark); /* kept here while the model is marked stepping */
+  r_model_step_begin(ptr);
+  if (pthread_create(&j->thread, NULL, step_run, j) != 0) {
+    r_model_step_end(ptr, j->mark);
+    r_raise(CL_E_INVALID, "cannot start a thread for the training step");
+  }
   j->running = 1;
   UNPROTECT(2);
   return h;

@@ -219,3 +219,43 @@ test_that("on a GPU the step's own thread binds the model's device: a fit readin
   expect_equal(fun$calls$c_train_step_start, 2 * 5)
   expect_same_fit(fun, plain)
 })
+
+test_that("a source's function that uses or releases the model while its step runs on a thread gets a classed error, the model left as that step made it", {
+  set.seed(13)
+  x <- array(stats::runif(12 * 3 * 4 * 4), c(12, 3, 1, 4, 4))
+  y <- array(x[, 3, 1, , ], c(12, 1, 4, 4))
+  # batch 2's read (rows 5 to 8): during step 1 when reading ahead
+  fit_touching <- function(touch, prefetch) {
+    old <- options(convlstm.prefetch = prefetch)
+    on.exit(options(old))
+    m <- stack_model()
+    fun <- function(i) {
+      if (identical(as.integer(i), 5:8)) touch(m)
+      list(x = x[i, , , , , drop = FALSE], y = y[i, , , , drop = FALSE])
+    }
+    err <- tryCatch(convlstm_fit(m, convlstm_source_function(fun, n = 12), NULL,
+                                 convlstm_optimizer_adam(0.02), epochs = 1, batch_size = 4,
+                                 shuffle = FALSE, data_on_device = FALSE, verbose = FALSE),
+                    error = function(e) e)
+    list(err = err, m = m)
+  }
+  for (touch in list(convlstm_state_dict, convlstm_release,
+                     function(m) predict(m, x[1:2, , , , , drop = FALSE]))) {
+    ahead <- fit_touching(touch, TRUE)
+    expect_s3_class(ahead$err, "convlstm_error")
+    expect_s3_class(ahead$err$parent, "convlstm_error_state")
+    expect_match(conditionMessage(ahead$err), "batch 2")
+    expect_match(conditionMessage(ahead$err), "running on a thread of its own")
+    expect_identical(convlstm:::c_model_status(convlstm:::model_ptr(ahead$m)), "live") # not released
+    # the model is step 1's, as a fit whose function fails at batch 2's read
+    failing <- fit_touching(function(m) stop("no batch 2"), FALSE)
+    expect_s3_class(failing$err, "convlstm_error")
+    expect_identical(convlstm_state_dict(ahead$m), convlstm_state_dict(failing$m))
+    convlstm_release(failing$m)
+    convlstm_release(ahead$m)
+  }
+  # called between steps (not reading ahead), the same function may use the model
+  plain <- fit_touching(convlstm_state_dict, FALSE)
+  expect_s3_class(plain$err, "convlstm_history")
+  convlstm_release(plain$m)
+})
