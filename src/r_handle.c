@@ -36,6 +36,11 @@ static const char *ptr_mark(SEXP ptr) {
 static void model_finalize(SEXP ptr) {
   cl_model *m = (cl_model *)R_ExternalPtrAddr(ptr);
   if (m == NULL) return;
+  /* collected with the handle of a step still running on its thread (the
+   * fit waits for the step before any error or interrupt leaves it, so
+   * only a handle dropped without that wait gets here): leaked rather
+   * than freed under the step */
+  if (strcmp(ptr_mark(ptr), STEPPING) == 0) return;
   cl_model_free(m);
   R_ClearExternalPtr(ptr);
 }
