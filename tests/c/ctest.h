@@ -3,8 +3,8 @@
  * counts failures and says where, a small deterministic RNG (xorshift64)
  * whose uniform01 also serves as cl_model_init_params' callback, a small
  * two-layer config, a model created and initialised from it, a model's
- * parameters or gradients flattened, and the relative difference the
- * reference tests compare with.
+ * parameters or gradients flattened, two models' parameters compared as
+ * bits, and the relative difference the reference tests compare with.
  */
 #ifndef CONVLSTM_TESTS_CTEST_H
 #define CONVLSTM_TESTS_CTEST_H
@@ -13,6 +13,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int ctest_failures = 0, ctest_checks = 0;
@@ -93,6 +94,26 @@ static inline size_t ctest_flat(cl_model *m, int grad, float *out, size_t max) {
     at += n;
   }
   return at;
+}
+
+/* 1 when every parameter of a and b is bitwise equal. */
+static inline int ctest_same_params(cl_model *a, cl_model *b) {
+  int n = cl_model_n_tensors(a);
+  if (n != cl_model_n_tensors(b)) return 0;
+  for (int i = 0; i < n; i++) {
+    const char *name;
+    int nd, d[4];
+    cl_model_tensor_info(a, i, &name, &nd, d);
+    size_t len = ctest_numel(nd, d);
+    float *pa = malloc(len * sizeof(float)), *pb = malloc(len * sizeof(float));
+    int ok = pa && pb && cl_model_get_param(a, name, pa, len) == CL_OK &&
+             cl_model_get_param(b, name, pb, len) == CL_OK &&
+             memcmp(pa, pb, len * sizeof(float)) == 0;
+    free(pa);
+    free(pb);
+    if (!ok) return 0;
+  }
+  return 1;
 }
 
 /* max |a - b| / max |b| (max |a - b| when b is all zero): the measure the

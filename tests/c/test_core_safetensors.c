@@ -53,27 +53,6 @@ static double step(cl_model *m, int i, const cl_optim *o) {
   return loss;
 }
 
-/* 1 when every parameter of a and b is bitwise equal. */
-static int same_params(cl_model *a, cl_model *b) {
-  int n = cl_model_n_tensors(a);
-  if (n != cl_model_n_tensors(b)) return 0;
-  for (int i = 0; i < n; i++) {
-    const char *name;
-    int nd, d[4];
-    cl_model_tensor_info(a, i, &name, &nd, d);
-    size_t len = 1;
-    for (int k = 0; k < nd; k++) len *= (size_t)d[k];
-    float *pa = malloc(len * sizeof(float)), *pb = malloc(len * sizeof(float));
-    int ok = cl_model_get_param(a, name, pa, len) == CL_OK &&
-             cl_model_get_param(b, name, pb, len) == CL_OK &&
-             memcmp(pa, pb, len * sizeof(float)) == 0;
-    free(pa);
-    free(pb);
-    if (!ok) return 0;
-  }
-  return 1;
-}
-
 static unsigned char *slurp(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
@@ -128,7 +107,7 @@ static void test_resume(const cl_optim *o, int bias, const char *what) {
   for (int i = k; i < n; i++) lb[i] = step(c, i, o);
   for (int i = 0; i < n; i++)
     CHECK(la[i] == lb[i], "%s: loss %d: %.17g uninterrupted, %.17g resumed", what, i, la[i], lb[i]);
-  CHECK(same_params(a, c), "%s: parameters differ after resuming", what);
+  CHECK(ctest_same_params(a, c), "%s: parameters differ after resuming", what);
   /* without the optimizer the resumed run differs (Adam restarts) */
   cl_model *d = NULL;
   CHECK(cl_model_load(path, NULL, 0, &d, err, sizeof err) == CL_OK, "load: %s", err);
@@ -237,7 +216,7 @@ static void test_load_into(void) {
         "a failed load left optimizer state");
   /* without the optimizer it fits, and then the weights are a's */
   CHECK(cl_saved_load_into(s, b, 0) == CL_OK, "load weights: %s", cl_model_error(b));
-  CHECK(same_params(a, b), "weights differ after loading into a model");
+  CHECK(ctest_same_params(a, b), "weights differ after loading into a model");
   cl_model_set_memory_limit(b, 0);
   CHECK(cl_saved_load_into(s, b, 1) == CL_OK && cl_model_optimizer_steps(b) == 1,
         "load with optimizer: %s", cl_model_error(b));
@@ -559,7 +538,7 @@ static int file_holds(const char *path, cl_model *m) {
   cl_model *l = NULL;
   char err[CL_ERRMSG_LEN];
   if (cl_model_load(path, NULL, 0, &l, err, sizeof err) != CL_OK) return 0;
-  int same = same_params(l, m);
+  int same = ctest_same_params(l, m);
   cl_model_free(l);
   return same;
 }

@@ -16,7 +16,7 @@
  * decides; under CONVLSTM_REQUIRE_GPU=1 a GPU that cannot be used fails.
  */
 #define _POSIX_C_SOURCE 200112L /* setenv */
-#include "ctest.h"              /* CHECK, uniform01, ctest_model */
+#include "ctest.h"              /* CHECK, uniform01, ctest_model, ctest_same_params */
 
 #include <pthread.h>
 #include <stdint.h>
@@ -52,13 +52,6 @@ static void batch(int step, float *x, float *y) {
   }
 }
 
-static int same_params(cl_model *a, cl_model *b) {
-  enum { MAX = 1 << 14 };
-  static float pa[MAX], pb[MAX];
-  const size_t na = ctest_flat(a, 0, pa, MAX), nb = ctest_flat(b, 0, pb, MAX);
-  return na == nb && na > 0 && memcmp(pa, pb, na * sizeof(float)) == 0;
-}
-
 static void run(cl_device device, int n_threads, const char *name) {
   cl_config c = ctest_config(1, 8, 1, 3, 3, 1, n_threads);
   c.device = device;
@@ -89,10 +82,11 @@ static void run(cl_device device, int n_threads, const char *name) {
           j.bind, j.st, cl_model_error(b));
     equal &= memcmp(&la, &j.loss, sizeof la) == 0;
   }
+  const int same = ctest_same_params(a, b);
   CHECK(equal, "%s: every step's loss the same bits on the main thread and on its own", name);
-  CHECK(same_params(a, b), "%s: parameters the same bits after %d steps", name, STEPS);
+  CHECK(same, "%s: parameters the same bits after %d steps", name, STEPS);
   printf("%s: %d steps, each on a thread of its own: %s\n", name, STEPS,
-         equal && same_params(a, b) ? "same bits" : "DIFFERENT");
+         equal && same ? "same bits" : "DIFFERENT");
 out:
   free(x);
   free(y);
