@@ -2,15 +2,18 @@
  * core/half.h -- float32 <-> float16 / bfloat16 storage conversion on the
  * host, exact round-to-nearest-even, bit-compatible with IEEE binary16 and
  * with torch's bfloat16 (NaN stays NaN, overflow goes to infinity,
- * subnormals kept). Scalar and branch-light: the CPU backend vectorizes its
- * hot loops itself and uses these as the reference and for tails.
+ * subnormals kept). The scalar functions here are the reference and the
+ * tails of the vectorized runs declared at the end.
  * Storage types are uint16_t bit patterns; no arithmetic is done in half.
  */
 #ifndef CONVLSTM_CORE_HALF_H
 #define CONVLSTM_CORE_HALF_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "convlstm.h" /* cl_dtype */
 
 static inline uint32_t cl_f32_bits(float f) {
   uint32_t u;
@@ -59,5 +62,15 @@ static inline float cl_f16_to_f32(uint16_t h) {
   }
   return cl_bits_f32(sign | ((e + 112u) << 23) | (mant << 13));
 }
+
+/* Runs of n values in t, float16 or bfloat16 (half.c): the same bits as
+ * the scalar functions above, through the AVX-512F conversion instructions
+ * where the CPU has them. The host's one vectorized conversion: the core
+ * packs batches with it (pack.c), the CPU backend's kernels convert at
+ * their edges with it (cpu/cpu_half.c). */
+void cl_half_store(cl_dtype t, const float *src, uint16_t *dst, size_t n);
+void cl_half_load(cl_dtype t, const uint16_t *src, float *dst, size_t n);
+/* dst[i] = round(widen(dst[i]) + src[i]): rounded once. */
+void cl_half_acc(cl_dtype t, const float *src, uint16_t *dst, size_t n);
 
 #endif

@@ -38,19 +38,21 @@ static size_t block_elems(const cl_host_array *a, cl_block k) {
   return (size_t)k.nb * (size_t)k.nt * d.C * d.H * d.W;
 }
 
-static inline void store(void *dst, size_t i, float v, cl_dtype t) {
+/* n floats stored in t from element i of dst on: float32 copied, halves
+ * through the host's vectorized conversion (half.c), which rounds as the
+ * scalar reference does. */
+static inline void store_run(void *dst, size_t i, const float *v, size_t n, cl_dtype t) {
   if (t == CL_F32)
-    ((float *)dst)[i] = v;
-  else if (t == CL_F16)
-    ((uint16_t *)dst)[i] = cl_f32_to_f16(v);
+    memcpy((float *)dst + i, v, n * sizeof(float));
   else
-    ((uint16_t *)dst)[i] = cl_f32_to_bf16(v);
+    cl_half_store(t, v, (uint16_t *)dst + i, n);
 }
 
-static inline float load(const void *src, size_t i, cl_dtype t) {
-  if (t == CL_F32) return ((const float *)src)[i];
-  if (t == CL_F16) return cl_f16_to_f32(((const uint16_t *)src)[i]);
-  return cl_bf16_to_f32(((const uint16_t *)src)[i]);
+static inline void load_run(const void *src, size_t i, float *v, size_t n, cl_dtype t) {
+  if (t == CL_F32)
+    memcpy(v, (const float *)src + i, n * sizeof(float));
+  else
+    cl_half_load(t, (const uint16_t *)src + i, v, n);
 }
 
 /* Index of element (b, t, c, h, w) of the host array. R's is
@@ -107,14 +109,18 @@ static inline size_t host_index(const dims5 *d, int r_layout, size_t b, size_t t
 static void pack(void *dst, cl_dtype dt, const cl_host_array *src, cl_block k) {
   if (src->format == CL_HOST_R_F64) {
     const double *s = src->data;
-    FOR_R_TILES(src, k,
-                for (size_t v = 0; v < wn; v++) store(dst, i + v, (float)s[r + v * sw], dt));
+    if (dt == CL_F32)
+      FOR_R_TILES(src, k,
+                  for (size_t v = 0; v < wn; v++)((float *)dst)[i + v] = (float)s[r + v * sw]);
+    else
+      FOR_R_TILES(src, k, {
+        float v_[R_TILE_W];
+        for (size_t v = 0; v < wn; v++) v_[v] = (float)s[r + v * sw];
+        store_run(dst, i, v_, wn, dt);
+      });
   } else {
     const float *s = src->data;
-    if (dt == CL_F32)
-      FOR_TORCH_RUNS(src, k, memcpy((float *)dst + i, s + r, img * sizeof(float)));
-    else
-      FOR_TORCH_RUNS(src, k, for (size_t j = 0; j < img; j++) store(dst, i + j, s[r + j], dt));
+    FOR_TORCH_RUNS(src, k, store_run(dst, i, s + r, img, dt));
   }
 }
 
@@ -122,23 +128,27 @@ static void unpack(cl_host_array *dst, const void *src, cl_dtype dt) {
   cl_block k = cl_block_all(dst);
   if (dst->format == CL_HOST_R_F64) {
     double *o = dst->data;
-    FOR_R_TILES(dst, k,
-                for (size_t v = 0; v < wn; v++) o[r + v * sw] = (double)load(src, i + v, dt));
+    if (dt == CL_F32)
+      FOR_R_TILES(dst, k,
+                  for (size_t v = 0; v < wn; v++) o[r + v * sw] = (double)((const float *)src)[i + v]);
+    else
+      FOR_R_TILES(dst, k, {
+        float v_[R_TILE_W];
+        load_run(src, i, v_, wn, dt);
+        for (size_t v = 0; v < wn; v++) o[r + v * sw] = (double)v_[v];
+      });
   } else {
     float *o = dst->data;
-    if (dt == CL_F32)
-      FOR_TORCH_RUNS(dst, k, memcpy(o + r, (const float *)src + i, img * sizeof(float)));
-    else
-      FOR_TORCH_RUNS(dst, k, for (size_t j = 0; j < img; j++) o[r + j] = load(src, i + j, dt));
+    FOR_TORCH_RUNS(dst, k, load_run(src, i, o + r, img, dt));
   }
 }
 
-/* The general walk, element by element: with p x p patches
+/* The general map, element by element: with p x p patches
  * (pixel_unshuffle; the encoder-forecaster's frames), host pixel (c, y, x)
  * of an image is the core's channel c p p + (y % p) p + x % p at (y / p,
  * x / p), and with layout l (the model's: channels last on a backend that
  * asks for it) that element of image n lies at cl_act_at. p = 1 and NCHW
- * take the faster walks above instead. */
+ * take the tiled walks above instead. */
 static size_t mapped_index(const dims5 *d, int p, cl_layout l, size_t n, size_t c, size_t y,
                            size_t x) {
   size_t hp = d->H / (size_t)p, wp = d->W / (size_t)p;
@@ -147,46 +157,112 @@ static size_t mapped_index(const dims5 *d, int p, cl_layout l, size_t n, size_t 
                    (y / (size_t)p) * wp + x / (size_t)p);
 }
 
-#define FOR_MAPPED(a, k, p, l, body)                                                \
-  do {                                                                              \
-    dims5 d_ = dims_of(a);                                                          \
-    int r_ = (a)->format == CL_HOST_R_F64;                                          \
-    for (size_t tt = 0; tt < (size_t)(k).nt; tt++)                                  \
-      for (size_t j = 0; j < (size_t)(k).nb; j++)                                   \
-        for (size_t c = 0; c < d_.C; c++)                                           \
-          for (size_t y = 0; y < d_.H; y++)                                         \
-            for (size_t x = 0; x < d_.W; x++) {                                     \
-              size_t i = mapped_index(&d_, p, l, tt * (size_t)(k).nb + j, c, y, x); \
-              size_t r = host_index(&d_, r_, (size_t)(k).b0 + j, (size_t)(k).t0 + tt, \
-                                    c, y, x);                                       \
-              body;                                                                 \
-            }                                                                       \
+/* The element walk above, a row at a time: pixel x of row y of channel c
+ * of image n lies at the row's mapped_index (x = 0) plus (x % p) a + (x / p)
+ * b, as both layouts separate (NCHW: a = hp wp, b = 1; NHWC: a = 1,
+ * b = C p p), and at the host's row start plus x rs. A row goes in chunks
+ * of ROW_CHUNK: gathered, converted as one run (store_run), scattered. */
+#define ROW_CHUNK 64
+
+typedef struct row_walk {
+  size_t W, p, a, b, rs;
+} row_walk;
+
+static row_walk row_walk_of(const dims5 *d, int p, cl_layout l, int r_layout) {
+  row_walk w = {d->W, (size_t)p, 0, 0, r_layout ? d->B * d->T * d->C * d->H : 1};
+  w.a = p > 1 ? mapped_index(d, p, l, 0, 0, 0, 1) : 0;
+  w.b = mapped_index(d, p, l, 0, 0, 0, (size_t)p);
+  return w;
+}
+
+/* Offsets of pixels x0 .. x0 + n - 1 from the row's start. */
+static void chunk_offsets(const row_walk *w, size_t x0, size_t n, size_t *off) {
+  size_t xr = x0 % w->p, o = xr * w->a + (x0 / w->p) * w->b;
+  for (size_t k = 0; k < n; k++) {
+    off[k] = o;
+    if (++xr == w->p) {
+      xr = 0;
+      o += w->b - (w->p - 1) * w->a;
+    } else {
+      o += w->a;
+    }
+  }
+}
+
+static void pack_row(void *dst, cl_dtype dt, size_t base, const cl_host_array *src, size_t r0,
+                     const row_walk *w) {
+  float v[ROW_CHUNK];
+  uint16_t h[ROW_CHUNK];
+  size_t off[ROW_CHUNK];
+  for (size_t x0 = 0; x0 < w->W; x0 += ROW_CHUNK) {
+    size_t n = w->W - x0 < ROW_CHUNK ? w->W - x0 : ROW_CHUNK, r = r0 + x0 * w->rs;
+    chunk_offsets(w, x0, n, off);
+    if (src->format == CL_HOST_R_F64)
+      for (size_t k = 0; k < n; k++) v[k] = (float)((const double *)src->data)[r + k * w->rs];
+    else
+      for (size_t k = 0; k < n; k++) v[k] = ((const float *)src->data)[r + k * w->rs];
+    if (dt == CL_F32) {
+      for (size_t k = 0; k < n; k++) ((float *)dst)[base + off[k]] = v[k];
+    } else {
+      cl_half_store(dt, v, h, n);
+      for (size_t k = 0; k < n; k++) ((uint16_t *)dst)[base + off[k]] = h[k];
+    }
+  }
+}
+
+static void unpack_row(cl_host_array *dst, size_t r0, const void *src, cl_dtype dt, size_t base,
+                       const row_walk *w) {
+  float v[ROW_CHUNK];
+  uint16_t h[ROW_CHUNK];
+  size_t off[ROW_CHUNK];
+  for (size_t x0 = 0; x0 < w->W; x0 += ROW_CHUNK) {
+    size_t n = w->W - x0 < ROW_CHUNK ? w->W - x0 : ROW_CHUNK, r = r0 + x0 * w->rs;
+    chunk_offsets(w, x0, n, off);
+    if (dt == CL_F32) {
+      for (size_t k = 0; k < n; k++) v[k] = ((const float *)src)[base + off[k]];
+    } else {
+      for (size_t k = 0; k < n; k++) h[k] = ((const uint16_t *)src)[base + off[k]];
+      cl_half_load(dt, h, v, n);
+    }
+    if (dst->format == CL_HOST_R_F64)
+      for (size_t k = 0; k < n; k++) ((double *)dst->data)[r + k * w->rs] = (double)v[k];
+    else
+      for (size_t k = 0; k < n; k++) ((float *)dst->data)[r + k * w->rs] = v[k];
+  }
+}
+
+/* body sees base (the core's index of the row's pixel 0), r0 (the host's)
+ * and w_, for each row of the block. */
+#define FOR_MAPPED_ROWS(a, k, p, l, body)                                          \
+  do {                                                                             \
+    dims5 d_ = dims_of(a);                                                         \
+    int r_ = (a)->format == CL_HOST_R_F64;                                         \
+    row_walk w_ = row_walk_of(&d_, p, l, r_);                                      \
+    for (size_t tt = 0; tt < (size_t)(k).nt; tt++)                                 \
+      for (size_t j = 0; j < (size_t)(k).nb; j++)                                  \
+        for (size_t c = 0; c < d_.C; c++)                                          \
+          for (size_t y = 0; y < d_.H; y++) {                                      \
+            size_t base = mapped_index(&d_, p, l, tt * (size_t)(k).nb + j, c, y, 0); \
+            size_t r0 = host_index(&d_, r_, (size_t)(k).b0 + j, (size_t)(k).t0 + tt, c, \
+                                   y, 0);                                          \
+            body;                                                                  \
+          }                                                                        \
   } while (0)
 
 static void pack_mapped(void *dst, cl_dtype dt, const cl_host_array *src, cl_block k, int p,
                         cl_layout l) {
-  if (p <= 1 && l == CL_NCHW) {
+  if (p <= 1 && l == CL_NCHW)
     pack(dst, dt, src, k);
-  } else if (src->format == CL_HOST_R_F64) {
-    const double *s = src->data;
-    FOR_MAPPED(src, k, p, l, store(dst, i, (float)s[r], dt));
-  } else {
-    const float *s = src->data;
-    FOR_MAPPED(src, k, p, l, store(dst, i, s[r], dt));
-  }
+  else
+    FOR_MAPPED_ROWS(src, k, p, l, pack_row(dst, dt, base, src, r0, &w_));
 }
 
 static void unpack_mapped(cl_host_array *dst, const void *src, cl_dtype dt, int p, cl_layout l) {
   cl_block k = cl_block_all(dst);
-  if (p <= 1 && l == CL_NCHW) {
+  if (p <= 1 && l == CL_NCHW)
     unpack(dst, src, dt);
-  } else if (dst->format == CL_HOST_R_F64) {
-    double *o = dst->data;
-    FOR_MAPPED(dst, k, p, l, o[r] = (double)load(src, i, dt));
-  } else {
-    float *o = dst->data;
-    FOR_MAPPED(dst, k, p, l, o[r] = load(src, i, dt));
-  }
+  else
+    FOR_MAPPED_ROWS(dst, k, p, l, unpack_row(dst, r0, src, dt, base, &w_));
 }
 
 void cl_pack_host(float *dst, const cl_host_array *src) { pack(dst, CL_F32, src, cl_block_all(src)); }
