@@ -277,6 +277,9 @@ PY
     have_gpu && export CONVLSTM_REQUIRE_GPU=1
     [ -x build/test_backend_ops ] || { echo "build/test_backend_ops missing: run the build stage"; return 1; }
     sh tests/c/run.sh build || return 1
+    # what the host conversion of one batch costs on this machine's cores
+    # (doc/gpu.md, "The host path's conversion"); seconds
+    build/bench_pack --reps=9 | tee "$OUT/bench_pack.txt"
     have_gpu || return 0
     # every convolution case with the cuDNN algorithm that ran it (in
     # logs.tar.gz), and how often each algorithm ran per direction
