@@ -8,7 +8,7 @@
  */
 #include "half.h"
 
-#include "../cpu/cpu_x86.h" /* CL_CPU_X86: whether this compiler builds x86 vector code */
+#include "x86.h" /* CL_CPU_X86: whether this compiler builds x86 vector code */
 
 #if CL_CPU_X86
 /* Returns how many leading elements it converted (a multiple of 16). */

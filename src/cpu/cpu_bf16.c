@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "cpu_clock.h" /* cl_cpu_thread_seconds */
-#include "cpu_x86.h"   /* CL_CPU_X86 */
+#include "../core/x86.h"   /* CL_CPU_X86 */
 
 /* vdpbf16ps multiplies 32 pairs of bfloat16 and adds each lane's two
  * products into a float32 accumulator. A product of two bfloat16 (8-bit

@@ -13,7 +13,7 @@
 #include "cpu_kernels.h"
 #include "../core/dropout_rng.h"
 
-#include "cpu_x86.h" /* CL_CPU_X86 */
+#include "../core/x86.h" /* CL_CPU_X86 */
 #if defined(__GNUC__) && !defined(__clang__)
 #define CL_MASK_EXACT __attribute__((optimize("fp-contract=off")))
 #else

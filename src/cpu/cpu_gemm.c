@@ -40,7 +40,7 @@
 #include <omp.h>
 #endif
 
-#include "cpu_x86.h" /* CL_CPU_X86 */
+#include "../core/x86.h" /* CL_CPU_X86 */
 
 /* Cache blocking. KC bounds the depth of one pass (an A sliver of MR x KC
  * floats stays in L1), NC x KC floats of packed B (~720 KiB) fit the 1-2 MiB
