@@ -8,10 +8,40 @@
  */
 #include "internal.h"
 
-#include "half.h" /* exact float <-> float16/bfloat16 */
+#include "half.h"    /* exact float <-> float16/bfloat16 */
+#include "threads.h" /* cl_cpu_threads: teams of one in a forked child */
 
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* The walks below split their two outer loops over nth_ threads: every
+ * element is written once, by one thread, so the result is the same bits
+ * for any team. */
+#ifdef _OPENMP
+#define PACK_PARALLEL_FOR2 _Pragma("omp parallel for collapse(2) num_threads(nth_) schedule(static)")
+#else
+#define PACK_PARALLEL_FOR2
+#endif
+
+/* Below this many elements a batch converts on the calling thread: starting
+ * a team costs more than it saves. */
+#define PACK_MIN_ELEMS ((size_t)1 << 15)
+/* The conversion is bound by memory bandwidth, which a few cores fill. */
+#define PACK_MAX_THREADS 8
+
+/* Threads to convert n elements with: a CPU model's (its step's team), the
+ * `threads` of a model on another backend, or OpenMP's default. */
+static int pack_threads(const cl_model *m, size_t n) {
+  if (n < PACK_MIN_ELEMS) return 1;
+  int t = m->be->iface->host_accessible ? m->be->n_threads : m->cfg.n_threads;
+#ifdef _OPENMP
+  if (t < 1) t = omp_get_max_threads();
+#endif
+  return cl_cpu_threads(t > PACK_MAX_THREADS ? PACK_MAX_THREADS : t);
+}
 
 typedef struct dims5 {
   size_t B, T, C, H, W;
@@ -71,14 +101,16 @@ static inline size_t host_index(const dims5 *d, int r_layout, size_t b, size_t t
  * goes in tiles of R_TILE_W pixels of a row instead: for each (t, b) the
  * core's side gets a whole cache line of w, while the host's side walks
  * R_TILE_W runs along (t, b) in step. */
-#define FOR_TORCH_RUNS(a, k, body)                                                  \
+#define FOR_TORCH_RUNS(a, k, nth, body)                                             \
   do {                                                                              \
     dims5 d_ = dims_of(a);                                                          \
-    size_t img = d_.C * d_.H * d_.W, i = 0;                                         \
-    for (size_t t = (size_t)(k).t0; t < (size_t)((k).t0 + (k).nt); t++)             \
-      for (size_t b = (size_t)(k).b0; b < (size_t)((k).b0 + (k).nb);              \
-           b++, i += img) {                                                         \
-        size_t r = (b * d_.T + t) * img;                                            \
+    size_t img = d_.C * d_.H * d_.W, nb_ = (size_t)(k).nb;                          \
+    int nth_ = (nth);                                                               \
+    PACK_PARALLEL_FOR2                                                              \
+    for (size_t tt = 0; tt < (size_t)(k).nt; tt++)                                  \
+      for (size_t j = 0; j < nb_; j++) {                                            \
+        size_t i = (tt * nb_ + j) * img;                                            \
+        size_t r = (((size_t)(k).b0 + j) * d_.T + (size_t)(k).t0 + tt) * img;       \
         body;                                                                       \
       }                                                                             \
   } while (0)
@@ -87,11 +119,13 @@ static inline size_t host_index(const dims5 *d, int r_layout, size_t b, size_t t
 
 /* body sees i (core index of pixel w0 of (t0 + tt, b0 + j, c, h)), r (host
  * index of the same), wn pixels and the host's stride sw between them. */
-#define FOR_R_TILES(a, k, body)                                                     \
+#define FOR_R_TILES(a, k, nth, body)                                                \
   do {                                                                              \
     dims5 d_ = dims_of(a);                                                          \
     size_t img = d_.C * d_.H * d_.W, sw = d_.B * d_.T * d_.C * d_.H;                \
     size_t nb = (size_t)(k).nb, nt = (size_t)(k).nt;                                \
+    int nth_ = (nth);                                                               \
+    PACK_PARALLEL_FOR2                                                              \
     for (size_t c = 0; c < d_.C; c++)                                               \
       for (size_t h = 0; h < d_.H; h++)                                             \
         for (size_t w0 = 0; w0 < d_.W; w0 += R_TILE_W) {                            \
@@ -106,40 +140,40 @@ static inline size_t host_index(const dims5 *d, int r_layout, size_t b, size_t t
         }                                                                           \
   } while (0)
 
-static void pack(void *dst, cl_dtype dt, const cl_host_array *src, cl_block k) {
+static void pack(void *dst, cl_dtype dt, const cl_host_array *src, cl_block k, int nth) {
   if (src->format == CL_HOST_R_F64) {
     const double *s = src->data;
     if (dt == CL_F32)
-      FOR_R_TILES(src, k,
+      FOR_R_TILES(src, k, nth,
                   for (size_t v = 0; v < wn; v++)((float *)dst)[i + v] = (float)s[r + v * sw]);
     else
-      FOR_R_TILES(src, k, {
+      FOR_R_TILES(src, k, nth, {
         float v_[R_TILE_W];
         for (size_t v = 0; v < wn; v++) v_[v] = (float)s[r + v * sw];
         store_run(dst, i, v_, wn, dt);
       });
   } else {
     const float *s = src->data;
-    FOR_TORCH_RUNS(src, k, store_run(dst, i, s + r, img, dt));
+    FOR_TORCH_RUNS(src, k, nth, store_run(dst, i, s + r, img, dt));
   }
 }
 
-static void unpack(cl_host_array *dst, const void *src, cl_dtype dt) {
+static void unpack(cl_host_array *dst, const void *src, cl_dtype dt, int nth) {
   cl_block k = cl_block_all(dst);
   if (dst->format == CL_HOST_R_F64) {
     double *o = dst->data;
     if (dt == CL_F32)
-      FOR_R_TILES(dst, k,
+      FOR_R_TILES(dst, k, nth,
                   for (size_t v = 0; v < wn; v++) o[r + v * sw] = (double)((const float *)src)[i + v]);
     else
-      FOR_R_TILES(dst, k, {
+      FOR_R_TILES(dst, k, nth, {
         float v_[R_TILE_W];
         load_run(src, i, v_, wn, dt);
         for (size_t v = 0; v < wn; v++) o[r + v * sw] = (double)v_[v];
       });
   } else {
     float *o = dst->data;
-    FOR_TORCH_RUNS(dst, k, load_run(src, i, o + r, img, dt));
+    FOR_TORCH_RUNS(dst, k, nth, load_run(src, i, o + r, img, dt));
   }
 }
 
@@ -233,11 +267,13 @@ static void unpack_row(cl_host_array *dst, size_t r0, const void *src, cl_dtype 
 
 /* body sees base (the core's index of the row's pixel 0), r0 (the host's)
  * and w_, for each row of the block. */
-#define FOR_MAPPED_ROWS(a, k, p, l, body)                                          \
+#define FOR_MAPPED_ROWS(a, k, p, l, nth, body)                                     \
   do {                                                                             \
     dims5 d_ = dims_of(a);                                                         \
     int r_ = (a)->format == CL_HOST_R_F64;                                         \
     row_walk w_ = row_walk_of(&d_, p, l, r_);                                      \
+    int nth_ = (nth);                                                              \
+    PACK_PARALLEL_FOR2                                                             \
     for (size_t tt = 0; tt < (size_t)(k).nt; tt++)                                 \
       for (size_t j = 0; j < (size_t)(k).nb; j++)                                  \
         for (size_t c = 0; c < d_.C; c++)                                          \
@@ -250,23 +286,26 @@ static void unpack_row(cl_host_array *dst, size_t r0, const void *src, cl_dtype 
   } while (0)
 
 static void pack_mapped(void *dst, cl_dtype dt, const cl_host_array *src, cl_block k, int p,
-                        cl_layout l) {
+                        cl_layout l, int nth) {
   if (p <= 1 && l == CL_NCHW)
-    pack(dst, dt, src, k);
+    pack(dst, dt, src, k, nth);
   else
-    FOR_MAPPED_ROWS(src, k, p, l, pack_row(dst, dt, base, src, r0, &w_));
+    FOR_MAPPED_ROWS(src, k, p, l, nth, pack_row(dst, dt, base, src, r0, &w_));
 }
 
-static void unpack_mapped(cl_host_array *dst, const void *src, cl_dtype dt, int p, cl_layout l) {
+static void unpack_mapped(cl_host_array *dst, const void *src, cl_dtype dt, int p, cl_layout l,
+                          int nth) {
   cl_block k = cl_block_all(dst);
   if (p <= 1 && l == CL_NCHW)
-    unpack(dst, src, dt);
+    unpack(dst, src, dt, nth);
   else
-    FOR_MAPPED_ROWS(dst, k, p, l, unpack_row(dst, r0, src, dt, base, &w_));
+    FOR_MAPPED_ROWS(dst, k, p, l, nth, unpack_row(dst, r0, src, dt, base, &w_));
 }
 
-void cl_pack_host(float *dst, const cl_host_array *src) { pack(dst, CL_F32, src, cl_block_all(src)); }
-void cl_unpack_host(cl_host_array *dst, const float *src) { unpack(dst, src, CL_F32); }
+void cl_pack_host(float *dst, const cl_host_array *src) {
+  pack(dst, CL_F32, src, cl_block_all(src), 1);
+}
+void cl_unpack_host(cl_host_array *dst, const float *src) { unpack(dst, src, CL_F32, 1); }
 
 /* Host memory to stage a transfer through: the backend's reusable pinned
  * buffer (host_stage) when it offers one, else malloc; *owned says whether
@@ -283,15 +322,16 @@ static void *stage_buffer(cl_model *m, size_t bytes, int *owned) {
 
 static cl_status put_patched(cl_model *m, void *dev, cl_dtype t, const cl_host_array *src,
                              cl_block k, int p) {
+  const int nth = pack_threads(m, block_elems(src, k));
   if (m->be->iface->host_accessible) {
-    pack_mapped(dev, t, src, k, p, m->layout);
+    pack_mapped(dev, t, src, k, p, m->layout, nth);
     return CL_OK;
   }
   size_t bytes = block_elems(src, k) * cl_dtype_size(t);
   int owned;
   void *tmp = stage_buffer(m, bytes, &owned);
   if (!tmp) return cl_fail(m, CL_E_OOM, "out of host memory staging an input");
-  pack_mapped(tmp, t, src, k, p, m->layout);
+  pack_mapped(tmp, t, src, k, p, m->layout, nth);
   cl_status s = m->be->iface->upload(m->be, dev, tmp, bytes);
   /* tmp must outlive the copy: a region of the backend's stage stays
    * untouched until the backend next synchronises (so a training step's
@@ -329,8 +369,9 @@ cl_status cl_put_bytes(cl_model *m, void *dev, const void *host, size_t bytes) {
 
 static cl_status get_patched(cl_model *m, cl_host_array *dst, const void *dev, cl_dtype t,
                              int p) {
+  const int nth = pack_threads(m, block_elems(dst, cl_block_all(dst)));
   if (m->be->iface->host_accessible) {
-    unpack_mapped(dst, dev, t, p, m->layout);
+    unpack_mapped(dst, dev, t, p, m->layout, nth);
     return CL_OK;
   }
   size_t bytes = block_elems(dst, cl_block_all(dst)) * cl_dtype_size(t);
@@ -338,7 +379,7 @@ static cl_status get_patched(cl_model *m, cl_host_array *dst, const void *dev, c
   void *tmp = stage_buffer(m, bytes, &owned);
   if (!tmp) return cl_fail(m, CL_E_OOM, "out of host memory reading an output");
   cl_status s = m->be->iface->download(m->be, tmp, dev, bytes);
-  if (s == CL_OK) unpack_mapped(dst, tmp, t, p, m->layout);
+  if (s == CL_OK) unpack_mapped(dst, tmp, t, p, m->layout, nth);
   if (owned) free(tmp);
   if (s != CL_OK) return cl_fail_backend(m, s, "download");
   return CL_OK;

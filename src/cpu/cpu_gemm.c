@@ -31,7 +31,7 @@
 #endif
 #include "cpu_gemm.h"
 #include "cpu_clock.h"   /* cl_cpu_thread_seconds */
-#include "cpu_threads.h" /* cl_cpu_threads */
+#include "../core/threads.h" /* cl_cpu_threads */
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -5,10 +5,11 @@
  * storage dtype, the work a GPU step does on the host before its upload
  * (and a CPU step into its own buffers). Shapes of bench/gpu/bench_gpu.py's
  * configurations and of the encoder-forecaster's 4 x 4 patches; NCHW, and
- * channels last with --nhwc. Best of --reps (default 7), in ms and ns per
- * element.
+ * channels last with --nhwc; on --threads (default 1: the model's threads,
+ * which a CPU model's conversion uses; 0: OpenMP's default). Best of --reps
+ * (default 7), in ms and ns per element.
  *
- *   build/nocuda/bench_pack [--reps=N] [--nhwc]
+ *   build/nocuda/bench_pack [--reps=N] [--threads=N] [--nhwc]
  */
 #include "convlstm.h"
 #include "core/internal.h" /* cl_put_frames, cl_block_all, cl_model_create_with */
@@ -41,9 +42,10 @@ typedef struct shape {
 } shape;
 
 int main(int argc, char **argv) {
-  int reps = 7;
+  int reps = 7, threads = 1;
   for (int i = 1; i < argc; i++) {
     if (strncmp(argv[i], "--reps=", 7) == 0) reps = atoi(argv[i] + 7);
+    if (strncmp(argv[i], "--threads=", 10) == 0) threads = atoi(argv[i] + 10);
     if (strcmp(argv[i], "--nhwc") == 0) want_nhwc = 1;
   }
   const shape shapes[] = {{"tutorial 100x5x1x24x24", 100, 5, 1, 24, 24, 1},
@@ -58,7 +60,7 @@ int main(int argc, char **argv) {
     memset(&c, 0, sizeof c);
     c.input_dim = h->C, c.n_layers = 2, c.hidden_dims[0] = c.hidden_dims[1] = 3;
     c.kernel_sizes[0] = c.kernel_sizes[1] = 3;
-    c.bias = 1, c.device = CL_DEVICE_CPU, c.n_threads = 1;
+    c.bias = 1, c.device = CL_DEVICE_CPU, c.n_threads = threads;
     if (h->patch > 1) c.forecaster = 1, c.patch = h->patch;
     cl_model *m = NULL;
     char err[CL_ERRMSG_LEN] = "";

@@ -8,10 +8,15 @@
  * core/half.h's scalar reference; and come back (cl_get_frames) as those
  * values widened. Rows are wider than pack.c's chunks and not a multiple
  * of them, and values cover float16's subnormals, ties and overflow; a
- * block of some sequences and steps is what micro-batches upload. The CPU
- * backend is host-accessible, so the frames are packed straight into the
- * buffer given here.
+ * block of some sequences and steps is what micro-batches upload. On models
+ * of 1 and 3 threads: a whole batch converts on a team of that many (split
+ * unevenly with 3), the small block on one. The CPU backend is
+ * host-accessible, so the frames are packed straight into the buffer given
+ * here. Then the same in a child forked after those teams ran.
  */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* fork, alarm under -std=c11 */
+#endif
 #include "convlstm.h"
 #include "core/half.h"     /* the scalar reference conversions */
 #include "core/internal.h" /* cl_put_frames, cl_get_frames, cl_block, cl_model_create_with */
@@ -21,8 +26,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
-enum { B = 3, T = 4, C = 2, H = 6, W = 136, N = B * T * C * H * W };
+/* N above pack.c's PACK_MIN_ELEMS, so that a whole batch converts on a
+ * team; the block below it, on one thread */
+enum { B = 3, T = 4, C = 2, H = 14, W = 136, N = B * T * C * H * W };
 
 static double vals[N]; /* element (b, t, c, y, x) at torch's index */
 
@@ -72,8 +82,8 @@ static cl_status cpu_backend(const cl_config *cfg, cl_backend **out, char *err, 
   return CL_OK;
 }
 
-static cl_model *model_of(int p, cl_layout l) {
-  cl_config c = ctest_config(C, 3, 3, 3, 3, 1, 1);
+static cl_model *model_of(int p, cl_layout l, int threads) {
+  cl_config c = ctest_config(C, 3, 3, 3, 3, 1, threads);
   if (p > 1) c.forecaster = 1, c.patch = p;
   want_nhwc = l == CL_NHWC;
   cl_model *m = NULL;
@@ -126,8 +136,9 @@ static void check_case(cl_model *m, int p, cl_layout l, int r_fmt, cl_dtype t, c
   const char *fmt = r_fmt ? "R doubles" : "torch floats";
   cl_status st = cl_put_frames(m, got, t, &a, k);
   CHECK(st == CL_OK && memcmp(got, want, n * es) == 0,
-        "pack %s p %d %s dtype %d block b0 %d nb %d t0 %d nt %d: not the reference's bits", fmt, p,
-        l == CL_NHWC ? "NHWC" : "NCHW", (int)t, k.b0, k.nb, k.t0, k.nt);
+        "pack %s p %d %s dtype %d block b0 %d nb %d t0 %d nt %d, %d thread(s): not the reference's "
+        "bits", fmt, p, l == CL_NHWC ? "NHWC" : "NCHW", (int)t, k.b0, k.nb, k.t0, k.nt,
+        m->be->n_threads);
   if (full) { /* and back: the stored values widened */
     static double ro[N];
     static float to[N];
@@ -143,19 +154,18 @@ static void check_case(cl_model *m, int p, cl_layout l, int r_fmt, cl_dtype t, c
               double g = r_fmt ? ro[r_at(b, s, c, y, x)] : (double)to[torch_at(b, s, c, y, x)];
               same &= g == (double)w;
             }
-    CHECK(same, "unpack %s p %d %s dtype %d: not the stored values widened", fmt, p,
-          l == CL_NHWC ? "NHWC" : "NCHW", (int)t);
+    CHECK(same, "unpack %s p %d %s dtype %d, %d thread(s): not the stored values widened", fmt, p,
+          l == CL_NHWC ? "NHWC" : "NCHW", (int)t, m->be->n_threads);
   }
   free(got);
   free(want);
 }
 
-int main(void) {
-  fill_values();
+static void run(int threads) {
   const cl_block blocks[] = {{0, B, 0, T}, {1, 2, 1, 2}};
   for (int p = 1; p <= 2; p++)
     for (int l = CL_NCHW; l <= CL_NHWC; l++) {
-      cl_model *m = model_of(p, (cl_layout)l);
+      cl_model *m = model_of(p, (cl_layout)l, threads);
       if (!m) continue;
       for (int r_fmt = 0; r_fmt <= 1; r_fmt++)
         for (int t = CL_F32; t <= CL_BF16; t++)
@@ -163,5 +173,30 @@ int main(void) {
             check_case(m, p, (cl_layout)l, r_fmt, (cl_dtype)t, blocks[k]);
       cl_model_free(m);
     }
+}
+
+/* After the parent's teams (libgomp's pool exists), a forked child's
+ * conversion must run on one thread (core/threads.h) and finish, right: a
+ * child left waiting for the pool's lost threads is killed by alarm(). */
+static void run_in_forked_child(void) {
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(120);
+    run(3);
+    fflush(stdout);
+    _exit(ctest_failures ? 1 : 0);
+  }
+  int status = 0;
+  CHECK(pid > 0 && waitpid(pid, &status, 0) == pid, "fork or wait failed");
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+        "the conversion in a forked child %s", WIFSIGNALED(status) ? "hung or crashed" : "failed");
+}
+
+int main(void) {
+  fill_values();
+  run(1);
+  run(3);
+  run_in_forked_child();
   return ctest_done("test_core_pack");
 }

@@ -279,7 +279,7 @@ PY
     sh tests/c/run.sh build || return 1
     # what the host conversion of one batch costs on this machine's cores
     # (doc/gpu.md, "The host path's conversion"); seconds
-    build/bench_pack --reps=9 | tee "$OUT/bench_pack.txt"
+    { build/bench_pack --reps=9 --threads=1; build/bench_pack --reps=9 --threads=0; } | tee "$OUT/bench_pack.txt"
     have_gpu || return 0
     # every convolution case with the cuDNN algorithm that ran it (in
     # logs.tar.gz), and how often each algorithm ran per direction

@@ -1,13 +1,14 @@
 /*
- * cpu/cpu_threads.h -- how many threads an OpenMP region of the CPU backend
- * runs on (cl_cpu_threads), and the fork guard behind it. Its own header so
- * that every file of src/cpu/ can ask it, the GEMM included, without
- * standing on the kernels' header.
+ * core/threads.h -- how many threads an OpenMP region on the host runs on
+ * (cl_cpu_threads), and the fork guard behind it (threads.c). Its own
+ * header so that every file of src/cpu/ can ask it, the GEMM included,
+ * without standing on the kernels' header, and so can the core's
+ * conversion of a batch (pack.c).
  */
-#ifndef CONVLSTM_CPU_THREADS_H
-#define CONVLSTM_CPU_THREADS_H
+#ifndef CONVLSTM_CORE_THREADS_H
+#define CONVLSTM_CORE_THREADS_H
 
-/* Fork safety: the size of every OpenMP team in src/cpu/. Each parallel
+/* Fork safety: the size of every OpenMP team in src/cpu/ and src/core/. Each parallel
  * region takes num_threads() from here, never from be->n_threads directly.
  *
  * A child forked from a process that has run an OpenMP region (ours or any
@@ -15,7 +16,7 @@
  * library) inherits libgomp's bookkeeping for a thread pool whose worker
  * threads were not copied into the child; its first region with more than
  * one thread then waits forever for them. R forks all the time
- * (parallel::mclapply, future's multicore), so cpu_backend.c registers a
+ * (parallel::mclapply, future's multicore), so threads.c registers a
  * pthread_atfork child handler that sets cl_cpu_in_forked_child, and in a
  * forked child every team has one thread (what data.table does). libgomp
  * runs a region of num_threads(1) on the calling thread without touching
