@@ -4,31 +4,20 @@
  * layout (R's doubles, torch's floats) into the core's time-major layout and
  * storage dtype, the work a GPU step does on the host before its upload
  * (and a CPU step into its own buffers). Shapes of bench/gpu/bench_gpu.py's
- * configurations and of the encoder-forecaster's 4 x 4 patches; NCHW, and
- * channels last with --nhwc; on --threads (default 1: the model's threads,
+ * configurations and of the encoder-forecaster's 4 x 4 patches, NCHW (the
+ * CUDA backend's default layout); on --threads (default 1: the model's threads,
  * which a CPU model's conversion uses; 0: OpenMP's default). Best of --reps
  * (default 7), in ms and ns per element.
  *
- *   build/nocuda/bench_pack [--reps=N] [--threads=N] [--nhwc]
+ *   build/nocuda/bench_pack [--reps=N] [--threads=N]
  */
 #include "convlstm.h"
-#include "core/internal.h" /* cl_put_frames, cl_block_all, cl_model_create_with */
+#include "core/internal.h" /* cl_put_frames, cl_block_all */
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static int want_nhwc;
-static cl_status cpu_backend(const cl_config *cfg, cl_backend **out, char *err, size_t errlen) {
-  cl_status s = cl_backend_cpu_create(cfg->n_threads, out);
-  if (s != CL_OK) {
-    snprintf(err, errlen, "could not create the CPU backend");
-    return s;
-  }
-  (*out)->channels_last = want_nhwc;
-  return CL_OK;
-}
 
 static double now(void) {
   struct timespec t;
@@ -46,7 +35,6 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (strncmp(argv[i], "--reps=", 7) == 0) reps = atoi(argv[i] + 7);
     if (strncmp(argv[i], "--threads=", 10) == 0) threads = atoi(argv[i] + 10);
-    if (strcmp(argv[i], "--nhwc") == 0) want_nhwc = 1;
   }
   const shape shapes[] = {{"tutorial 100x5x1x24x24", 100, 5, 1, 24, 24, 1},
                           {"video64 16x10x3x64x64", 16, 10, 3, 64, 64, 1},
@@ -64,7 +52,7 @@ int main(int argc, char **argv) {
     if (h->patch > 1) c.forecaster = 1, c.patch = h->patch;
     cl_model *m = NULL;
     char err[CL_ERRMSG_LEN] = "";
-    if (cl_model_create_with(&c, cpu_backend, &m, err, sizeof err) != CL_OK) {
+    if (cl_model_create(&c, &m, err, sizeof err) != CL_OK) {
       fprintf(stderr, "%s: %s\n", h->name, err);
       return 1;
     }
