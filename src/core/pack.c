@@ -21,7 +21,8 @@
  * element is written once, by one thread, so the result is the same bits
  * for any team. */
 #ifdef _OPENMP
-#define PACK_PARALLEL_FOR2 _Pragma("omp parallel for collapse(2) num_threads(nth_) schedule(static)")
+#define PACK_PARALLEL_FOR2 \
+  _Pragma("omp parallel for collapse(2) num_threads(nth_) schedule(static)")
 #else
 #define PACK_PARALLEL_FOR2
 #endif
@@ -144,8 +145,10 @@ static void pack(void *dst, cl_dtype dt, const cl_host_array *src, cl_block k, i
   if (src->format == CL_HOST_R_F64) {
     const double *s = src->data;
     if (dt == CL_F32)
-      FOR_R_TILES(src, k, nth,
-                  for (size_t v = 0; v < wn; v++)((float *)dst)[i + v] = (float)s[r + v * sw]);
+      FOR_R_TILES(src, k, nth, {
+        float *f = (float *)dst + i;
+        for (size_t v = 0; v < wn; v++) f[v] = (float)s[r + v * sw];
+      });
     else
       FOR_R_TILES(src, k, nth, {
         float v_[R_TILE_W];
@@ -163,8 +166,10 @@ static void unpack(cl_host_array *dst, const void *src, cl_dtype dt, int nth) {
   if (dst->format == CL_HOST_R_F64) {
     double *o = dst->data;
     if (dt == CL_F32)
-      FOR_R_TILES(dst, k, nth,
-                  for (size_t v = 0; v < wn; v++) o[r + v * sw] = (double)((const float *)src)[i + v]);
+      FOR_R_TILES(dst, k, nth, {
+        const float *f = (const float *)src + i;
+        for (size_t v = 0; v < wn; v++) o[r + v * sw] = (double)f[v];
+      });
     else
       FOR_R_TILES(dst, k, nth, {
         float v_[R_TILE_W];
