@@ -6,10 +6,10 @@
 #
 #   tools/mutate.sh [-k] [ID ...]          # all mutants, or only these ids (in that order)
 #
-# A core or CPU-backend mutant (src/core/, src/cpu/) rebuilds the standalone
+# A host, core or CPU-backend mutant (src/host/, src/core/, src/cpu/) rebuilds the standalone
 # library (src/Makefile.standalone, CUDA=0: only the mutated file recompiles)
 # and runs the C suite, the fastest tests first (by their baseline time) and
-# test_backend_ops last (first for a src/cpu/ mutant: the backend's own
+# test_backend_ops last (first for a src/cpu/ or src/host/ mutant: the backend's own
 # reference), stopping at the first failure. An R-glue or R mutant (src/r_*.c, R/)
 # reinstalls the scratch copy into a scratch library (R CMD INSTALL,
 # incremental) and runs the testthat files named in its row; so does a core
@@ -107,7 +107,7 @@ c_suite() {
   fi
   # a backend mutant meets the backend's own reference test first
   case ${2:-} in
-    src/cpu/*) tests="$build/test_backend_ops $tests" ;;
+    src/cpu/*|src/host/*) tests="$build/test_backend_ops $tests" ;;
     *) tests="$tests $build/test_backend_ops" ;;
   esac
   for t in $tests; do
@@ -209,7 +209,7 @@ PY
 
 # The object of a core or backend .c file, in the standalone build.
 obj_of() {
-  case $1 in src/core/*.c|src/cpu/*.c) o=${1#src/}; echo "$build/obj/${o%.c}.o" ;; esac
+  case $1 in src/host/*.c|src/core/*.c|src/cpu/*.c) o=${1#src/}; echo "$build/obj/${o%.c}.o" ;; esac
 }
 
 # save the unmutated object before a mutant; restore puts it and the source

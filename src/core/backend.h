@@ -11,7 +11,7 @@
  *
  * Storage dtype: tensors typed void* (activations, convolution inputs and
  * outputs, gates and their gradients dz) are stored in shape->dtype (float16
- * and bfloat16 as uint16_t bits, converted exactly by core/half.h; compute is
+ * and bfloat16 as uint16_t bits, converted exactly by host/half.h; compute is
  * float32 always). Everything typed float* is float32 whatever the dtype:
  * parameters, their gradients, optimizer state, and the activation
  * gradients d_hidden and d_cell, so gradients accumulate in float32.
@@ -277,7 +277,7 @@ typedef enum { CL_GRAPH_AUTO = 0, CL_GRAPH_PLAIN = 1, CL_GRAPH_OFF_COMM = 2 } cl
  * idx is a device int array (nb entries, each in [0, N)). A training step
  * on a data set reads its batch so; default: one copy() per row.
  * store_f32: dst (n elements of dtype) = src (float), rounded to nearest
- * even as core/half.h: a float gradient (a head's d_head) into the storage
+ * even as host/half.h: a float gradient (a head's d_head) into the storage
  * dtype the convolutions read.
  * (optional) bind_thread: makes the calling thread's calls reach this
  * backend's device; called by a thread before its first call of the other

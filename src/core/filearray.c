@@ -38,7 +38,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "half.h"
+#include "../host/half.h"
 
 static const char MAGIC[8] = {'C', 'L', 'F', 'R', 'A', 'M', 'E', '1'};
 #define ORDER_MARK 0x01020304u

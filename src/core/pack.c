@@ -8,8 +8,8 @@
  */
 #include "internal.h"
 
-#include "half.h"    /* exact float <-> float16/bfloat16 */
-#include "threads.h" /* cl_cpu_threads: teams of one in a forked child */
+#include "../host/half.h"    /* exact float <-> float16/bfloat16 */
+#include "../host/threads.h" /* cl_cpu_threads: teams of one in a forked child */
 
 #include <stdlib.h>
 #include <string.h>

@@ -32,7 +32,7 @@
 
 #include "safetensors.h"
 #include "internal.h" /* CL_TRY */
-#include "half.h" /* float16 / bfloat16 -> float32 for files PyTorch wrote */
+#include "../host/half.h" /* float16 / bfloat16 -> float32 for files PyTorch wrote */
 
 #include <errno.h>
 #include <fcntl.h>

@@ -14,7 +14,7 @@
 
 #include "safetensors.h"
 #include "internal.h" /* CL_TRY */
-#include "half.h"     /* cl_f32_bits: float32 bytes as written */
+#include "../host/half.h" /* cl_f32_bits: float32 bytes as written */
 
 #include <errno.h>
 #include <fcntl.h>

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "cpu_clock.h" /* cl_cpu_thread_seconds */
-#include "../core/x86.h"   /* CL_CPU_X86 */
+#include "../host/x86.h"   /* CL_CPU_X86 */
 
 /* vdpbf16ps multiplies 32 pairs of bfloat16 and adds each lane's two
  * products into a float32 accumulator. A product of two bfloat16 (8-bit
@@ -38,7 +38,7 @@
 #define CL_GEMM_BF16 1
 #define CL_TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
-/* bf16(f), nearest even (NaN kept a NaN): the bits of core/half.h's rule. */
+/* bf16(f), nearest even (NaN kept a NaN): the bits of host/half.h's rule. */
 static uint16_t cl_bf16_round(float f) {
   uint32_t u;
   memcpy(&u, &f, sizeof u);

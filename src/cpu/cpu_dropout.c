@@ -13,7 +13,7 @@
 #include "cpu_kernels.h"
 #include "../core/dropout_rng.h"
 
-#include "../core/x86.h" /* CL_CPU_X86 */
+#include "../host/x86.h" /* CL_CPU_X86 */
 #if defined(__GNUC__) && !defined(__clang__)
 #define CL_MASK_EXACT __attribute__((optimize("fp-contract=off")))
 #else

@@ -31,7 +31,7 @@
 #endif
 #include "cpu_gemm.h"
 #include "cpu_clock.h"   /* cl_cpu_thread_seconds */
-#include "../core/threads.h" /* cl_cpu_threads */
+#include "../host/threads.h" /* cl_cpu_threads */
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -40,7 +40,7 @@
 #include <omp.h>
 #endif
 
-#include "../core/x86.h" /* CL_CPU_X86 */
+#include "../host/x86.h" /* CL_CPU_X86 */
 
 /* Cache blocking. KC bounds the depth of one pass (an A sliver of MR x KC
  * floats stays in L1), NC x KC floats of packed B (~720 KiB) fit the 1-2 MiB

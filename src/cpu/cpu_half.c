@@ -6,14 +6,14 @@
  * The kernels convert at their edges: the convolutions when they copy an
  * image into their padded buffer and when they write a result row, the cell
  * and the loss a chunk at a time. The conversions themselves are the host's
- * one vectorized path (core/half.c), rounding to nearest even exactly as
- * core/half.h's scalar reference and as torch does; here are the kernels'
+ * one vectorized path (host/half.c), rounding to nearest even exactly as
+ * host/half.h's scalar reference and as torch does; here are the kernels'
  * offsets, strides and the float32 case.
  *
  * Not here: any arithmetic in half precision.
  */
 #include "cpu_kernels.h"
-#include "../core/half.h" /* cl_half_load, cl_half_store, cl_half_acc */
+#include "../host/half.h" /* cl_half_load, cl_half_store, cl_half_acc */
 
 #include <string.h>
 

@@ -12,7 +12,7 @@
 #include "../core/backend.h" /* cl_backend, shapes, hyperparameters */
 #include "cpu_bf16.h"        /* bfloat16 products */
 #include "cpu_gemm.h"        /* cl_cpu_gemm_kind */
-#include "../core/threads.h"     /* cl_cpu_threads: the size of every OpenMP team */
+#include "../host/threads.h" /* cl_cpu_threads: the size of every OpenMP team */
 
 /* be->context of a CPU backend. */
 typedef struct cl_cpu_ctx {

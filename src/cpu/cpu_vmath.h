@@ -16,7 +16,7 @@
 #ifndef CONVLSTM_CPU_VMATH_H
 #define CONVLSTM_CPU_VMATH_H
 
-#include "../core/x86.h" /* CL_CPU_X86 */
+#include "../host/x86.h" /* CL_CPU_X86 */
 
 #if CL_CPU_X86
 

@@ -53,7 +53,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
 #include "cpu_clock.h" /* cl_cpu_process_seconds */
 #include "cpu_kernels.h"
-#include "../core/x86.h"   /* CL_CPU_X86 */
+#include "../host/x86.h"   /* CL_CPU_X86 */
 
 #include <stdint.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
  * vectors, no threads), so that a backend and its reference share no code.
  *
  * Inputs are float arrays holding what the backend reads: values stored in
- * float16 / bfloat16 are passed already rounded (core/half.h), so the
+ * float16 / bfloat16 are passed already rounded (host/half.h), so the
  * references compute from exactly the stored values. Outputs are double;
  * the guards' references return backend.h's fault key, found in float32
  * arithmetic (whether a value overflows is a float32 question).

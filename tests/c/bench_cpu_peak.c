@@ -29,7 +29,7 @@
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, setenv */
 #include "bench_conv.h" /* buffers, one call, best time */
-#include "core/half.h"   /* cl_f32_to_bf16 */
+#include "host/half.h"   /* cl_f32_to_bf16 */
 
 #include <immintrin.h>
 #include <omp.h>

@@ -35,7 +35,7 @@
 #define _POSIX_C_SOURCE 200809L /* popen, setenv */
 #endif
 #include "backend_ref.h"
-#include "core/half.h"       /* the storage conversions the backends must match */
+#include "host/half.h"       /* the storage conversions the backends must match */
 #include "cpu/cpu_kernels.h" /* the CPU backend's configurations (GEMM kind, path) */
 #include "ctest.h"           /* the one RNG of the C tests (uniform01) */
 
@@ -686,7 +686,7 @@ static void run_conv(const row *r) {
     }
 }
 
-/* How many of n stored values differ from core/half.h's rounding of b
+/* How many of n stored values differ from host/half.h's rounding of b
  * (NaN must stay NaN, its payload may differ); *first: the first. */
 static size_t rounding_bad(cl_dtype t, const float *b, const uint16_t *got, size_t n,
                            size_t *first) {
@@ -717,7 +717,7 @@ static void check_store_f32(variant *v, scope *sc, cl_dtype t, const float *b, s
   free(got);
 }
 
-/* The device's float32 -> storage rounding against core/half.h, bit for
+/* The device's float32 -> storage rounding against host/half.h, bit for
  * bit, on special values (ties, subnormals, overflow, inf, NaN) and random
  * bit patterns: y = 0 + bias rounds bias[k] into channel k of a 1x1
  * convolution of zeros, and store_f32 rounds them straight. */
@@ -2873,7 +2873,7 @@ static const row ops[] = {
     {"conv_* on activations at element offset 1", run_conv, CASES(conv_offset_shapes), ALL, 1,
      CONV_TOL},
     {"conv_forward store_f32 (float32 -> storage rounding)", run_rounding, CASES(conv_rounding_cases), HALF, 0,
-     EXACT("0 + bias is bias; its rounding must be core/half.h's, bit for bit")},
+     EXACT("0 + bias is bias; its rounding must be host/half.h's, bit for bit")},
     {"conv_* refusals and no-ops", run_conv_errors, NULL, 1, ALL, 0, EXACT("statuses")},
     {"gates_forward", run_gates_forward, CASES(gates_shapes), ALL, 0,
      {1e-6, 1e-3, 8e-3, 0, 0, 0,

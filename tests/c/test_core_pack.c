@@ -5,7 +5,7 @@
  * floats must land where cl_act_at puts it, with 1 x 1 and 2 x 2 patches
  * (pixel_unshuffle, the encoder-forecaster's frames), NCHW and channels
  * last, stored as float32, float16 and bfloat16 with the bits of
- * core/half.h's scalar reference; and come back (cl_get_frames) as those
+ * host/half.h's scalar reference; and come back (cl_get_frames) as those
  * values widened. Rows are wider than pack.c's chunks and not a multiple
  * of them, and values cover float16's subnormals, ties and overflow; a
  * block of some sequences and steps is what micro-batches upload. On models
@@ -18,7 +18,7 @@
 #define _POSIX_C_SOURCE 200809L /* fork, alarm under -std=c11 */
 #endif
 #include "convlstm.h"
-#include "core/half.h"     /* the scalar reference conversions */
+#include "host/half.h"     /* the scalar reference conversions */
 #include "core/internal.h" /* cl_put_frames, cl_get_frames, cl_block, cl_model_create_with */
 #include "ctest.h"         /* CHECK, ctest_config, uniform01 */
 
@@ -176,7 +176,7 @@ static void run(int threads) {
 }
 
 /* After the parent's teams (libgomp's pool exists), a forked child's
- * conversion must run on one thread (core/threads.h) and finish, right: a
+ * conversion must run on one thread (host/threads.h) and finish, right: a
  * child left waiting for the pool's lost threads is killed by alarm(). */
 static void run_in_forked_child(void) {
   fflush(stdout);

@@ -3,7 +3,7 @@
  * bfloat16 dot products (AVX512_BF16's vdpbf16ps, float32 sums; cpu_conv.c,
  * cl_cpu_bf16_rows / _dot in cpu_bf16.c), against a double reference of
  * the same bfloat16 inputs: x and dy as stored, the float32 weights rounded
- * to bfloat16 (nearest even, core/half.h) as the kernels round them.
+ * to bfloat16 (nearest even, host/half.h) as the kernels round them.
  *
  * Why the bound is tight: a product of two bfloat16 (8-bit significands) is
  * exact in float32, so the only error is the float32 summation's. A float32
@@ -28,7 +28,7 @@
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "backend_ref.h" /* ref_conv_*: double loops written from backend.h */
 #pragma GCC diagnostic pop
-#include "core/half.h"       /* cl_f32_to_bf16, cl_bf16_to_f32 */
+#include "host/half.h"       /* cl_f32_to_bf16, cl_bf16_to_f32 */
 #include "cpu/cpu_kernels.h" /* cl_cpu_ctx, cl_cpu_bf16_dot_of */
 #include "ctest.h"           /* CHECK, uniform01, ctest_done */
 #include "fixture.h"         /* fx_open_in, fx_model, fx_tensor, fx_gap */

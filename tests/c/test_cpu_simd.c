@@ -5,7 +5,7 @@
  * blocked sizes, padded leading dimensions, C not read when beta is 0, its
  * packing scratch used to the byte it reports, threads calling it at once)
  * against a naive product in double, and the float16 / bfloat16 load and
- * store against core/half.h bit for bit; a kind with several register tiles
+ * store against host/half.h bit for bit; a kind with several register tiles
  * (AVX-512) with each tile forced, all tiles equal bit for bit, and the
  * per-shape timing that chooses among them settling.
  *
@@ -13,7 +13,7 @@
  * exits 1 on any failure. Not a benchmark (bench_cpu_conv.c).
  */
 #define _POSIX_C_SOURCE 200112L /* setenv */
-#include "core/half.h"       /* the reference float16 / bfloat16 conversions */
+#include "host/half.h"       /* the reference float16 / bfloat16 conversions */
 #include "cpu/cpu_kernels.h" /* cl_cpu_sgemm*, cl_cpu_load, cl_cpu_store */
 #include "ctest.h"           /* the one RNG of the C tests (uniform01) */
 
@@ -404,7 +404,7 @@ static void test_gemm_views(cl_cpu_gemm_kind kind) {
   }
 }
 
-/* Conversions of the kernels against core/half.h on awkward values:
+/* Conversions of the kernels against host/half.h on awkward values:
  * subnormals, overflow, ties, NaN, through the vector and the scalar path. */
 static void test_half_conversions(void) {
   static const float special[] = {
@@ -440,7 +440,7 @@ static void test_half_conversions(void) {
     for (int i = 0; i < N; i++)
       want[i] = t == CL_F16 ? cl_f16_to_f32(bits[i]) : cl_bf16_to_f32(bits[i]);
     same &= memcmp(back, want, sizeof back) == 0;
-    check_true(same, "%s store and load bit-identical to core/half.h", dtype_name((cl_dtype)t));
+    check_true(same, "%s store and load bit-identical to host/half.h", dtype_name((cl_dtype)t));
     /* accumulating: the stored value widened, y added, the sum rounded once */
     uint16_t acc[N];
     memcpy(acc, bits, sizeof acc);
@@ -449,7 +449,7 @@ static void test_half_conversions(void) {
     for (int i = 0; i < N; i++)
       same &= acc[i] == (t == CL_F16 ? cl_f32_to_f16(cl_f16_to_f32(bits[i]) + y[i])
                                      : cl_f32_to_bf16(cl_bf16_to_f32(bits[i]) + y[i]));
-    check_true(same, "%s accumulating store bit-identical to core/half.h", dtype_name((cl_dtype)t));
+    check_true(same, "%s accumulating store bit-identical to host/half.h", dtype_name((cl_dtype)t));
   }
 }
 

@@ -1,7 +1,8 @@
 /*
- * core/half.c -- runs of float32 stored as float16 / bfloat16 and back, on
+ * host/half.c -- runs of float32 stored as float16 / bfloat16 and back, on
  * the host (half.h). One vectorized path for every caller: batches packed
- * for any backend (pack.c) and the CPU backend's kernels (cpu/cpu_half.c).
+ * for any backend (core/pack.c) and the CPU backend's kernels
+ * (cpu/cpu_half.c).
  * AVX-512F where the CPU has it (asked at run time), the scalar
  * reference of half.h elsewhere and for the tails; both round to nearest
  * even and give the same bits, which tests/c/test_cpu_simd.c checks.

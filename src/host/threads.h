@@ -1,15 +1,15 @@
 /*
- * core/threads.h -- how many threads an OpenMP region on the host runs on
+ * host/threads.h -- how many threads an OpenMP region on the host runs on
  * (cl_cpu_threads), and the fork guard behind it (threads.c). Its own
  * header so that every file of src/cpu/ can ask it, the GEMM included,
  * without standing on the kernels' header, and so can the core's
  * conversion of a batch (pack.c).
  */
-#ifndef CONVLSTM_CORE_THREADS_H
-#define CONVLSTM_CORE_THREADS_H
+#ifndef CONVLSTM_HOST_THREADS_H
+#define CONVLSTM_HOST_THREADS_H
 
-/* Fork safety: the size of every OpenMP team in src/cpu/ and src/core/. Each parallel
- * region takes num_threads() from here, never from be->n_threads directly.
+/* Fork safety: the size of every OpenMP team in src/cpu/ and src/core/.
+ * Each parallel region takes num_threads() from here, never from be->n_threads directly.
  *
  * A child forked from a process that has run an OpenMP region (ours or any
  * other library's: libgomp keeps one pool per thread, shared by every

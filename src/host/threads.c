@@ -1,8 +1,9 @@
 /*
- * core/threads.c -- the fork guard behind cl_cpu_threads (threads.h): a
+ * host/threads.c -- the fork guard behind cl_cpu_threads (threads.h): a
  * child forked from a process that has run OpenMP gets teams of one thread.
- * In the core, not in the CPU backend, because the host's work outside any
- * backend (core/pack.c's conversion of a batch) runs OpenMP teams too.
+ * Here, under both the core and the CPU backend, because the host's work
+ * outside any backend (core/pack.c's conversion of a batch) runs OpenMP
+ * teams too.
  */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L

@@ -1,13 +1,13 @@
 /*
- * core/half.h -- float32 <-> float16 / bfloat16 storage conversion on the
+ * host/half.h -- float32 <-> float16 / bfloat16 storage conversion on the
  * host, exact round-to-nearest-even, bit-compatible with IEEE binary16 and
  * with torch's bfloat16 (NaN stays NaN, overflow goes to infinity,
  * subnormals kept). The scalar functions here are the reference and the
  * tails of the vectorized runs declared at the end.
  * Storage types are uint16_t bit patterns; no arithmetic is done in half.
  */
-#ifndef CONVLSTM_CORE_HALF_H
-#define CONVLSTM_CORE_HALF_H
+#ifndef CONVLSTM_HOST_HALF_H
+#define CONVLSTM_HOST_HALF_H
 
 #include <stddef.h>
 #include <stdint.h>
