@@ -24,7 +24,7 @@
 #define PACK_PARALLEL_FOR2 \
   _Pragma("omp parallel for collapse(2) num_threads(nth_) schedule(static)")
 #else
-#define PACK_PARALLEL_FOR2
+#define PACK_PARALLEL_FOR2 (void)nth_;
 #endif
 
 /* Below this many elements a batch converts on the calling thread: starting

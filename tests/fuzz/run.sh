@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/fuzz/run.sh -- builds the libFuzzer targets (over src/core, src/cpu
+# tests/fuzz/run.sh -- builds the libFuzzer targets (over src/host, src/core, src/cpu
 # and the backend registry src/backend_reg.c, with AddressSanitizer and
 # UndefinedBehaviorSanitizer) and runs
 # them, one after the other:
@@ -38,9 +38,9 @@ mkdir -p "$out/obj"
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 CFLAGS="-std=c11 -O1 -g -Wall -Wextra -Isrc -Iinst/include $SAN"
 objs=""
-for f in src/core/*.c src/cpu/*.c src/backend_reg.c; do
+for f in src/host/*.c src/core/*.c src/cpu/*.c src/backend_reg.c; do
   o="$out/obj/$(echo "$f" | tr / _).o"
-  if [ ! -f "$o" ] || [ "$f" -nt "$o" ] || [ -n "$(find src/core src/cpu inst/include -newer "$o" -name '*.h' 2>/dev/null | head -n 1)" ]; then
+  if [ ! -f "$o" ] || [ "$f" -nt "$o" ] || [ -n "$(find src/host src/core src/cpu inst/include -newer "$o" -name '*.h' 2>/dev/null | head -n 1)" ]; then
     $CC $CFLAGS -fsanitize=fuzzer-no-link -c "$f" -o "$o"
   fi
   objs="$objs $o"
