@@ -57,7 +57,8 @@
 #' @param threads `NULL` (the backend's default) or the number of CPU threads
 #'   (at most 1024). A CPU model computes on them. A GPU model uses them only
 #'   for converting each batch into its layout on the host before the upload
-#'   (at most 8 there; `NULL`: OpenMP's default).
+#'   (at most 8 there, as for a CPU model's own conversion; `NULL`: OpenMP's
+#'   default).
 #' @param dilation Dilation of each layer's convolution, in the forms of
 #'   `kernel_sizes` (a number for every layer, one per layer, or a list of
 #'   `c(height, width)` pairs). Padding stays "same": `dilation * (k - 1) /

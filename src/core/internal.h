@@ -474,6 +474,11 @@ cl_status cl_get_host(cl_model *m, cl_host_array *dst, const void *dev, cl_dtype
  * pixel_shuffle on the way out; the block's H, W are the host's). */
 cl_status cl_put_frames(cl_model *m, void *dev, cl_dtype t, const cl_host_array *src, cl_block k);
 cl_status cl_get_frames(cl_model *m, cl_host_array *dst, const void *dev, cl_dtype t);
+/* Threads to convert n elements of a batch with: one below PACK_MIN_ELEMS,
+ * else a CPU model's (its step's team), the `threads` of a model on another
+ * backend, or OpenMP's default, at most PACK_MAX_THREADS; one in a forked
+ * child. */
+int cl_pack_threads(const cl_model *m, size_t n);
 /* bytes of host memory to the device as they are, staged as cl_put_host. */
 cl_status cl_put_bytes(cl_model *m, void *dev, const void *host, size_t bytes);
 /* Where a training step reads x and y (or backward a gradient): a host

@@ -33,9 +33,7 @@
 /* The conversion is bound by memory bandwidth, which a few cores fill. */
 #define PACK_MAX_THREADS 8
 
-/* Threads to convert n elements with: a CPU model's (its step's team), the
- * `threads` of a model on another backend, or OpenMP's default. */
-static int pack_threads(const cl_model *m, size_t n) {
+int cl_pack_threads(const cl_model *m, size_t n) {
   if (n < PACK_MIN_ELEMS) return 1;
   int t = m->be->iface->host_accessible ? m->be->n_threads : m->cfg.n_threads;
 #ifdef _OPENMP
@@ -327,7 +325,7 @@ static void *stage_buffer(cl_model *m, size_t bytes, int *owned) {
 
 static cl_status put_patched(cl_model *m, void *dev, cl_dtype t, const cl_host_array *src,
                              cl_block k, int p) {
-  const int nth = pack_threads(m, block_elems(src, k));
+  const int nth = cl_pack_threads(m, block_elems(src, k));
   if (m->be->iface->host_accessible) {
     pack_mapped(dev, t, src, k, p, m->layout, nth);
     return CL_OK;
@@ -374,7 +372,7 @@ cl_status cl_put_bytes(cl_model *m, void *dev, const void *host, size_t bytes) {
 
 static cl_status get_patched(cl_model *m, cl_host_array *dst, const void *dev, cl_dtype t,
                              int p) {
-  const int nth = pack_threads(m, block_elems(dst, cl_block_all(dst)));
+  const int nth = cl_pack_threads(m, block_elems(dst, cl_block_all(dst)));
   if (m->be->iface->host_accessible) {
     unpack_mapped(dst, dev, t, p, m->layout, nth);
     return CL_OK;

@@ -12,6 +12,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, CLOCK_THREAD_CPUTIME_ID under -std=c11 */
 #endif
 #include "cpu_bf16.h"
+#include "../host/half.h" /* cl_f32_to_bf16: the one rounding rule */
 
 #include <pthread.h>
 #include <stdint.h>
@@ -37,14 +38,6 @@
 #if CL_CPU_X86 && (defined(__clang__) ? __clang_major__ >= 9 : __GNUC__ >= 10)
 #define CL_GEMM_BF16 1
 #define CL_TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-
-/* bf16(f), nearest even (NaN kept a NaN): the bits of host/half.h's rule. */
-static uint16_t cl_bf16_round(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu)) return (uint16_t)((u >> 16) | 0x40);
-  return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
 
 /* dst[i] = bf16(src[i]), i < n (nearest even). */
 CL_TARGET_BF16 static void to_bf16(const float *src, size_t n, uint16_t *dst) {
@@ -277,8 +270,8 @@ void cl_cpu_bf16_rows(int M, int N, int channels, int taps, const float *A, int 
       const float *w0 = A + (size_t)i * lda + (size_t)2 * cp * taps;
       for (int t = 0; t < taps; t++) {
         uint16_t *d = ap + 2 * ((size_t)i * Kh + (size_t)cp * taps + t);
-        d[0] = cl_bf16_round(w0[t]);
-        d[1] = 2 * cp + 1 < channels ? cl_bf16_round(w0[taps + t]) : 0;
+        d[0] = cl_f32_to_bf16(w0[t]);
+        d[1] = 2 * cp + 1 < channels ? cl_f32_to_bf16(w0[taps + t]) : 0;
       }
     }
   for (int cp = 0; cp < Cp; cp++) {

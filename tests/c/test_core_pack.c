@@ -161,6 +161,27 @@ static void check_case(cl_model *m, int p, cl_layout l, int r_fmt, cl_dtype t, c
   free(want);
 }
 
+/* The team's size at its limits: the results are the same bits on any
+ * team, so only the size itself shows a limit moved. */
+static void check_team_edges(int in_child) {
+  const int threads[] = {3, 8, 9};
+  const int want[] = {3, 8, 8};
+  for (int i = 0; i < 3; i++) {
+    cl_model *m = model_of(1, CL_NCHW, threads[i]);
+    if (!m) continue;
+    int below = cl_pack_threads(m, ((size_t)1 << 15) - 1), at = cl_pack_threads(m, (size_t)1 << 15);
+#ifdef _OPENMP
+    int w = in_child ? 1 : want[i]; /* host/threads.h's fork guard */
+#else
+    int w = want[i];
+#endif
+    CHECK(below == 1, "%d threads: 32767 elements convert on %d threads, not 1", threads[i], below);
+    CHECK(at == w, "%d threads%s: 32768 elements convert on %d threads, not %d", threads[i],
+          in_child ? " in a forked child" : "", at, w);
+    cl_model_free(m);
+  }
+}
+
 static void run(int threads) {
   const cl_block blocks[] = {{0, B, 0, T}, {1, 2, 1, 2}};
   for (int p = 1; p <= 2; p++)
@@ -183,7 +204,9 @@ static void run_in_forked_child(void) {
   pid_t pid = fork();
   if (pid == 0) {
     alarm(120);
+    ctest_failures = 0; /* the child's own checks, not the parent's */
     run(3);
+    check_team_edges(1);
     fflush(stdout);
     _exit(ctest_failures ? 1 : 0);
   }
@@ -197,6 +220,7 @@ int main(void) {
   fill_values();
   run(1);
   run(3);
+  check_team_edges(0);
   run_in_forked_child();
   return ctest_done("test_core_pack");
 }
