@@ -93,6 +93,7 @@ static const R_CallMethodDef call_entries[] = {
     CALLDEF(ffi_fa_ahead_start, 6),
     CALLDEF(ffi_fa_ahead_wait, 1),
     CALLDEF(ffi_fa_ahead_take, 1),
+    CALLDEF(ffi_float_finite, 1),
     {NULL, NULL, 0}};
 
 /* What convlstm_api_check() in another package compares with what it was

@@ -10,9 +10,47 @@
  * only (storage.mode<- in R), so a wrong type here is a bug in the R layer
  * and is reported as an invalid argument rather than silently copied.
  */
+#include <float.h>
+#include <math.h>
 #include <string.h>
 
 #include "r_convlstm.h"
+
+/* 1 when every v[i] is finite and within a float's range: what crosses to
+ * the core as a float stays a number. A NaN fails the comparison. In
+ * blocks, so that a bad value stops the scan soon, and so that the loop
+ * inside is one the compiler vectorizes. */
+static int doubles_in_float(const double *v, R_xlen_t n) {
+  enum { BLOCK = 4096 };
+  for (R_xlen_t b = 0; b < n; b += BLOCK) {
+    const R_xlen_t e = n - b < BLOCK ? n : b + BLOCK;
+    int bad = 0;
+    for (R_xlen_t i = b; i < e; i++) bad |= !(fabs(v[i]) <= (double)FLT_MAX);
+    if (bad) return 0;
+  }
+  return 1;
+}
+
+static int ints_not_na(const int *v, R_xlen_t n) {
+  for (R_xlen_t i = 0; i < n; i++)
+    if (v[i] == NA_INTEGER) return 0;
+  return 1;
+}
+
+/* check_finite()'s fast path (R/errors.R), one pass over x in place: TRUE
+ * when a double, integer or logical x has no NA, NaN or Inf and no value
+ * beyond a float's range; FALSE otherwise (and for other types), and R
+ * then finds what is wrong and says so. min(), max() and anyNA() read a
+ * batch three times: 3.6 ms of each training step of the plain stack. */
+SEXP ffi_float_finite(SEXP x) {
+  const R_xlen_t n = Rf_xlength(x);
+  switch (TYPEOF(x)) {
+  case REALSXP: return Rf_ScalarLogical(doubles_in_float(REAL_RO(x), n));
+  case INTSXP: return Rf_ScalarLogical(ints_not_na(INTEGER_RO(x), n));
+  case LGLSXP: return Rf_ScalarLogical(ints_not_na(LOGICAL_RO(x), n));
+  default: return Rf_ScalarLogical(0);
+  }
+}
 
 SEXP r_option(SEXP x, const char *name) {
   SEXP names = Rf_getAttrib(x, R_NamesSymbol);

@@ -90,6 +90,9 @@ SEXP r_alloc_array(int ndim, const int *dims);
 SEXP r_named_list(const char *const *names, int n);
 /* The element `name` of a named list (step options), or R_NilValue. */
 SEXP r_option(SEXP opts, const char *name);
+/* TRUE when x (double, integer, logical) holds only finite values within a
+ * float's range: check_finite()'s one pass. */
+SEXP ffi_float_finite(SEXP x);
 /* A configuration's kernels and dilations, integer [CL_R_GEOMETRY_ROWS,
  * n_layers]: kernel height, width, dilation height, width, recurrent kernel
  * height, width (R/geometry.R's geometry_rows). */
