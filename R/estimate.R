@@ -94,7 +94,10 @@
 #'   source's shapes), are planned too, under `data`, as `source_x` and
 #'   `source_y`; where the next batch is read while the step runs (every
 #'   kind of source, unless `options(convlstm.prefetch = FALSE)`), twice
-#'   (`source_x_next`, `source_y_next`). They are host memory, outside the
+#'   (`source_x_next`, `source_y_next`); on a GPU a function or arrays
+#'   source's next batch is also converted ahead (`staged_batch`,
+#'   `staged_batch_next`: x in the storage dtype, y in float32, page-locked;
+#'   `options(convlstm.stage_batches)`, [convlstm_fit()]). They are host memory, outside the
 #'   allocator ([convlstm_memory_stats()] does not count them), so they
 #'   are added to `total` and `reserved` too: what a fit from the source
 #'   takes, which `memory_budget` must hold.
@@ -217,8 +220,11 @@ convlstm_memory_estimate <- function(model, batch_size, seq_len, height, width, 
   optimizer <- plan_optimizer(ptr, optimizer, training)
   world_size <- check_count(world_size, "world_size")
   plan <- c_model_plan(ptr, shape, training, optimizer, options)
-  if (!is.null(source)) plan <- plan_with_staging(plan, source_staging(source, shape[[1]], sys.call()))
   config <- c_model_config(ptr)
+  if (!is.null(source)) {
+    staged_for <- list(backend = config$backend, dtype = dtype %||% config$dtype)
+    plan <- plan_with_staging(plan, source_staging(source, shape[[1]], sys.call(), staged_for))
+  }
   est <- new_memory_estimate(
     plan, shape = shape, training = training, dtype = dtype %||% config$dtype,
     options = list(checkpoint = checkpoint, recompute_gates = recompute_gates,

@@ -67,7 +67,12 @@
 #'   with `TRUE` (`"auto"` slices in R). Sliced in R (one process, on the
 #'   CPU or a GPU), the next batch is sliced while the step of this one runs on
 #'   a thread of its own, with the same losses and weights;
-#'   `options(convlstm.prefetch = FALSE)` slices each batch at its step.
+#'   `options(convlstm.prefetch = FALSE)` slices each batch at its step. On a
+#'   GPU that next batch is also converted into the model's layout and
+#'   storage type meanwhile, into page-locked host memory, so that its step
+#'   only uploads it (`options(convlstm.stage_batches = FALSE)` leaves the
+#'   conversion to the step; `TRUE` stages on the CPU too, where it only adds
+#'   a copy).
 #' @param callbacks A list of callbacks ([convlstm_callback()],
 #'   [convlstm_callback_early_stopping()], [convlstm_callback_model_checkpoint()],
 #'   [convlstm_callback_csv_logger()]), called in that order at each point.

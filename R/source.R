@@ -268,12 +268,28 @@ source_check_batch <- function(b, n, x_dim, y_dim, types, label, call) {
 # The host staging buffers of a batch of batch_size samples of s: x and y
 # as the step takes them (doubles), bytes by the plan's row name; twice
 # where the next batch is read while the step runs (source_overlaps()).
-source_staging <- function(s, batch_size, call) {
+source_staging <- function(s, batch_size, call, config = NULL) {
   if (!is_convlstm_source(s)) abort_arg("source", "NULL or a convlstm_source", s, call)
   one <- c(source_x = prod(as.double(s$x_dim)), source_y = prod(as.double(s$y_dim))) *
     8 * batch_size
   if (!source_overlaps(s)) return(one)
-  c(one, stats::setNames(one, c("source_x_next", "source_y_next")))
+  c(one, stats::setNames(one, c("source_x_next", "source_y_next")),
+    staged_staging(s, batch_size, config))
+}
+
+# The batches a fit of this source converts ahead (R/source_prefetch.R's
+# stage_batch(): a function or arrays source on a model that stages, a GPU
+# by default): two, x in the model's storage dtype and y in float32, in
+# page-locked host memory. Counted whenever such a fit may stage them (a
+# last-state target or a forecast stages none: source_stages()).
+staged_staging <- function(s, batch_size, config) {
+  if (is.null(config) || !s$kind %in% c("function", "arrays") ||
+      !stage_enabled(list(config = config))) {
+    return(NULL)
+  }
+  x_bytes <- if (identical(config$dtype, "float32")) 4 else 2
+  one <- batch_size * (prod(as.double(s$x_dim)) * x_bytes + prod(as.double(s$y_dim)) * 4)
+  c(staged_batch = one, staged_batch_next = one)
 }
 
 # ---- a fit's view of a source (fit_check.R, fit_loop.R) ----
@@ -368,5 +384,5 @@ source_fit_batch <- function(f, idx, label, p, b = NULL) {
   y <- got$y
   if (f$y$drop) dim(y) <- dim(y)[-2]
   x <- if (!is.null(f$forecast) && p >= 1) teacher_sequence(got$x, y) else got$x
-  list(x = x, y = y)
+  list(x = x, y = y, staged = if (source_stages(f)) got$staged)
 }

@@ -24,6 +24,11 @@
 #   the data set on the device): the same, the next batch's slices of x,
 #   y and a weight cut while the step runs (arrays_train_step()).
 #
+# - On a GPU, the next batch read ahead is also converted on R's thread
+#   while the step runs (a staged batch: src/core/staged.c, page-locked
+#   memory), so that its step only uploads it instead of converting it on
+#   the step's thread while the device waits (stage_batch()).
+#
 # f$ahead, for the epoch running: its kind ("file", "thread" for a
 # function or arrays source, "arrays" for plain arrays), order and epoch,
 # the batch read ahead (`pending`) and, but for a file, that batch (or a
@@ -86,6 +91,46 @@ ahead_batch <- function(f, b) {
   NULL
 }
 
+# Whether a batch read ahead is converted ahead too: on a GPU, where its
+# step would convert it while the device waits; not on the CPU, where a step
+# converts straight into its own buffers and staging would add a copy.
+# options(convlstm.stage_batches = TRUE or FALSE) decides instead (a test
+# stages on the CPU; a benchmark compares).
+stage_enabled <- function(f) {
+  opt <- getOption("convlstm.stage_batches")
+  if (!is.null(opt)) return(isTRUE(opt))
+  !identical(f$config$backend, "cpu")
+}
+
+# A batch read ahead, converted now for the model (while the step before
+# runs): its staged handle, the memory of f$ahead$spare (the last step's,
+# which has ended) reused; NULL when not staged, and then its step converts
+# it. Out of host memory for it is that: NULL.
+stage_batch <- function(f, batch) {
+  if (!stage_enabled(f) || inherits(batch, "condition")) return(NULL)
+  spare <- f$ahead$spare
+  f$ahead$spare <- NULL # its batch moves into the new handle
+  tryCatch(c_staged_fill(f$ptr, batch$x, batch$y, f$target, spare),
+           convlstm_error_oom = function(cnd) NULL)
+}
+
+# Whether a source's batch reaches its step as read (so that a batch staged
+# from its arrays is the step's): not when y loses its steps' dimension
+# (a last-state target) nor when a forecast appends the true frames to x
+# (source_fit_batch()).
+source_stages <- function(f) !f$y$drop && is.null(f$forecast)
+
+# The step of a batch on a thread of its own (its staged conversion when it
+# has one); its staged memory kept for the next batch's.
+thread_train_step <- function(f, batch, opt, opts, read_next) {
+  job <- c_train_step_start(f$ptr, batch$x, batch$y, f$target, opt, opts, batch$staged)
+  on.exit(c_train_step_wait(job)) # an interrupt while reading: the step ends first
+  read_next()
+  loss <- c_train_step_finish(f$ptr, job)
+  f$ahead$spare <- batch$staged
+  loss
+}
+
 # ---- a frame file ----
 
 # Starts reading batch b (or the next that trains) into the slot not read
@@ -130,10 +175,7 @@ source_train_step <- function(f, batch, opt, opts, b) {
   if (!identical(f$ahead$kind, "thread")) {
     return(c_train_step(f$ptr, batch$x, batch$y, f$target, opt, opts))
   }
-  job <- c_train_step_start(f$ptr, batch$x, batch$y, f$target, opt, opts)
-  on.exit(c_train_step_wait(job)) # an interrupt in the function: the step ends first
-  source_ahead_fetch(f, b + 1L)
-  c_train_step_finish(f$ptr, job)
+  thread_train_step(f, batch, opt, opts, function() source_ahead_fetch(f, b + 1L))
 }
 
 # Batch b (or the next that trains) read and checked as source_fetch()
@@ -145,6 +187,7 @@ source_ahead_fetch <- function(f, b) {
   batch <- tryCatch(
     source_fetch(f$source, nxt$rows, fit_batch_label(nxt$b, f$ahead$epoch), f$call, keep = FALSE),
     convlstm_error = function(cnd) cnd)
+  if (!inherits(batch, "condition") && source_stages(f)) batch$staged <- stage_batch(f, batch)
   f$ahead$pending <- nxt$b
   f$ahead$rows <- nxt$rows
   f$ahead$batch <- batch
@@ -186,10 +229,7 @@ arrays_train_step <- function(f, xs, idx, opt, opts, b) {
   if (!identical(f$ahead$kind, "arrays")) {
     return(c_train_step(f$ptr, batch$x, batch$y, f$target, opt, opts))
   }
-  job <- c_train_step_start(f$ptr, batch$x, batch$y, f$target, opt, opts)
-  on.exit(c_train_step_wait(job)) # an interrupt while slicing: the step ends first
-  arrays_ahead_slice(f, xs, b + 1L)
-  c_train_step_finish(f$ptr, job)
+  thread_train_step(f, batch, opt, opts, function() arrays_ahead_slice(f, xs, b + 1L))
 }
 
 # A batch's slices: x, y and a weight's rows (one batch of every row on
@@ -204,7 +244,9 @@ arrays_slice <- function(f, xs, idx) {
 arrays_ahead_slice <- function(f, xs, b) {
   if (b > f$n_batches) return(invisible(f))
   rows <- fit_global_rows(f, f$ahead$order, b)
-  f$ahead$batch <- arrays_slice(f, xs, rows)
+  batch <- arrays_slice(f, xs, rows)
+  batch$staged <- stage_batch(f, batch)
+  f$ahead$batch <- batch
   f$ahead$rows <- rows
   f$ahead$pending <- b
   invisible(f)

@@ -23,6 +23,9 @@
 # of the step (a small model, long sequences of large frames): epochs
 # with the next batch sliced while the step runs on its thread and
 # without, alternating, after checking that both give identical losses;
+# the next batch also converted during the step (staged_ahead:
+# options(convlstm.stage_batches = TRUE), the default on a GPU, where the
+# other cases here set it FALSE; on the CPU it only adds a copy);
 # and the same epoch with the training set uploaded once
 # (data_on_device = TRUE), the batch gathered on the device: the bound
 # the host path is measured against (issue 36: no slower than it).
@@ -123,8 +126,8 @@ bench_arrays <- function() {
   ya <- array(xa[, Ta, 1, , ], c(na, 1, Sa, Sa))
   small <- convlstm(1, c(2, 1), 3, device = device, threads = threads)
   sd0 <- convlstm_state_dict(small)
-  epoch_a <- function(overlap, on_device = FALSE) {
-    old <- options(convlstm.prefetch = overlap)
+  epoch_a <- function(overlap, on_device = FALSE, stage = FALSE) {
+    old <- options(convlstm.prefetch = overlap, convlstm.stage_batches = stage)
     on.exit(options(old))
     convlstm_load_state_dict(small, sd0)
     set.seed(4)
@@ -134,17 +137,19 @@ bench_arrays <- function() {
   }
   a <- epoch_a(TRUE) # warm-up, and the check
   b <- epoch_a(FALSE)
-  stopifnot(identical(a[["loss"]], b[["loss"]]))
+  st <- epoch_a(TRUE, stage = TRUE)
+  stopifnot(identical(a[["loss"]], b[["loss"]]), identical(a[["loss"]], st[["loss"]]))
   slice_s <- stats::median(vapply(1:5, function(k) {
     i <- sample.int(na, Ba)
     t0 <- proc.time()[["elapsed"]]
     invisible(list(xa[i, , , , , drop = FALSE], ya[i, , , , drop = FALSE]))
     proc.time()[["elapsed"]] - t0
   }, numeric(1)))
-  cases <- c("sliced_ahead", "sliced_at_step", "data_on_device")
-  times <- matrix(NA_real_, rounds, 3, dimnames = list(NULL, cases))
+  cases <- c("sliced_ahead", "staged_ahead", "sliced_at_step", "data_on_device")
+  times <- matrix(NA_real_, rounds, 4, dimnames = list(NULL, cases))
   for (r in seq_len(rounds)) {
     times[r, "sliced_ahead"] <- epoch_a(TRUE)[["seconds"]]
+    times[r, "staged_ahead"] <- epoch_a(TRUE, stage = TRUE)[["seconds"]]
     times[r, "sliced_at_step"] <- epoch_a(FALSE)[["seconds"]]
     times[r, "data_on_device"] <- epoch_a(TRUE, on_device = TRUE)[["seconds"]]
   }

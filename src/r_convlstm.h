@@ -65,6 +65,9 @@ NORET void r_raise_invalid(const char *fmt, ...) R_CL_PRINTF(1, 2);
  * there is none (released, restored by readRDS) or why it cannot be used
  * now (its training step runs on a thread of its own). */
 cl_model *r_model(SEXP ptr);
+/* The same model for a call that only reads its configuration and layout,
+ * allowed while its step runs on a thread of its own (cl_staged_fill). */
+const cl_model *r_model_beside_step(SEXP ptr);
 /* While a model's training step runs on a thread of its own (r_train.c),
  * r_model and convlstm_release() refuse it: R would read or free what the
  * step writes. step_begin marks it; step_end puts back the mark it had
@@ -198,7 +201,9 @@ SEXP ffi_optimizer_steps(SEXP ptr);
 SEXP ffi_optimizer_reset(SEXP ptr);
 SEXP ffi_optim_check(SEXP opt);
 SEXP ffi_train_step(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts);
-SEXP ffi_train_step_start(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts);
+SEXP ffi_train_step_start(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts,
+                          SEXP staged);
+SEXP ffi_staged_fill(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP spare);
 SEXP ffi_train_step_wait(SEXP h);
 SEXP ffi_train_step_finish(SEXP h);
 

@@ -54,6 +54,11 @@ static void refuse_stepping(SEXP ptr) {
             "a data source's function is called between steps.");
 }
 
+const cl_model *r_model_beside_step(SEXP ptr) {
+  if (!is_model_ptr(ptr) || !R_ExternalPtrAddr(ptr)) return r_model(ptr); /* its error */
+  return (const cl_model *)R_ExternalPtrAddr(ptr);
+}
+
 cl_model *r_model(SEXP ptr) {
   if (!is_model_ptr(ptr)) r_raise_invalid("`model` is not a convlstm model");
   cl_model *m = (cl_model *)R_ExternalPtrAddr(ptr);

@@ -208,8 +208,63 @@ SEXP ffi_train_step(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts) 
  * only): the R side runs those steps as ffi_train_step. */
 #include <pthread.h>
 
+/* A batch converted ahead (core/staged.c) behind an R handle: filled on R's
+ * thread while the step before runs, read by the next step on its thread.
+ * in_use while a step reads it: a fill then makes a new batch instead of
+ * refilling it, and the finalizer leaks it rather than free it under the
+ * step (as a model's does). */
+typedef struct {
+  cl_staged *b;
+  int in_use;
+} staged_box;
+
+static SEXP staged_tag(void) { return Rf_install("convlstm_staged"); }
+
+static staged_box *staged_box_of(SEXP h) {
+  return TYPEOF(h) == EXTPTRSXP && R_ExternalPtrTag(h) == staged_tag()
+             ? (staged_box *)R_ExternalPtrAddr(h) : NULL;
+}
+
+static void staged_finalize(SEXP h) {
+  staged_box *box = (staged_box *)R_ExternalPtrAddr(h);
+  if (!box || box->in_use) return;
+  cl_staged_free(box->b);
+  free(box);
+  R_ClearExternalPtr(h);
+}
+
+/* x and y of the next step converted for the model while its step runs:
+ * a new handle holding the batch (and x, y: the step may pack them after
+ * all), the batch of `spare` (a handle no step reads any more) refilled
+ * when there is one. */
+SEXP ffi_staged_fill(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP spare) {
+  const cl_model *m = r_model_beside_step(ptr);
+  cl_host_array hx, hy;
+  r_host_array(x, 5, "x", &hx);
+  r_host_array(y, r_target(target) == CL_TARGET_SEQUENCE ? 5 : 4, "y", &hy);
+  SEXP prot = PROTECT(Rf_allocVector(VECSXP, 3));
+  SET_VECTOR_ELT(prot, 0, ptr);
+  SET_VECTOR_ELT(prot, 1, x);
+  SET_VECTOR_ELT(prot, 2, y);
+  SEXP h = PROTECT(r_new_handle(staged_tag(), prot, staged_finalize, NULL));
+  staged_box *box = calloc(1, sizeof *box);
+  if (!box) r_raise(CL_E_OOM, "out of host memory for a staged batch");
+  R_SetExternalPtrAddr(h, box); /* from here the finalizer frees it */
+  staged_box *old = staged_box_of(spare);
+  if (old && !old->in_use) { /* its batch moves here */
+    box->b = old->b;
+    old->b = NULL;
+  }
+  char err[CL_ERRMSG_LEN];
+  cl_status st = cl_staged_fill(m, &box->b, &hx, &hy, err, sizeof err);
+  if (st != CL_OK) r_raise(st, err);
+  UNPROTECT(2);
+  return h;
+}
+
 typedef struct {
   cl_model *m;
+  staged_box *staged; /* or NULL: x and y converted by the step */
   cl_host_array hx, hy;
   cl_target tg;
   cl_optim o;
@@ -227,7 +282,10 @@ static SEXP step_tag(void) { return Rf_install("convlstm_step_job"); }
 static void *step_run(void *arg) {
   step_job *j = arg;
   j->st = cl_model_bind_thread(j->m); /* a GPU model's device, not this thread's device 0 */
-  if (j->st == CL_OK)
+  if (j->st == CL_OK && j->staged)
+    j->st = cl_model_train_staged(j->m, &j->hx, &j->hy, j->staged->b, j->tg, &j->o, &j->so,
+                                  &j->loss);
+  else if (j->st == CL_OK)
     j->st = cl_model_train_step(j->m, &j->hx, &j->hy, j->tg, &j->o, &j->so, &j->loss);
   return NULL;
 }
@@ -236,6 +294,7 @@ static void step_join(step_job *j) {
   if (!j->running) return;
   pthread_join(j->thread, NULL);
   j->running = 0;
+  if (j->staged) j->staged->in_use = 0;
   r_model_step_end(j->ptr, j->mark);
 }
 
@@ -253,14 +312,18 @@ static step_job *r_step_job(SEXP h) {
   return j;
 }
 
-SEXP ffi_train_step_start(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts) {
+SEXP ffi_train_step_start(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts,
+                          SEXP staged) {
   cl_model *m = r_model(ptr);
   if (opts != R_NilValue && (r_option(opts, "dropout_masks") != R_NilValue ||
                              r_option(opts, "comm_share") != R_NilValue))
     r_raise_invalid("internal: a step on its own thread takes no given masks nor communicator");
-  SEXP prot = PROTECT(Rf_allocVector(VECSXP, 6)); /* and [5]: the model's mark */
-  SEXP keep[5] = {ptr, x, y, opt, opts};
-  for (int i = 0; i < 5; i++) SET_VECTOR_ELT(prot, i, keep[i]);
+  staged_box *box = staged_box_of(staged);
+  if (staged != R_NilValue && (!box || !box->b || box->in_use))
+    r_raise_invalid("internal: `staged` is not a staged batch that no step reads");
+  SEXP prot = PROTECT(Rf_allocVector(VECSXP, 7)); /* and [6]: the model's mark */
+  SEXP keep[6] = {ptr, x, y, opt, opts, staged};
+  for (int i = 0; i < 6; i++) SET_VECTOR_ELT(prot, i, keep[i]);
   SEXP h = PROTECT(r_new_handle(step_tag(), prot, step_finalize, NULL));
   step_job *j = calloc(1, sizeof *j);
   if (!j) r_raise(CL_E_OOM, "out of host memory for a training step");
@@ -274,10 +337,13 @@ SEXP ffi_train_step_start(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP 
   r_dropout_masks(m, opts, j->hx.dims[0], j->hx.dims[3], j->hx.dims[4], &j->so); /* a seed */
   j->ptr = ptr;
   j->mark = R_ExternalPtrProtected(ptr);
-  SET_VECTOR_ELT(prot, 5, j->mark); /* kept here while the model is marked stepping */
+  SET_VECTOR_ELT(prot, 6, j->mark); /* kept here while the model is marked stepping */
+  j->staged = box;
+  if (box) box->in_use = 1;
   r_model_step_begin(ptr);
   if (pthread_create(&j->thread, NULL, step_run, j) != 0) {
     r_model_step_end(ptr, j->mark);
+    if (box) box->in_use = 0;
     r_raise(CL_E_INVALID, "cannot start a thread for the training step");
   }
   j->running = 1;

@@ -822,6 +822,43 @@ cl_status cl_model_train_step_data(cl_model *m, const cl_data *d, const int *idx
                                    const cl_optim *opt, const cl_step_options *opts,
                                    double *loss);
 
+/* ---- a batch converted ahead (core/staged.c) ------------------------- */
+
+/* x and y of one training step (host arrays as cl_model_train_step takes
+ * them) converted into the core's time-major layout and the model's storage
+ * dtype (y float32), in host memory that the backend uploads at full speed
+ * (page-locked on a GPU). Made while the step before runs on another thread,
+ * it takes the conversion off the step's path: the step then only uploads.
+ * Host memory, not counted by the model's accounting; the caller owns it. */
+typedef struct cl_staged cl_staged;
+
+/* Converts x and y for m into *b: a new batch when *b is NULL, else *b
+ * refilled (its memory reused when large enough). Reads m's configuration
+ * and layout only, writing nothing of m: it may run on one thread while a
+ * step of m runs on another (the step must not be reading *b). Checks only
+ * what the conversion needs (ranks, a patch that divides the frames);
+ * cl_model_train_staged checks the rest as a step does. Errors in err (not
+ * cl_model_error); on failure *b is left as it was, unless it was
+ * refilled: then it is freed and NULL. */
+cl_status cl_staged_fill(const cl_model *m, cl_staged **b, const cl_host_array *x,
+                         const cl_host_array *y, char *err, size_t errlen);
+/* NULL-safe. Not while a step reads b. */
+void cl_staged_free(cl_staged *b);
+/* Host bytes b holds (its capacity). */
+size_t cl_staged_bytes(const cl_staged *b);
+/* Batches alive in this process (leak tests). */
+int cl_staged_alive(void);
+
+/* cl_model_train_step on x and y, reading them from b, which was filled
+ * from these very arrays for m: the same loss and gradients, bit for bit.
+ * A put that asks another dtype (a fed-back truth frame in half storage)
+ * packs x or y as cl_model_train_step does. CL_E_INVALID when b was filled
+ * from other arrays or for another model; CL_E_STATE when m's storage
+ * dtype changed since. b's memory is read until the call returns. */
+cl_status cl_model_train_staged(cl_model *m, const cl_host_array *x, const cl_host_array *y,
+                                const cl_staged *b, cl_target target, const cl_optim *opt,
+                                const cl_step_options *opts, double *loss);
+
 /* ---- the version of this interface ----------------------------------- */
 
 /* ---- capabilities ---------------------------------------------------- */
@@ -865,14 +902,15 @@ cl_status cl_model_capability(cl_model *m, const char *option);
  * fields, an enum's values, a constant. The sizes of the structs that cross
  * the interface are compared as well (CL_API_STRUCTS), so a change that
  * forgot the version is still caught when it moves a size. */
-#define CL_API_VERSION 6 /* 2: cl_config.dropout_masks, cl_step_options.truth and
+#define CL_API_VERSION 7 /* 2: cl_config.dropout_masks, cl_step_options.truth and
                            * .recompute_gates; 3: cl_step_options.draw_masks and
                            * .dropout_seed, cl_model_dropout_mask; 4:
                            * cl_config.recurrent_kernel_sizes and
                            * .recurrent_kernel_widths, cl_optim.alpha and .centered
                            * (RMSprop), cl_loss_fn.reduction; 5:
                            * cl_config.forecaster and .patch; 6:
-                           * cl_step_options.plan_target */
+                           * cl_step_options.plan_target; 7: cl_staged_fill,
+                           * cl_model_train_staged */
 #define CL_API_STRUCTS(X)                                                                  \
   X(cl_config) X(cl_host_array) X(cl_gpu_info) X(cl_step_options) X(cl_optim)             \
   X(cl_loss_scale) X(cl_mem_stats) X(cl_plan_entry) X(cl_plan) X(cl_loss_fn)

@@ -170,7 +170,17 @@ extern "C" {
   F(cl_status, model_train_step_data,                                                         \
     (cl_model *m, const cl_data *d, const int *idx, int n, const cl_optim *opt,               \
      const cl_step_options *opts, double *loss),                                              \
-    (m, d, idx, n, opt, opts, loss))
+    (m, d, idx, n, opt, opts, loss))                                                          \
+  /* batches converted ahead (on another thread while a step runs) */                         \
+  F(cl_status, staged_fill,                                                                   \
+    (const cl_model *m, cl_staged **b, const cl_host_array *x, const cl_host_array *y,        \
+     char *err, size_t errlen),                                                               \
+    (m, b, x, y, err, errlen))                                                                \
+  V(staged_free, (cl_staged *b), (b))                                                         \
+  F(cl_status, model_train_staged,                                                            \
+    (cl_model *m, const cl_host_array *x, const cl_host_array *y, const cl_staged *b,         \
+     cl_target target, const cl_optim *opt, const cl_step_options *opts, double *loss),       \
+    (m, x, y, b, target, opt, opts, loss))
 
 /* The pointer to "cl_<name>", looked up once per translation unit. The
  * detour through void (*)(void) keeps -Wcast-function-type quiet. */

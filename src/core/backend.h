@@ -271,6 +271,15 @@ typedef enum { CL_GRAPH_AUTO = 0, CL_GRAPH_PLAIN = 1, CL_GRAPH_OFF_COMM = 2 } cl
  * error: the core stages through malloc instead (and waits for that
  * upload), as it does when the slot is NULL. (Inside a recorded step
  * cuda_graph.cu refuses it when the buffer would have to wait.)
+ * (optional) host_alloc/host_free: host memory owned by the caller (a
+ * staged batch, core/staged.c) that upload() reads at full speed
+ * (page-locked memory on CUDA, at most the stage's cap), so that an upload
+ * from it need not be waited for. The only slots that may be called from
+ * another thread while a step runs: they touch neither the stream, nor
+ * be->err, nor the backend's buffers. A failure is not an error: the core
+ * takes malloc's memory instead, as when the slots are NULL. host_free
+ * takes be NULL (a staged batch may outlive its model) and may wait for the
+ * device (CUDA's cudaFreeHost does).
  * (optional) gather_rows: whole rows of a time-major tensor src [T, N, row]
  * into dst [nt, nb, row]: for t in [t0, t0 + nt) and j in [0, nb),
  * dst[(t - t0) * nb + j] = src[t * N + idx[j]], each row row_bytes long.
@@ -304,6 +313,9 @@ typedef enum { CL_GRAPH_AUTO = 0, CL_GRAPH_PLAIN = 1, CL_GRAPH_OFF_COMM = 2 } cl
   X(NONE, OPT, void, set_scratch, (cl_backend * be, void *p), (be, p))                             \
   X(NONE, OPT, cl_status, host_stage, (cl_backend * be, size_t bytes, void **host),               \
     (be, bytes, host))                                                                             \
+  X(NONE, OPT, cl_status, host_alloc, (cl_backend * be, size_t bytes, void **host),               \
+    (be, bytes, host))                                                                             \
+  X(NONE, OPT, void, host_free, (cl_backend * be, void *host), (be, host))                         \
   X(STEP, OPT, cl_status, gather_rows,                                                            \
     (cl_backend * be, void *dst, const void *src, const int *idx, int nb, int N, int t0, int nt,  \
      size_t row_bytes),                                                                            \

@@ -492,11 +492,26 @@ typedef struct cl_source {
   size_t row_bytes;
   cl_dtype dtype;
   const int *idx, *d_idx; /* the step's rows, on the host and on the device */
+  /* A host array converted ahead (staged.c): host memory laid out as dev
+   * is ([T, N, row] in dtype, rows in order), uploaded as it is when a
+   * put asks for dtype; any other put packs host. */
+  const void *staged;
 } cl_source;
 static inline cl_source cl_source_host(const cl_host_array *a) {
-  cl_source s = {a, NULL, 0, 0, CL_F32, NULL, NULL};
+  cl_source s = {a, NULL, 0, 0, CL_F32, NULL, NULL, NULL};
   return s;
 }
+/* Block k of src into host memory dst as a put of it leaves the device
+ * ([nt, nb, row] in t; frames in p x p patches, p 1 for none), on
+ * cl_pack_threads' team. Reads m's layout only: safe beside a step of m on
+ * another thread. */
+void cl_pack_block(const cl_model *m, void *dst, cl_dtype t, const cl_host_array *src,
+                   cl_block k, int p);
+/* cl_model_train_step's checks and step on x and y read through xs and ys
+ * (train.c; staged.c gives sources with x and y converted ahead). */
+cl_status cl_train_arrays(cl_model *m, const cl_host_array *x, const cl_host_array *y,
+                          const cl_source *xs, const cl_source *ys, cl_target target,
+                          const cl_optim *opt, const cl_step_options *opts, double *loss);
 /* cl_put_host for either kind of source. */
 cl_status cl_put_source(cl_model *m, void *dev, cl_dtype t, const cl_source *src, cl_block blk);
 /* cl_put_frames for either kind of source (a data set of frames is stored
@@ -525,7 +540,7 @@ typedef struct cl_call {
   int last_pass;
 } cl_call;
 static inline cl_call cl_call_plain(void) {
-  cl_call c = {{CL_LOSS_MSE, 0, 0, CL_REDUCE_MEAN}, {NULL, NULL, 0, 0, CL_F32, NULL, NULL},
+  cl_call c = {{CL_LOSS_MSE, 0, 0, CL_REDUCE_MEAN}, {NULL, NULL, 0, 0, CL_F32, NULL, NULL, NULL},
                NULL, NULL, 1.0, 0};
   return c;
 }

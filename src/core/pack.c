@@ -323,18 +323,22 @@ static void *stage_buffer(cl_model *m, size_t bytes, int *owned) {
   return malloc(bytes);
 }
 
+void cl_pack_block(const cl_model *m, void *dst, cl_dtype t, const cl_host_array *src,
+                   cl_block k, int p) {
+  pack_mapped(dst, t, src, k, p, m->layout, cl_pack_threads(m, block_elems(src, k)));
+}
+
 static cl_status put_patched(cl_model *m, void *dev, cl_dtype t, const cl_host_array *src,
                              cl_block k, int p) {
-  const int nth = cl_pack_threads(m, block_elems(src, k));
   if (m->be->iface->host_accessible) {
-    pack_mapped(dev, t, src, k, p, m->layout, nth);
+    cl_pack_block(m, dev, t, src, k, p);
     return CL_OK;
   }
   size_t bytes = block_elems(src, k) * cl_dtype_size(t);
   int owned;
   void *tmp = stage_buffer(m, bytes, &owned);
   if (!tmp) return cl_fail(m, CL_E_OOM, "out of host memory staging an input");
-  pack_mapped(tmp, t, src, k, p, m->layout, nth);
+  cl_pack_block(m, tmp, t, src, k, p);
   cl_status s = m->be->iface->upload(m->be, dev, tmp, bytes);
   /* tmp must outlive the copy: a region of the backend's stage stays
    * untouched until the backend next synchronises (so a training step's
@@ -413,7 +417,28 @@ static cl_status gather(cl_model *m, void *dst, const cl_source *s, cl_block k) 
   return CL_OK;
 }
 
+/* Block k of a staged source, uploaded as it is: one run when the block
+ * has every row, else one run of its rows per step. The staged memory
+ * outlives the step (staged.c), so nothing waits here. */
+static cl_status put_staged(cl_model *m, void *dev, const cl_source *s, cl_block k) {
+  const struct cl_backend_i *be = m->be->iface;
+  const char *from = (const char *)s->staged;
+  const size_t run = (size_t)k.nb * s->row_bytes, step = (size_t)s->N * s->row_bytes;
+  const int whole = k.nb == s->N;
+  for (int t = 0; t < (whole ? 1 : k.nt); t++) {
+    const char *at = from + (size_t)(k.t0 + t) * step + (size_t)k.b0 * s->row_bytes;
+    char *to = (char *)dev + (size_t)t * run;
+    const size_t bytes = whole ? (size_t)k.nt * step : run;
+    if (be->host_accessible)
+      memcpy(to, at, bytes);
+    else
+      CL_KERNEL(m, be->upload(m->be, to, at, bytes));
+  }
+  return CL_OK;
+}
+
 cl_status cl_put_source(cl_model *m, void *dev, cl_dtype t, const cl_source *s, cl_block k) {
+  if (s->staged && s->dtype == t) return put_staged(m, dev, s, k);
   if (s->host) return cl_put_host(m, dev, t, s->host, k);
   if (t != s->dtype)
     return cl_fail(m, CL_E_INTERNAL, "a data set stored in dtype %d was read as dtype %d",
@@ -423,5 +448,6 @@ cl_status cl_put_source(cl_model *m, void *dev, cl_dtype t, const cl_source *s, 
 
 cl_status cl_put_frames_source(cl_model *m, void *dev, cl_dtype t, const cl_source *s,
                                cl_block k) {
+  if (s->staged && t == s->dtype) return put_staged(m, dev, s, k); /* stored patched */
   return s->host ? cl_put_frames(m, dev, t, s->host, k) : cl_put_source(m, dev, t, s, k);
 }

@@ -178,22 +178,28 @@ static cl_status train_step(cl_model *m, cl_call *c, const cl_source *x, const c
   return CL_OK;
 }
 
-cl_status cl_model_train_step(cl_model *m, const cl_host_array *x, const cl_host_array *y,
-                              cl_target target, const cl_optim *opt,
-                              const cl_step_options *opts, double *loss) {
-  m->err[0] = '\0';
-  *loss = 0;
+cl_status cl_train_arrays(cl_model *m, const cl_host_array *x, const cl_host_array *y,
+                          const cl_source *xs, const cl_source *ys, cl_target target,
+                          const cl_optim *opt, const cl_step_options *opts, double *loss) {
   int d[5]; /* B, T, H, W; a wired step's target steps K */
-  cl_source xs = cl_source_host(x), ys = cl_source_host(y);
   if (cl_arch_runs_target(&m->arch)) { /* the target's steps are the plan's horizon */
     static const cl_step_options none;
     CL_TRY(cl_call_check_forecast(m, x, y, target, opt, opts, d));
     cl_step_options o = opts ? *opts : none;
     o.horizon = d[4];
-    return cl_train_sources(m, &xs, &ys, target, d[0], d[1], d[2], d[3], opt, &o, loss);
+    return cl_train_sources(m, xs, ys, target, d[0], d[1], d[2], d[3], opt, &o, loss);
   }
   CL_TRY(cl_call_check_arrays(m, x, y, target, opt, opts, d));
-  return cl_train_sources(m, &xs, &ys, target, d[0], d[1], d[2], d[3], opt, opts, loss);
+  return cl_train_sources(m, xs, ys, target, d[0], d[1], d[2], d[3], opt, opts, loss);
+}
+
+cl_status cl_model_train_step(cl_model *m, const cl_host_array *x, const cl_host_array *y,
+                              cl_target target, const cl_optim *opt,
+                              const cl_step_options *opts, double *loss) {
+  m->err[0] = '\0';
+  *loss = 0;
+  cl_source xs = cl_source_host(x), ys = cl_source_host(y);
+  return cl_train_arrays(m, x, y, &xs, &ys, target, opt, opts, loss);
 }
 
 cl_status cl_train_sources(cl_model *m, const cl_source *x, const cl_source *y, cl_target target,

@@ -159,6 +159,8 @@ void cl_cpu_destroy(cl_backend *be) {
 #define CPU_HAS_synchronize NULL   /* kernels return when done */
 #define CPU_HAS_set_scratch NULL   /* reductions run in host variables: no scratch */
 #define CPU_HAS_host_stage NULL    /* host_accessible: nothing is staged */
+#define CPU_HAS_host_alloc NULL    /* malloc's memory is the device's */
+#define CPU_HAS_host_free NULL
 #define CPU_HAS_gather_rows cl_cpu_gather_rows
 #define CPU_HAS_conv_workspace cl_cpu_conv_workspace
 #define CPU_HAS_peephole_filter cl_cpu_peephole_filter

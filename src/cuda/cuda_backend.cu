@@ -237,6 +237,26 @@ cl_status cl_cuda_synchronize(cl_backend *be) {
  * the machine's RAM, so it is capped (CONVLSTM_CUDA_PINNED_MB) and a
  * transfer above the cap is refused here and staged by the core through
  * malloc. */
+/* Page-locked memory for the caller to keep (a staged batch), under the
+ * stage's cap; portable, so that it serves the model's device whichever
+ * thread asked. Called beside a running step (backend.h): it writes no
+ * be->err, and clears the runtime's error state of this thread. */
+cl_status cl_cuda_host_alloc(cl_backend *be, size_t bytes, void **host) {
+  *host = NULL;
+  if (bytes == 0 || bytes > cl_cuda_ctx_of(be)->stage_limit) return CL_E_UNSUPPORTED;
+  if (cudaHostAlloc(host, bytes, cudaHostAllocPortable) != cudaSuccess) {
+    (void)cudaGetLastError();
+    *host = NULL;
+    return CL_E_OOM;
+  }
+  return CL_OK;
+}
+
+void cl_cuda_host_free(cl_backend *be, void *host) {
+  (void)be;
+  if (host && cudaFreeHost(host) != cudaSuccess) (void)cudaGetLastError();
+}
+
 cl_status cl_cuda_host_stage(cl_backend *be, size_t bytes, void **host) {
   cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
   *host = NULL;
@@ -326,6 +346,8 @@ cl_status cl_cuda_sum_partials(cl_backend *be, unsigned blocks, double *sum) {
 #define CUDA_HAS_synchronize cl_cuda_synchronize
 #define CUDA_HAS_set_scratch cl_cuda_set_scratch
 #define CUDA_HAS_host_stage cl_cuda_host_stage
+#define CUDA_HAS_host_alloc cl_cuda_host_alloc
+#define CUDA_HAS_host_free cl_cuda_host_free
 #define CUDA_HAS_gather_rows cl_cuda_gather_rows
 #define CUDA_HAS_conv_workspace cl_cuda_conv_workspace
 #define CUDA_HAS_peephole_filter cl_cuda_peephole_filter

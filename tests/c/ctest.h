@@ -58,6 +58,45 @@ static inline cl_config ctest_config(int input_dim, int h0, int h1, int k0, int 
   return c;
 }
 
+/* The step options a training path is compared under, case k of
+ * CTEST_STEP_CASES: plain, checkpoint, tbptt, accumulation (micro-batches),
+ * float16 with accumulation, bfloat16 with checkpoint. Sets *o and *dt;
+ * returns the case's name. */
+enum { CTEST_STEP_CASES = 6 };
+static inline const char *ctest_step_case(int k, cl_step_options *o, cl_dtype *dt) {
+  memset(o, 0, sizeof *o);
+  *dt = CL_F32;
+  switch (k) {
+  case 1: o->checkpoint = 2; return "checkpoint 2";
+  case 2: o->tbptt = 2; return "tbptt 2";
+  case 3: o->accumulation_steps = 3; return "accumulation 3";
+  case 4: *dt = CL_F16; o->accumulation_steps = 2; return "float16, accumulation 2";
+  case 5: *dt = CL_BF16; o->checkpoint = 3; return "bfloat16, checkpoint 3";
+  default: return "plain";
+  }
+}
+
+/* A small encoder-forecaster on the CPU (input_dim channels, hidden 3-2 in
+ * both stacks, 3x3, 2 x 2 patches, per-channel peepholes, one thread) in
+ * storage dtype dt. */
+static inline cl_config ctest_forecaster_config(int input_dim, cl_dtype dt) {
+  cl_config c;
+  memset(&c, 0, sizeof c);
+  c.input_dim = input_dim;
+  c.n_layers = 4;
+  c.hidden_dims[0] = c.hidden_dims[2] = 3;
+  c.hidden_dims[1] = c.hidden_dims[3] = 2;
+  for (int l = 0; l < 4; l++) c.kernel_sizes[l] = 3;
+  c.bias = 1;
+  c.device = CL_DEVICE_CPU;
+  c.n_threads = 1;
+  c.forecaster = 1;
+  c.patch = 2;
+  c.peephole = CL_PEEP_CHANNEL;
+  c.dtype = dt;
+  return c;
+}
+
 /* A model of config c with parameters drawn from uniform01; NULL (and a
  * failed check) when it cannot be created. */
 static inline cl_model *ctest_model(const cl_config *c) {

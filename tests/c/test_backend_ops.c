@@ -455,6 +455,52 @@ static void run_host_stage(const row *r) {
   }
 }
 
+/* Host memory for the caller to keep (optional slots, staged batches): a
+ * working source of upload and destination of download, page-locked on
+ * CUDA, two allocations apart, a request beyond the cap refused with out
+ * NULL, and host_free without the backend (be NULL: a staged batch may
+ * outlive its model). */
+static void run_host_alloc(const row *r) {
+  (void)r;
+  const size_t n = (size_t)3 << 20;
+  for (int vi = 0; vi < n_vs; vi++) {
+    variant *v = &vs[vi];
+    cl_backend *be = v->be;
+    const struct cl_backend_i *f = be->iface;
+    if (!f->host_alloc || !f->host_free) {
+      expect(v, f->host_accessible && !f->host_alloc && !f->host_free,
+             "host_alloc and host_free absent together, where memory is host memory");
+      continue;
+    }
+    scope sc = scope_of(v);
+    void *p1 = NULL, *p2 = NULL, *huge = (void *)1;
+    CALL(&sc, f->host_alloc(be, n * 4, &p1));
+    CALL(&sc, f->host_alloc(be, 64, &p2));
+    expect(v, sc.ok && p1 && p2 && p1 != p2, "host_alloc: two allocations, apart");
+    if (!sc.ok || !p1 || !p2) continue;
+#ifdef CL_HAVE_CUDA
+    if (strcmp(f->name, "cuda") == 0)
+      expect(v, page_locked(p1), "host_alloc: page-locked host memory");
+#endif
+    float *h = p1, *want = rand_floats(n, -1, 1);
+    memcpy(h, want, n * 4);
+    float *d = dev_alloc(&sc, n * 4);
+    CALL(&sc, f->upload(be, d, h, n * 4));
+    CALL(&sc, cl_backend_synchronize(be));
+    memset(h, 0, n * 4);
+    CALL(&sc, f->download(be, h, d, n * 4));
+    expect(v, sc.ok && memcmp(h, want, n * 4) == 0,
+           "upload from and download into host_alloc's memory");
+    cl_status st = f->host_alloc(be, (size_t)1 << 44, &huge);
+    expect(v, st != CL_OK && huge == NULL, "host_alloc(16 TiB) is refused, out NULL");
+    scope_end(&sc);
+    f->host_free(NULL, p1);
+    f->host_free(NULL, p2);
+    f->host_free(NULL, NULL);
+    free(want);
+  }
+}
+
 /* ---- convolutions ---------------------------------------------------------------- */
 
 /* One case: inputs, and references, shared by every backend. Backward
@@ -2866,6 +2912,7 @@ static const row ops[] = {
     {"alloc free upload copy download memset0 mem_info synchronize", run_memory, NULL, 1, F32, 0,
      EXACT("bytes are moved, not computed: equal bit for bit")},
     {"host_stage (optional)", run_host_stage, NULL, 1, F32, 0, EXACT("bytes, bit for bit")},
+    {"host_alloc host_free (optional)", run_host_alloc, NULL, 1, F32, 0, EXACT("bytes, bit for bit")},
     {"conv_workspace conv_forward conv_backward_data conv_backward_filter conv_algo", run_conv,
      CASES(conv_shapes), F32, 0, CONV_TOL},
     {"conv_workspace conv_forward conv_backward_data conv_backward_filter", run_conv,

@@ -176,18 +176,10 @@ static void test_identical(void) {
   int sizes[4] = {4, 9, N, 1};
   char what[96];
   for (int tg = 0; tg < 2; tg++)
-    for (int opt = 0; opt < 6; opt++) {
-      cl_step_options o = {0};
-      cl_dtype dt = CL_F32;
-      const char *name = "plain";
-      switch (opt) {
-      case 1: o.checkpoint = 2; name = "checkpoint 2"; break;
-      case 2: o.tbptt = 2; name = "tbptt 2"; break;
-      case 3: o.accumulation_steps = 3; name = "accumulation 3"; break;
-      case 4: dt = CL_F16; o.accumulation_steps = 2; name = "float16, accumulation 2"; break;
-      case 5: dt = CL_BF16; o.checkpoint = 3; name = "bfloat16, checkpoint 3"; break;
-      default: break;
-      }
+    for (int opt = 0; opt < CTEST_STEP_CASES; opt++) {
+      cl_step_options o;
+      cl_dtype dt;
+      const char *name = ctest_step_case(opt, &o, &dt);
       /* accumulation needs a sequence per micro-batch: leave out the batch of one */
       int nb = o.accumulation_steps > 1 ? 3 : 4;
       snprintf(what, sizeof what, "%s, %s", name, tg ? "sequence" : "last_state");
@@ -378,20 +370,7 @@ enum { NF = 5, TF = 3, KF = 4, CF = 2, HF = 4, WF = 6 };
 static float fxs[NF * TF * CF * HF * WF], fys[NF * KF * CF * HF * WF];
 
 static cl_model *new_forecaster(cl_dtype dt) {
-  cl_config c;
-  memset(&c, 0, sizeof c);
-  c.input_dim = CF;
-  c.n_layers = 4;
-  c.hidden_dims[0] = c.hidden_dims[2] = 3;
-  c.hidden_dims[1] = c.hidden_dims[3] = 2;
-  for (int l = 0; l < 4; l++) c.kernel_sizes[l] = 3;
-  c.bias = 1;
-  c.device = CL_DEVICE_CPU;
-  c.n_threads = 1;
-  c.forecaster = 1;
-  c.patch = 2;
-  c.peephole = CL_PEEP_CHANNEL;
-  c.dtype = dt;
+  cl_config c = ctest_forecaster_config(CF, dt);
   ctest_rng = 777;
   return ctest_model(&c);
 }

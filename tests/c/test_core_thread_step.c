@@ -12,6 +12,12 @@
  * so this shows the step runs from another thread, not that binding picks
  * another device (that needs two GPUs).
  *
+ * The same with the batches staged (core/staged.c) as a fit on a GPU stages
+ * them: batch s + 1 converted on the main thread into the second of two
+ * staged batches while step s runs on its thread from the first (on CUDA
+ * in page-locked memory); again every loss and parameter must be the bits
+ * of the plain steps.
+ *
  * Without a GPU the CUDA part prints "cuda: skipped" and the CPU part still
  * decides; under CONVLSTM_REQUIRE_GPU=1 a GPU that cannot be used fails.
  */
@@ -28,6 +34,7 @@ enum { B = 3, T = 4, H = 8, W = 8, STEPS = 4 };
 typedef struct step_job {
   cl_model *m;
   const cl_host_array *x, *y;
+  const cl_staged *staged; /* or NULL */
   const cl_optim *o;
   double loss;
   cl_status bind, st;
@@ -36,9 +43,13 @@ typedef struct step_job {
 static void *step_run(void *arg) {
   step_job *j = arg;
   j->bind = cl_model_bind_thread(j->m);
-  j->st = j->bind == CL_OK
-              ? cl_model_train_step(j->m, j->x, j->y, CL_TARGET_SEQUENCE, j->o, NULL, &j->loss)
-              : j->bind;
+  if (j->bind != CL_OK)
+    j->st = j->bind;
+  else if (j->staged)
+    j->st = cl_model_train_staged(j->m, j->x, j->y, j->staged, CL_TARGET_SEQUENCE, j->o, NULL,
+                                  &j->loss);
+  else
+    j->st = cl_model_train_step(j->m, j->x, j->y, CL_TARGET_SEQUENCE, j->o, NULL, &j->loss);
   return NULL;
 }
 
@@ -73,7 +84,7 @@ static void run(cl_device device, int n_threads, const char *name) {
     const cl_host_array ya = {y, CL_HOST_TORCH_F32, 5, {B, T, 1, H, W}};
     double la = 0;
     const cl_status sa = cl_model_train_step(a, &xa, &ya, CL_TARGET_SEQUENCE, &o, NULL, &la);
-    step_job j = {b, &xa, &ya, &o, 0, CL_E_INVALID, CL_E_INVALID};
+    step_job j = {b, &xa, &ya, NULL, &o, 0, CL_E_INVALID, CL_E_INVALID};
     pthread_t t;
     const int started = pthread_create(&t, NULL, step_run, &j) == 0;
     if (started) pthread_join(t, NULL);
@@ -94,14 +105,73 @@ out:
   cl_model_free(b);
 }
 
+/* Steps of b from staged batches, each next batch staged on this thread
+ * while the step before runs on its own, against a's plain steps. */
+static void run_staged(cl_device device, int n_threads, const char *name) {
+  cl_config c = ctest_config(1, 8, 1, 3, 3, 1, n_threads);
+  c.device = device;
+  ctest_rng = 88172645463325252ULL;
+  cl_model *a = ctest_model(&c);
+  ctest_rng = 88172645463325252ULL;
+  cl_model *b = ctest_model(&c);
+  const size_t n = (size_t)B * T * H * W;
+  float *x[2] = {malloc(n * sizeof(float)), malloc(n * sizeof(float))};
+  float *y[2] = {malloc(n * sizeof(float)), malloc(n * sizeof(float))};
+  cl_staged *st[2] = {NULL, NULL};
+  char err[256] = "";
+  if (!a || !b || !x[0] || !x[1] || !y[0] || !y[1]) goto out;
+  cl_optim o;
+  memset(&o, 0, sizeof o);
+  o.kind = CL_OPTIM_ADAM;
+  o.lr = 1e-2, o.beta1 = 0.9, o.beta2 = 0.999, o.eps = 1e-8;
+  cl_host_array xa[2], ya[2];
+  for (int k = 0; k < 2; k++) {
+    xa[k] = (cl_host_array){x[k], CL_HOST_TORCH_F32, 5, {B, T, 1, H, W}};
+    ya[k] = (cl_host_array){y[k], CL_HOST_TORCH_F32, 5, {B, T, 1, H, W}};
+  }
+  batch(0, x[0], y[0]);
+  int ok = cl_staged_fill(b, &st[0], &xa[0], &ya[0], err, sizeof err) == CL_OK, equal = 1;
+  CHECK(ok, "%s: staging batch 0: %s", name, err);
+  for (int s = 0; s < STEPS && ok; s++) {
+    const int k = s % 2, nx = 1 - k;
+    step_job j = {b, &xa[k], &ya[k], st[k], &o, 0, CL_E_INVALID, CL_E_INVALID};
+    pthread_t t;
+    const int started = pthread_create(&t, NULL, step_run, &j) == 0;
+    if (started && s + 1 < STEPS) { /* the next batch, staged while this step runs */
+      batch(s + 1, x[nx], y[nx]);
+      ok = cl_staged_fill(b, &st[nx], &xa[nx], &ya[nx], err, sizeof err) == CL_OK;
+    }
+    if (started) pthread_join(t, NULL);
+    double la = 0;
+    const cl_status sa = cl_model_train_step(a, &xa[k], &ya[k], CL_TARGET_SEQUENCE, &o, NULL, &la);
+    CHECK(started && ok && sa == CL_OK && j.st == CL_OK,
+          "%s step %d: thread started %d, staging %d (%s), main %d, staged step %d (%s)", name, s,
+          started, ok, err, sa, j.st, cl_model_error(b));
+    equal &= memcmp(&la, &j.loss, sizeof la) == 0;
+  }
+  const int same = ctest_same_params(a, b);
+  CHECK(equal, "%s: every step's loss the same bits from host arrays and staged", name);
+  CHECK(same, "%s: parameters the same bits after %d staged steps", name, STEPS);
+  printf("%s: %d steps from batches staged during the step before: %s\n", name, STEPS,
+         equal && same ? "same bits" : "DIFFERENT");
+out:
+  cl_staged_free(st[0]);
+  cl_staged_free(st[1]);
+  for (int k = 0; k < 2; k++) free(x[k]), free(y[k]);
+  cl_model_free(a);
+  cl_model_free(b);
+}
+
 int main(void) {
   run(CL_DEVICE_CPU, 1, "cpu 1 thread");
   run(CL_DEVICE_CPU, 2, "cpu 2 threads");
+  run_staged(CL_DEVICE_CPU, 2, "cpu 2 threads, staged");
   const char *req = getenv("CONVLSTM_REQUIRE_GPU");
   const int required = req && strcmp(req, "1") == 0;
   if (cl_build_has_cuda() && cl_device_available(CL_DEVICE_CUDA)) {
     setenv("CONVLSTM_CUDNN_DETERMINISTIC", "1", 1); /* read when a model is made */
     run(CL_DEVICE_CUDA, 0, "cuda");
+    run_staged(CL_DEVICE_CUDA, 0, "cuda, staged");
   } else {
     CHECK(!required, "CONVLSTM_REQUIRE_GPU=1 but %s",
           cl_build_has_cuda() ? "no CUDA device is usable" : "this build has no CUDA");

@@ -1,0 +1,183 @@
+/*
+ * core/staged.c -- a batch converted ahead: x and y of one training step
+ * packed into host memory as a data set stores them (data.c: time-major
+ * [T, N, row], x in the storage dtype, y in float32, frames patched), so
+ * that the step only uploads them (pack.c's put_staged). On a GPU the
+ * conversion then runs while the step before computes, on another thread
+ * (src/r_train.c): cl_staged_fill reads the model's configuration and
+ * layout, and writes nothing of the model.
+ *
+ * The memory is the backend's page-locked host memory where it has some
+ * (host_alloc), so that the uploads need not be waited for; it is the
+ * caller's, outside the model's accounting, and reused from batch to
+ * batch. A step reads it until cl_model_train_staged returns; a step that
+ * fails waits for its queued uploads before returning, so the caller may
+ * refill or free the batch at once either way.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct cl_staged {
+  const cl_model *m; /* compared, never followed: the model may be gone */
+  const struct cl_backend_i *iface; /* host_free's table (static), or NULL: malloc's */
+  cl_host_array x, y; /* the arrays it was filled from (data pointers compared only) */
+  cl_dtype dtype;
+  int p; /* the patch the frames were packed in */
+  size_t row_x, row_y, x_bytes, y_off;
+  void *mem;
+  size_t cap;
+};
+
+static int staged_alive = 0;
+
+int cl_staged_alive(void) { return staged_alive; }
+
+static void release_mem(cl_staged *b) {
+  if (!b->mem) return;
+  if (b->iface)
+    b->iface->host_free(NULL, b->mem);
+  else
+    free(b->mem);
+  b->mem = NULL;
+  b->cap = 0;
+  b->iface = NULL;
+}
+
+void cl_staged_free(cl_staged *b) {
+  if (!b) return;
+  release_mem(b);
+  free(b);
+  staged_alive--;
+}
+
+size_t cl_staged_bytes(const cl_staged *b) { return b ? b->cap : 0; }
+
+/* Elements of one row (one sequence at one step) and the steps of a host
+ * array: [N, T, C, H, W], or [N, C, H, W] as one step. */
+static size_t row_elems(const cl_host_array *a) {
+  const int *d = a->dims + (a->ndim == 5 ? 2 : 1);
+  return cl_mul_size(cl_mul_size((size_t)d[0], (size_t)d[1]), (size_t)d[2]);
+}
+static int steps_of(const cl_host_array *a) { return a->ndim == 5 ? a->dims[1] : 1; }
+
+static cl_status fail(char *err, size_t errlen, const char *msg, const char *arg) {
+  if (err && errlen) snprintf(err, errlen, msg, arg);
+  return CL_E_INVALID;
+}
+
+static cl_status check_array(const cl_host_array *a, const char *arg, int p, char *err,
+                             size_t errlen) {
+  if (!a || !a->data || (a->format != CL_HOST_R_F64 && a->format != CL_HOST_TORCH_F32))
+    return fail(err, errlen, "`%s` is not a host array of R doubles or torch floats", arg);
+  if (a->ndim != 4 && a->ndim != 5) return fail(err, errlen, "`%s` must have 4 or 5 dimensions", arg);
+  for (int i = 0; i < a->ndim; i++)
+    if (a->dims[i] < 1) return fail(err, errlen, "`%s` has a dimension below 1", arg);
+  const int h = a->dims[a->ndim - 2], w = a->dims[a->ndim - 1];
+  if (h % p || w % p) return fail(err, errlen, "the patch does not divide the frames of `%s`", arg);
+  return CL_OK;
+}
+
+static cl_status ensure_mem(const cl_model *m, cl_staged *b, size_t need) {
+  if (b->mem && b->cap >= need) return CL_OK;
+  release_mem(b);
+  const struct cl_backend_i *be = m->be->iface;
+  if (!be->host_accessible && be->host_alloc && be->host_free &&
+      be->host_alloc(m->be, need, &b->mem) == CL_OK && b->mem)
+    b->iface = be;
+  else if (!(b->mem = malloc(need)))
+    return CL_E_OOM;
+  b->cap = need;
+  return CL_OK;
+}
+
+static cl_status fill(const cl_model *m, cl_staged *b, const cl_host_array *x,
+                      const cl_host_array *y, char *err, size_t errlen) {
+  const int p = cl_arch_runs_target(&m->arch) ? cl_cfg_patch(&m->cfg) : 1;
+  CL_TRY(check_array(x, "x", p, err, errlen));
+  CL_TRY(check_array(y, "y", p, err, errlen));
+  if (x->ndim != 5) return fail(err, errlen, "`%s` must have 5 dimensions", "x");
+  const cl_dtype t = m->cfg.dtype;
+  const size_t row_x = cl_mul_size(row_elems(x), cl_dtype_size(t));
+  const size_t row_y = cl_mul_size(row_elems(y), sizeof(float));
+  const size_t x_bytes = cl_mul_size(cl_mul_size(row_x, (size_t)x->dims[0]), (size_t)steps_of(x));
+  const size_t y_bytes = cl_mul_size(cl_mul_size(row_y, (size_t)y->dims[0]), (size_t)steps_of(y));
+  const size_t y_off = (x_bytes + 255) / 256 * 256, need = y_off + y_bytes;
+  if (!x_bytes || !y_bytes || y_off < x_bytes || need < y_off)
+    return fail(err, errlen, "the batch's sizes overflow (%s)", "x, y");
+  if (ensure_mem(m, b, need) != CL_OK) {
+    if (err && errlen) snprintf(err, errlen, "out of host memory for a staged batch of %zu bytes", need);
+    return CL_E_OOM;
+  }
+  cl_pack_block(m, b->mem, t, x, cl_block_all(x), p);
+  cl_pack_block(m, (char *)b->mem + y_off, CL_F32, y, cl_block_all(y), p);
+  b->m = m;
+  b->x = *x;
+  b->y = *y;
+  b->dtype = t;
+  b->p = p;
+  b->row_x = row_x;
+  b->row_y = row_y;
+  b->x_bytes = x_bytes;
+  b->y_off = y_off;
+  return CL_OK;
+}
+
+cl_status cl_staged_fill(const cl_model *m, cl_staged **b, const cl_host_array *x,
+                         const cl_host_array *y, char *err, size_t errlen) {
+  if (err && errlen) err[0] = '\0';
+  if (!m || !b) return fail(err, errlen, "%s: no model or no place for the batch", "cl_staged_fill");
+  cl_staged *s = *b;
+  if (!s) {
+    if (!(s = calloc(1, sizeof *s))) {
+      if (err && errlen) snprintf(err, errlen, "out of host memory for a staged batch");
+      return CL_E_OOM;
+    }
+    staged_alive++;
+  }
+  s->m = NULL; /* matches nothing until filled */
+  cl_status st = fill(m, s, x, y, err, errlen);
+  if (st != CL_OK) {
+    cl_staged_free(s);
+    *b = NULL;
+    return st;
+  }
+  *b = s;
+  return CL_OK;
+}
+
+static int same_array(const cl_host_array *a, const cl_host_array *b) {
+  if (a->data != b->data || a->format != b->format || a->ndim != b->ndim) return 0;
+  for (int i = 0; i < a->ndim; i++)
+    if (a->dims[i] != b->dims[i]) return 0;
+  return 1;
+}
+
+cl_status cl_model_train_staged(cl_model *m, const cl_host_array *x, const cl_host_array *y,
+                                const cl_staged *b, cl_target target, const cl_optim *opt,
+                                const cl_step_options *opts, double *loss) {
+  m->err[0] = '\0';
+  *loss = 0;
+  if (!b || !x || !y || b->m != m || !same_array(&b->x, x) || !same_array(&b->y, y))
+    return cl_fail(m, CL_E_INVALID, "the staged batch was not filled from these arrays for this model");
+  const int p = cl_arch_runs_target(&m->arch) ? cl_cfg_patch(&m->cfg) : 1;
+  if (b->dtype != m->cfg.dtype || b->p != p)
+    return cl_fail(m, CL_E_STATE,
+                   "the batch was staged as %s but the model now stores %s: stage it again",
+                   cl_dtype_name(b->dtype), cl_dtype_name(m->cfg.dtype));
+  cl_source xs = cl_source_host(x), ys = cl_source_host(y);
+  xs.staged = b->mem;
+  xs.N = x->dims[0];
+  xs.row_bytes = b->row_x;
+  xs.dtype = b->dtype;
+  ys.staged = (const char *)b->mem + b->y_off;
+  ys.N = y->dims[0];
+  ys.row_bytes = b->row_y;
+  ys.dtype = CL_F32;
+  cl_status s = cl_train_arrays(m, x, y, &xs, &ys, target, opt, opts, loss);
+  /* uploads queued before the failure may still read b */
+  if (s != CL_OK && !m->be->iface->host_accessible) (void)cl_backend_synchronize(m->be);
+  return s;
+}
