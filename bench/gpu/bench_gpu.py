@@ -57,7 +57,11 @@ Our step ("convlstm") also converts and uploads x and y from host memory
 conversion alone. "convlstm_data" is the fair comparison: the data uploaded
 once (cl_data_create) and each step gathering its rows on the device
 (cl_model_train_step_data), as PyTorch's tensors already are there; its
-"data x" column is PyTorch's time over that variant's.
+"data x" column is PyTorch's time over that variant's. "convlstm_staged" is
+the host path as a fit runs it: each next batch converted (cl_staged_fill,
+into page-locked memory) on the main thread while the step runs on a thread
+of its own from the batch converted during the step before
+(cl_model_train_staged), so that the step only uploads.
 
 Usage (from the repository root):
   python3 bench/gpu/bench_gpu.py OUTDIR [--lib build/libconvlstm.so] [modes]
@@ -78,6 +82,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -282,6 +287,14 @@ class Lib:
             "cl_model_train_step_data": (C.c_int, [C.c_void_p, C.c_void_p, P(C.c_int), C.c_int,
                                                    P(cl_optim), P(cl_step_options),
                                                    P(C.c_double)]),
+            "cl_model_bind_thread": (C.c_int, [C.c_void_p]),
+            "cl_staged_fill": (C.c_int, [C.c_void_p, P(C.c_void_p), P(cl_host_array),
+                                         P(cl_host_array), C.c_char_p, C.c_size_t]),
+            "cl_staged_free": (None, [C.c_void_p]),
+            "cl_staged_alive": (C.c_int, []),
+            "cl_model_train_staged": (C.c_int, [C.c_void_p, P(cl_host_array), P(cl_host_array),
+                                                C.c_void_p, C.c_int, P(cl_optim),
+                                                P(cl_step_options), P(C.c_double)]),
         }
         for name, (res, args) in sigs.items():
             f = getattr(L, name)
@@ -444,6 +457,21 @@ class Ours:
 
     def data_free(self, d):
         self.L.cl_data_free(d)
+
+    def staged_fill(self, b, xa, ya):
+        """Converts xa, ya into the staged batch b (a c_void_p, NULL for a new one)."""
+        err = C.create_string_buffer(512)
+        s = self.L.cl_staged_fill(self.m, C.byref(b), C.byref(xa), C.byref(ya), err, 512)
+        if s != 0:
+            raise ClError(s, self.lib.status_name(s), err.value.decode())
+
+    def train_staged(self, xa, ya, b, opt):
+        """One step from b, on a thread of its own (bound to the model's device)."""
+        loss = C.c_double()
+        self.check(self.L.cl_model_bind_thread(self.m))
+        self.check(self.L.cl_model_train_staged(self.m, C.byref(xa), C.byref(ya), b, self.target,
+                                                C.byref(opt), None, C.byref(loss)))
+        return loss.value
 
     def train_step_data(self, d, rows, opt, opts=None):
         """rows: a ctypes c_int array of 0-based row numbers."""
@@ -830,14 +858,44 @@ def graph_info(lib, m):
                 held=gi.held, bytes=gi.bytes, off=gi.off.decode())
 
 
-def bench_ours(a, lib, res, name, cfg, dtype, x, y, data_on_device=False, graphs=False):
+def staged_steps(m, xa, ya, opt):
+    """A step function of the fit's host path: step i on a thread of its own
+    from staged batch i % 2 while this thread converts the next into the
+    other (ctypes lets go of the GIL during each call); the two batches."""
+    bufs = [C.c_void_p(), C.c_void_p()]
+    m.staged_fill(bufs[0], xa, ya)
+    state = {"k": 0}
+
+    def step():
+        k, out = state["k"], {}
+
+        def run():
+            try:
+                out["loss"] = m.train_staged(xa, ya, bufs[k], opt)
+            except Exception as e:  # noqa: BLE001 -- raised on this thread below
+                out["error"] = e
+        t = threading.Thread(target=run)
+        t.start()
+        m.staged_fill(bufs[1 - k], xa, ya)
+        t.join()
+        state["k"] = 1 - k
+        if "error" in out:
+            raise out["error"]
+        return out["loss"]
+    return step, bufs
+
+
+def bench_ours(a, lib, res, name, cfg, dtype, x, y, data_on_device=False, graphs=False,
+               staged=False):
     """Our step: x and y converted and uploaded at every step, or (data_on_device)
-    uploaded once as a data set whose rows each step gathers on the device;
-    with graphs, each step one CUDA graph (CONVLSTM_CUDA_GRAPHS=1), whose
-    counts and instantiation bytes the record keeps ("graphs")."""
-    impl = ("convlstm_data" if data_on_device else "convlstm") + ("_graphs" if graphs else "")
+    uploaded once as a data set whose rows each step gathers on the device, or
+    (staged) converted during the step before (staged_steps); with graphs, each
+    step one CUDA graph (CONVLSTM_CUDA_GRAPHS=1), whose counts and
+    instantiation bytes the record keeps ("graphs")."""
+    impl = ("convlstm_data" if data_on_device else "convlstm_staged" if staged else "convlstm") + \
+        ("_graphs" if graphs else "")
     rec = bench_record(a, name, cfg, dtype, impl)
-    m = None
+    m, bufs = None, None
     try:
         with cuda_graphs(graphs):
             m = Ours.of(lib, cfg, a.cl_device,
@@ -851,6 +909,9 @@ def bench_ours(a, lib, res, name, cfg, dtype, x, y, data_on_device=False, graphs
             rec["upload_ms"] = 1e3 * (time.perf_counter() - t0)
             rows = (C.c_int * cfg["batch"])(*range(cfg["batch"]))
             step = lambda: m.train_step_data(d, rows, opt)  # noqa: E731
+        elif staged:
+            xa, ya = host_array(x), host_array(y)
+            step, bufs = staged_steps(m, xa, ya, opt)
         else:
             xa, ya = host_array(x), host_array(y)
             step = lambda: m.train_step(xa, ya, opt)  # noqa: E731
@@ -869,6 +930,9 @@ def bench_ours(a, lib, res, name, cfg, dtype, x, y, data_on_device=False, graphs
     except Exception as e:  # noqa: BLE001 -- a failed measurement is a result too
         rec["error"] = "%s: %s" % (type(e).__name__, e)
     finally:
+        if staged and bufs:
+            for b in bufs:
+                lib.L.cl_staged_free(b)
         if m:
             m.free()  # frees a data set too
     res.add(rec)
@@ -941,13 +1005,14 @@ def run_bench(a, lib, res):
                 name, dtype, math if dtype == "float32" else "half", cfg["batch"],
                 time_left(a)), flush=True)
             if time_left(a) < 30:
-                for impl in ("convlstm", "convlstm_data", "convlstm_graphs", "convlstm_data_graphs",
-                             "torch_eager", "torch_compile"):
+                for impl in ("convlstm", "convlstm_staged", "convlstm_data", "convlstm_graphs",
+                             "convlstm_data_graphs", "torch_eager", "torch_compile"):
                     skipped(res, "bench", name, dtype, impl, "time budget").update(math=math)
                 continue
             # each of ours without and with one CUDA graph per step (off by
             # default until this run shows them equal: test_cuda_graphs)
             for r in (bench_ours(a, lib, res, name, cfg, dtype, x, y),
+                      bench_ours(a, lib, res, name, cfg, dtype, x, y, staged=True),
                       bench_ours(a, lib, res, name, cfg, dtype, x, y, data_on_device=True),
                       bench_ours(a, lib, res, name, cfg, dtype, x, y, graphs=True),
                       bench_ours(a, lib, res, name, cfg, dtype, x, y, data_on_device=True,
