@@ -448,6 +448,8 @@ cl_status cl_put_source(cl_model *m, void *dev, cl_dtype t, const cl_source *s, 
 
 cl_status cl_put_frames_source(cl_model *m, void *dev, cl_dtype t, const cl_source *s,
                                cl_block k) {
-  if (s->staged && t == s->dtype) return put_staged(m, dev, s, k); /* stored patched */
+  /* stored patched; every frames put asks the dtype staged today (x's, y's
+   * float32), the check keeps a future one from reading other bytes */
+  if (s->staged && t == s->dtype) return put_staged(m, dev, s, k);
   return s->host ? cl_put_frames(m, dev, t, s->host, k) : cl_put_source(m, dev, t, s, k);
 }
