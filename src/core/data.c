@@ -243,6 +243,6 @@ cl_status cl_model_train_step_data(cl_model *m, const cl_data *d, const int *idx
   static const cl_step_options none;
   cl_step_options o = opts ? *opts : none;
   o.horizon = d->K;
-  int p = cl_cfg_patch(&m->cfg);
+  int p = cl_host_patch(m);
   return cl_train_sources(m, &xs, &ys, d->target, n, d->T, d->H / p, d->W / p, opt, &o, loss);
 }

@@ -507,6 +507,15 @@ static inline cl_source cl_source_host(const cl_host_array *a) {
  * another thread. */
 void cl_pack_block(const cl_model *m, void *dst, cl_dtype t, const cl_host_array *src,
                    cl_block k, int p);
+/* Elements of one row of a host array (one sequence at one step: C * H *
+ * W of [N, T, C, H, W], or of [N, C, H, W] as one step) and its steps. */
+size_t cl_host_row_elems(const cl_host_array *a);
+int cl_host_steps(const cl_host_array *a);
+/* The patch a step packs the caller's x and y in: an encoder-forecaster's
+ * (its frames in and out), 1 for a stack, whose y are hidden states. */
+static inline int cl_host_patch(const cl_model *m) {
+  return cl_arch_runs_target(&m->arch) ? cl_cfg_patch(&m->cfg) : 1;
+}
 /* cl_model_train_step's checks and step on x and y read through xs and ys
  * (train.c; staged.c gives sources with x and y converted ahead). */
 cl_status cl_train_arrays(cl_model *m, const cl_host_array *x, const cl_host_array *y,

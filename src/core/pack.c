@@ -56,6 +56,13 @@ static dims5 dims_of(const cl_host_array *a) {
   return d;
 }
 
+size_t cl_host_row_elems(const cl_host_array *a) {
+  dims5 d = dims_of(a);
+  return cl_mul_size(cl_mul_size(d.C, d.H), d.W);
+}
+
+int cl_host_steps(const cl_host_array *a) { return (int)dims_of(a).T; }
+
 cl_block cl_block_all(const cl_host_array *a) {
   dims5 d = dims_of(a);
   cl_block b = {0, (int)d.B, 0, (int)d.T};

@@ -26,7 +26,7 @@ struct cl_staged {
   cl_host_array x, y; /* the arrays it was filled from (data pointers compared only) */
   cl_dtype dtype;
   int p; /* the patch the frames were packed in */
-  size_t row_x, row_y, x_bytes, y_off;
+  size_t row_x, row_y, y_off; /* bytes of a row of x and of y; where y starts */
   void *mem;
   size_t cap;
 };
@@ -54,14 +54,6 @@ void cl_staged_free(cl_staged *b) {
 }
 
 size_t cl_staged_bytes(const cl_staged *b) { return b ? b->cap : 0; }
-
-/* Elements of one row (one sequence at one step) and the steps of a host
- * array: [N, T, C, H, W], or [N, C, H, W] as one step. */
-static size_t row_elems(const cl_host_array *a) {
-  const int *d = a->dims + (a->ndim == 5 ? 2 : 1);
-  return cl_mul_size(cl_mul_size((size_t)d[0], (size_t)d[1]), (size_t)d[2]);
-}
-static int steps_of(const cl_host_array *a) { return a->ndim == 5 ? a->dims[1] : 1; }
 
 static cl_status fail(char *err, size_t errlen, const char *msg, const char *arg) {
   if (err && errlen) snprintf(err, errlen, msg, arg);
@@ -95,15 +87,15 @@ static cl_status ensure_mem(const cl_model *m, cl_staged *b, size_t need) {
 
 static cl_status fill(const cl_model *m, cl_staged *b, const cl_host_array *x,
                       const cl_host_array *y, char *err, size_t errlen) {
-  const int p = cl_arch_runs_target(&m->arch) ? cl_cfg_patch(&m->cfg) : 1;
+  const int p = cl_host_patch(m);
   CL_TRY(check_array(x, "x", p, err, errlen));
   CL_TRY(check_array(y, "y", p, err, errlen));
   if (x->ndim != 5) return fail(err, errlen, "`%s` must have 5 dimensions", "x");
   const cl_dtype t = m->cfg.dtype;
-  const size_t row_x = cl_mul_size(row_elems(x), cl_dtype_size(t));
-  const size_t row_y = cl_mul_size(row_elems(y), sizeof(float));
-  const size_t x_bytes = cl_mul_size(cl_mul_size(row_x, (size_t)x->dims[0]), (size_t)steps_of(x));
-  const size_t y_bytes = cl_mul_size(cl_mul_size(row_y, (size_t)y->dims[0]), (size_t)steps_of(y));
+  const size_t row_x = cl_mul_size(cl_host_row_elems(x), cl_dtype_size(t));
+  const size_t row_y = cl_mul_size(cl_host_row_elems(y), sizeof(float));
+  const size_t x_bytes = cl_mul_size(cl_mul_size(row_x, (size_t)x->dims[0]), (size_t)cl_host_steps(x));
+  const size_t y_bytes = cl_mul_size(cl_mul_size(row_y, (size_t)y->dims[0]), (size_t)cl_host_steps(y));
   const size_t y_off = (x_bytes + 255) / 256 * 256, need = y_off + y_bytes;
   if (!x_bytes || !y_bytes || y_off < x_bytes || need < y_off)
     return fail(err, errlen, "the batch's sizes overflow (%s)", "x, y");
@@ -120,7 +112,6 @@ static cl_status fill(const cl_model *m, cl_staged *b, const cl_host_array *x,
   b->p = p;
   b->row_x = row_x;
   b->row_y = row_y;
-  b->x_bytes = x_bytes;
   b->y_off = y_off;
   return CL_OK;
 }
@@ -162,7 +153,7 @@ cl_status cl_model_train_staged(cl_model *m, const cl_host_array *x, const cl_ho
   *loss = 0;
   if (!b || !x || !y || b->m != m || !same_array(&b->x, x) || !same_array(&b->y, y))
     return cl_fail(m, CL_E_INVALID, "the staged batch was not filled from these arrays for this model");
-  const int p = cl_arch_runs_target(&m->arch) ? cl_cfg_patch(&m->cfg) : 1;
+  const int p = cl_host_patch(m);
   if (b->dtype != m->cfg.dtype || b->p != p)
     return cl_fail(m, CL_E_STATE,
                    "the batch was staged as %s but the model now stores %s: stage it again",

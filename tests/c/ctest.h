@@ -117,6 +117,22 @@ static inline size_t ctest_numel(int nd, const int *d) {
 /* Every parameter (grad = 0) or gradient (grad = 1) of m, flattened in
  * tensor order into out (room for max floats); their number, and a failed
  * check when they do not fit. */
+/* The index in R's layout (column-major) of element i of a row-major
+ * (torch) array of dims d, nd of them: the tests fill both host layouts
+ * with the same values. */
+static inline size_t ctest_r_index(size_t i, const int *d, int nd) {
+  size_t idx[5], r = 0, s = 1;
+  for (int k = nd - 1; k >= 0; k--) {
+    idx[k] = i % (size_t)d[k];
+    i /= (size_t)d[k];
+  }
+  for (int k = 0; k < nd; k++) {
+    r += idx[k] * s;
+    s *= (size_t)d[k];
+  }
+  return r;
+}
+
 static inline size_t ctest_flat(cl_model *m, int grad, float *out, size_t max) {
   size_t at = 0;
   for (int i = 0; i < cl_model_n_tensors(m); i++) {

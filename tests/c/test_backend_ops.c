@@ -455,6 +455,29 @@ static void run_host_stage(const row *r) {
   }
 }
 
+#ifdef CL_HAVE_CUDA
+/* CUDA's host_alloc at its cap (CONVLSTM_CUDA_PINNED_MB, here 1 MiB, on a
+ * backend of its own): exactly the cap is page-locked memory, one byte more
+ * is refused with out NULL, so the caller falls back to malloc. */
+static void host_alloc_cap(variant *v) {
+  const size_t cap = (size_t)1 << 20;
+  char err[256] = "";
+  cl_backend *be = NULL;
+  setenv("CONVLSTM_CUDA_PINNED_MB", "1", 1);
+  cl_status st = cl_backend_cuda_create(&be, err, sizeof err);
+  unsetenv("CONVLSTM_CUDA_PINNED_MB");
+  expect(v, st == CL_OK, "a backend with a 1 MiB pinned cap: %s", err);
+  if (st != CL_OK) return;
+  void *at = NULL, *over = (void *)1;
+  st = be->iface->host_alloc(be, cap, &at);
+  expect(v, st == CL_OK && at && page_locked(at), "host_alloc at the cap: page-locked memory");
+  st = be->iface->host_alloc(be, cap + 1, &over);
+  expect(v, st != CL_OK && over == NULL, "host_alloc one byte over the cap is refused, out NULL");
+  be->iface->host_free(NULL, at);
+  cl_backend_destroy(be);
+}
+#endif
+
 /* Host memory for the caller to keep (optional slots, staged batches): a
  * working source of upload and destination of download, page-locked on
  * CUDA, two allocations apart, a request beyond the cap refused with out
@@ -481,6 +504,8 @@ static void run_host_alloc(const row *r) {
 #ifdef CL_HAVE_CUDA
     if (strcmp(f->name, "cuda") == 0)
       expect(v, page_locked(p1), "host_alloc: page-locked host memory");
+    static int cap_tested = 0; /* once: the cap is the backend's, not a variant's */
+    if (strcmp(f->name, "cuda") == 0 && !cap_tested++) host_alloc_cap(v);
 #endif
     float *h = p1, *want = rand_floats(n, -1, 1);
     memcpy(h, want, n * 4);

@@ -31,33 +31,19 @@ static cl_config config(void) {
 static float xs[N * T * C * H * W], ys_seq[N * T * CY * H * W], ys_last[N * CY * H * W];
 static double xr[N * T * C * H * W], yr_seq[N * T * CY * H * W], yr_last[N * CY * H * W];
 
-/* torch index -> R index of the same element of dims d (ndim nd) */
-static size_t r_index(size_t i, const int *d, int nd) {
-  size_t idx[5], r = 0, s = 1;
-  for (int k = nd - 1; k >= 0; k--) {
-    idx[k] = i % (size_t)d[k];
-    i /= (size_t)d[k];
-  }
-  for (int k = 0; k < nd; k++) {
-    r += idx[k] * s;
-    s *= (size_t)d[k];
-  }
-  return r;
-}
-
 static void fill_set(void) {
   int dx[5] = {N, T, C, H, W}, dys[5] = {N, T, CY, H, W}, dyl[4] = {N, CY, H, W};
   for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++) {
     xs[i] = (float)(2 * uniform01(NULL) - 1);
-    xr[r_index(i, dx, 5)] = xs[i];
+    xr[ctest_r_index(i, dx, 5)] = xs[i];
   }
   for (size_t i = 0; i < sizeof ys_seq / sizeof ys_seq[0]; i++) {
     ys_seq[i] = (float)uniform01(NULL);
-    yr_seq[r_index(i, dys, 5)] = ys_seq[i];
+    yr_seq[ctest_r_index(i, dys, 5)] = ys_seq[i];
   }
   for (size_t i = 0; i < sizeof ys_last / sizeof ys_last[0]; i++) {
     ys_last[i] = (float)uniform01(NULL);
-    yr_last[r_index(i, dyl, 4)] = ys_last[i];
+    yr_last[ctest_r_index(i, dyl, 4)] = ys_last[i];
   }
 }
 

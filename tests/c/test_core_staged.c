@@ -8,7 +8,7 @@
  * float16 (a fed-back truth frame asks y in float16: packed from the host
  * array, not the staged float32), and an encoder-forecaster's step
  * (frames staged patched). A batch refilled for the next arrays reuses its
- * memory; a batch filled from other arrays, for another model or before a
+ * memory, grows it for more rows and keeps it for fewer; a batch filled from other arrays, for another model or before a
  * dtype change is refused, and bad arrays are refused by the fill with a
  * message and nothing left alive. Exits nonzero on any failure.
  */
@@ -31,29 +31,16 @@ typedef struct {
   double xr[N * T * C * H * W], yr[N * T * CY * H * W];
 } batch;
 
-static size_t r_index(size_t i, const int *d, int nd) {
-  size_t idx[5], r = 0, s = 1;
-  for (int k = nd - 1; k >= 0; k--) {
-    idx[k] = i % (size_t)d[k];
-    i /= (size_t)d[k];
-  }
-  for (int k = 0; k < nd; k++) {
-    r += idx[k] * s;
-    s *= (size_t)d[k];
-  }
-  return r;
-}
-
 static void fill_batch(batch *b, cl_target tg) {
   int dx[5] = {N, T, C, H, W}, dy[5] = {N, T, CY, H, W}, dl[4] = {N, CY, H, W};
   for (size_t i = 0; i < sizeof b->x / sizeof *b->x; i++) {
     b->x[i] = (float)(2 * uniform01(NULL) - 1);
-    b->xr[r_index(i, dx, 5)] = b->x[i];
+    b->xr[ctest_r_index(i, dx, 5)] = b->x[i];
   }
   size_t ny = tg == CL_TARGET_SEQUENCE ? sizeof b->y / sizeof *b->y : (size_t)N * CY * H * W;
   for (size_t i = 0; i < ny; i++) {
     b->y[i] = (float)uniform01(NULL);
-    b->yr[tg == CL_TARGET_SEQUENCE ? r_index(i, dy, 5) : r_index(i, dl, 4)] = b->y[i];
+    b->yr[tg == CL_TARGET_SEQUENCE ? ctest_r_index(i, dy, 5) : ctest_r_index(i, dl, 4)] = b->y[i];
   }
 }
 
@@ -224,6 +211,46 @@ static void test_forecaster(void) {
   }
 }
 
+/* A refill with more sequences than the batch holds grows its memory; one
+ * with fewer keeps it; every step still equals the host arrays' step. The
+ * first n sequences of a torch-layout batch are its first rows. */
+static void test_grow(void) {
+  cl_model *ma = new_model(CL_F32), *mb = new_model(CL_F32);
+  cl_optim sgd = {CL_OPTIM_SGD, 0.1, 0, 0, 0, 0, 0, 0, 0, 0};
+  static batch b;
+  cl_staged *s = NULL;
+  char err[256];
+  const int rows[3] = {N / 2, N, N / 2};
+  size_t cap[3] = {0, 0, 0};
+  int same = 1;
+  for (int k = 0; k < 3; k++) {
+    fill_batch(&b, CL_TARGET_SEQUENCE);
+    cl_host_array x = x_of(&b, 0), y = y_of(&b, 0, CL_TARGET_SEQUENCE, T);
+    x.dims[0] = y.dims[0] = rows[k];
+    CHECK(cl_staged_fill(mb, &s, &x, &y, err, sizeof err) == CL_OK && s, "grow: fill %d: %s", k, err);
+    if (!s) break;
+    cap[k] = cl_staged_bytes(s);
+    double la = NAN, lb = NAN;
+    CHECK(cl_model_train_step(ma, &x, &y, CL_TARGET_SEQUENCE, &sgd, NULL, &la) == CL_OK,
+          "grow: train_step: %s", cl_model_error(ma));
+    CHECK(cl_model_train_staged(mb, &x, &y, s, CL_TARGET_SEQUENCE, &sgd, NULL, &lb) == CL_OK,
+          "grow: train_staged: %s", cl_model_error(mb));
+    CHECK(la == lb && isfinite(la), "grow: batch %d of %d rows: loss %.17g vs %.17g", k, rows[k],
+          la, lb);
+    same &= same_model(ma, mb);
+  }
+  size_t half = (size_t)(N / 2) * T * (C + CY) * H * W * sizeof(float);
+  CHECK(cap[0] >= half && cap[0] < half + 256, "%d rows staged in %zu bytes", N / 2, cap[0]);
+  CHECK(cap[1] >= 2 * half, "a refill of %d rows grew the batch (%zu -> %zu bytes)", N, cap[0],
+        cap[1]);
+  CHECK(cap[2] == cap[1], "a refill of fewer rows kept the memory (%zu -> %zu)", cap[1], cap[2]);
+  CHECK(same, "grow: gradients or parameters differ between host arrays and staged");
+  printf("%-48s identical over 3 steps\n", "refills of 3, 6 and 3 rows");
+  cl_staged_free(s);
+  cl_model_free(ma);
+  cl_model_free(mb);
+}
+
 static void test_refused(void) {
   cl_model *m = new_model(CL_F32), *other = new_model(CL_F32);
   static batch b, b2;
@@ -283,6 +310,7 @@ int main(void) {
   test_identical();
   test_truth();
   test_forecaster();
+  test_grow();
   test_refused();
   return ctest_done("test_core_staged");
 }
