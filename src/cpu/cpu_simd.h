@@ -5,8 +5,10 @@
  * FMA) or 1 (plain float) and include this: it defines FN(name) (name_avx512,
  * name_avx2, name_generic), TGT (the target attribute), V (the vector type),
  * VW (its float lanes), VZERO(), VLOADU(p), VSTOREU(p, v), VSET1(x),
- * VADD(a, b), VSUB(a, b), VMUL(a, b) and VFMA(a, b, c) = a * b + c. A
- * template includes cpu_simd_end.h at its end, which undefines them all.
+ * VADD(a, b), VSUB(a, b), VMUL(a, b) and VFMA(a, b, c) = a * b + c, and
+ * for strided reads VI (a vector of VW int offsets), VSTRIDES(s) (lane i:
+ * i s) and VGATHER(p, vi) (lane i: p[vi[i]]). A template includes
+ * cpu_simd_end.h at its end, which undefines them all.
  *
  * No include guard: it is included once per instruction set. The x86 ones
  * need <immintrin.h> included first.
@@ -24,6 +26,11 @@
 #define VSUB(a, b) _mm512_sub_ps((a), (b))
 #define VMUL(a, b) _mm512_mul_ps((a), (b))
 #define VFMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define VI __m512i
+#define VSTRIDES(s)                                                                                \
+  _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),      \
+                     _mm512_set1_epi32(s))
+#define VGATHER(p, vi) _mm512_i32gather_ps((vi), (p), 4)
 #elif CL_SIMD == 256
 #define FN(name) name##_avx2
 #define TGT __attribute__((target("avx2,fma")))
@@ -37,6 +44,9 @@
 #define VSUB(a, b) _mm256_sub_ps((a), (b))
 #define VMUL(a, b) _mm256_mul_ps((a), (b))
 #define VFMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define VI __m256i
+#define VSTRIDES(s) _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(s))
+#define VGATHER(p, vi) _mm256_i32gather_ps((p), (vi), 4)
 #elif CL_SIMD == 1
 #define FN(name) name##_generic
 #define TGT
@@ -50,6 +60,9 @@
 #define VSUB(a, b) ((a) - (b))
 #define VMUL(a, b) ((a) * (b))
 #define VFMA(a, b, c) ((a) * (b) + (c))
+#define VI int
+#define VSTRIDES(s) 0
+#define VGATHER(p, vi) ((p)[vi])
 #else
 #error "cpu_simd.h: define CL_SIMD as 512, 256 or 1 first"
 #endif

@@ -15,4 +15,7 @@
 #undef VSUB
 #undef VMUL
 #undef VFMA
+#undef VI
+#undef VSTRIDES
+#undef VGATHER
 #undef CL_SIMD

@@ -10,6 +10,9 @@
  *     vector's whole transform runs in registers and a 4 KiB table: one call
  *     a chunk, where a loop of one call per plane and stage cost a fifth of
  *     the transforms' time on the short planes of F(4x4, r) (T = 64).
+ *   wino_gather(g, gs, s, ss, rr, rev, n):  a filter's pairs (rr taps each,
+ *     ss floats apart) into rr planes of pairs side by side (G g G^T's
+ *     input).
  *   wino_tiles(D, ds, P, Wp, n, m, th, tw):  D[(l n + j) ds + ty tw + tx]
  *     = P[(ty m + l) Wp + tx m + j]: the n x n input tiles of a padded image
  *     P, element by element into planes; P readable 32 floats past each
@@ -111,6 +114,23 @@ WINO_2D_FIXED(wino_2d_45_a, &FORMS[3].AT[0][0], 1, WMAX, 8, 4)
 WINO_2D_FIXED(wino_2d_45_g, &FORMS[3].G[0][0], 5, 1, 8, 5)
 WINO_2D_FIXED(wino_2d_45_gt, &FORMS[3].G[0][0], 1, 5, 5, 8)
 #undef WINO_2D_FIXED
+
+/* g[e gs + i] = s[i ss + e] (rev: s[i ss + rr - 1 - e]) for i < n, e < rr:
+ * n filter pairs of rr taps each, ss floats apart, into rr planes of
+ * pairs side by side. VW pairs a gather each; the scalar loop that did it
+ * tap by tap took as long as the transform it feeds. */
+TGT static void FN(wino_gather)(float *g, size_t gs, const float *s, size_t ss, int rr, int rev,
+                                size_t n) {
+  size_t i = 0;
+#if VW > 1
+  const VI at = VSTRIDES((int)(ss <= INT_MAX / VW ? ss : 0));
+  for (; ss <= INT_MAX / VW && i + VW <= n; i += VW)
+    for (int e = 0; e < rr; e++)
+      VSTOREU(g + e * gs + i, VGATHER(s + i * ss + (rev ? rr - 1 - e : e), at));
+#endif
+  for (; i < n; i++)
+    for (int e = 0; e < rr; e++) g[e * gs + i] = s[i * ss + (rev ? rr - 1 - e : e)];
+}
 
 TGT static void FN(wino_tiles)(float *D, size_t ds, const float *P, int Wp, int n, int m, int th,
                                int tw) {

@@ -55,6 +55,7 @@
 #include "cpu_kernels.h"
 #include "../host/x86.h"   /* CL_CPU_X86 */
 
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -407,6 +408,7 @@ typedef void (*wino_t2d_fn)(float *d, size_t ds, const float *s, size_t rs, size
                             const wino_side *M, size_t len);
 typedef struct wino_fns {
   wino_t2d_fn t2d, fixed[4][ROLES]; /* fixed: per form and role, or NULL */
+  void (*gather)(float *g, size_t gs, const float *s, size_t ss, int rr, int rev, size_t n);
   void (*tiles)(float *D, size_t ds, const float *P, int Wp, int n, int m, int th, int tw);
   void (*untile)(float *img, int H, int W, const float *Y, size_t ys, int m, int th, int tw,
                  float bk, int acc);
@@ -419,12 +421,13 @@ typedef struct wino_fns {
             wino_2d_45_gt_##ISA}}
 
 static wino_fns isa_fns(const cl_backend *be) {
-  static const wino_fns generic = {wino_2d_generic, FIXED_OF(generic), wino_tiles_generic,
-                                   wino_untile_generic};
+  static const wino_fns generic = {wino_2d_generic, FIXED_OF(generic), wino_gather_generic,
+                                   wino_tiles_generic, wino_untile_generic};
 #if CL_CPU_X86
-  static const wino_fns avx512 = {wino_2d_avx512, FIXED_OF(avx512), wino_tiles_avx512,
-                                  wino_untile_avx512};
-  static const wino_fns avx2 = {wino_2d_avx2, FIXED_OF(avx2), wino_tiles_avx2, wino_untile_avx2};
+  static const wino_fns avx512 = {wino_2d_avx512, FIXED_OF(avx512), wino_gather_avx512,
+                                  wino_tiles_avx512, wino_untile_avx512};
+  static const wino_fns avx2 = {wino_2d_avx2, FIXED_OF(avx2), wino_gather_avx2, wino_tiles_avx2,
+                                wino_untile_avx2};
   cl_cpu_gemm_kind isa = cl_cpu_isa_of(be);
   if (isa == CL_CPU_GEMM_AVX512) return avx512;
   if (isa == CL_CPU_GEMM_AVX2) return avx2;
@@ -435,7 +438,10 @@ static wino_fns isa_fns(const cl_backend *be) {
 
 static wino_fns fns_of(const cl_backend *be) {
   wino_fns f = isa_fns(be);
-  if (((const cl_cpu_ctx *)be->context)->wino_generic) memset(f.fixed, 0, sizeof f.fixed);
+  if (((const cl_cpu_ctx *)be->context)->wino_generic) { /* the plain loops, for the tests */
+    memset(f.fixed, 0, sizeof f.fixed);
+    f.gather = wino_gather_generic;
+  }
   return f;
 }
 #undef FIXED_OF
@@ -462,13 +468,14 @@ static void filter_transform(const wino_fns *fns, const wino_plan *p, const cl_c
   const int r = f->r, rr = r * r;
   const size_t KC = (size_t)t->K * t->C, np = (size_t)p->np;
   float *g = tmp;
-  size_t c = p0 / t->K, k = p0 % t->K;
-  for (size_t q = 0; q < len; q++) {
-    if (dir == 0) /* w[k][c] */
-      for (int e = 0; e < rr; e++) g[e * np + q] = w[(k * t->C + c) * rr + e];
-    else /* t's pair (k, c) is the layer's (c, k): t->K is its C */
-      for (int e = 0; e < rr; e++) g[e * np + q] = w[(c * t->K + k) * rr + rr - 1 - e];
-    if (++k == (size_t)t->K) k = 0, c++;
+  /* runs of one c: their k's w[k][c] lie C rr floats apart (dir 0); t's
+   * pair (k, c) is the layer's (c, k), t->K its C: rr apart, flipped */
+  const size_t ss = dir == 0 ? (size_t)t->C * rr : (size_t)rr;
+  for (size_t q = 0, c = p0 / t->K, k = p0 % t->K; q < len; c++, k = 0) {
+    const size_t n = t->K - k < len - q ? t->K - k : len - q;
+    const float *s = w + (dir == 0 ? k * t->C + c : c * t->K + k) * rr;
+    fns->gather(g + q, np, s, ss, rr, dir != 0, n);
+    q += n;
   }
   const wino_side Gs = side_of(f, ROLE_G);
   t2d(fns, U + p0, KC, g, r * np, np, &Gs, len); /* G g G^T */

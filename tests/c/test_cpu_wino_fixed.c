@@ -2,7 +2,9 @@
  * tests/c/test_cpu_wino_fixed.c -- cpu_winograd.c's unrolled transforms
  * (WINO_2D_FIXED: F(4x4,3x3) and F(4x4,5x5), each matrix in each role, one
  * per instruction set) do the same operations in the same order as the
- * generic loop wino_2d they replace, so a convolution gives the same bits
+ * generic loop wino_2d they replace, and the vector gather of the filter
+ * pairs (wino_gather) moves the same values as the scalar loop, so a
+ * convolution gives the same bits
  * whichever runs: a model's results must not depend on whether its form
  * happened to be unrolled. test_backend_ops holds both to the convolution
  * within a tolerance; this holds them to each other exactly.
@@ -39,12 +41,15 @@ static cl_backend *backend(int threads, cl_cpu_gemm_kind kind, int generic) {
 int main(void) {
   /* N C H W K kh kw: 18 tiles of F(4x4, r) and 30 filter pairs (tails on
    * 8- and 16-float vectors); a hidden half of the steps' 5x5 models cut
-   * to 24 channels; a 3x3 one with more images than a chunk holds */
+   * to 24 channels; a 3x3 one with more images than a chunk holds; 40
+   * output channels of 7 inputs: the gather's runs of 40 (and of 7) pairs,
+   * whole vectors and a tail, a block of 256 pairs ending within a run */
   const cl_conv_shape shapes[] = {
       {3, 5, 7, 9, 6, 3, 3, 1, 1, CL_F32, 0, CL_NCHW},
       {3, 5, 7, 9, 6, 5, 5, 1, 1, CL_F32, 0, CL_NCHW},
       {4, 24, 16, 16, 96, 5, 5, 1, 1, CL_F32, 0, CL_NCHW},
       {20, 8, 13, 11, 12, 3, 3, 1, 1, CL_F32, 0, CL_NCHW},
+      {2, 7, 8, 8, 40, 5, 5, 1, 1, CL_F32, 0, CL_NCHW},
   };
   const char *ops[] = {"forward", "backward data", "backward filter"};
   int compared = 0;
