@@ -70,6 +70,11 @@ typedef struct cl_conv_shape {
   cl_dtype dtype;
   int groups; /* 0 or 1: none; else dividing C and K */
   cl_layout layout; /* of x, y, dx, dy; NHWC only with groups 0 or 1 */
+  /* 1: w holds the values it held at the previous call of this slot with
+   * this shape, w and workspace, and no call used the workspace since (the
+   * core's time loops over one layer): what the backend derived from w in
+   * the workspace then may be used again. 0 (the default): no such promise. */
+  int same_w;
 } cl_conv_shape;
 
 /* "Same" padding: half the dilated kernel's extent, so the output keeps the

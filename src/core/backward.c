@@ -57,9 +57,10 @@ static float *dh_at(const cl_model *m, int l, int s, size_t bh) {
 /* dz of step s > 0 onto d loss / d h_{s-1}, added to what the layer above
  * or the loss put there; with dh_one nothing is there but step s's own,
  * read already: zeros first, so that the sum is the same as in S steps. */
-static cl_status back_to_h(cl_model *m, int l, int b, const void *dz_s, int s, size_t bh) {
+static cl_status back_to_h(cl_model *m, int l, int b, const void *dz_s, int s, size_t bh,
+                           int same_w) {
   if (m->step.g.dh_one) CL_TRY(cl_zero(m, m->step.dh[l], bh * sizeof(float)));
-  return cl_dropout_hidden_grad(m, l, b, dz_s, dh_at(m, l, s - 1, bh), 1);
+  return cl_dropout_hidden_grad(m, l, b, dz_s, dh_at(m, l, s - 1, bh), 1, same_w);
 }
 
 /* Put the segment's part of an array shaped like the target into the last
@@ -193,10 +194,10 @@ static cl_status backward_layer(cl_model *m, int l, int b, int len, int done, co
 
   if (fresh_dc) CL_TRY(cl_zero(m, dc, bh * sizeof(float)));
   if (carry_in) /* the later segment's first step reaches back to our last h */
-    CL_TRY(cl_dropout_hidden_grad(m, l, b, st->dz_carry[l], dh_at(m, l, len - 1, bh), 1));
+    CL_TRY(cl_dropout_hidden_grad(m, l, b, st->dz_carry[l], dh_at(m, l, len - 1, bh), 1, 0));
   if (done) /* so does the first step that ran before */
-    CL_TRY(cl_dropout_hidden_grad(m, l, b, cl_at(dz, run * bg, t), dh_at(m, l, run - 1, bh), 1));
-  for (int s = run - 1; s >= 0; s--) {
+    CL_TRY(cl_dropout_hidden_grad(m, l, b, cl_at(dz, run * bg, t), dh_at(m, l, run - 1, bh), 1, 0));
+  for (int s = run - 1, kept = 0; s >= 0; s--) { /* kept: a call back to h ran (same_w) */
     void *dz_s = cl_at(dz, s * bg, t);
     const void *c_prev = s > 0 ? cl_at(cell, (s - 1) * bh, t) : prev_c;
     CL_KERNEL(m, be->gates_backward(m->be, &gs, dz_s, cl_at(cell, s * bh, t), c_prev, wp,
@@ -204,7 +205,7 @@ static cl_status backward_layer(cl_model *m, int l, int b, int len, int done, co
     if (wp)
       CL_KERNEL(m, be->peephole_filter(m->be, &gs, dz_s, cl_at(cell, s * bh, t), c_prev,
                                        cl_peep_of(L, gw)));
-    if (s > 0) CL_TRY(back_to_h(m, l, b, dz_s, s, bh));
+    if (s > 0) CL_TRY(back_to_h(m, l, b, dz_s, s, bh, kept++ > 0));
   }
   if (save_carry)
     CL_KERNEL(m, be->copy(m->be, st->dz_carry[l], dz, bg * cl_dtype_size(t)));
@@ -291,11 +292,11 @@ static cl_status backward_layer_chunks(cl_model *m, int l, int b, int len, const
 
   if (fresh_dc) CL_TRY(cl_zero(m, dc, bh * sizeof(float)));
   if (carry_in)
-    CL_TRY(cl_dropout_hidden_grad(m, l, b, st->dz_carry[l], dh_at(m, l, len - 1, bh), 1));
+    CL_TRY(cl_dropout_hidden_grad(m, l, b, st->dz_carry[l], dh_at(m, l, len - 1, bh), 1, 0));
   for (int s0 = (len - 1) / g->rc * g->rc; s0 >= 0; s0 -= g->rc) {
     int k = len - s0 < g->rc ? len - s0 : g->rc;
     CL_TRY(cl_forward_steps(m, l, b, s0, k, in, prev_h, prev_c, dz));
-    for (int s = s0 + k - 1; s >= s0; s--) {
+    for (int s = s0 + k - 1, kept = 0; s >= s0; s--) {
       void *dz_s = cl_at(dz, (size_t)(s - s0) * bg, t);
       const void *c_prev = s > 0 ? cl_at(cell, (s - 1) * bh, t) : prev_c;
       CL_KERNEL(m, be->gates_backward(m->be, &gs, dz_s, cl_at(cell, s * bh, t), c_prev, wp,
@@ -303,7 +304,7 @@ static cl_status backward_layer_chunks(cl_model *m, int l, int b, int len, const
       if (wp)
         CL_KERNEL(m, be->peephole_filter(m->be, &gs, dz_s, cl_at(cell, s * bh, t), c_prev,
                                          cl_peep_of(L, m->grads)));
-      if (s > 0) CL_TRY(back_to_h(m, l, b, dz_s, s, bh));
+      if (s > 0) CL_TRY(back_to_h(m, l, b, dz_s, s, bh, kept++ > 0));
     }
     if (s0 == 0 && save_carry)
       CL_KERNEL(m, be->copy(m->be, st->dz_carry[l], dz, bg * cl_dtype_size(t)));
@@ -382,7 +383,7 @@ static cl_status roll_back_step(cl_model *m, const cl_call *c, int l, int b, int
   /* with dropout each through its mask, the same as the input steps' */
   if (s > tin) {
     float *dh_prev = l == top ? st->dh[top] + (s - 1) * bh : ring_at(m, l, b, s - 1, tin);
-    CL_TRY(cl_dropout_hidden_grad(m, l, b, dz, dh_prev, l == top));
+    CL_TRY(cl_dropout_hidden_grad(m, l, b, dz, dh_prev, l == top, 0));
   }
   if (l > 0) /* the layer below's h of step s: its own step s + 1 wrote it first */
     return cl_dropout_input_step_grad(m, l, b, dz, ring_at(m, l - 1, b, s, tin), s < g->T - 1);

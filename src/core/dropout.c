@@ -185,9 +185,10 @@ cl_status cl_dropout_input_grad(cl_model *m, int l, int b, int len, const void *
 }
 
 cl_status cl_dropout_hidden_grad(cl_model *m, int l, int b, const void *dz, float *dh,
-                                 int accumulate) {
+                                 int accumulate, int same_w) {
   const cl_layer *L = &m->layer[l];
   cl_conv_shape sh = cl_conv_hidden_half(L, &m->step.g, b);
+  sh.same_w = same_w;
   const float *mask = cl_layer_drops_hidden(m, l) ? m->step.mask_h[l] : NULL;
   return grad_through(m, mask, &sh, L->hidden, b, 1, dz, m->params + L->off_wh, dh, accumulate);
 }

@@ -94,7 +94,7 @@ static cl_status receive_handed(const run_ctx *k, int l, int to, int len) {
   const cl_step *st = &m->step;
   size_t bh = step_elems(m, l, k->b);
   const void *dz0 = st->g.rc ? st->dz_carry[to] : st->gates[to];
-  CL_TRY(cl_dropout_hidden_grad(m, to, k->b, dz0, st->dh[l] + (size_t)(len - 1) * bh, 1));
+  CL_TRY(cl_dropout_hidden_grad(m, to, k->b, dz0, st->dh[l] + (size_t)(len - 1) * bh, 1, 0));
   CL_KERNEL(m, m->be->iface->copy(m->be, st->dc[l], st->hand_c[l], bh * sizeof(float)));
   return CL_OK;
 }

@@ -66,9 +66,11 @@ cl_status cl_forward_steps(cl_model *m, int l, int b, int s0, int len, const voi
     const void *h_prev = s > 0 ? cl_at(hid, (s - 1) * bh, t) : prev_h;
     const void *c_prev = s > 0 ? cl_at(cell, (s - 1) * bh, t) : prev_c;
     if (h_prev) CL_TRY(cl_dropout_hidden(m, l, b, 1, h_prev, &h_prev));
-    if (h_prev)
+    if (h_prev) { /* the weights stay; only the cell runs between (same_w) */
       CL_KERNEL(m, be->conv_forward(m->be, &sh, h_prev, m->params + L->off_wh,
                                     L->in ? NULL : bias_of(m, L), z_s, L->in != 0, st->ws));
+      sh.same_w = 1;
+    }
     CL_KERNEL(m, be->gates_forward(m->be, &gs, z_s, c_prev, wp, cell_bias_of(m, L),
                                    cl_at(cell, s * bh, t), cl_at(hid, s * bh, t)));
   }

@@ -160,13 +160,13 @@ typedef struct cl_schedule {
 static inline cl_conv_shape cl_conv_input_half(const cl_layer *L, const cl_schedule *g, int n) {
   int G = g->training ? L->groups_x : 1;
   cl_conv_shape s = {n,     G * L->in, g->H,     g->W, 4 * L->hidden, L->kh, L->kw, L->dh,
-                     L->dw, g->dtype,  G,         g->layout};
+                     L->dw, g->dtype,  G,         g->layout, 0};
   return s;
 }
 static inline cl_conv_shape cl_conv_hidden_half(const cl_layer *L, const cl_schedule *g, int n) {
   int G = g->training ? L->groups_h : 1;
   cl_conv_shape s = {n,     G * L->hidden, g->H,     g->W, 4 * L->hidden, L->rkh, L->rkw, L->dh,
-                     L->dw, g->dtype,      G,             g->layout};
+                     L->dw, g->dtype,      G,             g->layout, 0};
   return s;
 }
 
@@ -370,7 +370,7 @@ static inline const cl_layer *cl_head(const cl_model *m) { return &m->layer[m->c
 /* Layer l's part of the head over n images: h_l -> C p p, 1x1. */
 static inline cl_conv_shape cl_conv_head(const cl_model *m, int l, const cl_schedule *g, int n) {
   cl_conv_shape s = {n, m->layer[l].hidden, g->H, g->W, m->arch.frame_dim, 1, 1, 1, 1,
-                     g->dtype, 1, g->layout};
+                     g->dtype, 1, g->layout, 0};
   return s;
 }
 /* Where layer l's part of the head's weight starts. */
@@ -585,7 +585,9 @@ cl_status cl_dist_finish(cl_model *m, cl_call *c, double *loss);
  * cl_dropout_input_grad: dx (float, len steps) = mask * conv_transpose(dz),
  * the gradient reaching the layer's input through the input half.
  * cl_dropout_hidden_grad: dh (+)= mask * conv_transpose(dz), the gradient
- * reaching h_{t-1} through the hidden half of one step.
+ * reaching h_{t-1} through the hidden half of one step; same_w: the call
+ * before on the workspace was this one's of the step after (cl_conv_shape's
+ * same_w).
  * cl_dropout_input_step_grad: dx (+)= mask * conv_transpose(dz) through the
  * input half of one step (free-running's fed-back steps). */
 cl_status cl_dropout_check(cl_model *m, const cl_step_options *o);
@@ -594,7 +596,7 @@ cl_status cl_dropout_input(cl_model *m, int l, int b, int len, const void *x, co
 cl_status cl_dropout_hidden(cl_model *m, int l, int b, int len, const void *h, const void **out);
 cl_status cl_dropout_input_grad(cl_model *m, int l, int b, int len, const void *dz, float *dx);
 cl_status cl_dropout_hidden_grad(cl_model *m, int l, int b, const void *dz, float *dh,
-                                 int accumulate);
+                                 int accumulate, int same_w);
 cl_status cl_dropout_input_step_grad(cl_model *m, int l, int b, const void *dz, float *dx,
                                      int accumulate);
 

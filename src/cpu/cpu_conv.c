@@ -857,12 +857,17 @@ static cl_status forward_nchw(cl_backend *be, const cl_conv_shape *s, const void
   conv_job j;
   cl_cpu_wino_ticket tk;
   if (s->N == 0) return check_shape(be, s);
-  cl_status st = begin(be, OP_FORWARD, s, ws, &pl, &j);
+  const cl_cpu_wino_u held = cl_cpu_wino_claim(be, s);
+  cl_status st = check_shape(be, s);
   if (st != CL_OK) return st;
+  if (cl_cpu_wino_pick(be, s, 0, ws, &tk)) { /* before begin, which writes into ws */
+    cl_cpu_wino_conv(be, s, 0, x, w, bias, y, accumulate, ws, &held);
+    cl_cpu_wino_done(&tk);
+    return CL_OK;
+  }
+  if ((st = begin(be, OP_FORWARD, s, ws, &pl, &j)) != CL_OK) return st;
   j.x = x, j.w = w, j.bias = bias, j.y = y, j.accumulate = accumulate;
-  if (cl_cpu_wino_pick(be, s, 0, ws, &tk))
-    cl_cpu_wino_conv(be, s, 0, x, w, bias, y, accumulate, ws);
-  else if (pl.direct)
+  if (pl.direct)
     for_each_image(&j, forward_image_direct, direct_init);
   else
     for_each_image(&j, forward_image, pl.view ? view_init : NULL);
@@ -876,14 +881,16 @@ static cl_status backward_data_nchw(cl_backend *be, const cl_conv_shape *s, cons
   conv_job j;
   cl_cpu_wino_ticket tk;
   if (s->N == 0) return check_shape(be, s);
-  cl_status st = begin(be, OP_BWD_DATA, s, ws, &pl, &j);
+  const cl_cpu_wino_u held = cl_cpu_wino_claim(be, s);
+  cl_status st = check_shape(be, s);
   if (st != CL_OK) return st;
-  j.dy = dy, j.w = w, j.dx = dx, j.accumulate = accumulate;
-  if (cl_cpu_wino_pick(be, s, 1, ws, &tk)) {
-    cl_cpu_wino_conv(be, s, 1, dy, w, NULL, dx, accumulate, ws);
+  if (cl_cpu_wino_pick(be, s, 1, ws, &tk)) { /* before begin, which writes into ws */
+    cl_cpu_wino_conv(be, s, 1, dy, w, NULL, dx, accumulate, ws, &held);
     cl_cpu_wino_done(&tk);
     return CL_OK;
   }
+  if ((st = begin(be, OP_BWD_DATA, s, ws, &pl, &j)) != CL_OK) return st;
+  j.dy = dy, j.w = w, j.dx = dx, j.accumulate = accumulate;
   for (int g = 0; pl.flip && g < j.G; g++)
     flip_weights(w + (size_t)g * j.wg, j.s->K, j.s->C, cl_conv_taps(s),
                  (float *)(j.ws + pl.off_wflip) + (size_t)g * j.wg);
@@ -928,6 +935,7 @@ static cl_status backward_filter_nchw(cl_backend *be, const cl_conv_shape *s, co
   conv_job j;
   cl_cpu_wino_ticket tk;
   if (s->N == 0) return check_shape(be, s);
+  (void)cl_cpu_wino_claim(be, s); /* its workspace is overwritten */
   cl_status st = begin(be, OP_BWD_FILTER, s, ws, &pl, &j);
   if (st != CL_OK) return st;
   if (cl_cpu_wino_pick(be, s, 2, ws, &tk)) {

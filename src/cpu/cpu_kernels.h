@@ -14,6 +14,14 @@
 #include "cpu_gemm.h"        /* cl_cpu_gemm_kind */
 #include "../host/threads.h" /* cl_cpu_threads: the size of every OpenMP team */
 
+/* What a Winograd call left at the start of its workspace: the filter
+ * transform of w for (dir, form, K, C) at ws; ws NULL: nothing known. */
+typedef struct cl_cpu_wino_u {
+  const void *ws, *form;
+  const float *w;
+  int dir, K, C;
+} cl_cpu_wino_u;
+
 /* be->context of a CPU backend. */
 typedef struct cl_cpu_ctx {
   cl_cpu_gemm_kind gemm; /* chosen once in cl_backend_cpu_create */
@@ -24,6 +32,11 @@ typedef struct cl_cpu_ctx {
                             3 winograd4 */
   int wino_generic;      /* tests: Winograd's transforms on wino_2d's loop, not the
                             unrolled kernels of the default forms */
+  /* What the last convolution left at the start of its workspace (set by
+   * cpu_winograd.c; every convolution takes and clears it first with
+   * cl_cpu_wino_claim), so that a call with same_w reuses a filter
+   * transform only when no other convolution ran between. */
+  cl_cpu_wino_u wino_u;
 } cl_cpu_ctx;
 
 static inline cl_cpu_gemm_kind cl_cpu_gemm_of(const cl_backend *be) {
@@ -101,8 +114,14 @@ size_t cl_cpu_wino_workspace(const cl_backend *be, const cl_conv_shape *s, int d
 int cl_cpu_conv_algo_env(void);
 int cl_cpu_wino_pick(const cl_backend *be, const cl_conv_shape *s, int dir, const void *ws, cl_cpu_wino_ticket *tk);
 void cl_cpu_wino_done(const cl_cpu_wino_ticket *tk);
+/* The transform the last convolution left (cl_cpu_ctx's wino_u), cleared
+ * there; nothing (ws NULL) unless s->same_w. Every convolution calls it
+ * first. */
+cl_cpu_wino_u cl_cpu_wino_claim(cl_backend *be, const cl_conv_shape *s);
+/* held: cl_cpu_wino_claim's; U is not computed again where it matches. */
 void cl_cpu_wino_conv(cl_backend *be, const cl_conv_shape *s, int dir, const void *x,
-                      const float *w, const float *bias, void *y, int accumulate, void *ws);
+                      const float *w, const float *bias, void *y, int accumulate, void *ws,
+                      const cl_cpu_wino_u *held);
 /* dw += correlate(dy, x), dbias (may be NULL) += the sum of dy over N, H, W:
  * conv_backward_filter through Winograd (dir 2 of cl_cpu_wino_pick). */
 void cl_cpu_wino_filter(cl_backend *be, const cl_conv_shape *s, const void *dy, const void *x,

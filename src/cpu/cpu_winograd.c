@@ -801,15 +801,22 @@ static void run_pairs(const wino_job *j) {
   cl_cpu_blocks(j->p->threads, (KC + j->p->np - 1) / j->p->np, pair_blocks, (void *)j);
 }
 
-/* dir 0: y (+)= conv(x, w) + bias; dir 1: dx (+)= conv_transpose(dy, w). */
+/* dir 0: y (+)= conv(x, w) + bias; dir 1: dx (+)= conv_transpose(dy, w).
+ * U, the filters' transform, starts the workspace; held: what the call
+ * before left there (cl_cpu_wino_claim), U of this w when it matches. */
 static void wino_run(cl_backend *be, const cl_conv_shape *s, int dir, const void *x,
-                     const float *w, const float *bias, void *y, int accumulate, void *ws) {
+                     const float *w, const float *bias, void *y, int accumulate, void *ws,
+                     const cl_cpu_wino_u *held) {
   const wino_plan p = plan_of(be, s, dir);
   const cl_conv_shape t = dir_shape(s, dir);
   char *base = (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
   float *U = (float *)base;
   wino_job j = {be, &p, &t, dir, 1, accumulate, x, NULL, w, bias, U, y, NULL, NULL, NULL, base};
-  run_pairs(&j);
+  const cl_cpu_wino_u now = {ws, p.f, w, dir, s->K, s->C};
+  if (!held || held->ws != ws || held->form != p.f || held->w != w || held->dir != dir ||
+      held->K != s->K || held->C != s->C)
+    run_pairs(&j);
+  ((cl_cpu_ctx *)be->context)->wino_u = now;
   if (p.small) {
     cl_cpu_blocks(p.threads, t.C, small_inputs, &j);
     cl_cpu_blocks(p.threads, (long long)p.f->n * p.f->n, small_products, &j);
@@ -931,9 +938,18 @@ void cl_cpu_wino_done(const cl_cpu_wino_ticket *tk) {
   if (tk->slot) record((wino_slot *)tk->slot, tk->use, cl_cpu_process_seconds() - tk->t0);
 }
 
+cl_cpu_wino_u cl_cpu_wino_claim(cl_backend *be, const cl_conv_shape *s) {
+  cl_cpu_ctx *ctx = be->context;
+  cl_cpu_wino_u held = ctx->wino_u;
+  memset(&ctx->wino_u, 0, sizeof ctx->wino_u);
+  if (!s->same_w) memset(&held, 0, sizeof held);
+  return held;
+}
+
 void cl_cpu_wino_conv(cl_backend *be, const cl_conv_shape *s, int dir, const void *x,
-                      const float *w, const float *bias, void *y, int accumulate, void *ws) {
-  wino_run(be, s, dir, x, w, bias, y, accumulate, ws);
+                      const float *w, const float *bias, void *y, int accumulate, void *ws,
+                      const cl_cpu_wino_u *held) {
+  wino_run(be, s, dir, x, w, bias, y, accumulate, ws, held);
 }
 
 void cl_cpu_wino_filter(cl_backend *be, const cl_conv_shape *s, const void *dy, const void *x,

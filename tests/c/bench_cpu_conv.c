@@ -44,18 +44,18 @@ int main(int argc, char **argv) {
   if (argc > 2) ((cl_cpu_ctx *)be->context)->conv_path = atoi(argv[2]);
   /* (N, C, H, W, K, k): hidden and input parts of layer 1, then of layer 2. */
   static const cl_conv_shape shapes[] = {
-      {100, 64, 24, 24, 256, 3, 3, 1, 1, CL_F32, 0, CL_NCHW},
-      {500, 1, 24, 24, 256, 3, 3, 1, 1, CL_F32, 0, CL_NCHW},
-      {500, 64, 24, 24, 4, 3, 3, 1, 1, CL_F32, 0, CL_NCHW},
-      {100, 1, 24, 24, 4, 3, 3, 1, 1, CL_F32, 0, CL_NCHW},
+      {100, 64, 24, 24, 256, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0},
+      {500, 1, 24, 24, 256, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0},
+      {500, 64, 24, 24, 4, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0},
+      {100, 1, 24, 24, 4, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0},
       /* per-gate dropout: the same halves over 4 masked copies in 4 groups
        * (the FLOPs of the row above), then the row it replaces */
-      {50, 256, 24, 24, 256, 3, 3, 1, 1, CL_F32, 4, CL_NCHW},
-      {50, 64, 24, 24, 256, 3, 3, 1, 1, CL_F32, 0, CL_NCHW},
-      {50, 4, 24, 24, 256, 3, 3, 1, 1, CL_F32, 4, CL_NCHW},
-      {50, 1, 24, 24, 256, 3, 3, 1, 1, CL_F32, 0, CL_NCHW},
-      {50, 256, 24, 24, 4, 3, 3, 1, 1, CL_F32, 4, CL_NCHW},
-      {50, 64, 24, 24, 4, 3, 3, 1, 1, CL_F32, 0, CL_NCHW},
+      {50, 256, 24, 24, 256, 3, 3, 1, 1, CL_F32, 4, CL_NCHW, 0},
+      {50, 64, 24, 24, 256, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0},
+      {50, 4, 24, 24, 256, 3, 3, 1, 1, CL_F32, 4, CL_NCHW, 0},
+      {50, 1, 24, 24, 256, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0},
+      {50, 256, 24, 24, 4, 3, 3, 1, 1, CL_F32, 4, CL_NCHW, 0},
+      {50, 64, 24, 24, 4, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0},
   };
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) bench(be, shapes[i]);
   be->iface->destroy(be);

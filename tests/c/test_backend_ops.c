@@ -809,7 +809,7 @@ static void run_rounding(const row *r) {
   }
   for (int t = CL_F16; t <= CL_BF16; t++) {
     if (!(r->dtypes & (1u << t))) continue;
-    cl_conv_shape s = {1, 1, 1, 1, (int)n, 1, 1, 1, 1, (cl_dtype)t, 0, CL_NCHW};
+    cl_conv_shape s = {1, 1, 1, 1, (int)n, 1, 1, 1, 1, (cl_dtype)t, 0, CL_NCHW, 0};
     for (int vi = 0; vi < n_vs; vi++) {
       variant *v = &vs[vi];
       scope sc = scope_of(v);
@@ -844,7 +844,7 @@ static void run_conv_errors(const row *r) {
     variant *v = &vs[vi];
     cl_backend *be = v->be;
     const struct cl_backend_i *f = be->iface;
-    cl_conv_shape s = {2, 3, 4, 4, 5, 3, 3, 1, 1, BAD_DTYPE, 0, CL_NCHW};
+    cl_conv_shape s = {2, 3, 4, 4, 5, 3, 3, 1, 1, BAD_DTYPE, 0, CL_NCHW, 0};
     be->err[0] = '\0';
     cl_status st = f->conv_forward(be, &s, NULL, NULL, NULL, NULL, 0, NULL);
     expect(v, st == CL_E_UNSUPPORTED && be->err[0], "unknown dtype: %s (%s)", status_str(st),
@@ -881,7 +881,7 @@ static void run_conv_errors(const row *r) {
     /* A workspace asked for and not given is the caller's bug: refused,
      * whichever call it is, not a crash. */
     for (int t = CL_F32; t <= CL_BF16; t++) {
-      cl_conv_shape h = {1, 2, 4, 4, 4, 3, 3, 1, 1, (cl_dtype)t, 0, CL_NCHW};
+      cl_conv_shape h = {1, 2, 4, 4, 4, 3, 3, 1, 1, (cl_dtype)t, 0, CL_NCHW, 0};
       size_t ws = 0;
       scope sc = scope_of(v);
       CALL(&sc, cl_backend_conv_workspace_any(be, &h, &ws));
@@ -1169,7 +1169,7 @@ static void run_peephole_filter(const row *r) {
  * or its filter gradient with dbias (backward: dbias += sum of dy).
  * Returns the device buffers' scope status. */
 static cl_conv_shape bias_conv_shape(const cl_gates_shape *s) {
-  cl_conv_shape c = {s->N, 1, 1, s->P, 4 * s->hidden, 1, 1, 1, 1, s->dtype, 0, s->layout};
+  cl_conv_shape c = {s->N, 1, 1, s->P, 4 * s->hidden, 1, 1, 1, 1, s->dtype, 0, s->layout, 0};
   return c;
 }
 
@@ -2582,58 +2582,58 @@ static void run_bind_thread(const row *r) {
  * on direct (few channels) and GEMM (C = 20, K = 24) sizes, and a dilated
  * extent larger than the image (5x3 by 3x2 over 4x5: 13 x 5 pixels). */
 static const cl_conv_shape conv_shapes[] = {
-    {3, 2, 5, 7, 4, 3, 3, 1, 1, 0, 0, CL_NCHW},
-    {2, 1, 6, 6, 8, 3, 3, 1, 1, 0, 0, CL_NCHW},
-    {4, 3, 7, 5, 2, 5, 5, 1, 1, 0, 0, CL_NCHW},
-    {3, 5, 4, 9, 6, 1, 1, 1, 1, 0, 0, CL_NCHW},
-    {4, 6, 8, 8, 20, 3, 3, 1, 1, 0, 0, CL_NCHW},
-    {4, 20, 6, 5, 4, 3, 3, 1, 1, 0, 0, CL_NCHW},
-    {1, 3, 5, 5, 4, 3, 3, 1, 1, 0, 0, CL_NCHW},
-    {5, 1, 9, 4, 3, 5, 5, 1, 1, 0, 0, CL_NCHW},
-    {2, 9, 24, 24, 12, 3, 3, 1, 1, 0, 0, CL_NCHW},
-    {2, 4, 3, 3, 5, 5, 5, 1, 1, 0, 0, CL_NCHW},
-    {4, 2, 1, 6, 3, 3, 3, 1, 1, 0, 0, CL_NCHW},
-    {3, 17, 11, 13, 9, 1, 1, 1, 1, 0, 0, CL_NCHW},
-    {3, 8, 7, 9, 24, 3, 3, 1, 1, 0, 0, CL_NCHW},
-    {2, 40, 5, 6, 20, 1, 1, 1, 1, 0, 0, CL_NCHW},
-    {2, 3, 6, 7, 18, 5, 5, 1, 1, 0, 0, CL_NCHW},
-    {1, 10, 9, 8, 40, 3, 3, 1, 1, 0, 0, CL_NCHW},
-    {1, 16, 24, 24, 64, 3, 3, 1, 1, 0, 0, CL_NCHW},
-    {3, 1, 24, 24, 64, 3, 3, 1, 1, 0, 0, CL_NCHW},
-    {2, 16, 24, 24, 4, 3, 3, 1, 1, 0, 0, CL_NCHW},
-    {1, 16, 61, 60, 16, 3, 3, 1, 1, 0, 0, CL_NCHW},
-    {2, 3, 5, 7, 4, 1, 1, 1, 1, 0, 0, CL_NCHW},
-    {3, 5, 6, 9, 8, 3, 3, 1, 1, 0, 0, CL_NCHW},
-    {2, 4, 7, 5, 6, 5, 5, 1, 1, 0, 0, CL_NCHW},
-    {4, 17, 12, 10, 32, 3, 3, 1, 1, 0, 0, CL_NCHW},
-    {5, 3, 6, 9, 8, 3, 3, 1, 1, 0, 0, CL_NCHW},
+    {3, 2, 5, 7, 4, 3, 3, 1, 1, 0, 0, CL_NCHW, 0},
+    {2, 1, 6, 6, 8, 3, 3, 1, 1, 0, 0, CL_NCHW, 0},
+    {4, 3, 7, 5, 2, 5, 5, 1, 1, 0, 0, CL_NCHW, 0},
+    {3, 5, 4, 9, 6, 1, 1, 1, 1, 0, 0, CL_NCHW, 0},
+    {4, 6, 8, 8, 20, 3, 3, 1, 1, 0, 0, CL_NCHW, 0},
+    {4, 20, 6, 5, 4, 3, 3, 1, 1, 0, 0, CL_NCHW, 0},
+    {1, 3, 5, 5, 4, 3, 3, 1, 1, 0, 0, CL_NCHW, 0},
+    {5, 1, 9, 4, 3, 5, 5, 1, 1, 0, 0, CL_NCHW, 0},
+    {2, 9, 24, 24, 12, 3, 3, 1, 1, 0, 0, CL_NCHW, 0},
+    {2, 4, 3, 3, 5, 5, 5, 1, 1, 0, 0, CL_NCHW, 0},
+    {4, 2, 1, 6, 3, 3, 3, 1, 1, 0, 0, CL_NCHW, 0},
+    {3, 17, 11, 13, 9, 1, 1, 1, 1, 0, 0, CL_NCHW, 0},
+    {3, 8, 7, 9, 24, 3, 3, 1, 1, 0, 0, CL_NCHW, 0},
+    {2, 40, 5, 6, 20, 1, 1, 1, 1, 0, 0, CL_NCHW, 0},
+    {2, 3, 6, 7, 18, 5, 5, 1, 1, 0, 0, CL_NCHW, 0},
+    {1, 10, 9, 8, 40, 3, 3, 1, 1, 0, 0, CL_NCHW, 0},
+    {1, 16, 24, 24, 64, 3, 3, 1, 1, 0, 0, CL_NCHW, 0},
+    {3, 1, 24, 24, 64, 3, 3, 1, 1, 0, 0, CL_NCHW, 0},
+    {2, 16, 24, 24, 4, 3, 3, 1, 1, 0, 0, CL_NCHW, 0},
+    {1, 16, 61, 60, 16, 3, 3, 1, 1, 0, 0, CL_NCHW, 0},
+    {2, 3, 5, 7, 4, 1, 1, 1, 1, 0, 0, CL_NCHW, 0},
+    {3, 5, 6, 9, 8, 3, 3, 1, 1, 0, 0, CL_NCHW, 0},
+    {2, 4, 7, 5, 6, 5, 5, 1, 1, 0, 0, CL_NCHW, 0},
+    {4, 17, 12, 10, 32, 3, 3, 1, 1, 0, 0, CL_NCHW, 0},
+    {5, 3, 6, 9, 8, 3, 3, 1, 1, 0, 0, CL_NCHW, 0},
     /* non-square and dilated */
-    {3, 2, 6, 7, 4, 3, 5, 1, 1, 0, 0, CL_NCHW},
-    {2, 3, 7, 5, 6, 5, 1, 1, 1, 0, 0, CL_NCHW},
-    {2, 2, 8, 9, 4, 3, 3, 2, 2, 0, 0, CL_NCHW},
-    {3, 4, 7, 8, 3, 3, 5, 2, 1, 0, 0, CL_NCHW},
-    {2, 20, 9, 8, 24, 3, 3, 1, 3, 0, 0, CL_NCHW},
-    {2, 3, 4, 5, 20, 5, 3, 3, 2, 0, 0, CL_NCHW},
-    {1, 6, 12, 10, 8, 1, 3, 1, 4, 0, 0, CL_NCHW},
-    {2, 3, 8, 9, 4, 3, 3, 2, 2, 0, 0, CL_NCHW},
-    {2, 20, 9, 8, 24, 5, 3, 1, 3, 0, 0, CL_NCHW},
+    {3, 2, 6, 7, 4, 3, 5, 1, 1, 0, 0, CL_NCHW, 0},
+    {2, 3, 7, 5, 6, 5, 1, 1, 1, 0, 0, CL_NCHW, 0},
+    {2, 2, 8, 9, 4, 3, 3, 2, 2, 0, 0, CL_NCHW, 0},
+    {3, 4, 7, 8, 3, 3, 5, 2, 1, 0, 0, CL_NCHW, 0},
+    {2, 20, 9, 8, 24, 3, 3, 1, 3, 0, 0, CL_NCHW, 0},
+    {2, 3, 4, 5, 20, 5, 3, 3, 2, 0, 0, CL_NCHW, 0},
+    {1, 6, 12, 10, 8, 1, 3, 1, 4, 0, 0, CL_NCHW, 0},
+    {2, 3, 8, 9, 4, 3, 3, 2, 2, 0, 0, CL_NCHW, 0},
+    {2, 20, 9, 8, 24, 5, 3, 1, 3, 0, 0, CL_NCHW, 0},
     /* grouped (per-gate dropout: 4 masked copies, each gate's rows on its
      * own): small groups, the tutorial's hidden half, dilated non-square,
      * groups of more than 128 outputs (the CPU's GEMM path), 1 x 1, two
      * groups */
-    {3, 8, 5, 7, 12, 3, 3, 1, 1, 0, 4, CL_NCHW},
-    {2, 64, 12, 10, 64, 3, 3, 1, 1, 0, 4, CL_NCHW},
-    {2, 12, 6, 9, 32, 5, 3, 2, 1, 0, 4, CL_NCHW},
-    {4, 20, 8, 8, 160, 3, 3, 1, 1, 0, 4, CL_NCHW},
-    {1, 8, 6, 6, 544, 3, 3, 1, 1, 0, 4, CL_NCHW},
-    {3, 8, 5, 5, 8, 1, 1, 1, 1, 0, 2, CL_NCHW},
-    {2, 4, 9, 8, 12, 3, 3, 1, 2, 0, 2, CL_NCHW},
+    {3, 8, 5, 7, 12, 3, 3, 1, 1, 0, 4, CL_NCHW, 0},
+    {2, 64, 12, 10, 64, 3, 3, 1, 1, 0, 4, CL_NCHW, 0},
+    {2, 12, 6, 9, 32, 5, 3, 2, 1, 0, 4, CL_NCHW, 0},
+    {4, 20, 8, 8, 160, 3, 3, 1, 1, 0, 4, CL_NCHW, 0},
+    {1, 8, 6, 6, 544, 3, 3, 1, 1, 0, 4, CL_NCHW, 0},
+    {3, 8, 5, 5, 8, 1, 1, 1, 1, 0, 2, CL_NCHW, 0},
+    {2, 4, 9, 8, 12, 3, 3, 1, 2, 0, 2, CL_NCHW, 0},
     /* Shi et al.'s encoder-forecaster as bench_gpu.py's "paper" runs it:
      * the head (1 x 1 from all forecaster h, 128 + 64 + 64, to the patched
      * frame's 16 channels), and a 5 x 5 input half of the 16 patched
      * channels at 16 x 16 (fewer outputs than the paper's 512: CPU time) */
-    {2, 256, 16, 16, 16, 1, 1, 1, 1, 0, 0, CL_NCHW},
-    {2, 16, 16, 16, 64, 5, 5, 1, 1, 0, 0, CL_NCHW},
+    {2, 256, 16, 16, 16, 1, 1, 1, 1, 0, 0, CL_NCHW, 0},
+    {2, 16, 16, 16, 64, 5, 5, 1, 1, 0, 0, CL_NCHW, 0},
 };
 /* The same slots in float16 / bfloat16 on fewer shapes: the storage paths
  * are per element, the arithmetic is the float32 one above. The CPU backend
@@ -2641,32 +2641,32 @@ static const cl_conv_shape conv_shapes[] = {
  * than 128 outputs; 16 pixels wide: read in place), converting images where
  * it pads them. */
 static const cl_conv_shape conv_half_shapes[] = {
-    {2, 12, 8, 16, 144, 5, 5, 1, 1, 0, 0, CL_NCHW},
-    {3, 10, 7, 9, 136, 3, 3, 1, 1, 0, 0, CL_NCHW},
-    {3, 2, 5, 7, 4, 3, 3, 1, 1, 0, 0, CL_NCHW},
-    {2, 9, 12, 10, 24, 3, 3, 1, 1, 0, 0, CL_NCHW},
-    {3, 17, 11, 13, 9, 1, 1, 1, 1, 0, 0, CL_NCHW},
-    {2, 3, 6, 7, 18, 5, 5, 1, 1, 0, 0, CL_NCHW},
-    {2, 3, 5, 7, 4, 1, 1, 1, 1, 0, 0, CL_NCHW},
-    {3, 5, 6, 9, 8, 3, 3, 1, 1, 0, 0, CL_NCHW},
-    {2, 4, 7, 5, 6, 5, 5, 1, 1, 0, 0, CL_NCHW},
-    {4, 17, 12, 10, 32, 3, 3, 1, 1, 0, 0, CL_NCHW},
-    {5, 3, 6, 9, 8, 3, 3, 1, 1, 0, 0, CL_NCHW},
-    {3, 2, 6, 7, 4, 3, 5, 1, 1, 0, 0, CL_NCHW},
-    {2, 3, 8, 9, 4, 3, 3, 2, 2, 0, 0, CL_NCHW},
-    {2, 20, 9, 8, 24, 5, 3, 1, 3, 0, 0, CL_NCHW},
-    {2, 3, 4, 5, 20, 5, 3, 3, 2, 0, 0, CL_NCHW},
-    {3, 8, 5, 7, 12, 3, 3, 1, 1, 0, 4, CL_NCHW},
-    {2, 12, 6, 9, 32, 5, 3, 2, 1, 0, 4, CL_NCHW},
-    {2, 256, 16, 16, 16, 1, 1, 1, 1, 0, 0, CL_NCHW}, /* the paper's head */
+    {2, 12, 8, 16, 144, 5, 5, 1, 1, 0, 0, CL_NCHW, 0},
+    {3, 10, 7, 9, 136, 3, 3, 1, 1, 0, 0, CL_NCHW, 0},
+    {3, 2, 5, 7, 4, 3, 3, 1, 1, 0, 0, CL_NCHW, 0},
+    {2, 9, 12, 10, 24, 3, 3, 1, 1, 0, 0, CL_NCHW, 0},
+    {3, 17, 11, 13, 9, 1, 1, 1, 1, 0, 0, CL_NCHW, 0},
+    {2, 3, 6, 7, 18, 5, 5, 1, 1, 0, 0, CL_NCHW, 0},
+    {2, 3, 5, 7, 4, 1, 1, 1, 1, 0, 0, CL_NCHW, 0},
+    {3, 5, 6, 9, 8, 3, 3, 1, 1, 0, 0, CL_NCHW, 0},
+    {2, 4, 7, 5, 6, 5, 5, 1, 1, 0, 0, CL_NCHW, 0},
+    {4, 17, 12, 10, 32, 3, 3, 1, 1, 0, 0, CL_NCHW, 0},
+    {5, 3, 6, 9, 8, 3, 3, 1, 1, 0, 0, CL_NCHW, 0},
+    {3, 2, 6, 7, 4, 3, 5, 1, 1, 0, 0, CL_NCHW, 0},
+    {2, 3, 8, 9, 4, 3, 3, 2, 2, 0, 0, CL_NCHW, 0},
+    {2, 20, 9, 8, 24, 5, 3, 1, 3, 0, 0, CL_NCHW, 0},
+    {2, 3, 4, 5, 20, 5, 3, 3, 2, 0, 0, CL_NCHW, 0},
+    {3, 8, 5, 7, 12, 3, 3, 1, 1, 0, 4, CL_NCHW, 0},
+    {2, 12, 6, 9, 32, 5, 3, 2, 1, 0, 4, CL_NCHW, 0},
+    {2, 256, 16, 16, 16, 1, 1, 1, 1, 0, 0, CL_NCHW, 0}, /* the paper's head */
 };
 /* The core's per-step slices: activations one element past an aligned
  * start, square and dilated non-square. */
-static const cl_conv_shape conv_offset_shapes[] = {{3, 5, 6, 9, 8, 3, 3, 1, 1, 0, 0, CL_NCHW},
-                                                   {4, 17, 12, 10, 32, 3, 3, 1, 1, 0, 0, CL_NCHW},
-                                                   {2, 20, 9, 8, 24, 5, 3, 1, 3, 0, 0, CL_NCHW},
-                                                   {3, 8, 5, 7, 12, 3, 3, 1, 1, 0, 4, CL_NCHW}};
-static const cl_conv_shape conv_rounding_cases[] = {{1, 1, 1, 1, 4136, 1, 1, 1, 1, 0, 0, CL_NCHW}};
+static const cl_conv_shape conv_offset_shapes[] = {{3, 5, 6, 9, 8, 3, 3, 1, 1, 0, 0, CL_NCHW, 0},
+                                                   {4, 17, 12, 10, 32, 3, 3, 1, 1, 0, 0, CL_NCHW, 0},
+                                                   {2, 20, 9, 8, 24, 5, 3, 1, 3, 0, 0, CL_NCHW, 0},
+                                                   {3, 8, 5, 7, 12, 3, 3, 1, 1, 0, 4, CL_NCHW, 0}};
+static const cl_conv_shape conv_rounding_cases[] = {{1, 1, 1, 1, 4136, 1, 1, 1, 1, 0, 0, CL_NCHW, 0}};
 
 /* {N, hidden, P}: P = 35, 37 (a vector body and a scalar tail), 150 (a
  * full 128 chunk, a vector body and a tail), 576 (a 24x24 image); hidden
@@ -3126,9 +3126,9 @@ static void cpu_own(variant *v) {
   cl_backend_destroy(dflt);
   expect(v, be->iface->synchronize == NULL && be->iface->host_stage == NULL,
          "no queue to wait for, nothing to stage (synchronize, host_stage NULL)");
-  static const cl_conv_shape shapes[] = {{4, 6, 8, 8, 20, 3, 3, 1, 1, CL_F32, 0, CL_NCHW},
-                                         {4, 20, 6, 5, 4, 3, 3, 1, 1, CL_F32, 0, CL_NCHW},
-                                         {2, 20, 9, 8, 24, 3, 3, 1, 3, CL_F32, 0, CL_NCHW}};
+  static const cl_conv_shape shapes[] = {{4, 6, 8, 8, 20, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0},
+                                         {4, 20, 6, 5, 4, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0},
+                                         {2, 20, 9, 8, 24, 3, 3, 1, 3, CL_F32, 0, CL_NCHW, 0}};
   enum { NS = COUNT(shapes), NT = 2 * NS }; /* each shape forward, then backward filter */
   conv_data d[NS];
   for (int i = 0; i < NS; i++) d[i] = conv_make(&shapes[i], 1, 1);

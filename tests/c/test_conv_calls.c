@@ -157,7 +157,7 @@ static void check_workspace(cl_model *m, const config *c, const cl_step_options 
   for (int i = 0; i < n_rec; i++) {
     const cl_conv_call_info *r = &rec[i];
     cl_conv_shape s = {(int)r->N, r->C,  r->H,  r->W,     r->K,      r->kh,
-                       r->kw,     r->dh, r->dw, c->dtype, r->groups, CL_NCHW};
+                       r->kw,     r->dh, r->dw, c->dtype, r->groups, CL_NCHW, 0};
     size_t w = 0;
     CHECK(cl_backend_conv_workspace(m->be, &s, r->dir, &w) == CL_OK, "%s: workspace query",
           c->name);

@@ -291,13 +291,13 @@ int main(void) {
    * pair), the step's 5x5 shapes at 16x16 (as issue #39's benchmarks),
    * dilation, groups (per-gate dropout) */
   static const cl_conv_shape shapes[] = {
-      {2, 3, 5, 7, 4, 3, 3, 1, 1, CL_BF16, 0, CL_NCHW},
-      {3, 17, 11, 13, 9, 1, 1, 1, 1, CL_BF16, 0, CL_NCHW},
-      {2, 16, 16, 16, 192, 5, 5, 1, 1, CL_BF16, 0, CL_NCHW},
-      {1, 48, 16, 16, 192, 5, 5, 1, 1, CL_BF16, 0, CL_NCHW},
-      {2, 20, 9, 8, 24, 5, 3, 1, 3, CL_BF16, 0, CL_NCHW},
-      {3, 8, 5, 7, 12, 3, 3, 1, 1, CL_BF16, 4, CL_NCHW},
-      {4, 1, 24, 24, 64, 3, 3, 1, 1, CL_BF16, 0, CL_NCHW},
+      {2, 3, 5, 7, 4, 3, 3, 1, 1, CL_BF16, 0, CL_NCHW, 0},
+      {3, 17, 11, 13, 9, 1, 1, 1, 1, CL_BF16, 0, CL_NCHW, 0},
+      {2, 16, 16, 16, 192, 5, 5, 1, 1, CL_BF16, 0, CL_NCHW, 0},
+      {1, 48, 16, 16, 192, 5, 5, 1, 1, CL_BF16, 0, CL_NCHW, 0},
+      {2, 20, 9, 8, 24, 5, 3, 1, 3, CL_BF16, 0, CL_NCHW, 0},
+      {3, 8, 5, 7, 12, 3, 3, 1, 1, CL_BF16, 4, CL_NCHW, 0},
+      {4, 1, 24, 24, 64, 3, 3, 1, 1, CL_BF16, 0, CL_NCHW, 0},
   };
   check_dot_rule();
   /* the kernels are checked wherever the CPU has them, paying or not */

@@ -38,6 +38,110 @@ static cl_backend *backend(int threads, cl_cpu_gemm_kind kind, int generic) {
   return be;
 }
 
+static float *randoms(size_t n, unsigned seed) {
+  float *a = malloc(n * sizeof *a);
+  for (size_t i = 0; i < n; i++) {
+    seed = seed * 1664525u + 1013904223u;
+    a[i] = (float)(seed >> 8) / 16777216.0f - 0.5f;
+  }
+  return a;
+}
+
+/* Direction dir (0 forward, 1 backward data) of s with weights w into out,
+ * on the workspace ws, same_w as given. */
+static void call(cl_backend *be, cl_conv_shape s, int dir, int same_w, const float *in,
+                 const float *w, float *out, void *ws) {
+  s.same_w = same_w;
+  cl_status st = dir == 0 ? be->iface->conv_forward(be, &s, in, w, NULL, out, 0, ws)
+                          : be->iface->conv_backward_data(be, &s, in, w, out, 0, ws);
+  CHECK(st == CL_OK, "same_w: the call failed: %s", be->err);
+}
+
+/* A call with same_w reuses the filter transform the call before it left
+ * in the workspace (the time loops' hidden halves): the same bits as
+ * computing it again, and only with the same w, shape, direction and
+ * workspace, and no convolution between. Reuse is seen by breaking the
+ * promise: w changed in place under same_w gives the old values' result;
+ * each case that must recompute breaks it too, and must not show it. */
+static void test_same_w(void) {
+  const cl_conv_shape s = {4, 24, 16, 16, 96, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0};
+  const cl_conv_shape other = {2, 7, 8, 8, 40, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0};
+  const size_t img = (size_t)s.N * s.K * s.H * s.W; /* the larger side: K > C */
+  const size_t nw = (size_t)s.K * s.C * s.kh * s.kw, no = (size_t)other.N * 40 * 64;
+  for (int dir = 0; dir <= 1; dir++) {
+    cl_backend *be = NULL;
+    CHECK(cl_backend_cpu_create(2, &be) == CL_OK, "cpu backend");
+    ((cl_cpu_ctx *)be->context)->conv_algo = 3;
+    size_t ws_bytes = 0, wx = 0, wf = 0, wo = 0;
+    CHECK(cl_backend_conv_workspace(be, &s, CL_CONV_FORWARD, &ws_bytes) == CL_OK &&
+              cl_backend_conv_workspace(be, &s, CL_CONV_BACKWARD_DATA, &wx) == CL_OK &&
+              cl_backend_conv_workspace(be, &s, CL_CONV_BACKWARD_FILTER, &wf) == CL_OK &&
+              cl_backend_conv_workspace(be, &other, CL_CONV_FORWARD, &wo) == CL_OK,
+          "workspace queries");
+    ws_bytes = ws_bytes > wx ? ws_bytes : wx;
+    ws_bytes = ws_bytes > wf ? ws_bytes : wf;
+    ws_bytes = ws_bytes > wo ? ws_bytes : wo;
+    float *in = randoms(img, 1), *v1 = randoms(nw, 2), *v2 = randoms(nw, 3);
+    float *w = malloc(nw * 4), *w_at = malloc(nw * 4), *oin = randoms(no, 4);
+    float *ow = randoms((size_t)40 * 7 * 25, 5), *oy = malloc(no * 4);
+    float *ref1 = malloc(img * 4), *ref2 = malloc(img * 4), *y = malloc(img * 4);
+    float *spare = malloc(img * 4);
+    void *ws = malloc(ws_bytes), *ws2 = malloc(ws_bytes);
+    const size_t nout = (size_t)s.N * (dir ? s.C : s.K) * s.H * s.W;
+    call(be, s, dir, 0, in, v2, ref2, ws);
+    call(be, s, dir, 0, in, v1, ref1, ws);
+    call(be, s, dir, 1, in, v1, y, ws);
+    CHECK(memcmp(y, ref1, nout * 4) == 0, "dir %d: a reused transform gives the same bits", dir);
+
+    memcpy(w, v1, nw * 4);
+    call(be, s, dir, 0, in, w, y, ws);
+    memcpy(w, v2, nw * 4);
+    call(be, s, dir, 1, in, w, y, ws);
+    CHECK(memcmp(y, ref1, nout * 4) == 0, "dir %d: same_w reuses the transform left there", dir);
+
+    memcpy(w, v1, nw * 4);
+    call(be, s, dir, 0, in, w, y, ws);
+    memcpy(w_at, v2, nw * 4);
+    call(be, s, dir, 1, in, w_at, y, ws);
+    CHECK(memcmp(y, ref2, nout * 4) == 0, "dir %d: same_w with another w recomputes", dir);
+
+    memcpy(w, v1, nw * 4);
+    call(be, s, dir, 0, in, w, y, ws);
+    memcpy(w, v2, nw * 4);
+    call(be, s, dir, 1, in, w, y, ws2);
+    CHECK(memcmp(y, ref2, nout * 4) == 0, "dir %d: same_w on another workspace recomputes", dir);
+
+    memcpy(w, v1, nw * 4);
+    call(be, s, dir, 0, in, w, y, ws);
+    call(be, other, 0, 0, oin, ow, oy, ws);
+    memcpy(w, v2, nw * 4);
+    call(be, s, dir, 1, in, w, y, ws);
+    CHECK(memcmp(y, ref2, nout * 4) == 0, "dir %d: same_w after another convolution recomputes",
+          dir);
+
+    memcpy(w, v1, nw * 4);
+    call(be, s, dir, 0, in, w, y, ws);
+    memset(spare, 0, nw * 4); /* backward filter overwrites ws and leaves no transform */
+    CHECK(be->iface->conv_backward_filter(be, &s, in, in, spare, NULL, ws) == CL_OK, "filter");
+    memcpy(w, v2, nw * 4);
+    call(be, s, dir, 1, in, w, y, ws);
+    CHECK(memcmp(y, ref2, nout * 4) == 0, "dir %d: same_w after a backward filter recomputes",
+          dir);
+
+    memcpy(w, v1, nw * 4);
+    call(be, s, dir, 0, in, w, y, ws);
+    call(be, s, 1 - dir, 0, in, w, spare, ws2); /* the other direction, elsewhere */
+    memcpy(w, v2, nw * 4);
+    call(be, s, dir, 1, in, w, y, ws);
+    CHECK(memcmp(y, ref2, nout * 4) == 0, "dir %d: same_w after the other direction recomputes",
+          dir);
+    free(in), free(v1), free(v2), free(w), free(w_at), free(oin), free(ow), free(oy);
+    free(ref1), free(ref2), free(y), free(spare), free(ws), free(ws2);
+    cl_backend_destroy(be);
+  }
+  printf("  same_w: reuse, and each case that recomputes\n");
+}
+
 int main(void) {
   /* N C H W K kh kw: 18 tiles of F(4x4, r) and 30 filter pairs (tails on
    * 8- and 16-float vectors); a hidden half of the steps' 5x5 models cut
@@ -45,11 +149,11 @@ int main(void) {
    * output channels of 7 inputs: the gather's runs of 40 (and of 7) pairs,
    * whole vectors and a tail, a block of 256 pairs ending within a run */
   const cl_conv_shape shapes[] = {
-      {3, 5, 7, 9, 6, 3, 3, 1, 1, CL_F32, 0, CL_NCHW},
-      {3, 5, 7, 9, 6, 5, 5, 1, 1, CL_F32, 0, CL_NCHW},
-      {4, 24, 16, 16, 96, 5, 5, 1, 1, CL_F32, 0, CL_NCHW},
-      {20, 8, 13, 11, 12, 3, 3, 1, 1, CL_F32, 0, CL_NCHW},
-      {2, 7, 8, 8, 40, 5, 5, 1, 1, CL_F32, 0, CL_NCHW},
+      {3, 5, 7, 9, 6, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0},
+      {3, 5, 7, 9, 6, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0},
+      {4, 24, 16, 16, 96, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0},
+      {20, 8, 13, 11, 12, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0},
+      {2, 7, 8, 8, 40, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0},
   };
   const char *ops[] = {"forward", "backward data", "backward filter"};
   int compared = 0;
@@ -79,5 +183,6 @@ int main(void) {
     }
   }
   printf("  %d calls compared bit for bit\n", compared);
+  test_same_w();
   return ctest_done("test_cpu_wino_fixed");
 }

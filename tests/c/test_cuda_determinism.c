@@ -258,12 +258,12 @@ int main(void) {
   }
   /* K small (many block rows per channel), K large (one row), half types */
   static const cl_conv_shape convs[] = {
-      {97, 3, 33, 29, 8, 3, 3, 1, 1, CL_F32, 0, CL_NCHW},
-      {40, 16, 16, 16, 256, 3, 3, 1, 1, CL_F32, 0, CL_NCHW},
-      {2000, 2, 8, 8, 4, 3, 3, 1, 1, CL_F32, 0, CL_NCHW},
-      {97, 3, 33, 29, 8, 3, 3, 1, 1, CL_F16, 0, CL_NCHW},
-      {97, 3, 33, 29, 8, 3, 3, 1, 1, CL_BF16, 0, CL_NCHW},
-      {64, 8, 12, 12, 1024, 1, 1, 1, 1, CL_F32, 0, CL_NCHW},
+      {97, 3, 33, 29, 8, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0},
+      {40, 16, 16, 16, 256, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0},
+      {2000, 2, 8, 8, 4, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0},
+      {97, 3, 33, 29, 8, 3, 3, 1, 1, CL_F16, 0, CL_NCHW, 0},
+      {97, 3, 33, 29, 8, 3, 3, 1, 1, CL_BF16, 0, CL_NCHW, 0},
+      {64, 8, 12, 12, 1024, 1, 1, 1, 1, CL_F32, 0, CL_NCHW, 0},
   };
   for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) conv_case(convs[i]);
   loss_cases(1000003);
