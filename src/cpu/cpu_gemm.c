@@ -48,14 +48,16 @@
  * 24x24 image (576 columns) is one block. MC only bounds the A pack buffer. */
 enum { GEMM_KC = 256, GEMM_MC = 240, GEMM_NC = 720 };
 
-/* Micro-kernel: C[0:m, 0:n] = alpha * (packed A sliver)(packed B sliver)
- * + beta * C, computing the full MR x NR tile in registers. */
-typedef void (*gemm_ukernel)(int kc, const float *a, const float *b, float *c, int ldc, float alpha,
-                             float beta, int m, int n);
+/* Micro-kernel: C[0:m, 0:n] = alpha * (A sliver)(packed B sliver)
+ * + beta * C, computing the full MR x NR tile in registers. The sliver's
+ * MR rows are contiguous at each k, the k steps as floats apart: MR when
+ * packed, lda when a transposed A is read where it lies. */
+typedef void (*gemm_ukernel)(int kc, const float *a, int as, const float *b, float *c, int ldc,
+                             float alpha, float beta, int m, int n);
 
 /* The same tile with B an im2col view read in place: row p of B starts at
  * xp + boff[p], and the tile's 16-column vector v at seg[v] from there. */
-typedef void (*gemm_vkernel)(int kc, const float *a, const float *xp, const ptrdiff_t *boff,
+typedef void (*gemm_vkernel)(int kc, const float *a, int as, const float *xp, const ptrdiff_t *boff,
                              const ptrdiff_t *seg, float *c, int ldc, float alpha, float beta,
                              int m, int n);
 
@@ -97,13 +99,13 @@ static void store_tile(const float *t, int nr, float *c, int ldc, float alpha, f
   }
 }
 
-static void ukr_generic(int kc, const float *a, const float *b, float *c, int ldc, float alpha,
-                        float beta, int m, int n) {
+static void ukr_generic(int kc, const float *a, int as, const float *b, float *c, int ldc,
+                        float alpha, float beta, int m, int n) {
   float acc[GEN_MR * GEN_NR] = {0};
   for (int p = 0; p < kc; p++) {
     const float *bp = b + (size_t)p * GEN_NR;
     for (int i = 0; i < GEN_MR; i++) {
-      float ai = a[(size_t)p * GEN_MR + i];
+      float ai = a[(size_t)p * as + i];
       for (int j = 0; j < GEN_NR; j++) acc[i * GEN_NR + j] += ai * bp[j];
     }
   }
@@ -116,8 +118,8 @@ static void ukr_generic(int kc, const float *a, const float *b, float *c, int ld
 #define CL_TARGET_AVX2 __attribute__((target("avx2,fma")))
 enum { AVX2_MR = 6, AVX2_NR = 16 };
 
-CL_TARGET_AVX2 static void ukr_avx2(int kc, const float *a, const float *b, float *c, int ldc,
-                                    float alpha, float beta, int m, int n) {
+CL_TARGET_AVX2 static void ukr_avx2(int kc, const float *a, int as, const float *b, float *c,
+                                    int ldc, float alpha, float beta, int m, int n) {
   /* Every loop over acc is fully unrolled so that it lives in registers. */
   __m256 acc[AVX2_MR][2];
 #pragma GCC unroll 6
@@ -130,7 +132,7 @@ CL_TARGET_AVX2 static void ukr_avx2(int kc, const float *a, const float *b, floa
       acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
       acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
     }
-    a += AVX2_MR;
+    a += as;
     b += AVX2_NR;
   }
   __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
@@ -148,14 +150,24 @@ CL_TARGET_AVX2 static void ukr_avx2(int kc, const float *a, const float *b, floa
     }
     return;
   }
-  /* Edge tile: rare, so go through memory rather than masks. */
-  float t[AVX2_MR * AVX2_NR];
+  /* Edge tile (the last rows or columns of C): the same sums through lane
+   * masks, no lane past n read or written. The loop over rows is unrolled,
+   * so acc stays in registers. */
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i k0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane);
+  const __m256i k1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - 8), lane);
 #pragma GCC unroll 6
   for (int i = 0; i < AVX2_MR; i++) {
-    _mm256_storeu_ps(t + i * AVX2_NR, acc[i][0]);
-    _mm256_storeu_ps(t + i * AVX2_NR + 8, acc[i][1]);
+    if (i >= m) break;
+    float *cr = c + (size_t)i * ldc;
+    __m256 x0 = _mm256_mul_ps(va, acc[i][0]), x1 = _mm256_mul_ps(va, acc[i][1]);
+    if (beta != 0.0f) {
+      x0 = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cr, k0), x0);
+      x1 = _mm256_fmadd_ps(vb, _mm256_maskload_ps(cr + 8, k1), x1);
+    }
+    _mm256_maskstore_ps(cr, k0, x0);
+    _mm256_maskstore_ps(cr + 8, k1, x1);
   }
-  store_tile(t, AVX2_NR, c, ldc, alpha, beta, m, n);
 }
 
 /* ---- AVX-512F micro-kernels ---------------------------------------------
@@ -190,8 +202,8 @@ CL_TARGET_AVX2 static void ukr_avx2(int kc, const float *a, const float *b, floa
       }                                                                                           \
     }                                                                                             \
   }                                                                                               \
-  CL_TARGET_AVX512 static void NAME(int kc, const float *a, const float *b, float *c, int ldc,    \
-                                    float alpha, float beta, int m, int n) {                      \
+  CL_TARGET_AVX512 static void NAME(int kc, const float *a, int as, const float *b, float *c,     \
+                                    int ldc, float alpha, float beta, int m, int n) {             \
     __m512 acc[MR][NV];                                                                           \
     _Pragma("GCC unroll 12") for (int i = 0; i < MR; i++)                                         \
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[i][v] = _mm512_setzero_ps();     \
@@ -203,7 +215,7 @@ CL_TARGET_AVX2 static void ukr_avx2(int kc, const float *a, const float *b, floa
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[i][v] =                          \
             _mm512_fmadd_ps(ai, bv[v], acc[i][v]);                                                \
       }                                                                                           \
-      a += MR;                                                                                    \
+      a += as;                                                                                    \
       b += 16 * NV;                                                                               \
     }                                                                                             \
     NAME##_store(acc, c, ldc, alpha, beta, m, n);                                                 \
@@ -219,7 +231,7 @@ CL_UKR_AVX512(ukr_avx512_12x32, 12, 2)
  * serve come straight from the zero-bordered image (in L1 across the row
  * tiles) and B is never packed. Products and sums are those of the packed
  * 12 x 32 kernel, in its order: the results are the same bit for bit. */
-CL_TARGET_AVX512 static void vukr_avx512_12x32(int kc, const float *a, const float *xp,
+CL_TARGET_AVX512 static void vukr_avx512_12x32(int kc, const float *a, int as, const float *xp,
                                                const ptrdiff_t *boff, const ptrdiff_t *seg,
                                                float *c, int ldc, float alpha, float beta, int m,
                                                int n) {
@@ -238,7 +250,7 @@ CL_TARGET_AVX512 static void vukr_avx512_12x32(int kc, const float *a, const flo
       acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
       acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
     }
-    a += 12;
+    a += as;
   }
   /* A copy for the store, whose runtime-indexed loops would otherwise keep
    * acc in memory, written back on every k step. */
@@ -518,21 +530,38 @@ static gemm_blocks blocks_of(const gemm_arch *ar, int M, int N, int K) {
   return bl;
 }
 
-static void macro_kernel(const gemm_arch *ar, int mc, int nc, int kc, const float *pa,
+/* Where the micro-kernels read a block's A: the slivers before row full
+ * at at + ir * next, their k steps as floats apart; the rest (a last,
+ * short sliver) packed at tail. */
+typedef struct a_view {
+  const float *at, *tail;
+  size_t next;
+  int as, full;
+} a_view;
+
+static const float *a_sliver(const gemm_arch *ar, const a_view *a, int ir, int *as) {
+  *as = ir < a->full ? a->as : ar->mr;
+  return ir < a->full ? a->at + (size_t)ir * a->next : a->tail;
+}
+
+static void macro_kernel(const gemm_arch *ar, int mc, int nc, int kc, const a_view *av,
                          const float *pb, float *c, int ldc, float alpha, float beta) {
+  int as;
   if (ar->jr_outer) {
     for (int jr = 0; jr < nc; jr += ar->nr) {
       const float *b = pb + (size_t)jr * kc;
-      for (int ir = 0; ir < mc; ir += ar->mr)
-        ar->ukr(kc, pa + (size_t)ir * kc, b, c + (size_t)ir * ldc + jr, ldc, alpha, beta,
-                imin(ar->mr, mc - ir), imin(ar->nr, nc - jr));
+      for (int ir = 0; ir < mc; ir += ar->mr) {
+        const float *a = a_sliver(ar, av, ir, &as);
+        ar->ukr(kc, a, as, b, c + (size_t)ir * ldc + jr, ldc, alpha, beta, imin(ar->mr, mc - ir),
+                imin(ar->nr, nc - jr));
+      }
     }
     return;
   }
   for (int ir = 0; ir < mc; ir += ar->mr) {
-    const float *a = pa + (size_t)ir * kc;
+    const float *a = a_sliver(ar, av, ir, &as);
     for (int jr = 0; jr < nc; jr += ar->nr)
-      ar->ukr(kc, a, pb + (size_t)jr * kc, c + (size_t)ir * ldc + jr, ldc, alpha, beta,
+      ar->ukr(kc, a, as, pb + (size_t)jr * kc, c + (size_t)ir * ldc + jr, ldc, alpha, beta,
               imin(ar->mr, mc - ir), imin(ar->nr, nc - jr));
   }
 }
@@ -557,11 +586,24 @@ typedef struct gemm_asrc {
   const float *packed; /* the whole A, packed; NULL: pack into scratch */
 } gemm_asrc;
 
-static const float *a_block(const gemm_arch *ar, const gemm_asrc *a, int M, int ic, int pc,
-                            int mc, int kc, float *scratch) {
-  if (a->packed) return a->packed + (size_t)pc * round_up(M, ar->mr) + (size_t)ic * kc;
+static a_view a_block(const gemm_arch *ar, const gemm_asrc *a, int M, int ic, int pc, int mc,
+                      int kc, float *scratch) {
+  a_view v = {scratch, scratch, (size_t)kc, ar->mr, mc};
+  if (a->packed) {
+    v.at = a->packed + (size_t)pc * round_up(M, ar->mr) + (size_t)ic * kc;
+    return v;
+  }
+  if (a->trans) {
+    /* op(A)'s rows are A's columns: each k step of a sliver is MR floats
+     * in a row of A already, so the kernels read them there; only a
+     * sliver short of MR rows (past M) is packed, padded with zeros. */
+    v.at = a->A + (size_t)pc * a->lda + ic, v.next = 1, v.as = a->lda;
+    v.full = mc / ar->mr * ar->mr;
+    if (v.full < mc) pack_a(ar, 1, a->A, a->lda, ic + v.full, pc, mc - v.full, kc, scratch);
+    return v;
+  }
   pack_a(ar, a->trans, a->A, a->lda, ic, pc, mc, kc, scratch);
-  return scratch;
+  return v;
 }
 
 static void gemm_internal(const gemm_arch *ar, const gemm_asrc *A, const gemm_bsrc *B, int M,
@@ -578,8 +620,8 @@ static void gemm_internal(const gemm_arch *ar, const gemm_asrc *A, const gemm_bs
       pack_b(ar, B, pc, jc, kc, nc, pb);
       for (int ic = 0; ic < M; ic += bl.mc) {
         int mc = imin(bl.mc, M - ic);
-        const float *a = a_block(ar, A, M, ic, pc, mc, kc, pa);
-        macro_kernel(ar, mc, nc, kc, a, pb, C + (size_t)ic * ldc + jc, ldc, alpha, bta);
+        a_view a = a_block(ar, A, M, ic, pc, mc, kc, pa);
+        macro_kernel(ar, mc, nc, kc, &a, pb, C + (size_t)ic * ldc + jc, ldc, alpha, bta);
       }
     }
   }
@@ -615,17 +657,19 @@ static void gemm_view_inplace(const gemm_arch *ar, const gemm_asrc *A, const cl_
     float bta = pc == 0 ? beta : 1.0f;
     for (int ic = 0; ic < M; ic += bl.mc) {
       int mc = imin(bl.mc, M - ic);
-      const float *a = a_block(ar, A, M, ic, pc, mc, kc, scratch);
+      a_view a = a_block(ar, A, M, ic, pc, mc, kc, scratch);
       for (int jr = 0; jr < N; jr += ar->nr) {
         ptrdiff_t seg[VIEW_SEGS_MAX];
         for (int h = 0; h < ar->nr / VIEW_SEG; h++) {
           int q = jr + VIEW_SEG * h < N ? jr + VIEW_SEG * h : jr; /* past N: masked off, any row */
           seg[h] = (ptrdiff_t)(q / v->W) * v->Wp + q % v->W;
         }
-        for (int ir = 0; ir < mc; ir += ar->mr)
-          ar->vukr(kc, a + (size_t)ir * kc, v->xp, v->boff + pc, seg,
-                   C + (size_t)(ic + ir) * ldc + jr, ldc, alpha, bta, imin(ar->mr, mc - ir),
-                   imin(ar->nr, N - jr));
+        for (int ir = 0; ir < mc; ir += ar->mr) {
+          int as;
+          const float *ai = a_sliver(ar, &a, ir, &as);
+          ar->vukr(kc, ai, as, v->xp, v->boff + pc, seg, C + (size_t)(ic + ir) * ldc + jr, ldc,
+                   alpha, bta, imin(ar->mr, mc - ir), imin(ar->nr, N - jr));
+        }
       }
     }
   }

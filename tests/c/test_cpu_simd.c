@@ -4,7 +4,8 @@
  * GEMM of every instruction set (all four transpose combinations, odd and
  * blocked sizes, padded leading dimensions, C not read when beta is 0, its
  * packing scratch used to the byte it reports, threads calling it at once)
- * against a naive product in double, and the float16 / bfloat16 load and
+ * against a naive product in double, a transposed A read in place equal bit
+ * for bit to the same A packed, and the float16 / bfloat16 load and
  * store against host/half.h bit for bit; a kind with several register tiles
  * (AVX-512) with each tile forced, all tiles equal bit for bit, and the
  * per-shape timing that chooses among them settling.
@@ -13,6 +14,7 @@
  * exits 1 on any failure. Not a benchmark (bench_cpu_conv.c).
  */
 #define _POSIX_C_SOURCE 200112L /* setenv */
+#define _DEFAULT_SOURCE         /* MAP_ANONYMOUS */
 #include "host/half.h"       /* the reference float16 / bfloat16 conversions */
 #include "cpu/cpu_kernels.h" /* cl_cpu_sgemm*, cl_cpu_load, cl_cpu_store */
 #include "ctest.h"           /* the one RNG of the C tests (uniform01) */
@@ -22,6 +24,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static int verbose = 1;
 /* Under valgrind (50x slower) the largest products are left out. */
@@ -250,6 +254,64 @@ static void test_gemm_tiles(cl_cpu_gemm_kind kind) {
   free(A), free(B), free(C);
 }
 
+/* A transposed A is read where it lies (each k step of a sliver is a row
+ * segment of A), only a last sliver short of a tile's rows packed: its
+ * products must be those of the same A written out untransposed and
+ * packed, bit for bit, with each tile forced, over shapes whose rows end
+ * on a tile and past one, K and M in several blocks (256 deep, 240 tall),
+ * and a padded lda. A ends where an unreadable page begins, so that a read
+ * past its last row stops the test. */
+static float *fenced_floats(size_t n, void **map, size_t *len) {
+  const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  const size_t body = (n * sizeof(float) + page - 1) / page * page;
+  *len = body + page;
+  *map = mmap(NULL, *len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (*map == MAP_FAILED || mprotect((char *)*map + body, page, PROT_NONE) != 0) {
+    fprintf(stderr, "fenced_floats: mmap/mprotect failed\n");
+    exit(2);
+  }
+  float *f = (float *)((char *)*map + body) - n;
+  for (size_t i = 0; i < n; i++) f[i] = (float)uniform();
+  return f;
+}
+
+static void test_gemm_a_in_place(cl_cpu_gemm_kind kind) {
+  static const int shapes[][5] = {/* M N K pad threads */
+                                  {192, 64, 48, 0, 1}, {192, 48, 64, 0, 1}, {48, 100, 30, 5, 1},
+                                  {49, 33, 300, 0, 1}, {9, 576, 4, 0, 1},   {250, 70, 520, 3, 1},
+                                  {491, 40, 17, 0, 1}, {96, 300, 64, 1, 2}, {37, 500, 77, 0, 3}};
+  const int tiles = cl_cpu_gemm_tiles(kind), n = sizeof shapes / sizeof shapes[0];
+  int same = 1;
+  for (int t = 0; t < tiles; t++) {
+    if (tiles > 1) setenv("CONVLSTM_GEMM_TILE", cl_cpu_gemm_tile_name(kind, t), 1);
+    for (int i = 0; i < n; i++) {
+      const int M = shapes[i][0], N = shapes[i][1], K = shapes[i][2], pad = shapes[i][3];
+      const int th = shapes[i][4], lda = M + pad;
+      void *map;
+      size_t len;
+      float *At = fenced_floats((size_t)(K - 1) * lda + M, &map, &len);
+      float *A = xmalloc(sizeof(float) * M * K);
+      for (int r = 0; r < M; r++)
+        for (int p = 0; p < K; p++) A[(size_t)r * K + p] = At[(size_t)p * lda + r];
+      float *B = rand_floats((size_t)K * N), *C0 = rand_floats((size_t)M * N);
+      float *C1 = xmalloc(sizeof(float) * M * N);
+      memcpy(C1, C0, sizeof(float) * M * N);
+      if (th > 1) {
+        cl_cpu_sgemm_threaded(kind, th, 1, 0, M, N, K, 1.0f, At, lda, B, N, 0.5f, C0, N, NULL);
+        cl_cpu_sgemm_threaded(kind, th, 0, 0, M, N, K, 1.0f, A, K, B, N, 0.5f, C1, N, NULL);
+      } else {
+        cl_cpu_sgemm(kind, 1, 0, M, N, K, 1.0f, At, lda, B, N, 0.5f, C0, N, NULL);
+        cl_cpu_sgemm(kind, 0, 0, M, N, K, 1.0f, A, K, B, N, 0.5f, C1, N, NULL);
+      }
+      same &= memcmp(C0, C1, sizeof(float) * M * N) == 0;
+      munmap(map, len), free(A), free(B), free(C0), free(C1);
+    }
+  }
+  unsetenv("CONVLSTM_GEMM_TILE");
+  check_true(same, "sgemm %s: A^T read in place gives the bits of A packed (%d shapes x %d tiles)",
+             cl_cpu_gemm_name(kind), n, tiles);
+}
+
 /* ---- GEMM on an im2col view ----------------------------------------------- */
 
 /* One image of C channels, H x W, k x k taps, zero-bordered; its im2col
@@ -463,6 +525,7 @@ int main(int argc, char **argv) {
       test_gemm_kind((cl_cpu_gemm_kind)kind);
       test_gemm_reentrant((cl_cpu_gemm_kind)kind);
       test_gemm_tiles((cl_cpu_gemm_kind)kind);
+      if (kind != CL_CPU_GEMM_BLAS) test_gemm_a_in_place((cl_cpu_gemm_kind)kind);
       test_gemm_views((cl_cpu_gemm_kind)kind);
     }
   printf("-- float16 / bfloat16 load and store\n");
