@@ -94,8 +94,10 @@ static cl_status fill(const cl_model *m, cl_staged *b, const cl_host_array *x,
   const cl_dtype t = m->cfg.dtype;
   const size_t row_x = cl_mul_size(cl_host_row_elems(x), cl_dtype_size(t));
   const size_t row_y = cl_mul_size(cl_host_row_elems(y), sizeof(float));
-  const size_t x_bytes = cl_mul_size(cl_mul_size(row_x, (size_t)x->dims[0]), (size_t)cl_host_steps(x));
-  const size_t y_bytes = cl_mul_size(cl_mul_size(row_y, (size_t)y->dims[0]), (size_t)cl_host_steps(y));
+  const size_t x_bytes =
+      cl_mul_size(cl_mul_size(row_x, (size_t)x->dims[0]), (size_t)cl_host_steps(x));
+  const size_t y_bytes =
+      cl_mul_size(cl_mul_size(row_y, (size_t)y->dims[0]), (size_t)cl_host_steps(y));
   const size_t y_off = (x_bytes + 255) / 256 * 256, need = y_off + y_bytes;
   if (!x_bytes || !y_bytes || y_off < x_bytes || need < y_off)
     return fail(err, errlen, "the batch's sizes overflow (%s)", "x, y");

@@ -123,8 +123,10 @@ TGT static void FN(wino_gather)(float *g, size_t gs, const float *s, size_t ss, 
                                 size_t n) {
   size_t i = 0;
 #if VW > 1
-  const VI at = VSTRIDES((int)(ss <= INT_MAX / VW ? ss : 0));
-  for (; ss <= INT_MAX / VW && i + VW <= n; i += VW)
+  /* lane offsets as 32-bit ints: a stride past that is gathered by the loop below */
+  const int fits = ss <= INT_MAX / VW;
+  const VI at = VSTRIDES((int)(fits ? ss : 0));
+  for (; fits && i + VW <= n; i += VW)
     for (int e = 0; e < rr; e++)
       VSTOREU(g + e * gs + i, VGATHER(s + i * ss + (rev ? rr - 1 - e : e), at));
 #endif
