@@ -228,6 +228,8 @@ typedef struct wino_plan {
  * 128 2.9, 256 2.8. Wider GEMMs pack each U[e] fewer times; WINO_M_BYTES
  * then bounds what the wider chunk holds. */
 enum { WINO_TILES = 256, WINO_PAIRS = 256 };
+/* cl_transform's channels turned channels last together */
+enum { WINO_ROWS = 8 };
 /* About the bytes of M (products, or dy's transform) a thread holds at
  * once, a core's L2 here (a block is rounded up to whole 12-row tiles, and
  * one image's tiles are the least a chunk holds). Tried at 2 MiB: the plain stack's step ran 4-9 % slower
@@ -300,9 +302,10 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
   const size_t pairs = (size_t)(p.f->r * p.f->r + p.f->n * p.f->r) * p.np;
   const size_t planes = 2 * (size_t)nn * p.T > pairs ? 2 * (size_t)nn * p.T : pairs;
   p.tmp_bytes = round64(sizeof(float) * (planes + padded));
-  if (dir == 2) { /* cl_transform's image channels last, and a row */
-    const size_t xs = (size_t)(p.th * m + p.f->n - m) * (p.tw * m + p.f->n - m) * t.C + t.W;
-    const size_t ds = (size_t)p.th * m * p.tw * m * t.K + t.W;
+  if (dir == 2) { /* cl_transform's image channels last, and its rows */
+    const size_t rows = (size_t)WINO_ROWS * t.W;
+    const size_t xs = (size_t)(p.th * m + p.f->n - m) * (p.tw * m + p.f->n - m) * t.C + rows;
+    const size_t ds = (size_t)p.th * m * p.tw * m * t.K + rows;
     const size_t most = xs > ds ? xs : ds;
     if (sizeof(float) * most > p.tmp_bytes) p.tmp_bytes = round64(sizeof(float) * most);
   }
@@ -657,24 +660,33 @@ static void cl_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_
   const int m = p->f->m, H = t->H, W = t->W;
   const int Hq = p->th * m + nt - m, Wq = p->tw * m + nt - m;
   const size_t plane = (size_t)p->T * cn, pix = (size_t)cn;
-  float *Pc = tmp, *row = Pc + (size_t)Hq * Wq * pix;
+  float *Pc = tmp, *rows = Pc + (size_t)Hq * Wq * pix;
   /* no border to clear when the tiles cover the image exactly (dy's) */
   const int border = pad > 0 || Hq != H || Wq != W;
   for (int b = 0; b < nb; b++) {
     if (border) memset(Pc, 0, sizeof(float) * Hq * Wq * pix);
-    for (int c = 0; c < cn; c++) {
-      const size_t img = ((size_t)(n0 + b) * C + c0 + c) * H * W;
-      double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    /* WINO_ROWS channels at a time, row by row: each pixel's channels
+     * then go out side by side (one channel at a time, each of its stores
+     * was a cache line of its own, pix floats from the last) */
+    for (int cg = 0; cg < cn; cg += WINO_ROWS) {
+      const int g = cn - cg < WINO_ROWS ? cn - cg : WINO_ROWS;
+      double s[WINO_ROWS][4] = {{0.0}};
       for (int y = 0; y < H; y++) {
-        cl_cpu_load(t->dtype, src, img + (size_t)y * W, row, W);
-        float *d = Pc + ((size_t)(y + pad) * Wq + pad) * pix + c;
-        for (int x = 0; x < W; x++) d[x * pix] = row[x];
-        int x = 0;
-        for (; dbias && x + 4 <= W; x += 4)
-          s0 += row[x], s1 += row[x + 1], s2 += row[x + 2], s3 += row[x + 3];
-        for (; dbias && x < W; x++) s0 += row[x];
+        for (int k = 0; k < g; k++) {
+          const size_t img = ((size_t)(n0 + b) * C + c0 + cg + k) * H * W;
+          float *row = rows + (size_t)k * W;
+          cl_cpu_load(t->dtype, src, img + (size_t)y * W, row, W);
+          int x = 0;
+          for (; dbias && x + 4 <= W; x += 4)
+            s[k][0] += row[x], s[k][1] += row[x + 1], s[k][2] += row[x + 2], s[k][3] += row[x + 3];
+          for (; dbias && x < W; x++) s[k][0] += row[x];
+        }
+        float *d = Pc + ((size_t)(y + pad) * Wq + pad) * pix + cg;
+        for (int x = 0; x < W; x++)
+          for (int k = 0; k < g; k++) d[x * pix + k] = rows[(size_t)k * W + x];
       }
-      if (dbias) dbias[c0 + c] += (s0 + s1) + (s2 + s3);
+      for (int k = 0; dbias && k < g; k++)
+        dbias[c0 + cg + k] += (s[k][0] + s[k][1]) + (s[k][2] + s[k][3]);
     }
     for (int q = 0; q < p->T1; q++) { /* its window's rows Wq pixels of cn floats apart */
       const int ty = q / p->tw, tx = q % p->tw;
