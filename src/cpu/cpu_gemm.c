@@ -769,8 +769,9 @@ static void gemm_blas(int transA, int transB, int M, int N, int K, float alpha, 
  * The choice cannot change a result: every tile sums each element of C in
  * one order (see the micro-kernels), and the scratch is sized for the
  * largest tile. CONVLSTM_GEMM_TILE=<name> (cl_cpu_gemm_tile_name) forces a
- * tile; products under TUNE_MIN_FLOP and classes past the table's size run
- * the first tile. */
+ * tile. Products under TUNE_MIN_FLOP, too short to time, take the tile that
+ * pads C least (tile_least_padding); classes past the table's size run the
+ * first tile. */
 
 enum { TUNE_ROUNDS = 3, TUNE_SLOTS = 256 };
 #define TUNE_MIN_FLOP 2e6
@@ -811,11 +812,15 @@ const char *cl_cpu_gemm_tile_name(cl_cpu_gemm_kind kind, int tile) {
   return tile >= 0 && tile < n ? t[tile].name : "?";
 }
 
-/* How many of the n tiles may run a product from b: the view tiles only
- * when they can read it in place. */
-static int tiles_for(const gemm_arch *tiles, int n, const gemm_bsrc *b) {
-  while (n > 1 && tiles[n - 1].vukr && !view_inplace(&tiles[n - 1], b)) n--;
+/* How many of the n tiles may run a product: the view tiles (last) only
+ * when they can read its B in place. */
+static int eligible_of(const gemm_arch *tiles, int n, int inplace) {
+  while (n > 1 && tiles[n - 1].vukr && !inplace) n--;
   return n;
+}
+
+static int tiles_for(const gemm_arch *tiles, int n, const gemm_bsrc *b) {
+  return eligible_of(tiles, n, view_inplace(&tiles[n - 1], b));
 }
 
 /* The tile CONVLSTM_GEMM_TILE names among n, or -1. */
@@ -841,6 +846,30 @@ static tune_slot *tune_find(int M, int N, int K, int flags) {
   return NULL;
 }
 
+/* Of the first `eligible` tiles, the one whose tiles of C cover M x N with
+ * the fewest elements past it (the earliest of equals): a product too short
+ * to time runs its padding at the full cost of the kernel, and the Winograd
+ * GEMMs of a 16x16 map's 64 tiles waste a third of an 8 x 48 tile's columns
+ * where 12 x 32 wastes none. */
+static int tile_least_padding(const gemm_arch *tiles, int eligible, int M, int N) {
+  int best = 0;
+  double least = 0;
+  for (int i = 0; i < eligible; i++) {
+    double area = (double)round_up(M, tiles[i].mr) * round_up(N, tiles[i].nr);
+    if (i == 0 || area < least) best = i, least = area;
+  }
+  return best;
+}
+
+/* The tile a product takes without timing, or -1 when it is timed: both
+ * the calls (tile_pick) and the question (cl_cpu_gemm_tile_chosen) ask
+ * here. */
+static int tile_untimed(const gemm_arch *tiles, int eligible, int M, int N, int K) {
+  if (eligible == 1) return 0;
+  if (2.0 * M * N * K < TUNE_MIN_FLOP) return tile_least_padding(tiles, eligible, M, N);
+  return -1;
+}
+
 /* Which tile runs this call, of the first `eligible` of n; *timed: whether
  * its time is to be recorded. A forced tile runs whether eligible or not. */
 static int tile_pick(int n, int eligible, const gemm_arch *tiles, int M, int N, int K, int flags,
@@ -849,9 +878,9 @@ static int tile_pick(int n, int eligible, const gemm_arch *tiles, int M, int N, 
   if (n == 1) return 0;
   int forced = tile_forced(tiles, n);
   if (forced >= 0) return forced;
-  if (eligible == 1) return 0;
-  if (2.0 * M * N * K < TUNE_MIN_FLOP) return 0;
-  int pick = 0;
+  int pick = tile_untimed(tiles, eligible, M, N, K);
+  if (pick >= 0) return pick;
+  pick = 0;
 #ifdef _OPENMP
 #pragma omp critical(cl_gemm_tune)
 #endif
@@ -885,8 +914,11 @@ static void tile_record(tune_slot *t, int eligible, int tile, double seconds) {
 int cl_cpu_gemm_tile_chosen(cl_cpu_gemm_kind kind, int transA, int transB, int view, int M, int N,
                             int K) {
   const gemm_arch *tiles;
-  if (kind == CL_CPU_GEMM_BLAS || tiles_of(kind, &tiles) == 1) return 0;
-  int choice = -1, flags = shape_flags(transA, transB, view, view == 2);
+  int n = kind == CL_CPU_GEMM_BLAS ? 1 : tiles_of(kind, &tiles);
+  if (n == 1) return 0;
+  int choice = tile_untimed(tiles, eligible_of(tiles, n, view == 2), M, N, K);
+  if (choice >= 0) return choice;
+  int flags = shape_flags(transA, transB, view, view == 2);
 #ifdef _OPENMP
 #pragma omp critical(cl_gemm_tune)
 #endif

@@ -48,12 +48,14 @@ cl_cpu_gemm_kind cl_cpu_gemm_choose(int n_threads);
  * a multiple of 16 pixels wide in place instead of packing it; other
  * products run it as 12x32), the others one. cl_cpu_sgemm times the tiles
  * a product can use on the first calls of each shape in a process and keeps
- * the fastest; every tile gives the same result bit for bit.
+ * the fastest; a product too short to time (under 2 MFLOP) takes the tile
+ * whose tiles pad C least. Every tile gives the same result bit for bit.
  * CONVLSTM_GEMM_TILE=<tile name> forces one. */
 int cl_cpu_gemm_tiles(cl_cpu_gemm_kind kind);
 const char *cl_cpu_gemm_tile_name(cl_cpu_gemm_kind kind, int tile);
 /* The tile chosen for a shape class, -1 while it is still being timed or
- * was never called; 0 for kinds with one tile. view: 0 B a matrix, 1 an
+ * was never called; 0 for kinds with one tile; for a product too short to
+ * time, the tile it takes. view: 0 B a matrix, 1 an
  * im2col view, 2 a view of an image a multiple of 16 pixels wide. */
 int cl_cpu_gemm_tile_chosen(cl_cpu_gemm_kind kind, int transA, int transB, int view, int M, int N,
                             int K);
