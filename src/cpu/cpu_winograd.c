@@ -217,6 +217,7 @@ typedef struct wino_plan {
   int kb;         /* output channels per block of M (K: backward filter) */
   int np;         /* filter pairs per block of the filter-side work */
   int small;      /* one chunk, split by channels and tile elements (small_*, wgrad_small_*) */
+  size_t vs, ms;  /* floats from one tile element's planes of V, of M (or DY), to the next's */
   int threads;
   size_t off_v, off_m, off_du; /* small: the shared V, M (or DY), backward filter's dU */
   size_t off_slices, v_bytes, m_bytes, scratch_bytes, tmp_bytes, du_bytes, db_bytes;
@@ -243,6 +244,16 @@ enum { WINO_ROWS = 8 };
  * 34.5, 34.9; the tutorial's 64 <- 256 at 24x24 (3 x 3) 122, 106, 81.5,
  * 86.2, 86.2. */
 #define WINO_V_BYTES ((size_t)8 << 20)
+
+/* The floats from one tile element's planes to the next's, for n floats of
+ * them: whole cache lines, an odd count. A transform writes (or reads) the
+ * n^2 elements of a vector of tiles at once, one plane apart; at the
+ * steps' strides (48 or 192 channels of 64 tiles: 12 and 48 KiB) all of
+ * them fell in one set of the 12-way L1 and evicted one another. */
+static size_t plane_floats(size_t n) {
+  const size_t lines = (n + 15) / 16;
+  return (lines | 1) * 16;
+}
 
 static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir,
                            const wino_form *f) {
@@ -278,7 +289,8 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
   const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(be);
   /* U (the filters' transform) first; backward filter has none */
   p.off_slices = dir == 2 ? 0 : round64(sizeof(float) * (size_t)nn * t.K * t.C);
-  p.v_bytes = round64(sizeof(float) * (size_t)nn * t.C * p.T);
+  p.vs = plane_floats((size_t)t.C * p.T);
+  p.v_bytes = round64(sizeof(float) * (size_t)nn * p.vs);
   /* forward and backward data: M holds the products of kb output channels
    * at a time, the channels cut into as few blocks (of whole 12-row
    * register tiles) as keep it near WINO_M_BYTES (backward filter: fewer
@@ -288,7 +300,8 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
   p.kb = (t.K + blocks - 1) / blocks;
   if (blocks > 1) p.kb = (p.kb + 11) / 12 * 12;
   if (p.kb > t.K) p.kb = t.K;
-  p.m_bytes = round64(sizeof(float) * (size_t)nn * p.kb * p.T);
+  p.ms = plane_floats((size_t)p.kb * p.T);
+  p.m_bytes = round64(sizeof(float) * (size_t)nn * p.ms);
   p.scratch_bytes = round64(dir == 2 ? cl_cpu_sgemm_scratch_bytes(kind, t.K, t.C, p.T)
                                      : cl_cpu_sgemm_scratch_bytes(kind, t.K, p.T, t.C));
   /* two sets of n^2 planes of T: an input tile's d and B^T d, or the
@@ -491,7 +504,7 @@ static void input_transform(const wino_fns *fns, const wino_plan *p, const cl_co
                             float *tmp) {
   const wino_form *f = p->f;
   const int n = f->n, m = f->m, pad = (f->r - 1) / 2, H = t->H, W = t->W, nn = n * n;
-  const size_t T = (size_t)p->T, CT = (size_t)t->C * T, len = (size_t)nb * p->T1;
+  const size_t T = (size_t)p->T, len = (size_t)nb * p->T1;
   float *D = tmp, *P = tmp + 2 * nn * T;
   const int Hp = p->th * m + n - m, Wp = p->tw * m + n - m;
   const wino_side Bs = side_of(f, ROLE_BT);
@@ -503,7 +516,7 @@ static void input_transform(const wino_fns *fns, const wino_plan *p, const cl_co
         cl_cpu_load(t->dtype, x, img + (size_t)yy * W, P + (yy + pad) * Wp + pad, W);
       fns->tiles(D + (size_t)b * p->T1, T, P, Wp, n, m, p->th, p->tw);
     }
-    t2d(fns, V + (size_t)c * T, CT, D, n * T, T, &Bs, len); /* B^T d B */
+    t2d(fns, V + (size_t)c * T, p->vs, D, n * T, T, &Bs, len); /* B^T d B */
   }
 }
 
@@ -559,7 +572,7 @@ static void element_products(const wino_job *j, long long e, int k0, int kn, int
   const cl_conv_shape *t = j->t;
   const int T = j->p->T;
   cl_cpu_sgemm(cl_cpu_gemm_of(j->be), 1, 0, kn, len, t->C, 1.0f,
-               j->U + (size_t)e * t->K * t->C + k0, t->K, V + (size_t)e * t->C * T, T, 0.0f, Me,
+               j->U + (size_t)e * t->K * t->C + k0, t->K, V + (size_t)e * j->p->vs, T, 0.0f, Me,
                T, scratch);
 }
 
@@ -577,12 +590,12 @@ static void outputs(const wino_job *j, const wino_fns *fns, const float *M, size
 static void products(const wino_job *j, const wino_fns *fns, const float *V, int k0, int k1, int n0,
                      int nb, wino_slice sl) {
   const wino_plan *p = j->p;
-  const int nn = p->f->n * p->f->n, T = p->T, len = nb * p->T1;
+  const int nn = p->f->n * p->f->n, len = nb * p->T1;
   for (int kb0 = k0; kb0 < k1; kb0 += p->kb) {
     const int kn = k1 - kb0 < p->kb ? k1 - kb0 : p->kb;
     for (int e = 0; e < nn; e++)
-      element_products(j, e, kb0, kn, len, V, sl.M + (size_t)e * kn * T, sl.scratch);
-    outputs(j, fns, sl.M, (size_t)kn * T, kb0, kn, n0, nb, sl.tmp);
+      element_products(j, e, kb0, kn, len, V, sl.M + (size_t)e * p->ms, sl.scratch);
+    outputs(j, fns, sl.M, p->ms, kb0, kn, n0, nb, sl.tmp);
   }
 }
 
@@ -618,12 +631,11 @@ static void small_inputs(void *arg, long long c0, long long c1, int tid) {
 
 static void small_products(void *arg, long long e0, long long e1, int tid) {
   const wino_job *j = arg;
-  const size_t KT = (size_t)j->t->K * j->p->T;
   const float *V = (const float *)(j->base + j->p->off_v);
   float *M = (float *)(j->base + j->p->off_m);
   void *scratch = slice_of(j->p, j->base, tid).scratch;
   for (long long e = e0; e < e1; e++)
-    element_products(j, e, 0, j->t->K, j->p->T, V, M + e * KT, scratch);
+    element_products(j, e, 0, j->t->K, j->p->T, V, M + e * j->p->ms, scratch);
 }
 
 static void small_outputs(void *arg, long long k0, long long k1, int tid) {
@@ -632,7 +644,7 @@ static void small_outputs(void *arg, long long k0, long long k1, int tid) {
   const float *M = (const float *)(j->base + j->p->off_m);
   const size_t T = (size_t)j->p->T;
   if (k1 <= k0) return;
-  outputs(j, &fns, M + k0 * T, (size_t)j->t->K * T, (int)k0, (int)(k1 - k0), 0, j->t->N,
+  outputs(j, &fns, M + k0 * T, j->p->ms, (int)k0, (int)(k1 - k0), 0, j->t->N,
           slice_of(j->p, j->base, tid).tmp);
 }
 
@@ -643,7 +655,7 @@ static void small_outputs(void *arg, long long k0, long long k1, int tid) {
  * G^T dU G per filter pair. dY: the tile's m x m output gradients, zeros
  * past the image. */
 
-/* Backward filter's operands, channels last: out[e][q][c] = (S d S^T)[e],
+/* Backward filter's operands, channels last: out[e plane + q cn + c] = (S d S^T)[e],
  * d the nt x nt window of tile q (image-in-chunk T1 + tile) of channel c0
  * + c, c < cn, of the nb images from n0 (src: C channels of the shape's
  * dtype, zeros past its border `pad` and past its last tile). Each image is
@@ -656,10 +668,11 @@ static void small_outputs(void *arg, long long k0, long long k1, int tid) {
  * chains (one chain's add latency was a few per cent of a step). */
 static void cl_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_shape *t,
                          const wino_side *S, int nt, int pad, const void *src, int C, int c0,
-                         int cn, int n0, int nb, float *out, double *dbias, float *tmp) {
+                         int cn, int n0, int nb, float *out, size_t plane, double *dbias,
+                         float *tmp) {
   const int m = p->f->m, H = t->H, W = t->W;
   const int Hq = p->th * m + nt - m, Wq = p->tw * m + nt - m;
-  const size_t plane = (size_t)p->T * cn, pix = (size_t)cn;
+  const size_t pix = (size_t)cn;
   float *Pc = tmp, *rows = Pc + (size_t)Hq * Wq * pix;
   /* no border to clear when the tiles cover the image exactly (dy's) */
   const int border = pad > 0 || Hq != H || Wq != W;
@@ -721,9 +734,9 @@ static void wgrad_transforms(const wino_job *j, const wino_fns *fns, int c0, int
   const wino_side As = side_of(p->f, ROLE_A); /* A = (A^T)^T */
   const size_t q0 = (size_t)(n0 - c0) * p->T1;
   cl_transform(fns, p, t, &Bs, p->f->n, (p->f->r - 1) / 2, j->x, t->C, 0, t->C, n0, nb,
-               V + q0 * t->C, NULL, tmp);
-  cl_transform(fns, p, t, &As, p->f->m, 0, j->dy, t->K, 0, t->K, n0, nb, DY + q0 * t->K, db,
-               tmp);
+               V + q0 * t->C, p->vs, NULL, tmp);
+  cl_transform(fns, p, t, &As, p->f->m, 0, j->dy, t->K, 0, t->K, n0, nb, DY + q0 * t->K, p->ms,
+               db, tmp);
 }
 
 /* dU[e] (+)= DY[e]^T V[e] over the chunk's first len tiles, both stored
@@ -731,9 +744,8 @@ static void wgrad_transforms(const wino_job *j, const wino_fns *fns, int c0, int
 static void element_grad(const wino_job *j, long long e, int len, const float *DY, const float *V,
                          float beta, float *dU, void *scratch) {
   const cl_conv_shape *t = j->t;
-  const size_t T = (size_t)j->p->T;
-  cl_cpu_sgemm(cl_cpu_gemm_of(j->be), 1, 0, t->K, t->C, len, 1.0f, DY + e * T * t->K, t->K,
-               V + e * T * t->C, t->C, beta, dU + e * t->K * t->C, t->C, scratch);
+  cl_cpu_sgemm(cl_cpu_gemm_of(j->be), 1, 0, t->K, t->C, len, 1.0f, DY + e * j->p->ms, t->K,
+               V + e * j->p->vs, t->C, beta, dU + e * t->K * t->C, t->C, scratch);
 }
 
 /* Thread tid's images [n0, n1): its own dU and dbias sums. */
