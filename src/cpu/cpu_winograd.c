@@ -508,10 +508,12 @@ static void input_transform(const wino_fns *fns, const wino_plan *p, const cl_co
   float *D = tmp, *P = tmp + 2 * nn * T;
   const int Hp = p->th * m + n - m, Wp = p->tw * m + n - m;
   const wino_side Bs = side_of(f, ROLE_BT);
+  /* the border, and beyond a cropped tile: each image below overwrites
+   * only its own H x W inside it */
+  memset(P, 0, sizeof(float) * Hp * Wp);
   for (int c = c0; c < c1; c++) {
     for (int b = 0; b < nb; b++) {
       const size_t img = ((size_t)(n0 + b) * t->C + c) * H * W;
-      memset(P, 0, sizeof(float) * Hp * Wp); /* the border, and beyond a cropped tile */
       for (int yy = 0; yy < H; yy++)
         cl_cpu_load(t->dtype, x, img + (size_t)yy * W, P + (yy + pad) * Wp + pad, W);
       fns->tiles(D + (size_t)b * p->T1, T, P, Wp, n, m, p->th, p->tw);
@@ -674,10 +676,10 @@ static void cl_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_
   const int Hq = p->th * m + nt - m, Wq = p->tw * m + nt - m;
   const size_t pix = (size_t)cn;
   float *Pc = tmp, *rows = Pc + (size_t)Hq * Wq * pix;
-  /* no border to clear when the tiles cover the image exactly (dy's) */
-  const int border = pad > 0 || Hq != H || Wq != W;
+  /* no border to clear when the tiles cover the image exactly (dy's); once
+   * a call: each image overwrites only its own H x W pixels */
+  if (pad > 0 || Hq != H || Wq != W) memset(Pc, 0, sizeof(float) * Hq * Wq * pix);
   for (int b = 0; b < nb; b++) {
-    if (border) memset(Pc, 0, sizeof(float) * Hq * Wq * pix);
     /* WINO_ROWS channels at a time, row by row: each pixel's channels
      * then go out side by side (one channel at a time, each of its stores
      * was a cache line of its own, pix floats from the last) */
