@@ -489,9 +489,9 @@ static void fill_padded(const conv_plan *pl, cl_dtype t, const void *img, int n,
                         int W, float *xp) {
   const size_t first = (size_t)n * C * H * W;
   for (int c = 0; c < C; c++)
-    for (int y = 0; y < H; y++)
-      cl_cpu_load(t, img, first + ((size_t)c * H + y) * W,
-                  xp + c * pl->plane + (size_t)(y + pl->pad_h) * pl->Wp + pl->pad_w, (size_t)W);
+    cl_cpu_load_rows(t, img, first + (size_t)c * H * W, (size_t)W,
+                     xp + c * pl->plane + (size_t)pl->pad_h * pl->Wp + pl->pad_w, pl->Wp,
+                     (size_t)W, (size_t)H);
 }
 
 /* ---- per-image work ------------------------------------------------------- */
@@ -749,9 +749,8 @@ static void backward_filter_image_direct(const conv_job *j, int n, int tid) {
   /* dy in rows of Wp whose last 2 pad columns stay zero: products with the
    * shifted views there vanish. */
   for (int o = 0; o < s->K; o++)
-    for (int y = 0; y < s->H; y++)
-      cl_cpu_load(s->dtype, j->dy, first + ((size_t)o * s->H + y) * s->W,
-                  dyp + (size_t)o * pl->nq + (size_t)y * pl->Wp, (size_t)s->W);
+    cl_cpu_load_rows(s->dtype, j->dy, first + (size_t)o * s->H * s->W, (size_t)s->W,
+                     dyp + (size_t)o * pl->nq, pl->Wp, (size_t)s->W, (size_t)s->H);
   if (pl->bf16)
     cl_cpu_bf16_dot(pl->gM, pl->gN, pl->gK, dyp, pl->nq, xp, pl->buf_bytes / sizeof(float),
                     job_offsets(j), filter_dw_at(j, tid, n), pl->gN, slice_bf16(j, tid));

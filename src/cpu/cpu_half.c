@@ -13,7 +13,7 @@
  * Not here: any arithmetic in half precision.
  */
 #include "cpu_kernels.h"
-#include "../host/half.h" /* cl_half_load, cl_half_store, cl_half_acc */
+#include "../host/half.h" /* cl_half_load(_rows), cl_half_store, cl_half_acc */
 
 #include <string.h>
 
@@ -22,6 +22,16 @@ void cl_cpu_load(cl_dtype t, const void *src, size_t off, float *dst, size_t n) 
     memcpy(dst, (const float *)src + off, sizeof(float) * n);
   else
     cl_half_load(t, (const uint16_t *)src + off, dst, n);
+}
+
+void cl_cpu_load_rows(cl_dtype t, const void *src, size_t off, size_t ss, float *dst, size_t ds,
+                      size_t n, size_t rows) {
+  if (t != CL_F32) {
+    cl_half_load_rows(t, (const uint16_t *)src + off, ss, dst, ds, n, rows);
+    return;
+  }
+  for (size_t r = 0; r < rows; r++)
+    memcpy(dst + r * ds, (const float *)src + off + r * ss, sizeof(float) * n);
 }
 
 void cl_cpu_load_stride(cl_dtype t, const void *src, size_t off, size_t stride, float *dst,

@@ -64,6 +64,10 @@ void cl_cpu_load(cl_dtype t, const void *src, size_t off, float *dst, size_t n);
  * (a channel of channels-last activations). */
 void cl_cpu_load_stride(cl_dtype t, const void *src, size_t off, size_t stride, float *dst,
                         size_t n);
+/* rows runs of n: dst[r ds + i] = src[off + r ss + i] (an image's rows into
+ * a padded buffer, or one row of several channels), the dtype asked once. */
+void cl_cpu_load_rows(cl_dtype t, const void *src, size_t off, size_t ss, float *dst, size_t ds,
+                      size_t n, size_t rows);
 void cl_cpu_store(cl_dtype t, const float *src, void *dst, size_t off, size_t n, int accumulate);
 
 /* cpu_layout.c: dst (layout `to`) = src (the other layout), N images of C

@@ -514,8 +514,7 @@ static void input_transform(const wino_fns *fns, const wino_plan *p, const cl_co
   for (int c = c0; c < c1; c++) {
     for (int b = 0; b < nb; b++) {
       const size_t img = ((size_t)(n0 + b) * t->C + c) * H * W;
-      for (int yy = 0; yy < H; yy++)
-        cl_cpu_load(t->dtype, x, img + (size_t)yy * W, P + (yy + pad) * Wp + pad, W);
+      cl_cpu_load_rows(t->dtype, x, img, W, P + pad * Wp + pad, Wp, W, H);
       fns->tiles(D + (size_t)b * p->T1, T, P, Wp, n, m, p->th, p->tw);
     }
     t2d(fns, V + (size_t)c * T, p->vs, D, n * T, T, &Bs, len); /* B^T d B */
@@ -687,10 +686,10 @@ static void cl_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_
       const int g = cn - cg < WINO_ROWS ? cn - cg : WINO_ROWS;
       double s[WINO_ROWS][4] = {{0.0}};
       for (int y = 0; y < H; y++) {
+        const size_t img = ((size_t)(n0 + b) * C + c0 + cg) * H * W;
+        cl_cpu_load_rows(t->dtype, src, img + (size_t)y * W, (size_t)H * W, rows, W, W, g);
         for (int k = 0; k < g; k++) {
-          const size_t img = ((size_t)(n0 + b) * C + c0 + cg + k) * H * W;
-          float *row = rows + (size_t)k * W;
-          cl_cpu_load(t->dtype, src, img + (size_t)y * W, row, W);
+          const float *row = rows + (size_t)k * W;
           int x = 0;
           for (; dbias && x + 4 <= W; x += 4)
             s[k][0] += row[x], s[k][1] += row[x + 1], s[k][2] += row[x + 2], s[k][3] += row[x + 3];

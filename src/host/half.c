@@ -99,17 +99,29 @@ void cl_half_store(cl_dtype t, const float *src, uint16_t *dst, size_t n) {
 }
 
 void cl_half_load(cl_dtype t, const uint16_t *src, float *dst, size_t n) {
-  size_t i = 0;
-  if (t == CL_F16) {
+  cl_half_load_rows(t, src, n, dst, n, n, 1);
+}
+
+/* The instruction set asked once for all the rows: the kernels load
+ * images row by row, 16 values a row for a 16x16 map. */
+void cl_half_load_rows(cl_dtype t, const uint16_t *src, size_t ss, float *dst, size_t ds,
+                       size_t n, size_t rows) {
 #if CL_CPU_X86
-    if (have_avx512()) i = load_f16_avx512(src, dst, n);
+  const int wide = have_avx512();
 #endif
-    for (; i < n; i++) dst[i] = cl_f16_to_f32(src[i]);
-  } else {
+  for (size_t r = 0; r < rows; r++, src += ss, dst += ds) {
+    size_t i = 0;
+    if (t == CL_F16) {
 #if CL_CPU_X86
-    if (have_avx512()) i = load_bf16_avx512(src, dst, n);
+      if (wide) i = load_f16_avx512(src, dst, n);
 #endif
-    for (; i < n; i++) dst[i] = cl_bf16_to_f32(src[i]);
+      for (; i < n; i++) dst[i] = cl_f16_to_f32(src[i]);
+    } else {
+#if CL_CPU_X86
+      if (wide) i = load_bf16_avx512(src, dst, n);
+#endif
+      for (; i < n; i++) dst[i] = cl_bf16_to_f32(src[i]);
+    }
   }
 }
 

@@ -70,6 +70,9 @@ static inline float cl_f16_to_f32(uint16_t h) {
  * their edges with it (cpu/cpu_half.c). */
 void cl_half_store(cl_dtype t, const float *src, uint16_t *dst, size_t n);
 void cl_half_load(cl_dtype t, const uint16_t *src, float *dst, size_t n);
+/* rows runs of n: dst[r ds + i] = src[r ss + i] */
+void cl_half_load_rows(cl_dtype t, const uint16_t *src, size_t ss, float *dst, size_t ds,
+                       size_t n, size_t rows);
 /* dst[i] = round(widen(dst[i]) + src[i]): rounded once. */
 void cl_half_acc(cl_dtype t, const float *src, uint16_t *dst, size_t n);
 

@@ -88,7 +88,9 @@ static void check_true(int cond, const char *fmt, ...) {
   if (verbose || !cond) printf("%s %s\n", cond ? "ok  " : "FAIL", msg);
 }
 
-static const char *dtype_name(cl_dtype t) { return t == CL_F16 ? "float16" : "bfloat16"; }
+static const char *dtype_name(cl_dtype t) {
+  return t == CL_F32 ? "float32" : t == CL_F16 ? "float16" : "bfloat16";
+}
 
 /* ---- GEMM ----------------------------------------------------------------- */
 
@@ -501,6 +503,36 @@ static void test_gemm_views(cl_cpu_gemm_kind kind) {
   }
 }
 
+/* Rows loaded at once (cl_cpu_load_rows): each of 5 rows of 19 values (a
+ * vector and a scalar tail) from 23 apart into 21 apart, the same as host/half.h's
+ * scalar conversions one by one; nothing written between the rows. */
+static void test_load_rows(void) {
+  enum { ROWS = 5, N = 19, SS = 23, DS = 21 };
+  for (int t = CL_F32; t <= CL_BF16; t++) {
+    float src[ROWS * SS], dst[ROWS * DS];
+    uint16_t bits[ROWS * SS];
+    for (int i = 0; i < ROWS * SS; i++) {
+      src[i] = (float)(uniform() * 8.0 - 4.0);
+      bits[i] = t == CL_F16 ? cl_f32_to_f16(src[i]) : cl_f32_to_bf16(src[i]);
+    }
+    for (int i = 0; i < ROWS * DS; i++) dst[i] = -99.0f;
+    const void *from = t == CL_F32 ? (const void *)src : (const void *)bits;
+    cl_cpu_load_rows((cl_dtype)t, from, 2, SS, dst, DS, N, ROWS);
+    int same = 1;
+    for (int r = 0; r < ROWS; r++)
+      for (int i = 0; i < DS; i++) {
+        const int k = r * SS + 2 + i;
+        const float want = i >= N ? -99.0f
+                           : t == CL_F32 ? src[k]
+                           : t == CL_F16 ? cl_f16_to_f32(bits[k])
+                                         : cl_bf16_to_f32(bits[k]);
+        same &= memcmp(&dst[r * DS + i], &want, sizeof want) == 0;
+      }
+    check_true(same, "%s: %d rows of %d loaded at once, as one by one, nothing past a row",
+               dtype_name((cl_dtype)t), ROWS, N);
+  }
+}
+
 /* Conversions of the kernels against host/half.h on awkward values:
  * subnormals, overflow, ties, NaN, through the vector and the scalar path. */
 static void test_half_conversions(void) {
@@ -565,5 +597,6 @@ int main(int argc, char **argv) {
     }
   printf("-- float16 / bfloat16 load and store\n");
   test_half_conversions();
+  test_load_rows();
   return ctest_done("test_cpu_simd");
 }
