@@ -239,6 +239,16 @@ static void test_gemm_short_tiles(cl_cpu_gemm_kind kind) {
                cl_cpu_gemm_name(kind), cases[i].M, cases[i].N, cases[i].K, cases[i].tile,
                cl_cpu_gemm_tile_name(kind, got));
   }
+  /* The edge: 2 * 192 * 64 * 81 = 1,990,656 flops is under TUNE_MIN_FLOP and
+   * takes its tile untimed; one more k (2,015,232) is timed, so before any
+   * call it has none. */
+  int under = cl_cpu_gemm_tile_chosen(kind, 1, 0, 0, 192, 64, 81);
+  int over = cl_cpu_gemm_tile_chosen(kind, 1, 0, 0, 192, 64, 82);
+  check_true(under == tile_index(kind, "12x32") && over == -1,
+             "sgemm %s: 192 x 64 x 81 (just under 2 MFLOP) takes 12x32 untimed (got %s), "
+             "192 x 64 x 82 (just over) waits for its timing (got %s)",
+             cl_cpu_gemm_name(kind), cl_cpu_gemm_tile_name(kind, under),
+             cl_cpu_gemm_tile_name(kind, over));
 }
 
 /* A kind with several register tiles (AVX-512: 8x48, 12x32) times them per
