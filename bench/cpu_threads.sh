@@ -5,12 +5,16 @@
 # per step counted from outside (bench/omp_regions.c, LD_PRELOAD). Issue 39
 # item 5; the figures are in doc/speed.md ("Two threads").
 #
-#   bash bench/cpu_threads.sh [--model=forecaster|tutorial] [--batch=N]
-#                             [--steps=3] [--rounds=2] [--busy=1]
+#   bash bench/cpu_threads.sh [--model=forecaster|tutorial|plain] [--batch=N]
+#                             [--steps=3] [--rounds=2] [--busy=1] [--corun=1]
 #
 # Quiet: one thread on core 0 and two on cores 0-1 (under libgomp's default
 # wait policy and under OMP_WAIT_POLICY=passive), the sides alternated
-# `rounds` times, each keeping its best median. Busy (--busy=1): a shell
+# `rounds` times, each keeping its best median. With --corun=1, each round
+# also runs two one-thread processes at once, one on core 0 and one on core
+# 1: nothing is shared but the machine (no team, no barrier), so 2 x (one
+# thread alone) / (the pair's mean median) is the most two threads can gain
+# here, the ceiling against which the two-thread speed-up is read. Busy (--busy=1): a shell
 # loop spinning on core 1 the whole time, and two threads on cores 0-1 under
 # libgomp's default wait policy, OMP_WAIT_POLICY=passive and =active. It
 # needs the package installed (make install) and Debian's python3-torch
@@ -19,7 +23,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 PYTHON=${PYTHON:-/usr/bin/python3}
 RSCRIPT=${RSCRIPT:-Rscript}
-model=forecaster; batch=; steps=3; rounds=2; busy=1
+model=forecaster; batch=; steps=3; rounds=2; busy=1; corun=0
 for a in "$@"; do
   case $a in
     --model=*) model=${a#*=} ;;
@@ -27,13 +31,14 @@ for a in "$@"; do
     --steps=*) steps=${a#*=} ;;
     --rounds=*) rounds=${a#*=} ;;
     --busy=*) busy=${a#*=} ;;
+    --corun=*) corun=${a#*=} ;;
     *) echo "unknown argument: $a" >&2; exit 2 ;;
   esac
 done
 case $model in
   tutorial) batch=${batch:-100} ;;
-  forecaster) batch=${batch:-4} ;;
-  *) echo "unknown model: $model (tutorial or forecaster)" >&2; exit 2 ;;
+  forecaster | plain) batch=${batch:-4} ;;
+  *) echo "unknown model: $model (tutorial, forecaster or plain)" >&2; exit 2 ;;
 esac
 [ "$(nproc --all)" -ge 2 ] || { echo "cpu_threads.sh: needs two cores" >&2; exit 2; }
 
@@ -43,10 +48,11 @@ spin=
 cleanup() { [ -n "$spin" ] && kill "$spin" 2>/dev/null; rm -rf "$(dirname "$shim")"; }
 trap cleanup EXIT
 
-# side threads steps warmup [env...]: the RESULT line's median (s/step)
+# side threads steps warmup [env...]: the RESULT line's median (s/step);
+# one thread runs on core $at (0 unless set), more on cores 0 to t - 1
 one() {
   local side=$1 t=$2 n=$3 w=$4; shift 4
-  local cores=0; [ "$t" -gt 1 ] && cores=0-$((t - 1))
+  local cores=${at:-0}; [ "$t" -gt 1 ] && cores=0-$((t - 1))
   local cmd=("$RSCRIPT" "$here/bench_convlstm.R")
   [ "$side" = torch ] && cmd=("$PYTHON" "$here/bench_torch.py")
   env OMP_NUM_THREADS="$t" MKL_NUM_THREADS="$t" OPENBLAS_NUM_THREADS=1 "$@" \
@@ -56,6 +62,20 @@ one() {
 median() { sed -n 's/^RESULT .*median=\([0-9.]*\).*/\1/p'; }
 regions() { sed -n 's/^omp_regions: \([0-9]*\) regions.*/\1/p' | sort -n | tail -n 1; }
 best() { printf '%s\n' "$@" | sort -g | head -n 1; }
+# side steps: one-thread runs on core 0 and on core 1 at once; the mean of
+# their medians and the larger
+pair() {
+  local f0 f1 pid
+  f0=$(mktemp); f1=$(mktemp)
+  at=0 one "$1" 1 "$2" 1 > "$f0" &
+  pid=$!
+  at=1 one "$1" 1 "$2" 1 > "$f1"
+  wait "$pid"
+  local m0 m1
+  m0=$(median < "$f0"); m1=$(median < "$f1")
+  rm -f "$f0" "$f1"
+  awk -v a="$m0" -v b="$m1" 'BEGIN { printf "%.4f %s\n", (a + b) / 2, (a + 0 > b + 0 ? a : b) }'
+}
 
 echo "cpu_threads.sh: $model, batch $batch, $steps steps per timing, $(date -u +%Y-%m-%dT%H:%MZ)," \
   "commit $(git -C "$here/.." rev-parse --short HEAD 2>/dev/null || echo '?')"
@@ -73,6 +93,10 @@ for ((r = 1; r <= rounds; r++)); do
   for side in ours torch; do
     for t in 1 2; do q[$side$t]+=" $(one "$side" "$t" "$steps" 1 | median)"; done
     q[${side}p]+=" $(one "$side" 2 "$steps" 1 OMP_WAIT_POLICY=passive | median)"
+    if [ "$corun" = 1 ]; then
+      read -r mean worst < <(pair "$side" "$steps")
+      q[${side}c]+=" $mean"; q[${side}w]+=" $worst"
+    fi
   done
 done
 echo "quiet, best median of $rounds (s/step):"
@@ -80,6 +104,12 @@ for side in ours torch; do
   b1=$(best ${q[${side}1]}); b2=$(best ${q[${side}2]}); bp=$(best ${q[${side}p]})
   echo "  $side: 1 thread $b1, 2 threads $b2, speed-up $(echo "$b1 / $b2" | bc -l | cut -c1-5);" \
     "2 threads under OMP_WAIT_POLICY=passive $bp, speed-up $(echo "$b1 / $bp" | bc -l | cut -c1-5)"
+  [ "$corun" = 1 ] || continue
+  bc_=$(best ${q[${side}c]}); bw=$(best ${q[${side}w]})
+  awk -v s="$side" -v t1="$b1" -v t2="$b2" -v c="$bc_" -v w="$bw" 'BEGIN {
+    printf "  %s: two one-thread runs at once (cores 0 and 1): mean median %s, slower %s;", s, c, w
+    printf " ceiling 2 x %s / %s = %.3f, the two-thread speed-up %.3f of it\n", t1, c, 2 * t1 / c,
+      (t1 / t2) / (2 * t1 / c) }'
 done
 
 [ "$busy" = 1 ] || exit 0

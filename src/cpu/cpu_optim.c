@@ -16,16 +16,35 @@
  * gradient clipping, other optimizers.
  */
 #include "cpu_kernels.h"
+#include "../host/x86.h" /* CL_CPU_X86 */
 
 #include <float.h>
 #include <math.h>
 
+/* torch's operations, each rounded once: no a * b + c fused into one FMA
+ * (GCC fuses across statements and intrinsics in GNU C mode, which R
+ * builds in), so that Adam's vector lanes and its floats agree bit for bit
+ * (cpu_adam_tmpl.h). */
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 /* Below this many elements a parallel region costs more than it saves. */
 #define CL_CPU_PAR_MIN 32768
 
-/* torch's Adam, one element: the factors in double rounded to float once
- * (adam_consts), the rest in float. The update and its guard both call
- * adam_elem, so the guard checks exactly the numbers the update writes. */
+/* The guards' dry runs go in blocks of this many elements (a whole number
+ * of vectors), and Adam's update in the same blocks. */
+#define CL_GUARD_BLOCK 256
+
+static size_t block_end(size_t lo, size_t n) {
+  return lo + CL_GUARD_BLOCK < n ? lo + CL_GUARD_BLOCK : n;
+}
+
+/* torch's Adam: the factors in double rounded to float once (adam_consts),
+ * the rest in float (cpu_adam_tmpl.h). The update and its guard both run
+ * adam_span, so the guard checks exactly the numbers the update writes. */
 typedef struct adam_k {
   float beta1, beta2, one_m_b1, one_m_b2, bc2_sqrt, neg_step, eps, wd;
   float decay; /* AdamW: 1 - lr * weight_decay (then wd is 0); Adam: 1 */
@@ -48,21 +67,30 @@ static adam_k adam_consts(const cl_adam_hp *hp) {
  * gradient; wd 0 leaves it exactly as it was. */
 static inline float l2_decayed(float g, float wd, float p) { return wd != 0.0f ? g + wd * p : g; }
 
-/* p, m, v (and amsgrad's vmax, when not NULL): the element's values before
- * on entry, after on return. */
-static inline void adam_elem(const adam_k *k, float gi, float *p, float *m, float *v,
-                             float *vmax) {
-  gi = l2_decayed(gi, k->wd, *p);
-  if (k->decay != 1.0f) *p = *p * k->decay;
-  *m = *m * k->beta1 + k->one_m_b1 * gi;
-  *v = *v * k->beta2 + k->one_m_b2 * gi * gi;
-  float den_v = *v;
-  if (vmax) { /* torch.maximum: a NaN v stays NaN */
-    *vmax = *vmax > *v ? *vmax : *v;
-    den_v = *vmax;
-  }
-  float denom = sqrtf(den_v) / k->bc2_sqrt + k->eps;
-  *p = *p + k->neg_step * *m / denom;
+#define CL_SIMD 1
+#include "cpu_simd.h"
+#include "cpu_adam_tmpl.h" /* adam_vec_generic, adam_span_generic */
+#if CL_CPU_X86
+#define CL_SIMD 512
+#include "cpu_simd.h"
+#include "cpu_adam_tmpl.h" /* adam_span_avx512 */
+#define CL_SIMD 256
+#include "cpu_simd.h"
+#include "cpu_adam_tmpl.h" /* adam_span_avx2 */
+#endif
+
+typedef int (*adam_span_fn)(const adam_k *k, float *p, const float *g, float *m, float *v,
+                            float *vmax, size_t lo, size_t hi, int write);
+
+/* The backend's instruction set's span (the GEMM kind's, cl_cpu_isa_of). */
+static adam_span_fn adam_span_of(const cl_backend *be) {
+#if CL_CPU_X86
+  const cl_cpu_gemm_kind isa = cl_cpu_isa_of(be);
+  if (isa == CL_CPU_GEMM_AVX512) return adam_span_avx512;
+  if (isa == CL_CPU_GEMM_AVX2) return adam_span_avx2;
+#endif
+  (void)be;
+  return adam_span_generic;
 }
 
 static cl_status adam_step_ok(cl_backend *be, const cl_adam_hp *hp) {
@@ -77,27 +105,24 @@ cl_status cl_cpu_adam_update(cl_backend *be, float *p, const float *g, float *m,
   if (hp->amsgrad && !vmax)
     return cl_cpu_fail(be, CL_E_INVALID, "cpu backend: amsgrad needs max_exp_avg_sq");
   const adam_k k = adam_consts(hp);
-  const long long nn = (long long)n;
+  const adam_span_fn span = adam_span_of(be);
   if (!hp->amsgrad) vmax = NULL;
-  /* two loops, so that the plain one keeps no test of vmax per element */
-  if (vmax) {
+  /* blocks of the guard's (CL_GUARD_BLOCK, a whole number of vectors), so
+   * that an element is in a vector or a float as in the guard's dry run */
+  const long long nb = (long long)((n + CL_GUARD_BLOCK - 1) / CL_GUARD_BLOCK);
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
-    if (nn > CL_CPU_PAR_MIN)
+    if (n > CL_CPU_PAR_MIN)
 #endif
-    for (long long i = 0; i < nn; i++) adam_elem(&k, g[i], &p[i], &m[i], &v[i], &vmax[i]);
-  } else {
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(cl_cpu_threads(be->n_threads)) schedule(static) \
-    if (nn > CL_CPU_PAR_MIN)
-#endif
-    for (long long i = 0; i < nn; i++) adam_elem(&k, g[i], &p[i], &m[i], &v[i], NULL);
+  for (long long b = 0; b < nb; b++) {
+    const size_t lo = (size_t)b * CL_GUARD_BLOCK;
+    span(&k, p, g, m, v, vmax, lo, block_end(lo, n), 1);
   }
   return CL_OK;
 }
 
 /* torch's SGD, one element (dampening 0, no Nesterov); buf is read only when
- * momentum is on and it is not the first update. Shared as adam_elem is. */
+ * momentum is on and it is not the first update. Shared by the update and its guard. */
 static inline void sgd_elem(const cl_sgd_hp *hp, float d, float *p, float *buf) {
   d = l2_decayed(d, hp->weight_decay, *p);
   if (hp->momentum != 0.0f) {
@@ -134,7 +159,7 @@ cl_status cl_cpu_sgd_update(cl_backend *be, float *p, const float *g, float *buf
  *   momentum: buf = buf * momentum + g / avg;  p += -lr * buf
  *   else p += (-lr * g) / avg                 (addcdiv: (value * t1) / t2)
  * 1 - alpha is a Python float rounded to float once. buf, ga NULL: off.
- * Shared by the update and its guard as adam_elem is. */
+ * Shared by the update and its guard. */
 typedef struct rms_k {
   float alpha, one_m_alpha, eps, wd, momentum, neg_lr;
 } rms_k;
@@ -212,7 +237,6 @@ static inline uint64_t first_fault(size_t i, float g, float m, float v, float p)
  * each, without writing them, and whether any is not finite (as the scan
  * below needs them: bad flags only, or the values too when out is not
  * NULL). A block, not an element, per call: the loop stays inlined. */
-#define CL_GUARD_BLOCK 256
 typedef struct dry_block {
   float m[CL_GUARD_BLOCK], v[CL_GUARD_BLOCK], p[CL_GUARD_BLOCK];
 } dry_block;
@@ -228,10 +252,6 @@ typedef struct scan_ctx {
   const void *ctx;
   size_t n;
 } scan_ctx;
-
-static size_t block_end(size_t lo, size_t n) {
-  return lo + CL_GUARD_BLOCK < n ? lo + CL_GUARD_BLOCK : n;
-}
 
 static double block_bad(long long b, void *p) {
   const scan_ctx *sc = p;
@@ -264,18 +284,22 @@ static uint64_t guard_scan(cl_backend *be, const float *g, size_t n, dry_fn dry,
  * in registers rather than rereading it after each store to out. */
 typedef struct adam_dry_ctx {
   adam_k k;
-  const float *p, *g, *m, *v, *vmax;
-  int ams;
+  adam_span_fn span;
+  const float *p, *g, *m, *v, *vmax; /* vmax NULL without amsgrad */
 } adam_dry_ctx;
 
+/* The flags through the backend's span, the values (a fault's block, once)
+ * one float at a time. */
 static int adam_dry(const void *ctx, size_t lo, size_t hi, dry_block *out) {
   const adam_dry_ctx c = *(const adam_dry_ctx *)ctx;
+  if (!out) return c.span(&c.k, (float *)c.p, c.g, (float *)c.m, (float *)c.v, (float *)c.vmax, lo,
+                          hi, 0);
   int bad = 0;
   for (size_t i = lo; i < hi; i++) {
     float pi = c.p[i], mi = c.m ? c.m[i] : 0.0f, vi = c.v ? c.v[i] : 0.0f;
     float xi = c.vmax ? c.vmax[i] : 0.0f;
-    adam_elem(&c.k, c.g[i], &pi, &mi, &vi, c.ams ? &xi : NULL);
-    if (out) out->p[i - lo] = pi, out->m[i - lo] = mi, out->v[i - lo] = vi;
+    adam_vec_generic(&c.k, c.g[i], &pi, &mi, &vi, c.vmax ? &xi : NULL);
+    out->p[i - lo] = pi, out->m[i - lo] = mi, out->v[i - lo] = vi;
     bad |= elem_bad(c.g[i], mi, vi, pi);
   }
   return bad;
@@ -286,7 +310,7 @@ cl_status cl_cpu_adam_check(cl_backend *be, const float *p, const float *g, cons
                             uint64_t *fault) {
   *fault = CL_FAULT_NONE;
   if (adam_step_ok(be, hp) != CL_OK) return CL_E_INVALID;
-  const adam_dry_ctx c = {adam_consts(hp), p, g, m, v, vmax, hp->amsgrad};
+  const adam_dry_ctx c = {adam_consts(hp), adam_span_of(be), p, g, m, v, hp->amsgrad ? vmax : NULL};
   *fault = guard_scan(be, g, n, adam_dry, &c);
   return CL_OK;
 }

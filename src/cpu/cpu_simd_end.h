@@ -14,6 +14,10 @@
 #undef VADD
 #undef VSUB
 #undef VMUL
+#undef VDIV
+#undef VSQRT
+#undef VMAX
+#undef VBAD
 #undef VFMA
 #undef VI
 #undef VSTRIDES

@@ -592,6 +592,58 @@ static void test_half_conversions(void) {
   }
 }
 
+/* Adam's update on each instruction set this machine runs (the GEMM kind's)
+ * gives the plain-float kind's bits, p, m, v and max_exp_avg_sq, after three
+ * steps of 40,009 elements (9 past the last whole vector; two threads, so
+ * in parallel blocks): with L2 decay, as AdamW, with amsgrad. Each of its
+ * operations is rounded once in one order (cpu_adam_tmpl.h), so a lane and
+ * a float cannot differ; a fused multiply-add or a reordered sum would. */
+static void test_adam_bits(void) {
+  enum { N = 40009, STEPS = 3 };
+  static const struct {
+    float wd;
+    int decoupled, amsgrad;
+    const char *what;
+  } cfg[] = {{0.01f, 0, 0, "adam, L2 decay"}, {0.1f, 1, 0, "adamw"}, {0.0f, 0, 1, "amsgrad"}};
+  float *p0 = xmalloc(sizeof(float) * N), *g[STEPS];
+  for (int i = 0; i < N; i++) p0[i] = (float)uniform();
+  for (int k = 0; k < STEPS; k++) {
+    g[k] = xmalloc(sizeof(float) * N);
+    for (int i = 0; i < N; i++) g[k][i] = (float)uniform();
+  }
+  for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+    float *ref = NULL;
+    for (int kind = CL_CPU_GEMM_GENERIC; kind <= CL_CPU_GEMM_AVX512; kind++) {
+      if (!cl_cpu_gemm_available((cl_cpu_gemm_kind)kind)) continue;
+      cl_backend *be = NULL;
+      if (cl_backend_cpu_create(2, &be) != CL_OK) {
+        fprintf(stderr, "test_cpu_simd: cannot create the cpu backend\n");
+        exit(2);
+      }
+      ((cl_cpu_ctx *)be->context)->gemm = (cl_cpu_gemm_kind)kind;
+      float *st = calloc(4 * (size_t)N, sizeof(float)); /* p, m, v, vmax */
+      memcpy(st, p0, sizeof(float) * N);
+      cl_adam_hp hp = {1e-2f, 0.9f, 0.999f, 1e-8f, cfg[c].wd, 0, cfg[c].decoupled, cfg[c].amsgrad};
+      for (int k = 0; k < STEPS; k++) {
+        hp.step = k + 1;
+        be->iface->adam_update(be, st, g[k], st + N, st + 2 * N, st + 3 * N, N, &hp);
+      }
+      cl_backend_destroy(be);
+      if (!ref) {
+        ref = st;
+        continue;
+      }
+      check_true(memcmp(ref, st, sizeof(float) * 4 * N) == 0,
+                 "adam_update, %s: %s gives the generic kind's p, m, v and vmax bit for bit",
+                 cfg[c].what, cl_cpu_gemm_name((cl_cpu_gemm_kind)kind));
+      free(st);
+    }
+    free(ref);
+  }
+  for (int k = 0; k < STEPS; k++) free(g[k]);
+  free(p0);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "-q") == 0) verbose = 0;
   const char *preload = getenv("LD_PRELOAD"); /* valgrind preloads its vgpreload_*.so */
@@ -608,5 +660,7 @@ int main(int argc, char **argv) {
   printf("-- float16 / bfloat16 load and store\n");
   test_half_conversions();
   test_load_rows();
+  printf("-- adam on every instruction set\n");
+  test_adam_bits();
   return ctest_done("test_cpu_simd");
 }
