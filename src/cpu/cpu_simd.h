@@ -6,8 +6,8 @@
  * name_avx2, name_generic), TGT (the target attribute), V (the vector type),
  * VW (its float lanes), VZERO(), VLOADU(p), VSTOREU(p, v), VSET1(x),
  * VADD(a, b), VSUB(a, b), VMUL(a, b), VDIV(a, b), VSQRT(a), VMAX(a, b)
- * (a > b ? a : b, lane by lane: b when either is NaN), VBAD(a) (1 when
- * any lane is not finite; <float.h> first) and VFMA(a, b, c) = a * b + c, and
+ * (a > b ? a : b, lane by lane: b when either is NaN), VBAD(a) (an int,
+ * 1 when any lane is not finite; <float.h> first) and VFMA(a, b, c) = a * b + c, and
  * for strided reads VI (a vector of VW int offsets), VSTRIDES(s) (lane i:
  * i s) and VGATHER(p, vi) (lane i: p[vi[i]]). A template includes
  * cpu_simd_end.h at its end, which undefines them all.
@@ -31,7 +31,7 @@
 #define VSQRT(a) _mm512_sqrt_ps(a)
 #define VMAX(a, b) _mm512_max_ps((a), (b))
 #define VBAD(a)                                                                                    \
-  (_mm512_cmp_ps_mask(_mm512_abs_ps(a), _mm512_set1_ps(FLT_MAX), _CMP_LE_OQ) != 0xFFFF)
+  (int)(_mm512_cmp_ps_mask(_mm512_abs_ps(a), _mm512_set1_ps(FLT_MAX), _CMP_LE_OQ) != 0xFFFF)
 #define VFMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
 #define VI __m512i
 #define VSTRIDES(s)                                                                                \
@@ -54,8 +54,8 @@
 #define VSQRT(a) _mm256_sqrt_ps(a)
 #define VMAX(a, b) _mm256_max_ps((a), (b))
 #define VBAD(a)                                                                                    \
-  (_mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), (a)),                  \
-                                    _mm256_set1_ps(FLT_MAX), _CMP_LE_OQ)) != 0xFF)
+  (int)(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), (a)),             \
+                                         _mm256_set1_ps(FLT_MAX), _CMP_LE_OQ)) != 0xFF)
 #define VFMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
 #define VI __m256i
 #define VSTRIDES(s) _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(s))
@@ -75,7 +75,7 @@
 #define VDIV(a, b) ((a) / (b))
 #define VSQRT(a) sqrtf(a)
 #define VMAX(a, b) ((a) > (b) ? (a) : (b))
-#define VBAD(a) (!(fabsf(a) <= FLT_MAX))
+#define VBAD(a) ((int)!(fabsf(a) <= FLT_MAX))
 #define VFMA(a, b, c) ((a) * (b) + (c))
 #define VI int
 #define VSTRIDES(s) 0
