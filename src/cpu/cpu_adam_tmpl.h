@@ -7,7 +7,7 @@
  * bits a float gives: the update and its guard's dry run agree on every
  * element whichever instruction set each ran.
  *
- * Needs adam_k (cpu_optim.c) and, for VW > 1, adam_span_generic.
+ * Needs adam_k (cpu_optim.c) and, for VW > 1, adam_run_generic.
  */
 
 /* One vector of elements: g (the raw gradient) by value; p, m, v (and
@@ -25,12 +25,16 @@ TGT static inline void FN(adam_vec)(const adam_k *k, V g, V *p, V *m, V *v, V *v
   *p = VADD(*p, VDIV(VMUL(VSET1(k->neg_step), *m), denom));
 }
 
-/* Elements [lo, hi): with write, the update stored; without, nothing
- * stored and 1 when any element's gradient or new m, v or p is not finite
- * (m, v NULL: zeros, as before a first step). Whole vectors, then the rest
- * one float at a time. */
-TGT static int FN(adam_span)(const adam_k *k, float *p, const float *g, float *m, float *v,
-                             float *vmax, size_t lo, size_t hi, int write) {
+/* Elements [lo, hi) from p, g, m, v, vmax (m, v NULL: zeros, as before a
+ * first step; vmax NULL: no amsgrad), whole vectors, then the rest one float
+ * at a time: the new values stored to po, mo, vo (and xo) when po is not
+ * NULL; else nothing stored and 1 when any element's gradient or new m, v or
+ * p is not finite. Inlined into adam_span and adam_flags with each array's
+ * presence fixed, so that the loop tests no pointer. */
+TGT static inline __attribute__((always_inline)) int
+FN(adam_run)(const adam_k *k, const float *p, const float *g, const float *m, const float *v,
+             const float *vmax, float *po, float *mo, float *vo, float *xo, size_t lo,
+             size_t hi) {
   int bad = 0;
   size_t i = lo;
   for (; i + VW <= hi; i += VW) {
@@ -38,17 +42,36 @@ TGT static int FN(adam_span)(const adam_k *k, float *p, const float *g, float *m
     V pi = VLOADU(p + i), mi = m ? VLOADU(m + i) : VZERO(), vi = v ? VLOADU(v + i) : VZERO();
     V xi = vmax ? VLOADU(vmax + i) : VZERO();
     FN(adam_vec)(k, gi, &pi, &mi, &vi, vmax ? &xi : NULL);
-    if (!write) {
+    if (!po) {
       bad |= VBAD(gi) | VBAD(mi) | VBAD(vi) | VBAD(pi);
       continue;
     }
-    VSTOREU(p + i, pi), VSTOREU(m + i, mi), VSTOREU(v + i, vi);
-    if (vmax) VSTOREU(vmax + i, xi);
+    VSTOREU(po + i, pi), VSTOREU(mo + i, mi), VSTOREU(vo + i, vi);
+    if (xo) VSTOREU(xo + i, xi);
   }
 #if CL_SIMD > 1
-  bad |= adam_span_generic(k, p, g, m, v, vmax, i, hi, write);
+  bad |= adam_run_generic(k, p, g, m, v, vmax, po, mo, vo, xo, i, hi);
 #endif
   return bad;
+}
+
+/* The update of [lo, hi) stored in place (amsgrad when vmax is not NULL). */
+TGT static void FN(adam_span)(const adam_k *k, float *p, const float *g, float *m, float *v,
+                              float *vmax, size_t lo, size_t hi) {
+  if (vmax)
+    FN(adam_run)(k, p, g, m, v, vmax, p, m, v, vmax, lo, hi);
+  else
+    FN(adam_run)(k, p, g, m, v, NULL, p, m, v, NULL, lo, hi);
+}
+
+/* The guard's dry run of [lo, hi): nothing stored, 1 when the update would
+ * meet or make a value that is not finite. */
+TGT static int FN(adam_flags)(const adam_k *k, const float *p, const float *g, const float *m,
+                              const float *v, const float *vmax, size_t lo, size_t hi) {
+  if (m && v)
+    return vmax ? FN(adam_run)(k, p, g, m, v, vmax, NULL, NULL, NULL, NULL, lo, hi)
+                : FN(adam_run)(k, p, g, m, v, NULL, NULL, NULL, NULL, NULL, lo, hi);
+  return FN(adam_run)(k, p, g, NULL, NULL, vmax, NULL, NULL, NULL, NULL, lo, hi);
 }
 
 #include "cpu_simd_end.h"

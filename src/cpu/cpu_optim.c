@@ -44,7 +44,7 @@ static size_t block_end(size_t lo, size_t n) {
 
 /* torch's Adam: the factors in double rounded to float once (adam_consts),
  * the rest in float (cpu_adam_tmpl.h). The update and its guard both run
- * adam_span, so the guard checks exactly the numbers the update writes. */
+ * adam_run, so the guard checks exactly the numbers the update writes. */
 typedef struct adam_k {
   float beta1, beta2, one_m_b1, one_m_b2, bc2_sqrt, neg_step, eps, wd;
   float decay; /* AdamW: 1 - lr * weight_decay (then wd is 0); Adam: 1 */
@@ -69,28 +69,33 @@ static inline float l2_decayed(float g, float wd, float p) { return wd != 0.0f ?
 
 #define CL_SIMD 1
 #include "cpu_simd.h"
-#include "cpu_adam_tmpl.h" /* adam_vec_generic, adam_span_generic */
+#include "cpu_adam_tmpl.h" /* adam_vec_generic, adam_run_generic, adam_span_generic, ... */
 #if CL_CPU_X86
 #define CL_SIMD 512
 #include "cpu_simd.h"
-#include "cpu_adam_tmpl.h" /* adam_span_avx512 */
+#include "cpu_adam_tmpl.h" /* adam_span_avx512, adam_flags_avx512 */
 #define CL_SIMD 256
 #include "cpu_simd.h"
-#include "cpu_adam_tmpl.h" /* adam_span_avx2 */
+#include "cpu_adam_tmpl.h" /* adam_span_avx2, adam_flags_avx2 */
 #endif
 
-typedef int (*adam_span_fn)(const adam_k *k, float *p, const float *g, float *m, float *v,
-                            float *vmax, size_t lo, size_t hi, int write);
+/* An instruction set's two passes over a block (cpu_adam_tmpl.h). */
+typedef struct adam_fns {
+  void (*span)(const adam_k *k, float *p, const float *g, float *m, float *v, float *vmax,
+               size_t lo, size_t hi);
+  int (*flags)(const adam_k *k, const float *p, const float *g, const float *m, const float *v,
+               const float *vmax, size_t lo, size_t hi);
+} adam_fns;
 
-/* The backend's instruction set's span (the GEMM kind's, cl_cpu_isa_of). */
-static adam_span_fn adam_span_of(const cl_backend *be) {
+/* The backend's instruction set's passes (the GEMM kind's, cl_cpu_isa_of). */
+static adam_fns adam_fns_of(const cl_backend *be) {
 #if CL_CPU_X86
   const cl_cpu_gemm_kind isa = cl_cpu_isa_of(be);
-  if (isa == CL_CPU_GEMM_AVX512) return adam_span_avx512;
-  if (isa == CL_CPU_GEMM_AVX2) return adam_span_avx2;
+  if (isa == CL_CPU_GEMM_AVX512) return (adam_fns){adam_span_avx512, adam_flags_avx512};
+  if (isa == CL_CPU_GEMM_AVX2) return (adam_fns){adam_span_avx2, adam_flags_avx2};
 #endif
   (void)be;
-  return adam_span_generic;
+  return (adam_fns){adam_span_generic, adam_flags_generic};
 }
 
 static cl_status adam_step_ok(cl_backend *be, const cl_adam_hp *hp) {
@@ -105,7 +110,7 @@ cl_status cl_cpu_adam_update(cl_backend *be, float *p, const float *g, float *m,
   if (hp->amsgrad && !vmax)
     return cl_cpu_fail(be, CL_E_INVALID, "cpu backend: amsgrad needs max_exp_avg_sq");
   const adam_k k = adam_consts(hp);
-  const adam_span_fn span = adam_span_of(be);
+  const adam_fns fns = adam_fns_of(be);
   if (!hp->amsgrad) vmax = NULL;
   /* blocks of the guard's (CL_GUARD_BLOCK, a whole number of vectors), so
    * that an element is in a vector or a float as in the guard's dry run */
@@ -116,7 +121,7 @@ cl_status cl_cpu_adam_update(cl_backend *be, float *p, const float *g, float *m,
 #endif
   for (long long b = 0; b < nb; b++) {
     const size_t lo = (size_t)b * CL_GUARD_BLOCK;
-    span(&k, p, g, m, v, vmax, lo, block_end(lo, n), 1);
+    fns.span(&k, p, g, m, v, vmax, lo, block_end(lo, n));
   }
   return CL_OK;
 }
@@ -284,16 +289,15 @@ static uint64_t guard_scan(cl_backend *be, const float *g, size_t n, dry_fn dry,
  * in registers rather than rereading it after each store to out. */
 typedef struct adam_dry_ctx {
   adam_k k;
-  adam_span_fn span;
+  adam_fns fns;
   const float *p, *g, *m, *v, *vmax; /* vmax NULL without amsgrad */
 } adam_dry_ctx;
 
-/* The flags through the backend's span, the values (a fault's block, once)
+/* The flags through the backend's adam_flags, the values (a fault's block, once)
  * one float at a time. */
 static int adam_dry(const void *ctx, size_t lo, size_t hi, dry_block *out) {
   const adam_dry_ctx c = *(const adam_dry_ctx *)ctx;
-  if (!out) return c.span(&c.k, (float *)c.p, c.g, (float *)c.m, (float *)c.v, (float *)c.vmax, lo,
-                          hi, 0);
+  if (!out) return c.fns.flags(&c.k, c.p, c.g, c.m, c.v, c.vmax, lo, hi);
   int bad = 0;
   for (size_t i = lo; i < hi; i++) {
     float pi = c.p[i], mi = c.m ? c.m[i] : 0.0f, vi = c.v ? c.v[i] : 0.0f;
@@ -310,7 +314,7 @@ cl_status cl_cpu_adam_check(cl_backend *be, const float *p, const float *g, cons
                             uint64_t *fault) {
   *fault = CL_FAULT_NONE;
   if (adam_step_ok(be, hp) != CL_OK) return CL_E_INVALID;
-  const adam_dry_ctx c = {adam_consts(hp), adam_span_of(be), p, g, m, v, hp->amsgrad ? vmax : NULL};
+  const adam_dry_ctx c = {adam_consts(hp), adam_fns_of(be), p, g, m, v, hp->amsgrad ? vmax : NULL};
   *fault = guard_scan(be, g, n, adam_dry, &c);
   return CL_OK;
 }

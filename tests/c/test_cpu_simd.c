@@ -624,11 +624,15 @@ static void test_adam_bits(void) {
       float *st = calloc(4 * (size_t)N, sizeof(float)); /* p, m, v, vmax */
       memcpy(st, p0, sizeof(float) * N);
       cl_adam_hp hp = {1e-2f, 0.9f, 0.999f, 1e-8f, cfg[c].wd, 0, cfg[c].decoupled, cfg[c].amsgrad};
+      int ok = 1;
       for (int k = 0; k < STEPS; k++) {
         hp.step = k + 1;
-        be->iface->adam_update(be, st, g[k], st + N, st + 2 * N, st + 3 * N, N, &hp);
+        ok &= be->iface->adam_update(be, st, g[k], st + N, st + 2 * N, st + 3 * N, N, &hp) == CL_OK;
       }
       cl_backend_destroy(be);
+      check_true(ok && memcmp(st, p0, sizeof(float) * N) != 0,
+                 "adam_update, %s: %s accepts every step and moves p", cfg[c].what,
+                 cl_cpu_gemm_name((cl_cpu_gemm_kind)kind));
       if (!ref) {
         ref = st;
         continue;
