@@ -94,6 +94,14 @@ CL_BACKEND_SLOTS(CL_CPU_SLOT_PROTO_)
 typedef void (*cl_cpu_block_fn)(void *arg, long long lo, long long hi, int tid);
 int cl_cpu_blocks(int n_threads, long long n, cl_cpu_block_fn fn, void *arg);
 
+/* cpu_sum.c: cl_cpu_blocks' blocks, each taken from its front in pieces of
+ * at most `piece` indices (fn called once a piece); a thread whose block is
+ * done takes pieces from the back of the others', so that a core running
+ * slower for a while does not hold the team at the region's end. For fn
+ * whose results do not depend on which thread runs an index (tid only
+ * chooses scratch). Returns the team size, as cl_cpu_blocks. */
+int cl_cpu_pieces(int n_threads, long long n, long long piece, cl_cpu_block_fn fn, void *arg);
+
 /* cpu_sum.c: f(0) + ... + f(chunks - 1) in double, on n_threads when
  * parallel, in an order fixed by the team's size (not by the threads'
  * timing) */

@@ -1,6 +1,8 @@
 /*
  * cpu/cpu_sum.c -- work split over an OpenMP team in contiguous blocks
- * (cl_cpu_blocks: the convolutions' images, the sums' chunks), and a sum in
+ * (cl_cpu_blocks: the convolutions' images, the sums' chunks), the same
+ * blocks taken in pieces that a thread done early takes from the others'
+ * (cl_cpu_pieces), and a sum in
  * double over chunks on such a team, the same bits at every run: each
  * thread sums its static block of chunks in order, then the threads'
  * partial sums are added in thread order. An OpenMP reduction(+) adds them
@@ -9,6 +11,9 @@
  * step's "bit for bit" rows need them fixed).
  */
 #include "cpu_kernels.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -32,6 +37,80 @@ int cl_cpu_blocks(int n_threads, long long n, cl_cpu_block_fn fn, void *arg) {
 #endif
     if (tid == 0) used = team;
     fn(arg, n * tid / team, n * (tid + 1) / team, tid);
+  }
+  return used;
+}
+
+/* One thread's block, unclaimed part [lo, hi) as lo | hi << 32, on a cache
+ * line of its own (the owner and a thief write it). */
+typedef struct piece_range {
+  _Alignas(64) _Atomic uint64_t r;
+} piece_range;
+
+/* Ranges on the stack (a step allocates nothing): a larger team takes
+ * static blocks. */
+#define CL_CPU_PIECES_MAX_TEAM 64
+
+/* Claims up to `piece` indices of *pr: from the front (the owner) or the
+ * back (a thief). 0 when none are left. */
+static int claim(piece_range *pr, long long piece, int back, long long *lo, long long *hi) {
+  uint64_t r = atomic_load_explicit(&pr->r, memory_order_relaxed);
+  for (;;) {
+    const long long a = (long long)(r & 0xFFFFFFFFu), b = (long long)(r >> 32);
+    if (a >= b) return 0;
+    const long long take = b - a < piece ? b - a : piece;
+    const uint64_t next = back ? (uint64_t)a | (uint64_t)(b - take) << 32
+                               : (uint64_t)(a + take) | (uint64_t)b << 32;
+    if (atomic_compare_exchange_weak_explicit(&pr->r, &r, next, memory_order_relaxed,
+                                              memory_order_relaxed)) {
+      *lo = back ? b - take : a, *hi = back ? b : a + take;
+      return 1;
+    }
+  }
+}
+
+typedef struct piece_job {
+  cl_cpu_block_fn fn;
+  void *arg;
+  long long piece;
+} piece_job;
+
+/* A static block, piece by piece (one thread, or no room for the ranges). */
+static void block_in_pieces(void *arg, long long lo, long long hi, int tid) {
+  const piece_job *j = arg;
+  for (long long a = lo; a < hi; a += j->piece)
+    j->fn(j->arg, a, hi - a < j->piece ? hi : a + j->piece, tid);
+}
+
+int cl_cpu_pieces(int n_threads, long long n, long long piece, cl_cpu_block_fn fn, void *arg) {
+  const int threads = cl_cpu_threads(n_threads);
+  if (piece < 1) piece = 1;
+  if (threads < 2 || n > 0x7FFFFFFFLL || threads > CL_CPU_PIECES_MAX_TEAM) {
+    piece_job j = {fn, arg, piece};
+    return cl_cpu_blocks(threads, n, block_in_pieces, &j);
+  }
+  piece_range ranges[CL_CPU_PIECES_MAX_TEAM];
+  /* every block set before the team starts: a team smaller than asked
+   * (nested, forked) takes the missing threads' blocks as a thief */
+  for (int t = 0; t < threads; t++) {
+    const uint64_t lo = (uint64_t)(n * t / threads), hi = (uint64_t)(n * (t + 1) / threads);
+    atomic_init(&ranges[t].r, lo | hi << 32);
+  }
+  int used = 1;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads)
+#endif
+  {
+    int tid = 0, team = 1;
+#ifdef _OPENMP
+    tid = omp_get_thread_num();
+    team = omp_get_num_threads();
+#endif
+    if (tid == 0) used = team;
+    long long lo, hi;
+    while (claim(&ranges[tid], piece, 0, &lo, &hi)) fn(arg, lo, hi, tid);
+    for (int k = 1; k < threads; k++) /* the next thread's block first */
+      while (claim(&ranges[(tid + k) % threads], piece, 1, &lo, &hi)) fn(arg, lo, hi, tid);
   }
   return used;
 }

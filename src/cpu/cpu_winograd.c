@@ -206,9 +206,9 @@ static cl_conv_shape dir_shape(const cl_conv_shape *s, int dir) {
  * and backward data), then one slice per thread (slice_of): V (input
  * tiles), M (products, or dy's transform), the GEMM's scratch, tmp (the
  * planes a transform works in, the filter pairs' blocks too), and for
- * backward filter the thread's sums of dU and of dbias. A call of one
- * chunk (small) shares one V, one M and one dU, after U; its slices hold
- * the rest. */
+ * backward filter the thread's sums of dbias. A call of one chunk (small)
+ * and every backward filter share one V, one M (DY) and one dU, after U;
+ * their slices hold the rest. */
 typedef struct wino_plan {
   const wino_form *f;
   int th, tw, T1; /* tiles down, across, per image */
@@ -219,8 +219,9 @@ typedef struct wino_plan {
   int small;      /* one chunk, split by channels and tile elements (small_*, wgrad_small_*) */
   size_t vs, ms;  /* floats from one tile element's planes of V, of M (or DY), to the next's */
   int threads;
-  size_t off_v, off_m, off_du; /* small: the shared V, M (or DY), backward filter's dU */
-  size_t off_slices, v_bytes, m_bytes, scratch_bytes, tmp_bytes, du_bytes, db_bytes;
+  size_t off_v, off_m, off_du; /* small, dir 2: the shared V, M (or DY), backward filter's dU */
+  size_t off_db;               /* dir 2: dbias, a chunk's images' sums, then the call's */
+  size_t off_slices, v_bytes, m_bytes, scratch_bytes, tmp_bytes;
   size_t slice_bytes, total;
 } wino_plan;
 
@@ -265,8 +266,9 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
   const int m = p.f->m, nn = p.f->n * p.f->n;
   p.th = (t.H + m - 1) / m, p.tw = (t.W + m - 1) / m, p.T1 = p.th * p.tw;
   const int team = be->n_threads < 1 ? 1 : be->n_threads;
-  p.threads = team < t.N ? team : t.N;
-  int per = (t.N + p.threads - 1) / p.threads;
+  /* backward filter's threads share each chunk (wgrad_chunk_inputs) */
+  p.threads = dir == 2 || team < t.N ? team : t.N;
+  int per = dir == 2 ? t.N : (t.N + p.threads - 1) / p.threads;
   p.nb = WINO_TILES / p.T1 < 1 ? 1 : WINO_TILES / p.T1;
   /* backward filter's M, dy's transform, holds every channel (its GEMMs
    * sum over the tiles, so fewer tiles a chunk pack nothing twice; at 36
@@ -274,16 +276,27 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
    * V holds every input channel in every direction (WINO_V_BYTES). */
   const size_t plane1 = sizeof(float) * (size_t)nn * t.K * p.T1;
   const size_t vplane1 = sizeof(float) * (size_t)nn * t.C * p.T1;
-  if (dir == 2 && p.nb > (int)(WINO_M_BYTES / plane1)) p.nb = (int)(WINO_M_BYTES / plane1);
+  /* backward filter's DY is shared, each thread reading its tile elements'
+   * planes (wgrad_chunk_products): twice a thread's M. Best of three, the
+   * plain stack's input halves (80 images, 16 and 48 -> 192, 5 x 5), two
+   * threads: 13.6 and 13.1 ms at 4 MiB, 13.4 and 12.4 at 8; one thread
+   * alike */
+  const size_t dy_bytes = 2 * WINO_M_BYTES;
+  if (dir == 2 && p.nb > (int)(dy_bytes / plane1)) p.nb = (int)(dy_bytes / plane1);
   if (p.nb > (int)(WINO_V_BYTES / vplane1)) p.nb = (int)(WINO_V_BYTES / vplane1);
   if (p.nb < 1) p.nb = 1;
   if (p.nb > per) p.nb = per;
+  /* backward filter's chunks an even number of images, whatever the team
+   * (its dw then has the same bits on any): at 5 a chunk (the plain
+   * stack's input halves), one of two threads transformed 3 and waited
+   * 40 % longer than the other */
+  if (dir == 2 && p.nb > 2) p.nb -= p.nb % 2;
   /* A batch that is one chunk (the hidden halves' few images), its M in
    * WINO_M_BYTES, is split by channels and tile elements, not by images
    * (small_inputs): split by images, each thread ran half-width GEMMs and
    * packed all of U. */
-  p.small = team > 1 && t.N * p.T1 <= WINO_TILES && (size_t)t.N * plane1 <= WINO_M_BYTES &&
-            (size_t)t.N * vplane1 <= WINO_M_BYTES;
+  p.small = (team > 1 || dir == 2) && t.N * p.T1 <= WINO_TILES &&
+            (size_t)t.N * plane1 <= WINO_M_BYTES && (size_t)t.N * vplane1 <= WINO_M_BYTES;
   if (p.small) p.nb = t.N, p.threads = team; /* fewer images than threads too */
   p.T = p.nb * p.T1;
   const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(be);
@@ -322,15 +335,15 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
     const size_t most = xs > ds ? xs : ds;
     if (sizeof(float) * most > p.tmp_bytes) p.tmp_bytes = round64(sizeof(float) * most);
   }
-  /* backward filter: the thread's sums of dU (n^2 K C) and of dbias */
-  p.du_bytes = dir == 2 ? round64(sizeof(float) * (size_t)nn * t.K * t.C) : 0;
-  p.db_bytes = dir == 2 ? round64(sizeof(double) * (size_t)t.K) : 0;
-  if (p.small) { /* shared, after U: V, M (or DY) and backward filter's dU */
-    p.off_du = p.off_slices, p.off_slices += p.du_bytes, p.du_bytes = 0;
+  if (p.small || dir == 2) { /* shared, after U: V, M (or DY) */
     p.off_v = p.off_slices, p.off_slices += p.v_bytes, p.v_bytes = 0;
     p.off_m = p.off_slices, p.off_slices += p.m_bytes, p.m_bytes = 0;
   }
-  p.slice_bytes = p.v_bytes + p.m_bytes + p.scratch_bytes + p.tmp_bytes + p.du_bytes + p.db_bytes;
+  if (dir == 2) { /* and the sum dU (n^2 K C), dbias's nb + 1 rows of K */
+    p.off_du = p.off_slices, p.off_slices += round64(sizeof(float) * (size_t)nn * t.K * t.C);
+    p.off_db = p.off_slices, p.off_slices += round64(sizeof(double) * (size_t)(p.nb + 1) * t.K);
+  }
+  p.slice_bytes = p.v_bytes + p.m_bytes + p.scratch_bytes + p.tmp_bytes;
   p.total = p.off_slices + p.slice_bytes * (size_t)p.threads + 64;
   return p;
 }
@@ -344,8 +357,7 @@ static wino_plan plan_of(const cl_backend *be, const cl_conv_shape *s, int dir) 
 typedef struct wino_slice {
   float *V, *M;
   void *scratch;
-  float *tmp, *dU;
-  double *db;
+  float *tmp;
 } wino_slice;
 
 static wino_slice slice_of(const wino_plan *p, char *base, int tid) {
@@ -354,9 +366,7 @@ static wino_slice slice_of(const wino_plan *p, char *base, int tid) {
   sl.V = (float *)at, at += p->v_bytes;
   sl.M = (float *)at, at += p->m_bytes;
   sl.scratch = at, at += p->scratch_bytes;
-  sl.tmp = (float *)at, at += p->tmp_bytes;
-  sl.dU = (float *)at, at += p->du_bytes;
-  sl.db = (double *)at;
+  sl.tmp = (float *)at;
   return sl;
 }
 
@@ -550,20 +560,21 @@ static void output_transform(const wino_fns *fns, const wino_plan *p, const cl_c
 }
 
 /* One call's operands, shared by the team's threads: dir 0 forward, 1
- * backward data (x is dy, y is dx), 2 backward filter; team: the threads
- * that ran the images (backward filter's sums of dU to add). */
+ * backward data (x is dy, y is dx), 2 backward filter; c0, nc: backward
+ * filter's chunk, its first image and its images. */
 typedef struct wino_job {
   const cl_backend *be;
   const wino_plan *p;
   const cl_conv_shape *t;
-  int dir, team, accumulate;
+  int dir, accumulate;
   const void *x, *dy; /* in the shape's dtype */
   const float *w, *bias;
   float *U;
   void *y; /* forward: the dtype; backward data: float32 */
   float *dw, *dbias;
-  float *dU; /* backward filter: where the threads' dU are summed */
+  float *dU; /* backward filter: the sum over the chunks */
   char *base;
+  int c0, nc;
 } wino_job;
 
 /* Me (tile element e's plane of M) = U[e]^T V[e] for the kn output
@@ -600,8 +611,10 @@ static void products(const wino_job *j, const wino_fns *fns, const float *V, int
   }
 }
 
-/* Thread tid's images [n0, n1) (cl_cpu_blocks) in chunks of p->nb, in its
- * own slice of the workspace. */
+/* Images [n0, n1) in chunks of p->nb, in thread tid's slice of the
+ * workspace: one piece of cl_cpu_pieces, taken by whichever thread is free
+ * (an image's outputs do not depend on the others in its chunk:
+ * test_cpu_pieces). */
 static void run_images(void *arg, long long n0, long long n1, int tid) {
   const wino_job *j = arg;
   const wino_plan *p = j->p;
@@ -749,81 +762,72 @@ static void element_grad(const wino_job *j, long long e, int len, const float *D
                V + e * j->p->vs, t->C, beta, dU + e * t->K * t->C, t->C, scratch);
 }
 
-/* Thread tid's images [n0, n1): its own dU and dbias sums. */
-static void wgrad_images(void *arg, long long n0, long long n1, int tid) {
+/* Backward filter, a chunk at a time in two regions: each thread
+ * transforms its static share of the chunk's images of x and dy into the
+ * shared V and DY (and sums its dbias, over the chunks, in its slice), then
+ * the threads take the tile elements as they come free, dU[e] (+)= over the
+ * chunk's tiles: each dU[e] is summed over the chunks in their order
+ * whichever thread runs it. Split by images instead (each thread its own dU
+ * of its images, added in thread order at the end), a core running slower
+ * for a while held the other at the end of the call, the threads' GEMMs
+ * were half as deep, and the sum of their dU (9 MB of traffic for the
+ * hidden half at 48 -> 192) cost as much as a fifth of a one-chunk call on
+ * two threads. */
+static void wgrad_chunk_inputs(void *arg, long long n0, long long n1, int tid) {
   const wino_job *j = arg;
-  const wino_plan *p = j->p;
-  const wino_slice sl = slice_of(p, j->base, tid);
-  double *db = j->dbias ? sl.db : NULL;
-  const int nn = p->f->n * p->f->n;
+  const int K = j->t->K;
+  float *tmp = slice_of(j->p, j->base, tid).tmp;
   const wino_fns fns = fns_of(j->be);
-  if (db) memset(db, 0, sizeof(double) * j->t->K);
-  if (n1 <= n0) memset(sl.dU, 0, sizeof(float) * nn * j->t->K * j->t->C);
-  for (int c0 = (int)n0; c0 < (int)n1; c0 += p->nb) {
-    const int nb = (int)n1 - c0 < p->nb ? (int)n1 - c0 : p->nb;
-    wgrad_transforms(j, &fns, c0, c0, nb, sl.V, sl.M, db, sl.tmp);
-    for (int e = 0; e < nn; e++)
-      element_grad(j, e, nb * p->T1, sl.M, sl.V, c0 == (int)n0 ? 0.0f : 1.0f, sl.dU, sl.scratch);
+  double *db = (double *)(j->base + j->p->off_db); /* row b: image c0 + b's sums */
+  for (long long b = n0; b < n1; b++) {
+    if (j->dbias) memset(db + b * K, 0, sizeof(double) * K);
+    wgrad_transforms(j, &fns, j->c0, j->c0 + (int)b, 1, (float *)(j->base + j->p->off_v),
+                     (float *)(j->base + j->p->off_m), j->dbias ? db + b * K : NULL, tmp);
   }
 }
 
-/* One chunk (p->small), in two regions: each thread transforms its images
- * of x and dy into the shared V and DY (and sums its dbias), then computes
- * its tile elements' dU[e] over every tile. Split by images as
- * wgrad_images is, each thread ran GEMMs half as deep into a dU of its own,
- * and the sum of the threads' dU (9 MB of traffic for the hidden half at
- * 48 -> 192) cost as much as a fifth of the call on two threads. */
-static void wgrad_small_inputs(void *arg, long long n0, long long n1, int tid) {
-  const wino_job *j = arg;
-  const wino_slice sl = slice_of(j->p, j->base, tid);
-  const wino_fns fns = fns_of(j->be);
-  double *db = j->dbias ? sl.db : NULL;
-  if (db) memset(db, 0, sizeof(double) * j->t->K);
-  if (n1 <= n0) return;
-  wgrad_transforms(j, &fns, 0, (int)n0, (int)(n1 - n0), (float *)(j->base + j->p->off_v),
-                   (float *)(j->base + j->p->off_m), db, sl.tmp);
-}
-
-static void wgrad_small_products(void *arg, long long e0, long long e1, int tid) {
+static void wgrad_chunk_products(void *arg, long long e0, long long e1, int tid) {
   const wino_job *j = arg;
   const float *V = (const float *)(j->base + j->p->off_v);
   const float *DY = (const float *)(j->base + j->p->off_m);
   void *scratch = slice_of(j->p, j->base, tid).scratch;
-  for (long long e = e0; e < e1; e++) element_grad(j, e, j->p->T, DY, V, 0.0f, j->dU, scratch);
+  const float beta = j->c0 == 0 ? 0.0f : 1.0f;
+  for (long long e = e0; e < e1; e++)
+    element_grad(j, e, j->nc * j->p->T1, DY, V, beta, j->dU, scratch);
 }
 
 /* The filter pairs' work, T pairs a block, blocks over the team (each
  * thread in its slice's tmp): the filter transform (dir 0, 1) or, for
- * backward filter (dir 2), the threads' dU sums added into j->dU (in
- * thread order, element by element; one chunk has one dU) and dw += G^T
- * dU G. */
+ * backward filter (dir 2), dw += G^T dU G. */
 
 static void pair_blocks(void *arg, long long b0, long long b1, int tid) {
   const wino_job *j = arg;
   const wino_plan *p = j->p;
   const size_t KC = (size_t)j->t->K * j->t->C, np = (size_t)p->np;
-  const size_t nn = (size_t)p->f->n * p->f->n;
   const wino_fns fns = fns_of(j->be);
   float *tmp = slice_of(p, j->base, tid).tmp;
   for (long long b = b0; b < b1; b++) {
     const size_t p0 = (size_t)b * np, len = KC - p0 < np ? KC - p0 : np;
-    if (j->dir < 2) {
+    if (j->dir < 2)
       filter_transform(&fns, p, j->t, j->dir, j->w, j->U, p0, len, tmp);
-      continue;
-    }
-    float *dU = j->dU;
-    for (int th = 1; th < j->team && !p->small; th++) {
-      const float *part = slice_of(p, j->base, th).dU;
-      for (size_t e = 0; e < nn; e++)
-        for (size_t q = e * KC + p0; q < e * KC + p0 + len; q++) dU[q] += part[q];
-    }
-    filter_grad_transform(&fns, p, j->t, dU, j->dw, p0, len, tmp);
+    else
+      filter_grad_transform(&fns, p, j->t, j->dU, j->dw, p0, len, tmp);
   }
 }
 
 static void run_pairs(const wino_job *j) {
   const long long KC = (long long)j->t->K * j->t->C;
-  cl_cpu_blocks(j->p->threads, (KC + j->p->np - 1) / j->p->np, pair_blocks, (void *)j);
+  cl_cpu_pieces(j->p->threads, (KC + j->p->np - 1) / j->p->np, 1, pair_blocks, (void *)j);
+}
+
+/* A one-chunk region's channels in WINO_PIECES pieces a thread: a thread
+ * done early takes the rest of a slower one's (cl_cpu_pieces); its tile
+ * elements and filter pairs go one at a time, as their loops ran them. */
+enum { WINO_PIECES = 4 };
+
+static long long channel_piece(long long channels, int threads) {
+  const long long pieces = (long long)WINO_PIECES * threads;
+  return (channels + pieces - 1) / pieces;
 }
 
 /* dir 0: y (+)= conv(x, w) + bias; dir 1: dx (+)= conv_transpose(dy, w).
@@ -836,42 +840,41 @@ static void wino_run(cl_backend *be, const cl_conv_shape *s, int dir, const void
   const cl_conv_shape t = dir_shape(s, dir);
   char *base = (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
   float *U = (float *)base;
-  wino_job j = {be, &p, &t, dir, 1, accumulate, x, NULL, w, bias, U, y, NULL, NULL, NULL, base};
+  wino_job j = {be, &p, &t, dir, accumulate, x, NULL, w, bias, U, y, NULL, NULL, NULL, base, 0, 0};
   const cl_cpu_wino_u now = {ws, p.f, w, dir, s->K, s->C};
   if (!held || held->ws != ws || held->form != p.f || held->w != w || held->dir != dir ||
       held->K != s->K || held->C != s->C)
     run_pairs(&j);
   ((cl_cpu_ctx *)be->context)->wino_u = now;
   if (p.small) {
-    cl_cpu_blocks(p.threads, t.C, small_inputs, &j);
-    cl_cpu_blocks(p.threads, (long long)p.f->n * p.f->n, small_products, &j);
-    cl_cpu_blocks(p.threads, t.K, small_outputs, &j);
+    cl_cpu_pieces(p.threads, t.C, channel_piece(t.C, p.threads), small_inputs, &j);
+    cl_cpu_pieces(p.threads, (long long)p.f->n * p.f->n, 1, small_products, &j);
+    cl_cpu_pieces(p.threads, t.K, channel_piece(t.K, p.threads), small_outputs, &j);
     return;
   }
-  cl_cpu_blocks(p.threads, t.N, run_images, &j);
+  cl_cpu_pieces(p.threads, t.N, p.nb, run_images, &j);
 }
 
-/* dw += correlate(dy, x) through Winograd; dbias += the sum of dy. The
- * threads' sums are added in thread order. */
+/* dw += correlate(dy, x) through Winograd; dbias += the sum of dy, in
+ * double image by image in their order (whichever thread summed each). */
 static void wgrad_run(cl_backend *be, const cl_conv_shape *s, const void *x, const void *dy,
                       float *dw, float *dbias, void *ws) {
   const wino_plan p = plan_of(be, s, 2);
   char *base = (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
-  wino_job j = {be, &p, s, 2, 1, 0, x, dy, NULL, NULL, NULL, NULL, dw, dbias, NULL, base};
-  if (p.small) {
-    j.dU = (float *)(base + p.off_du);
-    j.team = cl_cpu_blocks(p.threads, s->N, wgrad_small_inputs, &j);
-    cl_cpu_blocks(p.threads, (long long)p.f->n * p.f->n, wgrad_small_products, &j);
-  } else {
-    j.dU = slice_of(&p, base, 0).dU;
-    j.team = cl_cpu_blocks(p.threads, s->N, wgrad_images, &j);
+  wino_job j = {be,    &p,    s,     2,  0, x, dy, NULL, NULL, NULL, NULL, dw, dbias,
+                (float *)(base + p.off_du), base, 0, 0};
+  const double *img = (const double *)(base + p.off_db);
+  double *sum = (double *)(base + p.off_db) + (size_t)p.nb * s->K;
+  if (dbias) memset(sum, 0, sizeof(double) * s->K);
+  for (; j.c0 < s->N; j.c0 += p.nb) {
+    j.nc = s->N - j.c0 < p.nb ? s->N - j.c0 : p.nb;
+    cl_cpu_pieces(p.threads, j.nc, 1, wgrad_chunk_inputs, &j);
+    cl_cpu_pieces(p.threads, (long long)p.f->n * p.f->n, 1, wgrad_chunk_products, &j);
+    for (int b = 0; dbias && b < j.nc; b++)
+      for (int k = 0; k < s->K; k++) sum[k] += img[(size_t)b * s->K + k];
   }
   run_pairs(&j);
-  for (int k = 0; dbias && k < s->K; k++) {
-    double sum = 0.0;
-    for (int tid = 0; tid < j.team; tid++) sum += slice_of(&p, base, tid).db[k];
-    dbias[k] += (float)sum;
-  }
+  for (int k = 0; dbias && k < s->K; k++) dbias[k] += (float)sum[k];
 }
 
 /* ---- choosing per shape, by timing ------------------------------------- */
