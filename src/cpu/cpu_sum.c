@@ -70,9 +70,11 @@ static int claim(piece_range *pr, long long piece, int back, long long *lo, long
 }
 
 typedef struct piece_job {
+  piece_range *ranges; /* NULL: static blocks (block_in_pieces) */
+  int threads;
+  long long piece;
   cl_cpu_block_fn fn;
   void *arg;
-  long long piece;
 } piece_job;
 
 /* A static block, piece by piece (one thread, or no room for the ranges). */
@@ -82,37 +84,36 @@ static void block_in_pieces(void *arg, long long lo, long long hi, int tid) {
     j->fn(j->arg, a, hi - a < j->piece ? hi : a + j->piece, tid);
 }
 
+/* Thread tid's own blocks [r0, r1) (one, or every block when the team is
+ * smaller than asked), from the front; then the others' from the back,
+ * the next thread's first. */
+static void piece_worker(void *arg, long long r0, long long r1, int tid) {
+  const piece_job *w = arg;
+  long long lo, hi;
+  for (long long r = r0; r < r1; r++)
+    while (claim(&w->ranges[r], w->piece, 0, &lo, &hi)) w->fn(w->arg, lo, hi, tid);
+  for (int k = 1; k < w->threads; k++) {
+    piece_range *other = &w->ranges[(r0 + k) % w->threads];
+    while (claim(other, w->piece, 1, &lo, &hi)) w->fn(w->arg, lo, hi, tid);
+  }
+}
+
 int cl_cpu_pieces(int n_threads, long long n, long long piece, cl_cpu_block_fn fn, void *arg) {
   const int threads = cl_cpu_threads(n_threads);
   if (piece < 1) piece = 1;
   if (threads < 2 || n > 0x7FFFFFFFLL || threads > CL_CPU_PIECES_MAX_TEAM) {
-    piece_job j = {fn, arg, piece};
+    piece_job j = {NULL, threads, piece, fn, arg};
     return cl_cpu_blocks(threads, n, block_in_pieces, &j);
   }
   piece_range ranges[CL_CPU_PIECES_MAX_TEAM];
-  /* every block set before the team starts: a team smaller than asked
-   * (nested, forked) takes the missing threads' blocks as a thief */
   for (int t = 0; t < threads; t++) {
     const uint64_t lo = (uint64_t)(n * t / threads), hi = (uint64_t)(n * (t + 1) / threads);
     atomic_init(&ranges[t].r, lo | hi << 32);
   }
-  int used = 1;
-#ifdef _OPENMP
-#pragma omp parallel num_threads(threads)
-#endif
-  {
-    int tid = 0, team = 1;
-#ifdef _OPENMP
-    tid = omp_get_thread_num();
-    team = omp_get_num_threads();
-#endif
-    if (tid == 0) used = team;
-    long long lo, hi;
-    while (claim(&ranges[tid], piece, 0, &lo, &hi)) fn(arg, lo, hi, tid);
-    for (int k = 1; k < threads; k++) /* the next thread's block first */
-      while (claim(&ranges[(tid + k) % threads], piece, 1, &lo, &hi)) fn(arg, lo, hi, tid);
-  }
-  return used;
+  /* every block set before the team starts; a team of threads threads
+   * gives each its own block (cl_cpu_blocks' share of the blocks) */
+  piece_job w = {ranges, threads, piece, fn, arg};
+  return cl_cpu_blocks(threads, threads, piece_worker, &w);
 }
 
 typedef struct sum_job {

@@ -114,12 +114,10 @@ static void test_nested(void) {
   CHECK(team == 1 && once, "nested (team %d of 3 asked): every index runs once", team);
 }
 
-static float *randoms(size_t n, unsigned seed) {
+/* n values in [-0.5, 0.5) (ctest.h's generator) */
+static float *randoms(size_t n) {
   float *a = malloc(n * sizeof *a);
-  for (size_t i = 0; i < n; i++) {
-    seed = seed * 1664525u + 1013904223u;
-    a[i] = (float)(seed >> 8) / 16777216.0f - 0.5f;
-  }
+  for (size_t i = 0; i < n; i++) a[i] = (float)uniform01(NULL) - 0.5f;
   return a;
 }
 
@@ -158,7 +156,7 @@ static void test_chunk_bits(void) {
   const cl_conv_shape s = {30, 16, 16, 16, 48, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0};
   const size_t nx = (size_t)s.N * s.C * s.H * s.W, ny = (size_t)s.N * s.K * s.H * s.W;
   const size_t nw = (size_t)s.K * s.C * s.kh * s.kw;
-  float *x = randoms(nx, 1), *dy = randoms(ny, 2), *w = randoms(nw, 3);
+  float *x = randoms(nx), *dy = randoms(ny), *w = randoms(nw);
   for (int kind = CL_CPU_GEMM_GENERIC; kind <= CL_CPU_GEMM_AVX512; kind++) {
     if (!cl_cpu_gemm_available((cl_cpu_gemm_kind)kind)) continue;
     for (int algo = 2; algo <= 3; algo++)
