@@ -234,8 +234,9 @@ enum { WINO_TILES = 256, WINO_PAIRS = 256 };
 enum { WINO_ROWS = 8 };
 /* About the bytes of M (products, or dy's transform) a thread holds at
  * once, a core's L2 here (a block is rounded up to whole 12-row tiles, and
- * one image's tiles are the least a chunk holds). Tried at 2 MiB: the plain stack's step ran 4-9 % slower
- * (its 192 channels in four blocks) for 1.3 MiB less peak. */
+ * one image's tiles are the least a chunk holds). Tried at 2 MiB: the
+ * plain stack's step ran 4-9 % slower (its 192 channels in four blocks)
+ * for 1.3 MiB less peak. */
 #define WINO_M_BYTES ((size_t)4 << 20)
 /* About the bytes of V (every input channel's transform) a thread holds at
  * once. Backward data of the 5 x 5 hidden-to-gates layers reads 192 and 256
@@ -682,6 +683,21 @@ static void small_outputs(void *arg, long long k0, long long k1, int tid) {
  * G^T dU G per filter pair. dY: the tile's m x m output gradients, zeros
  * past the image. */
 
+/* Zeros where an H x W image at (pad, pad) of Pc (Hq x Wq pixels of pix
+ * floats) does not write: the gap before each of its rows (the last row's
+ * right border and this row's left are one run) and after its last. Once a
+ * call, as each image overwrites only its own pixels; the border alone, as
+ * backward filter calls once per image (77 KB cleared a call, for 48
+ * channels of 16 x 16 padded to 20 x 20; this clears 28). */
+static void clear_border(float *Pc, int Hq, int Wq, int H, int W, int pad, size_t pix) {
+  size_t at = 0;
+  for (int y = 0; y <= H; y++) {
+    const size_t next = y < H ? (size_t)(y + pad) * Wq + pad : (size_t)Hq * Wq;
+    memset(Pc + at * pix, 0, sizeof(float) * (next - at) * pix);
+    at = next + (size_t)W;
+  }
+}
+
 /* Backward filter's operands, channels last: out[e plane + q cn + c] = (S d S^T)[e],
  * d the nt x nt window of tile q (image-in-chunk T1 + tile) of channel c0
  * + c, c < cn, of the nb images from n0 (src: C channels of the shape's
@@ -701,9 +717,7 @@ static void cl_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_
   const int Hq = p->th * m + nt - m, Wq = p->tw * m + nt - m;
   const size_t pix = (size_t)cn;
   float *Pc = tmp, *rows = Pc + (size_t)Hq * Wq * pix;
-  /* no border to clear when the tiles cover the image exactly (dy's); once
-   * a call: each image overwrites only its own H x W pixels */
-  if (pad > 0 || Hq != H || Wq != W) memset(Pc, 0, sizeof(float) * Hq * Wq * pix);
+  clear_border(Pc, Hq, Wq, H, W, pad, pix);
   for (int b = 0; b < nb; b++) {
     /* WINO_ROWS channels at a time, row by row: each pixel's channels
      * then go out side by side (one channel at a time, each of its stores
@@ -775,12 +789,13 @@ static void element_grad(const wino_job *j, long long e, int len, const float *D
                V + e * j->p->vs, t->C, beta, dU + e * t->K * t->C, t->C, scratch);
 }
 
-/* Backward filter, a chunk at a time in two regions: each thread
- * transforms its static share of the chunk's images of x and dy into the
- * shared V and DY (and sums its dbias, over the chunks, in its slice), then
- * the threads take the tile elements as they come free, dU[e] (+)= over the
- * chunk's tiles: each dU[e] is summed over the chunks in their order
- * whichever thread runs it. Split by images instead (each thread its own dU
+/* Backward filter, a chunk at a time in two regions: the threads take the
+ * chunk's images one at a time (cl_cpu_pieces), transforming each one's x
+ * and dy into the shared V and DY and summing its dy into its own dbias
+ * row of the workspace (wgrad_run adds the rows in image order); then they
+ * take the tile elements as they come free, dU[e] (+)= over the chunk's
+ * tiles: each dU[e] is summed over the chunks in their order whichever
+ * thread runs it. Split by images instead (each thread its own dU
  * of its images, added in thread order at the end), a core running slower
  * for a while held the other at the end of the call, the threads' GEMMs
  * were half as deep, and the sum of their dU (9 MB of traffic for the
@@ -874,7 +889,7 @@ static void wgrad_run(cl_backend *be, const cl_conv_shape *s, const void *x, con
                       float *dw, float *dbias, void *ws) {
   const wino_plan p = plan_of(be, s, 2);
   char *base = (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
-  wino_job j = {be,    &p,    s,     2,  0, x, dy, NULL, NULL, NULL, NULL, dw, dbias,
+  wino_job j = {be, &p, s, 2, 0, x, dy, NULL, NULL, NULL, NULL, dw, dbias,
                 (float *)(base + p.off_du), base, 0, 0};
   const double *img = (const double *)(base + p.off_db);
   double *sum = (double *)(base + p.off_db) + (size_t)p.nb * s->K;
