@@ -1,7 +1,8 @@
 /*
  * cpu/cpu_adam_tmpl.h -- torch's Adam written once in the vocabulary of
  * cpu_simd.h, instantiated by cpu_optim.c for plain float (adam_vec_generic,
- * the element the other code calls) and for AVX-512 and AVX2. Every
+ * the element the other code calls; l2_decayed_generic, SGD's and
+ * RMSprop's too) and for AVX-512 and AVX2. Every
  * instantiation runs the same operations in the same order, each rounded
  * once (cpu_optim.c forbids fusing a * b + c), so a vector lane gives the
  * bits a float gives: the update and its guard's dry run agree on every
@@ -10,12 +11,19 @@
  * Needs adam_k (cpu_optim.c) and, for VW > 1, adam_run_generic.
  */
 
+/* torch's L2 weight decay (Adam, SGD, RMSprop): wd * p added to the
+ * gradient; wd 0 leaves it exactly as it was. SGD and RMSprop take the
+ * float one (l2_decayed_generic). */
+TGT static inline V FN(l2_decayed)(V g, float wd, V p) {
+  return wd != 0.0f ? VADD(g, VMUL(VSET1(wd), p)) : g;
+}
+
 /* One vector of elements: g (the raw gradient) by value; p, m, v (and
  * amsgrad's vmax, when not NULL) their values before on entry, after on
  * return. torch's order: L2 decay into g, AdamW's decay of p, the moments,
  * then p += (-lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps). */
 TGT static inline void FN(adam_vec)(const adam_k *k, V g, V *p, V *m, V *v, V *vmax) {
-  if (k->wd != 0.0f) g = VADD(g, VMUL(VSET1(k->wd), *p));
+  g = FN(l2_decayed)(g, k->wd, *p);
   if (k->decay != 1.0f) *p = VMUL(*p, VSET1(k->decay));
   *m = VADD(VMUL(*m, VSET1(k->beta1)), VMUL(VSET1(k->one_m_b1), g));
   *v = VADD(VMUL(*v, VSET1(k->beta2)), VMUL(VMUL(VSET1(k->one_m_b2), g), g));

@@ -63,13 +63,9 @@ static adam_k adam_consts(const cl_adam_hp *hp) {
   return k;
 }
 
-/* torch's L2 weight decay (Adam, SGD, RMSprop): wd * p added to the
- * gradient; wd 0 leaves it exactly as it was. */
-static inline float l2_decayed(float g, float wd, float p) { return wd != 0.0f ? g + wd * p : g; }
-
 #define CL_SIMD 1
 #include "cpu_simd.h"
-#include "cpu_adam_tmpl.h" /* adam_vec_generic, adam_run_generic, adam_span_generic, ... */
+#include "cpu_adam_tmpl.h" /* l2_decayed_generic, adam_vec_generic, adam_run_generic, ... */
 #if CL_CPU_X86
 #define CL_SIMD 512
 #include "cpu_simd.h"
@@ -129,7 +125,7 @@ cl_status cl_cpu_adam_update(cl_backend *be, float *p, const float *g, float *m,
 /* torch's SGD, one element (dampening 0, no Nesterov); buf is read only when
  * momentum is on and it is not the first update. Shared by the update and its guard. */
 static inline void sgd_elem(const cl_sgd_hp *hp, float d, float *p, float *buf) {
-  d = l2_decayed(d, hp->weight_decay, *p);
+  d = l2_decayed_generic(d, hp->weight_decay, *p);
   if (hp->momentum != 0.0f) {
     /* torch starts the buffer as a copy of the first gradient. */
     *buf = hp->first ? d : *buf * hp->momentum + d;
@@ -176,7 +172,7 @@ static rms_k rms_consts(const cl_rmsprop_hp *hp) {
 }
 
 static inline void rms_elem(const rms_k *k, float gi, float *p, float *v, float *buf, float *ga) {
-  gi = l2_decayed(gi, k->wd, *p);
+  gi = l2_decayed_generic(gi, k->wd, *p);
   *v = *v * k->alpha + k->one_m_alpha * gi * gi;
   float avg;
   if (ga) {
