@@ -29,13 +29,20 @@ typedef struct record {
   volatile int slow_tid; /* -1, or a thread that waits in its first piece */
   long long slow_end;  /* the end of slow_tid's block */
   volatile int stolen; /* another thread ran an index of that block */
+  int wait_ms;         /* slow_tid's longest wait; 0: 5000 */
 } record;
+
+/* slow_tid waits in its first piece until a thief shows itself, at most
+ * wait_ms (a thief that never comes fails the test and does not hang it) */
+static void wait_for_thief(volatile int *stolen, int wait_ms) {
+  const struct timespec d = {0, 1000000};
+  for (int ms = 0; ms < (wait_ms ? wait_ms : 5000) && !*stolen; ms++) nanosleep(&d, NULL);
+}
 
 static void note(void *arg, long long lo, long long hi, int tid) {
   record *r = arg;
-  if (tid == r->slow_tid) { /* until a thief shows itself, at most 5 s */
-    const struct timespec d = {0, 1000000};
-    for (int ms = 0; ms < 5000 && !r->stolen; ms++) nanosleep(&d, NULL);
+  if (tid == r->slow_tid) {
+    wait_for_thief(&r->stolen, r->wait_ms);
     r->slow_tid = -1;
   } else if (r->slow_tid >= 0 && lo < r->slow_end) {
     r->stolen = 1;
@@ -67,7 +74,7 @@ static void test_cover(void) {
       for (int threads = 1; threads <= 4; threads++) {
         const long long n = ns[a];
         record r = {calloc((size_t)n + 1, sizeof(int)), calloc((size_t)n + 1, sizeof(int)),
-                    pieces[b], 0, 0, -1, 0, 0};
+                    pieces[b], 0, 0, -1, 0, 0, 0};
         cl_cpu_pieces(threads, n, pieces[b], note, &r);
         int once = 1;
         for (long long i = 0; i < n; i++) once &= r.runs[i] == 1;
@@ -84,7 +91,7 @@ static void test_cover(void) {
 static void test_steal(void) {
   enum { N = 64 };
   int runs[N] = {0}, tid[N] = {0};
-  record r = {runs, tid, 2, 0, 0, 0, N / 2, 0};
+  record r = {runs, tid, 2, 0, 0, 0, N / 2, 0, 0};
   const int team = cl_cpu_pieces(2, N, 2, note, &r);
   if (team < 2) {
     printf("(one thread only here: no stealing to see)\n");
@@ -99,11 +106,103 @@ static void test_steal(void) {
   CHECK(r.calls == N / 2, "pieces of 2: %lld calls for %d indices", r.calls, N);
 }
 
+/* The ranges are a stack array of CL_CPU_PIECES_MAX_TEAM (64): a team of
+ * 64 takes pieces (thread 0 slow, another takes part of its block), a team
+ * of 65 runs static blocks (thread 0 slow for 200 ms, and still each index
+ * on the thread whose block holds it). */
+static void test_team_limit(void) {
+  enum { N = 4 * 65 };
+  for (int threads = 64; threads <= 65; threads++) {
+    int runs[N] = {0}, tid[N] = {0};
+    record r = {runs, tid, 1, 0, 0, 0, N / threads, 0, threads == 64 ? 0 : 200};
+    const int team = cl_cpu_pieces(threads, N, 1, note, &r);
+    if (team != threads) {
+      printf("(a team of %d, not %d: the limit is not reached)\n", team, threads);
+      continue;
+    }
+    int once = 1, owner = 1, taken = 0;
+    for (int t = 0; t < threads; t++) /* cl_cpu_blocks' block t */
+      for (int i = N * t / threads; i < N * (t + 1) / threads; i++) owner &= tid[i] == t;
+    for (int i = 0; i < N; i++) once &= runs[i] == 1, taken += i < N / threads && tid[i] != 0;
+    CHECK(once, "%d threads, thread 0 slow: every index runs once", threads);
+    if (threads == 64)
+      CHECK(taken > 0, "64 threads: others take %d of slow thread 0's indices", taken);
+    else
+      CHECK(owner, "65 threads (over the ranges' 64): each index on its block's thread");
+  }
+}
+
+/* The ranges pack [lo, hi) in 32 bits each: n up to 2^31 - 1 takes pieces,
+ * more runs static blocks. Two threads, pieces of n / 16 recorded as
+ * ranges: they must tile [0, n) exactly, none longer than asked; thread 0
+ * slow, thread 1 takes part of its block at 2^31 - 1 and none above. */
+typedef struct spans {
+  long long lo[64], hi[64], piece, n;
+  int tid[64];
+  int count, bad;
+  volatile int slow, stolen;
+  int wait_ms;
+} spans;
+
+static void span_note(void *arg, long long lo, long long hi, int tid) {
+  spans *s = arg;
+  if (tid == 0 && s->slow) wait_for_thief(&s->stolen, s->wait_ms), s->slow = 0;
+  if (tid != 0 && lo < s->n / 2) s->stolen = 1;
+  int at;
+#ifdef _OPENMP
+#pragma omp atomic capture
+#endif
+  at = s->count++;
+  if (at >= 64) {
+    s->bad = 1;
+    return;
+  }
+  s->lo[at] = lo, s->hi[at] = hi, s->tid[at] = tid;
+}
+
+static int by_lo(const void *a, const void *b) {
+  const long long x = *(const long long *)a, y = *(const long long *)b;
+  return (x > y) - (x < y);
+}
+
+static void test_n_limit(void) {
+  static const long long ns[] = {0x7FFFFFFFLL, 0x80000000LL, 0x100000005LL};
+  for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++) {
+    spans s;
+    memset(&s, 0, sizeof s);
+    s.n = ns[a], s.piece = ns[a] / 16, s.slow = 1, s.wait_ms = a == 0 ? 0 : 200;
+    if (cl_cpu_pieces(2, s.n, s.piece, span_note, &s) < 2) {
+      printf("(one thread only here: no limit to see)\n");
+      return;
+    }
+    long long pair[64][2], covered = 0;
+    int tiled = !s.bad && s.count > 0, longest = 1, taken = 0;
+    for (int i = 0; tiled && i < s.count; i++) {
+      pair[i][0] = s.lo[i], pair[i][1] = s.hi[i];
+      longest &= s.hi[i] - s.lo[i] <= s.piece;
+      taken += s.tid[i] != 0 && s.lo[i] < s.n / 2;
+    }
+    if (tiled) qsort(pair, (size_t)s.count, sizeof pair[0], by_lo);
+    for (int i = 0; tiled && i < s.count; i++) {
+      tiled &= pair[i][0] == covered && pair[i][1] > pair[i][0];
+      covered = pair[i][1];
+    }
+    tiled &= covered == s.n;
+    CHECK(tiled, "n %lld: %d pieces tile [0, n)", s.n, s.count);
+    CHECK(longest, "n %lld: no piece longer than %lld", s.n, s.piece);
+    if (a == 0)
+      CHECK(taken > 0, "n 2^31 - 1 takes pieces: thread 1 ran %d of thread 0's", taken);
+    else
+      CHECK(taken == 0, "n %lld (over 2^31 - 1) runs static blocks: thread 1 ran %d of "
+            "thread 0's", s.n, taken);
+  }
+}
+
 /* Inside a parallel region the team is one thread: it runs every block. */
 static void test_nested(void) {
   enum { N = 50 };
   int runs[N] = {0}, tid[N] = {0}, team = 0;
-  record r = {runs, tid, 4, 0, 0, -1, 0, 0};
+  record r = {runs, tid, 4, 0, 0, -1, 0, 0, 0};
 #ifdef _OPENMP
 #pragma omp parallel num_threads(2)
 #pragma omp single
@@ -181,6 +280,8 @@ int main(void) {
   test_cover();
   test_steal();
   test_nested();
+  test_team_limit();
+  test_n_limit();
   test_chunk_bits();
   return ctest_done("test_cpu_pieces");
 }
