@@ -30,7 +30,7 @@
  * was created (calls of WINO_MIN_FLOP or more; smaller ones always take
  * cpu_conv.c's paths): unset (or =rule), the default, Winograd where both
  * channel counts are WINO_MIN_CHANNELS or more (F(4x4,5x5), F(4x4,3x3)),
- * and for 5 x 5 forward and backward data of 16 and 64 (rule_runs),
+ * and for 5 x 5 of 16 and 64 in every direction (rule_runs),
  * cpu_conv.c's paths elsewhere: a fixed rule, so every process computes the
  * same bits; =gemm, cpu_conv.c's paths and no Winograd workspace;
  * =winograd F(2x2, r) for the kernel size r, =winograd4 F(4x4, r); =auto
@@ -163,33 +163,39 @@ static int algo_env(const cl_backend *be) {
  * (and back), 1 -> 256 and 64 -> 4 slower, 0.6-0.9x down to 0.2x. */
 #define WINO_MIN_CHANNELS 32
 
-/* The rule's second case, after F(4x4,5x5) came: 5 x 5 forward and
- * backward data where both channel counts are WINO_MIN_CHANNELS_5 or more
- * and one of them WINO_WIDE_5 or more (the 16-channel frames of issue
- * 39's models into 4h = 192 gates). Measured, one thread, ms, GEMM paths
- * against F(4x4,5x5) (doc/speed.md): 16 -> 192 at 16x16, batch 80,
- * forward 24.3 / 13.6, backward data 29.7 / 21.1, backward filter 27.9 /
- * 30.1 (so not backward filter); 16 -> 64 forward 5.1 / 2.5; 24 -> 96
- * 11.2 / 4.7; but 16 -> 16 at 32x32 forward 3.9 / 4.8, and 3 x 3 with 16
- * channels (16 -> 64, 16 -> 128 at 24x24) forward 0.79-0.85x. */
+/* The rule's second case, after F(4x4,5x5) came: 5 x 5 where both
+ * channel counts are WINO_MIN_CHANNELS_5 or more and one of them
+ * WINO_WIDE_5 or more (the 16-channel frames of issue 39's models into 4h
+ * = 192 gates). Measured, one thread, ms, GEMM paths against F(4x4,5x5)
+ * (doc/speed.md): 16 -> 192 at 16x16, batch 80, forward 24.3 / 13.6,
+ * backward data 29.7 / 21.1; 16 -> 64 forward 5.1 / 2.5; 24 -> 96 11.2 /
+ * 4.7; but 16 -> 16 at 32x32 forward 3.9 / 4.8, and 3 x 3 with 16
+ * channels (16 -> 64, 16 -> 128 at 24x24) forward 0.79-0.85x. Backward
+ * filter was left out (27.9 / 30.1 at 16 -> 192) until its transforms ran
+ * channels last on shared chunks; then (2026-12-01, CPU ms, two runs):
+ * 16 -> 192 27.7 / 18.8-21.6, 16 -> 64 12.7 / 7.7, 24 -> 96 28.0 / 17.0,
+ * 64 -> 16 12.3-12.7 / 6.5-7.7, 16 -> 64 at 8 x 8 16.8 / 5.0-5.4, 16 ->
+ * 128 at 64 x 64 28.5-37.6 / 20.1-30.6; 16 -> 16 at 32 x 32 still 4.4 /
+ * 4.7. */
 #define WINO_MIN_CHANNELS_5 16
 #define WINO_WIDE_5 64
 
-/* Whether the default rule runs Winograd for s in dir. */
-static int rule_runs(const cl_conv_shape *s, int dir) {
+/* Whether the default rule runs Winograd for s (in any direction: backward
+ * data swaps C and K, the rule is symmetric in them). */
+static int rule_runs(const cl_conv_shape *s) {
   const int lo = s->C < s->K ? s->C : s->K, hi = s->C < s->K ? s->K : s->C;
   if (lo >= WINO_MIN_CHANNELS) return 1;
-  return s->kh == 5 && dir != 2 && lo >= WINO_MIN_CHANNELS_5 && hi >= WINO_WIDE_5;
+  return s->kh == 5 && lo >= WINO_MIN_CHANNELS_5 && hi >= WINO_WIDE_5;
 }
 
-/* The form for s in dir (NULL: none handles it). */
-static const wino_form *form_of(const cl_backend *be, const cl_conv_shape *s, int dir) {
+/* The form for s, in every direction (NULL: none handles it). */
+static const wino_form *form_of(const cl_backend *be, const cl_conv_shape *s) {
   if (cl_conv_groups(s) != 1 || s->dh != 1 || s->dw != 1 || s->kh != s->kw) return NULL;
   const cl_cpu_ctx *ctx = (const cl_cpu_ctx *)be->context;
   if (!ctx->conv_algo && ctx->conv_algo_env == 1) return NULL; /* off: no workspace */
   if (!ctx->conv_algo && 2.0 * s->N * s->K * s->C * s->kh * s->kw * s->H * s->W < WINO_MIN_FLOP)
     return NULL;
-  if (algo_env(be) == 4 && !rule_runs(s, dir)) return NULL;
+  if (algo_env(be) == 4 && !rule_runs(s)) return NULL;
   if (s->kh == 3) return &FORMS[algo_env(be) >= 3 ? 1 : 0];
   if (s->kh == 5) return &FORMS[algo_env(be) >= 3 ? 3 : 2];
   return NULL;
@@ -363,7 +369,7 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
 }
 
 static wino_plan plan_of(const cl_backend *be, const cl_conv_shape *s, int dir) {
-  return plan_form(be, s, dir, form_of(be, s, dir));
+  return plan_form(be, s, dir, form_of(be, s));
 }
 
 /* Thread tid's slice of the workspace (base: its 64-byte aligned start),
@@ -388,7 +394,7 @@ static wino_slice slice_of(const wino_plan *p, char *base, int tid) {
  * says now: the plan's workspace is sized once and the variable (or the
  * timed choice) decides at each call. */
 size_t cl_cpu_wino_workspace(const cl_backend *be, const cl_conv_shape *s, int dir) {
-  const wino_form *f = form_of(be, s, dir);
+  const wino_form *f = form_of(be, s);
   if (!f) return 0;
   size_t b = plan_form(be, s, dir, f).total;
   if (s->kh == 3 || s->kh == 5) {
@@ -968,12 +974,13 @@ static void record(wino_slot *t, int choice, double seconds) {
 }
 
 int cl_cpu_wino_chosen(const cl_backend *be, const cl_conv_shape *s, int dir) {
-  if (!form_of(be, s, dir)) return 0;
+  if (!form_of(be, s)) return 0;
   return choice_of(be, s, dir, NULL);
 }
 
 const char *cl_cpu_wino_name(const cl_backend *be, const cl_conv_shape *s, int dir) {
-  const wino_form *f = form_of(be, s, dir);
+  (void)dir; /* one form in every direction */
+  const wino_form *f = form_of(be, s);
   return f ? f->name : "";
 }
 
@@ -982,7 +989,7 @@ const char *cl_cpu_wino_name(const cl_backend *be, const cl_conv_shape *s, int d
 int cl_cpu_wino_pick(const cl_backend *be, const cl_conv_shape *s, int dir, const void *ws,
                      cl_cpu_wino_ticket *tk) {
   memset(tk, 0, sizeof *tk);
-  if (!form_of(be, s, dir) || s->N < 1 || !ws) return 0;
+  if (!form_of(be, s) || s->N < 1 || !ws) return 0;
   wino_slot *timed;
   tk->use = choice_of(be, s, dir, &timed);
   tk->slot = timed;

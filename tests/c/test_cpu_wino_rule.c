@@ -2,8 +2,8 @@
  * tests/c/test_cpu_wino_rule.c -- the CPU backend's default convolution
  * algorithm is a fixed rule (cpu_winograd.c's rule_runs): for calls of
  * 1e8 flops or more, Winograd where both channel counts are 32 or more,
- * and for 5x5 forward and backward data where both are 16 or more and one
- * 64 or more; the GEMM paths elsewhere, in every process. The cases are
+ * and for 5x5 where both are 16 or more and one 64 or more (backward
+ * filter too, since 2026-12-01); the GEMM paths elsewhere, in every process. The cases are
  * the steps' shapes (bench/cpu_shapes.tsv) cut to just over 1e8 flops, the
  * rule's edges, and one under 1e8 flops.
  *
@@ -49,9 +49,8 @@ static int same_bits(const float *a, const float *b, size_t n) {
 int main(void) {
   const rule_case cases[] = {
       {"hidden half 48 -> 192, 5x5", {1, 48, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 3}},
-      /* the second case of the rule: 5x5, 16 and 64 channels or more, not
-       * backward filter */
-      {"input half 16 -> 192, 5x5", {6, 16, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 1}},
+      /* the second case of the rule: 5x5, 16 and 64 channels or more */
+      {"input half 16 -> 192, 5x5", {6, 16, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 3}},
       {"hidden half 64 -> 256, 3x3", {1, 64, 24, 24, 256, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 3}},
       {"input half 64 -> 4, 3x3", {40, 64, 24, 24, 4, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}, {1, 1, 1}},
       {"input half 16 -> 128, 3x3", {6, 16, 24, 24, 128, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}, {1, 1, 1}},
@@ -61,13 +60,13 @@ int main(void) {
       /* the rule's edges: WINO_MIN_CHANNELS in channels in and out, and
        * the 5x5 case's 16 and 64 */
       {"edge 32 -> 192, 5x5", {2, 32, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 3}},
-      {"edge 31 -> 192, 5x5", {2, 31, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 1}},
+      {"edge 31 -> 192, 5x5", {2, 31, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 3}},
       {"edge 48 -> 32, 5x5", {6, 48, 16, 16, 32, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 3}},
       {"edge 48 -> 31, 5x5", {6, 48, 16, 16, 31, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0}, {1, 1, 1}},
-      {"edge 16 -> 64, 5x5", {8, 16, 16, 16, 64, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 1}},
+      {"edge 16 -> 64, 5x5", {8, 16, 16, 16, 64, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 3}},
       {"edge 15 -> 64, 5x5", {9, 15, 16, 16, 64, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0}, {1, 1, 1}},
       {"edge 16 -> 63, 5x5", {8, 16, 16, 16, 63, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0}, {1, 1, 1}},
-      {"edge 64 -> 16, 5x5", {8, 64, 16, 16, 16, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 1}},
+      {"edge 64 -> 16, 5x5", {8, 64, 16, 16, 16, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 3}},
       /* 4 images of 192 channels: the products (7 MB) exceed WINO_M_BYTES,
        * so forward and backward data run in blocks of output channels */
       {"blocked 48 -> 192, 5x5", {4, 48, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 3}},
