@@ -689,21 +689,6 @@ static void small_outputs(void *arg, long long k0, long long k1, int tid) {
  * G^T dU G per filter pair. dY: the tile's m x m output gradients, zeros
  * past the image. */
 
-/* Zeros where an H x W image at (pad, pad) of Pc (Hq x Wq pixels of pix
- * floats) does not write: the gap before each of its rows (the last row's
- * right border and this row's left are one run) and after its last. Once a
- * call, as each image overwrites only its own pixels; the border alone, as
- * backward filter calls once per image (77 KB cleared a call, for 48
- * channels of 16 x 16 padded to 20 x 20; this clears 28). */
-static void clear_border(float *Pc, int Hq, int Wq, int H, int W, int pad, size_t pix) {
-  size_t at = 0;
-  for (int y = 0; y <= H; y++) {
-    const size_t next = y < H ? (size_t)(y + pad) * Wq + pad : (size_t)Hq * Wq;
-    memset(Pc + at * pix, 0, sizeof(float) * (next - at) * pix);
-    at = next + (size_t)W;
-  }
-}
-
 /* Backward filter's operands, channels last: out[e plane + q cn + c] = (S d S^T)[e],
  * d the nt x nt window of tile q (image-in-chunk T1 + tile) of channel c0
  * + c, c < cn, of the nb images from n0 (src: C channels of the shape's
@@ -723,7 +708,9 @@ static void cl_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_
   const int Hq = p->th * m + nt - m, Wq = p->tw * m + nt - m;
   const size_t pix = (size_t)cn;
   float *Pc = tmp, *rows = Pc + (size_t)Hq * Wq * pix;
-  clear_border(Pc, Hq, Wq, H, W, pad, pix);
+  /* no border to clear when the tiles cover the image exactly (dy's); once
+   * a call: each image overwrites only its own H x W pixels */
+  if (pad > 0 || Hq != H || Wq != W) memset(Pc, 0, sizeof(float) * Hq * Wq * pix);
   for (int b = 0; b < nb; b++) {
     /* WINO_ROWS channels at a time, row by row: each pixel's channels
      * then go out side by side (one channel at a time, each of its stores
