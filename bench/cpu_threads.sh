@@ -19,6 +19,12 @@
 # libgomp's default wait policy, OMP_WAIT_POLICY=passive and =active. It
 # needs the package installed (make install) and Debian's python3-torch
 # (PYTHON, default /usr/bin/python3); it is a benchmark, not a test.
+# Each round starts with tests/c/bench_core_pair.c at 768 KiB on cores 0-1:
+# how much slower one core reads a buffer the other has just written than
+# its writer does. On a VM whose two vCPUs the host moves between cores
+# that share an L3 and cores that do not, this says which the round ran on
+# (doc/speed.md, "Two threads on a Zen 5 core pair"), and the round's own
+# figures follow it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -44,6 +50,10 @@ esac
 
 shim=$(mktemp -d)/omp_regions.so
 cc -O2 -shared -fPIC "$here/omp_regions.c" -o "$shim" -ldl
+pairb=$(dirname "$shim")/bench_core_pair
+cc -std=c11 -O2 -fopenmp "$here/../tests/c/bench_core_pair.c" -o "$pairb"
+# the cross read's other / own at 768 KiB, on cores 0-1
+handoff() { taskset -c 0-1 "$pairb" 768 | awk '$1 == "cross" && $3 == "read" { print $6 }'; }
 spin=
 cleanup() { [ -n "$spin" ] && kill "$spin" 2>/dev/null; rm -rf "$(dirname "$shim")"; }
 trap cleanup EXIT
@@ -89,15 +99,24 @@ for side in ours torch; do
 done
 
 declare -A q
+echo "rounds (medians, s/step; handoff: bench_core_pair's cross read at 768 KiB, other core / own," \
+  "before and after the round):"
 for ((r = 1; r <= rounds; r++)); do
+  h=$(handoff)
+  line="  round $r: handoff $h;"
   for side in ours torch; do
-    for t in 1 2; do q[$side$t]+=" $(one "$side" "$t" "$steps" 1 | median)"; done
+    for t in 1 2; do
+      m=$(one "$side" "$t" "$steps" 1 | median)
+      q[$side$t]+=" $m"; line+=" $side $t thread(s) $m"
+    done
+    line+=";"
     q[${side}p]+=" $(one "$side" 2 "$steps" 1 OMP_WAIT_POLICY=passive | median)"
     if [ "$corun" = 1 ]; then
       read -r mean worst < <(pair "$side" "$steps")
       q[${side}c]+=" $mean"; q[${side}w]+=" $worst"
     fi
   done
+  echo "$line handoff after $(handoff)"
 done
 echo "quiet, best median of $rounds (s/step):"
 for side in ours torch; do
