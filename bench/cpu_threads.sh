@@ -99,8 +99,8 @@ for side in ours torch; do
 done
 
 declare -A q
-echo "rounds (medians, s/step; handoff: bench_core_pair's cross read at 768 KiB, other core / own," \
-  "before and after the round):"
+echo "rounds (medians, s/step; handoff: bench_core_pair's cross read at 768 KiB," \
+  "other core / own, before and after the round):"
 for ((r = 1; r <= rounds; r++)); do
   h=$(handoff)
   line="  round $r: handoff $h;"

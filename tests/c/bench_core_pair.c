@@ -63,71 +63,86 @@ static float read_all(const float *a, size_t n) {
   return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
-/* Mean seconds of the timed pass by its own core ([0]) and the other ([1]);
- * returns the team's size (under 2: nothing was measured). */
-static int measure(float *a, size_t n, int op_write, double out[2]) {
-  double sum[2] = {0.0, 0.0};
-  volatile float sink = 0.0f;
+/* A measurement's rounds on two threads: each round, prepare (may be NULL)
+ * on every thread, a barrier, timed on every thread, a barrier. */
+typedef struct pair_job {
+  void (*prepare)(struct pair_job *j, int r, int tid);
+  void (*timed)(struct pair_job *j, int r, int tid);
+  float *b[2]; /* cross: b[0] only */
+  size_t n;
+  int op_write;
+  double sec[2][2];
+  float sink[2][16]; /* a thread's sums, a line each */
+} pair_job;
+
+/* The team's size (under 2: nothing was measured). */
+static int run_rounds(pair_job *j, int rounds) {
   int team = 0;
 #pragma omp parallel num_threads(2)
   {
     const int tid = omp_get_thread_num();
 #pragma omp single
     team = omp_get_num_threads();
-    for (int r = 0; team == 2 && r < ROUNDS; r++) {
-      const int writer = (r >> 1) & 1, who = r & 1; /* who 0: the writer, 1: the other */
-      if (tid == writer) write_all(a, n, r);
+    for (int r = 0; team == 2 && r < rounds; r++) {
+      if (j->prepare) j->prepare(j, r, tid);
 #pragma omp barrier
-      if (tid == (writer ^ who)) {
-        const double t0 = now_seconds();
-        if (op_write) write_all(a, n, r);
-        else sink += read_lines(a, n);
-        sum[who] += now_seconds() - t0;
-      }
+      j->timed(j, r, tid);
 #pragma omp barrier
     }
   }
-  (void)sink;
-  out[0] = sum[0] / (ROUNDS / 2), out[1] = sum[1] / (ROUNDS / 2);
   return team;
 }
 
-/* GB/s a core streaming its own buffer of n floats alone ([0]) and while
- * the other streams its own ([1]), the two cores' mean; returns the team's
- * size as measure does. */
-static int stream(float *const b[2], size_t n, int op_write, double out[2]) {
-  double sec[2][2] = {{0.0, 0.0}, {0.0, 0.0}}; /* [alone, together][thread] */
-  volatile float sink = 0.0f;
-  int team = 0;
-#pragma omp parallel num_threads(2)
-  {
-    const int tid = omp_get_thread_num();
-#pragma omp single
-    team = omp_get_num_threads();
-    for (int r = 0; team == 2 && r < STREAM_ROUNDS; r++) {
-      const int mode = r % 3; /* 0, 1: that thread alone; 2: both */
-#pragma omp barrier
-      if (mode == 2 || mode == tid) {
-        const double t0 = now_seconds();
-        for (int k = 0; k < PASSES; k++) {
-          if (op_write) write_all(b[tid], n, k);
-          else sink += read_all(b[tid], n);
-        }
-        sec[mode == 2][tid] += now_seconds() - t0;
-      }
-#pragma omp barrier
-    }
+/* cross: round r's writer writes; then the writer (who 0) or the other
+ * thread (who 1) times one pass, sec[0][who]. */
+static void cross_prepare(pair_job *j, int r, int tid) {
+  if (tid == ((r >> 1) & 1)) write_all(j->b[0], j->n, r);
+}
+
+static void cross_timed(pair_job *j, int r, int tid) {
+  const int writer = (r >> 1) & 1, who = r & 1;
+  if (tid != (writer ^ who)) return;
+  const double t0 = now_seconds();
+  if (j->op_write) write_all(j->b[0], j->n, r);
+  else j->sink[tid][0] += read_lines(j->b[0], j->n);
+  j->sec[0][who] += now_seconds() - t0;
+}
+
+/* stream: thread 0 alone, thread 1 alone, both, in turn; sec[together][tid]. */
+static void stream_timed(pair_job *j, int r, int tid) {
+  const int mode = r % 3;
+  if (mode != 2 && mode != tid) return;
+  const double t0 = now_seconds();
+  for (int k = 0; k < PASSES; k++) {
+    if (j->op_write) write_all(j->b[tid], j->n, k);
+    else j->sink[tid][0] += read_all(j->b[tid], j->n);
   }
-  (void)sink;
-  const double gb = 1e-9 * sizeof(float) * (double)n * PASSES * (STREAM_ROUNDS / 3);
-  for (int m = 0; m < 2; m++) out[m] = 0.5 * (gb / sec[m][0] + gb / sec[m][1]);
+  j->sec[mode == 2][tid] += now_seconds() - t0;
+}
+
+/* cross: mean seconds of the writer's pass ([0]) and the other's ([1]);
+ * stream: GB/s a core alone ([0]) and both at once ([1]), the two cores'
+ * mean. Returns the team's size. */
+static int measure(pair_job *j, int cross, double out[2]) {
+  memset(j->sec, 0, sizeof j->sec);
+  j->prepare = cross ? cross_prepare : NULL;
+  j->timed = cross ? cross_timed : stream_timed;
+  const int team = run_rounds(j, cross ? ROUNDS : STREAM_ROUNDS);
+  if (cross) {
+    out[0] = j->sec[0][0] / (ROUNDS / 2), out[1] = j->sec[0][1] / (ROUNDS / 2);
+    return team;
+  }
+  const double gb = 1e-9 * sizeof(float) * (double)j->n * PASSES * (STREAM_ROUNDS / 3);
+  for (int m = 0; m < 2; m++) out[m] = 0.5 * (gb / j->sec[m][0] + gb / j->sec[m][1]);
   return team;
 }
 
 /* One size's four rows; 0, or 2 with a message when it cannot run. */
 static int run_size(int kib) {
   const size_t n = (size_t)kib * 1024 / sizeof(float);
-  float *b[2] = {aligned_alloc(64, n * sizeof(float)), aligned_alloc(64, n * sizeof(float))};
+  pair_job j = {NULL, NULL, {NULL, NULL}, n, 0, {{0.0}}, {{0.0f}}};
+  float **b = j.b;
+  b[0] = aligned_alloc(64, n * sizeof(float)), b[1] = aligned_alloc(64, n * sizeof(float));
   int rc = 0;
   if (!b[0] || !b[1]) {
     fprintf(stderr, "bench_core_pair: cannot allocate 2 x %d KiB\n", kib);
@@ -137,7 +152,8 @@ static int run_size(int kib) {
   for (int k = 0; !rc && k < 4; k++) {
     const int op = k % 2, cross = k < 2;
     double t[2];
-    if ((cross ? measure(b[0], n, op, t) : stream(b, n, op, t)) < 2) {
+    j.op_write = op;
+    if (measure(&j, cross, t) < 2) {
       fprintf(stderr, "bench_core_pair: OpenMP gave one thread; it needs two\n");
       rc = 2;
     } else if (cross) {
