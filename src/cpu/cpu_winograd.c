@@ -406,6 +406,16 @@ size_t cl_cpu_wino_workspace(const cl_backend *be, const cl_conv_shape *s, int d
   return b;
 }
 
+int cl_cpu_wino_chunks_of(const cl_backend *be, const cl_conv_shape *s, int dir, int m,
+                          cl_cpu_wino_chunks *out) {
+  memset(out, 0, sizeof *out);
+  if ((s->kh != 3 && s->kh != 5) || (m != 2 && m != 4) || !form_of(be, s)) return 0;
+  const wino_plan p = plan_form(be, s, dir, &FORMS[(s->kh == 5) * 2 + (m == 4)]);
+  out->n = p.f->n, out->images = p.nb, out->tiles = p.T1, out->kb = p.kb;
+  out->threads = p.threads, out->small = p.small;
+  return 1;
+}
+
 /* ---- the transforms, plane by plane ------------------------------------ */
 
 /* A transform's matrix (R x C) as its nonzero coefficients, row by row:
