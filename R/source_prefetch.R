@@ -46,10 +46,11 @@ prefetch_enabled <- function() {
 # two staging buffers then: source_staging()).
 source_overlaps <- function(s) s$kind %in% c("frames", "function", "arrays") && prefetch_enabled()
 
-# Whether this fit's steps may run on a thread of their own: one process
-# (MPI and NCCL calls stay on R's thread), on the CPU or a GPU.
+# Whether this fit's steps may run on a thread of their own: no
+# communicator, not even the one-process one (its calls, like MPI's and
+# NCCL's, stay on R's thread), on the CPU or a GPU.
 fit_step_thread <- function(f) {
-  f$world == 1 && f$config$backend %in% c("cpu", "cuda") && is.null(the$dropout_masks)
+  is.null(f$dist) && f$config$backend %in% c("cpu", "cuda") && is.null(the$dropout_masks)
 }
 
 source_epoch_begin <- function(f, order, epoch) {

@@ -76,15 +76,18 @@ test_that("convlstm_distributed() without mpirun is one process that trains as w
   expect_s3_class(d, "convlstm_distributed")
   expect_equal(c(d$rank, d$size), c(0L, 1L))
   expect_output(print(d), "rank 0 of 1")
-  fit_once <- function(distributed) {
+  fit_once <- function(distributed, on_device = TRUE) {
     case <- mpi_case(8)
     set.seed(3)
     h <- convlstm_fit(case$model, case$x, case$y, convlstm_optimizer_adam(0.01), epochs = 2,
                       batch_size = 3, verbose = FALSE, distributed = distributed,
-                      max_grad_norm = 0.1)
+                      max_grad_norm = 0.1, data_on_device = on_device)
     list(loss = h$loss, w = convlstm_state_dict(case$model))
   }
   expect_identical(fit_once(d), fit_once(NULL)) # bit for bit: size 1 reduces nothing
+  # batches sliced from R's arrays: steps on R's thread with a communicator
+  # (no step on a thread of its own, which takes none), bit for bit as well
+  expect_identical(fit_once(d, FALSE), fit_once(NULL, FALSE))
   # one communicator per process: MPI cannot start beside the one-process one
   if (convlstm:::c_dist_available()$mpi) {
     expect_error(convlstm_distributed("mpi"), class = "convlstm_error_state",
