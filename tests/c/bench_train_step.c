@@ -4,8 +4,8 @@
  * without R, and prints the memory plan beside the measured peak.
  *
  *   bench_train_step [batch T H W input_dim hidden1,hidden2,... kernel steps device
- *                     dropout recurrent_dropout]
- *   defaults: the R torch tutorial model, 100 5 24 24 1 64,1 3 5 cpu 0 0
+ *                     dropout recurrent_dropout accumulation_steps]
+ *   defaults: the R torch tutorial model, 100 5 24 24 1 64,1 3 5 cpu 0 0 1
  * With dropout, every layer gets the rates and each step fresh masks, drawn
  * inside the timed step as the R glue draws them for train_step().
  */
@@ -74,6 +74,7 @@ int main(int argc, char **argv) {
   /* dropout masks [B, C, H, W] per layer and kind, redrawn every step */
   cl_step_options so;
   memset(&so, 0, sizeof so);
+  so.accumulation_steps = argc > 12 ? atoi(argv[12]) : 1;
   float *masks[2 * CL_MAX_LAYERS] = {0};
   size_t mn[2 * CL_MAX_LAYERS] = {0};
   for (int l = 0; l < c.n_layers; l++) {

@@ -1,7 +1,7 @@
 /*
  * tests/c/test_core_dist.c -- data-parallel training in one process: two
  * ranks, each a model stepping in its own thread, joined by a communicator
- * of this test (threads over shared memory and a barrier, filling
+ * of threads over shared memory and a barrier (comm_threads.h, filling
  * core/comm.h's slot table as comm_mpi.c does), must train as one model on
  * the whole batch. The split is uneven (3 + 5 of 8 sequences), so a rank's
  * share of the gradients or of the loss (dist.c) that is wrong shows in
@@ -18,141 +18,15 @@
  * tests/testthat/test-distributed.R the MPI engine under mpirun.
  */
 #define _POSIX_C_SOURCE 200809L /* pthread_barrier_t */
+#include "comm_threads.h"       /* the communicator: threads of one process */
 #include "ctest.h"              /* CHECK, uniform01, ctest_config, ctest_flat, rel_diff */
-#include "core/comm.h"          /* struct cl_comm_i: the slots filled below */
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { RANKS = 2, B = 8, T = 3, C = 2, H = 5, W = 4, MAX_PENDING = 8 };
+enum { RANKS = 2, B = 8, T = 3, C = 2, H = 5, W = 4 };
 static const int rows_of[RANKS] = {3, 5};
-
-/* ---- the communicator: threads of one process ----------------------------- */
-
-typedef struct shared {
-  pthread_barrier_t bar;
-  void *ptr[RANKS]; /* each rank's buffer of the collective under way */
-  size_t n[RANKS];
-  float scale[RANKS];
-} shared;
-
-typedef struct pending {
-  float *buf;
-  size_t n;
-  float scale;
-} pending;
-
-typedef struct rank_ctx {
-  shared *sh;
-  pending q[MAX_PENDING]; /* started reductions, summed by wait_all */
-  int nq;
-} rank_ctx;
-
-static shared *sh_of(cl_comm *c) { return ((rank_ctx *)c->ctx)->sh; }
-static void wait_bar(cl_comm *c) { pthread_barrier_wait(&sh_of(c)->bar); }
-
-/* Every rank's buffer published, then each sums them in rank order (the
- * same floats everywhere), then all have read before anyone writes. */
-static cl_status sum_floats(cl_comm *c, float *buf, size_t n, float scale) {
-  shared *s = sh_of(c);
-  s->ptr[c->rank] = buf, s->n[c->rank] = n, s->scale[c->rank] = scale;
-  wait_bar(c);
-  float *sum = malloc(n * sizeof *sum);
-  int same = 1;
-  for (int r = 0; r < RANKS; r++) same = same && s->n[r] == n;
-  for (size_t i = 0; sum && same && i < n; i++) {
-    double acc = 0;
-    for (int r = 0; r < RANKS; r++) acc += (double)s->scale[r] * ((const float *)s->ptr[r])[i];
-    sum[i] = (float)acc;
-  }
-  wait_bar(c);
-  if (sum && same) memcpy(buf, sum, n * sizeof *sum);
-  free(sum);
-  if (!same) return cl_comm_fail(c, CL_E_INVALID, "ranks reduce buckets of different sizes");
-  return sum ? CL_OK : cl_comm_fail(c, CL_E_OOM, "out of memory");
-}
-
-static cl_status t_allreduce(cl_comm *c, cl_backend *be, float *buf, size_t n, float scale) {
-  (void)be; /* the CPU backend's work on buf is done when it returns */
-  rank_ctx *x = c->ctx;
-  if (x->nq == MAX_PENDING) return cl_comm_fail(c, CL_E_INVALID, "too many buckets");
-  x->q[x->nq++] = (pending){buf, n, scale};
-  return CL_OK;
-}
-
-static cl_status t_wait_all(cl_comm *c) {
-  rank_ctx *x = c->ctx;
-  cl_status s = CL_OK;
-  for (int k = 0; k < x->nq && s == CL_OK; k++) s = sum_floats(c, x->q[k].buf, x->q[k].n, x->q[k].scale);
-  x->nq = 0;
-  return s;
-}
-
-static cl_status t_broadcast(cl_comm *c, void *buf, size_t bytes, int root, int on_device) {
-  (void)on_device;
-  shared *s = sh_of(c);
-  s->ptr[c->rank] = buf;
-  wait_bar(c);
-  if (c->rank != root) memcpy(buf, s->ptr[root], bytes);
-  wait_bar(c);
-  return CL_OK;
-}
-
-static cl_status t_sum_host(cl_comm *c, double *v, int n) {
-  shared *s = sh_of(c);
-  double sum[4];
-  if (n > 4) return cl_comm_fail(c, CL_E_INVALID, "sum_host of %d values", n);
-  s->ptr[c->rank] = v;
-  wait_bar(c);
-  for (int i = 0; i < n; i++) {
-    sum[i] = 0;
-    for (int r = 0; r < RANKS; r++) sum[i] += ((const double *)s->ptr[r])[i];
-  }
-  wait_bar(c);
-  memcpy(v, sum, (size_t)n * sizeof *v);
-  return CL_OK;
-}
-
-static cl_status t_barrier(cl_comm *c) {
-  wait_bar(c);
-  return CL_OK;
-}
-
-static void t_abort(cl_comm *c, int code) {
-  printf("rank %d aborts (%d)\n", c->rank, code);
-  abort();
-}
-
-static void t_destroy(cl_comm *c) {
-  free(c->ctx);
-  free(c);
-}
-
-static const struct cl_comm_i threads_iface = {
-    /* .name = */ "threads",
-    /* .device_buffers = */ 0,
-    /* .allreduce_start = */ t_allreduce,
-    /* .progress = */ NULL,
-    /* .wait_all = */ t_wait_all,
-    /* .broadcast = */ t_broadcast,
-    /* .sum_host = */ t_sum_host,
-    /* .barrier = */ t_barrier,
-    /* .abort = */ t_abort,
-    /* .destroy = */ t_destroy,
-};
-
-static cl_comm *comm_create(shared *sh, int rank) {
-  cl_comm *c = calloc(1, sizeof *c);
-  rank_ctx *x = calloc(1, sizeof *x);
-  if (!c || !x) abort();
-  x->sh = sh;
-  c->iface = &threads_iface;
-  c->ctx = x;
-  c->rank = rank;
-  c->size = RANKS;
-  return c;
-}
 
 /* ---- the ranks and the one-model reference -------------------------------- */
 
@@ -245,13 +119,13 @@ static void run_case(const char *label, cl_target target, const cl_optim *opt, i
   rank_job ref = {model(5), NULL, 0, B, steps, target, opt, accumulation, {0, 0}, CL_OK};
   CHECK(steps_on(ref.m, 0, B, &ref, NULL, 0, ref.loss) == CL_OK, "%s: the whole batch: %s",
         label, cl_model_error(ref.m));
-  shared sh;
+  comm_threads_shared sh = {.size = RANKS};
   pthread_barrier_init(&sh.bar, NULL, RANKS);
   rank_job jobs[RANKS];
   pthread_t th[RANKS];
   for (int r = 0, r0 = 0; r < RANKS; r0 += rows_of[r], r++) {
     /* rank 1 from other weights: the broadcast must bring rank 0's */
-    jobs[r] = (rank_job){model(r ? 77 : 5), comm_create(&sh, r), r0, rows_of[r], steps,
+    jobs[r] = (rank_job){model(r ? 77 : 5), comm_threads_create(&sh, r), r0, rows_of[r], steps,
                          target, opt, accumulation, {0, 0}, CL_OK};
   }
   for (int r = 0; r < RANKS; r++) pthread_create(&th[r], NULL, rank_main, &jobs[r]);

@@ -1,0 +1,232 @@
+/*
+ * tests/c/bench_batch_split.c -- what a training step split by batch
+ * elements between threads would gain, measured on the engine as it is:
+ * two data-parallel ranks in one process (threads joined by
+ * comm_threads.h, the path test_core_dist.c checks against one model),
+ * each a model on one thread stepping on half the batch, their gradients
+ * summed before both update alike. Beside it, in the same process and
+ * alternated round by round, one model on the whole batch on one thread
+ * and on two (each call split across the team, as the step runs today).
+ *
+ *   bench_batch_split [batch T H W input_dim hidden1,hidden2,... kernel steps rounds]
+ *   defaults: the plain stack of issue 39, 4 20 16 16 16 48,48 5 10 3
+ *
+ * Prints per round the three medians (s/step, after one warm-up step) and
+ * the speed-ups over one thread; then the plans' bytes (the split holds
+ * the parameters, gradients and optimizer state twice, and half the
+ * activations each). It checks that the split trains the same model: the
+ * first step's loss within 1e-5 of the whole batch's (exit 1 if not).
+ */
+#define _POSIX_C_SOURCE 200809L /* pthread_barrier_t, clock_gettime */
+#include "comm_threads.h"       /* the ranks' communicator */
+#include "convlstm.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { RANKS = 2 };
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+static unsigned long long rng;
+static double uniform01(void *ctx) {
+  (void)ctx;
+  rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+  return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+typedef struct bench {
+  cl_config cfg;
+  int B, T, H, W, steps;
+  float *x, *y;
+} bench;
+
+static cl_model *model(const bench *b, int threads) {
+  cl_config c = b->cfg;
+  c.n_threads = threads;
+  char err[CL_ERRMSG_LEN];
+  cl_model *m;
+  if (cl_model_create(&c, &m, err, sizeof err) != CL_OK) {
+    fprintf(stderr, "bench_batch_split: create: %s\n", err);
+    exit(2);
+  }
+  rng = 42; /* the same weights in every model */
+  cl_model_init_params(m, uniform01, NULL);
+  return m;
+}
+
+/* rows [r0, r0 + rows) of x and y, as the public API takes them */
+static void arrays(const bench *b, int r0, int rows, cl_host_array *xa, cl_host_array *ya) {
+  const int C = b->cfg.input_dim, top = b->cfg.hidden_dims[b->cfg.n_layers - 1];
+  *xa = (cl_host_array){b->x + (size_t)r0 * b->T * C * b->H * b->W, CL_HOST_TORCH_F32, 5,
+                        {rows, b->T, C, b->H, b->W}};
+  *ya = (cl_host_array){b->y + (size_t)r0 * top * b->H * b->W, CL_HOST_TORCH_F32, 4,
+                        {rows, top, b->H, b->W, 0}};
+}
+
+static const cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0};
+
+static double median(double *sec, int n) {
+  qsort(sec, (size_t)n, sizeof *sec, cmp);
+  return sec[n / 2];
+}
+
+/* One model on the whole batch: median s/step; its first step's loss. */
+static double whole(const bench *b, int threads, double *first_loss, size_t *plan_bytes) {
+  cl_model *m = model(b, threads);
+  cl_host_array xa, ya;
+  arrays(b, 0, b->B, &xa, &ya);
+  double *sec = malloc((size_t)b->steps * sizeof *sec), loss = 0;
+  for (int s = -1; s < b->steps; s++) { /* one warm-up step */
+    double t0 = now();
+    if (cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &adam, NULL, &loss) != CL_OK) {
+      fprintf(stderr, "bench_batch_split: train_step: %s\n", cl_model_error(m));
+      exit(2);
+    }
+    if (s < 0) *first_loss = loss;
+    else sec[s] = now() - t0;
+  }
+  cl_plan p;
+  cl_model_plan(m, b->B, b->T, b->H, b->W, 1, &adam, NULL, &p);
+  *plan_bytes = p.total;
+  cl_plan_free(&p);
+  cl_model_free(m);
+  double med = median(sec, b->steps);
+  free(sec);
+  return med;
+}
+
+typedef struct rank_job {
+  const bench *b;
+  cl_model *m; /* made before the threads start: init_params draws from one generator */
+  cl_comm *comm;
+  int r0, rows;
+  double *sec, first_loss;
+  size_t plan_bytes;
+  cl_status status;
+} rank_job;
+
+/* A rank's steps, each timed on rank 0 from a barrier before it to one
+ * after it: the step's wall time, whichever rank is slower. */
+static void *rank_main(void *arg) {
+  rank_job *j = arg;
+  const bench *b = j->b;
+  cl_model *m = j->m;
+  cl_host_array xa, ya;
+  arrays(b, j->r0, j->rows, &xa, &ya);
+  cl_step_options o;
+  memset(&o, 0, sizeof o);
+  o.comm = j->comm;
+  o.comm_share = (double)j->rows / b->B;
+  double loss = 0;
+  j->status = cl_model_broadcast_params(m, j->comm, 0);
+  for (int s = -1; s < b->steps && j->status == CL_OK; s++) {
+    cl_comm_barrier(j->comm);
+    double t0 = now();
+    j->status = cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &adam, &o, &loss);
+    if (j->status != CL_OK) break;
+    cl_comm_barrier(j->comm);
+    if (s < 0) j->first_loss = loss;
+    else j->sec[s] = now() - t0;
+  }
+  if (j->status != CL_OK) {
+    fprintf(stderr, "bench_batch_split: rank %d: %s\n", j->comm->rank, cl_model_error(m));
+    cl_comm_abort(j->comm, 1); /* the other rank would wait forever */
+  }
+  cl_plan p;
+  o.comm = NULL;
+  cl_model_plan(m, j->rows, b->T, b->H, b->W, 1, &adam, NULL, &p);
+  j->plan_bytes = p.total;
+  cl_plan_free(&p);
+  cl_model_free(m);
+  return NULL;
+}
+
+static double split(const bench *b, double *first_loss, size_t *plan_bytes) {
+  comm_threads_shared sh = {.size = RANKS};
+  pthread_barrier_init(&sh.bar, NULL, RANKS);
+  rank_job j[RANKS];
+  pthread_t th[RANKS];
+  double *sec = malloc((size_t)RANKS * b->steps * sizeof *sec);
+  for (int r = 0; r < RANKS; r++) {
+    const int r0 = b->B * r / RANKS, r1 = b->B * (r + 1) / RANKS;
+    j[r] = (rank_job){b, model(b, 1), comm_threads_create(&sh, r), r0, r1 - r0,
+                      sec + (size_t)r * b->steps, 0, 0, CL_OK};
+  }
+  for (int r = 0; r < RANKS; r++) pthread_create(&th[r], NULL, rank_main, &j[r]);
+  for (int r = 0; r < RANKS; r++) pthread_join(th[r], NULL);
+  *first_loss = j[0].first_loss;
+  *plan_bytes = 0;
+  for (int r = 0; r < RANKS; r++) {
+    *plan_bytes += j[r].plan_bytes;
+    cl_comm_free(j[r].comm);
+  }
+  pthread_barrier_destroy(&sh.bar);
+  double med = median(sec, b->steps); /* rank 0's: the barriers make them the step's */
+  free(sec);
+  return med;
+}
+
+int main(int argc, char **argv) {
+  bench b;
+  memset(&b, 0, sizeof b);
+  b.B = argc > 1 ? atoi(argv[1]) : 4, b.T = argc > 2 ? atoi(argv[2]) : 20;
+  b.H = argc > 3 ? atoi(argv[3]) : 16, b.W = argc > 4 ? atoi(argv[4]) : 16;
+  b.cfg.input_dim = argc > 5 ? atoi(argv[5]) : 16;
+  const char *hid = argc > 6 ? argv[6] : "48,48";
+  int k = argc > 7 ? atoi(argv[7]) : 5;
+  b.steps = argc > 8 ? atoi(argv[8]) : 10;
+  const int rounds = argc > 9 ? atoi(argv[9]) : 3;
+  if (b.B < RANKS || b.steps < 1 || rounds < 1) {
+    fprintf(stderr, "bench_batch_split: a batch of %d rows or more, steps and rounds >= 1\n",
+            RANKS);
+    return 2;
+  }
+  for (const char *p = hid; *p && b.cfg.n_layers < CL_MAX_LAYERS;) {
+    b.cfg.kernel_sizes[b.cfg.n_layers] = k;
+    b.cfg.hidden_dims[b.cfg.n_layers++] = atoi(p);
+    p = strchr(p, ',');
+    if (!p) break;
+    p++;
+  }
+  b.cfg.bias = 1;
+  const int top = b.cfg.hidden_dims[b.cfg.n_layers - 1];
+  const size_t nx = (size_t)b.B * b.T * b.cfg.input_dim * b.H * b.W;
+  const size_t ny = (size_t)b.B * top * b.H * b.W;
+  b.x = malloc(nx * sizeof *b.x), b.y = malloc(ny * sizeof *b.y);
+  rng = 7;
+  for (size_t i = 0; i < nx; i++) b.x[i] = (float)uniform01(NULL);
+  for (size_t i = 0; i < ny; i++) b.y[i] = (float)uniform01(NULL);
+  printf("batch %d, T %d, %dx%d, input %d, hidden %s, kernel %d: median s/step of %d steps\n", b.B,
+         b.T, b.H, b.W, b.cfg.input_dim, hid, k, b.steps);
+  int rc = 0;
+  size_t plan1 = 0, plan2 = 0, plans = 0;
+  for (int r = 1; r <= rounds; r++) {
+    double l1, l2, ls;
+    const double t1 = whole(&b, 1, &l1, &plan1), t2 = whole(&b, 2, &l2, &plan2);
+    const double ts = split(&b, &ls, &plans);
+    printf("round %d: 1 thread %.4f; 2 threads %.4f (%.2fx); split 2 x 1 thread %.4f (%.2fx)\n", r,
+           t1, t2, t1 / t2, ts, t1 / ts);
+    const double d = fabs(ls - l1) / fabs(l1);
+    if (!(d <= 1e-5)) {
+      printf("the split's first loss %.9g is not the whole batch's %.9g (%.2e)\n", ls, l1, d);
+      rc = 1;
+    }
+  }
+  printf("plan bytes: 1 thread %zu, 2 threads %zu, split (both ranks) %zu\n", plan1, plan2, plans);
+  free(b.x);
+  free(b.y);
+  return rc;
+}
