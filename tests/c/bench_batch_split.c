@@ -9,7 +9,11 @@
  * and on two (each call split across the team, as the step runs today).
  *
  *   bench_batch_split [batch T H W input_dim hidden1,hidden2,... kernel steps rounds]
- *   defaults: the plain stack of issue 39, 4 20 16 16 16 48,48 5 10 3
+ *   bench_batch_split forecaster [batch steps rounds]
+ *   defaults: the plain stack of issue 39, 4 20 16 16 16 48,48 5 10 3 (the
+ *   last state's target); the encoder-forecaster of issue 39 (hidden 48-48
+ *   a stack, 5x5, peepholes by channel, 4x4 patches of 64x64 frames, 10 +
+ *   10 frames), batch 4, 10 steps, 3 rounds
  *
  * Prints per round the three medians (s/step, after one warm-up step) and
  * the speed-ups over one thread; then the plans' bytes (the split holds
@@ -47,9 +51,12 @@ static int cmp(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+static const cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0};
+
 typedef struct bench {
   cl_config cfg;
   int B, T, H, W, steps;
+  int K; /* an encoder-forecaster's target frames; 0: a plain stack */
   float *x, *y;
 } bench;
 
@@ -72,11 +79,29 @@ static void arrays(const bench *b, int r0, int rows, cl_host_array *xa, cl_host_
   const int C = b->cfg.input_dim, top = b->cfg.hidden_dims[b->cfg.n_layers - 1];
   *xa = (cl_host_array){b->x + (size_t)r0 * b->T * C * b->H * b->W, CL_HOST_TORCH_F32, 5,
                         {rows, b->T, C, b->H, b->W}};
-  *ya = (cl_host_array){b->y + (size_t)r0 * top * b->H * b->W, CL_HOST_TORCH_F32, 4,
-                        {rows, top, b->H, b->W, 0}};
+  if (b->K) /* the target frames */
+    *ya = (cl_host_array){b->y + (size_t)r0 * b->K * C * b->H * b->W, CL_HOST_TORCH_F32, 5,
+                          {rows, b->K, C, b->H, b->W}};
+  else
+    *ya = (cl_host_array){b->y + (size_t)r0 * top * b->H * b->W, CL_HOST_TORCH_F32, 4,
+                          {rows, top, b->H, b->W, 0}};
 }
 
-static const cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0};
+static cl_target target_of(const bench *b) {
+  return b->K ? CL_TARGET_SEQUENCE : CL_TARGET_LAST_STATE;
+}
+
+/* The plan of a step of rows sequences (a forecaster's horizon: its target frames). */
+static size_t plan_bytes(cl_model *m, const bench *b, int rows) {
+  cl_step_options o;
+  memset(&o, 0, sizeof o);
+  o.horizon = b->K;
+  cl_plan p;
+  if (cl_model_plan(m, rows, b->T, b->H, b->W, 1, &adam, &o, &p) != CL_OK) return 0;
+  const size_t total = p.total;
+  cl_plan_free(&p);
+  return total;
+}
 
 static double median(double *sec, int n) {
   qsort(sec, (size_t)n, sizeof *sec, cmp);
@@ -84,24 +109,21 @@ static double median(double *sec, int n) {
 }
 
 /* One model on the whole batch: median s/step; its first step's loss. */
-static double whole(const bench *b, int threads, double *first_loss, size_t *plan_bytes) {
+static double whole(const bench *b, int threads, double *first_loss, size_t *plan) {
   cl_model *m = model(b, threads);
   cl_host_array xa, ya;
   arrays(b, 0, b->B, &xa, &ya);
   double *sec = malloc((size_t)b->steps * sizeof *sec), loss = 0;
   for (int s = -1; s < b->steps; s++) { /* one warm-up step */
     double t0 = now();
-    if (cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &adam, NULL, &loss) != CL_OK) {
+    if (cl_model_train_step(m, &xa, &ya, target_of(b), &adam, NULL, &loss) != CL_OK) {
       fprintf(stderr, "bench_batch_split: train_step: %s\n", cl_model_error(m));
       exit(2);
     }
     if (s < 0) *first_loss = loss;
     else sec[s] = now() - t0;
   }
-  cl_plan p;
-  cl_model_plan(m, b->B, b->T, b->H, b->W, 1, &adam, NULL, &p);
-  *plan_bytes = p.total;
-  cl_plan_free(&p);
+  *plan = plan_bytes(m, b, b->B);
   cl_model_free(m);
   double med = median(sec, b->steps);
   free(sec);
@@ -135,7 +157,7 @@ static void *rank_main(void *arg) {
   for (int s = -1; s < b->steps && j->status == CL_OK; s++) {
     cl_comm_barrier(j->comm);
     double t0 = now();
-    j->status = cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &adam, &o, &loss);
+    j->status = cl_model_train_step(m, &xa, &ya, target_of(b), &adam, &o, &loss);
     if (j->status != CL_OK) break;
     cl_comm_barrier(j->comm);
     if (s < 0) j->first_loss = loss;
@@ -145,16 +167,12 @@ static void *rank_main(void *arg) {
     fprintf(stderr, "bench_batch_split: rank %d: %s\n", j->comm->rank, cl_model_error(m));
     cl_comm_abort(j->comm, 1); /* the other rank would wait forever */
   }
-  cl_plan p;
-  o.comm = NULL;
-  cl_model_plan(m, j->rows, b->T, b->H, b->W, 1, &adam, NULL, &p);
-  j->plan_bytes = p.total;
-  cl_plan_free(&p);
+  j->plan_bytes = plan_bytes(m, b, j->rows);
   cl_model_free(m);
   return NULL;
 }
 
-static double split(const bench *b, double *first_loss, size_t *plan_bytes) {
+static double split(const bench *b, double *first_loss, size_t *plan) {
   comm_threads_shared sh = {.size = RANKS};
   pthread_barrier_init(&sh.bar, NULL, RANKS);
   rank_job j[RANKS];
@@ -168,9 +186,9 @@ static double split(const bench *b, double *first_loss, size_t *plan_bytes) {
   for (int r = 0; r < RANKS; r++) pthread_create(&th[r], NULL, rank_main, &j[r]);
   for (int r = 0; r < RANKS; r++) pthread_join(th[r], NULL);
   *first_loss = j[0].first_loss;
-  *plan_bytes = 0;
+  *plan = 0;
   for (int r = 0; r < RANKS; r++) {
-    *plan_bytes += j[r].plan_bytes;
+    *plan += j[r].plan_bytes;
     cl_comm_free(j[r].comm);
   }
   pthread_barrier_destroy(&sh.bar);
@@ -179,38 +197,62 @@ static double split(const bench *b, double *first_loss, size_t *plan_bytes) {
   return med;
 }
 
-int main(int argc, char **argv) {
-  bench b;
-  memset(&b, 0, sizeof b);
-  b.B = argc > 1 ? atoi(argv[1]) : 4, b.T = argc > 2 ? atoi(argv[2]) : 20;
-  b.H = argc > 3 ? atoi(argv[3]) : 16, b.W = argc > 4 ? atoi(argv[4]) : 16;
-  b.cfg.input_dim = argc > 5 ? atoi(argv[5]) : 16;
+/* The plain stack from the arguments (argv[1] on). */
+static void plain_args(int argc, char **argv, bench *b, int *rounds) {
+  b->B = argc > 1 ? atoi(argv[1]) : 4, b->T = argc > 2 ? atoi(argv[2]) : 20;
+  b->H = argc > 3 ? atoi(argv[3]) : 16, b->W = argc > 4 ? atoi(argv[4]) : 16;
+  b->cfg.input_dim = argc > 5 ? atoi(argv[5]) : 16;
   const char *hid = argc > 6 ? argv[6] : "48,48";
-  int k = argc > 7 ? atoi(argv[7]) : 5;
-  b.steps = argc > 8 ? atoi(argv[8]) : 10;
-  const int rounds = argc > 9 ? atoi(argv[9]) : 3;
-  if (b.B < RANKS || b.steps < 1 || rounds < 1) {
-    fprintf(stderr, "bench_batch_split: a batch of %d rows or more, steps and rounds >= 1\n",
-            RANKS);
-    return 2;
-  }
-  for (const char *p = hid; *p && b.cfg.n_layers < CL_MAX_LAYERS;) {
-    b.cfg.kernel_sizes[b.cfg.n_layers] = k;
-    b.cfg.hidden_dims[b.cfg.n_layers++] = atoi(p);
+  const int k = argc > 7 ? atoi(argv[7]) : 5;
+  b->steps = argc > 8 ? atoi(argv[8]) : 10;
+  *rounds = argc > 9 ? atoi(argv[9]) : 3;
+  for (const char *p = hid; *p && b->cfg.n_layers < CL_MAX_LAYERS;) {
+    b->cfg.kernel_sizes[b->cfg.n_layers] = k;
+    b->cfg.hidden_dims[b->cfg.n_layers++] = atoi(p);
     p = strchr(p, ',');
     if (!p) break;
     p++;
   }
-  b.cfg.bias = 1;
+  b->cfg.bias = 1;
+}
+
+/* Issue 39's encoder-forecaster, as bench/bench_convlstm.R --model=forecaster makes it. */
+static void forecaster_args(int argc, char **argv, bench *b, int *rounds) {
+  b->B = argc > 2 ? atoi(argv[2]) : 4;
+  b->steps = argc > 3 ? atoi(argv[3]) : 10;
+  *rounds = argc > 4 ? atoi(argv[4]) : 3;
+  b->T = 10, b->K = 10, b->H = b->W = 64;
+  b->cfg.input_dim = 1;
+  b->cfg.forecaster = 1;
+  b->cfg.patch = 4;
+  b->cfg.n_layers = 4; /* the encoder's two, the forecaster's two */
+  for (int l = 0; l < 4; l++) b->cfg.hidden_dims[l] = 48, b->cfg.kernel_sizes[l] = 5;
+  b->cfg.peephole = CL_PEEP_CHANNEL;
+  b->cfg.bias = 1;
+}
+
+int main(int argc, char **argv) {
+  bench b;
+  memset(&b, 0, sizeof b);
+  int rounds = 3;
+  if (argc > 1 && strcmp(argv[1], "forecaster") == 0) forecaster_args(argc, argv, &b, &rounds);
+  else plain_args(argc, argv, &b, &rounds);
+  if (b.B < RANKS || b.steps < 1 || rounds < 1 || b.cfg.n_layers < 1) {
+    fprintf(stderr, "bench_batch_split: a batch of %d rows or more, steps and rounds >= 1\n",
+            RANKS);
+    return 2;
+  }
   const int top = b.cfg.hidden_dims[b.cfg.n_layers - 1];
   const size_t nx = (size_t)b.B * b.T * b.cfg.input_dim * b.H * b.W;
-  const size_t ny = (size_t)b.B * top * b.H * b.W;
+  const size_t ny = b.K ? (size_t)b.B * b.K * b.cfg.input_dim * b.H * b.W
+                       : (size_t)b.B * top * b.H * b.W;
   b.x = malloc(nx * sizeof *b.x), b.y = malloc(ny * sizeof *b.y);
   rng = 7;
   for (size_t i = 0; i < nx; i++) b.x[i] = (float)uniform01(NULL);
   for (size_t i = 0; i < ny; i++) b.y[i] = (float)uniform01(NULL);
-  printf("batch %d, T %d, %dx%d, input %d, hidden %s, kernel %d: median s/step of %d steps\n", b.B,
-         b.T, b.H, b.W, b.cfg.input_dim, hid, k, b.steps);
+  printf("%s, batch %d, T %d (+ %d), %dx%d, input %d, hidden %d (layers %d), kernel %d: median "
+         "s/step of %d steps\n", b.K ? "encoder-forecaster" : "plain stack", b.B, b.T, b.K, b.H, b.W,
+         b.cfg.input_dim, b.cfg.hidden_dims[0], b.cfg.n_layers, b.cfg.kernel_sizes[0], b.steps);
   int rc = 0;
   size_t plan1 = 0, plan2 = 0, plans = 0;
   for (int r = 1; r <= rounds; r++) {
