@@ -23,6 +23,7 @@
  */
 #define _POSIX_C_SOURCE 200809L /* pthread_barrier_t, clock_gettime */
 #include "comm_threads.h"       /* the ranks' communicator */
+#include "bench_common.h"       /* bench_now, bench_median, bench_uniform01, bench_hidden */
 #include "convlstm.h"
 
 #include <math.h>
@@ -32,24 +33,6 @@
 #include <time.h>
 
 enum { RANKS = 2 };
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + 1e-9 * t.tv_nsec;
-}
-
-static unsigned long long rng;
-static double uniform01(void *ctx) {
-  (void)ctx;
-  rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-  return (double)(rng >> 11) / 9007199254740992.0;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 static const cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0};
 
@@ -63,14 +46,9 @@ typedef struct bench {
 static cl_model *model(const bench *b, int threads) {
   cl_config c = b->cfg;
   c.n_threads = threads;
-  char err[CL_ERRMSG_LEN];
-  cl_model *m;
-  if (cl_model_create(&c, &m, err, sizeof err) != CL_OK) {
-    fprintf(stderr, "bench_batch_split: create: %s\n", err);
-    exit(2);
-  }
-  rng = 42; /* the same weights in every model */
-  cl_model_init_params(m, uniform01, NULL);
+  cl_model *m = bench_model(&c, "bench_batch_split");
+  bench_rng = 42; /* the same weights in every model */
+  cl_model_init_params(m, bench_uniform01, NULL);
   return m;
 }
 
@@ -103,11 +81,6 @@ static size_t plan_bytes(cl_model *m, const bench *b, int rows) {
   return total;
 }
 
-static double median(double *sec, int n) {
-  qsort(sec, (size_t)n, sizeof *sec, cmp);
-  return sec[n / 2];
-}
-
 /* One model on the whole batch: median s/step; its first step's loss. */
 static double whole(const bench *b, int threads, double *first_loss, size_t *plan) {
   cl_model *m = model(b, threads);
@@ -115,17 +88,17 @@ static double whole(const bench *b, int threads, double *first_loss, size_t *pla
   arrays(b, 0, b->B, &xa, &ya);
   double *sec = malloc((size_t)b->steps * sizeof *sec), loss = 0;
   for (int s = -1; s < b->steps; s++) { /* one warm-up step */
-    double t0 = now();
+    double t0 = bench_now();
     if (cl_model_train_step(m, &xa, &ya, target_of(b), &adam, NULL, &loss) != CL_OK) {
       fprintf(stderr, "bench_batch_split: train_step: %s\n", cl_model_error(m));
       exit(2);
     }
     if (s < 0) *first_loss = loss;
-    else sec[s] = now() - t0;
+    else sec[s] = bench_now() - t0;
   }
   *plan = plan_bytes(m, b, b->B);
   cl_model_free(m);
-  double med = median(sec, b->steps);
+  double med = bench_median(sec, b->steps);
   free(sec);
   return med;
 }
@@ -156,12 +129,12 @@ static void *rank_main(void *arg) {
   j->status = cl_model_broadcast_params(m, j->comm, 0);
   for (int s = -1; s < b->steps && j->status == CL_OK; s++) {
     cl_comm_barrier(j->comm);
-    double t0 = now();
+    double t0 = bench_now();
     j->status = cl_model_train_step(m, &xa, &ya, target_of(b), &adam, &o, &loss);
     if (j->status != CL_OK) break;
     cl_comm_barrier(j->comm);
     if (s < 0) j->first_loss = loss;
-    else j->sec[s] = now() - t0;
+    else j->sec[s] = bench_now() - t0;
   }
   if (j->status != CL_OK) {
     fprintf(stderr, "bench_batch_split: rank %d: %s\n", j->comm->rank, cl_model_error(m));
@@ -192,7 +165,7 @@ static double split(const bench *b, double *first_loss, size_t *plan) {
     cl_comm_free(j[r].comm);
   }
   pthread_barrier_destroy(&sh.bar);
-  double med = median(sec, b->steps); /* rank 0's: the barriers make them the step's */
+  double med = bench_median(sec, b->steps); /* rank 0's: the barriers make them the step's */
   free(sec);
   return med;
 }
@@ -206,13 +179,7 @@ static void plain_args(int argc, char **argv, bench *b, int *rounds) {
   const int k = argc > 7 ? atoi(argv[7]) : 5;
   b->steps = argc > 8 ? atoi(argv[8]) : 10;
   *rounds = argc > 9 ? atoi(argv[9]) : 3;
-  for (const char *p = hid; *p && b->cfg.n_layers < CL_MAX_LAYERS;) {
-    b->cfg.kernel_sizes[b->cfg.n_layers] = k;
-    b->cfg.hidden_dims[b->cfg.n_layers++] = atoi(p);
-    p = strchr(p, ',');
-    if (!p) break;
-    p++;
-  }
+  bench_hidden(&b->cfg, hid, k);
   b->cfg.bias = 1;
 }
 
@@ -247,9 +214,9 @@ int main(int argc, char **argv) {
   const size_t ny = b.K ? (size_t)b.B * b.K * b.cfg.input_dim * b.H * b.W
                        : (size_t)b.B * top * b.H * b.W;
   b.x = malloc(nx * sizeof *b.x), b.y = malloc(ny * sizeof *b.y);
-  rng = 7;
-  for (size_t i = 0; i < nx; i++) b.x[i] = (float)uniform01(NULL);
-  for (size_t i = 0; i < ny; i++) b.y[i] = (float)uniform01(NULL);
+  bench_rng = 7;
+  for (size_t i = 0; i < nx; i++) b.x[i] = (float)bench_uniform01(NULL);
+  for (size_t i = 0; i < ny; i++) b.y[i] = (float)bench_uniform01(NULL);
   printf("%s, batch %d, T %d (+ %d), %dx%d, input %d, hidden %d (layers %d), kernel %d: median "
          "s/step of %d steps\n", b.K ? "encoder-forecaster" : "plain stack", b.B, b.T, b.K, b.H, b.W,
          b.cfg.input_dim, b.cfg.hidden_dims[0], b.cfg.n_layers, b.cfg.kernel_sizes[0], b.steps);

@@ -25,6 +25,8 @@
  * OP ALONE_GBS TOGETHER_GBS RATIO" (GB/s a core, the two cores' mean).
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#include "bench_common.h" /* bench_now */
+
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,12 +34,6 @@
 #include <time.h>
 
 enum { ROUNDS = 200, STREAM_ROUNDS = 150, PASSES = 4, LINE_FLOATS = 16 };
-
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* One float a line: the pass is bound by moving lines, not by adds. */
 static float read_lines(const float *a, size_t n) {
@@ -102,22 +98,22 @@ static void cross_prepare(pair_job *j, int r, int tid) {
 static void cross_timed(pair_job *j, int r, int tid) {
   const int writer = (r >> 1) & 1, who = r & 1;
   if (tid != (writer ^ who)) return;
-  const double t0 = now_seconds();
+  const double t0 = bench_now();
   if (j->op_write) write_all(j->b[0], j->n, r);
   else j->sink[tid][0] += read_lines(j->b[0], j->n);
-  j->sec[0][who] += now_seconds() - t0;
+  j->sec[0][who] += bench_now() - t0;
 }
 
 /* stream: thread 0 alone, thread 1 alone, both, in turn; sec[together][tid]. */
 static void stream_timed(pair_job *j, int r, int tid) {
   const int mode = r % 3;
   if (mode != 2 && mode != tid) return;
-  const double t0 = now_seconds();
+  const double t0 = bench_now();
   for (int k = 0; k < PASSES; k++) {
     if (j->op_write) write_all(j->b[tid], j->n, k);
     else j->sink[tid][0] += read_all(j->b[tid], j->n);
   }
-  j->sec[mode == 2][tid] += now_seconds() - t0;
+  j->sec[mode == 2][tid] += bench_now() - t0;
 }
 
 /* cross: mean seconds of the writer's pass ([0]) and the other's ([1]);

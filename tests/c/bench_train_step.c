@@ -10,30 +10,13 @@
  * inside the timed step as the R glue draws them for train_step().
  */
 #define _POSIX_C_SOURCE 199309L
+#include "bench_common.h" /* bench_now, bench_cmp, bench_uniform01 (seeded 42), bench_hidden */
 #include "convlstm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + 1e-9 * t.tv_nsec;
-}
-
-static unsigned long long rng = 42;
-static double uniform01(void *ctx) {
-  (void)ctx;
-  rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-  return (double)(rng >> 11) / 9007199254740992.0;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 int main(int argc, char **argv) {
   int B = argc > 1 ? atoi(argv[1]) : 100, T = argc > 2 ? atoi(argv[2]) : 5;
@@ -42,31 +25,20 @@ int main(int argc, char **argv) {
   memset(&c, 0, sizeof c);
   c.input_dim = argc > 5 ? atoi(argv[5]) : 1;
   const char *hid = argc > 6 ? argv[6] : "64,1";
-  for (const char *p = hid; *p && c.n_layers < CL_MAX_LAYERS; c.n_layers++) {
-    c.hidden_dims[c.n_layers] = atoi(p);
-    p = strchr(p, ',');
-    if (!p) { c.n_layers++; break; }
-    p++;
-  }
   int k = argc > 7 ? atoi(argv[7]) : 3, steps = argc > 8 ? atoi(argv[8]) : 5;
-  for (int l = 0; l < c.n_layers; l++) c.kernel_sizes[l] = k;
+  bench_hidden(&c, hid, k);
   c.bias = 1;
   c.device = argc > 9 && strcmp(argv[9], "cuda") == 0 ? CL_DEVICE_CUDA : CL_DEVICE_CPU;
   double pd = argc > 10 ? atof(argv[10]) : 0, pr = argc > 11 ? atof(argv[11]) : 0;
   for (int l = 0; l < c.n_layers; l++) c.dropout[l] = pd, c.recurrent_dropout[l] = pr;
 
-  char err[CL_ERRMSG_LEN];
-  cl_model *m;
-  if (cl_model_create(&c, &m, err, sizeof err) != CL_OK) {
-    fprintf(stderr, "create: %s\n", err);
-    return 1;
-  }
-  cl_model_init_params(m, uniform01, NULL);
+  cl_model *m = bench_model(&c, "bench_train_step");
+  cl_model_init_params(m, bench_uniform01, NULL);
   int top = c.hidden_dims[c.n_layers - 1];
   size_t nx = (size_t)B * T * c.input_dim * H * W, ny = (size_t)B * top * H * W;
   float *x = malloc(nx * sizeof *x), *y = malloc(ny * sizeof *y);
-  for (size_t i = 0; i < nx; i++) x[i] = (float)uniform01(NULL);
-  for (size_t i = 0; i < ny; i++) y[i] = (float)uniform01(NULL);
+  for (size_t i = 0; i < nx; i++) x[i] = (float)bench_uniform01(NULL);
+  for (size_t i = 0; i < ny; i++) y[i] = (float)bench_uniform01(NULL);
   cl_host_array xa = {x, CL_HOST_TORCH_F32, 5, {B, T, c.input_dim, H, W}};
   cl_host_array ya = {y, CL_HOST_TORCH_F32, 4, {B, top, H, W, 0}};
   cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0};
@@ -91,19 +63,19 @@ int main(int argc, char **argv) {
   double *sec = malloc((size_t)steps * sizeof *sec), loss = 0;
   int rc = 0;
   for (int s = -1; s < steps && rc == 0; s++) { /* one warm-up step */
-    double t0 = now();
+    double t0 = bench_now();
     for (int i = 0; i < 2 * c.n_layers; i++) {
       float keep = (float)(1.0 / (1.0 - (i % 2 ? pr : pd)));
-      for (size_t e = 0; e < mn[i]; e++) masks[i][e] = uniform01(NULL) >= (i % 2 ? pr : pd) ? keep : 0;
+      for (size_t e = 0; e < mn[i]; e++) masks[i][e] = bench_uniform01(NULL) >= (i % 2 ? pr : pd) ? keep : 0;
     }
     if (cl_model_train_step(m, &xa, &ya, CL_TARGET_LAST_STATE, &adam, &so, &loss) != CL_OK) {
       fprintf(stderr, "train_step: %s\n", cl_model_error(m));
       rc = 1;
     }
-    if (s >= 0) sec[s] = now() - t0;
+    if (s >= 0) sec[s] = bench_now() - t0;
   }
   if (rc == 0) {
-    qsort(sec, (size_t)steps, sizeof *sec, cmp);
+    qsort(sec, (size_t)steps, sizeof *sec, bench_cmp);
     cl_plan p;
     cl_model_plan(m, B, T, H, W, 1, &adam, NULL, &p);
     cl_mem_stats st;

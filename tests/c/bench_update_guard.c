@@ -9,6 +9,7 @@
  *   defaults: 500 reps, 2 threads, the R torch tutorial model (64,1; 1; 3)
  */
 #define _POSIX_C_SOURCE 199309L
+#include "bench_common.h" /* bench_now, bench_cmp, bench_hidden */
 #include "cpu/cpu_kernels.h"
 
 #include <stdio.h>
@@ -16,37 +17,15 @@
 #include <string.h>
 #include <time.h>
 
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + 1e-9 * t.tv_nsec;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 /* The number of parameters, from the model itself (not a hard-coded count). */
 static size_t n_params_of(const char *hid, int input_dim, int k) {
   cl_config c;
   memset(&c, 0, sizeof c);
   c.input_dim = input_dim;
-  for (const char *p = hid; *p && c.n_layers < CL_MAX_LAYERS; c.n_layers++) {
-    c.hidden_dims[c.n_layers] = atoi(p);
-    c.kernel_sizes[c.n_layers] = k;
-    p = strchr(p, ',');
-    if (!p) { c.n_layers++; break; }
-    p++;
-  }
+  bench_hidden(&c, hid, k);
   c.bias = 1;
   c.device = CL_DEVICE_CPU;
-  char err[CL_ERRMSG_LEN];
-  cl_model *m;
-  if (cl_model_create(&c, &m, err, sizeof err) != CL_OK) {
-    fprintf(stderr, "create: %s\n", err);
-    exit(1);
-  }
+  cl_model *m = bench_model(&c, "bench_update_guard");
   size_t n = cl_model_n_params(m);
   cl_model_free(m);
   return n;
@@ -73,13 +52,13 @@ int main(int argc, char **argv) {
     for (int r = -5; r < reps; r++) { /* five warm-up passes */
       /* a tiny lr: the weights stay where they are over thousands of updates */
       cl_adam_hp hp = {1e-9f, 0.9f, 0.999f, 1e-8f, 0.0f, 1 + (r < 0 ? 0 : r), 0, 0};
-      double t0 = now();
+      double t0 = bench_now();
       if (pass == PASS_GUARD) be->iface->adam_check(be, p, g, m, v, NULL, n, &hp, &fault);
       else if (pass == PASS_UPDATE) be->iface->adam_update(be, p, g, m, v, NULL, n, &hp);
       else be->iface->grad_unscale(be, g, n, 1.0f, &bad);
-      if (r >= 0) sec[r] = now() - t0;
+      if (r >= 0) sec[r] = bench_now() - t0;
     }
-    qsort(sec, (size_t)reps, sizeof *sec, cmp);
+    qsort(sec, (size_t)reps, sizeof *sec, bench_cmp);
     printf("  %-36s median %8.1f us  min %8.1f us\n", pass_name[pass], 1e6 * sec[reps / 2],
            1e6 * sec[0]);
   }
