@@ -2,8 +2,9 @@
  * tests/c/bench_common.h -- what the C benches that time whole passes
  * share: a monotonic clock, the median of a run's times, the generator
  * their weights and data are drawn from (a 64-bit LCG, seeded by setting
- * bench_rng; bench_train_step's sequence since its first version), and a
- * stack's hidden sizes read from "h1,h2,...". Needs _POSIX_C_SOURCE
+ * bench_rng; bench_train_step's sequence since its first version), a
+ * stack's hidden sizes read from "h1,h2,...", and a model made or the
+ * bench ended with its reason. Needs _POSIX_C_SOURCE
  * 199309L or later for clock_gettime.
  */
 #ifndef CONVLSTM_TESTS_BENCH_COMMON_H

@@ -51,9 +51,9 @@ static int widest(const cl_conv_shape *s, int dir, int n, int tiles) {
   return most < 1 ? 1 : most;
 }
 
-static int fits_one_chunk(const cl_conv_shape *s, int dir, int n, int tiles) {
+static int fits_one_chunk(const cl_conv_shape *s, int n, int tiles) {
   const size_t plane = sizeof(float) * (size_t)n * n * tiles * s->N;
-  return s->N * tiles <= TILES && plane * s->C <= 4 * MIB && plane * s->K <= 4 * MIB && dir >= 0;
+  return s->N * tiles <= TILES && plane * s->C <= 4 * MIB && plane * s->K <= 4 * MIB;
 }
 
 static void check_case(const char *name, const cl_conv_shape *s, int m) {
@@ -70,7 +70,7 @@ static void check_case(const char *name, const cl_conv_shape *s, int m) {
       CHECK(k.n == m + s->kh - 1, "%s: tiles of %d, not %d", what, m + s->kh - 1, k.n);
       const int tiles = ((s->H + m - 1) / m) * ((s->W + m - 1) / m);
       CHECK(k.tiles == tiles, "%s: %d tiles an image, not %d", what, tiles, k.tiles);
-      if ((team > 1 || dir == 2) && fits_one_chunk(s, dir, k.n, tiles)) {
+      if ((team > 1 || dir == 2) && fits_one_chunk(s, k.n, tiles)) {
         CHECK(k.small && k.images == s->N && k.threads == team,
               "%s: one chunk of %d images on %d threads, not %s %d on %d", what, s->N, team,
               k.small ? "one of" : "chunks of", k.images, k.threads);
