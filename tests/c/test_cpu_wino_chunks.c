@@ -126,6 +126,10 @@ int main(void) {
       /* an odd batch that fits one chunk, and one that nearly does */
       {"one chunk of 5, 32 -> 32, 3x3", {5, 32, 8, 8, 32, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}},
       {"odd batch 7, 32 -> 128, 3x3", {7, 32, 24, 24, 128, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}},
+      /* the one-chunk limit at its edge: F(4x4,3x3) on 8x8 maps is 4 tiles
+       * an image, so 64 images are 256 tiles (one chunk) and 65 are not */
+      {"one chunk edge 64, 32 -> 32, 3x3", {64, 32, 8, 8, 32, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}},
+      {"one chunk edge 65, 32 -> 32, 3x3", {65, 32, 8, 8, 32, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     for (int m = 2; m <= 4; m += 2) check_case(cases[i].name, &cases[i].s, m);
