@@ -51,11 +51,22 @@ static void oom_message(cl_allocator *a, size_t bytes, char *err, size_t errlen)
            want, a->be->iface->name, cap, used, fr, res);
 }
 
+/* The chain a counts in: a, the allocator it charges, and so on. */
+#define EACH_CHARGED(x, a) for (cl_allocator *x = (a); x; x = x->charge)
+
+/* The first allocator of a's chain whose limit bytes more would pass. */
+static cl_allocator *over_limit(cl_allocator *a, size_t bytes) {
+  EACH_CHARGED(x, a)
+  if (x->limit > 0 && (bytes > x->limit || x->reserved > x->limit - bytes)) return x;
+  return NULL;
+}
+
 cl_status cl_mem_reserve(cl_allocator *a, size_t bytes, void **out, char *err, size_t errlen) {
   *out = NULL;
   if (bytes == 0) return CL_OK;
-  if (a->limit > 0 && (bytes > a->limit || a->reserved > a->limit - bytes)) {
-    oom_message(a, bytes, err, errlen);
+  cl_allocator *full = over_limit(a, bytes);
+  if (full) {
+    oom_message(full, bytes, err, errlen);
     return CL_E_OOM;
   }
   cl_status s = a->be->iface->alloc(a->be, bytes, out);
@@ -67,19 +78,20 @@ cl_status cl_mem_reserve(cl_allocator *a, size_t bytes, void **out, char *err, s
       snprintf(err, errlen, "%s", a->be->err);
     return s;
   }
-  a->reserved += bytes;
-  if (a->reserved > a->peak_reserved) a->peak_reserved = a->reserved;
+  EACH_CHARGED(x, a) {
+    x->reserved += bytes;
+    if (x->reserved > x->peak_reserved) x->peak_reserved = x->reserved;
+  }
   return CL_OK;
 }
 
 void cl_mem_unreserve(cl_allocator *a, void *p, size_t bytes) {
   if (p == NULL) return;
   a->be->iface->free(a->be, p);
-  a->reserved -= bytes;
+  EACH_CHARGED(x, a) x->reserved -= bytes;
 }
 
-void cl_mem_take(cl_allocator *a, cl_mem_category cat, size_t bytes) {
-  if (bytes == 0) return;
+static void take_one(cl_allocator *a, cl_mem_category cat, size_t bytes) {
   a->current[cat] += bytes;
   if (a->current[cat] > a->peak[cat]) a->peak[cat] = a->current[cat];
   a->n_alloc[cat]++;
@@ -87,11 +99,28 @@ void cl_mem_take(cl_allocator *a, cl_mem_category cat, size_t bytes) {
   if (a->allocated > a->peak_allocated) a->peak_allocated = a->allocated;
 }
 
+void cl_mem_take(cl_allocator *a, cl_mem_category cat, size_t bytes) {
+  if (bytes == 0) return;
+  EACH_CHARGED(x, a) take_one(x, cat, bytes);
+}
+
 void cl_mem_give(cl_allocator *a, cl_mem_category cat, size_t bytes) {
   if (bytes == 0) return;
-  a->current[cat] -= bytes;
-  a->n_free[cat]++;
-  a->allocated -= bytes;
+  EACH_CHARGED(x, a) {
+    x->current[cat] -= bytes;
+    x->n_free[cat]++;
+    x->allocated -= bytes;
+  }
+}
+
+void cl_mem_charge(cl_allocator *a, cl_allocator *parent) {
+  EACH_CHARGED(x, parent) {
+    for (int c = 0; c < CL_MEM_NCAT; c++)
+      if (a->current[c]) take_one(x, (cl_mem_category)c, a->current[c]);
+    x->reserved += a->reserved;
+    if (x->reserved > x->peak_reserved) x->peak_reserved = x->reserved;
+  }
+  a->charge = parent;
 }
 
 cl_status cl_mem_alloc(cl_allocator *a, cl_mem_category cat, size_t bytes, void **out,

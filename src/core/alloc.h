@@ -18,6 +18,10 @@ typedef struct cl_allocator {
   uint64_t n_alloc[CL_MEM_NCAT], n_free[CL_MEM_NCAT];
   size_t allocated, peak_allocated;
   size_t reserved, peak_reserved;
+  /* Another allocator that counts every byte of this one too, and whose
+   * limit this one's reservations are checked against (a split step's
+   * per-thread models, split.c, charge the model users see); NULL: none. */
+  struct cl_allocator *charge;
 } cl_allocator;
 
 /* Two levels, as in PyTorch's caching allocator: memory is *reserved* from
@@ -41,6 +45,10 @@ void cl_mem_unreserve(cl_allocator *a, void *p, size_t bytes);
 void cl_mem_take(cl_allocator *a, cl_mem_category cat, size_t bytes);
 void cl_mem_give(cl_allocator *a, cl_mem_category cat, size_t bytes);
 void cl_mem_reset_peak(cl_allocator *a);
+/* From now on, a's bytes count in parent's statistics and limit too; those
+ * a holds already are added to parent's (a new model's parameters and
+ * scratch: split.c). */
+void cl_mem_charge(cl_allocator *a, cl_allocator *parent);
 /* Capacity and free bytes as the user should see them: the limit when one is
  * set, the device's numbers otherwise. */
 void cl_mem_capacity(cl_allocator *a, size_t *total, size_t *free_bytes);

@@ -434,6 +434,9 @@ typedef enum { CL_GRAPH_AUTO = 0, CL_GRAPH_PLAIN = 1, CL_GRAPH_OFF_COMM = 2 } cl
  * sum_squares: *sum = the sum of g[i]^2 over n, accumulated in double (inf
  * or NaN when an element is); synchronizes. The norm for clip_grad_norm_;
  * the scaling that follows is grad_unscale's.
+ * (optional) grad_add: dst += src over n float32 gradients (a step split
+ * by batch sums its threads' gradients with it, core/split.c; host
+ * backends only). Absent: no split step.
  * (A training step runs none of these itself: its end is update_step.) */
 #define CL_SLOTS_OPTIM(X)                                                                           \
   X(SYNC, REQ, cl_status, grad_unscale,                                                           \
@@ -463,7 +466,9 @@ typedef enum { CL_GRAPH_AUTO = 0, CL_GRAPH_PLAIN = 1, CL_GRAPH_OFF_COMM = 2 } cl
      const float *gavg, size_t n, const cl_rmsprop_hp *hp, uint64_t *fault),                       \
     (be, p, g, v, buf, gavg, n, hp, fault))                                                        \
   X(SYNC, REQ, cl_status, sum_squares, (cl_backend * be, const float *g, size_t n, double *sum),  \
-    (be, g, n, sum))
+    (be, g, n, sum))                                                                               \
+  X(STEP, OPT, cl_status, grad_add, (cl_backend * be, float *dst, const float *src, size_t n),     \
+    (be, dst, src, n))
 
 /* ---- the step's end (core/train.c) ----
  * (optional) step_vals: the backend's cl_step_vals block in device memory

@@ -358,6 +358,9 @@ struct cl_model {
   int poison; /* CONVLSTM_POISON=1 at creation: step buffers filled with NaN outside
                  their lifetimes, host backends (execute.c) */
   int have_device_used;
+  cl_backend_ctor make_backend; /* its backend's constructor: a split step's twins' too */
+  int split_batch; /* CONVLSTM_SPLIT=batch at creation: training steps split by batch (split.c) */
+  struct cl_split *split; /* that step's per-thread models, made at its first step */
   char err[CL_ERRMSG_LEN];
 };
 
@@ -816,5 +819,18 @@ cl_status cl_model_load_with(const char *path, const cl_config *runtime, int wit
 void cl_convert_tensor(const cl_model *m, int i, float *flat, float *t, int to_torch);
 /* Elements of tensor i. */
 size_t cl_tensor_numel(const cl_model *m, int i);
+
+/* split.c: a training step split by batch across a CPU model's threads.
+ * cl_split_threads: the threads the step of g and call c would run on, 0
+ * for the usual step. cl_split_step: that step on n threads, with the
+ * update args u and loss scale ls (in place of train.c's launch_step).
+ * cl_split_ran: the threads the model's last training step ran on, 0 when
+ * it was not split (for tests). */
+int cl_split_threads(const cl_model *m, const cl_schedule *g, const cl_call *c);
+cl_status cl_split_step(cl_model *m, cl_call *c, const cl_source *x, const cl_source *y,
+                        cl_target tg, float ls, const cl_update_args *u, const cl_schedule *g,
+                        int n);
+int cl_split_ran(const cl_model *m);
+void cl_split_free(cl_model *m);
 
 #endif

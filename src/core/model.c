@@ -244,6 +244,9 @@ cl_status cl_model_create_with(const cl_config *cfg, cl_backend_ctor make_backen
     m->guard = guard && strcmp(guard, "1") == 0;
     const char *poison = getenv("CONVLSTM_POISON");
     m->poison = poison && strcmp(poison, "1") == 0;
+    const char *split = getenv("CONVLSTM_SPLIT");
+    m->split_batch = split && strcmp(split, "batch") == 0;
+    m->make_backend = make_backend;
     s = alloc_backend_scratch(m);
   }
   if (s == CL_OK) {
@@ -265,6 +268,7 @@ void cl_model_free(cl_model *m) {
   if (!m) return;
   if (m->be) {
     cl_data_free_all(m);
+    cl_split_free(m);
     cl_step_release(m);
     cl_optim_free(m);
     cl_state_free(m);

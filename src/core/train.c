@@ -83,7 +83,7 @@ static cl_status scaler_update(cl_model *m, const cl_optim *opt, const cl_step_v
 /* The step as ops (program.h): [0] the program of the micro-batches of Bm
  * sequences before the last, [1] the last one's, [2] the step's own list;
  * listed once for the geometry the step holds (step.c drops them with it). */
-static cl_status programs_of(cl_model *m, cl_target target, const cl_program **out) {
+cl_status cl_step_programs(cl_model *m, cl_target target, const cl_program **out) {
   cl_step *st = &m->step;
   const cl_schedule *g = &st->g;
   if (st->prog && st->prog_target == target) {
@@ -144,8 +144,13 @@ static cl_status train_step(cl_model *m, cl_call *c, const cl_source *x, const c
   double max_norm = opts ? opts->max_grad_norm : 0;
   const cl_schedule g = *gp;
   m->grad_norm = NAN; /* until this step's norm is read */
-  CL_TRY(cl_step_prepare(m, &g));
-  CL_TRY(cl_state_upload(m, opts));
+  const int split = cl_split_threads(m, &g, c); /* threads of a step split by batch, or 0 */
+  if (split) {
+    CL_TRY(cl_grads_ensure(m)); /* the twins' arenas stand in for the step's (split.c) */
+  } else {
+    CL_TRY(cl_step_prepare(m, &g));
+    CL_TRY(cl_state_upload(m, opts));
+  }
   m->step.outputs_kept = 0;
   m->phase = CL_PHASE_CONSUMED;
   int half = g.dtype == CL_F16;
@@ -159,11 +164,15 @@ static cl_status train_step(cl_model *m, cl_call *c, const cl_source *x, const c
    * finite loss can still carry inf/NaN gradients (an overflow inside the
    * cell): the update's guard refuses them, after clipping */
   u.check_loss = !half;
-  const cl_program *prog = NULL;
-  CL_TRY(programs_of(m, target, &prog));
-  CL_TRY(launch_step(m, c, x, y, target, ls, &u, opts, prog));
+  if (split) {
+    CL_TRY(cl_split_step(m, c, x, y, target, ls, &u, &g, split));
+  } else {
+    const cl_program *prog = NULL;
+    CL_TRY(cl_step_programs(m, target, &prog));
+    CL_TRY(launch_step(m, c, x, y, target, ls, &u, opts, prog));
+  }
   /* layers running the target's steps beside the input's hold two lengths: read none */
-  m->step.outputs_kept = g.Bm == g.B && g.nseg == 1 && !g.tbptt &&
+  m->step.outputs_kept = !split && g.Bm == g.B && g.nseg == 1 && !g.tbptt &&
                          !cl_arch_runs_target(&m->arch) && !m->poison; /* NaN after their last use */
   cl_step_vals v;
   CL_TRY(cl_vals_read(m, &v)); /* the step's one synchronisation */

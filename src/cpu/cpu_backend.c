@@ -171,6 +171,7 @@ void cl_cpu_destroy(cl_backend *be) {
 #define CPU_HAS_mem_info cl_cpu_mem_info
 #define CPU_HAS_runtime_bytes NULL /* 0: see backend.h */
 #define CPU_HAS_conv_algo cl_cpu_conv_algo /* cpu_winograd.c */
+#define CPU_HAS_grad_add cl_cpu_grad_add   /* cpu_clip.c */
 
 #define CPU_SLOT_(step, opt, ret, name, params, args)                                              \
   .name = CL_SLOT_PICK_##opt(cl_cpu_##name, CPU_HAS_##name),

@@ -358,6 +358,7 @@ cl_status cl_cuda_sum_partials(cl_backend *be, unsigned blocks, double *sum) {
 #define CUDA_HAS_mem_info cl_cuda_mem_info
 #define CUDA_HAS_runtime_bytes cl_cuda_runtime_bytes
 #define CUDA_HAS_conv_algo cl_cuda_conv_algo
+#define CUDA_HAS_grad_add NULL /* a split step is the CPU's (core/split.c) */
 
 #define CUDA_SLOT_(step, opt, ret, name, params, args)                                             \
   .name = CL_SLOT_PICK_##opt(cl_cuda_##name, CUDA_HAS_##name),

@@ -1573,6 +1573,34 @@ static void run_sum_squares(const row *r) {
   }
 }
 
+/* grad_add (optional; a step split by batch sums its threads' gradients):
+ * dst += src, one float32 addition per element, below and past the CPU's
+ * parallel threshold and at lengths that are no multiple of a vector. */
+static void run_grad_add(const row *r) {
+  const size_t *cases = r->cases;
+  for (int i = 0; i < r->n_cases; i++) {
+    const size_t n = cases[i];
+    float *d = rand_floats(n + 1, -1, 1), *s = rand_floats(n + 1, -1e3, 1e3);
+    float *want = xmalloc((n + 1) * sizeof *want), *got = xmalloc((n + 1) * sizeof *got);
+    for (size_t k = 0; k < n; k++) want[k] = d[k] + s[k];
+    for (int vi = 0; vi < n_vs; vi++) {
+      variant *v = &vs[vi];
+      if (!v->be->iface->grad_add) {
+        expect(v, 1, "grad_add absent: no step split by batch");
+        continue;
+      }
+      scope sc = scope_of(v);
+      float *D = n ? dev_of(&sc, d, n * 4) : NULL, *S = n ? dev_of(&sc, s, n * 4) : NULL;
+      if (sc.ok) CALL(&sc, v->be->iface->grad_add(v->be, D, S, n));
+      if (sc.ok && n) CALL(&sc, v->be->iface->download(v->be, got, D, n * 4));
+      if (sc.ok)
+        expect(v, n == 0 || memcmp(got, want, n * 4) == 0, "n=%zu: not the float32 sums", n);
+      scope_end(&sc);
+    }
+    free(d), free(s), free(want), free(got);
+  }
+}
+
 /* mask_mul (dropout): one mask over reps blocks; in place (the gradient of
  * a layer's input), into another buffer (a masked copy) or accumulated (the
  * gradient of h_{t-1} onto what is there). n not a multiple of a CPU chunk
@@ -2726,6 +2754,8 @@ static const sumsq_case sumsq_cases[] = {
     {100003, 99999, INFINITY}, {4099, 5, -INFINITY}, {4099, 4098, NAN},
 };
 
+static const size_t grad_add_cases[] = {0, 1, 4099, 32768, 32769, (1u << 20) + 3};
+
 static const unscale_case unscale_cases[] = {
     {0, 0.5f, -1, 0.0f},
     {1000003, 1.0f / 1024.0f, -1, 0.0f},
@@ -3044,6 +3074,8 @@ static const row ops[] = {
      {0, 0, 0, 0, 0, 1e-12,
       "squares of floats are exact in double; only the summation order differs (1e-12 "
       "relative); inf and NaN exactly"}},
+    {"grad_add (optional)", run_grad_add, CASES(grad_add_cases), F32, 0,
+     EXACT("one float32 addition per element: bit for bit")},
     {"grad_unscale", run_grad_unscale, CASES(unscale_cases), F32, 0,
      EXACT("g * inv_scale is one float32 rounding: equal bit for bit; the flag exactly")},
     {"adam_update", run_adam, CASES(adam_cases), F32, 0,

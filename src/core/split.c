@@ -1,0 +1,182 @@
+/*
+ * core/split.c -- a training step split by batch across a CPU model's
+ * threads (CONVLSTM_SPLIT=batch when the model is made), beside the usual
+ * step that splits each call's work across the team.
+ *
+ * Why: where two cores share no cache, each call split across them hands
+ * its results from one core to the other at every call; a thread that
+ * keeps its own sequences through the whole step hands over only the
+ * weight gradients at its end (doc/speed.md, "Two threads split by
+ * batch"). Where the cores share a cache the call split is as fast or
+ * faster, so this step is asked for, not the default.
+ *
+ * How: the step is run as accumulation runs it (train.c), its
+ * micro-batches of ceil(B / threads) sequences each weighted by its share
+ * of the batch, but each micro-batch on a thread of its own, in a twin: a
+ * model of the same configuration on one thread, with its own step arena,
+ * its own gradients and the model's parameters (read, never written, in a
+ * step). The twins' gradients and losses are summed into the model's, and
+ * the model's own update runs once, as in any step: unscaling, clipping,
+ * the finite guard and the optimizer state stay the model's, and nothing
+ * of a twin can fall out of step with it. The twins' bytes count in the
+ * model's statistics and against its memory limit (alloc.c, charge).
+ *
+ * Sums run in another order than one thread's, so the results are the
+ * usual step's within float rounding, not its bits.
+ */
+#include "plan.h"    /* internal.h */
+#include "program.h" /* cl_program_run, cl_micro_batches */
+#include "../host/threads.h" /* cl_cpu_threads: teams of one in a forked child */
+
+#include <stdlib.h>
+#include <string.h>
+
+#define CL_SPLIT_MAX 64
+
+struct cl_split {
+  int n;                        /* twins made */
+  cl_config cfg;                /* the configuration they were made for */
+  cl_model *twin[CL_SPLIT_MAX];
+  int ran;                      /* threads the last step ran on; 0: not split */
+};
+
+/* m's configuration as a twin has it: one thread, no limit of its own. */
+static cl_config twin_config(const cl_model *m) {
+  cl_config c = m->cfg;
+  c.n_threads = 1;
+  c.memory_limit = 0;
+  return c;
+}
+
+/* A twin's parameters are m's, and the first twin's gradients too. */
+static void twin_free(cl_model *t, int first) {
+  t->params = NULL;
+  if (first) t->grads = NULL;
+  cl_model_free(t);
+}
+
+void cl_split_free(cl_model *m) {
+  struct cl_split *sp = m->split;
+  if (!sp) return;
+  for (int i = 0; i < sp->n; i++) twin_free(sp->twin[i], i == 0);
+  free(sp);
+  m->split = NULL;
+}
+
+int cl_split_ran(const cl_model *m) { return m->split ? m->split->ran : 0; }
+
+/* Threads the step of g with call c would split its batch across; 0 where
+ * it runs as usual: a model not asked, one thread, a batch of one, and
+ * what the twins cannot share (a communicator, accumulation, dropout's
+ * masks, a state carried or given, a device of its own). */
+int cl_split_threads(const cl_model *m, const cl_schedule *g, const cl_call *c) {
+  if (!m->split_batch || !g->training || !m->be->iface->host_accessible) return 0;
+  int n = cl_cpu_threads(m->be->n_threads);
+  if (n > g->B) n = g->B;
+  if (n > CL_SPLIT_MAX) n = CL_SPLIT_MAX;
+  if (n < 2 || c->comm || g->Bm != g->B || g->state != CL_STATE_ZERO || m->held) return 0;
+  if (!m->be->iface->grad_add) return 0;
+  for (int l = 0; l < m->cfg.n_layers; l++)
+    if (m->cfg.dropout[l] > 0 || m->cfg.recurrent_dropout[l] > 0) return 0;
+  return n;
+}
+
+/* n twins of m's configuration (made again when it changed), charged to m. */
+static cl_status twins(cl_model *m, int n) {
+  const cl_config want = twin_config(m);
+  struct cl_split *sp = m->split;
+  if (sp && (sp->n < n || memcmp(&sp->cfg, &want, sizeof want) != 0)) {
+    cl_split_free(m);
+    sp = NULL;
+  }
+  if (sp) return CL_OK;
+  if (!(sp = calloc(1, sizeof *sp))) return cl_fail(m, CL_E_OOM, "out of host memory");
+  sp->cfg = want;
+  m->split = sp;
+  for (int i = 0; i < n; i++) {
+    cl_model *t;
+    char err[CL_ERRMSG_LEN];
+    cl_status s = cl_model_create_with(&want, m->make_backend, &t, err, sizeof err);
+    if (s != CL_OK) {
+      cl_split_free(m);
+      return cl_fail(m, s, "making thread %d's model of a split step: %s", i + 1, err);
+    }
+    cl_mem_free(&t->mem, CL_MEM_PARAMETERS, t->params, t->n_params * sizeof(float));
+    t->params = NULL; /* borrowed at each step (prepare_jobs) */
+    cl_mem_charge(&t->mem, &m->mem);
+    sp->twin[sp->n++] = t;
+  }
+  return CL_OK;
+}
+
+/* A thread's micro-batch: sequences b0 .. b0 + b - 1, its loss times its
+ * share into its twin's results, its gradients into the twin's. */
+typedef struct split_job {
+  cl_model *t;
+  cl_call c; /* each its own: a pass writes its last_pass */
+  const cl_program *prog;
+  int b0, b;
+  cl_status s;
+} split_job;
+
+static cl_status run_job(split_job *j, const cl_source *x, const cl_source *y, cl_target tg,
+                         float ls) {
+  CL_TRY(cl_model_zero_grad(j->t));
+  CL_TRY(cl_vals_zero(j->t));
+  return cl_program_run(j->t, &j->c, j->prog, x, y, tg, j->b0, j->b, ls, &cl_vals(j->t)->loss);
+}
+
+/* Each twin's step buffers and programs for the micro-batch schedule, made
+ * on this thread before any runs (nothing is allocated inside the step). */
+static cl_status prepare_jobs(cl_model *m, const cl_call *c, const cl_schedule *gm,
+                              cl_target tg, int n, split_job *job) {
+  int last;
+  cl_micro_batches(gm, &last);
+  for (int i = 0; i < n; i++) {
+    cl_model *t = m->split->twin[i];
+    t->params = m->params;
+    if (i == 0) t->grads = m->grads; /* the first thread's gradients are the model's */
+    const cl_program *prog;
+    cl_status s = cl_step_prepare(t, gm);
+    if (s == CL_OK) s = cl_step_programs(t, tg, &prog);
+    if (s != CL_OK) return cl_fail(m, s, "thread %d of a split step: %s", i + 1, t->err);
+    t->phase = CL_PHASE_CONSUMED;
+    job[i] = (split_job){t, *c, &prog[i == n - 1], i * gm->Bm, i == n - 1 ? last : gm->Bm, CL_OK};
+  }
+  return CL_OK;
+}
+
+cl_status cl_split_step(cl_model *m, cl_call *c, const cl_source *x, const cl_source *y,
+                        cl_target tg, float ls, const cl_update_args *u, const cl_schedule *g,
+                        int n) {
+  cl_schedule gm = *g; /* accumulation's: micro-batches of Bm, one per thread */
+  gm.Bm = (g->B + n - 1) / n;
+  n = cl_micro_batches(&gm, NULL);
+  cl_step_release(m); /* its arena would hold the whole batch's activations beside the twins' */
+  CL_TRY(twins(m, n));
+  m->split->ran = 0;
+  split_job job[CL_SPLIT_MAX];
+  cl_status s = prepare_jobs(m, c, &gm, tg, n, job);
+  if (s != CL_OK) {
+    cl_split_free(m); /* nothing of a refused step stays reserved */
+    return s;
+  }
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(n) schedule(static, 1)
+#endif
+  for (int i = 0; i < n; i++) job[i].s = run_job(&job[i], x, y, tg, ls);
+  cl_step_vals *v = cl_vals(m);
+  CL_TRY(cl_vals_zero(m));
+  for (int i = 0; i < n; i++) {
+    cl_model *t = job[i].t;
+    if (job[i].s != CL_OK) return cl_fail(m, job[i].s, "thread %d of a split step: %s", i + 1, t->err);
+    if (cl_guard_check(t) != CL_OK) return cl_fail(m, CL_E_INTERNAL, "%s", t->err);
+    v->loss += cl_vals(t)->loss;
+    if (i > 0) CL_KERNEL(m, m->be->iface->grad_add(m->be, m->grads, t->grads, m->n_params));
+  }
+  m->split->ran = n;
+  m->step.g = *g; /* the shape the step ran (cl_model_last_shape) */
+  m->phase = CL_PHASE_CONSUMED;
+  CL_KERNEL(m, cl_backend_update_step(m->be, u, v));
+  return CL_OK;
+}

@@ -1,0 +1,200 @@
+/*
+ * tests/c/test_core_split.c -- a training step split by batch across the
+ * model's threads (core/split.c, CONVLSTM_SPLIT=batch) trains the model the
+ * usual step trains: two models with the same parameters, both on two
+ * threads, one made with the split asked for, take the same steps; their
+ * losses, gradients and parameters must agree within float rounding (the
+ * split sums the threads' gradients in another order), under each step
+ * case of ctest.h, for a plain stack and an encoder-forecaster, with an odd
+ * batch (threads of 3 and 2 sequences). Where the split cannot run
+ * (accumulation; one thread) the step must be the usual one, bit for bit.
+ *
+ * Its bytes: the threads' step buffers count in the model's statistics
+ * while the model's own arena is given back, and a memory limit too small
+ * for them is an out-of-memory error that leaves the parameters as they
+ * were and the model able to train on a smaller batch.
+ */
+#define _POSIX_C_SOURCE 200112L /* setenv */
+#include "core/internal.h"      /* cl_split_ran */
+#include "ctest.h"              /* CHECK, uniform01, ctest_model, ctest_flat, rel_diff */
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { B = 5, T = 4, H = 6, W = 6, STEPS = 3, MAXP = 1 << 16 };
+
+static const cl_optim adam = {CL_OPTIM_ADAM, 1e-2, 0.9, 0.999, 1e-8, 0, 0, 0, 0, 0};
+
+static float xs[B * (T + 3) * 4 * H * W * 4], ys[B * (T + 3) * 4 * H * W * 4];
+static float pa[MAXP], pb[MAXP];
+
+/* A model of c, its parameters drawn from the same seed, split or not. */
+static cl_model *model(const cl_config *c, int split) {
+  setenv("CONVLSTM_SPLIT", split ? "batch" : "call", 1);
+  ctest_rng = 88172645463325252ULL;
+  return ctest_model(c);
+}
+
+typedef struct batch {
+  cl_host_array x, y;
+  cl_target tg;
+} batch;
+
+/* b sequences: a plain stack's x and last state's target, or a
+ * forecaster's input frames and K target frames. */
+static batch batch_of(const cl_config *c, int b) {
+  batch k;
+  memset(&k, 0, sizeof k);
+  const int C = c->input_dim;
+  if (c->forecaster) {
+    const int K = 3;
+    k.x = (cl_host_array){xs, CL_HOST_TORCH_F32, 5, {b, T, C, H, W}};
+    k.y = (cl_host_array){ys, CL_HOST_TORCH_F32, 5, {b, K, C, H, W}};
+    k.tg = CL_TARGET_SEQUENCE;
+  } else {
+    k.x = (cl_host_array){xs, CL_HOST_TORCH_F32, 5, {b, T, C, H, W}};
+    k.y = (cl_host_array){ys, CL_HOST_TORCH_F32, 4, {b, c->hidden_dims[c->n_layers - 1], H, W, 0}};
+    k.tg = CL_TARGET_LAST_STATE;
+  }
+  return k;
+}
+
+static void fill_data(void) {
+  for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++) xs[i] = (float)(2 * uniform01(NULL) - 1);
+  for (size_t i = 0; i < sizeof ys / sizeof ys[0]; i++) ys[i] = (float)(uniform01(NULL) - 0.5);
+}
+
+/* The tolerance of the split against the usual step: float32's rounding,
+ * or a 16-bit storage type's (activations rounded after sums that ran in
+ * another order may round the other way). */
+static double tolerance(cl_dtype dt) { return dt == CL_F32 ? 2e-5 : 2e-2; }
+
+/* Case k of ctest.h on config c (k = CTEST_STEP_CASES: float16 without
+ * accumulation): the usual step against the split. */
+static void compare(const char *what, cl_config c, int k) {
+  cl_step_options o;
+  cl_dtype dt;
+  const char *name = ctest_step_case(k, &o, &dt);
+  if (k == CTEST_STEP_CASES) { /* and float16 alone, the loss scaled on each thread */
+    dt = CL_F16;
+    name = "float16";
+  }
+  c.dtype = dt;
+  c.n_threads = 2;
+  cl_model *a = model(&c, 0), *s = model(&c, 1);
+  if (!a || !s) goto out;
+  batch bt = batch_of(&c, B);
+  const int splits = o.accumulation_steps <= 1; /* accumulation runs as it does */
+  const double tol = tolerance(dt);
+  for (int step = 0; step < STEPS; step++) {
+    double la = 0, ls = 0;
+    CHECK(cl_model_train_step(a, &bt.x, &bt.y, bt.tg, &adam, &o, &la) == CL_OK, "%s, %s: %s",
+          what, name, cl_model_error(a));
+    CHECK(cl_model_train_step(s, &bt.x, &bt.y, bt.tg, &adam, &o, &ls) == CL_OK, "%s, %s: %s",
+          what, name, cl_model_error(s));
+    CHECK(cl_split_ran(s) == (splits ? 2 : 0), "%s, %s: the step ran on %d threads split", what,
+          name, cl_split_ran(s));
+    CHECK(splits || la == ls, "%s, %s: step %d, not split, loss %.9g against %.9g", what, name,
+          step, ls, la);
+    CHECK(fabs(la - ls) <= tol * fabs(la), "%s, %s: step %d loss %.9g against %.9g", what, name,
+          step, ls, la);
+  }
+  size_t n = ctest_flat(a, 1, pa, MAXP);
+  ctest_flat(s, 1, pb, MAXP);
+  double dg = rel_diff(pb, pa, n);
+  CHECK(dg <= (splits ? tol : 0), "%s, %s: gradients differ by %.3g", what, name, dg);
+  ctest_flat(a, 0, pa, MAXP);
+  ctest_flat(s, 0, pb, MAXP);
+  double dp = rel_diff(pb, pa, n);
+  CHECK(dp <= (splits ? tol : 0), "%s, %s: parameters differ by %.3g", what, name, dp);
+  printf("%-14s %-24s split %d: gradients %.2e, parameters %.2e apart\n", what, name,
+         cl_split_ran(s), dg, dp);
+out:
+  cl_model_free(a);
+  cl_model_free(s);
+}
+
+/* On one thread the split is not asked of the team: the usual step. */
+static void one_thread(void) {
+  cl_config c = ctest_config(3, 4, 3, 3, 3, 1, 1);
+  cl_model *a = model(&c, 0), *s = model(&c, 1);
+  batch bt = batch_of(&c, B);
+  double la = 0, ls = 0;
+  CHECK(cl_model_train_step(a, &bt.x, &bt.y, bt.tg, &adam, NULL, &la) == CL_OK, "%s",
+        cl_model_error(a));
+  CHECK(cl_model_train_step(s, &bt.x, &bt.y, bt.tg, &adam, NULL, &ls) == CL_OK, "%s",
+        cl_model_error(s));
+  CHECK(cl_split_ran(s) == 0 && la == ls && ctest_same_params(a, s),
+        "one thread: split %d, loss %.9g against %.9g", cl_split_ran(s), ls, la);
+  cl_model_free(a);
+  cl_model_free(s);
+}
+
+/* Bytes the process holds at most for a step of b sequences of a model of c. */
+static size_t peak_of(const cl_config *c, int b) {
+  cl_model *s = model(c, 1);
+  batch bt = batch_of(c, b);
+  double loss = 0;
+  cl_mem_stats st;
+  CHECK(cl_model_train_step(s, &bt.x, &bt.y, bt.tg, &adam, NULL, &loss) == CL_OK, "%s",
+        cl_model_error(s));
+  cl_model_memory_stats(s, &st);
+  cl_model_free(s);
+  return st.peak_reserved;
+}
+
+/* The threads' buffers in the model's statistics; a limit below them. */
+static void memory(void) {
+  cl_config c = ctest_config(3, 4, 3, 3, 3, 1, 2);
+  cl_model *s = model(&c, 1);
+  batch bt = batch_of(&c, B);
+  double loss = 0;
+  cl_mem_stats st;
+  CHECK(cl_model_train_step(s, &bt.x, &bt.y, bt.tg, &adam, NULL, &loss) == CL_OK, "%s",
+        cl_model_error(s));
+  cl_model_memory_stats(s, &st);
+  /* each thread holds the step buffers of accumulation's micro-batch of 3 */
+  cl_step_options acc;
+  memset(&acc, 0, sizeof acc);
+  acc.accumulation_steps = 2;
+  cl_plan p;
+  CHECK(cl_model_plan(s, B, T, H, W, 1, &adam, &acc, &p) == CL_OK, "%s", cl_model_error(s));
+  const size_t act = 2 * p.by_category[CL_MEM_ACTIVATIONS], arenas = 2 * p.arena;
+  cl_plan_free(&p);
+  CHECK(cl_split_ran(s) == 2, "the step ran split on %d threads", cl_split_ran(s));
+  CHECK(s->arena == NULL, "the model's own arena is held beside the threads'");
+  CHECK(act > 0 && st.current[CL_MEM_ACTIVATIONS] == act,
+        "activations %zu counted, the threads' plans hold %zu", st.current[CL_MEM_ACTIVATIONS],
+        act);
+  CHECK(st.reserved >= arenas + s->n_params * sizeof(float),
+        "reserved %zu does not hold the threads' arenas, %zu, and the parameters", st.reserved,
+        arenas);
+  cl_model_free(s);
+  /* a limit that holds the usual step of one sequence, not the split of B */
+  const size_t one = peak_of(&c, 1);
+  CHECK(peak_of(&c, B) > one, "the split step of %d needs no more than a step of one", B);
+  c.memory_limit = one;
+  s = model(&c, 1);
+  ctest_flat(s, 0, pa, MAXP);
+  cl_status r = cl_model_train_step(s, &bt.x, &bt.y, bt.tg, &adam, NULL, &loss);
+  CHECK(r == CL_E_OOM, "a limit below the threads' buffers: status %d (%s)", (int)r,
+        cl_model_error(s));
+  size_t n = ctest_flat(s, 0, pb, MAXP);
+  CHECK(memcmp(pa, pb, n * sizeof(float)) == 0, "a refused step changed the parameters");
+  batch b1 = batch_of(&c, 1); /* one sequence: the usual step, which fits */
+  r = cl_model_train_step(s, &b1.x, &b1.y, b1.tg, &adam, NULL, &loss);
+  CHECK(r == CL_OK && cl_split_ran(s) == 0, "after the refusal, batch 1: %s", cl_model_error(s));
+  cl_model_free(s);
+}
+
+int main(void) {
+  fill_data();
+  for (int k = 0; k <= CTEST_STEP_CASES; k++) {
+    compare("stack", ctest_config(3, 4, 3, 3, 3, 1, 2), k);
+    if (k != 2) compare("forecaster", ctest_forecaster_config(2, CL_F32), k); /* no tbptt */
+  }
+  one_thread();
+  memory();
+  unsetenv("CONVLSTM_SPLIT");
+  return ctest_done("test_core_split");
+}
