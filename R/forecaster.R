@@ -154,9 +154,8 @@ convlstm_forecaster <- function(input_dim, hidden_dims, kernel_sizes, patch = 1L
   dropout <- check_rates(dropout, "dropout", L, call)
   recurrent_dropout <- check_rates(recurrent_dropout, "recurrent_dropout", L, call)
   dropout_masks <- check_choice(dropout_masks, c("per_gate", "shared"), "dropout_masks")
-  tf32 <- cuda_tf32_option(call)
   # the encoder's layers, then the forecaster's of the same sizes and kernels
-  ptr <- with_cuda_tf32(tf32, c_model_create(
+  ptr <- with_model_options(call, c_model_create(
     input_dim, rep(hidden_dims, 2L), cbind(geometry, geometry), bias,
     device = device, dtype = dtype, threads = threads, memory_limit = memory_limit,
     peephole = peephole_spec(peephole, NULL, call), structure = c(1L, patch, 0L),

@@ -58,7 +58,15 @@
 #'   (at most 1024). A CPU model computes on them. A GPU model uses them only
 #'   for converting each batch into its layout on the host before the upload
 #'   (at most 8 there, as for a CPU model's own conversion; `NULL`: OpenMP's
-#'   default).
+#'   default). A CPU model splits each convolution and cell call across its
+#'   threads; made with `options(convlstm.thread_split = "batch")` (or the
+#'   environment variable `CONVLSTM_SPLIT=batch`), its training steps instead
+#'   give each thread a part of the batch for the whole step and sum their
+#'   gradients before the one update. That is faster where the cores share no
+#'   cache, slower where they do (`doc/speed.md`), and holds each thread's
+#'   activations apart, as [convlstm_memory_estimate()] shows. It applies to steps
+#'   without gradient accumulation, dropout, a carried or given state or a
+#'   communicator; the others split each call. `print(model)` says which.
 #' @param dilation Dilation of each layer's convolution, in the forms of
 #'   `kernel_sizes` (a number for every layer, one per layer, or a list of
 #'   `c(height, width)` pairs). Padding stays "same": `dilation * (k - 1) /
@@ -252,9 +260,7 @@ convlstm <- function(input_dim, hidden_dims, kernel_sizes, n_layers = length(hid
   dropout_masks <- check_choice(dropout_masks, c("per_gate", "shared"), "dropout_masks")
   head <- check_choice(head, c("none", "top"), "head")
 
-  tf32 <- cuda_tf32_option(sys.call())
-
-  ptr <- with_cuda_tf32(tf32, c_model_create(
+  ptr <- with_model_options(sys.call(), c_model_create(
     input_dim, hidden_dims, geometry, bias,
     device = device,
     dtype = dtype, threads = threads, memory_limit = memory_limit, peephole = peephole,
@@ -275,18 +281,34 @@ cuda_tf32_option <- function(call) {
   if (!is.logical(v) || length(v) != 1 || is.na(v)) {
     abort_arg("options(convlstm.cuda_tf32)", "NULL, TRUE or FALSE", v, call)
   }
+  if (v) "1" else "0"
+}
+
+# options(convlstm.thread_split =): NULL (the environment's CONVLSTM_SPLIT,
+# else "call") or "call" / "batch".
+thread_split_option <- function(call) {
+  v <- getOption("convlstm.thread_split")
+  if (is.null(v)) return(NULL)
+  if (!is.character(v) || length(v) != 1 || !v %in% c("call", "batch")) {
+    abort_arg("options(convlstm.thread_split)", 'NULL, "call" or "batch"', v, call)
+  }
   v
 }
 
-# The CUDA backend reads CONVLSTM_CUDA_TF32 when a model is created (the one
-# place the setting is read): the option is handed over through it for the
-# duration of `expr`, and the variable restored after.
-with_cuda_tf32 <- function(tf32, expr) {
-  if (is.null(tf32)) return(expr)
-  old <- Sys.getenv("CONVLSTM_CUDA_TF32", unset = NA)
-  on.exit(if (is.na(old)) Sys.unsetenv("CONVLSTM_CUDA_TF32") else
-    Sys.setenv(CONVLSTM_CUDA_TF32 = old))
-  Sys.setenv(CONVLSTM_CUDA_TF32 = if (tf32) "1" else "0")
+# The backends and the core read CONVLSTM_CUDA_TF32 and CONVLSTM_SPLIT when a
+# model is created (the one place each is read): the options are checked
+# first, handed over through them for the duration of `expr`, and the
+# variables restored after.
+with_model_options <- function(call, expr) {
+  set <- list(CONVLSTM_CUDA_TF32 = cuda_tf32_option(call),
+              CONVLSTM_SPLIT = thread_split_option(call))
+  set <- set[!vapply(set, is.null, logical(1))]
+  if (length(set) == 0) return(expr)
+  old <- Sys.getenv(names(set), unset = NA, names = TRUE)
+  on.exit(for (v in names(set)) {
+    if (is.na(old[[v]])) Sys.unsetenv(v) else do.call(Sys.setenv, stats::setNames(list(old[[v]]), v))
+  })
+  do.call(Sys.setenv, set)
   expr
 }
 
@@ -436,6 +458,9 @@ print.convlstm_model <- function(x, ...) {
     } else {
       "strict float32"
     }))
+  }
+  if (identical(config$thread_split, "batch")) {
+    cat("  training steps split by batch across its threads (options(convlstm.thread_split))\n")
   }
   if (status == "released") cat("  released: this model holds no memory any more\n")
   if (status == "restored") {

@@ -115,11 +115,9 @@ convlstm_load <- function(path, device = "auto", dtype = NULL, memory_limit = NU
   memory_limit <- parse_bytes(memory_limit, "memory_limit", call)
   threads <- check_threads(threads, call)
   with_optimizer <- check_flag(with_optimizer, "with_optimizer")
-  tf32 <- cuda_tf32_option(call)
-
   info <- c_file_info(path)
   config <- info$config
-  ptr <- with_cuda_tf32(tf32, c_model_create(
+  ptr <- with_model_options(call, c_model_create(
     config$input_dim, config$hidden_dims, config$geometry, config$bias,
     device = device,
     dtype = dtype %||% config$dtype, threads = threads,

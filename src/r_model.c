@@ -102,7 +102,7 @@ SEXP ffi_model_config(SEXP ptr) {
                          "bias",      "device",      "dtype",        "threads",
                          "memory_limit", "backend",  "n_params",     "peephole",
                          "conv_math",    "dropout",  "recurrent_dropout", "dropout_masks",
-                         "forecaster",   "patch",    "head",     "geometry"};
+                         "forecaster",   "patch",    "head",     "thread_split", "geometry"};
   SEXP out = PROTECT(r_named_list(names, (int)(sizeof names / sizeof names[0])));
   nprotect++;
 
@@ -126,6 +126,7 @@ SEXP ffi_model_config(SEXP ptr) {
   SET_VECTOR_ELT(out, 16, Rf_ScalarLogical(cfg->forecaster != 0));
   SET_VECTOR_ELT(out, 17, Rf_ScalarInteger(cfg->forecaster && cfg->patch > 1 ? cfg->patch : 1));
   SET_VECTOR_ELT(out, 18, Rf_ScalarLogical(cfg->head != 0));
+  SET_VECTOR_ELT(out, 19, Rf_mkString(cl_model_thread_split(m)));
   SET_VECTOR_ELT(out, 0, Rf_ScalarInteger(cfg->input_dim));
   SET_VECTOR_ELT(out, 1, hd);
   SET_VECTOR_ELT(out, 2, ks);

@@ -173,6 +173,11 @@ const char *cl_model_backend_name(const cl_model *m);
  * default, as PyTorch's; CONVLSTM_CUDA_TF32=0 when the model is created
  * turns it off) or "float32"; "" where the backend has no choice (CPU). */
 const char *cl_model_conv_math(const cl_model *m);
+/* How the model's CPU training steps share its threads: "batch" when it was
+ * created with CONVLSTM_SPLIT=batch (each thread a part of the batch
+ * through the whole step, their gradients summed: core/split.c, where a
+ * step allows it), else "call" (each call's work split across them). */
+const char *cl_model_thread_split(const cl_model *m);
 /* 1 when a model can be created on this device in this build and machine. */
 int cl_device_available(cl_device d);
 /* 1 when this build has the CUDA backend, whether or not a GPU is present. */

@@ -821,15 +821,20 @@ void cl_convert_tensor(const cl_model *m, int i, float *flat, float *t, int to_t
 size_t cl_tensor_numel(const cl_model *m, int i);
 
 /* split.c: a training step split by batch across a CPU model's threads.
- * cl_split_threads: the threads the step of g and call c would run on, 0
- * for the usual step. cl_split_step: that step on n threads, with the
- * update args u and loss scale ls (in place of train.c's launch_step).
+ * cl_split_schedule: the threads the step of g and call c runs on, and its
+ * micro-batch schedule gm; 0 for the usual step. cl_split_twins: the n
+ * one-thread models that run it, made (or kept) now; cl_split_twin: the
+ * first, NULL before. cl_split_step: the step on n threads, with the update
+ * args u and loss scale ls (in place of train.c's launch_step).
  * cl_split_ran: the threads the model's last training step ran on, 0 when
  * it was not split (for tests). */
-int cl_split_threads(const cl_model *m, const cl_schedule *g, const cl_call *c);
+int cl_split_schedule(const cl_model *m, const cl_schedule *g, const cl_call *c,
+                      cl_schedule *gm);
+cl_status cl_split_twins(cl_model *m, int n);
+const cl_model *cl_split_twin(const cl_model *m);
 cl_status cl_split_step(cl_model *m, cl_call *c, const cl_source *x, const cl_source *y,
                         cl_target tg, float ls, const cl_update_args *u, const cl_schedule *g,
-                        int n);
+                        const cl_schedule *gm, int n);
 int cl_split_ran(const cl_model *m);
 void cl_split_free(cl_model *m);
 

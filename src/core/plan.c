@@ -578,3 +578,61 @@ void cl_plan_free(cl_plan *p) {
   free(p->entries);
   memset(p, 0, sizeof *p);
 }
+
+/* Row e of another plan, named for thread k (0: the model's own), at
+ * offset `at` of the arena (step rows). */
+static void copy_row(plan_builder *b, const cl_plan_entry *e, int k, size_t at) {
+  cl_plan_entry *grown = cl_grow(b->p->entries, &b->cap, b->p->n, sizeof *grown);
+  if (!grown) {
+    b->overflow = 1;
+    return;
+  }
+  b->p->entries = grown;
+  cl_plan_entry *r = &b->p->entries[b->p->n++];
+  *r = *e;
+  if (k > 0) snprintf(r->name, sizeof r->name, "thread %d: %.36s", k % 100, e->name);
+  r->offset = e->in_arena ? at : 0;
+  b->p->by_category[r->category] += r->bytes;
+  b->p->total += r->bytes;
+  if (!e->in_arena) b->p->reserved += r->bytes;
+}
+
+static void copy_split(plan_builder *b, const cl_plan *own, const cl_plan *one, int n) {
+  for (int i = 0; i < own->n; i++)
+    if (!own->entries[i].in_arena) copy_row(b, &own->entries[i], 0, 0);
+  for (int k = 1; k <= n; k++)
+    for (int i = 0; i < one->n; i++) {
+      const cl_plan_entry *e = &one->entries[i];
+      const int theirs = e->kind == CL_BUF_GRADS ? k > 1 : e->kind == CL_BUF_BACKEND;
+      if (e->in_arena || theirs)
+        copy_row(b, e, k, (size_t)(k - 1) * one->arena + e->offset);
+    }
+  b->p->arena = cl_mul_size(one->arena, (size_t)n);
+  b->p->reserved += b->p->arena;
+  if (b->p->arena == 0 && one->arena) b->overflow = 1;
+}
+
+cl_status cl_plan_build_split(const cl_model *m, const cl_model *twin, const cl_schedule *gm,
+                              int n, const cl_optim *opt, cl_plan *out, char *err,
+                              size_t errlen) {
+  memset(out, 0, sizeof *out);
+  cl_plan own, one;
+  cl_status s = cl_plan_build_step(m, gm, opt, &own, NULL, err, errlen);
+  if (s != CL_OK) return s;
+  s = cl_plan_build_step(twin, gm, NULL, &one, NULL, err, errlen);
+  if (s != CL_OK) {
+    cl_plan_free(&own);
+    return s;
+  }
+  plan_builder b = {out, 0, 0, CL_OK, 0};
+  copy_split(&b, &own, &one, n);
+  out->runtime = own.runtime;
+  cl_plan_free(&own);
+  cl_plan_free(&one);
+  if (b.overflow) {
+    cl_plan_free(out);
+    snprintf(err, errlen, "a step of batch %d split on %d threads: sizes overflow", gm->B, n);
+    return CL_E_INVALID;
+  }
+  return CL_OK;
+}

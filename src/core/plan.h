@@ -32,5 +32,15 @@ cl_status cl_plan_build(const cl_model *m, const cl_schedule *g, const cl_optim 
  * inference step or a free-running one. The program is listed once, here. */
 cl_status cl_plan_build_step(const cl_model *m, const cl_schedule *g, const cl_optim *opt,
                              cl_plan *out, int *dh_at, char *err, size_t errlen);
+/* The plan of a training step split by batch on n threads (split.c), gm
+ * its micro-batch schedule: the model's own buffers (m's, for opt), and for
+ * each thread the step buffers of gm as twin (a one-thread model, whose
+ * convolution workspace is the thread's) places them, each thread's arena
+ * after the one before, with its gradients (the first thread's are the
+ * model's) and its backend's scratch. The model holds no arena of its own
+ * then. Step rows are named "thread k: ..." */
+cl_status cl_plan_build_split(const cl_model *m, const cl_model *twin, const cl_schedule *gm,
+                              int n, const cl_optim *opt, cl_plan *out, char *err,
+                              size_t errlen);
 
 #endif

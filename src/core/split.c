@@ -65,11 +65,15 @@ void cl_split_free(cl_model *m) {
 
 int cl_split_ran(const cl_model *m) { return m->split ? m->split->ran : 0; }
 
-/* Threads the step of g with call c would split its batch across; 0 where
- * it runs as usual: a model not asked, one thread, a batch of one, and
- * what the twins cannot share (a communicator, accumulation, dropout's
- * masks, a state carried or given, a device of its own). */
-int cl_split_threads(const cl_model *m, const cl_schedule *g, const cl_call *c) {
+const char *cl_model_thread_split(const cl_model *m) { return m->split_batch ? "batch" : "call"; }
+
+/* Threads the step of g with call c splits its batch across, and its
+ * micro-batch schedule gm; 0 where it runs as usual: a model not asked, one
+ * thread, a batch of one, and what the twins cannot share (a
+ * communicator, accumulation, dropout's masks, a state carried or given, a
+ * device of its own). */
+int cl_split_schedule(const cl_model *m, const cl_schedule *g, const cl_call *c,
+                      cl_schedule *gm) {
   if (!m->split_batch || !g->training || !m->be->iface->host_accessible) return 0;
   int n = cl_cpu_threads(m->be->n_threads);
   if (n > g->B) n = g->B;
@@ -78,11 +82,13 @@ int cl_split_threads(const cl_model *m, const cl_schedule *g, const cl_call *c) 
   if (!m->be->iface->grad_add) return 0;
   for (int l = 0; l < m->cfg.n_layers; l++)
     if (m->cfg.dropout[l] > 0 || m->cfg.recurrent_dropout[l] > 0) return 0;
-  return n;
+  *gm = *g; /* accumulation's: micro-batches of Bm, one per thread */
+  gm->Bm = (g->B + n - 1) / n;
+  return cl_micro_batches(gm, NULL); /* fewer where n does not divide B evenly */
 }
 
 /* n twins of m's configuration (made again when it changed), charged to m. */
-static cl_status twins(cl_model *m, int n) {
+cl_status cl_split_twins(cl_model *m, int n) {
   const cl_config want = twin_config(m);
   struct cl_split *sp = m->split;
   if (sp && (sp->n < n || memcmp(&sp->cfg, &want, sizeof want) != 0)) {
@@ -146,17 +152,16 @@ static cl_status prepare_jobs(cl_model *m, const cl_call *c, const cl_schedule *
   return CL_OK;
 }
 
+const cl_model *cl_split_twin(const cl_model *m) { return m->split ? m->split->twin[0] : NULL; }
+
 cl_status cl_split_step(cl_model *m, cl_call *c, const cl_source *x, const cl_source *y,
                         cl_target tg, float ls, const cl_update_args *u, const cl_schedule *g,
-                        int n) {
-  cl_schedule gm = *g; /* accumulation's: micro-batches of Bm, one per thread */
-  gm.Bm = (g->B + n - 1) / n;
-  n = cl_micro_batches(&gm, NULL);
+                        const cl_schedule *gm, int n) {
   cl_step_release(m); /* its arena would hold the whole batch's activations beside the twins' */
-  CL_TRY(twins(m, n));
+  CL_TRY(cl_split_twins(m, n));
   m->split->ran = 0;
   split_job job[CL_SPLIT_MAX];
-  cl_status s = prepare_jobs(m, c, &gm, tg, n, job);
+  cl_status s = prepare_jobs(m, c, gm, tg, n, job);
   if (s != CL_OK) {
     cl_split_free(m); /* nothing of a refused step stays reserved */
     return s;

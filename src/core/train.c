@@ -144,7 +144,8 @@ static cl_status train_step(cl_model *m, cl_call *c, const cl_source *x, const c
   double max_norm = opts ? opts->max_grad_norm : 0;
   const cl_schedule g = *gp;
   m->grad_norm = NAN; /* until this step's norm is read */
-  const int split = cl_split_threads(m, &g, c); /* threads of a step split by batch, or 0 */
+  cl_schedule gm; /* a step split by batch: its threads' micro-batches */
+  const int split = cl_split_schedule(m, &g, c, &gm);
   if (split) {
     CL_TRY(cl_grads_ensure(m)); /* the twins' arenas stand in for the step's (split.c) */
   } else {
@@ -165,7 +166,7 @@ static cl_status train_step(cl_model *m, cl_call *c, const cl_source *x, const c
    * cell): the update's guard refuses them, after clipping */
   u.check_loss = !half;
   if (split) {
-    CL_TRY(cl_split_step(m, c, x, y, target, ls, &u, &g, split));
+    CL_TRY(cl_split_step(m, c, x, y, target, ls, &u, &g, &gm, split));
   } else {
     const cl_program *prog = NULL;
     CL_TRY(cl_step_programs(m, target, &prog));

@@ -130,15 +130,25 @@ static void one_thread(void) {
   cl_model_free(s);
 }
 
-/* Bytes the process holds at most for a step of b sequences of a model of c. */
+/* Bytes a model of c reserves at most for a step of b sequences, checked
+ * against what its plan said before the step ran. */
 static size_t peak_of(const cl_config *c, int b) {
   cl_model *s = model(c, 1);
   batch bt = batch_of(c, b);
   double loss = 0;
   cl_mem_stats st;
+  cl_plan p;
+  memset(&p, 0, sizeof p);
+  CHECK(cl_model_plan(s, b, T, H, W, 1, &adam, NULL, &p) == CL_OK, "%s", cl_model_error(s));
   CHECK(cl_model_train_step(s, &bt.x, &bt.y, bt.tg, &adam, NULL, &loss) == CL_OK, "%s",
         cl_model_error(s));
   cl_model_memory_stats(s, &st);
+  CHECK(st.peak_reserved == p.reserved && st.peak_allocated == p.total,
+        "batch %d, split on %d threads: reserved %zu and allocated %zu at most, planned %zu and "
+        "%zu", b, cl_split_ran(s), st.peak_reserved, st.peak_allocated, p.reserved, p.total);
+  printf("batch %d, split on %d threads: planned and reserved %zu bytes (arena %zu)\n", b,
+         cl_split_ran(s), p.reserved, p.arena);
+  cl_plan_free(&p);
   cl_model_free(s);
   return st.peak_reserved;
 }

@@ -1,0 +1,94 @@
+# test-thread-split.R -- options(convlstm.thread_split = "batch"): a CPU model whose training
+# steps give each thread a part of the batch (src/core/split.c) trains the model the usual step
+# trains, says so, and its memory estimate is what the step then holds.
+
+split_pair <- function(hidden_dims = c(4, 3), ...) {
+  old <- options(convlstm.thread_split = "call")
+  on.exit(options(old))
+  set.seed(31)
+  call <- convlstm(3, hidden_dims, 3, device = "cpu", threads = 2, ...)
+  options(convlstm.thread_split = "batch")
+  set.seed(31)
+  batch <- convlstm(3, hidden_dims, 3, device = "cpu", threads = 2, ...)
+  list(call = call, batch = batch)
+}
+
+test_that("options(convlstm.thread_split) is checked, and hands CONVLSTM_SPLIT back as it was", {
+  old <- options(convlstm.thread_split = "threads")
+  on.exit(options(old), add = TRUE)
+  expect_convlstm_error(api_model(), regexp = "convlstm.thread_split")
+  options(convlstm.thread_split = c("call", "batch"))
+  expect_convlstm_error(api_model(), regexp = '"call" or "batch"')
+  env <- Sys.getenv("CONVLSTM_SPLIT", unset = NA)
+  on.exit(if (is.na(env)) Sys.unsetenv("CONVLSTM_SPLIT") else
+    Sys.setenv(CONVLSTM_SPLIT = env), add = TRUE)
+  Sys.setenv(CONVLSTM_SPLIT = "call")
+  options(convlstm.thread_split = "batch")
+  m <- api_model()
+  expect_identical(Sys.getenv("CONVLSTM_SPLIT"), "call")
+  expect_identical(m$config$thread_split, "batch")
+  expect_true(any(grepl("split by batch", capture.output(print(m)))))
+  convlstm_release(m)
+  options(convlstm.thread_split = NULL)
+  m <- api_model() # the environment's, as it was
+  expect_identical(m$config$thread_split, "call")
+  expect_false(any(grepl("split by batch", capture.output(print(m)))))
+  convlstm_release(m)
+})
+
+test_that("a step split by batch trains as the usual step, to float32 rounding", {
+  p <- split_pair()
+  on.exit(lapply(p, convlstm_release))
+  expect_identical(p$batch$config$thread_split, "batch")
+  expect_identical(p$call$config$thread_split, "call")
+  expect_identical(p$batch$parameters, p$call$parameters)
+  set.seed(5)
+  x <- array(stats::runif(5 * 4 * 3 * 6 * 6, -1, 1), dim = c(5, 4, 3, 6, 6))
+  y <- array(stats::runif(5 * 3 * 6 * 6, -1, 1), dim = c(5, 3, 6, 6))
+  opt <- convlstm_optimizer_adam(lr = 0.01)
+  for (step in 1:3) {
+    lc <- convlstm_train_step(p$call, x, y, opt)
+    lb <- convlstm_train_step(p$batch, x, y, opt)
+    expect_equal(lb, lc, tolerance = 1e-5)
+  }
+  # a different sum order, so not the same bits; Adam's update amplifies the
+  # gradients' last bits at its first steps
+  expect_false(identical(p$batch$parameters, p$call$parameters))
+  expect_equal(p$batch$parameters, p$call$parameters, tolerance = 1e-4)
+})
+
+test_that("a step split by batch holds what its memory estimate said, each thread's buffers apart", {
+  p <- split_pair()
+  on.exit(lapply(p, convlstm_release))
+  est <- convlstm_memory_estimate(p$batch, 5, 4, 6, 6, optimizer = convlstm_optimizer_adam())
+  usual <- convlstm_memory_estimate(p$call, 5, 4, 6, 6, optimizer = convlstm_optimizer_adam())
+  threads <- unique(sub(":.*", "", grep("^thread [0-9]+:", attr(est, "plan")$name, value = TRUE)))
+  expect_identical(threads, c("thread 1", "thread 2"))
+  expect_false(any(grepl("^thread", attr(usual, "plan")$name)))
+  x <- array(0.5, dim = c(5, 4, 3, 6, 6))
+  y <- array(0.25, dim = c(5, 3, 6, 6))
+  convlstm_train_step(p$batch, x, y, convlstm_optimizer_adam())
+  s <- convlstm_memory_stats(p$batch)
+  expect_equal(s$peak_reserved, est$bytes[est$category == "reserved"])
+  expect_gt(s$peak_reserved, 0)
+})
+
+test_that("steps a split cannot run (dropout, accumulation) run as the usual step, bit for bit", {
+  p <- split_pair(dropout = 0.25)
+  on.exit(lapply(p, convlstm_release))
+  set.seed(6)
+  x <- array(stats::runif(4 * 3 * 3 * 5 * 5), dim = c(4, 3, 3, 5, 5))
+  y <- array(stats::runif(4 * 3 * 5 * 5), dim = c(4, 3, 5, 5))
+  set.seed(7)
+  lc <- convlstm_train_step(p$call, x, y, convlstm_optimizer_sgd(lr = 0.1))
+  set.seed(7)
+  lb <- convlstm_train_step(p$batch, x, y, convlstm_optimizer_sgd(lr = 0.1))
+  expect_identical(lb, lc)
+  expect_identical(p$batch$parameters, p$call$parameters)
+  q <- split_pair()
+  on.exit(lapply(q, convlstm_release), add = TRUE)
+  lc <- convlstm_train_step(q$call, x, y, convlstm_optimizer_sgd(lr = 0.1), accumulation_steps = 2)
+  lb <- convlstm_train_step(q$batch, x, y, convlstm_optimizer_sgd(lr = 0.1), accumulation_steps = 2)
+  expect_identical(lb, lc)
+  expect_identical(q$batch$parameters, q$call$parameters)
+})
