@@ -802,6 +802,16 @@ void cl_scaler_reset(cl_loss_scale *s);
 /* data.c: frees every data set of m (cl_model_free). */
 void cl_data_free_all(cl_model *m);
 
+/* model_make.c: a model of cfg on make_backend's backend, its parameters
+ * zeros (no loss scaler: model.c's constructor sets it), and the whole of
+ * one given back (not data sets nor a split step's twins: cl_model_free). */
+cl_status cl_model_make(const cl_config *cfg, cl_backend_ctor make_backend, cl_model **out,
+                        char *err, size_t errlen);
+void cl_model_unmake(cl_model *m);
+/* A device with memory of its own: its used bytes (total - free, every
+ * process's) in *used, 1; 0 on the host or where the backend cannot say. */
+int cl_model_device_used(cl_model *m, size_t *used);
+
 /* model.c, model_file_read.c: convlstm.h's model constructors
  * (cl_model_create, cl_saved_create_model, cl_model_load) with the backend's
  * constructor given; src/backend_reg.c gives it. */

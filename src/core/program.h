@@ -102,7 +102,7 @@ cl_status cl_program_build(const cl_arch *a, int n_layers, const cl_schedule *g,
 cl_status cl_program_summary(const cl_arch *a, int n_layers, const cl_schedule *g, cl_target tg,
                              int b, int final, cl_program *out);
 void cl_program_free(cl_program *p);
-/* train.c: the step's programs for the geometry m holds (prog[0] the
+/* step.c: the step's programs for the geometry m holds (prog[0] the
  * micro-batches' before the last, [1] the last's, [2] the step's list),
  * listed at the first call and kept with the step's buffers. */
 cl_status cl_step_programs(cl_model *m, cl_target target, const cl_program **out);

@@ -52,7 +52,7 @@ static cl_config twin_config(const cl_model *m) {
 static void twin_free(cl_model *t, int first) {
   t->params = NULL;
   if (first) t->grads = NULL;
-  cl_model_free(t);
+  cl_model_unmake(t);
 }
 
 void cl_split_free(cl_model *m) {
@@ -102,13 +102,14 @@ cl_status cl_split_twins(cl_model *m, int n) {
   for (int i = 0; i < n; i++) {
     cl_model *t;
     char err[CL_ERRMSG_LEN];
-    cl_status s = cl_model_create_with(&want, m->make_backend, &t, err, sizeof err);
+    cl_status s = cl_model_make(&want, m->make_backend, &t, err, sizeof err);
     if (s != CL_OK) {
       cl_split_free(m);
       return cl_fail(m, s, "making thread %d's model of a split step: %s", i + 1, err);
     }
     cl_mem_free(&t->mem, CL_MEM_PARAMETERS, t->params, t->n_params * sizeof(float));
     t->params = NULL; /* borrowed at each step (prepare_jobs) */
+    t->split_batch = 0;
     cl_mem_charge(&t->mem, &m->mem);
     sp->twin[sp->n++] = t;
   }

@@ -6,7 +6,8 @@
  * the arena makes no device call (training and validation alternating, a
  * smaller last batch), and none is ever made inside a step. On failure
  * nothing of the new step stays reserved and the model remains usable with a
- * smaller shape.
+ * smaller shape. The step's programs (program.c's lists of ops for the
+ * geometry it holds) are kept with its buffers, listed at their first use.
  */
 #include "plan.h" /* cl_schedule_make, cl_plan_build; internal.h */
 #include "program.h" /* the step's ops it keeps */
@@ -229,6 +230,36 @@ cl_status cl_step_prepare(cl_model *m, const cl_schedule *g) {
   st->valid = 1;
   st->g = *g;
   if (m->guard) CL_TRY(guard_fill(m));
+  return CL_OK;
+}
+
+/* The step as ops (program.h): [0] the program of the micro-batches of Bm
+ * sequences before the last, [1] the last one's, [2] the step's own list;
+ * listed once for the geometry the step holds (step.c drops them with it). */
+cl_status cl_step_programs(cl_model *m, cl_target target, const cl_program **out) {
+  cl_step *st = &m->step;
+  const cl_schedule *g = &st->g;
+  if (st->prog && st->prog_target == target) {
+    *out = st->prog;
+    return CL_OK;
+  }
+  cl_program *prog = st->prog ? st->prog : calloc(3, sizeof *prog);
+  if (!prog) return cl_fail(m, CL_E_OOM, "out of host memory listing the step's operations");
+  for (int i = 0; i < 3; i++) cl_program_free(&prog[i]);
+  st->prog = prog;
+  int last, n = cl_micro_batches(g, &last);
+  cl_status s = CL_OK;
+  if (n > 1) s = cl_program_build(&m->arch, m->cfg.n_layers, g, target, g->Bm, 0, &prog[0]);
+  if (s == CL_OK) s = cl_program_build(&m->arch, m->cfg.n_layers, g, target, last, 1, &prog[1]);
+  if (s == CL_OK) s = cl_step_ops(g, &prog[2]);
+  if (s != CL_OK) {
+    for (int i = 0; i < 3; i++) cl_program_free(&prog[i]);
+    free(prog);
+    st->prog = NULL;
+    return cl_fail(m, s, "out of host memory listing the step's operations");
+  }
+  st->prog_target = target;
+  *out = prog;
   return CL_OK;
 }
 

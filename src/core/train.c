@@ -80,36 +80,6 @@ static cl_status scaler_update(cl_model *m, const cl_optim *opt, const cl_step_v
   return CL_OK;
 }
 
-/* The step as ops (program.h): [0] the program of the micro-batches of Bm
- * sequences before the last, [1] the last one's, [2] the step's own list;
- * listed once for the geometry the step holds (step.c drops them with it). */
-cl_status cl_step_programs(cl_model *m, cl_target target, const cl_program **out) {
-  cl_step *st = &m->step;
-  const cl_schedule *g = &st->g;
-  if (st->prog && st->prog_target == target) {
-    *out = st->prog;
-    return CL_OK;
-  }
-  cl_program *prog = st->prog ? st->prog : calloc(3, sizeof *prog);
-  if (!prog) return cl_fail(m, CL_E_OOM, "out of host memory listing the step's operations");
-  for (int i = 0; i < 3; i++) cl_program_free(&prog[i]);
-  st->prog = prog;
-  int last, n = cl_micro_batches(g, &last);
-  cl_status s = CL_OK;
-  if (n > 1) s = cl_program_build(&m->arch, m->cfg.n_layers, g, target, g->Bm, 0, &prog[0]);
-  if (s == CL_OK) s = cl_program_build(&m->arch, m->cfg.n_layers, g, target, last, 1, &prog[1]);
-  if (s == CL_OK) s = cl_step_ops(g, &prog[2]);
-  if (s != CL_OK) {
-    for (int i = 0; i < 3; i++) cl_program_free(&prog[i]);
-    free(prog);
-    st->prog = NULL;
-    return cl_fail(m, s, "out of host memory listing the step's operations");
-  }
-  st->prog_target = target;
-  *out = prog;
-  return CL_OK;
-}
-
 /* The step's device work (its ops, cl_step_run): zeroed gradients and
  * results, every micro-batch's forward, loss and backward, and the update
  * with its decisions, through the backend's graph of it when it keeps one.
