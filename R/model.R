@@ -64,9 +64,12 @@
 #'   give each thread a part of the batch for the whole step and sum their
 #'   gradients before the one update. That is faster where the cores share no
 #'   cache, slower where they do (`doc/speed.md`), and holds each thread's
-#'   activations apart, as [convlstm_memory_estimate()] shows. It applies to steps
-#'   without gradient accumulation, dropout, a carried or given state or a
-#'   communicator; the others split each call. `print(model)` says which.
+#'   activations apart, as [convlstm_memory_estimate()] shows. `"auto"` times
+#'   both ways over the first 12 steps and every 500 steps after, and runs the
+#'   faster: its results then depend on the timings, so runs are not bit for
+#'   bit alike. The split applies to steps without gradient accumulation,
+#'   dropout, a carried or given state or a communicator; the others split
+#'   each call. `print(model)` says which was asked for.
 #' @param dilation Dilation of each layer's convolution, in the forms of
 #'   `kernel_sizes` (a number for every layer, one per layer, or a list of
 #'   `c(height, width)` pairs). Padding stays "same": `dilation * (k - 1) /
@@ -285,12 +288,12 @@ cuda_tf32_option <- function(call) {
 }
 
 # options(convlstm.thread_split =): NULL (the environment's CONVLSTM_SPLIT,
-# else "call") or "call" / "batch".
+# else "call") or "call" / "batch" / "auto".
 thread_split_option <- function(call) {
   v <- getOption("convlstm.thread_split")
   if (is.null(v)) return(NULL)
-  if (!is.character(v) || length(v) != 1 || !v %in% c("call", "batch")) {
-    abort_arg("options(convlstm.thread_split)", 'NULL, "call" or "batch"', v, call)
+  if (!is.character(v) || length(v) != 1 || !v %in% c("call", "batch", "auto")) {
+    abort_arg("options(convlstm.thread_split)", 'NULL, "call", "batch" or "auto"', v, call)
   }
   v
 }
@@ -459,8 +462,10 @@ print.convlstm_model <- function(x, ...) {
       "strict float32"
     }))
   }
-  if (identical(config$thread_split, "batch")) {
-    cat("  training steps split by batch across its threads (options(convlstm.thread_split))\n")
+  if (!identical(config$thread_split %||% "call", "call")) {
+    cat(sprintf("  training steps %s (options(convlstm.thread_split))\n",
+                if (identical(config$thread_split, "batch")) "split by batch across its threads"
+                else "split by batch or by call, whichever a probe finds faster"))
   }
   if (status == "released") cat("  released: this model holds no memory any more\n")
   if (status == "restored") {

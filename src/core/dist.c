@@ -21,17 +21,8 @@
  * backward, and only layer 0's is left to wait for. Earlier passes keep
  * adding to the buckets and cannot send them.
  */
-#define _POSIX_C_SOURCE 199309L /* clock_gettime */
 #include "internal.h"
 #include "comm.h"
-
-#include <time.h>
-
-static double now_seconds(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 cl_status cl_dist_check(cl_model *m, struct cl_comm *c) {
   if (!c) return CL_OK;
@@ -114,9 +105,9 @@ cl_status cl_dist_finish(cl_model *m, cl_call *call, double *loss) {
   call->last_pass = 0;
   if (!cl_dist_active(call)) return CL_OK;
   c->err[0] = '\0';
-  double t0 = now_seconds();
+  double t0 = cl_seconds();
   cl_status s = c->iface->wait_all(c);
-  c->stats.wait_seconds += now_seconds() - t0;
+  c->stats.wait_seconds += cl_seconds() - t0;
   c->stats.steps++;
   if (s != CL_OK) return comm_failed(m, c, s);
   return sum_loss(m, c, call->comm_share, loss);

@@ -315,6 +315,11 @@ typedef enum cl_phase {
   CL_PHASE_STALE      /* the parameters changed after the forward: likewise */
 } cl_phase;
 
+/* How a CPU model's training steps share its threads (split.c): each call
+ * split across them, each thread a part of the batch, or whichever of the
+ * two measured faster (CONVLSTM_SPLIT=call, batch, auto). */
+typedef enum cl_split_mode { CL_SPLIT_CALL = 0, CL_SPLIT_BATCH = 1, CL_SPLIT_AUTO = 2 } cl_split_mode;
+
 struct cl_model {
   cl_arch arch; /* the stacks and the head, from cfg (arch.h) */
   cl_config cfg;
@@ -359,7 +364,7 @@ struct cl_model {
                  their lifetimes, host backends (execute.c) */
   int have_device_used;
   cl_backend_ctor make_backend; /* its backend's constructor: a split step's twins' too */
-  int split_batch; /* CONVLSTM_SPLIT=batch at creation: training steps split by batch (split.c) */
+  cl_split_mode split_mode; /* CONVLSTM_SPLIT at creation: how training steps share threads */
   struct cl_split *split; /* that step's per-thread models, made at its first step */
   char err[CL_ERRMSG_LEN];
 };
@@ -436,6 +441,8 @@ cl_status cl_fail_backend(cl_model *m, cl_status s, const char *what);
   } while (0)
 /* Sizes with overflow checks: 0 on overflow. */
 size_t cl_mul_size(size_t a, size_t b);
+/* A monotonic clock's seconds (util.c). */
+double cl_seconds(void);
 /* A list of n elements (elt bytes) at v with room for one more: v, or
  * moved with its capacity *cap doubled (from 16) when it was full; NULL
  * (v still the list, as it was) when it cannot grow. */
@@ -831,15 +838,19 @@ void cl_convert_tensor(const cl_model *m, int i, float *flat, float *t, int to_t
 size_t cl_tensor_numel(const cl_model *m, int i);
 
 /* split.c: a training step split by batch across a CPU model's threads.
- * cl_split_schedule: the threads the step of g and call c runs on, and its
- * micro-batch schedule gm; 0 for the usual step. cl_split_twins: the n
- * one-thread models that run it, made (or kept) now; cl_split_twin: the
- * first, NULL before. cl_split_step: the step on n threads, with the update
- * args u and loss scale ls (in place of train.c's launch_step).
- * cl_split_ran: the threads the model's last training step ran on, 0 when
- * it was not split (for tests). */
+ * cl_split_schedule: the threads the step of g and call c could run on,
+ * and its micro-batch schedule gm; 0 for the usual step. cl_split_use:
+ * whether this step of n such threads runs split (CL_SPLIT_AUTO: as its
+ * probe or its choice says; 0 lets the twins go); cl_split_timed: the step's seconds, for the
+ * probe. cl_split_twins: the n one-thread models that run it, made (or
+ * kept) now; cl_split_twin: the first, NULL before. cl_split_step: the step
+ * on n threads, with the update args u and loss scale ls (in place of
+ * train.c's launch_step). cl_split_ran: the threads the model's last
+ * training step ran on, 0 when it was not split (for tests). */
 int cl_split_schedule(const cl_model *m, const cl_schedule *g, const cl_call *c,
                       cl_schedule *gm);
+int cl_split_use(cl_model *m, int n);
+void cl_split_timed(cl_model *m, double seconds);
 cl_status cl_split_twins(cl_model *m, int n);
 const cl_model *cl_split_twin(const cl_model *m);
 cl_status cl_split_step(cl_model *m, cl_call *c, const cl_source *x, const cl_source *y,

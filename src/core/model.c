@@ -135,6 +135,18 @@ cl_status cl_model_plan(cl_model *m, int B, int T, int H, int W, int training,
   cl_status st = split ? cl_plan_build_split(m, cl_split_twin(m), &gm, split, opt, out, err,
                                              sizeof err)
                        : cl_plan_build(m, &g, opt, out, err, sizeof err);
+  if (st == CL_OK && split && m->split_mode == CL_SPLIT_AUTO) {
+    /* either way may run, one at a time (the other's buffers given back): the larger */
+    cl_plan usual;
+    st = cl_plan_build(m, &g, opt, &usual, err, sizeof err);
+    if (st != CL_OK) cl_plan_free(out);
+    if (st == CL_OK && usual.reserved > out->reserved) {
+      cl_plan_free(out);
+      *out = usual;
+    } else if (st == CL_OK) {
+      cl_plan_free(&usual);
+    }
+  }
   if (st != CL_OK) return cl_fail(m, st, "%s", err);
   return CL_OK;
 }

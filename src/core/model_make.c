@@ -236,7 +236,10 @@ cl_status cl_model_make(const cl_config *cfg, cl_backend_ctor make_backend, cl_m
     const char *poison = getenv("CONVLSTM_POISON");
     m->poison = poison && strcmp(poison, "1") == 0;
     const char *split = getenv("CONVLSTM_SPLIT");
-    m->split_batch = split && strcmp(split, "batch") == 0;
+    m->split_mode = !split                       ? CL_SPLIT_CALL
+                    : strcmp(split, "batch") == 0 ? CL_SPLIT_BATCH
+                    : strcmp(split, "auto") == 0  ? CL_SPLIT_AUTO
+                                                  : CL_SPLIT_CALL;
     m->make_backend = make_backend;
     s = alloc_backend_scratch(m);
   }

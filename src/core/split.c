@@ -8,7 +8,9 @@
  * keeps its own sequences through the whole step hands over only the
  * weight gradients at its end (doc/speed.md, "Two threads split by
  * batch"). Where the cores share a cache the call split is as fast or
- * faster, so this step is asked for, not the default.
+ * faster, so this step is asked for, not the default; CONVLSTM_SPLIT=auto
+ * times both ways in a probe of a few steps and runs the faster, probing
+ * again every few hundred steps (a host may move its vCPUs).
  *
  * How: the step is run as accumulation runs it (train.c), its
  * micro-batches of ceil(B / threads) sequences each weighted by its share
@@ -33,11 +35,23 @@
 
 #define CL_SPLIT_MAX 64
 
+/* CONVLSTM_SPLIT=auto: a probe of PROBE_ROUNDS rounds, each a step the
+ * usual way and a step split, both after a step of their way untimed (the
+ * first after a switch makes its buffers); then the faster way by the
+ * median of its rounds, until the next probe, REPROBE_STEPS steps on (a
+ * host may move the threads to other cores meanwhile). */
+#define PROBE_ROUNDS 3
+#define PROBE_STEPS (4 * PROBE_ROUNDS)
+#define REPROBE_STEPS 500
+
 struct cl_split {
   int n;                        /* twins made */
   cl_config cfg;                /* the configuration they were made for */
   cl_model *twin[CL_SPLIT_MAX];
   int ran;                      /* threads the last step ran on; 0: not split */
+  int at;                       /* auto: this step's place since the probe began */
+  double sec[2][PROBE_ROUNDS];  /* auto: the probe's timed steps, usual and split */
+  int choice;                   /* auto: 1 split, 0 usual, after the probe */
 };
 
 /* m's configuration as a twin has it: one thread, no limit of its own. */
@@ -55,17 +69,54 @@ static void twin_free(cl_model *t, int first) {
   cl_model_unmake(t);
 }
 
-void cl_split_free(cl_model *m) {
-  struct cl_split *sp = m->split;
-  if (!sp) return;
+static void drop_twins(struct cl_split *sp) {
   for (int i = 0; i < sp->n; i++) twin_free(sp->twin[i], i == 0);
-  free(sp);
+  sp->n = 0;
+}
+
+void cl_split_free(cl_model *m) {
+  if (!m->split) return;
+  drop_twins(m->split);
+  free(m->split);
   m->split = NULL;
 }
 
 int cl_split_ran(const cl_model *m) { return m->split ? m->split->ran : 0; }
 
-const char *cl_model_thread_split(const cl_model *m) { return m->split_batch ? "batch" : "call"; }
+const char *cl_model_thread_split(const cl_model *m) {
+  static const char *const name[] = {"call", "batch", "auto"};
+  return name[m->split_mode];
+}
+
+static struct cl_split *split_state(cl_model *m) {
+  if (!m->split) m->split = calloc(1, sizeof *m->split);
+  return m->split;
+}
+
+static double median3(const double *v) {
+  const double lo = v[0] < v[1] ? v[0] : v[1], hi = v[0] < v[1] ? v[1] : v[0];
+  return v[2] < lo ? lo : v[2] > hi ? hi : v[2];
+}
+
+int cl_split_use(cl_model *m, int n) {
+  if (n == 0 && m->split) m->split->ran = 0;
+  if (n == 0 || m->split_mode == CL_SPLIT_BATCH) return n > 0;
+  struct cl_split *sp = split_state(m);
+  if (!sp) return 0; /* no host memory for the probe's books: the usual step */
+  sp->ran = 0;
+  if (sp->at == PROBE_STEPS)
+    sp->choice = median3(sp->sec[1]) < median3(sp->sec[0]);
+  const int use = sp->at < PROBE_STEPS ? sp->at % 4 >= 2 : sp->choice;
+  if (!use) drop_twins(sp); /* the usual step's arena takes their place */
+  return use;
+}
+
+void cl_split_timed(cl_model *m, double seconds) {
+  struct cl_split *sp = m->split;
+  if (m->split_mode != CL_SPLIT_AUTO || !sp) return;
+  if (sp->at < PROBE_STEPS && sp->at % 2 == 1) sp->sec[sp->at % 4 / 2][sp->at / 4] = seconds;
+  sp->at = (sp->at + 1) % (PROBE_STEPS + REPROBE_STEPS);
+}
 
 /* Threads the step of g with call c splits its batch across, and its
  * micro-batch schedule gm; 0 where it runs as usual: a model not asked, one
@@ -74,7 +125,7 @@ const char *cl_model_thread_split(const cl_model *m) { return m->split_batch ? "
  * device of its own). */
 int cl_split_schedule(const cl_model *m, const cl_schedule *g, const cl_call *c,
                       cl_schedule *gm) {
-  if (!m->split_batch || !g->training || !m->be->iface->host_accessible) return 0;
+  if (!m->split_mode || !g->training || !m->be->iface->host_accessible) return 0;
   int n = cl_cpu_threads(m->be->n_threads);
   if (n > g->B) n = g->B;
   if (n > CL_SPLIT_MAX) n = CL_SPLIT_MAX;
@@ -90,26 +141,22 @@ int cl_split_schedule(const cl_model *m, const cl_schedule *g, const cl_call *c,
 /* n twins of m's configuration (made again when it changed), charged to m. */
 cl_status cl_split_twins(cl_model *m, int n) {
   const cl_config want = twin_config(m);
-  struct cl_split *sp = m->split;
-  if (sp && (sp->n < n || memcmp(&sp->cfg, &want, sizeof want) != 0)) {
-    cl_split_free(m);
-    sp = NULL;
-  }
-  if (sp) return CL_OK;
-  if (!(sp = calloc(1, sizeof *sp))) return cl_fail(m, CL_E_OOM, "out of host memory");
+  struct cl_split *sp = split_state(m);
+  if (!sp) return cl_fail(m, CL_E_OOM, "out of host memory");
+  if (sp->n >= n && memcmp(&sp->cfg, &want, sizeof want) == 0) return CL_OK;
+  drop_twins(sp);
   sp->cfg = want;
-  m->split = sp;
   for (int i = 0; i < n; i++) {
     cl_model *t;
     char err[CL_ERRMSG_LEN];
     cl_status s = cl_model_make(&want, m->make_backend, &t, err, sizeof err);
     if (s != CL_OK) {
-      cl_split_free(m);
+      drop_twins(sp);
       return cl_fail(m, s, "making thread %d's model of a split step: %s", i + 1, err);
     }
     cl_mem_free(&t->mem, CL_MEM_PARAMETERS, t->params, t->n_params * sizeof(float));
     t->params = NULL; /* borrowed at each step (prepare_jobs) */
-    t->split_batch = 0;
+    t->split_mode = CL_SPLIT_CALL;
     cl_mem_charge(&t->mem, &m->mem);
     sp->twin[sp->n++] = t;
   }
@@ -164,7 +211,7 @@ cl_status cl_split_step(cl_model *m, cl_call *c, const cl_source *x, const cl_so
   split_job job[CL_SPLIT_MAX];
   cl_status s = prepare_jobs(m, c, gm, tg, n, job);
   if (s != CL_OK) {
-    cl_split_free(m); /* nothing of a refused step stays reserved */
+    drop_twins(m->split); /* nothing of a refused step stays reserved */
     return s;
   }
 #ifdef _OPENMP

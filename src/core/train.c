@@ -115,7 +115,9 @@ static cl_status train_step(cl_model *m, cl_call *c, const cl_source *x, const c
   const cl_schedule g = *gp;
   m->grad_norm = NAN; /* until this step's norm is read */
   cl_schedule gm; /* a step split by batch: its threads' micro-batches */
-  const int split = cl_split_schedule(m, &g, c, &gm);
+  const int can = cl_split_schedule(m, &g, c, &gm);
+  const int split = cl_split_use(m, can) ? can : 0;
+  const double t0 = can ? cl_seconds() : 0;
   if (split) {
     CL_TRY(cl_grads_ensure(m)); /* the twins' arenas stand in for the step's (split.c) */
   } else {
@@ -147,6 +149,7 @@ static cl_status train_step(cl_model *m, cl_call *c, const cl_source *x, const c
                          !cl_arch_runs_target(&m->arch) && !m->poison; /* NaN after their last use */
   cl_step_vals v;
   CL_TRY(cl_vals_read(m, &v)); /* the step's one synchronisation */
+  if (can) cl_split_timed(m, cl_seconds() - t0);
   *loss = v.loss;
   const int lost = !half && !isfinite(v.loss);
   if (max_norm > 0 && !lost) m->grad_norm = sqrt(v.sumsq);

@@ -1,15 +1,18 @@
 /*
  * core/util.c -- the ground floor of the core: a model's error message
  * (cl_fail, cl_fail_backend), size arithmetic that reports overflow instead
- * of wrapping (cl_mul_size), a growing list's room (cl_grow), and the names
+ * of wrapping (cl_mul_size), a growing list's room (cl_grow), a monotonic
+ * clock (cl_seconds: a step's probe, a rank's wait), and the names
  * of statuses, devices and storage
  * types (cl_status_name, cl_device_name, cl_dtype_name: the one table of
  * each). Every other core
  * file may use these; they use nothing of the core but internal.h's types.
  */
+#define _POSIX_C_SOURCE 199309L /* clock_gettime */
 #include "internal.h"
 
 #include <stdlib.h>
+#include <time.h>
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -65,4 +68,10 @@ void *cl_grow(void *v, int *cap, int n, size_t elt) {
   void *p = c > *cap ? realloc(v, (size_t)c * elt) : NULL;
   if (p) *cap = c;
   return p;
+}
+
+double cl_seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }

@@ -1,12 +1,12 @@
 /*
- * tests/c/bench_batch_split.c -- what a training step split by batch
- * elements between threads would gain, measured on the engine as it is:
- * two data-parallel ranks in one process (threads joined by
- * comm_threads.h, the path test_core_dist.c checks against one model),
- * each a model on one thread stepping on half the batch, their gradients
- * summed before both update alike. Beside it, in the same process and
- * alternated round by round, one model on the whole batch on one thread
- * and on two (each call split across the team, as the step runs today).
+ * tests/c/bench_batch_split.c -- a training step split by batch elements
+ * between threads against the step that splits each call: two
+ * data-parallel ranks in one process (threads joined by comm_threads.h, the
+ * path test_core_dist.c checks against one model), each a model on one
+ * thread stepping on half the batch, their gradients summed before both
+ * update alike; and, in the same process and alternated round by round,
+ * one model on the whole batch on one thread and on two (each call split
+ * across the team, as the step runs by default).
  *
  *   bench_batch_split [batch T H W input_dim hidden1,hidden2,... kernel steps rounds]
  *   bench_batch_split forecaster [batch steps rounds]
@@ -15,11 +15,15 @@
  *   a stack, 5x5, peepholes by channel, 4x4 patches of 64x64 frames, 10 +
  *   10 frames), batch 4, 10 steps, 3 rounds
  *
- * Prints per round the three medians (s/step, after one warm-up step) and
- * the speed-ups over one thread; then the plans' bytes (the split holds
- * the parameters, gradients and optimizer state twice, and half the
- * activations each). It checks that the split trains the same model: the
- * first step's loss within 1e-5 of the whole batch's (exit 1 if not).
+ * Beside them, the step split by batch inside one model (core/split.c,
+ * CONVLSTM_SPLIT=batch), and auto, which probes both ways first.
+ *
+ * Prints per round the medians (s/step, after one warm-up step) and the
+ * speed-ups over one thread; then the bytes (the ranks hold the
+ * parameters, gradients and optimizer state twice, and half the
+ * activations each; the split step holds the model's once). It checks
+ * that each trains the same model: the first step's loss within 1e-5 of
+ * one thread's (exit 1 if not).
  */
 #define _POSIX_C_SOURCE 200809L /* pthread_barrier_t, clock_gettime */
 #include "comm_threads.h"       /* the ranks' communicator */
@@ -42,11 +46,13 @@ typedef struct bench {
   float *x, *y;
 } bench;
 
-/* A model on threads, its steps split by batch (core/split.c) or not. */
-static cl_model *model(const bench *b, int threads, int by_batch) {
+/* A model on threads, its steps each call split (how 0), split by batch
+ * (1, core/split.c) or whichever its probe finds faster (2, auto). */
+static cl_model *model(const bench *b, int threads, int how) {
+  static const char *const name[] = {"call", "batch", "auto"};
   cl_config c = b->cfg;
   c.n_threads = threads;
-  setenv("CONVLSTM_SPLIT", by_batch ? "batch" : "call", 1);
+  setenv("CONVLSTM_SPLIT", name[how], 1);
   cl_model *m = bench_model(&c, "bench_batch_split");
   bench_rng = 42; /* the same weights in every model */
   cl_model_init_params(m, bench_uniform01, NULL);
@@ -82,29 +88,27 @@ static size_t plan_bytes(cl_model *m, const bench *b, int rows) {
   return total;
 }
 
-/* One model on the whole batch: median s/step; its first step's loss; its
- * plan's bytes, or for a step split by batch (whose threads' buffers the
- * plan does not hold) the peak its statistics counted. */
-static double whole(const bench *b, int threads, int by_batch, double *first_loss, size_t *plan) {
-  cl_model *m = model(b, threads, by_batch);
+/* One model on the whole batch (how: model's): median s/step after one
+ * warm-up step (auto: after its probe's 12); its first step's loss; the
+ * most its statistics counted (the plan's bytes, test_core_split checks). */
+static double whole(const bench *b, int threads, int how, double *first_loss, size_t *plan) {
+  cl_model *m = model(b, threads, how);
   cl_host_array xa, ya;
   arrays(b, 0, b->B, &xa, &ya);
   double *sec = malloc((size_t)b->steps * sizeof *sec), loss = 0;
-  for (int s = -1; s < b->steps; s++) { /* one warm-up step */
+  const int warm = how == 2 ? 12 : 1;
+  for (int s = -warm; s < b->steps; s++) {
     double t0 = bench_now();
     if (cl_model_train_step(m, &xa, &ya, target_of(b), &adam, NULL, &loss) != CL_OK) {
       fprintf(stderr, "bench_batch_split: train_step: %s\n", cl_model_error(m));
       exit(2);
     }
-    if (s < 0) *first_loss = loss;
-    else sec[s] = bench_now() - t0;
+    if (s == -warm) *first_loss = loss;
+    if (s >= 0) sec[s] = bench_now() - t0;
   }
-  *plan = plan_bytes(m, b, b->B);
-  if (by_batch) {
-    cl_mem_stats st;
-    cl_model_memory_stats(m, &st);
-    *plan = st.peak_allocated;
-  }
+  cl_mem_stats st;
+  cl_model_memory_stats(m, &st);
+  *plan = st.peak_allocated;
   cl_model_free(m);
   double med = bench_median(sec, b->steps);
   free(sec);
@@ -229,25 +233,26 @@ int main(int argc, char **argv) {
          "s/step of %d steps\n", b.K ? "encoder-forecaster" : "plain stack", b.B, b.T, b.K, b.H, b.W,
          b.cfg.input_dim, b.cfg.hidden_dims[0], b.cfg.n_layers, b.cfg.kernel_sizes[0], b.steps);
   int rc = 0;
-  size_t plan1 = 0, plan2 = 0, plans = 0, plane = 0;
+  size_t plan1 = 0, plan2 = 0, plans = 0, plane = 0, plana = 0;
   for (int r = 1; r <= rounds; r++) {
-    double l1, l2, ls, le;
+    double l1, l2, ls, le, la;
     const double t1 = whole(&b, 1, 0, &l1, &plan1), t2 = whole(&b, 2, 0, &l2, &plan2);
     const double ts = split(&b, &ls, &plans), te = whole(&b, 2, 1, &le, &plane);
+    const double ta = whole(&b, 2, 2, &la, &plana);
     printf("round %d: 1 thread %.4f; 2 threads %.4f (%.2fx); ranks 2 x 1 thread %.4f (%.2fx); "
-           "step split by batch, 2 threads %.4f (%.2fx)\n", r, t1, t2, t1 / t2, ts, t1 / ts, te,
-           t1 / te);
-    const double other[3] = {l2, ls, le};
-    const char *who[3] = {"2 threads'", "the ranks'", "the step split by batch's"};
-    for (int k = 0; k < 3; k++) {
+           "step split by batch, 2 threads %.4f (%.2fx); auto %.4f (%.2fx)\n", r, t1, t2, t1 / t2,
+           ts, t1 / ts, te, t1 / te, ta, t1 / ta);
+    const double other[4] = {l2, ls, le, la};
+    const char *who[4] = {"2 threads'", "the ranks'", "the step split by batch's", "auto's"};
+    for (int k = 0; k < 4; k++) {
       const double d = fabs(other[k] - l1) / fabs(l1);
       if (d <= 1e-5) continue;
       printf("%s first loss %.9g is not one thread's %.9g (%.2e)\n", who[k], other[k], l1, d);
       rc = 1;
     }
   }
-  printf("plan bytes: 1 thread %zu, 2 threads %zu, ranks (both) %zu; step split by batch, peak "
-         "counted %zu\n", plan1, plan2, plans, plane);
+  printf("bytes at most: 1 thread %zu, 2 threads %zu, step split by batch %zu, auto %zu; ranks' "
+         "plans (both) %zu\n", plan1, plan2, plane, plana, plans);
   free(b.x);
   free(b.y);
   return rc;

@@ -10,9 +10,12 @@
  * (accumulation; one thread) the step must be the usual one, bit for bit.
  *
  * Its bytes: the threads' step buffers count in the model's statistics
- * while the model's own arena is given back, and a memory limit too small
- * for them is an out-of-memory error that leaves the parameters as they
- * were and the model able to train on a smaller batch.
+ * while the model's own arena is given back, the plan made before a step
+ * holds exactly what the step then reserves and allocates, and a memory
+ * limit too small for them is an out-of-memory error that leaves the
+ * parameters as they were and the model able to train on a smaller batch.
+ * CONVLSTM_SPLIT=auto probes both ways in the order it states, then keeps
+ * one; it plans and holds the larger way's bytes, never both at once.
  */
 #define _POSIX_C_SOURCE 200112L /* setenv */
 #include "core/internal.h"      /* cl_split_ran */
@@ -28,9 +31,11 @@ static const cl_optim adam = {CL_OPTIM_ADAM, 1e-2, 0.9, 0.999, 1e-8, 0, 0, 0, 0,
 static float xs[B * (T + 3) * 4 * H * W * 4], ys[B * (T + 3) * 4 * H * W * 4];
 static float pa[MAXP], pb[MAXP];
 
-/* A model of c, its parameters drawn from the same seed, split or not. */
+/* A model of c, its parameters drawn from the same seed: split 0 the usual
+ * step, 1 split by batch, 2 whichever a probe finds faster. */
 static cl_model *model(const cl_config *c, int split) {
-  setenv("CONVLSTM_SPLIT", split ? "batch" : "call", 1);
+  static const char *const how[] = {"call", "batch", "auto"};
+  setenv("CONVLSTM_SPLIT", how[split], 1);
   ctest_rng = 88172645463325252ULL;
   return ctest_model(c);
 }
@@ -197,6 +202,55 @@ static void memory(void) {
   cl_model_free(s);
 }
 
+/* CONVLSTM_SPLIT=auto: its probe runs each way, two steps at a time (the
+ * first of each untimed), three rounds; then one way for the next 500
+ * steps; every step within float32 rounding of the usual step's; the plan
+ * the larger way's, and the bytes held never both ways' at once. */
+static void automatic(void) {
+  enum { PROBE = 12, AFTER = 4 };
+  cl_config c = ctest_config(3, 4, 3, 3, 3, 1, 2);
+  cl_model *a = model(&c, 0), *s = model(&c, 2);
+  batch bt = batch_of(&c, B);
+  cl_plan pa, ps, pb;
+  cl_model *b = model(&c, 1);
+  CHECK(cl_model_plan(a, B, T, H, W, 1, &adam, NULL, &pa) == CL_OK, "%s", cl_model_error(a));
+  CHECK(cl_model_plan(b, B, T, H, W, 1, &adam, NULL, &pb) == CL_OK, "%s", cl_model_error(b));
+  CHECK(cl_model_plan(s, B, T, H, W, 1, &adam, NULL, &ps) == CL_OK, "%s", cl_model_error(s));
+  const size_t larger = pa.reserved > pb.reserved ? pa.reserved : pb.reserved;
+  CHECK(ps.reserved == larger, "auto planned %zu, the larger way %zu", ps.reserved, larger);
+  CHECK(strcmp(cl_model_thread_split(s), "auto") == 0, "%s", cl_model_thread_split(s));
+  int ran[PROBE + AFTER];
+  for (int step = 0; step < PROBE + AFTER; step++) {
+    double la = 0, ls = 0;
+    CHECK(cl_model_train_step(a, &bt.x, &bt.y, bt.tg, &adam, NULL, &la) == CL_OK, "%s",
+          cl_model_error(a));
+    CHECK(cl_model_train_step(s, &bt.x, &bt.y, bt.tg, &adam, NULL, &ls) == CL_OK, "%s",
+          cl_model_error(s));
+    ran[step] = cl_split_ran(s);
+    CHECK(fabs(la - ls) <= 2e-5 * fabs(la), "auto, step %d: loss %.9g against %.9g", step, ls,
+          la);
+    if (step < PROBE)
+      CHECK(ran[step] == (step % 4 >= 2 ? 2 : 0), "auto, probe step %d ran split on %d", step,
+            ran[step]);
+    else
+      CHECK(ran[step] == ran[PROBE], "auto, step %d ran on %d, the choice %d", step, ran[step],
+            ran[PROBE]);
+  }
+  cl_mem_stats st;
+  cl_model_memory_stats(s, &st);
+  CHECK(st.peak_reserved == larger, "auto held %zu at most, the larger way %zu",
+        st.peak_reserved, larger);
+  printf("auto: chose %s; planned and held %zu bytes (usual %zu, split %zu)\n",
+         ran[PROBE] ? "the split" : "the usual step", st.peak_reserved, pa.reserved,
+         pb.reserved);
+  cl_plan_free(&pa);
+  cl_plan_free(&pb);
+  cl_plan_free(&ps);
+  cl_model_free(a);
+  cl_model_free(b);
+  cl_model_free(s);
+}
+
 int main(void) {
   fill_data();
   for (int k = 0; k <= CTEST_STEP_CASES; k++) {
@@ -205,6 +259,7 @@ int main(void) {
   }
   one_thread();
   memory();
+  automatic();
   unsetenv("CONVLSTM_SPLIT");
   return ctest_done("test_core_split");
 }

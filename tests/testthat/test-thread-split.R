@@ -18,7 +18,7 @@ test_that("options(convlstm.thread_split) is checked, and hands CONVLSTM_SPLIT b
   on.exit(options(old), add = TRUE)
   expect_convlstm_error(api_model(), regexp = "convlstm.thread_split")
   options(convlstm.thread_split = c("call", "batch"))
-  expect_convlstm_error(api_model(), regexp = '"call" or "batch"')
+  expect_convlstm_error(api_model(), regexp = '"call", "batch" or "auto"')
   env <- Sys.getenv("CONVLSTM_SPLIT", unset = NA)
   on.exit(if (is.na(env)) Sys.unsetenv("CONVLSTM_SPLIT") else
     Sys.setenv(CONVLSTM_SPLIT = env), add = TRUE)
@@ -27,7 +27,12 @@ test_that("options(convlstm.thread_split) is checked, and hands CONVLSTM_SPLIT b
   m <- api_model()
   expect_identical(Sys.getenv("CONVLSTM_SPLIT"), "call")
   expect_identical(m$config$thread_split, "batch")
-  expect_true(any(grepl("split by batch", capture.output(print(m)))))
+  expect_true(any(grepl("split by batch across", capture.output(print(m)))))
+  convlstm_release(m)
+  options(convlstm.thread_split = "auto")
+  m <- api_model()
+  expect_identical(m$config$thread_split, "auto")
+  expect_true(any(grepl("whichever a probe finds faster", capture.output(print(m)))))
   convlstm_release(m)
   options(convlstm.thread_split = NULL)
   m <- api_model() # the environment's, as it was
@@ -91,4 +96,27 @@ test_that("steps a split cannot run (dropout, accumulation) run as the usual ste
   lb <- convlstm_train_step(q$batch, x, y, convlstm_optimizer_sgd(lr = 0.1), accumulation_steps = 2)
   expect_identical(lb, lc)
   expect_identical(q$batch$parameters, q$call$parameters)
+})
+
+test_that("thread_split = \"auto\" probes both ways, then keeps one, each step as the usual one", {
+  old <- options(convlstm.thread_split = "call")
+  on.exit(options(old))
+  set.seed(8)
+  usual <- convlstm(3, c(4, 3), 3, device = "cpu", threads = 2)
+  options(convlstm.thread_split = "auto")
+  set.seed(8)
+  auto <- convlstm(3, c(4, 3), 3, device = "cpu", threads = 2)
+  on.exit(lapply(list(usual, auto), convlstm_release), add = TRUE)
+  x <- array(stats::runif(4 * 3 * 3 * 6 * 6, -1, 1), dim = c(4, 3, 3, 6, 6))
+  y <- array(stats::runif(4 * 3 * 6 * 6, -1, 1), dim = c(4, 3, 6, 6))
+  est <- convlstm_memory_estimate(auto, 4, 3, 6, 6, optimizer = convlstm_optimizer_adam())
+  for (step in 1:14) {
+    lu <- convlstm_train_step(usual, x, y, convlstm_optimizer_adam(lr = 0.01))
+    la <- convlstm_train_step(auto, x, y, convlstm_optimizer_adam(lr = 0.01))
+    expect_equal(la, lu, tolerance = 1e-5)
+  }
+  expect_equal(auto$parameters, usual$parameters, tolerance = 1e-4)
+  # the probe ran the split (its buffers counted), never both ways' at once
+  expect_equal(convlstm_memory_stats(auto)$peak_reserved,
+               est$bytes[est$category == "reserved"])
 })
