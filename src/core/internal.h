@@ -857,6 +857,8 @@ cl_status cl_split_step(cl_model *m, cl_call *c, const cl_source *x, const cl_so
                         cl_target tg, float ls, const cl_update_args *u, const cl_schedule *g,
                         const cl_schedule *gm, int n);
 int cl_split_ran(const cl_model *m);
+/* The twins given back (empty_cache), the probe's books kept; all (free). */
+void cl_split_release(cl_model *m);
 void cl_split_free(cl_model *m);
 
 #endif

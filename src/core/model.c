@@ -85,6 +85,7 @@ cl_status cl_model_bind_thread(cl_model *m) {
 
 cl_status cl_model_empty_cache(cl_model *m) {
   cl_step_release(m);
+  cl_split_release(m); /* a split step's twins and their arenas */
   return CL_OK;
 }
 

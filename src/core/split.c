@@ -74,6 +74,10 @@ static void drop_twins(struct cl_split *sp) {
   sp->n = 0;
 }
 
+void cl_split_release(cl_model *m) {
+  if (m->split) drop_twins(m->split);
+}
+
 void cl_split_free(cl_model *m) {
   if (!m->split) return;
   drop_twins(m->split);

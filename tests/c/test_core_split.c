@@ -184,6 +184,11 @@ static void memory(void) {
   CHECK(st.reserved >= arenas + s->n_params * sizeof(float),
         "reserved %zu does not hold the threads' arenas, %zu, and the parameters", st.reserved,
         arenas);
+  CHECK(cl_model_empty_cache(s) == CL_OK, "%s", cl_model_error(s));
+  cl_model_memory_stats(s, &st);
+  CHECK(st.current[CL_MEM_ACTIVATIONS] == 0 && st.reserved < arenas,
+        "after empty_cache: activations %zu, reserved %zu", st.current[CL_MEM_ACTIVATIONS],
+        st.reserved);
   cl_model_free(s);
   /* a limit that holds the usual step of one sequence, not the split of B */
   const size_t one = peak_of(&c, 1);
