@@ -97,6 +97,7 @@ static struct cl_split *split_state(cl_model *m) {
   return m->split;
 }
 
+_Static_assert(PROBE_ROUNDS == 3, "the probe's median is median3's");
 static double median3(const double *v) {
   const double lo = v[0] < v[1] ? v[0] : v[1], hi = v[0] < v[1] ? v[1] : v[0];
   return v[2] < lo ? lo : v[2] > hi ? hi : v[2];
