@@ -51,7 +51,7 @@ esac
 shim=$(mktemp -d)/omp_regions.so
 cc -O2 -shared -fPIC "$here/omp_regions.c" -o "$shim" -ldl
 pairb=$(dirname "$shim")/bench_core_pair
-cc -std=c11 -O2 -fopenmp "$here/../tests/c/bench_core_pair.c" -o "$pairb"
+cc -std=c11 -O2 -fopenmp -I"$here/../inst/include" "$here/../tests/c/bench_core_pair.c" -o "$pairb"
 # the cross read's other / own at 768 KiB, on cores 0-1
 handoff() { taskset -c 0-1 "$pairb" 768 | awk '$1 == "cross" && $3 == "read" { print $6 }'; }
 spin=
