@@ -309,7 +309,11 @@ with_model_options <- function(call, expr) {
   if (length(set) == 0) return(expr)
   old <- Sys.getenv(names(set), unset = NA, names = TRUE)
   on.exit(for (v in names(set)) {
-    if (is.na(old[[v]])) Sys.unsetenv(v) else do.call(Sys.setenv, stats::setNames(list(old[[v]]), v))
+    if (is.na(old[[v]])) {
+      Sys.unsetenv(v)
+    } else {
+      do.call(Sys.setenv, stats::setNames(list(old[[v]]), v))
+    }
   })
   do.call(Sys.setenv, set)
   expr

@@ -342,8 +342,8 @@ static cl_status check_read(cl_model *m, int layer, const cl_host_array *out, in
   if (m->phase == CL_PHASE_NONE) return cl_fail(m, CL_E_STATE, "no forward pass has run");
   if (!st->outputs_kept)
     return cl_fail(m, CL_E_STATE,
-                   "the last step ran in pieces (checkpoint, tbptt or accumulation) and kept "
-                   "no outputs: run a forward pass to read them");
+                   "the last step ran in pieces (checkpoint, tbptt, accumulation or split by "
+                   "batch across threads) and kept no outputs: run a forward pass to read them");
   /* a head over the input's steps: the pseudo-layer after the last (its outputs) */
   int head = layer == m->cfg.n_layers && cl_arch_has_head(&m->arch) && !cl_arch_runs_target(&m->arch);
   if (layer < 0 || (layer >= m->cfg.n_layers && !head))

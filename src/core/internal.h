@@ -318,7 +318,11 @@ typedef enum cl_phase {
 /* How a CPU model's training steps share its threads (split.c): each call
  * split across them, each thread a part of the batch, or whichever of the
  * two measured faster (CONVLSTM_SPLIT=call, batch, auto). */
-typedef enum cl_split_mode { CL_SPLIT_CALL = 0, CL_SPLIT_BATCH = 1, CL_SPLIT_AUTO = 2 } cl_split_mode;
+typedef enum cl_split_mode {
+  CL_SPLIT_CALL = 0,
+  CL_SPLIT_BATCH = 1,
+  CL_SPLIT_AUTO = 2
+} cl_split_mode;
 
 struct cl_model {
   cl_arch arch; /* the stacks and the head, from cfg (arch.h) */

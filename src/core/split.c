@@ -227,7 +227,8 @@ cl_status cl_split_step(cl_model *m, cl_call *c, const cl_source *x, const cl_so
   CL_TRY(cl_vals_zero(m));
   for (int i = 0; i < n; i++) {
     cl_model *t = job[i].t;
-    if (job[i].s != CL_OK) return cl_fail(m, job[i].s, "thread %d of a split step: %s", i + 1, t->err);
+    if (job[i].s != CL_OK)
+      return cl_fail(m, job[i].s, "thread %d of a split step: %s", i + 1, t->err);
     if (cl_guard_check(t) != CL_OK) return cl_fail(m, CL_E_INTERNAL, "%s", t->err);
     v->loss += cl_vals(t)->loss;
     if (i > 0) CL_KERNEL(m, m->be->iface->grad_add(m->be, m->grads, t->grads, m->n_params));

@@ -11,7 +11,10 @@
  *    after unscaling, before the update and its guard;
  *  - data parallel (dist.c): each layer's gradients summed over the ranks
  *    from the last backward pass on, waited for, and the loss summed, before
- *    all of the above, so that every rank makes the same decisions.
+ *    all of the above, so that every rank makes the same decisions;
+ *  - split by batch (split.c, a CPU model asked for it): the micro-batches
+ *    of ceil(B / threads) sequences run at once, one a thread, in place of
+ *    launch_step, and the same update after.
  * The step's device work is a pure stream of launches (launch_step): the
  * loss accumulates on the device, and the float16 overflow check, the
  * clipping norm, the guard and the decision to skip the update are made

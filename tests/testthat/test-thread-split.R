@@ -62,12 +62,13 @@ test_that("a step split by batch trains as the usual step, to float32 rounding",
   expect_equal(p$batch$parameters, p$call$parameters, tolerance = 1e-4)
 })
 
-test_that("a step split by batch holds what its memory estimate said, each thread's buffers apart", {
+test_that("a split step holds what its memory estimate said, each thread's buffers apart", {
   p <- split_pair()
   on.exit(lapply(p, convlstm_release))
   est <- convlstm_memory_estimate(p$batch, 5, 4, 6, 6, optimizer = convlstm_optimizer_adam())
   usual <- convlstm_memory_estimate(p$call, 5, 4, 6, 6, optimizer = convlstm_optimizer_adam())
-  threads <- unique(sub(":.*", "", grep("^thread [0-9]+:", attr(est, "plan")$name, value = TRUE)))
+  rows <- grep("^thread [0-9]+:", attr(est, "plan")$name, value = TRUE)
+  threads <- unique(sub(":.*", "", rows))
   expect_identical(threads, c("thread 1", "thread 2"))
   expect_false(any(grepl("^thread", attr(usual, "plan")$name)))
   x <- array(0.5, dim = c(5, 4, 3, 6, 6))
