@@ -318,3 +318,34 @@ test_that("measured: an encoder-forecaster's first step grows the high-water mar
   message(sprintf("encoder-forecaster: measured - planned over %d fresh processes: %.3f .. %.3f MiB",
                   length(gaps), min(gaps) / 2^20, max(gaps) / 2^20))
 })
+
+# A step split by batch across two threads (options(convlstm.thread_split =
+# "batch"), src/core/split.c): each thread's twin holds its own arena, the
+# model's is given back, and the plan (rows per thread) says so; the
+# operating system's measure of a first step against it, by the same bound,
+# and a second step grows by nothing. Odd batches give the threads unequal
+# shares; the forecaster runs its own programs in each twin.
+test_that("measured: a step split by batch on two threads grows the high-water mark by its plan", {
+  skip_without_hwm_reset()
+  cases <- list(
+    list(input_dim = 1, hidden = 16, kernel = 3, B = 4, T = 5, H = 32, W = 32,
+         mode = "last_state", threads = 2, thread_split = "batch"),
+    list(input_dim = 2, hidden = 8, kernel = 5, B = 5, T = 4, H = 24, W = 16,
+         mode = "sequence", threads = 2, thread_split = "batch", dtype = "bfloat16"),
+    list(input_dim = 1, hidden = c(16, 8), kernel = 3, B = 3, T = 5, H = 32, W = 32,
+         mode = "seq2seq", horizon = 4, patch = 2, threads = 2, thread_split = "batch")
+  )
+  for (case in cases) {
+    v <- run_probe(case)
+    label <- case_label(case)
+    untouched <- if (is.na(v[["untouched"]])) 0 else v[["untouched"]]
+    measured <- v[["grow_create"]] + v[["grow_first"]] + untouched
+    planned <- v[["total"]] + v[["result_bytes"]]
+    expect_equal(v[["threads_planned"]], 2, label = paste("threads in the plan:", label))
+    expect_equal(v[["peak_reserved"]], v[["reserved"]], label = paste("reserved:", label))
+    expect_lte(abs(measured - planned), 0.01 * planned + 2 * 2^20, label = label)
+    expect_lte(v[["grow_second"]], second_step_slack, label = paste("second step:", label))
+    message(sprintf("%s: measured %.2f MiB, planned %.2f MiB", label, measured / 2^20,
+                    planned / 2^20))
+  }
+})

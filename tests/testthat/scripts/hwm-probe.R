@@ -10,7 +10,9 @@
 #   accumulation tbptt (0, 1, 0 when not given), mode, horizon (0),
 #   state ("zero", "given" or "carry"), weight (0 or 1: a per-element loss
 #   weight), recompute_gates (0, or the steps whose gates backward
-#   recomputes at once).
+#   recomputes at once), threads (the measured model's, 1 when not given),
+#   thread_split ("call", "batch" or "auto": options(convlstm.thread_split)
+#   when it is made).
 # - every other key is an argument of convlstm() for the measured model, as
 #   given (numbers where every element parses as one): peephole, dropout,
 #   recurrent_dropout, ... (peephole = "position" gets frame_size = c(H, W)).
@@ -57,7 +59,7 @@ case <- lapply(kv, function(p) {
 names(case) <- vapply(kv, `[[`, "", 1)
 step_keys <- c("input_dim", "hidden", "kernel", "B", "T", "H", "W", "dtype", "checkpoint",
                "accumulation", "tbptt", "mode", "horizon", "state", "weight", "recompute_gates",
-               "patch", "layers")
+               "patch", "layers", "threads", "thread_split")
 arg <- function(key, default) if (is.null(case[[key]])) default else case[[key]]
 num <- vapply(c("input_dim", "hidden", "kernel", "B", "T", "H", "W"),
               function(k) as.integer(arg(k, stop("hwm-probe.R: no ", k))[[1]]), 0L)
@@ -187,9 +189,12 @@ ptr <- NULL
 result <- NULL
 make <- if (seq2seq) convlstm_forecaster else convlstm
 if (seq2seq) model_args$patch <- as.integer(arg("patch", 1))
+# threads: the measured model's (1 unless given); thread_split: how its
+# steps share them (options(convlstm.thread_split))
+if (!is.null(case$thread_split)) options(convlstm.thread_split = case$thread_split)
 grow_create <- window({
   model <- do.call(make, c(list(n, hid, num[["kernel"]], device = "cpu", dtype = dtype,
-                                threads = 1), model_args))
+                                threads = as.integer(arg("threads", 1))), model_args))
 })
 ptr <- ns$model_ptr(model)
 grow_first <- window(result <- run(ptr))
@@ -256,5 +261,7 @@ writeLines(paste0(
   " result_bytes=", result_bytes, " total=", b[["total"]],
   " reserved=", b[["reserved"]], " peak_reserved=", ms$peak_reserved,
   " dropout_planned=", sum(plan$bytes[grepl("^dropout_", plan$name)]),
+  " threads_planned=", length(unique(sub(":.*", "", grep("^thread [0-9]+:", plan$name,
+                                                          value = TRUE)))),
   " untouched=", untouched, " cold=", cold
 ), out)
