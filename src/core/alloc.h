@@ -46,8 +46,8 @@ void cl_mem_take(cl_allocator *a, cl_mem_category cat, size_t bytes);
 void cl_mem_give(cl_allocator *a, cl_mem_category cat, size_t bytes);
 void cl_mem_reset_peak(cl_allocator *a);
 /* From now on, a's bytes count in parent's statistics and limit too; those
- * a holds already are added to parent's (a new model's parameters and
- * scratch: split.c). */
+ * a holds already are added to parent's (a twin's backend scratch, its
+ * parameters given back first; its step's buffers come later: split.c). */
 void cl_mem_charge(cl_allocator *a, cl_allocator *parent);
 /* Capacity and free bytes as the user should see them: the limit when one is
  * set, the device's numbers otherwise. */

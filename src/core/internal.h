@@ -323,6 +323,17 @@ typedef enum cl_split_mode {
   CL_SPLIT_BATCH = 1,
   CL_SPLIT_AUTO = 2
 } cl_split_mode;
+/* CL_SPLIT_AUTO's probe: rounds of four steps (each way, a warm-up step and
+ * a timed one), then the steps its choice holds before the next probe. */
+#define CL_SPLIT_PROBE_ROUNDS 3
+#define CL_SPLIT_REPROBE_STEPS 500
+/* A split step's one-thread models, one a thread (split.c makes and frees
+ * them); step.c gives their arenas back when the model makes its own. */
+#define CL_SPLIT_MAX 64
+typedef struct cl_twins {
+  int n;
+  cl_model *m[CL_SPLIT_MAX];
+} cl_twins;
 
 struct cl_model {
   cl_arch arch; /* the stacks and the head, from cfg (arch.h) */
@@ -369,7 +380,8 @@ struct cl_model {
   int have_device_used;
   cl_backend_ctor make_backend; /* its backend's constructor: a split step's twins' too */
   cl_split_mode split_mode; /* CONVLSTM_SPLIT at creation: how training steps share threads */
-  struct cl_split *split; /* that step's per-thread models, made at its first step */
+  struct cl_split *split; /* that step's probe and the configuration of its twins */
+  cl_twins twins;         /* its per-thread models, made at its first step */
   char err[CL_ERRMSG_LEN];
 };
 

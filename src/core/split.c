@@ -33,21 +33,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CL_SPLIT_MAX 64
-
 /* CONVLSTM_SPLIT=auto: a probe of PROBE_ROUNDS rounds, each a step the
  * usual way and a step split, both after a step of their way untimed (the
  * first after a switch makes its buffers); then the faster way by the
  * median of its rounds, until the next probe, REPROBE_STEPS steps on (a
- * host may move the threads to other cores meanwhile). */
-#define PROBE_ROUNDS 3
+ * host may move the threads to other cores meanwhile). The counts are
+ * internal.h's, which the tests read. */
+#define PROBE_ROUNDS CL_SPLIT_PROBE_ROUNDS
 #define PROBE_STEPS (4 * PROBE_ROUNDS)
-#define REPROBE_STEPS 500
+#define REPROBE_STEPS CL_SPLIT_REPROBE_STEPS
 
 struct cl_split {
-  int n;                        /* twins made */
-  cl_config cfg;                /* the configuration they were made for */
-  cl_model *twin[CL_SPLIT_MAX];
+  cl_config cfg;                /* the configuration the twins (m->twins) were made for */
   int ran;                      /* threads the last step ran on; 0: not split */
   int at;                       /* auto: this step's place since the probe began */
   double sec[2][PROBE_ROUNDS];  /* auto: the probe's timed steps, usual and split */
@@ -69,18 +66,18 @@ static void twin_free(cl_model *t, int first) {
   cl_model_unmake(t);
 }
 
-static void drop_twins(struct cl_split *sp) {
-  for (int i = 0; i < sp->n; i++) twin_free(sp->twin[i], i == 0);
-  sp->n = 0;
+static void drop_twins(cl_model *m) {
+  for (int i = 0; i < m->twins.n; i++) twin_free(m->twins.m[i], i == 0);
+  m->twins.n = 0;
 }
 
 void cl_split_release(cl_model *m) {
-  if (m->split) drop_twins(m->split);
+  drop_twins(m);
 }
 
 void cl_split_free(cl_model *m) {
   if (!m->split) return;
-  drop_twins(m->split);
+  drop_twins(m);
   free(m->split);
   m->split = NULL;
 }
@@ -112,7 +109,7 @@ int cl_split_use(cl_model *m, int n) {
   if (sp->at == PROBE_STEPS)
     sp->choice = median3(sp->sec[1]) < median3(sp->sec[0]);
   const int use = sp->at < PROBE_STEPS ? sp->at % 4 >= 2 : sp->choice;
-  if (!use) drop_twins(sp); /* the usual step's arena takes their place */
+  if (!use) drop_twins(m); /* the usual step's arena takes their place */
   return use;
 }
 
@@ -148,22 +145,22 @@ cl_status cl_split_twins(cl_model *m, int n) {
   const cl_config want = twin_config(m);
   struct cl_split *sp = split_state(m);
   if (!sp) return cl_fail(m, CL_E_OOM, "out of host memory");
-  if (sp->n >= n && memcmp(&sp->cfg, &want, sizeof want) == 0) return CL_OK;
-  drop_twins(sp);
+  if (m->twins.n >= n && memcmp(&sp->cfg, &want, sizeof want) == 0) return CL_OK;
+  drop_twins(m);
   sp->cfg = want;
   for (int i = 0; i < n; i++) {
     cl_model *t;
     char err[CL_ERRMSG_LEN];
     cl_status s = cl_model_make(&want, m->make_backend, &t, err, sizeof err);
     if (s != CL_OK) {
-      drop_twins(sp);
+      drop_twins(m);
       return cl_fail(m, s, "making thread %d's model of a split step: %s", i + 1, err);
     }
     cl_mem_free(&t->mem, CL_MEM_PARAMETERS, t->params, t->n_params * sizeof(float));
     t->params = NULL; /* borrowed at each step (prepare_jobs) */
     t->split_mode = CL_SPLIT_CALL;
     cl_mem_charge(&t->mem, &m->mem);
-    sp->twin[sp->n++] = t;
+    m->twins.m[m->twins.n++] = t;
   }
   return CL_OK;
 }
@@ -192,7 +189,7 @@ static cl_status prepare_jobs(cl_model *m, const cl_call *c, const cl_schedule *
   int last;
   cl_micro_batches(gm, &last);
   for (int i = 0; i < n; i++) {
-    cl_model *t = m->split->twin[i];
+    cl_model *t = m->twins.m[i];
     t->params = m->params;
     if (i == 0) t->grads = m->grads; /* the first thread's gradients are the model's */
     const cl_program *prog;
@@ -205,7 +202,7 @@ static cl_status prepare_jobs(cl_model *m, const cl_call *c, const cl_schedule *
   return CL_OK;
 }
 
-const cl_model *cl_split_twin(const cl_model *m) { return m->split ? m->split->twin[0] : NULL; }
+const cl_model *cl_split_twin(const cl_model *m) { return m->twins.n ? m->twins.m[0] : NULL; }
 
 cl_status cl_split_step(cl_model *m, cl_call *c, const cl_source *x, const cl_source *y,
                         cl_target tg, float ls, const cl_update_args *u, const cl_schedule *g,
@@ -216,7 +213,7 @@ cl_status cl_split_step(cl_model *m, cl_call *c, const cl_source *x, const cl_so
   split_job job[CL_SPLIT_MAX];
   cl_status s = prepare_jobs(m, c, gm, tg, n, job);
   if (s != CL_OK) {
-    drop_twins(m->split); /* nothing of a refused step stays reserved */
+    drop_twins(m); /* nothing of a refused step stays reserved */
     return s;
   }
 #ifdef _OPENMP

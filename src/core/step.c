@@ -154,6 +154,13 @@ void cl_step_release(cl_model *m) {
   m->arena_bytes = 0;
 }
 
+/* A split step's twins (split.c) give their arenas back where the model
+ * makes its own, as its own went where theirs were made (cl_split_step):
+ * the two never stand together, as the plans of each call assume. */
+static void release_twins(cl_model *m) {
+  for (int i = 0; i < m->twins.n; i++) cl_step_release(m->twins.m[i]);
+}
+
 /* A buffer of layer -1 serves every layer. */
 static void bind(void **slot, int layer, void *p) {
   if (layer >= 0) {
@@ -213,6 +220,7 @@ cl_status cl_step_prepare(cl_model *m, const cl_schedule *g) {
     cl_step_release(m);
     return cl_fail(m, built, "%s", err);
   }
+  release_twins(m); /* theirs go before this arena comes */
   cl_status s = ensure_arena(m, plan.arena);
   if (s != CL_OK) {
     cl_plan_free(&plan);
@@ -266,9 +274,10 @@ cl_status cl_step_programs(cl_model *m, cl_target target, const cl_program **out
 cl_status cl_model_alloc(cl_model *m, cl_mem_category cat, size_t bytes, void **out) {
   cl_status s = cl_mem_alloc(&m->mem, cat, bytes, out, m->err, sizeof m->err);
   int pending = m->phase == CL_PHASE_TRAINING || m->phase == CL_PHASE_LOSS;
-  if (s != CL_E_OOM || !m->arena || pending) return s;
+  if (s != CL_E_OOM || !(m->arena || m->twins.n) || pending) return s;
   /* as PyTorch frees its cached blocks and retries before reporting an OOM */
   cl_step_release(m);
+  release_twins(m);
   m->err[0] = '\0';
   return cl_mem_alloc(&m->mem, cat, bytes, out, m->err, sizeof m->err);
 }

@@ -15,7 +15,10 @@
  * limit too small for them is an out-of-memory error that leaves the
  * parameters as they were and the model able to train on a smaller batch.
  * CONVLSTM_SPLIT=auto probes both ways in the order it states, then keeps
- * one; it plans and holds the larger way's bytes, never both at once.
+ * one, and probes again after CL_SPLIT_REPROBE_STEPS; it plans and holds
+ * the larger way's bytes, never both at once. After split steps, the
+ * model's own arena (a forward) and an allocation that meets the limit (a
+ * data set) take the place of the twins' arenas.
  */
 #define _POSIX_C_SOURCE 200112L /* setenv */
 #include "core/internal.h"      /* cl_split_ran */
@@ -209,10 +212,11 @@ static void memory(void) {
 
 /* CONVLSTM_SPLIT=auto: its probe runs each way, two steps at a time (the
  * first of each untimed), three rounds; then one way for the next 500
- * steps; every step within float32 rounding of the usual step's; the plan
- * the larger way's, and the bytes held never both ways' at once. */
+ * steps, and then the probe again; every step within float32 rounding of
+ * the usual step's; the plan the larger way's, and the bytes held never
+ * both ways' at once. */
 static void automatic(void) {
-  enum { PROBE = 12, AFTER = 4 };
+  enum { PROBE = 4 * CL_SPLIT_PROBE_ROUNDS, AFTER = 4 };
   cl_config c = ctest_config(3, 4, 3, 3, 3, 1, 2);
   cl_model *a = model(&c, 0), *s = model(&c, 2);
   batch bt = batch_of(&c, B);
@@ -241,6 +245,18 @@ static void automatic(void) {
       CHECK(ran[step] == ran[PROBE], "auto, step %d ran on %d, the choice %d", step, ran[step],
             ran[PROBE]);
   }
+  /* the rest of the choice's steps, then a second probe, in the first's order */
+  for (int step = PROBE + AFTER; step < 2 * PROBE + CL_SPLIT_REPROBE_STEPS; step++) {
+    double ls = 0;
+    CHECK(cl_model_train_step(s, &bt.x, &bt.y, bt.tg, &adam, NULL, &ls) == CL_OK, "%s",
+          cl_model_error(s));
+    const int want = step < PROBE + CL_SPLIT_REPROBE_STEPS ? ran[PROBE]
+                     : (step - PROBE - CL_SPLIT_REPROBE_STEPS) % 4 >= 2 ? 2 : 0;
+    if (cl_split_ran(s) != want) {
+      CHECK(0, "auto, step %d ran split on %d, not %d", step, cl_split_ran(s), want);
+      break;
+    }
+  }
   cl_mem_stats st;
   cl_model_memory_stats(s, &st);
   CHECK(st.peak_reserved == larger, "auto held %zu at most, the larger way %zu",
@@ -256,6 +272,59 @@ static void automatic(void) {
   cl_model_free(s);
 }
 
+/* A forward after split steps (a fit's validation, a prediction) makes the
+ * model's own arena: the twins' arenas go first, so that the two never
+ * stand together; what the twins keep is their gradients and scratch.
+ * Measured against a model that never split, after the same calls. */
+static void then_forward(void) {
+  cl_config c = ctest_config(3, 4, 3, 3, 3, 1, 2);
+  cl_model *a = model(&c, 0), *s = model(&c, 1);
+  batch bt = batch_of(&c, B);
+  cl_model *both[2] = {a, s};
+  cl_mem_stats st[2];
+  for (int i = 0; i < 2; i++) {
+    double loss;
+    CHECK(cl_model_train_step(both[i], &bt.x, &bt.y, bt.tg, &adam, NULL, &loss) == CL_OK, "%s",
+          cl_model_error(both[i]));
+    if (i == 0) cl_model_empty_cache(a); /* its training arena: the split's went with its step */
+    CHECK(cl_model_forward(both[i], &bt.x, 0, NULL) == CL_OK, "%s", cl_model_error(both[i]));
+    cl_model_memory_stats(both[i], &st[i]);
+  }
+  CHECK(cl_split_ran(s) == 2, "the split step ran on %d threads", cl_split_ran(s));
+  const size_t kept = cl_model_n_params(s) * sizeof(float) + st[1].current[CL_MEM_WORKSPACE] -
+                      st[0].current[CL_MEM_WORKSPACE]; /* the second twin's gradients, scratch */
+  CHECK(st[1].reserved == st[0].reserved + kept,
+        "after a forward, the split model holds %zu bytes, the usual one %zu + the twins' %zu",
+        st[1].reserved, st[0].reserved, kept);
+  cl_model_free(a);
+  cl_model_free(s);
+}
+
+/* A limit met while the twins hold their arenas: a data set made after
+ * split steps takes their place, as it would take the model's own
+ * arena's (cl_model_alloc's retry), instead of failing for want of it. */
+static void data_after_split(void) {
+  cl_config c = ctest_config(3, 4, 3, 3, 3, 1, 2);
+  cl_model *s = model(&c, 1);
+  batch bt = batch_of(&c, B);
+  double loss;
+  CHECK(cl_model_train_step(s, &bt.x, &bt.y, bt.tg, &adam, NULL, &loss) == CL_OK &&
+            cl_split_ran(s) == 2, "%s", cl_model_error(s));
+  cl_mem_stats st;
+  cl_model_memory_stats(s, &st);
+  CHECK(cl_model_set_memory_limit(s, st.reserved + 1024) == CL_OK, "%s", cl_model_error(s));
+  cl_data *d = NULL;
+  cl_status r = cl_data_create(s, &bt.x, &bt.y, bt.tg, &d);
+  CHECK(r == CL_OK && d, "a data set where the twins' arenas were: %s", cl_model_error(s));
+  if (d) {
+    CHECK(cl_data_bytes(d) > 1024, "a data set of %zu bytes fits the slack", cl_data_bytes(d));
+    cl_data_free(d);
+  }
+  CHECK(cl_model_train_step(s, &bt.x, &bt.y, bt.tg, &adam, NULL, &loss) == CL_OK &&
+            cl_split_ran(s) == 2, "split again after: %s", cl_model_error(s));
+  cl_model_free(s);
+}
+
 int main(void) {
   fill_data();
   for (int k = 0; k <= CTEST_STEP_CASES; k++) {
@@ -265,6 +334,8 @@ int main(void) {
   one_thread();
   memory();
   automatic();
+  then_forward();
+  data_after_split();
   unsetenv("CONVLSTM_SPLIT");
   return ctest_done("test_core_split");
 }

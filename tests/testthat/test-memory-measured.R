@@ -43,6 +43,15 @@ run_probe <- function(case) {
 case_args <- function(case) paste0(names(case), "=", vapply(case, paste, "", collapse = ","))
 case_label <- function(case) paste(case_args(case), collapse = " ")
 
+# One probe's growth against its plan. Reserved arena pages the steps never
+# wrote count as planned (NA: no pagemap here, VmHWM alone measures); R
+# holds the call's result (a loss, or an inference forward's arrays).
+measured_planned <- function(v) {
+  untouched <- if (is.na(v[["untouched"]])) 0 else v[["untouched"]]
+  c(measured = v[["grow_create"]] + v[["grow_first"]] + untouched,
+    planned = v[["total"]] + v[["result_bytes"]])
+}
+
 # Random shapes and step options: dtype, checkpoint, accumulation, tbptt,
 # the training target, and inference keeping every output or the last
 # states. The model's options are drawn apart (random_options()).
@@ -264,9 +273,9 @@ test_that("measured: a first step with per-gate dropout grows the high-water mar
     label <- sprintf("batch %d: growth %.2f MiB (untouched %.2f), plan %.2f MiB", B,
                      (v[["grow_create"]] + v[["grow_first"]]) / 2^20, v[["untouched"]] / 2^20,
                      v[["total"]] / 2^20)
-    untouched <- if (is.na(v[["untouched"]])) 0 else v[["untouched"]]
-    measured <- v[["grow_create"]] + v[["grow_first"]] + untouched
-    planned <- v[["total"]] + v[["result_bytes"]]
+    mp <- measured_planned(v)
+    measured <- mp[["measured"]]
+    planned <- mp[["planned"]]
     expect_gt(v[["dropout_planned"]], 4 * B * 4 * 34 * 32 * 32) # the masks are planned
     expect_lte(abs(measured - planned), 0.01 * planned + 2 * 2^20, label = label)
     expect_lte(v[["grow_second"]], second_step_slack, label = paste("second step,", label))
@@ -302,10 +311,9 @@ test_that("measured: an encoder-forecaster's first step grows the high-water mar
   for (case in cases) {
     v <- run_probe(case)
     label <- case_label(case)
-    # reserved arena pages the step never wrote count as planned (NA: no pagemap)
-    untouched <- if (is.na(v[["untouched"]])) 0 else v[["untouched"]]
-    measured <- v[["grow_create"]] + v[["grow_first"]] + untouched
-    planned <- v[["total"]] + v[["result_bytes"]]
+    mp <- measured_planned(v)
+    measured <- mp[["measured"]]
+    planned <- mp[["planned"]]
     gaps <- c(gaps, measured - planned)
     expect_lte(abs(measured - planned), 0.01 * planned + 2 * 2^20, label = label)
     if (identical(case$mode, "seq2seq")) {
@@ -338,9 +346,9 @@ test_that("measured: a step split by batch on two threads grows the high-water m
   for (case in cases) {
     v <- run_probe(case)
     label <- case_label(case)
-    untouched <- if (is.na(v[["untouched"]])) 0 else v[["untouched"]]
-    measured <- v[["grow_create"]] + v[["grow_first"]] + untouched
-    planned <- v[["total"]] + v[["result_bytes"]]
+    mp <- measured_planned(v)
+    measured <- mp[["measured"]]
+    planned <- mp[["planned"]]
     expect_equal(v[["threads_planned"]], 2, label = paste("threads in the plan:", label))
     expect_equal(v[["peak_reserved"]], v[["reserved"]], label = paste("reserved:", label))
     expect_lte(abs(measured - planned), 0.01 * planned + 2 * 2^20, label = label)
