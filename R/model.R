@@ -67,9 +67,11 @@
 #'   activations apart, as [convlstm_memory_estimate()] shows. `"auto"` times
 #'   both ways over the first 12 steps and every 500 steps after, and runs the
 #'   faster: its results then depend on the timings, so runs are not bit for
-#'   bit alike. The split applies to steps without gradient accumulation,
-#'   dropout, a carried or given state or a communicator; the others split
-#'   each call. `print(model)` says which was asked for.
+#'   bit alike. With gradient accumulation each thread runs its share of
+#'   the batch in smaller micro-batches, and with dropout each draws its own
+#'   sequences' masks (the same masks as the usual step). Steps with a
+#'   carried or given state or a communicator split each call.
+#'   `print(model)` says which was asked for.
 #' @param dilation Dilation of each layer's convolution, in the forms of
 #'   `kernel_sizes` (a number for every layer, one per layer, or a list of
 #'   `c(height, width)` pairs). Padding stays "same": `dilation * (k - 1) /

@@ -78,11 +78,11 @@ static cl_status fill_rows(cl_model *m, int l, int k, float *dev, const float *g
   return CL_OK;
 }
 
-cl_status cl_dropout_upload(cl_model *m, const cl_step_options *o, int b0, int b) {
+cl_status cl_dropout_upload(cl_model *m, const cl_step_options *o, int b0, int b, int first) {
   const cl_step *st = &m->step;
   /* the seed the draws read, staged as x is: a recorded step's upload
    * copies each call's own (cuda_graph.cu) */
-  if (b0 == 0 && st->seed && o && o->draw_masks)
+  if (first && st->seed && o && o->draw_masks)
     CL_TRY(cl_put_bytes(m, st->seed, &o->dropout_seed, sizeof o->dropout_seed));
   for (int l = 0; l < m->cfg.n_layers; l++) {
     const cl_layer *L = &m->layer[l];

@@ -218,7 +218,7 @@ cl_status cl_step_run(cl_model *m, cl_call *c, const cl_program *step, const cl_
       CL_TRY(cl_vals_zero(m));
       break;
     case CL_OP_MICRO_BATCH: /* these sequences' masks, staged as x, then their ops */
-      CL_TRY(cl_dropout_upload(m, opts, o->t0, o->len));
+      CL_TRY(cl_dropout_upload(m, opts, o->t0, o->len, o->t0 == 0));
       CL_TRY(cl_program_run(m, c, &prog[o->hi], x, y, tg, o->t0, o->len, ls, &v->loss));
       break;
     case CL_OP_REDUCE: /* before unscaling, clipping and the guard: every rank decides alike */

@@ -317,7 +317,7 @@ cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training,
   int from = cl_state_initial(m, 0, ih, ic);
   if (training) {
     CL_TRY(cl_dropout_check(m, opts));
-    CL_TRY(cl_dropout_upload(m, opts, 0, B));
+    CL_TRY(cl_dropout_upload(m, opts, 0, B, 1));
     CL_TRY(cl_put_host(m, st->x, g.dtype, x, cl_block_all(x)));
     CL_TRY(cl_forward_segment(m, B, T, st->x, from ? ih : NULL, from ? ic : NULL));
   } else {

@@ -603,7 +603,8 @@ cl_status cl_dist_finish(cl_model *m, cl_call *c, double *loss);
  * cl_dropout_check: a training call has (or draws) the masks its layers need.
  * cl_dropout_upload: sequences b0..b0+b-1 of them into the step's mask
  * buffers (each micro-batch its own rows): drawn there (draw_masks) or,
- * given, uploaded.
+ * given, uploaded; first: the call's first micro-batch on m, which stages
+ * the seed (a split step's threads start at other rows).
  * cl_dropout_input / cl_dropout_hidden: *out = the masked input of layer l
  * over len steps of b sequences (or len steps of h), in the shared buffer
  * (per-gate masks: the 4 copies its grouped convolution reads), or x itself
@@ -617,7 +618,7 @@ cl_status cl_dist_finish(cl_model *m, cl_call *c, double *loss);
  * cl_dropout_input_step_grad: dx (+)= mask * conv_transpose(dz) through the
  * input half of one step (free-running's fed-back steps). */
 cl_status cl_dropout_check(cl_model *m, const cl_step_options *o);
-cl_status cl_dropout_upload(cl_model *m, const cl_step_options *o, int b0, int b);
+cl_status cl_dropout_upload(cl_model *m, const cl_step_options *o, int b0, int b, int first);
 cl_status cl_dropout_input(cl_model *m, int l, int b, int len, const void *x, const void **out);
 cl_status cl_dropout_hidden(cl_model *m, int l, int b, int len, const void *h, const void **out);
 cl_status cl_dropout_input_grad(cl_model *m, int l, int b, int len, const void *dz, float *dx);
@@ -860,9 +861,10 @@ size_t cl_tensor_numel(const cl_model *m, int i);
  * probe or its choice says; 0 lets the twins go); cl_split_timed: the step's seconds, for the
  * probe. cl_split_twins: the n one-thread models that run it, made (or
  * kept) now; cl_split_twin: the first, NULL before. cl_split_step: the step
- * on n threads, with the update args u and loss scale ls (in place of
- * train.c's launch_step). cl_split_ran: the threads the model's last
- * training step ran on, 0 when it was not split (for tests). */
+ * on n threads, with the update args u, loss scale ls and the call's
+ * options (dropout's seed or masks), in place of train.c's launch_step.
+ * cl_split_ran: the threads the model's last training step ran on, 0 when
+ * it was not split (for tests). */
 int cl_split_schedule(const cl_model *m, const cl_schedule *g, const cl_call *c,
                       cl_schedule *gm);
 int cl_split_use(cl_model *m, int n);
@@ -870,8 +872,9 @@ void cl_split_timed(cl_model *m, double seconds);
 cl_status cl_split_twins(cl_model *m, int n);
 const cl_model *cl_split_twin(const cl_model *m);
 cl_status cl_split_step(cl_model *m, cl_call *c, const cl_source *x, const cl_source *y,
-                        cl_target tg, float ls, const cl_update_args *u, const cl_schedule *g,
-                        const cl_schedule *gm, int n);
+                        cl_target tg, float ls, const cl_update_args *u,
+                        const cl_step_options *opts, const cl_schedule *g, const cl_schedule *gm,
+                        int n);
 int cl_split_ran(const cl_model *m);
 /* The twins given back (empty_cache), the probe's books kept; all (free). */
 void cl_split_release(cl_model *m);

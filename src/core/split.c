@@ -14,8 +14,10 @@
  *
  * How: the step is run as accumulation runs it (train.c), its
  * micro-batches of ceil(B / threads) sequences each weighted by its share
- * of the batch, but each micro-batch on a thread of its own, in a twin: a
- * model of the same configuration on one thread, with its own step arena,
+ * of the batch, but each micro-batch on a thread of its own (with
+ * accumulation's a micro-batches, each thread runs about a smaller ones in
+ * turn, so that the threads' arenas together hold what the usual step's
+ * does), in a twin: a model of the same configuration on one thread, with its own step arena,
  * its own gradients and the model's parameters (read, never written, in a
  * step). The twins' gradients and losses are summed into the model's, and
  * the model's own update runs once, as in any step: unscaling, clipping,
@@ -123,21 +125,24 @@ void cl_split_timed(cl_model *m, double seconds) {
 /* Threads the step of g with call c splits its batch across, and its
  * micro-batch schedule gm; 0 where it runs as usual: a model not asked, one
  * thread, a batch of one, and what the twins cannot share (a
- * communicator, accumulation, dropout's masks, a state carried or given, a
- * device of its own). */
+ * communicator, a state carried or given, a device of its own). Dropout's
+ * masks are drawn per sequence (dropout.c): each thread draws its own.
+ * With accumulation's a micro-batches, each thread runs about a of its
+ * own, so that the threads' arenas together hold about what the usual
+ * step's one does. */
 int cl_split_schedule(const cl_model *m, const cl_schedule *g, const cl_call *c,
                       cl_schedule *gm) {
   if (!m->split_mode || !g->training || !m->be->iface->host_accessible) return 0;
   int n = cl_cpu_threads(m->be->n_threads);
   if (n > g->B) n = g->B;
   if (n > CL_SPLIT_MAX) n = CL_SPLIT_MAX;
-  if (n < 2 || c->comm || g->Bm != g->B || g->state != CL_STATE_ZERO || m->held) return 0;
+  if (n < 2 || c->comm || g->state != CL_STATE_ZERO || m->held) return 0;
   if (!m->be->iface->grad_add) return 0;
-  for (int l = 0; l < m->cfg.n_layers; l++)
-    if (m->cfg.dropout[l] > 0 || m->cfg.recurrent_dropout[l] > 0) return 0;
-  *gm = *g; /* accumulation's: micro-batches of Bm, one per thread */
-  gm->Bm = (g->B + n - 1) / n;
-  return cl_micro_batches(gm, NULL); /* fewer where n does not divide B evenly */
+  const int a = cl_micro_batches(g, NULL);
+  *gm = *g; /* accumulation's schedule, of about n a micro-batches */
+  gm->Bm = (g->B + n * a - 1) / (n * a);
+  const int k = cl_micro_batches(gm, NULL); /* fewer where n a does not divide B evenly */
+  return k < n ? k : n;
 }
 
 /* n twins of m's configuration (made again when it changed), charged to m. */
@@ -165,29 +170,36 @@ cl_status cl_split_twins(cl_model *m, int n) {
   return CL_OK;
 }
 
-/* A thread's micro-batch: sequences b0 .. b0 + b - 1, its loss times its
- * share into its twin's results, its gradients into the twin's. */
+/* A thread's micro-batches j0 .. j1 - 1 of gm's schedule: each one's loss
+ * times its share into its twin's results, its gradients into the twin's. */
 typedef struct split_job {
   cl_model *t;
   cl_call c; /* each its own: a pass writes its last_pass */
-  const cl_program *prog;
-  int b0, b;
+  const cl_program *prog; /* the twin's: [0] a whole micro-batch's, [1] the last's */
+  int j0, j1;
   cl_status s;
 } split_job;
 
-static cl_status run_job(split_job *j, const cl_source *x, const cl_source *y, cl_target tg,
-                         float ls) {
+static cl_status run_job(split_job *j, const cl_schedule *gm, const cl_source *x,
+                         const cl_source *y, cl_target tg, float ls, const cl_step_options *o) {
+  int last;
+  const int k = cl_micro_batches(gm, &last);
   CL_TRY(cl_model_zero_grad(j->t));
   CL_TRY(cl_vals_zero(j->t));
-  return cl_program_run(j->t, &j->c, j->prog, x, y, tg, j->b0, j->b, ls, &cl_vals(j->t)->loss);
+  for (int i = j->j0; i < j->j1; i++) {
+    const int b0 = i * gm->Bm, b = i == k - 1 ? last : gm->Bm;
+    CL_TRY(cl_dropout_upload(j->t, o, b0, b, i == j->j0)); /* its sequences' masks */
+    CL_TRY(cl_program_run(j->t, &j->c, &j->prog[i == k - 1], x, y, tg, b0, b, ls,
+                          &cl_vals(j->t)->loss));
+  }
+  return CL_OK;
 }
 
 /* Each twin's step buffers and programs for the micro-batch schedule, made
  * on this thread before any runs (nothing is allocated inside the step). */
 static cl_status prepare_jobs(cl_model *m, const cl_call *c, const cl_schedule *gm,
                               cl_target tg, int n, split_job *job) {
-  int last;
-  cl_micro_batches(gm, &last);
+  const int k = cl_micro_batches(gm, NULL);
   for (int i = 0; i < n; i++) {
     cl_model *t = m->twins.m[i];
     t->params = m->params;
@@ -197,7 +209,7 @@ static cl_status prepare_jobs(cl_model *m, const cl_call *c, const cl_schedule *
     if (s == CL_OK) s = cl_step_programs(t, tg, &prog);
     if (s != CL_OK) return cl_fail(m, s, "thread %d of a split step: %s", i + 1, t->err);
     t->phase = CL_PHASE_CONSUMED;
-    job[i] = (split_job){t, *c, &prog[i == n - 1], i * gm->Bm, i == n - 1 ? last : gm->Bm, CL_OK};
+    job[i] = (split_job){t, *c, prog, i * k / n, (i + 1) * k / n, CL_OK};
   }
   return CL_OK;
 }
@@ -205,8 +217,9 @@ static cl_status prepare_jobs(cl_model *m, const cl_call *c, const cl_schedule *
 const cl_model *cl_split_twin(const cl_model *m) { return m->twins.n ? m->twins.m[0] : NULL; }
 
 cl_status cl_split_step(cl_model *m, cl_call *c, const cl_source *x, const cl_source *y,
-                        cl_target tg, float ls, const cl_update_args *u, const cl_schedule *g,
-                        const cl_schedule *gm, int n) {
+                        cl_target tg, float ls, const cl_update_args *u,
+                        const cl_step_options *opts, const cl_schedule *g, const cl_schedule *gm,
+                        int n) {
   cl_step_release(m); /* its arena would hold the whole batch's activations beside the twins' */
   CL_TRY(cl_split_twins(m, n));
   m->split->ran = 0;
@@ -219,7 +232,7 @@ cl_status cl_split_step(cl_model *m, cl_call *c, const cl_source *x, const cl_so
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(n) schedule(static, 1)
 #endif
-  for (int i = 0; i < n; i++) job[i].s = run_job(&job[i], x, y, tg, ls);
+  for (int i = 0; i < n; i++) job[i].s = run_job(&job[i], gm, x, y, tg, ls, opts);
   cl_step_vals *v = cl_vals(m);
   CL_TRY(cl_vals_zero(m));
   for (int i = 0; i < n; i++) {

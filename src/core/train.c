@@ -141,7 +141,7 @@ static cl_status train_step(cl_model *m, cl_call *c, const cl_source *x, const c
    * cell): the update's guard refuses them, after clipping */
   u.check_loss = !half;
   if (split) {
-    CL_TRY(cl_split_step(m, c, x, y, target, ls, &u, &g, &gm, split));
+    CL_TRY(cl_split_step(m, c, x, y, target, ls, &u, opts, &g, &gm, split));
   } else {
     const cl_program *prog = NULL;
     CL_TRY(cl_step_programs(m, target, &prog));
