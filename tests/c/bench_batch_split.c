@@ -17,6 +17,8 @@
  *
  * Beside them, the step split by batch inside one model (core/split.c,
  * CONVLSTM_SPLIT=batch), and auto, which probes both ways first.
+ * BENCH_ACCUMULATION=a runs every step with accumulation_steps = a (each
+ * rank on its half; the split step's threads on their shares).
  *
  * Prints per round the medians (s/step, after one warm-up step) and the
  * speed-ups over one thread; then the bytes (the ranks hold the
@@ -42,6 +44,7 @@ static const cl_optim adam = {CL_OPTIM_ADAM, 1e-3, 0.9, 0.999, 1e-8, 0, 0, 0, 0,
 typedef struct bench {
   cl_config cfg;
   int B, T, H, W, steps;
+  int accumulation; /* accumulation_steps of every step */
   int K; /* an encoder-forecaster's target frames; 0: a plain stack */
   float *x, *y;
 } bench;
@@ -81,6 +84,7 @@ static size_t plan_bytes(cl_model *m, const bench *b, int rows) {
   cl_step_options o;
   memset(&o, 0, sizeof o);
   o.horizon = b->K;
+  o.accumulation_steps = b->accumulation;
   cl_plan p;
   if (cl_model_plan(m, rows, b->T, b->H, b->W, 1, &adam, &o, &p) != CL_OK) return 0;
   const size_t total = p.total;
@@ -97,9 +101,12 @@ static double whole(const bench *b, int threads, int how, double *first_loss, si
   arrays(b, 0, b->B, &xa, &ya);
   double *sec = malloc((size_t)b->steps * sizeof *sec), loss = 0;
   const int warm = how == 2 ? 12 : 1;
+  cl_step_options o;
+  memset(&o, 0, sizeof o);
+  o.accumulation_steps = b->accumulation;
   for (int s = -warm; s < b->steps; s++) {
     double t0 = bench_now();
-    if (cl_model_train_step(m, &xa, &ya, target_of(b), &adam, NULL, &loss) != CL_OK) {
+    if (cl_model_train_step(m, &xa, &ya, target_of(b), &adam, &o, &loss) != CL_OK) {
       fprintf(stderr, "bench_batch_split: train_step: %s\n", cl_model_error(m));
       exit(2);
     }
@@ -137,6 +144,7 @@ static void *rank_main(void *arg) {
   memset(&o, 0, sizeof o);
   o.comm = j->comm;
   o.comm_share = (double)j->rows / b->B;
+  o.accumulation_steps = b->accumulation;
   double loss = 0;
   j->status = cl_model_broadcast_params(m, j->comm, 0);
   for (int s = -1; s < b->steps && j->status == CL_OK; s++) {
@@ -216,9 +224,11 @@ int main(int argc, char **argv) {
   int rounds = 3;
   if (argc > 1 && strcmp(argv[1], "forecaster") == 0) forecaster_args(argc, argv, &b, &rounds);
   else plain_args(argc, argv, &b, &rounds);
-  if (b.B < RANKS || b.steps < 1 || rounds < 1 || b.cfg.n_layers < 1) {
-    fprintf(stderr, "bench_batch_split: a batch of %d rows or more, steps and rounds >= 1\n",
-            RANKS);
+  const char *acc = getenv("BENCH_ACCUMULATION");
+  b.accumulation = acc ? atoi(acc) : 1;
+  if (b.B < RANKS || b.steps < 1 || rounds < 1 || b.cfg.n_layers < 1 || b.accumulation < 1) {
+    fprintf(stderr, "bench_batch_split: a batch of %d rows or more, steps and rounds >= 1, "
+            "BENCH_ACCUMULATION >= 1\n", RANKS);
     return 2;
   }
   const int top = b.cfg.hidden_dims[b.cfg.n_layers - 1];
@@ -229,9 +239,10 @@ int main(int argc, char **argv) {
   bench_rng = 7;
   for (size_t i = 0; i < nx; i++) b.x[i] = (float)bench_uniform01(NULL);
   for (size_t i = 0; i < ny; i++) b.y[i] = (float)bench_uniform01(NULL);
-  printf("%s, batch %d, T %d (+ %d), %dx%d, input %d, hidden %d (layers %d), kernel %d: median "
-         "s/step of %d steps\n", b.K ? "encoder-forecaster" : "plain stack", b.B, b.T, b.K, b.H, b.W,
-         b.cfg.input_dim, b.cfg.hidden_dims[0], b.cfg.n_layers, b.cfg.kernel_sizes[0], b.steps);
+  printf("%s, batch %d, T %d (+ %d), %dx%d, input %d, hidden %d (layers %d), kernel %d, "
+         "accumulation %d: median s/step of %d steps\n", b.K ? "encoder-forecaster" : "plain stack",
+         b.B, b.T, b.K, b.H, b.W, b.cfg.input_dim, b.cfg.hidden_dims[0], b.cfg.n_layers,
+         b.cfg.kernel_sizes[0], b.accumulation, b.steps);
   int rc = 0;
   size_t plan1 = 0, plan2 = 0, plans = 0, plane = 0, plana = 0;
   for (int r = 1; r <= rounds; r++) {
