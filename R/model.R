@@ -69,8 +69,9 @@
 #'   faster: its results then depend on the timings, so runs are not bit for
 #'   bit alike. With gradient accumulation each thread runs its share of
 #'   the batch in smaller micro-batches, and with dropout each draws its own
-#'   sequences' masks (the same masks as the usual step). Steps with a
-#'   carried or given state or a communicator split each call.
+#'   sequences' masks (the same masks as the usual step); a carried state
+#'   is the model's, each thread keeping its own rows. Steps of a
+#'   data-parallel communicator split each call.
 #'   `print(model)` says which was asked for.
 #' @param dilation Dilation of each layer's convolution, in the forms of
 #'   `kernel_sizes` (a number for every layer, one per layer, or a list of

@@ -61,9 +61,11 @@ static cl_config twin_config(const cl_model *m) {
   return c;
 }
 
-/* A twin's parameters are m's, and the first twin's gradients too. */
+/* A twin's parameters are m's, and its carried state; the first twin's
+ * gradients too. */
 static void twin_free(cl_model *t, int first) {
   t->params = NULL;
+  t->held = NULL;
   if (first) t->grads = NULL;
   cl_model_unmake(t);
 }
@@ -125,8 +127,10 @@ void cl_split_timed(cl_model *m, double seconds) {
 /* Threads the step of g with call c splits its batch across, and its
  * micro-batch schedule gm; 0 where it runs as usual: a model not asked, one
  * thread, a batch of one, and what the twins cannot share (a
- * communicator, a state carried or given, a device of its own). Dropout's
- * masks are drawn per sequence (dropout.c): each thread draws its own.
+ * communicator, a device of its own). Dropout's masks are drawn per
+ * sequence (dropout.c): each thread draws its own. A carried state is
+ * the model's, each thread reading and keeping its own rows; a given
+ * state is uploaded whole into each thread's planned buffers.
  * With accumulation's a micro-batches, each thread runs about a of its
  * own, so that the threads' arenas together hold about what the usual
  * step's one does. */
@@ -136,7 +140,7 @@ int cl_split_schedule(const cl_model *m, const cl_schedule *g, const cl_call *c,
   int n = cl_cpu_threads(m->be->n_threads);
   if (n > g->B) n = g->B;
   if (n > CL_SPLIT_MAX) n = CL_SPLIT_MAX;
-  if (n < 2 || c->comm || g->state != CL_STATE_ZERO || m->held) return 0;
+  if (n < 2 || c->comm) return 0;
   if (!m->be->iface->grad_add) return 0;
   const int a = cl_micro_batches(g, NULL);
   *gm = *g; /* accumulation's schedule, of about n a micro-batches */
@@ -186,6 +190,7 @@ static cl_status run_job(split_job *j, const cl_schedule *gm, const cl_source *x
   const int k = cl_micro_batches(gm, &last);
   CL_TRY(cl_model_zero_grad(j->t));
   CL_TRY(cl_vals_zero(j->t));
+  CL_TRY(cl_state_upload(j->t, o)); /* a given state, whole: rows are read at b0 */
   for (int i = j->j0; i < j->j1; i++) {
     const int b0 = i * gm->Bm, b = i == k - 1 ? last : gm->Bm;
     CL_TRY(cl_dropout_upload(j->t, o, b0, b, i == j->j0)); /* its sequences' masks */
@@ -204,6 +209,10 @@ static cl_status prepare_jobs(cl_model *m, const cl_call *c, const cl_schedule *
     cl_model *t = m->twins.m[i];
     t->params = m->params;
     if (i == 0) t->grads = m->grads; /* the first thread's gradients are the model's */
+    t->held = m->held; /* a carried state: each thread reads and keeps its rows */
+    t->held_bytes = m->held_bytes;
+    t->held_B = m->held_B, t->held_H = m->held_H, t->held_W = m->held_W;
+    t->held_dtype = m->held_dtype;
     const cl_program *prog;
     cl_status s = cl_step_prepare(t, gm);
     if (s == CL_OK) s = cl_step_programs(t, tg, &prog);

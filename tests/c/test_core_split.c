@@ -77,6 +77,26 @@ static void fill_data(void) {
   for (size_t i = 0; i < sizeof ys / sizeof ys[0]; i++) ys[i] = (float)(uniform01(NULL) - 0.5);
 }
 
+/* Where the steps start (compare): zeros, given (the whole batch's h and c
+ * of each layer, uploaded into each thread's buffers) or carried between
+ * steps (each thread reading and keeping its own rows of the model's). */
+static cl_state_mode state_mode = CL_STATE_ZERO;
+static cl_host_array given[2 * CL_MAX_LAYERS];
+static float given_v[2 * CL_MAX_LAYERS][B * 8 * H * W];
+
+static void fill_given(const cl_config *c) {
+  for (int l = 0; l < c->n_layers; l++)
+    for (int w = 0; w < 2; w++) {
+      const int hid = c->hidden_dims[l];
+      CHECK(B * hid * H * W <= (int)(sizeof given_v[0] / sizeof(float)), "layer %d: hidden %d",
+            l, hid);
+      for (int i = 0; i < B * hid * H * W; i++)
+        given_v[2 * l + w][i] = (float)(uniform01(NULL) - 0.5);
+      given[2 * l + w] =
+          (cl_host_array){given_v[2 * l + w], CL_HOST_TORCH_F32, 4, {B, hid, H, W, 0}};
+    }
+}
+
 /* The tolerance of the split against the usual step: float32's rounding,
  * or a 16-bit storage type's (activations rounded after sums that ran in
  * another order may round the other way). */
@@ -92,6 +112,8 @@ static void compare(const char *what, cl_config c, int k) {
   const char *name = ctest_step_case(k, &o, &dt);
   o.draw_masks = 1;
   o.dropout_seed = 20261202u;
+  o.state_mode = state_mode;
+  if (state_mode == CL_STATE_GIVEN) o.state = given;
   if (k == CTEST_STEP_CASES) { /* and float16 alone, the loss scaled on each thread */
     dt = CL_F16;
     name = "float16";
@@ -358,6 +380,17 @@ int main(void) {
     compare(what, c, 3); /* accumulation: each thread's micro-batches draw their own */
     compare(what, c, 5); /* checkpoint's recomputation reads the masks it drew */
   }
+  cl_config stack = ctest_config(3, 4, 3, 3, 3, 1, 2);
+  fill_given(&stack);
+  state_mode = CL_STATE_GIVEN;
+  compare("given state", stack, 0);
+  compare("given state", stack, 3);
+  compare("given state", stack, 5);
+  state_mode = CL_STATE_CARRY; /* three steps, each from the state the one before kept */
+  compare("carried state", stack, 0);
+  compare("carried state", stack, 3);
+  compare("carried state", stack, 5);
+  state_mode = CL_STATE_ZERO;
   one_thread();
   memory();
   automatic();
