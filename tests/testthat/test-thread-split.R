@@ -79,50 +79,42 @@ test_that("a split step holds what its memory estimate said, each thread's buffe
   expect_gt(s$peak_reserved, 0)
 })
 
-test_that("dropout, accumulation and a carried state split too, as the usual step to rounding", {
-  p <- split_pair(dropout = 0.25, recurrent_dropout = 0.25)
-  on.exit(lapply(p, convlstm_release))
-  set.seed(6)
-  x <- array(stats::runif(4 * 3 * 3 * 5 * 5), dim = c(4, 3, 3, 5, 5))
-  y <- array(stats::runif(4 * 3 * 5 * 5), dim = c(4, 3, 5, 5))
-  est <- convlstm_memory_estimate(p$batch, 4, 3, 5, 5, optimizer = convlstm_optimizer_sgd(lr = 0.1))
+# The pair's split model against its usual one over steps of x and y with
+# the step options in ...: losses and parameters to float32 rounding, the
+# split's estimate listing the threads' rows and its peak what it said.
+# seeds: R's generator before each step (dropout's masks), the same for both.
+split_agrees <- function(p, x, y, steps, seeds = NULL, ...) {
+  opt <- convlstm_optimizer_sgd(lr = 0.1)
+  d <- dim(x)
+  est <- convlstm_memory_estimate(p$batch, d[1], d[2], d[4], d[5], optimizer = opt, ...)
   expect_true(any(grepl("^thread 2:", attr(est, "plan")$name)))
-  for (step in 1:2) { # each step's masks from R's generator, the same for both
-    set.seed(7 + step)
-    lc <- convlstm_train_step(p$call, x, y, convlstm_optimizer_sgd(lr = 0.1))
-    set.seed(7 + step)
-    lb <- convlstm_train_step(p$batch, x, y, convlstm_optimizer_sgd(lr = 0.1))
+  for (step in seq_len(steps)) {
+    if (!is.null(seeds)) set.seed(seeds[step])
+    lc <- convlstm_train_step(p$call, x, y, opt, ...)
+    if (!is.null(seeds)) set.seed(seeds[step])
+    lb <- convlstm_train_step(p$batch, x, y, opt, ...)
     expect_equal(lb, lc, tolerance = 1e-6)
   }
-  # masks drawn apart from the call's would move the loss by far more
   expect_equal(p$batch$parameters, p$call$parameters, tolerance = 1e-6)
   expect_equal(convlstm_memory_stats(p$batch)$peak_reserved,
                est$bytes[est$category == "reserved"])
+}
+
+test_that("dropout, accumulation and a carried state split too, as the usual step to rounding", {
+  set.seed(6)
+  x <- array(stats::runif(4 * 3 * 3 * 5 * 5), dim = c(4, 3, 3, 5, 5))
+  y <- array(stats::runif(4 * 3 * 5 * 5), dim = c(4, 3, 5, 5))
+  # masks drawn apart from the usual step's would move the loss by far more
+  p <- split_pair(dropout = 0.25, recurrent_dropout = 0.25)
+  on.exit(lapply(p, convlstm_release))
+  split_agrees(p, x, y, 2, seeds = c(8, 9))
   q <- split_pair()
   on.exit(lapply(q, convlstm_release), add = TRUE)
-  est <- convlstm_memory_estimate(q$batch, 4, 3, 5, 5, accumulation_steps = 2,
-                                  optimizer = convlstm_optimizer_sgd(lr = 0.1))
-  expect_true(any(grepl("^thread 2:", attr(est, "plan")$name)))
-  lc <- convlstm_train_step(q$call, x, y, convlstm_optimizer_sgd(lr = 0.1), accumulation_steps = 2)
-  lb <- convlstm_train_step(q$batch, x, y, convlstm_optimizer_sgd(lr = 0.1), accumulation_steps = 2)
-  expect_equal(lb, lc, tolerance = 1e-6)
-  expect_equal(q$batch$parameters, q$call$parameters, tolerance = 1e-6)
-  expect_equal(convlstm_memory_stats(q$batch)$peak_reserved,
-               est$bytes[est$category == "reserved"])
+  split_agrees(q, x, y, 1, accumulation_steps = 2)
   # a carried state: each thread reads and keeps its own rows of the model's
   r <- split_pair()
   on.exit(lapply(r, convlstm_release), add = TRUE)
-  est <- convlstm_memory_estimate(r$batch, 4, 3, 5, 5, state = "carry",
-                                  optimizer = convlstm_optimizer_sgd(lr = 0.1))
-  expect_true(any(grepl("^thread 2:", attr(est, "plan")$name)))
-  for (step in 1:3) {
-    lc <- convlstm_train_step(r$call, x, y, convlstm_optimizer_sgd(lr = 0.1), state = "carry")
-    lb <- convlstm_train_step(r$batch, x, y, convlstm_optimizer_sgd(lr = 0.1), state = "carry")
-    expect_equal(lb, lc, tolerance = 1e-6)
-  }
-  expect_equal(r$batch$parameters, r$call$parameters, tolerance = 1e-6)
-  expect_equal(convlstm_memory_stats(r$batch)$peak_reserved,
-               est$bytes[est$category == "reserved"])
+  split_agrees(r, x, y, 3, state = "carry")
 })
 
 test_that("thread_split = \"auto\" probes both ways, then keeps one, each step as the usual one", {
