@@ -70,8 +70,8 @@
 #'   bit alike. With gradient accumulation each thread runs its share of
 #'   the batch in smaller micro-batches, and with dropout each draws its own
 #'   sequences' masks (the same masks as the usual step); a carried state
-#'   is the model's, each thread keeping its own rows. Steps of a
-#'   data-parallel communicator split each call.
+#'   is the model's, each thread keeping its own rows; in data-parallel
+#'   training the ranks sum the model's gradients once its threads' are in.
 #'   `print(model)` says which was asked for.
 #' @param dilation Dilation of each layer's convolution, in the forms of
 #'   `kernel_sizes` (a number for every layer, one per layer, or a list of

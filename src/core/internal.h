@@ -855,7 +855,7 @@ void cl_convert_tensor(const cl_model *m, int i, float *flat, float *t, int to_t
 size_t cl_tensor_numel(const cl_model *m, int i);
 
 /* split.c: a training step split by batch across a CPU model's threads.
- * cl_split_schedule: the threads the step of g and call c could run on,
+ * cl_split_schedule: the threads the step of g could run on,
  * and its micro-batch schedule gm; 0 for the usual step. cl_split_use:
  * whether this step of n such threads runs split (CL_SPLIT_AUTO: as its
  * probe or its choice says; 0 lets the twins go); cl_split_timed: the step's seconds, for the
@@ -865,8 +865,7 @@ size_t cl_tensor_numel(const cl_model *m, int i);
  * options (dropout's seed or masks), in place of train.c's launch_step.
  * cl_split_ran: the threads the model's last training step ran on, 0 when
  * it was not split (for tests). */
-int cl_split_schedule(const cl_model *m, const cl_schedule *g, const cl_call *c,
-                      cl_schedule *gm);
+int cl_split_schedule(const cl_model *m, const cl_schedule *g, cl_schedule *gm);
 int cl_split_use(cl_model *m, int n);
 void cl_split_timed(cl_model *m, double seconds);
 cl_status cl_split_twins(cl_model *m, int n);

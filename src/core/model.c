@@ -128,10 +128,8 @@ cl_status cl_model_plan(cl_model *m, int B, int T, int H, int W, int training,
   CL_TRY(public_geom(m, B, T, H, W, training, opts, &g));
   if (opts && opts->plan_target) cl_schedule_target(m, (cl_target)(opts->plan_target - 1), &g);
   char err[CL_ERRMSG_LEN];
-  cl_call c = cl_call_plain();
-  c.comm = opts ? opts->comm : NULL;
   cl_schedule gm; /* a step split by batch: its threads' buffers are the plan (split.c) */
-  const int split = training ? cl_split_schedule(m, &g, &c, &gm) : 0;
+  const int split = training ? cl_split_schedule(m, &g, &gm) : 0;
   if (split) CL_TRY(cl_split_twins(m, split));
   cl_status st = split ? cl_plan_build_split(m, cl_split_twin(m), &gm, split, opt, out, err,
                                              sizeof err)

@@ -124,23 +124,22 @@ void cl_split_timed(cl_model *m, double seconds) {
   sp->at = (sp->at + 1) % (PROBE_STEPS + REPROBE_STEPS);
 }
 
-/* Threads the step of g with call c splits its batch across, and its
- * micro-batch schedule gm; 0 where it runs as usual: a model not asked, one
- * thread, a batch of one, and what the twins cannot share (a
- * communicator, a device of its own). Dropout's masks are drawn per
- * sequence (dropout.c): each thread draws its own. A carried state is
- * the model's, each thread reading and keeping its own rows; a given
- * state is uploaded whole into each thread's planned buffers.
- * With accumulation's a micro-batches, each thread runs about a of its
- * own, so that the threads' arenas together hold about what the usual
- * step's one does. */
-int cl_split_schedule(const cl_model *m, const cl_schedule *g, const cl_call *c,
-                      cl_schedule *gm) {
+/* Threads the step of g splits its batch across, and its micro-batch
+ * schedule gm; 0 where it runs as usual: a model not asked, one thread, a
+ * batch of one, a device of its own. Dropout's masks are drawn per
+ * sequence (dropout.c): each thread draws its own. A carried state is the
+ * model's, each thread reading and keeping its own rows; a given state is
+ * uploaded whole into each thread's planned buffers; a communicator sums
+ * the model's gradients once the threads' are in (reduce_ranks). With
+ * accumulation's a micro-batches, each thread runs about a of its own, so
+ * that the threads' arenas together hold about what the usual step's one
+ * does. */
+int cl_split_schedule(const cl_model *m, const cl_schedule *g, cl_schedule *gm) {
   if (!m->split_mode || !g->training || !m->be->iface->host_accessible) return 0;
   int n = cl_cpu_threads(m->be->n_threads);
   if (n > g->B) n = g->B;
   if (n > CL_SPLIT_MAX) n = CL_SPLIT_MAX;
-  if (n < 2 || c->comm) return 0;
+  if (n < 2) return 0;
   if (!m->be->iface->grad_add) return 0;
   const int a = cl_micro_batches(g, NULL);
   *gm = *g; /* accumulation's schedule, of about n a micro-batches */
@@ -219,8 +218,22 @@ static cl_status prepare_jobs(cl_model *m, const cl_call *c, const cl_schedule *
     if (s != CL_OK) return cl_fail(m, s, "thread %d of a split step: %s", i + 1, t->err);
     t->phase = CL_PHASE_CONSUMED;
     job[i] = (split_job){t, *c, prog, i * k / n, (i + 1) * k / n, CL_OK};
+    job[i].c.comm = NULL; /* the ranks sum the model's gradients, once the threads' are in */
   }
   return CL_OK;
+}
+
+/* A communicator's buckets, all complete now, in the order backward
+ * completes them, then the wait and the loss's sum, as in a step's
+ * CL_OP_REDUCE: the ranks decide the update alike. */
+static cl_status reduce_ranks(cl_model *m, cl_call *c, double *loss) {
+  if (!cl_dist_active(c)) return CL_OK;
+  int layer[CL_MAX_LAYERS + 1];
+  size_t bytes[CL_MAX_LAYERS + 1];
+  const int nb = cl_model_grad_buckets(m, layer, bytes);
+  c->last_pass = 1;
+  for (int i = 0; i < nb; i++) CL_TRY(cl_dist_bucket_ready(m, c, layer[i]));
+  return cl_dist_finish(m, c, loss);
 }
 
 const cl_model *cl_split_twin(const cl_model *m) { return m->twins.n ? m->twins.m[0] : NULL; }
@@ -252,6 +265,7 @@ cl_status cl_split_step(cl_model *m, cl_call *c, const cl_source *x, const cl_so
     v->loss += cl_vals(t)->loss;
     if (i > 0) CL_KERNEL(m, m->be->iface->grad_add(m->be, m->grads, t->grads, m->n_params));
   }
+  CL_TRY(reduce_ranks(m, c, &v->loss));
   m->split->ran = n;
   m->step.g = *g; /* the shape the step ran (cl_model_last_shape) */
   m->phase = CL_PHASE_CONSUMED;

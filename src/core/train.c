@@ -118,7 +118,7 @@ static cl_status train_step(cl_model *m, cl_call *c, const cl_source *x, const c
   const cl_schedule g = *gp;
   m->grad_norm = NAN; /* until this step's norm is read */
   cl_schedule gm; /* a step split by batch: its threads' micro-batches */
-  const int can = cl_split_schedule(m, &g, c, &gm);
+  const int can = cl_split_schedule(m, &g, &gm);
   const int split = cl_split_use(m, can) ? can : 0;
   const double t0 = can ? cl_seconds() : 0;
   if (split) {

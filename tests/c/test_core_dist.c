@@ -14,11 +14,14 @@
  * layer alone, rides in that layer's bucket) and of 2 + 2 with accumulation
  * (its head a bucket of its own): the communicator's bytes count each
  * gradient once.
+ * Last, each rank a model of two threads with its step split by batch
+ * (core/split.c): its threads' gradients summed, then the ranks'.
  * test_core_comm.c has the one-process communicator and the shares' algebra;
  * tests/testthat/test-distributed.R the MPI engine under mpirun.
  */
-#define _POSIX_C_SOURCE 200809L /* pthread_barrier_t */
+#define _POSIX_C_SOURCE 200809L /* pthread_barrier_t, setenv */
 #include "comm_threads.h"       /* the communicator: threads of one process */
+#include "core/internal.h"      /* cl_split_ran */
 #include "ctest.h"              /* CHECK, uniform01, ctest_config, ctest_flat, rel_diff */
 
 #include <pthread.h>
@@ -45,9 +48,11 @@ typedef struct rank_job {
 
 enum { K = 2 };      /* an encoder-forecaster's target frames */
 static int fc_layers; /* 0: a plain stack; n: an encoder-forecaster of n layers a stack */
+static int rank_threads = 1; /* 2: each rank's step split by batch across two threads */
 
-static cl_model *model(unsigned long long seed) {
-  cl_config c = ctest_config(C, 4, 3, 3, 3, 1, 1);
+static cl_model *model(unsigned long long seed, int threads) {
+  cl_config c = ctest_config(C, 4, 3, 3, 3, 1, threads);
+  setenv("CONVLSTM_SPLIT", threads > 1 ? "batch" : "call", 1);
   if (fc_layers) {
     c.forecaster = 1;
     c.n_layers = 2 * fc_layers;
@@ -73,6 +78,8 @@ static cl_status steps_on(cl_model *m, int r0, int rows, const rank_job *j, cl_c
   for (int k = 0; k < j->steps; k++) {
     cl_status s = cl_model_train_step(m, &xa, &ya, j->target, j->opt, &o, &loss[k]);
     if (s != CL_OK) return s;
+    if (comm && cl_split_ran(m) != (rank_threads > 1 ? 2 : 0))
+      return cl_fail(m, CL_E_INTERNAL, "the step ran split on %d threads", cl_split_ran(m));
   }
   return CL_OK;
 }
@@ -116,7 +123,7 @@ static void compare(const char *label, rank_job *ref, rank_job *jobs) {
 
 static void run_case(const char *label, cl_target target, const cl_optim *opt, int accumulation,
                      int steps) {
-  rank_job ref = {model(5), NULL, 0, B, steps, target, opt, accumulation, {0, 0}, CL_OK};
+  rank_job ref = {model(5, 1), NULL, 0, B, steps, target, opt, accumulation, {0, 0}, CL_OK};
   CHECK(steps_on(ref.m, 0, B, &ref, NULL, 0, ref.loss) == CL_OK, "%s: the whole batch: %s",
         label, cl_model_error(ref.m));
   comm_threads_shared sh = {.size = RANKS};
@@ -125,7 +132,8 @@ static void run_case(const char *label, cl_target target, const cl_optim *opt, i
   pthread_t th[RANKS];
   for (int r = 0, r0 = 0; r < RANKS; r0 += rows_of[r], r++) {
     /* rank 1 from other weights: the broadcast must bring rank 0's */
-    jobs[r] = (rank_job){model(r ? 77 : 5), comm_threads_create(&sh, r), r0, rows_of[r], steps,
+    jobs[r] = (rank_job){model(r ? 77 : 5, rank_threads), comm_threads_create(&sh, r), r0,
+                         rows_of[r], steps,
                          target, opt, accumulation, {0, 0}, CL_OK};
   }
   for (int r = 0; r < RANKS; r++) pthread_create(&th[r], NULL, rank_main, &jobs[r]);
@@ -162,5 +170,11 @@ int main(void) {
   run_case("encoder-forecaster 1 + 1, 2 steps", CL_TARGET_SEQUENCE, &sgd, 0, 2);
   fc_layers = 2;
   run_case("encoder-forecaster 2 + 2, accumulation 2", CL_TARGET_SEQUENCE, &sgd, 2, 1);
+  rank_threads = 2;
+  run_case("encoder-forecaster 2 + 2, ranks split by batch", CL_TARGET_SEQUENCE, &sgd, 0, 2);
+  fc_layers = 0;
+  run_case("last state, ranks split by batch, 2 steps", CL_TARGET_LAST_STATE, &sgd, 0, 2);
+  run_case("sequence, ranks split by batch, accumulation 2", CL_TARGET_SEQUENCE, &sgd, 2, 1);
+  unsetenv("CONVLSTM_SPLIT");
   return ctest_done("test_core_dist");
 }
