@@ -17,13 +17,14 @@
  * of the batch, but each micro-batch on a thread of its own (with
  * accumulation's a micro-batches, each thread runs about a smaller ones in
  * turn, so that the threads' arenas together hold what the usual step's
- * does), in a twin: a model of the same configuration on one thread, with its own step arena,
- * its own gradients and the model's parameters (read, never written, in a
- * step). The twins' gradients and losses are summed into the model's, and
- * the model's own update runs once, as in any step: unscaling, clipping,
- * the finite guard and the optimizer state stay the model's, and nothing
- * of a twin can fall out of step with it. The twins' bytes count in the
- * model's statistics and against its memory limit (alloc.c, charge).
+ * does), in a twin: a model of the same configuration on one thread, with
+ * its own step arena, its own gradients and the model's parameters (read,
+ * never written, in a step). The twins' gradients and losses are summed
+ * into the model's (and then, with a communicator, the ranks'), and the
+ * model's own update runs once, as in any step: unscaling, clipping, the
+ * finite guard and the optimizer state stay the model's, and nothing of a
+ * twin can fall out of step with it. The twins' bytes count in the model's
+ * statistics and against its memory limit (alloc.c, charge).
  *
  * Sums run in another order than one thread's, so the results are the
  * usual step's within float rounding, not its bits.
