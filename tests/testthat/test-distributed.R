@@ -178,6 +178,13 @@ test_that("2 ranks train peepholes as 1 x batch 4 (their gradients in the bucket
   expect_equal(got$rank0$stats$bytes, 6 * sum(got$rank0$buckets$bytes))
 })
 
+test_that("2 ranks, each split by batch across two threads, train as 1 x batch 4", {
+  skip_without_mpi()
+  got <- two_ranks_as_big_batch("split")
+  expect_gt(got$rank0$thread_rows, 0) # the ranks' plans: each thread's buffers
+  expect_equal(got$rank0$stats$bytes, 6 * sum(got$rank0$buckets$bytes))
+})
+
 test_that("2 ranks carrying the state train as 1 x batch 4 carrying it", {
   skip_without_mpi()
   got <- two_ranks_as_big_batch("carry")

@@ -7,7 +7,7 @@
 # forecaster: an encoder-forecaster (2 layers per stack, patch 2), y the 2
 # frames it forecasts.
 mpi_case <- function(n, seed_model = 100, forecast = FALSE, peephole = FALSE,
-                     forecaster = FALSE) {
+                     forecaster = FALSE, threads = 1) {
   if (forecaster) return(mpi_forecaster_case(n, seed_model))
   set.seed(1)
   x <- array(stats::runif(n * 3 * 1 * 6 * 6), dim = c(n, 3, 1, 6, 6))
@@ -18,7 +18,7 @@ mpi_case <- function(n, seed_model = 100, forecast = FALSE, peephole = FALSE,
   }
   set.seed(seed_model)
   hidden <- if (forecast) c(4, 1) else c(4, 2)
-  list(x = x, y = y, model = convlstm(1, hidden, 3, device = "cpu", threads = 1,
+  list(x = x, y = y, model = convlstm(1, hidden, 3, device = "cpu", threads = threads,
                                      peephole = peephole, frame_size = if (peephole) c(6, 6)))
 }
 

@@ -22,6 +22,8 @@
 #   carry   as train, state = "carry" without shuffling (each rank carries
 #           its rows of the global batch)
 #   peephole  as train, 2 epochs, the model with per-position peepholes
+#   split   as train, 2 epochs, each rank's model on two threads, its step
+#           split by batch (options(convlstm.thread_split = "batch"))
 #   forecaster  an encoder-forecaster (mpi_case(forecaster = TRUE)), no
 #           callbacks, with a loss weight (mpi_forecaster_weight())
 #   forecaster_data  the same without the weight, its data set on the device
@@ -93,8 +95,10 @@ if (mode %in% c("source_frames", "source_function")) {
           file.path(out, sprintf("w%d.rds", d$rank)))
   quit(save = "no")
 }
+if (mode == "split") options(convlstm.thread_split = "batch")
 case <- mpi_case(n, seed_model = 100 + d$rank, # different initial weights per rank
-                 forecast = mode == "freerun", peephole = mode == "peephole")
+                 forecast = mode == "freerun", peephole = mode == "peephole",
+                 threads = if (mode == "split") 2 else 1)
 set.seed(1000 + d$rank)                         # and different generators
 ckpt <- file.path(out, "ckpt.safetensors")
 callbacks <- list(convlstm_callback_model_checkpoint(ckpt), convlstm_callback_csv_logger(file.path(out, "log.csv")))
@@ -113,8 +117,8 @@ h <- convlstm_fit(case$model, case$x, case$y, convlstm_optimizer_adam(0.01), epo
                   resume = if (mode == "resume") ckpt,
                   horizon = if (mode == "freerun") 3L, teacher_forcing = mode != "freerun",
                   state = if (mode == "carry") "carry")
+est <- convlstm_memory_estimate(case$model, batch, 3, 6, 6, world_size = d$size)
 saveRDS(list(weights = convlstm_state_dict(case$model), loss = h$loss, rank = d$rank, size = d$size,
-             stats = convlstm:::c_dist_stats(),
-             buckets = attr(convlstm_memory_estimate(case$model, batch, 3, 6, 6, world_size = d$size),
-                            "communication")),
+             stats = convlstm:::c_dist_stats(), buckets = attr(est, "communication"),
+             thread_rows = sum(grepl("^thread [0-9]+:", attr(est, "plan")$name))),
         file.path(out, sprintf("w%d.rds", d$rank)))
