@@ -113,6 +113,18 @@ cl_status cl_dist_finish(cl_model *m, cl_call *call, double *loss) {
   return sum_loss(m, c, call->comm_share, loss);
 }
 
+/* The buckets in the order backward completes them, as a step's
+ * CL_OP_REDUCE sees them: the ranks then decide the update alike. */
+cl_status cl_dist_reduce_all(cl_model *m, cl_call *c, double *loss) {
+  if (!cl_dist_active(c)) return CL_OK;
+  int layer[CL_MAX_LAYERS + 1];
+  size_t bytes[CL_MAX_LAYERS + 1];
+  const int nb = cl_model_grad_buckets(m, layer, bytes);
+  c->last_pass = 1;
+  for (int i = 0; i < nb; i++) CL_TRY(cl_dist_bucket_ready(m, c, layer[i]));
+  return cl_dist_finish(m, c, loss);
+}
+
 cl_status cl_model_broadcast_params(cl_model *m, cl_comm *c, int root) {
   m->err[0] = '\0';
   CL_TRY(cl_dist_check(m, c));

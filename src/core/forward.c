@@ -312,7 +312,7 @@ cl_status cl_model_forward(cl_model *m, const cl_host_array *x, int training,
   CL_TRY(cl_step_prepare(m, &g));
   cl_step *st = &m->step;
   st->outputs_kept = 0;
-  CL_TRY(cl_state_upload(m, opts));
+  CL_TRY(cl_state_upload(m, opts, 0));
   void *ih[CL_MAX_LAYERS], *ic[CL_MAX_LAYERS];
   int from = cl_state_initial(m, 0, ih, ic);
   if (training) {

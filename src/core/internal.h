@@ -131,6 +131,8 @@ typedef struct cl_schedule {
   cl_layout layout;   /* of every activation: the model's (cl_model.layout) */
   cl_outputs outputs; /* inference */
   cl_state_mode state; /* where the call starts from (state.c) */
+  int state_B;         /* a given state's sequences the step's buffers hold: B,
+                          or a split step's thread's share (split.c) */
   int horizon;         /* inference: frames rolled forward after the T steps of x;
                           training: the target is the last `horizon` steps;
                           an encoder-forecaster: the forecaster's steps (T:
@@ -291,6 +293,7 @@ typedef struct cl_step {
   cl_plan plan;
   CL_STEP_BUFFERS(CL_BUF_FIELD_)
   int outputs_kept; /* the buffers hold the whole call's outputs and states */
+  int state_b0;     /* the first sequence of a given state in init_h, init_c */
   /* a training step's ops (train.c) for target prog_target, kept while g
    * holds: [0] its micro-batches' before the last, [1] the last's, [2] its
    * own list; NULL: none yet */
@@ -596,6 +599,9 @@ cl_status cl_dist_check(cl_model *m, struct cl_comm *c);
 int cl_dist_active(const cl_call *c);
 cl_status cl_dist_bucket_ready(cl_model *m, const cl_call *c, int l);
 cl_status cl_dist_finish(cl_model *m, cl_call *c, double *loss);
+/* Every bucket at once, then cl_dist_finish: a step whose backward ran
+ * without the communicator (a split step's threads, split.c). */
+cl_status cl_dist_reduce_all(cl_model *m, cl_call *c, double *loss);
 
 /* dropout.c: the masks of a call (cl_step_options) applied on the device.
  * Layer l drops its input when cfg.dropout[l] > 0 and its h_{t-1} when
@@ -709,11 +715,14 @@ const char *cl_optim_kind_title(cl_optim_kind k);
 /* state.c: where a call starts from and what a carrying step keeps.
  * cl_state_check: the mode and the given arrays against B, H, W (before
  * anything is allocated); cl_state_prepare: the carried state allocated
- * (zeros) before the step arena; cl_state_upload: the given state into the
- * step buffers once they exist. */
+ * (zeros) before the step arena; cl_state_upload: the given state's
+ * sequences b0 .. b0 + g.state_B - 1 into the step buffers once they exist;
+ * cl_state_borrow: t reads and keeps m's carried state (a split step's
+ * thread, which never frees it). */
 cl_status cl_state_check(cl_model *m, const cl_step_options *o, int B, int H, int W);
 cl_status cl_state_prepare(cl_model *m, const cl_schedule *g);
-cl_status cl_state_upload(cl_model *m, const cl_step_options *o);
+cl_status cl_state_upload(cl_model *m, const cl_step_options *o, int b0);
+void cl_state_borrow(cl_model *t, const cl_model *m);
 /* The state before step 0 of sequences b0.. of the current step: 1 with
  * per-layer pointers in h, c, or 0 for zeros. */
 int cl_state_initial(cl_model *m, int b0, void **h, void **c);

@@ -118,6 +118,7 @@ cl_status cl_schedule_make(cl_model *m, int B, int T, int H, int W, int training
   g->S = T;
   g->nseg = 1;
   g->state = o->state_mode;
+  g->state_B = B;
   g->horizon = o->horizon; /* training: the target is the last `horizon` steps */
   if (training) return schedule_training(m, o, g);
   g->outputs = o->horizon ? CL_OUTPUTS_LAST : o->outputs; /* the frames are the output */
@@ -251,12 +252,13 @@ static void plan_model_buffers(plan_builder *b, const struct cl_model *m, const 
   }
 }
 
-/* A given initial state: h and c of every layer for the whole batch. */
+/* A given initial state: h and c of every layer for the batch, or for a
+ * split step's thread's share of it. */
 static void plan_given_state(plan_builder *b, const struct cl_model *m, const cl_schedule *g) {
   if (g->state != CL_STATE_GIVEN) return;
   size_t e = cl_dtype_size(g->dtype), P = (size_t)g->H * g->W;
   for (int l = 0; l < m->cfg.n_layers; l++) {
-    size_t n = nbytes(b, e, (size_t)g->B, (size_t)m->layer[l].hidden, P, 1);
+    size_t n = nbytes(b, e, (size_t)g->state_B, (size_t)m->layer[l].hidden, P, 1);
     add(b, CL_BUF_INIT_H, l, CL_MEM_STATES, n);
     add(b, CL_BUF_INIT_C, l, CL_MEM_STATES, n);
   }

@@ -129,9 +129,9 @@ void cl_split_timed(cl_model *m, double seconds) {
  * schedule gm; 0 where it runs as usual: a model not asked, one thread, a
  * batch of one, a device of its own. Dropout's masks are drawn per
  * sequence (dropout.c): each thread draws its own. A carried state is the
- * model's, each thread reading and keeping its own rows; a given state is
- * uploaded whole into each thread's planned buffers; a communicator sums
- * the model's gradients once the threads' are in (reduce_ranks). With
+ * model's, each thread reading and keeping its own rows; each thread's
+ * planned buffers hold a given state's sequences of its micro-batches; a
+ * communicator sums the model's gradients once the threads' are in. With
  * accumulation's a micro-batches, each thread runs about a of its own, so
  * that the threads' arenas together hold about what the usual step's one
  * does. */
@@ -146,7 +146,10 @@ int cl_split_schedule(const cl_model *m, const cl_schedule *g, cl_schedule *gm) 
   *gm = *g; /* accumulation's schedule, of about n a micro-batches */
   gm->Bm = (g->B + n * a - 1) / (n * a);
   const int k = cl_micro_batches(gm, NULL); /* fewer where n a does not divide B evenly */
-  return k < n ? k : n;
+  if (k < n) n = k;
+  const int most = (k + n - 1) / n * gm->Bm; /* a thread's sequences (prepare_jobs' ranges) */
+  gm->state_B = most < g->B ? most : g->B;
+  return n;
 }
 
 /* n twins of m's configuration (made again when it changed), charged to m. */
@@ -190,7 +193,7 @@ static cl_status run_job(split_job *j, const cl_schedule *gm, const cl_source *x
   const int k = cl_micro_batches(gm, &last);
   CL_TRY(cl_model_zero_grad(j->t));
   CL_TRY(cl_vals_zero(j->t));
-  CL_TRY(cl_state_upload(j->t, o)); /* a given state, whole: rows are read at b0 */
+  CL_TRY(cl_state_upload(j->t, o, j->j0 * gm->Bm)); /* a given state: its sequences */
   for (int i = j->j0; i < j->j1; i++) {
     const int b0 = i * gm->Bm, b = i == k - 1 ? last : gm->Bm;
     CL_TRY(cl_dropout_upload(j->t, o, b0, b, i == j->j0)); /* its sequences' masks */
@@ -209,10 +212,7 @@ static cl_status prepare_jobs(cl_model *m, const cl_call *c, const cl_schedule *
     cl_model *t = m->twins.m[i];
     t->params = m->params;
     if (i == 0) t->grads = m->grads; /* the first thread's gradients are the model's */
-    t->held = m->held; /* a carried state: each thread reads and keeps its rows */
-    t->held_bytes = m->held_bytes;
-    t->held_B = m->held_B, t->held_H = m->held_H, t->held_W = m->held_W;
-    t->held_dtype = m->held_dtype;
+    cl_state_borrow(t, m); /* a carried state: each thread reads and keeps its rows */
     const cl_program *prog;
     cl_status s = cl_step_prepare(t, gm);
     if (s == CL_OK) s = cl_step_programs(t, tg, &prog);
@@ -222,19 +222,6 @@ static cl_status prepare_jobs(cl_model *m, const cl_call *c, const cl_schedule *
     job[i].c.comm = NULL; /* the ranks sum the model's gradients, once the threads' are in */
   }
   return CL_OK;
-}
-
-/* A communicator's buckets, all complete now, in the order backward
- * completes them, then the wait and the loss's sum, as in a step's
- * CL_OP_REDUCE: the ranks decide the update alike. */
-static cl_status reduce_ranks(cl_model *m, cl_call *c, double *loss) {
-  if (!cl_dist_active(c)) return CL_OK;
-  int layer[CL_MAX_LAYERS + 1];
-  size_t bytes[CL_MAX_LAYERS + 1];
-  const int nb = cl_model_grad_buckets(m, layer, bytes);
-  c->last_pass = 1;
-  for (int i = 0; i < nb; i++) CL_TRY(cl_dist_bucket_ready(m, c, layer[i]));
-  return cl_dist_finish(m, c, loss);
 }
 
 const cl_model *cl_split_twin(const cl_model *m) { return m->twins.n ? m->twins.m[0] : NULL; }
@@ -266,7 +253,7 @@ cl_status cl_split_step(cl_model *m, cl_call *c, const cl_source *x, const cl_so
     v->loss += cl_vals(t)->loss;
     if (i > 0) CL_KERNEL(m, m->be->iface->grad_add(m->be, m->grads, t->grads, m->n_params));
   }
-  CL_TRY(reduce_ranks(m, c, &v->loss));
+  CL_TRY(cl_dist_reduce_all(m, c, &v->loss)); /* the buckets, without overlap */
   m->split->ran = n;
   m->step.g = *g; /* the shape the step ran (cl_model_last_shape) */
   m->phase = CL_PHASE_CONSUMED;

@@ -116,15 +116,24 @@ cl_status cl_state_prepare(cl_model *m, const cl_schedule *g) {
   return CL_OK;
 }
 
-cl_status cl_state_upload(cl_model *m, const cl_step_options *o) {
-  const cl_step *st = &m->step;
+cl_status cl_state_upload(cl_model *m, const cl_step_options *o, int b0) {
+  cl_step *st = &m->step;
   if (st->g.state != CL_STATE_GIVEN) return CL_OK;
+  const int nb = st->g.B - b0 < st->g.state_B ? st->g.B - b0 : st->g.state_B;
+  st->state_b0 = b0;
   for (int l = 0; l < m->cfg.n_layers; l++) {
-    cl_block all = cl_block_all(&o->state[2 * l]);
-    CL_TRY(cl_put_host(m, st->init_h[l], st->g.dtype, &o->state[2 * l], all));
-    CL_TRY(cl_put_host(m, st->init_c[l], st->g.dtype, &o->state[2 * l + 1], all));
+    cl_block rows = {b0, nb, 0, 1};
+    CL_TRY(cl_put_host(m, st->init_h[l], st->g.dtype, &o->state[2 * l], rows));
+    CL_TRY(cl_put_host(m, st->init_c[l], st->g.dtype, &o->state[2 * l + 1], rows));
   }
   return CL_OK;
+}
+
+void cl_state_borrow(cl_model *t, const cl_model *m) {
+  t->held = m->held;
+  t->held_bytes = m->held_bytes;
+  t->held_B = m->held_B, t->held_H = m->held_H, t->held_W = m->held_W;
+  t->held_dtype = m->held_dtype;
 }
 
 /* Layer l's h (w = 0) or c (w = 1) of sequence b0 in the carried state. */
@@ -146,8 +155,8 @@ int cl_state_initial(cl_model *m, int b0, void **h, void **c) {
       c[l] = held_at(m, l, 1, b0);
     } else {
       size_t per = frame_elems(m, l, 1, g->H, g->W);
-      h[l] = cl_at(st->init_h[l], (size_t)b0 * per, g->dtype);
-      c[l] = cl_at(st->init_c[l], (size_t)b0 * per, g->dtype);
+      h[l] = cl_at(st->init_h[l], (size_t)(b0 - st->state_b0) * per, g->dtype);
+      c[l] = cl_at(st->init_c[l], (size_t)(b0 - st->state_b0) * per, g->dtype);
     }
   }
   return 1;

@@ -125,7 +125,7 @@ static cl_status train_step(cl_model *m, cl_call *c, const cl_source *x, const c
     CL_TRY(cl_grads_ensure(m)); /* the twins' arenas stand in for the step's (split.c) */
   } else {
     CL_TRY(cl_step_prepare(m, &g));
-    CL_TRY(cl_state_upload(m, opts));
+    CL_TRY(cl_state_upload(m, opts, 0));
   }
   m->step.outputs_kept = 0;
   m->phase = CL_PHASE_CONSUMED;

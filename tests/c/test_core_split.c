@@ -97,6 +97,34 @@ static void fill_given(const cl_config *c) {
     }
 }
 
+/* Bytes of a plan's entries initial_h[l] and initial_c[l], a thread's
+ * named "thread k: initial_h[l]". */
+static size_t given_bytes(const cl_plan *p) {
+  size_t n = 0;
+  for (int i = 0; i < p->n; i++)
+    if (strstr(p->entries[i].name, "initial_h[") || strstr(p->entries[i].name, "initial_c["))
+      n += p->entries[i].bytes;
+  return n;
+}
+
+/* A given state under the split: each of n threads holds the sequences of
+ * its share of the micro-batches, not the whole batch's (the usual plan u's
+ * bytes for B sequences). With a micro-batches each of ceil(B / (n a)),
+ * a thread runs at most ceil(k / n) of the k. */
+static void given_share(const char *what, const char *name, const cl_plan *p, cl_model *u,
+                        const cl_step_options *po, const cl_optim *opt, int n) {
+  cl_plan usual;
+  CHECK(cl_model_plan(u, B, T, H, W, 1, opt, po, &usual) == CL_OK, "%s", cl_model_error(u));
+  const int a = po->accumulation_steps > 1 ? po->accumulation_steps : 1;
+  const int bm = (B + n * a - 1) / (n * a), k = (B + bm - 1) / bm;
+  const int rows = (k + n - 1) / n * bm < B ? (k + n - 1) / n * bm : B;
+  const size_t whole = given_bytes(&usual), want = whole / B * (size_t)(rows * n);
+  CHECK(whole > 0 && given_bytes(p) == want,
+        "%s, %s: the threads' given state holds %zu bytes, %d threads of %d sequences %zu "
+        "(the whole batch's %zu)", what, name, given_bytes(p), n, rows, want, whole);
+  cl_plan_free(&usual);
+}
+
 /* The tolerance of the split against the usual step: float32's rounding,
  * or a 16-bit storage type's (activations rounded after sums that ran in
  * another order may round the other way). */
@@ -128,6 +156,7 @@ static void compare(const char *what, cl_config c, int k) {
   cl_step_options po = o;
   if (c.forecaster) po.horizon = (int)bt.y.dims[1]; /* its plan's forecaster steps */
   CHECK(cl_model_plan(s, B, T, H, W, 1, opt, &po, &p) == CL_OK, "%s", cl_model_error(s));
+  if (state_mode == CL_STATE_GIVEN) given_share(what, name, &p, a, &po, opt, 2);
   for (int step = 0; step < STEPS; step++) {
     double la = 0, ls = 0;
     CHECK(cl_model_train_step(a, &bt.x, &bt.y, bt.tg, opt, &o, &la) == CL_OK, "%s, %s: %s",

@@ -117,6 +117,36 @@ test_that("dropout, accumulation and a carried state split too, as the usual ste
   split_agrees(r, x, y, 3, state = "carry")
 })
 
+test_that("a given state splits: each thread stages its own sequences' rows, not the batch's", {
+  set.seed(7)
+  x <- array(stats::runif(4 * 3 * 3 * 5 * 5), dim = c(4, 3, 3, 5, 5))
+  y <- array(stats::runif(4 * 3 * 5 * 5), dim = c(4, 3, 5, 5))
+  given <- lapply(c(4, 3), function(h) {
+    lapply(1:2, function(i) array(stats::runif(4 * h * 25) - 0.5, dim = c(4, h, 5, 5)))
+  })
+  p <- split_pair()
+  on.exit(lapply(p, convlstm_release))
+  opt <- convlstm_optimizer_sgd(lr = 0.1)
+  est <- convlstm_memory_estimate(p$batch, 4, 3, 5, 5, optimizer = opt, state = "given")
+  usual <- convlstm_memory_estimate(p$call, 4, 3, 5, 5, optimizer = opt, state = "given")
+  bytes_of <- function(e, name) attr(e, "plan")$bytes[attr(e, "plan")$name == name]
+  # layer 1's h: 4 sequences of 4 x 5 x 5 float32 in the usual step, 2 a thread split
+  expect_equal(bytes_of(usual, "initial_h[0]"), 4 * 4 * 25 * 4)
+  expect_equal(bytes_of(est, "thread 1: initial_h[0]"), 2 * 4 * 25 * 4)
+  expect_equal(bytes_of(est, "thread 2: initial_c[1]"), 2 * 3 * 25 * 4)
+  for (step in 1:2) {
+    expect_equal(convlstm_train_step(p$batch, x, y, opt, state = given),
+                 convlstm_train_step(p$call, x, y, opt, state = given), tolerance = 1e-6)
+  }
+  expect_equal(p$batch$parameters, p$call$parameters, tolerance = 1e-6)
+  expect_equal(convlstm_memory_stats(p$batch)$peak_reserved,
+               est$bytes[est$category == "reserved"])
+  # the state is read: a different one moves the loss
+  other <- rapply(given, function(a) -a, how = "list")
+  expect_false(isTRUE(all.equal(convlstm_train_step(p$batch, x, y, opt, state = other),
+                                convlstm_train_step(p$call, x, y, opt, state = given))))
+})
+
 test_that("thread_split = \"auto\" probes both ways, then keeps one, each step as the usual one", {
   old <- options(convlstm.thread_split = "call")
   on.exit(options(old))
