@@ -13,7 +13,8 @@
 #   make check    build, then R CMD check --as-cran --no-manual
 #   make test-guard  the testthat suite with CONVLSTM_GUARD=1 (guard bands checked after every step)
 #   make site     the pkgdown site into build/site (no network), links checked
-#   make ctest    C unit tests only (src/Makefile.standalone), also: asan, valgrind
+#   make ctest    C unit tests only (src/Makefile.standalone), also: asan, valgrind,
+#                 bench-smoke (each C benchmark run once, small)
 #   make fuzz     the model-file loader and the JSON reader under libFuzzer + ASan/UBSan, FUZZ_SECONDS (60) in all
 #   make harness-check  the GPU harness without a GPU: bench_gpu.py's ctypes mirror against the
 #                 C compiler (no torch), its --cpu-smoke, gpu_session.sh under DRY_RUN=1
@@ -48,7 +49,7 @@ DEB_PKGS := r-base-dev r-cran-cli r-cran-generics r-cran-ggplot2 r-cran-testthat
 FASHION_MNIST := /usr/share/datasets/fashion-mnist
 
 .NOTPARALLEL:
-.PHONY: all deps check-deps docs install install-code build check test test-guard ctest asan valgrind fuzz demo bench bench-peak site clean \
+.PHONY: all deps check-deps docs install install-code build check test test-guard ctest bench-smoke asan valgrind fuzz demo bench bench-peak site clean \
         harness-check fixtures-check blas-check
 
 all: install
@@ -167,6 +168,10 @@ test-guard:
 
 ctest:
 	$(MAKE) -C src -f Makefile.standalone test
+
+# Every C benchmark run once, small (the build test-c.R made is reused).
+bench-smoke:
+	$(MAKE) -C src -f Makefile.standalone bench-smoke
 
 asan:
 	$(MAKE) -C src -f Makefile.standalone asan

@@ -12,20 +12,24 @@
  *
  * Not a test: it checks nothing. `make bench-peak` builds it and pairs it with
  * PyTorch's convolutions of the same shapes.
- * Usage: bench_cpu_peak THREADS SHAPES.tsv [quick|tiles|bf16|algo]   (quick: one
+ * Usage: bench_cpu_peak THREADS SHAPES.tsv [quick|tiles|bf16|algo|wgemm]   (quick: one
  * call per figure, for CI to see it run; tiles: each GEMM register tile
  * forced and the per-shape timed choice, their calls interleaved; bf16:
  * float32 storage, bfloat16 storage on float32 kernels (CONVLSTM_BF16_DOT=0)
  * and on bfloat16 dot products (CONVLSTM_BF16_DOT=1, where they pay or
  * not), interleaved; algo: forward, backward
- * data and backward filter on im2col/direct + GEMM, Winograd and the timed choice, interleaved)
+ * data and backward filter on im2col/direct + GEMM, Winograd and the timed choice, interleaved;
+ * wgemm: the GEMMs inside an F(4x4, r) Winograd call alone, beside the call)
  * Output: tab-separated rows "peak ISA THREADS GFLOP/s" and
  * "conv CONFIG PART N C K H W k OP MS GFLOP/s SHARE" (tiles: "tile CONFIG
  * PART N C K H W k OP TILE MS GFLOP/s SHARE", TILE a name or "auto"; bf16:
  * "bf16 CONFIG PART N C K H W k OP PATH MS GFLOP/s SHARE", PATH f32,
  * bf16-f32 or bf16-dot, SHARE of the float32 FMA peak; algo: "algo CONFIG
  * PART N C K H W k OP ALGO MS GFLOP/s SHARE", ALGO gemm, winograd,
- * winograd4 or "auto (<the algorithm it chose>)").
+ * winograd4 or "auto (<the algorithm it chose>)"; wgemm: "wgemm CONFIG PART N C K H
+ * W k OP RULE M N K CALL_MS GEMM_MS GEMM_GFLOP/s GEMM_SHARE GEMM_PART", RULE the
+ * algorithm the default rule runs for the shape, M N K one GEMM's, GEMM_PART
+ * the GEMMs' time over the call's).
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, setenv */
 #include "bench_conv.h" /* buffers, one call, best time */
@@ -272,6 +276,92 @@ static void bench_shape_bf16(cl_backend *be, const char *config, const char *par
 }
 
 /* One shape per non-comment row of the table: config, part, N, C, K, H, W, k. */
+/* The wgemm mode: the GEMMs inside a Winograd call (F(4x4, r), the default
+ * rule's form), timed alone at the shapes, strides and counts the call
+ * runs them (cl_cpu_wino_chunks_of: images a chunk, tiles an image,
+ * output channels a block), beside the whole call forced to that form,
+ * interleaved. Forward and backward data: n^2 products [kb x C] x [C x T]
+ * a block of a chunk (backward data with C and K swapped); backward
+ * filter: n^2 products [K x T] x [T x C] a chunk, summed over the chunks.
+ * One thread only: the call's GEMMs are single-threaded pieces. */
+static double wino_gemms(cl_cpu_gemm_kind kind, const cl_cpu_wino_chunks *w, int dir, int N,
+                         int C, int K, float *U, float *V, float *M, void *scratch) {
+  const int nn = w->n * w->n, T = w->images * w->tiles;
+  const size_t vs = (size_t)C * T + 16, ms = (size_t)(dir == 2 ? K : w->kb) * T + 16;
+  double flop = 0;
+  for (int n0 = 0; n0 < N; n0 += w->images) {
+    const int len = (N - n0 < w->images ? N - n0 : w->images) * w->tiles;
+    if (dir == 2) {
+      for (int e = 0; e < nn; e++)
+        cl_cpu_sgemm(kind, 1, 0, K, C, len, 1.0f, M + e * ms, K, V + e * vs, C, n0 ? 1.0f : 0.0f,
+                     U + (size_t)e * K * C, C, scratch);
+      flop += 2.0 * nn * K * C * len;
+      continue;
+    }
+    for (int k0 = 0; k0 < K; k0 += w->kb) {
+      const int kn = K - k0 < w->kb ? K - k0 : w->kb;
+      for (int e = 0; e < nn; e++)
+        cl_cpu_sgemm(kind, 1, 0, kn, len, C, 1.0f, U + (size_t)e * K * C + k0, K, V + e * vs, T,
+                     0.0f, M + e * ms, T, scratch);
+      flop += 2.0 * nn * kn * C * len;
+    }
+  }
+  return flop;
+}
+
+static void bench_shape_wino_gemm(cl_backend *be, const char *config, const char *part,
+                                  cl_conv_shape s, double peak) {
+  static const char *names[] = {"fwd", "bwd-data", "bwd-filter"};
+  cl_cpu_ctx *ctx = (cl_cpu_ctx *)be->context;
+  const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(be);
+  const double conv_flop = 2.0 * s.N * s.K * s.C * s.kh * s.kw * s.H * s.W;
+  const char *rule[3];
+  for (int op = 0; op < 3; op++) rule[op] = be->iface->conv_algo(be, &s, op); /* the default's */
+  ctx->conv_algo = 3; /* F(4x4, r) forced: the workspace sized for it */
+  bench_bufs B = bench_bufs_make(be, &s);
+  for (int op = 0; op < 3; op++) {
+    cl_cpu_wino_chunks w;
+    if (!cl_cpu_wino_chunks_of(be, &s, op, 4, &w)) break;
+    const int C = op == 1 ? s.K : s.C, K = op == 1 ? s.C : s.K; /* the call's own roles */
+    const size_t nn = (size_t)w.n * w.n, T = (size_t)w.images * w.tiles;
+    const size_t rows = op == 2 ? (size_t)K : (size_t)w.kb;
+    float *U = calloc(nn * K * C, sizeof(float)), *V = calloc(nn * (C * T + 16), sizeof(float));
+    float *M = calloc(nn * (rows * T + 16), sizeof(float));
+    void *scratch = malloc(cl_cpu_sgemm_scratch_bytes(kind, K, op == 2 ? C : (int)T,
+                                                      op == 2 ? (int)T : C) + 64);
+    if (!U || !V || !M || !scratch) {
+      fprintf(stderr, "out of memory for the Winograd GEMMs of %s\n", part);
+      exit(1);
+    }
+    for (size_t i = 0; i < nn * K * C; i++) U[i] = (float)(i % 7) * 0.1f;
+    for (size_t i = 0; i < nn * (C * T + 16); i++) V[i] = (float)(i % 5) * 0.1f;
+    for (size_t i = 0; i < nn * (rows * T + 16); i++) M[i] = (float)(i % 3) * 0.1f;
+    double best_call = 1e30, best_gemm = 1e30, flop = 0;
+    const int reps = (int)(5e9 / conv_flop) + 4;
+    for (int r = 0; r < reps + 2; r++) {
+      double t0 = now_seconds();
+      if (bench_conv_op(be, &s, &B, op) != CL_OK) {
+        fprintf(stderr, "conv failed: %s\n", be->err);
+        exit(1);
+      }
+      double t1 = now_seconds();
+      flop = wino_gemms(kind, &w, op, s.N, C, K, U, V, M, scratch);
+      double t2 = now_seconds();
+      if (r < 2) continue; /* warm-up */
+      if (t1 - t0 < best_call) best_call = t1 - t0;
+      if (t2 - t1 < best_gemm) best_gemm = t2 - t1;
+    }
+    printf("wgemm\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%.4f\t%.4f\t%.2f\t"
+           "%.3f\t%.3f\n",
+           config, part, s.N, s.C, s.K, s.H, s.W, s.kh, names[op], rule[op], op == 2 ? K : w.kb,
+           op == 2 ? C : (int)T, op == 2 ? (int)T : C, best_call * 1e3, best_gemm * 1e3,
+           flop / best_gemm / 1e9, flop / best_gemm / 1e9 / peak, best_gemm / best_call);
+    free(U), free(V), free(M), free(scratch);
+  }
+  bench_bufs_free(be, &B);
+  ctx->conv_algo = 0;
+}
+
 static void bench_table(cl_backend *be, const char *path, double peak, int quick, int mode) {
   FILE *f = fopen(path, "r");
   if (!f) {
@@ -294,6 +384,8 @@ static void bench_table(cl_backend *be, const char *path, double peak, int quick
       bench_shape_bf16(be, config, part, s, peak);
     else if (mode == 3)
       bench_shape_algo(be, config, part, s, peak);
+    else if (mode == 4)
+      bench_shape_wino_gemm(be, config, part, s, peak);
     else
       bench_shape(be, config, part, s, peak, quick);
   }
@@ -302,13 +394,14 @@ static void bench_table(cl_backend *be, const char *path, double peak, int quick
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: bench_cpu_peak THREADS SHAPES.tsv [quick|tiles|bf16|algo]\n");
+    fprintf(stderr, "usage: bench_cpu_peak THREADS SHAPES.tsv [quick|tiles|bf16|algo|wgemm]\n");
     return 2;
   }
   int threads = atoi(argv[1]), quick = argc > 3 && strcmp(argv[3], "quick") == 0;
   int mode = argc > 3 && strcmp(argv[3], "tiles") == 0 ? 1
              : argc > 3 && strcmp(argv[3], "bf16") == 0  ? 2
              : argc > 3 && strcmp(argv[3], "algo") == 0  ? 3
+             : argc > 3 && strcmp(argv[3], "wgemm") == 0 ? 4
                                                          : 0;
   g_threads = threads > 0 ? threads : 1;
   cl_backend *be;
