@@ -275,12 +275,12 @@ static void bench_shape_bf16(cl_backend *be, const char *config, const char *par
   bench_bufs_free(be, &H);
 }
 
-/* One shape per non-comment row of the table: config, part, N, C, K, H, W, k. */
 /* The wgemm mode: the GEMMs inside a Winograd call (F(4x4, r), the default
- * rule's form), timed alone at the shapes, strides and counts the call
- * runs them (cl_cpu_wino_chunks_of: images a chunk, tiles an image,
- * output channels a block), beside the whole call forced to that form,
- * interleaved. Forward and backward data: n^2 products [kb x C] x [C x T]
+ * rule's form), timed alone at the shapes and counts the call runs them
+ * (cl_cpu_wino_chunks_of: images a chunk, tiles an image, output channels
+ * a block), beside the whole call forced to that form, interleaved. The
+ * planes lie 16 floats apart here, not an odd number of cache lines as in
+ * the call (cpu_winograd.c's plane_floats). Forward and backward data: n^2 products [kb x C] x [C x T]
  * a block of a chunk (backward data with C and K swapped); backward
  * filter: n^2 products [K x T] x [T x C] a chunk, summed over the chunks.
  * One thread only: the call's GEMMs are single-threaded pieces. */
@@ -362,6 +362,7 @@ static void bench_shape_wino_gemm(cl_backend *be, const char *config, const char
   ctx->conv_algo = 0;
 }
 
+/* One shape per non-comment row of the table: config, part, N, C, K, H, W, k. */
 static void bench_table(cl_backend *be, const char *path, double peak, int quick, int mode) {
   FILE *f = fopen(path, "r");
   if (!f) {
