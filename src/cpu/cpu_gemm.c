@@ -31,6 +31,7 @@
 #endif
 #include "cpu_gemm.h"
 #include "cpu_clock.h"   /* cl_cpu_thread_seconds */
+#include "cpu_copy.h"    /* cl_cpu_copy_short */
 #include "../host/threads.h" /* cl_cpu_threads */
 
 #include <stdint.h>
@@ -68,6 +69,7 @@ typedef struct gemm_arch {
   int jr_outer; /* BLIS's loop order: one B sliver stays in L1 across the row tiles */
   const char *name;
   gemm_vkernel vukr; /* for views of images W % 16 == 0 wide: B is not packed (else NULL) */
+  int area_pct;      /* how tile_least_padding weighs its padded area, in percent */
 } gemm_arch;
 
 static int imin(int a, int b) { return a < b ? a : b; }
@@ -171,14 +173,18 @@ CL_TARGET_AVX2 static void ukr_avx2(int kc, const float *a, int as, const float 
 }
 
 /* ---- AVX-512F micro-kernels ---------------------------------------------
- * Two register tiles, both with 24 zmm accumulators: 8 x 48 (8 rows divide
+ * Three register tiles. Two have 24 zmm accumulators: 8 x 48 (8 rows divide
  * the usual channel counts, 4 * hidden, and 48 columns divide 24 * 24
  * pixels; per k step 3 loads and 8 broadcasts feed 24 FMAs) and 12 x 32
  * (32 columns divide 16 * 16 pixels, where 48 leaves a sixth tile a third
- * used; 2 loads and 12 broadcasts per 24 FMAs). Which runs faster depends
- * on the shape, so cl_cpu_sgemm times both per shape (tile_pick below).
- * Both sum each element of C over k in the same order with the same
- * operations, so their results are identical bit for bit. */
+ * used; 2 loads and 12 broadcasts per 24 FMAs). The third, 16 x 16, has 16:
+ * it is for products with 16 rows or 16 columns (a first layer's 16 input
+ * channels), which the others pad by a third or a half; per k step 1 load
+ * and 16 broadcasts feed 16 FMAs. Which runs faster depends on the shape,
+ * so cl_cpu_sgemm times them per shape (tile_pick below). All sum each
+ * element of C over k in the same order with the same operations, so their
+ * results are identical bit for bit. The loops over rows are unrolled in
+ * full (16 at most): a runtime index would keep acc in memory. */
 
 #define CL_TARGET_AVX512 __attribute__((target("avx512f")))
 
@@ -205,12 +211,12 @@ CL_TARGET_AVX2 static void ukr_avx2(int kc, const float *a, int as, const float 
   CL_TARGET_AVX512 static void NAME(int kc, const float *a, int as, const float *b, float *c,     \
                                     int ldc, float alpha, float beta, int m, int n) {             \
     __m512 acc[MR][NV];                                                                           \
-    _Pragma("GCC unroll 12") for (int i = 0; i < MR; i++)                                         \
+    _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++)                                         \
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[i][v] = _mm512_setzero_ps();     \
     for (int p = 0; p < kc; p++) {                                                                \
       __m512 bv[NV];                                                                              \
       _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) bv[v] = _mm512_loadu_ps(b + 16 * v);   \
-      _Pragma("GCC unroll 12") for (int i = 0; i < MR; i++) {                                     \
+      _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                                     \
         __m512 ai = _mm512_set1_ps(a[i]);                                                         \
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[i][v] =                          \
             _mm512_fmadd_ps(ai, bv[v], acc[i][v]);                                                \
@@ -223,6 +229,7 @@ CL_TARGET_AVX2 static void ukr_avx2(int kc, const float *a, int as, const float 
 
 CL_UKR_AVX512(ukr_avx512, 8, 3)
 CL_UKR_AVX512(ukr_avx512_12x32, 12, 2)
+CL_UKR_AVX512(ukr_avx512_16x16, 16, 1)
 #undef CL_UKR_AVX512
 
 /* 12 x 32 with B read from the image in place. When the image is a multiple
@@ -261,16 +268,22 @@ CL_TARGET_AVX512 static void vukr_avx512_12x32(int kc, const float *a, int as, c
 }
 #endif /* CL_CPU_X86 */
 
-static const gemm_arch ARCH_GENERIC = {GEN_MR, GEN_NR, ukr_generic, 0, 0, "4x16", NULL};
+static const gemm_arch ARCH_GENERIC = {GEN_MR, GEN_NR, ukr_generic, 0, 0, "4x16", NULL, 100};
 #if CL_CPU_X86
-static const gemm_arch ARCH_AVX2 = {AVX2_MR, AVX2_NR, ukr_avx2, 1, 0, "6x16", NULL};
+static const gemm_arch ARCH_AVX2 = {AVX2_MR, AVX2_NR, ukr_avx2, 1, 0, "6x16", NULL, 100};
 /* The AVX-512 tiles cl_cpu_sgemm chooses between, the first the default.
  * Tiles with a view kernel come last: a product they cannot read in place
- * chooses among the others (tiles_for), and forced, runs them packed. */
+ * chooses among the others (tiles_for), and forced, runs them packed.
+ * 16 x 16's area weighs 5/4 when padding is compared: a first layer's
+ * backward data (16 x 160 x 192), which it fits and 8 x 48 pads by a
+ * fifth, ran at 0.27-0.32 of the peak on it against 0.33-0.34 on 8 x 48
+ * (Zen 5, doc/speed.md); its backward filter (192 x 16), which 12 x 32 pads
+ * by half, at 0.51-0.57 against 0.30-0.34. */
 static const gemm_arch ARCH_AVX512[] = {
-    {8, 48, ukr_avx512, 1, 0, "8x48", NULL},
-    {12, 32, ukr_avx512_12x32, 1, 1, "12x32", NULL},
-    {12, 32, ukr_avx512_12x32, 1, 1, "12x32-inplace", vukr_avx512_12x32}};
+    {8, 48, ukr_avx512, 1, 0, "8x48", NULL, 100},
+    {12, 32, ukr_avx512_12x32, 1, 1, "12x32", NULL, 100},
+    {16, 16, ukr_avx512_16x16, 1, 1, "16x16", NULL, 125},
+    {12, 32, ukr_avx512_12x32, 1, 1, "12x32-inplace", vukr_avx512_12x32, 100}};
 #endif
 
 static const gemm_arch *arch_of(cl_cpu_gemm_kind kind) {
@@ -388,17 +401,6 @@ CL_TARGET_AVX static void pack_cols_avx(const float *src, int ldb, int kc, int n
 }
 #endif /* CL_CPU_X86 */
 
-/* A few dozen floats, where a memcpy call costs more than the copy. The
- * fixed-size pieces are inlined as moves; any plain element loop would be
- * turned back into a memcpy call by the compiler. */
-static inline void copy_short(float *restrict dst, const float *restrict src, int n) {
-  int t = 0;
-  for (; t + 8 <= n; t += 8) memcpy(dst + t, src + t, 8 * sizeof(float));
-  if (n - t >= 4) memcpy(dst + t, src + t, 4 * sizeof(float)), t += 4;
-  if (n - t >= 2) memcpy(dst + t, src + t, 2 * sizeof(float)), t += 2;
-  if (n - t >= 1) dst[t] = src[t];
-}
-
 /* op(A)[i0:i0+mc, p0:p0+kc] into MR-tall slivers, element (i, p) of a sliver
  * at [p * mr + i]; rows past mc are zero. */
 static void pack_a(const gemm_arch *ar, int transA, const float *A, int lda, int i0, int p0, int mc,
@@ -409,7 +411,7 @@ static void pack_a(const gemm_arch *ar, int transA, const float *A, int lda, int
     if (m < mr) memset(dst, 0, sizeof(float) * (size_t)mr * kc);
     if (transA) {
       for (int p = 0; p < kc; p++)
-        copy_short(dst + (size_t)p * mr, A + (size_t)(p0 + p) * lda + i0 + s, m);
+        cl_cpu_copy_short(dst + (size_t)p * mr, A + (size_t)(p0 + p) * lda + i0 + s, m);
       continue;
     }
     const float *src = A + (size_t)(i0 + s) * lda + p0;
@@ -439,7 +441,7 @@ static void pack_view_row(const cl_cpu_im2col_view *v, int r, int q, int n, floa
   int y = q / v->W, x = q % v->W;
   for (int jj = 0; jj < n; y++, x = 0) {
     int len = imin(v->W - x, n - jj);
-    copy_short(dst + jj, src + (size_t)y * v->Wp + x, len);
+    cl_cpu_copy_short(dst + jj, src + (size_t)y * v->Wp + x, len);
     jj += len;
   }
 }
@@ -497,7 +499,7 @@ static void pack_b(const gemm_arch *ar, const gemm_bsrc *b, int p0, int j0, int 
     }
     if (!b->trans) {
       for (int p = 0; p < kc; p++)
-        copy_short(dst + (size_t)p * nr, b->B + (size_t)(p0 + p) * ldb + j0 + t, n);
+        cl_cpu_copy_short(dst + (size_t)p * nr, b->B + (size_t)(p0 + p) * ldb + j0 + t, n);
       continue;
     }
     const float *src = b->B + (size_t)(j0 + t) * ldb + p0;
@@ -776,7 +778,7 @@ static void gemm_blas(int transA, int transB, int M, int N, int K, float alpha, 
 enum { TUNE_ROUNDS = 3, TUNE_SLOTS = 256 };
 #define TUNE_MIN_FLOP 2e6
 
-enum { TUNE_MAX_TILES = 3 };
+enum { TUNE_MAX_TILES = 4 };
 
 typedef struct tune_slot {
   int used, M, N, K, flags; /* flags: transA | transB << 1 | view << 2 | in place << 3 */
@@ -838,7 +840,7 @@ static tune_slot *tune_find(int M, int N, int K, int flags) {
   for (int probe = 0; probe < TUNE_SLOTS; probe++) {
     tune_slot *t = &tune_table[(h + (unsigned)probe) % TUNE_SLOTS];
     if (!t->used) {
-      *t = (tune_slot){1, M, N, K, flags, 0, -1, {1e30, 1e30, 1e30}};
+      *t = (tune_slot){1, M, N, K, flags, 0, -1, {1e30, 1e30, 1e30, 1e30}};
       return t;
     }
     if (t->M == M && t->N == N && t->K == K && t->flags == flags) return t;
@@ -847,7 +849,8 @@ static tune_slot *tune_find(int M, int N, int K, int flags) {
 }
 
 /* Of the first `eligible` tiles, the one whose tiles of C cover M x N with
- * the fewest elements past it (the earliest of equals): a product too short
+ * the fewest elements, each tile's weighed by its area_pct (the earliest
+ * of equals): a product too short
  * to time runs its padding at the full cost of the kernel, and the Winograd
  * GEMMs of a 16x16 map's 64 tiles waste a third of an 8 x 48 tile's columns
  * where 12 x 32 wastes none. */
@@ -855,7 +858,7 @@ static int tile_least_padding(const gemm_arch *tiles, int eligible, int M, int N
   int best = 0;
   double least = 0;
   for (int i = 0; i < eligible; i++) {
-    double area = (double)round_up(M, tiles[i].mr) * round_up(N, tiles[i].nr);
+    double area = (double)round_up(M, tiles[i].mr) * round_up(N, tiles[i].nr) * tiles[i].area_pct;
     if (i == 0 || area < least) best = i, least = area;
   }
   return best;

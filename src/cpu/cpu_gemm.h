@@ -43,9 +43,9 @@ const char *cl_cpu_gemm_name(cl_cpu_gemm_kind kind);
  * CPU, the same in every process on one machine (n_threads is not used). */
 cl_cpu_gemm_kind cl_cpu_gemm_choose(int n_threads);
 
-/* The register tiles of an internal kind (0 for BLAS): AVX-512 has three
- * (8x48, 12x32, and 12x32-inplace, which reads an im2col view of an image
- * a multiple of 16 pixels wide in place instead of packing it; other
+/* The register tiles of an internal kind (0 for BLAS): AVX-512 has four
+ * (8x48, 12x32, 16x16, and 12x32-inplace, which reads an im2col view of an
+ * image a multiple of 16 pixels wide in place instead of packing it; other
  * products run it as 12x32), the others one. cl_cpu_sgemm times the tiles
  * a product can use on the first calls of each shape in a process and keeps
  * the fastest; a product too short to time (under 2 MFLOP) takes the tile
