@@ -850,10 +850,9 @@ static tune_slot *tune_find(int M, int N, int K, int flags) {
 
 /* Of the first `eligible` tiles, the one whose tiles of C cover M x N with
  * the fewest elements, each tile's weighed by its area_pct (the earliest
- * of equals): a product too short
- * to time runs its padding at the full cost of the kernel, and the Winograd
- * GEMMs of a 16x16 map's 64 tiles waste a third of an 8 x 48 tile's columns
- * where 12 x 32 wastes none. */
+ * of equals): a product too short to time runs its padding at the full
+ * cost of the kernel, and the Winograd GEMMs of a 16x16 map's 64 tiles
+ * waste a third of an 8 x 48 tile's columns where 12 x 32 wastes none. */
 static int tile_least_padding(const gemm_arch *tiles, int eligible, int M, int N) {
   int best = 0;
   double least = 0;
