@@ -9,7 +9,11 @@
  * of C in vector registers for the whole KC loop. Packing makes every
  * micro-kernel load unit-stride whatever the transposes and leading
  * dimensions are, and zero-pads the edges so the micro-kernel always runs
- * full tiles (only its final store is masked).
+ * full tiles (only its final store is masked). Where a sliver's k steps are
+ * already contiguous runs of MR or NR floats (a transposed A, a row-major
+ * op(B)) the micro-kernel reads them in place, a stride apart, and only a
+ * short last sliver is packed: the Winograd products, whose B is used by as
+ * few as 16 rows of A, had spent 11.5 % of a step packing B (doc/speed.md).
  *
  * For convolutions the packing step can also read op(B) as an im2col view of
  * a padded image (cl_cpu_sgemm_im2col), and two unpacked kernels
@@ -49,12 +53,13 @@
  * 24x24 image (576 columns) is one block. MC only bounds the A pack buffer. */
 enum { GEMM_KC = 256, GEMM_MC = 240, GEMM_NC = 720 };
 
-/* Micro-kernel: C[0:m, 0:n] = alpha * (A sliver)(packed B sliver)
- * + beta * C, computing the full MR x NR tile in registers. The sliver's
- * MR rows are contiguous at each k, the k steps as floats apart: MR when
- * packed, lda when a transposed A is read where it lies. */
-typedef void (*gemm_ukernel)(int kc, const float *a, int as, const float *b, float *c, int ldc,
-                             float alpha, float beta, int m, int n);
+/* Micro-kernel: C[0:m, 0:n] = alpha * (A sliver)(B sliver) + beta * C,
+ * computing the full MR x NR tile in registers. The A sliver's MR rows are
+ * contiguous at each k, the k steps as floats apart: MR when packed, lda
+ * when a transposed A is read where it lies; the B sliver's NR columns
+ * likewise, its k steps bs apart: NR packed, ldb read in place. */
+typedef void (*gemm_ukernel)(int kc, const float *a, int as, const float *b, int bs, float *c,
+                             int ldc, float alpha, float beta, int m, int n);
 
 /* The same tile with B an im2col view read in place: row p of B starts at
  * xp + boff[p], and the tile's 16-column vector v at seg[v] from there. */
@@ -101,11 +106,11 @@ static void store_tile(const float *t, int nr, float *c, int ldc, float alpha, f
   }
 }
 
-static void ukr_generic(int kc, const float *a, int as, const float *b, float *c, int ldc,
+static void ukr_generic(int kc, const float *a, int as, const float *b, int bs, float *c, int ldc,
                         float alpha, float beta, int m, int n) {
   float acc[GEN_MR * GEN_NR] = {0};
   for (int p = 0; p < kc; p++) {
-    const float *bp = b + (size_t)p * GEN_NR;
+    const float *bp = b + (size_t)p * bs;
     for (int i = 0; i < GEN_MR; i++) {
       float ai = a[(size_t)p * as + i];
       for (int j = 0; j < GEN_NR; j++) acc[i * GEN_NR + j] += ai * bp[j];
@@ -120,8 +125,8 @@ static void ukr_generic(int kc, const float *a, int as, const float *b, float *c
 #define CL_TARGET_AVX2 __attribute__((target("avx2,fma")))
 enum { AVX2_MR = 6, AVX2_NR = 16 };
 
-CL_TARGET_AVX2 static void ukr_avx2(int kc, const float *a, int as, const float *b, float *c,
-                                    int ldc, float alpha, float beta, int m, int n) {
+CL_TARGET_AVX2 static void ukr_avx2(int kc, const float *a, int as, const float *b, int bs,
+                                    float *c, int ldc, float alpha, float beta, int m, int n) {
   /* Every loop over acc is fully unrolled so that it lives in registers. */
   __m256 acc[AVX2_MR][2];
 #pragma GCC unroll 6
@@ -135,7 +140,7 @@ CL_TARGET_AVX2 static void ukr_avx2(int kc, const float *a, int as, const float 
       acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
     }
     a += as;
-    b += AVX2_NR;
+    b += bs;
   }
   __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
   if (m == AVX2_MR && n == AVX2_NR) {
@@ -208,8 +213,8 @@ CL_TARGET_AVX2 static void ukr_avx2(int kc, const float *a, int as, const float 
       }                                                                                           \
     }                                                                                             \
   }                                                                                               \
-  CL_TARGET_AVX512 static void NAME(int kc, const float *a, int as, const float *b, float *c,     \
-                                    int ldc, float alpha, float beta, int m, int n) {             \
+  CL_TARGET_AVX512 static void NAME(int kc, const float *a, int as, const float *b, int bs,      \
+                                    float *c, int ldc, float alpha, float beta, int m, int n) {   \
     __m512 acc[MR][NV];                                                                           \
     _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++)                                         \
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[i][v] = _mm512_setzero_ps();     \
@@ -222,7 +227,7 @@ CL_TARGET_AVX2 static void ukr_avx2(int kc, const float *a, int as, const float 
             _mm512_fmadd_ps(ai, bv[v], acc[i][v]);                                                \
       }                                                                                           \
       a += as;                                                                                    \
-      b += 16 * NV;                                                                               \
+      b += bs;                                                                                    \
     }                                                                                             \
     NAME##_store(acc, c, ldc, alpha, beta, m, n);                                                 \
   }
@@ -546,25 +551,41 @@ static const float *a_sliver(const gemm_arch *ar, const a_view *a, int ir, int *
   return ir < a->full ? a->at + (size_t)ir * a->next : a->tail;
 }
 
+/* Where the micro-kernels read a block's B, as a_view its A: the slivers
+ * before column full at at + jr * next, their k steps bs floats apart; the
+ * rest (a last, short sliver) packed at tail. */
+typedef struct b_view {
+  const float *at, *tail;
+  size_t next;
+  int bs, full;
+} b_view;
+
+static const float *b_sliver(const gemm_arch *ar, const b_view *b, int jr, int *bs) {
+  *bs = jr < b->full ? b->bs : ar->nr;
+  return jr < b->full ? b->at + (size_t)jr * b->next : b->tail;
+}
+
 static void macro_kernel(const gemm_arch *ar, int mc, int nc, int kc, const a_view *av,
-                         const float *pb, float *c, int ldc, float alpha, float beta) {
-  int as;
+                         const b_view *bv, float *c, int ldc, float alpha, float beta) {
+  int as, bs;
   if (ar->jr_outer) {
     for (int jr = 0; jr < nc; jr += ar->nr) {
-      const float *b = pb + (size_t)jr * kc;
+      const float *b = b_sliver(ar, bv, jr, &bs);
       for (int ir = 0; ir < mc; ir += ar->mr) {
         const float *a = a_sliver(ar, av, ir, &as);
-        ar->ukr(kc, a, as, b, c + (size_t)ir * ldc + jr, ldc, alpha, beta, imin(ar->mr, mc - ir),
-                imin(ar->nr, nc - jr));
+        ar->ukr(kc, a, as, b, bs, c + (size_t)ir * ldc + jr, ldc, alpha, beta,
+                imin(ar->mr, mc - ir), imin(ar->nr, nc - jr));
       }
     }
     return;
   }
   for (int ir = 0; ir < mc; ir += ar->mr) {
     const float *a = a_sliver(ar, av, ir, &as);
-    for (int jr = 0; jr < nc; jr += ar->nr)
-      ar->ukr(kc, a, as, pb + (size_t)jr * kc, c + (size_t)ir * ldc + jr, ldc, alpha, beta,
+    for (int jr = 0; jr < nc; jr += ar->nr) {
+      const float *b = b_sliver(ar, bv, jr, &bs);
+      ar->ukr(kc, a, as, b, bs, c + (size_t)ir * ldc + jr, ldc, alpha, beta,
               imin(ar->mr, mc - ir), imin(ar->nr, nc - jr));
+    }
   }
 }
 
@@ -608,6 +629,22 @@ static a_view a_block(const gemm_arch *ar, const gemm_asrc *a, int M, int ic, in
   return v;
 }
 
+/* Where B's block (pc, jc) is read: a row-major op(B)'s whole slivers in
+ * place (each k step of one is NR floats of a row already), only a short
+ * last one packed, padded with zeros; any other B packed into scratch. */
+static b_view b_block(const gemm_arch *ar, const gemm_bsrc *b, int pc, int jc, int kc, int nc,
+                      float *scratch) {
+  b_view v = {scratch, scratch, (size_t)kc, ar->nr, nc};
+  if (b->trans || b->view) {
+    pack_b(ar, b, pc, jc, kc, nc, scratch);
+    return v;
+  }
+  v.at = b->B + (size_t)pc * b->ldb + jc, v.next = 1, v.bs = b->ldb;
+  v.full = nc / ar->nr * ar->nr;
+  if (v.full < nc) pack_b(ar, b, pc, jc + v.full, kc, nc - v.full, scratch);
+  return v;
+}
+
 static void gemm_internal(const gemm_arch *ar, const gemm_asrc *A, const gemm_bsrc *B, int M,
                           int N, int K, float alpha, float beta, float *C, int ldc,
                           float *scratch) {
@@ -619,11 +656,11 @@ static void gemm_internal(const gemm_arch *ar, const gemm_asrc *A, const gemm_bs
       int kc = imin(bl.kc, K - pc);
       /* Later K slices add to what the first one wrote. */
       float bta = pc == 0 ? beta : 1.0f;
-      pack_b(ar, B, pc, jc, kc, nc, pb);
+      b_view b = b_block(ar, B, pc, jc, kc, nc, pb);
       for (int ic = 0; ic < M; ic += bl.mc) {
         int mc = imin(bl.mc, M - ic);
         a_view a = a_block(ar, A, M, ic, pc, mc, kc, pa);
-        macro_kernel(ar, mc, nc, kc, &a, pb, C + (size_t)ic * ldc + jc, ldc, alpha, bta);
+        macro_kernel(ar, mc, nc, kc, &a, &b, C + (size_t)ic * ldc + jc, ldc, alpha, bta);
       }
     }
   }
