@@ -537,42 +537,29 @@ static gemm_blocks blocks_of(const gemm_arch *ar, int M, int N, int K) {
   return bl;
 }
 
-/* Where the micro-kernels read a block's A: the slivers before row full
- * at at + ir * next, their k steps as floats apart; the rest (a last,
- * short sliver) packed at tail. */
-typedef struct a_view {
+/* Where the micro-kernels read a block's A (or B): the slivers before row
+ * (column) full at at + i * next, their k steps step floats apart; the
+ * rest (a last, short sliver) packed at tail, its k steps MR (NR) apart. */
+typedef struct sliver_view {
   const float *at, *tail;
   size_t next;
-  int as, full;
-} a_view;
+  int step, full;
+} sliver_view;
 
-static const float *a_sliver(const gemm_arch *ar, const a_view *a, int ir, int *as) {
-  *as = ir < a->full ? a->as : ar->mr;
-  return ir < a->full ? a->at + (size_t)ir * a->next : a->tail;
+/* The sliver from row (column) i; *step: its k-step stride. packed: MR or NR. */
+static const float *sliver_of(const sliver_view *v, int i, int packed, int *step) {
+  *step = i < v->full ? v->step : packed;
+  return i < v->full ? v->at + (size_t)i * v->next : v->tail;
 }
 
-/* Where the micro-kernels read a block's B, as a_view its A: the slivers
- * before column full at at + jr * next, their k steps bs floats apart; the
- * rest (a last, short sliver) packed at tail. */
-typedef struct b_view {
-  const float *at, *tail;
-  size_t next;
-  int bs, full;
-} b_view;
-
-static const float *b_sliver(const gemm_arch *ar, const b_view *b, int jr, int *bs) {
-  *bs = jr < b->full ? b->bs : ar->nr;
-  return jr < b->full ? b->at + (size_t)jr * b->next : b->tail;
-}
-
-static void macro_kernel(const gemm_arch *ar, int mc, int nc, int kc, const a_view *av,
-                         const b_view *bv, float *c, int ldc, float alpha, float beta) {
+static void macro_kernel(const gemm_arch *ar, int mc, int nc, int kc, const sliver_view *av,
+                         const sliver_view *bv, float *c, int ldc, float alpha, float beta) {
   int as, bs;
   if (ar->jr_outer) {
     for (int jr = 0; jr < nc; jr += ar->nr) {
-      const float *b = b_sliver(ar, bv, jr, &bs);
+      const float *b = sliver_of(bv, jr, ar->nr, &bs);
       for (int ir = 0; ir < mc; ir += ar->mr) {
-        const float *a = a_sliver(ar, av, ir, &as);
+        const float *a = sliver_of(av, ir, ar->mr, &as);
         ar->ukr(kc, a, as, b, bs, c + (size_t)ir * ldc + jr, ldc, alpha, beta,
                 imin(ar->mr, mc - ir), imin(ar->nr, nc - jr));
       }
@@ -580,9 +567,9 @@ static void macro_kernel(const gemm_arch *ar, int mc, int nc, int kc, const a_vi
     return;
   }
   for (int ir = 0; ir < mc; ir += ar->mr) {
-    const float *a = a_sliver(ar, av, ir, &as);
+    const float *a = sliver_of(av, ir, ar->mr, &as);
     for (int jr = 0; jr < nc; jr += ar->nr) {
-      const float *b = b_sliver(ar, bv, jr, &bs);
+      const float *b = sliver_of(bv, jr, ar->nr, &bs);
       ar->ukr(kc, a, as, b, bs, c + (size_t)ir * ldc + jr, ldc, alpha, beta,
               imin(ar->mr, mc - ir), imin(ar->nr, nc - jr));
     }
@@ -609,9 +596,9 @@ typedef struct gemm_asrc {
   const float *packed; /* the whole A, packed; NULL: pack into scratch */
 } gemm_asrc;
 
-static a_view a_block(const gemm_arch *ar, const gemm_asrc *a, int M, int ic, int pc, int mc,
-                      int kc, float *scratch) {
-  a_view v = {scratch, scratch, (size_t)kc, ar->mr, mc};
+static sliver_view a_block(const gemm_arch *ar, const gemm_asrc *a, int M, int ic, int pc,
+                           int mc, int kc, float *scratch) {
+  sliver_view v = {scratch, scratch, (size_t)kc, ar->mr, mc};
   if (a->packed) {
     v.at = a->packed + (size_t)pc * round_up(M, ar->mr) + (size_t)ic * kc;
     return v;
@@ -620,7 +607,7 @@ static a_view a_block(const gemm_arch *ar, const gemm_asrc *a, int M, int ic, in
     /* op(A)'s rows are A's columns: each k step of a sliver is MR floats
      * in a row of A already, so the kernels read them there; only a
      * sliver short of MR rows (past M) is packed, padded with zeros. */
-    v.at = a->A + (size_t)pc * a->lda + ic, v.next = 1, v.as = a->lda;
+    v.at = a->A + (size_t)pc * a->lda + ic, v.next = 1, v.step = a->lda;
     v.full = mc / ar->mr * ar->mr;
     if (v.full < mc) pack_a(ar, 1, a->A, a->lda, ic + v.full, pc, mc - v.full, kc, scratch);
     return v;
@@ -632,14 +619,14 @@ static a_view a_block(const gemm_arch *ar, const gemm_asrc *a, int M, int ic, in
 /* Where B's block (pc, jc) is read: a row-major op(B)'s whole slivers in
  * place (each k step of one is NR floats of a row already), only a short
  * last one packed, padded with zeros; any other B packed into scratch. */
-static b_view b_block(const gemm_arch *ar, const gemm_bsrc *b, int pc, int jc, int kc, int nc,
-                      float *scratch) {
-  b_view v = {scratch, scratch, (size_t)kc, ar->nr, nc};
+static sliver_view b_block(const gemm_arch *ar, const gemm_bsrc *b, int pc, int jc, int kc,
+                           int nc, float *scratch) {
+  sliver_view v = {scratch, scratch, (size_t)kc, ar->nr, nc};
   if (b->trans || b->view) {
     pack_b(ar, b, pc, jc, kc, nc, scratch);
     return v;
   }
-  v.at = b->B + (size_t)pc * b->ldb + jc, v.next = 1, v.bs = b->ldb;
+  v.at = b->B + (size_t)pc * b->ldb + jc, v.next = 1, v.step = b->ldb;
   v.full = nc / ar->nr * ar->nr;
   if (v.full < nc) pack_b(ar, b, pc, jc + v.full, kc, nc - v.full, scratch);
   return v;
@@ -656,10 +643,10 @@ static void gemm_internal(const gemm_arch *ar, const gemm_asrc *A, const gemm_bs
       int kc = imin(bl.kc, K - pc);
       /* Later K slices add to what the first one wrote. */
       float bta = pc == 0 ? beta : 1.0f;
-      b_view b = b_block(ar, B, pc, jc, kc, nc, pb);
+      sliver_view b = b_block(ar, B, pc, jc, kc, nc, pb);
       for (int ic = 0; ic < M; ic += bl.mc) {
         int mc = imin(bl.mc, M - ic);
-        a_view a = a_block(ar, A, M, ic, pc, mc, kc, pa);
+        sliver_view a = a_block(ar, A, M, ic, pc, mc, kc, pa);
         macro_kernel(ar, mc, nc, kc, &a, &b, C + (size_t)ic * ldc + jc, ldc, alpha, bta);
       }
     }
@@ -696,7 +683,7 @@ static void gemm_view_inplace(const gemm_arch *ar, const gemm_asrc *A, const cl_
     float bta = pc == 0 ? beta : 1.0f;
     for (int ic = 0; ic < M; ic += bl.mc) {
       int mc = imin(bl.mc, M - ic);
-      a_view a = a_block(ar, A, M, ic, pc, mc, kc, scratch);
+      sliver_view a = a_block(ar, A, M, ic, pc, mc, kc, scratch);
       for (int jr = 0; jr < N; jr += ar->nr) {
         ptrdiff_t seg[VIEW_SEGS_MAX];
         for (int h = 0; h < ar->nr / VIEW_SEG; h++) {
@@ -705,7 +692,7 @@ static void gemm_view_inplace(const gemm_arch *ar, const gemm_asrc *A, const cl_
         }
         for (int ir = 0; ir < mc; ir += ar->mr) {
           int as;
-          const float *ai = a_sliver(ar, &a, ir, &as);
+          const float *ai = sliver_of(&a, ir, ar->mr, &as);
           ar->vukr(kc, ai, as, v->xp, v->boff + pc, seg, C + (size_t)(ic + ir) * ldc + jr, ldc,
                    alpha, bta, imin(ar->mr, mc - ir), imin(ar->nr, N - jr));
         }
