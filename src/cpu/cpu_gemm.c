@@ -10,9 +10,10 @@
  * micro-kernel load unit-stride whatever the transposes and leading
  * dimensions are, and zero-pads the edges so the micro-kernel always runs
  * full tiles (only its final store is masked). Where a sliver's k steps are
- * already contiguous runs of MR or NR floats (a transposed A, a row-major
- * op(B)) the micro-kernel reads them in place, a stride apart, and only a
- * short last sliver is packed: the Winograd products, whose B is used by as
+ * already contiguous runs of MR or NR floats (a transposed A; a row-major
+ * op(B) on the tiles that keep one B sliver across the row tiles) the
+ * micro-kernel reads them in place, a stride apart, and only a short last
+ * sliver is packed: the Winograd products, whose B is used by as
  * few as 16 rows of A, had spent 11.5 % of a step packing B (doc/speed.md).
  *
  * For convolutions the packing step can also read op(B) as an im2col view of
@@ -106,9 +107,8 @@ static void store_tile(const float *t, int nr, float *c, int ldc, float alpha, f
   }
 }
 
-static void ukr_generic(int kc, const float *a, int as, const float *b, int bs, float *c, int ldc,
-                        float alpha, float beta, int m, int n) {
-  float acc[GEN_MR * GEN_NR] = {0};
+static inline __attribute__((always_inline)) void gen_sums(int kc, const float *a, int as,
+                                                           const float *b, int bs, float *acc) {
   for (int p = 0; p < kc; p++) {
     const float *bp = b + (size_t)p * bs;
     for (int i = 0; i < GEN_MR; i++) {
@@ -116,6 +116,17 @@ static void ukr_generic(int kc, const float *a, int as, const float *b, int bs, 
       for (int j = 0; j < GEN_NR; j++) acc[i * GEN_NR + j] += ai * bp[j];
     }
   }
+}
+
+static void ukr_generic(int kc, const float *a, int as, const float *b, int bs, float *c, int ldc,
+                        float alpha, float beta, int m, int n) {
+  float acc[GEN_MR * GEN_NR] = {0};
+  /* a packed B's stride as a constant: as a variable, 192 x 256 x 48 ran at
+   * 9-11 GFLOP/s in most runs, against 15-17 */
+  if (bs == GEN_NR)
+    gen_sums(kc, a, as, b, GEN_NR, acc);
+  else
+    gen_sums(kc, a, as, b, bs, acc);
   store_tile(acc, GEN_NR, c, ldc, alpha, beta, m, n);
 }
 
@@ -616,13 +627,25 @@ static sliver_view a_block(const gemm_arch *ar, const gemm_asrc *a, int M, int i
   return v;
 }
 
+/* Nonzero when the tile reads a row-major op(B) where it lies: only when
+ * one B sliver stays in L1 across the row tiles (jr_outer), where its
+ * strided rows are fetched once a block. With the row tiles outer, each A
+ * sliver streams all the block's B slivers again, and from strided rows
+ * that cost: AVX2 at rows 4 KiB apart (96 x 1024 x 256) 86-88 GFLOP/s
+ * packed, 65-66 in place; the portable kernel (192 x 256 x 48) 15.4-15.7
+ * and 9.8-10.0. AVX-512 in place, 16 x 1024 x 192: 115 -> 169-172
+ * (doc/speed.md). */
+static int b_inplace(const gemm_arch *ar, const gemm_bsrc *b) {
+  return ar->jr_outer && !b->trans && !b->view;
+}
+
 /* Where B's block (pc, jc) is read: a row-major op(B)'s whole slivers in
  * place (each k step of one is NR floats of a row already), only a short
  * last one packed, padded with zeros; any other B packed into scratch. */
 static sliver_view b_block(const gemm_arch *ar, const gemm_bsrc *b, int pc, int jc, int kc,
                            int nc, float *scratch) {
   sliver_view v = {scratch, scratch, (size_t)kc, ar->nr, nc};
-  if (b->trans || b->view) {
+  if (!b_inplace(ar, b)) {
     pack_b(ar, b, pc, jc, kc, nc, scratch);
     return v;
   }
