@@ -291,11 +291,15 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
   const size_t plane1 = sizeof(float) * (size_t)nn * t.K * p.T1;
   const size_t vplane1 = sizeof(float) * (size_t)nn * t.C * p.T1;
   /* backward filter's DY is shared, each thread reading its tile elements'
-   * planes (wgrad_chunk_products): twice a thread's M. Best of three, the
-   * plain stack's input halves (80 images, 16 and 48 -> 192, 5 x 5), two
-   * threads: 13.6 and 13.1 ms at 4 MiB, 13.4 and 12.4 at 8; one thread
-   * alike */
-  const size_t dy_bytes = 2 * WINO_M_BYTES;
+   * planes (wgrad_chunk_products); its bound is the same on every team
+   * (the chunks fix dw's sums). The plain stack's input halves (80 images,
+   * 16 and 48 -> 192, 5 x 5) on a Zen 4 whose L3 the host's neighbours
+   * share, bench_cpu_peak alternated, 4 MiB against 8: 48 -> 192 took
+   * 23.3-24.8 ms against 24.1-34.9 on one thread (five runs), 13.5-26.7
+   * against 15.0-24.2 on two (six, four under 14.1 against none); 16 ->
+   * 192 11.6-14.7 against 11.5-20.5, and 7.3-18.7 against 9.2-17.7. On a
+   * Zen 5 (two threads, best of three) 8 MiB had been 2-6 % ahead. */
+  const size_t dy_bytes = WINO_M_BYTES;
   if (dir == 2 && p.nb > (int)(dy_bytes / plane1)) p.nb = (int)(dy_bytes / plane1);
   if (p.nb > (int)(WINO_V_BYTES / vplane1)) p.nb = (int)(WINO_V_BYTES / vplane1);
   if (p.nb < 1) p.nb = 1;
