@@ -204,24 +204,35 @@ CL_TARGET_AVX2 static void ukr_avx2(int kc, const float *a, int as, const float 
 
 #define CL_TARGET_AVX512 __attribute__((target("avx512f")))
 
-/* C[0:m, 0:n] = alpha acc + beta C for an MR x 16 NV tile of accumulators. */
+/* C[0:m, 0:n] = alpha acc + beta C for an MR x 16 NV tile of accumulators.
+ * The loop over rows is unrolled in full, each row behind its test against
+ * m, so that acc stays in registers: a loop to a runtime m spilled acc to
+ * the stack at every tile and read it back, and 16 x 16 on K = 16 (a
+ * first layer's Winograd products) spent about a quarter of its time
+ * storing (doc/speed.md). */
 #define CL_UKR_AVX512(NAME, MR, NV)                                                               \
+  CL_TARGET_AVX512 __attribute__((always_inline)) static inline void NAME##_row(                  \
+      const __m512 *acc, float *cr, __m512 va, __m512 vb, int scale, int add,                     \
+      const __mmask16 *mk) {                                                                      \
+    _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {                                        \
+      __m512 x = scale ? _mm512_mul_ps(va, acc[v]) : acc[v];                                      \
+      if (add) x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mk[v], cr + 16 * v), x);             \
+      _mm512_mask_storeu_ps(cr + 16 * v, mk[v], x);                                               \
+    }                                                                                             \
+  }                                                                                               \
   /* Inlined: a call costs a twentieth of a tile of K = 240. */                                 \
   CL_TARGET_AVX512 __attribute__((always_inline)) static inline void NAME##_store(                \
       __m512 acc[MR][NV], float *c, int ldc, float alpha, float beta, int m, int n) {             \
-    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);                                 \
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);                           \
+    const int scale = alpha != 1.0f, add = beta != 0.0f;                                          \
     __mmask16 mk[NV];                                                                             \
     for (int v = 0; v < NV; v++) {                                                                \
       int left = n - 16 * v;                                                                      \
       mk[v] = left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1u);    \
     }                                                                                             \
-    for (int i = 0; i < m; i++) {                                                                 \
-      float *cr = c + (size_t)i * ldc;                                                            \
-      for (int v = 0; v < NV; v++) {                                                              \
-        __m512 x = alpha == 1.0f ? acc[i][v] : _mm512_mul_ps(va, acc[i][v]);                      \
-        if (beta != 0.0f) x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mk[v], cr + 16 * v), x);  \
-        _mm512_mask_storeu_ps(cr + 16 * v, mk[v], x);                                             \
-      }                                                                                           \
+    _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                                       \
+      if (i >= m) break;                                                                          \
+      NAME##_row(acc[i], c + (size_t)i * ldc, va, vb, scale, add, mk);                            \
     }                                                                                             \
   }                                                                                               \
   CL_TARGET_AVX512 static void NAME(int kc, const float *a, int as, const float *b, int bs,      \
