@@ -22,4 +22,7 @@
 #undef VI
 #undef VSTRIDES
 #undef VGATHER
+#undef VLANES
+#undef VLOADN
+#undef VSTOREN
 #undef CL_SIMD

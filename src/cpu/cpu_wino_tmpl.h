@@ -31,13 +31,6 @@ TGT static inline V FN(wino_row)(const wino_side *M, int i, const V *x) {
   return a;
 }
 
-TGT static inline float FN(wino_row1)(const wino_side *M, int i, const float *x) {
-  if (!M->nz[i]) return 0.0f;
-  float a = M->c[i][0] * x[M->at[i][0]];
-  for (int l = 1; l < M->nz[i]; l++) a += M->c[i][l] * x[M->at[i][l]];
-  return a;
-}
-
 TGT static void FN(wino_2d)(float *d, size_t ds, const float *s, size_t rs, size_t ss,
                             const wino_side *M, size_t len) {
   const int R = M->rows, C = M->cols;
@@ -51,14 +44,21 @@ TGT static void FN(wino_2d)(float *d, size_t ds, const float *s, size_t rs, size
     for (int i = 0; i < R; i++)
       for (int j = 0; j < R; j++) VSTOREU(d + (size_t)(i * R + j) * ds + q, FN(wino_row)(M, j, t[i]));
   }
-  for (; q < len; q++) {
-    float t[WMAX][WMAX], x[WMAX];
+  /* the last len - q < VW tiles through lane masks: the same operations
+   * as a whole vector's, so a tile's bits do not depend on where the
+   * chunk's end falls (thread count, chunk size); one tile at a time in
+   * scalars had cost more than the vectors before it on the tutorial's 36
+   * tiles an image */
+  if (q < len) {
+    const int n = (int)(len - q);
+    V t[WMAX][WMAX], x[WMAX];
     for (int b = 0; b < C; b++) {
-      for (int a = 0; a < C; a++) x[a] = s[a * rs + b * ss + q];
-      for (int i = 0; i < R; i++) t[i][b] = FN(wino_row1)(M, i, x);
+      for (int a = 0; a < C; a++) x[a] = VLOADN(s + a * rs + b * ss + q, n);
+      for (int i = 0; i < R; i++) t[i][b] = FN(wino_row)(M, i, x);
     }
     for (int i = 0; i < R; i++)
-      for (int j = 0; j < R; j++) d[(size_t)(i * R + j) * ds + q] = FN(wino_row1)(M, j, t[i]);
+      for (int j = 0; j < R; j++)
+        VSTOREN(d + (size_t)(i * R + j) * ds + q, FN(wino_row)(M, j, t[i]), n);
   }
 }
 
@@ -206,40 +206,32 @@ TGT static void FN(wino_tiles)(float *D, size_t ds, const float *P, int Wp, int 
 TGT static void FN(wino_untile)(float *img, int H, int W, const float *Y, size_t ys, int m, int th,
                                 int tw, float bk, int acc) {
 #if CL_SIMD == 512
-  if (m == 2 && tw <= 8) {
-    const int w = tw * m < W ? tw * m : W;
-    const __mmask16 keep = (__mmask16)((1u << w) - 1u);
-    const __m512i idx = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    const __m512 b = _mm512_set1_ps(bk);
-    for (int ty = 0; ty < th; ty++)
-      for (int i = 0; i < m && ty * m + i < H; i++) {
-        const float *y0 = Y + (size_t)(i * m) * ys + (size_t)ty * tw;
-        __m512 v = _mm512_permutex2var_ps(_mm512_loadu_ps(y0), idx, _mm512_loadu_ps(y0 + ys));
-        float *o = img + (size_t)(ty * m + i) * W;
-        if (acc) v = _mm512_add_ps(_mm512_maskz_loadu_ps(keep, o), v);
-        _mm512_mask_storeu_ps(o, keep, _mm512_add_ps(v, b));
-      }
-    return;
-  }
-  if (m == 4 && tw <= 4) {
-    /* one output row of four tiles from four planes: the pairs of planes
-     * interleaved, then the pairs' pairs */
-    const int w = tw * m < W ? tw * m : W;
-    const __mmask16 keep = (__mmask16)((1u << w) - 1u), in = (__mmask16)((1u << tw) - 1u);
+  /* an output row's pixels 16 at a time: the tiles of 16 / m columns,
+   * their m planes interleaved (pairs, then pairs of pairs for m = 4) */
+  if (m == 2 || m == 4) {
+    const int per = 16 / m; /* tiles a vector */
     const __m512i pair = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     const __m512i quad = _mm512_set_epi32(23, 22, 7, 6, 21, 20, 5, 4, 19, 18, 3, 2, 17, 16, 1, 0);
     const __m512 b = _mm512_set1_ps(bk);
     for (int ty = 0; ty < th; ty++)
       for (int i = 0; i < m && ty * m + i < H; i++) {
-        const float *y0 = Y + (size_t)(i * m) * ys + (size_t)ty * tw;
-        const __m512 p01 = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(in, y0), pair,
-                                                  _mm512_maskz_loadu_ps(in, y0 + ys));
-        const __m512 p23 = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(in, y0 + 2 * ys), pair,
-                                                  _mm512_maskz_loadu_ps(in, y0 + 3 * ys));
-        __m512 v = _mm512_permutex2var_ps(p01, quad, p23);
-        float *o = img + (size_t)(ty * m + i) * W;
-        if (acc) v = _mm512_add_ps(_mm512_maskz_loadu_ps(keep, o), v);
-        _mm512_mask_storeu_ps(o, keep, _mm512_add_ps(v, b));
+        const float *yr = Y + (size_t)(i * m) * ys + (size_t)ty * tw;
+        float *orow = img + (size_t)(ty * m + i) * W;
+        for (int t0 = 0; t0 < tw; t0 += per) {
+          const int nt = tw - t0 < per ? tw - t0 : per, w = W - t0 * m < 16 ? W - t0 * m : 16;
+          const __mmask16 in = (__mmask16)((1u << nt) - 1u), keep = (__mmask16)((1u << w) - 1u);
+          const float *y0 = yr + t0;
+          __m512 v = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(in, y0), pair,
+                                            _mm512_maskz_loadu_ps(in, y0 + ys));
+          if (m == 4)
+            v = _mm512_permutex2var_ps(
+                v, quad,
+                _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(in, y0 + 2 * ys), pair,
+                                       _mm512_maskz_loadu_ps(in, y0 + 3 * ys)));
+          float *o = orow + t0 * m;
+          if (acc) v = _mm512_add_ps(_mm512_maskz_loadu_ps(keep, o), v);
+          _mm512_mask_storeu_ps(o, keep, _mm512_add_ps(v, b));
+        }
       }
     return;
   }
