@@ -209,18 +209,18 @@ static cl_conv_shape dir_shape(const cl_conv_shape *s, int dir) {
 }
 
 /* The layout of one call's workspace: the filters' transform U (forward
- * and backward data), then one slice per thread (slice_of): V (input
- * tiles), M (products, or dy's transform), the GEMM's scratch, tmp (the
- * planes a transform works in, the filter pairs' blocks too), and for
- * backward filter the thread's sums of dbias. A call of one chunk (small)
- * and every backward filter share one V, one M (DY) and one dU, after U;
- * their slices hold the rest. */
+ * and backward data), then one slice per thread (slice_of): a tag, V
+ * (input tiles), M (products, or dy's transform), the GEMM's scratch and
+ * tmp (the planes a transform works in, the filter pairs' blocks too). A
+ * forward or backward data call of one chunk (small) shares one V and one
+ * M after U; every backward filter shares one DY (M), one dU and its
+ * images' dbias sums, each thread keeping its own V. */
 typedef struct wino_plan {
   const wino_form *f;
   int th, tw, T1; /* tiles down, across, per image */
   int nb;         /* images per chunk */
   int T;          /* tiles per chunk, nb T1: the planes' length */
-  int kb;         /* output channels per block of M (K: backward filter) */
+  int kb;         /* output channels per block of M (backward filter: a piece's) */
   int np;         /* filter pairs per block of the filter-side work */
   int small;      /* one chunk, split by channels and tile elements (small_*, wgrad_small_*) */
   size_t vs, ms;  /* floats from one tile element's planes of V, of M (or DY), to the next's */
@@ -238,6 +238,8 @@ typedef struct wino_plan {
 enum { WINO_TILES = 256, WINO_PAIRS = 256 };
 /* cl_transform's channels turned channels last together */
 enum { WINO_ROWS = 8 };
+/* a slice's first cache line: its tag (wino_slice's chunk) */
+enum { WINO_TAG_BYTES = 64 };
 /* About the bytes of M (products, or dy's transform) a thread holds at
  * once, a core's L2 here (a block is rounded up to whole 12-row tiles, and
  * one image's tiles are the least a chunk holds). Tried at 2 MiB: the
@@ -270,6 +272,15 @@ static int even_chunks(int per, int nb) {
   return (per + chunks - 1) / chunks;
 }
 
+/* Backward filter's output channels a piece on a team of threads: dy's
+ * transform and the GEMMs into dU go by pieces of them (wgrad_chunk_pieces),
+ * one a thread, in whole 16-row tiles. Two a thread (64 of the tutorial's
+ * 256 channels), the GEMMs of 64 rows took 1.2x the time of 128 rows'. */
+static int wgrad_piece(int K, int team) {
+  const int per = (K + team - 1) / team;
+  return (per + 15) / 16 * 16;
+}
+
 static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir,
                            const wino_form *f) {
   wino_plan p;
@@ -290,8 +301,8 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
    * V holds every input channel in every direction (WINO_V_BYTES). */
   const size_t plane1 = sizeof(float) * (size_t)nn * t.K * p.T1;
   const size_t vplane1 = sizeof(float) * (size_t)nn * t.C * p.T1;
-  /* backward filter's DY is shared, each thread reading its tile elements'
-   * planes (wgrad_chunk_products); its bound is the same on every team
+  /* backward filter's DY is shared, each thread writing and reading its
+   * pieces' planes (wgrad_chunk_pieces); its bound is the same on every team
    * (the chunks fix dw's sums). The plain stack's input halves (80 images,
    * 16 and 48 -> 192, 5 x 5) on a Zen 4 whose L3 the host's neighbours
    * share, bench_cpu_peak alternated, 4 MiB against 8: 48 -> 192 took
@@ -336,9 +347,12 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
   const int blocks = dir == 2 || p.small ? 1 : (int)((m_all + WINO_M_BYTES - 1) / WINO_M_BYTES);
   p.kb = (t.K + blocks - 1) / blocks;
   if (blocks > 1) p.kb = (p.kb + 11) / 12 * 12;
+  if (dir == 2 && team > 1) p.kb = wgrad_piece(t.K, team);
   if (p.kb > t.K) p.kb = t.K;
   p.ms = plane_floats((size_t)p.kb * p.T);
-  p.m_bytes = round64(sizeof(float) * (size_t)nn * p.ms);
+  /* backward filter's DY: every piece's planes, one after another */
+  const size_t pieces = dir == 2 ? (size_t)((t.K + p.kb - 1) / p.kb) : 1;
+  p.m_bytes = round64(sizeof(float) * (size_t)nn * p.ms * pieces);
   p.scratch_bytes = round64(dir == 2 ? cl_cpu_sgemm_scratch_bytes(kind, t.K, t.C, p.T)
                                      : cl_cpu_sgemm_scratch_bytes(kind, t.K, p.T, t.C));
   /* two sets of n^2 planes of T: an input tile's d and B^T d, or the
@@ -359,15 +373,15 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
     const size_t most = xs > ds ? xs : ds;
     if (sizeof(float) * most > p.tmp_bytes) p.tmp_bytes = round64(sizeof(float) * most);
   }
-  if (p.small || dir == 2) { /* shared, after U: V, M (or DY) */
+  if (p.small && dir < 2) /* shared, after U: V; backward filter's is each thread's own */
     p.off_v = p.off_slices, p.off_slices += p.v_bytes, p.v_bytes = 0;
+  if (p.small || dir == 2) /* and M (or DY) */
     p.off_m = p.off_slices, p.off_slices += p.m_bytes, p.m_bytes = 0;
-  }
   if (dir == 2) { /* and the sum dU (n^2 K C), dbias's nb + 1 rows of K */
     p.off_du = p.off_slices, p.off_slices += round64(sizeof(float) * (size_t)nn * t.K * t.C);
     p.off_db = p.off_slices, p.off_slices += round64(sizeof(double) * (size_t)(p.nb + 1) * t.K);
   }
-  p.slice_bytes = p.v_bytes + p.m_bytes + p.scratch_bytes + p.tmp_bytes;
+  p.slice_bytes = WINO_TAG_BYTES + p.v_bytes + p.m_bytes + p.scratch_bytes + p.tmp_bytes;
   p.total = p.off_slices + p.slice_bytes * (size_t)p.threads + 64;
   return p;
 }
@@ -379,6 +393,7 @@ static wino_plan plan_of(const cl_backend *be, const cl_conv_shape *s, int dir) 
 /* Thread tid's slice of the workspace (base: its 64-byte aligned start),
  * carved as plan_form sized it. M: backward filter's DY. */
 typedef struct wino_slice {
+  int *chunk; /* backward filter: the chunk whose x V holds now */
   float *V, *M;
   void *scratch;
   float *tmp;
@@ -387,6 +402,7 @@ typedef struct wino_slice {
 static wino_slice slice_of(const wino_plan *p, char *base, int tid) {
   char *at = base + p->off_slices + p->slice_bytes * tid;
   wino_slice sl;
+  sl.chunk = (int *)at, at += WINO_TAG_BYTES;
   sl.V = (float *)at, at += p->v_bytes;
   sl.M = (float *)at, at += p->m_bytes;
   sl.scratch = at, at += p->scratch_bytes;
@@ -778,64 +794,61 @@ static void filter_grad_transform(const wino_fns *fns, const wino_plan *p, const
     for (int e = 0; e < rr; e++) dw[(p0 + q) * rr + e] += dg[e * np + q];
 }
 
-/* V and DY, x's and dy's transforms channels last (cl_transform), of the
- * nb images from n0, at their tiles' place in a chunk that starts at image
- * c0; db (may be NULL) += dy's sums. */
-static void wgrad_transforms(const wino_job *j, const wino_fns *fns, int c0, int n0, int nb,
-                             float *V, float *DY, double *db, float *tmp) {
+/* Backward filter, a chunk at a time in one region: the threads take
+ * pieces of p->kb output channels as they come free. A thread's first
+ * piece of a chunk transforms the chunk's x into its own V (each thread
+ * its own: a V shared by the threads was written by one core and read by
+ * the other, and the tutorial's 64 -> 256 backward filter ran 1.4x
+ * faster on two threads than on one where forward ran 1.8x); every piece
+ * transforms its channels of the chunk's dy into its own planes of DY
+ * (summing that dy into the images' dbias rows, which wgrad_run adds in
+ * image order), then dU[e]'s rows of those channels (+)= DY[e]^T V[e]
+ * over the chunk's tiles. Each dU element is summed over the chunks in
+ * their order whichever thread runs it, and over a chunk's tiles in their
+ * order whatever rows its GEMM holds, so the bits are the same on any
+ * team. Split by images (each thread its own dU, added at the end), a
+ * core running slower for a while held the other at the end of the call
+ * and the sum of the dU cost as much as a fifth of a one-chunk call on
+ * two threads. */
+static void wgrad_inputs(const wino_job *j, const wino_fns *fns, float *V, float *tmp) {
   const wino_plan *p = j->p;
   const cl_conv_shape *t = j->t;
   const wino_side Bs = side_of(p->f, ROLE_BT);
-  const wino_side As = side_of(p->f, ROLE_A); /* A = (A^T)^T */
-  const size_t q0 = (size_t)(n0 - c0) * p->T1;
-  cl_transform(fns, p, t, &Bs, p->f->n, (p->f->r - 1) / 2, j->x, t->C, 0, t->C, n0, nb,
-               V + q0 * t->C, p->vs, NULL, tmp);
-  cl_transform(fns, p, t, &As, p->f->m, 0, j->dy, t->K, 0, t->K, n0, nb, DY + q0 * t->K, p->ms,
-               db, tmp);
+  for (int b = 0; b < j->nc; b++)
+    cl_transform(fns, p, t, &Bs, p->f->n, (p->f->r - 1) / 2, j->x, t->C, 0, t->C, j->c0 + b, 1,
+                 V + (size_t)b * p->T1 * t->C, p->vs, NULL, tmp);
 }
 
-/* dU[e] (+)= DY[e]^T V[e] over the chunk's first len tiles, both stored
- * [q][channel]: beta 0 sets it, 1 adds. */
-static void element_grad(const wino_job *j, long long e, int len, const float *DY, const float *V,
-                         float beta, float *dU, void *scratch) {
+static void wgrad_piece_run(const wino_job *j, const wino_fns *fns, int piece, const float *V,
+                            void *scratch, float *tmp) {
+  const wino_plan *p = j->p;
   const cl_conv_shape *t = j->t;
-  cl_cpu_sgemm(cl_cpu_gemm_of(j->be), 1, 0, t->K, t->C, len, 1.0f, DY + e * j->p->ms, t->K,
-               V + e * j->p->vs, t->C, beta, dU + e * t->K * t->C, t->C, scratch);
-}
-
-/* Backward filter, a chunk at a time in two regions: the threads take the
- * chunk's images one at a time (cl_cpu_pieces), transforming each one's x
- * and dy into the shared V and DY and summing its dy into its own dbias
- * row of the workspace (wgrad_run adds the rows in image order); then they
- * take the tile elements as they come free, dU[e] (+)= over the chunk's
- * tiles: each dU[e] is summed over the chunks in their order whichever
- * thread runs it. Split by images instead (each thread its own dU
- * of its images, added in thread order at the end), a core running slower
- * for a while held the other at the end of the call, the threads' GEMMs
- * were half as deep, and the sum of their dU (9 MB of traffic for the
- * hidden half at 48 -> 192) cost as much as a fifth of a one-chunk call on
- * two threads. */
-static void wgrad_chunk_inputs(void *arg, long long n0, long long n1, int tid) {
-  const wino_job *j = arg;
-  const int K = j->t->K;
-  float *tmp = slice_of(j->p, j->base, tid).tmp;
-  const wino_fns fns = fns_of(j->be);
-  double *db = (double *)(j->base + j->p->off_db); /* row b: image c0 + b's sums */
-  for (long long b = n0; b < n1; b++) {
-    if (j->dbias) memset(db + b * K, 0, sizeof(double) * K);
-    wgrad_transforms(j, &fns, j->c0, j->c0 + (int)b, 1, (float *)(j->base + j->p->off_v),
-                     (float *)(j->base + j->p->off_m), j->dbias ? db + b * K : NULL, tmp);
+  const int nn = p->f->n * p->f->n, k0 = piece * p->kb;
+  const int cn = t->K - k0 < p->kb ? t->K - k0 : p->kb;
+  const wino_side As = side_of(p->f, ROLE_A); /* A = (A^T)^T */
+  float *DY = (float *)(j->base + p->off_m) + (size_t)piece * nn * p->ms;
+  double *db = (double *)(j->base + p->off_db); /* row b: image c0 + b's sums */
+  for (int b = 0; b < j->nc; b++) {
+    if (j->dbias) memset(db + (size_t)b * t->K + k0, 0, sizeof(double) * cn);
+    cl_transform(fns, p, t, &As, p->f->m, 0, j->dy, t->K, k0, cn, j->c0 + b, 1,
+                 DY + (size_t)b * p->T1 * cn, p->ms, j->dbias ? db + (size_t)b * t->K : NULL, tmp);
   }
+  const float beta = j->c0 == 0 ? 0.0f : 1.0f;
+  for (int e = 0; e < nn; e++)
+    cl_cpu_sgemm(cl_cpu_gemm_of(j->be), 1, 0, cn, t->C, j->nc * p->T1, 1.0f, DY + e * p->ms, cn,
+                 V + e * p->vs, t->C, beta, j->dU + ((size_t)e * t->K + k0) * t->C, t->C,
+                 scratch);
 }
 
-static void wgrad_chunk_products(void *arg, long long e0, long long e1, int tid) {
+static void wgrad_chunk_pieces(void *arg, long long i0, long long i1, int tid) {
   const wino_job *j = arg;
-  const float *V = (const float *)(j->base + j->p->off_v);
-  const float *DY = (const float *)(j->base + j->p->off_m);
-  void *scratch = slice_of(j->p, j->base, tid).scratch;
-  const float beta = j->c0 == 0 ? 0.0f : 1.0f;
-  for (long long e = e0; e < e1; e++)
-    element_grad(j, e, j->nc * j->p->T1, DY, V, beta, j->dU, scratch);
+  const wino_fns fns = fns_of(j->be);
+  const wino_slice sl = slice_of(j->p, j->base, tid);
+  if (*sl.chunk != j->c0) {
+    wgrad_inputs(j, &fns, sl.V, sl.tmp);
+    *sl.chunk = j->c0;
+  }
+  for (long long i = i0; i < i1; i++) wgrad_piece_run(j, &fns, (int)i, sl.V, sl.scratch, sl.tmp);
 }
 
 /* The filter pairs' work, T pairs a block, blocks over the team (each
@@ -908,10 +921,10 @@ static void wgrad_run(cl_backend *be, const cl_conv_shape *s, const void *x, con
   const double *img = (const double *)(base + p.off_db);
   double *sum = (double *)(base + p.off_db) + (size_t)p.nb * s->K;
   if (dbias) memset(sum, 0, sizeof(double) * s->K);
+  for (int t = 0; t < p.threads; t++) *slice_of(&p, base, t).chunk = -1;
   for (; j.c0 < s->N; j.c0 += p.nb) {
     j.nc = s->N - j.c0 < p.nb ? s->N - j.c0 : p.nb;
-    cl_cpu_pieces(p.threads, j.nc, 1, wgrad_chunk_inputs, &j);
-    cl_cpu_pieces(p.threads, (long long)p.f->n * p.f->n, 1, wgrad_chunk_products, &j);
+    cl_cpu_pieces(p.threads, (s->K + p.kb - 1) / p.kb, 1, wgrad_chunk_pieces, &j);
     for (int b = 0; dbias && b < j.nc; b++)
       for (int k = 0; k < s->K; k++) sum[k] += img[(size_t)b * s->K + k];
   }

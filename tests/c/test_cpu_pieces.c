@@ -5,7 +5,7 @@
  * team smaller than asked still runs them all. And the Winograd batch it
  * splits (run_images) gives the same bits whichever images a chunk holds,
  * which is what lets a piece run on either thread; backward filter, whose
- * tile elements it hands out, gives the same dw on any team.
+ * output channels it hands out in pieces, gives the same dw on any team.
  *
  * The instruments: a per-index record of the thread and piece that ran it
  * (written by the callback, read after the region), a wait planted in
@@ -248,9 +248,10 @@ static float *conv(int threads, cl_cpu_gemm_kind kind, int algo, cl_conv_shape s
 /* A batch of many chunks: forward and backward data (run_images) start
  * their chunks at each thread's block, so one, two and three threads put
  * different images together; backward filter's dU is summed over the
- * chunks in order whichever thread takes a tile element
- * (wgrad_chunk_products), and dbias image by image in their order, so its
- * dw and dbias are the same on any team. */
+ * chunks in order whichever thread takes a piece of its rows (output
+ * channels: wgrad_chunk_pieces), each row over a chunk's tiles in their
+ * order, and dbias image by image in their order, so its dw and dbias are
+ * the same on any team. */
 static void test_chunk_bits(void) {
   const cl_conv_shape s = {30, 16, 16, 16, 48, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0};
   const size_t nx = (size_t)s.N * s.C * s.H * s.W, ny = (size_t)s.N * s.K * s.H * s.W;
