@@ -221,6 +221,7 @@ typedef struct wino_plan {
   int nb;         /* images per chunk */
   int T;          /* tiles per chunk, nb T1: the planes' length */
   int kb;         /* output channels per block of M (backward filter: a piece's) */
+  int pieces;     /* backward filter: the pieces of kb channels a chunk (1 elsewhere) */
   int np;         /* filter pairs per block of the filter-side work */
   int small;      /* one chunk, split by channels and tile elements (small_*, wgrad_small_*) */
   size_t vs, ms;  /* floats from one tile element's planes of V, of M (or DY), to the next's */
@@ -351,8 +352,8 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
   if (p.kb > t.K) p.kb = t.K;
   p.ms = plane_floats((size_t)p.kb * p.T);
   /* backward filter's DY: every piece's planes, one after another */
-  const size_t pieces = dir == 2 ? (size_t)((t.K + p.kb - 1) / p.kb) : 1;
-  p.m_bytes = round64(sizeof(float) * (size_t)nn * p.ms * pieces);
+  p.pieces = dir == 2 ? (t.K + p.kb - 1) / p.kb : 1;
+  p.m_bytes = round64(sizeof(float) * (size_t)nn * p.ms * (size_t)p.pieces);
   p.scratch_bytes = round64(dir == 2 ? cl_cpu_sgemm_scratch_bytes(kind, t.K, t.C, p.T)
                                      : cl_cpu_sgemm_scratch_bytes(kind, t.K, p.T, t.C));
   /* two sets of n^2 planes of T: an input tile's d and B^T d, or the
@@ -814,9 +815,8 @@ static void wgrad_inputs(const wino_job *j, const wino_fns *fns, float *V, float
   const wino_plan *p = j->p;
   const cl_conv_shape *t = j->t;
   const wino_side Bs = side_of(p->f, ROLE_BT);
-  for (int b = 0; b < j->nc; b++)
-    cl_transform(fns, p, t, &Bs, p->f->n, (p->f->r - 1) / 2, j->x, t->C, 0, t->C, j->c0 + b, 1,
-                 V + (size_t)b * p->T1 * t->C, p->vs, NULL, tmp);
+  cl_transform(fns, p, t, &Bs, p->f->n, (p->f->r - 1) / 2, j->x, t->C, 0, t->C, j->c0, j->nc, V,
+               p->vs, NULL, tmp);
 }
 
 static void wgrad_piece_run(const wino_job *j, const wino_fns *fns, int piece, const float *V,
@@ -924,7 +924,7 @@ static void wgrad_run(cl_backend *be, const cl_conv_shape *s, const void *x, con
   for (int t = 0; t < p.threads; t++) *slice_of(&p, base, t).chunk = -1;
   for (; j.c0 < s->N; j.c0 += p.nb) {
     j.nc = s->N - j.c0 < p.nb ? s->N - j.c0 : p.nb;
-    cl_cpu_pieces(p.threads, (s->K + p.kb - 1) / p.kb, 1, wgrad_chunk_pieces, &j);
+    cl_cpu_pieces(p.threads, p.pieces, 1, wgrad_chunk_pieces, &j);
     for (int b = 0; dbias && b < j.nc; b++)
       for (int k = 0; k < s->K; k++) sum[k] += img[(size_t)b * s->K + k];
   }
