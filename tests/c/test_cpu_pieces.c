@@ -251,9 +251,10 @@ static float *conv(int threads, cl_cpu_gemm_kind kind, int algo, cl_conv_shape s
  * chunks in order whichever thread takes a piece of its rows (output
  * channels: wgrad_chunk_pieces), each row over a chunk's tiles in their
  * order, and dbias image by image in their order, so its dw and dbias are
- * the same on any team. */
-static void test_chunk_bits(void) {
-  const cl_conv_shape s = {30, 16, 16, 16, 48, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0};
+ * the same on any team. A batch of one chunk (4 images): one thread runs
+ * it whole, two each their two images (run_images), three split it by
+ * channels and tile elements (small_inputs); the same bits. */
+static void test_chunk_bits(cl_conv_shape s) {
   const size_t nx = (size_t)s.N * s.C * s.H * s.W, ny = (size_t)s.N * s.K * s.H * s.W;
   const size_t nw = (size_t)s.K * s.C * s.kh * s.kw;
   float *x = randoms(nx), *dy = randoms(ny), *w = randoms(nw);
@@ -267,7 +268,7 @@ static void test_chunk_bits(void) {
         for (int threads = 2; threads <= 3; threads++) {
           float *more = conv(threads, (cl_cpu_gemm_kind)kind, algo, s, dir, in, with, nout);
           CHECK(memcmp(one, more, nout * sizeof(float)) == 0,
-                "%s, algo %d, dir %d: %d threads give one thread's bits",
+                "N %d, %s, algo %d, dir %d: %d threads give one thread's bits", s.N,
                 cl_cpu_gemm_name((cl_cpu_gemm_kind)kind), algo, dir, threads);
           free(more);
         }
@@ -283,6 +284,7 @@ int main(void) {
   test_nested();
   test_team_limit();
   test_n_limit();
-  test_chunk_bits();
+  test_chunk_bits((cl_conv_shape){30, 16, 16, 16, 48, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0});
+  test_chunk_bits((cl_conv_shape){4, 24, 12, 12, 40, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0});
   return ctest_done("test_cpu_pieces");
 }

@@ -14,7 +14,8 @@
  *    width give or take an image;
  *  - a batch that fits one chunk (256 tiles, its M and V each in 4 MiB) is
  *    one chunk split by channels, on two threads or more (backward filter:
- *    on any).
+ *    on any), unless (forward and backward data) its images split evenly
+ *    among the threads: then each thread its share of the images.
  * The instrument is the arithmetic of those bounds on the shape, written
  * here from the comments, not read from the plan.
  */
@@ -70,7 +71,8 @@ static void check_case(const char *name, const cl_conv_shape *s, int m) {
       CHECK(k.n == m + s->kh - 1, "%s: tiles of %d, not %d", what, m + s->kh - 1, k.n);
       const int tiles = ((s->H + m - 1) / m) * ((s->W + m - 1) / m);
       CHECK(k.tiles == tiles, "%s: %d tiles an image, not %d", what, tiles, k.tiles);
-      if ((team > 1 || dir == 2) && fits_one_chunk(s, k.n, tiles)) {
+      const int even = dir < 2 && s->N % team == 0;
+      if ((team > 1 || dir == 2) && !even && fits_one_chunk(s, k.n, tiles)) {
         CHECK(k.small && k.images == s->N && k.threads == team,
               "%s: one chunk of %d images on %d threads, not %s %d on %d", what, s->N, team,
               k.small ? "one of" : "chunks of", k.images, k.threads);
