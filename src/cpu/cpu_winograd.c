@@ -329,19 +329,19 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
   if (dir < 2) p.nb = even_chunks(per, p.nb);
   /* A batch that is one chunk (the hidden halves' few images), its M in
    * WINO_M_BYTES, is split by channels and tile elements (small_inputs)
-   * where its images do not split evenly among the threads (backward
-   * filter: always). Where they do, forward and backward data keep each
+   * where its images do not split evenly among the threads (never on one
+   * thread; backward filter: always). Where they do, forward and backward
+   * data keep each
    * thread on its own images, as the cell kernels keep theirs (image rows
    * in static blocks, cpu_cell.c): a thread transforms the h or dz its own
    * core wrote, and the cell kernel reads the gates its core summed. Alone,
-   * the plain stack's hidden half (4 images, 48 -> 192) ran 5-17 % slower
+   * the plain stack's hidden half (4 images, 48 -> 192) ran 3-22 % slower
    * that way (half-width GEMMs); in its step, on two threads with the
    * vCPUs far apart, 0.086-0.089 s against 0.095-0.098 in 7 rounds of 8
    * (1.64-1.79x one thread against 1.50-1.62x), the forecaster's
    * 0.093-0.095 against 0.100-0.102; near, 0.95-1.04x (doc/speed.md). */
-  p.small = (team > 1 || dir == 2) && (dir == 2 || t.N % team != 0) &&
-            t.N * p.T1 <= WINO_TILES && (size_t)t.N * plane1 <= WINO_M_BYTES &&
-            (size_t)t.N * vplane1 <= WINO_M_BYTES;
+  p.small = (dir == 2 || t.N % team != 0) && t.N * p.T1 <= WINO_TILES &&
+            (size_t)t.N * plane1 <= WINO_M_BYTES && (size_t)t.N * vplane1 <= WINO_M_BYTES;
   if (p.small) p.nb = t.N, p.threads = team; /* fewer images than threads too */
   p.T = p.nb * p.T1;
   const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(be);
