@@ -35,10 +35,11 @@
  * zeros (backward filter, whose padded dy has zero columns there).
  *
  * OpenMP threads take contiguous runs of images, each with its own slice of
- * the workspace; backward filter gives every thread but the first a private
- * dw to sum at the end. When the images do not share out evenly (few
- * images), GEMM-path images run one after another and the threads split
- * each GEMM instead. conv_plan_of() decides all of this and the workspace
+ * the workspace. When the images do not share out evenly (few images),
+ * GEMM-path images run one after another and the threads split each GEMM
+ * instead. Backward filter splits dw, not the images: each thread adds
+ * every image, in order, into its piece of dw (plan_filter_pieces), so its
+ * bits do not depend on the team. conv_plan_of() decides all of this and the workspace
  * layout from the shape alone, so cl_cpu_conv_workspace() reports exactly
  * the bytes a call may touch.
  *
@@ -76,8 +77,10 @@ typedef enum conv_op { OP_FORWARD, OP_BWD_DATA, OP_BWD_FILTER } conv_op;
  * are from the workspace rounded up to 64 bytes; the shared regions come
  * first, then one slice per thread. */
 typedef struct conv_plan {
-  int threads;      /* image-parallel threads (1: images in sequence) */
+  int threads;      /* image-parallel threads (1: images in sequence); backward
+                     * filter: the threads of its dw pieces */
   int gemm_threads; /* threads inside each GEMM (> 1 only when threads == 1) */
+  int prow, pch;    /* backward filter: dw's rows and input channels a piece */
   int direct;       /* padded-image kernels instead of im2col + GEMM */
   int bf16;         /* direct, bfloat16 storage: bfloat16 dot products (vdpbf16ps) */
   int view;         /* GEMM path: B packed straight from the padded image */
@@ -87,8 +90,7 @@ typedef struct conv_plan {
   int Hp, Wp;
   size_t plane;     /* Hp * Wp */
   int nq;           /* direct: outputs (or products) per channel, H Wp rounded up */
-  size_t off_wflip, off_boff, off_dbias, off_dw, off_slices;
-  size_t dw_bytes;  /* one thread's private dw */
+  size_t off_wflip, off_boff, off_dbias, off_slices;
   size_t buf_bytes; /* per slice: im2col columns, or the padded image */
   size_t aux_bytes; /* per slice: GEMM scratch, or the padded y / dy */
   size_t bf16_bytes; /* per slice: the bfloat16 kernels' packed operands */
@@ -141,16 +143,45 @@ static int use_direct(conv_op op, const cl_conv_shape *s, cl_cpu_gemm_kind kind)
 
 /* Images run in parallel when they share out evenly enough among threads;
  * otherwise a thread would idle for a whole image, and splitting each GEMM
- * wastes less. The direct kernels are single-threaded: always by image. */
-static void plan_threads(conv_plan *pl, int N, int nt) {
+ * wastes less. The direct kernels are single-threaded: always by image; so
+ * is half storage, whose GEMM path needs the view (one GEMM a thread): on
+ * the direct path instead its sums would run in another order than on one
+ * thread (float16 on 3 threads of 2 images did, test_cpu_team_bits). */
+static void plan_threads(conv_plan *pl, const cl_conv_shape *s, int nt) {
+  const int N = s->N;
   if (nt < 1) nt = 1;
   pl->threads = 1;
   pl->gemm_threads = 1;
   if (nt == 1 || N < 1) return;
-  if (pl->direct || N % nt == 0 || N >= 4 * nt)
+  if (pl->direct || s->dtype != CL_F32 || N % nt == 0 || N >= 4 * nt)
     pl->threads = imin(nt, N);
   else
     pl->gemm_threads = nt;
+}
+
+/* Backward filter's dw, K rows of C k k, in pieces over the team: whole
+ * 16-row tiles of rows where they share out evenly (the layers' 4 h
+ * gates), else input channels (a layer of few output channels: the
+ * tutorial's second, the forecaster's head). Each thread runs every image
+ * in order on its piece, adding straight into dw: an element of dw is
+ * summed over the images in one order, by one thread, whatever the team,
+ * so its bits are one thread's (the images split over threads each summed
+ * a partial dw of its own, added at the end in an order the team decided,
+ * and gave 2 threads other bits than 1). A piece's x and dy are read by
+ * its thread alone; the price is each image's x prepared once a piece,
+ * 1 / (rows a piece) of its products. */
+static void plan_filter_pieces(conv_plan *pl, const cl_conv_shape *s, int nt) {
+  const int team = nt < 1 ? 1 : nt, tiles = (s->K + 15) / 16;
+  pl->prow = s->K, pl->pch = s->C;
+  if (team > 1 && tiles % team == 0)
+    pl->prow = tiles / team * 16;
+  else if (team > 1 && s->C >= team)
+    pl->pch = (s->C + team - 1) / team;
+  else if (team > 1)
+    pl->prow = round_up((s->K + team - 1) / team, 16);
+  const int pieces = ((s->K + pl->prow - 1) / pl->prow) * ((s->C + pl->pch - 1) / pl->pch);
+  pl->threads = imin(team, pieces);
+  pl->gemm_threads = 1;
 }
 
 /* The per-image GEMM of the im2col path; returns its column buffer bytes.
@@ -240,7 +271,7 @@ static void plan_gemm_path(conv_plan *pl, conv_op op, const cl_conv_shape *s,
                                    : cl_cpu_sgemm_scratch_bytes(kind, pl->gM, pl->gN, pl->gK));
 }
 
-/* Shared regions (flipped weights, view offsets, backward filter's partial
+/* Shared regions (flipped weights, view offsets, backward filter's bias
  * sums) first, then one slice per thread. */
 static void plan_regions(conv_plan *pl, conv_op op, const cl_conv_shape *s, int G) {
   const size_t kk = (size_t)cl_conv_taps(s);
@@ -249,18 +280,13 @@ static void plan_regions(conv_plan *pl, conv_op op, const cl_conv_shape *s, int 
   size_t wflip = pl->flip ? round64(sizeof(float) * s->C * s->K * kk * G) : 0;
   size_t boff = pl->direct || pl->view ? round64(sizeof(ptrdiff_t) * in * kk) : 0;
   size_t dbias = 0;
-  if (op == OP_BWD_FILTER) {
-    dbias = round64(sizeof(double) * (size_t)s->K * G * pl->threads);
-    pl->dw_bytes = round64(sizeof(float) * s->K * s->C * kk * G);
-  }
+  if (op == OP_BWD_FILTER) dbias = round64(sizeof(double) * (size_t)s->K * G);
   pl->slice_bytes =
       pl->buf_bytes + pl->aux_bytes + pl->bf16_bytes + pl->apack_bytes + pl->half_bytes;
   pl->off_wflip = 0;
   pl->off_boff = wflip;
   pl->off_dbias = pl->off_boff + boff;
-  pl->off_dw = pl->off_dbias + dbias;
-  /* The first thread adds straight into dw; the others keep partial sums. */
-  pl->off_slices = pl->off_dw + pl->dw_bytes * (size_t)(pl->threads - 1);
+  pl->off_slices = pl->off_dbias + dbias;
   size_t used = pl->off_slices + pl->slice_bytes * (size_t)pl->threads;
   pl->total = used ? used + 64 : 0;
 }
@@ -272,7 +298,10 @@ static conv_plan plan_path(conv_op op, const cl_conv_shape *s, cl_cpu_gemm_kind 
   memset(&pl, 0, sizeof pl);
   pl.direct = direct;
   pl.bf16 = bf16;
-  plan_threads(&pl, s->N, nt);
+  if (op == OP_BWD_FILTER)
+    plan_filter_pieces(&pl, s, nt);
+  else
+    plan_threads(&pl, s, nt);
   if (pl.direct)
     plan_direct(&pl, op, s);
   else
@@ -482,13 +511,13 @@ static void fill_offsets(const conv_plan *pl, int C, const cl_conv_shape *s, ptr
         *boff++ = (ptrdiff_t)(c * pl->plane) + (ptrdiff_t)i * s->dh * pl->Wp + (ptrdiff_t)j * s->dw;
 }
 
-/* The rows of image n (C channels, stored in dtype t) into the interior of
- * the padded float buffer; the border and the slack were zeroed once per
- * call and are never written. */
-static void fill_padded(const conv_plan *pl, cl_dtype t, const void *img, int n, int C, int H,
-                        int W, float *xp) {
-  const size_t first = (size_t)n * C * H * W;
-  for (int c = 0; c < C; c++)
+/* Channels [c0, c0 + cn) of image n (C channels, stored in dtype t) into
+ * the interior of the padded float buffer's first cn planes; the border
+ * and the slack were zeroed once per call and are never written. */
+static void fill_padded(const conv_plan *pl, cl_dtype t, const void *img, int n, int C, int c0,
+                        int cn, int H, int W, float *xp) {
+  const size_t first = ((size_t)n * C + c0) * H * W;
+  for (int c = 0; c < cn; c++)
     cl_cpu_load_rows(t, img, first + (size_t)c * H * W, (size_t)W,
                      xp + c * pl->plane + (size_t)pl->pad_h * pl->Wp + pl->pad_w, pl->Wp,
                      (size_t)W, (size_t)H);
@@ -570,7 +599,7 @@ static size_t img_floats(const cl_conv_shape *s, int channels) {
 static void view_gemm(const conv_job *j, int tid, int tB, const float *A, int lda, const void *img,
                       int n, int channels, float beta, float *C) {
   const conv_plan *pl = j->pl;
-  fill_padded(pl, j->s->dtype, img, n, channels, j->s->H, j->s->W, slice_buf(j, tid));
+  fill_padded(pl, j->s->dtype, img, n, channels, 0, channels, j->s->H, j->s->W, slice_buf(j, tid));
   cl_cpu_im2col_view v = {slice_buf(j, tid), job_offsets(j), j->s->W, pl->Wp};
   cl_cpu_sgemm_im2col(j->kind, tB, pl->gM, pl->gN, pl->gK, 1.0f, A, lda, &v, beta, C, pl->gN,
                       slice_aux(j, tid), pl->apack_bytes ? slice_apack(j, tid) : NULL);
@@ -624,7 +653,7 @@ static void forward_image_direct(const conv_job *j, int n, int tid) {
   const cl_conv_shape *s = j->s;
   const conv_plan *pl = j->pl;
   float *xp = slice_buf(j, tid), *yp = slice_aux(j, tid);
-  fill_padded(pl, s->dtype, j->x, n, s->C, s->H, s->W, xp);
+  fill_padded(pl, s->dtype, j->x, n, s->C, 0, s->C, s->H, s->W, xp);
   direct_rows(j, tid, w_of(j, n), xp, yp);
   store_rows(s, s->K, yp, (size_t)pl->nq, (size_t)pl->Wp, bias_of(j, n), j->accumulate, s->dtype,
              j->y, n);
@@ -636,7 +665,7 @@ static void backward_data_image_direct(const conv_job *j, int n, int tid) {
   const conv_plan *pl = j->pl;
   float *dyp = slice_buf(j, tid), *dxp = slice_aux(j, tid);
   const float *wf = wflip_of(j, n);
-  fill_padded(pl, s->dtype, j->dy, n, s->K, s->H, s->W, dyp);
+  fill_padded(pl, s->dtype, j->dy, n, s->K, 0, s->K, s->H, s->W, dyp);
   direct_rows(j, tid, wf, dyp, dxp);
   store_rows(s, s->C, dxp, (size_t)pl->nq, (size_t)pl->Wp, NULL, j->accumulate, CL_F32, j->dx, n);
 }
@@ -722,66 +751,94 @@ static double row_sum(const float *r, int n) {
   return s;
 }
 
-/* The thread's dw (every group's); filter_dw_at: group-image n's part. */
-static float *filter_dw_of(const conv_job *j, int tid) {
-  if (tid == 0) return j->dw;
-  return (float *)(j->ws + j->pl->off_dw + j->pl->dw_bytes * (size_t)(tid - 1));
-}
-static float *filter_dw_at(const conv_job *j, int tid, int n) {
-  return filter_dw_of(j, tid) + grp(j, n, j->wg);
+/* ---- backward filter: dw by pieces (plan_filter_pieces) ------------------ */
+
+/* Rows [k0, k0 + kn) of dw and its input channels [c0, c0 + cn). */
+typedef struct filter_piece {
+  int k0, kn, c0, cn;
+} filter_piece;
+
+static filter_piece piece_of(const conv_plan *pl, const cl_conv_shape *s, int i) {
+  const int across = (s->C + pl->pch - 1) / pl->pch;
+  filter_piece p = {i / across * pl->prow, 0, i % across * pl->pch, 0};
+  p.kn = imin(pl->prow, s->K - p.k0);
+  p.cn = imin(pl->pch, s->C - p.c0);
+  return p;
 }
 
-/* The thread's dbias sums += the sums of K rows of dy (group-image n), `ld`
- * floats apart, `len` long (any padding in them is zero). */
-static void add_dbias(const conv_job *j, const float *dy, size_t ld, int len, int tid, int n) {
-  if (!j->dbias) return;
-  const size_t K = (size_t)j->s->K;
-  double *db = (double *)(j->ws + j->pl->off_dbias) + (size_t)tid * K * j->G + grp(j, n, K);
-  for (int o = 0; o < j->s->K; o++) db[o] += row_sum(dy + (size_t)o * ld, len);
+/* Group-image n's block of dw for piece p (row stride gN). */
+static float *piece_dw(const conv_job *j, const filter_piece *p, int n) {
+  return j->dw + grp(j, n, j->wg) + (size_t)p->k0 * j->pl->gN +
+         (size_t)p->c0 * cl_conv_taps(j->s);
 }
 
-static void backward_filter_image_direct(const conv_job *j, int n, int tid) {
+/* dbias sums += the sums of the piece's rows of dy (group-image n): rows
+ * `ld` floats apart from dy's row k0, `len` long (any padding in them is
+ * zero). Only the pieces of the first channels sum them. */
+static void add_dbias(const conv_job *j, const filter_piece *p, const float *dy, size_t ld,
+                      int len, int n) {
+  if (!j->dbias || p->c0 != 0) return;
+  double *db = (double *)(j->ws + j->pl->off_dbias) + grp(j, n, (size_t)j->s->K) + p->k0;
+  for (int o = 0; o < p->kn; o++) db[o] += row_sum(dy + (size_t)o * ld, len);
+}
+
+/* The piece's channels of x padded in the thread's buffer (its first cn
+ * planes, so the view offsets of channels 0.. serve), its rows of dy in
+ * rows of Wp whose last 2 pad columns stay zero: products with the
+ * shifted views there vanish. */
+static void filter_image_direct(const conv_job *j, const filter_piece *p, int n, int tid) {
   const cl_conv_shape *s = j->s;
   const conv_plan *pl = j->pl;
-  const size_t first = img_floats(s, s->K) * n;
+  const int kk = cl_conv_taps(s);
+  const size_t first = img_floats(s, s->K) * n + (size_t)p->k0 * s->H * s->W;
   float *xp = slice_buf(j, tid), *dyp = slice_aux(j, tid);
-  fill_padded(pl, s->dtype, j->x, n, s->C, s->H, s->W, xp);
-  /* dy in rows of Wp whose last 2 pad columns stay zero: products with the
-   * shifted views there vanish. */
-  for (int o = 0; o < s->K; o++)
+  fill_padded(pl, s->dtype, j->x, n, s->C, p->c0, p->cn, s->H, s->W, xp);
+  for (int o = 0; o < p->kn; o++)
     cl_cpu_load_rows(s->dtype, j->dy, first + (size_t)o * s->H * s->W, (size_t)s->W,
                      dyp + (size_t)o * pl->nq, pl->Wp, (size_t)s->W, (size_t)s->H);
-  if (pl->bf16)
-    cl_cpu_bf16_dot(pl->gM, pl->gN, pl->gK, dyp, pl->nq, xp, pl->buf_bytes / sizeof(float),
-                    job_offsets(j), filter_dw_at(j, tid, n), pl->gN, slice_bf16(j, tid));
-  else
-    cl_cpu_sgemm_dot(j->kind, pl->gM, pl->gN, pl->gK, dyp, pl->nq, xp, job_offsets(j),
-                     filter_dw_at(j, tid, n), pl->gN);
-  add_dbias(j, dyp, (size_t)pl->nq, pl->nq, tid, n);
+  if (pl->bf16) { /* what the most shifted view of the piece's channels reads */
+    const size_t used = (size_t)(p->cn - 1) * pl->plane + (size_t)(s->kh - 1) * s->dh * pl->Wp +
+                        (size_t)(s->kw - 1) * s->dw + (size_t)pl->nq;
+    cl_cpu_bf16_dot(p->kn, p->cn * kk, pl->gK, dyp, pl->nq, xp, used, job_offsets(j),
+                    piece_dw(j, p, n), pl->gN, slice_bf16(j, tid));
+  } else {
+    cl_cpu_sgemm_dot(j->kind, p->kn, p->cn * kk, pl->gK, dyp, pl->nq, xp, job_offsets(j),
+                     piece_dw(j, p, n), pl->gN);
+  }
+  add_dbias(j, p, dyp, (size_t)pl->nq, pl->nq, n);
 }
 
-static void backward_filter_image(const conv_job *j, int n, int tid) {
+/* dw += dy col(x)^T on the GEMM path: col(x) of the piece's channels as
+ * a view of the padded image (their planes first in the thread's buffer),
+ * as their im2col, or x itself (1 x 1). Half storage reads dy's rows
+ * converted to float32. */
+static void filter_image_gemm(const conv_job *j, const filter_piece *p, int n, int tid) {
   const cl_conv_shape *s = j->s;
-  const int P = s->H * s->W;
-  if (s->dtype != CL_F32) { /* the view reads x's image; dy's is converted here */
+  const conv_plan *pl = j->pl;
+  const int P = s->H * s->W, kk = cl_conv_taps(s), N = p->cn * kk;
+  const size_t at = img_floats(s, s->K) * n + (size_t)p->k0 * P;
+  const float *dyn = (const float *)j->dy + at;
+  if (s->dtype != CL_F32) {
     float *dyf = slice_half(j, tid);
-    cl_cpu_load(s->dtype, j->dy, img_floats(s, s->K) * n, dyf, img_floats(s, s->K));
-    view_gemm(j, tid, 1, dyf, P, j->x, n, s->C, 1.0f, filter_dw_at(j, tid, n));
-    add_dbias(j, dyf, (size_t)P, P, tid, n);
-    return;
+    cl_cpu_load(s->dtype, j->dy, at, dyf, (size_t)p->kn * P);
+    dyn = dyf;
   }
-  const float *dyn = (const float *)j->dy + img_floats(s, s->K) * n;
-  const float *B = (const float *)j->x + img_floats(s, s->C) * n;
-  if (j->pl->view) {
-    view_gemm(j, tid, 1, dyn, P, j->x, n, s->C, 1.0f, filter_dw_at(j, tid, n));
+  float *dw = piece_dw(j, p, n);
+  if (pl->view) {
+    fill_padded(pl, s->dtype, j->x, n, s->C, p->c0, p->cn, s->H, s->W, slice_buf(j, tid));
+    cl_cpu_im2col_view v = {slice_buf(j, tid), job_offsets(j), s->W, pl->Wp};
+    cl_cpu_sgemm_im2col(j->kind, 1, p->kn, N, P, 1.0f, dyn, P, &v, 1.0f, dw, pl->gN,
+                        slice_aux(j, tid), NULL);
   } else {
-    if (cl_conv_taps(s) > 1) {
-      im2col(B, s->C, s, slice_buf(j, tid));
+    const float *B = (const float *)j->x + img_floats(s, s->C) * n + (size_t)p->c0 * P;
+    if (kk > 1) {
+      im2col(B, p->cn, s, slice_buf(j, tid));
       B = slice_buf(j, tid);
     }
-    job_gemm(j, tid, 0, 1, dyn, P, B, P, 1.0f, filter_dw_at(j, tid, n), j->pl->gN);
+    cl_cpu_sgemm(j->kind, 0, 1, p->kn, N, P, 1.0f, dyn, P, B, P, 1.0f, dw, pl->gN,
+                 slice_aux(j, tid));
   }
-  add_dbias(j, dyn, (size_t)P, P, tid, n);
+  add_dbias(j, p, dyn, (size_t)P, P, n);
 }
 
 /* ---- driving the images over threads ------------------------------------- */
@@ -901,30 +958,16 @@ static cl_status backward_data_nchw(cl_backend *be, const cl_conv_shape *s, cons
   return CL_OK;
 }
 
-/* Each thread clears its own partial sums (first touch stays on its core). */
-static void filter_init(const conv_job *j, int tid) {
-  if (tid > 0) memset(filter_dw_of(j, tid), 0, j->pl->dw_bytes);
-  if (j->dbias)
-    memset((double *)(j->ws + j->pl->off_dbias) + (size_t)tid * j->s->K * j->G, 0,
-           sizeof(double) * j->s->K * j->G);
+/* A thread's pieces: its slice's buffers zeroed (borders, slack and dy's
+ * pad columns stay zero), then every image in order on each piece. */
+static void filter_pieces(void *arg, long long i0, long long i1, int tid) {
+  const conv_job *j = arg;
   if (j->pl->direct) direct_init(j, tid);
   if (j->pl->view) view_init(j, tid);
-}
-
-/* dw += the partials of threads 1..team-1; dbias += every thread's sums. */
-static void filter_reduce(const conv_job *j, int team) {
-  size_t n = (size_t)j->s->K * j->pl->gN * j->G;
-  for (int t = 1; t < team; t++) {
-    const float *part = filter_dw_of(j, t);
-    for (size_t i = 0; i < n; i++) j->dw[i] += part[i];
-  }
-  if (!j->dbias) return;
-  const double *db = (const double *)(j->ws + j->pl->off_dbias);
-  const size_t K = (size_t)j->s->K * j->G;
-  for (size_t o = 0; o < K; o++) {
-    double sum = 0.0;
-    for (int t = 0; t < team; t++) sum += db[(size_t)t * K + o];
-    j->dbias[o] += (float)sum;
+  for (long long i = i0; i < i1; i++) {
+    const filter_piece p = piece_of(j->pl, j->s, (int)i);
+    for (int n = 0; n < j->s->N; n++)
+      (j->pl->direct ? filter_image_direct : filter_image_gemm)(j, &p, n, tid);
   }
 }
 
@@ -943,9 +986,12 @@ static cl_status backward_filter_nchw(cl_backend *be, const cl_conv_shape *s, co
     return CL_OK;
   }
   j.dy = dy, j.x = x, j.dw = dw, j.dbias = dbias;
-  int team = for_each_image(&j, pl.direct ? backward_filter_image_direct : backward_filter_image,
-                            filter_init);
-  filter_reduce(&j, team);
+  const size_t K = (size_t)j.s->K * j.G;
+  double *db = (double *)(j.ws + pl.off_dbias);
+  if (dbias) memset(db, 0, sizeof(double) * K);
+  const int pieces = ((j.s->K + pl.prow - 1) / pl.prow) * ((j.s->C + pl.pch - 1) / pl.pch);
+  cl_cpu_blocks(pl.threads, pieces, filter_pieces, &j);
+  for (size_t o = 0; dbias && o < K; o++) dbias[o] += (float)db[o];
   cl_cpu_wino_done(&tk);
   return CL_OK;
 }
