@@ -103,8 +103,8 @@ int cl_cpu_blocks(int n_threads, long long n, cl_cpu_block_fn fn, void *arg);
 int cl_cpu_pieces(int n_threads, long long n, long long piece, cl_cpu_block_fn fn, void *arg);
 
 /* cpu_sum.c: f(0) + ... + f(chunks - 1) in double, on n_threads when
- * parallel, in an order fixed by the team's size (not by the threads'
- * timing) */
+ * parallel, in one order on any team and at every run (fixed groups of
+ * chunks, added in their order) */
 typedef double (*cl_cpu_chunk_fn)(long long chunk, void *ctx);
 double cl_cpu_sum_chunks(int n_threads, long long chunks, int parallel, cl_cpu_chunk_fn f,
                          void *ctx);

@@ -3,12 +3,14 @@
  * (cl_cpu_blocks: the convolutions' images, the sums' chunks), the same
  * blocks taken in pieces that a thread done early takes from the others'
  * (cl_cpu_pieces), and a sum in
- * double over chunks on such a team, the same bits at every run: each
- * thread sums its static block of chunks in order, then the threads'
- * partial sums are added in thread order. An OpenMP reduction(+) adds them
- * as the threads arrive instead, which with three or more threads moves the
- * last bits from run to run (the loss, the clipping norm and the sync-free
- * step's "bit for bit" rows need them fixed).
+ * double over chunks on such a team, the same bits at every run and on
+ * every team: the chunks fall into CL_CPU_SUM_GROUPS fixed groups, each
+ * summed in order by whichever thread holds it, and the groups' sums are
+ * added in group order. An OpenMP reduction(+) adds partial sums as the
+ * threads arrive, which with three or more threads moves the last bits
+ * from run to run; partial sums per thread (as here until 2026-12-04) gave
+ * each team size bits of its own, so the loss and the clipping norm, and
+ * through it a clipped model's parameters, depended on the thread count.
  */
 #include "cpu_kernels.h"
 
@@ -19,8 +21,9 @@
 #include <omp.h>
 #endif
 
-/* Partial sums on the stack: a team larger than this sums on fewer threads. */
-#define CL_CPU_SUM_MAX_TEAM 256
+/* Groups of chunks, their sums on the stack; a team larger than this
+ * leaves threads idle. */
+#define CL_CPU_SUM_GROUPS 256
 
 int cl_cpu_blocks(int n_threads, long long n, cl_cpu_block_fn fn, void *arg) {
   int used = 1;
@@ -119,24 +122,28 @@ int cl_cpu_pieces(int n_threads, long long n, long long piece, cl_cpu_block_fn f
 typedef struct sum_job {
   cl_cpu_chunk_fn f;
   void *ctx;
-  double *part;
+  long long chunks;
+  double *part; /* one a group */
 } sum_job;
 
-static void sum_block(void *arg, long long lo, long long hi, int tid) {
+/* Groups [lo, hi): group g holds chunks [chunks g / G, chunks (g + 1) / G). */
+static void sum_groups(void *arg, long long lo, long long hi, int tid) {
   const sum_job *j = arg;
-  double s = 0.0;
-  for (long long ch = lo; ch < hi; ch++) s += j->f(ch, j->ctx);
-  j->part[tid] = s;
+  (void)tid;
+  for (long long g = lo; g < hi; g++) {
+    double s = 0.0;
+    const long long end = j->chunks * (g + 1) / CL_CPU_SUM_GROUPS;
+    for (long long ch = j->chunks * g / CL_CPU_SUM_GROUPS; ch < end; ch++) s += j->f(ch, j->ctx);
+    j->part[g] = s;
+  }
 }
 
 double cl_cpu_sum_chunks(int n_threads, long long chunks, int parallel, cl_cpu_chunk_fn f,
                          void *ctx) {
-  double part[CL_CPU_SUM_MAX_TEAM];
-  int nt = parallel ? n_threads : 1;
-  if (nt > CL_CPU_SUM_MAX_TEAM) nt = CL_CPU_SUM_MAX_TEAM;
-  sum_job j = {f, ctx, part};
-  const int team = cl_cpu_blocks(nt, chunks, sum_block, &j);
+  double part[CL_CPU_SUM_GROUPS];
+  sum_job j = {f, ctx, chunks, part};
+  cl_cpu_blocks(parallel ? n_threads : 1, CL_CPU_SUM_GROUPS, sum_groups, &j);
   double sum = 0.0;
-  for (int t = 0; t < team; t++) sum += part[t];
+  for (int g = 0; g < CL_CPU_SUM_GROUPS; g++) sum += part[g];
   return sum;
 }
