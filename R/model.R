@@ -59,7 +59,8 @@
 #'   for converting each batch into its layout on the host before the upload
 #'   (at most 8 there, as for a CPU model's own conversion; `NULL`: OpenMP's
 #'   default). A CPU model splits each convolution and cell call across its
-#'   threads; made with `options(convlstm.thread_split = "batch")` (or the
+#'   threads, each sum over images in one order whatever their number, so it
+#'   trains to the same results bit for bit on any number of threads; made with `options(convlstm.thread_split = "batch")` (or the
 #'   environment variable `CONVLSTM_SPLIT=batch`), its training steps instead
 #'   give each thread a part of the batch for the whole step and sum their
 #'   gradients before the one update. That is faster where the cores share no

@@ -1,6 +1,7 @@
-# test-thread-split.R -- options(convlstm.thread_split = "batch"): a CPU model whose training
-# steps give each thread a part of the batch (src/core/split.c) trains the model the usual step
-# trains, says so, and its memory estimate is what the step then holds.
+# test-thread-split.R -- how a CPU model's threads share a step. The usual step (each call split
+# across the threads) trains to one thread's bits on two. options(convlstm.thread_split = "batch"):
+# a CPU model whose training steps give each thread a part of the batch (src/core/split.c) trains
+# the model the usual step trains, says so, and its memory estimate is what the step then holds.
 
 split_pair <- function(hidden_dims = c(4, 3), ...) {
   old <- options(convlstm.thread_split = "call")
@@ -39,6 +40,35 @@ test_that("options(convlstm.thread_split) is checked, and hands CONVLSTM_SPLIT b
   expect_identical(m$config$thread_split, "call")
   expect_false(any(grepl("split by batch", capture.output(print(m)))))
   convlstm_release(m)
+})
+
+test_that("the usual step trains to the same bits on one thread and on two", {
+  # each sum over images runs in one order on any team (src/cpu/cpu_conv.c's
+  # backward filter by pieces of dw, cpu_winograd.c's by output channels,
+  # cpu_sum.c's fixed groups): a model trained on two threads is one
+  # thread's, float32 and float16, clipped or not
+  old <- options(convlstm.thread_split = "call")
+  on.exit(options(old))
+  set.seed(11)
+  x <- array(stats::runif(6 * 4 * 3 * 16 * 16, -1, 1), dim = c(6, 4, 3, 16, 16))
+  y <- array(stats::runif(6 * 4 * 16 * 16, -1, 1), dim = c(6, 4, 16, 16))
+  for (dtype in c("float32", "float16")) {
+    for (clip in list(NULL, 1e-4)) {
+      runs <- lapply(1:2, function(threads) {
+        set.seed(7)
+        m <- convlstm(3, c(8, 4), 3, device = "cpu", threads = threads, dtype = dtype)
+        on.exit(convlstm_release(m))
+        opt <- convlstm_optimizer_adam(lr = 0.01)
+        losses <- vapply(1:3, function(i) {
+          convlstm_train_step(m, x, y, opt, max_grad_norm = clip)
+        }, numeric(1))
+        list(losses = losses, parameters = lapply(m$parameters, as.vector))
+      })
+      what <- sprintf("%s, max_grad_norm %s", dtype, if (is.null(clip)) "NULL" else format(clip))
+      expect_identical(runs[[2]]$losses, runs[[1]]$losses, label = what)
+      expect_identical(runs[[2]]$parameters, runs[[1]]$parameters, label = what)
+    }
+  }
 })
 
 test_that("a step split by batch trains as the usual step, to float32 rounding", {
