@@ -39,8 +39,8 @@
  * GEMM-path images run one after another and the threads split each GEMM
  * instead. Backward filter splits dw, not the images: each thread adds
  * every image, in order, into its piece of dw (plan_filter_pieces), so its
- * bits do not depend on the team. conv_plan_of() decides all of this and the workspace
- * layout from the shape alone, so cl_cpu_conv_workspace() reports exactly
+ * bits do not depend on the team. conv_plan_of() decides all of this and
+ * the workspace layout from the shape alone, so cl_cpu_conv_workspace() reports exactly
  * the bytes a call may touch.
  *
  * float16 / bfloat16 storage takes the paths that copy each image into a
@@ -81,6 +81,7 @@ typedef struct conv_plan {
                      * filter: the threads of its dw pieces */
   int gemm_threads; /* threads inside each GEMM (> 1 only when threads == 1) */
   int prow, pch;    /* backward filter: dw's rows and input channels a piece */
+  int pieces;       /* backward filter: how many */
   int direct;       /* padded-image kernels instead of im2col + GEMM */
   int bf16;         /* direct, bfloat16 storage: bfloat16 dot products (vdpbf16ps) */
   int view;         /* GEMM path: B packed straight from the padded image */
@@ -179,8 +180,8 @@ static void plan_filter_pieces(conv_plan *pl, const cl_conv_shape *s, int nt) {
     pl->pch = (s->C + team - 1) / team;
   else if (team > 1)
     pl->prow = round_up((s->K + team - 1) / team, 16);
-  const int pieces = ((s->K + pl->prow - 1) / pl->prow) * ((s->C + pl->pch - 1) / pl->pch);
-  pl->threads = imin(team, pieces);
+  pl->pieces = ((s->K + pl->prow - 1) / pl->prow) * ((s->C + pl->pch - 1) / pl->pch);
+  pl->threads = imin(team, pl->pieces);
   pl->gemm_threads = 1;
 }
 
@@ -214,6 +215,13 @@ static void plan_padding(conv_plan *pl, const cl_conv_shape *s) {
   pl->plane = (size_t)pl->Hp * pl->Wp;
 }
 
+/* Floats of the padded buffer that the direct path's views of `channels`
+ * channels read: the most shifted view starts here and reads nq. */
+static size_t direct_reach(const conv_plan *pl, const cl_conv_shape *s, int channels) {
+  return (size_t)(channels - 1) * pl->plane + (size_t)(s->kh - 1) * s->dh * pl->Wp +
+         (size_t)(s->kw - 1) * s->dw + (size_t)pl->nq;
+}
+
 /* The direct path's geometry: forward (and backward data) compute nq = H Wp
  * outputs per channel, rounded up to the rows kernel's multiple; backward
  * filter sums over H Wp rounded up to the dot kernel's. The padded image
@@ -226,10 +234,8 @@ static void plan_direct(conv_plan *pl, conv_op op, const cl_conv_shape *s) {
   pl->nq = round_up(s->H * pl->Wp, mult);
   /* Backward data pads dy (K channels) and produces C rows of dx. */
   int in = op == OP_BWD_DATA ? s->K : s->C, out = op == OP_BWD_DATA ? s->C : s->K;
-  size_t last_view = (size_t)(in - 1) * pl->plane + (size_t)(s->kh - 1) * s->dh * pl->Wp +
-                     (size_t)(s->kw - 1) * s->dw;
   pl->flip = op == OP_BWD_DATA;
-  pl->buf_bytes = round64(sizeof(float) * (last_view + (size_t)pl->nq));
+  pl->buf_bytes = round64(sizeof(float) * direct_reach(pl, s, in));
   pl->aux_bytes = round64(sizeof(float) * (size_t)out * pl->nq);
   if (op == OP_BWD_FILTER)
     pl->gM = s->K, pl->gN = s->C * kk, pl->gK = pl->nq;
@@ -796,11 +802,9 @@ static void filter_image_direct(const conv_job *j, const filter_piece *p, int n,
   for (int o = 0; o < p->kn; o++)
     cl_cpu_load_rows(s->dtype, j->dy, first + (size_t)o * s->H * s->W, (size_t)s->W,
                      dyp + (size_t)o * pl->nq, pl->Wp, (size_t)s->W, (size_t)s->H);
-  if (pl->bf16) { /* what the most shifted view of the piece's channels reads */
-    const size_t used = (size_t)(p->cn - 1) * pl->plane + (size_t)(s->kh - 1) * s->dh * pl->Wp +
-                        (size_t)(s->kw - 1) * s->dw + (size_t)pl->nq;
-    cl_cpu_bf16_dot(p->kn, p->cn * kk, pl->gK, dyp, pl->nq, xp, used, job_offsets(j),
-                    piece_dw(j, p, n), pl->gN, slice_bf16(j, tid));
+  if (pl->bf16) {
+    cl_cpu_bf16_dot(p->kn, p->cn * kk, pl->gK, dyp, pl->nq, xp, direct_reach(pl, s, p->cn),
+                    job_offsets(j), piece_dw(j, p, n), pl->gN, slice_bf16(j, tid));
   } else {
     cl_cpu_sgemm_dot(j->kind, p->kn, p->cn * kk, pl->gK, dyp, pl->nq, xp, job_offsets(j),
                      piece_dw(j, p, n), pl->gN);
@@ -989,8 +993,7 @@ static cl_status backward_filter_nchw(cl_backend *be, const cl_conv_shape *s, co
   const size_t K = (size_t)j.s->K * j.G;
   double *db = (double *)(j.ws + pl.off_dbias);
   if (dbias) memset(db, 0, sizeof(double) * K);
-  const int pieces = ((j.s->K + pl.prow - 1) / pl.prow) * ((j.s->C + pl.pch - 1) / pl.pch);
-  cl_cpu_blocks(pl.threads, pieces, filter_pieces, &j);
+  cl_cpu_blocks(pl.threads, pl.pieces, filter_pieces, &j);
   for (size_t o = 0; dbias && o < K; o++) dbias[o] += (float)db[o];
   cl_cpu_wino_done(&tk);
   return CL_OK;
