@@ -206,9 +206,12 @@ static void run_case(const gcase *gc, const int *truth) {
   CHECK(gi.asked && gi.on, "%s: graphs turned off: %s", gc->name, gi.off);
   /* 2 plain warm-up steps, a capture, a replay; the small batch: plain, then
    * captured; the full batch's graph again. A loss scale that changes (a
-   * skipped float16 step) is a new graph: there only some replays. */
-  const int scaled = gc->dtype == CL_F16;
-  CHECK(gi.captured >= 2 && gi.replayed >= (scaled ? 1 : STEPS + 3 - 7),
+   * skipped float16 step) is a new graph: there only some replays. A scale
+   * of 2^30 overflows for most of the steps, halving at each, so the small
+   * batch too comes while the scale still changes: the H200 (2026-12-04)
+   * captured one graph there and replayed it once. */
+  const int scaled = gc->dtype == CL_F16, overflows = gc->init_scale > 65536;
+  CHECK(gi.captured >= (overflows ? 1 : 2) && gi.replayed >= (scaled ? 1 : STEPS + 3 - 7),
         "%s: %lld captured, %lld replayed", gc->name, gi.captured, gi.replayed);
   cl_graph_info none;
   cl_model_graph_info(b, &none);

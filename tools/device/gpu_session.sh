@@ -64,6 +64,8 @@
 #   AB_ARGS     extra arguments for bench_gpu.py in the ab stage (e.g. "--configs mnist64")
 #   BENCH_ARGS  extra arguments for bench_gpu.py in the bench stage
 #               (e.g. "--configs mnist64 --dtypes float32 --no-compile")
+#   CTESTS      the ctest stage runs only these tests (e.g. "test_cuda_graphs"), not
+#               tests/c/run.sh's all and the timings after them
 #   JOBS        parallel make jobs (default: nproc)
 set -u
 
@@ -276,6 +278,11 @@ PY
     use_cudnn
     have_gpu && export CONVLSTM_REQUIRE_GPU=1
     [ -x build/test_backend_ops ] || { echo "build/test_backend_ops missing: run the build stage"; return 1; }
+    if [ -n "${CTESTS:-}" ]; then # a rerun of some tests only
+      local t rc=0
+      for t in $CTESTS; do build/"$t" || { echo "FAIL $t"; rc=1; }; done
+      return $rc
+    fi
     sh tests/c/run.sh build || return 1
     # what the host conversion of one batch costs on this machine's cores
     # (doc/gpu.md, "The host path's conversion"); seconds

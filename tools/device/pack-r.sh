@@ -12,7 +12,7 @@ pkgs="r-base-core libicu72 libblas3 liblapack3 libtirpc3 libtirpc-common libgfor
  r-cran-testthat r-cran-brio r-cran-callr r-cran-cli r-cran-desc r-cran-digest r-cran-ellipsis r-cran-evaluate
  r-cran-jsonlite r-cran-lifecycle r-cran-magrittr r-cran-pkgload r-cran-praise r-cran-processx r-cran-ps r-cran-r6
  r-cran-rlang r-cran-waldo r-cran-withr r-cran-glue r-cran-crayon r-cran-diffobj r-cran-rematch2 r-cran-fansi
- r-cran-pillar r-cran-tibble r-cran-utf8 r-cran-vctrs r-cran-pkgconfig r-cran-rprojroot r-cran-fs r-cran-rstudioapi make"
+ r-cran-generics r-cran-pillar r-cran-tibble r-cran-utf8 r-cran-vctrs r-cran-pkgconfig r-cran-rprojroot r-cran-fs r-cran-rstudioapi make"
 (cd "$work" && apt-get download $pkgs >/dev/null 2>&1) || { apt-get update >/dev/null && (cd "$work" && apt-get download $pkgs >/dev/null); }
 mkdir "$work/root"
 for f in "$work"/*.deb; do dpkg -x "$f" "$work/root"; done
