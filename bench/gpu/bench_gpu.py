@@ -1380,7 +1380,10 @@ def check_data_equals_host(a, lib, res, name, cfg, dtype, n_steps):
     """Steps on rows of a data set against the same rows as host arrays, from
     the same weights: bit for bit on the CPU (the same kernels read the same
     values); within float rounding on the GPU (cuDNN may pick its algorithm
-    per call)."""
+    per call, and its non-deterministic algorithms sum in another order at
+    each call: a third model takes the first step from host arrays again,
+    and the data set's gradients may differ from the host's as much as
+    twice that)."""
     B = cfg["batch"]
     x, y = make_data(cfg, 2 * B, seed=4)
     g = torch.Generator().manual_seed(5)
@@ -1388,9 +1391,11 @@ def check_data_equals_host(a, lib, res, name, cfg, dtype, n_steps):
     ref = reference(cfg)
     host = Ours.of(lib, cfg, a.cl_device, DTYPES[dtype])
     dev = Ours.of(lib, cfg, a.cl_device, DTYPES[dtype])
+    again = Ours.of(lib, cfg, a.cl_device, DTYPES[dtype])
     try:
         host.load_torch(ref)
         dev.load_torch(ref)
+        again.load_torch(ref)
         d = dev.data_create(host_array(x), host_array(y))
         opt = adam()
         lh, ld = [], []
@@ -1400,6 +1405,10 @@ def check_data_equals_host(a, lib, res, name, cfg, dtype, n_steps):
             ld.append(dev.train_step_data(d, (C.c_int * B)(*idx.tolist()), opt))
             if k == 0:
                 gr = worst((n, dev.grad(n), host.grad(n)) for n, _ in dev.tensors)
+                again.train_step(host_array(xb), host_array(yb), opt)
+                noise = worst((n, again.grad(n), host.grad(n)) for n, _ in dev.tensors)
+                again.free()
+                again = None
         exact = a.cl_device == CL_DEVICE_CPU
         diff = max(abs(p - q) / max(abs(q), 1e-12) for p, q in zip(ld, lh))
         pr = worst((n, dev.param(n), host.param(n)) for n, _ in dev.tensors)
@@ -1409,10 +1418,12 @@ def check_data_equals_host(a, lib, res, name, cfg, dtype, n_steps):
         # not judged there: a weight whose gradient is rounding noise moves by
         # about lr either way (the H200 read 0.16 of a tensor's largest after 3
         # steps of the paper's model, the losses within 1e-6).
-        ok = diff <= tol and gr[0] <= 10 * tol and (not exact or pr[0] == 0)
+        ok = (diff <= tol and (gr[0] <= max(10 * tol, 2 * noise[0])) and
+              (not exact or pr[0] == 0))
         res.check("data set %s %s: %d steps on gathered rows vs host arrays" %
                   (name, dtype, n_steps), ok, max_rel_loss=diff, max_rel_grad=gr[0],
-                  grad_tensor=gr[1], max_rel_param=pr[0], param_tensor=pr[1], tol=tol)
+                  grad_tensor=gr[1], host_again_grad=noise[0], host_again_tensor=noise[1],
+                  max_rel_param=pr[0], param_tensor=pr[1], tol=tol)
         dev.data_free(d)
         st = dev.stats()
         dev.empty_cache()
@@ -1422,6 +1433,8 @@ def check_data_equals_host(a, lib, res, name, cfg, dtype, n_steps):
     finally:
         host.free()
         dev.free()
+        if again is not None:
+            again.free()
 
 
 # ---- the plan against memory measured outside the allocator (issue 10)
