@@ -227,11 +227,18 @@ class cl_graph_info(C.Structure):
                 ("bytes", C.c_size_t), ("off", C.c_char * 200)]
 
 
+class cl_conv_call_info(C.Structure):
+    _fields_ = [("dir", C.c_int), ("layer", C.c_int), ("half", C.c_int), ("N", C.c_int64),
+                ("C", C.c_int), ("H", C.c_int), ("W", C.c_int), ("K", C.c_int),
+                ("kh", C.c_int), ("kw", C.c_int), ("dh", C.c_int), ("dw", C.c_int),
+                ("groups", C.c_int), ("count", C.c_int64)]
+
+
 # every struct mirrored above: --layout compares each with the C compiler
 STRUCTS = {st.__name__: st for st in (cl_config, cl_host_array, cl_optim, cl_loss_fn,
                                       cl_step_options, cl_loss_scale, cl_mem_stats,
                                       cl_plan_entry, cl_plan, cl_measured_mem, cl_gpu_info,
-                                      cl_graph_info)}
+                                      cl_graph_info, cl_conv_call_info)}
 
 
 class ClError(RuntimeError):
@@ -277,6 +284,11 @@ class Lib:
             "cl_model_plan": (C.c_int, [C.c_void_p, C.c_int, C.c_int, C.c_int, C.c_int, C.c_int,
                                         P(cl_optim), P(cl_step_options), P(cl_plan)]),
             "cl_plan_free": (None, [P(cl_plan)]),
+            "cl_model_conv_calls": (C.c_int, [C.c_void_p, C.c_int, C.c_int, C.c_int, C.c_int,
+                                              C.c_int, P(cl_step_options), C.c_int,
+                                              P(P(cl_conv_call_info)), P(C.c_int)]),
+            "cl_model_conv_algo": (C.c_int, [C.c_void_p, P(cl_conv_call_info), C.c_char_p,
+                                             C.c_size_t]),
             "cl_status_name": (C.c_char_p, [C.c_int]),
             "cl_mem_category_name": (C.c_char_p, [C.c_int]),
             "cl_pack_host": (None, [P(C.c_float), P(cl_host_array)]),
@@ -521,6 +533,29 @@ class Ours:
         self.check(self.L.cl_model_get_loss_scale(self.m, C.byref(ls)))
         return {"scale": ls.scale, "growth_interval": ls.growth_interval,
                 "clean_steps": ls.clean_steps, "skipped_steps": ls.skipped_steps}
+
+    def conv_algos(self, B, T, H, W):
+        """Each convolution of a training step of this shape and the algorithm
+        the backend ran it with (ask after a step): "layer 1 hidden backward
+        filter [16, 64, 16, 16] -> 256 5x5: FFT_TILING"."""
+        rows, n = C.POINTER(cl_conv_call_info)(), C.c_int()
+        opts = self.options(None, horizon=True)
+        self.check(self.L.cl_model_conv_calls(self.m, B, T, H, W, 1,
+                                              C.byref(opts) if opts else None, self.target,
+                                              C.byref(rows), C.byref(n)))
+        out, buf = [], C.create_string_buffer(128)
+        dirs = ("forward", "backward data", "backward filter")
+        try:
+            for i in range(n.value):
+                r = rows[i]
+                self.check(self.L.cl_model_conv_algo(self.m, C.byref(r), buf, 128))
+                out.append("layer %d %s %s [%d, %d, %d, %d] -> %d %dx%d: %s" % (
+                    r.layer, {0: "input", 1: "hidden"}.get(r.half, "head"), dirs[r.dir], r.N, r.C, r.H, r.W, r.K,
+                    r.kh, r.kw, buf.value.decode() or "?"))
+        finally:
+            if rows:
+                C.CDLL(None).free(C.cast(rows, C.c_void_p))
+        return out
 
     def plan(self, B, T, H, W, training=True, opt=None, opts=None):
         p = cl_plan()
@@ -1325,8 +1360,12 @@ def check_parity(a, lib, res, name, cfg, dtype, n_steps):
     ref = TorchRun(cfg, "float64", a.torch_dev, seed=3)
     m = Ours.of(lib, cfg, a.cl_device, DTYPES[dtype])
 
+    algos = []
+
     def judge(what, ours, theirs, extra):
         ok = ours[0] <= tol or ours[0] <= 4 * theirs[0]
+        if not ok and algos:
+            extra = dict(extra, algorithms=algos)
         res.check("parity %s %s: %s" % (name, dtype, what), ok, max_rel=ours[0],
                   tensor=ours[1], torch_vs_f64=theirs[0], torch_tensor=theirs[1], tol=tol,
                   **extra)
@@ -1341,6 +1380,10 @@ def check_parity(a, lib, res, name, cfg, dtype, n_steps):
             theirs.append(run.step(xd, yd))
             truth.append(ref.step(xd, yd))
             if i == 0:
+                algos[:] = m.conv_algos(cfg["batch"], cfg["T"], cfg["H"], cfg["W"])
+                res.check("parity %s %s: every convolution of the step names its algorithm" %
+                          (name, dtype), algos and not any(a.endswith(": ?") for a in algos),
+                          calls=len(algos), first=algos[0] if algos else None)
                 tg = {n: p.grad.detach().float().cpu()
                       for n, p in run.model.named_parameters() if p.grad is not None}
                 rg = {n: p.grad.detach().cpu() for n, p in ref.model.named_parameters()}
@@ -1420,10 +1463,11 @@ def check_data_equals_host(a, lib, res, name, cfg, dtype, n_steps):
         # steps of the paper's model, the losses within 1e-6).
         ok = (diff <= tol and (gr[0] <= max(10 * tol, 2 * noise[0])) and
               (not exact or pr[0] == 0))
+        extra = {} if ok else {"algorithms": dev.conv_algos(B, cfg["T"], cfg["H"], cfg["W"])}
         res.check("data set %s %s: %d steps on gathered rows vs host arrays" %
                   (name, dtype, n_steps), ok, max_rel_loss=diff, max_rel_grad=gr[0],
                   grad_tensor=gr[1], host_again_grad=noise[0], host_again_tensor=noise[1],
-                  max_rel_param=pr[0], param_tensor=pr[1], tol=tol)
+                  max_rel_param=pr[0], param_tensor=pr[1], tol=tol, **extra)
         dev.data_free(d)
         st = dev.stats()
         dev.empty_cache()

@@ -654,7 +654,7 @@ void cl_plan_free(cl_plan *p);
 
 /* The convolution calls of a step (cl_model_conv_calls): for each layer
  * (from 0) and half of its convolution (0: input to gates, 1: h_{t-1} to
- * gates), each distinct direction and shape -- x [N, C, H, W] ->
+ * gates, 2: an encoder-forecaster's head), each distinct direction and shape -- x [N, C, H, W] ->
  * y [N, K, H, W], kernel kh x kw, dilation dh, dw, groups (1: none) -- and
  * how many times the step runs it. */
 typedef enum cl_conv_dir {
@@ -677,6 +677,15 @@ typedef struct cl_conv_call_info {
 cl_status cl_model_conv_calls(cl_model *m, int B, int T, int H, int W, int training,
                               const cl_step_options *opts, cl_target target,
                               cl_conv_call_info **out, int *n);
+/* The algorithm a convolution call of that list runs on the model's
+ * backend, into buf (len bytes, NUL-terminated, cut to fit): the CPU's
+ * "gemm" or Winograd's form ("winograd F(4x4,5x5)", "gemm/..." while the
+ * shape is still being timed); cuDNN's ("FFT_TILING", "IMPLICIT_GEMM tf32"
+ * where float32 runs on TF32 tensor cores, several joined by "/" where the
+ * call's chunks of frames differ); "" where the backend does not say or
+ * has not chosen yet: ask after a step. CL_E_INVALID for a call the list
+ * cannot hold (direction, sizes) or no buffer. */
+cl_status cl_model_conv_algo(cl_model *m, const cl_conv_call_info *call, char *buf, size_t len);
 /* The names of a plan entry's kind, from the core's one table of buffers:
  * CL_BUFNAME_ROW as its rows spell it (a per-layer buffer's row adds
  * "[layer]"); CL_BUFNAME_OTHER its other name (Adam's first moment is SGD's

@@ -1,14 +1,16 @@
 /*
  * core/model.c -- a model's lifetime as users see it: made (model_make.c)
  * with its loss scaler, freed with its data sets and a split step's twins;
- * its memory statistics, plan and list of convolution calls. Parameters by
- * name are in params.c, the step in step.c, forward.c and backward.c.
+ * its memory statistics, plan, list of convolution calls and the algorithm
+ * each runs. Parameters by name are in params.c, the step in step.c,
+ * forward.c and backward.c.
  */
 #include "capability.h" /* cl_cap_check, cl_cap_check_config */
 #include "conv_calls.h" /* cl_conv_calls */
 #include "plan.h"       /* cl_schedule_make, cl_plan_build; internal.h */
 
-#include <math.h> /* NAN */
+#include <limits.h> /* INT_MAX */
+#include <math.h>   /* NAN */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -177,6 +179,24 @@ cl_status cl_model_conv_calls(cl_model *m, int B, int T, int H, int W, int train
   }
   *n = l.n;
   cl_conv_list_free(&l);
+  return CL_OK;
+}
+
+cl_status cl_model_conv_algo(cl_model *m, const cl_conv_call_info *c, char *buf, size_t len) {
+  if (!buf || len == 0) return cl_fail(m, CL_E_INVALID, "conv_algo: no buffer for the name");
+  buf[0] = '\0';
+  if (!c || c->dir < CL_CONV_FORWARD || c->dir > CL_CONV_BACKWARD_FILTER || c->N < 1 ||
+      c->N > INT_MAX)
+    return cl_fail(m, CL_E_INVALID, "conv_algo: a call of cl_model_conv_calls' list expected "
+                   "(direction 0-2, 1 to %d images)", INT_MAX);
+  cl_conv_shape s = {(int)c->N, c->C, c->H,         c->W,      c->K,      c->kh, c->kw,
+                     c->dh,     c->dw, m->cfg.dtype, c->groups, m->layout, 0};
+  if (!cl_conv_shape_ok(&s))
+    return cl_fail(m, CL_E_INVALID, "conv_algo: not a convolution the backends take: [%lld, %d, "
+                   "%d, %d] -> %d, %dx%d, dilation %dx%d, groups %d", (long long)c->N, c->C,
+                   c->H, c->W, c->K, c->kh, c->kw, c->dh, c->dw, c->groups);
+  const char *a = m->be->iface->conv_algo ? m->be->iface->conv_algo(m->be, &s, (int)c->dir) : NULL;
+  snprintf(buf, len, "%s", a ? a : "");
   return CL_OK;
 }
 

@@ -13,10 +13,13 @@
  * non-square kernels, dilation, float16, and inference with and without a
  * horizon. Also: where the target is a sequence (the plan's assumption),
  * the plan's workspace row is the largest workspace any recorded call asks
- * for. Exits nonzero on any failure.
+ * for. And cl_model_conv_algo's names (algo_names). Exits nonzero on any
+ * failure.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include "convlstm.h"
 #include "core/internal.h" /* m->be, to put the recording table in front of its slots */
+#include "cpu/cpu_kernels.h" /* cl_cpu_ctx: Winograd forced on a model's backend */
 #include "ctest.h"         /* CHECK, uniform01, ctest_model */
 
 #include <stdio.h>
@@ -319,6 +322,79 @@ static void run_forecaster(const char *name, int training, int k, int rk, int T,
   run_forecaster_opts(name, training, k, rk, T, K, accumulation, dt, 0, 0);
 }
 
+/* cl_model_conv_algo names the algorithm that ran each call: with
+ * CONVLSTM_CONV_ALGO=gemm (read at the backend's creation) every call says
+ * "gemm"; with Winograd forced on the backend (as test_backend_ops forces
+ * it: on every shape, however small) the 3x3 calls forward and backward
+ * data say F(2x2,3x3). A call it cannot hold, no buffer or none of length
+ * are refused; a short buffer gets the name cut. */
+static void algo_names(void) {
+  static const char *forced[] = {"gemm", "winograd"};
+  enum { B = 2, T = 3, H = 6, W = 6 };
+  for (int f = 0; f < 2; f++) {
+    setenv("CONVLSTM_CONV_ALGO", "gemm", 1);
+    cl_config cfg = ctest_config(1, 8, 4, 3, 3, 1, 1);
+    cl_model *m = ctest_model(&cfg);
+    unsetenv("CONVLSTM_CONV_ALGO");
+    if (!m) continue;
+    if (f == 1) ((cl_cpu_ctx *)m->be->context)->conv_algo = 2; /* cpu_winograd.c: "winograd" */
+    float x[B * T * H * W], y[B * T * 4 * H * W];
+    for (size_t i = 0; i < sizeof x / sizeof *x; i++) x[i] = (float)uniform01(NULL);
+    for (size_t i = 0; i < sizeof y / sizeof *y; i++) y[i] = (float)uniform01(NULL);
+    cl_host_array xa = {x, CL_HOST_TORCH_F32, 5, {B, T, 1, H, W}};
+    cl_host_array ya = {y, CL_HOST_TORCH_F32, 5, {B, T, 4, H, W}};
+    cl_optim sgd = {.kind = CL_OPTIM_SGD, .lr = 1e-3};
+    double loss;
+    CHECK(cl_model_train_step(m, &xa, &ya, CL_TARGET_SEQUENCE, &sgd, NULL, &loss) == CL_OK,
+          "algo %s: step: %s", forced[f], cl_model_error(m));
+    cl_conv_call_info *list = NULL;
+    int n = 0;
+    CHECK(cl_model_conv_calls(m, B, T, H, W, 1, NULL, CL_TARGET_SEQUENCE, &list, &n) == CL_OK &&
+              n > 0,
+          "algo %s: conv_calls: %s", forced[f], cl_model_error(m));
+    int wino = 0;
+    for (int i = 0; i < n; i++) {
+      char name[64];
+      CHECK(cl_model_conv_algo(m, &list[i], name, sizeof name) == CL_OK, "algo %s: call %d: %s",
+            forced[f], i, cl_model_error(m));
+      if (f == 0) {
+        CHECK(strcmp(name, "gemm") == 0, "algo gemm: call %d (dir %d) says '%s'", i,
+              (int)list[i].dir, name);
+      } else if (list[i].dir != CL_CONV_BACKWARD_FILTER) {
+        CHECK(strcmp(name, "winograd F(2x2,3x3)") == 0,
+              "algo winograd: call %d (layer %d half %d dir %d) says '%s'", i, list[i].layer,
+              list[i].half, (int)list[i].dir, name);
+        wino++;
+      }
+    }
+    if (f == 1) CHECK(wino > 0, "algo winograd: no forward or backward data call");
+    if (n > 0) {
+      char name[8] = "x";
+      cl_conv_call_info bad = list[0];
+      bad.dir = (cl_conv_dir)3;
+      CHECK(cl_model_conv_algo(m, &bad, name, sizeof name) == CL_E_INVALID && name[0] == 0,
+            "algo: direction 3 accepted");
+      bad = list[0];
+      bad.N = 0;
+      CHECK(cl_model_conv_algo(m, &bad, name, sizeof name) == CL_E_INVALID, "algo: N 0 accepted");
+      bad = list[0];
+      bad.kh = 2;
+      CHECK(cl_model_conv_algo(m, &bad, name, sizeof name) == CL_E_INVALID &&
+                strstr(cl_model_error(m), ", 2x3,") != NULL,
+            "algo: an even kernel accepted (%s)", cl_model_error(m));
+      CHECK(cl_model_conv_algo(m, &list[0], NULL, 8) == CL_E_INVALID &&
+                cl_model_conv_algo(m, &list[0], name, 0) == CL_E_INVALID &&
+                cl_model_conv_algo(m, NULL, name, sizeof name) == CL_E_INVALID,
+            "algo: no buffer or no call accepted");
+      char cut[4];
+      CHECK(cl_model_conv_algo(m, &list[0], cut, sizeof cut) == CL_OK && strlen(cut) == 3,
+            "algo: a 4-byte buffer holds '%s'", cut);
+    }
+    free(list);
+    cl_model_free(m);
+  }
+}
+
 int main(void) {
   const cl_target LAST = CL_TARGET_LAST_STATE, SEQ = CL_TARGET_SEQUENCE;
   /* name, B T H W, layers h0 h1, kh kw dil, training target, checkpoint tbptt
@@ -383,5 +459,6 @@ int main(void) {
                       2);
   run_forecaster_opts("encoder-forecaster, checkpoint 1, T 7, K 6", 1, 3, 3, 7, 6, 0, CL_F32, 1, 0);
   run_forecaster_opts("encoder-forecaster, ck 1, rc 1, T 6, K 5", 1, 3, 3, 6, 5, 2, CL_F32, 1, 1);
+  algo_names();
   return ctest_done("test_conv_calls");
 }
