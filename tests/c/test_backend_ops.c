@@ -73,7 +73,14 @@ typedef struct variant {
   int checks, failed;
 } variant;
 
-enum { MAX_VARIANTS = 64 }; /* a GPU host's CPU kinds at 1-3 threads, forced paths, Winograd, CUDA */
+/* every variant add_cpu_variants, add_cpu_winograd_variants and the CUDA
+ * ways can add on a host that has every GEMM kind: auto at 1-3 threads,
+ * im2col and direct at 2, two Winograd forms at 2 and 3, four CUDA ways
+ * (an H200's host has all four kinds: 34 variants, where 32 were room) */
+enum {
+  CPU_KINDS = CL_CPU_GEMM_BLAS + 1,
+  MAX_VARIANTS = 3 * CPU_KINDS + 2 * CPU_KINDS + 2 * 2 * CPU_KINDS + 4
+};
 static variant vs[MAX_VARIANTS];
 static int n_vs;
 
