@@ -24,7 +24,8 @@
  * `nvidia-smi -L` lists a GPU: then it is a failure. Exit status: 0 when
  * every check passed, 1 when one failed, 77 when no backend could run.
  * `-v` prints every check, not only failures and one line per row; `-b
- * NAME` keeps the backends whose name contains NAME (e.g. -b cuda); `-x`
+ * NAME` keeps the backends whose name contains NAME (e.g. -b cuda; without
+ * -b, CONVLSTM_TEST_BACKENDS=NAME does, as the GPU session's ctest); `-x`
  * exits at the first failed check (tools/mutate.sh: a killed mutant need
  * not run the other rows).
  *
@@ -3405,10 +3406,15 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "-x") == 0) fail_fast = 1;
     else if (strcmp(argv[i], "-b") == 0 && i + 1 < argc) only = argv[++i];
     else {
-      fprintf(stderr, "usage: %s [-v] [-x] [-b BACKEND_NAME_PART]\n", argv[0]);
+      fprintf(stderr, "usage: %s [-v] [-x] [-b BACKEND_NAME_PART] (or CONVLSTM_TEST_BACKENDS)\n",
+              argv[0]);
       return 2;
     }
   }
+  /* the GPU session's ctest stage runs the CUDA variants only: the CPU ones
+   * run in CI, and all 34 of an H200's host took its stage's time */
+  const char *env_only = getenv("CONVLSTM_TEST_BACKENDS");
+  if (!only && env_only && env_only[0]) only = env_only;
   const char *preload = getenv("LD_PRELOAD"); /* valgrind preloads its vgpreload_*.so */
   under_valgrind = preload && strstr(preload, "vgpreload") != NULL;
   /* the CPU's bfloat16 kernels are checked wherever the CPU has them, also

@@ -85,7 +85,7 @@ export PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin"
 # On the H200 (issue 24) info build ctest checks bench took 290 s together.
 cap_of() {
   case $1 in
-    info) echo 30 ;; build) echo 200 ;; ctest) echo 120 ;; sanitize) echo 180 ;;
+    info) echo 30 ;; build) echo 200 ;; ctest) echo 180 ;; sanitize) echo 180 ;;
     rinstall) echo 300 ;; rtest) echo 240 ;; roverlap) echo 120 ;; checks) echo 150 ;;
     profile) echo 90 ;;
     ab) echo 90 ;;
@@ -276,7 +276,8 @@ PY
     ;;
   ctest)
     use_cudnn
-    have_gpu && export CONVLSTM_REQUIRE_GPU=1
+    # the conformance test's CPU variants run in CI; here its CUDA ones
+    have_gpu && export CONVLSTM_REQUIRE_GPU=1 CONVLSTM_TEST_BACKENDS="${CONVLSTM_TEST_BACKENDS:-cuda}"
     [ -x build/test_backend_ops ] || { echo "build/test_backend_ops missing: run the build stage"; return 1; }
     if [ -n "${CTESTS:-}" ]; then # a rerun of some tests only
       local t rc=0
