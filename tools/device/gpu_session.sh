@@ -86,7 +86,7 @@ export PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin"
 cap_of() {
   case $1 in
     info) echo 30 ;; build) echo 200 ;; ctest) echo 180 ;; sanitize) echo 180 ;;
-    rinstall) echo 300 ;; rtest) echo 400 ;; roverlap) echo 120 ;; checks) echo 150 ;;
+    rinstall) echo 300 ;; rtest) echo 400 ;; roverlap) echo 120 ;; checks) echo 200 ;;
     profile) echo 90 ;;
     ab) echo 90 ;;
     bench) echo 100000 ;;
