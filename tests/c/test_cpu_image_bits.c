@@ -130,6 +130,15 @@ static void check_shape(const shape *sh, cl_dtype t, int dir) {
 }
 
 int main(void) {
+  /* Not under valgrind (its preload in LD_PRELOAD): the tutorial's calls of
+   * 100 images ran there for over 15 minutes; the plain and
+   * AddressSanitizer runs check it, and these kernels are valgrind's in
+   * test_backend_ops. */
+  const char *preload = getenv("LD_PRELOAD");
+  if (preload && strstr(preload, "vgpreload")) {
+    printf("test_cpu_image_bits: skipped under valgrind (minutes of convolutions)\n");
+    return 77;
+  }
   static const shape shapes[] = {
       {"plain stack, hidden half", 4, 48, 16, 16, 192, 5},
       {"plain stack, layer 1 input half", 80, 16, 16, 16, 192, 5},
