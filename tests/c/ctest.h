@@ -29,6 +29,13 @@ static int ctest_failures = 0, ctest_checks = 0;
     }                                             \
   } while (0)
 
+/* Under valgrind (make valgrind), whose preload (vgpreload_*.so) is in
+ * LD_PRELOAD: the tests that take minutes there run less, or skip. */
+static inline int ctest_under_valgrind(void) {
+  const char *preload = getenv("LD_PRELOAD");
+  return preload && strstr(preload, "vgpreload") != NULL;
+}
+
 static unsigned long long ctest_rng = 88172645463325252ULL;
 
 static double uniform01(void *ctx) {

@@ -3415,8 +3415,7 @@ int main(int argc, char **argv) {
    * run in CI, and all 34 of an H200's host took its stage's time */
   const char *env_only = getenv("CONVLSTM_TEST_BACKENDS");
   if (!only && env_only && env_only[0]) only = env_only;
-  const char *preload = getenv("LD_PRELOAD"); /* valgrind preloads its vgpreload_*.so */
-  under_valgrind = preload && strstr(preload, "vgpreload") != NULL;
+  under_valgrind = ctest_under_valgrind();
   /* the CPU's bfloat16 kernels are checked wherever the CPU has them, also
    * where they do not pay and would not run by default (cl_cpu_bf16_dot_of);
    * CONVLSTM_BF16_DOT=0 set by the caller still checks the float32 path */

@@ -467,8 +467,7 @@ int main(void) {
   test_plan_equals_accounting(60, 0);
   /* under valgrind (make valgrind: its vgpreload in LD_PRELOAD) fewer
    * guarded cases, as test_backend_ops runs fewer there */
-  const char *preload = getenv("LD_PRELOAD");
-  test_plan_equals_accounting(preload && strstr(preload, "vgpreload") ? 20 : 60, 1);
+  test_plan_equals_accounting(ctest_under_valgrind() ? 20 : 60, 1);
   test_arena_reuse();
   test_arena_oom();
   test_arena_evicted_for_model_buffers();

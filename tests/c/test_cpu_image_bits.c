@@ -134,8 +134,7 @@ int main(void) {
    * 100 images ran there for over 15 minutes; the plain and
    * AddressSanitizer runs check it, and these kernels are valgrind's in
    * test_backend_ops. */
-  const char *preload = getenv("LD_PRELOAD");
-  if (preload && strstr(preload, "vgpreload")) {
+  if (ctest_under_valgrind()) {
     printf("test_cpu_image_bits: skipped under valgrind (minutes of convolutions)\n");
     return 77;
   }

@@ -657,8 +657,7 @@ static void test_adam_bits(void) {
 
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "-q") == 0) verbose = 0;
-  const char *preload = getenv("LD_PRELOAD"); /* valgrind preloads its vgpreload_*.so */
-  under_valgrind = preload && strstr(preload, "vgpreload") != NULL;
+  under_valgrind = ctest_under_valgrind();
   if (under_valgrind) printf("(under valgrind: a reduced set of sizes)\n");
   for (int kind = CL_CPU_GEMM_GENERIC; kind <= CL_CPU_GEMM_BLAS; kind++)
     if (cl_cpu_gemm_available((cl_cpu_gemm_kind)kind)) {

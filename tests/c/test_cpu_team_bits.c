@@ -139,8 +139,7 @@ int main(void) {
   /* Not under valgrind (its preload in LD_PRELOAD): these models' steps
    * took over five minutes there; the plain and AddressSanitizer runs
    * check it, and the kernels it runs are valgrind's in other tests. */
-  const char *preload = getenv("LD_PRELOAD");
-  if (preload && strstr(preload, "vgpreload")) {
+  if (ctest_under_valgrind()) {
     printf("test_cpu_team_bits: skipped under valgrind (minutes of steps)\n");
     return 77;
   }

@@ -75,8 +75,7 @@ int main(void) {
    * rule's cases are 1e8 flops or more by definition, minutes there, and
    * test_backend_ops's Winograd variants run the same code on small shapes
    * under it. */
-  const char *preload = getenv("LD_PRELOAD");
-  const int under_valgrind = preload && strstr(preload, "vgpreload") != NULL;
+  const int under_valgrind = ctest_under_valgrind();
   if (under_valgrind) printf("  under valgrind: the small case only\n");
   unsetenv("CONVLSTM_CONV_ALGO");
   cl_backend *def = backend(0), *gemm = backend(1);
