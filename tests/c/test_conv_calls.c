@@ -23,6 +23,7 @@
 #include "ctest.h"         /* CHECK, uniform01, ctest_model */
 
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -377,6 +378,15 @@ static void algo_names(void) {
       bad = list[0];
       bad.N = 0;
       CHECK(cl_model_conv_algo(m, &bad, name, sizeof name) == CL_E_INVALID, "algo: N 0 accepted");
+      /* a list may hold a call of more images than an int (a step too
+       * large to run): refused by its count, not read as the count an int
+       * keeps of it (2^32 + N would be N) */
+      bad.N = ((int64_t)1 << 32) + list[0].N;
+      CHECK(cl_model_conv_algo(m, &bad, name, sizeof name) == CL_E_INVALID && name[0] == 0,
+            "algo: N 2^32 + %lld accepted as %lld", (long long)list[0].N, (long long)list[0].N);
+      bad.N = INT_MAX;
+      CHECK(cl_model_conv_algo(m, &bad, name, sizeof name) == CL_OK,
+            "algo: N 2^31 - 1 refused: %s", cl_model_error(m));
       bad = list[0];
       bad.kh = 2;
       CHECK(cl_model_conv_algo(m, &bad, name, sizeof name) == CL_E_INVALID &&
