@@ -1362,13 +1362,40 @@ def check_parity(a, lib, res, name, cfg, dtype, n_steps):
 
     algos = []
 
-    def judge(what, ours, theirs, extra, bound=tol):
+    def judge(what, ours, theirs, extra, bound=tol, diagnose=None):
         ok = ours[0] <= bound or ours[0] <= 4 * theirs[0]
         if not ok and algos:
             extra = dict(extra, algorithms=algos)
+        if not ok and diagnose:
+            extra = dict(extra, **diagnose())
         res.check("parity %s %s: %s" % (name, dtype, what), ok, max_rel=ours[0],
                   tensor=ours[1], torch_vs_f64=theirs[0], torch_tensor=theirs[1], tol=bound,
                   **extra)
+
+    def without_transforms(xa, ya, rg, names):
+        """Where float32's first gradients miss, the same step again with
+        cuDNN's FFT and non-fused Winograd algorithms passed over
+        (CONVLSTM_CUDNN_NO_FFT=1): whether the algorithm is the cause. The
+        CPU backend ignores the variable: the CPU smoke runs it to check
+        that it gives the first step's gradients again."""
+        if dtype != "float32":
+            return {}
+        os.environ["CONVLSTM_CUDNN_NO_FFT"] = "1"
+        try:
+            m2 = Ours.of(lib, cfg, a.cl_device, DTYPES[dtype])
+        finally:
+            del os.environ["CONVLSTM_CUDNN_NO_FFT"]
+        try:
+            m2.load_torch(TorchRun(cfg, dtype, a.torch_dev, seed=3).model)
+            m2.train_step(xa, ya, adam())
+            got = worst((n, m2.grad(n), rg[n]) for n in names)
+            return {"no_fft_max_rel": got[0], "no_fft_tensor": got[1],
+                    "no_fft_algorithms": m2.conv_algos(cfg["batch"], cfg["T"], cfg["H"],
+                                                       cfg["W"])}
+        except Exception as e:  # a diagnostic: its failure is reported, not raised
+            return {"no_fft_error": str(e)}
+        finally:
+            m2.free()
 
     try:
         m.load_torch(run.model)
@@ -1392,7 +1419,15 @@ def check_parity(a, lib, res, name, cfg, dtype, n_steps):
                     judge("gradients of step 1 vs PyTorch (float64)",
                           worst((n, m.grad(n), rg[n]) for n in tg),
                           worst((n, t, rg[n]) for n, t in tg.items()),
-                          dict(vs_torch=direct[0]))
+                          dict(vs_torch=direct[0]),
+                          diagnose=lambda: without_transforms(xa, ya, rg, list(tg)))
+                    if a.cpu_smoke and dtype == "float32":
+                        again = without_transforms(xa, ya, rg, list(tg))
+                        first = worst((n, m.grad(n), rg[n]) for n in tg)
+                        res.check("parity %s %s: the diagnostic step gives step 1's gradients "
+                                  "again" % (name, dtype),
+                                  again.get("no_fft_max_rel") == first[0], first=first[0],
+                                  **again)
                 else:  # GradScaler skipped the step: its gradients are not comparable
                     res.check("parity %s %s: gradients of step 1 (PyTorch's scaler "
                               "overflowed, not compared)" % (name, dtype), True)

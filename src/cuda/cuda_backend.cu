@@ -444,6 +444,7 @@ static cl_status cuda_init(cl_backend *be, cl_cuda_ctx *ctx) {
   /* As torch.backends.cudnn.deterministic: a step gives the same bits run
    * after run (test_cuda_graphs compares graphs with launches so). */
   ctx->deterministic = env_double("CONVLSTM_CUDNN_DETERMINISTIC", 0.0) != 0.0;
+  ctx->no_transforms = env_double("CONVLSTM_CUDNN_NO_FFT", 0.0) != 0.0;
   /* On by default, as PyTorch's torch.backends.cudnn.allow_tf32: float32
    * convolutions may run on TF32 tensor cores (cuDNN's DEFAULT_MATH), all
    * else stays float32. CONVLSTM_CUDA_TF32=0 pins them to FMA_MATH, strict

@@ -40,6 +40,10 @@ typedef struct cl_cuda_ctx {
    * stored is timed (as with benchmark) and stored; NULL: none */
   char *algo_cache;
   int deterministic;           /* 1: only algorithms cuDNN calls deterministic (no atomics) */
+  /* CONVLSTM_CUDNN_NO_FFT=1: the FFT and non-fused Winograd algorithms only
+   * where no other takes a call (their float32 sums round further from the
+   * exact ones than implicit GEMM's: a diagnostic of the GPU harness) */
+  int no_transforms;
   int allow_tf32;              /* 1: float32 convolutions may use TF32 tensor cores */
   /* Most bytes of half-type scratch that backward data may hold for its
    * result before converting it into the float32 dx (cudnn_conv.cu). */

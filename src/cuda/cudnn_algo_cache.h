@@ -54,7 +54,9 @@ typedef struct cl_algo_file {
 } cl_algo_file;
 
 /* The key of one cuDNN call: dir 0 forward, 1 backward data, 2 backward
- * filter; shape {N, C, H, W, K, kh, kw, dh, dw, groups}. The device's name
+ * filter; det 1 deterministic algorithms only, plus 2 without FFT and
+ * non-fused Winograd (CONVLSTM_CUDNN_NO_FFT); shape {N, C, H, W, K, kh,
+ * kw, dh, dw, groups}. The device's name
  * is cut at 99 bytes and its tabs and control characters become spaces, so
  * a key is always one valid field. */
 static inline void cl_algo_key(char *out, size_t n, const char *device, int cc, int driver,

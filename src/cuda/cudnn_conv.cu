@@ -118,6 +118,10 @@ struct fwd_op {
   typedef cudnnConvolutionFwdAlgoPerf_t perf_t;
   typedef cudnnConvolutionFwdAlgo_t algo_t;
   static const char *name() { return "forward"; }
+  static bool transform(algo_t a) {
+    return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+           a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+  }
   static cudnnStatus_t max_count(cudnnHandle_t h, int *n) {
     return cudnnGetConvolutionForwardAlgorithmMaxCount(h, n);
   }
@@ -143,6 +147,11 @@ struct data_op {
   typedef cudnnConvolutionBwdDataAlgoPerf_t perf_t;
   typedef cudnnConvolutionBwdDataAlgo_t algo_t;
   static const char *name() { return "backward data"; }
+  static bool transform(algo_t a) {
+    return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT ||
+           a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+           a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+  }
   static cudnnStatus_t max_count(cudnnHandle_t h, int *n) {
     return cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, n);
   }
@@ -168,6 +177,11 @@ struct filter_op {
   typedef cudnnConvolutionBwdFilterAlgoPerf_t perf_t;
   typedef cudnnConvolutionBwdFilterAlgo_t algo_t;
   static const char *name() { return "backward filter"; }
+  static bool transform(algo_t a) {
+    return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT ||
+           a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+           a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+  }
   static cudnnStatus_t max_count(cudnnHandle_t h, int *n) {
     return cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, n);
   }
@@ -196,7 +210,9 @@ struct filter_op {
  * needing the least. The math type goes onto cd: cuDNN decides
  * tensor-core use from algorithm and math type together. float32 without
  * TF32 is pinned to FMA whatever a candidate says, so that it never rounds
- * its inputs to TF32. */
+ * its inputs to TF32. With no_transforms (CONVLSTM_CUDNN_NO_FFT=1) the
+ * FFT and non-fused Winograd algorithms are passed over while another
+ * takes the call. */
 template <class Op>
 static cl_status choose(cl_backend *be, const conv_entry *e, cudnnConvolutionDescriptor_t cd,
                         typename Op::algo_t *algo, size_t *ws_bytes, int *top) {
@@ -211,10 +227,12 @@ static cl_status choose(cl_backend *be, const conv_entry *e, cudnnConvolutionDes
   const int pin_fma = e->dtype == CL_F32 && !ctx->allow_tf32;
   int best = -1, first = -1;
   size_t best_ws = 0;
-  for (int pass = 0; pass < 2 && best < 0; pass++) {
+  for (int skip = ctx->no_transforms, pass = 0; best < 0 && skip >= 0;
+       pass = pass == 1 ? (skip--, 0) : pass + 1) {
     for (int i = 0; i < got; i++) {
       if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
       if (ctx->deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
+      if (skip && Op::transform(perf[i].algo)) continue;
       cudnnMathType_t mt = pin_fma ? CUDNN_FMA_MATH : perf[i].mathType;
       size_t bytes = 0;
       if (cudnnSetConvolutionMathType(cd, mt) != CUDNN_STATUS_SUCCESS ||
@@ -551,8 +569,8 @@ static void entry_key(cl_backend *be, const conv_entry *e, unsigned dir, char *k
            e->dtype == CL_F16 ? "f16" : e->dtype == CL_BF16 ? "bf16" : "f32",
            e->s.layout == CL_NHWC ? ".nhwc" : "");
   cl_algo_key(key, CL_ALGO_KEY_LEN, c->device, c->cc, c->driver, c->cudnn, dt,
-              dir == DIR_FWD ? 0 : dir == DIR_DATA ? 1 : 2, ctx->allow_tf32, ctx->deterministic,
-              shape);
+              dir == DIR_FWD ? 0 : dir == DIR_DATA ? 1 : 2, ctx->allow_tf32,
+              ctx->deterministic + 2 * ctx->no_transforms, shape);
 }
 
 /* The stored choice for key, where this cuDNN still takes it (its
@@ -636,6 +654,7 @@ static cl_status tune(cl_backend *be, conv_entry *e, cudnnConvolutionDescriptor_
     for (int i = 0; i < got && best < 0; i++) { /* fastest first */
       if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > room) continue;
       if (ctx->deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
+      if (ctx->no_transforms && Op::transform(perf[i].algo)) continue;
       if (cudnnSetConvolutionMathType(cd, pin_fma ? CUDNN_FMA_MATH : perf[i].mathType) !=
               CUDNN_STATUS_SUCCESS ||
           Op::workspace(ctx->cudnn, e, cd, perf[i].algo, &need) != CUDNN_STATUS_SUCCESS)
