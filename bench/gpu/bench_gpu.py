@@ -1416,14 +1416,13 @@ def check_parity(a, lib, res, name, cfg, dtype, n_steps):
                 rg = {n: p.grad.detach().cpu() for n, p in ref.model.named_parameters()}
                 if all(torch.isfinite(t).all() for t in tg.values()):
                     direct = worst((n, m.grad(n), t) for n, t in tg.items())
-                    judge("gradients of step 1 vs PyTorch (float64)",
-                          worst((n, m.grad(n), rg[n]) for n in tg),
+                    first = worst((n, m.grad(n), rg[n]) for n in tg)
+                    judge("gradients of step 1 vs PyTorch (float64)", first,
                           worst((n, t, rg[n]) for n, t in tg.items()),
                           dict(vs_torch=direct[0]),
                           diagnose=lambda: without_transforms(xa, ya, rg, list(tg)))
                     if a.cpu_smoke and dtype == "float32":
                         again = without_transforms(xa, ya, rg, list(tg))
-                        first = worst((n, m.grad(n), rg[n]) for n in tg)
                         res.check("parity %s %s: the diagnostic step gives step 1's gradients "
                                   "again" % (name, dtype),
                                   again.get("no_fft_max_rel") == first[0], first=first[0],
