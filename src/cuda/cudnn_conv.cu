@@ -227,24 +227,26 @@ static cl_status choose(cl_backend *be, const conv_entry *e, cudnnConvolutionDes
   const int pin_fma = e->dtype == CL_F32 && !ctx->allow_tf32;
   int best = -1, first = -1;
   size_t best_ws = 0;
-  for (int skip = ctx->no_transforms, pass = 0; best < 0 && skip >= 0;
-       pass = pass == 1 ? (skip--, 0) : pass + 1) {
-    for (int i = 0; i < got; i++) {
-      if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-      if (ctx->deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
-      if (skip && Op::transform(perf[i].algo)) continue;
-      cudnnMathType_t mt = pin_fma ? CUDNN_FMA_MATH : perf[i].mathType;
-      size_t bytes = 0;
-      if (cudnnSetConvolutionMathType(cd, mt) != CUDNN_STATUS_SUCCESS ||
-          Op::workspace(h, e, cd, perf[i].algo, &bytes) != CUDNN_STATUS_SUCCESS)
-        continue;
-      if (first < 0) first = i;
-      if (bytes < perf[i].memory) bytes = perf[i].memory;
-      if (pass == 0 && bytes <= ctx->ws_limit) {
-        best = i, best_ws = bytes;
-        break;
+  /* skip 1 (no_transforms) first; 0, every algorithm, where that found none */
+  for (int skip = ctx->no_transforms; skip >= 0 && best < 0; skip--) {
+    for (int pass = 0; pass < 2 && best < 0; pass++) {
+      for (int i = 0; i < got; i++) {
+        if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+        if (ctx->deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
+        if (skip && Op::transform(perf[i].algo)) continue;
+        cudnnMathType_t mt = pin_fma ? CUDNN_FMA_MATH : perf[i].mathType;
+        size_t bytes = 0;
+        if (cudnnSetConvolutionMathType(cd, mt) != CUDNN_STATUS_SUCCESS ||
+            Op::workspace(h, e, cd, perf[i].algo, &bytes) != CUDNN_STATUS_SUCCESS)
+          continue;
+        if (first < 0) first = i;
+        if (bytes < perf[i].memory) bytes = perf[i].memory;
+        if (pass == 0 && bytes <= ctx->ws_limit) {
+          best = i, best_ws = bytes;
+          break;
+        }
+        if (pass == 1 && (best < 0 || bytes < best_ws)) best = i, best_ws = bytes;
       }
-      if (pass == 1 && (best < 0 || bytes < best_ws)) best = i, best_ws = bytes;
     }
   }
   (void)cudaGetLastError(); /* a failed probe above may leave an error behind */
