@@ -384,6 +384,9 @@ static void algo_names(void) {
       bad.N = ((int64_t)1 << 32) + list[0].N;
       CHECK(cl_model_conv_algo(m, &bad, name, sizeof name) == CL_E_INVALID && name[0] == 0,
             "algo: N 2^32 + %lld accepted as %lld", (long long)list[0].N, (long long)list[0].N);
+      bad.N = (int64_t)INT_MAX + 1;
+      CHECK(cl_model_conv_algo(m, &bad, name, sizeof name) == CL_E_INVALID && name[0] == 0,
+            "algo: N 2^31 accepted");
       bad.N = INT_MAX;
       CHECK(cl_model_conv_algo(m, &bad, name, sizeof name) == CL_OK,
             "algo: N 2^31 - 1 refused: %s", cl_model_error(m));
