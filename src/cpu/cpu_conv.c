@@ -611,18 +611,10 @@ static void view_gemm(const conv_job *j, int tid, int tB, const float *A, int ld
                       slice_aux(j, tid), pl->apack_bytes ? slice_apack(j, tid) : NULL);
 }
 
-/* One row of y (+)= src + b; y in dtype t, at element `at`. Half storage
- * goes through a float chunk so that each element is rounded once. */
-static void store_row(cl_dtype t, const float *src, float b, int W, int accumulate, void *y,
-                      size_t at) {
-  if (t == CL_F32) {
-    float *yr = (float *)y + at;
-    if (accumulate)
-      for (int x = 0; x < W; x++) yr[x] += src[x] + b;
-    else
-      for (int x = 0; x < W; x++) yr[x] = src[x] + b;
-    return;
-  }
+/* One row of y (+)= src + b, y in a half dtype t, at element `at`:
+ * through a float chunk, so that each element is rounded once. */
+static void store_row_half(cl_dtype t, const float *src, float b, int W, int accumulate, void *y,
+                           size_t at) {
   float tmp[256];
   for (int x0 = 0; x0 < W; x0 += 256) {
     int n = imin(256, W - x0);
@@ -634,13 +626,20 @@ static void store_row(cl_dtype t, const float *src, float b, int W, int accumula
 /* Image n of y (+)= src + bias, y holding `channels` channels in dtype t,
  * src channel o's row r at src + o ldo + r lds (the direct path computes
  * rows of Wp >= W outputs). */
-static void store_rows(const cl_conv_shape *s, int channels, const float *src, size_t ldo,
-                       size_t lds, const float *bias, int accumulate, cl_dtype t, void *y, int n) {
+static void store_rows(const conv_job *j, int channels, const float *src, size_t ldo, size_t lds,
+                       const float *bias, int accumulate, cl_dtype t, void *y, int n) {
+  const cl_conv_shape *s = j->s;
   const size_t first = (size_t)n * channels * s->H * s->W;
-  for (int o = 0; o < channels; o++)
+  for (int o = 0; o < channels; o++) {
+    const float b = bias ? bias[o] : 0.0f, *so = src + (size_t)o * ldo;
+    const size_t at = first + (size_t)o * s->H * s->W;
+    if (t == CL_F32) {
+      cl_cpu_rows_plus(j->kind, s->H, s->W, (float *)y + at, (size_t)s->W, so, lds, b, accumulate);
+      continue;
+    }
     for (int r = 0; r < s->H; r++)
-      store_row(t, src + (size_t)o * ldo + (size_t)r * lds, bias ? bias[o] : 0.0f, s->W, accumulate,
-                y, first + ((size_t)o * s->H + r) * s->W);
+      store_row_half(t, so + (size_t)r * lds, b, s->W, accumulate, y, at + (size_t)r * s->W);
+  }
 }
 
 /* The direct path's C = A (shifted views of the padded image xp), in
@@ -661,7 +660,7 @@ static void forward_image_direct(const conv_job *j, int n, int tid) {
   float *xp = slice_buf(j, tid), *yp = slice_aux(j, tid);
   fill_padded(pl, s->dtype, j->x, n, s->C, 0, s->C, s->H, s->W, xp);
   direct_rows(j, tid, w_of(j, n), xp, yp);
-  store_rows(s, s->K, yp, (size_t)pl->nq, (size_t)pl->Wp, bias_of(j, n), j->accumulate, s->dtype,
+  store_rows(j, s->K, yp, (size_t)pl->nq, (size_t)pl->Wp, bias_of(j, n), j->accumulate, s->dtype,
              j->y, n);
 }
 
@@ -673,7 +672,7 @@ static void backward_data_image_direct(const conv_job *j, int n, int tid) {
   const float *wf = wflip_of(j, n);
   fill_padded(pl, s->dtype, j->dy, n, s->K, 0, s->K, s->H, s->W, dyp);
   direct_rows(j, tid, wf, dyp, dxp);
-  store_rows(s, s->C, dxp, (size_t)pl->nq, (size_t)pl->Wp, NULL, j->accumulate, CL_F32, j->dx, n);
+  store_rows(j, s->C, dxp, (size_t)pl->nq, (size_t)pl->Wp, NULL, j->accumulate, CL_F32, j->dx, n);
 }
 
 /* Half storage through the view: image n of y in float32 first, then
@@ -682,7 +681,7 @@ static void forward_image_half(const conv_job *j, int n, int tid) {
   const cl_conv_shape *s = j->s;
   float *yf = slice_half(j, tid);
   view_gemm(j, tid, 0, w_of(j, n), j->pl->gK, j->x, n, s->C, 0.0f, yf);
-  store_rows(s, s->K, yf, (size_t)s->H * s->W, (size_t)s->W, bias_of(j, n), j->accumulate,
+  store_rows(j, s->K, yf, (size_t)s->H * s->W, (size_t)s->W, bias_of(j, n), j->accumulate,
              s->dtype, j->y, n);
 }
 
@@ -705,13 +704,8 @@ static void forward_image(const conv_job *j, int n, int tid) {
   /* Writing the bias first lets the GEMM add onto it while the rows of y
    * are still in cache, instead of a second pass over y. */
   if (bias) {
-    for (int o = 0; o < s->K; o++) {
-      float *r = yn + (size_t)o * P, b = bias[o];
-      if (j->accumulate)
-        for (int p = 0; p < P; p++) r[p] += b;
-      else
-        for (int p = 0; p < P; p++) r[p] = b;
-    }
+    for (int o = 0; o < s->K; o++)
+      cl_cpu_rows_plus(j->kind, 1, P, yn + (size_t)o * P, 0, NULL, 0, bias[o], j->accumulate);
     beta = 1.0f;
   }
   if (j->pl->view)
@@ -743,20 +737,6 @@ static void backward_data_image(const conv_job *j, int n, int tid) {
   }
 }
 
-/* Sum of a row: sixteen float lanes that the compiler can keep in vector
- * registers (a single chain of adds would take four cycles per pixel), then
- * double across lanes. */
-static double row_sum(const float *r, int n) {
-  float a[16] = {0};
-  int p = 0;
-  for (; p + 16 <= n; p += 16)
-    for (int t = 0; t < 16; t++) a[t] += r[p + t];
-  double s = 0.0;
-  for (int t = 0; t < 16; t++) s += a[t];
-  for (; p < n; p++) s += r[p];
-  return s;
-}
-
 /* ---- backward filter: dw by pieces (plan_filter_pieces) ------------------ */
 
 /* Rows [k0, k0 + kn) of dw and its input channels [c0, c0 + cn). */
@@ -785,7 +765,7 @@ static void add_dbias(const conv_job *j, const filter_piece *p, const float *dy,
                       int len, int n) {
   if (!j->dbias || p->c0 != 0) return;
   double *db = (double *)(j->ws + j->pl->off_dbias) + grp(j, n, (size_t)j->s->K) + p->k0;
-  for (int o = 0; o < p->kn; o++) db[o] += row_sum(dy + (size_t)o * ld, len);
+  cl_cpu_row_sums(j->kind, p->kn, len, dy, ld, db);
 }
 
 /* The piece's channels of x padded in the thread's buffer (its first cn

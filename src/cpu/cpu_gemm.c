@@ -798,6 +798,28 @@ void cl_cpu_sgemm_dot(cl_cpu_gemm_kind kind, int M, int N, int K, const float *A
   }
 }
 
+void cl_cpu_row_sums(cl_cpu_gemm_kind kind, int M, int K, const float *A, size_t lda, double *s) {
+  if (M <= 0) return;
+  switch (cl_cpu_gemm_internal_of(kind)) {
+#if CL_CPU_X86
+    case CL_CPU_GEMM_AVX512: row_sums_avx512(M, K, A, lda, s); return;
+    case CL_CPU_GEMM_AVX2: row_sums_avx2(M, K, A, lda, s); return;
+#endif
+    default: row_sums_generic(M, K, A, lda, s); return;
+  }
+}
+
+void cl_cpu_rows_plus(cl_cpu_gemm_kind kind, int R, int n, float *d, size_t ldd, const float *s,
+                      size_t lds, float b, int acc) {
+  switch (cl_cpu_gemm_internal_of(kind)) {
+#if CL_CPU_X86
+    case CL_CPU_GEMM_AVX512: rows_plus_avx512(R, n, d, ldd, s, lds, b, acc); return;
+    case CL_CPU_GEMM_AVX2: rows_plus_avx2(R, n, d, ldd, s, lds, b, acc); return;
+#endif
+    default: rows_plus_generic(R, n, d, ldd, s, lds, b, acc); return;
+  }
+}
+
 /* ---- BLAS ----------------------------------------------------------------- */
 
 #ifdef CL_HAVE_BLAS

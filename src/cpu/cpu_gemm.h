@@ -132,5 +132,13 @@ void cl_cpu_sgemm_rows(cl_cpu_gemm_kind kind, int M, int N, int K, const float *
                        const float *B, const ptrdiff_t *boff, float *C, int ldc);
 void cl_cpu_sgemm_dot(cl_cpu_gemm_kind kind, int M, int N, int K, const float *A, int lda,
                       const float *B, const ptrdiff_t *boff, float *C, int ldc);
+/* s[i] += the sum of row i of A (K floats, rows lda apart), i < M, in
+ * double: a convolution's bias gradient, its bits the same on every
+ * instruction set. */
+void cl_cpu_row_sums(cl_cpu_gemm_kind kind, int M, int K, const float *A, size_t lda, double *s);
+/* R rows of n floats, d's ldd apart: d = s + b, or d += s + b when acc
+ * (s's rows lds apart); s NULL: d = b, or d += b. */
+void cl_cpu_rows_plus(cl_cpu_gemm_kind kind, int R, int n, float *d, size_t ldd, const float *s,
+                      size_t lds, float b, int acc);
 
 #endif

@@ -8,7 +8,10 @@
  * for bit to the same A packed, and the float16 / bfloat16 load and
  * store against host/half.h bit for bit; a kind with several register tiles
  * (AVX-512) with each tile forced, all tiles equal bit for bit, and the
- * per-shape timing that chooses among them settling.
+ * per-shape timing that chooses among them settling. Below the GEMM:
+ * the row sums and the rows plus a bias that the convolutions sum and
+ * store their bias with, on every instruction set, bit for bit against
+ * scalar loops.
  *
  * A standalone program: prints one line per check (-q: failures only) and
  * exits 1 on any failure. Not a benchmark (bench_cpu_conv.c).
@@ -550,6 +553,64 @@ static void test_load_rows(void) {
   }
 }
 
+/* A convolution's bias on every instruction set: row sums (cl_cpu_row_sums)
+ * of 6 rows (a block of four and two more) of 0, 16, 37 and 624 floats
+ * (no vector, one, two and a tail, the tutorial's padded rows) equal bit
+ * for bit to sixteen float lanes summed in order and then in double, added
+ * onto what s held; rows of 21 and 48 floats (cl_cpu_rows_plus) set to
+ * or added the bias, with or without a source row, exactly as in scalars,
+ * nothing past a row touched. */
+static void test_bias_kernels(void) {
+  enum { M = 6, LDA = 640, LDC = 53 };
+  static const int lens[] = {0, 16, 37, 624};
+  float *A = rand_floats((size_t)M * LDA);
+  for (int kind = CL_CPU_GEMM_GENERIC; kind <= CL_CPU_GEMM_AVX512; kind++) {
+    if (!cl_cpu_gemm_available((cl_cpu_gemm_kind)kind)) continue;
+    const char *name = cl_cpu_gemm_name((cl_cpu_gemm_kind)kind);
+    for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+      const int K = lens[l];
+      double got[M], want[M];
+      int same = 1;
+      for (int i = 0; i < M; i++) {
+        float lane[16] = {0};
+        int p = 0;
+        for (; p + 16 <= K; p += 16)
+          for (int t = 0; t < 16; t++) lane[t] += A[(size_t)i * LDA + p + t];
+        double t = 0.0;
+        for (int q = 0; q < 16; q++) t += lane[q];
+        for (; p < K; p++) t += A[(size_t)i * LDA + p];
+        got[i] = 0.25 * i, want[i] = 0.25 * i + t;
+      }
+      cl_cpu_row_sums((cl_cpu_gemm_kind)kind, M, K, A, LDA, got);
+      for (int i = 0; i < M; i++) same &= memcmp(&got[i], &want[i], sizeof got[i]) == 0;
+      check_true(same, "%s: row sums of %d rows of %d floats, as sixteen lanes then double", name, M,
+                 K);
+    }
+    /* rows_plus: 3 rows of 21 and 48 floats (a vector or three and a tail),
+     * from s (rows 59 apart) or from the bias alone, written or added */
+    for (int n = 21; n <= 48; n += 27)
+      for (int mode = 0; mode < 4; mode++) {
+        enum { R = 3, LDS = 59 };
+        const int acc = mode & 1, with_s = mode >> 1;
+        const float b = (float)uniform();
+        float d[R * LDC], d0[R * LDC];
+        for (int i = 0; i < R * LDC; i++) d[i] = d0[i] = (float)uniform();
+        const float *src = with_s ? A : NULL;
+        cl_cpu_rows_plus((cl_cpu_gemm_kind)kind, R, n, d, LDC, src, LDS, b, acc);
+        int same = 1;
+        for (int r = 0; r < R; r++)
+          for (int q = 0; q < LDC; q++) {
+            const float add = with_s ? A[r * LDS + q] + b : b;
+            const float want = q >= n ? d0[r * LDC + q] : acc ? d0[r * LDC + q] + add : add;
+            same &= memcmp(&d[r * LDC + q], &want, sizeof want) == 0;
+          }
+        check_true(same, "%s: rows of %d floats %s %s, nothing past a row", name, n,
+                   acc ? "+=" : "=", with_s ? "s + b" : "b");
+      }
+  }
+  free(A);
+}
+
 /* Conversions of the kernels against host/half.h on awkward values:
  * subnormals, overflow, ties, NaN, through the vector and the scalar path. */
 static void test_half_conversions(void) {
@@ -670,6 +731,8 @@ int main(int argc, char **argv) {
   printf("-- float16 / bfloat16 load and store\n");
   test_half_conversions();
   test_load_rows();
+  printf("-- a convolution's bias and stores: row sums, rows plus a bias\n");
+  test_bias_kernels();
   printf("-- adam on every instruction set\n");
   test_adam_bits();
   return ctest_done("test_cpu_simd");
