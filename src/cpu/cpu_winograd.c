@@ -603,6 +603,15 @@ static void output_transform(const wino_fns *fns, const wino_plan *p, const cl_c
   float *Y = tmp, *img = tmp + 2 * (size_t)n * n * T; /* img: where the tiles' image was */
   const wino_side As = side_of(f, ROLE_AT);
   for (int k = k0; k < k0 + kn; k++) {
+    /* The next channel's planes of y, which a hidden half adds onto, fetched
+     * while this channel's A^T M A runs: they were written by the input
+     * half before the time loop and are in L3 or memory by now, and untile
+     * had waited on them (11 % of the plain stack's step; 0.95x the step's
+     * time with this, one thread, doc/speed.md). */
+    for (int b = 0; accumulate && yt == CL_F32 && k + 1 < k0 + kn && b < nb; b++) {
+      const float *next = (const float *)y + ((size_t)(n0 + b) * t->K + k + 1) * H * W;
+      for (int l = 0; l < H * W; l += 16) __builtin_prefetch(next + l, 1);
+    }
     t2d(fns, Y, T, M + (size_t)(k - k0) * T, n * ms, ms, &As, len); /* A^T M A */
     const float bk = bias ? bias[k] : 0.0f;
     for (int b = 0; b < nb; b++) {
