@@ -735,7 +735,7 @@ static void gemm_view_inplace(const gemm_arch *ar, const gemm_asrc *A, const cl_
   }
 }
 
-/* ---- unpacked kernels for convolutions with few channels ------------------ */
+/* ---- unpacked kernels for convolutions with few channels; bias sums, stores */
 
 #define CL_SIMD 1
 #include "cpu_simd.h"
