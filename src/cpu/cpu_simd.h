@@ -11,6 +11,7 @@
  * for strided reads VI (a vector of VW int offsets), VSTRIDES(s) (lane i:
  * i s) and VGATHER(p, vi) (lane i: p[vi[i]]); for a vector's first n
  * lanes, 0 <= n <= VW, VLOADN(p, n) (zeros past them; nothing past p + n
+ * read), VGATHERN(p, vi, n) (zeros past them, no other lane's offset
  * read) and VSTOREN(p, v, n) (nothing past p + n written). A template includes
  * cpu_simd_end.h at its end, which undefines them all.
  *
@@ -40,6 +41,8 @@
   _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),      \
                      _mm512_set1_epi32(s))
 #define VGATHER(p, vi) _mm512_i32gather_ps((vi), (p), 4)
+#define VGATHERN(p, vi, n)                                                                         \
+  _mm512_mask_i32gather_ps(_mm512_setzero_ps(), (__mmask16)((1u << (n)) - 1u), (vi), (p), 4)
 #define VLOADN(p, n) _mm512_maskz_loadu_ps((__mmask16)((1u << (n)) - 1u), (p))
 #define VSTOREN(p, v, n) _mm512_mask_storeu_ps((p), (__mmask16)((1u << (n)) - 1u), (v))
 #elif CL_SIMD == 256
@@ -66,6 +69,8 @@
 #define VGATHER(p, vi) _mm256_i32gather_ps((p), (vi), 4)
 #define VLANES(n) _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
 #define VLOADN(p, n) _mm256_maskload_ps((p), VLANES(n))
+#define VGATHERN(p, vi, n)                                                                         \
+  _mm256_mask_i32gather_ps(_mm256_setzero_ps(), (p), (vi), _mm256_castsi256_ps(VLANES(n)), 4)
 #define VSTOREN(p, v, n) _mm256_maskstore_ps((p), VLANES(n), (v))
 #elif CL_SIMD == 1
 #define FN(name) name##_generic
@@ -87,6 +92,7 @@
 #define VI int
 #define VSTRIDES(s) 0
 #define VGATHER(p, vi) ((p)[vi])
+#define VGATHERN(p, vi, n) ((n) > 0 ? (p)[vi] : 0.0f)
 #define VLOADN(p, n) ((n) > 0 ? *(p) : 0.0f)
 #define VSTOREN(p, v, n) ((n) > 0 ? (void)(*(p) = (v)) : (void)0)
 #else

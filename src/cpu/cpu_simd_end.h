@@ -22,6 +22,7 @@
 #undef VI
 #undef VSTRIDES
 #undef VGATHER
+#undef VGATHERN
 #undef VLANES
 #undef VLOADN
 #undef VSTOREN
