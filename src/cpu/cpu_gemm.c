@@ -1099,6 +1099,39 @@ int cl_cpu_sgemm(cl_cpu_gemm_kind kind, int transA, int transB, int M, int N, in
   return 0;
 }
 
+/* The first tile, of those a matrix B may run on, whose rows are P; -1
+ * when none. */
+static int panel_tile(const gemm_arch *tiles, int n, int P) {
+  for (int i = 0, e = eligible_of(tiles, n, 0); i < e; i++)
+    if (tiles[i].mr == P) return i;
+  return -1;
+}
+
+int cl_cpu_sgemm_panel_rows(cl_cpu_gemm_kind kind, int M, int N, int K) {
+  if (kind == CL_CPU_GEMM_BLAS || M <= 0 || N <= 0 || K <= 0 || K > GEMM_KC) return 0;
+  const gemm_arch *tiles;
+  const int n = tiles_of(kind, &tiles), tile = tile_untimed(tiles, eligible_of(tiles, n, 0), M, N, K);
+  return tile < 0 ? 0 : tiles[tile].mr;
+}
+
+int cl_cpu_sgemm_panels(cl_cpu_gemm_kind kind, int P, int M, int N, int K, float alpha,
+                        const float *A, const float *B, int ldb, float beta, float *C, int ldc,
+                        void *scratch) {
+  const gemm_arch *tiles;
+  const int tile = kind == CL_CPU_GEMM_BLAS ? -1 : panel_tile(tiles, tiles_of(kind, &tiles), P);
+  if (tile < 0 || K > GEMM_KC || !scratch) return -1;
+  if (M <= 0 || N <= 0) return 0;
+  if (K <= 0 || alpha == 0.0f) {
+    scale_c(M, N, beta, C, ldc);
+    return 0;
+  }
+  /* a_block's layout of a whole packed A, for one K slice: its slivers */
+  const gemm_asrc a = {1, 0, A, A};
+  const gemm_bsrc b = {0, B, ldb, NULL};
+  gemm_internal(&tiles[tile], &a, &b, M, N, K, alpha, beta, C, ldc, (float *)scratch);
+  return 0;
+}
+
 int cl_cpu_sgemm_im2col(cl_cpu_gemm_kind kind, int transB, int M, int N, int K, float alpha,
                         const float *A, int lda, const cl_cpu_im2col_view *B, float beta, float *C,
                         int ldc, void *scratch, cl_cpu_apack *ap) {

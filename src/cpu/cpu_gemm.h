@@ -73,6 +73,29 @@ int cl_cpu_sgemm(cl_cpu_gemm_kind kind, int transA, int transB, int M, int N, in
                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
                  void *scratch);
 
+/* An op(A) made once and read by many products (the Winograd filters'
+ * transform, cpu_winograd.c) can be kept in the layout the kernels read:
+ * slivers of P rows, element (i, p) at A[(i / P) P K + p P + i % P], the
+ * rows of a last sliver past M zero. The kernels then stream each sliver
+ * in order; read as a transposed matrix in place, one row of a few floats
+ * per k step, the Winograd GEMMs of the plain stack's hidden half ran at
+ * 0.75 of this Intel Xeon's peak against 0.95 with A in cache
+ * (doc/speed.md). cl_cpu_sgemm_panel_rows: the P to lay out such an A in
+ * for products of about M x N x K, the rows of the tile a product that
+ * short runs untimed; 0 where there is none: BLAS, K past one packing
+ * block, or a product long enough that its tile is chosen by timing,
+ * which one layout would forgo (the plain stack's first layer's backward
+ * data, 16 rows, ran 8-10 % slower on the 16 x 16 tile its padding
+ * chose).
+ * cl_cpu_sgemm_panels: C = alpha op(A) B + beta C with A so laid out, B
+ * row-major, on that tile (the same sums in the same order as any tile,
+ * bit for bit); scratch as for cl_cpu_sgemm, never NULL. Returns -1 where
+ * no tile has P rows or K is too long, else 0. */
+int cl_cpu_sgemm_panel_rows(cl_cpu_gemm_kind kind, int M, int N, int K);
+int cl_cpu_sgemm_panels(cl_cpu_gemm_kind kind, int P, int M, int N, int K, float alpha,
+                        const float *A, const float *B, int ldb, float beta, float *C, int ldc,
+                        void *scratch);
+
 /* The same over n_threads OpenMP threads, which split the larger of M and N.
  * Inside an active parallel region it runs on the calling thread alone. */
 size_t cl_cpu_sgemm_threaded_scratch_bytes(cl_cpu_gemm_kind kind, int n_threads, int M, int N,

@@ -223,6 +223,7 @@ typedef struct wino_plan {
   int kb;         /* output channels per block of M (backward filter: a piece's) */
   int pieces;     /* backward filter: the pieces of kb channels a chunk (1 elsewhere) */
   int np;         /* filter pairs per block of the filter-side work */
+  int P, Kp;      /* U[e]'s slivers of P output channels, Kp of them in all (K padded) */
   int small;      /* one chunk, split by channels and tile elements (small_*, wgrad_small_*) */
   size_t vs, ms;  /* floats from one tile element's planes of V, of M (or DY), to the next's */
   int threads;
@@ -345,18 +346,24 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
   if (p.small) p.nb = t.N, p.threads = team; /* fewer images than threads too */
   p.T = p.nb * p.T1;
   const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(be);
+  /* U[e] in the slivers the GEMM kernels read (cl_cpu_sgemm_panels), or
+   * where no tile can, transposed: one sliver of all K rows */
+  p.P = dir == 2 ? 0 : cl_cpu_sgemm_panel_rows(kind, t.K, p.T, t.C);
+  if (p.P == 0) p.P = t.K;
+  p.Kp = (t.K + p.P - 1) / p.P * p.P;
   /* U (the filters' transform) first; backward filter has none */
-  p.off_slices = dir == 2 ? 0 : round64(sizeof(float) * (size_t)nn * t.K * t.C);
+  p.off_slices = dir == 2 ? 0 : round64(sizeof(float) * (size_t)nn * p.Kp * t.C);
   p.vs = plane_floats((size_t)t.C * p.T);
   p.v_bytes = round64(sizeof(float) * (size_t)nn * p.vs);
   /* forward and backward data: M holds the products of kb output channels
-   * at a time, the channels cut into as few blocks (of whole 12-row
-   * register tiles) as keep it near WINO_M_BYTES (backward filter: fewer
-   * tiles instead) */
+   * at a time, the channels cut into as few blocks (of whole slivers of
+   * U[e], or 12-row register tiles) as keep it near WINO_M_BYTES
+   * (backward filter: fewer tiles instead) */
   const size_t m_all = sizeof(float) * (size_t)nn * t.K * p.T;
   const int blocks = dir == 2 || p.small ? 1 : (int)((m_all + WINO_M_BYTES - 1) / WINO_M_BYTES);
   p.kb = (t.K + blocks - 1) / blocks;
-  if (blocks > 1) p.kb = (p.kb + 11) / 12 * 12;
+  const int align = p.P < t.K ? p.P : 12; /* whole slivers of U[e], or 12-row tiles */
+  if (blocks > 1) p.kb = (p.kb + align - 1) / align * align;
   if (dir == 2 && team > 1) p.kb = wgrad_piece(t.K, team);
   if (p.kb > t.K) p.kb = t.K;
   p.ms = plane_floats((size_t)p.kb * p.T);
@@ -540,28 +547,36 @@ static void t2d(const wino_fns *fns, float *d, size_t ds, const float *s, size_t
   (fx ? fx : fns->t2d)(d, ds, s, rs, ss, M, len);
 }
 
-/* U[e][c][k] = (G g G^T)[e], g = w[k][c] (dir 0) or, for backward data,
- * w[c][k] flipped (a pair of the transposed shape t), for the len pairs
- * from p0 (at most p->np) in U's order, in tmp: g's r^2 planes, then G g's
- * n r. U[e] is stored transposed, output channels along its rows, so that
- * the GEMMs read it as op(A) = U[e]^T and pack it by copying runs of it:
- * packing a [K x C] U[e] took 8 x 8 transposes of 2 MB of planes at every
- * GEMM, and as long as the products on two threads of the hidden half. */
+/* U[e][k / P][c][k % P] = (G g G^T)[e], g = w[k][c] (dir 0) or, for
+ * backward data, w[c][k] flipped (a pair of the transposed shape t), zero
+ * for the padding k >= K, for the len pairs from p0 (at most p->np) in U's
+ * order, in tmp: g's r^2 planes, then G g's n r. U[e] is laid out as the
+ * GEMM kernels read op(A) = its [K x C] (cl_cpu_sgemm_panels: slivers of P
+ * output channels), or transposed (P = K) where no tile reads slivers;
+ * never [K x C] row by row: packing that took 8 x 8 transposes of 2 MB of
+ * planes at every GEMM, as long as the products on two threads of the
+ * hidden half. */
 static void filter_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_shape *t,
                              int dir, const float *w, float *U, size_t p0, size_t len,
                              float *tmp) {
   const wino_form *f = p->f;
   const int r = f->r, rr = r * r;
-  const size_t KC = (size_t)t->K * t->C, np = (size_t)p->np;
+  const size_t P = (size_t)p->P, KC = (size_t)p->Kp * t->C, np = (size_t)p->np;
   float *g = tmp;
-  /* runs of one c: their k's w[k][c] lie C rr floats apart (dir 0); t's
-   * pair (k, c) is the layer's (c, k), t->K its C: rr apart, flipped */
+  /* runs of one c within a sliver: their k's w[k][c] lie C rr floats
+   * apart (dir 0); t's pair (k, c) is the layer's (c, k), t->K its C: rr
+   * apart, flipped */
   const size_t ss = dir == 0 ? (size_t)t->C * rr : (size_t)rr;
-  for (size_t q = 0, c = p0 / t->K, k = p0 % t->K; q < len; c++, k = 0) {
-    const size_t n = t->K - k < len - q ? t->K - k : len - q;
-    const float *s = w + (dir == 0 ? k * t->C + c : c * t->K + k) * rr;
-    fns->gather(g + q, np, s, ss, rr, dir != 0, n);
-    q += n;
+  for (size_t q = 0, u = p0; q < len;) {
+    const size_t c = u % (P * t->C) / P, i = u % P, k = u / (P * t->C) * P + i;
+    const size_t n = P - i < len - q ? P - i : len - q;
+    const size_t real = k >= (size_t)t->K ? 0 : t->K - k < n ? t->K - k : n;
+    if (real)
+      fns->gather(g + q, np, w + (dir == 0 ? k * t->C + c : c * t->K + k) * rr, ss, rr, dir != 0,
+                  real);
+    for (int e = 0; real < n && e < rr; e++)
+      memset(g + (size_t)e * np + q + real, 0, sizeof(float) * (n - real));
+    q += n, u += n;
   }
   const wino_side Gs = side_of(f, ROLE_G);
   t2d(fns, U + p0, KC, g, r * np, np, &Gs, len); /* G g G^T */
@@ -651,10 +666,14 @@ typedef struct wino_job {
 static void element_products(const wino_job *j, long long e, int k0, int kn, int len,
                              const float *V, float *Me, void *scratch) {
   const cl_conv_shape *t = j->t;
-  const int T = j->p->T;
-  cl_cpu_sgemm(cl_cpu_gemm_of(j->be), 1, 0, kn, len, t->C, 1.0f,
-               j->U + (size_t)e * t->K * t->C + k0, t->K, V + (size_t)e * j->p->vs, T, 0.0f, Me,
-               T, scratch);
+  const wino_plan *p = j->p;
+  const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(j->be);
+  const float *U = j->U + (size_t)e * p->Kp * t->C, *Ve = V + (size_t)e * p->vs;
+  if (p->P == t->K) /* transposed */
+    cl_cpu_sgemm(kind, 1, 0, kn, len, t->C, 1.0f, U + k0, t->K, Ve, p->T, 0.0f, Me, p->T, scratch);
+  else /* k0 a whole number of slivers (plan_form's kb) */
+    cl_cpu_sgemm_panels(kind, p->P, kn, len, t->C, 1.0f, U + (size_t)k0 * t->C, Ve, p->T, 0.0f,
+                        Me, p->T, scratch);
 }
 
 /* y (+)= A^T M A + bias for the kn channels from k0 of the nb images from
@@ -873,10 +892,15 @@ static void wgrad_chunk_pieces(void *arg, long long i0, long long i1, int tid) {
  * thread in its slice's tmp): the filter transform (dir 0, 1) or, for
  * backward filter (dir 2), dw += G^T dU G. */
 
+/* The filter pairs: U's (its padding too) or dw's */
+static size_t pairs_of(const wino_job *j) {
+  return (size_t)(j->dir < 2 ? j->p->Kp : j->t->K) * j->t->C;
+}
+
 static void pair_blocks(void *arg, long long b0, long long b1, int tid) {
   const wino_job *j = arg;
   const wino_plan *p = j->p;
-  const size_t KC = (size_t)j->t->K * j->t->C, np = (size_t)p->np;
+  const size_t KC = pairs_of(j), np = (size_t)p->np;
   const wino_fns fns = fns_of(j->be);
   float *tmp = slice_of(p, j->base, tid).tmp;
   for (long long b = b0; b < b1; b++) {
@@ -889,7 +913,7 @@ static void pair_blocks(void *arg, long long b0, long long b1, int tid) {
 }
 
 static void run_pairs(const wino_job *j) {
-  const long long KC = (long long)j->t->K * j->t->C;
+  const long long KC = (long long)pairs_of(j);
   cl_cpu_pieces(j->p->threads, (KC + j->p->np - 1) / j->p->np, 1, pair_blocks, (void *)j);
 }
 

@@ -281,7 +281,8 @@ static void bench_shape_bf16(cl_backend *be, const char *config, const char *par
  * a block), beside the whole call forced to that form, interleaved. The
  * planes lie 16 floats apart here, not an odd number of cache lines as in
  * the call (cpu_winograd.c's plane_floats). Forward and backward data: n^2 products [kb x C] x [C x T]
- * a block of a chunk (backward data with C and K swapped); backward
+ * a block of a chunk (backward data with C and K swapped), U[e] in
+ * slivers where the call keeps it so (cl_cpu_sgemm_panels); backward
  * filter: n^2 products [K x T] x [T x C] a chunk, summed over the chunks.
  * One thread only: the call's GEMMs are single-threaded pieces. */
 static double wino_gemms(cl_cpu_gemm_kind kind, const cl_cpu_wino_chunks *w, int dir, int N,
@@ -298,11 +299,20 @@ static double wino_gemms(cl_cpu_gemm_kind kind, const cl_cpu_wino_chunks *w, int
       flop += 2.0 * nn * K * C * len;
       continue;
     }
+    /* U[e] as the call lays it out: in slivers of P rows where the
+     * kernels read them, else transposed (cpu_winograd.c, plan_form) */
+    const int P = cl_cpu_sgemm_panel_rows(kind, K, T, C), Kp = P ? (K + P - 1) / P * P : K;
     for (int k0 = 0; k0 < K; k0 += w->kb) {
       const int kn = K - k0 < w->kb ? K - k0 : w->kb;
-      for (int e = 0; e < nn; e++)
-        cl_cpu_sgemm(kind, 1, 0, kn, len, C, 1.0f, U + (size_t)e * K * C + k0, K, V + e * vs, T,
-                     0.0f, M + e * ms, T, scratch);
+      for (int e = 0; e < nn; e++) {
+        const float *Ue = U + (size_t)e * Kp * C;
+        if (P)
+          cl_cpu_sgemm_panels(kind, P, kn, len, C, 1.0f, Ue + (size_t)k0 * C, V + e * vs, T, 0.0f,
+                              M + e * ms, T, scratch);
+        else
+          cl_cpu_sgemm(kind, 1, 0, kn, len, C, 1.0f, Ue + k0, K, V + e * vs, T, 0.0f, M + e * ms,
+                       T, scratch);
+      }
       flop += 2.0 * nn * kn * C * len;
     }
   }
@@ -325,7 +335,8 @@ static void bench_shape_wino_gemm(cl_backend *be, const char *config, const char
     const int C = op == 1 ? s.K : s.C, K = op == 1 ? s.C : s.K; /* the call's own roles */
     const size_t nn = (size_t)w.n * w.n, T = (size_t)w.images * w.tiles;
     const size_t rows = op == 2 ? (size_t)K : (size_t)w.kb;
-    float *U = calloc(nn * K * C, sizeof(float)), *V = calloc(nn * (C * T + 16), sizeof(float));
+    const size_t Kp = (size_t)K + 15; /* room for U[e]'s slivers of up to 16 rows */
+    float *U = calloc(nn * Kp * C, sizeof(float)), *V = calloc(nn * (C * T + 16), sizeof(float));
     float *M = calloc(nn * (rows * T + 16), sizeof(float));
     void *scratch = malloc(cl_cpu_sgemm_scratch_bytes(kind, K, op == 2 ? C : (int)T,
                                                       op == 2 ? (int)T : C) + 64);
@@ -333,7 +344,7 @@ static void bench_shape_wino_gemm(cl_backend *be, const char *config, const char
       fprintf(stderr, "out of memory for the Winograd GEMMs of %s\n", part);
       exit(1);
     }
-    for (size_t i = 0; i < nn * K * C; i++) U[i] = (float)(i % 7) * 0.1f;
+    for (size_t i = 0; i < nn * Kp * C; i++) U[i] = (float)(i % 7) * 0.1f;
     for (size_t i = 0; i < nn * (C * T + 16); i++) V[i] = (float)(i % 5) * 0.1f;
     for (size_t i = 0; i < nn * (rows * T + 16); i++) M[i] = (float)(i % 3) * 0.1f;
     double best_call = 1e30, best_gemm = 1e30, flop = 0;

@@ -369,6 +369,69 @@ static void test_gemm_a_in_place(cl_cpu_gemm_kind kind) {
              cl_cpu_gemm_name(kind), n, tiles);
 }
 
+/* op(A) kept in slivers of P rows (cl_cpu_sgemm_panels, the Winograd
+ * filters' transform): for each tile's P, over rows ending on a sliver and
+ * past one, K up to one packing block, with and without beta, the bits of
+ * cl_cpu_sgemm on the same A written out, that tile forced. A's last
+ * sliver ends where an unreadable page begins. Then the cases without a
+ * layout: BLAS, K past the block, a P no tile has, a product long enough to
+ * be timed. */
+static void test_gemm_panels(cl_cpu_gemm_kind kind) {
+  static const int shapes[][4] = {/* M N K beta != 0 */
+                                  {192, 64, 48, 0}, {48, 64, 192, 1}, {16, 160, 192, 0},
+                                  {37, 33, 256, 1}, {5, 17, 3, 0},     {256, 70, 64, 1}};
+  const int tiles = cl_cpu_gemm_tiles(kind), n = sizeof shapes / sizeof shapes[0];
+  int same = 1, ran = 0;
+  for (int t = 0; t < tiles; t++) {
+    const char *name = cl_cpu_gemm_tile_name(kind, t);
+    const int P = atoi(name); /* "12x32": 12 rows */
+    if (tiles > 1) setenv("CONVLSTM_GEMM_TILE", name, 1);
+    for (int i = 0; i < n; i++) {
+      const int M = shapes[i][0], N = shapes[i][1], K = shapes[i][2], Mp = (M + P - 1) / P * P;
+      const float beta = shapes[i][3] ? 0.5f : 0.0f;
+      void *map;
+      size_t len;
+      float *Ap = fenced_floats((size_t)Mp * K, &map, &len), *A = xmalloc(sizeof(float) * M * K);
+      for (int r = 0; r < Mp; r++)
+        for (int p = 0; p < K; p++) {
+          float *at = Ap + (size_t)(r / P) * P * K + (size_t)p * P + r % P;
+          if (r >= M) *at = 0.0f;
+          else A[(size_t)r * K + p] = *at;
+        }
+      float *B = rand_floats((size_t)K * N), *C0 = rand_floats((size_t)M * N);
+      float *C1 = xmalloc(sizeof(float) * M * N);
+      void *scratch = xmalloc(cl_cpu_sgemm_scratch_bytes(kind, M, N, K) + 64);
+      memcpy(C1, C0, sizeof(float) * M * N);
+      int rc = cl_cpu_sgemm_panels(kind, P, M, N, K, 1.0f, Ap, B, N, beta, C0, N, scratch);
+      cl_cpu_sgemm(kind, 0, 0, M, N, K, 1.0f, A, K, B, N, beta, C1, N, NULL);
+      same &= rc == 0 && memcmp(C0, C1, sizeof(float) * M * N) == 0;
+      ran += rc == 0;
+      munmap(map, len), free(A), free(B), free(C0), free(C1), free(scratch);
+    }
+  }
+  unsetenv("CONVLSTM_GEMM_TILE");
+  check_true(same && ran == n * tiles,
+             "sgemm %s: A in slivers gives the bits of A packed (%d shapes x %d tiles)",
+             cl_cpu_gemm_name(kind), n, tiles);
+  float a = 1.0f, b = 1.0f, c = 0.0f, scratch[64];
+  const int P = atoi(cl_cpu_gemm_tile_name(kind, 0));
+  check_true(cl_cpu_sgemm_panels(kind, P, 1, 1, 257, 1.0f, &a, &b, 1, 0.0f, &c, 1, scratch) == -1 &&
+                 cl_cpu_sgemm_panels(kind, 5, 1, 1, 1, 1.0f, &a, &b, 1, 0.0f, &c, 1, scratch) == -1 &&
+                 cl_cpu_sgemm_panels(CL_CPU_GEMM_BLAS, P, 1, 1, 1, 1.0f, &a, &b, 1, 0.0f, &c, 1,
+                                     scratch) == -1,
+             "sgemm %s: slivers refused past one block of K, for a P no tile has, and for BLAS",
+             cl_cpu_gemm_name(kind));
+  /* the Winograd hidden half's products (untimed) take slivers; a product
+   * timed among several tiles, or past a block of K, none */
+  const int short_p = cl_cpu_sgemm_panel_rows(kind, 192, 64, 48);
+  check_true(short_p > 0 && cl_cpu_sgemm_panel_rows(kind, 192, 64, 300) == 0 &&
+                 cl_cpu_sgemm_panel_rows(CL_CPU_GEMM_BLAS, 192, 64, 48) == 0 &&
+                 (tiles == 1 ? cl_cpu_sgemm_panel_rows(kind, 256, 256, 256) == P
+                             : cl_cpu_sgemm_panel_rows(kind, 256, 256, 256) == 0),
+             "sgemm %s: slivers of %d rows for short products, none where timed or too deep",
+             cl_cpu_gemm_name(kind), short_p);
+}
+
 /* ---- GEMM on an im2col view ----------------------------------------------- */
 
 /* One image of C channels, H x W, k x k taps, zero-bordered; its im2col
@@ -726,6 +789,7 @@ int main(int argc, char **argv) {
       test_gemm_reentrant((cl_cpu_gemm_kind)kind);
       test_gemm_tiles((cl_cpu_gemm_kind)kind);
       if (kind != CL_CPU_GEMM_BLAS) test_gemm_a_in_place((cl_cpu_gemm_kind)kind);
+      if (kind != CL_CPU_GEMM_BLAS) test_gemm_panels((cl_cpu_gemm_kind)kind);
       test_gemm_views((cl_cpu_gemm_kind)kind);
     }
   printf("-- float16 / bfloat16 load and store\n");
