@@ -9,10 +9,11 @@
  * (n = m + r - 1) as Y = A^T [ (G g G^T) .* (B^T d B) ] A: per tile and
  * channel pair n^2 products instead of m^2 r^2. Over channels the
  * elementwise stage is n^2 GEMMs, one per tile element e:
- *   M[e][K x T] = U[e][K x C] V[e][C x T]   (U[e] stored as its transpose)
+ *   M[e][K x T] = U[e][K x C] V[e][C x T]
  * with U = G w G^T (the filters), V = B^T d B (T input tiles), then the
  * output transform A^T M A per tile. The GEMMs run on the backend's own
- * kernel (cl_cpu_sgemm). Forms (matrices from the Cook-Toom construction
+ * kernel (cl_cpu_sgemm), U[e] stored in its slivers (cl_cpu_sgemm_panels)
+ * or, where the products are timed among tiles, as its transpose. Forms (matrices from the Cook-Toom construction
  * with points 0, 1, -1, 2, -2 (and 1/2, -1/2 for F(4x4,5x5)) and infinity;
  * derived exactly in rationals and checked to reproduce correlation, see
  * doc/speed.md):
