@@ -1110,7 +1110,8 @@ static int panel_tile(const gemm_arch *tiles, int n, int P) {
 int cl_cpu_sgemm_panel_rows(cl_cpu_gemm_kind kind, int M, int N, int K) {
   if (kind == CL_CPU_GEMM_BLAS || M <= 0 || N <= 0 || K <= 0 || K > GEMM_KC) return 0;
   const gemm_arch *tiles;
-  const int n = tiles_of(kind, &tiles), tile = tile_untimed(tiles, eligible_of(tiles, n, 0), M, N, K);
+  const int n = tiles_of(kind, &tiles);
+  const int tile = tile_untimed(tiles, eligible_of(tiles, n, 0), M, N, K);
   return tile < 0 ? 0 : tiles[tile].mr;
 }
 

@@ -15,11 +15,12 @@
 #include "../host/threads.h" /* cl_cpu_threads: the size of every OpenMP team */
 
 /* What a Winograd call left at the start of its workspace: the filter
- * transform of w for (dir, form, K, C) at ws; ws NULL: nothing known. */
+ * transform of w for (dir, form, K, C), in slivers of P output channels,
+ * at ws; ws NULL: nothing known. */
 typedef struct cl_cpu_wino_u {
   const void *ws, *form;
   const float *w;
-  int dir, K, C;
+  int dir, K, C, P;
 } cl_cpu_wino_u;
 
 /* be->context of a CPU backend. */

@@ -13,10 +13,10 @@
  * with U = G w G^T (the filters), V = B^T d B (T input tiles), then the
  * output transform A^T M A per tile. The GEMMs run on the backend's own
  * kernel (cl_cpu_sgemm), U[e] stored in its slivers (cl_cpu_sgemm_panels)
- * or, where the products are timed among tiles, as its transpose. Forms (matrices from the Cook-Toom construction
- * with points 0, 1, -1, 2, -2 (and 1/2, -1/2 for F(4x4,5x5)) and infinity;
- * derived exactly in rationals and checked to reproduce correlation, see
- * doc/speed.md):
+ * or, where the products are timed among tiles, as its transpose. Forms
+ * (matrices from the Cook-Toom construction with points 0, 1, -1, 2, -2
+ * (and 1/2, -1/2 for F(4x4,5x5)) and infinity; derived exactly in
+ * rationals and checked to reproduce correlation, see doc/speed.md):
  *   F(2x2,3x3): 16 products per tile against 36 (2.25x fewer);
  *   F(4x4,3x3): 36 against 144 (4x), larger float32 error;
  *   F(2x2,5x5): 36 against 100 (2.8x);
@@ -939,9 +939,9 @@ static void wino_run(cl_backend *be, const cl_conv_shape *s, int dir, const void
   char *base = (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
   float *U = (float *)base;
   wino_job j = {be, &p, &t, dir, accumulate, x, NULL, w, bias, U, y, NULL, NULL, NULL, base, 0, 0};
-  const cl_cpu_wino_u now = {ws, p.f, w, dir, s->K, s->C};
+  const cl_cpu_wino_u now = {ws, p.f, w, dir, s->K, s->C, p.P};
   if (!held || held->ws != ws || held->form != p.f || held->w != w || held->dir != dir ||
-      held->K != s->K || held->C != s->C)
+      held->K != s->K || held->C != s->C || held->P != p.P)
     run_pairs(&j);
   ((cl_cpu_ctx *)be->context)->wino_u = now;
   if (p.small) {
