@@ -130,9 +130,11 @@ void cl_cpu_wino_done(const cl_cpu_wino_ticket *tk);
 /* How a call of s in direction dir (2: backward filter) on F(m x m, r),
  * m 2 or 4, is cut into chunks (tests read the bounds by their values):
  * images a chunk, tiles an image, output channels a block of M, threads,
- * whether one chunk split by channels (small). 0: no such form for s. */
+ * whether one chunk split by channels (small), and U[e]'s slivers: P rows
+ * (cl_cpu_sgemm_panels), 0 where U[e] is stored transposed. 0: no such
+ * form for s. */
 typedef struct cl_cpu_wino_chunks {
-  int n, images, tiles, kb, threads, small; /* n: a tile's side, m + r - 1 */
+  int n, images, tiles, kb, threads, small, P; /* n: a tile's side, m + r - 1 */
 } cl_cpu_wino_chunks;
 int cl_cpu_wino_chunks_of(const cl_backend *be, const cl_conv_shape *s, int dir, int m,
                           cl_cpu_wino_chunks *out);

@@ -300,8 +300,8 @@ static double wino_gemms(cl_cpu_gemm_kind kind, const cl_cpu_wino_chunks *w, int
       continue;
     }
     /* U[e] as the call lays it out: in slivers of P rows where the
-     * kernels read them, else transposed (cpu_winograd.c, plan_form) */
-    const int P = cl_cpu_sgemm_panel_rows(kind, K, T, C), Kp = P ? (K + P - 1) / P * P : K;
+     * kernels read them, else transposed (the plan's, w->P) */
+    const int P = w->P, Kp = P ? (K + P - 1) / P * P : K;
     for (int k0 = 0; k0 < K; k0 += w->kb) {
       const int kn = K - k0 < w->kb ? K - k0 : w->kb;
       for (int e = 0; e < nn; e++) {
@@ -335,7 +335,7 @@ static void bench_shape_wino_gemm(cl_backend *be, const char *config, const char
     const int C = op == 1 ? s.K : s.C, K = op == 1 ? s.C : s.K; /* the call's own roles */
     const size_t nn = (size_t)w.n * w.n, T = (size_t)w.images * w.tiles;
     const size_t rows = op == 2 ? (size_t)K : (size_t)w.kb;
-    const size_t Kp = (size_t)K + 15; /* room for U[e]'s slivers of up to 16 rows */
+    const size_t Kp = w.P ? ((size_t)K + w.P - 1) / w.P * w.P : (size_t)K; /* U[e]'s slivers */
     float *U = calloc(nn * Kp * C, sizeof(float)), *V = calloc(nn * (C * T + 16), sizeof(float));
     float *M = calloc(nn * (rows * T + 16), sizeof(float));
     void *scratch = malloc(cl_cpu_sgemm_scratch_bytes(kind, K, op == 2 ? C : (int)T,
