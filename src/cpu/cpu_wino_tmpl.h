@@ -18,6 +18,8 @@
  *     P, element by element into planes; P readable 32 floats past each
  *     row's tiles (the caller's slack). AVX-512 picks a row's tw elements of
  *     stride m with one permute where they lie within 32 floats.
+ *   wino_chlast(d, pix, s, rs, g, W, sum):  up to 8 channels' rows of an
+ *     image, channels last (backward filter's operands), with their sums.
  *
  * No include guard: included once per instruction set, between cpu_simd.h
  * and cpu_simd_end.h (which this includes).
@@ -253,6 +255,62 @@ TGT static void FN(wino_untile)(float *img, int H, int W, const float *Y, size_t
         const float a = v[ty * tw + tx];
         *o = acc ? *o + a + bk : a + bk;
       }
+  }
+}
+
+/* d[x pix + k] = s[k rs + x] for the g <= 8 rows of W floats at s (an
+ * image row's channels), x < W: the row turned channels last
+ * (cl_transform), eight pixels at a time through an 8 x 8 transpose in
+ * registers, where one scalar store per float, pix floats apart, took two
+ * thirds of cl_transform's time. sum (may be NULL): sum[k][j] += s[k rs +
+ * x] in double over x = j mod 4 in x's order (x past the last four:
+ * chain 0), the caller's four chains, the same additions in the same
+ * order in every instruction set. */
+TGT static void FN(wino_chlast)(float *d, size_t pix, const float *s, size_t rs, int g, int W,
+                                double (*sum)[4]) {
+  int x = 0;
+#if VW > 1
+  const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(g),
+                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  for (; g <= 8 && x + 8 <= W; x += 8) {
+    __m256 r[8], t[8], u[8];
+    for (int k = 0; k < 8; k++)
+      r[k] = k < g ? _mm256_loadu_ps(s + (size_t)k * rs + x) : _mm256_setzero_ps();
+    for (int k = 0; k < 8; k += 2)
+      t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]), t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
+    for (int h = 0; h < 8; h += 4) { /* rows h .. h + 3: pixels (0, 4), (1, 5), (2, 6), (3, 7) */
+      u[h] = _mm256_shuffle_ps(t[h], t[h + 2], 0x44);
+      u[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], 0xEE);
+      u[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0x44);
+      u[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0xEE);
+    }
+    for (int j = 0; j < 4; j++) {
+      const __m256 lo = _mm256_permute2f128_ps(u[j], u[j + 4], 0x20);
+      const __m256 hi = _mm256_permute2f128_ps(u[j], u[j + 4], 0x31);
+      float *d0 = d + (size_t)(x + j) * pix, *d4 = d + (size_t)(x + j + 4) * pix;
+      if (g == 8) {
+        _mm256_storeu_ps(d0, lo), _mm256_storeu_ps(d4, hi);
+      } else {
+        _mm256_maskstore_ps(d0, lanes, lo), _mm256_maskstore_ps(d4, lanes, hi);
+      }
+    }
+  }
+#endif
+  for (; x < W; x++)
+    for (int k = 0; k < g; k++) d[(size_t)x * pix + k] = s[(size_t)k * rs + x];
+  for (int k = 0; sum && k < g; k++) {
+    const float *row = s + (size_t)k * rs;
+    int i = 0;
+#if VW > 1
+    __m256d c = _mm256_loadu_pd(sum[k]);
+    for (; i + 4 <= W; i += 4) c = _mm256_add_pd(c, _mm256_cvtps_pd(_mm_loadu_ps(row + i)));
+    _mm256_storeu_pd(sum[k], c);
+#else
+    for (; i + 4 <= W; i += 4)
+      sum[k][0] += row[i], sum[k][1] += row[i + 1], sum[k][2] += row[i + 2],
+      sum[k][3] += row[i + 3];
+#endif
+    for (; i < W; i++) sum[k][0] += row[i];
   }
 }
 

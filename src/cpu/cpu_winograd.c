@@ -507,6 +507,7 @@ typedef struct wino_fns {
   void (*tiles)(float *D, size_t ds, const float *P, int Wp, int n, int m, int th, int tw);
   void (*untile)(float *img, int H, int W, const float *Y, size_t ys, int m, int th, int tw,
                  float bk, int acc);
+  void (*chlast)(float *d, size_t pix, const float *s, size_t rs, int g, int W, double (*sum)[4]);
 } wino_fns;
 
 #define FIXED_OF(ISA)                                                                             \
@@ -517,12 +518,12 @@ typedef struct wino_fns {
 
 static wino_fns isa_fns(const cl_backend *be) {
   static const wino_fns generic = {wino_2d_generic, FIXED_OF(generic), wino_gather_generic,
-                                   wino_tiles_generic, wino_untile_generic};
+                                   wino_tiles_generic, wino_untile_generic, wino_chlast_generic};
 #if CL_CPU_X86
   static const wino_fns avx512 = {wino_2d_avx512, FIXED_OF(avx512), wino_gather_avx512,
-                                  wino_tiles_avx512, wino_untile_avx512};
+                                  wino_tiles_avx512, wino_untile_avx512, wino_chlast_avx512};
   static const wino_fns avx2 = {wino_2d_avx2, FIXED_OF(avx2), wino_gather_avx2, wino_tiles_avx2,
-                                wino_untile_avx2};
+                                wino_untile_avx2, wino_chlast_avx2};
   cl_cpu_gemm_kind isa = cl_cpu_isa_of(be);
   if (isa == CL_CPU_GEMM_AVX512) return avx512;
   if (isa == CL_CPU_GEMM_AVX2) return avx2;
@@ -535,7 +536,7 @@ static wino_fns fns_of(const cl_backend *be) {
   wino_fns f = isa_fns(be);
   if (((const cl_cpu_ctx *)be->context)->wino_generic) { /* the plain loops, for the tests */
     memset(f.fixed, 0, sizeof f.fixed);
-    f.gather = wino_gather_generic;
+    f.gather = wino_gather_generic, f.chlast = wino_chlast_generic;
   }
   return f;
 }
@@ -601,6 +602,12 @@ static void input_transform(const wino_fns *fns, const wino_plan *p, const cl_co
   for (int c = c0; c < c1; c++) {
     for (int b = 0; b < nb; b++) {
       const size_t img = ((size_t)(n0 + b) * t->C + c) * H * W;
+      /* the next plane this loop reads, fetched while this one's tiles are
+       * cut: x comes from L3 or memory, and its copy had waited on it */
+      const size_t next = b + 1 < nb ? img + (size_t)t->C * H * W
+                                     : ((size_t)n0 * t->C + c + 1) * H * W;
+      for (int l = 0; t->dtype == CL_F32 && (b + 1 < nb || c + 1 < c1) && l < H * W; l += 16)
+        __builtin_prefetch((const float *)x + next + l);
       cl_cpu_load_rows(t->dtype, x, img, W, P + pad * Wp + pad, Wp, W, H);
       fns->tiles(D + (size_t)b * p->T1, T, P, Wp, n, m, p->th, p->tw);
     }
@@ -798,16 +805,13 @@ static void cl_transform(const wino_fns *fns, const wino_plan *p, const cl_conv_
           cl_cpu_load_rows(t->dtype, src, img, (size_t)H * W, rows, W, W, g);
           at = rows, rs = (size_t)W;
         }
-        for (int k = 0; k < g; k++) {
-          const float *row = at + (size_t)k * rs;
-          int x = 0;
-          for (; dbias && x + 4 <= W; x += 4)
-            s[k][0] += row[x], s[k][1] += row[x + 1], s[k][2] += row[x + 2], s[k][3] += row[x + 3];
-          for (; dbias && x < W; x++) s[k][0] += row[x];
-        }
-        float *d = Pc + ((size_t)(y + pad) * Wq + pad) * pix + cg;
-        for (int x = 0; x < W; x++)
-          for (int k = 0; k < g; k++) d[x * pix + k] = at[(size_t)k * rs + x];
+        /* the next group's row y, fetched while this one's goes out: the
+         * rows come from L3 or memory (x saved by forward, dy by the cell),
+         * and their loads had held the transposes up */
+        for (int k = cg + WINO_ROWS; t->dtype == CL_F32 && k < cn && k < cg + 2 * WINO_ROWS; k++)
+          for (int x = 0; x < W; x += 16) __builtin_prefetch(at + (size_t)(k - cg) * rs + x);
+        fns->chlast(Pc + ((size_t)(y + pad) * Wq + pad) * pix + cg, pix, at, rs, g, W,
+                    dbias ? s : NULL);
       }
       for (int k = 0; dbias && k < g; k++)
         dbias[c0 + cg + k] += (s[k][0] + s[k][1]) + (s[k][2] + s[k][3]);

@@ -3,7 +3,9 @@
  * (WINO_2D_FIXED: F(4x4,3x3) and F(4x4,5x5), each matrix in each role, one
  * per instruction set) do the same operations in the same order as the
  * generic loop wino_2d they replace, and the vector gather of the filter
- * pairs (wino_gather) moves the same values as the scalar loop, so a
+ * pairs (wino_gather) and the transposes of backward filter's operands
+ * with their bias sums (wino_chlast) move and add the same values as the
+ * scalar loops, so a
  * convolution gives the same bits
  * whichever runs: a model's results must not depend on whether its form
  * happened to be unrolled. test_backend_ops holds both to the convolution
@@ -142,6 +144,21 @@ static void test_same_w(void) {
   printf("  same_w: reuse, and each case that recomputes\n");
 }
 
+/* dbias of backward filter for inputs drawn after srand(seed), as
+ * bench_conv_result gives dw: its sums in double (wino_chlast's chains)
+ * compared bit for bit too. */
+static float *filter_bias(cl_backend *be, const cl_conv_shape *s, unsigned seed) {
+  srand(seed);
+  bench_bufs B = bench_bufs_make(be, s);
+  memset(B.dw, 0, sizeof(float) * s->K * s->C * s->kh * s->kw);
+  memset(B.db, 0, sizeof(float) * s->K);
+  CHECK(bench_conv_op(be, s, &B, 2) == CL_OK, "backward filter: %s", be->err);
+  float *out = malloc(sizeof(float) * s->K);
+  memcpy(out, B.db, sizeof(float) * s->K);
+  bench_bufs_free(be, &B);
+  return out;
+}
+
 int main(void) {
   /* N C H W K kh kw: 18 tiles of F(4x4, r) and 30 filter pairs (tails on
    * 8- and 16-float vectors); a hidden half of the steps' 5x5 models cut
@@ -178,6 +195,13 @@ int main(void) {
           compared++;
           free(a), free(b);
         }
+        float *da = filter_bias(fixed, s, 12), *db = filter_bias(loop, s, 12);
+        CHECK(memcmp(da, db, sizeof(float) * s->K) == 0,
+              "%s, %d thread(s), N%d C%d %dx%d K%d k%d: backward filter's bias gradient differs "
+              "between wino_chlast's vectors and its scalar loop",
+              cl_cpu_gemm_name((cl_cpu_gemm_kind)kind), threads, s->N, s->C, s->H, s->W, s->K,
+              s->kh);
+        free(da), free(db);
       }
       cl_backend_destroy(fixed), cl_backend_destroy(loop);
     }
