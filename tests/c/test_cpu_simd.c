@@ -430,6 +430,13 @@ static void test_gemm_panels(cl_cpu_gemm_kind kind) {
                              : cl_cpu_sgemm_panel_rows(kind, 256, 256, 256) == 0),
              "sgemm %s: slivers of %d rows for short products, none where timed or too deep",
              cl_cpu_gemm_name(kind), short_p);
+  /* at the bound itself: 100 x 100 x 99 (1.98 MFLOP) is too short to time,
+   * 100 x 100 x 100 (2 MFLOP) is timed where there are tiles to time */
+  const int below = cl_cpu_sgemm_panel_rows(kind, 100, 100, 99);
+  const int at = cl_cpu_sgemm_panel_rows(kind, 100, 100, 100);
+  check_true(below > 0 && (tiles == 1 ? at == below : at == 0),
+             "sgemm %s: slivers below the timing bound (%d rows), none at it (%d)",
+             cl_cpu_gemm_name(kind), below, at);
 }
 
 /* ---- GEMM on an im2col view ----------------------------------------------- */
