@@ -451,7 +451,7 @@ int cl_cpu_wino_chunks_of(const cl_backend *be, const cl_conv_shape *s, int dir,
   const wino_plan p = plan_form(be, s, dir, &FORMS[(s->kh == 5) * 2 + (m == 4)]);
   out->n = p.f->n, out->images = p.nb, out->tiles = p.T1, out->kb = p.kb;
   out->threads = p.threads, out->small = p.small;
-  out->P = p.P < (dir == 1 ? s->C : s->K) ? p.P : 0; /* P = K: transposed */
+  out->P = p.P < dir_shape(s, dir).K ? p.P : 0; /* P = K: transposed */
   return 1;
 }
 

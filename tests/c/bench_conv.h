@@ -63,15 +63,17 @@ static inline cl_status bench_conv_op(cl_backend *be, const cl_conv_shape *s, be
 
 /* A copy of what op writes (y, dx, or dw summed from zeros) for inputs
  * drawn after srand(seed): malloc'd, *n floats. The tests that compare
- * backends' bits call it on each with the same seed. */
+ * backends' bits call it on each with the same seed. db (may be NULL):
+ * for backward filter, a malloc'd copy of the bias gradient (K floats,
+ * summed from zeros) of the same call. */
 static inline float *bench_conv_result(cl_backend *be, const cl_conv_shape *s, int op,
-                                       unsigned seed, size_t *n) {
+                                       unsigned seed, size_t *n, float **db) {
   srand(seed);
   bench_bufs B = bench_bufs_make(be, s);
   const size_t sizes[3] = {(size_t)s->N * s->K * s->H * s->W, (size_t)s->N * s->C * s->H * s->W,
                            (size_t)s->K * s->C * s->kh * s->kw};
   float *dst[3] = {B.y, B.dx, B.dw};
-  if (op == 2) memset(B.dw, 0, sizeof(float) * sizes[2]);
+  if (op == 2) memset(B.dw, 0, sizeof(float) * sizes[2]), memset(B.db, 0, sizeof(float) * s->K);
   if (bench_conv_op(be, s, &B, op) != CL_OK) {
     fprintf(stderr, "conv op %d failed: %s\n", op, be->err);
     exit(1);
@@ -79,6 +81,10 @@ static inline float *bench_conv_result(cl_backend *be, const cl_conv_shape *s, i
   *n = sizes[op];
   float *out = bench_random_floats(*n);
   memcpy(out, dst[op], sizeof(float) * *n);
+  if (db && op == 2) {
+    *db = bench_random_floats((size_t)s->K);
+    memcpy(*db, B.db, sizeof(float) * s->K);
+  }
   bench_bufs_free(be, &B);
   return out;
 }

@@ -89,10 +89,10 @@ int main(void) {
     cl_backend *wino = backend(3); /* F(4x4,3x3) or F(4x4,5x5) */
     for (int op = 0; op < 3; op++) {
       size_t n = 0, nw = 0, ng = 0, no = 0;
-      float *d = bench_conv_result(def, &c->s, op, 7, &n);
-      float *w = bench_conv_result(wino, &c->s, op, 7, &nw);
-      float *g = bench_conv_result(gemm, &c->s, op, 7, &ng);
-      float *o = bench_conv_result(off, &c->s, op, 7, &no);
+      float *d = bench_conv_result(def, &c->s, op, 7, &n, NULL);
+      float *w = bench_conv_result(wino, &c->s, op, 7, &nw, NULL);
+      float *g = bench_conv_result(gemm, &c->s, op, 7, &ng, NULL);
+      float *o = bench_conv_result(off, &c->s, op, 7, &no, NULL);
       const int is_wino = same_bits(d, w, n), is_gemm = same_bits(d, g, n);
       printf("  %s, op %d: the default ran %s\n", c->name, op,
              is_wino && !is_gemm   ? "Winograd"
