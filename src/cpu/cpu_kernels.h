@@ -30,7 +30,7 @@ typedef struct cl_cpu_ctx {
   int conv_algo;         /* tests: 0 conv_algo_env, else as it (1 gemm, 2 winograd, ...) */
   int conv_algo_env;     /* CONVLSTM_CONV_ALGO when created: 4 the rule (unset: the
                             default), 1 gemm, 0 auto (timed per shape), 2 winograd,
-                            3 winograd4 */
+                            3 winograd4, 5 winograd6 */
   int wino_generic;      /* tests: Winograd's transforms on wino_2d's loop, not the
                             unrolled kernels of the default forms */
   /* What the last convolution left at the start of its workspace (set by

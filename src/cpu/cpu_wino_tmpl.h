@@ -103,8 +103,9 @@ TGT static inline __attribute__((always_inline)) V FN(wino_row_fixed)(const floa
     if (q < len) FN(wino_2d)(d + q, ds, s + q, rs, ss, S, len - q);                               \
   }
 
-/* The default rule's forms, F(4x4,3x3) and F(4x4,5x5), each matrix as a
- * transform uses it (wino_side's roles: B^T, A^T, A, G, G^T). */
+/* The default rule's forms, F(4x4,3x3), F(4x4,5x5) and F(6x6,3x3), each
+ * matrix as a transform uses it (wino_side's roles: B^T, A^T, A, G, G^T;
+ * F(6x6,3x3)'s B^T is F(4x4,5x5)'s, the same points). */
 WINO_2D_FIXED(wino_2d_43_bt, &FORMS[1].BT[0][0], WMAX, 1, 6, 6)
 WINO_2D_FIXED(wino_2d_43_at, &FORMS[1].AT[0][0], WMAX, 1, 4, 6)
 WINO_2D_FIXED(wino_2d_43_a, &FORMS[1].AT[0][0], 1, WMAX, 6, 4)
@@ -115,6 +116,10 @@ WINO_2D_FIXED(wino_2d_45_at, &FORMS[3].AT[0][0], WMAX, 1, 4, 8)
 WINO_2D_FIXED(wino_2d_45_a, &FORMS[3].AT[0][0], 1, WMAX, 8, 4)
 WINO_2D_FIXED(wino_2d_45_g, &FORMS[3].G[0][0], 5, 1, 8, 5)
 WINO_2D_FIXED(wino_2d_45_gt, &FORMS[3].G[0][0], 1, 5, 5, 8)
+WINO_2D_FIXED(wino_2d_63_at, &FORMS[4].AT[0][0], WMAX, 1, 6, 8)
+WINO_2D_FIXED(wino_2d_63_a, &FORMS[4].AT[0][0], 1, WMAX, 8, 6)
+WINO_2D_FIXED(wino_2d_63_g, &FORMS[4].G[0][0], 5, 1, 8, 3)
+WINO_2D_FIXED(wino_2d_63_gt, &FORMS[4].G[0][0], 1, 5, 3, 8)
 #undef WINO_2D_FIXED
 
 /* g[e gs + i] = s[i ss + e] (rev: s[i ss + rr - 1 - e]) for i < n, e < rr:
@@ -238,6 +243,36 @@ TGT static void FN(wino_untile)(float *img, int H, int W, const float *Y, size_t
                 v, quad,
                 _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(in, y0 + 2 * ys), pair,
                                        _mm512_maskz_loadu_ps(in, y0 + 3 * ys)));
+          float *o = orow + t0 * m;
+          if (acc) v = _mm512_add_ps(_mm512_maskz_loadu_ps(keep, o), v);
+          _mm512_mask_storeu_ps(o, keep, _mm512_add_ps(v, b));
+        }
+      }
+    return;
+  }
+  /* other m (6): 16 / m tiles a vector, lane L = tile L / m's column L % m,
+   * each plane's values put in their lanes by one masked permute */
+  if (m <= 8) {
+    const int per = 16 / m;
+    int tl[16];
+    __mmask16 at[8] = {0};
+    for (int L = 0; L < 16; L++) {
+      tl[L] = L / m;
+      if (L < per * m) at[L % m] |= (__mmask16)(1u << L);
+    }
+    const __m512i tile = _mm512_loadu_si512(tl);
+    const __m512 b = _mm512_set1_ps(bk);
+    for (int ty = 0; ty < th; ty++)
+      for (int i = 0; i < m && ty * m + i < H; i++) {
+        const float *yr = Y + (size_t)(i * m) * ys + (size_t)ty * tw;
+        float *orow = img + (size_t)(ty * m + i) * W;
+        for (int t0 = 0; t0 < tw; t0 += per) {
+          const int nt = tw - t0 < per ? tw - t0 : per, w = W - t0 * m < nt * m ? W - t0 * m : nt * m;
+          const __mmask16 in = (__mmask16)((1u << nt) - 1u), keep = (__mmask16)((1u << w) - 1u);
+          __m512 v = _mm512_setzero_ps();
+          for (int j = 0; j < m; j++)
+            v = _mm512_mask_permutexvar_ps(v, at[j], tile,
+                                           _mm512_maskz_loadu_ps(in, yr + (size_t)j * ys + t0));
           float *o = orow + t0 * m;
           if (acc) v = _mm512_add_ps(_mm512_maskz_loadu_ps(keep, o), v);
           _mm512_mask_storeu_ps(o, keep, _mm512_add_ps(v, b));

@@ -20,7 +20,9 @@
  *   F(2x2,3x3): 16 products per tile against 36 (2.25x fewer);
  *   F(4x4,3x3): 36 against 144 (4x), larger float32 error;
  *   F(2x2,5x5): 36 against 100 (2.8x);
- *   F(4x4,5x5): 64 against 400 (6.25x), float32 error like F(4x4,3x3)'s.
+ *   F(4x4,5x5): 64 against 400 (6.25x), float32 error like F(4x4,3x3)'s;
+ *   F(6x6,3x3): 64 against 324 (5.06x), on F(4x4,5x5)'s points, its error
+ *   up to twice F(4x4,3x3)'s.
  * Backward data is the forward convolution of dy with the filters flipped
  * and transposed (stride 1, odd kernel, "same" padding), so it runs the
  * same code, the flip done in the filter transform. Backward filter is the
@@ -30,11 +32,13 @@
  * Which algorithm runs, from CONVLSTM_CONV_ALGO as it was when the backend
  * was created (calls of WINO_MIN_FLOP or more; smaller ones always take
  * cpu_conv.c's paths): unset (or =rule), the default, Winograd where both
- * channel counts are WINO_MIN_CHANNELS or more (F(4x4,5x5), F(4x4,3x3)),
+ * channel counts are WINO_MIN_CHANNELS or more (F(4x4,5x5); F(4x4,3x3), or
+ * F(6x6,3x3) forward and backward filter where rule_six says it pays),
  * and for 5 x 5 of 16 and 64 in every direction (rule_runs),
  * cpu_conv.c's paths elsewhere: a fixed rule, so every process computes the
  * same bits; =gemm, cpu_conv.c's paths and no Winograd workspace;
- * =winograd F(2x2, r) for the kernel size r, =winograd4 F(4x4, r); =auto
+ * =winograd F(2x2, r) for the kernel size r, =winograd4 F(4x4, r),
+ * =winograd6 F(6x6,3x3) for 3 x 3 (F(4x4,5x5) for 5 x 5); =auto
  * (with F(2x2, r)), the first calls of each shape and
  * direction in a process alternate between the two, WINO_ROUNDS each, timed
  * in the process's CPU seconds, and the faster runs every later call (the
@@ -67,10 +71,22 @@ enum { WMAX = 8 }; /* largest tile side n */
 typedef struct wino_form {
   int m, r, n;
   const char *name;
-  float AT[4][WMAX], G[WMAX][5], BT[WMAX][WMAX];
+  float AT[6][WMAX], G[WMAX][5], BT[WMAX][WMAX];
 } wino_form;
 
-static const wino_form FORMS[4] = {
+/* B^T of the eight points 0, 1, -1, 2, -2, 1/2, -1/2 and infinity: the
+ * same for every form on them (F(4x4,5x5), F(6x6,3x3)) */
+#define BT_8                                                                                      \
+  {{-1, 0, 5.25f, 0, -5.25f, 0, 1, 0},                                                            \
+   {0, 1, 1, -4.25f, -4.25f, 1, 1, 0},                                                            \
+   {0, -1, 1, 4.25f, -4.25f, -1, 1, 0},                                                           \
+   {0, 0.5f, 0.25f, -2.5f, -1.25f, 2, 1, 0},                                                      \
+   {0, -0.5f, 0.25f, 2.5f, -1.25f, -2, 1, 0},                                                     \
+   {0, 2, 4, -2.5f, -5, 0.5f, 1, 0},                                                              \
+   {0, -2, 4, 2.5f, -5, -0.5f, 1, 0},                                                             \
+   {0, -1, 0, 5.25f, 0, -5.25f, 0, 1}}
+
+static const wino_form FORMS[5] = {
     {2, 3, 4, "winograd F(2x2,3x3)",
      {{1, 1, 1, 0}, {0, 1, -1, 1}},
      {{-1, 0, 0}, {0.5f, 0.5f, 0.5f}, {0.5f, -0.5f, 0.5f}, {0, 0, 1}},
@@ -117,21 +133,32 @@ static const wino_form FORMS[4] = {
       {32.0f / 45, 16.0f / 45, 8.0f / 45, 4.0f / 45, 2.0f / 45},
       {32.0f / 45, -16.0f / 45, 8.0f / 45, -4.0f / 45, 2.0f / 45},
       {0, 0, 0, 0, 1}},
-     {{-1, 0, 5.25f, 0, -5.25f, 0, 1, 0},
-      {0, 1, 1, -4.25f, -4.25f, 1, 1, 0},
-      {0, -1, 1, 4.25f, -4.25f, -1, 1, 0},
-      {0, 0.5f, 0.25f, -2.5f, -1.25f, 2, 1, 0},
-      {0, -0.5f, 0.25f, 2.5f, -1.25f, -2, 1, 0},
-      {0, 2, 4, -2.5f, -5, 0.5f, 1, 0},
-      {0, -2, 4, 2.5f, -5, -0.5f, 1, 0},
-      {0, -1, 0, 5.25f, 0, -5.25f, 0, 1}}},
+     BT_8},
+    /* the same points: 64 products for 36 outputs (F(4x4,3x3): 36 for 16) */
+    {6, 3, 8, "winograd F(6x6,3x3)",
+     {{1, 1, 1, 1, 1, 1, 1, 0},
+      {0, 1, -1, 2, -2, 0.5f, -0.5f, 0},
+      {0, 1, 1, 4, 4, 0.25f, 0.25f, 0},
+      {0, 1, -1, 8, -8, 0.125f, -0.125f, 0},
+      {0, 1, 1, 16, 16, 0.0625f, 0.0625f, 0},
+      {0, 1, -1, 32, -32, 0.03125f, -0.03125f, 1}},
+     {{-1, 0, 0},
+      {-2.0f / 9, -2.0f / 9, -2.0f / 9},
+      {-2.0f / 9, 2.0f / 9, -2.0f / 9},
+      {1.0f / 90, 1.0f / 45, 2.0f / 45},
+      {1.0f / 90, -1.0f / 45, 2.0f / 45},
+      {32.0f / 45, 16.0f / 45, 8.0f / 45},
+      {32.0f / 45, -16.0f / 45, 8.0f / 45},
+      {0, 0, 1}},
+     BT_8},
 };
+#undef BT_8
 
 static size_t round64(size_t b) { return (b + 63) & ~(size_t)63; }
 
 /* CONVLSTM_CONV_ALGO: unset (or "rule") 4, Winograd where WINO_MIN_CHANNELS
  * says it pays; "gemm" 1 (Winograd off); "auto" 0 (timed per shape);
- * "winograd" 2; "winograd4" 3. */
+ * "winograd" 2; "winograd4" 3; "winograd6" 5. */
 int cl_cpu_conv_algo_env(void) {
   const char *e = getenv("CONVLSTM_CONV_ALGO");
   if (!e || strcmp(e, "rule") == 0) return 4;
@@ -139,6 +166,7 @@ int cl_cpu_conv_algo_env(void) {
   if (strcmp(e, "auto") == 0) return 0;
   if (strcmp(e, "winograd") == 0) return 2;
   if (strcmp(e, "winograd4") == 0) return 3;
+  if (strcmp(e, "winograd6") == 0) return 5;
   return 4;
 }
 
@@ -189,16 +217,34 @@ static int rule_runs(const cl_conv_shape *s) {
   return s->kh == 5 && lo >= WINO_MIN_CHANNELS_5 && hi >= WINO_WIDE_5;
 }
 
-/* The form for s, in every direction (NULL: none handles it). */
-static const wino_form *form_of(const cl_backend *be, const cl_conv_shape *s) {
+/* Whether the rule's 3 x 3 form in direction dir is F(6x6,3x3): where its
+ * tiles, padded, take at most 0.8 of F(4x4,3x3)'s products (the map a
+ * multiple of 6, or near one) and 3 or more of them fit across and down.
+ * Measured, one thread, ms, F(4x4,3x3) / F(6x6,3x3) forward, backward
+ * data, backward filter (64 -> 256; doc/speed.md): 24 x 24 54.7 / 50.2,
+ * 61.9 / 50.8, 55.3 / 51.2; 18 x 18, 30 x 30, 36 x 36, 48 x 48 0.77-0.97x;
+ * but 12 x 12 (2 tiles across) 1.19x / 1.21x / 0.93x, and where F(6x6,3x3)
+ * pads more (16, 32, 40, 64) 1.09-1.50x forward. Not backward data: its
+ * sums over the 4h gate channels reached 2.4e-5 of the largest result
+ * (256 -> 64 at 24 x 24), past the 2e-5 test_backend_ops holds every
+ * algorithm to (F(4x4,3x3): 1.4e-5). */
+static int rule_six(const cl_conv_shape *s, int dir) {
+  const int t6 = ((s->H + 5) / 6) * ((s->W + 5) / 6), t4 = ((s->H + 3) / 4) * ((s->W + 3) / 4);
+  return dir != 1 && s->H >= 18 && s->W >= 18 && 64.0 * t6 <= 0.8 * 36.0 * t4;
+}
+
+/* The form for s in direction dir (NULL: none handles it). */
+static const wino_form *form_of(const cl_backend *be, const cl_conv_shape *s, int dir) {
   if (cl_conv_groups(s) != 1 || s->dh != 1 || s->dw != 1 || s->kh != s->kw) return NULL;
   const cl_cpu_ctx *ctx = (const cl_cpu_ctx *)be->context;
   if (!ctx->conv_algo && ctx->conv_algo_env == 1) return NULL; /* off: no workspace */
   if (!ctx->conv_algo && 2.0 * s->N * s->K * s->C * s->kh * s->kw * s->H * s->W < WINO_MIN_FLOP)
     return NULL;
   if (algo_env(be) == 4 && !rule_runs(s)) return NULL;
-  if (s->kh == 3) return &FORMS[algo_env(be) >= 3 ? 1 : 0];
-  if (s->kh == 5) return &FORMS[algo_env(be) >= 3 ? 3 : 2];
+  const int env = algo_env(be);
+  if (s->kh == 3)
+    return &FORMS[env == 5 || (env == 4 && rule_six(s, dir)) ? 4 : env >= 3 ? 1 : 0];
+  if (s->kh == 5) return &FORMS[env >= 3 ? 3 : 2];
   return NULL;
 }
 
@@ -405,7 +451,7 @@ static wino_plan plan_form(const cl_backend *be, const cl_conv_shape *s, int dir
 }
 
 static wino_plan plan_of(const cl_backend *be, const cl_conv_shape *s, int dir) {
-  return plan_form(be, s, dir, form_of(be, s));
+  return plan_form(be, s, dir, form_of(be, s, dir));
 }
 
 /* Thread tid's slice of the workspace (base: its 64-byte aligned start),
@@ -432,7 +478,7 @@ static wino_slice slice_of(const wino_plan *p, char *base, int tid) {
  * says now: the plan's workspace is sized once and the variable (or the
  * timed choice) decides at each call. */
 size_t cl_cpu_wino_workspace(const cl_backend *be, const cl_conv_shape *s, int dir) {
-  const wino_form *f = form_of(be, s);
+  const wino_form *f = form_of(be, s, dir);
   if (!f) return 0;
   size_t b = plan_form(be, s, dir, f).total;
   if (s->kh == 3 || s->kh == 5) {
@@ -440,6 +486,10 @@ size_t cl_cpu_wino_workspace(const cl_backend *be, const cl_conv_shape *s, int d
     size_t b2 = plan_form(be, s, dir, &FORMS[two]).total;
     size_t b4 = plan_form(be, s, dir, &FORMS[two + 1]).total;
     b = b4 > b2 ? b4 : b2;
+    if (s->kh == 3) { /* and F(6x6,3x3) */
+      const size_t b6 = plan_form(be, s, dir, &FORMS[4]).total;
+      if (b6 > b) b = b6;
+    }
   }
   return b;
 }
@@ -447,8 +497,11 @@ size_t cl_cpu_wino_workspace(const cl_backend *be, const cl_conv_shape *s, int d
 int cl_cpu_wino_chunks_of(const cl_backend *be, const cl_conv_shape *s, int dir, int m,
                           cl_cpu_wino_chunks *out) {
   memset(out, 0, sizeof *out);
-  if ((s->kh != 3 && s->kh != 5) || (m != 2 && m != 4) || !form_of(be, s)) return 0;
-  const wino_plan p = plan_form(be, s, dir, &FORMS[(s->kh == 5) * 2 + (m == 4)]);
+  if ((s->kh != 3 && s->kh != 5) || (m != 2 && m != 4 && (m != 6 || s->kh != 3)) ||
+      !form_of(be, s, dir))
+    return 0;
+  const wino_plan p =
+      plan_form(be, s, dir, &FORMS[m == 6 ? 4 : (s->kh == 5) * 2 + (m == 4)]);
   out->n = p.f->n, out->images = p.nb, out->tiles = p.T1, out->kb = p.kb;
   out->threads = p.threads, out->small = p.small;
   out->P = p.P < dir_shape(s, dir).K ? p.P : 0; /* P = K: transposed */
@@ -502,7 +555,7 @@ static wino_side side_of(const wino_form *f, wino_role role) {
 typedef void (*wino_t2d_fn)(float *d, size_t ds, const float *s, size_t rs, size_t ss,
                             const wino_side *M, size_t len);
 typedef struct wino_fns {
-  wino_t2d_fn t2d, fixed[4][ROLES]; /* fixed: per form and role, or NULL */
+  wino_t2d_fn t2d, fixed[5][ROLES]; /* fixed: per form and role, or NULL */
   void (*gather)(float *g, size_t gs, const float *s, size_t ss, int rr, int rev, size_t n);
   void (*tiles)(float *D, size_t ds, const float *P, int Wp, int n, int m, int th, int tw);
   void (*untile)(float *img, int H, int W, const float *Y, size_t ys, int m, int th, int tw,
@@ -514,7 +567,9 @@ typedef struct wino_fns {
   {{NULL}, {wino_2d_43_bt_##ISA, wino_2d_43_at_##ISA, wino_2d_43_a_##ISA, wino_2d_43_g_##ISA,     \
             wino_2d_43_gt_##ISA},                                                                  \
    {NULL}, {wino_2d_45_bt_##ISA, wino_2d_45_at_##ISA, wino_2d_45_a_##ISA, wino_2d_45_g_##ISA,     \
-            wino_2d_45_gt_##ISA}}
+            wino_2d_45_gt_##ISA},                                                                  \
+   {wino_2d_45_bt_##ISA, wino_2d_63_at_##ISA, wino_2d_63_a_##ISA, wino_2d_63_g_##ISA,             \
+    wino_2d_63_gt_##ISA}}
 
 static wino_fns isa_fns(const cl_backend *be) {
   static const wino_fns generic = {wino_2d_generic, FIXED_OF(generic), wino_gather_generic,
@@ -537,6 +592,7 @@ static wino_fns fns_of(const cl_backend *be) {
   if (((const cl_cpu_ctx *)be->context)->wino_generic) { /* the plain loops, for the tests */
     memset(f.fixed, 0, sizeof f.fixed);
     f.gather = wino_gather_generic, f.chlast = wino_chlast_generic;
+    f.untile = wino_untile_generic;
   }
   return f;
 }
@@ -1043,13 +1099,12 @@ static void record(wino_slot *t, int choice, double seconds) {
 }
 
 int cl_cpu_wino_chosen(const cl_backend *be, const cl_conv_shape *s, int dir) {
-  if (!form_of(be, s)) return 0;
+  if (!form_of(be, s, dir)) return 0;
   return choice_of(be, s, dir, NULL);
 }
 
 const char *cl_cpu_wino_name(const cl_backend *be, const cl_conv_shape *s, int dir) {
-  (void)dir; /* one form in every direction */
-  const wino_form *f = form_of(be, s);
+  const wino_form *f = form_of(be, s, dir);
   return f ? f->name : "";
 }
 
@@ -1058,7 +1113,7 @@ const char *cl_cpu_wino_name(const cl_backend *be, const cl_conv_shape *s, int d
 int cl_cpu_wino_pick(const cl_backend *be, const cl_conv_shape *s, int dir, const void *ws,
                      cl_cpu_wino_ticket *tk) {
   memset(tk, 0, sizeof *tk);
-  if (!form_of(be, s) || s->N < 1 || !ws) return 0;
+  if (!form_of(be, s, dir) || s->N < 1 || !ws) return 0;
   wino_slot *timed;
   tk->use = choice_of(be, s, dir, &timed);
   tk->slot = timed;

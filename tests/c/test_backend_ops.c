@@ -3251,8 +3251,8 @@ static cl_backend *cpu_backend(int threads, int kind) {
 }
 
 static void add_cpu_winograd_variants(void) {
-  static const char *names[] = {"", "", "winograd", "winograd4"};
-  for (int algo = 2; algo <= 3; algo++)
+  static const char *names[] = {"", "", "winograd", "winograd4", "", "winograd6"};
+  for (int algo = 2; algo <= 5; algo += algo == 3 ? 2 : 1)
     for (int kind = CL_CPU_GEMM_GENERIC; kind <= CL_CPU_GEMM_AVX512; kind++)
       for (int t = 2; t <= (under_valgrind ? 2 : 3); t++) {
         if (!cl_cpu_gemm_available((cl_cpu_gemm_kind)kind)) continue;

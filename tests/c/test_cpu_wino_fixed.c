@@ -1,7 +1,8 @@
 /*
  * tests/c/test_cpu_wino_fixed.c -- cpu_winograd.c's unrolled transforms
- * (WINO_2D_FIXED: F(4x4,3x3) and F(4x4,5x5), each matrix in each role, one
- * per instruction set) do the same operations in the same order as the
+ * (WINO_2D_FIXED: F(4x4,3x3), F(4x4,5x5) and F(6x6,3x3), each matrix in
+ * each role, one per instruction set) and the vector untile (the output
+ * tiles back into images) do the same operations in the same order as the
  * generic loop wino_2d they replace, and the vector gather of the filter
  * pairs (wino_gather) and the transposes of backward filter's operands
  * with their bias sums (wino_chlast) move and add the same values as the
@@ -14,7 +15,7 @@
  * The instrument is the results' bits: each call on a backend with the
  * unrolled kernels against the same call on one with cl_cpu_ctx's
  * wino_generic set, for every internal GEMM kind this machine runs (each
- * has its own transform loops), both F(4x4, r) forms, the three directions,
+ * has its own transform loops), both F(4x4, r) forms and F(6x6,3x3), the three directions,
  * one and two threads (two split a batch of one chunk by channels and tile
  * elements), on shapes whose tiles and filter pairs leave a tail past the
  * last whole vector.
@@ -27,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static cl_backend *backend(int threads, cl_cpu_gemm_kind kind, int generic) {
+static cl_backend *backend(int threads, cl_cpu_gemm_kind kind, int generic, int algo) {
   cl_backend *be = NULL;
   if (cl_backend_cpu_create(threads, &be) != CL_OK) {
     fprintf(stderr, "test_cpu_wino_fixed: cannot create the cpu backend\n");
@@ -35,7 +36,7 @@ static cl_backend *backend(int threads, cl_cpu_gemm_kind kind, int generic) {
   }
   cl_cpu_ctx *ctx = be->context;
   ctx->gemm = kind;
-  ctx->conv_algo = 3; /* Winograd F(4x4, r) on every shape it handles */
+  ctx->conv_algo = algo; /* 3: Winograd F(4x4, r) on every shape it handles; 5: F(6x6,3x3) */
   ctx->wino_generic = generic;
   return be;
 }
@@ -156,16 +157,19 @@ int main(void) {
       {4, 24, 16, 16, 96, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0},
       {20, 8, 13, 11, 12, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0},
       {2, 7, 8, 8, 40, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0},
+      {3, 9, 24, 23, 20, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0},
   };
   const char *ops[] = {"forward", "backward data", "backward filter"};
   int compared = 0;
   for (int kind = CL_CPU_GEMM_GENERIC; kind <= CL_CPU_GEMM_AVX512; kind++) {
     if (!cl_cpu_gemm_available((cl_cpu_gemm_kind)kind)) continue;
-    for (int threads = 1; threads <= 2; threads++) {
-      cl_backend *fixed = backend(threads, (cl_cpu_gemm_kind)kind, 0);
-      cl_backend *loop = backend(threads, (cl_cpu_gemm_kind)kind, 1);
+    for (int v = 0; v < 4; v++) { /* F(4x4, r), then F(6x6,3x3), on 1 and 2 threads */
+      const int algo = v < 2 ? 3 : 5, t = v % 2 + 1;
+      cl_backend *fixed = backend(t, (cl_cpu_gemm_kind)kind, 0, algo);
+      cl_backend *loop = backend(t, (cl_cpu_gemm_kind)kind, 1, algo);
       for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const cl_conv_shape *s = &shapes[i];
+        if (algo == 5 && s->kh != 3) continue; /* F(6x6,3x3): 3 x 3 only */
         for (int op = 0; op < 3; op++) {
           size_t n = 0, m = 0;
           float *da = NULL, *db = NULL; /* backward filter's bias gradients */
@@ -176,12 +180,12 @@ int main(void) {
           CHECK(n == m && differ == 0,
                 "%s, %d thread(s), N%d C%d %dx%d K%d k%d, %s (%s): %zu of %zu values differ "
                 "between the unrolled transforms and wino_2d",
-                cl_cpu_gemm_name((cl_cpu_gemm_kind)kind), threads, s->N, s->C, s->H, s->W, s->K,
+                cl_cpu_gemm_name((cl_cpu_gemm_kind)kind), t, s->N, s->C, s->H, s->W, s->K,
                 s->kh, ops[op], cl_cpu_conv_algo(fixed, s, op), differ, n);
           CHECK(op < 2 || memcmp(da, db, sizeof(float) * s->K) == 0,
                 "%s, %d thread(s), N%d C%d %dx%d K%d k%d: backward filter's bias gradient "
                 "differs between wino_chlast's vectors and its scalar loop",
-                cl_cpu_gemm_name((cl_cpu_gemm_kind)kind), threads, s->N, s->C, s->H, s->W, s->K,
+                cl_cpu_gemm_name((cl_cpu_gemm_kind)kind), t, s->N, s->C, s->H, s->W, s->K,
                 s->kh);
           compared++;
           free(a), free(b), free(da), free(db);

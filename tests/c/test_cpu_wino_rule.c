@@ -10,7 +10,8 @@
  * The instrument is the results' bits: each call of a backend created
  * without CONVLSTM_CONV_ALGO must give exactly the bits of the same call on
  * a backend that forces the algorithm the rule names (conv_algo 3:
- * Winograd's F(4x4,3x3) or F(4x4,5x5), 1: the GEMM paths), and differ from
+ * Winograd's F(4x4,3x3) or F(4x4,5x5), 5: F(6x6,3x3) forward and backward
+ * filter where cpu_winograd.c's rule_six says so, 1: the GEMM paths), and differ from
  * the other algorithm's.
  * CONVLSTM_CONV_ALGO=gemm must give the GEMM paths' bits everywhere, and
  * Winograd's results must match the GEMM paths' within 2e-5 of the largest
@@ -29,7 +30,7 @@ typedef struct rule_case {
   const char *name;
   cl_conv_shape s;
   int algo[3]; /* what the default runs forward, backward data, backward filter: 1 the
-                  GEMM paths, 3 Winograd F(4x4, r) */
+                  GEMM paths, 3 Winograd F(4x4, r), 5 F(6x6,3x3) */
 } rule_case;
 
 static cl_backend *backend(int conv_algo) {
@@ -51,7 +52,12 @@ int main(void) {
       {"hidden half 48 -> 192, 5x5", {1, 48, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 3}},
       /* the second case of the rule: 5x5, 16 and 64 channels or more */
       {"input half 16 -> 192, 5x5", {6, 16, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 3}},
-      {"hidden half 64 -> 256, 3x3", {1, 64, 24, 24, 256, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 3}},
+      {"hidden half 64 -> 256, 3x3", {1, 64, 24, 24, 256, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}, {5, 3, 5}},
+      /* F(6x6,3x3)'s edges: 18 x 18 pads to 20 x 20 for F(4x4,3x3) (0.64 of
+       * its products), 16 x 16 pads more, 12 x 12 is two tiles across */
+      {"six 64 -> 64, 3x3 at 18x18", {5, 64, 18, 18, 64, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}, {5, 3, 5}},
+      {"six 64 -> 64, 3x3 at 16x16", {6, 64, 16, 16, 64, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 3}},
+      {"six 64 -> 64, 3x3 at 12x12", {10, 64, 12, 12, 64, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 3}},
       {"input half 64 -> 4, 3x3", {40, 64, 24, 24, 4, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}, {1, 1, 1}},
       {"input half 16 -> 128, 3x3", {6, 16, 24, 24, 128, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}, {1, 1, 1}},
       {"small 48 -> 192, 5x5 (under 1e8 flops)",
@@ -86,8 +92,9 @@ int main(void) {
     const rule_case *c = &cases[i];
     const cl_conv_shape *z = &c->s;
     if (under_valgrind && 2.0 * z->N * z->K * z->C * z->kh * z->kw * z->H * z->W >= 1e8) continue;
-    cl_backend *wino = backend(3); /* F(4x4,3x3) or F(4x4,5x5) */
     for (int op = 0; op < 3; op++) {
+      /* the form the rule names: F(4x4,3x3) or F(4x4,5x5), or F(6x6,3x3) */
+      cl_backend *wino = backend(c->algo[op] == 5 ? 5 : 3);
       size_t n = 0, nw = 0, ng = 0, no = 0;
       float *d = bench_conv_result(def, &c->s, op, 7, &n, NULL);
       float *w = bench_conv_result(wino, &c->s, op, 7, &nw, NULL);
@@ -119,8 +126,8 @@ int main(void) {
       CHECK(worst <= 2e-5 * big, "%s, op %d: Winograd differs from the GEMM paths by %.3g of "
             "the largest result", c->name, op, big > 0 ? worst / big : worst);
       free(d), free(w), free(g), free(o);
+      cl_backend_destroy(wino);
     }
-    cl_backend_destroy(wino);
   }
   cl_backend_destroy(def), cl_backend_destroy(gemm), cl_backend_destroy(off);
   return ctest_done("test_cpu_wino_rule");
