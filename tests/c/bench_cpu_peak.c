@@ -19,7 +19,7 @@
  * and on bfloat16 dot products (CONVLSTM_BF16_DOT=1, where they pay or
  * not), interleaved; algo: forward, backward
  * data and backward filter on im2col/direct + GEMM, Winograd and the timed choice, interleaved;
- * wgemm: the GEMMs inside an F(4x4, r) Winograd call alone, beside the call)
+ * wgemm: the GEMMs inside an F(4x4, r) Winograd call (and F(6x6,3x3)) alone, beside the call)
  * Output: tab-separated rows "peak ISA THREADS GFLOP/s" and
  * "conv CONFIG PART N C K H W k OP MS GFLOP/s SHARE" (tiles: "tile CONFIG
  * PART N C K H W k OP TILE MS GFLOP/s SHARE", TILE a name or "auto"; bf16:
@@ -27,8 +27,9 @@
  * bf16-f32 or bf16-dot, SHARE of the float32 FMA peak; algo: "algo CONFIG
  * PART N C K H W k OP ALGO MS GFLOP/s SHARE", ALGO gemm, winograd,
  * winograd4 or "auto (<the algorithm it chose>)"; wgemm: "wgemm CONFIG PART N C K H
- * W k OP RULE M N K CALL_MS GEMM_MS GEMM_GFLOP/s GEMM_SHARE GEMM_PART", RULE the
- * algorithm the default rule runs for the shape, M N K one GEMM's, GEMM_PART
+ * W k OP RULE FORM M N K CALL_MS GEMM_MS GEMM_GFLOP/s GEMM_SHARE GEMM_PART", RULE the
+ * algorithm the default rule runs for the shape, FORM the one timed (F(4x4, r),
+ * and for 3 x 3 F(6x6,3x3) too), M N K one GEMM's, GEMM_PART
  * the GEMMs' time over the call's).
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, setenv */
@@ -275,8 +276,8 @@ static void bench_shape_bf16(cl_backend *be, const char *config, const char *par
   bench_bufs_free(be, &H);
 }
 
-/* The wgemm mode: the GEMMs inside a Winograd call (F(4x4, r), the default
- * rule's form), timed alone at the shapes and counts the call runs them
+/* The wgemm mode: the GEMMs inside a Winograd call (F(m x m, r): m 4, and
+ * 6 for 3 x 3, the default rule's forms), timed alone at the shapes and counts the call runs them
  * (cl_cpu_wino_chunks_of: images a chunk, tiles an image, output channels
  * a block), beside the whole call forced to that form, interleaved. The
  * planes lie 16 floats apart here, not an odd number of cache lines as in
@@ -320,18 +321,20 @@ static double wino_gemms(cl_cpu_gemm_kind kind, const cl_cpu_wino_chunks *w, int
 }
 
 static void bench_shape_wino_gemm(cl_backend *be, const char *config, const char *part,
-                                  cl_conv_shape s, double peak) {
+                                  cl_conv_shape s, double peak, int m) {
   static const char *names[] = {"fwd", "bwd-data", "bwd-filter"};
   cl_cpu_ctx *ctx = (cl_cpu_ctx *)be->context;
   const cl_cpu_gemm_kind kind = cl_cpu_gemm_of(be);
   const double conv_flop = 2.0 * s.N * s.K * s.C * s.kh * s.kw * s.H * s.W;
-  const char *rule[3];
-  for (int op = 0; op < 3; op++) rule[op] = be->iface->conv_algo(be, &s, op); /* the default's */
-  ctx->conv_algo = 3; /* F(4x4, r) forced: the workspace sized for it */
+  char rule[3][64]; /* the default's (conv_algo's string is reused at each call) */
+  ctx->conv_algo = 0;
+  for (int op = 0; op < 3; op++)
+    snprintf(rule[op], sizeof rule[op], "%s", be->iface->conv_algo(be, &s, op));
+  ctx->conv_algo = m == 6 ? 5 : 3; /* F(m x m, r) forced: the workspace sized for it */
   bench_bufs B = bench_bufs_make(be, &s);
   for (int op = 0; op < 3; op++) {
     cl_cpu_wino_chunks w;
-    if (!cl_cpu_wino_chunks_of(be, &s, op, 4, &w)) break;
+    if (!cl_cpu_wino_chunks_of(be, &s, op, m, &w)) break;
     const int C = op == 1 ? s.K : s.C, K = op == 1 ? s.C : s.K; /* the call's own roles */
     const size_t nn = (size_t)w.n * w.n, T = (size_t)w.images * w.tiles;
     const size_t rows = op == 2 ? (size_t)K : (size_t)w.kb;
@@ -362,9 +365,10 @@ static void bench_shape_wino_gemm(cl_backend *be, const char *config, const char
       if (t1 - t0 < best_call) best_call = t1 - t0;
       if (t2 - t1 < best_gemm) best_gemm = t2 - t1;
     }
-    printf("wgemm\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%.4f\t%.4f\t%.2f\t"
-           "%.3f\t%.3f\n",
-           config, part, s.N, s.C, s.K, s.H, s.W, s.kh, names[op], rule[op], op == 2 ? K : w.kb,
+    printf("wgemm\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\tF(%dx%d,%dx%d)\t%d\t%d\t%d\t%.4f\t"
+           "%.4f\t%.2f\t%.3f\t%.3f\n",
+           config, part, s.N, s.C, s.K, s.H, s.W, s.kh, names[op], rule[op], m, m, s.kh, s.kh,
+           op == 2 ? K : w.kb,
            op == 2 ? C : (int)T, op == 2 ? (int)T : C, best_call * 1e3, best_gemm * 1e3,
            flop / best_gemm / 1e9, flop / best_gemm / 1e9 / peak, best_gemm / best_call);
     free(U), free(V), free(M), free(scratch);
@@ -397,7 +401,8 @@ static void bench_table(cl_backend *be, const char *path, double peak, int quick
     else if (mode == 3)
       bench_shape_algo(be, config, part, s, peak);
     else if (mode == 4)
-      bench_shape_wino_gemm(be, config, part, s, peak);
+      for (int m = 4; m <= (s.kh == 3 ? 6 : 4); m += 2) /* and F(6x6,3x3) */
+        bench_shape_wino_gemm(be, config, part, s, peak, m);
     else
       bench_shape(be, config, part, s, peak, quick);
   }

@@ -54,9 +54,11 @@ int main(void) {
       {"input half 16 -> 192, 5x5", {6, 16, 16, 16, 192, 5, 5, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 3}},
       {"hidden half 64 -> 256, 3x3", {1, 64, 24, 24, 256, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}, {5, 3, 5}},
       /* F(6x6,3x3)'s edges: 18 x 18 pads to 20 x 20 for F(4x4,3x3) (0.64 of
-       * its products), 16 x 16 pads more, 12 x 12 is two tiles across */
+       * its products), 16 x 16 pads more, 32 x 32 as many products (over the
+       * 0.8), 12 x 12 is two tiles across */
       {"six 64 -> 64, 3x3 at 18x18", {5, 64, 18, 18, 64, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}, {5, 3, 5}},
       {"six 64 -> 64, 3x3 at 16x16", {6, 64, 16, 16, 64, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 3}},
+      {"six 64 -> 64, 3x3 at 32x32", {2, 64, 32, 32, 64, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 3}},
       {"six 64 -> 64, 3x3 at 12x12", {10, 64, 12, 12, 64, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 3}},
       {"input half 64 -> 4, 3x3", {40, 64, 24, 24, 4, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}, {1, 1, 1}},
       {"input half 16 -> 128, 3x3", {6, 16, 24, 24, 128, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}, {1, 1, 1}},
