@@ -221,39 +221,14 @@ TGT static void FN(wino_tiles)(float *D, size_t ds, const float *P, int Wp, int 
 TGT static void FN(wino_untile)(float *img, int H, int W, const float *Y, size_t ys, int m, int th,
                                 int tw, float bk, int acc) {
 #if CL_SIMD == 512
-  /* an output row's pixels 16 at a time: the tiles of 16 / m columns,
-   * their m planes interleaved (pairs, then pairs of pairs for m = 4) */
-  if (m == 2 || m == 4) {
+  /* an output row's pixels 16 at a time: the tiles of 16 / m columns.
+   * m = 2 and 4: their m planes interleaved (pairs, then pairs of pairs);
+   * other m (6): lane L is tile L / m's column L % m, each plane's values
+   * put in their lanes by one masked permute */
+  if (m <= 8) {
     const int per = 16 / m; /* tiles a vector */
     const __m512i pair = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     const __m512i quad = _mm512_set_epi32(23, 22, 7, 6, 21, 20, 5, 4, 19, 18, 3, 2, 17, 16, 1, 0);
-    const __m512 b = _mm512_set1_ps(bk);
-    for (int ty = 0; ty < th; ty++)
-      for (int i = 0; i < m && ty * m + i < H; i++) {
-        const float *yr = Y + (size_t)(i * m) * ys + (size_t)ty * tw;
-        float *orow = img + (size_t)(ty * m + i) * W;
-        for (int t0 = 0; t0 < tw; t0 += per) {
-          const int nt = tw - t0 < per ? tw - t0 : per, w = W - t0 * m < 16 ? W - t0 * m : 16;
-          const __mmask16 in = (__mmask16)((1u << nt) - 1u), keep = (__mmask16)((1u << w) - 1u);
-          const float *y0 = yr + t0;
-          __m512 v = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(in, y0), pair,
-                                            _mm512_maskz_loadu_ps(in, y0 + ys));
-          if (m == 4)
-            v = _mm512_permutex2var_ps(
-                v, quad,
-                _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(in, y0 + 2 * ys), pair,
-                                       _mm512_maskz_loadu_ps(in, y0 + 3 * ys)));
-          float *o = orow + t0 * m;
-          if (acc) v = _mm512_add_ps(_mm512_maskz_loadu_ps(keep, o), v);
-          _mm512_mask_storeu_ps(o, keep, _mm512_add_ps(v, b));
-        }
-      }
-    return;
-  }
-  /* other m (6): 16 / m tiles a vector, lane L = tile L / m's column L % m,
-   * each plane's values put in their lanes by one masked permute */
-  if (m <= 8) {
-    const int per = 16 / m;
     int tl[16];
     __mmask16 at[8] = {0};
     for (int L = 0; L < 16; L++) {
@@ -267,12 +242,24 @@ TGT static void FN(wino_untile)(float *img, int H, int W, const float *Y, size_t
         const float *yr = Y + (size_t)(i * m) * ys + (size_t)ty * tw;
         float *orow = img + (size_t)(ty * m + i) * W;
         for (int t0 = 0; t0 < tw; t0 += per) {
-          const int nt = tw - t0 < per ? tw - t0 : per, w = W - t0 * m < nt * m ? W - t0 * m : nt * m;
+          const int nt = tw - t0 < per ? tw - t0 : per;
+          const int w = W - t0 * m < nt * m ? W - t0 * m : nt * m;
           const __mmask16 in = (__mmask16)((1u << nt) - 1u), keep = (__mmask16)((1u << w) - 1u);
+          const float *y0 = yr + t0;
           __m512 v = _mm512_setzero_ps();
-          for (int j = 0; j < m; j++)
-            v = _mm512_mask_permutexvar_ps(v, at[j], tile,
-                                           _mm512_maskz_loadu_ps(in, yr + (size_t)j * ys + t0));
+          if (m == 2 || m == 4) {
+            v = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(in, y0), pair,
+                                       _mm512_maskz_loadu_ps(in, y0 + ys));
+            if (m == 4)
+              v = _mm512_permutex2var_ps(
+                  v, quad,
+                  _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(in, y0 + 2 * ys), pair,
+                                         _mm512_maskz_loadu_ps(in, y0 + 3 * ys)));
+          } else {
+            for (int j = 0; j < m; j++)
+              v = _mm512_mask_permutexvar_ps(v, at[j], tile,
+                                             _mm512_maskz_loadu_ps(in, y0 + (size_t)j * ys));
+          }
           float *o = orow + t0 * m;
           if (acc) v = _mm512_add_ps(_mm512_maskz_loadu_ps(keep, o), v);
           _mm512_mask_storeu_ps(o, keep, _mm512_add_ps(v, b));
