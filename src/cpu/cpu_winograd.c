@@ -240,8 +240,8 @@ static const wino_form *form_of(const cl_backend *be, const cl_conv_shape *s, in
   if (!ctx->conv_algo && ctx->conv_algo_env == 1) return NULL; /* off: no workspace */
   if (!ctx->conv_algo && 2.0 * s->N * s->K * s->C * s->kh * s->kw * s->H * s->W < WINO_MIN_FLOP)
     return NULL;
-  if (algo_env(be) == 4 && !rule_runs(s)) return NULL;
   const int env = algo_env(be);
+  if (env == 4 && !rule_runs(s)) return NULL;
   if (s->kh == 3)
     return &FORMS[env == 5 || (env == 4 && rule_six(s, dir)) ? 4 : env >= 3 ? 1 : 0];
   if (s->kh == 5) return &FORMS[env >= 3 ? 3 : 2];

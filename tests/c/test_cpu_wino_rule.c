@@ -60,6 +60,11 @@ int main(void) {
       {"six 64 -> 64, 3x3 at 16x16", {6, 64, 16, 16, 64, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 3}},
       {"six 64 -> 64, 3x3 at 32x32", {2, 64, 32, 32, 64, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 3}},
       {"six 64 -> 64, 3x3 at 12x12", {10, 64, 12, 12, 64, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 3}},
+      /* and at the edges themselves: 17 x 17 also pads to three tiles of 6
+       * but is under the 18 (F(4x4,3x3)); 64 x 64 takes 0.84 of F(4x4,3x3)'s
+       * products, just over the 0.8 */
+      {"six 64 -> 64, 3x3 at 17x17", {5, 64, 17, 17, 64, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 3}},
+      {"six 64 -> 64, 3x3 at 64x64", {1, 64, 64, 64, 64, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}, {3, 3, 3}},
       {"input half 64 -> 4, 3x3", {40, 64, 24, 24, 4, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}, {1, 1, 1}},
       {"input half 16 -> 128, 3x3", {6, 16, 24, 24, 128, 3, 3, 1, 1, CL_F32, 0, CL_NCHW, 0}, {1, 1, 1}},
       {"small 48 -> 192, 5x5 (under 1e8 flops)",
