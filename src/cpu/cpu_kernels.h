@@ -131,7 +131,8 @@ void cl_cpu_wino_done(const cl_cpu_wino_ticket *tk);
  * m 2 or 4, is cut into chunks (tests read the bounds by their values):
  * images a chunk, tiles an image, output channels a block of M, threads,
  * whether one chunk split by channels (small), and U[e]'s slivers: P rows
- * (cl_cpu_sgemm_panels), 0 where U[e] is stored transposed. 0: no such
+ * (cl_cpu_sgemm_panels), 0 where U[e] is stored transposed (BLAS, or
+ * more than one packing block of channels). 0: no such
  * form for s. */
 typedef struct cl_cpu_wino_chunks {
   int n, images, tiles, kb, threads, small, P; /* n: a tile's side, m + r - 1 */

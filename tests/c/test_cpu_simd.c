@@ -421,21 +421,40 @@ static void test_gemm_panels(cl_cpu_gemm_kind kind) {
                                      scratch) == -1,
              "sgemm %s: slivers refused past one block of K, for a P no tile has, and for BLAS",
              cl_cpu_gemm_name(kind));
-  /* the Winograd hidden half's products (untimed) take slivers; a product
-   * timed among several tiles, or past a block of K, none */
+  /* the Winograd hidden half's products (untimed) take slivers; so do
+   * those long enough to be timed, on tile_panel_long's rule; past a block
+   * of K, none */
   const int short_p = cl_cpu_sgemm_panel_rows(kind, 192, 64, 48);
   check_true(short_p > 0 && cl_cpu_sgemm_panel_rows(kind, 192, 64, 300) == 0 &&
-                 cl_cpu_sgemm_panel_rows(CL_CPU_GEMM_BLAS, 192, 64, 48) == 0 &&
-                 (tiles == 1 ? cl_cpu_sgemm_panel_rows(kind, 256, 256, 256) == P
-                             : cl_cpu_sgemm_panel_rows(kind, 256, 256, 256) == 0),
-             "sgemm %s: slivers of %d rows for short products, none where timed or too deep",
+                 cl_cpu_sgemm_panel_rows(CL_CPU_GEMM_BLAS, 192, 64, 48) == 0,
+             "sgemm %s: slivers of %d rows for short products, none too deep or for BLAS",
              cl_cpu_gemm_name(kind), short_p);
-  /* at the bound itself: 100 x 100 x 99 (1.98 MFLOP) is too short to time,
-   * 100 x 100 x 100 (2 MFLOP) is timed where there are tiles to time */
-  const int below = cl_cpu_sgemm_panel_rows(kind, 100, 100, 99);
-  const int at = cl_cpu_sgemm_panel_rows(kind, 100, 100, 100);
-  check_true(below > 0 && (tiles == 1 ? at == below : at == 0),
-             "sgemm %s: slivers below the timing bound (%d rows), none at it (%d)",
+  /* the long products' rule, where there are tiles to choose from (AVX-512:
+   * 8 x 48 and 12 x 32 of 24 accumulators): the tutorial's backward data
+   * (64 x 216 x 256: neither B sliver fits half of L1, so the narrower
+   * 12 x 32), its forward (72 x 240 x 64: both fit, 8 x 48 pads none), 96
+   * x 256 x 64 (12 x 32 pads less), 96 x 240 x 128 (8 x 48's sliver at
+   * exactly 24 KiB still fits), the plain stack's backward data (48 x 160
+   * x 192: only 12 x 32's fits), 64 x 256 x 64 (both pad to 18,432: the
+   * narrower) */
+  if (tiles > 1) {
+    const int rule[6][4] = {{64, 216, 256, 12}, {72, 240, 64, 8},   {96, 256, 64, 12},
+                            {96, 240, 128, 8},  {48, 160, 192, 12}, {64, 256, 64, 12}};
+    for (int i = 0; i < 6; i++) {
+      const int got = cl_cpu_sgemm_panel_rows(kind, rule[i][0], rule[i][1], rule[i][2]);
+      check_true(got == rule[i][3], "sgemm %s: a long %d x %d x %d product's slivers: %d rows, "
+                 "expected %d", cl_cpu_gemm_name(kind), rule[i][0], rule[i][1], rule[i][2], got,
+                 rule[i][3]);
+    }
+  }
+  /* at the timing bound itself: 16 x 250 x 249 (1.992 MFLOP) is too short
+   * to time and takes the tile that pads least (8 x 48), 16 x 250 x 250
+   * (2 MFLOP) the long products' rule (no B sliver fits: 12 x 32), where
+   * there are tiles to choose from */
+  const int below = cl_cpu_sgemm_panel_rows(kind, 16, 250, 249);
+  const int at = cl_cpu_sgemm_panel_rows(kind, 16, 250, 250);
+  check_true(below > 0 && (tiles == 1 ? at == below : below == 8 && at == 12),
+             "sgemm %s: slivers below the timing bound of %d rows, at it of %d",
              cl_cpu_gemm_name(kind), below, at);
 }
 
