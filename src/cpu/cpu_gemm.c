@@ -1101,9 +1101,9 @@ int cl_cpu_sgemm(cl_cpu_gemm_kind kind, int transA, int transB, int M, int N, in
 
 /* The first tile, of those a matrix B may run on, whose rows are P; -1
  * when none. */
-/* The most bytes of B sliver tile_panel_long lets a tile read per product:
- * half of a 48 KiB L1. */
-#define PANEL_B_BYTES ((size_t)24 << 10)
+/* The most bytes of B sliver tile_panel lets a tile read per product: two
+ * thirds of a 48 KiB L1 (12 x 32's at the deepest K a sliver holds, 256). */
+#define PANEL_B_BYTES ((size_t)32 << 10)
 
 static int panel_tile(const gemm_arch *tiles, int n, int P) {
   for (int i = 0, e = eligible_of(tiles, n, 0); i < e; i++)
@@ -1111,41 +1111,38 @@ static int panel_tile(const gemm_arch *tiles, int n, int P) {
   return -1;
 }
 
-/* The tile whose slivers hold an A kept for a product long enough to be
- * timed (tile_untimed's -1): one layout forgoes the timing, so a rule
- * stands in for it. Of the tiles with the most accumulators (16 x 16 is
- * bound by its broadcasts: it won a few products of 32-64 rows by up to
- * 10 % and lost the tutorial's backward data by 10-18 %), those whose B
- * sliver, nr floats a k step, fills at most half of a 48 KiB L1 (it stays
- * there across the row tiles, beside the A sliver): the one that pads C
- * least (of equals, the narrower: at 32 and 64 x 256, 12 x 32 ran 1.1-1.2x
- * as fast as 8 x 48); where none fits, the narrowest. Measured on an Intel
- * Xeon (doc/speed.md), A in these slivers against A transposed and the
- * tile timed: 1.02-1.18x as fast on the tutorial's and the plain stack's
- * long Winograd products. */
-static int tile_panel_long(const gemm_arch *tiles, int eligible, int M, int N, int K) {
-  int most = 0, best = -1, narrow = -1;
-  for (int i = 0; i < eligible; i++)
-    if (tiles[i].mr * tiles[i].nr > most) most = tiles[i].mr * tiles[i].nr;
-  double least = 0;
+/* The tile whose slivers hold an A kept for many products (one layout
+ * forgoes the timing of long products, so a rule stands in for it): of
+ * the tiles whose B sliver, nr floats a k step, fills at most two thirds
+ * of a 48 KiB L1 (it stays there across the row tiles, beside the A
+ * sliver), the one whose tiles of C cover M x N with the fewest elements,
+ * each weighed by its area_pct as tile_least_padding weighs them (of
+ * equals, the narrower). Measured on an Intel Xeon, one thread, against A
+ * transposed and the tile timed (doc/speed.md): 1.02-1.18x as fast on the
+ * tutorial's and the plain stack's long Winograd products; the plain
+ * stack's first input half backward data (16 x 160 x 192), whose 8 x 48
+ * sliver (36 KiB) padding alone chose, 1.35-1.5x as fast on 16 x 16; at
+ * 32 and 64 x 256, where 8 x 48 and 12 x 32 pad alike, 12 x 32 1.1-1.2x as
+ * fast; over a grid of 48 long products, 0.90-1.00 of the best sliver's
+ * rate (mean 0.986). */
+static int tile_panel(const gemm_arch *tiles, int eligible, int M, int N, int K) {
+  int best = 0;
+  double least = -1;
   for (int i = 0; i < eligible; i++) {
-    if (tiles[i].mr * tiles[i].nr < most) continue;
-    if (narrow < 0 || tiles[i].nr < tiles[narrow].nr) narrow = i;
     if ((size_t)tiles[i].nr * K * sizeof(float) > PANEL_B_BYTES) continue;
-    const double area = (double)round_up(M, tiles[i].mr) * round_up(N, tiles[i].nr);
-    if (best < 0 || area < least || (area == least && tiles[i].nr < tiles[best].nr))
+    const double area =
+        (double)round_up(M, tiles[i].mr) * round_up(N, tiles[i].nr) * tiles[i].area_pct;
+    if (least < 0 || area < least || (area == least && tiles[i].nr < tiles[best].nr))
       best = i, least = area;
   }
-  return best >= 0 ? best : narrow;
+  return best;
 }
 
 int cl_cpu_sgemm_panel_rows(cl_cpu_gemm_kind kind, int M, int N, int K) {
   if (kind == CL_CPU_GEMM_BLAS || M <= 0 || N <= 0 || K <= 0 || K > GEMM_KC) return 0;
   const gemm_arch *tiles;
   const int n = tiles_of(kind, &tiles), eligible = eligible_of(tiles, n, 0);
-  int tile = tile_untimed(tiles, eligible, M, N, K);
-  if (tile < 0) tile = tile_panel_long(tiles, eligible, M, N, K);
-  return tiles[tile].mr;
+  return tiles[tile_panel(tiles, eligible, M, N, K)].mr;
 }
 
 int cl_cpu_sgemm_panels(cl_cpu_gemm_kind kind, int P, int M, int N, int K, float alpha,

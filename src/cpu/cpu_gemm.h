@@ -81,14 +81,13 @@ int cl_cpu_sgemm(cl_cpu_gemm_kind kind, int transA, int transB, int M, int N, in
  * per k step, the Winograd GEMMs of the plain stack's hidden half ran at
  * 0.75 of this Intel Xeon's peak against 0.95 with A in cache
  * (doc/speed.md). cl_cpu_sgemm_panel_rows: the P to lay out such an A in
- * for products of about M x N x K: the rows of the tile a product that
- * short runs untimed; for a product long enough that cl_cpu_sgemm would
- * time its tiles, which one layout forgoes, a fixed rule's (cpu_gemm.c's
- * tile_panel_long: of the tiles with the most accumulators, the one that
- * pads least among those whose B sliver fits half of L1, else the
- * narrowest; in these slivers the tutorial's Winograd products ran
- * 1.02-1.18x as fast as transposed and timed); 0 where there is none:
- * BLAS, or K past one packing block.
+ * for products of about M x N x K, short or long: one layout forgoes the
+ * timing cl_cpu_sgemm does for long products, so a fixed rule chooses
+ * (cpu_gemm.c's tile_panel: the tile that pads C least, weighed as for
+ * short products, among those whose B sliver fits two thirds of L1; in
+ * these slivers the tutorial's long Winograd products ran 1.02-1.18x as
+ * fast as transposed and timed); 0 where there is none: BLAS, or K past
+ * one packing block.
  * cl_cpu_sgemm_panels: C = alpha op(A) B + beta C with A so laid out, B
  * row-major, on that tile (the same sums in the same order as any tile,
  * bit for bit); scratch as for cl_cpu_sgemm, never NULL. Returns -1 where

@@ -250,14 +250,17 @@ static void test_gemm_short_tiles(cl_cpu_gemm_kind kind) {
   }
   /* The edge: 2 * 192 * 64 * 81 = 1,990,656 flops is under TUNE_MIN_FLOP and
    * takes its tile untimed; one more k (2,015,232) is timed, so before any
-   * call it has none. */
+   * call it has none; and so is a product of exactly 2 MFLOP (16 x 250 x
+   * 250, called nowhere else). */
   int under = cl_cpu_gemm_tile_chosen(kind, 1, 0, 0, 192, 64, 81);
   int over = cl_cpu_gemm_tile_chosen(kind, 1, 0, 0, 192, 64, 82);
-  check_true(under == tile_index(kind, "12x32") && over == -1,
+  int at = cl_cpu_gemm_tile_chosen(kind, 1, 0, 0, 16, 250, 250);
+  check_true(under == tile_index(kind, "12x32") && over == -1 && at == -1,
              "sgemm %s: 192 x 64 x 81 (just under 2 MFLOP) takes 12x32 untimed (got %s), "
-             "192 x 64 x 82 (just over) waits for its timing (got %s)",
+             "192 x 64 x 82 (just over) and 16 x 250 x 250 (2 MFLOP) wait for their timing "
+             "(got %s, %s)",
              cl_cpu_gemm_name(kind), cl_cpu_gemm_tile_name(kind, under),
-             cl_cpu_gemm_tile_name(kind, over));
+             cl_cpu_gemm_tile_name(kind, over), cl_cpu_gemm_tile_name(kind, at));
 }
 
 /* A kind with several register tiles (AVX-512: 8x48, 12x32, 16x16) times them per
@@ -421,41 +424,35 @@ static void test_gemm_panels(cl_cpu_gemm_kind kind) {
                                      scratch) == -1,
              "sgemm %s: slivers refused past one block of K, for a P no tile has, and for BLAS",
              cl_cpu_gemm_name(kind));
-  /* the Winograd hidden half's products (untimed) take slivers; so do
-   * those long enough to be timed, on tile_panel_long's rule; past a block
-   * of K, none */
+  /* every product up to a block of K takes slivers, short or long (one
+   * layout forgoes the timing, so tile_panel's rule chooses); past a block
+   * of K, and for BLAS, none */
   const int short_p = cl_cpu_sgemm_panel_rows(kind, 192, 64, 48);
   check_true(short_p > 0 && cl_cpu_sgemm_panel_rows(kind, 192, 64, 300) == 0 &&
+                 cl_cpu_sgemm_panel_rows(kind, 256, 256, 256) > 0 &&
                  cl_cpu_sgemm_panel_rows(CL_CPU_GEMM_BLAS, 192, 64, 48) == 0,
-             "sgemm %s: slivers of %d rows for short products, none too deep or for BLAS",
-             cl_cpu_gemm_name(kind), short_p);
-  /* the long products' rule, where there are tiles to choose from (AVX-512:
-   * 8 x 48 and 12 x 32 of 24 accumulators): the tutorial's backward data
-   * (64 x 216 x 256: neither B sliver fits half of L1, so the narrower
-   * 12 x 32), its forward (72 x 240 x 64: both fit, 8 x 48 pads none), 96
-   * x 256 x 64 (12 x 32 pads less), 96 x 240 x 128 (8 x 48's sliver at
-   * exactly 24 KiB still fits), the plain stack's backward data (48 x 160
-   * x 192: only 12 x 32's fits), 64 x 256 x 64 (both pad to 18,432: the
-   * narrower) */
+             "sgemm %s: slivers of %d rows for short products, slivers for long ones, none "
+             "too deep or for BLAS", cl_cpu_gemm_name(kind), short_p);
+  /* the rule, where there are tiles to choose from (AVX-512: 8 x 48, 12 x
+   * 32 and 16 x 16, weighed 100, 100, 125): the tutorial's backward data
+   * (64 x 216 x 256: 8 x 48's B sliver, 48 KiB, is past two thirds of L1;
+   * 12 x 32's 16,128 against 16 x 16's 17,920), its forward (72 x 240 x
+   * 64: 8 x 48 pads none), 96 x 256 x 64 (12 x 32 pads less), 96 x 240 x 128
+   * (8 x 48), the plain stack's backward data (48 x 160 x 192: 8 x 48's 36
+   * KiB past the bound, 12 x 32 pads none) and its first layer's (16 x 160
+   * x 192: 16 x 16's 3,200 against 12 x 32's 3,840; padding alone chose 8
+   * x 48), 64 x 256 x 64 (8 x 48 and 12 x 32 both 18,432: the narrower) */
   if (tiles > 1) {
-    const int rule[6][4] = {{64, 216, 256, 12}, {72, 240, 64, 8},   {96, 256, 64, 12},
-                            {96, 240, 128, 8},  {48, 160, 192, 12}, {64, 256, 64, 12}};
-    for (int i = 0; i < 6; i++) {
+    const int rule[7][4] = {{64, 216, 256, 12}, {72, 240, 64, 8},   {96, 256, 64, 12},
+                            {96, 240, 128, 8},  {48, 160, 192, 12}, {16, 160, 192, 16},
+                            {64, 256, 64, 12}};
+    for (int i = 0; i < 7; i++) {
       const int got = cl_cpu_sgemm_panel_rows(kind, rule[i][0], rule[i][1], rule[i][2]);
-      check_true(got == rule[i][3], "sgemm %s: a long %d x %d x %d product's slivers: %d rows, "
+      check_true(got == rule[i][3], "sgemm %s: a %d x %d x %d product's slivers: %d rows, "
                  "expected %d", cl_cpu_gemm_name(kind), rule[i][0], rule[i][1], rule[i][2], got,
                  rule[i][3]);
     }
   }
-  /* at the timing bound itself: 16 x 250 x 249 (1.992 MFLOP) is too short
-   * to time and takes the tile that pads least (8 x 48), 16 x 250 x 250
-   * (2 MFLOP) the long products' rule (no B sliver fits: 12 x 32), where
-   * there are tiles to choose from */
-  const int below = cl_cpu_sgemm_panel_rows(kind, 16, 250, 249);
-  const int at = cl_cpu_sgemm_panel_rows(kind, 16, 250, 250);
-  check_true(below > 0 && (tiles == 1 ? at == below : below == 8 && at == 12),
-             "sgemm %s: slivers below the timing bound of %d rows, at it of %d",
-             cl_cpu_gemm_name(kind), below, at);
 }
 
 /* ---- GEMM on an im2col view ----------------------------------------------- */
