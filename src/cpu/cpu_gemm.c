@@ -72,7 +72,7 @@ typedef struct gemm_arch {
   int mr, nr;
   gemm_ukernel ukr;
   int avx_pack; /* the CPU has AVX: transposing packs may use 8 x 8 register transposes */
-  int jr_outer; /* BLIS's loop order: one B sliver stays in L1 across the row tiles */
+  int jr_outer; /* BLIS's loop order at any depth (else where a B sliver is short: jr_outer()) */
   const char *name;
   gemm_vkernel vukr; /* for views of images W % 16 == 0 wide: B is not packed (else NULL) */
   int area_pct;      /* how tile_least_padding weighs its padded area, in percent */
@@ -574,10 +574,23 @@ static const float *sliver_of(const sliver_view *v, int i, int packed, int *step
   return i < v->full ? v->at + (size_t)i * v->next : v->tail;
 }
 
+/* The most bytes of a B sliver (nr floats a k step) that a tile with its
+ * row tiles outer keeps in L1 across them anyway: a third of a 48 KiB L1.
+ * 8 x 48's at K 64 (12 KiB), read in place instead of packed, ran the
+ * tutorial's Winograd forward products (72 x 240 x 64) 1.11-1.25x as fast
+ * on an Intel Xeon (doc/speed.md). */
+#define JR_B_BYTES ((size_t)16 << 10)
+
+/* Whether a block of depth kc runs BLIS's loop order (one B sliver in L1
+ * across the row tiles): the tile's own order, or a B sliver that short. */
+static int jr_outer(const gemm_arch *ar, int kc) {
+  return ar->jr_outer || (size_t)ar->nr * kc * sizeof(float) <= JR_B_BYTES;
+}
+
 static void macro_kernel(const gemm_arch *ar, int mc, int nc, int kc, const sliver_view *av,
                          const sliver_view *bv, float *c, int ldc, float alpha, float beta) {
   int as, bs;
-  if (ar->jr_outer) {
+  if (jr_outer(ar, kc)) {
     for (int jr = 0; jr < nc; jr += ar->nr) {
       const float *b = sliver_of(bv, jr, ar->nr, &bs);
       for (int ir = 0; ir < mc; ir += ar->mr) {
@@ -646,8 +659,8 @@ static sliver_view a_block(const gemm_arch *ar, const gemm_asrc *a, int M, int i
  * packed, 65-66 in place; the portable kernel (192 x 256 x 48) 15.4-15.7
  * and 9.8-10.0. AVX-512 in place, 16 x 1024 x 192: 115 -> 169-172
  * (doc/speed.md). */
-static int b_inplace(const gemm_arch *ar, const gemm_bsrc *b) {
-  return ar->jr_outer && !b->trans && !b->view;
+static int b_inplace(const gemm_arch *ar, const gemm_bsrc *b, int kc) {
+  return jr_outer(ar, kc) && !b->trans && !b->view;
 }
 
 /* Where B's block (pc, jc) is read: a row-major op(B)'s whole slivers in
@@ -656,7 +669,7 @@ static int b_inplace(const gemm_arch *ar, const gemm_bsrc *b) {
 static sliver_view b_block(const gemm_arch *ar, const gemm_bsrc *b, int pc, int jc, int kc,
                            int nc, float *scratch) {
   sliver_view v = {scratch, scratch, (size_t)kc, ar->nr, nc};
-  if (!b_inplace(ar, b)) {
+  if (!b_inplace(ar, b, kc)) {
     pack_b(ar, b, pc, jc, kc, nc, scratch);
     return v;
   }

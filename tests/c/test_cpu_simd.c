@@ -263,6 +263,40 @@ static void test_gemm_short_tiles(cl_cpu_gemm_kind kind) {
              cl_cpu_gemm_tile_name(kind, over), cl_cpu_gemm_tile_name(kind, at));
 }
 
+/* Where a block's B sliver is short (cpu_gemm.c's jr_outer: 16 KiB or
+ * less), a tile that packs B at depth, 8 x 48, reads a row-major B in
+ * place, one sliver in L1 across the row tiles: a product of 64 deep (a
+ * sliver of 12 KiB) writes nothing into its scratch (A^T read in place,
+ * 16 rows: no sliver of A packed either), one of 256 deep (48 KiB) packs
+ * B there; both give the bits of the 12 x 32 tile. The scratch starts
+ * filled with a pattern no packed float of these operands has. */
+static void test_gemm_b_in_place(cl_cpu_gemm_kind kind) {
+  if (tile_index(kind, "8x48") < 0) return;
+  const int M = 16, N = 96, depths[2] = {64, 256};
+  for (int d = 0; d < 2; d++) {
+    const int K = depths[d];
+    float *A = rand_floats((size_t)K * M), *B = rand_floats((size_t)K * N);
+    float *C = xmalloc(sizeof(float) * M * N), *C2 = xmalloc(sizeof(float) * M * N);
+    const size_t bytes = cl_cpu_sgemm_scratch_bytes(kind, M, N, K);
+    unsigned char *scratch = xmalloc(bytes);
+    memset(scratch, 0xA5, bytes);
+    setenv("CONVLSTM_GEMM_TILE", "8x48", 1);
+    cl_cpu_sgemm(kind, 1, 0, M, N, K, 1.0f, A, M, B, N, 0.0f, C, N, scratch);
+    setenv("CONVLSTM_GEMM_TILE", "12x32", 1);
+    cl_cpu_sgemm(kind, 1, 0, M, N, K, 1.0f, A, M, B, N, 0.0f, C2, N, NULL);
+    unsetenv("CONVLSTM_GEMM_TILE");
+    size_t touched = 0;
+    for (size_t i = 0; i < bytes; i++) touched += scratch[i] != 0xA5;
+    check_true(K == 64 ? touched == 0 : touched > 0,
+               "sgemm %s: 8x48 at K = %d %s (%zu of %zu scratch bytes written)",
+               cl_cpu_gemm_name(kind), K, K == 64 ? "reads B in place" : "packs B", touched,
+               bytes);
+    check_true(memcmp(C, C2, sizeof(float) * M * N) == 0,
+               "sgemm %s: 8x48 at K = %d gives 12x32's bits", cl_cpu_gemm_name(kind), K);
+    free(A), free(B), free(C), free(C2), free(scratch);
+  }
+}
+
 /* A kind with several register tiles (AVX-512: 8x48, 12x32, 16x16) times them per
  * shape and keeps the faster, so the floats must not depend on the tile:
  * each forced tile passes the whole GEMM suite, and all give the same bits
@@ -310,6 +344,7 @@ static void test_gemm_tiles(cl_cpu_gemm_kind kind) {
              cl_cpu_gemm_name(kind), cl_cpu_gemm_tile_name(kind, after), calls);
   free(A), free(B), free(C);
   test_gemm_short_tiles(kind);
+  test_gemm_b_in_place(kind);
 }
 
 /* n random floats that end where an unreadable page begins; *map and *len
