@@ -218,53 +218,65 @@ TGT static void FN(wino_tiles)(float *D, size_t ds, const float *P, int Wp, int 
       }
 }
 
+#if CL_SIMD == 512
+/* An output row's pixels 16 at a time: the tiles of 16 / m columns. m = 2
+ * and 4: their m planes interleaved (pairs, then pairs of pairs); m = 6:
+ * lane L is tile L / 6's column L % 6, each plane's values put in their
+ * lanes by one masked permute. Inlined with m a constant at each call, so
+ * that m = 6's lane tables are constants and its loop over the planes
+ * unrolled: with m a variable, built per call (each channel of each
+ * image) and read back from the stack at each vector, the untile took
+ * 22 % of the tutorial's forward call on F(6x6,3x3) (doc/speed.md). */
+TGT static inline __attribute__((always_inline)) void FN(untile_rows)(
+    float *img, int H, int W, const float *Y, size_t ys, const int m, int th, int tw, float bk,
+    int acc) {
+  const int per = 16 / m; /* tiles a vector */
+  const __m512i pair = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i quad = _mm512_set_epi32(23, 22, 7, 6, 21, 20, 5, 4, 19, 18, 3, 2, 17, 16, 1, 0);
+  const __m512i tile = _mm512_set_epi32(2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0);
+  const __m512 b = _mm512_set1_ps(bk);
+  for (int ty = 0; ty < th; ty++)
+    for (int i = 0; i < m && ty * m + i < H; i++) {
+      const float *yr = Y + (size_t)(i * m) * ys + (size_t)ty * tw;
+      float *orow = img + (size_t)(ty * m + i) * W;
+      for (int t0 = 0; t0 < tw; t0 += per) {
+        const int nt = tw - t0 < per ? tw - t0 : per;
+        const int w = W - t0 * m < nt * m ? W - t0 * m : nt * m;
+        const __mmask16 in = (__mmask16)((1u << nt) - 1u), keep = (__mmask16)((1u << w) - 1u);
+        const float *y0 = yr + t0;
+        __m512 v = _mm512_setzero_ps();
+        if (m == 2 || m == 4) {
+          v = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(in, y0), pair,
+                                     _mm512_maskz_loadu_ps(in, y0 + ys));
+          if (m == 4)
+            v = _mm512_permutex2var_ps(
+                v, quad,
+                _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(in, y0 + 2 * ys), pair,
+                                       _mm512_maskz_loadu_ps(in, y0 + 3 * ys)));
+        } else {
+          /* plane j's lanes: columns j of the two tiles, L = j and j + 6 */
+          _Pragma("GCC unroll 6") for (int j = 0; j < 6; j++) v = _mm512_mask_permutexvar_ps(
+              v, (__mmask16)(1u << j | 1u << (j + 6)), tile,
+              _mm512_maskz_loadu_ps(in, y0 + (size_t)j * ys));
+        }
+        float *o = orow + t0 * m;
+        if (acc) v = _mm512_add_ps(_mm512_maskz_loadu_ps(keep, o), v);
+        _mm512_mask_storeu_ps(o, keep, _mm512_add_ps(v, b));
+      }
+    }
+}
+#endif
+
 TGT static void FN(wino_untile)(float *img, int H, int W, const float *Y, size_t ys, int m, int th,
                                 int tw, float bk, int acc) {
 #if CL_SIMD == 512
-  /* an output row's pixels 16 at a time: the tiles of 16 / m columns.
-   * m = 2 and 4: their m planes interleaved (pairs, then pairs of pairs);
-   * other m (6): lane L is tile L / m's column L % m, each plane's values
-   * put in their lanes by one masked permute */
-  if (m <= 8) {
-    const int per = 16 / m; /* tiles a vector */
-    const __m512i pair = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    const __m512i quad = _mm512_set_epi32(23, 22, 7, 6, 21, 20, 5, 4, 19, 18, 3, 2, 17, 16, 1, 0);
-    int tl[16];
-    __mmask16 at[8] = {0};
-    for (int L = 0; L < 16; L++) {
-      tl[L] = L / m;
-      if (L < per * m) at[L % m] |= (__mmask16)(1u << L);
-    }
-    const __m512i tile = _mm512_loadu_si512(tl);
-    const __m512 b = _mm512_set1_ps(bk);
-    for (int ty = 0; ty < th; ty++)
-      for (int i = 0; i < m && ty * m + i < H; i++) {
-        const float *yr = Y + (size_t)(i * m) * ys + (size_t)ty * tw;
-        float *orow = img + (size_t)(ty * m + i) * W;
-        for (int t0 = 0; t0 < tw; t0 += per) {
-          const int nt = tw - t0 < per ? tw - t0 : per;
-          const int w = W - t0 * m < nt * m ? W - t0 * m : nt * m;
-          const __mmask16 in = (__mmask16)((1u << nt) - 1u), keep = (__mmask16)((1u << w) - 1u);
-          const float *y0 = yr + t0;
-          __m512 v = _mm512_setzero_ps();
-          if (m == 2 || m == 4) {
-            v = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(in, y0), pair,
-                                       _mm512_maskz_loadu_ps(in, y0 + ys));
-            if (m == 4)
-              v = _mm512_permutex2var_ps(
-                  v, quad,
-                  _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(in, y0 + 2 * ys), pair,
-                                         _mm512_maskz_loadu_ps(in, y0 + 3 * ys)));
-          } else {
-            for (int j = 0; j < m; j++)
-              v = _mm512_mask_permutexvar_ps(v, at[j], tile,
-                                             _mm512_maskz_loadu_ps(in, y0 + (size_t)j * ys));
-          }
-          float *o = orow + t0 * m;
-          if (acc) v = _mm512_add_ps(_mm512_maskz_loadu_ps(keep, o), v);
-          _mm512_mask_storeu_ps(o, keep, _mm512_add_ps(v, b));
-        }
-      }
+  if (m == 2 || m == 4 || m == 6) {
+    if (m == 6)
+      FN(untile_rows)(img, H, W, Y, ys, 6, th, tw, bk, acc);
+    else if (m == 4)
+      FN(untile_rows)(img, H, W, Y, ys, 4, th, tw, bk, acc);
+    else
+      FN(untile_rows)(img, H, W, Y, ys, 2, th, tw, bk, acc);
     return;
   }
 #endif
