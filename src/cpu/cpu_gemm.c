@@ -1112,12 +1112,12 @@ int cl_cpu_sgemm(cl_cpu_gemm_kind kind, int transA, int transB, int M, int N, in
   return 0;
 }
 
-/* The first tile, of those a matrix B may run on, whose rows are P; -1
- * when none. */
 /* The most bytes of B sliver tile_panel lets a tile read per product: two
  * thirds of a 48 KiB L1 (12 x 32's at the deepest K a sliver holds, 256). */
 #define PANEL_B_BYTES ((size_t)32 << 10)
 
+/* The first tile, of those a matrix B may run on, whose rows are P; -1
+ * when none. */
 static int panel_tile(const gemm_arch *tiles, int n, int P) {
   for (int i = 0, e = eligible_of(tiles, n, 0); i < e; i++)
     if (tiles[i].mr == P) return i;
