@@ -266,15 +266,17 @@ static void test_gemm_short_tiles(cl_cpu_gemm_kind kind) {
 /* Where a block's B sliver is short (cpu_gemm.c's jr_outer: 16 KiB or
  * less), a tile that packs B at depth, 8 x 48, reads a row-major B in
  * place, one sliver in L1 across the row tiles: a product of 64 deep (a
- * sliver of 12 KiB) writes nothing into its scratch (A^T read in place,
- * 16 rows: no sliver of A packed either), one of 256 deep (48 KiB) packs
- * B there; both give the bits of the 12 x 32 tile. The scratch starts
- * filled with a pattern no packed float of these operands has. */
+ * sliver of 12 KiB) or 85 (16,320 bytes, the last depth within the
+ * bound) writes nothing into its scratch (A^T read in place, 16 rows: no
+ * sliver of A packed either), one of 86 (16,512 bytes, the first past
+ * it) or 256 deep (48 KiB) packs B there; all give the bits of the 12 x
+ * 32 tile. The scratch starts filled with a pattern no packed float of
+ * these operands has. */
 static void test_gemm_b_in_place(cl_cpu_gemm_kind kind) {
   if (tile_index(kind, "8x48") < 0) return;
-  const int M = 16, N = 96, depths[2] = {64, 256};
-  for (int d = 0; d < 2; d++) {
-    const int K = depths[d];
+  const int M = 16, N = 96, depths[4] = {64, 85, 86, 256};
+  for (int d = 0; d < 4; d++) {
+    const int K = depths[d], in_place = 48 * K * (int)sizeof(float) <= 16 * 1024;
     float *A = rand_floats((size_t)K * M), *B = rand_floats((size_t)K * N);
     float *C = xmalloc(sizeof(float) * M * N), *C2 = xmalloc(sizeof(float) * M * N);
     const size_t bytes = cl_cpu_sgemm_scratch_bytes(kind, M, N, K);
@@ -287,9 +289,9 @@ static void test_gemm_b_in_place(cl_cpu_gemm_kind kind) {
     unsetenv("CONVLSTM_GEMM_TILE");
     size_t touched = 0;
     for (size_t i = 0; i < bytes; i++) touched += scratch[i] != 0xA5;
-    check_true(K == 64 ? touched == 0 : touched > 0,
+    check_true(in_place ? touched == 0 : touched > 0,
                "sgemm %s: 8x48 at K = %d %s (%zu of %zu scratch bytes written)",
-               cl_cpu_gemm_name(kind), K, K == 64 ? "reads B in place" : "packs B", touched,
+               cl_cpu_gemm_name(kind), K, in_place ? "reads B in place" : "packs B", touched,
                bytes);
     check_true(memcmp(C, C2, sizeof(float) * M * N) == 0,
                "sgemm %s: 8x48 at K = %d gives 12x32's bits", cl_cpu_gemm_name(kind), K);
@@ -476,12 +478,14 @@ static void test_gemm_panels(cl_cpu_gemm_kind kind) {
    * (8 x 48), the plain stack's backward data (48 x 160 x 192: 8 x 48's 36
    * KiB past the bound, 12 x 32 pads none) and its first layer's (16 x 160
    * x 192: 16 x 16's 3,200 against 12 x 32's 3,840; padding alone chose 8
-   * x 48), 64 x 256 x 64 (8 x 48 and 12 x 32 both 18,432: the narrower) */
+   * x 48), 64 x 256 x 64 (8 x 48 and 12 x 32 both 18,432: the narrower);
+   * and the bound's edge, 96 x 240 at K 170 (8 x 48's sliver 32,640 bytes,
+   * within 32 KiB: 8 x 48) and 171 (32,832, past it: 12 x 32) */
   if (tiles > 1) {
-    const int rule[7][4] = {{64, 216, 256, 12}, {72, 240, 64, 8},   {96, 256, 64, 12},
+    const int rule[9][4] = {{64, 216, 256, 12}, {72, 240, 64, 8},   {96, 256, 64, 12},
                             {96, 240, 128, 8},  {48, 160, 192, 12}, {16, 160, 192, 16},
-                            {64, 256, 64, 12}};
-    for (int i = 0; i < 7; i++) {
+                            {64, 256, 64, 12},  {96, 240, 170, 8},  {96, 240, 171, 12}};
+    for (int i = 0; i < 9; i++) {
       const int got = cl_cpu_sgemm_panel_rows(kind, rule[i][0], rule[i][1], rule[i][2]);
       check_true(got == rule[i][3], "sgemm %s: a %d x %d x %d product's slivers: %d rows, "
                  "expected %d", cl_cpu_gemm_name(kind), rule[i][0], rule[i][1], rule[i][2], got,
