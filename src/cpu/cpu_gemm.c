@@ -964,6 +964,12 @@ static tune_slot *tune_find(int M, int N, int K, int flags) {
   return NULL;
 }
 
+/* The elements of C that a tile's tiles cover M x N with, weighed by its
+ * area_pct: what tile_least_padding and tile_panel compare. */
+static double weighed_area(const gemm_arch *t, int M, int N) {
+  return (double)round_up(M, t->mr) * round_up(N, t->nr) * t->area_pct;
+}
+
 /* Of the first `eligible` tiles, the one whose tiles of C cover M x N with
  * the fewest elements, each tile's weighed by its area_pct (the earliest
  * of equals): a product too short to time runs its padding at the full
@@ -973,7 +979,7 @@ static int tile_least_padding(const gemm_arch *tiles, int eligible, int M, int N
   int best = 0;
   double least = 0;
   for (int i = 0; i < eligible; i++) {
-    double area = (double)round_up(M, tiles[i].mr) * round_up(N, tiles[i].nr) * tiles[i].area_pct;
+    const double area = weighed_area(&tiles[i], M, N);
     if (i == 0 || area < least) best = i, least = area;
   }
   return best;
@@ -1166,8 +1172,7 @@ static int tile_panel(const gemm_arch *tiles, int eligible, int M, int N, int K)
   double least = -1;
   for (int i = 0; i < eligible; i++) {
     if ((size_t)tiles[i].nr * K * sizeof(float) > PANEL_B_BYTES) continue;
-    const double area =
-        (double)round_up(M, tiles[i].mr) * round_up(N, tiles[i].nr) * tiles[i].area_pct;
+    const double area = weighed_area(&tiles[i], M, N);
     if (least < 0 || area < least || (area == least && tiles[i].nr < tiles[best].nr))
       best = i, least = area;
   }
