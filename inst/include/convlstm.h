@@ -654,7 +654,9 @@ void cl_plan_free(cl_plan *p);
 
 /* The convolution calls of a step (cl_model_conv_calls): for each layer
  * (from 0) and half of its convolution (0: input to gates, 1: h_{t-1} to
- * gates, 2: an encoder-forecaster's head), each distinct direction and shape -- x [N, C, H, W] ->
+ * gates -- in training, where a layer's input joins it, [h_{t-1}, x_t] to
+ * gates, C = h + in --, 2: an encoder-forecaster's head), each distinct
+ * direction and shape -- x [N, C, H, W] ->
  * y [N, K, H, W], kernel kh x kw, dilation dh, dw, groups (1: none) -- and
  * how many times the step runs it. */
 typedef enum cl_conv_dir {

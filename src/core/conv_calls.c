@@ -2,7 +2,7 @@
  * core/conv_calls.c -- the step's convolution calls, enumerated (see
  * conv_calls.h). A training step's are read off its programs (program.h):
  * each op's calls, with the same shape helpers the executor calls
- * (cl_conv_input_half, cl_conv_hidden_half, cl_conv_head), so a shape is
+ * (cl_conv_input_half, cl_conv_hidden_half, cl_conv_joined, cl_conv_head), so a shape is
  * one fact; the steps of a layer's segment and its recomputed chunks of
  * equal length are counted, not walked, and a step's equal micro-batches
  * are one program counted as often. Inference runs step by step
@@ -60,10 +60,18 @@ static void add_h(walk *w, cl_conv_dir d, int l, int64_t n, int64_t count) {
 }
 
 /* cl_forward_steps: k steps of layer l from a step s0 (first: s0 == 0,
- * where the hidden half runs only with a state before the segment). */
+ * where the hidden half runs only with a state before the segment). A
+ * joined layer (cl_layer_joins) runs one convolution a step over [h, x],
+ * counted as its hidden half, and its input's step alone without a state. */
 static void fwd_steps(walk *w, int l, int b, int k, int first, int prev, int64_t x) {
+  const int alone = first && !prev;
+  if (cl_layer_joins(w->m, l, w->g)) {
+    add_x(w, CL_CONV_FORWARD, l, b, x * alone);
+    add(w, CL_CONV_FORWARD, l, 1, cl_conv_joined(&w->m->layer[l], w->g, b), b, x * (k - alone));
+    return;
+  }
   add_x(w, CL_CONV_FORWARD, l, (int64_t)k * b, x);
-  add_h(w, CL_CONV_FORWARD, l, b, x * (k - (first && !prev)));
+  add_h(w, CL_CONV_FORWARD, l, b, x * (k - alone));
 }
 
 /* recompute_gates: len steps in chunks of rc from step 0; the first
@@ -136,10 +144,7 @@ static void free_forward(walk *w, int b, int prev, int64_t x) {
   const cl_schedule *g = w->g;
   int tin = g->T - g->horizon + 1, fed = g->horizon - 1;
   fwd_segment(w, b, tin, prev, x);
-  for (int l = 0; l < w->m->cfg.n_layers; l++) {
-    add_x(w, CL_CONV_FORWARD, l, b, x * fed);
-    add_h(w, CL_CONV_FORWARD, l, b, x * fed);
-  }
+  for (int l = 0; l < w->m->cfg.n_layers; l++) fwd_steps(w, l, b, 1, 0, prev, x * fed);
 }
 static void free_backward(walk *w, int b, int prev, const int *truth, int64_t x) {
   const cl_schedule *g = w->g;

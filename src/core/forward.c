@@ -5,7 +5,9 @@
  *    or truncating): the input half of each layer's convolution runs once
  *    over all steps' images of the segment (the fast path), then per step
  *    only the hidden half is added and the fused cell applied; gates, c_t and
- *    h_t stay for backward. With recompute_gates the same a chunk of steps
+ *    h_t stay for backward. An input of few channels beside the hidden ones
+ *    joins the hidden half instead: one convolution a step over [h, x]
+ *    (cl_layer_joins). With recompute_gates the same a chunk of steps
  *    at a time into one chunk of gates, of which only c_t and h_t stay
  *    (backward runs each chunk again). Free-running (cl_forward_free_run): so for the
  *    input steps, then step by step with every layer in turn.
@@ -19,6 +21,7 @@
 #include "capability.h" /* cl_cap_require, cl_cap_check */
 #include "plan.h"       /* cl_schedule_make, cl_plan_build; internal.h */
 
+#include <string.h>
 
 /* A layer's bias where it is added: with the convolution (bias_of), or,
  * where the backend fuses it (be->fused_bias), in the cell (cell_bias_of);
@@ -28,6 +31,42 @@ static const float *bias_of(const cl_model *m, const cl_layer *L) {
 }
 static const float *cell_bias_of(const cl_model *m, const cl_layer *L) {
   return m->cfg.bias && m->be->fused_bias ? m->params + L->off_b : NULL;
+}
+
+/* An input this many times narrower than the hidden state joins the hidden
+ * half (cl_layer_joins). The tutorial's layer 1 (1 channel beside 64): its
+ * input half, once over every step's images, wrote 295 MB of gates that
+ * each step's hidden half read back, for a 9-tap product; joined, the
+ * input is the 65th channel of the hidden half's products, whose forward
+ * at 65 channels measured as at 64, and the step took 0.93-0.96x the time
+ * on one thread, 0.88-0.95x on two (doc/speed.md). */
+#define CL_JOIN_RATIO 16
+
+int cl_layer_joins(const cl_model *m, int l, const cl_schedule *g) {
+  const cl_layer *L = &m->layer[l];
+  /* the copy into one input is a memcpy: host memory only; one kernel
+   * for both halves; no per-gate dropout groups; channels first, so an
+   * image's h and x planes lie one after the other */
+  return g->training && !m->join_off && m->be->iface->host_accessible && L->in > 0 &&
+         (long long)L->in * CL_JOIN_RATIO <= L->hidden && L->groups_x == 1 && L->groups_h == 1 &&
+         L->kh == L->rkh && L->kw == L->rkw && g->layout == CL_NCHW;
+}
+
+/* A joined layer's weights, [4h, h + in, kh, kw]: each output channel's
+ * hidden kernels, then its input's. */
+static void join_weights(const cl_model *m, const cl_layer *L, float *wj) {
+  const size_t kk = (size_t)L->kh * L->kw, rh = (size_t)L->hidden * kk, rx = (size_t)L->in * kk;
+  for (size_t k = 0; k < 4 * (size_t)L->hidden; k++) {
+    memcpy(wj + k * (rh + rx), m->params + L->off_wh + k * rh, sizeof(float) * rh);
+    memcpy(wj + k * (rh + rx) + rh, m->params + L->off_wx + k * rx, sizeof(float) * rx);
+  }
+}
+
+/* One part of a step's joined input, whose b images are `row` bytes each:
+ * image n's `part` bytes of src (its h planes, or its x planes) at `at`. */
+static void join_part(void *out, size_t row, size_t at, const void *src, size_t part, int b) {
+  for (int n = 0; n < b; n++)
+    memcpy((char *)out + (size_t)n * row + at, (const char *)src + (size_t)n * part, part);
 }
 
 /* Layer l over steps s0..s0+len-1 of the segment buffers, b sequences,
@@ -49,13 +88,20 @@ cl_status cl_forward_steps(cl_model *m, int l, int b, int s0, int len, const voi
   cl_gates_shape gs = cl_cell_shape(m, L, g, b);
   const float *wp = cl_peep_of(L, m->params);
   void *cell = st->cell[l], *hid = st->hid[l];
+  const int join = cl_layer_joins(m, l, g);
+  const void *xin = NULL;
 
   /* training: x_t times its mask (one per sequence, the fed-back frames' too);
    * a layer without input (the forecaster's first) has its bias in the
    * hidden half, and always a state before it */
-  if (L->in) {
-    const void *xin = cl_at((void *)in, s0 * bin, t);
+  if (L->in && !join) {
+    xin = cl_at((void *)in, s0 * bin, t);
     CL_TRY(cl_dropout_input(m, l, b, len, xin, &xin));
+  }
+  if (join) {
+    join_weights(m, L, st->join_w);
+    sh = cl_conv_joined(L, g, b);
+  } else if (L->in) {
     CL_KERNEL(m, be->conv_forward(m->be, &sx, xin, m->params + L->off_wx, bias_of(m, L), z, 0,
                                   st->ws));
   } else if (s0 == 0 && !prev_h) {
@@ -66,7 +112,24 @@ cl_status cl_forward_steps(cl_model *m, int l, int b, int s0, int len, const voi
     const void *h_prev = s > 0 ? cl_at(hid, (s - 1) * bh, t) : prev_h;
     const void *c_prev = s > 0 ? cl_at(cell, (s - 1) * bh, t) : prev_c;
     if (h_prev) CL_TRY(cl_dropout_hidden(m, l, b, 1, h_prev, &h_prev));
-    if (h_prev) { /* the weights stay; only the cell runs between (same_w) */
+    if (join) {
+      /* h is copied before x_t is masked: both masked copies are made in
+       * the one dropout buffer */
+      const size_t e = cl_dtype_size(t), ph = (size_t)L->hidden * P * e, px = (size_t)L->in * P * e;
+      const void *x_s = cl_at((void *)in, (size_t)s * bin, t);
+      if (h_prev) join_part(st->join, ph + px, 0, h_prev, ph, b);
+      CL_TRY(cl_dropout_input(m, l, b, 1, x_s, &x_s));
+      if (h_prev) { /* one convolution; the weights stay between the steps (same_w) */
+        join_part(st->join, ph + px, ph, x_s, px, b);
+        CL_KERNEL(m, be->conv_forward(m->be, &sh, st->join, st->join_w, bias_of(m, L), z_s, 0,
+                                      st->ws));
+        sh.same_w = 1;
+      } else { /* no state yet: the input's step alone */
+        cl_conv_shape s1 = cl_conv_input_half(L, g, b);
+        CL_KERNEL(m, be->conv_forward(m->be, &s1, x_s, m->params + L->off_wx, bias_of(m, L), z_s,
+                                      0, st->ws));
+      }
+    } else if (h_prev) { /* the weights stay; only the cell runs between (same_w) */
       CL_KERNEL(m, be->conv_forward(m->be, &sh, h_prev, m->params + L->off_wh,
                                     L->in ? NULL : bias_of(m, L), z_s, L->in != 0, st->ws));
       sh.same_w = 1;

@@ -171,6 +171,14 @@ static inline cl_conv_shape cl_conv_hidden_half(const cl_layer *L, const cl_sche
                      L->dw, g->dtype,      G,             g->layout, 0};
   return s;
 }
+/* A joined layer's one convolution of a training step (cl_layer_joins):
+ * [h_{t-1}, x_t] -> 4h over n images, each image's h channels then its
+ * input's. */
+static inline cl_conv_shape cl_conv_joined(const cl_layer *L, const cl_schedule *g, int n) {
+  cl_conv_shape s = cl_conv_hidden_half(L, g, n);
+  s.C = L->hidden + L->in;
+  return s;
+}
 
 /* The buffers of a model and of a step: one row each, from which come the
  * enum cl_buf_kind (CL_BUF_<KIND>), the step's fields (cl_step), their
@@ -260,6 +268,10 @@ static inline cl_conv_shape cl_conv_hidden_half(const cl_layer *L, const cl_sche
   ROW(HEAD_OUT, head_out, "head_output", NULL, ONE, STORE)                                 \
   ROW(HEAD_GRAD, head_grad, "d_head", NULL, ONE, F32)                                      \
   ROW(HAND_C, hand_c, "d_cell_handover", NULL, LAYER, F32)                                 \
+  /* training, a joined layer's step (cl_layer_joins): its input [Bm, h + in,              \
+   * H, W] and its weights [4h, h + in, kh, kw], the largest layer's */                    \
+  ROW(JOIN, join, "joined_input", NULL, ONE, STORE)                                        \
+  ROW(JOIN_W, join_w, "joined_weights", NULL, ONE, F32)                                    \
   /* training with dropout: the call's seed (cl_step_options.dropout_seed),                \
    * written before the masks are drawn and read by mask_draw, so that a                   \
    * recorded step replays with a new seed (dropout.c) */                                  \
@@ -383,6 +395,8 @@ struct cl_model {
   int have_device_used;
   cl_backend_ctor make_backend; /* its backend's constructor: a split step's twins' too */
   cl_split_mode split_mode; /* CONVLSTM_SPLIT at creation: how training steps share threads */
+  int join_off; /* CONVLSTM_JOIN=0 at creation: no layer's input joins its hidden half
+                   (cl_layer_joins), for the tests that compare the two */
   struct cl_split *split; /* that step's probe and the configuration of its twins */
   cl_twins twins;         /* its per-thread models, made at its first step */
   char err[CL_ERRMSG_LEN];
@@ -655,6 +669,12 @@ cl_status cl_head_backward(cl_model *m, int l, int n0, int n, int accumulate);
 /* After the loss: d_head (float, n images) where the head's backward
  * reads it, in the step's storage dtype (nothing to do in float32). */
 cl_status cl_head_grad_store(cl_model *m, int n);
+/* Whether layer l's input joins its hidden half in a training step of
+ * geometry g: one convolution over [h_{t-1}, x_t] each step (forward.c)
+ * instead of the input half once over every step's images, where the
+ * input has few channels beside the hidden ones (forward only: backward's
+ * calls stay the halves'). */
+int cl_layer_joins(const cl_model *m, int l, const cl_schedule *g);
 /* Layer l's steps s0..s0+len-1 (in: its input from the segment's step 0),
  * their gates into z on, c and h into the layer's buffers; prev_h, prev_c
  * are read when s0 is 0. Forward, and backward's recompute_gates. */

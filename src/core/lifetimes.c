@@ -43,6 +43,8 @@ static void layer_uses(const user *u, int l, int backward, int dc_how) {
   u->use(u->ctx, CL_BUF_CELL, l, 0);
   u->use(u->ctx, CL_BUF_HID, l, 0);
   u->use(u->ctx, CL_BUF_DROPPED, -1, 0);
+  u->use(u->ctx, CL_BUF_JOIN, -1, 0); /* forward's, and backward's recomputed gates */
+  u->use(u->ctx, CL_BUF_JOIN_W, -1, 0);
   if (!backward) return;
   u->use(u->ctx, CL_BUF_DH, l, 0);
   u->use(u->ctx, CL_BUF_DC, l, dc_how);

@@ -240,6 +240,8 @@ cl_status cl_model_make(const cl_config *cfg, cl_backend_ctor make_backend, cl_m
                     : strcmp(split, "batch") == 0 ? CL_SPLIT_BATCH
                     : strcmp(split, "auto") == 0  ? CL_SPLIT_AUTO
                                                   : CL_SPLIT_CALL;
+    const char *join = getenv("CONVLSTM_JOIN");
+    m->join_off = join && strcmp(join, "0") == 0;
     m->make_backend = make_backend;
     s = alloc_backend_scratch(m);
   }

@@ -422,6 +422,17 @@ static void plan_training(plan_builder *b, const struct cl_model *m, const cl_sc
       add(b, CL_BUF_CARRY_C, l, CL_MEM_STATES, nbytes(b, e, Bm, h, P, 1));
     }
   }
+  /* a joined layer's step input and weights (forward.c), the largest layer's */
+  size_t join = 0, join_w = 0;
+  for (int l = 0; l <= top; l++) {
+    const cl_layer *L = &m->layer[l];
+    if (!cl_layer_joins(m, l, g)) continue;
+    size_t c = (size_t)L->hidden + L->in, n;
+    if ((n = nbytes(b, e, Bm, c, P, 1)) > join) join = n;
+    if ((n = nbytes(b, f, 4 * (size_t)L->hidden, c, (size_t)L->kh * L->kw, 1)) > join_w) join_w = n;
+  }
+  if (join) add(b, CL_BUF_JOIN, -1, CL_MEM_WORKSPACE, join);
+  if (join_w) add(b, CL_BUF_JOIN_W, -1, CL_MEM_WORKSPACE, join_w);
   for (int l = 0; l <= top; l++)
     if (x->hand_c[l])
       add(b, CL_BUF_HAND_C, l, CL_MEM_WORKSPACE,

@@ -10,7 +10,8 @@
  * tbptt with both targets, recompute_gates with an uneven last chunk (alone
  * and with checkpoint), free-running with and without scheduled sampling,
  * a given initial state, per-gate and shared dropout, peepholes,
- * non-square kernels, dilation, float16, and inference with and without a
+ * non-square kernels, dilation, float16, a layer whose input joins its
+ * hidden half (cl_layer_joins), and inference with and without a
  * horizon. Also: where the target is a sequence (the plan's assumption),
  * the plan's workspace row is the largest workspace any recorded call asks
  * for. And cl_model_conv_algo's names (algo_names). Exits nonzero on any
@@ -181,11 +182,12 @@ static void run(const config *c) {
   const int K = c->horizon, tx = c->free_run ? T - K + 1 : T;
   float *x = malloc(sizeof(float) * (size_t)B * T * C * P);
   float *y = malloc(sizeof(float) * (size_t)B * T * top * P);
-  float *init = malloc(sizeof(float) * (size_t)B * 8 * P * 2 * c->layers);
-  float *masks = malloc(sizeof(float) * (size_t)B * 4 * 8 * P * 2 * c->layers);
+  const int hm = c->h0 > 8 || c->h1 > 8 ? (c->h0 > c->h1 ? c->h0 : c->h1) : 8; /* widest layer */
+  float *init = malloc(sizeof(float) * (size_t)B * hm * P * 2 * c->layers);
+  float *masks = malloc(sizeof(float) * (size_t)B * 4 * hm * P * 2 * c->layers);
   fill(x, (size_t)B * T * C * P, 1);
   fill(y, (size_t)B * T * top * P, 0.5f);
-  fill(init, (size_t)B * 8 * P * 2 * c->layers, 0.5f);
+  fill(init, (size_t)B * hm * P * 2 * c->layers, 0.5f);
   cl_step_options o = {.checkpoint = c->checkpoint, .tbptt = c->tbptt,
                        .accumulation_steps = c->accumulation, .recompute_gates = c->recompute,
                        .horizon = K, .free_run = c->free_run};
@@ -457,6 +459,14 @@ int main(void) {
       {"head, teacher-forced horizon 3", 2, 6, 4, 4, 1, 5, 0, 3, 3, 1, 1, SEQ, 3, 0, 0, 0, 3, 0, 0, 0, 0, 0, CL_F32, 1},
       {"head, inference", 2, 4, 4, 4, 2, 3, 4, 3, 3, 1, 0, LAST, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32, 1},
       {"head, inference, horizon 3", 2, 4, 4, 4, 2, 3, 4, 3, 3, 1, 0, LAST, 0, 0, 0, 0, 3, 0, 0, 1, 0, 0, CL_F32, 1},
+      /* layer 1's 2 input channels join its 32 hidden (cl_layer_joins): one
+       * call a step over [h, x], the input's step alone without a state */
+      {"joined input", 2, 5, 4, 4, 2, 32, 2, 3, 3, 1, 1, SEQ, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, CL_F32, 0},
+      {"joined input, state, micro-batches", 3, 5, 4, 4, 2, 32, 2, 3, 3, 1, 1, LAST, 0, 0, 2, 0, 0, 0, 0, 1, 0, 0, CL_F32, 0},
+      {"joined input, checkpoint 3, rc 2", 2, 7, 4, 4, 2, 32, 2, 3, 3, 1, 1, LAST, 3, 0, 0, 2, 0, 0, 0, 0, 0, 0, CL_F32, 0},
+      {"joined input, tbptt 3 of 8, dropout", 2, 8, 4, 4, 2, 32, 2, 3, 3, 1, 1, SEQ, 0, 3, 0, 0, 0, 0, 0, 0, 0, 1, CL_F32, 0},
+      {"joined input, free-running, float16", 2, 6, 4, 4, 2, 32, 2, 3, 3, 1, 1, SEQ, 0, 0, 0, 0, 3, 1, 0, 0, 0, 0, CL_F16, 0},
+      {"joined input kept apart: per-gate dropout", 2, 5, 4, 4, 2, 32, 2, 3, 3, 1, 1, SEQ, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, CL_F32, 0},
   };
   for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) run(&cs[i]);
   run_forecaster("encoder-forecaster, training", 1, 3, 3, 3, 2, 0, CL_F32);
