@@ -189,6 +189,24 @@ static inline double rel_diff(const float *a, const float *b, size_t n) {
   return s > 0 ? d / s : d;
 }
 
+/* Two training steps that must agree, named what: the second's loss l1
+ * within tol of the first's l0 (relative), its n1 gradients within tol of
+ * the first's n0 (rel_diff), and those not all zero (a comparison of
+ * nothing). Prints the two gaps after what. */
+static inline void ctest_steps_agree(const char *what, double l0, const float *g0, size_t n0,
+                                     double l1, const float *g1, size_t n1, double tol) {
+  double scale = 0;
+  for (size_t i = 0; i < n0; i++) scale = fmax(scale, fabs(g0[i]));
+  const double dg = n0 == n1 ? rel_diff(g1, g0, n0) : INFINITY;
+  const double dl = fabs(l1 - l0) / fmax(fabs(l0), 1e-30);
+  CHECK(n0 == n1 && n0 > 0 && scale > 0, "%s: %zu and %zu gradients, the largest %g", what, n0,
+        n1, scale);
+  CHECK(isfinite(l1) && dl <= tol, "%s: loss %.9g against %.9g (rel %.2e, tol %.0e)", what, l1, l0,
+        dl, tol);
+  CHECK(dg <= tol, "%s: gradients: max diff / max |g| %.2e (tol %.0e)", what, dg, tol);
+  printf("%s loss rel %.1e, gradients %.1e (tol %.0e)\n", what, dl, dg, tol);
+}
+
 /* Exit status of a test program: prints the verdict. */
 static int ctest_done(const char *name) {
   if (ctest_failures) {

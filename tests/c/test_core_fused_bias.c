@@ -100,18 +100,9 @@ static void compare(const fcase *f, cl_device dev, double tol) {
   double l0 = NAN, l1 = NAN;
   size_t n0 = 0, n1 = 0;
   if (!step(f, dev, 0, &l0, g0, &n0) || !step(f, dev, 1, &l1, g1, &n1)) return;
-  double scale = 0, worst = 0;
-  for (size_t i = 0; i < n0; i++) scale = fmax(scale, fabs(g0[i]));
-  for (size_t i = 0; i < n0 && n0 == n1; i++) worst = fmax(worst, fabs(g1[i] - g0[i]));
-  worst /= scale > 0 ? scale : 1;
-  const double dl = fabs(l1 - l0) / fmax(fabs(l0), 1e-30);
-  CHECK(n0 == n1 && n0 > 0 && scale > 0, "%s: %zu and %zu gradients", f->what, n0, n1);
-  CHECK(isfinite(l1) && dl <= tol, "%s (%s): loss fused %.9g, unfused %.9g (rel %.2e, tol %.0e)",
-        f->what, dev ? "cuda" : "cpu", l1, l0, dl, tol);
-  CHECK(worst <= tol, "%s (%s): gradients fused vs unfused: max diff / max |g| %.2e (tol %.0e)",
-        f->what, dev ? "cuda" : "cpu", worst, tol);
-  printf("%-48s %-4s loss rel %.1e, gradients %.1e (tol %.0e)\n", f->what,
-         dev ? "cuda" : "cpu", dl, worst, tol);
+  char what[128]; /* the fused step (second) against the unfused */
+  snprintf(what, sizeof what, "%-48s %-4s fused:", f->what, dev ? "cuda" : "cpu");
+  ctest_steps_agree(what, l0, g0, n0, l1, g1, n1, tol);
   if (dev != CL_DEVICE_CUDA) return;
   /* the fused sums in a fixed order: the same bits run after run */
   double l2 = NAN;

@@ -113,18 +113,9 @@ static void compare(const jmodel *jm, int k) {
   double l0 = NAN, l1 = NAN;
   size_t n0 = 0, n1 = 0;
   if (!step(jm, k, 0, &l0, g0, &n0) || !step(jm, k, 1, &l1, g1, &n1)) return;
-  double scale = 0, worst = 0;
-  for (size_t i = 0; i < n0; i++) scale = fmax(scale, fabs(g0[i]));
-  for (size_t i = 0; i < n0 && n0 == n1; i++) worst = fmax(worst, fabs(g1[i] - g0[i]));
-  worst /= scale > 0 ? scale : 1;
-  const double dl = fabs(l1 - l0) / fmax(fabs(l0), 1e-30);
-  CHECK(n0 == n1 && n0 > 0 && scale > 0, "%s, %s: %zu and %zu gradients", jm->what, what, n0, n1);
-  CHECK(isfinite(l1) && dl <= tol, "%s, %s: loss joined %.9g, apart %.9g (rel %.2e, tol %.0e)",
-        jm->what, what, l1, l0, dl, tol);
-  CHECK(worst <= tol, "%s, %s: gradients joined vs apart: max diff / max |g| %.2e (tol %.0e)",
-        jm->what, what, worst, tol);
-  printf("%-26s %-32s loss rel %.1e, gradients %.1e (tol %.0e)\n", jm->what, what, dl, worst,
-         tol);
+  char name[128]; /* joined (second) against apart */
+  snprintf(name, sizeof name, "%-26s %-32s joined:", jm->what, what);
+  ctest_steps_agree(name, l0, g0, n0, l1, g1, n1, tol);
 }
 
 int main(void) {
