@@ -412,15 +412,23 @@ step_work <- function(ptr, config, cfg, B, T, H, W, target, optimizer_kind, thre
   L <- length(hid)
   # per layer: the steps each sample runs it forward and backward (the
   # images of its input half's forward calls and filter gradients; a layer
-  # reading nothing, a forecaster's first, its hidden half's), the channels
-  # it reads (0: none) and whether its input's gradient is needed
+  # reading nothing, a forecaster's first, its hidden half's; a layer whose
+  # input joins its hidden half, src/core/forward.c, both halves' forward
+  # calls: the joined steps listed as its hidden half's, over h + in
+  # channels, and a first step without a state as its input half's), the
+  # channels it reads (0: none) and whether its input's gradient is needed
   images <- function(dir, half) {
     on <- calls$direction == dir & calls$half == half
     v <- tapply(n[on] * calls$count[on], factor(calls$layer[on], levels = seq_len(L) - 1), sum)
     ifelse(is.na(v), 0, v) / B
   }
-  has_x <- images("forward", 0) > 0
-  fwd <- ifelse(has_x, images("forward", 0), images("forward", 1))
+  has_x <- images("backward_filter", 0) > 0 # the input's filter gradient never joins
+  joined <- vapply(seq_len(L) - 1, function(l) {
+    on <- calls$layer == l & calls$half == 1 & calls$direction == "forward"
+    any(calls$C[on] / calls$groups[on] > hid[[l + 1]])
+  }, logical(1))
+  fwd <- ifelse(joined, images("forward", 0) + images("forward", 1),
+                ifelse(has_x, images("forward", 0), images("forward", 1)))
   bwd <- ifelse(has_x, images("backward_filter", 0), images("backward_filter", 1))
   inp <- vapply(seq_len(L) - 1, function(l) {
     c0 <- calls$C[calls$layer == l & calls$half == 0]

@@ -532,3 +532,31 @@ test_that("the cost model reads the step's convolution calls from the core", {
   inf <- convlstm:::c_conv_calls(ptr, c(2, 5, 6, 6), FALSE, NULL, FALSE)
   expect_setequal(inf$direction, "forward")
 })
+
+test_that("the cost model counts a joined layer's steps as its two halves' (CONVLSTM_JOIN=0)", {
+  # 1 input channel beside 16 hidden: layer 1 joins its hidden half in
+  # training (src/core/forward.c), one call a step over 17 channels; the
+  # same model made with CONVLSTM_JOIN=0 runs the halves apart
+  joined <- convlstm(1, c(16, 1), 3, device = "cpu", threads = 1)
+  on.exit(convlstm_release(joined))
+  withr_env <- Sys.getenv("CONVLSTM_JOIN", NA)
+  Sys.setenv(CONVLSTM_JOIN = "0")
+  apart <- tryCatch(convlstm(1, c(16, 1), 3, device = "cpu", threads = 1),
+                    finally = if (is.na(withr_env)) Sys.unsetenv("CONVLSTM_JOIN") else
+                      Sys.setenv(CONVLSTM_JOIN = withr_env))
+  on.exit(convlstm_release(apart), add = TRUE)
+  calls <- function(m) convlstm:::c_conv_calls(convlstm:::model_ptr(m), c(4L, 5L, 8L, 8L), TRUE,
+                                              NULL, TRUE)
+  on <- function(cl) cl$layer == 0 & cl$half == 1 & cl$direction == "forward"
+  expect_true(all(calls(joined)$C[on(calls(joined))] == 17))
+  expect_true(all(calls(apart)$C[on(calls(apart))] == 16))
+  conf <- convlstm:::c_model_config(convlstm:::model_ptr(joined))
+  cfg <- list(dtype = "float32", checkpoint = 0L, accumulation_steps = 1L, tbptt = 0L)
+  work <- function(m) {
+    convlstm:::step_work(convlstm:::model_ptr(m), conf, cfg, 4, 5, 8, 8, "sequence", "adam", 1)
+  }
+  # the same products and the same traffic; the joined weights are read
+  # once a step instead of the halves' once a call
+  expect_equal(work(joined)[["flops"]], work(apart)[["flops"]])
+  expect_equal(work(joined)[["bytes"]], work(apart)[["bytes"]])
+})
