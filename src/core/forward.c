@@ -33,25 +33,6 @@ static const float *cell_bias_of(const cl_model *m, const cl_layer *L) {
   return m->cfg.bias && m->be->fused_bias ? m->params + L->off_b : NULL;
 }
 
-/* An input this many times narrower than the hidden state joins the hidden
- * half (cl_layer_joins). The tutorial's layer 1 (1 channel beside 64): its
- * input half, once over every step's images, wrote 295 MB of gates that
- * each step's hidden half read back, for a 9-tap product; joined, the
- * input is the 65th channel of the hidden half's products, whose forward
- * at 65 channels measured as at 64, and the step took 0.93-0.96x the time
- * on one thread, 0.88-0.95x on two (doc/speed.md). */
-#define CL_JOIN_RATIO 16
-
-int cl_layer_joins(const cl_model *m, int l, const cl_schedule *g) {
-  const cl_layer *L = &m->layer[l];
-  /* the copy into one input is a memcpy: host memory only; one kernel
-   * for both halves; no per-gate dropout groups; channels first, so an
-   * image's h and x planes lie one after the other */
-  return g->training && !m->join_off && m->be->iface->host_accessible && L->in > 0 &&
-         (long long)L->in * CL_JOIN_RATIO <= L->hidden && L->groups_x == 1 && L->groups_h == 1 &&
-         L->kh == L->rkh && L->kw == L->rkw && g->layout == CL_NCHW;
-}
-
 /* A joined layer's weights, [4h, h + in, kh, kw]: each output channel's
  * hidden kernels, then its input's. */
 static void join_weights(const cl_model *m, const cl_layer *L, float *wj) {

@@ -672,9 +672,24 @@ cl_status cl_head_grad_store(cl_model *m, int n);
 /* Whether layer l's input joins its hidden half in a training step of
  * geometry g: one convolution over [h_{t-1}, x_t] each step (forward.c)
  * instead of the input half once over every step's images, where the
- * input has few channels beside the hidden ones (forward only: backward's
- * calls stay the halves'). */
-int cl_layer_joins(const cl_model *m, int l, const cl_schedule *g);
+ * input has CL_JOIN_RATIO times fewer channels than the hidden state or
+ * fewer (forward only: backward's calls stay the halves'). The tutorial's
+ * layer 1 (1 channel beside 64): its input half, once over every step's
+ * images, wrote 295 MB of gates that each step's hidden half read back,
+ * for a 9-tap product; joined, the input is the 65th channel of the
+ * hidden half's products, whose forward at 65 channels measured as at 64,
+ * and the step took 0.93-0.96x the time on one thread, 0.88-0.95x on two
+ * (doc/speed.md). The copy into one input is a memcpy: host memory only;
+ * one kernel for both halves; no per-gate dropout groups; channels first,
+ * so an image's h and x planes lie one after the other. Read by the
+ * executor, the calls list and the plan alike. */
+#define CL_JOIN_RATIO 16
+static inline int cl_layer_joins(const cl_model *m, int l, const cl_schedule *g) {
+  const cl_layer *L = &m->layer[l];
+  return g->training && !m->join_off && m->be->iface->host_accessible && L->in > 0 &&
+         (long long)L->in * CL_JOIN_RATIO <= L->hidden && L->groups_x == 1 && L->groups_h == 1 &&
+         L->kh == L->rkh && L->kw == L->rkw && g->layout == CL_NCHW;
+}
 /* Layer l's steps s0..s0+len-1 (in: its input from the segment's step 0),
  * their gates into z on, c and h into the layer's buffers; prev_h, prev_c
  * are read when s0 is 0. Forward, and backward's recompute_gates. */

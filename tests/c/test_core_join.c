@@ -15,7 +15,8 @@
  * 16), whose input gradient flows on into the layer below. The step's
  * list of convolution calls must hold the joined call (C = h + in) where
  * a layer joins and none where CONVLSTM_JOIN=0, so a predicate that never
- * joins fails here too.
+ * joins fails here too; and the rule's edge on both sides (1 channel
+ * beside 16 hidden joins, beside 15 not).
  */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L /* setenv */
@@ -118,7 +119,23 @@ static void compare(const jmodel *jm, int k) {
   ctest_steps_agree(name, l0, g0, n0, l1, g1, n1, tol);
 }
 
+/* The rule's edge (CL_JOIN_RATIO 16): 1 input channel beside 16 hidden
+ * joins, beside 15 it does not. */
+static void edge(int hidden, int joins) {
+  cl_config c = ctest_config(1, hidden, 1, 3, 3, 1, 1);
+  cl_step_options o;
+  memset(&o, 0, sizeof o);
+  cl_model *m = ctest_model(&c);
+  if (!m) return;
+  const int calls = joined_calls(m, &o, 0, hidden, 1);
+  CHECK(joins ? calls > 0 : calls == 0, "1 channel beside %d hidden: %d joined calls, expected %s",
+        hidden, calls, joins ? "some" : "none");
+  cl_model_free(m);
+}
+
 int main(void) {
+  edge(16, 1);
+  edge(15, 0);
   for (size_t j = 0; j < sizeof models / sizeof *models; j++)
     for (int k = 0; k < CTEST_STEP_CASES + EXTRA; k++) {
       if (models[j].h1 != 1 && k == CTEST_STEP_CASES + 3) continue; /* fed back: 1 channel out */
