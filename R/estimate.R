@@ -100,7 +100,11 @@
 #'   `options(convlstm.stage_batches)`, [convlstm_fit()]). They are host memory, outside the
 #'   allocator ([convlstm_memory_stats()] does not count them), so they
 #'   are added to `total` and `reserved` too: what a fit from the source
-#'   takes, which `memory_budget` must hold.
+#'   takes, which `memory_budget` must hold. Where those batches are sent
+#'   ahead on the GPU's copy stream (`options(convlstm.send_ahead)`), the
+#'   two device buffers they are sent into are planned as well
+#'   (`staged_device`, `staged_device_next`: the same bytes, y from a
+#'   multiple of 256), device memory of the model while an epoch trains.
 #' @return A data frame of class `convlstm_memory_estimate` with columns
 #'   `category` and `bytes`: one row per category (`parameters`,
 #'   `gradients`, `optimizer`, `activations`, `states`, `workspace`,

@@ -78,9 +78,10 @@ c_train_step <- function(ptr, x, y, target, optimizer, options = NULL) {
 c_train_step_start <- function(ptr, x, y, target, optimizer, options = NULL, staged = NULL) {
   .Call(ffi_train_step_start, ptr, x, y, target, c_optim(optimizer), options, staged)
 }
-c_staged_fill <- function(ptr, x, y, target, spare = NULL) {
-  .Call(ffi_staged_fill, ptr, x, y, target, spare)
+c_staged_fill <- function(ptr, x, y, target, spare = NULL, send = FALSE) {
+  .Call(ffi_staged_fill, ptr, x, y, target, spare, send)
 }
+c_staged_unreserve <- function(ptr) invisible(.Call(ffi_staged_unreserve, ptr))
 c_train_step_wait <- function(job) .Call(ffi_train_step_wait, job)
 c_train_step_finish <- function(ptr, job) watch_skips(ptr, .Call(ffi_train_step_finish, job))
 

@@ -72,7 +72,10 @@
 #'   storage type meanwhile, into page-locked host memory, so that its step
 #'   only uploads it (`options(convlstm.stage_batches = FALSE)` leaves the
 #'   conversion to the step; `TRUE` stages on the CPU too, where it only adds
-#'   a copy).
+#'   a copy); that upload runs on a copy stream while the step before
+#'   computes, into one of two device buffers of the model held while the
+#'   epoch trains (`options(convlstm.send_ahead = FALSE)` uploads it at its
+#'   step).
 #' @param callbacks A list of callbacks ([convlstm_callback()],
 #'   [convlstm_callback_early_stopping()], [convlstm_callback_model_checkpoint()],
 #'   [convlstm_callback_csv_logger()]), called in that order at each point.

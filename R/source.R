@@ -280,16 +280,24 @@ source_staging <- function(s, batch_size, call, config = NULL) {
 # The batches a fit of this source converts ahead (R/source_prefetch.R's
 # stage_batch(): a function or arrays source on a model that stages, a GPU
 # by default): two, x in the model's storage dtype and y in float32, in
-# page-locked host memory. Counted whenever such a fit may stage them (a
-# last-state target or a forecast stages none: source_stages()).
+# page-locked host memory; where they are sent ahead too (send_enabled()),
+# the model's two device buffers they are sent into (src/core/ahead.c:
+# y after x at a multiple of 256 bytes). Counted whenever such a fit may
+# stage them (a last-state target or a forecast stages none:
+# source_stages()).
 staged_staging <- function(s, batch_size, config) {
-  if (is.null(config) || !s$kind %in% c("function", "arrays") ||
-      !stage_enabled(list(config = config))) {
+  f <- list(config = config)
+  if (is.null(config) || !s$kind %in% c("function", "arrays") || !stage_enabled(f)) {
     return(NULL)
   }
-  x_bytes <- if (identical(config$dtype, "float32")) 4 else 2
-  one <- batch_size * (prod(as.double(s$x_dim)) * x_bytes + prod(as.double(s$y_dim)) * 4)
-  c(staged_batch = one, staged_batch_next = one)
+  x_bytes <- batch_size * prod(as.double(s$x_dim)) *
+    if (identical(config$dtype, "float32")) 4 else 2
+  y_bytes <- batch_size * prod(as.double(s$y_dim)) * 4
+  one <- x_bytes + y_bytes
+  host <- c(staged_batch = one, staged_batch_next = one)
+  if (!send_enabled(f)) return(host)
+  dev <- ceiling(x_bytes / 256) * 256 + y_bytes
+  c(host, staged_device = dev, staged_device_next = dev)
 }
 
 # ---- a fit's view of a source (fit_check.R, fit_loop.R) ----

@@ -27,7 +27,10 @@
 # - On a GPU, the next batch read ahead is also converted on R's thread
 #   while the step runs (a staged batch: src/core/staged.c, page-locked
 #   memory), so that its step only uploads it instead of converting it on
-#   the step's thread while the device waits (stage_batch()).
+#   the step's thread while the device waits (stage_batch()), and then sent
+#   ahead: uploaded on the copy stream into a device buffer while the
+#   step's kernels run, so that its step only copies it on the device
+#   (send_enabled(), src/core/ahead.c).
 #
 # f$ahead, for the epoch running: its kind ("file", "thread" for a
 # function or arrays source, "arrays" for plain arrays), order and epoch,
@@ -77,6 +80,9 @@ source_step_done <- function(f) {
 }
 source_epoch_end <- function(f) {
   source_step_done(f)
+  if (send_enabled(f)) { # the buffers batches were sent ahead into (none left by a released model)
+    tryCatch(c_staged_unreserve(f$ptr), convlstm_error_state = function(cnd) NULL)
+  }
   f$ahead <- NULL
   invisible(f)
 }
@@ -103,15 +109,29 @@ stage_enabled <- function(f) {
   !identical(f$config$backend, "cpu")
 }
 
+# Whether a staged batch is also sent ahead: uploaded into one of two
+# device buffers of the model on the backend's copy stream while the step
+# before computes (src/core/ahead.c), so that its step copies it on the
+# device instead of waiting for the upload. On a GPU; on the CPU the copy
+# gains nothing. options(convlstm.send_ahead = TRUE or FALSE) decides
+# instead (a test sends on the CPU; a benchmark compares).
+send_enabled <- function(f) {
+  if (!stage_enabled(f)) return(FALSE)
+  opt <- getOption("convlstm.send_ahead")
+  if (!is.null(opt)) return(isTRUE(opt))
+  !identical(f$config$backend, "cpu")
+}
+
 # A batch read ahead, converted now for the model (while the step before
-# runs): its staged handle, the memory of f$ahead$spare (the last step's,
-# which has ended) reused; NULL when not staged, and then its step converts
-# it. Out of host memory for it is that: NULL.
+# runs), and sent ahead where send_enabled(): its staged handle, the memory
+# of f$ahead$spare (the last step's, which has ended) reused; NULL when not
+# staged, and then its step converts it. Out of host memory for it is that:
+# NULL.
 stage_batch <- function(f, batch) {
   if (!stage_enabled(f) || inherits(batch, "condition")) return(NULL)
   spare <- f$ahead$spare
   f$ahead$spare <- NULL # its batch moves into the new handle
-  tryCatch(c_staged_fill(f$ptr, batch$x, batch$y, f$target, spare),
+  tryCatch(c_staged_fill(f$ptr, batch$x, batch$y, f$target, spare, send_enabled(f)),
            convlstm_error_oom = function(cnd) NULL)
 }
 

@@ -25,7 +25,10 @@
 # without, alternating, after checking that both give identical losses;
 # the next batch also converted during the step (staged_ahead:
 # options(convlstm.stage_batches = TRUE), the default on a GPU, where the
-# other cases here set it FALSE; on the CPU it only adds a copy);
+# other cases here set it FALSE; on the CPU it only adds a copy), and
+# also sent ahead (sent_ahead: options(convlstm.send_ahead = TRUE), the
+# default on a GPU: uploaded on the copy stream into a device buffer while
+# the step before computes, src/core/ahead.c; staged_ahead sets it FALSE);
 # and the same epoch with the training set uploaded once
 # (data_on_device = TRUE), the batch gathered on the device: the bound
 # the host path is measured against (issue 36: no slower than it).
@@ -126,8 +129,9 @@ bench_arrays <- function() {
   ya <- array(xa[, Ta, 1, , ], c(na, 1, Sa, Sa))
   small <- convlstm(1, c(2, 1), 3, device = device, threads = threads)
   sd0 <- convlstm_state_dict(small)
-  epoch_a <- function(overlap, on_device = FALSE, stage = FALSE) {
-    old <- options(convlstm.prefetch = overlap, convlstm.stage_batches = stage)
+  epoch_a <- function(overlap, on_device = FALSE, stage = FALSE, send = FALSE) {
+    old <- options(convlstm.prefetch = overlap, convlstm.stage_batches = stage,
+                   convlstm.send_ahead = send)
     on.exit(options(old))
     convlstm_load_state_dict(small, sd0)
     set.seed(4)
@@ -138,18 +142,21 @@ bench_arrays <- function() {
   a <- epoch_a(TRUE) # warm-up, and the check
   b <- epoch_a(FALSE)
   st <- epoch_a(TRUE, stage = TRUE)
-  stopifnot(identical(a[["loss"]], b[["loss"]]), identical(a[["loss"]], st[["loss"]]))
+  se <- epoch_a(TRUE, stage = TRUE, send = TRUE)
+  stopifnot(identical(a[["loss"]], b[["loss"]]), identical(a[["loss"]], st[["loss"]]),
+            identical(a[["loss"]], se[["loss"]]))
   slice_s <- stats::median(vapply(1:5, function(k) {
     i <- sample.int(na, Ba)
     t0 <- proc.time()[["elapsed"]]
     invisible(list(xa[i, , , , , drop = FALSE], ya[i, , , , drop = FALSE]))
     proc.time()[["elapsed"]] - t0
   }, numeric(1)))
-  cases <- c("sliced_ahead", "staged_ahead", "sliced_at_step", "data_on_device")
-  times <- matrix(NA_real_, rounds, 4, dimnames = list(NULL, cases))
+  cases <- c("sliced_ahead", "staged_ahead", "sent_ahead", "sliced_at_step", "data_on_device")
+  times <- matrix(NA_real_, rounds, length(cases), dimnames = list(NULL, cases))
   for (r in seq_len(rounds)) {
     times[r, "sliced_ahead"] <- epoch_a(TRUE)[["seconds"]]
     times[r, "staged_ahead"] <- epoch_a(TRUE, stage = TRUE)[["seconds"]]
+    times[r, "sent_ahead"] <- epoch_a(TRUE, stage = TRUE, send = TRUE)[["seconds"]]
     times[r, "sliced_at_step"] <- epoch_a(FALSE)[["seconds"]]
     times[r, "data_on_device"] <- epoch_a(TRUE, on_device = TRUE)[["seconds"]]
   }

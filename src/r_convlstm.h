@@ -203,7 +203,8 @@ SEXP ffi_optim_check(SEXP opt);
 SEXP ffi_train_step(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts);
 SEXP ffi_train_step_start(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts,
                           SEXP staged);
-SEXP ffi_staged_fill(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP spare);
+SEXP ffi_staged_fill(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP spare, SEXP send);
+SEXP ffi_staged_unreserve(SEXP ptr);
 SEXP ffi_train_step_wait(SEXP h);
 SEXP ffi_train_step_finish(SEXP h);
 

@@ -216,6 +216,7 @@ SEXP ffi_train_step(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts) 
 typedef struct {
   cl_staged *b;
   int in_use;
+  int send; /* sent ahead into the model's device buffers (core/ahead.c) when there are some */
 } staged_box;
 
 static SEXP staged_tag(void) { return Rf_install("convlstm_staged"); }
@@ -236,8 +237,10 @@ static void staged_finalize(SEXP h) {
 /* x and y of the next step converted for the model while its step runs:
  * a new handle holding the batch (and x, y: the step may pack them after
  * all), the batch of `spare` (a handle no step reads any more) refilled
- * when there is one. */
-SEXP ffi_staged_fill(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP spare) {
+ * when there is one; with send, also uploaded ahead into a device buffer
+ * of the model that the running step does not read, when it has one
+ * (reserved at the step's start: ffi_train_step_start). */
+SEXP ffi_staged_fill(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP spare, SEXP send) {
   const cl_model *m = r_model_beside_step(ptr);
   cl_host_array hx, hy;
   r_host_array(x, 5, "x", &hx);
@@ -258,8 +261,19 @@ SEXP ffi_staged_fill(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP spare) {
   char err[CL_ERRMSG_LEN];
   cl_status st = cl_staged_fill(m, &box->b, &hx, &hy, err, sizeof err);
   if (st != CL_OK) r_raise(st, err);
+  box->send = Rf_asLogical(send) == TRUE;
+  int sent = 0;
+  if (box->send && (st = cl_staged_send(m, box->b, &sent, err, sizeof err)) != CL_OK)
+    r_raise(st, err);
+  Rf_setAttrib(h, Rf_install("sent"), Rf_ScalarLogical(sent)); /* for the tests */
   UNPROTECT(2);
   return h;
+}
+
+/* The model's buffers of batches sent ahead freed (a fit's epoch ended). */
+SEXP ffi_staged_unreserve(SEXP ptr) {
+  cl_staged_unreserve(r_model(ptr));
+  return R_NilValue;
 }
 
 typedef struct {
@@ -338,6 +352,14 @@ SEXP ffi_train_step_start(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP 
   j->ptr = ptr;
   j->mark = R_ExternalPtrProtected(ptr);
   SET_VECTOR_ELT(prot, 6, j->mark); /* kept here while the model is marked stepping */
+  /* the buffers the next batch is sent into while this step runs, as
+   * large as this batch; without device memory for them batches upload at
+   * their steps, as before */
+  if (box && box->send) {
+    cl_status rs = cl_staged_reserve(m, box->b);
+    if (rs == CL_E_OOM) rs = CL_OK;
+    R_CL_CHECK(m, rs);
+  }
   j->staged = box;
   if (box) box->in_use = 1;
   r_model_step_begin(ptr);

@@ -285,6 +285,24 @@ typedef enum { CL_GRAPH_AUTO = 0, CL_GRAPH_PLAIN = 1, CL_GRAPH_OFF_COMM = 2 } cl
  * takes malloc's memory instead, as when the slots are NULL. host_free
  * takes be NULL (a staged batch may outlive its model) and may wait for the
  * device (CUDA's cudaFreeHost does).
+ * (optional) ahead_upload: bytes of host memory (host_alloc's, or the
+ * CPU's own) into dst, one of the core's two device buffers of batches sent
+ * ahead (core/ahead.c), numbered slot (0 or 1), queued on a copy stream of
+ * the backend's own so that it runs while the stream's kernels do: after
+ * whatever the stream queued before slot's last ahead_release, and ahead of
+ * slot's next ahead_acquire and ahead_sync. Like host_alloc, callable from
+ * another thread while a step runs: it touches only the copy stream and
+ * slot's two events (no be->err: a failure clears the runtime's error and
+ * is a status). NULL: no batch is sent ahead; each uploads at its step.
+ * The CPU's copies at once (its stream is the caller).
+ * (optional) ahead_acquire: the stream's next work waits for slot's last
+ * ahead_upload. ahead_release: the stream's work queued so far is the last
+ * to read slot's buffer until the next acquire. Both SYNC: a recorded step
+ * (cuda_graph.cu) turns itself off at them, since it would replay the wait
+ * of one batch. Default: nothing to wait for (uploads done at once).
+ * (optional) ahead_sync: the calling thread waits for slot's last
+ * ahead_upload (before its host memory is refilled or freed, or its
+ * buffer freed); callable beside a step, as ahead_upload. Default: none.
  * (optional) gather_rows: whole rows of a time-major tensor src [T, N, row]
  * into dst [nt, nb, row]: for t in [t0, t0 + nt) and j in [0, nb),
  * dst[(t - t0) * nb + j] = src[t * N + idx[j]], each row row_bytes long.
@@ -321,6 +339,12 @@ typedef enum { CL_GRAPH_AUTO = 0, CL_GRAPH_PLAIN = 1, CL_GRAPH_OFF_COMM = 2 } cl
   X(NONE, OPT, cl_status, host_alloc, (cl_backend * be, size_t bytes, void **host),               \
     (be, bytes, host))                                                                             \
   X(NONE, OPT, void, host_free, (cl_backend * be, void *host), (be, host))                         \
+  X(NONE, OPT, cl_status, ahead_upload,                                                           \
+    (cl_backend * be, int slot, void *dst, const void *host_src, size_t bytes),                   \
+    (be, slot, dst, host_src, bytes))                                                              \
+  X(SYNC, OPT, cl_status, ahead_acquire, (cl_backend * be, int slot), (be, slot))                  \
+  X(SYNC, OPT, cl_status, ahead_release, (cl_backend * be, int slot), (be, slot))                  \
+  X(NONE, OPT, cl_status, ahead_sync, (cl_backend * be, int slot), (be, slot))                     \
   X(STEP, OPT, cl_status, gather_rows,                                                            \
     (cl_backend * be, void *dst, const void *src, const int *idx, int nb, int N, int t0, int nt,  \
      size_t row_bytes),                                                                            \

@@ -234,8 +234,8 @@ cl_status cl_model_train_step_data(cl_model *m, const cl_data *d, const int *idx
                    cl_dtype_name(d->dtype), cl_dtype_name(m->cfg.dtype));
   CL_TRY(ensure_index(m, n));
   CL_KERNEL(m, m->be->iface->upload(m->be, m->data_idx, idx, (size_t)n * sizeof(int)));
-  cl_source xs = {NULL, d->x, d->N, d->row_x, d->dtype, idx, m->data_idx, NULL};
-  cl_source ys = {NULL, d->y, d->N, d->row_y, CL_F32, idx, m->data_idx, NULL};
+  cl_source xs = {NULL, d->x, d->N, d->row_x, d->dtype, idx, m->data_idx, NULL, NULL};
+  cl_source ys = {NULL, d->y, d->N, d->row_y, CL_F32, idx, m->data_idx, NULL, NULL};
   if (!d->frames)
     return cl_train_sources(m, &xs, &ys, d->target, n, d->T, d->H, d->W, opt, opts, loss);
   /* an encoder-forecaster's step, as cl_model_train_step's: at the patched

@@ -384,6 +384,7 @@ struct cl_model {
   /* the step's decisions (backend.h) where the backend keeps none on its
    * device: a host backend's block, read through cl_vals() */
   cl_step_vals host_vals;
+  struct cl_ahead *ahead; /* buffers of batches sent ahead (ahead.c), or NULL */
   struct cl_data *data; /* data sets on the device (data.c), freed with the model */
   int *data_idx;        /* a step's rows on the device, shared by the data sets */
   int data_idx_cap;
@@ -539,9 +540,12 @@ typedef struct cl_source {
    * is ([T, N, row] in dtype, rows in order), uploaded as it is when a
    * put asks for dtype; any other put packs host. */
   const void *staged;
+  /* The same bytes sent ahead into a device buffer (ahead.c), or NULL:
+   * then a put copies them on the device. */
+  const void *staged_dev;
 } cl_source;
 static inline cl_source cl_source_host(const cl_host_array *a) {
-  cl_source s = {a, NULL, 0, 0, CL_F32, NULL, NULL, NULL};
+  cl_source s = {a, NULL, 0, 0, CL_F32, NULL, NULL, NULL, NULL};
   return s;
 }
 /* Block k of src into host memory dst as a put of it leaves the device
@@ -559,6 +563,21 @@ int cl_host_steps(const cl_host_array *a);
 static inline int cl_host_patch(const cl_model *m) {
   return cl_arch_runs_target(&m->arch) ? cl_cfg_patch(&m->cfg) : 1;
 }
+/* ahead.c: the model's two device buffers of batches sent ahead. A buffer
+ * is claimed by a batch's serial (nonzero) from its send until its step
+ * has queued its last read. reserve: each at least bytes (none on a
+ * backend that cannot send ahead), every claim dropped when they grow;
+ * free: gone. Neither while a step runs. claim: a free buffer's slot of at
+ * least bytes for serial, or -1; claim, holds, unclaim and buffer may run
+ * beside a step. */
+typedef struct cl_ahead cl_ahead;
+cl_status cl_ahead_reserve(cl_model *m, size_t bytes);
+void cl_ahead_free(cl_model *m);
+int cl_ahead_claim(const cl_model *m, unsigned serial, size_t bytes);
+int cl_ahead_holds(const cl_model *m, int slot, unsigned serial);
+void cl_ahead_unclaim(const cl_model *m, int slot, unsigned serial);
+void *cl_ahead_buffer(const cl_model *m, int slot);
+size_t cl_ahead_bytes(const cl_model *m);
 /* cl_model_train_step's checks and step on x and y read through xs and ys
  * (train.c; staged.c gives sources with x and y converted ahead). */
 cl_status cl_train_arrays(cl_model *m, const cl_host_array *x, const cl_host_array *y,
@@ -592,7 +611,7 @@ typedef struct cl_call {
   int last_pass;
 } cl_call;
 static inline cl_call cl_call_plain(void) {
-  cl_call c = {{CL_LOSS_MSE, 0, 0, CL_REDUCE_MEAN}, {NULL, NULL, 0, 0, CL_F32, NULL, NULL, NULL},
+  cl_call c = {{CL_LOSS_MSE, 0, 0, CL_REDUCE_MEAN}, {NULL, NULL, 0, 0, CL_F32, NULL, NULL, NULL, NULL},
                NULL, NULL, 1.0, 0};
   return c;
 }

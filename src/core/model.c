@@ -34,6 +34,7 @@ cl_status cl_model_create_with(const cl_config *cfg, cl_backend_ctor make_backen
 void cl_model_free(cl_model *m) {
   if (m && m->be) {
     cl_data_free_all(m);
+    cl_ahead_free(m);
     cl_split_free(m);
   }
   cl_model_unmake(m);

@@ -429,14 +429,17 @@ static cl_status gather(cl_model *m, void *dst, const cl_source *s, cl_block k) 
  * outlives the step (staged.c), so nothing waits here. */
 static cl_status put_staged(cl_model *m, void *dev, const cl_source *s, cl_block k) {
   const struct cl_backend_i *be = m->be->iface;
-  const char *from = (const char *)s->staged;
+  const int sent = s->staged_dev != NULL; /* ahead, into a device buffer */
+  const char *from = (const char *)(sent ? s->staged_dev : s->staged);
   const size_t run = (size_t)k.nb * s->row_bytes, step = (size_t)s->N * s->row_bytes;
   const int whole = k.nb == s->N;
   for (int t = 0; t < (whole ? 1 : k.nt); t++) {
     const char *at = from + (size_t)(k.t0 + t) * step + (size_t)k.b0 * s->row_bytes;
     char *to = (char *)dev + (size_t)t * run;
     const size_t bytes = whole ? (size_t)k.nt * step : run;
-    if (be->host_accessible)
+    if (sent)
+      CL_KERNEL(m, be->copy(m->be, to, at, bytes));
+    else if (be->host_accessible)
       memcpy(to, at, bytes);
     else
       CL_KERNEL(m, be->upload(m->be, to, at, bytes));

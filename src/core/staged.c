@@ -13,9 +13,16 @@
  * batch. A step reads it until cl_model_train_staged returns; a step that
  * fails waits for its queued uploads before returning, so the caller may
  * refill or free the batch at once either way.
+ *
+ * Sent ahead (cl_staged_send, ahead.c), its bytes are also uploaded into
+ * one of the model's device buffers on the backend's copy stream while the
+ * step before computes; its step then waits for that upload and copies the
+ * batch on the device. A refill first waits for the upload and gives the
+ * buffer back.
  */
 #include "internal.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,10 +35,22 @@ struct cl_staged {
   int p; /* the patch the frames were packed in */
   size_t row_x, row_y, y_off; /* bytes of a row of x and of y; where y starts */
   void *mem;
-  size_t cap;
+  size_t cap, need; /* bytes of mem, and of them the batch's */
+  unsigned serial;  /* of this filling, nonzero: what a buffer sent ahead is claimed by */
+  int slot;         /* the model's buffer it was sent to (ahead.c), or -1 */
 };
 
 static int staged_alive = 0;
+static atomic_uint serials;
+
+/* Never 0, which claims nothing; wraps after 2^32 fillings, long after the
+ * batch holding an older serial was refilled. */
+static unsigned next_serial(void) {
+  unsigned s;
+  while (!(s = atomic_fetch_add(&serials, 1u) + 1u)) {
+  }
+  return s;
+}
 
 int cl_staged_alive(void) { return staged_alive; }
 
@@ -115,7 +134,25 @@ static cl_status fill(const cl_model *m, cl_staged *b, const cl_host_array *x,
   b->row_x = row_x;
   b->row_y = row_y;
   b->y_off = y_off;
+  b->need = need;
+  b->serial = next_serial();
+  b->slot = -1;
   return CL_OK;
+}
+
+/* Before b's memory is refilled: its upload ahead waited for and m's
+ * buffer given back. Sent to another model (which may be gone), its memory
+ * is let go instead: host_free waits for the device. */
+static void unsend(const cl_model *m, cl_staged *b) {
+  if (b->slot < 0) return;
+  if (b->m == m) {
+    const struct cl_backend_i *be = m->be->iface;
+    if (be->ahead_sync) (void)be->ahead_sync(m->be, b->slot);
+    cl_ahead_unclaim(m, b->slot, b->serial);
+  } else {
+    release_mem(b);
+  }
+  b->slot = -1;
 }
 
 cl_status cl_staged_fill(const cl_model *m, cl_staged **b, const cl_host_array *x,
@@ -128,8 +165,10 @@ cl_status cl_staged_fill(const cl_model *m, cl_staged **b, const cl_host_array *
       if (err && errlen) snprintf(err, errlen, "out of host memory for a staged batch");
       return CL_E_OOM;
     }
+    s->slot = -1;
     staged_alive++;
   }
+  unsend(m, s);
   s->m = NULL; /* matches nothing until filled */
   cl_status st = fill(m, s, x, y, err, errlen);
   if (st != CL_OK) {
@@ -139,6 +178,43 @@ cl_status cl_staged_fill(const cl_model *m, cl_staged **b, const cl_host_array *
   }
   *b = s;
   return CL_OK;
+}
+
+cl_status cl_staged_send(const cl_model *m, cl_staged *b, int *sent, char *err, size_t errlen) {
+  if (err && errlen) err[0] = '\0';
+  if (sent) *sent = 0;
+  if (!m || !b || !sent || b->m != m)
+    return fail(err, errlen, "%s: the batch was not filled for this model", "cl_staged_send");
+  if (cl_ahead_holds(m, b->slot, b->serial)) {
+    *sent = 1;
+    return CL_OK;
+  }
+  const struct cl_backend_i *be = m->be->iface;
+  const int k = be->ahead_upload ? cl_ahead_claim(m, b->serial, b->need) : -1;
+  if (k < 0) return CL_OK; /* no buffer free or large enough: it uploads at its step */
+  cl_status st = be->ahead_upload(m->be, k, cl_ahead_buffer(m, k), b->mem, b->need);
+  if (st != CL_OK) {
+    cl_ahead_unclaim(m, k, b->serial);
+    if (err && errlen)
+      snprintf(err, errlen, "sending a batch of %zu bytes ahead failed on the %s backend", b->need,
+               be->name);
+    return st;
+  }
+  b->slot = k;
+  *sent = 1;
+  return CL_OK;
+}
+
+cl_status cl_staged_reserve(cl_model *m, const cl_staged *b) {
+  m->err[0] = '\0';
+  if (!b || b->m != m) return cl_fail(m, CL_E_INVALID, "the staged batch was not filled for this model");
+  return cl_ahead_reserve(m, b->need);
+}
+
+void cl_staged_unreserve(cl_model *m) { cl_ahead_free(m); }
+
+int cl_staged_sent(const cl_model *m, const cl_staged *b) {
+  return m && b && b->m == m && cl_ahead_holds(m, b->slot, b->serial);
 }
 
 static int same_array(const cl_host_array *a, const cl_host_array *b) {
@@ -169,8 +245,22 @@ cl_status cl_model_train_staged(cl_model *m, const cl_host_array *x, const cl_ho
   ys.N = y->dims[0];
   ys.row_bytes = b->row_y;
   ys.dtype = CL_F32;
-  cl_status s = cl_train_arrays(m, x, y, &xs, &ys, target, opt, opts, loss);
+  const struct cl_backend_i *be = m->be->iface;
+  const int k = cl_ahead_holds(m, b->slot, b->serial) ? b->slot : -1;
+  cl_status s = CL_OK;
+  if (k >= 0) { /* sent ahead: read from its buffer once its upload is done */
+    xs.staged_dev = cl_ahead_buffer(m, k);
+    ys.staged_dev = (const char *)xs.staged_dev + b->y_off;
+    if (be->ahead_acquire) s = be->ahead_acquire(m->be, k);
+    if (s != CL_OK) s = cl_fail_backend(m, s, "ahead_acquire");
+  }
+  if (s == CL_OK) s = cl_train_arrays(m, x, y, &xs, &ys, target, opt, opts, loss);
+  if (k >= 0) { /* the next batch sent to this buffer waits for the reads queued */
+    if (!be->ahead_release || be->ahead_release(m->be, k) != CL_OK)
+      (void)cl_backend_synchronize(m->be);
+    cl_ahead_unclaim(m, k, b->serial);
+  }
   /* uploads queued before the failure may still read b */
-  if (s != CL_OK && !m->be->iface->host_accessible) (void)cl_backend_synchronize(m->be);
+  if (s != CL_OK && !be->host_accessible) (void)cl_backend_synchronize(m->be);
   return s;
 }

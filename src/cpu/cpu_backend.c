@@ -147,6 +147,15 @@ cl_status cl_cpu_mem_info(cl_backend *be, size_t *free_bytes, size_t *total_byte
   return cl_cpu_fail(be, CL_E_UNSUPPORTED, "cpu backend: physical memory size unknown");
 }
 
+/* A batch sent ahead (core/ahead.c) is copied at once, on the calling
+ * thread: while a step runs on another, the overlap is the threads'. */
+cl_status cl_cpu_ahead_upload(cl_backend *be, int slot, void *dst, const void *host_src,
+                              size_t bytes) {
+  (void)be;
+  (void)slot;
+  return cpu_copy(dst, host_src, bytes);
+}
+
 void cl_cpu_destroy(cl_backend *be) {
   if (!be) return;
   free(be->context);
@@ -161,6 +170,10 @@ void cl_cpu_destroy(cl_backend *be) {
 #define CPU_HAS_host_stage NULL    /* host_accessible: nothing is staged */
 #define CPU_HAS_host_alloc NULL    /* malloc's memory is the device's */
 #define CPU_HAS_host_free NULL
+#define CPU_HAS_ahead_upload cl_cpu_ahead_upload
+#define CPU_HAS_ahead_acquire NULL /* the copy was done when it returned */
+#define CPU_HAS_ahead_release NULL
+#define CPU_HAS_ahead_sync NULL
 #define CPU_HAS_gather_rows cl_cpu_gather_rows
 #define CPU_HAS_conv_workspace cl_cpu_conv_workspace
 #define CPU_HAS_peephole_filter cl_cpu_peephole_filter

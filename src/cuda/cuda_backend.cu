@@ -284,6 +284,48 @@ cl_status cl_cuda_host_stage(cl_backend *be, size_t bytes, void **host) {
   return CL_OK;
 }
 
+/* ---- batches sent ahead (core/ahead.c) --------------------------------- */
+
+/* Beside a running step (backend.h): no be->err; the runtime's error state
+ * of this thread is cleared and the failure returned. */
+static cl_status ahead_fail(cudaError_t e) {
+  if (e == cudaSuccess) return CL_OK;
+  (void)cudaGetLastError();
+  return CL_E_BACKEND;
+}
+
+/* The calling thread (R's, beside a step) may have another device current:
+ * the copy stream's is made current for the calls and the caller's put back. */
+cl_status cl_cuda_ahead_upload(cl_backend *be, int slot, void *dst, const void *host_src,
+                                      size_t bytes) {
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  int was = -1;
+  cudaError_t e = cudaGetDevice(&was);
+  if (e == cudaSuccess && was != ctx->device) e = cudaSetDevice(ctx->device);
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(ctx->copy, ctx->freed[slot], 0);
+  if (e == cudaSuccess && bytes)
+    e = cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, ctx->copy);
+  if (e == cudaSuccess) e = cudaEventRecord(ctx->ready[slot], ctx->copy);
+  if (was >= 0 && was != ctx->device) (void)cudaSetDevice(was);
+  return ahead_fail(e);
+}
+
+cl_status cl_cuda_ahead_acquire(cl_backend *be, int slot) {
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  CL_CUDA_CHECK(be, cudaStreamWaitEvent(ctx->stream, ctx->ready[slot], 0));
+  return CL_OK;
+}
+
+cl_status cl_cuda_ahead_release(cl_backend *be, int slot) {
+  cl_cuda_ctx *ctx = cl_cuda_ctx_of(be);
+  CL_CUDA_CHECK(be, cudaEventRecord(ctx->freed[slot], ctx->stream));
+  return CL_OK;
+}
+
+cl_status cl_cuda_ahead_sync(cl_backend *be, int slot) {
+  return ahead_fail(cudaEventSynchronize(cl_cuda_ctx_of(be)->ready[slot]));
+}
+
 /* ---- lifetime ---------------------------------------------------------- */
 
 /* Also the cleanup of a half-made backend in create: every member may be unset. */
@@ -301,6 +343,12 @@ void cl_cuda_destroy(cl_backend *be) {
     if (ctx->h_consts) (void)cudaFreeHost(ctx->h_consts);
     if (ctx->h_stage) (void)cudaFreeHost(ctx->h_stage);
     if (ctx->stream) (void)cudaStreamDestroy(ctx->stream);
+    if (ctx->copy) (void)cudaStreamSynchronize(ctx->copy);
+    for (int k = 0; k < 2; k++) {
+      if (ctx->ready[k]) (void)cudaEventDestroy(ctx->ready[k]);
+      if (ctx->freed[k]) (void)cudaEventDestroy(ctx->freed[k]);
+    }
+    if (ctx->copy) (void)cudaStreamDestroy(ctx->copy);
     (void)cudaGetLastError();
     free(ctx);
   }
@@ -348,6 +396,10 @@ cl_status cl_cuda_sum_partials(cl_backend *be, unsigned blocks, double *sum) {
 #define CUDA_HAS_host_stage cl_cuda_host_stage
 #define CUDA_HAS_host_alloc cl_cuda_host_alloc
 #define CUDA_HAS_host_free cl_cuda_host_free
+#define CUDA_HAS_ahead_upload cl_cuda_ahead_upload
+#define CUDA_HAS_ahead_acquire cl_cuda_ahead_acquire
+#define CUDA_HAS_ahead_release cl_cuda_ahead_release
+#define CUDA_HAS_ahead_sync cl_cuda_ahead_sync
 #define CUDA_HAS_gather_rows cl_cuda_gather_rows
 #define CUDA_HAS_conv_workspace cl_cuda_conv_workspace
 #define CUDA_HAS_peephole_filter cl_cuda_peephole_filter
@@ -417,6 +469,11 @@ static cl_status cuda_init(cl_backend *be, cl_cuda_ctx *ctx) {
     return CL_E_UNSUPPORTED;
   }
   CL_CUDA_CHECK(be, cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking));
+  CL_CUDA_CHECK(be, cudaStreamCreateWithFlags(&ctx->copy, cudaStreamNonBlocking));
+  for (int k = 0; k < 2; k++) {
+    CL_CUDA_CHECK(be, cudaEventCreateWithFlags(&ctx->ready[k], cudaEventDisableTiming));
+    CL_CUDA_CHECK(be, cudaEventCreateWithFlags(&ctx->freed[k], cudaEventDisableTiming));
+  }
   CL_CUDNN_CHECK(be, cudnnCreate(&ctx->cudnn));
   CL_CUDNN_CHECK(be, cudnnSetStream(ctx->cudnn, ctx->stream));
   cl_cuda_runtime_after_setup(dev);

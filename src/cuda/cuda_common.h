@@ -32,6 +32,11 @@ typedef struct cl_cuda_ctx {
   int device;                  /* the device current when the backend was created */
   cudaStream_t stream;         /* every kernel and copy of this backend runs here */
   cudnnHandle_t cudnn;         /* bound to stream */
+  /* Batches sent ahead (backend.h's ahead_* slots): uploaded on copy while
+   * stream computes; ready[k] marks slot k's last upload, freed[k] the last
+   * of stream's work that reads slot k's buffer. */
+  cudaStream_t copy;
+  cudaEvent_t ready[2], freed[2];
   struct cl_cudnn_cache *conv; /* owned by cudnn_conv.cu, freed by destroy */
   size_t ws_limit;             /* most convolution workspace an algorithm may ask for */
   int benchmark;               /* 1: time algorithms (cudnnFind*); 0: cuDNN's heuristics */

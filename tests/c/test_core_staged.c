@@ -10,7 +10,11 @@
  * (frames staged patched). A batch refilled for the next arrays reuses its
  * memory, grows it for more rows and keeps it for fewer; a batch filled from other arrays, for another model or before a
  * dtype change is refused, and bad arrays are refused by the fill with a
- * message and nothing left alive. Exits nonzero on any failure.
+ * message and nothing left alive. Sent ahead into the model's two device
+ * buffers (core/ahead.c; the CPU's copy is at once), every case above trains
+ * the same bits, each step gives its buffer back, and the buffers are
+ * claimed, given back and grown as ahead.c says. Exits nonzero on any
+ * failure.
  */
 #include "convlstm.h"
 #include "ctest.h" /* CHECK, uniform01, ctest_model, ctest_flat, ctest_config */
@@ -79,17 +83,40 @@ static int same_model(cl_model *ma, cl_model *mb) {
   return same;
 }
 
+/* mb's device memory in category data (the buffers of batches sent ahead). */
+static size_t data_bytes(cl_model *m) {
+  cl_mem_stats st;
+  cl_model_memory_stats(m, &st);
+  return st.current[CL_MEM_DATA];
+}
+
+/* Batch s sent ahead into mb's buffers (reserved for it first): sent, and
+ * the buffers two of its bytes. */
+static void send(const char *what, cl_model *mb, cl_staged *s) {
+  char err[256];
+  int sent = 0;
+  cl_staged_unreserve(mb);
+  const size_t before = data_bytes(mb); /* the step's own x and y, say */
+  CHECK(cl_staged_reserve(mb, s) == CL_OK, "%s: reserve: %s", what, cl_model_error(mb));
+  CHECK(cl_staged_send(mb, s, &sent, err, sizeof err) == CL_OK && sent, "%s: send: %s", what, err);
+  CHECK(cl_staged_sent(mb, s), "%s: the batch sits in a buffer for its step", what);
+  CHECK(data_bytes(mb) - before == 2 * cl_staged_bytes(s),
+        "%s: two buffers of the batch's bytes (%zu of data, batch %zu)", what, data_bytes(mb),
+        cl_staged_bytes(s));
+}
+
 /* Three batches, each a step from host arrays on ma and from the batch
- * staged (one cl_staged refilled each time) on mb. */
+ * staged (one cl_staged refilled each time) on mb; sent ahead too when
+ * ahead (its step then reads the model's device buffer, and gives it back). */
 static void compare(const char *what, cl_dtype dt, cl_target tg, const cl_step_options *o, int r,
-                    int y_steps) {
+                    int y_steps, int ahead) {
   cl_model *ma = new_model(dt), *mb = new_model(dt);
   cl_optim adam = {CL_OPTIM_ADAM, 0.01, 0.9, 0.999, 1e-8, 0, 0.001, 0, 0, 0};
   static batch b;
   cl_staged *s = NULL;
   char err[256];
   int same = 1;
-  size_t cap = 0;
+  size_t cap = 0, data_at_send = 0;
   for (int k = 0; k < 3; k++) {
     fill_batch(&b, tg);
     cl_host_array x = x_of(&b, r), y = y_of(&b, r, tg, y_steps);
@@ -97,17 +124,27 @@ static void compare(const char *what, cl_dtype dt, cl_target tg, const cl_step_o
     if (!s) break;
     if (k == 0) cap = cl_staged_bytes(s);
     CHECK(cl_staged_bytes(s) == cap, "%s: a refill of the same shape reallocated", what);
+    if (ahead) {
+      send(what, mb, s);
+      data_at_send = data_bytes(mb);
+    }
     double la = NAN, lb = NAN;
     CHECK(cl_model_train_step(ma, &x, &y, tg, &adam, o, &la) == CL_OK, "%s: train_step: %s", what,
           cl_model_error(ma));
     CHECK(cl_model_train_staged(mb, &x, &y, s, tg, &adam, o, &lb) == CL_OK,
           "%s: train_staged: %s", what, cl_model_error(mb));
+    CHECK(!cl_staged_sent(mb, s), "%s: the step gave its buffer back", what);
     CHECK(la == lb && isfinite(la), "%s: batch %d: loss %.17g (host) vs %.17g (staged)", what, k,
           la, lb);
     same &= same_model(ma, mb);
   }
   CHECK(same, "%s: gradients or parameters differ between host arrays and staged", what);
   printf("%-48s identical over 3 steps\n", what);
+  cl_staged_unreserve(mb);
+  if (ahead)
+    CHECK(data_bytes(mb) + 2 * cl_staged_bytes(s) == data_at_send,
+          "%s: unreserve freed the buffers (%zu bytes of data left, %zu at the last send)", what,
+          data_bytes(mb), data_at_send);
   cl_staged_free(s);
   cl_model_free(ma);
   cl_model_free(mb);
@@ -123,8 +160,10 @@ static void test_identical(void) {
       for (int r = 0; r <= 1; r++) {
         snprintf(what, sizeof what, "%s, %s, %s layout", name, tg ? "sequence" : "last_state",
                  r ? "R" : "torch");
-        compare(what, dt, (cl_target)tg, &o, r, T);
+        compare(what, dt, (cl_target)tg, &o, r, T, 0);
       }
+      snprintf(what, sizeof what, "%s, %s, sent ahead", name, tg ? "sequence" : "last_state");
+      compare(what, dt, (cl_target)tg, &o, 0, T, 1);
     }
 }
 
@@ -251,6 +290,60 @@ static void test_grow(void) {
   cl_model_free(mb);
 }
 
+/* Two buffers: a third batch is not sent while two hold theirs, and is once
+ * a step gave one back; a refill gives its batch's back; buffers grown for
+ * a larger batch drop every claim (those batches upload at their steps,
+ * and still train as from the host). */
+static void test_claims(void) {
+  cl_model *ma = new_model(CL_F32), *mb = new_model(CL_F32);
+  cl_optim sgd = {CL_OPTIM_SGD, 0.1, 0, 0, 0, 0, 0, 0, 0, 0};
+  static batch b[3];
+  cl_host_array x[3], y[3];
+  cl_staged *s[3] = {NULL, NULL, NULL};
+  char err[256];
+  int sent = -1;
+  for (int k = 0; k < 3; k++) {
+    fill_batch(&b[k], CL_TARGET_SEQUENCE);
+    x[k] = x_of(&b[k], 0);
+    y[k] = y_of(&b[k], 0, CL_TARGET_SEQUENCE, T);
+    if (k < 2) x[k].dims[0] = y[k].dims[0] = N / 2;
+    CHECK(cl_staged_fill(mb, &s[k], &x[k], &y[k], err, sizeof err) == CL_OK, "claims: fill: %s", err);
+  }
+  CHECK(cl_staged_send(mb, s[0], &sent, err, sizeof err) == CL_OK && sent == 0,
+        "claims: nothing sent before the buffers are reserved");
+  send("claims, first", mb, s[0]);
+  CHECK(cl_staged_send(mb, s[1], &sent, err, sizeof err) == CL_OK && sent == 1,
+        "claims: the second batch takes the other buffer");
+  CHECK(cl_staged_send(mb, s[2], &sent, err, sizeof err) == CL_OK && sent == 0,
+        "claims: a batch larger than the buffers is not sent");
+  double la = NAN, lb = NAN;
+  CHECK(cl_model_train_step(ma, &x[0], &y[0], CL_TARGET_SEQUENCE, &sgd, NULL, &la) == CL_OK &&
+            cl_model_train_staged(mb, &x[0], &y[0], s[0], CL_TARGET_SEQUENCE, &sgd, NULL, &lb) ==
+                CL_OK && la == lb,
+        "claims: first step %.17g vs %.17g", la, lb);
+  CHECK(!cl_staged_sent(mb, s[0]) && cl_staged_sent(mb, s[1]), "claims: the step gave back its own");
+  CHECK(cl_staged_fill(mb, &s[1], &x[1], &y[1], err, sizeof err) == CL_OK && !cl_staged_sent(mb, s[1]),
+        "claims: a refill gives its buffer back");
+  CHECK(cl_staged_send(mb, s[0], &sent, err, sizeof err) == CL_OK && sent == 1 &&
+            cl_staged_send(mb, s[1], &sent, err, sizeof err) == CL_OK && sent == 1,
+        "claims: both buffers free again, both sent");
+  CHECK(cl_staged_reserve(mb, s[2]) == CL_OK && !cl_staged_sent(mb, s[0]) &&
+            !cl_staged_sent(mb, s[1]),
+        "claims: buffers grown for a larger batch drop the claims");
+  for (int k = 1; k < 3; k++) {
+    if (k == 2) send("claims, grown", mb, s[2]);
+    CHECK(cl_model_train_step(ma, &x[k], &y[k], CL_TARGET_SEQUENCE, &sgd, NULL, &la) == CL_OK &&
+              cl_model_train_staged(mb, &x[k], &y[k], s[k], CL_TARGET_SEQUENCE, &sgd, NULL, &lb) ==
+                  CL_OK && la == lb,
+          "claims: step %d %.17g vs %.17g", k, la, lb);
+  }
+  CHECK(same_model(ma, mb), "claims: the same parameters as from host arrays");
+  printf("%-48s identical over 3 steps\n", "two buffers claimed, given back, grown");
+  for (int k = 0; k < 3; k++) cl_staged_free(s[k]);
+  cl_model_free(ma);
+  cl_model_free(mb); /* frees its buffers */
+}
+
 static void test_refused(void) {
   cl_model *m = new_model(CL_F32), *other = new_model(CL_F32);
   static batch b, b2;
@@ -311,6 +404,7 @@ int main(void) {
   test_truth();
   test_forecaster();
   test_grow();
+  test_claims();
   test_refused();
   return ctest_done("test_core_staged");
 }

@@ -16,7 +16,9 @@
  * them: batch s + 1 converted on the main thread into the second of two
  * staged batches while step s runs on its thread from the first (on CUDA
  * in page-locked memory); again every loss and parameter must be the bits
- * of the plain steps.
+ * of the plain steps. And with each batch also sent ahead (core/ahead.c)
+ * into the model's device buffers while the step before runs: on CUDA the
+ * upload on the copy stream, beside the step's kernels.
  *
  * Without a GPU the CUDA part prints "cuda: skipped" and the CPU part still
  * decides; under CONVLSTM_REQUIRE_GPU=1 a GPU that cannot be used fails.
@@ -106,8 +108,10 @@ out:
 }
 
 /* Steps of b from staged batches, each next batch staged on this thread
- * while the step before runs on its own, against a's plain steps. */
-static void run_staged(cl_device device, int n_threads, const char *name) {
+ * while the step before runs on its own, against a's plain steps; with
+ * ahead, also sent into b's device buffers then (core/ahead.c: on CUDA on
+ * the copy stream while the step's kernels run), every batch sent. */
+static void run_staged(cl_device device, int n_threads, int ahead, const char *name) {
   cl_config c = ctest_config(1, 8, 1, 3, 3, 1, n_threads);
   c.device = device;
   ctest_rng = 88172645463325252ULL;
@@ -131,7 +135,13 @@ static void run_staged(cl_device device, int n_threads, const char *name) {
   }
   batch(0, x[0], y[0]);
   int ok = cl_staged_fill(b, &st[0], &xa[0], &ya[0], err, sizeof err) == CL_OK, equal = 1;
+  int sent = 0, n_sent = 0;
   CHECK(ok, "%s: staging batch 0: %s", name, err);
+  if (ok && ahead) {
+    ok = cl_staged_reserve(b, st[0]) == CL_OK &&
+         cl_staged_send(b, st[0], &sent, err, sizeof err) == CL_OK;
+    n_sent += sent;
+  }
   for (int s = 0; s < STEPS && ok; s++) {
     const int k = s % 2, nx = 1 - k;
     step_job j = {b, &xa[k], &ya[k], st[k], &o, 0, CL_E_INVALID, CL_E_INVALID};
@@ -140,6 +150,8 @@ static void run_staged(cl_device device, int n_threads, const char *name) {
     if (started && s + 1 < STEPS) { /* the next batch, staged while this step runs */
       batch(s + 1, x[nx], y[nx]);
       ok = cl_staged_fill(b, &st[nx], &xa[nx], &ya[nx], err, sizeof err) == CL_OK;
+      if (ok && ahead) ok = cl_staged_send(b, st[nx], &sent, err, sizeof err) == CL_OK;
+      n_sent += ok && ahead && sent;
     }
     if (started) pthread_join(t, NULL);
     double la = 0;
@@ -152,6 +164,7 @@ static void run_staged(cl_device device, int n_threads, const char *name) {
   const int same = ctest_same_params(a, b);
   CHECK(equal, "%s: every step's loss the same bits from host arrays and staged", name);
   CHECK(same, "%s: parameters the same bits after %d staged steps", name, STEPS);
+  CHECK(n_sent == (ahead ? STEPS : 0), "%s: %d of %d batches sent ahead", name, n_sent, STEPS);
   printf("%s: %d steps from batches staged during the step before: %s\n", name, STEPS,
          equal && same ? "same bits" : "DIFFERENT");
 out:
@@ -165,13 +178,15 @@ out:
 int main(void) {
   run(CL_DEVICE_CPU, 1, "cpu 1 thread");
   run(CL_DEVICE_CPU, 2, "cpu 2 threads");
-  run_staged(CL_DEVICE_CPU, 2, "cpu 2 threads, staged");
+  run_staged(CL_DEVICE_CPU, 2, 0, "cpu 2 threads, staged");
+  run_staged(CL_DEVICE_CPU, 2, 1, "cpu 2 threads, staged and sent ahead");
   const char *req = getenv("CONVLSTM_REQUIRE_GPU");
   const int required = req && strcmp(req, "1") == 0;
   if (cl_build_has_cuda() && cl_device_available(CL_DEVICE_CUDA)) {
     setenv("CONVLSTM_CUDNN_DETERMINISTIC", "1", 1); /* read when a model is made */
     run(CL_DEVICE_CUDA, 0, "cuda");
-    run_staged(CL_DEVICE_CUDA, 0, "cuda, staged");
+    run_staged(CL_DEVICE_CUDA, 0, 0, "cuda, staged");
+    run_staged(CL_DEVICE_CUDA, 0, 1, "cuda, staged and sent ahead (copy stream)");
   } else {
     CHECK(!required, "CONVLSTM_REQUIRE_GPU=1 but %s",
           cl_build_has_cuda() ? "no CUDA device is usable" : "this build has no CUDA");

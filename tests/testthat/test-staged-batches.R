@@ -148,3 +148,59 @@ test_that("a source's plan holds the two staged batches where its fit stages the
   expect_false(convlstm:::stage_enabled(list(config = list(backend = "cpu"))))
   expect_true(convlstm:::stage_enabled(list(config = list(backend = "cuda"))))
 })
+
+test_that("batches sent ahead into the model's device buffers train the same bits, in the buffers the plan counts, freed when the epoch ends", {
+  set.seed(6)
+  x <- array(stats::runif(14 * 3 * 4 * 4), c(14, 3, 1, 4, 4))
+  y <- array(stats::runif(14 * 3 * 4 * 4), c(14, 3, 1, 4, 4))
+  src <- convlstm_source_arrays(x, y)
+  fit_sent <- function(send) {
+    old <- options(convlstm.prefetch = TRUE, convlstm.stage_batches = TRUE,
+                   convlstm.send_ahead = send)
+    on.exit(options(old))
+    m <- stack_model()()
+    on.exit(convlstm_release(m), add = TRUE)
+    data_now <- function() {
+      s <- convlstm_memory_stats(m)$by_category
+      s$current[s$category == "data"]
+    }
+    at_batch_end <- numeric()
+    cb <- convlstm_callback(on_batch_end = function(ctx) at_batch_end[[length(at_batch_end) + 1L]] <<- data_now())
+    sends <- new.env()
+    sends$sent <- logical()
+    suppressMessages(trace("c_staged_fill", where = asNamespace("convlstm"), print = FALSE,
+                           exit = bquote(assign("sent", c(get("sent", .(sends)),
+                                                          attr(returnValue(), "sent")),
+                                                envir = .(sends)))))
+    on.exit(suppressMessages(untrace("c_staged_fill", where = asNamespace("convlstm"))), add = TRUE)
+    set.seed(7)
+    h <- convlstm_fit(m, src, NULL, convlstm_optimizer_adam(0.02), epochs = 2, batch_size = 4,
+                      target = "sequence", callbacks = list(cb), verbose = FALSE)
+    plan <- attr(convlstm_memory_estimate(m, 4, 3, 4, 4, source = src, target = "sequence"), "plan")
+    list(h = h, w = convlstm_state_dict(m), data = at_batch_end, after = data_now(), sent = sends$sent,
+         plan = plan$bytes[match(c("staged_device", "staged_device_next"), plan$name)])
+  }
+  sent <- fit_sent(TRUE)
+  plain <- fit_sent(FALSE)
+  expect_identical(sent$h$loss, plain$h$loss)
+  expect_identical(sent$w, plain$w)
+  # each buffer: x (4 samples of [3, 1, 4, 4] in float32, 768 bytes, a
+  # multiple of 256) then y, as the C core lays a staged batch out
+  dev <- 4 * 48 * 4 + 4 * 48 * 4
+  expect_equal(sent$plan, c(dev, dev))
+  expect_equal(plain$plan, c(NA_real_, NA_real_))
+  # batches 4, 4, 4, 2 per epoch: batch 2, staged while batch 1 runs (which
+  # was not staged), makes the buffers at its step's start; from then on
+  # each next batch is sent while a step runs, and the model holds the two
+  # buffers the plan counts beside what the plain fit holds -- until the
+  # epoch ends
+  expect_equal(sent$data - plain$data, rep(c(0, 2 * dev, 2 * dev, 2 * dev), 2))
+  expect_equal(sent$after, plain$after)
+  # batches 2, 3 and 4 of each epoch are staged; 3 and 4 are sent (2 was
+  # staged before the buffers were made), and then read from them by their
+  # steps (the same bits as above)
+  expect_identical(sent$sent, rep(c(FALSE, TRUE, TRUE), 2))
+  expect_identical(plain$sent, rep(FALSE, 6))
+  expect_false(convlstm:::send_enabled(list(config = list(backend = "cpu"))))
+  expect_true(convlstm:::send_enabled(list(config = list(backend = "cuda"))))
+})
