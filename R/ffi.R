@@ -75,8 +75,9 @@ c_train_step <- function(ptr, x, y, target, optimizer, options = NULL) {
 
 # c_train_step() in halves, the step on a thread of its own between them
 # (R/source_prefetch.R; not with a test's fixed dropout masks).
-c_train_step_start <- function(ptr, x, y, target, optimizer, options = NULL, staged = NULL) {
-  .Call(ffi_train_step_start, ptr, x, y, target, c_optim(optimizer), options, staged)
+c_train_step_start <- function(ptr, x, y, target, optimizer, options = NULL, staged = NULL,
+                               reserve = FALSE) {
+  .Call(ffi_train_step_start, ptr, x, y, target, c_optim(optimizer), options, staged, reserve)
 }
 c_staged_fill <- function(ptr, x, y, target, spare = NULL, send = FALSE) {
   .Call(ffi_staged_fill, ptr, x, y, target, spare, send)

@@ -135,6 +135,11 @@ stage_batch <- function(f, batch) {
            convlstm_error_oom = function(cnd) NULL)
 }
 
+# Whether this fit's steps stage the next batch (stage_batch(): plain
+# arrays, or a source whose batches reach their steps as read) and send it
+# ahead: each step then first makes the model's buffers it is sent into.
+fit_sends <- function(f) send_enabled(f) && (is.null(f$source) || source_stages(f))
+
 # Whether a source's batch reaches its step as read (so that a batch staged
 # from its arrays is the step's): not when y loses its steps' dimension
 # (a last-state target) nor when a forecast appends the true frames to x
@@ -144,7 +149,8 @@ source_stages <- function(f) !f$y$drop && is.null(f$forecast)
 # The step of a batch on a thread of its own (its staged conversion when it
 # has one); its staged memory kept for the next batch's.
 thread_train_step <- function(f, batch, opt, opts, read_next) {
-  job <- c_train_step_start(f$ptr, batch$x, batch$y, f$target, opt, opts, batch$staged)
+  job <- c_train_step_start(f$ptr, batch$x, batch$y, f$target, opt, opts, batch$staged,
+                            reserve = fit_sends(f))
   on.exit(c_train_step_wait(job)) # an interrupt while reading: the step ends first
   read_next()
   loss <- c_train_step_finish(f$ptr, job)

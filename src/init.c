@@ -41,7 +41,7 @@ static const R_CallMethodDef call_entries[] = {
     CALLDEF(ffi_optimizer_reset, 1),
     CALLDEF(ffi_optim_check, 1),
     CALLDEF(ffi_train_step, 6),
-    CALLDEF(ffi_train_step_start, 7),
+    CALLDEF(ffi_train_step_start, 8),
     CALLDEF(ffi_staged_fill, 6),
     CALLDEF(ffi_staged_unreserve, 1),
     CALLDEF(ffi_train_step_wait, 1),

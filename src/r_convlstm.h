@@ -202,7 +202,7 @@ SEXP ffi_optimizer_reset(SEXP ptr);
 SEXP ffi_optim_check(SEXP opt);
 SEXP ffi_train_step(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts);
 SEXP ffi_train_step_start(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts,
-                          SEXP staged);
+                          SEXP staged, SEXP reserve);
 SEXP ffi_staged_fill(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP spare, SEXP send);
 SEXP ffi_staged_unreserve(SEXP ptr);
 SEXP ffi_train_step_wait(SEXP h);

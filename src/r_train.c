@@ -216,7 +216,6 @@ SEXP ffi_train_step(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts) 
 typedef struct {
   cl_staged *b;
   int in_use;
-  int send; /* sent ahead into the model's device buffers (core/ahead.c) when there are some */
 } staged_box;
 
 static SEXP staged_tag(void) { return Rf_install("convlstm_staged"); }
@@ -239,7 +238,7 @@ static void staged_finalize(SEXP h) {
  * all), the batch of `spare` (a handle no step reads any more) refilled
  * when there is one; with send, also uploaded ahead into a device buffer
  * of the model that the running step does not read, when it has one
- * (reserved at the step's start: ffi_train_step_start). */
+ * (reserved at the running step's start: ffi_train_step_start). */
 SEXP ffi_staged_fill(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP spare, SEXP send) {
   const cl_model *m = r_model_beside_step(ptr);
   cl_host_array hx, hy;
@@ -261,9 +260,8 @@ SEXP ffi_staged_fill(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP spare, SEXP sen
   char err[CL_ERRMSG_LEN];
   cl_status st = cl_staged_fill(m, &box->b, &hx, &hy, err, sizeof err);
   if (st != CL_OK) r_raise(st, err);
-  box->send = Rf_asLogical(send) == TRUE;
   int sent = 0;
-  if (box->send && (st = cl_staged_send(m, box->b, &sent, err, sizeof err)) != CL_OK)
+  if (Rf_asLogical(send) == TRUE && (st = cl_staged_send(m, box->b, &sent, err, sizeof err)) != CL_OK)
     r_raise(st, err);
   Rf_setAttrib(h, Rf_install("sent"), Rf_ScalarLogical(sent)); /* for the tests */
   UNPROTECT(2);
@@ -327,7 +325,7 @@ static step_job *r_step_job(SEXP h) {
 }
 
 SEXP ffi_train_step_start(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP opts,
-                          SEXP staged) {
+                          SEXP staged, SEXP reserve) {
   cl_model *m = r_model(ptr);
   if (opts != R_NilValue && (r_option(opts, "dropout_masks") != R_NilValue ||
                              r_option(opts, "comm_share") != R_NilValue))
@@ -352,11 +350,11 @@ SEXP ffi_train_step_start(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP 
   j->ptr = ptr;
   j->mark = R_ExternalPtrProtected(ptr);
   SET_VECTOR_ELT(prot, 6, j->mark); /* kept here while the model is marked stepping */
-  /* the buffers the next batch is sent into while this step runs, as
-   * large as this batch; without device memory for them batches upload at
-   * their steps, as before */
-  if (box && box->send) {
-    cl_status rs = cl_staged_reserve(m, box->b);
+  /* with reserve, the buffers the next batch is sent into while this step
+   * runs, for a batch of this one's shape; without device memory for them
+   * batches upload at their steps, as before */
+  if (Rf_asLogical(reserve) == TRUE) {
+    cl_status rs = cl_staged_reserve(m, &j->hx, &j->hy);
     if (rs == CL_E_OOM) rs = CL_OK;
     R_CL_CHECK(m, rs);
   }

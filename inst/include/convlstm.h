@@ -879,11 +879,14 @@ cl_status cl_model_train_staged(cl_model *m, const cl_host_array *x, const cl_ho
  * of m's two device buffers on the backend's copy stream, while a step of
  * m computes on the stream, so that its own step waits for nothing but
  * that upload and copies the batch on the device.
- * cl_staged_reserve: m's two buffers made large enough for b (device
- * memory of the model, category data: plan entries staged_device and
- * staged_device_next); nothing on a backend that cannot send ahead. Not
- * while a step of m runs. A failure (CL_E_OOM) leaves m without them:
- * batches then upload at their steps.
+ * cl_staged_reserve: m's two buffers made large enough for a batch staged
+ * from arrays of the shapes of x and y (device memory of the model,
+ * category data: plan entries staged_device and staged_device_next);
+ * nothing on a backend that cannot send ahead. Not while a step of m runs
+ * (a fit reserves at the start of each step on a thread, for the next
+ * batch, which has the step's shape but for a smaller last one). A
+ * failure (CL_E_OOM) leaves m without them: batches then upload at their
+ * steps.
  * cl_staged_send: b (filled for m) uploaded into a buffer that no step
  * reads; may run while a step of m runs on another thread, as
  * cl_staged_fill. *sent = 1 when sent (or already), 0 when m has no free
@@ -891,7 +894,7 @@ cl_status cl_model_train_staged(cl_model *m, const cl_host_array *x, const cl_ho
  * cl_staged_unreserve: the buffers freed (after a fit). Not while a step
  * of m runs.
  * cl_staged_sent: whether b sits in one of m's buffers, for its step. */
-cl_status cl_staged_reserve(cl_model *m, const cl_staged *b);
+cl_status cl_staged_reserve(cl_model *m, const cl_host_array *x, const cl_host_array *y);
 cl_status cl_staged_send(const cl_model *m, cl_staged *b, int *sent, char *err, size_t errlen);
 void cl_staged_unreserve(cl_model *m);
 int cl_staged_sent(const cl_model *m, const cl_staged *b);

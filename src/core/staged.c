@@ -104,22 +104,38 @@ static cl_status ensure_mem(const cl_model *m, cl_staged *b, size_t need) {
   return CL_OK;
 }
 
-static cl_status fill(const cl_model *m, cl_staged *b, const cl_host_array *x,
-                      const cl_host_array *y, char *err, size_t errlen) {
+/* Where x and y of a batch staged for m go: bytes of a row of each, y's
+ * offset (x's bytes up to a multiple of 256) and the whole. */
+typedef struct {
+  size_t row_x, row_y, y_off, need;
+} staged_layout;
+
+static cl_status layout_of(const cl_model *m, const cl_host_array *x, const cl_host_array *y,
+                           staged_layout *l, char *err, size_t errlen) {
   const int p = cl_host_patch(m);
   CL_TRY(check_array(x, "x", p, err, errlen));
   CL_TRY(check_array(y, "y", p, err, errlen));
   if (x->ndim != 5) return fail(err, errlen, "`%s` must have 5 dimensions", "x");
-  const cl_dtype t = m->cfg.dtype;
-  const size_t row_x = cl_mul_size(cl_host_row_elems(x), cl_dtype_size(t));
-  const size_t row_y = cl_mul_size(cl_host_row_elems(y), sizeof(float));
+  l->row_x = cl_mul_size(cl_host_row_elems(x), cl_dtype_size(m->cfg.dtype));
+  l->row_y = cl_mul_size(cl_host_row_elems(y), sizeof(float));
   const size_t x_bytes =
-      cl_mul_size(cl_mul_size(row_x, (size_t)x->dims[0]), (size_t)cl_host_steps(x));
+      cl_mul_size(cl_mul_size(l->row_x, (size_t)x->dims[0]), (size_t)cl_host_steps(x));
   const size_t y_bytes =
-      cl_mul_size(cl_mul_size(row_y, (size_t)y->dims[0]), (size_t)cl_host_steps(y));
-  const size_t y_off = (x_bytes + 255) / 256 * 256, need = y_off + y_bytes;
-  if (!x_bytes || !y_bytes || y_off < x_bytes || need < y_off)
+      cl_mul_size(cl_mul_size(l->row_y, (size_t)y->dims[0]), (size_t)cl_host_steps(y));
+  l->y_off = (x_bytes + 255) / 256 * 256;
+  l->need = l->y_off + y_bytes;
+  if (!x_bytes || !y_bytes || l->y_off < x_bytes || l->need < l->y_off)
     return fail(err, errlen, "the batch's sizes overflow (%s)", "x, y");
+  return CL_OK;
+}
+
+static cl_status fill(const cl_model *m, cl_staged *b, const cl_host_array *x,
+                      const cl_host_array *y, char *err, size_t errlen) {
+  const int p = cl_host_patch(m);
+  const cl_dtype t = m->cfg.dtype;
+  staged_layout l;
+  CL_TRY(layout_of(m, x, y, &l, err, errlen));
+  const size_t row_x = l.row_x, row_y = l.row_y, y_off = l.y_off, need = l.need;
   if (ensure_mem(m, b, need) != CL_OK) {
     if (err && errlen) snprintf(err, errlen, "out of host memory for a staged batch of %zu bytes", need);
     return CL_E_OOM;
@@ -205,10 +221,11 @@ cl_status cl_staged_send(const cl_model *m, cl_staged *b, int *sent, char *err, 
   return CL_OK;
 }
 
-cl_status cl_staged_reserve(cl_model *m, const cl_staged *b) {
+cl_status cl_staged_reserve(cl_model *m, const cl_host_array *x, const cl_host_array *y) {
   m->err[0] = '\0';
-  if (!b || b->m != m) return cl_fail(m, CL_E_INVALID, "the staged batch was not filled for this model");
-  return cl_ahead_reserve(m, b->need);
+  staged_layout l;
+  cl_status st = layout_of(m, x, y, &l, m->err, sizeof m->err);
+  return st != CL_OK ? st : cl_ahead_reserve(m, l.need);
 }
 
 void cl_staged_unreserve(cl_model *m) { cl_ahead_free(m); }

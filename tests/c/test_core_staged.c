@@ -92,12 +92,13 @@ static size_t data_bytes(cl_model *m) {
 
 /* Batch s sent ahead into mb's buffers (reserved for it first): sent, and
  * the buffers two of its bytes. */
-static void send(const char *what, cl_model *mb, cl_staged *s) {
+static void send(const char *what, cl_model *mb, cl_staged *s, const cl_host_array *x,
+                 const cl_host_array *y) {
   char err[256];
   int sent = 0;
   cl_staged_unreserve(mb);
   const size_t before = data_bytes(mb); /* the step's own x and y, say */
-  CHECK(cl_staged_reserve(mb, s) == CL_OK, "%s: reserve: %s", what, cl_model_error(mb));
+  CHECK(cl_staged_reserve(mb, x, y) == CL_OK, "%s: reserve: %s", what, cl_model_error(mb));
   CHECK(cl_staged_send(mb, s, &sent, err, sizeof err) == CL_OK && sent, "%s: send: %s", what, err);
   CHECK(cl_staged_sent(mb, s), "%s: the batch sits in a buffer for its step", what);
   CHECK(data_bytes(mb) - before == 2 * cl_staged_bytes(s),
@@ -125,7 +126,7 @@ static void compare(const char *what, cl_dtype dt, cl_target tg, const cl_step_o
     if (k == 0) cap = cl_staged_bytes(s);
     CHECK(cl_staged_bytes(s) == cap, "%s: a refill of the same shape reallocated", what);
     if (ahead) {
-      send(what, mb, s);
+      send(what, mb, s, &x, &y);
       data_at_send = data_bytes(mb);
     }
     double la = NAN, lb = NAN;
@@ -311,7 +312,7 @@ static void test_claims(void) {
   }
   CHECK(cl_staged_send(mb, s[0], &sent, err, sizeof err) == CL_OK && sent == 0,
         "claims: nothing sent before the buffers are reserved");
-  send("claims, first", mb, s[0]);
+  send("claims, first", mb, s[0], &x[0], &y[0]);
   CHECK(cl_staged_send(mb, s[1], &sent, err, sizeof err) == CL_OK && sent == 1,
         "claims: the second batch takes the other buffer");
   CHECK(cl_staged_send(mb, s[2], &sent, err, sizeof err) == CL_OK && sent == 0,
@@ -327,11 +328,11 @@ static void test_claims(void) {
   CHECK(cl_staged_send(mb, s[0], &sent, err, sizeof err) == CL_OK && sent == 1 &&
             cl_staged_send(mb, s[1], &sent, err, sizeof err) == CL_OK && sent == 1,
         "claims: both buffers free again, both sent");
-  CHECK(cl_staged_reserve(mb, s[2]) == CL_OK && !cl_staged_sent(mb, s[0]) &&
+  CHECK(cl_staged_reserve(mb, &x[2], &y[2]) == CL_OK && !cl_staged_sent(mb, s[0]) &&
             !cl_staged_sent(mb, s[1]),
         "claims: buffers grown for a larger batch drop the claims");
   for (int k = 1; k < 3; k++) {
-    if (k == 2) send("claims, grown", mb, s[2]);
+    if (k == 2) send("claims, grown", mb, s[2], &x[2], &y[2]);
     CHECK(cl_model_train_step(ma, &x[k], &y[k], CL_TARGET_SEQUENCE, &sgd, NULL, &la) == CL_OK &&
               cl_model_train_staged(mb, &x[k], &y[k], s[k], CL_TARGET_SEQUENCE, &sgd, NULL, &lb) ==
                   CL_OK && la == lb,
@@ -368,6 +369,8 @@ static void test_refused(void) {
         "y without data is refused");
   CHECK(cl_staged_alive() == alive, "refused fills leave nothing alive");
 
+  CHECK(cl_staged_reserve(m, &x, &bad) == CL_E_INVALID && strstr(cl_model_error(m), "`y`"),
+        "reserve for bad arrays is refused, naming them: %s", cl_model_error(m));
   CHECK(cl_staged_fill(m, &s, &x, &y, err, sizeof err) == CL_OK, "fill: %s", err);
   size_t want = (size_t)N * T * (C + CY) * H * W * sizeof(float);
   CHECK(cl_staged_bytes(s) >= want && cl_staged_bytes(s) < want + 256, "bytes %zu, want %zu",

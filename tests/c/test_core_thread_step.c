@@ -138,7 +138,7 @@ static void run_staged(cl_device device, int n_threads, int ahead, const char *n
   int sent = 0, n_sent = 0;
   CHECK(ok, "%s: staging batch 0: %s", name, err);
   if (ok && ahead) {
-    ok = cl_staged_reserve(b, st[0]) == CL_OK &&
+    ok = cl_staged_reserve(b, &xa[0], &ya[0]) == CL_OK &&
          cl_staged_send(b, st[0], &sent, err, sizeof err) == CL_OK;
     n_sent += sent;
   }

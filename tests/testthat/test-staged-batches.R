@@ -189,17 +189,15 @@ test_that("batches sent ahead into the model's device buffers train the same bit
   dev <- 4 * 48 * 4 + 4 * 48 * 4
   expect_equal(sent$plan, c(dev, dev))
   expect_equal(plain$plan, c(NA_real_, NA_real_))
-  # batches 4, 4, 4, 2 per epoch: batch 2, staged while batch 1 runs (which
-  # was not staged), makes the buffers at its step's start; from then on
-  # each next batch is sent while a step runs, and the model holds the two
-  # buffers the plan counts beside what the plain fit holds -- until the
-  # epoch ends
-  expect_equal(sent$data - plain$data, rep(c(0, 2 * dev, 2 * dev, 2 * dev), 2))
+  # batches 4, 4, 4, 2 per epoch: each step makes the buffers the next
+  # batch is sent into while it runs (the first step too), so the model
+  # holds the two buffers the plan counts beside what the plain fit holds
+  # -- until the epoch ends
+  expect_equal(sent$data - plain$data, rep(2 * dev, 8))
   expect_equal(sent$after, plain$after)
-  # batches 2, 3 and 4 of each epoch are staged; 3 and 4 are sent (2 was
-  # staged before the buffers were made), and then read from them by their
-  # steps (the same bits as above)
-  expect_identical(sent$sent, rep(c(FALSE, TRUE, TRUE), 2))
+  # batches 2, 3 and 4 of each epoch are staged and sent, and then read
+  # from the buffers by their steps (the same bits as above)
+  expect_identical(sent$sent, rep(TRUE, 6))
   expect_identical(plain$sent, rep(FALSE, 6))
   expect_false(convlstm:::send_enabled(list(config = list(backend = "cpu"))))
   expect_true(convlstm:::send_enabled(list(config = list(backend = "cuda"))))
