@@ -316,13 +316,16 @@ static void test_claims(void) {
   CHECK(cl_staged_send(mb, s[1], &sent, err, sizeof err) == CL_OK && sent == 1,
         "claims: the second batch takes the other buffer");
   CHECK(cl_staged_send(mb, s[2], &sent, err, sizeof err) == CL_OK && sent == 0,
-        "claims: a batch larger than the buffers is not sent");
+        "claims: a third batch is not sent while both buffers are held");
   double la = NAN, lb = NAN;
   CHECK(cl_model_train_step(ma, &x[0], &y[0], CL_TARGET_SEQUENCE, &sgd, NULL, &la) == CL_OK &&
             cl_model_train_staged(mb, &x[0], &y[0], s[0], CL_TARGET_SEQUENCE, &sgd, NULL, &lb) ==
                 CL_OK && la == lb,
         "claims: first step %.17g vs %.17g", la, lb);
   CHECK(!cl_staged_sent(mb, s[0]) && cl_staged_sent(mb, s[1]), "claims: the step gave back its own");
+  CHECK(cl_staged_send(mb, s[2], &sent, err, sizeof err) == CL_OK && sent == 0 &&
+            !cl_staged_sent(mb, s[2]),
+        "claims: a batch larger than the free buffer is not sent");
   CHECK(cl_staged_fill(mb, &s[1], &x[1], &y[1], err, sizeof err) == CL_OK && !cl_staged_sent(mb, s[1]),
         "claims: a refill gives its buffer back");
   CHECK(cl_staged_send(mb, s[0], &sent, err, sizeof err) == CL_OK && sent == 1 &&
