@@ -297,9 +297,11 @@ typedef enum { CL_GRAPH_AUTO = 0, CL_GRAPH_PLAIN = 1, CL_GRAPH_OFF_COMM = 2 } cl
  * The CPU's copies at once (its stream is the caller).
  * (optional) ahead_acquire: the stream's next work waits for slot's last
  * ahead_upload. ahead_release: the stream's work queued so far is the last
- * to read slot's buffer until the next acquire. Both SYNC: a recorded step
- * (cuda_graph.cu) turns itself off at them, since it would replay the wait
- * of one batch. Default: nothing to wait for (uploads done at once).
+ * to read slot's buffer until the next acquire. Both are called outside
+ * the recorded part of a step (before and after it: staged.c); both SYNC,
+ * so that one called inside would turn a recorded step (cuda_graph.cu)
+ * off rather than replay one batch's wait. Default: nothing to wait for
+ * (uploads done at once).
  * (optional) ahead_sync: the calling thread waits for slot's last
  * ahead_upload (before its host memory is refilled or freed, or its
  * buffer freed); callable beside a step, as ahead_upload. Default: none.
