@@ -93,5 +93,3 @@ void cl_ahead_unclaim(const cl_model *m, int slot, unsigned serial) {
 void *cl_ahead_buffer(const cl_model *m, int slot) {
   return m->ahead && slot >= 0 && slot < 2 ? m->ahead->dev[slot] : NULL;
 }
-
-size_t cl_ahead_bytes(const cl_model *m) { return m->ahead && m->ahead->dev[0] ? 2 * m->ahead->cap : 0; }

@@ -577,7 +577,6 @@ int cl_ahead_claim(const cl_model *m, unsigned serial, size_t bytes);
 int cl_ahead_holds(const cl_model *m, int slot, unsigned serial);
 void cl_ahead_unclaim(const cl_model *m, int slot, unsigned serial);
 void *cl_ahead_buffer(const cl_model *m, int slot);
-size_t cl_ahead_bytes(const cl_model *m);
 /* cl_model_train_step's checks and step on x and y read through xs and ys
  * (train.c; staged.c gives sources with x and y converted ahead). */
 cl_status cl_train_arrays(cl_model *m, const cl_host_array *x, const cl_host_array *y,
