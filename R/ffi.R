@@ -83,6 +83,9 @@ c_staged_fill <- function(ptr, x, y, target, spare = NULL, send = FALSE) {
   .Call(ffi_staged_fill, ptr, x, y, target, spare, send)
 }
 c_staged_unreserve <- function(ptr) invisible(.Call(ffi_staged_unreserve, ptr))
+c_staged_layout_bytes <- function(dtype, x_dims, y_dims) {
+  .Call(ffi_staged_layout_bytes, dtype, x_dims, y_dims)
+}
 c_train_step_wait <- function(job) .Call(ffi_train_step_wait, job)
 c_train_step_finish <- function(ptr, job) watch_skips(ptr, .Call(ffi_train_step_finish, job))
 

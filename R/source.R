@@ -279,25 +279,22 @@ source_staging <- function(s, batch_size, call, config = NULL) {
 
 # The batches a fit of this source converts ahead (R/source_prefetch.R's
 # stage_batch(): a function or arrays source on a model that stages, a GPU
-# by default): two, x in the model's storage dtype and y in float32, in
-# page-locked host memory; where they are sent ahead too (send_enabled()),
-# the model's two device buffers they are sent into (src/core/ahead.c:
-# y after x at a multiple of 256 bytes). Counted whenever such a fit may
-# stage them (a last-state target or a forecast stages none:
+# by default): two, in page-locked host memory; where they are sent ahead
+# too (send_enabled()), the model's two device buffers they are sent into.
+# Each takes the bytes the C core lays a staged batch out in (x in the
+# storage dtype, y in float32 from a multiple of 256 bytes:
+# c_staged_layout_bytes(), src/core/staged.c). Counted whenever such a fit
+# may stage them (a last-state target or a forecast stages none:
 # source_stages()).
 staged_staging <- function(s, batch_size, config) {
   f <- list(config = config)
   if (is.null(config) || !s$kind %in% c("function", "arrays") || !stage_enabled(f)) {
     return(NULL)
   }
-  x_bytes <- batch_size * prod(as.double(s$x_dim)) *
-    if (identical(config$dtype, "float32")) 4 else 2
-  y_bytes <- batch_size * prod(as.double(s$y_dim)) * 4
-  one <- x_bytes + y_bytes
+  one <- c_staged_layout_bytes(config$dtype, c(batch_size, s$x_dim), c(batch_size, s$y_dim))
   host <- c(staged_batch = one, staged_batch_next = one)
   if (!send_enabled(f)) return(host)
-  dev <- ceiling(x_bytes / 256) * 256 + y_bytes
-  c(host, staged_device = dev, staged_device_next = dev)
+  c(host, staged_device = one, staged_device_next = one)
 }
 
 # ---- a fit's view of a source (fit_check.R, fit_loop.R) ----

@@ -44,6 +44,7 @@ static const R_CallMethodDef call_entries[] = {
     CALLDEF(ffi_train_step_start, 8),
     CALLDEF(ffi_staged_fill, 6),
     CALLDEF(ffi_staged_unreserve, 1),
+    CALLDEF(ffi_staged_layout_bytes, 3),
     CALLDEF(ffi_train_step_wait, 1),
     CALLDEF(ffi_train_step_finish, 1),
     CALLDEF(ffi_reset_state, 1),

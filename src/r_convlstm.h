@@ -205,6 +205,7 @@ SEXP ffi_train_step_start(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP opt, SEXP 
                           SEXP staged, SEXP reserve);
 SEXP ffi_staged_fill(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP spare, SEXP send);
 SEXP ffi_staged_unreserve(SEXP ptr);
+SEXP ffi_staged_layout_bytes(SEXP dtype, SEXP x_dims, SEXP y_dims);
 SEXP ffi_train_step_wait(SEXP h);
 SEXP ffi_train_step_finish(SEXP h);
 

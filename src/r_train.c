@@ -9,6 +9,7 @@
  * layer does that with messages naming the argument; the core's own checks
  * are the backstop.
  */
+#include <limits.h>
 #include <string.h>
 
 #include "r_convlstm.h"
@@ -266,6 +267,33 @@ SEXP ffi_staged_fill(SEXP ptr, SEXP x, SEXP y, SEXP target, SEXP spare, SEXP sen
   Rf_setAttrib(h, Rf_install("sent"), Rf_ScalarLogical(sent)); /* for the tests */
   UNPROTECT(2);
   return h;
+}
+
+/* A shape given as dims from R (whole numbers from 1 to INT_MAX, batch
+ * first, ranks lo to 5) as a host array without data. */
+static cl_host_array shape_of(SEXP dims, int lo, const char *arg) {
+  cl_host_array a = {0};
+  const int n = Rf_length(dims);
+  if (!Rf_isNumeric(dims) || n < lo || n > 5)
+    r_raise_invalid("`%s` must be %d to 5 dimensions", arg, lo);
+  const double *d = REAL(PROTECT(Rf_coerceVector(dims, REALSXP)));
+  for (int i = 0; i < n; i++) {
+    if (!(d[i] >= 1 && d[i] <= INT_MAX && d[i] == (int)d[i]))
+      r_raise_invalid("`%s` must hold whole numbers from 1 to %d", arg, INT_MAX);
+    a.dims[i] = (int)d[i];
+  }
+  UNPROTECT(1);
+  a.ndim = n;
+  return a;
+}
+
+/* The bytes a batch of these dims takes staged in dtype, host or device
+ * (cl_staged_layout_bytes), for the plan (R/source.R). */
+SEXP ffi_staged_layout_bytes(SEXP dtype, SEXP x_dims, SEXP y_dims) {
+  const cl_host_array x = shape_of(x_dims, 5, "x_dims"), y = shape_of(y_dims, 4, "y_dims");
+  const size_t bytes = cl_staged_layout_bytes(r_dtype(dtype), &x, &y);
+  if (!bytes) r_raise_invalid("a staged batch of these dims overflows (`x_dims`, `y_dims`)");
+  return Rf_ScalarReal((double)bytes);
 }
 
 /* The model's buffers of batches sent ahead freed (a fit's epoch ended). */

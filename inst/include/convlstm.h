@@ -862,6 +862,14 @@ cl_status cl_staged_fill(const cl_model *m, cl_staged **b, const cl_host_array *
 void cl_staged_free(cl_staged *b);
 /* Host bytes b holds (its capacity). */
 size_t cl_staged_bytes(const cl_staged *b);
+/* The bytes a batch of x and y (only their ndim and dims are read: x of 5
+ * dimensions, y of 4 or 5, batch first) takes staged in dtype: its host
+ * memory, and each of the model's two device buffers it is sent into (the
+ * same layout: x in dtype, then y in float32 from a multiple of 256
+ * bytes). 0 for shapes no batch has, or too large for a size_t. The plan
+ * of a fit's staged batches asks for it (R/source.R), so the layout is
+ * written once. */
+size_t cl_staged_layout_bytes(cl_dtype dtype, const cl_host_array *x, const cl_host_array *y);
 /* Batches alive in this process (leak tests). */
 int cl_staged_alive(void);
 

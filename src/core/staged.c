@@ -104,19 +104,19 @@ static cl_status ensure_mem(const cl_model *m, cl_staged *b, size_t need) {
   return CL_OK;
 }
 
-/* Where x and y of a batch staged for m go: bytes of a row of each, y's
- * offset (x's bytes up to a multiple of 256) and the whole. */
+/* Where x and y of a batch staged in dtype t go: bytes of a row of each,
+ * y's offset (x's bytes up to a multiple of 256) and the whole. From the
+ * shapes alone: the plan asks for it before any batch exists
+ * (cl_staged_layout_bytes), and the host memory and the device buffers a
+ * batch is sent into share it. */
 typedef struct {
   size_t row_x, row_y, y_off, need;
 } staged_layout;
 
-static cl_status layout_of(const cl_model *m, const cl_host_array *x, const cl_host_array *y,
-                           staged_layout *l, char *err, size_t errlen) {
-  const int p = cl_host_patch(m);
-  CL_TRY(check_array(x, "x", p, err, errlen));
-  CL_TRY(check_array(y, "y", p, err, errlen));
-  if (x->ndim != 5) return fail(err, errlen, "`%s` must have 5 dimensions", "x");
-  l->row_x = cl_mul_size(cl_host_row_elems(x), cl_dtype_size(m->cfg.dtype));
+static int layout_shape(cl_dtype t, const cl_host_array *x, const cl_host_array *y,
+                        staged_layout *l) {
+  if (x->ndim != 5 || (y->ndim != 4 && y->ndim != 5)) return 0;
+  l->row_x = cl_mul_size(cl_host_row_elems(x), cl_dtype_size(t));
   l->row_y = cl_mul_size(cl_host_row_elems(y), sizeof(float));
   const size_t x_bytes =
       cl_mul_size(cl_mul_size(l->row_x, (size_t)x->dims[0]), (size_t)cl_host_steps(x));
@@ -124,7 +124,26 @@ static cl_status layout_of(const cl_model *m, const cl_host_array *x, const cl_h
       cl_mul_size(cl_mul_size(l->row_y, (size_t)y->dims[0]), (size_t)cl_host_steps(y));
   l->y_off = (x_bytes + 255) / 256 * 256;
   l->need = l->y_off + y_bytes;
-  if (!x_bytes || !y_bytes || l->y_off < x_bytes || l->need < l->y_off)
+  return x_bytes && y_bytes && l->y_off >= x_bytes && l->need >= l->y_off;
+}
+
+size_t cl_staged_layout_bytes(cl_dtype dtype, const cl_host_array *x, const cl_host_array *y) {
+  staged_layout l;
+  if (!x || !y || (unsigned)dtype >= CL_N_DTYPES) return 0;
+  for (int i = 0; i < x->ndim && i < 5; i++)
+    if (x->dims[i] < 1) return 0;
+  for (int i = 0; i < y->ndim && i < 5; i++)
+    if (y->dims[i] < 1) return 0;
+  return layout_shape(dtype, x, y, &l) ? l.need : 0;
+}
+
+static cl_status layout_of(const cl_model *m, const cl_host_array *x, const cl_host_array *y,
+                           staged_layout *l, char *err, size_t errlen) {
+  const int p = cl_host_patch(m);
+  CL_TRY(check_array(x, "x", p, err, errlen));
+  CL_TRY(check_array(y, "y", p, err, errlen));
+  if (x->ndim != 5) return fail(err, errlen, "`%s` must have 5 dimensions", "x");
+  if (!layout_shape(m->cfg.dtype, x, y, l))
     return fail(err, errlen, "the batch's sizes overflow (%s)", "x, y");
   return CL_OK;
 }

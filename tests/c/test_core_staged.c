@@ -101,7 +101,7 @@ static void send(const char *what, cl_model *mb, cl_staged *s, const cl_host_arr
   CHECK(cl_staged_reserve(mb, x, y) == CL_OK, "%s: reserve: %s", what, cl_model_error(mb));
   CHECK(cl_staged_send(mb, s, &sent, err, sizeof err) == CL_OK && sent, "%s: send: %s", what, err);
   CHECK(cl_staged_sent(mb, s), "%s: the batch sits in a buffer for its step", what);
-  CHECK(data_bytes(mb) - before == 2 * cl_staged_bytes(s),
+  CHECK(data_bytes(mb) - before == 2 * cl_staged_layout_bytes(cl_model_config(mb)->dtype, x, y),
         "%s: two buffers of the batch's bytes (%zu of data, batch %zu)", what, data_bytes(mb),
         cl_staged_bytes(s));
 }
@@ -405,7 +405,38 @@ static void test_refused(void) {
   cl_model_free(other);
 }
 
+/* The layout the plan asks for, by hand: x in the dtype, y in float32 from
+ * x's bytes rounded up to 256. */
+static void test_layout_bytes(void) {
+  cl_host_array x = {NULL, CL_HOST_R_F64, 5, {3, 3, 1, 4, 4}};
+  cl_host_array y = {NULL, CL_HOST_R_F64, 5, {3, 3, 1, 4, 4}};
+  /* 3 x 3 x 16 floats: 576 bytes, y from 768 */
+  CHECK(cl_staged_layout_bytes(CL_F32, &x, &y) == 768 + 576, "float32: %zu",
+        cl_staged_layout_bytes(CL_F32, &x, &y));
+  /* 288 bytes of bfloat16, y from 512 */
+  CHECK(cl_staged_layout_bytes(CL_BF16, &x, &y) == 512 + 576, "bfloat16: %zu",
+        cl_staged_layout_bytes(CL_BF16, &x, &y));
+  /* x of 4 x 2 x 2 x 4 x 4 float16 (512 bytes: no padding), a last-state y
+   * of 4 x 3 x 4 x 4 floats */
+  cl_host_array x2 = {NULL, CL_HOST_R_F64, 5, {4, 2, 2, 4, 4}};
+  cl_host_array y2 = {NULL, CL_HOST_R_F64, 4, {4, 3, 4, 4}};
+  CHECK(cl_staged_layout_bytes(CL_F16, &x2, &y2) == 512 + 768, "float16, 4-d y: %zu",
+        cl_staged_layout_bytes(CL_F16, &x2, &y2));
+  cl_host_array bad = x;
+  bad.ndim = 4;
+  CHECK(cl_staged_layout_bytes(CL_F32, &bad, &y) == 0, "x of 4 dimensions: 0");
+  bad = y;
+  bad.dims[2] = 0;
+  CHECK(cl_staged_layout_bytes(CL_F32, &x, &bad) == 0, "a dimension of 0: 0");
+  bad = x;
+  for (int i = 0; i < 5; i++) bad.dims[i] = 1 << 30;
+  CHECK(cl_staged_layout_bytes(CL_F32, &bad, &y) == 0, "bytes past a size_t: 0");
+  CHECK(cl_staged_layout_bytes((cl_dtype)CL_N_DTYPES, &x, &y) == 0, "no such dtype: 0");
+  printf("%-48s by hand\n", "the staged layout's bytes");
+}
+
 int main(void) {
+  test_layout_bytes();
   test_identical();
   test_truth();
   test_forecaster();

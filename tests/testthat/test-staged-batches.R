@@ -133,15 +133,17 @@ test_that("a source's plan holds the two staged batches where its fit stages the
     list(staged = plan$bytes[match(c("staged_batch", "staged_batch_next"), plan$name)],
          data = stats::setNames(est$bytes, est$category)[["data"]])
   }
-  # 6 samples of x [3, 1, 4, 4] in float32 and y [3, 1, 4, 4] in float32
-  one <- 6 * (48 * 4 + 48 * 4)
+  # 6 samples of x [3, 1, 4, 4] in float32 (1152 bytes, y placed after
+  # them at the next multiple of 256, 1280) and y [3, 1, 4, 4] in float32
+  one <- 1280 + 6 * 48 * 4
   on <- rows(TRUE)
   off <- rows(FALSE)
   expect_equal(on$staged, c(one, one))
   expect_equal(off$staged, c(NA_real_, NA_real_))
   expect_equal(on$data - off$data, 2 * one)
   # x staged in the estimate's storage dtype
-  expect_equal(rows(TRUE, dtype = "bfloat16")$staged, rep(6 * (48 * 2 + 48 * 4), 2))
+  # (576 bytes, so y from 768)
+  expect_equal(rows(TRUE, dtype = "bfloat16")$staged, rep(768 + 6 * 48 * 4, 2))
   # on the CPU a fit stages nothing unless asked, and neither does its plan
   old <- options(convlstm.stage_batches = NULL)
   on.exit(options(old), add = TRUE)
@@ -174,9 +176,9 @@ test_that("batches sent ahead into the model's device buffers train the same bit
                                                 envir = .(sends)))))
     on.exit(suppressMessages(untrace("c_staged_fill", where = asNamespace("convlstm"))), add = TRUE)
     set.seed(7)
-    h <- convlstm_fit(m, src, NULL, convlstm_optimizer_adam(0.02), epochs = 2, batch_size = 4,
+    h <- convlstm_fit(m, src, NULL, convlstm_optimizer_adam(0.02), epochs = 2, batch_size = 3,
                       target = "sequence", callbacks = list(cb), verbose = FALSE)
-    plan <- attr(convlstm_memory_estimate(m, 4, 3, 4, 4, source = src, target = "sequence"), "plan")
+    plan <- attr(convlstm_memory_estimate(m, 3, 3, 4, 4, source = src, target = "sequence"), "plan")
     list(h = h, w = convlstm_state_dict(m), data = at_batch_end, after = data_now(), sent = sends$sent,
          plan = plan$bytes[match(c("staged_device", "staged_device_next"), plan$name)])
   }
@@ -184,21 +186,23 @@ test_that("batches sent ahead into the model's device buffers train the same bit
   plain <- fit_sent(FALSE)
   expect_identical(sent$h$loss, plain$h$loss)
   expect_identical(sent$w, plain$w)
-  # each buffer: x (4 samples of [3, 1, 4, 4] in float32, 768 bytes, a
-  # multiple of 256) then y, as the C core lays a staged batch out
-  dev <- 4 * 48 * 4 + 4 * 48 * 4
+  # each buffer: x (3 samples of [3, 1, 4, 4] in float32, 576 bytes), then
+  # y from the next multiple of 256 bytes (768), as the C core lays a
+  # staged batch out and the plan asks it to (the allocator's count below
+  # is the instrument)
+  dev <- 768 + 3 * 48 * 4
   expect_equal(sent$plan, c(dev, dev))
   expect_equal(plain$plan, c(NA_real_, NA_real_))
-  # batches 4, 4, 4, 2 per epoch: each step makes the buffers the next
+  # batches 3, 3, 3, 3, 2 per epoch: each step makes the buffers the next
   # batch is sent into while it runs (the first step too), so the model
   # holds the two buffers the plan counts beside what the plain fit holds
   # -- until the epoch ends
-  expect_equal(sent$data - plain$data, rep(2 * dev, 8))
+  expect_equal(sent$data - plain$data, rep(2 * dev, 10))
   expect_equal(sent$after, plain$after)
-  # batches 2, 3 and 4 of each epoch are staged and sent, and then read
-  # from the buffers by their steps (the same bits as above)
-  expect_identical(sent$sent, rep(TRUE, 6))
-  expect_identical(plain$sent, rep(FALSE, 6))
+  # batches 2 to 5 of each epoch are staged and sent, and then read from
+  # the buffers by their steps (the same bits as above)
+  expect_identical(sent$sent, rep(TRUE, 8))
+  expect_identical(plain$sent, rep(FALSE, 8))
   expect_false(convlstm:::send_enabled(list(config = list(backend = "cpu"))))
   expect_true(convlstm:::send_enabled(list(config = list(backend = "cuda"))))
 })
