@@ -794,11 +794,17 @@ fit_memory_plan <- function(model, xd, batch_size, memory_budget, optimizer, tar
   # plans: the forecast options of every step the fit may take (a
   # forecast's, fit_forecast()); the batch must fit each
   largest <- function(opts, dtype = NULL) {
-    b <- min(vapply(plans, function(f) {
-      as.double(do.call(convlstm_max_batch_size, c(list(model), shape,
-                                          list(budget = budget, optimizer = optimizer,
-                                               dtype = dtype, source = source), opts, f)))
-    }, numeric(1)))
+    at_most <- function(src) {
+      min(vapply(plans, function(f) {
+        as.double(do.call(convlstm_max_batch_size, c(list(model), shape,
+                                            list(budget = budget, optimizer = optimizer,
+                                                 dtype = dtype, source = src), opts, f)))
+      }, numeric(1)))
+    }
+    b <- at_most(source)
+    # plain arrays in one batch are not sliced (source_staging()): all of
+    # them where the step alone fits them, though fewer sliced do not fit
+    if (b < n && isTRUE(source$plain) && at_most(NULL) >= n) b <- n
     min(n, as.integer(b))
   }
   horizon <- plans[[1]]$horizon %||% 0L

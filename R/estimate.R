@@ -226,7 +226,9 @@ convlstm_memory_estimate <- function(model, batch_size, seq_len, height, width, 
   plan <- c_model_plan(ptr, shape, training, optimizer, options)
   config <- c_model_config(ptr)
   if (!is.null(source)) {
-    staged_for <- list(backend = config$backend, dtype = dtype %||% config$dtype)
+    staged_for <- list(backend = config$backend, dtype = dtype %||% config$dtype,
+                       teacher_frames = if (training && !forecaster && horizon > 0 &&
+                                            teacher_forcing >= 1) horizon - 1L else 0L)
     plan <- plan_with_staging(plan, source_staging(source, shape[[1]], sys.call(), staged_for))
   }
   est <- new_memory_estimate(

@@ -119,9 +119,13 @@
 #'   smaller batches when a batch of theirs would not fit. With a source
 #'   as `x`, its staging buffers (a batch of `x` and `y`, two where the
 #'   next batch is read while the step runs: [convlstm_memory_estimate()]
-#'   with `source`) are planned with the step. The batches sliced from R
-#'   arrays `x` and `y` are not (nor are the arrays: R's memory, held
-#'   before the fit); give [convlstm_source_arrays()] to have them planned.
+#'   with `source`) are planned with the step. So are the batches a fit on
+#'   R arrays slices from `x` and `y` where they stay in R (a `weight`, a
+#'   `horizon`, `data_on_device = FALSE`), as for [convlstm_source_arrays()]
+#'   of them (a teacher-forced step's `x` with the true frames but the last
+#'   appended; none for a batch of every sample, which is not sliced; a
+#'   weight's slices are not counted); the arrays themselves are R's
+#'   memory, held before the fit.
 #' @param horizon,teacher_forcing `NULL`, or train every batch as
 #'   [convlstm_train_step()] with `horizon` (the forecast of the frames in `y`) and
 #'   `teacher_forcing` (`TRUE`: the true frames fed back; `FALSE`:

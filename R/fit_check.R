@@ -125,7 +125,8 @@ fit_check_memory <- function(f, a, call) {
                           plans = fit_plans(f),
                           recompute_gates = a$recompute_gates,
                           teacher_forcing = f$forecast$teacher_forcing %||% TRUE,
-                          source = f$source, call = call)
+                          source = f$source %||% fit_sliced_source(f, a$data_on_device),
+                          call = call)
   f$checkpoint <- fits$checkpoint
   f$recompute_gates <- fits$recompute_gates
   f$accumulation_steps <- fits$accumulation_steps
@@ -135,6 +136,22 @@ fit_check_memory <- function(f, a, call) {
   f$budget_line <- fits$line
   f$batch_size <- check_count(fits$batch_size, "batch_size", call = call)
   invisible(f)
+}
+
+# What a fit on plain R arrays holds of its batches, as the planner sees a
+# source (source_staging()): the batches sliced from x and y in R (two
+# where the next is sliced while the step runs), and on a GPU their staged
+# and sent copies (R/source_prefetch.R's arrays path), exactly as an arrays
+# source's fit holds them. NULL where the arrays may go to the device as a
+# data set instead (fit_data_set(): then nothing is sliced, and
+# fit_budget() plans the data set). A batch of every sample is the arrays
+# themselves, not sliced, and a teacher-forced step's x holds the true
+# frames too: both planned by source_staging(). A weight's slices are not
+# counted.
+fit_sliced_source <- function(f, data_on_device) {
+  if (f$can_upload && !isFALSE(data_on_device)) return(NULL)
+  xd <- dim(f$x)
+  new_source("arrays", xd[[1]], xd[-1], dim(f$y)[-1], read = NULL, extra = list(plain = TRUE))
 }
 
 # validation_split's hold-out, with the same split of the weight.

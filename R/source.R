@@ -268,16 +268,28 @@ source_check_batch <- function(b, n, x_dim, y_dim, types, label, call) {
 # The host staging buffers of a batch of batch_size samples of s: x and y
 # as the step takes them (doubles), bytes by the plan's row name; twice
 # where the next batch is read while the step runs (source_overlaps()).
+# s may stand for a fit's plain R arrays (fit_sliced_source()): none for a
+# batch of every sample, which trains on the arrays as they are. config:
+# the model's backend and the step's dtype, and the frames a teacher-forced
+# step appends to x (teacher_frames).
 source_staging <- function(s, batch_size, call, config = NULL) {
   if (!is_convlstm_source(s)) abort_arg("source", "NULL or a convlstm_source", s, call)
-  one <- c(source_x = prod(as.double(s$x_dim)), source_y = prod(as.double(s$y_dim))) *
+  x_dim <- s$x_dim
+  if (isTRUE(s$plain)) { # a fit's plain arrays (fit_sliced_source())
+    if (batch_size >= s$n) return(NULL) # one batch: the arrays, not sliced
+    # teacher-forced, the slices are of x and then the true frames but the
+    # last (fit_batch_x(): teacher_sequence())
+    x_dim[[1]] <- x_dim[[1]] + (config$teacher_frames %||% 0L)
+  }
+  one <- c(source_x = prod(as.double(x_dim)), source_y = prod(as.double(s$y_dim))) *
     8 * batch_size
   if (!source_overlaps(s)) return(one)
   c(one, stats::setNames(one, c("source_x_next", "source_y_next")),
-    staged_staging(s, batch_size, config))
+    staged_staging(s$kind, x_dim, s$y_dim, batch_size, config))
 }
 
-# The batches a fit of this source converts ahead (R/source_prefetch.R's
+# The batches a fit of a source of this kind (one sample's x_dim, y_dim)
+# converts ahead (R/source_prefetch.R's
 # stage_batch(): a function or arrays source on a model that stages, a GPU
 # by default): two, in page-locked host memory; where they are sent ahead
 # too (send_enabled()), the model's two device buffers they are sent into.
@@ -286,12 +298,12 @@ source_staging <- function(s, batch_size, call, config = NULL) {
 # c_staged_layout_bytes(), src/core/staged.c). Counted whenever such a fit
 # may stage them (a last-state target or a forecast stages none:
 # source_stages()).
-staged_staging <- function(s, batch_size, config) {
+staged_staging <- function(kind, x_dim, y_dim, batch_size, config) {
   f <- list(config = config)
-  if (is.null(config) || !s$kind %in% c("function", "arrays") || !stage_enabled(f)) {
+  if (is.null(config) || !kind %in% c("function", "arrays") || !stage_enabled(f)) {
     return(NULL)
   }
-  one <- c_staged_layout_bytes(config$dtype, c(batch_size, s$x_dim), c(batch_size, s$y_dim))
+  one <- c_staged_layout_bytes(config$dtype, c(batch_size, x_dim), c(batch_size, y_dim))
   host <- c(staged_batch = one, staged_batch_next = one)
   if (!send_enabled(f)) return(host)
   c(host, staged_device = one, staged_device_next = one)

@@ -255,8 +255,14 @@ test_that("convlstm_fit(batch_size = \"max\") trains at convlstm_max_batch_size(
   model <- advise_model(case)
   on.exit(convlstm_release(model))
   budget <- 400 * 1024
+  # the batches a fit slices from the arrays (the data set stays in R) are
+  # planned as an arrays source's: two of x and y as doubles beside the step
+  src <- convlstm_source_arrays(d$x, d$y)
   b <- as.integer(convlstm_max_batch_size(model, 4, 8, 8, budget = budget, optimizer = convlstm_optimizer_adam(),
-                                 checkpoint = 2))
+                                 checkpoint = 2, source = src))
+  unsliced <- as.integer(convlstm_max_batch_size(model, 4, 8, 8, budget = budget,
+                                        optimizer = convlstm_optimizer_adam(), checkpoint = 2))
+  expect_lt(b, unsliced)
   expect_gt(b, 1)
   expect_lt(b, 40)
   convlstm_set_memory_limit(model, budget)
@@ -271,7 +277,8 @@ test_that("convlstm_fit(batch_size = \"max\") trains at convlstm_max_batch_size(
   on.exit(convlstm_release(m2), add = TRUE)
   h2 <- convlstm_fit(m2, d$x, d$y, convlstm_optimizer_adam(), epochs = 1, batch_size = "max",
                      memory_budget = budget, verbose = FALSE, data_on_device = FALSE)
-  plain <- as.integer(convlstm_max_batch_size(m2, 4, 8, 8, budget = budget, optimizer = convlstm_optimizer_adam()))
+  plain <- as.integer(convlstm_max_batch_size(m2, 4, 8, 8, budget = budget, optimizer = convlstm_optimizer_adam(),
+                                    source = src))
   expect_gte(attr(h2, "batch_size"), plain)
   # all samples when they fit
   h3 <- convlstm_fit(m2, d$x, d$y, convlstm_optimizer_adam(), epochs = 1, batch_size = "max",
@@ -283,20 +290,63 @@ test_that("convlstm_fit(batch_size = \"max\") trains at convlstm_max_batch_size(
     regexp = "`batch_size`")
 })
 
+test_that("a fit on plain R arrays plans the batches it slices as an arrays source's fit does", {
+  set.seed(9)
+  case <- list(input_dim = 1, hidden = c(4, 1), kernel = 3, B = 24, T = 4, H = 8, W = 8)
+  d <- advise_data(case, 1)
+  src <- convlstm_source_arrays(d$x, d$y)
+  opt <- convlstm_optimizer_adam()
+  fit_max <- function(x, y, budget, ...) {
+    model <- advise_model(case)
+    on.exit(convlstm_release(model))
+    h <- convlstm_fit(model, x, y, opt, epochs = 1, batch_size = "max", memory_budget = budget,
+                      verbose = FALSE, shuffle = FALSE, ...)
+    attr(h, "batch_size")
+  }
+  m <- advise_model(case)
+  on.exit(convlstm_release(m))
+  budget <- 300 * 1024
+  step_only <- as.integer(convlstm_max_batch_size(m, 4, 8, 8, budget = budget, optimizer = opt))
+  sliced <- as.integer(convlstm_max_batch_size(m, 4, 8, 8, budget = budget, optimizer = opt,
+                                               source = src))
+  expect_lt(sliced, step_only) # the slices (two of x and y, as doubles) take room
+  expect_lt(step_only, 24)
+  # batches sliced in R (the data set kept there): the source's pick
+  expect_identical(fit_max(d$x, d$y, budget, data_on_device = FALSE), sliced)
+  expect_identical(fit_max(src, NULL, budget), sliced)
+  # the data set on the device instead: nothing sliced, the step's pick
+  # (the data set itself is planned beside it, fit_budget())
+  expect_identical(fit_max(d$x, d$y, budget), step_only)
+  # one batch of every sample is not sliced: all of them where the step
+  # alone fits them, though a batch of one fewer, sliced, does not fit
+  all <- convlstm_memory_estimate(m, 24, 4, 8, 8, optimizer = opt)
+  all_bytes <- all$bytes[all$category == "reserved"]
+  fewer <- convlstm_memory_estimate(m, 23, 4, 8, 8, optimizer = opt, source = src)
+  expect_gt(fewer$bytes[fewer$category == "reserved"], all_bytes)
+  expect_identical(fit_max(d$x, d$y, all_bytes, data_on_device = FALSE), 24L)
+})
+
 test_that("convlstm_fit(batch_size = \"max\", horizon = ) plans the steps the fit takes", {
   # two horizons: with 6 the teacher-forced step takes more memory than the
-  # free-running one, with 3 less, so a fit that planned the wrong kind of
-  # step would train at another batch size
+  # free-running one, with 3 less; with the batches sliced for each (a
+  # teacher-forced epoch's hold the true frames too) the two kinds fit
+  # different batches at this budget, so a fit that planned the wrong kind
+  # of step would train at another batch size
   for (K in c(6, 3)) {
     set.seed(8)
     case <- list(input_dim = 1, hidden = c(4, 1), kernel = 3, B = 40, T = 3, H = 8, W = 8)
     d <- advise_data(case, 1)
     y <- array(stats::runif(40 * K * 64), c(40, K, 1, 8, 8))
-    budget <- 1200 * 1024
+    budget <- 1400 * 1024
     opt <- convlstm_optimizer_adam()
+    # the fit slices its batches in R (a horizon's data set stays there):
+    # planned as an arrays source's, whose x is a teacher-forced epoch's
+    # inputs (x and then the true frames but the last) or a free-running
+    # one's (x)
     largest <- function(model, tf) {
+      src <- convlstm_source_arrays(array(0, c(40, if (isTRUE(tf)) 3 + K - 1 else 3, 1, 8, 8)), y)
       as.integer(convlstm_max_batch_size(model, 3, 8, 8, budget = budget, optimizer = opt, horizon = K,
-                                teacher_forcing = tf))
+                                teacher_forcing = tf, source = src))
     }
     fit_max <- function(tf) {
       model <- advise_model(case)
