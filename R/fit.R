@@ -121,7 +121,8 @@
 #'   next batch is read while the step runs: [convlstm_memory_estimate()]
 #'   with `source`) are planned with the step. So are the batches a fit on
 #'   R arrays slices from `x` and `y` where they stay in R (a `weight`, a
-#'   `horizon`, `data_on_device = FALSE`), as for [convlstm_source_arrays()]
+#'   `horizon`, `data_on_device = FALSE`, or a data set that `"auto"` leaves
+#'   in R: the fit is then planned again with them), as for [convlstm_source_arrays()]
 #'   of them (a teacher-forced step's `x` with the true frames but the last
 #'   appended; none for a batch of every sample, which is not sliced; a
 #'   weight's slices are not counted); the arrays themselves are R's

@@ -55,8 +55,12 @@ fit_check <- function(a, target_missing, batch_size_missing, guard, call) {
   f$metric_spec <- metrics_spec(a$metrics, f$validation$y, call)
   fit_check_batches(f, call)
   # what the budget holds beside the step: the data set, validation batches
-  f$held <- fit_budget(f$model, f$fits, dim(f$x), f$validation, f$batch_size, f$target,
-                       f$data_on_device, f$can_upload, f$val_horizon, call, fit_data_steps(f))
+  fit_check_held(f, f$data_on_device, call)
+  if (fit_sliced_unplanned(f)) { # "auto" left the data set in R: plan the slices
+    fit_check_memory(f, a, call, data_on_device = FALSE)
+    fit_check_batches(f, call)
+    fit_check_held(f, FALSE, call)
+  }
   fit_check_resume(f, call)
   # each epoch's teacher forcing, read (and checked) now rather than after
   # some epochs have trained
@@ -119,13 +123,13 @@ fit_plans <- function(f) {
 
 # The batch size and step options (a memory_budget's pick, which may name
 # another dtype: converted by fit_begin(), after every check).
-fit_check_memory <- function(f, a, call) {
+fit_check_memory <- function(f, a, call, data_on_device = a$data_on_device) {
   fits <- fit_memory_plan(f$model, dim(f$x), a$batch_size, a$memory_budget, f$optimizer,
                           f$target, a$checkpoint, a$accumulation_steps, a$tbptt,
                           plans = fit_plans(f),
                           recompute_gates = a$recompute_gates,
                           teacher_forcing = f$forecast$teacher_forcing %||% TRUE,
-                          source = f$source %||% fit_sliced_source(f, a$data_on_device),
+                          source = f$source %||% fit_sliced_source(f, data_on_device),
                           call = call)
   f$checkpoint <- fits$checkpoint
   f$recompute_gates <- fits$recompute_gates
@@ -152,6 +156,23 @@ fit_sliced_source <- function(f, data_on_device) {
   if (f$can_upload && !isFALSE(data_on_device)) return(NULL)
   xd <- dim(f$x)
   new_source("arrays", xd[[1]], xd[-1], dim(f$y)[-1], read = NULL, extra = list(plain = TRUE))
+}
+
+# Whether a budget's plan left out batches the fit will slice: the data
+# set "auto" would upload does not fit beside the step (fit_budget()), so
+# the batches are sliced in R after all, which the plan, made for the data
+# set, did not count (fit_sliced_source()).
+fit_sliced_unplanned <- function(f) {
+  !is.null(f$fits$held) && is.null(f$source) && f$can_upload &&
+    !isFALSE(f$data_on_device) && isFALSE(f$held$data_on_device)
+}
+
+# What the budget holds beside the step (fit_budget()): whether the data
+# set goes on the device, the validation batch.
+fit_check_held <- function(f, data_on_device, call) {
+  f$held <- fit_budget(f$model, f$fits, dim(f$x), f$validation, f$batch_size, f$target,
+                       data_on_device, f$can_upload, f$val_horizon, call, fit_data_steps(f))
+  invisible(f)
 }
 
 # validation_split's hold-out, with the same split of the weight.

@@ -314,9 +314,6 @@ test_that("a fit on plain R arrays plans the batches it slices as an arrays sour
   # batches sliced in R (the data set kept there): the source's pick
   expect_identical(fit_max(d$x, d$y, budget, data_on_device = FALSE), sliced)
   expect_identical(fit_max(src, NULL, budget), sliced)
-  # the data set on the device instead: nothing sliced, the step's pick
-  # (the data set itself is planned beside it, fit_budget())
-  expect_identical(fit_max(d$x, d$y, budget), step_only)
   # one batch of every sample is not sliced: all of them where the step
   # alone fits them, though a batch of one fewer, sliced, does not fit
   all <- convlstm_memory_estimate(m, 24, 4, 8, 8, optimizer = opt)
@@ -324,6 +321,22 @@ test_that("a fit on plain R arrays plans the batches it slices as an arrays sour
   fewer <- convlstm_memory_estimate(m, 23, 4, 8, 8, optimizer = opt, source = src)
   expect_gt(fewer$bytes[fewer$category == "reserved"], all_bytes)
   expect_identical(fit_max(d$x, d$y, all_bytes, data_on_device = FALSE), 24L)
+  # data_on_device = "auto": the data set does not fit beside the step
+  # the budget's pick fills, so it stays in R and its batches are sliced:
+  # planned so, at the sliced pick, not the step's
+  model <- advise_model(case)
+  on.exit(convlstm_release(model), add = TRUE)
+  h <- convlstm_fit(model, d$x, d$y, opt, epochs = 1, batch_size = "max", memory_budget = budget,
+                    verbose = FALSE, shuffle = FALSE)
+  expect_false(attr(h, "data_on_device"))
+  expect_identical(attr(h, "batch_size"), sliced)
+  # with room for the data set beside a batch of every sample, it goes to
+  # the device (nothing sliced)
+  roomy <- convlstm_memory_estimate(m, 24, 4, 8, 8, optimizer = opt)
+  h <- convlstm_fit(model, d$x, d$y, opt, epochs = 1, batch_size = "max", verbose = FALSE,
+                    memory_budget = roomy$bytes[roomy$category == "reserved"] + 2^20)
+  expect_true(attr(h, "data_on_device"))
+  expect_identical(attr(h, "batch_size"), 24L)
 })
 
 test_that("convlstm_fit(batch_size = \"max\", horizon = ) plans the steps the fit takes", {
