@@ -14,8 +14,11 @@
 # byte less than the smallest float32 configuration the advisor plans (the
 # model's state counted: Adam moments after a step, guard bands under
 # CONVLSTM_GUARD=1), so the fit would convert the model.
-r3_half_budget <- function(m) {
-  a <- convlstm_memory_advise(m, 2^40, 2L, 3L, 5L, 4L, optimizer = convlstm_optimizer_adam(0.01))
+r3_half_budget <- function(m, d) {
+  # the fit slices batches of 2 from d's 4 samples (its data set does not
+  # fit beside the step in such a budget): planned with them
+  a <- convlstm_memory_advise(m, 2^40, 2L, 3L, 5L, 4L, optimizer = convlstm_optimizer_adam(0.01),
+                              source = convlstm_source_arrays(d$x, d$y))
   budget <- min(a$reserved[a$dtype == "float32"]) - 1
   stopifnot(min(a$reserved[a$dtype != "float32"]) <= budget)
   budget
@@ -54,7 +57,7 @@ for (what in names(r3_failing_fits)) {
     if (identical(args$lr_scheduler, "sched")) args$lr_scheduler <- convlstm_lr_step(convlstm_optimizer_sgd(0.1), 2)
     if (identical(args$resume, "missing")) args$resume <- tempfile(fileext = ".safetensors")
     # a budget in which only a half type fits: the model would be converted
-    budget <- r3_half_budget(m)
+    budget <- r3_half_budget(m, d)
     err <- tryCatch(do.call(convlstm_fit, c(list(m, d$x, d$y, opt, epochs = 1, batch_size = 2,
                                                  memory_budget = budget, verbose = FALSE), args)),
                     error = identity)
@@ -68,7 +71,7 @@ test_that("the budget test above does pick another dtype (so it can see a conver
   d <- r3_data()
   m <- api_model()
   h <- convlstm_fit(m, d$x, d$y, convlstm_optimizer_adam(0.01), epochs = 1, batch_size = 2,
-                    memory_budget = r3_half_budget(m), verbose = FALSE)
+                    memory_budget = r3_half_budget(m, d), verbose = FALSE)
   expect_false(identical(m$dtype, "float32"))
   convlstm_release(m)
 })
@@ -374,7 +377,7 @@ test_that("convlstm_callback_model_checkpoint() into an unwritable directory fai
   m <- api_model()
   before <- r3_snapshot(m)
   err <- tryCatch(convlstm_fit(m, d$x, d$y, convlstm_optimizer_adam(), epochs = 3,
-                               memory_budget = r3_half_budget(m),
+                               memory_budget = r3_half_budget(m, d),
                                verbose = FALSE,
                                callbacks = list(convlstm_callback_model_checkpoint(
                                  file.path(dir, "ckpt-{epoch}.safetensors")))),
