@@ -275,7 +275,7 @@ static cl_host_array shape_of(SEXP dims, int lo, const char *arg) {
   cl_host_array a = {0};
   const int n = Rf_length(dims);
   if (!Rf_isNumeric(dims) || n < lo || n > 5)
-    r_raise_invalid("`%s` must be %d to 5 dimensions", arg, lo);
+    r_raise_invalid("`%s` must list %s dimensions", arg, lo == 5 ? "5" : "4 or 5");
   const double *d = REAL(PROTECT(Rf_coerceVector(dims, REALSXP)));
   for (int i = 0; i < n; i++) {
     if (!(d[i] >= 1 && d[i] <= INT_MAX && d[i] == (int)d[i]))

@@ -141,6 +141,14 @@ test_that("a source's plan holds the two staged batches where its fit stages the
   expect_equal(on$staged, c(one, one))
   expect_equal(off$staged, c(NA_real_, NA_real_))
   expect_equal(on$data - off$data, 2 * one)
+  # the core's answer, and its refusals, classed
+  expect_equal(convlstm:::c_staged_layout_bytes("float32", c(6, 3, 1, 4, 4), c(6, 3, 1, 4, 4)), one)
+  expect_convlstm_error(convlstm:::c_staged_layout_bytes("float32", c(6, 3, 4, 4), c(6, 3, 1, 4, 4)),
+                        regexp = "`x_dims` must list 5 dimensions")
+  expect_convlstm_error(convlstm:::c_staged_layout_bytes("float32", c(6, 3, 1, 4, 4), c(6, 0, 4, 4)),
+                        regexp = "`y_dims` must hold whole numbers")
+  expect_convlstm_error(convlstm:::c_staged_layout_bytes("float32", rep(2^30, 5), c(6, 3, 4, 4)),
+                        regexp = "overflows")
   # x staged in the estimate's storage dtype
   # (576 bytes, so y from 768)
   expect_equal(rows(TRUE, dtype = "bfloat16")$staged, rep(768 + 6 * 48 * 4, 2))
